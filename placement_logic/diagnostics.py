@@ -1,0 +1,163 @@
+"""Diagnostics: one type for every error the toolkit reports.
+
+Input: a code, a message and a source span. Output: the stable one-line form
+``file:line:col: error: message [PL123]``, a source snippet with a caret under the
+span, or a JSON-ready dict. Every code is catalogued in ``CODES`` with a one-line
+description; ``docs/diagnostics.md`` documents each one.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Iterable
+
+
+class Severity(str, Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    NOTE = "note"
+
+
+@dataclass(frozen=True, order=True)
+class Span:
+    """A region of one source file; lines and columns are 1-based, ends exclusive."""
+
+    file: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+
+    @staticmethod
+    def point(file: str, line: int, column: int, width: int = 1) -> "Span":
+        return Span(file, line, column, line, column + max(width, 1))
+
+    def cover(self, other: "Span") -> "Span":
+        start = min((self.line, self.column), (other.line, other.column))
+        end = max((self.end_line, self.end_column), (other.end_line, other.end_column))
+        return Span(self.file, start[0], start[1], end[0], end[1])
+
+
+NO_SPAN = Span("<builtin>", 1, 1, 1, 2)
+
+
+# code -> (short name, one-line description)
+CODES: dict[str, tuple[str, str]] = {
+    # lexical and syntax errors: PL0xx
+    "PL001": ("unexpected-character", "A character that cannot start any token."),
+    "PL002": ("unexpected-token", "A token that does not fit the grammar at this point."),
+    "PL003": ("unexpected-end", "The file ended inside a construct (an unterminated block, list or expression)."),
+    "PL004": ("unterminated-string", "A string literal with no closing quote."),
+    "PL005": ("bad-number", "A numeric literal that cannot be read as an exact number."),
+    "PL006": ("unreadable-file", "The file could not be read or is not UTF-8 text."),
+    # names and structure: PL1xx
+    "PL101": ("undefined-name", "A name that is not defined in the spec or its imports."),
+    "PL102": ("duplicate-definition", "Two definitions with the same name in one scope."),
+    "PL103": ("unknown-state", "A training state other than params, optimizer, grads, activations."),
+    "PL104": ("unknown-mode", "A placement mode other than R, S, S*, M, O."),
+    "PL105": ("missing-state", "A strategy that leaves one of the four training states unplaced."),
+    "PL106": ("duplicate-axis", "A mesh that declares the same axis twice."),
+    "PL107": ("bad-axis-size", "A mesh axis size that is not a positive integer."),
+    "PL108": ("axis-reused", "A plan that binds the same mesh axis to two strategies."),
+    "PL109": ("undefined-axis", "An axis name that is not part of the mesh or of the strategy's axes."),
+    "PL110": ("strategy-cycle", "Strategies that extend or alias each other in a cycle."),
+    "PL111": ("unknown-module", "An import of a library module that does not exist."),
+    "PL112": ("import-cycle", "Files that import each other in a cycle."),
+    "PL113": ("unknown-property", "A property name that the enclosing block does not accept."),
+    "PL114": ("bad-property-value", "A property value of the wrong kind (e.g. a word where a number is needed)."),
+    "PL115": ("arity-mismatch", "A strategy bound to a different number of axes than it declares."),
+    "PL116": ("not-a-strategy", "A name used as a strategy that refers to something else."),
+    "PL117": ("not-a-plan", "A cost query over a name that is not a plan."),
+    "PL118": ("missing-section", "A spec with plans but no model or no mesh."),
+    "PL119": ("duplicate-property", "The same property given twice in one block."),
+    "PL120": ("bad-tuple", "A placement shorthand that is not a 4-tuple over (params, optimizer, grads, activations)."),
+    "PL121": ("unknown-role", "An axis role other than data, tensor, sequence, context, pipeline, expert."),
+    "PL122": ("bad-override", "An override whose target, verb or axes are not understood."),
+    "PL123": ("unknown-parameter", "A strategy argument that the strategy does not declare."),
+    "PL124": ("mode-option", "A placement option that does not fit the mode (e.g. prefetch on a replicated state)."),
+    "PL125": ("unbound-axis", "A plan that leaves a mesh axis with no strategy bound to it."),
+    # types and units: PL2xx
+    "PL201": ("unit-mismatch", "Bytes combined with a plain count by + or - (or compared with one)."),
+    "PL202": ("unit-not-allowed", "A byte unit where a plain count is required (axis size, layer count, exponent)."),
+    "PL203": ("bad-exponent", "An exponent that is not a plain integer constant."),
+    "PL204": ("division-by-zero", "A constant expression that divides by zero."),
+    "PL205": ("unknown-function", "A call to a function that the expression language does not define."),
+    "PL206": ("bad-arguments", "A call with the wrong number or kind of arguments."),
+    "PL207": ("bytes-squared", "A product or power that would give bytes to a power other than 0 or 1."),
+    "PL208": ("unknown-unit", "A unit name that is not a byte unit."),
+    # usage: PL3xx
+    "PL301": ("bad-set", "A --set option that is not NAME=NUMBER or names nothing in the spec."),
+    "PL302": ("unknown-plan", "A --plan option that names no plan in the spec."),
+}
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    code: str
+    message: str
+    span: Span = NO_SPAN
+    severity: Severity = Severity.ERROR
+    notes: tuple[str, ...] = field(default=())
+
+    def one_line(self) -> str:
+        s = self.span
+        return f"{s.file}:{s.line}:{s.column}: {self.severity.value}: {self.message} [{self.code}]"
+
+    def to_json(self) -> dict:
+        s = self.span
+        return {
+            "code": self.code,
+            "name": CODES.get(self.code, ("", ""))[0],
+            "severity": self.severity.value,
+            "message": self.message,
+            "file": s.file,
+            "line": s.line,
+            "column": s.column,
+            "end_line": s.end_line,
+            "end_column": s.end_column,
+            "notes": list(self.notes),
+        }
+
+
+class DiagnosticError(Exception):
+    """Raised by the front end with one or more diagnostics; never escapes the CLI."""
+
+    def __init__(self, diagnostics: Iterable[Diagnostic]):
+        self.diagnostics = tuple(diagnostics)
+        super().__init__("\n".join(d.one_line() for d in self.diagnostics))
+
+
+def snippet(diag: Diagnostic, source: str | None) -> str:
+    """The offending source line with a caret run under the span (empty if unknown)."""
+    if source is None:
+        return ""
+    lines = source.splitlines()
+    s = diag.span
+    if not (1 <= s.line <= len(lines)):
+        if s.line == len(lines) + 1:
+            lines.append("")
+        else:
+            return ""
+    text = lines[s.line - 1].expandtabs(1)
+    end = s.end_column if s.end_line == s.line else len(text) + 1
+    width = max(1, end - s.column)
+    gutter = f"{s.line:>4} | "
+    caret = " " * (len(gutter) - 2) + "| " + " " * (s.column - 1) + "^" + "~" * (width - 1)
+    return f"{gutter}{text}\n{caret}"
+
+
+def render(diag: Diagnostic, source: str | None = None) -> str:
+    parts = [diag.one_line()]
+    snip = snippet(diag, source)
+    if snip:
+        parts.append(snip)
+    parts.extend(f"     = note: {n}" for n in diag.notes)
+    return "\n".join(parts)
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> tuple[str, ...]:
+    """A 'did you mean' note for a misspelt name, or nothing."""
+    close = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.6)
+    return (f"did you mean '{close[0]}'?",) if close else ()

@@ -1,0 +1,369 @@
+"""Checked IR: resolved, typed, immutable plans.
+
+Input: nothing (definitions). Output: the frozen dataclasses that ``resolve`` builds
+from the syntax tree and that the cost engine, the checker and the renderers consume.
+Names are resolved, units normalised to bytes, strategies expanded to one placement
+mode per state per mesh axis. This module knows nothing of lark, sympy or z3.
+
+Value expressions (``Const``, ``Sym``, ``Op``, ``Query``) are exact: constants are
+``fractions.Fraction``; a ``Sym`` names a ``let`` binding or a mesh axis size, whose
+value lives in ``Spec.bindings``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from fractions import Fraction
+from typing import Iterator, Union
+
+from .diagnostics import NO_SPAN, Span
+
+
+def _span() -> Span:
+    return field(default=NO_SPAN, compare=False, repr=False)
+
+
+class State(str, Enum):
+    PARAMS = "params"
+    OPTIMIZER = "optimizer"
+    GRADS = "grads"
+    ACTIVATIONS = "activations"
+
+
+STATES: tuple[State, ...] = (State.PARAMS, State.OPTIMIZER, State.GRADS, State.ACTIVATIONS)
+
+
+class Mode(str, Enum):
+    R = "R"  # replicated
+    S = "S"  # sharded, never reassembled
+    S_STAR = "S*"  # sharded, gathered one reconstruction unit at a time
+    M = "M"  # materialized: transient only
+    O = "O"  # offloaded: partitioned like S over the axis, resident off-device
+
+    @property
+    def shards(self) -> bool:
+        return self in (Mode.S, Mode.S_STAR, Mode.O)
+
+
+class Role(str, Enum):
+    DATA = "data"
+    TENSOR = "tensor"
+    SEQUENCE = "sequence"  # Megatron sequence parallelism lives on the tensor axis
+    CONTEXT = "context"  # context parallel: the sequence split across devices
+    PIPELINE = "pipeline"
+    EXPERT = "expert"
+
+
+class Residency(str, Enum):
+    DEVICE = "device"
+    HOST = "host"
+    NVME = "nvme"
+
+
+class Recompute(str, Enum):
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+class ScheduleKind(str, Enum):
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved"
+    ZEROPP = "zeropp"
+
+
+class Dim(str, Enum):
+    """The type of a value expression: a plain count, or bytes."""
+
+    COUNT = "count"
+    BYTES = "bytes"
+
+
+# --------------------------------------------------------------------------- value expressions
+
+
+@dataclass(frozen=True)
+class Const:
+    value: Fraction
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Sym:
+    name: str
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Op:
+    op: str  # + - * / ^ neg
+    args: tuple["Value", ...]
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Query:
+    """A cost of a plan, asked for in an ``assert`` or ``claim``.
+
+    kind: ``memory`` (device peak), ``host_memory``, ``model_state``, ``comm``
+    (ring bytes sent per device per step) or ``volume`` (the ZeRO convention).
+    arg: a state name for memory queries, an axis name for comm/volume, or None.
+    """
+
+    kind: str
+    plan: str
+    arg: str | None = None
+    span: Span = _span()
+
+
+Value = Union[Const, Sym, Op, Query]
+
+
+def walk(value: Value) -> Iterator[Value]:
+    """Every node of a value expression, without recursion."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, Op):
+            stack.extend(reversed(node.args))
+
+
+def symbols(value: Value) -> frozenset[str]:
+    return frozenset(n.name for n in walk(value) if isinstance(n, Sym))
+
+
+def const(x: int | Fraction) -> Const:
+    return Const(Fraction(x))
+
+
+# --------------------------------------------------------------------------- model and mesh
+
+
+@dataclass(frozen=True)
+class Transformer:
+    """A transformer shape; Ψ is derived from it exactly when ``Model.params`` is None."""
+
+    hidden: Value
+    layers: Value
+    heads: Value
+    kv_heads: Value
+    ffn: Value
+    vocab: Value
+    tied_embeddings: bool = False
+    experts: Value = field(default_factory=lambda: const(1))
+    top_k: Value = field(default_factory=lambda: const(1))
+    gated_mlp: bool = False  # SwiGLU-style MLP: three h x ffn matrices instead of two
+    norm: str = "layernorm"  # layernorm (weight + bias) or rmsnorm (weight only)
+    bias: bool = True  # linear-layer biases
+    capacity_factor: Value = field(default_factory=lambda: const(1))
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Model:
+    """Sizes. Byte widths are bytes per element; ``params`` is Ψ (None: derive from shape)."""
+
+    params: Value | None
+    bytes_params: Value
+    bytes_grads: Value
+    bytes_optimizer: Value
+    bytes_activations: Value
+    seq: Value | None = None
+    microbatch: Value | None = None
+    microbatches: Value = field(default_factory=lambda: const(1))
+    transformer: Transformer | None = None
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Axis:
+    name: str  # the axis name is also the symbol of its size
+    size: Value
+    link: str | None = None
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Mesh:
+    axes: tuple[Axis, ...]
+    span: Span = _span()
+
+    def axis(self, name: str) -> Axis:
+        for a in self.axes:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.axes)
+
+
+# --------------------------------------------------------------------------- plans
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How one state is placed: a mode per mesh axis, plus residency and gather options."""
+
+    state: State
+    modes: tuple[tuple[str, Mode], ...]  # (axis, mode), in mesh order, every axis present
+    residency: Residency = Residency.DEVICE
+    unit: str = "layer"  # reconstruction unit of an S* state: layer, block, chunk, model
+    prefetch: int = 1  # gathered units alive at once (current + prefetched)
+    reshard_after_forward: bool = True  # S*: freed after forward, gathered again in backward
+    span: Span = _span()
+
+    def mode(self, axis: str) -> Mode:
+        for a, m in self.modes:
+            if a == axis:
+                return m
+        raise KeyError(axis)
+
+    def axes_with(self, *modes: Mode) -> tuple[str, ...]:
+        return tuple(a for a, m in self.modes if m in modes)
+
+    @property
+    def offloaded(self) -> bool:
+        return self.residency is not Residency.DEVICE
+
+
+@dataclass(frozen=True)
+class Binding:
+    """A library or user strategy bound to one or more mesh axes."""
+
+    strategy: str  # qualified name, e.g. std.zero.zero3
+    axes: tuple[str, ...]
+    roles: tuple[tuple[str, Role], ...]  # (axis, role)
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Schedule:
+    kind: ScheduleKind
+    axis: str  # the pipeline axis
+    chunks: Value = field(default_factory=lambda: const(1))  # v: model chunks per stage
+    unit: Value = field(default_factory=lambda: const(1))  # U: microbatches per scheduling unit
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Override:
+    """A statement of what a real system does, replacing the derived behaviour.
+
+    ``target`` is a state or quantity (grads, clip_norm, loss, tokens, dropout_seed,
+    overflow, params, embedding, ...), ``group`` an optional parameter group (norms,
+    biases, experts, embedding, dense, all), ``verb`` what happens, ``axes`` the
+    mesh axes it happens over (in order; repetition means it happens twice) and ``by``
+    a divisor or factor. ``OVERRIDE_VERBS`` lists what is accepted.
+    """
+
+    target: str
+    group: str | None
+    verb: str
+    axes: tuple[str, ...] | None = None
+    by: Value | None = None
+    span: Span = _span()
+
+
+# target -> verbs accepted by resolve; each verb says whether it takes `over` / `by`.
+OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
+    "grads": {
+        "reduce": (True, False),  # gradients reduced (summed) over exactly these axes
+        "divide": (False, True),  # gradients divided by this divisor after reduction
+        "no_accumulation_buffer": (False, False),  # sharded grads with no full accumulator
+    },
+    "clip_norm": {
+        "reduce": (True, False),  # squared norms summed over exactly these axes
+        "double_count": (False, False),  # group counted twice in the norm
+    },
+    "loss": {
+        "per_device_mean": (False, False),
+        "per_microbatch_mean": (False, False),
+        "global_mean": (False, False),
+    },
+    "tokens": {"reduce": (True, False)},  # token count summed over exactly these axes
+    "dropout_seed": {"vary": (True, False), "same": (False, False)},
+    "overflow": {"reduce": (True, False)},  # overflow flag all-reduced over these axes
+    "params": {
+        "no_regather": (False, False),  # sharded optimizer step, no re-gather of params
+        "gather": (True, False),  # S* state gathered over these axes
+        "no_fetch": (False, False),  # offloaded params never fetched to device
+    },
+    "embedding": {"tie_reduce": (True, False)},  # tied embedding grads summed over these axes
+}
+
+PARAM_GROUPS: tuple[str, ...] = ("all", "dense", "norms", "biases", "experts", "embedding")
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    mesh: Mesh
+    model: Model
+    bindings: tuple[Binding, ...]
+    placements: tuple[Placement, ...]  # one per state, in STATES order
+    recompute: Recompute = Recompute.NONE
+    flash_attention: bool = False
+    sequence_parallel: bool = False  # Megatron SP on the tensor axis
+    schedule: Schedule | None = None
+    overrides: tuple[Override, ...] = ()
+    span: Span = _span()
+
+    def placement(self, state: State | str) -> Placement:
+        state = State(state)
+        for p in self.placements:
+            if p.state is state:
+                return p
+        raise KeyError(state)
+
+    def role(self, axis: str) -> Role:
+        for b in self.bindings:
+            for a, r in b.roles:
+                if a == axis:
+                    return r
+        raise KeyError(axis)
+
+    def axes_with_role(self, *roles: Role) -> tuple[str, ...]:
+        return tuple(a.name for a in self.mesh.axes if self.role(a.name) in roles)
+
+    def overrides_for(self, target: str) -> tuple[Override, ...]:
+        return tuple(o for o in self.overrides if o.target == target)
+
+
+@dataclass(frozen=True)
+class Question:
+    """An ``assert`` (must hold for the bound values) or a ``claim`` (a statement to examine)."""
+
+    kind: str  # assert | claim
+    op: str  # == != < <= > >=
+    left: Value
+    right: Value
+    dim: Dim
+    label: str | None = None
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Spec:
+    file: str
+    bindings: tuple[tuple[str, Value], ...]  # let values and axis sizes, in definition order
+    dims: tuple[tuple[str, Dim], ...]  # the type of every bound symbol
+    model: Model | None
+    mesh: Mesh | None
+    plans: tuple[Plan, ...]
+    questions: tuple[Question, ...] = ()
+    strategies: tuple[str, ...] = ()  # names of strategies visible in the file
+
+    def plan(self, name: str) -> Plan:
+        for p in self.plans:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    @property
+    def binding_map(self) -> dict[str, Value]:
+        return dict(self.bindings)
