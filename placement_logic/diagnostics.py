@@ -124,8 +124,9 @@ class Diagnostic:
 class DiagnosticError(Exception):
     """Raised by the front end with one or more diagnostics; never escapes the CLI."""
 
-    def __init__(self, diagnostics: Iterable[Diagnostic]):
+    def __init__(self, diagnostics: Iterable[Diagnostic], sources: dict[str, str] | None = None):
         self.diagnostics = tuple(diagnostics)
+        self.sources = dict(sources or {})  # file -> text, for snippets
         super().__init__("\n".join(d.one_line() for d in self.diagnostics))
 
 

@@ -1,0 +1,106 @@
+"""The ``placement`` command line: argv in, exit status out; the only module that prints.
+
+Each subcommand lives in ``placement_logic.commands.<name>`` and provides
+``add_parser(subparsers)`` and ``run(args, out, err) -> int``. Input errors raise
+``DiagnosticError``; they are rendered here (one line, source snippet and caret) and
+give exit status 2. Exit statuses follow mypy: 0 clean, 1 refuted or failed, 2 input
+or usage error, 3 unknown with nothing refuted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from typing import Sequence, TextIO
+
+from . import __version__
+from .diagnostics import DiagnosticError, render
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INPUT = 2
+EXIT_UNKNOWN = 3
+
+# Subcommands, in the order --help lists them.
+COMMANDS: tuple[str, ...] = ("fmt", "inspect", "cost", "compare", "check", "prove", "measure")
+
+EPILOG = """\
+examples:
+  placement fmt examples/zero_paper.place            print the canonical formatting
+  placement fmt --check examples/*.place             exit 1 if a file is not formatted
+  placement inspect examples/llama70b_3d.place       the resolved plans, axis by axis
+  placement cost examples/zero_paper.place           memory and communication per plan
+  placement check examples/safe/zero3.place          prove or refute training equivalence
+
+exit status: 0 ok, 1 refuted / not formatted / failed, 2 input or usage error,
+3 unknown (a solver gave up) with nothing refuted.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors through the CLI's exit status 2."""
+
+    def error(self, message: str) -> None:  # pragma: no cover - exercised via main
+        self.print_usage(sys.stderr)
+        raise SystemExit(EXIT_INPUT) from None
+
+
+def _load_commands() -> dict[str, object]:
+    mods = {}
+    for name in COMMANDS:
+        try:
+            mods[name] = importlib.import_module(f".commands.{name}", __package__)
+        except ModuleNotFoundError as exc:
+            # A subcommand whose module (or optional dependency) is absent is not offered.
+            if exc.name and (exc.name.endswith(f"commands.{name}") or not exc.name.startswith("placement_logic")):
+                continue
+            raise
+    return mods
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="placement",
+        description="Exact memory/communication formulas and machine-checked safety verdicts "
+        "for distributed-training placement specs (.place files).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"placement-logic {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, mod in _load_commands().items():
+        mod.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    if not args.command:
+        parser.print_help(out)
+        return EXIT_INPUT
+    try:
+        return int(args.run(args, out, err))
+    except DiagnosticError as exc:
+        if getattr(args, "format", None) == "json":
+            json.dump({"diagnostics": [d.to_json() for d in exc.diagnostics]}, out, indent=2)
+            out.write("\n")
+        sources = getattr(exc, "sources", {})
+        for diag in exc.diagnostics:
+            err.write(render(diag, sources.get(diag.span.file)) + "\n")
+        n = len(exc.diagnostics)
+        err.write(f"found {n} error{'s' if n != 1 else ''}\n")
+        return EXIT_INPUT
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
