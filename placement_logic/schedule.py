@@ -17,8 +17,8 @@ API (stable):
     Collective.link     link class of the group (the axis link; "pcie" for host traffic)
     Collective.phase    Phase: forward, backward, grad_sync, optimizer, refresh
     Collective.count    ir.Value: how many times per step one device takes part
-    Collective.payload  Payload: tensor (params, grads, activation, boundary, tokens, kv,
-                        params_shard, grads_shard), divided_over (mesh axes whose shards the
+    Collective.payload  Payload: tensor (params, grads, dense_grads, activation, boundary,
+                        tokens, kv, params_shard, grads_shard), divided_over (mesh axes whose shards the
                         buffer already excludes), description (human text)
     Collective.rule     which derivation rule produced it (one short sentence)
 
@@ -96,6 +96,10 @@ def _div(a: Value, b: Value) -> Value:
     if isinstance(b, Const) and b.value == 1:
         return a
     return Op("/", (a, b))
+
+
+def _uniq(xs) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(xs))
 
 
 def layers_value(plan: ir.Plan) -> Value:
@@ -198,14 +202,23 @@ def _grad_sync(plan: ir.Plan) -> list[Collective]:
     if owner:
         out.append(Collective(
             Kind.REDUCE_SCATTER, State.GRADS, owner, _link(plan, owner), Phase.GRAD_SYNC, _ONE,
-            Payload("grads", tuple(a for a in g_sharded + done if a not in owner), "accumulated gradients"),
+            Payload("grads", _uniq(a for a in g_sharded + done if a not in owner), "accumulated gradients"),
             "grads R with optimizer S: reduce-scatter to the optimizer shards once per step"))
         done = done + owner
     if allred:
         out.append(Collective(
             Kind.ALL_REDUCE, State.GRADS, allred, _link(plan, allred), Phase.GRAD_SYNC, _ONE,
-            Payload("grads", tuple(a for a in g_sharded + done if a not in allred), "accumulated gradients"),
+            Payload("grads", _uniq(a for a in g_sharded + done if a not in allred), "accumulated gradients"),
             "grads R over a data axis: all-reduce once per step"))
+    if not given:
+        for e in axes_with_role(plan, Role.EXPERT):
+            if g.mode(e) is Mode.R:
+                continue  # already reduced above with the whole gradient
+            out.append(Collective(
+                Kind.ALL_REDUCE, State.GRADS, (e,), _link(plan, (e,)), Phase.GRAD_SYNC, _ONE,
+                Payload("dense_grads", _uniq(a for a in g_sharded + done if a != e),
+                        "non-expert gradients (expert parameters are split over the axis)"),
+                "expert axis: non-expert gradients all-reduced over it once per step"))
     return out
 
 
@@ -215,7 +228,7 @@ def _param_gathers(plan: ir.Plan) -> list[Collective]:
     per_unit = _div(m, gather_unit_value(plan))
     given = _overrides(plan, "params", "gather")
     star = tuple(given[0].axes or ()) if given else th.axes_with(Mode.S_STAR)
-    if not star or is_offloaded(plan, State.PARAMS):
+    if not star:
         return []
     link = _link(plan, star)
     rest = tuple(a for a in sharded_axes(plan, State.PARAMS) if a not in star)

@@ -40,10 +40,7 @@ class PlanCost:
 
     @property
     def notes(self) -> tuple[str, ...]:
-        extra = ()
-        if self.shape.missing and self.communication.collectives:
-            extra = (f"free symbols not given by the model: {', '.join(self.shape.missing)}",)
-        return self.memory.notes + extra
+        return self.memory.notes
 
 
 def _product(axes: tuple[str, ...]) -> sympy.Expr:
@@ -66,6 +63,7 @@ def layout_of(plan: ir.Plan) -> Layout:
         sp=plan.sequence_parallel,
         recompute=recompute,
         flash=plan.flash_attention,
+        expert_axes=schedule.axes_with_role(plan, Role.EXPERT),
     )
 
 

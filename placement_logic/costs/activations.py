@@ -36,6 +36,7 @@ class Layout:
     sp: bool
     recompute: ir.Recompute
     flash: bool
+    expert_axes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

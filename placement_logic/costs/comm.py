@@ -19,7 +19,7 @@ from .. import ir
 from ..schedule import Collective, Kind
 from ..symbolic import symbol, to_sympy
 from .activations import Layout
-from .sizes import Shape
+from .sizes import Shape, divided
 
 _RING = {
     Kind.ALL_REDUCE: lambda n: 2 * (n - 1) / n,
@@ -60,9 +60,11 @@ def buffer_bytes(c: Collective, sh: Shape, lay: Layout) -> sympy.Expr:
     s = sh.s / lay.c
     tsp = lay.t if lay.sp else 1
     if tensor in ("params", "params_shard"):
-        return _divide(sh.psi * sh.bytes[ir.State.PARAMS], c.payload.divided_over)
+        return sh.bytes[ir.State.PARAMS] * divided(sh, c.payload.divided_over, lay.expert_axes)
     if tensor in ("grads", "grads_shard"):
-        return _divide(sh.psi * sh.bytes[ir.State.GRADS], c.payload.divided_over)
+        return sh.bytes[ir.State.GRADS] * divided(sh, c.payload.divided_over, lay.expert_axes)
+    if tensor == "dense_grads":
+        return sh.bytes[ir.State.GRADS] * _divide(sh.psi - sh.expert_params, c.payload.divided_over)
     if tensor == "activation":
         return s * sh.b * sh.h * ba
     if tensor == "boundary":

@@ -19,10 +19,10 @@ import sympy
 
 from .. import ir
 from ..ir import Mode, Role, State
-from ..schedule import axes_with_role, is_offloaded
+from ..schedule import axes_with_role, is_offloaded, sharded_axes
 from ..symbolic import symbol, to_sympy
 from .activations import Activations
-from .sizes import Shape
+from .sizes import Shape, divided
 
 ZERO = sympy.Integer(0)
 
@@ -82,11 +82,10 @@ def memory(plan: ir.Plan, sh: Shape, act: Activations) -> Memory:
     notes: list[str] = []
     for st in (State.PARAMS, State.OPTIMIZER, State.GRADS):
         pl = plan.placement(st)
-        full = sh.psi * sh.bytes[st]
         if pl.axes_with(Mode.M):
             persistent = ZERO
         else:
-            persistent = full * shard_factor(plan, st)
+            persistent = sh.bytes[st] * divided(sh, sharded_axes(plan, st), axes_with_role(plan, Role.EXPERT))
         if is_offloaded(plan, st):
             device[st], host[st] = ZERO, persistent
         else:
@@ -104,8 +103,9 @@ def memory(plan: ir.Plan, sh: Shape, act: Activations) -> Memory:
         # chunk is not divided by the pipeline axis (stages split the model by layers)
         gathered = star if star else th.axes_with(Mode.O)
         if star and not th.reshard_after_forward and not is_offloaded(plan, State.PARAMS):
+            rest = tuple(a for a in sharded_axes(plan, State.PARAMS) if a not in gathered)
             transient["gathered params (kept from forward to backward)"] = (
-                sh.psi * sh.bytes[State.PARAMS] * shard_factor(plan, State.PARAMS, skip=gathered)
+                sh.bytes[State.PARAMS] * divided(sh, rest, axes_with_role(plan, Role.EXPERT))
             )
         else:
             unit = _unit_params(plan, sh, th, notes)

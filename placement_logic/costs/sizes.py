@@ -21,6 +21,7 @@ from ..symbolic import symbol, to_sympy
 class Shape:
     psi: sympy.Expr
     layer_params: sympy.Expr | None  # parameters of one transformer layer (None: no shape)
+    expert_params: sympy.Expr  # parameters inside MoE experts (0 for a dense model)
     bytes: dict  # state name -> bytes per element
     s: sympy.Expr
     b: sympy.Expr
@@ -38,8 +39,8 @@ class Shape:
     missing: tuple[str, ...] = field(default=())
 
 
-def transformer_params(t: ir.Transformer) -> tuple[sympy.Expr, sympy.Expr]:
-    """(Ψ, parameters per layer) counted exactly from a transformer shape.
+def transformer_params(t: ir.Transformer) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
+    """(Ψ, parameters per layer, expert parameters) counted exactly from a transformer shape.
 
     Per layer: attention q and o projections h·h each, k and v h·(kv·h/a) each; MLP 3·h·f
     (gated) or 2·h·f, times the expert count, plus an h·E router for MoE; two norms
@@ -57,12 +58,14 @@ def transformer_params(t: ir.Transformer) -> tuple[sympy.Expr, sympy.Expr]:
         attn += 2 * h + 2 * d_kv
         mlp += (2 * f + h) if t.gated_mlp else (f + h)
     moe = sympy.Integer(0)
+    experts = sympy.Integer(0)
     if E != 1:
         moe = h * E + (E if t.bias else 0)
         mlp = mlp * E
+        experts = sympy.expand(L * mlp)
     layer = sympy.expand(attn + mlp + moe + 2 * norm)
     outside = V * h * (1 if t.tied_embeddings else 2) + norm
-    return sympy.expand(L * layer + outside), layer
+    return sympy.expand(L * layer + outside), layer, experts
 
 
 def shape_of(model: ir.Model) -> Shape:
@@ -76,13 +79,14 @@ def shape_of(model: ir.Model) -> Shape:
 
     t = model.transformer
     if t is not None:
-        psi_t, layer = transformer_params(t)
+        psi_t, layer, experts = transformer_params(t)
         psi = to_sympy(model.params) if model.params is not None else psi_t
         h, a, kv, L, V = (to_sympy(x) for x in (t.hidden, t.heads, t.kv_heads, t.layers, t.vocab))
         E, k, cf = to_sympy(t.experts), to_sympy(t.top_k), to_sympy(t.capacity_factor)
     else:
         psi = get(model.params, "psi")
         layer = None
+        experts = sympy.Integer(0)
         h, a, kv, L, V = (symbol(n) for n in ("h", "a", "a", "L", "V"))
         E = k = cf = sympy.Integer(1)
     s = get(model.seq, "s")
@@ -90,6 +94,7 @@ def shape_of(model: ir.Model) -> Shape:
     return Shape(
         psi=psi,
         layer_params=layer,
+        expert_params=experts,
         bytes={
             ir.State.PARAMS: to_sympy(model.bytes_params),
             ir.State.GRADS: to_sympy(model.bytes_grads),
@@ -102,3 +107,15 @@ def shape_of(model: ir.Model) -> Shape:
         has_sequence=model.seq is not None and model.microbatch is not None,
         missing=tuple(missing),
     )
+
+
+def divided(sh: Shape, axes, expert_axes=()) -> sympy.Expr:
+    """Parameters per device once divided over ``axes``: an expert axis divides only the experts."""
+    dense, experts = sh.psi - sh.expert_params, sh.expert_params
+    for a in axes:
+        n = symbol(a)
+        if a in expert_axes:
+            experts = experts / n
+        else:
+            dense, experts = dense / n, experts / n
+    return dense + experts
