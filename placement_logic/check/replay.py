@@ -36,7 +36,8 @@ class Context:
     """What every replay needs besides the witness."""
 
     step: st.StepModel
-    derived: st.StepModel
+    derived: st.StepModel  # the correct derivation
+    loss_derived: st.StepModel  # the correct derivation for the plan's own loss normalisation
     bindings: dict[str, ir.Value]
     file: str
     pinned: dict[str, int]
@@ -192,7 +193,8 @@ def diagnose_group(ctx: Context, g: st.GroupModel) -> list[str]:
         elif d.kind == st.SHARDED or d.implicit:
             out.append(f"all-reduce over {where} adds up different parameters ({d.why})")
         elif d.kind == st.INVARIANT:
-            out.append(f"all-reduce over {where} sums {d.k} identical copies: the gradient is multiplied by {where}")
+            out.append(f"all-reduce over {where}, where the gradient is already identical ({d.why}): "
+                       f"it is multiplied by {where}" + (f"^{d.k}" if d.k > 1 else ""))
         elif d.k == 0:
             out.append(f"missing all-reduce over {where}: the gradient there is a partial sum ({d.why})")
         else:
@@ -205,8 +207,9 @@ def diagnose_group(ctx: Context, g: st.GroupModel) -> list[str]:
                        "equal to the global mean only when token counts are equal")
         else:
             out.append(f"token count summed over ({', '.join(g.norm_dims)}) instead of ({', '.join(ref.norm_dims)})")
-    if (g.divisor_value, g.divisor_axes) != (ref.divisor_value, ref.divisor_axes):
-        out.append(f"divided by {divisor_text(g)}; the normalisation needs {divisor_text(ref)}")
+    lref = ctx.loss_derived.group(g.group)
+    if (g.divisor_value, g.divisor_axes) != (lref.divisor_value, lref.divisor_axes):
+        out.append(f"divided by {divisor_text(g)}; this loss normalisation needs {divisor_text(lref)}")
     return out
 
 
@@ -216,7 +219,8 @@ def _gi_counterexample(ctx: Context, g: st.GroupModel, sizes: dict[str, int], ru
     if not bad:
         return None
     dev = bad[0]
-    names = [d.name for d in run.grid]
+    names = [d.axis if d.tie else d.name for d in run.grid]
+    dev_shown = tuple((sizes[d.axis] - 1 if (d.tie and c == 1) else c) for d, c in zip(run.grid, dev))
     tdims = [d.name for d in g.dims if d.kind == st.TOKEN]
     shown = sorted(counts.items())[:12]
     count_text = "; ".join(f"{coords_text(tdims, t)}: {n}" for t, n in shown)
@@ -227,10 +231,10 @@ def _gi_counterexample(ctx: Context, g: st.GroupModel, sizes: dict[str, int], ru
         ("gradient contributions", contrib_text),
         ("total tokens", str(run.total_tokens)),
     )
-    eq = (f"grad[{g.group}] on device {coords_text(names, dev)} = {_frac(run.values[dev])}, "
+    eq = (f"grad[{g.group}] on device {coords_text(names, dev_shown)} = {_frac(run.values[dev])}, "
           f"but the global-batch gradient is {_frac(run.expected[dev])}")
     diag = tuple(extra + diagnose_group(ctx, g))
-    return Counterexample(ctx.sizes_tuple(sizes), (("observer", coords_text(names, dev)),), values, eq,
+    return Counterexample(ctx.sizes_tuple(sizes), (("observer", coords_text(names, dev_shown)),), values, eq,
                           diag, ctx.command(sizes))
 
 

@@ -10,7 +10,7 @@ bounded tier is unsat, the obligation is proved up to that bound; else it is unk
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from .. import ir
@@ -48,7 +48,8 @@ class Tier:
 
 
 FORALL = Tier("for all", None, False, False)
-SEARCH = (Tier("sizes <= 2, equal counts", 2, True, True, 4), Tier("sizes <= 3", 3, True, False, 6))
+SEARCH = (Tier("sizes <= 2, equal counts", 2, True, True, 4), Tier("sizes <= 2", 2, True, False, 3),
+          Tier("sizes <= 3", 3, True, False, 6))
 
 
 def _span(span: Span, fallback: Span) -> Span:
@@ -277,7 +278,8 @@ def check_plan(sess: Session, spec: ir.Spec, plan: ir.Plan, pinned: dict[str, in
     step = st.derive(plan)
     derived = st.derive(plan, overrides=False)
     bindings = spec.binding_map
-    ctx = rp.Context(step, derived, bindings, spec.file, pinned)
+    loss_derived = st.derive(plan, overrides=False, keep=("loss",))
+    ctx = rp.Context(step, derived, loss_derived, bindings, spec.file, pinned)
     results = tuple(discharge(sess, ob, step, bindings, pinned, bound) for ob in obligations(step, derived, ctx))
     assumed = (
         "deterministic, synchronous execution",
@@ -300,13 +302,28 @@ def check_spec(spec: ir.Spec, plans: list[str] | None = None, pinned: dict[str, 
         except KeyError:
             known = ", ".join(p.name for p in spec.plans) or "none"
             raise DiagnosticError([Diagnostic("PL302", f"no plan named '{name}' (plans: {known})")]) from None
-    valid = set(st.MICROBATCHES.split()) | {a for p in selected for a in p.mesh.names}
+    sizes: dict[str, int] = {}
+    rebound: dict[str, ir.Value] = {}
+    names = {a for p in selected for a in p.mesh.names} | {st.MICROBATCHES}
+    bindings = spec.binding_map
     for k, v in pinned.items():
-        if k not in valid:
-            raise DiagnosticError([Diagnostic("PL301", f"--set {k}: the checker pins mesh axis sizes and "
-                                                       f"microbatches only (known: {', '.join(sorted(valid))})")])
         if v < 1:
             raise DiagnosticError([Diagnostic("PL301", f"--set {k}={v}: sizes must be positive integers")])
+        if k in names:
+            sizes[k] = v
+        elif k in bindings:
+            rebound[k] = ir.const(v)
+        else:
+            known = ", ".join(sorted(names | set(bindings)))
+            raise DiagnosticError([Diagnostic("PL301", f"--set {k}: names no mesh axis, microbatches or let "
+                                                       f"symbol (known: {known})")])
+    for p in selected:
+        m = p.model.microbatches
+        if isinstance(m, ir.Sym) and m.name in rebound:
+            sizes.setdefault(st.MICROBATCHES, int(rebound[m.name].value))
+    if rebound:
+        spec = replace(spec, bindings=tuple((k, rebound.get(k, v)) for k, v in spec.bindings))
+    pinned = sizes
     sess = session or Session(timeout=timeout)
     reports = tuple(check_plan(sess, spec, p, pinned, bound) for p in selected)
     return CheckReport(spec.file, reports, timeout, tuple(sorted(pinned.items())))
