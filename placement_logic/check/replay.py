@@ -178,8 +178,11 @@ def _other(ref: int) -> int:
     return 1 if ref == 0 else 0
 
 
-def diagnose_group(ctx: Context, g: st.GroupModel) -> list[str]:
-    """What differs between the plan's handling of a group and the correct derivation."""
+def diagnose_group(ctx: Context, g: st.GroupModel, equal_counts: bool = False) -> list[str]:
+    """What differs between the plan's handling of a group and the correct derivation.
+
+    With ``equal_counts`` (the run has the same token count everywhere) a normalisation
+    that is exact for equal counts is not blamed."""
     ref = ctx.derived.group(g.group)
     out = []
     for d in g.dims:
@@ -200,7 +203,9 @@ def diagnose_group(ctx: Context, g: st.GroupModel) -> list[str]:
         else:
             out.append(f"reduced {d.k} times over {where} instead of {dd.k}: the gradient is multiplied by {where}")
     if tuple(g.norm_dims) != tuple(ref.norm_dims):
-        if ctx.step.loss != "global_mean":
+        if ctx.step.loss != "global_mean" and equal_counts:
+            out.append("every shard has the same token count in this run, so the mean of means is exact here")
+        elif ctx.step.loss != "global_mean":
             kind = "device" if ctx.step.loss == "per_device_mean" else "microbatch"
             out.append(f"loss is a mean of per-{kind} token means, normalised over ({', '.join(g.norm_dims) or 'nothing'}) "
                        f"instead of the global token count over ({', '.join(ref.norm_dims)}): "
@@ -233,7 +238,7 @@ def _gi_counterexample(ctx: Context, g: st.GroupModel, sizes: dict[str, int], ru
     )
     eq = (f"grad[{g.group}] on device {coords_text(names, dev_shown)} = {_frac(run.values[dev])}, "
           f"but the global-batch gradient is {_frac(run.expected[dev])}")
-    diag = tuple(extra + diagnose_group(ctx, g))
+    diag = tuple(extra + diagnose_group(ctx, g, len(set(counts.values())) <= 1))
     return Counterexample(ctx.sizes_tuple(sizes), (("observer", coords_text(names, dev_shown)),), values, eq,
                           diag, ctx.command(sizes))
 

@@ -1,0 +1,172 @@
+"""The checker on the shipped corpus: every bug refuted with the right condition and a
+counterexample that survives a pinned re-run; every safe plan proved for all sizes;
+unknown never shown as a pass; input errors as diagnostics."""
+
+from __future__ import annotations
+
+import io
+import re
+import shlex
+
+import pytest
+import z3
+
+from placement_logic.check.report import Verdict
+from placement_logic.check.run import check_spec
+from placement_logic.check.session import Session
+from placement_logic.cli import main
+from placement_logic.loader import load_spec
+
+from corpus import EXAMPLES, ROOT, example_files, example_id
+
+BUGS = example_files("bugs")
+SAFE = example_files("safe") + example_files("library") + sorted(EXAMPLES.glob("*.place"))
+
+
+def expected(path) -> str:
+    m = re.search(r"^# expect: (.+)$", path.read_text(), re.M)
+    assert m, f"{path} has no '# expect:' line"
+    return m.group(1).strip()
+
+
+def run_cli(args, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    out, err = io.StringIO(), io.StringIO()
+    status = main(args, out=out, err=err)
+    return status, out.getvalue(), err.getvalue()
+
+
+def test_catalogue_is_large_enough():
+    assert len(BUGS) >= 15
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", BUGS, ids=[example_id(p) for p in BUGS])
+def test_bug_is_refuted_with_a_replayable_counterexample(path, monkeypatch):
+    spec = load_spec(path)
+    report = check_spec(spec, timeout=20)
+    want = expected(path)
+    hits = [o for o in report.obligations if o.name.startswith(want)]
+    assert hits, f"no obligation named {want}"
+    ob = hits[0]
+    assert ob.verdict is Verdict.REFUTED
+    cex = ob.counterexample
+    assert cex is not None and cex.equation and cex.diagnosis
+    assert report.exit_status == 1
+    # the condition class: GI/SC obligations name their condition, rules their code
+    if want.startswith("GI"):
+        assert ob.condition == "gradient_integrity"
+    elif want.startswith("SC"):
+        assert ob.condition == "state_consistency"
+    else:
+        assert ob.condition == want
+    # the printed command re-runs the check with the counterexample's sizes pinned
+    argv = shlex.split(cex.command)
+    assert argv[:2] == ["placement", "check"]
+    status, out, err = run_cli(argv[1:] + ["--format", "json"], monkeypatch)
+    assert status == 1, err
+    import json
+
+    data = json.loads(out)
+    again = [o for p in data["plans"] for o in p["obligations"] if o["name"] == ob.name]
+    assert again[0]["verdict"] == "refuted"
+    assert again[0]["scope"].startswith("at ")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", SAFE, ids=[example_id(p) for p in SAFE])
+def test_safe_plan_is_proved_for_all_sizes(path):
+    report = check_spec(load_spec(path), timeout=20)
+    assert report.exit_status == 0
+    for ob in report.obligations:
+        assert ob.verdict is Verdict.PROVED, (ob.name, ob.reason)
+        assert ob.scope == "all mesh sizes"
+
+
+class GivingUp(Session):
+    def raw_check(self, solver):
+        return z3.unknown
+
+
+def test_unknown_is_never_a_pass(monkeypatch):
+    spec = load_spec(EXAMPLES / "safe" / "hybrid_shard.place")
+    report = check_spec(spec, session=GivingUp(timeout=1))
+    assert {o.verdict for o in report.obligations} == {Verdict.UNKNOWN}
+    assert report.exit_status == 3
+    from placement_logic.check.render import render
+
+    text = render(report, "text")
+    assert text.rstrip().endswith("UNKNOWN")
+    assert "proved" not in text.replace("0 proved", "")
+    assert "(not a pass)" in text
+    md = render(report, "markdown")
+    assert "**unknown**" in md and "**proved**" not in md
+
+
+def test_a_witness_that_fails_replay_is_not_shown(monkeypatch):
+    """A solver model that the concrete replay does not confirm gives unknown, not refuted."""
+    from placement_logic.check import run as runmod
+
+    spec = load_spec(EXAMPLES / "bugs" / "dp_mean_of_means.place")
+    original = runmod.obligations
+
+    def no_replay(step, derived, ctx):
+        obs = original(step, derived, ctx)
+        for ob in obs:
+            ob.replay = lambda w: None
+        return obs
+
+    monkeypatch.setattr(runmod, "obligations", no_replay)
+    report = check_spec(spec, timeout=5)
+    gi = [o for o in report.obligations if o.name == "GI grads[dense]"][0]
+    assert gi.verdict is Verdict.UNKNOWN
+    assert "did not survive concrete replay" in gi.reason
+    assert report.exit_status == 3
+
+
+def test_pinned_sizes_and_scope(monkeypatch):
+    status, out, err = run_cli(["check", "examples/safe/hybrid_shard.place", "--set", "nodes=2", "--set", "gpus=3",
+                                "--set", "microbatches=2"], monkeypatch)
+    assert status == 0, err
+    assert "(at nodes=2, gpus=3, microbatches=2)" in out
+    assert out.rstrip().endswith("PROVED")
+
+
+def test_partially_pinned_sizes(monkeypatch):
+    status, out, err = run_cli(["check", "examples/bugs/dp_mean_of_means.place", "--set", "dp=1"], monkeypatch)
+    # one device: its mean over all of its microbatches' tokens is the global mean
+    assert status == 0, out + err
+    assert "all sizes with dp=1" in out
+
+
+@pytest.mark.parametrize("args,code", [
+    (["--timeout", "0"], "PL500"),
+    (["--timeout", "abc"], "PL500"),
+    (["--set", "dp"], "PL301"),
+    (["--set", "dp=0"], "PL301"),
+    (["--set", "nosuch=2"], "PL301"),
+    (["--plan", "nosuch"], "PL302"),
+])
+def test_input_errors(args, code, monkeypatch):
+    status, out, err = run_cli(["check", "examples/bugs/dp_mean_of_means.place"] + args, monkeypatch)
+    assert status == 2
+    assert f"[{code}]" in err
+
+
+def test_plan_selection(monkeypatch):
+    status, out, err = run_cli(["check", "examples/safe/data_parallel.place", "--plan", "zero3", "--plan", "ddp"],
+                               monkeypatch)
+    assert status == 0
+    assert re.findall(r"^plan (\w+)$", out, re.M) == ["zero3", "ddp"]
+
+
+def test_let_symbol_pins_microbatches(monkeypatch, tmp_path):
+    src = (EXAMPLES / "bugs" / "grad_accum_mean_of_means.place").read_text()
+    src = src.replace("from std.data import zero2\n", "from std.data import zero2\n\nlet m = 8\n")
+    src = src.replace("microbatches = 8", "microbatches = m")
+    f = tmp_path / "m.place"
+    f.write_text(src)
+    status, out, err = run_cli(["check", str(f), "--set", "m=1", "--set", "dp=1"], monkeypatch)
+    # one device, one microbatch: a mean of means is the global mean
+    assert status == 0, out + err
+    assert "at dp=1, microbatches=1" in out
