@@ -170,3 +170,34 @@ def test_let_symbol_pins_microbatches(monkeypatch, tmp_path):
     # one device, one microbatch: a mean of means is the global mean
     assert status == 0, out + err
     assert "at dp=1, microbatches=1" in out
+
+
+def test_tie_reduce_over_a_data_axis_is_an_input_error(monkeypatch, tmp_path):
+    src = (EXAMPLES / "bugs" / "tied_embedding_not_summed.place").read_text()
+    f = tmp_path / "t.place"
+    f.write_text(src.replace("tie_reduce over ()", "tie_reduce over (dp)"))
+    status, out, err = run_cli(["check", str(f)], monkeypatch)
+    assert status == 2
+    assert "[PL502]" in err and "not a pipeline axis" in err
+
+
+@pytest.mark.parametrize("override,code", [
+    ("axis", "PL501"),
+    ("query", "PL503"),
+    ("unbound", "PL504"),
+])
+def test_override_errors_on_hand_built_plans(override, code):
+    from placement_logic import ir
+    from placement_logic.diagnostics import DiagnosticError
+
+    from irkit import ov, plan
+
+    o = {
+        "axis": ov("grads", "reduce", None, ("nosuch",)),
+        "query": ov("grads", "divide", None, by=ir.Query("memory", "p")),
+        "unbound": ov("grads", "divide", None, by=ir.Sym("nosuch")),
+    }[override]
+    spec, _ = plan("p", {"dp": ("data", "R,R,R,R")}, overrides=(o,))
+    with pytest.raises(DiagnosticError) as info:
+        check_spec(spec, timeout=5)
+    assert info.value.diagnostics[0].code == code
