@@ -201,3 +201,32 @@ def test_override_errors_on_hand_built_plans(override, code):
     with pytest.raises(DiagnosticError) as info:
         check_spec(spec, timeout=5)
     assert info.value.diagnostics[0].code == code
+
+
+def test_sequence_parallel_without_a_tensor_axis(monkeypatch, tmp_path):
+    f = tmp_path / "sp.place"
+    f.write_text("from std.data import ddp\n\nmodel {\n  params = 1e9\n}\n\nmesh {\n  dp = 8\n}\n\n"
+                 "plan p {\n  dp: ddp\n  sequence_parallel\n}\n")
+    status, out, err = run_cli(["check", str(f)], monkeypatch)
+    assert status == 1
+    assert "refuted CR05 sequence-parallel-tp" in out
+    assert "no axis has the tensor role" in out
+
+
+@pytest.mark.parametrize("path", SAFE, ids=[example_id(p) for p in SAFE])
+def test_schedule_reductions_match_the_roles(path):
+    """The cost engine's collective schedule reduces each group exactly over the axes
+    where its contributions are partial: data and context axes, and expert axes for
+    non-expert parameters."""
+    from placement_logic.check import steps as st
+
+    for p in load_spec(path).plans:
+        step = st.derive(p)
+        for g in step.groups:
+            for d in g.dims:
+                if d.name == st.MICROBATCHES or d.tie:
+                    continue
+                role = step.role(d.axis)
+                partial = role in ("data", "context") or (role == "expert" and g.group != "experts")
+                sp_split = role in ("tensor", "sequence") and step.sequence_parallel and g.group in ("norms", "biases")
+                assert d.k == (1 if partial or sp_split else 0), (p.name, g.group, d.name)

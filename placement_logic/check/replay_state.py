@@ -225,13 +225,3 @@ def replay_tie(ctx: Context, w: dict) -> Counterexample | None:
                           (("input embedding grad", "1"), ("output projection grad", "2")), eq,
                           (f"the tied pair is all-reduced {tie.k} times over the first and last {tie.axis} stage; "
                            "it must be exactly once",), ctx.command(sizes))
-
-
-def fix_sizes(ctx: Context, sizes: dict[str, int]) -> dict[str, int]:
-    """Witness sizes with pinned ones restored (solver models always carry every size)."""
-    return {**sizes, **ctx.pinned}
-
-
-def ensure_axis(step: st.StepModel, axis: str) -> None:
-    if axis not in step.axes:
-        raise KeyError(axis)
