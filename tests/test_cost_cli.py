@@ -122,3 +122,13 @@ def test_display_names():
 
 def test_units_label_both():
     assert both(Fraction("31.40625e9")) == "31.41 GB (29.25 GiB)"
+
+
+def test_repr_latex_for_jupyter():
+    from placement_logic.costreport import build
+    from placement_logic.loader import load_spec
+
+    r = build(load_spec("examples/zero_paper.place"), plans=["zero3"])
+    assert r.plans[0].device["total"]._repr_latex_() == r"$\frac{\Psi \cdot \left(K + 4\right)}{N_{\mathrm{dp}}}$"
+    check_latex(r.plans[0]._repr_latex_())
+    check_latex(r._repr_latex_())
