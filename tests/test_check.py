@@ -23,10 +23,10 @@ BUGS = example_files("bugs")
 SAFE = example_files("safe") + example_files("library") + sorted(EXAMPLES.glob("*.place"))
 
 
-def expected(path) -> str:
+def expected(path) -> list[str]:
     m = re.search(r"^# expect: (.+)$", path.read_text(), re.M)
     assert m, f"{path} has no '# expect:' line"
-    return m.group(1).strip()
+    return [x.strip() for x in m.group(1).split(",")]
 
 
 def run_cli(args, monkeypatch):
@@ -43,34 +43,34 @@ def test_catalogue_is_large_enough():
 @pytest.mark.slow
 @pytest.mark.parametrize("path", BUGS, ids=[example_id(p) for p in BUGS])
 def test_bug_is_refuted_with_a_replayable_counterexample(path, monkeypatch):
-    spec = load_spec(path)
-    report = check_spec(spec, timeout=20)
-    want = expected(path)
-    hits = [o for o in report.obligations if o.name.startswith(want)]
-    assert hits, f"no obligation named {want}"
-    ob = hits[0]
-    assert ob.verdict is Verdict.REFUTED
-    cex = ob.counterexample
-    assert cex is not None and cex.equation and cex.diagnosis
-    assert report.exit_status == 1
-    # the condition class: GI/SC obligations name their condition, rules their code
-    if want.startswith("GI"):
-        assert ob.condition == "gradient_integrity"
-    elif want.startswith("SC"):
-        assert ob.condition == "state_consistency"
-    else:
-        assert ob.condition == want
-    # the printed command re-runs the check with the counterexample's sizes pinned
-    argv = shlex.split(cex.command)
-    assert argv[:2] == ["placement", "check"]
-    status, out, err = run_cli(argv[1:] + ["--format", "json"], monkeypatch)
-    assert status == 1, err
     import json
 
-    data = json.loads(out)
-    again = [o for p in data["plans"] for o in p["obligations"] if o["name"] == ob.name]
-    assert again[0]["verdict"] == "refuted"
-    assert again[0]["scope"].startswith("at ")
+    spec = load_spec(path)
+    report = check_spec(spec, timeout=20)
+    assert report.exit_status == 1
+    for want in expected(path):
+        hits = [o for o in report.obligations if o.name.startswith(want)]
+        assert hits, f"no obligation named {want}"
+        ob = hits[0]
+        assert ob.verdict is Verdict.REFUTED, want
+        cex = ob.counterexample
+        assert cex is not None and cex.equation and cex.diagnosis
+        # the condition class: GI/SC obligations name their condition, rules their code
+        if want.startswith("GI"):
+            assert ob.condition == "gradient_integrity"
+        elif want.startswith("SC"):
+            assert ob.condition == "state_consistency"
+        else:
+            assert ob.condition == want and ob.why and ob.fix
+        # the printed command re-runs the check with the counterexample's sizes pinned
+        argv = shlex.split(cex.command)
+        assert argv[:2] == ["placement", "check"]
+        status, out, err = run_cli(argv[1:] + ["--format", "json"], monkeypatch)
+        assert status == 1, err
+        data = json.loads(out)
+        again = [o for p in data["plans"] for o in p["obligations"] if o["name"] == ob.name]
+        assert again[0]["verdict"] == "refuted"
+        assert again[0]["scope"].startswith("at ")
 
 
 @pytest.mark.slow

@@ -281,8 +281,10 @@ def check_plan(sess: Session, spec: ir.Spec, plan: ir.Plan, pinned: dict[str, in
     loss_derived = st.derive(plan, overrides=False, keep=("loss",))
     ctx = rp.Context(step, derived, loss_derived, bindings, spec.file, pinned)
     results = tuple(discharge(sess, ob, step, bindings, pinned, bound) for ob in obligations(step, derived, ctx))
+    free = [n for n in step.axes + (st.MICROBATCHES,) if n not in pinned]
     assumed = (
         "deterministic, synchronous execution",
+        (f"{', '.join(free)}: any positive integer" if free else "every size pinned"),
         f"loss: {step.loss.replace('_', ' ')}",
         "every device and microbatch has >= 1 token; token counts otherwise arbitrary",
         "gradient contributions and squared norms arbitrary",
