@@ -243,7 +243,11 @@ def discharge(sess: Session, ob: Obligation, step: st.StepModel, bindings: dict,
         if out.status == "unsat":
             bounded_unsat = tier.bound == bound
             continue
-        witness = extract(out.model)
+        try:
+            witness = extract(out.model)
+        except ValueError as exc:  # an irrational model value cannot be replayed
+            reasons.append(f"{tier.label}: {exc}")
+            continue
         witness["sizes"] = {**witness.get("sizes", {}), **pinned}
         cex = ob.replay(witness)
         if cex is not None:
