@@ -97,7 +97,8 @@ def obligations(step: st.StepModel, derived: st.StepModel, ctx: rp.Context) -> l
     multi = [a for a, bound in step.axis_bindings if len(bound) > 1]
     obs.append(_rule("CR01", P, lambda env: en.axes_negation(env, "roles", [(a, env.sess.true()) for a in multi]),
                      lambda w: rs.replay_axis_roles(ctx, w)))
-    obs.append(_rule("CR02", P, lambda env: en.typing_negation(env),
+    group_spans = [g.span for g in step.groups if g.span != NO_SPAN]
+    obs.append(_rule("CR02", group_spans[0] if group_spans else P, lambda env: en.typing_negation(env),
                      lambda w: rp.replay_structural(ctx, w["group"], w["sizes"], w["dim"])))
     modes = dict(step.param_modes)
     bad_gather = [a for a in step.gather_axes if modes.get(a) not in ("S", "S*", "O")]
@@ -126,12 +127,12 @@ def obligations(step: st.StepModel, derived: st.StepModel, ctx: rp.Context) -> l
                      lambda w: rp.replay_structural(ctx, "dense", w["sizes"], st.MICROBATCHES),
                      _accumulation_notes(step, acc_applies)))
     has_experts = "experts" in [g.group for g in step.groups]
-    obs.append(_rule("CR07", P, lambda env: _expert_negation(env, step),
+    obs.append(_rule("CR07", _span(step.group("experts").span, P) if has_experts else P, lambda env: _expert_negation(env, step),
                      lambda w: rp.replay_gi(ctx, w),
                      () if has_experts else ("vacuous: no expert parameters",)))
     tie_applies = step.tied and bool(step.pipeline_axes)
     tie_k = next((d.k for d in step.group("embedding").dims if d.tie), 1)
-    obs.append(_rule("CR08", P,
+    obs.append(_rule("CR08", _span(step.group("embedding").span, P),
                      lambda env: en.axes_negation(env, "tie", [(a, env.sess.true() if tie_k != 1 else env.sess.false())
                                                                for a in step.pipeline_axes] if tie_applies else []),
                      lambda w: rs.replay_tie(ctx, w),
