@@ -230,3 +230,23 @@ def test_schedule_reductions_match_the_roles(path):
                 partial = role in ("data", "context") or (role == "expert" and g.group != "experts")
                 sp_split = role in ("tensor", "sequence") and step.sequence_parallel and g.group in ("norms", "biases")
                 assert d.k == (1 if partial or sp_split else 0), (p.name, g.group, d.name)
+
+
+@pytest.mark.parametrize("name", ["cp_tokens_dp_only", "expert_grads_wrong_divisor"])
+def test_a_tiny_time_limit_never_proves_a_bug(name):
+    """With a 1 ms limit per query the solver may give up; that must not become a proof."""
+    path = EXAMPLES / "bugs" / f"{name}.place"
+    report = check_spec(load_spec(path), timeout=0.001)
+    for want in expected(path):
+        ob = [o for o in report.obligations if o.name.startswith(want)][0]
+        assert ob.verdict in (Verdict.REFUTED, Verdict.UNKNOWN)
+        if ob.verdict is Verdict.UNKNOWN:
+            assert ob.reason
+    assert report.exit_status in (1, 3)
+
+
+def test_help_lists_the_options(monkeypatch):
+    status, out, err = run_cli(["check", "--help"], monkeypatch)
+    assert status == 0
+    for opt in ("--plan", "--format", "--timeout", "--set"):
+        assert opt in out
