@@ -90,3 +90,50 @@ def test_gi_verdict_matches_brute_force(loss, k, divisor, accumulate, n, m):
     if not ok:
         sizes = dict(gi.counterexample.sizes)
         assert sizes == {"dp": n, st.MICROBATCHES: m}
+
+
+def brute_force_norms_ok(sp: bool, k_dp: int, k_tp: int, n: int, t: int, m: int) -> bool:
+    """LayerNorm gradients on a dp × tp mesh, global token mean, by direct enumeration.
+
+    With sequence parallelism each tp rank sees its own sequence slice (its own
+    contribution); without it every tp rank computes the same contribution."""
+    slices = t if sp else 1
+    shards = list(product(range(n), range(slices), range(m)))
+    for counts in product((1, 2), repeat=n * m):
+        c = dict(zip(product(range(n), range(m)), counts))
+        total = sum(counts)
+        for star in shards:
+            def local(i, j, u):
+                return Fraction(int((i, j if sp else 0, u) == star), total)
+
+            for i, j in product(range(n), range(t)):
+                acc = Fraction(0)
+                for u in range(m):
+                    # reduce over dp k_dp times, then over tp k_tp times
+                    def over_dp(jj):
+                        if k_dp == 0:
+                            return local(i, jj, u)
+                        return n ** (k_dp - 1) * sum(local(e, jj, u) for e in range(n))
+
+                    if k_tp == 0:
+                        acc += over_dp(j)
+                    else:
+                        acc += t ** (k_tp - 1) * sum(over_dp(jj) for jj in range(t))
+                if acc != Fraction(1, total):
+                    return False
+    return True
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(hs.booleans(), hs.integers(0, 2), hs.integers(0, 2), hs.integers(1, 2), hs.integers(1, 3), hs.integers(1, 2))
+@example(True, 1, 1, 2, 2, 1)  # sequence parallel, reduced over both: proved
+@example(True, 1, 0, 2, 2, 1)  # sequence parallel, tp reduction missing: refuted
+@example(False, 1, 1, 2, 2, 1)  # no sequence parallel, reduced over tp anyway: refuted
+@example(False, 1, 0, 1, 3, 2)  # no sequence parallel, dp only: proved
+def test_norms_verdict_matches_brute_force(sp, k_dp, k_tp, n, t, m):
+    o = ov("grads", "reduce", "norms", ("dp",) * k_dp + ("tp",) * k_tp)
+    spec, p = plan("p", {"dp": ("data", "R,R,R,R"), "tp": ("tensor", "S,S,S,S")}, sp=sp, overrides=(o,))
+    report = check_plan(Session(timeout=10), spec, p, {"dp": n, "tp": t, st.MICROBATCHES: m})
+    gi = [x for x in report.obligations if x.name == "GI grads[norms]"][0]
+    ok = brute_force_norms_ok(sp, k_dp, k_tp, n, t, m)
+    assert gi.verdict is (Verdict.PROVED if ok else Verdict.REFUTED), gi
