@@ -187,8 +187,11 @@ def _accumulation_notes(step: st.StepModel, applies: bool) -> tuple[str, ...]:
     if not applies:
         return ("vacuous: no gradients sharded over a data axis under pipeline accumulation",)
     axes = ", ".join(step.grads_sharded_data)
+    n = "·".join(step.grads_sharded_data)
+    n = n if len(step.grads_sharded_data) == 1 else f"({n})"
     return (f"cost: gradients sharded over ({axes}) with pipeline accumulation take one reduce-scatter per "
-            f"microbatch (microbatches × (n-1)/n·|G| per step on {axes}) unless a full-size accumulation buffer is kept",)
+            f"microbatch (microbatches × ({n}-1)/{n}·|G| sent per device per step) unless a full-size "
+            "accumulation buffer is kept",)
 
 
 # --------------------------------------------------------------------------- running
