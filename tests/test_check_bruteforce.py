@@ -80,9 +80,7 @@ def build(loss, k, divisor, accumulate):
 @example("global_mean", 2, "dp", True, 2, 2)  # reduced twice then averaged: proved (by accident)
 def test_gi_verdict_matches_brute_force(loss, k, divisor, accumulate, n, m):
     spec, p = build(loss, k, divisor, accumulate)
-    # the divisor "dp*m" uses the let symbol m, which must equal the pinned microbatches
-    spec = ir.Spec(spec.file, (("dp", ir.Const(Fraction(n))), ("m", ir.Const(Fraction(m)))), (), spec.model,
-                   spec.mesh, spec.plans)
+    # the divisor "dp*m" uses the model's microbatches symbol m: it is the pinned size
     report = check_plan(Session(timeout=10), spec, p, {"dp": n, st.MICROBATCHES: m})
     gi = [o for o in report.obligations if o.name == "GI grads[dense]"][0]
     ok = brute_force_ok(loss, k, divisor, accumulate, n, m)

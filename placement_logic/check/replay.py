@@ -58,7 +58,10 @@ def dim_size(d: st.GradDim, sizes: dict[str, int]) -> int:
 
 def divisor_value(ctx: Context, g: st.GroupModel, sizes: dict[str, int]) -> Fraction:
     if g.divisor_value is not None:
-        leaf = resolver(ctx.bindings, {k: Fraction(v) for k, v in sizes.items()})
+        known = {k: Fraction(v) for k, v in sizes.items()}
+        for alias, name in ctx.step.size_aliases().items():
+            known.setdefault(alias, known[name])
+        leaf = resolver(ctx.bindings, known)
         return Fraction(fold(g.divisor_value, leaf))
     out = Fraction(1)
     for a in g.divisor_axes:

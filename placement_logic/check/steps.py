@@ -104,6 +104,11 @@ class StepModel:
     data_axes: tuple[str, ...]
     context_axes: tuple[str, ...]
     plan_span: Span = NO_SPAN
+    microbatch_symbol: str | None = None  # the let symbol the model's microbatches is, if any
+
+    def size_aliases(self) -> dict[str, str]:
+        """Symbols that name a size of the step: the model's microbatches symbol."""
+        return {self.microbatch_symbol: MICROBATCHES} if self.microbatch_symbol else {}
 
     def group(self, name: str) -> GroupModel:
         for g in self.groups:
@@ -343,4 +348,5 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         data_axes=data,
         context_axes=context,
         plan_span=plan.span,
+        microbatch_symbol=plan.model.microbatches.name if isinstance(plan.model.microbatches, ir.Sym) else None,
     )
