@@ -235,6 +235,7 @@ def _gi_counterexample(ctx: Context, g: st.GroupModel, sizes: dict[str, int], ru
     if len(counts) > 12:
         count_text += f"; ... ({len(counts)} shards)"
     values = (
+        ("typing", typing_text(g)),
         ("token counts", count_text),
         ("gradient contributions", contrib_text),
         ("total tokens", str(run.total_tokens)),
@@ -244,6 +245,36 @@ def _gi_counterexample(ctx: Context, g: st.GroupModel, sizes: dict[str, int], ru
     diag = tuple(extra + diagnose_group(ctx, g, len(set(counts.values())) <= 1))
     return Counterexample(ctx.sizes_tuple(sizes), (("observer", coords_text(names, dev_shown)),), values, eq,
                           diag, ctx.command(sizes))
+
+
+_TYPE = {st.TOKEN: "partial", st.SPLIT: "partial", st.INVARIANT: "invariant", st.SHARDED: "sharded"}
+
+
+def typing_text(g: st.GroupModel) -> str:
+    """Per dimension: the value's type, the reductions applied, and the resulting type."""
+    def times(k: int) -> str:
+        return "once" if k == 1 else f"{k}x"
+
+    parts = []
+    for d in g.dims:
+        name = f"{d.axis} (tied pair)" if d.tie else d.name
+        kind = _TYPE[d.kind]
+        if d.name == st.MICROBATCHES:
+            parts.append(f"{name}: {'accumulated' if d.k else 'only the last kept'}")
+        elif d.implicit:
+            tail = f", then all-reduced {times(d.k)}: different experts added" if d.k else ""
+            parts.append(f"{name}: partial, summed by the all-to-all -> invariant{tail}")
+        elif d.k == 0:
+            parts.append(f"{name}: partial, not reduced -> still partial" if kind == "partial" else f"{name}: {kind}")
+        elif kind == "partial":
+            scale = "" if d.k == 1 else f", multiplied by {name}" + (f"^{d.k - 1}" if d.k > 2 else "")
+            parts.append(f"{name}: partial, all-reduced {times(d.k)} -> invariant{scale}")
+        elif kind == "invariant":
+            parts.append(f"{name}: invariant, all-reduced {times(d.k)} -> multiplied by {name}"
+                         + (f"^{d.k}" if d.k > 1 else ""))
+        else:
+            parts.append(f"{name}: sharded, all-reduced {times(d.k)} -> different elements added")
+    return "; ".join(parts)
 
 
 def replay_gi(ctx: Context, w: dict) -> Counterexample | None:
