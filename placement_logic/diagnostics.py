@@ -52,6 +52,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PL004": ("unterminated-string", "A string literal with no closing quote."),
     "PL005": ("bad-number", "A numeric literal that cannot be read as an exact number."),
     "PL006": ("unreadable-file", "The file could not be read or is not UTF-8 text."),
+    "PL007": ("too-deep", "Expressions or blocks nested more deeply than the parser accepts."),
     # names and structure: PL1xx
     "PL101": ("undefined-name", "A name that is not defined in the spec or its imports."),
     "PL102": ("duplicate-definition", "Two definitions with the same name in one scope."),
@@ -78,6 +79,9 @@ CODES: dict[str, tuple[str, str]] = {
     "PL123": ("unknown-parameter", "A strategy argument that the strategy does not declare."),
     "PL124": ("mode-option", "A placement option that does not fit the mode (e.g. prefetch on a replicated state)."),
     "PL125": ("unbound-axis", "A plan that leaves a mesh axis with no strategy bound to it."),
+    "PL126": ("definition-cycle", "Let bindings that refer to each other in a cycle."),
+    "PL127": ("axis-less-strategy", "A strategy bound to an axis that places no state, or used with 'use' while placing states."),
+    "PL128": ("conflicting-setting", "Two strategies of one plan that set the same plan-wide setting differently."),
     # types and units: PL2xx
     "PL201": ("unit-mismatch", "Bytes combined with a plain count by + or - (or compared with one)."),
     "PL202": ("unit-not-allowed", "A byte unit where a plain count is required (axis size, layer count, exponent)."),

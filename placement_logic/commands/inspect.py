@@ -1,0 +1,28 @@
+"""``placement inspect FILE``: the resolved plans, state by state and axis by axis."""
+
+from __future__ import annotations
+
+import json
+
+from ..loader import load_spec
+from ..summary import spec_data, spec_text
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("inspect", help="show what the resolver made of each plan",
+                       description="Resolve FILE and print every plan: the mode of each state on each "
+                       "mesh axis, roles, settings and overrides.")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(run=run)
+
+
+def run(args, out, err) -> int:
+    spec = load_spec(args.file)
+    if args.format == "json":
+        data = {"schema_version": 1, "tool": "placement-logic", **spec_data(spec)}
+        json.dump(data, out, indent=2)
+        out.write("\n")
+    else:
+        out.write(spec_text(spec))
+    return 0

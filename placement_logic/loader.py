@@ -1,0 +1,143 @@
+"""Loading: a file path or a string -> checked ``ir.Spec``.
+
+Reads the source, parses it, loads imported modules (``std.<name>`` from the library
+shipped in ``placement_logic/stdlib``, other dotted names as ``.place`` files relative to
+the importing file), and resolves. Errors from every stage are raised as one
+``DiagnosticError`` that also carries the source text of each file for snippets.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from . import ir
+from . import syntax as st
+from .diagnostics import Diagnostic, DiagnosticError, Span
+from .parser import parse
+from .resolve import ModuleScope, Resolver, collect_scope
+
+STD = "std"
+
+
+def library_modules() -> dict[str, str]:
+    """Library module name -> source text, for every ``.place`` file in the stdlib."""
+    root = resources.files("placement_logic").joinpath("stdlib")
+    return {
+        entry.name[: -len(".place")]: entry.read_text(encoding="utf-8")
+        for entry in root.iterdir()
+        if entry.name.endswith(".place")
+    }
+
+
+@lru_cache(maxsize=1)
+def library_index() -> dict[str, tuple[str, ...]]:
+    """Library module name -> names of the strategies it defines."""
+    index = {}
+    for name, text in sorted(library_modules().items()):
+        module = parse(text, f"<std.{name}>")
+        index[name] = tuple(i.name for i in module.items if isinstance(i, st.StrategyDef))
+    return index
+
+
+def library_path(name: str) -> str:
+    return f"<std.{name}>"
+
+
+class Loader:
+    """Loads modules for one resolution; caches them and detects import cycles."""
+
+    def __init__(self, base_dir: Path | None):
+        self.base_dir = base_dir
+        self.cache: dict[tuple[str, ...], ModuleScope] = {}
+        self.loading: list[tuple[str, ...]] = []
+        self.sources: dict[str, str] = {}
+        self.diags: list[Diagnostic] = []
+
+    def error(self, code, message, span, notes=()):
+        self.diags.append(Diagnostic(code, message, span, notes=tuple(notes)))
+
+    def __call__(self, path: tuple[str, ...], span: Span) -> ModuleScope | None:
+        if path in self.cache:
+            return self.cache[path]
+        if path in self.loading:
+            cycle = " -> ".join(".".join(p) for p in self.loading[self.loading.index(path):] + [path])
+            self.error("PL112", f"modules import each other in a cycle: {cycle}", span)
+            return None
+        text, file = self._source(path, span)
+        if text is None:
+            return None
+        self.loading.append(path)
+        try:
+            try:
+                module = parse(text, file)
+            except DiagnosticError as exc:
+                self.diags.extend(exc.diagnostics)
+                return None
+            scope = ModuleScope(".".join(path), source=text)
+            collect_scope(scope, module, self, self.error)
+            self.cache[path] = scope
+            return scope
+        finally:
+            self.loading.pop()
+
+    def _source(self, path: tuple[str, ...], span: Span) -> tuple[str | None, str]:
+        if path[0] == STD:
+            libs = library_modules()
+            if len(path) != 2 or path[1] not in libs:
+                from .diagnostics import did_you_mean
+
+                name = ".".join(path)
+                self.error("PL111", f"no library module '{name}'", span,
+                           did_you_mean(name, [f"std.{m}" for m in libs]) or
+                           (f"library modules: {', '.join('std.' + m for m in sorted(libs))}",))
+                return None, ""
+            file = library_path(path[1])
+            text = libs[path[1]]
+        else:
+            base = self.base_dir or Path.cwd()
+            target = base.joinpath(*path[:-1], path[-1] + ".place")
+            file = str(target)
+            try:
+                text = target.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                self.error("PL111", f"cannot import '{'.'.join(path)}': no readable file {target}", span)
+                return None, ""
+        self.sources[file] = text
+        return text, file
+
+
+def load_string(text: str, file: str = "<string>", base_dir: Path | None = None) -> ir.Spec:
+    """Parse and resolve one spec given as text."""
+    loader = Loader(base_dir)
+    loader.sources[file] = text
+    try:
+        module = parse(text, file)
+        spec = Resolver(module, loader).run()
+    except DiagnosticError as exc:
+        diags = list(loader.diags) + [d for d in exc.diagnostics if d not in loader.diags]
+        raise DiagnosticError(diags, {**loader.sources, **exc.sources}) from None
+    if loader.diags:
+        raise DiagnosticError(loader.diags, loader.sources)
+    return spec
+
+
+def read_source(path: str | Path) -> str:
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise DiagnosticError([Diagnostic("PL006", f"cannot read file: {exc.strerror or exc}",
+                                          Span.point(str(path), 1, 1))]) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DiagnosticError([Diagnostic("PL006", f"not UTF-8 text (byte {exc.start})",
+                                          Span.point(str(path), 1, 1))]) from None
+
+
+def load_spec(path: str | Path) -> ir.Spec:
+    """Read, parse and resolve the spec in a file."""
+    text = read_source(path)
+    return load_string(text, str(path), Path(path).resolve().parent)

@@ -1,0 +1,165 @@
+"""Parsing: source text -> syntax tree, or diagnostics.
+
+Loads the canonical grammar (``grammar/placement.lark``, shipped inside the package),
+parses with lark's LALR parser keeping positions, maps every lark error to a
+``Diagnostic`` with a span, and lowers the tree with ``placement_logic.lower``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from lark import Lark
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+
+from . import syntax as st
+from .diagnostics import Diagnostic, DiagnosticError, Span
+from .lower import Lower
+
+# Readable names for the grammar's terminals, used in "expected ..." messages.
+TERMINAL_NAMES = {
+    "NAME": "a name",
+    "NUMBER": "a number",
+    "STRING": "a string",
+    "UNIT": "a byte unit",
+    "COMP_OP": "a comparison",
+    "STAR": "'*'",
+    "LBRACE": "'{'",
+    "RBRACE": "'}'",
+    "LPAR": "'('",
+    "RPAR": "')'",
+    "LSQB": "'['",
+    "RSQB": "']'",
+    "COMMA": "','",
+    "COLON": "':'",
+    "EQUAL": "'='",
+    "DOT": "'.'",
+    "AT": "'@'",
+    "PLUS": "'+'",
+    "MINUS": "'-'",
+    "SLASH": "'/'",
+    "CIRCUMFLEX": "'^'",
+    "$END": "end of file",
+}
+
+
+def grammar_text() -> str:
+    """The grammar shipped in the installed package, or the source tree's copy."""
+    packaged = resources.files("placement_logic").joinpath("grammar", "placement.lark")
+    if packaged.is_file():
+        return packaged.read_text(encoding="utf-8")
+    source_tree = Path(__file__).resolve().parent.parent / "grammar" / "placement.lark"
+    return source_tree.read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=1)
+def parser() -> Lark:
+    return Lark(grammar_text(), parser="lalr", lexer="contextual", propagate_positions=True,
+                maybe_placeholders=True)
+
+
+def _describe_expected(expected) -> str:
+    names = []
+    for term in sorted(expected):
+        if term.startswith("__ANON"):
+            continue
+        name = TERMINAL_NAMES.get(term)
+        if name is None:
+            name = f"'{term.lower()}'" if term.isupper() and term.isalpha() else term
+        if name not in names:
+            names.append(name)
+    if not names:
+        return ""
+    if len(names) > 6:
+        names = names[:6] + ["..."]
+    return "; expected " + ", ".join(names)
+
+
+def _keyword_terminals() -> dict[str, str]:
+    return {t.name: t.pattern.value for t in parser().terminals if t.pattern.type == "str"}
+
+
+def _token_text(tok) -> str:
+    if tok.type == "$END":
+        return "end of file"
+    return f"'{tok}'"
+
+
+def _error_to_diagnostic(exc: UnexpectedInput, text: str, file: str) -> Diagnostic:
+    line = getattr(exc, "line", 1) or 1
+    column = getattr(exc, "column", 1) or 1
+    if isinstance(exc, UnexpectedCharacters):
+        ch = text[exc.pos_in_stream] if exc.pos_in_stream < len(text) else ""
+        span = Span.point(file, line, column)
+        if ch == '"':
+            return Diagnostic("PL004", "unterminated string: no closing '\"' on this line", span)
+        return Diagnostic("PL001", f"unexpected character {ch!r}", span)
+    if isinstance(exc, UnexpectedEOF):
+        lines = text.splitlines() or [""]
+        return Diagnostic("PL003", "unexpected end of file" + _describe_expected(exc.expected),
+                          Span.point(file, len(lines), len(lines[-1]) + 1))
+    if isinstance(exc, UnexpectedToken):
+        tok = exc.token
+        expected = _describe_expected(exc.expected)
+        if tok.type == "$END":
+            lines = text.splitlines() or [""]
+            opened = _unclosed_brace(text)
+            msg = "unexpected end of file" + expected
+            notes = ()
+            if opened:
+                msg = "unterminated block: '{' is never closed"
+                notes = (f"the block opened at line {opened[0]}, column {opened[1]}",)
+            return Diagnostic("PL003", msg, Span.point(file, len(lines), len(lines[-1]) + 1), notes=notes)
+        width = len(str(tok)) or 1
+        span = Span(file, tok.line, tok.column, tok.end_line or tok.line, tok.end_column or tok.column + width)
+        return Diagnostic("PL002", f"unexpected {_token_text(tok)}" + expected, span)
+    return Diagnostic("PL002", str(exc).splitlines()[0], Span.point(file, line, column))
+
+
+def _unclosed_brace(text: str) -> tuple[int, int] | None:
+    """Line and column of the innermost '{' left open, ignoring comments and strings."""
+    stack = []
+    line, col = 1, 0
+    in_comment = in_string = False
+    for ch in text:
+        col += 1
+        if ch == "\n":
+            line, col = line + 1, 0
+            in_comment = in_string = False
+            continue
+        if in_comment:
+            continue
+        if in_string:
+            in_string = ch != '"'
+            continue
+        if ch == "#":
+            in_comment = True
+        elif ch == '"':
+            in_string = True
+        elif ch == "{":
+            stack.append((line, col))
+        elif ch == "}" and stack:
+            stack.pop()
+    return stack[-1] if stack else None
+
+
+def parse(text: str, file: str = "<string>") -> st.Module:
+    """Parse and lower one source file; raise DiagnosticError on any error."""
+    try:
+        tree = parser().parse(text)
+    except RecursionError:
+        raise DiagnosticError([Diagnostic("PL007", "nested too deeply to read", Span.point(file, 1, 1))],
+                              {file: text}) from None
+    except UnexpectedInput as exc:
+        raise DiagnosticError([_error_to_diagnostic(exc, text, file)], {file: text}) from None
+    try:
+        return Lower(file).transform(tree)
+    except RecursionError:
+        raise DiagnosticError([Diagnostic("PL007", "nested too deeply to read", Span.point(file, 1, 1))],
+                              {file: text}) from None
+    except VisitError as exc:
+        if isinstance(exc.orig_exc, DiagnosticError):
+            raise DiagnosticError(exc.orig_exc.diagnostics, {file: text}) from None
+        raise

@@ -1,0 +1,117 @@
+"""IR summary: checked ``ir.Spec`` -> plain report data (dicts) and its text form.
+
+Used by ``placement inspect``: what the resolver made of each plan, axis by axis.
+"""
+
+from __future__ import annotations
+
+from . import ir
+
+
+def plan_data(plan: ir.Plan) -> dict:
+    return {
+        "name": plan.name,
+        "location": f"{plan.span.file}:{plan.span.line}:{plan.span.column}",
+        "mesh": [{"axis": a.name, "size": ir.show(a.size), "link": a.link, "role": plan.role(a.name).value}
+                 for a in plan.mesh.axes],
+        "bindings": [{"axes": list(b.axes), "strategy": b.strategy} for b in plan.bindings],
+        "placements": [
+            {
+                "state": p.state.value,
+                "modes": {a: m.value for a, m in p.modes},
+                "residency": p.residency.value,
+                "unit": p.unit,
+                "prefetch": p.prefetch,
+                "reshard_after_forward": p.reshard_after_forward,
+            }
+            for p in plan.placements
+        ],
+        "recompute": plan.recompute.value,
+        "flash_attention": plan.flash_attention,
+        "sequence_parallel": plan.sequence_parallel,
+        "schedule": None if plan.schedule is None else {
+            "kind": plan.schedule.kind.value,
+            "axis": plan.schedule.axis,
+            "chunks": ir.show(plan.schedule.chunks),
+            "unit": ir.show(plan.schedule.unit),
+        },
+        "overrides": [_override_text(o) for o in plan.overrides],
+    }
+
+
+def _override_text(o: ir.Override) -> str:
+    text = o.target + (f"[{o.group}]" if o.group else "") + f": {o.verb}"
+    if o.axes is not None:
+        text += f" over ({', '.join(o.axes)})"
+    if o.by is not None:
+        text += f" by {ir.show(o.by)}"
+    return text
+
+
+def spec_data(spec: ir.Spec) -> dict:
+    model = spec.model
+    return {
+        "file": spec.file,
+        "bindings": {name: ir.show(v) for name, v in spec.bindings},
+        "model": None if model is None else {
+            "params": None if model.params is None else ir.show(model.params),
+            "bytes": {
+                "params": ir.show(model.bytes_params),
+                "grads": ir.show(model.bytes_grads),
+                "optimizer": ir.show(model.bytes_optimizer),
+                "activations": ir.show(model.bytes_activations),
+            },
+            "transformer": model.transformer is not None,
+        },
+        "plans": [plan_data(p) for p in spec.plans],
+        "questions": [
+            {"kind": q.kind, "label": q.label, "test": f"{ir.show(q.left)} {q.op} {ir.show(q.right)}",
+             "dim": q.dim.value}
+            for q in spec.questions
+        ],
+    }
+
+
+def spec_text(spec: ir.Spec) -> str:
+    data = spec_data(spec)
+    lines = [f"spec {data['file']}"]
+    if data["bindings"]:
+        lines.append("  symbols: " + ", ".join(f"{k} = {v}" for k, v in data["bindings"].items()))
+    if data["model"]:
+        m = data["model"]
+        lines.append(f"  model: params = {m['params'] or 'derived from the transformer shape'}; bytes per element: "
+                     + ", ".join(f"{k} {v}" for k, v in m["bytes"].items()))
+    for p in data["plans"]:
+        lines.append("")
+        lines.append(f"plan {p['name']}  ({p['location']})")
+        axes = [a["axis"] for a in p["mesh"]]
+        rows = [("axis", axes), ("size", [a["size"] for a in p["mesh"]]),
+                ("role", [a["role"] for a in p["mesh"]]), ("link", [a["link"] or "-" for a in p["mesh"]])]
+        extras = {}
+        for pl in p["placements"]:
+            extra = [f"residency={pl['residency']}"] if pl["residency"] != "device" else []
+            if "S*" in pl["modes"].values():
+                extra += [f"unit={pl['unit']}", f"prefetch={pl['prefetch']}",
+                          f"reshard_after_forward={str(pl['reshard_after_forward']).lower()}"]
+            rows.append((pl["state"], [pl["modes"][a] for a in axes]))
+            extras[pl["state"]] = " ".join(extra)
+        widths = [max(len(r[1][i]) for r in rows) + 2 for i in range(len(axes))]
+        for label, cells in rows:
+            line = "  " + label.ljust(13) + "".join(c.ljust(w) for c, w in zip(cells, widths))
+            lines.append((line + extras.get(label, "")).rstrip())
+        lines.append("  bindings: " + "; ".join(f"{'/'.join(b['axes'])} <- {b['strategy']}" for b in p["bindings"]))
+        settings = [f"recompute={p['recompute']}"]
+        if p["flash_attention"]:
+            settings.append("flash_attention")
+        if p["sequence_parallel"]:
+            settings.append("sequence_parallel")
+        if p["schedule"]:
+            s = p["schedule"]
+            settings.append(f"schedule={s['kind']}(axis={s['axis']}, v={s['chunks']}, U={s['unit']})")
+        lines.append("  settings: " + ", ".join(settings))
+        for o in p["overrides"]:
+            lines.append(f"  override {o}")
+    for q in data["questions"]:
+        label = f' "{q["label"]}"' if q["label"] else ""
+        lines.append(f"{q['kind']}{label}: {q['test']}  [{q['dim']}]")
+    return "\n".join(lines) + "\n"
