@@ -43,6 +43,8 @@ def _ranks(group) -> tuple[int, ...]:
         from torch.distributed.distributed_c10d import _resolve_process_group
 
         group = _resolve_process_group(group)
+    elif isinstance(group, torch.ScriptObject):  # what the c10d ops receive
+        group = dist.ProcessGroup.unbox(group)
     return tuple(dist.get_process_group_ranks(group))
 
 
