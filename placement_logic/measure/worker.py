@@ -63,14 +63,18 @@ def _storage_bytes(tensors) -> tuple[int, int]:
     return sum(seen.values()), elements
 
 
-def _replicated_param_bytes(params, axis_mesh_dims) -> int:
-    """Bytes of parameters that are plain tensors or DTensors not sharded on any mesh dim."""
+def _unsharded_on(params, axis: str | None) -> int:
+    """Local bytes of parameters that are not sharded over ``axis`` (replicated on it)."""
+    if axis is None:
+        return 0
     total = 0
     for p in params:
-        placements = getattr(p, "placements", None)
-        if placements is None or all(pl.is_replicate() for pl in placements):
-            t = p.to_local() if placements is not None else p
-            total += t.numel() * t.element_size()
+        mesh = getattr(p, "device_mesh", None)
+        t = p.to_local() if mesh is not None else p
+        names = mesh.mesh_dim_names or () if mesh is not None else ()
+        if axis in names and not p.placements[names.index(axis)].is_replicate():
+            continue
+        total += t.numel() * t.element_size()
     return total
 
 
@@ -155,7 +159,7 @@ def run_job(job: Job, rank: int) -> dict:
                 "optimizer": _storage_bytes(moments),
                 "optimizer_step_counters": _storage_bytes(counters),
             }
-            replicated = _replicated_param_bytes(params, names) if r.tensor_axis else None
+            replicated = _unsharded_on(params, r.tensor_axis)
         trainer.optimizer.zero_grad()
     # equivalence: full parameters against the single-process run
     ref, ref_losses = _reference(job, global_batch)
@@ -170,6 +174,12 @@ def run_job(job: Job, rank: int) -> dict:
         if diff > worst_abs or not worst_name:
             worst_abs, worst_name = diff, name
     worst_rel = worst_abs / max(scale, 1e-30)
+    fingerprint = 0.0
+    count = 0
+    for p in trainer.inner.parameters():
+        full = p.full_tensor() if hasattr(p, "full_tensor") else p
+        fingerprint += full.detach().double().pow(2).sum().item()
+        count += full.numel()
     loss_abs = max(abs(a - b) for a, b in zip(losses, ref_losses))
     loss_rel = max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(losses, ref_losses))
     return {
@@ -178,7 +188,9 @@ def run_job(job: Job, rank: int) -> dict:
         "coords": coords,
         "collectives": steps,
         "held": {k: {"storage": v[0], "elements": v[1]} for k, v in held.items()},
-        "replicated_param_bytes": replicated,
+        "tensor_replicated_param_bytes": replicated,
+        "param_count": count,
+        "fingerprint": fingerprint,
         "losses": losses,
         "reference_losses": ref_losses,
         "param_abs_diff": worst_abs,
