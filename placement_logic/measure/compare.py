@@ -17,6 +17,7 @@ from itertools import combinations
 from .predict import OPTIMIZER_BYTES, Prediction
 from .realise import Realisation
 from .report import Equivalence, Row
+from .shape import TinyShape
 
 STATES = ("params", "grads", "optimizer")
 
@@ -91,7 +92,7 @@ def _state_rows(pred: Prediction, r: Realisation, results: list[dict]) -> list[R
     return rows
 
 
-def _collective_rows(pred: Prediction, r: Realisation, results: list[dict]) -> list[Row]:
+def _collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape: TinyShape) -> list[Row]:
     predicted: dict[tuple[str, tuple[str, ...]], Fraction] = {}
     for c in pred.collectives:
         key = (c.kind, c.axes)
@@ -126,17 +127,31 @@ def _collective_rows(pred: Prediction, r: Realisation, results: list[dict]) -> l
                     label += " (measured: all_reduce)"
                     note = ("DDP all-reduces the whole gradient and ZeroRedundancyOptimizer reads its part; the plan's "
                             "reduce-scatter moves the same buffer at half the ring bytes")
+        t = r.sizes.get(r.tensor_axis, 1) if r.tensor_axis else 1
+        replicated = [Fraction(res["tensor_replicated_param_bytes"]) for res in results]
+        if status == "differs" and r.tensor_axis and kind in ("all_reduce", "reduce_scatter", "all_gather") \
+                and axes and set(axes) <= set(r.data_axes) \
+                and all(g == p + rep * (t - 1) / t for g, rep in zip(got, replicated)):
+            status = "explained"
+            note = (f"{replicated[0]} B of it belong to parameters PyTorch keeps replicated over '{r.tensor_axis}'; "
+                    f"the plan shards them 1/{t}")
+        boundary = shape.seq * shape.microbatch * shape.hidden * 4
+        if status == "differs" and r.sequence_parallel and kind == "all_gather" and axes == (r.tensor_axis,) \
+                and all(g == p + 2 * boundary for g in got):
+            status = "explained"
+            note = (f"two more all-gathers of s·b·h = {boundary} B where the sequence-parallel region meets the "
+                    "replicated head (forward) and the replicated embedding (its gradient, backward)")
         rows.append(Row("collectives", label + ", buffer bytes per step", p, Fraction(max(got)), status, note,
                         got if len(set(got)) > 1 else ()))
         used.add(key)
     return rows
 
 
-def compare(pred: Prediction, r: Realisation, results: list[dict]) -> tuple[list[Row], Equivalence]:
+def compare(pred: Prediction, r: Realisation, results: list[dict], shape: TinyShape) -> tuple[list[Row], Equivalence]:
     rows = [Row("parameters", "parameter count Ψ of the tiny model", pred.psi, Fraction(results[0]["param_count"]),
                 "match" if pred.psi == results[0]["param_count"] else "differs")]
     rows += _state_rows(pred, r, results)
-    rows += _collective_rows(pred, r, results)
+    rows += _collective_rows(pred, r, results, shape)
     eq = Equivalence(
         steps=len(results[0]["losses"]),
         param_abs=max(res["param_abs_diff"] for res in results),

@@ -138,8 +138,8 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         modes = _modes(plan, tensor_axis)
         if modes != (M.S, M.S, M.S):
             reasons.append(f"tensor axis '{tensor_axis}' is realised only with params, optimizer, grads all S")
-        if data is not None and data != "fsdp":
-            reasons.append("tensor parallelism is combined only with FSDP on the data axis")
+        if data not in (None, "fsdp", "ddp"):
+            reasons.append("tensor parallelism is combined only with DDP or FSDP on one data axis")
         impl.append("DTensor " + ("Colwise/Rowwise + SequenceParallel" if plan.sequence_parallel else "ColwiseParallel/RowwiseParallel"))
         approx.append(
             "Megatron shards every parameter over the tensor axis in the plan; PyTorch (as Megatron itself) keeps "

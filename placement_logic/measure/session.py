@@ -124,7 +124,7 @@ def _report(spec: ir.Spec, p: Prepared, results: list[dict], steps: int, with_ch
     errors = [f"rank {res['rank']}: {res['error']}" for res in results if "error" in res]
     if errors:
         return MeasureReport(outcome="failed", reasons=tuple(errors), **base)
-    rows, eq = compare(p.prediction, r, results)
+    rows, eq = compare(p.prediction, r, results, p.shape)
     checker = checker_view(spec, p.plan.name, r.sizes) if with_checker else None
     if not eq.within:
         outcome = "diverged"

@@ -14,7 +14,7 @@ divide factor 1, and a clip coefficient computed from each rank's local shard.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -74,6 +74,29 @@ class Trainer:
     optimizer: torch.optim.Optimizer
     optimizer_state: Callable[[], dict]  # the state this rank holds
     clip: Callable[[], None] | None
+    # name -> (mesh, placements) of parameters that DDP holds as plain local shards
+    layouts: dict = field(default_factory=dict)
+    # the parameter objects the optimizer updates, by name (a DDP + TP module re-registers
+    # fresh Parameter views of them around every forward)
+    named: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.named:
+            self.named = list(self.inner.named_parameters())
+
+    def full(self, name: str, p: torch.Tensor) -> torch.Tensor:
+        """The whole parameter (a collective for sharded ones)."""
+        if name in self.layouts:
+            from torch.distributed.tensor import DTensor
+
+            mesh, placements = self.layouts[name]
+            p = DTensor.from_local(p, mesh, placements, run_check=False)
+        return p.full_tensor() if hasattr(p, "full_tensor") else p
+
+    def sharded_on(self, name: str, p: torch.Tensor, axis: str) -> bool:
+        mesh, placements = self.layouts.get(name, (getattr(p, "device_mesh", None), getattr(p, "placements", ())))
+        names = (mesh.mesh_dim_names or ()) if mesh is not None else ()
+        return axis in names and not placements[names.index(axis)].is_replicate()
 
 
 def _skip_allreduce_hook(state, bucket):
@@ -141,6 +164,16 @@ def apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
     if r.data in ("ddp", "zero1"):
         from torch.nn.parallel import DistributedDataParallel as DDP
 
+        layouts = {}
+        if r.tensor_axis is not None:
+            # DDP reduces plain tensors: PyTorch's own DDP + TP path swaps the DTensor
+            # parameters for their local shards and rebuilds DTensors before each forward.
+            from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
+
+            layouts = {n: (p.device_mesh, p.placements) for n, p in model.named_parameters() if hasattr(p, "placements")}
+            _pre_dp_module_transform(model)
+            params = list(model.parameters())
+        named = list(model.named_parameters())
         group = mesh[r.data_axes[0]].get_group()
         module = DDP(model, process_group=group, gradient_as_bucket_view=True)
         if r.grad_reduce == "none":
@@ -158,7 +191,7 @@ def apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
             state = lambda: opt.state  # noqa: E731
         if r.clip == "global":
             clip = lambda: clip_global(params, MAX_NORM)  # noqa: E731
-        return Trainer(module, model, opt, state, clip)
+        return Trainer(module, model, opt, state, clip, layouts, named)
     if r.data in ("fsdp", "hsdp"):
         from torch.distributed.fsdp import fully_shard
 

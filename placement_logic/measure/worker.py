@@ -63,18 +63,17 @@ def _storage_bytes(tensors) -> tuple[int, int]:
     return sum(seen.values()), elements
 
 
-def _unsharded_on(params, axis: str | None) -> int:
+def _unsharded_on(trainer, axis: str | None) -> int:
     """Local bytes of parameters that are not sharded over ``axis`` (replicated on it)."""
+    from .torch_plan import local
+
     if axis is None:
         return 0
     total = 0
-    for p in params:
-        mesh = getattr(p, "device_mesh", None)
-        t = p.to_local() if mesh is not None else p
-        names = mesh.mesh_dim_names or () if mesh is not None else ()
-        if axis in names and not p.placements[names.index(axis)].is_replicate():
-            continue
-        total += t.numel() * t.element_size()
+    for name, p in trainer.named:
+        if not trainer.sharded_on(name, p, axis):
+            t = local(p)
+            total += t.numel() * t.element_size()
     return total
 
 
@@ -146,7 +145,7 @@ def run_job(job: Job, rank: int) -> dict:
         dist.all_reduce(mean)
         losses.append(mean.item() / r.world)
         if step == job.steps - 1:
-            params = list(trainer.inner.parameters())
+            params = [p for _, p in trainer.named]
             state = trainer.optimizer_state()
             moments, counters = [], []
             for per_param in state.values():
@@ -159,15 +158,14 @@ def run_job(job: Job, rank: int) -> dict:
                 "optimizer": _storage_bytes(moments),
                 "optimizer_step_counters": _storage_bytes(counters),
             }
-            replicated = _unsharded_on(params, r.tensor_axis)
+            replicated = _unsharded_on(trainer, r.tensor_axis)
         trainer.optimizer.zero_grad()
     # equivalence: full parameters against the single-process run
     ref, ref_losses = _reference(job, global_batch)
     # largest elementwise difference, relative to the largest parameter magnitude of the model
     worst_abs, worst_name, scale = 0.0, "", 0.0
-    for name, p in trainer.inner.named_parameters():
-        full = p.full_tensor() if hasattr(p, "full_tensor") else p
-        full = full.detach().cpu()
+    for name, p in trainer.named:
+        full = trainer.full(name, p).detach().cpu()
         want = ref[name]
         scale = max(scale, want.abs().max().item())
         diff = (full - want).abs().max().item()
@@ -176,8 +174,8 @@ def run_job(job: Job, rank: int) -> dict:
     worst_rel = worst_abs / max(scale, 1e-30)
     fingerprint = 0.0
     count = 0
-    for p in trainer.inner.parameters():
-        full = p.full_tensor() if hasattr(p, "full_tensor") else p
+    for name, p in trainer.named:
+        full = trainer.full(name, p)
         fingerprint += full.detach().double().pow(2).sum().item()
         count += full.numel()
     loss_abs = max(abs(a - b) for a, b in zip(losses, ref_losses))
