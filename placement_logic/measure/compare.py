@@ -45,10 +45,12 @@ def axes_of_group(ranks: tuple[int, ...], coords: dict[str, int], mesh: tuple[tu
     return None
 
 
-def measured_collectives(result: dict, mesh) -> dict[tuple[str, tuple[str, ...]], int]:
-    """(kind, axes) -> buffer bytes of the last step of one rank."""
+def measured_collectives(result: dict, mesh, phase: str | None = None) -> dict[tuple[str, tuple[str, ...]], int]:
+    """(kind, axes) -> buffer bytes of the last step of one rank (of one phase, if given)."""
     out: dict[tuple[str, tuple[str, ...]], int] = {}
     for rec in result["collectives"][-1]:
+        if phase is not None and rec.get("phase") != phase:
+            continue
         axes = axes_of_group(tuple(rec["ranks"]), result["coords"], mesh)
         label = axes if axes is not None else tuple(f"rank{r}" for r in rec["ranks"])
         key = (rec["kind"], label)
@@ -135,6 +137,19 @@ def _collective_rows(pred: Prediction, r: Realisation, results: list[dict], shap
             status = "explained"
             note = (f"{replicated[0]} B of it belong to parameters PyTorch keeps replicated over '{r.tensor_axis}'; "
                     f"the plan shards them 1/{t}")
+        in_clip = tuple(measured_collectives(res, r.mesh, "clip").get(key, 0) for res in results)
+        if status == "differs" and r.clip == "global" and kind == "all_reduce" and p == 0 \
+                and all(c == g == 4 * res["param_tensors"] for c, g, res in zip(in_clip, got, results)):
+            status = "explained"
+            note = (f"clip_grad_norm_ all-reduces one partial fp32 norm per parameter tensor "
+                    f"({results[0]['param_tensors']} × 4 B); the cost model leaves this scalar traffic out")
+        in_opt = tuple(measured_collectives(res, r.mesh, "optimizer").get(key, 0) for res in results)
+        if status == "differs" and r.sequence_parallel and kind == "all_reduce" and axes == (r.tensor_axis,) \
+                and p == 0 and all(o == g for o, g in zip(in_opt, got)):
+            status = "explained"
+            note = ("gradients of the parameters replicated over the sequence-parallel region (norms, row-parallel "
+                    "biases) stay partial DTensors; the optimizer all-reduces them lazily, once per update op that "
+                    "reads them — the plan's reduction of these gradients, paid more than once")
         boundary = shape.seq * shape.microbatch * shape.hidden * 4
         if status == "differs" and r.sequence_parallel and kind == "all_gather" and axes == (r.tensor_axis,) \
                 and all(g == p + 2 * boundary for g in got):

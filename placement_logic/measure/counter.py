@@ -6,7 +6,10 @@ reduce_scatter, broadcast, all_to_all, send, recv), the ranks of its process gro
 its buffer size in bytes. The counter is a ``TorchDispatchMode``: both the c10d ops that
 ``torch.distributed`` and the C++ DDP reducer dispatch (``c10d.allreduce_`` ...) and the
 functional collectives DTensor and FSDP use (``_c10d_functional.*``) pass through it, so
-nothing is inferred from the model.
+nothing is inferred from the model. Ops on DTensors are handed back (``NotImplemented``)
+so that DTensor desugars them first; the collectives of implicit redistributions (a
+partial gradient norm, a partial gradient of a replicated parameter) are then counted
+too, as torch's own ``CommDebugMode`` does.
 
 Buffer size is the full, unsharded buffer ``m`` of the cost model: the input of an
 all-reduce, reduce-scatter, all-to-all or broadcast, the output of an all-gather and
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 
@@ -28,6 +32,7 @@ class CollectiveRecord:
     ranks: tuple[int, ...]
     bytes: int
     op: str  # the dispatched op, e.g. c10d._allgather_base_
+    phase: str = ""  # the step phase the caller had set (forward, backward, clip, optimizer)
 
 
 def _nbytes(t) -> int:
@@ -91,9 +96,16 @@ class CollectiveCounter(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.records: list[CollectiveRecord] = []
+        self.phase = ""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return func(*args, **kwargs)
+        if any(issubclass(t, DTensor) for t in types):
+            # Let DTensor run first: it desugars into local ops and the collectives of any
+            # redistribution, which then come back through this mode and are counted.
+            return NotImplemented
         packet = func.overloadpacket
         namespace = getattr(packet, "_qualified_op_name", str(packet)).split("::")[0]
         name = packet.__name__
@@ -104,5 +116,5 @@ class CollectiveCounter(TorchDispatchMode):
             found = _functional(name, args, kwargs)
         if found is not None:
             kind, nbytes, group = found
-            self.records.append(CollectiveRecord(kind, _ranks(group), nbytes, f"{namespace}.{name}"))
+            self.records.append(CollectiveRecord(kind, _ranks(group), nbytes, f"{namespace}.{name}", self.phase))
         return func(*args, **kwargs)

@@ -135,10 +135,14 @@ def run_job(job: Job, rank: int) -> dict:
         lo, hi = dp_index * job.shape.microbatch, (dp_index + 1) * job.shape.microbatch
         counter = CollectiveCounter()
         with counter:
+            counter.phase = "forward"
             loss = _loss(trainer.module(x[lo:hi].to(device)), y[lo:hi].to(device))
+            counter.phase = "backward"
             loss.backward()
             if trainer.clip is not None:
+                counter.phase = "clip"
                 trainer.clip()
+            counter.phase = "optimizer"
             trainer.optimizer.step()
         steps.append([asdict(c) for c in counter.records])
         mean = loss.detach().clone()
@@ -188,6 +192,7 @@ def run_job(job: Job, rank: int) -> dict:
         "held": {k: {"storage": v[0], "elements": v[1]} for k, v in held.items()},
         "tensor_replicated_param_bytes": replicated,
         "param_count": count,
+        "param_tensors": len(trainer.named),
         "fingerprint": fingerprint,
         "losses": losses,
         "reference_losses": ref_losses,
