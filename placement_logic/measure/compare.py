@@ -143,13 +143,17 @@ def _collective_rows(pred: Prediction, r: Realisation, results: list[dict], shap
             status = "explained"
             note = (f"clip_grad_norm_ all-reduces one partial fp32 norm per parameter tensor "
                     f"({results[0]['param_tensors']} × 4 B); the cost model leaves this scalar traffic out")
-        in_opt = tuple(measured_collectives(res, r.mesh, "optimizer").get(key, 0) for res in results)
-        if status == "differs" and r.sequence_parallel and kind == "all_reduce" and axes == (r.tensor_axis,) \
-                and p == 0 and all(o == g for o, g in zip(in_opt, got)):
-            status = "explained"
-            note = ("gradients of the parameters replicated over the sequence-parallel region (norms, row-parallel "
-                    "biases) stay partial DTensors; the optimizer all-reduces them lazily, once per update op that "
-                    "reads them — the plan's reduction of these gradients, paid more than once")
+        if status == "differs" and r.sequence_parallel and kind == "all_reduce" and axes == (r.tensor_axis,) and p == 0:
+            recs = [rec for rec in results[0]["collectives"][-1]
+                    if rec["kind"] == "all_reduce" and axes_of_group(tuple(rec["ranks"]), results[0]["coords"], r.mesh) == axes]
+            if recs and all(rec["bytes"] == shape.hidden * 4 for rec in recs):
+                phases = sorted({rec["phase"] for rec in recs})
+                status = "explained"
+                note = (f"{len(recs)} all-reduces of h·4 = {shape.hidden * 4} B in {' and '.join(phases)}: gradients of "
+                        "norm weights and biases, replicated inside the sequence-parallel region, reduced over "
+                        f"'{r.tensor_axis}' (the reduction sequence parallelism requires; the cost model leaves it out"
+                        + ("; DTensor keeps them partial and the optimizer reduces them again in each op that reads them"
+                           if "optimizer" in phases else "") + ")")
         boundary = shape.seq * shape.microbatch * shape.hidden * 4
         if status == "differs" and r.sequence_parallel and kind == "all_gather" and axes == (r.tensor_axis,) \
                 and all(g == p + 2 * boundary for g in got):

@@ -78,11 +78,18 @@ def checker_view(spec: ir.Spec, plan: str, sizes: dict[str, int]) -> CheckerView
 
 def measure(spec: ir.Spec, plans: list[str], devices: int | None = None, steps: int = DEFAULT_STEPS,
             launcher: Callable = launch, with_checker: bool = True) -> list[MeasureReport]:
+    """Measure the named plans of one spec."""
+    return measure_many([(spec, name) for name in plans], devices, steps, launcher, with_checker)
+
+
+def measure_many(items: list[tuple[ir.Spec, str]], devices: int | None = None, steps: int = DEFAULT_STEPS,
+                 launcher: Callable = launch, with_checker: bool = True) -> list[MeasureReport]:
+    """Measure (spec, plan) pairs; plans of the same world size share one launch of ranks."""
     if steps < 1:
         raise DiagnosticError([Diagnostic("PL604", f"--steps {steps}: at least one step is needed")])
-    reports: dict[str, MeasureReport] = {}
-    prepared: dict[int, list[Prepared]] = {}
-    for name in plans:
+    reports: dict[tuple[str, str], MeasureReport] = {}
+    prepared: dict[int, list[tuple[ir.Spec, Prepared]]] = {}
+    for spec, name in items:
         try:
             plan = spec.plan(name)
         except KeyError:
@@ -92,28 +99,30 @@ def measure(spec: ir.Spec, plans: list[str], devices: int | None = None, steps: 
         mesh = tuple((a, sizes[a]) for a in plan.mesh.names)
         r = realise(plan, sizes, run_bindings(spec, sizes))
         if isinstance(r, Unrealised):
-            reports[name] = MeasureReport(spec.file, name, "unrealised", mesh, steps, reasons=r.reasons)
+            reports[spec.file, name] = MeasureReport(spec.file, name, "unrealised", mesh, steps, reasons=r.reasons)
             continue
         try:
             shape = scale_down(plan, run_bindings(spec, sizes), sizes, r.tensor_axis)
             prediction = predict(spec, plan, shape, sizes, r.optimizer)
         except (ShapeError, UnboundPrediction) as exc:
-            reports[name] = MeasureReport(spec.file, name, "unrealised", mesh, steps, implementation=r.implementation,
-                                          reasons=(f"no numeric prediction for the scaled-down run: {exc}",))
+            reports[spec.file, name] = MeasureReport(
+                spec.file, name, "unrealised", mesh, steps, implementation=r.implementation,
+                reasons=(f"no numeric prediction for the scaled-down run: {exc}",))
             continue
-        prepared.setdefault(r.world, []).append(Prepared(plan, r, shape, prediction))
+        prepared.setdefault(r.world, []).append((spec, Prepared(plan, r, shape, prediction)))
     for world, group in prepared.items():
-        jobs = [Job(p.plan.name, p.realisation, p.shape, steps) for p in group]
+        jobs = [Job(f"job{i}", p.realisation, p.shape, steps) for i, (_, p) in enumerate(group)]
         try:
             results = launcher(jobs, world)
         except LaunchError as exc:
-            for p in group:
-                reports[p.plan.name] = MeasureReport(spec.file, p.plan.name, "failed", p.realisation.mesh, steps,
-                                                     implementation=p.realisation.implementation, reasons=(str(exc),))
+            for spec, p in group:
+                reports[spec.file, p.plan.name] = MeasureReport(
+                    spec.file, p.plan.name, "failed", p.realisation.mesh, steps,
+                    implementation=p.realisation.implementation, reasons=(str(exc),))
             continue
-        for p in group:
-            reports[p.plan.name] = _report(spec, p, results[p.plan.name], steps, with_checker)
-    return [reports[n] for n in plans]
+        for job, (spec, p) in zip(jobs, group):
+            reports[spec.file, p.plan.name] = _report(spec, p, results[job.key], steps, with_checker)
+    return [reports[spec.file, name] for spec, name in items]
 
 
 def _report(spec: ir.Spec, p: Prepared, results: list[dict], steps: int, with_checker: bool) -> MeasureReport:
