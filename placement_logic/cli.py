@@ -10,6 +10,7 @@ or usage error, 3 unknown with nothing refuted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import sys
@@ -42,8 +43,9 @@ exit status: 0 ok, 1 refuted / not formatted / failed, 2 input or usage error,
 class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors through the CLI's exit status 2."""
 
-    def error(self, message: str) -> None:  # pragma: no cover - exercised via main
+    def error(self, message: str) -> None:
         self.print_usage(sys.stderr)
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
         raise SystemExit(EXIT_INPUT) from None
 
 
@@ -80,7 +82,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     err = err or sys.stderr
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
     if not args.command:

@@ -34,9 +34,20 @@ def read_number(text: str) -> Fraction:
 class Lower(Transformer):
     """Turns lark's tree into syntax nodes. One method per grammar alias."""
 
+    MAX_DEPTH = 200  # deeper expressions are refused (PL007) so no later walker overflows
+
     def __init__(self, file: str):
         super().__init__(visit_tokens=False)
         self.file = file
+        self.depths: dict[int, int] = {}
+
+    def _nest(self, node, children):
+        depth = 1 + max((self.depths.get(id(c), 0) for c in children), default=0)
+        if depth > self.MAX_DEPTH:
+            raise DiagnosticError([Diagnostic(
+                "PL007", f"expression nested more than {self.MAX_DEPTH} levels deep", node.span)])
+        self.depths[id(node)] = depth
+        return node
 
     # ------------------------------------------------------------------ spans
 
@@ -224,7 +235,7 @@ class Lower(Transformer):
     # ------------------------------------------------------------------ expressions
 
     def _bin(self, op, meta, ch):
-        return st.BinOp(op, ch[0], ch[-1], self.span(meta))
+        return self._nest(st.BinOp(op, ch[0], ch[-1], self.span(meta)), (ch[0], ch[-1]))
 
     def add(self, meta, ch):
         return self._bin("+", meta, ch)
@@ -242,7 +253,7 @@ class Lower(Transformer):
         return self._bin("^", meta, ch)
 
     def neg(self, meta, ch):
-        return st.Neg(ch[0], self.span(meta))
+        return self._nest(st.Neg(ch[0], self.span(meta)), ch)
 
     def number(self, meta, ch):
         tok, unit = ch
@@ -267,7 +278,7 @@ class Lower(Transformer):
         args = [a for a in args if a is not None]
         pos = tuple(a for a in args if not isinstance(a, st.Kwarg))
         kw = tuple(a for a in args if isinstance(a, st.Kwarg))
-        return st.Call(str(func), pos, kw, self.span(meta))
+        return self._nest(st.Call(str(func), pos, kw, self.span(meta)), pos + tuple(k.value for k in kw))
 
     def kwarg(self, meta, ch):
         return st.Kwarg(str(ch[0]), ch[1], self.span(meta))

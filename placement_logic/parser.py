@@ -162,4 +162,7 @@ def parse(text: str, file: str = "<string>") -> st.Module:
     except VisitError as exc:
         if isinstance(exc.orig_exc, DiagnosticError):
             raise DiagnosticError(exc.orig_exc.diagnostics, {file: text}) from None
+        if isinstance(exc.orig_exc, RecursionError):
+            raise DiagnosticError([Diagnostic("PL007", "nested too deeply to read", Span.point(file, 1, 1))],
+                                  {file: text}) from None
         raise

@@ -140,7 +140,7 @@ class Resolver:
         # Strategies defined in this file are expanded even when no plan binds them,
         # so their errors are reported.
         for name, (sdef, scope) in self.scope.strategies.items():
-            if scope is self.scope:
+            if scope is self.scope and all(p.default is not None for p in sdef.params):
                 self._expand(sdef, scope, (), sdef.span)
         questions = [q for q in (self._question(i) for i in items
                                  if isinstance(i, (st.AssertStmt, st.ClaimStmt))) if q is not None]
@@ -371,6 +371,7 @@ class Resolver:
         }
         seen: set[str] = set()
         transformer = None
+        errors_before = len(self.diags)
         for item in block.items:
             key = item.key
             if key in seen:
@@ -399,6 +400,8 @@ class Resolver:
             v = self.count(item.value, {}, f"'{key}'")
             if v is not None:
                 fields[key] = v
+        if len(self.diags) > errors_before:
+            return None
         if fields["params"] is None and transformer is None:
             self.error("PL118", "the model needs 'params' (the parameter count Ψ) or a transformer shape",
                        block.span)
@@ -520,6 +523,7 @@ class Resolver:
         return env if ok else None
 
     def _expand_inner(self, sdef, scope, args, span, caller_env) -> Expanded | None:
+        errors_before = len(self.diags)
         env = self._bind_params(sdef, args, span, caller_env)
         if env is None:
             return None
@@ -555,6 +559,8 @@ class Resolver:
             self._apply_shorthand(ex, sdef.shorthand)
         for item in sdef.body or ():
             self._strategy_item(ex, item, env, sdef)
+        if len(self.diags) > errors_before:
+            return None
         if ex.placed:
             missing = [s.value for s in ir.STATES if s not in ex.modes]
             if missing:
@@ -696,8 +702,6 @@ class Resolver:
             self.error("PL113", f"{where} has no setting '{key}'", prop.span,
                        did_you_mean(key, allowed + STATE_NAMES))
             return
-        if key in settings and (ex is None or key not in getattr(ex, "_set_here", set())):
-            pass  # inherited values are overridden
         value = prop.value
         if key in ("flash_attention", "sequence_parallel"):
             b = self.flag_value(prop)
@@ -802,6 +806,7 @@ class Resolver:
             self.error("PL110", f"plans extend each other in a cycle: {cycle}", p.span)
             return None
         axes = mesh.names
+        errors_before = len(self.diags)
         bindings: list[ir.Binding] = []
         modes: dict[ir.State, dict[str, ir.Mode]] = {}
         options: dict[ir.State, dict[str, object]] = {}
@@ -858,6 +863,8 @@ class Resolver:
                 self.error("PL113", f"a plan has no '{item.key}' section", item.span)
         for item in placement_items:
             self._placement_entry(modes, options, item, axes, {}, formal=False)
+        if len(self.diags) > errors_before:
+            return None  # the errors already reported explain what is missing
         unbound = [a for a in axes if a not in bound]
         if unbound:
             self.error("PL125", f"plan '{p.name}' binds no strategy to axis {', '.join(unbound)}", p.span,

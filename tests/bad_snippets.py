@@ -1,0 +1,119 @@
+"""The catalogue of known-bad specs: each snippet and the diagnostic it must produce.
+
+Each entry: (id, expected code, expected line, expected column, a phrase the message
+must contain, source). Used by tests/test_diagnostics.py and quoted in
+docs/diagnostics.md.
+"""
+
+BASE = """model {
+  params = 1e9
+}
+
+mesh {
+  dp = 8
+}
+"""
+
+
+def spec(extra: str, imports: str = "from std.data import ddp, zero1, zero3\n") -> str:
+    return imports + BASE + extra
+
+
+# BASE plus the default import spans 8 lines; snippets appended start on line 9.
+CATALOGUE = [
+    ("unexpected-character", "PL001", 9, 12, "unexpected character '$'",
+     spec("plan p { dp$ ddp }\n")),
+    ("trailing-garbage", "PL002", 9, 20, "unexpected '}'",
+     spec("plan p { dp: ddp } }\n")),
+    ("missing-colon", "PL113", 9, 10, "a plan has no setting 'dp'",
+     spec("plan p { dp ddp }\n")),
+    ("unterminated-block", "PL003", 10, 10, "unterminated block",
+     spec("plan p {\n  dp: ddp\n")),
+    ("unterminated-string", "PL004", 10, 8, "unterminated string",
+     spec("plan p { dp: ddp }\nassert \"fits: memory(p) <= 80 GiB\n")),
+    ("number-overflow", "PL005", 9, 9, "cannot read",
+     spec("let x = 1e999\n")),
+    ("undefined-name", "PL101", 9, 9, "undefined name 'psy'",
+     spec("let x = psy * 2\n")),
+    ("misspelt-strategy", "PL101", 9, 14, "undefined strategy 'zero4'",
+     spec("plan p { dp: zero4 }\n")),
+    ("library-not-imported", "PL101", 9, 14, "undefined strategy 'zero2'",
+     spec("plan p { dp: zero2 }\n")),
+    ("duplicate-plan", "PL102", 10, 1, "plan 'p' is defined twice",
+     spec("plan p { dp: ddp }\nplan p { dp: zero1 }\n")),
+    ("unknown-state", "PL103", 9, 14, "unknown state 'parms'",
+     spec("strategy s = ddp\nstrategy t { parms: R optimizer: R grads: R activations: R }\n".replace(
+         "strategy s = ddp\n", ""))),
+    ("unknown-mode", "PL104", 9, 26, "unknown mode 'Q'",
+     spec("strategy t = data(S*, S, Q, R)\n")),
+    ("missing-state", "PL105", 9, 1, "does not place activations",
+     spec("strategy t { role = data params: R optimizer: S grads: S }\n")),
+    ("duplicate-axis", "PL106", 10, 3, "axis 'dp' is declared twice",
+     "from std.data import ddp\nmodel {\n  params = 1e9\n}\n\nmesh {\n  dp = 8\n  tp = 2\n  dp = 4\n}\n"
+     .replace("\n  tp = 2\n  dp = 4\n}", "\n  tp = 2\n\n\n  dp = 4\n}").replace("\n\n\n  dp = 4", "\n\n  dp = 4")),
+    ("axis-size-zero", "PL107", 7, 8, "must be a positive integer, not 0",
+     "from std.data import ddp\nmodel {\n  params = 1e9\n}\n\nmesh {\n  dp = 0\n}\n"),
+    ("axis-size-fraction", "PL107", 7, 8, "must be a positive integer, not 2.5",
+     "from std.data import ddp\nmodel {\n  params = 1e9\n}\n\nmesh {\n  dp = 2.5\n}\n"),
+    ("axis-bound-twice", "PL108", 9, 18, "axis 'dp' is bound twice",
+     spec("plan p { dp: ddp dp: zero1 }\n")),
+    ("undefined-axis", "PL109", 9, 10, "'tp' is neither a mesh axis nor a state",
+     spec("plan p { tp: ddp dp: ddp }\n")),
+    ("strategy-cycle", "PL110", 9, 1, "cycle",
+     spec("strategy a extends b { }\nstrategy b extends a { }\n")),
+    ("unknown-module", "PL111", 1, 1, "no library module 'std.zer'",
+     spec("", imports="from std.zer import zero3\n")),
+    ("unknown-model-property", "PL113", 2, 3, "has no property 'parms'",
+     "model {\n  parms = 1e9\n}\n"),
+    ("bad-property-value", "PL114", 9, 30, "'recompute' must be one of",
+     spec("plan p { dp: ddp recompute = sometimes }\n")),
+    ("arity-mismatch", "PL115", 9, 10, "spans 2 axes",
+     spec("plan p { dp: hybrid_shard }\n", imports="from std.data import hybrid_shard\n")),
+    ("mode-bound-to-axis", "PL116", 9, 14, "bound to a strategy, not to a mode",
+     spec("plan p { dp: S* }\n")),
+    ("query-not-a-plan", "PL117", 10, 15, "'q' is not a plan",
+     spec("plan p { dp: ddp }\nassert memory(q) <= 80 GiB\n")),
+    ("plans-without-model", "PL118", 3, 1, "plans need a model block",
+     "from std.data import ddp\nmesh { dp = 8 }\nplan p { dp: ddp }\n"),
+    ("duplicate-property", "PL119", 3, 3, "'params' is given twice",
+     "model {\n  params = 1e9\n  params = 2e9\n}\n"),
+    ("shorthand-length", "PL120", 9, 14, "needs 4 modes",
+     spec("strategy t = data(S*, S, S)\n")),
+    ("unknown-role", "PL121", 9, 14, "unknown role 'date'",
+     spec("strategy t = date(R, R, R, R)\n")),
+    ("bad-override", "PL122", 9, 18, "'grads' has no override 'sum'",
+     spec("plan p { dp: ddp override grads: sum over (dp) }\n")),
+    ("unknown-strategy-argument", "PL123", 11, 39, "has no parameter 'w'",
+     spec("plan p { dp: ddp pp: interleaved_1f1b(w = 2) }\n",
+          imports="from std.data import ddp\nfrom std.pipeline import interleaved_1f1b\n").replace(
+         "mesh {\n  dp = 8\n}", "mesh {\n  dp = 8\n  pp = 4\n}")),
+    ("option-needs-gather", "PL124", 9, 29, "applies to a sharded-with-gather (S*) state only",
+     spec("plan p { dp: ddp params: R (prefetch = 2) }\n".replace("plan p { dp: ddp params: R (prefetch = 2) }",
+          "plan p { dp: ddp params: R (prefetch = 2) }"))),
+    ("unbound-axis", "PL125", 10, 1, "binds no strategy to axis tp",
+     spec("plan p { dp: ddp }\n").replace("mesh {\n  dp = 8\n}", "mesh {\n  dp = 8\n  tp = 2\n}")),
+    ("let-cycle", "PL126", 9, 1, "cycle",
+     spec("let a = b + 1\nlet b = a * 2\n")),
+    ("use-of-placing-strategy", "PL127", 9, 18, "places states",
+     spec("plan p { dp: ddp use zero1 }\n")),
+    ("bytes-plus-count", "PL201", 9, 9, "cannot add bytes and a plain count",
+     spec("let x = 80 GiB + 3\n")),
+    ("unit-on-axis-size", "PL202", 7, 8, "a byte unit does not fit here",
+     "from std.data import ddp\nmodel {\n  params = 1e9\n}\n\nmesh {\n  dp = 8 GB\n}\n"),
+    ("unit-on-param-count", "PL202", 2, 12, "a byte unit does not fit here",
+     "model {\n  params = 7 GB\n}\n"),
+    ("symbolic-exponent", "PL203", 9, 13, "whole-number constant",
+     spec("let x = 2 ^ dp\n")),
+    ("division-by-zero", "PL204", 9, 13, "division by zero",
+     spec("let x = 8 / 0\n")),
+    ("unknown-function", "PL205", 9, 9, "unknown function 'sqrt'",
+     spec("let x = sqrt(4)\n")),
+    ("query-outside-question", "PL205", 10, 9, "only allowed in assert and claim",
+     spec("plan p { dp: ddp }\nlet x = memory(p)\n")),
+    ("query-arguments", "PL206", 10, 8, "takes a plan and optionally a state",
+     spec("plan p { dp: ddp }\nassert memory(p, params, grads) <= 1 GB\n")),
+    ("bytes-times-bytes", "PL207", 9, 9, "bytes times bytes",
+     spec("let x = 2 GB * 3 GB\n")),
+    ("compare-bytes-with-count", "PL201", 10, 8, "cannot compare bytes with a plain count",
+     spec("plan p { dp: ddp }\nassert memory(p) <= 80\n")),
+]

@@ -1,0 +1,89 @@
+"""Hypothesis strategies for syntax trees and source text, shared by the property tests."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from hypothesis import strategies as hs
+
+from placement_logic import syntax as st
+
+KEYWORDS = {"import", "from", "as", "let", "model", "mesh", "strategy", "over", "extends", "plan",
+            "use", "override", "by", "assert", "claim", "true", "false"}
+UNITS = ("B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB")
+
+names = hs.from_regex(r"[a-z][a-z0-9_]{0,5}", fullmatch=True).filter(lambda s: s not in KEYWORDS)
+mode_names = hs.sampled_from(["R", "S", "M", "O", "Q", "data", "tensor"])
+labels = hs.from_regex(r'[A-Za-z0-9 .,:=<>()*-]{0,20}', fullmatch=True)
+
+
+def _decimal(draw_int: int, places: int) -> Fraction:
+    return Fraction(draw_int, 10**places)
+
+
+numbers = hs.builds(
+    lambda n, places, unit: st.Num(_decimal(n, places), unit),
+    hs.integers(min_value=0, max_value=10**12),
+    hs.integers(min_value=0, max_value=3),
+    hs.one_of(hs.none(), hs.sampled_from(UNITS)),
+)
+
+leaves = hs.one_of(numbers, hs.builds(st.Name, names), hs.builds(st.Bool, hs.booleans()))
+
+
+def _extend(children):
+    return hs.one_of(
+        hs.builds(st.BinOp, hs.sampled_from(["+", "-", "*", "/", "^"]), children, children),
+        hs.builds(st.Neg, children),
+        hs.builds(st.Call, names, hs.lists(children, max_size=2).map(tuple),
+                  hs.lists(hs.builds(st.Kwarg, names, children), max_size=2).map(tuple)),
+    )
+
+
+exprs = hs.recursive(leaves, _extend, max_leaves=8)
+mode_refs = hs.builds(st.ModeRef, mode_names, hs.booleans())
+mode_maps = hs.builds(st.ModeMap, hs.lists(hs.builds(st.MapEntry, names, mode_refs), min_size=1, max_size=3)
+                      .map(tuple))
+kwargs = hs.lists(hs.builds(st.Kwarg, names, exprs), max_size=2).map(tuple)
+dotted = hs.lists(names, min_size=1, max_size=2).map(tuple)
+strategy_refs = hs.builds(st.StrategyRef, dotted, kwargs)
+
+props = hs.builds(st.Prop, names, hs.one_of(hs.none(), exprs, mode_maps))
+sub_blocks = hs.builds(st.SubBlock, names, hs.lists(props, max_size=3).map(tuple))
+entries = hs.builds(
+    st.Entry,
+    hs.lists(names, min_size=1, max_size=3).map(tuple),
+    hs.one_of(hs.builds(st.ModeRef, mode_names, hs.just(True)), hs.builds(st.StrategyRef, dotted), mode_maps),
+    kwargs,
+)
+overrides = hs.builds(
+    st.OverrideStmt, names, hs.one_of(hs.none(), names), names,
+    hs.one_of(hs.none(), hs.lists(names, max_size=3).map(tuple)), hs.one_of(hs.none(), exprs),
+)
+block_items = hs.one_of(props, sub_blocks, entries, hs.builds(st.Use, strategy_refs), overrides)
+
+strategy_defs = hs.one_of(
+    hs.builds(lambda n, p, a, sh: st.StrategyDef(n, p, a, shorthand=sh),
+              names, hs.lists(hs.builds(st.Param, names, hs.one_of(hs.none(), exprs)), max_size=2).map(tuple),
+              hs.lists(names, max_size=2).map(tuple),
+              hs.builds(st.Shorthand, hs.one_of(hs.none(), names),
+                        hs.lists(mode_refs, min_size=1, max_size=4).map(tuple))),
+    hs.builds(lambda n, ref: st.StrategyDef(n, extends=ref), names, strategy_refs),
+    hs.builds(lambda n, ext, body: st.StrategyDef(n, extends=ext, body=body),
+              names, hs.one_of(hs.none(), strategy_refs), hs.lists(block_items, max_size=4).map(tuple)),
+)
+compares = hs.builds(st.Compare, hs.sampled_from(["==", "!=", "<", "<=", ">", ">="]), exprs, exprs)
+items = hs.one_of(
+    hs.builds(st.ImportStmt, dotted, hs.one_of(hs.none(), names)),
+    hs.builds(lambda m, ns: st.ImportStmt(m, None, ns), dotted,
+              hs.lists(hs.tuples(names, hs.one_of(hs.none(), names)), min_size=1, max_size=3).map(tuple)),
+    hs.builds(st.LetStmt, names, exprs),
+    hs.builds(st.ModelBlock, hs.lists(hs.one_of(props, sub_blocks), max_size=4).map(tuple)),
+    hs.builds(st.MeshBlock, hs.lists(hs.builds(st.AxisDecl, names, exprs, hs.one_of(hs.none(), names)),
+                                     max_size=3).map(tuple)),
+    strategy_defs,
+    hs.builds(st.PlanDef, names, hs.one_of(hs.none(), strategy_refs), hs.lists(block_items, max_size=5).map(tuple)),
+    hs.builds(st.AssertStmt, compares, hs.one_of(hs.none(), labels)),
+    hs.builds(st.ClaimStmt, compares, hs.one_of(hs.none(), labels)),
+)
+modules = hs.builds(st.Module, hs.lists(items, max_size=6).map(tuple))

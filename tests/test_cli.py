@@ -1,0 +1,64 @@
+"""The command line: version, help, exit statuses, ``python -m`` entry point."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+from placement_logic import __version__
+from placement_logic.cli import main
+
+from corpus import ROOT
+
+
+def run(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    status = main(list(argv), out=out, err=err)
+    return status, out.getvalue(), err.getvalue()
+
+
+def test_version():
+    status, out, _ = run("--version")
+    assert status == 0
+    assert out.strip() == f"placement-logic {__version__}"
+
+
+def test_help_lists_commands_and_examples():
+    status, out, _ = run("--help")
+    assert status == 0
+    for word in ("fmt", "inspect", "examples:", "exit status"):
+        assert word in out
+
+
+def test_no_command_prints_help_and_exits_2():
+    status, out, _ = run()
+    assert status == 2 and "usage:" in out
+
+
+def test_unknown_option_is_a_usage_error():
+    status, _, _ = run("fmt", "--frobnicate", "x.place")
+    assert status == 2
+
+
+def test_fmt_prints_canonical_text():
+    status, out, err = run("fmt", str(ROOT / "examples" / "zero_paper.place"))
+    assert status == 0 and err == ""
+    assert out == (ROOT / "examples" / "zero_paper.place").read_text()
+
+
+def test_python_dash_m_entry_point():
+    result = subprocess.run([sys.executable, "-m", "placement_logic", "--version"], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"placement-logic {__version__}"
+
+
+def test_diagnostic_from_python_dash_m_has_no_traceback(tmp_path):
+    bad = tmp_path / "bad.place"
+    bad.write_text("mesh {\n  dp = 8 GB\n}\n")
+    result = subprocess.run([sys.executable, "-m", "placement_logic", "inspect", str(bad)], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"{bad}:2:8: error: ")
+    assert "[PL202]" in result.stderr and "Traceback" not in result.stderr

@@ -1,0 +1,128 @@
+"""The catalogue of bad specs: each gives its named diagnostic, never a traceback."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+from placement_logic.cli import main
+from placement_logic.diagnostics import CODES, Diagnostic, Span, render
+from placement_logic.loader import load_string
+from placement_logic.diagnostics import DiagnosticError
+
+from bad_snippets import CATALOGUE
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "diagnostics.md"
+
+
+@pytest.mark.parametrize("name,code,line,column,phrase,source", CATALOGUE, ids=[c[0] for c in CATALOGUE])
+def test_catalogue_entry(name, code, line, column, phrase, source):
+    with pytest.raises(DiagnosticError) as info:
+        load_string(source, "bad.place")
+    first = info.value.diagnostics[0]
+    assert (first.code, first.span.line, first.span.column) == (code, line, column), first.one_line()
+    assert phrase in first.message
+
+
+@pytest.mark.parametrize("name,code,line,column,phrase,source", CATALOGUE, ids=[c[0] for c in CATALOGUE])
+def test_catalogue_entry_through_the_cli(tmp_path, name, code, line, column, phrase, source):
+    path = tmp_path / "bad.place"
+    path.write_text(source)
+    out, err = io.StringIO(), io.StringIO()
+    status = main(["inspect", str(path)], out=out, err=err)
+    assert status == 2
+    text = err.getvalue()
+    assert "Traceback" not in text
+    first = text.splitlines()[0]
+    assert re.fullmatch(rf"{re.escape(str(path))}:{line}:{column}: error: .+ \[{code}\]", first), first
+    # the offending line is shown with a caret under the span
+    assert re.search(r"^\s+\d+ \| ", text, re.M)
+    assert re.search(r"^\s+\| +\^", text, re.M)
+
+
+def test_catalogue_covers_at_least_25_codes():
+    assert len({c[1] for c in CATALOGUE}) >= 25
+
+
+def test_every_code_is_documented():
+    doc = DOCS.read_text()
+    for code, (name, description) in CODES.items():
+        assert f"`{code}`" in doc, f"{code} missing from docs/diagnostics.md"
+        assert name in doc
+
+
+def test_did_you_mean_suggestion():
+    source = "from std.data import zero3\nmodel { params = 1e9 }\nmesh { dp = 8 }\nplan p { dp: zero2 }\n"
+    with pytest.raises(DiagnosticError) as info:
+        load_string(source, "x.place")
+    assert info.value.diagnostics[0].notes == ("did you mean 'zero3'?",)
+
+
+def test_library_hint_for_a_strategy_not_imported():
+    source = "model { params = 1e9 }\nmesh { dp = 8 }\nplan p { dp: fsdp_full_shard }\n"
+    with pytest.raises(DiagnosticError) as info:
+        load_string(source, "x.place")
+    assert "from std.data import fsdp_full_shard" in info.value.diagnostics[0].notes[0]
+
+
+def test_snippet_points_at_the_span():
+    source = "let x = 80 GiB + 3\n"
+    d = Diagnostic("PL201", "cannot add bytes and a plain count", Span("f", 1, 9, 1, 19))
+    lines = render(d, source).splitlines()
+    assert lines[0] == "f:1:9: error: cannot add bytes and a plain count [PL201]"
+    assert lines[1] == "   1 | let x = 80 GiB + 3"
+    assert lines[2] == "     |         ^~~~~~~~~~"
+
+
+def test_all_errors_of_a_file_are_reported_together():
+    source = ("from std.data import ddp\nmodel { params = 1e9 }\nmesh { dp = 8 }\n"
+              "let a = 1 GB + 1\nlet b = sqrt(2)\n")
+    with pytest.raises(DiagnosticError) as info:
+        load_string(source, "x.place")
+    assert [d.code for d in info.value.diagnostics] == ["PL201", "PL205"]
+
+
+def test_unreadable_file(tmp_path):
+    path = tmp_path / "binary.place"
+    path.write_bytes(b"\xff\xfe\x00")
+    err = io.StringIO()
+    assert main(["inspect", str(path)], out=io.StringIO(), err=err) == 2
+    assert "[PL006]" in err.getvalue()
+
+
+def test_missing_file(tmp_path):
+    err = io.StringIO()
+    assert main(["inspect", str(tmp_path / "nope.place")], out=io.StringIO(), err=err) == 2
+    assert "[PL006]" in err.getvalue()
+
+
+@pytest.mark.parametrize("expression", [
+    "-" * 3000 + "1",
+    "1" + " + 1" * 5000,
+    "2 ^ " * 500 + "1",
+    "f(" * 400 + "1" + ")" * 400,
+], ids=["negations", "long-sum", "power-tower", "nested-calls"])
+def test_deep_nesting_is_a_diagnostic(expression):
+    with pytest.raises(DiagnosticError) as info:
+        load_string(f"let x = {expression}\n", "deep.place")
+    assert info.value.diagnostics[0].code == "PL007"
+
+
+def test_redundant_parentheses_are_not_nesting():
+    spec = load_string("let x = " + "(" * 3000 + "1" + ")" * 3000 + "\n", "parens.place")
+    assert spec.binding_map["x"].value == 1
+
+
+def test_json_diagnostics(tmp_path):
+    import json
+
+    path = tmp_path / "bad.place"
+    path.write_text("let x = 1 GB + 2\n")
+    out = io.StringIO()
+    assert main(["inspect", str(path), "--format", "json"], out=out, err=io.StringIO()) == 2
+    data = json.loads(out.getvalue())
+    d = data["diagnostics"][0]
+    assert (d["code"], d["line"], d["column"], d["name"]) == ("PL201", 1, 9, "unit-mismatch")
