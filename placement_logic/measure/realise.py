@@ -12,9 +12,10 @@ Realised today, per axis role:
   data (two axes, R then S*/S/S): FSDP2 HYBRID_SHARD over a 2-D DeviceMesh.
   tensor: DTensor tensor parallelism (ColwiseParallel / RowwiseParallel) on the blocks,
     with sequence parallelism (SequenceParallel on the norms) when the plan asks for it.
-Overrides reproduced: grads reduce over () (no gradient all-reduce), grads divide by
-1 (sum instead of mean), clip_norm reduce over () (clip coefficient from the local
-shard's norm) and clip_norm reduce over (<all data axes>) (correct global clipping).
+Overrides reproduced: grads reduce over () (no gradient all-reduce), grads divide by X
+with loss global_mean or per_device_mean (the reduced sum divided by the matching
+factor), clip_norm reduce over () (clip coefficient from the local shard's norm) and
+clip_norm reduce over (<all data axes>) (correct global clipping).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ class Realisation:
     reshard_after_forward: bool = True
     tensor_axis: str | None = None
     sequence_parallel: bool = False
-    grad_reduce: str = "mean"  # mean | sum | none
+    grad_reduce: str = "mean"  # mean | none (no reduction at all)
+    grad_divide: Fraction = Fraction(0)  # the reduced gradient sum is divided by this (0: the data-parallel size)
     clip: str | None = None  # global | local
     optimizer: str = "adam"  # adam | sgd_momentum | sgd
     approximations: tuple[str, ...] = ()  # where the realisation differs from the plan
@@ -49,6 +51,13 @@ class Realisation:
         n = 1
         for _, s in self.mesh:
             n *= s
+        return n
+
+    @property
+    def data_size(self) -> int:
+        n = 1
+        for a in self.data_axes:
+            n *= self.sizes[a]
         return n
 
     @property
@@ -146,6 +155,7 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
             "the embedding, the output head, the norms and the output-projection biases replicated"
         )
     grad_reduce, clip = "mean", None
+    loss, divide_by = "global_mean", None
     for o in plan.overrides:
         if o.target == "grads" and o.verb == "reduce" and o.group in (None, "all"):
             if not o.axes:
@@ -154,16 +164,11 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
                 reasons.append(f"override grads: reduce over ({', '.join(o.axes)}) is realised only as () or the data axes")
         elif o.target == "grads" and o.verb == "divide" and o.group in (None, "all"):
             try:
-                by = value_of(o.by, bindings) if o.by is not None else None
+                divide_by = value_of(o.by, bindings) if o.by is not None else None
             except ShapeError as exc:
                 reasons.append(f"override grads: divide has no value: {exc}")
-                continue
-            if by == 1:
-                grad_reduce = "sum"
-            elif by is not None and data_axes and by == _product(sizes, data_axes):
-                grad_reduce = "mean"
-            else:
-                reasons.append("override grads: divide is realised only by 1 (a sum) or by the data-parallel size")
+        elif o.target == "loss" and o.verb in ("global_mean", "per_device_mean"):
+            loss = o.verb
         elif o.target == "clip_norm" and o.verb == "reduce" and o.group in (None, "all"):
             if not o.axes:
                 clip = "local"
@@ -174,6 +179,18 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         else:
             group = f"[{o.group}]" if o.group else ""
             reasons.append(f"override {o.target}{group}: {o.verb} is not realised by the harness")
+    # Every rank's loss is the mean over its own tokens (all ranks hold equally many) and
+    # the gradient reduction sums and then divides by ``grad_divide``. That is the plan's
+    # gradient when the divisor is dp with a per-device-mean loss, or 1 with a global-mean
+    # loss (the loss already divided by the global token count): grad_divide = the
+    # plan's divisor × (dp for a global-mean loss).
+    n_data = _product(sizes, data_axes)
+    if divide_by is None:
+        divisor = Fraction(n_data)
+    else:
+        divisor = divide_by * (n_data if loss == "global_mean" else 1)
+    if divisor != n_data and data not in ("ddp", "zero1", "fsdp", "hsdp"):
+        reasons.append("a gradient divisor other than the data-parallel size needs DDP or FSDP")
     if grad_reduce == "none" and data not in ("ddp", "zero1"):
         reasons.append("skipping the gradient all-reduce is realised only with DistributedDataParallel")
     if clip == "local" and data not in ("fsdp", "hsdp"):
@@ -197,6 +214,7 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         tensor_axis=tensor_axis,
         sequence_parallel=plan.sequence_parallel and tensor_axis is not None,
         grad_reduce=grad_reduce,
+        grad_divide=divisor,
         clip=clip,
         optimizer=optimizer,
         approximations=tuple(approx),

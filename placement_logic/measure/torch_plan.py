@@ -105,10 +105,12 @@ def _skip_allreduce_hook(state, bucket):
     return fut
 
 
-def _sum_allreduce_hook(group):
+def _divided_allreduce_hook(group, divisor: float):
+    """Sum the bucket over ``group``, then divide by ``divisor`` (DDP's own hook divides by the size)."""
+
     def hook(state, bucket):
         work = dist.all_reduce(bucket.buffer(), group=group, async_op=True)
-        return work.get_future().then(lambda f: f.value()[0])
+        return work.get_future().then(lambda f: f.value()[0].div_(divisor))
 
     return hook
 
@@ -178,8 +180,8 @@ def apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
         module = DDP(model, process_group=group, gradient_as_bucket_view=True)
         if r.grad_reduce == "none":
             module.register_comm_hook(None, _skip_allreduce_hook)
-        elif r.grad_reduce == "sum":
-            module.register_comm_hook(None, _sum_allreduce_hook(group))
+        elif r.grad_divide and r.grad_divide != r.data_size:
+            module.register_comm_hook(None, _divided_allreduce_hook(group, float(r.grad_divide)))
         if r.data == "zero1":
             from torch.distributed.optim import ZeroRedundancyOptimizer
 
@@ -199,8 +201,8 @@ def apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
         for block in model.blocks:
             fully_shard(block, mesh=dp_mesh, reshard_after_forward=r.reshard_after_forward)
         fully_shard(model, mesh=dp_mesh, reshard_after_forward=r.reshard_after_forward)
-        if r.grad_reduce == "sum":
-            model.set_gradient_divide_factor(1.0)
+        if r.grad_divide and r.grad_divide != r.data_size:
+            model.set_gradient_divide_factor(float(r.grad_divide))
         params = list(model.parameters())
     opt = make_optimizer(r.optimizer, params)
     if r.clip == "global":

@@ -27,6 +27,21 @@ def _realise(path, plan_name):
     return realise(plan, sizes, run_bindings(spec, sizes)), spec, plan, sizes
 
 
+@pytest.mark.parametrize("overrides,divide", [
+    ("", 2),  # global-mean loss, no division: the mean
+    ("override grads: divide by 1", 2),  # the same, said explicitly
+    ("override grads: divide by dp", 4),  # global mean divided again: half the gradient
+    ("override loss: per_device_mean", 2),  # per-device means averaged (divided by dp)
+    ("override loss: per_device_mean\n  override grads: divide by 1", 1),  # per-device means summed
+])
+def test_gradient_divisor_follows_the_loss_convention(overrides, divide):
+    spec = load_string("from std.data import ddp\nmodel { params = 1e9 }\nmesh { dp = 8 }\n"
+                       f"plan p {{\n  dp: ddp\n  {overrides}\n}}\n", file="<t>")
+    plan = spec.plan("p")
+    r = realise(plan, {"dp": 2}, run_bindings(spec, {"dp": 2}))
+    assert r.grad_divide == divide
+
+
 @pytest.mark.parametrize("path,plan,data,raf", [
     ("examples/library/ddp.place", "ddp", "ddp", True),
     ("examples/library/zero1.place", "zero1", "zero1", True),
@@ -59,7 +74,9 @@ def test_unrealisable_plans_say_why(path, plan, why):
 def test_bug_overrides_are_realised():
     path = "examples/measure/grad_sync_bugs.place"
     assert _realise(path, "ddp_no_allreduce")[0].grad_reduce == "none"
-    assert _realise(path, "ddp_sum_not_mean")[0].grad_reduce == "sum"
+    # per-device-mean loss summed and divided by 1: the reduced sum is divided by 1 (dp=2 is right)
+    assert _realise(path, "ddp_sum_not_mean")[0].grad_divide == 1
+    assert _realise(path, "ddp_ok")[0].grad_divide == 2
     assert _realise(path, "zero3_local_clip")[0].clip == "local"
     assert _realise(path, "zero3_clip_ok")[0].clip == "global"
     assert _realise(path, "ddp_ok")[0].optimizer == "sgd_momentum"  # optimizer = 4 bytes

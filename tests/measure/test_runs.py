@@ -45,7 +45,7 @@ def reports(tmp_path_factory):
     tp_file = tmp_path_factory.mktemp("tp") / "tp.place"
     tp_file.write_text(TP_SPEC)
     items = [(load_spec(f), p) for f, p in SAFE + BUGS] + [(load_spec(str(tp_file)), "tp")]
-    reps = measure_many(items, steps=3, with_checker=False)
+    reps = measure_many(items, steps=3, with_checker=True)
     return {rep.plan: rep for rep in reps}
 
 
@@ -116,6 +116,19 @@ def test_bugs_diverge(reports, plan):
     rep = reports[plan]
     assert rep.outcome == "diverged"
     assert rep.equivalence.param_rel > 10 * rep.equivalence.tolerance  # safe plans stay near 1e-7
+
+
+@pytest.mark.parametrize("plan", [p for _, p in BUGS])
+def test_checker_refutes_what_diverges(reports, plan):
+    pytest.importorskip("placement_logic.check.run")
+    checker = reports[plan].checker
+    assert checker.available and checker.verdict == "refuted" and checker.summary
+
+
+@pytest.mark.parametrize("plan", ["ddp", "zero3", "zero3_clip_ok"])
+def test_checker_proves_what_stays_equivalent(reports, plan):
+    pytest.importorskip("placement_logic.check.run")
+    assert reports[plan].checker.verdict == "proved"
 
 
 def test_skipped_allreduce_leaves_replicas_apart(reports):
