@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 
-from ..diagnostics import Diagnostic, DiagnosticError
-
 EXIT_UNREALISED = 4
 
 
@@ -36,21 +34,12 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run)
 
 
-def _require_torch() -> None:
-    import importlib.util
-
-    if importlib.util.find_spec("torch") is None:
-        raise DiagnosticError([Diagnostic(
-            "PL601", "placement measure needs PyTorch: pip install 'placement-logic[torch]'")])
-
-
 def run(args, out, err) -> int:
     from ..loader import load_spec
     from ..measure import render
     from ..measure.session import measure
 
     spec = load_spec(args.file)
-    _require_torch()
     reports = measure(spec, args.plan, devices=args.devices, steps=args.steps, with_checker=not args.no_check)
     if args.format == "json":
         json.dump(render.to_json(reports), out, indent=2)

@@ -132,11 +132,12 @@ def _collective_rows(pred: Prediction, r: Realisation, results: list[dict], shap
         t = r.sizes.get(r.tensor_axis, 1) if r.tensor_axis else 1
         replicated = [Fraction(res["tensor_replicated_param_bytes"]) for res in results]
         if status == "differs" and r.tensor_axis and kind in ("all_reduce", "reduce_scatter", "all_gather") \
-                and axes and set(axes) <= set(r.data_axes) \
-                and all(g == p + rep * (t - 1) / t for g, rep in zip(got, replicated)):
+                and axes and set(axes) <= set(r.data_axes) and p \
+                and all(g * pred.states["params"] == p * res["held"]["params"]["storage"] for g, res in zip(got, results)):
             status = "explained"
-            note = (f"{replicated[0]} B of it belong to parameters PyTorch keeps replicated over '{r.tensor_axis}'; "
-                    f"the plan shards them 1/{t}")
+            note = (f"the same excess as the parameters held: {replicated[0]} B per rank belong to parameters PyTorch "
+                    f"keeps replicated over '{r.tensor_axis}', which the plan shards 1/{t}, and this buffer is made of "
+                    "parameters or their gradients")
         in_clip = tuple(measured_collectives(res, r.mesh, "clip").get(key, 0) for res in results)
         if status == "differs" and r.clip == "global" and kind == "all_reduce" and p == 0 \
                 and all(c == g == 4 * res["param_tensors"] for c, g, res in zip(in_clip, got, results)):

@@ -26,6 +26,15 @@ from .worker import Job
 DEFAULT_STEPS = 3
 
 
+def require_torch() -> None:
+    """PL601 unless torch can be imported by the ranks (checked without importing it)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise DiagnosticError([Diagnostic(
+            "PL601", "placement measure needs PyTorch to run a plan: pip install 'placement-logic[torch]'")])
+
+
 def mesh_sizes(plan: ir.Plan, devices: int | None) -> dict[str, int]:
     """Axis sizes of the run: one axis takes all devices; k axes take 2 each (2^k devices)."""
     names = plan.mesh.names
@@ -110,6 +119,8 @@ def measure_many(items: list[tuple[ir.Spec, str]], devices: int | None = None, s
                 reasons=(f"no numeric prediction for the scaled-down run: {exc}",))
             continue
         prepared.setdefault(r.world, []).append((spec, Prepared(plan, r, shape, prediction)))
+    if prepared:
+        require_torch()
     for world, group in prepared.items():
         jobs = [Job(f"job{i}", p.realisation, p.shape, steps) for i, (_, p) in enumerate(group)]
         try:
