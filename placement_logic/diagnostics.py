@@ -105,6 +105,10 @@ CODES: dict[str, tuple[str, str]] = {
     "PL401": ("query-not-allowed", "A cost query (memory(...), comm(...)) where only plain values are allowed."),
     "PL402": ("bad-query-argument", "A cost query argument that is not a state, 'transient', an axis or 'host'."),
     "PL403": ("unknown-query", "A cost query other than memory, host_memory, model_state, comm, volume."),
+    # measurement: PL6xx
+    "PL601": ("torch-missing", "placement measure needs PyTorch (the optional torch extra)."),
+    "PL602": ("bad-devices", "A --devices count that does not fit the plan's mesh."),
+    "PL604": ("bad-steps", "A --steps count below one."),
 }
 
 

@@ -1,0 +1,7 @@
+"""Measurement: plans run on real PyTorch distributed, compared with the predictions.
+
+Input: an ``ir.Spec`` and plan names. Output: ``MeasureReport``s (``session.measure``).
+The package imports torch only inside launched ranks (``worker``, ``torch_plan``,
+``counter``, ``model``); ``shape``, ``realise``, ``predict``, ``compare``, ``report``,
+``render`` and ``session`` are torch-free.
+"""

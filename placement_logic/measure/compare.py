@@ -1,0 +1,184 @@
+"""Prediction against measurement: rows with absolute and relative differences.
+
+Input: a ``Prediction`` (cost engine, fp32, tiny shape), the ``Realisation`` that ran
+and the per-rank results of the run. Output: the ``Row``s and the ``Equivalence`` of a
+``MeasureReport``. A difference is "explained" only when a named mechanism accounts for
+it exactly (the realisation's documented approximations, ZeroRedundancyOptimizer's
+per-tensor partition, parameters PyTorch keeps replicated under tensor parallelism,
+Adam's step counters, DDP's all-reduce in place of ZeRO-1's reduce-scatter); every
+other difference is reported as "differs".
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from itertools import combinations
+
+from .predict import OPTIMIZER_BYTES, Prediction
+from .realise import Realisation
+from .report import Equivalence, Row
+from .shape import TinyShape
+
+STATES = ("params", "grads", "optimizer")
+
+
+def _rank_of(coords: tuple[int, ...], sizes: tuple[int, ...]) -> int:
+    r = 0
+    for c, n in zip(coords, sizes):
+        r = r * n + c
+    return r
+
+
+def axes_of_group(ranks: tuple[int, ...], coords: dict[str, int], mesh: tuple[tuple[str, int], ...]) -> tuple[str, ...] | None:
+    """The mesh axes whose line through this rank is exactly ``ranks`` (row-major layout)."""
+    names = [a for a, _ in mesh]
+    sizes = tuple(s for _, s in mesh)
+    target = set(ranks)
+    for k in range(0, len(names) + 1):
+        for axes in combinations(names, k):
+            group = [()]
+            for a, n in mesh:
+                choices = range(n) if a in axes else (coords[a],)
+                group = [g + (c,) for g in group for c in choices]
+            if {_rank_of(g, sizes) for g in group} == target:
+                return axes
+    return None
+
+
+def measured_collectives(result: dict, mesh, phase: str | None = None) -> dict[tuple[str, tuple[str, ...]], int]:
+    """(kind, axes) -> buffer bytes of the last step of one rank (of one phase, if given)."""
+    out: dict[tuple[str, tuple[str, ...]], int] = {}
+    for rec in result["collectives"][-1]:
+        if phase is not None and rec.get("phase") != phase:
+            continue
+        axes = axes_of_group(tuple(rec["ranks"]), result["coords"], mesh)
+        label = axes if axes is not None else tuple(f"rank{r}" for r in rec["ranks"])
+        key = (rec["kind"], label)
+        out[key] = out.get(key, 0) + rec["bytes"]
+    return out
+
+
+def _state_rows(pred: Prediction, r: Realisation, results: list[dict]) -> list[Row]:
+    rows = []
+    want = pred.states
+    t = r.sizes.get(r.tensor_axis, 1) if r.tensor_axis else 1
+    width = {"params": 4, "grads": 4, "optimizer": OPTIMIZER_BYTES[r.optimizer]}
+    for state in STATES:
+        per_rank = tuple(res["held"][state]["storage"] for res in results)
+        p = want[state]
+        measured = Fraction(max(per_rank))
+        status, note = "match", ""
+        if any(m != p for m in per_rank):
+            status, note = "differs", ""
+            n_data = 1
+            for a in r.data_axes:
+                n_data *= r.sizes[a]
+            replicated = [Fraction(res["tensor_replicated_param_bytes"]) * width[state] / 4 for res in results]
+            if r.data == "fsdp" and state == "params" and r.approximations and all(m == p / n_data for m in per_rank):
+                status, note = "explained", "FSDP2 SHARD_GRAD_OP keeps parameters sharded between steps (ZeRO-2 keeps them replicated)"
+            elif r.data == "zero1" and state == "optimizer" and sum(per_rank) == p * len(per_rank):
+                status, note = "explained", (
+                    "ZeroRedundancyOptimizer gives each rank whole parameter tensors, so rank shares differ; "
+                    "their sum is exactly the prediction times the ranks")
+            elif r.tensor_axis and all(m == p + rep * (t - 1) / t for m, rep in zip(per_rank, replicated)):
+                status, note = "explained", (
+                    f"{replicated[0]} B per rank belong to parameters PyTorch keeps replicated over "
+                    f"'{r.tensor_axis}' (embedding, head, norms, row-parallel biases); the plan shards them 1/{t}")
+        rows.append(Row("memory", f"{state} held per rank", p, measured, status, note,
+                        per_rank if len(set(per_rank)) > 1 else ()))
+    counters = tuple(res["held"]["optimizer_step_counters"]["storage"] for res in results)
+    if any(counters):
+        rows.append(Row("memory", "optimizer step counters per rank", Fraction(0), Fraction(max(counters)), "explained",
+                        "one 0-d fp32 step count per parameter tensor (Adam/SGD bookkeeping, not a per-element state)",
+                        counters if len(set(counters)) > 1 else ()))
+    return rows
+
+
+def _collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape: TinyShape) -> list[Row]:
+    predicted: dict[tuple[str, tuple[str, ...]], Fraction] = {}
+    for c in pred.collectives:
+        key = (c.kind, c.axes)
+        predicted[key] = predicted.get(key, Fraction(0)) + c.buffer_bytes
+    per_rank = [measured_collectives(res, r.mesh) for res in results]
+    # predicted collectives first, so that a measured stand-in is paired before it is listed alone
+    order = lambda k: (k[1], k[0])  # noqa: E731
+    keys = sorted(predicted, key=order) + sorted({k for m in per_rank for k in m} - set(predicted), key=order)
+    used: set = set()
+    rows = []
+    for key in keys:
+        if key in used:
+            continue
+        kind, axes = key
+        label = f"{kind} over {'×'.join(axes) or 'one rank'}"
+        got = tuple(m.get(key, 0) for m in per_rank)
+        p = predicted.get(key, Fraction(0))
+        status, note = ("match" if all(g == p for g in got) else "differs"), ""
+        if status == "differs" and r.data == "zero1":
+            if kind == "all_gather" and all(g == 0 for g in got):
+                alt = tuple(m.get(("broadcast", axes), 0) for m in per_rank)
+                if all(a == p for a in alt):
+                    got, status = alt, "explained"
+                    used.add(("broadcast", axes))
+                    label += " (measured: broadcast)"
+                    note = "ZeroRedundancyOptimizer broadcasts each rank's updated parameters; the buffers add up to the all-gather's"
+            elif kind == "reduce_scatter" and all(g == 0 for g in got):
+                alt = tuple(m.get(("all_reduce", axes), 0) for m in per_rank)
+                if all(a == p for a in alt):
+                    got, status = alt, "explained"
+                    used.add(("all_reduce", axes))
+                    label += " (measured: all_reduce)"
+                    note = ("DDP all-reduces the whole gradient and ZeroRedundancyOptimizer reads its part; the plan's "
+                            "reduce-scatter moves the same buffer at half the ring bytes")
+        t = r.sizes.get(r.tensor_axis, 1) if r.tensor_axis else 1
+        replicated = [Fraction(res["tensor_replicated_param_bytes"]) for res in results]
+        if status == "differs" and r.tensor_axis and kind in ("all_reduce", "reduce_scatter", "all_gather") \
+                and axes and set(axes) <= set(r.data_axes) and p \
+                and all(g * pred.states["params"] == p * res["held"]["params"]["storage"] for g, res in zip(got, results)):
+            status = "explained"
+            note = (f"the same excess as the parameters held: {replicated[0]} B per rank belong to parameters PyTorch "
+                    f"keeps replicated over '{r.tensor_axis}', which the plan shards 1/{t}, and this buffer is made of "
+                    "parameters or their gradients")
+        in_clip = tuple(measured_collectives(res, r.mesh, "clip").get(key, 0) for res in results)
+        if status == "differs" and r.clip == "global" and kind == "all_reduce" and p == 0 \
+                and all(c == g == 4 * res["param_tensors"] for c, g, res in zip(in_clip, got, results)):
+            status = "explained"
+            note = (f"clip_grad_norm_ all-reduces one partial fp32 norm per parameter tensor "
+                    f"({results[0]['param_tensors']} × 4 B); the cost model leaves this scalar traffic out")
+        if status == "differs" and r.sequence_parallel and kind == "all_reduce" and axes == (r.tensor_axis,) and p == 0:
+            recs = [rec for rec in results[0]["collectives"][-1]
+                    if rec["kind"] == "all_reduce" and axes_of_group(tuple(rec["ranks"]), results[0]["coords"], r.mesh) == axes]
+            if recs and all(rec["bytes"] == shape.hidden * 4 for rec in recs):
+                phases = sorted({rec["phase"] for rec in recs})
+                status = "explained"
+                note = (f"{len(recs)} all-reduces of h·4 = {shape.hidden * 4} B in {' and '.join(phases)}: gradients of "
+                        "norm weights and biases, replicated inside the sequence-parallel region, reduced over "
+                        f"'{r.tensor_axis}' (the reduction sequence parallelism requires; the cost model leaves it out"
+                        + ("; DTensor keeps them partial and the optimizer reduces them again in each op that reads them"
+                           if "optimizer" in phases else "") + ")")
+        boundary = shape.seq * shape.microbatch * shape.hidden * 4
+        if status == "differs" and r.sequence_parallel and kind == "all_gather" and axes == (r.tensor_axis,) \
+                and all(g == p + 2 * boundary for g in got):
+            status = "explained"
+            note = (f"two more all-gathers of s·b·h = {boundary} B where the sequence-parallel region meets the "
+                    "replicated head (forward) and the replicated embedding (its gradient, backward)")
+        rows.append(Row("collectives", label + ", buffer bytes per step", p, Fraction(max(got)), status, note,
+                        got if len(set(got)) > 1 else ()))
+        used.add(key)
+    return rows
+
+
+def compare(pred: Prediction, r: Realisation, results: list[dict], shape: TinyShape) -> tuple[list[Row], Equivalence]:
+    rows = [Row("parameters", "parameter count Ψ of the tiny model", pred.psi, Fraction(results[0]["param_count"]),
+                "match" if pred.psi == results[0]["param_count"] else "differs")]
+    rows += _state_rows(pred, r, results)
+    rows += _collective_rows(pred, r, results, shape)
+    eq = Equivalence(
+        steps=len(results[0]["losses"]),
+        param_abs=max(res["param_abs_diff"] for res in results),
+        param_rel=max(res["param_rel_diff"] for res in results),
+        param_worst=max(results, key=lambda res: res["param_rel_diff"])["param_worst"],
+        loss_abs=max(res["loss_abs_diff"] for res in results),
+        loss_rel=max(res["loss_rel_diff"] for res in results),
+        replicas_agree=len({res["fingerprint"] for res in results}) == 1,
+    )
+    return rows, eq

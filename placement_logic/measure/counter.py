@@ -1,0 +1,120 @@
+"""Count every collective a rank issues, where it really happens (torch).
+
+Input: the ops dispatched while a ``CollectiveCounter`` is active. Output: one
+``CollectiveRecord`` per collective call: its kind (all_reduce, all_gather,
+reduce_scatter, broadcast, all_to_all, send, recv), the ranks of its process group and
+its buffer size in bytes. The counter is a ``TorchDispatchMode``: both the c10d ops that
+``torch.distributed`` and the C++ DDP reducer dispatch (``c10d.allreduce_`` ...) and the
+functional collectives DTensor and FSDP use (``_c10d_functional.*``) pass through it, so
+nothing is inferred from the model. Ops on DTensors are handed back (``NotImplemented``)
+so that DTensor desugars them first; the collectives of implicit redistributions (a
+partial gradient norm, a partial gradient of a replicated parameter) are then counted
+too, as torch's own ``CommDebugMode`` does.
+
+Buffer size is the full, unsharded buffer ``m`` of the cost model: the input of an
+all-reduce, reduce-scatter, all-to-all or broadcast, the output of an all-gather and
+the tensors of a send or receive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+@dataclass(frozen=True)
+class CollectiveRecord:
+    kind: str
+    ranks: tuple[int, ...]
+    bytes: int
+    op: str  # the dispatched op, e.g. c10d._allgather_base_
+    phase: str = ""  # the step phase the caller had set (forward, backward, clip, optimizer)
+
+
+def _nbytes(t) -> int:
+    if isinstance(t, torch.Tensor):
+        return t.numel() * t.element_size()
+    if isinstance(t, (list, tuple)):
+        return sum(_nbytes(x) for x in t)
+    return 0
+
+
+def _ranks(group) -> tuple[int, ...]:
+    if isinstance(group, str):
+        from torch.distributed.distributed_c10d import _resolve_process_group
+
+        group = _resolve_process_group(group)
+    elif isinstance(group, torch.ScriptObject):  # what the c10d ops receive
+        group = dist.ProcessGroup.unbox(group)
+    return tuple(dist.get_process_group_ranks(group))
+
+
+def _c10d(name: str, args) -> tuple[str, int, object] | None:
+    """(kind, bytes, group) of a c10d op's arguments, or None for non-collectives."""
+    if name in ("allreduce_", "allreduce_coalesced_"):
+        return "all_reduce", _nbytes(args[0]), args[1]
+    if name == "broadcast_":
+        return "broadcast", _nbytes(args[0]), args[1]
+    if name in ("_allgather_base_", "allgather_", "allgather_into_tensor_coalesced_", "allgather_coalesced_"):
+        return "all_gather", _nbytes(args[0]), args[2]
+    if name in ("_reduce_scatter_base_", "reduce_scatter_", "reduce_scatter_tensor_coalesced_"):
+        return "reduce_scatter", _nbytes(args[1]), args[2]
+    if name in ("alltoall_base_", "alltoall_"):
+        return "all_to_all", _nbytes(args[1]), args[2]
+    if name == "send":
+        return "send", _nbytes(args[0]), args[1]
+    if name in ("recv_", "recv_any_source_"):
+        return "recv", _nbytes(args[0]), args[1]
+    if name == "reduce_":
+        return "reduce", _nbytes(args[0]), args[1]
+    if name in ("gather_", "scatter_"):
+        return name.rstrip("_"), _nbytes(args[0]), args[2]
+    return None
+
+
+def _functional(name: str, args, kwargs) -> tuple[str, int, object] | None:
+    if name in ("all_reduce", "all_reduce_", "all_reduce_coalesced", "all_reduce_coalesced_"):
+        return "all_reduce", _nbytes(args[0]), args[2]
+    if name in ("all_gather_into_tensor", "all_gather_into_tensor_out", "all_gather_into_tensor_coalesced"):
+        return "all_gather", _nbytes(args[0]) * int(args[1]), args[2]
+    if name in ("reduce_scatter_tensor", "reduce_scatter_tensor_coalesced"):
+        return "reduce_scatter", _nbytes(args[0]), args[3]
+    if name == "all_to_all_single":
+        return "all_to_all", _nbytes(args[0]), args[3]
+    if name == "broadcast":
+        return "broadcast", _nbytes(args[0]), args[2]
+    return None
+
+
+class CollectiveCounter(TorchDispatchMode):
+    """A dispatch mode recording collectives; ``records`` lists them in issue order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[CollectiveRecord] = []
+        self.phase = ""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return func(*args, **kwargs)
+        if any(issubclass(t, DTensor) for t in types):
+            # Let DTensor run first: it desugars into local ops and the collectives of any
+            # redistribution, which then come back through this mode and are counted.
+            return NotImplemented
+        packet = func.overloadpacket
+        namespace = getattr(packet, "_qualified_op_name", str(packet)).split("::")[0]
+        name = packet.__name__
+        found = None
+        if namespace == "c10d":
+            found = _c10d(name, args)
+        elif namespace == "_c10d_functional":
+            found = _functional(name, args, kwargs)
+        if found is not None:
+            kind, nbytes, group = found
+            self.records.append(CollectiveRecord(kind, _ranks(group), nbytes, f"{namespace}.{name}", self.phase))
+        return func(*args, **kwargs)

@@ -1,0 +1,113 @@
+"""The tiny transformer that measurement runs train (torch).
+
+Input: a ``TinyShape``. Output: an ``nn.Module`` mapping token ids ``(batch, seq)`` to
+logits ``(batch, seq, vocab)``: token embedding, ``layers`` pre-norm blocks (fused
+q/k/v projection, causal attention, output projection, MLP), a final norm and an
+output head (tied to the embedding when the shape says so). No dropout and no
+position embedding, so a step is deterministic. Only imported by measurement workers.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .shape import TinyShape
+
+
+def _norm(shape: TinyShape) -> nn.Module:
+    if shape.norm == "rmsnorm":
+        return nn.RMSNorm(shape.hidden)
+    return nn.LayerNorm(shape.hidden)
+
+
+class Attention(nn.Module):
+    """Causal attention whose fused projection is laid out key/value group by group.
+
+    Column layout of ``qkv``: for each kv group, its query heads, then its key head, then
+    its value head. A contiguous column shard therefore holds whole groups, so the
+    module works unchanged on a tensor-parallel shard: it reads the local number of
+    groups from the local output width.
+    """
+
+    def __init__(self, shape: TinyShape):
+        super().__init__()
+        self.head_dim = shape.head_dim
+        self.q_per_kv = shape.heads // shape.kv_heads
+        self.qkv = nn.Linear(shape.hidden, shape.qkv_out, bias=shape.bias)
+        self.proj = nn.Linear(shape.hidden, shape.hidden, bias=shape.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        qkv = self.qkv(x)
+        qkv = qkv.view(b, s, -1, self.q_per_kv + 2, self.head_dim)  # (b, s, groups, q+2, d)
+        groups = qkv.shape[2]
+        q = qkv[:, :, :, : self.q_per_kv].reshape(b, s, groups * self.q_per_kv, self.head_dim)
+        k = qkv[:, :, :, self.q_per_kv].repeat_interleave(self.q_per_kv, dim=2)
+        v = qkv[:, :, :, self.q_per_kv + 1].repeat_interleave(self.q_per_kv, dim=2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = y.transpose(1, 2).reshape(b, s, groups * self.q_per_kv * self.head_dim)
+        return self.proj(y)
+
+
+class MLP(nn.Module):
+    """Two-layer MLP; a gated one interleaves gate and up in ``groups`` column blocks."""
+
+    def __init__(self, shape: TinyShape):
+        super().__init__()
+        self.gated = shape.gated_mlp
+        self.groups = shape.groups
+        width = 2 * shape.ffn if shape.gated_mlp else shape.ffn
+        self.fc1 = nn.Linear(shape.hidden, width, bias=shape.bias)
+        self.fc2 = nn.Linear(shape.ffn, shape.hidden, bias=shape.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc1(x)
+        if self.gated:
+            # under tensor parallelism the local width is a 1/t slice holding whole blocks
+            local_groups = max(1, self.groups * h.shape[-1] // self.fc1.out_features)
+            h = h.unflatten(-1, (local_groups, 2, -1))
+            h = (F.silu(h[..., 0, :]) * h[..., 1, :]).flatten(-2)
+        else:
+            h = F.gelu(h)
+        return self.fc2(h)
+
+
+class Block(nn.Module):
+    def __init__(self, shape: TinyShape):
+        super().__init__()
+        self.norm1 = _norm(shape)
+        self.attn = Attention(shape)
+        self.norm2 = _norm(shape)
+        self.mlp = MLP(shape)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class TinyTransformer(nn.Module):
+    def __init__(self, shape: TinyShape):
+        super().__init__()
+        self.shape = shape
+        self.embed = nn.Embedding(shape.vocab, shape.hidden)
+        self.blocks = nn.ModuleList(Block(shape) for _ in range(shape.layers))
+        self.norm = _norm(shape)
+        self.head = None if shape.tied_embeddings else nn.Linear(shape.hidden, shape.vocab, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x)
+        x = self.norm(x)
+        if self.head is None:
+            return x @ self.embed.weight.t()
+        return self.head(x)
+
+
+def build(shape: TinyShape, seed: int) -> TinyTransformer:
+    """The model with deterministic initial values (the same for every rank and the reference)."""
+    torch.manual_seed(seed)
+    return TinyTransformer(shape)

@@ -1,0 +1,105 @@
+"""The cost engine's prediction for the scaled-down run.
+
+Input: an ``ir.Spec``, one of its plans, the mesh axis sizes of the run and the tiny
+shape. Output: a ``Prediction`` — persistent bytes per state per rank and the
+collectives of one step (kind, axes, total buffer bytes) — obtained by rewriting the
+plan's model to the tiny shape in fp32 (params 4, grads 4, optimizer as the optimizer
+that runs, activations 4) and asking ``placement_logic.costs`` for it. The comparison
+consumes only ``Prediction``, so any other predictor can be plugged in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Mapping
+
+import sympy
+
+from .. import ir
+from .shape import TinyShape
+
+FP32 = 4
+OPTIMIZER_BYTES = {"adam": 8, "sgd_momentum": 4, "sgd": 0}  # fp32 state per parameter
+
+
+@dataclass(frozen=True)
+class PredictedCollective:
+    kind: str  # all_reduce | all_gather | reduce_scatter | all_to_all | p2p
+    axes: tuple[str, ...]
+    buffer_bytes: Fraction  # total over the step: buffer size m times calls per step
+    calls: Fraction
+    phase: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    source: str
+    psi: Fraction  # parameter count
+    state_bytes: tuple[tuple[str, Fraction], ...]  # persistent device bytes per rank
+    collectives: tuple[PredictedCollective, ...]
+
+    @property
+    def states(self) -> dict[str, Fraction]:
+        return dict(self.state_bytes)
+
+
+def _c(x: int | Fraction) -> ir.Const:
+    return ir.Const(Fraction(x))
+
+
+def scaled_plan(plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, int], optimizer: str) -> ir.Plan:
+    """``plan`` with its model replaced by the tiny fp32 shape and its axes by ``sizes``."""
+    tf = ir.Transformer(
+        hidden=_c(shape.hidden), layers=_c(shape.layers), heads=_c(shape.heads), kv_heads=_c(shape.kv_heads),
+        ffn=_c(shape.ffn), vocab=_c(shape.vocab), tied_embeddings=shape.tied_embeddings,
+        gated_mlp=shape.gated_mlp, norm=shape.norm, bias=shape.bias,
+    )
+    model = ir.Model(
+        params=None, bytes_params=_c(FP32), bytes_grads=_c(FP32), bytes_optimizer=_c(OPTIMIZER_BYTES[optimizer]),
+        bytes_activations=_c(FP32), seq=_c(shape.seq), microbatch=_c(shape.microbatch), microbatches=_c(1),
+        transformer=tf,
+    )
+    mesh = ir.Mesh(tuple(dataclasses.replace(a, size=_c(sizes[a.name])) for a in plan.mesh.axes))
+    return dataclasses.replace(plan, model=model, mesh=mesh)
+
+
+class UnboundPrediction(Exception):
+    """A predicted quantity that still has free symbols after substituting the run's values."""
+
+
+def _number(expr, subs: dict) -> Fraction:
+    value = expr.xreplace(subs) if isinstance(expr, sympy.Basic) else sympy.Integer(expr)
+    if not value.is_Rational:
+        value = sympy.expand(value)
+    if not value.is_Rational:
+        raise UnboundPrediction(f"prediction {value} is not a number (free symbols: {sorted(map(str, value.free_symbols))})")
+    return Fraction(int(value.p), int(value.q))
+
+
+def predict(spec: ir.Spec, plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, int], optimizer: str) -> Prediction:
+    from .. import costs
+    from ..symbolic import resolve_bindings
+
+    small = scaled_plan(plan, shape, sizes, optimizer)
+    subs = resolve_bindings(spec.bindings, overrides={k: Fraction(v) for k, v in sizes.items()})
+    pc = costs.derive(small)
+    states = tuple(
+        (s.value, _number(pc.memory.device[s], subs)) for s in (ir.State.PARAMS, ir.State.GRADS, ir.State.OPTIMIZER)
+    )
+    colls = []
+    for x in pc.communication.collectives:
+        if not x.collective.axes:
+            continue
+        calls = _number(x.count, subs)
+        colls.append(PredictedCollective(
+            kind=x.collective.kind.value,
+            axes=tuple(x.collective.axes),
+            buffer_bytes=_number(x.buffer, subs) * calls,
+            calls=calls,
+            phase=x.collective.phase.value,
+            description=x.collective.payload.description,
+        ))
+    return Prediction("placement_logic.costs", _number(pc.shape.psi, subs), states, tuple(colls))

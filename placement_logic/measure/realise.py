@@ -1,0 +1,228 @@
+"""Decide how PyTorch realises a plan, or say plainly why it cannot.
+
+Input: an ``ir.Plan`` and the mesh axis sizes of the run. Output: a ``Realisation``
+(which PyTorch implementation runs each axis, which overrides are reproduced and how
+faithfully) or an ``Unrealised`` with the reasons. Pure data; knows nothing of torch.
+
+Realised today, per axis role:
+  data (one axis): (R,R,R) -> DistributedDataParallel; (R,S,R) -> DDP +
+    ZeroRedundancyOptimizer; (R,S,S) -> FSDP2 fully_shard(reshard_after_forward=False)
+    ("ZeRO-2-like": parameters rest sharded); (S*,S,S) -> fully_shard with the plan's
+    reshard_after_forward.
+  data (two axes, R then S*/S/S): FSDP2 HYBRID_SHARD over a 2-D DeviceMesh.
+  tensor: DTensor tensor parallelism (ColwiseParallel / RowwiseParallel) on the blocks,
+    with sequence parallelism (SequenceParallel on the norms) when the plan asks for it.
+Overrides reproduced: grads reduce over () (no gradient all-reduce), grads divide by X
+with loss global_mean or per_device_mean (the reduced sum divided by the matching
+factor), clip_norm reduce over () (clip coefficient from the local shard's norm) and
+clip_norm reduce over (<all data axes>) (correct global clipping).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Mapping
+
+from .. import ir
+from .shape import ShapeError, value_of
+
+M = ir.Mode
+
+
+@dataclass(frozen=True)
+class Realisation:
+    plan: str
+    mesh: tuple[tuple[str, int], ...]  # (axis, size) in mesh order
+    implementation: str  # what PyTorch runs, in words
+    data: str | None = None  # ddp | zero1 | fsdp | hsdp
+    data_axes: tuple[str, ...] = ()
+    reshard_after_forward: bool = True
+    tensor_axis: str | None = None
+    sequence_parallel: bool = False
+    grad_reduce: str = "mean"  # mean | none (no reduction at all)
+    grad_divide: Fraction = Fraction(0)  # the reduced gradient sum is divided by this (0: the data-parallel size)
+    clip: str | None = None  # global | local
+    optimizer: str = "adam"  # adam | sgd_momentum | sgd
+    approximations: tuple[str, ...] = ()  # where the realisation differs from the plan
+
+    @property
+    def world(self) -> int:
+        n = 1
+        for _, s in self.mesh:
+            n *= s
+        return n
+
+    @property
+    def data_size(self) -> int:
+        n = 1
+        for a in self.data_axes:
+            n *= self.sizes[a]
+        return n
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return dict(self.mesh)
+
+
+@dataclass(frozen=True)
+class Unrealised:
+    plan: str
+    reasons: tuple[str, ...] = field(default=())
+
+
+def optimizer_for(bytes_optimizer: Fraction) -> str:
+    """fp32 optimizer matching the spec's optimizer byte width (see docs/validation.md)."""
+    if bytes_optimizer == 0:
+        return "sgd"
+    if bytes_optimizer == 4:
+        return "sgd_momentum"
+    return "adam"
+
+
+def _modes(plan: ir.Plan, axis: str) -> tuple[M, M, M]:
+    return (
+        plan.placement(ir.State.PARAMS).mode(axis),
+        plan.placement(ir.State.OPTIMIZER).mode(axis),
+        plan.placement(ir.State.GRADS).mode(axis),
+    )
+
+
+def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.Value]) -> Realisation | Unrealised:
+    reasons: list[str] = []
+    approx: list[str] = []
+    for p in plan.placements:
+        if p.offloaded:
+            reasons.append(f"{p.state.value} is offloaded to {p.residency.value}: CPU runs have no separate device memory to offload from")
+    if plan.schedule is not None:
+        reasons.append(f"pipeline schedule '{plan.schedule.kind.value}' is not realised by the harness")
+    if plan.recompute is not ir.Recompute.NONE:
+        reasons.append(f"{plan.recompute.value} recomputation only changes activations, which are not measured")
+    tf = plan.model.transformer
+    if tf is not None:
+        try:
+            if value_of(tf.experts, bindings) > 1:
+                reasons.append("mixture-of-experts layers are not realised by the harness")
+        except ShapeError as exc:
+            reasons.append(f"the model's expert count has no value: {exc}")
+    data_axes, tensor_axis = [], None
+    for axis in plan.mesh.names:
+        role = plan.role(axis)
+        if role is ir.Role.DATA:
+            data_axes.append(axis)
+        elif role in (ir.Role.TENSOR, ir.Role.SEQUENCE) and tensor_axis is None:
+            tensor_axis = axis
+        else:
+            reasons.append(f"axis '{axis}' with role {role.value} is not realised by the harness")
+    data, raf = None, True
+    impl: list[str] = []
+    if len(data_axes) == 1:
+        modes = _modes(plan, data_axes[0])
+        raf = plan.placement(ir.State.PARAMS).reshard_after_forward
+        if modes == (M.R, M.R, M.R):
+            data, impl = "ddp", ["DistributedDataParallel"]
+        elif modes == (M.R, M.S, M.R):
+            data, impl = "zero1", ["DistributedDataParallel + ZeroRedundancyOptimizer"]
+        elif modes == (M.R, M.S, M.S):
+            data, raf, impl = "fsdp", False, ["fully_shard(reshard_after_forward=False)"]
+            approx.append(
+                "ZeRO-2 keeps parameters replicated; FSDP2's closest mode (SHARD_GRAD_OP) keeps them "
+                "sharded between steps and gathers them once per step, so measured parameter bytes are 1/n "
+                "of the plan's and the parameter all-gather happens before forward instead of after the step"
+            )
+        elif modes == (M.S_STAR, M.S, M.S):
+            data, impl = "fsdp", [f"fully_shard(reshard_after_forward={raf})"]
+        else:
+            reasons.append("data-axis placement (params, optimizer, grads) = (" + ", ".join(m.value for m in modes) + ") has no PyTorch implementation")
+    elif len(data_axes) == 2:
+        outer, inner = _modes(plan, data_axes[0]), _modes(plan, data_axes[1])
+        raf = plan.placement(ir.State.PARAMS).reshard_after_forward
+        if outer == (M.R, M.R, M.R) and inner == (M.S_STAR, M.S, M.S):
+            data, impl = "hsdp", [f"fully_shard(mesh=2-D (replicate, shard), reshard_after_forward={raf}) (HYBRID_SHARD)"]
+        else:
+            reasons.append("two data axes are realised only as HYBRID_SHARD (R on the first, S*/S/S on the second)")
+    elif len(data_axes) > 2:
+        reasons.append("more than two data axes are not realised")
+    if tensor_axis is not None:
+        modes = _modes(plan, tensor_axis)
+        if modes != (M.S, M.S, M.S):
+            reasons.append(f"tensor axis '{tensor_axis}' is realised only with params, optimizer, grads all S")
+        if data not in (None, "fsdp", "ddp"):
+            reasons.append("tensor parallelism is combined only with DDP or FSDP on one data axis")
+        impl.append("DTensor " + ("Colwise/Rowwise + SequenceParallel" if plan.sequence_parallel else "ColwiseParallel/RowwiseParallel"))
+        approx.append(
+            "Megatron shards every parameter over the tensor axis in the plan; PyTorch (as Megatron itself) keeps "
+            "the embedding, the output head, the norms and the output-projection biases replicated"
+        )
+    grad_reduce, clip = "mean", None
+    loss, divide_by = "global_mean", None
+    for o in plan.overrides:
+        if o.target == "grads" and o.verb == "reduce" and o.group in (None, "all"):
+            if not o.axes:
+                grad_reduce = "none"
+            elif set(o.axes) != set(data_axes) or len(o.axes) != len(set(o.axes)):
+                reasons.append(f"override grads: reduce over ({', '.join(o.axes)}) is realised only as () or the data axes")
+        elif o.target == "grads" and o.verb == "divide" and o.group in (None, "all"):
+            try:
+                divide_by = value_of(o.by, bindings) if o.by is not None else None
+            except ShapeError as exc:
+                reasons.append(f"override grads: divide has no value: {exc}")
+        elif o.target == "loss" and o.verb in ("global_mean", "per_device_mean"):
+            loss = o.verb
+        elif o.target == "clip_norm" and o.verb == "reduce" and o.group in (None, "all"):
+            if not o.axes:
+                clip = "local"
+            elif set(o.axes) == set(data_axes) | ({tensor_axis} if tensor_axis else set()):
+                clip = "global"
+            else:
+                reasons.append(f"override clip_norm: reduce over ({', '.join(o.axes)}) is not realised")
+        else:
+            group = f"[{o.group}]" if o.group else ""
+            reasons.append(f"override {o.target}{group}: {o.verb} is not realised by the harness")
+    # Every rank's loss is the mean over its own tokens (all ranks hold equally many) and
+    # the gradient reduction sums and then divides by ``grad_divide``. That is the plan's
+    # gradient when the divisor is dp with a per-device-mean loss, or 1 with a global-mean
+    # loss (the loss already divided by the global token count): grad_divide = the
+    # plan's divisor × (dp for a global-mean loss).
+    n_data = _product(sizes, data_axes)
+    if divide_by is None:
+        divisor = Fraction(n_data)
+    else:
+        divisor = divide_by * (n_data if loss == "global_mean" else 1)
+    if divisor != n_data and data not in ("ddp", "zero1", "fsdp", "hsdp"):
+        reasons.append("a gradient divisor other than the data-parallel size needs DDP or FSDP")
+    if grad_reduce == "none" and data not in ("ddp", "zero1"):
+        reasons.append("skipping the gradient all-reduce is realised only with DistributedDataParallel")
+    if clip == "local" and data not in ("fsdp", "hsdp"):
+        reasons.append("a local-shard clip norm is realised only with FSDP (replicated gradients have no shard)")
+    if not data_axes and tensor_axis is None:
+        reasons.append("the plan has no data or tensor axis to realise")
+    if reasons:
+        return Unrealised(plan.name, tuple(reasons))
+    try:
+        optimizer = optimizer_for(value_of(plan.model.bytes_optimizer, bindings))
+    except ShapeError:
+        optimizer = "adam"
+    mesh = tuple((a, sizes[a]) for a in plan.mesh.names)
+    return Realisation(
+        plan=plan.name,
+        mesh=mesh,
+        implementation=" + ".join(impl),
+        data=data,
+        data_axes=tuple(data_axes),
+        reshard_after_forward=raf,
+        tensor_axis=tensor_axis,
+        sequence_parallel=plan.sequence_parallel and tensor_axis is not None,
+        grad_reduce=grad_reduce,
+        grad_divide=divisor,
+        clip=clip,
+        optimizer=optimizer,
+        approximations=tuple(approx),
+    )
+
+
+def _product(sizes: Mapping[str, int], axes) -> int:
+    n = 1
+    for a in axes:
+        n *= sizes[a]
+    return n

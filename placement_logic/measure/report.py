@@ -1,0 +1,102 @@
+"""Report data of a measurement: plain frozen data that renderers turn into text.
+
+Input: what ``compare`` derived from a prediction and a run. Output: ``MeasureReport``
+(with ``Row``s for every compared quantity and an ``Equivalence``). Nothing here knows
+of torch, sympy or lark. Outcomes: ``matched`` (every row equal or explained, the run
+equivalent), ``mismatch`` (a row differs with no explanation), ``diverged`` (the run is
+not equivalent to one device), ``unrealised`` (PyTorch cannot run the plan as written),
+``failed`` (a rank raised).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+TOLERANCE = 1e-5  # relative, fp32
+
+OUTCOMES = ("matched", "mismatch", "diverged", "unrealised", "failed")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One compared quantity. Bytes are per rank (the largest over ranks) or per step."""
+
+    group: str  # memory | collectives | parameters
+    quantity: str
+    predicted: Fraction | None
+    measured: Fraction | None
+    status: str  # match | explained | differs
+    note: str = ""
+    per_rank: tuple[int, ...] = ()  # measured on every rank, when ranks differ
+
+    @property
+    def abs_diff(self) -> Fraction | None:
+        if self.predicted is None or self.measured is None:
+            return None
+        return self.measured - self.predicted
+
+    @property
+    def rel_diff(self) -> Fraction | None:
+        d = self.abs_diff
+        if d is None:
+            return None
+        if self.predicted == 0:
+            return Fraction(0) if d == 0 else None
+        return d / self.predicted
+
+
+@dataclass(frozen=True)
+class CheckerView:
+    """What the checker says about the same plan (absent when the checker is not installed)."""
+
+    available: bool
+    verdict: str = ""  # proved | refuted | unknown
+    summary: tuple[str, ...] = ()  # refuted obligations with their counterexample
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    steps: int
+    param_abs: float
+    param_rel: float
+    param_worst: str
+    loss_abs: float
+    loss_rel: float
+    replicas_agree: bool  # every rank's gathered parameters are the same
+    tolerance: float = TOLERANCE
+
+    @property
+    def within(self) -> bool:
+        return self.param_rel <= self.tolerance and self.loss_rel <= self.tolerance and self.replicas_agree
+
+
+@dataclass(frozen=True)
+class MeasureReport:
+    file: str
+    plan: str
+    outcome: str
+    mesh: tuple[tuple[str, int], ...]
+    steps: int
+    implementation: str = ""
+    prediction_source: str = ""
+    shape: tuple[tuple[str, object], ...] = ()
+    approximations: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()  # why unrealised, or the error of a failed rank
+    rows: tuple[Row, ...] = ()
+    equivalence: Equivalence | None = None
+    checker: CheckerView | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def devices(self) -> int:
+        n = 1
+        for _, s in self.mesh:
+            n *= s
+        return n
+
+    def counts(self) -> dict[str, int]:
+        out = {"match": 0, "explained": 0, "differs": 0}
+        for r in self.rows:
+            out[r.status] += 1
+        return out

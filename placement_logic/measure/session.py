@@ -1,0 +1,156 @@
+"""Measure plans end to end: spec in, ``MeasureReport``s out.
+
+Input: an ``ir.Spec``, plan names, a device count and a step count. Output: one
+``MeasureReport`` per plan. Steps: choose the mesh sizes (``mesh_sizes``), decide the
+realisation (``realise``), scale the model down (``shape``), ask the cost engine
+(``predict``), run every realisable plan in one launch of ranks (``runner``), compare
+(``compare``) and, when the checker is installed, attach its verdict for the same sizes.
+Torch is imported only by the launched ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .. import ir
+from ..diagnostics import Diagnostic, DiagnosticError
+from .compare import compare
+from .predict import Prediction, UnboundPrediction, predict
+from .realise import Realisation, Unrealised, realise
+from .report import TOLERANCE, CheckerView, MeasureReport
+from .runner import LaunchError, launch
+from .shape import ShapeError, TinyShape, scale_down
+from .worker import Job
+
+DEFAULT_STEPS = 3
+
+
+def require_torch() -> None:
+    """PL601 unless torch can be imported by the ranks (checked without importing it)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise DiagnosticError([Diagnostic(
+            "PL601", "placement measure needs PyTorch to run a plan: pip install 'placement-logic[torch]'")])
+
+
+def mesh_sizes(plan: ir.Plan, devices: int | None) -> dict[str, int]:
+    """Axis sizes of the run: one axis takes all devices; k axes take 2 each (2^k devices)."""
+    names = plan.mesh.names
+    if len(names) == 1:
+        n = devices if devices is not None else 2
+        if n < 2:
+            raise DiagnosticError([Diagnostic("PL602", f"--devices {n}: a measurement needs at least 2 devices", plan.span)])
+        return {names[0]: n}
+    want = 2 ** len(names)
+    if devices is not None and devices != want:
+        raise DiagnosticError([Diagnostic(
+            "PL602", f"--devices {devices}: the mesh of plan '{plan.name}' has {len(names)} axes, each run with "
+            f"2 devices, so it needs {want}", plan.span)])
+    return {a: 2 for a in names}
+
+
+@dataclass(frozen=True)
+class Prepared:
+    plan: ir.Plan
+    realisation: Realisation
+    shape: TinyShape
+    prediction: Prediction
+
+
+def run_bindings(spec: ir.Spec, sizes: dict[str, int]) -> dict[str, ir.Value]:
+    b = spec.binding_map
+    b.update({a: ir.const(n) for a, n in sizes.items()})
+    return b
+
+
+def checker_view(spec: ir.Spec, plan: str, sizes: dict[str, int]) -> CheckerView:
+    """The checker's verdict at the run's sizes, or ``available=False`` without the checker."""
+    try:
+        from ..check.run import check_spec
+    except ImportError:
+        return CheckerView(False)
+    report = check_spec(spec, [plan], pinned=dict(sizes))
+    pr = report.plans[0]
+    summary = []
+    for o in pr.obligations:
+        if o.verdict.word == "refuted":
+            line = f"{o.name}: refuted"
+            if o.counterexample is not None:
+                line += f" — {o.counterexample.equation}"
+                summary.extend([line] + [f"  {d}" for d in o.counterexample.diagnosis])
+                continue
+            summary.append(line)
+    return CheckerView(True, pr.verdict.word, tuple(summary))
+
+
+def measure(spec: ir.Spec, plans: list[str], devices: int | None = None, steps: int = DEFAULT_STEPS,
+            launcher: Callable = launch, with_checker: bool = True) -> list[MeasureReport]:
+    """Measure the named plans of one spec."""
+    return measure_many([(spec, name) for name in plans], devices, steps, launcher, with_checker)
+
+
+def measure_many(items: list[tuple[ir.Spec, str]], devices: int | None = None, steps: int = DEFAULT_STEPS,
+                 launcher: Callable = launch, with_checker: bool = True) -> list[MeasureReport]:
+    """Measure (spec, plan) pairs; plans of the same world size share one launch of ranks."""
+    if steps < 1:
+        raise DiagnosticError([Diagnostic("PL604", f"--steps {steps}: at least one step is needed")])
+    reports: dict[tuple[str, str], MeasureReport] = {}
+    prepared: dict[int, list[tuple[ir.Spec, Prepared]]] = {}
+    for spec, name in items:
+        try:
+            plan = spec.plan(name)
+        except KeyError:
+            known = ", ".join(p.name for p in spec.plans) or "none"
+            raise DiagnosticError([Diagnostic("PL302", f"no plan named '{name}' (plans: {known})")]) from None
+        sizes = mesh_sizes(plan, devices)
+        mesh = tuple((a, sizes[a]) for a in plan.mesh.names)
+        r = realise(plan, sizes, run_bindings(spec, sizes))
+        if isinstance(r, Unrealised):
+            reports[spec.file, name] = MeasureReport(spec.file, name, "unrealised", mesh, steps, reasons=r.reasons)
+            continue
+        try:
+            shape = scale_down(plan, run_bindings(spec, sizes), sizes, r.tensor_axis)
+            prediction = predict(spec, plan, shape, sizes, r.optimizer)
+        except (ShapeError, UnboundPrediction) as exc:
+            reports[spec.file, name] = MeasureReport(
+                spec.file, name, "unrealised", mesh, steps, implementation=r.implementation,
+                reasons=(f"no numeric prediction for the scaled-down run: {exc}",))
+            continue
+        prepared.setdefault(r.world, []).append((spec, Prepared(plan, r, shape, prediction)))
+    if prepared:
+        require_torch()
+    for world, group in prepared.items():
+        jobs = [Job(f"job{i}", p.realisation, p.shape, steps) for i, (_, p) in enumerate(group)]
+        try:
+            results = launcher(jobs, world)
+        except LaunchError as exc:
+            for spec, p in group:
+                reports[spec.file, p.plan.name] = MeasureReport(
+                    spec.file, p.plan.name, "failed", p.realisation.mesh, steps,
+                    implementation=p.realisation.implementation, reasons=(str(exc),))
+            continue
+        for job, (spec, p) in zip(jobs, group):
+            reports[spec.file, p.plan.name] = _report(spec, p, results[job.key], steps, with_checker)
+    return [reports[spec.file, name] for spec, name in items]
+
+
+def _report(spec: ir.Spec, p: Prepared, results: list[dict], steps: int, with_checker: bool) -> MeasureReport:
+    r = p.realisation
+    base = dict(file=spec.file, plan=p.plan.name, mesh=r.mesh, steps=steps, implementation=r.implementation,
+                prediction_source=p.prediction.source, shape=tuple(p.shape.as_dict().items()),
+                approximations=r.approximations)
+    errors = [f"rank {res['rank']}: {res['error']}" for res in results if "error" in res]
+    if errors:
+        return MeasureReport(outcome="failed", reasons=tuple(errors), **base)
+    rows, eq = compare(p.prediction, r, results, p.shape)
+    checker = checker_view(spec, p.plan.name, r.sizes) if with_checker else None
+    if not eq.within:
+        outcome = "diverged"
+    elif any(row.status == "differs" for row in rows):
+        outcome = "mismatch"
+    else:
+        outcome = "matched"
+    notes = (f"equivalence tolerance {TOLERANCE:g} relative (fp32)",)
+    return MeasureReport(outcome=outcome, rows=tuple(rows), equivalence=eq, checker=checker, notes=notes, **base)

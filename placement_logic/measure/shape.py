@@ -1,0 +1,181 @@
+"""Scale a spec's model down to a transformer small enough to train on a few CPU processes.
+
+Input: an ``ir.Plan`` (its model, whose values may name ``let`` symbols) and the mesh
+axis sizes chosen for the run. Output: a ``TinyShape`` — exact integers for every
+dimension of the tiny transformer — and its exact parameter count. The rules are
+documented in docs/validation.md ("How the model is scaled down"); this module knows
+nothing of torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from math import lcm
+from typing import Mapping
+
+from .. import ir
+
+# The tiny transformer's fixed dimensions (before divisibility adjustments).
+TINY_HIDDEN_PER_HEAD = 8
+TINY_LAYERS = 2
+TINY_SEQ = 8
+TINY_MICROBATCH = 2
+TINY_VOCAB_BASE = 64
+
+
+class ShapeError(Exception):
+    """A model value that cannot be read as a number (a free symbol, a query)."""
+
+
+def value_of(value: ir.Value, bindings: Mapping[str, ir.Value]) -> Fraction:
+    """Exact value of an IR expression, resolving symbols through ``bindings`` (no recursion)."""
+    results: list[Fraction] = []
+    stack: list[tuple[ir.Value, bool]] = [(value, False)]
+    seen: set[str] = set()
+    while stack:
+        node, expanded = stack.pop()
+        if isinstance(node, ir.Const):
+            results.append(Fraction(node.value))
+        elif isinstance(node, ir.Sym):
+            if node.name not in bindings or node.name in seen:
+                raise ShapeError(f"'{node.name}' has no numeric value")
+            seen.add(node.name)
+            results.append(value_of(bindings[node.name], {k: v for k, v in bindings.items() if k != node.name}))
+        elif isinstance(node, ir.Op):
+            if not expanded:
+                stack.append((node, True))
+                stack.extend((a, False) for a in reversed(node.args))
+                continue
+            args = [results.pop() for _ in node.args][::-1]
+            results.append(_apply(node.op, args))
+        else:
+            raise ShapeError("a cost query cannot size the model")
+    return results[0]
+
+
+def _apply(op: str, args: list[Fraction]) -> Fraction:
+    if op == "neg":
+        return -args[0]
+    a, b = args
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    if op == "/":
+        if b == 0:
+            raise ShapeError("division by zero")
+        return a / b
+    if op == "^":
+        if b.denominator != 1:
+            raise ShapeError("non-integer exponent")
+        return a ** int(b)
+    raise ShapeError(f"unknown operator {op}")
+
+
+@dataclass(frozen=True)
+class TinyShape:
+    """Every dimension of the tiny transformer, as exact integers.
+
+    ``groups`` is the number of contiguous column groups the fused projections are laid
+    out in (the tensor-parallel size, 1 without one): the fused q/k/v projection holds
+    whole key/value groups per column block and a gated MLP interleaves gate and up by
+    block, so a contiguous column shard of either is a self-contained slice.
+    """
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int
+    seq: int
+    microbatch: int
+    tied_embeddings: bool = False
+    gated_mlp: bool = False
+    norm: str = "layernorm"
+    bias: bool = True
+    groups: int = 1
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def qkv_out(self) -> int:
+        return (self.heads + 2 * self.kv_heads) * self.head_dim
+
+    def param_count(self) -> int:
+        """Exact number of parameters of the tiny model (see ``measure.model``)."""
+        h, f, v = self.hidden, self.ffn, self.vocab
+        norm = 2 * h if self.norm == "layernorm" else h
+        b = 1 if self.bias else 0
+        mlp_in = 2 * f if self.gated_mlp else f
+        block = (
+            2 * norm
+            + h * self.qkv_out + b * self.qkv_out
+            + h * h + b * h
+            + h * mlp_in + b * mlp_in
+            + f * h + b * h
+        )
+        head = 0 if self.tied_embeddings else v * h
+        return v * h + self.layers * block + norm + head
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def _ratio(model_t: ir.Transformer | None, bindings, a: str, b: str, default: Fraction) -> Fraction:
+    if model_t is None:
+        return default
+    try:
+        return value_of(getattr(model_t, a), bindings) / value_of(getattr(model_t, b), bindings)
+    except (ShapeError, ZeroDivisionError):
+        return default
+
+
+def scale_down(plan: ir.Plan, bindings: Mapping[str, ir.Value], sizes: Mapping[str, int], tensor_axis: str | None) -> TinyShape:
+    """The tiny shape for ``plan`` run with mesh axis ``sizes``.
+
+    Structure (gated MLP, norm kind, biases, tied embeddings, the kv-heads/heads and
+    ffn/hidden ratios) is kept; sizes are replaced: 2 layers, 8 values per head, a
+    sequence of 8, a microbatch of 2, 64-token vocabulary; every dimension that a
+    sharded state splits along is rounded up to a multiple of the device count.
+    """
+    world = 1
+    for n in sizes.values():
+        world *= n
+    t = sizes.get(tensor_axis, 1) if tensor_axis else 1
+    tf = plan.model.transformer
+    kv_ratio = _ratio(tf, bindings, "kv_heads", "heads", Fraction(1))
+    ffn_ratio = _ratio(tf, bindings, "ffn", "hidden", Fraction(4))
+    # kv heads: a multiple of t; heads = kv * (heads/kv) rounded to keep the group size.
+    group = max(1, round(1 / kv_ratio)) if kv_ratio > 0 else 1
+    kv = max(t, 2 if group == 1 else 1)
+    kv = lcm(kv, t)
+    heads = kv * group
+    # hidden must split evenly over every device (dim-0 shards of norms and biases).
+    hidden = heads * TINY_HIDDEN_PER_HEAD
+    hidden = lcm(hidden, world)
+    head_dim = hidden // heads
+    hidden = heads * head_dim
+    ffn = max(1, round(hidden * ffn_ratio))
+    ffn = -(-ffn // lcm(world, t)) * lcm(world, t)
+    vocab = lcm(TINY_VOCAB_BASE, world)
+    return TinyShape(
+        hidden=hidden,
+        layers=TINY_LAYERS,
+        heads=heads,
+        kv_heads=kv,
+        ffn=ffn,
+        vocab=vocab,
+        seq=lcm(TINY_SEQ, t),
+        microbatch=TINY_MICROBATCH,
+        tied_embeddings=bool(tf.tied_embeddings) if tf else False,
+        gated_mlp=bool(tf.gated_mlp) if tf else False,
+        norm=tf.norm if tf else "layernorm",
+        bias=bool(tf.bias) if tf else True,
+        groups=t,
+    )

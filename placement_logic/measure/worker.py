@@ -1,0 +1,245 @@
+"""One rank of a measurement run (torch).
+
+Input: a ``Job`` (realisation, tiny shape, steps, seed), this process's rank and the
+rendezvous port. Output: a JSON file per rank and job holding what was measured: the
+collectives of every step (from ``CollectiveCounter``), the bytes of parameters,
+gradients and optimizer state this rank holds after the last step (local storage,
+shared storage counted once), the losses, and the largest difference from the same
+steps run on one process (which each rank computes itself, from the same seed and data).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import traceback
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .realise import Realisation
+from .shape import TinyShape
+
+
+TIMEOUT_S = 120  # a collective that waits longer than this fails the job
+
+
+@dataclass(frozen=True)
+class Job:
+    key: str
+    realisation: Realisation
+    shape: TinyShape
+    steps: int
+    seed: int = 0
+
+
+def _batch(shape: TinyShape, global_batch: int, seed: int, step: int):
+    import torch
+
+    g = torch.Generator().manual_seed(seed * 1000 + step + 1)
+    tokens = torch.randint(0, shape.vocab, (global_batch, shape.seq + 1), generator=g)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def _loss(logits, targets):
+    import torch.nn.functional as F
+
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def _storage_bytes(tensors) -> tuple[int, int]:
+    """(bytes of the distinct storages behind ``tensors``, bytes of the elements themselves)."""
+    from .torch_plan import local
+
+    seen: dict[int, int] = {}
+    elements = 0
+    for t in tensors:
+        if t is None:
+            continue
+        t = local(t)
+        st = t.untyped_storage()
+        seen[st.data_ptr()] = max(seen.get(st.data_ptr(), 0), st.nbytes())
+        elements += t.numel() * t.element_size()
+    return sum(seen.values()), elements
+
+
+def _unsharded_on(trainer, axis: str | None) -> int:
+    """Local bytes of parameters that are not sharded over ``axis`` (replicated on it)."""
+    from .torch_plan import local
+
+    if axis is None:
+        return 0
+    total = 0
+    for name, p in trainer.named:
+        if not trainer.sharded_on(name, p, axis):
+            t = local(p)
+            total += t.numel() * t.element_size()
+    return total
+
+
+def _reference(job: Job, global_batch: int):
+    """The same steps on one process: final parameters by name and the losses."""
+    import torch
+
+    from . import model as tiny
+    from .torch_plan import MAX_NORM, clip_global, make_optimizer
+
+    m = tiny.build(job.shape, job.seed)
+    opt = make_optimizer(job.realisation.optimizer, m.parameters())
+    losses = []
+    for step in range(job.steps):
+        x, y = _batch(job.shape, global_batch, job.seed, step)
+        loss = _loss(m(x), y)
+        loss.backward()
+        if job.realisation.clip is not None:
+            clip_global(list(m.parameters()), MAX_NORM)
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return {n: p.detach().clone() for n, p in m.named_parameters()}, losses
+
+
+def _device(rank: int):
+    """CUDA when every rank has a GPU (NCCL), else the CPU (gloo)."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() > rank:
+        return torch.device("cuda", rank)
+    return torch.device("cpu")
+
+
+def run_job(job: Job, rank: int) -> dict:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from . import model as tiny
+    from .counter import CollectiveCounter
+    from .torch_plan import apply
+
+    r = job.realisation
+    names = tuple(a for a, _ in r.mesh)
+    device = _device(rank)
+    mesh = init_device_mesh(device.type, tuple(s for _, s in r.mesh), mesh_dim_names=names)
+    coords = dict(zip(names, mesh.get_coordinate()))
+    dp = 1
+    dp_index = 0
+    for a in r.data_axes:
+        dp_index = dp_index * r.sizes[a] + coords[a]
+        dp *= r.sizes[a]
+    global_batch = job.shape.microbatch * dp
+    trainer = apply(r, tiny.build(job.shape, job.seed).to(device), mesh)
+    steps, losses = [], []
+    for step in range(job.steps):
+        x, y = _batch(job.shape, global_batch, job.seed, step)
+        lo, hi = dp_index * job.shape.microbatch, (dp_index + 1) * job.shape.microbatch
+        counter = CollectiveCounter()
+        with counter:
+            counter.phase = "forward"
+            loss = _loss(trainer.module(x[lo:hi].to(device)), y[lo:hi].to(device))
+            counter.phase = "backward"
+            loss.backward()
+            if trainer.clip is not None:
+                counter.phase = "clip"
+                trainer.clip()
+            counter.phase = "optimizer"
+            trainer.optimizer.step()
+        steps.append([asdict(c) for c in counter.records])
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        losses.append(mean.item() / r.world)
+        if step == job.steps - 1:
+            params = [p for _, p in trainer.named]
+            state = trainer.optimizer_state()
+            moments, counters = [], []
+            for per_param in state.values():
+                for key, t in per_param.items():
+                    if isinstance(t, torch.Tensor):
+                        (counters if key == "step" else moments).append(t)
+            held = {
+                "params": _storage_bytes(params),
+                "grads": _storage_bytes(p.grad for p in params),
+                "optimizer": _storage_bytes(moments),
+                "optimizer_step_counters": _storage_bytes(counters),
+            }
+            replicated = _unsharded_on(trainer, r.tensor_axis)
+        trainer.optimizer.zero_grad()
+    # equivalence: full parameters against the single-process run
+    ref, ref_losses = _reference(job, global_batch)
+    # largest elementwise difference, relative to the largest parameter magnitude of the model
+    worst_abs, worst_name, scale = 0.0, "", 0.0
+    for name, p in trainer.named:
+        full = trainer.full(name, p).detach().cpu()
+        want = ref[name]
+        scale = max(scale, want.abs().max().item())
+        diff = (full - want).abs().max().item()
+        if diff > worst_abs or not worst_name:
+            worst_abs, worst_name = diff, name
+    worst_rel = worst_abs / max(scale, 1e-30)
+    fingerprint = 0.0
+    count = 0
+    for name, p in trainer.named:
+        full = trainer.full(name, p)
+        fingerprint += full.detach().double().pow(2).sum().item()
+        count += full.numel()
+    loss_abs = max(abs(a - b) for a, b in zip(losses, ref_losses))
+    loss_rel = max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(losses, ref_losses))
+    return {
+        "key": job.key,
+        "rank": rank,
+        "coords": coords,
+        "collectives": steps,
+        "held": {k: {"storage": v[0], "elements": v[1]} for k, v in held.items()},
+        "tensor_replicated_param_bytes": replicated,
+        "param_count": count,
+        "param_tensors": len(trainer.named),
+        "fingerprint": fingerprint,
+        "losses": losses,
+        "reference_losses": ref_losses,
+        "param_abs_diff": worst_abs,
+        "param_rel_diff": worst_rel,
+        "param_worst": worst_name,
+        "loss_abs_diff": loss_abs,
+        "loss_rel_diff": loss_rel,
+    }
+
+
+def main(rank: int, world: int, port: int, jobs: list[Job], outdir: str) -> None:
+    """Run every job as ``rank``, writing ``<outdir>/<key>.<rank>.json``."""
+    warnings.filterwarnings("ignore")
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    import torch
+    import torch.distributed as dist
+
+    from datetime import timedelta
+
+    torch.set_num_threads(1)
+    device = _device(rank)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}",
+                            timeout=timedelta(seconds=TIMEOUT_S))
+    try:
+        for job in jobs:
+            try:
+                result = run_job(job, rank)
+            except Exception as exc:  # reported per job: one failing realisation must not hide the others
+                where = traceback.extract_tb(exc.__traceback__)[-1]
+                result = {"key": job.key, "rank": rank,
+                          "error": f"{type(exc).__name__}: {exc} ({Path(where.filename).name}:{where.lineno})"}
+            Path(outdir, f"{job.key}.{rank}.json").write_text(json.dumps(result))
+            dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    import pickle
+    import sys
+
+    _outdir, _rank, _world, _port = sys.argv[1:5]
+    _jobs = pickle.loads(Path(_outdir, "jobs.pkl").read_bytes())  # written by runner.launch
+    main(int(_rank), int(_world), int(_port), _jobs, _outdir)

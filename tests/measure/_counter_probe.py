@@ -1,0 +1,30 @@
+"""A two-rank probe of CollectiveCounter: known collectives in, their records out (JSON).
+
+Run as ``python _counter_probe.py OUTDIR RANK WORLD PORT`` by tests/measure/test_counter.py.
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from placement_logic.measure.counter import CollectiveCounter
+
+outdir, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}")
+counter = CollectiveCounter()
+with counter:
+    dist.all_reduce(torch.ones(1000, dtype=torch.float32))
+    out = torch.empty(2 * 500, dtype=torch.float32)
+    dist.all_gather_into_tensor(out, torch.ones(500, dtype=torch.float32))
+    dist.reduce_scatter_tensor(torch.empty(250, dtype=torch.float32), torch.ones(500, dtype=torch.float32))
+    dist.broadcast(torch.ones(10, dtype=torch.float64), src=0)
+    from torch.distributed._functional_collectives import all_reduce as funcol_all_reduce
+
+    funcol_all_reduce(torch.ones(300, dtype=torch.float32), "sum", dist.group.WORLD).wait()
+Path(outdir, f"{rank}.json").write_text(json.dumps([r.__dict__ for r in counter.records]))
+dist.destroy_process_group()

@@ -1,0 +1,39 @@
+"""The collective counter sees known collectives with their true kind, group and bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from placement_logic.measure.runner import free_port  # noqa: E402
+
+pytestmark = pytest.mark.torch
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_counter_sees_known_collectives(tmp_path):
+    port = str(free_port())
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    probe = Path(__file__).with_name("_counter_probe.py")
+    procs = [subprocess.Popen([sys.executable, str(probe), str(tmp_path), str(r), "2", port], env=env,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    for rank in range(2):
+        records = json.loads(Path(tmp_path, f"{rank}.json").read_text())
+        got = [(r["kind"], tuple(r["ranks"]), r["bytes"]) for r in records]
+        assert got == [
+            ("all_reduce", (0, 1), 1000 * 4),  # 1000 fp32 elements
+            ("all_gather", (0, 1), 2 * 500 * 4),  # the gathered output
+            ("reduce_scatter", (0, 1), 500 * 4),  # the full input
+            ("broadcast", (0, 1), 10 * 8),  # fp64
+            ("all_reduce", (0, 1), 300 * 4),  # a functional collective (DTensor's path)
+        ]

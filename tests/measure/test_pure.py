@@ -1,0 +1,210 @@
+"""Measurement logic that needs no torch: scaling, realisation, grouping, comparison, rendering."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from fractions import Fraction
+
+import pytest
+
+from placement_logic.cli import main
+from placement_logic.loader import load_spec, load_string
+from placement_logic.measure import render
+from placement_logic.measure.compare import axes_of_group, compare
+from placement_logic.measure.predict import Prediction, PredictedCollective
+from placement_logic.measure.realise import Realisation, Unrealised, realise
+from placement_logic.measure.session import mesh_sizes, run_bindings
+from placement_logic.measure.shape import scale_down
+
+
+def _realise(path, plan_name):
+    spec = load_spec(path)
+    plan = spec.plan(plan_name)
+    sizes = mesh_sizes(plan, None)
+    return realise(plan, sizes, run_bindings(spec, sizes)), spec, plan, sizes
+
+
+@pytest.mark.parametrize("overrides,divide", [
+    ("", 2),  # global-mean loss, no division: the mean
+    ("override grads: divide by 1", 2),  # the same, said explicitly
+    ("override grads: divide by dp", 4),  # global mean divided again: half the gradient
+    ("override loss: per_device_mean", 2),  # per-device means averaged (divided by dp)
+    ("override loss: per_device_mean\n  override grads: divide by 1", 1),  # per-device means summed
+])
+def test_gradient_divisor_follows_the_loss_convention(overrides, divide):
+    spec = load_string("from std.data import ddp\nmodel { params = 1e9 }\nmesh { dp = 8 }\n"
+                       f"plan p {{\n  dp: ddp\n  {overrides}\n}}\n", file="<t>")
+    plan = spec.plan("p")
+    r = realise(plan, {"dp": 2}, run_bindings(spec, {"dp": 2}))
+    assert r.grad_divide == divide
+
+
+@pytest.mark.parametrize("path,plan,data,raf", [
+    ("examples/library/ddp.place", "ddp", "ddp", True),
+    ("examples/library/zero1.place", "zero1", "zero1", True),
+    ("examples/library/zero2.place", "zero2", "fsdp", False),
+    ("examples/library/zero3.place", "zero3", "fsdp", True),
+    ("examples/library/fsdp_full_shard.place", "fsdp_full_shard", "fsdp", True),
+    ("examples/library/fsdp_shard_grad_op.place", "fsdp_shard_grad_op", "fsdp", False),
+    ("examples/library/hybrid_shard.place", "hybrid_shard", "hsdp", True),
+], ids=lambda x: str(x))
+def test_data_strategies_map_to_pytorch(path, plan, data, raf):
+    r, *_ = _realise(path, plan)
+    assert isinstance(r, Realisation)
+    assert (r.data, r.reshard_after_forward) == (data, raf)
+    # only ZeRO-2 is approximated (FSDP keeps its parameters sharded)
+    assert bool(r.approximations) == (plan == "zero2")
+
+
+@pytest.mark.parametrize("path,plan,why", [
+    ("examples/library/zero_offload.place", "zero_offload", "offloaded"),
+    ("examples/library/gpipe.place", "gpipe", "pipeline schedule"),
+    ("examples/library/expert_parallel.place", "expert_parallel", "mixture-of-experts"),
+    ("examples/library/context_parallel.place", "context_parallel", "role context"),
+])
+def test_unrealisable_plans_say_why(path, plan, why):
+    r, *_ = _realise(path, plan)
+    assert isinstance(r, Unrealised)
+    assert any(why in reason for reason in r.reasons)
+
+
+def test_bug_overrides_are_realised():
+    path = "examples/measure/grad_sync_bugs.place"
+    assert _realise(path, "ddp_no_allreduce")[0].grad_reduce == "none"
+    # per-device-mean loss summed and divided by 1: the reduced sum is divided by 1 (dp=2 is right)
+    assert _realise(path, "ddp_sum_not_mean")[0].grad_divide == 1
+    assert _realise(path, "ddp_ok")[0].grad_divide == 2
+    assert _realise(path, "zero3_local_clip")[0].clip == "local"
+    assert _realise(path, "zero3_clip_ok")[0].clip == "global"
+    assert _realise(path, "ddp_ok")[0].optimizer == "sgd_momentum"  # optimizer = 4 bytes
+
+
+SPEC = """
+model {
+  transformer { hidden = 8192 layers = 80 heads = 64 kv_heads = 8 ffn = 28672 vocab = 32000
+                gated_mlp norm = rmsnorm bias = false }
+  seq = 2048 microbatch = 1
+}
+mesh { dp = 8 tp = 8 }
+plan p { dp: fsdp_full_shard tp: megatron_tp }
+"""
+
+
+def test_scaled_shape_keeps_structure_and_divides():
+    spec = load_string("from std.data import fsdp_full_shard\nfrom std.tensor import megatron_tp\n" + SPEC, file="<t>")
+    plan = spec.plan("p")
+    sizes = {"dp": 2, "tp": 2}
+    sh = scale_down(plan, run_bindings(spec, sizes), sizes, "tp")
+    assert (sh.gated_mlp, sh.norm, sh.bias) == (True, "rmsnorm", False)
+    assert sh.heads // sh.kv_heads == 64 // 8  # GQA group size kept
+    # ffn/hidden kept up to rounding ffn to a multiple of the device count (4)
+    assert abs(Fraction(sh.ffn, sh.hidden) - Fraction(28672, 8192)) <= Fraction(4, sh.hidden)
+    for dim in (sh.hidden, sh.ffn, sh.vocab, sh.qkv_out):
+        assert dim % 4 == 0  # every sharded dimension splits over dp × tp without padding
+    assert sh.kv_heads % 2 == 0 and sh.seq % 2 == 0
+
+
+def test_param_count_brute_force():
+    """TinyShape.param_count against a count of every weight written out by hand."""
+    spec = load_spec("examples/library/ddp.place")
+    sh = scale_down(spec.plan("ddp"), spec.binding_map, {"dp": 2}, None)
+    h, f, v, L = sh.hidden, sh.ffn, sh.vocab, sh.layers
+    d = h // sh.heads
+    per_layer = (
+        2 * (h + h)  # two layernorms, weight + bias
+        + h * (sh.heads * d) + sh.heads * d  # q
+        + 2 * (h * (sh.kv_heads * d) + sh.kv_heads * d)  # k, v
+        + h * h + h  # output projection
+        + h * f + f + f * h + h  # MLP
+    )
+    assert sh.param_count() == v * h + L * per_layer + 2 * h + v * h
+
+
+@pytest.mark.parametrize("sizes", [(2,), (2, 2), (2, 3, 2)])
+def test_axes_of_group_brute_force(sizes):
+    names = tuple("abc"[: len(sizes)])
+    mesh = tuple(zip(names, sizes))
+    grid = list(itertools.product(*(range(n) for n in sizes)))  # row-major order = rank order
+    for rank, coords in enumerate(grid):
+        for k in range(1, len(names) + 1):
+            for axes in itertools.combinations(names, k):
+                group = tuple(r for r, c in enumerate(grid)
+                              if all(c[i] == coords[i] for i, a in enumerate(names) if a not in axes))
+                assert axes_of_group(group, dict(zip(names, coords)), mesh) == axes
+
+
+def _result(rank, held, colls, **extra):
+    base = {"rank": rank, "coords": {"dp": rank}, "held": {k: {"storage": v, "elements": v} for k, v in held.items()},
+            "collectives": [colls], "param_count": 100, "param_tensors": 4, "tensor_replicated_param_bytes": 0,
+            "losses": [1.0], "param_abs_diff": 0.0, "param_rel_diff": 0.0, "param_worst": "w", "loss_abs_diff": 0.0,
+            "loss_rel_diff": 0.0, "fingerprint": 1.0}
+    base.update(extra)
+    return base
+
+
+def test_zero1_partition_and_broadcast_are_explained_not_hidden():
+    r = Realisation("z", (("dp", 2),), "x", data="zero1", data_axes=("dp",))
+    pred = Prediction("test", Fraction(100), (("params", Fraction(400)), ("grads", Fraction(400)),
+                                              ("optimizer", Fraction(400))),
+                      (PredictedCollective("reduce_scatter", ("dp",), Fraction(400), Fraction(1), "grad_sync"),
+                       PredictedCollective("all_gather", ("dp",), Fraction(400), Fraction(1), "refresh")))
+    colls = [{"kind": "all_reduce", "ranks": [0, 1], "bytes": 400, "phase": "backward"},
+             {"kind": "broadcast", "ranks": [0, 1], "bytes": 300, "phase": "optimizer"},
+             {"kind": "broadcast", "ranks": [0, 1], "bytes": 100, "phase": "optimizer"}]
+    held = [{"params": 400, "grads": 400, "optimizer": 480, "optimizer_step_counters": 0},
+            {"params": 400, "grads": 400, "optimizer": 320, "optimizer_step_counters": 0}]
+    results = [_result(i, held[i], colls) for i in range(2)]
+    shape = scale_down(load_spec("examples/library/zero1.place").plan("zero1"), {}, {"dp": 2}, None)
+    rows, eq = compare(pred, r, results, shape)
+    by = {row.quantity: row for row in rows}
+    opt = by["optimizer held per rank"]
+    assert (opt.status, opt.per_rank, opt.measured) == ("explained", (480, 320), 480)
+    assert opt.abs_diff == 80 and opt.rel_diff == Fraction(1, 5)
+    assert all(row.status in ("match", "explained") for row in rows)
+    # an unexplained extra collective is reported as a difference
+    results[0]["collectives"][0].append({"kind": "all_to_all", "ranks": [0, 1], "bytes": 8, "phase": "forward"})
+    rows, _ = compare(pred, r, results, shape)
+    assert [row.status for row in rows if "all_to_all" in row.quantity] == ["differs"]
+
+
+def test_measure_without_torch_is_an_input_error(monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    status = main(["measure", "examples/library/ddp.place", "--plan", "ddp"], out=out, err=err)
+    assert status == 2 and "[PL601]" in err.getvalue()
+
+
+def test_bad_devices_is_a_diagnostic():
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    status = main(["measure", "examples/library/hybrid_shard.place", "--plan", "hybrid_shard", "--devices", "2"],
+                  out=out, err=err)
+    assert status == 2 and "[PL602]" in err.getvalue()
+
+
+def test_unrealised_plan_exit_status_and_json():
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    status = main(["measure", "examples/library/gpipe.place", "--plan", "gpipe", "--format", "json", "--no-check"],
+                  out=out, err=err)
+    doc = json.loads(out.getvalue())
+    assert status == 4
+    assert doc["schema_version"] == render.SCHEMA_VERSION and doc["tool"] == "placement-logic"
+    plan = doc["plans"][0]
+    assert plan["outcome"] == "unrealised" and plan["rows"] == [] and plan["reasons"]
+
+
+def test_importing_the_package_does_not_import_torch():
+    code = ("import sys, placement_logic.cli, placement_logic.commands.measure, placement_logic.measure.session, "
+            "placement_logic.measure.validate; assert 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
