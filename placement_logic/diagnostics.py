@@ -94,6 +94,11 @@ CODES: dict[str, tuple[str, str]] = {
     # usage: PL3xx
     "PL301": ("bad-set", "A --set option that is not NAME=NUMBER or names nothing in the spec."),
     "PL302": ("unknown-plan", "A --plan option that names no plan in the spec."),
+    # cost engine: PL400-PL449
+    "PL400": ("bad-value-expression", "A value expression the cost engine cannot translate (unknown operator or node)."),
+    "PL401": ("query-not-allowed", "A cost query (memory(...), comm(...)) where only plain values are allowed."),
+    "PL402": ("bad-query-argument", "A cost query argument that is not a state, 'transient', an axis or 'host'."),
+    "PL403": ("unknown-query", "A cost query other than memory, host_memory, model_state, comm, volume."),
 }
 
 

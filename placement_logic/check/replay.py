@@ -1,0 +1,307 @@
+"""Concrete replay: run one step of a plan on an explicit small mesh, in exact Fractions.
+
+Input: a ``StepModel`` (what the system does), the derived one (what is correct) and a
+solver witness (plain numbers). Output: a ``Counterexample`` when the concrete run
+really breaks the condition, else None. No solver is used here: every device holds its
+own buffer and every collective is applied element by element, so a witness survives
+only if plain arithmetic agrees with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from itertools import product
+from math import lcm
+from typing import Iterable
+
+from .. import ir
+from . import steps as st
+from .report import Counterexample
+from .values import fold, resolver, show
+
+Coord = tuple[int, ...]
+
+
+def _frac(x: Fraction) -> str:
+    return str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
+
+
+def coords_text(names: Iterable[str], coord: Iterable[int]) -> str:
+    return "(" + ", ".join(f"{n}={c}" for n, c in zip(names, coord)) + ")"
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every replay needs besides the witness."""
+
+    step: st.StepModel
+    derived: st.StepModel
+    bindings: dict[str, ir.Value]
+    file: str
+    pinned: dict[str, int]
+
+    def command(self, sizes: dict[str, int]) -> str:
+        sets = " ".join(f"--set {k}={v}" for k, v in sizes.items())
+        return f"placement check {self.file} --plan {self.step.plan} {sets}".rstrip()
+
+    def sizes_tuple(self, sizes: dict[str, int]) -> tuple[tuple[str, int], ...]:
+        return tuple((k, sizes[k]) for k in self.step.axes + (st.MICROBATCHES,))
+
+
+def dim_size(d: st.GradDim, sizes: dict[str, int]) -> int:
+    if d.tie:
+        return 2 if sizes[d.axis] >= 2 else 1
+    return sizes[d.axis if d.axis else st.MICROBATCHES]
+
+
+def divisor_value(ctx: Context, g: st.GroupModel, sizes: dict[str, int]) -> Fraction:
+    if g.divisor_value is not None:
+        leaf = resolver(ctx.bindings, {k: Fraction(v) for k, v in sizes.items()})
+        return Fraction(fold(g.divisor_value, leaf))
+    out = Fraction(1)
+    for a in g.divisor_axes:
+        out *= sizes[a]
+    return out
+
+
+def divisor_text(g: st.GroupModel) -> str:
+    if g.divisor_value is not None:
+        return show(g.divisor_value)
+    return "·".join(g.divisor_axes) or "1"
+
+
+# --------------------------------------------------------------------------- gradient simulation
+
+
+@dataclass
+class GradRun:
+    grid: list[st.GradDim]  # device dimensions
+    values: dict[Coord, Fraction]  # final gradient buffer per device
+    expected: dict[Coord, Fraction]  # global-batch gradient of the element each device holds
+    total_tokens: int
+
+
+def simulate_gi(ctx: Context, g: st.GroupModel, sizes: dict[str, int], counts: dict[Coord, int],
+                contrib: dict[tuple[Coord, Coord], Fraction]) -> GradRun:
+    """One step of group ``g``: local grads, the plan's reductions, accumulation, divisor.
+
+    counts: token shard (coords over g's token dims) -> tokens. contrib: (element,
+    data shard over g's split dims) -> summed per-token gradient of that shard.
+    """
+    tdims = [d for d in g.dims if d.kind == st.TOKEN]
+    sdims = [d for d in g.dims if d.kind in (st.TOKEN, st.SPLIT)]
+    grid = [d for d in g.dims if d.name != st.MICROBATCHES]
+    edims = [d for d in grid if d.kind == st.SHARDED or d.implicit]
+    mdim = g.dim(st.MICROBATCHES)
+    m = sizes[st.MICROBATCHES]
+    norm = set(g.norm_dims)
+    tpos = {d.name: i for i, d in enumerate(tdims)}
+
+    def slab(tau: Coord) -> int:
+        fixed = [i for i, d in enumerate(tdims) if d.name not in norm]
+        return sum(n for t, n in counts.items() if all(t[i] == tau[i] for i in fixed))
+
+    total = sum(counts.values())
+    ranges = [range(dim_size(d, sizes)) for d in grid]
+    devices = list(product(*ranges))
+    gpos = {d.name: i for i, d in enumerate(grid)}
+    implicit = [d for d in grid if d.implicit]
+
+    def local(dev: Coord, t: int) -> Fraction:
+        elem = tuple(dev[gpos[d.name]] for d in edims)
+        total_v = Fraction(0)
+        for extra in product(*[range(dim_size(d, sizes)) for d in implicit]):
+            over = {d.name: c for d, c in zip(implicit, extra)}
+            sigma = tuple(
+                t if d.name == st.MICROBATCHES else over.get(d.name, dev[gpos[d.name]] if d.name in gpos else 0)
+                for d in sdims
+            )
+            s = contrib.get((elem, sigma))
+            if s:
+                tau = tuple(sigma[i] for i, d in enumerate(sdims) if d.kind == st.TOKEN)
+                total_v += s / slab(tau)
+        return total_v
+
+    per_t = [{dev: local(dev, t) for dev in devices} for t in range(m)]
+    for d in grid:
+        for _ in range(d.k):
+            i = gpos[d.name]
+            for buf in per_t:
+                sums: dict[Coord, Fraction] = {}
+                for dev, v in buf.items():
+                    key = dev[:i] + dev[i + 1:]
+                    sums[key] = sums.get(key, Fraction(0)) + v
+                for dev in buf:
+                    buf[dev] = sums[dev[:i] + dev[i + 1:]]
+    if mdim.k >= 1:
+        acc = {dev: sum((buf[dev] for buf in per_t), Fraction(0)) for dev in devices}
+    else:
+        acc = dict(per_t[-1])
+    div = divisor_value(ctx, g, sizes)
+    values = {dev: (v / div if div != 0 else Fraction(0)) for dev, v in acc.items()}
+    expected = {}
+    for dev in devices:
+        elem = tuple(dev[gpos[d.name]] for d in edims)
+        expected[dev] = sum((s for (e, _), s in contrib.items() if e == elem), Fraction(0)) / total
+    return GradRun(grid, values, expected, total)
+
+
+def _concrete_counts(g: st.GroupModel, sizes: dict[str, int], ref: dict[str, int],
+                     blocks: dict[frozenset[str], Fraction | int]) -> dict[Coord, int] | None:
+    """Token counts per shard realising the witness's block sums (None if impossible)."""
+    tdims = [d for d in g.dims if d.kind == st.TOKEN]
+    scale = lcm(*[Fraction(v).denominator for v in blocks.values()]) if blocks else 1
+    members: dict[frozenset[str], list[Coord]] = {}
+    for tau in product(*[range(dim_size(d, sizes)) for d in tdims]):
+        b = frozenset(d.name for d, c in zip(tdims, tau) if c != ref[d.name])
+        members.setdefault(b, []).append(tau)
+    counts: dict[Coord, int] = {}
+    for b, taus in members.items():
+        n = Fraction(blocks.get(b, 0)) * scale
+        if n.denominator != 1 or n < len(taus):
+            return None
+        counts[taus[0]] = int(n) - (len(taus) - 1)
+        for tau in taus[1:]:
+            counts[tau] = 1
+    return counts
+
+
+def _reference(g: st.GroupModel, sizes: dict[str, int]) -> dict[str, int]:
+    """The observer's coordinate on each split dimension (the kept microbatch is the last)."""
+    return {d.name: (sizes[st.MICROBATCHES] - 1 if d.name == st.MICROBATCHES else 0)
+            for d in g.dims if d.kind in (st.TOKEN, st.SPLIT)}
+
+
+def _other(ref: int) -> int:
+    return 1 if ref == 0 else 0
+
+
+def diagnose_group(ctx: Context, g: st.GroupModel) -> list[str]:
+    """What differs between the plan's handling of a group and the correct derivation."""
+    ref = ctx.derived.group(g.group)
+    out = []
+    for d in g.dims:
+        dd = ref.dim(d.name)
+        if d.k == dd.k:
+            continue
+        where = d.axis if not d.tie else f"the tied pair of {d.axis} stages"
+        if d.name == st.MICROBATCHES:
+            out.append("only the last microbatch's gradient survives: it is not accumulated "
+                       "(no accumulation buffer, no per-microbatch reduce-scatter)")
+        elif d.kind == st.SHARDED or d.implicit:
+            out.append(f"all-reduce over {where} adds up different parameters ({d.why})")
+        elif d.kind == st.INVARIANT:
+            out.append(f"all-reduce over {where} sums {d.k} identical copies: the gradient is multiplied by {where}")
+        elif d.k == 0:
+            out.append(f"missing all-reduce over {where}: the gradient there is a partial sum ({d.why})")
+        else:
+            out.append(f"reduced {d.k} times over {where} instead of {dd.k}: the gradient is multiplied by {where}")
+    if tuple(g.norm_dims) != tuple(ref.norm_dims):
+        if ctx.step.loss != "global_mean":
+            kind = "device" if ctx.step.loss == "per_device_mean" else "microbatch"
+            out.append(f"loss is a mean of per-{kind} token means, normalised over ({', '.join(g.norm_dims) or 'nothing'}) "
+                       f"instead of the global token count over ({', '.join(ref.norm_dims)}): "
+                       "equal to the global mean only when token counts are equal")
+        else:
+            out.append(f"token count summed over ({', '.join(g.norm_dims)}) instead of ({', '.join(ref.norm_dims)})")
+    if (g.divisor_value, g.divisor_axes) != (ref.divisor_value, ref.divisor_axes):
+        out.append(f"divided by {divisor_text(g)}; the normalisation needs {divisor_text(ref)}")
+    return out
+
+
+def _gi_counterexample(ctx: Context, g: st.GroupModel, sizes: dict[str, int], run: GradRun,
+                       counts: dict[Coord, int], contrib_text: str, extra: list[str]) -> Counterexample | None:
+    bad = [dev for dev in sorted(run.values) if run.values[dev] != run.expected[dev]]
+    if not bad:
+        return None
+    dev = bad[0]
+    names = [d.name for d in run.grid]
+    tdims = [d.name for d in g.dims if d.kind == st.TOKEN]
+    shown = sorted(counts.items())[:12]
+    count_text = "; ".join(f"{coords_text(tdims, t)}: {n}" for t, n in shown)
+    if len(counts) > 12:
+        count_text += f"; ... ({len(counts)} shards)"
+    values = (
+        ("token counts", count_text),
+        ("gradient contributions", contrib_text),
+        ("total tokens", str(run.total_tokens)),
+    )
+    eq = (f"grad[{g.group}] on device {coords_text(names, dev)} = {_frac(run.values[dev])}, "
+          f"but the global-batch gradient is {_frac(run.expected[dev])}")
+    diag = tuple(extra + diagnose_group(ctx, g))
+    return Counterexample(ctx.sizes_tuple(sizes), (("observer", coords_text(names, dev)),), values, eq,
+                          diag, ctx.command(sizes))
+
+
+def replay_gi(ctx: Context, w: dict) -> Counterexample | None:
+    g = ctx.step.group(w["group"])
+    sizes = w["sizes"]
+    ref = _reference(g, sizes)
+    sdims = [d for d in g.dims if d.kind in (st.TOKEN, st.SPLIT)]
+    edims = [d for d in g.dims if d.name != st.MICROBATCHES and (d.kind == st.SHARDED or d.implicit)]
+    leak = w.get("leak")
+    star = {d.name: (ref[d.name] if (leak or w["agree"].get(d.name, True)) else _other(ref[d.name])) for d in sdims}
+    counts = _concrete_counts(g, sizes, {d.name: star[d.name] for d in sdims if d.kind == st.TOKEN}, w["counts"])
+    if counts is None:
+        return None
+    elem = tuple((1 if leak == d.name else 0) for d in edims)
+    sigma = tuple(star[d.name] for d in sdims)
+    run = simulate_gi(ctx, g, sizes, counts, {(elem, sigma): Fraction(1)})
+    who = "another parameter element" if leak else f"element {g.group}[0]"
+    text = f"1 from data shard {coords_text([d.name for d in sdims], sigma)} for {who}, 0 elsewhere"
+    return _gi_counterexample(ctx, g, sizes, run, counts, text, [])
+
+
+def replay_structural(ctx: Context, group: str, sizes: dict[str, int], dim: str | None) -> Counterexample | None:
+    """GI replay with one token per shard and one contribution at coordinate 1 of ``dim``."""
+    g = ctx.step.group(group)
+    ref = _reference(g, sizes)
+    sdims = [d for d in g.dims if d.kind in (st.TOKEN, st.SPLIT)]
+    tdims = [d for d in sdims if d.kind == st.TOKEN]
+    edims = [d for d in g.dims if d.name != st.MICROBATCHES and (d.kind == st.SHARDED or d.implicit)]
+    star = {d.name: ref[d.name] for d in sdims}
+    elem = [0] * len(edims)
+    if dim is not None:
+        if dim in star:
+            if not any(d.name == dim and (d.implicit) for d in edims):
+                star[dim] = _other(ref[dim])
+        for i, d in enumerate(edims):
+            if d.name == dim:
+                elem[i] = 1
+    counts = {tau: 1 for tau in product(*[range(dim_size(d, sizes)) for d in tdims])}
+    sigma = tuple(star[d.name] for d in sdims)
+    run = simulate_gi(ctx, g, sizes, counts, {(tuple(elem), sigma): Fraction(1)})
+    text = f"1 from data shard {coords_text([d.name for d in sdims], sigma)}, 0 elsewhere (one token per shard)"
+    return _gi_counterexample(ctx, g, sizes, run, counts, text, [])
+
+
+def replay_replica(ctx: Context, w: dict) -> Counterexample | None:
+    g = ctx.step.group(w["group"])
+    sizes, axis = w["sizes"], w["axis"]
+    ref = _reference(g, sizes)
+    sdims = [d for d in g.dims if d.kind in (st.TOKEN, st.SPLIT)]
+    tdims = [d for d in sdims if d.kind == st.TOKEN]
+    counts = {tau: 1 for tau in product(*[range(dim_size(d, sizes)) for d in tdims])}
+    sigma = tuple(ref[d.name] for d in sdims)
+    run = simulate_gi(ctx, g, sizes, counts, {((0,) * sum(1 for d in run_grid(g) if d.kind == st.SHARDED or d.implicit), sigma): Fraction(1)})
+    names = [d.name for d in run.grid]
+    i = names.index(axis)
+    for dev in sorted(run.values):
+        if dev[i] != 0:
+            continue
+        other = dev[:i] + (1,) + dev[i + 1:]
+        if other in run.values and run.values[dev] != run.values[other]:
+            eq = (f"grad[{g.group}] on {coords_text(names, dev)} = {_frac(run.values[dev])} but on its replica "
+                  f"{coords_text(names, other)} = {_frac(run.values[other])}: the replicated update diverges")
+            return Counterexample(
+                ctx.sizes_tuple(sizes),
+                (("replica A", coords_text(names, dev)), ("replica B", coords_text(names, other))),
+                (("gradient contributions", f"1 from data shard {coords_text([d.name for d in sdims], sigma)}, 0 elsewhere"),
+                 ("token counts", "1 per shard")),
+                eq, tuple(diagnose_group(ctx, g)), ctx.command(sizes))
+    return None
+
+
+def run_grid(g: st.GroupModel) -> list[st.GradDim]:
+    return [d for d in g.dims if d.name != st.MICROBATCHES]

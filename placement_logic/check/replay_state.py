@@ -1,0 +1,236 @@
+"""Concrete replay of the plan-wide state-consistency conditions and structural rules.
+
+Input: a replay ``Context`` and a solver witness. Output: a re-checked
+``Counterexample`` or None. Covers the global grad norm and clip coefficient, the
+loss-scale overflow decision, dropout seeds, the parameter re-gather after a sharded
+optimizer step, gathers over replicated axes, offload fetches and axis bindings, each
+simulated device by device in exact arithmetic.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from itertools import product
+
+from . import steps as st
+from .replay import Context, _frac, coords_text
+from .report import Counterexample
+
+Coord = tuple[int, ...]
+
+
+def _devices(ctx: Context, sizes: dict[str, int]) -> list[Coord]:
+    return list(product(*[range(sizes[a]) for a in ctx.step.axes]))
+
+
+def _allreduce(buf: dict[Coord, object], i: int, op) -> dict[Coord, object]:
+    sums: dict[Coord, object] = {}
+    for dev, v in buf.items():
+        key = dev[:i] + dev[i + 1:]
+        sums[key] = op(sums[key], v) if key in sums else v
+    return {dev: sums[dev[:i] + dev[i + 1:]] for dev in buf}
+
+
+def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
+    """Grad norm / overflow: each device's local part, the plan's all-reduces, vs the global value."""
+    step = ctx.step
+    sizes = w["sizes"]
+    axes = step.axes
+    pos = {a: i for i, a in enumerate(axes)}
+    reduce_axes = step.overflow_axes if boolean else step.clip_axes
+    devices = _devices(ctx, sizes)
+    placed: dict[tuple[str, Coord], object] = {}
+    for (group, block), v in w["blocks"].items():
+        if not v:
+            continue
+        g = step.group(group)
+        shard = tuple(1 if a in block else 0 for a in g.shard_axes)
+        if any(c >= sizes[a] for a, c in zip(g.shard_axes, shard)):
+            return None
+        placed[(group, shard)] = v
+    local: dict[Coord, object] = {}
+    for dev in devices:
+        acc: object = False if boolean else Fraction(0)
+        for g in step.groups:
+            shard = tuple(dev[pos[a]] for a in g.shard_axes)
+            v = placed.get((g.group, shard))
+            if not v:
+                continue
+            if boolean:
+                acc = True
+                continue
+            counted = all(dev[pos[a]] == 0 for a in set(reduce_axes) if a not in g.shard_axes)
+            if counted:
+                dc = 1
+                if g.double_count:
+                    tie = [d for d in g.dims if d.tie]
+                    dc = (2 if sizes[tie[0].axis] >= 2 else 1) if tie else 2
+                acc = acc + Fraction(v) * dc
+        local[dev] = acc
+    buf = dict(local)
+    for a in reduce_axes:
+        buf = _allreduce(buf, pos[a], (lambda x, y: x or y) if boolean else (lambda x, y: x + y))
+    if boolean:
+        expected = any(bool(v) for v in placed.values())
+    else:
+        expected = sum((Fraction(v) for v in placed.values()), Fraction(0))
+    bad = [dev for dev in devices if buf[dev] != expected]
+    if not bad:
+        return None
+    dev = bad[0]
+    where = ", ".join(f"{g}{coords_text(step.group(g).shard_axes, s)}" for g, s in sorted(placed))
+    reduce_text = f"all-reduce over ({', '.join(reduce_axes)})" if reduce_axes else "no all-reduce"
+    if boolean:
+        other = next((d for d in devices if buf[d] != buf[dev]), None)
+        devs = [("observer", coords_text(axes, dev))]
+        if other is not None:
+            devs.append(("disagrees with", coords_text(axes, other)))
+        eq = (f"overflow decision on {coords_text(axes, dev)} = {'skip' if buf[dev] else 'step'}, "
+              f"global decision = {'skip' if expected else 'step'}")
+        values = (("inf/nan gradients", f"only in the shards {where}"), ("reduction", reduce_text))
+        diag = (f"the found-inf flag is reduced over ({', '.join(reduce_axes)}) but gradients are sharded over "
+                f"({', '.join(sorted({a for g in step.groups for a in g.shard_axes}))}): devices that do not hold "
+                "the overflowing shard step while the others skip",)
+        return Counterexample(ctx.sizes_tuple(sizes), tuple(devs), values, eq, diag, ctx.command(sizes))
+    clip2 = expected / 4
+    coef = lambda n2: min(Fraction(1), clip2 / n2) if n2 else Fraction(1)  # noqa: E731
+    eq = (f"grad-norm² on {coords_text(axes, dev)} = {_frac(buf[dev])}, global grad-norm² = {_frac(expected)}; "
+          f"clip coefficient² with max_norm² = {_frac(clip2)}: {_frac(coef(buf[dev]))} instead of {_frac(coef(expected))}")
+    values = (("squared gradient norms", f"{where} (one value per listed shard, 0 elsewhere)"), ("reduction", reduce_text))
+    derived = ctx.derived.clip_axes
+    diag = []
+    missing = [a for a in derived if a not in reduce_axes]
+    if missing:
+        diag.append(f"squared norms are not summed over ({', '.join(missing)}), where the gradients are sharded: "
+                    "each shard is clipped with its own local norm")
+    extra = [a for a in set(reduce_axes) if reduce_axes.count(a) > derived.count(a)]
+    if extra:
+        diag.append(f"squared norms are summed too often over ({', '.join(sorted(extra))})")
+    for g in step.groups:
+        if g.double_count:
+            diag.append(f"{g.group} is counted twice in the norm (it is held on two devices and not de-duplicated)")
+    return Counterexample(ctx.sizes_tuple(sizes), (("observer", coords_text(axes, dev)),), values, eq, tuple(diag),
+                          ctx.command(sizes))
+
+
+def replay_seed(ctx: Context, w: dict) -> Counterexample | None:
+    step = ctx.step
+    sizes, axis = w["sizes"], w["axis"]
+    vary = [a for a in step.axes if a in step.seed_vary]
+    base = 1234
+
+    def seed(dev: dict[str, int]) -> int:
+        s, stride = base, 1
+        for a in reversed(vary):
+            s += dev[a] * stride
+            stride *= sizes[a]
+        return s
+
+    d0 = {a: 0 for a in step.axes}
+    d1 = dict(d0, **{axis: 1})
+    s0, s1 = seed(d0), seed(d1)
+    replicated = not step.sequence_parallel
+    if replicated and s0 == s1 or not replicated and s0 != s1:
+        return None
+    if replicated:
+        eq = (f"residual-region dropout seed on {coords_text(step.axes, d0.values())} = {s0} but on "
+              f"{coords_text(step.axes, d1.values())} = {s1}: the replicated hidden states get different masks and diverge")
+        diag = (f"dropout seeds vary over {axis}, where the residual region (dropout after the row-parallel "
+                "all-reduce) is replicated; it must use the same seed on every rank of the axis",)
+    else:
+        eq = (f"sequence-parallel dropout seed on both {coords_text(step.axes, d0.values())} and "
+              f"{coords_text(step.axes, d1.values())} = {s0}: two different sequence slices get the same mask")
+        diag = (f"under sequence parallel the residual region is split over {axis}; each slice needs its own seed",)
+    return Counterexample(ctx.sizes_tuple(sizes),
+                          (("rank A", coords_text(step.axes, d0.values())), ("rank B", coords_text(step.axes, d1.values()))),
+                          (("seed rule", f"seed = {base} + rank offset over ({', '.join(vary) or 'no axis'})"),),
+                          eq, diag, ctx.command(sizes))
+
+
+def replay_regather(ctx: Context, w: dict) -> Counterexample | None:
+    step = ctx.step
+    sizes, axis = w["sizes"], w["axis"]
+    n = sizes[axis]
+    theta = [Fraction(1)] * n
+    delta = Fraction(-1, 10)
+    copies = []
+    for rank in range(n):
+        mine = list(theta)
+        mine[rank] += delta  # the optimizer updates only the shard this rank owns
+        copies.append(mine)
+    if axis in step.regather_axes:
+        owned = [copies[r][r] for r in range(n)]
+        copies = [list(owned) for _ in range(n)]
+    if copies[0] == copies[1]:
+        return None
+    eq = (f"after the step, params shard 1 on {axis}=0 is {_frac(copies[0][1])} but on {axis}=1 (its owner) is "
+          f"{_frac(copies[1][1])}")
+    return Counterexample(ctx.sizes_tuple(sizes), (("stale replica", f"({axis}=0)"), ("owner", f"({axis}=1)")),
+                          (("params before", "1 per element"), ("update of shard 1", _frac(delta))),
+                          eq, (f"params are replicated over {axis} but the optimizer state is sharded there; the "
+                               f"updated shards are never all-gathered over {axis}",), ctx.command(sizes))
+
+
+def replay_gather(ctx: Context, w: dict) -> Counterexample | None:
+    step = ctx.step
+    sizes, axis = w["sizes"], w["axis"]
+    modes = dict(step.param_modes)
+    if modes[axis] in ("S", "S*", "O"):
+        return None
+    n = sizes[axis]
+    eq = f"all-gather over {axis} of a params buffer replicated there yields {n} copies: {n}·|Θ| elements, expected |Θ|"
+    return Counterexample(ctx.sizes_tuple(sizes), (("gathering device", f"({axis}=0)"),),
+                          (("params mode on " + axis, modes[axis]), ("gathered size", f"{n}·|Θ|")),
+                          eq, (f"params are {modes[axis]} over {axis}, so there is nothing to gather there",),
+                          ctx.command(sizes))
+
+
+def replay_fetch(ctx: Context, w: dict) -> Counterexample | None:
+    step = ctx.step
+    if not step.offloaded or step.fetch:
+        return None
+    sizes = w["sizes"]
+    eq = "forward of the first layer on device 0 reads params from device memory, where none are resident"
+    return Counterexample(ctx.sizes_tuple(sizes), (("device", "0"),),
+                          (("params residency", "off-device"), ("fetch path", "none")),
+                          eq, ("params are offloaded and never fetched or gathered back to the device before use",),
+                          ctx.command(sizes))
+
+
+def replay_axis_roles(ctx: Context, w: dict) -> Counterexample | None:
+    bound = dict(ctx.step.axis_bindings)[w["axis"]]
+    if len(bound) <= 1:
+        return None
+    sizes = w["sizes"]
+    eq = f"axis {w['axis']} is bound to {len(bound)} strategies: {', '.join(bound)}"
+    return Counterexample(ctx.sizes_tuple(sizes), (), (("strategies", ", ".join(bound)),), eq,
+                          ("each strategy issues its own collectives over the same devices",), ctx.command(sizes))
+
+
+def replay_tie(ctx: Context, w: dict) -> Counterexample | None:
+    sizes = w["sizes"]
+    g = ctx.step.group("embedding")
+    tie = next(d for d in g.dims if d.tie)
+    if sizes[tie.axis] < 2:
+        return None
+    a, b = Fraction(1), Fraction(2)
+    held = a if tie.k == 0 else (a + b) * 2 ** (tie.k - 1)
+    if held == a + b:
+        return None
+    eq = (f"tied embedding grad on the first {tie.axis} stage = {_frac(held)}; the parameter's gradient is "
+          f"input-embedding part {a} + output-projection part {b} = {_frac(a + b)}")
+    return Counterexample(ctx.sizes_tuple(sizes), (("first stage", f"({tie.axis}=0)"),
+                                                   ("last stage", f"({tie.axis}={sizes[tie.axis] - 1})")),
+                          (("input embedding grad", "1"), ("output projection grad", "2")), eq,
+                          (f"the tied pair is all-reduced {tie.k} times over the first and last {tie.axis} stage; "
+                           "it must be exactly once",), ctx.command(sizes))
+
+
+def fix_sizes(ctx: Context, sizes: dict[str, int]) -> dict[str, int]:
+    """Witness sizes with pinned ones restored (solver models always carry every size)."""
+    return {**sizes, **ctx.pinned}
+
+
+def ensure_axis(step: st.StepModel, axis: str) -> None:
+    if axis not in step.axes:
+        raise KeyError(axis)

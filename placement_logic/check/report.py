@@ -1,0 +1,99 @@
+"""Report data of a check run: plain frozen data that renderers turn into text.
+
+Input: what the checker found. Output: ``CheckReport`` -> ``PlanReport`` ->
+``ObligationResult`` (with an optional ``Counterexample``). Nothing here knows of z3 or
+lark; the verdicts are ordered refuted < unknown < proved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from ..diagnostics import NO_SPAN, Span
+
+
+class Verdict(IntEnum):
+    REFUTED = 0
+    UNKNOWN = 1
+    PROVED = 2
+
+    @property
+    def word(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True)
+class Counterexample:
+    """A concrete run, re-checked without the solver, that breaks the condition."""
+
+    sizes: tuple[tuple[str, int], ...]  # mesh axis sizes and microbatches
+    devices: tuple[tuple[str, str], ...]  # label -> device coordinates as text
+    values: tuple[tuple[str, str], ...]  # label -> exact value as text
+    equation: str  # the equation that fails, with both sides evaluated
+    diagnosis: tuple[str, ...]  # which collective is missing, doubled or mis-scaled
+    command: str  # re-run with the sizes pinned
+
+    def to_json(self) -> dict:
+        return {
+            "sizes": dict(self.sizes),
+            "devices": dict(self.devices),
+            "values": dict(self.values),
+            "equation": self.equation,
+            "diagnosis": list(self.diagnosis),
+            "command": self.command,
+        }
+
+
+@dataclass(frozen=True)
+class ObligationResult:
+    name: str  # e.g. "GI grads[norms]"
+    condition: str  # gradient_integrity, state_consistency or a rule code
+    verdict: Verdict
+    scope: str  # "all mesh sizes", "mesh sizes <= 8", "at dp=2, tp=2"
+    location: Span = NO_SPAN
+    checked: str = ""  # what the obligation states
+    reason: str = ""  # why unknown
+    counterexample: Counterexample | None = None
+    why: str = ""  # why the rule matters (refuted rules)
+    fix: str = ""  # suggested fix (refuted rules)
+    notes: tuple[str, ...] = ()
+    seconds: float = 0.0  # solver time
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    plan: str
+    obligations: tuple[ObligationResult, ...]
+    assumed: tuple[str, ...] = ()
+
+    @property
+    def verdict(self) -> Verdict:
+        return min((o.verdict for o in self.obligations), default=Verdict.PROVED)
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    file: str
+    plans: tuple[PlanReport, ...]
+    timeout: float
+    pinned: tuple[tuple[str, int], ...] = ()
+    assumed: tuple[str, ...] = field(default=())
+
+    @property
+    def obligations(self) -> tuple[ObligationResult, ...]:
+        return tuple(o for p in self.plans for o in p.obligations)
+
+    def counts(self) -> dict[Verdict, int]:
+        out = {v: 0 for v in Verdict}
+        for o in self.obligations:
+            out[o.verdict] += 1
+        return out
+
+    @property
+    def verdict(self) -> Verdict:
+        return min((p.verdict for p in self.plans), default=Verdict.PROVED)
+
+    @property
+    def exit_status(self) -> int:
+        return {Verdict.PROVED: 0, Verdict.REFUTED: 1, Verdict.UNKNOWN: 3}[self.verdict]

@@ -1,0 +1,312 @@
+"""The checker: plans in, a report of proved / refuted / unknown obligations out.
+
+Input: an ``ir.Spec``, the plan names to check, pinned sizes and a time limit. Output: a
+``CheckReport``. Per obligation: first the for-all query (every mesh size, token counts
+over the reals, which over-approximates integer counts); unsat proves it for all mesh
+sizes. Otherwise counterexamples are searched in small integer tiers; a witness is
+shown only after ``replay`` re-runs it concretely. If no witness survives and the
+bounded tier is unsat, the obligation is proved up to that bound; else it is unknown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .. import ir
+from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
+from . import encode as en
+from . import replay as rp
+from . import replay_state as rs
+from . import steps as st
+from .report import CheckReport, ObligationResult, PlanReport, Verdict
+from .rules import GRADIENT_INTEGRITY, RULES, STATE_CONSISTENCY
+from .session import Session
+
+DEFAULT_BOUND = 6
+MAX_REPLAY_DEVICES = 1 << 14
+
+
+@dataclass
+class Obligation:
+    name: str
+    condition: str
+    span: Span
+    checked: str
+    encode: Callable[[en.Env], tuple[list, Callable]]
+    replay: Callable[[dict], object]
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Tier:
+    label: str
+    bound: int | None
+    int_counts: bool
+    equal_counts: bool
+    counts_cap: int | None = None
+
+
+FORALL = Tier("for all", None, False, False)
+SEARCH = (Tier("sizes <= 2, equal counts", 2, True, True, 4), Tier("sizes <= 3", 3, True, False, 6))
+
+
+def _span(span: Span, fallback: Span) -> Span:
+    return fallback if span == NO_SPAN else span
+
+
+def obligations(step: st.StepModel, derived: st.StepModel, ctx: rp.Context) -> list[Obligation]:
+    obs: list[Obligation] = []
+    P = step.plan_span
+    for g in step.groups:
+        obs.append(Obligation(
+            f"GI grads[{g.group}]", GRADIENT_INTEGRITY, _span(g.span, P),
+            f"the {g.group} gradient entering the update equals the global-batch mean-loss gradient "
+            "(every partial contribution reduced once over every axis it is split on, right divisor)",
+            lambda env, g=g: en.gi_negation(env, g, f"gi_{g.group}"),
+            lambda w: rp.replay_gi(ctx, w)))
+    for g in step.groups:
+        obs.append(Obligation(
+            f"SC grads[{g.group}]", STATE_CONSISTENCY, _span(g.span, P),
+            f"replicas that update the same {g.group} elements receive identical reduced gradients",
+            lambda env, g=g: en.gi_replica_negation(env, g, f"sc_{g.group}"),
+            lambda w: rp.replay_replica(ctx, w)))
+    obs.append(Obligation(
+        "SC clip_norm", STATE_CONSISTENCY, _span(step.clip_span, P),
+        "every device's grad norm (and so its clip coefficient) equals the global norm over all shards and "
+        "stages, each parameter counted once",
+        lambda env: en.norm_negation(env, "clip", False), lambda w: rs.replay_norm(ctx, w, False)))
+    obs.append(Obligation(
+        "SC overflow", STATE_CONSISTENCY, _span(step.overflow_span, P),
+        "every device takes the same loss-scale overflow decision (skip or step), the global one",
+        lambda env: en.norm_negation(env, "ovf", True), lambda w: rs.replay_norm(ctx, w, True)))
+    obs.append(Obligation(
+        "SC dropout_seed", STATE_CONSISTENCY, _span(step.seed_span, P),
+        "dropout seeds are identical over axes where the region is replicated and distinct where it is split",
+        lambda env: en.seed_negation(env), lambda w: rs.replay_seed(ctx, w),
+        () if step.tensor_axes else ("vacuous: no tensor-parallel axis",)))
+    missing = [a for a in step.regather_needed if a not in step.regather_axes]
+    obs.append(Obligation(
+        "SC params re-gather", STATE_CONSISTENCY, _span(step.regather_span, P),
+        "after a sharded optimizer step, params replicated over an axis are all-gathered over it",
+        lambda env: en.axes_negation(env, "regather", [(a, env.sess.true()) for a in missing]),
+        lambda w: rs.replay_regather(ctx, w),
+        () if step.regather_needed else ("vacuous: no axis with replicated params and a sharded optimizer",)))
+    # ---------------------------------------------------------------- composition rules
+    multi = [a for a, bound in step.axis_bindings if len(bound) > 1]
+    obs.append(_rule("CR01", P, lambda env: en.axes_negation(env, "roles", [(a, env.sess.true()) for a in multi]),
+                     lambda w: rs.replay_axis_roles(ctx, w)))
+    obs.append(_rule("CR02", P, lambda env: en.typing_negation(env),
+                     lambda w: rp.replay_structural(ctx, w["group"], w["sizes"], w["dim"])))
+    modes = dict(step.param_modes)
+    bad_gather = [a for a in step.gather_axes if modes.get(a) not in ("S", "S*", "O")]
+    obs.append(_rule("CR03", _span(step.gather_span, P),
+                     lambda env: en.axes_negation(env, "gather", [(a, env.sess.true()) for a in bad_gather]),
+                     lambda w: rs.replay_gather(ctx, w),
+                     () if step.gather_axes else ("vacuous: params are gathered over no axis",)))
+    obs.append(_rule("CR04", _span(step.fetch_span, P),
+                     lambda env: en.flag_negation(env, "fetch", step.offloaded and not step.fetch),
+                     lambda w: rs.replay_fetch(ctx, w),
+                     () if step.offloaded else ("vacuous: params stay on device",)))
+    sp_bad = []
+    if step.sequence_parallel:
+        for gname in ("norms", "biases"):
+            if gname in [g.group for g in step.groups]:
+                g = step.group(gname)
+                sp_bad += [(gname, d.name) for d in g.dims if d.axis in step.tensor_axes and d.k != 1]
+    obs.append(_rule("CR05", _span(step.sp_span, P),
+                     lambda env: _sp_negation(env, step, sp_bad),
+                     lambda w: (rp.replay_structural(ctx, w["group"], w["sizes"], w["dim"]) if w.get("dim") else
+                                _sp_without_tp(ctx, w)),
+                     () if step.sequence_parallel else ("vacuous: no sequence parallelism",)))
+    acc_applies = bool(step.grads_sharded_data) and step.pipelined
+    obs.append(_rule("CR06", _span(step.accumulation_span, P),
+                     lambda env: en.flag_negation(env, "accumulation", not step.accumulation_buffer, needs_m=True),
+                     lambda w: rp.replay_structural(ctx, "dense", w["sizes"], st.MICROBATCHES),
+                     _accumulation_notes(step, acc_applies)))
+    has_experts = "experts" in [g.group for g in step.groups]
+    obs.append(_rule("CR07", P, lambda env: _expert_negation(env, step),
+                     lambda w: rp.replay_gi(ctx, w),
+                     () if has_experts else ("vacuous: no expert parameters",)))
+    tie_applies = step.tied and bool(step.pipeline_axes)
+    tie_k = next((d.k for d in step.group("embedding").dims if d.tie), 1)
+    obs.append(_rule("CR08", P,
+                     lambda env: en.axes_negation(env, "tie", [(a, env.sess.true() if tie_k != 1 else env.sess.false())
+                                                               for a in step.pipeline_axes] if tie_applies else []),
+                     lambda w: rs.replay_tie(ctx, w),
+                     () if tie_applies else ("vacuous: no tied weights across pipeline stages",)))
+    return obs
+
+
+def _rule(code: str, span: Span, encode, replay, notes: tuple[str, ...] = ()) -> Obligation:
+    r = RULES[code]
+    return Obligation(f"{code} {r.name}", code, span, r.description, encode, replay, notes)
+
+
+def _sp_negation(env: en.Env, step: st.StepModel, bad: list[tuple[str, str]]):
+    import z3
+
+    ctx = env.sess.ctx
+    if step.sequence_parallel and not step.tensor_axes:
+        return [z3.BoolVal(True, ctx)], lambda m: {"kind": "sp", "sizes": env.size_values(m), "dim": None}
+    conds = [((gr, d), env.size(d) >= 2) for gr, d in bad]
+    cons = [z3.Or([c for _, c in conds])] if conds else [z3.BoolVal(False, ctx)]
+
+    def extract(model):
+        from .session import value_of
+
+        gr, d = next(key for key, c in conds if value_of(model, c))
+        return {"kind": "sp", "sizes": env.size_values(model), "group": gr, "dim": d}
+
+    return cons, extract
+
+
+def _sp_without_tp(ctx: rp.Context, w: dict):
+    from .report import Counterexample
+
+    return Counterexample(ctx.sizes_tuple(w["sizes"]), (), (("tensor axes", "none"),),
+                          "sequence parallel is enabled but no axis has the tensor role",
+                          ("sequence parallelism splits the tensor-parallel region's sequence; without a tensor axis "
+                           "it has no group to run on",), ctx.command(w["sizes"]))
+
+
+def _expert_negation(env: en.Env, step: st.StepModel):
+    import z3
+
+    if "experts" not in [g.group for g in step.groups]:
+        return [z3.BoolVal(False, env.sess.ctx)], lambda m: {}
+    eq = en.Env(env.sess, env.step, env.bindings, env.pinned, env.bound, True, True)
+    eq.sizes, eq.side = env.sizes, env.side
+    cons, extract = en.gi_negation(eq, step.group("experts"), "cr07")
+    return cons, extract
+
+
+def _accumulation_notes(step: st.StepModel, applies: bool) -> tuple[str, ...]:
+    if not applies:
+        return ("vacuous: no gradients sharded over a data axis under pipeline accumulation",)
+    axes = ", ".join(step.grads_sharded_data)
+    return (f"cost: gradients sharded over ({axes}) with pipeline accumulation take one reduce-scatter per "
+            f"microbatch (microbatches × (n-1)/n·|G| per step on {axes}) unless a full-size accumulation buffer is kept",)
+
+
+# --------------------------------------------------------------------------- running
+
+
+def _scope(pinned: dict[str, int], step: st.StepModel) -> str:
+    names = step.axes + (st.MICROBATCHES,)
+    if all(n in pinned for n in names):
+        return "at " + ", ".join(f"{n}={pinned[n]}" for n in names)
+    if pinned:
+        return "all sizes with " + ", ".join(f"{n}={v}" for n, v in pinned.items() if n in names)
+    return "all mesh sizes"
+
+
+def _devices(w: dict) -> int:
+    n = 1
+    for v in w.get("sizes", {}).values():
+        n *= max(1, v)
+    return n
+
+
+def discharge(sess: Session, ob: Obligation, step: st.StepModel, bindings: dict, pinned: dict[str, int],
+              bound: int) -> ObligationResult:
+    seconds = 0.0
+    reasons: list[str] = []
+
+    def query(tier: Tier):
+        nonlocal seconds
+        env = en.Env(sess, step, bindings, pinned, tier.bound, tier.int_counts, tier.equal_counts,
+                     counts_cap=tier.counts_cap)
+        cons, extract = ob.encode(env)
+        out = sess.check(f"{step.plan}:{ob.name}:{tier.label}", env.side + cons)
+        seconds += out.seconds
+        return out, extract
+
+    def result(verdict: Verdict, scope: str, **kw) -> ObligationResult:
+        notes = kw.pop("notes", ()) + ob.notes
+        return ObligationResult(ob.name, ob.condition, verdict, scope, ob.span, ob.checked,
+                                notes=notes, seconds=seconds, **kw)
+
+    first, extract = query(FORALL)
+    if first.status == "unsat":
+        return result(Verdict.PROVED, _scope(pinned, step))
+    if first.status == "unknown":
+        reasons.append(f"for-all query: {first.reason}")
+    tiers = SEARCH + (Tier(f"sizes <= {bound}", bound, True, False),)
+    bounded_unsat = False
+    for tier in tiers:
+        out, extract = query(tier)
+        if out.status == "unknown":
+            reasons.append(f"{tier.label}: {out.reason}")
+            continue
+        if out.status == "unsat":
+            bounded_unsat = tier.bound == bound
+            continue
+        witness = extract(out.model)
+        witness["sizes"] = {**witness.get("sizes", {}), **pinned}
+        cex = ob.replay(witness)
+        if cex is not None:
+            return _refuted(ob, result, _scope(pinned, step), cex)
+        reasons.append(f"{tier.label}: the solver's witness did not survive concrete replay")
+    if first.status == "sat":
+        try:
+            witness = extract(first.model)
+        except ValueError as exc:
+            witness = None
+            reasons.append(f"for-all witness: {exc}")
+        if witness is not None and _devices(witness) <= MAX_REPLAY_DEVICES:
+            witness["sizes"] = {**witness.get("sizes", {}), **pinned}
+            cex = ob.replay(witness)
+            if cex is not None:
+                return _refuted(ob, result, _scope(pinned, step), cex)
+    if bounded_unsat:
+        return result(Verdict.PROVED, f"mesh sizes and microbatches <= {bound}",
+                      notes=("the for-all query found only witnesses that need real-valued token counts or larger "
+                             "meshes; proved up to the bound",))
+    return result(Verdict.UNKNOWN, _scope(pinned, step), reason="; ".join(reasons) or "no verdict")
+
+
+def _refuted(ob: Obligation, result, scope: str, cex) -> ObligationResult:
+    why = fix = ""
+    if ob.condition in RULES:
+        why, fix = RULES[ob.condition].why, RULES[ob.condition].fix
+    return result(Verdict.REFUTED, scope, counterexample=cex, why=why, fix=fix)
+
+
+def check_plan(sess: Session, spec: ir.Spec, plan: ir.Plan, pinned: dict[str, int], bound: int = DEFAULT_BOUND) -> PlanReport:
+    step = st.derive(plan)
+    derived = st.derive(plan, overrides=False)
+    bindings = spec.binding_map
+    ctx = rp.Context(step, derived, bindings, spec.file, pinned)
+    results = tuple(discharge(sess, ob, step, bindings, pinned, bound) for ob in obligations(step, derived, ctx))
+    assumed = (
+        "deterministic, synchronous execution",
+        f"loss: {step.loss.replace('_', ' ')}",
+        "every device and microbatch has >= 1 token; token counts otherwise arbitrary",
+        "gradient contributions and squared norms arbitrary",
+    )
+    return PlanReport(plan.name, results, assumed)
+
+
+def check_spec(spec: ir.Spec, plans: list[str] | None = None, pinned: dict[str, int] | None = None,
+               timeout: float = 10.0, bound: int = DEFAULT_BOUND, session: Session | None = None) -> CheckReport:
+    """Check the named plans (all when None) of ``spec``; raises DiagnosticError on bad input."""
+    pinned = dict(pinned or {})
+    names = plans or [p.name for p in spec.plans]
+    selected = []
+    for name in names:
+        try:
+            selected.append(spec.plan(name))
+        except KeyError:
+            known = ", ".join(p.name for p in spec.plans) or "none"
+            raise DiagnosticError([Diagnostic("PL302", f"no plan named '{name}' (plans: {known})")]) from None
+    valid = set(st.MICROBATCHES.split()) | {a for p in selected for a in p.mesh.names}
+    for k, v in pinned.items():
+        if k not in valid:
+            raise DiagnosticError([Diagnostic("PL301", f"--set {k}: the checker pins mesh axis sizes and "
+                                                       f"microbatches only (known: {', '.join(sorted(valid))})")])
+        if v < 1:
+            raise DiagnosticError([Diagnostic("PL301", f"--set {k}={v}: sizes must be positive integers")])
+    sess = session or Session(timeout=timeout)
+    reports = tuple(check_plan(sess, spec, p, pinned, bound) for p in selected)
+    return CheckReport(spec.file, reports, timeout, tuple(sorted(pinned.items())))

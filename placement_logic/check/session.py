@@ -1,0 +1,90 @@
+"""An explicit solver session: one z3 context, a time limit, and timing records.
+
+Input: z3 constraints built in the session's context. Output: ``Outcome`` (sat with a
+model, unsat, or unknown with z3's reason) and per-query timings. Nothing global: every
+term is created in ``Session.ctx`` and every query gets a fresh solver.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import z3
+
+
+@dataclass
+class Outcome:
+    status: str  # sat | unsat | unknown
+    model: Any = None  # z3.ModelRef when sat
+    reason: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class Session:
+    """Solver state for one check run. ``timeout`` is seconds per query."""
+
+    timeout: float = 10.0
+    ctx: z3.Context = field(default_factory=z3.Context)
+    timings: list[tuple[str, float, str]] = field(default_factory=list)
+
+    # ----------------------------------------------------------- term constructors
+    def int(self, name: str) -> z3.ArithRef:
+        return z3.Int(name, self.ctx)
+
+    def real(self, name: str) -> z3.ArithRef:
+        return z3.Real(name, self.ctx)
+
+    def bool(self, name: str) -> z3.BoolRef:
+        return z3.Bool(name, self.ctx)
+
+    def num(self, value) -> z3.ArithRef:
+        return z3.RealVal(str(value), self.ctx)
+
+    def true(self) -> z3.BoolRef:
+        return z3.BoolVal(True, self.ctx)
+
+    def false(self) -> z3.BoolRef:
+        return z3.BoolVal(False, self.ctx)
+
+    # ----------------------------------------------------------- queries
+    def raw_check(self, solver: z3.Solver) -> Any:
+        """One z3 call; tests replace it to simulate a solver that gives up."""
+        return solver.check()
+
+    def check(self, label: str, constraints: list) -> Outcome:
+        solver = z3.Solver(ctx=self.ctx)
+        solver.set("timeout", max(1, int(self.timeout * 1000)))
+        solver.add(*constraints)
+        start = time.perf_counter()
+        result = self.raw_check(solver)
+        seconds = time.perf_counter() - start
+        if result == z3.sat:
+            out = Outcome("sat", solver.model(), seconds=seconds)
+        elif result == z3.unsat:
+            out = Outcome("unsat", seconds=seconds)
+        else:
+            reason = solver.reason_unknown() if result == z3.unknown else str(result)
+            out = Outcome("unknown", reason=reason or "unknown", seconds=seconds)
+        self.timings.append((label, seconds, out.status))
+        return out
+
+
+def value_of(model: Any, term: Any) -> Any:
+    """A model's value for ``term`` as int, Fraction or bool (model completion on)."""
+    from fractions import Fraction
+
+    v = model.evaluate(term, model_completion=True)
+    if z3.is_true(v):
+        return True
+    if z3.is_false(v):
+        return False
+    if z3.is_int_value(v):
+        return v.as_long()
+    if z3.is_rational_value(v):
+        return Fraction(v.numerator_as_long(), v.denominator_as_long())
+    if z3.is_algebraic_value(v):
+        raise ValueError("irrational model value")
+    raise ValueError(f"unexpected model value {v}")

@@ -1,0 +1,328 @@
+"""The step model: what one training step does to each value the safety conditions read.
+
+Input: a checked ``ir.Plan``. Output: a ``StepModel`` (plain frozen data, no solver):
+for every parameter group the dimensions its gradient is computed over (each classified
+as token-split, split, invariant or sharded, with how many times it is reduced), the
+loss normalisation and divisor, and for the plan the clip-norm, overflow, dropout-seed,
+re-gather, gather and fetch behaviour. The *derived* model is what a correct system does
+given the placements; ``ir.Override`` statements replace parts of it with what a real
+system does. ``derive(plan, overrides=False)`` gives the reference the report compares
+against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from collections import Counter
+
+from .. import ir
+from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
+
+MICROBATCHES = "microbatches"  # the size name of the gradient-accumulation (time) dimension
+
+# Dimension kinds of a gradient computation.
+TOKEN = "token"  # contributions from disjoint tokens; token counts may differ along it
+SPLIT = "split"  # partial contributions (a sequence slice, a tied copy) sharing one token count
+INVARIANT = "invariant"  # every device computes the same value
+SHARDED = "sharded"  # devices hold different elements
+
+DATA_ROLES = (ir.Role.DATA,)
+TENSOR_ROLES = (ir.Role.TENSOR, ir.Role.SEQUENCE)
+
+
+@dataclass(frozen=True)
+class GradDim:
+    """One dimension a parameter group's gradient is computed over."""
+
+    name: str  # mesh axis, MICROBATCHES, or "tie:<pipeline axis>"
+    axis: str | None  # the mesh axis whose size this is (None for microbatches)
+    kind: str  # TOKEN, SPLIT, INVARIANT or SHARDED
+    k: int  # reductions over this dimension (accumulation for microbatches: 1 kept, 0 = last only)
+    implicit: bool = False  # summed by the MoE all-to-all (experts over the expert axis)
+    replica: bool = False  # devices along it update the same elements (replicated update)
+    tie: bool = False  # size is 2 when the pipeline axis has >= 2 stages, else 1
+    why: str = ""  # why it has this kind, for reports
+
+
+@dataclass(frozen=True)
+class GroupModel:
+    group: str
+    dims: tuple[GradDim, ...]
+    norm_dims: tuple[str, ...]  # token dims the loss normaliser (token count) is summed over
+    divisor_axes: tuple[str, ...]  # divisor = product of these sizes ...
+    divisor_value: ir.Value | None  # ... or this value, when an override gives one
+    shard_axes: tuple[str, ...]  # mesh axes over which the stored gradient is sharded
+    double_count: bool = False  # counted twice in the global grad norm
+    span: Span = NO_SPAN  # where the behaviour comes from (override or binding)
+
+    def dim(self, name: str) -> GradDim:
+        for d in self.dims:
+            if d.name == name:
+                return d
+        raise KeyError(name)
+
+    @property
+    def token_dims(self) -> tuple[GradDim, ...]:
+        return tuple(d for d in self.dims if d.kind == TOKEN)
+
+
+@dataclass(frozen=True)
+class StepModel:
+    plan: str
+    axes: tuple[str, ...]  # mesh axes in order
+    roles: tuple[tuple[str, str], ...]  # (axis, role)
+    groups: tuple[GroupModel, ...]
+    loss: str  # global_mean | per_device_mean | per_microbatch_mean
+    loss_span: Span
+    clip_axes: tuple[str, ...]  # axes the squared grad norm is summed over (repetition = twice)
+    clip_span: Span
+    overflow_axes: tuple[str, ...]
+    overflow_span: Span
+    seed_vary: tuple[str, ...]  # axes the dropout seed of the residual region varies over
+    seed_span: Span
+    tensor_axes: tuple[str, ...]
+    sequence_parallel: bool
+    sp_span: Span
+    regather_axes: tuple[str, ...]  # axes the updated params are all-gathered over after the step
+    regather_needed: tuple[str, ...]  # axes where params are R but the optimizer is sharded
+    regather_span: Span
+    gather_axes: tuple[str, ...]  # axes S* params are gathered over before use
+    gather_span: Span
+    param_modes: tuple[tuple[str, str], ...]  # (axis, mode) of params
+    offloaded: bool  # params resident off-device
+    fetch: bool  # an offloaded param is fetched before use
+    fetch_span: Span
+    grads_sharded_data: tuple[str, ...]  # data axes with S/M/O grads
+    accumulation_buffer: bool
+    accumulation_span: Span
+    pipelined: bool
+    axis_bindings: tuple[tuple[str, tuple[str, ...]], ...]  # axis -> strategies bound to it
+    tied: bool
+    pipeline_axes: tuple[str, ...]
+    expert_axes: tuple[str, ...]
+    data_axes: tuple[str, ...]
+    context_axes: tuple[str, ...]
+    plan_span: Span = NO_SPAN
+
+    def group(self, name: str) -> GroupModel:
+        for g in self.groups:
+            if g.group == name:
+                return g
+        raise KeyError(name)
+
+    def role(self, axis: str) -> str:
+        return dict(self.roles).get(axis, "")
+
+
+def _groups_present(plan: ir.Plan) -> tuple[str, ...]:
+    t = plan.model.transformer
+    has_experts = bool(plan.axes_with_role(ir.Role.EXPERT)) or any(
+        o.group == "experts" for o in plan.overrides
+    )
+    if t is not None and isinstance(t.experts, ir.Const) and t.experts.value > 1:
+        has_experts = True
+    groups = ["dense", "norms"]
+    if t is None or t.bias:
+        groups.append("biases")
+    if has_experts:
+        groups.append("experts")
+    groups.append("embedding")
+    return tuple(groups)
+
+
+def _tied(plan: ir.Plan) -> bool:
+    t = plan.model.transformer
+    if t is not None and t.tied_embeddings:
+        return True
+    return any(o.target == "embedding" for o in plan.overrides) or any(
+        o.group == "embedding" and o.target == "clip_norm" for o in plan.overrides
+    )
+
+
+def _err(code: str, msg: str, span: Span) -> DiagnosticError:
+    return DiagnosticError([Diagnostic(code, msg, span)])
+
+
+def _binding_span(plan: ir.Plan, axis: str) -> Span:
+    for b in plan.bindings:
+        if axis in b.axes:
+            return b.span
+    return plan.span
+
+
+def derive(plan: ir.Plan, overrides: bool = True) -> StepModel:
+    """The step model of ``plan``; with ``overrides=False`` the correct derivation only."""
+    axes = plan.mesh.names
+    for o in plan.overrides if overrides else ():
+        for a in o.axes or ():
+            if a not in axes:
+                raise _err("PL501", f"override names axis '{a}', which is not on the mesh", o.span)
+    roles = tuple((a, plan.role(a).value) for a in axes)
+    data = plan.axes_with_role(*DATA_ROLES)
+    context = plan.axes_with_role(ir.Role.CONTEXT)
+    tensor = plan.axes_with_role(*TENSOR_ROLES)
+    pipeline = plan.axes_with_role(ir.Role.PIPELINE)
+    expert = plan.axes_with_role(ir.Role.EXPERT)
+    sp = plan.sequence_parallel or bool(plan.axes_with_role(ir.Role.SEQUENCE))
+    tied = _tied(plan)
+    ovs = plan.overrides if overrides else ()
+
+    def last(target: str, verb: str | None = None, group: str | None = "*") -> ir.Override | None:
+        found = None
+        for o in ovs:
+            if o.target == target and (verb is None or o.verb == verb) and (group == "*" or o.group == group):
+                found = o
+        return found
+
+    grads_pl = plan.placement(ir.State.GRADS)
+    opt_pl = plan.placement(ir.State.OPTIMIZER)
+    par_pl = plan.placement(ir.State.PARAMS)
+    grads_sharded_data = tuple(
+        a for a in data if grads_pl.mode(a) in (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.M, ir.Mode.O)
+    )
+
+    loss_o = last("loss")
+    loss = loss_o.verb if loss_o else "global_mean"
+    tok_o = last("tokens", "reduce")
+    token_axes = data + context + expert  # every axis that splits the global batch's tokens
+
+    groups = []
+    for g in _groups_present(plan):
+        dims: list[GradDim] = []
+        for a in axes:
+            role = plan.role(a)
+            if role in DATA_ROLES:
+                dims.append(GradDim(a, a, TOKEN, 1, replica=opt_pl.mode(a) is ir.Mode.R,
+                                    why=f"{a} is a data axis: each replica sees different samples"))
+            elif role is ir.Role.CONTEXT:
+                dims.append(GradDim(a, a, TOKEN, 1, replica=True,
+                                    why=f"{a} is a context axis: each device holds a slice of the sequence"))
+            elif role is ir.Role.EXPERT:
+                if g == "experts":
+                    dims.append(GradDim(a, a, TOKEN, 0, implicit=True,
+                                        why=f"experts are sharded over {a}; the all-to-all brings every rank's tokens"))
+                else:
+                    dims.append(GradDim(a, a, TOKEN, 1, replica=True,
+                                        why=f"non-expert parameters see different tokens on each {a} rank"))
+            elif role in TENSOR_ROLES:
+                if g in ("norms", "biases"):
+                    if sp:
+                        dims.append(GradDim(a, a, SPLIT, 1, replica=True,
+                                            why=f"sequence parallel: replicated {g} see a sequence slice per {a} rank"))
+                    else:
+                        dims.append(GradDim(a, a, INVARIANT, 0, replica=True,
+                                            why=f"{g} are replicated over {a} and see the whole sequence"))
+                else:
+                    dims.append(GradDim(a, a, SHARDED, 0, why=f"{g} are partitioned over {a}"))
+            elif role is ir.Role.PIPELINE:
+                if g == "embedding" and tied:
+                    dims.append(GradDim(f"tie:{a}", a, SPLIT, 1, replica=True, tie=True,
+                                        why=f"the tied embedding lives on the first and last {a} stage"))
+                else:
+                    dims.append(GradDim(a, a, SHARDED, 0, why=f"each {a} stage holds its own layers"))
+        dims.append(GradDim(MICROBATCHES, None, TOKEN, 1, why="gradient accumulation over microbatches"))
+
+        span = NO_SPAN
+        red = last("grads", "reduce", g) or last("grads", "reduce", "all") or last("grads", "reduce", None)
+        if red is not None:
+            counts = Counter(red.axes or ())
+            span = red.span
+            new = []
+            for d in dims:
+                if d.name == MICROBATCHES:
+                    new.append(d)
+                elif d.tie:
+                    new.append(replace(d, k=counts.get(d.axis, 0)))
+                else:
+                    new.append(replace(d, k=counts.get(d.name, 0)))
+            dims = new
+        tie_o = last("embedding", "tie_reduce")
+        if g == "embedding" and tie_o is not None:
+            for a in tie_o.axes or ():
+                if a not in pipeline:
+                    raise _err("PL502", f"tie_reduce over '{a}', which is not a pipeline axis", tie_o.span)
+            counts = Counter(tie_o.axes or ())
+            dims = [replace(d, k=counts.get(d.axis, 0)) if d.tie else d for d in dims]
+            span = tie_o.span
+        acc_o = last("grads", "no_accumulation_buffer")
+        if acc_o is not None and acc_o.group in (None, "all", g):
+            dims = [replace(d, k=0) if d.name == MICROBATCHES else d for d in dims]
+            span = acc_o.span
+
+        if loss == "global_mean":
+            norm = tuple(tok_o.axes) if tok_o is not None else token_axes
+            norm = tuple(dict.fromkeys(norm)) + (MICROBATCHES,)
+            div_axes: tuple[str, ...] = ()
+        elif loss == "per_device_mean":
+            norm = (MICROBATCHES,)
+            div_axes = token_axes
+        else:
+            norm = ()
+            div_axes = token_axes + (MICROBATCHES,)
+        div_o = last("grads", "divide", g) or last("grads", "divide", "all") or last("grads", "divide", None)
+        div_value = div_o.by if div_o is not None else None
+        if div_o is not None:
+            span = div_o.span
+        shard_axes = tuple(
+            d.axis for d in dims if d.kind == SHARDED and not d.tie
+        ) + tuple(a for a in grads_sharded_data)
+        if g == "experts":
+            shard_axes += tuple(expert)
+        dc = last("clip_norm", "double_count", g)
+        groups.append(GroupModel(g, tuple(dims), norm, div_axes, div_value, tuple(dict.fromkeys(shard_axes)),
+                                 double_count=dc is not None, span=span))
+
+    all_shard = tuple(dict.fromkeys(a for g in groups for a in g.shard_axes))
+    clip_o = last("clip_norm", "reduce")
+    overflow_o = last("overflow", "reduce")
+    seed_o = last("dropout_seed")
+    if seed_o is None:
+        seed_vary = tensor if sp else ()
+    elif seed_o.verb == "same":
+        seed_vary = ()
+    else:
+        seed_vary = tuple(seed_o.axes or ())
+    needed = tuple(a for a in axes if par_pl.mode(a) is ir.Mode.R and opt_pl.mode(a).shards)
+    rg_o = last("params", "no_regather")
+    gather_o = last("params", "gather")
+    fetch_o = last("params", "no_fetch")
+    acc_o = last("grads", "no_accumulation_buffer")
+    offloaded = par_pl.offloaded or any(m is ir.Mode.O for _, m in par_pl.modes)
+    axis_bindings = tuple((a, tuple(b.strategy for b in plan.bindings if a in b.axes)) for a in axes)
+    return StepModel(
+        plan=plan.name,
+        axes=axes,
+        roles=roles,
+        groups=tuple(groups),
+        loss=loss,
+        loss_span=(loss_o or tok_o).span if (loss_o or tok_o) else plan.span,
+        clip_axes=tuple(clip_o.axes or ()) if clip_o else all_shard,
+        clip_span=clip_o.span if clip_o else plan.span,
+        overflow_axes=tuple(overflow_o.axes or ()) if overflow_o else all_shard,
+        overflow_span=overflow_o.span if overflow_o else plan.span,
+        seed_vary=seed_vary,
+        seed_span=seed_o.span if seed_o else (_binding_span(plan, tensor[0]) if tensor else plan.span),
+        tensor_axes=tensor,
+        sequence_parallel=sp,
+        sp_span=_binding_span(plan, tensor[0]) if tensor else plan.span,
+        regather_axes=() if rg_o else needed,
+        regather_needed=needed,
+        regather_span=rg_o.span if rg_o else par_pl.span,
+        gather_axes=tuple(gather_o.axes or ()) if gather_o else par_pl.axes_with(ir.Mode.S_STAR),
+        gather_span=gather_o.span if gather_o else par_pl.span,
+        param_modes=tuple((a, m.value) for a, m in par_pl.modes),
+        offloaded=offloaded,
+        fetch=fetch_o is None,
+        fetch_span=fetch_o.span if fetch_o else par_pl.span,
+        grads_sharded_data=grads_sharded_data,
+        accumulation_buffer=acc_o is None,
+        accumulation_span=acc_o.span if acc_o else grads_pl.span,
+        pipelined=bool(pipeline) or plan.schedule is not None,
+        axis_bindings=axis_bindings,
+        tied=tied,
+        pipeline_axes=pipeline,
+        expert_axes=expert,
+        data_axes=data,
+        context_axes=context,
+        plan_span=plan.span,
+    )

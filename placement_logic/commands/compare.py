@@ -1,0 +1,31 @@
+"""``placement compare``: every plan of a spec side by side, with ratios to a baseline.
+
+Input: argv (FILE, --baseline, --set, --format). Output: one table of memory per state,
+total memory, communication per axis and in total, each with its ratio to the baseline
+(the first plan unless ``--baseline`` names one). Exit status as for ``placement cost``.
+"""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from .cost import add_common, exit_status, render
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("compare", help="plans side by side with ratios to a baseline",
+                              description="Compare every plan of a spec: memory per state, total, "
+                              "communication per axis and total, with ratios to the baseline plan.")
+    add_common(p)
+    p.add_argument("--baseline", metavar="NAME", help="the plan the ratios are taken to (default: the first)")
+    p.set_defaults(run=run)
+
+
+def run(args, out: TextIO, err: TextIO) -> int:
+    from ..costreport import build, parse_sets
+    from ..loader import load_spec
+
+    spec = load_spec(args.file)
+    report = build(spec, sets=parse_sets(args.sets, spec), baseline=args.baseline, command="compare")
+    out.write(render(report, args.format))
+    return exit_status(report)

@@ -1,0 +1,194 @@
+"""Build the cost report: spec and ``--set`` values in, ``CostReport`` (plain data) out.
+
+Input: an ``ir.Spec``, optional plan names, optional re-bindings (name -> exact number) and
+an optional baseline plan (``compare``). Output: a ``CostReport`` whose quantities carry the
+symbolic formula, its LaTeX, and the exact value when every symbol is bound. Asserts and
+claims are evaluated here: a bound comparison holds or fails on its exact values; an
+unbound one is ``unknown``. ``parse_sets`` turns ``NAME=VALUE`` options into exact numbers
+(diagnostic PL301 when malformed or naming nothing in the spec).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Iterable, Mapping
+
+import sympy
+
+from .. import costs, ir
+from ..diagnostics import Diagnostic, DiagnosticError, Span, did_you_mean
+from ..ir import State
+from ..symbolic import PlacementLatexPrinter, resolve_bindings, symbol_names
+from .model import (
+    Binding, CollectiveRow, CostReport, GroupTotal, PlanReport, Quantity, QuestionResult,
+)
+
+_OPS = {
+    "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
+}
+
+
+# --------------------------------------------------------------------------- --set
+
+
+def parse_sets(items: Iterable[str], spec: ir.Spec) -> dict[str, Fraction]:
+    """``NAME=VALUE`` options to exact numbers; every NAME must be a let or an axis."""
+    known = [n for n, _ in spec.bindings]
+    axes = set(spec.mesh.names) if spec.mesh else set()
+    out: dict[str, Fraction] = {}
+    for item in items:
+        span = Span("<command line>", 1, 1, 1, len(item) + 1)
+        name, eq, text = item.partition("=")
+        name, text = name.strip(), text.strip().replace("_", "")
+        if not eq or not name or not text:
+            raise DiagnosticError([Diagnostic("PL301", f"--set expects NAME=NUMBER, got '{item}'", span)])
+        if name not in known:
+            raise DiagnosticError([Diagnostic("PL301", f"--set names '{name}', which is not a let or an axis of the spec",
+                                              span, notes=did_you_mean(name, known))])
+        try:
+            value = Fraction(text)
+        except (ValueError, ZeroDivisionError):
+            raise DiagnosticError([Diagnostic("PL301", f"--set {name}: '{text}' is not an exact number", span)]) from None
+        if name in axes and (value.denominator != 1 or value < 1):
+            raise DiagnosticError([Diagnostic("PL301", f"--set {name}: an axis size must be a positive integer", span)])
+        out[name] = value
+    return out
+
+
+# --------------------------------------------------------------------------- quantities
+
+
+class _Q:
+    """Makes ``Quantity`` records under one substitution and one set of display names."""
+
+    def __init__(self, subs: Mapping[sympy.Symbol, sympy.Expr], axes: tuple[str, ...]):
+        self.subs = dict(subs)
+        self.axes = axes
+
+    def __call__(self, expr: sympy.Expr) -> Quantity:
+        expr = sympy.nsimplify(expr) if isinstance(expr, sympy.Float) else sympy.factor_terms(sympy.Add(expr))
+        value = expr.xreplace(self.subs)
+        free = sorted(s.name for s in value.free_symbols)
+        exact = None
+        if not free:
+            value = sympy.nsimplify(value) if not value.is_Rational else value
+            if value.is_Rational:
+                exact = Fraction(int(value.p), int(value.q))
+        printer = PlacementLatexPrinter(symbol_names([expr], self.axes))
+        return Quantity(formula=str(expr), latex=printer.doprint(expr), exact=exact, value=str(value),
+                        unbound=tuple(free))
+
+    def ratio(self, a: sympy.Expr, b: sympy.Expr) -> Quantity | None:
+        if b == 0:
+            return None
+        return self(sympy.simplify(a / b))
+
+
+def _plan_report(pc: costs.PlanCost, q: _Q) -> PlanReport:
+    mem, comm = pc.memory, pc.communication
+    device = {s.value: q(mem.device[s]) for s in ir.STATES}
+    device["transient"] = q(mem.transient_total)
+    device["total"] = q(mem.device_total)
+    host = {s.value: q(mem.host[s]) for s in (State.PARAMS, State.OPTIMIZER, State.GRADS)}
+    host["total"] = q(mem.host_total)
+    rows = tuple(
+        CollectiveRow(
+            kind=x.collective.kind.value, state=x.collective.state.value, axes=x.collective.axes,
+            link=x.collective.link, phase=x.collective.phase.value, count=q(x.count), buffer=q(x.buffer),
+            bytes_per_device=q(x.bytes_per_device), volume=q(x.volume),
+            payload=x.collective.payload.description, rule=x.collective.rule)
+        for x in comm.collectives
+    )
+    per_axis = {}
+    for axis in pc.plan.mesh.names + ("host",):
+        ring, vol = comm.on_axis(axis)
+        link = pc.plan.mesh.axis(axis).link if axis != "host" else "pcie"
+        per_axis[axis] = GroupTotal(axis, link, q(ring), q(vol))
+    per_group = tuple(GroupTotal(g, link, q(b), q(v)) for g, (link, b, v) in comm.per_group().items())
+    per_link = {k: GroupTotal(k, k, q(b), q(v)) for k, (b, v) in comm.per_link().items()}
+    notes = list(pc.notes)
+    free = sorted({n for x in list(device.values()) + [q(comm.total_bytes)] for n in x.unbound})
+    if free:
+        notes.append(f"unbound symbols (give them with --set or in the spec): {', '.join(free)}")
+    return PlanReport(
+        name=pc.plan.name, strategies=tuple(dict.fromkeys(b.strategy for b in pc.plan.bindings)),
+        device=device, host=host,
+        transient_terms={k: q(v) for k, v in mem.transient.items()},
+        model_state=q(mem.model_state), comm_total=q(comm.total_bytes), volume_total=q(comm.total_volume),
+        per_axis=per_axis, per_group=per_group, per_link=per_link, collectives=rows, notes=tuple(notes),
+    )
+
+
+def symbolic_value(spec: ir.Spec, value: ir.Value) -> sympy.Expr:
+    """A question side with its cost queries replaced by their closed forms (for proofs)."""
+    return costs.value_of(spec, value)
+
+
+def _question(spec: ir.Spec, qn: ir.Question, q: _Q) -> QuestionResult:
+    left, right = symbolic_value(spec, qn.left), symbolic_value(spec, qn.right)
+    lq, rq = q(left), q(right)
+    if lq.exact is not None and rq.exact is not None:
+        verdict = "holds" if _OPS[qn.op](lq.exact, rq.exact) else "fails"
+    else:
+        verdict = "unknown"
+    identity = None
+    if qn.op in ("==", "!="):
+        diff = sympy.simplify(left - right)
+        if diff == 0:
+            identity = qn.op == "=="
+        elif not diff.free_symbols:
+            identity = qn.op == "!="
+    s = qn.span
+    return QuestionResult(qn.kind, qn.label, qn.op, lq, rq, verdict, identity, f"{s.file}:{s.line}:{s.column}")
+
+
+def build(spec: ir.Spec, plans: Iterable[str] = (), sets: Mapping[str, Fraction] | None = None,
+          baseline: str | None = None, command: str = "cost") -> CostReport:
+    sets = dict(sets or {})
+    names = list(plans) or [p.name for p in spec.plans]
+    known = [p.name for p in spec.plans]
+    for n in names + ([baseline] if baseline else []):
+        if n not in known:
+            raise DiagnosticError([Diagnostic("PL302", f"no plan named '{n}' in {spec.file}",
+                                              notes=did_you_mean(n, known))])
+    subs = resolve_bindings(spec.bindings, sets)
+    axes = spec.mesh.names if spec.mesh else ()
+    q = _Q(subs, axes)
+    bindings = tuple(Binding(n, q(v).exact, str(v), n in sets) for n, v in
+                     ((sym.name, val) for sym, val in subs.items()))
+    pcs = {n: costs.derive(spec.plan(n)) for n in names}
+    reports = tuple(_plan_report(pcs[n], q) for n in names)
+    ratios: dict = {}
+    if command == "compare":
+        baseline = baseline or names[0]
+        base = pcs.get(baseline) or costs.derive(spec.plan(baseline))
+        for n in names:
+            ratios[n] = _ratios(pcs[n], base, q)
+    questions = tuple(_question(spec, qn, q) for qn in spec.questions)
+    return CostReport(command=command, file=spec.file, bindings=bindings,
+                      axes=tuple((a.name, a.link) for a in spec.mesh.axes) if spec.mesh else (),
+                      plans=reports, questions=questions, baseline=baseline if command == "compare" else None,
+                      ratios=ratios)
+
+
+def _ratios(pc: costs.PlanCost, base: costs.PlanCost, q: _Q) -> dict[str, Quantity | None]:
+    out: dict[str, Quantity | None] = {}
+    bind = q.subs
+
+    def ratio(a: sympy.Expr, b: sympy.Expr) -> Quantity | None:
+        if b.xreplace(bind) == 0 or b == 0:
+            return None
+        return q.ratio(a, b)
+
+    m, bm = pc.memory, base.memory
+    for s in ir.STATES:
+        out[f"memory.{s.value}"] = ratio(m.device[s], bm.device[s])
+    out["memory.transient"] = ratio(m.transient_total, bm.transient_total)
+    out["memory.total"] = ratio(m.device_total, bm.device_total)
+    out["memory.host"] = ratio(m.host_total, bm.host_total)
+    for axis in pc.plan.mesh.names:
+        out[f"comm.{axis}"] = ratio(pc.communication.on_axis(axis)[0], base.communication.on_axis(axis)[0])
+    out["comm.total"] = ratio(pc.communication.total_bytes, base.communication.total_bytes)
+    out["volume.total"] = ratio(pc.communication.total_volume, base.communication.total_volume)
+    return out

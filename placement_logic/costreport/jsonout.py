@@ -1,0 +1,94 @@
+"""JSON rendering of a cost report (schema in docs/json.md, ``schema_version`` 1).
+
+Input: a ``CostReport``. Output: a JSON-ready dict (``to_json``) and its text (``render``).
+Every quantity is ``{bytes, exact, formula, latex}``: ``bytes`` a JSON number when every
+symbol is bound (else null), ``exact`` the exact rational as a string (else null).
+"""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+from .model import SCHEMA_VERSION, CostReport, PlanReport, Quantity
+
+
+def _num(x: Fraction | None):
+    if x is None:
+        return None
+    return x.numerator if x.denominator == 1 else x.numerator / x.denominator
+
+
+def _exact(x: Fraction | None) -> str | None:
+    return None if x is None else str(x)
+
+
+def quantity(q: Quantity, key: str = "bytes") -> dict:
+    return {key: _num(q.exact), "exact": _exact(q.exact), "formula": q.formula, "latex": q.latex,
+            "unbound": list(q.unbound)}
+
+
+def _plan(p: PlanReport) -> dict:
+    return {
+        "strategies": list(p.strategies),
+        "memory": {
+            "device": {k: quantity(v) for k, v in p.device.items()},
+            "host": {k: quantity(v) for k, v in p.host.items()},
+            "transient_terms": {k: quantity(v) for k, v in p.transient_terms.items()},
+            "model_state": quantity(p.model_state),
+        },
+        "communication": {
+            "total": {
+                "bytes_per_device": _num(p.comm_total.exact), "volume": _num(p.volume_total.exact),
+                "exact": _exact(p.comm_total.exact), "volume_exact": _exact(p.volume_total.exact),
+                "formula": p.comm_total.formula, "volume_formula": p.volume_total.formula,
+                "latex": p.comm_total.latex,
+            },
+            "per_axis": {a: {"link": g.link, "bytes_per_device": _num(g.bytes_per_device.exact),
+                             "volume": _num(g.volume.exact), "formula": g.bytes_per_device.formula}
+                         for a, g in p.per_axis.items()},
+            "per_link": {k: {"bytes_per_device": _num(g.bytes_per_device.exact), "volume": _num(g.volume.exact),
+                             "formula": g.bytes_per_device.formula} for k, g in p.per_link.items()},
+            "collectives": [
+                {"kind": c.kind, "state": c.state, "axis": c.axis, "axes": list(c.axes), "link": c.link,
+                 "phase": c.phase, "count": _num(c.count.exact), "count_formula": c.count.formula,
+                 "bytes_per_device": _num(c.bytes_per_device.exact), "volume": _num(c.volume.exact),
+                 "formula": c.bytes_per_device.formula, "payload": c.payload, "rule": c.rule}
+                for c in p.collectives
+            ],
+        },
+        "notes": list(p.notes),
+    }
+
+
+def to_json(r: CostReport) -> dict:
+    out = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": "placement-logic",
+        "command": r.command,
+        "file": r.file,
+        "bindings": {b.name: {"value": _num(b.exact), "exact": _exact(b.exact), "set": b.overridden}
+                     for b in r.bindings},
+        "mesh": [{"axis": a, "link": link} for a, link in r.axes],
+        "plans": {p.name: _plan(p) for p in r.plans},
+        "questions": [
+            {"kind": q.kind, "label": q.label, "op": q.op, "verdict": q.verdict, "identity": q.identity,
+             "where": q.where, "left": quantity(q.left, "value"), "right": quantity(q.right, "value")}
+            for q in r.questions
+        ],
+        "summary": {
+            "plans": len(r.plans),
+            "asserts_failed": r.failed_asserts,
+            "asserts_unknown": r.unknown_asserts,
+        },
+    }
+    if r.command == "compare":
+        out["baseline"] = r.baseline
+        out["ratios"] = {p: {k: (None if v is None else {"value": _num(v.exact), "exact": _exact(v.exact),
+                                                          "formula": v.formula})
+                             for k, v in rows.items()} for p, rows in r.ratios.items()}
+    return out
+
+
+def render(r: CostReport) -> str:
+    return json.dumps(to_json(r), indent=2, ensure_ascii=False) + "\n"

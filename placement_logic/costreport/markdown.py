@@ -1,0 +1,80 @@
+"""Markdown rendering of a cost report: GitHub-flavoured tables, formulas in code spans.
+
+Input: a ``CostReport``. Output: Markdown text (one section per plan, or one comparison
+table for ``compare``, then the asserts and claims).
+"""
+
+from __future__ import annotations
+
+from . import units
+from .model import DEVICE_ROWS, CostReport, PlanReport, Quantity
+
+
+def _esc(text: str) -> str:
+    return text.replace("|", r"\|")
+
+
+def _cell(q: Quantity) -> str:
+    head = units.both(q.exact)
+    if q.exact is not None and q.formula == q.value:
+        return head
+    return f"{head}<br>`{_esc(q.formula)}`"
+
+
+def _plan(p: PlanReport) -> list[str]:
+    out = [f"## Plan `{p.name}`", "", f"Strategies: {', '.join(f'`{s}`' for s in p.strategies)}", "",
+           "| memory term | device | host |", "|---|---|---|"]
+    for row in DEVICE_ROWS:
+        host = p.host.get(row)
+        out.append(f"| {row} | {_cell(p.device[row])} | {_cell(host) if host is not None else ''} |")
+    for label, q in p.transient_terms.items():
+        out.append(f"| ↳ {_esc(label)} | {_cell(q)} | |")
+    out += ["", "| collective | group | link | phase | count | bytes per device | volume |", "|---|---|---|---|---|---|---|"]
+    for c in p.collectives:
+        out.append(f"| {c.kind} ({c.state}) | {c.axis} | {c.link or ''} | {c.phase} | `{_esc(c.count.formula)}` "
+                   f"| {_cell(c.bytes_per_device)} | {_cell(c.volume)} |")
+    out.append(f"| **total (network)** | | | | | {_cell(p.comm_total)} | {_cell(p.volume_total)} |")
+    out.append("")
+    out += [f"> note: {_esc(n)}" for n in p.notes]
+    return out + [""] if p.notes else out
+
+
+def _compare(r: CostReport) -> list[str]:
+    out = [f"## Plans compared (ratio to `{r.baseline}`)", "",
+           "| quantity | " + " | ".join(f"`{p.name}`" for p in r.plans) + " |",
+           "|---|" + "---|" * len(r.plans)]
+    rows = [(f"memory.{k}", lambda p, k=k: p.device[k]) for k in DEVICE_ROWS]
+    rows.append(("memory.host", lambda p: p.host["total"]))
+    rows += [(f"comm.{a}", lambda p, a=a: p.per_axis[a].bytes_per_device) for a, _ in r.axes]
+    rows += [("comm.total", lambda p: p.comm_total), ("volume.total", lambda p: p.volume_total)]
+    for key, get in rows:
+        cells = []
+        for p in r.plans:
+            ratio = r.ratios.get(p.name, {}).get(key)
+            text = units.both(get(p).exact)
+            if ratio is not None:
+                text += f" (×{units.ratio(ratio.exact) if ratio.exact is not None else _esc(ratio.formula)})"
+            cells.append(text)
+        out.append(f"| {key} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+def render(r: CostReport) -> str:
+    out = [f"# Cost report: `{r.file}`", ""]
+    if r.bindings:
+        out += ["Bindings: " + ", ".join(
+            f"`{b.name}` = {units.number(b.exact) if b.exact is not None else f'`{b.formula}`'}"
+            + (" (set)" if b.overridden else "") for b in r.bindings), ""]
+    if r.command == "compare":
+        out += _compare(r)
+    else:
+        for p in r.plans:
+            out += _plan(p)
+    if r.questions:
+        out += ["## Asserts and claims", "", "| | statement | value | verdict |", "|---|---|---|---|"]
+        for q in r.questions:
+            stmt = f"`{_esc(q.left.formula)} {q.op} {_esc(q.right.formula)}`"
+            val = f"{units.number(q.left.exact)} {q.op} {units.number(q.right.exact)}"
+            out.append(f"| {q.kind} | {_esc(q.label or '')} {stmt} | {val} | **{q.verdict}** |")
+        out.append("")
+    return "\n".join(out)

@@ -1,0 +1,137 @@
+"""Cost report model: plain data that every renderer reads.
+
+Input: nothing (definitions; ``build`` fills them). Output: frozen dataclasses holding
+exact numbers (``fractions.Fraction``, None while symbols are unbound) and formulas as
+strings (sympy's plain form and LaTeX), so renderers need neither sympy nor the IR.
+Objects give ``_repr_latex_`` for Jupyter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+SCHEMA_VERSION = 1
+DEVICE_ROWS = ("params", "optimizer", "grads", "activations", "transient", "total")
+HOST_ROWS = ("params", "optimizer", "grads", "total")
+
+
+_TEX_SPECIAL = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$",
+                "{": r"\{", "}": r"\}", "^": r"\^{}", "~": r"\~{}", "×": r"$\times$", "Ψ": r"$\Psi$", "·": r"$\cdot$"}
+
+
+def tex_text(text: str) -> str:
+    """Plain text made safe inside LaTeX text mode."""
+    return "".join(_TEX_SPECIAL.get(ch, ch) for ch in text)
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """One derived number: symbolic formula, value after binding, exact value if bound."""
+
+    formula: str  # symbolic, in the spec's symbols (sympy's plain form)
+    latex: str  # the same through the LaTeX printer with display names
+    exact: Fraction | None  # None when symbols remain unbound
+    value: str  # the formula after substituting the bound symbols
+    unbound: tuple[str, ...] = ()
+
+    @property
+    def bound(self) -> bool:
+        return self.exact is not None
+
+    def _repr_latex_(self) -> str:
+        return f"${self.latex}$"
+
+
+@dataclass(frozen=True)
+class CollectiveRow:
+    kind: str
+    state: str
+    axes: tuple[str, ...]
+    link: str | None
+    phase: str
+    count: Quantity
+    buffer: Quantity
+    bytes_per_device: Quantity
+    volume: Quantity
+    payload: str
+    rule: str
+
+    @property
+    def axis(self) -> str:
+        return "×".join(self.axes) if self.axes else "host"
+
+
+@dataclass(frozen=True)
+class GroupTotal:
+    group: str  # an axis name, "a×b" for a multi-axis group, or "host"
+    link: str | None
+    bytes_per_device: Quantity
+    volume: Quantity
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    name: str
+    strategies: tuple[str, ...]
+    device: dict[str, Quantity]  # DEVICE_ROWS
+    host: dict[str, Quantity]  # HOST_ROWS
+    transient_terms: dict[str, Quantity]
+    model_state: Quantity
+    comm_total: Quantity  # ring bytes sent per device per step (network)
+    volume_total: Quantity  # ZeRO convention
+    per_axis: dict[str, GroupTotal]  # each mesh axis and "host"
+    per_group: tuple[GroupTotal, ...]
+    per_link: dict[str, GroupTotal]
+    collectives: tuple[CollectiveRow, ...]
+    notes: tuple[str, ...] = ()
+
+    def _repr_latex_(self) -> str:
+        n = tex_text(self.name)
+        return (rf"$M^{{\mathrm{{{n}}}}}_{{\mathrm{{device}}}} = {self.device['total'].latex}, \quad "
+                rf"C^{{\mathrm{{{n}}}}} = {self.comm_total.latex}$")
+
+
+@dataclass(frozen=True)
+class QuestionResult:
+    kind: str  # assert | claim
+    label: str | None
+    op: str
+    left: Quantity
+    right: Quantity
+    verdict: str  # holds | fails | unknown
+    identity: bool | None  # the comparison holds symbolically for every value (None: not decided)
+    where: str  # file:line:col
+
+
+@dataclass(frozen=True)
+class Binding:
+    name: str
+    exact: Fraction | None
+    formula: str
+    overridden: bool = False
+
+
+@dataclass(frozen=True)
+class CostReport:
+    command: str  # cost | compare
+    file: str
+    bindings: tuple[Binding, ...]
+    axes: tuple[tuple[str, str | None], ...]  # (axis, link)
+    plans: tuple[PlanReport, ...]
+    questions: tuple[QuestionResult, ...] = ()
+    baseline: str | None = None
+    ratios: dict[str, dict[str, Quantity | None]] = field(default_factory=dict)  # plan -> row -> ratio
+
+    @property
+    def failed_asserts(self) -> int:
+        return sum(1 for q in self.questions if q.kind == "assert" and q.verdict == "fails")
+
+    @property
+    def unknown_asserts(self) -> int:
+        return sum(1 for q in self.questions if q.kind == "assert" and q.verdict == "unknown")
+
+    def _repr_latex_(self) -> str:
+        from .latex import render_equations
+
+        return render_equations(self)

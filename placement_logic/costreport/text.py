@@ -1,0 +1,108 @@
+"""Terminal rendering of a cost report (rich tables), returned as a string.
+
+Input: a ``CostReport``. Output: text with, per plan, a memory table (device and host,
+each number in GB and GiB with its formula underneath), a communication table per
+collective with totals per axis, then the asserts and claims and a summary line. With
+``compare`` a side-by-side table of every plan with its ratio to the baseline.
+"""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.table import Table
+
+from . import units
+from .model import DEVICE_ROWS, CostReport, PlanReport, Quantity
+
+
+def _cell(q: Quantity, bytes_: bool = True) -> str:
+    head = units.both(q.exact) if bytes_ else units.number(q.exact)
+    if q.exact is not None and q.formula == q.value:
+        return head
+    return f"{head}\n[dim]= {q.formula}[/dim]"
+
+
+def _memory_table(p: PlanReport) -> Table:
+    t = Table(title=f"plan {p.name}: memory per device", title_justify="left", show_lines=True)
+    t.add_column("term")
+    t.add_column("device")
+    t.add_column("host")
+    for row in DEVICE_ROWS:
+        host = p.host.get(row)
+        t.add_row(row, _cell(p.device[row]), _cell(host) if host is not None else "")
+    for label, q in p.transient_terms.items():
+        t.add_row(f"  └ {label}", _cell(q), "")
+    return t
+
+
+def _comm_table(p: PlanReport) -> Table:
+    t = Table(title=f"plan {p.name}: communication per step (ring bytes sent per device; ZeRO volume)",
+              title_justify="left", show_lines=True)
+    for col in ("collective", "group", "link", "phase", "count", "bytes/device", "volume"):
+        t.add_column(col)
+    for c in p.collectives:
+        t.add_row(f"{c.kind} ({c.state})", c.axis, c.link or "", c.phase, _cell(c.count, False),
+                  _cell(c.bytes_per_device), _cell(c.volume))
+    for axis, g in p.per_axis.items():
+        if g.bytes_per_device.formula != "0":
+            t.add_row(f"[bold]total on {axis}[/bold]", axis, g.link or "", "", "", _cell(g.bytes_per_device),
+                      _cell(g.volume))
+    t.add_row("[bold]total (network)[/bold]", "", "", "", "", _cell(p.comm_total), _cell(p.volume_total))
+    return t
+
+
+def _compare_table(r: CostReport) -> Table:
+    t = Table(title=f"plans compared (ratio to {r.baseline})", title_justify="left", show_lines=True)
+    t.add_column("quantity")
+    for p in r.plans:
+        t.add_column(p.name)
+    rows = [(f"memory.{k}", lambda p, k=k: p.device[k]) for k in DEVICE_ROWS]
+    rows.append(("memory.host", lambda p: p.host["total"]))
+    rows += [(f"comm.{a}", lambda p, a=a: p.per_axis[a].bytes_per_device) for a, _ in r.axes]
+    rows += [("comm.total", lambda p: p.comm_total), ("volume.total", lambda p: p.volume_total)]
+    for key, get in rows:
+        cells = []
+        for p in r.plans:
+            ratio = r.ratios.get(p.name, {}).get(key)
+            text = units.both(get(p).exact)
+            if ratio is not None:
+                text += f"\n×{units.ratio(ratio.exact) if ratio.exact is not None else ratio.formula}"
+            cells.append(text)
+        t.add_row(key, *cells)
+    return t
+
+
+def render(r: CostReport, width: int = 120) -> str:
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, force_terminal=False, no_color=True, highlight=False)
+    con.print(f"{r.file}")
+    bound = ", ".join(f"{b.name} = {units.number(b.exact) if b.exact is not None else b.formula}"
+                      + (" (--set)" if b.overridden else "") for b in r.bindings)
+    if bound:
+        con.print(f"bindings: {bound}")
+    if r.command == "compare":
+        con.print(_compare_table(r))
+    else:
+        for p in r.plans:
+            con.print(_memory_table(p))
+            con.print(_comm_table(p))
+            for n in p.notes:
+                con.print(f"note: {n}")
+    _questions(con, r)
+    return buf.getvalue()
+
+
+def _questions(con: Console, r: CostReport) -> None:
+    counts = {"holds": 0, "fails": 0, "unknown": 0}
+    for q in r.questions:
+        counts[q.verdict] += 1
+        label = f' "{q.label}"' if q.label else ""
+        sym = {True: " (holds for every value)", False: " (fails for every value)"}.get(q.identity, "")
+        con.print(f"{q.where}: {q.kind}{label}: {q.verdict}: "
+                  f"{q.left.formula} = {units.number(q.left.exact)} {q.op} {units.number(q.right.exact)}{sym}")
+    if r.questions:
+        failed = r.failed_asserts
+        con.print(f"{counts['holds']} hold, {counts['fails']} fail, {counts['unknown']} unknown; "
+                  + ("FAILED" if failed else "ok" if not r.unknown_asserts else "UNKNOWN"))

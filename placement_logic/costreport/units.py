@@ -1,0 +1,64 @@
+"""Human units for exact byte counts: decimal (GB = 10^9 B) and binary (GiB = 2^30 B).
+
+Input: a ``Fraction`` of bytes. Output: strings such as ``31.41 GB`` and ``29.25 GiB``,
+rounded half-even with integer arithmetic (no floats).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+_DECIMAL = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3))
+_BINARY = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+
+
+def decimal_string(x: Fraction, places: int = 2) -> str:
+    """``x`` rounded to ``places`` decimals, trailing zeros dropped."""
+    scaled = round(x * 10**places)
+    sign = "-" if scaled < 0 else ""
+    whole, frac = divmod(abs(scaled), 10**places)
+    text = f"{whole}.{frac:0{places}d}".rstrip("0").rstrip(".") if places else str(whole)
+    return sign + text
+
+
+def _pick(x: Fraction, table) -> str:
+    for unit, size in table:
+        if abs(x) >= size:
+            return f"{decimal_string(x / size)} {unit}"
+    return f"{decimal_string(x)} B"
+
+
+def gb(x: Fraction) -> str:
+    return _pick(x, _DECIMAL)
+
+
+def gib(x: Fraction) -> str:
+    return _pick(x, _BINARY)
+
+
+def both(x: Fraction | None) -> str:
+    """``31.41 GB (29.25 GiB)``, or ``—`` when the value is not bound."""
+    if x is None:
+        return "—"
+    if x == 0:
+        return "0"
+    return f"{gb(x)} ({gib(x)})"
+
+
+def number(x: Fraction | None) -> str:
+    if x is None:
+        return "—"
+    if x.denominator == 1:
+        return str(x.numerator)
+    return decimal_string(x, 4)
+
+
+def ratio(x: Fraction | None) -> str:
+    """A ratio as ``3/2 (1.5)``, or a bare integer or decimal."""
+    if x is None:
+        return "—"
+    if x.denominator == 1:
+        return str(x.numerator)
+    if x.denominator <= 10**4:
+        return f"{x.numerator}/{x.denominator} ({decimal_string(x, 4)})"
+    return decimal_string(x, 4)

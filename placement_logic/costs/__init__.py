@@ -1,0 +1,125 @@
+"""Cost engine: a plan in, exact closed-form memory and communication out.
+
+Input: an ``ir.Plan`` (and, for queries, the ``ir.Spec`` holding it). Output: ``PlanCost``
+with the ``Shape``, ``Layout``, ``Activations``, ``Memory`` and ``Communication`` of the
+plan, every quantity an exact sympy expression in the spec's symbols (lets and axis
+sizes). ``query_value`` gives the symbolic value of an ``ir.Query`` (memory, host_memory,
+model_state, comm, volume) so that asserts, claims and proofs share one definition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import sympy
+
+from .. import ir, schedule
+from ..diagnostics import Diagnostic, DiagnosticError, did_you_mean
+from ..ir import Role, State
+from ..symbolic import symbol, to_sympy
+from .activations import Activations, Layout, activations
+from .comm import Communication, size
+from .memory import Memory, memory
+from .sizes import Shape, shape_of, transformer_params
+
+__all__ = [
+    "PlanCost", "derive", "query_value", "layout_of", "transformer_params", "Shape", "Memory",
+    "Communication", "Activations", "Layout",
+]
+
+
+@dataclass(frozen=True)
+class PlanCost:
+    plan: ir.Plan
+    shape: Shape
+    layout: Layout
+    activations: Activations
+    memory: Memory
+    communication: Communication
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.memory.notes
+
+
+def _product(axes: tuple[str, ...]) -> sympy.Expr:
+    return sympy.Mul(*(symbol(a) for a in axes)) if axes else sympy.Integer(1)
+
+
+def layout_of(plan: ir.Plan) -> Layout:
+    sch = plan.schedule
+    pp = schedule.pipeline_axis(plan)
+    recompute = plan.recompute
+    if recompute is ir.Recompute.NONE and plan.placement(State.ACTIVATIONS).axes_with(ir.Mode.M):
+        recompute = ir.Recompute.FULL  # activations materialized: only layer inputs kept
+    return Layout(
+        t=_product(schedule.axes_with_role(plan, Role.TENSOR, Role.SEQUENCE)),
+        c=_product(schedule.axes_with_role(plan, Role.CONTEXT)),
+        p=symbol(pp) if pp else sympy.Integer(1),
+        v=to_sympy(schedule.chunks_value(plan)),
+        U=to_sympy(schedule.gather_unit_value(plan)),
+        schedule=sch.kind if sch is not None else (ir.ScheduleKind.ONE_F_ONE_B if pp else None),
+        sp=plan.sequence_parallel,
+        recompute=recompute,
+        flash=plan.flash_attention,
+        expert_axes=schedule.axes_with_role(plan, Role.EXPERT),
+    )
+
+
+def derive(plan: ir.Plan) -> PlanCost:
+    """All closed forms of one plan (pure; cached on the frozen plan)."""
+    return _derive(plan)
+
+
+@lru_cache(maxsize=256)
+def _derive(plan: ir.Plan) -> PlanCost:
+    sh = shape_of(plan.model)
+    lay = layout_of(plan)
+    act = activations(sh, lay)
+    mem = memory(plan, sh, act)
+    comm = Communication(tuple(size(c, sh, lay) for c in schedule.derive(plan)))
+    return PlanCost(plan, sh, lay, act, mem, comm)
+
+
+QUERY_KINDS = ("memory", "host_memory", "model_state", "comm", "volume")
+
+
+def query_value(spec: ir.Spec, q: ir.Query) -> sympy.Expr:
+    """The symbolic value of a cost query (bytes), in the spec's symbols (not substituted)."""
+    try:
+        plan = spec.plan(q.plan)
+    except KeyError:
+        raise DiagnosticError([Diagnostic("PL117", f"'{q.plan}' is not a plan", q.span,
+                                          notes=did_you_mean(q.plan, [p.name for p in spec.plans]))]) from None
+    pc = derive(plan)
+    mem, comm = pc.memory, pc.communication
+    if q.kind == "memory":
+        if q.arg is None or q.arg == "total":
+            return mem.device_total
+        if q.arg == "transient":
+            return mem.transient_total
+        if q.arg in {s.value for s in ir.STATES}:
+            return mem.device[State(q.arg)]
+        raise DiagnosticError([Diagnostic("PL402", f"memory() takes a state, 'transient' or nothing, not '{q.arg}'",
+                                          q.span)])
+    if q.kind == "host_memory":
+        if q.arg in {s.value for s in ir.STATES}:
+            return mem.host[State(q.arg)]
+        return mem.host_total
+    if q.kind == "model_state":
+        return mem.model_state
+    if q.kind in ("comm", "volume"):
+        if q.arg is None:
+            return comm.total_bytes if q.kind == "comm" else comm.total_volume
+        if q.arg not in plan.mesh.names and q.arg != "host":
+            raise DiagnosticError([Diagnostic("PL109", f"'{q.arg}' is not an axis of the mesh", q.span,
+                                              notes=did_you_mean(q.arg, plan.mesh.names))])
+        ring, vol = comm.on_axis(q.arg)
+        return ring if q.kind == "comm" else vol
+    raise DiagnosticError([Diagnostic("PL403", f"unknown cost query '{q.kind}'", q.span)])
+
+
+def value_of(spec: ir.Spec, value: ir.Value) -> sympy.Expr:
+    """A question's side as sympy, its queries replaced by their symbolic values."""
+    return to_sympy(value, lambda q: query_value(spec, q))

@@ -1,0 +1,123 @@
+"""Communication per step: each scheduled collective sized in bytes, ring and ZeRO volume.
+
+Input: the plan's ``schedule.Collective`` records, its ``Shape`` and ``Layout``. Output:
+``SizedCollective`` records (buffer bytes, ring bytes sent per device, ZeRO-convention
+volume, all per step) and totals per axis group with its link class.
+
+Ring cost for a buffer of full size m on a group of n devices: all-reduce 2(n−1)/n·m;
+reduce-scatter, all-gather, all-to-all (n−1)/n·m; point-to-point and host transfers m.
+Volume (the ZeRO paper's convention, the n → ∞ limit): all-reduce 2m, every other kind m.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+from .. import ir
+from ..schedule import Collective, Kind
+from ..symbolic import symbol, to_sympy
+from .activations import Layout
+from .sizes import Shape, divided
+
+_RING = {
+    Kind.ALL_REDUCE: lambda n: 2 * (n - 1) / n,
+    Kind.REDUCE_SCATTER: lambda n: (n - 1) / n,
+    Kind.ALL_GATHER: lambda n: (n - 1) / n,
+    Kind.ALL_TO_ALL: lambda n: (n - 1) / n,
+    Kind.P2P: lambda n: sympy.Integer(1),
+    Kind.HOST_TO_DEVICE: lambda n: sympy.Integer(1),
+    Kind.DEVICE_TO_HOST: lambda n: sympy.Integer(1),
+}
+_VOLUME = {Kind.ALL_REDUCE: 2}
+HOST_GROUP = "host"
+
+
+@dataclass(frozen=True)
+class SizedCollective:
+    collective: Collective
+    group: sympy.Expr  # devices in the group
+    count: sympy.Expr  # per step
+    buffer: sympy.Expr  # full buffer size m, bytes
+    bytes_per_device: sympy.Expr  # ring bytes sent per device per step (× count)
+    volume: sympy.Expr  # ZeRO convention per step (× count)
+
+    @property
+    def group_name(self) -> str:
+        return "×".join(self.collective.axes) if self.collective.axes else HOST_GROUP
+
+
+def _divide(expr: sympy.Expr, axes: tuple[str, ...]) -> sympy.Expr:
+    for a in axes:
+        expr = expr / symbol(a)
+    return expr
+
+
+def buffer_bytes(c: Collective, sh: Shape, lay: Layout) -> sympy.Expr:
+    tensor = c.payload.tensor
+    ba = sh.bytes[ir.State.ACTIVATIONS]
+    s = sh.s / lay.c
+    tsp = lay.t if lay.sp else 1
+    if tensor in ("params", "params_shard"):
+        return sh.bytes[ir.State.PARAMS] * divided(sh, c.payload.divided_over, lay.expert_axes)
+    if tensor in ("grads", "grads_shard"):
+        return sh.bytes[ir.State.GRADS] * divided(sh, c.payload.divided_over, lay.expert_axes)
+    if tensor == "dense_grads":
+        return sh.bytes[ir.State.GRADS] * _divide(sh.psi - sh.expert_params, c.payload.divided_over)
+    if tensor == "activation":
+        return s * sh.b * sh.h * ba
+    if tensor == "boundary":
+        return s * sh.b * sh.h * ba / tsp
+    if tensor == "tokens":
+        return s * sh.b * sh.h * sh.top_k * sh.capacity * ba / tsp
+    if tensor == "kv":
+        return 2 * s * sh.b * sh.h * sh.kv / sh.a * ba
+    raise ValueError(f"unknown payload tensor {tensor!r}")
+
+
+def size(c: Collective, sh: Shape, lay: Layout) -> SizedCollective:
+    n = sympy.Mul(*(symbol(a) for a in c.axes)) if c.axes else sympy.Integer(1)
+    count = to_sympy(c.count)
+    m = buffer_bytes(c, sh, lay)
+    ring = _RING[c.kind](n) * m * count
+    vol = _VOLUME.get(c.kind, 1) * m * count
+    return SizedCollective(c, n, count, m, ring, vol)
+
+
+@dataclass(frozen=True)
+class Communication:
+    collectives: tuple[SizedCollective, ...]
+
+    def network(self) -> tuple[SizedCollective, ...]:
+        return tuple(x for x in self.collectives if x.collective.axes)
+
+    @property
+    def total_bytes(self) -> sympy.Expr:
+        """Ring bytes sent per device per step over the network (host transfers excluded)."""
+        return sympy.Add(*(x.bytes_per_device for x in self.network()))
+
+    @property
+    def total_volume(self) -> sympy.Expr:
+        return sympy.Add(*(x.volume for x in self.network()))
+
+    def per_group(self) -> dict[str, tuple[str | None, sympy.Expr, sympy.Expr]]:
+        """group name -> (link, ring bytes per device, volume), host transfers as 'host'."""
+        out: dict[str, tuple[str | None, sympy.Expr, sympy.Expr]] = {}
+        for x in self.collectives:
+            link, b, v = out.get(x.group_name, (x.collective.link, sympy.Integer(0), sympy.Integer(0)))
+            out[x.group_name] = (link, b + x.bytes_per_device, v + x.volume)
+        return out
+
+    def on_axis(self, axis: str) -> tuple[sympy.Expr, sympy.Expr]:
+        """Ring bytes and volume of the collectives whose group includes ``axis``."""
+        sel = [x for x in self.collectives if axis in x.collective.axes or (axis == HOST_GROUP and not x.collective.axes)]
+        return sympy.Add(*(x.bytes_per_device for x in sel)), sympy.Add(*(x.volume for x in sel))
+
+    def per_link(self) -> dict[str, tuple[sympy.Expr, sympy.Expr]]:
+        out: dict[str, tuple[sympy.Expr, sympy.Expr]] = {}
+        for x in self.collectives:
+            key = x.collective.link or "unspecified"
+            b, v = out.get(key, (sympy.Integer(0), sympy.Integer(0)))
+            out[key] = (b + x.bytes_per_device, v + x.volume)
+        return out

@@ -1,0 +1,128 @@
+"""Per-device memory of one plan: persistent and transient terms, device and host.
+
+Input: an ``ir.Plan``, its ``Shape`` and ``Activations``. Output: ``Memory`` with, per
+state, the persistent bytes on the device and on the host, the named transient terms
+(gathered reconstruction units × prefetch, gradient bucket, recomputation working set,
+host staging buffer) and the totals; every value an exact sympy expression.
+
+Persistent bytes of a state = full size × Π over axes of 1/n where the state is S, S* or
+O, held on the host when the placement is offloaded (residency host/nvme, or O on an
+axis). A state that is M on some axis has no persistent copy. Activations come from the
+activation model (already per device). Peak device memory = persistent + all transients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy
+
+from .. import ir
+from ..ir import Mode, Role, State
+from ..schedule import axes_with_role, is_offloaded, sharded_axes
+from ..symbolic import symbol, to_sympy
+from .activations import Activations
+from .sizes import Shape, divided
+
+ZERO = sympy.Integer(0)
+
+
+@dataclass(frozen=True)
+class Memory:
+    device: dict  # State -> persistent bytes on the device
+    host: dict  # State -> persistent bytes on the host
+    transient: dict  # term name -> bytes on the device
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def transient_total(self) -> sympy.Expr:
+        return sympy.Add(*self.transient.values())
+
+    @property
+    def device_total(self) -> sympy.Expr:
+        return sympy.Add(*self.device.values()) + self.transient_total
+
+    @property
+    def host_total(self) -> sympy.Expr:
+        return sympy.Add(*self.host.values())
+
+    @property
+    def model_state(self) -> sympy.Expr:
+        return sum((self.device[s] for s in (State.PARAMS, State.OPTIMIZER, State.GRADS)), ZERO)
+
+
+def shard_factor(plan: ir.Plan, state: State, skip: tuple[str, ...] = ()) -> sympy.Expr:
+    """Π 1/n over the axes on which the state is divided (S, S*, O), except ``skip``."""
+    pl = plan.placement(state)
+    f = sympy.Integer(1)
+    for axis, mode in pl.modes:
+        if mode.shards and axis not in skip:
+            f = f / symbol(axis)
+    return f
+
+
+def _unit_params(plan: ir.Plan, sh: Shape, pl: ir.Placement, notes: list[str]) -> sympy.Expr | None:
+    """Parameters in one reconstruction unit, or None when the shape does not say."""
+    if pl.unit == "model":
+        return sh.psi
+    if pl.unit == "chunk":
+        pp = plan.schedule.axis if plan.schedule is not None else None
+        v = plan.schedule.chunks if plan.schedule is not None else ir.const(1)
+        return sh.psi / ((symbol(pp) if pp else 1) * to_sympy(v))
+    if sh.layer_params is None:
+        notes.append(f"{pl.state.value}: no transformer shape, so the per-{pl.unit} working set is not modelled")
+        return None
+    return sh.layer_params
+
+
+def memory(plan: ir.Plan, sh: Shape, act: Activations) -> Memory:
+    device: dict = {}
+    host: dict = {}
+    transient: dict = {}
+    notes: list[str] = []
+    for st in (State.PARAMS, State.OPTIMIZER, State.GRADS):
+        pl = plan.placement(st)
+        if pl.axes_with(Mode.M):
+            persistent = ZERO
+        else:
+            persistent = sh.bytes[st] * divided(sh, sharded_axes(plan, st), axes_with_role(plan, Role.EXPERT))
+        if is_offloaded(plan, st):
+            device[st], host[st] = ZERO, persistent
+        else:
+            device[st], host[st] = persistent, ZERO
+    device[State.ACTIVATIONS] = act.total
+    host[State.ACTIVATIONS] = ZERO
+    if not sh.has_shape:
+        notes.append("activations: no transformer shape, so activation memory is not modelled")
+
+    th = plan.placement(State.PARAMS)
+    star = th.axes_with(Mode.S_STAR)
+    pipe = axes_with_role(plan, Role.PIPELINE)
+    if star or is_offloaded(plan, State.PARAMS):
+        # the gathered (or fetched) unit is full size on the gathered axes only; a layer or
+        # chunk is not divided by the pipeline axis (stages split the model by layers)
+        gathered = star if star else th.axes_with(Mode.O)
+        if star and not th.reshard_after_forward and not is_offloaded(plan, State.PARAMS):
+            rest = tuple(a for a in sharded_axes(plan, State.PARAMS) if a not in gathered)
+            transient["gathered params (kept from forward to backward)"] = (
+                sh.bytes[State.PARAMS] * divided(sh, rest, axes_with_role(plan, Role.EXPERT))
+            )
+        else:
+            unit = _unit_params(plan, sh, th, notes)
+            if unit is not None:
+                skip = gathered + (pipe if th.unit != "model" else ())
+                label = "fetched" if is_offloaded(plan, State.PARAMS) and not star else "gathered"
+                transient[f"{label} params ({th.unit} × prefetch {th.prefetch})"] = (
+                    unit * sh.bytes[State.PARAMS] * shard_factor(plan, State.PARAMS, skip=skip) * th.prefetch
+                )
+    g = plan.placement(State.GRADS)
+    reducing = axes_with_role(plan, Role.DATA, Role.CONTEXT)
+    scattered = tuple(a for a in reducing if g.mode(a) in (Mode.S, Mode.S_STAR, Mode.M, Mode.O))
+    if scattered:
+        unit = _unit_params(plan, sh, ir.Placement(State.GRADS, g.modes, unit="layer"), notes)
+        if unit is not None:
+            split = shard_factor(plan, State.GRADS, skip=scattered + pipe)
+            transient["gradient bucket (one layer, before reduce-scatter)"] = unit * sh.bytes[State.GRADS] * split
+    if act.transient != 0:
+        transient["recomputation working set (one layer)"] = act.transient
+    return Memory(device, host, transient, tuple(dict.fromkeys(notes)))

@@ -1,0 +1,359 @@
+"""Collective schedule of one training step, derived from a plan's placements.
+
+Input: an ``ir.Plan``. Output: a tuple of ``Collective`` records (plain IR-level data, no
+sympy): what is communicated, over which mesh axes, in which phase of the step, how many
+times per step and what buffer it moves. The cost engine sizes them
+(``placement_logic.costs.comm``); the checker reads the same records to know which
+reductions and gathers a plan performs.
+
+API (stable):
+
+    derive(plan) -> tuple[Collective, ...]
+
+    Collective.kind     Kind: all_reduce, reduce_scatter, all_gather, all_to_all, p2p,
+                        host_to_device, device_to_host
+    Collective.state    ir.State the buffer belongs to (activations for TP/PP/EP/CP traffic)
+    Collective.axes     the group: mesh axis names, in mesh order (() for host traffic)
+    Collective.link     link class of the group (the axis link; "pcie" for host traffic)
+    Collective.phase    Phase: forward, backward, grad_sync, optimizer, refresh
+    Collective.count    ir.Value: how many times per step one device takes part
+    Collective.payload  Payload: tensor (params, grads, dense_grads, activation, boundary,
+                        tokens, kv, params_shard, grads_shard), divided_over (mesh axes whose shards the
+                        buffer already excludes), description (human text)
+    Collective.rule     which derivation rule produced it (one short sentence)
+
+Counts are built from the model's own values: ``m`` is ``model.microbatches``; the layer
+count is ``transformer.layers`` or the free symbol ``L`` when no shape is given; per-layer
+counts are per device, so they are divided by the pipeline size. The rules are those of
+docs/costs.md ("Collectives").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from . import ir
+from .ir import Const, Mode, Op, Role, ScheduleKind, State, Sym, Value
+
+
+class Kind(str, Enum):
+    ALL_REDUCE = "all_reduce"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_GATHER = "all_gather"
+    ALL_TO_ALL = "all_to_all"
+    P2P = "p2p"
+    HOST_TO_DEVICE = "host_to_device"
+    DEVICE_TO_HOST = "device_to_host"
+
+
+class Phase(str, Enum):
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    GRAD_SYNC = "grad_sync"
+    OPTIMIZER = "optimizer"
+    REFRESH = "refresh"
+
+
+@dataclass(frozen=True)
+class Payload:
+    tensor: str
+    divided_over: tuple[str, ...] = ()
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Collective:
+    kind: Kind
+    state: State
+    axes: tuple[str, ...]
+    link: str | None
+    phase: Phase
+    count: Value
+    payload: Payload
+    rule: str = ""
+
+
+HOST_LINK = "pcie"
+LAYERS_SYMBOL = "L"
+_ONE = ir.const(1)
+
+# Roles whose axes split the batch (or the sequence): gradient contributions vary there.
+_REDUCING_ROLES = (Role.DATA, Role.CONTEXT)
+
+
+# --------------------------------------------------------------------------- value helpers
+
+
+def _mul(*xs: Value) -> Value:
+    xs = tuple(x for x in xs if not (isinstance(x, Const) and x.value == 1))
+    if not xs:
+        return _ONE
+    return xs[0] if len(xs) == 1 else Op("*", xs)
+
+
+def _div(a: Value, b: Value) -> Value:
+    if isinstance(b, Const) and b.value == 1:
+        return a
+    return Op("/", (a, b))
+
+
+def _uniq(xs) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(xs))
+
+
+def layers_value(plan: ir.Plan) -> Value:
+    t = plan.model.transformer
+    return t.layers if t is not None else Sym(LAYERS_SYMBOL)
+
+
+def role_of(plan: ir.Plan, axis: str) -> Role | None:
+    try:
+        return plan.role(axis)
+    except KeyError:
+        return None
+
+
+def axes_with_role(plan: ir.Plan, *roles: Role) -> tuple[str, ...]:
+    return tuple(a for a in plan.mesh.names if role_of(plan, a) in roles)
+
+
+def pipeline_axis(plan: ir.Plan) -> str | None:
+    if plan.schedule is not None:
+        return plan.schedule.axis
+    pp = axes_with_role(plan, Role.PIPELINE)
+    return pp[0] if pp else None
+
+
+def stage_layers(plan: ir.Plan) -> Value:
+    """Layers held by one device: L, or L/p on a pipeline axis of size p."""
+    pp = pipeline_axis(plan)
+    return _div(layers_value(plan), Sym(pp)) if pp else layers_value(plan)
+
+
+def chunks_value(plan: ir.Plan) -> Value:
+    s = plan.schedule
+    if s is not None and s.kind in (ScheduleKind.INTERLEAVED, ScheduleKind.ZEROPP):
+        return s.chunks
+    return _ONE
+
+
+def gather_unit_value(plan: ir.Plan) -> Value:
+    """Microbatches that share one gather of an S* unit: ZeroPP's U, else 1."""
+    s = plan.schedule
+    return s.unit if s is not None and s.kind is ScheduleKind.ZEROPP else _ONE
+
+
+def sharded_axes(plan: ir.Plan, state: State) -> tuple[str, ...]:
+    return plan.placement(state).axes_with(Mode.S, Mode.S_STAR, Mode.O)
+
+
+def is_offloaded(plan: ir.Plan, state: State) -> bool:
+    p = plan.placement(state)
+    return p.offloaded or bool(p.axes_with(Mode.O))
+
+
+def _link(plan: ir.Plan, axes: tuple[str, ...]) -> str | None:
+    links = [plan.mesh.axis(a).link for a in axes]
+    known = [x for x in links if x]
+    if not known:
+        return None
+    if len(set(known)) == 1:
+        return known[0]
+    return "inter_node" if "inter_node" in known else "+".join(sorted(set(known)))
+
+
+def _overrides(plan: ir.Plan, target: str, verb: str) -> tuple[ir.Override, ...]:
+    return tuple(o for o in plan.overrides_for(target) if o.verb == verb and o.group in (None, "all"))
+
+
+# --------------------------------------------------------------------------- rules
+
+
+def _grad_sync(plan: ir.Plan) -> list[Collective]:
+    """Gradient reduction over the axes that split the batch or the sequence."""
+    g = plan.placement(State.GRADS)
+    opt = plan.placement(State.OPTIMIZER)
+    m = plan.model.microbatches
+    per_mb = _div(m, gather_unit_value(plan))
+    given = _overrides(plan, "grads", "reduce")
+    if given:
+        groups = [tuple(o.axes or ()) for o in given]
+        reduce_axes = [a for grp in groups for a in grp]
+    else:
+        reduce_axes = list(axes_with_role(plan, *_REDUCING_ROLES))
+        # expert axes carry data for the dense parameters: reduce there when grads are R
+        reduce_axes += [a for a in axes_with_role(plan, Role.EXPERT) if g.mode(a) is Mode.R]
+        reduce_axes = [a for a in plan.mesh.names if a in reduce_axes]
+    scatter = tuple(a for a in reduce_axes if g.mode(a) in (Mode.S, Mode.S_STAR, Mode.M, Mode.O))
+    plain = tuple(a for a in reduce_axes if a not in scatter)
+    # replicated grads feeding a sharded optimizer only need the owner's piece (ZeRO-1)
+    owner = tuple(a for a in plain if opt.mode(a).shards)
+    allred = tuple(a for a in plain if a not in owner)
+    out: list[Collective] = []
+    g_sharded = sharded_axes(plan, State.GRADS)
+    done: tuple[str, ...] = ()
+    if scatter:
+        out.append(Collective(
+            Kind.REDUCE_SCATTER, State.GRADS, scatter, _link(plan, scatter), Phase.GRAD_SYNC, per_mb,
+            Payload("grads", tuple(a for a in g_sharded if a not in scatter), "full gradients"),
+            "grads S/M over a data axis: reduce-scatter once per microbatch (per scheduling unit)"))
+        done = scatter
+    if owner:
+        out.append(Collective(
+            Kind.REDUCE_SCATTER, State.GRADS, owner, _link(plan, owner), Phase.GRAD_SYNC, _ONE,
+            Payload("grads", _uniq(a for a in g_sharded + done if a not in owner), "accumulated gradients"),
+            "grads R with optimizer S: reduce-scatter to the optimizer shards once per step"))
+        done = done + owner
+    if allred:
+        out.append(Collective(
+            Kind.ALL_REDUCE, State.GRADS, allred, _link(plan, allred), Phase.GRAD_SYNC, _ONE,
+            Payload("grads", _uniq(a for a in g_sharded + done if a not in allred), "accumulated gradients"),
+            "grads R over a data axis: all-reduce once per step"))
+    if not given:
+        for e in axes_with_role(plan, Role.EXPERT):
+            if g.mode(e) is Mode.R:
+                continue  # already reduced above with the whole gradient
+            out.append(Collective(
+                Kind.ALL_REDUCE, State.GRADS, (e,), _link(plan, (e,)), Phase.GRAD_SYNC, _ONE,
+                Payload("dense_grads", _uniq(a for a in g_sharded + done if a != e),
+                        "non-expert gradients (expert parameters are split over the axis)"),
+                "expert axis: non-expert gradients all-reduced over it once per step"))
+    return out
+
+
+def _param_gathers(plan: ir.Plan) -> list[Collective]:
+    th = plan.placement(State.PARAMS)
+    m = plan.model.microbatches
+    per_unit = _div(m, gather_unit_value(plan))
+    given = _overrides(plan, "params", "gather")
+    star = tuple(given[0].axes or ()) if given else th.axes_with(Mode.S_STAR)
+    if not star:
+        return []
+    link = _link(plan, star)
+    rest = tuple(a for a in sharded_axes(plan, State.PARAMS) if a not in star)
+    pay = Payload("params", rest, f"parameters, one {th.unit} at a time")
+    out = [Collective(Kind.ALL_GATHER, State.PARAMS, star, link, Phase.FORWARD, per_unit, pay,
+                      "params S*: all-gather before forward")]
+    if th.reshard_after_forward:
+        out.append(Collective(Kind.ALL_GATHER, State.PARAMS, star, link, Phase.BACKWARD, per_unit, pay,
+                              "params S* freed after forward: all-gather again before backward"))
+    return out
+
+
+def _param_refresh(plan: ir.Plan) -> list[Collective]:
+    th = plan.placement(State.PARAMS)
+    opt = plan.placement(State.OPTIMIZER)
+    if _overrides(plan, "params", "no_regather") or is_offloaded(plan, State.PARAMS):
+        return []
+    axes = tuple(a for a in plan.mesh.names if th.mode(a) is Mode.R and opt.mode(a).shards)
+    if not axes:
+        return []
+    rest = sharded_axes(plan, State.PARAMS)
+    return [Collective(Kind.ALL_GATHER, State.PARAMS, axes, _link(plan, axes), Phase.REFRESH, _ONE,
+                       Payload("params", rest, "updated parameters"),
+                       "params R with optimizer S: all-gather the updated parameters after the step")]
+
+
+def _tensor_parallel(plan: ir.Plan) -> list[Collective]:
+    out: list[Collective] = []
+    m = plan.model.microbatches
+    per = _mul(stage_layers(plan), m)
+    for t in axes_with_role(plan, Role.TENSOR, Role.SEQUENCE):
+        link = _link(plan, (t,))
+        pay = Payload("activation", (), "layer input/output activations (s·b·h)")
+        fwd_n = 2 if plan.recompute is not ir.Recompute.FULL else 4  # full recompute reruns forward
+        if plan.sequence_parallel:
+            for kind in (Kind.ALL_GATHER, Kind.REDUCE_SCATTER):
+                out.append(Collective(kind, State.ACTIVATIONS, (t,), link, Phase.FORWARD, _mul(ir.const(2), per), pay,
+                                      "Megatron SP: 2 all-gather + 2 reduce-scatter per layer in forward"))
+                out.append(Collective(kind, State.ACTIVATIONS, (t,), link, Phase.BACKWARD,
+                                      _mul(ir.const(fwd_n), per), pay,
+                                      "Megatron SP: 2 all-gather + 2 reduce-scatter per layer in backward"
+                                      + (" (+2 recomputed forward)" if fwd_n == 4 else "")))
+        else:
+            out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, (t,), link, Phase.FORWARD, _mul(ir.const(2), per),
+                                  pay, "Megatron TP: 2 all-reduces per layer per microbatch in forward"))
+            out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, (t,), link, Phase.BACKWARD,
+                                  _mul(ir.const(fwd_n), per), pay,
+                                  "Megatron TP: 2 all-reduces per layer per microbatch in backward"
+                                  + (" (+2 recomputed forward)" if fwd_n == 4 else "")))
+    return out
+
+
+def _pipeline(plan: ir.Plan) -> list[Collective]:
+    pp = pipeline_axis(plan)
+    if pp is None:
+        return []
+    cnt = _mul(plan.model.microbatches, chunks_value(plan))
+    pay = Payload("boundary", (), "stage-boundary activations (s·b·h)")
+    link = _link(plan, (pp,))
+    return [
+        Collective(Kind.P2P, State.ACTIVATIONS, (pp,), link, Phase.FORWARD, cnt, pay,
+                   "pipeline: send activations to the next stage per microbatch per chunk"),
+        Collective(Kind.P2P, State.ACTIVATIONS, (pp,), link, Phase.BACKWARD, cnt, pay,
+                   "pipeline: send activation gradients to the previous stage per microbatch per chunk"),
+    ]
+
+
+def _experts(plan: ir.Plan) -> list[Collective]:
+    out: list[Collective] = []
+    per = _mul(ir.const(2), stage_layers(plan), plan.model.microbatches)
+    pay = Payload("tokens", (), "routed tokens (s·b·h·top_k·capacity_factor)")
+    for e in axes_with_role(plan, Role.EXPERT):
+        link = _link(plan, (e,))
+        out.append(Collective(Kind.ALL_TO_ALL, State.ACTIVATIONS, (e,), link, Phase.FORWARD, per, pay,
+                              "expert parallel: all-to-all before and after each MoE layer in forward"))
+        out.append(Collective(Kind.ALL_TO_ALL, State.ACTIVATIONS, (e,), link, Phase.BACKWARD, per, pay,
+                              "expert parallel: all-to-all before and after each MoE layer in backward"))
+    return out
+
+
+def _context(plan: ir.Plan) -> list[Collective]:
+    out: list[Collective] = []
+    per = _mul(stage_layers(plan), plan.model.microbatches)
+    for c in axes_with_role(plan, Role.CONTEXT):
+        link = _link(plan, (c,))
+        ring = Op("-", (Sym(c), _ONE))
+        pay = Payload("kv", (), "one key/value block (2·s/cp·b·h·kv_heads/heads)")
+        out.append(Collective(Kind.P2P, State.ACTIVATIONS, (c,), link, Phase.FORWARD, _mul(ring, per), pay,
+                              "context parallel: ring-pass K,V blocks (cp-1 steps) per layer in forward"))
+        out.append(Collective(Kind.P2P, State.ACTIVATIONS, (c,), link, Phase.BACKWARD,
+                              _mul(ir.const(2), ring, per), pay,
+                              "context parallel: ring-pass K,V and their gradients per layer in backward"))
+    return out
+
+
+def _offload(plan: ir.Plan) -> list[Collective]:
+    out: list[Collective] = []
+    m = plan.model.microbatches
+    params_off = is_offloaded(plan, State.PARAMS)
+    if params_off and not _overrides(plan, "params", "no_fetch"):
+        th = plan.placement(State.PARAMS)
+        n = _mul(ir.const(2), m) if th.reshard_after_forward else m
+        out.append(Collective(Kind.HOST_TO_DEVICE, State.PARAMS, (), HOST_LINK, Phase.FORWARD, n,
+                              Payload("params_shard", sharded_axes(plan, State.PARAMS), "parameter shard"),
+                              "params offloaded: fetched to the device for forward and backward"))
+    if is_offloaded(plan, State.GRADS) or is_offloaded(plan, State.OPTIMIZER):
+        out.append(Collective(Kind.DEVICE_TO_HOST, State.GRADS, (), HOST_LINK, Phase.OPTIMIZER, _ONE,
+                              Payload("grads_shard", sharded_axes(plan, State.GRADS), "reduced gradient shard"),
+                              "optimizer or grads on the host: gradients copied to the host for the step"))
+    if is_offloaded(plan, State.OPTIMIZER) and not params_off:
+        out.append(Collective(Kind.HOST_TO_DEVICE, State.PARAMS, (), HOST_LINK, Phase.OPTIMIZER, _ONE,
+                              Payload("params_shard", sharded_axes(plan, State.OPTIMIZER), "updated parameter shard"),
+                              "optimizer on the host: updated parameters copied back to the device"))
+    return out
+
+
+def derive(plan: ir.Plan) -> tuple[Collective, ...]:
+    """Every collective one device takes part in during one training step."""
+    return tuple(
+        _param_gathers(plan)
+        + _tensor_parallel(plan)
+        + _context(plan)
+        + _experts(plan)
+        + _pipeline(plan)
+        + _grad_sync(plan)
+        + _offload(plan)
+        + _param_refresh(plan)
+    )

@@ -1,0 +1,107 @@
+"""Parameter counts, Korthikanti activation formulas, pipeline factors, ZeroPP vs Megatron TP."""
+
+import pytest
+import sympy
+
+from placement_logic import costs, ir
+from placement_logic.costs.activations import Layout, in_flight, per_layer
+from placement_logic.costs.sizes import shape_of, transformer_params
+from placement_logic.loader import load_spec
+from placement_logic.symbolic import symbol
+from tests.corpus import LLAMA2_70B_PARAMS, c, llama70b_shape, model
+
+s, b, h, a, t, p, v, m, U, L = (symbol(n) for n in "s b h a t p v m U L".split())
+
+
+def test_llama2_70b_exact():
+    assert transformer_params(llama70b_shape())[0] == LLAMA2_70B_PARAMS
+
+
+def test_llama_example_derives_the_same_count():
+    spec = load_spec("examples/llama70b_3d.place")
+    assert costs.derive(spec.plans[0]).shape.psi == LLAMA2_70B_PARAMS
+
+
+def test_mixtral_8x7b_exact():
+    # Mixtral-8x7B's published total: 46,702,792,704 parameters
+    shape = llama70b_shape(hidden=c(4096), layers=c(32), heads=c(32), kv_heads=c(8), ffn=c(14336),
+                           vocab=c(32000), experts=c(8), top_k=c(2))
+    assert transformer_params(shape)[0] == 46_702_792_704
+
+
+def test_gpt2_small_exact():
+    # GPT-2 small without its 1024x768 learned position table: 124,439,808 - 786,432
+    shape = ir.Transformer(hidden=c(768), layers=c(12), heads=c(12), kv_heads=c(12), ffn=c(3072), vocab=c(50257),
+                           tied_embeddings=True, norm="layernorm", bias=True)
+    assert transformer_params(shape)[0] == 124_439_808 - 1024 * 768
+
+
+def _shape():
+    tr = ir.Transformer(hidden=ir.Sym("h"), layers=ir.Sym("L"), heads=ir.Sym("a"), kv_heads=ir.Sym("a"),
+                        ffn=ir.Op("*", (c(4), ir.Sym("h"))), vocab=ir.Sym("V"))
+    return shape_of(model(None, seq=ir.Sym("s"), mb=ir.Sym("b"), m=ir.Sym("m"), transformer=tr))
+
+
+def _layout(t_, sp, rc=ir.Recompute.NONE, flash=False, sched=None, p_=1, v_=1, U_=1):
+    return Layout(t=t_, c=sympy.Integer(1), p=p_, v=v_, U=U_, schedule=sched, sp=sp, recompute=rc, flash=flash)
+
+
+KORTHIKANTI = {  # Table 2 of Korthikanti et al. 2022, bytes per layer per microbatch
+    "no parallelism": (1, False, ir.Recompute.NONE, s * b * h * (34 + 5 * a * s / h)),
+    "tensor parallel": (t, False, ir.Recompute.NONE, s * b * h * (10 + 24 / t + 5 * a * s / (h * t))),
+    "tensor + sequence parallel": (t, True, ir.Recompute.NONE, s * b * h * (34 / t + 5 * a * s / (h * t))),
+    "tensor parallel + selective": (t, False, ir.Recompute.SELECTIVE, s * b * h * (10 + 24 / t)),
+    "tensor + sequence + selective": (t, True, ir.Recompute.SELECTIVE, s * b * h * 34 / t),
+    "full recompute": (t, False, ir.Recompute.FULL, 2 * s * b * h),
+    "full recompute + sequence parallel": (t, True, ir.Recompute.FULL, 2 * s * b * h / t),
+}
+
+
+@pytest.mark.parametrize("case", sorted(KORTHIKANTI))
+def test_korthikanti_per_layer(case):
+    t_, sp, rc, expected = KORTHIKANTI[case]
+    sh = _shape()
+    got = per_layer(sh, _layout(sympy.Integer(1) if t_ == 1 else t_, sp, rc), rc, False)
+    assert sympy.simplify(got - expected) == 0
+
+
+def test_flash_attention_drops_the_score_term():
+    sh = _shape()
+    got = per_layer(sh, _layout(t, True), ir.Recompute.NONE, True)
+    assert sympy.simplify(got - s * b * h * 34 / t) == 0
+
+
+def test_pipeline_in_flight():
+    sh = _shape()
+    lm, _ = in_flight(sh, _layout(t, True, sched=ir.ScheduleKind.ONE_F_ONE_B, p_=p))
+    assert lm == L  # p microbatches of L/p layers on the first stage
+    lm, _ = in_flight(sh, _layout(t, True, sched=ir.ScheduleKind.INTERLEAVED, p_=p, v_=v))
+    assert sympy.simplify(lm - L * (1 + (p - 1) / (p * v))) == 0
+    lm, mb = in_flight(sh, _layout(t, True, sched=ir.ScheduleKind.GPIPE, p_=p))
+    assert sympy.simplify(lm - L / p * m) == 0 and mb == m
+    # ZeroPP with U = p is Megatron's interleaved schedule
+    lm, _ = in_flight(sh, _layout(t, True, sched=ir.ScheduleKind.ZEROPP, p_=p, v_=v, U_=p))
+    assert sympy.simplify(lm - L * (1 + (p - 1) / (p * v))) == 0
+
+
+def test_zeropp_moves_less_than_megatron_tp_when_u_is_large():
+    spec = load_spec("examples/zeropp.place")
+    sizes = {symbol("intra"): 8, symbol("stage"): 4}
+    zpp = costs.derive(spec.plan("zeropp")).communication.on_axis("intra")[0].subs(sizes)
+    meg = costs.derive(spec.plan("megatron")).communication.on_axis("intra")[0].subs(sizes)
+    assert symbol("U") in zpp.free_symbols and not meg.free_symbols
+    n, pp, mb = 8, 4, 32  # intra, stage, microbatches of the example
+    psi = costs.derive(spec.plan("zeropp")).shape.psi
+    sbh, layers = 2048 * 1 * 5120, 40
+    ring = sympy.Rational(n - 1, n)
+    # per step on the node: gather each chunk for forward and backward and reduce-scatter its
+    # gradients, once per U microbatches, for the stage's Ψ/p parameters of 2 bytes
+    zeropp_hand = 3 * ring * 2 * psi / pp * mb / U
+    # Megatron SP: 2 all-gathers + 2 reduce-scatters of s·b·h 2-byte activations per layer,
+    # forward and backward, for the stage's L/p layers and every microbatch
+    megatron_hand = 8 * ring * 2 * sbh * sympy.Rational(layers, pp) * mb
+    assert sympy.simplify(zpp - zeropp_hand) == 0
+    assert sympy.simplify(meg - megatron_hand) == 0
+    threshold = sympy.solve(sympy.Eq(zpp, meg), U)[0]
+    assert threshold == 3 * psi / (8 * sbh * layers)
+    assert zpp.subs(U, threshold + 1) < meg < zpp.subs(U, threshold - 1 if threshold > 1 else threshold / 2)
