@@ -99,6 +99,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PL401": ("query-not-allowed", "A cost query (memory(...), comm(...)) where only plain values are allowed."),
     "PL402": ("bad-query-argument", "A cost query argument that is not a state, 'transient', an axis or 'host'."),
     "PL403": ("unknown-query", "A cost query other than memory, host_memory, model_state, comm, volume."),
+    # proofs: PL700-PL749
+    "PL700": ("export-failed", "placement prove --export could not write an SMT-LIB file."),
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..diagnostics import Diagnostic, DiagnosticError
 from ..loader import load_spec
 from ..prove import GROUPS, prove
 from ..prove import render
@@ -39,8 +40,11 @@ def run(args, out, err) -> int:
         root = Path(args.export)
         for key, text in texts.items():
             path = root / f"{key}.smt2"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+            except OSError as exc:
+                raise DiagnosticError([Diagnostic("PL700", f"cannot write {path}: {exc.strerror or exc}")]) from None
     if args.format == "json":
         json.dump(render.to_json(report), out, indent=2, ensure_ascii=False)
         out.write("\n")

@@ -22,7 +22,7 @@ from .obligation import Obligation
 from .published import SPECS, published_spec
 from .report import ClaimResult, ProveReport
 
-__all__ = ["builtin", "prove", "smt2_files", "ProveReport"]
+__all__ = ["builtin", "prove", "smt2_files", "canonical_tokens", "ProveReport", "GROUPS"]
 
 
 GROUPS = ("memory", "comm", "correctness", "composition", "claims")
@@ -70,6 +70,13 @@ def prove(specs: list[ir.Spec] = (), timeout: float = 10.0, only: tuple[str, ...
         results.append(result)
         texts[ob.key] = text
     return ProveReport(tuple(results), tuple(claims + more_claims), timeout), texts
+
+
+def canonical_tokens(text: str) -> list[str]:
+    """The SMT-LIB tokens of a text, sorted: equal for texts that differ only in the order of
+    declarations or of the arguments of and/or (which follows set iteration order)."""
+    body = "\n".join(ln for ln in text.splitlines() if not ln.startswith(";"))
+    return sorted(body.replace("(", " ( ").replace(")", " ) ").split())
 
 
 def smt2_files(timeout: float = 10.0) -> dict[str, str]:
