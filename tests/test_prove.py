@@ -16,7 +16,8 @@ import sympy
 from placement_logic import costs
 from placement_logic.check.report import Verdict
 from placement_logic.cli import main
-from placement_logic.prove import canonical_tokens, engine, smt2_files, solvers
+from placement_logic.loader import load_spec
+from placement_logic.prove import canonical_form, engine, prove, render, solvers
 from placement_logic.prove.derivations import MEMORY, _plan_cost, psi, K, N
 from placement_logic.prove.published import published_spec
 from placement_logic.prove.symbolic_ob import INT, POS, relation
@@ -34,9 +35,17 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
 
 
 @pytest.fixture(scope="module")
-def full():
-    code, out, err = run_cli("prove", "--format", "json", str(ROOT / "examples" / "zero_paper.place"))
-    return code, json.loads(out), err
+def run_all():
+    """One full run (the work of `placement prove examples/zero_paper.place`), shared."""
+    report, texts = prove([load_spec(ROOT / "examples" / "zero_paper.place")])
+    return report, texts
+
+
+@pytest.fixture(scope="module")
+def full(run_all):
+    report, _ = run_all
+    errors = "".join(f"error: {r.key}: {r.error}\n" for r in report.errors)
+    return report.exit_status, json.loads(json.dumps(render.to_json(report))), errors
 
 
 def by_key(report: dict) -> dict[str, dict]:
@@ -162,15 +171,15 @@ def test_zeropp_condition_on_the_scheduling_unit(full):
         assert bool(z.xreplace(at) < t.xreplace(at)) == (u > threshold), u
 
 
-def test_smt2_files_are_not_stale():
-    files = smt2_files()
+def test_smt2_files_are_not_stale(run_all):
+    files = {f"{key}.smt2": text for key, text in run_all[1].items() if not key.startswith("claims/zero-paper")}
     committed = {str(p.relative_to(SMT2)) for p in SMT2.rglob("*.smt2")}
     assert committed == set(files), "run: placement prove --export proofs/smt2"
     for rel, text in files.items():
         old = (SMT2 / rel).read_text()
         comments = lambda t: [ln for ln in t.splitlines() if ln.startswith(";")]  # noqa: E731
         assert comments(old) == comments(text), rel
-        assert canonical_tokens(old) == canonical_tokens(text), f"{rel} is stale: placement prove --export proofs/smt2"
+        assert canonical_form(old) == canonical_form(text), f"{rel} is stale: placement prove --export proofs/smt2"
 
 
 def test_smt2_file_rechecks_with_cvc5_from_the_text_alone():
@@ -223,7 +232,16 @@ def test_false_claim_in_a_spec_fails(tmp_path):
     assert "holds for no values" in out
 
 
-def test_markdown_and_text_formats(full):
+def test_cli_json_matches_the_report_shape():
+    code, out, err = run_cli("prove", "--only", "claims", "--format", "json")
+    report = json.loads(out)
+    assert code == 0, err
+    assert report["schema_version"] == 1 and report["tool"] == "placement-logic" and report["command"] == "prove"
+    assert {c["holds"] for c in report["claims"]} == {"conditional", "always"}
+    assert all(o["smt2"] == f"proofs/smt2/{o['key']}.smt2" for o in report["obligations"])
+
+
+def test_markdown_and_text_formats():
     code, out, _ = run_cli("prove", "--only", "correctness", "--format", "markdown")
     assert code == 0
     assert out.startswith("| theorem | obligation | verdict | z3 | cvc5 | time (s) |")

@@ -23,6 +23,7 @@ from .. import costs, ir
 from ..symbolic import resolve_bindings, symbol
 from .obligation import Obligation
 from .report import ClaimResult
+from .tosmt import as_expr
 from .symbolic_ob import INT, POS, Domain, equivalence
 
 CLAIMS = "Claims"
@@ -84,7 +85,7 @@ def _univariate(rel, s: sympy.Symbol, dom: Domain):
             free = sympy.Symbol(f"{s.name}_free")  # no sign assumption: solve drops no root
             num = sympy.numer(sympy.together(rel.lhs - rel.rhs)).xreplace({s: free})
             sols = [x.xreplace({free: s}) for x in sympy.solve(num, free)]
-            if any(sympy.sympify(x).free_symbols for x in sols):
+            if any(as_expr(x).free_symbols for x in sols):
                 return None
             sols = [x for x in sols if x.is_real and x in interval and (x.is_integer or not dom.integer)]
             return sympy.Or(*[sympy.Eq(s, x) for x in sols]) if sols else sympy.false
@@ -142,7 +143,7 @@ def analyse(spec: ir.Spec, q: ir.Question, index: int) -> ClaimAnalysis:
     label = q.label or f"claim {index + 1}"
     text = f"{ir.show(q.left)} {q.op} {ir.show(q.right)}"
     lhs, rhs = costs.value_of(spec, q.left), costs.value_of(spec, q.right)
-    names = {s.name for s in (sympy.sympify(lhs).free_symbols | sympy.sympify(rhs).free_symbols)}
+    names = {s.name for s in (as_expr(lhs).free_symbols | as_expr(rhs).free_symbols)}
     domain = _domain(spec, names)
     values = resolve_bindings(spec.bindings)
     at = _REL[q.op](lhs.xreplace(values), rhs.xreplace(values))
@@ -171,7 +172,7 @@ def analyse(spec: ir.Spec, q: ir.Question, index: int) -> ClaimAnalysis:
             if r1 in (sympy.true, sympy.false):
                 continue
             cond = _univariate(r1, symbol(n), domain[n])
-            if cond is None or cond is sympy.false or sympy.sympify(cond).free_symbols - {symbol(n)}:
+            if cond is None or cond is sympy.false or as_expr(cond).free_symbols - {symbol(n)}:
                 continue
             note = ", ".join(f"{k} = {v}" for k, v in fixed.items())
             conditions.append((cond, {n: domain[n]}, fixed, note))

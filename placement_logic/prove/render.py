@@ -37,6 +37,12 @@ def text(rep: ProveReport) -> str:
     solvers = sorted({s.solver for r in rep.results for s in r.solvers})
     out = [f"placement prove: {len(rep.results)} obligations, solvers {' + '.join(solvers) or 'none'}, "
            f"timeout {rep.timeout:g} s per query", ""]
+    if rep.claims:
+        out.append("Claims (the exact condition under which each holds)")
+        for c in rep.claims:
+            out.append(f"  {c.file}: \"{c.label}\"  ({c.text})")
+            out.append(f"      {_claim_line(c)}; {c.at_values}")
+        out.append("")
     theorem = None
     for r in rep.results:
         if r.theorem != theorem:
@@ -50,11 +56,6 @@ def text(rep: ProveReport) -> str:
                 out.append(f"      {label}: {value}")
             for label, value in r.witness:
                 out.append(f"      {label}: {value}")
-    if rep.claims:
-        out += ["", "Claims"]
-        for c in rep.claims:
-            out.append(f"  {c.file}: \"{c.label}\"  ({c.text})")
-            out.append(f"      {_claim_line(c)}; {c.at_values}")
     out += ["", _summary(rep), rep.verdict_word]
     return "\n".join(out) + "\n"
 

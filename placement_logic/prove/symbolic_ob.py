@@ -17,7 +17,7 @@ import z3
 
 from ..symbolic import symbol
 from .obligation import Obligation, Query, Verdict
-from .tosmt import denominators, to_z3
+from .tosmt import as_expr, denominators, to_z3
 
 OPS = {
     "==": (lambda a, b: a == b),
@@ -71,7 +71,7 @@ def relation(key: str, theorem: str, name: str, statement: str, lhs: sympy.Expr,
              detail: tuple[tuple[str, str], ...] = (), expect: Verdict = Verdict.PROVED,
              premise: sympy.Expr | None = None) -> Obligation:
     """``∀ symbols in domain (and premise): lhs op rhs`` as an obligation."""
-    lhs, rhs = sympy.sympify(lhs), sympy.sympify(rhs)
+    lhs, rhs = as_expr(lhs), as_expr(rhs)
     names = sorted(set(domain))
     missing = {s.name for s in (lhs.free_symbols | rhs.free_symbols)} - set(names)
     if missing:

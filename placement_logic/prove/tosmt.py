@@ -9,10 +9,24 @@ Python stack.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Mapping
 
 import sympy
 import z3
+
+
+def as_expr(x) -> sympy.Basic:
+    """A sympy object for a number the engine produced (int, Fraction) or a sympy object."""
+    if isinstance(x, sympy.Basic):
+        return x
+    if isinstance(x, bool):
+        return sympy.true if x else sympy.false
+    if isinstance(x, int):
+        return sympy.Integer(x)
+    if isinstance(x, Fraction):
+        return sympy.Rational(x.numerator, x.denominator)
+    raise TypeError(f"not a number or sympy expression: {type(x).__name__}")
 
 
 class Untranslatable(ValueError):
@@ -26,7 +40,7 @@ def _real(term: z3.ArithRef) -> z3.ArithRef:
 def to_z3(expr: sympy.Expr, env: Mapping[str, z3.ArithRef], ctx: z3.Context) -> z3.ArithRef:
     """Translate ``expr``; every symbol must be named in ``env``."""
     done: dict[sympy.Basic, z3.ArithRef] = {}
-    stack: list[tuple[sympy.Basic, bool]] = [(sympy.sympify(expr), False)]
+    stack: list[tuple[sympy.Basic, bool]] = [(as_expr(expr), False)]
     while stack:
         node, expanded = stack.pop()
         if node in done:
@@ -71,7 +85,7 @@ def to_z3(expr: sympy.Expr, env: Mapping[str, z3.ArithRef], ctx: z3.Context) -> 
             for v in vals[1:]:
                 out = z3.If(pick(out, v), out, v)
         done[node] = out
-    return done[sympy.sympify(expr)]
+    return done[as_expr(expr)]
 
 
 def denominators(expr: sympy.Expr) -> list[sympy.Expr]:

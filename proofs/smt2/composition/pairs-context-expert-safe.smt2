@@ -116,7 +116,7 @@
 (let (($x272 (= gi_embedding_N_microbatches_x_y 0.0)))
 (let (($x14 (= size_x 1)))
 (let (($x23 (= size_microbatches 1)))
-(let (($x79 (or $x23 $x19 $x14)))
+(let (($x79 (or $x19 $x23 $x14)))
 (let (($x273 (=> $x79 $x272)))
 (let ((?x39 (- size_y 1)))
 (let ((?x30 (- size_x 1)))

@@ -87,7 +87,7 @@
 (let (($x262 (=> false (not ovf_embedding_own))))
 (let (($x389 (not ovf_experts_x_y)))
 (let (($x178 (= size_y 1)))
-(let (($x289 (or $x178 $x14)))
+(let (($x289 (or $x14 $x178)))
 (let (($x390 (=> $x289 $x389)))
 (let (($x386 (not ovf_experts_x)))
 (let (($x387 (=> $x30 $x386)))

@@ -72,7 +72,7 @@
 (let (($x265 (=> false (not ovf_embedding_own))))
 (let (($x261 (not ovf_experts_x_y)))
 (let (($x14 (= size_x 1)))
-(let (($x217 (or $x173 $x14)))
+(let (($x217 (or $x14 $x173)))
 (let (($x262 (=> $x217 $x261)))
 (let (($x258 (not ovf_experts_x)))
 (let (($x30 (or $x14)))

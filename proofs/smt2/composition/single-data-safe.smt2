@@ -288,7 +288,7 @@
 (let ((?x448 (+ ?x447 gi_embedding_N_microbatches_x_y)))
 (let (($x452 (or false (and (distinct (* (* (* (* 1.0 ?x14) ?x14) ?x14) ?x448) (* ?x448 ?x14)) true))))
 (let (($x442 (= gi_embedding_N_microbatches_x_y 0.0)))
-(let (($x329 (or $x17 $x299 $x12)))
+(let (($x329 (or $x299 $x17 $x12)))
 (let (($x443 (=> $x329 $x442)))
 (let ((?x327 (to_real (* ?x41 (- size_y 1)))))
 (let (($x441 (>= gi_embedding_N_microbatches_x_y ?x327)))

@@ -166,7 +166,7 @@
 (let (($x281 (= gi_embedding_N_microbatches_x_y 0.0)))
 (let (($x16 (= size_x 1)))
 (let (($x25 (= size_microbatches 1)))
-(let (($x81 (or $x25 $x21 $x16)))
+(let (($x81 (or $x21 $x25 $x16)))
 (let (($x282 (=> $x81 $x281)))
 (let ((?x41 (- size_y 1)))
 (let ((?x32 (- size_x 1)))
