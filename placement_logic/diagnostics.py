@@ -94,6 +94,12 @@ CODES: dict[str, tuple[str, str]] = {
     # usage: PL3xx
     "PL301": ("bad-set", "A --set option that is not NAME=NUMBER or names nothing in the spec."),
     "PL302": ("unknown-plan", "A --plan option that names no plan in the spec."),
+    # checker: PL500-PL549
+    "PL500": ("bad-timeout", "A --timeout that is not a positive number of seconds."),
+    "PL501": ("override-axis", "A check override that names an axis which is not on the plan's mesh."),
+    "PL502": ("tie-axis", "A tie_reduce override over an axis that is not a pipeline axis."),
+    "PL503": ("check-value", "An override value the checker cannot evaluate (a cost query or an unknown operator)."),
+    "PL504": ("unbound-check-symbol", "An override value that uses a symbol with no value and no mesh size."),
     # cost engine: PL400-PL449
     "PL400": ("bad-value-expression", "A value expression the cost engine cannot translate (unknown operator or node)."),
     "PL401": ("query-not-allowed", "A cost query (memory(...), comm(...)) where only plain values are allowed."),

@@ -56,6 +56,11 @@ def test_formats_and_compare(path, fmt):
 
 
 def check_latex(text):
+    check_balanced(text)
+    assert text.count(r"\toprule") == text.count(r"\bottomrule") == 1
+
+
+def check_balanced(text):
     depth = 0
     for ch in re.sub(r"\\[{}]", "", text):
         depth += {"{": 1, "}": -1}.get(ch, 0)
@@ -68,7 +73,6 @@ def check_latex(text):
         else:
             assert stack.pop() == env
     assert not stack
-    assert text.count(r"\toprule") == text.count(r"\bottomrule") == 1
 
 
 def test_latex_compiles_when_pdflatex_present(tmp_path):
@@ -122,3 +126,13 @@ def test_display_names():
 
 def test_units_label_both():
     assert both(Fraction("31.40625e9")) == "31.41 GB (29.25 GiB)"
+
+
+def test_repr_latex_for_jupyter():
+    from placement_logic.costreport import build
+    from placement_logic.loader import load_spec
+
+    r = build(load_spec("examples/zero_paper.place"), plans=["zero3"])
+    assert r.plans[0].device["total"]._repr_latex_() == r"$\frac{\Psi \cdot \left(K + 4\right)}{N_{\mathrm{dp}}}$"
+    check_balanced(r.plans[0]._repr_latex_())
+    check_balanced(r._repr_latex_())

@@ -8,7 +8,7 @@ from placement_logic.costs.activations import Layout, in_flight, per_layer
 from placement_logic.costs.sizes import shape_of, transformer_params
 from placement_logic.loader import load_spec
 from placement_logic.symbolic import symbol
-from tests.corpus import LLAMA2_70B_PARAMS, c, llama70b_shape, model
+from tests.cost_corpus import LLAMA2_70B_PARAMS, c, llama70b_shape, model
 
 s, b, h, a, t, p, v, m, U, L = (symbol(n) for n in "s b h a t p v m U L".split())
 

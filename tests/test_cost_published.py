@@ -9,7 +9,7 @@ from placement_logic import costs
 from placement_logic.costreport import build
 from placement_logic.loader import load_spec
 from placement_logic.symbolic import resolve_bindings, symbol
-from tests.corpus import ZERO_FIGURE1, ZERO_TABLE1, zero_spec
+from tests.cost_corpus import ZERO_FIGURE1, ZERO_TABLE1, zero_spec
 
 GB = 10**9
 

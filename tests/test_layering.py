@@ -17,10 +17,14 @@ RULES = {
     "fmt.py": {"lark", "sympy", "z3", "torch"},
     "summary.py": {"lark", "sympy", "z3", "torch"},
     "resolve.py": {"lark", "sympy", "z3", "torch"},
+    "schedule.py": {"lark", "sympy", "z3", "torch"},
+    **{f"costreport/{m}.py": {"lark", "sympy", "z3", "torch"} for m in ("model", "units", "text", "markdown", "jsonout", "latex")},
 }
 # Whole packages with the same constraint (checked when present).
 PACKAGE_RULES = {
     "report": {"lark", "z3", "torch"},
+    "costreport": {"lark", "z3", "torch"},
+    "costs": {"lark", "z3", "torch"},
 }
 
 

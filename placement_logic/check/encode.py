@@ -70,6 +70,8 @@ class Env:
 
     def value(self, v: ir.Value) -> Any:
         real_sizes = {k: z3.ToReal(t) for k, t in self.sizes.items()}
+        for alias, name in self.step.size_aliases().items():
+            real_sizes.setdefault(alias, real_sizes[name])
         leaf = resolver(self.bindings, real_sizes)
         return fold(v, leaf, const=self.sess.num)
 

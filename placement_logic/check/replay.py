@@ -36,7 +36,8 @@ class Context:
     """What every replay needs besides the witness."""
 
     step: st.StepModel
-    derived: st.StepModel
+    derived: st.StepModel  # the correct derivation
+    loss_derived: st.StepModel  # the correct derivation for the plan's own loss normalisation
     bindings: dict[str, ir.Value]
     file: str
     pinned: dict[str, int]
@@ -57,7 +58,10 @@ def dim_size(d: st.GradDim, sizes: dict[str, int]) -> int:
 
 def divisor_value(ctx: Context, g: st.GroupModel, sizes: dict[str, int]) -> Fraction:
     if g.divisor_value is not None:
-        leaf = resolver(ctx.bindings, {k: Fraction(v) for k, v in sizes.items()})
+        known = {k: Fraction(v) for k, v in sizes.items()}
+        for alias, name in ctx.step.size_aliases().items():
+            known.setdefault(alias, known[name])
+        leaf = resolver(ctx.bindings, known)
         return Fraction(fold(g.divisor_value, leaf))
     out = Fraction(1)
     for a in g.divisor_axes:
@@ -177,8 +181,11 @@ def _other(ref: int) -> int:
     return 1 if ref == 0 else 0
 
 
-def diagnose_group(ctx: Context, g: st.GroupModel) -> list[str]:
-    """What differs between the plan's handling of a group and the correct derivation."""
+def diagnose_group(ctx: Context, g: st.GroupModel, equal_counts: bool = False) -> list[str]:
+    """What differs between the plan's handling of a group and the correct derivation.
+
+    With ``equal_counts`` (the run has the same token count everywhere) a normalisation
+    that is exact for equal counts is not blamed."""
     ref = ctx.derived.group(g.group)
     out = []
     for d in g.dims:
@@ -192,21 +199,25 @@ def diagnose_group(ctx: Context, g: st.GroupModel) -> list[str]:
         elif d.kind == st.SHARDED or d.implicit:
             out.append(f"all-reduce over {where} adds up different parameters ({d.why})")
         elif d.kind == st.INVARIANT:
-            out.append(f"all-reduce over {where} sums {d.k} identical copies: the gradient is multiplied by {where}")
+            out.append(f"all-reduce over {where}, where the gradient is already identical ({d.why}): "
+                       f"it is multiplied by {where}" + (f"^{d.k}" if d.k > 1 else ""))
         elif d.k == 0:
             out.append(f"missing all-reduce over {where}: the gradient there is a partial sum ({d.why})")
         else:
             out.append(f"reduced {d.k} times over {where} instead of {dd.k}: the gradient is multiplied by {where}")
     if tuple(g.norm_dims) != tuple(ref.norm_dims):
-        if ctx.step.loss != "global_mean":
+        if ctx.step.loss != "global_mean" and equal_counts:
+            out.append("every shard has the same token count in this run, so the mean of means is exact here")
+        elif ctx.step.loss != "global_mean":
             kind = "device" if ctx.step.loss == "per_device_mean" else "microbatch"
             out.append(f"loss is a mean of per-{kind} token means, normalised over ({', '.join(g.norm_dims) or 'nothing'}) "
                        f"instead of the global token count over ({', '.join(ref.norm_dims)}): "
                        "equal to the global mean only when token counts are equal")
         else:
             out.append(f"token count summed over ({', '.join(g.norm_dims)}) instead of ({', '.join(ref.norm_dims)})")
-    if (g.divisor_value, g.divisor_axes) != (ref.divisor_value, ref.divisor_axes):
-        out.append(f"divided by {divisor_text(g)}; the normalisation needs {divisor_text(ref)}")
+    lref = ctx.loss_derived.group(g.group)
+    if (g.divisor_value, g.divisor_axes) != (lref.divisor_value, lref.divisor_axes):
+        out.append(f"divided by {divisor_text(g)}; this loss normalisation needs {divisor_text(lref)}")
     return out
 
 
@@ -216,22 +227,54 @@ def _gi_counterexample(ctx: Context, g: st.GroupModel, sizes: dict[str, int], ru
     if not bad:
         return None
     dev = bad[0]
-    names = [d.name for d in run.grid]
+    names = [d.axis if d.tie else d.name for d in run.grid]
+    dev_shown = tuple((sizes[d.axis] - 1 if (d.tie and c == 1) else c) for d, c in zip(run.grid, dev))
     tdims = [d.name for d in g.dims if d.kind == st.TOKEN]
     shown = sorted(counts.items())[:12]
     count_text = "; ".join(f"{coords_text(tdims, t)}: {n}" for t, n in shown)
     if len(counts) > 12:
         count_text += f"; ... ({len(counts)} shards)"
     values = (
+        ("typing", typing_text(g)),
         ("token counts", count_text),
         ("gradient contributions", contrib_text),
         ("total tokens", str(run.total_tokens)),
     )
-    eq = (f"grad[{g.group}] on device {coords_text(names, dev)} = {_frac(run.values[dev])}, "
+    eq = (f"grad[{g.group}] on device {coords_text(names, dev_shown)} = {_frac(run.values[dev])}, "
           f"but the global-batch gradient is {_frac(run.expected[dev])}")
-    diag = tuple(extra + diagnose_group(ctx, g))
-    return Counterexample(ctx.sizes_tuple(sizes), (("observer", coords_text(names, dev)),), values, eq,
+    diag = tuple(extra + diagnose_group(ctx, g, len(set(counts.values())) <= 1))
+    return Counterexample(ctx.sizes_tuple(sizes), (("observer", coords_text(names, dev_shown)),), values, eq,
                           diag, ctx.command(sizes))
+
+
+_TYPE = {st.TOKEN: "partial", st.SPLIT: "partial", st.INVARIANT: "invariant", st.SHARDED: "sharded"}
+
+
+def typing_text(g: st.GroupModel) -> str:
+    """Per dimension: the value's type, the reductions applied, and the resulting type."""
+    def times(k: int) -> str:
+        return "once" if k == 1 else f"{k}x"
+
+    parts = []
+    for d in g.dims:
+        name = f"{d.axis} (tied pair)" if d.tie else d.name
+        kind = _TYPE[d.kind]
+        if d.name == st.MICROBATCHES:
+            parts.append(f"{name}: {'accumulated' if d.k else 'only the last kept'}")
+        elif d.implicit:
+            tail = f", then all-reduced {times(d.k)}: different experts added" if d.k else ""
+            parts.append(f"{name}: partial, summed by the all-to-all -> invariant{tail}")
+        elif d.k == 0:
+            parts.append(f"{name}: partial, not reduced -> still partial" if kind == "partial" else f"{name}: {kind}")
+        elif kind == "partial":
+            scale = "" if d.k == 1 else f", multiplied by {name}" + (f"^{d.k - 1}" if d.k > 2 else "")
+            parts.append(f"{name}: partial, all-reduced {times(d.k)} -> invariant{scale}")
+        elif kind == "invariant":
+            parts.append(f"{name}: invariant, all-reduced {times(d.k)} -> multiplied by {name}"
+                         + (f"^{d.k}" if d.k > 1 else ""))
+        else:
+            parts.append(f"{name}: sharded, all-reduced {times(d.k)} -> different elements added")
+    return "; ".join(parts)
 
 
 def replay_gi(ctx: Context, w: dict) -> Counterexample | None:

@@ -88,7 +88,8 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
         eq = (f"overflow decision on {coords_text(axes, dev)} = {'skip' if buf[dev] else 'step'}, "
               f"global decision = {'skip' if expected else 'step'}")
         values = (("inf/nan gradients", f"only in the shards {where}"), ("reduction", reduce_text))
-        diag = (f"the found-inf flag is reduced over ({', '.join(reduce_axes)}) but gradients are sharded over "
+        how = f"all-reduced only over ({', '.join(reduce_axes)})" if reduce_axes else "not all-reduced"
+        diag = (f"the found-inf flag is {how} but gradients are sharded over "
                 f"({', '.join(sorted({a for g in step.groups for a in g.shard_axes}))}): devices that do not hold "
                 "the overflowing shard step while the others skip",)
         return Counterexample(ctx.sizes_tuple(sizes), tuple(devs), values, eq, diag, ctx.command(sizes))
@@ -224,13 +225,3 @@ def replay_tie(ctx: Context, w: dict) -> Counterexample | None:
                           (("input embedding grad", "1"), ("output projection grad", "2")), eq,
                           (f"the tied pair is all-reduced {tie.k} times over the first and last {tie.axis} stage; "
                            "it must be exactly once",), ctx.command(sizes))
-
-
-def fix_sizes(ctx: Context, sizes: dict[str, int]) -> dict[str, int]:
-    """Witness sizes with pinned ones restored (solver models always carry every size)."""
-    return {**sizes, **ctx.pinned}
-
-
-def ensure_axis(step: st.StepModel, axis: str) -> None:
-    if axis not in step.axes:
-        raise KeyError(axis)

@@ -10,7 +10,7 @@ bounded tier is unsat, the obligation is proved up to that bound; else it is unk
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from .. import ir
@@ -48,7 +48,8 @@ class Tier:
 
 
 FORALL = Tier("for all", None, False, False)
-SEARCH = (Tier("sizes <= 2, equal counts", 2, True, True, 4), Tier("sizes <= 3", 3, True, False, 6))
+SEARCH = (Tier("sizes <= 2, equal counts", 2, True, True, 4), Tier("sizes <= 2", 2, True, False, 3),
+          Tier("sizes <= 3", 3, True, False, 6))
 
 
 def _span(span: Span, fallback: Span) -> Span:
@@ -96,7 +97,8 @@ def obligations(step: st.StepModel, derived: st.StepModel, ctx: rp.Context) -> l
     multi = [a for a, bound in step.axis_bindings if len(bound) > 1]
     obs.append(_rule("CR01", P, lambda env: en.axes_negation(env, "roles", [(a, env.sess.true()) for a in multi]),
                      lambda w: rs.replay_axis_roles(ctx, w)))
-    obs.append(_rule("CR02", P, lambda env: en.typing_negation(env),
+    group_spans = [g.span for g in step.groups if g.span != NO_SPAN]
+    obs.append(_rule("CR02", group_spans[0] if group_spans else P, lambda env: en.typing_negation(env),
                      lambda w: rp.replay_structural(ctx, w["group"], w["sizes"], w["dim"])))
     modes = dict(step.param_modes)
     bad_gather = [a for a in step.gather_axes if modes.get(a) not in ("S", "S*", "O")]
@@ -125,12 +127,12 @@ def obligations(step: st.StepModel, derived: st.StepModel, ctx: rp.Context) -> l
                      lambda w: rp.replay_structural(ctx, "dense", w["sizes"], st.MICROBATCHES),
                      _accumulation_notes(step, acc_applies)))
     has_experts = "experts" in [g.group for g in step.groups]
-    obs.append(_rule("CR07", P, lambda env: _expert_negation(env, step),
+    obs.append(_rule("CR07", _span(step.group("experts").span, P) if has_experts else P, lambda env: _expert_negation(env, step),
                      lambda w: rp.replay_gi(ctx, w),
                      () if has_experts else ("vacuous: no expert parameters",)))
     tie_applies = step.tied and bool(step.pipeline_axes)
     tie_k = next((d.k for d in step.group("embedding").dims if d.tie), 1)
-    obs.append(_rule("CR08", P,
+    obs.append(_rule("CR08", _span(step.group("embedding").span, P),
                      lambda env: en.axes_negation(env, "tie", [(a, env.sess.true() if tie_k != 1 else env.sess.false())
                                                                for a in step.pipeline_axes] if tie_applies else []),
                      lambda w: rs.replay_tie(ctx, w),
@@ -185,8 +187,11 @@ def _accumulation_notes(step: st.StepModel, applies: bool) -> tuple[str, ...]:
     if not applies:
         return ("vacuous: no gradients sharded over a data axis under pipeline accumulation",)
     axes = ", ".join(step.grads_sharded_data)
+    n = "·".join(step.grads_sharded_data)
+    n = n if len(step.grads_sharded_data) == 1 else f"({n})"
     return (f"cost: gradients sharded over ({axes}) with pipeline accumulation take one reduce-scatter per "
-            f"microbatch (microbatches × (n-1)/n·|G| per step on {axes}) unless a full-size accumulation buffer is kept",)
+            f"microbatch (microbatches × ({n}-1)/{n}·|G| sent per device per step) unless a full-size "
+            "accumulation buffer is kept",)
 
 
 # --------------------------------------------------------------------------- running
@@ -242,7 +247,11 @@ def discharge(sess: Session, ob: Obligation, step: st.StepModel, bindings: dict,
         if out.status == "unsat":
             bounded_unsat = tier.bound == bound
             continue
-        witness = extract(out.model)
+        try:
+            witness = extract(out.model)
+        except ValueError as exc:  # an irrational model value cannot be replayed
+            reasons.append(f"{tier.label}: {exc}")
+            continue
         witness["sizes"] = {**witness.get("sizes", {}), **pinned}
         cex = ob.replay(witness)
         if cex is not None:
@@ -277,10 +286,13 @@ def check_plan(sess: Session, spec: ir.Spec, plan: ir.Plan, pinned: dict[str, in
     step = st.derive(plan)
     derived = st.derive(plan, overrides=False)
     bindings = spec.binding_map
-    ctx = rp.Context(step, derived, bindings, spec.file, pinned)
+    loss_derived = st.derive(plan, overrides=False, keep=("loss",))
+    ctx = rp.Context(step, derived, loss_derived, bindings, spec.file, pinned)
     results = tuple(discharge(sess, ob, step, bindings, pinned, bound) for ob in obligations(step, derived, ctx))
+    free = [n for n in step.axes + (st.MICROBATCHES,) if n not in pinned]
     assumed = (
         "deterministic, synchronous execution",
+        (f"{', '.join(free)}: any positive integer" if free else "every size pinned"),
         f"loss: {step.loss.replace('_', ' ')}",
         "every device and microbatch has >= 1 token; token counts otherwise arbitrary",
         "gradient contributions and squared norms arbitrary",
@@ -300,13 +312,28 @@ def check_spec(spec: ir.Spec, plans: list[str] | None = None, pinned: dict[str, 
         except KeyError:
             known = ", ".join(p.name for p in spec.plans) or "none"
             raise DiagnosticError([Diagnostic("PL302", f"no plan named '{name}' (plans: {known})")]) from None
-    valid = set(st.MICROBATCHES.split()) | {a for p in selected for a in p.mesh.names}
+    sizes: dict[str, int] = {}
+    rebound: dict[str, ir.Value] = {}
+    names = {a for p in selected for a in p.mesh.names} | {st.MICROBATCHES}
+    bindings = spec.binding_map
     for k, v in pinned.items():
-        if k not in valid:
-            raise DiagnosticError([Diagnostic("PL301", f"--set {k}: the checker pins mesh axis sizes and "
-                                                       f"microbatches only (known: {', '.join(sorted(valid))})")])
         if v < 1:
             raise DiagnosticError([Diagnostic("PL301", f"--set {k}={v}: sizes must be positive integers")])
+        if k in names:
+            sizes[k] = v
+        elif k in bindings:
+            rebound[k] = ir.const(v)
+        else:
+            known = ", ".join(sorted(names | set(bindings)))
+            raise DiagnosticError([Diagnostic("PL301", f"--set {k}: names no mesh axis, microbatches or let "
+                                                       f"symbol (known: {known})")])
+    for p in selected:
+        m = p.model.microbatches
+        if isinstance(m, ir.Sym) and m.name in rebound:
+            sizes.setdefault(st.MICROBATCHES, int(rebound[m.name].value))
+    if rebound:
+        spec = replace(spec, bindings=tuple((k, rebound.get(k, v)) for k, v in spec.bindings))
+    pinned = sizes
     sess = session or Session(timeout=timeout)
     reports = tuple(check_plan(sess, spec, p, pinned, bound) for p in selected)
     return CheckReport(spec.file, reports, timeout, tuple(sorted(pinned.items())))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from collections import Counter
 
 from .. import ir
+from .. import schedule as sc
 from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
 
 MICROBATCHES = "microbatches"  # the size name of the gradient-accumulation (time) dimension
@@ -103,6 +104,11 @@ class StepModel:
     data_axes: tuple[str, ...]
     context_axes: tuple[str, ...]
     plan_span: Span = NO_SPAN
+    microbatch_symbol: str | None = None  # the let symbol the model's microbatches is, if any
+
+    def size_aliases(self) -> dict[str, str]:
+        """Symbols that name a size of the step: the model's microbatches symbol."""
+        return {self.microbatch_symbol: MICROBATCHES} if self.microbatch_symbol else {}
 
     def group(self, name: str) -> GroupModel:
         for g in self.groups:
@@ -150,10 +156,13 @@ def _binding_span(plan: ir.Plan, axis: str) -> Span:
     return plan.span
 
 
-def derive(plan: ir.Plan, overrides: bool = True) -> StepModel:
-    """The step model of ``plan``; with ``overrides=False`` the correct derivation only."""
+def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) -> StepModel:
+    """The step model of ``plan``; with ``overrides=False`` the correct derivation only
+    (keeping the overrides whose target is in ``keep``)."""
+    if not overrides:
+        plan = replace(plan, overrides=tuple(o for o in plan.overrides if o.target in keep))
     axes = plan.mesh.names
-    for o in plan.overrides if overrides else ():
+    for o in plan.overrides:
         for a in o.axes or ():
             if a not in axes:
                 raise _err("PL501", f"override names axis '{a}', which is not on the mesh", o.span)
@@ -165,7 +174,7 @@ def derive(plan: ir.Plan, overrides: bool = True) -> StepModel:
     expert = plan.axes_with_role(ir.Role.EXPERT)
     sp = plan.sequence_parallel or bool(plan.axes_with_role(ir.Role.SEQUENCE))
     tied = _tied(plan)
-    ovs = plan.overrides if overrides else ()
+    ovs = plan.overrides
 
     def last(target: str, verb: str | None = None, group: str | None = "*") -> ir.Override | None:
         found = None
@@ -173,6 +182,19 @@ def derive(plan: ir.Plan, overrides: bool = True) -> StepModel:
             if o.target == target and (verb is None or o.verb == verb) and (group == "*" or o.group == group):
                 found = o
         return found
+
+    # The collective schedule the cost engine prices: the same reductions and gathers.
+    colls = sc.derive(plan)
+    sync = [c for c in colls if c.phase is sc.Phase.GRAD_SYNC and c.state is ir.State.GRADS]
+    sched_gathers = [c for c in colls if c.kind is sc.Kind.ALL_GATHER and c.state is ir.State.PARAMS
+                     and c.phase is sc.Phase.FORWARD]
+    sched_refresh = [c for c in colls if c.kind is sc.Kind.ALL_GATHER and c.state is ir.State.PARAMS
+                     and c.phase is sc.Phase.REFRESH]
+
+    def scheduled(group: str) -> Counter:
+        """How often the schedule reduces this group's gradients over each mesh axis."""
+        return Counter(a for c in sync if c.payload.tensor == "grads"
+                       or (c.payload.tensor == "dense_grads" and group != "experts") for a in c.axes)
 
     grads_pl = plan.placement(ir.State.GRADS)
     opt_pl = plan.placement(ir.State.OPTIMIZER)
@@ -189,37 +211,38 @@ def derive(plan: ir.Plan, overrides: bool = True) -> StepModel:
     groups = []
     for g in _groups_present(plan):
         dims: list[GradDim] = []
+        k = scheduled(g)
         for a in axes:
             role = plan.role(a)
             if role in DATA_ROLES:
-                dims.append(GradDim(a, a, TOKEN, 1, replica=opt_pl.mode(a) is ir.Mode.R,
+                dims.append(GradDim(a, a, TOKEN, k[a], replica=opt_pl.mode(a) is ir.Mode.R,
                                     why=f"{a} is a data axis: each replica sees different samples"))
             elif role is ir.Role.CONTEXT:
-                dims.append(GradDim(a, a, TOKEN, 1, replica=True,
+                dims.append(GradDim(a, a, TOKEN, k[a], replica=True,
                                     why=f"{a} is a context axis: each device holds a slice of the sequence"))
             elif role is ir.Role.EXPERT:
                 if g == "experts":
-                    dims.append(GradDim(a, a, TOKEN, 0, implicit=True,
+                    dims.append(GradDim(a, a, TOKEN, k[a], implicit=True,
                                         why=f"experts are sharded over {a}; the all-to-all brings every rank's tokens"))
                 else:
-                    dims.append(GradDim(a, a, TOKEN, 1, replica=True,
+                    dims.append(GradDim(a, a, TOKEN, k[a], replica=True,
                                         why=f"non-expert parameters see different tokens on each {a} rank"))
             elif role in TENSOR_ROLES:
                 if g in ("norms", "biases"):
                     if sp:
-                        dims.append(GradDim(a, a, SPLIT, 1, replica=True,
+                        dims.append(GradDim(a, a, SPLIT, 1 + k[a], replica=True,
                                             why=f"sequence parallel: replicated {g} see a sequence slice per {a} rank"))
                     else:
-                        dims.append(GradDim(a, a, INVARIANT, 0, replica=True,
+                        dims.append(GradDim(a, a, INVARIANT, k[a], replica=True,
                                             why=f"{g} are replicated over {a} and see the whole sequence"))
                 else:
-                    dims.append(GradDim(a, a, SHARDED, 0, why=f"{g} are partitioned over {a}"))
+                    dims.append(GradDim(a, a, SHARDED, k[a], why=f"{g} are partitioned over {a}"))
             elif role is ir.Role.PIPELINE:
                 if g == "embedding" and tied:
                     dims.append(GradDim(f"tie:{a}", a, SPLIT, 1, replica=True, tie=True,
                                         why=f"the tied embedding lives on the first and last {a} stage"))
                 else:
-                    dims.append(GradDim(a, a, SHARDED, 0, why=f"each {a} stage holds its own layers"))
+                    dims.append(GradDim(a, a, SHARDED, k[a], why=f"each {a} stage holds its own layers"))
         dims.append(GradDim(MICROBATCHES, None, TOKEN, 1, why="gradient accumulation over microbatches"))
 
         span = NO_SPAN
@@ -305,10 +328,10 @@ def derive(plan: ir.Plan, overrides: bool = True) -> StepModel:
         tensor_axes=tensor,
         sequence_parallel=sp,
         sp_span=_binding_span(plan, tensor[0]) if tensor else plan.span,
-        regather_axes=() if rg_o else needed,
+        regather_axes=tuple(a for c in sched_refresh for a in c.axes),
         regather_needed=needed,
         regather_span=rg_o.span if rg_o else par_pl.span,
-        gather_axes=tuple(gather_o.axes or ()) if gather_o else par_pl.axes_with(ir.Mode.S_STAR),
+        gather_axes=tuple(a for c in sched_gathers for a in c.axes),
         gather_span=gather_o.span if gather_o else par_pl.span,
         param_modes=tuple((a, m.value) for a, m in par_pl.modes),
         offloaded=offloaded,
@@ -325,4 +348,5 @@ def derive(plan: ir.Plan, overrides: bool = True) -> StepModel:
         data_axes=data,
         context_axes=context,
         plan_span=plan.span,
+        microbatch_symbol=plan.model.microbatches.name if isinstance(plan.model.microbatches, ir.Sym) else None,
     )

@@ -15,7 +15,7 @@ def _esc(text: str) -> str:
 
 
 def _cell(q: Quantity) -> str:
-    head = units.both(q.exact)
+    head = units.labelled(q.exact, "<br>")
     if q.exact is not None and q.formula == q.value:
         return head
     return f"{head}<br>`{_esc(q.formula)}`"
@@ -51,7 +51,7 @@ def _compare(r: CostReport) -> list[str]:
         cells = []
         for p in r.plans:
             ratio = r.ratios.get(p.name, {}).get(key)
-            text = units.both(get(p).exact)
+            text = units.labelled(get(p).exact, "<br>")
             if ratio is not None:
                 text += f" (×{units.ratio(ratio.exact) if ratio.exact is not None else _esc(ratio.formula)})"
             cells.append(text)

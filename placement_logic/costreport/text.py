@@ -18,7 +18,7 @@ from .model import DEVICE_ROWS, CostReport, PlanReport, Quantity
 
 
 def _cell(q: Quantity, bytes_: bool = True) -> str:
-    head = units.both(q.exact) if bytes_ else units.number(q.exact)
+    head = units.labelled(q.exact) if bytes_ else units.number(q.exact)
     if q.exact is not None and q.formula == q.value:
         return head
     return f"{head}\n[dim]= {q.formula}[/dim]"
@@ -66,7 +66,7 @@ def _compare_table(r: CostReport) -> Table:
         cells = []
         for p in r.plans:
             ratio = r.ratios.get(p.name, {}).get(key)
-            text = units.both(get(p).exact)
+            text = units.labelled(get(p).exact)
             if ratio is not None:
                 text += f"\n×{units.ratio(ratio.exact) if ratio.exact is not None else ratio.formula}"
             cells.append(text)

@@ -45,6 +45,22 @@ def both(x: Fraction | None) -> str:
     return f"{gb(x)} ({gib(x)})"
 
 
+def exact_bytes(x: Fraction | None) -> str:
+    """The exact byte count with thousands separators, e.g. ``31,406,250,000 B``."""
+    if x is None:
+        return "—"
+    if x.denominator == 1:
+        return f"{x.numerator:,} B"
+    return f"{x.numerator:,}/{x.denominator:,} B"
+
+
+def labelled(x: Fraction | None, sep: str = "\n") -> str:
+    """Human units on one line and the exact byte count on the next."""
+    if x is None or x == 0:
+        return both(x)
+    return f"{both(x)}{sep}{exact_bytes(x)}"
+
+
 def number(x: Fraction | None) -> str:
     if x is None:
         return "—"

@@ -1,0 +1,252 @@
+"""The checker on the shipped corpus: every bug refuted with the right condition and a
+counterexample that survives a pinned re-run; every safe plan proved for all sizes;
+unknown never shown as a pass; input errors as diagnostics."""
+
+from __future__ import annotations
+
+import io
+import re
+import shlex
+
+import pytest
+import z3
+
+from placement_logic.check.report import Verdict
+from placement_logic.check.run import check_spec
+from placement_logic.check.session import Session
+from placement_logic.cli import main
+from placement_logic.loader import load_spec
+
+from corpus import EXAMPLES, ROOT, example_files, example_id
+
+BUGS = example_files("bugs")
+SAFE = example_files("safe") + example_files("library") + sorted(EXAMPLES.glob("*.place"))
+
+
+def expected(path) -> list[str]:
+    m = re.search(r"^# expect: (.+)$", path.read_text(), re.M)
+    assert m, f"{path} has no '# expect:' line"
+    return [x.strip() for x in m.group(1).split(",")]
+
+
+def run_cli(args, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    out, err = io.StringIO(), io.StringIO()
+    status = main(args, out=out, err=err)
+    return status, out.getvalue(), err.getvalue()
+
+
+def test_catalogue_is_large_enough():
+    assert len(BUGS) >= 15
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", BUGS, ids=[example_id(p) for p in BUGS])
+def test_bug_is_refuted_with_a_replayable_counterexample(path, monkeypatch):
+    import json
+
+    spec = load_spec(path)
+    report = check_spec(spec, timeout=20)
+    assert report.exit_status == 1
+    for want in expected(path):
+        hits = [o for o in report.obligations if o.name.startswith(want)]
+        assert hits, f"no obligation named {want}"
+        ob = hits[0]
+        assert ob.verdict is Verdict.REFUTED, want
+        cex = ob.counterexample
+        assert cex is not None and cex.equation and cex.diagnosis
+        # the condition class: GI/SC obligations name their condition, rules their code
+        if want.startswith("GI"):
+            assert ob.condition == "gradient_integrity"
+        elif want.startswith("SC"):
+            assert ob.condition == "state_consistency"
+        else:
+            assert ob.condition == want and ob.why and ob.fix
+        # the printed command re-runs the check with the counterexample's sizes pinned
+        argv = shlex.split(cex.command)
+        assert argv[:2] == ["placement", "check"]
+        status, out, err = run_cli(argv[1:] + ["--format", "json"], monkeypatch)
+        assert status == 1, err
+        data = json.loads(out)
+        again = [o for p in data["plans"] for o in p["obligations"] if o["name"] == ob.name]
+        assert again[0]["verdict"] == "refuted"
+        assert again[0]["scope"].startswith("at ")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", SAFE, ids=[example_id(p) for p in SAFE])
+def test_safe_plan_is_proved_for_all_sizes(path):
+    report = check_spec(load_spec(path), timeout=20)
+    assert report.exit_status == 0
+    for ob in report.obligations:
+        assert ob.verdict is Verdict.PROVED, (ob.name, ob.reason)
+        assert ob.scope == "all mesh sizes"
+
+
+class GivingUp(Session):
+    def raw_check(self, solver):
+        return z3.unknown
+
+
+def test_unknown_is_never_a_pass(monkeypatch):
+    spec = load_spec(EXAMPLES / "safe" / "hybrid_shard.place")
+    report = check_spec(spec, session=GivingUp(timeout=1))
+    assert {o.verdict for o in report.obligations} == {Verdict.UNKNOWN}
+    assert report.exit_status == 3
+    from placement_logic.check.render import render
+
+    text = render(report, "text")
+    assert text.rstrip().endswith("UNKNOWN")
+    assert "proved" not in text.replace("0 proved", "")
+    assert "(not a pass)" in text
+    md = render(report, "markdown")
+    assert "**unknown**" in md and "**proved**" not in md
+
+
+def test_a_witness_that_fails_replay_is_not_shown(monkeypatch):
+    """A solver model that the concrete replay does not confirm gives unknown, not refuted."""
+    from placement_logic.check import run as runmod
+
+    spec = load_spec(EXAMPLES / "bugs" / "dp_mean_of_means.place")
+    original = runmod.obligations
+
+    def no_replay(step, derived, ctx):
+        obs = original(step, derived, ctx)
+        for ob in obs:
+            ob.replay = lambda w: None
+        return obs
+
+    monkeypatch.setattr(runmod, "obligations", no_replay)
+    report = check_spec(spec, timeout=5)
+    gi = [o for o in report.obligations if o.name == "GI grads[dense]"][0]
+    assert gi.verdict is Verdict.UNKNOWN
+    assert "did not survive concrete replay" in gi.reason
+    assert report.exit_status == 3
+
+
+def test_pinned_sizes_and_scope(monkeypatch):
+    status, out, err = run_cli(["check", "examples/safe/hybrid_shard.place", "--set", "nodes=2", "--set", "gpus=3",
+                                "--set", "microbatches=2"], monkeypatch)
+    assert status == 0, err
+    assert "(at nodes=2, gpus=3, microbatches=2)" in out
+    assert out.rstrip().endswith("PROVED")
+
+
+def test_partially_pinned_sizes(monkeypatch):
+    status, out, err = run_cli(["check", "examples/bugs/dp_mean_of_means.place", "--set", "dp=1"], monkeypatch)
+    # one device: its mean over all of its microbatches' tokens is the global mean
+    assert status == 0, out + err
+    assert "all sizes with dp=1" in out
+
+
+@pytest.mark.parametrize("args,code", [
+    (["--timeout", "0"], "PL500"),
+    (["--timeout", "abc"], "PL500"),
+    (["--set", "dp"], "PL301"),
+    (["--set", "dp=0"], "PL301"),
+    (["--set", "nosuch=2"], "PL301"),
+    (["--plan", "nosuch"], "PL302"),
+])
+def test_input_errors(args, code, monkeypatch):
+    status, out, err = run_cli(["check", "examples/bugs/dp_mean_of_means.place"] + args, monkeypatch)
+    assert status == 2
+    assert f"[{code}]" in err
+
+
+def test_plan_selection(monkeypatch):
+    status, out, err = run_cli(["check", "examples/safe/data_parallel.place", "--plan", "zero3", "--plan", "ddp"],
+                               monkeypatch)
+    assert status == 0
+    assert re.findall(r"^plan (\w+)$", out, re.M) == ["zero3", "ddp"]
+
+
+def test_let_symbol_pins_microbatches(monkeypatch, tmp_path):
+    src = (EXAMPLES / "bugs" / "grad_accum_mean_of_means.place").read_text()
+    src = src.replace("from std.data import zero2\n", "from std.data import zero2\n\nlet m = 8\n")
+    src = src.replace("microbatches = 8", "microbatches = m")
+    f = tmp_path / "m.place"
+    f.write_text(src)
+    status, out, err = run_cli(["check", str(f), "--set", "m=1", "--set", "dp=1"], monkeypatch)
+    # one device, one microbatch: a mean of means is the global mean
+    assert status == 0, out + err
+    assert "at dp=1, microbatches=1" in out
+
+
+def test_tie_reduce_over_a_data_axis_is_an_input_error(monkeypatch, tmp_path):
+    src = (EXAMPLES / "bugs" / "tied_embedding_not_summed.place").read_text()
+    f = tmp_path / "t.place"
+    f.write_text(src.replace("tie_reduce over ()", "tie_reduce over (dp)"))
+    status, out, err = run_cli(["check", str(f)], monkeypatch)
+    assert status == 2
+    assert "[PL502]" in err and "not a pipeline axis" in err
+
+
+@pytest.mark.parametrize("override,code", [
+    ("axis", "PL501"),
+    ("query", "PL503"),
+    ("unbound", "PL504"),
+])
+def test_override_errors_on_hand_built_plans(override, code):
+    from placement_logic import ir
+    from placement_logic.diagnostics import DiagnosticError
+
+    from irkit import ov, plan
+
+    o = {
+        "axis": ov("grads", "reduce", None, ("nosuch",)),
+        "query": ov("grads", "divide", None, by=ir.Query("memory", "p")),
+        "unbound": ov("grads", "divide", None, by=ir.Sym("nosuch")),
+    }[override]
+    spec, _ = plan("p", {"dp": ("data", "R,R,R,R")}, overrides=(o,))
+    with pytest.raises(DiagnosticError) as info:
+        check_spec(spec, timeout=5)
+    assert info.value.diagnostics[0].code == code
+
+
+def test_sequence_parallel_without_a_tensor_axis(monkeypatch, tmp_path):
+    f = tmp_path / "sp.place"
+    f.write_text("from std.data import ddp\n\nmodel {\n  params = 1e9\n}\n\nmesh {\n  dp = 8\n}\n\n"
+                 "plan p {\n  dp: ddp\n  sequence_parallel\n}\n")
+    status, out, err = run_cli(["check", str(f)], monkeypatch)
+    assert status == 1
+    assert "refuted CR05 sequence-parallel-tp" in out
+    assert "no axis has the tensor role" in out
+
+
+@pytest.mark.parametrize("path", SAFE, ids=[example_id(p) for p in SAFE])
+def test_schedule_reductions_match_the_roles(path):
+    """The cost engine's collective schedule reduces each group exactly over the axes
+    where its contributions are partial: data and context axes, and expert axes for
+    non-expert parameters."""
+    from placement_logic.check import steps as st
+
+    for p in load_spec(path).plans:
+        step = st.derive(p)
+        for g in step.groups:
+            for d in g.dims:
+                if d.name == st.MICROBATCHES or d.tie:
+                    continue
+                role = step.role(d.axis)
+                partial = role in ("data", "context") or (role == "expert" and g.group != "experts")
+                sp_split = role in ("tensor", "sequence") and step.sequence_parallel and g.group in ("norms", "biases")
+                assert d.k == (1 if partial or sp_split else 0), (p.name, g.group, d.name)
+
+
+@pytest.mark.parametrize("name", ["cp_tokens_dp_only", "expert_grads_wrong_divisor"])
+def test_a_tiny_time_limit_never_proves_a_bug(name):
+    """With a 1 ms limit per query the solver may give up; that must not become a proof."""
+    path = EXAMPLES / "bugs" / f"{name}.place"
+    report = check_spec(load_spec(path), timeout=0.001)
+    for want in expected(path):
+        ob = [o for o in report.obligations if o.name.startswith(want)][0]
+        assert ob.verdict in (Verdict.REFUTED, Verdict.UNKNOWN)
+        if ob.verdict is Verdict.UNKNOWN:
+            assert ob.reason
+    assert report.exit_status in (1, 3)
+
+
+def test_help_lists_the_options(monkeypatch):
+    status, out, err = run_cli(["check", "--help"], monkeypatch)
+    assert status == 0
+    for opt in ("--plan", "--format", "--timeout", "--set"):
+        assert opt in out

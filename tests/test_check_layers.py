@@ -1,0 +1,59 @@
+"""Checker layering and documentation: only the encoding and the session touch z3;
+report data and renderers know nothing of z3 or lark; every rule code, PL5xx code and
+bug spec is documented."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from placement_logic.check.rules import RULES
+from placement_logic.diagnostics import CODES
+
+from corpus import ROOT, example_files
+
+CHECK = ROOT / "placement_logic" / "check"
+SOLVER_MODULES = {"encode.py", "session.py", "run.py"}
+
+
+def imported_roots(path: Path) -> set[str]:
+    roots = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            roots |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+@pytest.mark.parametrize("path", sorted(CHECK.glob("*.py")), ids=lambda p: p.name)
+def test_only_solver_modules_import_z3(path):
+    roots = imported_roots(path)
+    assert "lark" not in roots and "sympy" not in roots
+    if path.name not in SOLVER_MODULES:
+        assert "z3" not in roots, f"{path.name} imports z3"
+
+
+def test_command_module_does_not_import_z3():
+    assert "z3" not in imported_roots(ROOT / "placement_logic" / "commands" / "check.py")
+
+
+def test_every_rule_is_documented():
+    doc = (ROOT / "docs" / "checker.md").read_text()
+    for code, rule in RULES.items():
+        assert f"`{code}` | {rule.name}" in doc
+
+
+def test_every_bug_spec_is_in_the_catalogue_table():
+    doc = (ROOT / "docs" / "checker.md").read_text()
+    for path in example_files("bugs"):
+        assert f"`{path.stem}`" in doc, path.stem
+
+
+def test_checker_codes_are_registered_and_documented():
+    doc = (ROOT / "docs" / "diagnostics.md").read_text()
+    for code in ("PL500", "PL501", "PL502", "PL503", "PL504"):
+        assert code in CODES
+        assert f"`{code}` {CODES[code][0]}" in doc
