@@ -37,7 +37,8 @@ def _negations(spec: ir.Spec, plan: ir.Plan, rules: bool, ctx: z3.Context, tier=
     sess = Session(ctx=ctx)
     step = st.derive(plan)
     derived = st.derive(plan, overrides=False)
-    rctx = rp.Context(step, derived, spec.binding_map, spec.file, {})
+    loss_derived = st.derive(plan, overrides=False, keep=("loss",))  # as check.run.check_plan builds it
+    rctx = rp.Context(step, derived, loss_derived, spec.binding_map, spec.file, {})
     env = en.Env(sess, step, spec.binding_map, {}, tier.bound, tier.int_counts, tier.equal_counts,
                  counts_cap=tier.counts_cap)
     out = []
