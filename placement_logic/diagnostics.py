@@ -109,6 +109,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PL601": ("torch-missing", "placement measure needs PyTorch (the optional torch extra)."),
     "PL602": ("bad-devices", "A --devices count that does not fit the plan's mesh."),
     "PL604": ("bad-steps", "A --steps count below one."),
+    # proofs: PL700-PL749
+    "PL700": ("export-failed", "placement prove --export could not write an SMT-LIB file."),
 }
 
 

@@ -1,0 +1,116 @@
+"""Machine-checked theorems of the framework, and the claims of specs, as obligations.
+
+Input: optional ``ir.Spec`` objects (their ``claim`` statements) and a time limit.
+Output: a ``ProveReport`` — every built-in obligation (memory and communication
+derivations from the cost engine, the correctness theorem on the checker's step model,
+the composition theorem over the library, the published claims) and every claim of the
+given specs, each decided by z3 and re-decided by cvc5 from its SMT-LIB 2 text — and,
+on request, those texts (``smt2_files``) for ``proofs/smt2/``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import z3
+
+from .. import ir
+from ..check.session import Session
+from .claims import claim_analyses
+from .compose import compositions
+from .composition import breaker_obligations, family_obligations
+from .correctness import necessity, sufficiency
+from .derivations import comm_obligations, memory_obligations
+from .engine import decide, export_texts
+from .obligation import Obligation
+from .published import SPECS, published_spec
+from .report import ClaimResult, ProveReport
+
+__all__ = ["builtin", "prove", "smt2_files", "canonical_form", "ProveReport", "GROUPS"]
+
+
+GROUPS = ("memory", "comm", "correctness", "composition", "claims")
+
+
+def builtin(timeout: float = 10.0, only: tuple[str, ...] = GROUPS) -> tuple[list[Obligation], list[ClaimResult]]:
+    """The built-in obligations of the selected groups, in report order, and the published claims."""
+    sess = Session(timeout=timeout)
+    obs: list[Obligation] = []
+    if "memory" in only:
+        obs += memory_obligations()
+    if "comm" in only:
+        obs += comm_obligations()
+    if "correctness" in only:
+        obs += [sufficiency()] + necessity(sess)
+    if "composition" in only:
+        obs += family_obligations(compositions(sess)) + breaker_obligations(sess)
+    claims: list[ClaimResult] = []
+    if "claims" in only:
+        for name in SPECS:
+            for ca in claim_analyses(published_spec(name)):
+                claims.append(ca.result)
+                obs += list(ca.obligations)
+    return obs, claims
+
+
+def spec_claims(specs: list[ir.Spec]) -> tuple[list[Obligation], list[ClaimResult]]:
+    obs: list[Obligation] = []
+    claims: list[ClaimResult] = []
+    for spec in specs:
+        for ca in claim_analyses(spec):
+            claims.append(ca.result)
+            obs += list(ca.obligations)
+    return obs, claims
+
+
+def prove(specs: list[ir.Spec] = (), timeout: float = 10.0, only: tuple[str, ...] = GROUPS,
+          second_solver: bool = True) -> tuple[ProveReport, dict[str, str]]:
+    """Decide every obligation; returns the report and the SMT-LIB text of each query."""
+    obs, claims = builtin(timeout, only)
+    more, more_claims = spec_claims(list(specs))
+    results, texts = [], {}
+    for ob in obs + more:
+        result, text = decide(ob, timeout, second_solver)
+        results.append(result)
+        texts[ob.key] = text
+    return ProveReport(tuple(results), tuple(claims + more_claims), timeout), texts
+
+
+_COMMUTATIVE = {"and", "or", "+", "*", "=", "distinct"}
+
+
+def canonical_form(text: str) -> list[str]:
+    """A canonical digest of the assertions of an SMT-LIB text: equal for texts that state the
+    same formulas up to the order of declarations and of the arguments of and/or/+/*/=
+    (which follows set iteration order) and up to z3's let-naming."""
+    ctx = z3.Context()
+    digest: dict[int, str] = {}
+
+    def walk(e) -> str:
+        stack = [(e, False)]
+        while stack:
+            node, expanded = stack.pop()
+            key = node.get_id()
+            if key in digest:
+                continue
+            kids = node.children() if z3.is_app(node) else []
+            if not expanded and kids:
+                stack.append((node, True))
+                stack.extend((k, False) for k in kids)
+                continue
+            name = node.decl().name() if z3.is_app(node) else str(node)
+            if z3.is_rational_value(node) or z3.is_int_value(node):
+                name = str(node)
+            parts = [digest[k.get_id()] for k in kids]
+            if name in _COMMUTATIVE:
+                parts.sort()
+            digest[key] = hashlib.sha256(f"{name}({','.join(parts)})".encode()).hexdigest()[:24]
+        return digest[e.get_id()]
+
+    return sorted(walk(a) for a in z3.parse_smt2_string(text, ctx=ctx))
+
+
+def smt2_files(timeout: float = 10.0) -> dict[str, str]:
+    """relative path -> SMT-LIB 2 text of every built-in obligation (for proofs/smt2/)."""
+    obs, _ = builtin(timeout)
+    return {f"{key}.smt2": text for key, text in export_texts(obs).items()}

@@ -1,0 +1,89 @@
+"""A small explicit step semantics, on the checker's step model, for one parameter element.
+
+Input: a ``check.steps.StepModel`` (what a plan does: per parameter group the
+dimensions its gradient is computed over, their kinds, how often each is reduced, the
+loss normaliser and divisor; the re-gather behaviour), concrete dimension sizes, and
+per-device token counts and gradient contributions. Output: the gradient that enters
+the observer's update, the single-device (global-batch mean) gradient, and the value a
+replica holds after an SGD step — written once over a small arithmetic interface so the
+same code builds z3 terms (for the solver) and exact Fractions (to replay a witness).
+
+Devices are the cells of the grid of the group's token and split dimensions (data,
+context, expert-data axes and the microbatches). Device ``d`` contributes ``X_d / n(d)``,
+where ``n(d)`` sums the token counts over ``d``'s normalisation group (every device for
+the global mean, ``d``'s own microbatches for a per-device mean). The observer (all
+coordinates 0) sums those over the devices it reduces with (dimensions with ``k ≥ 1``),
+multiplied by ``n^(k-1)`` per reduced dimension and ``n^k`` per invariant one, and
+divides by the divisor. The single-device gradient is ``Σ X_d / Σ N_d``.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+from typing import Any, Callable
+
+from ..check import steps as st
+
+Cell = tuple[int, ...]
+
+
+def grid(g: st.GroupModel, sizes: dict[str, int]) -> tuple[list[st.GradDim], list[Cell]]:
+    dims = [d for d in g.dims if d.kind in (st.TOKEN, st.SPLIT) and not d.tie]
+    cells = list(product(*[range(_size(d, sizes)) for d in dims]))
+    return dims, cells
+
+
+def _size(d: st.GradDim, sizes: dict[str, int]) -> int:
+    return sizes[d.axis if d.axis else st.MICROBATCHES]
+
+
+def device_gradient(g: st.GroupModel, sizes: dict[str, int], counts: dict[Cell, Any], contrib: dict[Cell, Any],
+                    divisor: Any, zero: Any) -> Any:
+    """The observer's reduced gradient for one element of group ``g``."""
+    dims, cells = grid(g, sizes)
+    obs = tuple(0 for _ in dims)
+    reduced = {i for i, d in enumerate(dims) if d.k >= 1 and not d.implicit}
+    norm = {i for i, d in enumerate(dims) if d.name in g.norm_dims}
+
+    def same_except(a: Cell, b: Cell, free: set[int]) -> bool:
+        return all(x == y for i, (x, y) in enumerate(zip(a, b)) if i not in free)
+
+    total = zero
+    for c in cells:
+        if not same_except(c, obs, reduced):
+            continue
+        n = zero
+        for c2 in cells:
+            if same_except(c2, c, norm):
+                n = n + counts[c2]
+        total = total + contrib[c] / n
+    mult = 1
+    for i, d in enumerate(dims):
+        if i in reduced:
+            mult *= _size(d, sizes) ** (d.k - 1)
+    for d in g.dims:
+        if d.kind == st.INVARIANT:
+            mult *= _size(d, sizes) ** d.k
+    return total * mult / divisor
+
+
+def global_gradient(cells: list[Cell], counts: dict[Cell, Any], contrib: dict[Cell, Any], zero: Any) -> Any:
+    t, x = zero, zero
+    for c in cells:
+        t = t + counts[c]
+        x = x + contrib[c]
+    return x / t
+
+
+def divisor_of(g: st.GroupModel, sizes: dict[str, int], value: Callable[[Any], Any]) -> Any:
+    if g.divisor_value is not None:
+        return value(g.divisor_value)
+    out = 1
+    for a in g.divisor_axes:
+        out *= sizes[a]
+    return out
+
+
+def stale_axes(step: st.StepModel, sizes: dict[str, int]) -> tuple[str, ...]:
+    """Axes on which a replica that does not own the optimizer shard keeps a stale copy."""
+    return tuple(a for a in step.regather_needed if a not in step.regather_axes and sizes.get(a, 1) >= 2)

@@ -1,0 +1,26 @@
+; placement-logic proof obligation: comm/fsdp_full_shard-ring
+; theorem: Communication derivation
+; FSDP FULL_SHARD ring = 1.5 × DP
+;   ∀ Ψ > 0, K > 0, N ∈ ℤ, N ≥ 2: comm(FSDP FULL_SHARD) / comm(DP) = 1.5
+; the assertions are the NEGATION of the statement:
+;   expected unsat (statement proved)
+(set-logic ALL)
+(set-info :status unsat)
+(declare-fun K () Real)
+(declare-fun N () Int)
+(declare-fun psi () Real)
+(assert
+ (< 0.0 K))
+(assert
+ (let ((?x11 (to_real N)))
+ (<= 2.0 ?x11)))
+(assert
+ (< 0.0 psi))
+(assert
+ (let ((?x16 (+ (- 2.0) (* 2.0 (to_real N)))))
+ (and (distinct ?x16 0.0) true)))
+(assert
+ (let ((?x24 (* (* 3.0 (/ 1.0 (+ (- 2.0) (* 2.0 (to_real N))))) (+ (- 1.0) (to_real N)))))
+(not (= (/ 3.0 2.0) ?x24))))
+(check-sat)
+(exit)

@@ -1,0 +1,22 @@
+; placement-logic proof obligation: comm/fsdp_shard_grad_op-volume
+; theorem: Communication derivation
+; FSDP SHARD_GRAD_OP volume = 1 × DP
+;   ∀ Ψ > 0, K > 0, N ∈ ℤ, N ≥ 2: volume(FSDP SHARD_GRAD_OP) / volume(DP) = 1
+; the assertions are the NEGATION of the statement:
+;   expected unsat (statement proved)
+(set-logic ALL)
+(set-info :status unsat)
+(declare-fun K () Real)
+(declare-fun N () Int)
+(declare-fun psi () Real)
+(assert
+ (< 0.0 K))
+(assert
+ (let ((?x11 (to_real N)))
+ (<= 2.0 ?x11)))
+(assert
+ (< 0.0 psi))
+(assert
+ (not (= 1.0 1.0)))
+(check-sat)
+(exit)

@@ -1,0 +1,32 @@
+; placement-logic proof obligation: composition/single-pipeline-rules
+; theorem: Composition
+; single: pipeline: composition rules CR01–CR08 hold (3 plans)
+;   for each of the 3 compositions P in the family: CR01(P) ∧ … ∧ CR08(P), for all mesh sizes
+; the assertions are the NEGATION of the statement:
+;   expected unsat (statement proved)
+(set-logic ALL)
+(set-info :status unsat)
+(declare-fun size_x () Int)
+(declare-fun cr07_N_microbatches () Int)
+(declare-fun cr07_N_own () Int)
+(declare-fun size_microbatches () Int)
+(declare-fun cr07_c () Int)
+(declare-fun cr07_agree_microbatches () Bool)
+(assert
+ (let ((?x17 (to_real 1)))
+(let ((?x32 (to_real cr07_N_microbatches)))
+(let ((?x33 (+ (+ 0.0 (to_real cr07_N_own)) ?x32)))
+(let (($x37 (or false (and (distinct (* (* 1.0 ?x17) ?x33) (* ?x33 ?x17)) true))))
+(let (($x28 (= cr07_N_microbatches (* cr07_c (* 1 (- size_microbatches 1))))))
+(let (($x23 (= cr07_N_own (* cr07_c 1))))
+(let (($x20 (>= cr07_c 1)))
+(let (($x15 (= size_microbatches 1)))
+(let (($x16 (=> $x15 cr07_agree_microbatches)))
+(let (($x41 (and false)))
+(let (($x45 (or $x41 $x41 $x41 $x41 $x41 (and (and false (>= size_microbatches 2))) (and $x16 $x20 $x23 $x28 $x37) (and (or (and (>= size_x 2) false))))))
+(let (($x9 (>= size_microbatches 1)))
+(let (($x7 (>= size_x 1)))
+(let (($x46 (and $x7 $x9 $x45)))
+(or $x46 $x46 $x46))))))))))))))))
+(check-sat)
+(exit)

@@ -1,0 +1,32 @@
+; placement-logic proof obligation: memory/order-zero2-zero3-strict
+; theorem: Memory derivation
+; ZeRO-2 > ZeRO-3 when N ≥ 2
+;   ∀ Ψ > 0, K > 0, N ∈ ℤ, N ≥ 2: model_state(ZeRO-2) > model_state(ZeRO-3)
+; the assertions are the NEGATION of the statement:
+;   expected unsat (statement proved)
+(set-logic ALL)
+(set-info :status unsat)
+(declare-fun K () Real)
+(declare-fun N () Int)
+(declare-fun psi () Real)
+(assert
+ (< 0.0 K))
+(assert
+ (let ((?x11 (to_real N)))
+ (<= 2.0 ?x11)))
+(assert
+ (< 0.0 psi))
+(assert
+ (let ((?x11 (to_real N)))
+ (and (distinct ?x11 0.0) true)))
+(assert
+ (let ((?x11 (to_real N)))
+ (and (distinct ?x11 0.0) true)))
+(assert
+ (let ((?x11 (to_real N)))
+(let ((?x16 (/ 1.0 ?x11)))
+(let ((?x18 (* (* K psi) ?x16)))
+(let (($x27 (> (+ (+ (* 2.0 psi) (* (* 2.0 psi) ?x16)) ?x18) (+ (* (* 4.0 psi) ?x16) ?x18))))
+(not $x27))))))
+(check-sat)
+(exit)

@@ -1,0 +1,29 @@
+; placement-logic proof obligation: memory/zero3-model-state
+; theorem: Memory derivation
+; ZeRO-3 model state = (2 + 2 + K)Ψ/N
+;   ∀ Ψ > 0, K > 0, N ∈ ℤ, N ≥ 1: model_state(ZeRO-3) = (2 + 2 + K)Ψ/N
+; the assertions are the NEGATION of the statement:
+;   expected unsat (statement proved)
+(set-logic ALL)
+(set-info :status unsat)
+(declare-fun K () Real)
+(declare-fun N () Int)
+(declare-fun psi () Real)
+(assert
+ (< 0.0 K))
+(assert
+ (let ((?x11 (to_real N)))
+ (<= 1.0 ?x11)))
+(assert
+ (< 0.0 psi))
+(assert
+ (let ((?x11 (to_real N)))
+ (and (distinct ?x11 0.0) true)))
+(assert
+ (let ((?x11 (to_real N)))
+ (and (distinct ?x11 0.0) true)))
+(assert
+ (let ((?x21 (+ (* (* 4.0 psi) (/ 1.0 (to_real N))) (* (* K psi) (/ 1.0 (to_real N))))))
+(not (= ?x21 (* (* psi (/ 1.0 (to_real N))) (+ 4.0 K))))))
+(check-sat)
+(exit)
