@@ -23,6 +23,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INPUT = 2
 EXIT_UNKNOWN = 3
+EXIT_UNREALISED = 4
 
 # Subcommands, in the order --help lists them.
 COMMANDS: tuple[str, ...] = ("fmt", "inspect", "cost", "compare", "check", "prove", "measure")
@@ -33,10 +34,13 @@ examples:
   placement fmt --check examples/*.place             exit 1 if a file is not formatted
   placement inspect examples/llama70b_3d.place       the resolved plans, axis by axis
   placement cost examples/zero_paper.place           memory and communication per plan
-  placement check examples/safe/zero3.place          prove or refute training equivalence
+  placement check examples/library/zero3.place       prove or refute training equivalence
+  placement prove                                    the framework's theorems, z3 and cvc5
+  placement measure examples/library/zero3.place --plan zero3 --devices 2
+                                                     predicted against measured on PyTorch
 
 exit status: 0 ok, 1 refuted / not formatted / failed, 2 input or usage error,
-3 unknown (a solver gave up) with nothing refuted.
+3 unknown (a solver gave up) with nothing refuted, 4 (measure) plan not realisable.
 """
 
 

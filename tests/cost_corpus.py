@@ -9,7 +9,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from placement_logic import ir
-from placement_logic.ir import Mode, Role, State
+from placement_logic.ir import Mode, Role
 
 R, S, SS, M, O = Mode.R, Mode.S, Mode.S_STAR, Mode.M, Mode.O
 

@@ -98,7 +98,6 @@ def brute_force_norms_ok(sp: bool, k_dp: int, k_tp: int, n: int, t: int, m: int)
     slices = t if sp else 1
     shards = list(product(range(n), range(slices), range(m)))
     for counts in product((1, 2), repeat=n * m):
-        c = dict(zip(product(range(n), range(m)), counts))
         total = sum(counts)
         for star in shards:
             def local(i, j, u):

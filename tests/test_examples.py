@@ -4,7 +4,6 @@ golden IR summary."""
 from __future__ import annotations
 
 import io
-import os
 
 import pytest
 

@@ -9,7 +9,7 @@ from fractions import Fraction
 import pytest
 
 from placement_logic import ir
-from placement_logic.ir import Mode, Residency, Role, ScheduleKind, State
+from placement_logic.ir import Mode, Residency, Role, ScheduleKind
 from placement_logic.loader import load_string
 
 HEAD = """

@@ -15,7 +15,6 @@ token dimensions, at least one token per device. Mesh sizes are integers >= 1.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from fractions import Fraction
 from itertools import combinations
 from typing import Any, Callable
 
@@ -114,7 +113,7 @@ def token_blocks(env: Env, token_dims: tuple[st.GradDim, ...], prefix: str) -> t
             cons.append(var == c * devices)
         elif b:
             cons.append(var >= devices)
-            cons.append(z3.Implies(z3.Or([env.size(by_name[n]) == 1 for n in b]), var == 0))
+            cons.append(z3.Implies(z3.Or([env.size(by_name[n]) == 1 for n in sorted(b)]), var == 0))
         else:
             cons.append(var >= 1)
         if env.counts_cap is not None:
@@ -210,7 +209,7 @@ def norm_negation(env: Env, prefix: str, boolean: bool) -> tuple[list, Callable[
     ctx = env.sess.ctx
     step = env.step
     axes = step.overflow_axes if boolean else step.clip_axes
-    k = {a: axes.count(a) for a in set(axes)}
+    k = {a: axes.count(a) for a in sorted(set(axes))}
     one = z3.IntVal(1, ctx)
     computed = [] if boolean else z3.RealVal(0, ctx)
     expected = [] if boolean else z3.RealVal(0, ctx)
@@ -222,7 +221,7 @@ def norm_negation(env: Env, prefix: str, boolean: bool) -> tuple[list, Callable[
             name = f"{prefix}_{g.group}_{'_'.join(sorted(b)) or 'own'}"
             v = env.sess.bool(name) if boolean else env.sess.real(name)
             blocks[(g.group, b)] = v
-            empty = z3.Or([env.size(a) == 1 for a in b]) if b else z3.BoolVal(False, ctx)
+            empty = z3.Or([env.size(a) == 1 for a in sorted(b)]) if b else z3.BoolVal(False, ctx)
             if boolean:
                 cons.append(z3.Implies(empty, z3.Not(v)))
                 expected.append(v)

@@ -100,7 +100,6 @@ def simulate_gi(ctx: Context, g: st.GroupModel, sizes: dict[str, int], counts: d
     mdim = g.dim(st.MICROBATCHES)
     m = sizes[st.MICROBATCHES]
     norm = set(g.norm_dims)
-    tpos = {d.name: i for i, d in enumerate(tdims)}
 
     def slab(tau: Coord) -> int:
         fixed = [i for i, d in enumerate(tdims) if d.name not in norm]

@@ -12,7 +12,6 @@ from __future__ import annotations
 from fractions import Fraction
 from itertools import product
 
-from . import steps as st
 from .replay import Context, _frac, coords_text
 from .report import Counterexample
 
@@ -104,7 +103,7 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
     if missing:
         diag.append(f"squared norms are not summed over ({', '.join(missing)}), where the gradients are sharded: "
                     "each shard is clipped with its own local norm")
-    extra = [a for a in set(reduce_axes) if reduce_axes.count(a) > derived.count(a)]
+    extra = [a for a in sorted(set(reduce_axes)) if reduce_axes.count(a) > derived.count(a)]
     if extra:
         diag.append(f"squared norms are summed too often over ({', '.join(sorted(extra))})")
     for g in step.groups:

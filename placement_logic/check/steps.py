@@ -12,7 +12,7 @@ against.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from collections import Counter
 
 from .. import ir

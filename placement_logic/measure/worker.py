@@ -79,8 +79,6 @@ def _unsharded_on(trainer, axis: str | None) -> int:
 
 def _reference(job: Job, global_batch: int):
     """The same steps on one process: final parameters by name and the losses."""
-    import torch
-
     from . import model as tiny
     from .torch_plan import MAX_NORM, clip_global, make_optimizer
 

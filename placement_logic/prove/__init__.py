@@ -10,9 +10,7 @@ on request, those texts (``smt2_files``) for ``proofs/smt2/``.
 
 from __future__ import annotations
 
-import hashlib
 
-import z3
 
 from .. import ir
 from ..check.session import Session
@@ -26,7 +24,7 @@ from .obligation import Obligation
 from .published import SPECS, published_spec
 from .report import ClaimResult, ProveReport
 
-__all__ = ["builtin", "prove", "smt2_files", "canonical_form", "ProveReport", "GROUPS"]
+__all__ = ["builtin", "prove", "smt2_files", "ProveReport", "GROUPS"]
 
 
 GROUPS = ("memory", "comm", "correctness", "composition", "claims")
@@ -74,40 +72,6 @@ def prove(specs: list[ir.Spec] = (), timeout: float = 10.0, only: tuple[str, ...
         results.append(result)
         texts[ob.key] = text
     return ProveReport(tuple(results), tuple(claims + more_claims), timeout), texts
-
-
-_COMMUTATIVE = {"and", "or", "+", "*", "=", "distinct"}
-
-
-def canonical_form(text: str) -> list[str]:
-    """A canonical digest of the assertions of an SMT-LIB text: equal for texts that state the
-    same formulas up to the order of declarations and of the arguments of and/or/+/*/=
-    (which follows set iteration order) and up to z3's let-naming."""
-    ctx = z3.Context()
-    digest: dict[int, str] = {}
-
-    def walk(e) -> str:
-        stack = [(e, False)]
-        while stack:
-            node, expanded = stack.pop()
-            key = node.get_id()
-            if key in digest:
-                continue
-            kids = node.children() if z3.is_app(node) else []
-            if not expanded and kids:
-                stack.append((node, True))
-                stack.extend((k, False) for k in kids)
-                continue
-            name = node.decl().name() if z3.is_app(node) else str(node)
-            if z3.is_rational_value(node) or z3.is_int_value(node):
-                name = str(node)
-            parts = [digest[k.get_id()] for k in kids]
-            if name in _COMMUTATIVE:
-                parts.sort()
-            digest[key] = hashlib.sha256(f"{name}({','.join(parts)})".encode()).hexdigest()[:24]
-        return digest[e.get_id()]
-
-    return sorted(walk(a) for a in z3.parse_smt2_string(text, ctx=ctx))
 
 
 def smt2_files(timeout: float = 10.0) -> dict[str, str]:

@@ -152,7 +152,6 @@ def analyse(spec: ir.Spec, q: ir.Question, index: int) -> ClaimAnalysis:
         f" at {shown}" if shown else "")
     slug = f"claims/{_slug(spec.file)}-{index + 1}"
     theorem = f"{CLAIMS}: {spec.file}"
-    rel = _REL[q.op](lhs, rhs, evaluate=False)
     undefined = _undefined(spec, q, names, domain)
 
     conditions: list[tuple[sympy.Basic, dict[str, Domain], dict, str]] = []  # cond, domain, fixed, note

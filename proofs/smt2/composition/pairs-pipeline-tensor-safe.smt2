@@ -66,7 +66,7 @@
 (let (($x244 (=> false (not ovf_embedding_own))))
 (let (($x240 (not ovf_experts_x_y)))
 (let (($x110 (= size_x 1)))
-(let (($x128 (or $x119 $x110)))
+(let (($x128 (or $x110 $x119)))
 (let (($x241 (=> $x128 $x240)))
 (let (($x237 (not ovf_experts_y)))
 (let (($x238 (=> $x120 $x237)))

@@ -82,7 +82,7 @@
 (let (($x315 (=> false (not ovf_embedding_own))))
 (let (($x311 (not ovf_experts_y_z)))
 (let (($x181 (= size_y 1)))
-(let (($x199 (or $x190 $x181)))
+(let (($x199 (or $x181 $x190)))
 (let (($x312 (=> $x199 $x311)))
 (let (($x308 (not ovf_experts_z)))
 (let (($x309 (=> $x191 $x308)))
