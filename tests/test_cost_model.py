@@ -72,16 +72,21 @@ def test_flash_attention_drops_the_score_term():
 
 
 def test_pipeline_in_flight():
+    """First-stage layer-microbatches once the schedule reaches its steady state (m = 2p + k)."""
     sh = _shape()
-    lm, _ = in_flight(sh, _layout(t, True, sched=ir.ScheduleKind.ONE_F_ONE_B, p_=p))
-    assert lm == L  # p microbatches of L/p layers on the first stage
-    lm, _ = in_flight(sh, _layout(t, True, sched=ir.ScheduleKind.INTERLEAVED, p_=p, v_=v))
-    assert sympy.simplify(lm - L * (1 + (p - 1) / (p * v))) == 0
-    lm, mb = in_flight(sh, _layout(t, True, sched=ir.ScheduleKind.GPIPE, p_=p))
-    assert sympy.simplify(lm - L / p * m) == 0 and mb == m
-    # ZeroPP with U = p is Megatron's interleaved schedule
-    lm, _ = in_flight(sh, _layout(t, True, sched=ir.ScheduleKind.ZEROPP, p_=p, v_=v, U_=p))
-    assert sympy.simplify(lm - L * (1 + (p - 1) / (p * v))) == 0
+    k = symbol("k")
+    steady = {m: 2 * p + k}
+
+    def first(sched, v_=1, U_=1):
+        lay = _layout(t, True, sched=sched, p_=p, v_=sympy.Integer(v_), U_=U_)
+        return in_flight(sh, lay)["first"].layer_microbatches.subs(steady)
+
+    assert first(ir.ScheduleKind.ONE_F_ONE_B) == L  # p microbatches of L/p layers
+    assert sympy.simplify(first(ir.ScheduleKind.GPIPE) - L / p * (2 * p + k)) == 0
+    for v_ in (2, 3):
+        assert sympy.simplify(first(ir.ScheduleKind.INTERLEAVED, v_) - L * (1 + (p - 1) / (p * v_))) == 0
+        # ZeroPP keeps interleaved's chunks in flight whatever its scheduling unit
+        assert first(ir.ScheduleKind.ZEROPP, v_, U) == first(ir.ScheduleKind.INTERLEAVED, v_)
 
 
 def test_zeropp_moves_less_than_megatron_tp_when_u_is_large():

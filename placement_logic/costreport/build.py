@@ -20,7 +20,7 @@ from ..diagnostics import Diagnostic, DiagnosticError, Span, did_you_mean
 from ..ir import State
 from ..symbolic import PlacementLatexPrinter, resolve_bindings, symbol_names
 from .model import (
-    Binding, CollectiveRow, CostReport, GroupTotal, PlanReport, Quantity, QuestionResult,
+    Binding, CollectiveRow, CostReport, GroupTotal, PlanReport, Quantity, QuestionResult, StageReport,
 )
 
 _OPS = {
@@ -108,6 +108,11 @@ def _plan_report(pc: costs.PlanCost, q: _Q) -> PlanReport:
     per_group = tuple(GroupTotal(g, link, q(b), q(v)) for g, (link, b, v) in comm.per_group().items())
     per_link = {k: GroupTotal(k, k, q(b), q(v)) for k, (b, v) in comm.per_link().items()}
     notes = list(pc.notes)
+    stages = tuple(_stage_report(st, sa, q) for st, sa in zip(mem.stages, pc.activations.stages))
+    peak = _peak_stage(mem, q) if stages else None
+    if stages:
+        notes.append(_peak_note(peak))
+        notes += _schedule_notes(pc, q)
     free = sorted({n for x in list(device.values()) + [q(comm.total_bytes)] for n in x.unbound})
     if free:
         notes.append(f"unbound symbols (give them with --set or in the spec): {', '.join(free)}")
@@ -117,7 +122,53 @@ def _plan_report(pc: costs.PlanCost, q: _Q) -> PlanReport:
         transient_terms={k: q(v) for k, v in mem.transient.items()},
         model_state=q(mem.model_state), comm_total=q(comm.total_bytes), volume_total=q(comm.total_volume),
         per_axis=per_axis, per_group=per_group, per_link=per_link, collectives=rows, notes=tuple(notes),
+        stages=stages, peak_stage=peak,
     )
+
+
+def _stage_report(st, sa, q: _Q) -> StageReport:
+    device = {s.value: q(st.device[s]) for s in ir.STATES}
+    device["transient"] = q(st.transient_total)
+    device["total"] = q(st.device_total)
+    f = sa.in_flight
+    in_flight = {"layer_microbatches": q(f.layer_microbatches), "embedding_microbatches": q(f.embedding),
+                 "output_microbatches": q(f.output)}
+    return StageReport(st.stage, device, in_flight)
+
+
+def _peak_stage(mem, q: _Q) -> str | None:
+    """The stage whose total is the plan's peak: from the bound values, else symbolically."""
+    first, last = (st.device_total for st in mem.stages)
+    diff = (first - last).xreplace(q.subs)
+    if not diff.free_symbols:
+        diff = sympy.nsimplify(diff)
+    else:
+        diff = sympy.simplify(diff)
+    if diff.is_zero:
+        return "both"
+    if diff.is_positive:
+        return "first"
+    if diff.is_negative:
+        return "last"
+    return None
+
+
+def _peak_note(peak: str | None) -> str:
+    if peak == "both":
+        return "pipeline: the first and the last stage have the same peak"
+    if peak is None:
+        return "pipeline: which stage has the peak depends on unbound symbols (the peak is their maximum)"
+    return f"pipeline: the {peak} stage decides the peak"
+
+
+def _schedule_notes(pc: costs.PlanCost, q: _Q) -> list[str]:
+    lay = pc.layout
+    m, p = pc.shape.m.xreplace(q.subs), lay.p.xreplace(q.subs)
+    if lay.schedule in (ir.ScheduleKind.INTERLEAVED, ir.ScheduleKind.ZEROPP) and m.is_Rational and p.is_Rational \
+            and m < p:
+        return [f"pipeline: {m} microbatches on {p} stages; the interleaved schedule needs at least as many "
+                "microbatches as stages (Megatron-LM refuses fewer), so its in-flight counts do not apply"]
+    return []
 
 
 def symbolic_value(spec: ir.Spec, value: ir.Value) -> sympy.Expr:

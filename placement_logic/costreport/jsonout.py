@@ -36,6 +36,7 @@ def _plan(p: PlanReport) -> dict:
             "host": {k: quantity(v) for k, v in p.host.items()},
             "transient_terms": {k: quantity(v) for k, v in p.transient_terms.items()},
             "model_state": quantity(p.model_state),
+            **_stages(p),
         },
         "communication": {
             "total": {
@@ -58,6 +59,18 @@ def _plan(p: PlanReport) -> dict:
             ],
         },
         "notes": list(p.notes),
+    }
+
+
+def _stages(p: PlanReport) -> dict:
+    """``stages`` and ``peak_stage``, only for plans with a pipeline (keys added in schema 1)."""
+    if not p.stages:
+        return {}
+    return {
+        "stages": [{"stage": st.stage, "device": {k: quantity(v) for k, v in st.device.items()},
+                    "in_flight": {k: quantity(v, "value") for k, v in st.in_flight.items()}}
+                   for st in p.stages],
+        "peak_stage": p.peak_stage,
     }
 
 

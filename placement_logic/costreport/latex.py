@@ -2,8 +2,8 @@
 
 Input: a ``CostReport``. Output: a complete LaTeX document (amsmath, booktabs) with, per
 plan, an ``align*`` of every memory term and the communication totals (formulas from
-sympy's printer with display names, each followed by its value), then a table comparing
-the plans. ``render_equations`` gives the equations alone (used by ``_repr_latex_``).
+sympy's printer with display names, each followed by its value; with a pipeline the
+first and the last stage's activations and totals too), then a table comparing the plans. ``render_equations`` gives the equations alone (used by ``_repr_latex_``).
 """
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ def _lines(p: PlanReport) -> list[str]:
     for k in DEVICE_ROWS:
         q = p.device[k]
         rows.append(rf"M_{{\mathrm{{{k}}}}} &= {q.latex}{_value(q)}")
+    for st in p.stages:
+        for k in ("activations", "total"):
+            q = st.device[k]
+            rows.append(rf"M^{{\mathrm{{{st.stage}}}}}_{{\mathrm{{{k}}}}} &= {q.latex}{_value(q)}")
     if p.host["total"].formula != "0":
         rows.append(rf"M_{{\mathrm{{host}}}} &= {p.host['total'].latex}{_value(p.host['total'])}")
     rows.append(rf"C_{{\mathrm{{ring}}}} &= {p.comm_total.latex}{_value(p.comm_total)}")
@@ -55,6 +59,9 @@ def _table(r: CostReport) -> list[str]:
     for k in DEVICE_ROWS:
         out.append(" & ".join([f"{k} (GB)"] + [_gb(p.device[k].exact) for p in r.plans]) + r" \\")
     out.append(" & ".join(["host (GB)"] + [_gb(p.host["total"].exact) for p in r.plans]) + r" \\")
+    if any(p.stages for p in r.plans):
+        out.append(" & ".join(["peak stage"] + [p.peak_stage or ("--" if not p.stages else "?") for p in r.plans])
+                   + r" \\")
     out.append(r"\midrule")
     for a, _ in r.axes:
         out.append(" & ".join([rf"comm.\ {tex_text(a)} (GB)"]

@@ -1,13 +1,14 @@
 """Markdown rendering of a cost report: GitHub-flavoured tables, formulas in code spans.
 
-Input: a ``CostReport``. Output: Markdown text (one section per plan, or one comparison
+Input: a ``CostReport``. Output: Markdown text (one section per plan, with the first and the
+last pipeline stage beside the device column when there is a pipeline, or one comparison
 table for ``compare``, then the asserts and claims).
 """
 
 from __future__ import annotations
 
 from . import units
-from .model import DEVICE_ROWS, CostReport, PlanReport, Quantity
+from .model import DEVICE_ROWS, CostReport, PlanReport, Quantity, stage_title
 
 
 def _esc(text: str) -> str:
@@ -21,14 +22,28 @@ def _cell(q: Quantity) -> str:
     return f"{head}<br>`{_esc(q.formula)}`"
 
 
+def _count(q: Quantity) -> str:
+    head = units.number(q.exact)
+    return head if q.exact is not None and q.formula == q.value else f"{head}<br>`{_esc(q.formula)}`"
+
+
 def _plan(p: PlanReport) -> list[str]:
-    out = [f"## Plan `{p.name}`", "", f"Strategies: {', '.join(f'`{s}`' for s in p.strategies)}", "",
-           "| memory term | device | host |", "|---|---|---|"]
+    out = [f"## Plan `{p.name}`", "", f"Strategies: {', '.join(f'`{s}`' for s in p.strategies)}", ""]
+    if p.stages:
+        out += [f"Pipeline: {stage_title(p.peak_stage)}.", ""]
+    heads = ["memory term", "device (max over stages)" if p.stages else "device"]
+    heads += [f"{st.stage} stage" for st in p.stages] + ["host"]
+    out += ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for row in DEVICE_ROWS:
         host = p.host.get(row)
-        out.append(f"| {row} | {_cell(p.device[row])} | {_cell(host) if host is not None else ''} |")
+        cells = [row, _cell(p.device[row])] + [_cell(st.device[row]) for st in p.stages]
+        out.append("| " + " | ".join(cells + [_cell(host) if host is not None else ""]) + " |")
     for label, q in p.transient_terms.items():
-        out.append(f"| ↳ {_esc(label)} | {_cell(q)} | |")
+        out.append("| " + " | ".join([f"↳ {_esc(label)}", _cell(q)] + [""] * len(p.stages) + [""]) + " |")
+    if p.stages:
+        cells = ["in flight (layer × microbatch)", ""]
+        cells += [_count(st.in_flight["layer_microbatches"]) for st in p.stages]
+        out.append("| " + " | ".join(cells + [""]) + " |")
     out += ["", "| collective | group | link | phase | count | bytes per device | volume |", "|---|---|---|---|---|---|---|"]
     for c in p.collectives:
         out.append(f"| {c.kind} ({c.state}) | {c.axis} | {c.link or ''} | {c.phase} | `{_esc(c.count.formula)}` "

@@ -20,6 +20,15 @@ _TEX_SPECIAL = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "
                 "{": r"\{", "}": r"\}", "^": r"\^{}", "~": r"\~{}", "×": r"$\times$", "Ψ": r"$\Psi$", "·": r"$\cdot$"}
 
 
+def stage_title(peak: str | None) -> str:
+    """Which pipeline stage decides the peak, in words."""
+    if peak == "both":
+        return "peak on the first and the last stage alike"
+    if peak is None:
+        return "peak stage depends on unbound symbols"
+    return f"peak on the {peak} pipeline stage"
+
+
 def tex_text(text: str) -> str:
     """Plain text made safe inside LaTeX text mode."""
     return "".join(_TEX_SPECIAL.get(ch, ch) for ch in text)
@@ -71,6 +80,15 @@ class GroupTotal:
 
 
 @dataclass(frozen=True)
+class StageReport:
+    """One pipeline stage's device memory (DEVICE_ROWS) and what its schedule keeps in flight."""
+
+    stage: str  # "first" | "last"
+    device: dict[str, Quantity]  # DEVICE_ROWS
+    in_flight: dict[str, Quantity]  # layer_microbatches, embedding_microbatches, output_microbatches
+
+
+@dataclass(frozen=True)
 class PlanReport:
     name: str
     strategies: tuple[str, ...]
@@ -85,6 +103,8 @@ class PlanReport:
     per_link: dict[str, GroupTotal]
     collectives: tuple[CollectiveRow, ...]
     notes: tuple[str, ...] = ()
+    stages: tuple[StageReport, ...] = ()  # first and last pipeline stage; () without a pipeline
+    peak_stage: str | None = None  # "first", "last", "both" (equal), None (undecided or no pipeline)
 
     def _repr_latex_(self) -> str:
         n = tex_text(self.name)

@@ -1,7 +1,8 @@
 """Terminal rendering of a cost report (rich tables), returned as a string.
 
 Input: a ``CostReport``. Output: text with, per plan, a memory table (device and host,
-each number in GB and GiB with its formula underneath), a communication table per
+each number in GB and GiB with its formula underneath; with a pipeline also the first and
+the last stage and the stage that decides the peak), a communication table per
 collective with totals per axis, then the asserts and claims and a summary line. With
 ``compare`` a side-by-side table of every plan with its ratio to the baseline.
 """
@@ -14,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import units
-from .model import DEVICE_ROWS, CostReport, PlanReport, Quantity
+from .model import DEVICE_ROWS, CostReport, PlanReport, Quantity, stage_title
 
 
 def _cell(q: Quantity, bytes_: bool = True) -> str:
@@ -25,15 +26,24 @@ def _cell(q: Quantity, bytes_: bool = True) -> str:
 
 
 def _memory_table(p: PlanReport) -> Table:
-    t = Table(title=f"plan {p.name}: memory per device", title_justify="left", show_lines=True)
+    title = f"plan {p.name}: memory per device"
+    if p.stages:
+        title += f" ({stage_title(p.peak_stage)})"
+    t = Table(title=title, title_justify="left", show_lines=True)
     t.add_column("term")
-    t.add_column("device")
+    t.add_column("device (max over stages)" if p.stages else "device")
+    for st in p.stages:
+        t.add_column(f"{st.stage} stage")
     t.add_column("host")
     for row in DEVICE_ROWS:
         host = p.host.get(row)
-        t.add_row(row, _cell(p.device[row]), _cell(host) if host is not None else "")
+        t.add_row(row, _cell(p.device[row]), *(_cell(st.device[row]) for st in p.stages),
+                  _cell(host) if host is not None else "")
     for label, q in p.transient_terms.items():
-        t.add_row(f"  └ {label}", _cell(q), "")
+        t.add_row(f"  └ {label}", _cell(q), *("" for _ in p.stages), "")
+    if p.stages:
+        t.add_row("in flight (layer × microbatch)", "",
+                  *(_cell(st.in_flight["layer_microbatches"], False) for st in p.stages), "")
     return t
 
 

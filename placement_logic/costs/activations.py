@@ -2,9 +2,10 @@
 
 Input: a ``Shape`` and the plan's parallel layout (tensor size t, context size c, pipeline
 size p, chunks v, scheduling unit U, schedule kind, sequence parallel, recomputation, flash
-attention). Output: ``Activations`` with the per-layer per-microbatch bytes, the number of
-layer-microbatches alive on the first pipeline stage, the embedding and output-layer terms,
-the persistent total and the recomputation working set (transient).
+attention). Output: ``Activations`` with the per-layer per-microbatch bytes, and, for the
+first and the last pipeline stage (or the single stage without a pipeline), what the
+schedule keeps in flight at the stage's peak, the embedding and output-layer terms and the
+stage's total; the peak over stages; and the recomputation working set (transient).
 
 Per layer per microbatch, 16-bit activations (bytes scale with ``bytes.activations / 2``):
   no parallelism          s·b·h·(34 + 5·a·s/h)
@@ -13,6 +14,23 @@ Per layer per microbatch, 16-bit activations (bytes scale with ``bytes.activatio
   selective recompute     the 5·a·s/h term is dropped (flash attention drops it too)
   full recompute          2·s·b·h (÷t with sequence parallel): only the layer input is kept
 Context parallelism divides s by c.
+
+Outside the layers: the embedding dropout mask, s·b·h/t bytes (1 byte per element, t only
+with sequence parallelism), on the first stage per microbatch whose chunk 0 is in flight;
+the output layer on the last stage per microbatch whose last chunk is in flight: the final
+norm's and the output projection's inputs 2·s·b·h each (16-bit, ÷t with sequence
+parallelism) and the fp32 logits (softmax input) 4·s·b·V/t (Megatron's vocab-parallel cross
+entropy keeps V/t of them on each tensor rank), Korthikanti's 4·s·b·h/t·(1 + V/h) with
+sequence parallelism.
+
+In flight at a stage's peak (p stages, m microbatches, v chunks of L/(p·v) layers), counted
+in chunk-microbatches (docs/costs.md derives them from each schedule's order):
+  GPipe             first and last m (all forwards before any backward)
+  1F1B              first min(m, p), last 1 (stage r runs p − r − 1 warm-up forwards)
+  interleaved/ZeroPP first min(m·v, (v + 1)·p − 1), last (v − 1)·p + 1 (Megatron's warm-up
+                    2·(p − r − 1) + (v − 1)·p forwards on stage r, then one more before its
+                    first backward); the first stage's chunk 0 holds min(m, 2p) microbatches
+                    (min(m, 2p − 1) when v = 1), the last stage's last chunk one.
 """
 
 from __future__ import annotations
@@ -22,7 +40,7 @@ from dataclasses import dataclass
 import sympy
 
 from .. import ir
-from .sizes import Shape
+from .sizes import FIRST, LAST, Shape
 
 
 @dataclass(frozen=True)
@@ -40,15 +58,43 @@ class Layout:
 
 
 @dataclass(frozen=True)
+class InFlight:
+    """What one pipeline stage keeps at its peak."""
+
+    chunks: sympy.Expr  # chunk-microbatches with their activations kept
+    layers_per_chunk: sympy.Expr  # L/(p·v)
+    embedding: sympy.Expr  # microbatches whose embedding dropout mask is kept (first stage)
+    output: sympy.Expr  # microbatches whose output-layer activations are kept (last stage)
+
+    @property
+    def layer_microbatches(self) -> sympy.Expr:
+        return self.chunks * self.layers_per_chunk
+
+
+@dataclass(frozen=True)
+class StageActivations:
+    stage: str  # "first" | "last" (or "single" without a pipeline)
+    in_flight: InFlight
+    layers: sympy.Expr  # bytes of the layers' kept activations
+    embedding: sympy.Expr  # bytes of the embedding dropout masks
+    output: sympy.Expr  # bytes of the output layer's activations (logits included)
+
+    @property
+    def total(self) -> sympy.Expr:
+        return self.layers + self.embedding + self.output
+
+
+@dataclass(frozen=True)
 class Activations:
     per_layer: sympy.Expr  # kept bytes per layer per microbatch
     per_layer_full: sympy.Expr  # without any recomputation (the recompute working set)
     layer_microbatches: sympy.Expr  # layer-microbatches alive on the first stage
-    microbatches_in_flight: sympy.Expr
-    embedding: sympy.Expr
-    output: sympy.Expr
-    total: sympy.Expr
+    microbatches_in_flight: sympy.Expr  # the same in microbatches of one stage's layers
+    embedding: sympy.Expr  # first stage's embedding-mask bytes
+    output: sympy.Expr  # last stage's output-layer bytes
+    total: sympy.Expr  # the peak over stages
     transient: sympy.Expr
+    stages: tuple[StageActivations, ...] = ()  # first and last stage with a pipeline, else ()
 
 
 def per_layer(sh: Shape, lay: Layout, recompute: ir.Recompute, flash: bool) -> sympy.Expr:
@@ -65,22 +111,40 @@ def per_layer(sh: Shape, lay: Layout, recompute: ir.Recompute, flash: bool) -> s
     return per * scale
 
 
-def in_flight(sh: Shape, lay: Layout) -> tuple[sympy.Expr, sympy.Expr]:
-    """(layer-microbatches, microbatches) alive on the first stage at the peak."""
-    L, p, v, U, m = sh.L, lay.p, lay.v, lay.U, sh.m
+def has_pipeline(lay: Layout) -> bool:
+    return lay.schedule is not None and lay.p != 1
+
+
+def in_flight(sh: Shape, lay: Layout) -> dict[str, InFlight]:
+    """What the first and the last stage keep at their peak (m ≥ p; see the module text)."""
+    L, p, v, m = sh.L, lay.p, lay.v, sh.m
+    one, zero = sympy.Integer(1), sympy.Integer(0)
     k = lay.schedule
-    if k is None or p == 1:
-        return L, sympy.Integer(1)
+    if not has_pipeline(lay):
+        return {"single": InFlight(one, L, one, one)}
     if k is ir.ScheduleKind.GPIPE:
-        return L / p * m, m
+        return {FIRST: InFlight(m, L / p, m, zero), LAST: InFlight(m, L / p, zero, m)}
     if k is ir.ScheduleKind.ONE_F_ONE_B:
-        return L, p
-    if k is ir.ScheduleKind.INTERLEAVED:
-        f = 1 + (p - 1) / (p * v)
-        return L * f, p * f
-    # ZeroPP: Megatron's interleaved warm-up with the group of p microbatches replaced by U
-    chunks = (v - 1) * U + 2 * p - 1
-    return L / (p * v) * chunks, chunks / v
+        first = sympy.Min(m, p)
+        return {FIRST: InFlight(first, L / p, first, zero), LAST: InFlight(one, L / p, zero, one)}
+    # interleaved 1F1B; ZeroPP keeps the same chunks in flight (its unit U changes only gathers)
+    first = sympy.Min(m * v, (v + 1) * p - 1)
+    last = (v - 1) * p + 1
+    chunk0 = sympy.Min(m, 2 * p - 1) if v == 1 else sympy.Min(m, 2 * p)
+    return {FIRST: InFlight(first, L / (p * v), chunk0, zero), LAST: InFlight(last, L / (p * v), zero, one)}
+
+
+def embedding_mask(sh: Shape, lay: Layout) -> sympy.Expr:
+    """Embedding dropout mask of one microbatch: 1 byte per element, ÷t with sequence parallelism."""
+    return (sh.s / lay.c) * sh.b * sh.h / (lay.t if lay.sp else 1)
+
+
+def output_layer(sh: Shape, lay: Layout) -> sympy.Expr:
+    """Output layer of one microbatch: norm and projection inputs (16-bit) and fp32 logits ÷ t."""
+    s = sh.s / lay.c
+    scale = sh.bytes[ir.State.ACTIVATIONS] / 2
+    inputs = 4 * s * sh.b * sh.h / (lay.t if lay.sp else 1) * scale
+    return inputs + 4 * s * sh.b * sh.V / lay.t
 
 
 def activations(sh: Shape, lay: Layout) -> Activations:
@@ -89,13 +153,14 @@ def activations(sh: Shape, lay: Layout) -> Activations:
         return Activations(zero, zero, zero, zero, zero, zero, zero, zero)
     per = per_layer(sh, lay, lay.recompute, lay.flash)
     full = per_layer(sh, lay, ir.Recompute.NONE, lay.flash)
-    lm, mb = in_flight(sh, lay)
-    s = sh.s / lay.c
-    tsp = lay.t if lay.sp else 1
-    embedding = mb * s * sh.b * sh.h / tsp  # embedding dropout mask, 1 byte per element
-    output = zero
-    if lay.p == 1:  # the single stage also holds the output layer: 4·s·b·h/t·(1 + V/h)
-        output = 4 * s * sh.b * sh.h / lay.t * (1 + sh.V / sh.h) * sh.bytes[ir.State.ACTIVATIONS] / 2
-    total = lm * per + embedding + output
+    mask, out = embedding_mask(sh, lay), output_layer(sh, lay)
+    stages = tuple(
+        StageActivations(name, f, f.layer_microbatches * per, f.embedding * mask, f.output * out)
+        for name, f in in_flight(sh, lay).items()
+    )
+    first, last = stages[0], stages[-1]
+    lm = first.in_flight.layer_microbatches
+    total = sympy.Max(*(st.total for st in stages))
     transient = full if lay.recompute is ir.Recompute.FULL else zero
-    return Activations(per, full, lm, mb, embedding, output, total, transient)
+    return Activations(per, full, lm, lm / (sh.L / lay.p), first.embedding, last.output, total, transient,
+                       stages if has_pipeline(lay) else ())

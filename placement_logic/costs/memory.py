@@ -9,6 +9,13 @@ Persistent bytes of a state = full size × Π over axes of 1/n where the state i
 O, held on the host when the placement is offloaded (residency host/nvme, or O on an
 axis). A state that is M on some axis has no persistent copy. Activations come from the
 activation model (already per device). Peak device memory = persistent + all transients.
+
+With a pipeline axis and a transformer shape, the first and the last stage are accounted
+separately (``Memory.stages``): the first holds L/p layers and the token embedding, the
+last L/p layers, the final norm and the output projection (a copy of the embedding when
+tied); their activations follow the schedule's in-flight counts. The plan's per-state
+terms are then the maximum over the stages and the peak is the maximum of the stage
+totals. Without a shape every stage holds Ψ/p, as a note says.
 """
 
 from __future__ import annotations
@@ -19,20 +26,22 @@ import sympy
 
 from .. import ir
 from ..ir import Mode, Role, State
-from ..schedule import axes_with_role, is_offloaded, sharded_axes
+from ..schedule import axes_with_role, is_offloaded, pipeline_axis, sharded_axes
 from ..symbolic import symbol, to_sympy
 from .activations import Activations
-from .sizes import Shape, divided
+from .sizes import Shape, divided, stage_divided
 
 ZERO = sympy.Integer(0)
 
 
 @dataclass(frozen=True)
-class Memory:
+class StageMemory:
+    """One pipeline stage's device: persistent terms per state and the (shared) transients."""
+
+    stage: str  # "first" | "last"
     device: dict  # State -> persistent bytes on the device
     host: dict  # State -> persistent bytes on the host
     transient: dict  # term name -> bytes on the device
-    notes: tuple[str, ...] = field(default=())
 
     @property
     def transient_total(self) -> sympy.Expr:
@@ -48,6 +57,43 @@ class Memory:
 
     @property
     def model_state(self) -> sympy.Expr:
+        return sum((self.device[s] for s in (State.PARAMS, State.OPTIMIZER, State.GRADS)), ZERO)
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Per-state terms (the maximum over ``stages`` when there are stages) and the totals.
+
+    Without stages the peak is the sum of the terms; with stages it is the maximum of the
+    stage totals, so the per-state maxima need not add up to it.
+    """
+
+    device: dict  # State -> persistent bytes on the device
+    host: dict  # State -> persistent bytes on the host
+    transient: dict  # term name -> bytes on the device
+    notes: tuple[str, ...] = field(default=())
+    stages: tuple[StageMemory, ...] = ()
+
+    @property
+    def transient_total(self) -> sympy.Expr:
+        return sympy.Add(*self.transient.values())
+
+    @property
+    def device_total(self) -> sympy.Expr:
+        if self.stages:
+            return sympy.Max(*(st.device_total for st in self.stages))
+        return sympy.Add(*self.device.values()) + self.transient_total
+
+    @property
+    def host_total(self) -> sympy.Expr:
+        if self.stages:
+            return sympy.Max(*(st.host_total for st in self.stages))
+        return sympy.Add(*self.host.values())
+
+    @property
+    def model_state(self) -> sympy.Expr:
+        if self.stages:
+            return sympy.Max(*(st.model_state for st in self.stages))
         return sum((self.device[s] for s in (State.PARAMS, State.OPTIMIZER, State.GRADS)), ZERO)
 
 
@@ -75,25 +121,46 @@ def _unit_params(plan: ir.Plan, sh: Shape, pl: ir.Placement, notes: list[str]) -
     return sh.layer_params
 
 
+def _persistent(plan: ir.Plan, sh: Shape, st: State, stage: str | None) -> tuple[sympy.Expr, sympy.Expr]:
+    """(device, host) persistent bytes of a model state, on one stage or (None) the uniform split."""
+    pl = plan.placement(st)
+    axes, experts = sharded_axes(plan, st), axes_with_role(plan, Role.EXPERT)
+    pipe = pipeline_axis(plan)
+    if pl.axes_with(Mode.M):
+        persistent = ZERO
+    elif stage is not None and pipe in axes:
+        rest = tuple(a for a in axes if a != pipe)
+        persistent = sh.bytes[st] * stage_divided(sh, stage, symbol(pipe), rest, experts)
+    else:
+        persistent = sh.bytes[st] * divided(sh, axes, experts)
+    return (ZERO, persistent) if is_offloaded(plan, st) else (persistent, ZERO)
+
+
 def memory(plan: ir.Plan, sh: Shape, act: Activations) -> Memory:
     device: dict = {}
     host: dict = {}
     transient: dict = {}
     notes: list[str] = []
+    stage_terms = []
+    for sa in act.stages:
+        d, h = {}, {}
+        for st in (State.PARAMS, State.OPTIMIZER, State.GRADS):
+            d[st], h[st] = _persistent(plan, sh, st, sa.stage)
+        d[State.ACTIVATIONS], h[State.ACTIVATIONS] = sa.total, ZERO
+        stage_terms.append((sa.stage, d, h))
     for st in (State.PARAMS, State.OPTIMIZER, State.GRADS):
-        pl = plan.placement(st)
-        if pl.axes_with(Mode.M):
-            persistent = ZERO
+        if stage_terms:
+            device[st] = sympy.Max(*(d[st] for _, d, _ in stage_terms))
+            host[st] = sympy.Max(*(h[st] for _, _, h in stage_terms))
         else:
-            persistent = sh.bytes[st] * divided(sh, sharded_axes(plan, st), axes_with_role(plan, Role.EXPERT))
-        if is_offloaded(plan, st):
-            device[st], host[st] = ZERO, persistent
-        else:
-            device[st], host[st] = persistent, ZERO
+            device[st], host[st] = _persistent(plan, sh, st, None)
     device[State.ACTIVATIONS] = act.total
     host[State.ACTIVATIONS] = ZERO
     if not sh.has_shape:
         notes.append("activations: no transformer shape, so activation memory is not modelled")
+        if pipeline_axis(plan) is not None:
+            notes.append("pipeline: no transformer shape, so every stage is taken to hold Ψ/p of the parameters "
+                         "(no embedding or output layer on the first or last stage)")
 
     th = plan.placement(State.PARAMS)
     star = th.axes_with(Mode.S_STAR)
@@ -125,4 +192,5 @@ def memory(plan: ir.Plan, sh: Shape, act: Activations) -> Memory:
             transient["gradient bucket (one layer, before reduce-scatter)"] = unit * sh.bytes[State.GRADS] * split
     if act.transient != 0:
         transient["recomputation working set (one layer)"] = act.transient
-    return Memory(device, host, transient, tuple(dict.fromkeys(notes)))
+    stages = tuple(StageMemory(name, d, h, transient) for name, d, h in stage_terms)
+    return Memory(device, host, transient, tuple(dict.fromkeys(notes)), stages)

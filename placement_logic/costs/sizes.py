@@ -2,7 +2,8 @@
 
 Input: an ``ir.Model`` (and the plan's mesh for axis-size symbols). Output: a ``Shape``
 holding sympy expressions for Ψ (given, or counted exactly from an ``ir.Transformer``),
-the parameters of one layer, the byte widths of the four states, and the activation
+the parameters of one layer, those outside the layers (embedding, output projection, final
+norm: which pipeline stage holds them), the byte widths of the four states, and the activation
 dimensions (s, b, h, a, kv_heads, L, V, experts, top_k, capacity factor). Quantities the
 spec does not give stay free symbols (``h``, ``L``, ...) and are listed in ``missing``.
 """
@@ -15,6 +16,9 @@ import sympy
 
 from .. import ir
 from ..symbolic import symbol, to_sympy
+
+
+FIRST, LAST = "first", "last"  # the pipeline stages the engine accounts for
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,16 @@ class Shape:
     has_shape: bool
     has_sequence: bool
     missing: tuple[str, ...] = field(default=())
+    embedding_params: sympy.Expr = sympy.Integer(0)  # token embedding V·h (first stage)
+    head_params: sympy.Expr = sympy.Integer(0)  # output projection V·h (last stage; a copy when tied)
+    final_norm_params: sympy.Expr = sympy.Integer(0)  # final norm (last stage)
+    tied: bool = False  # the output projection shares the embedding weight
+
+    @property
+    def layers_params(self) -> sympy.Expr:
+        """Parameters inside the transformer layers: Ψ less the embedding, untied head and final norm."""
+        head = 0 if self.tied else self.head_params
+        return self.psi - self.embedding_params - head - self.final_norm_params
 
 
 def transformer_params(t: ir.Transformer) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
@@ -78,8 +92,12 @@ def shape_of(model: ir.Model) -> Shape:
         return to_sympy(v)
 
     t = model.transformer
+    zero = sympy.Integer(0)
+    emb = head = fnorm = zero
     if t is not None:
         psi_t, layer, experts = transformer_params(t)
+        emb = head = to_sympy(t.vocab) * to_sympy(t.hidden)
+        fnorm = to_sympy(t.hidden) * (2 if t.norm == "layernorm" else 1)
         psi = to_sympy(model.params) if model.params is not None else psi_t
         h, a, kv, L, V = (to_sympy(x) for x in (t.hidden, t.heads, t.kv_heads, t.layers, t.vocab))
         E, k, cf = to_sympy(t.experts), to_sympy(t.top_k), to_sympy(t.capacity_factor)
@@ -106,12 +124,35 @@ def shape_of(model: ir.Model) -> Shape:
         has_shape=t is not None,
         has_sequence=model.seq is not None and model.microbatch is not None,
         missing=tuple(missing),
+        embedding_params=emb, head_params=head, final_norm_params=fnorm,
+        tied=bool(t is not None and t.tied_embeddings),
     )
 
 
 def divided(sh: Shape, axes, expert_axes=()) -> sympy.Expr:
     """Parameters per device once divided over ``axes``: an expert axis divides only the experts."""
     dense, experts = sh.psi - sh.expert_params, sh.expert_params
+    for a in axes:
+        n = symbol(a)
+        if a in expert_axes:
+            experts = experts / n
+        else:
+            dense, experts = dense / n, experts / n
+    return dense + experts
+
+
+def stage_divided(sh: Shape, stage: str, p: sympy.Expr, axes, expert_axes=()) -> sympy.Expr:
+    """Parameters per device of one pipeline stage (of p), then divided over ``axes``.
+
+    Every stage holds L/p layers; the first adds the token embedding, the last the final
+    norm and the output projection (a copy of the embedding when tied, as Megatron-LM keeps).
+    """
+    experts = sh.expert_params / p
+    dense = sh.layers_params / p - experts
+    if stage == FIRST:
+        dense += sh.embedding_params
+    if stage == LAST:
+        dense += sh.head_params + sh.final_norm_params
     for a in axes:
         n = symbol(a)
         if a in expert_axes:
