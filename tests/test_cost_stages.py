@@ -401,9 +401,12 @@ plan p { pp: one_f_one_b }
     assert any("every stage is taken to hold Ψ/p" in n for n in r.notes)
 
 
-def test_interleaved_with_fewer_microbatches_than_stages_is_noted():
-    r = build(load_string(small_spec("interleaved", 4, 2), "<few>")).plans[0]
-    assert any("needs at least as many microbatches as stages" in n for n in r.notes)
+def test_interleaved_with_microbatches_not_a_multiple_of_the_stages_is_noted():
+    for m in (2, 6):  # fewer than the stages, or not a multiple of them
+        r = build(load_string(small_spec("interleaved", 4, m), "<few>")).plans[0]
+        assert any("the interleaved schedule needs a multiple of the stages" in n for n in r.notes)
+    r = build(load_string(small_spec("interleaved", 4, 8), "<ok>")).plans[0]
+    assert not any("needs a multiple" in n for n in r.notes)
 
 
 def test_llama_3d_first_stage_interleaved():

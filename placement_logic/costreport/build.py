@@ -165,9 +165,9 @@ def _schedule_notes(pc: costs.PlanCost, q: _Q) -> list[str]:
     lay = pc.layout
     m, p = pc.shape.m.xreplace(q.subs), lay.p.xreplace(q.subs)
     if lay.schedule in (ir.ScheduleKind.INTERLEAVED, ir.ScheduleKind.ZEROPP) and m.is_Rational and p.is_Rational \
-            and m < p:
-        return [f"pipeline: {m} microbatches on {p} stages; the interleaved schedule needs at least as many "
-                "microbatches as stages (Megatron-LM refuses fewer), so its in-flight counts do not apply"]
+            and (m < p or m % p != 0):
+        return [f"pipeline: {m} microbatches on {p} stages; the interleaved schedule needs a multiple of the "
+                "stages (Megatron-LM refuses other counts), so its in-flight counts do not apply"]
     return []
 
 
