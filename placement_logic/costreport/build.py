@@ -82,7 +82,9 @@ class _Q:
     def ratio(self, a: sympy.Expr, b: sympy.Expr) -> Quantity | None:
         if b == 0:
             return None
-        return self(sympy.simplify(a / b))
+        r = a / b
+        # a maximum over pipeline stages does not simplify; sympy would only spend time trying
+        return self(r if r.has(sympy.Max, sympy.Min) else sympy.simplify(r))
 
 
 def _plan_report(pc: costs.PlanCost, q: _Q) -> PlanReport:

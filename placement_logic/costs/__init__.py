@@ -3,8 +3,11 @@
 Input: an ``ir.Plan`` (and, for queries, the ``ir.Spec`` holding it). Output: ``PlanCost``
 with the ``Shape``, ``Layout``, ``Activations``, ``Memory`` and ``Communication`` of the
 plan, every quantity an exact sympy expression in the spec's symbols (lets and axis
-sizes). ``query_value`` gives the symbolic value of an ``ir.Query`` (memory, host_memory,
-model_state, comm, volume) so that asserts, claims and proofs share one definition.
+sizes). With a pipeline axis and a transformer shape, ``Memory.stages`` and
+``Activations.stages`` hold the first and the last stage. ``query_value`` gives the symbolic
+value of an ``ir.Query`` (memory, host_memory, model_state, comm, volume) so that asserts,
+claims and proofs share one definition; with stages, memory queries are the maximum over
+them (``memory(plan)`` the larger stage total).
 """
 
 from __future__ import annotations
@@ -18,14 +21,14 @@ from .. import ir, schedule
 from ..diagnostics import Diagnostic, DiagnosticError, did_you_mean
 from ..ir import Role, State
 from ..symbolic import symbol, to_sympy
-from .activations import Activations, Layout, activations
+from .activations import Activations, InFlight, Layout, StageActivations, activations
 from .comm import Communication, size
-from .memory import Memory, memory
+from .memory import Memory, StageMemory, memory
 from .sizes import Shape, shape_of, transformer_params
 
 __all__ = [
     "PlanCost", "derive", "query_value", "layout_of", "transformer_params", "Shape", "Memory",
-    "Communication", "Activations", "Layout",
+    "Communication", "Activations", "Layout", "StageMemory", "StageActivations", "InFlight",
 ]
 
 
@@ -86,7 +89,11 @@ QUERY_KINDS = ("memory", "host_memory", "model_state", "comm", "volume")
 
 
 def query_value(spec: ir.Spec, q: ir.Query) -> sympy.Expr:
-    """The symbolic value of a cost query (bytes), in the spec's symbols (not substituted)."""
+    """The symbolic value of a cost query (bytes), in the spec's symbols (not substituted).
+
+    With pipeline stages: ``memory`` is the larger stage total, ``memory(plan, state)``,
+    ``host_memory`` and ``model_state`` the larger of that quantity over the stages.
+    """
     try:
         plan = spec.plan(q.plan)
     except KeyError:
