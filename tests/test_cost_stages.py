@@ -440,3 +440,8 @@ def test_mixtral_stages_divide_only_experts_by_the_expert_axis():
     assert first.device["params"].exact == 2 * want_first
     assert last.device["params"].exact == 2 * want_last
     assert first.device["optimizer"].exact == 12 * want_first / dp  # ZeRO-1 over dp
+
+
+def test_a_pipeline_axis_of_size_one_is_noted():
+    r = build(load_string(small_spec("1f1b", 1, 4), "<p1>")).plans[0]
+    assert any("the pipeline axis has size 1" in n for n in r.notes)

@@ -166,6 +166,9 @@ def _peak_note(peak: str | None) -> str:
 def _schedule_notes(pc: costs.PlanCost, q: _Q) -> list[str]:
     lay = pc.layout
     m, p = pc.shape.m.xreplace(q.subs), lay.p.xreplace(q.subs)
+    if p == 1:
+        return ["pipeline: the pipeline axis has size 1, so the first and the last stage are one device "
+                "holding both the embedding and the output layer; the stage columns count them apart"]
     if lay.schedule in (ir.ScheduleKind.INTERLEAVED, ir.ScheduleKind.ZEROPP) and m.is_Rational and p.is_Rational \
             and (m < p or m % p != 0):
         return [f"pipeline: {m} microbatches on {p} stages; the interleaved schedule needs a multiple of the "
