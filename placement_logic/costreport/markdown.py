@@ -8,7 +8,7 @@ table for ``compare``, then the asserts and claims).
 from __future__ import annotations
 
 from . import units
-from .model import DEVICE_ROWS, CostReport, PlanReport, Quantity, stage_title
+from .model import DEVICE_ROWS, CostReport, PlanReport, Quantity, compare_rows, stage_title
 
 
 def _esc(text: str) -> str:
@@ -58,11 +58,7 @@ def _compare(r: CostReport) -> list[str]:
     out = [f"## Plans compared (ratio to `{r.baseline}`)", "",
            "| quantity | " + " | ".join(f"`{p.name}`" for p in r.plans) + " |",
            "|---|" + "---|" * len(r.plans)]
-    rows = [(f"memory.{k}", lambda p, k=k: p.device[k]) for k in DEVICE_ROWS]
-    rows.append(("memory.host", lambda p: p.host["total"]))
-    rows += [(f"comm.{a}", lambda p, a=a: p.per_axis[a].bytes_per_device) for a, _ in r.axes]
-    rows += [("comm.total", lambda p: p.comm_total), ("volume.total", lambda p: p.volume_total)]
-    for key, get in rows:
+    for key, get in compare_rows(r):
         cells = []
         for p in r.plans:
             ratio = r.ratios.get(p.name, {}).get(key)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Callable
 
 SCHEMA_VERSION = 1
 DEVICE_ROWS = ("params", "optimizer", "grads", "activations", "transient", "total")
@@ -155,3 +156,13 @@ class CostReport:
         from .latex import render_equations
 
         return render_equations(self)
+
+
+def compare_rows(r: CostReport) -> list[tuple[str, Callable[[PlanReport], Quantity]]]:
+    """The rows of a side-by-side comparison: (key, how to read it from a plan)."""
+    rows: list[tuple[str, Callable[[PlanReport], Quantity]]] = [
+        (f"memory.{k}", lambda p, k=k: p.device[k]) for k in DEVICE_ROWS]
+    rows.append(("memory.host", lambda p: p.host["total"]))
+    rows += [(f"comm.{a}", lambda p, a=a: p.per_axis[a].bytes_per_device) for a, _ in r.axes]
+    rows += [("comm.total", lambda p: p.comm_total), ("volume.total", lambda p: p.volume_total)]
+    return rows

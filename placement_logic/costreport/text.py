@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import units
-from .model import DEVICE_ROWS, CostReport, PlanReport, Quantity, stage_title
+from .model import DEVICE_ROWS, CostReport, PlanReport, Quantity, compare_rows, stage_title
 
 
 def _cell(q: Quantity, bytes_: bool = True) -> str:
@@ -68,11 +68,7 @@ def _compare_table(r: CostReport) -> Table:
     t.add_column("quantity")
     for p in r.plans:
         t.add_column(p.name)
-    rows = [(f"memory.{k}", lambda p, k=k: p.device[k]) for k in DEVICE_ROWS]
-    rows.append(("memory.host", lambda p: p.host["total"]))
-    rows += [(f"comm.{a}", lambda p, a=a: p.per_axis[a].bytes_per_device) for a, _ in r.axes]
-    rows += [("comm.total", lambda p: p.comm_total), ("volume.total", lambda p: p.volume_total)]
-    for key, get in rows:
+    for key, get in compare_rows(r):
         cells = []
         for p in r.plans:
             ratio = r.ratios.get(p.name, {}).get(key)
