@@ -25,7 +25,7 @@ from placement_logic.costs.activations import Layout, activations, in_flight
 from placement_logic.costs.sizes import shape_of
 from placement_logic.loader import load_string
 from placement_logic.symbolic import symbol
-from tests.cost_corpus import c, model
+from tests.cost_corpus import model
 
 # --------------------------------------------------------------------------- the simulator
 
@@ -445,3 +445,21 @@ def test_mixtral_stages_divide_only_experts_by_the_expert_axis():
 def test_a_pipeline_axis_of_size_one_is_noted():
     r = build(load_string(small_spec("1f1b", 1, 4), "<p1>")).plans[0]
     assert any("the pipeline axis has size 1" in n for n in r.notes)
+
+
+def test_latex_shows_both_stages_and_compiles(tmp_path):
+    import shutil
+    import subprocess
+
+    from placement_logic.costreport import latex
+    from tests.test_cost_cli import check_latex
+
+    out = latex.render(build(load_string(small_spec("interleaved", 4, 8), "<tex>")))
+    check_latex(out)
+    assert r"M^{\mathrm{first}}_{\mathrm{total}}" in out and r"M^{\mathrm{last}}_{\mathrm{total}}" in out
+    assert "peak stage & first" in out
+    if shutil.which("pdflatex") is None:
+        pytest.skip("pdflatex not installed")
+    (tmp_path / "r.tex").write_text(out)
+    res = subprocess.run(["pdflatex", "-interaction=nonstopmode", "r.tex"], cwd=tmp_path, capture_output=True)
+    assert res.returncode == 0
