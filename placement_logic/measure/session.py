@@ -111,7 +111,7 @@ def measure_many(items: list[tuple[ir.Spec, str]], devices: int | None = None, s
             reports[spec.file, name] = MeasureReport(spec.file, name, "unrealised", mesh, steps, reasons=r.reasons)
             continue
         try:
-            shape = scale_down(plan, run_bindings(spec, sizes), sizes, r.tensor_axis)
+            shape = scale_down(plan, run_bindings(spec, sizes), sizes, r.tensor_axis, r.stages, r.chunks)
             prediction = predict(spec, plan, shape, sizes, r.optimizer)
         except (ShapeError, UnboundPrediction) as exc:
             reports[spec.file, name] = MeasureReport(
