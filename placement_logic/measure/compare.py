@@ -197,6 +197,16 @@ def _collective_rows(pred: Prediction, r: Realisation, results: list[dict], shap
             want = [p * _edge_share(kind, res["coords"][r.pipeline_axis], r.stages, r.chunks) for res in results]
             if all(g == w for g, w in zip(got, want)):
                 status, note = "explained", _edge_note(kind, r)
+        once = tuple(dict.fromkeys(axes))
+        if status == "differs" and r.grad_reduce == "twice" and kind == "all_reduce" and len(once) < len(axes) \
+                and all(g == 0 for g in got):
+            alt = tuple(m.get((kind, once), 0) for m in per_rank)
+            if all(a == p * len(axes) / len(once) for a in alt):
+                got, status = alt, "explained"
+                used.add((kind, once))
+                label += f" (measured: {len(axes) // len(once)} all_reduce over {'×'.join(once)})"
+                note = (f"the plan reduces over ({', '.join(axes)}): DDP's all-reduce and the loop's own, each of the "
+                        f"whole gradient over {'×'.join(once)}; the cost engine sizes one all-reduce of that buffer")
         t = r.sizes.get(r.tensor_axis, 1) if r.tensor_axis else 1
         replicated = [Fraction(res["tensor_replicated_param_bytes"]) for res in results]
         if status == "differs" and r.tensor_axis and kind in ("all_reduce", "reduce_scatter", "all_gather") \

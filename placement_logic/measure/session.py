@@ -18,7 +18,7 @@ from ..diagnostics import Diagnostic, DiagnosticError
 from .compare import compare
 from .predict import Prediction, UnboundPrediction, predict
 from .realise import Realisation, Unrealised, realise
-from .report import TOLERANCE, CheckerView, MeasureReport
+from .report import TOLERANCE, CheckerView, CounterexampleView, MeasureReport
 from .runner import LaunchError, launch
 from .shape import ShapeError, TinyShape, scale_down
 from .worker import Job
@@ -73,16 +73,19 @@ def checker_view(spec: ir.Spec, plan: str, sizes: dict[str, int]) -> CheckerView
         return CheckerView(False)
     report = check_spec(spec, [plan], pinned=dict(sizes))
     pr = report.plans[0]
-    summary = []
+    summary, full = [], []
     for o in pr.obligations:
         if o.verdict.word == "refuted":
             line = f"{o.name}: refuted"
-            if o.counterexample is not None:
-                line += f" — {o.counterexample.equation}"
-                summary.extend([line] + [f"  {d}" for d in o.counterexample.diagnosis])
+            cex = o.counterexample
+            if cex is not None:
+                line += f" — {cex.equation}"
+                summary.extend([line] + [f"  {d}" for d in cex.diagnosis])
+                full.append(CounterexampleView(o.name, tuple(cex.sizes), tuple(cex.devices) + tuple(cex.values),
+                                               cex.equation, tuple(cex.diagnosis), cex.command))
                 continue
             summary.append(line)
-    return CheckerView(True, pr.verdict.word, tuple(summary))
+    return CheckerView(True, pr.verdict.word, tuple(summary), tuple(full))
 
 
 def measure(spec: ir.Spec, plans: list[str], devices: int | None = None, steps: int = DEFAULT_STEPS,
