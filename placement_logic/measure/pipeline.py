@@ -107,12 +107,13 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
     dp = r.data_size
     rows = shape.microbatch * m
     global_batch = rows * dp
-    steps, losses = [], []
+    steps, losses, tokens = [], [], []
     held: dict = {}
     for step in range(job.steps):
         x, y = _batch(shape, global_batch, job.seed, step)
         lo, hi = dp_index * rows, (dp_index + 1) * rows
         norm_box[0] = loss_normaliser(r, tokens_of(y), tokens_of(y[lo:hi]))
+        tokens.append(tokens_of(y[lo:hi]))
         counter = CollectiveCounter()
         tagger.counter = counter
         mb_losses: list = []
@@ -161,6 +162,7 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
         "param_tensors": len(named),
         "fingerprint": totals[0].item(),
         "losses": losses,
+        "tokens": tokens,
         "reference_losses": ref_losses,
         "param_abs_diff": worst_abs,
         "param_rel_diff": worst_abs / max(scale, 1e-30),

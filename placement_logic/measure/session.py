@@ -155,5 +155,18 @@ def _report(spec: ir.Spec, p: Prepared, results: list[dict], steps: int, with_ch
         outcome = "mismatch"
     else:
         outcome = "matched"
-    notes = (f"equivalence tolerance {TOLERANCE:g} relative (fp32)",)
+    notes = (f"equivalence tolerance {TOLERANCE:g} relative (fp32)", _token_note(r, results))
     return MeasureReport(outcome=outcome, rows=tuple(rows), equivalence=eq, checker=checker, notes=notes, **base)
+
+
+def _token_note(r: Realisation, results: list[dict]) -> str:
+    """Valid (unpadded) tokens of each data-parallel rank, by step: the counts a per-device mean weighs."""
+    seen: dict[int, list[int]] = {}
+    for res in results:
+        index = 0
+        for a in r.data_axes:
+            index = index * r.sizes[a] + res["coords"][a]
+        seen.setdefault(index, res.get("tokens", []))
+    steps = "; ".join(f"step {k + 1}: " + ", ".join(str(seen[i][k]) for i in sorted(seen))
+                      for k in range(len(next(iter(seen.values())))))
+    return f"valid tokens per data-parallel rank (variable-length sequences, padding masked): {steps}"

@@ -163,10 +163,11 @@ def run_job(job: Job, rank: int) -> dict:
         dp *= r.sizes[a]
     global_batch = job.shape.microbatch * dp
     trainer = apply(r, tiny.build(job.shape, job.seed).to(device), mesh)
-    steps, losses = [], []
+    steps, losses, tokens = [], [], []
     for step in range(job.steps):
         x, y = _batch(job.shape, global_batch, job.seed, step)
         lo, hi = dp_index * job.shape.microbatch, (dp_index + 1) * job.shape.microbatch
+        tokens.append(tokens_of(y[lo:hi]))
         norm = loss_normaliser(r, tokens_of(y), tokens_of(y[lo:hi]))
         counter = CollectiveCounter()
         with counter:
@@ -234,6 +235,7 @@ def run_job(job: Job, rank: int) -> dict:
         "param_tensors": len(trainer.named),
         "fingerprint": fingerprint,
         "losses": losses,
+        "tokens": tokens,
         "reference_losses": ref_losses,
         "param_abs_diff": worst_abs,
         "param_rel_diff": worst_rel,
