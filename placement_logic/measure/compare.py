@@ -45,11 +45,47 @@ def axes_of_group(ranks: tuple[int, ...], coords: dict[str, int], mesh: tuple[tu
     return None
 
 
+def _coords_of(rank: int, mesh) -> dict[str, int]:
+    """Mesh coordinates of ``rank`` (row-major layout)."""
+    out = {}
+    for a, n in reversed(mesh):
+        out[a] = rank % n
+        rank //= n
+    return out
+
+
+def stage_shares(r: Realisation, results: list[dict], shape: TinyShape) -> list[Fraction]:
+    """Per rank: its pipeline stage's exact parameter count over the plan's uniform Ψ/p (1 without a pipeline)."""
+    if r.pipeline_axis is None:
+        return [Fraction(1)] * len(results)
+    p = r.stages
+    uniform = Fraction(shape.param_count(), p)
+    return [shape.stage_param_count(res["coords"][r.pipeline_axis], p, r.chunks) / uniform for res in results]
+
+
+def _stage_note(r: Realisation, shape: TinyShape, what: str) -> str:
+    per = shape.layers // (r.stages * r.chunks)
+    chunks = f"{r.chunks} chunks of {per} block{'s' if per > 1 else ''}" if r.chunks > 1 else \
+        f"{per} block{'s' if per > 1 else ''}"
+    return (f"{what} follows each rank's pipeline stage exactly: {chunks} per rank, the embedding "
+            f"({shape.vocab}·{shape.hidden}) on the first stage, the final norm"
+            + ("" if shape.tied_embeddings else f" and the head ({shape.vocab}·{shape.hidden})")
+            + " on the last; the plan divides Ψ evenly over the stages, and over the stages the bytes add up to "
+            "exactly Ψ's")
+
+
 def measured_collectives(result: dict, mesh, phase: str | None = None) -> dict[tuple[str, tuple[str, ...]], int]:
     """(kind, axes) -> buffer bytes of the last step of one rank (of one phase, if given)."""
     out: dict[tuple[str, tuple[str, ...]], int] = {}
     for rec in result["collectives"][-1]:
         if phase is not None and rec.get("phase") != phase:
+            continue
+        if rec["kind"] in ("send", "recv"):
+            # a transfer between two ranks: keyed by the axes along which they differ and its phase
+            src, dst = (_coords_of(x, mesh) for x in rec["ranks"])
+            axes = tuple(a for a, _ in mesh if src[a] != dst[a])
+            out_key = (f"p2p {'sent' if rec['kind'] == 'send' else 'received'}, {rec.get('phase') or 'untagged'}", axes)
+            out[out_key] = out.get(out_key, 0) + rec["bytes"]
             continue
         axes = axes_of_group(tuple(rec["ranks"]), result["coords"], mesh)
         label = axes if axes is not None else tuple(f"rank{r}" for r in rec["ranks"])
@@ -58,8 +94,17 @@ def measured_collectives(result: dict, mesh, phase: str | None = None) -> dict[t
     return out
 
 
-def _state_rows(pred: Prediction, r: Realisation, results: list[dict]) -> list[Row]:
+def _sums_per_stage(per_rank, stage_want, r: Realisation, results: list[dict]) -> bool:
+    """Per pipeline stage, the ranks' values add up to the stage's expectation times the data-parallel size."""
+    stages: dict[int, list] = {}
+    for m, w, res in zip(per_rank, stage_want, results):
+        stages.setdefault(res["coords"][r.pipeline_axis], []).append((m, w))
+    return all(sum(m for m, _ in v) == v[0][1] * len(v) for v in stages.values())
+
+
+def _state_rows(pred: Prediction, r: Realisation, results: list[dict], shape: TinyShape) -> list[Row]:
     rows = []
+    shares = stage_shares(r, results, shape)
     want = pred.states
     t = r.sizes.get(r.tensor_axis, 1) if r.tensor_axis else 1
     width = {"params": 4, "grads": 4, "optimizer": OPTIMIZER_BYTES[r.optimizer]}
@@ -68,13 +113,23 @@ def _state_rows(pred: Prediction, r: Realisation, results: list[dict]) -> list[R
         p = want[state]
         measured = Fraction(max(per_rank))
         status, note = "match", ""
+        stage_want = [p * f for f in shares]
         if any(m != p for m in per_rank):
             status, note = "differs", ""
+            if r.pipeline_axis and all(m == w for m, w in zip(per_rank, stage_want)):
+                status, note = "explained", _stage_note(r, shape, f"{state} held")
+            elif r.pipeline_axis and r.data == "zero1" and state == "optimizer" and _sums_per_stage(per_rank, stage_want, r, results):
+                status, note = "explained", (
+                    "ZeroRedundancyOptimizer gives each rank whole parameter tensors of its stage, so rank shares "
+                    "differ; per stage they add up to the stage's bytes times the data-parallel ranks. "
+                    + _stage_note(r, shape, "The stage's bytes"))
             n_data = 1
             for a in r.data_axes:
                 n_data *= r.sizes[a]
             replicated = [Fraction(res["tensor_replicated_param_bytes"]) * width[state] / 4 for res in results]
-            if r.data == "fsdp" and state == "params" and r.approximations and all(m == p / n_data for m in per_rank):
+            if status == "explained":
+                pass
+            elif r.data == "fsdp" and state == "params" and r.approximations and all(m == p / n_data for m in per_rank):
                 status, note = "explained", "FSDP2 SHARD_GRAD_OP keeps parameters sharded between steps (ZeRO-2 keeps them replicated)"
             elif r.data == "zero1" and state == "optimizer" and sum(per_rank) == p * len(per_rank):
                 status, note = "explained", (
@@ -97,9 +152,13 @@ def _state_rows(pred: Prediction, r: Realisation, results: list[dict]) -> list[R
 def _collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape: TinyShape) -> list[Row]:
     predicted: dict[tuple[str, tuple[str, ...]], Fraction] = {}
     for c in pred.collectives:
-        key = (c.kind, c.axes)
-        predicted[key] = predicted.get(key, Fraction(0)) + c.buffer_bytes
+        # a point-to-point transfer is sent by one stage and received by the next: an interior
+        # stage both sends and receives the engine's buffer bytes in that phase
+        keys = [(f"p2p {way}, {c.phase}", c.axes) for way in ("sent", "received")] if c.kind == "p2p" else [(c.kind, c.axes)]
+        for key in keys:
+            predicted[key] = predicted.get(key, Fraction(0)) + c.buffer_bytes
     per_rank = [measured_collectives(res, r.mesh) for res in results]
+    shares = stage_shares(r, results, shape)
     # predicted collectives first, so that a measured stand-in is paired before it is listed alone
     order = lambda k: (k[1], k[0])  # noqa: E731
     keys = sorted(predicted, key=order) + sorted({k for m in per_rank for k in m} - set(predicted), key=order)
@@ -116,19 +175,38 @@ def _collective_rows(pred: Prediction, r: Realisation, results: list[dict], shap
         if status == "differs" and r.data == "zero1":
             if kind == "all_gather" and all(g == 0 for g in got):
                 alt = tuple(m.get(("broadcast", axes), 0) for m in per_rank)
-                if all(a == p for a in alt):
+                if all(a == p * f for a, f in zip(alt, shares)):
                     got, status = alt, "explained"
                     used.add(("broadcast", axes))
                     label += " (measured: broadcast)"
                     note = "ZeroRedundancyOptimizer broadcasts each rank's updated parameters; the buffers add up to the all-gather's"
             elif kind == "reduce_scatter" and all(g == 0 for g in got):
                 alt = tuple(m.get(("all_reduce", axes), 0) for m in per_rank)
-                if all(a == p for a in alt):
+                if all(a == p * f for a, f in zip(alt, shares)):
                     got, status = alt, "explained"
                     used.add(("all_reduce", axes))
                     label += " (measured: all_reduce)"
                     note = ("DDP all-reduces the whole gradient and ZeroRedundancyOptimizer reads its part; the plan's "
                             "reduce-scatter moves the same buffer at half the ring bytes")
+        if status == "explained" and r.pipeline_axis and any(f != 1 for f in shares):
+            note += ". " + _stage_note(r, shape, "The buffer, made of the stage's parameters or gradients,")
+        if status == "differs" and r.pipeline_axis and kind in ("all_reduce", "reduce_scatter", "all_gather") \
+                and axes and set(axes) <= set(r.data_axes) and all(g == p * f for g, f in zip(got, shares)):
+            status, note = "explained", _stage_note(r, shape, "This buffer, made of the stage's parameters or gradients,")
+        if status == "differs" and kind.startswith("p2p ") and r.pipeline_axis and axes == (r.pipeline_axis,):
+            want = [p * _edge_share(kind, res["coords"][r.pipeline_axis], r.stages, r.chunks) for res in results]
+            if all(g == w for g, w in zip(got, want)):
+                status, note = "explained", _edge_note(kind, r)
+        once = tuple(dict.fromkeys(axes))
+        if status == "differs" and r.grad_reduce == "twice" and kind == "all_reduce" and len(once) < len(axes) \
+                and all(g == 0 for g in got):
+            alt = tuple(m.get((kind, once), 0) for m in per_rank)
+            if all(a == p * len(axes) / len(once) for a in alt):
+                got, status = alt, "explained"
+                used.add((kind, once))
+                label += f" (measured: {len(axes) // len(once)} all_reduce over {'×'.join(once)})"
+                note = (f"the plan reduces over ({', '.join(axes)}): DDP's all-reduce and the loop's own, each of the "
+                        f"whole gradient over {'×'.join(once)}; the cost engine sizes one all-reduce of that buffer")
         t = r.sizes.get(r.tensor_axis, 1) if r.tensor_axis else 1
         replicated = [Fraction(res["tensor_replicated_param_bytes"]) for res in results]
         if status == "differs" and r.tensor_axis and kind in ("all_reduce", "reduce_scatter", "all_gather") \
@@ -167,10 +245,31 @@ def _collective_rows(pred: Prediction, r: Realisation, results: list[dict], shap
     return rows
 
 
+def _edge_share(kind: str, rank: int, p: int, v: int) -> Fraction:
+    """Of an interior stage's transfers in this direction and phase, the share pipeline rank ``rank`` makes.
+
+    Rank d holds virtual stages d, d + p, ...; the last virtual stage (on rank p - 1) has
+    no successor, the first (on rank 0) no predecessor. Forward activations are sent to
+    the successor and received from the predecessor; backward gradients the other way.
+    """
+    sends_forward = kind.endswith("forward") == kind.startswith("p2p sent")
+    edge = p - 1 if sends_forward else 0  # the rank whose edge chunk has no partner this way
+    return Fraction(v - (1 if rank == edge else 0), v)
+
+
+def _edge_note(kind: str, r: Realisation) -> str:
+    v = r.chunks
+    return ("the cost engine counts an interior stage, which sends and receives every microbatch's boundary "
+            f"{'in each of its ' + str(v) + ' chunks ' if v > 1 else ''}in both phases; the first stage receives no "
+            "activations and sends no gradients, the last sends no activations and receives no gradients"
+            + (f", so each edge rank makes {v - 1} of {v} chunks' transfers that way" if v > 1 else
+               ", so each edge rank makes all or none of them"))
+
+
 def compare(pred: Prediction, r: Realisation, results: list[dict], shape: TinyShape) -> tuple[list[Row], Equivalence]:
     rows = [Row("parameters", "parameter count Ψ of the tiny model", pred.psi, Fraction(results[0]["param_count"]),
                 "match" if pred.psi == results[0]["param_count"] else "differs")]
-    rows += _state_rows(pred, r, results)
+    rows += _state_rows(pred, r, results, shape)
     rows += _collective_rows(pred, r, results, shape)
     eq = Equivalence(
         steps=len(results[0]["losses"]),

@@ -3,7 +3,7 @@
 Input: the ops dispatched while a ``CollectiveCounter`` is active. Output: one
 ``CollectiveRecord`` per collective call: its kind (all_reduce, all_gather,
 reduce_scatter, broadcast, all_to_all, send, recv), the ranks of its process group and
-its buffer size in bytes. The counter is a ``TorchDispatchMode``: both the c10d ops that
+its buffer size in bytes (a send or receive: the two ranks, source first). The counter is a ``TorchDispatchMode``: both the c10d ops that
 ``torch.distributed`` and the C++ DDP reducer dispatch (``c10d.allreduce_`` ...) and the
 functional collectives DTensor and FSDP use (``_c10d_functional.*``) pass through it, so
 nothing is inferred from the model. Ops on DTensors are handed back (``NotImplemented``)
@@ -13,7 +13,10 @@ too, as torch's own ``CommDebugMode`` does.
 
 Buffer size is the full, unsharded buffer ``m`` of the cost model: the input of an
 all-reduce, reduce-scatter, all-to-all or broadcast, the output of an all-gather and
-the tensors of a send or receive.
+the tensors of a send or receive. Point-to-point transfers (``send``/``recv``,
+``isend``/``irecv`` and ``batch_isend_irecv``, all dispatched as ``c10d.send`` and
+``c10d.recv_``) take their phase from ``tags`` when the caller has tagged the buffer
+(a pipeline schedule interleaves forward and backward transfers inside one call).
 """
 
 from __future__ import annotations
@@ -67,13 +70,22 @@ def _c10d(name: str, args) -> tuple[str, int, object] | None:
         return "all_to_all", _nbytes(args[1]), args[2]
     if name == "send":
         return "send", _nbytes(args[0]), args[1]
-    if name in ("recv_", "recv_any_source_"):
+    if name == "recv_":
         return "recv", _nbytes(args[0]), args[1]
+    if name == "recv_any_source_":  # no source rank: the group's ranks are recorded
+        return "recv_any_source", _nbytes(args[0]), args[1]
     if name == "reduce_":
         return "reduce", _nbytes(args[0]), args[1]
     if name in ("gather_", "scatter_"):
         return name.rstrip("_"), _nbytes(args[0]), args[2]
     return None
+
+
+def _peer(group, group_rank: int) -> int:
+    """The global rank of ``group_rank`` in ``group`` (as the c10d ops receive it)."""
+    if isinstance(group, torch.ScriptObject):
+        group = dist.ProcessGroup.unbox(group)
+    return dist.get_global_rank(group, group_rank)
 
 
 def _functional(name: str, args, kwargs) -> tuple[str, int, object] | None:
@@ -97,6 +109,7 @@ class CollectiveCounter(TorchDispatchMode):
         super().__init__()
         self.records: list[CollectiveRecord] = []
         self.phase = ""
+        self.tags: dict[int, str] = {}  # data_ptr of a point-to-point buffer -> its phase
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -116,5 +129,12 @@ class CollectiveCounter(TorchDispatchMode):
             found = _functional(name, args, kwargs)
         if found is not None:
             kind, nbytes, group = found
-            self.records.append(CollectiveRecord(kind, _ranks(group), nbytes, f"{namespace}.{name}", self.phase))
+            phase = self.phase
+            if kind in ("send", "recv"):
+                me, peer = dist.get_rank(), _peer(group, int(args[2]))
+                ranks = (me, peer) if kind == "send" else (peer, me)
+                phase = self.tags.get(args[0][0].data_ptr(), phase)
+            else:
+                ranks = _ranks(group)
+            self.records.append(CollectiveRecord(kind, ranks, nbytes, f"{namespace}.{name}", phase))
         return func(*args, **kwargs)

@@ -98,9 +98,14 @@ class TinyTransformer(nn.Module):
         self.head = None if shape.tied_embeddings else nn.Linear(shape.hidden, shape.vocab, bias=False)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = self.embed(tokens)
-        for block in self.blocks:
+        # A pipeline stage is this model with the parts of other stages removed: without
+        # an embedding its input is the previous stage's hidden state, without a final
+        # norm it returns its own hidden state (``measure.pipeline``).
+        x = self.embed(tokens) if self.embed is not None else tokens
+        for block in (self.blocks.values() if isinstance(self.blocks, nn.ModuleDict) else self.blocks):
             x = block(x)
+        if self.norm is None:
+            return x
         x = self.norm(x)
         if self.head is None:
             return x @ self.embed.weight.t()

@@ -59,7 +59,7 @@ def scaled_plan(plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, int], optim
     )
     model = ir.Model(
         params=None, bytes_params=_c(FP32), bytes_grads=_c(FP32), bytes_optimizer=_c(OPTIMIZER_BYTES[optimizer]),
-        bytes_activations=_c(FP32), seq=_c(shape.seq), microbatch=_c(shape.microbatch), microbatches=_c(1),
+        bytes_activations=_c(FP32), seq=_c(shape.seq), microbatch=_c(shape.microbatch), microbatches=_c(shape.microbatches),
         transformer=tf,
     )
     mesh = ir.Mesh(tuple(dataclasses.replace(a, size=_c(sizes[a.name])) for a in plan.mesh.axes))

@@ -12,10 +12,15 @@ Realised today, per axis role:
   data (two axes, R then S*/S/S): FSDP2 HYBRID_SHARD over a 2-D DeviceMesh.
   tensor: DTensor tensor parallelism (ColwiseParallel / RowwiseParallel) on the blocks,
     with sequence parallelism (SequenceParallel on the norms) when the plan asks for it.
-Overrides reproduced: grads reduce over () (no gradient all-reduce), grads divide by X
-with loss global_mean or per_device_mean (the reduced sum divided by the matching
-factor), clip_norm reduce over () (clip coefficient from the local shard's norm) and
-clip_norm reduce over (<all data axes>) (correct global clipping).
+  pipeline (schedule gpipe, 1f1b, interleaved): ``torch.distributed.pipelining`` stages
+    (ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B), with DDP or DDP +
+    data-parallel replication (``replicate``, FSDP2-based DDP) or nothing on one data axis.
+Overrides reproduced: grads reduce over () (no gradient all-reduce) or over the data axis
+twice (a second all-reduce by hand after DDP's), grads divide by X with loss global_mean
+or per_device_mean (the reduced sum divided by the matching factor), clip_norm reduce
+over () (clip coefficient from the local shard's norm, FSDP or tensor parallel),
+clip_norm reduce over (<all data axes>) (correct global clipping) and params
+no_regather (ZeroRedundancyOptimizer's step without its parameter broadcast).
 """
 
 from __future__ import annotations
@@ -40,10 +45,15 @@ class Realisation:
     reshard_after_forward: bool = True
     tensor_axis: str | None = None
     sequence_parallel: bool = False
-    grad_reduce: str = "mean"  # mean | none (no reduction at all)
+    grad_reduce: str = "mean"  # mean | none (no reduction at all) | twice (reduced again by hand)
     grad_divide: Fraction = Fraction(0)  # the reduced gradient sum is divided by this (0: the data-parallel size)
     clip: str | None = None  # global | local
     optimizer: str = "adam"  # adam | sgd_momentum | sgd
+    loss: str = "global_mean"  # global_mean | per_device_mean: what each rank's loss is normalised by
+    regather: bool = True  # ZeRO-1 broadcasts the updated parameters after the step
+    pipeline_axis: str | None = None
+    schedule: str | None = None  # gpipe | 1f1b | interleaved
+    chunks: int = 1  # model chunks per pipeline stage (interleaved: v)
     approximations: tuple[str, ...] = ()  # where the realisation differs from the plan
 
     @property
@@ -63,6 +73,10 @@ class Realisation:
     @property
     def sizes(self) -> dict[str, int]:
         return dict(self.mesh)
+
+    @property
+    def stages(self) -> int:
+        return self.sizes[self.pipeline_axis] if self.pipeline_axis else 1
 
 
 @dataclass(frozen=True)
@@ -94,8 +108,18 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
     for p in plan.placements:
         if p.offloaded:
             reasons.append(f"{p.state.value} is offloaded to {p.residency.value}: CPU runs have no separate device memory to offload from")
+    schedule, chunks, pipeline_axis = None, 1, None
     if plan.schedule is not None:
-        reasons.append(f"pipeline schedule '{plan.schedule.kind.value}' is not realised by the harness")
+        kind = plan.schedule.kind
+        if kind in PIPELINE_SCHEDULES:
+            schedule, pipeline_axis = kind.value, plan.schedule.axis
+            try:
+                chunks = int(value_of(plan.schedule.chunks, bindings)) if kind is ir.ScheduleKind.INTERLEAVED else 1
+            except ShapeError as exc:
+                reasons.append(f"the schedule's chunk count has no value: {exc}")
+        else:
+            reasons.append(f"pipeline schedule '{kind.value}' is not realised by the harness "
+                           "(torch.distributed.pipelining has no ZeRO++ schedule)")
     if plan.recompute is not ir.Recompute.NONE:
         reasons.append(f"{plan.recompute.value} recomputation only changes activations, which are not measured")
     tf = plan.model.transformer
@@ -112,6 +136,8 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
             data_axes.append(axis)
         elif role in (ir.Role.TENSOR, ir.Role.SEQUENCE) and tensor_axis is None:
             tensor_axis = axis
+        elif role is ir.Role.PIPELINE and axis == pipeline_axis:
+            continue
         else:
             reasons.append(f"axis '{axis}' with role {role.value} is not realised by the harness")
     data, raf = None, True
@@ -154,14 +180,25 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
             "Megatron shards every parameter over the tensor axis in the plan; PyTorch (as Megatron itself) keeps "
             "the embedding, the output head, the norms and the output-projection biases replicated"
         )
-    grad_reduce, clip = "mean", None
+    if pipeline_axis is not None:
+        modes = _modes(plan, pipeline_axis)
+        if modes != (M.S, M.S, M.S):
+            reasons.append(f"pipeline axis '{pipeline_axis}' is realised only with params, optimizer, grads all S")
+        if data == "ddp":
+            impl = ["replicate (FSDP2-based DDP)"]
+        impl.append(f"torch.distributed.pipelining {PIPELINE_CLASSES[schedule]}"
+                    + (f" ({chunks} stages per rank)" if chunks > 1 else ""))
+    grad_reduce, clip, regather = "mean", None, True
     loss, divide_by = "global_mean", None
     for o in plan.overrides:
         if o.target == "grads" and o.verb == "reduce" and o.group in (None, "all"):
             if not o.axes:
                 grad_reduce = "none"
+            elif len(data_axes) == 1 and list(o.axes) == [data_axes[0]] * 2:
+                grad_reduce = "twice"
             elif set(o.axes) != set(data_axes) or len(o.axes) != len(set(o.axes)):
-                reasons.append(f"override grads: reduce over ({', '.join(o.axes)}) is realised only as () or the data axes")
+                reasons.append(f"override grads: reduce over ({', '.join(o.axes)}) is realised only as (), the data "
+                               "axes, or one data axis twice")
         elif o.target == "grads" and o.verb == "divide" and o.group in (None, "all"):
             try:
                 divide_by = value_of(o.by, bindings) if o.by is not None else None
@@ -169,6 +206,8 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
                 reasons.append(f"override grads: divide has no value: {exc}")
         elif o.target == "loss" and o.verb in ("global_mean", "per_device_mean"):
             loss = o.verb
+        elif o.target == "params" and o.verb == "no_regather" and o.group in (None, "all"):
+            regather = False
         elif o.target == "clip_norm" and o.verb == "reduce" and o.group in (None, "all"):
             if not o.axes:
                 clip = "local"
@@ -191,12 +230,28 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         divisor = divide_by * (n_data if loss == "global_mean" else 1)
     if divisor != n_data and data not in ("ddp", "zero1", "fsdp", "hsdp"):
         reasons.append("a gradient divisor other than the data-parallel size needs DDP or FSDP")
-    if grad_reduce == "none" and data not in ("ddp", "zero1"):
-        reasons.append("skipping the gradient all-reduce is realised only with DistributedDataParallel")
-    if clip == "local" and data not in ("fsdp", "hsdp"):
-        reasons.append("a local-shard clip norm is realised only with FSDP (replicated gradients have no shard)")
-    if not data_axes and tensor_axis is None:
-        reasons.append("the plan has no data or tensor axis to realise")
+    if grad_reduce in ("none", "twice") and data not in ("ddp", "zero1"):
+        reasons.append("skipping or repeating the gradient all-reduce is realised only with DistributedDataParallel")
+    if clip == "local" and data not in ("fsdp", "hsdp") and tensor_axis is None:
+        reasons.append("a local-shard clip norm is realised only with FSDP or tensor parallelism "
+                       "(replicated gradients have no shard)")
+    if not regather and data != "zero1":
+        reasons.append("params no_regather is realised only with ZeroRedundancyOptimizer (ZeRO-1)")
+    if pipeline_axis is not None:
+        if data not in (None, "ddp"):
+            reasons.append("a pipeline is combined only with DDP (replicate) on one data axis")
+        if tensor_axis is not None:
+            reasons.append("a pipeline is not combined with tensor parallelism by the harness")
+        if clip is not None:
+            reasons.append("gradient clipping under a pipeline is not realised by the harness")
+        if grad_reduce != "mean" or divisor_given(plan):
+            reasons.append("gradient-reduction overrides under a pipeline are not realised by the harness")
+        if tf is not None and tf.tied_embeddings:
+            reasons.append("tied embeddings across pipeline stages need an all-reduce of the embedding gradient between "
+                           "the first and last stage, which torch.distributed.pipelining does not provide and the "
+                           "harness does not add")
+    if not data_axes and tensor_axis is None and pipeline_axis is None:
+        reasons.append("the plan has no data, tensor or pipeline axis to realise")
     if reasons:
         return Unrealised(plan.name, tuple(reasons))
     try:
@@ -217,8 +272,21 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         grad_divide=divisor,
         clip=clip,
         optimizer=optimizer,
+        loss=loss,
+        regather=regather,
+        pipeline_axis=pipeline_axis,
+        schedule=schedule,
+        chunks=chunks,
         approximations=tuple(approx),
     )
+
+
+PIPELINE_SCHEDULES = (ir.ScheduleKind.GPIPE, ir.ScheduleKind.ONE_F_ONE_B, ir.ScheduleKind.INTERLEAVED)
+PIPELINE_CLASSES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B"}
+
+
+def divisor_given(plan: ir.Plan) -> bool:
+    return any(o.target == "grads" and o.verb == "divide" for o in plan.overrides)
 
 
 def _product(sizes: Mapping[str, int], axes) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from .report import MeasureReport, Row
+from .report import CounterexampleView, MeasureReport, Row
 
 SCHEMA_VERSION = 1
 
@@ -39,6 +39,39 @@ def _headline(rep: MeasureReport) -> str:
     return f"{rep.file}: plan {rep.plan} on {rep.devices} processes ({mesh}), {rep.steps} steps: {rep.outcome}"
 
 
+def counterexample_lines(cex: CounterexampleView) -> list[str]:
+    """The checker's counterexample in the checker's own words (``placement check``'s text form)."""
+    out = ["sizes: " + ", ".join(f"{k}={v}" for k, v in cex.sizes)]
+    out += [f"{label}: {value}" for label, value in cex.lines]
+    out.append(f"fails: {cex.equation}")
+    out += [f"because: {d}" for d in cex.diagnosis]
+    out.append(f"re-run: {cex.command}")
+    return out
+
+
+def _divergence(rep: MeasureReport) -> str:
+    eq = rep.equivalence
+    return (f"parameters {eq.param_rel:.3g} relative to one process ({eq.param_worst}), loss {eq.loss_rel:.3g} "
+            f"relative, replicas {'agree' if eq.replicas_agree else 'disagree'} "
+            f"({'within' if eq.within else 'outside'} {eq.tolerance:g})")
+
+
+def _checker_text(rep: MeasureReport) -> list[str]:
+    c = rep.checker
+    if not c.available:
+        return ["  checker: not installed (placement_logic.check)"]
+    out = [f"  checker at these sizes: {c.verdict}"]
+    if not c.counterexamples:
+        return out + [f"    {line}" for line in c.summary]
+    first, rest = c.counterexamples[0], c.counterexamples[1:]
+    if rep.equivalence is not None:
+        out.append(f"    measured divergence: {_divergence(rep)}")
+    out.append(f"    checker's counterexample ({first.obligation} refuted, re-checked by concrete replay):")
+    out += [f"      {line}" for line in counterexample_lines(first)]
+    out += [f"    also refuted: {x.obligation} — {x.equation}" for x in rest]
+    return out
+
+
 def text(reports: list[MeasureReport]) -> str:
     out = []
     for rep in reports:
@@ -68,12 +101,9 @@ def text(reports: list[MeasureReport]) -> str:
                        f"{eq.param_abs:.3g} ({eq.param_rel:.3g} relative, {eq.param_worst}), loss difference "
                        f"{eq.loss_abs:.3g} ({eq.loss_rel:.3g} relative); replicas "
                        f"{'agree' if eq.replicas_agree else 'DISAGREE'}; {word} tolerance {eq.tolerance:g}")
+            out.extend(f"  note: {n}" for n in rep.notes if n.startswith("valid tokens"))
         if rep.checker is not None:
-            if not rep.checker.available:
-                out.append("  checker: not installed (placement_logic.check)")
-            else:
-                out.append(f"  checker at these sizes: {rep.checker.verdict}")
-                out.extend(f"    {line}" for line in rep.checker.summary)
+            out.extend(_checker_text(rep))
         if rep.rows:
             c = rep.counts()
             out.append(f"  {c['match']} match, {c['explained']} explained, {c['differs']} differ")
@@ -110,11 +140,23 @@ def markdown(reports: list[MeasureReport]) -> str:
                        f"({eq.param_abs:.3g} absolute), loss {eq.loss_rel:.3g} relative; replicas "
                        f"{'agree' if eq.replicas_agree else 'disagree'}; "
                        f"{'within' if eq.within else 'outside'} {eq.tolerance:g}.\n")
+            out.extend(f"Note: {n}.\n" for n in rep.notes if n.startswith("valid tokens"))
         if rep.checker is not None and rep.checker.available:
             out.append(f"Checker at these sizes: **{rep.checker.verdict}**\n")
-            out.extend(f"    {line}" for line in rep.checker.summary)
-            if rep.checker.summary:
+            cexs = rep.checker.counterexamples
+            if cexs:
+                if eq is not None:
+                    out.append(f"Measured divergence: {_divergence(rep)}.\n")
+                out.append(f"Checker's counterexample ({cexs[0].obligation} refuted, re-checked by concrete replay):\n")
+                out.extend(f"    {line}" for line in counterexample_lines(cexs[0]))
                 out.append("")
+                out.extend(f"- also refuted: {x.obligation} — {x.equation}" for x in cexs[1:])
+                if cexs[1:]:
+                    out.append("")
+            else:
+                out.extend(f"    {line}" for line in rep.checker.summary)
+                if rep.checker.summary:
+                    out.append("")
     return "\n".join(out) + "\n"
 
 
@@ -137,6 +179,7 @@ def to_json(reports: list[MeasureReport]) -> dict:
             "steps": rep.steps,
             "implementation": rep.implementation,
             "approximations": list(rep.approximations),
+            "notes": list(rep.notes),
             "reasons": list(rep.reasons),
             "prediction_source": rep.prediction_source,
             "shape": dict(rep.shape),
@@ -159,6 +202,10 @@ def to_json(reports: list[MeasureReport]) -> dict:
             "checker": None if rep.checker is None else {
                 "available": rep.checker.available, "verdict": rep.checker.verdict or None,
                 "summary": list(rep.checker.summary),
+                "counterexamples": [{
+                    "obligation": x.obligation, "sizes": dict(x.sizes), "values": dict(x.lines),
+                    "equation": x.equation, "diagnosis": list(x.diagnosis), "command": x.command,
+                } for x in rep.checker.counterexamples],
             },
         })
     return {"schema_version": SCHEMA_VERSION, "tool": "placement-logic", "command": "measure", "plans": plans}

@@ -47,12 +47,25 @@ class Row:
 
 
 @dataclass(frozen=True)
+class CounterexampleView:
+    """The checker's counterexample of one refuted obligation, as the checker prints it."""
+
+    obligation: str  # e.g. "GI grads[dense]"
+    sizes: tuple[tuple[str, int], ...]
+    lines: tuple[tuple[str, str], ...]  # label -> value: devices, token counts, contributions ...
+    equation: str  # the failing equation, both sides evaluated
+    diagnosis: tuple[str, ...]  # the missing, doubled or mis-scaled collective
+    command: str  # re-runs the check at these sizes
+
+
+@dataclass(frozen=True)
 class CheckerView:
     """What the checker says about the same plan (absent when the checker is not installed)."""
 
     available: bool
     verdict: str = ""  # proved | refuted | unknown
     summary: tuple[str, ...] = ()  # refuted obligations with their counterexample
+    counterexamples: tuple[CounterexampleView, ...] = ()  # in full, one per refuted obligation
 
 
 @dataclass(frozen=True)

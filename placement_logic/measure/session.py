@@ -18,7 +18,7 @@ from ..diagnostics import Diagnostic, DiagnosticError
 from .compare import compare
 from .predict import Prediction, UnboundPrediction, predict
 from .realise import Realisation, Unrealised, realise
-from .report import TOLERANCE, CheckerView, MeasureReport
+from .report import TOLERANCE, CheckerView, CounterexampleView, MeasureReport
 from .runner import LaunchError, launch
 from .shape import ShapeError, TinyShape, scale_down
 from .worker import Job
@@ -73,16 +73,19 @@ def checker_view(spec: ir.Spec, plan: str, sizes: dict[str, int]) -> CheckerView
         return CheckerView(False)
     report = check_spec(spec, [plan], pinned=dict(sizes))
     pr = report.plans[0]
-    summary = []
+    summary, full = [], []
     for o in pr.obligations:
         if o.verdict.word == "refuted":
             line = f"{o.name}: refuted"
-            if o.counterexample is not None:
-                line += f" — {o.counterexample.equation}"
-                summary.extend([line] + [f"  {d}" for d in o.counterexample.diagnosis])
+            cex = o.counterexample
+            if cex is not None:
+                line += f" — {cex.equation}"
+                summary.extend([line] + [f"  {d}" for d in cex.diagnosis])
+                full.append(CounterexampleView(o.name, tuple(cex.sizes), tuple(cex.devices) + tuple(cex.values),
+                                               cex.equation, tuple(cex.diagnosis), cex.command))
                 continue
             summary.append(line)
-    return CheckerView(True, pr.verdict.word, tuple(summary))
+    return CheckerView(True, pr.verdict.word, tuple(summary), tuple(full))
 
 
 def measure(spec: ir.Spec, plans: list[str], devices: int | None = None, steps: int = DEFAULT_STEPS,
@@ -111,7 +114,7 @@ def measure_many(items: list[tuple[ir.Spec, str]], devices: int | None = None, s
             reports[spec.file, name] = MeasureReport(spec.file, name, "unrealised", mesh, steps, reasons=r.reasons)
             continue
         try:
-            shape = scale_down(plan, run_bindings(spec, sizes), sizes, r.tensor_axis)
+            shape = scale_down(plan, run_bindings(spec, sizes), sizes, r.tensor_axis, r.stages, r.chunks)
             prediction = predict(spec, plan, shape, sizes, r.optimizer)
         except (ShapeError, UnboundPrediction) as exc:
             reports[spec.file, name] = MeasureReport(
@@ -152,5 +155,18 @@ def _report(spec: ir.Spec, p: Prepared, results: list[dict], steps: int, with_ch
         outcome = "mismatch"
     else:
         outcome = "matched"
-    notes = (f"equivalence tolerance {TOLERANCE:g} relative (fp32)",)
+    notes = (f"equivalence tolerance {TOLERANCE:g} relative (fp32)", _token_note(r, results))
     return MeasureReport(outcome=outcome, rows=tuple(rows), equivalence=eq, checker=checker, notes=notes, **base)
+
+
+def _token_note(r: Realisation, results: list[dict]) -> str:
+    """Valid (unpadded) tokens of each data-parallel rank, by step: the counts a per-device mean weighs."""
+    seen: dict[int, list[int]] = {}
+    for res in results:
+        index = 0
+        for a in r.data_axes:
+            index = index * r.sizes[a] + res["coords"][a]
+        seen.setdefault(index, res.get("tokens", []))
+    steps = "; ".join(f"step {k + 1}: " + ", ".join(str(seen[i][k]) for i in sorted(seen))
+                      for k in range(len(next(iter(seen.values())))))
+    return f"valid tokens per data-parallel rank (variable-length sequences, padding masked): {steps}"

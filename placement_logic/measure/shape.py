@@ -98,6 +98,7 @@ class TinyShape:
     norm: str = "layernorm"
     bias: bool = True
     groups: int = 1
+    microbatches: int = 1  # per step (a pipeline splits its batch into these)
 
     @property
     def head_dim(self) -> int:
@@ -107,21 +108,42 @@ class TinyShape:
     def qkv_out(self) -> int:
         return (self.heads + 2 * self.kv_heads) * self.head_dim
 
-    def param_count(self) -> int:
-        """Exact number of parameters of the tiny model (see ``measure.model``)."""
-        h, f, v = self.hidden, self.ffn, self.vocab
+    def block_params(self) -> int:
+        """Parameters of one transformer block (see ``measure.model``)."""
+        h, f = self.hidden, self.ffn
         norm = 2 * h if self.norm == "layernorm" else h
         b = 1 if self.bias else 0
         mlp_in = 2 * f if self.gated_mlp else f
-        block = (
+        return (
             2 * norm
             + h * self.qkv_out + b * self.qkv_out
             + h * h + b * h
             + h * mlp_in + b * mlp_in
             + f * h + b * h
         )
-        head = 0 if self.tied_embeddings else v * h
-        return v * h + self.layers * block + norm + head
+
+    def final_params(self) -> int:
+        """The final norm and the untied output head."""
+        norm = 2 * self.hidden if self.norm == "layernorm" else self.hidden
+        return norm + (0 if self.tied_embeddings else self.vocab * self.hidden)
+
+    def param_count(self) -> int:
+        """Exact number of parameters of the tiny model (see ``measure.model``)."""
+        return self.vocab * self.hidden + self.layers * self.block_params() + self.final_params()
+
+    def stage_param_count(self, rank: int, stages: int, chunks: int = 1) -> int:
+        """Parameters held by pipeline rank ``rank``: its ``chunks`` model chunks (virtual stages
+        rank, rank + stages, ...), each L/(stages·chunks) blocks, the embedding with virtual
+        stage 0 and the final norm and head with the last one."""
+        virtual = stages * chunks
+        per = self.layers // virtual
+        total = 0
+        for c in range(chunks):
+            v = rank + c * stages
+            total += per * self.block_params()
+            total += self.vocab * self.hidden if v == 0 else 0
+            total += self.final_params() if v == virtual - 1 else 0
+        return total
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -136,13 +158,16 @@ def _ratio(model_t: ir.Transformer | None, bindings, a: str, b: str, default: Fr
         return default
 
 
-def scale_down(plan: ir.Plan, bindings: Mapping[str, ir.Value], sizes: Mapping[str, int], tensor_axis: str | None) -> TinyShape:
+def scale_down(plan: ir.Plan, bindings: Mapping[str, ir.Value], sizes: Mapping[str, int], tensor_axis: str | None,
+               stages: int = 1, chunks: int = 1) -> TinyShape:
     """The tiny shape for ``plan`` run with mesh axis ``sizes``.
 
     Structure (gated MLP, norm kind, biases, tied embeddings, the kv-heads/heads and
     ffn/hidden ratios) is kept; sizes are replaced: 2 layers, 8 values per head, a
     sequence of 8, a microbatch of 2, 64-token vocabulary; every dimension that a
-    sharded state splits along is rounded up to a multiple of the device count.
+    sharded state splits along is rounded up to a multiple of the device count. A
+    pipeline of ``stages`` ranks with ``chunks`` model chunks each gets one layer per
+    chunk (at least 2 layers) and 2 microbatches per stage.
     """
     world = 1
     for n in sizes.values():
@@ -166,7 +191,7 @@ def scale_down(plan: ir.Plan, bindings: Mapping[str, ir.Value], sizes: Mapping[s
     vocab = lcm(TINY_VOCAB_BASE, world)
     return TinyShape(
         hidden=hidden,
-        layers=TINY_LAYERS,
+        layers=max(TINY_LAYERS, stages * chunks),
         heads=heads,
         kv_heads=kv,
         ffn=ffn,
@@ -178,4 +203,5 @@ def scale_down(plan: ir.Plan, bindings: Mapping[str, ir.Value], sizes: Mapping[s
         norm=tf.norm if tf else "layernorm",
         bias=bool(tf.bias) if tf else True,
         groups=t,
+        microbatches=2 * stages if stages > 1 else 1,
     )

@@ -8,8 +8,11 @@ then the root) over one axis or HYBRID_SHARD over two. Tensor axis: DTensor
 ``parallelize_module`` with ColwiseParallel on the fused q/k/v projection and the first
 MLP layer, RowwiseParallel on the output projections, and SequenceParallel on the norms
 when the plan asks for sequence parallelism. Realised bug overrides: a DDP
-communication hook that skips the all-reduce or sums without averaging, FSDP's gradient
-divide factor 1, and a clip coefficient computed from each rank's local shard.
+communication hook that skips the all-reduce or sums without averaging, a second
+all-reduce of DDP's already averaged gradients by the training loop, FSDP's gradient
+divide factor 1, a clip coefficient computed from each rank's local shard (FSDP shards or
+tensor-parallel shards), and ZeroRedundancyOptimizer stepping without broadcasting the
+updated parameters.
 """
 
 from __future__ import annotations
@@ -79,6 +82,8 @@ class Trainer:
     # the parameter objects the optimizer updates, by name (a DDP + TP module re-registers
     # fresh Parameter views of them around every forward)
     named: list = field(default_factory=list)
+    # what the training loop does by hand after backward (a second gradient all-reduce)
+    after_backward: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         if not self.named:
@@ -113,6 +118,17 @@ def _divided_allreduce_hook(group, divisor: float):
         return work.get_future().then(lambda f: f.value()[0].div_(divisor))
 
     return hook
+
+
+def allreduce_again(params, group):
+    """The bug: the loop all-reduces (sums) gradients that DDP has already averaged."""
+
+    def run() -> None:
+        for p in params:
+            if p.grad is not None:
+                dist.all_reduce(p.grad, group=group)
+
+    return run
 
 
 def tensor_parallel(model: nn.Module, mesh, sequence_parallel: bool) -> None:
@@ -187,13 +203,18 @@ def apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
 
             cls, kw = _optimizer_class(r.optimizer)
             opt = ZeroRedundancyOptimizer(params, optimizer_class=cls, process_group=group, **kw)
+            if not r.regather:
+                opt._sync_params = lambda: None  # the bug: updated shards are never broadcast
             state = lambda: opt.optim.state  # noqa: E731 - the local optimizer's shard of the state
         else:
             opt = make_optimizer(r.optimizer, params)
             state = lambda: opt.state  # noqa: E731
         if r.clip == "global":
             clip = lambda: clip_global(params, MAX_NORM)  # noqa: E731
-        return Trainer(module, model, opt, state, clip, layouts, named)
+        elif r.clip == "local":
+            clip = lambda: clip_local(params, MAX_NORM)  # noqa: E731
+        again = allreduce_again(params, group) if r.grad_reduce == "twice" else None
+        return Trainer(module, model, opt, state, clip, layouts, named, again)
     if r.data in ("fsdp", "hsdp"):
         from torch.distributed.fsdp import fully_shard
 

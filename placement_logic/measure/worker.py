@@ -21,7 +21,7 @@ from .realise import Realisation
 from .shape import TinyShape
 
 
-TIMEOUT_S = 120  # a collective that waits longer than this fails the job
+TIMEOUT_S = int(os.environ.get("PLACEMENT_MEASURE_TIMEOUT", "120"))  # a collective that waits longer than this fails the job
 
 
 @dataclass(frozen=True)
@@ -33,18 +33,50 @@ class Job:
     seed: int = 0
 
 
+IGNORE = -100  # target of a padding position: no loss, no gradient
+
+
 def _batch(shape: TinyShape, global_batch: int, seed: int, step: int):
+    """Token ids and targets of one step's global batch: variable-length sequences.
+
+    Sequence i has ``n_i`` valid targets (1 <= n_i <= seq, drawn from the seeded
+    generator); the positions after them are padding (target ``IGNORE``). Causal
+    attention keeps padding from reaching valid positions, so only the number of valid
+    tokens differs between sequences, and between the ranks that hold them.
+    """
     import torch
 
     g = torch.Generator().manual_seed(seed * 1000 + step + 1)
     tokens = torch.randint(0, shape.vocab, (global_batch, shape.seq + 1), generator=g)
-    return tokens[:, :-1], tokens[:, 1:]
+    valid = torch.randint(1, shape.seq + 1, (global_batch, 1), generator=g)
+    targets = tokens[:, 1:].clone()
+    targets[torch.arange(shape.seq).expand(global_batch, -1) >= valid] = IGNORE
+    return tokens[:, :-1], targets
 
 
-def _loss(logits, targets):
+def _loss_sum(logits, targets):
+    """Sum of the token losses over the valid (unpadded) targets."""
     import torch.nn.functional as F
 
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE,
+                           reduction="sum")
+
+
+def tokens_of(targets) -> int:
+    return int((targets != IGNORE).sum())
+
+
+def loss_normaliser(r: Realisation, global_tokens: int, local_tokens: int) -> float:
+    """What a rank divides its token-loss sum by, as the plan's loss convention says.
+
+    global_mean: the global token count over the data-parallel size (the count is summed
+    over the ranks with the data, before the step, as a data loader does), so that the
+    gradient all-reduce's mean is the global token mean; per_device_mean: the rank's own
+    token count, a mean of per-device means once the gradients are averaged.
+    """
+    if r.loss == "per_device_mean":
+        return float(local_tokens)
+    return global_tokens / r.data_size
 
 
 def _storage_bytes(tensors) -> tuple[int, int]:
@@ -87,7 +119,7 @@ def _reference(job: Job, global_batch: int):
     losses = []
     for step in range(job.steps):
         x, y = _batch(job.shape, global_batch, job.seed, step)
-        loss = _loss(m(x), y)
+        loss = _loss_sum(m(x), y) / tokens_of(y)  # the global token mean
         loss.backward()
         if job.realisation.clip is not None:
             clip_global(list(m.parameters()), MAX_NORM)
@@ -120,6 +152,10 @@ def run_job(job: Job, rank: int) -> dict:
     device = _device(rank)
     mesh = init_device_mesh(device.type, tuple(s for _, s in r.mesh), mesh_dim_names=names)
     coords = dict(zip(names, mesh.get_coordinate()))
+    if r.pipeline_axis is not None:
+        from .pipeline import run_pipeline_job
+
+        return {"rank": rank, **run_pipeline_job(job, mesh, device, coords)}
     dp = 1
     dp_index = 0
     for a in r.data_axes:
@@ -127,22 +163,28 @@ def run_job(job: Job, rank: int) -> dict:
         dp *= r.sizes[a]
     global_batch = job.shape.microbatch * dp
     trainer = apply(r, tiny.build(job.shape, job.seed).to(device), mesh)
-    steps, losses = [], []
+    steps, losses, tokens = [], [], []
     for step in range(job.steps):
         x, y = _batch(job.shape, global_batch, job.seed, step)
         lo, hi = dp_index * job.shape.microbatch, (dp_index + 1) * job.shape.microbatch
+        tokens.append(tokens_of(y[lo:hi]))
+        norm = loss_normaliser(r, tokens_of(y), tokens_of(y[lo:hi]))
         counter = CollectiveCounter()
         with counter:
             counter.phase = "forward"
-            loss = _loss(trainer.module(x[lo:hi].to(device)), y[lo:hi].to(device))
+            loss = _loss_sum(trainer.module(x[lo:hi].to(device)), y[lo:hi].to(device)) / norm
             counter.phase = "backward"
             loss.backward()
+            if trainer.after_backward is not None:
+                trainer.after_backward()
             if trainer.clip is not None:
                 counter.phase = "clip"
                 trainer.clip()
             counter.phase = "optimizer"
             trainer.optimizer.step()
         steps.append([asdict(c) for c in counter.records])
+        # the reported loss: the ranks' losses averaged (the global token mean when the
+        # plan's loss is right); tensor-parallel ranks hold the same loss
         mean = loss.detach().clone()
         dist.all_reduce(mean)
         losses.append(mean.item() / r.world)
@@ -193,6 +235,7 @@ def run_job(job: Job, rank: int) -> dict:
         "param_tensors": len(trainer.named),
         "fingerprint": fingerprint,
         "losses": losses,
+        "tokens": tokens,
         "reference_losses": ref_losses,
         "param_abs_diff": worst_abs,
         "param_rel_diff": worst_rel,
@@ -225,9 +268,14 @@ def main(rank: int, world: int, port: int, jobs: list[Job], outdir: str) -> None
             try:
                 result = run_job(job, rank)
             except Exception as exc:  # reported per job: one failing realisation must not hide the others
-                where = traceback.extract_tb(exc.__traceback__)[-1]
-                result = {"key": job.key, "rank": rank,
-                          "error": f"{type(exc).__name__}: {exc} ({Path(where.filename).name}:{where.lineno})"}
+                root = exc
+                while root.__cause__ is not None:
+                    root = root.__cause__
+                where = traceback.extract_tb(root.__traceback__)[-1]
+                text = f"{type(exc).__name__}: {exc}"
+                if root is not exc:
+                    text += f" caused by {type(root).__name__}: {root}"
+                result = {"key": job.key, "rank": rank, "error": f"{text} ({Path(where.filename).name}:{where.lineno})"}
             Path(outdir, f"{job.key}.{rank}.json").write_text(json.dumps(result))
             dist.barrier()
     finally:

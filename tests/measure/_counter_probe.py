@@ -26,5 +26,19 @@ with counter:
     from torch.distributed._functional_collectives import all_reduce as funcol_all_reduce
 
     funcol_all_reduce(torch.ones(300, dtype=torch.float32), "sum", dist.group.WORLD).wait()
+    # point to point: blocking, non-blocking and batched, rank 0 -> 1 then 1 -> 0
+    peer = 1 - rank
+    if rank == 0:
+        dist.send(torch.ones(100, dtype=torch.float32), dst=1)
+    else:
+        dist.recv(torch.empty(100, dtype=torch.float32), src=0)
+    work = (dist.isend(torch.ones(7, dtype=torch.float64), dst=peer) if rank == 1
+            else dist.irecv(torch.empty(7, dtype=torch.float64), src=peer))
+    work.wait()
+    tagged = torch.ones(20, dtype=torch.float32)
+    counter.tags[tagged.data_ptr()] = "backward"
+    ops = [dist.P2POp(dist.isend, tagged, peer), dist.P2POp(dist.irecv, torch.empty(20, dtype=torch.float32), peer)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
 Path(outdir, f"{rank}.json").write_text(json.dumps([r.__dict__ for r in counter.records]))
 dist.destroy_process_group()

@@ -36,4 +36,11 @@ def test_counter_sees_known_collectives(tmp_path):
             ("reduce_scatter", (0, 1), 500 * 4),  # the full input
             ("broadcast", (0, 1), 10 * 8),  # fp64
             ("all_reduce", (0, 1), 300 * 4),  # a functional collective (DTensor's path)
+            # point to point: (source, destination) and the tensor's bytes
+            ("send" if rank == 0 else "recv", (0, 1), 100 * 4),  # send / recv
+            ("send" if rank == 1 else "recv", (1, 0), 7 * 8),  # isend / irecv, fp64
+            ("send", (rank, 1 - rank), 20 * 4),  # batch_isend_irecv: both ways at once
+            ("recv", (1 - rank, rank), 20 * 4),
         ]
+        # a tagged buffer takes its phase from the tag (pipeline schedules tag theirs)
+        assert [r["phase"] for r in records[-2:]] == ["backward", ""]

@@ -61,7 +61,8 @@ def test_data_strategies_map_to_pytorch(path, plan, data, raf):
 
 @pytest.mark.parametrize("path,plan,why", [
     ("examples/library/zero_offload.place", "zero_offload", "offloaded"),
-    ("examples/library/gpipe.place", "gpipe", "pipeline schedule"),
+    ("examples/library/zeropp_dp.place", "zeropp_dp", "no ZeRO++ schedule"),
+    ("examples/safe/pipeline_parallel.place", "gpipe", "tied embeddings across pipeline stages"),
     ("examples/library/expert_parallel.place", "expert_parallel", "mixture-of-experts"),
     ("examples/library/context_parallel.place", "context_parallel", "role context"),
 ])
@@ -195,7 +196,7 @@ def test_unrealised_plan_exit_status_and_json():
     import io
 
     out, err = io.StringIO(), io.StringIO()
-    status = main(["measure", "examples/library/gpipe.place", "--plan", "gpipe", "--format", "json", "--no-check"],
+    status = main(["measure", "examples/library/zeropp_dp.place", "--plan", "zeropp_dp", "--format", "json", "--no-check"],
                   out=out, err=err)
     doc = json.loads(out.getvalue())
     assert status == 4
@@ -208,3 +209,64 @@ def test_importing_the_package_does_not_import_torch():
     code = ("import sys, placement_logic.cli, placement_logic.commands.measure, placement_logic.measure.session, "
             "placement_logic.measure.validate; assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("path,plan,schedule,chunks", [
+    ("examples/library/gpipe.place", "gpipe", "gpipe", 1),
+    ("examples/library/one_f_one_b.place", "one_f_one_b", "1f1b", 1),
+    ("examples/library/interleaved_1f1b.place", "interleaved_1f1b", "interleaved", 4),
+])
+def test_pipeline_schedules_map_to_pipelining(path, plan, schedule, chunks):
+    r, spec, p, sizes = _realise(path, plan)
+    assert (r.schedule, r.chunks, r.pipeline_axis, r.data) == (schedule, chunks, "pp", "ddp")
+    sh = scale_down(p, run_bindings(spec, sizes), sizes, None, r.stages, r.chunks)
+    assert sh.layers % (r.stages * r.chunks) == 0 and sh.microbatches == 2 * r.stages
+
+
+@pytest.mark.parametrize("path,plan,field,value", [
+    ("examples/bugs/grad_reduced_twice.place", "ddp_plus_manual_allreduce", "grad_reduce", "twice"),
+    ("examples/bugs/zero1_no_regather.place", "zero1_forgets_allgather", "regather", False),
+    ("examples/bugs/tp_clip_local_shard.place", "tp_local_clip", "clip", "local"),
+    ("examples/bugs/dp_mean_of_means.place", "mean_of_device_means", "loss", "per_device_mean"),
+])
+def test_catalogue_bugs_are_realised(path, plan, field, value):
+    r, *_ = _realise(path, plan)
+    assert isinstance(r, Realisation) and getattr(r, field) == value
+
+
+@pytest.mark.parametrize("layers,p,v", [(2, 2, 1), (8, 2, 4), (12, 3, 2), (8, 4, 1)])
+def test_stage_param_count_brute_force(layers, p, v):
+    """Each rank's parameters, counted by listing which virtual stage holds each part."""
+    spec = load_spec("examples/library/ddp.place")
+    sh = scale_down(spec.plan("ddp"), spec.binding_map, {"dp": 2}, None)
+    import dataclasses
+
+    sh = dataclasses.replace(sh, layers=layers)
+    h, V = sh.hidden, sh.vocab
+    owner = {}  # part -> pipeline rank
+    per = layers // (p * v)
+    for block in range(layers):
+        owner[f"block{block}"] = (block // per) % p
+    owner["embed"], owner["final"] = 0, p - 1
+    size = {f"block{b}": sh.block_params() for b in range(layers)}
+    size["embed"] = V * h
+    size["final"] = 2 * h + V * h  # layernorm weight and bias, untied head
+    for rank in range(p):
+        assert sh.stage_param_count(rank, p, v) == sum(n for part, n in size.items() if owner[part] == rank)
+    assert sum(sh.stage_param_count(k, p, v) for k in range(p)) == sh.param_count()
+
+
+@pytest.mark.parametrize("p,v", [(2, 1), (2, 4), (3, 2), (4, 1)])
+def test_point_to_point_edges_brute_force(p, v):
+    """Sends and receives per rank and phase, counted on the chain of virtual stages."""
+    from placement_logic.measure.compare import _edge_share
+
+    chain = p * v
+    for rank in range(p):
+        fwd_sent = sum(1 for k in range(chain - 1) if k % p == rank)
+        fwd_recv = sum(1 for k in range(1, chain) if k % p == rank)
+        # backward gradients flow k -> k-1: stage k sends if k > 0, receives if k < chain-1
+        assert _edge_share("p2p sent, forward", rank, p, v) * v == fwd_sent
+        assert _edge_share("p2p received, forward", rank, p, v) * v == fwd_recv
+        assert _edge_share("p2p sent, backward", rank, p, v) * v == fwd_recv
+        assert _edge_share("p2p received, backward", rank, p, v) * v == fwd_sent

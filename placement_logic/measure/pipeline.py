@@ -1,0 +1,172 @@
+"""One rank of a pipeline-parallel measurement run (torch).
+
+Input: a ``Job`` whose realisation has a pipeline axis, this rank's ``DeviceMesh``
+coordinates. Output: the same per-rank result dict as ``worker.run_job`` (collectives,
+held bytes, losses, difference from one process).
+
+The model is split with ``torch.distributed.pipelining``: every stage is the tiny
+transformer with the other stages' parts removed (so parameter names stay those of the
+whole model), a ``PipelineStage`` per model chunk (virtual stages rank, rank + p, ... for
+an interleaved schedule), run by ScheduleGPipe, Schedule1F1B or ScheduleInterleaved1F1B
+over the pipeline axis's process group. A data axis wraps each stage module in
+``replicate`` (torch's FSDP2-based DDP, ``torch.distributed._composable.replicate_with_fsdp``,
+which the schedule drives itself: gradients accumulate over the microbatches and are
+all-reduced once, after the last backward). The schedule splits the rank's batch
+into ``shape.microbatches`` microbatches and divides the gradients by their number, so
+the per-microbatch loss is the token-loss sum times the microbatch count over the
+plan's normaliser (``worker.loss_normaliser``). Every point-to-point buffer is tagged
+with its phase (forward activations, backward activation gradients) as the stage
+creates its send and receive operations.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from . import model as tiny
+from .counter import CollectiveCounter
+from .torch_plan import local, make_optimizer
+
+_SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B"}
+
+
+def stage_model(shape, seed: int, stage: int, stages: int) -> nn.Module:
+    """The tiny transformer keeping only virtual stage ``stage`` of ``stages``."""
+    m = tiny.build(shape, seed)
+    per = shape.layers // stages
+    keep = range(stage * per, (stage + 1) * per)
+    m.blocks = nn.ModuleDict({str(i): m.blocks[i] for i in keep})
+    if stage != 0:
+        m.embed = None
+    if stage != stages - 1:
+        m.norm = None
+        m.head = None
+    return m
+
+
+class _Tagger:
+    """Tags the buffers of a stage's send and receive operations with their phase."""
+
+    def __init__(self) -> None:
+        self.counter: CollectiveCounter | None = None
+
+    def wrap(self, stage) -> None:
+        for name, phase in (("get_fwd_send_ops", "forward"), ("get_fwd_recv_ops", "forward"),
+                            ("get_bwd_send_ops", "backward"), ("get_bwd_recv_ops", "backward")):
+            original = getattr(stage, name)
+
+            def tagged(chunk_id, original=original, phase=phase):
+                ops = original(chunk_id)
+                if self.counter is not None:
+                    for op in ops:
+                        self.counter.tags[op.tensor.data_ptr()] = phase
+                return ops
+
+            setattr(stage, name, tagged)
+
+
+def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining import schedules
+
+    from .worker import _batch, _loss_sum, _reference, _storage_bytes, loss_normaliser, tokens_of
+
+    r, shape = job.realisation, job.shape
+    p, v = r.stages, r.chunks
+    pp_rank = coords[r.pipeline_axis]
+    pp_group = mesh[r.pipeline_axis].get_group()
+    dp_index = coords[r.data_axes[0]] if r.data_axes else 0
+    m = shape.microbatches
+    inner, stages = [], []
+    tagger = _Tagger()
+    for c in range(v):
+        index = pp_rank + c * p
+        sub = stage_model(shape, job.seed, index, p * v).to(device)
+        inner.append(sub)
+        if r.data == "ddp":
+            from torch.distributed._composable.replicate_with_fsdp import replicate
+
+            replicate(sub, mesh=mesh[r.data_axes[0]])
+        stage = PipelineStage(sub, index, p * v, device, group=pp_group)
+        tagger.wrap(stage)
+        stages.append(stage)
+    named = [(n, q) for sub in inner for n, q in sub.named_parameters()]
+    params = [q for _, q in named]
+    opt = make_optimizer(r.optimizer, params)
+    norm_box = [1.0]
+
+    def loss_fn(out, target):
+        # the schedule divides the gradients by m; times m over the normaliser gives the plan's loss
+        return _loss_sum(out, target) * m / norm_box[0]
+
+    cls = getattr(schedules, _SCHEDULES[r.schedule])
+    schedule = cls(stages if v > 1 else stages[0], n_microbatches=m, loss_fn=loss_fn)
+    first, last = pp_rank == 0, pp_rank == p - 1
+    dp = r.data_size
+    rows = shape.microbatch * m
+    global_batch = rows * dp
+    steps, losses, tokens = [], [], []
+    held: dict = {}
+    for step in range(job.steps):
+        x, y = _batch(shape, global_batch, job.seed, step)
+        lo, hi = dp_index * rows, (dp_index + 1) * rows
+        norm_box[0] = loss_normaliser(r, tokens_of(y), tokens_of(y[lo:hi]))
+        tokens.append(tokens_of(y[lo:hi]))
+        counter = CollectiveCounter()
+        tagger.counter = counter
+        mb_losses: list = []
+        with counter:
+            counter.phase = "schedule"
+            args = (x[lo:hi].to(device),) if first else ()
+            kwargs = {"target": y[lo:hi].to(device), "losses": mb_losses} if last else {}
+            schedule.step(*args, **kwargs)
+            counter.phase = "optimizer"
+            opt.step()
+        tagger.counter = None
+        steps.append([rec.__dict__ for rec in counter.records])
+        loss = torch.stack([t.detach() for t in mb_losses]).mean() if last else torch.zeros(())
+        dist.all_reduce(loss)  # only the last stage's ranks (one per data-parallel replica) hold a loss
+        losses.append(loss.item() / dp)
+        if step == job.steps - 1:
+            moments, counters = [], []
+            for per_param in opt.state.values():
+                for key, t in per_param.items():
+                    if isinstance(t, torch.Tensor):
+                        (counters if key == "step" else moments).append(t)
+            held = {
+                "params": _storage_bytes(params),
+                "grads": _storage_bytes(q.grad for q in params),
+                "optimizer": _storage_bytes(moments),
+                "optimizer_step_counters": _storage_bytes(counters),
+            }
+        opt.zero_grad()
+    ref, ref_losses = _reference(job, global_batch)
+    worst_abs, worst_name, scale = 0.0, "", max(t.abs().max().item() for t in ref.values())
+    for name, q in named:
+        diff = (local(q).detach().cpu() - ref[name]).abs().max().item()  # replicated: the local tensor is whole
+        if diff > worst_abs or not worst_name:
+            worst_abs, worst_name = diff, name
+    # whole-model quantities: this stage's part summed over the pipeline axis
+    totals = torch.tensor([sum(local(q).detach().double().pow(2).sum().item() for q in params),
+                           float(sum(q.numel() for q in params))], dtype=torch.float64)
+    dist.all_reduce(totals, group=pp_group)
+    return {
+        "key": job.key,
+        "coords": coords,
+        "collectives": steps,
+        "held": {k: {"storage": a, "elements": b} for k, (a, b) in held.items()},
+        "tensor_replicated_param_bytes": 0,
+        "param_count": int(totals[1].item()),
+        "param_tensors": len(named),
+        "fingerprint": totals[0].item(),
+        "losses": losses,
+        "tokens": tokens,
+        "reference_losses": ref_losses,
+        "param_abs_diff": worst_abs,
+        "param_rel_diff": worst_abs / max(scale, 1e-30),
+        "param_worst": worst_name,
+        "loss_abs_diff": max(abs(a - b) for a, b in zip(losses, ref_losses)),
+        "loss_rel_diff": max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(losses, ref_losses)),
+    }
