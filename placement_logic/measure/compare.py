@@ -108,13 +108,18 @@ def _state_rows(pred: Prediction, r: Realisation, results: list[dict], shape: Ti
     want = pred.states
     t = r.sizes.get(r.tensor_axis, 1) if r.tensor_axis else 1
     width = {"params": 4, "grads": 4, "optimizer": OPTIMIZER_BYTES[r.optimizer]}
+    by_stage = pred.stages
     for state in STATES:
         per_rank = tuple(res["held"][state]["storage"] for res in results)
         p = want[state]
         measured = Fraction(max(per_rank))
         status, note = "match", ""
-        stage_want = [p * f for f in shares]
-        if any(m != p for m in per_rank):
+        own = _own_stage_prediction(by_stage, state, r, results)
+        stage_want = own if own is not None else [p * f for f in shares]
+        if own is not None and all(m == w for m, w in zip(per_rank, own)):
+            note = ("each rank holds exactly its pipeline stage's prediction: "
+                    + ", ".join(f"{stage} stage {int(by_stage[stage][state]):,}" for stage in by_stage))
+        elif any(m != p for m in per_rank):
             status, note = "differs", ""
             if r.pipeline_axis and all(m == w for m, w in zip(per_rank, stage_want)):
                 status, note = "explained", _stage_note(r, shape, f"{state} held")
@@ -147,6 +152,17 @@ def _state_rows(pred: Prediction, r: Realisation, results: list[dict], shape: Ti
                         "one 0-d fp32 step count per parameter tensor (Adam/SGD bookkeeping, not a per-element state)",
                         counters if len(set(counters)) > 1 else ()))
     return rows
+
+
+def _own_stage_prediction(by_stage, state: str, r: Realisation, results: list[dict]) -> list[Fraction] | None:
+    """Per rank, the cost engine's prediction for the pipeline stage the rank holds.
+
+    The engine predicts the first and the last stage; with more stages an interior rank has
+    no stage prediction of its own and None is returned."""
+    if not r.pipeline_axis or not by_stage or r.stages != 2:
+        return None
+    names = {0: "first", r.stages - 1: "last"}
+    return [by_stage[names[res["coords"][r.pipeline_axis]]][state] for res in results]
 
 
 def _collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape: TinyShape) -> list[Row]:

@@ -38,12 +38,18 @@ class PredictedCollective:
 class Prediction:
     source: str
     psi: Fraction  # parameter count
-    state_bytes: tuple[tuple[str, Fraction], ...]  # persistent device bytes per rank
+    state_bytes: tuple[tuple[str, Fraction], ...]  # persistent device bytes per rank (max over stages)
     collectives: tuple[PredictedCollective, ...]
+    # with a pipeline: per stage ("first", "last"), the persistent device bytes per state
+    stage_bytes: tuple[tuple[str, tuple[tuple[str, Fraction], ...]], ...] = ()
 
     @property
     def states(self) -> dict[str, Fraction]:
         return dict(self.state_bytes)
+
+    @property
+    def stages(self) -> dict[str, dict[str, Fraction]]:
+        return {stage: dict(states) for stage, states in self.stage_bytes}
 
 
 def _c(x: int | Fraction) -> ir.Const:
@@ -89,6 +95,11 @@ def predict(spec: ir.Spec, plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, 
     states = tuple(
         (s.value, _number(pc.memory.device[s], subs)) for s in (ir.State.PARAMS, ir.State.GRADS, ir.State.OPTIMIZER)
     )
+    stage_bytes = tuple(
+        (st.stage, tuple((s.value, _number(st.device[s], subs))
+                         for s in (ir.State.PARAMS, ir.State.GRADS, ir.State.OPTIMIZER)))
+        for st in pc.memory.stages
+    )
     colls = []
     for x in pc.communication.collectives:
         if not x.collective.axes:
@@ -102,4 +113,4 @@ def predict(spec: ir.Spec, plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, 
             phase=x.collective.phase.value,
             description=x.collective.payload.description,
         ))
-    return Prediction("placement_logic.costs", _number(pc.shape.psi, subs), states, tuple(colls))
+    return Prediction("placement_logic.costs", _number(pc.shape.psi, subs), states, tuple(colls), stage_bytes)
