@@ -77,17 +77,28 @@ def build(loss, k, divisor, accumulate):
 @example("global_mean", 1, None, True, 3, 2)  # correct: proved
 @example("per_device_mean", 1, None, True, 3, 1)  # exact only with equal counts: refuted
 @example("per_device_mean", 1, None, True, 1, 2)  # one device: its own token mean is global: proved
-@example("global_mean", 2, "dp", True, 2, 2)  # reduced twice then averaged: proved (by accident)
+@example("global_mean", 2, "dp", True, 2, 2)  # reduced twice then averaged: right by accident, both aspects refuted
 def test_gi_verdict_matches_brute_force(loss, k, divisor, accumulate, n, m):
+    """Each GI obligation isolates one aspect (the others as a correct system does them):
+    the brute force of that isolated plan decides it; all of them proved implies the
+    brute force of the whole plan succeeds."""
     spec, p = build(loss, k, divisor, accumulate)
     # the divisor "dp*m" uses the model's microbatches symbol m: it is the pinned size
     report = check_plan(Session(timeout=10), spec, p, {"dp": n, st.MICROBATCHES: m})
-    gi = [o for o in report.obligations if o.name == "GI grads[dense]"][0]
-    ok = brute_force_ok(loss, k, divisor, accumulate, n, m)
-    assert gi.verdict is (Verdict.PROVED if ok else Verdict.REFUTED), gi
-    if not ok:
-        sizes = dict(gi.counterexample.sizes)
-        assert sizes == {"dp": n, st.MICROBATCHES: m}
+    gi = {o.name: o for o in report.obligations if o.name.startswith("GI grads[dense]")}
+    assert set(gi) == {"GI grads[dense] over dp", "GI grads[dense] over microbatches", "GI grads[dense] normalisation"}
+    oracle = {
+        "GI grads[dense] over dp": brute_force_ok("global_mean", k, None, True, n, m),
+        "GI grads[dense] over microbatches": brute_force_ok("global_mean", 1, None, accumulate, n, m),
+        "GI grads[dense] normalisation": brute_force_ok(loss, 1, divisor, True, n, m),
+    }
+    for name, ok in oracle.items():
+        ob = gi[name]
+        assert ob.verdict is (Verdict.PROVED if ok else Verdict.REFUTED), ob
+        if not ok:
+            assert dict(ob.counterexample.sizes) == {"dp": n, st.MICROBATCHES: m}
+    if all(oracle.values()):
+        assert brute_force_ok(loss, k, divisor, accumulate, n, m)
 
 
 def brute_force_norms_ok(sp: bool, k_dp: int, k_tp: int, n: int, t: int, m: int) -> bool:
@@ -125,15 +136,28 @@ def brute_force_norms_ok(sp: bool, k_dp: int, k_tp: int, n: int, t: int, m: int)
 @given(hs.booleans(), hs.integers(0, 2), hs.integers(0, 2), hs.integers(1, 2), hs.integers(1, 3), hs.integers(1, 2))
 @example(True, 1, 1, 2, 2, 1)  # sequence parallel, reduced over both: proved
 @example(True, 1, 0, 2, 2, 1)  # sequence parallel, tp reduction missing: refuted
-@example(False, 1, 1, 2, 2, 1)  # no sequence parallel, reduced over tp anyway: refuted
+@example(False, 1, 1, 2, 2, 1)  # no sequence parallel, reduced over tp anyway: refuted over tp
+@example(True, 2, 0, 2, 2, 1)  # sequence parallel, dp doubled and tp missing: each refuted on its own axis
 @example(False, 1, 0, 1, 3, 2)  # no sequence parallel, dp only: proved
 def test_norms_verdict_matches_brute_force(sp, k_dp, k_tp, n, t, m):
     o = ov("grads", "reduce", "norms", ("dp",) * k_dp + ("tp",) * k_tp)
     spec, p = plan("p", {"dp": ("data", "R,R,R,R"), "tp": ("tensor", "S,S,S,S")}, sp=sp, overrides=(o,))
     report = check_plan(Session(timeout=10), spec, p, {"dp": n, "tp": t, st.MICROBATCHES: m})
-    gi = [x for x in report.obligations if x.name == "GI grads[norms]"][0]
-    ok = brute_force_norms_ok(sp, k_dp, k_tp, n, t, m)
-    assert gi.verdict is (Verdict.PROVED if ok else Verdict.REFUTED), gi
+    gi = {x.name: x for x in report.obligations if x.name.startswith("GI grads[norms]")}
+    right_tp = 1 if sp else 0  # a correct system reduces over tp only under sequence parallel
+    oracle = {"GI grads[norms] over dp": brute_force_norms_ok(sp, k_dp, right_tp, n, t, m),
+              "GI grads[norms] over tp": brute_force_norms_ok(sp, 1, k_tp, n, t, m)}
+    # tp has an obligation where the contribution is split over it or the plan reduces over it
+    assert ("GI grads[norms] over tp" in gi) == (sp or k_tp >= 1)
+    for name, ok in oracle.items():
+        if name in gi:
+            assert gi[name].verdict is (Verdict.PROVED if ok else Verdict.REFUTED), gi[name]
+        else:
+            assert ok
+    for name in ("GI grads[norms] over microbatches", "GI grads[norms] normalisation"):
+        assert gi[name].verdict is Verdict.PROVED
+    if all(oracle.values()):
+        assert brute_force_norms_ok(sp, k_dp, k_tp, n, t, m)
 
 
 def brute_force_clip_ok(zero: bool, clip_axes: tuple[str, ...], n: int, t: int) -> bool:

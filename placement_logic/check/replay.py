@@ -180,16 +180,18 @@ def _other(ref: int) -> int:
     return 1 if ref == 0 else 0
 
 
-def diagnose_group(ctx: Context, g: st.GroupModel, equal_counts: bool = False) -> list[str]:
-    """What differs between the plan's handling of a group and the correct derivation.
+def diagnose_group(ctx: Context, g: st.GroupModel, equal_counts: bool = False, aspect: str | None = None) -> list[str]:
+    """What differs between the plan's handling of a group and the correct derivation
+    (only the dimension or the normalisation named by ``aspect``, when given).
 
     With ``equal_counts`` (the run has the same token count everywhere) a normalisation
     that is exact for equal counts is not blamed."""
     ref = ctx.derived.group(g.group)
     out = []
     for d in g.dims:
-        dd = ref.dim(d.name)
-        if d.k == dd.k:
+        if aspect is not None and d.name != aspect:
+            continue
+        if d.k == st.correct_k(d):
             continue
         where = d.axis if not d.tie else f"the tied pair of {d.axis} stages"
         if d.name == st.MICROBATCHES:
@@ -203,8 +205,11 @@ def diagnose_group(ctx: Context, g: st.GroupModel, equal_counts: bool = False) -
         elif d.k == 0:
             out.append(f"missing all-reduce over {where}: the gradient there is a partial sum ({d.why})")
         else:
-            out.append(f"reduced {d.k} times over {where} instead of {dd.k}: the gradient is multiplied by {where}")
-    if tuple(g.norm_dims) != tuple(ref.norm_dims):
+            out.append(f"reduced {d.k} times over {where} instead of once: the gradient is multiplied by {where}"
+                       + (f"^{d.k - 1}" if d.k > 2 else ""))
+    if aspect is not None and aspect != st.NORMALISATION:
+        return out
+    if set(g.norm_dims) != set(ref.norm_dims):
         if ctx.step.loss != "global_mean" and equal_counts:
             out.append("every shard has the same token count in this run, so the mean of means is exact here")
         elif ctx.step.loss != "global_mean":
@@ -220,8 +225,20 @@ def diagnose_group(ctx: Context, g: st.GroupModel, equal_counts: bool = False) -
     return out
 
 
+def isolation_text(g: st.GroupModel, aspect: str) -> str:
+    """Which part of the run is the plan's and which is the correct derivation."""
+    if aspect == st.NORMALISATION:
+        return "the plan's loss normalisation and divisor; every reduction and the accumulation as derived (correct)"
+    if aspect == st.MICROBATCHES:
+        return "the plan's accumulation over microbatches; every reduction and the normalisation as derived (correct)"
+    d = g.dim(aspect)
+    where = f"the tied pair of {d.axis} stages" if d.tie else d.axis
+    return f"the plan's reductions over {where}; every other reduction and the normalisation as derived (correct)"
+
+
 def _gi_counterexample(ctx: Context, g: st.GroupModel, sizes: dict[str, int], run: GradRun,
-                       counts: dict[Coord, int], contrib_text: str, extra: list[str]) -> Counterexample | None:
+                       counts: dict[Coord, int], contrib_text: str, extra: list[str],
+                       aspect: str | None = None) -> Counterexample | None:
     bad = [dev for dev in sorted(run.values) if run.values[dev] != run.expected[dev]]
     if not bad:
         return None
@@ -233,7 +250,7 @@ def _gi_counterexample(ctx: Context, g: st.GroupModel, sizes: dict[str, int], ru
     count_text = "; ".join(f"{coords_text(tdims, t)}: {n}" for t, n in shown)
     if len(counts) > 12:
         count_text += f"; ... ({len(counts)} shards)"
-    values = (
+    values = (() if aspect is None else (("isolated", isolation_text(g, aspect)),)) + (
         ("typing", typing_text(g)),
         ("token counts", count_text),
         ("gradient contributions", contrib_text),
@@ -241,7 +258,7 @@ def _gi_counterexample(ctx: Context, g: st.GroupModel, sizes: dict[str, int], ru
     )
     eq = (f"grad[{g.group}] on device {coords_text(names, dev_shown)} = {_frac(run.values[dev])}, "
           f"but the global-batch gradient is {_frac(run.expected[dev])}")
-    diag = tuple(extra + diagnose_group(ctx, g, len(set(counts.values())) <= 1))
+    diag = tuple(extra + diagnose_group(ctx, g, len(set(counts.values())) <= 1, aspect))
     return Counterexample(ctx.sizes_tuple(sizes), (("observer", coords_text(names, dev_shown)),), values, eq,
                           diag, ctx.command(sizes))
 
@@ -276,8 +293,10 @@ def typing_text(g: st.GroupModel) -> str:
     return "; ".join(parts)
 
 
-def replay_gi(ctx: Context, w: dict) -> Counterexample | None:
-    g = ctx.step.group(w["group"])
+def replay_gi(ctx: Context, w: dict, g: st.GroupModel | None = None, aspect: str | None = None) -> Counterexample | None:
+    """Replay a GI witness on group ``g`` (default: the plan's group ``w["group"]``; a
+    GI aspect's obligation passes its isolated group, see ``steps.isolate``)."""
+    g = g if g is not None else ctx.step.group(w["group"])
     sizes = w["sizes"]
     ref = _reference(g, sizes)
     sdims = [d for d in g.dims if d.kind in (st.TOKEN, st.SPLIT)]
@@ -292,7 +311,7 @@ def replay_gi(ctx: Context, w: dict) -> Counterexample | None:
     run = simulate_gi(ctx, g, sizes, counts, {(elem, sigma): Fraction(1)})
     who = "another parameter element" if leak else f"element {g.group}[0]"
     text = f"1 from data shard {coords_text([d.name for d in sdims], sigma)} for {who}, 0 elsewhere"
-    return _gi_counterexample(ctx, g, sizes, run, counts, text, [])
+    return _gi_counterexample(ctx, g, sizes, run, counts, text, [], aspect)
 
 
 def replay_structural(ctx: Context, group: str, sizes: dict[str, int], dim: str | None) -> Counterexample | None:

@@ -60,12 +60,13 @@ def obligations(step: st.StepModel, derived: st.StepModel, ctx: rp.Context) -> l
     obs: list[Obligation] = []
     P = step.plan_span
     for g in step.groups:
-        obs.append(Obligation(
-            f"GI grads[{g.group}]", GRADIENT_INTEGRITY, _span(g.span, P),
-            f"the {g.group} gradient entering the update equals the global-batch mean-loss gradient "
-            "(every partial contribution reduced once over every axis it is split on, right divisor)",
-            lambda env, g=g: en.gi_negation(env, g, f"gi_{g.group}"),
-            lambda w: rp.replay_gi(ctx, w)))
+        for aspect in st.gi_aspects(g):
+            h = st.isolate(g, aspect)
+            label, checked = _gi_text(g, aspect)
+            obs.append(Obligation(
+                f"GI grads[{g.group}] {label}", GRADIENT_INTEGRITY, _span(g.span_of(aspect), P), checked,
+                lambda env, h=h, a=aspect: en.gi_negation(env, h, f"gi_{h.group}_{_slug(a)}"),
+                lambda w, h=h, a=aspect: rp.replay_gi(ctx, w, h, a)))
     for g in step.groups:
         obs.append(Obligation(
             f"SC grads[{g.group}]", STATE_CONSISTENCY, _span(g.span, P),
@@ -138,6 +139,37 @@ def obligations(step: st.StepModel, derived: st.StepModel, ctx: rp.Context) -> l
                      lambda w: rs.replay_tie(ctx, w),
                      () if tie_applies else ("vacuous: no tied weights across pipeline stages",)))
     return obs
+
+
+def _slug(aspect: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in aspect)
+
+
+def _gi_text(g: st.GroupModel, aspect: str) -> tuple[str, str]:
+    """The obligation's name suffix and what it states."""
+    if aspect == st.NORMALISATION:
+        return "normalisation", (
+            f"with every reduction and the accumulation of the {g.group} gradient as derived, the loss weights, "
+            "token count and divisor make it the global-batch mean-loss gradient (the mean over all tokens of the step)")
+    if aspect == st.MICROBATCHES:
+        return "over microbatches", (
+            f"the {g.group} gradient of every microbatch is accumulated exactly once "
+            "(every reduction over mesh axes and the normalisation as derived)")
+    d = g.dim(aspect)
+    if d.tie:
+        return f"over {d.axis}", (
+            f"the tied {g.group} gradient halves on the first and last {d.axis} stage are summed exactly once "
+            "(every other reduction and the normalisation as derived)")
+    if d.implicit:
+        what = f"summed by the all-to-all over {d.axis} and not reduced over it again"
+    elif d.kind in (st.TOKEN, st.SPLIT):
+        what = f"split over {d.axis}, so every partial contribution is all-reduced over {d.axis} exactly once"
+    elif d.kind == st.INVARIANT:
+        what = f"identical on every {d.axis} rank, so it is not reduced over {d.axis}"
+    else:
+        what = f"sharded over {d.axis}, so different elements are never added over {d.axis}"
+    return f"over {d.axis}", (f"the {g.group} gradient is {what} "
+                              "(every other reduction and the normalisation as derived)")
 
 
 def _rule(code: str, span: Span, encode, replay, notes: tuple[str, ...] = ()) -> Obligation:

@@ -20,6 +20,7 @@ from .. import schedule as sc
 from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
 
 MICROBATCHES = "microbatches"  # the size name of the gradient-accumulation (time) dimension
+NORMALISATION = "normalisation"  # the GI aspect of the loss weights, token count and divisor
 
 # Dimension kinds of a gradient computation.
 TOKEN = "token"  # contributions from disjoint tokens; token counts may differ along it
@@ -55,6 +56,10 @@ class GroupModel:
     shard_axes: tuple[str, ...]  # mesh axes over which the stored gradient is sharded
     double_count: bool = False  # counted twice in the global grad norm
     span: Span = NO_SPAN  # where the behaviour comes from (override or binding)
+    spans: tuple[tuple[str, Span], ...] = ()  # per GI aspect (dimension or NORMALISATION): its source
+
+    def span_of(self, aspect: str) -> Span:
+        return dict(self.spans).get(aspect, NO_SPAN)
 
     def dim(self, name: str) -> GradDim:
         for d in self.dims:
@@ -246,10 +251,12 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         dims.append(GradDim(MICROBATCHES, None, TOKEN, 1, why="gradient accumulation over microbatches"))
 
         span = NO_SPAN
+        spans = {d.name: _binding_span(plan, d.axis) for d in dims if d.axis is not None}
         red = last("grads", "reduce", g) or last("grads", "reduce", "all") or last("grads", "reduce", None)
         if red is not None:
             counts = Counter(red.axes or ())
             span = red.span
+            spans.update({d.name: red.span for d in dims if d.name != MICROBATCHES})
             new = []
             for d in dims:
                 if d.name == MICROBATCHES:
@@ -267,10 +274,12 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
             counts = Counter(tie_o.axes or ())
             dims = [replace(d, k=counts.get(d.axis, 0)) if d.tie else d for d in dims]
             span = tie_o.span
+            spans.update({d.name: tie_o.span for d in dims if d.tie})
         acc_o = last("grads", "no_accumulation_buffer")
         if acc_o is not None and acc_o.group in (None, "all", g):
             dims = [replace(d, k=0) if d.name == MICROBATCHES else d for d in dims]
             span = acc_o.span
+            spans[MICROBATCHES] = acc_o.span
 
         if loss == "global_mean":
             norm = tuple(tok_o.axes) if tok_o is not None else token_axes
@@ -286,6 +295,9 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         div_value = div_o.by if div_o is not None else None
         if div_o is not None:
             span = div_o.span
+        norm_src = div_o or loss_o or tok_o
+        if norm_src is not None:
+            spans[NORMALISATION] = norm_src.span
         shard_axes = tuple(
             d.axis for d in dims if d.kind == SHARDED and not d.tie
         ) + tuple(a for a in grads_sharded_data)
@@ -293,7 +305,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
             shard_axes += tuple(expert)
         dc = last("clip_norm", "double_count", g)
         groups.append(GroupModel(g, tuple(dims), norm, div_axes, div_value, tuple(dict.fromkeys(shard_axes)),
-                                 double_count=dc is not None, span=span))
+                                 double_count=dc is not None, span=span, spans=tuple(spans.items())))
 
     all_shard = tuple(dict.fromkeys(a for g in groups for a in g.shard_axes))
     clip_o = last("clip_norm", "reduce")
@@ -350,3 +362,40 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         plan_span=plan.span,
         microbatch_symbol=plan.model.microbatches.name if isinstance(plan.model.microbatches, ir.Sym) else None,
     )
+
+
+# --------------------------------------------------------------------------- GI aspects
+
+
+def correct_k(d: GradDim) -> int:
+    """How often a correct system reduces along ``d``: once where contributions are partial
+    (accumulated once over microbatches), never where the value is invariant or sharded or
+    where the MoE all-to-all already sums it."""
+    if d.name == MICROBATCHES:
+        return 1
+    return 1 if d.kind in (TOKEN, SPLIT) and not d.implicit else 0
+
+
+def gi_aspects(g: GroupModel) -> tuple[str, ...]:
+    """The GI obligations of a group: every dimension its contribution is split on or the
+    plan reduces over, the microbatches, and the normalisation."""
+    dims = tuple(d.name for d in g.dims
+                 if d.name != MICROBATCHES and (d.kind in (TOKEN, SPLIT) or d.k >= 1))
+    return dims + (MICROBATCHES, NORMALISATION)
+
+
+def correct_normalisation(g: GroupModel) -> tuple[tuple[str, ...], tuple[str, ...], ir.Value | None]:
+    """(norm_dims, divisor_axes, divisor_value) of the global token mean: the token count
+    summed over every token dimension, no divisor."""
+    return tuple(d.name for d in g.dims if d.kind == TOKEN), (), None
+
+
+def isolate(g: GroupModel, aspect: str) -> GroupModel:
+    """``g`` with only ``aspect`` as the plan does it and everything else as a correct
+    system does it: for a dimension, every other reduction is the correct one and the
+    loss is the global token mean; for NORMALISATION, every reduction is correct."""
+    if aspect == NORMALISATION:
+        return replace(g, dims=tuple(replace(d, k=correct_k(d)) for d in g.dims))
+    norm, div_axes, div_value = correct_normalisation(g)
+    dims = tuple(d if d.name == aspect else replace(d, k=correct_k(d)) for d in g.dims)
+    return replace(g, dims=dims, norm_dims=norm, divisor_axes=div_axes, divisor_value=div_value)
