@@ -21,22 +21,14 @@ sys.path.insert(0, str(ROOT))
 from placement_logic.check.run import check_spec  # noqa: E402
 from placement_logic.check.session import Session  # noqa: E402
 from placement_logic.loader import load_spec  # noqa: E402
+from machine import cores, cpu_name  # noqa: E402
 
 
 def machine() -> str:
     import z3
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import os
-
-    return (f"{cpu}, {os.cpu_count()} logical CPUs, Python {platform.python_version()}, "
+    cpu = cpu_name()
+    return (f"{cpu}, {cores()} logical CPUs, Python {platform.python_version()}, "
             f"z3 {z3.get_version_string()}, {platform.system()} {platform.release()}")
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -19,6 +18,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from machine import cores, cpu_name  # noqa: E402
 
 COLD = r"""
 import time, json
@@ -58,16 +59,9 @@ def machine() -> dict:
     import numpy
     import sympy
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_name()
     return {"python": platform.python_version(), "sympy": sympy.__version__, "numpy": numpy.__version__,
-            "cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform()}
+            "cpu": cpu, "cores": cores(), "platform": platform.platform()}
 
 
 def cold() -> dict:

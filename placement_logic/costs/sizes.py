@@ -131,14 +131,7 @@ def shape_of(model: ir.Model) -> Shape:
 
 def divided(sh: Shape, axes, expert_axes=()) -> sympy.Expr:
     """Parameters per device once divided over ``axes``: an expert axis divides only the experts."""
-    dense, experts = sh.psi - sh.expert_params, sh.expert_params
-    for a in axes:
-        n = symbol(a)
-        if a in expert_axes:
-            experts = experts / n
-        else:
-            dense, experts = dense / n, experts / n
-    return dense + experts
+    return _divide(sh.psi - sh.expert_params, sh.expert_params, axes, expert_axes)
 
 
 def stage_divided(sh: Shape, stage: str, p: sympy.Expr, axes, expert_axes=()) -> sympy.Expr:
@@ -153,6 +146,11 @@ def stage_divided(sh: Shape, stage: str, p: sympy.Expr, axes, expert_axes=()) ->
         dense += sh.embedding_params
     if stage == LAST:
         dense += sh.head_params + sh.final_norm_params
+    return _divide(dense, experts, axes, expert_axes)
+
+
+def _divide(dense: sympy.Expr, experts: sympy.Expr, axes, expert_axes) -> sympy.Expr:
+    """Dense and expert parameters divided over ``axes``; an expert axis divides only the experts."""
     for a in axes:
         n = symbol(a)
         if a in expert_axes:
