@@ -71,7 +71,7 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining import schedules
 
-    from .worker import _batch, _loss_sum, _reference, _storage_bytes, loss_normaliser, tokens_of
+    from .worker import _batch, _loss_sum, _reference, held_bytes, loss_normaliser, tokens_of
 
     r, shape = job.realisation, job.shape
     p, v = r.stages, r.chunks
@@ -130,17 +130,7 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
         dist.all_reduce(loss)  # only the last stage's ranks (one per data-parallel replica) hold a loss
         losses.append(loss.item() / dp)
         if step == job.steps - 1:
-            moments, counters = [], []
-            for per_param in opt.state.values():
-                for key, t in per_param.items():
-                    if isinstance(t, torch.Tensor):
-                        (counters if key == "step" else moments).append(t)
-            held = {
-                "params": _storage_bytes(params),
-                "grads": _storage_bytes(q.grad for q in params),
-                "optimizer": _storage_bytes(moments),
-                "optimizer_step_counters": _storage_bytes(counters),
-            }
+            held = held_bytes(params, opt.state)
         opt.zero_grad()
     ref, ref_losses = _reference(job, global_batch)
     worst_abs, worst_name, scale = 0.0, "", max(t.abs().max().item() for t in ref.values())

@@ -79,6 +79,23 @@ def loss_normaliser(r: Realisation, global_tokens: int, local_tokens: int) -> fl
     return global_tokens / r.data_size
 
 
+def held_bytes(params, optimizer_state) -> dict:
+    """Bytes held per state: parameters, their gradients, optimizer moments and step counters."""
+    import torch
+
+    moments, counters = [], []
+    for per_param in optimizer_state.values():
+        for key, t in per_param.items():
+            if isinstance(t, torch.Tensor):
+                (counters if key == "step" else moments).append(t)
+    return {
+        "params": _storage_bytes(params),
+        "grads": _storage_bytes(p.grad for p in params),
+        "optimizer": _storage_bytes(moments),
+        "optimizer_step_counters": _storage_bytes(counters),
+    }
+
+
 def _storage_bytes(tensors) -> tuple[int, int]:
     """(bytes of the distinct storages behind ``tensors``, bytes of the elements themselves)."""
     from .torch_plan import local
@@ -139,7 +156,6 @@ def _device(rank: int):
 
 
 def run_job(job: Job, rank: int) -> dict:
-    import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -191,17 +207,7 @@ def run_job(job: Job, rank: int) -> dict:
         if step == job.steps - 1:
             params = [p for _, p in trainer.named]
             state = trainer.optimizer_state()
-            moments, counters = [], []
-            for per_param in state.values():
-                for key, t in per_param.items():
-                    if isinstance(t, torch.Tensor):
-                        (counters if key == "step" else moments).append(t)
-            held = {
-                "params": _storage_bytes(params),
-                "grads": _storage_bytes(p.grad for p in params),
-                "optimizer": _storage_bytes(moments),
-                "optimizer_step_counters": _storage_bytes(counters),
-            }
+            held = held_bytes(params, state)
             replicated = _unsharded_on(trainer, r.tensor_axis)
         trainer.optimizer.zero_grad()
     # equivalence: full parameters against the single-process run
