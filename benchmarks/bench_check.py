@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from placement_logic.check.run import check_spec  # noqa: E402
-from placement_logic.check.session import Session  # noqa: E402
-from placement_logic.loader import load_spec  # noqa: E402
+from placement_logic.solver.session import Session  # noqa: E402
+from placement_logic.frontend.loader import load_spec  # noqa: E402
 from machine import cores, cpu_name  # noqa: E402
 
 

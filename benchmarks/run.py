@@ -24,7 +24,7 @@ from machine import cores, cpu_name  # noqa: E402
 COLD = r"""
 import time, json
 t0 = time.perf_counter()
-from placement_logic.loader import load_spec
+from placement_logic.frontend.loader import load_spec
 from placement_logic import costs
 from placement_logic.costreport import build
 t1 = time.perf_counter()
@@ -77,8 +77,8 @@ def sweep() -> dict:
     import sympy
 
     from placement_logic import costs
-    from placement_logic.loader import load_string
-    from placement_logic.symbolic import symbol
+    from placement_logic.frontend.loader import load_string
+    from placement_logic.costs.symbolic import symbol
 
     plans = []
     for stage, rc in itertools.product(("ddp", "zero1", "zero2", "zero3"), ("", "selective_recompute", "full_recompute")):

@@ -6,7 +6,7 @@ from fractions import Fraction
 
 from hypothesis import strategies as hs
 
-from placement_logic import syntax as st
+from placement_logic.frontend import surface as st
 
 KEYWORDS = {"import", "from", "as", "let", "model", "mesh", "strategy", "over", "extends", "plan",
             "use", "override", "by", "assert", "claim", "true", "false"}

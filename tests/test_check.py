@@ -13,9 +13,9 @@ import z3
 
 from placement_logic.check.report import Verdict
 from placement_logic.check.run import check_spec
-from placement_logic.check.session import Session
+from placement_logic.solver.session import Session
 from placement_logic.cli import main
-from placement_logic.loader import load_spec
+from placement_logic.frontend.loader import load_spec
 
 from corpus import EXAMPLES, ROOT, example_files, example_id
 

@@ -18,7 +18,7 @@ from placement_logic import ir
 from placement_logic.check import steps as st
 from placement_logic.check.report import Verdict
 from placement_logic.check.run import check_plan
-from placement_logic.check.session import Session
+from placement_logic.solver.session import Session
 
 from irkit import ov, plan
 

@@ -12,7 +12,7 @@ import pytest
 
 from placement_logic import ir
 from placement_logic.costreport import build
-from placement_logic.loader import load_string
+from placement_logic.frontend.loader import load_string
 
 PSI = 96  # divisible by every mesh below
 

@@ -14,7 +14,7 @@ import sympy
 from placement_logic import ir
 from placement_logic.cli import main
 from placement_logic.costreport.units import both
-from placement_logic.symbolic import latex, symbol, to_sympy
+from placement_logic.costs.symbolic import latex, symbol, to_sympy
 
 EXAMPLES = sorted(str(p) for p in Path("examples").rglob("*.place"))
 FORMATS = ("text", "markdown", "json", "latex")
@@ -130,7 +130,7 @@ def test_units_label_both():
 
 def test_repr_latex_for_jupyter():
     from placement_logic.costreport import build
-    from placement_logic.loader import load_spec
+    from placement_logic.frontend.loader import load_spec
 
     r = build(load_spec("examples/zero_paper.place"), plans=["zero3"])
     assert r.plans[0].device["total"]._repr_latex_() == r"$\frac{\Psi \cdot \left(K + 4\right)}{N_{\mathrm{dp}}}$"

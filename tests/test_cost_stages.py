@@ -23,8 +23,8 @@ from placement_logic.costreport import build
 from placement_logic.costreport import jsonout, markdown, text
 from placement_logic.costs.activations import Layout, activations, in_flight
 from placement_logic.costs.sizes import shape_of
-from placement_logic.loader import load_string
-from placement_logic.symbolic import symbol
+from placement_logic.frontend.loader import load_string
+from placement_logic.costs.symbolic import symbol
 from tests.cost_corpus import model
 
 # --------------------------------------------------------------------------- the simulator
@@ -413,7 +413,7 @@ def test_llama_3d_first_stage_interleaved():
     """Llama-2-70B, t = 8 with sequence parallelism, p = 4, v = 2, m = 64, selective
     recomputation: the first stage keeps L·(1 + (p − 1)/(p·v)) = 110 layer-microbatches of
     34·s·b·h/t bytes each, and 2p = 8 embedding masks of s·b·h/t bytes."""
-    from placement_logic.loader import load_spec
+    from placement_logic.frontend.loader import load_spec
 
     r = build(load_spec("examples/llama70b_3d.place"), plans=["megatron_3d"]).plans[0]
     first = r.stages[0]
@@ -426,7 +426,7 @@ def test_mixtral_stages_divide_only_experts_by_the_expert_axis():
     """Mixtral-8x7B on (dp 4, ep 8, tp 2, pp 4): per layer the attention (q, o: h·h; k, v:
     h·kv·h/a), the router h·E and two RMSNorms h are dense; the 8 SwiGLU experts 3·h·f each are
     divided by ep too. The first stage adds the embedding V·h, the last the head and a norm."""
-    from placement_logic.loader import load_spec
+    from placement_logic.frontend.loader import load_spec
 
     h, L, a, kv, f, V, E = 4096, 32, 32, 8, 14336, 32000, 8
     dp, ep, tp, pp = 4, 8, 2, 4

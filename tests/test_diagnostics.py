@@ -10,7 +10,7 @@ import pytest
 
 from placement_logic.cli import main
 from placement_logic.diagnostics import CODES, Diagnostic, Span, render
-from placement_logic.loader import load_string
+from placement_logic.frontend.loader import load_string
 from placement_logic.diagnostics import DiagnosticError
 
 from bad_snippets import CATALOGUE

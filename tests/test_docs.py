@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from placement_logic.cli import main
-from placement_logic.loader import load_string
-from placement_logic.parser import parse
+from placement_logic.frontend.loader import load_string
+from placement_logic.frontend.parser import parse
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))

@@ -8,9 +8,9 @@ import io
 import pytest
 
 from placement_logic.cli import main
-from placement_logic.fmt import format_source
+from placement_logic.frontend.canonical import format_source
 from placement_logic.ir import STATES
-from placement_logic.loader import library_index, load_spec
+from placement_logic.frontend.loader import library_index, load_spec
 
 from corpus import ALL_EXAMPLES, EXAMPLES, GOLDEN, LIBRARY_EXAMPLES, ROOT, example_id
 from golden import check_golden

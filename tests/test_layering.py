@@ -11,13 +11,9 @@ import pytest
 PKG = Path(__file__).resolve().parent.parent / "placement_logic"
 
 RULES = {
-    "ir.py": {"lark", "sympy", "z3", "torch"},
-    "syntax.py": {"lark", "sympy", "z3", "torch"},
+    "frontend/surface.py": {"lark", "sympy", "z3", "torch"},
     "diagnostics.py": {"lark", "sympy", "z3", "torch"},
-    "fmt.py": {"lark", "sympy", "z3", "torch"},
-    "summary.py": {"lark", "sympy", "z3", "torch"},
-    "resolve.py": {"lark", "sympy", "z3", "torch"},
-    "schedule.py": {"lark", "sympy", "z3", "torch"},
+    "frontend/canonical.py": {"lark", "sympy", "z3", "torch"},
     **{f"costreport/{m}.py": {"lark", "sympy", "z3", "torch"} for m in ("model", "units", "text", "markdown", "jsonout", "latex")},
     # report data and renderers of the checker, the proofs and the measurements
     **{f"{pkg}/{m}.py": {"lark", "sympy", "z3", "torch"}
@@ -25,6 +21,8 @@ RULES = {
 }
 # Whole packages with the same constraint (checked when present).
 PACKAGE_RULES = {
+    "ir": {"lark", "sympy", "z3", "torch"},
+    "resolve": {"lark", "sympy", "z3", "torch"},
     "costreport": {"lark", "z3", "torch"},
     "costs": {"lark", "z3", "torch"},
 }

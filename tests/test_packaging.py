@@ -41,11 +41,11 @@ def test_installed_wheel_loads_its_own_grammar(wheel, tmp_path):
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(site)
     probe = (
-        "import placement_logic, placement_logic.parser as p\n"
+        "import placement_logic, placement_logic.frontend.parser as p\n"
         "from importlib import resources\n"
         "assert placement_logic.__file__.startswith(%r), placement_logic.__file__\n"
         "assert resources.files('placement_logic').joinpath('grammar', 'placement.lark').is_file()\n"
-        "from placement_logic.loader import load_string\n"
+        "from placement_logic.frontend.loader import load_string\n"
         "spec = load_string('from std.data import zero3\\nmodel { params = 1e9 }\\nmesh { dp = 8 }\\n"
         "plan p { dp: zero3 }\\n')\n"
         "print(spec.plans[0].placement('params').modes)\n"

@@ -7,9 +7,9 @@ from hypothesis import strategies as hs
 from hypothesis.extra.lark import from_lark
 
 from placement_logic.diagnostics import DiagnosticError
-from placement_logic.fmt import format_module
-from placement_logic.loader import load_string
-from placement_logic.parser import parse, parser
+from placement_logic.frontend.canonical import format_module
+from placement_logic.frontend.loader import load_string
+from placement_logic.frontend.parser import parse, parser
 
 from strategies import modules
 

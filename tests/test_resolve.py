@@ -10,7 +10,7 @@ import pytest
 
 from placement_logic import ir
 from placement_logic.ir import Mode, Residency, Role, ScheduleKind
-from placement_logic.loader import load_string
+from placement_logic.frontend.loader import load_string
 
 HEAD = """
 model {

@@ -22,7 +22,7 @@ import z3
 
 from .. import ir
 from . import steps as st
-from .session import Session, value_of
+from ..solver.session import Session, value_of
 from .values import fold, resolver
 
 

@@ -21,7 +21,7 @@ from . import replay_state as rs
 from . import steps as st
 from .report import CheckReport, ObligationResult, PlanReport, Verdict
 from .rules import GRADIENT_INTEGRITY, RULES, STATE_CONSISTENCY
-from .session import Session
+from ..solver.session import Session
 
 DEFAULT_BOUND = 6
 MAX_REPLAY_DEVICES = 1 << 14
@@ -187,7 +187,7 @@ def _sp_negation(env: en.Env, step: st.StepModel, bad: list[tuple[str, str]]):
     cons = [z3.Or([c for _, c in conds])] if conds else [z3.BoolVal(False, ctx)]
 
     def extract(model):
-        from .session import value_of
+        from ..solver.session import value_of
 
         gr, d = next(key for key, c in conds if value_of(model, c))
         return {"kind": "sp", "sizes": env.size_values(model), "group": gr, "dim": d}

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from collections import Counter
 
 from .. import ir
-from .. import schedule as sc
+from ..ir import collectives as sc
 from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
 
 MICROBATCHES = "microbatches"  # the size name of the gradient-accumulation (time) dimension

@@ -60,7 +60,7 @@ def parse_sets(sets: list[str]) -> dict[str, int]:
 def run(args, out: TextIO, err: TextIO) -> int:
     from ..check.render import render
     from ..check.run import check_spec
-    from ..loader import load_spec
+    from ..frontend.loader import load_spec
 
     timeout = parse_timeout(args.timeout)
     sets = parse_sets(args.sets)

@@ -23,7 +23,7 @@ def add_parser(subparsers) -> None:
 
 def run(args, out: TextIO, err: TextIO) -> int:
     from ..costreport import build, parse_sets
-    from ..loader import load_spec
+    from ..frontend.loader import load_spec
 
     spec = load_spec(args.file)
     report = build(spec, sets=parse_sets(args.sets, spec), baseline=args.baseline, command="compare")

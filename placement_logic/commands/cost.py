@@ -45,7 +45,7 @@ def exit_status(report) -> int:
 
 def run(args, out: TextIO, err: TextIO) -> int:
     from ..costreport import build, parse_sets
-    from ..loader import load_spec
+    from ..frontend.loader import load_spec
 
     spec = load_spec(args.file)
     report = build(spec, plans=args.plans, sets=parse_sets(args.sets, spec), command="cost")

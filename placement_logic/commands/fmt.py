@@ -5,8 +5,8 @@ from __future__ import annotations
 import difflib
 
 from ..diagnostics import DiagnosticError
-from ..fmt import format_source
-from ..loader import read_source
+from ..frontend.canonical import format_source
+from ..frontend.loader import read_source
 
 
 def add_parser(sub) -> None:

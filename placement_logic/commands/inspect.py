@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from ..loader import load_spec
-from ..summary import spec_data, spec_text
+from ..frontend.loader import load_spec
+from ..ir.summary import spec_data, spec_text
 
 
 def add_parser(sub) -> None:

@@ -35,7 +35,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args, out, err) -> int:
-    from ..loader import load_spec
+    from ..frontend.loader import load_spec
     from ..measure import render
     from ..measure.session import measure
 

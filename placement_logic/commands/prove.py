@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from ..diagnostics import Diagnostic, DiagnosticError
-from ..loader import load_spec
+from ..frontend.loader import load_spec
 from ..prove import GROUPS, prove
 from ..prove import render
 

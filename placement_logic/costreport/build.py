@@ -18,10 +18,8 @@ import sympy
 from .. import costs, ir
 from ..diagnostics import Diagnostic, DiagnosticError, Span, did_you_mean
 from ..ir import State
-from ..symbolic import PlacementLatexPrinter, resolve_bindings, symbol_names
-from .model import (
-    Binding, CollectiveRow, CostReport, GroupTotal, PlanReport, Quantity, QuestionResult, StageReport,
-)
+from ..costs.symbolic import PlacementLatexPrinter, resolve_bindings, symbol_names
+from .model import Binding, CollectiveRow, CostReport, GroupTotal, PlanReport, Quantity, QuestionResult, StageReport
 
 _OPS = {
     "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,

@@ -17,10 +17,11 @@ from functools import lru_cache
 
 import sympy
 
-from .. import ir, schedule
+from .. import ir
+from ..ir import collectives as schedule
 from ..diagnostics import Diagnostic, DiagnosticError, did_you_mean
 from ..ir import Role, State
-from ..symbolic import symbol, to_sympy
+from .symbolic import symbol, to_sympy
 from .activations import Activations, InFlight, Layout, StageActivations, activations
 from .comm import Communication, size
 from .memory import Memory, StageMemory, memory

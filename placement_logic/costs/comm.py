@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import sympy
 
 from .. import ir
-from ..schedule import Collective, Kind
-from ..symbolic import symbol, to_sympy
+from ..ir.collectives import Collective, Kind
+from .symbolic import symbol, to_sympy
 from .activations import Layout
 from .sizes import Shape, divided
 

@@ -26,8 +26,8 @@ import sympy
 
 from .. import ir
 from ..ir import Mode, Role, State
-from ..schedule import axes_with_role, is_offloaded, pipeline_axis, sharded_axes
-from ..symbolic import symbol, to_sympy
+from ..ir.collectives import axes_with_role, is_offloaded, pipeline_axis, sharded_axes
+from .symbolic import symbol, to_sympy
 from .activations import Activations
 from .sizes import Shape, divided, stage_divided
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from .. import ir
-from ..symbolic import symbol, to_sympy
+from .symbolic import symbol, to_sympy
 
 
 FIRST, LAST = "first", "last"  # the pipeline stages the engine accounts for

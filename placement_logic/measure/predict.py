@@ -87,7 +87,7 @@ def _number(expr, subs: dict) -> Fraction:
 
 def predict(spec: ir.Spec, plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, int], optimizer: str) -> Prediction:
     from .. import costs
-    from ..symbolic import resolve_bindings
+    from ..costs.symbolic import resolve_bindings
 
     small = scaled_plan(plan, shape, sizes, optimizer)
     subs = resolve_bindings(spec.bindings, overrides={k: Fraction(v) for k, v in sizes.items()})

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from ..diagnostics import DiagnosticError
-from ..loader import load_spec
+from ..frontend.loader import load_spec
 from . import render
 from .report import MeasureReport
 from .session import DEFAULT_STEPS, measure_many

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 
 from .. import ir
-from ..check.session import Session
+from ..solver.session import Session
 from .claims import claim_analyses
 from .compose import compositions
 from .composition import breaker_obligations, family_obligations

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import sympy
 
 from .. import costs, ir
-from ..symbolic import resolve_bindings, symbol
+from ..costs.symbolic import resolve_bindings, symbol
 from .obligation import Obligation
 from .report import ClaimResult
-from .tosmt import as_expr
+from ..solver.tosmt import as_expr
 from .symbolic_ob import INT, POS, Domain, equivalence
 
 CLAIMS = "Claims"

@@ -16,9 +16,9 @@ from .. import ir
 from ..check import run as check_run
 from ..check.report import PlanReport, Verdict
 from ..check.rules import RULES
-from ..check.session import Session
+from ..solver.session import Session
 from ..diagnostics import DiagnosticError
-from ..loader import library_index, load_string
+from ..frontend.loader import library_index, load_string
 
 AXES = ("x", "y", "z")
 MODEL = """\

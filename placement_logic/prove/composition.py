@@ -24,8 +24,8 @@ from ..check import run as check_run
 from ..check import steps as st
 from ..check.report import Verdict
 from ..check.rules import RULES
-from ..check.session import Session
-from ..loader import load_string
+from ..solver.session import Session
+from ..frontend.loader import load_string
 from .compose import MODEL, Composition
 from .obligation import Obligation, Query
 

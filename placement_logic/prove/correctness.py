@@ -30,9 +30,9 @@ from ..check import run as check_run
 from ..check import steps as st
 from ..check.report import Verdict
 from ..check.rules import GRADIENT_INTEGRITY, STATE_CONSISTENCY
-from ..check.session import Session
+from ..solver.session import Session
 from ..check.values import fold, resolver
-from ..loader import load_string
+from ..frontend.loader import load_string
 from . import stepsem
 from .obligation import Obligation, Query
 from .symbolic_ob import model_value

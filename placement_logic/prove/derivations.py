@@ -15,7 +15,7 @@ from __future__ import annotations
 import sympy
 
 from .. import costs
-from ..symbolic import symbol
+from ..costs.symbolic import symbol
 from .library import data_spec, hybrid_spec
 from .obligation import Obligation
 from .symbolic_ob import INT, POS, relation

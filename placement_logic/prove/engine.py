@@ -13,7 +13,7 @@ import z3
 from ..check.report import Verdict
 from .obligation import Obligation
 from .report import Result, SolverVerdict
-from .solvers import run_cvc5, run_z3, smt2_text
+from ..solver.backends import run_cvc5, run_z3, smt2_text
 
 
 def decide(ob: Obligation, timeout: float, second: bool = True) -> tuple[Result, str]:

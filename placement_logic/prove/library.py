@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from .. import ir
-from ..loader import load_string
+from ..frontend.loader import load_string
 
 DATA_SPEC = """\
 from std.data import ddp, zero1, zero2, zero3, fsdp_full_shard, fsdp_shard_grad_op, hybrid_shard

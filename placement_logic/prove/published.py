@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from .. import ir
-from ..loader import load_string
+from ..frontend.loader import load_string
 
 ZERO_ABSTRACT = """\
 from std.data import ddp, zero3

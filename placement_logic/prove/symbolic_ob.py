@@ -15,9 +15,9 @@ from typing import Any
 import sympy
 import z3
 
-from ..symbolic import symbol
+from ..costs.symbolic import symbol
 from .obligation import Obligation, Query, Verdict
-from .tosmt import as_expr, denominators, to_z3
+from ..solver.tosmt import as_expr, denominators, to_z3
 
 OPS = {
     "==": (lambda a, b: a == b),

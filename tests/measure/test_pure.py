@@ -11,7 +11,7 @@ from fractions import Fraction
 import pytest
 
 from placement_logic.cli import main
-from placement_logic.loader import load_spec, load_string
+from placement_logic.frontend.loader import load_spec, load_string
 from placement_logic.measure import render
 from placement_logic.measure.compare import axes_of_group, compare
 from placement_logic.measure.predict import Prediction, PredictedCollective

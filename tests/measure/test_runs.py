@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from placement_logic.cli import main  # noqa: E402
-from placement_logic.loader import load_spec  # noqa: E402
+from placement_logic.frontend.loader import load_spec  # noqa: E402
 from placement_logic.measure.session import measure_many  # noqa: E402
 
 pytestmark = pytest.mark.torch

@@ -33,8 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from . import ir
-from .ir import Const, Mode, Op, Role, ScheduleKind, State, Sym, Value
+from .. import ir
+from .nodes import Const, Mode, Op, Role, ScheduleKind, State, Sym, Value
 
 
 class Kind(str, Enum):

@@ -2,7 +2,7 @@
 
 Loads the canonical grammar (``grammar/placement.lark``, shipped inside the package),
 parses with lark's LALR parser keeping positions, maps every lark error to a
-``Diagnostic`` with a span, and lowers the tree with ``placement_logic.lower``.
+``Diagnostic`` with a span, and lowers the tree with ``placement_logic.frontend.lower``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 from lark import Lark
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
-from . import syntax as st
-from .diagnostics import Diagnostic, DiagnosticError, Span
+from . import surface as st
+from ..diagnostics import Diagnostic, DiagnosticError, Span
 from .lower import Lower
 
 # Readable names for the grammar's terminals, used in "expected ..." messages.
@@ -50,7 +50,7 @@ def grammar_text() -> str:
     packaged = resources.files("placement_logic").joinpath("grammar", "placement.lark")
     if packaged.is_file():
         return packaged.read_text(encoding="utf-8")
-    source_tree = Path(__file__).resolve().parent.parent / "grammar" / "placement.lark"
+    source_tree = Path(__file__).resolve().parents[2] / "grammar" / "placement.lark"
     return source_tree.read_text(encoding="utf-8")
 
 

@@ -17,7 +17,41 @@ from enum import Enum
 from fractions import Fraction
 from typing import Iterator, Union
 
-from .diagnostics import NO_SPAN, Span
+from ..diagnostics import NO_SPAN, Span
+
+__all__ = [
+    "State",
+    "STATES",
+    "Mode",
+    "Role",
+    "Residency",
+    "Recompute",
+    "ScheduleKind",
+    "Dim",
+    "Const",
+    "Sym",
+    "Op",
+    "Query",
+    "Value",
+    "walk",
+    "symbols",
+    "const",
+    "Transformer",
+    "Model",
+    "Axis",
+    "Mesh",
+    "Placement",
+    "Binding",
+    "Schedule",
+    "Override",
+    "OVERRIDE_VERBS",
+    "PARAM_GROUPS",
+    "Plan",
+    "Question",
+    "Spec",
+    "show",
+]
+
 
 
 def _span() -> Span:

@@ -5,7 +5,7 @@ Used by ``placement inspect``: what the resolver made of each plan, axis by axis
 
 from __future__ import annotations
 
-from . import ir
+from .. import ir
 
 
 def plan_data(plan: ir.Plan) -> dict:

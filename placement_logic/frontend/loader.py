@@ -12,11 +12,11 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from . import ir
-from . import syntax as st
-from .diagnostics import Diagnostic, DiagnosticError, Span
+from .. import ir
+from . import surface as st
+from ..diagnostics import Diagnostic, DiagnosticError, Span
 from .parser import parse
-from .resolve import ModuleScope, Resolver, collect_scope
+from ..resolve import ModuleScope, Resolver, collect_scope
 
 STD = "std"
 
@@ -86,7 +86,7 @@ class Loader:
         if path[0] == STD:
             libs = library_modules()
             if len(path) != 2 or path[1] not in libs:
-                from .diagnostics import did_you_mean
+                from ..diagnostics import did_you_mean
 
                 name = ".".join(path)
                 self.error("PL111", f"no library module '{name}'", span,

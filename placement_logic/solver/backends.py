@@ -16,7 +16,7 @@ from typing import Any
 import z3
 
 from ..check.report import Verdict
-from .obligation import Obligation, Query
+from ..prove.obligation import Obligation, Query
 
 _STATUS = {"unsat": Verdict.PROVED, "sat": Verdict.REFUTED}
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Union
 
-from .diagnostics import NO_SPAN, Span
+from ..diagnostics import NO_SPAN, Span
 
 
 def _span() -> Span:

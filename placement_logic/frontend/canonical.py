@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from . import syntax as st
+from . import surface as st
 
 INDENT = "  "
 PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "neg": 3, "^": 4}

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable
 
-from . import ir
-from . import syntax as st
-from .diagnostics import Diagnostic, DiagnosticError, Span, did_you_mean
+from .. import ir
+from ..frontend import surface as st
+from ..diagnostics import Diagnostic, DiagnosticError, Span, did_you_mean
 
 BYTE_UNITS = {
     "B": 1,
@@ -473,7 +473,7 @@ class Resolver:
         return None
 
     def _import_hint(self, name: str) -> tuple[str, ...]:
-        from .loader import library_index  # local import: the loader imports this module
+        from ..frontend.loader import library_index  # local import: the loader imports this module
 
         for module, names in library_index().items():
             if name in names:

@@ -1,4 +1,4 @@
-"""Lowering: lark parse tree -> syntax tree (placement_logic.syntax), with spans.
+"""Lowering: lark parse tree -> syntax tree (placement_logic.frontend.surface), with spans.
 
 The grammar's rule aliases name the methods of ``Lower``; each method receives the
 already-lowered children. Numbers are read exactly (``fractions.Fraction``) from their
@@ -12,8 +12,8 @@ from fractions import Fraction
 from lark import Token, Transformer, v_args
 from lark.tree import Meta
 
-from . import syntax as st
-from .diagnostics import Diagnostic, DiagnosticError, Span
+from . import surface as st
+from ..diagnostics import Diagnostic, DiagnosticError, Span
 
 
 def read_number(text: str) -> Fraction:

@@ -18,8 +18,8 @@ from typing import Callable, Iterable, Mapping
 import sympy
 from sympy.printing.latex import LatexPrinter
 
-from . import ir
-from .diagnostics import Diagnostic, DiagnosticError
+from .. import ir
+from ..diagnostics import Diagnostic, DiagnosticError
 
 QueryFn = Callable[[ir.Query], sympy.Expr]
 
