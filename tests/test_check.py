@@ -53,8 +53,13 @@ def test_bug_is_refuted_with_a_replayable_counterexample(path, monkeypatch):
     # bug refutes is about an aspect that an expected GI obligation names
     aspects = {w.split("] ", 1)[1] for w in wants if w.startswith("GI ")}
     for o in report.obligations:
-        if o.condition == "gradient_integrity" and o.verdict is not Verdict.PROVED:
+        if o.condition == "gradient_integrity" and o.verdict is not Verdict.PROVED and "] " in o.name:
             assert o.name.split("] ", 1)[1] in aspects, (o.name, o.verdict)
+    # the whole-plan obligation of every group a GI aspect is refuted for is refuted too
+    for w in wants:
+        if w.startswith("GI "):
+            whole = w.split("] ", 1)[0] + "]"
+            assert [o.verdict for o in report.obligations if o.name == whole] == [Verdict.REFUTED], whole
     for want in wants:
         hits = [o for o in report.obligations if o.name == want or o.condition == want]  # rules by code
         assert hits, f"no obligation named {want}"
@@ -277,7 +282,7 @@ def test_gi_obligations_per_group_and_axis():
         "embedding": ["over dp", "over cp", "over pp"] + tail,  # tied: first and last stage
     }
     groups = [g for g in want if any(n.startswith(f"GI grads[{g}]") for n in names)]
-    assert names == [f"GI grads[{g}] {a}" for g in groups for a in want[g]]
+    assert names == [n for g in groups for n in [f"GI grads[{g}]"] + [f"GI grads[{g}] {a}" for a in want[g]]]
     assert {"dense", "norms", "embedding"} <= set(groups)
     assert report.exit_status == 0
 

@@ -77,28 +77,35 @@ def build(loss, k, divisor, accumulate):
 @example("global_mean", 1, None, True, 3, 2)  # correct: proved
 @example("per_device_mean", 1, None, True, 3, 1)  # exact only with equal counts: refuted
 @example("per_device_mean", 1, None, True, 1, 2)  # one device: its own token mean is global: proved
-@example("global_mean", 2, "dp", True, 2, 2)  # reduced twice then averaged: right by accident, both aspects refuted
+@example("global_mean", 2, "dp", True, 2, 2)  # reduced twice then averaged: the errors cancel, proved with a note
 def test_gi_verdict_matches_brute_force(loss, k, divisor, accumulate, n, m):
-    """Each GI obligation isolates one aspect (the others as a correct system does them):
-    the brute force of that isolated plan decides it; all of them proved implies the
-    brute force of the whole plan succeeds."""
+    """The whole-plan GI obligation is decided by the brute force of the whole plan; when it
+    is refuted, each per-aspect finding isolates one aspect (the others as a correct system
+    does them) and the brute force of that isolated plan decides it."""
     spec, p = build(loss, k, divisor, accumulate)
     # the divisor "dp*m" uses the model's microbatches symbol m: it is the pinned size
     report = check_plan(Session(timeout=10), spec, p, {"dp": n, st.MICROBATCHES: m})
     gi = {o.name: o for o in report.obligations if o.name.startswith("GI grads[dense]")}
-    assert set(gi) == {"GI grads[dense] over dp", "GI grads[dense] over microbatches", "GI grads[dense] normalisation"}
+    # the whole plan: its verdict is the brute force of the whole plan (errors may cancel)
+    whole_ok = brute_force_ok(loss, k, divisor, accumulate, n, m)
+    assert gi["GI grads[dense]"].verdict is (Verdict.PROVED if whole_ok else Verdict.REFUTED)
     oracle = {
         "GI grads[dense] over dp": brute_force_ok("global_mean", k, None, True, n, m),
         "GI grads[dense] over microbatches": brute_force_ok("global_mean", 1, None, accumulate, n, m),
         "GI grads[dense] normalisation": brute_force_ok(loss, 1, divisor, True, n, m),
     }
+    if whole_ok:
+        # departures that cancel are notes of the proof, not refutations
+        assert all(gi[name].verdict is Verdict.PROVED for name in oracle if name in gi)
+        if not all(oracle.values()):
+            assert any("errors cancel" in note for note in gi["GI grads[dense]"].notes)
+        return
+    assert set(gi) == {"GI grads[dense]"} | set(oracle)
     for name, ok in oracle.items():
         ob = gi[name]
         assert ob.verdict is (Verdict.PROVED if ok else Verdict.REFUTED), ob
         if not ok:
             assert dict(ob.counterexample.sizes) == {"dp": n, st.MICROBATCHES: m}
-    if all(oracle.values()):
-        assert brute_force_ok(loss, k, divisor, accumulate, n, m)
 
 
 def brute_force_norms_ok(sp: bool, k_dp: int, k_tp: int, n: int, t: int, m: int) -> bool:

@@ -209,7 +209,6 @@ def norm_negation(env: Env, prefix: str, boolean: bool) -> tuple[list, Callable[
     ctx = env.sess.ctx
     step = env.step
     axes = step.overflow_axes if boolean else step.clip_axes
-    k = {a: axes.count(a) for a in sorted(set(axes))}
     one = z3.IntVal(1, ctx)
     computed = [] if boolean else z3.RealVal(0, ctx)
     expected = [] if boolean else z3.RealVal(0, ctx)
@@ -217,6 +216,8 @@ def norm_negation(env: Env, prefix: str, boolean: bool) -> tuple[list, Callable[
     blocks: dict[tuple[str, frozenset[str]], Any] = {}
     for g in step.groups:
         shard = g.shard_axes
+        g_axes = axes if boolean or g.clip_axes is None else g.clip_axes
+        k = {a: g_axes.count(a) for a in sorted(set(g_axes))}
         for b in subsets(shard):
             name = f"{prefix}_{g.group}_{'_'.join(sorted(b)) or 'own'}"
             v = env.sess.bool(name) if boolean else env.sess.real(name)

@@ -47,28 +47,30 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
         if any(c >= sizes[a] for a, c in zip(g.shard_axes, shard)):
             return None
         placed[(group, shard)] = v
-    local: dict[Coord, object] = {}
-    for dev in devices:
-        acc: object = False if boolean else Fraction(0)
+    if boolean:
+        buf: dict[Coord, object] = {}
+        for dev in devices:
+            buf[dev] = any(placed.get((g.group, tuple(dev[pos[a]] for a in g.shard_axes))) for g in step.groups)
+        for a in reduce_axes:
+            buf = _allreduce(buf, pos[a], lambda x, y: x or y)
+    else:
+        # every group's squared-norm partial sum is reduced over that group's own axes
+        buf = {dev: Fraction(0) for dev in devices}
         for g in step.groups:
-            shard = tuple(dev[pos[a]] for a in g.shard_axes)
-            v = placed.get((g.group, shard))
-            if not v:
-                continue
-            if boolean:
-                acc = True
-                continue
-            counted = all(dev[pos[a]] == 0 for a in set(reduce_axes) if a not in g.shard_axes)
-            if counted:
+            g_axes = g.clip_axes if g.clip_axes is not None else reduce_axes
+            part: dict[Coord, object] = {}
+            for dev in devices:
+                v = placed.get((g.group, tuple(dev[pos[a]] for a in g.shard_axes)))
+                counted = bool(v) and all(dev[pos[a]] == 0 for a in set(g_axes) if a not in g.shard_axes)
                 dc = 1
-                if g.double_count:
+                if counted and g.double_count:
                     tie = [d for d in g.dims if d.tie]
                     dc = (2 if sizes[tie[0].axis] >= 2 else 1) if tie else 2
-                acc = acc + Fraction(v) * dc
-        local[dev] = acc
-    buf = dict(local)
-    for a in reduce_axes:
-        buf = _allreduce(buf, pos[a], (lambda x, y: x or y) if boolean else (lambda x, y: x + y))
+                part[dev] = Fraction(v) * dc if counted else Fraction(0)
+            for a in g_axes:
+                part = _allreduce(part, pos[a], lambda x, y: x + y)
+            for dev in devices:
+                buf[dev] = buf[dev] + part[dev]
     if boolean:
         expected = any(bool(v) for v in placed.values())
     else:
@@ -78,7 +80,12 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
         return None
     dev = bad[0]
     where = ", ".join(f"{g}{coords_text(step.group(g).shard_axes, s)}" for g, s in sorted(placed))
-    reduce_text = f"all-reduce over ({', '.join(reduce_axes)})" if reduce_axes else "no all-reduce"
+    group_axes = {g.clip_axes for g in step.groups if g.clip_axes is not None}
+    if not boolean and len(group_axes) > 1:
+        reduce_text = "; ".join(f"{g.group}: " + (f"all-reduce over ({', '.join(g.clip_axes)})" if g.clip_axes
+                                                   else "no all-reduce") for g in step.groups)
+    else:
+        reduce_text = f"all-reduce over ({', '.join(reduce_axes)})" if reduce_axes else "no all-reduce"
     if boolean:
         other = next((d for d in devices if buf[d] != buf[dev]), None)
         devs = [("observer", coords_text(axes, dev))]
@@ -99,13 +106,16 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
     values = (("squared gradient norms", f"{where} (one value per listed shard, 0 elsewhere)"), ("reduction", reduce_text))
     derived = ctx.derived.clip_axes
     diag = []
-    missing = [a for a in derived if a not in reduce_axes]
-    if missing:
-        diag.append(f"squared norms are not summed over ({', '.join(missing)}), where the gradients are sharded: "
-                    "each shard is clipped with its own local norm")
-    extra = [a for a in sorted(set(reduce_axes)) if reduce_axes.count(a) > derived.count(a)]
-    if extra:
-        diag.append(f"squared norms are summed too often over ({', '.join(sorted(extra))})")
+    for who, axes_g in ([(None, reduce_axes)] if len(group_axes) <= 1
+                        else [(g.group, g.clip_axes) for g in step.groups]):
+        of = f" of {who}" if who else ""
+        missing = [a for a in dict.fromkeys(derived) if a not in axes_g]
+        if missing:
+            diag.append(f"squared norms{of} are not summed over ({', '.join(missing)}), where the gradients are "
+                        "sharded: each shard is clipped with its own local norm")
+        extra = [a for a in sorted(set(axes_g)) if axes_g.count(a) > derived.count(a)]
+        if extra:
+            diag.append(f"squared norms{of} are summed too often over ({', '.join(sorted(extra))})")
     for g in step.groups:
         if g.double_count:
             diag.append(f"{g.group} is counted twice in the norm (it is held on two devices and not de-duplicated)")
@@ -224,3 +234,55 @@ def replay_tie(ctx: Context, w: dict) -> Counterexample | None:
                           (("input embedding grad", "1"), ("output projection grad", "2")), eq,
                           (f"the tied pair is all-reduced {tie.k} times over the first and last {tie.axis} stage; "
                            "it must be exactly once",), ctx.command(sizes))
+
+
+def replay_usable(ctx: Context, w: dict) -> Counterexample | None:
+    """Params sharded (``S``) or gathered other than once over a data axis: the forward runs with
+    the wrong weights. A two-element weight row, input (1, 1), one output: y = w·x."""
+    sizes, axis, times = w["sizes"], w["axis"], w.get("times", 0)
+    n = sizes[axis]
+    if n < 2 or times == 1:
+        return None
+    weights = [Fraction(i + 1) for i in range(n)]  # element i is held by rank i
+    full = sum(weights, Fraction(0))
+    held = [weights[0]] if times == 0 else weights * times  # rank 0's buffer before the forward
+    used = sum(held, Fraction(0))
+    if used == full:
+        return None
+    what = ("only its own shard" if times == 0 else f"every shard {times} times")
+    eq = (f"forward output on ({axis}=0) with input 1 per element = {_frac(used)}, single device = {_frac(full)}")
+    if times == 0:
+        diag = (f"params are sharded over {axis} and never all-gathered over it: each {axis} rank runs the "
+                f"forward with 1/{n} of the weights",)
+    else:
+        diag = (f"params are all-gathered over {axis} {times} times before use: the reconstructed unit holds "
+                f"{times} copies of every shard",)
+    return Counterexample(ctx.sizes_tuple(sizes), (("observer", f"({axis}=0)"),),
+                          (("params", ", ".join(f"element {i} = {_frac(x)} on {axis}={i}" for i, x in enumerate(weights))),
+                           ("forward uses", what)), eq, diag, ctx.command(sizes))
+
+
+def replay_optimizer(ctx: Context, w: dict) -> Counterexample | None:
+    """Gradients sharded over an axis on which the optimizer state is replicated: every replica
+    steps the whole parameter with a gradient buffer it holds only a shard of."""
+    sizes, axis = w["sizes"], w["axis"]
+    n = sizes[axis]
+    if n < 2:
+        return None
+    lr = Fraction(1, 10)
+    theta = [Fraction(1)] * n
+    grad = [Fraction(i + 1) for i in range(n)]  # the fully reduced gradient, element by element
+    expected = [t - lr * g for t, g in zip(theta, grad)]
+    held = [grad[0]] + [Fraction(0)] * (n - 1)  # rank 0 holds the reduced shard 0 only
+    got = [t - lr * g for t, g in zip(theta, held)]
+    bad = next((i for i in range(n) if got[i] != expected[i]), None)
+    if bad is None:
+        return None
+    eq = (f"after the step, params element {bad} on ({axis}=0) = {_frac(got[bad])}, single device = "
+          f"{_frac(expected[bad])}")
+    return Counterexample(ctx.sizes_tuple(sizes), (("observer", f"({axis}=0)"),),
+                          (("reduced gradient", ", ".join(_frac(g) for g in grad)),
+                           (f"held on ({axis}=0)", f"shard 0 only ({_frac(grad[0])})"), ("learning rate", _frac(lr))),
+                          eq, (f"gradients are sharded over {axis} but the optimizer state is replicated there: each "
+                               f"replica steps every element with only its own shard of the gradient",),
+                          ctx.command(sizes))

@@ -24,6 +24,7 @@ from .rules import GRADIENT_INTEGRITY, RULES, STATE_CONSISTENCY
 from ..solver.session import Session
 
 DEFAULT_BOUND = 6
+ALL_GROUPS = "*"  # an explanation of every group's whole-plan gradient integrity
 MAX_REPLAY_DEVICES = 1 << 14
 
 
@@ -36,6 +37,8 @@ class Obligation:
     encode: Callable[[en.Env], tuple[list, Callable]]
     replay: Callable[[dict], object]
     notes: tuple[str, ...] = ()
+    whole: str | None = None  # the group whose whole-plan gradient integrity this is
+    aspect_of: str | None = None  # the group whose whole-plan GI this per-aspect finding explains
 
 
 @dataclass(frozen=True)
@@ -60,13 +63,19 @@ def obligations(step: st.StepModel, derived: st.StepModel, ctx: rp.Context) -> l
     obs: list[Obligation] = []
     P = step.plan_span
     for g in step.groups:
+        obs.append(Obligation(
+            f"GI grads[{g.group}]", GRADIENT_INTEGRITY, _span(g.span, P),
+            f"the {g.group} gradient that enters every update equals the global-batch mean-loss gradient: the "
+            "plan's reductions, accumulation, loss weights and divisor taken together",
+            lambda env, g=g: en.gi_negation(env, g, f"gi_{g.group}"),
+            lambda w, g=g: rp.replay_gi(ctx, w, g, None), whole=g.group))
         for aspect in st.gi_aspects(g):
             h = st.isolate(g, aspect)
             label, checked = _gi_text(g, aspect)
             obs.append(Obligation(
                 f"GI grads[{g.group}] {label}", GRADIENT_INTEGRITY, _span(g.span_of(aspect), P), checked,
                 lambda env, h=h, a=aspect: en.gi_negation(env, h, f"gi_{h.group}_{_slug(a)}"),
-                lambda w, h=h, a=aspect: rp.replay_gi(ctx, w, h, a)))
+                lambda w, h=h, a=aspect: rp.replay_gi(ctx, w, h, a), aspect_of=g.group))
     for g in step.groups:
         obs.append(Obligation(
             f"SC grads[{g.group}]", STATE_CONSISTENCY, _span(g.span, P),
@@ -87,6 +96,30 @@ def obligations(step: st.StepModel, derived: st.StepModel, ctx: rp.Context) -> l
         "dropout seeds are identical over axes where the region is replicated and distinct where it is split",
         lambda env: en.seed_negation(env), lambda w: rs.replay_seed(ctx, w),
         () if step.tensor_axes else ("vacuous: no tensor-parallel axis",)))
+    for a in step.data_axes + step.context_axes:
+        obs.append(Obligation(
+            f"SC params usable over {a}", STATE_CONSISTENCY, _span(step.params_span, P),
+            f"the forward on every {a} rank uses the whole parameters: params are replicated, gathered (S*) or "
+            f"fetched over {a}, never left sharded (S)",
+            lambda env, a=a: en.axes_negation(env, "usable", [(a, env.sess.true() if a in step.unusable_axes
+                                                                 else env.sess.false())]),
+            lambda w: rs.replay_usable(ctx, w)))
+    for a, times in step.gather_counts:
+        obs.append(Obligation(
+            f"SC params gathered over {a}", STATE_CONSISTENCY, _span(step.params_span, P),
+            f"params sharded-with-gather (S*) over {a} are all-gathered over {a} exactly once before each use",
+            lambda env, a=a, times=times: en.axes_negation(
+                env, "usable", [(a, env.sess.true() if times != 1 else env.sess.false())]),
+            lambda w, times=times: rs.replay_usable(ctx, {**w, "times": times})))
+    split_grads = [a for a in step.axes if a in step.grads_split_axes]
+    for a in split_grads:
+        obs.append(Obligation(
+            f"SC optimizer step over {a}", STATE_CONSISTENCY, _span(step.optimizer_span, P),
+            f"gradients are sharded over {a}, so the optimizer state is sharded over {a} too and every rank steps "
+            "exactly the elements whose reduced gradient it holds",
+            lambda env, a=a: en.axes_negation(env, "optimizer", [(a, env.sess.true() if a in step.optimizer_mismatch
+                                                                     else env.sess.false())]),
+            lambda w: rs.replay_optimizer(ctx, w)))
     missing = [a for a in step.regather_needed if a not in step.regather_axes]
     obs.append(Obligation(
         "SC params re-gather", STATE_CONSISTENCY, _span(step.regather_span, P),
@@ -101,6 +134,7 @@ def obligations(step: st.StepModel, derived: st.StepModel, ctx: rp.Context) -> l
     group_spans = [g.span for g in step.groups if g.span != NO_SPAN]
     obs.append(_rule("CR02", group_spans[0] if group_spans else P, lambda env: en.typing_negation(env),
                      lambda w: rp.replay_structural(ctx, w["group"], w["sizes"], w["dim"])))
+    obs[-1].aspect_of = ALL_GROUPS
     modes = dict(step.param_modes)
     bad_gather = [a for a in step.gather_axes if modes.get(a) not in ("S", "S*", "O")]
     obs.append(_rule("CR03", _span(step.gather_span, P),
@@ -252,7 +286,7 @@ def discharge(sess: Session, ob: Obligation, step: st.StepModel, bindings: dict,
 
     def query(tier: Tier):
         nonlocal seconds
-        env = en.Env(sess, step, bindings, pinned, tier.bound, tier.int_counts, tier.equal_counts,
+        env = en.Env(sess, step, bindings, pinned, tier.bound, tier.int_counts, tier.equal_counts or step.equal_tokens,
                      counts_cap=tier.counts_cap)
         cons, extract = ob.encode(env)
         out = sess.check(f"{step.plan}:{ob.name}:{tier.label}", env.side + cons)
@@ -320,7 +354,8 @@ def check_plan(sess: Session, spec: ir.Spec, plan: ir.Plan, pinned: dict[str, in
     bindings = spec.binding_map
     loss_derived = st.derive(plan, overrides=False, keep=("loss",))
     ctx = rp.Context(step, derived, loss_derived, bindings, spec.file, pinned)
-    results = tuple(discharge(sess, ob, step, bindings, pinned, bound) for ob in obligations(step, derived, ctx))
+    obs = obligations(step, derived, ctx)
+    results = _explain(obs, [discharge(sess, ob, step, bindings, pinned, bound) for ob in obs])
     free = [n for n in step.axes + (st.MICROBATCHES,) if n not in pinned]
     assumed = (
         "deterministic, synchronous execution",
@@ -330,6 +365,35 @@ def check_plan(sess: Session, spec: ir.Spec, plan: ir.Plan, pinned: dict[str, in
         "gradient contributions and squared norms arbitrary",
     )
     return PlanReport(plan.name, results, assumed)
+
+
+def _explain(obs: list[Obligation], results: list[ObligationResult]) -> tuple[ObligationResult, ...]:
+    """Per-aspect GI findings explain their group's whole-plan obligation. Where the whole
+    plan is proved but aspects depart from the derivation, the errors cancel: the aspects
+    become notes of the proof instead of refutations of a correct plan."""
+    whole = {ob.whole: r for ob, r in zip(obs, results) if ob.whole is not None}
+    all_proved = bool(whole) and all(r.verdict is Verdict.PROVED for r in whole.values())
+    cancelled: dict[str, list[str]] = {}
+    out: list[ObligationResult] = []
+    for ob, r in zip(obs, results):
+        if ob.aspect_of == ALL_GROUPS:
+            explained = all_proved
+            owner = next(iter(whole), None)
+        else:
+            w = whole.get(ob.aspect_of) if ob.aspect_of is not None else None
+            explained = w is not None and w.verdict is Verdict.PROVED
+            owner = ob.aspect_of
+        if explained and r.verdict is not Verdict.PROVED:
+            cancelled.setdefault(owner, []).append(f"{r.name}: {r.verdict.name.lower()} in isolation")
+            continue
+        out.append(r)
+    if cancelled:
+        out = [replace(r, notes=r.notes + (
+            "errors cancel: the plan departs from the derivation, but the departures compensate exactly ("
+            + "; ".join(cancelled[g]) + ")",))
+            if (g := next((ob.whole for ob, rr in zip(obs, results) if rr is r and ob.whole), None)) in cancelled
+            else r for r in out]
+    return tuple(out)
 
 
 def check_spec(spec: ir.Spec, plans: list[str] | None = None, pinned: dict[str, int] | None = None,

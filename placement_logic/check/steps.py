@@ -57,6 +57,8 @@ class GroupModel:
     double_count: bool = False  # counted twice in the global grad norm
     span: Span = NO_SPAN  # where the behaviour comes from (override or binding)
     spans: tuple[tuple[str, Span], ...] = ()  # per GI aspect (dimension or NORMALISATION): its source
+    clip_axes: tuple[str, ...] | None = None  # axes this group's squared norm is summed over (None: the plan's)
+    clip_span: Span = NO_SPAN
 
     def span_of(self, aspect: str) -> Span:
         return dict(self.spans).get(aspect, NO_SPAN)
@@ -110,6 +112,14 @@ class StepModel:
     context_axes: tuple[str, ...]
     plan_span: Span = NO_SPAN
     microbatch_symbol: str | None = None  # the let symbol the model's microbatches is, if any
+    unusable_axes: tuple[str, ...] = ()  # data/context axes with params S: never reassembled for the forward
+    gather_counts: tuple[tuple[str, int], ...] = ()  # (axis, gathers before each use) for every S* axis of params
+    optimizer_mismatch: tuple[str, ...] = ()  # axes with grads sharded and the optimizer state replicated
+    grads_split_axes: tuple[str, ...] = ()  # axes over which the gradients are sharded or streamed (S, S*, M, O)
+    grads_span: Span = NO_SPAN
+    optimizer_span: Span = NO_SPAN
+    params_span: Span = NO_SPAN
+    equal_tokens: bool = False  # `override tokens: equal`: every device and microbatch has the same count
 
     def size_aliases(self) -> dict[str, str]:
         """Symbols that name a size of the step: the model's microbatches symbol."""
@@ -226,9 +236,13 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
                 dims.append(GradDim(a, a, TOKEN, k[a], replica=True,
                                     why=f"{a} is a context axis: each device holds a slice of the sequence"))
             elif role is ir.Role.EXPERT:
-                if g == "experts":
+                if g == "experts" and par_pl.mode(a).shards:
                     dims.append(GradDim(a, a, TOKEN, k[a], implicit=True,
                                         why=f"experts are sharded over {a}; the all-to-all brings every rank's tokens"))
+                elif g == "experts":
+                    dims.append(GradDim(a, a, TOKEN, k[a], replica=True,
+                                        why=f"params are {par_pl.mode(a).value} over {a}: every rank holds every "
+                                            "expert and sees its own tokens"))
                 else:
                     dims.append(GradDim(a, a, TOKEN, k[a], replica=True,
                                         why=f"non-expert parameters see different tokens on each {a} rank"))
@@ -240,8 +254,12 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
                     else:
                         dims.append(GradDim(a, a, INVARIANT, k[a], replica=True,
                                             why=f"{g} are replicated over {a} and see the whole sequence"))
-                else:
+                elif par_pl.mode(a).shards:
                     dims.append(GradDim(a, a, SHARDED, k[a], why=f"{g} are partitioned over {a}"))
+                else:
+                    dims.append(GradDim(a, a, INVARIANT, k[a], replica=True,
+                                        why=f"params are {par_pl.mode(a).value} over {a}: every {a} rank computes "
+                                            f"the whole {g} gradient on the same tokens"))
             elif role is ir.Role.PIPELINE:
                 if g == "embedding" and tied:
                     dims.append(GradDim(f"tie:{a}", a, SPLIT, 1, replica=True, tie=True,
@@ -282,8 +300,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
             spans[MICROBATCHES] = acc_o.span
 
         if loss == "global_mean":
-            norm = tuple(tok_o.axes) if tok_o is not None else token_axes
-            norm = tuple(dict.fromkeys(norm)) + (MICROBATCHES,)
+            norm = (tuple(tok_o.axes) if tok_o is not None else token_axes) + (MICROBATCHES,)
             div_axes: tuple[str, ...] = ()
         elif loss == "per_device_mean":
             norm = (MICROBATCHES,)
@@ -303,12 +320,19 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         ) + tuple(a for a in grads_sharded_data)
         if g == "experts":
             shard_axes += tuple(expert)
-        dc = last("clip_norm", "double_count", g)
+        dc = last("clip_norm", "double_count", g) or last("clip_norm", "double_count", "all") \
+            or last("clip_norm", "double_count", None)
+        clip_g = last("clip_norm", "reduce", g) or last("clip_norm", "reduce", "all") \
+            or last("clip_norm", "reduce", None)
         groups.append(GroupModel(g, tuple(dims), norm, div_axes, div_value, tuple(dict.fromkeys(shard_axes)),
-                                 double_count=dc is not None, span=span, spans=tuple(spans.items())))
+                                 double_count=dc is not None, span=span, spans=tuple(spans.items()),
+                                 clip_axes=tuple(clip_g.axes or ()) if clip_g is not None else None,
+                                 clip_span=clip_g.span if clip_g is not None else NO_SPAN))
 
     all_shard = tuple(dict.fromkeys(a for g in groups for a in g.shard_axes))
-    clip_o = last("clip_norm", "reduce")
+    clip_o = last("clip_norm", "reduce", "all") or last("clip_norm", "reduce", None)
+    plan_clip = tuple(clip_o.axes or ()) if clip_o else all_shard
+    groups = [g if g.clip_axes is not None else replace(g, clip_axes=plan_clip) for g in groups]
     overflow_o = last("overflow", "reduce")
     seed_o = last("dropout_seed")
     if seed_o is None:
@@ -324,6 +348,12 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     acc_o = last("grads", "no_accumulation_buffer")
     offloaded = par_pl.offloaded or any(m is ir.Mode.O for _, m in par_pl.modes)
     axis_bindings = tuple((a, tuple(b.strategy for b in plan.bindings if a in b.axes)) for a in axes)
+    unusable = tuple(a for a in data + context if par_pl.mode(a) is ir.Mode.S)
+    gathered = Counter(a for c in sched_gathers for a in c.axes)
+    gather_counts = tuple((a, gathered[a]) for a in axes if par_pl.mode(a) is ir.Mode.S_STAR)
+    grad_split = (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.M, ir.Mode.O)
+    mismatch = tuple(a for a in axes if grads_pl.mode(a) in grad_split and opt_pl.mode(a) is ir.Mode.R)
+    eq_o = last("tokens", "equal")
     return StepModel(
         plan=plan.name,
         axes=axes,
@@ -331,8 +361,9 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         groups=tuple(groups),
         loss=loss,
         loss_span=(loss_o or tok_o).span if (loss_o or tok_o) else plan.span,
-        clip_axes=tuple(clip_o.axes or ()) if clip_o else all_shard,
-        clip_span=clip_o.span if clip_o else plan.span,
+        clip_axes=plan_clip,
+        clip_span=(clip_o or last("clip_norm", "reduce") or last("clip_norm", "double_count")
+                   or plan).span,
         overflow_axes=tuple(overflow_o.axes or ()) if overflow_o else all_shard,
         overflow_span=overflow_o.span if overflow_o else plan.span,
         seed_vary=seed_vary,
@@ -361,6 +392,14 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         context_axes=context,
         plan_span=plan.span,
         microbatch_symbol=plan.model.microbatches.name if isinstance(plan.model.microbatches, ir.Sym) else None,
+        unusable_axes=unusable,
+        gather_counts=gather_counts,
+        optimizer_mismatch=mismatch,
+        grads_split_axes=tuple(a for a in axes if grads_pl.mode(a) in grad_split),
+        grads_span=grads_pl.span,
+        optimizer_span=opt_pl.span,
+        params_span=(gather_o.span if gather_o else par_pl.span),
+        equal_tokens=eq_o is not None,
     )
 
 

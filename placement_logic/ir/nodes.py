@@ -319,7 +319,10 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "per_microbatch_mean": (False, False),
         "global_mean": (False, False),
     },
-    "tokens": {"reduce": (True, False)},  # token count summed over exactly these axes
+    "tokens": {
+        "reduce": (True, False),  # token count summed over exactly these axes
+        "equal": (False, False),  # every device and microbatch holds the same number of tokens
+    },
     "dropout_seed": {"vary": (True, False), "same": (False, False)},
     "overflow": {"reduce": (True, False)},  # overflow flag all-reduced over these axes
     "params": {
