@@ -100,6 +100,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PL502": ("tie-axis", "A tie_reduce override over an axis that is not a pipeline axis."),
     "PL503": ("check-value", "An override value the checker cannot evaluate (a cost query or an unknown operator)."),
     "PL504": ("unbound-check-symbol", "An override value that uses a symbol with no value and no mesh size."),
+    "PL505": ("transient-persistent-state", "Params or optimizer state placed M: they persist across steps, M is for gradients and activations."),
     # cost engine: PL400-PL449
     "PL400": ("bad-value-expression", "A value expression the cost engine cannot translate (unknown operator or node)."),
     "PL401": ("query-not-allowed", "A cost query (memory(...), comm(...)) where only plain values are allowed."),

@@ -29,6 +29,9 @@ INVARIANT = "invariant"  # every device computes the same value
 SHARDED = "sharded"  # devices hold different elements
 
 DATA_ROLES = (ir.Role.DATA,)
+# params modes under which a tensor or expert axis splits the computation itself; under S* every
+# rank gathers the whole weights first, under R and M it holds them whole
+SPLIT_MODES = (ir.Mode.S, ir.Mode.O)
 TENSOR_ROLES = (ir.Role.TENSOR, ir.Role.SEQUENCE)
 
 
@@ -151,6 +154,33 @@ def _groups_present(plan: ir.Plan) -> tuple[str, ...]:
     return tuple(groups)
 
 
+def whole_update_axes(plan: ir.Plan) -> tuple[str, ...]:
+    """Axes along which every rank's optimizer step covers whole parameters: the axes that split
+    the batch (data, context), and tensor and expert axes whose params are not split (``S``/``O``)
+    by the axis's own rule. Pipeline stages always split the parameters."""
+    par = plan.placement(ir.State.PARAMS)
+    out = []
+    for a in plan.mesh.names:
+        role = plan.role(a)
+        if role in (ir.Role.DATA, ir.Role.CONTEXT):
+            out.append(a)
+        elif role in TENSOR_ROLES + (ir.Role.EXPERT,) and par.mode(a) not in SPLIT_MODES:
+            out.append(a)
+    return tuple(out)
+
+
+def _persistent_modes(plan: ir.Plan) -> None:
+    """Params and optimizer state live from one step to the next: ``M`` (materialized only
+    transiently) does not apply to them."""
+    for state in (ir.State.PARAMS, ir.State.OPTIMIZER):
+        pl = plan.placement(state)
+        bad = pl.axes_with(ir.Mode.M)
+        if bad:
+            raise _err("PL505", f"{state.value} are placed M (materialized only transiently) over "
+                       f"({', '.join(bad)}), but {state.value} persist from one step to the next; M applies to "
+                       "gradients and activations", pl.span if pl.span != NO_SPAN else plan.span)
+
+
 def _tied(plan: ir.Plan) -> bool:
     t = plan.model.transformer
     if t is not None and t.tied_embeddings:
@@ -158,6 +188,23 @@ def _tied(plan: ir.Plan) -> bool:
     return any(o.target == "embedding" for o in plan.overrides) or any(
         o.group == "embedding" and o.target == "clip_norm" for o in plan.overrides
     )
+
+
+def _no_effect(plan: ir.Plan, groups: tuple[str, ...], needs_regather: bool, offloaded: bool) -> None:
+    """Overrides the step cannot read are errors, not silent no-ops (PL506)."""
+    for o in plan.overrides:
+        why = None
+        if o.group not in (None, "all") and o.group not in groups:
+            why = (f"the plan has no '{o.group}' parameter group (its groups: {', '.join(groups)})")
+        elif o.target == "params" and o.verb == "no_fetch" and not offloaded:
+            why = "params stay on the device, so there is nothing to fetch"
+        elif o.target == "params" and o.verb == "no_regather" and not needs_regather:
+            why = "no axis has replicated params with a sharded optimizer, so nothing is re-gathered"
+        elif o.target == "embedding" and not plan.axes_with_role(ir.Role.PIPELINE):
+            why = "the plan has no pipeline axis, so the embedding is not tied across stages"
+        if why:
+            raise _err("PL506", f"override {o.target}{f'[{o.group}]' if o.group else ''}: {o.verb} changes "
+                       f"nothing: {why}", o.span)
 
 
 def _err(code: str, msg: str, span: Span) -> DiagnosticError:
@@ -177,6 +224,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     if not overrides:
         plan = replace(plan, overrides=tuple(o for o in plan.overrides if o.target in keep))
     axes = plan.mesh.names
+    _persistent_modes(plan)
     for o in plan.overrides:
         for a in o.axes or ():
             if a not in axes:
@@ -236,7 +284,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
                 dims.append(GradDim(a, a, TOKEN, k[a], replica=True,
                                     why=f"{a} is a context axis: each device holds a slice of the sequence"))
             elif role is ir.Role.EXPERT:
-                if g == "experts" and par_pl.mode(a).shards:
+                if g == "experts" and par_pl.mode(a) in SPLIT_MODES:
                     dims.append(GradDim(a, a, TOKEN, k[a], implicit=True,
                                         why=f"experts are sharded over {a}; the all-to-all brings every rank's tokens"))
                 elif g == "experts":
@@ -254,7 +302,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
                     else:
                         dims.append(GradDim(a, a, INVARIANT, k[a], replica=True,
                                             why=f"{g} are replicated over {a} and see the whole sequence"))
-                elif par_pl.mode(a).shards:
+                elif par_pl.mode(a) in SPLIT_MODES:
                     dims.append(GradDim(a, a, SHARDED, k[a], why=f"{g} are partitioned over {a}"))
                 else:
                     dims.append(GradDim(a, a, INVARIANT, k[a], replica=True,
@@ -342,17 +390,21 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     else:
         seed_vary = tuple(seed_o.axes or ())
     needed = tuple(a for a in axes if par_pl.mode(a) is ir.Mode.R and opt_pl.mode(a).shards)
+    offloaded_params = par_pl.offloaded or any(m is ir.Mode.O for _, m in par_pl.modes)
+    if overrides:
+        _no_effect(plan, tuple(g.group for g in groups), bool(needed), offloaded_params)
     rg_o = last("params", "no_regather")
     gather_o = last("params", "gather")
     fetch_o = last("params", "no_fetch")
     acc_o = last("grads", "no_accumulation_buffer")
     offloaded = par_pl.offloaded or any(m is ir.Mode.O for _, m in par_pl.modes)
     axis_bindings = tuple((a, tuple(b.strategy for b in plan.bindings if a in b.axes)) for a in axes)
-    unusable = tuple(a for a in data + context if par_pl.mode(a) is ir.Mode.S)
+    unusable = tuple(a for a in data + context if par_pl.mode(a) in SPLIT_MODES)
     gathered = Counter(a for c in sched_gathers for a in c.axes)
     gather_counts = tuple((a, gathered[a]) for a in axes if par_pl.mode(a) is ir.Mode.S_STAR)
     grad_split = (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.M, ir.Mode.O)
-    mismatch = tuple(a for a in axes if grads_pl.mode(a) in grad_split and opt_pl.mode(a) is ir.Mode.R)
+    whole = whole_update_axes(plan)
+    mismatch = tuple(a for a in whole if grads_pl.mode(a) in grad_split and opt_pl.mode(a) is ir.Mode.R)
     eq_o = last("tokens", "equal")
     return StepModel(
         plan=plan.name,
@@ -395,7 +447,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         unusable_axes=unusable,
         gather_counts=gather_counts,
         optimizer_mismatch=mismatch,
-        grads_split_axes=tuple(a for a in axes if grads_pl.mode(a) in grad_split),
+        grads_split_axes=tuple(a for a in whole if grads_pl.mode(a) in grad_split),
         grads_span=grads_pl.span,
         optimizer_span=opt_pl.span,
         params_span=(gather_o.span if gather_o else par_pl.span),

@@ -182,8 +182,10 @@ def _grad_sync(plan: ir.Plan) -> list[Collective]:
         reduce_axes = [a for grp in groups for a in grp]
     else:
         reduce_axes = list(axes_with_role(plan, *_REDUCING_ROLES))
-        # expert axes carry data for the dense parameters: reduce there when grads are R
-        reduce_axes += [a for a in axes_with_role(plan, Role.EXPERT) if g.mode(a) is Mode.R]
+        # expert axes carry data for the dense parameters: reduce every gradient there when grads are
+        # R, or when the experts are not split over the axis (params gathered or replicated there)
+        reduce_axes += [a for a in axes_with_role(plan, Role.EXPERT) if g.mode(a) is Mode.R
+                        or plan.placement(State.PARAMS).mode(a) not in (Mode.S, Mode.O)]
         reduce_axes = [a for a in plan.mesh.names if a in reduce_axes]
     scatter = tuple(a for a in reduce_axes if g.mode(a) in (Mode.S, Mode.S_STAR, Mode.M, Mode.O))
     plain = tuple(a for a in reduce_axes if a not in scatter)
@@ -212,7 +214,7 @@ def _grad_sync(plan: ir.Plan) -> list[Collective]:
             "grads R over a data axis: all-reduce once per step"))
     if not given:
         for e in axes_with_role(plan, Role.EXPERT):
-            if g.mode(e) is Mode.R:
+            if e in reduce_axes:
                 continue  # already reduced above with the whole gradient
             out.append(Collective(
                 Kind.ALL_REDUCE, State.GRADS, (e,), _link(plan, (e,)), Phase.GRAD_SYNC, _ONE,
