@@ -52,6 +52,11 @@ def text(report: CheckReport) -> str:
                 lines.append(f"      unknown: {o.reason} (not a pass)")
                 continue
             cex = o.counterexample
+            found = p.finding_of(o.name)
+            if found is not None and found[1].root != o.name:
+                lines.append(f"      part of finding {found[0]} (root cause: {found[1].root}); counterexample: "
+                             f"{cex.equation}")
+                continue
             lines.append("      counterexample (re-checked by concrete replay):")
             lines.append("        sizes: " + ", ".join(f"{k}={v}" for k, v in cex.sizes))
             lines.extend(f"        {label}: {value}" for label, value in cex.devices)
@@ -63,6 +68,12 @@ def text(report: CheckReport) -> str:
             if o.fix:
                 lines.append(f"        suggested fix: {o.fix}")
             lines.append(f"        re-run: {cex.command}")
+        if p.findings:
+            n = len(p.findings)
+            lines.append(f"  findings: {n} defect{'s' if n != 1 else ''}")
+            for i, f in enumerate(p.findings, 1):
+                lines.append(f"    {i}. {_loc(f.location, report.file)}: {f.cause}")
+                lines.append(f"       root cause: {f.root}; breaks: {', '.join(f.breaks)}")
     lines.append("")
     lines.append(_summary(report))
     lines.append(report.verdict.word.upper())
@@ -80,6 +91,12 @@ def markdown(report: CheckReport) -> str:
             lines.append(f"| **{o.verdict.word}** | {o.name} | {_condition_text(o)} | {o.scope} | "
                          f"`{_loc(o.location, report.file)}` |")
         lines.append("")
+        if p.findings:
+            lines += [f"Findings ({len(p.findings)} defect{'s' if len(p.findings) != 1 else ''}):", ""]
+            for i, f in enumerate(p.findings, 1):
+                lines.append(f"{i}. `{_loc(f.location, report.file)}`: {f.cause} (root cause: {f.root}; "
+                             f"breaks: {', '.join(f.breaks)})")
+            lines.append("")
         for o in p.obligations:
             if o.verdict is Verdict.PROVED:
                 continue
@@ -141,6 +158,11 @@ def to_json(report: CheckReport) -> dict:
                         "counterexample": o.counterexample.to_json() if o.counterexample else None,
                     }
                     for o in p.obligations
+                ],
+                "findings": [
+                    {"root": f.root, "cause": f.cause, "location": _span_json(f.location, report.file),
+                     "breaks": list(f.breaks)}
+                    for f in p.findings
                 ],
             }
             for p in report.plans

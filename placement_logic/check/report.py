@@ -62,10 +62,29 @@ class ObligationResult:
 
 
 @dataclass(frozen=True)
+class Finding:
+    """One defect of a plan: its root cause (the obligation that names the collective, group
+    and axis, and its diagnosis), where it comes from, and every obligation it breaks."""
+
+    root: str  # the obligation whose counterexample shows the defect most directly
+    cause: str  # the root's diagnosis: which collective is missing, doubled or mis-scaled
+    location: Span
+    breaks: tuple[str, ...]  # every refuted obligation this defect accounts for, the root first
+
+
+@dataclass(frozen=True)
 class PlanReport:
     plan: str
     obligations: tuple[ObligationResult, ...]
     assumed: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = ()
+
+    def finding_of(self, name: str) -> tuple[int, Finding] | None:
+        """(1-based number, finding) of the defect that accounts for obligation ``name``."""
+        for i, f in enumerate(self.findings, 1):
+            if name in f.breaks:
+                return i, f
+        return None
 
     @property
     def verdict(self) -> Verdict:

@@ -19,7 +19,7 @@ from . import encode as en
 from . import replay as rp
 from . import replay_state as rs
 from . import steps as st
-from .report import CheckReport, ObligationResult, PlanReport, Verdict
+from .report import CheckReport, Finding, ObligationResult, PlanReport, Verdict
 from .rules import GRADIENT_INTEGRITY, RULES, STATE_CONSISTENCY
 from ..solver.session import Session
 
@@ -364,7 +364,56 @@ def check_plan(sess: Session, spec: ir.Spec, plan: ir.Plan, pinned: dict[str, in
         "every device and microbatch has >= 1 token; token counts otherwise arbitrary",
         "gradient contributions and squared norms arbitrary",
     )
-    return PlanReport(plan.name, results, assumed)
+    return PlanReport(plan.name, results, assumed, findings(results))
+
+
+GRADIENT_RULES = ("CR02", "CR05", "CR07", "CR08")  # rules that restate gradient integrity per axis
+
+
+def _rank(r: ObligationResult) -> int:
+    """How directly an obligation names a defect: a per-aspect GI finding names the axis or the
+    normalisation, a state-consistency one the value, a whole-plan GI one only the group."""
+    if r.condition == GRADIENT_INTEGRITY:
+        return 0 if "] " in r.name else 2
+    if r.condition == STATE_CONSISTENCY:
+        return 1
+    return 3
+
+
+def findings(results: tuple[ObligationResult, ...]) -> tuple[Finding, ...]:
+    """Refuted obligations grouped into defects: the ones that come from one source location
+    (an override line, a placement, a binding) are one defect; a gradient rule refuted beside a
+    gradient-integrity refutation joins that defect. The root is the most direct obligation."""
+    refuted = [r for r in results if r.verdict is Verdict.REFUTED]
+    aspect_loc: dict[str, Span] = {}  # group -> location of its first refuted GI aspect
+    for r in refuted:
+        if r.condition == GRADIENT_INTEGRITY and "] " in r.name:
+            aspect_loc.setdefault(r.name.split("] ", 1)[0] + "]", r.location)
+
+    def key(r: ObligationResult) -> Span:
+        # a group's whole-plan GI and replica consistency go with the aspect that explains them
+        group = r.name.replace("SC grads[", "GI grads[", 1)
+        return aspect_loc.get(group, r.location) if "] " not in r.name else r.location
+
+    by_loc: dict[Span, list[ObligationResult]] = {}
+    for r in refuted:
+        by_loc.setdefault(key(r), []).append(r)
+    gi_locs = [loc for loc, rs in by_loc.items() if any(r.condition == GRADIENT_INTEGRITY for r in rs)]
+    if gi_locs:
+        for loc in list(by_loc):
+            if loc in gi_locs:
+                continue
+            rules = [r for r in by_loc[loc] if r.condition in GRADIENT_RULES]
+            if rules and len(rules) == len(by_loc[loc]):
+                by_loc[gi_locs[0]].extend(rules)
+                del by_loc[loc]
+    out = []
+    for loc, rs in by_loc.items():
+        root = min(rs, key=_rank)  # stable: the first of the most direct ones
+        cause = root.counterexample.diagnosis[0] if root.counterexample and root.counterexample.diagnosis \
+            else root.checked
+        out.append(Finding(root.name, cause, loc, (root.name,) + tuple(r.name for r in rs if r is not root)))
+    return tuple(out)
 
 
 def _explain(obs: list[Obligation], results: list[ObligationResult]) -> tuple[ObligationResult, ...]:
