@@ -71,3 +71,18 @@ def test_no_evaluation_of_user_text():
             if isinstance(n, ast.Call):
                 name = getattr(n.func, "id", None) or getattr(n.func, "attr", None)
                 assert name not in {"eval", "exec", "sympify", "parse_expr"}, f"{path} calls {name}"
+
+
+def test_resolution_does_not_reach_back_into_loading():
+    """The loader calls the resolver, never the reverse; every import is at module level."""
+    for path in (PKG / "resolve").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                nested = [n for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))]
+                assert not nested, f"{path.name}: import inside {node.name}()"
+            if isinstance(node, ast.ImportFrom):
+                target = node.module or ""
+                names = {a.name for a in node.names}
+                assert not (target.endswith(("loader", "parser")) or names & {"loader", "parser"}), \
+                    f"{path.name} imports {target}"

@@ -16,7 +16,7 @@ from .. import ir
 from . import surface as st
 from ..diagnostics import Diagnostic, DiagnosticError, Span
 from .parser import parse
-from ..resolve import ModuleScope, Resolver, collect_scope
+from ..resolve import ModuleScope, collect_scope, resolve_module
 
 STD = "std"
 
@@ -114,7 +114,7 @@ def load_string(text: str, file: str = "<string>", base_dir: Path | None = None)
     loader.sources[file] = text
     try:
         module = parse(text, file)
-        spec = Resolver(module, loader).run()
+        spec = resolve_module(module, loader, library_index)
     except DiagnosticError as exc:
         diags = list(loader.diags) + [d for d in exc.diagnostics if d not in loader.diags]
         raise DiagnosticError(diags, {**loader.sources, **exc.sources}) from None

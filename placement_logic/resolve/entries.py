@@ -1,0 +1,214 @@
+"""Entries shared by strategy and plan bodies: placement entries, options, settings and
+overrides -> modes per state per axis, placement options, settings and ``ir.Override``.
+
+``placement_entry`` fills the ``modes`` and ``options`` tables of whatever is being built
+(a strategy over its formal axes, a plan over the mesh axes); ``setting`` fills a settings
+table (recompute, flash attention, sequence parallelism, a pipeline schedule).
+"""
+
+from __future__ import annotations
+
+from .. import ir
+from ..diagnostics import Span, did_you_mean
+from ..frontend import surface as st
+from .values import STATE_NAMES, Values
+
+MODE_NAMES = ("R", "S", "S*", "M", "O")
+UNITS_OF_RECONSTRUCTION = ("layer", "block", "chunk", "stage", "model")
+SCHEDULES = {"gpipe": ir.ScheduleKind.GPIPE, "one_f_one_b": ir.ScheduleKind.ONE_F_ONE_B,
+             "interleaved": ir.ScheduleKind.INTERLEAVED, "zeropp": ir.ScheduleKind.ZEROPP}
+SCHEDULE_ARGS = {"gpipe": (), "one_f_one_b": (), "interleaved": ("v",), "zeropp": ("v", "U")}
+OPTION_NAMES = ("unit", "prefetch", "reshard_after_forward", "residency")
+
+Modes = dict[ir.State, dict[str, ir.Mode]]
+Options = dict[ir.State, dict[str, object]]
+
+
+def mode(ref: st.ModeRef, vals: Values) -> ir.Mode | None:
+    text = ref.text
+    if text in MODE_NAMES:
+        return ir.Mode(text)
+    vals.cx.error("PL104", f"unknown mode '{text}'", ref.span,
+                  did_you_mean(text, MODE_NAMES) or ("modes are R, S, S*, M and O",))
+    return None
+
+
+def placement_entry(vals: Values, modes: Modes, options: Options, item: st.Entry, axes,
+                    env: dict[str, ir.Value], formal: bool) -> None:
+    """Apply ``state: mode`` or ``state: {axis: mode, ...}`` with its options.
+
+    ``formal``: the axes are a strategy's formal axes (each needs a mode), not mesh axes.
+    """
+    error = vals.cx.error
+    state = ir.State(item.lhs[0])
+    rhs = item.rhs
+    if isinstance(rhs, st.StrategyRef):
+        if len(rhs.path) == 1 and not rhs.args:
+            rhs = st.ModeRef(rhs.path[0], False, rhs.span)
+        else:
+            error("PL104", f"unknown mode '{rhs.dotted}'", rhs.span, ("modes are R, S, S*, M and O",))
+            return
+    if isinstance(rhs, st.ModeRef):
+        m = mode(rhs, vals)
+        if m is None:
+            return
+        new = {a: m for a in axes}
+    else:
+        new = {}
+        for entry in rhs.entries:
+            if entry.key not in axes:
+                what = "formal axes" if formal else "mesh axes"
+                error("PL109", f"'{entry.key}' is not one of the {what} ({', '.join(axes)})",
+                      entry.span, did_you_mean(entry.key, axes))
+                continue
+            if entry.key in new:
+                error("PL106", f"axis '{entry.key}' appears twice in this placement", entry.span)
+                continue
+            m = mode(entry.value, vals)
+            if m is not None:
+                new[entry.key] = m
+        if formal:
+            missing = [a for a in axes if a not in new]
+            if missing and not modes.get(state):
+                error("PL105", f"the placement of {state.value} leaves {', '.join(missing)} without a mode",
+                      rhs.span)
+                return
+    modes[state] = {**modes.get(state, {}), **new}
+    opts = options.setdefault(state, {})
+    if ir.Mode.O in new.values():
+        opts.setdefault("residency", ir.Residency.HOST)
+    _options(vals, opts, item.options, set(modes[state].values()), env)
+
+
+def _options(vals: Values, opts: dict[str, object], kwargs, modes_used, env) -> None:
+    error = vals.cx.error
+    seen = set()
+    for kw in kwargs:
+        if kw.name not in OPTION_NAMES:
+            error("PL113", f"a placement has no option '{kw.name}'", kw.span,
+                  did_you_mean(kw.name, OPTION_NAMES))
+            continue
+        if kw.name in seen:
+            error("PL119", f"option '{kw.name}' is given twice", kw.span)
+            continue
+        seen.add(kw.name)
+        if kw.name in ("unit", "prefetch", "reshard_after_forward") and ir.Mode.S_STAR not in modes_used:
+            error("PL124", f"'{kw.name}' applies to a sharded-with-gather (S*) state only", kw.span)
+            continue
+        if kw.name == "unit":
+            w = vals.word(kw.value, UNITS_OF_RECONSTRUCTION, "the reconstruction unit")
+            if w:
+                opts["unit"] = w
+        elif kw.name == "residency":
+            w = vals.word(kw.value, tuple(r.value for r in ir.Residency), "residency")
+            if w:
+                opts["residency"] = ir.Residency(w)
+        elif kw.name == "reshard_after_forward":
+            if isinstance(kw.value, st.Bool):
+                opts["reshard_after_forward"] = kw.value.value
+            else:
+                error("PL114", "'reshard_after_forward' is true or false", kw.value.span)
+        else:
+            v = vals.count(kw.value, env, "prefetch")
+            if v is None:
+                continue
+            if not (isinstance(v, ir.Const) and v.value.denominator == 1 and v.value >= 1):
+                error("PL114", "prefetch depth must be a whole number of at least 1", kw.value.span)
+                continue
+            opts["prefetch"] = int(v.value)
+
+
+def setting(vals: Values, settings: dict[str, object], prop: st.Prop, env: dict[str, ir.Value],
+            allowed: tuple[str, ...], where: str) -> None:
+    """Record a flag, ``recompute`` or ``schedule`` setting that ``where`` (a strategy, a plan)
+    accepts; a strategy's ``role`` is handled by the strategy itself."""
+    key = prop.key
+    if key not in allowed:
+        vals.cx.error("PL113", f"{where} has no setting '{key}'", prop.span,
+                      did_you_mean(key, allowed + STATE_NAMES))
+        return
+    value = prop.value
+    if key in ("flash_attention", "sequence_parallel"):
+        b = vals.flag_value(prop)
+        if b is not None:
+            settings[key] = b
+    elif key == "recompute":
+        w = vals.word(value, tuple(r.value for r in ir.Recompute), "'recompute'")
+        if w:
+            settings[key] = ir.Recompute(w)
+    elif key == "schedule":
+        sched = _schedule(vals, value, env, prop.span)
+        if sched is not None:
+            settings[key] = sched
+
+
+def _schedule(vals: Values, value, env, span: Span) -> tuple | None:
+    error = vals.cx.error
+    if isinstance(value, st.Name):
+        name, kwargs = value.id, ()
+    elif isinstance(value, st.Call) and not value.args:
+        name, kwargs = value.func, value.kwargs
+    else:
+        error("PL114", "a schedule is gpipe, one_f_one_b, interleaved(v = ...) or zeropp(v = ..., U = ...)",
+              getattr(value, "span", span))
+        return None
+    if name not in SCHEDULES:
+        error("PL114", f"unknown schedule '{name}'", getattr(value, "span", span),
+              did_you_mean(name, SCHEDULES))
+        return None
+    args = {"v": ir.const(1), "U": ir.const(1)}
+    for kw in kwargs:
+        if kw.name not in SCHEDULE_ARGS[name]:
+            error("PL206", f"schedule '{name}' takes no argument '{kw.name}'", kw.span)
+            return None
+        v = vals.count(kw.value, env, f"'{kw.name}'")
+        if v is None:
+            return None
+        args[kw.name] = v
+    return (SCHEDULES[name], args["v"], args["U"])
+
+
+def override(vals: Values, o: st.OverrideStmt, env: dict[str, ir.Value],
+             axes_allowed: set[str]) -> ir.Override | None:
+    error = vals.cx.error
+    verbs = ir.OVERRIDE_VERBS.get(o.target)
+    if verbs is None:
+        error("PL122", f"cannot override '{o.target}'", o.span, did_you_mean(o.target, ir.OVERRIDE_VERBS))
+        return None
+    if o.verb not in verbs:
+        error("PL122", f"'{o.target}' has no override '{o.verb}'", o.span,
+              did_you_mean(o.verb, verbs) or (f"accepted: {', '.join(verbs)}",))
+        return None
+    takes_over, takes_by = verbs[o.verb]
+    if o.group is not None and o.group not in ir.PARAM_GROUPS:
+        error("PL122", f"unknown parameter group '{o.group}'", o.span, did_you_mean(o.group, ir.PARAM_GROUPS))
+        return None
+    if takes_over and o.axes is None:
+        error("PL122", f"'{o.target}: {o.verb}' needs 'over (axes...)'", o.span)
+        return None
+    if not takes_over and o.axes is not None:
+        error("PL122", f"'{o.target}: {o.verb}' takes no 'over' clause", o.span)
+        return None
+    if takes_by and o.by is None:
+        error("PL122", f"'{o.target}: {o.verb}' needs 'by <divisor>'", o.span)
+        return None
+    if not takes_by and o.by is not None:
+        error("PL122", f"'{o.target}: {o.verb}' takes no 'by' clause", o.span)
+        return None
+    for a in o.axes or ():
+        if a not in axes_allowed:
+            error("PL109", f"'{a}' is not an axis here", o.span, did_you_mean(a, axes_allowed))
+            return None
+    by = None
+    if o.by is not None:
+        by = vals.count(o.by, env, "the divisor")
+        if by is None:
+            return None
+    return ir.Override(o.target, o.group, o.verb, o.axes, by, o.span)
+
+
+def rename_override(o: ir.Override, rename: dict[str, str]) -> ir.Override:
+    """The override with its axes renamed (formal axes -> the axes they are bound to)."""
+    if o.axes is None:
+        return o
+    return ir.Override(o.target, o.group, o.verb, tuple(rename.get(a, a) for a in o.axes), o.by, o.span)

@@ -1,0 +1,156 @@
+"""Mesh and model: the ``mesh`` and ``model`` blocks -> ``ir.Mesh`` and ``ir.Model``.
+
+Mesh axes become names of the value table (an axis size is a count); the model block gives
+the parameter count or a transformer shape, byte widths per state and the batch shape.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Iterator
+
+from .. import ir
+from ..diagnostics import did_you_mean
+from ..frontend import surface as st
+from .values import Values
+
+MODEL_PROPS = ("params", "seq", "microbatch", "microbatches")
+BYTES_PROPS = ("params", "grads", "optimizer", "activations")
+TRANSFORMER_NUMERIC = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "experts", "top_k",
+                       "capacity_factor")
+TRANSFORMER_FLAGS = ("tied_embeddings", "gated_mlp", "bias")
+
+
+def build_mesh(block: st.MeshBlock, vals: Values) -> ir.Mesh:
+    """The mesh; each axis declared also becomes a count in ``vals``."""
+    error = vals.cx.error
+    axes = []
+    for decl in block.axes:
+        if decl.name in vals.axes:
+            error("PL106", f"axis '{decl.name}' is declared twice", decl.span,
+                  (f"first declared at line {vals.axes[decl.name].span.line}",))
+            continue
+        if decl.name in vals.lets:
+            error("PL102", f"'{decl.name}' is both a let binding and a mesh axis", decl.span)
+            continue
+        size = vals.count(decl.size, {}, f"the size of axis '{decl.name}'")
+        if size is None:
+            continue
+        if isinstance(size, ir.Const) and (size.value.denominator != 1 or size.value < 1):
+            error("PL107", f"the size of axis '{decl.name}' must be a positive integer, "
+                  f"not {_show(size.value)}", decl.size.span)
+            continue
+        if isinstance(size, ir.Op) and not ir.symbols(size):
+            error("PL107", f"write the size of axis '{decl.name}' as a number or a name",
+                  decl.size.span)
+            continue
+        axis = ir.Axis(decl.name, size, decl.link, decl.span)
+        vals.axes[decl.name] = axis
+        vals.values[decl.name] = size
+        vals.dims[decl.name] = ir.Dim.COUNT
+        axes.append(axis)
+    return ir.Mesh(tuple(axes), block.span)
+
+
+def build_model(block: st.ModelBlock, vals: Values) -> ir.Model | None:
+    """The model, or None after reporting what is wrong with the block."""
+    error = vals.cx.error
+    fields: dict[str, object] = {
+        "params": None,
+        "bytes_params": ir.const(2),
+        "bytes_grads": ir.const(2),
+        "bytes_optimizer": ir.const(12),
+        "bytes_activations": ir.const(2),
+        "microbatches": ir.const(1),
+    }
+    seen: set[str] = set()
+    transformer = None
+    mark = vals.cx.mark()
+    for item in block.items:
+        key = item.key
+        if key in seen:
+            error("PL119", f"'{key}' is given twice in the model block", item.span)
+            continue
+        seen.add(key)
+        if isinstance(item, st.SubBlock):
+            if key == "bytes":
+                for p in _props(vals, item.props, BYTES_PROPS, "bytes"):
+                    v = _width(vals, p)
+                    if v is not None:
+                        fields["bytes_" + p.key] = v
+            elif key == "transformer":
+                transformer = _transformer(vals, item)
+            else:
+                error("PL113", f"the model block has no '{key}' section", item.span,
+                      did_you_mean(key, ("bytes", "transformer")))
+            continue
+        if key not in MODEL_PROPS:
+            error("PL113", f"the model block has no property '{key}'", item.span,
+                  did_you_mean(key, MODEL_PROPS + ("bytes", "transformer")))
+            continue
+        if not isinstance(item.value, (st.Num, st.Name, st.BinOp, st.Neg, st.Call, st.Bool)):
+            error("PL114", f"'{key}' needs a number", item.span)
+            continue
+        v = vals.count(item.value, {}, f"'{key}'")
+        if v is not None:
+            fields[key] = v
+    if vals.cx.failed_since(mark):
+        return None
+    if fields["params"] is None and transformer is None:
+        error("PL118", "the model needs 'params' (the parameter count Ψ) or a transformer shape",
+              block.span)
+        return None
+    return ir.Model(transformer=transformer, span=block.span, **fields)
+
+
+def _props(vals: Values, props, allowed, where) -> Iterator[st.Prop]:
+    seen = set()
+    for p in props:
+        if p.key not in allowed:
+            vals.cx.error("PL113", f"'{where}' has no property '{p.key}'", p.span, did_you_mean(p.key, allowed))
+            continue
+        if p.key in seen:
+            vals.cx.error("PL119", f"'{p.key}' is given twice in '{where}'", p.span)
+            continue
+        seen.add(p.key)
+        yield p
+
+
+def _width(vals: Values, p: st.Prop) -> ir.Value | None:
+    if p.value is None or isinstance(p.value, (st.ModeMap, st.Bool)):
+        vals.cx.error("PL114", f"the byte width of {p.key} needs a number", p.span)
+        return None
+    r = vals.expr(p.value, {})
+    return None if r is None else r[0]  # bytes per element: a count or a byte quantity
+
+
+def _transformer(vals: Values, block: st.SubBlock) -> ir.Transformer | None:
+    found: dict[str, object] = {}
+    allowed = TRANSFORMER_NUMERIC + TRANSFORMER_FLAGS + ("norm",)
+    for p in _props(vals, block.props, allowed, "transformer"):
+        if p.key in TRANSFORMER_FLAGS:
+            b = vals.flag_value(p)
+            if b is not None:
+                found[p.key] = b
+        elif p.key == "norm":
+            w = vals.word(p.value, ("layernorm", "rmsnorm"), "'norm'")
+            if w:
+                found["norm"] = w
+        elif p.value is None or isinstance(p.value, st.ModeMap):
+            vals.cx.error("PL114", f"'{p.key}' needs a number", p.span)
+        else:
+            v = vals.count(p.value, {}, f"'{p.key}'")
+            if v is not None:
+                found[p.key] = v
+    required = ("hidden", "layers", "heads", "vocab")
+    missing = [k for k in required if k not in found]
+    if missing:
+        vals.cx.error("PL118", f"the transformer shape needs {', '.join(missing)}", block.span)
+        return None
+    found.setdefault("kv_heads", found["heads"])
+    found.setdefault("ffn", ir.Op("*", (ir.const(4), found["hidden"])))
+    return ir.Transformer(span=block.span, **found)
+
+
+def _show(x: Fraction) -> str:
+    return str(x.numerator) if x.denominator == 1 else f"{float(x):g}"

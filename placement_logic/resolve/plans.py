@@ -1,0 +1,238 @@
+"""Plan assembly: a plan definition over the mesh and model -> ``ir.Plan``.
+
+A plan starts from the plan it extends (if any), binds expanded strategies to mesh axes
+(renaming their formal axes), takes settings and overrides from ``use``d strategies and
+its own body, applies its own placement entries last, and must end with every mesh axis
+bound and every state placed on every axis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import ir
+from ..diagnostics import Span, did_you_mean
+from ..frontend import surface as st
+from .entries import override, placement_entry, rename_override, setting
+from .scopes import ModuleScope, lookup_strategy
+from .strategies import Expanded, Expander
+from .values import STATE_NAMES, Values
+
+PLAN_SETTINGS = ("schedule", "recompute", "flash_attention", "sequence_parallel")
+
+
+@dataclass
+class PlanDraft:
+    """What a plan's base, bindings, uses and entries have contributed so far."""
+
+    bindings: list[ir.Binding] = field(default_factory=list)
+    modes: dict[ir.State, dict[str, ir.Mode]] = field(default_factory=dict)
+    options: dict[ir.State, dict[str, object]] = field(default_factory=dict)
+    settings: dict[str, object] = field(default_factory=dict)
+    setting_src: dict[str, str] = field(default_factory=dict)  # setting -> strategy that set it
+    overrides: list[ir.Override] = field(default_factory=list)
+    bound: dict[str, Span] = field(default_factory=dict)  # mesh axis -> where it was bound
+    schedule_axis: str | None = None
+
+    @classmethod
+    def extending(cls, base: ir.Plan) -> "PlanDraft":
+        """A draft that starts from everything the base plan holds."""
+        draft = cls(bindings=list(base.bindings), overrides=list(base.overrides))
+        for b in base.bindings:
+            for a in b.axes:
+                draft.bound[a] = b.span
+        for pl in base.placements:
+            draft.modes[pl.state] = dict(pl.modes)
+            draft.options[pl.state] = {"unit": pl.unit, "prefetch": pl.prefetch,
+                                       "reshard_after_forward": pl.reshard_after_forward,
+                                       "residency": pl.residency}
+        draft.settings = {"recompute": base.recompute, "flash_attention": base.flash_attention,
+                          "sequence_parallel": base.sequence_parallel}
+        if base.schedule is not None:
+            s = base.schedule
+            draft.settings["schedule"] = (s.kind, s.chunks, s.unit)
+            draft.schedule_axis = s.axis
+        return draft
+
+
+class PlanAssembler:
+    """Builds the plans of one spec over its mesh and model."""
+
+    def __init__(self, vals: Values, expander: Expander, scope: ModuleScope, mesh: ir.Mesh, model: ir.Model):
+        self.vals = vals
+        self.cx = vals.cx
+        self.expander = expander
+        self.scope = scope
+        self.mesh = mesh
+        self.model = model
+
+    def build(self, p: st.PlanDef, stack: list[str]) -> ir.Plan | None:
+        """The plan, or None after errors; ``stack``: the plans extending it, for cycles."""
+        if p.name in stack:
+            cycle = " -> ".join(stack[stack.index(p.name):] + [p.name])
+            self.cx.error("PL110", f"plans extend each other in a cycle: {cycle}", p.span)
+            return None
+        axes = self.mesh.names
+        mark = self.cx.mark()
+        draft = PlanDraft()
+        if p.extends is not None:
+            base_name = p.extends.dotted
+            base_syntax = self.vals.plans.get(base_name)
+            if base_syntax is None:
+                self.cx.error("PL117", f"'{base_name}' is not a plan", p.extends.span,
+                              did_you_mean(base_name, self.vals.plans))
+                return None
+            base = self.build(base_syntax, stack + [p.name])
+            if base is None:
+                return None
+            draft = PlanDraft.extending(base)
+        placement_items = []
+        for item in p.body:
+            if isinstance(item, st.Entry):
+                if len(item.lhs) == 1 and item.lhs[0] in STATE_NAMES:
+                    placement_items.append(item)
+                    continue
+                self._bind(draft, item)
+            elif isinstance(item, st.Use):
+                self._use(draft, item)
+            elif isinstance(item, st.Prop):
+                setting(self.vals, draft.settings, item, {}, PLAN_SETTINGS, "a plan")
+            elif isinstance(item, st.OverrideStmt):
+                o = override(self.vals, item, {}, set(axes))
+                if o is not None:
+                    draft.overrides.append(o)
+            elif isinstance(item, st.SubBlock):
+                self.cx.error("PL113", f"a plan has no '{item.key}' section", item.span)
+        for item in placement_items:
+            placement_entry(self.vals, draft.modes, draft.options, item, axes, {}, formal=False)
+        if self.cx.failed_since(mark):
+            return None  # the errors already reported explain what is missing
+        return self._finish(p, draft)
+
+    def _finish(self, p: st.PlanDef, draft: PlanDraft) -> ir.Plan | None:
+        axes = self.mesh.names
+        modes, options, settings = draft.modes, draft.options, draft.settings
+        unbound = [a for a in axes if a not in draft.bound]
+        if unbound:
+            self.cx.error("PL125", f"plan '{p.name}' binds no strategy to axis {', '.join(unbound)}", p.span,
+                          ("bind every mesh axis, e.g. 'dp: ddp' for plain data parallelism",))
+            return None
+        if any(s not in modes or set(modes[s]) != set(axes) for s in ir.STATES):
+            return None  # an error was reported where the placement broke
+        placements = []
+        for s in ir.STATES:
+            o = options.get(s, {})
+            placements.append(ir.Placement(
+                state=s,
+                modes=tuple((a, modes[s][a]) for a in axes),
+                residency=o.get("residency", ir.Residency.DEVICE),
+                unit=o.get("unit", "layer"),
+                prefetch=o.get("prefetch", 1),
+                reshard_after_forward=o.get("reshard_after_forward", True),
+            ))
+        schedule = None
+        if "schedule" in settings:
+            kind, v, u = settings["schedule"]
+            pipeline_axes = [a for b in draft.bindings for a, r in b.roles if r is ir.Role.PIPELINE]
+            axis = draft.schedule_axis or (pipeline_axes[0] if pipeline_axes else None)
+            if axis is None:
+                self.cx.error("PL114", f"plan '{p.name}' has a pipeline schedule but no pipeline axis", p.span)
+                return None
+            schedule = ir.Schedule(kind, axis, v, u)
+        return ir.Plan(
+            name=p.name,
+            mesh=self.mesh,
+            model=self.model,
+            bindings=tuple(draft.bindings),
+            placements=tuple(placements),
+            recompute=settings.get("recompute", ir.Recompute.NONE),
+            flash_attention=settings.get("flash_attention", False),
+            sequence_parallel=settings.get("sequence_parallel", False),
+            schedule=schedule,
+            overrides=tuple(draft.overrides),
+            span=p.span,
+        )
+
+    def _bind(self, draft: PlanDraft, item: st.Entry) -> None:
+        """Bind a strategy to mesh axes: ``dp: zero3``, ``(dp, tp): hybrid``."""
+        error = self.cx.error
+        axes = self.mesh.names
+        ok = True
+        for a in item.lhs:
+            if a not in axes:
+                if a in STATE_NAMES:
+                    error("PL114", f"state '{a}' cannot be bound together with axes", item.span)
+                else:
+                    notes = did_you_mean(a, tuple(axes) + STATE_NAMES)
+                    error("PL109", f"'{a}' is neither a mesh axis nor a state", item.span,
+                          notes or (f"mesh axes: {', '.join(axes)}",))
+                ok = False
+            elif a in draft.bound:
+                error("PL108", f"axis '{a}' is bound twice in one plan", item.span,
+                      (f"first bound at line {draft.bound[a].line}",))
+                ok = False
+        if len(set(item.lhs)) != len(item.lhs):
+            error("PL108", "an axis appears twice in this binding", item.span)
+            ok = False
+        if not ok:
+            return
+        rhs = item.rhs
+        if not isinstance(rhs, st.StrategyRef):
+            error("PL116", "an axis is bound to a strategy, not to a mode", rhs.span,
+                  ("write e.g. 'dp: zero3', or place a state: 'params: {dp: S*}'",))
+            return
+        ref = st.StrategyRef(rhs.path, item.options, rhs.span)
+        found = lookup_strategy(ref, self.scope, self.cx)
+        if found is None:
+            return
+        ex = self.expander.expand(found[0], found[1], ref.args, ref.span)
+        if ex is None:
+            return
+        if not ex.placed:
+            error("PL127", f"strategy '{ref.dotted}' places no state; add it with 'use {ref.dotted}'",
+                  item.span)
+            return
+        if len(ex.axes) != len(item.lhs):
+            error("PL115", f"strategy '{ref.dotted}' spans {len(ex.axes)} axes "
+                  f"({', '.join(a for a in ex.axes if a != '_') or 'one'}) but is bound to {len(item.lhs)}",
+                  item.span)
+            return
+        for a in item.lhs:
+            draft.bound[a] = item.span
+        rename = dict(zip(ex.axes, item.lhs))
+        for s, ms in ex.modes.items():
+            for fa, m in ms.items():
+                draft.modes.setdefault(s, {})[rename[fa]] = m
+        for s, opts in ex.options.items():
+            draft.options.setdefault(s, {}).update(opts)
+        self._merge_settings(draft, ex, item.span)
+        draft.overrides.extend(rename_override(o, rename) for o in ex.overrides)
+        draft.bindings.append(ir.Binding(ex.name, tuple(item.lhs),
+                                         tuple((rename[fa], ex.roles[fa]) for fa in ex.axes), item.span))
+        pipeline = [rename[fa] for fa in ex.axes if ex.roles[fa] is ir.Role.PIPELINE]
+        if pipeline and "schedule" in ex.settings:
+            draft.schedule_axis = pipeline[0]
+
+    def _merge_settings(self, draft: PlanDraft, ex: Expanded, span: Span) -> None:
+        settings, src = draft.settings, draft.setting_src
+        for key, value in ex.settings.items():
+            if key in settings and settings[key] != value and key in src:
+                self.cx.error("PL128", f"'{ex.name}' sets {key} differently from '{src[key]}'", span)
+                continue
+            settings[key] = value
+            src[key] = ex.name
+
+    def _use(self, draft: PlanDraft, item: st.Use) -> None:
+        """``use s``: take the settings and overrides of a strategy that places no state."""
+        found = lookup_strategy(item.ref, self.scope, self.cx)
+        if found is None:
+            return
+        ex = self.expander.expand(found[0], found[1], item.ref.args, item.ref.span)
+        if ex is None:
+            return
+        if ex.placed:
+            self.cx.error("PL127", f"strategy '{item.ref.dotted}' places states; bind it to mesh axes "
+                          "instead of 'use'", item.span)
+            return
+        self._merge_settings(draft, ex, item.span)
+        draft.overrides.extend(ex.overrides)

@@ -1,0 +1,97 @@
+"""Resolution of one module: surface ``Module`` (+ imported modules) -> ``ir.Spec``.
+
+Collects the module's scope, folds its let bindings, builds the mesh, the model and the
+plans, expands the strategies defined here even when no plan binds them (so their errors
+are reported), and types the assert and claim statements. All diagnostics found in the
+pass are raised together, in source order.
+"""
+
+from __future__ import annotations
+
+from .. import ir
+from ..frontend import surface as st
+from .context import Context, LibraryIndex
+from .model import build_mesh, build_model
+from .plans import PlanAssembler
+from .scopes import ModuleLoader, ModuleScope, collect_scope
+from .strategies import Expander
+from .values import Values
+
+
+def resolve_module(module: st.Module, load_module: ModuleLoader, library_index: LibraryIndex,
+                   module_name: str = "__main__") -> ir.Spec:
+    """The checked spec of ``module``; raises ``DiagnosticError`` with every problem found.
+
+    ``load_module`` loads imported modules; ``library_index`` lists the strategies of the
+    shipped library, for hints when a name is not imported.
+    """
+    cx = Context(module.file, library_index)
+    vals = Values(cx)
+    scope = ModuleScope(module_name)
+    items = module.items
+    collect_scope(scope, module, load_module, cx.error)
+    for item in items:
+        if isinstance(item, st.LetStmt):
+            vals.declare(item.name, item.span)
+            vals.lets[item.name] = item
+    mesh = None
+    meshes = [i for i in items if isinstance(i, st.MeshBlock)]
+    for extra in meshes[1:]:
+        cx.error("PL102", "a spec has one mesh; this is a second one", extra.span)
+    if meshes:
+        mesh = build_mesh(meshes[0], vals)
+    for name in vals.lets:
+        vals.let_value(name, [])
+    models = [i for i in items if isinstance(i, st.ModelBlock)]
+    for extra in models[1:]:
+        cx.error("PL102", "a spec has one model; this is a second one", extra.span)
+    model = build_model(models[0], vals) if models else None
+    for item in items:
+        if isinstance(item, st.PlanDef):
+            if item.name in vals.plans:
+                cx.error("PL102", f"plan '{item.name}' is defined twice", item.span,
+                         (f"first defined at line {vals.plans[item.name].span.line}",))
+            else:
+                vals.plans[item.name] = item
+    expander = Expander(vals)
+    plans = []
+    if vals.plans and (mesh is None or model is None):
+        missing = "mesh" if mesh is None else "model"
+        first = next(iter(vals.plans.values()))
+        cx.error("PL118", f"plans need a {missing} block, and this spec has none", first.span)
+    elif vals.plans:
+        assembler = PlanAssembler(vals, expander, scope, mesh, model)
+        for plan in vals.plans.values():
+            built = assembler.build(plan, [])
+            if built is not None:
+                plans.append(built)
+    for sdef, defined_in in scope.strategies.values():
+        if defined_in is scope and all(p.default is not None for p in sdef.params):
+            expander.expand(sdef, defined_in, (), sdef.span)
+    questions = [q for q in (_question(i, vals) for i in items
+                             if isinstance(i, (st.AssertStmt, st.ClaimStmt))) if q is not None]
+    cx.raise_errors()
+    return ir.Spec(
+        file=module.file,
+        bindings=tuple(vals.values.items()),
+        dims=tuple(vals.dims.items()),
+        model=model,
+        mesh=mesh,
+        plans=tuple(plans),
+        questions=tuple(questions),
+        strategies=tuple(sorted(scope.strategies)),
+    )
+
+
+def _question(item: st.AssertStmt | st.ClaimStmt, vals: Values) -> ir.Question | None:
+    kind = "assert" if isinstance(item, st.AssertStmt) else "claim"
+    test = item.test
+    left = vals.expr(test.left, {}, allow_queries=True)
+    right = vals.expr(test.right, {}, allow_queries=True)
+    if left is None or right is None:
+        return None
+    if left[1] is not right[1]:
+        vals.cx.error("PL201", "cannot compare bytes with a plain count", test.span,
+                      ("give both sides a byte unit, or compare a ratio with a number",))
+        return None
+    return ir.Question(kind, test.op, left[0], right[0], left[1], item.label, item.span)

@@ -1,0 +1,224 @@
+"""Values and units: surface expressions -> exact ``ir.Value`` terms with a dimension.
+
+Numbers stay exact fractions; byte units (``GB``, ``GiB``, ...) are folded into the
+constant and mark it as bytes. Names resolve to let bindings and mesh axes; cost queries
+(``memory(p)``, ...) are allowed in assert and claim statements only. Every unit or type
+error becomes a diagnostic and the expression resolves to None.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import ir
+from ..diagnostics import Span, did_you_mean
+from ..frontend import surface as st
+from .context import Context
+
+BYTE_UNITS = {
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+    "TiB": 2**40,
+}
+
+STATE_NAMES = tuple(s.value for s in ir.STATES)
+QUERY_KINDS = {
+    "memory": "state",
+    "host_memory": None,
+    "model_state": None,
+    "comm": "axis",
+    "volume": "axis",
+}
+
+
+@dataclass
+class Values:
+    """The names an expression can refer to, and the values resolved so far."""
+
+    cx: Context
+    lets: dict[str, st.LetStmt] = field(default_factory=dict)
+    values: dict[str, ir.Value] = field(default_factory=dict)
+    dims: dict[str, ir.Dim] = field(default_factory=dict)
+    axes: dict[str, ir.Axis] = field(default_factory=dict)
+    plans: dict[str, st.PlanDef] = field(default_factory=dict)  # for cost queries
+
+    def declare(self, name: str, span: Span) -> bool:
+        if name in self.lets or name in self.axes:
+            self.cx.error("PL102", f"'{name}' is defined twice", span)
+            return False
+        return True
+
+    def let_value(self, name: str, stack: list[str]) -> ir.Value | None:
+        if name in self.values:
+            return self.values[name]
+        if name in stack:
+            cycle = " -> ".join(stack[stack.index(name):] + [name])
+            self.cx.error("PL126", f"definitions refer to each other in a cycle: {cycle}", self.lets[name].span)
+            return None
+        let = self.lets[name]
+        result = self.expr(let.value, env={}, stack=stack + [name])
+        if result is None:
+            return None
+        value, dim = result
+        self.values[name] = value
+        self.dims[name] = dim
+        return value
+
+    def expr(self, e: st.Expr, env: dict[str, ir.Value], stack: list[str] | None = None,
+             allow_queries: bool = False) -> tuple[ir.Value, ir.Dim] | None:
+        """Resolve and type an expression; None after reporting an error."""
+        stack = stack or []
+        error = self.cx.error
+        if isinstance(e, st.Num):
+            if e.unit is None:
+                return ir.Const(e.value, e.span), ir.Dim.COUNT
+            if e.unit not in BYTE_UNITS:
+                error("PL208", f"unknown unit '{e.unit}'", e.span)
+                return None
+            return ir.Const(e.value * BYTE_UNITS[e.unit], e.span), ir.Dim.BYTES
+        if isinstance(e, st.Name):
+            if e.id in env:
+                return env[e.id], ir.Dim.COUNT
+            if e.id in self.axes:
+                return ir.Sym(e.id, e.span), ir.Dim.COUNT
+            if e.id in self.lets:
+                if self.let_value(e.id, stack) is None and e.id not in self.values:
+                    return None
+                return ir.Sym(e.id, e.span), self.dims.get(e.id, ir.Dim.COUNT)
+            error("PL101", f"undefined name '{e.id}'", e.span,
+                  did_you_mean(e.id, list(self.lets) + list(self.axes) + list(env)))
+            return None
+        if isinstance(e, st.Bool):
+            error("PL114", f"'{'true' if e.value else 'false'}' is not a number", e.span)
+            return None
+        if isinstance(e, st.Neg):
+            r = self.expr(e.operand, env, stack, allow_queries)
+            return None if r is None else (ir.Op("neg", (r[0],), e.span), r[1])
+        if isinstance(e, st.BinOp):
+            return self._binop(e, env, stack, allow_queries)
+        if isinstance(e, st.Call):
+            if allow_queries and e.func in QUERY_KINDS:
+                return self._query(e)
+            if e.func in QUERY_KINDS:
+                error("PL205", f"'{e.func}(...)' is only allowed in assert and claim statements", e.span)
+            else:
+                error("PL205", f"unknown function '{e.func}'", e.span,
+                      did_you_mean(e.func, QUERY_KINDS) if allow_queries else ())
+            return None
+        raise TypeError(f"unexpected expression node {type(e).__name__}")
+
+    def _binop(self, e: st.BinOp, env, stack, allow_queries):
+        left = self.expr(e.left, env, stack, allow_queries)
+        right = self.expr(e.right, env, stack, allow_queries)
+        if left is None or right is None:
+            return None
+        error = self.cx.error
+        (lv, ld), (rv, rd) = left, right
+        B, C = ir.Dim.BYTES, ir.Dim.COUNT
+        if e.op in "+-":
+            if ld is not rd:
+                error("PL201", f"cannot {'add' if e.op == '+' else 'subtract'} bytes and a plain count",
+                      e.span, ("give both sides a byte unit, or neither",))
+                return None
+            dim = ld
+        elif e.op == "*":
+            if ld is B and rd is B:
+                error("PL207", "bytes times bytes has no meaning here", e.span)
+                return None
+            dim = B if B in (ld, rd) else C
+        elif e.op == "/":
+            if ld is C and rd is B:
+                error("PL207", "a count divided by bytes has no meaning here", e.span)
+                return None
+            if isinstance(rv, ir.Const) and rv.value == 0:
+                error("PL204", "division by zero", e.right.span)
+                return None
+            dim = C if ld is rd else B
+        elif e.op == "^":
+            if rd is B:
+                error("PL202", "an exponent cannot carry a byte unit", e.right.span)
+                return None
+            if not (isinstance(rv, ir.Const) and rv.value.denominator == 1):
+                error("PL203", "an exponent must be a whole-number constant", e.right.span)
+                return None
+            if abs(rv.value) > 64:
+                error("PL203", "an exponent must be between -64 and 64", e.right.span)
+                return None
+            if ld is B and rv.value != 1:
+                error("PL207", "bytes raised to a power has no meaning here", e.span)
+                return None
+            if isinstance(lv, ir.Const) and lv.value == 0 and rv.value < 0:
+                error("PL204", "division by zero", e.span)
+                return None
+            dim = ld
+        else:  # pragma: no cover - the grammar has no other operators
+            raise ValueError(e.op)
+        return ir.Op(e.op, (lv, rv), e.span), dim
+
+    def _query(self, e: st.Call) -> tuple[ir.Value, ir.Dim] | None:
+        kind = e.func
+        error = self.cx.error
+        if e.kwargs:
+            error("PL206", f"'{kind}' takes no named arguments", e.kwargs[0].span)
+            return None
+        second = QUERY_KINDS[kind]
+        max_args = 2 if second else 1
+        if not (1 <= len(e.args) <= max_args):
+            what = f"a plan and optionally a {second}" if second else "one plan"
+            error("PL206", f"'{kind}' takes {what}", e.span)
+            return None
+        plan_arg = e.args[0]
+        if not isinstance(plan_arg, st.Name):
+            error("PL206", f"the first argument of '{kind}' must be a plan name", plan_arg.span)
+            return None
+        if plan_arg.id not in self.plans:
+            error("PL117", f"'{plan_arg.id}' is not a plan", plan_arg.span,
+                  did_you_mean(plan_arg.id, self.plans))
+            return None
+        arg = None
+        if len(e.args) == 2:
+            a = e.args[1]
+            allowed = STATE_NAMES + ("transient", "total") if second == "state" else tuple(self.axes)
+            if not isinstance(a, st.Name) or a.id not in allowed:
+                shown = a.id if isinstance(a, st.Name) else "this argument"
+                code = "PL103" if second == "state" else "PL109"
+                error(code, f"'{shown}' is not a {second} of plan '{plan_arg.id}'", a.span,
+                      did_you_mean(shown, allowed))
+                return None
+            arg = a.id
+        return ir.Query(kind, plan_arg.id, arg, e.span), ir.Dim.BYTES
+
+    def count(self, e: st.Expr, env: dict[str, ir.Value], what: str) -> ir.Value | None:
+        """An expression that must be a plain count."""
+        r = self.expr(e, env)
+        if r is None:
+            return None
+        if r[1] is ir.Dim.BYTES:
+            self.cx.error("PL202", f"{what} is a plain count; a byte unit does not fit here", e.span)
+            return None
+        return r[0]
+
+    def word(self, e, allowed: tuple[str, ...], what: str) -> str | None:
+        """A bare name that must be one of ``allowed``."""
+        if isinstance(e, st.Name) and e.id in allowed:
+            return e.id
+        shown = e.id if isinstance(e, st.Name) else None
+        span = getattr(e, "span", None) or Span.point(self.cx.file, 1, 1)
+        notes = did_you_mean(shown, allowed) if shown else ()
+        self.cx.error("PL114", f"{what} must be one of {', '.join(allowed)}", span, notes)
+        return None
+
+    def flag_value(self, prop: st.Prop) -> bool | None:
+        """A property that is true or false; a bare key means true."""
+        if prop.value is None:
+            return True
+        if isinstance(prop.value, st.Bool):
+            return prop.value.value
+        self.cx.error("PL114", f"'{prop.key}' is true or false", prop.span)
+        return None
