@@ -151,6 +151,10 @@ def gi_negation(env: Env, g: st.GroupModel, prefix: str) -> tuple[list, Callable
     total = sum((env.real(v) for v in blocks.values()), z3.RealVal(0, ctx))
     norm_set = frozenset(g.norm_dims)
     slab = sum((env.real(v) for b, v in blocks.items() if b <= norm_set), z3.RealVal(0, ctx))
+    for name in sorted(norm_set):  # a repeated reduction of the count multiplies it by the size
+        times = g.norm_dims.count(name)
+        if times > 1:
+            slab = slab * env.real(_pow(env.size(g.dim(name)), times - 1, one))
     if g.divisor_value is not None:
         divisor = env.value(g.divisor_value)
     else:

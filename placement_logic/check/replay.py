@@ -101,9 +101,16 @@ def simulate_gi(ctx: Context, g: st.GroupModel, sizes: dict[str, int], counts: d
     m = sizes[st.MICROBATCHES]
     norm = set(g.norm_dims)
 
+    # a second reduction of the token count over an axis sums a value already replicated there
+    repeat = 1
+    for name in norm:
+        times = g.norm_dims.count(name)
+        if times > 1:
+            repeat *= dim_size(next(d for d in g.dims if d.name == name), sizes) ** (times - 1)
+
     def slab(tau: Coord) -> int:
         fixed = [i for i, d in enumerate(tdims) if d.name not in norm]
-        return sum(n for t, n in counts.items() if all(t[i] == tau[i] for i in fixed))
+        return repeat * sum(n for t, n in counts.items() if all(t[i] == tau[i] for i in fixed))
 
     total = sum(counts.values())
     ranges = [range(dim_size(d, sizes)) for d in grid]
@@ -209,7 +216,11 @@ def diagnose_group(ctx: Context, g: st.GroupModel, equal_counts: bool = False, a
                        + (f"^{d.k - 1}" if d.k > 2 else ""))
     if aspect is not None and aspect != st.NORMALISATION:
         return out
-    if set(g.norm_dims) != set(ref.norm_dims):
+    if set(g.norm_dims) == set(ref.norm_dims) and sorted(g.norm_dims) != sorted(ref.norm_dims):
+        twice = sorted({n for n in g.norm_dims if g.norm_dims.count(n) > ref.norm_dims.count(n)})
+        out.append(f"token count reduced more than once over ({', '.join(twice)}): a count already summed there "
+                   "is summed again, multiplying it by the axis size")
+    elif set(g.norm_dims) != set(ref.norm_dims):
         if ctx.step.loss != "global_mean" and equal_counts:
             out.append("every shard has the same token count in this run, so the mean of means is exact here")
         elif ctx.step.loss != "global_mean":

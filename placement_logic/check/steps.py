@@ -140,9 +140,7 @@ class StepModel:
 
 def _groups_present(plan: ir.Plan) -> tuple[str, ...]:
     t = plan.model.transformer
-    has_experts = bool(plan.axes_with_role(ir.Role.EXPERT)) or any(
-        o.group == "experts" for o in plan.overrides
-    )
+    has_experts = bool(plan.axes_with_role(ir.Role.EXPERT))
     if t is not None and isinstance(t.experts, ir.Const) and t.experts.value > 1:
         has_experts = True
     groups = ["dense", "norms"]
@@ -183,11 +181,7 @@ def _persistent_modes(plan: ir.Plan) -> None:
 
 def _tied(plan: ir.Plan) -> bool:
     t = plan.model.transformer
-    if t is not None and t.tied_embeddings:
-        return True
-    return any(o.target == "embedding" for o in plan.overrides) or any(
-        o.group == "embedding" and o.target == "clip_norm" for o in plan.overrides
-    )
+    return t is not None and bool(t.tied_embeddings)
 
 
 def _no_effect(plan: ir.Plan, groups: tuple[str, ...], needs_regather: bool, offloaded: bool) -> None:
@@ -200,8 +194,8 @@ def _no_effect(plan: ir.Plan, groups: tuple[str, ...], needs_regather: bool, off
             why = "params stay on the device, so there is nothing to fetch"
         elif o.target == "params" and o.verb == "no_regather" and not needs_regather:
             why = "no axis has replicated params with a sharded optimizer, so nothing is re-gathered"
-        elif o.target == "embedding" and not plan.axes_with_role(ir.Role.PIPELINE):
-            why = "the plan has no pipeline axis, so the embedding is not tied across stages"
+        elif o.target == "embedding" and not (_tied(plan) and plan.axes_with_role(ir.Role.PIPELINE)):
+            why = "the embedding is not tied across pipeline stages (no tied embeddings or no pipeline axis)"
         if why:
             raise _err("PL506", f"override {o.target}{f'[{o.group}]' if o.group else ''}: {o.verb} changes "
                        f"nothing: {why}", o.span)
