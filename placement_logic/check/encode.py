@@ -95,30 +95,62 @@ def _pow(base: Any, k: int, one: Any) -> Any:
 # --------------------------------------------------------------------------- gradient integrity
 
 
-def token_blocks(env: Env, token_dims: tuple[st.GradDim, ...], prefix: str) -> tuple[dict, list]:
-    """Block token-count variables relative to a reference shard, with feasibility constraints."""
-    one = z3.IntVal(1, env.sess.ctx)
-    names = tuple(d.name for d in token_dims)
-    by_name = {d.name: d for d in token_dims}
-    blocks: dict[frozenset[str], Any] = {}
+@dataclass
+class Counts:
+    """Token counts in product form: along every token dimension a, the reference shard's
+    own factor ``own[a]`` (at least 1) and the sum ``others[a]`` of the factors of the
+    other n_a - 1 shards. The count of a device is the product of its factors, so the sum
+    over any block of devices (those that differ from the reference on exactly the
+    dimensions of the block) is a product of one term per dimension, and the token count
+    summed over a set of dimensions is a product of (own + others) terms: 2 variables per
+    dimension instead of one per block. Sums of counts are linear in the per-device counts,
+    and product-form vectors span them (the unit vector of every block is one), so an
+    identity between such sums that holds on every product-form assignment holds on all."""
+
+    dims: tuple[st.GradDim, ...]
+    own: dict[str, Any]
+    others: dict[str, Any]
+
+    def sum_over(self, names, real) -> Any:
+        """The token count summed over the dimensions ``names`` (the reference's own factor on the rest)."""
+        out = None
+        for d in self.dims:
+            term = real(self.own[d.name]) + real(self.others[d.name]) if d.name in names else real(self.own[d.name])
+            out = term if out is None else out * term
+        return out
+
+    def blocks(self, model: Any) -> dict[frozenset[str], Any]:
+        """Block sums at a model (for the concrete replay, which enumerates devices anyway)."""
+        own = {n: value_of(model, v) for n, v in self.own.items()}
+        others = {n: value_of(model, v) for n, v in self.others.items()}
+        names = tuple(d.name for d in self.dims)
+        out = {}
+        for b in subsets(names):
+            v = 1
+            for n in names:
+                v = v * (others[n] if n in b else own[n])
+            out[b] = v
+        return out
+
+
+def token_counts(env: Env, token_dims: tuple[st.GradDim, ...], prefix: str) -> tuple[Counts, list]:
+    """Product-form token-count variables relative to a reference shard, with feasibility constraints."""
     cons: list = []
-    c = env.count_var(f"{prefix}_c")
-    if env.equal_counts:
-        cons.append(c >= 1)
-    for b in subsets(names):
-        var = env.count_var(f"{prefix}_N_{'_'.join(sorted(b)) or 'own'}")
-        blocks[b] = var
-        devices = _prod([env.size(by_name[n]) - 1 for n in sorted(b)], one)
+    own, others = {}, {}
+    for d in token_dims:
+        u, v = env.count_var(f"{prefix}_t_{d.name}"), env.count_var(f"{prefix}_T_{d.name}")
+        own[d.name], others[d.name] = u, v
+        n = env.size(d)
+        cons.append(u >= 1)
         if env.equal_counts:
-            cons.append(var == c * devices)
-        elif b:
-            cons.append(var >= devices)
-            cons.append(z3.Implies(z3.Or([env.size(by_name[n]) == 1 for n in sorted(b)]), var == 0))
+            cons.append(v == u * (n - 1))
         else:
-            cons.append(var >= 1)
+            cons.append(v >= n - 1)
+            cons.append(z3.Implies(n == 1, v == 0))
         if env.counts_cap is not None:
-            cons.append(var <= env.counts_cap * (devices if b else one))
-    return blocks, cons
+            cons.append(u <= env.counts_cap)
+            cons.append(v <= env.counts_cap * (n - 1))
+    return Counts(tuple(token_dims), own, others), cons
 
 
 def gi_negation(env: Env, g: st.GroupModel, prefix: str) -> tuple[list, Callable[[Any], dict]]:
@@ -146,11 +178,11 @@ def gi_negation(env: Env, g: st.GroupModel, prefix: str) -> tuple[list, Callable
         else:
             mult = mult * env.real(_pow(n, d.k - 1, one))
     tdims = g.token_dims
-    blocks, bcons = token_blocks(env, tdims, prefix)
-    cons += bcons
-    total = sum((env.real(v) for v in blocks.values()), z3.RealVal(0, ctx))
+    counts, ccons = token_counts(env, tdims, prefix)
+    cons += ccons
+    total = counts.sum_over({d.name for d in tdims}, env.real)
     norm_set = frozenset(g.norm_dims)
-    slab = sum((env.real(v) for b, v in blocks.items() if b <= norm_set), z3.RealVal(0, ctx))
+    slab = counts.sum_over(norm_set, env.real)
     for name in sorted(norm_set):  # a repeated reduction of the count multiplies it by the size
         times = g.norm_dims.count(name)
         if times > 1:
@@ -165,13 +197,12 @@ def gi_negation(env: Env, g: st.GroupModel, prefix: str) -> tuple[list, Callable
 
     def extract(model: Any) -> dict:
         leak = next((name for name, c in leaks if value_of(model, c)), None)
-        counts = {b: value_of(model, v) for b, v in blocks.items()}
         return {
             "kind": "gi",
             "group": g.group,
             "sizes": env.size_values(model),
             "agree": {k: value_of(model, v) for k, v in agree.items()},
-            "counts": counts,
+            "counts": counts.blocks(model),
             "leak": leak,
         }
 
@@ -209,53 +240,76 @@ def gi_replica_negation(env: Env, g: st.GroupModel, prefix: str) -> tuple[list, 
 
 
 def norm_negation(env: Env, prefix: str, boolean: bool) -> tuple[list, Callable[[Any], dict]]:
-    """The observer's grad norm (or overflow decision) differs from the global one."""
+    """The observer's grad norm (or overflow decision) differs from the global one.
+
+    Per group, the squared-norm partial sum (or the found-inf flag) of the shards is in
+    product form, like the token counts: along every axis the group is sharded over, the
+    observer's own factor and the sum of the other shards' factors (for the flag: whether
+    the own shard, and whether some other shard, overflows). What the plan reduces over a
+    set of axes is then a product of one term per axis, and so is the global value: two
+    variables per group and axis. Unit vectors of every block are product-form, so a
+    difference on any assignment shows on one of them."""
     ctx = env.sess.ctx
     step = env.step
     axes = step.overflow_axes if boolean else step.clip_axes
     one = z3.IntVal(1, ctx)
-    computed = [] if boolean else z3.RealVal(0, ctx)
-    expected = [] if boolean else z3.RealVal(0, ctx)
     cons: list = []
-    blocks: dict[tuple[str, frozenset[str]], Any] = {}
+    factors: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    computed_terms, expected_terms = [], []
     for g in step.groups:
         shard = g.shard_axes
         g_axes = axes if boolean or g.clip_axes is None else g.clip_axes
         k = {a: g_axes.count(a) for a in sorted(set(g_axes))}
-        for b in subsets(shard):
-            name = f"{prefix}_{g.group}_{'_'.join(sorted(b)) or 'own'}"
-            v = env.sess.bool(name) if boolean else env.sess.real(name)
-            blocks[(g.group, b)] = v
-            empty = z3.Or([env.size(a) == 1 for a in sorted(b)]) if b else z3.BoolVal(False, ctx)
+        own: dict[str, Any] = {}
+        others: dict[str, Any] = {}
+        # the axis-free part of the group's value (a group sharded over no axis still has one)
+        base = env.sess.bool(f"{prefix}_{g.group}_any") if boolean else env.sess.real(f"{prefix}_{g.group}_base")
+        if not boolean:
+            cons.append(base >= 0)
+        comp = base
+        exp = base
+        for a in shard:
             if boolean:
-                cons.append(z3.Implies(empty, z3.Not(v)))
-                expected.append(v)
-                if b <= set(k):
-                    computed.append(v)
+                u, v = env.sess.bool(f"{prefix}_{g.group}_{a}_own"), env.sess.bool(f"{prefix}_{g.group}_{a}_others")
+                cons.append(z3.Implies(env.size(a) == 1, z3.Not(v)))
+                exp = z3.And(exp, z3.Or(u, v))
+                comp = z3.And(comp, z3.Or(u, v) if a in k else u)
             else:
-                cons.append(v >= 0)
-                cons.append(z3.Implies(empty, v == 0))
-                expected = expected + v
-                if b <= set(k):
-                    factor = one
-                    for a, times in k.items():
-                        factor = factor * _pow(env.size(a), times - 1, one)
-                    dc = one
-                    if g.double_count:
-                        tie = [d for d in g.dims if d.tie]
-                        dc = env.size(tie[0]) if tie else z3.IntVal(2, ctx)
-                    computed = computed + v * env.real(factor * dc)
+                u, v = env.sess.real(f"{prefix}_{g.group}_{a}_own"), env.sess.real(f"{prefix}_{g.group}_{a}_others")
+                cons += [u >= 0, v >= 0, z3.Implies(env.size(a) == 1, v == 0)]
+                exp = exp * (u + v)
+                comp = comp * ((u + v) if a in k else u)
+            own[a], others[a] = u, v
+        factors[g.group] = (own, others)
+        if not boolean:
+            factor = one
+            for a, times in k.items():
+                factor = factor * _pow(env.size(a), times - 1, one)
+            dc = one
+            if g.double_count:
+                tie = [d for d in g.dims if d.tie]
+                dc = env.size(tie[0]) if tie else z3.IntVal(2, ctx)
+            comp = comp * env.real(factor * dc)
+        computed_terms.append(comp)
+        expected_terms.append(exp)
     if boolean:
-        cons.append(z3.Or(computed) != z3.Or(expected))
+        cons.append(z3.Or(computed_terms) != z3.Or(expected_terms))
     else:
-        cons.append(computed != expected)
+        cons.append(sum(computed_terms, z3.RealVal(0, ctx)) != sum(expected_terms, z3.RealVal(0, ctx)))
 
     def extract(model: Any) -> dict:
-        return {
-            "kind": "overflow" if boolean else "clip",
-            "sizes": env.size_values(model),
-            "blocks": {key: value_of(model, v) for key, v in blocks.items()},
-        }
+        blocks = {}
+        for g in step.groups:
+            own, others = factors[g.group]
+            base = value_of(model, env.sess.bool(f"{prefix}_{g.group}_any") if boolean
+                            else env.sess.real(f"{prefix}_{g.group}_base"))
+            for b in subsets(g.shard_axes):
+                v = base
+                for a in g.shard_axes:
+                    x = value_of(model, others[a] if a in b else own[a])
+                    v = (v and x) if boolean else v * x
+                blocks[(g.group, b)] = v
+        return {"kind": "overflow" if boolean else "clip", "sizes": env.size_values(model), "blocks": blocks}
 
     return cons, extract
 

@@ -23,7 +23,7 @@
  (<= size_microbatches 2))
 (assert
  (let (($x16 (>= size_y 2)))
-(let (($x64 (and $x16 true)))
-(or $x64))))
+(let (($x55 (and $x16 true)))
+(or $x55))))
 (check-sat)
 (exit)
