@@ -284,7 +284,11 @@ def norm_negation(env: Env, prefix: str, boolean: bool) -> tuple[list, Callable[
         if not boolean:
             factor = one
             for a, times in k.items():
-                factor = factor * _pow(env.size(a), times - 1, one)
+                # reduced over an axis the group is sharded over, or one where replicated copies are
+                # counted once, the first reduction sums distinct values; otherwise every reduction
+                # sums copies of the same value and multiplies it
+                dedupe = a in shard or a in step.norm_dedupe_axes
+                factor = factor * _pow(env.size(a), times - 1 if dedupe else times, one)
             dc = one
             if g.double_count:
                 tie = [d for d in g.dims if d.tie]

@@ -61,7 +61,8 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
             part: dict[Coord, object] = {}
             for dev in devices:
                 v = placed.get((g.group, tuple(dev[pos[a]] for a in g.shard_axes)))
-                counted = bool(v) and all(dev[pos[a]] == 0 for a in set(g_axes) if a not in g.shard_axes)
+                counted = bool(v) and all(dev[pos[a]] == 0 for a in set(g_axes)
+                                          if a not in g.shard_axes and a in step.norm_dedupe_axes)
                 dc = 1
                 if counted and g.double_count:
                     tie = [d for d in g.dims if d.tie]

@@ -19,6 +19,7 @@ from . import encode as en
 from . import replay as rp
 from . import replay_state as rs
 from . import steps as st
+from .plan import PlanChecker
 from .report import CheckReport, Finding, ObligationResult, PlanReport, Verdict
 from .rules import GRADIENT_INTEGRITY, RULES, STATE_CONSISTENCY
 from ..solver.session import Session
@@ -245,7 +246,26 @@ def _expert_negation(env: en.Env, step: st.StepModel):
         return [z3.BoolVal(False, env.sess.ctx)], lambda m: {}
     eq = en.Env(env.sess, env.step, env.bindings, env.pinned, env.bound, True, True)
     eq.sizes, eq.side = env.sizes, env.side
-    cons, extract = en.gi_negation(eq, step.group("experts"), "cr07")
+    # the experts with their own divisor, and every other group over the expert axes
+    # (reduced there once, as over the rest of the data group), each judged in isolation
+    parts = [en.gi_negation(eq, step.group("experts"), "cr07")]
+    for g in step.groups:
+        if g.group == "experts":
+            continue
+        for d in g.dims:
+            if d.axis in step.expert_axes and not d.tie:
+                parts.append(en.gi_negation(eq, st.isolate(g, d.name), f"cr07_{g.group}_{d.name}"))
+    if len(parts) == 1:
+        return parts[0]
+    pick = [env.sess.bool(f"cr07_part_{i}") for i in range(len(parts))]
+    cons = [z3.Or(*pick)] + [z3.Implies(b, z3.And(*c)) for b, (c, _) in zip(pick, parts)]
+
+    def extract(model):
+        from ..solver.session import value_of
+
+        i = next(i for i, b in enumerate(pick) if value_of(model, b))
+        return parts[i][1](model)
+
     return cons, extract
 
 
@@ -349,12 +369,9 @@ def _refuted(ob: Obligation, result, scope: str, cex) -> ObligationResult:
 
 
 def check_plan(sess: Session, spec: ir.Spec, plan: ir.Plan, pinned: dict[str, int], bound: int = DEFAULT_BOUND) -> PlanReport:
-    step = st.derive(plan)
-    derived = st.derive(plan, overrides=False)
-    bindings = spec.binding_map
-    loss_derived = st.derive(plan, overrides=False, keep=("loss",))
-    ctx = rp.Context(step, derived, loss_derived, bindings, spec.file, pinned)
-    obs = obligations(step, derived, ctx)
+    checker = PlanChecker(spec, plan, dict(pinned))
+    step, bindings = checker.step, checker.bindings
+    obs = checker.obligations()
     results = _explain(obs, [discharge(sess, ob, step, bindings, pinned, bound) for ob in obs])
     free = [n for n in step.axes + (st.MICROBATCHES,) if n not in pinned]
     assumed = (

@@ -123,6 +123,8 @@ class StepModel:
     optimizer_span: Span = NO_SPAN
     params_span: Span = NO_SPAN
     equal_tokens: bool = False  # `override tokens: equal`: every device and microbatch has the same count
+    norm_dedupe_axes: tuple[str, ...] = ()  # axes some group's gradient is sharded over: a norm reduction
+    # there counts a group replicated on it once (Megatron's duplicate filter); elsewhere it multiplies
 
     def size_aliases(self) -> dict[str, str]:
         """Symbols that name a size of the step: the model's microbatches symbol."""
@@ -446,6 +448,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         optimizer_span=opt_pl.span,
         params_span=(gather_o.span if gather_o else par_pl.span),
         equal_tokens=eq_o is not None,
+        norm_dedupe_axes=all_shard,
     )
 
 

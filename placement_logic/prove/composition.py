@@ -18,11 +18,9 @@ from typing import Any, Callable
 import z3
 
 from .. import ir
-from ..check import encode as en
-from ..check import replay as rp
-from ..check import run as check_run
-from ..check import steps as st
+from ..check.plan import PlanChecker
 from ..check.report import Verdict
+from ..check.run import FORALL, SEARCH, check_plan
 from ..check.rules import RULES
 from ..solver.session import Session
 from ..frontend.loader import load_string
@@ -32,22 +30,9 @@ from .obligation import Obligation, Query
 THEOREM = "Composition"
 
 
-def _negations(spec: ir.Spec, plan: ir.Plan, rules: bool, ctx: z3.Context, tier=check_run.FORALL):
+def _negations(spec: ir.Spec, plan: ir.Plan, rules: bool, ctx: z3.Context, tier=FORALL):
     """The checker's obligations of ``plan`` (rules or safety conditions) in context ``ctx``."""
-    sess = Session(ctx=ctx)
-    step = st.derive(plan)
-    derived = st.derive(plan, overrides=False)
-    loss_derived = st.derive(plan, overrides=False, keep=("loss",))  # as check.run.check_plan builds it
-    rctx = rp.Context(step, derived, loss_derived, spec.binding_map, spec.file, {})
-    env = en.Env(sess, step, spec.binding_map, {}, tier.bound, tier.int_counts, tier.equal_counts,
-                 counts_cap=tier.counts_cap)
-    out = []
-    for ob in check_run.obligations(step, derived, rctx):
-        if (ob.condition in RULES) != rules:
-            continue
-        cons, extract = ob.encode(env)
-        out.append((ob, cons, extract))
-    return env, out
+    return PlanChecker(spec, plan).negations(Session(ctx=ctx), tier, rules)
 
 
 def _family_query(members: list[Composition], rules: bool) -> Callable[[z3.Context], Query]:
@@ -158,7 +143,7 @@ def breaker_obligations(sess: Session) -> list[Obligation]:
     obs = []
     for b in BREAKERS:
         spec, plan = breaker_plan(b)
-        report = check_run.check_plan(sess, spec, plan, {})
+        report = check_plan(sess, spec, plan, {})
         refuted = tuple(o.name.split()[0] for o in report.obligations
                         if o.condition in RULES and o.verdict is Verdict.REFUTED)
         rule = RULES[b.code]
@@ -171,7 +156,7 @@ def breaker_obligations(sess: Session) -> list[Obligation]:
 
 
 def _breaker_query(spec: ir.Spec, plan: ir.Plan, code: str) -> Callable[[z3.Context], Query]:
-    tier = check_run.SEARCH[0]  # the checker's first search tier: sizes <= 2, equal token counts
+    tier = SEARCH[0]  # the checker's first search tier: sizes <= 2, equal token counts
 
     def build(ctx: z3.Context) -> Query:
         env, negs = _negations(spec, plan, True, ctx, tier)
