@@ -7,14 +7,14 @@ OUTDIR defaults to this file's directory. The output is deterministic; the test 
 re-generates it into a temporary directory and compares. Every mutant's `# expect:` and
 `# root:` lines come from what its mutation operator breaks according to the step
 semantics (docs/semantics.md), not from the checker's output. A `# known-gap:` line marks
-a mutant the checker is known to get wrong; its test is an expected failure.
+a file the checker is known to get wrong (KNOWN_GAPS); its test is an expected failure.
 """
 
 from __future__ import annotations
 
 import sys
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -65,80 +65,76 @@ class Base:
     model: str
     mesh: tuple[tuple[str, int], ...]
     bind: tuple[str, ...]
-    data: tuple[str, ...] = ()  # data and context axes: gradient contributions token-split
-    groups: tuple[str, ...] = field(default=())
 
     def all_groups(self) -> tuple[str, ...]:
-        return self.groups or GROUPS[self.model]
+        return GROUPS[self.model]
 
 
-def base(name, title, imports, model, mesh, bind, data):
-    return Base(name, title, tuple(imports), model, tuple(mesh), tuple(bind), tuple(data))
+def base(name, title, imports, model, mesh, bind):
+    return Base(name, title, tuple(imports), model, tuple(mesh), tuple(bind))
 
 
 D = "from std.data import "
 BASES = {b.name: b for b in [
-    base("ddp", "DDP", [D + "ddp"], "plain", [("dp", 8)], ["dp: ddp"], ["dp"]),
-    base("zero1", "ZeRO-1", [D + "zero1"], "plain", [("dp", 8)], ["dp: zero1"], ["dp"]),
-    base("zero2", "ZeRO-2", [D + "zero2"], "plain", [("dp", 8)], ["dp: zero2"], ["dp"]),
-    base("zero3", "ZeRO-3", [D + "zero3"], "plain", [("dp", 8)], ["dp: zero3"], ["dp"]),
+    base("ddp", "DDP", [D + "ddp"], "plain", [("dp", 8)], ["dp: ddp"]),
+    base("zero1", "ZeRO-1", [D + "zero1"], "plain", [("dp", 8)], ["dp: zero1"]),
+    base("zero2", "ZeRO-2", [D + "zero2"], "plain", [("dp", 8)], ["dp: zero2"]),
+    base("zero3", "ZeRO-3", [D + "zero3"], "plain", [("dp", 8)], ["dp: zero3"]),
     base("fsdp", "FSDP FULL_SHARD", [D + "fsdp_full_shard"], "plain", [("dp", 8)],
-         ["dp: fsdp_full_shard"], ["dp"]),
+         ["dp: fsdp_full_shard"]),
     base("fsdp_sgo", "FSDP SHARD_GRAD_OP", [D + "fsdp_shard_grad_op"], "plain", [("dp", 8)],
-         ["dp: fsdp_shard_grad_op"], ["dp"]),
+         ["dp: fsdp_shard_grad_op"]),
     base("hsdp", "FSDP HYBRID_SHARD", [D + "hybrid_shard"], "plain", [("nodes", 4), ("gpus", 8)],
-         ["[nodes, gpus]: hybrid_shard"], ["nodes", "gpus"]),
+         ["[nodes, gpus]: hybrid_shard"]),
     base("zero_offload", "ZeRO-Offload", ["from std.offload import zero_offload"], "plain", [("dp", 8)],
-         ["dp: zero_offload"], ["dp"]),
+         ["dp: zero_offload"]),
     base("zero_infinity", "ZeRO-Infinity", ["from std.offload import zero_infinity"], "plain",
-         [("dp", 8)], ["dp: zero_infinity"], ["dp"]),
+         [("dp", 8)], ["dp: zero_infinity"]),
     base("tp", "DDP x Megatron TP", [D + "ddp", "from std.tensor import megatron_tp"], "dense",
-         [("dp", 8), ("tp", 8)], ["dp: ddp", "tp: megatron_tp"], ["dp"]),
+         [("dp", 8), ("tp", 8)], ["dp: ddp", "tp: megatron_tp"]),
     base("sp", "ZeRO-1 x Megatron TP with sequence parallelism", [D + "zero1", "from std.tensor import megatron_sp"],
-         "dense", [("dp", 8), ("tp", 4)], ["dp: zero1", "tp: megatron_sp"], ["dp"]),
+         "dense", [("dp", 8), ("tp", 4)], ["dp: zero1", "tp: megatron_sp"]),
     base("fsdp_tp", "FSDP x Megatron TP", [D + "fsdp_full_shard", "from std.tensor import megatron_tp"],
-         "dense", [("dp", 8), ("tp", 8)], ["dp: fsdp_full_shard", "tp: megatron_tp"], ["dp"]),
+         "dense", [("dp", 8), ("tp", 8)], ["dp: fsdp_full_shard", "tp: megatron_tp"]),
     base("gpipe", "DDP x GPipe (tied embeddings)", [D + "ddp", "from std.pipeline import gpipe"], "tied",
-         [("dp", 8), ("pp", 4)], ["dp: ddp", "pp: gpipe"], ["dp"]),
+         [("dp", 8), ("pp", 4)], ["dp: ddp", "pp: gpipe"]),
     base("1f1b", "ZeRO-1 x 1F1B (tied embeddings)", [D + "zero1", "from std.pipeline import one_f_one_b"],
-         "tied", [("dp", 8), ("pp", 4)], ["dp: zero1", "pp: one_f_one_b"], ["dp"]),
+         "tied", [("dp", 8), ("pp", 4)], ["dp: zero1", "pp: one_f_one_b"]),
     base("interleaved", "ZeRO-1 x interleaved 1F1B (tied embeddings)",
          [D + "zero1", "from std.pipeline import interleaved_1f1b"], "tied", [("dp", 8), ("pp", 4)],
-         ["dp: zero1", "pp: interleaved_1f1b(v = 2)"], ["dp"]),
+         ["dp: zero1", "pp: interleaved_1f1b(v = 2)"]),
     base("zero2_pp", "ZeRO-2 x 1F1B", [D + "zero2", "from std.pipeline import one_f_one_b"], "pipeline",
-         [("dp", 8), ("pp", 4)], ["dp: zero2", "pp: one_f_one_b"], ["dp"]),
+         [("dp", 8), ("pp", 4)], ["dp: zero2", "pp: one_f_one_b"]),
     base("zero3_pp", "ZeRO-3 x GPipe", [D + "zero3", "from std.pipeline import gpipe"], "pipeline",
-         [("dp", 8), ("pp", 4)], ["dp: zero3", "pp: gpipe"], ["dp"]),
+         [("dp", 8), ("pp", 4)], ["dp: zero3", "pp: gpipe"]),
     base("cp", "DDP x context parallelism", [D + "ddp", "from std.context import context_parallel"], "dense",
-         [("dp", 8), ("cp", 4)], ["dp: ddp", "cp: context_parallel"], ["dp", "cp"]),
+         [("dp", 8), ("cp", 4)], ["dp: ddp", "cp: context_parallel"]),
     base("cp_zero3", "ZeRO-3 x context parallelism", [D + "zero3", "from std.context import context_parallel"],
-         "dense", [("dp", 8), ("cp", 4)], ["dp: zero3", "cp: context_parallel"], ["dp", "cp"]),
+         "dense", [("dp", 8), ("cp", 4)], ["dp: zero3", "cp: context_parallel"]),
     base("ep", "DDP x expert parallelism", [D + "ddp", "from std.expert import expert_parallel"], "moe",
-         [("dp", 4), ("ep", 8)], ["dp: ddp", "ep: expert_parallel"], ["dp"]),
+         [("dp", 4), ("ep", 8)], ["dp: ddp", "ep: expert_parallel"]),
     base("zeropp_dp", "ZeroPP with DDP across nodes", ["from std.zeropp import zeropp_dp"], "pipeline",
-         [("stage", 4), ("intra", 8), ("inter", 4)], ["[stage, intra, inter]: zeropp_dp(v = 2, U = 4)"],
-         ["intra", "inter"]),
+         [("stage", 4), ("intra", 8), ("inter", 4)], ["[stage, intra, inter]: zeropp_dp(v = 2, U = 4)"]),
     base("zeropp_zero1", "ZeroPP with ZeRO-1 across nodes", ["from std.zeropp import zeropp_zero1"],
          "pipeline", [("stage", 4), ("intra", 8), ("inter", 4)],
-         ["[stage, intra, inter]: zeropp_zero1(v = 2, U = 4)"], ["intra", "inter"]),
+         ["[stage, intra, inter]: zeropp_zero1(v = 2, U = 4)"]),
     base("3d", "Megatron 3D: ZeRO-1 x TP with SP x interleaved 1F1B (tied embeddings)",
          [D + "zero1", "from std.tensor import megatron_sp", "from std.pipeline import interleaved_1f1b"],
          "tied", [("dp", 4), ("tp", 8), ("pp", 4)],
-         ["dp: zero1", "tp: megatron_sp", "pp: interleaved_1f1b(v = 2)"], ["dp"]),
+         ["dp: zero1", "tp: megatron_sp", "pp: interleaved_1f1b(v = 2)"]),
     base("4d", "4D: ZeRO-1 x CP x TP with SP x interleaved 1F1B (tied embeddings)",
          [D + "zero1", "from std.context import context_parallel", "from std.tensor import megatron_sp",
           "from std.pipeline import interleaved_1f1b"],
          "tied", [("dp", 4), ("cp", 2), ("tp", 8), ("pp", 4)],
-         ["dp: zero1", "cp: context_parallel", "tp: megatron_sp", "pp: interleaved_1f1b(v = 2)"], ["dp", "cp"]),
+         ["dp: zero1", "cp: context_parallel", "tp: megatron_sp", "pp: interleaved_1f1b(v = 2)"]),
     base("fsdp_4d", "4D: FSDP x CP x TP x interleaved 1F1B (tied embeddings)",
          [D + "fsdp_full_shard", "from std.context import context_parallel", "from std.tensor import megatron_tp",
           "from std.pipeline import interleaved_1f1b"],
          "tied", [("dp", 4), ("cp", 2), ("tp", 8), ("pp", 4)],
-         ["dp: fsdp_full_shard", "cp: context_parallel", "tp: megatron_tp", "pp: interleaved_1f1b(v = 2)"],
-         ["dp", "cp"]),
+         ["dp: fsdp_full_shard", "cp: context_parallel", "tp: megatron_tp", "pp: interleaved_1f1b(v = 2)"]),
     base("moe_3d", "MoE 3D: DDP x Megatron TP x expert parallelism",
          [D + "ddp", "from std.tensor import megatron_tp", "from std.expert import expert_parallel"], "moe",
-         [("dp", 4), ("tp", 4), ("ep", 8)], ["dp: ddp", "tp: megatron_tp", "ep: expert_parallel"], ["dp"]),
+         [("dp", 4), ("tp", 4), ("ep", 8)], ["dp: ddp", "tp: megatron_tp", "ep: expert_parallel"]),
 ]}
 
 
@@ -204,9 +200,9 @@ MUTANTS: list[Mutant] = []
 KNOWN_GAPS: dict[str, str] = {
     "grads_missing_ep_non_expert_ep": "CR07 states that non-expert grads are reduced over the whole data group, "
     "but the checker's CR07 judges the experts group only",
-    "norm_reduce_over_dp_dp_ddp": "a repeated axis in `tokens: reduce over` multiplies the token count by its "
+    "tokens_reduce_over_dp_dp_ddp": "a repeated axis in `tokens: reduce over` multiplies the token count by its "
     "size, but the checker keeps the token axes as a set, so the repetition is lost",
-    "norm_reduce_over_dp_cp_cp_cp_zero3": "a repeated axis in `tokens: reduce over` multiplies the token count "
+    "tokens_reduce_over_dp_cp_cp_cp_zero3": "a repeated axis in `tokens: reduce over` multiplies the token count "
     "by its size, but the checker keeps the token axes as a set, so the repetition is lost",
     "clip_norm_reduce_replicated_ddp": "an all-reduce of a replicated squared norm multiplies it by the axis "
     "size, but the checker multiplies only for a repeated axis, not for a reduction over an axis on which "
@@ -434,8 +430,9 @@ for b, line, what, mirrors in [
 ]:
     bb = BASES[b]
     gs = bb.all_groups()
-    kind = line.split(": ", 1)[1].replace(" ", "_").replace("(", "").replace(")", "").replace(",", "").rstrip("_")
-    mutant(f"norm_{kind}_{b}", b, f"{what} (`{line.removeprefix('override ')}`).",
+    target, verb = line.removeprefix("override ").split(": ", 1)
+    kind = verb.replace("()", "none").replace(" ", "_").replace("(", "").replace(")", "").replace(",", "")
+    mutant(f"{target}_{kind}_{b}", b, f"{what} (`{line.removeprefix('override ')}`).",
            [line], gi(gs, "normalisation"), gi_root(gs, "normalisation"), mirrors=mirrors)
 
 # -- override bugs: global reductions ----------------------------------------------------
@@ -511,7 +508,7 @@ mutant("grads_twice_inter_all_zeropp_zero1", "zeropp_zero1",
        "gradients reduced twice over the inter-node axis (`grads: reduce over (intra, inter, inter)`).",
        ["override grads: reduce over (intra, inter, inter)"],
        gi(BASES["zeropp_zero1"].all_groups(), "over inter") + ["CR02"], mirrors=TWICE)
-mutant("norm_tokens_reduce_over_dp_ep", "ep",
+mutant("tokens_reduce_over_dp_ep", "ep",
        "the token count summed over dp only, although the expert axis splits the batch too "
        "(`tokens: reduce over (dp)`).",
        ["override tokens: reduce over (dp)"], gi(BASES["ep"].all_groups(), "normalisation"), mirrors=CP_TOKENS)
