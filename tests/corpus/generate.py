@@ -1,0 +1,805 @@
+"""Writes the checker's mutation and equivalence corpus: base plans from the library,
+one mutation each (`mutants/`), or restated in an equivalent form (`equivalent/`).
+
+    python tests/corpus/generate.py [OUTDIR]
+
+OUTDIR defaults to this file's directory. The output is deterministic; the test suite
+re-generates it into a temporary directory and compares. Every mutant's `# expect:` and
+`# root:` lines come from what its mutation operator breaks according to the step
+semantics (docs/semantics.md), not from the checker's output. A `# known-gap:` line marks
+a file the checker is known to get wrong (KNOWN_GAPS); its test is an expected failure.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+# ---------------------------------------------------------------------------------------
+# Models and base plans
+
+MODELS = {
+    "plain": ("params = 7e9", "microbatches = 4"),
+    "pipeline": ("params = 20e9", "microbatches = 16"),
+    "dense": (
+        "transformer {\n    hidden = 4096\n    layers = 32\n    heads = 32\n    ffn = 16384\n"
+        "    vocab = 50304\n  }",
+        "seq = 2048",
+        "microbatch = 4",
+        "microbatches = 4",
+    ),
+    "tied": (
+        "transformer {\n    hidden = 2048\n    layers = 24\n    heads = 16\n    ffn = 8192\n"
+        "    vocab = 50304\n    tied_embeddings = true\n  }",
+        "seq = 2048",
+        "microbatch = 1",
+        "microbatches = 8",
+    ),
+    "moe": (
+        "transformer {\n    hidden = 4096\n    layers = 32\n    heads = 32\n    ffn = 14336\n"
+        "    vocab = 32000\n    experts = 8\n    top_k = 2\n  }",
+        "seq = 4096",
+        "microbatch = 1",
+        "microbatches = 4",
+    ),
+}
+
+GROUPS = {
+    "plain": ("dense", "norms", "biases", "embedding"),
+    "pipeline": ("dense", "norms", "biases", "embedding"),
+    "dense": ("dense", "norms", "biases", "embedding"),
+    "tied": ("dense", "norms", "biases", "embedding"),
+    "moe": ("dense", "norms", "biases", "experts", "embedding"),
+}
+
+
+@dataclass(frozen=True)
+class Base:
+    name: str
+    title: str
+    imports: tuple[str, ...]
+    model: str
+    mesh: tuple[tuple[str, int], ...]
+    bind: tuple[str, ...]
+
+    def all_groups(self) -> tuple[str, ...]:
+        return GROUPS[self.model]
+
+
+def base(name, title, imports, model, mesh, bind):
+    return Base(name, title, tuple(imports), model, tuple(mesh), tuple(bind))
+
+
+D = "from std.data import "
+BASES = {b.name: b for b in [
+    base("ddp", "DDP", [D + "ddp"], "plain", [("dp", 8)], ["dp: ddp"]),
+    base("zero1", "ZeRO-1", [D + "zero1"], "plain", [("dp", 8)], ["dp: zero1"]),
+    base("zero2", "ZeRO-2", [D + "zero2"], "plain", [("dp", 8)], ["dp: zero2"]),
+    base("zero3", "ZeRO-3", [D + "zero3"], "plain", [("dp", 8)], ["dp: zero3"]),
+    base("fsdp", "FSDP FULL_SHARD", [D + "fsdp_full_shard"], "plain", [("dp", 8)],
+         ["dp: fsdp_full_shard"]),
+    base("fsdp_sgo", "FSDP SHARD_GRAD_OP", [D + "fsdp_shard_grad_op"], "plain", [("dp", 8)],
+         ["dp: fsdp_shard_grad_op"]),
+    base("hsdp", "FSDP HYBRID_SHARD", [D + "hybrid_shard"], "plain", [("nodes", 4), ("gpus", 8)],
+         ["[nodes, gpus]: hybrid_shard"]),
+    base("zero_offload", "ZeRO-Offload", ["from std.offload import zero_offload"], "plain", [("dp", 8)],
+         ["dp: zero_offload"]),
+    base("zero_infinity", "ZeRO-Infinity", ["from std.offload import zero_infinity"], "plain",
+         [("dp", 8)], ["dp: zero_infinity"]),
+    base("tp", "DDP x Megatron TP", [D + "ddp", "from std.tensor import megatron_tp"], "dense",
+         [("dp", 8), ("tp", 8)], ["dp: ddp", "tp: megatron_tp"]),
+    base("sp", "ZeRO-1 x Megatron TP with sequence parallelism", [D + "zero1", "from std.tensor import megatron_sp"],
+         "dense", [("dp", 8), ("tp", 4)], ["dp: zero1", "tp: megatron_sp"]),
+    base("fsdp_tp", "FSDP x Megatron TP", [D + "fsdp_full_shard", "from std.tensor import megatron_tp"],
+         "dense", [("dp", 8), ("tp", 8)], ["dp: fsdp_full_shard", "tp: megatron_tp"]),
+    base("gpipe", "DDP x GPipe (tied embeddings)", [D + "ddp", "from std.pipeline import gpipe"], "tied",
+         [("dp", 8), ("pp", 4)], ["dp: ddp", "pp: gpipe"]),
+    base("1f1b", "ZeRO-1 x 1F1B (tied embeddings)", [D + "zero1", "from std.pipeline import one_f_one_b"],
+         "tied", [("dp", 8), ("pp", 4)], ["dp: zero1", "pp: one_f_one_b"]),
+    base("interleaved", "ZeRO-1 x interleaved 1F1B (tied embeddings)",
+         [D + "zero1", "from std.pipeline import interleaved_1f1b"], "tied", [("dp", 8), ("pp", 4)],
+         ["dp: zero1", "pp: interleaved_1f1b(v = 2)"]),
+    base("zero2_pp", "ZeRO-2 x 1F1B", [D + "zero2", "from std.pipeline import one_f_one_b"], "pipeline",
+         [("dp", 8), ("pp", 4)], ["dp: zero2", "pp: one_f_one_b"]),
+    base("zero3_pp", "ZeRO-3 x GPipe", [D + "zero3", "from std.pipeline import gpipe"], "pipeline",
+         [("dp", 8), ("pp", 4)], ["dp: zero3", "pp: gpipe"]),
+    base("cp", "DDP x context parallelism", [D + "ddp", "from std.context import context_parallel"], "dense",
+         [("dp", 8), ("cp", 4)], ["dp: ddp", "cp: context_parallel"]),
+    base("cp_zero3", "ZeRO-3 x context parallelism", [D + "zero3", "from std.context import context_parallel"],
+         "dense", [("dp", 8), ("cp", 4)], ["dp: zero3", "cp: context_parallel"]),
+    base("ep", "DDP x expert parallelism", [D + "ddp", "from std.expert import expert_parallel"], "moe",
+         [("dp", 4), ("ep", 8)], ["dp: ddp", "ep: expert_parallel"]),
+    base("zeropp_dp", "ZeroPP with DDP across nodes", ["from std.zeropp import zeropp_dp"], "pipeline",
+         [("stage", 4), ("intra", 8), ("inter", 4)], ["[stage, intra, inter]: zeropp_dp(v = 2, U = 4)"]),
+    base("zeropp_zero1", "ZeroPP with ZeRO-1 across nodes", ["from std.zeropp import zeropp_zero1"],
+         "pipeline", [("stage", 4), ("intra", 8), ("inter", 4)],
+         ["[stage, intra, inter]: zeropp_zero1(v = 2, U = 4)"]),
+    base("3d", "Megatron 3D: ZeRO-1 x TP with SP x interleaved 1F1B (tied embeddings)",
+         [D + "zero1", "from std.tensor import megatron_sp", "from std.pipeline import interleaved_1f1b"],
+         "tied", [("dp", 4), ("tp", 8), ("pp", 4)],
+         ["dp: zero1", "tp: megatron_sp", "pp: interleaved_1f1b(v = 2)"]),
+    base("4d", "4D: ZeRO-1 x CP x TP with SP x interleaved 1F1B (tied embeddings)",
+         [D + "zero1", "from std.context import context_parallel", "from std.tensor import megatron_sp",
+          "from std.pipeline import interleaved_1f1b"],
+         "tied", [("dp", 4), ("cp", 2), ("tp", 8), ("pp", 4)],
+         ["dp: zero1", "cp: context_parallel", "tp: megatron_sp", "pp: interleaved_1f1b(v = 2)"]),
+    base("fsdp_4d", "4D: FSDP x CP x TP x interleaved 1F1B (tied embeddings)",
+         [D + "fsdp_full_shard", "from std.context import context_parallel", "from std.tensor import megatron_tp",
+          "from std.pipeline import interleaved_1f1b"],
+         "tied", [("dp", 4), ("cp", 2), ("tp", 8), ("pp", 4)],
+         ["dp: fsdp_full_shard", "cp: context_parallel", "tp: megatron_tp", "pp: interleaved_1f1b(v = 2)"]),
+    base("moe_3d", "MoE 3D: DDP x Megatron TP x expert parallelism",
+         [D + "ddp", "from std.tensor import megatron_tp", "from std.expert import expert_parallel"], "moe",
+         [("dp", 4), ("tp", 4), ("ep", 8)], ["dp: ddp", "tp: megatron_tp", "ep: expert_parallel"]),
+]}
+
+
+def merged_imports(lines) -> list[str]:
+    """`from M import a` lines merged per module, in first-seen order."""
+    names: dict[str, list[str]] = {}
+    for line in lines:
+        module, imported = line.removeprefix("from ").split(" import ")
+        for n in imported.split(", "):
+            if n not in names.setdefault(module, []):
+                names[module].append(n)
+    return [f"from {m} import {', '.join(ns)}" for m, ns in names.items()]
+
+
+def spec_text(header: list[str], imports, model: str, mesh, strategies: list[str], plan: str, body: list[str]) -> str:
+    """`header` lines become comments; prose lines (those without a `key: ` tag the tests read) are wrapped."""
+    out = []
+    for h in header:
+        tagged = h.split(": ", 1)[0] in ("expect", "root", "known-gap", "equivalent to")
+        out += [f"# {h}"] if tagged else textwrap.wrap(h, 96, initial_indent="# ", subsequent_indent="#   ")
+    out += merged_imports(imports)
+    out += ["", "model {"] + [f"  {x}" for x in MODELS[model]] + ["}", "", "mesh {"]
+    out += [f"  {a} = {n}" for a, n in mesh] + ["}", ""]
+    for s in strategies:
+        out += [s, ""]
+    out += [f"plan {plan} {{"] + [f"  {x}" for x in body] + ["}"]
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------------------
+# Mutants
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    base: Base
+    what: str  # the mutation, one sentence
+    lines: tuple[str, ...]  # plan lines added to the base's bindings
+    expect: tuple[str, ...]
+    root: str
+    mirrors: str = ""  # the real-world bug it mirrors, where one exists
+    bind: tuple[str, ...] | None = None  # replaces the base's bindings
+    imports: tuple[str, ...] = ()
+    known_gap: str = ""  # filled from KNOWN_GAPS
+
+    def text(self) -> str:
+        b = self.base
+        header = [f"Mutant of {b.title}: {self.what}"]
+        if self.mirrors:
+            header.append(f"Mirrors: {self.mirrors}")
+        header.append(f"expect: {', '.join(self.expect)}")
+        header.append(f"root: {self.root}")
+        if self.known_gap:
+            header.append(f"known-gap: {self.known_gap}")
+        body = list(self.bind if self.bind is not None else b.bind) + list(self.lines)
+        return spec_text(header, b.imports + self.imports, b.model, b.mesh, [], "mutant", body)
+
+
+MUTANTS: list[Mutant] = []
+
+# Mutants on which the checker departs from the step semantics, with the reason.
+KNOWN_GAPS: dict[str, str] = {
+    "grads_missing_ep_non_expert_ep": "CR07 states that non-expert grads are reduced over the whole data group, "
+    "but the checker's CR07 judges the experts group only",
+    "tokens_reduce_over_dp_dp_ddp": "a repeated axis in `tokens: reduce over` multiplies the token count by its "
+    "size, but the checker keeps the token axes as a set, so the repetition is lost",
+    "tokens_reduce_over_dp_cp_cp_cp_zero3": "a repeated axis in `tokens: reduce over` multiplies the token count "
+    "by its size, but the checker keeps the token axes as a set, so the repetition is lost",
+    "clip_norm_reduce_replicated_ddp": "an all-reduce of a replicated squared norm multiplies it by the axis "
+    "size, but the checker multiplies only for a repeated axis, not for a reduction over an axis on which "
+    "the grads are replicated",
+    "clip_norm_reduce_replicated_tp": "an all-reduce of a replicated squared norm multiplies it by the axis "
+    "size, but the checker multiplies only for a repeated axis, not for a reduction over an axis on which "
+    "the grads are replicated",
+    "cancel_tokens_twice_grads_twice": "a repeated axis in `tokens: reduce over` multiplies the token count by "
+    "its size, but the checker keeps the token axes as a set, so the cancelling second token reduction is lost",
+}
+
+
+def mutant(name, base_name, what, lines, expect, root=None, **kw):
+    expect = tuple(dict.fromkeys(expect))
+    root = root or expect[0]
+    assert root in expect, (name, root)
+    MUTANTS.append(Mutant(name, BASES[base_name], what, tuple(lines), expect, root,
+                          known_gap=KNOWN_GAPS.get(name, ""), **kw))
+
+
+def gi(groups, aspect):
+    """The GI obligations of a departure on one aspect: the aspect's and the whole plan's."""
+    return [f"GI grads[{g}] {aspect}" for g in groups] + [f"GI grads[{g}]" for g in groups]
+
+
+def gi_root(groups, aspect):
+    return f"GI grads[{groups[0]}] {aspect}"
+
+
+# Real-world bugs, as named by the catalogue in examples/bugs/.
+SP_NORMS = ("Megatron-LM all-reduces sequence-parallel LayerNorm grads over tp (NVIDIA/Megatron-LM#443); "
+            "GPT-NeoX's first SP port did not (EleutherAI/gpt-neox#1257)")
+SP_BIASES = "NeMo's SP port missed row-parallel biases (NVIDIA-NeMo/NeMo#7184)"
+TWICE = "a DDP wrapper's hooks plus a hand-written all-reduce (examples/bugs/grad_reduced_twice.place)"
+CLIP_FSDP = "clip_grad_norm_ on a local FSDP shard (pytorch/pytorch#72548, pytorch/pytorch#170862)"
+CLIP_PP = "clipping per pipeline stage (meta-pytorch/torchtune#2169)"
+MEAN_OF_MEANS = "per-device token means (verl-project/verl#5983, PrimeIntellect-ai/prime-rl#2562)"
+MB_MEANS = "per-microbatch means in gradient accumulation (huggingface/transformers#34191, karpathy/nanochat#59)"
+CP_TOKENS = "token count reduced over the pure DP group under CP (verl-project/verl#5983, #6049)"
+EXPERT_DIV = "expert grads divided by the expert-data size (deepspeedai/DeepSpeed#6546, NVIDIA/Megatron-LM#5956)"
+TIED_SUM = "tied embedding copies not summed across stages (NVIDIA/Megatron-LM#299, uw-syfi/piper#13)"
+TIED_NORM = "tied embedding counted twice in the grad norm (NVIDIA/Megatron-LM#7227, #7228)"
+NO_BUFFER = "ZeRO-2/3 under pipeline accumulation (deepspeedai/DeepSpeed#823, #1629)"
+REGATHER = "Megatron's distributed optimizer all-gathers the updated params after every step"
+DROPOUT = "Megatron-LM's model_parallel_cuda_manual_seed keeps tp seeds equal outside partitioned regions"
+SP_DROPOUT = "Megatron-LM forks the tensor-parallel RNG tracker around SP dropout"
+OVERFLOW = "Megatron-LM and DeepSpeed ZeRO-2 all-reduce found_inf across the sharded group"
+
+# -- placement-only bugs ------------------------------------------------------------------
+
+# params S on a data axis, never gathered: the forward runs with 1/n of the weights
+for b, ax, line in [
+    ("ddp", "dp", "params: {dp: S}"),
+    ("zero1", "dp", "params: {dp: S}"),
+    ("zero2", "dp", "params: {dp: S}"),
+    ("zero3", "dp", "params: {dp: S}"),
+    ("fsdp_sgo", "dp", "params: {dp: S}"),
+    ("hsdp", "gpus", "params: {gpus: S}"),
+    ("hsdp", "nodes", "params: {nodes: S}"),
+    ("tp", "dp", "params: {dp: S}"),
+    ("gpipe", "dp", "params: {dp: S}"),
+    ("zeropp_dp", "intra", "params: {intra: S}"),
+    ("3d", "dp", "params: {dp: S}"),
+]:
+    mutant(f"params_s_unsharded_{b}_{ax}", b,
+           f"params placed S on data axis {ax} with no gather, so every forward sees 1/{ax} of the weights.",
+           [line], [f"SC params usable over {ax}"])
+
+# params S on a context axis
+for b in ["cp", "cp_zero3", "4d"]:
+    mutant(f"params_s_context_{b}", b,
+           "params placed S on the context axis cp: context ranks split the sequence, not the weights, "
+           "so each runs with 1/cp of them.",
+           ["params: {cp: S}"], ["SC params usable over cp"])
+
+# grads sharded (S, M, O) with the optimizer state replicated on a data axis
+for b, ax, mode in [
+    ("ddp", "dp", "S"), ("ddp", "dp", "M"), ("ddp", "dp", "O"),
+    ("tp", "dp", "S"), ("hsdp", "nodes", "S"), ("cp", "cp", "S"), ("gpipe", "dp", "M"),
+    ("zeropp_dp", "inter", "S"),
+]:
+    mutant(f"grads_{mode.lower()}_optimizer_r_{b}_{ax}", b,
+           f"grads placed {mode} on {ax} while the optimizer state is R there: every replica steps the full "
+           "parameters with only its shard of the gradient.",
+           [f"grads: {{{ax}: {mode}}}"], [f"SC optimizer step over {ax}"])
+
+mutant("optimizer_r_sharded_grads_zero2", "zero2",
+       "optimizer state placed R on dp while the grads stay S (reduce-scattered): every replica "
+       "steps the full parameters with only its shard of the gradient.",
+       ["optimizer: {dp: R}"], ["SC optimizer step over dp"])
+
+# S* params whose gather is dropped, misdirected or doubled
+for b, ax, gather, extra, what in [
+    ("zero3", "dp", "()", [], "never all-gathered"),
+    ("fsdp", "dp", "()", [], "never all-gathered"),
+    ("zero_infinity", "dp", "()", [], "never fetched by a gather"),
+    ("zero3", "dp", "(dp, dp)", [], "all-gathered twice (two concatenated copies)"),
+    ("fsdp_sgo", "dp", "(dp, dp)", [], "all-gathered twice (two concatenated copies)"),
+    ("hsdp", "gpus", "(nodes)", ["CR03"], "gathered over the replicated axis nodes instead of gpus"),
+    ("hsdp", "gpus", "(gpus, gpus)", [], "all-gathered twice over gpus"),
+    ("fsdp_tp", "dp", "()", [], "never all-gathered over dp"),
+    ("cp_zero3", "dp", "(cp)", ["CR03"], "gathered over the replicated context axis instead of dp"),
+    ("zeropp_dp", "intra", "(inter)", ["CR03"], "gathered over the replicated axis inter instead of intra"),
+    ("zero3_pp", "dp", "(dp, dp)", [], "all-gathered twice over dp"),
+]:
+    mutant(f"gather_{'none' if gather == '()' else 'twice' if gather.count(ax) == 2 else 'wrong_axis'}_{b}", b,
+           f"S* params on {ax} {what} (`override params: gather over {gather}`).",
+           [f"override params: gather over {gather}"], [f"SC params gathered over {ax}"] + extra)
+
+# params R with a sharded optimizer step and no re-gather
+for b in ["zero1", "zero2", "sp", "interleaved", "zeropp_zero1"]:
+    mutant(f"no_regather_{b}", b,
+           "params R over a data axis with a sharded optimizer step and `override params: no_regather`: "
+           "each rank's copies of the shards it does not own go stale.",
+           ["override params: no_regather"], ["SC params re-gather"], mirrors=REGATHER)
+mutant("no_regather_optimizer_s_ddp", "ddp",
+       "DDP with the optimizer state moved to S on dp (ZeRO-1 by placement) and `override params: no_regather`.",
+       ["optimizer: {dp: S}", "override params: no_regather"], ["SC params re-gather"], mirrors=REGATHER)
+
+# offloaded params never fetched
+mutant("no_fetch_zero_infinity", "zero_infinity",
+       "ZeRO-Infinity with `override params: no_fetch`: NVMe-resident params never reach the device.",
+       ["override params: no_fetch"], ["CR04"])
+mutant("no_fetch_offloaded_params", "zero_offload",
+       "ZeRO-Offload with params placed O on dp and `override params: no_fetch`.",
+       ["params: {dp: O}", "override params: no_fetch"], ["CR04"])
+
+# -- override bugs: gradient reductions -------------------------------------------------
+
+for b, line, groups, ax, extra, mirrors in [
+    ("ddp", "override grads: reduce over ()", None, "dp", [], ""),
+    ("zero2", "override grads: reduce over ()", None, "dp", [], ""),
+    ("tp", "override grads: reduce over ()", None, "dp", [], ""),
+    ("hsdp", "override grads: reduce over (gpus)", None, "nodes", [], ""),
+    ("hsdp", "override grads: reduce over (nodes)", None, "gpus", [], ""),
+    ("cp", "override grads: reduce over (dp)", None, "cp", [], ""),
+    ("cp_zero3", "override grads[dense]: reduce over (dp)", ["dense"], "cp", [], ""),
+    ("ep", "override grads: reduce over (dp)", ["dense", "norms", "biases", "embedding"], "ep", ["CR07"], ""),
+    ("4d", "override grads[dense]: reduce over (dp)", ["dense"], "cp", [], ""),
+    ("zeropp_dp", "override grads: reduce over (intra)", None, "inter", [], ""),
+    ("sp", "override grads[norms]: reduce over (dp)", ["norms"], "tp", ["CR05"], SP_NORMS),
+    ("3d", "override grads[norms]: reduce over (dp)", ["norms"], "tp", ["CR05"], SP_NORMS),
+    ("4d", "override grads[norms]: reduce over (dp, cp)", ["norms"], "tp", ["CR05"], SP_NORMS),
+    ("sp", "override grads[biases]: reduce over (dp)", ["biases"], "tp", ["CR05"], SP_BIASES),
+    ("3d", "override grads[biases]: reduce over (dp)", ["biases"], "tp", ["CR05"], SP_BIASES),
+]:
+    bb = BASES[b]
+    gs = tuple(groups or bb.all_groups())
+    slug = "_".join(gs) if groups and len(gs) == 1 else "non_expert" if groups else "all"
+    mutant(f"grads_missing_{ax}_{slug}_{b}", b,
+           f"gradients of {', '.join(gs)} not reduced over {ax}, where their contributions are partial "
+           f"(`{line.removeprefix('override ')}`).",
+           [line], gi(gs, f"over {ax}") + ["CR02"] + extra, gi_root(gs, f"over {ax}"), mirrors=mirrors)
+
+for b, line, groups, ax, extra, what, mirrors in [
+    ("ddp", "override grads: reduce over (dp, dp)", None, "dp", [], "a repeated axis", TWICE),
+    ("zero1", "override grads: reduce over (dp, dp)", None, "dp", [], "a repeated axis", TWICE),
+    ("zero2", "override grads: reduce over (dp, dp)", None, "dp", [], "a repeated axis", TWICE),
+    ("fsdp", "override grads: reduce over (dp, dp)", None, "dp", [], "a repeated axis", TWICE),
+    ("hsdp", "override grads: reduce over (nodes, gpus, nodes)", None, "nodes", [], "a repeated axis", TWICE),
+    ("cp", "override grads: reduce over (dp, cp, cp)", None, "cp", [], "a repeated axis", ""),
+    ("gpipe", "override grads[dense]: reduce over (dp, dp)", ["dense"], "dp", [], "a repeated axis", TWICE),
+    ("3d", "override grads[norms]: reduce over (dp, tp, tp)", ["norms"], "tp", [], "a repeated axis", ""),
+    ("tp", "override grads[dense]: reduce over (dp, tp)", ["dense"], "tp", [],
+     "an extra tensor axis on which dense grads are sharded", ""),
+    ("tp", "override grads[norms]: reduce over (dp, tp)", ["norms"], "tp", [],
+     "an extra tensor axis on which norm grads are replicated (no sequence parallelism)",
+     "the sequence-parallel all-reduce applied without SP (NVIDIA/Megatron-LM#443)"),
+    ("moe_3d", "override grads[biases]: reduce over (dp, ep, tp)", ["biases"], "tp", [],
+     "an extra tensor axis on which bias grads are replicated (no sequence parallelism)", ""),
+    ("gpipe", "override grads[dense]: reduce over (dp, pp)", ["dense"], "pp", [],
+     "the pipeline axis, on which each stage holds its own layers", ""),
+    ("ep", "override grads[experts]: reduce over (dp, ep)", ["experts"], "ep", ["CR07"],
+     "the expert axis, where the all-to-all already summed the expert grads", ""),
+    ("moe_3d", "override grads[experts]: reduce over (dp, ep)", ["experts"], "ep", ["CR07"],
+     "the expert axis, where the all-to-all already summed the expert grads", ""),
+]:
+    bb = BASES[b]
+    gs = tuple(groups or bb.all_groups())
+    slug = "_".join(gs) if groups else "all"
+    kind = "twice" if "repeated" in what else "extra"
+    mutant(f"grads_{kind}_{ax}_{slug}_{b}", b,
+           f"gradients of {', '.join(gs)} reduced over {what} (`{line.removeprefix('override ')}`).",
+           [line], gi(gs, f"over {ax}") + ["CR02"] + extra, gi_root(gs, f"over {ax}"), mirrors=mirrors)
+
+# wrong divisor
+for b, line, groups, extra, what, mirrors in [
+    ("ddp", "override grads: divide by dp", None, [], "the global token mean divided again by dp", ""),
+    ("zero3", "override grads: divide by 2", None, [], "the global token mean divided by 2", ""),
+    ("tp", "override grads[dense]: divide by tp", ["dense"], [], "dense grads divided by tp", ""),
+    ("ep", "override grads[experts]: divide by dp", ["experts"], ["CR07"],
+     "a per-device mean loss with expert grads divided by dp instead of dp*ep", EXPERT_DIV),
+    ("moe_3d", "override grads[experts]: divide by dp", ["experts"], ["CR07"],
+     "a per-device mean loss with expert grads divided by dp instead of dp*ep", EXPERT_DIV),
+]:
+    bb = BASES[b]
+    gs = tuple(groups or bb.all_groups())
+    lines = [line]
+    if "per-device" in what:
+        lines = ["override loss: per_device_mean", "override tokens: equal", line]
+    mutant(f"wrong_divisor_{'_'.join(gs) if groups else 'all'}_{b}", b, f"{what} (`{line.removeprefix('override ')}`).",
+           lines, gi(gs, "normalisation") + extra, gi_root(gs, "normalisation"), mirrors=mirrors)
+
+# -- override bugs: loss normalisation and token counts ----------------------------------
+
+for b, line, what, mirrors in [
+    ("ddp", "override loss: per_device_mean", "a mean of per-device means with unequal token counts", MEAN_OF_MEANS),
+    ("zero3", "override loss: per_device_mean", "a mean of per-device means with unequal token counts", MEAN_OF_MEANS),
+    ("hsdp", "override loss: per_device_mean", "a mean of per-device means with unequal token counts", MEAN_OF_MEANS),
+    ("cp", "override loss: per_device_mean", "a mean of per-device means over dp and cp with unequal token counts",
+     MEAN_OF_MEANS),
+    ("3d", "override loss: per_device_mean", "a mean of per-device means with unequal token counts", MEAN_OF_MEANS),
+    ("zero2", "override loss: per_microbatch_mean", "a mean of per-microbatch means with unequal token counts",
+     MB_MEANS),
+    ("1f1b", "override loss: per_microbatch_mean", "a mean of per-microbatch means with unequal token counts",
+     MB_MEANS),
+    ("zeropp_zero1", "override loss: per_microbatch_mean", "a mean of per-microbatch means with unequal token counts",
+     MB_MEANS),
+    ("cp", "override tokens: reduce over (dp)", "the token count summed over dp only, cp times too small", CP_TOKENS),
+    ("4d", "override tokens: reduce over (dp)", "the token count summed over dp only, cp times too small", CP_TOKENS),
+    ("ddp", "override tokens: reduce over ()", "the token count never summed over dp (a local count)", ""),
+    ("hsdp", "override tokens: reduce over (gpus)", "the token count summed over gpus only", ""),
+    ("ddp", "override tokens: reduce over (dp, dp)", "the token count summed twice over dp, dp times too large", ""),
+    ("cp_zero3", "override tokens: reduce over (dp, cp, cp)", "the token count summed twice over cp", ""),
+]:
+    bb = BASES[b]
+    gs = bb.all_groups()
+    target, verb = line.removeprefix("override ").split(": ", 1)
+    kind = verb.replace("()", "none").replace(" ", "_").replace("(", "").replace(")", "").replace(",", "")
+    mutant(f"{target}_{kind}_{b}", b, f"{what} (`{line.removeprefix('override ')}`).",
+           [line], gi(gs, "normalisation"), gi_root(gs, "normalisation"), mirrors=mirrors)
+
+# -- override bugs: global reductions ----------------------------------------------------
+
+for b, line, what, mirrors in [
+    ("zero3", "override clip_norm: reduce over ()", "the grad norm of the local shard", CLIP_FSDP),
+    ("fsdp", "override clip_norm: reduce over ()", "the grad norm of the local shard", CLIP_FSDP),
+    ("hsdp", "override clip_norm: reduce over (nodes)", "the grad norm summed over the replicated axis only",
+     CLIP_FSDP),
+    ("tp", "override clip_norm: reduce over ()", "the grad norm of the local tensor shard",
+     "Megatron-LM's clip_grad_norm all-reduces over the model-parallel group"),
+    ("3d", "override clip_norm: reduce over (tp)", "the grad norm not summed across pipeline stages", CLIP_PP),
+    ("zero3_pp", "override clip_norm: reduce over (dp)", "the grad norm not summed across pipeline stages", CLIP_PP),
+    ("fsdp_tp", "override clip_norm[dense]: reduce over (dp)", "the dense grad norm not summed over tp", ""),
+    ("fsdp", "override clip_norm[norms]: reduce over ()", "the norms' grad norm of the local shard only", ""),
+    ("ddp", "override clip_norm: double_count", "every group counted twice in the grad norm", ""),
+    ("zero2", "override clip_norm[norms]: double_count", "the norm weights counted twice in the grad norm", ""),
+    ("gpipe", "override clip_norm[embedding]: double_count", "the tied embedding counted twice in the grad norm",
+     TIED_NORM),
+    ("3d", "override clip_norm[embedding]: double_count", "the tied embedding counted twice in the grad norm",
+     TIED_NORM),
+    ("zero2", "override overflow: reduce over ()", "the overflow flag of the local gradient shard", OVERFLOW),
+    ("tp", "override overflow: reduce over (dp)", "the overflow flag not or-reduced over tp", OVERFLOW),
+    ("zero3_pp", "override overflow: reduce over (dp)", "the overflow flag not or-reduced over pipeline stages",
+     OVERFLOW),
+    ("tp", "override dropout_seed: vary over (tp)", "dropout seeds varying over tp in a replicated region", DROPOUT),
+    ("fsdp_tp", "override dropout_seed: vary over (tp)", "dropout seeds varying over tp in a replicated region",
+     DROPOUT),
+    ("sp", "override dropout_seed: same", "one dropout seed on every sequence-parallel slice", SP_DROPOUT),
+    ("3d", "override dropout_seed: same", "one dropout seed on every sequence-parallel slice", SP_DROPOUT),
+]:
+    target = line.split(":", 1)[0].split()[1].split("[")[0]
+    ob = {"clip_norm": "SC clip_norm", "overflow": "SC overflow", "dropout_seed": "SC dropout_seed"}[target]
+    verb = line.split(": ", 1)[1].split()[0]
+    group = line.split("[", 1)[1].split("]")[0] + "_" if "[" in line.split(":", 1)[0] else ""
+    mutant(f"{target}_{group}{verb}_{b}", b, f"{what} (`{line.removeprefix('override ')}`).",
+           [line], [ob], mirrors=mirrors)
+
+# -- override bugs: tied embedding and accumulation ---------------------------------------
+
+for b in ["gpipe", "interleaved", "3d"]:
+    mutant(f"tie_not_summed_{b}", b,
+           "tied embedding copies on the first and last stage never summed (`embedding: tie_reduce over ()`).",
+           ["override embedding: tie_reduce over ()"],
+           gi(["embedding"], "over pp") + ["SC grads[embedding]", "CR08"], mirrors=TIED_SUM)
+for b in ["1f1b", "4d"]:
+    mutant(f"tie_summed_twice_{b}", b,
+           "tied embedding copies summed twice across the stage pair (`embedding: tie_reduce over (pp, pp)`).",
+           ["override embedding: tie_reduce over (pp, pp)"], gi(["embedding"], "over pp") + ["CR08"])
+
+for b in ["zero2_pp", "zero3_pp", "fsdp_4d", "zeropp_dp"]:
+    bb = BASES[b]
+    mutant(f"no_accumulation_buffer_{b}", b,
+           "sharded grads under pipeline accumulation with neither a full buffer nor a reduce-scatter per "
+           "microbatch (`grads: no_accumulation_buffer`): all but the last microbatch are lost.",
+           ["override grads: no_accumulation_buffer"], gi(bb.all_groups(), "over microbatches") + ["CR06"],
+           mirrors=NO_BUFFER)
+
+
+# -- subtler departures ------------------------------------------------------------------
+
+mutant("experts_replicated_not_reduced_ep", "ep",
+       "experts placed R on ep (every rank holds every expert and sees only its own tokens) with expert "
+       "grads reduced over dp only (`grads[experts]: reduce over (dp)`): their ep contributions are partial.",
+       ["params: {ep: R}", "optimizer: {ep: R}", "grads: {ep: R}", "override grads[experts]: reduce over (dp)"],
+       gi(["experts"], "over ep") + ["CR02"])
+mutant("grads_extra_tp_dense_replicated_tp", "tp",
+       "dense params placed R on tp (every tp rank computes the whole layer on the same tokens) and dense "
+       "grads all-reduced over tp anyway (`grads[dense]: reduce over (dp, tp)`), multiplying them by tp.",
+       ["params: {tp: R}", "optimizer: {tp: R}", "grads: {tp: R}", "override grads[dense]: reduce over (dp, tp)"],
+       gi(["dense"], "over tp") + ["CR02"])
+mutant("grads_twice_inter_all_zeropp_zero1", "zeropp_zero1",
+       "gradients reduced twice over the inter-node axis (`grads: reduce over (intra, inter, inter)`).",
+       ["override grads: reduce over (intra, inter, inter)"],
+       gi(BASES["zeropp_zero1"].all_groups(), "over inter") + ["CR02"], mirrors=TWICE)
+mutant("tokens_reduce_over_dp_ep", "ep",
+       "the token count summed over dp only, although the expert axis splits the batch too "
+       "(`tokens: reduce over (dp)`).",
+       ["override tokens: reduce over (dp)"], gi(BASES["ep"].all_groups(), "normalisation"), mirrors=CP_TOKENS)
+mutant("wrong_divisor_pdm_undivided_ddp", "ddp",
+       "a per-device mean loss with equal token counts and the divisor overridden to 1 "
+       "(`grads: divide by 1`): the sum of dp device means is dp times the mean.",
+       ["override tokens: equal", "override loss: per_device_mean", "override grads: divide by 1"],
+       gi(BASES["ddp"].all_groups(), "normalisation"))
+mutant("wrong_divisor_pmm_no_microbatches_zero2", "zero2",
+       "a per-microbatch mean loss with equal token counts divided by dp only (`grads: divide by dp`), "
+       "not by dp times the number of microbatches.",
+       ["override tokens: equal", "override loss: per_microbatch_mean", "override grads: divide by dp"],
+       gi(BASES["zero2"].all_groups(), "normalisation"))
+mutant("wrong_divisor_pdm_missing_cp", "cp",
+       "a per-device mean loss with equal token counts divided by dp only (`grads: divide by dp`), "
+       "not by dp times cp.",
+       ["override tokens: equal", "override loss: per_device_mean", "override grads: divide by dp"],
+       gi(BASES["cp"].all_groups(), "normalisation"))
+mutant("no_accumulation_buffer_ddp", "ddp",
+       "gradient accumulation that keeps the last microbatch only (`grads: no_accumulation_buffer`) "
+       "without a pipeline.",
+       ["override grads: no_accumulation_buffer"], gi(BASES["ddp"].all_groups(), "over microbatches"))
+mutant("clip_norm_reduce_replicated_ddp", "ddp",
+       "the grad norm summed over dp although DDP grads are replicated there (`clip_norm: reduce over (dp)`): "
+       "every element counted dp times.",
+       ["override clip_norm: reduce over (dp)"], ["SC clip_norm"])
+mutant("clip_norm_reduce_replicated_tp", "tp",
+       "the grad norm summed over dp and tp (`clip_norm: reduce over (dp, tp)`): DDP grads are replicated over "
+       "dp, so every element is counted dp times.",
+       ["override clip_norm: reduce over (dp, tp)"], ["SC clip_norm"])
+mutant("dropout_seed_vary_data_only_sp", "sp",
+       "dropout seeds varying over dp only (`dropout_seed: vary over (dp)`): sequence-parallel slices on tp "
+       "repeat one mask.", ["override dropout_seed: vary over (dp)"], ["SC dropout_seed"], mirrors=SP_DROPOUT)
+mutant("gather_replicated_zero1", "zero1",
+       "ZeRO-1 params, replicated over dp, all-gathered over dp anyway (`params: gather over (dp)`): dp "
+       "identical copies concatenated.", ["override params: gather over (dp)"], ["CR03"])
+
+# ---------------------------------------------------------------------------------------
+# Equivalents
+
+
+@dataclass(frozen=True)
+class Equivalent:
+    name: str
+    of: str  # the plan it is equivalent to
+    why: str
+    imports: tuple[str, ...]
+    model: str
+    mesh: tuple[tuple[str, int], ...]
+    body: tuple[str, ...]
+    strategies: tuple[str, ...] = ()
+    known_gap: str = ""  # filled from KNOWN_GAPS
+
+    def text(self) -> str:
+        header = [f"equivalent to: {self.of}", f"why: {self.why}"]
+        if self.known_gap:
+            header.append(f"known-gap: {self.known_gap}")
+        return spec_text(header, self.imports, self.model, self.mesh, list(self.strategies), "equivalent",
+                         list(self.body))
+
+
+EQUIVALENTS: list[Equivalent] = []
+
+
+def equivalent(name, of, why, body, base_name=None, imports=(), model=None, mesh=None, strategies=()):
+    b = BASES[base_name] if base_name else None
+    EQUIVALENTS.append(Equivalent(
+        name, of, why, tuple((b.imports if b else ()) + tuple(imports)), model or b.model,
+        tuple(mesh or b.mesh), tuple(body), tuple(strategies), KNOWN_GAPS.get(name, "")))
+
+
+def with_base(name, base_name, why, lines, of=None):
+    b = BASES[base_name]
+    equivalent(name, of or b.title, why, list(b.bind) + list(lines), base_name)
+
+
+# renamed and reordered axes
+for b, mesh, bind in [
+    ("ddp", [("replicas", 8)], ["replicas: ddp"]),
+    ("zero3", [("shards", 16)], ["shards: zero3"]),
+    ("tp", [("tp", 8), ("dp", 8)], ["tp: megatron_tp", "dp: ddp"]),
+    ("sp", [("mp", 4), ("batch", 8)], ["batch: zero1", "mp: megatron_sp"]),
+    ("hsdp", [("gpus", 8), ("nodes", 4)], ["[nodes, gpus]: hybrid_shard"]),
+    ("hsdp", [("inner", 8), ("outer", 4)], ["[outer, inner]: hybrid_shard"]),
+    ("3d", [("pp", 4), ("tp", 8), ("dp", 4)], ["pp: interleaved_1f1b(v = 2)", "tp: megatron_sp", "dp: zero1"]),
+    ("4d", [("stages", 4), ("ctx", 2), ("tensor", 8), ("batch", 4)],
+     ["batch: zero1", "ctx: context_parallel", "tensor: megatron_sp", "stages: interleaved_1f1b(v = 2)"]),
+    ("ep", [("experts", 8), ("data", 4)], ["experts: expert_parallel", "data: ddp"]),
+    ("cp", [("seq", 4), ("batch", 8)], ["batch: ddp", "seq: context_parallel"]),
+    ("zeropp_zero1", [("nodes", 4), ("gpus", 8), ("stages", 4)],
+     ["[stages, gpus, nodes]: zeropp_zero1(v = 2, U = 4)"]),
+]:
+    bb = BASES[b]
+    equivalent(f"renamed_{b}_{'_'.join(a for a, _ in mesh)}", bb.title,
+               "the same plan with its mesh axes renamed and/or declared in another order; "
+               "nothing depends on axis names or order.",
+               bind, b, mesh=mesh)
+
+# long forms and shorthands of library strategies
+LONG = {
+    "ddp": ("data", "R", "R", "R", "R"),
+    "zero1": ("data", "R", "S", "R", "R"),
+    "zero2": ("data", "R", "S", "S", "R"),
+    "zero3": ("data", "S*", "S", "S", "R"),
+    "megatron_tp": ("tensor", "S", "S", "S", "S"),
+    "context_parallel": ("context", "R", "R", "R", "S"),
+    "expert_parallel": ("expert", "S", "S", "S", "R"),
+}
+
+
+def block(name, role, p, o, g, a, extra=()):
+    lines = [f"strategy {name} {{", f"  role = {role}"] + [f"  {x}" for x in extra]
+    lines += [f"  params: {p}", f"  optimizer: {o}", f"  grads: {g}", f"  activations: {a}", "}"]
+    return "\n".join(lines)
+
+
+for lib, (role, *modes) in LONG.items():
+    b = {"ddp": "ddp", "zero1": "zero1", "zero2": "zero2", "zero3": "zero3", "megatron_tp": "tp",
+         "context_parallel": "cp", "expert_parallel": "ep"}[lib]
+    bb = BASES[b]
+    bind = [x.replace(f": {lib}", ": my_" + lib) for x in bb.bind]
+    imports = [i for i in bb.imports if not i.endswith(" " + lib)]
+    equivalent(f"long_form_{lib}", bb.title,
+               f"std {lib} restated as a block strategy with role = {role} and one line per state.",
+               bind, None, imports=imports, model=bb.model, mesh=bb.mesh,
+               strategies=[block("my_" + lib, role, *modes)])
+    equivalent(f"shorthand_{lib}", bb.title,
+               f"std {lib} restated as the 4-tuple shorthand {role}({', '.join(modes)}).",
+               bind, None, imports=imports, model=bb.model, mesh=bb.mesh,
+               strategies=[f"strategy my_{lib} = {role}({', '.join(modes)})"])
+
+equivalent("shorthand_default_role_zero1", "ZeRO-1", "the shorthand without a role prefix defaults to data.",
+           ["dp: my_zero1"], None, model="plain", mesh=[("dp", 8)], strategies=["strategy my_zero1 = (R, S, R, R)"])
+equivalent("long_form_megatron_sp", BASES["sp"].title,
+           "std megatron_sp restated as a block strategy with the sequence_parallel setting.",
+           ["dp: zero1", "tp: my_sp"], None, imports=[D + "zero1"], model="dense", mesh=BASES["sp"].mesh,
+           strategies=[block("my_sp", "tensor", "S", "S", "S", "S", ["sequence_parallel"])])
+equivalent("extends_megatron_tp_sp", BASES["sp"].title,
+           "a strategy extending std megatron_tp with sequence_parallel is std megatron_sp.",
+           ["dp: zero1", "tp: my_sp"], None, imports=[D + "zero1", "from std.tensor import megatron_tp"],
+           model="dense", mesh=BASES["sp"].mesh,
+           strategies=["strategy my_sp extends megatron_tp {\n  sequence_parallel\n}"])
+equivalent("long_form_gpipe", BASES["gpipe"].title, "std gpipe restated as a block strategy with its schedule.",
+           ["dp: ddp", "pp: my_gpipe"], None, imports=[D + "ddp"], model="tied", mesh=BASES["gpipe"].mesh,
+           strategies=[block("my_gpipe", "pipeline", "S", "S", "S", "S", ["schedule = gpipe"])])
+equivalent("long_form_hybrid_shard", "FSDP HYBRID_SHARD",
+           "std hybrid_shard restated as a two-axis block strategy with per-axis modes.",
+           ["[nodes, gpus]: my_hsdp"], None, model="plain", mesh=BASES["hsdp"].mesh,
+           strategies=["strategy my_hsdp over (replicate, shard) {\n  role = {replicate: data, shard: data}\n"
+                       "  params: {replicate: R, shard: S*}\n  optimizer: {replicate: R, shard: S}\n"
+                       "  grads: {replicate: R, shard: S}\n  activations: R\n}"])
+
+# per-axis split of a multi-axis strategy
+equivalent("split_hybrid_shard", "FSDP HYBRID_SHARD",
+           "hybrid_shard split into its per-axis parts: DDP over nodes and ZeRO-3 over gpus.",
+           ["nodes: ddp", "gpus: zero3"], None, imports=[D + "ddp, zero3"], model="plain", mesh=BASES["hsdp"].mesh)
+equivalent("split_zeropp_dp", "ZeroPP with DDP across nodes",
+           "zeropp_dp split per axis: a pipeline axis, ZeRO-3 over intra and DDP over inter "
+           "(the schedule differs only in cost).",
+           ["stage: interleaved_1f1b(v = 2)", "intra: zero3", "inter: ddp"], None,
+           imports=[D + "ddp, zero3", "from std.pipeline import interleaved_1f1b"], model="pipeline",
+           mesh=BASES["zeropp_dp"].mesh)
+equivalent("split_zeropp_zero1", "ZeroPP with ZeRO-1 across nodes",
+           "zeropp_zero1 split per axis: a pipeline axis, ZeRO-3 over intra and ZeRO-1 over inter "
+           "(the schedule differs only in cost).",
+           ["stage: gpipe", "intra: zero3", "inter: zero1"], None,
+           imports=[D + "zero1, zero3", "from std.pipeline import gpipe"], model="pipeline",
+           mesh=BASES["zeropp_zero1"].mesh)
+
+# per-state, per-axis placements written in the plan
+with_base("per_axis_zero1_from_ddp", "ddp", "DDP with the optimizer placed S on dp is ZeRO-1.",
+          ["optimizer: {dp: S}"], of="ZeRO-1")
+with_base("per_axis_zero2_from_ddp", "ddp", "DDP with optimizer and grads placed S on dp is ZeRO-2.",
+          ["optimizer: {dp: S}", "grads: {dp: S}"], of="ZeRO-2")
+with_base("per_axis_zero3_from_zero2", "zero2", "ZeRO-2 with params placed S* on dp is ZeRO-3.",
+          ["params: {dp: S*}"], of="ZeRO-3")
+with_base("per_axis_ddp_from_zero3", "zero3", "ZeRO-3 with every state placed R on dp is DDP.",
+          ["params: {dp: R}", "optimizer: {dp: R}", "grads: {dp: R}"], of="DDP")
+with_base("per_axis_restated_3d", "3d", "the 3D plan's own placements restated per axis.",
+          ["params: {dp: R, tp: S, pp: S}", "optimizer: {dp: S, tp: S, pp: S}", "grads: {dp: R, tp: S, pp: S}"])
+with_base("per_axis_zero3_tp", "tp", "DDP x TP with ZeRO-3 placements on dp is FSDP x TP.",
+          ["params: {dp: S*}", "optimizer: {dp: S}", "grads: {dp: S}"], of=BASES["fsdp_tp"].title)
+
+# explicit overrides that restate the derived behaviour
+for name, b, lines, why in [
+    ("reduce_dp_ddp", "ddp", ["override grads: reduce over (dp)"], "DDP reduces every group over dp."),
+    ("reduce_dp_zero2", "zero2", ["override grads: reduce over (dp)"], "ZeRO-2 reduce-scatters every group over dp."),
+    ("reduce_dp_cp", "cp", ["override grads: reduce over (dp, cp)"], "gradients vary over dp and cp."),
+    ("reduce_norms_sp", "sp", ["override grads[norms]: reduce over (dp, tp)", "override grads[biases]: reduce over (dp, tp)"],
+     "under sequence parallelism norm and bias grads are reduced over dp and tp."),
+    ("reduce_experts_ep", "ep", ["override grads[experts]: reduce over (dp)",
+                                 "override grads[dense]: reduce over (dp, ep)"],
+     "expert grads are reduced over the expert-data axis only, the others over dp and ep."),
+    ("tokens_dp", "ddp", ["override tokens: reduce over (dp)"], "the token count is summed over dp."),
+    ("tokens_dp_cp", "cp", ["override tokens: reduce over (dp, cp)"], "the token count is summed over dp and cp."),
+    ("global_mean", "zero1", ["override loss: global_mean"], "the global token mean is the default loss."),
+    ("clip_norm_zero3", "zero3", ["override clip_norm: reduce over (dp)"],
+     "ZeRO-3 grads are sharded over dp, so the squared norms are summed over dp."),
+    ("clip_norm_dense_3d", "3d", ["override clip_norm[dense]: reduce over (tp, pp)"],
+     "dense grads are sharded over tp and pp and replicated over dp (ZeRO-1)."),
+    ("overflow_zero3", "zero3", ["override overflow: reduce over (dp)"], "the overflow flag or-reduced over dp."),
+    ("dropout_vary_sp", "sp", ["override dropout_seed: vary over (tp)"],
+     "sequence-parallel slices take distinct dropout seeds."),
+    ("dropout_same_tp", "tp", ["override dropout_seed: same"], "without SP the replicated region takes one seed."),
+    ("tie_reduce_pp", "gpipe", ["override embedding: tie_reduce over (pp)"],
+     "the tied embedding is summed once over the stage pair."),
+    ("gather_dp_zero3", "zero3", ["override params: gather over (dp)"], "ZeRO-3 gathers params once over dp."),
+    ("gather_gpus_hsdp", "hsdp", ["override params: gather over (gpus)"],
+     "HYBRID_SHARD gathers params once over the shard axis."),
+    ("overflow_local_ddp", "ddp", ["override overflow: reduce over ()"],
+     "after DDP's all-reduce every rank holds the same full gradient, so a local overflow check agrees."),
+]:
+    with_base(f"restated_{name}", b, "explicit override restating the derived behaviour: " + why, lines)
+
+# cancelling errors and exact means
+for name, b, lines, why in [
+    ("twice_divided_ddp", "ddp", ["override grads: reduce over (dp, dp)", "override grads: divide by dp"],
+     "a second all-reduce over dp multiplies by dp; dividing by dp cancels it."),
+    ("twice_divided_zero1", "zero1", ["override grads: reduce over (dp, dp)", "override grads: divide by dp"],
+     "a second all-reduce over dp multiplies by dp; dividing by dp cancels it."),
+    ("tokens_twice_grads_twice", "ddp", ["override grads: reduce over (dp, dp)", "override tokens: reduce over (dp, dp)"],
+     "reducing the token count twice multiplies it by dp, which cancels the gradient's second reduction."),
+    ("pdm_equal_ddp", "ddp", ["override tokens: equal", "override loss: per_device_mean"],
+     "packed equal-length batches make a mean of per-device means exact."),
+    ("pdm_equal_cp", "cp", ["override tokens: equal", "override loss: per_device_mean"],
+     "packed equal-length batches make a mean of per-device means over dp and cp exact."),
+    ("pmm_equal_zero2", "zero2", ["override tokens: equal", "override loss: per_microbatch_mean"],
+     "equal-token microbatches make a mean of per-microbatch means exact."),
+    ("pmm_equal_1f1b", "1f1b", ["override tokens: equal", "override loss: per_microbatch_mean"],
+     "equal-token microbatches make a mean of per-microbatch means exact."),
+    ("pdm_equal_divisor_ddp", "ddp",
+     ["override tokens: equal", "override loss: per_device_mean", "override grads: divide by dp"],
+     "with equal tokens a per-device mean divided explicitly by dp is the global mean."),
+    ("pdm_equal_experts_ep", "ep",
+     ["override tokens: equal", "override loss: per_device_mean", "override grads[experts]: divide by dp * ep"],
+     "with equal tokens, expert grads of per-device means divided by the whole data group are exact."),
+]:
+    with_base(f"cancel_{name}", b, why, lines)
+
+# overrides that are harmless under the semantics
+for name, b, lines, why in [
+    ("overflow_twice_zero2", "zero2", ["override overflow: reduce over (dp, dp)"],
+     "the overflow flag is or-reduced, and an or is idempotent: a second reduction changes nothing."),
+    ("overflow_replicated_hsdp", "hsdp", ["override overflow: reduce over (nodes, gpus)"],
+     "or-reducing the overflow flag over the replicated axis too changes nothing."),
+    ("no_regather_zero3", "zero3", ["override params: no_regather"],
+     "ZeRO-3 params are not replicated over dp, so there is nothing to re-gather after the sharded step."),
+    ("no_regather_ddp", "ddp", ["override params: no_regather"],
+     "DDP's optimizer step is not sharded, so there is nothing to re-gather."),
+    ("no_fetch_zero_offload", "zero_offload", ["override params: no_fetch"],
+     "ZeRO-Offload keeps params on the device; only the optimizer is offloaded, so there is nothing to fetch."),
+    ("divide_by_one_ddp", "ddp", ["override grads: divide by 1"], "dividing the global token mean by 1."),
+    ("dropout_vary_data_tp", "tp", ["override dropout_seed: vary over (dp)"],
+     "dropout seeds are constrained only along the tensor axis; data replicas see different samples anyway."),
+    ("tokens_dp_ep", "ep", ["override tokens: reduce over (dp, ep)"],
+     "the token count is summed over every axis that splits the batch."),
+    ("clip_norm_gpus_hsdp", "hsdp", ["override clip_norm: reduce over (gpus)"],
+     "HYBRID_SHARD grads are sharded over gpus and replicated over nodes."),
+]:
+    with_base(f"harmless_{name}", b, why, lines)
+
+with_base("experts_replicated_ep", "ep",
+          "experts placed R on ep: every rank holds every expert, so expert grads are partial over ep and the "
+          "derived schedule reduces them over it; the plan is DDP over both axes.",
+          ["params: {ep: R}", "optimizer: {ep: R}", "grads: {ep: R}"], of="DDP x DDP")
+with_base("tensor_replicated_tp", "tp",
+          "every state placed R on tp without sequence parallelism: each tp rank computes the whole model on "
+          "the same tokens, a redundant copy of DDP.",
+          ["params: {tp: R}", "optimizer: {tp: R}", "grads: {tp: R}"], of="DDP")
+
+# ---------------------------------------------------------------------------------------
+
+
+def files() -> dict[str, str]:
+    out = {}
+    for m in MUTANTS:
+        out[f"mutants/{m.name}.place"] = m.text()
+    for e in EQUIVALENTS:
+        out[f"equivalent/{e.name}.place"] = e.text()
+    assert len(out) == len(MUTANTS) + len(EQUIVALENTS), "duplicate names"
+    return out
+
+
+def write(outdir: Path) -> None:
+    for sub in ("mutants", "equivalent"):
+        (outdir / sub).mkdir(parents=True, exist_ok=True)
+        for old in (outdir / sub).glob("*.place"):
+            old.unlink()
+    for rel, text in files().items():
+        (outdir / rel).write_text(text)
+
+
+if __name__ == "__main__":
+    write(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE)
