@@ -171,8 +171,10 @@ def brute_force_clip_ok(zero: bool, clip_axes: tuple[str, ...], n: int, t: int) 
     """Global grad norm on a dp × tp mesh by enumeration: dense weights split over tp,
     LayerNorm weights replicated over tp; with ZeRO-2 gradients also split over dp.
     A device adds the squares it holds (a replicated group only where its coordinate on
-    every replicated reduction axis is 0), then all-reduces over clip_axes."""
+    every replicated reduction axis that some group is sharded over is 0), then all-reduces
+    over clip_axes: a reduction over an axis nothing is sharded over sums copies."""
     groups = {"dense": ("tp",) + (("dp",) if zero else ()), "norms": ("dp",) if zero else ()}
+    sharded_anywhere = {a for ax in groups.values() for a in ax}
     size = {"dp": n, "tp": t}
     pieces = [(g, tuple(product(*[range(size[a]) for a in ax]))) for g, ax in groups.items()]
     keys = [(g, s) for g, shards in pieces for s in shards]
@@ -185,7 +187,9 @@ def brute_force_clip_ok(zero: bool, clip_axes: tuple[str, ...], n: int, t: int) 
             coord = {"dp": dev[0], "tp": dev[1]}
             out = 0
             for g, ax in groups.items():
-                replicated = [a for a in set(clip_axes) if a not in ax]
+                # replicated copies are counted once on axes some group is sharded over (the
+                # duplicate filter of a model-parallel norm); elsewhere every copy is summed
+                replicated = [a for a in set(clip_axes) if a not in ax and a in sharded_anywhere]
                 if all(coord[a] == 0 for a in replicated):
                     out += q[(g, tuple(coord[a] for a in ax))]
             return out
@@ -208,6 +212,7 @@ def brute_force_clip_ok(zero: bool, clip_axes: tuple[str, ...], n: int, t: int) 
 @example(True, ("dp", "tp"), 2, 2)  # ZeRO-2 + TP, summed over both: proved
 @example(True, ("tp",), 2, 2)  # ZeRO-2 shards not summed over dp: refuted
 @example(False, ("tp",), 2, 3)  # plain DP + TP: dp copies are whole, tp enough: proved
+@example(False, ("dp", "tp"), 2, 2)  # plain DP + TP summed over dp too: dp copies counted twice, refuted
 def test_clip_verdict_matches_brute_force(zero, clip_axes, n, t):
     dp_modes = "R,S,S,R" if zero else "R,R,R,R"
     o = ov("clip_norm", "reduce", None, clip_axes)
