@@ -18,12 +18,13 @@ from typing import Sequence, TextIO
 
 from . import __version__
 from .diagnostics import DiagnosticError, render
+from .outcome import Exit
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_INPUT = 2
-EXIT_UNKNOWN = 3
-EXIT_UNREALISED = 4
+EXIT_OK = int(Exit.OK)
+EXIT_FAILED = int(Exit.FAILED)
+EXIT_INPUT = int(Exit.INPUT)
+EXIT_UNKNOWN = int(Exit.UNKNOWN)
+EXIT_UNREALISED = int(Exit.UNREALISED)
 
 # Subcommands, in the order --help lists them.
 COMMANDS: tuple[str, ...] = ("fmt", "inspect", "cost", "compare", "check", "prove", "measure")

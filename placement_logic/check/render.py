@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 
 from ..diagnostics import NO_SPAN, Span
+from ..outcome import SCHEMA_VERSION, envelope
 from .report import CheckReport, ObligationResult, Verdict
 from .rules import CONDITIONS, RULES
 
-SCHEMA_VERSION = 1
 
 
 def _loc(span: Span, file: str) -> str:
@@ -129,14 +129,12 @@ def _span_json(span: Span, file: str) -> dict:
 
 def to_json(report: CheckReport) -> dict:
     c = report.counts()
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "tool": "placement-logic",
-        "command": "check",
-        "file": report.file,
-        "timeout": report.timeout,
-        "pinned": dict(report.pinned),
-        "plans": [
+    return envelope(
+        "check",
+        file=report.file,
+        timeout=report.timeout,
+        pinned=dict(report.pinned),
+        plans=[
             {
                 "plan": p.plan,
                 "verdict": p.verdict.word,
@@ -167,9 +165,9 @@ def to_json(report: CheckReport) -> dict:
             }
             for p in report.plans
         ],
-        "summary": {"proved": c[Verdict.PROVED], "refuted": c[Verdict.REFUTED], "unknown": c[Verdict.UNKNOWN]},
-        "verdict": report.verdict.word,
-    }
+        summary={"proved": c[Verdict.PROVED], "refuted": c[Verdict.REFUTED], "unknown": c[Verdict.UNKNOWN]},
+        verdict=report.verdict.word,
+    )
 
 
 def render(report: CheckReport, fmt: str) -> str:

@@ -8,19 +8,10 @@ lark; the verdicts are ordered refuted < unknown < proved.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import IntEnum
-
 from ..diagnostics import NO_SPAN, Span
+from ..outcome import Verdict, exit_for
 
-
-class Verdict(IntEnum):
-    REFUTED = 0
-    UNKNOWN = 1
-    PROVED = 2
-
-    @property
-    def word(self) -> str:
-        return self.name.lower()
+__all__ = ["Verdict", "Counterexample", "ObligationResult", "Finding", "PlanReport", "CheckReport"]
 
 
 @dataclass(frozen=True)
@@ -115,4 +106,4 @@ class CheckReport:
 
     @property
     def exit_status(self) -> int:
-        return {Verdict.PROVED: 0, Verdict.REFUTED: 1, Verdict.UNKNOWN: 3}[self.verdict]
+        return int(exit_for(self.verdict))

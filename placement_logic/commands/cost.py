@@ -8,6 +8,7 @@ format; exit status 0, or 1 when an ``assert`` fails, 3 when an assert cannot be
 from __future__ import annotations
 
 from typing import TextIO
+from ..outcome import Exit
 
 FORMATS = ("text", "markdown", "json", "latex")
 
@@ -36,11 +37,9 @@ def render(report, fmt: str) -> str:
 
 
 def exit_status(report) -> int:
-    from ..cli import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN
-
     if report.failed_asserts:
-        return EXIT_FAILED
-    return EXIT_UNKNOWN if report.unknown_asserts else EXIT_OK
+        return int(Exit.FAILED)
+    return int(Exit.UNKNOWN if report.unknown_asserts else Exit.OK)
 
 
 def run(args, out: TextIO, err: TextIO) -> int:

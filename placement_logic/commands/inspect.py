@@ -6,6 +6,7 @@ import json
 
 from ..frontend.loader import load_spec
 from ..ir.summary import spec_data, spec_text
+from ..outcome import envelope
 
 
 def add_parser(sub) -> None:
@@ -20,7 +21,7 @@ def add_parser(sub) -> None:
 def run(args, out, err) -> int:
     spec = load_spec(args.file)
     if args.format == "json":
-        data = {"schema_version": 1, "tool": "placement-logic", **spec_data(spec)}
+        data = envelope(None, **spec_data(spec))
         json.dump(data, out, indent=2)
         out.write("\n")
     else:

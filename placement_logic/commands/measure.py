@@ -10,8 +10,9 @@ realise, with nothing worse.
 from __future__ import annotations
 
 import json
+from ..outcome import Exit
 
-EXIT_UNREALISED = 4
+EXIT_UNREALISED = int(Exit.UNREALISED)
 
 
 def add_parser(subparsers) -> None:
@@ -50,7 +51,7 @@ def run(args, out, err) -> int:
         out.write(render.text(reports))
     outcomes = {r.outcome for r in reports}
     if outcomes & {"mismatch", "diverged", "failed"}:
-        return 1
+        return int(Exit.FAILED)
     if "unrealised" in outcomes:
         return EXIT_UNREALISED
-    return 0
+    return int(Exit.OK)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 from fractions import Fraction
 
-from .model import SCHEMA_VERSION, CostReport, PlanReport, Quantity
+from ..outcome import envelope
+from .model import CostReport, PlanReport, Quantity
 
 
 def _num(x: Fraction | None):
@@ -76,9 +77,7 @@ def _stages(p: PlanReport) -> dict:
 
 def to_json(r: CostReport) -> dict:
     out = {
-        "schema_version": SCHEMA_VERSION,
-        "tool": "placement-logic",
-        "command": r.command,
+        **envelope(r.command),
         "file": r.file,
         "bindings": {b.name: {"value": _num(b.exact), "exact": _exact(b.exact), "set": b.overridden}
                      for b in r.bindings},

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable
 
-SCHEMA_VERSION = 1
+from ..outcome import SCHEMA_VERSION  # noqa: F401 - re-exported by the package
 DEVICE_ROWS = ("params", "optimizer", "grads", "activations", "transient", "total")
 HOST_ROWS = ("params", "optimizer", "grads", "total")
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .report import CounterexampleView, MeasureReport, Row
+from ..outcome import SCHEMA_VERSION, envelope  # noqa: F401 - SCHEMA_VERSION re-exported for readers
 
-SCHEMA_VERSION = 1
 
 
 def _num(x: Fraction | None) -> str:
@@ -208,4 +208,4 @@ def to_json(reports: list[MeasureReport]) -> dict:
                 } for x in rep.checker.counterexamples],
             },
         })
-    return {"schema_version": SCHEMA_VERSION, "tool": "placement-logic", "command": "measure", "plans": plans}
+    return envelope("measure", plans=plans)

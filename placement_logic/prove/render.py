@@ -7,8 +7,8 @@ solver, no parser: only the report data.
 from __future__ import annotations
 
 from .report import ClaimResult, ProveReport, Result
+from ..outcome import SCHEMA_VERSION, envelope  # noqa: F401 - SCHEMA_VERSION re-exported for readers
 
-SCHEMA_VERSION = 1
 SMT2_DIR = "proofs/smt2"
 
 
@@ -80,9 +80,7 @@ def markdown(rep: ProveReport) -> str:
 
 def to_json(rep: ProveReport) -> dict:
     return {
-        "schema_version": SCHEMA_VERSION,
-        "tool": "placement-logic",
-        "command": "prove",
+        **envelope("prove"),
         "timeout": rep.timeout,
         "verdict": rep.verdict_word,
         "exit_status": rep.exit_status,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..check.report import Verdict
+from ..outcome import Exit, Verdict
 
 
 @dataclass(frozen=True)
@@ -101,10 +101,10 @@ class ProveReport:
     @property
     def exit_status(self) -> int:
         if self.failed or self.false_claims:
-            return 1
+            return int(Exit.FAILED)
         if any(r.verdict is Verdict.UNKNOWN for r in self.results):
-            return 3
-        return 0
+            return int(Exit.UNKNOWN)
+        return int(Exit.OK)
 
     @property
     def verdict_word(self) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 import z3
 
-from ..check.report import Verdict
+from ..outcome import Verdict
 from ..prove.obligation import Obligation, Query
 
 _STATUS = {"unsat": Verdict.PROVED, "sat": Verdict.REFUTED}
