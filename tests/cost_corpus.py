@@ -98,8 +98,8 @@ def zero_spec(psi=Fraction("7.5e9"), K=12, dp=64, m=1) -> ir.Spec:
                    (("psi", ir.Dim.COUNT), ("K", ir.Dim.COUNT), ("dp", ir.Dim.COUNT)), mdl, msh, plans)
 
 
-def llama70b_shape(**kw) -> ir.Transformer:
+def llama70b_shape(**kw) -> ir.TransformerShape:
     args = dict(hidden=c(8192), layers=c(80), heads=c(64), kv_heads=c(8), ffn=c(28672), vocab=c(32000),
                 tied_embeddings=False, gated_mlp=True, norm="rmsnorm", bias=False)
     args.update(kw)
-    return ir.Transformer(**args)
+    return ir.TransformerShape(**args)

@@ -21,7 +21,7 @@ def plan(name: str, axes: dict[str, tuple[str, str]], *, sp: bool = False, tied:
     mesh = ir.Mesh(tuple(ir.Axis(a, ir.Sym(a)) for a in axes))
     t = None
     if tied or experts > 1:
-        t = ir.Transformer(const(1024), const(4), const(8), const(8), const(4096), const(32000),
+        t = ir.TransformerShape(const(1024), const(4), const(8), const(8), const(4096), const(32000),
                            tied_embeddings=tied, experts=const(experts))
     model = ir.Model(const(10**9), const(2), const(2), const(12), const(2), microbatches=ir.Sym("m"), transformer=t)
     bindings = tuple(ir.Binding(f"std.test.{a}", (a,), ((a, ROLE[r]),)) for a, (r, _) in axes.items())

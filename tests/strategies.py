@@ -6,7 +6,7 @@ from fractions import Fraction
 
 from hypothesis import strategies as hs
 
-from placement_logic.frontend import surface as st
+from placement_logic.frontend import surface
 
 KEYWORDS = {"import", "from", "as", "let", "model", "mesh", "strategy", "over", "extends", "plan",
             "use", "override", "by", "assert", "claim", "true", "false"}
@@ -22,68 +22,68 @@ def _decimal(draw_int: int, places: int) -> Fraction:
 
 
 numbers = hs.builds(
-    lambda n, places, unit: st.Num(_decimal(n, places), unit),
+    lambda n, places, unit: surface.Num(_decimal(n, places), unit),
     hs.integers(min_value=0, max_value=10**12),
     hs.integers(min_value=0, max_value=3),
     hs.one_of(hs.none(), hs.sampled_from(UNITS)),
 )
 
-leaves = hs.one_of(numbers, hs.builds(st.Name, names), hs.builds(st.Bool, hs.booleans()))
+leaves = hs.one_of(numbers, hs.builds(surface.Name, names), hs.builds(surface.Bool, hs.booleans()))
 
 
 def _extend(children):
     return hs.one_of(
-        hs.builds(st.BinOp, hs.sampled_from(["+", "-", "*", "/", "^"]), children, children),
-        hs.builds(st.Neg, children),
-        hs.builds(st.Call, names, hs.lists(children, max_size=2).map(tuple),
-                  hs.lists(hs.builds(st.Kwarg, names, children), max_size=2).map(tuple)),
+        hs.builds(surface.BinOp, hs.sampled_from(["+", "-", "*", "/", "^"]), children, children),
+        hs.builds(surface.Neg, children),
+        hs.builds(surface.Call, names, hs.lists(children, max_size=2).map(tuple),
+                  hs.lists(hs.builds(surface.Kwarg, names, children), max_size=2).map(tuple)),
     )
 
 
 exprs = hs.recursive(leaves, _extend, max_leaves=8)
-mode_refs = hs.builds(st.ModeRef, mode_names, hs.booleans())
-mode_maps = hs.builds(st.ModeMap, hs.lists(hs.builds(st.MapEntry, names, mode_refs), min_size=1, max_size=3)
+mode_refs = hs.builds(surface.ModeRef, mode_names, hs.booleans())
+mode_maps = hs.builds(surface.ModeMap, hs.lists(hs.builds(surface.MapEntry, names, mode_refs), min_size=1, max_size=3)
                       .map(tuple))
-kwargs = hs.lists(hs.builds(st.Kwarg, names, exprs), max_size=2).map(tuple)
+kwargs = hs.lists(hs.builds(surface.Kwarg, names, exprs), max_size=2).map(tuple)
 dotted = hs.lists(names, min_size=1, max_size=2).map(tuple)
-strategy_refs = hs.builds(st.StrategyRef, dotted, kwargs)
+strategy_refs = hs.builds(surface.StrategyRef, dotted, kwargs)
 
-props = hs.builds(st.Prop, names, hs.one_of(hs.none(), exprs, mode_maps))
-sub_blocks = hs.builds(st.SubBlock, names, hs.lists(props, max_size=3).map(tuple))
+props = hs.builds(surface.Prop, names, hs.one_of(hs.none(), exprs, mode_maps))
+sub_blocks = hs.builds(surface.SubBlock, names, hs.lists(props, max_size=3).map(tuple))
 entries = hs.builds(
-    st.Entry,
+    surface.Entry,
     hs.lists(names, min_size=1, max_size=3).map(tuple),
-    hs.one_of(hs.builds(st.ModeRef, mode_names, hs.just(True)), hs.builds(st.StrategyRef, dotted), mode_maps),
+    hs.one_of(hs.builds(surface.ModeRef, mode_names, hs.just(True)), hs.builds(surface.StrategyRef, dotted), mode_maps),
     kwargs,
 )
 overrides = hs.builds(
-    st.OverrideStmt, names, hs.one_of(hs.none(), names), names,
+    surface.OverrideStmt, names, hs.one_of(hs.none(), names), names,
     hs.one_of(hs.none(), hs.lists(names, max_size=3).map(tuple)), hs.one_of(hs.none(), exprs),
 )
-block_items = hs.one_of(props, sub_blocks, entries, hs.builds(st.Use, strategy_refs), overrides)
+block_items = hs.one_of(props, sub_blocks, entries, hs.builds(surface.Use, strategy_refs), overrides)
 
 strategy_defs = hs.one_of(
-    hs.builds(lambda n, p, a, sh: st.StrategyDef(n, p, a, shorthand=sh),
-              names, hs.lists(hs.builds(st.Param, names, hs.one_of(hs.none(), exprs)), max_size=2).map(tuple),
+    hs.builds(lambda n, p, a, sh: surface.StrategyDef(n, p, a, shorthand=sh),
+              names, hs.lists(hs.builds(surface.Param, names, hs.one_of(hs.none(), exprs)), max_size=2).map(tuple),
               hs.lists(names, max_size=2).map(tuple),
-              hs.builds(st.Shorthand, hs.one_of(hs.none(), names),
+              hs.builds(surface.Shorthand, hs.one_of(hs.none(), names),
                         hs.lists(mode_refs, min_size=1, max_size=4).map(tuple))),
-    hs.builds(lambda n, ref: st.StrategyDef(n, extends=ref), names, strategy_refs),
-    hs.builds(lambda n, ext, body: st.StrategyDef(n, extends=ext, body=body),
+    hs.builds(lambda n, ref: surface.StrategyDef(n, extends=ref), names, strategy_refs),
+    hs.builds(lambda n, ext, body: surface.StrategyDef(n, extends=ext, body=body),
               names, hs.one_of(hs.none(), strategy_refs), hs.lists(block_items, max_size=4).map(tuple)),
 )
-compares = hs.builds(st.Compare, hs.sampled_from(["==", "!=", "<", "<=", ">", ">="]), exprs, exprs)
+compares = hs.builds(surface.Compare, hs.sampled_from(["==", "!=", "<", "<=", ">", ">="]), exprs, exprs)
 items = hs.one_of(
-    hs.builds(st.ImportStmt, dotted, hs.one_of(hs.none(), names)),
-    hs.builds(lambda m, ns: st.ImportStmt(m, None, ns), dotted,
+    hs.builds(surface.ImportStmt, dotted, hs.one_of(hs.none(), names)),
+    hs.builds(lambda m, ns: surface.ImportStmt(m, None, ns), dotted,
               hs.lists(hs.tuples(names, hs.one_of(hs.none(), names)), min_size=1, max_size=3).map(tuple)),
-    hs.builds(st.LetStmt, names, exprs),
-    hs.builds(st.ModelBlock, hs.lists(hs.one_of(props, sub_blocks), max_size=4).map(tuple)),
-    hs.builds(st.MeshBlock, hs.lists(hs.builds(st.AxisDecl, names, exprs, hs.one_of(hs.none(), names)),
+    hs.builds(surface.LetStmt, names, exprs),
+    hs.builds(surface.ModelBlock, hs.lists(hs.one_of(props, sub_blocks), max_size=4).map(tuple)),
+    hs.builds(surface.MeshBlock, hs.lists(hs.builds(surface.AxisDecl, names, exprs, hs.one_of(hs.none(), names)),
                                      max_size=3).map(tuple)),
     strategy_defs,
-    hs.builds(st.PlanDef, names, hs.one_of(hs.none(), strategy_refs), hs.lists(block_items, max_size=5).map(tuple)),
-    hs.builds(st.AssertStmt, compares, hs.one_of(hs.none(), labels)),
-    hs.builds(st.ClaimStmt, compares, hs.one_of(hs.none(), labels)),
+    hs.builds(surface.PlanDef, names, hs.one_of(hs.none(), strategy_refs), hs.lists(block_items, max_size=5).map(tuple)),
+    hs.builds(surface.AssertStmt, compares, hs.one_of(hs.none(), labels)),
+    hs.builds(surface.ClaimStmt, compares, hs.one_of(hs.none(), labels)),
 )
-modules = hs.builds(st.Module, hs.lists(items, max_size=6).map(tuple))
+modules = hs.builds(surface.Module, hs.lists(items, max_size=6).map(tuple))

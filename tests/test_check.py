@@ -230,13 +230,13 @@ def test_schedule_reductions_match_the_roles(path):
     """The cost engine's collective schedule reduces each group exactly over the axes
     where its contributions are partial: data and context axes, and expert axes for
     non-expert parameters."""
-    from placement_logic.check import steps as st
+    from placement_logic.check import steps
 
     for p in load_spec(path).plans:
-        step = st.derive(p)
+        step = steps.derive(p)
         for g in step.groups:
             for d in g.dims:
-                if d.name == st.MICROBATCHES or d.tie:
+                if d.name == steps.MICROBATCHES or d.tie:
                     continue
                 role = step.role(d.axis)
                 partial = role in ("data", "context") or (role == "expert" and g.group != "experts")

@@ -15,7 +15,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as hs
 
 from placement_logic import ir
-from placement_logic.check import steps as st
+from placement_logic.check import steps
 from placement_logic.check.report import Verdict
 from placement_logic.check.run import check_plan
 from placement_logic.solver.session import Session
@@ -84,7 +84,7 @@ def test_gi_verdict_matches_brute_force(loss, k, divisor, accumulate, n, m):
     does them) and the brute force of that isolated plan decides it."""
     spec, p = build(loss, k, divisor, accumulate)
     # the divisor "dp*m" uses the model's microbatches symbol m: it is the pinned size
-    report = check_plan(Session(timeout=10), spec, p, {"dp": n, st.MICROBATCHES: m})
+    report = check_plan(Session(timeout=10), spec, p, {"dp": n, steps.MICROBATCHES: m})
     gi = {o.name: o for o in report.obligations if o.name.startswith("GI grads[dense]")}
     # the whole plan: its verdict is the brute force of the whole plan (errors may cancel)
     whole_ok = brute_force_ok(loss, k, divisor, accumulate, n, m)
@@ -105,7 +105,7 @@ def test_gi_verdict_matches_brute_force(loss, k, divisor, accumulate, n, m):
         ob = gi[name]
         assert ob.verdict is (Verdict.PROVED if ok else Verdict.REFUTED), ob
         if not ok:
-            assert dict(ob.counterexample.sizes) == {"dp": n, st.MICROBATCHES: m}
+            assert dict(ob.counterexample.sizes) == {"dp": n, steps.MICROBATCHES: m}
 
 
 def brute_force_norms_ok(sp: bool, k_dp: int, k_tp: int, n: int, t: int, m: int) -> bool:
@@ -149,7 +149,7 @@ def brute_force_norms_ok(sp: bool, k_dp: int, k_tp: int, n: int, t: int, m: int)
 def test_norms_verdict_matches_brute_force(sp, k_dp, k_tp, n, t, m):
     o = ov("grads", "reduce", "norms", ("dp",) * k_dp + ("tp",) * k_tp)
     spec, p = plan("p", {"dp": ("data", "R,R,R,R"), "tp": ("tensor", "S,S,S,S")}, sp=sp, overrides=(o,))
-    report = check_plan(Session(timeout=10), spec, p, {"dp": n, "tp": t, st.MICROBATCHES: m})
+    report = check_plan(Session(timeout=10), spec, p, {"dp": n, "tp": t, steps.MICROBATCHES: m})
     gi = {x.name: x for x in report.obligations if x.name.startswith("GI grads[norms]")}
     right_tp = 1 if sp else 0  # a correct system reduces over tp only under sequence parallel
     oracle = {"GI grads[norms] over dp": brute_force_norms_ok(sp, k_dp, right_tp, n, t, m),
@@ -217,7 +217,7 @@ def test_clip_verdict_matches_brute_force(zero, clip_axes, n, t):
     dp_modes = "R,S,S,R" if zero else "R,R,R,R"
     o = ov("clip_norm", "reduce", None, clip_axes)
     spec, p = plan("p", {"dp": ("data", dp_modes), "tp": ("tensor", "S,S,S,S")}, overrides=(o,))
-    report = check_plan(Session(timeout=10), spec, p, {"dp": n, "tp": t, st.MICROBATCHES: 1})
+    report = check_plan(Session(timeout=10), spec, p, {"dp": n, "tp": t, steps.MICROBATCHES: 1})
     sc = [x for x in report.obligations if x.name == "SC clip_norm"][0]
     # the checker's plan also has biases and embedding groups: biases behave like norms,
     # the embedding like dense, so the two-group oracle decides the same question

@@ -31,13 +31,13 @@ def test_mixtral_8x7b_exact():
 
 def test_gpt2_small_exact():
     # GPT-2 small without its 1024x768 learned position table: 124,439,808 - 786,432
-    shape = ir.Transformer(hidden=c(768), layers=c(12), heads=c(12), kv_heads=c(12), ffn=c(3072), vocab=c(50257),
+    shape = ir.TransformerShape(hidden=c(768), layers=c(12), heads=c(12), kv_heads=c(12), ffn=c(3072), vocab=c(50257),
                            tied_embeddings=True, norm="layernorm", bias=True)
     assert transformer_params(shape)[0] == 124_439_808 - 1024 * 768
 
 
 def _shape():
-    tr = ir.Transformer(hidden=ir.Sym("h"), layers=ir.Sym("L"), heads=ir.Sym("a"), kv_heads=ir.Sym("a"),
+    tr = ir.TransformerShape(hidden=ir.Sym("h"), layers=ir.Sym("L"), heads=ir.Sym("a"), kv_heads=ir.Sym("a"),
                         ffn=ir.Op("*", (c(4), ir.Sym("h"))), vocab=ir.Sym("V"))
     return shape_of(model(None, seq=ir.Sym("s"), mb=ir.Sym("b"), m=ir.Sym("m"), transformer=tr))
 

@@ -127,7 +127,7 @@ m_ = symbol("m")
 
 
 def _engine(kind: ir.ScheduleKind, p: int, m: int, v: int = 1, U: int = 1):
-    tr = ir.Transformer(hidden=ir.Sym("h"), layers=ir.Sym("L"), heads=ir.Sym("a"), kv_heads=ir.Sym("a"),
+    tr = ir.TransformerShape(hidden=ir.Sym("h"), layers=ir.Sym("L"), heads=ir.Sym("a"), kv_heads=ir.Sym("a"),
                         ffn=ir.Sym("f"), vocab=ir.Sym("V"))
     sh = shape_of(model(None, seq=ir.Sym("s"), mb=ir.Sym("b"), m=ir.Sym("m"), transformer=tr))
     lay = Layout(t=sympy.Integer(1), c=sympy.Integer(1), p=sympy.Integer(p), v=sympy.Integer(v),
@@ -176,7 +176,7 @@ s, b, h, a, t, p, L, V, k = (symbol(n) for n in "s b h a t p L V k".split())
 
 
 def _symbolic(kind, sp=True, v=1, t_=t):
-    tr = ir.Transformer(hidden=ir.Sym("h"), layers=ir.Sym("L"), heads=ir.Sym("a"), kv_heads=ir.Sym("a"),
+    tr = ir.TransformerShape(hidden=ir.Sym("h"), layers=ir.Sym("L"), heads=ir.Sym("a"), kv_heads=ir.Sym("a"),
                         ffn=ir.Sym("f"), vocab=ir.Sym("V"))
     sh = shape_of(model(None, seq=ir.Sym("s"), mb=ir.Sym("b"), m=ir.Sym("m"), transformer=tr))
     lay = Layout(t=t_, c=sympy.Integer(1), p=p, v=sympy.Integer(v), U=sympy.Integer(1), schedule=kind, sp=sp,

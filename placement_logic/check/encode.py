@@ -21,7 +21,7 @@ from typing import Any, Callable
 import z3
 
 from .. import ir
-from . import steps as st
+from . import steps
 from ..solver.session import Session, value_of
 from .values import fold, resolver
 
@@ -35,7 +35,7 @@ class Env:
     """Mesh-size terms and side constraints for one query tier."""
 
     sess: Session
-    step: st.StepModel
+    step: steps.StepModel
     bindings: dict[str, ir.Value]
     pinned: dict[str, int]
     bound: int | None  # None: unbounded sizes (the for-all query)
@@ -46,7 +46,7 @@ class Env:
     counts_cap: int | None = None
 
     def __post_init__(self) -> None:
-        for name in self.step.axes + (st.MICROBATCHES,):
+        for name in self.step.axes + (steps.MICROBATCHES,):
             if name in self.pinned:
                 self.sizes[name] = z3.IntVal(self.pinned[name], self.sess.ctx)
                 continue
@@ -56,7 +56,7 @@ class Env:
             if self.bound is not None:
                 self.side.append(v <= self.bound)
 
-    def size(self, dim: st.GradDim | str) -> Any:
+    def size(self, dim: steps.GradDim | str) -> Any:
         if isinstance(dim, str):
             return self.sizes[dim]
         if dim.tie:
@@ -107,7 +107,7 @@ class Counts:
     and product-form vectors span them (the unit vector of every block is one), so an
     identity between such sums that holds on every product-form assignment holds on all."""
 
-    dims: tuple[st.GradDim, ...]
+    dims: tuple[steps.GradDim, ...]
     own: dict[str, Any]
     others: dict[str, Any]
 
@@ -133,7 +133,7 @@ class Counts:
         return out
 
 
-def token_counts(env: Env, token_dims: tuple[st.GradDim, ...], prefix: str) -> tuple[Counts, list]:
+def token_counts(env: Env, token_dims: tuple[steps.GradDim, ...], prefix: str) -> tuple[Counts, list]:
     """Product-form token-count variables relative to a reference shard, with feasibility constraints."""
     cons: list = []
     own, others = {}, {}
@@ -153,7 +153,7 @@ def token_counts(env: Env, token_dims: tuple[st.GradDim, ...], prefix: str) -> t
     return Counts(tuple(token_dims), own, others), cons
 
 
-def gi_negation(env: Env, g: st.GroupModel, prefix: str) -> tuple[list, Callable[[Any], dict]]:
+def gi_negation(env: Env, g: steps.GroupModel, prefix: str) -> tuple[list, Callable[[Any], dict]]:
     """Constraints true exactly when group ``g``'s gradient differs from the global-batch one."""
     ctx = env.sess.ctx
     one = z3.IntVal(1, ctx)
@@ -164,14 +164,14 @@ def gi_negation(env: Env, g: st.GroupModel, prefix: str) -> tuple[list, Callable
     leaks = []
     for d in g.dims:
         n = env.size(d)
-        if d.kind in (st.TOKEN, st.SPLIT):
+        if d.kind in (steps.TOKEN, steps.SPLIT):
             agree[d.name] = env.sess.bool(f"{prefix}_agree_{d.name}")
             cons.append(z3.Implies(n == 1, agree[d.name]))
-        if d.implicit or d.kind == st.SHARDED:
+        if d.implicit or d.kind == steps.SHARDED:
             if d.k >= 1:
                 leaks.append((d.name, n >= 2))
             continue
-        if d.kind == st.INVARIANT:
+        if d.kind == steps.INVARIANT:
             mult = mult * env.real(_pow(n, d.k, one))
         elif d.k == 0:
             mult = mult * z3.If(agree[d.name], rone, z3.RealVal(0, ctx))
@@ -209,11 +209,11 @@ def gi_negation(env: Env, g: st.GroupModel, prefix: str) -> tuple[list, Callable
     return cons, extract
 
 
-def gi_replica_negation(env: Env, g: st.GroupModel, prefix: str) -> tuple[list, Callable[[Any], dict]]:
+def gi_replica_negation(env: Env, g: steps.GroupModel, prefix: str) -> tuple[list, Callable[[Any], dict]]:
     """Two replicas of the same update (differing on replicated axes) end with different gradients."""
     ctx = env.sess.ctx
     rone, rzero = z3.RealVal(1, ctx), z3.RealVal(0, ctx)
-    replica_split = [d for d in g.dims if d.replica and d.kind in (st.TOKEN, st.SPLIT) and d.k == 0 and not d.implicit]
+    replica_split = [d for d in g.dims if d.replica and d.kind in (steps.TOKEN, steps.SPLIT) and d.k == 0 and not d.implicit]
     if not replica_split:
         return [z3.BoolVal(False, ctx)], lambda model: {}
     cons = []
@@ -355,10 +355,10 @@ def typing_negation(env: Env) -> tuple[list, Callable[[Any], dict]]:
     conds = []
     for g in env.step.groups:
         for d in g.dims:
-            if d.name == st.MICROBATCHES:
+            if d.name == steps.MICROBATCHES:
                 continue
-            bad = (d.kind in (st.TOKEN, st.SPLIT) and not d.implicit and d.k != 1) or (
-                (d.kind in (st.INVARIANT, st.SHARDED) or d.implicit) and d.k >= 1
+            bad = (d.kind in (steps.TOKEN, steps.SPLIT) and not d.implicit and d.k != 1) or (
+                (d.kind in (steps.INVARIANT, steps.SHARDED) or d.implicit) and d.k >= 1
             )
             if bad:
                 conds.append(((g.group, d.name), env.size(d) >= 2))
@@ -376,7 +376,7 @@ def flag_negation(env: Env, kind: str, violated: bool, needs_m: bool = False) ->
     ctx = env.sess.ctx
     cond = z3.BoolVal(violated, ctx)
     if needs_m:
-        cond = z3.And(cond, env.size(st.MICROBATCHES) >= 2)
+        cond = z3.And(cond, env.size(steps.MICROBATCHES) >= 2)
 
     def extract(model: Any) -> dict:
         return {"kind": kind, "sizes": env.size_values(model)}

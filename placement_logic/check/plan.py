@@ -22,7 +22,7 @@ from typing import Any, Callable
 from .. import ir
 from . import encode as en
 from . import replay as rp
-from . import steps as st
+from . import steps
 
 QueryTier = Any  # run.Tier: (label, bound, int_counts, equal_counts, counts_cap)
 
@@ -34,9 +34,9 @@ class PlanChecker:
     pinned: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.step = st.derive(self.plan)
-        self.derived = st.derive(self.plan, overrides=False)
-        self.loss_derived = st.derive(self.plan, overrides=False, keep=("loss",))
+        self.step = steps.derive(self.plan)
+        self.derived = steps.derive(self.plan, overrides=False)
+        self.loss_derived = steps.derive(self.plan, overrides=False, keep=("loss",))
         self.bindings = self.spec.binding_map
         self.replay = rp.Context(self.step, self.derived, self.loss_derived, self.bindings, self.spec.file,
                                  self.pinned)

@@ -16,7 +16,7 @@ from math import lcm
 from typing import Iterable
 
 from .. import ir
-from . import steps as st
+from . import steps
 from .report import Counterexample
 from .values import fold, resolver, show
 
@@ -35,9 +35,9 @@ def coords_text(names: Iterable[str], coord: Iterable[int]) -> str:
 class Context:
     """What every replay needs besides the witness."""
 
-    step: st.StepModel
-    derived: st.StepModel  # the correct derivation
-    loss_derived: st.StepModel  # the correct derivation for the plan's own loss normalisation
+    step: steps.StepModel
+    derived: steps.StepModel  # the correct derivation
+    loss_derived: steps.StepModel  # the correct derivation for the plan's own loss normalisation
     bindings: dict[str, ir.Value]
     file: str
     pinned: dict[str, int]
@@ -47,16 +47,16 @@ class Context:
         return f"placement check {self.file} --plan {self.step.plan} {sets}".rstrip()
 
     def sizes_tuple(self, sizes: dict[str, int]) -> tuple[tuple[str, int], ...]:
-        return tuple((k, sizes[k]) for k in self.step.axes + (st.MICROBATCHES,))
+        return tuple((k, sizes[k]) for k in self.step.axes + (steps.MICROBATCHES,))
 
 
-def dim_size(d: st.GradDim, sizes: dict[str, int]) -> int:
+def dim_size(d: steps.GradDim, sizes: dict[str, int]) -> int:
     if d.tie:
         return 2 if sizes[d.axis] >= 2 else 1
-    return sizes[d.axis if d.axis else st.MICROBATCHES]
+    return sizes[d.axis if d.axis else steps.MICROBATCHES]
 
 
-def divisor_value(ctx: Context, g: st.GroupModel, sizes: dict[str, int]) -> Fraction:
+def divisor_value(ctx: Context, g: steps.GroupModel, sizes: dict[str, int]) -> Fraction:
     if g.divisor_value is not None:
         known = {k: Fraction(v) for k, v in sizes.items()}
         for alias, name in ctx.step.size_aliases().items():
@@ -69,7 +69,7 @@ def divisor_value(ctx: Context, g: st.GroupModel, sizes: dict[str, int]) -> Frac
     return out
 
 
-def divisor_text(g: st.GroupModel) -> str:
+def divisor_text(g: steps.GroupModel) -> str:
     if g.divisor_value is not None:
         return show(g.divisor_value)
     return "·".join(g.divisor_axes) or "1"
@@ -80,25 +80,25 @@ def divisor_text(g: st.GroupModel) -> str:
 
 @dataclass
 class GradRun:
-    grid: list[st.GradDim]  # device dimensions
+    grid: list[steps.GradDim]  # device dimensions
     values: dict[Coord, Fraction]  # final gradient buffer per device
     expected: dict[Coord, Fraction]  # global-batch gradient of the element each device holds
     total_tokens: int
 
 
-def simulate_gi(ctx: Context, g: st.GroupModel, sizes: dict[str, int], counts: dict[Coord, int],
+def simulate_gi(ctx: Context, g: steps.GroupModel, sizes: dict[str, int], counts: dict[Coord, int],
                 contrib: dict[tuple[Coord, Coord], Fraction]) -> GradRun:
     """One step of group ``g``: local grads, the plan's reductions, accumulation, divisor.
 
     counts: token shard (coords over g's token dims) -> tokens. contrib: (element,
     data shard over g's split dims) -> summed per-token gradient of that shard.
     """
-    tdims = [d for d in g.dims if d.kind == st.TOKEN]
-    sdims = [d for d in g.dims if d.kind in (st.TOKEN, st.SPLIT)]
-    grid = [d for d in g.dims if d.name != st.MICROBATCHES]
-    edims = [d for d in grid if d.kind == st.SHARDED or d.implicit]
-    mdim = g.dim(st.MICROBATCHES)
-    m = sizes[st.MICROBATCHES]
+    tdims = [d for d in g.dims if d.kind == steps.TOKEN]
+    sdims = [d for d in g.dims if d.kind in (steps.TOKEN, steps.SPLIT)]
+    grid = [d for d in g.dims if d.name != steps.MICROBATCHES]
+    edims = [d for d in grid if d.kind == steps.SHARDED or d.implicit]
+    mdim = g.dim(steps.MICROBATCHES)
+    m = sizes[steps.MICROBATCHES]
     norm = set(g.norm_dims)
 
     # a second reduction of the token count over an axis sums a value already replicated there
@@ -124,12 +124,12 @@ def simulate_gi(ctx: Context, g: st.GroupModel, sizes: dict[str, int], counts: d
         for extra in product(*[range(dim_size(d, sizes)) for d in implicit]):
             over = {d.name: c for d, c in zip(implicit, extra)}
             sigma = tuple(
-                t if d.name == st.MICROBATCHES else over.get(d.name, dev[gpos[d.name]] if d.name in gpos else 0)
+                t if d.name == steps.MICROBATCHES else over.get(d.name, dev[gpos[d.name]] if d.name in gpos else 0)
                 for d in sdims
             )
             s = contrib.get((elem, sigma))
             if s:
-                tau = tuple(sigma[i] for i, d in enumerate(sdims) if d.kind == st.TOKEN)
+                tau = tuple(sigma[i] for i, d in enumerate(sdims) if d.kind == steps.TOKEN)
                 total_v += s / slab(tau)
         return total_v
 
@@ -157,10 +157,10 @@ def simulate_gi(ctx: Context, g: st.GroupModel, sizes: dict[str, int], counts: d
     return GradRun(grid, values, expected, total)
 
 
-def _concrete_counts(g: st.GroupModel, sizes: dict[str, int], ref: dict[str, int],
+def _concrete_counts(g: steps.GroupModel, sizes: dict[str, int], ref: dict[str, int],
                      blocks: dict[frozenset[str], Fraction | int]) -> dict[Coord, int] | None:
     """Token counts per shard realising the witness's block sums (None if impossible)."""
-    tdims = [d for d in g.dims if d.kind == st.TOKEN]
+    tdims = [d for d in g.dims if d.kind == steps.TOKEN]
     scale = lcm(*[Fraction(v).denominator for v in blocks.values()]) if blocks else 1
     members: dict[frozenset[str], list[Coord]] = {}
     for tau in product(*[range(dim_size(d, sizes)) for d in tdims]):
@@ -177,17 +177,17 @@ def _concrete_counts(g: st.GroupModel, sizes: dict[str, int], ref: dict[str, int
     return counts
 
 
-def _reference(g: st.GroupModel, sizes: dict[str, int]) -> dict[str, int]:
+def _reference(g: steps.GroupModel, sizes: dict[str, int]) -> dict[str, int]:
     """The observer's coordinate on each split dimension (the kept microbatch is the last)."""
-    return {d.name: (sizes[st.MICROBATCHES] - 1 if d.name == st.MICROBATCHES else 0)
-            for d in g.dims if d.kind in (st.TOKEN, st.SPLIT)}
+    return {d.name: (sizes[steps.MICROBATCHES] - 1 if d.name == steps.MICROBATCHES else 0)
+            for d in g.dims if d.kind in (steps.TOKEN, steps.SPLIT)}
 
 
 def _other(ref: int) -> int:
     return 1 if ref == 0 else 0
 
 
-def diagnose_group(ctx: Context, g: st.GroupModel, equal_counts: bool = False, aspect: str | None = None) -> list[str]:
+def diagnose_group(ctx: Context, g: steps.GroupModel, equal_counts: bool = False, aspect: str | None = None) -> list[str]:
     """What differs between the plan's handling of a group and the correct derivation
     (only the dimension or the normalisation named by ``aspect``, when given).
 
@@ -198,15 +198,15 @@ def diagnose_group(ctx: Context, g: st.GroupModel, equal_counts: bool = False, a
     for d in g.dims:
         if aspect is not None and d.name != aspect:
             continue
-        if d.k == st.correct_k(d):
+        if d.k == steps.correct_k(d):
             continue
         where = d.axis if not d.tie else f"the tied pair of {d.axis} stages"
-        if d.name == st.MICROBATCHES:
+        if d.name == steps.MICROBATCHES:
             out.append("only the last microbatch's gradient survives: it is not accumulated "
                        "(no accumulation buffer, no per-microbatch reduce-scatter)")
-        elif d.kind == st.SHARDED or d.implicit:
+        elif d.kind == steps.SHARDED or d.implicit:
             out.append(f"all-reduce over {where} adds up different parameters ({d.why})")
-        elif d.kind == st.INVARIANT:
+        elif d.kind == steps.INVARIANT:
             out.append(f"all-reduce over {where}, where the gradient is already identical ({d.why}): "
                        f"it is multiplied by {where}" + (f"^{d.k}" if d.k > 1 else ""))
         elif d.k == 0:
@@ -214,7 +214,7 @@ def diagnose_group(ctx: Context, g: st.GroupModel, equal_counts: bool = False, a
         else:
             out.append(f"reduced {d.k} times over {where} instead of once: the gradient is multiplied by {where}"
                        + (f"^{d.k - 1}" if d.k > 2 else ""))
-    if aspect is not None and aspect != st.NORMALISATION:
+    if aspect is not None and aspect != steps.NORMALISATION:
         return out
     if set(g.norm_dims) == set(ref.norm_dims) and sorted(g.norm_dims) != sorted(ref.norm_dims):
         twice = sorted({n for n in g.norm_dims if g.norm_dims.count(n) > ref.norm_dims.count(n)})
@@ -236,18 +236,18 @@ def diagnose_group(ctx: Context, g: st.GroupModel, equal_counts: bool = False, a
     return out
 
 
-def isolation_text(g: st.GroupModel, aspect: str) -> str:
+def isolation_text(g: steps.GroupModel, aspect: str) -> str:
     """Which part of the run is the plan's and which is the correct derivation."""
-    if aspect == st.NORMALISATION:
+    if aspect == steps.NORMALISATION:
         return "the plan's loss normalisation and divisor; every reduction and the accumulation as derived (correct)"
-    if aspect == st.MICROBATCHES:
+    if aspect == steps.MICROBATCHES:
         return "the plan's accumulation over microbatches; every reduction and the normalisation as derived (correct)"
     d = g.dim(aspect)
     where = f"the tied pair of {d.axis} stages" if d.tie else d.axis
     return f"the plan's reductions over {where}; every other reduction and the normalisation as derived (correct)"
 
 
-def _gi_counterexample(ctx: Context, g: st.GroupModel, sizes: dict[str, int], run: GradRun,
+def _gi_counterexample(ctx: Context, g: steps.GroupModel, sizes: dict[str, int], run: GradRun,
                        counts: dict[Coord, int], contrib_text: str, extra: list[str],
                        aspect: str | None = None) -> Counterexample | None:
     bad = [dev for dev in sorted(run.values) if run.values[dev] != run.expected[dev]]
@@ -256,7 +256,7 @@ def _gi_counterexample(ctx: Context, g: st.GroupModel, sizes: dict[str, int], ru
     dev = bad[0]
     names = [d.axis if d.tie else d.name for d in run.grid]
     dev_shown = tuple((sizes[d.axis] - 1 if (d.tie and c == 1) else c) for d, c in zip(run.grid, dev))
-    tdims = [d.name for d in g.dims if d.kind == st.TOKEN]
+    tdims = [d.name for d in g.dims if d.kind == steps.TOKEN]
     shown = sorted(counts.items())[:12]
     count_text = "; ".join(f"{coords_text(tdims, t)}: {n}" for t, n in shown)
     if len(counts) > 12:
@@ -274,10 +274,10 @@ def _gi_counterexample(ctx: Context, g: st.GroupModel, sizes: dict[str, int], ru
                           diag, ctx.command(sizes))
 
 
-_TYPE = {st.TOKEN: "partial", st.SPLIT: "partial", st.INVARIANT: "invariant", st.SHARDED: "sharded"}
+_TYPE = {steps.TOKEN: "partial", steps.SPLIT: "partial", steps.INVARIANT: "invariant", steps.SHARDED: "sharded"}
 
 
-def typing_text(g: st.GroupModel) -> str:
+def typing_text(g: steps.GroupModel) -> str:
     """Per dimension: the value's type, the reductions applied, and the resulting type."""
     def times(k: int) -> str:
         return "once" if k == 1 else f"{k}x"
@@ -286,7 +286,7 @@ def typing_text(g: st.GroupModel) -> str:
     for d in g.dims:
         name = f"{d.axis} (tied pair)" if d.tie else d.name
         kind = _TYPE[d.kind]
-        if d.name == st.MICROBATCHES:
+        if d.name == steps.MICROBATCHES:
             parts.append(f"{name}: {'accumulated' if d.k else 'only the last kept'}")
         elif d.implicit:
             tail = f", then all-reduced {times(d.k)}: different experts added" if d.k else ""
@@ -304,17 +304,17 @@ def typing_text(g: st.GroupModel) -> str:
     return "; ".join(parts)
 
 
-def replay_gi(ctx: Context, w: dict, g: st.GroupModel | None = None, aspect: str | None = None) -> Counterexample | None:
+def replay_gi(ctx: Context, w: dict, g: steps.GroupModel | None = None, aspect: str | None = None) -> Counterexample | None:
     """Replay a GI witness on group ``g`` (default: the plan's group ``w["group"]``; a
     GI aspect's obligation passes its isolated group, see ``steps.isolate``)."""
     g = g if g is not None else ctx.step.group(w["group"])
     sizes = w["sizes"]
     ref = _reference(g, sizes)
-    sdims = [d for d in g.dims if d.kind in (st.TOKEN, st.SPLIT)]
-    edims = [d for d in g.dims if d.name != st.MICROBATCHES and (d.kind == st.SHARDED or d.implicit)]
+    sdims = [d for d in g.dims if d.kind in (steps.TOKEN, steps.SPLIT)]
+    edims = [d for d in g.dims if d.name != steps.MICROBATCHES and (d.kind == steps.SHARDED or d.implicit)]
     leak = w.get("leak")
     star = {d.name: (ref[d.name] if (leak or w["agree"].get(d.name, True)) else _other(ref[d.name])) for d in sdims}
-    counts = _concrete_counts(g, sizes, {d.name: star[d.name] for d in sdims if d.kind == st.TOKEN}, w["counts"])
+    counts = _concrete_counts(g, sizes, {d.name: star[d.name] for d in sdims if d.kind == steps.TOKEN}, w["counts"])
     if counts is None:
         return None
     elem = tuple((1 if leak == d.name else 0) for d in edims)
@@ -329,9 +329,9 @@ def replay_structural(ctx: Context, group: str, sizes: dict[str, int], dim: str 
     """GI replay with one token per shard and one contribution at coordinate 1 of ``dim``."""
     g = ctx.step.group(group)
     ref = _reference(g, sizes)
-    sdims = [d for d in g.dims if d.kind in (st.TOKEN, st.SPLIT)]
-    tdims = [d for d in sdims if d.kind == st.TOKEN]
-    edims = [d for d in g.dims if d.name != st.MICROBATCHES and (d.kind == st.SHARDED or d.implicit)]
+    sdims = [d for d in g.dims if d.kind in (steps.TOKEN, steps.SPLIT)]
+    tdims = [d for d in sdims if d.kind == steps.TOKEN]
+    edims = [d for d in g.dims if d.name != steps.MICROBATCHES and (d.kind == steps.SHARDED or d.implicit)]
     star = {d.name: ref[d.name] for d in sdims}
     elem = [0] * len(edims)
     if dim is not None:
@@ -352,11 +352,11 @@ def replay_replica(ctx: Context, w: dict) -> Counterexample | None:
     g = ctx.step.group(w["group"])
     sizes, axis = w["sizes"], w["axis"]
     ref = _reference(g, sizes)
-    sdims = [d for d in g.dims if d.kind in (st.TOKEN, st.SPLIT)]
-    tdims = [d for d in sdims if d.kind == st.TOKEN]
+    sdims = [d for d in g.dims if d.kind in (steps.TOKEN, steps.SPLIT)]
+    tdims = [d for d in sdims if d.kind == steps.TOKEN]
     counts = {tau: 1 for tau in product(*[range(dim_size(d, sizes)) for d in tdims])}
     sigma = tuple(ref[d.name] for d in sdims)
-    run = simulate_gi(ctx, g, sizes, counts, {((0,) * sum(1 for d in run_grid(g) if d.kind == st.SHARDED or d.implicit), sigma): Fraction(1)})
+    run = simulate_gi(ctx, g, sizes, counts, {((0,) * sum(1 for d in run_grid(g) if d.kind == steps.SHARDED or d.implicit), sigma): Fraction(1)})
     names = [d.name for d in run.grid]
     i = names.index(axis)
     for dev in sorted(run.values):
@@ -375,5 +375,5 @@ def replay_replica(ctx: Context, w: dict) -> Counterexample | None:
     return None
 
 
-def run_grid(g: st.GroupModel) -> list[st.GradDim]:
-    return [d for d in g.dims if d.name != st.MICROBATCHES]
+def run_grid(g: steps.GroupModel) -> list[steps.GradDim]:
+    return [d for d in g.dims if d.name != steps.MICROBATCHES]

@@ -18,7 +18,7 @@ from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
 from . import encode as en
 from . import replay as rp
 from . import replay_state as rs
-from . import steps as st
+from . import steps
 from .plan import PlanChecker
 from .report import CheckReport, Finding, ObligationResult, PlanReport, Verdict
 from .rules import GRADIENT_INTEGRITY, RULES, STATE_CONSISTENCY
@@ -60,7 +60,7 @@ def _span(span: Span, fallback: Span) -> Span:
     return fallback if span == NO_SPAN else span
 
 
-def obligations(step: st.StepModel, derived: st.StepModel, ctx: rp.Context) -> list[Obligation]:
+def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context) -> list[Obligation]:
     obs: list[Obligation] = []
     P = step.plan_span
     for g in step.groups:
@@ -70,8 +70,8 @@ def obligations(step: st.StepModel, derived: st.StepModel, ctx: rp.Context) -> l
             "plan's reductions, accumulation, loss weights and divisor taken together",
             lambda env, g=g: en.gi_negation(env, g, f"gi_{g.group}"),
             lambda w, g=g: rp.replay_gi(ctx, w, g, None), whole=g.group))
-        for aspect in st.gi_aspects(g):
-            h = st.isolate(g, aspect)
+        for aspect in steps.gi_aspects(g):
+            h = steps.isolate(g, aspect)
             label, checked = _gi_text(g, aspect)
             obs.append(Obligation(
                 f"GI grads[{g.group}] {label}", GRADIENT_INTEGRITY, _span(g.span_of(aspect), P), checked,
@@ -160,7 +160,7 @@ def obligations(step: st.StepModel, derived: st.StepModel, ctx: rp.Context) -> l
     acc_applies = bool(step.grads_sharded_data) and step.pipelined
     obs.append(_rule("CR06", _span(step.accumulation_span, P),
                      lambda env: en.flag_negation(env, "accumulation", not step.accumulation_buffer, needs_m=True),
-                     lambda w: rp.replay_structural(ctx, "dense", w["sizes"], st.MICROBATCHES),
+                     lambda w: rp.replay_structural(ctx, "dense", w["sizes"], steps.MICROBATCHES),
                      _accumulation_notes(step, acc_applies)))
     has_experts = "experts" in [g.group for g in step.groups]
     obs.append(_rule("CR07", _span(step.group("experts").span, P) if has_experts else P, lambda env: _expert_negation(env, step),
@@ -180,13 +180,13 @@ def _slug(aspect: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in aspect)
 
 
-def _gi_text(g: st.GroupModel, aspect: str) -> tuple[str, str]:
+def _gi_text(g: steps.GroupModel, aspect: str) -> tuple[str, str]:
     """The obligation's name suffix and what it states."""
-    if aspect == st.NORMALISATION:
+    if aspect == steps.NORMALISATION:
         return "normalisation", (
             f"with every reduction and the accumulation of the {g.group} gradient as derived, the loss weights, "
             "token count and divisor make it the global-batch mean-loss gradient (the mean over all tokens of the step)")
-    if aspect == st.MICROBATCHES:
+    if aspect == steps.MICROBATCHES:
         return "over microbatches", (
             f"the {g.group} gradient of every microbatch is accumulated exactly once "
             "(every reduction over mesh axes and the normalisation as derived)")
@@ -197,9 +197,9 @@ def _gi_text(g: st.GroupModel, aspect: str) -> tuple[str, str]:
             "(every other reduction and the normalisation as derived)")
     if d.implicit:
         what = f"summed by the all-to-all over {d.axis} and not reduced over it again"
-    elif d.kind in (st.TOKEN, st.SPLIT):
+    elif d.kind in (steps.TOKEN, steps.SPLIT):
         what = f"split over {d.axis}, so every partial contribution is all-reduced over {d.axis} exactly once"
-    elif d.kind == st.INVARIANT:
+    elif d.kind == steps.INVARIANT:
         what = f"identical on every {d.axis} rank, so it is not reduced over {d.axis}"
     else:
         what = f"sharded over {d.axis}, so different elements are never added over {d.axis}"
@@ -212,7 +212,7 @@ def _rule(code: str, span: Span, encode, replay, notes: tuple[str, ...] = ()) ->
     return Obligation(f"{code} {r.name}", code, span, r.description, encode, replay, notes)
 
 
-def _sp_negation(env: en.Env, step: st.StepModel, bad: list[tuple[str, str]]):
+def _sp_negation(env: en.Env, step: steps.StepModel, bad: list[tuple[str, str]]):
     import z3
 
     ctx = env.sess.ctx
@@ -239,7 +239,7 @@ def _sp_without_tp(ctx: rp.Context, w: dict):
                            "it has no group to run on",), ctx.command(w["sizes"]))
 
 
-def _expert_negation(env: en.Env, step: st.StepModel):
+def _expert_negation(env: en.Env, step: steps.StepModel):
     import z3
 
     if "experts" not in [g.group for g in step.groups]:
@@ -254,7 +254,7 @@ def _expert_negation(env: en.Env, step: st.StepModel):
             continue
         for d in g.dims:
             if d.axis in step.expert_axes and not d.tie:
-                parts.append(en.gi_negation(eq, st.isolate(g, d.name), f"cr07_{g.group}_{d.name}"))
+                parts.append(en.gi_negation(eq, steps.isolate(g, d.name), f"cr07_{g.group}_{d.name}"))
     if len(parts) == 1:
         return parts[0]
     pick = [env.sess.bool(f"cr07_part_{i}") for i in range(len(parts))]
@@ -269,7 +269,7 @@ def _expert_negation(env: en.Env, step: st.StepModel):
     return cons, extract
 
 
-def _accumulation_notes(step: st.StepModel, applies: bool) -> tuple[str, ...]:
+def _accumulation_notes(step: steps.StepModel, applies: bool) -> tuple[str, ...]:
     if not applies:
         return ("vacuous: no gradients sharded over a data axis under pipeline accumulation",)
     axes = ", ".join(step.grads_sharded_data)
@@ -283,8 +283,8 @@ def _accumulation_notes(step: st.StepModel, applies: bool) -> tuple[str, ...]:
 # --------------------------------------------------------------------------- running
 
 
-def _scope(pinned: dict[str, int], step: st.StepModel) -> str:
-    names = step.axes + (st.MICROBATCHES,)
+def _scope(pinned: dict[str, int], step: steps.StepModel) -> str:
+    names = step.axes + (steps.MICROBATCHES,)
     if all(n in pinned for n in names):
         return "at " + ", ".join(f"{n}={pinned[n]}" for n in names)
     if pinned:
@@ -299,7 +299,7 @@ def _devices(w: dict) -> int:
     return n
 
 
-def discharge(sess: Session, ob: Obligation, step: st.StepModel, bindings: dict, pinned: dict[str, int],
+def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: dict, pinned: dict[str, int],
               bound: int) -> ObligationResult:
     seconds = 0.0
     reasons: list[str] = []
@@ -373,7 +373,7 @@ def check_plan(sess: Session, spec: ir.Spec, plan: ir.Plan, pinned: dict[str, in
     step, bindings = checker.step, checker.bindings
     obs = checker.obligations()
     results = _explain(obs, [discharge(sess, ob, step, bindings, pinned, bound) for ob in obs])
-    free = [n for n in step.axes + (st.MICROBATCHES,) if n not in pinned]
+    free = [n for n in step.axes + (steps.MICROBATCHES,) if n not in pinned]
     assumed = (
         "deterministic, synchronous execution",
         (f"{', '.join(free)}: any positive integer" if free else "every size pinned"),
@@ -476,7 +476,7 @@ def check_spec(spec: ir.Spec, plans: list[str] | None = None, pinned: dict[str, 
             raise DiagnosticError([Diagnostic("PL302", f"no plan named '{name}' (plans: {known})")]) from None
     sizes: dict[str, int] = {}
     rebound: dict[str, ir.Value] = {}
-    names = {a for p in selected for a in p.mesh.names} | {st.MICROBATCHES}
+    names = {a for p in selected for a in p.mesh.names} | {steps.MICROBATCHES}
     bindings = spec.binding_map
     for k, v in pinned.items():
         if v < 1:
@@ -492,7 +492,7 @@ def check_spec(spec: ir.Spec, plans: list[str] | None = None, pinned: dict[str, 
     for p in selected:
         m = p.model.microbatches
         if isinstance(m, ir.Sym) and m.name in rebound:
-            sizes.setdefault(st.MICROBATCHES, int(rebound[m.name].value))
+            sizes.setdefault(steps.MICROBATCHES, int(rebound[m.name].value))
     if rebound:
         spec = replace(spec, bindings=tuple((k, rebound.get(k, v)) for k, v in spec.bindings))
     pinned = sizes

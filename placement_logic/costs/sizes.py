@@ -1,7 +1,7 @@
 """Model sizes as exact sympy expressions: Ψ, per-layer counts, byte widths.
 
 Input: an ``ir.Model`` (and the plan's mesh for axis-size symbols). Output: a ``Shape``
-holding sympy expressions for Ψ (given, or counted exactly from an ``ir.Transformer``),
+holding sympy expressions for Ψ (given, or counted exactly from an ``ir.TransformerShape``),
 the parameters of one layer, those outside the layers (embedding, output projection, final
 norm: which pipeline stage holds them), the byte widths of the four states, and the activation
 dimensions (s, b, h, a, kv_heads, L, V, experts, top_k, capacity factor). Quantities the
@@ -53,7 +53,7 @@ class Shape:
         return self.psi - self.embedding_params - head - self.final_norm_params
 
 
-def transformer_params(t: ir.Transformer) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
+def transformer_params(t: ir.TransformerShape) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
     """(Ψ, parameters per layer, expert parameters) counted exactly from a transformer shape.
 
     Per layer: attention q and o projections h·h each, k and v h·(kv·h/a) each; MLP 3·h·f

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from . import surface as st
+from . import surface
 
 INDENT = "  "
 PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "neg": 3, "^": 4}
@@ -39,7 +39,7 @@ def scan_comments(source: str) -> list[Comment]:
     return found
 
 
-def number_text(n: st.Num) -> str:
+def number_text(n: surface.Num) -> str:
     if n.text:
         text = n.text
     else:
@@ -67,22 +67,22 @@ def fraction_literal(value: Fraction) -> str:
     return f"{whole}.{frac:0{digits}d}".rstrip("0").rstrip(".")
 
 
-def _prec(e: st.Expr) -> int:
-    if isinstance(e, st.BinOp):
+def _prec(e: surface.Expr) -> int:
+    if isinstance(e, surface.BinOp):
         return PREC[e.op]
-    if isinstance(e, st.Neg):
+    if isinstance(e, surface.Neg):
         return PREC["neg"]
     return ATOM
 
 
-def expr(e: st.Expr) -> str:
+def expr(e: surface.Expr) -> str:
     """Format an expression with the fewest parentheses that keep its tree."""
     # iterative post-order to avoid deep recursion on long expressions
     out: dict[int, str] = {}
-    stack: list[tuple[st.Expr, bool]] = [(e, False)]
+    stack: list[tuple[surface.Expr, bool]] = [(e, False)]
     while stack:
         node, done = stack.pop()
-        if isinstance(node, st.BinOp):
+        if isinstance(node, surface.BinOp):
             if not done:
                 stack.append((node, True))
                 stack.append((node.right, False))
@@ -101,14 +101,14 @@ def expr(e: st.Expr) -> str:
                 if _prec(node.right) <= p:
                     right = f"({right})"
             out[id(node)] = f"{left} {node.op} {right}"
-        elif isinstance(node, st.Neg):
+        elif isinstance(node, surface.Neg):
             if not done:
                 stack.append((node, True))
                 stack.append((node.operand, False))
                 continue
             inner = out[id(node.operand)]
             out[id(node)] = f"-({inner})" if _prec(node.operand) < PREC["neg"] else f"-{inner}"
-        elif isinstance(node, st.Call):
+        elif isinstance(node, surface.Call):
             if not done:
                 stack.append((node, True))
                 for a in reversed(node.args + tuple(k.value for k in node.kwargs)):
@@ -117,31 +117,31 @@ def expr(e: st.Expr) -> str:
             parts = [out[id(a)] for a in node.args]
             parts += [f"{k.name} = {out[id(k.value)]}" for k in node.kwargs]
             out[id(node)] = f"{node.func}({', '.join(parts)})"
-        elif isinstance(node, st.Num):
+        elif isinstance(node, surface.Num):
             out[id(node)] = number_text(node)
-        elif isinstance(node, st.Name):
+        elif isinstance(node, surface.Name):
             out[id(node)] = node.id
-        elif isinstance(node, st.Bool):
+        elif isinstance(node, surface.Bool):
             out[id(node)] = "true" if node.value else "false"
         else:  # pragma: no cover
             raise TypeError(type(node).__name__)
     return out[id(e)]
 
 
-def kwargs(ks: tuple[st.Kwarg, ...]) -> str:
+def kwargs(ks: tuple[surface.Kwarg, ...]) -> str:
     return ", ".join(f"{k.name} = {expr(k.value)}" for k in ks)
 
 
-def mode_map(m: st.ModeMap) -> str:
+def mode_map(m: surface.ModeMap) -> str:
     return "{" + ", ".join(f"{e.key}: {e.value.text}" for e in m.entries) + "}"
 
 
-def strategy_ref(r: st.StrategyRef) -> str:
+def strategy_ref(r: surface.StrategyRef) -> str:
     return r.dotted + (f"({kwargs(r.args)})" if r.args else "")
 
 
 def value(v) -> str:
-    if isinstance(v, st.ModeMap):
+    if isinstance(v, surface.ModeMap):
         return mode_map(v)
     return expr(v)
 
@@ -197,14 +197,14 @@ class Formatter:
 
     # -------------------------------------------------------------- items
 
-    def module(self, m: st.Module) -> str:
+    def module(self, m: surface.Module) -> str:
         previous = None
         for item in m.items:
             kind = type(item)
-            grouped = kind in (st.ImportStmt, st.LetStmt, st.AssertStmt, st.ClaimStmt) and kind is previous
-            one_line_strategy = isinstance(item, st.StrategyDef) and item.body is None
+            grouped = kind in (surface.ImportStmt, surface.LetStmt, surface.AssertStmt, surface.ClaimStmt) and kind is previous
+            one_line_strategy = isinstance(item, surface.StrategyDef) and item.body is None
             if previous is not None and not grouped and not (
-                    one_line_strategy and previous is st.StrategyDef and self._last_was_short):
+                    one_line_strategy and previous is surface.StrategyDef and self._last_was_short):
                 self.lines.append("")
             self.item(item)
             previous = kind
@@ -216,7 +216,7 @@ class Formatter:
     _last_was_short = False
 
     def item(self, item) -> None:
-        if isinstance(item, st.ImportStmt):
+        if isinstance(item, surface.ImportStmt):
             mod = ".".join(item.module)
             if item.names is None:
                 text = f"import {mod}" + (f" as {item.alias}" if item.alias else "")
@@ -224,35 +224,35 @@ class Formatter:
                 names = ", ".join(n + (f" as {a}" if a else "") for n, a in item.names)
                 text = f"from {mod} import {names}"
             self.emit(item, 0, text)
-        elif isinstance(item, st.LetStmt):
+        elif isinstance(item, surface.LetStmt):
             self.emit(item, 0, f"let {item.name} = {expr(item.value)}")
-        elif isinstance(item, st.ModelBlock):
+        elif isinstance(item, surface.ModelBlock):
             self.open_block(item, 0, "model {")
             for sub in item.items:
                 self.block_item(sub, 1)
             self.close_block(item, 0)
-        elif isinstance(item, st.MeshBlock):
+        elif isinstance(item, surface.MeshBlock):
             self.open_block(item, 0, "mesh {")
             for a in item.axes:
                 self.emit(a, 1, f"{a.name} = {expr(a.size)}" + (f" @ {a.link}" if a.link else ""))
             self.close_block(item, 0)
-        elif isinstance(item, st.StrategyDef):
+        elif isinstance(item, surface.StrategyDef):
             self.strategy(item)
-        elif isinstance(item, st.PlanDef):
+        elif isinstance(item, surface.PlanDef):
             header = f"plan {item.name}" + (f" extends {strategy_ref(item.extends)}" if item.extends else "")
             self.open_block(item, 0, header + " {")
             for sub in item.body:
                 self.block_item(sub, 1)
             self.close_block(item, 0)
-        elif isinstance(item, (st.AssertStmt, st.ClaimStmt)):
-            word = "assert" if isinstance(item, st.AssertStmt) else "claim"
+        elif isinstance(item, (surface.AssertStmt, surface.ClaimStmt)):
+            word = "assert" if isinstance(item, surface.AssertStmt) else "claim"
             label = f'"{item.label}": ' if item.label is not None else ""
             t = item.test
             self.emit(item, 0, f"{word} {label}{expr(t.left)} {t.op} {expr(t.right)}")
         else:  # pragma: no cover
             raise TypeError(type(item).__name__)
 
-    def strategy(self, s: st.StrategyDef) -> None:
+    def strategy(self, s: surface.StrategyDef) -> None:
         header = f"strategy {s.name}"
         if s.params:
             header += "(" + ", ".join(p.name + (f" = {expr(p.default)}" if p.default is not None else "")
@@ -275,29 +275,29 @@ class Formatter:
         self.close_block(s, 0)
 
     def block_item(self, node, depth: int) -> None:
-        if isinstance(node, st.Prop):
+        if isinstance(node, surface.Prop):
             text = node.key if node.value is None else f"{node.key} = {value(node.value)}"
             self.emit(node, depth, text)
-        elif isinstance(node, st.SubBlock):
+        elif isinstance(node, surface.SubBlock):
             self.open_block(node, depth, f"{node.key} {{")
             for p in node.props:
                 self.block_item(p, depth + 1)
             self.close_block(node, depth)
-        elif isinstance(node, st.Entry):
+        elif isinstance(node, surface.Entry):
             lhs = node.lhs[0] if len(node.lhs) == 1 else "[" + ", ".join(node.lhs) + "]"
             rhs = node.rhs
-            if isinstance(rhs, st.ModeRef):
+            if isinstance(rhs, surface.ModeRef):
                 r = rhs.text
-            elif isinstance(rhs, st.ModeMap):
+            elif isinstance(rhs, surface.ModeMap):
                 r = mode_map(rhs)
             else:
                 r = rhs.dotted
-            gap = "" if isinstance(rhs, st.StrategyRef) else " "
+            gap = "" if isinstance(rhs, surface.StrategyRef) else " "
             opts = f"{gap}({kwargs(node.options)})" if node.options else ""
             self.emit(node, depth, f"{lhs}: {r}{opts}")
-        elif isinstance(node, st.Use):
+        elif isinstance(node, surface.Use):
             self.emit(node, depth, f"use {strategy_ref(node.ref)}")
-        elif isinstance(node, st.OverrideStmt):
+        elif isinstance(node, surface.OverrideStmt):
             text = f"override {node.target}" + (f"[{node.group}]" if node.group else "") + f": {node.verb}"
             if node.axes is not None:
                 text += f" over ({', '.join(node.axes)})"
@@ -308,7 +308,7 @@ class Formatter:
             raise TypeError(type(node).__name__)
 
 
-def format_module(module: st.Module, source: str | None = None) -> str:
+def format_module(module: surface.Module, source: str | None = None) -> str:
     """Canonical text of a module; pass the source to keep its comments."""
     return Formatter(scan_comments(source) if source else []).module(module)
 

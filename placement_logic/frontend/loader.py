@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from .. import ir
-from . import surface as st
+from . import surface
 from ..diagnostics import Diagnostic, DiagnosticError, Span
 from .parser import parse
 from ..resolve import ModuleScope, collect_scope, resolve_module
@@ -37,7 +37,7 @@ def library_index() -> dict[str, tuple[str, ...]]:
     index = {}
     for name, text in sorted(library_modules().items()):
         module = parse(text, f"<std.{name}>")
-        index[name] = tuple(i.name for i in module.items if isinstance(i, st.StrategyDef))
+        index[name] = tuple(i.name for i in module.items if isinstance(i, surface.StrategyDef))
     return index
 
 

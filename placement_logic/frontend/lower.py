@@ -12,7 +12,7 @@ from fractions import Fraction
 from lark import Token, Transformer, v_args
 from lark.tree import Meta
 
-from . import surface as st
+from . import surface
 from ..diagnostics import Diagnostic, DiagnosticError, Span
 
 
@@ -62,14 +62,14 @@ class Lower(Transformer):
     # ------------------------------------------------------------------ top level
 
     def start(self, meta, items):
-        return st.Module(tuple(items), file=self.file)
+        return surface.Module(tuple(items), file=self.file)
 
     def import_module(self, meta, ch):
         path, alias = ch
-        return st.ImportStmt(path, str(alias) if alias else None, None, self.span(meta))
+        return surface.ImportStmt(path, str(alias) if alias else None, None, self.span(meta))
 
     def import_from(self, meta, ch):
-        return st.ImportStmt(ch[0], None, tuple(ch[1:]), self.span(meta))
+        return surface.ImportStmt(ch[0], None, tuple(ch[1:]), self.span(meta))
 
     def import_name(self, meta, ch):
         name, alias = ch
@@ -79,20 +79,20 @@ class Lower(Transformer):
         return tuple(str(c) for c in ch)
 
     def let_stmt(self, meta, ch):
-        return st.LetStmt(str(ch[0]), ch[1], self.span(meta))
+        return surface.LetStmt(str(ch[0]), ch[1], self.span(meta))
 
     def model_block(self, meta, ch):
-        return st.ModelBlock(tuple(ch), self.span(meta))
+        return surface.ModelBlock(tuple(ch), self.span(meta))
 
     def sub_block(self, meta, ch):
-        return st.SubBlock(str(ch[0]), tuple(ch[1:]), self.span(meta))
+        return surface.SubBlock(str(ch[0]), tuple(ch[1:]), self.span(meta))
 
     def mesh_block(self, meta, ch):
-        return st.MeshBlock(tuple(ch), self.span(meta))
+        return surface.MeshBlock(tuple(ch), self.span(meta))
 
     def axis_decl(self, meta, ch):
         name, size, link = ch
-        return st.AxisDecl(str(name), size, str(link) if link else None, self.span(meta))
+        return surface.AxisDecl(str(name), size, str(link) if link else None, self.span(meta))
 
     # ------------------------------------------------------------------ strategies
 
@@ -104,13 +104,13 @@ class Lower(Transformer):
             axes=axes or (),
             span=self.span(meta),
         )
-        if isinstance(rhs, st.Shorthand):
-            return st.StrategyDef(shorthand=rhs, **common)
-        return st.StrategyDef(extends=rhs, **common)
+        if isinstance(rhs, surface.Shorthand):
+            return surface.StrategyDef(shorthand=rhs, **common)
+        return surface.StrategyDef(extends=rhs, **common)
 
     def strategy_block(self, meta, ch):
         name, params, axes, extends, *body = ch
-        return st.StrategyDef(
+        return surface.StrategyDef(
             name=str(name),
             params=params or (),
             axes=axes or (),
@@ -124,7 +124,7 @@ class Lower(Transformer):
 
     def param(self, meta, ch):
         default = ch[1] if len(ch) > 1 else None
-        return st.Param(str(ch[0]), default, self.span(meta))
+        return surface.Param(str(ch[0]), default, self.span(meta))
 
     def over_axes(self, meta, ch):
         return tuple(str(c) for c in ch)
@@ -133,12 +133,12 @@ class Lower(Transformer):
         return ch[0]
 
     def rhs_ref(self, meta, ch):
-        return st.StrategyRef(ch[0], (), self.span(meta))
+        return surface.StrategyRef(ch[0], (), self.span(meta))
 
     def rhs_call(self, meta, ch):
         path, *args = ch
-        modes = [a for a in args if isinstance(a, st.ModeRef)]
-        kwargs = [a for a in args if isinstance(a, st.Kwarg)]
+        modes = [a for a in args if isinstance(a, surface.ModeRef)]
+        kwargs = [a for a in args if isinstance(a, surface.Kwarg)]
         if modes and kwargs:
             raise DiagnosticError([Diagnostic(
                 "PL120", "a placement shorthand takes modes only, not named arguments", kwargs[0].span)])
@@ -146,35 +146,35 @@ class Lower(Transformer):
             if len(path) != 1:
                 raise DiagnosticError([Diagnostic(
                     "PL120", "a shorthand's prefix must be a role such as 'data' or 'tensor'", self.span(meta))])
-            return st.Shorthand(path[0], tuple(modes), self.span(meta))
-        return st.StrategyRef(path, tuple(kwargs), self.span(meta))
+            return surface.Shorthand(path[0], tuple(modes), self.span(meta))
+        return surface.StrategyRef(path, tuple(kwargs), self.span(meta))
 
     def rhs_tuple(self, meta, ch):
         for a in ch:
-            if isinstance(a, st.Kwarg):
+            if isinstance(a, surface.Kwarg):
                 raise DiagnosticError([Diagnostic(
                     "PL120", "a placement shorthand takes modes only, not named arguments", a.span)])
-        return st.Shorthand(None, tuple(ch), self.span(meta))
+        return surface.Shorthand(None, tuple(ch), self.span(meta))
 
     def mode(self, meta, ch):
         name, star = ch
-        return st.ModeRef(str(name), star is not None, self.span(meta))
+        return surface.ModeRef(str(name), star is not None, self.span(meta))
 
     # ------------------------------------------------------------------ plans and block items
 
     def plan_def(self, meta, ch):
         name, extends, *body = ch
-        return st.PlanDef(str(name), extends, tuple(body), self.span(meta))
+        return surface.PlanDef(str(name), extends, tuple(body), self.span(meta))
 
     def prop(self, meta, ch):
-        return st.Prop(str(ch[0]), ch[1], self.span(meta))
+        return surface.Prop(str(ch[0]), ch[1], self.span(meta))
 
     def flag(self, meta, ch):
-        return st.Prop(str(ch[0]), None, self.span(meta))
+        return surface.Prop(str(ch[0]), None, self.span(meta))
 
     def entry(self, meta, ch):
         lhs, rhs, options = ch
-        return st.Entry(lhs, rhs, options or (), self.span(meta))
+        return surface.Entry(lhs, rhs, options or (), self.span(meta))
 
     def lhs_one(self, meta, ch):
         return (str(ch[0]),)
@@ -188,28 +188,28 @@ class Lower(Transformer):
             if len(path) != 1:
                 raise DiagnosticError([Diagnostic(
                     "PL104", f"unknown mode '{'.'.join(path)}*'", self.span(meta))])
-            return st.ModeRef(path[0], True, self.span(meta))
-        return st.StrategyRef(path, (), self.span(meta))
+            return surface.ModeRef(path[0], True, self.span(meta))
+        return surface.StrategyRef(path, (), self.span(meta))
 
     def options(self, meta, ch):
         return tuple(ch)
 
     def mode_map(self, meta, ch):
-        return st.ModeMap(tuple(ch), self.span(meta))
+        return surface.ModeMap(tuple(ch), self.span(meta))
 
     def map_entry(self, meta, ch):
-        return st.MapEntry(str(ch[0]), ch[1], self.span(meta))
+        return surface.MapEntry(str(ch[0]), ch[1], self.span(meta))
 
     def use_stmt(self, meta, ch):
-        return st.Use(ch[0], self.span(meta))
+        return surface.Use(ch[0], self.span(meta))
 
     def strategy_ref(self, meta, ch):
         path, options = ch
-        return st.StrategyRef(path, options or (), self.span(meta))
+        return surface.StrategyRef(path, options or (), self.span(meta))
 
     def override_stmt(self, meta, ch):
         target, group, verb, axes, by = ch
-        return st.OverrideStmt(
+        return surface.OverrideStmt(
             str(target), str(group) if group else None, str(verb), axes, by, self.span(meta))
 
     def over_clause(self, meta, ch):
@@ -222,20 +222,20 @@ class Lower(Transformer):
 
     def assert_stmt(self, meta, ch):
         label, test = ch
-        return st.AssertStmt(test, str(label)[1:-1] if label else None, self.span(meta))
+        return surface.AssertStmt(test, str(label)[1:-1] if label else None, self.span(meta))
 
     def claim_stmt(self, meta, ch):
         label, test = ch
-        return st.ClaimStmt(test, str(label)[1:-1] if label else None, self.span(meta))
+        return surface.ClaimStmt(test, str(label)[1:-1] if label else None, self.span(meta))
 
     def comparison(self, meta, ch):
         left, op, right = ch
-        return st.Compare(str(op), left, right, self.span(meta))
+        return surface.Compare(str(op), left, right, self.span(meta))
 
     # ------------------------------------------------------------------ expressions
 
     def _bin(self, op, meta, ch):
-        return self._nest(st.BinOp(op, ch[0], ch[-1], self.span(meta)), (ch[0], ch[-1]))
+        return self._nest(surface.BinOp(op, ch[0], ch[-1], self.span(meta)), (ch[0], ch[-1]))
 
     def add(self, meta, ch):
         return self._bin("+", meta, ch)
@@ -253,7 +253,7 @@ class Lower(Transformer):
         return self._bin("^", meta, ch)
 
     def neg(self, meta, ch):
-        return self._nest(st.Neg(ch[0], self.span(meta)), ch)
+        return self._nest(surface.Neg(ch[0], self.span(meta)), ch)
 
     def number(self, meta, ch):
         tok, unit = ch
@@ -262,23 +262,23 @@ class Lower(Transformer):
         except ValueError:
             raise DiagnosticError([Diagnostic(
                 "PL005", f"cannot read '{tok}' as an exact number", self.tspan(tok))]) from None
-        return st.Num(value, str(unit) if unit else None, str(tok), self.span(meta))
+        return surface.Num(value, str(unit) if unit else None, str(tok), self.span(meta))
 
     def name(self, meta, ch):
-        return st.Name(str(ch[0]), self.span(meta))
+        return surface.Name(str(ch[0]), self.span(meta))
 
     def true(self, meta, ch):
-        return st.Bool(True, self.span(meta))
+        return surface.Bool(True, self.span(meta))
 
     def false(self, meta, ch):
-        return st.Bool(False, self.span(meta))
+        return surface.Bool(False, self.span(meta))
 
     def call(self, meta, ch):
         func, *args = ch
         args = [a for a in args if a is not None]
-        pos = tuple(a for a in args if not isinstance(a, st.Kwarg))
-        kw = tuple(a for a in args if isinstance(a, st.Kwarg))
-        return self._nest(st.Call(str(func), pos, kw, self.span(meta)), pos + tuple(k.value for k in kw))
+        pos = tuple(a for a in args if not isinstance(a, surface.Kwarg))
+        kw = tuple(a for a in args if isinstance(a, surface.Kwarg))
+        return self._nest(surface.Call(str(func), pos, kw, self.span(meta)), pos + tuple(k.value for k in kw))
 
     def kwarg(self, meta, ch):
-        return st.Kwarg(str(ch[0]), ch[1], self.span(meta))
+        return surface.Kwarg(str(ch[0]), ch[1], self.span(meta))

@@ -14,7 +14,7 @@ from pathlib import Path
 from lark import Lark
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
-from . import surface as st
+from . import surface
 from ..diagnostics import Diagnostic, DiagnosticError, Span
 from .lower import Lower
 
@@ -145,7 +145,7 @@ def _unclosed_brace(text: str) -> tuple[int, int] | None:
     return stack[-1] if stack else None
 
 
-def parse(text: str, file: str = "<string>") -> st.Module:
+def parse(text: str, file: str = "<string>") -> surface.Module:
     """Parse and lower one source file; raise DiagnosticError on any error."""
     try:
         tree = parser().parse(text)

@@ -36,7 +36,7 @@ __all__ = [
     "walk",
     "symbols",
     "const",
-    "Transformer",
+    "TransformerShape",
     "Model",
     "Axis",
     "Mesh",
@@ -177,7 +177,7 @@ def const(x: int | Fraction) -> Const:
 
 
 @dataclass(frozen=True)
-class Transformer:
+class TransformerShape:
     """A transformer shape; Ψ is derived from it exactly when ``Model.params`` is None."""
 
     hidden: Value
@@ -208,7 +208,7 @@ class Model:
     seq: Value | None = None
     microbatch: Value | None = None
     microbatches: Value = field(default_factory=lambda: const(1))
-    transformer: Transformer | None = None
+    transformer: TransformerShape | None = None
     span: Span = _span()
 
 

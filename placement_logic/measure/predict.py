@@ -58,7 +58,7 @@ def _c(x: int | Fraction) -> ir.Const:
 
 def scaled_plan(plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, int], optimizer: str) -> ir.Plan:
     """``plan`` with its model replaced by the tiny fp32 shape and its axes by ``sizes``."""
-    tf = ir.Transformer(
+    tf = ir.TransformerShape(
         hidden=_c(shape.hidden), layers=_c(shape.layers), heads=_c(shape.heads), kv_heads=_c(shape.kv_heads),
         ffn=_c(shape.ffn), vocab=_c(shape.vocab), tied_embeddings=shape.tied_embeddings,
         gated_mlp=shape.gated_mlp, norm=shape.norm, bias=shape.bias,

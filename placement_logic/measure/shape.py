@@ -149,7 +149,7 @@ class TinyShape:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def _ratio(model_t: ir.Transformer | None, bindings, a: str, b: str, default: Fraction) -> Fraction:
+def _ratio(model_t: ir.TransformerShape | None, bindings, a: str, b: str, default: Fraction) -> Fraction:
     if model_t is None:
         return default
     try:

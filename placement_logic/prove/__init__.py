@@ -15,8 +15,8 @@ from __future__ import annotations
 from .. import ir
 from ..solver.session import Session
 from .claims import claim_analyses
-from .compose import compositions
-from .composition import breaker_obligations, family_obligations
+from .library_compositions import compositions
+from .composition_theorem import breaker_obligations, family_obligations
 from .correctness import necessity, sufficiency
 from .derivations import comm_obligations, memory_obligations
 from .engine import decide, export_texts

@@ -27,7 +27,7 @@ from typing import Any
 import z3
 
 from ..check import run as check_run
-from ..check import steps as st
+from ..check import steps
 from ..check.report import Verdict
 from ..check.rules import GRADIENT_INTEGRITY, STATE_CONSISTENCY
 from ..solver.session import Session
@@ -96,7 +96,7 @@ WITNESSES = (
             "from std.data import zero1\n" + _MODEL + "plan p {\n  dp: zero1\n  override params: no_regather\n}\n",
             "ZeRO-1 that never all-gathers the updated parameters after the sharded optimizer step", counts=1),
 )
-SIZES = {"dp": 2, st.MICROBATCHES: 2}
+SIZES = {"dp": 2, steps.MICROBATCHES: 2}
 
 
 def _frac_value(spec, sizes):
@@ -122,7 +122,7 @@ def necessity(sess: Session) -> list[Obligation]:
             (f"checker, {short[w.keep]}", "all proved" if keep_ok else "; ".join(by_cond.get(w.keep, []))),
             (f"checker, {short[w.drop]}", "refuted" if drop_refuted else "not refuted"),
         )
-        step = st.derive(plan)
+        step = steps.derive(plan)
         obs.append(Obligation(
             w.key, THEOREM, f"{short[w.drop]} is necessary: {short[w.keep]} alone does not give equivalence",
             f"statement refuted: the plan ({w.how}), which satisfies {short[w.keep]}, is equivalent to "
@@ -131,7 +131,7 @@ def necessity(sess: Session) -> list[Obligation]:
     return obs
 
 
-def _witness_query(spec, step: st.StepModel, fixed: int | None):
+def _witness_query(spec, step: steps.StepModel, fixed: int | None):
     g = step.group("dense")
     sizes = dict(SIZES)
 

@@ -22,22 +22,22 @@ from __future__ import annotations
 from itertools import product
 from typing import Any, Callable
 
-from ..check import steps as st
+from ..check import steps
 
 Cell = tuple[int, ...]
 
 
-def grid(g: st.GroupModel, sizes: dict[str, int]) -> tuple[list[st.GradDim], list[Cell]]:
-    dims = [d for d in g.dims if d.kind in (st.TOKEN, st.SPLIT) and not d.tie]
+def grid(g: steps.GroupModel, sizes: dict[str, int]) -> tuple[list[steps.GradDim], list[Cell]]:
+    dims = [d for d in g.dims if d.kind in (steps.TOKEN, steps.SPLIT) and not d.tie]
     cells = list(product(*[range(_size(d, sizes)) for d in dims]))
     return dims, cells
 
 
-def _size(d: st.GradDim, sizes: dict[str, int]) -> int:
-    return sizes[d.axis if d.axis else st.MICROBATCHES]
+def _size(d: steps.GradDim, sizes: dict[str, int]) -> int:
+    return sizes[d.axis if d.axis else steps.MICROBATCHES]
 
 
-def device_gradient(g: st.GroupModel, sizes: dict[str, int], counts: dict[Cell, Any], contrib: dict[Cell, Any],
+def device_gradient(g: steps.GroupModel, sizes: dict[str, int], counts: dict[Cell, Any], contrib: dict[Cell, Any],
                     divisor: Any, zero: Any) -> Any:
     """The observer's reduced gradient for one element of group ``g``."""
     dims, cells = grid(g, sizes)
@@ -62,7 +62,7 @@ def device_gradient(g: st.GroupModel, sizes: dict[str, int], counts: dict[Cell, 
         if i in reduced:
             mult *= _size(d, sizes) ** (d.k - 1)
     for d in g.dims:
-        if d.kind == st.INVARIANT:
+        if d.kind == steps.INVARIANT:
             mult *= _size(d, sizes) ** d.k
     return total * mult / divisor
 
@@ -75,7 +75,7 @@ def global_gradient(cells: list[Cell], counts: dict[Cell, Any], contrib: dict[Ce
     return x / t
 
 
-def divisor_of(g: st.GroupModel, sizes: dict[str, int], value: Callable[[Any], Any]) -> Any:
+def divisor_of(g: steps.GroupModel, sizes: dict[str, int], value: Callable[[Any], Any]) -> Any:
     if g.divisor_value is not None:
         return value(g.divisor_value)
     out = 1
@@ -84,6 +84,6 @@ def divisor_of(g: st.GroupModel, sizes: dict[str, int], value: Callable[[Any], A
     return out
 
 
-def stale_axes(step: st.StepModel, sizes: dict[str, int]) -> tuple[str, ...]:
+def stale_axes(step: steps.StepModel, sizes: dict[str, int]) -> tuple[str, ...]:
     """Axes on which a replica that does not own the optimizer shard keeps a stale copy."""
     return tuple(a for a in step.regather_needed if a not in step.regather_axes and sizes.get(a, 1) >= 2)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..diagnostics import Span, did_you_mean
-from ..frontend import surface as st
+from ..frontend import surface
 from .values import STATE_NAMES, Values
 
 MODE_NAMES = ("R", "S", "S*", "M", "O")
@@ -24,7 +24,7 @@ Modes = dict[ir.State, dict[str, ir.Mode]]
 Options = dict[ir.State, dict[str, object]]
 
 
-def mode(ref: st.ModeRef, vals: Values) -> ir.Mode | None:
+def mode(ref: surface.ModeRef, vals: Values) -> ir.Mode | None:
     text = ref.text
     if text in MODE_NAMES:
         return ir.Mode(text)
@@ -33,7 +33,7 @@ def mode(ref: st.ModeRef, vals: Values) -> ir.Mode | None:
     return None
 
 
-def placement_entry(vals: Values, modes: Modes, options: Options, item: st.Entry, axes,
+def placement_entry(vals: Values, modes: Modes, options: Options, item: surface.Entry, axes,
                     env: dict[str, ir.Value], formal: bool) -> None:
     """Apply ``state: mode`` or ``state: {axis: mode, ...}`` with its options.
 
@@ -42,13 +42,13 @@ def placement_entry(vals: Values, modes: Modes, options: Options, item: st.Entry
     error = vals.cx.error
     state = ir.State(item.lhs[0])
     rhs = item.rhs
-    if isinstance(rhs, st.StrategyRef):
+    if isinstance(rhs, surface.StrategyRef):
         if len(rhs.path) == 1 and not rhs.args:
-            rhs = st.ModeRef(rhs.path[0], False, rhs.span)
+            rhs = surface.ModeRef(rhs.path[0], False, rhs.span)
         else:
             error("PL104", f"unknown mode '{rhs.dotted}'", rhs.span, ("modes are R, S, S*, M and O",))
             return
-    if isinstance(rhs, st.ModeRef):
+    if isinstance(rhs, surface.ModeRef):
         m = mode(rhs, vals)
         if m is None:
             return
@@ -104,7 +104,7 @@ def _options(vals: Values, opts: dict[str, object], kwargs, modes_used, env) -> 
             if w:
                 opts["residency"] = ir.Residency(w)
         elif kw.name == "reshard_after_forward":
-            if isinstance(kw.value, st.Bool):
+            if isinstance(kw.value, surface.Bool):
                 opts["reshard_after_forward"] = kw.value.value
             else:
                 error("PL114", "'reshard_after_forward' is true or false", kw.value.span)
@@ -118,7 +118,7 @@ def _options(vals: Values, opts: dict[str, object], kwargs, modes_used, env) -> 
             opts["prefetch"] = int(v.value)
 
 
-def setting(vals: Values, settings: dict[str, object], prop: st.Prop, env: dict[str, ir.Value],
+def setting(vals: Values, settings: dict[str, object], prop: surface.Prop, env: dict[str, ir.Value],
             allowed: tuple[str, ...], where: str) -> None:
     """Record a flag, ``recompute`` or ``schedule`` setting that ``where`` (a strategy, a plan)
     accepts; a strategy's ``role`` is handled by the strategy itself."""
@@ -144,9 +144,9 @@ def setting(vals: Values, settings: dict[str, object], prop: st.Prop, env: dict[
 
 def _schedule(vals: Values, value, env, span: Span) -> tuple | None:
     error = vals.cx.error
-    if isinstance(value, st.Name):
+    if isinstance(value, surface.Name):
         name, kwargs = value.id, ()
-    elif isinstance(value, st.Call) and not value.args:
+    elif isinstance(value, surface.Call) and not value.args:
         name, kwargs = value.func, value.kwargs
     else:
         error("PL114", "a schedule is gpipe, one_f_one_b, interleaved(v = ...) or zeropp(v = ..., U = ...)",
@@ -168,7 +168,7 @@ def _schedule(vals: Values, value, env, span: Span) -> tuple | None:
     return (SCHEDULES[name], args["v"], args["U"])
 
 
-def override(vals: Values, o: st.OverrideStmt, env: dict[str, ir.Value],
+def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
              axes_allowed: set[str]) -> ir.Override | None:
     error = vals.cx.error
     verbs = ir.OVERRIDE_VERBS.get(o.target)

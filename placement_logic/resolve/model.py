@@ -11,7 +11,7 @@ from typing import Iterator
 
 from .. import ir
 from ..diagnostics import did_you_mean
-from ..frontend import surface as st
+from ..frontend import surface
 from .values import Values
 
 MODEL_PROPS = ("params", "seq", "microbatch", "microbatches")
@@ -21,7 +21,7 @@ TRANSFORMER_NUMERIC = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", 
 TRANSFORMER_FLAGS = ("tied_embeddings", "gated_mlp", "bias")
 
 
-def build_mesh(block: st.MeshBlock, vals: Values) -> ir.Mesh:
+def build_mesh(block: surface.MeshBlock, vals: Values) -> ir.Mesh:
     """The mesh; each axis declared also becomes a count in ``vals``."""
     error = vals.cx.error
     axes = []
@@ -52,7 +52,7 @@ def build_mesh(block: st.MeshBlock, vals: Values) -> ir.Mesh:
     return ir.Mesh(tuple(axes), block.span)
 
 
-def build_model(block: st.ModelBlock, vals: Values) -> ir.Model | None:
+def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
     """The model, or None after reporting what is wrong with the block."""
     error = vals.cx.error
     fields: dict[str, object] = {
@@ -72,7 +72,7 @@ def build_model(block: st.ModelBlock, vals: Values) -> ir.Model | None:
             error("PL119", f"'{key}' is given twice in the model block", item.span)
             continue
         seen.add(key)
-        if isinstance(item, st.SubBlock):
+        if isinstance(item, surface.SubBlock):
             if key == "bytes":
                 for p in _props(vals, item.props, BYTES_PROPS, "bytes"):
                     v = _width(vals, p)
@@ -88,7 +88,7 @@ def build_model(block: st.ModelBlock, vals: Values) -> ir.Model | None:
             error("PL113", f"the model block has no property '{key}'", item.span,
                   did_you_mean(key, MODEL_PROPS + ("bytes", "transformer")))
             continue
-        if not isinstance(item.value, (st.Num, st.Name, st.BinOp, st.Neg, st.Call, st.Bool)):
+        if not isinstance(item.value, (surface.Num, surface.Name, surface.BinOp, surface.Neg, surface.Call, surface.Bool)):
             error("PL114", f"'{key}' needs a number", item.span)
             continue
         v = vals.count(item.value, {}, f"'{key}'")
@@ -103,7 +103,7 @@ def build_model(block: st.ModelBlock, vals: Values) -> ir.Model | None:
     return ir.Model(transformer=transformer, span=block.span, **fields)
 
 
-def _props(vals: Values, props, allowed, where) -> Iterator[st.Prop]:
+def _props(vals: Values, props, allowed, where) -> Iterator[surface.Prop]:
     seen = set()
     for p in props:
         if p.key not in allowed:
@@ -116,15 +116,15 @@ def _props(vals: Values, props, allowed, where) -> Iterator[st.Prop]:
         yield p
 
 
-def _width(vals: Values, p: st.Prop) -> ir.Value | None:
-    if p.value is None or isinstance(p.value, (st.ModeMap, st.Bool)):
+def _width(vals: Values, p: surface.Prop) -> ir.Value | None:
+    if p.value is None or isinstance(p.value, (surface.ModeMap, surface.Bool)):
         vals.cx.error("PL114", f"the byte width of {p.key} needs a number", p.span)
         return None
     r = vals.expr(p.value, {})
     return None if r is None else r[0]  # bytes per element: a count or a byte quantity
 
 
-def _transformer(vals: Values, block: st.SubBlock) -> ir.Transformer | None:
+def _transformer(vals: Values, block: surface.SubBlock) -> ir.TransformerShape | None:
     found: dict[str, object] = {}
     allowed = TRANSFORMER_NUMERIC + TRANSFORMER_FLAGS + ("norm",)
     for p in _props(vals, block.props, allowed, "transformer"):
@@ -136,7 +136,7 @@ def _transformer(vals: Values, block: st.SubBlock) -> ir.Transformer | None:
             w = vals.word(p.value, ("layernorm", "rmsnorm"), "'norm'")
             if w:
                 found["norm"] = w
-        elif p.value is None or isinstance(p.value, st.ModeMap):
+        elif p.value is None or isinstance(p.value, surface.ModeMap):
             vals.cx.error("PL114", f"'{p.key}' needs a number", p.span)
         else:
             v = vals.count(p.value, {}, f"'{p.key}'")
@@ -149,7 +149,7 @@ def _transformer(vals: Values, block: st.SubBlock) -> ir.Transformer | None:
         return None
     found.setdefault("kv_heads", found["heads"])
     found.setdefault("ffn", ir.Op("*", (ir.const(4), found["hidden"])))
-    return ir.Transformer(span=block.span, **found)
+    return ir.TransformerShape(span=block.span, **found)
 
 
 def _show(x: Fraction) -> str:

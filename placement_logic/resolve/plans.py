@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from .. import ir
 from ..diagnostics import Span, did_you_mean
-from ..frontend import surface as st
+from ..frontend import surface
 from .entries import override, placement_entry, rename_override, setting
 from .scopes import ModuleScope, lookup_strategy
 from .strategies import Expanded, Expander
@@ -66,7 +66,7 @@ class PlanAssembler:
         self.mesh = mesh
         self.model = model
 
-    def build(self, p: st.PlanDef, stack: list[str]) -> ir.Plan | None:
+    def build(self, p: surface.PlanDef, stack: list[str]) -> ir.Plan | None:
         """The plan, or None after errors; ``stack``: the plans extending it, for cycles."""
         if p.name in stack:
             cycle = " -> ".join(stack[stack.index(p.name):] + [p.name])
@@ -88,20 +88,20 @@ class PlanAssembler:
             draft = PlanDraft.extending(base)
         placement_items = []
         for item in p.body:
-            if isinstance(item, st.Entry):
+            if isinstance(item, surface.Entry):
                 if len(item.lhs) == 1 and item.lhs[0] in STATE_NAMES:
                     placement_items.append(item)
                     continue
                 self._bind(draft, item)
-            elif isinstance(item, st.Use):
+            elif isinstance(item, surface.Use):
                 self._use(draft, item)
-            elif isinstance(item, st.Prop):
+            elif isinstance(item, surface.Prop):
                 setting(self.vals, draft.settings, item, {}, PLAN_SETTINGS, "a plan")
-            elif isinstance(item, st.OverrideStmt):
+            elif isinstance(item, surface.OverrideStmt):
                 o = override(self.vals, item, {}, set(axes))
                 if o is not None:
                     draft.overrides.append(o)
-            elif isinstance(item, st.SubBlock):
+            elif isinstance(item, surface.SubBlock):
                 self.cx.error("PL113", f"a plan has no '{item.key}' section", item.span)
         for item in placement_items:
             placement_entry(self.vals, draft.modes, draft.options, item, axes, {}, formal=False)
@@ -109,7 +109,7 @@ class PlanAssembler:
             return None  # the errors already reported explain what is missing
         return self._finish(p, draft)
 
-    def _finish(self, p: st.PlanDef, draft: PlanDraft) -> ir.Plan | None:
+    def _finish(self, p: surface.PlanDef, draft: PlanDraft) -> ir.Plan | None:
         axes = self.mesh.names
         modes, options, settings = draft.modes, draft.options, draft.settings
         unbound = [a for a in axes if a not in draft.bound]
@@ -153,7 +153,7 @@ class PlanAssembler:
             span=p.span,
         )
 
-    def _bind(self, draft: PlanDraft, item: st.Entry) -> None:
+    def _bind(self, draft: PlanDraft, item: surface.Entry) -> None:
         """Bind a strategy to mesh axes: ``dp: zero3``, ``(dp, tp): hybrid``."""
         error = self.cx.error
         axes = self.mesh.names
@@ -177,11 +177,11 @@ class PlanAssembler:
         if not ok:
             return
         rhs = item.rhs
-        if not isinstance(rhs, st.StrategyRef):
+        if not isinstance(rhs, surface.StrategyRef):
             error("PL116", "an axis is bound to a strategy, not to a mode", rhs.span,
                   ("write e.g. 'dp: zero3', or place a state: 'params: {dp: S*}'",))
             return
-        ref = st.StrategyRef(rhs.path, item.options, rhs.span)
+        ref = surface.StrategyRef(rhs.path, item.options, rhs.span)
         found = lookup_strategy(ref, self.scope, self.cx)
         if found is None:
             return
@@ -222,7 +222,7 @@ class PlanAssembler:
             settings[key] = value
             src[key] = ex.name
 
-    def _use(self, draft: PlanDraft, item: st.Use) -> None:
+    def _use(self, draft: PlanDraft, item: surface.Use) -> None:
         """``use s``: take the settings and overrides of a strategy that places no state."""
         found = lookup_strategy(item.ref, self.scope, self.cx)
         if found is None:

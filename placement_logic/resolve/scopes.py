@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..diagnostics import Span, did_you_mean
-from ..frontend import surface as st
+from ..frontend import surface
 from .context import Context
 
 ModuleLoader = Callable[[tuple[str, ...], Span], "ModuleScope"]
@@ -22,15 +22,15 @@ class ModuleScope:
     """The strategies (and their own imports) of one source module."""
 
     name: str  # qualified module name used in strategy names, e.g. std.data
-    strategies: dict[str, tuple[st.StrategyDef, "ModuleScope"]] = field(default_factory=dict)
+    strategies: dict[str, tuple[surface.StrategyDef, "ModuleScope"]] = field(default_factory=dict)
     namespaces: dict[str, "ModuleScope"] = field(default_factory=dict)
     source: str = ""
 
 
-def collect_scope(scope: ModuleScope, module: st.Module, load_module: ModuleLoader, error) -> None:
+def collect_scope(scope: ModuleScope, module: surface.Module, load_module: ModuleLoader, error) -> None:
     """Fill a module scope with its imports and strategy definitions."""
     for item in module.items:
-        if isinstance(item, st.ImportStmt):
+        if isinstance(item, surface.ImportStmt):
             imported = load_module(item.module, item.span)
             if imported is None:
                 continue
@@ -51,15 +51,15 @@ def collect_scope(scope: ModuleScope, module: st.Module, load_module: ModuleLoad
                         continue
                     scope.strategies[local] = imported.strategies[name]
     for item in module.items:
-        if isinstance(item, st.StrategyDef):
+        if isinstance(item, surface.StrategyDef):
             if item.name in scope.strategies:
                 error("PL102", f"strategy '{item.name}' is defined twice", item.span)
                 continue
             scope.strategies[item.name] = (item, scope)
 
 
-def lookup_strategy(ref: st.StrategyRef, scope: ModuleScope,
-                    cx: Context) -> tuple[st.StrategyDef, ModuleScope] | None:
+def lookup_strategy(ref: surface.StrategyRef, scope: ModuleScope,
+                    cx: Context) -> tuple[surface.StrategyDef, ModuleScope] | None:
     """The definition a strategy reference names, and the scope it was defined in."""
     path = ref.path
     if len(path) == 1:

@@ -9,7 +9,7 @@ pass are raised together, in source order.
 from __future__ import annotations
 
 from .. import ir
-from ..frontend import surface as st
+from ..frontend import surface
 from .context import Context, LibraryIndex
 from .model import build_mesh, build_model
 from .plans import PlanAssembler
@@ -18,7 +18,7 @@ from .strategies import Expander
 from .values import Values
 
 
-def resolve_module(module: st.Module, load_module: ModuleLoader, library_index: LibraryIndex,
+def resolve_module(module: surface.Module, load_module: ModuleLoader, library_index: LibraryIndex,
                    module_name: str = "__main__") -> ir.Spec:
     """The checked spec of ``module``; raises ``DiagnosticError`` with every problem found.
 
@@ -31,23 +31,23 @@ def resolve_module(module: st.Module, load_module: ModuleLoader, library_index: 
     items = module.items
     collect_scope(scope, module, load_module, cx.error)
     for item in items:
-        if isinstance(item, st.LetStmt):
+        if isinstance(item, surface.LetStmt):
             vals.declare(item.name, item.span)
             vals.lets[item.name] = item
     mesh = None
-    meshes = [i for i in items if isinstance(i, st.MeshBlock)]
+    meshes = [i for i in items if isinstance(i, surface.MeshBlock)]
     for extra in meshes[1:]:
         cx.error("PL102", "a spec has one mesh; this is a second one", extra.span)
     if meshes:
         mesh = build_mesh(meshes[0], vals)
     for name in vals.lets:
         vals.let_value(name, [])
-    models = [i for i in items if isinstance(i, st.ModelBlock)]
+    models = [i for i in items if isinstance(i, surface.ModelBlock)]
     for extra in models[1:]:
         cx.error("PL102", "a spec has one model; this is a second one", extra.span)
     model = build_model(models[0], vals) if models else None
     for item in items:
-        if isinstance(item, st.PlanDef):
+        if isinstance(item, surface.PlanDef):
             if item.name in vals.plans:
                 cx.error("PL102", f"plan '{item.name}' is defined twice", item.span,
                          (f"first defined at line {vals.plans[item.name].span.line}",))
@@ -69,7 +69,7 @@ def resolve_module(module: st.Module, load_module: ModuleLoader, library_index: 
         if defined_in is scope and all(p.default is not None for p in sdef.params):
             expander.expand(sdef, defined_in, (), sdef.span)
     questions = [q for q in (_question(i, vals) for i in items
-                             if isinstance(i, (st.AssertStmt, st.ClaimStmt))) if q is not None]
+                             if isinstance(i, (surface.AssertStmt, surface.ClaimStmt))) if q is not None]
     cx.raise_errors()
     return ir.Spec(
         file=module.file,
@@ -83,8 +83,8 @@ def resolve_module(module: st.Module, load_module: ModuleLoader, library_index: 
     )
 
 
-def _question(item: st.AssertStmt | st.ClaimStmt, vals: Values) -> ir.Question | None:
-    kind = "assert" if isinstance(item, st.AssertStmt) else "claim"
+def _question(item: surface.AssertStmt | surface.ClaimStmt, vals: Values) -> ir.Question | None:
+    kind = "assert" if isinstance(item, surface.AssertStmt) else "claim"
     test = item.test
     left = vals.expr(test.left, {}, allow_queries=True)
     right = vals.expr(test.right, {}, allow_queries=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..diagnostics import Span, did_you_mean
-from ..frontend import surface as st
+from ..frontend import surface
 from .entries import mode, override, placement_entry, rename_override, setting
 from .scopes import ModuleScope, lookup_strategy
 from .values import STATE_NAMES, Values
@@ -45,7 +45,7 @@ class Expander:
         self.cx = vals.cx
         self.expanding: list[str] = []  # qualified names of the strategies being expanded
 
-    def expand(self, sdef: st.StrategyDef, scope: ModuleScope, args: tuple[st.Kwarg, ...],
+    def expand(self, sdef: surface.StrategyDef, scope: ModuleScope, args: tuple[surface.Kwarg, ...],
                span: Span, caller_env: dict[str, ir.Value] | None = None) -> Expanded | None:
         """The strategy applied to ``args`` (evaluated in ``caller_env``); None after errors."""
         qual = f"{scope.name}.{sdef.name}"
@@ -140,7 +140,7 @@ class Expander:
                 ex.roles.setdefault(a, ir.Role.DATA)
         return ex
 
-    def _apply_shorthand(self, ex: Expanded, sh: st.Shorthand) -> None:
+    def _apply_shorthand(self, ex: Expanded, sh: surface.Shorthand) -> None:
         if len(sh.modes) != 4:
             self.cx.error("PL120", f"the shorthand needs 4 modes (params, optimizer, grads, activations), "
                           f"not {len(sh.modes)}", sh.span)
@@ -162,7 +162,7 @@ class Expander:
 
     def _item(self, ex: Expanded, item, env: dict[str, ir.Value]) -> None:
         error = self.cx.error
-        if isinstance(item, st.Entry):
+        if isinstance(item, surface.Entry):
             if len(item.lhs) != 1 or item.lhs[0] not in STATE_NAMES:
                 name = ".".join(item.lhs)
                 error("PL103", f"unknown state '{name}'", item.span,
@@ -170,23 +170,23 @@ class Expander:
                 return
             placement_entry(self.vals, ex.modes, ex.options, item, ex.axes, env, formal=True)
             ex.placed = True
-        elif isinstance(item, st.Prop):
+        elif isinstance(item, surface.Prop):
             if item.key == "role":
                 self._role(ex, item)
             else:
                 setting(self.vals, ex.settings, item, env, STRATEGY_SETTINGS, "a strategy")
-        elif isinstance(item, st.OverrideStmt):
+        elif isinstance(item, surface.OverrideStmt):
             o = override(self.vals, item, env, set(ex.axes) - {"_"})
             if o is not None:
                 ex.overrides.append(o)
-        elif isinstance(item, st.SubBlock):
+        elif isinstance(item, surface.SubBlock):
             error("PL113", f"a strategy has no '{item.key}' section", item.span)
-        elif isinstance(item, st.Use):
+        elif isinstance(item, surface.Use):
             error("PL113", "'use' belongs in a plan, not in a strategy", item.span)
 
-    def _role(self, ex: Expanded, prop: st.Prop) -> None:
+    def _role(self, ex: Expanded, prop: surface.Prop) -> None:
         value = prop.value
-        if isinstance(value, st.ModeMap):
+        if isinstance(value, surface.ModeMap):
             for entry in value.entries:
                 if entry.key not in ex.axes:
                     self.cx.error("PL109", f"'{entry.key}' is not one of the strategy's axes", entry.span,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from .. import ir
 from ..diagnostics import Span, did_you_mean
-from ..frontend import surface as st
+from ..frontend import surface
 from .context import Context
 
 BYTE_UNITS = {
@@ -42,11 +42,11 @@ class Values:
     """The names an expression can refer to, and the values resolved so far."""
 
     cx: Context
-    lets: dict[str, st.LetStmt] = field(default_factory=dict)
+    lets: dict[str, surface.LetStmt] = field(default_factory=dict)
     values: dict[str, ir.Value] = field(default_factory=dict)
     dims: dict[str, ir.Dim] = field(default_factory=dict)
     axes: dict[str, ir.Axis] = field(default_factory=dict)
-    plans: dict[str, st.PlanDef] = field(default_factory=dict)  # for cost queries
+    plans: dict[str, surface.PlanDef] = field(default_factory=dict)  # for cost queries
 
     def declare(self, name: str, span: Span) -> bool:
         if name in self.lets or name in self.axes:
@@ -70,19 +70,19 @@ class Values:
         self.dims[name] = dim
         return value
 
-    def expr(self, e: st.Expr, env: dict[str, ir.Value], stack: list[str] | None = None,
+    def expr(self, e: surface.Expr, env: dict[str, ir.Value], stack: list[str] | None = None,
              allow_queries: bool = False) -> tuple[ir.Value, ir.Dim] | None:
         """Resolve and type an expression; None after reporting an error."""
         stack = stack or []
         error = self.cx.error
-        if isinstance(e, st.Num):
+        if isinstance(e, surface.Num):
             if e.unit is None:
                 return ir.Const(e.value, e.span), ir.Dim.COUNT
             if e.unit not in BYTE_UNITS:
                 error("PL208", f"unknown unit '{e.unit}'", e.span)
                 return None
             return ir.Const(e.value * BYTE_UNITS[e.unit], e.span), ir.Dim.BYTES
-        if isinstance(e, st.Name):
+        if isinstance(e, surface.Name):
             if e.id in env:
                 return env[e.id], ir.Dim.COUNT
             if e.id in self.axes:
@@ -94,15 +94,15 @@ class Values:
             error("PL101", f"undefined name '{e.id}'", e.span,
                   did_you_mean(e.id, list(self.lets) + list(self.axes) + list(env)))
             return None
-        if isinstance(e, st.Bool):
+        if isinstance(e, surface.Bool):
             error("PL114", f"'{'true' if e.value else 'false'}' is not a number", e.span)
             return None
-        if isinstance(e, st.Neg):
+        if isinstance(e, surface.Neg):
             r = self.expr(e.operand, env, stack, allow_queries)
             return None if r is None else (ir.Op("neg", (r[0],), e.span), r[1])
-        if isinstance(e, st.BinOp):
+        if isinstance(e, surface.BinOp):
             return self._binop(e, env, stack, allow_queries)
-        if isinstance(e, st.Call):
+        if isinstance(e, surface.Call):
             if allow_queries and e.func in QUERY_KINDS:
                 return self._query(e)
             if e.func in QUERY_KINDS:
@@ -113,7 +113,7 @@ class Values:
             return None
         raise TypeError(f"unexpected expression node {type(e).__name__}")
 
-    def _binop(self, e: st.BinOp, env, stack, allow_queries):
+    def _binop(self, e: surface.BinOp, env, stack, allow_queries):
         left = self.expr(e.left, env, stack, allow_queries)
         right = self.expr(e.right, env, stack, allow_queries)
         if left is None or right is None:
@@ -161,7 +161,7 @@ class Values:
             raise ValueError(e.op)
         return ir.Op(e.op, (lv, rv), e.span), dim
 
-    def _query(self, e: st.Call) -> tuple[ir.Value, ir.Dim] | None:
+    def _query(self, e: surface.Call) -> tuple[ir.Value, ir.Dim] | None:
         kind = e.func
         error = self.cx.error
         if e.kwargs:
@@ -174,7 +174,7 @@ class Values:
             error("PL206", f"'{kind}' takes {what}", e.span)
             return None
         plan_arg = e.args[0]
-        if not isinstance(plan_arg, st.Name):
+        if not isinstance(plan_arg, surface.Name):
             error("PL206", f"the first argument of '{kind}' must be a plan name", plan_arg.span)
             return None
         if plan_arg.id not in self.plans:
@@ -185,8 +185,8 @@ class Values:
         if len(e.args) == 2:
             a = e.args[1]
             allowed = STATE_NAMES + ("transient", "total") if second == "state" else tuple(self.axes)
-            if not isinstance(a, st.Name) or a.id not in allowed:
-                shown = a.id if isinstance(a, st.Name) else "this argument"
+            if not isinstance(a, surface.Name) or a.id not in allowed:
+                shown = a.id if isinstance(a, surface.Name) else "this argument"
                 code = "PL103" if second == "state" else "PL109"
                 error(code, f"'{shown}' is not a {second} of plan '{plan_arg.id}'", a.span,
                       did_you_mean(shown, allowed))
@@ -194,7 +194,7 @@ class Values:
             arg = a.id
         return ir.Query(kind, plan_arg.id, arg, e.span), ir.Dim.BYTES
 
-    def count(self, e: st.Expr, env: dict[str, ir.Value], what: str) -> ir.Value | None:
+    def count(self, e: surface.Expr, env: dict[str, ir.Value], what: str) -> ir.Value | None:
         """An expression that must be a plain count."""
         r = self.expr(e, env)
         if r is None:
@@ -206,19 +206,19 @@ class Values:
 
     def word(self, e, allowed: tuple[str, ...], what: str) -> str | None:
         """A bare name that must be one of ``allowed``."""
-        if isinstance(e, st.Name) and e.id in allowed:
+        if isinstance(e, surface.Name) and e.id in allowed:
             return e.id
-        shown = e.id if isinstance(e, st.Name) else None
+        shown = e.id if isinstance(e, surface.Name) else None
         span = getattr(e, "span", None) or Span.point(self.cx.file, 1, 1)
         notes = did_you_mean(shown, allowed) if shown else ()
         self.cx.error("PL114", f"{what} must be one of {', '.join(allowed)}", span, notes)
         return None
 
-    def flag_value(self, prop: st.Prop) -> bool | None:
+    def flag_value(self, prop: surface.Prop) -> bool | None:
         """A property that is true or false; a bare key means true."""
         if prop.value is None:
             return True
-        if isinstance(prop.value, st.Bool):
+        if isinstance(prop.value, surface.Bool):
             return prop.value.value
         self.cx.error("PL114", f"'{prop.key}' is true or false", prop.span)
         return None

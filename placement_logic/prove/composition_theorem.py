@@ -1,6 +1,6 @@
 """The composition theorem: safe library strategies on disjoint axes compose safely.
 
-Input: the generated compositions of ``compose`` (each already run through the
+Input: the generated compositions of ``library_compositions`` (each already run through the
 checker). Output: per family of compositions (e.g. pairs of a data and a tensor
 strategy) two obligations re-decided as one query each — the composition rules CR01–CR08
 hold for every member, and every member satisfies gradient integrity and state
@@ -24,7 +24,7 @@ from ..check.run import FORALL, SEARCH, check_plan
 from ..check.rules import RULES
 from ..solver.session import Session
 from ..frontend.loader import load_string
-from .compose import MODEL, Composition
+from .library_compositions import MODEL, Composition
 from .obligation import Obligation, Query
 
 THEOREM = "Composition"
