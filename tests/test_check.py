@@ -117,10 +117,10 @@ def test_unknown_is_never_a_pass(monkeypatch):
 
 def test_a_witness_that_fails_replay_is_not_shown(monkeypatch):
     """A solver model that the concrete replay does not confirm gives unknown, not refuted."""
-    from placement_logic.check import run as runmod
+    from placement_logic.check import plan as planmod
 
     spec = load_spec(EXAMPLES / "bugs" / "dp_mean_of_means.place")
-    original = runmod.obligations
+    original = planmod.obligations
 
     def no_replay(step, derived, ctx):
         obs = original(step, derived, ctx)
@@ -128,7 +128,7 @@ def test_a_witness_that_fails_replay_is_not_shown(monkeypatch):
             ob.replay = lambda w: None
         return obs
 
-    monkeypatch.setattr(runmod, "obligations", no_replay)
+    monkeypatch.setattr(planmod, "obligations", no_replay)
     report = check_spec(spec, timeout=5)
     gi = [o for o in report.obligations if o.name == "GI grads[dense] normalisation"][0]
     assert gi.verdict is Verdict.UNKNOWN

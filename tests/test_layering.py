@@ -86,3 +86,119 @@ def test_resolution_does_not_reach_back_into_loading():
                 names = {a.name for a in node.names}
                 assert not (target.endswith(("loader", "parser")) or names & {"loader", "parser"}), \
                     f"{path.name} imports {target}"
+
+
+# --------------------------------------------------------------------------- stage order
+
+# The pipeline's stages, lowest first. A module may import modules of its own stage or a
+# lower one, never a higher one, at module level or inside a function; and the import graph
+# has no cycle between modules (one package's modules may import each other, acyclically).
+STAGES = (
+    ("outcome", "diagnostics"),
+    ("ir",),
+    ("frontend.surface", "frontend.lower", "frontend.parser", "frontend.canonical"),
+    ("resolve",),
+    ("frontend.loader",),
+    ("costs", "solver"),
+    ("check", "costreport"),
+    ("prove", "measure"),
+    ("commands", "cli", "__main__", "__init__"),
+)
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PKG).with_suffix("")
+    parts = [p for p in rel.parts if p != "__init__"] or ["__init__"]
+    return ".".join(parts)
+
+
+def _stage(module: str) -> int:
+    best = None
+    for i, names in enumerate(STAGES):
+        for n in names:
+            if module == n or module.startswith(n + "."):
+                if best is None or len(n) > best[1]:
+                    best = (i, len(n))
+    assert best is not None, f"{module} is in no stage"
+    return best[0]
+
+
+def _internal_imports(path: Path) -> set[str]:
+    """Modules of the package this file imports, anywhere in the file."""
+    mod = _module_name(path)
+    pkg = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
+    if mod == "__init__":
+        pkg = []
+    out = set()
+    for node in _runtime_nodes(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg[: len(pkg) - (node.level - 1)] if node.level > 1 else list(pkg)
+                base = base + (node.module.split(".") if node.module else [])
+            elif node.module and node.module.startswith("placement_logic"):
+                base = node.module.split(".")[1:]
+            else:
+                continue
+            for alias in node.names:
+                candidate = ".".join(base + [alias.name])
+                out.add(candidate if _exists(candidate) else ".".join(base))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("placement_logic."):
+                    out.add(alias.name.split(".", 1)[1])
+    return {m for m in out if m and _exists(m)}
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node except those under ``if TYPE_CHECKING:`` (annotations only, never run)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and getattr(child.test, "id", None) == "TYPE_CHECKING":
+                stack.extend(child.orelse)
+                continue
+            stack.append(child)
+
+
+def _exists(module: str) -> bool:
+    p = PKG.joinpath(*module.split("."))
+    return p.with_suffix(".py").exists() or (p / "__init__.py").exists()
+
+
+def _graph() -> dict[str, set[str]]:
+    return {_module_name(p): _internal_imports(p) for p in PKG.rglob("*.py")}
+
+
+def test_no_upward_import():
+    bad = [(m, d) for m, deps in _graph().items() for d in deps if _stage(d) > _stage(m)]
+    assert not bad, bad
+
+
+def test_no_import_cycle():
+    graph = _graph()
+    # a package's __init__ re-exporting its modules is not an edge back into the package
+    for m in graph:
+        graph[m] = {d for d in graph[m] if not (m.startswith(d + ".") and _is_package(d))}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(graph.get(m, ())):
+            if state.get(d) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(d):] + [d]))
+            if d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+
+
+def _is_package(module: str) -> bool:
+    return (PKG.joinpath(*module.split(".")) / "__init__.py").exists()

@@ -23,6 +23,8 @@ from .. import ir
 from . import encode as en
 from . import replay as rp
 from . import steps
+from .obligations import Obligation, obligations
+from .rules import RULES
 
 QueryTier = Any  # run.Tier: (label, bound, int_counts, equal_counts, counts_cap)
 
@@ -41,9 +43,7 @@ class PlanChecker:
         self.replay = rp.Context(self.step, self.derived, self.loss_derived, self.bindings, self.spec.file,
                                  self.pinned)
 
-    def obligations(self) -> list:
-        from .run import obligations  # the obligation catalogue lives with the driver
-
+    def obligations(self) -> list[Obligation]:
         return obligations(self.step, self.derived, self.replay)
 
     def env(self, sess, tier: QueryTier) -> en.Env:
@@ -55,8 +55,6 @@ class PlanChecker:
                   ) -> tuple[en.Env, list[tuple[Any, list, Callable[[Any], dict]]]]:
         """(env, [(obligation, negation constraints, witness extractor)]) for the obligations
         that are composition rules (``rules=True``), safety conditions (``False``) or all."""
-        from .rules import RULES
-
         env = self.env(sess, tier)
         out = []
         for ob in self.obligations():

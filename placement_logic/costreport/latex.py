@@ -11,7 +11,12 @@ from __future__ import annotations
 from fractions import Fraction
 
 from . import units
-from .model import DEVICE_ROWS, CostReport, PlanReport, Quantity, tex_text
+from typing import TYPE_CHECKING
+
+from .rows import DEVICE_ROWS, tex_text
+
+if TYPE_CHECKING:  # the report model imports this renderer for _repr_latex_
+    from .model import CostReport, PlanReport, Quantity
 
 
 def _value(q: Quantity) -> str:

@@ -13,26 +13,7 @@ from fractions import Fraction
 from typing import Callable
 
 from ..outcome import SCHEMA_VERSION  # noqa: F401 - re-exported by the package
-DEVICE_ROWS = ("params", "optimizer", "grads", "activations", "transient", "total")
-HOST_ROWS = ("params", "optimizer", "grads", "total")
-
-
-_TEX_SPECIAL = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$",
-                "{": r"\{", "}": r"\}", "^": r"\^{}", "~": r"\~{}", "×": r"$\times$", "Ψ": r"$\Psi$", "·": r"$\cdot$"}
-
-
-def stage_title(peak: str | None) -> str:
-    """Which pipeline stage decides the peak, in words."""
-    if peak == "both":
-        return "peak on the first and the last stage alike"
-    if peak is None:
-        return "peak stage depends on unbound symbols"
-    return f"peak on the {peak} pipeline stage"
-
-
-def tex_text(text: str) -> str:
-    """Plain text made safe inside LaTeX text mode."""
-    return "".join(_TEX_SPECIAL.get(ch, ch) for ch in text)
+from .rows import DEVICE_ROWS, HOST_ROWS, stage_title, tex_text  # noqa: F401 - part of the model's API
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,7 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining import schedules
 
-    from .worker import _batch, _loss_sum, _reference, held_bytes, loss_normaliser, tokens_of
+    from .training import _batch, _loss_sum, _reference, held_bytes, loss_normaliser, tokens_of
 
     r, shape = job.realisation, job.shape
     p, v = r.stages, r.chunks

@@ -20,7 +20,7 @@ from .composition_theorem import breaker_obligations, family_obligations
 from .correctness import necessity, sufficiency
 from .derivations import comm_obligations, memory_obligations
 from .engine import decide, export_texts
-from .obligation import Obligation
+from ..solver.query import Obligation
 from .published import SPECS, published_spec
 from .report import ClaimResult, ProveReport
 

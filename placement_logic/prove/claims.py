@@ -21,7 +21,7 @@ import sympy
 
 from .. import costs, ir
 from ..costs.symbolic import resolve_bindings, symbol
-from .obligation import Obligation
+from ..solver.query import Obligation
 from .report import ClaimResult
 from ..solver.tosmt import as_expr
 from .symbolic_ob import INT, POS, Domain, equivalence

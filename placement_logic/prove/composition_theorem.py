@@ -25,7 +25,7 @@ from ..check.rules import RULES
 from ..solver.session import Session
 from ..frontend.loader import load_string
 from .library_compositions import MODEL, Composition
-from .obligation import Obligation, Query
+from ..solver.query import Obligation, Query
 
 THEOREM = "Composition"
 

@@ -34,7 +34,7 @@ from ..solver.session import Session
 from ..check.values import fold, resolver
 from ..frontend.loader import load_string
 from . import stepsem
-from .obligation import Obligation, Query
+from ..solver.query import Obligation, Query
 from .symbolic_ob import model_value
 
 THEOREM = "Correctness"

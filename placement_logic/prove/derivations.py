@@ -17,7 +17,7 @@ import sympy
 from .. import costs
 from ..costs.symbolic import symbol
 from .library import data_spec, hybrid_spec
-from .obligation import Obligation
+from ..solver.query import Obligation
 from .symbolic_ob import INT, POS, relation
 
 MEMORY = "Memory derivation"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import z3
 
 from ..check.report import Verdict
-from .obligation import Obligation
+from ..solver.query import Obligation
 from .report import Result, SolverVerdict
 from ..solver.backends import run_cvc5, run_z3, smt2_text
 

@@ -16,7 +16,7 @@ import sympy
 import z3
 
 from ..costs.symbolic import symbol
-from .obligation import Obligation, Query, Verdict
+from ..solver.query import Obligation, Query, Verdict
 from ..solver.tosmt import as_expr, denominators, to_z3
 
 OPS = {

@@ -16,7 +16,7 @@ from typing import Any
 import z3
 
 from ..outcome import Verdict
-from ..prove.obligation import Obligation, Query
+from .query import Obligation, Query
 
 _STATUS = {"unsat": Verdict.PROVED, "sat": Verdict.REFUTED}
 

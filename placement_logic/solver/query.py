@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..check.report import Verdict
+from ..outcome import Verdict
 
 PROVED = Verdict.PROVED
 REFUTED = Verdict.REFUTED

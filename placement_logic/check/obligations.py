@@ -1,0 +1,262 @@
+"""The obligation catalogue of one plan: step models in, obligations out.
+
+Input: the plan's step model, its correct derivation and the replay context (see
+``plan.PlanChecker``). Output: ``Obligation`` records, each with the z3 encoder of its
+negation (``encode``) and the concrete replay of a witness (``replay``, ``replay_state``):
+gradient integrity per group on the whole plan and its per-aspect explanations, state
+consistency of every replicated value and of the update, and the composition rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..diagnostics import NO_SPAN, Span
+from . import encode as en
+from . import replay as rp
+from . import replay_state as rs
+from . import steps
+from .rules import GRADIENT_INTEGRITY, RULES, STATE_CONSISTENCY
+
+ALL_GROUPS = "*"  # an explanation of every group's whole-plan gradient integrity
+
+
+@dataclass
+class Obligation:
+    name: str
+    condition: str
+    span: Span
+    checked: str
+    encode: Callable[[en.Env], tuple[list, Callable]]
+    replay: Callable[[dict], object]
+    notes: tuple[str, ...] = ()
+    whole: str | None = None  # the group whose whole-plan gradient integrity this is
+    aspect_of: str | None = None  # the group whose whole-plan GI this per-aspect finding explains
+
+
+def _span(span: Span, fallback: Span) -> Span:
+    return fallback if span == NO_SPAN else span
+
+
+def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context) -> list[Obligation]:
+    obs: list[Obligation] = []
+    P = step.plan_span
+    for g in step.groups:
+        obs.append(Obligation(
+            f"GI grads[{g.group}]", GRADIENT_INTEGRITY, _span(g.span, P),
+            f"the {g.group} gradient that enters every update equals the global-batch mean-loss gradient: the "
+            "plan's reductions, accumulation, loss weights and divisor taken together",
+            lambda env, g=g: en.gi_negation(env, g, f"gi_{g.group}"),
+            lambda w, g=g: rp.replay_gi(ctx, w, g, None), whole=g.group))
+        for aspect in steps.gi_aspects(g):
+            h = steps.isolate(g, aspect)
+            label, checked = _gi_text(g, aspect)
+            obs.append(Obligation(
+                f"GI grads[{g.group}] {label}", GRADIENT_INTEGRITY, _span(g.span_of(aspect), P), checked,
+                lambda env, h=h, a=aspect: en.gi_negation(env, h, f"gi_{h.group}_{_slug(a)}"),
+                lambda w, h=h, a=aspect: rp.replay_gi(ctx, w, h, a), aspect_of=g.group))
+    for g in step.groups:
+        obs.append(Obligation(
+            f"SC grads[{g.group}]", STATE_CONSISTENCY, _span(g.span, P),
+            f"replicas that update the same {g.group} elements receive identical reduced gradients",
+            lambda env, g=g: en.gi_replica_negation(env, g, f"sc_{g.group}"),
+            lambda w: rp.replay_replica(ctx, w)))
+    obs.append(Obligation(
+        "SC clip_norm", STATE_CONSISTENCY, _span(step.clip_span, P),
+        "every device's grad norm (and so its clip coefficient) equals the global norm over all shards and "
+        "stages, each parameter counted once",
+        lambda env: en.norm_negation(env, "clip", False), lambda w: rs.replay_norm(ctx, w, False)))
+    obs.append(Obligation(
+        "SC overflow", STATE_CONSISTENCY, _span(step.overflow_span, P),
+        "every device takes the same loss-scale overflow decision (skip or step), the global one",
+        lambda env: en.norm_negation(env, "ovf", True), lambda w: rs.replay_norm(ctx, w, True)))
+    obs.append(Obligation(
+        "SC dropout_seed", STATE_CONSISTENCY, _span(step.seed_span, P),
+        "dropout seeds are identical over axes where the region is replicated and distinct where it is split",
+        lambda env: en.seed_negation(env), lambda w: rs.replay_seed(ctx, w),
+        () if step.tensor_axes else ("vacuous: no tensor-parallel axis",)))
+    for a in step.data_axes + step.context_axes:
+        obs.append(Obligation(
+            f"SC params usable over {a}", STATE_CONSISTENCY, _span(step.params_span, P),
+            f"the forward on every {a} rank uses the whole parameters: params are replicated, gathered (S*) or "
+            f"fetched over {a}, never left sharded (S)",
+            lambda env, a=a: en.axes_negation(env, "usable", [(a, env.sess.true() if a in step.unusable_axes
+                                                                 else env.sess.false())]),
+            lambda w: rs.replay_usable(ctx, w)))
+    for a, times in step.gather_counts:
+        obs.append(Obligation(
+            f"SC params gathered over {a}", STATE_CONSISTENCY, _span(step.params_span, P),
+            f"params sharded-with-gather (S*) over {a} are all-gathered over {a} exactly once before each use",
+            lambda env, a=a, times=times: en.axes_negation(
+                env, "usable", [(a, env.sess.true() if times != 1 else env.sess.false())]),
+            lambda w, times=times: rs.replay_usable(ctx, {**w, "times": times})))
+    split_grads = [a for a in step.axes if a in step.grads_split_axes]
+    for a in split_grads:
+        obs.append(Obligation(
+            f"SC optimizer step over {a}", STATE_CONSISTENCY, _span(step.optimizer_span, P),
+            f"gradients are sharded over {a}, so the optimizer state is sharded over {a} too and every rank steps "
+            "exactly the elements whose reduced gradient it holds",
+            lambda env, a=a: en.axes_negation(env, "optimizer", [(a, env.sess.true() if a in step.optimizer_mismatch
+                                                                     else env.sess.false())]),
+            lambda w: rs.replay_optimizer(ctx, w)))
+    missing = [a for a in step.regather_needed if a not in step.regather_axes]
+    obs.append(Obligation(
+        "SC params re-gather", STATE_CONSISTENCY, _span(step.regather_span, P),
+        "after a sharded optimizer step, params replicated over an axis are all-gathered over it",
+        lambda env: en.axes_negation(env, "regather", [(a, env.sess.true()) for a in missing]),
+        lambda w: rs.replay_regather(ctx, w),
+        () if step.regather_needed else ("vacuous: no axis with replicated params and a sharded optimizer",)))
+    # ---------------------------------------------------------------- composition rules
+    multi = [a for a, bound in step.axis_bindings if len(bound) > 1]
+    obs.append(_rule("CR01", P, lambda env: en.axes_negation(env, "roles", [(a, env.sess.true()) for a in multi]),
+                     lambda w: rs.replay_axis_roles(ctx, w)))
+    group_spans = [g.span for g in step.groups if g.span != NO_SPAN]
+    obs.append(_rule("CR02", group_spans[0] if group_spans else P, lambda env: en.typing_negation(env),
+                     lambda w: rp.replay_structural(ctx, w["group"], w["sizes"], w["dim"])))
+    obs[-1].aspect_of = ALL_GROUPS
+    modes = dict(step.param_modes)
+    bad_gather = [a for a in step.gather_axes if modes.get(a) not in ("S", "S*", "O")]
+    obs.append(_rule("CR03", _span(step.gather_span, P),
+                     lambda env: en.axes_negation(env, "gather", [(a, env.sess.true()) for a in bad_gather]),
+                     lambda w: rs.replay_gather(ctx, w),
+                     () if step.gather_axes else ("vacuous: params are gathered over no axis",)))
+    obs.append(_rule("CR04", _span(step.fetch_span, P),
+                     lambda env: en.flag_negation(env, "fetch", step.offloaded and not step.fetch),
+                     lambda w: rs.replay_fetch(ctx, w),
+                     () if step.offloaded else ("vacuous: params stay on device",)))
+    sp_bad = []
+    if step.sequence_parallel:
+        for gname in ("norms", "biases"):
+            if gname in [g.group for g in step.groups]:
+                g = step.group(gname)
+                sp_bad += [(gname, d.name) for d in g.dims if d.axis in step.tensor_axes and d.k != 1]
+    obs.append(_rule("CR05", _span(step.sp_span, P),
+                     lambda env: _sp_negation(env, step, sp_bad),
+                     lambda w: (rp.replay_structural(ctx, w["group"], w["sizes"], w["dim"]) if w.get("dim") else
+                                _sp_without_tp(ctx, w)),
+                     () if step.sequence_parallel else ("vacuous: no sequence parallelism",)))
+    acc_applies = bool(step.grads_sharded_data) and step.pipelined
+    obs.append(_rule("CR06", _span(step.accumulation_span, P),
+                     lambda env: en.flag_negation(env, "accumulation", not step.accumulation_buffer, needs_m=True),
+                     lambda w: rp.replay_structural(ctx, "dense", w["sizes"], steps.MICROBATCHES),
+                     _accumulation_notes(step, acc_applies)))
+    has_experts = "experts" in [g.group for g in step.groups]
+    obs.append(_rule("CR07", _span(step.group("experts").span, P) if has_experts else P, lambda env: _expert_negation(env, step),
+                     lambda w: rp.replay_gi(ctx, w),
+                     () if has_experts else ("vacuous: no expert parameters",)))
+    tie_applies = step.tied and bool(step.pipeline_axes)
+    tie_k = next((d.k for d in step.group("embedding").dims if d.tie), 1)
+    obs.append(_rule("CR08", _span(step.group("embedding").span, P),
+                     lambda env: en.axes_negation(env, "tie", [(a, env.sess.true() if tie_k != 1 else env.sess.false())
+                                                               for a in step.pipeline_axes] if tie_applies else []),
+                     lambda w: rs.replay_tie(ctx, w),
+                     () if tie_applies else ("vacuous: no tied weights across pipeline stages",)))
+    return obs
+
+
+def _slug(aspect: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in aspect)
+
+
+def _gi_text(g: steps.GroupModel, aspect: str) -> tuple[str, str]:
+    """The obligation's name suffix and what it states."""
+    if aspect == steps.NORMALISATION:
+        return "normalisation", (
+            f"with every reduction and the accumulation of the {g.group} gradient as derived, the loss weights, "
+            "token count and divisor make it the global-batch mean-loss gradient (the mean over all tokens of the step)")
+    if aspect == steps.MICROBATCHES:
+        return "over microbatches", (
+            f"the {g.group} gradient of every microbatch is accumulated exactly once "
+            "(every reduction over mesh axes and the normalisation as derived)")
+    d = g.dim(aspect)
+    if d.tie:
+        return f"over {d.axis}", (
+            f"the tied {g.group} gradient halves on the first and last {d.axis} stage are summed exactly once "
+            "(every other reduction and the normalisation as derived)")
+    if d.implicit:
+        what = f"summed by the all-to-all over {d.axis} and not reduced over it again"
+    elif d.kind in (steps.TOKEN, steps.SPLIT):
+        what = f"split over {d.axis}, so every partial contribution is all-reduced over {d.axis} exactly once"
+    elif d.kind == steps.INVARIANT:
+        what = f"identical on every {d.axis} rank, so it is not reduced over {d.axis}"
+    else:
+        what = f"sharded over {d.axis}, so different elements are never added over {d.axis}"
+    return f"over {d.axis}", (f"the {g.group} gradient is {what} "
+                              "(every other reduction and the normalisation as derived)")
+
+
+def _rule(code: str, span: Span, encode, replay, notes: tuple[str, ...] = ()) -> Obligation:
+    r = RULES[code]
+    return Obligation(f"{code} {r.name}", code, span, r.description, encode, replay, notes)
+
+
+def _sp_negation(env: en.Env, step: steps.StepModel, bad: list[tuple[str, str]]):
+    import z3
+
+    ctx = env.sess.ctx
+    if step.sequence_parallel and not step.tensor_axes:
+        return [z3.BoolVal(True, ctx)], lambda m: {"kind": "sp", "sizes": env.size_values(m), "dim": None}
+    conds = [((gr, d), env.size(d) >= 2) for gr, d in bad]
+    cons = [z3.Or([c for _, c in conds])] if conds else [z3.BoolVal(False, ctx)]
+
+    def extract(model):
+        from ..solver.session import value_of
+
+        gr, d = next(key for key, c in conds if value_of(model, c))
+        return {"kind": "sp", "sizes": env.size_values(model), "group": gr, "dim": d}
+
+    return cons, extract
+
+
+def _sp_without_tp(ctx: rp.Context, w: dict):
+    from .report import Counterexample
+
+    return Counterexample(ctx.sizes_tuple(w["sizes"]), (), (("tensor axes", "none"),),
+                          "sequence parallel is enabled but no axis has the tensor role",
+                          ("sequence parallelism splits the tensor-parallel region's sequence; without a tensor axis "
+                           "it has no group to run on",), ctx.command(w["sizes"]))
+
+
+def _expert_negation(env: en.Env, step: steps.StepModel):
+    import z3
+
+    if "experts" not in [g.group for g in step.groups]:
+        return [z3.BoolVal(False, env.sess.ctx)], lambda m: {}
+    eq = en.Env(env.sess, env.step, env.bindings, env.pinned, env.bound, True, True)
+    eq.sizes, eq.side = env.sizes, env.side
+    # the experts with their own divisor, and every other group over the expert axes
+    # (reduced there once, as over the rest of the data group), each judged in isolation
+    parts = [en.gi_negation(eq, step.group("experts"), "cr07")]
+    for g in step.groups:
+        if g.group == "experts":
+            continue
+        for d in g.dims:
+            if d.axis in step.expert_axes and not d.tie:
+                parts.append(en.gi_negation(eq, steps.isolate(g, d.name), f"cr07_{g.group}_{d.name}"))
+    if len(parts) == 1:
+        return parts[0]
+    pick = [env.sess.bool(f"cr07_part_{i}") for i in range(len(parts))]
+    cons = [z3.Or(*pick)] + [z3.Implies(b, z3.And(*c)) for b, (c, _) in zip(pick, parts)]
+
+    def extract(model):
+        from ..solver.session import value_of
+
+        i = next(i for i, b in enumerate(pick) if value_of(model, b))
+        return parts[i][1](model)
+
+    return cons, extract
+
+
+def _accumulation_notes(step: steps.StepModel, applies: bool) -> tuple[str, ...]:
+    if not applies:
+        return ("vacuous: no gradients sharded over a data axis under pipeline accumulation",)
+    axes = ", ".join(step.grads_sharded_data)
+    n = "·".join(step.grads_sharded_data)
+    n = n if len(step.grads_sharded_data) == 1 else f"({n})"
+    return (f"cost: gradients sharded over ({axes}) with pipeline accumulation take one reduce-scatter per "
+            f"microbatch (microbatches × ({n}-1)/{n}·|G| sent per device per step) unless a full-size "
+            "accumulation buffer is kept",)
+
+
+# --------------------------------------------------------------------------- running

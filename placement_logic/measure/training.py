@@ -1,0 +1,118 @@
+"""What a rank and the single-process reference share: the job, the batches, the loss, the
+bytes a rank holds. Imported by ``worker`` (every run) and ``pipeline`` (pipeline runs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .realise import Realisation
+from .shape import TinyShape
+
+
+@dataclass(frozen=True)
+class Job:
+    key: str
+    realisation: Realisation
+    shape: TinyShape
+    steps: int
+    seed: int = 0
+
+
+IGNORE = -100  # target of a padding position: no loss, no gradient
+
+
+def _batch(shape: TinyShape, global_batch: int, seed: int, step: int):
+    """Token ids and targets of one step's global batch: variable-length sequences.
+
+    Sequence i has ``n_i`` valid targets (1 <= n_i <= seq, drawn from the seeded
+    generator); the positions after them are padding (target ``IGNORE``). Causal
+    attention keeps padding from reaching valid positions, so only the number of valid
+    tokens differs between sequences, and between the ranks that hold them.
+    """
+    import torch
+
+    g = torch.Generator().manual_seed(seed * 1000 + step + 1)
+    tokens = torch.randint(0, shape.vocab, (global_batch, shape.seq + 1), generator=g)
+    valid = torch.randint(1, shape.seq + 1, (global_batch, 1), generator=g)
+    targets = tokens[:, 1:].clone()
+    targets[torch.arange(shape.seq).expand(global_batch, -1) >= valid] = IGNORE
+    return tokens[:, :-1], targets
+
+
+def _loss_sum(logits, targets):
+    """Sum of the token losses over the valid (unpadded) targets."""
+    import torch.nn.functional as F
+
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE,
+                           reduction="sum")
+
+
+def tokens_of(targets) -> int:
+    return int((targets != IGNORE).sum())
+
+
+def loss_normaliser(r: Realisation, global_tokens: int, local_tokens: int) -> float:
+    """What a rank divides its token-loss sum by, as the plan's loss convention says.
+
+    global_mean: the global token count over the data-parallel size (the count is summed
+    over the ranks with the data, before the step, as a data loader does), so that the
+    gradient all-reduce's mean is the global token mean; per_device_mean: the rank's own
+    token count, a mean of per-device means once the gradients are averaged.
+    """
+    if r.loss == "per_device_mean":
+        return float(local_tokens)
+    return global_tokens / r.data_size
+
+
+def held_bytes(params, optimizer_state) -> dict:
+    """Bytes held per state: parameters, their gradients, optimizer moments and step counters."""
+    import torch
+
+    moments, counters = [], []
+    for per_param in optimizer_state.values():
+        for key, t in per_param.items():
+            if isinstance(t, torch.Tensor):
+                (counters if key == "step" else moments).append(t)
+    return {
+        "params": _storage_bytes(params),
+        "grads": _storage_bytes(p.grad for p in params),
+        "optimizer": _storage_bytes(moments),
+        "optimizer_step_counters": _storage_bytes(counters),
+    }
+
+
+def _storage_bytes(tensors) -> tuple[int, int]:
+    """(bytes of the distinct storages behind ``tensors``, bytes of the elements themselves)."""
+    from .torch_plan import local
+
+    seen: dict[int, int] = {}
+    elements = 0
+    for t in tensors:
+        if t is None:
+            continue
+        t = local(t)
+        st = t.untyped_storage()
+        seen[st.data_ptr()] = max(seen.get(st.data_ptr(), 0), st.nbytes())
+        elements += t.numel() * t.element_size()
+    return sum(seen.values()), elements
+
+
+def _reference(job: Job, global_batch: int):
+    """The same steps on one process: final parameters by name and the losses."""
+    from . import model as tiny
+    from .torch_plan import MAX_NORM, clip_global, make_optimizer
+
+    m = tiny.build(job.shape, job.seed)
+    opt = make_optimizer(job.realisation.optimizer, m.parameters())
+    losses = []
+    for step in range(job.steps):
+        x, y = _batch(job.shape, global_batch, job.seed, step)
+        loss = _loss_sum(m(x), y) / tokens_of(y)  # the global token mean
+        loss.backward()
+        if job.realisation.clip is not None:
+            clip_global(list(m.parameters()), MAX_NORM)
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return {n: p.detach().clone() for n, p in m.named_parameters()}, losses
