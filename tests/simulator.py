@@ -1,0 +1,379 @@
+"""A concrete simulator of one training step, written from docs/semantics.md.
+
+Independent of the checker's code (it imports nothing from ``placement_logic.check``):
+given an ``ir.Plan`` and concrete sizes, it enumerates every device, draws random token
+counts and exact ``Fraction`` gradient contributions, executes the plan's reductions
+(an all-reduce really sums the buffers of the devices of an axis group; a second one sums
+again), loss weights, accumulation and divisor, and compares every device's gradient with
+the single-device reference Σ s / T. It also evaluates the placement conditions of the
+update and the clip-norm and overflow reductions by concrete computation.
+
+``violations(plan, sizes, rng, trials)`` returns the violated conditions as keys:
+``("gi", group)``, ``("usable", axis)``, ``("gathered", axis)``, ``("optimizer", axis)``,
+``("clip",)``, ``("overflow",)``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from fractions import Fraction
+from itertools import product
+
+from placement_logic import ir
+from placement_logic.ir import collectives
+
+MB = "microbatches"
+DATA_LIKE = (ir.Role.DATA, ir.Role.CONTEXT)
+TENSOR = (ir.Role.TENSOR, ir.Role.SEQUENCE)
+SPLIT_PARAMS = (ir.Mode.S, ir.Mode.O)
+GRAD_SPLIT = (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.M, ir.Mode.O)
+
+PARTIAL, SPLIT, INVARIANT, SHARDED, COMPLETE, TIE = "partial", "split", "invariant", "sharded", "complete", "tie"
+
+
+# --------------------------------------------------------------------------- reading the plan
+
+
+def _overrides(plan: ir.Plan, target: str, verb: str | None = None, group: str | None = "*") -> list[ir.Override]:
+    return [o for o in plan.overrides if o.target == target and (verb is None or o.verb == verb)
+            and (group == "*" or o.group == group)]
+
+
+def _last_for(plan: ir.Plan, target: str, verb: str, group: str) -> ir.Override | None:
+    for g in (group, "all", None):
+        found = _overrides(plan, target, verb, g)
+        if found:
+            return found[-1]
+    return None
+
+
+def groups_of(plan: ir.Plan) -> list[str]:
+    t = plan.model.transformer
+    out = ["dense", "norms"]
+    if t is None or t.bias:
+        out.append("biases")
+    experts = bool(plan.axes_with_role(ir.Role.EXPERT)) or (
+        t is not None and isinstance(t.experts, ir.Const) and t.experts.value > 1)
+    if experts:
+        out.append("experts")
+    out.append("embedding")
+    return out
+
+
+def tied(plan: ir.Plan) -> bool:
+    t = plan.model.transformer
+    return bool(t is not None and t.tied_embeddings)
+
+
+def sequence_parallel(plan: ir.Plan) -> bool:
+    return plan.sequence_parallel or bool(plan.axes_with_role(ir.Role.SEQUENCE))
+
+
+def axis_type(plan: ir.Plan, group: str, axis: str) -> str:
+    """The type of group's gradient contribution along ``axis`` (semantics.md's table)."""
+    role = plan.role(axis)
+    params = plan.placement(ir.State.PARAMS).mode(axis)
+    if role in DATA_LIKE:
+        return PARTIAL
+    if role is ir.Role.EXPERT:
+        if group == "experts" and params in SPLIT_PARAMS:
+            return COMPLETE
+        return PARTIAL
+    if role in TENSOR:
+        if group in ("norms", "biases"):
+            return SPLIT if sequence_parallel(plan) else INVARIANT
+        return SHARDED if params in SPLIT_PARAMS else INVARIANT
+    if role is ir.Role.PIPELINE:
+        return TIE if (group == "embedding" and tied(plan)) else SHARDED
+    raise ValueError(role)
+
+
+def token_axes(plan: ir.Plan) -> list[str]:
+    return [a for a in plan.mesh.names if plan.role(a) in DATA_LIKE + (ir.Role.EXPERT,)]
+
+
+def reductions(plan: ir.Plan, group: str) -> Counter:
+    """How many times the plan all-reduces group's gradient over each axis (and the tie)."""
+    counts: Counter = Counter()
+    for c in collectives.derive(plan):
+        if c.phase is collectives.Phase.GRAD_SYNC and c.state is ir.State.GRADS:
+            if c.payload.tensor == "grads" or (c.payload.tensor == "dense_grads" and group != "experts"):
+                counts.update(c.axes)
+    if group in ("norms", "biases") and sequence_parallel(plan):
+        for a in plan.mesh.names:
+            if plan.role(a) in TENSOR:
+                counts[a] += 1
+    tie = Counter()
+    for a in plan.mesh.names:
+        if axis_type(plan, group, a) == TIE:
+            tie[a] = 1
+    red = _last_for(plan, "grads", "reduce", group)
+    if red is not None:
+        counts = Counter(red.axes or ())
+        tie = Counter({a: counts[a] for a in tie})
+    tie_o = _overrides(plan, "embedding", "tie_reduce")
+    if group == "embedding" and tie_o:
+        tie = Counter({a: Counter(tie_o[-1].axes or ())[a] for a in tie})
+    for a in tie:
+        counts[a] = tie[a]
+    return counts
+
+
+def _value(v: ir.Value, sizes: dict[str, int], plan: ir.Plan, bindings: dict) -> Fraction:
+    if isinstance(v, ir.Const):
+        return Fraction(v.value)
+    if isinstance(v, ir.Sym):
+        if v.name in sizes:
+            return Fraction(sizes[v.name])
+        if isinstance(plan.model.microbatches, ir.Sym) and v.name == plan.model.microbatches.name:
+            return Fraction(sizes[MB])
+        return _value(bindings[v.name], sizes, plan, bindings)
+    args = [_value(x, sizes, plan, bindings) for x in v.args]
+    if v.op == "+":
+        return sum(args, Fraction(0))
+    if v.op == "-":
+        return args[0] - sum(args[1:], Fraction(0)) if len(args) > 1 else -args[0]
+    if v.op == "*":
+        out = Fraction(1)
+        for x in args:
+            out *= x
+        return out
+    if v.op == "/":
+        return args[0] / args[1]
+    if v.op == "^":
+        return args[0] ** int(args[1])
+    raise ValueError(v.op)
+
+
+# --------------------------------------------------------------------------- gradient integrity
+
+
+def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, bindings: dict) -> bool:
+    axes = list(plan.mesh.names)
+    n = {a: sizes[a] for a in axes}
+    m = sizes[MB]
+    types = {a: axis_type(plan, group, a) for a in axes}
+    k = reductions(plan, group)
+    tokens = token_axes(plan)
+    devices = list(product(*[range(n[a]) for a in axes]))
+    pos = {a: i for i, a in enumerate(axes)}
+    equal = bool(_overrides(plan, "tokens", "equal"))
+
+    # token counts: vary only along token axes and microbatches
+    count: dict = {}
+    c0 = rng.randint(1, 3)
+    for tc in product(*[range(n[a]) for a in tokens]):
+        for mu in range(m):
+            count[(tc, mu)] = c0 if equal else rng.randint(1, 3)
+
+    def tcoord(dev) -> tuple:
+        return tuple(dev[pos[a]] for a in tokens)
+
+    total_tokens = sum(count.values())
+
+    # the element a device holds: its coordinates on sharded (and complete) axes
+    elem_axes = [a for a in axes if types[a] in (SHARDED, COMPLETE)]
+
+    def elem(dev) -> tuple:
+        return tuple(dev[pos[a]] for a in elem_axes)
+
+    # true per-source contributions: vary along partial, split, tie and complete axes; not along invariant ones
+    src_axes = [a for a in axes if types[a] in (PARTIAL, SPLIT, TIE, COMPLETE)]
+    contrib: dict = {}
+
+    def source(dev, mu) -> tuple:
+        return (elem(dev), tuple(dev[pos[a]] for a in src_axes), mu)
+
+    def draw(key: tuple, dev) -> Fraction:
+        if key not in contrib:
+            holds = all(not (types[a] == TIE and 0 < dev[pos[a]] < n[a] - 1) for a in axes)
+            contrib[key] = Fraction(rng.randint(-4, 4), rng.randint(1, 3)) if holds else Fraction(0)
+        return contrib[key]
+
+    # every (element, source) pair: a routed expert receives tokens from every rank of its axis
+    complete_axes = [a for a in axes if types[a] == COMPLETE]
+    for dev in devices:
+        for mu in range(m):
+            for extra in product(*[range(n[a]) for a in complete_axes]):
+                src = list(dev)
+                for a, c in zip(complete_axes, extra):
+                    src[pos[a]] = c
+                draw((elem(dev), tuple(src[pos[a]] for a in src_axes), mu), tuple(src))
+
+    # loss weights
+    loss_o = _overrides(plan, "loss")
+    loss = loss_o[-1].verb if loss_o else "global_mean"
+    tok_o = _overrides(plan, "tokens", "reduce")
+    norm_axes = list(tok_o[-1].axes or ()) if tok_o else list(tokens)
+
+    # global mean: the device's count accumulated over microbatches, all-reduced over each listed axis in turn
+    reduced = {d: sum(count[(tcoord(d), u)] for u in range(m)) for d in devices}
+    for a in norm_axes:
+        reduced = _allreduce(reduced, pos[a])
+
+    def normaliser(dev, mu) -> Fraction:
+        if loss == "per_microbatch_mean":
+            return Fraction(count[(tcoord(dev), mu)])
+        if loss == "per_device_mean":
+            return Fraction(sum(count[(tcoord(dev), u)] for u in range(m)))
+        return Fraction(reduced[tuple(dev)])
+
+    # local gradient of each device and microbatch (buffer position: the element it holds)
+    def local(dev, mu) -> Fraction:
+        out = Fraction(0)
+        complete = [a for a in axes if types[a] == COMPLETE]
+        for extra in product(*[range(n[a]) for a in complete]):
+            src = list(dev)
+            for a, c in zip(complete, extra):
+                src[pos[a]] = c  # tokens routed from that rank to this rank's expert
+            src = tuple(src)
+            out += contrib[(elem(dev), tuple(src[pos[a]] for a in src_axes), mu)] / normaliser(src, mu)
+        return out
+
+    bufs = [{dev: local(dev, mu) for dev in devices} for mu in range(m)]
+    for a in axes:
+        for _ in range(k[a]):
+            bufs = [_allreduce(b, pos[a]) for b in bufs]
+    acc_o = _last_for(plan, "grads", "no_accumulation_buffer", group)
+    final = ({d: sum((b[d] for b in bufs), Fraction(0)) for d in devices} if acc_o is None else dict(bufs[-1]))
+    div_o = _last_for(plan, "grads", "divide", group)
+    if div_o is not None:
+        div = _value(div_o.by, sizes, plan, bindings)
+    elif loss == "per_device_mean":
+        div = _prod(n[a] for a in tokens)
+    elif loss == "per_microbatch_mean":
+        div = _prod(n[a] for a in tokens) * m
+    else:
+        div = Fraction(1)
+    if div == 0:
+        return False
+    # reference: Σ s / T per element, each true contribution once
+    ref: dict = {}
+    for (e, _, _), s in contrib.items():
+        ref[e] = ref.get(e, Fraction(0)) + s
+    return all(final[d] / div == ref[elem(d)] / total_tokens for d in devices)
+
+
+def _allreduce(buf: dict, i: int) -> dict:
+    sums: dict = {}
+    for d, v in buf.items():
+        key = d[:i] + d[i + 1:]
+        sums[key] = sums.get(key, 0) + v
+    return {d: sums[d[:i] + d[i + 1:]] for d in buf}
+
+
+def _prod(xs) -> Fraction:
+    out = Fraction(1)
+    for x in xs:
+        out *= x
+    return out
+
+
+# --------------------------------------------------------------------------- parameters and the update
+
+
+def placement_violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
+    """Usable params, gathers, the optimizer step: one weight row and one step of SGD."""
+    out = set()
+    par, opt, grads = (plan.placement(s) for s in (ir.State.PARAMS, ir.State.OPTIMIZER, ir.State.GRADS))
+    gathers = Counter(a for c in collectives.derive(plan)
+                      if c.kind is collectives.Kind.ALL_GATHER and c.state is ir.State.PARAMS
+                      and c.phase is collectives.Phase.FORWARD for a in c.axes)
+    for a in plan.mesh.names:
+        n = sizes[a]
+        weights = [Fraction(i + 1) for i in range(n)]  # element i lives on rank i
+        role, mode = plan.role(a), par.mode(a)
+        if role in DATA_LIKE and mode in SPLIT_PARAMS and sum(weights[:1]) != sum(weights):
+            out.add(("usable", a))  # the forward of rank 0 runs on its piece only
+        if mode is ir.Mode.S_STAR and gathers[a] != 1:
+            used = weights[:1] if gathers[a] == 0 else weights * gathers[a]
+            if sum(used) != sum(weights):
+                out.add(("gathered", a))
+        whole = role in DATA_LIKE or (role in TENSOR + (ir.Role.EXPERT,) and mode not in SPLIT_PARAMS)
+        if whole and grads.mode(a) in GRAD_SPLIT and opt.mode(a) is ir.Mode.R and n >= 2:
+            full = [Fraction(1) - Fraction(1, 10) * w for w in weights]
+            held = [Fraction(1) - Fraction(1, 10) * (weights[0] if i == 0 else 0) for i in range(n)]
+            if full != held:
+                out.add(("optimizer", a))
+    return out
+
+
+# --------------------------------------------------------------------------- clip norm and overflow
+
+
+def grad_shard_axes(plan: ir.Plan, group: str) -> list[str]:
+    grads = plan.placement(ir.State.GRADS)
+    out = [a for a in plan.mesh.names if axis_type(plan, group, a) in (SHARDED, COMPLETE)]
+    out += [a for a in plan.mesh.names if plan.role(a) is ir.Role.DATA and grads.mode(a) in GRAD_SPLIT]
+    if group == "experts":
+        out += [a for a in plan.mesh.names if plan.role(a) is ir.Role.EXPERT]
+    return list(dict.fromkeys(out))
+
+
+def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random) -> set:
+    out = set()
+    axes = list(plan.mesh.names)
+    pos = {a: i for i, a in enumerate(axes)}
+    devices = list(product(*[range(sizes[a]) for a in axes]))
+    groups = groups_of(plan)
+    shard = {g: grad_shard_axes(plan, g) for g in groups}
+    dedupe = {a for g in groups for a in shard[g]}
+    plan_clip = _overrides(plan, "clip_norm", "reduce", "all") or _overrides(plan, "clip_norm", "reduce", None)
+    default_axes = list(plan_clip[-1].axes or ()) if plan_clip else [a for a in axes if a in dedupe]
+    # squared norms and overflow flags per (group, shard)
+    q = {}
+    flags = {}
+    for g in groups:
+        for s in product(*[range(sizes[a]) for a in shard[g]]):
+            q[(g, s)] = Fraction(rng.randint(0, 3))
+            flags[(g, s)] = rng.random() < 0.3
+    expected = sum(q.values(), Fraction(0))
+    total = {d: Fraction(0) for d in devices}
+    for g in groups:
+        own = _overrides(plan, "clip_norm", "reduce", g)
+        g_axes = list(own[-1].axes or ()) if own else default_axes
+        dc = _last_for(plan, "clip_norm", "double_count", g)
+        part = {}
+        for d in devices:
+            s = tuple(d[pos[a]] for a in shard[g])
+            counted = all(d[pos[a]] == 0 for a in set(g_axes) if a not in shard[g] and a in dedupe)
+            factor = 1
+            if dc is not None:
+                ties = [a for a in axes if axis_type(plan, g, a) == TIE]
+                factor = (2 if sizes[ties[0]] >= 2 else 1) if ties else 2
+            part[d] = q[(g, s)] * factor if counted else Fraction(0)
+        for a in g_axes:
+            part = _allreduce(part, pos[a])
+        for d in devices:
+            total[d] += part[d]
+    if any(v != expected for v in total.values()):
+        out.add(("clip",))
+    ovf_o = _overrides(plan, "overflow", "reduce")
+    ovf_axes = list(ovf_o[-1].axes or ()) if ovf_o else default_axes
+    any_flag = any(flags.values())
+    buf = {d: any(flags[(g, tuple(d[pos[a]] for a in shard[g]))] for g in groups) for d in devices}
+    for a in ovf_axes:
+        sums: dict = {}
+        for d, v in buf.items():
+            key = d[:pos[a]] + d[pos[a] + 1:]
+            sums[key] = sums.get(key, False) or v
+        buf = {d: sums[d[:pos[a]] + d[pos[a] + 1:]] for d in buf}
+    if any(v != any_flag for v in buf.values()):
+        out.add(("overflow",))
+    return out
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bindings: dict | None = None,
+               trials: int = 3) -> set:
+    bindings = bindings or {}
+    out = placement_violations(plan, sizes)
+    for _ in range(trials):
+        for g in groups_of(plan):
+            if ("gi", g) not in out and not gi_ok(plan, g, sizes, rng, bindings):
+                out.add(("gi", g))
+        out |= norm_violations(plan, sizes, rng)
+    return out
