@@ -1,3 +1,86 @@
-"""placement-logic: placement specs in, exact cost formulas and safety verdicts out."""
+"""placement-logic: placement specs in, exact cost formulas and safety verdicts out.
+
+The public API. Importing the package is cheap: sympy, z3, cvc5 and torch are imported
+only when a function that needs them is first used. (The functions are not named like the
+subpackages, ``check`` or ``prove``, which importing them would shadow.)
+
+>>> import placement_logic as pl
+>>> spec = pl.load_string("from std.data import zero3  model { params = 1e9 }  mesh { dp = 8 }  "
+...                       "plan p { dp: zero3 }")
+>>> pl.check_spec(spec).verdict.word
+'proved'
+>>> print(pl.cost_report(spec).plans[0].device["params"].exact)
+250000000
+"""
+
+from __future__ import annotations
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    "load_spec",
+    "load_string",
+    "derive_costs",
+    "cost_report",
+    "check_spec",
+    "prove_theorems",
+    "Verdict",
+    "DiagnosticError",
+]
+
+
+def load_spec(path):
+    """Parse, load the imports of and resolve a ``.place`` file: an ``ir.Spec``.
+    Bad input raises ``DiagnosticError`` (every diagnostic, located)."""
+    from .frontend.loader import load_spec as _load
+
+    return _load(path)
+
+
+def load_string(text: str, file: str = "<string>", base_dir=None):
+    """The same for source text; ``file`` names it in diagnostics, imports resolve from ``base_dir``."""
+    from .frontend.loader import load_string as _load
+
+    return _load(text, file, base_dir)
+
+
+def derive_costs(plan):
+    """Memory, activations and communication of one ``ir.Plan`` as exact sympy expressions."""
+    from . import costs
+
+    return costs.derive(plan)
+
+
+def cost_report(spec, sets=None):
+    """The cost report of a spec (every plan; symbols bound by the spec and by ``sets``), as
+    plain data: what ``placement cost`` renders."""
+    from .costreport import build
+
+    return build(spec, sets=sets or {})
+
+
+def check_spec(spec, plans=None, pinned=None, timeout: float = 10.0):
+    """Prove or refute every safety obligation of the spec's plans (all mesh sizes unless pinned)."""
+    from .check.run import check_spec as _check
+
+    return _check(spec, plans=plans, pinned=pinned, timeout=timeout)
+
+
+def prove_theorems(specs=(), timeout: float = 10.0):
+    """The framework's theorems (and the claims of ``specs``): a report and the SMT-LIB texts."""
+    from .prove import prove as _prove
+
+    return _prove(list(specs), timeout=timeout)
+
+
+def __getattr__(name: str):
+    if name == "Verdict":
+        from .outcome import Verdict
+
+        return Verdict
+    if name == "DiagnosticError":
+        from .diagnostics import DiagnosticError
+
+        return DiagnosticError
+    raise AttributeError(f"module 'placement_logic' has no attribute {name!r}")

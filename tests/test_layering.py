@@ -202,3 +202,10 @@ def test_no_import_cycle():
 
 def _is_package(module: str) -> bool:
     return (PKG.joinpath(*module.split(".")) / "__init__.py").exists()
+
+
+def test_command_line_groups_match_the_prover():
+    from placement_logic.commands import prove as command
+    from placement_logic.prove import GROUPS
+
+    assert command.GROUPS == GROUPS

@@ -54,10 +54,29 @@ def grammar_text() -> str:
     return source_tree.read_text(encoding="utf-8")
 
 
+def _cache_file(text: str) -> str | bool:
+    """Where lark keeps the compiled parser between runs: a file in the user's cache folder
+    named by the grammar's hash and lark's version (lark re-checks both when it reads it), or
+    no cache when that folder cannot be made."""
+    import hashlib
+    import os
+
+    import lark
+
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "placement-logic"
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    return str(base / f"grammar-{digest}-lark{lark.__version__}.cache")
+
+
 @lru_cache(maxsize=1)
 def parser() -> Lark:
-    return Lark(grammar_text(), parser="lalr", lexer="contextual", propagate_positions=True,
-                maybe_placeholders=True)
+    text = grammar_text()
+    return Lark(text, parser="lalr", lexer="contextual", propagate_positions=True,
+                maybe_placeholders=True, cache=_cache_file(text))
 
 
 def _describe_expected(expected) -> str:
