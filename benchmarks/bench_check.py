@@ -18,10 +18,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from placement_logic.check.run import check_spec  # noqa: E402
-from placement_logic.solver.session import Session  # noqa: E402
-from placement_logic.frontend.loader import load_spec  # noqa: E402
-from machine import cores, cpu_name  # noqa: E402
+from machine import cores, cpu_name
+
+from placement_logic.check.run import check_spec
+from placement_logic.frontend.loader import load_spec
+from placement_logic.solver.session import Session
 
 
 def machine() -> str:

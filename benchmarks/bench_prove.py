@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from placement_logic.prove import GROUPS, prove  # noqa: E402
+from placement_logic.prove import GROUPS, prove
 
 
 def main() -> None:

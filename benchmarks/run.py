@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from machine import cores, cpu_name  # noqa: E402
+from machine import cores, cpu_name
 
 COLD = r"""
 import time, json
@@ -77,8 +77,8 @@ def sweep() -> dict:
     import sympy
 
     from placement_logic import costs
-    from placement_logic.frontend.loader import load_string
     from placement_logic.costs.symbolic import symbol
+    from placement_logic.frontend.loader import load_string
 
     plans = []
     for stage, rc in itertools.product(("ddp", "zero1", "zero2", "zero3"), ("", "selective_recompute", "full_recompute")):

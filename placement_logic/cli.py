@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"placement-logic {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name, mod in _load_commands().items():
+    for _name, mod in _load_commands().items():
         mod.add_parser(sub)
     return parser
 

@@ -10,14 +10,13 @@ import shlex
 
 import pytest
 import z3
+from corpus import EXAMPLES, ROOT, example_files, example_id
 
 from placement_logic.check.report import Verdict
 from placement_logic.check.run import check_spec
-from placement_logic.solver.session import Session
 from placement_logic.cli import main
 from placement_logic.frontend.loader import load_spec
-
-from corpus import EXAMPLES, ROOT, example_files, example_id
+from placement_logic.solver.session import Session
 
 BUGS = example_files("bugs")
 SAFE = example_files("safe") + example_files("library") + sorted(EXAMPLES.glob("*.place"))
@@ -199,10 +198,10 @@ def test_tie_reduce_over_a_data_axis_is_an_input_error(monkeypatch, tmp_path):
     ("unbound", "PL504"),
 ])
 def test_override_errors_on_hand_built_plans(override, code):
+    from irkit import ov, plan
+
     from placement_logic import ir
     from placement_logic.diagnostics import DiagnosticError
-
-    from irkit import ov, plan
 
     o = {
         "axis": ov("grads", "reduce", None, ("nosuch",)),

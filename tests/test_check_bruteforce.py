@@ -13,14 +13,13 @@ from itertools import product
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as hs
+from irkit import ov, plan
 
 from placement_logic import ir
 from placement_logic.check import steps
 from placement_logic.check.report import Verdict
 from placement_logic.check.run import check_plan
 from placement_logic.solver.session import Session
-
-from irkit import ov, plan
 
 LOSSES = ("global_mean", "per_device_mean", "per_microbatch_mean")
 DIVISORS = (None, "1", "dp", "dp*m")

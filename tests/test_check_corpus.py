@@ -19,13 +19,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from corpus import ROOT
 
 from placement_logic.check.report import Verdict
 from placement_logic.check.run import check_spec
 from placement_logic.cli import main
 from placement_logic.frontend.loader import load_spec
-
-from corpus import ROOT
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 MUTANTS = sorted((CORPUS / "mutants").glob("*.place"))

@@ -7,11 +7,10 @@ import io
 import json
 
 import pytest
-
-from placement_logic.cli import main
-
 from corpus import GOLDEN, ROOT
 from golden import check_golden
+
+from placement_logic.cli import main
 
 CASES = [
     ("sp_layernorm_grads", ["examples/bugs/sp_layernorm_grads.place"], "text"),

@@ -8,14 +8,13 @@ import ast
 from pathlib import Path
 
 import pytest
+from corpus import ROOT, example_files
 
 from placement_logic.check.rules import RULES
 from placement_logic.diagnostics import CODES
 
-from corpus import ROOT, example_files
-
 CHECK = ROOT / "placement_logic" / "check"
-SOLVER_MODULES = {"encode.py", "session.py", "run.py"}
+SOLVER_MODULES = {"encode.py", "session.py", "run.py", "obligations.py"}
 
 
 def imported_roots(path: Path) -> set[str]:

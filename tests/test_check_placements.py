@@ -7,14 +7,13 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
+from irkit import ov, plan
 
 from placement_logic import ir
 from placement_logic.check.report import Verdict
 from placement_logic.check.run import check_plan
 from placement_logic.diagnostics import DiagnosticError
 from placement_logic.solver.session import Session
-
-from irkit import ov, plan
 
 SESSION = Session(timeout=10)
 

@@ -14,17 +14,16 @@ from fractions import Fraction
 from itertools import product
 
 import pytest
+import simulator
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as hs
+from irkit import ov, plan
 
 from placement_logic import ir
 from placement_logic.check.run import check_plan
 from placement_logic.diagnostics import DiagnosticError
 from placement_logic.outcome import Verdict
 from placement_logic.solver.session import Session
-
-import simulator
-from irkit import ov, plan
 
 SESSION = Session(timeout=20)
 ROLES = ("data", "tensor", "context", "pipeline", "expert")
@@ -103,6 +102,7 @@ def plans(draw):
               overrides=(ov("embedding", "tie_reduce", None, ()),)), 5)
 @example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("tensor", "S,S,S,S")}, sp=True,
               overrides=(ov("grads", "reduce", "norms", ("a",)),)), 6)
+@example(plan("p", {"a": ("pipeline", "R,R,R,R")}, overrides=(ov("tokens", "reduce", None, ("a",)),)), 7)
 def test_checker_agrees_with_the_simulator(generated, seed):
     spec, p = generated
     try:

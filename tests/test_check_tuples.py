@@ -10,12 +10,11 @@ from __future__ import annotations
 from itertools import product
 
 import pytest
+from irkit import plan
 
 from placement_logic.check.run import check_plan
 from placement_logic.diagnostics import DiagnosticError
 from placement_logic.solver.session import Session
-
-from irkit import plan
 
 MODES = ("R", "S", "S*", "M", "O")
 ROLES = ("data", "context", "tensor", "pipeline", "expert")

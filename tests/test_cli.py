@@ -6,10 +6,10 @@ import io
 import subprocess
 import sys
 
+from corpus import ROOT
+
 from placement_logic import __version__
 from placement_logic.cli import main
-
-from corpus import ROOT
 
 
 def run(*argv):

@@ -111,7 +111,7 @@ def test_zero_stages_single_axis(strategy, n):
     plan = spec.plans[0]
     check_memory(spec, mesh, {ir.State.PARAMS: 2, ir.State.GRADS: 2, ir.State.OPTIMIZER: 12})
     led = Ledger(mesh)
-    full = lambda d: range(PSI)  # noqa: E731
+    full = lambda d: range(PSI)
     if strategy == "ddp":
         led.collective("all_reduce", ["dp"], full, 2)
     elif strategy in ("zero1", "zero2"):
@@ -134,7 +134,7 @@ def test_3d_composition_grad_sync_on_data_axis():
     plan = spec.plans[0]
     gmodes = placement_modes(plan, ir.State.GRADS)
     led = Ledger(mesh)
-    local = lambda d: pieces(range(PSI), d, gmodes, mesh)  # noqa: E731  (the tp×pp piece)
+    local = lambda d: pieces(range(PSI), d, gmodes, mesh)
     led.collective("reduce_scatter", ["dp"], local, 2)
     led.collective("all_gather", ["dp"], local, 2)
     assert build(spec).plans[0].per_axis["dp"].bytes_per_device.exact == led.one()
@@ -146,7 +146,7 @@ def test_hybrid_shard_two_axes():
     check_memory(spec, mesh, {ir.State.PARAMS: 2, ir.State.GRADS: 2, ir.State.OPTIMIZER: 12})
     gmodes = placement_modes(spec.plans[0], ir.State.GRADS)
     led = Ledger(mesh)
-    full = lambda d: range(PSI)  # noqa: E731
+    full = lambda d: range(PSI)
     led.collective("all_gather", ["gpu"], full, 2)
     led.collective("all_gather", ["gpu"], full, 2)
     led.collective("reduce_scatter", ["gpu"], full, 2)
@@ -161,7 +161,7 @@ def test_zero3_over_two_data_axes_equals_one_big_ring():
     strategy = "strategy z3 over (a, b) {\n  role = {a: data, b: data}\n  params: S*\n  optimizer: S\n  grads: S\n  activations: R\n}"
     spec = load_string(spec_text(mesh, "  [a, b]: z3", strategy), "<bf2>")
     led = Ledger(mesh)
-    full = lambda d: range(PSI)  # noqa: E731
+    full = lambda d: range(PSI)
     for kind in ("all_gather", "all_gather", "reduce_scatter"):
         led.collective(kind, ["a", "b"], full, 2)
     assert build(spec).plans[0].comm_total.exact == led.one()

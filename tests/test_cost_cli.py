@@ -32,7 +32,7 @@ def test_every_example_reports(path):
     assert code in (0, 1, 3), err
     data = json.loads(out)
     assert data["schema_version"] == 1
-    for name, plan in data["plans"].items():
+    for _name, plan in data["plans"].items():
         for row in ("params", "optimizer", "grads", "activations", "transient", "total"):
             q = plan["memory"]["device"][row]
             assert set(q) >= {"bytes", "exact", "formula", "latex"}
@@ -113,7 +113,7 @@ def test_compare_ratios_to_baseline():
 
 def test_walker_is_iterative_and_exact():
     v: ir.Value = ir.Sym("x")
-    for i in range(5000):
+    for _i in range(5000):
         v = ir.Op("+", (v, ir.Const(Fraction(1, 3))))
     assert to_sympy(v) == symbol("x") + sympy.Rational(5000, 3)
 

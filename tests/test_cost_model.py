@@ -6,8 +6,8 @@ import sympy
 from placement_logic import costs, ir
 from placement_logic.costs.activations import Layout, in_flight, per_layer
 from placement_logic.costs.sizes import shape_of, transformer_params
-from placement_logic.frontend.loader import load_spec
 from placement_logic.costs.symbolic import symbol
+from placement_logic.frontend.loader import load_spec
 from tests.cost_corpus import LLAMA2_70B_PARAMS, c, llama70b_shape, model
 
 s, b, h, a, t, p, v, m, U, L = (symbol(n) for n in "s b h a t p v m U L".split())

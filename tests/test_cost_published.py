@@ -7,8 +7,8 @@ import sympy
 
 from placement_logic import costs
 from placement_logic.costreport import build
-from placement_logic.frontend.loader import load_spec
 from placement_logic.costs.symbolic import resolve_bindings, symbol
+from placement_logic.frontend.loader import load_spec
 from tests.cost_corpus import ZERO_FIGURE1, ZERO_TABLE1, zero_spec
 
 GB = 10**9

@@ -19,12 +19,11 @@ import pytest
 import sympy
 
 from placement_logic import costs, ir
-from placement_logic.costreport import build
-from placement_logic.costreport import jsonout, markdown, text
+from placement_logic.costreport import build, jsonout, markdown, text
 from placement_logic.costs.activations import Layout, activations, in_flight
 from placement_logic.costs.sizes import shape_of
-from placement_logic.frontend.loader import load_string
 from placement_logic.costs.symbolic import symbol
+from placement_logic.frontend.loader import load_string
 from tests.cost_corpus import model
 
 # --------------------------------------------------------------------------- the simulator

@@ -7,13 +7,11 @@ import re
 from pathlib import Path
 
 import pytest
+from bad_snippets import CATALOGUE
 
 from placement_logic.cli import main
-from placement_logic.diagnostics import CODES, Diagnostic, Span, render
+from placement_logic.diagnostics import CODES, Diagnostic, DiagnosticError, Span, render
 from placement_logic.frontend.loader import load_string
-from placement_logic.diagnostics import DiagnosticError
-
-from bad_snippets import CATALOGUE
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "diagnostics.md"
 
@@ -49,7 +47,7 @@ def test_catalogue_covers_at_least_25_codes():
 
 def test_every_code_is_documented():
     doc = DOCS.read_text()
-    for code, (name, description) in CODES.items():
+    for code, (name, _description) in CODES.items():
         assert f"`{code}`" in doc, f"{code} missing from docs/diagnostics.md"
         assert name in doc
 

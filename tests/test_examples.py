@@ -6,14 +6,13 @@ from __future__ import annotations
 import io
 
 import pytest
+from corpus import ALL_EXAMPLES, EXAMPLES, GOLDEN, LIBRARY_EXAMPLES, ROOT, example_id
+from golden import check_golden
 
 from placement_logic.cli import main
 from placement_logic.frontend.canonical import format_source
-from placement_logic.ir import STATES
 from placement_logic.frontend.loader import library_index, load_spec
-
-from corpus import ALL_EXAMPLES, EXAMPLES, GOLDEN, LIBRARY_EXAMPLES, ROOT, example_id
-from golden import check_golden
+from placement_logic.ir import STATES
 
 IDS = [example_id(p) for p in ALL_EXAMPLES]
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 from hypothesis.extra.lark import from_lark
+from strategies import modules
 
 from placement_logic.diagnostics import DiagnosticError
 from placement_logic.frontend.canonical import format_module
 from placement_logic.frontend.loader import load_string
-from placement_logic.frontend.parser import parse, parser
-
-from strategies import modules
+from placement_logic.frontend.parser import build_parser, parse
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -38,7 +37,7 @@ def _front_end(text: str) -> None:
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(from_lark(parser(), start="start"))
+@given(from_lark(build_parser(cache=False), start="start"))
 def test_grammar_driven_fuzzing_never_crashes(text):
     _front_end(text)
 

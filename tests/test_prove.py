@@ -16,13 +16,13 @@ import sympy
 from placement_logic import costs
 from placement_logic.check.report import Verdict
 from placement_logic.cli import main
+from placement_logic.costs.symbolic import symbol
 from placement_logic.frontend.loader import load_spec
 from placement_logic.prove import engine, prove, render
-from placement_logic.solver import backends as solvers
-from placement_logic.prove.derivations import MEMORY, _plan_cost, psi, N
+from placement_logic.prove.derivations import MEMORY, N, _plan_cost, psi
 from placement_logic.prove.published import published_spec
 from placement_logic.prove.symbolic_ob import INT, POS, relation
-from placement_logic.costs.symbolic import symbol
+from placement_logic.solver import backends as solvers
 
 ROOT = Path(__file__).resolve().parent.parent
 SMT2 = ROOT / "proofs" / "smt2"

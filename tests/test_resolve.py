@@ -9,8 +9,8 @@ from fractions import Fraction
 import pytest
 
 from placement_logic import ir
-from placement_logic.ir import Mode, Residency, Role, ScheduleKind
 from placement_logic.frontend.loader import load_string
+from placement_logic.ir import Mode, Residency, Role, ScheduleKind
 
 HEAD = """
 model {

@@ -21,8 +21,8 @@ from typing import Any, Callable
 import z3
 
 from .. import ir
-from . import steps
 from ..solver.session import Session, value_of
+from . import steps
 from .values import fold, resolver
 
 
@@ -183,10 +183,14 @@ def gi_negation(env: Env, g: steps.GroupModel, prefix: str) -> tuple[list, Calla
     total = counts.sum_over({d.name for d in tdims}, env.real)
     norm_set = frozenset(g.norm_dims)
     slab = counts.sum_over(norm_set, env.real)
-    for name in sorted(norm_set):  # a repeated reduction of the count multiplies it by the size
+    token_names = {d.name for d in tdims}
+    for name in sorted(norm_set):
+        # a reduction of the count over an axis it is already replicated on multiplies it by the
+        # size: every reduction after the first over a token axis, every one over another axis
         times = g.norm_dims.count(name)
-        if times > 1:
-            slab = slab * env.real(_pow(env.size(g.dim(name)), times - 1, one))
+        extra = times - 1 if name in token_names else times
+        if extra > 0:
+            slab = slab * env.real(_pow(env.size(name), extra, one))
     if g.divisor_value is not None:
         divisor = env.value(g.divisor_value)
     else:

@@ -10,10 +10,9 @@ from __future__ import annotations
 import json
 
 from ..diagnostics import NO_SPAN, Span
-from ..outcome import SCHEMA_VERSION, envelope
+from ..outcome import envelope
 from .report import CheckReport, ObligationResult, Verdict
 from .rules import CONDITIONS, RULES
-
 
 
 def _loc(span: Span, file: str) -> str:

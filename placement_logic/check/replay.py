@@ -103,10 +103,12 @@ def simulate_gi(ctx: Context, g: steps.GroupModel, sizes: dict[str, int], counts
 
     # a second reduction of the token count over an axis sums a value already replicated there
     repeat = 1
+    token_names = {d.name for d in tdims}
     for name in norm:
         times = g.norm_dims.count(name)
-        if times > 1:
-            repeat *= dim_size(next(d for d in g.dims if d.name == name), sizes) ** (times - 1)
+        extra = times - 1 if name in token_names else times  # a count replicated there is multiplied
+        if extra > 0:
+            repeat *= sizes[name] ** extra
 
     def slab(tau: Coord) -> int:
         fixed = [i for i, d in enumerate(tdims) if d.name not in norm]

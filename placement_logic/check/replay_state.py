@@ -101,7 +101,7 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
                 "the overflowing shard step while the others skip",)
         return Counterexample(ctx.sizes_tuple(sizes), tuple(devs), values, eq, diag, ctx.command(sizes))
     clip2 = expected / 4
-    coef = lambda n2: min(Fraction(1), clip2 / n2) if n2 else Fraction(1)  # noqa: E731
+    coef = lambda n2: min(Fraction(1), clip2 / n2) if n2 else Fraction(1)
     eq = (f"grad-norm² on {coords_text(axes, dev)} = {_frac(buf[dev])}, global grad-norm² = {_frac(expected)}; "
           f"clip coefficient² with max_norm² = {_frac(clip2)}: {_frac(coef(buf[dev]))} instead of {_frac(coef(expected))}")
     values = (("squared gradient norms", f"{where} (one value per listed shard, 0 elsewhere)"), ("reduction", reduce_text))

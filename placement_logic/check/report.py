@@ -8,6 +8,7 @@ lark; the verdicts are ordered refuted < unknown < proved.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
 from ..diagnostics import NO_SPAN, Span
 from ..outcome import Verdict, exit_for
 

@@ -12,12 +12,12 @@ against.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from collections import Counter
+from dataclasses import dataclass, replace
 
 from .. import ir
-from ..ir import collectives as sc
 from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
+from ..ir import collectives as sc
 
 MICROBATCHES = "microbatches"  # the size name of the gradient-accumulation (time) dimension
 NORMALISATION = "normalisation"  # the GI aspect of the loss weights, token count and divisor

@@ -8,6 +8,7 @@ format; exit status 0, or 1 when an ``assert`` fails, 3 when an assert cannot be
 from __future__ import annotations
 
 from typing import TextIO
+
 from ..outcome import Exit
 
 FORMATS = ("text", "markdown", "json", "latex")

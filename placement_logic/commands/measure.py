@@ -10,6 +10,7 @@ realise, with nothing worse.
 from __future__ import annotations
 
 import json
+
 from ..outcome import Exit
 
 EXIT_UNREALISED = int(Exit.UNREALISED)

@@ -16,9 +16,9 @@ from typing import Iterable, Mapping
 import sympy
 
 from .. import costs, ir
+from ..costs.symbolic import PlacementLatexPrinter, resolve_bindings, symbol_names
 from ..diagnostics import Diagnostic, DiagnosticError, Span, did_you_mean
 from ..ir import State
-from ..costs.symbolic import PlacementLatexPrinter, resolve_bindings, symbol_names
 from .model import Binding, CollectiveRow, CostReport, GroupTotal, PlanReport, Quantity, QuestionResult, StageReport
 
 _OPS = {

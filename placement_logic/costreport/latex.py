@@ -9,10 +9,9 @@ first and the last stage's activations and totals too), then a table comparing t
 from __future__ import annotations
 
 from fractions import Fraction
-
-from . import units
 from typing import TYPE_CHECKING
 
+from . import units
 from .rows import DEVICE_ROWS, tex_text
 
 if TYPE_CHECKING:  # the report model imports this renderer for _repr_latex_

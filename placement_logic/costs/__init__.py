@@ -18,14 +18,14 @@ from functools import lru_cache
 import sympy
 
 from .. import ir
-from ..ir import collectives as schedule
 from ..diagnostics import Diagnostic, DiagnosticError, did_you_mean
 from ..ir import Role, State
-from .symbolic import symbol, to_sympy
+from ..ir import collectives as schedule
 from .activations import Activations, InFlight, Layout, StageActivations, activations
 from .comm import Communication, size
 from .memory import Memory, StageMemory, memory
 from .sizes import Shape, shape_of, transformer_params
+from .symbolic import symbol, to_sympy
 
 __all__ = [
     "PlanCost", "derive", "query_value", "layout_of", "transformer_params", "Shape", "Memory",

@@ -17,9 +17,9 @@ import sympy
 
 from .. import ir
 from ..ir.collectives import Collective, Kind
-from .symbolic import symbol, to_sympy
 from .activations import Layout
 from .sizes import Shape, divided
+from .symbolic import symbol, to_sympy
 
 _RING = {
     Kind.ALL_REDUCE: lambda n: 2 * (n - 1) / n,

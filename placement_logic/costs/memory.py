@@ -27,9 +27,9 @@ import sympy
 from .. import ir
 from ..ir import Mode, Role, State
 from ..ir.collectives import axes_with_role, is_offloaded, pipeline_axis, sharded_axes
-from .symbolic import symbol, to_sympy
 from .activations import Activations
 from .sizes import Shape, divided, stage_divided
+from .symbolic import symbol, to_sympy
 
 ZERO = sympy.Integer(0)
 

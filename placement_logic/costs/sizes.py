@@ -17,7 +17,6 @@ import sympy
 from .. import ir
 from .symbolic import symbol, to_sympy
 
-
 FIRST, LAST = "first", "last"  # the pipeline stages the engine accounts for
 
 

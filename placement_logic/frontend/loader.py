@@ -13,10 +13,10 @@ from importlib import resources
 from pathlib import Path
 
 from .. import ir
-from . import surface
 from ..diagnostics import Diagnostic, DiagnosticError, Span
-from .parser import parse
 from ..resolve import ModuleScope, collect_scope, resolve_module
+from . import surface
+from .parser import parse
 
 STD = "std"
 

@@ -12,8 +12,8 @@ from fractions import Fraction
 from lark import Token, Transformer, v_args
 from lark.tree import Meta
 
-from . import surface
 from ..diagnostics import Diagnostic, DiagnosticError, Span
+from . import surface
 
 
 def read_number(text: str) -> Fraction:

@@ -14,8 +14,8 @@ from pathlib import Path
 from lark import Lark
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
-from . import surface
 from ..diagnostics import Diagnostic, DiagnosticError, Span
+from . import surface
 from .lower import Lower
 
 # Readable names for the grammar's terminals, used in "expected ..." messages.
@@ -72,11 +72,18 @@ def _cache_file(text: str) -> str | bool:
     return str(base / f"grammar-{digest}-lark{lark.__version__}.cache")
 
 
-@lru_cache(maxsize=1)
-def parser() -> Lark:
+def build_parser(cache: bool = True) -> Lark:
+    """A fresh LALR parser of the grammar; with ``cache``, loaded from (and saved to) the user's
+    cache folder. A parser loaded from the cache keeps its tables but not the grammar object
+    (``Lark.grammar``), which grammar-driven generators need: build those with ``cache=False``."""
     text = grammar_text()
     return Lark(text, parser="lalr", lexer="contextual", propagate_positions=True,
-                maybe_placeholders=True, cache=_cache_file(text))
+                maybe_placeholders=True, cache=_cache_file(text) if cache else False)
+
+
+@lru_cache(maxsize=1)
+def parser() -> Lark:
+    return build_parser()
 
 
 def _describe_expected(expected) -> str:

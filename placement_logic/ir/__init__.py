@@ -8,4 +8,4 @@ sympy, z3 or torch.
 """
 
 from .nodes import *  # noqa: F403 - the package is the public face of its node module
-from .nodes import __all__  # noqa: F401
+from .nodes import __all__  # noqa: F401 - the package exports what its node module does

@@ -176,7 +176,7 @@ def _collective_rows(pred: Prediction, r: Realisation, results: list[dict], shap
     per_rank = [measured_collectives(res, r.mesh) for res in results]
     shares = stage_shares(r, results, shape)
     # predicted collectives first, so that a measured stand-in is paired before it is listed alone
-    order = lambda k: (k[1], k[0])  # noqa: E731
+    order = lambda k: (k[1], k[0])
     keys = sorted(predicted, key=order) + sorted({k for m in per_rank for k in m} - set(predicted), key=order)
     used: set = set()
     rows = []

@@ -68,8 +68,7 @@ class _Tagger:
 
 
 def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
-    from torch.distributed.pipelining import PipelineStage
-    from torch.distributed.pipelining import schedules
+    from torch.distributed.pipelining import PipelineStage, schedules
 
     from .training import _batch, _loss_sum, _reference, held_bytes, loss_normaliser, tokens_of
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from .report import CounterexampleView, MeasureReport, Row
 from ..outcome import SCHEMA_VERSION, envelope  # noqa: F401 - SCHEMA_VERSION re-exported for readers
-
+from .report import CounterexampleView, MeasureReport, Row
 
 
 def _num(x: Fraction | None) -> str:

@@ -134,7 +134,11 @@ def allreduce_again(params, group):
 def tensor_parallel(model: nn.Module, mesh, sequence_parallel: bool) -> None:
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
-        ColwiseParallel, PrepareModuleInput, PrepareModuleOutput, RowwiseParallel, SequenceParallel,
+        ColwiseParallel,
+        PrepareModuleInput,
+        PrepareModuleOutput,
+        RowwiseParallel,
+        SequenceParallel,
         parallelize_module,
     )
 
@@ -205,14 +209,14 @@ def apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
             opt = ZeroRedundancyOptimizer(params, optimizer_class=cls, process_group=group, **kw)
             if not r.regather:
                 opt._sync_params = lambda: None  # the bug: updated shards are never broadcast
-            state = lambda: opt.optim.state  # noqa: E731 - the local optimizer's shard of the state
+            state = lambda: opt.optim.state
         else:
             opt = make_optimizer(r.optimizer, params)
-            state = lambda: opt.state  # noqa: E731
+            state = lambda: opt.state
         if r.clip == "global":
-            clip = lambda: clip_global(params, MAX_NORM)  # noqa: E731
+            clip = lambda: clip_global(params, MAX_NORM)
         elif r.clip == "local":
-            clip = lambda: clip_local(params, MAX_NORM)  # noqa: E731
+            clip = lambda: clip_local(params, MAX_NORM)
         again = allreduce_again(params, group) if r.grad_reduce == "twice" else None
         return Trainer(module, model, opt, state, clip, layouts, named, again)
     if r.data in ("fsdp", "hsdp"):
@@ -227,7 +231,7 @@ def apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
         params = list(model.parameters())
     opt = make_optimizer(r.optimizer, params)
     if r.clip == "global":
-        clip = lambda: clip_global(params, MAX_NORM)  # noqa: E731
+        clip = lambda: clip_global(params, MAX_NORM)
     elif r.clip == "local":
-        clip = lambda: clip_local(params, MAX_NORM)  # noqa: E731
+        clip = lambda: clip_local(params, MAX_NORM)
     return Trainer(model, model, opt, lambda: opt.state, clip)

@@ -14,13 +14,12 @@ import json
 import os
 import traceback
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from .realise import Realisation  # noqa: F401 - part of a Job
 from .shape import TinyShape  # noqa: F401 - part of a Job
-from .training import IGNORE, Job, _batch, _loss_sum, _reference, _storage_bytes, held_bytes, loss_normaliser, tokens_of  # noqa: F401,E501
-
+from .training import IGNORE, Job, _batch, _loss_sum, _reference, _storage_bytes, held_bytes, loss_normaliser, tokens_of  # noqa: F401
 
 TIMEOUT_S = int(os.environ.get("PLACEMENT_MEASURE_TIMEOUT", "120"))  # a collective that waits longer than this fails the job
 
@@ -150,10 +149,10 @@ def main(rank: int, world: int, port: int, jobs: list[Job], outdir: str) -> None
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    from datetime import timedelta
+
     import torch
     import torch.distributed as dist
-
-    from datetime import timedelta
 
     torch.set_num_threads(1)
     device = _device(rank)

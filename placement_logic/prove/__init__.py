@@ -10,17 +10,15 @@ on request, those texts (``smt2_files``) for ``proofs/smt2/``.
 
 from __future__ import annotations
 
-
-
 from .. import ir
+from ..solver.query import Obligation
 from ..solver.session import Session
 from .claims import claim_analyses
-from .library_compositions import compositions
 from .composition_theorem import breaker_obligations, family_obligations
 from .correctness import necessity, sufficiency
 from .derivations import comm_obligations, memory_obligations
 from .engine import decide, export_texts
-from ..solver.query import Obligation
+from .library_compositions import compositions
 from .published import SPECS, published_spec
 from .report import ClaimResult, ProveReport
 

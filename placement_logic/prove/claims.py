@@ -22,8 +22,8 @@ import sympy
 from .. import costs, ir
 from ..costs.symbolic import resolve_bindings, symbol
 from ..solver.query import Obligation
-from .report import ClaimResult
 from ..solver.tosmt import as_expr
+from .report import ClaimResult
 from .symbolic_ob import INT, POS, Domain, equivalence
 
 CLAIMS = "Claims"

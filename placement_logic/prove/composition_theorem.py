@@ -20,12 +20,12 @@ import z3
 from .. import ir
 from ..check.plan import PlanChecker
 from ..check.report import Verdict
-from ..check.run import FORALL, SEARCH, check_plan
 from ..check.rules import RULES
-from ..solver.session import Session
+from ..check.run import FORALL, SEARCH, check_plan
 from ..frontend.loader import load_string
-from .library_compositions import MODEL, Composition
 from ..solver.query import Obligation, Query
+from ..solver.session import Session
+from .library_compositions import MODEL, Composition
 
 THEOREM = "Composition"
 

@@ -30,11 +30,11 @@ from ..check import run as check_run
 from ..check import steps
 from ..check.report import Verdict
 from ..check.rules import GRADIENT_INTEGRITY, STATE_CONSISTENCY
-from ..solver.session import Session
 from ..check.values import fold, resolver
 from ..frontend.loader import load_string
-from . import stepsem
 from ..solver.query import Obligation, Query
+from ..solver.session import Session
+from . import stepsem
 from .symbolic_ob import model_value
 
 THEOREM = "Correctness"
@@ -174,7 +174,7 @@ def _witness_query(spec, step: steps.StepModel, fixed: int | None):
             n, x, th = values(model)
             mine_v, ref_v, own_v, rep_v, ref_after_v, stale = replay_numbers(model)
             names = [d.name for d in dims]
-            cell = lambda c: "(" + ", ".join(f"{a}={i}" for a, i in zip(names, c)) + ")"  # noqa: E731
+            cell = lambda c: "(" + ", ".join(f"{a}={i}" for a, i in zip(names, c)) + ")"
             rows = [("sizes", ", ".join(f"{k}={v}" for k, v in sizes.items()))]
             rows.append(("token counts", "; ".join(f"{cell(c)}: {n[c]}" for c in cells)))
             rows.append(("gradient sums", "; ".join(f"{cell(c)}: {_t(x[c])}" for c in cells)))

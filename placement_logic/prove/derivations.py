@@ -16,8 +16,8 @@ import sympy
 
 from .. import costs
 from ..costs.symbolic import symbol
-from .library import data_spec, hybrid_spec
 from ..solver.query import Obligation
+from .library import data_spec, hybrid_spec
 from .symbolic_ob import INT, POS, relation
 
 MEMORY = "Memory derivation"

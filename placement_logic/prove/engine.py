@@ -11,9 +11,9 @@ from __future__ import annotations
 import z3
 
 from ..check.report import Verdict
+from ..solver.backends import run_cvc5, run_z3, smt2_text
 from ..solver.query import Obligation
 from .report import Result, SolverVerdict
-from ..solver.backends import run_cvc5, run_z3, smt2_text
 
 
 def decide(ob: Obligation, timeout: float, second: bool = True) -> tuple[Result, str]:

@@ -16,9 +16,9 @@ from .. import ir
 from ..check import run as check_run
 from ..check.report import PlanReport, Verdict
 from ..check.rules import RULES
-from ..solver.session import Session
 from ..diagnostics import DiagnosticError
 from ..frontend.loader import library_index, load_string
+from ..solver.session import Session
 
 AXES = ("x", "y", "z")
 MODEL = """\

@@ -6,8 +6,8 @@ solver, no parser: only the report data.
 
 from __future__ import annotations
 
-from .report import ClaimResult, ProveReport, Result
 from ..outcome import SCHEMA_VERSION, envelope  # noqa: F401 - SCHEMA_VERSION re-exported for readers
+from .report import ClaimResult, ProveReport, Result
 
 SMT2_DIR = "proofs/smt2"
 

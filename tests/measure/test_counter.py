@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from placement_logic.measure.runner import free_port  # noqa: E402
+from placement_logic.measure.runner import free_port
 
 pytestmark = pytest.mark.torch
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,10 +14,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from placement_logic.frontend.loader import load_spec  # noqa: E402
-from placement_logic.measure import render  # noqa: E402
-from placement_logic.measure.session import measure_many  # noqa: E402
-from placement_logic.measure.shape import TinyShape  # noqa: E402
+from placement_logic.frontend.loader import load_spec
+from placement_logic.measure import render
+from placement_logic.measure.session import measure_many
+from placement_logic.measure.shape import TinyShape
 
 pytestmark = pytest.mark.torch
 

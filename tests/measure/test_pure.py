@@ -14,7 +14,7 @@ from placement_logic.cli import main
 from placement_logic.frontend.loader import load_spec, load_string
 from placement_logic.measure import render
 from placement_logic.measure.compare import axes_of_group, compare
-from placement_logic.measure.predict import Prediction, PredictedCollective
+from placement_logic.measure.predict import PredictedCollective, Prediction
 from placement_logic.measure.realise import Realisation, Unrealised, realise
 from placement_logic.measure.session import mesh_sizes, run_bindings
 from placement_logic.measure.shape import scale_down
@@ -129,7 +129,7 @@ def test_axes_of_group_brute_force(sizes):
     names = tuple("abc"[: len(sizes)])
     mesh = tuple(zip(names, sizes))
     grid = list(itertools.product(*(range(n) for n in sizes)))  # row-major order = rank order
-    for rank, coords in enumerate(grid):
+    for _rank, coords in enumerate(grid):
         for k in range(1, len(names) + 1):
             for axes in itertools.combinations(names, k):
                 group = tuple(r for r, c in enumerate(grid)

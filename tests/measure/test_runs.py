@@ -17,9 +17,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from placement_logic.cli import main  # noqa: E402
-from placement_logic.frontend.loader import load_spec  # noqa: E402
-from placement_logic.measure.session import measure_many  # noqa: E402
+from placement_logic.cli import main
+from placement_logic.frontend.loader import load_spec
+from placement_logic.measure.session import measure_many
 
 pytestmark = pytest.mark.torch
 ROOT = Path(__file__).resolve().parents[2]
