@@ -39,6 +39,7 @@ def add_parser(subparsers) -> None:
 def run(args, out, err) -> int:
     from ..frontend.loader import load_spec
     from ..measure import render
+    from ..measure.report import Outcome
     from ..measure.session import measure
 
     spec = load_spec(args.file)
@@ -51,8 +52,8 @@ def run(args, out, err) -> int:
     else:
         out.write(render.text(reports))
     outcomes = {r.outcome for r in reports}
-    if outcomes & {"mismatch", "diverged", "failed"}:
+    if outcomes & {Outcome.MISMATCH, Outcome.DIVERGED, Outcome.FAILED}:
         return int(Exit.FAILED)
-    if "unrealised" in outcomes:
+    if Outcome.UNREALISED in outcomes:
         return EXIT_UNREALISED
     return int(Exit.OK)

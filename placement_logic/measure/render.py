@@ -8,7 +8,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from ..outcome import SCHEMA_VERSION, envelope  # noqa: F401 - SCHEMA_VERSION re-exported for readers
-from .report import CounterexampleView, MeasureReport, Row
+from .report import CounterexampleView, MeasureReport, Outcome, Row
 
 
 def _num(x: Fraction | None) -> str:
@@ -80,7 +80,7 @@ def text(reports: list[MeasureReport]) -> str:
         for a in rep.approximations:
             out.append(f"  approximation: {a}")
         for reason in rep.reasons:
-            out.append(f"  {'not realised' if rep.outcome == 'unrealised' else 'error'}: {reason}")
+            out.append(f"  {'not realised' if rep.outcome is Outcome.UNREALISED else 'error'}: {reason}")
         if rep.rows:
             out.append(f"  predicted by {rep.prediction_source} for the scaled-down fp32 model "
                        f"({', '.join(f'{k}={v}' for k, v in rep.shape)})")
@@ -107,7 +107,7 @@ def text(reports: list[MeasureReport]) -> str:
             c = rep.counts()
             out.append(f"  {c['match']} match, {c['explained']} explained, {c['differs']} differ")
         out.append("")
-    counts = {o: sum(1 for r in reports if r.outcome == o) for o in ("matched", "mismatch", "diverged", "unrealised", "failed")}
+    counts = {o.value: sum(1 for r in reports if r.outcome is o) for o in Outcome}
     out.append(", ".join(f"{n} {o}" for o, n in counts.items()))
     return "\n".join(out) + "\n"
 
@@ -121,7 +121,7 @@ def markdown(reports: list[MeasureReport]) -> str:
         for a in rep.approximations:
             out.append(f"- approximation: {a}")
         for reason in rep.reasons:
-            out.append(f"- {'not realised' if rep.outcome == 'unrealised' else 'error'}: {reason}")
+            out.append(f"- {'not realised' if rep.outcome is Outcome.UNREALISED else 'error'}: {reason}")
         if rep.approximations or rep.reasons:
             out.append("")
         if rep.rows:
@@ -172,7 +172,7 @@ def to_json(reports: list[MeasureReport]) -> dict:
         plans.append({
             "file": rep.file,
             "plan": rep.plan,
-            "outcome": rep.outcome,
+            "outcome": rep.outcome.value,
             "mesh": dict(rep.mesh),
             "devices": rep.devices,
             "steps": rep.steps,

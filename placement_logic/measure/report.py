@@ -11,11 +11,22 @@ not equivalent to one device), ``unrealised`` (PyTorch cannot run the plan as wr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from fractions import Fraction
 
 TOLERANCE = 1e-5  # relative, fp32
 
-OUTCOMES = ("matched", "mismatch", "diverged", "unrealised", "failed")
+class Outcome(StrEnum):
+    """How a measured plan came out (its value is what text and JSON show)."""
+
+    MATCHED = "matched"  # every measured quantity matches or is explained
+    MISMATCH = "mismatch"  # some quantity differs from the prediction
+    DIVERGED = "diverged"  # N-device training differs from single-device training
+    UNREALISED = "unrealised"  # the plan has no faithful PyTorch realisation
+    FAILED = "failed"  # a rank failed or timed out
+
+
+OUTCOMES = tuple(Outcome)
 
 
 @dataclass(frozen=True)
@@ -88,7 +99,7 @@ class Equivalence:
 class MeasureReport:
     file: str
     plan: str
-    outcome: str
+    outcome: Outcome
     mesh: tuple[tuple[str, int], ...]
     steps: int
     implementation: str = ""

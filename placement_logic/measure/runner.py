@@ -2,7 +2,7 @@
 
 Input: ``Job``s that share one world size. Output: for each job key, the list of
 per-rank result dicts (ordered by rank). Each rank is a fresh interpreter running
-``python -m placement_logic.measure.worker`` (so no caller's main module is re-imported);
+``python -m placement_logic.measure.ranks.worker`` (so no caller's main module is re-imported);
 the ranks meet over TCP on a free port of 127.0.0.1 and write their results to a
 temporary directory. Torch is imported only inside the ranks.
 """
@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .worker import Job
+from .job import Job
 
 RUN_TIMEOUT_S = 600
 
@@ -43,7 +43,7 @@ def launch(jobs: list[Job], world: int) -> dict[str, list[dict]]:
         port = free_port()
         procs = [
             subprocess.Popen(
-                [sys.executable, "-m", "placement_logic.measure.worker", outdir, str(rank), str(world), str(port)],
+                [sys.executable, "-m", "placement_logic.measure.ranks.worker", outdir, str(rank), str(world), str(port)],
                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             )
             for rank in range(world)

@@ -16,12 +16,12 @@ from typing import Callable
 from .. import ir
 from ..diagnostics import Diagnostic, DiagnosticError
 from .compare import compare
+from .job import Job
 from .predict import Prediction, UnboundPrediction, predict
 from .realise import Realisation, Unrealised, realise
-from .report import TOLERANCE, CheckerView, CounterexampleView, MeasureReport
+from .report import TOLERANCE, CheckerView, CounterexampleView, MeasureReport, Outcome
 from .runner import LaunchError, launch
 from .shape import ShapeError, TinyShape, scale_down
-from .worker import Job
 
 DEFAULT_STEPS = 3
 
@@ -111,14 +111,14 @@ def measure_many(items: list[tuple[ir.Spec, str]], devices: int | None = None, s
         mesh = tuple((a, sizes[a]) for a in plan.mesh.names)
         r = realise(plan, sizes, run_bindings(spec, sizes))
         if isinstance(r, Unrealised):
-            reports[spec.file, name] = MeasureReport(spec.file, name, "unrealised", mesh, steps, reasons=r.reasons)
+            reports[spec.file, name] = MeasureReport(spec.file, name, Outcome.UNREALISED, mesh, steps, reasons=r.reasons)
             continue
         try:
             shape = scale_down(plan, run_bindings(spec, sizes), sizes, r.tensor_axis, r.stages, r.chunks)
             prediction = predict(spec, plan, shape, sizes, r.optimizer)
         except (ShapeError, UnboundPrediction) as exc:
             reports[spec.file, name] = MeasureReport(
-                spec.file, name, "unrealised", mesh, steps, implementation=r.implementation,
+                spec.file, name, Outcome.UNREALISED, mesh, steps, implementation=r.implementation,
                 reasons=(f"no numeric prediction for the scaled-down run: {exc}",))
             continue
         prepared.setdefault(r.world, []).append((spec, Prepared(plan, r, shape, prediction)))
@@ -131,7 +131,7 @@ def measure_many(items: list[tuple[ir.Spec, str]], devices: int | None = None, s
         except LaunchError as exc:
             for spec, p in group:
                 reports[spec.file, p.plan.name] = MeasureReport(
-                    spec.file, p.plan.name, "failed", p.realisation.mesh, steps,
+                    spec.file, p.plan.name, Outcome.FAILED, p.realisation.mesh, steps,
                     implementation=p.realisation.implementation, reasons=(str(exc),))
             continue
         for job, (spec, p) in zip(jobs, group):
@@ -146,15 +146,15 @@ def _report(spec: ir.Spec, p: Prepared, results: list[dict], steps: int, with_ch
                 approximations=r.approximations)
     errors = [f"rank {res['rank']}: {res['error']}" for res in results if "error" in res]
     if errors:
-        return MeasureReport(outcome="failed", reasons=tuple(errors), **base)
+        return MeasureReport(outcome=Outcome.FAILED, reasons=tuple(errors), **base)
     rows, eq = compare(p.prediction, r, results, p.shape)
     checker = checker_view(spec, p.plan.name, r.sizes) if with_checker else None
     if not eq.within:
-        outcome = "diverged"
+        outcome = Outcome.DIVERGED
     elif any(row.status == "differs" for row in rows):
-        outcome = "mismatch"
+        outcome = Outcome.MISMATCH
     else:
-        outcome = "matched"
+        outcome = Outcome.MATCHED
     notes = (f"equivalence tolerance {TOLERANCE:g} relative (fp32)", _token_note(r, results))
     return MeasureReport(outcome=outcome, rows=tuple(rows), equivalence=eq, checker=checker, notes=notes, **base)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from ..diagnostics import DiagnosticError
 from ..frontend.loader import load_spec
 from . import render
-from .report import MeasureReport
+from .report import MeasureReport, Outcome
 from .session import DEFAULT_STEPS, measure_many
 
 
@@ -28,7 +28,7 @@ def summary(reports: list[MeasureReport]) -> str:
     out = ["| file | plan | devices | realised as | outcome | rows (match / explained / differ) | equivalence (rel.) | checker |",
            "|---|---|---:|---|---|---|---|---|"]
     for rep in reports:
-        if rep.outcome == "unrealised":
+        if rep.outcome is Outcome.UNREALISED:
             how = "not realisable: " + "; ".join(rep.reasons)
         else:
             how = rep.implementation
@@ -47,7 +47,7 @@ def table(paths: list[Path], steps: int = DEFAULT_STEPS) -> str:
         spec = load_spec(str(path))
         items.extend((spec, p.name) for p in spec.plans)
     reports = measure_many(items, steps=steps)
-    counts = {o: sum(1 for r in reports if r.outcome == o) for o in ("matched", "mismatch", "diverged", "unrealised", "failed")}
+    counts = {o.value: sum(1 for r in reports if r.outcome is o) for o in Outcome}
     head = [
         "# Validation table",
         "",
@@ -62,7 +62,7 @@ def table(paths: list[Path], steps: int = DEFAULT_STEPS) -> str:
         summary(reports),
         "## Reports",
         "",
-        render.markdown([r for r in reports if r.outcome != "unrealised"]),
+        render.markdown([r for r in reports if r.outcome is not Outcome.UNREALISED]),
     ]
     return "\n".join(head)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from placement_logic.measure.counter import CollectiveCounter
+from placement_logic.measure.ranks.counter import CollectiveCounter
 
 outdir, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")

@@ -53,7 +53,7 @@ def test_pipeline_matches_and_stays_equivalent(reports, plan):
 
 @pytest.mark.parametrize("plan", [p for _, p in PIPELINES])
 def test_stage_bytes_counted_from_the_stage_modules(reports, plan):
-    from placement_logic.measure.pipeline import stage_model
+    from placement_logic.measure.ranks.pipeline import stage_model
 
     rep = reports[plan]
     sh = TinyShape(**dict(rep.shape))

@@ -50,7 +50,7 @@ def reports(tmp_path_factory):
 
 
 def _psi(rep) -> int:
-    from placement_logic.measure import model as tiny
+    from placement_logic.measure.ranks import model as tiny
     from placement_logic.measure.shape import TinyShape
 
     m = tiny.build(TinyShape(**dict(rep.shape)), 0)

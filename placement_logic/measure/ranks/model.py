@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .shape import TinyShape
+from ..shape import TinyShape
 
 
 def _norm(shape: TinyShape) -> nn.Module:

@@ -17,8 +17,8 @@ import warnings
 from dataclasses import asdict
 from pathlib import Path
 
-from .realise import Realisation  # noqa: F401 - part of a Job
-from .shape import TinyShape  # noqa: F401 - part of a Job
+from ..realise import Realisation  # noqa: F401 - part of a Job
+from ..shape import TinyShape  # noqa: F401 - part of a Job
 from .training import IGNORE, Job, _batch, _loss_sum, _reference, _storage_bytes, held_bytes, loss_normaliser, tokens_of  # noqa: F401
 
 TIMEOUT_S = int(os.environ.get("PLACEMENT_MEASURE_TIMEOUT", "120"))  # a collective that waits longer than this fails the job

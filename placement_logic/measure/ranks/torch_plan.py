@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .realise import Realisation
+from ..realise import Realisation
 
 LR = {"adam": 1e-3, "sgd_momentum": 0.05, "sgd": 0.05}
 # Adam's epsilon: the key bias has an exactly zero gradient (softmax is shift invariant),

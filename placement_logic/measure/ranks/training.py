@@ -4,20 +4,9 @@ bytes a rank holds. Imported by ``worker`` (every run) and ``pipeline`` (pipelin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from .realise import Realisation
-from .shape import TinyShape
-
-
-@dataclass(frozen=True)
-class Job:
-    key: str
-    realisation: Realisation
-    shape: TinyShape
-    steps: int
-    seed: int = 0
-
+from ..job import Job  # noqa: F401 - what a rank runs
+from ..realise import Realisation
+from ..shape import TinyShape
 
 IGNORE = -100  # target of a padding position: no loss, no gradient
 
