@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from .cost import add_common, exit_status, render
+from .cost import add_common, exit_status, render, spec_sets
 
 
 def add_parser(subparsers) -> None:
@@ -22,10 +22,10 @@ def add_parser(subparsers) -> None:
 
 
 def run(args, out: TextIO, err: TextIO) -> int:
-    from ..costreport import build, parse_sets
+    from ..costreport import build
     from ..frontend.loader import load_spec
 
     spec = load_spec(args.file)
-    report = build(spec, sets=parse_sets(args.sets, spec), baseline=args.baseline, command="compare")
+    report = build(spec, sets=spec_sets(args, spec), baseline=args.baseline, command="compare")
     out.write(render(report, args.format))
     return exit_status(report)

@@ -10,15 +10,21 @@ from __future__ import annotations
 from typing import TextIO
 
 from ..outcome import Exit
+from .options import add_file, add_format, add_plan, add_set, parse_sets
 
 FORMATS = ("text", "markdown", "json", "latex")
 
 
 def add_common(p) -> None:
-    p.add_argument("file", metavar="FILE", help="a .place spec")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="NAME=VALUE",
-                   help="re-bind a let symbol or an axis size (repeatable), e.g. --set dp=1024")
-    p.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
+    add_file(p)
+    add_set(p, "re-bind a let symbol or an axis size (repeatable), e.g. --set dp=1024")
+    add_format(p, FORMATS)
+
+
+def spec_sets(args, spec):
+    """The command's ``--set`` values: every name a let or an axis of the spec."""
+    return parse_sets(args.sets, known=[n for n, _ in spec.bindings],
+                      axes=spec.mesh.names if spec.mesh else ())
 
 
 def add_parser(subparsers) -> None:
@@ -26,8 +32,7 @@ def add_parser(subparsers) -> None:
                               description="Exact per-device memory and per-step communication of each plan, "
                               "as formulas in the spec's symbols and as numbers when they are bound.")
     add_common(p)
-    p.add_argument("--plan", dest="plans", action="append", default=[], metavar="NAME",
-                   help="report only this plan (repeatable)")
+    add_plan(p, "report only this plan (repeatable)")
     p.set_defaults(run=run)
 
 
@@ -44,10 +49,10 @@ def exit_status(report) -> int:
 
 
 def run(args, out: TextIO, err: TextIO) -> int:
-    from ..costreport import build, parse_sets
+    from ..costreport import build
     from ..frontend.loader import load_spec
 
     spec = load_spec(args.file)
-    report = build(spec, plans=args.plans, sets=parse_sets(args.sets, spec), command="cost")
+    report = build(spec, plans=args.plans, sets=spec_sets(args, spec), command="cost")
     out.write(render(report, args.format))
     return exit_status(report)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..diagnostics import Diagnostic, DiagnosticError
 from ..frontend.loader import load_spec
+from .options import add_timeout, parse_timeout
 
 # the built-in theorem groups (``prove.GROUPS``), named here so --help costs no solver import
 GROUPS = ("memory", "comm", "correctness", "composition", "claims")
@@ -26,7 +27,7 @@ def add_parser(subparsers) -> None:
         "from its SMT-LIB 2 text with cvc5.")
     p.add_argument("files", nargs="*", metavar="FILE", help="specs whose claim statements become obligations")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="S", help="seconds per solver query (default 10)")
+    add_timeout(p)
     p.add_argument("--only", action="append", choices=GROUPS + ("none",), metavar="GROUP",
                    help=f"run only these built-in groups ({', '.join(GROUPS)}, or none); repeatable")
     p.add_argument("--export", metavar="DIR", help="write every obligation as DIR/<group>/<name>.smt2")
@@ -38,7 +39,7 @@ def run(args, out, err) -> int:
     from ..prove import prove, render
 
     only = tuple(g for g in (args.only or GROUPS) if g != "none")
-    report, texts = prove(specs, timeout=args.timeout, only=only)
+    report, texts = prove(specs, timeout=parse_timeout(args.timeout), only=only)
     if args.export:
         root = Path(args.export)
         for key, text in texts.items():

@@ -1,6 +1,6 @@
 """Cost reports: ``build`` (spec -> report model) and the renderers (report -> text)."""
 
-from .build import build, parse_sets, symbolic_value
+from .build import build, symbolic_value
 from .model import SCHEMA_VERSION, CostReport, PlanReport, Quantity
 
-__all__ = ["build", "parse_sets", "symbolic_value", "SCHEMA_VERSION", "CostReport", "PlanReport", "Quantity"]
+__all__ = ["build", "symbolic_value", "SCHEMA_VERSION", "CostReport", "PlanReport", "Quantity"]

@@ -4,7 +4,7 @@ Input: an ``ir.Spec``, optional plan names, optional re-bindings (name -> exact 
 an optional baseline plan (``compare``). Output: a ``CostReport`` whose quantities carry the
 symbolic formula, its LaTeX, and the exact value when every symbol is bound. Asserts and
 claims are evaluated here: a bound comparison holds or fails on its exact values; an
-unbound one is ``unknown``. ``parse_sets`` turns ``NAME=VALUE`` options into exact numbers
+unbound one is ``unknown``. ``--set`` values arrive parsed (``commands.options.parse_sets``) as exact numbers
 (diagnostic PL301 when malformed or naming nothing in the spec).
 """
 
@@ -17,7 +17,7 @@ import sympy
 
 from .. import costs, ir
 from ..costs.symbolic import PlacementLatexPrinter, resolve_bindings, symbol_names
-from ..diagnostics import Diagnostic, DiagnosticError, Span, did_you_mean
+from ..diagnostics import Diagnostic, DiagnosticError, did_you_mean
 from ..ir import State
 from .model import Binding, CollectiveRow, CostReport, GroupTotal, PlanReport, Quantity, QuestionResult, StageReport
 
@@ -25,33 +25,6 @@ _OPS = {
     "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
     "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
 }
-
-
-# --------------------------------------------------------------------------- --set
-
-
-def parse_sets(items: Iterable[str], spec: ir.Spec) -> dict[str, Fraction]:
-    """``NAME=VALUE`` options to exact numbers; every NAME must be a let or an axis."""
-    known = [n for n, _ in spec.bindings]
-    axes = set(spec.mesh.names) if spec.mesh else set()
-    out: dict[str, Fraction] = {}
-    for item in items:
-        span = Span("<command line>", 1, 1, 1, len(item) + 1)
-        name, eq, text = item.partition("=")
-        name, text = name.strip(), text.strip().replace("_", "")
-        if not eq or not name or not text:
-            raise DiagnosticError([Diagnostic("PL301", f"--set expects NAME=NUMBER, got '{item}'", span)])
-        if name not in known:
-            raise DiagnosticError([Diagnostic("PL301", f"--set names '{name}', which is not a let or an axis of the spec",
-                                              span, notes=did_you_mean(name, known))])
-        try:
-            value = Fraction(text)
-        except (ValueError, ZeroDivisionError):
-            raise DiagnosticError([Diagnostic("PL301", f"--set {name}: '{text}' is not an exact number", span)]) from None
-        if name in axes and (value.denominator != 1 or value < 1):
-            raise DiagnosticError([Diagnostic("PL301", f"--set {name}: an axis size must be a positive integer", span)])
-        out[name] = value
-    return out
 
 
 # --------------------------------------------------------------------------- quantities

@@ -1,0 +1,89 @@
+"""The command-line options every command shares, and their parsing: one ``--set`` parser,
+``--plan``, ``--format``, ``--timeout``, and the one location command-line errors carry.
+
+Values are parsed here into exact numbers; a bad value is a located ``DiagnosticError``
+(``<command line>:1:COL`` spanning the offending option), never a traceback.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Iterable
+
+from ..diagnostics import Diagnostic, DiagnosticError, Span, did_you_mean
+
+COMMAND_LINE = "<command line>"
+
+
+def command_line_span(text: str) -> Span:
+    """The location of a command-line error: the option's text on a line of its own."""
+    return Span(COMMAND_LINE, 1, 1, 1, len(text) + 1)
+
+
+def add_file(p, help: str = "a .place spec") -> None:
+    p.add_argument("file", metavar="FILE", help=help)
+
+
+def add_plan(p, help: str = "only this plan (repeatable)", required: bool = False) -> None:
+    p.add_argument("--plan", dest="plans", action="append", default=None if required else [], metavar="NAME",
+                   required=required, help=help)
+
+
+def add_format(p, formats: tuple[str, ...]) -> None:
+    p.add_argument("--format", choices=formats, default="text", help="output format (default: text)")
+
+
+def add_timeout(p) -> None:
+    p.add_argument("--timeout", default="10", metavar="SECONDS", help="solver time limit per query (default: 10)")
+
+
+def add_set(p, help: str) -> None:
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="NAME=VALUE", help=help)
+
+
+def parse_timeout(text: str) -> float:
+    try:
+        value = float(Fraction(text))
+    except (ValueError, ZeroDivisionError):
+        value = -1.0
+    if not value > 0:
+        raise DiagnosticError([Diagnostic("PL500", f"--timeout {text}: expected a positive number of seconds",
+                                          command_line_span(f"--timeout {text}"))])
+    return value
+
+
+def parse_sets(items: Iterable[str], known: Iterable[str] | None = None, axes: Iterable[str] = (),
+               integers: bool = False) -> dict[str, Fraction]:
+    """``NAME=VALUE`` options to exact numbers.
+
+    ``known``: the names that may be set (None: any); ``axes``: names whose value is a mesh
+    size (a positive integer); ``integers``: every value must be a positive integer (pinned
+    sizes of ``check``)."""
+    known = list(known) if known is not None else None
+    axes = set(axes)
+    out: dict[str, Fraction] = {}
+    for item in items:
+        span = command_line_span(f"--set {item}")
+        name, eq, text = item.partition("=")
+        name, text = name.strip(), text.strip().replace("_", "")
+        try:
+            value = Fraction(text) if eq and text else None
+        except (ValueError, ZeroDivisionError):
+            value = None
+        if integers:
+            if not name or value is None or value.denominator != 1 or value < 1:
+                raise DiagnosticError([Diagnostic("PL301", f"--set {item}: expected NAME=N with N a positive integer",
+                                                  span)])
+            out[name] = value
+            continue
+        if not eq or not name or not text:
+            raise DiagnosticError([Diagnostic("PL301", f"--set expects NAME=NUMBER, got '{item}'", span)])
+        if known is not None and name not in known:
+            raise DiagnosticError([Diagnostic("PL301", f"--set names '{name}', which is not a let or an axis of the spec",
+                                              span, notes=did_you_mean(name, known))])
+        if value is None:
+            raise DiagnosticError([Diagnostic("PL301", f"--set {name}: '{text}' is not an exact number", span)])
+        if name in axes and (value.denominator != 1 or value < 1):
+            raise DiagnosticError([Diagnostic("PL301", f"--set {name}: an axis size must be a positive integer", span)])
+        out[name] = value
+    return out
