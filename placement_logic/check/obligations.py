@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..diagnostics import NO_SPAN, Span
+from . import aspects, steps
 from . import encode as en
 from . import replay as rp
 from . import replay_state as rs
-from . import steps
 from .rules import GRADIENT_INTEGRITY, RULES, STATE_CONSISTENCY
 
 ALL_GROUPS = "*"  # an explanation of every group's whole-plan gradient integrity
@@ -49,8 +49,8 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
             "plan's reductions, accumulation, loss weights and divisor taken together",
             lambda env, g=g: en.gi_negation(env, g, f"gi_{g.group}"),
             lambda w, g=g: rp.replay_gi(ctx, w, g, None), whole=g.group))
-        for aspect in steps.gi_aspects(g):
-            h = steps.isolate(g, aspect)
+        for aspect in aspects.gi_aspects(g):
+            h = aspects.isolate(g, aspect)
             label, checked = _gi_text(g, aspect)
             obs.append(Obligation(
                 f"GI grads[{g.group}] {label}", GRADIENT_INTEGRITY, _span(g.span_of(aspect), P), checked,
@@ -233,7 +233,7 @@ def _expert_negation(env: en.Env, step: steps.StepModel):
             continue
         for d in g.dims:
             if d.axis in step.expert_axes and not d.tie:
-                parts.append(en.gi_negation(eq, steps.isolate(g, d.name), f"cr07_{g.group}_{d.name}"))
+                parts.append(en.gi_negation(eq, aspects.isolate(g, d.name), f"cr07_{g.group}_{d.name}"))
     if len(parts) == 1:
         return parts[0]
     pick = [env.sess.bool(f"cr07_part_{i}") for i in range(len(parts))]

@@ -16,7 +16,7 @@ from math import lcm
 from typing import Iterable
 
 from .. import ir
-from . import steps
+from . import aspects, steps
 from .report import Counterexample
 from .values import fold, resolver, show
 
@@ -200,7 +200,7 @@ def diagnose_group(ctx: Context, g: steps.GroupModel, equal_counts: bool = False
     for d in g.dims:
         if aspect is not None and d.name != aspect:
             continue
-        if d.k == steps.correct_k(d):
+        if d.k == aspects.correct_k(d):
             continue
         where = d.axis if not d.tie else f"the tied pair of {d.axis} stages"
         if d.name == steps.MICROBATCHES:
@@ -308,7 +308,7 @@ def typing_text(g: steps.GroupModel) -> str:
 
 def replay_gi(ctx: Context, w: dict, g: steps.GroupModel | None = None, aspect: str | None = None) -> Counterexample | None:
     """Replay a GI witness on group ``g`` (default: the plan's group ``w["group"]``; a
-    GI aspect's obligation passes its isolated group, see ``steps.isolate``)."""
+    GI aspect's obligation passes its isolated group, see ``aspects.isolate``)."""
     g = g if g is not None else ctx.step.group(w["group"])
     sizes = w["sizes"]
     ref = _reference(g, sizes)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from .. import ir
 from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
 from ..ir import collectives as sc
+from .wellformed import SPLIT_MODES, no_effect, persistent_modes, tied, whole_update_axes
 
 MICROBATCHES = "microbatches"  # the size name of the gradient-accumulation (time) dimension
 NORMALISATION = "normalisation"  # the GI aspect of the loss weights, token count and divisor
@@ -29,9 +30,6 @@ INVARIANT = "invariant"  # every device computes the same value
 SHARDED = "sharded"  # devices hold different elements
 
 DATA_ROLES = (ir.Role.DATA,)
-# params modes under which a tensor or expert axis splits the computation itself; under S* every
-# rank gathers the whole weights first, under R and M it holds them whole
-SPLIT_MODES = (ir.Mode.S, ir.Mode.O)
 TENSOR_ROLES = (ir.Role.TENSOR, ir.Role.SEQUENCE)
 
 
@@ -154,53 +152,8 @@ def _groups_present(plan: ir.Plan) -> tuple[str, ...]:
     return tuple(groups)
 
 
-def whole_update_axes(plan: ir.Plan) -> tuple[str, ...]:
-    """Axes along which every rank's optimizer step covers whole parameters: the axes that split
-    the batch (data, context), and tensor and expert axes whose params are not split (``S``/``O``)
-    by the axis's own rule. Pipeline stages always split the parameters."""
-    par = plan.placement(ir.State.PARAMS)
-    out = []
-    for a in plan.mesh.names:
-        role = plan.role(a)
-        if role in (ir.Role.DATA, ir.Role.CONTEXT):
-            out.append(a)
-        elif role in TENSOR_ROLES + (ir.Role.EXPERT,) and par.mode(a) not in SPLIT_MODES:
-            out.append(a)
-    return tuple(out)
-
-
-def _persistent_modes(plan: ir.Plan) -> None:
-    """Params and optimizer state live from one step to the next: ``M`` (materialized only
-    transiently) does not apply to them."""
-    for state in (ir.State.PARAMS, ir.State.OPTIMIZER):
-        pl = plan.placement(state)
-        bad = pl.axes_with(ir.Mode.M)
-        if bad:
-            raise _err("PL505", f"{state.value} are placed M (materialized only transiently) over "
-                       f"({', '.join(bad)}), but {state.value} persist from one step to the next; M applies to "
-                       "gradients and activations", pl.span if pl.span != NO_SPAN else plan.span)
-
-
 def _tied(plan: ir.Plan) -> bool:
-    t = plan.model.transformer
-    return t is not None and bool(t.tied_embeddings)
-
-
-def _no_effect(plan: ir.Plan, groups: tuple[str, ...], needs_regather: bool, offloaded: bool) -> None:
-    """Overrides the step cannot read are errors, not silent no-ops (PL506)."""
-    for o in plan.overrides:
-        why = None
-        if o.group not in (None, "all") and o.group not in groups:
-            why = (f"the plan has no '{o.group}' parameter group (its groups: {', '.join(groups)})")
-        elif o.target == "params" and o.verb == "no_fetch" and not offloaded:
-            why = "params stay on the device, so there is nothing to fetch"
-        elif o.target == "params" and o.verb == "no_regather" and not needs_regather:
-            why = "no axis has replicated params with a sharded optimizer, so nothing is re-gathered"
-        elif o.target == "embedding" and not (_tied(plan) and plan.axes_with_role(ir.Role.PIPELINE)):
-            why = "the embedding is not tied across pipeline stages (no tied embeddings or no pipeline axis)"
-        if why:
-            raise _err("PL506", f"override {o.target}{f'[{o.group}]' if o.group else ''}: {o.verb} changes "
-                       f"nothing: {why}", o.span)
+    return tied(plan)
 
 
 def _err(code: str, msg: str, span: Span) -> DiagnosticError:
@@ -220,7 +173,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     if not overrides:
         plan = replace(plan, overrides=tuple(o for o in plan.overrides if o.target in keep))
     axes = plan.mesh.names
-    _persistent_modes(plan)
+    persistent_modes(plan)
     for o in plan.overrides:
         for a in o.axes or ():
             if a not in axes:
@@ -388,7 +341,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     needed = tuple(a for a in axes if par_pl.mode(a) is ir.Mode.R and opt_pl.mode(a).shards)
     offloaded_params = par_pl.offloaded or any(m is ir.Mode.O for _, m in par_pl.modes)
     if overrides:
-        _no_effect(plan, tuple(g.group for g in groups), bool(needed), offloaded_params)
+        no_effect(plan, tuple(g.group for g in groups), bool(needed), offloaded_params)
     rg_o = last("params", "no_regather")
     gather_o = last("params", "gather")
     fetch_o = last("params", "no_fetch")
@@ -450,40 +403,3 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         equal_tokens=eq_o is not None,
         norm_dedupe_axes=all_shard,
     )
-
-
-# --------------------------------------------------------------------------- GI aspects
-
-
-def correct_k(d: GradDim) -> int:
-    """How often a correct system reduces along ``d``: once where contributions are partial
-    (accumulated once over microbatches), never where the value is invariant or sharded or
-    where the MoE all-to-all already sums it."""
-    if d.name == MICROBATCHES:
-        return 1
-    return 1 if d.kind in (TOKEN, SPLIT) and not d.implicit else 0
-
-
-def gi_aspects(g: GroupModel) -> tuple[str, ...]:
-    """The GI obligations of a group: every dimension its contribution is split on or the
-    plan reduces over, the microbatches, and the normalisation."""
-    dims = tuple(d.name for d in g.dims
-                 if d.name != MICROBATCHES and (d.kind in (TOKEN, SPLIT) or d.k >= 1))
-    return dims + (MICROBATCHES, NORMALISATION)
-
-
-def correct_normalisation(g: GroupModel) -> tuple[tuple[str, ...], tuple[str, ...], ir.Value | None]:
-    """(norm_dims, divisor_axes, divisor_value) of the global token mean: the token count
-    summed over every token dimension, no divisor."""
-    return tuple(d.name for d in g.dims if d.kind == TOKEN), (), None
-
-
-def isolate(g: GroupModel, aspect: str) -> GroupModel:
-    """``g`` with only ``aspect`` as the plan does it and everything else as a correct
-    system does it: for a dimension, every other reduction is the correct one and the
-    loss is the global token mean; for NORMALISATION, every reduction is correct."""
-    if aspect == NORMALISATION:
-        return replace(g, dims=tuple(replace(d, k=correct_k(d)) for d in g.dims))
-    norm, div_axes, div_value = correct_normalisation(g)
-    dims = tuple(d if d.name == aspect else replace(d, k=correct_k(d)) for d in g.dims)
-    return replace(g, dims=dims, norm_dims=norm, divisor_axes=div_axes, divisor_value=div_value)

@@ -1,4 +1,4 @@
-"""Value expressions to numbers: one walker for exact Fractions and for solver terms.
+"""Value expressions to numbers: exact Fractions and solver terms, through the IR's walker.
 
 Input: an ``ir.Value`` and a leaf function mapping symbol names to numbers (Fractions,
 or solver terms supplied by the caller). Output: the value built with the arithmetic
@@ -13,52 +13,36 @@ from typing import Any, Callable
 
 from .. import ir
 from ..diagnostics import Diagnostic, DiagnosticError
+from ..ir.walk import ARITHMETIC, Target, evaluate
+
+
+def _check_error(code: str, message: str, node) -> DiagnosticError:
+    return DiagnosticError([Diagnostic(code, message, node.span)])
+
+
+def _power(node: ir.Op, args: list[Any]) -> Any:
+    try:
+        return ARITHMETIC["^"](node, args)
+    except ValueError:
+        raise _check_error("PL203", "an exponent must be an integer constant", node) from None
+
+
+CHECK_OPS = {**ARITHMETIC, "^": _power}
+
+
+def _query(node) -> Any:
+    raise _check_error("PL503", "a cost query cannot be used in a check override", node)
+
+
+def _unknown(node: ir.Op) -> Any:
+    raise _check_error("PL503", f"operator '{node.op}' is not understood by the checker", node)
 
 
 def fold(value: ir.Value, leaf: Callable[[str], Any], const: Callable[[Fraction], Any] = lambda c: c) -> Any:
-    """Evaluate ``value``: constants via ``const``, symbols via ``leaf``, operators natively."""
-    results: dict[int, Any] = {}
-    stack: list[tuple[ir.Value, bool]] = [(value, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if isinstance(node, ir.Const):
-            results[id(node)] = const(node.value)
-        elif isinstance(node, ir.Sym):
-            results[id(node)] = leaf(node.name)
-        elif isinstance(node, ir.Op):
-            if not expanded:
-                stack.append((node, True))
-                stack.extend((a, False) for a in node.args)
-                continue
-            args = [results[id(a)] for a in node.args]
-            results[id(node)] = _apply(node, args)
-        else:
-            raise DiagnosticError([Diagnostic("PL503", "a cost query cannot be used in a check override", node.span)])
-    return results[id(value)]
-
-
-def _apply(node: ir.Op, args: list[Any]) -> Any:
-    op = node.op
-    if op == "neg":
-        return -args[0]
-    if op == "+":
-        return args[0] + args[1]
-    if op == "-":
-        return args[0] - args[1]
-    if op == "*":
-        return args[0] * args[1]
-    if op == "/":
-        return args[0] / args[1]
-    if op == "^":
-        exp = node.args[1]
-        if not (isinstance(exp, ir.Const) and exp.value.denominator == 1):
-            raise DiagnosticError([Diagnostic("PL203", "an exponent must be an integer constant", node.span)])
-        n = int(exp.value)
-        result = args[0] ** 0 if n == 0 else args[0]
-        for _ in range(abs(n) - 1):
-            result = result * args[0]
-        return 1 / result if n < 0 else result
-    raise DiagnosticError([Diagnostic("PL503", f"operator '{op}' is not understood by the checker", node.span)])
+    """Evaluate ``value``: constants via ``const``, symbols via ``leaf``, operators natively
+    (the IR walker with the checker's operator table)."""
+    return evaluate(value, Target(const=const, sym=leaf, ops=CHECK_OPS, query=_query, unknown=_unknown,
+                                  other=_query))
 
 
 def resolver(bindings: dict[str, ir.Value], sizes: dict[str, Any]) -> Callable[[str], Any]:
@@ -81,33 +65,6 @@ def resolver(bindings: dict[str, ir.Value], sizes: dict[str, Any]) -> Callable[[
     return leaf
 
 
-_PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "neg": 3, "^": 4}
-
-
 def show(value: ir.Value) -> str:
-    """A value expression as DSL text (iterative, minimal parentheses)."""
-    text: dict[int, tuple[str, int]] = {}
-    stack: list[tuple[ir.Value, bool]] = [(value, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if isinstance(node, ir.Const):
-            v = node.value
-            text[id(node)] = (str(v.numerator) if v.denominator == 1 else f"{v.numerator}/{v.denominator}", 9)
-        elif isinstance(node, ir.Sym):
-            text[id(node)] = (node.name, 9)
-        elif isinstance(node, ir.Op):
-            if not expanded:
-                stack.append((node, True))
-                stack.extend((a, False) for a in node.args)
-                continue
-            p = _PREC.get(node.op, 9)
-            parts = []
-            for i, a in enumerate(node.args):
-                s, ap = text[id(a)]
-                if ap < p or (ap == p and i > 0 and node.op in "-/^"):
-                    s = f"({s})"
-                parts.append(s)
-            text[id(node)] = ("-" + parts[0] if node.op == "neg" else f" {node.op} ".join(parts), p)
-        else:
-            text[id(node)] = (f"{node.kind}({node.plan})", 9)
-    return text[id(value)][0]
+    """A value expression as text (the IR's one printer)."""
+    return ir.show(value)

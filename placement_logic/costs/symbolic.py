@@ -20,6 +20,7 @@ from sympy.printing.latex import LatexPrinter
 
 from .. import ir
 from ..diagnostics import Diagnostic, DiagnosticError
+from ..ir.walk import Target, evaluate
 
 QueryFn = Callable[[ir.Query], sympy.Expr]
 
@@ -45,57 +46,39 @@ def _no_query(q: ir.Query) -> sympy.Expr:
     raise DiagnosticError([Diagnostic("PL401", f"cost query '{q.kind}({q.plan})' is not allowed here", q.span)])
 
 
+def _div(node: ir.Op, args: list[sympy.Expr]) -> sympy.Expr:
+    if args[1] == 0:
+        raise DiagnosticError([Diagnostic("PL204", "division by zero", node.span)])
+    return args[0] / args[1]
+
+
+SYMPY_OPS = {
+    "+": lambda n, a: sympy.Add(*a),
+    "*": lambda n, a: sympy.Mul(*a),
+    "-": lambda n, a: a[0] - sympy.Add(*a[1:]) if len(a) > 1 else -a[0],
+    "neg": lambda n, a: -a[0],
+    "/": _div,
+    "^": lambda n, a: sympy.Pow(a[0], a[1]),
+    "**": lambda n, a: sympy.Pow(a[0], a[1]),
+    "min": lambda n, a: sympy.Min(*a),
+    "max": lambda n, a: sympy.Max(*a),
+    "ceil": lambda n, a: sympy.ceiling(a[0]),
+    "floor": lambda n, a: sympy.floor(a[0]),
+}
+
+
+def _unknown_op(node: ir.Op) -> sympy.Expr:
+    raise DiagnosticError([Diagnostic("PL400", f"unknown operator '{node.op}' in a value expression", node.span)])
+
+
+def _not_a_value(node) -> sympy.Expr:
+    raise DiagnosticError([Diagnostic("PL400", f"not a value expression: {type(node).__name__}")])
+
+
 def to_sympy(value: ir.Value, query: QueryFn | None = None) -> sympy.Expr:
-    """Translate a value expression without recursion (post-order over an explicit stack)."""
-    query = query or _no_query
-    done: dict[int, sympy.Expr] = {}
-    stack: list[tuple[ir.Value, bool]] = [(value, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if id(node) in done:
-            continue
-        if isinstance(node, ir.Const):
-            done[id(node)] = rational(node.value)
-        elif isinstance(node, ir.Sym):
-            done[id(node)] = symbol(node.name)
-        elif isinstance(node, ir.Query):
-            done[id(node)] = query(node)
-        elif isinstance(node, ir.Op):
-            if not expanded:
-                stack.append((node, True))
-                stack.extend((a, False) for a in node.args)
-                continue
-            done[id(node)] = _apply(node, [done[id(a)] for a in node.args])
-        else:
-            raise DiagnosticError([Diagnostic("PL400", f"not a value expression: {type(node).__name__}")])
-    return done[id(value)]
-
-
-def _apply(node: ir.Op, args: list[sympy.Expr]) -> sympy.Expr:
-    op = node.op
-    if op == "+":
-        return sympy.Add(*args)
-    if op == "*":
-        return sympy.Mul(*args)
-    if op == "-":
-        return args[0] - sympy.Add(*args[1:]) if len(args) > 1 else -args[0]
-    if op == "neg":
-        return -args[0]
-    if op == "/":
-        if args[1] == 0:
-            raise DiagnosticError([Diagnostic("PL204", "division by zero", node.span)])
-        return args[0] / args[1]
-    if op in ("^", "**"):
-        return sympy.Pow(args[0], args[1])
-    if op == "min":
-        return sympy.Min(*args)
-    if op == "max":
-        return sympy.Max(*args)
-    if op == "ceil":
-        return sympy.ceiling(args[0])
-    if op == "floor":
-        return sympy.floor(args[0])
-    raise DiagnosticError([Diagnostic("PL400", f"unknown operator '{op}' in a value expression", node.span)])
+    """Translate a value expression (the IR walker with the sympy operator table)."""
+    return evaluate(value, Target(const=rational, sym=symbol, ops=SYMPY_OPS, query=query or _no_query,
+                                  unknown=_unknown_op, other=_not_a_value))
 
 
 def resolve_bindings(bindings: Iterable[tuple[str, ir.Value]],

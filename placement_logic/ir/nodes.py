@@ -49,7 +49,6 @@ __all__ = [
     "Plan",
     "Question",
     "Spec",
-    "show",
 ]
 
 
@@ -404,30 +403,3 @@ class Spec:
     @property
     def binding_map(self) -> dict[str, Value]:
         return dict(self.bindings)
-
-
-_PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "neg": 3, "^": 4}
-
-
-def show(value: Value) -> str:
-    """Plain-text spelling of a value expression (for summaries, not for parsing)."""
-    if isinstance(value, Const):
-        v = value.value
-        return str(v.numerator) if v.denominator == 1 else f"{v.numerator}/{v.denominator}"
-    if isinstance(value, Sym):
-        return value.name
-    if isinstance(value, Query):
-        args = value.plan + (f", {value.arg}" if value.arg else "")
-        return f"{value.kind}({args})"
-    if value.op == "neg":
-        inner = show(value.args[0])
-        return f"-({inner})" if isinstance(value.args[0], Op) else f"-{inner}"
-    p = _PREC[value.op]
-    parts = []
-    for i, a in enumerate(value.args):
-        text = show(a)
-        ap = _PREC.get(a.op, 9) if isinstance(a, Op) else 9
-        if ap < p or (i == 1 and ap == p and value.op in "-/^") or (i == 0 and value.op == "^" and ap == p):
-            text = f"({text})"
-        parts.append(text)
-    return f" {value.op} ".join(parts)

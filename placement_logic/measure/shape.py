@@ -15,6 +15,7 @@ from math import lcm
 from typing import Mapping
 
 from .. import ir
+from ..ir.walk import ARITHMETIC, Target, evaluate
 
 # The tiny transformer's fixed dimensions (before divisibility adjustments).
 TINY_HIDDEN_PER_HEAD = 8
@@ -28,51 +29,40 @@ class ShapeError(Exception):
     """A model value that cannot be read as a number (a free symbol, a query)."""
 
 
+def _shape_div(node: ir.Op, args: list[Fraction]) -> Fraction:
+    if args[1] == 0:
+        raise ShapeError("division by zero")
+    return args[0] / args[1]
+
+
+def _shape_pow(node: ir.Op, args: list[Fraction]) -> Fraction:
+    if args[1].denominator != 1:
+        raise ShapeError("non-integer exponent")
+    return args[0] ** int(args[1])
+
+
+SHAPE_OPS = {**ARITHMETIC, "/": _shape_div, "^": _shape_pow}
+
+
+def _shape_unknown(node: ir.Op) -> Fraction:
+    raise ShapeError(f"unknown operator {node.op}")
+
+
+def _shape_query(node) -> Fraction:
+    raise ShapeError("a cost query cannot size the model")
+
+
 def value_of(value: ir.Value, bindings: Mapping[str, ir.Value]) -> Fraction:
-    """Exact value of an IR expression, resolving symbols through ``bindings`` (no recursion)."""
-    results: list[Fraction] = []
-    stack: list[tuple[ir.Value, bool]] = [(value, False)]
-    seen: set[str] = set()
-    while stack:
-        node, expanded = stack.pop()
-        if isinstance(node, ir.Const):
-            results.append(Fraction(node.value))
-        elif isinstance(node, ir.Sym):
-            if node.name not in bindings or node.name in seen:
-                raise ShapeError(f"'{node.name}' has no numeric value")
-            seen.add(node.name)
-            results.append(value_of(bindings[node.name], {k: v for k, v in bindings.items() if k != node.name}))
-        elif isinstance(node, ir.Op):
-            if not expanded:
-                stack.append((node, True))
-                stack.extend((a, False) for a in reversed(node.args))
-                continue
-            args = [results.pop() for _ in node.args][::-1]
-            results.append(_apply(node.op, args))
-        else:
-            raise ShapeError("a cost query cannot size the model")
-    return results[0]
+    """Exact value of an IR expression, resolving symbols through ``bindings`` (the IR walker
+    with exact arithmetic; a symbol's own binding is read without it, so cycles stop)."""
 
+    def sym(name: str) -> Fraction:
+        if name not in bindings:
+            raise ShapeError(f"'{name}' has no numeric value")
+        return value_of(bindings[name], {k: v for k, v in bindings.items() if k != name})
 
-def _apply(op: str, args: list[Fraction]) -> Fraction:
-    if op == "neg":
-        return -args[0]
-    a, b = args
-    if op == "+":
-        return a + b
-    if op == "-":
-        return a - b
-    if op == "*":
-        return a * b
-    if op == "/":
-        if b == 0:
-            raise ShapeError("division by zero")
-        return a / b
-    if op == "^":
-        if b.denominator != 1:
-            raise ShapeError("non-integer exponent")
-        return a ** int(b)
-    raise ShapeError(f"unknown operator {op}")
+    return evaluate(value, Target(const=Fraction, sym=sym, ops=SHAPE_OPS, query=_shape_query,
+                                  unknown=_shape_unknown, other=_shape_query))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,69 @@
+"""Well-formedness of a plan's placements and overrides, before the step model is built.
+
+Input: an ``ir.Plan``. Output: nothing, or a located ``DiagnosticError``: params or optimizer
+state placed ``M`` (PL505), an override the step cannot read (PL506). Also the axes along
+which every rank's update covers whole parameters, which the optimizer-step condition reads.
+"""
+
+from __future__ import annotations
+
+from .. import ir
+from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
+
+# params modes under which a tensor or expert axis splits the computation itself; under S* every
+# rank gathers the whole weights first, under R and M it holds them whole
+SPLIT_MODES = (ir.Mode.S, ir.Mode.O)
+TENSOR_ROLES = (ir.Role.TENSOR, ir.Role.SEQUENCE)
+
+
+def _err(code: str, msg: str, span: Span) -> DiagnosticError:
+    return DiagnosticError([Diagnostic(code, msg, span)])
+
+
+def whole_update_axes(plan: ir.Plan) -> tuple[str, ...]:
+    """Axes along which every rank's optimizer step covers whole parameters: the axes that split
+    the batch (data, context), and tensor and expert axes whose params are not split (``S``/``O``)
+    by the axis's own rule. Pipeline stages always split the parameters."""
+    par = plan.placement(ir.State.PARAMS)
+    out = []
+    for a in plan.mesh.names:
+        role = plan.role(a)
+        if role in (ir.Role.DATA, ir.Role.CONTEXT):
+            out.append(a)
+        elif role in TENSOR_ROLES + (ir.Role.EXPERT,) and par.mode(a) not in SPLIT_MODES:
+            out.append(a)
+    return tuple(out)
+
+
+def persistent_modes(plan: ir.Plan) -> None:
+    """Params and optimizer state live from one step to the next: ``M`` (materialized only
+    transiently) does not apply to them."""
+    for state in (ir.State.PARAMS, ir.State.OPTIMIZER):
+        pl = plan.placement(state)
+        bad = pl.axes_with(ir.Mode.M)
+        if bad:
+            raise _err("PL505", f"{state.value} are placed M (materialized only transiently) over "
+                       f"({', '.join(bad)}), but {state.value} persist from one step to the next; M applies to "
+                       "gradients and activations", pl.span if pl.span != NO_SPAN else plan.span)
+
+
+def tied(plan: ir.Plan) -> bool:
+    t = plan.model.transformer
+    return t is not None and bool(t.tied_embeddings)
+
+
+def no_effect(plan: ir.Plan, groups: tuple[str, ...], needs_regather: bool, offloaded: bool) -> None:
+    """Overrides the step cannot read are errors, not silent no-ops (PL506)."""
+    for o in plan.overrides:
+        why = None
+        if o.group not in (None, "all") and o.group not in groups:
+            why = (f"the plan has no '{o.group}' parameter group (its groups: {', '.join(groups)})")
+        elif o.target == "params" and o.verb == "no_fetch" and not offloaded:
+            why = "params stay on the device, so there is nothing to fetch"
+        elif o.target == "params" and o.verb == "no_regather" and not needs_regather:
+            why = "no axis has replicated params with a sharded optimizer, so nothing is re-gathered"
+        elif o.target == "embedding" and not (tied(plan) and plan.axes_with_role(ir.Role.PIPELINE)):
+            why = "the embedding is not tied across pipeline stages (no tied embeddings or no pipeline axis)"
+        if why:
+            raise _err("PL506", f"override {o.target}{f'[{o.group}]' if o.group else ''}: {o.verb} changes "
+                       f"nothing: {why}", o.span)
