@@ -28,6 +28,7 @@ import z3
 
 from ..check import run as check_run
 from ..check import steps
+from ..check.plan import PlanChecker
 from ..check.report import Verdict
 from ..check.rules import GRADIENT_INTEGRITY, STATE_CONSISTENCY
 from ..check.values import fold, resolver
@@ -122,7 +123,7 @@ def necessity(sess: Session) -> list[Obligation]:
             (f"checker, {short[w.keep]}", "all proved" if keep_ok else "; ".join(by_cond.get(w.keep, []))),
             (f"checker, {short[w.drop]}", "refuted" if drop_refuted else "not refuted"),
         )
-        step = steps.derive(plan)
+        step = PlanChecker(spec, plan).step
         obs.append(Obligation(
             w.key, THEOREM, f"{short[w.drop]} is necessary: {short[w.keep]} alone does not give equivalence",
             f"statement refuted: the plan ({w.how}), which satisfies {short[w.keep]}, is equivalent to "
