@@ -209,3 +209,22 @@ def test_command_line_groups_match_the_prover():
     from placement_logic.prove import GROUPS
 
     assert command.GROUPS == GROUPS
+
+
+def test_no_submodule_shadows_a_name_of_its_package():
+    """Importing a submodule binds it as an attribute of its package: a submodule named like
+    a function the package exports (``ir.walk``, ``placement_logic.check_spec``) would replace it."""
+    import importlib
+    import pkgutil
+
+    import placement_logic
+
+    for info in pkgutil.walk_packages(placement_logic.__path__, "placement_logic."):
+        if ".ranks" in info.name:
+            continue  # the rank processes' modules import torch
+        importlib.import_module(info.name)
+    from placement_logic import ir
+
+    assert callable(ir.walk) and callable(ir.show)
+    for name in placement_logic.__all__:
+        assert not isinstance(getattr(placement_logic, name), type(placement_logic)), name

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from .. import ir
 from ..diagnostics import Diagnostic, DiagnosticError
-from ..ir.walk import ARITHMETIC, Target, evaluate
+from ..ir.walker import ARITHMETIC, Target, evaluate
 
 
 def _check_error(code: str, message: str, node) -> DiagnosticError:

@@ -20,7 +20,7 @@ from sympy.printing.latex import LatexPrinter
 
 from .. import ir
 from ..diagnostics import Diagnostic, DiagnosticError
-from ..ir.walk import Target, evaluate
+from ..ir.walker import Target, evaluate
 
 QueryFn = Callable[[ir.Query], sympy.Expr]
 

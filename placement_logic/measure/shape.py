@@ -15,7 +15,7 @@ from math import lcm
 from typing import Mapping
 
 from .. import ir
-from ..ir.walk import ARITHMETIC, Target, evaluate
+from ..ir.walker import ARITHMETIC, Target, evaluate
 
 # The tiny transformer's fixed dimensions (before divisibility adjustments).
 TINY_HIDDEN_PER_HEAD = 8
