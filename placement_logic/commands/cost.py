@@ -33,6 +33,8 @@ def add_parser(subparsers) -> None:
                               "as formulas in the spec's symbols and as numbers when they are bound.")
     add_common(p)
     add_plan(p, "report only this plan (repeatable)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="derive again even when the same spec, imports and options were reported before")
     p.set_defaults(run=run)
 
 
@@ -49,10 +51,27 @@ def exit_status(report) -> int:
 
 
 def run(args, out: TextIO, err: TextIO) -> int:
-    from ..costreport import build
-    from ..frontend.loader import load_spec
+    from pathlib import Path
 
-    spec = load_spec(args.file)
-    report = build(spec, plans=args.plans, sets=spec_sets(args, spec), command="cost")
-    out.write(render(report, args.format))
-    return exit_status(report)
+    from ..frontend.loader import load_with_sources, read_source
+    from . import cache
+
+    spec, sources = load_with_sources(read_source(args.file), str(args.file), Path(args.file).resolve().parent)
+    sets = spec_sets(args, spec)
+    use_cache = cache.enabled(getattr(args, "no_cache", False))
+    if use_cache:
+        k = cache.key("cost", sources, {"file": str(args.file), "plans": args.plans, "sets": args.sets,
+                                        "format": args.format})
+        hit = cache.get(k)
+        if hit is not None:
+            out.write(hit[0])
+            return hit[1]
+    from ..costreport import build
+
+    report = build(spec, plans=args.plans, sets=sets, command="cost")
+    text = render(report, args.format)
+    status = exit_status(report)
+    if use_cache:
+        cache.put(k, text, status)
+    out.write(text)
+    return status

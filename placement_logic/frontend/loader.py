@@ -110,6 +110,13 @@ class Loader:
 
 def load_string(text: str, file: str = "<string>", base_dir: Path | None = None) -> ir.Spec:
     """Parse and resolve one spec given as text."""
+    return load_with_sources(text, file, base_dir)[0]
+
+
+def load_with_sources(text: str, file: str = "<string>", base_dir: Path | None = None
+                      ) -> tuple[ir.Spec, dict[str, str]]:
+    """The spec and the text of every module it was resolved from (its own and its imports'),
+    by file name: what a result derived from the spec depends on."""
     loader = Loader(base_dir)
     loader.sources[file] = text
     try:
@@ -120,7 +127,7 @@ def load_string(text: str, file: str = "<string>", base_dir: Path | None = None)
         raise DiagnosticError(diags, {**loader.sources, **exc.sources}) from None
     if loader.diags:
         raise DiagnosticError(loader.diags, loader.sources)
-    return spec
+    return spec, dict(loader.sources)
 
 
 def read_source(path: str | Path) -> str:
