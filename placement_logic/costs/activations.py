@@ -41,6 +41,7 @@ import sympy
 
 from .. import ir
 from .sizes import FIRST, LAST, Shape
+from .symbolic import peak
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,7 @@ def activations(sh: Shape, lay: Layout) -> Activations:
     )
     first, last = stages[0], stages[-1]
     lm = first.in_flight.layer_microbatches
-    total = sympy.Max(*(st.total for st in stages))
+    total = peak(*(st.total for st in stages))
     transient = full if lay.recompute is ir.Recompute.FULL else zero
     return Activations(per, full, lm, lm / (sh.L / lay.p), first.embedding, last.output, total, transient,
                        stages if has_pipeline(lay) else ())

@@ -29,7 +29,7 @@ from ..ir import Mode, Role, State
 from ..ir.collectives import axes_with_role, is_offloaded, pipeline_axis, sharded_axes
 from .activations import Activations
 from .sizes import Shape, divided, stage_divided
-from .symbolic import symbol, to_sympy
+from .symbolic import peak, symbol, to_sympy
 
 ZERO = sympy.Integer(0)
 
@@ -81,19 +81,19 @@ class Memory:
     @property
     def device_total(self) -> sympy.Expr:
         if self.stages:
-            return sympy.Max(*(st.device_total for st in self.stages))
+            return peak(*(st.device_total for st in self.stages))
         return sympy.Add(*self.device.values()) + self.transient_total
 
     @property
     def host_total(self) -> sympy.Expr:
         if self.stages:
-            return sympy.Max(*(st.host_total for st in self.stages))
+            return peak(*(st.host_total for st in self.stages))
         return sympy.Add(*self.host.values())
 
     @property
     def model_state(self) -> sympy.Expr:
         if self.stages:
-            return sympy.Max(*(st.model_state for st in self.stages))
+            return peak(*(st.model_state for st in self.stages))
         return sum((self.device[s] for s in (State.PARAMS, State.OPTIMIZER, State.GRADS)), ZERO)
 
 
@@ -150,8 +150,8 @@ def memory(plan: ir.Plan, sh: Shape, act: Activations) -> Memory:
         stage_terms.append((sa.stage, d, h))
     for st in (State.PARAMS, State.OPTIMIZER, State.GRADS):
         if stage_terms:
-            device[st] = sympy.Max(*(d[st] for _, d, _ in stage_terms))
-            host[st] = sympy.Max(*(h[st] for _, _, h in stage_terms))
+            device[st] = peak(*(d[st] for _, d, _ in stage_terms))
+            host[st] = peak(*(h[st] for _, _, h in stage_terms))
         else:
             device[st], host[st] = _persistent(plan, sh, st, None)
     device[State.ACTIVATIONS] = act.total

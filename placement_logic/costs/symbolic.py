@@ -154,3 +154,21 @@ def symbol_names(exprs: Iterable[sympy.Expr], axes: Iterable[str] = ()) -> dict[
 
 def latex(expr: sympy.Expr, axes: Iterable[str] = ()) -> str:
     return PlacementLatexPrinter(symbol_names([expr], axes)).doprint(expr)
+
+
+def peak(*args: sympy.Expr) -> sympy.Expr:
+    """The maximum over pipeline stages, built without sympy's search for an order between
+    symbolic arguments (``Max._find_localzeros``, which tries to prove a >= b and dominated
+    the derivation's time). Equal arguments collapse; numbers, and two arguments whose
+    difference is a number, are decided at once; otherwise the maximum stays symbolic, with
+    sympy's canonical argument order, and is evaluated once its symbols are bound."""
+    uniq = list(dict.fromkeys(sympy.sympify(a) for a in args))
+    if len(uniq) == 1:
+        return uniq[0]
+    if all(a.is_number for a in uniq):
+        return sympy.Max(*uniq)
+    if len(uniq) == 2:
+        d = sympy.expand(uniq[0] - uniq[1])
+        if d.is_number:
+            return uniq[0] if d >= 0 else uniq[1]
+    return sympy.Max(*uniq, evaluate=False)
