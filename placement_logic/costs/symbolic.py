@@ -156,13 +156,24 @@ def latex(expr: sympy.Expr, axes: Iterable[str] = ()) -> str:
     return PlacementLatexPrinter(symbol_names([expr], axes)).doprint(expr)
 
 
+def _expr(value) -> sympy.Expr:
+    """An engine value as a sympy expression (numbers only are converted; never text)."""
+    if isinstance(value, sympy.Basic):
+        return value
+    if isinstance(value, int):
+        return sympy.Integer(value)
+    if isinstance(value, Fraction):
+        return sympy.Rational(value.numerator, value.denominator)
+    raise TypeError(f"not an engine value: {value!r}")
+
+
 def peak(*args: sympy.Expr) -> sympy.Expr:
     """The maximum over pipeline stages, built without sympy's search for an order between
     symbolic arguments (``Max._find_localzeros``, which tries to prove a >= b and dominated
     the derivation's time). Equal arguments collapse; numbers, and two arguments whose
     difference is a number, are decided at once; otherwise the maximum stays symbolic, with
     sympy's canonical argument order, and is evaluated once its symbols are bound."""
-    uniq = list(dict.fromkeys(sympy.sympify(a) for a in args))
+    uniq = list(dict.fromkeys(_expr(a) for a in args))
     if len(uniq) == 1:
         return uniq[0]
     if all(a.is_number for a in uniq):
