@@ -239,7 +239,7 @@ def test_schedule_reductions_match_the_roles(path):
                     continue
                 role = step.role(d.axis)
                 partial = role in ("data", "context") or (role == "expert" and g.group != "experts")
-                sp_split = role in ("tensor", "sequence") and step.sequence_parallel and g.group in ("norms", "biases")
+                sp_split = role in ("tensor", "sequence") and step.sequence_parallel and g.group in ("norms", "biases", "router")
                 assert d.k == (1 if partial or sp_split else 0), (p.name, g.group, d.name)
 
 

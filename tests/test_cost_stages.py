@@ -423,19 +423,21 @@ def test_llama_3d_first_stage_interleaved():
 
 def test_mixtral_stages_divide_only_experts_by_the_expert_axis():
     """Mixtral-8x7B on (dp 4, ep 8, tp 2, pp 4): per layer the attention (q, o: h·h; k, v:
-    h·kv·h/a), the router h·E and two RMSNorms h are dense; the 8 SwiGLU experts 3·h·f each are
-    divided by ep too. The first stage adds the embedding V·h, the last the head and a norm."""
+    h·kv·h/a) is split over tp; the router h·E and two RMSNorms h stay whole on every tp rank (as
+    PyTorch and Megatron-LM keep them); the 8 SwiGLU experts 3·h·f each are divided by ep and tp.
+    The first stage adds the embedding V·h, the last the head (both split over tp) and a norm (whole)."""
     from placement_logic.frontend.loader import load_spec
 
     h, L, a, kv, f, V, E = 4096, 32, 32, 8, 14336, 32000, 8
     dp, ep, tp, pp = 4, 8, 2, 4
-    dense = 2 * h * h + 2 * h * (kv * h // a) + h * E + 2 * h
+    dense = 2 * h * h + 2 * h * (kv * h // a)
+    whole = h * E + 2 * h
     experts = E * 3 * h * f
     r = build(load_spec("examples/mixtral_4d.place"), plans=["moe_4d"]).plans[0]
     first, last = r.stages
     layers = L // pp
-    want_first = Fraction(V * h + layers * dense, tp) + Fraction(layers * experts, ep * tp)
-    want_last = Fraction(V * h + h + layers * dense, tp) + Fraction(layers * experts, ep * tp)
+    want_first = Fraction(V * h + layers * dense, tp) + layers * whole + Fraction(layers * experts, ep * tp)
+    want_last = Fraction(V * h + layers * dense, tp) + h + layers * whole + Fraction(layers * experts, ep * tp)
     assert first.device["params"].exact == 2 * want_first
     assert last.device["params"].exact == 2 * want_last
     assert first.device["optimizer"].exact == 12 * want_first / dp  # ZeRO-1 over dp

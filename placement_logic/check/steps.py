@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 from .. import ir
 from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
 from ..ir import collectives as sc
-from .wellformed import SPLIT_MODES, no_effect, persistent_modes, tied, whole_update_axes
+from ..ir import groups as pg
+from .wellformed import SPLIT_MODES, no_effect, persistent_modes, tied
 
 MICROBATCHES = "microbatches"  # the size name of the gradient-accumulation (time) dimension
 NORMALISATION = "normalisation"  # the GI aspect of the loss weights, token count and divisor
@@ -139,17 +140,9 @@ class StepModel:
 
 
 def _groups_present(plan: ir.Plan) -> tuple[str, ...]:
-    t = plan.model.transformer
+    """The gradient groups of the plan's parameter-group model (``ir.groups``), shared with costs."""
     has_experts = bool(plan.axes_with_role(ir.Role.EXPERT))
-    if t is not None and isinstance(t.experts, ir.Const) and t.experts.value > 1:
-        has_experts = True
-    groups = ["dense", "norms"]
-    if t is None or t.bias:
-        groups.append("biases")
-    if has_experts:
-        groups.append("experts")
-    groups.append("embedding")
-    return tuple(groups)
+    return pg.check_groups(plan.model, has_experts)
 
 
 def _tied(plan: ir.Plan) -> bool:
@@ -203,10 +196,10 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     sched_refresh = [c for c in colls if c.kind is sc.Kind.ALL_GATHER and c.state is ir.State.PARAMS
                      and c.phase is sc.Phase.REFRESH]
 
-    def scheduled(group: str) -> Counter:
+    def scheduled(cls: pg.ParamGroup) -> Counter:
         """How often the schedule reduces this group's gradients over each mesh axis."""
         return Counter(a for c in sync if c.payload.tensor == "grads"
-                       or (c.payload.tensor == "dense_grads" and group != "experts") for a in c.axes)
+                       or (c.payload.tensor == "dense_grads" and cls.checks_as != "experts") for a in c.axes)
 
     grads_pl = plan.placement(ir.State.GRADS)
     opt_pl = plan.placement(ir.State.OPTIMIZER)
@@ -221,9 +214,24 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     token_axes = data + context + expert  # every axis that splits the global batch's tokens
 
     groups = []
+    plan_pls = (par_pl, opt_pl, grads_pl)
+    unusable_all: list[str] = []
+    mismatch_all: list[str] = []
+    gsplit_all: list[str] = []
+    grad_split = (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.M, ir.Mode.O)
     for g in _groups_present(plan):
+        cls = pg.class_of(plan.model, g)
+        par_pl, opt_pl, grads_pl = (pg.effective(pl, cls) for pl in plan_pls)
+        kind = cls.checks_as
+        g_whole = tuple(a for a in axes if plan.role(a) in (ir.Role.DATA, ir.Role.CONTEXT)
+                        or (plan.role(a) in TENSOR_ROLES + (ir.Role.EXPERT,) and par_pl.mode(a) not in SPLIT_MODES))
+        unusable_all += [a for a in data + context if par_pl.mode(a) in SPLIT_MODES]
+        mismatch_all += [a for a in g_whole if grads_pl.mode(a) in grad_split and opt_pl.mode(a) is ir.Mode.R]
+        gsplit_all += [a for a in g_whole if grads_pl.mode(a) in grad_split]
+        grads_sharded_g = tuple(
+            a for a in data if grads_pl.mode(a) in (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.M, ir.Mode.O))
         dims: list[GradDim] = []
-        k = scheduled(g)
+        k = scheduled(cls)
         for a in axes:
             role = plan.role(a)
             if role in DATA_ROLES:
@@ -233,10 +241,10 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
                 dims.append(GradDim(a, a, TOKEN, k[a], replica=True,
                                     why=f"{a} is a context axis: each device holds a slice of the sequence"))
             elif role is ir.Role.EXPERT:
-                if g == "experts" and par_pl.mode(a) in SPLIT_MODES:
+                if kind == "experts" and par_pl.mode(a) in SPLIT_MODES:
                     dims.append(GradDim(a, a, TOKEN, k[a], implicit=True,
                                         why=f"experts are sharded over {a}; the all-to-all brings every rank's tokens"))
-                elif g == "experts":
+                elif kind == "experts":
                     dims.append(GradDim(a, a, TOKEN, k[a], replica=True,
                                         why=f"params are {par_pl.mode(a).value} over {a}: every rank holds every "
                                             "expert and sees its own tokens"))
@@ -244,7 +252,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
                     dims.append(GradDim(a, a, TOKEN, k[a], replica=True,
                                         why=f"non-expert parameters see different tokens on each {a} rank"))
             elif role in TENSOR_ROLES:
-                if g in ("norms", "biases"):
+                if cls.tensor == pg.WHOLE:
                     if sp:
                         dims.append(GradDim(a, a, SPLIT, 1 + k[a], replica=True,
                                             why=f"sequence parallel: replicated {g} see a sequence slice per {a} rank"))
@@ -258,7 +266,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
                                         why=f"params are {par_pl.mode(a).value} over {a}: every {a} rank computes "
                                             f"the whole {g} gradient on the same tokens"))
             elif role is ir.Role.PIPELINE:
-                if g == "embedding" and tied:
+                if kind == "embedding" and tied:
                     dims.append(GradDim(f"tie:{a}", a, SPLIT, 1, replica=True, tie=True,
                                         why=f"the tied embedding lives on the first and last {a} stage"))
                 else:
@@ -282,7 +290,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
                     new.append(replace(d, k=counts.get(d.name, 0)))
             dims = new
         tie_o = last("embedding", "tie_reduce")
-        if g == "embedding" and tie_o is not None:
+        if kind == "embedding" and tie_o is not None:
             for a in tie_o.axes or ():
                 if a not in pipeline:
                     raise _err("PL502", f"tie_reduce over '{a}', which is not a pipeline axis", tie_o.span)
@@ -314,8 +322,8 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
             spans[NORMALISATION] = norm_src.span
         shard_axes = tuple(
             d.axis for d in dims if d.kind == SHARDED and not d.tie
-        ) + tuple(a for a in grads_sharded_data)
-        if g == "experts":
+        ) + tuple(a for a in grads_sharded_g)
+        if kind == "experts":
             shard_axes += tuple(expert)
         dc = last("clip_norm", "double_count", g) or last("clip_norm", "double_count", "all") \
             or last("clip_norm", "double_count", None)
@@ -326,6 +334,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
                                  clip_axes=tuple(clip_g.axes or ()) if clip_g is not None else None,
                                  clip_span=clip_g.span if clip_g is not None else NO_SPAN))
 
+    par_pl, opt_pl, grads_pl = plan_pls  # the plan's own placements again, for the plan-wide facts
     all_shard = tuple(dict.fromkeys(a for g in groups for a in g.shard_axes))
     clip_o = last("clip_norm", "reduce", "all") or last("clip_norm", "reduce", None)
     plan_clip = tuple(clip_o.axes or ()) if clip_o else all_shard
@@ -348,12 +357,10 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     acc_o = last("grads", "no_accumulation_buffer")
     offloaded = par_pl.offloaded or any(m is ir.Mode.O for _, m in par_pl.modes)
     axis_bindings = tuple((a, tuple(b.strategy for b in plan.bindings if a in b.axes)) for a in axes)
-    unusable = tuple(a for a in data + context if par_pl.mode(a) in SPLIT_MODES)
+    unusable = tuple(dict.fromkeys(unusable_all))
     gathered = Counter(a for c in sched_gathers for a in c.axes)
     gather_counts = tuple((a, gathered[a]) for a in axes if par_pl.mode(a) is ir.Mode.S_STAR)
-    grad_split = (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.M, ir.Mode.O)
-    whole = whole_update_axes(plan)
-    mismatch = tuple(a for a in whole if grads_pl.mode(a) in grad_split and opt_pl.mode(a) is ir.Mode.R)
+    mismatch = tuple(dict.fromkeys(mismatch_all))
     eq_o = last("tokens", "equal")
     return StepModel(
         plan=plan.name,
@@ -396,7 +403,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         unusable_axes=unusable,
         gather_counts=gather_counts,
         optimizer_mismatch=mismatch,
-        grads_split_axes=tuple(a for a in whole if grads_pl.mode(a) in grad_split),
+        grads_split_axes=tuple(dict.fromkeys(gsplit_all)),
         grads_span=grads_pl.span,
         optimizer_span=opt_pl.span,
         params_span=(gather_o.span if gather_o else par_pl.span),

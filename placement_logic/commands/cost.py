@@ -33,6 +33,8 @@ def add_parser(subparsers) -> None:
                               "as formulas in the spec's symbols and as numbers when they are bound.")
     add_common(p)
     add_plan(p, "report only this plan (repeatable)")
+    p.add_argument("--groups", action="store_true",
+                   help="add a table of the parameter groups (size, tensor rule, bytes per device) to each plan")
     p.add_argument("--no-cache", action="store_true",
                    help="derive again even when the same spec, imports and options were reported before")
     p.set_defaults(run=run)
@@ -61,14 +63,15 @@ def run(args, out: TextIO, err: TextIO) -> int:
     use_cache = cache.enabled(getattr(args, "no_cache", False))
     if use_cache:
         k = cache.key("cost", sources, {"file": str(args.file), "plans": args.plans, "sets": args.sets,
-                                        "format": args.format})
+                                        "format": args.format,
+                                        "groups": getattr(args, "groups", False)})
         hit = cache.get(k)
         if hit is not None:
             out.write(hit[0])
             return hit[1]
     from ..costreport import build
 
-    report = build(spec, plans=args.plans, sets=sets, command="cost")
+    report = build(spec, plans=args.plans, sets=sets, command="cost", show_groups=getattr(args, "groups", False))
     text = render(report, args.format)
     status = exit_status(report)
     if use_cache:

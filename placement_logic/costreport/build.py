@@ -19,7 +19,17 @@ from .. import costs, ir
 from ..costs.symbolic import PlacementLatexPrinter, resolve_bindings, symbol_names
 from ..diagnostics import Diagnostic, DiagnosticError, did_you_mean
 from ..ir import State
-from .model import Binding, CollectiveRow, CostReport, GroupTotal, PlanReport, Quantity, QuestionResult, StageReport
+from .model import (
+    Binding,
+    CollectiveRow,
+    CostReport,
+    GroupTotal,
+    ParamGroupRow,
+    PlanReport,
+    Quantity,
+    QuestionResult,
+    StageReport,
+)
 
 _OPS = {
     "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
@@ -95,8 +105,18 @@ def _plan_report(pc: costs.PlanCost, q: _Q) -> PlanReport:
         transient_terms={k: q(v) for k, v in mem.transient.items()},
         model_state=q(mem.model_state), comm_total=q(comm.total_bytes), volume_total=q(comm.total_volume),
         per_axis=per_axis, per_group=per_group, per_link=per_link, collectives=rows, notes=tuple(notes),
-        stages=stages, peak_stage=peak,
+        stages=stages, peak_stage=peak, param_groups=_param_groups(pc, q),
     )
+
+
+def _param_groups(pc: costs.PlanCost, q: _Q) -> tuple[ParamGroupRow, ...]:
+    rows = []
+    for g in pc.shape.groups:
+        per = pc.memory.groups.get(g.name, {})
+        rows.append(ParamGroupRow(
+            g.name, q(g.count), g.group.tensor, g.group.where, g.group.expert, g.group.user,
+            {s.value: q(per.get(s, sympy.Integer(0))) for s in (State.PARAMS, State.OPTIMIZER, State.GRADS)}))
+    return tuple(rows)
 
 
 def _stage_report(st, sa, q: _Q) -> StageReport:
@@ -171,7 +191,7 @@ def _question(spec: ir.Spec, qn: ir.Question, q: _Q) -> QuestionResult:
 
 
 def build(spec: ir.Spec, plans: Iterable[str] = (), sets: Mapping[str, Fraction] | None = None,
-          baseline: str | None = None, command: str = "cost") -> CostReport:
+          baseline: str | None = None, command: str = "cost", show_groups: bool = False) -> CostReport:
     sets = dict(sets or {})
     names = list(plans) or [p.name for p in spec.plans]
     known = [p.name for p in spec.plans]
@@ -196,7 +216,7 @@ def build(spec: ir.Spec, plans: Iterable[str] = (), sets: Mapping[str, Fraction]
     return CostReport(command=command, file=spec.file, bindings=bindings,
                       axes=tuple((a.name, a.link) for a in spec.mesh.axes) if spec.mesh else (),
                       plans=reports, questions=questions, baseline=baseline if command == "compare" else None,
-                      ratios=ratios)
+                      ratios=ratios, show_groups=show_groups)
 
 
 def _ratios(pc: costs.PlanCost, base: costs.PlanCost, q: _Q) -> dict[str, Quantity | None]:

@@ -38,6 +38,12 @@ def _plan(p: PlanReport) -> dict:
             "transient_terms": {k: quantity(v) for k, v in p.transient_terms.items()},
             "model_state": quantity(p.model_state),
             **_stages(p),
+            "param_groups": [
+                {"name": g.name, "parameters": quantity(g.count, "count"), "tensor": g.tensor, "stage": g.stage,
+                 "expert": g.expert, "user": g.user,
+                 "per_device": {k: quantity(v) for k, v in g.per_device.items()}}
+                for g in p.param_groups
+            ],
         },
         "communication": {
             "total": {

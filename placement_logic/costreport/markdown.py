@@ -27,7 +27,17 @@ def _count(q: Quantity) -> str:
     return head if q.exact is not None and q.formula == q.value else f"{head}<br>`{_esc(q.formula)}`"
 
 
-def _plan(p: PlanReport) -> list[str]:
+def _groups(p: PlanReport) -> list[str]:
+    out = ["", "| parameter group | parameters | tensor axis | stage | params | optimizer | grads |",
+           "|---|---|---|---|---|---|---|"]
+    for g in p.param_groups:
+        where = g.stage + (", experts" if g.expert else "") + (", own" if g.user else "")
+        out.append(f"| {g.name} | {_count(g.count)} | {g.tensor} | {where} | "
+                   + " | ".join(_cell(g.per_device[s]) for s in ("params", "optimizer", "grads")) + " |")
+    return out
+
+
+def _plan(p: PlanReport, show_groups: bool = False) -> list[str]:
     out = [f"## Plan `{p.name}`", "", f"Strategies: {', '.join(f'`{s}`' for s in p.strategies)}", ""]
     if p.stages:
         out += [f"Pipeline: {stage_title(p.peak_stage)}.", ""]
@@ -44,6 +54,8 @@ def _plan(p: PlanReport) -> list[str]:
         cells = ["in flight (layer × microbatch)", ""]
         cells += [_count(st.in_flight["layer_microbatches"]) for st in p.stages]
         out.append("| " + " | ".join(cells + [""]) + " |")
+    if show_groups:
+        out += _groups(p)
     out += ["", "| collective | group | link | phase | count | bytes per device | volume |", "|---|---|---|---|---|---|---|"]
     for c in p.collectives:
         out.append(f"| {c.kind} ({c.state}) | {c.axis} | {c.link or ''} | {c.phase} | `{_esc(c.count.formula)}` "
@@ -80,7 +92,7 @@ def render(r: CostReport) -> str:
         out += _compare(r)
     else:
         for p in r.plans:
-            out += _plan(p)
+            out += _plan(p, r.show_groups)
     if r.questions:
         out += ["## Asserts and claims", "", "| | statement | value | verdict |", "|---|---|---|---|"]
         for q in r.questions:

@@ -62,6 +62,19 @@ class GroupTotal:
 
 
 @dataclass(frozen=True)
+class ParamGroupRow:
+    """One parameter group (``ir.groups``): its size and what one device holds of it."""
+
+    name: str
+    count: Quantity  # parameters in the model (the copy's size for a tied head)
+    tensor: str  # split | whole | heads: how a tensor axis holds it
+    stage: str  # layers | first | last
+    expert: bool  # an expert axis divides it
+    user: bool  # declared with `group NAME { ... }`
+    per_device: dict[str, Quantity]  # params | optimizer | grads -> persistent bytes (device + host)
+
+
+@dataclass(frozen=True)
 class StageReport:
     """One pipeline stage's device memory (DEVICE_ROWS) and what its schedule keeps in flight."""
 
@@ -87,6 +100,7 @@ class PlanReport:
     notes: tuple[str, ...] = ()
     stages: tuple[StageReport, ...] = ()  # first and last pipeline stage; () without a pipeline
     peak_stage: str | None = None  # "first", "last", "both" (equal), None (undecided or no pipeline)
+    param_groups: tuple[ParamGroupRow, ...] = ()
 
     def _repr_latex_(self) -> str:
         n = tex_text(self.name)
@@ -124,6 +138,7 @@ class CostReport:
     questions: tuple[QuestionResult, ...] = ()
     baseline: str | None = None
     ratios: dict[str, dict[str, Quantity | None]] = field(default_factory=dict)  # plan -> row -> ratio
+    show_groups: bool = False  # text and markdown add each plan's parameter-group table
 
     @property
     def failed_asserts(self) -> int:

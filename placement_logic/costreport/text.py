@@ -47,6 +47,18 @@ def _memory_table(p: PlanReport) -> Table:
     return t
 
 
+def _groups_table(p: PlanReport) -> Table:
+    t = Table(title=f"plan {p.name}: parameter groups (persistent bytes per device"
+              + (", on a stage holding the group" if p.stages else "") + ")", title_justify="left", show_lines=True)
+    for col in ("group", "parameters", "tensor axis", "stage", "params", "optimizer", "grads"):
+        t.add_column(col)
+    for g in p.param_groups:
+        where = g.stage + (", experts" if g.expert else "") + (", own" if g.user else "")
+        t.add_row(g.name, _cell(g.count, False), g.tensor, where,
+                  *(_cell(g.per_device[s]) for s in ("params", "optimizer", "grads")))
+    return t
+
+
 def _comm_table(p: PlanReport) -> Table:
     t = Table(title=f"plan {p.name}: communication per step (ring bytes sent per device; ZeRO volume)",
               title_justify="left", show_lines=True)
@@ -93,6 +105,8 @@ def render(r: CostReport, width: int = 120) -> str:
     else:
         for p in r.plans:
             con.print(_memory_table(p))
+            if r.show_groups:
+                con.print(_groups_table(p))
             con.print(_comm_table(p))
             for n in p.notes:
                 con.print(f"note: {n}")

@@ -24,7 +24,7 @@ from ..ir import collectives as schedule
 from .activations import Activations, InFlight, Layout, StageActivations, activations
 from .comm import Communication, size
 from .memory import Memory, StageMemory, memory
-from .sizes import Shape, shape_of, transformer_params
+from .sizes import Shape, Split, shape_of, transformer_params
 from .symbolic import symbol, to_sympy
 
 __all__ = [
@@ -68,7 +68,16 @@ def layout_of(plan: ir.Plan) -> Layout:
         recompute=recompute,
         flash=plan.flash_attention,
         expert_axes=schedule.axes_with_role(plan, Role.EXPERT),
+        split=split_of(plan),
     )
+
+
+def split_of(plan: ir.Plan) -> Split:
+    """How the plan's mesh axes divide the parameter groups (``costs.sizes.Split``)."""
+    sizes = tuple((a.name, int(a.size.value)) for a in plan.mesh.axes
+                  if isinstance(a.size, ir.Const) and a.size.value.denominator == 1)
+    return Split(schedule.axes_with_role(plan, Role.EXPERT),
+                 schedule.axes_with_role(plan, Role.TENSOR, Role.SEQUENCE), sizes)
 
 
 def derive(plan: ir.Plan) -> PlanCost:
@@ -81,7 +90,7 @@ def _derive(plan: ir.Plan) -> PlanCost:
     sh = shape_of(plan.model)
     lay = layout_of(plan)
     act = activations(sh, lay)
-    mem = memory(plan, sh, act)
+    mem = memory(plan, sh, act, lay.split)
     comm = Communication(tuple(size(c, sh, lay) for c in schedule.derive(plan)))
     return PlanCost(plan, sh, lay, act, mem, comm)
 

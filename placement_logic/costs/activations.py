@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import sympy
 
 from .. import ir
-from .sizes import FIRST, LAST, Shape
+from .sizes import FIRST, LAST, Shape, Split
 from .symbolic import peak
 
 
@@ -56,6 +56,7 @@ class Layout:
     recompute: ir.Recompute
     flash: bool
     expert_axes: tuple[str, ...] = ()
+    split: Split = Split()  # how each mesh axis divides each parameter group
 
 
 @dataclass(frozen=True)

@@ -60,11 +60,11 @@ def buffer_bytes(c: Collective, sh: Shape, lay: Layout) -> sympy.Expr:
     s = sh.s / lay.c
     tsp = lay.t if lay.sp else 1
     if tensor in ("params", "params_shard"):
-        return sh.bytes[ir.State.PARAMS] * divided(sh, c.payload.divided_over, lay.expert_axes)
+        return sh.bytes[ir.State.PARAMS] * divided(sh, c.payload.divided_over, lay.split)
     if tensor in ("grads", "grads_shard"):
-        return sh.bytes[ir.State.GRADS] * divided(sh, c.payload.divided_over, lay.expert_axes)
+        return sh.bytes[ir.State.GRADS] * divided(sh, c.payload.divided_over, lay.split)
     if tensor == "dense_grads":
-        return sh.bytes[ir.State.GRADS] * _divide(sh.psi - sh.expert_params, c.payload.divided_over)
+        return sh.bytes[ir.State.GRADS] * divided(sh, c.payload.divided_over, lay.split, experts_only=False)
     if tensor == "activation":
         return s * sh.b * sh.h * ba
     if tensor == "boundary":

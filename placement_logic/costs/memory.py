@@ -26,9 +26,10 @@ import sympy
 
 from .. import ir
 from ..ir import Mode, Role, State
+from ..ir import groups as pg
 from ..ir.collectives import axes_with_role, is_offloaded, pipeline_axis, sharded_axes
 from .activations import Activations
-from .sizes import Shape, divided, stage_divided
+from .sizes import Shape, SizedGroup, Split, divided, layer_divided, per_group
 from .symbolic import peak, symbol, to_sympy
 
 ZERO = sympy.Integer(0)
@@ -73,6 +74,8 @@ class Memory:
     transient: dict  # term name -> bytes on the device
     notes: tuple[str, ...] = field(default=())
     stages: tuple[StageMemory, ...] = ()
+    groups: dict = field(default_factory=dict)  # parameter group -> state -> persistent bytes (device + host)
+    # on a stage that holds the group (the first stage for groups in the layers)
 
     @property
     def transient_total(self) -> sympy.Expr:
@@ -107,53 +110,84 @@ def shard_factor(plan: ir.Plan, state: State, skip: tuple[str, ...] = ()) -> sym
     return f
 
 
-def _unit_params(plan: ir.Plan, sh: Shape, pl: ir.Placement, notes: list[str]) -> sympy.Expr | None:
-    """Parameters in one reconstruction unit, or None when the shape does not say."""
+def group_axes(plan: ir.Plan, st: State, skip: tuple[str, ...] = ()):
+    """Per group: the axes over which the group's copy of state ``st`` is divided (S, S*, O),
+    the group's own modes in place of the plan's, except ``skip``."""
+    pl = plan.placement(st)
+
+    def axes_of(g: SizedGroup) -> tuple[str, ...]:
+        eff = pg.effective(pl, g.group)
+        return tuple(a for a, m in eff.modes if m.shards and a not in skip)
+    return axes_of
+
+
+def _unit_params(plan: ir.Plan, sh: Shape, pl: ir.Placement, split: Split, axes: tuple[str, ...],
+                 notes: list[str]) -> sympy.Expr | None:
+    """Parameters per device in one reconstruction unit once divided over ``axes`` (None when
+    the shape does not say)."""
     if pl.unit == "model":
-        return sh.psi
+        return divided(sh, axes, split)
     if pl.unit == "chunk":
         pp = plan.schedule.axis if plan.schedule is not None else None
         v = plan.schedule.chunks if plan.schedule is not None else ir.const(1)
-        return sh.psi / ((symbol(pp) if pp else 1) * to_sympy(v))
+        return divided(sh, axes, split) / ((symbol(pp) if pp else 1) * to_sympy(v))
     if sh.layer_params is None:
         notes.append(f"{pl.state.value}: no transformer shape, so the per-{pl.unit} working set is not modelled")
         return None
-    return sh.layer_params
+    return layer_divided(sh, axes, split)
 
 
-def _persistent(plan: ir.Plan, sh: Shape, st: State, stage: str | None) -> tuple[sympy.Expr, sympy.Expr]:
-    """(device, host) persistent bytes of a model state, on one stage or (None) the uniform split."""
+def _persistent(plan: ir.Plan, sh: Shape, st: State, stage: str | None, split: Split
+                ) -> tuple[dict, dict]:
+    """Per group, (device, host) persistent bytes of a model state, on one stage or (None) the
+    uniform split."""
     pl = plan.placement(st)
-    axes, experts = sharded_axes(plan, st), axes_with_role(plan, Role.EXPERT)
     pipe = pipeline_axis(plan)
     if pl.axes_with(Mode.M):
-        persistent = ZERO
-    elif stage is not None and pipe in axes:
-        rest = tuple(a for a in axes if a != pipe)
-        persistent = sh.bytes[st] * stage_divided(sh, stage, symbol(pipe), rest, experts)
+        by_group = {g.name: ZERO for g in sh.groups}
+    elif stage is not None and pipe is not None:
+        by_group = per_group(sh, (), split, stage=stage, p=symbol(pipe), axes_of=group_axes(plan, st, skip=(pipe,)))
     else:
-        persistent = sh.bytes[st] * divided(sh, axes, experts)
-    return (ZERO, persistent) if is_offloaded(plan, st) else (persistent, ZERO)
+        by_group = per_group(sh, (), split, axes_of=group_axes(plan, st))
+    by_group = {k: sh.bytes[st] * v for k, v in by_group.items()}
+    zero = {k: ZERO for k in by_group}
+    return (zero, by_group) if is_offloaded(plan, st) else (by_group, zero)
 
 
-def memory(plan: ir.Plan, sh: Shape, act: Activations) -> Memory:
+def _sum(d: dict) -> sympy.Expr:
+    return sum(d.values(), ZERO)
+
+
+def memory(plan: ir.Plan, sh: Shape, act: Activations, split: Split | None = None) -> Memory:
+    split = split or Split()
     device: dict = {}
     host: dict = {}
     transient: dict = {}
     notes: list[str] = []
     stage_terms = []
+    groups: dict = {}  # group -> state -> device bytes (the larger stage)
+    stage_groups = []
     for sa in act.stages:
-        d, h = {}, {}
+        d, h, gd = {}, {}, {}
         for st in (State.PARAMS, State.OPTIMIZER, State.GRADS):
-            d[st], h[st] = _persistent(plan, sh, st, sa.stage)
+            dg, hg = _persistent(plan, sh, st, sa.stage, split)
+            d[st], h[st] = _sum(dg), _sum(hg)
+            gd[st] = dg
         d[State.ACTIVATIONS], h[State.ACTIVATIONS] = sa.total, ZERO
         stage_terms.append((sa.stage, d, h))
+        stage_groups.append(gd)
     for st in (State.PARAMS, State.OPTIMIZER, State.GRADS):
         if stage_terms:
             device[st] = peak(*(d[st] for _, d, _ in stage_terms))
             host[st] = peak(*(h[st] for _, _, h in stage_terms))
+            for gd in stage_groups:  # a group on one stage only appears there; layers are alike on all
+                for name, v in gd[st].items():
+                    groups.setdefault(name, {}).setdefault(st, v)
         else:
-            device[st], host[st] = _persistent(plan, sh, st, None)
+            dg, hg = _persistent(plan, sh, st, None, split)
+            device[st], host[st] = _sum(dg), _sum(hg)
+            for name in dict.fromkeys([*dg, *hg]):
+                groups.setdefault(name, {})[st] = dg.get(name, ZERO) + hg.get(name, ZERO)
     device[State.ACTIVATIONS] = act.total
     host[State.ACTIVATIONS] = ZERO
     if not sh.has_shape:
@@ -172,25 +206,26 @@ def memory(plan: ir.Plan, sh: Shape, act: Activations) -> Memory:
         if star and not th.reshard_after_forward and not is_offloaded(plan, State.PARAMS):
             rest = tuple(a for a in sharded_axes(plan, State.PARAMS) if a not in gathered)
             transient["gathered params (kept from forward to backward)"] = (
-                sh.bytes[State.PARAMS] * divided(sh, rest, axes_with_role(plan, Role.EXPERT))
+                sh.bytes[State.PARAMS] * divided(sh, rest, split)
             )
         else:
-            unit = _unit_params(plan, sh, th, notes)
+            skip = gathered + (pipe if th.unit != "model" else ())
+            rest = tuple(a for a in sharded_axes(plan, State.PARAMS) if a not in skip)
+            unit = _unit_params(plan, sh, th, split, rest, notes)
             if unit is not None:
-                skip = gathered + (pipe if th.unit != "model" else ())
                 label = "fetched" if is_offloaded(plan, State.PARAMS) and not star else "gathered"
                 transient[f"{label} params ({th.unit} × prefetch {th.prefetch})"] = (
-                    unit * sh.bytes[State.PARAMS] * shard_factor(plan, State.PARAMS, skip=skip) * th.prefetch
+                    unit * sh.bytes[State.PARAMS] * th.prefetch
                 )
     g = plan.placement(State.GRADS)
     reducing = axes_with_role(plan, Role.DATA, Role.CONTEXT)
     scattered = tuple(a for a in reducing if g.mode(a) in (Mode.S, Mode.S_STAR, Mode.M, Mode.O))
     if scattered:
-        unit = _unit_params(plan, sh, ir.Placement(State.GRADS, g.modes, unit="layer"), notes)
+        rest = tuple(a for a in sharded_axes(plan, State.GRADS) if a not in scattered + pipe)
+        unit = _unit_params(plan, sh, ir.Placement(State.GRADS, g.modes, unit="layer"), split, rest, notes)
         if unit is not None:
-            split = shard_factor(plan, State.GRADS, skip=scattered + pipe)
-            transient["gradient bucket (one layer, before reduce-scatter)"] = unit * sh.bytes[State.GRADS] * split
+            transient["gradient bucket (one layer, before reduce-scatter)"] = unit * sh.bytes[State.GRADS]
     if act.transient != 0:
         transient["recomputation working set (one layer)"] = act.transient
     stages = tuple(StageMemory(name, d, h, transient) for name, d, h in stage_terms)
-    return Memory(device, host, transient, tuple(dict.fromkeys(notes)), stages)
+    return Memory(device, host, transient, tuple(dict.fromkeys(notes)), stages, groups)

@@ -6,6 +6,12 @@ the parameters of one layer, those outside the layers (embedding, output project
 norm: which pipeline stage holds them), the byte widths of the four states, and the activation
 dimensions (s, b, h, a, kv_heads, L, V, experts, top_k, capacity factor). Quantities the
 spec does not give stay free symbols (``h``, ``L``, ...) and are listed in ``missing``.
+
+Parameters are counted per group (``ir.groups``: embedding, attention, kv, mlp or experts,
+router, biases, norms, final norm, head, and the user's own), and every division over
+mesh axes is done group by group (``Split``): a tensor axis splits what is split by heads or
+columns, keeps norms, row-parallel biases and the MoE router whole on every rank, and splits
+K/V over at most kv_heads ranks; an expert axis divides only the experts.
 """
 
 from __future__ import annotations
@@ -15,9 +21,62 @@ from dataclasses import dataclass, field
 import sympy
 
 from .. import ir
+from ..ir import groups as pg
 from .symbolic import symbol, to_sympy
 
 FIRST, LAST = "first", "last"  # the pipeline stages the engine accounts for
+
+
+@dataclass(frozen=True)
+class SizedGroup:
+    """One parameter group with its exact count (sympy) and its division rules."""
+
+    group: pg.ParamGroup
+    count: sympy.Expr  # parameters in the whole model (a copy's count for the tied head)
+    per_layer: sympy.Expr | None  # parameters in one layer, for groups inside the layers
+
+    @property
+    def name(self) -> str:
+        return self.group.name
+
+
+@dataclass(frozen=True)
+class Split:
+    """What a mesh axis does to each group: the expert and tensor axes of the plan, the sizes
+    known as numbers (to decide how K/V heads split), and the group's own modes."""
+
+    expert_axes: tuple[str, ...] = ()
+    tensor_axes: tuple[str, ...] = ()
+    sizes: tuple[tuple[str, int], ...] = ()
+
+    def share(self, g: SizedGroup, axes, kv: sympy.Expr) -> sympy.Expr:
+        """The fraction of group ``g`` one device holds once divided over ``axes``."""
+        f = sympy.Integer(1)
+        tensor = []
+        for a in axes:
+            n = symbol(a)
+            if a in self.expert_axes:
+                if g.group.expert:
+                    f = f / n
+            elif a in self.tensor_axes:
+                tensor.append(a)
+            else:
+                f = f / n
+        if tensor and g.group.tensor != pg.WHOLE:
+            t = sympy.Mul(*(symbol(a) for a in tensor))
+            if g.group.tensor == pg.HEADS:
+                known = dict(self.sizes)
+                if all(a in known for a in tensor) and kv.is_number:
+                    size = 1
+                    for a in tensor:
+                        size *= known[a]
+                    t = t if kv >= size else kv  # fewer kv heads than ranks: each rank keeps one head
+                elif not kv.is_number or kv != 1:
+                    t = sympy.Min(t, kv)
+                else:
+                    t = sympy.Integer(1)
+            f = f / t
+        return f
 
 
 @dataclass(frozen=True)
@@ -44,6 +103,7 @@ class Shape:
     head_params: sympy.Expr = sympy.Integer(0)  # output projection V·h (last stage; a copy when tied)
     final_norm_params: sympy.Expr = sympy.Integer(0)  # final norm (last stage)
     tied: bool = False  # the output projection shares the embedding weight
+    groups: tuple[SizedGroup, ...] = ()  # the parameter groups (ir.groups), counted
 
     @property
     def layers_params(self) -> sympy.Expr:
@@ -53,32 +113,13 @@ class Shape:
 
 
 def transformer_params(t: ir.TransformerShape) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
-    """(Ψ, parameters per layer, expert parameters) counted exactly from a transformer shape.
-
-    Per layer: attention q and o projections h·h each, k and v h·(kv·h/a) each; MLP 3·h·f
-    (gated) or 2·h·f, times the expert count, plus an h·E router for MoE; two norms
-    (2h each for layernorm, h for rmsnorm); biases when ``bias``. Outside the layers: token
-    embedding V·h, an untied output projection V·h, and a final norm. No learned position
-    embeddings (rotary or ALiBi are parameter-free).
-    """
-    h, L, a, kv, f, V = (to_sympy(x) for x in (t.hidden, t.layers, t.heads, t.kv_heads, t.ffn, t.vocab))
-    E = to_sympy(t.experts)
-    d_kv = kv * h / a
-    attn = 2 * h * h + 2 * h * d_kv
-    mlp = (3 if t.gated_mlp else 2) * h * f
-    norm = (2 * h) if t.norm == "layernorm" else h
-    if t.bias:
-        attn += 2 * h + 2 * d_kv
-        mlp += (2 * f + h) if t.gated_mlp else (f + h)
-    moe = sympy.Integer(0)
-    experts = sympy.Integer(0)
-    if E != 1:
-        moe = h * E + (E if t.bias else 0)
-        mlp = mlp * E
-        experts = sympy.expand(L * mlp)
-    layer = sympy.expand(attn + mlp + moe + 2 * norm)
-    outside = V * h * (1 if t.tied_embeddings else 2) + norm
-    return sympy.expand(L * layer + outside), layer, experts
+    """(Ψ, parameters per layer, expert parameters) counted exactly from a transformer shape:
+    the sums of its parameter groups (``ir.groups.transformer_groups``; docs/costs.md)."""
+    groups = pg.transformer_groups(t)
+    psi = sympy.expand(sum((to_sympy(g.count) for g in groups if not g.copy), sympy.Integer(0)))
+    layer = sympy.expand(sum((to_sympy(g.per_layer) for g in groups if g.per_layer is not None), sympy.Integer(0)))
+    experts = sympy.expand(sum((to_sympy(g.count) for g in groups if g.expert), sympy.Integer(0)))
+    return psi, layer, experts
 
 
 def shape_of(model: ir.Model) -> Shape:
@@ -95,6 +136,8 @@ def shape_of(model: ir.Model) -> Shape:
     emb = head = fnorm = zero
     if t is not None:
         psi_t, layer, experts = transformer_params(t)
+        user = [g for g in pg.param_groups(model) if g.user and g.count is not None]
+        psi_t = psi_t + sum((to_sympy(g.count) for g in user), sympy.Integer(0))
         emb = head = to_sympy(t.vocab) * to_sympy(t.hidden)
         fnorm = to_sympy(t.hidden) * (2 if t.norm == "layernorm" else 1)
         psi = to_sympy(model.params) if model.params is not None else psi_t
@@ -108,6 +151,13 @@ def shape_of(model: ir.Model) -> Shape:
         E = k = cf = sympy.Integer(1)
     s = get(model.seq, "s")
     b = get(model.microbatch, "b")
+    sized = [SizedGroup(g, to_sympy(g.count), to_sympy(g.per_layer) if g.per_layer is not None else None)
+             for g in pg.param_groups(model) if g.count is not None]
+    if t is not None:
+        rest = sympy.expand(psi - psi_t)
+        if rest != 0:  # Ψ given beside the shape: the layers hold what the shape does not count
+            sized.append(SizedGroup(pg.ParamGroup("layers_rest", None), rest, rest / L))
+        layer = sympy.expand(sum((g.per_layer for g in sized if g.per_layer is not None), zero))
     return Shape(
         psi=psi,
         layer_params=layer,
@@ -125,35 +175,58 @@ def shape_of(model: ir.Model) -> Shape:
         missing=tuple(missing),
         embedding_params=emb, head_params=head, final_norm_params=fnorm,
         tied=bool(t is not None and t.tied_embeddings),
+        groups=tuple(sized),
     )
 
 
-def divided(sh: Shape, axes, expert_axes=()) -> sympy.Expr:
-    """Parameters per device once divided over ``axes``: an expert axis divides only the experts."""
-    return _divide(sh.psi - sh.expert_params, sh.expert_params, axes, expert_axes)
+def divided(sh: Shape, axes, split: Split | None = None, axes_of=None, experts_only=None) -> sympy.Expr:
+    """Parameters per device once divided over ``axes`` (or, per group, ``axes_of(group)``),
+    group by group; copies outside Ψ are not counted. ``experts_only`` keeps only the expert
+    groups (True) or only the others (False)."""
+    return sum(per_group(sh, axes, split, axes_of=axes_of, experts_only=experts_only).values(), sympy.Integer(0))
 
 
-def stage_divided(sh: Shape, stage: str, p: sympy.Expr, axes, expert_axes=()) -> sympy.Expr:
+def per_group(sh: Shape, axes, split: Split | None = None, stage: str | None = None, p: sympy.Expr | None = None,
+              axes_of=None, experts_only=None) -> dict[str, sympy.Expr]:
+    """Group name -> parameters per device of that group. With ``stage`` (FIRST or LAST of p
+    stages) the group's layers are divided by p and the first stage adds the groups placed
+    there (the token embedding), the last its own (final norm, output head, a copy when
+    tied); without, the whole model is divided over ``axes`` (copies left out)."""
+    split = split or Split()
+    p = sympy.Integer(1) if p is None else p
+    out: dict[str, sympy.Expr] = {}
+    for g in sh.groups:
+        if experts_only is not None and g.group.expert != experts_only:
+            continue
+        where = g.group.where
+        if stage is None:
+            if g.group.copy:
+                continue
+            n = g.count
+        elif where == pg.LAYERS:
+            n = g.count / p
+        elif where == stage:
+            n = g.count
+        else:
+            continue
+        a = axes_of(g) if axes_of is not None else axes
+        out[g.name] = n * split.share(g, a, sh.kv)
+    return out
+
+
+def stage_divided(sh: Shape, stage: str, p: sympy.Expr, axes, split: Split | None = None, axes_of=None) -> sympy.Expr:
     """Parameters per device of one pipeline stage (of p), then divided over ``axes``.
 
     Every stage holds L/p layers; the first adds the token embedding, the last the final
     norm and the output projection (a copy of the embedding when tied, as Megatron-LM keeps).
     """
-    experts = sh.expert_params / p
-    dense = sh.layers_params / p - experts
-    if stage == FIRST:
-        dense += sh.embedding_params
-    if stage == LAST:
-        dense += sh.head_params + sh.final_norm_params
-    return _divide(dense, experts, axes, expert_axes)
+    return sum(per_group(sh, axes, split, stage=stage, p=p, axes_of=axes_of).values(), sympy.Integer(0))
 
 
-def _divide(dense: sympy.Expr, experts: sympy.Expr, axes, expert_axes) -> sympy.Expr:
-    """Dense and expert parameters divided over ``axes``; an expert axis divides only the experts."""
-    for a in axes:
-        n = symbol(a)
-        if a in expert_axes:
-            experts = experts / n
-        else:
-            dense, experts = dense / n, experts / n
-    return dense + experts
+def layer_divided(sh: Shape, axes, split: Split | None = None) -> sympy.Expr | None:
+    """Parameters of one transformer layer per device once divided over ``axes`` (None: no shape)."""
+    if sh.layer_params is None:
+        return None
+    split = split or Split()
+    return sum((g.per_layer * split.share(g, axes, sh.kv) for g in sh.groups if g.per_layer is not None),
+               sympy.Integer(0))

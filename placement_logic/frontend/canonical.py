@@ -279,7 +279,8 @@ class Formatter:
             text = node.key if node.value is None else f"{node.key} = {value(node.value)}"
             self.emit(node, depth, text)
         elif isinstance(node, surface.SubBlock):
-            self.open_block(node, depth, f"{node.key} {{")
+            head = f"{node.key} {node.name}" if node.name is not None else node.key
+            self.open_block(node, depth, f"{head} {{")
             for p in node.props:
                 self.block_item(p, depth + 1)
             self.close_block(node, depth)

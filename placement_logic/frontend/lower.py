@@ -87,6 +87,9 @@ class Lower(Transformer):
     def sub_block(self, meta, ch):
         return surface.SubBlock(str(ch[0]), tuple(ch[1:]), self.span(meta))
 
+    def group_block(self, meta, ch):
+        return surface.SubBlock("group", tuple(ch[1:]), self.span(meta), name=str(ch[0]))
+
     def mesh_block(self, meta, ch):
         return surface.MeshBlock(tuple(ch), self.span(meta))
 

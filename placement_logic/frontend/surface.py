@@ -148,6 +148,7 @@ class SubBlock:
     key: str
     props: tuple[Prop, ...]
     span: Span = _span()
+    name: str | None = None  # ``group NAME { ... }`` in the model block
 
 
 @dataclass(frozen=True)

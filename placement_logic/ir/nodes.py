@@ -37,6 +37,7 @@ __all__ = [
     "symbols",
     "const",
     "TransformerShape",
+    "GroupDecl",
     "Model",
     "Axis",
     "Mesh",
@@ -196,6 +197,26 @@ class TransformerShape:
 
 
 @dataclass(frozen=True)
+class GroupDecl:
+    """``group NAME { ... }`` in the model block: a parameter group of the user's own (a count
+    or a fraction of Ψ), or a built-in group restated (its tensor rule or its own modes).
+
+    ``modes`` holds, per model state, the (axis, mode) pairs that replace the plan's
+    placement for this group's parameters on those axes.
+    """
+
+    name: str
+    count: Value | None = None  # parameters in the group
+    fraction: Value | None = None  # ... or this fraction of Ψ
+    tensor: str | None = None  # "split" | "whole": how a tensor axis holds it
+    stage: str | None = None  # "layers" | "first" | "last": which pipeline stages hold it
+    experts: bool | None = None  # divided over expert axes
+    like: str | None = None  # the built-in gradient class it follows in the checker
+    modes: tuple[tuple[State, tuple[tuple[str, Mode], ...]], ...] = ()
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
 class Model:
     """Sizes. Byte widths are bytes per element; ``params`` is Ψ (None: derive from shape)."""
 
@@ -209,6 +230,7 @@ class Model:
     microbatches: Value = field(default_factory=lambda: const(1))
     transformer: TransformerShape | None = None
     span: Span = _span()
+    groups: tuple[GroupDecl, ...] = ()  # the model block's ``group`` declarations
 
 
 @dataclass(frozen=True)
@@ -332,7 +354,7 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     "embedding": {"tie_reduce": (True, False)},  # tied embedding grads summed over these axes
 }
 
-PARAM_GROUPS: tuple[str, ...] = ("all", "dense", "norms", "biases", "experts", "embedding")
+PARAM_GROUPS: tuple[str, ...] = ("all", "dense", "norms", "biases", "experts", "router", "embedding")
 
 
 @dataclass(frozen=True)

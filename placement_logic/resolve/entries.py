@@ -180,8 +180,10 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
               did_you_mean(o.verb, verbs) or (f"accepted: {', '.join(verbs)}",))
         return None
     takes_over, takes_by = verbs[o.verb]
-    if o.group is not None and o.group not in ir.PARAM_GROUPS:
-        error("PL122", f"unknown parameter group '{o.group}'", o.span, did_you_mean(o.group, ir.PARAM_GROUPS))
+    known = ir.PARAM_GROUPS + tuple(sorted(vals.groups))
+    if o.group is not None and o.group not in known:
+        error("PL122", f"unknown parameter group '{o.group}'", o.span,
+              did_you_mean(o.group, known) or (f"groups an override may name: {', '.join(known)}",))
         return None
     if takes_over and o.axes is None:
         error("PL122", f"'{o.target}: {o.verb}' needs 'over (axes...)'", o.span)

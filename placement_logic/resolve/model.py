@@ -6,12 +6,15 @@ the parameter count or a transformer shape, byte widths per state and the batch 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 from typing import Iterator
 
 from .. import ir
 from ..diagnostics import did_you_mean
 from ..frontend import surface
+from ..ir import groups as pg
+from .entries import mode
 from .values import Values
 
 MODEL_PROPS = ("params", "seq", "microbatch", "microbatches")
@@ -66,8 +69,18 @@ def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
     seen: set[str] = set()
     transformer = None
     mark = vals.cx.mark()
+    groups: list[ir.GroupDecl] = []
     for item in block.items:
         key = item.key
+        if isinstance(item, surface.SubBlock) and item.name is not None:
+            if item.name in {g.name for g in groups}:
+                error("PL119", f"group '{item.name}' is declared twice in the model block", item.span)
+                continue
+            g = _group(vals, item)
+            if g is not None:
+                groups.append(g)
+                vals.groups.add(g.name)
+            continue
         if key in seen:
             error("PL119", f"'{key}' is given twice in the model block", item.span)
             continue
@@ -100,7 +113,90 @@ def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
         error("PL118", "the model needs 'params' (the parameter count Ψ) or a transformer shape",
               block.span)
         return None
-    return ir.Model(transformer=transformer, span=block.span, **fields)
+    model = ir.Model(transformer=transformer, span=block.span, groups=tuple(groups), **fields)
+    _check_groups(vals, model)
+    return None if vals.cx.failed_since(mark) else model
+
+
+GROUP_PROPS = ("count", "fraction", "tensor", "stage", "experts", "like", "placement", "params", "optimizer", "grads")
+RESTATABLE = ("tensor", "placement", "params", "optimizer", "grads")
+MODE_KEYS = {"params": (ir.State.PARAMS,), "optimizer": (ir.State.OPTIMIZER,), "grads": (ir.State.GRADS,),
+             "placement": (ir.State.PARAMS, ir.State.OPTIMIZER, ir.State.GRADS)}
+
+
+def _group(vals: Values, block: surface.SubBlock) -> ir.GroupDecl | None:
+    """``group NAME { ... }``: a parameter group of the user's own, or a built-in one restated."""
+    error = vals.cx.error
+    name = block.name
+    if name == "all":
+        error("PL113", "'all' names every parameter group; give the group another name", block.span)
+        return None
+    found: dict[str, object] = {}
+    modes: dict[ir.State, dict[str, ir.Mode]] = {}
+    for p in _props(vals, block.props, GROUP_PROPS, f"group {name}"):
+        if p.key in MODE_KEYS:
+            if not isinstance(p.value, surface.ModeMap):
+                error("PL114", f"'{p.key}' takes a mode per axis, e.g. {{dp: R}}", p.span)
+                continue
+            for e in p.value.entries:
+                if e.key not in vals.axes:
+                    error("PL109", f"'{e.key}' is not an axis of the mesh", e.span,
+                          did_you_mean(e.key, tuple(vals.axes)))
+                    continue
+                m = mode(e.value, vals)
+                if m is None:
+                    continue
+                if m is ir.Mode.M and p.key != "grads":
+                    error("PL505", f"a group's params and optimizer state persist from one step to the next; "
+                          f"M applies to gradients only (group {name}, axis {e.key})", e.span)
+                    continue
+                for st in MODE_KEYS[p.key]:
+                    modes.setdefault(st, {})[e.key] = m
+        elif p.key == "tensor":
+            found["tensor"] = vals.word(p.value, (pg.SPLIT, pg.WHOLE), "'tensor'")
+        elif p.key == "stage":
+            found["stage"] = vals.word(p.value, (pg.LAYERS, pg.FIRST, pg.LAST), "'stage'")
+        elif p.key == "like":
+            found["like"] = vals.word(p.value, pg.CLASSES, "'like'")
+        elif p.key == "experts":
+            found["experts"] = vals.flag_value(p)
+        elif p.value is None or isinstance(p.value, (surface.ModeMap, surface.Bool)):
+            error("PL114", f"'{p.key}' needs a number", p.span)
+        else:
+            v = vals.count(p.value, {}, f"'{p.key}'")
+            if v is not None:
+                found[p.key] = (v, p.span)
+    if "count" in found and "fraction" in found:
+        error("PL119", f"group {name} gives both 'count' and 'fraction'; give one", block.span)
+        return None
+    if name in pg.BUILTIN or name in pg.CLASSES:
+        extra = [p.key for p in block.props if p.key not in RESTATABLE]
+        if extra:
+            error("PL113", f"'{name}' is a built-in parameter group: its {', '.join(extra)} come from the model "
+                  f"shape; a restatement may give {', '.join(RESTATABLE)}", block.span)
+            return None
+    elif "count" not in found and "fraction" not in found:
+        error("PL118", f"group {name} needs 'count' (parameters) or 'fraction' (of Ψ)", block.span)
+        return None
+    count = found.get("count")
+    fraction = found.get("fraction")
+    if fraction is not None and isinstance(fraction[0], ir.Const) and not 0 < fraction[0].value < 1:
+        error("PL107", f"the fraction of group {name} must lie between 0 and 1", fraction[1])
+        return None
+    return ir.GroupDecl(
+        name, count=count[0] if count else None, fraction=fraction[0] if fraction else None,
+        tensor=found.get("tensor"), stage=found.get("stage"), experts=found.get("experts"), like=found.get("like"),
+        modes=tuple((st, tuple(m.items())) for st, m in modes.items()), span=block.span)
+
+
+def _check_groups(vals: Values, model: ir.Model) -> None:
+    """A restated built-in group must exist in this model."""
+    present = {g.name for g in pg.param_groups(replace(model, groups=()))}
+    for d in model.groups:
+        if d.name in pg.BUILTIN or d.name in pg.CLASSES:
+            if d.name not in present:
+                vals.cx.error("PL113", f"this model has no '{d.name}' parameter group to restate", d.span,
+                              (f"its groups: {', '.join(sorted(present))}",))
 
 
 def _props(vals: Values, props, allowed, where) -> Iterator[surface.Prop]:

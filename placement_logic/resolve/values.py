@@ -47,6 +47,7 @@ class Values:
     dims: dict[str, ir.Dim] = field(default_factory=dict)
     axes: dict[str, ir.Axis] = field(default_factory=dict)
     plans: dict[str, surface.PlanDef] = field(default_factory=dict)  # for cost queries
+    groups: set[str] = field(default_factory=set)  # the model block's `group` names (overrides may name them)
 
     def declare(self, name: str, span: Span) -> bool:
         if name in self.lets or name in self.axes:
