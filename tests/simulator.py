@@ -57,6 +57,8 @@ def groups_of(plan: ir.Plan) -> list[str]:
         t is not None and isinstance(t.experts, ir.Const) and t.experts.value > 1)
     if experts:
         out.append("experts")
+    if t is not None and isinstance(t.experts, ir.Const) and t.experts.value > 1:
+        out.append("router")  # the MoE router: a whole matrix on every tensor rank
     out.append("embedding")
     return out
 
@@ -81,7 +83,7 @@ def axis_type(plan: ir.Plan, group: str, axis: str) -> str:
             return COMPLETE
         return PARTIAL
     if role in TENSOR:
-        if group in ("norms", "biases"):
+        if group in ("norms", "biases", "router"):
             return SPLIT if sequence_parallel(plan) else INVARIANT
         return SHARDED if params in SPLIT_PARAMS else INVARIANT
     if role is ir.Role.PIPELINE:
@@ -100,7 +102,7 @@ def reductions(plan: ir.Plan, group: str) -> Counter:
         if c.phase is collectives.Phase.GRAD_SYNC and c.state is ir.State.GRADS:
             if c.payload.tensor == "grads" or (c.payload.tensor == "dense_grads" and group != "experts"):
                 counts.update(c.axes)
-    if group in ("norms", "biases") and sequence_parallel(plan):
+    if group in ("norms", "biases", "router") and sequence_parallel(plan):
         for a in plan.mesh.names:
             if plan.role(a) in TENSOR:
                 counts[a] += 1
@@ -213,6 +215,8 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
         reduced = _allreduce(reduced, pos[a])
 
     def normaliser(dev, mu) -> Fraction:
+        if loss == "sum":
+            return Fraction(1)
         if loss == "per_microbatch_mean":
             return Fraction(count[(tcoord(dev), mu)])
         if loss == "per_device_mean":
@@ -252,7 +256,8 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
     ref: dict = {}
     for (e, _, _), s in contrib.items():
         ref[e] = ref.get(e, Fraction(0)) + s
-    return all(final[d] / div == ref[elem(d)] / total_tokens for d in devices)
+    target = 1 if loss == "sum" else total_tokens
+    return all(final[d] / div == ref[elem(d)] / target for d in devices)
 
 
 def _allreduce(buf: dict, i: int) -> dict:

@@ -79,7 +79,7 @@ def plans(draw):
         hs.builds(lambda g, a: ov("grads", "divide", g, by=ir.Sym(a)), group, hs.sampled_from(names)),
         hs.builds(lambda a: ov("tokens", "reduce", None, a), axis_lists),
         hs.just(ov("tokens", "equal")),
-        hs.sampled_from([ov("loss", "per_device_mean"), ov("loss", "per_microbatch_mean")]),
+        hs.sampled_from([ov("loss", "per_device_mean"), ov("loss", "per_microbatch_mean"), ov("loss", "sum")]),
         hs.builds(lambda g, a: ov("clip_norm", "reduce", g, a), group, axis_lists),
         hs.builds(lambda g: ov("clip_norm", "double_count", g), group),
         hs.builds(lambda a: ov("overflow", "reduce", None, a), axis_lists),

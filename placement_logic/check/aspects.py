@@ -32,7 +32,9 @@ def gi_aspects(g: GroupModel) -> tuple[str, ...]:
 
 def correct_normalisation(g: GroupModel) -> tuple[tuple[str, ...], tuple[str, ...], ir.Value | None]:
     """(norm_dims, divisor_axes, divisor_value) of the global token mean: the token count
-    summed over every token dimension, no divisor."""
+    summed over every token dimension, no divisor; for a sum objective, nothing at all."""
+    if g.objective == "sum":
+        return (), (), None
     return tuple(d.name for d in g.dims if d.kind == TOKEN), (), None
 
 

@@ -183,6 +183,9 @@ def gi_negation(env: Env, g: steps.GroupModel, prefix: str) -> tuple[list, Calla
     total = counts.sum_over({d.name for d in tdims}, env.real)
     norm_set = frozenset(g.norm_dims)
     slab = counts.sum_over(norm_set, env.real)
+    if g.objective == "sum":  # no token count anywhere: the reference and every device sum over tokens
+        total = slab = rone
+        norm_set = frozenset()
     token_names = {d.name for d in tdims}
     for name in sorted(norm_set):
         # a reduction of the count over an axis it is already replicated on multiplies it by the

@@ -45,7 +45,7 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
     for g in step.groups:
         obs.append(Obligation(
             f"GI grads[{g.group}]", GRADIENT_INTEGRITY, _span(g.span, P),
-            f"the {g.group} gradient that enters every update equals the global-batch mean-loss gradient: the "
+            f"the {g.group} gradient that enters every update equals the global-batch {_objective(g)} gradient: the "
             "plan's reductions, accumulation, loss weights and divisor taken together",
             lambda env, g=g: en.gi_negation(env, g, f"gi_{g.group}"),
             lambda w, g=g: rp.replay_gi(ctx, w, g, None), whole=g.group))
@@ -159,12 +159,18 @@ def _slug(aspect: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in aspect)
 
 
+def _objective(g: steps.GroupModel) -> str:
+    return "sum-loss" if g.objective == "sum" else "mean-loss"
+
+
 def _gi_text(g: steps.GroupModel, aspect: str) -> tuple[str, str]:
     """The obligation's name suffix and what it states."""
     if aspect == steps.NORMALISATION:
         return "normalisation", (
-            f"with every reduction and the accumulation of the {g.group} gradient as derived, the loss weights, "
-            "token count and divisor make it the global-batch mean-loss gradient (the mean over all tokens of the step)")
+            f"with every reduction and the accumulation of the {g.group} gradient as derived, the loss weights"
+            + (", token count and divisor make it the global-batch mean-loss gradient (the mean over all tokens of the step)"
+               if g.objective == "mean" else " and divisor make it the global-batch sum-loss gradient (the sum over all "
+               "tokens of the step, no normaliser)"))
     if aspect == steps.MICROBATCHES:
         return "over microbatches", (
             f"the {g.group} gradient of every microbatch is accumulated exactly once "

@@ -111,6 +111,8 @@ def simulate_gi(ctx: Context, g: steps.GroupModel, sizes: dict[str, int], counts
             repeat *= sizes[name] ** extra
 
     def slab(tau: Coord) -> int:
+        if g.objective == "sum":
+            return 1
         fixed = [i for i, d in enumerate(tdims) if d.name not in norm]
         return repeat * sum(n for t, n in counts.items() if all(t[i] == tau[i] for i in fixed))
 
@@ -155,7 +157,8 @@ def simulate_gi(ctx: Context, g: steps.GroupModel, sizes: dict[str, int], counts
     expected = {}
     for dev in devices:
         elem = tuple(dev[gpos[d.name]] for d in edims)
-        expected[dev] = sum((s for (e, _), s in contrib.items() if e == elem), Fraction(0)) / total
+        expected[dev] = sum((s for (e, _), s in contrib.items() if e == elem), Fraction(0)) / (
+            1 if g.objective == "sum" else total)
     return GradRun(grid, values, expected, total)
 
 
@@ -218,7 +221,9 @@ def diagnose_group(ctx: Context, g: steps.GroupModel, equal_counts: bool = False
                        + (f"^{d.k - 1}" if d.k > 2 else ""))
     if aspect is not None and aspect != steps.NORMALISATION:
         return out
-    if set(g.norm_dims) == set(ref.norm_dims) and sorted(g.norm_dims) != sorted(ref.norm_dims):
+    if g.objective == "sum":
+        pass  # a sum loss has no token count: only the divisor can be wrong
+    elif set(g.norm_dims) == set(ref.norm_dims) and sorted(g.norm_dims) != sorted(ref.norm_dims):
         twice = sorted({n for n in g.norm_dims if g.norm_dims.count(n) > ref.norm_dims.count(n)})
         out.append(f"token count reduced more than once over ({', '.join(twice)}): a count already summed there "
                    "is summed again, multiplying it by the axis size")

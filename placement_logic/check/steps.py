@@ -61,6 +61,7 @@ class GroupModel:
     spans: tuple[tuple[str, Span], ...] = ()  # per GI aspect (dimension or NORMALISATION): its source
     clip_axes: tuple[str, ...] | None = None  # axes this group's squared norm is summed over (None: the plan's)
     clip_span: Span = NO_SPAN
+    objective: str = "mean"  # "mean": the global token mean; "sum": the sum over tokens (loss: sum)
 
     def span_of(self, aspect: str) -> Span:
         return dict(self.spans).get(aspect, NO_SPAN)
@@ -310,6 +311,9 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         elif loss == "per_device_mean":
             norm = (MICROBATCHES,)
             div_axes = token_axes
+        elif loss == "sum":
+            norm = ()
+            div_axes = ()
         else:
             norm = ()
             div_axes = token_axes + (MICROBATCHES,)
@@ -332,7 +336,8 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         groups.append(GroupModel(g, tuple(dims), norm, div_axes, div_value, tuple(dict.fromkeys(shard_axes)),
                                  double_count=dc is not None, span=span, spans=tuple(spans.items()),
                                  clip_axes=tuple(clip_g.axes or ()) if clip_g is not None else None,
-                                 clip_span=clip_g.span if clip_g is not None else NO_SPAN))
+                                 clip_span=clip_g.span if clip_g is not None else NO_SPAN,
+                                 objective="sum" if loss == "sum" else "mean"))
 
     par_pl, opt_pl, grads_pl = plan_pls  # the plan's own placements again, for the plan-wide facts
     all_shard = tuple(dict.fromkeys(a for g in groups for a in g.shard_axes))

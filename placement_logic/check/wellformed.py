@@ -54,9 +54,13 @@ def tied(plan: ir.Plan) -> bool:
 
 def no_effect(plan: ir.Plan, groups: tuple[str, ...], needs_regather: bool, offloaded: bool) -> None:
     """Overrides the step cannot read are errors, not silent no-ops (PL506)."""
+    losses = [o for o in plan.overrides if o.target == "loss"]
+    summed = bool(losses) and losses[-1].verb == "sum"
     for o in plan.overrides:
         why = None
-        if o.group not in (None, "all") and o.group not in groups:
+        if o.target == "tokens" and summed:
+            why = "the loss is a sum over tokens (loss: sum), so no token count normalises it"
+        elif o.group not in (None, "all") and o.group not in groups:
             why = (f"the plan has no '{o.group}' parameter group (its groups: {', '.join(groups)})")
         elif o.target == "params" and o.verb == "no_fetch" and not offloaded:
             why = "params stay on the device, so there is nothing to fetch"

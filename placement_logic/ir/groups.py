@@ -31,7 +31,6 @@ embedding) without their sizes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from fractions import Fraction
 
 from ..diagnostics import NO_SPAN, Span
 from .nodes import Const, GroupDecl, Mode, Model, Op, Placement, State, Sym, TransformerShape, Value, const
@@ -58,6 +57,7 @@ class ParamGroup:
     modes: tuple[tuple[State, tuple[tuple[str, Mode], ...]], ...] = ()  # replace the plan's modes
     user: bool = False  # declared by the user
     per_layer: Value | None = None  # parameters per layer, for groups inside the layers
+    restated: bool = False  # a built-in group the model block restates
     span: Span = field(default=NO_SPAN, compare=False, repr=False)
 
     def own_modes(self, state: State) -> dict[str, Mode]:
@@ -155,7 +155,7 @@ def param_groups(model: Model) -> tuple[ParamGroup, ...]:
     out: list[ParamGroup] = []
     for g in groups:
         d = decls.get(g.name)
-        out.append(g if d is None else _restate(g, d))
+        out.append(g if d is None else _restate(g, d, t))
     own: list[ParamGroup] = []
     for d in model.groups:
         if d.name in {g.name for g in groups}:
@@ -172,8 +172,17 @@ def param_groups(model: Model) -> tuple[ParamGroup, ...]:
     return tuple(out + own)
 
 
-def _restate(g: ParamGroup, d: GroupDecl) -> ParamGroup:
-    return replace(g, tensor=d.tensor or g.tensor, modes=d.modes or g.modes, span=d.span)
+def _restate(g: ParamGroup, d: GroupDecl, t: TransformerShape | None) -> ParamGroup:
+    """A built-in group with what the declaration restates: its tensor rule, its stage (a
+    group moved into the layers is spread evenly over them) and its own modes."""
+    where = d.stage or g.where
+    per_layer = g.per_layer
+    if where == LAYERS and per_layer is None and t is not None and g.count is not None:
+        per_layer = _div(g.count, t.layers)
+    elif where != LAYERS:
+        per_layer = None
+    return replace(g, tensor=d.tensor or g.tensor, where=where, per_layer=per_layer, modes=d.modes or g.modes,
+                   restated=True, span=d.span)
 
 
 def check_groups(model: Model, has_expert_axis: bool) -> tuple[str, ...]:
@@ -202,9 +211,8 @@ def class_of(model: Model, name: str) -> ParamGroup:
             return g
     tensor = WHOLE if name in ("norms", "biases", "router") else SPLIT
     for g in param_groups(model):
-        if not g.user and g.checks_as == name:
-            if g.modes or g.tensor != tensor and g.tensor != HEADS:
-                return replace(g, name=name)
+        if not g.user and g.checks_as == name and g.restated:
+            return replace(g, name=name)
     return ParamGroup(name, None, tensor=tensor, expert=name == "experts", checks_as=name)
 
 
@@ -216,5 +224,3 @@ def effective(pl: Placement, group: ParamGroup) -> Placement:
     return replace(pl, modes=tuple((a, own.get(a, m)) for a, m in pl.modes))
 
 
-def fraction_value(x: int | Fraction) -> Value:
-    return const(Fraction(x))

@@ -339,6 +339,7 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "per_device_mean": (False, False),
         "per_microbatch_mean": (False, False),
         "global_mean": (False, False),
+        "sum": (False, False),  # the objective is the sum over tokens (reduction='sum'): no normaliser
     },
     "tokens": {
         "reduce": (True, False),  # token count summed over exactly these axes

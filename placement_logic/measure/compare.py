@@ -131,7 +131,10 @@ def _state_rows(pred: Prediction, r: Realisation, results: list[dict], shape: Ti
             n_data = 1
             for a in r.data_axes:
                 n_data *= r.sizes[a]
-            replicated = [Fraction(res["tensor_replicated_param_bytes"]) * width[state] / 4 for res in results]
+            # bytes PyTorch keeps whole on the tensor axis that the plan splits: the embedding and the
+            # head (the norms, row-parallel biases and router the plan keeps whole too)
+            replicated = [(Fraction(res["tensor_replicated_param_bytes"]) - pred.tensor_whole_bytes) * width[state] / 4
+                          for res in results]
             if status == "explained":
                 pass
             elif r.data == "fsdp" and state == "params" and r.approximations and all(m == p / n_data for m in per_rank):
@@ -143,7 +146,8 @@ def _state_rows(pred: Prediction, r: Realisation, results: list[dict], shape: Ti
             elif r.tensor_axis and all(m == p + rep * (t - 1) / t for m, rep in zip(per_rank, replicated)):
                 status, note = "explained", (
                     f"{replicated[0]} B per rank belong to parameters PyTorch keeps replicated over "
-                    f"'{r.tensor_axis}' (embedding, head, norms, row-parallel biases); the plan shards them 1/{t}")
+                    f"'{r.tensor_axis}' (the embedding and the head, vocabulary-parallel in Megatron-LM); the plan "
+                    f"shards them 1/{t}")
         rows.append(Row("memory", f"{state} held per rank", p, measured, status, note,
                         per_rank if len(set(per_rank)) > 1 else ()))
     counters = tuple(res["held"]["optimizer_step_counters"]["storage"] for res in results)

@@ -42,6 +42,9 @@ class Prediction:
     collectives: tuple[PredictedCollective, ...]
     # with a pipeline: per stage ("first", "last"), the persistent device bytes per state
     stage_bytes: tuple[tuple[str, tuple[tuple[str, Fraction], ...]], ...] = ()
+    # parameter bytes per rank of the groups the engine keeps whole on a tensor axis (norms,
+    # row-parallel biases, router): PyTorch keeps them whole too
+    tensor_whole_bytes: Fraction = Fraction(0)
 
     @property
     def states(self) -> dict[str, Fraction]:
@@ -113,4 +116,9 @@ def predict(spec: ir.Spec, plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, 
             phase=x.collective.phase.value,
             description=x.collective.payload.description,
         ))
-    return Prediction("placement_logic.costs", _number(pc.shape.psi, subs), states, tuple(colls), stage_bytes)
+    from ..ir import groups as pg
+
+    whole = sum((_number(pc.memory.groups[g.name][ir.State.PARAMS], subs) for g in pc.shape.groups
+                 if g.group.tensor == pg.WHOLE and g.name in pc.memory.groups), Fraction(0))
+    return Prediction("placement_logic.costs", _number(pc.shape.psi, subs), states, tuple(colls), stage_bytes,
+                      tensor_whole_bytes=whole)

@@ -119,7 +119,7 @@ def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
 
 
 GROUP_PROPS = ("count", "fraction", "tensor", "stage", "experts", "like", "placement", "params", "optimizer", "grads")
-RESTATABLE = ("tensor", "placement", "params", "optimizer", "grads")
+RESTATABLE = ("tensor", "stage", "placement", "params", "optimizer", "grads")
 MODE_KEYS = {"params": (ir.State.PARAMS,), "optimizer": (ir.State.OPTIMIZER,), "grads": (ir.State.GRADS,),
              "placement": (ir.State.PARAMS, ir.State.OPTIMIZER, ir.State.GRADS)}
 
@@ -169,15 +169,6 @@ def _group(vals: Values, block: surface.SubBlock) -> ir.GroupDecl | None:
     if "count" in found and "fraction" in found:
         error("PL119", f"group {name} gives both 'count' and 'fraction'; give one", block.span)
         return None
-    if name in pg.BUILTIN or name in pg.CLASSES:
-        extra = [p.key for p in block.props if p.key not in RESTATABLE]
-        if extra:
-            error("PL113", f"'{name}' is a built-in parameter group: its {', '.join(extra)} come from the model "
-                  f"shape; a restatement may give {', '.join(RESTATABLE)}", block.span)
-            return None
-    elif "count" not in found and "fraction" not in found:
-        error("PL118", f"group {name} needs 'count' (parameters) or 'fraction' (of Ψ)", block.span)
-        return None
     count = found.get("count")
     fraction = found.get("fraction")
     if fraction is not None and isinstance(fraction[0], ir.Const) and not 0 < fraction[0].value < 1:
@@ -190,13 +181,22 @@ def _group(vals: Values, block: surface.SubBlock) -> ir.GroupDecl | None:
 
 
 def _check_groups(vals: Values, model: ir.Model) -> None:
-    """A restated built-in group must exist in this model."""
-    present = {g.name for g in pg.param_groups(replace(model, groups=()))}
+    """A declaration naming one of the model's own groups restates it (tensor rule, stage,
+    modes); any other needs a size; the built-in names a model lacks are reserved."""
+    present = [g.name for g in pg.param_groups(replace(model, groups=()))]
     for d in model.groups:
-        if d.name in pg.BUILTIN or d.name in pg.CLASSES:
-            if d.name not in present:
-                vals.cx.error("PL113", f"this model has no '{d.name}' parameter group to restate", d.span,
-                              (f"its groups: {', '.join(sorted(present))}",))
+        if d.name in present:
+            extra = [k for k, v in (("count", d.count), ("fraction", d.fraction), ("experts", d.experts),
+                                    ("like", d.like)) if v is not None]
+            if extra:
+                vals.cx.error("PL113", f"'{d.name}' is a built-in parameter group of this model: its "
+                              f"{', '.join(extra)} come from the model; a restatement may give "
+                              f"{', '.join(RESTATABLE)}", d.span)
+        elif d.name in pg.BUILTIN or d.name in pg.CLASSES:
+            vals.cx.error("PL113", f"this model has no '{d.name}' parameter group to restate, and the name is "
+                          "reserved", d.span, (f"its groups: {', '.join(present)}",))
+        elif d.count is None and d.fraction is None:
+            vals.cx.error("PL118", f"group {d.name} needs 'count' (parameters) or 'fraction' (of Ψ)", d.span)
 
 
 def _props(vals: Values, props, allowed, where) -> Iterator[surface.Prop]:

@@ -382,13 +382,20 @@ for b, line, groups, extra, what, mirrors in [
      "a per-device mean loss with expert grads divided by dp instead of dp*ep", EXPERT_DIV),
     ("moe_3d", "override grads[experts]: divide by dp", ["experts"], ["CR07"],
      "a per-device mean loss with expert grads divided by dp instead of dp*ep", EXPERT_DIV),
+    ("ddp", "override grads: divide by dp", None, [],
+     "a sum loss (reduction='sum') whose gradients DDP still averages over dp",
+     "a summed loss averaged by DDP's default gradient division"),
+    ("zero2", "override grads: divide by dp", None, [],
+     "a sum loss whose reduce-scattered gradients are still averaged over dp", ""),
 ]:
     bb = BASES[b]
     gs = tuple(groups or bb.all_groups())
     lines = [line]
     if "per-device" in what:
         lines = ["override loss: per_device_mean", "override tokens: equal", line]
-    mutant(f"wrong_divisor_{'_'.join(gs) if groups else 'all'}_{b}", b, f"{what} (`{line.removeprefix('override ')}`).",
+    if "sum loss" in what:
+        lines = ["override loss: sum", line]
+    mutant(f"wrong_divisor_{'_'.join(gs) if groups else 'all'}_{b}" + ("_sum_loss" if "sum loss" in what else ""), b, f"{what} (`{line.removeprefix('override ')}`).",
            lines, gi(gs, "normalisation") + extra, gi_root(gs, "normalisation"), mirrors=mirrors)
 
 # -- override bugs: loss normalisation and token counts ----------------------------------
@@ -727,6 +734,10 @@ for name, b, lines, why in [
     ("pdm_equal_divisor_ddp", "ddp",
      ["override tokens: equal", "override loss: per_device_mean", "override grads: divide by dp"],
      "with equal tokens a per-device mean divided explicitly by dp is the global mean."),
+    ("sum_loss_ddp", "ddp", ["override loss: sum"],
+     "a sum loss reduced by summation and never divided is the global sum-loss gradient."),
+    ("sum_loss_1f1b", "1f1b", ["override loss: sum"],
+     "a sum loss over microbatches and stages: accumulation adds, nothing divides."),
     ("pdm_equal_experts_ep", "ep",
      ["override tokens: equal", "override loss: per_device_mean", "override grads[experts]: divide by dp * ep"],
      "with equal tokens, expert grads of per-device means divided by the whole data group are exact."),

@@ -1,0 +1,265 @@
+"""The parameter-group model shared by costs and the checker (placement_logic.ir.groups).
+
+Oracle: a brute-force enumeration of every weight tensor of a transformer with its shape
+and the rule Megatron-LM / PyTorch tensor parallelism applies to it (column-parallel rows,
+row-parallel columns, vocabulary-parallel rows, K/V heads, replicated norms, row-parallel
+biases and router), the layers of each pipeline stage and the experts of each expert rank;
+each device's share is counted by slicing index ranges, device by device. The cost engine's
+per-device parameter bytes must equal the largest device's count, and every device of a
+stage must hold the same. A second oracle restates Megatron-LM's theoretical-memory weight
+count (megatron/training/theoretical_memory_usage.py, compute_weight_and_optimizer_memory),
+which divides every parameter by the tensor size: the spec states that convention with
+``group`` restatements and must reproduce it exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import pytest
+
+from placement_logic import costs
+from placement_logic.check import steps
+from placement_logic.cli import main
+from placement_logic.frontend.loader import load_string
+from placement_logic.ir import State
+
+
+def _rows(n: int, t: int, r: int) -> int:
+    assert n % t == 0
+    return n // t
+
+
+def _heads(kv: int, t: int, r: int, dh: int) -> int:
+    """Rows of K (or V) on tensor rank r: kv/t heads, or one head when kv < t."""
+    if kv >= t:
+        return kv // t * dh
+    return dh
+
+
+def device_params(shape: dict, t: int, r: int, p: int, stage: int, ep: int, e_rank: int) -> int:
+    """Parameters on the device (tensor rank r of t, pipeline stage of p, expert rank of ep)."""
+    h, L, a, kv, f, V, E = (shape[k] for k in ("h", "L", "a", "kv", "f", "V", "E"))
+    gated, ln, bias, tied = shape["gated"], shape["norm"] == "layernorm", shape["bias"], shape["tied"]
+    dh = h // a
+    total = 0
+    tensors: list[tuple[str, int]] = []  # (rule, elements on this device) per tensor of one layer
+    # attention: q (a·dh × h) column-parallel, k and v by heads, o (h × a·dh) row-parallel
+    tensors.append(("q", _rows(a * dh, t, r) * h))
+    tensors += [("k", _heads(kv, t, r, dh) * h), ("v", _heads(kv, t, r, dh) * h)]
+    tensors.append(("o", h * _rows(a * dh, t, r)))
+    if bias:
+        tensors += [("q_bias", _rows(a * dh, t, r)), ("k_bias", _heads(kv, t, r, dh)),
+                    ("v_bias", _heads(kv, t, r, dh)), ("o_bias", h)]
+    # the MLP, or E experts of which this expert rank holds E/ep
+    mats = [("up", _rows(f, t, r) * h), ("down", h * _rows(f, t, r))]
+    if gated:
+        mats.append(("gate", _rows(f, t, r) * h))
+    if bias:
+        mats += [("up_bias", _rows(f, t, r)), ("down_bias", h)]
+        if gated:
+            mats.append(("gate_bias", _rows(f, t, r)))
+    if E == 1:
+        tensors += mats
+    else:
+        local = E // ep
+        assert local * ep == E
+        tensors += [(name, n * local) for name, n in mats]
+        tensors.append(("router", E * h))
+        if bias:
+            tensors.append(("router_bias", E))
+    # two norms, whole on every tensor rank
+    tensors += [("norm", h), ("norm", h)]
+    if ln:
+        tensors += [("norm_bias", h), ("norm_bias", h)]
+    layer = sum(n for _, n in tensors)
+    assert L % p == 0
+    total += layer * (L // p)
+    if stage == 0:
+        total += _rows(V, t, r) * h  # vocabulary-parallel embedding
+    if stage == p - 1:
+        total += h * (2 if ln else 1)  # final norm
+        if not tied or p > 1:  # untied head, or the last stage's copy of the tied one
+            total += _rows(V, t, r) * h
+    return total
+
+
+def spec_text(shape: dict, t: int, p: int, ep: int, extra_model: str = "") -> str:
+    tr = (f"hidden = {shape['h']}\n    layers = {shape['L']}\n    heads = {shape['a']}\n"
+          f"    kv_heads = {shape['kv']}\n    ffn = {shape['f']}\n    vocab = {shape['V']}\n"
+          f"    norm = {shape['norm']}\n    bias = {'true' if shape['bias'] else 'false'}\n"
+          f"    gated_mlp = {'true' if shape['gated'] else 'false'}\n"
+          f"    tied_embeddings = {'true' if shape['tied'] else 'false'}\n    experts = {shape['E']}")
+    mesh = ["dp = 2"] + ([f"tp = {t}"] if t > 1 else []) + ([f"pp = {p}"] if p > 1 else []) \
+        + ([f"ep = {ep}"] if ep > 1 else [])
+    binds = ["dp: ddp"] + (["tp: megatron_tp"] if t > 1 else []) + (["pp: one_f_one_b"] if p > 1 else []) \
+        + (["ep: expert_parallel"] if ep > 1 else [])
+    nl = "\n  "
+    return (
+        "from std.data import ddp\nfrom std.tensor import megatron_tp\nfrom std.pipeline import one_f_one_b\n"
+        "from std.expert import expert_parallel\n"
+        f"model {{\n  transformer {{\n    {tr}\n  }}\n  {extra_model}\n  bytes {{ params = 1 }}\n}}\n"
+        f"mesh {{\n  {nl.join(mesh)}\n}}\nplan p {{\n  {nl.join(binds)}\n}}\n"
+    )
+
+
+LLAMA = dict(h=64, L=4, a=8, kv=2, f=160, V=128, E=1, gated=True, norm="rmsnorm", bias=False, tied=False)
+GPT = dict(h=48, L=4, a=4, kv=4, f=192, V=96, E=1, gated=False, norm="layernorm", bias=True, tied=True)
+MOE = dict(h=32, L=2, a=4, kv=4, f=64, V=64, E=4, gated=True, norm="rmsnorm", bias=True, tied=False)
+
+CASES = [(LLAMA, t, p, 1) for t in (1, 2, 4, 8) for p in (1, 2)]
+CASES += [(GPT, t, p, 1) for t in (1, 2, 4) for p in (1, 2, 4)]
+CASES += [(MOE, t, p, ep) for t in (1, 2) for p in (1, 2) for ep in (1, 2, 4)]
+
+
+@pytest.mark.parametrize("shape,t,p,ep", CASES,
+                         ids=[f"{'llama' if s is LLAMA else 'gpt' if s is GPT else 'moe'}-t{t}-p{p}-ep{ep}"
+                              for s, t, p, ep in CASES])
+def test_params_per_device_equal_the_enumerated_tensors(shape, t, p, ep):
+    pc = costs.derive(load_string(spec_text(shape, t, p, ep)).plan("p"))
+    subs = {costs.symbol(a): n for a, n in (("dp", 2), ("tp", t), ("pp", p), ("ep", ep))}
+    for k, stage_mem in enumerate(pc.memory.stages or (None,)):
+        stage = 0 if stage_mem is None or stage_mem.stage == "first" else p - 1
+        counts = {device_params(shape, t, r, p, stage, ep, e) for r in range(t) for e in range(ep)}
+        assert len(counts) == 1, counts  # every device of a stage holds the same
+        got = (stage_mem.device if stage_mem else pc.memory.device)[State.PARAMS].subs(subs)
+        assert got == counts.pop(), (k, got)
+
+
+def test_psi_is_the_sum_of_the_groups_and_of_the_enumerated_tensors():
+    for shape in (LLAMA, GPT, MOE):
+        pc = costs.derive(load_string(spec_text(shape, 1, 1, 1)).plan("p"))
+        one = device_params(shape, 1, 0, 1, 0, 1, 0)  # one device holds the whole model (a tied head once)
+        assert pc.shape.psi == one
+        assert sum(g.count for g in pc.shape.groups if not g.group.copy) == pc.shape.psi
+
+
+def megatron_most_loaded_shard(shape: dict, t: int, p: int) -> Fraction:
+    """Megatron-LM's weight count on the most loaded model shard (its own formula: every
+    parameter, norms included, divided by the tensor size; the final norm counted with the
+    layers; layernorm weights and biases, no linear biases)."""
+    h, L, a, kv, f, V = (Fraction(shape[k]) for k in ("h", "L", "a", "kv", "f", "V"))
+    gated = Fraction(3, 2) if shape["gated"] else 1
+    layers = 2 * L * h * h * ((1 + kv / a) * 1 + f / h * gated + 2 / h + 1 / (L * h))
+    emb = h * V
+    shard = (layers / p + emb) / t
+    if not shape["tied"] and p == 1:
+        shard += emb / t
+    return shard
+
+
+MEGATRON = "group norms { tensor = split }\n  group final_norm { tensor = split  stage = layers }"
+
+
+@pytest.mark.parametrize("t,p", [(1, 1), (2, 1), (4, 2), (8, 4), (2, 4)])
+@pytest.mark.parametrize("tied", [False, True])
+def test_megatron_estimator_convention_is_statable(t, p, tied):
+    shape = dict(h=64, L=8, a=8, kv=8, f=256, V=128, E=1, gated=True, norm="layernorm", bias=False, tied=tied)
+    pc = costs.derive(load_string(spec_text(shape, t, p, 1, MEGATRON)).plan("p"))
+    subs = {costs.symbol(a): n for a, n in (("dp", 2), ("tp", t), ("pp", p))}
+    if pc.memory.stages:
+        got = pc.memory.stages[0].device[State.PARAMS].subs(subs)  # the first stage is the most loaded
+    else:
+        got = pc.memory.device[State.PARAMS].subs(subs)
+    assert Fraction(int(got.p), int(got.q)) == megatron_most_loaded_shard(shape, t, p)
+    # without the restatement the norms stay whole and the count is larger (for t > 1)
+    plain = costs.derive(load_string(spec_text(shape, t, p, 1)).plan("p"))
+    plain_got = (plain.memory.stages[0].device if plain.memory.stages else plain.memory.device)[State.PARAMS]
+    assert (plain_got.subs(subs) > got) == (t > 1 or p > 1)
+
+
+def test_user_group_adds_to_psi_and_keeps_its_own_modes():
+    text = spec_text(LLAMA, 2, 1, 1, "group vision { count = 1000  placement = {dp: R} }").replace(
+        "dp: ddp", "dp: zero3").replace("from std.data import ddp", "from std.data import ddp, zero3")
+    pc = costs.derive(load_string(text).plan("p"))
+    base = costs.derive(load_string(spec_text(LLAMA, 2, 1, 1)).plan("p")).shape.psi
+    assert pc.shape.psi == base + 1000
+    vision = pc.memory.groups["vision"]
+    subs = {costs.symbol("dp"): 2, costs.symbol("tp"): 2}
+    assert vision[State.PARAMS].subs(subs) == 500  # split over tp, whole over dp (its own R)
+    assert vision[State.OPTIMIZER].subs(subs) == 12 * 500
+    mlp = pc.memory.groups["mlp"]
+    assert mlp[State.PARAMS].subs(subs) == Fraction(LLAMA["L"] * 3 * 64 * 160, 4)
+
+
+def test_fraction_group_without_shape_is_carved_out_of_psi():
+    text = ("from std.data import zero3\nmodel {\n  params = 1000\n  group lm_head { fraction = 1/10  placement = {dp: R}"
+            "  like = embedding }\n}\nmesh { dp = 4 }\nplan p { dp: zero3 }\n")
+    pc = costs.derive(load_string(text).plan("p"))
+    assert pc.shape.psi == 1000
+    assert pc.memory.device[State.PARAMS].subs({costs.symbol("dp"): 4}) == 2 * (Fraction(900, 4) + 100)
+
+
+def test_kv_heads_fewer_than_tensor_ranks_are_copied():
+    # kv = 2 heads over t = 8 ranks: each rank keeps one whole head of K and V
+    pc = costs.derive(load_string(spec_text(LLAMA, 8, 1, 1)).plan("p"))
+    kv = pc.memory.groups["kv"][State.PARAMS]
+    assert kv == LLAMA["L"] * 2 * LLAMA["h"] * (LLAMA["h"] // LLAMA["a"])
+
+
+def test_checker_reads_the_same_groups():
+    moe = load_string(spec_text(MOE, 2, 1, 2)).plan("p")
+    names = [g.group for g in steps.derive(moe).groups]
+    assert "router" in names and "experts" in names and "norms" in names
+    user = load_string(spec_text(LLAMA, 2, 1, 1, "group vision { count = 1000  params = {dp: S} }")).plan("p")
+    assert "vision" in [g.group for g in steps.derive(user).groups]
+
+
+def test_a_user_group_sharded_on_a_data_axis_is_refuted(tmp_path, capsys):
+    good = spec_text(LLAMA, 2, 1, 1, "group vision { count = 1000  placement = {tp: R} }")
+    bad = spec_text(LLAMA, 2, 1, 1, "group vision { count = 1000  params = {dp: S} }")
+    for text, want in ((good, 0), (bad, 1)):
+        f = tmp_path / "g.place"
+        f.write_text(text)
+        assert main(["check", str(f), "--format", "json"]) == want
+        out = json.loads(capsys.readouterr().out)
+        if want:
+            assert "dp" in json.dumps(out)
+
+
+def test_override_may_name_a_user_group(tmp_path, capsys):
+    text = spec_text(LLAMA, 1, 1, 1, "group vision { count = 1000 }") + \
+        "plan q extends p {\n  override grads[vision]: reduce over ()\n}\n"
+    f = tmp_path / "g.place"
+    f.write_text(text)
+    assert main(["check", str(f), "--plan", "q"]) == 1
+    assert "vision" in capsys.readouterr().out
+
+
+def test_cost_groups_flag_and_json(tmp_path, capsys):
+    f = tmp_path / "g.place"
+    f.write_text(spec_text(MOE, 2, 2, 2))
+    assert main(["cost", str(f), "--groups"]) == 0
+    out = capsys.readouterr().out
+    assert "parameter groups" in out and "router" in out and "whole" in out
+    assert main(["cost", str(f), "--format", "json"]) == 0
+    groups = json.loads(capsys.readouterr().out)["plans"]["p"]["memory"]["param_groups"]
+    assert {g["name"] for g in groups} >= {"embedding", "attention", "kv", "experts", "router", "norms", "head"}
+    own = sum(int(g["parameters"]["exact"]) for g in groups)
+    assert own == device_params(MOE, 1, 0, 1, 0, 1, 0)  # untied: the groups add up to Ψ
+
+
+BAD = [
+    ("group vision { }", "PL118", "needs 'count'"),
+    ("group vision { count = 10  fraction = 1/2 }", "PL119", "both"),
+    ("group norms { count = 10 }", "PL113", "built-in"),
+    ("group dense { count = 10 }", "PL113", "reserved"),
+    ("group router { tensor = split }", "PL113", "no 'router'"),
+    ("group vision { count = 10  placement = {zz: R} }", "PL109", "not an axis"),
+    ("group vision { count = 10  params = {dp: M} }", "PL505", "persist"),
+    ("group vision { fraction = 2 }", "PL107", "between 0 and 1"),
+    ("group vision { count = 10  tensor = diagonal }", "PL114", "split, whole"),
+    ("group all { count = 10 }", "PL113", "every parameter group"),
+    ("group vision { count = 10 }\n  group vision { count = 20 }", "PL119", "twice"),
+    ("group vision { count = 10  colour = 3 }", "PL113", "no property"),
+]
+
+
+@pytest.mark.parametrize("decl,code,words", BAD, ids=[b[1] + "-" + str(i) for i, b in enumerate(BAD)])
+def test_bad_group_declarations(tmp_path, capsys, decl, code, words):
+    f = tmp_path / "g.place"
+    f.write_text(spec_text(LLAMA, 2, 1, 1, decl))
+    assert main(["cost", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert f"[{code}]" in err and words in err and "^" in err and "Traceback" not in err
