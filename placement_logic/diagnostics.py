@@ -82,6 +82,12 @@ CODES: dict[str, tuple[str, str]] = {
     "PL126": ("definition-cycle", "Let bindings that refer to each other in a cycle."),
     "PL127": ("axis-less-strategy", "A strategy bound to an axis that places no state, or used with 'use' while placing states."),
     "PL128": ("conflicting-setting", "Two strategies of one plan that set the same plan-wide setting differently."),
+    "PL129": ("not-modelled", "An override naming something the step semantics does not model (a loss term of its "
+              "own, RNG state, a process group over part of an axis, an operation on one rank); docs/checker.md, "
+              "'Out of scope'."),
+    "PL130": ("impossible-shape", "A size a plan's strategies would split into fractions: heads, kv heads, the MLP "
+              "width or the vocabulary over the tensor ranks, layers over pipeline stages × chunks, experts over "
+              "the expert ranks, the sequence over the context ranks."),
     # types and units: PL2xx
     "PL201": ("unit-mismatch", "Bytes combined with a plain count by + or - (or compared with one)."),
     "PL202": ("unit-not-allowed", "A byte unit where a plain count is required (axis size, layer count, exponent)."),

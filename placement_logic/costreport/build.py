@@ -173,7 +173,7 @@ def symbolic_value(spec: ir.Spec, value: ir.Value) -> sympy.Expr:
 
 
 def _question(spec: ir.Spec, qn: ir.Question, q: _Q) -> QuestionResult:
-    left, right = symbolic_value(spec, qn.left), symbolic_value(spec, qn.right)
+    left, right = costs.value_of(spec, qn.left, q.subs), costs.value_of(spec, qn.right, q.subs)
     lq, rq = q(left), q(right)
     if lq.exact is not None and rq.exact is not None:
         verdict = "holds" if _OPS[qn.op](lq.exact, rq.exact) else "fails"
@@ -204,12 +204,12 @@ def build(spec: ir.Spec, plans: Iterable[str] = (), sets: Mapping[str, Fraction]
     q = _Q(subs, axes)
     bindings = tuple(Binding(n, q(v).exact, str(v), n in sets) for n, v in
                      ((sym.name, val) for sym, val in subs.items()))
-    pcs = {n: costs.derive(spec.plan(n)) for n in names}
+    pcs = {n: costs.derive(costs.with_sizes(spec.plan(n), subs)) for n in names}
     reports = tuple(_plan_report(pcs[n], q) for n in names)
     ratios: dict = {}
     if command == "compare":
         baseline = baseline or names[0]
-        base = pcs.get(baseline) or costs.derive(spec.plan(baseline))
+        base = pcs.get(baseline) or costs.derive(costs.with_sizes(spec.plan(baseline), subs))
         for n in names:
             ratios[n] = _ratios(pcs[n], base, q)
     questions = tuple(_question(spec, qn, q) for qn in spec.questions)

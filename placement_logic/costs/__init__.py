@@ -91,14 +91,35 @@ def _derive(plan: ir.Plan) -> PlanCost:
     lay = layout_of(plan)
     act = activations(sh, lay)
     mem = memory(plan, sh, act, lay.split)
-    comm = Communication(tuple(size(c, sh, lay) for c in schedule.derive(plan)))
+    comm = Communication(tuple(size(c, sh, lay) for c in schedule.derive(plan) if not _one_device(plan, c.axes)))
     return PlanCost(plan, sh, lay, act, mem, comm)
+
+
+def _one_device(plan: ir.Plan, axes: tuple[str, ...]) -> bool:
+    """A group of mesh axes whose sizes are all the number 1: one device, nothing moves."""
+    return bool(axes) and all(isinstance(plan.mesh.axis(a).size, ir.Const) and plan.mesh.axis(a).size.value == 1
+                              for a in axes)
+
+
+def with_sizes(plan: ir.Plan, subs) -> ir.Plan:
+    """``plan`` with every mesh axis whose size the bindings (``--set`` included) make a
+    number given that number, so what depends on a size (a group of one device, K/V heads
+    per tensor rank) is decided for the size the report shows."""
+    from dataclasses import replace
+
+    axes = []
+    for a in plan.mesh.axes:
+        v = subs.get(symbol(a.name))
+        if v is not None and getattr(v, "is_Integer", False) and v >= 1:
+            a = replace(a, size=ir.const(int(v)))
+        axes.append(a)
+    return replace(plan, mesh=replace(plan.mesh, axes=tuple(axes)))
 
 
 QUERY_KINDS = ("memory", "host_memory", "model_state", "comm", "volume")
 
 
-def query_value(spec: ir.Spec, q: ir.Query) -> sympy.Expr:
+def query_value(spec: ir.Spec, q: ir.Query, subs=None) -> sympy.Expr:
     """The symbolic value of a cost query (bytes), in the spec's symbols (not substituted).
 
     With pipeline stages: ``memory`` is the larger stage total, ``memory(plan, state)``,
@@ -109,7 +130,7 @@ def query_value(spec: ir.Spec, q: ir.Query) -> sympy.Expr:
     except KeyError:
         raise DiagnosticError([Diagnostic("PL117", f"'{q.plan}' is not a plan", q.span,
                                           notes=did_you_mean(q.plan, [p.name for p in spec.plans]))]) from None
-    pc = derive(plan)
+    pc = derive(with_sizes(plan, subs) if subs else plan)
     mem, comm = pc.memory, pc.communication
     if q.kind == "memory":
         if q.arg is None or q.arg == "total":
@@ -137,6 +158,7 @@ def query_value(spec: ir.Spec, q: ir.Query) -> sympy.Expr:
     raise DiagnosticError([Diagnostic("PL403", f"unknown cost query '{q.kind}'", q.span)])
 
 
-def value_of(spec: ir.Spec, value: ir.Value) -> sympy.Expr:
-    """A question's side as sympy, its queries replaced by their symbolic values."""
-    return to_sympy(value, lambda q: query_value(spec, q))
+def value_of(spec: ir.Spec, value: ir.Value, subs=None) -> sympy.Expr:
+    """A question's side as sympy, its queries replaced by their symbolic values (derived for
+    the mesh sizes ``subs`` binds, when given)."""
+    return to_sympy(value, lambda q: query_value(spec, q, subs))

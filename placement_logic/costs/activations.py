@@ -1,4 +1,4 @@
-"""Activation memory per device (Korthikanti et al. 2022), exact in the spec's symbols.
+"""Activation memory per device, shape-aware (Korthikanti et al. 2022 as a special case).
 
 Input: a ``Shape`` and the plan's parallel layout (tensor size t, context size c, pipeline
 size p, chunks v, scheduling unit U, schedule kind, sequence parallel, recomputation, flash
@@ -7,13 +7,18 @@ first and the last pipeline stage (or the single stage without a pipeline), what
 schedule keeps in flight at the stage's peak, the embedding and output-layer terms and the
 stage's total; the peak over stages; and the recomputation working set (transient).
 
-Per layer per microbatch, 16-bit activations (bytes scale with ``bytes.activations / 2``):
-  no parallelism          s·b·h·(34 + 5·a·s/h)
-  tensor parallel         s·b·h·(10 + 24/t + 5·a·s/(h·t))
-  tensor + sequence par.  s·b·h·(34/t + 5·a·s/(h·t))
-  selective recompute     the 5·a·s/h term is dropped (flash attention drops it too)
+Per layer per microbatch, 16-bit activations (bytes scale with ``bytes.activations / 2``),
+with w = 10h kept whole on every tensor rank (norm inputs and outputs, dropout masks) and d
+split over them (Q, K, V with GQA's kv/a, the projection input, 4f or, gated, 6f for the MLP;
+MoE: per expert visit, plus the router's logits; see ``layer_terms``):
+  no parallelism          s·b·(w + d + 5·a·s)
+  tensor parallel         s·b·(w + d/t + 5·a·s/t)
+  tensor + sequence par.  s·b·((w + d)/t + 5·a·s/t)
+  selective recompute     the 5·a·s term is dropped (flash attention drops it too)
   full recompute          2·s·b·h (÷t with sequence parallel): only the layer input is kept
-Context parallelism divides s by c.
+Context parallelism divides s by c. With MHA, an ungated MLP and f = 4h this is Korthikanti
+et al.'s Table 2 (34, 10 + 24/t, 34/t per s·b·h). ``conventions { activations = ... }`` selects
+Korthikanti's or Megatron-LM's estimator count instead; ``activation_allowance`` scales all.
 
 Outside the layers: the embedding dropout mask, s·b·h/t bytes (1 byte per element, t only
 with sequence parallelism), on the first stage per microbatch whose chunk 0 is in flight;
@@ -99,18 +104,47 @@ class Activations:
     stages: tuple[StageActivations, ...] = ()  # first and last stage with a pipeline, else ()
 
 
+def layer_terms(sh: Shape) -> tuple[sympy.Expr, sympy.Expr]:
+    """Bytes per token of one layer's kept 16-bit activations, without the attention scores:
+    (kept whole on every tensor rank unless sequence parallel, split over the tensor ranks).
+
+    Whole: the two norms' inputs 2h + 2h, the attention input and the MLP input (the norms'
+    outputs) 2h + 2h, the two dropout masks h + h (1 byte per element): 10h.
+    Split: Q 2·h, K and V 2·h·kv/a each, the output projection's input 2·h; the MLP keeps
+    4·f (its first projection's output and the activation's output) or, gated, 6·f (the
+    fused gate and up projections' output, 2·2f, and the product fed to the down projection,
+    2f). With MHA, an ungated MLP and f = 4h this is Korthikanti et al.'s 10h + 24h.
+    Mixture of experts: every token visits top_k·capacity experts, so the MLP terms and a
+    permuted copy of its input (2h) are kept top_k·capacity times, and the router's fp32
+    logits (4·E) once, on every tensor rank unless sequence parallel."""
+    h, a, kv, f = sh.h, sh.a, sh.kv, sh.f
+    if sh.activation_count == "korthikanti":  # Table 2: MHA, an ungated MLP of width 4h
+        return 10 * h, 24 * h
+    if sh.activation_count == "megatron":  # Megatron-LM's estimator: 18h + 4f (MHA, ungated)
+        return 10 * h, 8 * h + 4 * f
+    whole = 10 * h
+    attn = 2 * h + 4 * h * kv / a + 2 * h
+    mlp = (6 if sh.gated else 4) * f
+    if sh.experts != 1:
+        visits = sh.top_k * sh.capacity
+        mlp = (mlp + 2 * h) * visits
+        whole = whole + 4 * sh.experts
+    return whole, attn + mlp
+
+
 def per_layer(sh: Shape, lay: Layout, recompute: ir.Recompute, flash: bool) -> sympy.Expr:
     s = sh.s / lay.c
     b, h, a, t = sh.b, sh.h, sh.a, lay.t
     scale = sh.bytes[ir.State.ACTIVATIONS] / 2
-    core = 0 if (flash or recompute is ir.Recompute.SELECTIVE) else 5 * a * s / (h * t)
+    core = 0 if (flash or recompute is ir.Recompute.SELECTIVE) else 5 * a * s / t
     if recompute is ir.Recompute.FULL:
-        per = 2 * s * b * h / (t if lay.sp else 1)
-    elif lay.sp:
-        per = s * b * h * (sympy.Rational(34) / t + core)
+        return 2 * s * b * h / (t if lay.sp else 1) * scale
+    whole, split = layer_terms(sh)
+    if lay.sp:
+        per = s * b * ((whole + split) / t + core)
     else:
-        per = s * b * h * (10 + sympy.Rational(24) / t + core)
-    return per * scale
+        per = s * b * (whole + split / t + core)
+    return sympy.factor_terms(sympy.expand(per)) * scale
 
 
 def has_pipeline(lay: Layout) -> bool:
@@ -153,9 +187,10 @@ def activations(sh: Shape, lay: Layout) -> Activations:
     zero = sympy.Integer(0)
     if not sh.has_shape:
         return Activations(zero, zero, zero, zero, zero, zero, zero, zero)
-    per = per_layer(sh, lay, lay.recompute, lay.flash)
-    full = per_layer(sh, lay, ir.Recompute.NONE, lay.flash)
-    mask, out = embedding_mask(sh, lay), output_layer(sh, lay)
+    k = sh.allowance  # an estimator's allowance (conventions { activation_allowance = ... }), 1 by default
+    per = per_layer(sh, lay, lay.recompute, lay.flash) * k
+    full = per_layer(sh, lay, ir.Recompute.NONE, lay.flash) * k
+    mask, out = embedding_mask(sh, lay) * k, output_layer(sh, lay) * k
     stages = tuple(
         StageActivations(name, f, f.layer_microbatches * per, f.embedding * mask, f.output * out)
         for name, f in in_flight(sh, lay).items()

@@ -154,6 +154,12 @@ def _persistent(plan: ir.Plan, sh: Shape, st: State, stage: str | None, split: S
     return (zero, by_group) if is_offloaded(plan, st) else (by_group, zero)
 
 
+def _one(plan: ir.Plan, axis: str) -> bool:
+    """An axis whose size is the number 1: nothing is gathered or scattered over it."""
+    size = plan.mesh.axis(axis).size
+    return isinstance(size, ir.Const) and size.value == 1
+
+
 def _sum(d: dict) -> sympy.Expr:
     return sum(d.values(), ZERO)
 
@@ -188,6 +194,11 @@ def memory(plan: ir.Plan, sh: Shape, act: Activations, split: Split | None = Non
             device[st], host[st] = _sum(dg), _sum(hg)
             for name in dict.fromkeys([*dg, *hg]):
                 groups.setdefault(name, {})[st] = dg.get(name, ZERO) + hg.get(name, ZERO)
+    own = [g.name for g in sh.groups if g.group.modes]
+    if own:
+        notes.append(f"parameter group{'s' if len(own) > 1 else ''} {', '.join(own)}: the memory follows "
+                     f"{'their' if len(own) > 1 else 'its'} own modes; the collectives are priced under the plan's "
+                     "placement")
     device[State.ACTIVATIONS] = act.total
     host[State.ACTIVATIONS] = ZERO
     if not sh.has_shape:
@@ -199,6 +210,7 @@ def memory(plan: ir.Plan, sh: Shape, act: Activations, split: Split | None = Non
     th = plan.placement(State.PARAMS)
     star = th.axes_with(Mode.S_STAR)
     pipe = axes_with_role(plan, Role.PIPELINE)
+    star = tuple(a for a in star if not _one(plan, a))
     if star or is_offloaded(plan, State.PARAMS):
         # the gathered (or fetched) unit is full size on the gathered axes only; a layer or
         # chunk is not divided by the pipeline axis (stages split the model by layers)
@@ -219,7 +231,7 @@ def memory(plan: ir.Plan, sh: Shape, act: Activations, split: Split | None = Non
                 )
     g = plan.placement(State.GRADS)
     reducing = axes_with_role(plan, Role.DATA, Role.CONTEXT)
-    scattered = tuple(a for a in reducing if g.mode(a) in (Mode.S, Mode.S_STAR, Mode.M, Mode.O))
+    scattered = tuple(a for a in reducing if g.mode(a) in (Mode.S, Mode.S_STAR, Mode.M, Mode.O) and not _one(plan, a))
     if scattered:
         rest = tuple(a for a in sharded_axes(plan, State.GRADS) if a not in scattered + pipe)
         unit = _unit_params(plan, sh, ir.Placement(State.GRADS, g.modes, unit="layer"), split, rest, notes)

@@ -104,6 +104,10 @@ class Shape:
     final_norm_params: sympy.Expr = sympy.Integer(0)  # final norm (last stage)
     tied: bool = False  # the output projection shares the embedding weight
     groups: tuple[SizedGroup, ...] = ()  # the parameter groups (ir.groups), counted
+    f: sympy.Expr = sympy.Integer(0)  # MLP (or expert) width
+    gated: bool = False  # gated (SwiGLU-style) MLP
+    activation_count: str = "shape"  # the per-layer activation count: shape | korthikanti | megatron
+    allowance: sympy.Expr = sympy.Integer(1)  # activations multiplied by this (an estimator's allowance)
 
     @property
     def layers_params(self) -> sympy.Expr:
@@ -176,6 +180,10 @@ def shape_of(model: ir.Model) -> Shape:
         embedding_params=emb, head_params=head, final_norm_params=fnorm,
         tied=bool(t is not None and t.tied_embeddings),
         groups=tuple(sized),
+        f=to_sympy(t.ffn) if t is not None else 4 * h,
+        gated=bool(t is not None and t.gated_mlp),
+        activation_count=model.activation_count,
+        allowance=to_sympy(model.activation_allowance),
     )
 
 

@@ -231,6 +231,10 @@ class Model:
     transformer: TransformerShape | None = None
     span: Span = _span()
     groups: tuple[GroupDecl, ...] = ()  # the model block's ``group`` declarations
+    # accounting conventions (``conventions { ... }``): which per-layer activation count, and a
+    # factor the activations are multiplied by (an estimator's allowance)
+    activation_count: str = "shape"  # shape | korthikanti | megatron
+    activation_allowance: Value = field(default_factory=lambda: const(1))
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,21 @@ Modes = dict[ir.State, dict[str, ir.Mode]]
 Options = dict[ir.State, dict[str, object]]
 
 
+# targets a user may reach for that the step semantics leaves out: a located PL129, never a no-op
+NOT_MODELLED = {
+    "rng_state": "only the dropout seed of the replicated region is (override dropout_seed: vary over (...) or same)",
+    "rng": "only the dropout seed of the replicated region is (override dropout_seed: vary over (...) or same)",
+    "aux_loss": "the step has one loss; an auxiliary loss with its own normalisation is out of scope",
+    "mtp_loss": "the step has one loss; multi-token-prediction losses with their own normalisation are out of scope",
+    "process_group": "every reduction is over whole mesh axes; a group over part of an axis is out of scope",
+    "rank": "every device of an axis runs the same step; an operation on one rank is out of scope",
+    "one_rank": "every device of an axis runs the same step; an operation on one rank is out of scope",
+    "expert_tensor": "experts are split by the plan's own tensor and expert axes; an expert tensor size of its own "
+                     "is out of scope",
+    "expert_data": "experts are reduced over the plan's data axes; an expert data size of its own is out of scope",
+}
+
+
 def mode(ref: surface.ModeRef, vals: Values) -> ir.Mode | None:
     text = ref.text
     if text in MODE_NAMES:
@@ -172,6 +187,16 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
              axes_allowed: set[str]) -> ir.Override | None:
     error = vals.cx.error
     verbs = ir.OVERRIDE_VERBS.get(o.target)
+    if o.target in NOT_MODELLED:
+        error("PL129", f"'{o.target}' is not modelled by the checker: {NOT_MODELLED[o.target]}", o.span,
+              ("docs/checker.md, 'Out of scope', lists what the step semantics leaves out",))
+        return None
+    if o.target in ("loss", "tokens") and o.group is not None:
+        error("PL129", f"a loss term of its own ('{o.target}[{o.group}]') is not modelled by the checker: the step "
+              "has one loss, a sum of per-token terms normalised one way", o.span,
+              ("an auxiliary or multi-token-prediction loss with another normalisation is out of scope "
+               "(docs/checker.md, 'Out of scope')",))
+        return None
     if verbs is None:
         error("PL122", f"cannot override '{o.target}'", o.span, did_you_mean(o.target, ir.OVERRIDE_VERBS))
         return None

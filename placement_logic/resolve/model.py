@@ -93,9 +93,11 @@ def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
                         fields["bytes_" + p.key] = v
             elif key == "transformer":
                 transformer = _transformer(vals, item)
+            elif key == "conventions":
+                _conventions(vals, item, fields)
             else:
                 error("PL113", f"the model block has no '{key}' section", item.span,
-                      did_you_mean(key, ("bytes", "transformer")))
+                      did_you_mean(key, ("bytes", "transformer", "conventions", "group")))
             continue
         if key not in MODEL_PROPS:
             error("PL113", f"the model block has no property '{key}'", item.span,
@@ -197,6 +199,27 @@ def _check_groups(vals: Values, model: ir.Model) -> None:
                           "reserved", d.span, (f"its groups: {', '.join(present)}",))
         elif d.count is None and d.fraction is None:
             vals.cx.error("PL118", f"group {d.name} needs 'count' (parameters) or 'fraction' (of Ψ)", d.span)
+
+
+ACTIVATION_COUNTS = ("shape", "korthikanti", "megatron")
+
+
+def _conventions(vals: Values, block: surface.SubBlock, fields: dict) -> None:
+    """``conventions { activations = megatron  activation_allowance = 1.05 }``."""
+    for p in _props(vals, block.props, ("activations", "activation_allowance"), "conventions"):
+        if p.key == "activations":
+            w = vals.word(p.value, ACTIVATION_COUNTS, "'activations'")
+            if w:
+                fields["activation_count"] = w
+        elif p.value is None or isinstance(p.value, (surface.ModeMap, surface.Bool)):
+            vals.cx.error("PL114", f"'{p.key}' needs a number", p.span)
+        else:
+            v = vals.count(p.value, {}, f"'{p.key}'")
+            if v is not None:
+                if isinstance(v, ir.Const) and v.value <= 0:
+                    vals.cx.error("PL107", f"'{p.key}' must be positive", p.value.span)
+                    continue
+                fields["activation_allowance"] = v
 
 
 def _props(vals: Values, props, allowed, where) -> Iterator[surface.Prop]:

@@ -15,6 +15,7 @@ from ..diagnostics import Span, did_you_mean
 from ..frontend import surface
 from .entries import override, placement_entry, rename_override, setting
 from .scopes import ModuleScope, lookup_strategy
+from .shapes import check_shapes
 from .strategies import Expanded, Expander
 from .values import STATE_NAMES, Values
 
@@ -139,7 +140,7 @@ class PlanAssembler:
                 self.cx.error("PL114", f"plan '{p.name}' has a pipeline schedule but no pipeline axis", p.span)
                 return None
             schedule = ir.Schedule(kind, axis, v, u)
-        return ir.Plan(
+        plan = ir.Plan(
             name=p.name,
             mesh=self.mesh,
             model=self.model,
@@ -152,6 +153,9 @@ class PlanAssembler:
             overrides=tuple(draft.overrides),
             span=p.span,
         )
+        mark = self.cx.mark()
+        check_shapes(plan, self.vals, self.cx.error)
+        return None if self.cx.failed_since(mark) else plan
 
     def _bind(self, draft: PlanDraft, item: surface.Entry) -> None:
         """Bind a strategy to mesh axes: ``dp: zero3``, ``(dp, tp): hybrid``."""

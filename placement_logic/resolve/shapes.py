@@ -1,0 +1,119 @@
+"""Impossible shapes: sizes a plan's strategies cannot split evenly (PL130).
+
+Input: a finished ``ir.Plan`` and the value table (let bindings, mesh sizes). Output:
+nothing, or a located PL130 for each size a strategy would have to split into fractions:
+attention heads or kv heads over the tensor ranks, the MLP width or the vocabulary over
+them, layers over pipeline stages × virtual chunks, experts over the expert ranks, the
+sequence over the context ranks (and the tensor ranks under sequence parallelism). Only
+sizes known as numbers are judged; a symbolic size stays a formula.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Callable
+
+from .. import ir
+from ..diagnostics import Span
+from ..ir.walker import ARITHMETIC, Target, evaluate
+from .values import Values
+
+
+def number(value: ir.Value | None, vals: Values) -> Fraction | None:
+    """The value as an exact number when every symbol in it is bound to one, else None."""
+    if value is None:
+        return None
+
+    def sym(name: str):
+        bound = vals.values.get(name)
+        if bound is None or bound is value:
+            raise LookupError(name)
+        n = number(bound, vals)
+        if n is None:
+            raise LookupError(name)
+        return n
+
+    try:
+        return evaluate(value, Target(const=lambda v: v, sym=sym, ops=ARITHMETIC))
+    except (LookupError, ValueError, ZeroDivisionError):
+        return None
+
+
+def _size(plan: ir.Plan, axes: tuple[str, ...], vals: Values) -> int | None:
+    total = 1
+    for a in axes:
+        n = number(plan.mesh.axis(a).size, vals)
+        if n is None or n.denominator != 1:
+            return None
+        total *= int(n)
+    return total
+
+
+def _padded(vocab: Fraction | None, t: int) -> str:
+    if vocab is None:
+        return "?"
+    unit = 128 * t
+    return str(-(-int(vocab) // unit) * unit)
+
+
+def _show(x: Fraction) -> str:
+    return str(x.numerator) if x.denominator == 1 else str(x)
+
+
+def check_shapes(plan: ir.Plan, vals: Values, error: Callable[..., None]) -> None:
+    t = plan.model.transformer
+    if t is None:
+        return
+    par = plan.placement(ir.State.PARAMS)
+
+    def where(axes: tuple[str, ...]) -> Span:
+        for b in plan.bindings:
+            if set(axes) & set(b.axes):
+                return b.span
+        return plan.span
+
+    def need(value: ir.Value | None, what: str, axes: tuple[str, ...], n: int | None, why: str,
+             copies_ok: bool = False, over: str | None = None, hint: str | None = None) -> None:
+        v = number(value, vals)
+        if v is None or n is None or n <= 1:
+            return
+        if v.denominator == 1 and int(v) % n == 0:
+            return
+        if copies_ok and v.denominator == 1 and v >= 1 and n % int(v) == 0:
+            return  # fewer kv heads than ranks: each head copied on n/kv ranks
+        notes = [f"{what}: given at line {value.span.line}" if value.span.line else
+                 f"{what}: derived from the transformer shape"]
+        if hint:
+            notes.append(hint)
+        error("PL130", f"{what} ({_show(v)}) cannot be split evenly over {over or '×'.join(axes)} ({n}): {why}",
+              where(axes), tuple(notes))
+
+    tensor = tuple(a for a in plan.axes_with_role(ir.Role.TENSOR, ir.Role.SEQUENCE)
+                   if par.mode(a) in (ir.Mode.S, ir.Mode.O))
+    if tensor:
+        n = _size(plan, tensor, vals)
+        need(t.heads, "the attention heads", tensor, n, "tensor parallelism gives each rank whole heads")
+        if t.kv_heads is not t.heads:  # kv heads default to the heads: judged once
+            need(t.kv_heads, "the kv heads", tensor, n, "each tensor rank needs whole kv heads (or one head copied "
+                 "on a whole number of ranks)", copies_ok=True)
+        need(t.ffn, "the MLP width", tensor, n, "the MLP's columns are split over the tensor ranks")
+        need(t.vocab, "the vocabulary", tensor, n, "the embedding and the output layer are vocabulary-parallel",
+             hint=f"Megatron-LM pads the vocabulary to a multiple of 128·t; give the padded size "
+                  f"({_padded(number(t.vocab, vals), n)} for t = {n})" if n else None)
+    pipe = plan.axes_with_role(ir.Role.PIPELINE)
+    if pipe:
+        n = _size(plan, pipe, vals)
+        v = number(plan.schedule.chunks, vals) if plan.schedule is not None else Fraction(1)
+        if n is not None and v is not None and v.denominator == 1:
+            over = f"{'×'.join(pipe)} × {int(v)} chunks" if v != 1 else None
+            need(t.layers, "the layer count", pipe, n * int(v),
+                 "every stage holds whole layers" if v == 1 else "every virtual chunk holds whole layers", over=over)
+    experts = plan.axes_with_role(ir.Role.EXPERT)
+    if experts and number(t.experts, vals) not in (None, Fraction(1)):
+        need(t.experts, "the expert count", experts, _size(plan, experts, vals),
+             "every expert rank holds whole experts")
+    context = plan.axes_with_role(ir.Role.CONTEXT)
+    seq_axes = context + (tensor if plan.sequence_parallel else ())
+    if seq_axes:
+        need(plan.model.seq, "the sequence length", seq_axes, _size(plan, seq_axes, vals),
+             "context parallelism (and sequence parallelism) gives each rank an equal slice of the sequence")

@@ -1,0 +1,119 @@
+"""Shape-aware activation memory against an enumeration of one layer's saved tensors.
+
+Oracle: the tensors a transformer layer keeps for its backward pass, written from the
+architecture (Korthikanti et al. 2022, section 4, and Megatron-LM's fused SwiGLU): each with
+its shape, its bytes per element and how tensor and sequence parallelism split it; the
+oracle multiplies the shapes out and divides them device by device. The cost engine's
+per-layer bytes must equal the sum for every recompute mode, with and without sequence
+parallelism, over a grid of shapes (GQA, gated MLPs, MoE). Korthikanti's Table 2 is the
+case MHA, ungated, ffn = 4h (tests/test_cost_model.py).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from itertools import product
+
+import pytest
+
+from placement_logic import costs
+from placement_logic.frontend.loader import load_string
+
+
+def saved_tensors(sh: dict, t: int, sp: bool, recompute: str) -> list[tuple[str, tuple[int, ...], int, str]]:
+    """(name, shape, bytes per element, split) of one layer: split 'heads' = always over the
+    tensor ranks, 'seq' = over them under sequence parallelism only."""
+    s, b, h, a, kv, f = (sh[k] for k in ("s", "b", "h", "a", "kv", "f"))
+    dh = h // a
+    if recompute == "full":
+        return [("layer input", (s, b, h), 2, "seq")]
+    out = [
+        ("norm 1 input", (s, b, h), 2, "seq"),
+        ("attention input (norm 1 output)", (s, b, h), 2, "seq"),
+        ("q", (s, b, a * dh), 2, "heads"),
+        ("k", (s, b, kv * dh), 2, "heads"),
+        ("v", (s, b, kv * dh), 2, "heads"),
+        ("output projection input", (s, b, a * dh), 2, "heads"),
+        ("attention dropout mask", (s, b, h), 1, "seq"),
+        ("norm 2 input", (s, b, h), 2, "seq"),
+        ("mlp input (norm 2 output)", (s, b, h), 2, "seq"),
+        ("mlp dropout mask", (s, b, h), 1, "seq"),
+    ]
+    if recompute == "none":
+        out += [("softmax output", (b, a, s, s), 2, "heads"), ("softmax dropout mask", (b, a, s, s), 1, "heads"),
+                ("softmax dropout output", (b, a, s, s), 2, "heads")]
+    visits = sh["k"] * sh["cf"] if sh["E"] > 1 else 1
+    tokens = s * b * visits
+    if sh["gated"]:
+        mlp = [("gate and up output (fused SwiGLU input)", (tokens, 2 * f), 2, "heads"),
+               ("down projection input", (tokens, f), 2, "heads")]
+    else:
+        mlp = [("fc1 output", (tokens, f), 2, "heads"), ("activation output", (tokens, f), 2, "heads")]
+    out += mlp
+    if sh["E"] > 1:
+        out += [("permuted tokens", (tokens, h), 2, "heads"), ("router logits (fp32)", (s, b, sh["E"]), 4, "seq")]
+    return out
+
+
+def device_bytes(sh: dict, t: int, sp: bool, recompute: str) -> Fraction:
+    total = Fraction(0)
+    for _, shape, width, split in saved_tensors(sh, t, sp, recompute):
+        n = 1
+        for d in shape:
+            n *= d
+        divided = split == "heads" or (split == "seq" and sp)
+        total += Fraction(n * width, t if divided else 1)
+    return total
+
+
+def spec(sh: dict, t: int, sp: bool, recompute: str) -> str:
+    tensor = "megatron_sp" if sp else "megatron_tp"
+    use = {"none": "", "selective": "use selective_recompute", "full": "use full_recompute"}[recompute]
+    moe = f"experts = {sh['E']}\n    top_k = {sh['k']}\n    capacity_factor = {sh['cf']}" if sh["E"] > 1 else ""
+    return (f"from std.data import ddp\nfrom std.tensor import {tensor}\n"
+            "from std.recompute import selective_recompute, full_recompute\n"
+            f"model {{\n  transformer {{\n    hidden = {sh['h']}\n    layers = 2\n    heads = {sh['a']}\n"
+            f"    kv_heads = {sh['kv']}\n    ffn = {sh['f']}\n    vocab = 64\n"
+            f"    gated_mlp = {'true' if sh['gated'] else 'false'}\n    {moe}\n  }}\n"
+            f"  seq = {sh['s']}\n  microbatch = {sh['b']}\n}}\n"
+            f"mesh {{\n  dp = 2\n  tp = {t}\n}}\nplan p {{\n  dp: ddp\n  tp: {tensor}\n  {use}\n}}\n")
+
+
+SHAPES = [
+    dict(s=16, b=2, h=64, a=8, kv=8, f=256, gated=False, E=1, k=1, cf=1),  # Korthikanti's case
+    dict(s=16, b=1, h=64, a=8, kv=2, f=224, gated=True, E=1, k=1, cf=1),  # Llama-like GQA, SwiGLU
+    dict(s=8, b=3, h=96, a=12, kv=4, f=160, gated=True, E=1, k=1, cf=1),
+    dict(s=8, b=2, h=64, a=8, kv=8, f=128, gated=True, E=4, k=2, cf=Fraction(5, 4)),  # Mixtral-like MoE
+    dict(s=32, b=1, h=32, a=4, kv=1, f=96, gated=False, E=1, k=1, cf=1),  # MQA
+]
+
+
+@pytest.mark.parametrize("shape,t,sp,recompute",
+                         [(sh, t, sp, rc) for sh, (t, sp), rc in product(SHAPES, [(1, False), (2, False), (2, True),
+                                                                                 (4, True)],
+                                                                        ["none", "selective", "full"])])
+def test_per_layer_bytes_equal_the_saved_tensors(shape, t, sp, recompute):
+    pc = costs.derive(load_string(spec(shape, t, sp, recompute)).plan("p"))
+    got = pc.activations.per_layer.subs({costs.symbol("tp"): t})
+    want = device_bytes(shape, t, sp, recompute)
+    assert Fraction(int(got.p), int(got.q)) == want
+
+
+def test_megatron_convention_is_eighteen_plus_four_ffn_over_h():
+    """Megatron-LM's estimator: s·b·h·(18 + 4·ffn/h)/t per layer with sequence parallelism and
+    selective recomputation, whatever the gate or the kv heads."""
+    sh = SHAPES[1]
+    text = spec(sh, 4, True, "selective").replace("model {\n", "model {\n  conventions { activations = megatron }\n")
+    pc = costs.derive(load_string(text).plan("p"))
+    got = pc.activations.per_layer.subs({costs.symbol("tp"): 4})
+    s, b, h, f = sh["s"], sh["b"], sh["h"], sh["f"]
+    assert Fraction(int(got.p), int(got.q)) == Fraction(s * b * h, 4) * (18 + Fraction(4 * f, h))
+
+
+def test_allowance_multiplies_every_activation_term():
+    sh = SHAPES[0]
+    plain = costs.derive(load_string(spec(sh, 2, True, "none")).plan("p")).activations
+    text = spec(sh, 2, True, "none").replace("model {\n", "model {\n  conventions { activation_allowance = 21/20 }\n")
+    scaled = costs.derive(load_string(text).plan("p")).activations
+    assert scaled.total == plain.total * Fraction(21, 20)
+    assert scaled.per_layer == plain.per_layer * Fraction(21, 20)
