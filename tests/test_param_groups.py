@@ -117,7 +117,7 @@ CASES += [(MOE, t, p, ep) for t in (1, 2) for p in (1, 2) for ep in (1, 2, 4)]
                          ids=[f"{'llama' if s is LLAMA else 'gpt' if s is GPT else 'moe'}-t{t}-p{p}-ep{ep}"
                               for s, t, p, ep in CASES])
 def test_params_per_device_equal_the_enumerated_tensors(shape, t, p, ep):
-    pc = costs.derive(load_string(spec_text(shape, t, p, ep)).plan("p"))
+    pc = costs.derive(load_string(spec_text(shape, t, p, ep)).plan("p"), sized=True)
     subs = {costs.symbol(a): n for a, n in (("dp", 2), ("tp", t), ("pp", p), ("ep", ep))}
     for k, stage_mem in enumerate(pc.memory.stages or (None,)):
         stage = 0 if stage_mem is None or stage_mem.stage == "first" else p - 1
@@ -193,7 +193,7 @@ def test_fraction_group_without_shape_is_carved_out_of_psi():
 
 def test_kv_heads_fewer_than_tensor_ranks_are_copied():
     # kv = 2 heads over t = 8 ranks: each rank keeps one whole head of K and V
-    pc = costs.derive(load_string(spec_text(LLAMA, 8, 1, 1)).plan("p"))
+    pc = costs.derive(load_string(spec_text(LLAMA, 8, 1, 1)).plan("p"), sized=True)
     kv = pc.memory.groups["kv"][State.PARAMS]
     assert kv == LLAMA["L"] * 2 * LLAMA["h"] * (LLAMA["h"] // LLAMA["a"])
 
@@ -263,3 +263,25 @@ def test_bad_group_declarations(tmp_path, capsys, decl, code, words):
     assert main(["cost", str(f)]) == 2
     err = capsys.readouterr().err
     assert f"[{code}]" in err and words in err and "^" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("p,k", [(2, 3), (4, 3), (4, 1), (2, 6), (8, 7)])
+def test_dense_first_layers_fall_on_the_stages_that_hold_them(p, k):
+    """Layers 0 … k−1 dense (MLP of width f), the rest MoE (E experts of width fe); stage s
+    holds layers s·L/p … (s+1)·L/p − 1. Enumerated layer by layer."""
+    h, L, a, f, fe, E, V = 32, 8, 4, 96, 48, 4, 64
+    attn, norms = 4 * h * h, 2 * h
+    dense_layer, moe_layer = attn + norms + 3 * h * f, attn + norms + E * 3 * h * fe + h * E
+    text = ("from std.data import ddp\nfrom std.pipeline import one_f_one_b\n"
+            f"model {{\n  transformer {{\n    hidden = {h}\n    layers = {L}\n    heads = {a}\n    ffn = {f}\n"
+            f"    vocab = {V}\n    norm = rmsnorm\n    gated_mlp\n    bias = false\n    experts = {E}\n"
+            f"    expert_ffn = {fe}\n    dense_layers = {k}\n  }}\n  bytes {{ params = 1 }}\n}}\n"
+            f"mesh {{\n  dp = 2\n  pp = {p}\n}}\nplan x {{\n  dp: ddp\n  pp: one_f_one_b\n}}\n")
+    pc = costs.derive(load_string(text).plan("x"))
+    per = L // p
+    for stage_mem, s in zip(pc.memory.stages, (0, p - 1)):
+        layers = range(s * per, (s + 1) * per)
+        want = sum(dense_layer if i < k else moe_layer for i in layers)
+        want += V * h if s == 0 else V * h + h  # embedding on the first; head and final norm on the last
+        got = stage_mem.device[State.PARAMS].subs({costs.symbol("pp"): p, costs.symbol("dp"): 2})
+        assert got == want, (s, got, want)

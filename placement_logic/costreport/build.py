@@ -204,19 +204,22 @@ def build(spec: ir.Spec, plans: Iterable[str] = (), sets: Mapping[str, Fraction]
     q = _Q(subs, axes)
     bindings = tuple(Binding(n, q(v).exact, str(v), n in sets) for n, v in
                      ((sym.name, val) for sym, val in subs.items()))
-    pcs = {n: costs.derive(costs.with_sizes(spec.plan(n), subs)) for n in names}
+    pcs = {n: costs.derive(costs.with_sizes(spec.plan(n), subs), sized=True) for n in names}
     reports = tuple(_plan_report(pcs[n], q) for n in names)
     ratios: dict = {}
     if command == "compare":
         baseline = baseline or names[0]
-        base = pcs.get(baseline) or costs.derive(costs.with_sizes(spec.plan(baseline), subs))
+        base = pcs.get(baseline) or costs.derive(costs.with_sizes(spec.plan(baseline), subs), sized=True)
         for n in names:
             ratios[n] = _ratios(pcs[n], base, q)
     questions = tuple(_question(spec, qn, q) for qn in spec.questions)
+    first = pcs[names[0]] if names else None
     return CostReport(command=command, file=spec.file, bindings=bindings,
                       axes=tuple((a.name, a.link) for a in spec.mesh.axes) if spec.mesh else (),
                       plans=reports, questions=questions, baseline=baseline if command == "compare" else None,
-                      ratios=ratios, show_groups=show_groups)
+                      ratios=ratios, show_groups=show_groups,
+                      params=q(first.shape.psi) if first else None,
+                      active_params=q(costs.active_params(first.shape)) if first else None)
 
 
 def _ratios(pc: costs.PlanCost, base: costs.PlanCost, q: _Q) -> dict[str, Quantity | None]:

@@ -88,6 +88,8 @@ def to_json(r: CostReport) -> dict:
         "bindings": {b.name: {"value": _num(b.exact), "exact": _exact(b.exact), "set": b.overridden}
                      for b in r.bindings},
         "mesh": [{"axis": a, "link": link} for a, link in r.axes],
+        "model": {"params": quantity(r.params, "count") if r.params else None,
+                  "active_params": quantity(r.active_params, "count") if r.active_params else None},
         "plans": {p.name: _plan(p) for p in r.plans},
         "questions": [
             {"kind": q.kind, "label": q.label, "op": q.op, "verdict": q.verdict, "identity": q.identity,

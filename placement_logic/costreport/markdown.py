@@ -88,6 +88,10 @@ def render(r: CostReport) -> str:
         out += ["Bindings: " + ", ".join(
             f"`{b.name}` = {units.number(b.exact) if b.exact is not None else f'`{b.formula}`'}"
             + (" (set)" if b.overridden else "") for b in r.bindings), ""]
+    if r.params is not None:
+        from .text import _params_line
+
+        out += [_params_line(r).replace("model: ", "Model: ", 1), ""]
     if r.command == "compare":
         out += _compare(r)
     else:

@@ -139,6 +139,8 @@ class CostReport:
     baseline: str | None = None
     ratios: dict[str, dict[str, Quantity | None]] = field(default_factory=dict)  # plan -> row -> ratio
     show_groups: bool = False  # text and markdown add each plan's parameter-group table
+    params: Quantity | None = None  # Ψ (a count)
+    active_params: Quantity | None = None  # parameters one token uses (MoE), else Ψ
 
     @property
     def failed_asserts(self) -> int:

@@ -92,6 +92,14 @@ def _compare_table(r: CostReport) -> Table:
     return t
 
 
+def _params_line(r: CostReport) -> str:
+    psi, active = r.params, r.active_params
+    text = f"model: Ψ = {units.number(psi.exact) if psi.exact is not None else psi.formula} parameters"
+    if active is not None and active.formula != psi.formula:
+        text += f" ({units.number(active.exact) if active.exact is not None else active.formula} active per token)"
+    return text
+
+
 def render(r: CostReport, width: int = 120) -> str:
     buf = io.StringIO()
     con = Console(file=buf, width=width, force_terminal=False, no_color=True, highlight=False)
@@ -100,6 +108,8 @@ def render(r: CostReport, width: int = 120) -> str:
                       + (" (--set)" if b.overridden else "") for b in r.bindings)
     if bound:
         con.print(f"bindings: {bound}")
+    if r.params is not None:
+        con.print(_params_line(r))
     if r.command == "compare":
         con.print(_compare_table(r))
     else:

@@ -51,7 +51,7 @@ def _product(axes: tuple[str, ...]) -> sympy.Expr:
     return sympy.Mul(*(symbol(a) for a in axes)) if axes else sympy.Integer(1)
 
 
-def layout_of(plan: ir.Plan) -> Layout:
+def layout_of(plan: ir.Plan, sized: bool = False) -> Layout:
     sch = plan.schedule
     pp = schedule.pipeline_axis(plan)
     recompute = plan.recompute
@@ -68,31 +68,47 @@ def layout_of(plan: ir.Plan) -> Layout:
         recompute=recompute,
         flash=plan.flash_attention,
         expert_axes=schedule.axes_with_role(plan, Role.EXPERT),
-        split=split_of(plan),
+        split=split_of(plan, sized),
     )
 
 
-def split_of(plan: ir.Plan) -> Split:
-    """How the plan's mesh axes divide the parameter groups (``costs.sizes.Split``)."""
+def split_of(plan: ir.Plan, sized: bool = False) -> Split:
+    """How the plan's mesh axes divide the parameter groups (``costs.sizes.Split``); ``sized``:
+    the mesh's numeric sizes decide what depends on a size (K/V heads per tensor rank)."""
     sizes = tuple((a.name, int(a.size.value)) for a in plan.mesh.axes
-                  if isinstance(a.size, ir.Const) and a.size.value.denominator == 1)
+                  if sized and isinstance(a.size, ir.Const) and a.size.value.denominator == 1)
     return Split(schedule.axes_with_role(plan, Role.EXPERT),
                  schedule.axes_with_role(plan, Role.TENSOR, Role.SEQUENCE), sizes)
 
 
-def derive(plan: ir.Plan) -> PlanCost:
-    """All closed forms of one plan (pure; cached on the frozen plan)."""
-    return _derive(plan)
+def derive(plan: ir.Plan, sized: bool = False) -> PlanCost:
+    """All closed forms of one plan (pure; cached on the frozen plan). The formulas hold for
+    every size of the mesh axes (≥ 2 where a size of one would change their form). With
+    ``sized`` the plan's numeric axis sizes are the sizes meant: an axis of one device sends
+    and gathers nothing, and K/V heads split as far as those sizes allow (reports use it,
+    through ``with_sizes``)."""
+    return _derive(plan, sized)
 
 
 @lru_cache(maxsize=256)
-def _derive(plan: ir.Plan) -> PlanCost:
+def _derive(plan: ir.Plan, sized: bool) -> PlanCost:
     sh = shape_of(plan.model)
-    lay = layout_of(plan)
+    lay = layout_of(plan, sized)
     act = activations(sh, lay)
-    mem = memory(plan, sh, act, lay.split)
-    comm = Communication(tuple(size(c, sh, lay) for c in schedule.derive(plan) if not _one_device(plan, c.axes)))
+    mem = memory(plan, sh, act, lay.split, sized)
+    # a point-to-point transfer over an axis of one device has no peer (ring collectives over
+    # it already cost (n − 1)/n = 0; their ZeRO volume is the paper's convention, kept)
+    comm = Communication(tuple(size(c, sh, lay) for c in schedule.derive(plan)
+                               if not (sized and c.kind is schedule.Kind.P2P and _one_device(plan, c.axes))))
     return PlanCost(plan, sh, lay, act, mem, comm)
+
+
+def active_params(sh: Shape) -> sympy.Expr:
+    """Parameters one token uses: Ψ less the routed experts it is not sent to (top_k of E)."""
+    if sh.experts == 1:
+        return sh.psi
+    idle = sum((g.count for g in sh.groups if g.group.expert), sympy.Integer(0)) * (1 - sh.top_k / sh.experts)
+    return sympy.expand(sh.psi - idle)
 
 
 def _one_device(plan: ir.Plan, axes: tuple[str, ...]) -> bool:
@@ -116,7 +132,7 @@ def with_sizes(plan: ir.Plan, subs) -> ir.Plan:
     return replace(plan, mesh=replace(plan.mesh, axes=tuple(axes)))
 
 
-QUERY_KINDS = ("memory", "host_memory", "model_state", "comm", "volume")
+QUERY_KINDS = ("memory", "host_memory", "model_state", "comm", "volume", "params", "active_params")
 
 
 def query_value(spec: ir.Spec, q: ir.Query, subs=None) -> sympy.Expr:
@@ -130,8 +146,14 @@ def query_value(spec: ir.Spec, q: ir.Query, subs=None) -> sympy.Expr:
     except KeyError:
         raise DiagnosticError([Diagnostic("PL117", f"'{q.plan}' is not a plan", q.span,
                                           notes=did_you_mean(q.plan, [p.name for p in spec.plans]))]) from None
-    pc = derive(with_sizes(plan, subs) if subs else plan)
+    pc = derive(with_sizes(plan, subs), sized=True) if subs else derive(plan)
     mem, comm = pc.memory, pc.communication
+    if q.kind == "params":
+        if q.arg is None:
+            return pc.shape.psi
+        return next((g.count for g in pc.shape.groups if g.name == q.arg), sympy.Integer(0))
+    if q.kind == "active_params":
+        return active_params(pc.shape)
     if q.kind == "memory":
         if q.arg is None or q.arg == "total":
             return mem.device_total

@@ -164,7 +164,7 @@ def _sum(d: dict) -> sympy.Expr:
     return sum(d.values(), ZERO)
 
 
-def memory(plan: ir.Plan, sh: Shape, act: Activations, split: Split | None = None) -> Memory:
+def memory(plan: ir.Plan, sh: Shape, act: Activations, split: Split | None = None, sized: bool = False) -> Memory:
     split = split or Split()
     device: dict = {}
     host: dict = {}
@@ -210,7 +210,7 @@ def memory(plan: ir.Plan, sh: Shape, act: Activations, split: Split | None = Non
     th = plan.placement(State.PARAMS)
     star = th.axes_with(Mode.S_STAR)
     pipe = axes_with_role(plan, Role.PIPELINE)
-    star = tuple(a for a in star if not _one(plan, a))
+    star = tuple(a for a in star if not (sized and _one(plan, a)))
     if star or is_offloaded(plan, State.PARAMS):
         # the gathered (or fetched) unit is full size on the gathered axes only; a layer or
         # chunk is not divided by the pipeline axis (stages split the model by layers)
@@ -231,7 +231,8 @@ def memory(plan: ir.Plan, sh: Shape, act: Activations, split: Split | None = Non
                 )
     g = plan.placement(State.GRADS)
     reducing = axes_with_role(plan, Role.DATA, Role.CONTEXT)
-    scattered = tuple(a for a in reducing if g.mode(a) in (Mode.S, Mode.S_STAR, Mode.M, Mode.O) and not _one(plan, a))
+    scattered = tuple(a for a in reducing if g.mode(a) in (Mode.S, Mode.S_STAR, Mode.M, Mode.O)
+                      and not (sized and _one(plan, a)))
     if scattered:
         rest = tuple(a for a in sharded_axes(plan, State.GRADS) if a not in scattered + pipe)
         unit = _unit_params(plan, sh, ir.Placement(State.GRADS, g.modes, unit="layer"), split, rest, notes)

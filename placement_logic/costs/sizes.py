@@ -22,7 +22,7 @@ import sympy
 
 from .. import ir
 from ..ir import groups as pg
-from .symbolic import symbol, to_sympy
+from .symbolic import peak, symbol, to_sympy
 
 FIRST, LAST = "first", "last"  # the pipeline stages the engine accounts for
 
@@ -211,6 +211,8 @@ def per_group(sh: Shape, axes, split: Split | None = None, stage: str | None = N
             if g.group.copy:
                 continue
             n = g.count
+        elif where == pg.LAYERS and g.group.layers is not None and g.per_layer is not None:
+            n = g.per_layer * _layers_on(sh, g.group.layers, stage, p)
         elif where == pg.LAYERS:
             n = g.count / p
         elif where == stage:
@@ -231,10 +233,27 @@ def stage_divided(sh: Shape, stage: str, p: sympy.Expr, axes, split: Split | Non
     return sum(per_group(sh, axes, split, stage=stage, p=p, axes_of=axes_of).values(), sympy.Integer(0))
 
 
+def _layers_on(sh: Shape, rng: tuple, stage: str, p: sympy.Expr) -> sympy.Expr:
+    """How many of the layers a ranged group lives in (the first k, or the rest) the first or
+    the last of p stages holds (each holds L/p consecutive layers)."""
+    which, k = rng[0], to_sympy(rng[1])
+    per = sh.L / p
+    first_k = sympy.Min(k, per) if stage == FIRST else sympy.Max(0, k - (sh.L - per))
+    return first_k if which == "first" else per - first_k
+
+
 def layer_divided(sh: Shape, axes, split: Split | None = None) -> sympy.Expr | None:
-    """Parameters of one transformer layer per device once divided over ``axes`` (None: no shape)."""
+    """Parameters of one transformer layer per device once divided over ``axes`` (None: no
+    shape); with dense first layers and MoE layers, the larger of the two kinds."""
     if sh.layer_params is None:
         return None
     split = split or Split()
+    if any(g.group.layers is not None for g in sh.groups):
+        kinds = []
+        for kind in ("first", "after"):
+            kinds.append(sum((g.per_layer * split.share(g, axes, sh.kv) for g in sh.groups
+                              if g.per_layer is not None and (g.group.layers is None or g.group.layers[0] == kind)),
+                             sympy.Integer(0)))
+        return peak(*kinds)
     return sum((g.per_layer * split.share(g, axes, sh.kv) for g in sh.groups if g.per_layer is not None),
                sympy.Integer(0))

@@ -41,8 +41,8 @@ LAYERS, FIRST, LAST = "layers", "first", "last"
 SPLIT, WHOLE, HEADS = "split", "whole", "heads"  # HEADS: split over at most kv heads, then copied
 # the checker's gradient classes, in report order
 CLASSES = ("dense", "norms", "biases", "experts", "router", "embedding")
-BUILTIN = ("embedding", "attention", "kv", "mlp", "experts", "expert_biases", "router", "biases", "norms",
-           "final_norm", "head", "dense")
+BUILTIN = ("embedding", "attention", "kv", "attention_latent", "mlp", "mlp_biases", "experts", "shared_experts",
+           "expert_biases", "router", "biases", "norms", "final_norm", "head", "mtp", "dense")
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ class ParamGroup:
     user: bool = False  # declared by the user
     per_layer: Value | None = None  # parameters per layer, for groups inside the layers
     restated: bool = False  # a built-in group the model block restates
+    layers: tuple[str, Value] | None = None  # ("first", k): only the first k layers hold it; ("after", k): the rest
     span: Span = field(default=NO_SPAN, compare=False, repr=False)
 
     def own_modes(self, state: State) -> dict[str, Mode]:
@@ -96,46 +97,107 @@ def _is_one(v: Value) -> bool:
     return isinstance(v, Const) and v.value == 1
 
 
+def _sub(a: Value, b: Value) -> Value:
+    return Op("-", (a, b))
+
+
 def transformer_groups(t: TransformerShape) -> tuple[ParamGroup, ...]:
     """The built-in groups of a transformer shape, counted exactly (they add up to Ψ)."""
     h, L, a, kv, f, V, E = t.hidden, t.layers, t.heads, t.kv_heads, t.ffn, t.vocab, t.experts
-    d_kv = _div(_mul(kv, h), a)  # kv heads × head dim (h / heads)
+    dh = t.head_dim if t.head_dim is not None else _div(h, a)
     norm = _mul(_n(2), h) if t.norm == "layernorm" else h
+    one_norm = _n(2) if t.norm == "layernorm" else _n(1)  # elements of a norm per normalised feature
     moe = not _is_one(E)
+    qkv_bias = t.bias if t.qkv_bias is None else t.qkv_bias
     mats = _n(3 if t.gated_mlp else 2)
-    col_bias = _mul(_n(2), f) if t.gated_mlp else f  # the MLP's input (column-parallel) biases
-    attn = _mul(_n(2), h, h)
-    kvp = _mul(_n(2), h, d_kv)
-    mlp = _mul(mats, h, f)
-    if t.bias:
-        attn = _add(attn, h)  # q bias (the output projection's bias is row-parallel: `biases`)
-        kvp = _add(kvp, _mul(_n(2), d_kv))
-        mlp = _add(mlp, col_bias)
-    per_layer: list[ParamGroup] = [
-        ParamGroup("attention", None, per_layer=attn),
-        ParamGroup("kv", None, tensor=HEADS, per_layer=kvp),
-    ]
-    if moe:
-        per_layer.append(ParamGroup("experts", None, expert=True, checks_as="experts", per_layer=_mul(E, mlp)))
+
+    def mlp_of(width: Value) -> Value:
+        out = _mul(mats, h, width)
         if t.bias:
-            per_layer.append(ParamGroup("expert_biases", None, tensor=WHOLE, expert=True, checks_as="experts",
-                                        per_layer=_mul(E, h)))
-        router = _mul(h, E)
-        if t.bias:
-            router = _add(router, E)
-        per_layer.append(ParamGroup("router", None, tensor=WHOLE, checks_as="router", per_layer=router))
+            out = _add(out, _mul(_n(2), width) if t.gated_mlp else width)  # the input (column) biases
+        return out
+
+    groups: list[ParamGroup] = []
+    latent = None
+    if t.mla:
+        qk = _add(t.qk_nope_dim, t.qk_rope_dim)
+        if t.q_lora_rank is not None:
+            q = _mul(t.q_lora_rank, a, qk)  # the up-projection of the compressed query
+            latent = _add(_mul(h, t.q_lora_rank), _mul(one_norm, t.q_lora_rank))
+        else:
+            q = _mul(h, a, qk)
+        kv_down = _add(_mul(h, _add(t.kv_lora_rank, t.qk_rope_dim)), _mul(one_norm, t.kv_lora_rank))
+        latent = kv_down if latent is None else _add(latent, kv_down)
+        attn = _add(q, _mul(t.kv_lora_rank, a, _add(t.qk_nope_dim, t.v_head_dim)), _mul(a, t.v_head_dim, h))
+        kvp = None
     else:
-        per_layer.append(ParamGroup("mlp", None, per_layer=mlp))
-    if t.bias:
+        attn = _mul(_n(2), h, a, dh)
+        kvp = _mul(_n(2), h, kv, dh)
+        if qkv_bias:
+            attn = _add(attn, _mul(a, dh))  # q bias
+            kvp = _add(kvp, _mul(_n(2), kv, dh))
+    per_layer: list[ParamGroup] = [ParamGroup("attention", None, per_layer=attn)]
+    if kvp is not None:
+        per_layer.append(ParamGroup("kv", None, tensor=HEADS, per_layer=kvp))
+    if latent is not None:  # MLA's down-projections and their norms: whole on every tensor rank
+        per_layer.append(ParamGroup("attention_latent", None, tensor=WHOLE, checks_as="norms", per_layer=latent))
+    ranged: list[tuple[ParamGroup, Value, str]] = []  # (group, count, which layers)
+    if moe:
+        k = t.dense_layers
+        n_moe = L if k is None else _sub(L, k)
+        fe = t.expert_ffn if t.expert_ffn is not None else f
+        where_moe = "all" if k is None else "after"
+        ranged.append((ParamGroup("experts", None, expert=True, checks_as="experts"), _mul(n_moe, E, mlp_of(fe)),
+                       where_moe))
+        if t.shared_experts is not None and not (isinstance(t.shared_experts, Const) and t.shared_experts.value == 0):
+            fs = t.shared_expert_ffn if t.shared_expert_ffn is not None else fe
+            ranged.append((ParamGroup("shared_experts", None), _mul(n_moe, t.shared_experts, mlp_of(fs)), where_moe))
+        if t.bias:
+            ranged.append((ParamGroup("expert_biases", None, tensor=WHOLE, expert=True, checks_as="experts"),
+                           _mul(n_moe, E, h), where_moe))
+        router = _mul(h, E)
+        if t.bias or t.router_bias:
+            router = _add(router, E)
+        if t.shared_expert_gate:
+            router = _add(router, h)  # the shared experts' gate: one more output row of the router's kind
+        ranged.append((ParamGroup("router", None, tensor=WHOLE, checks_as="router"), _mul(n_moe, router), where_moe))
+        if k is not None:
+            ranged.append((ParamGroup("mlp", None), _mul(k, mlp_of(f)), "first"))
+            if t.bias:
+                ranged.append((ParamGroup("biases", None, tensor=WHOLE, checks_as="biases"), _mul(L, h), "all"))
+                ranged.append((ParamGroup("mlp_biases", None, tensor=WHOLE, checks_as="biases"), _mul(k, h), "first"))
+    else:
+        per_layer.append(ParamGroup("mlp", None, per_layer=mlp_of(f)))
+    if t.bias and not (moe and t.dense_layers is not None):
         per_layer.append(ParamGroup("biases", None, tensor=WHOLE, checks_as="biases",
                                     per_layer=h if moe else _mul(_n(2), h)))
     per_layer.append(ParamGroup("norms", None, tensor=WHOLE, checks_as="norms", per_layer=_mul(_n(2), norm)))
-    groups = [ParamGroup("embedding", _mul(V, h), where=FIRST, checks_as="embedding")]
-    groups += [replace(g, count=_mul(L, g.per_layer)) for g in per_layer]
+    emb = _mul(V, h)
+    if t.position_embeddings is not None:
+        emb = _add(emb, _mul(t.position_embeddings, h))
+    groups.append(ParamGroup("embedding", emb, where=FIRST, checks_as="embedding"))
+    groups += [replace(g, count=_mul(L, g.per_layer)) for g in per_layer[:2]]
+    rest = per_layer[2:]
+    groups += [replace(g, count=_mul(L, g.per_layer)) for g in rest if g.name == "attention_latent"]
+    for g, count, which in ranged:
+        if which == "all":
+            groups.append(replace(g, count=count, per_layer=_div(count, L)))
+        else:
+            k = t.dense_layers
+            n = k if which == "first" else _sub(L, k)
+            groups.append(replace(g, count=count, per_layer=_div(count, n), layers=(which, k)))
+    groups += [replace(g, count=_mul(L, g.per_layer)) for g in rest if g.name != "attention_latent"]
     groups.append(ParamGroup("final_norm", norm, where=LAST, tensor=WHOLE, checks_as="norms"))
     tied = bool(t.tied_embeddings)
     groups.append(ParamGroup("head", _mul(V, h), where=LAST, copy=tied,
                              checks_as="embedding" if tied else "dense"))
+    if t.mtp_layers is not None and not (isinstance(t.mtp_layers, Const) and t.mtp_layers.value == 0):
+        # each module: two norms, a 2h -> h projection and one more layer (of the model's last kind),
+        # sharing the embedding and the output head
+        layer_params = _add(*(g.per_layer for g in groups if g.per_layer is not None and
+                              (g.layers is None or g.layers[0] == "after" or not moe)))
+        module = _add(_mul(_n(2), norm), _mul(_n(2), h, h), layer_params)
+        groups.append(ParamGroup("mtp", _mul(t.mtp_layers, module), where=LAST))
     return tuple(groups)
 
 

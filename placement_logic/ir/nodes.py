@@ -194,6 +194,28 @@ class TransformerShape:
     bias: bool = True  # linear-layer biases
     capacity_factor: Value = field(default_factory=lambda: const(1))
     span: Span = _span()
+    # attention and embedding variants (None: the plain default)
+    head_dim: Value | None = None  # per-head width (default hidden / heads)
+    qkv_bias: bool | None = None  # biases on q, k, v only (Qwen2); default: the same as `bias`
+    position_embeddings: Value | None = None  # a learned position table of this many rows (GPT-2/3)
+    # multi-head latent attention (DeepSeek-V2/V3): present when kv_lora_rank is given
+    q_lora_rank: Value | None = None
+    kv_lora_rank: Value | None = None
+    qk_rope_dim: Value | None = None
+    qk_nope_dim: Value | None = None
+    v_head_dim: Value | None = None
+    # mixture-of-experts layout
+    expert_ffn: Value | None = None  # width of one routed expert (default ffn)
+    shared_experts: Value | None = None  # shared experts per MoE layer (always active)
+    shared_expert_ffn: Value | None = None  # width of one shared expert (default expert_ffn)
+    dense_layers: Value | None = None  # the first k layers have a dense MLP of width ffn
+    mtp_layers: Value | None = None  # multi-token-prediction modules (each one layer + 2 norms + 2h·h)
+    shared_expert_gate: bool = False  # a sigmoid gate h -> 1 on the shared experts' output (Qwen-MoE)
+    router_bias: bool = False  # a bias per expert in the router (DeepSeek-V3's load-balancing correction)
+
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank is not None
 
 
 @dataclass(frozen=True)

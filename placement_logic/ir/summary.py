@@ -5,7 +5,59 @@ Used by ``placement inspect``: what the resolver made of each plan, axis by axis
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from .. import ir
+from . import groups as pg
+from .walker import ARITHMETIC, Target, evaluate
+
+
+def _number(value: ir.Value | None, bindings: dict[str, ir.Value], depth: int = 0) -> Fraction | None:
+    """A value as an exact number through the spec's bindings, or None (a free symbol)."""
+    if value is None or depth > 64:
+        return None
+
+    def sym(name: str):
+        n = _number(bindings.get(name), bindings, depth + 1)
+        if n is None:
+            raise LookupError(name)
+        return n
+
+    try:
+        return evaluate(value, Target(const=lambda v: v, sym=sym, ops=ARITHMETIC))
+    except (LookupError, ValueError, ZeroDivisionError):
+        return None
+
+
+def _show_count(x: Fraction | None) -> str | None:
+    if x is None:
+        return None
+    return f"{x.numerator:,}" if x.denominator == 1 else str(x)
+
+
+def parameter_counts(spec: ir.Spec) -> dict | None:
+    """Ψ, the parameters one token uses (MoE), and each parameter group's count, as exact
+    numbers where the bindings make them numbers (no sympy: the groups' IR values folded)."""
+    model = spec.model
+    if model is None:
+        return None
+    bindings = dict(spec.bindings)
+    groups = pg.param_groups(model)
+    counts = {g.name: _number(g.count, bindings) for g in groups}
+    if model.params is not None:
+        psi = _number(model.params, bindings)
+    elif any(counts[g.name] is None for g in groups if not g.copy):
+        psi = None
+    else:
+        psi = sum((counts[g.name] for g in groups if not g.copy), Fraction(0))
+    active = psi
+    t = model.transformer
+    if t is not None and psi is not None:
+        E, k = _number(t.experts, bindings), _number(t.top_k, bindings)
+        experts = [counts[g.name] for g in groups if g.expert]
+        if E not in (None, 1) and k is not None and None not in experts:
+            active = psi - sum(experts, Fraction(0)) * (1 - k / E)
+    return {"params": psi, "active_params": active, "groups": counts}
 
 
 def plan_data(plan: ir.Plan) -> dict:
@@ -50,11 +102,15 @@ def _override_text(o: ir.Override) -> str:
 
 def spec_data(spec: ir.Spec) -> dict:
     model = spec.model
+    counts = parameter_counts(spec)
     return {
         "file": spec.file,
         "bindings": {name: ir.show(v) for name, v in spec.bindings},
         "model": None if model is None else {
             "params": None if model.params is None else ir.show(model.params),
+            "params_count": _show_count((counts or {}).get("params")),
+            "active_params": _show_count((counts or {}).get("active_params")),
+            "groups": {k: _show_count(v) for k, v in (counts or {}).get("groups", {}).items()},
             "bytes": {
                 "params": ir.show(model.bytes_params),
                 "grads": ir.show(model.bytes_grads),
@@ -79,8 +135,21 @@ def spec_text(spec: ir.Spec) -> str:
         lines.append("  symbols: " + ", ".join(f"{k} = {v}" for k, v in data["bindings"].items()))
     if data["model"]:
         m = data["model"]
-        lines.append(f"  model: params = {m['params'] or 'derived from the transformer shape'}; bytes per element: "
+        psi = m["params_count"]
+        given = m["params"] or "derived from the transformer shape"
+        if psi and m["params"] is None:
+            shown = f"{psi} ({given})"
+        elif psi and psi.replace(",", "") != given:
+            shown = f"{given} = {psi}"
+        else:
+            shown = given
+        lines.append(f"  model: params = {shown}; bytes per element: "
                      + ", ".join(f"{k} {v}" for k, v in m["bytes"].items()))
+        if m["active_params"] and m["active_params"] != psi:
+            lines.append(f"  active per token: {m['active_params']} parameters")
+        if m["groups"]:
+            lines.append("  parameter groups: " + ", ".join(f"{k} {v if v is not None else '?'}"
+                                                          for k, v in m["groups"].items()))
     for p in data["plans"]:
         lines.append("")
         lines.append(f"plan {p['name']}  ({p['location']})")

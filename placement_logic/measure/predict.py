@@ -94,7 +94,7 @@ def predict(spec: ir.Spec, plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, 
 
     small = scaled_plan(plan, shape, sizes, optimizer)
     subs = resolve_bindings(spec.bindings, overrides={k: Fraction(v) for k, v in sizes.items()})
-    pc = costs.derive(small)
+    pc = costs.derive(small, sized=True)
     states = tuple(
         (s.value, _number(pc.memory.device[s], subs)) for s in (ir.State.PARAMS, ir.State.GRADS, ir.State.OPTIMIZER)
     )

@@ -20,8 +20,11 @@ from .values import Values
 MODEL_PROPS = ("params", "seq", "microbatch", "microbatches")
 BYTES_PROPS = ("params", "grads", "optimizer", "activations")
 TRANSFORMER_NUMERIC = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "experts", "top_k",
-                       "capacity_factor")
-TRANSFORMER_FLAGS = ("tied_embeddings", "gated_mlp", "bias")
+                       "capacity_factor", "head_dim", "position_embeddings", "q_lora_rank", "kv_lora_rank",
+                       "qk_rope_dim", "qk_nope_dim", "v_head_dim", "expert_ffn", "shared_experts", "shared_expert_ffn",
+                       "dense_layers", "mtp_layers")
+TRANSFORMER_FLAGS = ("tied_embeddings", "gated_mlp", "bias", "qkv_bias", "shared_expert_gate", "router_bias")
+MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_dim", "qk_nope_dim", "v_head_dim")
 
 
 def build_mesh(block: surface.MeshBlock, vals: Values) -> ir.Mesh:
@@ -117,6 +120,7 @@ def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
         return None
     model = ir.Model(transformer=transformer, span=block.span, groups=tuple(groups), **fields)
     _check_groups(vals, model)
+    vals.group_names = tuple(g.name for g in pg.param_groups(model))
     return None if vals.cx.failed_since(mark) else model
 
 
@@ -268,6 +272,25 @@ def _transformer(vals: Values, block: surface.SubBlock) -> ir.TransformerShape |
         return None
     found.setdefault("kv_heads", found["heads"])
     found.setdefault("ffn", ir.Op("*", (ir.const(4), found["hidden"])))
+    given = [k for k in MLA_FIELDS if k in found]
+    if given and "kv_lora_rank" not in found:
+        vals.cx.error("PL118", f"multi-head latent attention needs kv_lora_rank ({', '.join(given)} given)", block.span)
+        return None
+    if "kv_lora_rank" in found:
+        missing = [k for k in ("qk_rope_dim", "qk_nope_dim", "v_head_dim") if k not in found]
+        if missing:
+            vals.cx.error("PL118", f"multi-head latent attention needs {', '.join(missing)}", block.span)
+            return None
+        if "head_dim" in found:
+            vals.cx.error("PL119", "with multi-head latent attention the head width is qk_nope_dim + qk_rope_dim "
+                          "(and v_head_dim); head_dim does not apply", block.span)
+            return None
+    moe_only = [k for k in ("expert_ffn", "shared_experts", "shared_expert_ffn", "dense_layers", "shared_expert_gate",
+                            "router_bias") if k in found]
+    experts = found.get("experts")
+    if moe_only and (experts is None or (isinstance(experts, ir.Const) and experts.value == 1)):
+        vals.cx.error("PL118", f"{', '.join(moe_only)} describe a mixture of experts; give 'experts' too", block.span)
+        return None
     return ir.TransformerShape(span=block.span, **found)
 
 

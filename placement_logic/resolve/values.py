@@ -34,7 +34,10 @@ QUERY_KINDS = {
     "model_state": None,
     "comm": "axis",
     "volume": "axis",
+    "params": "group",  # Ψ, or one parameter group's count (a plain count, not bytes)
+    "active_params": None,  # parameters one token uses (MoE: top_k of the routed experts)
 }
+COUNT_QUERIES = ("params", "active_params")
 
 
 @dataclass
@@ -48,6 +51,7 @@ class Values:
     axes: dict[str, ir.Axis] = field(default_factory=dict)
     plans: dict[str, surface.PlanDef] = field(default_factory=dict)  # for cost queries
     groups: set[str] = field(default_factory=set)  # the model block's `group` names (overrides may name them)
+    group_names: tuple[str, ...] = ()  # every parameter group of the model (for params(plan, group))
 
     def declare(self, name: str, span: Span) -> bool:
         if name in self.lets or name in self.axes:
@@ -185,15 +189,20 @@ class Values:
         arg = None
         if len(e.args) == 2:
             a = e.args[1]
-            allowed = STATE_NAMES + ("transient", "total") if second == "state" else tuple(self.axes)
+            if second == "state":
+                allowed = STATE_NAMES + ("transient", "total")
+            elif second == "group":
+                allowed = tuple(self.group_names)
+            else:
+                allowed = tuple(self.axes)
             if not isinstance(a, surface.Name) or a.id not in allowed:
                 shown = a.id if isinstance(a, surface.Name) else "this argument"
-                code = "PL103" if second == "state" else "PL109"
+                code = {"state": "PL103", "group": "PL122"}.get(second, "PL109")
                 error(code, f"'{shown}' is not a {second} of plan '{plan_arg.id}'", a.span,
                       did_you_mean(shown, allowed))
                 return None
             arg = a.id
-        return ir.Query(kind, plan_arg.id, arg, e.span), ir.Dim.BYTES
+        return ir.Query(kind, plan_arg.id, arg, e.span), ir.Dim.COUNT if kind in COUNT_QUERIES else ir.Dim.BYTES
 
     def count(self, e: surface.Expr, env: dict[str, ir.Value], what: str) -> ir.Value | None:
         """An expression that must be a plain count."""
