@@ -5,7 +5,8 @@ Input: an ``ir.Spec``, the plan names to check, pinned sizes and a time limit. O
 over the reals, which over-approximates integer counts); unsat proves it for all mesh
 sizes. Otherwise counterexamples are searched in small integer tiers; a witness is
 shown only after ``replay`` re-runs it concretely. If no witness survives and the
-bounded tier is unsat, the obligation is proved up to that bound; else it is unknown.
+bounded tier is unsat, the obligation is unknown with that bound stated (a bounded search
+is not a proof); else it is unknown.
 """
 
 from __future__ import annotations
@@ -111,10 +112,10 @@ def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: di
             cex = ob.replay(witness)
             if cex is not None:
                 return _refuted(ob, result, _scope(pinned, step), cex)
-    if bounded_unsat:
-        return result(Verdict.PROVED, f"mesh sizes and microbatches <= {bound}",
-                      notes=("the for-all query found only witnesses that need real-valued token counts or larger "
-                             "meshes; proved up to the bound",))
+    if bounded_unsat:  # a bounded search is not a proof: unknown, saying how far it looked
+        reasons.append(f"no counterexample with mesh sizes and microbatches <= {bound}, but the for-all query "
+                       + ("timed out" if first.status == "unknown" else "found only witnesses that need real-valued "
+                          "token counts or larger meshes") + ": a bounded search, not a proof")
     return result(Verdict.UNKNOWN, _scope(pinned, step), reason="; ".join(reasons) or "no verdict")
 
 

@@ -36,6 +36,11 @@ def run(args, out: TextIO, err: TextIO) -> int:
     timeout = parse_timeout(args.timeout)
     sets = {k: int(v) for k, v in parse_sets(args.sets, integers=True).items()}
     spec = load_spec(args.file)
+    if not spec.plans:
+        from ..diagnostics import Diagnostic, DiagnosticError, Span
+
+        raise DiagnosticError([Diagnostic("PL118", "nothing to check: the spec defines no plan",
+                                          Span.point(str(args.file), 1, 1))])
     report = check_spec(spec, plans=args.plans or None, pinned=sets, timeout=timeout)
     out.write(render(report, args.format))
     return report.exit_status

@@ -46,10 +46,13 @@ def parse_timeout(text: str) -> float:
         value = float(Fraction(text))
     except (ValueError, ZeroDivisionError):
         value = -1.0
-    if not value > 0:
-        raise DiagnosticError([Diagnostic("PL500", f"--timeout {text}: expected a positive number of seconds",
-                                          command_line_span(f"--timeout {text}"))])
+    if not 0 < value <= MAX_TIMEOUT:
+        raise DiagnosticError([Diagnostic("PL500", f"--timeout {text}: expected a positive number of seconds, at "
+                                          f"most {MAX_TIMEOUT} (a day)", command_line_span(f"--timeout {text}"))])
     return value
+
+
+MAX_TIMEOUT = 86400  # seconds: a solver time limit beyond a day is a typing error
 
 
 def parse_sets(items: Iterable[str], known: Iterable[str] | None = None, axes: Iterable[str] = (),

@@ -9,6 +9,7 @@ exit status 0 all as expected, 1 refuted or solvers disagree, 2 input error, 3 u
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from ..diagnostics import Diagnostic, DiagnosticError
@@ -39,11 +40,18 @@ def run(args, out, err) -> int:
     from ..prove import prove, render
 
     only = tuple(g for g in (args.only or GROUPS) if g != "none")
-    report, texts = prove(specs, timeout=parse_timeout(args.timeout), only=only)
+    timeout = parse_timeout(args.timeout)
+    import importlib.util
+
+    second = importlib.util.find_spec("cvc5") is not None
+    if not second:
+        err.write("note: cvc5 is not installed, so every obligation is decided by z3 alone (the second, "
+                  "independent solver is skipped); install it with: pip install 'placement-logic[proofs]'\n")
+    report, texts = prove(specs, timeout=timeout, only=only, second_solver=second)
     if args.export:
         root = Path(args.export)
         for key, text in texts.items():
-            path = root / f"{key}.smt2"
+            path = root / f"{re.sub(r'[^A-Za-z0-9._/-]', '_', key)}.smt2"
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text)

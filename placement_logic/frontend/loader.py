@@ -8,6 +8,7 @@ the importing file), and resolves. Errors from every stage are raised as one
 
 from __future__ import annotations
 
+import stat
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -100,7 +101,7 @@ class Loader:
             target = base.joinpath(*path[:-1], path[-1] + ".place")
             file = str(target)
             try:
-                text = target.read_text(encoding="utf-8")
+                text = normalise_text(_read_regular(target).decode("utf-8"))
             except (OSError, UnicodeDecodeError):
                 self.error("PL111", f"cannot import '{'.'.join(path)}': no readable file {target}", span)
                 return None, ""
@@ -117,6 +118,7 @@ def load_with_sources(text: str, file: str = "<string>", base_dir: Path | None =
                       ) -> tuple[ir.Spec, dict[str, str]]:
     """The spec and the text of every module it was resolved from (its own and its imports'),
     by file name: what a result derived from the spec depends on."""
+    text = normalise_text(text)
     loader = Loader(base_dir)
     loader.sources[file] = text
     try:
@@ -130,15 +132,42 @@ def load_with_sources(text: str, file: str = "<string>", base_dir: Path | None =
     return spec, dict(loader.sources)
 
 
+MAX_SOURCE_BYTES = 8 * 1024 * 1024  # a spec larger than this is not a spec
+
+
+def normalise_text(text: str) -> str:
+    """Every line-ending convention (LF, CRLF, a lone CR) read alike, a leading BOM dropped."""
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
+
+
+def _read_regular(p: Path) -> bytes:
+    """The bytes of a regular file of at most MAX_SOURCE_BYTES; OSError otherwise (a device,
+    a FIFO or a directory is refused before it is opened, so reading cannot block)."""
+    st = p.stat()
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(0, "not a regular file")
+    if st.st_size > MAX_SOURCE_BYTES:
+        raise OSError(0, f"larger than {MAX_SOURCE_BYTES // (1024 * 1024)} MiB")
+    with open(p, "rb") as fh:
+        data = fh.read(MAX_SOURCE_BYTES + 1)
+    if len(data) > MAX_SOURCE_BYTES:
+        raise OSError(0, f"larger than {MAX_SOURCE_BYTES // (1024 * 1024)} MiB")
+    return data
+
+
 def read_source(path: str | Path) -> str:
     p = Path(path)
     try:
-        data = p.read_bytes()
+        data = _read_regular(p)
     except OSError as exc:
         raise DiagnosticError([Diagnostic("PL006", f"cannot read file: {exc.strerror or exc}",
                                           Span.point(str(path), 1, 1))]) from None
     try:
-        return data.decode("utf-8")
+        return normalise_text(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise DiagnosticError([Diagnostic("PL006", f"not UTF-8 text (byte {exc.start})",
                                           Span.point(str(path), 1, 1))]) from None

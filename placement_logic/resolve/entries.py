@@ -231,6 +231,11 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
         by = vals.count(o.by, env, "the divisor")
         if by is None:
             return None
+        from .shapes import number
+
+        if number(by, vals) == 0:
+            error("PL204", f"the divisor {ir.show(by)} is zero", o.span)
+            return None
     return ir.Override(o.target, o.group, o.verb, o.axes, by, o.span)
 
 

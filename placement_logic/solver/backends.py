@@ -34,6 +34,12 @@ def verdict_word(v: Verdict) -> str:
     return v.word
 
 
+def _comment(text: str) -> str:
+    """Text safe inside one SMT-LIB comment line: no line break or other control character
+    (a file name or a label could otherwise end the comment and inject commands)."""
+    return "".join(ch if ch.isprintable() else " " for ch in text)
+
+
 def smt2_text(ob: Obligation, query: Query, ctx: z3.Context) -> str:
     """The query as a self-contained SMT-LIB 2 script with the obligation as comments."""
     solver = z3.Solver(ctx=ctx)
@@ -42,11 +48,11 @@ def smt2_text(ob: Obligation, query: Query, ctx: z3.Context) -> str:
     lines = [ln for ln in body.splitlines() if not ln.startswith(("; benchmark", "(set-info :status", "(check-sat"))]
     expected = "unsat" if ob.expect is Verdict.PROVED else "sat"
     head = [
-        f"; placement-logic proof obligation: {ob.key}",
-        f"; theorem: {ob.theorem}",
-        f"; {ob.name}",
+        f"; placement-logic proof obligation: {_comment(ob.key)}",
+        f"; theorem: {_comment(ob.theorem)}",
+        f"; {_comment(ob.name)}",
     ]
-    head += [f";   {ln}" for ln in ob.statement.splitlines()]
+    head += [f";   {_comment(ln)}" for ln in ob.statement.splitlines()]
     head += [
         "; the assertions are the NEGATION of the statement:",
         f";   expected {expected} ({'statement proved' if expected == 'unsat' else 'witness exists'})",

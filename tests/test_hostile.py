@@ -1,0 +1,90 @@
+"""Odd and hostile input: a located diagnostic and the documented exit status, never a
+traceback, a hang or a silent wrong verdict."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from placement_logic.cli import main
+from placement_logic.solver.backends import _comment
+
+ROOT = Path(__file__).resolve().parent.parent
+BUG = ROOT / "examples" / "bugs" / "grad_reduced_twice.place"
+
+
+@pytest.mark.parametrize("newline,bom", [("\r", False), ("\r\n", False), ("\r\n", True), ("\n", True)])
+def test_every_line_ending_reads_alike(tmp_path, capsys, newline, bom):
+    text = BUG.read_text().replace("\n", newline)
+    f = tmp_path / "bug.place"
+    f.write_bytes((("\ufeff" if bom else "") + text).encode())
+    assert main(["check", str(f)]) == 1  # still refuted, not read as one line
+    out = capsys.readouterr().out
+    assert "refuted" in out
+    assert main(["fmt", str(f)]) in (0, 1)
+    formatted = capsys.readouterr().out
+    assert formatted.strip() and "plan" in formatted  # fmt keeps the code
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero")
+def test_a_device_is_not_read(capsys):
+    assert main(["cost", "/dev/zero"]) == 2
+    assert "[PL006]" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_is_not_opened(tmp_path, capsys):
+    fifo = tmp_path / "spec.place"
+    os.mkfifo(fifo)
+    assert main(["cost", str(fifo)]) == 2  # refused before opening: no hang
+    assert "not a regular file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0", "1e300", "abc"])
+def test_time_limits_are_finite_and_positive(capsys, value):
+    assert main(["prove", "--only", "none", "--timeout", value]) == 2
+    err = capsys.readouterr().err
+    assert "[PL500]" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("let,words", [("2 - 2", "not 0"), ("3/2", "not 3/2"), ("1 - 3", "not -2")])
+def test_axis_sizes_through_a_let_are_checked(tmp_path, capsys, let, words):
+    f = tmp_path / "s.place"
+    f.write_text(f"from std.data import ddp\nlet n = {let}\nmodel {{ params = 1e9 }}\nmesh {{ dp = n }}\n"
+                 "plan p { dp: ddp }\n")
+    assert main(["cost", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "[PL107]" in err and words in err and "s.place:4:8" in err
+
+
+def test_a_zero_divisor_through_a_let_is_an_error(tmp_path, capsys):
+    f = tmp_path / "s.place"
+    f.write_text("from std.data import ddp\nlet z = 1 - 1\nmodel { params = 1e9 }\nmesh { dp = 4 }\n"
+                 "plan p { dp: ddp override grads: divide by z }\n")
+    assert main(["check", str(f)]) == 2
+    assert "[PL204]" in capsys.readouterr().err
+
+
+def test_checking_a_spec_without_plans_is_not_a_proof(tmp_path, capsys):
+    f = tmp_path / "s.place"
+    f.write_text("model { params = 1e9 }\n")
+    assert main(["check", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "nothing to check" in err and "PROVED" not in err
+
+
+def test_smt_comments_cannot_be_broken_out_of():
+    assert "\n" not in _comment("a.place\n(assert false)\r(check-sat)")
+    assert _comment("plain text") == "plain text"
+
+
+def test_prove_without_cvc5_says_so_and_uses_z3(monkeypatch, capsys):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "cvc5" else real(name, *a))
+    assert main(["prove", "--only", "none"]) == 0
+    captured = capsys.readouterr()
+    assert "cvc5 is not installed" in captured.err and "placement-logic[proofs]" in captured.err
+    assert "Traceback" not in captured.err
