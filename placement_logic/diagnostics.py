@@ -88,6 +88,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PL130": ("impossible-shape", "A size a plan's strategies would split into fractions: heads, kv heads, the MLP "
               "width or the vocabulary over the tensor ranks, layers over pipeline stages × chunks, experts over "
               "the expert ranks, the sequence over the context ranks."),
+    "PL140": ("bad-config", "A Hugging Face config.json that cannot be read as a model: not JSON, an unsupported "
+              "model_type, a missing key or a value of the wrong kind."),
     # types and units: PL2xx
     "PL201": ("unit-mismatch", "Bytes combined with a plain count by + or - (or compared with one)."),
     "PL202": ("unit-not-allowed", "A byte unit where a plain count is required (axis size, layer count, exponent)."),

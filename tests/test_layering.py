@@ -96,7 +96,8 @@ def test_resolution_does_not_reach_back_into_loading():
 STAGES = (
     ("outcome", "diagnostics"),
     ("ir",),
-    ("frontend.surface", "frontend.lower", "frontend.parser", "frontend.canonical"),
+    ("frontend.surface", "frontend.lower", "frontend.parser", "frontend.canonical", "frontend.files",
+     "frontend.hf"),
     ("resolve",),
     ("frontend.loader",),
     ("costs", "solver"),

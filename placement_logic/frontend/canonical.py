@@ -227,7 +227,8 @@ class Formatter:
         elif isinstance(item, surface.LetStmt):
             self.emit(item, 0, f"let {item.name} = {expr(item.value)}")
         elif isinstance(item, surface.ModelBlock):
-            self.open_block(item, 0, "model {")
+            head = f'model from "{item.source}" {{' if item.source is not None else "model {"
+            self.open_block(item, 0, head)
             for sub in item.items:
                 self.block_item(sub, 1)
             self.close_block(item, 0)

@@ -8,7 +8,6 @@ the importing file), and resolves. Errors from every stage are raised as one
 
 from __future__ import annotations
 
-import stat
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -17,6 +16,7 @@ from .. import ir
 from ..diagnostics import Diagnostic, DiagnosticError, Span
 from ..resolve import ModuleScope, collect_scope, resolve_module
 from . import surface
+from .files import normalise_text, read_regular, read_source  # noqa: F401 - read_source re-exported
 from .parser import parse
 
 STD = "std"
@@ -101,7 +101,7 @@ class Loader:
             target = base.joinpath(*path[:-1], path[-1] + ".place")
             file = str(target)
             try:
-                text = normalise_text(_read_regular(target).decode("utf-8"))
+                text = normalise_text(read_regular(target).decode("utf-8"))
             except (OSError, UnicodeDecodeError):
                 self.error("PL111", f"cannot import '{'.'.join(path)}': no readable file {target}", span)
                 return None, ""
@@ -123,54 +123,13 @@ def load_with_sources(text: str, file: str = "<string>", base_dir: Path | None =
     loader.sources[file] = text
     try:
         module = parse(text, file)
-        spec = resolve_module(module, loader, library_index)
+        spec = resolve_module(module, loader, library_index, base_dir=base_dir)
     except DiagnosticError as exc:
         diags = list(loader.diags) + [d for d in exc.diagnostics if d not in loader.diags]
         raise DiagnosticError(diags, {**loader.sources, **exc.sources}) from None
     if loader.diags:
         raise DiagnosticError(loader.diags, loader.sources)
-    return spec, dict(loader.sources)
-
-
-MAX_SOURCE_BYTES = 8 * 1024 * 1024  # a spec larger than this is not a spec
-
-
-def normalise_text(text: str) -> str:
-    """Every line-ending convention (LF, CRLF, a lone CR) read alike, a leading BOM dropped."""
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    if "\r" in text:
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-    return text
-
-
-def _read_regular(p: Path) -> bytes:
-    """The bytes of a regular file of at most MAX_SOURCE_BYTES; OSError otherwise (a device,
-    a FIFO or a directory is refused before it is opened, so reading cannot block)."""
-    st = p.stat()
-    if not stat.S_ISREG(st.st_mode):
-        raise OSError(0, "not a regular file")
-    if st.st_size > MAX_SOURCE_BYTES:
-        raise OSError(0, f"larger than {MAX_SOURCE_BYTES // (1024 * 1024)} MiB")
-    with open(p, "rb") as fh:
-        data = fh.read(MAX_SOURCE_BYTES + 1)
-    if len(data) > MAX_SOURCE_BYTES:
-        raise OSError(0, f"larger than {MAX_SOURCE_BYTES // (1024 * 1024)} MiB")
-    return data
-
-
-def read_source(path: str | Path) -> str:
-    p = Path(path)
-    try:
-        data = _read_regular(p)
-    except OSError as exc:
-        raise DiagnosticError([Diagnostic("PL006", f"cannot read file: {exc.strerror or exc}",
-                                          Span.point(str(path), 1, 1))]) from None
-    try:
-        return normalise_text(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise DiagnosticError([Diagnostic("PL006", f"not UTF-8 text (byte {exc.start})",
-                                          Span.point(str(path), 1, 1))]) from None
+    return spec, {**loader.sources, **dict(spec.inputs)}
 
 
 def load_spec(path: str | Path) -> ir.Spec:

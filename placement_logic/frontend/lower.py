@@ -12,7 +12,7 @@ from fractions import Fraction
 from lark import Token, Transformer, v_args
 from lark.tree import Meta
 
-from ..diagnostics import Diagnostic, DiagnosticError, Span
+from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
 from . import surface
 
 
@@ -82,7 +82,11 @@ class Lower(Transformer):
         return surface.LetStmt(str(ch[0]), ch[1], self.span(meta))
 
     def model_block(self, meta, ch):
-        return surface.ModelBlock(tuple(ch), self.span(meta))
+        src = ch[0]
+        return surface.ModelBlock(tuple(ch[1:]), self.span(meta), src[0] if src else None, src[1] if src else NO_SPAN)
+
+    def model_source(self, meta, ch):
+        return (str(ch[0])[1:-1], self.span(meta))
 
     def sub_block(self, meta, ch):
         return surface.SubBlock(str(ch[0]), tuple(ch[1:]), self.span(meta))

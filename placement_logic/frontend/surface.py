@@ -202,6 +202,8 @@ class LetStmt:
 class ModelBlock:
     items: tuple[Union[Prop, SubBlock], ...]
     span: Span = _span()
+    source: str | None = None  # ``model from "config.json" { ... }``: a Hugging Face config
+    source_span: Span = _span()
 
 
 @dataclass(frozen=True)

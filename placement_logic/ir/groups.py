@@ -171,7 +171,10 @@ def transformer_groups(t: TransformerShape) -> tuple[ParamGroup, ...]:
     if t.bias and not (moe and t.dense_layers is not None):
         per_layer.append(ParamGroup("biases", None, tensor=WHOLE, checks_as="biases",
                                     per_layer=h if moe else _mul(_n(2), h)))
-    per_layer.append(ParamGroup("norms", None, tensor=WHOLE, checks_as="norms", per_layer=_mul(_n(2), norm)))
+    norms = _mul(t.norms_per_layer if t.norms_per_layer is not None else _n(2), norm)
+    if t.qk_norm:  # one norm of head_dim for the queries and one for the keys, shared by the heads
+        norms = _add(norms, _mul(_n(2), one_norm, dh))
+    per_layer.append(ParamGroup("norms", None, tensor=WHOLE, checks_as="norms", per_layer=norms))
     emb = _mul(V, h)
     if t.position_embeddings is not None:
         emb = _add(emb, _mul(t.position_embeddings, h))

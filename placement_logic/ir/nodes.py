@@ -212,6 +212,8 @@ class TransformerShape:
     mtp_layers: Value | None = None  # multi-token-prediction modules (each one layer + 2 norms + 2h·h)
     shared_expert_gate: bool = False  # a sigmoid gate h -> 1 on the shared experts' output (Qwen-MoE)
     router_bias: bool = False  # a bias per expert in the router (DeepSeek-V3's load-balancing correction)
+    qk_norm: bool = False  # a norm of head_dim on each query and key head (Qwen3)
+    norms_per_layer: Value | None = None  # norms per layer (default 2; Gemma-2 has 4)
 
     @property
     def mla(self) -> bool:
@@ -442,6 +444,8 @@ class Spec:
     plans: tuple[Plan, ...]
     questions: tuple[Question, ...] = ()
     strategies: tuple[str, ...] = ()  # names of strategies visible in the file
+    inputs: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)  # other files read
+    # (a model's config.json): name -> text, so results derived from the spec depend on them too
 
     def plan(self, name: str) -> Plan:
         for p in self.plans:

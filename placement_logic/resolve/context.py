@@ -22,6 +22,8 @@ class Context:
     file: str
     library_index: LibraryIndex
     diags: list[Diagnostic] = field(default_factory=list)
+    base_dir: object = None  # the folder relative paths in the module are read from (a Path, or None: cwd)
+    sources: dict = field(default_factory=dict)  # other files read (a model's config.json): name -> text
 
     def error(self, code: str, message: str, span: Span, notes: tuple[str, ...] = ()) -> None:
         self.diags.append(Diagnostic(code, message, span, notes=notes))
@@ -36,4 +38,4 @@ class Context:
     def raise_errors(self) -> None:
         """Raise every diagnostic found so far, in source order; nothing if there is none."""
         if self.diags:
-            raise DiagnosticError(sorted(self.diags, key=lambda d: (d.span.line, d.span.column)))
+            raise DiagnosticError(sorted(self.diags, key=lambda d: (d.span.line, d.span.column)), self.sources)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from .. import ir
 from ..diagnostics import Span, did_you_mean
 from ..frontend import surface
+from .shapes import number
 from .values import STATE_NAMES, Values
 
 MODE_NAMES = ("R", "S", "S*", "M", "O")
@@ -231,8 +232,6 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
         by = vals.count(o.by, env, "the divisor")
         if by is None:
             return None
-        from .shapes import number
-
         if number(by, vals) == 0:
             error("PL204", f"the divisor {ir.show(by)} is zero", o.span)
             return None

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 from fractions import Fraction
+from pathlib import Path
 from typing import Iterator
 
 from .. import ir
-from ..diagnostics import did_you_mean
-from ..frontend import surface
+from ..diagnostics import DiagnosticError, did_you_mean
+from ..frontend import hf, surface
+from ..frontend.files import read_source
 from ..ir import groups as pg
 from .entries import mode
 from .values import Values
@@ -22,8 +24,9 @@ BYTES_PROPS = ("params", "grads", "optimizer", "activations")
 TRANSFORMER_NUMERIC = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "experts", "top_k",
                        "capacity_factor", "head_dim", "position_embeddings", "q_lora_rank", "kv_lora_rank",
                        "qk_rope_dim", "qk_nope_dim", "v_head_dim", "expert_ffn", "shared_experts", "shared_expert_ffn",
-                       "dense_layers", "mtp_layers")
-TRANSFORMER_FLAGS = ("tied_embeddings", "gated_mlp", "bias", "qkv_bias", "shared_expert_gate", "router_bias")
+                       "dense_layers", "mtp_layers", "norms_per_layer")
+TRANSFORMER_FLAGS = ("tied_embeddings", "gated_mlp", "bias", "qkv_bias", "shared_expert_gate", "router_bias",
+                     "qk_norm")
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_dim", "qk_nope_dim", "v_head_dim")
 
 
@@ -73,6 +76,15 @@ def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
     transformer = None
     mark = vals.cx.mark()
     groups: list[ir.GroupDecl] = []
+    if block.source is not None:
+        transformer = _from_config(vals, block)
+        if transformer is None:
+            return None
+        if any(isinstance(i, surface.SubBlock) and i.key == "transformer" for i in block.items):
+            error("PL119", "the transformer shape comes from the config; remove the 'transformer' section or "
+                  "the 'from' clause", block.span)
+            return None
+        seen.add("transformer")
     for item in block.items:
         key = item.key
         if isinstance(item, surface.SubBlock) and item.name is not None:
@@ -203,6 +215,30 @@ def _check_groups(vals: Values, model: ir.Model) -> None:
                           "reserved", d.span, (f"its groups: {', '.join(present)}",))
         elif d.count is None and d.fraction is None:
             vals.cx.error("PL118", f"group {d.name} needs 'count' (parameters) or 'fraction' (of Ψ)", d.span)
+
+
+def _from_config(vals: Values, block: surface.ModelBlock) -> ir.TransformerShape | None:
+    """The transformer shape of ``model from "config.json"`` (a Hugging Face config)."""
+    base = Path(vals.cx.base_dir) if vals.cx.base_dir is not None else Path.cwd()
+    path = base / block.source
+    try:
+        text = read_source(path)
+        shape = hf.parse_config(text, str(path))
+    except DiagnosticError as exc:
+        for d in exc.diagnostics:
+            vals.cx.diags.append(d)
+        vals.cx.sources.update(exc.sources)
+        vals.cx.error("PL140", f"cannot take the model from {block.source}", block.source_span)
+        return None
+    vals.cx.sources[str(path)] = text
+    fields: dict = {}
+    for k, v in shape.fields.items():
+        if isinstance(v, (bool, str)):
+            fields[k] = v
+        else:
+            fields[k] = ir.Const(Fraction(v), block.source_span)
+    fields.setdefault("kv_heads", fields["heads"])
+    return ir.TransformerShape(span=block.source_span, **fields)
 
 
 ACTIVATION_COUNTS = ("shape", "korthikanti", "megatron")

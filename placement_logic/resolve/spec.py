@@ -20,13 +20,13 @@ from .values import Values
 
 
 def resolve_module(module: surface.Module, load_module: ModuleLoader, library_index: LibraryIndex,
-                   module_name: str = "__main__") -> ir.Spec:
+                   module_name: str = "__main__", base_dir=None) -> ir.Spec:
     """The checked spec of ``module``; raises ``DiagnosticError`` with every problem found.
 
     ``load_module`` loads imported modules; ``library_index`` lists the strategies of the
     shipped library, for hints when a name is not imported.
     """
-    cx = Context(module.file, library_index)
+    cx = Context(module.file, library_index, base_dir=base_dir)
     vals = Values(cx)
     scope = ModuleScope(module_name)
     items = module.items
@@ -58,10 +58,12 @@ def resolve_module(module: surface.Module, load_module: ModuleLoader, library_in
                 vals.plans[item.name] = item
     expander = Expander(vals)
     plans = []
-    if vals.plans and (mesh is None or model is None):
-        missing = "mesh" if mesh is None else "model"
+    if vals.plans and (not meshes or not models):
+        missing = "mesh" if not meshes else "model"
         first = next(iter(vals.plans.values()))
         cx.error("PL118", f"plans need a {missing} block, and this spec has none", first.span)
+    elif vals.plans and (mesh is None or model is None):
+        pass  # the mesh or model block failed and said why: its plans are not built (no cascade)
     elif vals.plans:
         assembler = PlanAssembler(vals, expander, scope, mesh, model)
         for plan in vals.plans.values():
@@ -83,6 +85,7 @@ def resolve_module(module: surface.Module, load_module: ModuleLoader, library_in
         plans=tuple(plans),
         questions=tuple(questions),
         strategies=tuple(sorted(scope.strategies)),
+        inputs=tuple(cx.sources.items()),
     )
 
 

@@ -9,6 +9,7 @@ treats unknown as success.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -59,7 +60,19 @@ def smt2_text(ob: Obligation, query: Query, ctx: z3.Context) -> str:
         "(set-logic ALL)",
         f"(set-info :status {expected})",
     ]
-    return "\n".join(head + lines + ["(check-sat)", "(exit)"]) + "\n"
+    return _renumber("\n".join(head + lines + ["(check-sat)", "(exit)"]) + "\n")
+
+
+def _renumber(text: str) -> str:
+    """z3's let names (?x123, $x45) numbered by first appearance: the numbers z3 picks depend on
+    the order its terms were created in, which need not be the same from one process to the
+    next; a consistent renaming keeps the script's meaning and makes the file reproducible."""
+    names: dict[str, str] = {}
+
+    def sub(m: re.Match) -> str:
+        return names.setdefault(m.group(0), f"{m.group(1)}x{sum(1 for k in names if k[0] == m.group(1))}")
+
+    return re.sub(r"([?$])x\d+\b", sub, text)
 
 
 def run_z3(query: Query, ctx: z3.Context, timeout: float) -> Run:

@@ -12,18 +12,18 @@
 (assert
  (< 0.0 K))
 (assert
- (let ((?x11 (to_real dp)))
- (<= 1.0 ?x11)))
+ (let ((?x0 (to_real dp)))
+ (<= 1.0 ?x0)))
 (assert
  (< 0.0 psi))
 (assert
- (let ((?x20 (+ (* (* 4.0 psi) (/ 1.0 (to_real dp))) (* (* K psi) (/ 1.0 (to_real dp))))))
- (and (distinct ?x20 0.0) true)))
+ (let ((?x1 (+ (* (* 4.0 psi) (/ 1.0 (to_real dp))) (* (* K psi) (/ 1.0 (to_real dp))))))
+ (and (distinct ?x1 0.0) true)))
 (assert
- (let ((?x11 (to_real dp)))
- (and (distinct ?x11 0.0) true)))
+ (let ((?x0 (to_real dp)))
+ (and (distinct ?x0 0.0) true)))
 (assert
- (let ((?x20 (+ (* (* 4.0 psi) (/ 1.0 (to_real dp))) (* (* K psi) (/ 1.0 (to_real dp))))))
-(and (distinct (= 8.0 (* (/ 1.0 ?x20) (+ (* 4.0 psi) (* K psi)))) (= 8.0 (to_real dp))) true)))
+ (let ((?x1 (+ (* (* 4.0 psi) (/ 1.0 (to_real dp))) (* (* K psi) (/ 1.0 (to_real dp))))))
+(and (distinct (= 8.0 (* (/ 1.0 ?x1) (+ (* 4.0 psi) (* K psi)))) (= 8.0 (to_real dp))) true)))
 (check-sat)
 (exit)

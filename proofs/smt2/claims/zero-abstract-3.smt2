@@ -8,13 +8,13 @@
 (set-info :status unsat)
 (declare-fun dp () Int)
 (assert
- (let ((?x7 (to_real dp)))
- (<= 1.0 ?x7)))
+ (let ((?x0 (to_real dp)))
+ (<= 1.0 ?x0)))
 (assert
- (let ((?x12 (+ (- 2.0) (* 2.0 (to_real dp)))))
- (and (distinct ?x12 0.0) true)))
+ (let ((?x1 (+ (- 2.0) (* 2.0 (to_real dp)))))
+ (and (distinct ?x1 0.0) true)))
 (assert
- (let ((?x20 (* (* 3.0 (/ 1.0 (+ (- 2.0) (* 2.0 (to_real dp))))) (+ (- 1.0) (to_real dp)))))
-(and (distinct (= (/ 3.0 2.0) ?x20) true) true)))
+ (let ((?x2 (* (* 3.0 (/ 1.0 (+ (- 2.0) (* 2.0 (to_real dp))))) (+ (- 1.0) (to_real dp)))))
+(and (distinct (= (/ 3.0 2.0) ?x2) true) true)))
 (check-sat)
 (exit)

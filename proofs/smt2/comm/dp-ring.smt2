@@ -9,18 +9,18 @@
 (declare-fun N () Int)
 (declare-fun psi () Real)
 (assert
- (let ((?x8 (to_real N)))
- (<= 1.0 ?x8)))
+ (let ((?x0 (to_real N)))
+ (<= 1.0 ?x0)))
 (assert
  (< 0.0 psi))
 (assert
- (let ((?x8 (to_real N)))
- (and (distinct ?x8 0.0) true)))
+ (let ((?x0 (to_real N)))
+ (and (distinct ?x0 0.0) true)))
 (assert
- (let ((?x8 (to_real N)))
- (and (distinct ?x8 0.0) true)))
+ (let ((?x0 (to_real N)))
+ (and (distinct ?x0 0.0) true)))
 (assert
- (let ((?x20 (* (* (* 2.0 psi) (/ 1.0 (to_real N))) (+ (- 2.0) (* 2.0 (to_real N))))))
-(not (= ?x20 ?x20))))
+ (let ((?x1 (* (* (* 2.0 psi) (/ 1.0 (to_real N))) (+ (- 2.0) (* 2.0 (to_real N))))))
+(not (= ?x1 ?x1))))
 (check-sat)
 (exit)

@@ -9,8 +9,8 @@
 (declare-fun N () Int)
 (declare-fun psi () Real)
 (assert
- (let ((?x8 (to_real N)))
- (<= 1.0 ?x8)))
+ (let ((?x0 (to_real N)))
+ (<= 1.0 ?x0)))
 (assert
  (< 0.0 psi))
 (assert

@@ -12,8 +12,8 @@
 (assert
  (< 0.0 K))
 (assert
- (let ((?x11 (to_real N)))
- (<= 2.0 ?x11)))
+ (let ((?x0 (to_real N)))
+ (<= 2.0 ?x0)))
 (assert
  (< 0.0 psi))
 (assert

@@ -12,15 +12,15 @@
 (assert
  (< 0.0 K))
 (assert
- (let ((?x11 (to_real N)))
- (<= 2.0 ?x11)))
+ (let ((?x0 (to_real N)))
+ (<= 2.0 ?x0)))
 (assert
  (< 0.0 psi))
 (assert
- (let ((?x16 (+ (- 2.0) (* 2.0 (to_real N)))))
- (and (distinct ?x16 0.0) true)))
+ (let ((?x1 (+ (- 2.0) (* 2.0 (to_real N)))))
+ (and (distinct ?x1 0.0) true)))
 (assert
- (let ((?x23 (* (* 2.0 (/ 1.0 (+ (- 2.0) (* 2.0 (to_real N))))) (+ (- 1.0) (to_real N)))))
-(not (= 1.0 ?x23))))
+ (let ((?x2 (* (* 2.0 (/ 1.0 (+ (- 2.0) (* 2.0 (to_real N))))) (+ (- 1.0) (to_real N)))))
+(not (= 1.0 ?x2))))
 (check-sat)
 (exit)

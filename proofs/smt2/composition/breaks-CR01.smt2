@@ -22,8 +22,8 @@
 (assert
  (<= size_microbatches 2))
 (assert
- (let (($x16 (>= size_x 2)))
-(let (($x17 (and $x16 true)))
-(or $x17))))
+ (let (($x0 (>= size_x 2)))
+(let (($x1 (and $x0 true)))
+(or $x1))))
 (check-sat)
 (exit)

@@ -22,7 +22,7 @@
 (assert
  (<= size_microbatches 2))
 (assert
- (let (($x16 (>= size_y 2)))
-(or $x16)))
+ (let (($x0 (>= size_y 2)))
+(or $x0)))
 (check-sat)
 (exit)

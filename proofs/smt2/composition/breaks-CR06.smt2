@@ -22,7 +22,7 @@
 (assert
  (<= size_microbatches 2))
 (assert
- (let (($x16 (>= size_microbatches 2)))
-(and true $x16)))
+ (let (($x0 (>= size_microbatches 2)))
+(and true $x0)))
 (check-sat)
 (exit)

@@ -12,18 +12,18 @@
 (assert
  (< 0.0 K))
 (assert
- (let ((?x11 (to_real N)))
- (<= 1.0 ?x11)))
+ (let ((?x0 (to_real N)))
+ (<= 1.0 ?x0)))
 (assert
  (< 0.0 psi))
 (assert
- (let ((?x11 (to_real N)))
- (and (distinct ?x11 0.0) true)))
+ (let ((?x0 (to_real N)))
+ (and (distinct ?x0 0.0) true)))
 (assert
- (let ((?x11 (to_real N)))
- (and (distinct ?x11 0.0) true)))
+ (let ((?x0 (to_real N)))
+ (and (distinct ?x0 0.0) true)))
 (assert
- (let ((?x21 (+ (* (* 4.0 psi) (/ 1.0 (to_real N))) (* (* K psi) (/ 1.0 (to_real N))))))
-(not (= ?x21 (* (* psi (/ 1.0 (to_real N))) (+ 4.0 K))))))
+ (let ((?x1 (+ (* (* 4.0 psi) (/ 1.0 (to_real N))) (* (* K psi) (/ 1.0 (to_real N))))))
+(not (= ?x1 (* (* psi (/ 1.0 (to_real N))) (+ 4.0 K))))))
 (check-sat)
 (exit)

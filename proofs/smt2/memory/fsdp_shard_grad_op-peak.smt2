@@ -12,20 +12,20 @@
 (assert
  (< 0.0 K))
 (assert
- (let ((?x11 (to_real N)))
- (<= 1.0 ?x11)))
+ (let ((?x0 (to_real N)))
+ (<= 1.0 ?x0)))
 (assert
  (< 0.0 psi))
 (assert
- (let ((?x11 (to_real N)))
- (and (distinct ?x11 0.0) true)))
+ (let ((?x0 (to_real N)))
+ (and (distinct ?x0 0.0) true)))
 (assert
- (let ((?x11 (to_real N)))
- (and (distinct ?x11 0.0) true)))
+ (let ((?x0 (to_real N)))
+ (and (distinct ?x0 0.0) true)))
 (assert
- (let ((?x22 (* 2.0 psi)))
-(let ((?x24 (+ (+ ?x22 (* (* 4.0 psi) (/ 1.0 (to_real N)))) (* (* K psi) (/ 1.0 (to_real N))))))
-(let (($x29 (= ?x24 (+ ?x22 (* (* psi (/ 1.0 (to_real N))) (+ 4.0 K))))))
-(not $x29)))))
+ (let ((?x1 (* 2.0 psi)))
+(let ((?x2 (+ (+ ?x1 (* (* 4.0 psi) (/ 1.0 (to_real N)))) (* (* K psi) (/ 1.0 (to_real N))))))
+(let (($x0 (= ?x2 (+ ?x1 (* (* psi (/ 1.0 (to_real N))) (+ 4.0 K))))))
+(not $x0)))))
 (check-sat)
 (exit)

@@ -13,21 +13,21 @@
 (assert
  (< 0.0 K))
 (assert
- (let ((?x12 (to_real N)))
- (<= 1.0 ?x12)))
+ (let ((?x0 (to_real N)))
+ (<= 1.0 ?x0)))
 (assert
- (let ((?x14 (to_real R)))
- (<= 1.0 ?x14)))
+ (let ((?x1 (to_real R)))
+ (<= 1.0 ?x1)))
 (assert
  (< 0.0 psi))
 (assert
- (let ((?x12 (to_real N)))
- (and (distinct ?x12 0.0) true)))
+ (let ((?x0 (to_real N)))
+ (and (distinct ?x0 0.0) true)))
 (assert
- (let ((?x12 (to_real N)))
- (and (distinct ?x12 0.0) true)))
+ (let ((?x0 (to_real N)))
+ (and (distinct ?x0 0.0) true)))
 (assert
- (let ((?x24 (+ (* (* 4.0 psi) (/ 1.0 (to_real N))) (* (* K psi) (/ 1.0 (to_real N))))))
-(not (= ?x24 (* (* psi (/ 1.0 (to_real N))) (+ 4.0 K))))))
+ (let ((?x2 (+ (* (* 4.0 psi) (/ 1.0 (to_real N))) (* (* K psi) (/ 1.0 (to_real N))))))
+(not (= ?x2 (* (* psi (/ 1.0 (to_real N))) (+ 4.0 K))))))
 (check-sat)
 (exit)

@@ -12,17 +12,17 @@
 (assert
  (< 0.0 K))
 (assert
- (let ((?x11 (to_real N)))
- (<= 2.0 ?x11)))
+ (let ((?x0 (to_real N)))
+ (<= 2.0 ?x0)))
 (assert
  (< 0.0 psi))
 (assert
- (let ((?x11 (to_real N)))
- (and (distinct ?x11 0.0) true)))
+ (let ((?x0 (to_real N)))
+ (and (distinct ?x0 0.0) true)))
 (assert
- (let ((?x15 (* K psi)))
-(let ((?x17 (* 4.0 psi)))
-(let ((?x18 (+ ?x17 ?x15)))
-(not (> ?x18 (+ ?x17 (* ?x15 (/ 1.0 (to_real N))))))))))
+ (let ((?x1 (* K psi)))
+(let ((?x2 (* 4.0 psi)))
+(let ((?x3 (+ ?x2 ?x1)))
+(not (> ?x3 (+ ?x2 (* ?x1 (/ 1.0 (to_real N))))))))))
 (check-sat)
 (exit)

@@ -12,15 +12,15 @@
 (assert
  (< 0.0 K))
 (assert
- (let ((?x11 (to_real N)))
- (<= 1.0 ?x11)))
+ (let ((?x0 (to_real N)))
+ (<= 1.0 ?x0)))
 (assert
  (< 0.0 psi))
 (assert
- (let ((?x11 (to_real N)))
- (and (distinct ?x11 0.0) true)))
+ (let ((?x0 (to_real N)))
+ (and (distinct ?x0 0.0) true)))
 (assert
- (let (($x22 (>= (+ (* 4.0 psi) (* K psi)) (+ (* 4.0 psi) (* (* K psi) (/ 1.0 (to_real N)))))))
-(not $x22)))
+ (let (($x0 (>= (+ (* 4.0 psi) (* K psi)) (+ (* 4.0 psi) (* (* K psi) (/ 1.0 (to_real N)))))))
+(not $x0)))
 (check-sat)
 (exit)

@@ -12,21 +12,21 @@
 (assert
  (< 0.0 K))
 (assert
- (let ((?x11 (to_real N)))
- (<= 1.0 ?x11)))
+ (let ((?x0 (to_real N)))
+ (<= 1.0 ?x0)))
 (assert
  (< 0.0 psi))
 (assert
- (let ((?x11 (to_real N)))
- (and (distinct ?x11 0.0) true)))
+ (let ((?x0 (to_real N)))
+ (and (distinct ?x0 0.0) true)))
 (assert
- (let ((?x11 (to_real N)))
- (and (distinct ?x11 0.0) true)))
+ (let ((?x0 (to_real N)))
+ (and (distinct ?x0 0.0) true)))
 (assert
- (let ((?x11 (to_real N)))
-(let ((?x15 (/ 1.0 ?x11)))
-(let ((?x17 (* (* K psi) ?x15)))
-(let (($x26 (>= (+ (* 4.0 psi) ?x17) (+ (+ (* 2.0 psi) (* (* 2.0 psi) ?x15)) ?x17))))
-(not $x26))))))
+ (let ((?x0 (to_real N)))
+(let ((?x1 (/ 1.0 ?x0)))
+(let ((?x2 (* (* K psi) ?x1)))
+(let (($x0 (>= (+ (* 4.0 psi) ?x2) (+ (+ (* 2.0 psi) (* (* 2.0 psi) ?x1)) ?x2))))
+(not $x0))))))
 (check-sat)
 (exit)

@@ -12,21 +12,21 @@
 (assert
  (< 0.0 K))
 (assert
- (let ((?x11 (to_real N)))
- (<= 2.0 ?x11)))
+ (let ((?x0 (to_real N)))
+ (<= 2.0 ?x0)))
 (assert
  (< 0.0 psi))
 (assert
- (let ((?x11 (to_real N)))
- (and (distinct ?x11 0.0) true)))
+ (let ((?x0 (to_real N)))
+ (and (distinct ?x0 0.0) true)))
 (assert
- (let ((?x11 (to_real N)))
- (and (distinct ?x11 0.0) true)))
+ (let ((?x0 (to_real N)))
+ (and (distinct ?x0 0.0) true)))
 (assert
- (let ((?x11 (to_real N)))
-(let ((?x16 (/ 1.0 ?x11)))
-(let ((?x18 (* (* K psi) ?x16)))
-(let (($x27 (> (+ (+ (* 2.0 psi) (* (* 2.0 psi) ?x16)) ?x18) (+ (* (* 4.0 psi) ?x16) ?x18))))
-(not $x27))))))
+ (let ((?x0 (to_real N)))
+(let ((?x1 (/ 1.0 ?x0)))
+(let ((?x2 (* (* K psi) ?x1)))
+(let (($x0 (> (+ (+ (* 2.0 psi) (* (* 2.0 psi) ?x1)) ?x2) (+ (* (* 4.0 psi) ?x1) ?x2))))
+(not $x0))))))
 (check-sat)
 (exit)

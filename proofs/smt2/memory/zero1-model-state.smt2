@@ -12,19 +12,19 @@
 (assert
  (< 0.0 K))
 (assert
- (let ((?x11 (to_real N)))
- (<= 1.0 ?x11)))
+ (let ((?x0 (to_real N)))
+ (<= 1.0 ?x0)))
 (assert
  (< 0.0 psi))
 (assert
- (let ((?x11 (to_real N)))
- (and (distinct ?x11 0.0) true)))
+ (let ((?x0 (to_real N)))
+ (and (distinct ?x0 0.0) true)))
 (assert
- (let ((?x11 (to_real N)))
- (and (distinct ?x11 0.0) true)))
+ (let ((?x0 (to_real N)))
+ (and (distinct ?x0 0.0) true)))
 (assert
- (let ((?x19 (* 4.0 psi)))
-(let ((?x20 (+ ?x19 (* (* K psi) (/ 1.0 (to_real N))))))
-(not (= ?x20 ?x20)))))
+ (let ((?x1 (* 4.0 psi)))
+(let ((?x2 (+ ?x1 (* (* K psi) (/ 1.0 (to_real N))))))
+(not (= ?x2 ?x2)))))
 (check-sat)
 (exit)

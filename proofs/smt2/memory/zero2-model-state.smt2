@@ -12,20 +12,20 @@
 (assert
  (< 0.0 K))
 (assert
- (let ((?x11 (to_real N)))
- (<= 1.0 ?x11)))
+ (let ((?x0 (to_real N)))
+ (<= 1.0 ?x0)))
 (assert
  (< 0.0 psi))
 (assert
- (let ((?x11 (to_real N)))
- (and (distinct ?x11 0.0) true)))
+ (let ((?x0 (to_real N)))
+ (and (distinct ?x0 0.0) true)))
 (assert
- (let ((?x11 (to_real N)))
- (and (distinct ?x11 0.0) true)))
+ (let ((?x0 (to_real N)))
+ (and (distinct ?x0 0.0) true)))
 (assert
- (let ((?x19 (* 2.0 psi)))
-(let ((?x22 (+ (+ ?x19 (* ?x19 (/ 1.0 (to_real N)))) (* (* K psi) (/ 1.0 (to_real N))))))
-(let (($x27 (= ?x22 (+ ?x19 (* (* psi (/ 1.0 (to_real N))) (+ 2.0 K))))))
-(not $x27)))))
+ (let ((?x1 (* 2.0 psi)))
+(let ((?x2 (+ (+ ?x1 (* ?x1 (/ 1.0 (to_real N)))) (* (* K psi) (/ 1.0 (to_real N))))))
+(let (($x0 (= ?x2 (+ ?x1 (* (* psi (/ 1.0 (to_real N))) (+ 2.0 K))))))
+(not $x0)))))
 (check-sat)
 (exit)

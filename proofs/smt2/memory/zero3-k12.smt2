@@ -9,20 +9,20 @@
 (declare-fun N () Int)
 (declare-fun psi () Real)
 (assert
- (let ((?x8 (to_real N)))
- (<= 1.0 ?x8)))
+ (let ((?x0 (to_real N)))
+ (<= 1.0 ?x0)))
 (assert
  (< 0.0 psi))
 (assert
- (let ((?x8 (to_real N)))
- (and (distinct ?x8 0.0) true)))
+ (let ((?x0 (to_real N)))
+ (and (distinct ?x0 0.0) true)))
 (assert
- (let ((?x8 (to_real N)))
- (and (distinct ?x8 0.0) true)))
+ (let ((?x0 (to_real N)))
+ (and (distinct ?x0 0.0) true)))
 (assert
- (let ((?x8 (to_real N)))
-(let ((?x13 (/ 1.0 ?x8)))
-(let ((?x16 (* (* 16.0 psi) ?x13)))
-(not (= ?x16 ?x16))))))
+ (let ((?x0 (to_real N)))
+(let ((?x1 (/ 1.0 ?x0)))
+(let ((?x2 (* (* 16.0 psi) ?x1)))
+(not (= ?x2 ?x2))))))
 (check-sat)
 (exit)

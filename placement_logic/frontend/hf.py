@@ -1,0 +1,197 @@
+"""Hugging Face ``config.json`` -> a transformer shape.
+
+Input: the text of a model's ``config.json`` (read directly: no network, no hub, no
+``transformers``). Output: ``HFShape``: the transformer fields of the DSL as exact numbers
+and flags, the keys read, and the keys that change neither memory nor communication
+(listed by ``--verbose``). An unknown ``model_type``, a missing or mistyped key is a
+``DiagnosticError`` (PL140) located at the key in the JSON file.
+
+Families: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v2,
+deepseek_v3, gemma, gemma2, gpt2, gpt_neox. docs/language.md ("A model from a Hugging Face
+config") lists the keys each one reads.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from ..diagnostics import Diagnostic, DiagnosticError, Span
+
+FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
+            "gemma", "gemma2", "gpt2", "gpt_neox")
+
+
+@dataclass
+class HFShape:
+    fields: dict = field(default_factory=dict)  # transformer field -> int | Fraction | bool | str
+    used: list = field(default_factory=list)  # config keys read
+    ignored: list = field(default_factory=list)  # config keys that change no cost
+
+
+def _position(text: str, key: str) -> tuple[int, int]:
+    m = re.search(r'"' + re.escape(key) + r'"\s*:', text)
+    if not m:
+        return 1, 1
+    line = text.count("\n", 0, m.start()) + 1
+    col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
+    return line, col
+
+
+class _Reader:
+    def __init__(self, cfg: dict, text: str, file: str):
+        self.cfg, self.text, self.file = cfg, text, file
+        self.used: list[str] = []
+
+    def error(self, key: str | None, message: str, notes: tuple[str, ...] = ()) -> DiagnosticError:
+        line, col = _position(self.text, key) if key else (1, 1)
+        return DiagnosticError([Diagnostic("PL140", message, Span(self.file, line, col, line,
+                                                                     col + (len(key) + 2 if key else 1)),
+                                           notes=notes)], {self.file: self.text})
+
+    def has(self, key: str) -> bool:
+        return key in self.cfg and self.cfg[key] is not None
+
+    def int(self, key: str, default: int | None = None, low: int = 1) -> int:
+        if not self.has(key):
+            if default is not None:
+                return default
+            raise self.error(None, f"the config has no '{key}', which a {self.cfg.get('model_type')} model needs")
+        v = self.cfg[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise self.error(key, f"'{key}' must be an integer of at least {low}, not {json.dumps(v)}")
+        self.used.append(key)
+        return v
+
+    def flag(self, key: str, default: bool) -> bool:
+        if not self.has(key):
+            return default
+        v = self.cfg[key]
+        if not isinstance(v, bool):
+            raise self.error(key, f"'{key}' must be true or false, not {json.dumps(v)}")
+        self.used.append(key)
+        return v
+
+    def number(self, key: str, default: Fraction) -> Fraction:
+        if not self.has(key):
+            return default
+        v = self.cfg[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+            raise self.error(key, f"'{key}' must be a positive number, not {json.dumps(v)}")
+        self.used.append(key)
+        return Fraction(str(v))
+
+
+def parse_config(text: str, file: str) -> HFShape:
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DiagnosticError([Diagnostic("PL140", f"not a JSON config: {exc.msg}",
+                                          Span.point(file, exc.lineno, exc.colno))], {file: text}) from None
+    if not isinstance(cfg, dict):
+        raise DiagnosticError([Diagnostic("PL140", "a config.json holds one JSON object", Span.point(file, 1, 1))],
+                              {file: text})
+    r = _Reader(cfg, text, file)
+    kind = cfg.get("model_type")
+    if kind not in FAMILIES:
+        shown = json.dumps(kind) if kind is not None else "no model_type"
+        raise r.error("model_type" if kind is not None else None, f"unsupported model_type {shown}",
+                      (f"supported: {', '.join(FAMILIES)}",))
+    r.used.append("model_type")
+    f: dict = {}
+    if kind == "gpt2":
+        h = f["hidden"] = r.int("n_embd")
+        f["layers"] = r.int("n_layer")
+        f["heads"] = r.int("n_head")
+        f["ffn"] = r.int("n_inner", 4 * h)
+        f["vocab"] = r.int("vocab_size")
+        f["position_embeddings"] = r.int("n_positions")
+        f["tied_embeddings"] = r.flag("tie_word_embeddings", True)
+        f["norm"], f["bias"], f["gated_mlp"] = "layernorm", True, False
+    else:
+        h = f["hidden"] = r.int("hidden_size")
+        f["layers"] = r.int("num_hidden_layers")
+        a = f["heads"] = r.int("num_attention_heads")
+        f["kv_heads"] = r.int("num_key_value_heads", a)
+        f["vocab"] = r.int("vocab_size")
+        if kind == "gpt_neox":
+            f["ffn"] = r.int("intermediate_size", 4 * h)
+            f["tied_embeddings"] = r.flag("tie_word_embeddings", False)
+            f["norm"], f["bias"], f["gated_mlp"] = "layernorm", True, False
+        else:
+            f["ffn"] = r.int("intermediate_size")
+            tied_default = kind in ("gemma", "gemma2")
+            f["tied_embeddings"] = r.flag("tie_word_embeddings", tied_default)
+            f["norm"], f["gated_mlp"] = "rmsnorm", True
+            if r.has("head_dim") and not kind.startswith("deepseek"):
+                dh = r.int("head_dim")
+                if dh * a != h:
+                    f["head_dim"] = dh
+            attention_bias = r.flag("attention_bias", False)
+            mlp_bias = r.flag("mlp_bias", False)
+            f["bias"] = attention_bias and mlp_bias
+            if kind in ("qwen2", "qwen2_moe"):
+                f["qkv_bias"] = True  # Qwen2's q, k and v projections carry biases (its attention_bias is implied)
+            elif attention_bias and not mlp_bias:
+                raise r.error("attention_bias", "attention biases without MLP biases are not modelled",
+                              ("the DSL has biases on every linear layer (bias) or on q, k and v only (qkv_bias)",))
+            if kind in ("qwen3", "qwen3_moe"):
+                f["qk_norm"] = True
+            if kind == "gemma2":
+                f["norms_per_layer"] = 4
+    if kind == "mixtral":
+        f["experts"] = r.int("num_local_experts")
+        f["top_k"] = r.int("num_experts_per_tok")
+    elif kind in ("qwen2_moe", "qwen3_moe"):
+        f["experts"] = r.int("num_experts")
+        f["top_k"] = r.int("num_experts_per_tok")
+        f["expert_ffn"] = r.int("moe_intermediate_size")
+        if r.int("decoder_sparse_step", 1) != 1 or cfg.get("mlp_only_layers"):
+            raise r.error("decoder_sparse_step" if r.has("decoder_sparse_step") else "mlp_only_layers",
+                          "MoE on only some layers is not modelled (every layer after the first dense ones is MoE)")
+        if kind == "qwen2_moe" and r.int("shared_expert_intermediate_size", 0, low=0):
+            f["shared_experts"] = 1
+            f["shared_expert_ffn"] = r.int("shared_expert_intermediate_size", low=0)
+            f["shared_expert_gate"] = True
+    elif kind in ("deepseek_v2", "deepseek_v3"):
+        f["experts"] = r.int("n_routed_experts")
+        f["top_k"] = r.int("num_experts_per_tok")
+        f["expert_ffn"] = r.int("moe_intermediate_size")
+        shared = r.int("n_shared_experts", 0, low=0)
+        if shared:
+            f["shared_experts"] = shared
+        dense = r.int("first_k_dense_replace", 0, low=0)
+        if dense:
+            f["dense_layers"] = dense
+        if r.int("moe_layer_freq", 1) != 1:
+            raise r.error("moe_layer_freq", "MoE on every k-th layer is not modelled (moe_layer_freq must be 1)")
+        if r.has("q_lora_rank"):
+            f["q_lora_rank"] = r.int("q_lora_rank")
+        f["kv_lora_rank"] = r.int("kv_lora_rank")
+        f["qk_rope_dim"] = r.int("qk_rope_head_dim")
+        f["qk_nope_dim"] = r.int("qk_nope_head_dim")
+        f["v_head_dim"] = r.int("v_head_dim")
+        if kind == "deepseek_v3" or cfg.get("topk_method") == "noaux_tc":
+            f["router_bias"] = True
+            if r.has("topk_method"):
+                r.used.append("topk_method")
+        mtp = r.int("num_nextn_predict_layers", 0, low=0)
+        if mtp:
+            f["mtp_layers"] = mtp
+    return HFShape(f, r.used, sorted(k for k in cfg if k not in r.used))
+
+
+def model_block_text(shape: HFShape, source: str) -> str:
+    """The formatted ``model { transformer { ... } }`` block of a config."""
+    lines = [f"# from {source}", "model {", "  transformer {"]
+    for k, v in shape.fields.items():
+        if v is True:
+            lines.append(f"    {k}")
+        elif v is False:
+            lines.append(f"    {k} = false")
+        else:
+            lines.append(f"    {k} = {v}")
+    lines += ["  }", "}"]
+    return "\n".join(lines) + "\n"

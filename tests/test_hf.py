@@ -1,0 +1,105 @@
+"""Hugging Face config.json in: `placement import hf` and `model from "config.json"`.
+
+Oracle: the parameter counts the model authors publish (the safetensors totals of the model
+cards: Llama-3-8B, Qwen2.5-7B, Mixtral-8x7B, Qwen1.5-MoE-A2.7B, Gemma-7B, GPT-2) and, for
+DeepSeek-V3, the hand-enumerated checkpoint of tests/test_models.py with its MTP module. The
+configs under tests/data/hf/ are written from the published architecture descriptions."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from test_models import deepseek_v3
+
+from placement_logic import costs
+from placement_logic.cli import main
+from placement_logic.frontend.loader import load_spec, load_string
+
+DATA = Path(__file__).resolve().parent / "data" / "hf"
+
+PUBLISHED = {
+    "llama3_8b": 8_030_261_248,
+    "qwen25_7b": 7_615_616_512,
+    "mixtral_8x7b": 46_702_792_704,
+    "qwen15_moe_a27b": 14_315_784_192,
+    "gemma_7b": 8_537_680_896,
+    "gpt2": 124_439_808,
+    "deepseek_v3": deepseek_v3(mtp=1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_import_prints_a_block_with_the_published_count(capsys, name):
+    assert main(["import", "hf", str(DATA / f"{name}.json")]) == 0
+    block = capsys.readouterr().out
+    assert f"# Ψ = {PUBLISHED[name]:,} parameters" in block
+    spec = load_string(block + "mesh { dp = 2 }\nfrom std.data import ddp\nplan p { dp: ddp }\n")
+    assert costs.derive(spec.plans[0]).shape.psi == PUBLISHED[name]
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_model_from_a_config_in_a_spec(tmp_path, name):
+    shutil.copy(DATA / f"{name}.json", tmp_path / "config.json")
+    f = tmp_path / "s.place"
+    f.write_text('from std.data import zero3\nmodel from "config.json" {\n  seq = 4096\n  microbatch = 1\n}\n'
+                 "mesh { dp = 8 }\nplan p { dp: zero3 }\n")
+    assert costs.derive(load_spec(f).plans[0]).shape.psi == PUBLISHED[name]
+
+
+def test_active_parameters_of_qwen_moe_match_its_name(capsys):
+    """Qwen1.5-MoE-A2.7B: "2.7B activated"."""
+    main(["import", "hf", str(DATA / "qwen15_moe_a27b.json")])
+    assert "(2,689,173,504 active per token)" in capsys.readouterr().out
+
+
+def test_verbose_lists_the_keys_that_change_no_cost(capsys):
+    assert main(["import", "hf", str(DATA / "llama3_8b.json"), "--verbose"]) == 0
+    err = capsys.readouterr().err
+    assert "ignored (no effect on memory or communication):" in err
+    for key in ("rope_theta", "rms_norm_eps", "bos_token_id", "max_position_embeddings"):
+        assert key in err.split("ignored")[1]
+    assert "hidden_size" in err.split("ignored")[0]
+
+
+@pytest.mark.parametrize("name,line,words", [
+    ("unknown_family", 3, 'unsupported model_type "falcon"'),
+    ("missing_key", 1, "the config has no 'intermediate_size'"),
+    ("bad_value", 4, "'num_hidden_layers' must be an integer"),
+])
+def test_bad_configs_are_located_diagnostics(capsys, name, line, words):
+    assert main(["import", "hf", str(DATA / f"{name}.json")]) == 2
+    err = capsys.readouterr().err
+    assert f"{name}.json:{line}:" in err and words in err and "[PL140]" in err and "Traceback" not in err
+
+
+def test_a_bad_config_in_a_spec_does_not_cascade(tmp_path, capsys):
+    shutil.copy(DATA / "unknown_family.json", tmp_path / "config.json")
+    f = tmp_path / "s.place"
+    f.write_text('from std.data import zero3\nmodel from "config.json" { }\nmesh { dp = 8 }\nplan p { dp: zero3 }\n')
+    assert main(["cost", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "s.place:2:7" in err and "config.json:3:3" in err and "plans need a model block" not in err
+
+
+def test_a_transformer_section_beside_from_is_an_error(tmp_path, capsys):
+    shutil.copy(DATA / "gpt2.json", tmp_path / "config.json")
+    f = tmp_path / "s.place"
+    f.write_text('from std.data import ddp\nmodel from "config.json" {\n  transformer { hidden = 8  layers = 1  '
+                 'heads = 1  vocab = 8 }\n}\nmesh { dp = 8 }\nplan p { dp: ddp }\n')
+    assert main(["cost", str(f)]) == 2
+    assert "[PL119]" in capsys.readouterr().err
+
+
+def test_an_edited_config_is_not_served_from_the_cost_cache(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("PLACEMENT_NO_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    shutil.copy(DATA / "llama3_8b.json", tmp_path / "config.json")
+    f = tmp_path / "s.place"
+    f.write_text('from std.data import zero3\nmodel from "config.json" { }\nmesh { dp = 8 }\nplan p { dp: zero3 }\n')
+    main(["cost", str(f)])
+    first = capsys.readouterr().out
+    shutil.copy(DATA / "qwen25_7b.json", tmp_path / "config.json")
+    main(["cost", str(f)])
+    assert capsys.readouterr().out != first
