@@ -169,9 +169,26 @@ def to_json(report: CheckReport) -> dict:
     )
 
 
-def render(report: CheckReport, fmt: str) -> str:
+def render(report: CheckReport, fmt: str, width: int | None = None) -> str:
+    """The report; text lines wider than ``width`` (a terminal's, or asked for) are wrapped at
+    spaces with their indentation kept; ``None`` leaves them whole (piped output)."""
     if fmt == "json":
         return json.dumps(to_json(report), indent=2) + "\n"
     if fmt == "markdown":
         return markdown(report)
-    return text(report)
+    out = text(report)
+    return out if width is None else wrap(out, width)
+
+
+def wrap(out: str, width: int) -> str:
+    import textwrap
+
+    lines = []
+    for line in out.splitlines():
+        if len(line) <= width:
+            lines.append(line)
+            continue
+        indent = line[:len(line) - len(line.lstrip())]
+        lines += textwrap.wrap(line, width=width, subsequent_indent=indent + "    ", break_long_words=False,
+                               break_on_hyphens=False) or [line]
+    return "\n".join(lines) + "\n"

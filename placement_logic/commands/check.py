@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from .options import add_file, add_format, add_plan, add_set, add_timeout, parse_sets, parse_timeout
+from .options import (
+    add_file,
+    add_format,
+    add_plan,
+    add_set,
+    add_timeout,
+    add_width,
+    parse_sets,
+    parse_timeout,
+    wrap_width,
+)
 
 FORMATS = ("text", "markdown", "json")
 
@@ -23,6 +33,7 @@ def add_parser(subparsers) -> None:
     add_file(p)
     add_plan(p, "check only this plan (repeatable)")
     add_format(p, FORMATS)
+    add_width(p)
     add_timeout(p)
     add_set(p, "pin a mesh axis size, microbatches, or re-bind a let symbol (repeatable)")
     p.set_defaults(run=run)
@@ -42,5 +53,5 @@ def run(args, out: TextIO, err: TextIO) -> int:
         raise DiagnosticError([Diagnostic("PL118", "nothing to check: the spec defines no plan",
                                           Span.point(str(args.file), 1, 1))])
     report = check_spec(spec, plans=args.plans or None, pinned=sets, timeout=timeout)
-    out.write(render(report, args.format))
+    out.write(render(report, args.format, wrap_width(args, out)))
     return report.exit_status

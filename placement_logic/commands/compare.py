@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TextIO
 
 from .cost import add_common, exit_status, render, spec_sets
+from .options import colour, output_width
 
 
 def add_parser(subparsers) -> None:
@@ -27,5 +28,5 @@ def run(args, out: TextIO, err: TextIO) -> int:
 
     spec = load_spec(args.file)
     report = build(spec, sets=spec_sets(args, spec), baseline=args.baseline, command="compare")
-    out.write(render(report, args.format))
+    out.write(render(report, args.format, output_width(args, out), colour(out)))
     return exit_status(report)

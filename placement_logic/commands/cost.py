@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TextIO
 
 from ..outcome import Exit
-from .options import add_file, add_format, add_plan, add_set, parse_sets
+from .options import add_file, add_format, add_plan, add_set, add_width, colour, output_width, parse_sets
 
 FORMATS = ("text", "markdown", "json", "latex")
 
@@ -19,6 +19,7 @@ def add_common(p) -> None:
     add_file(p)
     add_set(p, "re-bind a let symbol or an axis size (repeatable), e.g. --set dp=1024")
     add_format(p, FORMATS)
+    add_width(p)
 
 
 def spec_sets(args, spec):
@@ -40,10 +41,12 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run)
 
 
-def render(report, fmt: str) -> str:
+def render(report, fmt: str, width: int = 120, color: bool = False) -> str:
     from ..costreport import jsonout, latex, markdown, text
 
-    return {"text": text.render, "markdown": markdown.render, "json": jsonout.render, "latex": latex.render}[fmt](report)
+    if fmt == "text":
+        return text.render(report, width=width, color=color)
+    return {"markdown": markdown.render, "json": jsonout.render, "latex": latex.render}[fmt](report)
 
 
 def exit_status(report) -> int:
@@ -64,7 +67,8 @@ def run(args, out: TextIO, err: TextIO) -> int:
     if use_cache:
         k = cache.key("cost", sources, {"file": str(args.file), "plans": args.plans, "sets": args.sets,
                                         "format": args.format,
-                                        "groups": getattr(args, "groups", False)})
+                                        "groups": getattr(args, "groups", False),
+                                        "width": output_width(args, out), "colour": colour(out)})
         hit = cache.get(k)
         if hit is not None:
             out.write(hit[0])
@@ -72,7 +76,7 @@ def run(args, out: TextIO, err: TextIO) -> int:
     from ..costreport import build
 
     report = build(spec, plans=args.plans, sets=sets, command="cost", show_groups=getattr(args, "groups", False))
-    text = render(report, args.format)
+    text = render(report, args.format, output_width(args, out), colour(out))
     status = exit_status(report)
     if use_cache:
         cache.put(k, text, status)

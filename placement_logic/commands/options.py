@@ -33,6 +33,56 @@ def add_format(p, formats: tuple[str, ...]) -> None:
     p.add_argument("--format", choices=formats, default="text", help="output format (default: text)")
 
 
+def add_width(p) -> None:
+    p.add_argument("--width", type=int, default=None, metavar="COLUMNS",
+                   help="text width (default: the terminal's, or $COLUMNS; 120 when the output is not a terminal)")
+
+
+DEFAULT_WIDTH = 120  # piped or redirected text: stable, as the golden files hold it
+MIN_WIDTH = 40
+
+
+def output_width(args, out) -> int:
+    """The text width: --width, else $COLUMNS, else the terminal's, else DEFAULT_WIDTH."""
+    import os
+    import shutil
+
+    asked = getattr(args, "width", None)
+    if asked is not None:
+        if asked < MIN_WIDTH:
+            raise DiagnosticError([Diagnostic("PL301", f"--width {asked}: at least {MIN_WIDTH} columns",
+                                              command_line_span(f"--width {asked}"))])
+        return asked
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) >= MIN_WIDTH:
+        return int(env)
+    isatty = getattr(out, "isatty", None)
+    if isatty is not None and isatty():
+        return max(MIN_WIDTH, shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns)
+    return DEFAULT_WIDTH
+
+
+def wrap_width(args, out) -> int | None:
+    """The width to wrap plain-text lines at: --width, $COLUMNS or a terminal's; None for a
+    pipe (lines kept whole, stable for files and tools)."""
+    import os
+
+    isatty = getattr(out, "isatty", None)
+    env = os.environ.get("COLUMNS", "")
+    if getattr(args, "width", None) is not None or (env.isdigit() and int(env) >= MIN_WIDTH) \
+            or (isatty is not None and isatty()):
+        return output_width(args, out)
+    return None
+
+
+def colour(out) -> bool:
+    """Colour only on a terminal, and never when $NO_COLOR is set (no-color.org)."""
+    import os
+
+    isatty = getattr(out, "isatty", None)
+    return bool(isatty is not None and isatty()) and "NO_COLOR" not in os.environ
+
+
 def add_timeout(p) -> None:
     p.add_argument("--timeout", default="10", metavar="SECONDS", help="solver time limit per query (default: 10)")
 

@@ -100,9 +100,14 @@ def _params_line(r: CostReport) -> str:
     return text
 
 
-def render(r: CostReport, width: int = 120) -> str:
+VERDICT_STYLE = {"holds": "green", "fails": "bold red", "unknown": "yellow"}
+
+
+def render(r: CostReport, width: int = 120, color: bool = False) -> str:
+    """The report as text ``width`` columns wide; with ``color``, ANSI colour for a terminal."""
     buf = io.StringIO()
-    con = Console(file=buf, width=width, force_terminal=False, no_color=True, highlight=False)
+    con = Console(file=buf, width=width, force_terminal=color, no_color=not color, highlight=False,
+                  color_system="standard" if color else None)
     con.print(f"{r.file}")
     bound = ", ".join(f"{b.name} = {units.number(b.exact) if b.exact is not None else b.formula}"
                       + (" (--set)" if b.overridden else "") for b in r.bindings)
@@ -130,9 +135,12 @@ def _questions(con: Console, r: CostReport) -> None:
         counts[q.verdict] += 1
         label = f' "{q.label}"' if q.label else ""
         sym = {True: " (holds for every value)", False: " (fails for every value)"}.get(q.identity, "")
-        con.print(f"{q.where}: {q.kind}{label}: {q.verdict}: "
+        verdict = f"[{VERDICT_STYLE[q.verdict]}]{q.verdict}[/]" if con.is_terminal else q.verdict
+        con.print(f"{q.where}: {q.kind}{label}: {verdict}: "
                   f"{q.left.formula} = {units.number(q.left.exact)} {q.op} {units.number(q.right.exact)}{sym}")
     if r.questions:
         failed = r.failed_asserts
-        con.print(f"{counts['holds']} hold, {counts['fails']} fail, {counts['unknown']} unknown; "
-                  + ("FAILED" if failed else "ok" if not r.unknown_asserts else "UNKNOWN"))
+        word = "FAILED" if failed else "ok" if not r.unknown_asserts else "UNKNOWN"
+        if con.is_terminal:
+            word = f"[{ {'FAILED': 'bold red', 'ok': 'green', 'UNKNOWN': 'yellow'}[word] }]{word}[/]"
+        con.print(f"{counts['holds']} hold, {counts['fails']} fail, {counts['unknown']} unknown; " + word)
