@@ -27,7 +27,7 @@ EXIT_UNKNOWN = int(Exit.UNKNOWN)
 EXIT_UNREALISED = int(Exit.UNREALISED)
 
 # Subcommands, in the order --help lists them.
-COMMANDS: tuple[str, ...] = ("fmt", "inspect", "cost", "compare", "check", "prove", "measure", "convert")
+COMMANDS: tuple[str, ...] = ("fmt", "inspect", "cost", "compare", "check", "prove", "measure", "convert", "export")
 
 EPILOG = """\
 examples:

@@ -117,3 +117,17 @@ def test_allowance_multiplies_every_activation_term():
     scaled = costs.derive(load_string(text).plan("p")).activations
     assert scaled.total == plain.total * Fraction(21, 20)
     assert scaled.per_layer == plain.per_layer * Fraction(21, 20)
+
+
+def test_runtime_reserve_and_allocator_allowance_are_stated_terms():
+    """conventions { reserve, reserve_fraction }: a fixed reserve and a fraction of everything
+    else on the device, as two named transient terms of the peak; nothing without them."""
+    base = ("from std.data import zero1\nmodel {{\n  params = 1000\n  {conv}\n}}\nmesh {{ dp = 4 }}\n"
+            "plan p {{ dp: zero1 }}\n")
+    plain = costs.derive(load_string(base.format(conv="")).plan("p"))
+    assert not [k for k in plain.memory.transient if "reserve" in k or "allowance" in k]
+    stated = costs.derive(load_string(base.format(conv="conventions { reserve = 1 GiB  reserve_fraction = 1/20 }"))
+                          .plan("p"))
+    rest = plain.memory.device_total.subs({costs.symbol("dp"): 4})
+    total = stated.memory.device_total.subs({costs.symbol("dp"): 4})
+    assert total == rest + Fraction(rest, 20) + 2 ** 30

@@ -1,4 +1,9 @@
-"""``placement import hf CONFIG.json``: a Hugging Face config as a formatted model block.
+"""``placement import {hf,deepspeed,megatron} FILE``: configurations in, as spec text.
+
+``hf``: a Hugging Face config.json as a formatted model block. ``deepspeed`` (a ds_config.json)
+and ``megatron`` (a file of Megatron-LM arguments): a whole spec for ``--devices N`` devices
+(DeepSpeed needs the model: ``--model CONFIG.json`` or ``--params N``); see
+``commands.frameworks``.
 
 Input: the path of a model's ``config.json`` (read directly, no network). Output: the
 ``model { transformer { ... } }`` block the DSL reads for it (the same shape ``model from
@@ -15,9 +20,14 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("import", help="turn a Hugging Face config.json into a model block",
                               description="Read a Hugging Face config.json and print the equivalent "
                               "model { transformer { ... } } block.")
-    p.add_argument("source", choices=("hf",), help="the kind of input: hf (a Hugging Face config.json)")
-    p.add_argument("file", metavar="CONFIG", help="the config.json to read")
-    p.add_argument("--verbose", action="store_true", help="list the config keys that change no cost")
+    p.add_argument("source", choices=("hf", "deepspeed", "megatron"),
+                   help="hf (a Hugging Face config.json), deepspeed (a ds_config.json) or megatron (a file of "
+                   "Megatron-LM arguments)")
+    p.add_argument("file", metavar="FILE", help="the configuration to read")
+    p.add_argument("--verbose", action="store_true", help="hf: list the config keys that change no cost")
+    p.add_argument("--devices", type=int, metavar="N", help="deepspeed, megatron: the number of devices")
+    p.add_argument("--model", metavar="CONFIG", help="deepspeed: the model's Hugging Face config.json")
+    p.add_argument("--params", type=int, metavar="N", help="deepspeed: the parameter count, without a config")
     p.set_defaults(run=run)
 
 
@@ -28,6 +38,8 @@ def run(args, out: TextIO, err: TextIO) -> int:
     from ..ir.summary import parameter_counts
 
     text = read_source(args.file)
+    if args.source != "hf":
+        return _framework(args, text, out)
     shape = hf.parse_config(text, str(args.file))
     block = hf.model_block_text(shape, str(args.file))
     block = format_source(block, "<import>")
@@ -43,4 +55,27 @@ def run(args, out: TextIO, err: TextIO) -> int:
     if args.verbose:
         err.write("read: " + ", ".join(shape.used) + "\n")
         err.write("ignored (no effect on memory or communication): " + (", ".join(shape.ignored) or "none") + "\n")
+    return 0
+
+
+def _framework(args, text: str, out: TextIO) -> int:
+    from ..diagnostics import Diagnostic, DiagnosticError
+    from ..frontend.canonical import format_source
+    from ..frontend.loader import load_string
+    from .frameworks import deepspeed_to_spec, megatron_to_spec
+    from .options import command_line_span
+
+    if args.devices is None or args.devices < 1:
+        raise DiagnosticError([Diagnostic("PL301", f"placement import {args.source} needs --devices N (N >= 1)",
+                                          command_line_span("--devices"))])
+    if args.source == "deepspeed":
+        if (args.model is None) == (args.params is None):
+            raise DiagnosticError([Diagnostic("PL301", "placement import deepspeed needs the model: --model "
+                                              "CONFIG.json or --params N", command_line_span("--model"))])
+        spec = deepspeed_to_spec(text, str(args.file), args.devices, args.model, args.params)
+    else:
+        spec = megatron_to_spec(text, str(args.file), args.devices)
+    spec = format_source(spec, "<import>")
+    load_string(spec, "<import>")  # what is printed reads back
+    out.write(spec)
     return 0

@@ -240,5 +240,15 @@ def memory(plan: ir.Plan, sh: Shape, act: Activations, split: Split | None = Non
             transient["gradient bucket (one layer, before reduce-scatter)"] = unit * sh.bytes[State.GRADS]
     if act.transient != 0:
         transient["recomputation working set (one layer)"] = act.transient
+    # accounting conventions (conventions { reserve, reserve_fraction }): what the runtime and the
+    # allocator take beside the training state; 0 unless the spec states them
+    frac = to_sympy(plan.model.reserve_fraction)
+    if frac != 0:
+        rest = peak(*(sympy.Add(*d.values()) for _, d, _ in stage_terms)) if stage_terms else \
+            sympy.Add(*device.values())
+        transient["allocator allowance (reserve_fraction × the rest)"] = frac * (rest + sympy.Add(*transient.values()))
+    reserve = to_sympy(plan.model.reserve)
+    if reserve != 0:
+        transient["runtime reserve (CUDA context and the like)"] = reserve
     stages = tuple(StageMemory(name, d, h, transient) for name, d, h in stage_terms)
     return Memory(device, host, transient, tuple(dict.fromkeys(notes)), stages, groups)

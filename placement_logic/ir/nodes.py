@@ -259,6 +259,8 @@ class Model:
     # factor the activations are multiplied by (an estimator's allowance)
     activation_count: str = "shape"  # shape | korthikanti | megatron
     activation_allowance: Value = field(default_factory=lambda: const(1))
+    reserve: Value = field(default_factory=lambda: const(0))  # bytes per device the runtime keeps (CUDA context)
+    reserve_fraction: Value = field(default_factory=lambda: const(0))  # allocator allowance, a fraction of the rest
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,9 @@ def _number(value: ir.Value | None, bindings: dict[str, ir.Value], depth: int = 
         return None
 
 
+fold_number = _number  # public name: a value through a spec's bindings, or None
+
+
 def _show_count(x: Fraction | None) -> str | None:
     if x is None:
         return None

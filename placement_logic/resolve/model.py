@@ -246,16 +246,30 @@ ACTIVATION_COUNTS = ("shape", "korthikanti", "megatron")
 
 def _conventions(vals: Values, block: surface.SubBlock, fields: dict) -> None:
     """``conventions { activations = megatron  activation_allowance = 1.05 }``."""
-    for p in _props(vals, block.props, ("activations", "activation_allowance"), "conventions"):
+    for p in _props(vals, block.props, ("activations", "activation_allowance", "reserve", "reserve_fraction"),
+                    "conventions"):
         if p.key == "activations":
             w = vals.word(p.value, ACTIVATION_COUNTS, "'activations'")
             if w:
                 fields["activation_count"] = w
+        elif p.key == "reserve":
+            r = None if p.value is None or isinstance(p.value, (surface.ModeMap, surface.Bool)) else \
+                vals.expr(p.value, {})
+            if r is None or r[1] is not ir.Dim.BYTES:
+                vals.cx.error("PL114", "'reserve' needs bytes, e.g. reserve = 1 GiB", p.span)
+            else:
+                fields["reserve"] = r[0]
         elif p.value is None or isinstance(p.value, (surface.ModeMap, surface.Bool)):
             vals.cx.error("PL114", f"'{p.key}' needs a number", p.span)
         else:
             v = vals.count(p.value, {}, f"'{p.key}'")
             if v is not None:
+                if p.key == "reserve_fraction":
+                    if isinstance(v, ir.Const) and not 0 <= v.value < 1:
+                        vals.cx.error("PL107", "'reserve_fraction' must lie in [0, 1)", p.value.span)
+                        continue
+                    fields["reserve_fraction"] = v
+                    continue
                 if isinstance(v, ir.Const) and v.value <= 0:
                     vals.cx.error("PL107", f"'{p.key}' must be positive", p.value.span)
                     continue

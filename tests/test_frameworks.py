@@ -1,0 +1,118 @@
+"""DeepSpeed configs and Megatron-LM arguments in and out.
+
+Oracle: round trips through the framework's own vocabulary (a config imported and exported
+again keeps every field that means something to the cost model and the checker), the
+placements the library documents for each ZeRO stage and Megatron-LM flag, and the
+framework's own batch arithmetic (train_batch_size = micro × accumulation × devices;
+global batch = micro × microbatches × data-parallel size)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from placement_logic import ir
+from placement_logic.cli import main
+from placement_logic.frontend.loader import load_spec, load_string
+
+DATA = Path(__file__).resolve().parent / "data" / "frameworks"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(argv):
+    out, err = io.StringIO(), io.StringIO()
+    status = main(argv, out=out, err=err)
+    return status, out.getvalue(), err.getvalue()
+
+
+ZERO = [
+    ({"stage": 0}, ("R", "R", "R")),
+    ({"stage": 1}, ("R", "S", "R")),
+    ({"stage": 2}, ("R", "S", "S")),
+    ({"stage": 3}, ("S*", "S", "S")),
+    ({"stage": 2, "offload_optimizer": {"device": "cpu"}}, ("R", "O", "O")),
+    ({"stage": 3, "offload_optimizer": {"device": "nvme"}}, ("S*", "O", "O")),
+    ({"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}, ("S*", "O", "O")),
+]
+
+
+@pytest.mark.parametrize("zero,modes", ZERO, ids=[json.dumps(z) for z, _ in ZERO])
+def test_deepspeed_round_trip(tmp_path, zero, modes):
+    cfg = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "train_batch_size": 64,
+           "bf16": {"enabled": True}, "zero_optimization": zero}
+    (tmp_path / "ds.json").write_text(json.dumps(cfg))
+    status, spec_text, _ = _run(["import", "deepspeed", str(tmp_path / "ds.json"), "--devices", "8",
+                                 "--params", "1000000"])
+    assert status == 0
+    plan = load_string(spec_text).plan("deepspeed")
+    got = tuple(plan.placement(s).mode("dp").value for s in (ir.State.PARAMS, ir.State.OPTIMIZER, ir.State.GRADS))
+    assert got == modes
+    (tmp_path / "s.place").write_text(spec_text)
+    status, back, err = _run(["export", "deepspeed", str(tmp_path / "s.place"), "--plan", "deepspeed"])
+    assert status == 0, err
+    back = json.loads(back)
+    assert back["zero_optimization"] == zero
+    for key in ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size", "bf16"):
+        assert back[key] == cfg[key]
+
+
+def test_megatron_round_trip_and_the_recipe(tmp_path):
+    status, spec_text, _ = _run(["import", "megatron", str(DATA / "megatron_llama70b.args"), "--devices", "256"])
+    assert status == 0
+    plan = load_string(spec_text).plan("megatron")
+    assert [(a.name, a.size.value) for a in plan.mesh.axes] == [("dp", 8), ("tp", 8), ("pp", 4)]
+    assert plan.sequence_parallel and plan.recompute is ir.Recompute.SELECTIVE
+    assert plan.schedule.kind is ir.ScheduleKind.INTERLEAVED and plan.schedule.chunks.value == 2  # 80/(4·10)
+    assert plan.placement(ir.State.OPTIMIZER).mode("dp") is ir.Mode.S  # the distributed optimizer
+    assert plan.model.microbatches.value == 64  # 512 / (1 × 8)
+    (tmp_path / "m.place").write_text(spec_text)
+    status, args, _ = _run(["export", "megatron", str(tmp_path / "m.place"), "--plan", "megatron"])
+    assert status == 0
+    (tmp_path / "again.args").write_text(args)
+    status, again, _ = _run(["import", "megatron", str(tmp_path / "again.args"), "--devices", "256"])
+    assert load_string(again).plan("megatron").placements == plan.placements
+    assert load_string(again).model == load_string(spec_text).model
+
+
+def test_exporting_the_llama_example_to_megatron():
+    spec = load_spec(ROOT / "examples" / "llama70b_3d.place")
+    status, args, err = _run(["export", "megatron", str(ROOT / "examples" / "llama70b_3d.place"),
+                              "--plan", spec.plans[0].name])
+    assert "--tensor-model-parallel-size 8" in args and "--pipeline-model-parallel-size 4" in args
+
+
+def test_what_deepspeed_cannot_express_is_listed():
+    status, out, err = _run(["export", "deepspeed", str(ROOT / "examples" / "llama70b_3d.place"),
+                             "--plan", "megatron_3d"])
+    assert status == 1 and "not expressible in deepspeed" in err and "tp" in err
+
+
+@pytest.mark.parametrize("cfg,words", [
+    ({"zero_optimization": {"stage": 5}}, "stage must be 0, 1, 2 or 3"),
+    ({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}}, "offload_param needs ZeRO stage 3"),
+    ({"train_batch_size": 100, "train_micro_batch_size_per_gpu": 2}, "is not micro batch 2"),
+    ({"train_micro_batch_size_per_gpu": 0}, "must be a positive integer"),
+])
+def test_bad_deepspeed_configs(tmp_path, cfg, words):
+    (tmp_path / "ds.json").write_text(json.dumps(cfg))
+    status, _, err = _run(["import", "deepspeed", str(tmp_path / "ds.json"), "--devices", "8", "--params", "10"])
+    assert status == 2 and "[PL141]" in err and words in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args,words", [
+    ("--tensor-model-parallel-size 3 --num-layers 2 --hidden-size 8 --num-attention-heads 1", "not a multiple"),
+    ("--tensor-model-parallel-size 2", "no --num-layers"),
+    ("--num-layers two", "needs a positive integer"),
+])
+def test_bad_megatron_arguments(tmp_path, args, words):
+    (tmp_path / "a.args").write_text(args)
+    status, _, err = _run(["import", "megatron", str(tmp_path / "a.args"), "--devices", "8"])
+    assert status == 2 and "[PL141]" in err and words in err
+
+
+def test_import_needs_devices_and_a_model(tmp_path):
+    assert _run(["import", "megatron", str(DATA / "megatron_llama70b.args")])[0] == 2
+    assert _run(["import", "deepspeed", str(DATA / "ds_zero1.json"), "--devices", "4"])[0] == 2
