@@ -131,3 +131,19 @@ def test_runtime_reserve_and_allocator_allowance_are_stated_terms():
     rest = plain.memory.device_total.subs({costs.symbol("dp"): 4})
     total = stated.memory.device_total.subs({costs.symbol("dp"): 4})
     assert total == rest + Fraction(rest, 20) + 2 ** 30
+
+
+def test_logits_width_and_a_padded_vocabulary():
+    """GPT-2's 50257 tokens padded to a multiple of 1024 (Megatron-LM's 128·8) hold 51200 rows in
+    the embedding; fp16 logits (bytes { logits = 2 }) halve the output layer's logits term."""
+    text = ("from std.data import ddp\nmodel {{\n  transformer {{ hidden = 768  layers = 12  heads = 12  vocab = 50257"
+            "  {pad}  position_embeddings = 1024  tied_embeddings }}\n  {logits}\n  seq = 8\n  microbatch = 1\n}}\n"
+            "mesh {{ dp = 2 }}\nplan p {{ dp: ddp }}\n")
+    plain = costs.derive(load_string(text.format(pad="", logits="")).plan("p"))
+    padded = costs.derive(load_string(text.format(pad="vocab_multiple = 1024", logits="bytes { logits = 2 }"))
+                          .plan("p"))
+    assert plain.shape.psi == 124_439_808
+    assert padded.shape.psi == 124_439_808 + (51200 - 50257) * 768
+    s, b, h = 8, 1, 768
+    assert plain.activations.output == 4 * s * b * h + 4 * s * b * 50257
+    assert padded.activations.output == 4 * s * b * h + 2 * s * b * 51200

@@ -180,7 +180,7 @@ def output_layer(sh: Shape, lay: Layout) -> sympy.Expr:
     s = sh.s / lay.c
     scale = sh.bytes[ir.State.ACTIVATIONS] / 2
     inputs = 4 * s * sh.b * sh.h / (lay.t if lay.sp else 1) * scale
-    return inputs + 4 * s * sh.b * sh.V / lay.t
+    return inputs + sh.logits_bytes * s * sh.b * sh.V / lay.t
 
 
 def activations(sh: Shape, lay: Layout) -> Activations:

@@ -106,6 +106,7 @@ class Shape:
     groups: tuple[SizedGroup, ...] = ()  # the parameter groups (ir.groups), counted
     f: sympy.Expr = sympy.Integer(0)  # MLP (or expert) width
     gated: bool = False  # gated (SwiGLU-style) MLP
+    logits_bytes: sympy.Expr = sympy.Integer(4)  # bytes per element of the logits kept for the loss
     activation_count: str = "shape"  # the per-layer activation count: shape | korthikanti | megatron
     allowance: sympy.Expr = sympy.Integer(1)  # activations multiplied by this (an estimator's allowance)
 
@@ -142,10 +143,10 @@ def shape_of(model: ir.Model) -> Shape:
         psi_t, layer, experts = transformer_params(t)
         user = [g for g in pg.param_groups(model) if g.user and g.count is not None]
         psi_t = psi_t + sum((to_sympy(g.count) for g in user), sympy.Integer(0))
-        emb = head = to_sympy(t.vocab) * to_sympy(t.hidden)
+        emb = head = to_sympy(pg.padded_vocab(t)) * to_sympy(t.hidden)
         fnorm = to_sympy(t.hidden) * (2 if t.norm == "layernorm" else 1)
         psi = to_sympy(model.params) if model.params is not None else psi_t
-        h, a, kv, L, V = (to_sympy(x) for x in (t.hidden, t.heads, t.kv_heads, t.layers, t.vocab))
+        h, a, kv, L, V = (to_sympy(x) for x in (t.hidden, t.heads, t.kv_heads, t.layers, pg.padded_vocab(t)))
         E, k, cf = to_sympy(t.experts), to_sympy(t.top_k), to_sympy(t.capacity_factor)
     else:
         psi = get(model.params, "psi")
@@ -183,6 +184,7 @@ def shape_of(model: ir.Model) -> Shape:
         f=to_sympy(t.ffn) if t is not None else 4 * h,
         gated=bool(t is not None and t.gated_mlp),
         activation_count=model.activation_count,
+        logits_bytes=to_sympy(model.bytes_logits),
         allowance=to_sympy(model.activation_allowance),
     )
 

@@ -101,9 +101,20 @@ def _sub(a: Value, b: Value) -> Value:
     return Op("-", (a, b))
 
 
+def padded_vocab(t: TransformerShape) -> Value:
+    """The vocabulary the embedding and the output layer hold: padded up to a multiple of
+    ``vocab_multiple`` when one is given (the resolver makes both numbers then)."""
+    m = t.vocab_multiple
+    if m is None or not (isinstance(t.vocab, Const) and isinstance(m, Const)):
+        return t.vocab
+    v, k = t.vocab.value, m.value
+    return const(-(-v // k) * k)
+
+
 def transformer_groups(t: TransformerShape) -> tuple[ParamGroup, ...]:
     """The built-in groups of a transformer shape, counted exactly (they add up to Ψ)."""
-    h, L, a, kv, f, V, E = t.hidden, t.layers, t.heads, t.kv_heads, t.ffn, t.vocab, t.experts
+    h, L, a, kv, f, E = t.hidden, t.layers, t.heads, t.kv_heads, t.ffn, t.experts
+    V = padded_vocab(t)
     dh = t.head_dim if t.head_dim is not None else _div(h, a)
     norm = _mul(_n(2), h) if t.norm == "layernorm" else h
     one_norm = _n(2) if t.norm == "layernorm" else _n(1)  # elements of a norm per normalised feature

@@ -214,6 +214,7 @@ class TransformerShape:
     router_bias: bool = False  # a bias per expert in the router (DeepSeek-V3's load-balancing correction)
     qk_norm: bool = False  # a norm of head_dim on each query and key head (Qwen3)
     norms_per_layer: Value | None = None  # norms per layer (default 2; Gemma-2 has 4)
+    vocab_multiple: Value | None = None  # the vocabulary padded up to a multiple of this (Megatron-LM: 128·t)
 
     @property
     def mla(self) -> bool:
@@ -259,6 +260,7 @@ class Model:
     # factor the activations are multiplied by (an estimator's allowance)
     activation_count: str = "shape"  # shape | korthikanti | megatron
     activation_allowance: Value = field(default_factory=lambda: const(1))
+    bytes_logits: Value = field(default_factory=lambda: const(4))  # the logits kept for the loss (fp32)
     reserve: Value = field(default_factory=lambda: const(0))  # bytes per device the runtime keeps (CUDA context)
     reserve_fraction: Value = field(default_factory=lambda: const(0))  # allocator allowance, a fraction of the rest
 

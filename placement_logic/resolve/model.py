@@ -17,14 +17,15 @@ from ..frontend import hf, surface
 from ..frontend.files import read_source
 from ..ir import groups as pg
 from .entries import mode
+from .shapes import number
 from .values import Values
 
 MODEL_PROPS = ("params", "seq", "microbatch", "microbatches")
-BYTES_PROPS = ("params", "grads", "optimizer", "activations")
+BYTES_PROPS = ("params", "grads", "optimizer", "activations", "logits")
 TRANSFORMER_NUMERIC = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "experts", "top_k",
                        "capacity_factor", "head_dim", "position_embeddings", "q_lora_rank", "kv_lora_rank",
                        "qk_rope_dim", "qk_nope_dim", "v_head_dim", "expert_ffn", "shared_experts", "shared_expert_ffn",
-                       "dense_layers", "mtp_layers", "norms_per_layer")
+                       "dense_layers", "mtp_layers", "norms_per_layer", "vocab_multiple")
 TRANSFORMER_FLAGS = ("tied_embeddings", "gated_mlp", "bias", "qkv_bias", "shared_expert_gate", "router_bias",
                      "qk_norm")
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_dim", "qk_nope_dim", "v_head_dim")
@@ -322,6 +323,12 @@ def _transformer(vals: Values, block: surface.SubBlock) -> ir.TransformerShape |
         return None
     found.setdefault("kv_heads", found["heads"])
     found.setdefault("ffn", ir.Op("*", (ir.const(4), found["hidden"])))
+    if "vocab_multiple" in found:
+        mult, vocab = number(found["vocab_multiple"], vals), number(found["vocab"], vals)
+        if mult is None or vocab is None or mult.denominator != 1 or vocab.denominator != 1:
+            vals.cx.error("PL114", "vocab_multiple pads a vocabulary given as whole numbers", block.span)
+            return None
+        found["vocab_multiple"], found["vocab"] = ir.const(mult), ir.const(vocab)
     given = [k for k in MLA_FIELDS if k in found]
     if given and "kv_lora_rank" not in found:
         vals.cx.error("PL118", f"multi-head latent attention needs kv_lora_rank ({', '.join(given)} given)", block.span)
