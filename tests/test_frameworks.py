@@ -116,3 +116,34 @@ def test_bad_megatron_arguments(tmp_path, args, words):
 def test_import_needs_devices_and_a_model(tmp_path):
     assert _run(["import", "megatron", str(DATA / "megatron_llama70b.args")])[0] == 2
     assert _run(["import", "deepspeed", str(DATA / "ds_zero1.json"), "--devices", "4"])[0] == 2
+
+
+def test_torchtitan_round_trip(tmp_path):
+    """HSDP 2 × (64 / (2·4)) with TP 4: the shard degree -1 takes the rest of the devices; the
+    global batch 32 over 16 data ranks of 1 sample is 2 microbatches."""
+    hf = ROOT / "tests" / "data" / "hf" / "llama3_8b.json"
+    status, spec_text, err = _run(["import", "torchtitan", str(DATA / "torchtitan_llama3_8b.toml"), "--devices", "64",
+                                   "--model", str(hf)])
+    assert status == 0, err
+    spec = load_string(spec_text)
+    plan = spec.plan("torchtitan")
+    assert [(a.name, a.size.value) for a in plan.mesh.axes] == [("replicate", 2), ("shard", 8), ("tp", 4)]
+    assert plan.placement(ir.State.PARAMS).mode("shard") is ir.Mode.S_STAR
+    assert plan.placement(ir.State.PARAMS).mode("replicate") is ir.Mode.R
+    assert plan.model.microbatches.value == 2 and plan.recompute is ir.Recompute.SELECTIVE
+    (tmp_path / "t.place").write_text(spec_text)
+    status, toml_text, err = _run(["export", "torchtitan", str(tmp_path / "t.place"), "--plan", "torchtitan"])
+    assert status == 0, err
+    import tomllib
+
+    back = tomllib.loads(toml_text)
+    assert back["parallelism"]["data_parallel_replicate_degree"] == 2
+    assert back["parallelism"]["data_parallel_shard_degree"] == 8
+    assert back["parallelism"]["tensor_parallel_degree"] == 4
+    assert back["training"]["global_batch_size"] == 32 and back["activation_checkpoint"]["mode"] == "selective"
+
+
+def test_torchtitan_cannot_express_zero1(tmp_path):
+    status, _, err = _run(["export", "torchtitan", str(ROOT / "examples" / "llama70b_3d.place"),
+                           "--plan", "megatron_3d"])
+    assert status == 1 and "no ZeRO-1/2" in err

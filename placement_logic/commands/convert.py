@@ -20,9 +20,9 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("import", help="turn a Hugging Face config.json into a model block",
                               description="Read a Hugging Face config.json and print the equivalent "
                               "model { transformer { ... } } block.")
-    p.add_argument("source", choices=("hf", "deepspeed", "megatron"),
+    p.add_argument("source", choices=("hf", "deepspeed", "megatron", "torchtitan"),
                    help="hf (a Hugging Face config.json), deepspeed (a ds_config.json) or megatron (a file of "
-                   "Megatron-LM arguments)")
+                   "Megatron-LM arguments) or torchtitan (a job.toml)")
     p.add_argument("file", metavar="FILE", help="the configuration to read")
     p.add_argument("--verbose", action="store_true", help="hf: list the config keys that change no cost")
     p.add_argument("--devices", type=int, metavar="N", help="deepspeed, megatron: the number of devices")
@@ -62,17 +62,18 @@ def _framework(args, text: str, out: TextIO) -> int:
     from ..diagnostics import Diagnostic, DiagnosticError
     from ..frontend.canonical import format_source
     from ..frontend.loader import load_string
-    from .frameworks import deepspeed_to_spec, megatron_to_spec
+    from .frameworks import deepspeed_to_spec, megatron_to_spec, torchtitan_to_spec
     from .options import command_line_span
 
     if args.devices is None or args.devices < 1:
         raise DiagnosticError([Diagnostic("PL301", f"placement import {args.source} needs --devices N (N >= 1)",
                                           command_line_span("--devices"))])
-    if args.source == "deepspeed":
+    if args.source in ("deepspeed", "torchtitan"):
         if (args.model is None) == (args.params is None):
-            raise DiagnosticError([Diagnostic("PL301", "placement import deepspeed needs the model: --model "
+            raise DiagnosticError([Diagnostic("PL301", f"placement import {args.source} needs the model: --model "
                                               "CONFIG.json or --params N", command_line_span("--model"))])
-        spec = deepspeed_to_spec(text, str(args.file), args.devices, args.model, args.params)
+        convert = deepspeed_to_spec if args.source == "deepspeed" else torchtitan_to_spec
+        spec = convert(text, str(args.file), args.devices, args.model, args.params)
     else:
         spec = megatron_to_spec(text, str(args.file), args.devices)
     spec = format_source(spec, "<import>")

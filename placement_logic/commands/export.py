@@ -1,7 +1,7 @@
-"""``placement export {deepspeed,megatron} FILE --plan P``: a plan as a framework configuration.
+"""``placement export {deepspeed,megatron,torchtitan} FILE --plan P``: a plan as a framework configuration.
 
-Input: a spec and one of its plans. Output: the DeepSpeed config (JSON) or the Megatron-LM
-arguments (one line) that set the plan up; what that framework cannot express for the plan is
+Input: a spec and one of its plans. Output: the DeepSpeed config (JSON), the Megatron-LM
+arguments (one line) or the torchtitan job config (TOML) that set the plan up; what that framework cannot express for the plan is
 listed on standard error, and the exit status is then 1 (0 when everything was expressed).
 """
 
@@ -18,7 +18,7 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("export", help="a plan as a DeepSpeed config or Megatron-LM arguments",
                               description="Print the DeepSpeed config or the Megatron-LM arguments of a plan, and "
                               "list what the framework cannot express for it.")
-    p.add_argument("target", choices=("deepspeed", "megatron"), help="the framework")
+    p.add_argument("target", choices=("deepspeed", "megatron", "torchtitan"), help="the framework")
     add_file(p)
     p.add_argument("--plan", required=True, metavar="NAME", help="the plan to export")
     p.set_defaults(run=run)
@@ -27,7 +27,7 @@ def add_parser(subparsers) -> None:
 def run(args, out: TextIO, err: TextIO) -> int:
     from ..diagnostics import Diagnostic, DiagnosticError, did_you_mean
     from ..frontend.loader import load_spec
-    from .frameworks import plan_to_deepspeed, plan_to_megatron
+    from .frameworks import plan_to_deepspeed, plan_to_megatron, plan_to_torchtitan
     from .options import command_line_span
 
     spec = load_spec(args.file)
@@ -40,9 +40,12 @@ def run(args, out: TextIO, err: TextIO) -> int:
     if args.target == "deepspeed":
         cfg, problems = plan_to_deepspeed(spec, plan)
         out.write(json.dumps(cfg, indent=2) + "\n")
-    else:
+    elif args.target == "megatron":
         argv, problems = plan_to_megatron(spec, plan)
         out.write(shlex.join(argv) + "\n")
+    else:
+        text, problems = plan_to_torchtitan(spec, plan)
+        out.write(text)
     for p in problems:
         err.write(f"not expressible in {args.target}: {p}\n")
     return 1 if problems else 0
