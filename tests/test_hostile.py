@@ -88,3 +88,21 @@ def test_prove_without_cvc5_says_so_and_uses_z3(monkeypatch, capsys):
     captured = capsys.readouterr()
     assert "cvc5 is not installed" in captured.err and "placement-logic[proofs]" in captured.err
     assert "Traceback" not in captured.err
+
+
+def test_every_unbound_symbol_a_note_names_can_be_set(tmp_path, capsys):
+    f = tmp_path / "s.place"
+    f.write_text("from std.data import zero3\nmodel {\n  transformer { hidden = 64  layers = 2  heads = 4  vocab = 128 }\n"
+                 "}\nmesh { dp = 8 }\nplan p { dp: zero3 }\n")
+    assert main(["cost", str(f)]) == 0
+    assert "unbound symbols (give them with --set or in the spec): b, s" in capsys.readouterr().out
+    assert main(["cost", str(f), "--set", "s=128", "--set", "b=2"]) == 0
+    assert "unbound symbols" not in capsys.readouterr().out
+
+
+def test_an_unclosed_brace_is_named_where_it_was_opened(tmp_path, capsys):
+    f = tmp_path / "s.place"
+    f.write_text("from std.data import ddp\nmodel {\n  params = 1e9\n\nmesh { dp = 8 }\nplan p { dp: ddp }\n")
+    assert main(["cost", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "s.place:5:1" in err and "the block opened at line 2, column 7 is still open" in err

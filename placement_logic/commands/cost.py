@@ -23,9 +23,17 @@ def add_common(p) -> None:
 
 
 def spec_sets(args, spec):
-    """The command's ``--set`` values: every name a let or an axis of the spec."""
-    return parse_sets(args.sets, known=[n for n, _ in spec.bindings],
-                      axes=spec.mesh.names if spec.mesh else ())
+    """The command's ``--set`` values: every let, axis, and symbol the report leaves free (the
+    sequence length s and microbatch b a model does not give, and without a transformer shape
+    h, L, V, a): every name the report's "unbound symbols" note names can be set."""
+    known = [n for n, _ in spec.bindings]
+    if spec.model is not None and args.sets:
+        from ..costs.sizes import shape_of
+
+        known += list(shape_of(spec.model).missing)
+        if spec.model.transformer is None:
+            known += ["h", "L", "V", "a"]
+    return parse_sets(args.sets, known=known, axes=spec.mesh.names if spec.mesh else ())
 
 
 def add_parser(subparsers) -> None:

@@ -140,8 +140,19 @@ def _error_to_diagnostic(exc: UnexpectedInput, text: str, file: str) -> Diagnost
             return Diagnostic("PL003", msg, Span.point(file, len(lines), len(lines[-1]) + 1), notes=notes)
         width = len(str(tok)) or 1
         span = Span(file, tok.line, tok.column, tok.end_line or tok.line, tok.end_column or tok.column + width)
-        return Diagnostic("PL002", f"unexpected {_token_text(tok)}" + expected, span)
+        notes: tuple[str, ...] = ()
+        if str(tok) in TOP_LEVEL and tok.column == 1:
+            # a top-level keyword inside a block: most likely a '{' above was never closed
+            before = "".join(text.splitlines(keepends=True)[:tok.line - 1])
+            opened = _unclosed_brace(before)
+            if opened:
+                notes = (f"the block opened at line {opened[0]}, column {opened[1]} is still open: "
+                         "is its '}' missing?",)
+        return Diagnostic("PL002", f"unexpected {_token_text(tok)}" + expected, span, notes=notes)
     return Diagnostic("PL002", str(exc).splitlines()[0], Span.point(file, line, column))
+
+
+TOP_LEVEL = ("model", "mesh", "plan", "strategy", "let", "import", "from", "assert", "claim")
 
 
 def _unclosed_brace(text: str) -> tuple[int, int] | None:
