@@ -106,3 +106,15 @@ def test_an_unclosed_brace_is_named_where_it_was_opened(tmp_path, capsys):
     assert main(["cost", str(f)]) == 2
     err = capsys.readouterr().err
     assert "s.place:5:1" in err and "the block opened at line 2, column 7 is still open" in err
+
+
+def test_a_sympy_call_past_its_budget_is_out_of_time_not_a_hang():
+    import time
+
+    from placement_logic.costs.symbolic import OutOfTime, bounded
+
+    start = time.monotonic()
+    with pytest.raises(OutOfTime):
+        bounded(lambda: time.sleep(5), seconds=0.2)
+    assert time.monotonic() - start < 2
+    assert bounded(lambda: 41 + 1, seconds=1) == 42

@@ -16,7 +16,7 @@ from typing import Iterable, Mapping
 import sympy
 
 from .. import costs, ir
-from ..costs.symbolic import PlacementLatexPrinter, resolve_bindings, symbol_names
+from ..costs.symbolic import OutOfTime, PlacementLatexPrinter, bounded, resolve_bindings, symbol_names
 from ..diagnostics import Diagnostic, DiagnosticError, did_you_mean
 from ..ir import State
 from .model import (
@@ -65,7 +65,12 @@ class _Q:
             return None
         r = a / b
         # a maximum over pipeline stages does not simplify; sympy would only spend time trying
-        return self(r if r.has(sympy.Max, sympy.Min) else sympy.simplify(r))
+        if r.has(sympy.Max, sympy.Min):
+            return self(r)
+        try:
+            return self(bounded(lambda: sympy.simplify(r)))
+        except OutOfTime:
+            return self(r)  # the ratio as it stands, unsimplified
 
 
 def _plan_report(pc: costs.PlanCost, q: _Q) -> PlanReport:
@@ -136,7 +141,10 @@ def _peak_stage(mem, q: _Q) -> str | None:
     if not diff.free_symbols:
         diff = sympy.nsimplify(diff)
     else:
-        diff = sympy.simplify(diff)
+        try:
+            diff = bounded(lambda: sympy.simplify(diff))
+        except OutOfTime:
+            return None  # undecided in time: the peak is the maximum of both, as with unbound symbols
     if diff.is_zero:
         return "both"
     if diff.is_positive:
@@ -181,8 +189,13 @@ def _question(spec: ir.Spec, qn: ir.Question, q: _Q) -> QuestionResult:
         verdict = "unknown"
     identity = None
     if qn.op in ("==", "!="):
-        diff = sympy.simplify(left - right)
-        if diff == 0:
+        try:
+            diff = bounded(lambda: sympy.simplify(left - right))
+        except OutOfTime:
+            diff = None  # not decided in time: no identity claimed
+        if diff is None:
+            pass
+        elif diff == 0:
             identity = qn.op == "=="
         elif not diff.free_symbols:
             identity = qn.op == "!="

@@ -156,6 +156,35 @@ def latex(expr: sympy.Expr, axes: Iterable[str] = ()) -> str:
     return PlacementLatexPrinter(symbol_names([expr], axes)).doprint(expr)
 
 
+SYMPY_BUDGET = 5.0  # seconds one simplification or solution of a user's expression may take
+
+
+class OutOfTime(Exception):
+    """A sympy call that ran past its budget (its result is then unknown, never assumed)."""
+
+
+def bounded(fn: Callable[[], object], seconds: float = SYMPY_BUDGET):
+    """``fn()``, or ``OutOfTime`` once ``seconds`` have passed. The limit is a SIGALRM timer, so
+    it applies on the main thread of a Unix process (where the CLI runs); elsewhere ``fn`` runs
+    unbounded. Every simplification of a user's expression goes through here."""
+    import signal
+    import threading
+
+    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        return fn()
+
+    def expire(signum, frame):
+        raise OutOfTime()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return fn()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _expr(value) -> sympy.Expr:
     """An engine value as a sympy expression (numbers only are converted; never text)."""
     if isinstance(value, sympy.Basic):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import sympy
 
 from .. import costs, ir
-from ..costs.symbolic import resolve_bindings, symbol
+from ..costs.symbolic import OutOfTime, bounded, resolve_bindings, symbol
 from ..solver.query import Obligation
 from ..solver.tosmt import as_expr
 from .report import ClaimResult
@@ -84,13 +84,13 @@ def _univariate(rel, s: sympy.Symbol, dom: Domain):
         if isinstance(rel, sympy.Eq):
             free = sympy.Symbol(f"{s.name}_free")  # no sign assumption: solve drops no root
             num = sympy.numer(sympy.together(rel.lhs - rel.rhs)).xreplace({s: free})
-            sols = [x.xreplace({free: s}) for x in sympy.solve(num, free)]
+            sols = [x.xreplace({free: s}) for x in bounded(lambda: sympy.solve(num, free))]
             if any(as_expr(x).free_symbols for x in sols):
                 return None
             sols = [x for x in sols if x.is_real and x in interval and (x.is_integer or not dom.integer)]
             return sympy.Or(*[sympy.Eq(s, x) for x in sols]) if sols else sympy.false
-        found = sympy.solveset(rel, s, domain=interval)
-    except (NotImplementedError, ValueError, TypeError):
+        found = bounded(lambda: sympy.solveset(rel, s, domain=interval))
+    except (NotImplementedError, ValueError, TypeError, OutOfTime):
         return None
     if isinstance(found, (sympy.ConditionSet, sympy.ImageSet)):
         return None
