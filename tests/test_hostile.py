@@ -118,3 +118,9 @@ def test_a_sympy_call_past_its_budget_is_out_of_time_not_a_hang():
         bounded(lambda: time.sleep(5), seconds=0.2)
     assert time.monotonic() - start < 2
     assert bounded(lambda: 41 + 1, seconds=1) == 42
+
+
+@pytest.mark.parametrize("flag,value", [("--devices", "1000000"), ("--devices", "0"), ("--steps", "-1")])
+def test_measure_counts_are_bounded_before_anything_starts(capsys, flag, value):
+    assert main(["measure", str(ROOT / "examples" / "library" / "ddp.place"), "--plan", "ddp", flag, value]) == 2
+    assert "[PL301]" in capsys.readouterr().err

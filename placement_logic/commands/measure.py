@@ -36,6 +36,21 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run)
 
 
+MAX_DEVICES = 64  # processes one machine runs for a measurement (each a PyTorch interpreter)
+MAX_STEPS = 100
+
+
+def _check_counts(args) -> None:
+    """--devices and --steps within what one machine can run, before any process starts."""
+    from ..diagnostics import Diagnostic, DiagnosticError
+    from .options import command_line_span
+
+    for flag, value, top in (("--devices", args.devices, MAX_DEVICES), ("--steps", args.steps, MAX_STEPS)):
+        if value is not None and not 1 <= value <= top:
+            raise DiagnosticError([Diagnostic("PL301", f"{flag} {value}: expected 1 to {top}",
+                                              command_line_span(f"{flag} {value}"))])
+
+
 def run(args, out, err) -> int:
     from ..frontend.loader import load_spec
     from ..measure import render
@@ -43,6 +58,7 @@ def run(args, out, err) -> int:
     from ..measure.session import measure
 
     spec = load_spec(args.file)
+    _check_counts(args)
     reports = measure(spec, args.plan, devices=args.devices, steps=args.steps, with_checker=not args.no_check)
     if args.format == "json":
         json.dump(render.to_json(reports), out, indent=2)
