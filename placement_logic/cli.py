@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import io
 import json
 import sys
 from typing import Sequence, TextIO
@@ -79,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for _name, mod in _load_commands().items():
         mod.add_parser(sub)
+    for command in sub.choices.values():  # options every command shares
+        command.add_argument("-o", "--output", metavar="FILE", default=None,
+                             help="write the report to FILE instead of standard output")
+        command.add_argument("-q", "--quiet", action="store_true",
+                             help="print nothing on standard output; the exit status tells the result")
     return parser
 
 
@@ -94,6 +100,28 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     if not args.command:
         parser.print_help(out)
         return EXIT_INPUT
+    if getattr(args, "quiet", False):
+        out = io.StringIO()
+    target = getattr(args, "output", None)
+    if target and not getattr(args, "quiet", False):
+        buffer = io.StringIO()
+        status = _run(args, buffer, err)
+        try:
+            with open(target, "w", encoding="utf-8") as fh:
+                fh.write(buffer.getvalue())
+        except OSError as exc:
+            from .commands.options import command_line_span
+            from .diagnostics import Diagnostic
+
+            diag = Diagnostic("PL700", f"-o {target}: cannot write: {exc.strerror or exc}",
+                              command_line_span(f"-o {target}"))
+            err.write(render(diag, None) + "\nfound 1 error\n")
+            return EXIT_INPUT
+        return status
+    return _run(args, out, err)
+
+
+def _run(args, out: TextIO, err: TextIO) -> int:
     try:
         return int(args.run(args, out, err))
     except DiagnosticError as exc:

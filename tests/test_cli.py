@@ -62,3 +62,22 @@ def test_diagnostic_from_python_dash_m_has_no_traceback(tmp_path):
     assert result.returncode == 2
     assert result.stderr.startswith(f"{bad}:2:8: error: ")
     assert "[PL202]" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_output_file_stdin_and_quiet(tmp_path, monkeypatch, capsys):
+    import io as _io
+    from pathlib import Path
+
+    from placement_logic.cli import main as run
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "zero_paper.place"
+    target = tmp_path / "report.txt"
+    assert run(["cost", str(example), "-o", str(target)]) == 0
+    assert capsys.readouterr().out == "" and "plan dp: memory per device" in target.read_text()
+    monkeypatch.setattr("sys.stdin", _io.TextIOWrapper(_io.BytesIO(example.read_bytes())))
+    assert run(["cost", "-"]) == 0
+    assert "plan zero3" in capsys.readouterr().out
+    assert run(["check", str(example.parent / "bugs" / "grad_reduced_twice.place"), "--quiet"]) == 1
+    assert capsys.readouterr().out == ""
+    assert run(["cost", str(example), "-o", str(tmp_path / "no" / "such" / "dir.txt")]) == 2
+    assert "[PL700]" in capsys.readouterr().err

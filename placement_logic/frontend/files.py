@@ -40,6 +40,20 @@ def read_regular(p: Path) -> bytes:
 
 
 def read_source(path: str | Path) -> str:
+    """The text of a source file, or of standard input when the path is ``-``."""
+    if str(path) == "-":
+        import sys
+
+        data = sys.stdin.buffer.read(MAX_SOURCE_BYTES + 1) if hasattr(sys.stdin, "buffer") else \
+            sys.stdin.read().encode("utf-8")
+        if len(data) > MAX_SOURCE_BYTES:
+            raise DiagnosticError([Diagnostic("PL006", "standard input is larger than 8 MiB",
+                                              Span.point("<stdin>", 1, 1))])
+        try:
+            return normalise_text(data.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise DiagnosticError([Diagnostic("PL006", f"not UTF-8 text (byte {exc.start})",
+                                              Span.point("<stdin>", 1, 1))]) from None
     p = Path(path)
     try:
         data = read_regular(p)
