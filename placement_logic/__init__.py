@@ -25,6 +25,11 @@ __all__ = [
     "cost_report",
     "check_spec",
     "prove_theorems",
+    "import_hf",
+    "import_deepspeed",
+    "import_megatron",
+    "import_torchtitan",
+    "export_plan",
     "Verdict",
     "DiagnosticError",
 ]
@@ -72,6 +77,66 @@ def prove_theorems(specs=(), timeout: float = 10.0):
     from .prove import prove as _prove
 
     return _prove(list(specs), timeout=timeout)
+
+
+def import_hf(path):
+    """A spec whose model is a Hugging Face ``config.json`` (no mesh, no plans): ``spec.model``
+    is what ``model from "config.json"`` gives; costs need a mesh and a plan around it."""
+    from .commands.convert import hf_block
+    from .frontend.loader import load_string as _load
+
+    return _load(hf_block(str(path)), str(path))
+
+
+def import_deepspeed(config, devices: int, model=None, params=None):
+    """The spec of a DeepSpeed config (a dict, or the path of its JSON) on ``devices`` devices,
+    with the model from a Hugging Face config (``model``, a path) or a parameter count."""
+    import json
+    from pathlib import Path
+
+    from .commands.frameworks import deepspeed_to_spec
+    from .frontend.loader import load_string as _load
+
+    text, name = (json.dumps(config), "<dict>") if isinstance(config, dict) else (Path(config).read_text(), str(config))
+    return _load(deepspeed_to_spec(text, name, devices, str(model) if model else None, params), name)
+
+
+def import_megatron(args, devices: int):
+    """The spec of Megatron-LM arguments (a string or a list of them) on ``devices`` devices."""
+    import shlex
+
+    from .commands.frameworks import megatron_to_spec
+    from .frontend.loader import load_string as _load
+
+    text = args if isinstance(args, str) else shlex.join(args)
+    return _load(megatron_to_spec(text, "<arguments>", devices), "<arguments>")
+
+
+def import_torchtitan(config, devices: int, model=None, params=None):
+    """The spec of a torchtitan job config (TOML text, or the path of a .toml file)."""
+    from pathlib import Path
+
+    from .commands.frameworks import torchtitan_to_spec
+    from .frontend.loader import load_string as _load
+
+    path = Path(config) if not str(config).lstrip().startswith("[") and Path(str(config)).is_file() else None
+    text, name = (path.read_text(), str(path)) if path else (str(config), "<toml>")
+    return _load(torchtitan_to_spec(text, name, devices, str(model) if model else None, params), name)
+
+
+def export_plan(spec, plan: str, framework: str):
+    """A plan as ``framework``'s configuration (deepspeed: a dict; megatron: a list of
+    arguments; torchtitan: TOML text) and the list of what that framework cannot express."""
+    from .commands import frameworks as fw
+
+    p = spec.plan(plan)
+    if framework == "deepspeed":
+        return fw.plan_to_deepspeed(spec, p)
+    if framework == "megatron":
+        return fw.plan_to_megatron(spec, p)
+    if framework == "torchtitan":
+        return fw.plan_to_torchtitan(spec, p)
+    raise ValueError(f"unknown framework {framework!r}: deepspeed, megatron or torchtitan")
 
 
 def __getattr__(name: str):

@@ -55,3 +55,22 @@ def test_cheap_commands_import_no_solver():
             "main(['inspect', 'examples/zero_paper.place'], out=io.StringIO(), err=io.StringIO()); "
             "heavy = [m for m in ('sympy', 'z3', 'torch') if m in sys.modules]; assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_configs_in_and_plans_out_from_python():
+    """A notebook goes from configs to a spec object, its costs, and back to a framework config."""
+    from pathlib import Path
+
+    import placement_logic as pl
+
+    data = Path(__file__).resolve().parent / "data"
+    assert pl.import_hf(data / "hf" / "gpt2.json").model.transformer.layers.value == 12
+    spec = pl.import_deepspeed({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}}, 8,
+                               params=10**9)
+    assert pl.cost_report(spec).plans[0].device["params"].exact == 4 * 10**9 // 8  # fp32: no bf16 section
+    meg = pl.import_megatron((data / "frameworks" / "megatron_llama70b.args").read_text(), 256)
+    args, problems = pl.export_plan(meg, "megatron", "megatron")
+    assert "--tensor-model-parallel-size" in args and not problems
+    titan = pl.import_torchtitan(data / "frameworks" / "torchtitan_llama3_8b.toml", 64, params=8 * 10**9)
+    toml_text, problems = pl.export_plan(titan, "torchtitan", "torchtitan")
+    assert "data_parallel_shard_degree = 8" in toml_text and not problems

@@ -31,18 +31,16 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run)
 
 
-def run(args, out: TextIO, err: TextIO) -> int:
+def hf_block(path: str, text: str | None = None, verbose_to: TextIO | None = None) -> str:
+    """The formatted model block of a Hugging Face config, with Ψ as a comment."""
     from ..frontend import hf
     from ..frontend.canonical import format_source
     from ..frontend.loader import load_string, read_source
     from ..ir.summary import parameter_counts
 
-    text = read_source(args.file)
-    if args.source != "hf":
-        return _framework(args, text, out)
-    shape = hf.parse_config(text, str(args.file))
-    block = hf.model_block_text(shape, str(args.file))
-    block = format_source(block, "<import>")
+    text = read_source(path) if text is None else text
+    shape = hf.parse_config(text, path)
+    block = format_source(hf.model_block_text(shape, path), "<import>")
     counts = parameter_counts(load_string(block, "<import>"))
     psi = counts["params"] if counts else None
     if psi is not None:
@@ -51,10 +49,20 @@ def run(args, out: TextIO, err: TextIO) -> int:
         if active is not None and active != psi:
             note += f" ({int(active):,} active per token)"
         block = block.replace("model {", note + "\nmodel {", 1)
-    out.write(block)
-    if args.verbose:
-        err.write("read: " + ", ".join(shape.used) + "\n")
-        err.write("ignored (no effect on memory or communication): " + (", ".join(shape.ignored) or "none") + "\n")
+    if verbose_to is not None:
+        verbose_to.write("read: " + ", ".join(shape.used) + "\n")
+        verbose_to.write("ignored (no effect on memory or communication): " + (", ".join(shape.ignored) or "none")
+                         + "\n")
+    return block
+
+
+def run(args, out: TextIO, err: TextIO) -> int:
+    from ..frontend.loader import read_source
+
+    text = read_source(args.file)
+    if args.source != "hf":
+        return _framework(args, text, out)
+    out.write(hf_block(str(args.file), text, err if args.verbose else None))
     return 0
 
 
