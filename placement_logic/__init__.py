@@ -116,7 +116,7 @@ def import_torchtitan(config, devices: int, model=None, params=None):
     """The spec of a torchtitan job config (TOML text, or the path of a .toml file)."""
     from pathlib import Path
 
-    from .commands.frameworks import torchtitan_to_spec
+    from .commands.torchtitan import torchtitan_to_spec
     from .frontend.loader import load_string as _load
 
     path = Path(config) if not str(config).lstrip().startswith("[") and Path(str(config)).is_file() else None
@@ -128,6 +128,7 @@ def export_plan(spec, plan: str, framework: str):
     """A plan as ``framework``'s configuration (deepspeed: a dict; megatron: a list of
     arguments; torchtitan: TOML text) and the list of what that framework cannot express."""
     from .commands import frameworks as fw
+    from .commands.torchtitan import plan_to_torchtitan
 
     p = spec.plan(plan)
     if framework == "deepspeed":
@@ -135,7 +136,7 @@ def export_plan(spec, plan: str, framework: str):
     if framework == "megatron":
         return fw.plan_to_megatron(spec, p)
     if framework == "torchtitan":
-        return fw.plan_to_torchtitan(spec, p)
+        return plan_to_torchtitan(spec, p)
     raise ValueError(f"unknown framework {framework!r}: deepspeed, megatron or torchtitan")
 
 

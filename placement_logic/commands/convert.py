@@ -70,8 +70,9 @@ def _framework(args, text: str, out: TextIO) -> int:
     from ..diagnostics import Diagnostic, DiagnosticError
     from ..frontend.canonical import format_source
     from ..frontend.loader import load_string
-    from .frameworks import deepspeed_to_spec, megatron_to_spec, torchtitan_to_spec
+    from .frameworks import deepspeed_to_spec, megatron_to_spec
     from .options import command_line_span
+    from .torchtitan import torchtitan_to_spec
 
     if args.devices is None or args.devices < 1:
         raise DiagnosticError([Diagnostic("PL301", f"placement import {args.source} needs --devices N (N >= 1)",

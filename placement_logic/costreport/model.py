@@ -3,7 +3,8 @@
 Input: nothing (definitions; ``build`` fills them). Output: frozen dataclasses holding
 exact numbers (``fractions.Fraction``, None while symbols are unbound) and formulas as
 strings (sympy's plain form and LaTeX), so renderers need neither sympy nor the IR.
-Objects give ``_repr_latex_`` for Jupyter.
+Objects give ``_repr_latex_`` for Jupyter (``CostReport``'s is attached by the package, from
+``latex``, so this module imports no renderer).
 """
 
 from __future__ import annotations
@@ -149,11 +150,6 @@ class CostReport:
     @property
     def unknown_asserts(self) -> int:
         return sum(1 for q in self.questions if q.kind == "assert" and q.verdict == "unknown")
-
-    def _repr_latex_(self) -> str:
-        from .latex import render_equations
-
-        return render_equations(self)
 
 
 def compare_rows(r: CostReport) -> list[tuple[str, Callable[[PlanReport], Quantity]]]:

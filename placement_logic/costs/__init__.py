@@ -12,7 +12,7 @@ them (``memory(plan)`` the larger stage total).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import sympy
@@ -121,8 +121,6 @@ def with_sizes(plan: ir.Plan, subs) -> ir.Plan:
     """``plan`` with every mesh axis whose size the bindings (``--set`` included) make a
     number given that number, so what depends on a size (a group of one device, K/V heads
     per tensor rank) is decided for the size the report shows."""
-    from dataclasses import replace
-
     axes = []
     for a in plan.mesh.axes:
         v = subs.get(symbol(a.name))

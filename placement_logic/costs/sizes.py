@@ -2,8 +2,8 @@
 
 Input: an ``ir.Model`` (and the plan's mesh for axis-size symbols). Output: a ``Shape``
 holding sympy expressions for Ψ (given, or counted exactly from an ``ir.TransformerShape``),
-the parameters of one layer, those outside the layers (embedding, output projection, final
-norm: which pipeline stage holds them), the byte widths of the four states, and the activation
+the parameters of one layer, the parameter groups with the stages that hold them (embedding,
+output projection, final norm, ...), the byte widths of the states, and the activation
 dimensions (s, b, h, a, kv_heads, L, V, experts, top_k, capacity factor). Quantities the
 spec does not give stay free symbols (``h``, ``L``, ...) and are listed in ``missing``.
 
@@ -83,7 +83,6 @@ class Split:
 class Shape:
     psi: sympy.Expr
     layer_params: sympy.Expr | None  # parameters of one transformer layer (None: no shape)
-    expert_params: sympy.Expr  # parameters inside MoE experts (0 for a dense model)
     bytes: dict  # state name -> bytes per element
     s: sympy.Expr
     b: sympy.Expr
@@ -99,9 +98,6 @@ class Shape:
     has_shape: bool
     has_sequence: bool
     missing: tuple[str, ...] = field(default=())
-    embedding_params: sympy.Expr = sympy.Integer(0)  # token embedding V·h (first stage)
-    head_params: sympy.Expr = sympy.Integer(0)  # output projection V·h (last stage; a copy when tied)
-    final_norm_params: sympy.Expr = sympy.Integer(0)  # final norm (last stage)
     tied: bool = False  # the output projection shares the embedding weight
     groups: tuple[SizedGroup, ...] = ()  # the parameter groups (ir.groups), counted
     f: sympy.Expr = sympy.Integer(0)  # MLP (or expert) width
@@ -110,11 +106,6 @@ class Shape:
     activation_count: str = "shape"  # the per-layer activation count: shape | korthikanti | megatron
     allowance: sympy.Expr = sympy.Integer(1)  # activations multiplied by this (an estimator's allowance)
 
-    @property
-    def layers_params(self) -> sympy.Expr:
-        """Parameters inside the transformer layers: Ψ less the embedding, untied head and final norm."""
-        head = 0 if self.tied else self.head_params
-        return self.psi - self.embedding_params - head - self.final_norm_params
 
 
 def transformer_params(t: ir.TransformerShape) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
@@ -138,20 +129,16 @@ def shape_of(model: ir.Model) -> Shape:
 
     t = model.transformer
     zero = sympy.Integer(0)
-    emb = head = fnorm = zero
     if t is not None:
-        psi_t, layer, experts = transformer_params(t)
+        psi_t, layer, _ = transformer_params(t)
         user = [g for g in pg.param_groups(model) if g.user and g.count is not None]
         psi_t = psi_t + sum((to_sympy(g.count) for g in user), sympy.Integer(0))
-        emb = head = to_sympy(pg.padded_vocab(t)) * to_sympy(t.hidden)
-        fnorm = to_sympy(t.hidden) * (2 if t.norm == "layernorm" else 1)
         psi = to_sympy(model.params) if model.params is not None else psi_t
         h, a, kv, L, V = (to_sympy(x) for x in (t.hidden, t.heads, t.kv_heads, t.layers, pg.padded_vocab(t)))
         E, k, cf = to_sympy(t.experts), to_sympy(t.top_k), to_sympy(t.capacity_factor)
     else:
         psi = get(model.params, "psi")
         layer = None
-        experts = sympy.Integer(0)
         h, a, kv, L, V = (symbol(n) for n in ("h", "a", "a", "L", "V"))
         E = k = cf = sympy.Integer(1)
     s = get(model.seq, "s")
@@ -166,7 +153,6 @@ def shape_of(model: ir.Model) -> Shape:
     return Shape(
         psi=psi,
         layer_params=layer,
-        expert_params=experts,
         bytes={
             ir.State.PARAMS: to_sympy(model.bytes_params),
             ir.State.GRADS: to_sympy(model.bytes_grads),
@@ -178,7 +164,6 @@ def shape_of(model: ir.Model) -> Shape:
         has_shape=t is not None,
         has_sequence=model.seq is not None and model.microbatch is not None,
         missing=tuple(missing),
-        embedding_params=emb, head_params=head, final_norm_params=fnorm,
         tied=bool(t is not None and t.tied_embeddings),
         groups=tuple(sized),
         f=to_sympy(t.ffn) if t is not None else 4 * h,

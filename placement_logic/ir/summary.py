@@ -9,27 +9,7 @@ from fractions import Fraction
 
 from .. import ir
 from . import groups as pg
-from .walker import ARITHMETIC, Target, evaluate
-
-
-def _number(value: ir.Value | None, bindings: dict[str, ir.Value], depth: int = 0) -> Fraction | None:
-    """A value as an exact number through the spec's bindings, or None (a free symbol)."""
-    if value is None or depth > 64:
-        return None
-
-    def sym(name: str):
-        n = _number(bindings.get(name), bindings, depth + 1)
-        if n is None:
-            raise LookupError(name)
-        return n
-
-    try:
-        return evaluate(value, Target(const=lambda v: v, sym=sym, ops=ARITHMETIC))
-    except (LookupError, ValueError, ZeroDivisionError):
-        return None
-
-
-fold_number = _number  # public name: a value through a spec's bindings, or None
+from .walker import fold
 
 
 def _show_count(x: Fraction | None) -> str | None:
@@ -46,9 +26,9 @@ def parameter_counts(spec: ir.Spec) -> dict | None:
         return None
     bindings = dict(spec.bindings)
     groups = pg.param_groups(model)
-    counts = {g.name: _number(g.count, bindings) for g in groups}
+    counts = {g.name: fold(g.count, bindings) for g in groups}
     if model.params is not None:
-        psi = _number(model.params, bindings)
+        psi = fold(model.params, bindings)
     elif any(counts[g.name] is None for g in groups if not g.copy):
         psi = None
     else:
@@ -56,7 +36,7 @@ def parameter_counts(spec: ir.Spec) -> dict | None:
     active = psi
     t = model.transformer
     if t is not None and psi is not None:
-        E, k = _number(t.experts, bindings), _number(t.top_k, bindings)
+        E, k = fold(t.experts, bindings), fold(t.top_k, bindings)
         experts = [counts[g.name] for g in groups if g.expert]
         if E not in (None, 1) and k is not None and None not in experts:
             active = psi - sum(experts, Fraction(0)) * (1 - k / E)

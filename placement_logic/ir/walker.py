@@ -85,6 +85,24 @@ ARITHMETIC: dict[str, Callable[[Op, list], Any]] = {
 }
 
 
+def fold(value: Value | None, bindings: Mapping[str, Value], depth: int = 0) -> Fraction | None:
+    """A value as an exact number through ``bindings`` (name -> value), or None when a symbol
+    stays free, an exponent is not an integer constant or it divides by zero."""
+    if value is None or depth > 64:  # 64: no binding chain is longer; a cycle ends here
+        return None
+
+    def sym(name: str):
+        n = fold(bindings.get(name), bindings, depth + 1)
+        if n is None:
+            raise LookupError(name)
+        return n
+
+    try:
+        return evaluate(value, Target(const=lambda v: v, sym=sym, ops=ARITHMETIC))
+    except (LookupError, ValueError, ZeroDivisionError):
+        return None
+
+
 # --------------------------------------------------------------------------- text
 
 

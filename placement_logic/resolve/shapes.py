@@ -15,28 +15,13 @@ from typing import Callable
 
 from .. import ir
 from ..diagnostics import Span
-from ..ir.walker import ARITHMETIC, Target, evaluate
+from ..ir.walker import fold
 from .values import Values
 
 
 def number(value: ir.Value | None, vals: Values) -> Fraction | None:
     """The value as an exact number when every symbol in it is bound to one, else None."""
-    if value is None:
-        return None
-
-    def sym(name: str):
-        bound = vals.values.get(name)
-        if bound is None or bound is value:
-            raise LookupError(name)
-        n = number(bound, vals)
-        if n is None:
-            raise LookupError(name)
-        return n
-
-    try:
-        return evaluate(value, Target(const=lambda v: v, sym=sym, ops=ARITHMETIC))
-    except (LookupError, ValueError, ZeroDivisionError):
-        return None
+    return fold(value, vals.values)
 
 
 def _size(plan: ir.Plan, axes: tuple[str, ...], vals: Values) -> int | None:

@@ -1,0 +1,37 @@
+"""The override vocabulary: what ``override TARGET[GROUP]: VERB`` accepts (resolve checks it,
+the checker reads it). Re-exported by ``ir.nodes`` and ``ir``."""
+
+from __future__ import annotations
+
+# target -> verbs accepted by resolve; each verb says whether it takes `over` / `by`.
+OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
+    "grads": {
+        "reduce": (True, False),  # gradients reduced (summed) over exactly these axes
+        "divide": (False, True),  # gradients divided by this divisor after reduction
+        "no_accumulation_buffer": (False, False),  # sharded grads with no full accumulator
+    },
+    "clip_norm": {
+        "reduce": (True, False),  # squared norms summed over exactly these axes
+        "double_count": (False, False),  # group counted twice in the norm
+    },
+    "loss": {
+        "per_device_mean": (False, False),
+        "per_microbatch_mean": (False, False),
+        "global_mean": (False, False),
+        "sum": (False, False),  # the objective is the sum over tokens (reduction='sum'): no normaliser
+    },
+    "tokens": {
+        "reduce": (True, False),  # token count summed over exactly these axes
+        "equal": (False, False),  # every device and microbatch holds the same number of tokens
+    },
+    "dropout_seed": {"vary": (True, False), "same": (False, False)},
+    "overflow": {"reduce": (True, False)},  # overflow flag all-reduced over these axes
+    "params": {
+        "no_regather": (False, False),  # sharded optimizer step, no re-gather of params
+        "gather": (True, False),  # S* state gathered over these axes
+        "no_fetch": (False, False),  # offloaded params never fetched to device
+    },
+    "embedding": {"tie_reduce": (True, False)},  # tied embedding grads summed over these axes
+}
+
+PARAM_GROUPS: tuple[str, ...] = ("all", "dense", "norms", "biases", "experts", "router", "embedding")
