@@ -124,3 +124,11 @@ def test_a_sympy_call_past_its_budget_is_out_of_time_not_a_hang():
 def test_measure_counts_are_bounded_before_anything_starts(capsys, flag, value):
     assert main(["measure", str(ROOT / "examples" / "library" / "ddp.place"), "--plan", "ddp", flag, value]) == 2
     assert "[PL301]" in capsys.readouterr().err
+
+
+def test_a_config_path_with_a_nul_byte_is_a_diagnostic(tmp_path, capsys):
+    f = tmp_path / "s.place"
+    f.write_text('model from "\x00" { }\n')
+    assert main(["cost", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "[PL006]" in err and "Traceback" not in err

@@ -57,6 +57,9 @@ def read_source(path: str | Path) -> str:
     p = Path(path)
     try:
         data = read_regular(p)
+    except ValueError:  # a name the operating system cannot take (a NUL byte)
+        raise DiagnosticError([Diagnostic("PL006", "cannot read file: the name is not a valid path",
+                                          Span.point(str(path).replace("\x00", "\\x00"), 1, 1))]) from None
     except OSError as exc:
         raise DiagnosticError([Diagnostic("PL006", f"cannot read file: {exc.strerror or exc}",
                                           Span.point(str(path), 1, 1))]) from None

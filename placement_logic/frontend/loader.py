@@ -102,7 +102,7 @@ class Loader:
             file = str(target)
             try:
                 text = normalise_text(read_regular(target).decode("utf-8"))
-            except (OSError, UnicodeDecodeError):
+            except (OSError, UnicodeDecodeError, ValueError):
                 self.error("PL111", f"cannot import '{'.'.join(path)}': no readable file {target}", span)
                 return None, ""
         self.sources[file] = text
