@@ -28,7 +28,8 @@ EXIT_UNKNOWN = int(Exit.UNKNOWN)
 EXIT_UNREALISED = int(Exit.UNREALISED)
 
 # Subcommands, in the order --help lists them.
-COMMANDS: tuple[str, ...] = ("fmt", "inspect", "cost", "compare", "check", "prove", "measure", "convert", "export")
+COMMANDS: tuple[str, ...] = ("fmt", "inspect", "cost", "compare", "check", "prove", "measure", "search", "convert",
+                              "export")
 
 EPILOG = """\
 examples:
@@ -38,6 +39,8 @@ examples:
   placement cost examples/zero_paper.place           memory and communication per plan
   placement check examples/library/zero3.place       prove or refute training equivalence
   placement prove                                    the framework's theorems, z3 and cvc5
+  placement search examples/models/llama3_70b.place --device h100_sxm --devices 256 --global-batch 1024 --seq 8192
+                                                     the configurations that fit, fastest first
   placement measure examples/library/zero3.place --plan zero3 --devices 2
                                                      predicted against measured on PyTorch
 

@@ -10,7 +10,18 @@ from __future__ import annotations
 from typing import TextIO
 
 from ..outcome import Exit
-from .options import add_file, add_format, add_plan, add_set, add_width, colour, output_width, parse_sets
+from .options import (
+    add_device,
+    add_file,
+    add_format,
+    add_plan,
+    add_set,
+    add_width,
+    colour,
+    device_option,
+    output_width,
+    parse_sets,
+)
 
 FORMATS = ("text", "markdown", "json", "latex")
 
@@ -44,6 +55,7 @@ def add_parser(subparsers) -> None:
     add_plan(p, "report only this plan (repeatable)")
     p.add_argument("--groups", action="store_true",
                    help="add a table of the parameter groups (size, tensor rule, bytes per device) to each plan")
+    add_device(p)
     p.add_argument("--no-cache", action="store_true",
                    help="derive again even when the same spec, imports and options were reported before")
     p.set_defaults(run=run)
@@ -58,7 +70,7 @@ def render(report, fmt: str, width: int = 120, color: bool = False) -> str:
 
 
 def exit_status(report) -> int:
-    if report.failed_asserts:
+    if report.failed_asserts or report.unfit:
         return int(Exit.FAILED)
     return int(Exit.UNKNOWN if report.unknown_asserts else Exit.OK)
 
@@ -76,6 +88,7 @@ def run(args, out: TextIO, err: TextIO) -> int:
         k = cache.key("cost", sources, {"file": str(args.file), "plans": args.plans, "sets": args.sets,
                                         "format": args.format,
                                         "groups": getattr(args, "groups", False),
+                                        "device": getattr(args, "device", None),
                                         "width": output_width(args, out), "colour": colour(out)})
         hit = cache.get(k)
         if hit is not None:
@@ -83,7 +96,8 @@ def run(args, out: TextIO, err: TextIO) -> int:
             return hit[1]
     from ..costreport import build
 
-    report = build(spec, plans=args.plans, sets=sets, command="cost", show_groups=getattr(args, "groups", False))
+    report = build(spec, plans=args.plans, sets=sets, command="cost", show_groups=getattr(args, "groups", False),
+                   device=device_option(args))
     text = render(report, args.format, output_width(args, out), colour(out))
     status = exit_status(report)
     if use_cache:

@@ -140,3 +140,24 @@ def parse_sets(items: Iterable[str], known: Iterable[str] | None = None, axes: I
             raise DiagnosticError([Diagnostic("PL301", f"--set {name}: an axis size must be a positive integer", span)])
         out[name] = value
     return out
+
+
+def add_device(p) -> None:
+    p.add_argument("--device", metavar="NAME", default=None,
+                   help="a catalogue device (docs/hardware.md), e.g. h100_sxm: memory fit and step time; "
+                   "it replaces the mesh's own 'device'")
+
+
+def device_option(args) -> str | None:
+    """``--device NAME``, checked against the catalogue (PL150 at the option otherwise)."""
+    from .. import hardware
+
+    name = getattr(args, "device", None)
+    if name is None:
+        return None
+    if hardware.device(name) is None:
+        raise DiagnosticError([Diagnostic("PL150", f"--device {name}: not a device of the catalogue",
+                                          command_line_span(f"--device {name}"),
+                                          notes=did_you_mean(name, tuple(hardware.DEVICES))
+                                          + ("catalogue devices: " + ", ".join(hardware.DEVICES),))])
+    return name.lower()

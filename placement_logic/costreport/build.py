@@ -16,19 +16,22 @@ from typing import Iterable, Mapping
 import sympy
 
 from .. import costs, ir
-from ..costs.symbolic import OutOfTime, PlacementLatexPrinter, bounded, resolve_bindings, symbol_names
+from ..costs import steptime
+from ..costs.symbolic import OutOfTime, PlacementLatexPrinter, bounded, resolve_bindings, symbol_names, to_sympy
 from ..diagnostics import Diagnostic, DiagnosticError, did_you_mean
 from ..ir import State
 from .model import (
     Binding,
     CollectiveRow,
     CostReport,
+    FitReport,
     GroupTotal,
     ParamGroupRow,
     PlanReport,
     Quantity,
     QuestionResult,
     StageReport,
+    TimeReport,
 )
 
 _OPS = {
@@ -73,7 +76,26 @@ class _Q:
             return self(r)  # the ratio as it stands, unsimplified
 
 
-def _plan_report(pc: costs.PlanCost, q: _Q) -> PlanReport:
+def _fit_and_time(pc: costs.PlanCost, q: _Q, device: str | None) -> tuple[FitReport | None, TimeReport | None]:
+    hwr = pc.plan.mesh.hardware
+    if device is not None:
+        hwr = steptime.catalogue_hardware(pc.plan, device, hwr)
+    if hwr is None:
+        return None, None
+    cap = to_sympy(hwr.memory)
+    peak = pc.memory.device_total
+    head = q(cap - peak)
+    fits = None if head.exact is None else head.exact >= 0
+    fit = FitReport(hwr.title, q(cap), q(peak), head, fits)
+    st = steptime.step_time(pc, hwr)
+    if st is None:
+        return fit, None
+    return fit, TimeReport(q(st.step), q(st.compute), q(st.bubble), q(st.overlapped), q(st.exposed), q(st.tokens),
+                           q(st.tokens_per_second), q(st.model_flops), q(st.mfu),
+                           {k: q(v) for k, v in st.per_link().items()}, st.assumptions)
+
+
+def _plan_report(pc: costs.PlanCost, q: _Q, device_name: str | None = None) -> PlanReport:
     mem, comm = pc.memory, pc.communication
     device = {s.value: q(mem.device[s]) for s in ir.STATES}
     device["transient"] = q(mem.transient_total)
@@ -96,6 +118,7 @@ def _plan_report(pc: costs.PlanCost, q: _Q) -> PlanReport:
     per_group = tuple(GroupTotal(g, link, q(b), q(v)) for g, (link, b, v) in comm.per_group().items())
     per_link = {k: GroupTotal(k, k, q(b), q(v)) for k, (b, v) in comm.per_link().items()}
     notes = list(pc.notes)
+    fit, time = _fit_and_time(pc, q, device_name)
     stages = tuple(_stage_report(st, sa, q) for st, sa in zip(mem.stages, pc.activations.stages))
     peak = _peak_stage(mem, q) if stages else None
     if stages:
@@ -110,7 +133,7 @@ def _plan_report(pc: costs.PlanCost, q: _Q) -> PlanReport:
         transient_terms={k: q(v) for k, v in mem.transient.items()},
         model_state=q(mem.model_state), comm_total=q(comm.total_bytes), volume_total=q(comm.total_volume),
         per_axis=per_axis, per_group=per_group, per_link=per_link, collectives=rows, notes=tuple(notes),
-        stages=stages, peak_stage=peak, param_groups=_param_groups(pc, q),
+        stages=stages, peak_stage=peak, param_groups=_param_groups(pc, q), fit=fit, time=time,
     )
 
 
@@ -204,7 +227,8 @@ def _question(spec: ir.Spec, qn: ir.Question, q: _Q) -> QuestionResult:
 
 
 def build(spec: ir.Spec, plans: Iterable[str] = (), sets: Mapping[str, Fraction] | None = None,
-          baseline: str | None = None, command: str = "cost", show_groups: bool = False) -> CostReport:
+          baseline: str | None = None, command: str = "cost", show_groups: bool = False,
+          device: str | None = None) -> CostReport:
     sets = dict(sets or {})
     names = list(plans) or [p.name for p in spec.plans]
     known = [p.name for p in spec.plans]
@@ -218,7 +242,7 @@ def build(spec: ir.Spec, plans: Iterable[str] = (), sets: Mapping[str, Fraction]
     bindings = tuple(Binding(n, q(v).exact, str(v), n in sets) for n, v in
                      ((sym.name, val) for sym, val in subs.items()))
     pcs = {n: costs.derive(costs.with_sizes(spec.plan(n), subs), sized=True) for n in names}
-    reports = tuple(_plan_report(pcs[n], q) for n in names)
+    reports = tuple(_plan_report(pcs[n], q, device) for n in names)
     ratios: dict = {}
     if command == "compare":
         baseline = baseline or names[0]

@@ -85,6 +85,34 @@ class StageReport:
 
 
 @dataclass(frozen=True)
+class FitReport:
+    """Whether the plan's peak per device fits the device's memory."""
+
+    device: str  # the device's title
+    capacity: Quantity  # bytes
+    peak: Quantity  # the plan's peak per device (the larger stage with a pipeline)
+    headroom: Quantity  # capacity − peak (negative: over)
+    fits: bool | None  # None: symbols unbound
+
+
+@dataclass(frozen=True)
+class TimeReport:
+    """The step-time model's figures (costs.steptime): seconds, FLOPs, tokens."""
+
+    step: Quantity
+    compute: Quantity
+    bubble: Quantity
+    overlapped: Quantity
+    exposed: Quantity
+    tokens: Quantity
+    tokens_per_second: Quantity
+    model_flops: Quantity
+    mfu: Quantity
+    per_link: dict  # link -> seconds of communication per step
+    assumptions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class PlanReport:
     name: str
     strategies: tuple[str, ...]
@@ -102,6 +130,12 @@ class PlanReport:
     stages: tuple[StageReport, ...] = ()  # first and last pipeline stage; () without a pipeline
     peak_stage: str | None = None  # "first", "last", "both" (equal), None (undecided or no pipeline)
     param_groups: tuple[ParamGroupRow, ...] = ()
+    fit: FitReport | None = None  # with a device (mesh `device = ...` or --device)
+    time: TimeReport | None = None  # with a device and a transformer shape
+
+    @property
+    def fits_not(self) -> bool:
+        return self.fit is not None and self.fit.fits is False
 
     def _repr_latex_(self) -> str:
         n = tex_text(self.name)
@@ -146,6 +180,11 @@ class CostReport:
     @property
     def failed_asserts(self) -> int:
         return sum(1 for q in self.questions if q.kind == "assert" and q.verdict == "fails")
+
+    @property
+    def unfit(self) -> tuple[str, ...]:
+        """The plans whose peak per device exceeds the device's memory."""
+        return tuple(p.name for p in self.plans if p.fit is not None and p.fits_not)
 
     @property
     def unknown_asserts(self) -> int:

@@ -75,6 +75,38 @@ def _comm_table(p: PlanReport) -> Table:
     return t
 
 
+def fit_line(p: PlanReport) -> str | None:
+    f = p.fit
+    if f is None:
+        return None
+    if f.fits is None:
+        return f"fit: undecided on {f.device} ({units.both(f.capacity.exact)}): symbols unbound"
+    word = "fits" if f.fits else "DOES NOT FIT"
+    head = f.headroom.exact
+    room = f"headroom {units.both(head)}" if f.fits else f"over by {units.both(-head)}"
+    return (f"fit: {word} on {f.device}: peak {units.both(f.peak.exact)} of {units.both(f.capacity.exact)}, "
+            f"{room}")
+
+
+def _time_table(p: PlanReport) -> Table:
+    tm = p.time
+    t = Table(title=f"plan {p.name}: step time (model: docs/time.md)", title_justify="left", show_lines=False)
+    t.add_column("quantity")
+    t.add_column("value")
+    rows = [("step", units.seconds(tm.step.exact)), ("compute (bubble included)", units.seconds(tm.compute.exact)),
+            ("  └ pipeline bubble", units.seconds(tm.bubble.exact)),
+            ("communication hidden behind compute", units.seconds(tm.overlapped.exact)),
+            ("communication exposed", units.seconds(tm.exposed.exact))]
+    rows += [(f"  └ on {k}", units.seconds(v.exact)) for k, v in tm.per_link.items()]
+    rows += [("tokens per step", units.number(tm.tokens.exact)),
+             ("tokens per second", units.scaled(tm.tokens_per_second.exact)),
+             ("model FLOPs per step", units.scaled(tm.model_flops.exact, "FLOP")),
+             ("MFU (model FLOPs / peak)", units.percent(tm.mfu.exact))]
+    for k, v in rows:
+        t.add_row(k, v)
+    return t
+
+
 def _compare_table(r: CostReport) -> Table:
     t = Table(title=f"plans compared (ratio to {r.baseline})", title_justify="left", show_lines=True)
     t.add_column("quantity")
@@ -123,6 +155,14 @@ def render(r: CostReport, width: int = 120, color: bool = False) -> str:
             if r.show_groups:
                 con.print(_groups_table(p))
             con.print(_comm_table(p))
+            if p.time is not None:
+                con.print(_time_table(p))
+                for a in p.time.assumptions:
+                    con.print(f"assumes: {a}")
+            line = fit_line(p)
+            if line is not None:
+                con.print(line if not con.is_terminal else
+                          f"[{'green' if p.fit.fits else 'bold red'}]{line}[/]" if p.fit.fits is not None else line)
             for n in p.notes:
                 con.print(f"note: {n}")
     _questions(con, r)

@@ -78,3 +78,27 @@ def ratio(x: Fraction | None) -> str:
     if x.denominator <= 10**4:
         return f"{x.numerator}/{x.denominator} ({decimal_string(x, 4)})"
     return decimal_string(x, 4)
+
+
+def seconds(x: Fraction | None) -> str:
+    """A duration: ``6.61 s``, ``85.6 ms``, ``12.5 µs``."""
+    if x is None:
+        return "—"
+    for unit, size in (("s", Fraction(1)), ("ms", Fraction(1, 10**3)), ("µs", Fraction(1, 10**6))):
+        if abs(x) >= size:
+            return f"{decimal_string(x / size, 3)} {unit}"
+    return "0 s" if x == 0 else f"{decimal_string(x * 10**9, 3)} ns"
+
+
+def percent(x: Fraction | None) -> str:
+    return "—" if x is None else f"{decimal_string(x * 100, 2)} %"
+
+
+def scaled(x: Fraction | None, unit: str = "") -> str:
+    """A large count with an SI prefix: ``1.88 E`` FLOPs, ``634.43 k`` tokens/s."""
+    if x is None:
+        return "—"
+    for prefix, size in (("E", 10**18), ("P", 10**15), ("T", 10**12), ("G", 10**9), ("M", 10**6), ("k", 10**3)):
+        if abs(x) >= size:
+            return f"{decimal_string(x / size)} {prefix}{unit}"
+    return f"{decimal_string(x)} {unit}".rstrip()

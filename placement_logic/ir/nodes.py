@@ -24,6 +24,8 @@ __all__ = [
     "State",
     "STATES",
     "Mode",
+    "Hardware",
+    "LinkClass",
     "Role",
     "Residency",
     "Recompute",
@@ -264,6 +266,7 @@ class Model:
     bytes_logits: Value = field(default_factory=lambda: const(4))  # the logits kept for the loss (fp32)
     reserve: Value = field(default_factory=lambda: const(0))  # bytes per device the runtime keeps (CUDA context)
     reserve_fraction: Value = field(default_factory=lambda: const(0))  # allocator allowance, a fraction of the rest
+    attention_flops: str = "causal"  # causal (masked blocks skipped) | full: how the time model counts attention
 
 
 @dataclass(frozen=True)
@@ -275,9 +278,40 @@ class Axis:
 
 
 @dataclass(frozen=True)
+class LinkClass:
+    """A link class of the mesh: what an axis's ``@ NAME`` carries its traffic over."""
+
+    name: str
+    title: str
+    bandwidth: Value  # bytes per second, per direction, per device
+    latency: Value  # seconds per ring step (α)
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The devices of the mesh (``device = h100_sxm`` in the mesh block, or numbers of one's
+    own) and its link classes: what memory fits and what the step-time model divides by."""
+
+    device: str  # the catalogue name, or the user's own name for a device given by numbers
+    title: str
+    memory: Value  # bytes per device
+    flops: Value  # peak dense FLOP/s at ``precision``
+    precision: str = "bf16"
+    mfu: Value = field(default_factory=lambda: Const(Fraction(1, 2)))  # model-FLOPs utilisation assumed
+    links: tuple[LinkClass, ...] = ()
+    overlap: bool = True  # data-parallel traffic hides behind compute where it can
+    span: Span = _span()
+
+    def link(self, name: str | None) -> LinkClass | None:
+        return next((k for k in self.links if k.name == name), None)
+
+
+@dataclass(frozen=True)
 class Mesh:
     axes: tuple[Axis, ...]
     span: Span = _span()
+    hardware: Hardware | None = None
 
     def axis(self, name: str) -> Axis:
         for a in self.axes:

@@ -17,6 +17,7 @@ from ..frontend import hf, surface
 from ..frontend.files import read_source
 from ..ir import groups as pg
 from .entries import mode
+from .hardware import build_hardware, is_hardware_line
 from .shapes import number
 from .values import Values
 
@@ -35,7 +36,11 @@ def build_mesh(block: surface.MeshBlock, vals: Values) -> ir.Mesh:
     """The mesh; each axis declared also becomes a count in ``vals``."""
     error = vals.cx.error
     axes = []
+    used_links = {d.link for d in block.axes if d.link}
+    hardware_lines = [d for d in block.axes if is_hardware_line(d, used_links)]
     for decl in block.axes:
+        if is_hardware_line(decl, used_links):
+            continue
         if decl.name in vals.axes:
             error("PL106", f"axis '{decl.name}' is declared twice", decl.span,
                   (f"first declared at line {vals.axes[decl.name].span.line}",))
@@ -59,7 +64,7 @@ def build_mesh(block: surface.MeshBlock, vals: Values) -> ir.Mesh:
         vals.values[decl.name] = size
         vals.dims[decl.name] = ir.Dim.COUNT
         axes.append(axis)
-    return ir.Mesh(tuple(axes), block.span)
+    return ir.Mesh(tuple(axes), block.span, build_hardware(hardware_lines, axes, vals, block.span))
 
 
 def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
@@ -243,16 +248,21 @@ def _from_config(vals: Values, block: surface.ModelBlock) -> ir.TransformerShape
 
 
 ACTIVATION_COUNTS = ("shape", "korthikanti", "megatron")
+ATTENTION_FLOPS = ("causal", "full")
 
 
 def _conventions(vals: Values, block: surface.SubBlock, fields: dict) -> None:
     """``conventions { activations = megatron  activation_allowance = 1.05 }``."""
-    for p in _props(vals, block.props, ("activations", "activation_allowance", "reserve", "reserve_fraction"),
-                    "conventions"):
+    for p in _props(vals, block.props, ("activations", "activation_allowance", "reserve", "reserve_fraction",
+                                        "attention_flops"), "conventions"):
         if p.key == "activations":
             w = vals.word(p.value, ACTIVATION_COUNTS, "'activations'")
             if w:
                 fields["activation_count"] = w
+        elif p.key == "attention_flops":
+            w = vals.word(p.value, ATTENTION_FLOPS, "'attention_flops'")
+            if w:
+                fields["attention_flops"] = w
         elif p.key == "reserve":
             r = None if p.value is None or isinstance(p.value, (surface.ModeMap, surface.Bool)) else \
                 vals.expr(p.value, {})

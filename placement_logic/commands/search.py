@@ -1,0 +1,287 @@
+"""``placement search``: a model, a device and a batch in; the configurations that fit,
+ranked by step time, with the Pareto frontier of memory against time, the winners
+re-derived exactly and checked.
+
+Input: MODEL (a spec with a model block, or a Hugging Face config.json), --device,
+--devices, --global-batch, --seq, and the allowed space (--tp, --pp, --cp, --ep,
+--microbatch, --chunks as lists ``1,2,4`` or ranges ``1..8``; --strategies, --recompute,
+--schedules as names). Output: a table (text, markdown, csv or json); ``--emit N`` prints the
+spec of row N instead; ``--plot FILE`` draws the frontier. Exit 0 when some configuration
+fits, 1 when none does, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from fractions import Fraction
+from typing import TextIO
+
+from ..diagnostics import Diagnostic, DiagnosticError
+from ..outcome import Exit
+from .options import command_line_span
+
+FORMATS = ("text", "markdown", "csv", "json")
+MAX_VALUES = 64
+
+
+def add_parser(subparsers) -> None:
+    from ..search import RECOMPUTE, SCHEDULES, STRATEGIES
+
+    p = subparsers.add_parser(
+        "search", help="the parallel configurations that fit a device, fastest first",
+        description="Enumerate mesh factorisations x data strategy x recompute x microbatch x schedule for a "
+        "model on a number of catalogue devices; keep those that fit; rank them by the step-time model; "
+        "re-derive the winners exactly and check them. Lists: 1,2,4 or 1..8.")
+    p.add_argument("model", metavar="MODEL", help="a .place spec with a model block, or a Hugging Face config.json")
+    p.add_argument("--device", required=True, metavar="NAME", help="a catalogue device (docs/hardware.md)")
+    p.add_argument("--devices", required=True, type=str, metavar="N", help="how many devices")
+    p.add_argument("--global-batch", required=True, type=str, metavar="B", help="sequences per step")
+    p.add_argument("--seq", required=True, type=str, metavar="S", help="tokens per sequence")
+    p.add_argument("--tp", default="1,2,4,8", metavar="LIST", help="tensor-parallel sizes (default 1,2,4,8)")
+    p.add_argument("--pp", default="1,2,4,8,16", metavar="LIST", help="pipeline sizes (default 1,2,4,8,16)")
+    p.add_argument("--cp", default="1", metavar="LIST", help="context-parallel sizes (default 1)")
+    p.add_argument("--ep", default="1,2,4,8", metavar="LIST", help="expert-parallel sizes, MoE only (default 1,2,4,8)")
+    p.add_argument("--microbatch", default="1,2,4,8", metavar="LIST", help="microbatch sizes (default 1,2,4,8)")
+    p.add_argument("--chunks", default="2,4", metavar="LIST", help="virtual chunks per stage, interleaved (default 2,4)")
+    p.add_argument("--strategies", default=",".join(STRATEGIES), metavar="NAMES",
+                   help=f"data strategies (default {','.join(STRATEGIES)})")
+    p.add_argument("--recompute", default=",".join(RECOMPUTE), metavar="NAMES",
+                   help=f"recompute modes (default {','.join(RECOMPUTE)})")
+    p.add_argument("--schedules", default=",".join(SCHEDULES), metavar="NAMES",
+                   help=f"pipeline schedules (default {','.join(SCHEDULES)})")
+    p.add_argument("--mfu", default=None, metavar="X", help="model-FLOPs utilisation assumed (default 1/2)")
+    p.add_argument("--top", default="10", metavar="K", help="rows to show, re-derive and check (default 10)")
+    p.add_argument("--no-check", action="store_true", help="do not run the checker on the winners")
+    p.add_argument("--emit", default=None, metavar="N", help="print the spec of row N (1-based) instead")
+    p.add_argument("--plot", default=None, metavar="FILE", help="draw memory against step time (png, svg, pdf)")
+    p.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
+    p.set_defaults(run=run)
+
+
+def _bad(option: str, value: str, message: str) -> DiagnosticError:
+    return DiagnosticError([Diagnostic("PL301", f"{option} {value}: {message}", command_line_span(f"{option} {value}"))])
+
+
+def positive(option: str, text: str, cap: int = 10**7) -> int:
+    t = text.strip().replace("_", "")
+    if not t.isdigit() or int(t) < 1:
+        raise _bad(option, text, "a positive integer")
+    if int(t) > cap:
+        raise _bad(option, text, f"at most {cap:,}")
+    return int(t)
+
+
+def int_list(option: str, text: str) -> tuple[int, ...]:
+    """``1,2,4`` or ``1..8`` (inclusive) or both mixed: ``1..4,8``."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if ".." in part:
+            lo, _, hi = part.partition("..")
+            a, b = positive(option, lo or "?"), positive(option, hi or "?")
+            if b < a:
+                raise _bad(option, text, f"the range {part} runs backwards")
+            if b - a + 1 > MAX_VALUES:
+                raise _bad(option, text, f"at most {MAX_VALUES} values")
+            out += list(range(a, b + 1))
+        else:
+            out.append(positive(option, part or "?"))
+    if len(set(out)) > MAX_VALUES:
+        raise _bad(option, text, f"at most {MAX_VALUES} values")
+    return tuple(sorted(set(out)))
+
+
+def name_list(option: str, text: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    from ..diagnostics import did_you_mean
+
+    out = []
+    for part in (x.strip() for x in text.split(",")):
+        if part not in allowed:
+            raise DiagnosticError([Diagnostic("PL301", f"{option} {text}: '{part}' is not one of "
+                                              f"{', '.join(allowed)}", command_line_span(f"{option} {text}"),
+                                              notes=did_you_mean(part, allowed))])
+        if part not in out:
+            out.append(part)
+    return tuple(out)
+
+
+def _fraction(option: str, text: str) -> Fraction:
+    try:
+        f = Fraction(text.strip())
+    except (ValueError, ZeroDivisionError):
+        raise _bad(option, text, "a number such as 0.45 or 9/20") from None
+    if not 0 < f <= 1:
+        raise _bad(option, text, "must lie in (0, 1]")
+    return f
+
+
+def space_of(args):
+    from .. import hardware
+    from ..search import RECOMPUTE, SCHEDULES, STRATEGIES, Space
+    from .options import device_option
+
+    args.device = args.device.lower() if hardware.device(args.device) else args.device
+    device_option(args)
+    return Space(
+        devices=positive("--devices", args.devices, 10**6), global_batch=positive("--global-batch", args.global_batch),
+        seq=positive("--seq", args.seq, 10**8), device=args.device,
+        tp=int_list("--tp", args.tp), pp=int_list("--pp", args.pp), cp=int_list("--cp", args.cp),
+        ep=int_list("--ep", args.ep), microbatch=int_list("--microbatch", args.microbatch),
+        chunks=int_list("--chunks", args.chunks),
+        strategies=name_list("--strategies", args.strategies, STRATEGIES),
+        recompute=name_list("--recompute", args.recompute, RECOMPUTE),
+        schedules=name_list("--schedules", args.schedules, SCHEDULES),
+        mfu=_fraction("--mfu", args.mfu) if args.mfu is not None else None)
+
+
+def run(args, out: TextIO, err: TextIO) -> int:
+    from .. import search
+
+    space = space_of(args)
+    top = positive("--top", args.top, 1000)
+    emit = positive("--emit", args.emit, 1000) if args.emit is not None else None
+    if emit is not None and emit > top:
+        top = emit
+    search.needs_numpy()
+    if args.plot:
+        from ..costreport import plot as _plot  # noqa: F401 - a missing matplotlib is reported before any work
+
+    result = search.run(args.model, space, top=top, check=not args.no_check and emit is None)
+    if emit is not None:
+        if emit > len(result.ranked):
+            raise _bad("--emit", str(emit), f"only {len(result.ranked)} configurations fit")
+        c = result.ranked[emit - 1]
+        out.write(search.emitted_spec(c, result))
+        return int(Exit.OK)
+    if args.plot:
+        from ..costreport.plot import frontier_plot
+
+        points = [(c.label(), c.memory, c.step, c.frontier) for c in result.frontier + result.ranked]
+        frontier_plot(points, args.plot)
+    out.write({"text": render_text, "markdown": render_markdown, "csv": render_csv,
+               "json": render_json}[args.format](result))
+    return int(Exit.OK if result.ranked else Exit.FAILED)
+
+
+# --------------------------------------------------------------------------- renderers
+
+COLUMNS = ("rank", "dp", "tp", "pp", "v", "cp", "ep", "strategy", "recompute", "microbatch", "microbatches",
+           "memory_bytes", "headroom_bytes", "step_s", "tokens_per_s", "mfu", "frontier", "check")
+
+
+def rows(result) -> list[dict]:
+    from .. import hardware
+
+    cap = hardware.device(result.space.device).memory
+    out = []
+    for i, c in enumerate(result.ranked, 1):
+        z, s = c.sizes, c.structure
+        mem = c.exact_memory if c.exact_memory is not None else Fraction(c.memory)
+        step = c.exact_step if c.exact_step is not None else Fraction(c.step)
+        tokens = result.space.global_batch * result.space.seq
+        out.append({"rank": i, "dp": z["dp"], "tp": z["tp"], "pp": z["pp"],
+                    "v": z["nv"] if s.schedule == "interleaved" else 1, "cp": z["cp"], "ep": z["ep"],
+                    "strategy": s.strategy, "recompute": s.recompute, "schedule": s.schedule,
+                    "microbatch": z["mb"], "microbatches": z["nmb"], "memory": mem, "headroom": cap - mem,
+                    "step": step, "tokens_per_s": tokens / step, "mfu": c.mfu, "frontier": c.frontier,
+                    "check": c.verdict, "agrees": c.agrees})
+    return out
+
+
+def _header(result) -> str:
+    from .. import hardware
+
+    sp = result.space
+    d = hardware.device(sp.device)
+    t = result.timings
+    return (f"search: {sp.devices} x {d.title}, global batch {sp.global_batch} x {sp.seq} tokens\n"
+            f"{result.candidates:,} candidates, {result.valid:,} valid, {result.fitting:,} fit "
+            f"({result.structures} structures derived; {sum(t.values()):.2f} s)\n")
+
+
+def render_text(result) -> str:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..costreport import units
+
+    buf = io.StringIO()
+    con = Console(file=buf, width=160, no_color=True, highlight=False)
+    con.print(_header(result).rstrip())
+    if not result.ranked:
+        con.print("no configuration fits: allow more devices, recompute, sharding or a smaller microbatch")
+        return buf.getvalue()
+    t = Table(title="fastest configurations that fit (exact figures; * on the memory-time frontier)",
+              title_justify="left")
+    for col in ("#", "dp", "tp", "pp", "cp", "ep", "strategy", "recompute", "mb x m", "memory/device", "headroom",
+                "step", "tokens/s", "MFU", "check"):
+        t.add_column(col)
+    for r in rows(result):
+        pp = f"{r['pp']}" + (f" (v{r['v']})" if r["v"] > 1 else "")
+        t.add_row(f"{r['rank']}{'*' if r['frontier'] else ''}", str(r["dp"]), str(r["tp"]), pp, str(r["cp"]),
+                  str(r["ep"]), r["strategy"], r["recompute"], f"{r['microbatch']} x {r['microbatches']}",
+                  units.gib(r["memory"]), units.gib(r["headroom"]), units.seconds(r["step"]),
+                  units.scaled(r["tokens_per_s"]), units.percent(Fraction(r["mfu"]).limit_denominator(10**6)),
+                  r["check"] or "-")
+    con.print(t)
+    con.print("frontier (memory against step time): " + "; ".join(
+        f"{units.gib(Fraction(c.memory))} {units.seconds(Fraction(c.step))}" for c in result.frontier[:12]))
+    bad = [r["rank"] for r in rows(result) if r["agrees"] is False]
+    con.print("exact re-derivation: " + ("every row agrees with the vectorised figures" if not bad
+                                         else f"rows {bad} DISAGREE with the vectorised figures"))
+    return buf.getvalue()
+
+
+def render_markdown(result) -> str:
+    from ..costreport import units
+
+    lines = [f"# Search: {result.space.devices} x {result.space.device}", "", _header(result).replace("\n", "  \n"),
+             "| # | dp | tp | pp | v | cp | ep | strategy | recompute | mb × m | memory/device | step | MFU | check |",
+             "|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|---:|---|"]
+    for r in rows(result):
+        lines.append(f"| {r['rank']}{'*' if r['frontier'] else ''} | {r['dp']} | {r['tp']} | {r['pp']} | {r['v']} | "
+                     f"{r['cp']} | {r['ep']} | {r['strategy']} | {r['recompute']} | {r['microbatch']} × "
+                     f"{r['microbatches']} | {units.both(r['memory'])} | {units.seconds(r['step'])} | "
+                     f"{units.percent(Fraction(r['mfu']).limit_denominator(10**6))} | {r['check'] or '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+def render_csv(result) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(COLUMNS)
+    for r in rows(result):
+        w.writerow([r["rank"], r["dp"], r["tp"], r["pp"], r["v"], r["cp"], r["ep"], r["strategy"], r["recompute"],
+                    r["microbatch"], r["microbatches"], _int_or(r["memory"]), _int_or(r["headroom"]),
+                    f"{float(r['step']):.6f}", f"{float(r['tokens_per_s']):.1f}", f"{r['mfu']:.6f}",
+                    int(r["frontier"]), r["check"] or ""])
+    return buf.getvalue()
+
+
+def _int_or(x: Fraction):
+    return x.numerator if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
+
+
+def render_json(result) -> str:
+    from ..outcome import SCHEMA_VERSION
+
+    sp = result.space
+    doc = {
+        "schema_version": SCHEMA_VERSION, "command": "search",
+        "space": {"devices": sp.devices, "device": sp.device, "global_batch": sp.global_batch, "seq": sp.seq,
+                  "tp": list(sp.tp), "pp": list(sp.pp), "cp": list(sp.cp), "ep": list(sp.ep),
+                  "microbatch": list(sp.microbatch), "chunks": list(sp.chunks), "strategies": list(sp.strategies),
+                  "recompute": list(sp.recompute), "schedules": list(sp.schedules),
+                  "mfu": str(sp.mfu) if sp.mfu is not None else None},
+        "candidates": result.candidates, "valid": result.valid, "fitting": result.fitting,
+        "structures": result.structures,
+        "timings_s": {k: round(v, 4) for k, v in result.timings.items()},
+        "ranked": [{**{k: v for k, v in r.items() if k not in ("memory", "headroom", "step", "tokens_per_s")},
+                    "memory_bytes": _int_or(r["memory"]), "headroom_bytes": _int_or(r["headroom"]),
+                    "step_s": float(r["step"]), "step_exact": str(r["step"]),
+                    "tokens_per_s": float(r["tokens_per_s"])} for r in rows(result)],
+        "frontier": [{"label": c.label(), "memory_bytes": c.memory, "step_s": c.step} for c in result.frontier],
+    }
+    return json.dumps(doc, indent=2) + "\n"

@@ -1,0 +1,268 @@
+"""FLOPs per step and the step-time model: exact closed forms, like memory.
+
+Input: a ``PlanCost`` (shape, layout, sized collectives) and the mesh's ``ir.Hardware``.
+Output: ``StepTime``, every figure a sympy expression in the spec's symbols (seconds, FLOPs,
+tokens), numbers once the sizes are bound. The model, with its assumptions (docs/time.md):
+
+- **FLOPs** from the transformer shape, per token, forward: 2 FLOPs per weight of every
+  matrix a token passes through (attention projections, the MLP, or the top-k routed experts,
+  the shared experts and the router of a MoE layer, the output layer; the embedding is a
+  lookup), and the attention core, 2·s·a·d for QKᵀ and 2·s·a·d_v for the weighted sum,
+  halved with causal masking (``causal``, default true: kernels skip the masked blocks).
+  Backward is twice forward. Recompute adds, per microbatch, the forward of the layers
+  (full) or of the attention core (selective). Biases, norms, softmax and the loss are
+  left out (O(s·h) per token against O(h²)).
+- **Model FLOPs** (the numerator of MFU) are 3× forward over the step's tokens, without
+  recompute. With ``causal = false``, an MHA, ungated, f = 4h shape and full recompute this
+  is Narayanan et al. (2021)'s 96·B·s·l·h²·(1 + s/6h + V/16lh) exactly.
+- **Compute time** of one microbatch on the busiest pipeline stage (the layers spread
+  evenly, the last stage adding the output layer): its FLOPs per device (tokens split by the
+  context ranks, matrices by the tensor ranks) over peak × MFU. A pipeline of p stages with v
+  chunks and m microbatches takes (m + (p − 1)/v) microbatch times (the bubble is
+  (p − 1)/(v·m) of the work); without one, m.
+- **Communication time** of each collective: α–β over its group's slowest link, count ×
+  ring steps × latency + ring bytes per device / bandwidth; ring steps 2(n − 1) for an
+  all-reduce, n − 1 for reduce-scatter, all-gather and all-to-all, 1 point to point.
+- **Overlap** (``overlap = true``, the default): the data-parallel traffic of parameters and
+  gradients in the forward, backward and gradient-sync phases (FSDP/ZeRO-3 prefetched
+  gathers, gradient reduce-scatter or all-reduce with backward) hides behind compute, so
+  the step takes max(compute, that traffic) + the rest; the rest (tensor and sequence
+  parallel collectives, pipeline sends, all-to-all, context exchanges, the parameter refresh
+  after the optimizer step, host transfers) is on the critical path. With
+  ``overlap = false`` everything adds up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import sympy
+
+from .. import hardware as hw
+from .. import ir
+from ..ir import Role
+from ..ir import collectives as schedule
+from ..ir.collectives import Kind, Phase
+from ..ir.groups import padded_vocab
+from .comm import SizedCollective
+from .symbolic import symbol, to_sympy
+
+ZERO = sympy.Integer(0)
+ONE = sympy.Integer(1)
+
+
+@dataclass(frozen=True)
+class Flops:
+    """FLOPs per token, forward, of the parts of a transformer."""
+
+    layer: sympy.Expr  # the matrices of the layers, summed over all layers
+    attention: sympy.Expr  # the attention core, summed over all layers (causal halving applied)
+    head: sympy.Expr  # the output layer (and the MTP modules' own matrices)
+
+    @property
+    def forward(self) -> sympy.Expr:
+        return self.layer + self.attention + self.head
+
+
+def _v(x: ir.Value | None, default: sympy.Expr | None = None) -> sympy.Expr:
+    return default if x is None else to_sympy(x)
+
+
+def flops_per_token(t: ir.TransformerShape, s: sympy.Expr, causal: bool = True) -> Flops:
+    """Forward FLOPs per token of a transformer shape (an independent count from its fields)."""
+    h, L, a, kv, f, E, k = (to_sympy(x) for x in (t.hidden, t.layers, t.heads, t.kv_heads, t.ffn, t.experts, t.top_k))
+    V = to_sympy(padded_vocab(t))
+    mats = 3 if t.gated_mlp else 2
+    if t.mla:
+        nope, rope, vd = _v(t.qk_nope_dim), _v(t.qk_rope_dim), _v(t.v_head_dim)
+        kvr = _v(t.kv_lora_rank)
+        qk = nope + rope
+        if t.q_lora_rank is not None:
+            r = to_sympy(t.q_lora_rank)
+            q = h * r + r * a * qk  # the down- and the up-projection of the query
+        else:
+            q = h * a * qk
+        attn_w = q + h * (kvr + rope) + kvr * a * (nope + vd) + a * vd * h
+        d_qk, d_v = qk, vd
+    else:
+        dh = _v(t.head_dim, h / a)
+        attn_w = 2 * h * a * dh + 2 * h * kv * dh
+        d_qk = d_v = dh
+    core = 2 * s * a * d_qk + 2 * s * a * d_v
+    if causal:
+        core = core / 2
+    moe = E != 1
+    if moe:
+        fe = _v(t.expert_ffn, f)
+        n_dense = _v(t.dense_layers, ZERO)
+        shared = _v(t.shared_experts, ZERO)
+        fs = _v(t.shared_expert_ffn, fe)
+        moe_w = k * mats * h * fe + shared * mats * h * fs + h * E + (h if t.shared_expert_gate else ZERO)
+        mlp_total = n_dense * mats * h * f + (L - n_dense) * moe_w
+        last_mlp = moe_w
+    else:
+        mlp_total = L * mats * h * f
+        last_mlp = mats * h * f
+    layer = 2 * (L * attn_w + mlp_total)
+    head = 2 * V * h
+    mtp = _v(t.mtp_layers, ZERO)
+    if mtp != 0:  # each module: a 2h -> h projection, one layer (of the last kind) and the shared output layer
+        head = head + mtp * (2 * (2 * h * h + attn_w + last_mlp) + core + 2 * V * h)
+    return Flops(sympy.expand(layer), sympy.expand(L * core), sympy.expand(head))
+
+
+@dataclass(frozen=True)
+class CollectiveTime:
+    sized: SizedCollective
+    seconds: sympy.Expr
+    link: str
+    overlapped: bool
+
+
+@dataclass(frozen=True)
+class StepTime:
+    tokens: sympy.Expr  # tokens per step, all devices
+    model_flops: sympy.Expr  # per step, all devices, without recompute (MFU's numerator)
+    device_flops: sympy.Expr  # executed per device per step on the busiest stage (recompute included)
+    compute: sympy.Expr  # seconds, the bubble included
+    bubble: sympy.Expr  # seconds of it the pipeline idles
+    overlapped: sympy.Expr  # seconds of communication that may hide behind compute
+    exposed: sympy.Expr  # seconds of communication on the critical path
+    step: sympy.Expr  # seconds
+    tokens_per_second: sympy.Expr
+    mfu: sympy.Expr  # model FLOPs / (step × devices × peak)
+    devices: sympy.Expr
+    peak: sympy.Expr
+    collectives: tuple[CollectiveTime, ...]
+    assumptions: tuple[str, ...]
+
+    def per_link(self) -> dict[str, sympy.Expr]:
+        out: dict[str, sympy.Expr] = {}
+        for c in self.collectives:
+            out[c.link] = out.get(c.link, ZERO) + c.seconds
+        return out
+
+
+_STEPS = {
+    Kind.ALL_REDUCE: lambda n: 2 * (n - 1),
+    Kind.REDUCE_SCATTER: lambda n: n - 1,
+    Kind.ALL_GATHER: lambda n: n - 1,
+    Kind.ALL_TO_ALL: lambda n: n - 1,
+    Kind.P2P: lambda n: ONE,
+    Kind.HOST_TO_DEVICE: lambda n: ONE,
+    Kind.DEVICE_TO_HOST: lambda n: ONE,
+}
+_HOST_LINKS = {"a100_40gb": "pcie4", "a100_80gb": "pcie4", "l40s": "pcie4"}
+
+
+def _product(axes) -> sympy.Expr:
+    return sympy.Mul(*(symbol(a) for a in axes)) if axes else ONE
+
+
+def _slowest(hwr: ir.Hardware, plan: ir.Plan, axes: tuple[str, ...]) -> tuple[str, sympy.Expr, sympy.Expr]:
+    """(link name, bandwidth, latency) of a group: its slowest axis link (an axis with no link
+    class is taken as crossing nodes)."""
+    best = None
+    for a in axes:
+        name = plan.mesh.axis(a).link or "inter_node"
+        k = hwr.link(name)
+        if k is None:
+            continue
+        bw, lat = to_sympy(k.bandwidth), to_sympy(k.latency)
+        if best is None or (bw.is_number and best[1].is_number and bw < best[1]):
+            best = (name, bw, lat)
+    if best is None:
+        k = hw.link("ib_ndr")
+        return "inter_node", sympy.Rational(k.bandwidth), sympy.Rational(k.latency)
+    return best
+
+
+def _host(hwr: ir.Hardware) -> tuple[str, sympy.Expr, sympy.Expr]:
+    k = hw.link(_HOST_LINKS.get(hwr.device, "pcie5"))
+    return "host", sympy.Rational(k.bandwidth), sympy.Rational(k.latency)
+
+
+def _overlappable(c: SizedCollective, plan: ir.Plan) -> bool:
+    col = c.collective
+    if col.state not in (ir.State.PARAMS, ir.State.GRADS) or not col.axes:
+        return False
+    if col.phase not in (Phase.FORWARD, Phase.BACKWARD, Phase.GRAD_SYNC):
+        return False
+    return all(schedule.role_of(plan, a) in (Role.DATA, Role.EXPERT) for a in col.axes)
+
+
+def step_time(pc, hwr: ir.Hardware, causal: bool | None = None) -> StepTime | None:
+    """The step-time model of a derived plan on its hardware; None without a transformer shape
+    (FLOPs need one)."""
+    plan, sh, lay = pc.plan, pc.shape, pc.layout
+    t = plan.model.transformer
+    if t is None:
+        return None
+    fl = flops_per_token(t, sh.s, causal if causal is not None else plan.model.attention_flops == "causal")
+    data = _product(schedule.axes_with_role(plan, Role.DATA) + schedule.axes_with_role(plan, Role.EXPERT))
+    devices = _product(plan.mesh.names)
+    mb_tokens = sh.b * sh.s
+    tokens = mb_tokens * sh.m * data
+    model_flops = 3 * fl.forward * tokens
+    extra = ZERO
+    if lay.recompute is ir.Recompute.FULL:
+        extra = fl.layer + fl.attention
+    elif lay.recompute is ir.Recompute.SELECTIVE:
+        extra = fl.attention
+    p, v = lay.p, lay.v
+    # one microbatch on the last stage, per device
+    stage = (3 * (fl.layer + fl.attention) + extra) / p + 3 * fl.head
+    mb_flops = mb_tokens / lay.c * stage / lay.t
+    peak = to_sympy(hwr.flops)
+    mfu = to_sympy(hwr.mfu)
+    t_mb = mb_flops / (peak * mfu)
+    pipelined = schedule.pipeline_axis(plan) is not None
+    slots = sh.m + (p - 1) / v if pipelined else sh.m
+    compute = slots * t_mb
+    bubble = compute - sh.m * t_mb
+    times = []
+    for c in pc.communication.collectives:
+        col = c.collective
+        if col.axes:
+            name, bw, lat = _slowest(hwr, plan, col.axes)
+        else:
+            name, bw, lat = _host(hwr)
+        secs = c.count * _STEPS[col.kind](c.group) * lat + c.bytes_per_device / bw
+        times.append(CollectiveTime(c, secs, name, hwr.overlap and _overlappable(c, plan)))
+    over = sympy.Add(*(x.seconds for x in times if x.overlapped))
+    exposed = sympy.Add(*(x.seconds for x in times if not x.overlapped))
+    step = (sympy.Max(compute, over) if hwr.overlap and times else compute + over) + exposed
+    assumptions = (
+        f"{hwr.title}: {hwr.precision} peak, MFU {sympy.nsimplify(mfu)} of it",
+        "attention FLOPs halved by causal masking" if plan.model.attention_flops == "causal" and causal is not False
+        else "attention FLOPs counted in full",
+        "data-parallel parameter and gradient traffic overlaps with compute" if hwr.overlap
+        else "no communication overlaps with compute",
+    )
+    return StepTime(tokens, model_flops, mb_flops * sh.m, compute, bubble, over, exposed, step,
+                    tokens / step, model_flops / (step * devices * peak), devices, peak, tuple(times), assumptions)
+
+
+def catalogue_hardware(plan: ir.Plan, name: str, base: ir.Hardware | None = None) -> ir.Hardware | None:
+    """The hardware of a catalogue device for ``plan``'s mesh (``--device NAME``): the link
+    classes the spec defines stay; every other one is the device's node link (``intra_node``
+    its NVLink or PCIe, any other name its network link). None when ``name`` is not in the
+    catalogue."""
+    d = hw.device(name)
+    if d is None:
+        return None
+    own = {k.name: k for k in base.links} if base is not None else {}
+    links = []
+    names = {a.link for a in plan.mesh.axes if a.link} | set(hw.NODE_LINKS)
+    for ln in sorted(names):
+        if ln in own and hw.link(own[ln].title.split(":")[0]) is None:
+            links.append(own[ln])  # the user's own figures
+            continue
+        k = hw.link(ln) or hw.link(d.intra_link if ln == "intra_node" else d.inter_link)
+        links.append(ir.LinkClass(ln, k.title if k.name == ln else f"{k.name}: {k.title}", ir.const(k.bandwidth),
+                                  ir.const(k.latency)))
+    precision = base.precision if base is not None and base.precision in d.flops else "bf16"
+    return ir.Hardware(d.name, d.title, ir.const(d.memory), ir.const(d.flops[precision]), precision,
+                       base.mfu if base is not None else ir.Const(Fraction(1, 2)),
+                       tuple(links), base.overlap if base is not None else True)

@@ -1,0 +1,138 @@
+"""The hardware catalogue: devices (memory, peak dense FLOP/s per precision, HBM bandwidth)
+and link classes (bandwidth per direction per device, latency per step), with the source of
+every figure.
+
+Pure data, exact: every figure is a ``Fraction`` (bytes, FLOP/s, bytes/s, seconds). Memory
+capacities are binary: the vendors' "80 GB" of HBM3 is 80 GiB = 85,899,345,920 bytes (the
+DRAM dies are binary); what a runtime reports as total is a little less (nvidia-smi says
+81,559 MiB on an H100 SXM), which ``conventions { reserve = ... }`` accounts for. Peak
+FLOP/s are the dense figures (the datasheets' "with sparsity" figures halved). Link
+bandwidths are per direction per device (NVLink 4's "900 GB/s" is 450 GB/s each way);
+latencies are assumptions of the order NCCL's own tuning model uses, documented as such
+(docs/hardware.md), and meant to be replaced by measured figures where a user has them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+GiB = 2**30
+GB = 10**9
+T = 10**12  # tera
+P = 10**15  # peta
+
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+
+
+def _f(x: str | int) -> Fraction:
+    return Fraction(x)
+
+
+@dataclass(frozen=True)
+class Link:
+    name: str
+    title: str
+    bandwidth: Fraction  # bytes per second, per direction, per device
+    latency: Fraction  # seconds per step of a ring (α)
+    sources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    title: str
+    memory: int  # bytes
+    memory_label: str  # the vendor's figure, as printed
+    flops: dict = field(default_factory=dict)  # precision -> dense peak FLOP/s
+    hbm_bandwidth: Fraction = Fraction(0)  # bytes per second
+    intra_link: str = "pcie5"  # between the devices of a node
+    inter_link: str = "ib_ndr"  # between nodes (one NIC per device)
+    per_node: int = 8
+    sources: tuple[str, ...] = ()
+
+    def peak(self, precision: str) -> Fraction | None:
+        return self.flops.get(precision)
+
+
+_A100 = ("NVIDIA A100 Tensor Core GPU datasheet (2021): 312 TFLOPS BF16/FP16 dense, 156 TF32, "
+         "19.5 FP32; 1,555 GB/s (40GB) and 2,039 GB/s (80GB SXM); NVLink 3 600 GB/s")
+_H100 = ("NVIDIA H100 Tensor Core GPU datasheet (2023): SXM 1,979 TFLOPS BF16 and 3,958 FP8 with sparsity "
+         "(989.4 and 1,978.9 dense, NVIDIA H100 whitepaper), 3.35 TB/s; PCIe 1,513 BF16 and 3,026 FP8 with "
+         "sparsity, 2 TB/s; NVLink 4 900 GB/s")
+_H200 = "NVIDIA H200 Tensor Core GPU datasheet (2024): 141 GB HBM3e, 4.8 TB/s; Hopper compute as the H100 SXM"
+_B200 = ("NVIDIA HGX B200 / DGX B200 datasheets (2024): 180 GB HBM3e and 8 TB/s per GPU; FP8 9 PFLOPS, "
+         "BF16 4.5 PFLOPS, TF32 2.2 PFLOPS with sparsity (dense: half); NVLink 5 1.8 TB/s")
+_MI300X = ("AMD Instinct MI300X data sheet (2023): 192 GB HBM3, 5.3 TB/s; 1,307.4 TFLOPS BF16/FP16 and "
+           "2,614.9 FP8 dense, 653.7 TF32, 163.4 FP32; Infinity Fabric 7 links, 896 GB/s aggregate")
+_L40S = ("NVIDIA L40S datasheet (2023): 48 GB GDDR6 with ECC, 864 GB/s; 362.05 TFLOPS BF16/FP16 and "
+         "733 FP8 dense (733 and 1,466 with sparsity), 183 TF32, 91.6 FP32; PCIe Gen4 x16")
+
+DEVICES: dict[str, Device] = {d.name: d for d in (
+    Device("a100_40gb", "NVIDIA A100 SXM4 40GB", 40 * GiB, "40 GB HBM2",
+           {"fp32": _f("19.5e12"), "tf32": _f(156 * T), "bf16": _f(312 * T), "fp16": _f(312 * T)},
+           _f(1555 * GB), "nvlink3", "ib_hdr", 8, (_A100,)),
+    Device("a100_80gb", "NVIDIA A100 SXM4 80GB", 80 * GiB, "80 GB HBM2e",
+           {"fp32": _f("19.5e12"), "tf32": _f(156 * T), "bf16": _f(312 * T), "fp16": _f(312 * T)},
+           _f(2039 * GB), "nvlink3", "ib_hdr", 8, (_A100,)),
+    Device("h100_sxm", "NVIDIA H100 SXM5 80GB", 80 * GiB, "80 GB HBM3",
+           {"fp32": _f("66.9e12"), "tf32": _f("494.7e12"), "bf16": _f("989.4e12"), "fp16": _f("989.4e12"),
+            "fp8": _f("1978.9e12")},
+           _f("3.35e12"), "nvlink4", "ib_ndr", 8, (_H100,)),
+    Device("h100_pcie", "NVIDIA H100 PCIe 80GB", 80 * GiB, "80 GB HBM2e",
+           {"fp32": _f("51.2e12"), "tf32": _f("378e12"), "bf16": _f("756.5e12"), "fp16": _f("756.5e12"),
+            "fp8": _f("1513e12")},
+           _f(2 * T), "pcie5", "ib_ndr", 8, (_H100,)),
+    Device("h200", "NVIDIA H200 SXM 141GB", 141 * GiB, "141 GB HBM3e",
+           {"fp32": _f("66.9e12"), "tf32": _f("494.7e12"), "bf16": _f("989.4e12"), "fp16": _f("989.4e12"),
+            "fp8": _f("1978.9e12")},
+           _f("4.8e12"), "nvlink4", "ib_ndr", 8, (_H200, _H100)),
+    Device("b200", "NVIDIA B200 (HGX B200) 180GB", 180 * GiB, "180 GB HBM3e",
+           {"tf32": _f("1.1e15"), "bf16": _f("2.25e15"), "fp16": _f("2.25e15"), "fp8": _f("4.5e15")},
+           _f(8 * T), "nvlink5", "ib_ndr", 8, (_B200,)),
+    Device("mi300x", "AMD Instinct MI300X 192GB", 192 * GiB, "192 GB HBM3",
+           {"fp32": _f("163.4e12"), "tf32": _f("653.7e12"), "bf16": _f("1307.4e12"), "fp16": _f("1307.4e12"),
+            "fp8": _f("2614.9e12")},
+           _f("5.3e12"), "infinity_fabric", "roce_400", 8, (_MI300X,)),
+    Device("l40s", "NVIDIA L40S 48GB", 48 * GiB, "48 GB GDDR6",
+           {"fp32": _f("91.6e12"), "tf32": _f("183e12"), "bf16": _f("362.05e12"), "fp16": _f("362.05e12"),
+            "fp8": _f("733e12")},
+           _f(864 * GB), "pcie4", "roce_200", 8, (_L40S,)),
+)}
+
+_ALPHA = ("latency: an assumption of the order of NCCL's tuning model (per-step hardware latency "
+          "about 1 µs on NVLink, 2 µs on PCIe, 5 µs across the network); measure and override")
+
+LINKS: dict[str, Link] = {k.name: k for k in (
+    Link("nvlink3", "NVLink 3 (A100): 12 links, 600 GB/s bidirectional", _f(300 * GB), _f("1e-6"), (_A100, _ALPHA)),
+    Link("nvlink4", "NVLink 4 (H100, H200): 18 links, 900 GB/s bidirectional", _f(450 * GB), _f("1e-6"),
+         (_H100, _ALPHA)),
+    Link("nvlink5", "NVLink 5 (B200): 18 links, 1.8 TB/s bidirectional", _f(900 * GB), _f("1e-6"), (_B200, _ALPHA)),
+    Link("pcie4", "PCIe Gen4 x16: 64 GB/s bidirectional", _f(32 * GB), _f("2e-6"),
+         ("PCI-SIG PCIe 4.0 x16, 16 GT/s per lane (nominal 32 GB/s per direction)", _ALPHA)),
+    Link("pcie5", "PCIe Gen5 x16: 128 GB/s bidirectional", _f(64 * GB), _f("2e-6"),
+         ("PCI-SIG PCIe 5.0 x16, 32 GT/s per lane (nominal 64 GB/s per direction)", _ALPHA)),
+    Link("infinity_fabric", "AMD Infinity Fabric (MI300X): 7 links, 896 GB/s aggregate bidirectional",
+         _f(448 * GB), _f("1e-6"), (_MI300X, _ALPHA)),
+    Link("ib_hdr", "InfiniBand HDR, 200 Gb/s per device", _f(25 * GB), _f("5e-6"),
+         ("NVIDIA ConnectX-6 / Quantum HDR: 200 Gb/s per port", _ALPHA)),
+    Link("ib_ndr", "InfiniBand NDR, 400 Gb/s per device", _f(50 * GB), _f("5e-6"),
+         ("NVIDIA ConnectX-7 / Quantum-2 NDR: 400 Gb/s per port", _ALPHA)),
+    Link("ib_xdr", "InfiniBand XDR, 800 Gb/s per device", _f(100 * GB), _f("5e-6"),
+         ("NVIDIA ConnectX-8 / Quantum-X800 XDR: 800 Gb/s per port", _ALPHA)),
+    Link("roce_200", "RoCE, 200 Gb/s Ethernet per device", _f(25 * GB), _f("5e-6"),
+         ("IEEE 802.3 200GbE line rate", _ALPHA)),
+    Link("roce_400", "RoCE, 400 Gb/s Ethernet per device", _f(50 * GB), _f("5e-6"),
+         ("IEEE 802.3 400GbE line rate", _ALPHA)),
+)}
+
+# The link classes an axis may name without defining them: a device's own node links.
+NODE_LINKS = ("intra_node", "inter_node")
+
+
+def device(name: str) -> Device | None:
+    return DEVICES.get(name.lower())
+
+
+def link(name: str) -> Link | None:
+    return LINKS.get(name.lower())
