@@ -264,7 +264,10 @@ def enumerate_space(space: Space, t: ir.TransformerShape):
             cols = {"dp": np.full(n, dp), "tp": np.full(n, tp), "pp": np.full(n, pp), "cp": np.full(n, cp),
                     "ep": np.full(n, ep), "mb": mb[ok], "nmb": nmb[ok], "nv": nv[ok]}
             block = np.stack([cols[k].astype(np.int64) for k in SIZE_SYMBOLS], axis=1)
-            for strat, rec in itertools.product(space.strategies, space.recompute):
+            # one data replica: every data strategy is plain replication (a size-1 axis gathers
+            # and reduces nothing, which ddp's closed forms give at size 1; ZeRO's do not)
+            strategies = space.strategies if dp > 1 else ("ddp",)
+            for strat, rec in itertools.product(strategies, space.recompute):
                 out.setdefault(Structure(strat, rec, sched, present), []).append(block)
     return {s: np.concatenate(b) for s, b in out.items()}, looked
 

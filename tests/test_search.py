@@ -1,0 +1,192 @@
+"""``placement search`` against a brute force: every configuration of a small space written as
+a spec with literal sizes and derived on its own (no compilation, no vectorisation)."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("numpy")
+
+from placement_logic import hardware as hw  # noqa: E402
+from placement_logic import search  # noqa: E402
+from placement_logic.cli import main  # noqa: E402
+from placement_logic.costs import derive, steptime, with_sizes  # noqa: E402
+from placement_logic.costs.symbolic import symbol  # noqa: E402
+from placement_logic.frontend.loader import load_string  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = """model {
+  transformer {
+    hidden = 2048
+    layers = 16
+    heads = 16
+    kv_heads = 4
+    ffn = 5632
+    vocab = 32000
+    norm = rmsnorm
+    gated_mlp
+    bias = false
+  }
+}
+"""
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    return main(list(argv), out, err), out.getvalue(), err.getvalue()
+
+
+def _space(**kw) -> search.Space:
+    base = dict(devices=16, global_batch=64, seq=4096, device="l40s", tp=(1, 2, 4), pp=(1, 2, 4),
+                microbatch=(1, 2), chunks=(2,), strategies=("ddp", "zero1", "zero3"), recompute=("none", "full"))
+    base.update(kw)
+    return search.Space(**base)
+
+
+def _brute_force(model_path: Path, space: search.Space):
+    """Every configuration, each one its own spec with literal sizes, derived exactly."""
+    block, shape, _ = search.model_text(str(model_path), space.seq)
+    cap = hw.device(space.device).memory
+    heads, kv, layers = 16, 4, 16
+    found = {}
+    for tp, pp, mb, strat, rec, sched in itertools.product(space.tp, space.pp, space.microbatch, space.strategies,
+                                                           space.recompute, space.schedules):
+        if space.devices % (tp * pp) or heads % tp or (kv % tp and tp % kv):
+            continue
+        if space.devices == tp * pp and strat != "ddp":
+            continue  # one data replica: the search writes it as ddp
+        if pp == 1 and sched != space.schedules[0]:
+            continue
+        dp = space.devices // (tp * pp)
+        if space.global_batch % (dp * mb):
+            continue
+        nmb = space.global_batch // (dp * mb)
+        for nv in (space.chunks if (pp > 1 and sched == "interleaved") else (1,)):
+            if layers % (pp * nv) or (pp > 1 and sched == "interleaved" and nmb % pp):
+                continue
+            s = search.Structure(strat, rec, sched if pp > 1 else None,
+                                 tuple(a for a, n in (("tp", tp), ("pp", pp)) if n > 1))
+            z = {"dp": dp, "tp": tp, "pp": pp, "cp": 1, "ep": 1, "mb": mb, "nmb": nmb, "nv": nv}
+            spec = load_string(search.spec_text(block, s, z, space.device, space.mfu, literal=True), "<bf>")
+            plan = spec.plans[0]
+            subs = {symbol(k): v for k, v in z.items()}
+            pc = derive(with_sizes(plan, subs), sized=True)
+            st = steptime.step_time(pc, plan.mesh.hardware)
+            mem = pc.memory.device_total.xreplace(subs)
+            step = st.step.xreplace(subs)
+            found[(s, tuple(sorted(z.items())))] = (Fraction(int(mem.p), int(mem.q)), Fraction(int(step.p), int(step.q)),
+                                                    mem <= cap)
+    return found
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory) -> Path:
+    p = tmp_path_factory.mktemp("search") / "model.place"
+    p.write_text(MODEL)
+    return p
+
+
+def test_vectorised_search_agrees_with_the_brute_force(model_file):
+    space = _space()
+    result = search.run(str(model_file), space, top=5, check=False)
+    truth = _brute_force(model_file, space)
+    assert result.valid == len(truth)
+    fitting = sorted(((v[1], v[0]), str(k)) for k, v in truth.items() if v[2])
+    assert result.fitting == len(fitting)
+    # every evaluated row equals its exact derivation: memory to the byte, time to 1e-9
+    for s, sizes, vals in result.parts:
+        for row, v in zip(sizes.tolist(), vals.tolist()):
+            z = dict(zip(search.SIZE_SYMBOLS, row))
+            mem, step, _ = truth[(s, tuple(sorted(z.items())))]
+            if z["dp"] == 1:  # every strategy on one replica: the brute force derives it too
+                one = search.Structure("zero3", s.recompute, s.schedule, s.axes)
+                spec = load_string(search.spec_text(search.model_text(str(model_file), 4096)[0], one, z, "l40s",
+                                                    None, literal=True), "<bf>")
+                pc = derive(with_sizes(spec.plans[0], {symbol(k): n for k, n in z.items()}), sized=True)
+                assert pc.memory.device_total.xreplace({symbol(k): n for k, n in z.items()}) == mem
+            assert abs(v[0] - mem) < 0.5 and abs(v[1] - float(step)) <= 1e-9 * float(step)
+    # the fastest is the brute force's fastest, and the top rows carry the exact figures
+    best_step = fitting[0][0][0]
+    top = result.ranked[0]
+    assert top.exact_step == best_step and top.agrees
+    assert [c.exact_step for c in result.ranked] == sorted(c.exact_step for c in result.ranked)
+
+
+def test_frontier_is_pareto_optimal(model_file):
+    result = search.run(str(model_file), _space(), top=3, check=False)
+    pts = [(v[0], v[1]) for _, _, vals in result.parts for v in vals.tolist()
+           if v[0] <= hw.device("l40s").memory]
+    for c in result.frontier:
+        assert not any(m < c.memory and t < c.step for m, t in pts)
+    mems = [c.memory for c in result.frontier]
+    assert mems == sorted(mems, reverse=True)
+
+
+def test_cli_table_emit_and_check(model_file, tmp_path):
+    args = ["search", str(model_file), "--device", "l40s", "--devices", "16", "--global-batch", "64", "--seq",
+            "4096", "--tp", "1,2,4", "--pp", "1..4", "--top", "3"]
+    status, out, err = run_cli(*args)
+    assert status == 0, err
+    assert "fastest configurations that fit" in out and "proved" in out
+    assert "every row agrees with the vectorised figures" in out
+    status, emitted, _ = run_cli(*args, "--emit", "2")
+    assert status == 0 and emitted.startswith("# dp")
+    spec_file = tmp_path / "row2.place"
+    spec_file.write_text(emitted)
+    status, cost_out, err = run_cli("cost", str(spec_file), "--no-cache")
+    assert status == 0 and "fit: fits" in cost_out, err
+    status, js, _ = run_cli(*args, "--format", "json", "--no-check")
+    doc = json.loads(js)
+    assert doc["command"] == "search" and len(doc["ranked"]) == 3
+    assert doc["ranked"][0]["step_s"] <= doc["ranked"][1]["step_s"]
+    status, csv_text, _ = run_cli(*args, "--format", "csv", "--no-check")
+    assert csv_text.splitlines()[0].startswith("rank,dp,tp,pp") and len(csv_text.splitlines()) == 4
+
+
+def test_hugging_face_config_is_a_model(tmp_path):
+    cfg = ROOT / "tests" / "data" / "hf" / "llama3_8b.json"
+    if not cfg.exists():
+        cfg = next((ROOT / "tests" / "data" / "hf").glob("*llama*.json"))
+    status, out, err = run_cli("search", str(cfg), "--device", "h100_sxm", "--devices", "64", "--global-batch", "512",
+                               "--seq", "4096", "--top", "2", "--no-check")
+    assert status == 0, err
+    assert "fastest configurations that fit" in out
+
+
+def test_nothing_fits_exits_one(model_file):
+    status, out, _ = run_cli("search", str(model_file), "--device", "l40s", "--devices", "1", "--global-batch", "64",
+                             "--seq", "65536", "--tp", "1", "--pp", "1", "--recompute", "none")
+    assert status == 1 and "no configuration fits" in out
+
+
+@pytest.mark.parametrize("extra,words", [
+    (["--tp", "0"], "--tp 0: a positive integer"),
+    (["--tp", "8..1"], "runs backwards"),
+    (["--strategies", "zero4"], "'zero4' is not one of"),
+    (["--mfu", "2"], "must lie in (0, 1]"),
+    (["--devices", "abc"], "--devices abc: a positive integer"),
+])
+def test_bad_options_are_diagnostics(model_file, extra, words):
+    args = ["search", str(model_file), "--device", "l40s", "--devices", "16", "--global-batch", "64", "--seq", "4096"]
+    if "--devices" in extra:
+        args[args.index("--devices") + 1] = extra[1]
+        extra = []
+    status, _, err = run_cli(*args, *extra)
+    assert status == 2 and "[PL301]" in err and words in err and "Traceback" not in err
+
+
+def test_unknown_device_and_model_without_shape(tmp_path):
+    status, _, err = run_cli("search", str(ROOT / "examples" / "models" / "llama3_8b.place"), "--device", "h100x",
+                             "--devices", "8", "--global-batch", "8", "--seq", "1024")
+    assert status == 2 and "[PL150]" in err
+    f = tmp_path / "m.place"
+    f.write_text("model { params = 7e9 }\n")
+    status, _, err = run_cli("search", str(f), "--device", "h100_sxm", "--devices", "8", "--global-batch", "8",
+                             "--seq", "1024")
+    assert status == 2 and "[PL151]" in err and "transformer shape" in err
