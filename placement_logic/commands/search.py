@@ -195,10 +195,9 @@ def _header(result) -> str:
 
     sp = result.space
     d = hardware.device(sp.device)
-    t = result.timings
     return (f"search: {sp.devices} x {d.title}, global batch {sp.global_batch} x {sp.seq} tokens\n"
             f"{result.candidates:,} candidates, {result.valid:,} valid, {result.fitting:,} fit "
-            f"({result.structures} structures derived; {sum(t.values()):.2f} s)\n")
+            f"({result.structures} structures derived)\n")
 
 
 def render_text(result) -> str:
@@ -231,6 +230,7 @@ def render_text(result) -> str:
     bad = [r["rank"] for r in rows(result) if r["agrees"] is False]
     con.print("exact re-derivation: " + ("every row agrees with the vectorised figures" if not bad
                                          else f"rows {bad} DISAGREE with the vectorised figures"))
+    con.print(f"searched in {sum(result.timings.values()):.2f} s")
     return buf.getvalue()
 
 

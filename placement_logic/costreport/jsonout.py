@@ -66,7 +66,24 @@ def _plan(p: PlanReport) -> dict:
             ],
         },
         "notes": list(p.notes),
+        **_fit_time(p),
     }
+
+
+def _fit_time(p: PlanReport) -> dict:
+    """``fit`` and ``time``, only with a device (keys added in schema 1)."""
+    out: dict = {}
+    if p.fit is not None:
+        f = p.fit
+        out["fit"] = {"device": f.device, "fits": f.fits, "capacity": quantity(f.capacity),
+                      "peak": quantity(f.peak), "headroom": quantity(f.headroom)}
+    if p.time is not None:
+        t = p.time
+        out["time"] = {**{k: quantity(getattr(t, k), "value") for k in (
+            "step", "compute", "bubble", "overlapped", "exposed", "tokens", "tokens_per_second", "model_flops", "mfu")},
+            "per_link_seconds": {k: quantity(v, "value") for k, v in t.per_link.items()},
+            "assumptions": list(t.assumptions)}
+    return out
 
 
 def _stages(p: PlanReport) -> dict:
@@ -100,6 +117,7 @@ def to_json(r: CostReport) -> dict:
             "plans": len(r.plans),
             "asserts_failed": r.failed_asserts,
             "asserts_unknown": r.unknown_asserts,
+            "unfit": list(r.unfit),
         },
     }
     if r.command == "compare":

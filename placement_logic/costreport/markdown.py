@@ -62,8 +62,30 @@ def _plan(p: PlanReport, show_groups: bool = False) -> list[str]:
                    f"| {_cell(c.bytes_per_device)} | {_cell(c.volume)} |")
     out.append(f"| **total (network)** | | | | | {_cell(p.comm_total)} | {_cell(p.volume_total)} |")
     out.append("")
+    out += _time(p)
     out += [f"> note: {_esc(n)}" for n in p.notes]
     return out + [""] if p.notes else out
+
+
+def _time(p: PlanReport) -> list[str]:
+    from .text import fit_line
+
+    out = []
+    tm = p.time
+    if tm is not None:
+        out += ["| step time | value |", "|---|---:|",
+                f"| step | {units.seconds(tm.step.exact)} |",
+                f"| compute (bubble included) | {units.seconds(tm.compute.exact)} |",
+                f"| pipeline bubble | {units.seconds(tm.bubble.exact)} |",
+                f"| communication hidden behind compute | {units.seconds(tm.overlapped.exact)} |",
+                f"| communication exposed | {units.seconds(tm.exposed.exact)} |",
+                f"| tokens per second | {units.scaled(tm.tokens_per_second.exact)} |",
+                f"| MFU | {units.percent(tm.mfu.exact)} |", ""]
+        out += [f"> assumes: {_esc(a)}" for a in tm.assumptions] + [""]
+    line = fit_line(p)
+    if line is not None:
+        out += [f"**{_esc(line)}**", ""]
+    return out
 
 
 def _compare(r: CostReport) -> list[str]:
