@@ -112,3 +112,19 @@ def test_kv_heads_follow_the_set_tensor_size(tmp_path, capsys):
     per_layer = 2 * 4096 * 1024 + 2 * 1024  # K and V: h·d_kv weights and d_kv biases each
     assert kv(out4) == 2 * 32 * per_layer // 4 // 4  # bytes · L · per layer ÷ t ÷ pp
     assert kv(out16) == 2 * 32 * per_layer // 8 // 4
+
+
+@pytest.mark.parametrize("multiple,ok", [(256, True), (128, True), (3, False), (None, False)])
+def test_a_padded_vocabulary_is_judged_padded(tmp_path, capsys, multiple, ok):
+    """50257 rows padded to a multiple of 256 (or 128) split evenly over 2 tensor ranks; padded to
+    a multiple of 3 (50259 rows) or not padded, they do not."""
+    pad = f"    vocab_multiple = {multiple}\n" if multiple else ""
+    f = tmp_path / "s.place"
+    f.write_text("from std.tensor import megatron_tp\nmodel {\n  transformer {\n    hidden = 64\n    layers = 2\n"
+                 f"    heads = 4\n    ffn = 256\n    vocab = 50257\n{pad}  }}\n}}\nmesh {{ tp = 2 }}\n"
+                 "plan p { tp: megatron_tp }\n")
+    status = main(["cost", str(f)])
+    err = capsys.readouterr().err
+    assert (status == 0) == ok and (("[PL130]" in err) != ok)
+    if multiple == 3:
+        assert "the vocabulary padded to a multiple of 3 (50259)" in err

@@ -380,11 +380,11 @@ def megatron_to_spec(text: str, file: str, devices: int, problems: list[str] | N
         if (method, n) == ("uniform", 1) or (method == "block" and n >= per_chunk):
             extra.append("use full_recompute")
         else:
-            problems.append(f"--recompute-method {method} --recompute-num-layers {n}: the DSL's full recompute keeps "
-                            "each layer's input and recomputes every layer (uniform 1, or block over all "
-                            f"{per_chunk} layers of a chunk); "
-                            + ("groups of several layers" if method == "uniform" else "recomputing some layers only")
-                            + " are not modelled, so the plan recomputes every layer")
+            what = (f"checkpointing groups of {n} layers" if method == "uniform" else
+                    f"recomputing only {n} of the {per_chunk} layers of each chunk")
+            problems.append(f"--recompute-method {method} --recompute-num-layers {n}: {what} is not modelled (full "
+                            "recompute keeps each layer's input and recomputes every layer: uniform 1, or block over "
+                            "every layer of a chunk); the plan recomputes every layer")
             extra.append("use full_recompute")
     if got.get("flash"):
         extra.append("flash_attention")
