@@ -1,8 +1,10 @@
 """Hugging Face config.json in: `placement import hf` and `model from "config.json"`.
 
 Oracle: the parameter counts the model authors publish (the safetensors totals of the model
-cards: Llama-3-8B, Qwen2.5-7B, Mixtral-8x7B, Qwen1.5-MoE-A2.7B, Gemma-7B, GPT-2) and, for
-DeepSeek-V3, the hand-enumerated checkpoint of tests/test_models.py with its MTP module. The
+cards: Llama-3-8B, Mistral-7B-v0.1, Qwen2.5-7B, Qwen3-8B, Mixtral-8x7B, Qwen1.5-MoE-A2.7B,
+Qwen3-30B-A3B, DeepSeek-V2-Lite, Gemma-7B, Gemma-2-9B, GPT-2; Pythia-160M's total from the
+Pythia paper's table of models) and, for DeepSeek-V3, the hand-enumerated checkpoint of
+tests/test_models.py with its MTP module. One config per supported family. The
 configs under tests/data/hf/ are written from the published architecture descriptions."""
 
 from __future__ import annotations
@@ -27,7 +29,22 @@ PUBLISHED = {
     "gemma_7b": 8_537_680_896,
     "gpt2": 124_439_808,
     "deepseek_v3": deepseek_v3(mtp=1),
+    "mistral_7b": 7_241_732_096,
+    "qwen3_8b": 8_190_735_360,
+    "qwen3_30b_a3b": 30_532_122_624,
+    "gemma2_9b": 9_241_705_984,
+    "pythia_160m": 162_322_944,
+    "deepseek_v2_lite": 15_706_484_224,
 }
+
+
+def test_every_family_has_a_shipped_config_with_a_published_count():
+    import json
+
+    from placement_logic.frontend.hf import FAMILIES
+
+    shipped = {json.loads((DATA / f"{name}.json").read_text())["model_type"] for name in PUBLISHED}
+    assert shipped == set(FAMILIES)
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
@@ -49,9 +66,12 @@ def test_model_from_a_config_in_a_spec(tmp_path, name):
 
 
 def test_active_parameters_of_qwen_moe_match_its_name(capsys):
-    """Qwen1.5-MoE-A2.7B: "2.7B activated"."""
+    """Qwen1.5-MoE-A2.7B: "2.7B activated"; Qwen3-30B-A3B: "3.3B activated" (every tensor but the
+    120 unrouted experts of each of the 48 layers: 30,532,122,624 − 48·120·3·2048·768)."""
     main(["import", "hf", str(DATA / "qwen15_moe_a27b.json")])
     assert "(2,689,173,504 active per token)" in capsys.readouterr().out
+    main(["import", "hf", str(DATA / "qwen3_30b_a3b.json")])
+    assert f"({30_532_122_624 - 48 * 120 * 3 * 2048 * 768:,} active per token)" in capsys.readouterr().out
 
 
 def test_verbose_lists_the_keys_that_change_no_cost(capsys):
