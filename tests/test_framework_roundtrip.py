@@ -79,6 +79,11 @@ def normal_form(spec: ir.Spec, plan: ir.Plan) -> dict:
             shape["head_dim"] = None
         if shape["qkv_bias"] is None:
             shape["qkv_bias"] = shape["bias"]
+        # which layers are MoE layers, however the fields state it
+        L, d, k, r = (shape[x] or 0 for x in ("layers", "dense_layers", "moe_every", "moe_offset"))
+        shape["moe_layers"] = tuple(i >= d and i % (k or 1) == r for i in range(L)) if shape["experts"] > 1 else ()
+        for x in ("dense_layers", "moe_every", "moe_offset"):
+            del shape[x]
     sched = plan.schedule
     pipelined = any(r == "pipeline" for r, _, _ in axes)
     return {
@@ -167,6 +172,16 @@ def _transformer(d, t: int = 1, p: int = 1, c: int = 1, e: int = 1) -> str:
         fields += [f"experts = {e * d(st.integers(2, 4))}", f"top_k = {d(st.integers(1, 2))}"]
         if d(st.booleans()):
             fields.append(f"expert_ffn = {t * d(st.integers(1, 32)) * 16}")
+        layers = int(fields[1].split("=")[1])
+        pattern = d(st.sampled_from(["none", "dense", "every"]))
+        if pattern == "dense" and layers > 1:
+            fields.append(f"dense_layers = {d(st.integers(1, layers - 1))}")
+        elif pattern == "every":
+            k = d(st.integers(1, 3))
+            r = d(st.integers(0, k - 1))
+            first = d(st.integers(0, 2))
+            if first + (r - first) % k < layers:  # at least one MoE layer
+                fields.append(f"moe_every = {k}\n    moe_offset = {r}" + (f"\n    dense_layers = {first}" if first else ""))
     if d(st.booleans()):
         fields.append("qk_norm")
     return "  transformer {\n" + "".join(f"    {f}\n" for f in fields) + "  }"
@@ -328,7 +343,8 @@ ONE_AXIS = {"ddp": "data", "zero1": "data", "zero2": "data", "zero3": "data", "f
 EXTRAS = ["q_lora_rank = 16\n    kv_lora_rank = 16\n    qk_rope_dim = 8\n    qk_nope_dim = 8\n    v_head_dim = 8",
           "shared_experts = 2", "shared_experts = 1\n    shared_expert_gate", "dense_layers = 1", "mtp_layers = 1",
           "router_bias", "norms_per_layer = 4", "vocab_multiple = 64", "position_embeddings = 128",
-          "capacity_factor = 2", "qk_norm", "bias = true\n    qkv_bias = false"]
+          "capacity_factor = 2", "qk_norm", "bias = true\n    qkv_bias = false", "moe_every = 2",
+          "moe_every = 3\n    moe_offset = 1", "moe_every = 2\n    dense_layers = 3"]
 
 
 @st.composite

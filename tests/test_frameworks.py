@@ -216,3 +216,41 @@ def test_megatron_defaults_follow_megatron(tmp_path):
     plan = spec.plan("megatron")
     assert [(a.name, a.size.value) for a in plan.mesh.axes] == [("dp", 2), ("ep", 2), ("tp", 2)]
     assert spec.model.microbatches.value == 4  # 32 / (2 × Megatron-LM's data-parallel size 4)
+
+
+@pytest.mark.parametrize("freq,fields", [
+    ("'([0]*3+[1]*5)'", {"dense_layers": 3}),
+    ("2", {"moe_every": 2}),
+    ("'[0,1,0,1,0,1,0,1]'", {"moe_every": 2, "moe_offset": 1}),
+    ("'([0]*4+[1,0]*2)'", {"moe_every": 2, "dense_layers": 4}),
+])
+def test_megatron_moe_layer_freq(tmp_path, freq, fields):
+    """--moe-layer-freq (an integer k: MoE on layers i with i mod k = 0; or a list of 0/1 per layer)
+    becomes dense_layers / moe_every / moe_offset, and goes back out as the same layers."""
+    base = ("--num-layers 8 --hidden-size 64 --ffn-hidden-size 256 --num-attention-heads 4 --padded-vocab-size 128 "
+            "--position-embedding-type rope --num-experts 4 --moe-layer-freq ")
+    (tmp_path / "a.args").write_text(base + freq)
+    status, spec_text, err = _run(["import", "megatron", str(tmp_path / "a.args"), "--devices", "1"])
+    assert status == 0, err
+    t = load_string(spec_text).model.transformer
+    got = {k: int(getattr(t, k).value) for k in ("dense_layers", "moe_every", "moe_offset") if getattr(t, k) is not None}
+    assert got == fields
+    (tmp_path / "s.place").write_text(spec_text)
+    status, args, err = _run(["export", "megatron", str(tmp_path / "s.place"), "--plan", "megatron"])
+    assert status == 0, err
+    (tmp_path / "b.args").write_text(args)
+    _, again, _ = _run(["import", "megatron", str(tmp_path / "b.args"), "--devices", "1"])
+    assert load_string(again).model.transformer == t
+
+
+@pytest.mark.parametrize("freq,words", [
+    ("'[1,1,0]'", "lists 3 layers, not --num-layers 8"),
+    ("'[0]*8'", "no layer an MoE layer"),
+    ("'[1,1,0,1,0,0,1,0]'", "not every k-th layer"),
+    ("'__import__(\"os\")'", "neither an integer nor a list"),
+])
+def test_bad_moe_layer_freq(tmp_path, freq, words):
+    (tmp_path / "a.args").write_text("--num-layers 8 --hidden-size 64 --num-attention-heads 4 --padded-vocab-size 128 "
+                                     "--position-embedding-type rope --num-experts 4 --moe-layer-freq " + freq)
+    status, _, err = _run(["import", "megatron", str(tmp_path / "a.args"), "--devices", "1"])
+    assert status == 2 and "[PL141]" in err and words in err

@@ -20,11 +20,13 @@ and the model shape flags.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from fractions import Fraction
 
 from .. import ir
 from ..diagnostics import Diagnostic, DiagnosticError, Span
+from ..ir import groups as pg
 from ..ir.walker import fold
 
 
@@ -262,6 +264,50 @@ _MEGATRON_CHOICES = {"--recompute-granularity": ("recompute", {"selective": "sel
                                                            "none": "none"})}
 
 
+def _moe_layer_freq(text: str, layers: int, file: str) -> list[bool]:
+    """Megatron-LM's --moe-layer-freq: an integer k (MoE on layers i with i mod k = 0) or a
+    Python list of 0/1 per layer, written as list literals joined by + and repeated by *
+    (``([0]*3+[1]*58)``); parsed here without evaluating anything."""
+    t = text.replace(" ", "")
+    if t.isdigit():
+        k = int(t)
+        if k < 1:
+            raise _err(file, "--moe-layer-freq needs a positive integer or a list of 0/1 per layer")
+        return [i % k == 0 for i in range(layers)]
+    if t.startswith("(") and t.endswith(")"):
+        t = t[1:-1]
+    out: list[bool] = []
+    for term in t.split("+"):
+        m = re.fullmatch(r"\[([01](?:,[01])*)\](?:\*(\d+))?", term)
+        if m is None:
+            raise _err(file, f"--moe-layer-freq {text!r} is neither an integer nor a list of 0/1 such as "
+                       "([0]*3+[1]*58)")
+        out += [x == "1" for x in m.group(1).split(",")] * int(m.group(2) or 1)
+    if len(out) != layers:
+        raise _err(file, f"--moe-layer-freq lists {len(out)} layers, not --num-layers {layers}")
+    return out
+
+
+def _fit_moe_pattern(moe: list[bool], file: str) -> dict[str, int]:
+    """dense_layers, moe_every and moe_offset (as few as needed) for a per-layer MoE pattern."""
+    ones = [i for i, m in enumerate(moe) if m]
+    if not ones:
+        raise _err(file, "--moe-layer-freq makes no layer an MoE layer")
+    if ones == list(range(ones[0], len(moe))):
+        return {"dense_layers": ones[0]} if ones[0] else {}
+    k = ones[1] - ones[0] if len(ones) > 1 else len(moe)  # one MoE layer: a period longer than the model
+    d, r = ones[0], ones[0] % k
+    if moe != [i >= d and i % k == r for i in range(len(moe))]:
+        raise _err(file, "--moe-layer-freq: MoE layers that are not every k-th layer after the first dense ones are "
+                   "not modelled")
+    out = {"moe_every": k}
+    if r:
+        out["moe_offset"] = r
+    if d >= k:
+        out["dense_layers"] = d
+    return out
+
+
 def _megatron_args(text: str, file: str) -> dict:
     args = shlex.split(text, comments=True)
     got: dict = {}
@@ -269,6 +315,10 @@ def _megatron_args(text: str, file: str) -> dict:
     while i < len(args):
         a = args[i]
         key, eq, inline = a.partition("=")
+        if key == "--moe-layer-freq":
+            got["moe_freq"] = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+            i += 1 if eq else 2
+            continue
         if key in _MEGATRON_INT or key in _MEGATRON_CHOICES:
             value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
             i += 1 if eq else 2
@@ -351,6 +401,9 @@ def megatron_to_spec(text: str, file: str, devices: int, problems: list[str] | N
             tr += ["shared_experts = 1", f"shared_expert_ffn = {got['sf']}"]
         if got.get("router_bias"):
             tr.append("router_bias")
+        if "moe_freq" in got:
+            tr += [f"{k} = {v}" for k, v in _fit_moe_pattern(_moe_layer_freq(got["moe_freq"], got["L"], file),
+                                                              file).items()]
     if got.get("mtp"):
         tr.append(f"mtp_layers = {got['mtp']}")
     mb = got.get("mb", 1)
@@ -569,9 +622,17 @@ def _megatron_model(spec: ir.Spec, t: ir.TransformerShape, tp: int, problems: li
         if num(t.capacity_factor) != 1:
             problems.append(f"capacity_factor = {_number(t.capacity_factor, spec)}: not exported "
                             "(--moe-expert-capacity-factor drops tokens, which the plan does not model)")
-        if t.dense_layers is not None and num(t.dense_layers):
-            problems.append(f"dense_layers = {num(t.dense_layers)}: not exported (Megatron-LM states it with a "
-                            "--moe-layer-freq pattern)")
+        pattern = pg.moe_pattern(t)
+        L, d = num(t.layers), num(t.dense_layers) if t.dense_layers is not None else 0
+        if pattern is not None:
+            _, d, k, r = pattern
+            if d == 0 and r == 0:
+                out += ["--moe-layer-freq", str(k)]
+            else:
+                out += ["--moe-layer-freq", "[" + ",".join("1" if i >= d and i % k == r else "0" for i in range(L))
+                        + "]"]
+        elif d:
+            out += ["--moe-layer-freq", f"([0]*{d}+[1]*{L - d})"]
     if t.mtp_layers is not None and num(t.mtp_layers):
         out += ["--mtp-num-layers", str(num(t.mtp_layers))]
     if t.norms_per_layer is not None and num(t.norms_per_layer) != 2:
