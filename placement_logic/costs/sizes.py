@@ -100,7 +100,9 @@ class Shape:
     missing: tuple[str, ...] = field(default=())
     tied: bool = False  # the output projection shares the embedding weight
     groups: tuple[SizedGroup, ...] = ()  # the parameter groups (ir.groups), counted
-    f: sympy.Expr = sympy.Integer(0)  # MLP (or expert) width
+    f: sympy.Expr = sympy.Integer(0)  # MLP width
+    fe: sympy.Expr | None = None  # one routed expert's width (None: f)
+    f_shared: sympy.Expr = sympy.Integer(0)  # the shared experts' widths together (count × width)
     gated: bool = False  # gated (SwiGLU-style) MLP
     logits_bytes: sympy.Expr = sympy.Integer(4)  # bytes per element of the logits kept for the loss
     activation_count: str = "shape"  # the per-layer activation count: shape | korthikanti | megatron
@@ -167,11 +169,21 @@ def shape_of(model: ir.Model) -> Shape:
         tied=bool(t is not None and t.tied_embeddings),
         groups=tuple(sized),
         f=to_sympy(t.ffn) if t is not None else 4 * h,
+        fe=to_sympy(t.expert_ffn) if t is not None and t.expert_ffn is not None else None,
+        f_shared=_shared_width(t),
         gated=bool(t is not None and t.gated_mlp),
         activation_count=model.activation_count,
         logits_bytes=to_sympy(model.bytes_logits),
         allowance=to_sympy(model.activation_allowance),
     )
+
+
+def _shared_width(t: ir.TransformerShape | None) -> sympy.Expr:
+    """The shared experts' widths together: count × (shared_expert_ffn, else expert_ffn, else ffn)."""
+    if t is None or t.shared_experts is None or pg.is_zero(t.shared_experts):
+        return sympy.Integer(0)
+    width = next(w for w in (t.shared_expert_ffn, t.expert_ffn, t.ffn) if w is not None)
+    return to_sympy(t.shared_experts) * to_sympy(width)
 
 
 def divided(sh: Shape, axes, split: Split | None = None, axes_of=None, experts_only=None) -> sympy.Expr:

@@ -95,6 +95,10 @@ def _n(x: int) -> Const:
     return const(x)
 
 
+def is_zero(v: Value) -> bool:
+    return isinstance(v, Const) and v.value == 0
+
+
 def _is_one(v: Value) -> bool:
     return isinstance(v, Const) and v.value == 1
 
