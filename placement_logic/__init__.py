@@ -88,7 +88,15 @@ def import_hf(path):
     return _load(hf_block(str(path)), str(path))
 
 
-def import_deepspeed(config, devices: int, model=None, params=None):
+def _warn(spec, problems: list[str]):
+    import warnings
+
+    for p in problems:
+        warnings.warn(f"not expressed: {p}", UserWarning, stacklevel=3)
+    return spec
+
+
+def import_deepspeed(config, devices: int, model=None, params=None, seq=None):
     """The spec of a DeepSpeed config (a dict, or the path of its JSON) on ``devices`` devices,
     with the model from a Hugging Face config (``model``, a path) or a parameter count."""
     import json
@@ -98,7 +106,9 @@ def import_deepspeed(config, devices: int, model=None, params=None):
     from .frontend.loader import load_string as _load
 
     text, name = (json.dumps(config), "<dict>") if isinstance(config, dict) else (Path(config).read_text(), str(config))
-    return _load(deepspeed_to_spec(text, name, devices, str(model) if model else None, params), name)
+    problems: list[str] = []
+    spec = _load(deepspeed_to_spec(text, name, devices, str(model) if model else None, params, seq, problems), name)
+    return _warn(spec, problems)
 
 
 def import_megatron(args, devices: int):
@@ -109,7 +119,8 @@ def import_megatron(args, devices: int):
     from .frontend.loader import load_string as _load
 
     text = args if isinstance(args, str) else shlex.join(args)
-    return _load(megatron_to_spec(text, "<arguments>", devices), "<arguments>")
+    problems: list[str] = []
+    return _warn(_load(megatron_to_spec(text, "<arguments>", devices, problems), "<arguments>"), problems)
 
 
 def import_torchtitan(config, devices: int, model=None, params=None):
@@ -121,7 +132,9 @@ def import_torchtitan(config, devices: int, model=None, params=None):
 
     path = Path(config) if not str(config).lstrip().startswith("[") and Path(str(config)).is_file() else None
     text, name = (path.read_text(), str(path)) if path else (str(config), "<toml>")
-    return _load(torchtitan_to_spec(text, name, devices, str(model) if model else None, params), name)
+    problems: list[str] = []
+    return _warn(_load(torchtitan_to_spec(text, name, devices, str(model) if model else None, params, problems),
+                       name), problems)
 
 
 def export_plan(spec, plan: str, framework: str):

@@ -5,7 +5,8 @@ architecture (Korthikanti et al. 2022, section 4, and Megatron-LM's fused SwiGLU
 its shape, its bytes per element and how tensor and sequence parallelism split it; the
 oracle multiplies the shapes out and divides them device by device. The cost engine's
 per-layer bytes must equal the sum for every recompute mode, with and without sequence
-parallelism, over a grid of shapes (GQA, gated MLPs, MoE). Korthikanti's Table 2 is the
+parallelism, over a grid of shapes (GQA, gated MLPs, MoE with experts of their own width and
+shared experts). Korthikanti's Table 2 is the
 case MHA, ungated, ffn = 4h (tests/test_cost_model.py).
 """
 
@@ -44,12 +45,17 @@ def saved_tensors(sh: dict, t: int, sp: bool, recompute: str) -> list[tuple[str,
                 ("softmax dropout output", (b, a, s, s), 2, "heads")]
     visits = sh["k"] * sh["cf"] if sh["E"] > 1 else 1
     tokens = s * b * visits
-    if sh["gated"]:
-        mlp = [("gate and up output (fused SwiGLU input)", (tokens, 2 * f), 2, "heads"),
-               ("down projection input", (tokens, f), 2, "heads")]
-    else:
-        mlp = [("fc1 output", (tokens, f), 2, "heads"), ("activation output", (tokens, f), 2, "heads")]
-    out += mlp
+
+
+    def mlp(n: int, width: int, what: str) -> list:
+        if sh["gated"]:
+            return [(f"{what} gate and up output (fused SwiGLU input)", (n, 2 * width), 2, "heads"),
+                    (f"{what} down projection input", (n, width), 2, "heads")]
+        return [(f"{what} fc1 output", (n, width), 2, "heads"), (f"{what} activation output", (n, width), 2, "heads")]
+
+    out += mlp(tokens, sh.get("fe", f) if sh["E"] > 1 else f, "mlp")
+    for i in range(sh.get("S", 0)):  # shared experts: every token, once
+        out += mlp(s * b, sh.get("fs", sh.get("fe", f)), f"shared expert {i}")
     if sh["E"] > 1:
         out += [("permuted tokens", (tokens, h), 2, "heads"), ("router logits (fp32)", (s, b, sh["E"]), 4, "seq")]
     return out
@@ -70,6 +76,10 @@ def spec(sh: dict, t: int, sp: bool, recompute: str) -> str:
     tensor = "megatron_sp" if sp else "megatron_tp"
     use = {"none": "", "selective": "use selective_recompute", "full": "use full_recompute"}[recompute]
     moe = f"experts = {sh['E']}\n    top_k = {sh['k']}\n    capacity_factor = {sh['cf']}" if sh["E"] > 1 else ""
+    if "fe" in sh:
+        moe += f"\n    expert_ffn = {sh['fe']}"
+    if sh.get("S"):
+        moe += f"\n    shared_experts = {sh['S']}" + (f"\n    shared_expert_ffn = {sh['fs']}" if "fs" in sh else "")
     return (f"from std.data import ddp\nfrom std.tensor import {tensor}\n"
             "from std.recompute import selective_recompute, full_recompute\n"
             f"model {{\n  transformer {{\n    hidden = {sh['h']}\n    layers = 2\n    heads = {sh['a']}\n"
@@ -85,6 +95,8 @@ SHAPES = [
     dict(s=8, b=3, h=96, a=12, kv=4, f=160, gated=True, E=1, k=1, cf=1),
     dict(s=8, b=2, h=64, a=8, kv=8, f=128, gated=True, E=4, k=2, cf=Fraction(5, 4)),  # Mixtral-like MoE
     dict(s=32, b=1, h=32, a=4, kv=1, f=96, gated=False, E=1, k=1, cf=1),  # MQA
+    dict(s=8, b=2, h=64, a=8, kv=4, f=256, gated=True, E=8, k=2, cf=1, fe=32, S=2),  # DeepSeek-like: narrow experts
+    dict(s=8, b=1, h=64, a=8, kv=8, f=128, gated=False, E=4, k=1, cf=1, fe=64, S=1, fs=96),  # Qwen-MoE-like
 ]
 
 

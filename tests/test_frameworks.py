@@ -146,4 +146,111 @@ def test_torchtitan_round_trip(tmp_path):
 def test_torchtitan_cannot_express_zero1(tmp_path):
     status, _, err = _run(["export", "torchtitan", str(ROOT / "examples" / "llama70b_3d.place"),
                            "--plan", "megatron_3d"])
-    assert status == 1 and "no ZeRO-1/2" in err
+    assert status == 1 and "(R, S, R, R) over dp: torchtitan's data parallelism places them (R, R, R, R) or " \
+        "(S*, S, S, R)" in err
+
+
+@pytest.mark.parametrize("source,text,extra,words", [
+    ("deepspeed", json.dumps({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}}),
+     ["--params", "1000"], "zero_hpz_partition_size 8"),
+    ("megatron", "--tensor-model-parallel-size 2 --expert-model-parallel-size 2 --expert-tensor-parallel-size 1 "
+     "--num-layers 4 --hidden-size 64 --num-attention-heads 4 --padded-vocab-size 128 --position-embedding-type rope "
+     "--num-experts 4", [], "--expert-tensor-parallel-size 1"),
+    ("megatron", "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2 --num-layers 4 "
+     "--hidden-size 64 --num-attention-heads 4 --padded-vocab-size 128 --position-embedding-type rope", [],
+     "--recompute-method uniform --recompute-num-layers 2"),
+    ("megatron", "--pipeline-model-parallel-size 2 --recompute-granularity full --recompute-method block "
+     "--recompute-num-layers 1 --num-layers 4 --hidden-size 64 --num-attention-heads 4 --padded-vocab-size 128 "
+     "--position-embedding-type rope", [], "--recompute-method block --recompute-num-layers 1: recomputing only 1 of "
+     "the 2 layers"),
+    ("torchtitan", "[parallelism]\nexpert_parallel_degree = 2\n", ["--params", "1000"], "expert_parallel_degree 2"),
+    ("torchtitan", '[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "2"\n', ["--params", "1000"],
+     "selective_ac_option '2'"),
+])
+def test_what_the_plan_cannot_hold_is_stated(tmp_path, source, text, extra, words):
+    """An imported setting without a placement is a comment in the spec, a line on stderr and exit 1."""
+    f = tmp_path / "config"
+    f.write_text(text)
+    status, spec_text, err = _run(["import", source, str(f), "--devices", "8", *extra])
+    assert status == 1 and f"not expressed in the plan: {words}" in err
+    assert f"# not expressed: {words}" in spec_text
+    load_string(spec_text)  # the spec is still usable
+
+
+@pytest.mark.parametrize("args,recompute", [
+    ("--recompute-granularity full --recompute-method uniform --recompute-num-layers 1", ir.Recompute.FULL),
+    ("--recompute-granularity full --recompute-method block --recompute-num-layers 2", ir.Recompute.FULL),
+    ("--recompute-granularity selective", ir.Recompute.SELECTIVE),
+])
+def test_megatron_recompute_methods_the_plan_holds(tmp_path, args, recompute):
+    """Uniform over single layers, and block over every layer of a stage (4 layers / 2 stages), are per-layer
+    full recompute exactly."""
+    (tmp_path / "a.args").write_text(args + " --pipeline-model-parallel-size 2 --num-layers 4 --hidden-size 64 "
+                                     "--num-attention-heads 4 --padded-vocab-size 128 --position-embedding-type rope")
+    status, spec_text, err = _run(["import", "megatron", str(tmp_path / "a.args"), "--devices", "4"])
+    assert status == 0, err
+    assert load_string(spec_text).plan("megatron").recompute is recompute
+
+
+@pytest.mark.parametrize("flags,grads", [("--bf16", 4), ("--fp16", 2), ("--fp16 --accumulate-allreduce-grads-in-fp32", 4)])
+def test_megatron_gradient_width_follows_its_precision(tmp_path, flags, grads):
+    (tmp_path / "a.args").write_text(flags + " --num-layers 4 --hidden-size 64 --num-attention-heads 4 "
+                                     "--padded-vocab-size 128 --position-embedding-type rope")
+    status, spec_text, _ = _run(["import", "megatron", str(tmp_path / "a.args"), "--devices", "2"])
+    model = load_string(spec_text).model
+    assert status == 0 and (model.bytes_params.value, model.bytes_grads.value) == (2, grads)
+
+
+def test_megatron_defaults_follow_megatron(tmp_path):
+    """Learned absolute positions (Megatron-LM's default) with --max-position-embeddings rows, and
+    --vocab-size padded to 128 × the tensor size; the global batch counts the expert devices as data."""
+    (tmp_path / "a.args").write_text("--tensor-model-parallel-size 2 --expert-model-parallel-size 2 --num-layers 2 "
+                                     "--hidden-size 64 --num-attention-heads 4 --vocab-size 50257 "
+                                     "--max-position-embeddings 1024 --num-experts 4 --micro-batch-size 2 "
+                                     "--global-batch-size 32")
+    status, spec_text, err = _run(["import", "megatron", str(tmp_path / "a.args"), "--devices", "8"])
+    assert status == 0, err
+    spec = load_string(spec_text)
+    t = spec.model.transformer
+    assert (t.position_embeddings.value, t.vocab.value, t.vocab_multiple.value) == (1024, 50257, 256)
+    plan = spec.plan("megatron")
+    assert [(a.name, a.size.value) for a in plan.mesh.axes] == [("dp", 2), ("ep", 2), ("tp", 2)]
+    assert spec.model.microbatches.value == 4  # 32 / (2 × Megatron-LM's data-parallel size 4)
+
+
+@pytest.mark.parametrize("freq,fields", [
+    ("'([0]*3+[1]*5)'", {"dense_layers": 3}),
+    ("2", {"moe_every": 2}),
+    ("'[0,1,0,1,0,1,0,1]'", {"moe_every": 2, "moe_offset": 1}),
+    ("'([0]*4+[1,0]*2)'", {"moe_every": 2, "dense_layers": 4}),
+])
+def test_megatron_moe_layer_freq(tmp_path, freq, fields):
+    """--moe-layer-freq (an integer k: MoE on layers i with i mod k = 0; or a list of 0/1 per layer)
+    becomes dense_layers / moe_every / moe_offset, and goes back out as the same layers."""
+    base = ("--num-layers 8 --hidden-size 64 --ffn-hidden-size 256 --num-attention-heads 4 --padded-vocab-size 128 "
+            "--position-embedding-type rope --num-experts 4 --moe-layer-freq ")
+    (tmp_path / "a.args").write_text(base + freq)
+    status, spec_text, err = _run(["import", "megatron", str(tmp_path / "a.args"), "--devices", "1"])
+    assert status == 0, err
+    t = load_string(spec_text).model.transformer
+    got = {k: int(getattr(t, k).value) for k in ("dense_layers", "moe_every", "moe_offset") if getattr(t, k) is not None}
+    assert got == fields
+    (tmp_path / "s.place").write_text(spec_text)
+    status, args, err = _run(["export", "megatron", str(tmp_path / "s.place"), "--plan", "megatron"])
+    assert status == 0, err
+    (tmp_path / "b.args").write_text(args)
+    _, again, _ = _run(["import", "megatron", str(tmp_path / "b.args"), "--devices", "1"])
+    assert load_string(again).model.transformer == t
+
+
+@pytest.mark.parametrize("freq,words", [
+    ("'[1,1,0]'", "lists 3 layers, not --num-layers 8"),
+    ("'[0]*8'", "no layer an MoE layer"),
+    ("'[1,1,0,1,0,0,1,0]'", "not every k-th layer"),
+    ("'__import__(\"os\")'", "neither an integer nor a list"),
+])
+def test_bad_moe_layer_freq(tmp_path, freq, words):
+    (tmp_path / "a.args").write_text("--num-layers 8 --hidden-size 64 --num-attention-heads 4 --padded-vocab-size 128 "
+                                     "--position-embedding-type rope --num-experts 4 --moe-layer-freq " + freq)
+    status, _, err = _run(["import", "megatron", str(tmp_path / "a.args"), "--devices", "1"])
+    assert status == 2 and "[PL141]" in err and words in err

@@ -285,3 +285,73 @@ def test_dense_first_layers_fall_on_the_stages_that_hold_them(p, k):
         want += V * h if s == 0 else V * h + h  # embedding on the first; head and final norm on the last
         got = stage_mem.device[State.PARAMS].subs({costs.symbol("pp"): p, costs.symbol("dp"): 2})
         assert got == want, (s, got, want)
+
+
+def _periodic_layer_tensors(i: int, h: int, a: int, f: int, fe: int, E: int, moe: bool, bias: bool) -> list[tuple]:
+    """The weight tensors of layer i, written from the architecture: layernorms (weight, bias),
+    q, k, v, o (with biases), and either a dense MLP (up, down with biases) or E experts of
+    the same form plus a router (h -> E, with a bias)."""
+    out = [(h,), (h,), (h,), (h,)] if bias else [(h,), (h,)]  # two norms
+    for _ in range(4):
+        out.append((h, h))
+        if bias:
+            out.append((h,))
+    if moe:
+        for _ in range(E):
+            out += [(fe, h), (h, fe)] + ([(fe,), (h,)] if bias else [])
+        out += [(E, h)] + ([(E,)] if bias else [])
+    else:
+        out += [(f, h), (h, f)] + ([(f,), (h,)] if bias else [])
+    return out
+
+
+def _size(shape: tuple) -> int:
+    n = 1
+    for x in shape:
+        n *= x
+    return n
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("p,d,every,offset", [(1, 0, 2, 0), (2, 0, 2, 1), (4, 1, 2, 0), (2, 3, 3, 2), (4, 0, 4, 3),
+                                              (8, 2, 3, 0), (2, 0, 1, 0)])
+def test_moe_every_kth_layer_falls_on_the_stages_that_hold_it(p, d, every, offset, bias):
+    """Layer i (from 0) is an MoE layer when i >= dense_layers and i mod moe_every = moe_offset;
+    the others have a dense MLP. Ψ and every pipeline stage's parameters against the tensors of
+    each layer, enumerated layer by layer (stage s holds layers s·L/p … (s+1)·L/p − 1)."""
+    h, L, a, f, fe, E, V = 16, 8, 2, 40, 24, 4, 32
+    moe = [i >= d and i % every == offset for i in range(L)]
+    layer = [sum(_size(x) for x in _periodic_layer_tensors(i, h, a, f, fe, E, moe[i], bias)) for i in range(L)]
+    final_norm = 2 * h if bias else h
+    norm = "layernorm" if bias else "rmsnorm"
+    dense = f"    dense_layers = {d}\n" if d else ""
+    text = ("from std.data import ddp\nfrom std.pipeline import one_f_one_b\n"
+            f"model {{\n  transformer {{\n    hidden = {h}\n    layers = {L}\n    heads = {a}\n    ffn = {f}\n"
+            f"    vocab = {V}\n    norm = {norm}\n    bias = {str(bias).lower()}\n    tied_embeddings = false\n"
+            f"    experts = {E}\n    expert_ffn = {fe}\n{dense}    moe_every = {every}\n    moe_offset = {offset}\n"
+            f"  }}\n  bytes {{ params = 1 }}\n}}\n"
+            f"mesh {{\n  dp = 2\n  pp = {p}\n}}\nplan x {{\n  dp: ddp\n  pp: one_f_one_b\n}}\n")
+    pc = costs.derive(load_string(text).plan("x"))
+    assert pc.shape.psi == sum(layer) + 2 * V * h + final_norm
+    per = L // p
+    for stage_mem, s in zip(pc.memory.stages, (0, p - 1)):
+        want = sum(layer[s * per:(s + 1) * per])
+        want += (V * h if s == 0 else 0) + (V * h + final_norm if s == p - 1 else 0)
+        got = stage_mem.device[State.PARAMS].subs({costs.symbol("pp"): p, costs.symbol("dp"): 2})
+        assert got == want, (s, got, want)
+
+
+@pytest.mark.parametrize("fields,words", [
+    ("moe_offset = 1", "give moe_every too"),
+    ("moe_every = 2\n    moe_offset = 2", "moe_offset below it"),
+    ("moe_every = 0", "at least 1"),
+    ("moe_every = 1/2", "must be whole numbers"),
+    ("moe_every = 4\n    moe_offset = 3\n    dense_layers = 8", "no layer is an MoE layer"),
+])
+def test_bad_moe_patterns(tmp_path, capsys, fields, words):
+    f = tmp_path / "m.place"
+    f.write_text("from std.data import ddp\nmodel {\n  transformer {\n    hidden = 16\n    layers = 8\n    heads = 2\n"
+                 f"    vocab = 32\n    experts = 4\n    {fields}\n  }}\n}}\nmesh {{ dp = 2 }}\nplan x {{ dp: ddp }}\n")
+    assert main(["cost", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "m.place:3:" in err and "Traceback" not in err

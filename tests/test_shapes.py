@@ -112,3 +112,41 @@ def test_kv_heads_follow_the_set_tensor_size(tmp_path, capsys):
     per_layer = 2 * 4096 * 1024 + 2 * 1024  # K and V: h·d_kv weights and d_kv biases each
     assert kv(out4) == 2 * 32 * per_layer // 4 // 4  # bytes · L · per layer ÷ t ÷ pp
     assert kv(out16) == 2 * 32 * per_layer // 8 // 4
+
+
+@pytest.mark.parametrize("multiple,ok", [(256, True), (128, True), (3, False), (None, False)])
+def test_a_padded_vocabulary_is_judged_padded(tmp_path, capsys, multiple, ok):
+    """50257 rows padded to a multiple of 256 (or 128) split evenly over 2 tensor ranks; padded to
+    a multiple of 3 (50259 rows) or not padded, they do not."""
+    pad = f"    vocab_multiple = {multiple}\n" if multiple else ""
+    f = tmp_path / "s.place"
+    f.write_text("from std.tensor import megatron_tp\nmodel {\n  transformer {\n    hidden = 64\n    layers = 2\n"
+                 f"    heads = 4\n    ffn = 256\n    vocab = 50257\n{pad}  }}\n}}\nmesh {{ tp = 2 }}\n"
+                 "plan p { tp: megatron_tp }\n")
+    status = main(["cost", str(f)])
+    err = capsys.readouterr().err
+    assert (status == 0) == ok and (("[PL130]" in err) != ok)
+    if multiple == 3:
+        assert "the vocabulary padded to a multiple of 3 (50259)" in err
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_a_pipeline_of_one_stage_holds_the_whole_model(tied):
+    """One stage is the first and the last: it holds the embedding, every layer, the final norm
+    and the (untied) head, so its parameters are Ψ; with two stages each holds its end."""
+    from placement_logic import costs
+    from placement_logic.frontend.loader import load_string
+    from placement_logic.ir import State
+
+    h, L, a, V = 16, 8, 2, 32
+    text = ("from std.data import ddp\nfrom std.pipeline import one_f_one_b\nmodel {\n  transformer {\n"
+            f"    hidden = {h}\n    layers = {L}\n    heads = {a}\n    vocab = {V}\n"
+            f"    tied_embeddings = {str(tied).lower()}\n  }}\n  bytes {{ params = 1 }}\n}}\n"
+            "mesh {\n  dp = 2\n  pp = PP\n}\nplan x {\n  dp: ddp\n  pp: one_f_one_b\n}\n")
+    layer = 4 * h * h + 4 * h + 2 * h * 4 * h + 4 * h + h + 2 * 2 * h  # attention, MLP (4h), their biases, 2 norms
+    psi = L * layer + V * h + 2 * h + (0 if tied else V * h)
+    one = costs.derive(load_string(text.replace("PP", "1")).plan("x"))
+    assert one.shape.psi == psi and one.memory.device[State.PARAMS] == psi
+    two = costs.derive(load_string(text.replace("PP", "2")).plan("x"))
+    first, last = (s.device[State.PARAMS].subs({costs.symbol("pp"): 2}) for s in two.memory.stages)
+    assert first == L // 2 * layer + V * h and last == L // 2 * layer + 2 * h + V * h

@@ -3,7 +3,9 @@
 ``hf``: a Hugging Face config.json as a formatted model block. ``deepspeed`` (a ds_config.json)
 and ``megatron`` (a file of Megatron-LM arguments): a whole spec for ``--devices N`` devices
 (DeepSpeed needs the model: ``--model CONFIG.json`` or ``--params N``); see
-``commands.frameworks``.
+``commands.frameworks``. What a configuration sets that the language cannot express is
+listed on standard error (and as ``# not expressed:`` comments in the spec); the exit
+status is then 1.
 
 Input: the path of a model's ``config.json`` (read directly, no network). Output: the
 ``model { transformer { ... } }`` block the DSL reads for it (the same shape ``model from
@@ -28,6 +30,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--devices", type=int, metavar="N", help="deepspeed, megatron: the number of devices")
     p.add_argument("--model", metavar="CONFIG", help="deepspeed: the model's Hugging Face config.json")
     p.add_argument("--params", type=int, metavar="N", help="deepspeed: the parameter count, without a config")
+    p.add_argument("--seq", type=int, metavar="N", help="deepspeed: the sequence length (set by the data pipeline, "
+                   "not the config)")
     p.set_defaults(run=run)
 
 
@@ -61,12 +65,12 @@ def run(args, out: TextIO, err: TextIO) -> int:
 
     text = read_source(args.file)
     if args.source != "hf":
-        return _framework(args, text, out)
+        return _framework(args, text, out, err)
     out.write(hf_block(str(args.file), text, err if args.verbose else None))
     return 0
 
 
-def _framework(args, text: str, out: TextIO) -> int:
+def _framework(args, text: str, out: TextIO, err: TextIO) -> int:
     from ..diagnostics import Diagnostic, DiagnosticError
     from ..frontend.canonical import format_source
     from ..frontend.loader import load_string
@@ -74,6 +78,7 @@ def _framework(args, text: str, out: TextIO) -> int:
     from .options import command_line_span
     from .torchtitan import torchtitan_to_spec
 
+    problems: list[str] = []
     if args.devices is None or args.devices < 1:
         raise DiagnosticError([Diagnostic("PL301", f"placement import {args.source} needs --devices N (N >= 1)",
                                           command_line_span("--devices"))])
@@ -81,11 +86,15 @@ def _framework(args, text: str, out: TextIO) -> int:
         if (args.model is None) == (args.params is None):
             raise DiagnosticError([Diagnostic("PL301", f"placement import {args.source} needs the model: --model "
                                               "CONFIG.json or --params N", command_line_span("--model"))])
-        convert = deepspeed_to_spec if args.source == "deepspeed" else torchtitan_to_spec
-        spec = convert(text, str(args.file), args.devices, args.model, args.params)
+        if args.source == "deepspeed":
+            spec = deepspeed_to_spec(text, str(args.file), args.devices, args.model, args.params, args.seq, problems)
+        else:
+            spec = torchtitan_to_spec(text, str(args.file), args.devices, args.model, args.params, problems)
     else:
-        spec = megatron_to_spec(text, str(args.file), args.devices)
+        spec = megatron_to_spec(text, str(args.file), args.devices, problems)
     spec = format_source(spec, "<import>")
     load_string(spec, "<import>")  # what is printed reads back
     out.write(spec)
-    return 0
+    for p in problems:
+        err.write(f"not expressed in the plan: {p}\n")
+    return 1 if problems else 0

@@ -11,14 +11,17 @@ from __future__ import annotations
 import json
 
 from .. import ir
-from .frameworks import _err, _imports, _mesh_and_plan, _number
+from .frameworks import _err, _imports, _mesh_and_plan, _number, _placement_options, _precision, _role_problems, _widths
 
 _TITAN_SCHEDULES = {"1f1b": "one_f_one_b", "gpipe": "gpipe", "interleaved1f1b": "interleaved_1f1b"}
 
 
-def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, params: int | None) -> str:
+def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, params: int | None,
+                       problems: list[str] | None = None) -> str:
+    """The spec of a torchtitan job config; what the DSL cannot express is appended to ``problems``."""
     import tomllib
 
+    problems = [] if problems is None else problems
     try:
         cfg = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -42,8 +45,16 @@ def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, pa
         shard = devices // fixed
     if rep * shard * t * p * c != devices:
         raise _err(file, f"the degrees multiply to {rep * shard * t * p * c}, not {devices} devices")
-    if e > 1 and (rep * shard * c) % e:
-        raise _err(file, f"expert_parallel_degree {e} does not divide the data × context devices")
+    if e > 1:
+        if (shard * c) % e:
+            raise _err(file, f"expert_parallel_degree {e} does not divide the data-shard × context devices")
+        problems.append(f"expert_parallel_degree {e}: torchtitan borrows the expert devices from the data-shard "
+                        "and context devices (parallel folding), which has no placement; the plan has no expert "
+                        "axis, so every device holds every expert")
+    etp = par.get("expert_tensor_parallel_degree", t if e > 1 else 1)
+    if e > 1 and etp != t:
+        problems.append(f"expert_tensor_parallel_degree {etp}: experts split over a tensor size of their own "
+                        "have no placement")
     mb = training.get("local_batch_size", training.get("batch_size", 1))
     seq = training.get("seq_len")
     gbs = training.get("global_batch_size", -1)
@@ -53,66 +64,93 @@ def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, pa
         if gbs % (mb * dp):
             raise _err(file, f"training.global_batch_size {gbs} is not a multiple of local batch {mb} × data {dp}")
         m = gbs // (mb * dp)
-    ac = cfg.get("activation_checkpoint", {}).get("mode", "selective")
+    ckpt = cfg.get("activation_checkpoint", {})
+    ac = ckpt.get("mode", "selective")
     if ac not in ("none", "selective", "full"):
         raise _err(file, f"activation_checkpoint.mode {ac!r} is none, selective or full")
+    option = str(ckpt.get("selective_ac_option", "op"))
+    if ac == "selective" and option != "op":
+        problems.append(f"selective_ac_option {option!r}: checkpointing every {option}-th layer whole is not "
+                        "modelled (the DSL's selective recompute is per operation, Megatron-LM's attention core); "
+                        "the plan recomputes selectively")
     mixed = cfg.get("training", {}).get("mixed_precision_param", "bfloat16")
-    widths = "params = 2\n    grads = 2\n    optimizer = 12" if mixed in ("bfloat16", "float16") else \
-        "params = 4\n    grads = 4\n    optimizer = 8"
     head = f'model from "{model}" {{\n' if model else f"model {{\n  params = {params}\n"
-    model_text = (head + f"  bytes {{\n    {widths}\n  }}\n" + (f"  seq = {seq}\n" if seq else "")
-                  + f"  microbatch = {mb}\n  microbatches = {m}\n}}\n\n")
+    model_text = (head + f"  bytes {{\n    {_widths(mixed in ('bfloat16', 'float16'))}\n  }}\n"
+                  + (f"  seq = {seq}\n" if seq else "") + f"  microbatch = {mb}\n  microbatches = {m}\n}}\n\n")
     sched = str(par.get("pipeline_parallel_schedule", "1F1B")).lower()
     if sched not in _TITAN_SCHEDULES:
         raise _err(file, f"pipeline_parallel_schedule {par.get('pipeline_parallel_schedule')!r} is not modelled "
                    f"(known: {', '.join(sorted(_TITAN_SCHEDULES))})")
     pipe = _TITAN_SCHEDULES[sched]
+    if pipe == "interleaved_1f1b":
+        v = par.get("pipeline_parallel_virtual_stages", 2)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise _err(file, f"parallelism.pipeline_parallel_virtual_stages must be a positive integer, not {v!r}")
+        pipe = f"interleaved_1f1b(v = {v})" if v > 1 else "one_f_one_b"
+    reshard = str(par.get("fsdp_reshard_after_forward", "default"))
+    if reshard not in ("default", "always", "never"):
+        raise _err(file, f"parallelism.fsdp_reshard_after_forward {reshard!r} is default, always or never")
+    # torchtitan's default keeps the parameters gathered between forward and backward under pipelining
+    keep = reshard == "never" or (reshard == "default" and p > 1)
+    fsdp = "fsdp_shard_grad_op" if keep else "fsdp_full_shard"
     axes: list[tuple[str, int, str]] = []
     extra: list[str] = []
     if rep > 1 and shard > 1:
         mesh_axes = [("replicate", rep), ("shard", shard)]
-        extra.append("[replicate, shard]: hybrid_shard")
+        extra.append("[replicate, shard]: " + ("titan_hsdp" if keep else "hybrid_shard"))
     elif rep > 1:
         axes.append(("dp", rep, "ddp"))
     else:
-        axes.append(("dp", shard, "fsdp_full_shard"))
+        axes.append(("dp", shard, fsdp))
     axes += [("cp", c, "context_parallel"), ("tp", t, "megatron_sp"), ("pp", p, pipe)]
     if ac != "none":
         extra.append(f"use {ac}_recompute")
+    extra.append("flash_attention")  # torchtitan's models attend with scaled_dot_product_attention
     spec_body = _mesh_and_plan(axes, "torchtitan", extra)
+    local = ""
     if rep > 1 and shard > 1:
         spec_body = spec_body.replace("mesh {\n", "mesh {\n" + "".join(f"  {n} = {s}\n" for n, s in mesh_axes), 1)
-        spec_body = spec_body.replace("  dp: fsdp_full_shard\n", "")
-    spec = f"# from the torchtitan job {file} on {devices} devices\n" + model_text + spec_body
+        spec_body = spec_body.replace(f"  dp: {fsdp}\n", "")
+        if keep:
+            local = ("strategy titan_hsdp over (replicate, shard) extends hybrid_shard {\n"
+                     "  params: {replicate: R, shard: S*} (unit = block, reshard_after_forward = false)\n}\n\n")
+    spec = (f"# from the torchtitan job {file} on {devices} devices\n"
+            + "".join(f"# not expressed: {q}\n" for q in problems) + model_text + local + spec_body)
     imports = _imports(spec)
-    if "hybrid_shard" in spec:
-        imports = imports.replace("from std.data import ", "from std.data import hybrid_shard, ") \
-            if "from std.data import" in imports else "from std.data import hybrid_shard\n" + imports
-    if "fsdp_full_shard" in spec and "fsdp_full_shard" not in imports:
-        imports = "from std.data import fsdp_full_shard\n" + imports
+    extra_imports = [n for n in ("hybrid_shard", "fsdp_full_shard", "fsdp_shard_grad_op") if n in spec]
+    if extra_imports:
+        imports = f"from std.data import {', '.join(extra_imports)}\n" + imports
     if "gpipe" in spec and "gpipe" not in imports:
         imports += "from std.pipeline import gpipe\n"
     return imports + "\n" + spec
 
 
+_R, _S, _SS = ir.Mode.R, ir.Mode.S, ir.Mode.S_STAR
+_TITAN_MODES = {ir.Role.DATA: ((_R, _R, _R, _R), (_SS, _S, _S, _R)), ir.Role.TENSOR: ((_S, _S, _S, _S),),
+                ir.Role.SEQUENCE: ((_S, _S, _S, _S),), ir.Role.PIPELINE: ((_S, _S, _S, _S),),
+                ir.Role.CONTEXT: ((_R, _R, _R, _S),)}
+
+
 def plan_to_torchtitan(spec: ir.Spec, plan: ir.Plan) -> tuple[str, list[str]]:
     problems: list[str] = []
     size = {a.name: int(_number(a.size, spec) or 1) for a in plan.mesh.axes}
-    roles = {a: plan.role(a) for a in plan.mesh.names}
+    roles = {a: plan.role(a) for a in plan.mesh.names if size[a] > 1}
+    _role_problems(plan, list(roles), _TITAN_MODES, "torchtitan", problems)
     par: dict[str, object] = {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 1}
+    seen: dict[str, str] = {}
     for a, r in roles.items():
         pm = plan.placement(ir.State.PARAMS).mode(a)
-        if r is ir.Role.DATA:
-            key = "data_parallel_shard_degree" if pm is ir.Mode.S_STAR else "data_parallel_replicate_degree"
-            if pm not in (ir.Mode.S_STAR, ir.Mode.R):
-                problems.append(f"params {pm.value} over {a}: torchtitan shards with FSDP (S*) or replicates (R)")
-            if pm is ir.Mode.R and plan.placement(ir.State.OPTIMIZER).mode(a) is not ir.Mode.R:
-                problems.append(f"a sharded optimizer over {a} with replicated params: torchtitan has no ZeRO-1/2")
-            par[key] = int(par[key]) * size[a]
-        elif r in (ir.Role.TENSOR, ir.Role.SEQUENCE):
-            par["tensor_parallel_degree"] = size[a]
-        elif r is ir.Role.PIPELINE:
-            par["pipeline_parallel_degree"] = size[a]
+        key = {ir.Role.DATA: "data_parallel_shard_degree" if pm is ir.Mode.S_STAR else
+               "data_parallel_replicate_degree", ir.Role.TENSOR: "tensor_parallel_degree",
+               ir.Role.SEQUENCE: "tensor_parallel_degree", ir.Role.PIPELINE: "pipeline_parallel_degree",
+               ir.Role.CONTEXT: "context_parallel_degree"}.get(r)
+        if key is None:
+            continue
+        if key in seen:
+            problems.append(f"axes {seen[key]} and {a}: torchtitan has one {key.replace('_degree', '')} degree")
+        seen[key] = a
+        par[key] = int(par.get(key, 1)) * size[a]
+        if r is ir.Role.PIPELINE:
             kind = plan.schedule.kind if plan.schedule is not None else ir.ScheduleKind.ONE_F_ONE_B
             name = {ir.ScheduleKind.ONE_F_ONE_B: "1F1B", ir.ScheduleKind.GPIPE: "GPipe",
                     ir.ScheduleKind.INTERLEAVED: "Interleaved1F1B"}.get(kind)
@@ -120,10 +158,17 @@ def plan_to_torchtitan(spec: ir.Spec, plan: ir.Plan) -> tuple[str, list[str]]:
                 problems.append(f"schedule {kind.value}: torchtitan has no such schedule")
             else:
                 par["pipeline_parallel_schedule"] = name
-        elif r is ir.Role.CONTEXT:
-            par["context_parallel_degree"] = size[a]
-        elif r is ir.Role.EXPERT:
-            par["expert_parallel_degree"] = size[a]
+                if kind is ir.ScheduleKind.INTERLEAVED:
+                    par["pipeline_parallel_virtual_stages"] = int(_number(plan.schedule.chunks, spec) or 1)
+    if "tensor_parallel_degree" in par and not plan.sequence_parallel and \
+            not any(r is ir.Role.SEQUENCE for r in roles.values()):
+        problems.append("tensor parallelism without sequence parallelism: torchtitan's tensor parallelism splits "
+                        "the norms' sequence too")
+    sharded = any(plan.placement(ir.State.PARAMS).mode(a) is ir.Mode.S_STAR for a in roles)
+    if sharded:
+        pl = plan.placement(ir.State.PARAMS)
+        _placement_options(plan, ir.State.PARAMS, "block", None, "torchtitan's FSDP", problems)
+        par["fsdp_reshard_after_forward"] = "always" if pl.reshard_after_forward else "never"
     lines = ["[parallelism]"] + [f"{k} = {json.dumps(v)}" for k, v in par.items()]
     model = plan.model
     lines += ["", "[training]"]
@@ -137,8 +182,14 @@ def plan_to_torchtitan(spec: ir.Spec, plan: ir.Plan) -> tuple[str, list[str]]:
     seq = _number(model.seq, spec) if model.seq is not None else None
     if seq is not None:
         lines.append(f"seq_len = {int(seq)}")
-    lines.append(f'mixed_precision_param = "{"bfloat16" if _number(model.bytes_params, spec) == 2 else "float32"}"')
+    half = _precision(spec, model, 2, "torchtitan", problems)
+    lines.append(f'mixed_precision_param = "{"float32" if half is False else "bfloat16"}"')
     lines += ["", "[activation_checkpoint]", f'mode = "{plan.recompute.value}"']
+    if plan.recompute is ir.Recompute.SELECTIVE:
+        lines.append('selective_ac_option = "op"')
+    if not plan.flash_attention:
+        problems.append("attention without flash_attention: torchtitan's models attend with "
+                        "scaled_dot_product_attention, which keeps no score matrix")
     if plan.overrides:
         problems.append("overrides describe what a system does wrong; a job config cannot ask for them")
     return "\n".join(lines) + "\n", problems

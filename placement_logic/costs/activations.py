@@ -114,9 +114,10 @@ def layer_terms(sh: Shape) -> tuple[sympy.Expr, sympy.Expr]:
     4·f (its first projection's output and the activation's output) or, gated, 6·f (the
     fused gate and up projections' output, 2·2f, and the product fed to the down projection,
     2f). With MHA, an ungated MLP and f = 4h this is Korthikanti et al.'s 10h + 24h.
-    Mixture of experts: every token visits top_k·capacity experts, so the MLP terms and a
-    permuted copy of its input (2h) are kept top_k·capacity times, and the router's fp32
-    logits (4·E) once, on every tensor rank unless sequence parallel."""
+    Mixture of experts: every token visits top_k·capacity experts, so the MLP terms (of the
+    expert width) and a permuted copy of its input (2h) are kept top_k·capacity times, the
+    shared experts' MLP terms once (of their widths together), and the router's fp32 logits
+    (4·E) once, on every tensor rank unless sequence parallel."""
     h, a, kv, f = sh.h, sh.a, sh.kv, sh.f
     if sh.activation_count == "korthikanti":  # Table 2: MHA, an ungated MLP of width 4h
         return 10 * h, 24 * h
@@ -124,10 +125,12 @@ def layer_terms(sh: Shape) -> tuple[sympy.Expr, sympy.Expr]:
         return 10 * h, 8 * h + 4 * f
     whole = 10 * h
     attn = 2 * h + 4 * h * kv / a + 2 * h
-    mlp = (6 if sh.gated else 4) * f
+    per_width = 6 if sh.gated else 4
+    mlp = per_width * f
     if sh.experts != 1:
         visits = sh.top_k * sh.capacity
-        mlp = (mlp + 2 * h) * visits
+        fe = sh.fe if sh.fe is not None else f
+        mlp = (per_width * fe + 2 * h) * visits + per_width * sh.f_shared
         whole = whole + 4 * sh.experts
     return whole, attn + mlp
 

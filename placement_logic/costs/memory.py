@@ -146,7 +146,8 @@ def _persistent(plan: ir.Plan, sh: Shape, st: State, stage: str | None, split: S
     if pl.axes_with(Mode.M):
         by_group = {g.name: ZERO for g in sh.groups}
     elif stage is not None and pipe is not None:
-        by_group = per_group(sh, (), split, stage=stage, p=symbol(pipe), axes_of=group_axes(plan, st, skip=(pipe,)))
+        p = sympy.Integer(1) if _one(plan, pipe) else symbol(pipe)  # one stage: it holds both ends
+        by_group = per_group(sh, (), split, stage=stage, p=p, axes_of=group_axes(plan, st, skip=(pipe,)))
     else:
         by_group = per_group(sh, (), split, axes_of=group_axes(plan, st))
     by_group = {k: sh.bytes[st] * v for k, v in by_group.items()}

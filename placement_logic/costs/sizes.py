@@ -100,7 +100,9 @@ class Shape:
     missing: tuple[str, ...] = field(default=())
     tied: bool = False  # the output projection shares the embedding weight
     groups: tuple[SizedGroup, ...] = ()  # the parameter groups (ir.groups), counted
-    f: sympy.Expr = sympy.Integer(0)  # MLP (or expert) width
+    f: sympy.Expr = sympy.Integer(0)  # MLP width
+    fe: sympy.Expr | None = None  # one routed expert's width (None: f)
+    f_shared: sympy.Expr = sympy.Integer(0)  # the shared experts' widths together (count × width)
     gated: bool = False  # gated (SwiGLU-style) MLP
     logits_bytes: sympy.Expr = sympy.Integer(4)  # bytes per element of the logits kept for the loss
     activation_count: str = "shape"  # the per-layer activation count: shape | korthikanti | megatron
@@ -167,11 +169,21 @@ def shape_of(model: ir.Model) -> Shape:
         tied=bool(t is not None and t.tied_embeddings),
         groups=tuple(sized),
         f=to_sympy(t.ffn) if t is not None else 4 * h,
+        fe=to_sympy(t.expert_ffn) if t is not None and t.expert_ffn is not None else None,
+        f_shared=_shared_width(t),
         gated=bool(t is not None and t.gated_mlp),
         activation_count=model.activation_count,
         logits_bytes=to_sympy(model.bytes_logits),
         allowance=to_sympy(model.activation_allowance),
     )
+
+
+def _shared_width(t: ir.TransformerShape | None) -> sympy.Expr:
+    """The shared experts' widths together: count × (shared_expert_ffn, else expert_ffn, else ffn)."""
+    if t is None or t.shared_experts is None or pg.is_zero(t.shared_experts):
+        return sympy.Integer(0)
+    width = next(w for w in (t.shared_expert_ffn, t.expert_ffn, t.ffn) if w is not None)
+    return to_sympy(t.shared_experts) * to_sympy(width)
 
 
 def divided(sh: Shape, axes, split: Split | None = None, axes_of=None, experts_only=None) -> sympy.Expr:
@@ -186,7 +198,8 @@ def per_group(sh: Shape, axes, split: Split | None = None, stage: str | None = N
     """Group name -> parameters per device of that group. With ``stage`` (FIRST or LAST of p
     stages) the group's layers are divided by p and the first stage adds the groups placed
     there (the token embedding), the last its own (final norm, output head, a copy when
-    tied); without, the whole model is divided over ``axes`` (copies left out)."""
+    tied); one stage (p the number 1) holds both ends and no copy. Without, the whole model
+    is divided over ``axes`` (copies left out)."""
     split = split or Split()
     p = sympy.Integer(1) if p is None else p
     out: dict[str, sympy.Expr] = {}
@@ -194,7 +207,7 @@ def per_group(sh: Shape, axes, split: Split | None = None, stage: str | None = N
         if experts_only is not None and g.group.expert != experts_only:
             continue
         where = g.group.where
-        if stage is None:
+        if stage is None or (g.group.copy and p == 1):  # one stage holds no copy of its own embedding
             if g.group.copy:
                 continue
             n = g.count
@@ -204,6 +217,8 @@ def per_group(sh: Shape, axes, split: Split | None = None, stage: str | None = N
             n = g.count / p
         elif where == stage:
             n = g.count
+        elif where in (FIRST, LAST) and not g.group.copy and p == 1:
+            n = g.count  # one stage is both the first and the last
         else:
             continue
         a = axes_of(g) if axes_of is not None else axes
@@ -221,10 +236,20 @@ def stage_divided(sh: Shape, stage: str, p: sympy.Expr, axes, split: Split | Non
 
 
 def _layers_on(sh: Shape, rng: tuple, stage: str, p: sympy.Expr) -> sympy.Expr:
-    """How many of the layers a ranged group lives in (the first k, or the rest) the first or
-    the last of p stages holds (each holds L/p consecutive layers)."""
-    which, k = rng[0], to_sympy(rng[1])
+    """How many of the layers a ranged group lives in (the first k, or the rest; or the dense or
+    the MoE layers of a periodic pattern) the first or the last of p stages holds (each holds
+    L/p consecutive layers)."""
     per = sh.L / p
+    if rng[0] in ("dense_of", "moe_of"):  # a periodic pattern: count the MoE layers below a bound
+        _, d, every, offset = rng
+        first = d + (offset - d) % every  # the first MoE layer
+
+        def moe_below(n: sympy.Expr) -> sympy.Expr:
+            return sympy.Max(0, sympy.ceiling((n - first) / every))
+
+        moe = moe_below(per) if stage == FIRST else moe_below(sh.L) - moe_below(sh.L - per)
+        return moe if rng[0] == "moe_of" else per - moe
+    which, k = rng[0], to_sympy(rng[1])
     first_k = sympy.Min(k, per) if stage == FIRST else sympy.Max(0, k - (sh.L - per))
     return first_k if which == "first" else per - first_k
 
@@ -237,9 +262,9 @@ def layer_divided(sh: Shape, axes, split: Split | None = None) -> sympy.Expr | N
     split = split or Split()
     if any(g.group.layers is not None for g in sh.groups):
         kinds = []
-        for kind in ("first", "after"):
+        for kind in (("first", "dense_of"), ("after", "moe_of")):
             kinds.append(sum((g.per_layer * split.share(g, axes, sh.kv) for g in sh.groups
-                              if g.per_layer is not None and (g.group.layers is None or g.group.layers[0] == kind)),
+                              if g.per_layer is not None and (g.group.layers is None or g.group.layers[0] in kind)),
                              sympy.Integer(0)))
         return peak(*kinds)
     return sum((g.per_layer * split.share(g, axes, sh.kv) for g in sh.groups if g.per_layer is not None),

@@ -148,9 +148,20 @@ def parse_config(text: str, file: str) -> HFShape:
         f["experts"] = r.int("num_experts")
         f["top_k"] = r.int("num_experts_per_tok")
         f["expert_ffn"] = r.int("moe_intermediate_size")
-        if r.int("decoder_sparse_step", 1) != 1 or cfg.get("mlp_only_layers"):
-            raise r.error("decoder_sparse_step" if r.has("decoder_sparse_step") else "mlp_only_layers",
-                          "MoE on only some layers is not modelled (every layer after the first dense ones is MoE)")
+        # Qwen: layer i is MoE unless it is in mlp_only_layers, when (i + 1) mod decoder_sparse_step = 0
+        step = r.int("decoder_sparse_step", 1)
+        only = cfg.get("mlp_only_layers") or []
+        if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+            raise r.error("mlp_only_layers", f"'mlp_only_layers' must be a list of layer indices, not "
+                          f"{json.dumps(cfg.get('mlp_only_layers'))}")
+        if only:
+            r.used.append("mlp_only_layers")
+            if sorted(only) != list(range(len(only))):
+                raise r.error("mlp_only_layers", f"dense layers {json.dumps(only)} that are not the first ones are not "
+                              "modelled", ("dense_layers = k makes the first k layers dense",))
+            f["dense_layers"] = len(only)
+        if step > 1:
+            f["moe_every"], f["moe_offset"] = step, step - 1
         if kind == "qwen2_moe" and r.int("shared_expert_intermediate_size", 0, low=0):
             f["shared_experts"] = 1
             f["shared_expert_ffn"] = r.int("shared_expert_intermediate_size", low=0)
@@ -165,8 +176,9 @@ def parse_config(text: str, file: str) -> HFShape:
         dense = r.int("first_k_dense_replace", 0, low=0)
         if dense:
             f["dense_layers"] = dense
-        if r.int("moe_layer_freq", 1) != 1:
-            raise r.error("moe_layer_freq", "MoE on every k-th layer is not modelled (moe_layer_freq must be 1)")
+        freq = r.int("moe_layer_freq", 1)
+        if freq > 1:  # DeepSeek: layer i is MoE when i >= first_k_dense_replace and i mod moe_layer_freq = 0
+            f["moe_every"] = freq
         if r.has("q_lora_rank"):
             f["q_lora_rank"] = r.int("q_lora_rank")
         f["kv_lora_rank"] = r.int("kv_lora_rank")

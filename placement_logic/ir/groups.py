@@ -58,7 +58,9 @@ class ParamGroup:
     user: bool = False  # declared by the user
     per_layer: Value | None = None  # parameters per layer, for groups inside the layers
     restated: bool = False  # a built-in group the model block restates
-    layers: tuple[str, Value] | None = None  # ("first", k): only the first k layers hold it; ("after", k): the rest
+    # ("first", k): only the first k layers hold it; ("after", k): the rest; ("dense_of" | "moe_of", d, every,
+    # offset): the dense or the MoE layers of a periodic pattern (``moe_pattern``)
+    layers: tuple | None = None
     span: Span = field(default=NO_SPAN, compare=False, repr=False)
 
     def own_modes(self, state: State) -> dict[str, Mode]:
@@ -93,6 +95,10 @@ def _n(x: int) -> Const:
     return const(x)
 
 
+def is_zero(v: Value) -> bool:
+    return isinstance(v, Const) and v.value == 0
+
+
 def _is_one(v: Value) -> bool:
     return isinstance(v, Const) and v.value == 1
 
@@ -109,6 +115,25 @@ def padded_vocab(t: TransformerShape) -> Value:
         return t.vocab
     v, k = t.vocab.value, m.value
     return const(-(-v // k) * k)
+
+
+def moe_pattern(t: TransformerShape) -> tuple[int, int, int, int] | None:
+    """(L, dense_layers, every, offset) when the MoE layers are periodic (``moe_every``): layer i
+    (from 0) is an MoE layer when i >= dense_layers and i mod every = offset. The resolver makes
+    these whole numbers; None otherwise (every layer after the dense ones is MoE)."""
+    if t.moe_every is None:
+        return None
+    vals = (t.layers, t.dense_layers or const(0), t.moe_every, t.moe_offset or const(0))
+    if not all(isinstance(v, Const) and v.value.denominator == 1 for v in vals):
+        return None
+    L, d, k, r = (int(v.value) for v in vals)
+    return L, d, k, r
+
+
+def moe_layers_below(n: int, d: int, k: int, r: int) -> int:
+    """How many of the layers 0 … n−1 are MoE layers under the pattern (d, k, r)."""
+    first = d + (r - d) % k  # the first MoE layer
+    return max(0, -(-(n - first) // k))
 
 
 def transformer_groups(t: TransformerShape) -> tuple[ParamGroup, ...]:
@@ -153,11 +178,17 @@ def transformer_groups(t: TransformerShape) -> tuple[ParamGroup, ...]:
     if latent is not None:  # MLA's down-projections and their norms: whole on every tensor rank
         per_layer.append(ParamGroup("attention_latent", None, tensor=WHOLE, checks_as="norms", per_layer=latent))
     ranged: list[tuple[ParamGroup, Value, str]] = []  # (group, count, which layers)
+    pattern = moe_pattern(t) if moe else None
+    if pattern is not None:  # MoE on every k-th layer: counts of each kind are whole numbers
+        n_moe_int = moe_layers_below(*pattern)
+        n_moe, n_dense = _n(n_moe_int), _n(pattern[0] - n_moe_int)
+    # some layers dense, some MoE
+    mixed = moe and (pattern[0] > n_moe_int if pattern is not None else t.dense_layers is not None)
     if moe:
         k = t.dense_layers
-        n_moe = L if k is None else _sub(L, k)
+        n_moe = n_moe if pattern is not None else L if k is None else _sub(L, k)
         fe = t.expert_ffn if t.expert_ffn is not None else f
-        where_moe = "all" if k is None else "after"
+        where_moe = "after" if mixed else "all"
         ranged.append((ParamGroup("experts", None, expert=True, checks_as="experts"), _mul(n_moe, E, mlp_of(fe)),
                        where_moe))
         if t.shared_experts is not None and not (isinstance(t.shared_experts, Const) and t.shared_experts.value == 0):
@@ -172,14 +203,16 @@ def transformer_groups(t: TransformerShape) -> tuple[ParamGroup, ...]:
         if t.shared_expert_gate:
             router = _add(router, h)  # the shared experts' gate: one more output row of the router's kind
         ranged.append((ParamGroup("router", None, tensor=WHOLE, checks_as="router"), _mul(n_moe, router), where_moe))
-        if k is not None:
-            ranged.append((ParamGroup("mlp", None), _mul(k, mlp_of(f)), "first"))
+        if mixed:
+            n_dense = n_dense if pattern is not None else k
+            ranged.append((ParamGroup("mlp", None), _mul(n_dense, mlp_of(f)), "first"))
             if t.bias:
                 ranged.append((ParamGroup("biases", None, tensor=WHOLE, checks_as="biases"), _mul(L, h), "all"))
-                ranged.append((ParamGroup("mlp_biases", None, tensor=WHOLE, checks_as="biases"), _mul(k, h), "first"))
+                ranged.append((ParamGroup("mlp_biases", None, tensor=WHOLE, checks_as="biases"), _mul(n_dense, h),
+                               "first"))
     else:
         per_layer.append(ParamGroup("mlp", None, per_layer=mlp_of(f)))
-    if t.bias and not (moe and t.dense_layers is not None):
+    if t.bias and not mixed:
         per_layer.append(ParamGroup("biases", None, tensor=WHOLE, checks_as="biases",
                                     per_layer=h if moe else _mul(_n(2), h)))
     norms = _mul(t.norms_per_layer if t.norms_per_layer is not None else _n(2), norm)
@@ -196,6 +229,10 @@ def transformer_groups(t: TransformerShape) -> tuple[ParamGroup, ...]:
     for g, count, which in ranged:
         if which == "all":
             groups.append(replace(g, count=count, per_layer=_div(count, L)))
+        elif pattern is not None:  # ("dense_of" | "moe_of", dense_layers, every, offset)
+            n = n_dense if which == "first" else n_moe
+            rng = ("dense_of" if which == "first" else "moe_of",) + pattern[1:]
+            groups.append(replace(g, count=count, per_layer=_div(count, n), layers=rng))
         else:
             k = t.dense_layers
             n = k if which == "first" else _sub(L, k)
@@ -209,7 +246,7 @@ def transformer_groups(t: TransformerShape) -> tuple[ParamGroup, ...]:
         # each module: two norms, a 2h -> h projection and one more layer (of the model's last kind),
         # sharing the embedding and the output head
         layer_params = _add(*(g.per_layer for g in groups if g.per_layer is not None and
-                              (g.layers is None or g.layers[0] == "after" or not moe)))
+                              (g.layers is None or g.layers[0] in ("after", "moe_of") or not moe)))
         module = _add(_mul(_n(2), norm), _mul(_n(2), h, h), layer_params)
         groups.append(ParamGroup("mtp", _mul(t.mtp_layers, module), where=LAST))
     return tuple(groups)

@@ -212,6 +212,8 @@ class TransformerShape:
     shared_experts: Value | None = None  # shared experts per MoE layer (always active)
     shared_expert_ffn: Value | None = None  # width of one shared expert (default expert_ffn)
     dense_layers: Value | None = None  # the first k layers have a dense MLP of width ffn
+    moe_every: Value | None = None  # MoE only on layers i (from 0) with i mod moe_every = moe_offset (after dense_layers)
+    moe_offset: Value | None = None  # default 0 (DeepSeek's moe_layer_freq); Qwen's decoder_sparse_step: every - 1
     mtp_layers: Value | None = None  # multi-token-prediction modules (each one layer + 2 norms + 2h·h)
     shared_expert_gate: bool = False  # a sigmoid gate h -> 1 on the shared experts' output (Qwen-MoE)
     router_bias: bool = False  # a bias per expert in the router (DeepSeek-V3's load-balancing correction)

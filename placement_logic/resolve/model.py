@@ -26,7 +26,7 @@ BYTES_PROPS = ("params", "grads", "optimizer", "activations", "logits")
 TRANSFORMER_NUMERIC = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "experts", "top_k",
                        "capacity_factor", "head_dim", "position_embeddings", "q_lora_rank", "kv_lora_rank",
                        "qk_rope_dim", "qk_nope_dim", "v_head_dim", "expert_ffn", "shared_experts", "shared_expert_ffn",
-                       "dense_layers", "mtp_layers", "norms_per_layer", "vocab_multiple")
+                       "dense_layers", "mtp_layers", "norms_per_layer", "vocab_multiple", "moe_every", "moe_offset")
 TRANSFORMER_FLAGS = ("tied_embeddings", "gated_mlp", "bias", "qkv_bias", "shared_expert_gate", "router_bias",
                      "qk_norm")
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_dim", "qk_nope_dim", "v_head_dim")
@@ -353,12 +353,40 @@ def _transformer(vals: Values, block: surface.SubBlock) -> ir.TransformerShape |
                           "(and v_head_dim); head_dim does not apply", block.span)
             return None
     moe_only = [k for k in ("expert_ffn", "shared_experts", "shared_expert_ffn", "dense_layers", "shared_expert_gate",
-                            "router_bias") if k in found]
+                            "router_bias", "moe_every", "moe_offset") if k in found]
     experts = found.get("experts")
     if moe_only and (experts is None or (isinstance(experts, ir.Const) and experts.value == 1)):
         vals.cx.error("PL118", f"{', '.join(moe_only)} describe a mixture of experts; give 'experts' too", block.span)
         return None
+    if ("moe_every" in found or "moe_offset" in found) and not _moe_pattern(vals, found, block):
+        return None
     return ir.TransformerShape(span=block.span, **found)
+
+
+def _moe_pattern(vals: Values, found: dict, block: surface.SubBlock) -> bool:
+    """``moe_every``/``moe_offset``: whole numbers (with the layer counts) that leave at least one
+    MoE layer; made constants so each stage's share of both kinds of layer is exact."""
+    error = vals.cx.error
+    if "moe_every" not in found:
+        error("PL118", "moe_offset picks the MoE layer within each moe_every layers; give moe_every too", block.span)
+        return False
+    keys = [k for k in ("layers", "dense_layers", "moe_every", "moe_offset") if k in found]
+    got = {k: number(found[k], vals) for k in keys}
+    bad = [k for k in keys if got[k] is None or got[k].denominator != 1 or got[k] < 0]
+    if bad:
+        error("PL114", f"moe_every places MoE layers by index: {', '.join(bad)} must be whole numbers", block.span)
+        return False
+    L, d, k, r = (int(got.get(x, 0)) for x in ("layers", "dense_layers", "moe_every", "moe_offset"))
+    if k < 1 or r >= k:
+        error("PL114", f"moe_every must be at least 1 and moe_offset below it (every {k}, offset {r})", block.span)
+        return False
+    if pg.moe_layers_below(L, d, k, r) == 0:
+        error("PL114", f"no layer is an MoE layer: of {L} layers, none from layer {d} on has index ≡ {r} (mod {k})",
+              block.span)
+        return False
+    for x in keys:
+        found[x] = ir.const(got[x])
+    return True
 
 
 def _show(x: Fraction) -> str:

@@ -82,9 +82,16 @@ def check_shapes(plan: ir.Plan, vals: Values, error: Callable[..., None]) -> Non
             need(t.kv_heads, "the kv heads", tensor, n, "each tensor rank needs whole kv heads (or one head copied "
                  "on a whole number of ranks)", copies_ok=True)
         need(t.ffn, "the MLP width", tensor, n, "the MLP's columns are split over the tensor ranks")
-        need(t.vocab, "the vocabulary", tensor, n, "the embedding and the output layer are vocabulary-parallel",
-             hint=f"Megatron-LM pads the vocabulary to a multiple of 128·t; give the padded size "
-                  f"({_padded(number(t.vocab, vals), n)} for t = {n})" if n else None)
+        vocab, multiple = number(t.vocab, vals), number(t.vocab_multiple, vals)
+        if multiple is not None and vocab is not None and multiple.denominator == 1 and multiple >= 1 \
+                and vocab.denominator == 1:
+            padded = -(-int(vocab) // int(multiple)) * int(multiple)  # what is split: the padded vocabulary
+            need(ir.Const(Fraction(padded), t.vocab_multiple.span), f"the vocabulary padded to a multiple of {int(multiple)}",
+                 tensor, n, "the embedding and the output layer are vocabulary-parallel")
+        else:
+            need(t.vocab, "the vocabulary", tensor, n, "the embedding and the output layer are vocabulary-parallel",
+                 hint=f"Megatron-LM pads the vocabulary to a multiple of 128·t; give the padded size "
+                      f"({_padded(vocab, n)} for t = {n})" if n else None)
     pipe = plan.axes_with_role(ir.Role.PIPELINE)
     if pipe:
         n = _size(plan, pipe, vals)
