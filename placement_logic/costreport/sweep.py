@@ -242,7 +242,7 @@ def _compiled_rows(spec, names, sets, swept, grid) -> tuple[list[SweepRow], str,
                   for n, col in columns.items()}
         out = fn.evaluate(**arrays)
         if not swept:  # no symbol: one configuration, scalars
-            out = {k: [v] if not hasattr(v, "__len__") else v for k, v in out.items()}
+            out = {k: [float(v)] for k, v in out.items()}
         bad = []
         for pos in sorted({0, len(idx) - 1}):
             bad += fn.check(pos, out, **{n: columns[n][pos] for n in swept})
