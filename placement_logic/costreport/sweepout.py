@@ -50,10 +50,12 @@ def _ratio(r: SweepReport, row: SweepRow) -> str:
 
 
 def _failed(r: SweepReport, row: SweepRow) -> str:
-    bad = [q.label or q.where for q, v in zip(r.questions, row.verdicts) if v == "fails" and q.kind == "assert"]
+    """``ok``, or ``fails`` with the numbers of the failing asserts (the footer lists them)."""
+    bad = [str(k + 1) for k, (q, v) in enumerate(zip(r.questions, row.verdicts))
+           if v == "fails" and q.kind == "assert"]
     if bad:
-        return "FAILS: " + "; ".join(bad)
-    return "ok" if any(q.kind == "assert" for q in r.questions) else ""
+        return "fails " + ",".join(bad)
+    return "ok"
 
 
 def _gib(v) -> str:
@@ -121,7 +123,7 @@ def _footer(r: SweepReport) -> list[str]:
         verdicts = [row.verdicts[j] for row in r.rows[::max(1, len(r.plans))]]
         fails = verdicts.count("fails")
         label = f' "{q.label}"' if q.label else ""
-        out.append(f"{q.where}: {q.kind}{label}: holds in {len(verdicts) - fails}, fails in {fails} "
+        out.append(f"{q.where}: [{j + 1}] {q.kind}{label}: holds in {len(verdicts) - fails}, fails in {fails} "
                    f"of {len(verdicts)} configuration(s)")
     if any(q.kind == "assert" for q in r.questions):
         out.append("FAILED" if r.failed_asserts else "ok")
@@ -145,7 +147,7 @@ def _rank(r: SweepReport, h: str) -> int:
 def _text_table(r: SweepReport, head: list[str], rows: list[list[str]], keep: list[int]):
     from rich.table import Table
 
-    t = Table(title=UNITS, title_justify="left")
+    t = Table()
     for k in keep:
         h = head[k]
         words = h.rsplit(" ", 1)
@@ -167,6 +169,7 @@ def render_text(r: SweepReport, width: int = 120, color: bool = False) -> str:
                   color_system="standard" if color else None)
     for line in _summary(r):
         con.print(line)
+    con.print(UNITS)
     head, rows = table(r)
     keep = list(range(len(head)))
     wide = Console(file=io.StringIO(), width=10_000)
