@@ -25,7 +25,6 @@ def add_parser(subparsers) -> None:
 def run(args, out: TextIO, err: TextIO) -> int:
     from ..costreport import build
     from ..frontend.loader import load_spec
-
     from . import sweep
 
     spec = load_spec(args.file)

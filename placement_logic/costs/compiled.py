@@ -52,9 +52,19 @@ def agrees(value: float, exact: Fraction) -> bool:
     return abs(Fraction(value) - Fraction(exact)) <= tolerance(exact)
 
 
+def as_expr(value) -> sympy.Expr:
+    """A sympy expression, an int or a ``Fraction`` as sympy (never text: nothing is parsed)."""
+    if isinstance(value, sympy.Basic):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, Fraction)):
+        raise TypeError(f"not an expression or an exact number: {value!r}")
+    f = Fraction(value)
+    return sympy.Rational(f.numerator, f.denominator)
+
+
 def exact_value(expr: sympy.Expr, subs: Mapping[sympy.Symbol, sympy.Expr]) -> Fraction:
     """An expression's exact value once ``subs`` binds its symbols (``ValueError`` if one stays free)."""
-    v = sympy.sympify(expr).xreplace(dict(subs))
+    v = as_expr(expr).xreplace(dict(subs))
     if not v.is_Rational:
         v = v.doit()
     if not v.is_Rational:
@@ -139,7 +149,7 @@ def compile_exprs(exprs: Mapping[str, sympy.Expr], symbols: Sequence[sympy.Symbo
 
     syms = tuple(s if isinstance(s, sympy.Symbol) else symbol(s) for s in symbols)
     names = tuple(exprs)
-    forms = tuple(sympy.sympify(exprs[n]) for n in names)
+    forms = tuple(as_expr(exprs[n]) for n in names)
     free = sorted({s.name for e in forms for s in e.free_symbols} - {s.name for s in syms})
     if free:
         raise ValueError(f"unbound symbols in the expressions: {', '.join(free)}")
@@ -180,7 +190,7 @@ def cost_exprs(pc, subs: Mapping[sympy.Symbol, sympy.Expr] | None = None) -> dic
         out[f"comm.link.{link}"] = b
     for group, (_link, b, _v) in comm.per_group().items():
         out[f"comm.group.{group}"] = b
-    return {k: sympy.sympify(v).xreplace(subs) for k, v in out.items()}
+    return {k: as_expr(v).xreplace(subs) for k, v in out.items()}
 
 
 def compile_costs(pc, symbols: Iterable[sympy.Symbol | str], subs: Mapping[sympy.Symbol, sympy.Expr] | None = None,
@@ -188,5 +198,5 @@ def compile_costs(pc, symbols: Iterable[sympy.Symbol | str], subs: Mapping[sympy
     """``compile_exprs`` of ``cost_exprs(pc, subs)`` (plus ``extra`` expressions, ``subs`` applied)."""
     exprs = cost_exprs(pc, subs)
     for k, v in (extra or {}).items():
-        exprs[k] = sympy.sympify(v).xreplace(dict(subs or {}))
+        exprs[k] = as_expr(v).xreplace(dict(subs or {}))
     return compile_exprs(exprs, tuple(symbols), backend)
