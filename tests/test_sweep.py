@@ -264,6 +264,7 @@ def test_text_table_fits_the_width(spec_file):
 @pytest.mark.parametrize("argv, code", [
     (["--set", "dp=1,2", "--format", "latex"], "PL314"),
     (["--exact"], "PL314"),
+    (["--set", "dp=1,2", "--groups"], "PL314"),
     (["--set", "dp=1..4:x0"], "PL301"),
     (["--plot", "out.gif"], "PL313"),
     (["--set", "dp=1,2", "--set", "tp=1,2", "--plot", "out.png"], "PL313"),
@@ -297,3 +298,21 @@ def test_the_cache_keys_on_the_sweep(tmp_path, monkeypatch):
     assert list((tmp_path / "cache").rglob("*.json"))
     assert run("cost", str(path), "--set", "dp=1,4", "--format", "csv") == b
     assert c[1].splitlines()[0] == a[1].splitlines()[0]
+
+
+def test_without_numpy_the_math_fallback_gives_the_same_rows(monkeypatch):
+    import placement_logic.costreport.sweep as sweep_mod
+    import placement_logic.costs.compiled as compiled_mod
+
+    spec = literal_spec(BASE)
+    sweeps = {"dp": (Fraction(1), Fraction(4)), "tp": (Fraction(2), Fraction(16))}
+    fast = build_sweep(spec, sweeps=sweeps)
+    monkeypatch.setattr(compiled_mod, "numpy_or_none", lambda: None)
+    monkeypatch.setattr(sweep_mod, "numpy_or_none", lambda: None)
+    slow = build_sweep(spec, sweeps=sweeps)
+    assert (fast.backend, slow.backend) == ("numpy", "math")
+    for a, b in zip(fast.rows, slow.rows):
+        assert (a.values, a.plan, a.verdicts) == (b.values, b.plan, b.verdicts)
+        assert a.numbers.keys() == b.numbers.keys()
+        for k, v in b.numbers.items():
+            assert isinstance(v, float) and round(v) == round(a.numbers[k])

@@ -38,6 +38,10 @@ def check_options(args, sweeps) -> None:
     if args.format == "latex" and sweeps:
         raise DiagnosticError([Diagnostic("PL314", "--format latex prints formulas; a sweep prints rows: "
                                           "use text, markdown, json or csv", command_line_span("--format latex"))])
+    if getattr(args, "groups", False) and wanted(args, sweeps):
+        raise DiagnosticError([Diagnostic("PL314", "--groups adds the parameter-group table to a report; a sweep "
+                                          "prints rows (drop --groups, or give single values)",
+                                          command_line_span("--groups"))])
     if getattr(args, "exact", False) and not wanted(args, sweeps):
         raise DiagnosticError([Diagnostic("PL314", "--exact applies to a sweep (a list or range in --set, or "
                                           "--format csv); one configuration is always derived exactly",

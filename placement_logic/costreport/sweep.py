@@ -78,6 +78,7 @@ class SweepReport:
     axes: tuple[str, ...] = ()  # mesh axes
     baseline: str | None = None
     notes: tuple[str, ...] = field(default=())
+    quantities: tuple[str, ...] = ()  # every quantity name some row carries
 
     @property
     def failed_asserts(self) -> int:
@@ -157,22 +158,24 @@ def build_sweep(spec: ir.Spec, plans=(), sets: Mapping[str, Fraction] | None = N
     swept = tuple(sweeps)
     grid = list(itertools.product(*(sweeps[n] for n in swept)))
     questions = _questions(spec)
+    keys: dict[str, dict] = {n: {} for n in names}  # plan -> the quantity names its rows carry
     if exact:
-        rows, backend, notes = _exact_rows(spec, names, sets, swept, grid), "sympy", []
+        rows, backend, notes = _exact_rows(spec, names, sets, swept, grid, keys), "sympy", []
     else:
-        rows, backend, notes = _compiled_rows(spec, names, sets, swept, grid)
-    staged = tuple(n for n in names if any(k.startswith("stage.") for r in rows if r.plan == n for k in r.numbers))
-    links = tuple(dict.fromkeys(k[len("comm.link."):] for r in rows for k in r.numbers if k.startswith("comm.link.")))
+        rows, backend, notes = _compiled_rows(spec, names, sets, swept, grid, keys)
+    staged = tuple(n for n in names if any(k.startswith("stage.") for k in keys[n]))
+    every = dict.fromkeys(k for n in names for k in keys[n])
+    links = tuple(k[len("comm.link."):] for k in every if k.startswith("comm.link."))
     return SweepReport(command, spec.file, swept, tuple(sets.items()), tuple(names), tuple(rows), questions,
                        "exact" if exact else "compiled", backend, staged, links,
                        spec.mesh.names if spec.mesh else (), baseline if command == "compare" else None,
-                       tuple(notes))
+                       tuple(notes), tuple(every))
 
 
 # --------------------------------------------------------------------------- exact, row by row
 
 
-def _exact_rows(spec, names, sets, swept, grid) -> list[SweepRow]:
+def _exact_rows(spec, names, sets, swept, grid, keys: dict) -> list[SweepRow]:
     rows = []
     for values in grid:
         row_sets = {**sets, **dict(zip(swept, values))}
@@ -192,6 +195,7 @@ def _exact_rows(spec, names, sets, swept, grid) -> list[SweepRow]:
             free = {s.name for e in exprs.values() for s in e.free_symbols}
             if free:
                 raise _unbound(free)
+            keys[name].update(dict.fromkeys(exprs))
             rows.append(SweepRow(values, name, {k: exact_value(e, {}) for k, e in exprs.items()}, tuple(verdicts)))
     return rows
 
@@ -199,7 +203,7 @@ def _exact_rows(spec, names, sets, swept, grid) -> list[SweepRow]:
 # --------------------------------------------------------------------------- compiled, class by class
 
 
-def _compiled_rows(spec, names, sets, swept, grid) -> tuple[list[SweepRow], str, list[str]]:
+def _compiled_rows(spec, names, sets, swept, grid, keys: dict) -> tuple[list[SweepRow], str, list[str]]:
     fixed = _fixed_bindings(spec, sets, swept)
     syms = [symbol(n) for n in swept]
     mesh = spec.mesh.names if spec.mesh else ()
@@ -246,33 +250,41 @@ def _compiled_rows(spec, names, sets, swept, grid) -> tuple[list[SweepRow], str,
         bad = []
         for pos in sorted({0, len(idx) - 1}):
             bad += fn.check(pos, out, **{n: columns[n][pos] for n in swept})
-        exact_class = bool(bad)
-        if exact_class:
+        if bad:
             notes.append(f"the compiled evaluation disagreed with the exact one on {', '.join(sorted(set(bad)))}; "
                          f"{len(idx)} configuration(s) re-derived exactly")
-        for pos, i in enumerate(idx):
-            point = {n: columns[n][pos] for n in swept}
-            values = fn.exact(**point) if exact_class else {k: float(v[pos]) for k, v in out.items()}
-            by_row[i] = (values, _verdicts(spec, fn, values, point))
-    rows = []
-    for i, values in enumerate(grid):
-        got, verdicts = by_row[i]
+            lists = {k: [] for k in fn.names}
+            for pos in range(len(idx)):
+                for k, v in fn.exact(**{n: columns[n][pos] for n in swept}).items():
+                    lists[k].append(v)
+        else:
+            lists = {k: (v.tolist() if hasattr(v, "tolist") else list(v)) for k, v in out.items()}
+        per_plan = []
         for name in names:
             prefix = f"{name}\0"
-            rows.append(SweepRow(values, name, {k[len(prefix):]: v for k, v in got.items() if k.startswith(prefix)},
-                                 verdicts))
+            pairs = [(k[len(prefix):], lists[k]) for k in fn.names if k.startswith(prefix)]
+            keys[name].update(dict.fromkeys(short for short, _ in pairs))
+            per_plan.append((name, pairs))
+        questions = [(lists[f"\0q{j}\0left"], lists[f"\0q{j}\0right"]) for j in range(len(spec.questions))]
+        for pos, i in enumerate(idx):
+            verdicts = _verdicts(spec, fn, [(left[pos], right[pos]) for left, right in questions],
+                                 lambda pos=pos, columns=columns: {n: columns[n][pos] for n in swept})
+            by_row[i] = [SweepRow(grid[i], name, {short: col[pos] for short, col in pairs}, verdicts)
+                         for name, pairs in per_plan]
+    rows = [row for i in range(len(grid)) for row in by_row[i]]
     return rows, backend, notes
 
 
-def _verdicts(spec, fn: CompiledCost, values: dict, point: dict) -> tuple[str, ...]:
+def _verdicts(spec, fn: CompiledCost, sides: list, point) -> tuple[str, ...]:
+    """Each question's verdict from its two sides; floats too close to call are decided exactly
+    (``point()``: the configuration's exact values)."""
     out = []
     exact = None
-    for j, qn in enumerate(spec.questions):
-        left, right = values[f"\0q{j}\0left"], values[f"\0q{j}\0right"]
+    for j, (qn, (left, right)) in enumerate(zip(spec.questions, sides)):
         if isinstance(left, float) or isinstance(right, float):
             scale = max(abs(left), abs(right), 1.0)
             if abs(left - right) <= 1e-9 * scale or left != left or right != right:
-                exact = exact or fn.exact(**point)  # too close to call in floats: decide exactly
+                exact = exact or fn.exact(**point())
                 left, right = exact[f"\0q{j}\0left"], exact[f"\0q{j}\0right"]
         out.append("holds" if _OPS[qn.op](left, right) else "fails")
     return tuple(out)

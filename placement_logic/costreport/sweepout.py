@@ -30,8 +30,7 @@ def quantity_keys(r: SweepReport) -> list[str]:
         for st in ("first", "last"):
             keys += [f"stage.{st}.total", *(f"stage.{st}.{s}" for s in STATES)]
     keys += ["comm.total", "volume.total", *(f"comm.link.{k}" for k in r.links)]
-    groups = dict.fromkeys(k for row in r.rows for k in row.numbers if k.startswith("comm.group."))
-    return keys + list(groups)
+    return keys + [k for k in r.quantities if k.startswith("comm.group.")]
 
 
 def _bytes(v) -> Fraction:
@@ -239,9 +238,11 @@ def render_csv(r: SweepReport) -> str:
     w = csv.writer(buf, lineterminator="\n")
     labels = [q.label or q.where for q in r.questions]
     w.writerow([*r.swept, "plan", *(k.replace(".", "_") + "_bytes" for k in keys), *labels])
+    compiled = r.evaluation == "compiled"  # every number a float: rounded to the byte
     for row in r.rows:
-        w.writerow([*(_json_number(v) for v in row.values), row.plan,
-                    *(_json_number(row.numbers.get(k, 0)) for k in keys), *row.verdicts])
+        get = row.numbers.get
+        numbers = [round(get(k, 0.0)) for k in keys] if compiled else [_json_number(get(k, 0)) for k in keys]
+        w.writerow([*(_json_number(v) for v in row.values), row.plan, *numbers, *row.verdicts])
     return buf.getvalue()
 
 
