@@ -316,3 +316,24 @@ def test_without_numpy_the_math_fallback_gives_the_same_rows(monkeypatch):
         assert a.numbers.keys() == b.numbers.keys()
         for k, v in b.numbers.items():
             assert isinstance(v, float) and round(v) == round(a.numbers[k])
+
+
+def test_a_class_whose_compiled_values_disagree_is_re_derived_exactly(monkeypatch):
+    import placement_logic.costreport.sweep as sweep_mod
+
+    real = sweep_mod.compile_exprs
+
+    def skewed(exprs, syms, backend=None):  # a compiled total one byte off
+        c = real(exprs, syms, backend)
+        fn = c._fn
+        c._fn = lambda *a: [v + 1.0 if n.endswith("memory.total") else v for n, v in zip(c.names, fn(*a))]
+        return c
+
+    monkeypatch.setattr(sweep_mod, "compile_exprs", skewed)
+    spec = literal_spec(BASE)
+    report = build_sweep(spec, sweeps={"dp": (Fraction(1), Fraction(2), Fraction(4))})
+    assert report.notes and "fsdp_tp: memory.total" in report.notes[0] and "re-derived exactly" in report.notes[0]
+    assert "\0" not in report.notes[0]
+    for row in report.rows:
+        want = oracle({**BASE, "dp": int(row.values[0])})[row.plan]
+        assert row.numbers == want

@@ -251,7 +251,8 @@ def _compiled_rows(spec, names, sets, swept, grid, keys: dict) -> tuple[list[Swe
         for pos in sorted({0, len(idx) - 1}):
             bad += fn.check(pos, out, **{n: columns[n][pos] for n in swept})
         if bad:
-            notes.append(f"the compiled evaluation disagreed with the exact one on {', '.join(sorted(set(bad)))}; "
+            notes.append(f"the compiled evaluation disagreed with the exact one on "
+                         f"{', '.join(_display(k) for k in dict.fromkeys(bad))}; "
                          f"{len(idx)} configuration(s) re-derived exactly")
             lists = {k: [] for k in fn.names}
             for pos in range(len(idx)):
@@ -273,6 +274,15 @@ def _compiled_rows(spec, names, sets, swept, grid, keys: dict) -> tuple[list[Swe
                          for name, pairs in per_plan]
     rows = [row for i in range(len(grid)) for row in by_row[i]]
     return rows, backend, notes
+
+
+def _display(key: str) -> str:
+    """A compiled quantity's name as a reader sees it: ``plan: memory.total``, ``question 1 (left)``."""
+    head, _, rest = key.partition("\0")
+    if not head:
+        j, _, side = rest.partition("\0")
+        return f"question {int(j[1:]) + 1} ({side})"
+    return f"{head}: {rest}"
 
 
 def _verdicts(spec, fn: CompiledCost, sides: list, point) -> tuple[str, ...]:

@@ -102,14 +102,14 @@ def table(r: SweepReport) -> tuple[list[str], list[list[str]]]:
 
 _SHORT = {"memory": "total", "optimizer": "optim.", "activations": "activ.", "transient": "trans.",
           "first stage": "first", "last stage": "last", "comm": "comm"}
-UNITS = ("memory per device in GiB (2^30 B; the peak, the largest of each state over the stages, each stage's "
-         "total); ring bytes sent per device per step in GB (10^9 B), in total and per link")
+UNITS = ("memory per device in GiB (2^30 B): the peak, each state (its largest over the stages), each stage's total",
+         "communication in GB (10^9 B): ring bytes sent per device per step, in total and per link")
 
 
 def _summary(r: SweepReport) -> list[str]:
     how = ("exact rationals, each configuration derived as by a single --set" if r.evaluation == "exact" else
-           f"compiled closed forms ({r.backend}, float64; bytes rounded to the byte; --exact re-derives every row)")
-    out = [f"{r.file}: {r.configurations():,} configuration(s) × {len(r.plans)} plan(s), {how}"]
+           "compiled closed forms (float64, bytes rounded to the byte; --exact re-derives every row)")
+    out = [f"{r.file}: {r.configurations():,} configuration(s) × {len(r.plans)} plan(s)", f"evaluation: {how}"]
     if r.fixed:
         out.append("fixed: " + ", ".join(f"{n} = {units.number(v)} (--set)" for n, v in r.fixed))
     out += [f"note: {n}" for n in r.notes]
@@ -168,7 +168,8 @@ def render_text(r: SweepReport, width: int = 120, color: bool = False) -> str:
                   color_system="standard" if color else None)
     for line in _summary(r):
         con.print(line)
-    con.print(UNITS)
+    for line in UNITS:
+        con.print(line)
     head, rows = table(r)
     keep = list(range(len(head)))
     wide = Console(file=io.StringIO(), width=10_000)
@@ -188,7 +189,7 @@ def render_text(r: SweepReport, width: int = 120, color: bool = False) -> str:
 
 def render_markdown(r: SweepReport) -> str:
     head, rows = table(r)
-    out = [f"# Sweep of `{r.file}`", "", *(line + "  " for line in _summary(r)), "", UNITS + ".", "",
+    out = [f"# Sweep of `{r.file}`", "", *(line + "  " for line in _summary(r)), "", *(line + ".  " for line in UNITS), "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     out += ["| " + " | ".join(c.replace("|", r"\|") for c in cells) + " |" for cells in rows]
     footer = _footer(r)
