@@ -3,7 +3,7 @@
 Cost derivation: (1) derive every plan of the 3D example in a cold process, import cost
 reported separately; (2) evaluate the closed forms over more than a million
 configurations (mesh factorisation × ZeRO stage × recomputation × microbatches) compiled
-once with ``lambdify`` to numpy, beside the naive per-configuration ``subs`` rate.
+once (``costs.compiled``: ``lambdify`` to numpy), beside the naive per-configuration ``subs`` rate.
 """
 
 from __future__ import annotations
@@ -74,9 +74,9 @@ def cold() -> dict:
 
 def sweep() -> dict:
     import numpy as np
-    import sympy
 
     from placement_logic import costs
+    from placement_logic.costs.compiled import compile_exprs
     from placement_logic.costs.symbolic import symbol
     from placement_logic.frontend.loader import load_string
 
@@ -92,7 +92,7 @@ def sweep() -> dict:
         pc = costs.derive(p)
         forms.append((pc.memory.device_total, pc.communication.total_bytes))
     t1 = time.perf_counter()
-    fns = [sympy.lambdify(args, sympy.Matrix([mem, comm]), "numpy") for mem, comm in forms]
+    fns = [compile_exprs({"memory": mem, "comm": comm}, args) for mem, comm in forms]
     t2 = time.perf_counter()
     dp, tp, pp, m, b = np.meshgrid(2.0 ** np.arange(11), 2.0 ** np.arange(4), 2.0 ** np.arange(5),
                                    np.arange(1, 129, dtype=float), 2.0 ** np.arange(4), indexing="ij")
@@ -101,7 +101,7 @@ def sweep() -> dict:
     t3 = time.perf_counter()
     best = None
     for f in fns:
-        out = f(*grid)
+        out = f.evaluate(**dict(zip(("dp", "tp", "pp", "m", "b"), grid)))["memory"]
         best = out if best is None else np.minimum(best, out)
     t4 = time.perf_counter()
     configs = n_per_plan * len(fns)

@@ -103,6 +103,11 @@ CODES: dict[str, tuple[str, str]] = {
     # usage: PL3xx
     "PL301": ("bad-set", "A --set option that is not NAME=NUMBER or names nothing in the spec."),
     "PL302": ("unknown-plan", "A --plan option that names no plan in the spec."),
+    "PL310": ("sweep-too-large", "A sweep of more configurations than one run evaluates (100,000)."),
+    "PL311": ("sweep-unbound", "A sweep whose numbers would depend on a symbol that nothing binds."),
+    "PL312": ("plot-unavailable", "--plot without matplotlib (the optional plot extra)."),
+    "PL313": ("bad-plot", "A --plot file that is not .png, .svg or .pdf, or a plot of a sweep over several names."),
+    "PL314": ("sweep-option", "An option a sweep cannot honour (--format latex, --groups), or --exact without a sweep."),
     # checker: PL500-PL549
     "PL500": ("bad-timeout", "A --timeout that is not a positive number of seconds."),
     "PL501": ("override-axis", "A check override that names an axis which is not on the plan's mesh."),

@@ -25,8 +25,15 @@ def add_parser(subparsers) -> None:
 def run(args, out: TextIO, err: TextIO) -> int:
     from ..costreport import build
     from ..frontend.loader import load_spec
+    from . import sweep
 
     spec = load_spec(args.file)
-    report = build(spec, sets=spec_sets(args, spec), baseline=args.baseline, command="compare")
+    sets, sweeps = spec_sets(args, spec, sweeps=True)
+    sweep.check_options(args, sweeps)
+    if sweep.wanted(args, sweeps):
+        return sweep.run(args, spec, sets, sweeps, "compare", out, output_width(args, out), colour(out))
+    report = build(spec, sets=sets, baseline=args.baseline, command="compare")
     out.write(render(report, args.format, output_width(args, out), colour(out)))
+    if args.plot is not None:
+        sweep.plot_only(args, spec, sets, "compare")
     return exit_status(report)

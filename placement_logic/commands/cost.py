@@ -1,12 +1,14 @@
 """``placement cost``: a spec file in, its memory and communication report out.
 
-Input: argv (FILE, --plan, --set, --format). Output: the report printed in the chosen
-format; exit status 0, or 1 when an ``assert`` fails, 3 when an assert cannot be decided
+Input: argv (FILE, --plan, --set, --format, --exact, --plot). Output: the report printed in
+the chosen format, or with a list or range in ``--set`` one row per configuration
+(``commands.sweep``); exit status 0, or 1 when an ``assert`` fails, 3 when an assert cannot be decided
 (unbound symbols) and none fails; input errors raise ``DiagnosticError`` (exit 2).
 """
 
 from __future__ import annotations
 
+import io
 from typing import TextIO
 
 from ..outcome import Exit
@@ -21,19 +23,24 @@ from .options import (
     device_option,
     output_width,
     parse_sets,
+    parse_sweep_sets,
 )
 
-FORMATS = ("text", "markdown", "json", "latex")
+FORMATS = ("text", "markdown", "json", "latex", "csv")
 
 
 def add_common(p) -> None:
     add_file(p)
-    add_set(p, "re-bind a let symbol or an axis size (repeatable), e.g. --set dp=1024")
+    add_set(p, "re-bind a let symbol or an axis size (repeatable), e.g. --set dp=1024; a list or a range sweeps "
+            "it: --set dp=8,16,32, --set b=1..8, --set dp=1..1024:x2 (see docs/sweeps.md)")
     add_format(p, FORMATS)
     add_width(p)
+    from . import sweep
+
+    sweep.add_options(p)
 
 
-def spec_sets(args, spec):
+def spec_sets(args, spec, sweeps: bool = False):
     """The command's ``--set`` values: every let, axis, and symbol the report leaves free (the
     sequence length s and microbatch b a model does not give, and without a transformer shape
     h, L, V, a): every name the report's "unbound symbols" note names can be set."""
@@ -44,7 +51,10 @@ def spec_sets(args, spec):
         known += list(shape_of(spec.model).missing)
         if spec.model.transformer is None:
             known += ["h", "L", "V", "a"]
-    return parse_sets(args.sets, known=known, axes=spec.mesh.names if spec.mesh else ())
+    axes = spec.mesh.names if spec.mesh else ()
+    if sweeps:  # (single values, swept values)
+        return parse_sweep_sets(args.sets, known=known, axes=axes)
+    return parse_sets(args.sets, known=known, axes=axes)
 
 
 def add_parser(subparsers) -> None:
@@ -82,11 +92,15 @@ def run(args, out: TextIO, err: TextIO) -> int:
     from . import cache
 
     spec, sources = load_with_sources(read_source(args.file), str(args.file), Path(args.file).resolve().parent)
-    sets = spec_sets(args, spec)
-    use_cache = cache.enabled(getattr(args, "no_cache", False))
+    sets, sweeps = spec_sets(args, spec, sweeps=True)
+    from . import sweep
+
+    sweep.check_options(args, sweeps)
+    use_cache = cache.enabled(getattr(args, "no_cache", False)) and args.plot is None  # a plot is written each time
     if use_cache:
         k = cache.key("cost", sources, {"file": str(args.file), "plans": args.plans, "sets": args.sets,
-                                        "format": args.format,
+                                        "format": args.format, "exact": args.exact,
+                                        "sweeps": {n: [str(v) for v in vs] for n, vs in sweeps.items()},
                                         "groups": getattr(args, "groups", False),
                                         "device": getattr(args, "device", None),
                                         "width": output_width(args, out), "colour": colour(out)})
@@ -94,12 +108,19 @@ def run(args, out: TextIO, err: TextIO) -> int:
         if hit is not None:
             out.write(hit[0])
             return hit[1]
-    from ..costreport import build
+    if sweep.wanted(args, sweeps):
+        buf = io.StringIO()
+        status = sweep.run(args, spec, sets, sweeps, "cost", buf, output_width(args, out), colour(out))
+        text = buf.getvalue()
+    else:
+        from ..costreport import build
 
-    report = build(spec, plans=args.plans, sets=sets, command="cost", show_groups=getattr(args, "groups", False),
-                   device=device_option(args))
-    text = render(report, args.format, output_width(args, out), colour(out))
-    status = exit_status(report)
+        report = build(spec, plans=args.plans, sets=sets, command="cost", show_groups=getattr(args, "groups", False),
+                       device=device_option(args))
+        text = render(report, args.format, output_width(args, out), colour(out))
+        status = exit_status(report)
+        if args.plot is not None:
+            sweep.plot_only(args, spec, sets, "cost")
     if use_cache:
         cache.put(k, text, status)
     out.write(text)

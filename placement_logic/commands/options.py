@@ -161,3 +161,127 @@ def device_option(args) -> str | None:
                                           notes=did_you_mean(name, tuple(hardware.DEVICES))
                                           + ("catalogue devices: " + ", ".join(hardware.DEVICES),))])
     return name.lower()
+MAX_SWEEP_ROWS = 100_000  # configurations per plan one sweep may ask for
+
+
+def _item_span(item: str, start: int, text: str) -> Span:
+    """The location of ``text`` at ``start`` inside ``--set ITEM`` (columns are 1-based)."""
+    col = len("--set ") + start + 1
+    return Span(COMMAND_LINE, 1, col, 1, col + max(len(text), 1))
+
+
+def _sweep_values(item: str, name: str, text: str, offset: int, axis: bool) -> tuple[Fraction, ...]:
+    """The values of one swept ``--set``: ``A,B,C`` (exact numbers, given order, no repeats),
+    ``A..B`` (every integer from A to B), ``A..B:+K`` (step K) or ``A..B:xK`` (A, A·K, A·K², …
+    up to B). Every value is positive; an axis size is a positive integer."""
+
+    def bad(message: str, start: int = 0, part: str = text) -> DiagnosticError:
+        return DiagnosticError([Diagnostic("PL301", f"--set {name}={text}: {message}",
+                                           _item_span(item, offset + start, part))])
+
+    if ".." in text:
+        head, _, step = text.partition(":")
+        lo_text, _, hi_text = head.partition("..")
+        bounds = []
+        for start, part in ((0, lo_text), (len(lo_text) + 2, hi_text)):
+            try:
+                v = Fraction(part) if part else None
+            except (ValueError, ZeroDivisionError):
+                v = None
+            if v is None or v.denominator != 1 or v < 1:
+                raise bad(f"a range is A..B with A and B positive integers; '{part}' is not one", start, part)
+            bounds.append(int(v))
+        lo, hi = bounds
+        if hi < lo:
+            raise bad(f"the range {lo}..{hi} is descending (write {hi}..{lo})")
+        kind, k = "+", 1
+        if step:
+            at = len(head) + 1
+            kind = step[0] if step[0] in "+x" else ""
+            try:
+                k = int(step[1:]) if kind and step[1:].isdigit() else 0
+            except ValueError:
+                k = 0
+            if not kind or k < (2 if kind == "x" else 1):
+                raise bad("a range step is :+K (K ≥ 1) or :xK (K ≥ 2)", at, step)
+        if kind == "+":
+            count = (hi - lo) // k + 1
+            if count > MAX_SWEEP_ROWS:
+                raise DiagnosticError([Diagnostic("PL310", f"--set {name}={text}: {count:,} values; a sweep takes at "
+                                                  f"most {MAX_SWEEP_ROWS:,} configurations", _item_span(item, offset, text))])
+            return tuple(Fraction(v) for v in range(lo, hi + 1, k))
+        out, v = [], lo
+        while v <= hi:
+            out.append(Fraction(v))
+            v *= k
+        return tuple(out)
+    values: list[Fraction] = []
+    pos = 0
+    for part in text.split(","):
+        start, pos = pos, pos + len(part) + 1
+        if not part.strip():
+            raise bad("an empty value in the list", start, part)
+        try:
+            v = Fraction(part.strip())
+        except (ValueError, ZeroDivisionError):
+            raise bad(f"'{part}' is not an exact number", start, part) from None
+        if v <= 0:
+            raise bad(f"'{part}': swept values are positive", start, part)
+        if axis and v.denominator != 1:
+            raise bad(f"'{part}': an axis size must be a positive integer", start, part)
+        if v in values:
+            raise bad(f"'{part}' is given twice", start, part)
+        values.append(v)
+    return tuple(values)
+
+
+def is_sweep(item: str) -> bool:
+    """Whether a ``--set`` item gives a list or a range rather than one number."""
+    text = item.partition("=")[2]
+    return "," in text or ".." in text
+
+
+def parse_sweep_sets(items: Iterable[str], known: Iterable[str] | None = None, axes: Iterable[str] = ()
+                     ) -> tuple[dict[str, Fraction], dict[str, tuple[Fraction, ...]]]:
+    """``--set`` options of ``cost`` and ``compare``: single values (as ``parse_sets``) and
+    sweeps (lists and ranges, ``_sweep_values``), the latter in the order given. A name given
+    again replaces its earlier value. More than ``MAX_SWEEP_ROWS`` configurations in the
+    cartesian product of the sweeps is PL310."""
+    known = list(known) if known is not None else None
+    axes = set(axes)
+    single: dict[str, Fraction] = {}
+    sweeps: dict[str, tuple[Fraction, ...]] = {}
+    spans: dict[str, Span] = {}
+    for item in items:
+        if not is_sweep(item):
+            single.update(parse_sets([item], known=known, axes=axes))
+            sweeps.pop(item.partition("=")[0].strip(), None)
+            continue
+        raw_name, _, raw = item.partition("=")
+        name = raw_name.strip()
+        if not name:
+            raise DiagnosticError([Diagnostic("PL301", f"--set expects NAME=VALUES, got '{item}'",
+                                              command_line_span(f"--set {item}"))])
+        if known is not None and name not in known:
+            raise DiagnosticError([Diagnostic("PL301", f"--set names '{name}', which is not a let or an axis of the spec",
+                                              _item_span(item, 0, raw_name), notes=did_you_mean(name, known))])
+        offset = len(raw_name) + 1 + (len(raw) - len(raw.lstrip()))
+        text = raw.strip().replace("_", "")
+        sweeps[name] = _sweep_values(item, name, text, offset, name in axes)
+        single.pop(name, None)
+        spans[name] = command_line_span(f"--set {item}")
+    total = 1
+    for name, values in sweeps.items():
+        total *= len(values)
+        if total > MAX_SWEEP_ROWS:
+            raise DiagnosticError([Diagnostic(
+                "PL310", f"the sweep over {', '.join(sweeps)} has {_product(sweeps):,} configurations; at most "
+                f"{MAX_SWEEP_ROWS:,} are evaluated at once", spans[name])])
+    return single, sweeps
+
+
+def _product(sweeps: dict[str, tuple]) -> int:
+    n = 1
+    for v in sweeps.values():
+        n *= len(v)
+    return n

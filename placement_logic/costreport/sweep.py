@@ -1,0 +1,306 @@
+"""Sweeps: a spec, fixed ``--set`` values and swept ones in; one row per configuration and plan out.
+
+Input: an ``ir.Spec``, plan names, single re-bindings (name -> exact number) and sweeps
+(name -> values, from ``commands.options.parse_sweep_sets``). Output: a ``SweepReport``:
+per configuration of the cartesian product of the sweeps (the last name varying fastest)
+and per plan, the device memory per state, transient and total (per pipeline stage with a
+pipeline), the communication bytes per device per step in total and per link, and the
+verdict of every ``assert`` and ``claim``.
+
+Two evaluations, the same numbers:
+
+- *compiled* (default): the plan's closed forms are derived once per *class* of
+  configurations and compiled (``costs.compiled``) over the swept symbols. A class is the
+  set of mesh axes whose size is 1 in the configuration: an axis of one device sends and
+  gathers nothing (``costs.derive(..., sized=True)``), so the forms differ there; a swept
+  axis otherwise keeps its symbol (K/V heads split as min(t, kv)). Values are float64;
+  the first and the last configuration of every class are re-derived exactly and compared
+  (``costs.compiled.agrees``); a class that disagreed is re-derived exactly row by row, with
+  a note. A comparison of an assert whose two sides are within rounding of each other is
+  decided exactly.
+- *exact* (``--exact``): every configuration is bound with ``--set`` semantics and derived
+  as a single ``placement cost`` would (``with_sizes``, ``derive``), in exact rationals.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from typing import Mapping
+
+import sympy
+
+from .. import costs, ir
+from ..costs.compiled import CompiledCost, agrees, compile_exprs, cost_exprs, exact_value, numpy_or_none
+from ..costs.symbolic import rational, resolve_bindings, symbol, to_sympy
+from ..diagnostics import Diagnostic, DiagnosticError, did_you_mean
+
+_OPS = {
+    "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
+}
+_NO_SUBS = sympy.Symbol("_sweep_no_binding")  # keeps query_value on its sized path when nothing is bound
+
+
+@dataclass(frozen=True)
+class SweepQuestion:
+    kind: str  # assert | claim
+    label: str | None
+    op: str
+    where: str  # file:line:col
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    values: tuple[Fraction, ...]  # the swept values, in ``SweepReport.swept`` order
+    plan: str
+    numbers: dict  # quantity name (costs.compiled.cost_exprs) -> Fraction (exact) or float (compiled)
+    verdicts: tuple[str, ...]  # per question: holds | fails
+
+    def get(self, name: str):
+        return self.numbers.get(name, 0)
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    command: str  # cost | compare
+    file: str
+    swept: tuple[str, ...]
+    fixed: tuple[tuple[str, Fraction], ...]  # the --set single values
+    plans: tuple[str, ...]
+    rows: tuple[SweepRow, ...]
+    questions: tuple[SweepQuestion, ...]
+    evaluation: str  # compiled | exact
+    backend: str  # numpy | math | sympy
+    staged: tuple[str, ...] = ()  # plans with pipeline stages
+    links: tuple[str, ...] = ()  # link classes that carry traffic in some row
+    axes: tuple[str, ...] = ()  # mesh axes
+    baseline: str | None = None
+    notes: tuple[str, ...] = field(default=())
+    quantities: tuple[str, ...] = ()  # every quantity name some row carries
+
+    @property
+    def failed_asserts(self) -> int:
+        return sum(1 for r in self.rows for q, v in zip(self.questions, r.verdicts)
+                   if q.kind == "assert" and v == "fails")
+
+    @property
+    def unknown_asserts(self) -> int:
+        return 0  # every symbol is bound in a sweep
+
+    def configurations(self) -> int:
+        return len({r.values for r in self.rows})
+
+
+def _fixed_bindings(spec: ir.Spec, sets: Mapping[str, Fraction], swept: tuple[str, ...]) -> dict:
+    """The spec's bindings with ``sets`` applied, in terms of the swept symbols (left free)."""
+    out: dict[sympy.Symbol, sympy.Expr] = {}
+    rest = dict(sets)
+    for name, value in spec.bindings:
+        if name in swept:
+            rest.pop(name, None)
+            continue
+        out[symbol(name)] = rational(rest.pop(name)) if name in rest else to_sympy(value).xreplace(out)
+    for name, v in rest.items():
+        if name not in swept:
+            out[symbol(name)] = rational(v)
+    return out
+
+
+def _class_plan(plan: ir.Plan, ones: frozenset[str], fixed: Mapping) -> ir.Plan:
+    """The plan for one class: axes of one device sized 1, fixed integer sizes as numbers, every
+    other axis (its size swept) a symbol of its own name."""
+    axes = []
+    for a in plan.mesh.axes:
+        v = fixed.get(symbol(a.name))
+        if a.name in ones:
+            a = replace(a, size=ir.const(1))
+        elif v is not None and getattr(v, "is_Integer", False) and v >= 1:
+            a = replace(a, size=ir.const(int(v)))
+        else:
+            a = replace(a, size=ir.Sym(a.name))
+        axes.append(a)
+    return replace(plan, mesh=replace(plan.mesh, axes=tuple(axes)))
+
+
+def _questions(spec: ir.Spec) -> tuple[SweepQuestion, ...]:
+    return tuple(SweepQuestion(q.kind, q.label, q.op, f"{q.span.file}:{q.span.line}:{q.span.column}")
+                 for q in spec.questions)
+
+
+def _check_plans(spec: ir.Spec, names: list[str], baseline: str | None) -> None:
+    known = [p.name for p in spec.plans]
+    for n in names + ([baseline] if baseline else []):
+        if n not in known:
+            raise DiagnosticError([Diagnostic("PL302", f"no plan named '{n}' in {spec.file}",
+                                              notes=did_you_mean(n, known))])
+
+
+def _unbound(free: set[str]) -> DiagnosticError:
+    return DiagnosticError([Diagnostic(
+        "PL311", f"a sweep evaluates numbers, but {', '.join(sorted(free))} "
+        f"{'is' if len(free) == 1 else 'are'} not bound: give {'it' if len(free) == 1 else 'them'} with --set "
+        "or in the spec")])
+
+
+def build_sweep(spec: ir.Spec, plans=(), sets: Mapping[str, Fraction] | None = None,
+                sweeps: Mapping[str, tuple[Fraction, ...]] | None = None, command: str = "cost",
+                baseline: str | None = None, exact: bool = False) -> SweepReport:
+    sets = dict(sets or {})
+    sweeps = dict(sweeps or {})
+    names = list(plans) or [p.name for p in spec.plans]
+    _check_plans(spec, names, baseline)
+    if command == "compare":
+        baseline = baseline or (names[0] if names else None)
+        if baseline and baseline not in names:
+            names.insert(0, baseline)
+    swept = tuple(sweeps)
+    grid = list(itertools.product(*(sweeps[n] for n in swept)))
+    questions = _questions(spec)
+    keys: dict[str, dict] = {n: {} for n in names}  # plan -> the quantity names its rows carry
+    if exact:
+        rows, backend, notes = _exact_rows(spec, names, sets, swept, grid, keys), "sympy", []
+    else:
+        rows, backend, notes = _compiled_rows(spec, names, sets, swept, grid, keys)
+    staged = tuple(n for n in names if any(k.startswith("stage.") for k in keys[n]))
+    every = dict.fromkeys(k for n in names for k in keys[n])
+    links = tuple(k[len("comm.link."):] for k in every if k.startswith("comm.link."))
+    return SweepReport(command, spec.file, swept, tuple(sets.items()), tuple(names), tuple(rows), questions,
+                       "exact" if exact else "compiled", backend, staged, links,
+                       spec.mesh.names if spec.mesh else (), baseline if command == "compare" else None,
+                       tuple(notes), tuple(every))
+
+
+# --------------------------------------------------------------------------- exact, row by row
+
+
+def _exact_rows(spec, names, sets, swept, grid, keys: dict) -> list[SweepRow]:
+    rows = []
+    for values in grid:
+        row_sets = {**sets, **dict(zip(swept, values))}
+        subs = resolve_bindings(spec.bindings, row_sets)
+        verdicts = []
+        for qn in spec.questions:
+            left = costs.value_of(spec, qn.left, subs or {_NO_SUBS: 0})
+            right = costs.value_of(spec, qn.right, subs or {_NO_SUBS: 0})
+            try:
+                lv, rv = exact_value(left, subs), exact_value(right, subs)
+            except ValueError:
+                raise _unbound({s.name for s in (left - right).xreplace(subs).free_symbols}) from None
+            verdicts.append("holds" if _OPS[qn.op](lv, rv) else "fails")
+        for name in names:
+            pc = costs.derive(costs.with_sizes(spec.plan(name), subs), sized=True)
+            exprs = cost_exprs(pc, subs)
+            free = {s.name for e in exprs.values() for s in e.free_symbols}
+            if free:
+                raise _unbound(free)
+            keys[name].update(dict.fromkeys(exprs))
+            rows.append(SweepRow(values, name, {k: exact_value(e, {}) for k, e in exprs.items()}, tuple(verdicts)))
+    return rows
+
+
+# --------------------------------------------------------------------------- compiled, class by class
+
+
+def _compiled_rows(spec, names, sets, swept, grid, keys: dict) -> tuple[list[SweepRow], str, list[str]]:
+    fixed = _fixed_bindings(spec, sets, swept)
+    syms = [symbol(n) for n in swept]
+    mesh = spec.mesh.names if spec.mesh else ()
+    # each axis size in terms of the swept symbols: which configurations give it one device
+    sizes = {a: fixed.get(symbol(a), symbol(a)) for a in mesh}
+    free = {s.name for e in sizes.values() for s in e.free_symbols} - set(swept)
+    if free:
+        raise _unbound(free)
+    classes: dict[frozenset, list[int]] = {}
+    varying = [a for a in mesh if sizes[a].free_symbols]
+    constant = frozenset(a for a in mesh if not sizes[a].free_symbols and exact_value(sizes[a], {}) == 1)
+    got = {}
+    if varying and grid:
+        size_fn = compile_exprs({a: sizes[a] for a in varying}, syms)
+        got = size_fn.evaluate(**{n: [float(v[k]) for v in grid] for k, n in enumerate(swept)})
+    for i in range(len(grid)):
+        ones = constant | frozenset(a for a in varying if abs(float(got[a][i]) - 1) < 1e-9)
+        classes.setdefault(ones, []).append(i)
+    by_row: dict[int, dict] = {}
+    backend = "numpy" if numpy_or_none() is not None else "math"
+    notes: list[str] = []
+    for ones, idx in classes.items():
+        spec_c = replace(spec, plans=tuple(_class_plan(p, ones, fixed) for p in spec.plans))
+        exprs: dict[str, sympy.Expr] = {}
+        for name in names:
+            pc = costs.derive(spec_c.plan(name), sized=True)
+            for k, e in cost_exprs(pc, fixed).items():
+                exprs[f"{name}\0{k}"] = e
+        for j, qn in enumerate(spec.questions):
+            q_subs = fixed or {_NO_SUBS: 0}
+            exprs[f"\0q{j}\0left"] = costs.value_of(spec_c, qn.left, q_subs).xreplace(fixed)
+            exprs[f"\0q{j}\0right"] = costs.value_of(spec_c, qn.right, q_subs).xreplace(fixed)
+        free = {s.name for e in exprs.values() for s in e.free_symbols} - set(swept)
+        if free:
+            raise _unbound(free)
+        fn = compile_exprs(exprs, syms, backend)
+        columns = {n: [grid[i][k] for i in idx] for k, n in enumerate(swept)}
+        np = numpy_or_none() if backend == "numpy" else None
+        arrays = {n: (np.array([float(v) for v in col]) if np is not None else [float(v) for v in col])
+                  for n, col in columns.items()}
+        out = fn.evaluate(**arrays)
+        if not swept:  # no symbol: one configuration, scalars
+            out = {k: [float(v)] for k, v in out.items()}
+        bad = []
+        for pos in sorted({0, len(idx) - 1}):
+            bad += fn.check(pos, out, **{n: columns[n][pos] for n in swept})
+        if bad:
+            notes.append(f"the compiled evaluation disagreed with the exact one on "
+                         f"{', '.join(_display(k) for k in dict.fromkeys(bad))}; "
+                         f"{len(idx)} configuration(s) re-derived exactly")
+            lists = {k: [] for k in fn.names}
+            for pos in range(len(idx)):
+                for k, v in fn.exact(**{n: columns[n][pos] for n in swept}).items():
+                    lists[k].append(v)
+        else:
+            lists = {k: (v.tolist() if hasattr(v, "tolist") else list(v)) for k, v in out.items()}
+        per_plan = []
+        for name in names:
+            prefix = f"{name}\0"
+            pairs = [(k[len(prefix):], lists[k]) for k in fn.names if k.startswith(prefix)]
+            keys[name].update(dict.fromkeys(short for short, _ in pairs))
+            per_plan.append((name, pairs))
+        questions = [(lists[f"\0q{j}\0left"], lists[f"\0q{j}\0right"]) for j in range(len(spec.questions))]
+        for pos, i in enumerate(idx):
+            verdicts = _verdicts(spec, fn, [(left[pos], right[pos]) for left, right in questions],
+                                 lambda pos=pos, columns=columns: {n: columns[n][pos] for n in swept})
+            by_row[i] = [SweepRow(grid[i], name, {short: col[pos] for short, col in pairs}, verdicts)
+                         for name, pairs in per_plan]
+    rows = [row for i in range(len(grid)) for row in by_row[i]]
+    return rows, backend, notes
+
+
+def _display(key: str) -> str:
+    """A compiled quantity's name as a reader sees it: ``plan: memory.total``, ``question 1 (left)``."""
+    head, _, rest = key.partition("\0")
+    if not head:
+        j, _, side = rest.partition("\0")
+        return f"question {int(j[1:]) + 1} ({side})"
+    return f"{head}: {rest}"
+
+
+def _verdicts(spec, fn: CompiledCost, sides: list, point) -> tuple[str, ...]:
+    """Each question's verdict from its two sides; floats too close to call are decided exactly
+    (``point()``: the configuration's exact values)."""
+    out = []
+    exact = None
+    for j, (qn, (left, right)) in enumerate(zip(spec.questions, sides)):
+        if isinstance(left, float) or isinstance(right, float):
+            scale = max(abs(left), abs(right), 1.0)
+            if abs(left - right) <= 1e-9 * scale or left != left or right != right:
+                exact = exact or fn.exact(**point())
+                left, right = exact[f"\0q{j}\0left"], exact[f"\0q{j}\0right"]
+        out.append("holds" if _OPS[qn.op](left, right) else "fails")
+    return tuple(out)
+
+
+def compiled_agrees(row: SweepRow, exact_numbers: Mapping[str, Fraction]) -> list[str]:
+    """The quantities of a compiled row that disagree with exact values (``costs.compiled.agrees``)."""
+    return [k for k, v in exact_numbers.items()
+            if not (agrees(row.get(k), v) if isinstance(row.get(k), float) else row.get(k) == v)]
