@@ -190,3 +190,13 @@ def test_unknown_device_and_model_without_shape(tmp_path):
     status, _, err = run_cli("search", str(f), "--device", "h100_sxm", "--devices", "8", "--global-batch", "8",
                              "--seq", "1024")
     assert status == 2 and "[PL151]" in err and "transformer shape" in err
+
+
+def test_plot_of_the_frontier(model_file, tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "frontier.png"
+    status, _, err = run_cli("search", str(model_file), "--device", "l40s", "--devices", "16", "--global-batch", "64",
+                             "--seq", "4096", "--top", "3", "--no-check", "--plot", str(png))
+    assert status == 0, err
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000

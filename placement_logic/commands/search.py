@@ -146,7 +146,9 @@ def run(args, out: TextIO, err: TextIO) -> int:
         top = emit
     search.needs_numpy()
     if args.plot:
-        from ..costreport import plot as _plot  # noqa: F401 - a missing matplotlib is reported before any work
+        from ..costreport import plot
+
+        plot.require_matplotlib()  # a missing matplotlib is reported before any work
 
     result = search.run(args.model, space, top=top, check=not args.no_check and emit is None)
     if emit is not None:
