@@ -12,13 +12,16 @@ from typing import TextIO
 from ..outcome import Exit
 from .options import add_file, add_format, add_plan, add_set, add_width, colour, output_width, parse_sets
 
-FORMATS = ("text", "markdown", "json", "latex")
+FORMATS = ("text", "markdown", "json", "latex", "latex-fragment")
 
 
 def add_common(p) -> None:
     add_file(p)
     add_set(p, "re-bind a let symbol or an axis size (repeatable), e.g. --set dp=1024")
     add_format(p, FORMATS)
+    p.add_argument("--latex-fragment", dest="format", action="store_const", const="latex-fragment",
+                   help="only the equations, their symbols and the table, to \\input into a paper "
+                   "(the same as --format latex-fragment)")
     add_width(p)
 
 
@@ -54,6 +57,8 @@ def render(report, fmt: str, width: int = 120, color: bool = False) -> str:
 
     if fmt == "text":
         return text.render(report, width=width, color=color)
+    if fmt == "latex-fragment":
+        return latex.render(report, fragment=True)
     return {"markdown": markdown.render, "json": jsonout.render, "latex": latex.render}[fmt](report)
 
 

@@ -16,7 +16,16 @@ from typing import Iterable, Mapping
 import sympy
 
 from .. import costs, ir
-from ..costs.symbolic import OutOfTime, PlacementLatexPrinter, bounded, resolve_bindings, symbol_names
+from ..costs.symbolic import (
+    LINE_WIDTH,
+    OutOfTime,
+    PlacementLatexPrinter,
+    bounded,
+    latex_lines,
+    resolve_bindings,
+    symbol_names,
+    tex_width,
+)
 from ..diagnostics import Diagnostic, DiagnosticError, did_you_mean
 from ..ir import State
 from .model import (
@@ -57,8 +66,10 @@ class _Q:
             if value.is_Rational:
                 exact = Fraction(int(value.p), int(value.q))
         printer = PlacementLatexPrinter(symbol_names([expr], self.axes))
-        return Quantity(formula=str(expr), latex=printer.doprint(expr), exact=exact, value=str(value),
-                        unbound=tuple(free))
+        tex = printer.doprint(expr)
+        lines = latex_lines(expr, printer) if tex_width(tex) > LINE_WIDTH else ()
+        return Quantity(formula=str(expr), latex=tex, exact=exact, value=str(value), unbound=tuple(free),
+                        symbols=tuple(sorted(s.name for s in expr.free_symbols)), latex_lines=lines)
 
     def ratio(self, a: sympy.Expr, b: sympy.Expr) -> Quantity | None:
         if b == 0:

@@ -26,6 +26,8 @@ class Quantity:
     exact: Fraction | None  # None when symbols remain unbound
     value: str  # the formula after substituting the bound symbols
     unbound: tuple[str, ...] = ()
+    symbols: tuple[str, ...] = ()  # every symbol of the formula (before binding), sorted
+    latex_lines: tuple[str, ...] = ()  # ``latex`` broken for a display equation; () when it fits one line
 
     @property
     def bound(self) -> bool:
