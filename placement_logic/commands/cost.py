@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from ..outcome import Exit
 from .options import add_file, add_format, add_plan, add_set, add_width, colour, output_width, parse_sets
 
 FORMATS = ("text", "markdown", "json", "latex", "latex-fragment")
@@ -63,9 +62,9 @@ def render(report, fmt: str, width: int = 120, color: bool = False) -> str:
 
 
 def exit_status(report) -> int:
-    if report.failed_asserts:
-        return int(Exit.FAILED)
-    return int(Exit.UNKNOWN if report.unknown_asserts else Exit.OK)
+    from ..costreport.jsonout import exit_status
+
+    return exit_status(report)
 
 
 def run(args, out: TextIO, err: TextIO) -> int:
