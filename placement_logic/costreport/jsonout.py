@@ -84,7 +84,7 @@ def _stages(p: PlanReport) -> dict:
 
 def exit_status(r: CostReport) -> int:
     """1 when an assert fails, 3 when one is undecided and none fails, else 0."""
-    if r.failed_asserts:
+    if r.failed_asserts or r.unmet_expectations:
         return int(Exit.FAILED)
     return int(Exit.UNKNOWN if r.unknown_asserts else Exit.OK)
 
@@ -111,13 +111,15 @@ def to_json(r: CostReport) -> dict:
         "plans": plans,
         "questions": [
             {"kind": q.kind, "label": q.label, "op": q.op, "verdict": q.verdict, "identity": q.identity,
-             "where": q.where, "left": quantity(q.left, "value"), "right": quantity(q.right, "value")}
+             "where": q.where, "expected": q.expected, "met": q.met,
+             "left": quantity(q.left, "value"), "right": quantity(q.right, "value")}
             for q in r.questions
         ],
         "summary": {
             "plans": len(r.plans),
             "asserts_failed": r.failed_asserts,
             "asserts_unknown": r.unknown_asserts,
+            "expectations_unmet": r.unmet_expectations,
         },
     }
     if r.command == "compare":
