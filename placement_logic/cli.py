@@ -129,7 +129,10 @@ def _run(args, out: TextIO, err: TextIO) -> int:
         return int(args.run(args, out, err))
     except DiagnosticError as exc:
         if getattr(args, "format", None) == "json":
-            json.dump({"diagnostics": [d.to_json() for d in exc.diagnostics]}, out, indent=2)
+            from .outcome import envelope
+
+            json.dump(envelope(args.command, EXIT_INPUT, diagnostics=[d.to_json() for d in exc.diagnostics]),
+                      out, indent=2)
             out.write("\n")
         sources = getattr(exc, "sources", {})
         for diag in exc.diagnostics:

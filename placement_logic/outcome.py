@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: plans a list everywhere, command and exit_status in every envelope
 TOOL = "placement-logic"
 
 
@@ -39,10 +39,13 @@ def exit_for(verdict: Verdict) -> Exit:
     return {Verdict.PROVED: Exit.OK, Verdict.REFUTED: Exit.FAILED, Verdict.UNKNOWN: Exit.UNKNOWN}[verdict]
 
 
-def envelope(command: str | None, **fields) -> dict:
-    """The JSON envelope: schema version and tool first, then the command and its fields."""
-    out: dict = {"schema_version": SCHEMA_VERSION, "tool": TOOL}
-    if command is not None:
-        out["command"] = command
+def envelope(command: str, exit_status: int | None = None, **fields) -> dict:
+    """The JSON envelope every command prints (docs/json.md, docs/schema/): schema version, tool,
+    command and exit status first, then the command's fields; ``plans``, where a command has
+    plans, is a list of objects each naming its ``plan``. (``exit_status`` None: left to the
+    caller, which adds it before printing.)"""
+    out: dict = {"schema_version": SCHEMA_VERSION, "tool": TOOL, "command": command}
+    if exit_status is not None:
+        out["exit_status"] = int(exit_status)
     out.update(fields)
     return out

@@ -85,5 +85,7 @@ items = hs.one_of(
     hs.builds(surface.PlanDef, names, hs.one_of(hs.none(), strategy_refs), hs.lists(block_items, max_size=5).map(tuple)),
     hs.builds(surface.AssertStmt, compares, hs.one_of(hs.none(), labels)),
     hs.builds(surface.ClaimStmt, compares, hs.one_of(hs.none(), labels)),
+    hs.builds(lambda c, lab, pins: surface.ClaimStmt(c, lab, expect=surface.Expect(pins)), compares,
+              hs.one_of(hs.none(), labels), hs.lists(hs.tuples(names, exprs), max_size=2).map(tuple)),
 )
 modules = hs.builds(surface.Module, hs.lists(items, max_size=6).map(tuple))

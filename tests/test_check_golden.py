@@ -43,7 +43,7 @@ def test_json_schema(monkeypatch):
     status = main(["check", "examples/bugs/zero1_no_regather.place", "--format", "json"], out=out, err=io.StringIO())
     assert status == 1
     data = json.loads(out.getvalue())
-    assert data["schema_version"] == 1 and data["tool"] == "placement-logic" and data["command"] == "check"
+    assert data["schema_version"] == 2 and data["exit_status"] == status and data["tool"] == "placement-logic" and data["command"] == "check"
     assert set(data["summary"]) == {"proved", "refuted", "unknown"}
     for plan in data["plans"]:
         for ob in plan["obligations"]:

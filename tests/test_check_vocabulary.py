@@ -56,7 +56,7 @@ def test_sum_loss_verdicts_agree_with_the_simulator(tmp_path, capsys, data, line
                     if v[0] == "gi"}
     assert (not bad) == proved
     if not proved:
-        findings = out["plans"][0]["findings"] if isinstance(out["plans"], list) else out["plans"]["p"]["findings"]
+        findings = out["plans"][0]["findings"]
         assert len(findings) == 1
 
 

@@ -31,8 +31,8 @@ def test_every_example_reports(path):
     code, out, err = run("cost", path, "--format", "json")
     assert code in (0, 1, 3), err
     data = json.loads(out)
-    assert data["schema_version"] == 1
-    for _name, plan in data["plans"].items():
+    assert data["schema_version"] == 2 and data["exit_status"] == code
+    for plan in data["plans"]:
         for row in ("params", "optimizer", "grads", "activations", "transient", "total"):
             q = plan["memory"]["device"][row]
             assert set(q) >= {"bytes", "exact", "formula", "latex"}
@@ -86,7 +86,7 @@ def test_latex_compiles_when_pdflatex_present(tmp_path):
 
 def test_set_rebinds_and_bad_set_is_pl301():
     code, out, _ = run("cost", "examples/zero_paper.place", "--plan", "dp", "--set", "psi=70e9", "--format", "json")
-    assert json.loads(out)["plans"]["dp"]["memory"]["device"]["total"]["bytes"] == 1120 * 10**9
+    assert json.loads(out)["plans"][0]["memory"]["device"]["total"]["bytes"] == 1120 * 10**9
     for bad in ("psy=3", "psi", "dp=2.5", "psi=abc"):
         code, out, err = run("cost", "examples/zero_paper.place", "--set", bad)
         assert code == 2 and "[PL301]" in err, bad
@@ -105,7 +105,7 @@ def test_failing_assert_exits_1_and_shows_the_deciding_value(tmp_path):
 
 def test_compare_ratios_to_baseline():
     code, out, _ = run("compare", "examples/zero_paper.place", "--baseline", "dp", "--format", "json")
-    r = json.loads(out)["ratios"]
+    r = {p["plan"]: p["ratios"] for p in json.loads(out)["plans"]}
     assert r["zero3"]["volume.total"]["exact"] == "3/2"
     assert r["zero3"]["memory.total"]["exact"] == "1/64"
     assert r["zero1"]["comm.total"]["exact"] == "1"

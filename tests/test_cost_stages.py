@@ -363,14 +363,14 @@ def test_memory_query_is_the_peak_over_stages():
 
 def test_json_stages_keys():
     out = json.loads(jsonout.render(build(load_string(small_spec("interleaved", 4, 8), "<j>"))))
-    mem = out["plans"]["p"]["memory"]
+    mem = out["plans"][0]["memory"]
     assert [st["stage"] for st in mem["stages"]] == ["first", "last"]
     for st in mem["stages"]:
         assert set(st["device"]) == {"params", "optimizer", "grads", "activations", "transient", "total"}
         assert set(st["device"]["total"]) >= {"bytes", "exact", "formula", "latex"}
     assert mem["peak_stage"] == "first"
     assert mem["device"]["total"]["exact"] == max(st["device"]["total"]["exact"] for st in mem["stages"])
-    assert out["schema_version"] == 1
+    assert out["schema_version"] == 2 and out["plans"][0]["plan"] == "p"
 
 
 def test_renderers_show_both_stages():
@@ -386,7 +386,7 @@ def test_no_pipeline_has_no_stages():
         "from std.pipeline import one_f_one_b", "from std.data import ddp"), "<np>")
     r = build(spec).plans[0]
     assert r.stages == () and r.peak_stage is None
-    assert "stages" not in jsonout.to_json(build(spec))["plans"]["p"]["memory"]
+    assert "stages" not in jsonout.to_json(build(spec))["plans"][0]["memory"]
 
 
 def test_without_a_shape_every_stage_holds_psi_over_p():

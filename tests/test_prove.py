@@ -235,7 +235,7 @@ def test_cli_json_matches_the_report_shape():
     code, out, err = run_cli("prove", "--only", "claims", "--format", "json")
     report = json.loads(out)
     assert code == 0, err
-    assert report["schema_version"] == 1 and report["tool"] == "placement-logic" and report["command"] == "prove"
+    assert report["schema_version"] == 2 and report["exit_status"] == code and report["tool"] == "placement-logic" and report["command"] == "prove"
     assert {c["holds"] for c in report["claims"]} == {"conditional", "always"}
     assert all(o["smt2"] == f"proofs/smt2/{o['key']}.smt2" for o in report["obligations"])
 

@@ -129,7 +129,7 @@ def _span_json(span: Span, file: str) -> dict:
 def to_json(report: CheckReport) -> dict:
     c = report.counts()
     return envelope(
-        "check",
+        "check", report.exit_status,
         file=report.file,
         timeout=report.timeout,
         pinned=dict(report.pinned),

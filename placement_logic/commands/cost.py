@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 from typing import TextIO
 
-from ..outcome import Exit
 from .options import (
     add_device,
     add_file,
@@ -26,7 +25,7 @@ from .options import (
     parse_sweep_sets,
 )
 
-FORMATS = ("text", "markdown", "json", "latex", "csv")
+FORMATS = ("text", "markdown", "json", "latex", "latex-fragment", "csv")
 
 
 def add_common(p) -> None:
@@ -34,6 +33,9 @@ def add_common(p) -> None:
     add_set(p, "re-bind a let symbol or an axis size (repeatable), e.g. --set dp=1024; a list or a range sweeps "
             "it: --set dp=8,16,32, --set b=1..8, --set dp=1..1024:x2 (see docs/sweeps.md)")
     add_format(p, FORMATS)
+    p.add_argument("--latex-fragment", dest="format", action="store_const", const="latex-fragment",
+                   help="only the equations, their symbols and the table, to \\input into a paper "
+                   "(the same as --format latex-fragment)")
     add_width(p)
     from . import sweep
 
@@ -76,13 +78,15 @@ def render(report, fmt: str, width: int = 120, color: bool = False) -> str:
 
     if fmt == "text":
         return text.render(report, width=width, color=color)
+    if fmt == "latex-fragment":
+        return latex.render(report, fragment=True)
     return {"markdown": markdown.render, "json": jsonout.render, "latex": latex.render}[fmt](report)
 
 
 def exit_status(report) -> int:
-    if report.failed_asserts or report.unfit:
-        return int(Exit.FAILED)
-    return int(Exit.UNKNOWN if report.unknown_asserts else Exit.OK)
+    from ..costreport.jsonout import exit_status as status_of
+
+    return status_of(report)
 
 
 def run(args, out: TextIO, err: TextIO) -> int:

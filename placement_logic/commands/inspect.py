@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
 def run(args, out, err) -> int:
     spec = load_spec(args.file)
     if args.format == "json":
-        data = envelope(None, **spec_data(spec))
+        data = envelope("inspect", 0, **spec_data(spec))
         json.dump(data, out, indent=2)
         out.write("\n")
     else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from ..outcome import Exit
+from ..outcome import Exit, envelope
 
 EXIT_UNREALISED = int(Exit.UNREALISED)
 
@@ -60,16 +60,19 @@ def run(args, out, err) -> int:
     spec = load_spec(args.file)
     _check_counts(args)
     reports = measure(spec, args.plan, devices=args.devices, steps=args.steps, with_checker=not args.no_check)
+    outcomes = {r.outcome for r in reports}
+    if outcomes & {Outcome.MISMATCH, Outcome.DIVERGED, Outcome.FAILED}:
+        status = int(Exit.FAILED)
+    elif Outcome.UNREALISED in outcomes:
+        status = EXIT_UNREALISED
+    else:
+        status = int(Exit.OK)
     if args.format == "json":
-        json.dump(render.to_json(reports), out, indent=2)
+        doc = render.to_json(reports)
+        json.dump({**envelope("measure", status, file=str(args.file)), "plans": doc["plans"]}, out, indent=2)
         out.write("\n")
     elif args.format == "markdown":
         out.write(render.markdown(reports))
     else:
         out.write(render.text(reports))
-    outcomes = {r.outcome for r in reports}
-    if outcomes & {Outcome.MISMATCH, Outcome.DIVERGED, Outcome.FAILED}:
-        return int(Exit.FAILED)
-    if Outcome.UNREALISED in outcomes:
-        return EXIT_UNREALISED
-    return int(Exit.OK)
+    return status

@@ -17,9 +17,20 @@ import sympy
 
 from .. import costs, ir
 from ..costs import steptime
-from ..costs.symbolic import OutOfTime, PlacementLatexPrinter, bounded, resolve_bindings, symbol_names, to_sympy
+from ..costs.symbolic import (
+    LINE_WIDTH,
+    OutOfTime,
+    PlacementLatexPrinter,
+    bounded,
+    latex_lines,
+    resolve_bindings,
+    symbol_names,
+    tex_width,
+    to_sympy,
+)
 from ..diagnostics import Diagnostic, DiagnosticError, did_you_mean
 from ..ir import State
+from . import units
 from .model import (
     Binding,
     CollectiveRow,
@@ -60,8 +71,10 @@ class _Q:
             if value.is_Rational:
                 exact = Fraction(int(value.p), int(value.q))
         printer = PlacementLatexPrinter(symbol_names([expr], self.axes))
-        return Quantity(formula=str(expr), latex=printer.doprint(expr), exact=exact, value=str(value),
-                        unbound=tuple(free))
+        tex = printer.doprint(expr)
+        lines = latex_lines(expr, printer) if tex_width(tex) > LINE_WIDTH else ()
+        return Quantity(formula=str(expr), latex=tex, exact=exact, value=str(value), unbound=tuple(free),
+                        symbols=tuple(sorted(s.name for s in expr.free_symbols)), latex_lines=lines)
 
     def ratio(self, a: sympy.Expr, b: sympy.Expr) -> Quantity | None:
         if b == 0:
@@ -203,13 +216,35 @@ def symbolic_value(spec: ir.Spec, value: ir.Value) -> sympy.Expr:
     return costs.value_of(spec, value)
 
 
-def _question(spec: ir.Spec, qn: ir.Question, q: _Q) -> QuestionResult:
+def _verdict(spec: ir.Spec, qn: ir.Question, q: _Q) -> tuple[sympy.Expr, sympy.Expr, Quantity, Quantity, str]:
     left, right = costs.value_of(spec, qn.left, q.subs), costs.value_of(spec, qn.right, q.subs)
     lq, rq = q(left), q(right)
     if lq.exact is not None and rq.exact is not None:
         verdict = "holds" if _OPS[qn.op](lq.exact, rq.exact) else "fails"
     else:
         verdict = "unknown"
+    return left, right, lq, rq, verdict
+
+
+def _expectation(spec: ir.Spec, qn: ir.Question, verdict: str, sets: Mapping[str, Fraction]
+                 ) -> tuple[str | None, bool | None]:
+    """A claim marked ``expect fails [unless ...]``: what was expected, and whether it came true:
+    it fails at the spec's values and, with the ``unless`` names re-bound, holds."""
+    if qn.expect != "fails":
+        return None, None
+    pins = {n: v.value for n, v in qn.unless if isinstance(v, ir.Const)}
+    shown = ", ".join(f"{n} = {units.number(v)}" for n, v in pins.items())
+    expected = f"holds only when {shown}" if pins else "fails"
+    if verdict != "fails":
+        return expected, None if verdict == "unknown" else False
+    if not pins:
+        return expected, True
+    there = _verdict(spec, qn, _Q(resolve_bindings(spec.bindings, {**sets, **pins}), ()))[4]
+    return expected, None if there == "unknown" else there == "holds"
+
+
+def _question(spec: ir.Spec, qn: ir.Question, q: _Q, sets: Mapping[str, Fraction] | None = None) -> QuestionResult:
+    left, right, lq, rq, verdict = _verdict(spec, qn, q)
     identity = None
     if qn.op in ("==", "!="):
         try:
@@ -223,7 +258,9 @@ def _question(spec: ir.Spec, qn: ir.Question, q: _Q) -> QuestionResult:
         elif not diff.free_symbols:
             identity = qn.op == "!="
     s = qn.span
-    return QuestionResult(qn.kind, qn.label, qn.op, lq, rq, verdict, identity, f"{s.file}:{s.line}:{s.column}")
+    expected, met = _expectation(spec, qn, verdict, sets or {})
+    return QuestionResult(qn.kind, qn.label, qn.op, lq, rq, verdict, identity, f"{s.file}:{s.line}:{s.column}",
+                          expected, met)
 
 
 def build(spec: ir.Spec, plans: Iterable[str] = (), sets: Mapping[str, Fraction] | None = None,
@@ -249,7 +286,7 @@ def build(spec: ir.Spec, plans: Iterable[str] = (), sets: Mapping[str, Fraction]
         base = pcs.get(baseline) or costs.derive(costs.with_sizes(spec.plan(baseline), subs), sized=True)
         for n in names:
             ratios[n] = _ratios(pcs[n], base, q)
-    questions = tuple(_question(spec, qn, q) for qn in spec.questions)
+    questions = tuple(_question(spec, qn, q, sets) for qn in spec.questions)
     first = pcs[names[0]] if names else None
     return CostReport(command=command, file=spec.file, bindings=bindings,
                       axes=tuple((a.name, a.link) for a in spec.mesh.axes) if spec.mesh else (),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from fractions import Fraction
 
-from ..outcome import envelope
+from ..outcome import Exit, envelope
 from .model import CostReport, PlanReport, Quantity
 
 
@@ -31,6 +31,7 @@ def quantity(q: Quantity, key: str = "bytes") -> dict:
 
 def _plan(p: PlanReport) -> dict:
     return {
+        "plan": p.name,
         "strategies": list(p.strategies),
         "memory": {
             "device": {k: quantity(v) for k, v in p.device.items()},
@@ -98,19 +99,37 @@ def _stages(p: PlanReport) -> dict:
     }
 
 
+def exit_status(r: CostReport) -> int:
+    """1 when an assert fails, 3 when one is undecided and none fails, else 0."""
+    if r.failed_asserts or r.unmet_expectations or r.unfit:
+        return int(Exit.FAILED)
+    return int(Exit.UNKNOWN if r.unknown_asserts else Exit.OK)
+
+
+def _ratios(rows: dict) -> dict:
+    return {k: (None if v is None else {"value": _num(v.exact), "exact": _exact(v.exact), "formula": v.formula})
+            for k, v in rows.items()}
+
+
 def to_json(r: CostReport) -> dict:
+    plans = [_plan(p) for p in r.plans]
+    if r.command == "compare":
+        for p, data in zip(r.plans, plans):
+            data["ratios"] = _ratios(r.ratios.get(p.name, {}))
     out = {
-        **envelope(r.command),
+        **envelope(r.command, exit_status(r)),
         "file": r.file,
-        "bindings": {b.name: {"value": _num(b.exact), "exact": _exact(b.exact), "set": b.overridden}
+        "bindings": {b.name: {"value": _num(b.exact), "exact": _exact(b.exact), "formula": b.formula,
+                              "set": b.overridden}
                      for b in r.bindings},
         "mesh": [{"axis": a, "link": link} for a, link in r.axes],
         "model": {"params": quantity(r.params, "count") if r.params else None,
                   "active_params": quantity(r.active_params, "count") if r.active_params else None},
-        "plans": {p.name: _plan(p) for p in r.plans},
+        "plans": plans,
         "questions": [
             {"kind": q.kind, "label": q.label, "op": q.op, "verdict": q.verdict, "identity": q.identity,
-             "where": q.where, "left": quantity(q.left, "value"), "right": quantity(q.right, "value")}
+             "where": q.where, "expected": q.expected, "met": q.met,
+             "left": quantity(q.left, "value"), "right": quantity(q.right, "value")}
             for q in r.questions
         ],
         "summary": {
@@ -118,13 +137,11 @@ def to_json(r: CostReport) -> dict:
             "asserts_failed": r.failed_asserts,
             "asserts_unknown": r.unknown_asserts,
             "unfit": list(r.unfit),
+            "expectations_unmet": r.unmet_expectations,
         },
     }
     if r.command == "compare":
         out["baseline"] = r.baseline
-        out["ratios"] = {p: {k: (None if v is None else {"value": _num(v.exact), "exact": _exact(v.exact),
-                                                          "formula": v.formula})
-                             for k, v in rows.items()} for p, rows in r.ratios.items()}
     return out
 
 

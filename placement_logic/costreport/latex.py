@@ -1,9 +1,17 @@
 """LaTeX rendering of a cost report: equations for papers and a booktabs comparison table.
 
-Input: a ``CostReport``. Output: a complete LaTeX document (amsmath, booktabs) with, per
-plan, an ``align*`` of every memory term and the communication totals (formulas from
-sympy's printer with display names, each followed by its value; with a pipeline the
-first and the last stage's activations and totals too), then a table comparing the plans. ``render_equations`` gives the equations alone (used by ``_repr_latex_``).
+Input: a ``CostReport``. Output: a complete LaTeX document (amsmath, booktabs, and rotating
+when a table turns sideways) or, with ``fragment=True``, only the equations, their "where"
+list and the table, ready to ``\\input`` into a paper (a comment names the packages it needs).
+
+Per plan an ``align*`` gives every memory term and the communication totals (formulas from
+sympy's printer with display names, each followed by its value; with a pipeline the first
+and the last stage's activations and totals too). Integers are printed whole with thin-space
+groups (``67\\,108\\,864``); an equation too long for one line is broken between the terms
+of a sum, one argument of a maximum a line (``costs.symbolic.latex_lines``). A "where" list
+defines every symbol the formulas and the table use. The table compares the plans: plans
+as columns up to three, past three transposed (plans as rows) on a landscape page.
+``render_equations`` gives the equations alone (used by ``_repr_latex_``).
 """
 
 from __future__ import annotations
@@ -17,11 +25,32 @@ from .rows import DEVICE_ROWS, tex_text
 if TYPE_CHECKING:  # the report model imports this renderer for _repr_latex_
     from .model import CostReport, PlanReport, Quantity
 
+MAX_COLUMNS = 3  # plans side by side in a portrait table; past this the table is transposed, landscape
+
+# What a symbol a report can leave free stands for (the model's shape, docs/costs.md).
+SHAPE_SYMBOLS = {
+    "psi": "the model's parameter count",
+    "h": "the hidden size",
+    "a": "attention heads",
+    "L": "transformer layers",
+    "V": "the vocabulary size",
+    "s": "the sequence length (tokens per sample)",
+    "b": "the microbatch size (samples)",
+}
+
+
+def _thin(x: Fraction) -> str:
+    """An exact number for math mode: integers whole with thin-space groups, fractions as fractions."""
+    from ..costs.symbolic import grouped
+
+    if x.denominator == 1:
+        return grouped(x.numerator)
+    sign = "-" if x < 0 else ""
+    return rf"{sign}\tfrac{{{grouped(abs(x.numerator))}}}{{{grouped(x.denominator)}}}"
+
 
 def _value(q: Quantity) -> str:
-    if q.exact is None:
-        return ""
-    if q.exact == 0:
+    if q.exact is None or q.exact == 0:
         return ""
     return rf" && = \text{{{tex_text(units.gb(q.exact))}}}"
 
@@ -30,20 +59,26 @@ def _gb(x: Fraction | None) -> str:
     return "--" if x is None else units.decimal_string(x / 10**9)
 
 
-def _lines(p: PlanReport) -> list[str]:
-    rows = []
-    for k in DEVICE_ROWS:
-        q = p.device[k]
-        rows.append(rf"M_{{\mathrm{{{k}}}}} &= {q.latex}{_value(q)}")
+def _equation(lhs: str, q: Quantity) -> str:
+    """One ``align*`` row, continued on further rows when the formula was broken."""
+    lines = q.latex_lines or (q.latex,)
+    body = " \\\\\n  &\\qquad ".join(lines)
+    return rf"{lhs} &= {body}{_value(q)}"
+
+
+def _rows(p: PlanReport) -> list[tuple[str, Quantity]]:
+    rows = [(rf"M_{{\mathrm{{{k}}}}}", p.device[k]) for k in DEVICE_ROWS]
     for st in p.stages:
-        for k in ("activations", "total"):
-            q = st.device[k]
-            rows.append(rf"M^{{\mathrm{{{st.stage}}}}}_{{\mathrm{{{k}}}}} &= {q.latex}{_value(q)}")
+        rows += [(rf"M^{{\mathrm{{{st.stage}}}}}_{{\mathrm{{{k}}}}}", st.device[k]) for k in ("activations", "total")]
     if p.host["total"].formula != "0":
-        rows.append(rf"M_{{\mathrm{{host}}}} &= {p.host['total'].latex}{_value(p.host['total'])}")
-    rows.append(rf"C_{{\mathrm{{ring}}}} &= {p.comm_total.latex}{_value(p.comm_total)}")
-    rows.append(rf"V_{{\mathrm{{ZeRO}}}} &= {p.volume_total.latex}{_value(p.volume_total)}")
+        rows.append((r"M_{\mathrm{host}}", p.host["total"]))
+    rows.append((r"C_{\mathrm{ring}}", p.comm_total))
+    rows.append((r"V_{\mathrm{ZeRO}}", p.volume_total))
     return rows
+
+
+def _lines(p: PlanReport) -> list[str]:
+    return [_equation(lhs, q) for lhs, q in _rows(p)]
 
 
 def render_equations(r: CostReport) -> str:
@@ -51,57 +86,174 @@ def render_equations(r: CostReport) -> str:
     rows = []
     for p in r.plans:
         rows.append(rf"&\textbf{{{tex_text(p.name)}}}")
-        rows += ["&" + line.replace("&=", "=", 1).replace("&&", r"\quad") for line in _lines(p)]
+        rows += [rf"&{lhs} = {q.latex}" + (rf"\quad = \text{{{tex_text(units.gb(q.exact))}}}" if q.exact else "")
+                 for lhs, q in _rows(p)]
     return "$$\\begin{aligned}\n" + " \\\\\n".join(rows) + "\n\\end{aligned}$$"
 
 
-def _table(r: CostReport) -> list[str]:
-    cols = "l" + "r" * len(r.plans)
-    out = [r"\begin{table}[ht]", r"\centering", rf"\begin{{tabular}}{{{cols}}}", r"\toprule",
-           " & ".join(["per device"] + [rf"\texttt{{{tex_text(p.name)}}}" for p in r.plans]) + r" \\",
-           r"\midrule"]
-    for k in DEVICE_ROWS:
-        out.append(" & ".join([f"{k} (GB)"] + [_gb(p.device[k].exact) for p in r.plans]) + r" \\")
-    out.append(" & ".join(["host (GB)"] + [_gb(p.host["total"].exact) for p in r.plans]) + r" \\")
-    if any(p.stages for p in r.plans):
-        out.append(" & ".join(["peak stage"] + [p.peak_stage or ("--" if not p.stages else "?") for p in r.plans])
-                   + r" \\")
-    out.append(r"\midrule")
-    for a, _ in r.axes:
-        out.append(" & ".join([rf"comm.\ {tex_text(a)} (GB)"]
-                              + [_gb(p.per_axis[a].bytes_per_device.exact) for p in r.plans]) + r" \\")
-    out.append(" & ".join(["comm.\\ total (GB)"] + [_gb(p.comm_total.exact) for p in r.plans]) + r" \\")
-    out.append(" & ".join(["ZeRO volume (GB)"] + [_gb(p.volume_total.exact) for p in r.plans]) + r" \\")
-    if r.baseline:
-        out.append(r"\midrule")
-        out.append(" & ".join([rf"total memory / \texttt{{{tex_text(r.baseline)}}}"]
-                              + [_ratio(r, p.name, "memory.total") for p in r.plans]) + r" \\")
-        out.append(" & ".join([rf"comm.\ / \texttt{{{tex_text(r.baseline)}}}"]
-                              + [_ratio(r, p.name, "comm.total") for p in r.plans]) + r" \\")
-    out += [r"\bottomrule", r"\end{tabular}",
-            rf"\caption{{Per-device memory and per-step communication ({tex_text(r.file)}); "
-            r"1 GB = $10^9$ bytes; communication is ring bytes sent per device.}",
-            r"\end{table}"]
+# --------------------------------------------------------------------------- the "where" list
+
+
+def _symbols(r: CostReport) -> list[str]:
+    """Every symbol the equations and the table's ratios use, in order of first use."""
+    seen: dict[str, None] = {}
+    for p in r.plans:
+        for _, q in _rows(p):
+            seen.update(dict.fromkeys(q.symbols))
+    for plan in r.ratios.values():
+        for key in ("memory.total", "comm.total"):  # the table's ratio columns
+            q = plan.get(key)
+            if q is not None and q.exact is None:  # shown as a formula
+                seen.update(dict.fromkeys(q.symbols))
+    return list(seen)
+
+
+def _where(r: CostReport) -> list[str]:
+    """A description list with one item per symbol: what it stands for and its value."""
+    from ..costs.symbolic import display_name
+
+    names = _symbols(r)
+    if not names:
+        return []
+    axes = dict(r.axes)
+    values = {b.name: b for b in r.bindings}
+    out = [r"\noindent where", r"\begin{description}"]
+    for n in names:
+        if n in axes:
+            text = rf"processes along the mesh axis \texttt{{{tex_text(n)}}}"
+            if axes[n]:
+                text += rf" (link \texttt{{{tex_text(axes[n])}}})"
+        elif n in values and n not in SHAPE_SYMBOLS:
+            text = rf"the spec's \texttt{{{tex_text(n)}}}"
+        else:
+            text = SHAPE_SYMBOLS.get(n, rf"the spec's \texttt{{{tex_text(n)}}}")
+            if n in values or n in SHAPE_SYMBOLS:
+                text += rf" (\texttt{{{tex_text(n)}}})"
+        b = values.get(n)
+        if b is not None and b.exact is not None:
+            text += rf", ${_thin(b.exact)}$" + (r" (set on the command line)" if b.overridden else "")
+        else:
+            text += ", unbound (give it in the spec or with \\texttt{-{}-set})"
+        out.append(rf"  \item[${display_name(n, axes)}$] {text}")
+    out.append(r"\end{description}")
     return out
 
 
+# --------------------------------------------------------------------------- the comparison table
+
+
 def _ratio(r: CostReport, plan: str, key: str) -> str:
+    """A ratio's value (exact when its denominator is small), its formula while symbols are unbound."""
     q = r.ratios.get(plan, {}).get(key)
     if q is None:
         return "--"
-    return f"${q.latex}$"
+    if q.exact is None:
+        return f"${q.latex}$"
+    if q.exact.denominator <= 100:
+        return f"${_thin(q.exact)}$"
+    return units.decimal_string(q.exact, 4)
 
 
-def render(r: CostReport) -> str:
-    out = [r"\documentclass{article}", r"\usepackage{amsmath}", r"\usepackage{booktabs}",
-           r"\begin{document}", rf"\section*{{Cost report: \texttt{{{tex_text(r.file)}}}}}"]
-    names = ", ".join(tex_text(b.name) + " = " + (units.number(b.exact) if b.exact is not None else "?")
-                      for b in r.bindings)
+def _columns(r: CostReport) -> list[tuple[str, str, list[str]]]:
+    """The table's quantities: (group, short label, one cell per plan)."""
+    cols = [("memory per device (GB)", k, [_gb(p.device[k].exact) for p in r.plans]) for k in DEVICE_ROWS]
+    cols.append(("memory per device (GB)", "host", [_gb(p.host["total"].exact) for p in r.plans]))
+    if any(p.stages for p in r.plans):
+        cols.append(("memory per device (GB)", "peak stage",
+                     [p.peak_stage or ("--" if not p.stages else "?") for p in r.plans]))
+    for a, _ in r.axes:
+        cols.append(("communication per device (GB)", rf"\texttt{{{tex_text(a)}}}",
+                     [_gb(p.per_axis[a].bytes_per_device.exact) for p in r.plans]))
+    cols.append(("communication per device (GB)", "total", [_gb(p.comm_total.exact) for p in r.plans]))
+    cols.append(("communication per device (GB)", "ZeRO volume", [_gb(p.volume_total.exact) for p in r.plans]))
+    if r.baseline:
+        base = rf"\texttt{{{tex_text(r.baseline)}}}"
+        cols.append((rf"ratio to {base}", "memory", [_ratio(r, p.name, "memory.total") for p in r.plans]))
+        cols.append((rf"ratio to {base}", "comm.", [_ratio(r, p.name, "comm.total") for p in r.plans]))
+    return cols
+
+
+def _caption(r: CostReport) -> str:
+    return (rf"\caption{{Per-device memory and per-step communication ({tex_text(r.file)}); "
+            r"1 GB = $10^9$ bytes; communication is ring bytes sent per device; "
+            r"the ZeRO volume counts each collective's data once.}")
+
+
+def _portrait(r: CostReport) -> list[str]:
+    cols = _columns(r)
+    out = [r"\begin{table}[ht]", r"\centering", rf"\begin{{tabular}}{{l{'r' * len(r.plans)}}}", r"\toprule",
+           " & ".join(["per device"] + [rf"\texttt{{{tex_text(p.name)}}}" for p in r.plans]) + r" \\"]
+    group = None
+    for g, label, cells in cols:
+        if g != group:
+            out.append(r"\midrule")
+            out.append(rf"\multicolumn{{{len(r.plans) + 1}}}{{l}}{{\emph{{{g}}}}} \\")
+            group = g
+        out.append(" & ".join([rf"\quad {label}"] + cells) + r" \\")
+    out += [r"\bottomrule", r"\end{tabular}", _caption(r), r"\end{table}"]
+    return out
+
+
+def _landscape(r: CostReport) -> list[str]:
+    """Plans as rows (any number fits down the page), quantities as columns, turned sideways."""
+    cols = _columns(r)
+    groups: list[tuple[str, int]] = []
+    for g, _, _ in cols:
+        if groups and groups[-1][0] == g:
+            groups[-1] = (g, groups[-1][1] + 1)
+        else:
+            groups.append((g, 1))
+    head = ["plan"] + [rf"\multicolumn{{{n}}}{{c}}{{{g}}}" for g, n in groups]
+    rules, start = [], 2
+    for _, n in groups:
+        rules.append(rf"\cmidrule(lr){{{start}-{start + n - 1}}}")
+        start += n
+    out = [r"\begin{sidewaystable}", r"\centering", r"\small", rf"\begin{{tabular}}{{l{'r' * len(cols)}}}",
+           r"\toprule", " & ".join(head) + r" \\", "".join(rules),
+           " & ".join([""] + [label for _, label, _ in cols]) + r" \\", r"\midrule"]
+    for i, p in enumerate(r.plans):
+        out.append(" & ".join([rf"\texttt{{{tex_text(p.name)}}}"] + [cells[i] for _, _, cells in cols]) + r" \\")
+    out += [r"\bottomrule", r"\end{tabular}", _caption(r), r"\end{sidewaystable}"]
+    return out
+
+
+def _table(r: CostReport) -> list[str]:
+    return _landscape(r) if len(r.plans) > MAX_COLUMNS else _portrait(r)
+
+
+# --------------------------------------------------------------------------- documents
+
+
+def packages(r: CostReport) -> list[str]:
+    """The packages the report's LaTeX needs."""
+    return ["amsmath", "booktabs"] + (["rotating"] if len(r.plans) > MAX_COLUMNS else [])
+
+
+def _body(r: CostReport, fragment: bool) -> list[str]:
+    out: list[str] = []
+    for p in r.plans:
+        if fragment:
+            out.append(rf"\noindent Plan \texttt{{{tex_text(p.name)}}}:")
+        else:
+            out.append(rf"\subsection*{{Plan \texttt{{{tex_text(p.name)}}}}}")
+        out += [r"\begin{align*}", " \\\\\n".join(_lines(p)), r"\end{align*}"]
+    out += _where(r)
+    out += _table(r)
+    return out
+
+
+def render(r: CostReport, fragment: bool = False) -> str:
+    """A complete document, or (``fragment``) the equations, the "where" list and the table alone."""
+    if fragment:
+        head = [rf"% placement-logic cost report of {r.file}: equations and table, for \input",
+                rf"% needs \usepackage{{{','.join(packages(r))}}}"]
+        return "\n".join(head + _body(r, True)) + "\n"
+    out = [r"\documentclass{article}"] + [rf"\usepackage{{{p}}}" for p in packages(r)]
+    out += [r"\begin{document}", rf"\section*{{Cost report: \texttt{{{tex_text(r.file)}}}}}"]
+    names = ", ".join(rf"\texttt{{{tex_text(b.name)}}} = ${_thin(b.exact)}$" if b.exact is not None
+                      else rf"\texttt{{{tex_text(b.name)}}} unbound" for b in r.bindings)
     if names:
         out.append(rf"Bindings: {names}.")
-    for p in r.plans:
-        out += [rf"\subsection*{{Plan \texttt{{{tex_text(p.name)}}}}}", r"\begin{align*}",
-                " \\\\\n".join(_lines(p)), r"\end{align*}"]
-    out += _table(r)
+    out += _body(r, False)
     out.append(r"\end{document}")
     return "\n".join(out) + "\n"

@@ -124,6 +124,6 @@ def render(r: CostReport) -> str:
         for q in r.questions:
             stmt = f"`{_esc(q.left.formula)} {q.op} {_esc(q.right.formula)}`"
             val = f"{units.number(q.left.exact)} {q.op} {units.number(q.right.exact)}"
-            out.append(f"| {q.kind} | {_esc(q.label or '')} {stmt} | {val} | **{q.verdict}** |")
+            out.append(f"| {q.kind} | {_esc(q.label or '')} {stmt} | {val} | **{_esc(q.shown)}** |")
         out.append("")
     return "\n".join(out)

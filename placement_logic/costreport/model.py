@@ -26,6 +26,8 @@ class Quantity:
     exact: Fraction | None  # None when symbols remain unbound
     value: str  # the formula after substituting the bound symbols
     unbound: tuple[str, ...] = ()
+    symbols: tuple[str, ...] = ()  # every symbol of the formula (before binding), sorted
+    latex_lines: tuple[str, ...] = ()  # ``latex`` broken for a display equation; () when it fits one line
 
     @property
     def bound(self) -> bool:
@@ -153,6 +155,22 @@ class QuestionResult:
     verdict: str  # holds | fails | unknown
     identity: bool | None  # the comparison holds symbolically for every value (None: not decided)
     where: str  # file:line:col
+    expected: str | None = None  # a claim marked `expect fails`: "fails", or "holds only when dp = 8"
+    met: bool | None = None  # the expectation came true (None: no expectation, or not decided)
+
+    @property
+    def shown(self) -> str:
+        """The verdict with its expectation: ``fails (expected: holds only when dp = 8)``."""
+        if self.expected is None:
+            return self.verdict
+        if self.met:
+            return "fails (expected)" if self.expected == "fails" else f"fails (expected: {self.expected})"
+        if self.met is None:
+            return f"{self.verdict} (expected: {self.expected}; not decided)"
+        pins = self.expected.removeprefix("holds only when ")
+        if self.verdict == "holds":
+            return "holds (UNEXPECTED: expected it to fail" + ("" if self.expected == "fails" else f" unless {pins}") + ")"
+        return f"fails (UNEXPECTED: expected it to hold when {pins}, but it fails there too)"
 
 
 @dataclass(frozen=True)
@@ -185,6 +203,11 @@ class CostReport:
     def unfit(self) -> tuple[str, ...]:
         """The plans whose peak per device exceeds the device's memory."""
         return tuple(p.name for p in self.plans if p.fit is not None and p.fits_not)
+
+    @property
+    def unmet_expectations(self) -> int:
+        """Claims marked ``expect fails`` whose expectation did not come true."""
+        return sum(1 for q in self.questions if q.met is False)
 
     @property
     def unknown_asserts(self) -> int:

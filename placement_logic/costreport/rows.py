@@ -20,5 +20,5 @@ def stage_title(peak: str | None) -> str:
 
 
 def tex_text(text: str) -> str:
-    """Plain text made safe inside LaTeX text mode."""
-    return "".join(_TEX_SPECIAL.get(ch, ch) for ch in text)
+    """Plain text made safe inside LaTeX text mode (control characters, a newline among them, as spaces)."""
+    return "".join(_TEX_SPECIAL.get(ch, " " if ch < " " or ch == "\x7f" else ch) for ch in text)

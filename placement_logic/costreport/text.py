@@ -175,12 +175,15 @@ def _questions(con: Console, r: CostReport) -> None:
         counts[q.verdict] += 1
         label = f' "{q.label}"' if q.label else ""
         sym = {True: " (holds for every value)", False: " (fails for every value)"}.get(q.identity, "")
-        verdict = f"[{VERDICT_STYLE[q.verdict]}]{q.verdict}[/]" if con.is_terminal else q.verdict
+        verdict = f"[{VERDICT_STYLE[q.verdict]}]{q.shown}[/]" if con.is_terminal else q.shown
         con.print(f"{q.where}: {q.kind}{label}: {verdict}: "
                   f"{q.left.formula} = {units.number(q.left.exact)} {q.op} {units.number(q.right.exact)}{sym}")
     if r.questions:
-        failed = r.failed_asserts
+        failed = r.failed_asserts or r.unmet_expectations
         word = "FAILED" if failed else "ok" if not r.unknown_asserts else "UNKNOWN"
         if con.is_terminal:
             word = f"[{ {'FAILED': 'bold red', 'ok': 'green', 'UNKNOWN': 'yellow'}[word] }]{word}[/]"
-        con.print(f"{counts['holds']} hold, {counts['fails']} fail, {counts['unknown']} unknown; " + word)
+        expected = sum(1 for q in r.questions if q.met)
+        fails = f"{counts['fails']} fail" + (f" ({expected} as expected)" if expected else "")
+        unmet = f", {r.unmet_expectations} not as expected" if r.unmet_expectations else ""
+        con.print(f"{counts['holds']} hold, {fails}, {counts['unknown']} unknown{unmet}; " + word)

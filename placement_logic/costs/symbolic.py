@@ -12,6 +12,7 @@ built node by node from the IR.
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 from typing import Callable, Iterable, Mapping
 
@@ -132,15 +133,100 @@ class PlacementLatexPrinter(LatexPrinter):
         super().__init__(settings)
 
     def _print_Integer(self, expr):
-        n = int(expr)
-        if abs(n) >= 10**6:
-            # 7500000000 -> 7.5 \cdot 10^{9}, exact: only trailing zeros are folded
-            digits = str(abs(n)).rstrip("0")
-            exp = len(str(abs(n))) - 1
-            mant = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-            sign = "-" if n < 0 else ""
-            return rf"{sign}{mant} \cdot 10^{{{exp}}}"
-        return str(n)
+        return grouped(int(expr))
+
+    def _print_Rational(self, expr):
+        if expr.q == 1:
+            return grouped(int(expr.p))
+        sign = "- " if expr.p < 0 else ""
+        return rf"{sign}\frac{{{grouped(abs(int(expr.p)))}}}{{{grouped(int(expr.q))}}}"
+
+
+def grouped(n: int) -> str:
+    """An integer as papers print it: whole, digits in groups of three joined by a thin space
+    (``67\\,108\\,864``) from five digits on; never folded into a power of ten."""
+    digits = str(abs(n))
+    if len(digits) > 4:
+        head = len(digits) % 3 or 3
+        digits = r"\,".join([digits[:head]] + [digits[i:i + 3] for i in range(head, len(digits), 3)])
+    return ("-" if n < 0 else "") + digits
+
+
+def tex_width(tex: str) -> int:
+    """A conservative estimate of how many characters wide a LaTeX formula sets (a fraction
+    counts its numerator and its denominator side by side; sub- and superscripts in full)."""
+    s = re.sub(r"\\(left|right|[bB]igl|[bB]igr|mathrm|operatorname|frac)\b", "", tex)
+    s = s.replace(r"\,", "")
+    s = re.sub(r"\\[A-Za-z]+", "x", s)
+    s = re.sub(r"[{}^_\s]", "", s)
+    return len(s)
+
+
+LINE_WIDTH = 48  # estimated characters of one line of a broken display equation
+
+
+def latex_lines(expr: sympy.Expr, printer: LatexPrinter, width: int = LINE_WIDTH) -> tuple[str, ...]:
+    """``expr`` in LaTeX, broken into lines of at most about ``width`` characters for a display
+    equation: a sum between its terms, a maximum or minimum one argument a line (as cases:
+    ``\\max\\Bigl\\{A, B\\Bigr\\}``), a product with a long factor as the rest times that
+    factor in ``\\Bigl(...\\Bigr)``. Each line after the first continues the one before it (the
+    caller indents it); a part that cannot be broken (a power, a fraction of atoms) stays whole."""
+    return tuple(_break(expr, printer, width))
+
+
+def _break(expr: sympy.Expr, p: LatexPrinter, width: int) -> list[str]:
+    whole = p.doprint(expr)
+    if tex_width(whole) <= width:
+        return [whole]
+    if isinstance(expr, (sympy.Max, sympy.Min)):
+        name = r"\max" if isinstance(expr, sympy.Max) else r"\min"
+        args = sorted(expr.args, key=sympy.default_sort_key)
+        lines: list[str] = []
+        for i, a in enumerate(args):
+            part = _break(a, p, width)
+            part[-1] += r"\Bigr\}" if i == len(args) - 1 else ","
+            lines += part
+        lines[0] = name + r"\Bigl\{" + lines[0]
+        return lines
+    if isinstance(expr, sympy.Add):
+        lines, current = [], ""
+        for i, term in enumerate(p._as_ordered_terms(expr, order=None)):
+            negative = term.could_extract_minus_sign()
+            body = -term if negative else term
+            sign = "- " if negative else ("+ " if i else "")
+            text = p._print(body)
+            if isinstance(body, sympy.Add):
+                text = rf"\left({text}\right)"
+            if tex_width(text) > width:
+                if current:
+                    lines.append(current)
+                inner = _break(body, p, width)
+                if isinstance(body, sympy.Add):
+                    inner[0], inner[-1] = r"\Bigl(" + inner[0], inner[-1] + r"\Bigr)"
+                inner[0] = sign + inner[0]
+                lines += inner[:-1]
+                current = inner[-1]
+            elif current and tex_width(current + text) + 2 > width:
+                lines.append(current)
+                current = sign + text
+            else:
+                current = (current + " " + sign + text) if current else sign + text
+        if current:
+            lines.append(current)
+        return lines
+    if isinstance(expr, sympy.Mul):
+        factors = list(expr.args)
+        long = [f for f in factors if isinstance(f, (sympy.Add, sympy.Max, sympy.Min))]
+        if long:
+            big = max(long, key=lambda f: tex_width(p.doprint(f)))
+            rest = expr / big
+            inner = _break(big, p, width)
+            if isinstance(big, sympy.Add):
+                inner[0], inner[-1] = r"\Bigl(" + inner[0], inner[-1] + r"\Bigr)"
+            if rest != 1:
+                inner[0] = p.doprint(rest) + r" \cdot " + inner[0]
+            return inner
+    return [whole]
 
 
 def symbol_names(exprs: Iterable[sympy.Expr], axes: Iterable[str] = ()) -> dict[sympy.Symbol, str]:

@@ -249,7 +249,12 @@ class Formatter:
             word = "assert" if isinstance(item, surface.AssertStmt) else "claim"
             label = f'"{item.label}": ' if item.label is not None else ""
             t = item.test
-            self.emit(item, 0, f"{word} {label}{expr(t.left)} {t.op} {expr(t.right)}")
+            tail = ""
+            if isinstance(item, surface.ClaimStmt) and item.expect is not None:
+                tail = " expect fails"
+                if item.expect.pins:
+                    tail += " unless " + ", ".join(f"{n} = {expr(v)}" for n, v in item.expect.pins)
+            self.emit(item, 0, f"{word} {label}{expr(t.left)} {t.op} {expr(t.right)}{tail}")
         else:  # pragma: no cover
             raise TypeError(type(item).__name__)
 

@@ -232,8 +232,14 @@ class Lower(Transformer):
         return surface.AssertStmt(test, str(label)[1:-1] if label else None, self.span(meta))
 
     def claim_stmt(self, meta, ch):
-        label, test = ch
-        return surface.ClaimStmt(test, str(label)[1:-1] if label else None, self.span(meta))
+        label, test, expect = ch
+        return surface.ClaimStmt(test, str(label)[1:-1] if label else None, self.span(meta), expect)
+
+    def expect_clause(self, meta, ch):
+        return surface.Expect(tuple(c for c in ch if c is not None), self.span(meta))
+
+    def pin(self, meta, ch):
+        return (str(ch[0]), ch[1])
 
     def comparison(self, meta, ch):
         left, op, right = ch

@@ -254,10 +254,20 @@ class AssertStmt:
 
 
 @dataclass(frozen=True)
+class Expect:
+    """``expect fails [unless NAME = VALUE, ...]``: the claim is expected to fail at the spec's
+    values and, with each NAME re-bound to its VALUE, to hold."""
+
+    pins: tuple[tuple[str, Expr], ...] = ()
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
 class ClaimStmt:
     test: Compare
     label: str | None = None
     span: Span = _span()
+    expect: Expect | None = None
 
 
 Item = Union[ImportStmt, LetStmt, ModelBlock, MeshBlock, StrategyDef, PlanDef, AssertStmt, ClaimStmt]

@@ -441,6 +441,8 @@ class Question:
     dim: Dim
     label: str | None = None
     span: Span = _span()
+    expect: str | None = None  # "fails": a claim the spec expects to fail (``expect fails``)
+    unless: tuple[tuple[str, Value], ...] = ()  # ... and to hold with these names re-bound
 
 
 @dataclass(frozen=True)

@@ -43,9 +43,23 @@ def parameter_counts(spec: ir.Spec) -> dict | None:
     return {"params": psi, "active_params": active, "groups": counts}
 
 
+def _bindings(spec: ir.Spec) -> dict:
+    """Each let and axis size: its expression and, when it folds to a number, that number (each
+    binding folded once, through the numbers of the ones before it: linear in their count)."""
+    known: dict[str, ir.Value] = {}
+    out = {}
+    for name, v in spec.bindings:
+        x = fold(v, known)
+        if x is not None:
+            known[name] = ir.Const(x)
+        out[name] = {"value": None if x is None else (x.numerator if x.denominator == 1 else float(x)),
+                     "exact": None if x is None else str(x), "formula": ir.show(v), "set": False}
+    return out
+
+
 def plan_data(plan: ir.Plan) -> dict:
     return {
-        "name": plan.name,
+        "plan": plan.name,
         "location": f"{plan.span.file}:{plan.span.line}:{plan.span.column}",
         "mesh": [{"axis": a.name, "size": ir.show(a.size), "link": a.link, "role": plan.role(a.name).value}
                  for a in plan.mesh.axes],
@@ -88,7 +102,7 @@ def spec_data(spec: ir.Spec) -> dict:
     counts = parameter_counts(spec)
     return {
         "file": spec.file,
-        "bindings": {name: ir.show(v) for name, v in spec.bindings},
+        "bindings": _bindings(spec),
         "model": None if model is None else {
             "params": None if model.params is None else ir.show(model.params),
             "params_count": _show_count((counts or {}).get("params")),
@@ -115,7 +129,7 @@ def spec_text(spec: ir.Spec) -> str:
     data = spec_data(spec)
     lines = [f"spec {data['file']}"]
     if data["bindings"]:
-        lines.append("  symbols: " + ", ".join(f"{k} = {v}" for k, v in data["bindings"].items()))
+        lines.append("  symbols: " + ", ".join(f"{k} = {v['formula']}" for k, v in data["bindings"].items()))
     if data["model"]:
         m = data["model"]
         psi = m["params_count"]
@@ -135,7 +149,7 @@ def spec_text(spec: ir.Spec) -> str:
                                                           for k, v in m["groups"].items()))
     for p in data["plans"]:
         lines.append("")
-        lines.append(f"plan {p['name']}  ({p['location']})")
+        lines.append(f"plan {p['plan']}  ({p['location']})")
         axes = [a["axis"] for a in p["mesh"]]
         rows = [("axis", axes), ("size", [a["size"] for a in p["mesh"]]),
                 ("role", [a["role"] for a in p["mesh"]]), ("link", [a["link"] or "-" for a in p["mesh"]])]

@@ -80,10 +80,9 @@ def markdown(rep: ProveReport) -> str:
 
 def to_json(rep: ProveReport) -> dict:
     return {
-        **envelope("prove"),
+        **envelope("prove", rep.exit_status),
         "timeout": rep.timeout,
         "verdict": rep.verdict_word,
-        "exit_status": rep.exit_status,
         "counts": rep.counts(),
         "obligations": [
             {

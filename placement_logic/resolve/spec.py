@@ -9,6 +9,7 @@ pass are raised together, in source order.
 from __future__ import annotations
 
 from .. import ir
+from ..diagnostics import did_you_mean
 from ..frontend import surface
 from .context import Context, LibraryIndex
 from .model import build_mesh, build_model
@@ -112,4 +113,46 @@ def _question(item: surface.AssertStmt | surface.ClaimStmt, vals: Values) -> ir.
         vals.cx.error("PL201", "cannot compare bytes with a plain count", test.span,
                       ("give both sides a byte unit, or compare a ratio with a number",))
         return None
+    if isinstance(item, surface.ClaimStmt) and item.expect is not None:
+        pins = _pins(item.expect, vals)
+        if pins is None:
+            return None
+        return ir.Question(kind, test.op, left[0], right[0], left[1], item.label, item.span, "fails", pins)
     return ir.Question(kind, test.op, left[0], right[0], left[1], item.label, item.span)
+
+
+def _pins(expect: surface.Expect, vals: Values) -> tuple[tuple[str, ir.Value], ...] | None:
+    """``unless NAME = VALUE, ...``: each NAME a let or a mesh axis, named once, each VALUE a
+    number (an axis size a positive integer); None after reporting an error."""
+    out: dict[str, ir.Value] = {}
+    ok = True
+    for name, e in expect.pins:
+        span = getattr(e, "span", expect.span)
+        if name not in vals.lets and name not in vals.axes:
+            vals.cx.error("PL101", f"'unless {name} = ...' names no let or mesh axis of the spec", expect.span,
+                          did_you_mean(name, list(vals.lets) + list(vals.axes)))
+            ok = False
+            continue
+        if name in out:
+            vals.cx.error("PL119", f"'{name}' is given twice after 'unless'", span)
+            ok = False
+            continue
+        r = vals.expr(e, {})
+        if r is None:
+            ok = False
+            continue
+        n = number(r[0], vals)
+        if n is None:
+            vals.cx.error("PL114", f"'unless {name} = {ir.show(r[0])}': the value must be a number", span)
+            ok = False
+        elif name in vals.axes and (n.denominator != 1 or n < 1):
+            vals.cx.error("PL107", f"'unless {name} = {ir.show(r[0])}': the size of axis '{name}' must be a "
+                          "positive integer", span)
+            ok = False
+        elif r[1] is not vals.dims.get(name, ir.Dim.COUNT):
+            vals.cx.error("PL201", f"'unless {name} = ...': {name} is {vals.dims.get(name, ir.Dim.COUNT).value}, "
+                          f"the value is {r[1].value}", span)
+            ok = False
+        else:
+            out[name] = ir.Const(n, span)
+    return tuple(out.items()) if ok else None

@@ -1,0 +1,176 @@
+"""LaTeX for papers: whole integers with thin-space groups, broken long equations, a "where" list
+defining every symbol, tables that fit the page, and ``--latex-fragment`` for ``\\input``.
+
+pdflatex compiles every document and fragment when it is installed (skipped otherwise, as in
+tests/test_cost_cli.py); the structural checks below run everywhere."""
+
+import io
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import sympy
+
+from placement_logic.cli import main
+from placement_logic.costs.symbolic import PlacementLatexPrinter, display_name, grouped, tex_width
+from tests.test_cost_cli import check_balanced
+
+EXAMPLES = sorted(str(p) for p in Path("examples").rglob("*.place"))
+LINE_LIMIT = 64  # estimated characters of one equation line (tex_width); an article's text is about 62-70
+
+
+def run(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("n, text", [(0, "0"), (7, "7"), (1024, "1024"), (10000, r"10\,000"),
+                                     (67108864, r"67\,108\,864"), (-7500000000, r"-7\,500\,000\,000"),
+                                     (123456789012, r"123\,456\,789\,012")])
+def test_grouped_integers(n, text):
+    assert grouped(n) == text
+    assert int(text.replace(r"\,", "")) == n
+
+
+def test_printer_keeps_integers_and_fractions_whole():
+    p = PlacementLatexPrinter()
+    assert p.doprint(sympy.Integer(67108864)) == r"67\,108\,864"
+    assert p.doprint(sympy.Rational(-100000, 3)) == r"- \frac{100\,000}{3}"
+    x = sympy.Symbol("x", positive=True)
+    assert "10^" not in p.doprint(7500000000 * x + 33554432)
+
+
+def _formulas(data):
+    """Every formula string of a cost JSON document (an independent path to the symbols)."""
+    if isinstance(data, dict):
+        for k, v in data.items():
+            if k == "formula" and isinstance(v, str):
+                yield v
+            else:
+                yield from _formulas(v)
+    elif isinstance(data, list):
+        for v in data:
+            yield from _formulas(v)
+
+
+def _where_items(tex):
+    block = tex[tex.index(r"\begin{description}"):tex.index(r"\end{description}")]
+    return set(re.findall(r"\\item\[\$(.*?)\$\]", block))
+
+
+def _equation_lines(tex):
+    inside = False
+    for line in tex.splitlines():
+        if line.startswith(r"\begin{align*}"):
+            inside = True
+        elif line.startswith(r"\end{align*}"):
+            inside = False
+        elif inside:
+            yield line.split("&=", 1)[-1].split("&&")[0].replace(r"&\qquad", "")
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: Path(p).stem)
+def test_every_example_for_papers(path):
+    code, full, err = run("compare", path, "--format", "latex")
+    assert code in (0, 1, 3), err
+    code, frag, err = run("compare", path, "--latex-fragment")
+    assert code in (0, 1, 3), err
+    _, data, _ = run("compare", path, "--format", "json")
+    data = json.loads(data)
+    for tex in (full, frag):
+        check_balanced(tex)
+        assert "10^{" not in tex.replace("$10^9$", ""), "an integer folded into a power of ten"
+        assert "·10^" not in tex and "e+" not in tex
+        for number in re.findall(r"\d+(?:\\,\d+)+", tex):
+            groups = number.split(r"\,")
+            assert 1 <= len(groups[0]) <= 3 and all(len(g) == 3 for g in groups[1:]), number
+        for line in _equation_lines(tex):
+            assert tex_width(line) <= LINE_LIMIT, line
+    # every number of the plain formulas appears whole in the LaTeX
+    shown = [f for _, plan in _plans(data) for f in _formulas(plan["memory"]["device"])]
+    shown += [f for _, plan in _plans(data) for f in (plan["communication"]["total"]["formula"],
+                                                       plan["communication"]["total"]["volume_formula"])]
+    plain = {int(n) for f in shown for n in re.findall(r"(?<![\w.])\d+(?![\w.])", f)}
+    digits = set(re.findall(r"\d+", frag.replace(r"\,", "")))
+    assert {str(n) for n in plain} <= digits
+    # every symbol of the equations is defined in the "where" list
+    axes = [a["axis"] for a in data["mesh"]]
+    used = set()
+    for _name, plan in _plans(data):
+        for row in list(plan["memory"]["device"].values()) + [plan["communication"]["total"]]:
+            used |= set(re.findall(r"[A-Za-z_]\w*", row["formula"])) - {"Max", "Min", "ceiling", "floor"}
+    if used:
+        assert {display_name(n, axes) for n in used} <= _where_items(frag)
+    # fragments are for \input: no preamble, no document environment
+    assert r"\documentclass" not in frag and r"\begin{document}" not in frag and r"\usepackage" not in \
+        frag.replace(r"% needs \usepackage", "")
+    assert frag.count(r"\begin{tabular}") == 1 and frag.count(r"\begin{align*}") == len(data["plans"])
+
+
+def _plans(data):
+    plans = data["plans"]
+    return [(p["plan"], p) for p in plans] if isinstance(plans, list) else list(plans.items())
+
+
+def test_wide_comparisons_turn_sideways_with_plans_as_rows():
+    _, tex, _ = run("compare", "examples/zero_paper.place", "--format", "latex")
+    assert r"\usepackage{rotating}" in tex and r"\begin{sidewaystable}" in tex
+    body = tex[tex.index(r"\midrule", tex.index(r"\begin{sidewaystable}")):tex.index(r"\bottomrule")]
+    rows = [line.split(" & ")[0] for line in body.splitlines() if line.endswith(r"\\")]
+    assert rows == [rf"\texttt{{{p}}}" for p in ("dp", "zero1", "zero2", "zero3")]
+    _, tex, _ = run("compare", "examples/llama70b_3d.place", "--format", "latex")  # two plans: portrait
+    assert r"\begin{sidewaystable}" not in tex and r"\usepackage{rotating}" not in tex
+    assert re.search(r"\\begin\{tabular\}\{lrr\}", tex)
+
+
+def test_long_maximum_is_broken_one_argument_a_line():
+    _, tex, _ = run("cost", "examples/llama70b_3d.place", "--plan", "megatron_3d", "--latex-fragment")
+    total = tex[tex.index(r"M_{\mathrm{total}}"):tex.index(r"M^{\mathrm{first}}")]
+    assert total.startswith(r"M_{\mathrm{total}} &= \max\Bigl\{") and r"\Bigr\}" in total
+    assert total.count(r"&\qquad") >= 2
+    check_balanced(total.replace(r"\Bigl\{", "").replace(r"\Bigr\}", "").replace(r"\Bigl(", "(").replace(
+        r"\Bigr)", ")"))
+
+
+def test_fragment_flag_is_the_fragment_format_on_cost_and_compare():
+    for cmd in ("cost", "compare"):
+        _, a, _ = run(cmd, "examples/zero_paper.place", "--latex-fragment")
+        _, b, _ = run(cmd, "examples/zero_paper.place", "--format", "latex-fragment")
+        assert a == b and a.startswith("% placement-logic cost report")
+
+
+def test_ratios_in_the_table_are_values_when_bound():
+    _, tex, _ = run("compare", "examples/zero_paper.place", "--format", "latex")
+    row = next(line for line in tex.splitlines() if line.startswith(r"\texttt{zero3} &"))
+    assert row.endswith(r"& $\tfrac{1}{64}$ & $\tfrac{3}{2}$ \\")
+
+
+def test_file_names_cannot_break_the_document(tmp_path):
+    from placement_logic.costreport.rows import tex_text
+
+    assert "\n" not in tex_text("a\nb\r\nc") and tex_text("50%_x") == r"50\%\_x"
+
+
+@pytest.mark.parametrize("path", ["examples/zero_paper.place", "examples/llama70b_3d.place",
+                                  "examples/mixtral_4d.place", "examples/zeropp.place"])
+def test_documents_and_fragments_compile_when_pdflatex_present(tmp_path, path):
+    if shutil.which("pdflatex") is None:
+        pytest.skip("pdflatex not installed")
+    _, full, _ = run("compare", path, "--format", "latex")
+    _, frag, _ = run("compare", path, "--latex-fragment")
+    (tmp_path / "full.tex").write_text(full)
+    needs = re.search(r"% needs \\usepackage\{(.*)\}", frag).group(1)
+    (tmp_path / "frag.tex").write_text(frag)
+    (tmp_path / "paper.tex").write_text(rf"\documentclass{{article}}\usepackage{{{needs}}}"
+                                        "\n\\begin{document}\n\\input{frag}\n\\end{document}\n")
+    for doc in ("full.tex", "paper.tex"):
+        res = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc], cwd=tmp_path,
+                             capture_output=True, timeout=120)
+        assert res.returncode == 0, res.stdout[-2000:]
+        log = (tmp_path / doc.replace(".tex", ".log")).read_text(errors="replace")
+        over = [float(x) for x in re.findall(r"Overfull \\hbox \((\d+(?:\.\d+)?)pt too wide\)", log)]
+        assert all(x < 10 for x in over), f"an equation or table wider than the page: {over}"
