@@ -232,7 +232,7 @@ def step_time(pc, hwr: ir.Hardware, causal: bool | None = None) -> StepTime | No
         times.append(CollectiveTime(c, secs, name, hwr.overlap and _overlappable(c, plan)))
     over = sympy.Add(*(x.seconds for x in times if x.overlapped))
     exposed = sympy.Add(*(x.seconds for x in times if not x.overlapped))
-    step = (sympy.Max(compute, over) if hwr.overlap and times else compute + over) + exposed
+    step = (sympy.Max(compute, over, evaluate=False) if hwr.overlap and times else compute + over) + exposed
     assumptions = (
         f"{hwr.title}: {hwr.precision} peak, MFU {sympy.nsimplify(mfu)} of it",
         "attention FLOPs halved by causal masking" if plan.model.attention_flops == "causal" and causal is not False

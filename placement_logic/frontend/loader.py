@@ -42,6 +42,12 @@ def library_index() -> dict[str, tuple[str, ...]]:
     return index
 
 
+@lru_cache(maxsize=64)
+def _parse_library(text: str, file: str):
+    """A library module's syntax tree: parsed once per process (the trees are immutable)."""
+    return parse(text, file)
+
+
 def library_path(name: str) -> str:
     return f"<std.{name}>"
 
@@ -72,7 +78,7 @@ class Loader:
         self.loading.append(path)
         try:
             try:
-                module = parse(text, file)
+                module = _parse_library(text, file) if path[0] == STD else parse(text, file)
             except DiagnosticError as exc:
                 self.diags.extend(exc.diagnostics)
                 return None

@@ -221,55 +221,61 @@ def _int(v) -> int | None:
 
 
 def enumerate_space(space: Space, t: ir.TransformerShape):
-    """Structure -> an integer array of size assignments (one row each, columns
-    ``SIZE_SYMBOLS``) that honour divisibility, and the number of grid points looked at."""
+    """Structure -> (sizes, valid): every grid point of the structure's space as an integer
+    array (one row each, columns ``SIZE_SYMBOLS``) and a mask of those that honour
+    divisibility (heads, kv heads and the MLP width over tp, layers over pp × chunks,
+    experts over ep, the sequence over cp × tp, devices and the global batch over the
+    sizes; microbatches a multiple of pp for the interleaved schedule). Built with numpy,
+    without a Python loop over candidates."""
     import numpy as np
 
     heads, kv, ffn, layers, experts = (_int(x) for x in (t.heads, t.kv_heads, t.ffn, t.layers, t.experts))
     moe = bool(experts and experts > 1)
-    eps = space.ep if moe else (1,)
-    out: dict[Structure, list] = {}
-    looked = 0
-    mbs = np.array(space.microbatch, dtype=np.int64)
-    for tp, pp, cp, ep in itertools.product(space.tp, space.pp, space.cp, eps):
-        rest = tp * pp * cp * ep
-        if space.devices % rest:
-            looked += len(space.strategies) * len(space.recompute) * len(mbs) * (
-                len(space.schedules) if pp > 1 else 1)
+    allowed = {"tp": space.tp, "pp": space.pp, "cp": space.cp, "ep": space.ep if moe else (1,)}
+    out: dict[Structure, tuple] = {}
+    for pattern in itertools.product((False, True), repeat=4):
+        present = tuple(a for a, on in zip(("tp", "pp", "cp", "ep"), pattern) if on)
+        values = {a: [v for v in allowed[a] if v > 1] if a in present else ([1] if 1 in allowed[a] else [])
+                  for a in allowed}
+        if any(not v for v in values.values()):
             continue
-        dp = space.devices // rest
-        shape_ok = (not heads or heads % tp == 0) and (not kv or kv % tp == 0 or tp % kv == 0) \
-            and (not ffn or ffn % tp == 0) and (not moe or experts % ep == 0) \
-            and space.seq % (cp * tp) == 0
-        present = tuple(a for a, n in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep)) if n > 1)
-        scheds = [s for s in space.schedules] if pp > 1 else [None]
-        for sched in scheds:
-            chunks = np.array(space.chunks if sched == "interleaved" else (1,), dtype=np.int64)
-            mb, nv = np.meshgrid(mbs, chunks, indexing="ij")
-            mb, nv = mb.ravel(), nv.ravel()
-            per = len(space.strategies) * len(space.recompute)
-            looked += per * len(mb)
-            if not shape_ok:
-                continue
+        for sched in (space.schedules if "pp" in present else (None,)):
+            chunks = space.chunks if sched == "interleaved" else (1,)
+            grid = np.meshgrid(*(np.array(values[a], dtype=np.int64) for a in ("tp", "pp", "cp", "ep")),
+                               np.array(space.microbatch, dtype=np.int64), np.array(chunks, dtype=np.int64),
+                               indexing="ij")
+            tp, pp, cp, ep, mb, nv = (g.ravel() for g in grid)
+            rest = tp * pp * cp * ep
+            ok = space.devices % rest == 0
+            dp = np.where(ok, space.devices // rest, 1)
             replicas = dp * ep * mb
-            ok = space.global_batch % replicas == 0
-            nmb = np.where(ok, space.global_batch // np.maximum(replicas, 1), 0)
+            ok &= space.global_batch % replicas == 0
+            nmb = np.where(ok, space.global_batch // replicas, 1)
+            if heads:
+                ok &= heads % tp == 0
+            if kv:
+                ok &= (kv % tp == 0) | (tp % kv == 0)
+            if ffn:
+                ok &= ffn % tp == 0
+            if moe:
+                ok &= experts % ep == 0
+            ok &= space.seq % (cp * tp) == 0
             if layers:
                 ok &= layers % (pp * nv) == 0
             if sched == "interleaved":
                 ok &= nmb % pp == 0
-            if not ok.any():
-                continue
-            n = int(ok.sum())
-            cols = {"dp": np.full(n, dp), "tp": np.full(n, tp), "pp": np.full(n, pp), "cp": np.full(n, cp),
-                    "ep": np.full(n, ep), "mb": mb[ok], "nmb": nmb[ok], "nv": nv[ok]}
-            block = np.stack([cols[k].astype(np.int64) for k in SIZE_SYMBOLS], axis=1)
+            sizes = np.stack([dp, tp, pp, cp, ep, mb, nmb, nv], axis=1)
             # one data replica: every data strategy is plain replication (a size-1 axis gathers
-            # and reduces nothing, which ddp's closed forms give at size 1; ZeRO's do not)
-            strategies = space.strategies if dp > 1 else ("ddp",)
+            # and reduces nothing, which ddp's closed forms give at size 1; ZeRO's do not), so
+            # it is evaluated once, as ddp
+            strategies = space.strategies + (() if "ddp" in space.strategies else ("ddp",))
             for strat, rec in itertools.product(strategies, space.recompute):
-                out.setdefault(Structure(strat, rec, sched, present), []).append(block)
-    return {s: np.concatenate(b) for s, b in out.items()}, looked
+                if strat != "ddp":
+                    valid = ok & (dp > 1)
+                else:
+                    valid = ok if "ddp" in space.strategies else ok & (dp == 1)
+                out[Structure(strat, rec, sched, present)] = (sizes, valid)
+    return out
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -327,20 +333,26 @@ def run(model: str, space: Space, top: int = 10, check: bool = True) -> Result:
                                           notes=did_you_mean(space.device, tuple(hw.DEVICES)))])
     t0 = time.perf_counter()
     block, shape, shown = model_text(model, space.seq)
-    groups, looked = enumerate_space(space, shape)
-    result = Result(space, shown, looked, structures=len(groups))
+    groups = enumerate_space(space, shape)
+    groups = {k: v for k, v in groups.items() if v[1].any()}
+    result = Result(space, shown, sum(len(v[0]) for v in groups.values()), structures=len(groups))
     result.block = block
     t1 = time.perf_counter()
     capacity = hw.device(space.device).memory
     parts = []
     derive_s = 0.0
-    for s, sizes in groups.items():
+    evaluate_s = 0.0
+    for s, (sizes, valid) in groups.items():
         d0 = time.perf_counter()
         fn = _compile(list(_forms(block, s, space)))
-        derive_s += time.perf_counter() - d0
+        d1 = time.perf_counter()
+        derive_s += d1 - d0
         cols = [sizes[:, i].astype(np.float64) for i in range(len(SIZE_SYMBOLS))]
-        vals = [np.broadcast_to(np.asarray(x, dtype=np.float64), (len(sizes),)) for x in fn(*cols)]
-        parts.append((s, sizes, np.stack(vals, axis=1)))
+        with np.errstate(all="ignore"):  # rows that break divisibility are evaluated too, then dropped
+            vals = np.stack([np.broadcast_to(np.asarray(x, dtype=np.float64), (len(sizes),)) for x in fn(*cols)],
+                            axis=1)
+        evaluate_s += time.perf_counter() - d1
+        parts.append((s, sizes[valid], vals[valid]))
     t2 = time.perf_counter()
     result.valid = sum(len(p[1]) for p in parts)
     result.parts = parts
@@ -375,7 +387,8 @@ def run(model: str, space: Space, top: int = 10, check: bool = True) -> Result:
     t3 = time.perf_counter()
     for c in result.ranked:
         exact(c, block, space, check)
-    result.timings = {"setup": t1 - t0, "derive_and_compile": derive_s, "evaluate": t2 - t1 - derive_s,
+    result.timings = {"setup": t1 - t0, "derive_and_compile": derive_s, "evaluate": evaluate_s,
+                      "filter": t2 - t1 - derive_s - evaluate_s,
                       "rank": t3 - t2, "exact_and_check": time.perf_counter() - t3}
     return result
 
