@@ -159,7 +159,7 @@ def _moe_layers(sh: Shape):
     if ranged is None:
         return None
 
-    def count(stage: str | None, p: sympy.Expr = sympy.Integer(1)) -> sympy.Expr:
+    def count(stage: str | None, p: sympy.Expr | None = None) -> sympy.Expr:
         return ranged.count / ranged.per_layer if stage is None else layers_on(sh, ranged.group.layers, stage, p)
 
     return count
