@@ -98,7 +98,8 @@ def _warn(spec, problems: list[str]):
 
 def import_deepspeed(config, devices: int, model=None, params=None, seq=None):
     """The spec of a DeepSpeed config (a dict, or the path of its JSON) on ``devices`` devices,
-    with the model from a Hugging Face config (``model``, a path) or a parameter count."""
+    with the model from a Hugging Face config (``model``, a path) or a parameter count, and the
+    sequence length ``seq`` (which lives in the data pipeline, not the config)."""
     import json
     from pathlib import Path
 

@@ -159,3 +159,38 @@ def test_logits_width_and_a_padded_vocabulary():
     s, b, h = 8, 1, 768
     assert plain.activations.output == 4 * s * b * h + 4 * s * b * 50257
     assert padded.activations.output == 4 * s * b * h + 2 * s * b * 51200
+
+
+@pytest.mark.parametrize("p,schedule,dense,every", [(1, None, 2, None), (2, "one_f_one_b", 1, None),
+                                                     (2, "one_f_one_b", 0, 2), (4, "gpipe", 1, 3),
+                                                     (2, "gpipe", 3, None)])
+def test_dense_and_moe_layers_keep_their_own_activations(p, schedule, dense, every):
+    """A model with dense and MoE layers: each stage keeps, per microbatch in flight, the saved
+    tensors of the layers it holds, a dense layer's (MLP of width ffn) or an MoE layer's
+    (routed experts of expert_ffn, the router): enumerated layer by layer."""
+    sh = dict(s=8, b=1, h=64, a=8, kv=8, f=256, gated=True, E=8, k=2, cf=1, fe=32)
+    L, m, t = 8, 4, 2
+    is_moe = [i >= dense and (every is None or i % every == 0) for i in range(L)]
+    moe_layer = device_bytes(sh, t, True, "selective")
+    dense_layer = device_bytes(dict(sh, E=1), t, True, "selective")
+    fields = (f"    dense_layers = {dense}\n" if dense else "") + (f"    moe_every = {every}\n" if every else "")
+    pipe = f"  pp: {schedule}\n" if schedule else ""
+    text = (f"from std.data import ddp\nfrom std.tensor import megatron_sp\nfrom std.pipeline import gpipe, one_f_one_b\n"
+            f"model {{\n  transformer {{\n    hidden = 64\n    layers = {L}\n    heads = 8\n    ffn = 256\n    vocab = 64\n"
+            f"    gated_mlp\n    experts = 8\n    top_k = 2\n    expert_ffn = 32\n{fields}  }}\n"
+            f"  seq = 8\n  microbatch = 1\n  microbatches = {m}\n}}\n"
+            f"mesh {{\n  dp = 2\n  tp = {t}\n" + (f"  pp = {p}\n" if schedule else "") + "}\n"
+            f"plan x {{\n  dp: ddp\n  tp: megatron_sp\n{pipe}  recompute = selective\n}}\n")
+    act = costs.derive(load_string(text).plan("x")).activations
+    subs = {costs.symbol("tp"): t, costs.symbol("pp"): p}
+    per = L // p
+    stages = act.stages or ()
+    in_flight = {"gpipe": (m, m), "one_f_one_b": (min(m, p), 1)}.get(schedule, (1, 1))
+    if not stages:
+        want = sum(moe_layer if x else dense_layer for x in is_moe)
+        got = act.total.subs(subs) - act.embedding.subs(subs) - act.output.subs(subs)
+        assert got == want
+        return
+    for st, s, mb in zip(stages, (0, p - 1), in_flight):
+        want = mb * sum(moe_layer if x else dense_layer for x in is_moe[s * per:(s + 1) * per])
+        assert st.layers.subs(subs) == want, (st.stage, st.layers.subs(subs), want)

@@ -254,3 +254,16 @@ def test_bad_moe_layer_freq(tmp_path, freq, words):
                                      "--position-embedding-type rope --num-experts 4 --moe-layer-freq " + freq)
     status, _, err = _run(["import", "megatron", str(tmp_path / "a.args"), "--devices", "1"])
     assert status == 2 and "[PL141]" in err and words in err
+
+
+def test_the_api_warns_what_the_plan_cannot_hold():
+    import warnings
+
+    import placement_logic as pl
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        spec = pl.import_deepspeed({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}}, devices=16,
+                                   params=10 ** 6, seq=2048)
+    assert [str(w.message) for w in caught if "zero_hpz_partition_size 8" in str(w.message)]
+    assert spec.model.seq.value == 2048 and spec.plan("deepspeed").placement(ir.State.PARAMS).mode("dp").value == "S*"

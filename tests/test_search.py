@@ -200,3 +200,10 @@ def test_plot_of_the_frontier(model_file, tmp_path):
     assert status == 0, err
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def test_the_command_names_the_search_vocabulary():
+    from placement_logic.commands import search as command
+
+    assert (command.STRATEGIES, command.RECOMPUTE, command.SCHEDULES) == \
+        (search.STRATEGIES, search.RECOMPUTE, search.SCHEDULES)

@@ -466,15 +466,17 @@ def _role_problems(plan: ir.Plan, axes: list[str], allowed: dict, framework: str
         got = _modes(plan, a)
         role = plan.role(a)
         if role not in allowed:
-            problems.append(f"{a} ({role.value}): {framework} has no {role.value} parallelism")
+            why = {ir.Role.EXPERT: f"{framework} borrows its expert devices from the data-shard and context devices "
+                                   "(parallel folding); an expert axis of its own has no degree there"}
+            problems.append(f"{a} ({role.value}): " + why.get(role, f"{framework} has no {role.value} parallelism"))
         elif got not in allowed[role]:
             want = " or ".join("(" + ", ".join(m.value for m in w) + ")" for w in allowed[role])
             problems.append(f"params, optimizer, grads, activations ({', '.join(m.value for m in got)}) over {a}: "
                             f"{framework}'s {role.value} parallelism places them {want}")
         for s in ir.STATES:
             if plan.placement(s).mode(a) is not ir.Mode.S_STAR and plan.placement(s).offloaded:
-                problems.append(f"{s.value} offloaded to {plan.placement(s).residency.value}: {framework} keeps "
-                                "it on the device")
+                problems.append(f"{s.value} offloaded to {plan.placement(s).residency.value}: not exported ("
+                                f"{framework}'s configuration has no offload of this kind that the plan models)")
                 break
 
 

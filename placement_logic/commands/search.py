@@ -24,11 +24,13 @@ from .options import command_line_span
 
 FORMATS = ("text", "markdown", "csv", "json")
 MAX_VALUES = 64
+# the search's vocabulary (placement_logic.search, which imports sympy: not loaded to build --help)
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
+RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = ("1f1b", "interleaved")
 
 
 def add_parser(subparsers) -> None:
-    from ..search import RECOMPUTE, SCHEDULES, STRATEGIES
-
     p = subparsers.add_parser(
         "search", help="the parallel configurations that fit a device, fastest first",
         description="Enumerate mesh factorisations x data strategy x recompute x microbatch x schedule for a "
@@ -119,7 +121,7 @@ def _fraction(option: str, text: str) -> Fraction:
 
 def space_of(args):
     from .. import hardware
-    from ..search import RECOMPUTE, SCHEDULES, STRATEGIES, Space
+    from ..search import Space
     from .options import device_option
 
     args.device = args.device.lower() if hardware.device(args.device) else args.device

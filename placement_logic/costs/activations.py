@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import sympy
 
 from .. import ir
-from .sizes import FIRST, LAST, Shape, Split
+from .sizes import FIRST, LAST, Shape, Split, layers_on
 from .symbolic import peak
 
 
@@ -104,7 +104,7 @@ class Activations:
     stages: tuple[StageActivations, ...] = ()  # first and last stage with a pipeline, else ()
 
 
-def layer_terms(sh: Shape) -> tuple[sympy.Expr, sympy.Expr]:
+def layer_terms(sh: Shape, moe: bool | None = None) -> tuple[sympy.Expr, sympy.Expr]:
     """Bytes per token of one layer's kept 16-bit activations, without the attention scores:
     (kept whole on every tensor rank unless sequence parallel, split over the tensor ranks).
 
@@ -117,7 +117,8 @@ def layer_terms(sh: Shape) -> tuple[sympy.Expr, sympy.Expr]:
     Mixture of experts: every token visits top_k·capacity experts, so the MLP terms (of the
     expert width) and a permuted copy of its input (2h) are kept top_k·capacity times, the
     shared experts' MLP terms once (of their widths together), and the router's fp32 logits
-    (4·E) once, on every tensor rank unless sequence parallel."""
+    (4·E) once, on every tensor rank unless sequence parallel. ``moe=False``: a dense layer of
+    a model that has both kinds (``dense_layers``, ``moe_every``)."""
     h, a, kv, f = sh.h, sh.a, sh.kv, sh.f
     if sh.activation_count == "korthikanti":  # Table 2: MHA, an ungated MLP of width 4h
         return 10 * h, 24 * h
@@ -127,7 +128,7 @@ def layer_terms(sh: Shape) -> tuple[sympy.Expr, sympy.Expr]:
     attn = 2 * h + 4 * h * kv / a + 2 * h
     per_width = 6 if sh.gated else 4
     mlp = per_width * f
-    if sh.experts != 1:
+    if (sh.experts != 1) if moe is None else moe:
         visits = sh.top_k * sh.capacity
         fe = sh.fe if sh.fe is not None else f
         mlp = (per_width * fe + 2 * h) * visits + per_width * sh.f_shared
@@ -135,19 +136,33 @@ def layer_terms(sh: Shape) -> tuple[sympy.Expr, sympy.Expr]:
     return whole, attn + mlp
 
 
-def per_layer(sh: Shape, lay: Layout, recompute: ir.Recompute, flash: bool) -> sympy.Expr:
+def per_layer(sh: Shape, lay: Layout, recompute: ir.Recompute, flash: bool, moe: bool | None = None) -> sympy.Expr:
     s = sh.s / lay.c
     b, h, a, t = sh.b, sh.h, sh.a, lay.t
     scale = sh.bytes[ir.State.ACTIVATIONS] / 2
     core = 0 if (flash or recompute is ir.Recompute.SELECTIVE) else 5 * a * s / t
     if recompute is ir.Recompute.FULL:
         return 2 * s * b * h / (t if lay.sp else 1) * scale
-    whole, split = layer_terms(sh)
+    whole, split = layer_terms(sh, moe)
     if lay.sp:
         per = s * b * ((whole + split) / t + core)
     else:
         per = s * b * (whole + split / t + core)
     return sympy.factor_terms(sympy.expand(per)) * scale
+
+
+def _moe_layers(sh: Shape):
+    """For a model with dense and MoE layers: stage (FIRST, LAST, or None for all the layers) ->
+    how many MoE layers it holds (of p stages); None for a model of one kind of layer."""
+    ranged = next((g for g in sh.groups if g.group.expert and g.group.layers is not None and g.per_layer is not None
+                   and g.per_layer != 0), None)
+    if ranged is None:
+        return None
+
+    def count(stage: str | None, p: sympy.Expr | None = None) -> sympy.Expr:
+        return ranged.count / ranged.per_layer if stage is None else layers_on(sh, ranged.group.layers, stage, p)
+
+    return count
 
 
 def has_pipeline(lay: Layout) -> bool:
@@ -194,8 +209,22 @@ def activations(sh: Shape, lay: Layout) -> Activations:
     per = per_layer(sh, lay, lay.recompute, lay.flash) * k
     full = per_layer(sh, lay, ir.Recompute.NONE, lay.flash) * k
     mask, out = embedding_mask(sh, lay) * k, output_layer(sh, lay) * k
+    mixed = _moe_layers(sh)
+    if mixed is not None:  # a dense layer keeps its own; the recompute working set is the larger layer
+        dense = per_layer(sh, lay, lay.recompute, lay.flash, moe=False) * k
+        full = peak(full, per_layer(sh, lay, ir.Recompute.NONE, lay.flash, moe=False) * k)
+
+    def layers(name: str, f: InFlight) -> sympy.Expr:
+        if mixed is None or lay.recompute is ir.Recompute.FULL:
+            return f.layer_microbatches * per
+        if lay.v != 1 and has_pipeline(lay):  # interleaved: chunks from all over the model, the larger kind
+            return f.layer_microbatches * peak(per, dense)
+        on = sh.L / lay.p if has_pipeline(lay) else sh.L
+        moe = mixed(name, lay.p) if has_pipeline(lay) else mixed(None)
+        return f.chunks * (moe * per + (on - moe) * dense)
+
     stages = tuple(
-        StageActivations(name, f, f.layer_microbatches * per, f.embedding * mask, f.output * out)
+        StageActivations(name, f, layers(name, f), f.embedding * mask, f.output * out)
         for name, f in in_flight(sh, lay).items()
     )
     first, last = stages[0], stages[-1]

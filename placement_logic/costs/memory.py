@@ -35,6 +35,15 @@ from .symbolic import peak, symbol, to_sympy
 ZERO = sympy.Integer(0)
 
 
+def host_peak(states: sympy.Expr, rule: tuple) -> sympy.Expr:
+    """Host bytes per device under ``conventions { host_construction, host_buffer_factor }``: the
+    larger of what building the model takes and the offloaded states, times the buffer factor
+    (DeepSpeed's estimators: 1.5); the offloaded states alone by default."""
+    construction, factor = rule
+    held = states if construction is None else peak(construction, states)
+    return held if factor == 1 else factor * held
+
+
 @dataclass(frozen=True)
 class StageMemory:
     """One pipeline stage's device: persistent terms per state and the (shared) transients."""
@@ -43,6 +52,7 @@ class StageMemory:
     device: dict  # State -> persistent bytes on the device
     host: dict  # State -> persistent bytes on the host
     transient: dict  # term name -> bytes on the device
+    host_rule: tuple = (None, sympy.Integer(1))  # (construction bytes or None, buffer factor): see host_peak
 
     @property
     def transient_total(self) -> sympy.Expr:
@@ -54,7 +64,7 @@ class StageMemory:
 
     @property
     def host_total(self) -> sympy.Expr:
-        return sympy.Add(*self.host.values())
+        return host_peak(sympy.Add(*self.host.values()), self.host_rule)
 
     @property
     def model_state(self) -> sympy.Expr:
@@ -76,6 +86,7 @@ class Memory:
     stages: tuple[StageMemory, ...] = ()
     groups: dict = field(default_factory=dict)  # parameter group -> state -> persistent bytes (device + host)
     # on a stage that holds the group (the first stage for groups in the layers)
+    host_rule: tuple = (None, sympy.Integer(1))  # (construction bytes or None, buffer factor): see host_peak
 
     @property
     def transient_total(self) -> sympy.Expr:
@@ -91,7 +102,7 @@ class Memory:
     def host_total(self) -> sympy.Expr:
         if self.stages:
             return peak(*(st.host_total for st in self.stages))
-        return sympy.Add(*self.host.values())
+        return host_peak(sympy.Add(*self.host.values()), self.host_rule)
 
     @property
     def model_state(self) -> sympy.Expr:
@@ -251,5 +262,9 @@ def memory(plan: ir.Plan, sh: Shape, act: Activations, split: Split | None = Non
     reserve = to_sympy(plan.model.reserve)
     if reserve != 0:
         transient["runtime reserve (CUDA context and the like)"] = reserve
-    stages = tuple(StageMemory(name, d, h, transient) for name, d, h in stage_terms)
-    return Memory(device, host, transient, tuple(dict.fromkeys(notes)), stages, groups)
+    model = plan.model
+    construction = 4 * sh.psi if model.host_construction_model else \
+        to_sympy(model.host_construction) if model.host_construction is not None else None
+    rule = (construction, to_sympy(model.host_buffer_factor))
+    stages = tuple(StageMemory(name, d, h, transient, rule) for name, d, h in stage_terms)
+    return Memory(device, host, transient, tuple(dict.fromkeys(notes)), stages, groups, rule)

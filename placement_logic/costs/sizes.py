@@ -212,7 +212,7 @@ def per_group(sh: Shape, axes, split: Split | None = None, stage: str | None = N
                 continue
             n = g.count
         elif where == pg.LAYERS and g.group.layers is not None and g.per_layer is not None:
-            n = g.per_layer * _layers_on(sh, g.group.layers, stage, p)
+            n = g.per_layer * layers_on(sh, g.group.layers, stage, p)
         elif where == pg.LAYERS:
             n = g.count / p
         elif where == stage:
@@ -235,7 +235,7 @@ def stage_divided(sh: Shape, stage: str, p: sympy.Expr, axes, split: Split | Non
     return sum(per_group(sh, axes, split, stage=stage, p=p, axes_of=axes_of).values(), sympy.Integer(0))
 
 
-def _layers_on(sh: Shape, rng: tuple, stage: str, p: sympy.Expr) -> sympy.Expr:
+def layers_on(sh: Shape, rng: tuple, stage: str, p: sympy.Expr) -> sympy.Expr:
     """How many of the layers a ranged group lives in (the first k, or the rest; or the dense or
     the MoE layers of a periodic pattern) the first or the last of p stages holds (each holds
     L/p consecutive layers)."""

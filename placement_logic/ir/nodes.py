@@ -269,6 +269,11 @@ class Model:
     reserve: Value = field(default_factory=lambda: const(0))  # bytes per device the runtime keeps (CUDA context)
     reserve_fraction: Value = field(default_factory=lambda: const(0))  # allocator allowance, a fraction of the rest
     attention_flops: str = "causal"  # causal (masked blocks skipped) | full: how the time model counts attention
+    # host memory while the model is built, per device (bytes; None: nothing), or the whole model in fp32
+    # (4 bytes × Ψ); the host holds the larger of it and the offloaded states, times host_buffer_factor
+    host_construction: Value | None = None
+    host_construction_model: bool = False
+    host_buffer_factor: Value = field(default_factory=lambda: const(1))
 
 
 @dataclass(frozen=True)

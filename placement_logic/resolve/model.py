@@ -254,7 +254,19 @@ ATTENTION_FLOPS = ("causal", "full")
 def _conventions(vals: Values, block: surface.SubBlock, fields: dict) -> None:
     """``conventions { activations = megatron  activation_allowance = 1.05 }``."""
     for p in _props(vals, block.props, ("activations", "activation_allowance", "reserve", "reserve_fraction",
-                                        "attention_flops"), "conventions"):
+                                        "host_construction", "host_buffer_factor", "attention_flops"), "conventions"):
+        if p.key == "host_construction":
+            if isinstance(p.value, surface.Name) and p.value.id == "model":
+                fields["host_construction_model"] = True
+                continue
+            r = None if p.value is None or isinstance(p.value, (surface.ModeMap, surface.Bool)) else \
+                vals.expr(p.value, {})
+            if r is None or r[1] is not ir.Dim.BYTES:
+                vals.cx.error("PL114", "'host_construction' needs bytes (what one process builds at once, e.g. "
+                              "4 B * 16449536) or 'model' (the whole model in fp32)", p.span)
+            else:
+                fields["host_construction"] = r[0]
+            continue
         if p.key == "activations":
             w = vals.word(p.value, ACTIVATION_COUNTS, "'activations'")
             if w:
@@ -284,7 +296,7 @@ def _conventions(vals: Values, block: surface.SubBlock, fields: dict) -> None:
                 if isinstance(v, ir.Const) and v.value <= 0:
                     vals.cx.error("PL107", f"'{p.key}' must be positive", p.value.span)
                     continue
-                fields["activation_allowance"] = v
+                fields["host_buffer_factor" if p.key == "host_buffer_factor" else "activation_allowance"] = v
 
 
 def _props(vals: Values, props, allowed, where) -> Iterator[surface.Prop]:
