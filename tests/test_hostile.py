@@ -157,3 +157,10 @@ def test_command_line_numbers_read_as_the_language_reads_them():
             exact_number(bad)
     with pytest.raises(Exception, match="expected a positive number of seconds"):
         parse_timeout("1e999999999")
+
+
+def test_compare_without_plans_is_pl118(tmp_path, capsys):
+    f = tmp_path / "empty.place"
+    f.write_text("let x = 1\n")
+    assert main(["compare", str(f)]) == 2
+    assert "nothing to compare: the spec defines no plan [PL118]" in capsys.readouterr().err

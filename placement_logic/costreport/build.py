@@ -26,7 +26,7 @@ from ..costs.symbolic import (
     symbol_names,
     tex_width,
 )
-from ..diagnostics import Diagnostic, DiagnosticError, did_you_mean
+from ..diagnostics import Diagnostic, DiagnosticError, Span, did_you_mean
 from ..ir import State
 from . import units
 from .model import (
@@ -248,6 +248,9 @@ def build(spec: ir.Spec, plans: Iterable[str] = (), sets: Mapping[str, Fraction]
         if n not in known:
             raise DiagnosticError([Diagnostic("PL302", f"no plan named '{n}' in {spec.file}",
                                               notes=did_you_mean(n, known))])
+    if command == "compare" and not names:
+        raise DiagnosticError([Diagnostic("PL118", "nothing to compare: the spec defines no plan",
+                                          Span.point(spec.file, 1, 1))])
     subs = resolve_bindings(spec.bindings, sets)
     axes = spec.mesh.names if spec.mesh else ()
     q = _Q(subs, axes)
