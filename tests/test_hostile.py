@@ -164,3 +164,16 @@ def test_compare_without_plans_is_pl118(tmp_path, capsys):
     f.write_text("let x = 1\n")
     assert main(["compare", str(f)]) == 2
     assert "nothing to compare: the spec defines no plan [PL118]" in capsys.readouterr().err
+
+
+def test_json_of_a_fraction_beyond_a_double(tmp_path, capsys):
+    import json
+
+    f = tmp_path / "big.place"
+    f.write_text("assert 1e-9 KB - 10e300 GiB == 3 B\n")
+    assert main(["cost", str(f), "--format", "json"]) == 1
+    left = json.loads(capsys.readouterr().out)["questions"][0]["left"]
+    assert left["value"] is None  # -10^301·2^30 + 10^-6 is no double
+    from fractions import Fraction
+
+    assert Fraction(left["exact"]) == Fraction(1, 10**6) - 10**301 * 2**30
