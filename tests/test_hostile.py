@@ -177,3 +177,16 @@ def test_json_of_a_fraction_beyond_a_double(tmp_path, capsys):
     from fractions import Fraction
 
     assert Fraction(left["exact"]) == Fraction(1, 10**6) - 10**301 * 2**30
+
+
+def test_inspect_of_a_let_beyond_a_double(tmp_path, capsys):
+    import json
+
+    f = tmp_path / "big.place"
+    f.write_text("let x = 10e350 / 3\nlet y = 1 / 4\n")
+    assert main(["inspect", str(f)]) == 0
+    assert "x = 10" in capsys.readouterr().out
+    assert main(["inspect", str(f), "--format", "json"]) == 0
+    b = json.loads(capsys.readouterr().out)["bindings"]
+    assert b["x"]["value"] is None and b["x"]["exact"] == str(10**351) + "/3"
+    assert b["y"]["value"] == 0.25 and b["y"]["exact"] == "1/4"
