@@ -66,14 +66,15 @@ def test_the_zero_example_reads_as_expected():
     assert "2 hold, 1 fail (1 as expected), 0 unknown; ok" in out.getvalue()
 
 
-@pytest.mark.parametrize("dp", [8, 16, 64])
+@pytest.mark.parametrize("dp", [4, 8, 16, 64])
 @pytest.mark.parametrize("pin", [2, 4, 8, 16])
 def test_expectations_against_the_arithmetic(tmp_path, dp, pin):
     code, out, _ = run(tmp_path, dp, f"expect fails unless dp = {pin}", "--format", "json")
     q = json.loads(out)["questions"][0]
-    fails_here, holds_at_pin = ratio(dp) != 8, ratio(pin) == 8
-    assert q["verdict"] == ("fails" if fails_here else "holds")
-    assert q["met"] is (fails_here and holds_at_pin)
+    holds_here, holds_at_pin = ratio(dp) == 8, ratio(pin) == 8
+    assert q["verdict"] == ("holds" if holds_here else "fails")
+    # expected: holds exactly when dp is the pinned value
+    assert q["met"] is (holds_here == (dp == pin) and holds_at_pin)
     assert q["expected"] == f"holds only when dp = {pin}"
     assert code == (0 if q["met"] else 1)
     assert json.loads(out)["summary"]["expectations_unmet"] == (0 if q["met"] else 1)
@@ -84,6 +85,11 @@ def test_expect_fails_alone(tmp_path):
     assert code == 0 and "fails (expected)" in out
     code, out, _ = run(tmp_path, 8, "expect fails", "--width", "200")
     assert code == 1 and "holds (UNEXPECTED: expected it to fail)" in out and "1 not as expected; FAILED" in out
+
+
+def test_set_to_the_pinned_value_is_expected_to_hold(tmp_path):
+    code, out, _ = run(tmp_path, 64, "expect fails unless dp = 8", "--set", "dp=8", "--width", "200")
+    assert code == 0 and "holds (expected: holds only when dp = 8): dp = 8 == 8" in out
 
 
 def test_unmet_at_the_pin_says_so(tmp_path):

@@ -132,3 +132,61 @@ def test_a_config_path_with_a_nul_byte_is_a_diagnostic(tmp_path, capsys):
     assert main(["cost", str(f)]) == 2
     err = capsys.readouterr().err
     assert "[PL006]" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("flags", [["--set", "dp=1e999999999"], ["--set", "psi=1e999999999"],
+                                   ["--set", "psi=-1e999999999"], ["--set", "psi=1/1e999999999"]])
+def test_huge_exponents_on_the_command_line_are_refused_at_once(flags, capsys):
+    import time
+
+    start = time.perf_counter()
+    assert main(["cost", str(ROOT / "examples" / "zero_paper.place"), *flags]) == 2
+    assert "[PL301]" in capsys.readouterr().err
+    assert time.perf_counter() - start < 5  # building 10**999999999 alone takes minutes
+
+
+def test_command_line_numbers_read_as_the_language_reads_them():
+    from fractions import Fraction
+
+    from placement_logic.commands.options import exact_number, parse_timeout
+
+    assert exact_number("7.5e9") == 7500000000 and exact_number("1/3") == Fraction(1, 3)
+    assert exact_number("-2.5") == Fraction(-5, 2) and exact_number("1e400") == 10**400
+    for bad in ("1e401", "1e999999999", "nan", "inf", "-inf", "1/0", "--1", "0x10", "", "1/", "abc"):
+        with pytest.raises(ValueError):
+            exact_number(bad)
+    with pytest.raises(Exception, match="expected a positive number of seconds"):
+        parse_timeout("1e999999999")
+
+
+def test_compare_without_plans_is_pl118(tmp_path, capsys):
+    f = tmp_path / "empty.place"
+    f.write_text("let x = 1\n")
+    assert main(["compare", str(f)]) == 2
+    assert "nothing to compare: the spec defines no plan [PL118]" in capsys.readouterr().err
+
+
+def test_json_of_a_fraction_beyond_a_double(tmp_path, capsys):
+    import json
+
+    f = tmp_path / "big.place"
+    f.write_text("assert 1e-9 KB - 10e300 GiB == 3 B\n")
+    assert main(["cost", str(f), "--format", "json"]) == 1
+    left = json.loads(capsys.readouterr().out)["questions"][0]["left"]
+    assert left["value"] is None  # -10^301·2^30 + 10^-6 is no double
+    from fractions import Fraction
+
+    assert Fraction(left["exact"]) == Fraction(1, 10**6) - 10**301 * 2**30
+
+
+def test_inspect_of_a_let_beyond_a_double(tmp_path, capsys):
+    import json
+
+    f = tmp_path / "big.place"
+    f.write_text("let x = 10e350 / 3\nlet y = 1 / 4\n")
+    assert main(["inspect", str(f)]) == 0
+    assert "x = 10" in capsys.readouterr().out
+    assert main(["inspect", str(f), "--format", "json"]) == 0
+    b = json.loads(capsys.readouterr().out)["bindings"]
+    assert b["x"]["value"] is None and b["x"]["exact"] == str(10**351) + "/3"
+    assert b["y"]["value"] == 0.25 and b["y"]["exact"] == "1/4"

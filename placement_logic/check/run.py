@@ -12,6 +12,7 @@ is not a proof); else it is unknown.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from .. import ir
 from ..diagnostics import Diagnostic, DiagnosticError, Span
@@ -221,8 +222,10 @@ def _explain(obs: list[Obligation], results: list[ObligationResult]) -> tuple[Ob
 
 
 def check_spec(spec: ir.Spec, plans: list[str] | None = None, pinned: dict[str, int] | None = None,
-               timeout: float = 10.0, bound: int = DEFAULT_BOUND, session: Session | None = None) -> CheckReport:
-    """Check the named plans (all when None) of ``spec``; raises DiagnosticError on bad input."""
+               timeout: float = 10.0, bound: int = DEFAULT_BOUND, session: Session | None = None,
+               progress: Callable[[int, int, str], None] | None = None) -> CheckReport:
+    """Check the named plans (all when None) of ``spec``; raises DiagnosticError on bad input.
+    ``progress(done, total, plan)`` is called before each plan is checked."""
     pinned = dict(pinned or {})
     names = plans or [p.name for p in spec.plans]
     selected = []
@@ -255,5 +258,10 @@ def check_spec(spec: ir.Spec, plans: list[str] | None = None, pinned: dict[str, 
         spec = replace(spec, bindings=tuple((k, rebound.get(k, v)) for k, v in spec.bindings))
     pinned = sizes
     sess = session or Session(timeout=timeout)
-    reports = tuple(check_plan(sess, spec, p, pinned, bound) for p in selected)
+    reports = []
+    for i, p in enumerate(selected):
+        if progress is not None:
+            progress(i, len(selected), p.name)
+        reports.append(check_plan(sess, spec, p, pinned, bound))
+    reports = tuple(reports)
     return CheckReport(spec.file, reports, timeout, tuple(sorted(pinned.items())))

@@ -52,6 +52,9 @@ def run(args, out: TextIO, err: TextIO) -> int:
 
         raise DiagnosticError([Diagnostic("PL118", "nothing to check: the spec defines no plan",
                                           Span.point(str(args.file), 1, 1))])
-    report = check_spec(spec, plans=args.plans or None, pinned=sets, timeout=timeout)
+    from .progress import Progress
+
+    with Progress(err, "check") as bar:
+        report = check_spec(spec, plans=args.plans or None, pinned=sets, timeout=timeout, progress=bar.tick)
     out.write(render(report, args.format, wrap_width(args, out)))
     return report.exit_status

@@ -59,7 +59,11 @@ def run(args, out, err) -> int:
 
     spec = load_spec(args.file)
     _check_counts(args)
-    reports = measure(spec, args.plan, devices=args.devices, steps=args.steps, with_checker=not args.no_check)
+    from .progress import Progress
+
+    with Progress(err, "measure") as bar:
+        reports = measure(spec, args.plan, devices=args.devices, steps=args.steps, with_checker=not args.no_check,
+                          progress=bar.tick)
     outcomes = {r.outcome for r in reports}
     if outcomes & {Outcome.MISMATCH, Outcome.DIVERGED, Outcome.FAILED}:
         status = int(Exit.FAILED)

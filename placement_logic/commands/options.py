@@ -91,10 +91,31 @@ def add_set(p, help: str) -> None:
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="NAME=VALUE", help=help)
 
 
+def exact_number(text: str) -> Fraction:
+    """A command-line number as an exact fraction: a decimal literal as the language reads it
+    (``7.5e9``, ``70_000``, exponents within ±400, docs/language.md) or a fraction ``P/Q`` of
+    two; ``ValueError`` otherwise (NaN, infinities, and numbers whose digits alone would take
+    minutes to build, such as ``1e999999999``)."""
+    from ..frontend.lower import read_number
+
+    text = text.strip()
+    sign = -1 if text.startswith("-") else 1
+    body = text[1:] if text[:1] in "+-" else text
+    num, slash, den = body.partition("/")
+    if not num or (slash and not den) or body[:1] in "+-" or \
+            not all(c.isdigit() or c in "._eE+-" for c in body.replace("/", "")):
+        raise ValueError(text)
+    try:
+        value = read_number(num) / (read_number(den) if slash else 1)
+    except (ValueError, ZeroDivisionError, IndexError):
+        raise ValueError(text) from None
+    return sign * value
+
+
 def parse_timeout(text: str) -> float:
     try:
-        value = float(Fraction(text))
-    except (ValueError, ZeroDivisionError):
+        value = float(exact_number(text))
+    except (ValueError, OverflowError):
         value = -1.0
     if not 0 < value <= MAX_TIMEOUT:
         raise DiagnosticError([Diagnostic("PL500", f"--timeout {text}: expected a positive number of seconds, at "
@@ -120,8 +141,8 @@ def parse_sets(items: Iterable[str], known: Iterable[str] | None = None, axes: I
         name, eq, text = item.partition("=")
         name, text = name.strip(), text.strip().replace("_", "")
         try:
-            value = Fraction(text) if eq and text else None
-        except (ValueError, ZeroDivisionError):
+            value = exact_number(text) if eq and text else None
+        except ValueError:
             value = None
         if integers:
             if not name or value is None or value.denominator != 1 or value < 1:

@@ -47,7 +47,10 @@ def run(args, out, err) -> int:
     if not second:
         err.write("note: cvc5 is not installed, so every obligation is decided by z3 alone (the second, "
                   "independent solver is skipped); install it with: pip install 'placement-logic[proofs]'\n")
-    report, texts = prove(specs, timeout=timeout, only=only, second_solver=second)
+    from .progress import Progress
+
+    with Progress(err, "prove") as bar:
+        report, texts = prove(specs, timeout=timeout, only=only, second_solver=second, progress=bar.tick)
     if args.export:
         root = Path(args.export)
         for key, text in texts.items():

@@ -23,12 +23,14 @@ from ..costs.symbolic import (
     PlacementLatexPrinter,
     bounded,
     latex_lines,
+    rational,
     resolve_bindings,
+    symbol,
     symbol_names,
     tex_width,
     to_sympy,
 )
-from ..diagnostics import Diagnostic, DiagnosticError, did_you_mean
+from ..diagnostics import Diagnostic, DiagnosticError, Span, did_you_mean
 from ..ir import State
 from . import units
 from .model import (
@@ -226,15 +228,18 @@ def _verdict(spec: ir.Spec, qn: ir.Question, q: _Q) -> tuple[sympy.Expr, sympy.E
     return left, right, lq, rq, verdict
 
 
-def _expectation(spec: ir.Spec, qn: ir.Question, verdict: str, sets: Mapping[str, Fraction]
+def _expectation(spec: ir.Spec, qn: ir.Question, verdict: str, q: _Q, sets: Mapping[str, Fraction]
                  ) -> tuple[str | None, bool | None]:
     """A claim marked ``expect fails [unless ...]``: what was expected, and whether it came true:
-    it fails at the spec's values and, with the ``unless`` names re-bound, holds."""
+    it fails at the report's values and, with the ``unless`` names re-bound, holds (when the
+    report's values are the ``unless`` values, as with ``--set dp=8``, it is expected to hold)."""
     if qn.expect != "fails":
         return None, None
     pins = {n: v.value for n, v in qn.unless if isinstance(v, ir.Const)}
     shown = ", ".join(f"{n} = {units.number(v)}" for n, v in pins.items())
     expected = f"holds only when {shown}" if pins else "fails"
+    if pins and all(q.subs.get(symbol(n)) == rational(v) for n, v in pins.items()):
+        return expected, None if verdict == "unknown" else verdict == "holds"
     if verdict != "fails":
         return expected, None if verdict == "unknown" else False
     if not pins:
@@ -258,7 +263,7 @@ def _question(spec: ir.Spec, qn: ir.Question, q: _Q, sets: Mapping[str, Fraction
         elif not diff.free_symbols:
             identity = qn.op == "!="
     s = qn.span
-    expected, met = _expectation(spec, qn, verdict, sets or {})
+    expected, met = _expectation(spec, qn, verdict, q, sets or {})
     return QuestionResult(qn.kind, qn.label, qn.op, lq, rq, verdict, identity, f"{s.file}:{s.line}:{s.column}",
                           expected, met)
 
@@ -273,6 +278,9 @@ def build(spec: ir.Spec, plans: Iterable[str] = (), sets: Mapping[str, Fraction]
         if n not in known:
             raise DiagnosticError([Diagnostic("PL302", f"no plan named '{n}' in {spec.file}",
                                               notes=did_you_mean(n, known))])
+    if command == "compare" and not names:
+        raise DiagnosticError([Diagnostic("PL118", "nothing to compare: the spec defines no plan",
+                                          Span.point(spec.file, 1, 1))])
     subs = resolve_bindings(spec.bindings, sets)
     axes = spec.mesh.names if spec.mesh else ()
     q = _Q(subs, axes)

@@ -15,9 +15,16 @@ from .model import CostReport, PlanReport, Quantity
 
 
 def _num(x: Fraction | None):
+    """An integer as itself, a fraction as the nearest double; None when unbound, or when a
+    fraction is beyond a double's range (``exact`` always carries the value)."""
     if x is None:
         return None
-    return x.numerator if x.denominator == 1 else x.numerator / x.denominator
+    if x.denominator == 1:
+        return x.numerator
+    try:
+        return x.numerator / x.denominator
+    except OverflowError:
+        return None
 
 
 def _exact(x: Fraction | None) -> str | None:

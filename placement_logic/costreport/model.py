@@ -164,7 +164,8 @@ class QuestionResult:
         if self.expected is None:
             return self.verdict
         if self.met:
-            return "fails (expected)" if self.expected == "fails" else f"fails (expected: {self.expected})"
+            return f"{self.verdict} (expected)" if self.expected == "fails" else \
+                f"{self.verdict} (expected: {self.expected})"
         if self.met is None:
             return f"{self.verdict} (expected: {self.expected}; not decided)"
         pins = self.expected.removeprefix("holds only when ")

@@ -52,9 +52,19 @@ def _bindings(spec: ir.Spec) -> dict:
         x = fold(v, known)
         if x is not None:
             known[name] = ir.Const(x)
-        out[name] = {"value": None if x is None else (x.numerator if x.denominator == 1 else float(x)),
-                     "exact": None if x is None else str(x), "formula": ir.show(v), "set": False}
+        out[name] = {"value": _json_number(x), "exact": None if x is None else str(x), "formula": ir.show(v),
+                     "set": False}
     return out
+
+
+def _json_number(x: Fraction | None) -> int | float | None:
+    """An integer as itself, a fraction as the nearest double (None past a double's range)."""
+    if x is None or x.denominator == 1:
+        return None if x is None else x.numerator
+    try:
+        return x.numerator / x.denominator
+    except OverflowError:
+        return None
 
 
 def plan_data(plan: ir.Plan) -> dict:

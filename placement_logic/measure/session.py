@@ -89,19 +89,32 @@ def checker_view(spec: ir.Spec, plan: str, sizes: dict[str, int]) -> CheckerView
 
 
 def measure(spec: ir.Spec, plans: list[str], devices: int | None = None, steps: int = DEFAULT_STEPS,
-            launcher: Callable = launch, with_checker: bool = True) -> list[MeasureReport]:
+            launcher: Callable = launch, with_checker: bool = True,
+            progress: Callable[[int, int, str], None] | None = None) -> list[MeasureReport]:
     """Measure the named plans of one spec."""
-    return measure_many([(spec, name) for name in plans], devices, steps, launcher, with_checker)
+    return measure_many([(spec, name) for name in plans], devices, steps, launcher, with_checker, progress)
 
 
 def measure_many(items: list[tuple[ir.Spec, str]], devices: int | None = None, steps: int = DEFAULT_STEPS,
-                 launcher: Callable = launch, with_checker: bool = True) -> list[MeasureReport]:
-    """Measure (spec, plan) pairs; plans of the same world size share one launch of ranks."""
+                 launcher: Callable = launch, with_checker: bool = True,
+                 progress: Callable[[int, int, str], None] | None = None) -> list[MeasureReport]:
+    """Measure (spec, plan) pairs; plans of the same world size share one launch of ranks.
+    ``progress(done, total, what)`` is called as each plan is prepared, launched and compared
+    (two steps a plan)."""
+    total, done = 2 * len(items), 0
+
+    def tick(n: int, what: str) -> None:
+        nonlocal done
+        done += n
+        if progress is not None:
+            progress(done, total, what)
+
     if steps < 1:
         raise DiagnosticError([Diagnostic("PL604", f"--steps {steps}: at least one step is needed")])
     reports: dict[tuple[str, str], MeasureReport] = {}
     prepared: dict[int, list[tuple[ir.Spec, Prepared]]] = {}
     for spec, name in items:
+        tick(0, f"preparing {name}")
         try:
             plan = spec.plan(name)
         except KeyError:
@@ -112,6 +125,7 @@ def measure_many(items: list[tuple[ir.Spec, str]], devices: int | None = None, s
         r = realise(plan, sizes, run_bindings(spec, sizes))
         if isinstance(r, Unrealised):
             reports[spec.file, name] = MeasureReport(spec.file, name, Outcome.UNREALISED, mesh, steps, reasons=r.reasons)
+            tick(2, f"{name}: not realisable")
             continue
         try:
             shape = scale_down(plan, run_bindings(spec, sizes), sizes, r.tensor_axis, r.stages, r.chunks)
@@ -120,12 +134,15 @@ def measure_many(items: list[tuple[ir.Spec, str]], devices: int | None = None, s
             reports[spec.file, name] = MeasureReport(
                 spec.file, name, Outcome.UNREALISED, mesh, steps, implementation=r.implementation,
                 reasons=(f"no numeric prediction for the scaled-down run: {exc}",))
+            tick(2, f"{name}: no prediction")
             continue
         prepared.setdefault(r.world, []).append((spec, Prepared(plan, r, shape, prediction)))
+        tick(1, f"{name} prepared")
     if prepared:
         require_torch()
     for world, group in prepared.items():
         jobs = [Job(f"job{i}", p.realisation, p.shape, steps) for i, (_, p) in enumerate(group)]
+        tick(0, f"running {world} ranks: " + ", ".join(p.plan.name for _, p in group))
         try:
             results = launcher(jobs, world)
         except LaunchError as exc:
@@ -133,9 +150,12 @@ def measure_many(items: list[tuple[ir.Spec, str]], devices: int | None = None, s
                 reports[spec.file, p.plan.name] = MeasureReport(
                     spec.file, p.plan.name, Outcome.FAILED, p.realisation.mesh, steps,
                     implementation=p.realisation.implementation, reasons=(str(exc),))
+            tick(len(group), "launch failed")
             continue
         for job, (spec, p) in zip(jobs, group):
+            tick(0, f"comparing {p.plan.name}")
             reports[spec.file, p.plan.name] = _report(spec, p, results[job.key], steps, with_checker)
+            tick(1, f"{p.plan.name} done")
     return [reports[spec.file, name] for spec, name in items]
 
 

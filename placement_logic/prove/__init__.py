@@ -10,6 +10,8 @@ on request, those texts (``smt2_files``) for ``proofs/smt2/``.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from .. import ir
 from ..solver.query import Obligation
 from ..solver.session import Session
@@ -28,20 +30,34 @@ __all__ = ["builtin", "prove", "smt2_files", "ProveReport", "GROUPS"]
 GROUPS = ("memory", "comm", "correctness", "composition", "claims")
 
 
-def builtin(timeout: float = 10.0, only: tuple[str, ...] = GROUPS) -> tuple[list[Obligation], list[ClaimResult]]:
+Progress = Callable[[int, "int | None", str], None]  # (done, total or None while unknown, what runs now)
+
+
+def builtin(timeout: float = 10.0, only: tuple[str, ...] = GROUPS, progress: Progress | None = None
+            ) -> tuple[list[Obligation], list[ClaimResult]]:
     """The built-in obligations of the selected groups, in report order, and the published claims."""
     sess = Session(timeout=timeout)
     obs: list[Obligation] = []
+
+    def preparing(group: str) -> None:
+        if progress is not None:
+            progress(0, None, f"preparing the {group} obligations")
+
     if "memory" in only:
+        preparing("memory")
         obs += memory_obligations()
     if "comm" in only:
+        preparing("comm")
         obs += comm_obligations()
     if "correctness" in only:
+        preparing("correctness")
         obs += [sufficiency()] + necessity(sess)
     if "composition" in only:
+        preparing("composition")
         obs += family_obligations(compositions(sess)) + breaker_obligations(sess)
     claims: list[ClaimResult] = []
     if "claims" in only:
+        preparing("claims")
         for name in SPECS:
             for ca in claim_analyses(published_spec(name)):
                 claims.append(ca.result)
@@ -60,12 +76,16 @@ def spec_claims(specs: list[ir.Spec]) -> tuple[list[Obligation], list[ClaimResul
 
 
 def prove(specs: list[ir.Spec] = (), timeout: float = 10.0, only: tuple[str, ...] = GROUPS,
-          second_solver: bool = True) -> tuple[ProveReport, dict[str, str]]:
-    """Decide every obligation; returns the report and the SMT-LIB text of each query."""
-    obs, claims = builtin(timeout, only)
+          second_solver: bool = True, progress: Progress | None = None) -> tuple[ProveReport, dict[str, str]]:
+    """Decide every obligation; returns the report and the SMT-LIB text of each query.
+    ``progress(done, total, key)`` is called before each obligation is decided."""
+    obs, claims = builtin(timeout, only, progress)
     more, more_claims = spec_claims(list(specs))
     results, texts = [], {}
-    for ob in obs + more:
+    every = obs + more
+    for i, ob in enumerate(every):
+        if progress is not None:
+            progress(i, len(every), ob.key)
         result, text = decide(ob, timeout, second_solver)
         results.append(result)
         texts[ob.key] = text
