@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BUDGET = float(os.environ.get("PLACEMENT_FUZZ_SECONDS", "40"))
 CASE_SECONDS = 20.0  # an answer later than this is a hang
 WORKERS = 2
-EXITS = {"fmt": {0, 1, 2}, "inspect": {0, 2}, "cost": {0, 1, 2, 3}, "compare": {0, 1, 2, 3},
+EXITS = {"fmt": {0, 1, 2}, "inspect": {0, 2}, "cost": {0, 1, 2, 3}, "compare": {0, 1, 2, 3}, "search": {0, 1, 2},
          "check": {0, 1, 2, 3}, "prove": {0, 1, 2, 3}, "measure": {0, 1, 2, 4}}
 SCHEMA = {"inspect": "inspect", "cost": "cost", "compare": "cost", "check": "check", "prove": "prove",
           "measure": "measure"}
@@ -260,6 +260,22 @@ def hostile_cases(tmp: Path) -> list[tuple[list[str], str | None, set[int]]]:
     for flags in (["--devices", "1000000"], ["--devices", "0"], ["--devices", "-3"], ["--steps", "0"],
                   ["--steps", "1000000"], ["--devices", "abc"]):
         cases.append((["measure", "examples/library/zero3.place", "--plan", "zero3", *flags], None, {2}))
+    model = "examples/models/llama3_8b.place"
+    base = ["--device", "h100_sxm", "--devices", "8", "--global-batch", "8", "--seq", "1024"]
+    for i in range(0, len(base), 2):
+        for bad in ("0", "-3", "abc", "1e9", "", "nan"):
+            flags = list(base)
+            flags[i + 1] = bad
+            cases.append((["search", model, *flags], None, {2}))
+    for flag in ("--tp", "--pp", "--microbatch", "--chunks", "--cp"):
+        for bad in ("0", "8..1", "1..1000", "a,b", ",", "1..", "-1"):
+            cases.append((["search", model, *base, flag, bad], None, {2}))
+    for flag, bad in (("--strategies", "zero9"), ("--recompute", "some"), ("--schedules", "zb"), ("--mfu", "0"),
+                      ("--mfu", "1.5"), ("--mfu", "x"), ("--top", "0"), ("--emit", "0"), ("--emit", "100000")):
+        cases.append((["search", model, *base, flag, bad], None, {2}))
+    for f in ("/dev/zero", str(fifo), str(tmp / "missing.place"), str(tmp / "folder.place"), good):
+        cases.append((["search", f, *base, "--no-check", "--top", "1"], None, {2}))
+    cases.append((["cost", good, "--device", "h100"], None, {2}))
     cases += [
         (["cost", good, "--plan", "nope"], None, {2}),
         (["compare", good, "--baseline", "nope"], None, {2}),
