@@ -44,7 +44,7 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
 
 def _space(**kw) -> search.Space:
     base = dict(devices=16, global_batch=64, seq=4096, device="l40s", tp=(1, 2, 4), pp=(1, 2, 4),
-                microbatch=(1, 2), chunks=(2,), strategies=("ddp", "zero1", "zero3"), recompute=("none", "full"))
+                microbatch=(1, 2), chunks=(2,), strategies=("ddp", "zero1", "zero3", "hsdp"), recompute=("none", "full"))
     base.update(kw)
     return search.Space(**base)
 
@@ -67,12 +67,17 @@ def _brute_force(model_path: Path, space: search.Space):
         if space.global_batch % (dp * mb):
             continue
         nmb = space.global_batch // (dp * mb)
+        ds = 1
+        if strat == "hsdp":  # sharded inside a node of 8 (beside tp), replicated across
+            ds = max(k for k in (1, 2, 4, 8) if dp % k == 0 and k * tp <= 8)
+            if ds == 1 or dp // ds == 1:
+                continue
         for nv in (space.chunks if (pp > 1 and sched == "interleaved") else (1,)):
             if layers % (pp * nv) or (pp > 1 and sched == "interleaved" and nmb % pp):
                 continue
             s = search.Structure(strat, rec, sched if pp > 1 else None,
                                  tuple(a for a, n in (("tp", tp), ("pp", pp)) if n > 1))
-            z = {"dp": dp, "tp": tp, "pp": pp, "cp": 1, "ep": 1, "mb": mb, "nmb": nmb, "nv": nv}
+            z = {"dp": dp // ds, "tp": tp, "pp": pp, "cp": 1, "ep": 1, "ds": ds, "mb": mb, "nmb": nmb, "nv": nv}
             spec = load_string(search.spec_text(block, s, z, space.device, space.mfu, literal=True), "<bf>")
             plan = spec.plans[0]
             subs = {symbol(k): v for k, v in z.items()}

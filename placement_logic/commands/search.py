@@ -25,7 +25,7 @@ from .options import command_line_span
 FORMATS = ("text", "markdown", "csv", "json")
 MAX_VALUES = 64
 # the search's vocabulary (placement_logic.search, which imports sympy: not loaded to build --help)
-STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp")
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "interleaved")
 
@@ -185,7 +185,7 @@ def rows(result) -> list[dict]:
         mem = c.exact_memory if c.exact_memory is not None else Fraction(c.memory)
         step = c.exact_step if c.exact_step is not None else Fraction(c.step)
         tokens = result.space.global_batch * result.space.seq
-        out.append({"rank": i, "dp": z["dp"], "tp": z["tp"], "pp": z["pp"],
+        out.append({"rank": i, "dp": z["dp"] * z["ds"], "shard": z["ds"], "tp": z["tp"], "pp": z["pp"],
                     "v": z["nv"] if s.schedule == "interleaved" else 1, "cp": z["cp"], "ep": z["ep"],
                     "strategy": s.strategy, "recompute": s.recompute, "schedule": s.schedule,
                     "microbatch": z["mb"], "microbatches": z["nmb"], "memory": mem, "headroom": cap - mem,
@@ -223,8 +223,9 @@ def render_text(result) -> str:
         t.add_column(col)
     for r in rows(result):
         pp = f"{r['pp']}" + (f" (v{r['v']})" if r["v"] > 1 else "")
+        strategy = f"hsdp ({r['dp'] // r['shard']}x{r['shard']})" if r["strategy"] == "hsdp" else r["strategy"]
         t.add_row(f"{r['rank']}{'*' if r['frontier'] else ''}", str(r["dp"]), str(r["tp"]), pp, str(r["cp"]),
-                  str(r["ep"]), r["strategy"], r["recompute"], f"{r['microbatch']} x {r['microbatches']}",
+                  str(r["ep"]), strategy, r["recompute"], f"{r['microbatch']} x {r['microbatches']}",
                   units.gib(r["memory"]), units.gib(r["headroom"]), units.seconds(r["step"]),
                   units.scaled(r["tokens_per_s"]), units.percent(Fraction(r["mfu"]).limit_denominator(10**6)),
                   r["check"] or "-")

@@ -36,11 +36,12 @@ from ..frontend import surface
 from ..frontend.loader import load_string
 from ..frontend.parser import parse
 
-STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp")
+_LIBRARY = {"fsdp": "fsdp_full_shard", "hsdp": "hybrid_shard"}  # the library strategy of a search name
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "interleaved")
 AXES = ("dp", "tp", "pp", "cp", "ep")
-SIZE_SYMBOLS = AXES + ("mb", "nmb", "nv")
+SIZE_SYMBOLS = AXES + ("ds", "mb", "nmb", "nv")  # ds: the shard size of hsdp (dp its replicas), else 1
 _RECOMPUTE_USE = {"none": "", "selective": "  use selective_recompute\n", "full": "  use full_recompute\n"}
 
 
@@ -89,11 +90,12 @@ class Candidate:
 
     def label(self) -> str:
         s, z = self.structure, self.sizes
-        parts = [f"dp{z['dp']}"]
+        parts = [f"dp{z['dp'] * z['ds']}"]
         for a in ("tp", "pp", "cp", "ep"):
             if z[a] > 1:
                 parts.append(f"{a}{z[a]}" + (f"v{z['nv']}" if a == "pp" and s.schedule == "interleaved" else ""))
-        return " ".join(parts) + f" {s.strategy} {s.recompute} mb{z['mb']}"
+        strat = f"hsdp({z['dp']}x{z['ds']})" if s.strategy == "hsdp" else s.strategy
+        return " ".join(parts) + f" {strat} {s.recompute} mb{z['mb']}"
 
 
 @dataclass
@@ -169,7 +171,7 @@ def spec_text(block: str, structure: Structure, sizes: dict, device: str, mfu: F
     """A spec for one structure: sizes as symbols (``literal``: as numbers)."""
     s = structure
     per_node = hw.device(device).per_node
-    imports = ["from std.data import " + s.strategy]
+    imports = ["from std.data import " + _LIBRARY.get(s.strategy, s.strategy)]
     if "tp" in s.axes:
         imports.append("from std.tensor import megatron_sp")
     if "pp" in s.axes:
@@ -196,7 +198,11 @@ def spec_text(block: str, structure: Structure, sizes: dict, device: str, mfu: F
         else:
             link = "inter_node"
         mesh.append(f"  {a} = {sizes[a] if literal else 2} @ {link}")
-    plan = [f"  dp: {s.strategy}"]
+        if a == "dp" and s.strategy == "hsdp":  # the shard group inside a node when it fits there
+            ds = sizes.get("ds", 2)
+            link = "intra_node" if ds * inner * sizes.get("cp", 1) <= per_node else "inter_node"
+            mesh.append(f"  ds = {ds if literal else 2} @ {link}")
+    plan = ["  [dp, ds]: hybrid_shard" if s.strategy == "hsdp" else f"  dp: {_LIBRARY.get(s.strategy, s.strategy)}"]
     if "tp" in s.axes:
         plan.append("  tp: megatron_sp")
     if "pp" in s.axes:
@@ -231,6 +237,7 @@ def enumerate_space(space: Space, t: ir.TransformerShape):
 
     heads, kv, ffn, layers, experts = (_int(x) for x in (t.heads, t.kv_heads, t.ffn, t.layers, t.experts))
     moe = bool(experts and experts > 1)
+    per_node = hw.device(space.device).per_node
     allowed = {"tp": space.tp, "pp": space.pp, "cp": space.cp, "ep": space.ep if moe else (1,)}
     out: dict[Structure, tuple] = {}
     for pattern in itertools.product((False, True), repeat=4):
@@ -247,7 +254,7 @@ def enumerate_space(space: Space, t: ir.TransformerShape):
             tp, pp, cp, ep, mb, nv = (g.ravel() for g in grid)
             rest = tp * pp * cp * ep
             ok = space.devices % rest == 0
-            dp = np.where(ok, space.devices // rest, 1)
+            dp = np.where(ok, space.devices // rest, 1)  # the data-parallel size
             replicas = dp * ep * mb
             ok &= space.global_batch % replicas == 0
             nmb = np.where(ok, space.global_batch // replicas, 1)
@@ -264,12 +271,24 @@ def enumerate_space(space: Space, t: ir.TransformerShape):
                 ok &= layers % (pp * nv) == 0
             if sched == "interleaved":
                 ok &= nmb % pp == 0
-            sizes = np.stack([dp, tp, pp, cp, ep, mb, nmb, nv], axis=1)
+            one = np.ones_like(dp)
+            sizes = np.stack([dp, tp, pp, cp, ep, one, mb, nmb, nv], axis=1)
+            # hsdp: shard over the largest power of two of the data size that fits a node beside
+            # tp x cp, replicate over the rest (both more than one device)
+            ds = one.copy()
+            k = 2
+            while k <= per_node:
+                ds = np.where((dp % k == 0) & (k * tp * cp <= per_node), k, ds)
+                k *= 2
+            hsizes = np.stack([dp // ds, tp, pp, cp, ep, ds, mb, nmb, nv], axis=1)
             # one data replica: every data strategy is plain replication (a size-1 axis gathers
             # and reduces nothing, which ddp's closed forms give at size 1; ZeRO's do not), so
             # it is evaluated once, as ddp
             strategies = space.strategies + (() if "ddp" in space.strategies else ("ddp",))
             for strat, rec in itertools.product(strategies, space.recompute):
+                if strat == "hsdp":
+                    out[Structure(strat, rec, sched, present)] = (hsizes, ok & (ds > 1) & (dp // ds > 1))
+                    continue
                 if strat != "ddp":
                     valid = ok & (dp > 1)
                 else:
