@@ -54,19 +54,21 @@ def _brute_force(model_path: Path, space: search.Space):
     block, shape, _ = search.model_text(str(model_path), space.seq)
     cap = hw.device(space.device).memory
     heads, kv, layers = 16, 4, 16
+    experts = int(shape.experts.value)
     found = {}
-    for tp, pp, mb, strat, rec, sched in itertools.product(space.tp, space.pp, space.microbatch, space.strategies,
-                                                           space.recompute, space.schedules):
-        if space.devices % (tp * pp) or heads % tp or (kv % tp and tp % kv):
+    for tp, pp, ep, mb, strat, rec, sched in itertools.product(space.tp, space.pp, space.ep if experts > 1 else (1,),
+                                                               space.microbatch, space.strategies, space.recompute,
+                                                               space.schedules):
+        if space.devices % (tp * pp * ep) or heads % tp or (kv % tp and tp % kv) or experts % ep:
             continue
-        if space.devices == tp * pp and strat != "ddp":
+        if space.devices == tp * pp * ep and strat != "ddp":
             continue  # one data replica: the search writes it as ddp
         if pp == 1 and sched != space.schedules[0]:
             continue
-        dp = space.devices // (tp * pp)
-        if space.global_batch % (dp * mb):
+        dp = space.devices // (tp * pp * ep)
+        if space.global_batch % (dp * ep * mb):
             continue
-        nmb = space.global_batch // (dp * mb)
+        nmb = space.global_batch // (dp * ep * mb)
         ds = 1
         if strat == "hsdp":  # sharded inside a node of 8 (beside tp), replicated across
             ds = max(k for k in (1, 2, 4, 8) if dp % k == 0 and k * tp <= 8)
@@ -76,8 +78,8 @@ def _brute_force(model_path: Path, space: search.Space):
             if layers % (pp * nv) or (pp > 1 and sched == "interleaved" and nmb % pp):
                 continue
             s = search.Structure(strat, rec, sched if pp > 1 else None,
-                                 tuple(a for a, n in (("tp", tp), ("pp", pp)) if n > 1))
-            z = {"dp": dp // ds, "tp": tp, "pp": pp, "cp": 1, "ep": 1, "ds": ds, "mb": mb, "nmb": nmb, "nv": nv}
+                                 tuple(a for a, n in (("tp", tp), ("pp", pp), ("ep", ep)) if n > 1))
+            z = {"dp": dp // ds, "tp": tp, "pp": pp, "cp": 1, "ep": ep, "ds": ds, "mb": mb, "nmb": nmb, "nv": nv}
             spec = load_string(search.spec_text(block, s, z, space.device, space.mfu, literal=True), "<bf>")
             plan = spec.plans[0]
             subs = {symbol(k): v for k, v in z.items()}
@@ -85,7 +87,7 @@ def _brute_force(model_path: Path, space: search.Space):
             st = steptime.step_time(pc, plan.mesh.hardware)
             mem = pc.memory.device_total.xreplace(subs)
             step = st.step.xreplace(subs)
-            found[(s, tuple(sorted(z.items())))] = (Fraction(int(mem.p), int(mem.q)), Fraction(int(step.p), int(step.q)),
+            found[(s.strategy, s.recompute, s.schedule, tuple(sorted(z.items())))] = (Fraction(int(mem.p), int(mem.q)), Fraction(int(step.p), int(step.q)),
                                                     mem <= cap)
     return found
 
@@ -97,8 +99,21 @@ def model_file(tmp_path_factory) -> Path:
     return p
 
 
-def test_vectorised_search_agrees_with_the_brute_force(model_file):
-    space = _space()
+MOE = MODEL.replace("    bias = false\n", "    bias = false\n    experts = 4\n    top_k = 2\n")
+
+
+@pytest.fixture(scope="module")
+def moe_file(tmp_path_factory) -> Path:
+    p = tmp_path_factory.mktemp("search") / "moe.place"
+    p.write_text(MOE)
+    return p
+
+
+@pytest.mark.parametrize("which", ["dense", "moe"])
+def test_vectorised_search_agrees_with_the_brute_force(which, model_file, moe_file):
+    model_file = model_file if which == "dense" else moe_file
+    space = _space() if which == "dense" else _space(ep=(1, 2, 4), pp=(1, 2), strategies=("ddp", "zero1"),
+                                                     recompute=("none",))
     result = search.run(str(model_file), space, top=5, check=False)
     truth = _brute_force(model_file, space)
     assert result.valid == len(truth)
@@ -108,7 +123,7 @@ def test_vectorised_search_agrees_with_the_brute_force(model_file):
     for s, sizes, vals in result.parts:
         for row, v in zip(sizes.tolist(), vals.tolist()):
             z = dict(zip(search.SIZE_SYMBOLS, row))
-            mem, step, _ = truth[(s, tuple(sorted(z.items())))]
+            mem, step, _ = truth[(s.strategy, s.recompute, s.schedule, tuple(sorted(z.items())))]
             if z["dp"] == 1:  # every strategy on one replica: the brute force derives it too
                 one = search.Structure("zero3", s.recompute, s.schedule, s.axes)
                 spec = load_string(search.spec_text(search.model_text(str(model_file), 4096)[0], one, z, "l40s",

@@ -41,6 +41,7 @@ _LIBRARY = {"fsdp": "fsdp_full_shard", "hsdp": "hybrid_shard"}  # the library st
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "interleaved")
 AXES = ("dp", "tp", "pp", "cp", "ep")
+COLLAPSED = ("tp", "ep")  # axes whose size-one case shares the structure of larger sizes
 SIZE_SYMBOLS = AXES + ("ds", "mb", "nmb", "nv")  # ds: the shard size of hsdp (dp its replicas), else 1
 _RECOMPUTE_USE = {"none": "", "selective": "  use selective_recompute\n", "full": "  use full_recompute\n"}
 
@@ -242,8 +243,14 @@ def enumerate_space(space: Space, t: ir.TransformerShape):
     out: dict[Structure, tuple] = {}
     for pattern in itertools.product((False, True), repeat=4):
         present = tuple(a for a, on in zip(("tp", "pp", "cp", "ep"), pattern) if on)
-        values = {a: [v for v in allowed[a] if v > 1] if a in present else ([1] if 1 in allowed[a] else [])
-                  for a in allowed}
+        # tensor and expert axes keep their closed forms at size one (ring factors (n - 1)/n
+        # vanish, divisions by one), so one structure holds every size of them; a pipeline or
+        # context axis of one device sends nothing point to point, so it is a structure apart
+        if any(a in COLLAPSED and on != any(v > 1 for v in allowed[a])
+               for a, on in zip(("tp", "pp", "cp", "ep"), pattern)):
+            continue
+        values = {a: (list(allowed[a]) if a in COLLAPSED else [v for v in allowed[a] if v > 1]) if a in present
+                  else ([1] if 1 in allowed[a] else []) for a in allowed}
         if any(not v for v in values.values()):
             continue
         for sched in (space.schedules if "pp" in present else (None,)):
