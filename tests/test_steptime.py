@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 import sympy
@@ -15,6 +16,8 @@ from placement_logic.costs import derive
 from placement_logic.costs.steptime import flops_per_token, step_time
 from placement_logic.costs.symbolic import symbol
 from placement_logic.frontend.loader import load_string
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_cli(*argv: str) -> tuple[int, str, str]:
@@ -217,3 +220,23 @@ def test_own_device_and_link_figures_are_used():
     assert hwr.device == "mygpu" and hwr.memory.value == 24 * 2**30 and hwr.flops.value == 10**14
     assert hwr.link("net").bandwidth.value == 10**10 and hwr.link("net").latency.value == Fraction(1, 10**5)
     assert spec.mesh.names == ("dp",)  # the hardware lines are not axes
+
+
+def test_compare_with_a_device_adds_fit_and_time_rows():
+    status, out, err = run_cli("compare", str(ROOT / "examples/llama70b_3d.place"), "--device", "h100_sxm", "--format", "markdown")
+    assert status == 0, err
+    for row in ("fit.headroom", "time.step", "time.tokens_per_second", "time.mfu"):
+        assert f"| {row} |" in out
+    status, out, _ = run_cli("compare", str(ROOT / "examples/llama70b_3d.place"), "--format", "markdown")
+    assert "time.step" not in out  # no device, no time
+
+
+def test_time_formulas_are_shown_while_symbols_are_unbound(tmp_path):
+    f = tmp_path / "s.place"
+    f.write_text("from std.data import zero3\nmodel {\n  transformer { hidden = 1024 layers = 8 heads = 16 "
+                 "ffn = 4096 vocab = 32000 }\n  microbatch = 1\n}\nmesh {\n  device = a100_80gb\n"
+                 "  dp = 64 @ inter_node\n}\nplan p { dp: zero3 }\n")
+    status, out, _ = run_cli("cost", str(f), "--no-cache", "--width", "200")
+    assert "│ step " in out and "= Max(s*(s + " in out.split("step time")[1] and "fit: undecided" in out
+    status, out, _ = run_cli("cost", str(f), "--no-cache", "--set", "s=1024")
+    assert status == 0 and "fit: fits" in out

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TextIO
 
 from .cost import add_common, exit_status, render, spec_sets
-from .options import colour, output_width
+from .options import add_device, colour, device_option, output_width
 
 
 def add_parser(subparsers) -> None:
@@ -19,6 +19,7 @@ def add_parser(subparsers) -> None:
                               "communication per axis and total, with ratios to the baseline plan.")
     add_common(p)
     p.add_argument("--baseline", metavar="NAME", help="the plan the ratios are taken to (default: the first)")
+    add_device(p)
     p.set_defaults(run=run)
 
 
@@ -32,7 +33,7 @@ def run(args, out: TextIO, err: TextIO) -> int:
     sweep.check_options(args, sweeps)
     if sweep.wanted(args, sweeps):
         return sweep.run(args, spec, sets, sweeps, "compare", out, output_width(args, out), colour(out))
-    report = build(spec, sets=sets, baseline=args.baseline, command="compare")
+    report = build(spec, sets=sets, baseline=args.baseline, command="compare", device=device_option(args))
     out.write(render(report, args.format, output_width(args, out), colour(out)))
     if args.plot is not None:
         sweep.plot_only(args, spec, sets, "compare")

@@ -96,7 +96,7 @@ def _compare(r: CostReport) -> list[str]:
         cells = []
         for p in r.plans:
             ratio = r.ratios.get(p.name, {}).get(key)
-            text = units.labelled(get(p).exact, "<br>")
+            text = units.of_row(key, get(p).exact, "<br>")
             if ratio is not None:
                 text += f" (×{units.ratio(ratio.exact) if ratio.exact is not None else _esc(ratio.formula)})"
             cells.append(text)

@@ -222,4 +222,9 @@ def compare_rows(r: CostReport) -> list[tuple[str, Callable[[PlanReport], Quanti
     rows.append(("memory.host", lambda p: p.host["total"]))
     rows += [(f"comm.{a}", lambda p, a=a: p.per_axis[a].bytes_per_device) for a, _ in r.axes]
     rows += [("comm.total", lambda p: p.comm_total), ("volume.total", lambda p: p.volume_total)]
+    if r.plans and all(p.fit is not None for p in r.plans):
+        rows.append(("fit.headroom", lambda p: p.fit.headroom))
+    if r.plans and all(p.time is not None for p in r.plans):
+        rows += [("time.step", lambda p: p.time.step), ("time.tokens_per_second", lambda p: p.time.tokens_per_second),
+                 ("time.mfu", lambda p: p.time.mfu)]
     return rows

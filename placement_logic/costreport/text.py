@@ -90,18 +90,22 @@ def fit_line(p: PlanReport) -> str | None:
 
 def _time_table(p: PlanReport) -> Table:
     tm = p.time
+
+    def show(q: Quantity, fmt) -> str:
+        return fmt(q.exact) if q.exact is not None else f"[dim]= {q.formula}[/dim]"
+
     t = Table(title=f"plan {p.name}: step time (model: docs/time.md)", title_justify="left", show_lines=False)
     t.add_column("quantity")
     t.add_column("value")
-    rows = [("step", units.seconds(tm.step.exact)), ("compute (bubble included)", units.seconds(tm.compute.exact)),
-            ("  └ pipeline bubble", units.seconds(tm.bubble.exact)),
-            ("communication hidden behind compute", units.seconds(tm.overlapped.exact)),
-            ("communication exposed", units.seconds(tm.exposed.exact))]
-    rows += [(f"  └ on {k}", units.seconds(v.exact)) for k, v in tm.per_link.items()]
-    rows += [("tokens per step", units.number(tm.tokens.exact)),
-             ("tokens per second", units.scaled(tm.tokens_per_second.exact)),
-             ("model FLOPs per step", units.scaled(tm.model_flops.exact, "FLOP")),
-             ("MFU (model FLOPs / peak)", units.percent(tm.mfu.exact))]
+    rows = [("step", show(tm.step, units.seconds)), ("compute (bubble included)", show(tm.compute, units.seconds)),
+            ("  └ pipeline bubble", show(tm.bubble, units.seconds)),
+            ("communication hidden behind compute", show(tm.overlapped, units.seconds)),
+            ("communication exposed", show(tm.exposed, units.seconds))]
+    rows += [(f"  └ on {k}", show(v, units.seconds)) for k, v in tm.per_link.items()]
+    rows += [("tokens per step", show(tm.tokens, units.number)),
+             ("tokens per second", show(tm.tokens_per_second, units.scaled)),
+             ("model FLOPs per step", show(tm.model_flops, lambda x: units.scaled(x, "FLOP"))),
+             ("MFU (model FLOPs / peak)", show(tm.mfu, units.percent))]
     for k, v in rows:
         t.add_row(k, v)
     return t
@@ -116,7 +120,7 @@ def _compare_table(r: CostReport) -> Table:
         cells = []
         for p in r.plans:
             ratio = r.ratios.get(p.name, {}).get(key)
-            text = units.labelled(get(p).exact)
+            text = units.of_row(key, get(p).exact)
             if ratio is not None:
                 text += f"\n×{units.ratio(ratio.exact) if ratio.exact is not None else ratio.formula}"
             cells.append(text)

@@ -102,3 +102,15 @@ def scaled(x: Fraction | None, unit: str = "") -> str:
         if abs(x) >= size:
             return f"{decimal_string(x / size)} {prefix}{unit}"
     return f"{decimal_string(x)} {unit}".rstrip()
+
+
+def of_row(key: str, x: Fraction | None, sep: str = "\n") -> str:
+    """A compared quantity in its unit: seconds, tokens per second and MFU for the time rows
+    (``time.*``), bytes for the rest."""
+    if key == "time.step":
+        return seconds(x)
+    if key == "time.tokens_per_second":
+        return scaled(x)
+    if key == "time.mfu":
+        return percent(x)
+    return labelled(x, sep)
