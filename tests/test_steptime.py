@@ -240,3 +240,10 @@ def test_time_formulas_are_shown_while_symbols_are_unbound(tmp_path):
     assert "│ step " in out and "= Max(s*(s + " in out.split("step time")[1] and "fit: undecided" in out
     status, out, _ = run_cli("cost", str(f), "--no-cache", "--set", "s=1024")
     assert status == 0 and "fit: fits" in out
+
+
+def test_latex_carries_the_time_equations():
+    status, out, _ = run_cli("cost", str(ROOT / "examples/llama70b_3d.place"), "--device", "h100_sxm",
+                             "--format", "latex", "--no-cache")
+    assert status == 0
+    assert r"T_{\mathrm{step}} &=" in out and r"\mathrm{MFU} &=" in out and " s}" in out

@@ -49,21 +49,21 @@ def _thin(x: Fraction) -> str:
     return rf"{sign}\tfrac{{{grouped(abs(x.numerator))}}}{{{grouped(x.denominator)}}}"
 
 
-def _value(q: Quantity) -> str:
+def _value(q: Quantity, show=None) -> str:
     if q.exact is None or q.exact == 0:
         return ""
-    return rf" && = \text{{{tex_text(units.gb(q.exact))}}}"
+    return rf" && = \text{{{tex_text((show or units.gb)(q.exact))}}}"
 
 
 def _gb(x: Fraction | None) -> str:
     return "--" if x is None else units.decimal_string(x / 10**9)
 
 
-def _equation(lhs: str, q: Quantity) -> str:
+def _equation(lhs: str, q: Quantity, show=None) -> str:
     """One ``align*`` row, continued on further rows when the formula was broken."""
     lines = q.latex_lines or (q.latex,)
     body = " \\\\\n  &\\qquad ".join(lines)
-    return rf"{lhs} &= {body}{_value(q)}"
+    return rf"{lhs} &= {body}{_value(q, show)}"
 
 
 def _rows(p: PlanReport) -> list[tuple[str, Quantity]]:
@@ -77,8 +77,17 @@ def _rows(p: PlanReport) -> list[tuple[str, Quantity]]:
     return rows
 
 
+def _time_rows(p: PlanReport) -> list[tuple[str, Quantity, object]]:
+    """The step-time model's equations (docs/time.md), with a device."""
+    if p.time is None:
+        return []
+    t = p.time
+    return [(r"T_{\mathrm{step}}", t.step, units.seconds), (r"T_{\mathrm{compute}}", t.compute, units.seconds),
+            (r"\mathrm{MFU}", t.mfu, units.percent)]
+
+
 def _lines(p: PlanReport) -> list[str]:
-    return [_equation(lhs, q) for lhs, q in _rows(p)]
+    return [_equation(lhs, q) for lhs, q in _rows(p)] + [_equation(lhs, q, show) for lhs, q, show in _time_rows(p)]
 
 
 def render_equations(r: CostReport) -> str:
