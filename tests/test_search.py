@@ -225,5 +225,15 @@ def test_plot_of_the_frontier(model_file, tmp_path):
 def test_the_command_names_the_search_vocabulary():
     from placement_logic.commands import search as command
 
-    assert (command.STRATEGIES, command.RECOMPUTE, command.SCHEDULES) == \
-        (search.STRATEGIES, search.RECOMPUTE, search.SCHEDULES)
+    assert (command.STRATEGIES, command.DEFAULT_STRATEGIES, command.RECOMPUTE, command.SCHEDULES) == \
+        (search.STRATEGIES, search.DEFAULT_STRATEGIES, search.RECOMPUTE, search.SCHEDULES)
+
+
+def test_offload_is_searched_when_asked(model_file):
+    space = _space(strategies=("zero2", "offload"), recompute=("none",), tp=(1, 2), pp=(1,))
+    result = search.run(str(model_file), space, top=50, check=False)
+    kinds = {c.structure.strategy for c in result.ranked}
+    assert "offload" in kinds
+    best = {s: min((c for c in result.ranked if c.structure.strategy == s and c.sizes["tp"] == 1
+                    and c.sizes["mb"] == 1), key=lambda c: c.memory) for s in ("zero2", "offload")}
+    assert best["offload"].memory < best["zero2"].memory  # the optimizer state left the device

@@ -25,7 +25,8 @@ from .options import command_line_span
 FORMATS = ("text", "markdown", "csv", "json")
 MAX_VALUES = 64
 # the search's vocabulary (placement_logic.search, which imports sympy: not loaded to build --help)
-STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp")
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp", "offload")
+DEFAULT_STRATEGIES = STRATEGIES[:-1]
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "interleaved")
 
@@ -47,8 +48,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--ep", default="1,2,4,8", metavar="LIST", help="expert-parallel sizes, MoE only (default 1,2,4,8)")
     p.add_argument("--microbatch", default="1,2,4,8", metavar="LIST", help="microbatch sizes (default 1,2,4,8)")
     p.add_argument("--chunks", default="2,4", metavar="LIST", help="virtual chunks per stage, interleaved (default 2,4)")
-    p.add_argument("--strategies", default=",".join(STRATEGIES), metavar="NAMES",
-                   help=f"data strategies (default {','.join(STRATEGIES)})")
+    p.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES), metavar="NAMES",
+                   help=f"data strategies among {','.join(STRATEGIES)} (default {','.join(DEFAULT_STRATEGIES)}; "
+                   "offload is ZeRO-Offload, the optimizer state and step on the host)")
     p.add_argument("--recompute", default=",".join(RECOMPUTE), metavar="NAMES",
                    help=f"recompute modes (default {','.join(RECOMPUTE)})")
     p.add_argument("--schedules", default=",".join(SCHEDULES), metavar="NAMES",

@@ -36,8 +36,9 @@ from ..frontend import surface
 from ..frontend.loader import load_string
 from ..frontend.parser import parse
 
-STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp")
-_LIBRARY = {"fsdp": "fsdp_full_shard", "hsdp": "hybrid_shard"}  # the library strategy of a search name
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp", "offload")
+DEFAULT_STRATEGIES = STRATEGIES[:-1]  # offload (ZeRO-Offload) only when asked for
+_LIBRARY = {"fsdp": "fsdp_full_shard", "hsdp": "hybrid_shard", "offload": "zero_offload"}  # search name -> library
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "interleaved")
 AXES = ("dp", "tp", "pp", "cp", "ep")
@@ -58,7 +59,7 @@ class Space:
     pp: tuple[int, ...] = (1, 2, 4, 8, 16)
     cp: tuple[int, ...] = (1,)
     ep: tuple[int, ...] = (1,)
-    strategies: tuple[str, ...] = STRATEGIES
+    strategies: tuple[str, ...] = DEFAULT_STRATEGIES
     recompute: tuple[str, ...] = RECOMPUTE
     microbatch: tuple[int, ...] = (1, 2, 4, 8)
     schedules: tuple[str, ...] = SCHEDULES
@@ -172,7 +173,8 @@ def spec_text(block: str, structure: Structure, sizes: dict, device: str, mfu: F
     """A spec for one structure: sizes as symbols (``literal``: as numbers)."""
     s = structure
     per_node = hw.device(device).per_node
-    imports = ["from std.data import " + _LIBRARY.get(s.strategy, s.strategy)]
+    imports = [("from std.offload import " if s.strategy == "offload" else "from std.data import ")
+               + _LIBRARY.get(s.strategy, s.strategy)]
     if "tp" in s.axes:
         imports.append("from std.tensor import megatron_sp")
     if "pp" in s.axes:
