@@ -62,9 +62,7 @@ def render(report, fmt: str, width: int = 120, color: bool = False) -> str:
 
 
 def exit_status(report) -> int:
-    from ..costreport.jsonout import exit_status
-
-    return exit_status(report)
+    return report.exit_status
 
 
 def run(args, out: TextIO, err: TextIO) -> int:
