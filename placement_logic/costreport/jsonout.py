@@ -1,4 +1,4 @@
-"""JSON rendering of a cost report (schema in docs/json.md, ``schema_version`` 1).
+"""JSON rendering of a cost report (docs/json.md and docs/schema/cost.schema.json, ``schema_version`` 2).
 
 Input: a ``CostReport``. Output: a JSON-ready dict (``to_json``) and its text (``render``).
 Every quantity is ``{bytes, exact, formula, latex}``: ``bytes`` a JSON number when every
