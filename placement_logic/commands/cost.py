@@ -84,9 +84,7 @@ def render(report, fmt: str, width: int = 120, color: bool = False) -> str:
 
 
 def exit_status(report) -> int:
-    from ..costreport.jsonout import exit_status as status_of
-
-    return status_of(report)
+    return report.exit_status
 
 
 def run(args, out: TextIO, err: TextIO) -> int:

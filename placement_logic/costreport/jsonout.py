@@ -1,4 +1,4 @@
-"""JSON rendering of a cost report (schema in docs/json.md, ``schema_version`` 1).
+"""JSON rendering of a cost report (docs/json.md and docs/schema/cost.schema.json, ``schema_version`` 2).
 
 Input: a ``CostReport``. Output: a JSON-ready dict (``to_json``) and its text (``render``).
 Every quantity is ``{bytes, exact, formula, latex}``: ``bytes`` a JSON number when every
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from fractions import Fraction
 
-from ..outcome import Exit, envelope
+from ..outcome import envelope
 from .model import CostReport, PlanReport, Quantity
 
 
@@ -106,13 +106,6 @@ def _stages(p: PlanReport) -> dict:
     }
 
 
-def exit_status(r: CostReport) -> int:
-    """1 when an assert fails, 3 when one is undecided and none fails, else 0."""
-    if r.failed_asserts or r.unmet_expectations or r.unfit:
-        return int(Exit.FAILED)
-    return int(Exit.UNKNOWN if r.unknown_asserts else Exit.OK)
-
-
 def _ratios(rows: dict) -> dict:
     return {k: (None if v is None else {"value": _num(v.exact), "exact": _exact(v.exact), "formula": v.formula})
             for k, v in rows.items()}
@@ -124,7 +117,7 @@ def to_json(r: CostReport) -> dict:
         for p, data in zip(r.plans, plans):
             data["ratios"] = _ratios(r.ratios.get(p.name, {}))
     out = {
-        **envelope(r.command, exit_status(r)),
+        **envelope(r.command, r.exit_status),
         "file": r.file,
         "bindings": {b.name: {"value": _num(b.exact), "exact": _exact(b.exact), "formula": b.formula,
                               "set": b.overridden}

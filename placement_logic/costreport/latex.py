@@ -25,6 +25,8 @@ from .rows import DEVICE_ROWS, tex_text
 if TYPE_CHECKING:  # the report model imports this renderer for _repr_latex_
     from .model import CostReport, PlanReport, Quantity
 
+SHORT = {"optimizer": "optim.", "activations": "activ.", "transient": "trans.", "ZeRO volume": "ZeRO vol.",
+         "peak stage": "peak"}  # column heads of the landscape table
 MAX_COLUMNS = 3  # plans side by side in a portrait table; past this the table is transposed, landscape
 
 # What a symbol a report can leave free stands for (the model's shape, docs/costs.md).
@@ -52,7 +54,7 @@ def _thin(x: Fraction) -> str:
 def _value(q: Quantity, show=None) -> str:
     if q.exact is None or q.exact == 0:
         return ""
-    return rf" && = \text{{{tex_text((show or units.gb)(q.exact))}}}"
+    return rf"\text{{{tex_text((show or units.gb)(q.exact))}}}"
 
 
 def _gb(x: Fraction | None) -> str:
@@ -60,10 +62,21 @@ def _gb(x: Fraction | None) -> str:
 
 
 def _equation(lhs: str, q: Quantity, show=None) -> str:
-    """One ``align*`` row, continued on further rows when the formula was broken."""
-    lines = q.latex_lines or (q.latex,)
+    """One ``align*`` row, continued on further rows when the formula was broken; its value
+    follows the formula (``\\quad = 4.34 GB``) or, when that line has no room, has a row of
+    its own aligned on the ``=``."""
+    from ..costs.symbolic import LINE_POINTS, tex_width
+
+    lines = list(q.latex_lines or (q.latex,))
+    value = _value(q, show)
+    tail = ""
+    if value:
+        if tex_width(lines[-1] + rf" \quad = {value}") <= LINE_POINTS:
+            lines[-1] += rf" \quad = {value}"
+        else:
+            tail = f" \\\\\n  &= {value}"
     body = " \\\\\n  &\\qquad ".join(lines)
-    return rf"{lhs} &= {body}{_value(q, show)}"
+    return rf"{lhs} &= {body}{tail}"
 
 
 def _rows(p: PlanReport) -> list[tuple[str, Quantity]]:
@@ -182,25 +195,35 @@ def _columns(r: CostReport) -> list[tuple[str, str, list[str]]]:
     return cols
 
 
+def _path(text: str) -> str:
+    """A file name for text mode that may break after a '/', '_' or '.' (a long path fits the line)."""
+    return "".join(tex_text(ch) + (r"\allowbreak{}" if ch in "/_." else "") for ch in text)
+
+
+def _fit(tabular: list[str]) -> list[str]:
+    """A tabular scaled down to the line width when it is wider (graphicx), never scaled up."""
+    return [r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%"] + tabular + ["}"]
+
+
 def _caption(r: CostReport) -> str:
-    return (rf"\caption{{Per-device memory and per-step communication ({tex_text(r.file)}); "
+    return (r"\caption{Per-device memory and per-step communication; "
             r"1 GB = $10^9$ bytes; communication is ring bytes sent per device; "
             r"the ZeRO volume counts each collective's data once.}")
 
 
 def _portrait(r: CostReport) -> list[str]:
     cols = _columns(r)
-    out = [r"\begin{table}[ht]", r"\centering", rf"\begin{{tabular}}{{l{'r' * len(r.plans)}}}", r"\toprule",
+    tab = [rf"\begin{{tabular}}{{l{'r' * len(r.plans)}}}", r"\toprule",
            " & ".join(["per device"] + [rf"\texttt{{{tex_text(p.name)}}}" for p in r.plans]) + r" \\"]
     group = None
     for g, label, cells in cols:
         if g != group:
-            out.append(r"\midrule")
-            out.append(rf"\multicolumn{{{len(r.plans) + 1}}}{{l}}{{\emph{{{g}}}}} \\")
+            tab.append(r"\midrule")
+            tab.append(rf"\multicolumn{{{len(r.plans) + 1}}}{{l}}{{\emph{{{g}}}}} \\")
             group = g
-        out.append(" & ".join([rf"\quad {label}"] + cells) + r" \\")
-    out += [r"\bottomrule", r"\end{tabular}", _caption(r), r"\end{table}"]
-    return out
+        tab.append(" & ".join([rf"\quad {label}"] + cells) + r" \\")
+    tab += [r"\bottomrule", r"\end{tabular}"]
+    return [r"\begin{table}[ht]", r"\centering"] + _fit(tab) + [_caption(r), r"\end{table}"]
 
 
 def _landscape(r: CostReport) -> list[str]:
@@ -217,13 +240,12 @@ def _landscape(r: CostReport) -> list[str]:
     for _, n in groups:
         rules.append(rf"\cmidrule(lr){{{start}-{start + n - 1}}}")
         start += n
-    out = [r"\begin{sidewaystable}", r"\centering", r"\small", rf"\begin{{tabular}}{{l{'r' * len(cols)}}}",
-           r"\toprule", " & ".join(head) + r" \\", "".join(rules),
-           " & ".join([""] + [label for _, label, _ in cols]) + r" \\", r"\midrule"]
+    tab = [rf"\begin{{tabular}}{{l{'r' * len(cols)}}}", r"\toprule", " & ".join(head) + r" \\", "".join(rules),
+           " & ".join([""] + [SHORT.get(label, label) for _, label, _ in cols]) + r" \\", r"\midrule"]
     for i, p in enumerate(r.plans):
-        out.append(" & ".join([rf"\texttt{{{tex_text(p.name)}}}"] + [cells[i] for _, _, cells in cols]) + r" \\")
-    out += [r"\bottomrule", r"\end{tabular}", _caption(r), r"\end{sidewaystable}"]
-    return out
+        tab.append(" & ".join([rf"\texttt{{{tex_text(p.name)}}}"] + [cells[i] for _, _, cells in cols]) + r" \\")
+    tab += [r"\bottomrule", r"\end{tabular}"]
+    return [r"\begin{sidewaystable}", r"\centering", r"\small"] + _fit(tab) + [_caption(r), r"\end{sidewaystable}"]
 
 
 def _table(r: CostReport) -> list[str]:
@@ -235,7 +257,7 @@ def _table(r: CostReport) -> list[str]:
 
 def packages(r: CostReport) -> list[str]:
     """The packages the report's LaTeX needs."""
-    return ["amsmath", "booktabs"] + (["rotating"] if len(r.plans) > MAX_COLUMNS else [])
+    return ["amsmath", "booktabs", "graphicx"] + (["rotating"] if len(r.plans) > MAX_COLUMNS else [])
 
 
 def _body(r: CostReport, fragment: bool) -> list[str]:
@@ -245,7 +267,9 @@ def _body(r: CostReport, fragment: bool) -> list[str]:
             out.append(rf"\noindent Plan \texttt{{{tex_text(p.name)}}}:")
         else:
             out.append(rf"\subsection*{{Plan \texttt{{{tex_text(p.name)}}}}}")
-        out += [r"\begin{align*}", " \\\\\n".join(_lines(p)), r"\end{align*}"]
+        # a plan's equations may run past a page: breaks between them allowed, in this group only
+        out += [r"\begingroup\allowdisplaybreaks", r"\begin{align*}", " \\\\\n".join(_lines(p)), r"\end{align*}",
+                r"\endgroup"]
     out += _where(r)
     out += _table(r)
     return out
@@ -254,11 +278,11 @@ def _body(r: CostReport, fragment: bool) -> list[str]:
 def render(r: CostReport, fragment: bool = False) -> str:
     """A complete document, or (``fragment``) the equations, the "where" list and the table alone."""
     if fragment:
-        head = [rf"% placement-logic cost report of {r.file}: equations and table, for \input",
+        head = [rf"% placement-logic cost report of {tex_text(r.file)}: equations and table, for \input",
                 rf"% needs \usepackage{{{','.join(packages(r))}}}"]
         return "\n".join(head + _body(r, True)) + "\n"
     out = [r"\documentclass{article}"] + [rf"\usepackage{{{p}}}" for p in packages(r)]
-    out += [r"\begin{document}", rf"\section*{{Cost report: \texttt{{{tex_text(r.file)}}}}}"]
+    out += [r"\begin{document}", r"\section*{Cost report}", rf"{{\raggedright\noindent Spec: \texttt{{{_path(r.file)}}}\par}}"]
     names = ", ".join(rf"\texttt{{{tex_text(b.name)}}} = ${_thin(b.exact)}$" if b.exact is not None
                       else rf"\texttt{{{tex_text(b.name)}}} unbound" for b in r.bindings)
     if names:

@@ -206,6 +206,16 @@ class CostReport:
         return tuple(p.name for p in self.plans if p.fit is not None and p.fits_not)
 
     @property
+    def exit_status(self) -> int:
+        """1 when an assert fails or an expectation does not come true, 3 when an assert is
+        undecided and nothing fails, else 0."""
+        from ..outcome import Exit
+
+        if self.failed_asserts or self.unmet_expectations or self.unfit:
+            return int(Exit.FAILED)
+        return int(Exit.UNKNOWN if self.unknown_asserts else Exit.OK)
+
+    @property
     def unmet_expectations(self) -> int:
         """Claims marked ``expect fails`` whose expectation did not come true."""
         return sum(1 for q in self.questions if q.met is False)
