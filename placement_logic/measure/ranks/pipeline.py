@@ -124,6 +124,7 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
             counter.phase = "optimizer"
             opt.step()
         tagger.counter = None
+        counter.check()
         steps.append([rec.__dict__ for rec in counter.records])
         loss = torch.stack([t.detach() for t in mb_losses]).mean() if last else torch.zeros(())
         dist.all_reduce(loss)  # only the last stage's ranks (one per data-parallel replica) hold a loss

@@ -90,6 +90,7 @@ def run_job(job: Job, rank: int) -> dict:
                 trainer.clip()
             counter.phase = "optimizer"
             trainer.optimizer.step()
+        counter.check()
         steps.append([asdict(c) for c in counter.records])
         # the reported loss: the ranks' losses averaged (the global token mean when the
         # plan's loss is right); tensor-parallel ranks hold the same loss
