@@ -5,10 +5,11 @@ Input: an ``ir.Plan`` and the mesh axis sizes of the run. Output: a ``Realisatio
 faithfully) or an ``Unrealised`` with the reasons. Pure data; knows nothing of torch.
 
 Realised today, per axis role:
-  data (one axis): (R,R,R) -> DistributedDataParallel; (R,S,R) -> DDP +
-    ZeroRedundancyOptimizer; (R,S,S) -> FSDP2 fully_shard(reshard_after_forward=False)
-    ("ZeRO-2-like": parameters rest sharded); (S*,S,S) -> fully_shard with the plan's
-    reshard_after_forward.
+  data (one axis): (R,R,R) -> DistributedDataParallel; (R,S,R) -> ZeRO-1 and
+    (R,S,S) -> ZeRO-2 (the harness's ``FlatZero``: whole parameters, a flat optimizer
+    shard, gradients reduce-scattered into it, updated shards all-gathered after the
+    step; ZeRO-2 frees the whole gradients once reduced); (S*,S,S) -> fully_shard with
+    the plan's reshard_after_forward.
   data (two axes, R then S*/S/S): FSDP2 HYBRID_SHARD over a 2-D DeviceMesh.
   tensor: DTensor tensor parallelism (ColwiseParallel / RowwiseParallel) on the blocks,
     with sequence parallelism (SequenceParallel on the norms) when the plan asks for it.
@@ -20,7 +21,7 @@ twice (a second all-reduce by hand after DDP's), grads divide by X with loss glo
 or per_device_mean (the reduced sum divided by the matching factor), clip_norm reduce
 over () (clip coefficient from the local shard's norm, FSDP or tensor parallel),
 clip_norm reduce over (<all data axes>) (correct global clipping) and params
-no_regather (ZeroRedundancyOptimizer's step without its parameter broadcast).
+no_regather (ZeRO's step without its parameter all-gather).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class Realisation:
     plan: str
     mesh: tuple[tuple[str, int], ...]  # (axis, size) in mesh order
     implementation: str  # what PyTorch runs, in words
-    data: str | None = None  # ddp | zero1 | fsdp | hsdp
+    data: str | None = None  # ddp | zero1 | zero2 | fsdp | hsdp
     data_axes: tuple[str, ...] = ()
     reshard_after_forward: bool = True
     tensor_axis: str | None = None
@@ -148,14 +149,9 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         if modes == (M.R, M.R, M.R):
             data, impl = "ddp", ["DistributedDataParallel"]
         elif modes == (M.R, M.S, M.R):
-            data, impl = "zero1", ["DistributedDataParallel + ZeroRedundancyOptimizer"]
+            data, impl = "zero1", ["ZeRO-1 (reduce-scatter of gradients, all-gather of updated parameters)"]
         elif modes == (M.R, M.S, M.S):
-            data, raf, impl = "fsdp", False, ["fully_shard(reshard_after_forward=False)"]
-            approx.append(
-                "ZeRO-2 keeps parameters replicated; FSDP2's closest mode (SHARD_GRAD_OP) keeps them "
-                "sharded between steps and gathers them once per step, so measured parameter bytes are 1/n "
-                "of the plan's and the parameter all-gather happens before forward instead of after the step"
-            )
+            data, impl = "zero2", ["ZeRO-2 (reduce-scatter of gradients, all-gather of updated parameters)"]
         elif modes == (M.S_STAR, M.S, M.S):
             data, impl = "fsdp", [f"fully_shard(reshard_after_forward={raf})"]
         else:
@@ -173,8 +169,8 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         modes = _modes(plan, tensor_axis)
         if modes != (M.S, M.S, M.S):
             reasons.append(f"tensor axis '{tensor_axis}' is realised only with params, optimizer, grads all S")
-        if data not in (None, "fsdp", "ddp"):
-            reasons.append("tensor parallelism is combined only with DDP or FSDP on one data axis")
+        if data not in (None, "fsdp", "ddp", "zero1", "zero2"):
+            reasons.append("tensor parallelism is combined only with DDP, ZeRO or FSDP on one data axis")
         impl.append("DTensor " + ("Colwise/Rowwise + SequenceParallel" if plan.sequence_parallel else "ColwiseParallel/RowwiseParallel"))
         approx.append(
             "Megatron shards every parameter over the tensor axis in the plan; PyTorch (as Megatron itself) keeps "
@@ -228,15 +224,17 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         divisor = Fraction(n_data)
     else:
         divisor = divide_by * (n_data if loss == "global_mean" else 1)
-    if divisor != n_data and data not in ("ddp", "zero1", "fsdp", "hsdp"):
-        reasons.append("a gradient divisor other than the data-parallel size needs DDP or FSDP")
-    if grad_reduce in ("none", "twice") and data not in ("ddp", "zero1"):
+    if divisor != n_data and data not in ("ddp", "zero1", "zero2", "fsdp", "hsdp"):
+        reasons.append("a gradient divisor other than the data-parallel size needs DDP, ZeRO or FSDP")
+    if clip is not None and data in ("zero1", "zero2"):
+        reasons.append("gradient clipping with ZeRO-1/2 is not realised by the harness")
+    if grad_reduce in ("none", "twice") and data != "ddp":
         reasons.append("skipping or repeating the gradient all-reduce is realised only with DistributedDataParallel")
     if clip == "local" and data not in ("fsdp", "hsdp") and tensor_axis is None:
         reasons.append("a local-shard clip norm is realised only with FSDP or tensor parallelism "
                        "(replicated gradients have no shard)")
-    if not regather and data != "zero1":
-        reasons.append("params no_regather is realised only with ZeroRedundancyOptimizer (ZeRO-1)")
+    if not regather and data not in ("zero1", "zero2"):
+        reasons.append("params no_regather is realised only with ZeRO-1 or ZeRO-2")
     if pipeline_axis is not None:
         if data not in (None, "ddp"):
             reasons.append("a pipeline is combined only with DDP (replicate) on one data axis")

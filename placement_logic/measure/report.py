@@ -40,6 +40,8 @@ class Row:
     status: str  # match | explained | differs
     note: str = ""
     per_rank: tuple[int, ...] = ()  # measured on every rank, when ranks differ
+    mechanism: str = ""  # an explained row: the documented mechanism (compare.MECHANISMS) that accounts for it
+    predicted_per_rank: tuple = ()  # predicted for every rank, when ranks differ (their own pipeline stage)
 
     @property
     def abs_diff(self) -> Fraction | None:

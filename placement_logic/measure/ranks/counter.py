@@ -95,6 +95,24 @@ NOT_COLLECTIVES = frozenset({"c10d.barrier", "c10d.monitored_barrier_", "c10d.ch
 NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
 
 
+SETUP = "setup"  # phase of one-time collectives, left out of the compared step (measure.compare.SETUP)
+
+
+class one_time:
+    """Context manager: collectives issued inside are one-time setup (phase ``setup``)."""
+
+    def __enter__(self):
+        self.counter = CollectiveCounter.active
+        if self.counter is not None:
+            self.saved, self.counter.phase = self.counter.phase, SETUP
+        return self
+
+    def __exit__(self, *exc):
+        if self.counter is not None:
+            self.counter.phase = self.saved
+        return False
+
+
 class UnknownCollective(RuntimeError):
     """A collective op the counter cannot size ran during a measured step."""
 
@@ -127,7 +145,20 @@ KINDS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "broadcast", "a
 
 
 class CollectiveCounter(TorchDispatchMode):
-    """A dispatch mode recording collectives; ``records`` lists them in issue order."""
+    """A dispatch mode recording collectives; ``records`` lists them in issue order.
+
+    ``CollectiveCounter.active`` is the counter now recording (None outside one), so that
+    code deep in a wrapper can label its collectives (``one_time``)."""
+
+    active: "CollectiveCounter | None" = None
+
+    def __enter__(self):
+        CollectiveCounter.active = self
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        CollectiveCounter.active = None
+        return super().__exit__(*exc)
 
     def __init__(self) -> None:
         super().__init__()

@@ -150,6 +150,7 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
         "tensor_replicated_param_bytes": 0,
         "param_count": int(totals[1].item()),
         "param_tensors": len(named),
+        "optimizer_param_tensors": sum(len(g["params"]) for g in opt.param_groups),
         "fingerprint": totals[0].item(),
         "losses": losses,
         "tokens": tokens,

@@ -100,7 +100,7 @@ def run_job(job: Job, rank: int) -> dict:
         if step == job.steps - 1:
             params = [p for _, p in trainer.named]
             state = trainer.optimizer_state()
-            held = held_bytes(params, state)
+            held = held_bytes(params, state, trainer.held_gradients() if trainer.held_gradients else None)
             replicated = _unsharded_on(trainer, r.tensor_axis)
         trainer.optimizer.zero_grad()
     # equivalence: full parameters against the single-process run
@@ -132,6 +132,7 @@ def run_job(job: Job, rank: int) -> dict:
         "tensor_replicated_param_bytes": replicated,
         "param_count": count,
         "param_tensors": len(trainer.named),
+        "optimizer_param_tensors": sum(len(g["params"]) for g in trainer.optimizer.param_groups),
         "fingerprint": fingerprint,
         "losses": losses,
         "tokens": tokens,
