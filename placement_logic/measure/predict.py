@@ -71,7 +71,7 @@ def scaled_plan(plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, int], optim
     tf = ir.TransformerShape(
         hidden=_c(shape.hidden), layers=_c(shape.layers), heads=_c(shape.heads), kv_heads=_c(shape.kv_heads),
         ffn=_c(shape.ffn), vocab=_c(shape.vocab), tied_embeddings=shape.tied_embeddings,
-        gated_mlp=shape.gated_mlp, norm=shape.norm, bias=shape.bias,
+        gated_mlp=shape.gated_mlp, norm=shape.norm, bias=shape.bias, qkv_bias=shape.qkv_bias,
     )
     model = ir.Model(
         params=None, bytes_params=_c(FP32), bytes_grads=_c(FP32), bytes_optimizer=_c(OPTIMIZER_BYTES[optimizer]),

@@ -35,7 +35,7 @@ class Attention(nn.Module):
         super().__init__()
         self.head_dim = shape.head_dim
         self.q_per_kv = shape.heads // shape.kv_heads
-        self.qkv = nn.Linear(shape.hidden, shape.qkv_out, bias=shape.bias)
+        self.qkv = nn.Linear(shape.hidden, shape.qkv_out, bias=shape.has_qkv_bias)
         self.proj = nn.Linear(shape.hidden, shape.hidden, bias=shape.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
