@@ -38,14 +38,19 @@ MECHANISMS = {
                             "stage make only one side of them",
     "gradient-reduced-twice": "the plan reduces over one axis twice: two whole-gradient all-reduces, which the "
                               "engine sizes as one",
-    "tensor-replicated-params": "PyTorch keeps the embedding and the head whole over the tensor axis, which the "
-                                "plan shards",
+    "tensor-replicated-params": "with tied embeddings PyTorch keeps the embedding (the head) whole over the tensor "
+                                "axis, which the plan shards",
+    "dtensor-embedding-grad-whole": "without a data-parallel wrapper, DTensor's vocabulary-parallel embedding "
+                                    "keeps a whole V·h gradient where the plan holds V/t rows",
     "clip-norm-scalars": "clip_grad_norm_ all-reduces one fp32 partial norm per parameter tensor; the cost model "
                          "leaves scalars out",
     "sp-norm-gradients": "sequence parallelism all-reduces the gradients of the norm weights and biases (h·4 B "
                          "each); the cost model leaves them out",
-    "sp-boundary-gathers": "two more s·b·h all-gathers where the sequence-parallel region meets the replicated "
-                           "head and embedding",
+    "sp-boundary-gathers": "two more s·b·h all-gathers and reduce-scatters where the sequence-parallel region "
+                           "meets the embedding and the head",
+    "vocab-parallel-embedding-head": "the vocabulary-parallel embedding's output all-reduce, the head's input-gradient "
+                                     "all-reduce and the vocabulary-parallel cross entropy's three per-token "
+                                     "all-reduces; the cost model counts the layers' only",
 }
 
 
@@ -162,7 +167,14 @@ def _state_rows(pred: Prediction, r: Realisation, results: list[dict], shape: Ti
             # head (the norms, row-parallel biases and router the plan keeps whole too)
             replicated = [(Fraction(res["tensor_replicated_param_bytes"]) - pred.tensor_whole_bytes) * width[state]
                           / width["params"] for res in results]
-            if r.tensor_axis and own is None and all(rep > 0 for rep in replicated) \
+            whole_grad = Fraction(shape.vocab * shape.hidden) * width["grads"] * (t - 1) / t
+            if state == "grads" and r.tensor_axis and r.data is None and not shape.tied_embeddings \
+                    and all(m == w + whole_grad for m, w in zip(per_rank, want)):
+                status, mechanism, note = _explained("dtensor-embedding-grad-whole", (
+                    f"DTensor's vocabulary-parallel embedding leaves a whole ({shape.vocab}·{shape.hidden}) Replicate "
+                    f"gradient on every rank, {whole_grad} B more than its 1/{t} shard (Megatron-LM keeps V/t rows); "
+                    "with a data-parallel wrapper the gradient is reduced into the shard's own buffer"))
+            elif r.tensor_axis and own is None and all(rep > 0 for rep in replicated) \
                     and all(m == w + rep * (t - 1) / t for m, w, rep in zip(per_rank, want, replicated)):
                 status, mechanism, note = _explained("tensor-replicated-params", (
                     f"{replicated[0]} B per rank belong to parameters PyTorch keeps replicated over "
@@ -257,27 +269,71 @@ def _collective_rows(pred: Prediction, r: Realisation, results: list[dict], shap
             status, mechanism, note = _explained("clip-norm-scalars", (
                 f"clip_grad_norm_ all-reduces one partial fp32 norm per parameter tensor "
                 f"({results[0]['param_tensors']} × 4 B); the cost model leaves this scalar traffic out"))
-        if status == "differs" and r.sequence_parallel and kind == "all_reduce" and axes == (r.tensor_axis,) and p == 0:
-            recs = [rec for rec in results[0]["collectives"][-1]
-                    if rec["kind"] == "all_reduce" and axes_of_group(tuple(rec["ranks"]), results[0]["coords"], r.mesh) == axes]
-            if recs and all(rec["bytes"] == shape.hidden * 4 for rec in recs):
-                phases = sorted({rec["phase"] for rec in recs})
-                status, mechanism, note = _explained("sp-norm-gradients", (
-                    f"{len(recs)} all-reduces of h·4 = {shape.hidden * 4} B in {' and '.join(phases)}: gradients of "
-                    "norm weights and biases, replicated inside the sequence-parallel region, reduced over "
-                    f"'{r.tensor_axis}' (the reduction sequence parallelism requires; the cost model leaves it out"
-                    + ("; DTensor keeps them partial and the optimizer reduces them again in each op that reads them"
-                       if "optimizer" in phases else "") + ")"))
-        if status == "differs" and r.sequence_parallel and kind == "all_gather" and axes == (r.tensor_axis,) \
-                and p == 4 * shape.layers * shape.microbatches * boundary \
-                and all(g == p + 2 * boundary for g in got):
-            status, mechanism, note = _explained("sp-boundary-gathers", (
-                f"two more all-gathers of s·b·h = {boundary} B where the sequence-parallel region meets the "
-                "replicated head (forward) and the replicated embedding (its gradient, backward)"))
+        if status == "differs" and r.tensor_axis and axes == (r.tensor_axis,):
+            status, mechanism, note = _tensor_axis_extras(kind, p, got, r, results, shape, boundary)
         rows.append(Row("collectives", label + ", buffer bytes per step", p, Fraction(max(got)), status, note,
                         got if len(set(got)) > 1 else (), mechanism))
         used.add(key)
     return rows
+
+
+def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, results: list[dict], shape: TinyShape,
+                        boundary: int) -> tuple[str, str, str]:
+    """The tensor-axis collectives beyond Megatron's per-layer ones that the cost model leaves out.
+
+    Checked record by record on every rank: the prediction must be Megatron's per-layer
+    count (2 forward + 2 backward per layer and microbatch, of s·b·h) and the measured
+    records exactly that plus the documented extras."""
+    vocab = not shape.tied_embeddings
+    # Megatron: 2 per layer and microbatch in forward, 2 in backward, 2 more with full recomputation
+    calls = (6 if r.recompute == "full" else 4) * shape.layers * shape.microbatches
+    m, per_layer = shape.microbatches, calls * boundary
+    tokens = shape.seq * shape.microbatch * 4  # one fp32 value per token of a microbatch
+    norm_grad = shape.hidden * 4
+    mesh = r.mesh
+
+    def records(res, phases=None):
+        return sorted(rec["bytes"] for rec in res["collectives"][-1]
+                      if rec["kind"] == kind and rec.get("phase") != "setup"
+                      and (phases is None or rec.get("phase") in phases)
+                      and axes_of_group(tuple(rec["ranks"]), res["coords"], mesh) == (r.tensor_axis,))
+
+    if not r.sequence_parallel and kind == "all_reduce" and vocab and p == per_layer:
+        want = sorted([boundary] * (calls + 2) + [tokens] * (3 * m))
+        if all(records(res) == want for res in results):
+            return _explained("vocab-parallel-embedding-head", (
+                f"Megatron's vocabulary-parallel embedding all-reduces its partial output (s·b·h = {boundary} B, "
+                f"forward) and the head its input's partial gradient ({boundary} B, backward); the vocabulary-parallel "
+                f"cross entropy all-reduces the max, the target logit and the sum of exponentials ({tokens} B each, "
+                f"{3 * m} in all); the cost model counts the layers' all-reduces only"))
+    if r.sequence_parallel and kind in ("all_gather", "reduce_scatter") and p == per_layer \
+            and all(g == p + 2 * boundary for g in got) \
+            and all(records(res) == [boundary] * (calls + 2) for res in results):
+        where = ("the vocabulary-parallel embedding's output (reduce-scattered forward, its gradient all-gathered "
+                 "backward) and the vocabulary-parallel head's input (all-gathered forward, its gradient "
+                 "reduce-scattered backward)") if vocab else \
+            "the replicated head (forward) and the replicated embedding (its gradient, backward)"
+        return _explained("sp-boundary-gathers", (
+            f"two more {kind.replace('_', '-')}s of s·b·h = {boundary} B where the sequence-parallel region meets {where}"))
+    if r.sequence_parallel and kind == "all_reduce" and p == 0:
+        ce = [tokens] * (3 * m) if vocab else []
+        ok = all(records(res, ("forward",)) == ce for res in results) and all(
+            (rest := records(res, ("backward", "optimizer", "clip"))) and set(rest) == {norm_grad} for res in results)
+        if ok:
+            phases = sorted({rec["phase"] for rec in results[0]["collectives"][-1] if rec["kind"] == kind
+                             and rec["bytes"] == norm_grad and rec.get("phase") != "forward"})
+            n = len(records(results[0], ("backward", "optimizer", "clip")))
+            note = (f"{n} all-reduces of h·4 = {norm_grad} B in {' and '.join(phases)}: gradients of norm weights and "
+                    f"biases, replicated inside the sequence-parallel region, reduced over '{r.tensor_axis}' (the "
+                    "reduction sequence parallelism requires; the cost model leaves it out"
+                    + ("; DTensor keeps them partial and the optimizer reduces them again in each op that reads them"
+                       if "optimizer" in phases else "") + ")")
+            if vocab:
+                note += (f"; and in forward the vocabulary-parallel cross entropy's {3 * m} all-reduces of {tokens} B "
+                         "(max, target logit, sum of exponentials)")
+                return "explained", "sp-norm-gradients + vocab-parallel-embedding-head", note
+            return _explained("sp-norm-gradients", note)
+    return "differs", "", ""
 
 
 def _edge_share(kind: str, rank: int, p: int, v: int) -> Fraction:

@@ -12,10 +12,15 @@ Realised today, per axis role:
     the plan's reshard_after_forward.
   data (two axes, R then S*/S/S): FSDP2 HYBRID_SHARD over a 2-D DeviceMesh.
   tensor: DTensor tensor parallelism (ColwiseParallel / RowwiseParallel) on the blocks,
-    with sequence parallelism (SequenceParallel on the norms) when the plan asks for it.
+    the vocabulary-parallel embedding and head of Megatron-LM (RowwiseParallel on the
+    embedding, ColwiseParallel on the head with ``loss_parallel``), with sequence
+    parallelism (SequenceParallel on the norms) when the plan asks for it.
   pipeline (schedule gpipe, 1f1b, interleaved): ``torch.distributed.pipelining`` stages
     (ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B), with DDP or DDP +
     data-parallel replication (``replicate``, FSDP2-based DDP) or nothing on one data axis.
+Recomputation: full -> every block under ``torch.utils.checkpoint`` (its forward, with its
+  tensor-parallel collectives, runs again in backward); selective -> the attention core
+  (softmax(q·kᵀ)·v, no collectives) under ``checkpoint``, as Megatron-LM's selective recompute.
 Overrides reproduced: grads reduce over () (no gradient all-reduce) or over the data axis
 twice (a second all-reduce by hand after DDP's), grads divide by X with loss global_mean
 or per_device_mean (the reduced sum divided by the matching factor), clip_norm reduce
@@ -55,6 +60,7 @@ class Realisation:
     pipeline_axis: str | None = None
     schedule: str | None = None  # gpipe | 1f1b | interleaved
     chunks: int = 1  # model chunks per pipeline stage (interleaved: v)
+    recompute: str = "none"  # none | selective (the attention core) | full (every block), torch.utils.checkpoint
     approximations: tuple[str, ...] = ()  # where the realisation differs from the plan
 
     @property
@@ -121,8 +127,6 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         else:
             reasons.append(f"pipeline schedule '{kind.value}' is not realised by the harness "
                            "(torch.distributed.pipelining has no ZeRO++ schedule)")
-    if plan.recompute is not ir.Recompute.NONE:
-        reasons.append(f"{plan.recompute.value} recomputation only changes activations, which are not measured")
     tf = plan.model.transformer
     if tf is not None:
         try:
@@ -172,10 +176,10 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         if data not in (None, "fsdp", "ddp", "zero1", "zero2"):
             reasons.append("tensor parallelism is combined only with DDP, ZeRO or FSDP on one data axis")
         impl.append("DTensor " + ("Colwise/Rowwise + SequenceParallel" if plan.sequence_parallel else "ColwiseParallel/RowwiseParallel"))
-        approx.append(
-            "Megatron shards every parameter over the tensor axis in the plan; PyTorch (as Megatron itself) keeps "
-            "the embedding, the output head, the norms and the output-projection biases replicated"
-        )
+        if tf is not None and tf.tied_embeddings:
+            approx.append(
+                "tied embeddings under tensor parallelism: the harness keeps the embedding (which is the head) "
+                "whole on the tensor axis, where the plan and Megatron-LM shard it over the vocabulary")
     if pipeline_axis is not None:
         modes = _modes(plan, pipeline_axis)
         if modes != (M.S, M.S, M.S):
@@ -275,6 +279,7 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         pipeline_axis=pipeline_axis,
         schedule=schedule,
         chunks=chunks,
+        recompute=plan.recompute.value,
         approximations=tuple(approx),
     )
 

@@ -97,8 +97,14 @@ def test_collectives_follow_the_zero_paper(reports, plan, expected):
 def test_tensor_parallel_all_reduces(reports):
     rep = reports["tp"]
     sh = dict(rep.shape)
-    # Megatron: two all-reduces of s·b·h per layer in forward and two in backward (fp32)
-    assert _row(rep, "all_reduce over tp").measured == 4 * sh["layers"] * sh["seq"] * sh["microbatch"] * sh["hidden"] * 4
+    # Megatron: two all-reduces of s·b·h per layer in forward and two in backward (fp32), one more for the
+    # vocabulary-parallel embedding (forward) and one for the head's input gradient (backward), and the
+    # vocabulary-parallel cross entropy's three all-reduces of one fp32 value per token (max, target
+    # logit, sum of exponentials)
+    sbh = sh["seq"] * sh["microbatch"] * sh["hidden"] * 4
+    assert _row(rep, "all_reduce over tp").measured == (4 * sh["layers"] + 2) * sbh + 3 * sh["seq"] * sh["microbatch"] * 4
+    # the embedding and the head are sharded over the vocabulary, as the plan says: every held row is exact
+    assert [_row(rep, f"{s} held").status for s in ("params", "grads", "optimizer")] == ["match"] * 3
     assert rep.outcome == "matched"
 
 

@@ -32,9 +32,9 @@ from .torch_plan import local, make_optimizer
 _SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B"}
 
 
-def stage_model(shape, seed: int, stage: int, stages: int) -> nn.Module:
+def stage_model(shape, seed: int, stage: int, stages: int, recompute: str = "none") -> nn.Module:
     """The tiny transformer keeping only virtual stage ``stage`` of ``stages``."""
-    m = tiny.build(shape, seed)
+    m = tiny.build(shape, seed, recompute)
     per = shape.layers // stages
     keep = range(stage * per, (stage + 1) * per)
     m.blocks = nn.ModuleDict({str(i): m.blocks[i] for i in keep})
@@ -82,7 +82,7 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
     tagger = _Tagger()
     for c in range(v):
         index = pp_rank + c * p
-        sub = stage_model(shape, job.seed, index, p * v).to(device)
+        sub = stage_model(shape, job.seed, index, p * v, r.recompute).to(device)
         inner.append(sub)
         if r.data == "ddp":
             from torch.distributed._composable.replicate_with_fsdp import replicate

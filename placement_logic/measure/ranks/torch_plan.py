@@ -80,6 +80,8 @@ class Trainer:
     after_backward: Callable[[], None] | None = None
     # the gradient tensors this rank holds after backward (default: the parameters' .grad)
     held_gradients: Callable[[], list] | None = None
+    # the logits are vocabulary-sharded DTensors: the loss runs under loss_parallel()
+    loss_parallel: bool = False
 
     def __post_init__(self) -> None:
         if not self.named:
@@ -219,7 +221,9 @@ def allreduce_again(params, group):
     return run
 
 
-def tensor_parallel(model: nn.Module, mesh, sequence_parallel: bool) -> None:
+def tensor_parallel(model: nn.Module, mesh, sequence_parallel: bool) -> bool:
+    """Megatron tensor parallelism on ``model``; True when the logits are vocabulary-sharded
+    (the loss is then computed under ``loss_parallel``)."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
@@ -250,25 +254,45 @@ def tensor_parallel(model: nn.Module, mesh, sequence_parallel: bool) -> None:
                 "mlp.fc2": RowwiseParallel(),
             }
         parallelize_module(block, mesh, plan)
+    if model.head is None:
+        # tied embeddings: the head is the embedding's transpose; both stay whole on the axis
+        if sequence_parallel:
+            parallelize_module(model, mesh, {
+                "embed": PrepareModuleOutput(output_layouts=(Replicate(),), desired_output_layouts=(Shard(1),),
+                                             use_local_output=True),
+                "norm": SequenceParallel(),
+            })
+            parallelize_module(model, mesh, {
+                "norm": PrepareModuleOutput(output_layouts=(Shard(1),), desired_output_layouts=(Replicate(),),
+                                            use_local_output=True),
+            })
+        return False
+    # Megatron-LM's vocabulary-parallel embedding and output head: each rank holds V/t rows of
+    # both; the embedding's partial output is all-reduced (reduce-scattered under sequence
+    # parallelism), the head's input is whole (all-gathered from the sequence shards under
+    # sequence parallelism) and its logits stay sharded over the vocabulary for the
+    # vocabulary-parallel cross entropy (``loss_parallel``).
+    parallelize_module(model, mesh, {
+        "embed": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1) if sequence_parallel else Replicate()),
+        "head": ColwiseParallel(input_layouts=Shard(1) if sequence_parallel else Replicate(), output_layouts=Shard(-1),
+                                use_local_output=False),
+    })
     if sequence_parallel:
-        # The replicated embedding's output enters the blocks sequence-sharded (a local
-        # slice forward, an all-gather of its gradient backward); the final norm runs
-        # sequence-parallel and the replicated head gets the gathered sequence.
-        parallelize_module(model, mesh, {
-            "embed": PrepareModuleOutput(output_layouts=(Replicate(),), desired_output_layouts=(Shard(1),),
-                                         use_local_output=True),
-            "norm": SequenceParallel(),
-        })
-        parallelize_module(model, mesh, {
-            "norm": PrepareModuleOutput(output_layouts=(Shard(1),), desired_output_layouts=(Replicate(),),
-                                        use_local_output=True),
-        })
+        parallelize_module(model, mesh, {"norm": SequenceParallel()})
+    return True
 
 
 def apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
     """Wrap ``model`` as ``r`` says; ``mesh`` is a DeviceMesh with the plan's axis names."""
+    vocab_parallel = False
     if r.tensor_axis is not None:
-        tensor_parallel(model, mesh[r.tensor_axis], r.sequence_parallel)
+        vocab_parallel = tensor_parallel(model, mesh[r.tensor_axis], r.sequence_parallel)
+    trainer = _apply(r, model, mesh)
+    trainer.loss_parallel = vocab_parallel
+    return trainer
+
+
+def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
     params = list(model.parameters())
     clip = None
     if r.data in ("zero1", "zero2"):

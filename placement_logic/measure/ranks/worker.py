@@ -48,12 +48,15 @@ def _device(rank: int):
 
 
 def run_job(job: Job, rank: int) -> dict:
+    from contextlib import nullcontext
+
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import loss_parallel
 
     from . import model as tiny
     from .counter import CollectiveCounter
-    from .torch_plan import apply
+    from .torch_plan import apply, local
 
     r = job.realisation
     names = tuple(a for a, _ in r.mesh)
@@ -70,7 +73,7 @@ def run_job(job: Job, rank: int) -> dict:
         dp_index = dp_index * r.sizes[a] + coords[a]
         dp *= r.sizes[a]
     global_batch = job.shape.microbatch * dp
-    trainer = apply(r, tiny.build(job.shape, job.seed).to(device), mesh)
+    trainer = apply(r, tiny.build(job.shape, job.seed, r.recompute).to(device), mesh)
     steps, losses, tokens = [], [], []
     for step in range(job.steps):
         x, y = _batch(job.shape, global_batch, job.seed, step)
@@ -78,7 +81,7 @@ def run_job(job: Job, rank: int) -> dict:
         tokens.append(tokens_of(y[lo:hi]))
         norm = loss_normaliser(r, tokens_of(y), tokens_of(y[lo:hi]))
         counter = CollectiveCounter()
-        with counter:
+        with counter, (loss_parallel() if trainer.loss_parallel else nullcontext()):
             counter.phase = "forward"
             loss = _loss_sum(trainer.module(x[lo:hi].to(device)), y[lo:hi].to(device)) / norm
             counter.phase = "backward"
@@ -94,7 +97,7 @@ def run_job(job: Job, rank: int) -> dict:
         steps.append([asdict(c) for c in counter.records])
         # the reported loss: the ranks' losses averaged (the global token mean when the
         # plan's loss is right); tensor-parallel ranks hold the same loss
-        mean = loss.detach().clone()
+        mean = local(loss.detach()).clone()
         dist.all_reduce(mean)
         losses.append(mean.item() / r.world)
         if step == job.steps - 1:
