@@ -168,8 +168,9 @@ def _state_rows(pred: Prediction, r: Realisation, results: list[dict], shape: Ti
             replicated = [(Fraction(res["tensor_replicated_param_bytes"]) - pred.tensor_whole_bytes) * width[state]
                           / width["params"] for res in results]
             whole_grad = Fraction(shape.vocab * shape.hidden) * width["grads"] * (t - 1) / t
+            embeds = [not r.pipeline_axis or res["coords"][r.pipeline_axis] == 0 for res in results]
             if state == "grads" and r.tensor_axis and r.data is None and not shape.tied_embeddings \
-                    and all(m == w + whole_grad for m, w in zip(per_rank, want)):
+                    and all(m == w + whole_grad * e for m, w, e in zip(per_rank, want, embeds)):
                 status, mechanism, note = _explained("dtensor-embedding-grad-whole", (
                     f"DTensor's vocabulary-parallel embedding leaves a whole ({shape.vocab}·{shape.hidden}) Replicate "
                     f"gradient on every rank, {whole_grad} B more than its 1/{t} shard (Megatron-LM keeps V/t rows); "
@@ -285,8 +286,9 @@ def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, resu
     count (2 forward + 2 backward per layer and microbatch, of s·b·h) and the measured
     records exactly that plus the documented extras."""
     vocab = not shape.tied_embeddings
-    # Megatron: 2 per layer and microbatch in forward, 2 in backward, 2 more with full recomputation
-    calls = (6 if r.recompute == "full" else 4) * shape.layers * shape.microbatches
+    # Megatron: 2 per layer and microbatch in forward, 2 in backward, 2 more with full recomputation,
+    # over the layers of the rank's own pipeline stage
+    calls = (6 if r.recompute == "full" else 4) * (shape.layers // r.stages) * shape.microbatches
     m, per_layer = shape.microbatches, calls * boundary
     tokens = shape.seq * shape.microbatch * 4  # one fp32 value per token of a microbatch
     norm_grad = shape.hidden * 4
@@ -298,17 +300,29 @@ def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, resu
                       and (phases is None or rec.get("phase") in phases)
                       and axes_of_group(tuple(rec["ranks"]), res["coords"], mesh) == (r.tensor_axis,))
 
+    def ends(res) -> tuple[int, int]:
+        """(1 if the rank holds the embedding, 1 if it holds the head)."""
+        if not r.pipeline_axis:
+            return 1, 1
+        c = res["coords"][r.pipeline_axis]
+        return int(c == 0), int(c == r.stages - 1)
+
     if not r.sequence_parallel and kind == "all_reduce" and vocab and p == per_layer:
-        want = sorted([boundary] * (calls + 2) + [tokens] * (3 * m))
-        if all(records(res) == want for res in results):
+        def want(res):
+            emb, head = ends(res)
+            return sorted([boundary] * (calls + m * emb + m * head) + [tokens] * (3 * m * head))
+
+        if all(records(res) == want(res) for res in results):
             return _explained("vocab-parallel-embedding-head", (
-                f"Megatron's vocabulary-parallel embedding all-reduces its partial output (s·b·h = {boundary} B, "
-                f"forward) and the head its input's partial gradient ({boundary} B, backward); the vocabulary-parallel "
-                f"cross entropy all-reduces the max, the target logit and the sum of exponentials ({tokens} B each, "
-                f"{3 * m} in all); the cost model counts the layers' all-reduces only"))
+                f"Megatron's vocabulary-parallel embedding all-reduces its partial output (s·b·h = {boundary} B per "
+                f"microbatch, forward) and the head its input's partial gradient ({boundary} B, backward); the "
+                f"vocabulary-parallel cross entropy all-reduces the max, the target logit and the sum of exponentials "
+                f"({tokens} B each, 3 per microbatch)"
+                + (" — on the pipeline stages that hold the embedding and the head" if r.pipeline_axis else "")
+                + "; the cost model counts the layers' all-reduces only"))
     if r.sequence_parallel and kind in ("all_gather", "reduce_scatter") and p == per_layer \
-            and all(g == p + 2 * boundary for g in got) \
-            and all(records(res) == [boundary] * (calls + 2) for res in results):
+            and all(g == p + 2 * m * boundary for g in got) \
+            and all(records(res) == [boundary] * (calls + 2 * m) for res in results):
         where = ("the vocabulary-parallel embedding's output (reduce-scattered forward, its gradient all-gathered "
                  "backward) and the vocabulary-parallel head's input (all-gathered forward, its gradient "
                  "reduce-scattered backward)") if vocab else \

@@ -242,8 +242,8 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
     if pipeline_axis is not None:
         if data not in (None, "ddp"):
             reasons.append("a pipeline is combined only with DDP (replicate) on one data axis")
-        if tensor_axis is not None:
-            reasons.append("a pipeline is not combined with tensor parallelism by the harness")
+        if tensor_axis is not None and plan.sequence_parallel:
+            reasons.append("sequence parallelism under a pipeline is not realised by the harness")
         if clip is not None:
             reasons.append("gradient clipping under a pipeline is not realised by the harness")
         if grad_reduce != "mean" or divisor_given(plan):

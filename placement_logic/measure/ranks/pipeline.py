@@ -27,7 +27,7 @@ from torch import nn
 
 from . import model as tiny
 from .counter import CollectiveCounter
-from .torch_plan import local, make_optimizer
+from .torch_plan import local, make_optimizer, tensor_parallel
 
 _SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B"}
 
@@ -68,7 +68,10 @@ class _Tagger:
 
 
 def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
+    from contextlib import nullcontext
+
     from torch.distributed.pipelining import PipelineStage, schedules
+    from torch.distributed.tensor.parallel import loss_parallel
 
     from .training import _batch, _loss_sum, _reference, held_bytes, loss_normaliser, tokens_of
 
@@ -78,11 +81,16 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
     pp_group = mesh[r.pipeline_axis].get_group()
     dp_index = coords[r.data_axes[0]] if r.data_axes else 0
     m = shape.microbatches
+    tp = r.sizes[r.tensor_axis] if r.tensor_axis else 1
     inner, stages = [], []
     tagger = _Tagger()
+    vocab_parallel = False
     for c in range(v):
         index = pp_rank + c * p
         sub = stage_model(shape, job.seed, index, p * v, r.recompute).to(device)
+        if r.tensor_axis is not None:
+            vocab_parallel = tensor_parallel(sub, mesh[r.tensor_axis], r.sequence_parallel,
+                                             shape.tied_embeddings) or vocab_parallel
         inner.append(sub)
         if r.data == "ddp":
             from torch.distributed._composable.replicate_with_fsdp import replicate
@@ -116,7 +124,7 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
         counter = CollectiveCounter()
         tagger.counter = counter
         mb_losses: list = []
-        with counter:
+        with counter, (loss_parallel() if vocab_parallel else nullcontext()):
             counter.phase = "schedule"
             args = (x[lo:hi].to(device),) if first else ()
             kwargs = {"target": y[lo:hi].to(device), "losses": mb_losses} if last else {}
@@ -126,21 +134,22 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
         tagger.counter = None
         counter.check()
         steps.append([rec.__dict__ for rec in counter.records])
-        loss = torch.stack([t.detach() for t in mb_losses]).mean() if last else torch.zeros(())
-        dist.all_reduce(loss)  # only the last stage's ranks (one per data-parallel replica) hold a loss
-        losses.append(loss.item() / dp)
+        loss = torch.stack([local(t.detach()) for t in mb_losses]).mean() if last else torch.zeros(())
+        dist.all_reduce(loss)  # only the last stage's ranks (one per data-parallel and tensor rank) hold a loss
+        losses.append(loss.item() / (dp * tp))
         if step == job.steps - 1:
             held = held_bytes(params, opt.state)
         opt.zero_grad()
     ref, ref_losses = _reference(job, global_batch)
     worst_abs, worst_name, scale = 0.0, "", max(t.abs().max().item() for t in ref.values())
-    for name, q in named:
-        diff = (local(q).detach().cpu() - ref[name]).abs().max().item()  # replicated: the local tensor is whole
+    whole = [(name, q.full_tensor() if hasattr(q, "full_tensor") else q) for name, q in named]  # TP shards gathered
+    for name, q in whole:
+        diff = (q.detach().cpu() - ref[name]).abs().max().item()
         if diff > worst_abs or not worst_name:
             worst_abs, worst_name = diff, name
     # whole-model quantities: this stage's part summed over the pipeline axis
-    totals = torch.tensor([sum(local(q).detach().double().pow(2).sum().item() for q in params),
-                           float(sum(q.numel() for q in params))], dtype=torch.float64)
+    totals = torch.tensor([sum(q.detach().double().pow(2).sum().item() for _, q in whole),
+                           float(sum(q.numel() for _, q in whole))], dtype=torch.float64)
     dist.all_reduce(totals, group=pp_group)
     return {
         "key": job.key,

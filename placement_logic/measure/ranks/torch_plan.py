@@ -221,9 +221,10 @@ def allreduce_again(params, group):
     return run
 
 
-def tensor_parallel(model: nn.Module, mesh, sequence_parallel: bool) -> bool:
-    """Megatron tensor parallelism on ``model``; True when the logits are vocabulary-sharded
-    (the loss is then computed under ``loss_parallel``)."""
+def tensor_parallel(model: nn.Module, mesh, sequence_parallel: bool, tied: bool | None = None) -> bool:
+    """Megatron tensor parallelism on ``model`` (a whole model or a pipeline stage of it, whose
+    embedding or head may be absent); True when the logits are vocabulary-sharded (the loss is
+    then computed under ``loss_parallel``)."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
@@ -234,7 +235,10 @@ def tensor_parallel(model: nn.Module, mesh, sequence_parallel: bool) -> bool:
         parallelize_module,
     )
 
-    for block in model.blocks:
+    if tied is None:
+        tied = model.head is None
+    blocks = model.blocks.values() if isinstance(model.blocks, nn.ModuleDict) else model.blocks
+    for block in blocks:
         if sequence_parallel:
             plan = {
                 "norm1": SequenceParallel(),
@@ -254,7 +258,7 @@ def tensor_parallel(model: nn.Module, mesh, sequence_parallel: bool) -> bool:
                 "mlp.fc2": RowwiseParallel(),
             }
         parallelize_module(block, mesh, plan)
-    if model.head is None:
+    if tied:
         # tied embeddings: the head is the embedding's transpose; both stay whole on the axis
         if sequence_parallel:
             parallelize_module(model, mesh, {
@@ -272,14 +276,18 @@ def tensor_parallel(model: nn.Module, mesh, sequence_parallel: bool) -> bool:
     # parallelism), the head's input is whole (all-gathered from the sequence shards under
     # sequence parallelism) and its logits stay sharded over the vocabulary for the
     # vocabulary-parallel cross entropy (``loss_parallel``).
-    parallelize_module(model, mesh, {
-        "embed": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1) if sequence_parallel else Replicate()),
-        "head": ColwiseParallel(input_layouts=Shard(1) if sequence_parallel else Replicate(), output_layouts=Shard(-1),
-                                use_local_output=False),
-    })
-    if sequence_parallel:
+    plan = {}
+    if model.embed is not None:
+        plan["embed"] = RowwiseParallel(input_layouts=Replicate(),
+                                        output_layouts=Shard(1) if sequence_parallel else Replicate())
+    if model.head is not None:
+        plan["head"] = ColwiseParallel(input_layouts=Shard(1) if sequence_parallel else Replicate(),
+                                       output_layouts=Shard(-1), use_local_output=False)
+    if plan:
+        parallelize_module(model, mesh, plan)
+    if sequence_parallel and model.norm is not None:
         parallelize_module(model, mesh, {"norm": SequenceParallel()})
-    return True
+    return model.head is not None
 
 
 def apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
