@@ -233,13 +233,17 @@ def _collective_rows(pred: Prediction, r: Realisation, results: list[dict], shap
         data_axes = bool(axes) and set(axes) <= set(r.data_axes)
         # pipeline-stage-share: DDP/replicate all-reduces each stage's own gradients; the engine's
         # buffer is the uniform Ψ/p of gradient bytes
-        if status == "differs" and r.pipeline_axis and kind == "all_reduce" and data_axes and r.data == "ddp" \
-                and p == grads_width * psi / r.stages and all(g == p * f for g, f in zip(got, shares)):
+        stage_kinds = {"ddp": {"all_reduce": "grads"}, "zero1": {"reduce_scatter": "grads", "all_gather": "params"},
+                       "zero2": {"reduce_scatter": "grads", "all_gather": "params"}}.get(r.data, {})
+        if status == "differs" and r.pipeline_axis and kind in stage_kinds and data_axes \
+                and p == pred.widths[stage_kinds[kind]] * psi / r.stages and all(g == p * f for g, f in zip(got, shares)):
             status, mechanism, note = _explained("pipeline-stage-share", _stage_note(
-                r, shape, "This buffer, the stage's gradients,"))
+                r, shape, f"This buffer, the stage's {'gradients' if stage_kinds[kind] == 'grads' else 'parameters'},"))
         # pipeline-edge-stages: the engine's interior stage sends and receives m·v boundaries of s·b·h
+        # under sequence parallelism each tensor rank sends its own sequence shard, s·b·h/t
+        sp_div = r.sizes[r.tensor_axis] if r.sequence_parallel else 1
         if status == "differs" and kind.startswith("p2p ") and r.pipeline_axis and axes == (r.pipeline_axis,) \
-                and p == boundary * shape.microbatches * r.chunks:
+                and p == boundary * shape.microbatches * r.chunks / sp_div:
             want = [p * _edge_share(kind, res["coords"][r.pipeline_axis], r.stages, r.chunks) for res in results]
             if all(g == w for g, w in zip(got, want)):
                 status, mechanism, note = _explained("pipeline-edge-stages", _edge_note(kind, r))
@@ -321,8 +325,7 @@ def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, resu
                 + (" — on the pipeline stages that hold the embedding and the head" if r.pipeline_axis else "")
                 + "; the cost model counts the layers' all-reduces only"))
     if r.sequence_parallel and kind in ("all_gather", "reduce_scatter") and p == per_layer \
-            and all(g == p + 2 * m * boundary for g in got) \
-            and all(records(res) == [boundary] * (calls + 2 * m) for res in results):
+            and all(records(res) == [boundary] * (calls + m * sum(ends(res))) for res in results):
         where = ("the vocabulary-parallel embedding's output (reduce-scattered forward, its gradient all-gathered "
                  "backward) and the vocabulary-parallel head's input (all-gathered forward, its gradient "
                  "reduce-scattered backward)") if vocab else \
@@ -330,12 +333,12 @@ def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, resu
         return _explained("sp-boundary-gathers", (
             f"two more {kind.replace('_', '-')}s of s·b·h = {boundary} B where the sequence-parallel region meets {where}"))
     if r.sequence_parallel and kind == "all_reduce" and p == 0:
-        ce = [tokens] * (3 * m) if vocab else []
-        ok = all(records(res, ("forward",)) == ce for res in results) and all(
+        ok = all(records(res, ("forward", "schedule")) == ([tokens] * (3 * m * ends(res)[1]) if vocab else []) for res in results) \
+            and all(
             (rest := records(res, ("backward", "optimizer", "clip"))) and set(rest) == {norm_grad} for res in results)
         if ok:
             phases = sorted({rec["phase"] for rec in results[0]["collectives"][-1] if rec["kind"] == kind
-                             and rec["bytes"] == norm_grad and rec.get("phase") != "forward"})
+                             and rec["bytes"] == norm_grad and rec.get("phase") not in ("forward", "schedule")})
             n = len(records(results[0], ("backward", "optimizer", "clip")))
             note = (f"{n} all-reduces of h·4 = {norm_grad} B in {' and '.join(phases)}: gradients of norm weights and "
                     f"biases, replicated inside the sequence-parallel region, reduced over '{r.tensor_axis}' (the "
@@ -343,8 +346,9 @@ def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, resu
                     + ("; DTensor keeps them partial and the optimizer reduces them again in each op that reads them"
                        if "optimizer" in phases else "") + ")")
             if vocab:
-                note += (f"; and in forward the vocabulary-parallel cross entropy's {3 * m} all-reduces of {tokens} B "
-                         "(max, target logit, sum of exponentials)")
+                note += (f"; and in forward the vocabulary-parallel cross entropy's all-reduces of {tokens} B "
+                         "(max, target logit, sum of exponentials: 3 per microbatch"
+                         + (", on the last pipeline stage" if r.pipeline_axis else "") + ")")
                 return "explained", "sp-norm-gradients + vocab-parallel-embedding-head", note
             return _explained("sp-norm-gradients", note)
     return "differs", "", ""

@@ -240,10 +240,11 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
     if not regather and data not in ("zero1", "zero2"):
         reasons.append("params no_regather is realised only with ZeRO-1 or ZeRO-2")
     if pipeline_axis is not None:
-        if data not in (None, "ddp"):
-            reasons.append("a pipeline is combined only with DDP (replicate) on one data axis")
-        if tensor_axis is not None and plan.sequence_parallel:
-            reasons.append("sequence parallelism under a pipeline is not realised by the harness")
+        if data == "zero2":
+            reasons.append("ZeRO-2 under a pipeline reduce-scatters each microbatch's gradients into the shard (no "
+                           "whole-gradient accumulation buffer), which the harness does not realise")
+        elif data not in (None, "ddp", "zero1"):
+            reasons.append("a pipeline is combined only with DDP (replicate) or ZeRO-1 on one data axis")
         if clip is not None:
             reasons.append("gradient clipping under a pipeline is not realised by the harness")
         if grad_reduce != "mean" or divisor_given(plan):

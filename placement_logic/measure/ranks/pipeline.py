@@ -27,7 +27,7 @@ from torch import nn
 
 from . import model as tiny
 from .counter import CollectiveCounter
-from .torch_plan import local, make_optimizer, tensor_parallel
+from .torch_plan import FlatZero, local, make_optimizer, tensor_parallel
 
 _SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B"}
 
@@ -101,7 +101,15 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
         stages.append(stage)
     named = [(n, q) for sub in inner for n, q in sub.named_parameters()]
     params = [q for _, q in named]
-    opt = make_optimizer(r.optimizer, params)
+    zero = None
+    if r.data in ("zero1", "zero2"):
+        # ZeRO on each stage's parameters over the data axis: the microbatches' gradients accumulate
+        # in the whole gradients, then one reduce-scatter and, after the step, one all-gather
+        zero = FlatZero(params, mesh[r.data_axes[0]].get_group(), 1 if r.data == "zero1" else 2, r.optimizer,
+                        float(r.grad_divide or r.data_size), r.regather)
+        opt = zero
+    else:
+        opt = make_optimizer(r.optimizer, params)
     norm_box = [1.0]
 
     def loss_fn(out, target):
@@ -129,6 +137,9 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
             args = (x[lo:hi].to(device),) if first else ()
             kwargs = {"target": y[lo:hi].to(device), "losses": mb_losses} if last else {}
             schedule.step(*args, **kwargs)
+            if zero is not None:
+                counter.phase = "backward"
+                zero.reduce_gradients()
             counter.phase = "optimizer"
             opt.step()
         tagger.counter = None
@@ -138,7 +149,7 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
         dist.all_reduce(loss)  # only the last stage's ranks (one per data-parallel and tensor rank) hold a loss
         losses.append(loss.item() / (dp * tp))
         if step == job.steps - 1:
-            held = held_bytes(params, opt.state)
+            held = held_bytes(params, opt.state, zero.held_gradients() if zero is not None else None)
         opt.zero_grad()
     ref, ref_losses = _reference(job, global_batch)
     worst_abs, worst_name, scale = 0.0, "", max(t.abs().max().item() for t in ref.values())

@@ -102,6 +102,19 @@ class Trainer:
         return axis in names and not placements[names.index(axis)].is_replicate()
 
 
+def _local_grad(p: torch.Tensor) -> torch.Tensor:
+    """The gradient of ``p`` laid out as ``p``'s local part (zeros when it has none). A DTensor
+    gradient placed otherwise than its parameter (DTensor's vocabulary-parallel embedding leaves
+    a Replicate gradient on a Shard(0) weight) is redistributed to the parameter's placement
+    first: a local slice, no collective."""
+    g = p.grad
+    if g is None:
+        return torch.zeros_like(local(p))
+    if hasattr(g, "redistribute") and tuple(g.placements) != tuple(p.placements):
+        g = g.redistribute(p.device_mesh, p.placements)
+    return local(g)
+
+
 class FlatZero:
     """ZeRO stage 1 or 2 over one data-parallel process group, as the ZeRO paper states it.
 
@@ -120,10 +133,10 @@ class FlatZero:
     def __init__(self, params, group, stage: int, kind: str, divide: float, regather: bool) -> None:
         self.params, self.group, self.stage, self.divide, self.regather = list(params), group, stage, divide, regather
         self.n, self.rank = dist.get_world_size(group), dist.get_rank(group)
-        total = sum(p.numel() for p in self.params)
+        total = sum(local(p).numel() for p in self.params)
         self.pad = (-total) % self.n
         self.size = (total + self.pad) // self.n
-        flat = self._flat([p.detach() for p in self.params])
+        flat = self._flat([local(p).detach() for p in self.params])
         self.master = nn.Parameter(flat[self.rank * self.size:(self.rank + 1) * self.size].clone())
         self.optim = make_optimizer(kind, [self.master])
         self.state = self.optim.state
@@ -136,7 +149,11 @@ class FlatZero:
         return torch.cat(parts)
 
     def reduce_gradients(self) -> None:
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        for p in self.params:
+            g = p.grad
+            if g is not None and hasattr(g, "redistribute") and tuple(g.placements) != tuple(p.placements):
+                p.grad = g.redistribute(p.device_mesh, p.placements)  # held as the parameter's own shard
+        grads = [_local_grad(p) for p in self.params]
         shard = torch.empty(self.size, dtype=grads[0].dtype, device=grads[0].device)
         dist.reduce_scatter_tensor(shard, self._flat(grads), group=self.group)
         self.master.grad = shard.div_(self.divide)
@@ -160,10 +177,11 @@ class FlatZero:
             whole[lo:hi] = self.master.detach()
         offset = 0
         for p in self.params:
-            end = offset + p.numel()
+            t = local(p)
+            end = offset + t.numel()
             a, b = max(offset, lo), min(end, hi)
             if a < b:
-                p.view(-1)[a - offset:b - offset].copy_(whole[a:b])
+                t.view(-1)[a - offset:b - offset].copy_(whole[a:b])
             offset = end
 
     def zero_grad(self) -> None:
