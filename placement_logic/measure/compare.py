@@ -375,11 +375,31 @@ def _edge_note(kind: str, r: Realisation) -> str:
                ", so each edge rank makes all or none of them"))
 
 
+def activation_rows(pred: Prediction, results: list[dict]) -> list[Row]:
+    """Saved activations of the last step's forward, beside the activation model's prediction for
+    the same scaled shape. Reported, not part of the outcome: the activation model is Megatron-LM's
+    (dropout masks, 16-bit terms scaled to the run's width), the tiny model has no dropout."""
+    if pred.activations_per_layer is None or any("saved_activations" not in res for res in results):
+        return []
+    layers = [max((v for k, v in res["saved_activations"].items() if k != "outside"), default=0) for res in results]
+    outside = [res["saved_activations"].get("outside", 0) for res in results]
+    return [
+        Row("activations", "saved activations per layer per microbatch", pred.activations_per_layer,
+            Fraction(max(layers)), "reported",
+            "distinct storages autograd saves in one block's forward (saved_tensors_hooks), parameters left out",
+            tuple(layers) if len(set(layers)) > 1 else ()),
+        Row("activations", "saved activations outside the layers", pred.activations_outside, Fraction(max(outside)),
+            "reported", "embedding, final norm, head and loss; the model counts the embedding mask, the output "
+            "layer's inputs and the fp32 logits", tuple(outside) if len(set(outside)) > 1 else ()),
+    ]
+
+
 def compare(pred: Prediction, r: Realisation, results: list[dict], shape: TinyShape) -> tuple[list[Row], Equivalence]:
     rows = [Row("parameters", "parameter count Ψ of the tiny model", pred.psi, Fraction(results[0]["param_count"]),
                 "match" if pred.psi == results[0]["param_count"] else "differs")]
     rows += _state_rows(pred, r, results, shape)
     rows += _collective_rows(pred, r, results, shape)
+    rows += activation_rows(pred, results)
     eq = Equivalence(
         steps=len(results[0]["losses"]),
         param_abs=max(res["param_abs_diff"] for res in results),

@@ -46,6 +46,9 @@ class Prediction:
     # parameter bytes per rank of the groups the engine keeps whole on a tensor axis (norms,
     # row-parallel biases, router): PyTorch keeps them whole too
     tensor_whole_bytes: Fraction = Fraction(0)
+    # saved activations per layer per microbatch, and outside the layers (embedding and output layer)
+    activations_per_layer: Fraction | None = None
+    activations_outside: Fraction | None = None
     # bytes per element the prediction was made with: params, grads, optimizer (per parameter), activations
     byte_widths: tuple[tuple[str, Fraction], ...] = ()
 
@@ -135,5 +138,11 @@ def predict(spec: ir.Spec, plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, 
                  if g.group.tensor == pg.WHOLE and g.name in pc.memory.groups), Fraction(0))
     widths = (("params", Fraction(FP32)), ("grads", Fraction(FP32)),
               ("optimizer", Fraction(OPTIMIZER_BYTES[optimizer])), ("activations", Fraction(FP32)))
+    act = pc.activations
+    per_layer = outside = None
+    if not act.stages:  # one stage: the activation model's single-stage terms
+        per_layer = _number(act.per_layer, subs)
+        outside = _number(act.embedding, subs) + _number(act.output, subs)
     return Prediction("placement_logic.costs", _number(pc.shape.psi, subs), states, tuple(colls), stage_bytes,
-                      tensor_whole_bytes=whole, byte_widths=widths)
+                      tensor_whole_bytes=whole, byte_widths=widths, activations_per_layer=per_layer,
+                      activations_outside=outside)

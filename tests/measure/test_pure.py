@@ -282,3 +282,35 @@ def test_point_to_point_edges_brute_force(p, v):
         assert _edge_share("p2p received, forward", rank, p, v) * v == fwd_recv
         assert _edge_share("p2p sent, backward", rank, p, v) * v == fwd_recv
         assert _edge_share("p2p received, backward", rank, p, v) * v == fwd_sent
+
+
+@pytest.mark.parametrize("path,plan,data,tensor,pipeline,recompute", [
+    ("examples/llama70b_3d.place", "plain_3d", "ddp", "tp", "pp", "full"),
+    ("examples/models/llama3_70b.place", "three_d", "zero1", "tp", "pp", "none"),
+    ("examples/library/selective_recompute.place", "selective_recompute", "ddp", "tp", None, "selective"),
+    ("examples/models/qwen25_7b.place", "zero2_tp4", "zero2", "tp", None, "none"),
+])
+def test_three_axes_and_recompute_are_realised(path, plan, data, tensor, pipeline, recompute):
+    r, *_ = _realise(path, plan)
+    assert isinstance(r, Realisation), r
+    assert (r.data, r.tensor_axis, r.pipeline_axis, r.recompute) == (data, tensor, pipeline, recompute)
+    assert not r.approximations
+
+
+def test_zero2_under_a_pipeline_says_why():
+    spec = load_string("from std.data import zero2\nfrom std.pipeline import gpipe\n"
+                       "model { transformer { hidden = 64 layers = 4 heads = 4 ffn = 256 vocab = 128 } seq = 16 "
+                       "microbatch = 1 microbatches = 4 }\nmesh { dp = 2 pp = 2 }\nplan p { dp: zero2 pp: gpipe }\n",
+                       file="<t>")
+    r = realise(spec.plan("p"), {"dp": 2, "pp": 2}, run_bindings(spec, {"dp": 2, "pp": 2}))
+    assert isinstance(r, Unrealised) and any("each microbatch's gradients" in x for x in r.reasons)
+
+
+def test_qkv_only_bias_is_kept_in_the_scaled_model():
+    r, spec, plan, sizes = _realise("examples/models/qwen25_7b.place", "zero2_tp4")
+    sh = scale_down(plan, run_bindings(spec, sizes), sizes, r.tensor_axis)
+    assert (sh.bias, sh.has_qkv_bias) == (False, True)
+    h, L = sh.hidden, sh.layers
+    # brute force: rmsnorm ×2, fused q/k/v with bias, output projection and gated MLP without biases
+    per_layer = 2 * h + h * sh.qkv_out + sh.qkv_out + h * h + h * 2 * sh.ffn + sh.ffn * h
+    assert sh.param_count() == sh.vocab * h + L * per_layer + h + sh.vocab * h

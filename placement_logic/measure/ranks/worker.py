@@ -55,6 +55,7 @@ def run_job(job: Job, rank: int) -> dict:
     from torch.distributed.tensor.parallel import loss_parallel
 
     from . import model as tiny
+    from .activations import SavedActivations
     from .counter import CollectiveCounter
     from .torch_plan import apply, local
 
@@ -81,9 +82,11 @@ def run_job(job: Job, rank: int) -> dict:
         tokens.append(tokens_of(y[lo:hi]))
         norm = loss_normaliser(r, tokens_of(y), tokens_of(y[lo:hi]))
         counter = CollectiveCounter()
+        saved = SavedActivations()
         with counter, (loss_parallel() if trainer.loss_parallel else nullcontext()):
             counter.phase = "forward"
-            loss = _loss_sum(trainer.module(x[lo:hi].to(device)), y[lo:hi].to(device)) / norm
+            with saved.recording(trainer.inner):
+                loss = _loss_sum(trainer.module(x[lo:hi].to(device)), y[lo:hi].to(device)) / norm
             counter.phase = "backward"
             loss.backward()
             if trainer.after_backward is not None:
@@ -105,6 +108,7 @@ def run_job(job: Job, rank: int) -> dict:
             state = trainer.optimizer_state()
             held = held_bytes(params, state, trainer.held_gradients() if trainer.held_gradients else None)
             replicated = _unsharded_on(trainer, r.tensor_axis)
+            activations = saved.bytes()
         trainer.optimizer.zero_grad()
     # equivalence: full parameters against the single-process run
     ref, ref_losses = _reference(job, global_batch)
@@ -133,6 +137,7 @@ def run_job(job: Job, rank: int) -> dict:
         "collectives": steps,
         "held": {k: {"storage": v[0], "elements": v[1]} for k, v in held.items()},
         "tensor_replicated_param_bytes": replicated,
+        "saved_activations": activations,
         "param_count": count,
         "param_tensors": len(trainer.named),
         "optimizer_param_tensors": sum(len(g["params"]) for g in trainer.optimizer.param_groups),
