@@ -10,6 +10,7 @@ steps run on one process (which each rank computes itself, from the same seed an
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import traceback
@@ -185,6 +186,10 @@ def main(rank: int, world: int, port: int, jobs: list[Job], outdir: str) -> None
                     text += f" caused by {type(root).__name__}: {root}"
                 result = {"key": job.key, "rank": rank, "error": f"{text} ({Path(where.filename).name}:{where.lineno})"}
             Path(outdir, f"{job.key}.{rank}.json").write_text(json.dumps(result))
+            # free this job's DDP reducers, FSDP states and stage modules now, while the process
+            # group is alive (left to interpreter teardown, a reducer destroyed after the group
+            # aborts the process)
+            gc.collect()
             dist.barrier()
     finally:
         dist.destroy_process_group()
