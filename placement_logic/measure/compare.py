@@ -235,10 +235,24 @@ def _collective_rows(pred: Prediction, r: Realisation, results: list[dict], shap
         # buffer is the uniform Ψ/p of gradient bytes
         stage_kinds = {"ddp": {"all_reduce": "grads"}, "zero1": {"reduce_scatter": "grads", "all_gather": "params"},
                        "zero2": {"reduce_scatter": "grads", "all_gather": "params"}}.get(r.data, {})
-        if status == "differs" and r.pipeline_axis and kind in stage_kinds and data_axes \
-                and p == pred.widths[stage_kinds[kind]] * psi / r.stages and all(g == p * f for g, f in zip(got, shares)):
-            status, mechanism, note = _explained("pipeline-stage-share", _stage_note(
-                r, shape, f"This buffer, the stage's {'gradients' if stage_kinds[kind] == 'grads' else 'parameters'},"))
+        if status == "differs" and r.pipeline_axis and kind in stage_kinds and data_axes:
+            state = stage_kinds[kind]
+            t = r.sizes[r.tensor_axis] if r.tensor_axis else 1
+            own = own_stage_prediction(pred, state, r, results)
+            if t == 1:
+                # the even split Ψ/p, at the state's width; each rank's buffer its stage's exact count
+                documented = p == pred.widths[state] * psi / r.stages
+                measured_ok = all(g == p * f for g, f in zip(got, shares))
+            else:
+                # under tensor parallelism the even split is of the bytes each tensor rank holds: the
+                # mean of the engine's stage predictions; each rank's buffer is its own stage's
+                by = pred.stages
+                total = by["first"][state] + by["last"][state] + (r.stages - 2) * by.get("interior", {}).get(state, 0)
+                documented = own is not None and p == total / r.stages
+                measured_ok = own is not None and all(g == w for g, w in zip(got, own))
+            if documented and measured_ok:
+                status, mechanism, note = _explained("pipeline-stage-share", _stage_note(
+                    r, shape, f"This buffer, the stage's {'gradients' if state == 'grads' else 'parameters'},"))
         # pipeline-edge-stages: the engine's interior stage sends and receives m·v boundaries of s·b·h
         # under sequence parallelism each tensor rank sends its own sequence shard, s·b·h/t
         sp_div = r.sizes[r.tensor_axis] if r.sequence_parallel else 1

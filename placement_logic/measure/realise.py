@@ -185,7 +185,7 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         if modes != (M.S, M.S, M.S):
             reasons.append(f"pipeline axis '{pipeline_axis}' is realised only with params, optimizer, grads all S")
         if data == "ddp":
-            impl = ["replicate (FSDP2-based DDP)"]
+            impl[0] = "replicate (FSDP2-based DDP)"
         impl.append(f"torch.distributed.pipelining {PIPELINE_CLASSES[schedule]}"
                     + (f" ({chunks} stages per rank)" if chunks > 1 else ""))
     grad_reduce, clip, regather = "mean", None, True
