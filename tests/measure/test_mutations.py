@@ -1,7 +1,8 @@
 """Mutation test of the comparison: every wrong prediction of a real run is a mismatch.
 
 Real PyTorch runs (2 and 4 CPU processes: DDP over 2 steps, ZeRO-1, ZeRO-2, ZeRO-3,
-Megatron tensor and sequence parallelism, data × pipeline, a 4-stage pipeline) are compared first
+Megatron tensor and sequence parallelism, data × pipeline, a 4-stage pipeline, data ×
+tensor × pipeline on 8 processes) are compared first
 with the cost engine's own prediction (no row may differ) and then with perturbed
 predictions: each state's bytes, each collective's kind (reduce-scatter → all-reduce,
 all-gather → broadcast, ...), its bytes (a ring factor), its sharding factor, the byte
@@ -37,11 +38,21 @@ model {
 mesh { pp = 4 }
 plan pp4 { pp: gpipe }
 """
+DP_TP_PP = """from std.pipeline import one_f_one_b
+from std.data import ddp
+from std.tensor import megatron_tp
+model {
+  transformer { hidden = 4096 layers = 32 heads = 32 ffn = 16384 vocab = 50304 }
+  seq = 2048  microbatch = 4  microbatches = 8
+}
+mesh { dp = 2  tp = 2  pp = 2 }
+plan dp_tp_pp { dp: ddp  tp: megatron_tp  pp: one_f_one_b }
+"""
 PLANS = [("examples/library/ddp.place", "ddp", None), ("examples/library/zero1.place", "zero1", None),
          ("examples/library/zero2.place", "zero2", None), ("examples/library/zero3.place", "zero3", None),
          ("examples/library/megatron_tp.place", "megatron_tp", None),
          ("examples/library/megatron_sp.place", "megatron_sp", None), ("examples/library/gpipe.place", "gpipe", None),
-         (PP4, "pp4", 4)]
+         (PP4, "pp4", 4), (DP_TP_PP, "dp_tp_pp", None)]
 STEPS = 2  # DDP's one-time bucket rebuild happens in step 2: it must not land in the compared step
 
 
@@ -49,7 +60,7 @@ STEPS = 2  # DDP's one-time bucket rebuild happens in step 2: it must not land i
 def runs():
     prepared: dict[int, list[Prepared]] = {}
     for src, name, devices in PLANS:
-        spec = load_string(src, file="<pp4>") if src.startswith("from") else load_spec(src)
+        spec = load_string(src, file=f"<{name}>") if src.startswith("from") else load_spec(src)
         p = prepare(spec, name, devices, STEPS)
         assert isinstance(p, Prepared), p
         prepared.setdefault(p.realisation.world, []).append(p)
@@ -118,7 +129,7 @@ def test_every_perturbation_is_a_mismatch(runs):
             total += 1
             if not _outcome(p, wrong, results):
                 survivors.append(f"{name}: {label}")
-    assert total > 150
+    assert total > 200
     assert survivors == []
 
 
