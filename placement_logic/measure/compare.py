@@ -42,6 +42,8 @@ MECHANISMS = {
                                 "axis, which the plan shards",
     "dtensor-embedding-grad-whole": "without a data-parallel wrapper, DTensor's vocabulary-parallel embedding "
                                     "keeps a whole V·h gradient where the plan holds V/t rows",
+    "tied-embedding-sync": "with tied embeddings across pipeline stages, the first stage's embedding and the last "
+                           "stage's copy all-reduce their gradients; the cost model leaves it out",
     "clip-norm-scalars": "clip_grad_norm_ all-reduces one fp32 partial norm per parameter tensor; the cost model "
                          "leaves scalars out",
     "sp-norm-gradients": "sequence parallelism all-reduces the gradients of the norm weights and biases (h·4 B "
@@ -272,6 +274,19 @@ def _collective_rows(pred: Prediction, r: Realisation, results: list[dict], shap
                 status, mechanism, note = _explained("gradient-reduced-twice", (
                     f"the plan reduces over ({', '.join(axes)}): DDP's all-reduce and the loop's own, each of the "
                     f"whole gradient over {'×'.join(once)}; the cost engine sizes one all-reduce of that buffer"))
+        if status == "differs" and shape.tied_embeddings and r.pipeline_axis and r.stages > 1 and kind == "all_reduce" \
+                and p == 0:
+            tie = shape.vocab * shape.hidden * pred.widths["grads"]
+
+            def member(res, axes=axes) -> bool:
+                edge = res["coords"][r.pipeline_axis] in (0, r.stages - 1)
+                return edge and (axes == (r.pipeline_axis,) or f"rank{res['rank']}" in axes)
+
+            if all(g == (tie if member(res) else 0) for g, res in zip(got, results)):
+                status, mechanism, note = _explained("tied-embedding-sync", (
+                    f"Megatron-LM's embedding group: the first stage's word embedding and the last stage's copy of it "
+                    f"sum their gradients, one all-reduce of V·h·4 = {tie} B between the two; the cost model leaves it "
+                    "out"))
         t = r.sizes.get(r.tensor_axis, 1) if r.tensor_axis else 1
         replicated = [Fraction(res["tensor_replicated_param_bytes"]) for res in results]
         if status == "differs" and r.tensor_axis and kind in ("all_reduce", "reduce_scatter", "all_gather") \

@@ -249,10 +249,9 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
             reasons.append("gradient clipping under a pipeline is not realised by the harness")
         if grad_reduce != "mean" or divisor_given(plan):
             reasons.append("gradient-reduction overrides under a pipeline are not realised by the harness")
-        if tf is not None and tf.tied_embeddings:
-            reasons.append("tied embeddings across pipeline stages need an all-reduce of the embedding gradient between "
-                           "the first and last stage, which torch.distributed.pipelining does not provide and the "
-                           "harness does not add")
+        if tf is not None and tf.tied_embeddings and tensor_axis is not None:
+            reasons.append("tied embeddings across pipeline stages with tensor parallelism are not realised by the "
+                           "harness")
     if not data_axes and tensor_axis is None and pipeline_axis is None:
         reasons.append("the plan has no data, tensor or pipeline axis to realise")
     if reasons:

@@ -129,7 +129,8 @@ class TinyShape:
     def stage_param_count(self, rank: int, stages: int, chunks: int = 1) -> int:
         """Parameters held by pipeline rank ``rank``: its ``chunks`` model chunks (virtual stages
         rank, rank + stages, ...), each L/(stages·chunks) blocks, the embedding with virtual
-        stage 0 and the final norm and head with the last one."""
+        stage 0 and the final norm and head with the last one (with tied embeddings and more than one
+        stage, the last one's head is its own copy of the embedding, as in Megatron-LM)."""
         virtual = stages * chunks
         per = self.layers // virtual
         total = 0
@@ -138,6 +139,8 @@ class TinyShape:
             total += per * self.block_params()
             total += self.vocab * self.hidden if v == 0 else 0
             total += self.final_params() if v == virtual - 1 else 0
+            # tied embeddings across stages: the last stage holds its own copy as the output layer
+            total += self.vocab * self.hidden if self.tied_embeddings and virtual > 1 and v == virtual - 1 else 0
         return total
 
     def as_dict(self) -> dict:

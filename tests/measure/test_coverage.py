@@ -38,6 +38,7 @@ ZERO1_PP = TP_PP.replace("mesh { tp = 8  pp = 4 }", "mesh { dp = 2  pp = 4 }").r
 def reports():
     items = [(load_spec("examples/llama70b_3d.place"), "plain_3d"), (load_string(TP_PP, file="<tp_pp>"), "tp_pp"),
              (load_string(ZERO1_PP, file="<zero1_pp>"), "zero1_pp"),
+             (load_spec("examples/safe/pipeline_parallel.place"), "one_f_one_b"),
              (load_spec("examples/library/full_recompute.place"), "full_recompute")]
     reps = {}
     for spec_, name in items:  # one launch per plan: the meshes differ in size
@@ -106,3 +107,21 @@ def test_full_recompute_reruns_the_tensor_parallel_collectives(reports):
     # recomputed forward, and as many backward; one more each for the embedding and the head
     for kind in ("all_gather over tp", "reduce_scatter over tp"):
         assert _row(rep, kind).measured == (6 * sh["layers"] + 2) * sbh
+
+
+def test_tied_embeddings_across_stages(reports):
+    rep = reports["one_f_one_b"]
+    assert rep.outcome == "matched", [(r.quantity, r.status) for r in rep.rows]
+    from placement_logic.measure.shape import TinyShape
+
+    shape = TinyShape(**dict(rep.shape))
+    assert shape.tied_embeddings
+    # the last stage holds its own copy of the embedding: V·h more parameters than its blocks and norm
+    assert shape.stage_param_count(1, 2) == shape.layers // 2 * shape.block_params() + shape.final_params() \
+        + shape.vocab * shape.hidden
+    held = _row(rep, "params held")
+    assert (held.per_rank or (held.measured,) * 4) == tuple(4 * shape.stage_param_count(rank % 2, 2)
+                                                           for rank in range(4))
+    # Megatron's embedding group: one all-reduce of the V·h fp32 gradient between the first and last stage
+    sync = _row(rep, "all_reduce over pp")
+    assert (sync.measured, sync.mechanism) == (shape.vocab * shape.hidden * 4, "tied-embedding-sync")

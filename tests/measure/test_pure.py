@@ -62,7 +62,7 @@ def test_data_strategies_map_to_pytorch(path, plan, data, raf):
 @pytest.mark.parametrize("path,plan,why", [
     ("examples/library/zero_offload.place", "zero_offload", "offloaded"),
     ("examples/library/zeropp_dp.place", "zeropp_dp", "no ZeRO++ schedule"),
-    ("examples/safe/pipeline_parallel.place", "gpipe", "tied embeddings across pipeline stages"),
+    ("examples/safe/pipeline_parallel.place", "zero2_pipeline", "each microbatch's gradients"),
     ("examples/library/expert_parallel.place", "expert_parallel", "mixture-of-experts"),
     ("examples/library/context_parallel.place", "context_parallel", "role context"),
 ])
@@ -285,6 +285,7 @@ def test_point_to_point_edges_brute_force(p, v):
 
 
 @pytest.mark.parametrize("path,plan,data,tensor,pipeline,recompute", [
+    ("examples/safe/pipeline_parallel.place", "gpipe", "ddp", None, "pp", "none"),  # tied across stages
     ("examples/llama70b_3d.place", "plain_3d", "ddp", "tp", "pp", "full"),
     ("examples/models/llama3_70b.place", "three_d", "zero1", "tp", "pp", "none"),
     ("examples/library/selective_recompute.place", "selective_recompute", "ddp", "tp", None, "selective"),

@@ -38,12 +38,44 @@ def stage_model(shape, seed: int, stage: int, stages: int, recompute: str = "non
     per = shape.layers // stages
     keep = range(stage * per, (stage + 1) * per)
     m.blocks = nn.ModuleDict({str(i): m.blocks[i] for i in keep})
+    if stage == stages - 1 and stage != 0 and m.head is None:
+        # tied embeddings across stages (Megatron-LM): the last stage holds its own copy of the
+        # word embedding as the output layer; the two copies' gradients are summed after backward
+        m.head = nn.Linear(shape.hidden, shape.vocab, bias=False)
+        with torch.no_grad():
+            m.head.weight.copy_(m.embed.weight)
     if stage != 0:
         m.embed = None
     if stage != stages - 1:
         m.norm = None
         m.head = None
     return m
+
+
+def embedding_groups(mesh, r) -> object | None:
+    """The process group of this rank's first and last pipeline stage (Megatron's embedding group):
+    one group per line of the other axes, created by every rank in the same order."""
+    import itertools
+
+    names = [a for a, _ in r.mesh]
+    sizes = [n for _, n in r.mesh]
+    k = names.index(r.pipeline_axis)
+    mine = None
+    me = dist.get_rank()
+    others = [range(n) if i != k else (None,) for i, n in enumerate(sizes)]
+    for combo in itertools.product(*others):
+        ranks = []
+        for stage in (0, sizes[k] - 1):
+            coords = list(combo)
+            coords[k] = stage
+            rank = 0
+            for c, n in zip(coords, sizes):
+                rank = rank * n + c
+            ranks.append(rank)
+        group = dist.new_group(ranks)
+        if me in ranks:
+            mine = group
+    return mine
 
 
 class _Tagger:
@@ -101,6 +133,9 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
         stages.append(stage)
     named = [(n, q) for sub in inner for n, q in sub.named_parameters()]
     params = [q for _, q in named]
+    tied = [q for sub in inner for q in ((sub.embed.weight,) if sub.embed is not None else ())
+            + ((sub.head.weight,) if sub.head is not None else ())] if shape.tied_embeddings and p > 1 else []
+    tie_group = embedding_groups(mesh, r) if shape.tied_embeddings and p > 1 else None
     zero = None
     if r.data in ("zero1", "zero2"):
         # ZeRO on each stage's parameters over the data axis: the microbatches' gradients accumulate
@@ -137,6 +172,10 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
             args = (x[lo:hi].to(device),) if first else ()
             kwargs = {"target": y[lo:hi].to(device), "losses": mb_losses} if last else {}
             schedule.step(*args, **kwargs)
+            if tie_group is not None:
+                counter.phase = "backward"
+                for q in tied:  # the first stage's embedding and the last stage's copy: their gradients summed
+                    dist.all_reduce(local(q.grad), group=tie_group)  # replicated on the data axis: local is whole
             if zero is not None:
                 counter.phase = "backward"
                 zero.reduce_gradients()
@@ -155,12 +194,15 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
     worst_abs, worst_name, scale = 0.0, "", max(t.abs().max().item() for t in ref.values())
     whole = [(name, q.full_tensor() if hasattr(q, "full_tensor") else q) for name, q in named]  # TP shards gathered
     for name, q in whole:
-        diff = (q.detach().cpu() - ref[name]).abs().max().item()
+        want = ref["embed.weight"] if name == "head.weight" and shape.tied_embeddings else ref[name]
+        diff = (q.detach().cpu() - want).abs().max().item()
         if diff > worst_abs or not worst_name:
             worst_abs, worst_name = diff, name
     # whole-model quantities: this stage's part summed over the pipeline axis
-    totals = torch.tensor([sum(q.detach().double().pow(2).sum().item() for _, q in whole),
-                           float(sum(q.numel() for _, q in whole))], dtype=torch.float64)
+    # (the last stage's copy of a tied embedding is not a parameter of the model: counted once)
+    once = [(n, q) for n, q in whole if not (shape.tied_embeddings and n == "head.weight")]
+    totals = torch.tensor([sum(q.detach().double().pow(2).sum().item() for _, q in once),
+                           float(sum(q.numel() for _, q in once))], dtype=torch.float64)
     dist.all_reduce(totals, group=pp_group)
     return {
         "key": job.key,
