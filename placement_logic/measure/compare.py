@@ -362,13 +362,20 @@ def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, resu
         return _explained("sp-boundary-gathers", (
             f"two more {kind.replace('_', '-')}s of s·b·h = {boundary} B where the sequence-parallel region meets {where}"))
     if r.sequence_parallel and kind == "all_reduce" and p == 0:
-        ok = all(records(res, ("forward", "schedule")) == ([tokens] * (3 * m * ends(res)[1]) if vocab else []) for res in results) \
-            and all(
-            (rest := records(res, ("backward", "optimizer", "clip"))) and set(rest) == {norm_grad} for res in results)
+        def split(res) -> tuple[list[int], list[int]]:
+            """(the cross entropy's records, the norm gradients' records) of one rank: by size when
+            the two sizes differ, else by phase (the loss runs in forward, the reductions after it)."""
+            if tokens != norm_grad:
+                recs = records(res)
+                return [x for x in recs if x == tokens], [x for x in recs if x != tokens]
+            return records(res, ("forward", "schedule")), records(res, ("backward", "optimizer", "clip"))
+
+        ok = all(split(res)[0] == ([tokens] * (3 * m * ends(res)[1]) if vocab else []) for res in results) \
+            and all((rest := split(res)[1]) and set(rest) == {norm_grad} for res in results)
         if ok:
             phases = sorted({rec["phase"] for rec in results[0]["collectives"][-1] if rec["kind"] == kind
-                             and rec["bytes"] == norm_grad and rec.get("phase") not in ("forward", "schedule")})
-            n = len(records(results[0], ("backward", "optimizer", "clip")))
+                             and rec["bytes"] == norm_grad and rec.get("phase") != "forward"})
+            n = len(split(results[0])[1])
             note = (f"{n} all-reduces of h·4 = {norm_grad} B in {' and '.join(phases)}: gradients of norm weights and "
                     f"biases, replicated inside the sequence-parallel region, reduced over '{r.tensor_axis}' (the "
                     "reduction sequence parallelism requires; the cost model leaves it out"
