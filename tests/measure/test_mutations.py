@@ -2,7 +2,7 @@
 
 Real PyTorch runs (2 and 4 CPU processes: DDP over 2 steps, ZeRO-1, ZeRO-2, ZeRO-3,
 Megatron tensor and sequence parallelism, data × pipeline, a 4-stage pipeline, data ×
-tensor × pipeline on 8 processes) are compared first
+tensor × pipeline on 8 processes, ZeRO-1 and ZeRO-2 on a data axis of 4) are compared first
 with the cost engine's own prediction (no row may differ) and then with perturbed
 predictions: each state's bytes, each collective's kind (reduce-scatter → all-reduce,
 all-gather → broadcast, ...), its bytes (a ring factor), its sharding factor, the byte
@@ -52,25 +52,27 @@ PLANS = [("examples/library/ddp.place", "ddp", None), ("examples/library/zero1.p
          ("examples/library/zero2.place", "zero2", None), ("examples/library/zero3.place", "zero3", None),
          ("examples/library/megatron_tp.place", "megatron_tp", None),
          ("examples/library/megatron_sp.place", "megatron_sp", None), ("examples/library/gpipe.place", "gpipe", None),
-         (PP4, "pp4", 4), (DP_TP_PP, "dp_tp_pp", None)]
+         (PP4, "pp4", 4), (DP_TP_PP, "dp_tp_pp", None),
+         ("examples/library/zero1.place", "zero1", 4), ("examples/library/zero2.place", "zero2", 4)]  # dp = 4
 STEPS = 2  # DDP's one-time bucket rebuild happens in step 2: it must not land in the compared step
 
 
 @pytest.fixture(scope="module")
 def runs():
-    prepared: dict[int, list[Prepared]] = {}
+    prepared: dict[int, list[tuple[str, Prepared]]] = {}
     for src, name, devices in PLANS:
         spec = load_string(src, file=f"<{name}>") if src.startswith("from") else load_spec(src)
         p = prepare(spec, name, devices, STEPS)
         assert isinstance(p, Prepared), p
-        prepared.setdefault(p.realisation.world, []).append(p)
+        label = name if devices is None or name == "pp4" else f"{name}@{devices}"
+        prepared.setdefault(p.realisation.world, []).append((label, p))
     out = {}
     for world, group in prepared.items():
-        jobs = [Job(f"job{i}", p.realisation, p.shape, STEPS) for i, p in enumerate(group)]
+        jobs = [Job(f"job{i}", p.realisation, p.shape, STEPS) for i, (_, p) in enumerate(group)]
         results = launch(jobs, world)
-        for job, p in zip(jobs, group):
+        for job, (label, p) in zip(jobs, group):
             assert not any("error" in res for res in results[job.key]), results[job.key]
-            out[p.plan.name] = (p, results[job.key])
+            out[label] = (p, results[job.key])
     return out
 
 
@@ -135,6 +137,8 @@ def test_every_perturbation_is_a_mismatch(runs):
 
 @pytest.mark.parametrize("plan,wrong", [
     ("zero2", "params sharded 1/2"),
+    ("zero2@4", "params sharded 1/4"),
+    ("zero1@4", "reduce_scatter over dp (grad_sync) as all_reduce"),
     ("zero1", "reduce_scatter over dp (grad_sync) as all_reduce"),
     ("zero1", "all_gather over dp (refresh) as broadcast"),
 ])
