@@ -202,5 +202,5 @@ def scale_down(plan: ir.Plan, bindings: Mapping[str, ir.Value], sizes: Mapping[s
         bias=bool(tf.bias) if tf else True,
         qkv_bias=tf.qkv_bias if tf else None,
         groups=t,
-        microbatches=2 * stages if stages > 1 else 1,
+        microbatches=2 * stages if stages > 1 else 2,
     )

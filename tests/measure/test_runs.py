@@ -78,10 +78,11 @@ def test_held_bytes_follow_the_zero_paper(reports, plan, params, grads, opt):
 
 
 @pytest.mark.parametrize("plan,expected", [
-    ("ddp", {"all_reduce": 4}),  # one all-reduce of the gradients: 2Ψ volume
-    ("zero1", {"reduce_scatter": 4, "all_gather": 4}),  # gradients + the updated parameters
-    ("zero2", {"reduce_scatter": 4, "all_gather": 4}),
-    ("zero3", {"all_gather": 8, "reduce_scatter": 4}),  # gathered in forward and backward: 3Ψ volume
+    # two microbatches per step, gradients accumulated:
+    ("ddp", {"all_reduce": 4}),  # one all-reduce of the accumulated gradients (no_sync on the first)
+    ("zero1", {"reduce_scatter": 4, "all_gather": 4}),  # whole gradients accumulate, then one reduce-scatter
+    ("zero2", {"reduce_scatter": 8, "all_gather": 4}),  # no whole gradient to accumulate in: one per microbatch
+    ("zero3", {"all_gather": 16, "reduce_scatter": 8}),  # gathered in forward and backward, per microbatch
 ])
 def test_collectives_follow_the_zero_paper(reports, plan, expected):
     rep = reports[plan]
@@ -102,7 +103,8 @@ def test_tensor_parallel_all_reduces(reports):
     # vocabulary-parallel cross entropy's three all-reduces of one fp32 value per token (max, target
     # logit, sum of exponentials)
     sbh = sh["seq"] * sh["microbatch"] * sh["hidden"] * 4
-    assert _row(rep, "all_reduce over tp").measured == (4 * sh["layers"] + 2) * sbh + 3 * sh["seq"] * sh["microbatch"] * 4
+    m = sh["microbatches"]  # per microbatch
+    assert _row(rep, "all_reduce over tp").measured == m * ((4 * sh["layers"] + 2) * sbh + 3 * sh["seq"] * sh["microbatch"] * 4)
     # the embedding and the head are sharded over the vocabulary, as the plan says: parameters and optimizer
     # state are exact; without a data-parallel wrapper DTensor leaves the embedding's gradient whole
     # (V·h fp32), V·h·4·(t−1)/t bytes more than the plan's shard

@@ -82,6 +82,10 @@ class Trainer:
     held_gradients: Callable[[], list] | None = None
     # the logits are vocabulary-sharded DTensors: the loss runs under loss_parallel()
     loss_parallel: bool = False
+    # gradient accumulation: a context that skips the gradient synchronisation of a microbatch
+    # (DDP's no_sync) and what runs after each microbatch's backward (ZeRO-2's reduce-scatter)
+    no_sync: Callable | None = None
+    after_microbatch: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         if not self.named:
@@ -156,7 +160,8 @@ class FlatZero:
         grads = [_local_grad(p) for p in self.params]
         shard = torch.empty(self.size, dtype=grads[0].dtype, device=grads[0].device)
         dist.reduce_scatter_tensor(shard, self._flat(grads), group=self.group)
-        self.master.grad = shard.div_(self.divide)
+        shard.div_(self.divide)
+        self.master.grad = shard if self.master.grad is None else self.master.grad.add_(shard)
         if self.stage == 2:
             for p in self.params:
                 p.grad = None
@@ -333,8 +338,13 @@ def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
         group = mesh[r.data_axes[0]].get_group()
         zero = FlatZero([p for _, p in named], group, 1 if r.data == "zero1" else 2, r.optimizer,
                         float(r.grad_divide or r.data_size), r.regather)
-        return Trainer(model, model, zero, lambda: zero.state, None, layouts, named, zero.reduce_gradients,
-                       zero.held_gradients)
+        # ZeRO-1 keeps whole gradients and reduce-scatters once per step; ZeRO-2 has no whole
+        # gradient to accumulate in: every microbatch's gradient is reduce-scattered into the shard
+        if r.data == "zero1":
+            return Trainer(model, model, zero, lambda: zero.state, None, layouts, named, zero.reduce_gradients,
+                           zero.held_gradients)
+        return Trainer(model, model, zero, lambda: zero.state, None, layouts, named, None, zero.held_gradients,
+                       after_microbatch=zero.reduce_gradients)
     if r.data == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -362,7 +372,7 @@ def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
         elif r.clip == "local":
             clip = lambda: clip_local(params, MAX_NORM)
         again = allreduce_again(params, group) if r.grad_reduce == "twice" else None
-        return Trainer(module, model, opt, state, clip, layouts, named, again)
+        return Trainer(module, model, opt, state, clip, layouts, named, again, no_sync=module.no_sync)
     if r.data in ("fsdp", "hsdp"):
         from torch.distributed.fsdp import fully_shard
 
@@ -378,4 +388,22 @@ def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
         clip = lambda: clip_global(params, MAX_NORM)
     elif r.clip == "local":
         clip = lambda: clip_local(params, MAX_NORM)
-    return Trainer(model, model, opt, lambda: opt.state, clip)
+    no_sync = _hsdp_accumulate(model) if r.data == "hsdp" else None
+    return Trainer(model, model, opt, lambda: opt.state, clip, no_sync=no_sync)
+
+
+def _hsdp_accumulate(model):
+    """HYBRID_SHARD gradient accumulation: every microbatch reduce-scatters over the shard axis
+    (the plan's grads are S there), the replica all-reduce waits for the last microbatch (grads
+    R on the replica axis accumulate) — FSDP2's ``set_requires_all_reduce``."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def no_all_reduce():
+        model.set_requires_all_reduce(False)
+        try:
+            yield
+        finally:
+            model.set_requires_all_reduce(True)
+
+    return no_all_reduce

@@ -74,22 +74,33 @@ def run_job(job: Job, rank: int) -> dict:
     for a in r.data_axes:
         dp_index = dp_index * r.sizes[a] + coords[a]
         dp *= r.sizes[a]
-    global_batch = job.shape.microbatch * dp
+    mb, m = job.shape.microbatch, job.shape.microbatches
+    rows = mb * m  # this data-parallel rank's rows: m microbatches of mb sequences, gradients accumulated
+    global_batch = rows * dp
     trainer = apply(r, tiny.build(job.shape, job.seed, r.recompute).to(device), mesh)
     steps, losses, tokens = [], [], []
     for step in range(job.steps):
         x, y = _batch(job.shape, global_batch, job.seed, step)
-        lo, hi = dp_index * job.shape.microbatch, (dp_index + 1) * job.shape.microbatch
+        lo, hi = dp_index * rows, (dp_index + 1) * rows
         tokens.append(tokens_of(y[lo:hi]))
         norm = loss_normaliser(r, tokens_of(y), tokens_of(y[lo:hi]))
         counter = CollectiveCounter()
         saved = SavedActivations()
+        total = 0.0
         with counter, (loss_parallel() if trainer.loss_parallel else nullcontext()):
-            counter.phase = "forward"
-            with saved.recording(trainer.inner):
-                loss = _loss_sum(trainer.module(x[lo:hi].to(device)), y[lo:hi].to(device)) / norm
-            counter.phase = "backward"
-            loss.backward()
+            for k in range(m):
+                a, b = lo + k * mb, lo + (k + 1) * mb
+                # gradient accumulation: DDP synchronises on the last microbatch only
+                sync = nullcontext() if k == m - 1 or trainer.no_sync is None else trainer.no_sync()
+                with sync:
+                    counter.phase = "forward"
+                    with saved.recording(trainer.inner) if k == 0 else nullcontext():
+                        loss = _loss_sum(trainer.module(x[a:b].to(device)), y[a:b].to(device)) / norm
+                    counter.phase = "backward"
+                    loss.backward()
+                if trainer.after_microbatch is not None:
+                    trainer.after_microbatch()
+                total = total + local(loss.detach())
             if trainer.after_backward is not None:
                 trainer.after_backward()
             if trainer.clip is not None:
@@ -101,7 +112,7 @@ def run_job(job: Job, rank: int) -> dict:
         steps.append([asdict(c) for c in counter.records])
         # the reported loss: the ranks' losses averaged (the global token mean when the
         # plan's loss is right); tensor-parallel ranks hold the same loss
-        mean = local(loss.detach()).clone()
+        mean = total.clone()
         dist.all_reduce(mean)
         losses.append(mean.item() / r.world)
         if step == job.steps - 1:
