@@ -104,9 +104,9 @@ def test_full_recompute_reruns_the_tensor_parallel_collectives(reports):
     sh = dict(rep.shape)
     sbh = sh["seq"] * sh["microbatch"] * sh["hidden"] * 4
     # sequence parallelism: per layer 2 all-gathers + 2 reduce-scatters forward, as many in the
-    # recomputed forward, and as many backward; one more each for the embedding and the head
+    # recomputed forward, and as many backward; one more each for the embedding and the head; per microbatch
     for kind in ("all_gather over tp", "reduce_scatter over tp"):
-        assert _row(rep, kind).measured == (6 * sh["layers"] + 2) * sbh
+        assert _row(rep, kind).measured == sh["microbatches"] * (6 * sh["layers"] + 2) * sbh
 
 
 def test_tied_embeddings_across_stages(reports):
