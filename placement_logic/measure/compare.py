@@ -180,9 +180,9 @@ def _state_rows(pred: Prediction, r: Realisation, results: list[dict], shape: Ti
             elif r.tensor_axis and own is None and all(rep > 0 for rep in replicated) \
                     and all(m == w + rep * (t - 1) / t for m, w, rep in zip(per_rank, want, replicated)):
                 status, mechanism, note = _explained("tensor-replicated-params", (
-                    f"{replicated[0]} B per rank belong to parameters PyTorch keeps replicated over "
-                    f"'{r.tensor_axis}' (the embedding and the head, vocabulary-parallel in Megatron-LM); the plan "
-                    f"shards them 1/{t}"))
+                    f"{replicated[0]} B per rank belong to parameters the harness keeps whole on "
+                    f"'{r.tensor_axis}' (the tied embedding, which is also the head; vocabulary-parallel in "
+                    f"Megatron-LM); the plan shards them 1/{t}"))
         rows.append(Row("memory", f"{state} held per rank", max(want), Fraction(max(per_rank)), status, note,
                         per_rank if len(set(per_rank)) > 1 or len(set(want)) > 1 else (), mechanism,
                         tuple(want) if len(set(want)) > 1 else ()))

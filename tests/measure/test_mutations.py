@@ -2,7 +2,8 @@
 
 Real PyTorch runs (2 and 4 CPU processes: DDP over 2 steps, ZeRO-1, ZeRO-2, ZeRO-3,
 Megatron tensor and sequence parallelism, data × pipeline, a 4-stage pipeline, data ×
-tensor × pipeline on 8 processes, ZeRO-1 and ZeRO-2 on a data axis of 4) are compared first
+tensor × pipeline on 8 processes, ZeRO-1 and ZeRO-2 on a data axis of 4, tensor parallelism
+with tied embeddings, ZeRO-3 with global clipping) are compared first
 with the cost engine's own prediction (no row may differ) and then with perturbed
 predictions: each state's bytes, each collective's kind (reduce-scatter → all-reduce,
 all-gather → broadcast, ...), its bytes (a ring factor), its sharding factor, the byte
@@ -48,12 +49,21 @@ model {
 mesh { dp = 2  tp = 2  pp = 2 }
 plan dp_tp_pp { dp: ddp  tp: megatron_tp  pp: one_f_one_b }
 """
+TP_TIED = """from std.tensor import megatron_tp
+model {
+  transformer { hidden = 4096 layers = 32 heads = 32 ffn = 16384 vocab = 50304 tied_embeddings }
+  seq = 2048  microbatch = 4
+}
+mesh { tp = 8 }
+plan tp_tied { tp: megatron_tp }
+"""
 PLANS = [("examples/library/ddp.place", "ddp", None), ("examples/library/zero1.place", "zero1", None),
          ("examples/library/zero2.place", "zero2", None), ("examples/library/zero3.place", "zero3", None),
          ("examples/library/megatron_tp.place", "megatron_tp", None),
          ("examples/library/megatron_sp.place", "megatron_sp", None), ("examples/library/gpipe.place", "gpipe", None),
          (PP4, "pp4", 4), (DP_TP_PP, "dp_tp_pp", None),
-         ("examples/library/zero1.place", "zero1", 4), ("examples/library/zero2.place", "zero2", 4)]  # dp = 4
+         ("examples/library/zero1.place", "zero1", 4), ("examples/library/zero2.place", "zero2", 4),  # dp = 4
+         (TP_TIED, "tp_tied", None), ("examples/measure/grad_sync_bugs.place", "zero3_clip_ok", None)]
 STEPS = 2  # DDP's one-time bucket rebuild happens in step 2: it must not land in the compared step
 
 
@@ -164,7 +174,7 @@ def test_explained_rows_name_documented_mechanisms(runs):
             else:
                 assert row.mechanism == ""
     assert {"optimizer-step-counters", "pipeline-stage-share", "pipeline-edge-stages", "vocab-parallel-embedding-head",
-            "sp-boundary-gathers", "sp-norm-gradients"} <= seen
+            "sp-boundary-gathers", "sp-norm-gradients", "tensor-replicated-params", "clip-norm-scalars"} <= seen
     for mechanism in MECHANISMS:
         assert f"`{mechanism}`" in doc, mechanism
 

@@ -38,13 +38,17 @@ model {
 mesh { tp = 8 }
 plan tp { tp: megatron_tp }
 """
+TP_TIED = TP_SPEC.replace("vocab = 50304", "vocab = 50304 tied_embeddings").replace("plan tp {", "plan tp_tied {")
 
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
     tp_file = tmp_path_factory.mktemp("tp") / "tp.place"
     tp_file.write_text(TP_SPEC)
-    items = [(load_spec(f), p) for f, p in SAFE + BUGS] + [(load_spec(str(tp_file)), "tp")]
+    tied_file = tp_file.with_name("tp_tied.place")
+    tied_file.write_text(TP_TIED)
+    items = [(load_spec(f), p) for f, p in SAFE + BUGS] + [(load_spec(str(tp_file)), "tp"),
+                                                          (load_spec(str(tied_file)), "tp_tied")]
     reps = measure_many(items, steps=3, with_checker=True)
     return {rep.plan: rep for rep in reps}
 
@@ -170,3 +174,29 @@ def test_documented_command_runs():
     assert status == 1  # the documented example contains a diverging bug
     outcomes = {p["plan"]: p["outcome"] for p in doc["plans"]}
     assert outcomes == {"ddp_ok": "matched", "ddp_sum_not_mean": "diverged"}
+
+
+def test_tied_embedding_kept_whole_under_tensor_parallelism(reports):
+    """With tied embeddings the harness keeps the embedding (the head) whole on the tensor axis:
+    V·h·(t−1)/t more bytes per parameter width than the plan's shard, in every state."""
+    rep = reports["tp_tied"]
+    assert rep.outcome == "matched", [(r.quantity, r.status) for r in rep.rows]
+    sh, t = dict(rep.shape), dict(rep.mesh)["tp"]
+    excess = sh["vocab"] * sh["hidden"] * (t - 1) // t
+    for state, width in (("params", 4), ("grads", 4), ("optimizer", 8)):
+        row = _row(rep, f"{state} held")
+        assert row.mechanism == "tensor-replicated-params"
+        assert row.measured - row.predicted == width * excess
+
+
+def test_clip_scalars_are_explained_by_their_mechanism(reports):
+    rows = [r for r in reports["zero3_clip_ok"].rows if r.mechanism == "clip-norm-scalars"]
+    assert len(rows) == 1 and rows[0].predicted == 0
+    assert rows[0].measured == 4 * _psi_tensors(reports["zero3_clip_ok"])
+
+
+def _psi_tensors(rep) -> int:
+    from placement_logic.measure.ranks import model as tiny
+    from placement_logic.measure.shape import TinyShape
+
+    return len(list(tiny.build(TinyShape(**dict(rep.shape)), 0).parameters()))
