@@ -40,11 +40,21 @@ class Prediction:
     psi: Fraction  # parameter count
     state_bytes: tuple[tuple[str, Fraction], ...]  # persistent device bytes per rank (max over stages)
     collectives: tuple[PredictedCollective, ...]
-    # with a pipeline: per stage ("first", "last"), the persistent device bytes per state
+    # with a pipeline: per stage ("first", "last" and, with more than two stages, "interior":
+    # the first stage without the token embedding), the persistent device bytes per state
     stage_bytes: tuple[tuple[str, tuple[tuple[str, Fraction], ...]], ...] = ()
     # parameter bytes per rank of the groups the engine keeps whole on a tensor axis (norms,
     # row-parallel biases, router): PyTorch keeps them whole too
     tensor_whole_bytes: Fraction = Fraction(0)
+    # saved activations per layer per microbatch, and outside the layers (embedding and output layer)
+    activations_per_layer: Fraction | None = None
+    activations_outside: Fraction | None = None
+    # bytes per element the prediction was made with: params, grads, optimizer (per parameter), activations
+    byte_widths: tuple[tuple[str, Fraction], ...] = ()
+
+    @property
+    def widths(self) -> dict[str, Fraction]:
+        return dict(self.byte_widths)
 
     @property
     def states(self) -> dict[str, Fraction]:
@@ -64,7 +74,7 @@ def scaled_plan(plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, int], optim
     tf = ir.TransformerShape(
         hidden=_c(shape.hidden), layers=_c(shape.layers), heads=_c(shape.heads), kv_heads=_c(shape.kv_heads),
         ffn=_c(shape.ffn), vocab=_c(shape.vocab), tied_embeddings=shape.tied_embeddings,
-        gated_mlp=shape.gated_mlp, norm=shape.norm, bias=shape.bias,
+        gated_mlp=shape.gated_mlp, norm=shape.norm, bias=shape.bias, qkv_bias=shape.qkv_bias,
     )
     model = ir.Model(
         params=None, bytes_params=_c(FP32), bytes_grads=_c(FP32), bytes_optimizer=_c(OPTIMIZER_BYTES[optimizer]),
@@ -103,6 +113,12 @@ def predict(spec: ir.Spec, plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, 
                          for s in (ir.State.PARAMS, ir.State.GRADS, ir.State.OPTIMIZER)))
         for st in pc.memory.stages
     )
+    embedding = pc.memory.groups.get("embedding")
+    if stage_bytes and embedding is not None and stage_bytes[0][0] == "first":
+        # an interior stage holds the layers only: the engine's first stage less its embedding group
+        first = dict(stage_bytes[0][1])
+        stage_bytes += (("interior", tuple((s, first[s] - _number(embedding.get(ir.State(s), 0), subs))
+                                           for s in first)),)
     colls = []
     for x in pc.communication.collectives:
         if not x.collective.axes:
@@ -120,5 +136,13 @@ def predict(spec: ir.Spec, plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, 
 
     whole = sum((_number(pc.memory.groups[g.name][ir.State.PARAMS], subs) for g in pc.shape.groups
                  if g.group.tensor == pg.WHOLE and g.name in pc.memory.groups), Fraction(0))
+    widths = (("params", Fraction(FP32)), ("grads", Fraction(FP32)),
+              ("optimizer", Fraction(OPTIMIZER_BYTES[optimizer])), ("activations", Fraction(FP32)))
+    act = pc.activations
+    per_layer = outside = None
+    if not act.stages:  # one stage: the activation model's single-stage terms
+        per_layer = _number(act.per_layer, subs)
+        outside = _number(act.embedding, subs) + _number(act.output, subs)
     return Prediction("placement_logic.costs", _number(pc.shape.psi, subs), states, tuple(colls), stage_bytes,
-                      tensor_whole_bytes=whole)
+                      tensor_whole_bytes=whole, byte_widths=widths, activations_per_layer=per_layer,
+                      activations_outside=outside)

@@ -5,22 +5,28 @@ Input: an ``ir.Plan`` and the mesh axis sizes of the run. Output: a ``Realisatio
 faithfully) or an ``Unrealised`` with the reasons. Pure data; knows nothing of torch.
 
 Realised today, per axis role:
-  data (one axis): (R,R,R) -> DistributedDataParallel; (R,S,R) -> DDP +
-    ZeroRedundancyOptimizer; (R,S,S) -> FSDP2 fully_shard(reshard_after_forward=False)
-    ("ZeRO-2-like": parameters rest sharded); (S*,S,S) -> fully_shard with the plan's
-    reshard_after_forward.
+  data (one axis): (R,R,R) -> DistributedDataParallel; (R,S,R) -> ZeRO-1 and
+    (R,S,S) -> ZeRO-2 (the harness's ``FlatZero``: whole parameters, a flat optimizer
+    shard, gradients reduce-scattered into it, updated shards all-gathered after the
+    step; ZeRO-2 frees the whole gradients once reduced); (S*,S,S) -> fully_shard with
+    the plan's reshard_after_forward.
   data (two axes, R then S*/S/S): FSDP2 HYBRID_SHARD over a 2-D DeviceMesh.
   tensor: DTensor tensor parallelism (ColwiseParallel / RowwiseParallel) on the blocks,
-    with sequence parallelism (SequenceParallel on the norms) when the plan asks for it.
+    the vocabulary-parallel embedding and head of Megatron-LM (RowwiseParallel on the
+    embedding, ColwiseParallel on the head with ``loss_parallel``), with sequence
+    parallelism (SequenceParallel on the norms) when the plan asks for it.
   pipeline (schedule gpipe, 1f1b, interleaved): ``torch.distributed.pipelining`` stages
     (ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B), with DDP or DDP +
     data-parallel replication (``replicate``, FSDP2-based DDP) or nothing on one data axis.
+Recomputation: full -> every block under ``torch.utils.checkpoint`` (its forward, with its
+  tensor-parallel collectives, runs again in backward); selective -> the attention core
+  (softmax(q·kᵀ)·v, no collectives) under ``checkpoint``, as Megatron-LM's selective recompute.
 Overrides reproduced: grads reduce over () (no gradient all-reduce) or over the data axis
 twice (a second all-reduce by hand after DDP's), grads divide by X with loss global_mean
 or per_device_mean (the reduced sum divided by the matching factor), clip_norm reduce
 over () (clip coefficient from the local shard's norm, FSDP or tensor parallel),
 clip_norm reduce over (<all data axes>) (correct global clipping) and params
-no_regather (ZeroRedundancyOptimizer's step without its parameter broadcast).
+no_regather (ZeRO's step without its parameter all-gather).
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ class Realisation:
     plan: str
     mesh: tuple[tuple[str, int], ...]  # (axis, size) in mesh order
     implementation: str  # what PyTorch runs, in words
-    data: str | None = None  # ddp | zero1 | fsdp | hsdp
+    data: str | None = None  # ddp | zero1 | zero2 | fsdp | hsdp
     data_axes: tuple[str, ...] = ()
     reshard_after_forward: bool = True
     tensor_axis: str | None = None
@@ -54,6 +60,7 @@ class Realisation:
     pipeline_axis: str | None = None
     schedule: str | None = None  # gpipe | 1f1b | interleaved
     chunks: int = 1  # model chunks per pipeline stage (interleaved: v)
+    recompute: str = "none"  # none | selective (the attention core) | full (every block), torch.utils.checkpoint
     approximations: tuple[str, ...] = ()  # where the realisation differs from the plan
 
     @property
@@ -120,8 +127,6 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         else:
             reasons.append(f"pipeline schedule '{kind.value}' is not realised by the harness "
                            "(torch.distributed.pipelining has no ZeRO++ schedule)")
-    if plan.recompute is not ir.Recompute.NONE:
-        reasons.append(f"{plan.recompute.value} recomputation only changes activations, which are not measured")
     tf = plan.model.transformer
     if tf is not None:
         try:
@@ -148,14 +153,9 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         if modes == (M.R, M.R, M.R):
             data, impl = "ddp", ["DistributedDataParallel"]
         elif modes == (M.R, M.S, M.R):
-            data, impl = "zero1", ["DistributedDataParallel + ZeroRedundancyOptimizer"]
+            data, impl = "zero1", ["ZeRO-1 (reduce-scatter of gradients, all-gather of updated parameters)"]
         elif modes == (M.R, M.S, M.S):
-            data, raf, impl = "fsdp", False, ["fully_shard(reshard_after_forward=False)"]
-            approx.append(
-                "ZeRO-2 keeps parameters replicated; FSDP2's closest mode (SHARD_GRAD_OP) keeps them "
-                "sharded between steps and gathers them once per step, so measured parameter bytes are 1/n "
-                "of the plan's and the parameter all-gather happens before forward instead of after the step"
-            )
+            data, impl = "zero2", ["ZeRO-2 (reduce-scatter of gradients, all-gather of updated parameters)"]
         elif modes == (M.S_STAR, M.S, M.S):
             data, impl = "fsdp", [f"fully_shard(reshard_after_forward={raf})"]
         else:
@@ -173,19 +173,19 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         modes = _modes(plan, tensor_axis)
         if modes != (M.S, M.S, M.S):
             reasons.append(f"tensor axis '{tensor_axis}' is realised only with params, optimizer, grads all S")
-        if data not in (None, "fsdp", "ddp"):
-            reasons.append("tensor parallelism is combined only with DDP or FSDP on one data axis")
+        if data not in (None, "fsdp", "ddp", "zero1", "zero2"):
+            reasons.append("tensor parallelism is combined only with DDP, ZeRO or FSDP on one data axis")
         impl.append("DTensor " + ("Colwise/Rowwise + SequenceParallel" if plan.sequence_parallel else "ColwiseParallel/RowwiseParallel"))
-        approx.append(
-            "Megatron shards every parameter over the tensor axis in the plan; PyTorch (as Megatron itself) keeps "
-            "the embedding, the output head, the norms and the output-projection biases replicated"
-        )
+        if tf is not None and tf.tied_embeddings:
+            approx.append(
+                "tied embeddings under tensor parallelism: the harness keeps the embedding (which is the head) "
+                "whole on the tensor axis, where the plan and Megatron-LM shard it over the vocabulary")
     if pipeline_axis is not None:
         modes = _modes(plan, pipeline_axis)
         if modes != (M.S, M.S, M.S):
             reasons.append(f"pipeline axis '{pipeline_axis}' is realised only with params, optimizer, grads all S")
         if data == "ddp":
-            impl = ["replicate (FSDP2-based DDP)"]
+            impl[0] = "replicate (FSDP2-based DDP)"
         impl.append(f"torch.distributed.pipelining {PIPELINE_CLASSES[schedule]}"
                     + (f" ({chunks} stages per rank)" if chunks > 1 else ""))
     grad_reduce, clip, regather = "mean", None, True
@@ -228,28 +228,30 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         divisor = Fraction(n_data)
     else:
         divisor = divide_by * (n_data if loss == "global_mean" else 1)
-    if divisor != n_data and data not in ("ddp", "zero1", "fsdp", "hsdp"):
-        reasons.append("a gradient divisor other than the data-parallel size needs DDP or FSDP")
-    if grad_reduce in ("none", "twice") and data not in ("ddp", "zero1"):
+    if divisor != n_data and data not in ("ddp", "zero1", "zero2", "fsdp", "hsdp"):
+        reasons.append("a gradient divisor other than the data-parallel size needs DDP, ZeRO or FSDP")
+    if clip is not None and data in ("zero1", "zero2"):
+        reasons.append("gradient clipping with ZeRO-1/2 is not realised by the harness")
+    if grad_reduce in ("none", "twice") and data != "ddp":
         reasons.append("skipping or repeating the gradient all-reduce is realised only with DistributedDataParallel")
     if clip == "local" and data not in ("fsdp", "hsdp") and tensor_axis is None:
         reasons.append("a local-shard clip norm is realised only with FSDP or tensor parallelism "
                        "(replicated gradients have no shard)")
-    if not regather and data != "zero1":
-        reasons.append("params no_regather is realised only with ZeroRedundancyOptimizer (ZeRO-1)")
+    if not regather and data not in ("zero1", "zero2"):
+        reasons.append("params no_regather is realised only with ZeRO-1 or ZeRO-2")
     if pipeline_axis is not None:
-        if data not in (None, "ddp"):
-            reasons.append("a pipeline is combined only with DDP (replicate) on one data axis")
-        if tensor_axis is not None:
-            reasons.append("a pipeline is not combined with tensor parallelism by the harness")
+        if data == "zero2":
+            reasons.append("ZeRO-2 under a pipeline reduce-scatters each microbatch's gradients into the shard (no "
+                           "whole-gradient accumulation buffer), which the harness does not realise")
+        elif data not in (None, "ddp", "zero1"):
+            reasons.append("a pipeline is combined only with DDP (replicate) or ZeRO-1 on one data axis")
         if clip is not None:
             reasons.append("gradient clipping under a pipeline is not realised by the harness")
         if grad_reduce != "mean" or divisor_given(plan):
             reasons.append("gradient-reduction overrides under a pipeline are not realised by the harness")
-        if tf is not None and tf.tied_embeddings:
-            reasons.append("tied embeddings across pipeline stages need an all-reduce of the embedding gradient between "
-                           "the first and last stage, which torch.distributed.pipelining does not provide and the "
-                           "harness does not add")
+        if tf is not None and tf.tied_embeddings and tensor_axis is not None:
+            reasons.append("tied embeddings across pipeline stages with tensor parallelism are not realised by the "
+                           "harness")
     if not data_axes and tensor_axis is None and pipeline_axis is None:
         reasons.append("the plan has no data, tensor or pipeline axis to realise")
     if reasons:
@@ -277,6 +279,7 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         pipeline_axis=pipeline_axis,
         schedule=schedule,
         chunks=chunks,
+        recompute=plan.recompute.value,
         approximations=tuple(approx),
     )
 

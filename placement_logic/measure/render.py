@@ -91,8 +91,10 @@ def text(reports: list[MeasureReport]) -> str:
                            f"{_diff(r):>10}  {_rel(r):>9}  {r.status}")
                 if r.per_rank:
                     out.append(f"  {'':<{w}}  per rank: {', '.join(f'{x:,}' for x in r.per_rank)}")
+                if r.predicted_per_rank:
+                    out.append(f"  {'':<{w}}  predicted per rank: {', '.join(_num(x) for x in r.predicted_per_rank)}")
                 if r.note:
-                    out.append(f"  {'':<{w}}  ({r.note})")
+                    out.append(f"  {'':<{w}}  ({r.mechanism + ': ' if r.mechanism else ''}{r.note})")
         eq = rep.equivalence
         if eq is not None:
             word = "within" if eq.within else "OUTSIDE"
@@ -100,7 +102,7 @@ def text(reports: list[MeasureReport]) -> str:
                        f"{eq.param_abs:.3g} ({eq.param_rel:.3g} relative, {eq.param_worst}), loss difference "
                        f"{eq.loss_abs:.3g} ({eq.loss_rel:.3g} relative); replicas "
                        f"{'agree' if eq.replicas_agree else 'DISAGREE'}; {word} tolerance {eq.tolerance:g}")
-            out.extend(f"  note: {n}" for n in rep.notes if n.startswith("valid tokens"))
+            out.extend(f"  note: {n}" for n in rep.notes if n.startswith(("valid tokens", "one-time")))
         if rep.checker is not None:
             out.extend(_checker_text(rep))
         if rep.rows:
@@ -128,9 +130,11 @@ def markdown(reports: list[MeasureReport]) -> str:
             out.append("| quantity | predicted | measured | abs diff | rel diff | status |")
             out.append("|---|---:|---:|---:|---:|---|")
             for r in rep.rows:
-                status = r.status + (f": {r.note}" if r.note else "")
+                status = r.status + (f" [{r.mechanism}]" if r.mechanism else "") + (f": {r.note}" if r.note else "")
                 if r.per_rank:
                     status += f" (per rank: {', '.join(f'{x:,}' for x in r.per_rank)})"
+                if r.predicted_per_rank:
+                    status += f" (predicted per rank: {', '.join(_num(x) for x in r.predicted_per_rank)})"
                 out.append(f"| {r.quantity} | {_num(r.predicted)} | {_num(r.measured)} | {_diff(r)} | {_rel(r)} | {status} |")
             out.append("")
         eq = rep.equivalence
@@ -139,7 +143,7 @@ def markdown(reports: list[MeasureReport]) -> str:
                        f"({eq.param_abs:.3g} absolute), loss {eq.loss_rel:.3g} relative; replicas "
                        f"{'agree' if eq.replicas_agree else 'disagree'}; "
                        f"{'within' if eq.within else 'outside'} {eq.tolerance:g}.\n")
-            out.extend(f"Note: {n}.\n" for n in rep.notes if n.startswith("valid tokens"))
+            out.extend(f"Note: {n}.\n" for n in rep.notes if n.startswith(("valid tokens", "one-time")))
         if rep.checker is not None and rep.checker.available:
             out.append(f"Checker at these sizes: **{rep.checker.verdict}**\n")
             cexs = rep.checker.counterexamples
@@ -192,6 +196,8 @@ def to_json(reports: list[MeasureReport]) -> dict:
                 "status": r.status,
                 "note": r.note,
                 "per_rank": list(r.per_rank),
+                "mechanism": r.mechanism,
+                "predicted_per_rank": [_frac(x) for x in r.predicted_per_rank],
             } for r in rep.rows],
             "equivalence": None if eq is None else {
                 "steps": eq.steps, "param_abs": eq.param_abs, "param_rel": eq.param_rel, "param_worst": eq.param_worst,

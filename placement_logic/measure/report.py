@@ -37,9 +37,11 @@ class Row:
     quantity: str
     predicted: Fraction | None
     measured: Fraction | None
-    status: str  # match | explained | differs
+    status: str  # match | explained | differs | reported (activations: shown, not part of the outcome)
     note: str = ""
     per_rank: tuple[int, ...] = ()  # measured on every rank, when ranks differ
+    mechanism: str = ""  # an explained row: the documented mechanism (compare.MECHANISMS) that accounts for it
+    predicted_per_rank: tuple = ()  # predicted for every rank, when ranks differ (their own pipeline stage)
 
     @property
     def abs_diff(self) -> Fraction | None:
@@ -122,5 +124,6 @@ class MeasureReport:
     def counts(self) -> dict[str, int]:
         out = {"match": 0, "explained": 0, "differs": 0}
         for r in self.rows:
-            out[r.status] += 1
+            if r.status in out:
+                out[r.status] += 1
         return out

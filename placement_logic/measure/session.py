@@ -15,7 +15,7 @@ from typing import Callable
 
 from .. import ir
 from ..diagnostics import Diagnostic, DiagnosticError
-from .compare import compare
+from .compare import SETUP, compare
 from .job import Job
 from .predict import Prediction, UnboundPrediction, predict
 from .realise import Realisation, Unrealised, realise
@@ -88,6 +88,28 @@ def checker_view(spec: ir.Spec, plan: str, sizes: dict[str, int]) -> CheckerView
     return CheckerView(True, pr.verdict.word, tuple(summary), tuple(full))
 
 
+def prepare(spec: ir.Spec, name: str, devices: int | None = None, steps: int = DEFAULT_STEPS) -> Prepared | MeasureReport:
+    """Everything decided before a run for one plan: its realisation, tiny shape and prediction, or
+    the report of a plan that cannot run (unrealised, or no numeric prediction)."""
+    try:
+        plan = spec.plan(name)
+    except KeyError:
+        known = ", ".join(p.name for p in spec.plans) or "none"
+        raise DiagnosticError([Diagnostic("PL302", f"no plan named '{name}' (plans: {known})")]) from None
+    sizes = mesh_sizes(plan, devices)
+    mesh = tuple((a, sizes[a]) for a in plan.mesh.names)
+    r = realise(plan, sizes, run_bindings(spec, sizes))
+    if isinstance(r, Unrealised):
+        return MeasureReport(spec.file, name, Outcome.UNREALISED, mesh, steps, reasons=r.reasons)
+    try:
+        shape = scale_down(plan, run_bindings(spec, sizes), sizes, r.tensor_axis, r.stages, r.chunks)
+        prediction = predict(spec, plan, shape, sizes, r.optimizer)
+    except (ShapeError, UnboundPrediction) as exc:
+        return MeasureReport(spec.file, name, Outcome.UNREALISED, mesh, steps, implementation=r.implementation,
+                             reasons=(f"no numeric prediction for the scaled-down run: {exc}",))
+    return Prepared(plan, r, shape, prediction)
+
+
 def measure(spec: ir.Spec, plans: list[str], devices: int | None = None, steps: int = DEFAULT_STEPS,
             launcher: Callable = launch, with_checker: bool = True,
             progress: Callable[[int, int, str], None] | None = None) -> list[MeasureReport]:
@@ -115,29 +137,13 @@ def measure_many(items: list[tuple[ir.Spec, str]], devices: int | None = None, s
     prepared: dict[int, list[tuple[ir.Spec, Prepared]]] = {}
     for spec, name in items:
         tick(0, f"preparing {name}")
-        try:
-            plan = spec.plan(name)
-        except KeyError:
-            known = ", ".join(p.name for p in spec.plans) or "none"
-            raise DiagnosticError([Diagnostic("PL302", f"no plan named '{name}' (plans: {known})")]) from None
-        sizes = mesh_sizes(plan, devices)
-        mesh = tuple((a, sizes[a]) for a in plan.mesh.names)
-        r = realise(plan, sizes, run_bindings(spec, sizes))
-        if isinstance(r, Unrealised):
-            reports[spec.file, name] = MeasureReport(spec.file, name, Outcome.UNREALISED, mesh, steps, reasons=r.reasons)
-            tick(2, f"{name}: not realisable")
-            continue
-        try:
-            shape = scale_down(plan, run_bindings(spec, sizes), sizes, r.tensor_axis, r.stages, r.chunks)
-            prediction = predict(spec, plan, shape, sizes, r.optimizer)
-        except (ShapeError, UnboundPrediction) as exc:
-            reports[spec.file, name] = MeasureReport(
-                spec.file, name, Outcome.UNREALISED, mesh, steps, implementation=r.implementation,
-                reasons=(f"no numeric prediction for the scaled-down run: {exc}",))
-            tick(2, f"{name}: no prediction")
-            continue
-        prepared.setdefault(r.world, []).append((spec, Prepared(plan, r, shape, prediction)))
-        tick(1, f"{name} prepared")
+        p = prepare(spec, name, devices, steps)
+        if isinstance(p, MeasureReport):
+            reports[spec.file, name] = p
+            tick(2, f"{name}: not realisable" if not p.implementation else f"{name}: no prediction")
+        else:
+            prepared.setdefault(p.realisation.world, []).append((spec, p))
+            tick(1, f"{name} prepared")
     if prepared:
         require_torch()
     for world, group in prepared.items():
@@ -175,8 +181,19 @@ def _report(spec: ir.Spec, p: Prepared, results: list[dict], steps: int, with_ch
         outcome = Outcome.MISMATCH
     else:
         outcome = Outcome.MATCHED
-    notes = (f"equivalence tolerance {TOLERANCE:g} relative (fp32)", _token_note(r, results))
+    notes = (f"equivalence tolerance {TOLERANCE:g} relative (fp32)", _token_note(r, results)) + _setup_note(results)
     return MeasureReport(outcome=outcome, rows=tuple(rows), equivalence=eq, checker=checker, notes=notes, **base)
+
+
+def _setup_note(results: list[dict]) -> tuple[str, ...]:
+    """The one-time set-up collectives (DDP's bucket rebuild), which no compared step contains."""
+    seen = []
+    for k, step in enumerate(results[0]["collectives"]):
+        seen += [f"{rec['kind']} of {rec['bytes']} B in step {k + 1}" for rec in step if rec.get("phase") == SETUP]
+    if not seen:
+        return ()
+    return ("one-time set-up collectives, left out of the compared step (DDP's bucket rebuild after the first "
+            "backward), rank 0: " + ", ".join(seen),)
 
 
 def _token_note(r: Realisation, results: list[dict]) -> str:

@@ -87,8 +87,13 @@ class TinyShape:
     gated_mlp: bool = False
     norm: str = "layernorm"
     bias: bool = True
+    qkv_bias: bool | None = None  # biases on q, k, v only (Qwen2); None: the same as ``bias``
     groups: int = 1
     microbatches: int = 1  # per step (a pipeline splits its batch into these)
+
+    @property
+    def has_qkv_bias(self) -> bool:
+        return self.bias if self.qkv_bias is None else self.qkv_bias
 
     @property
     def head_dim(self) -> int:
@@ -106,7 +111,7 @@ class TinyShape:
         mlp_in = 2 * f if self.gated_mlp else f
         return (
             2 * norm
-            + h * self.qkv_out + b * self.qkv_out
+            + h * self.qkv_out + (self.qkv_out if self.has_qkv_bias else 0)
             + h * h + b * h
             + h * mlp_in + b * mlp_in
             + f * h + b * h
@@ -124,7 +129,8 @@ class TinyShape:
     def stage_param_count(self, rank: int, stages: int, chunks: int = 1) -> int:
         """Parameters held by pipeline rank ``rank``: its ``chunks`` model chunks (virtual stages
         rank, rank + stages, ...), each L/(stages·chunks) blocks, the embedding with virtual
-        stage 0 and the final norm and head with the last one."""
+        stage 0 and the final norm and head with the last one (with tied embeddings and more than one
+        stage, the last one's head is its own copy of the embedding, as in Megatron-LM)."""
         virtual = stages * chunks
         per = self.layers // virtual
         total = 0
@@ -133,6 +139,8 @@ class TinyShape:
             total += per * self.block_params()
             total += self.vocab * self.hidden if v == 0 else 0
             total += self.final_params() if v == virtual - 1 else 0
+            # tied embeddings across stages: the last stage holds its own copy as the output layer
+            total += self.vocab * self.hidden if self.tied_embeddings and virtual > 1 and v == virtual - 1 else 0
         return total
 
     def as_dict(self) -> dict:
@@ -152,7 +160,7 @@ def scale_down(plan: ir.Plan, bindings: Mapping[str, ir.Value], sizes: Mapping[s
                stages: int = 1, chunks: int = 1) -> TinyShape:
     """The tiny shape for ``plan`` run with mesh axis ``sizes``.
 
-    Structure (gated MLP, norm kind, biases, tied embeddings, the kv-heads/heads and
+    Structure (gated MLP, norm kind, biases, q/k/v-only biases, tied embeddings, the kv-heads/heads and
     ffn/hidden ratios) is kept; sizes are replaced: 2 layers, 8 values per head, a
     sequence of 8, a microbatch of 2, 64-token vocabulary; every dimension that a
     sharded state splits along is rounded up to a multiple of the device count. A
@@ -192,6 +200,7 @@ def scale_down(plan: ir.Plan, bindings: Mapping[str, ir.Value], sizes: Mapping[s
         gated_mlp=bool(tf.gated_mlp) if tf else False,
         norm=tf.norm if tf else "layernorm",
         bias=bool(tf.bias) if tf else True,
+        qkv_bias=tf.qkv_bias if tf else None,
         groups=t,
-        microbatches=2 * stages if stages > 1 else 1,
+        microbatches=2 * stages if stages > 1 else 2,
     )

@@ -41,6 +41,19 @@ def summary(reports: list[MeasureReport]) -> str:
     return "\n".join(out) + "\n"
 
 
+def coverage(reports: list[MeasureReport]) -> str:
+    """Realised plans over all plans, in all and by the number of mesh axes."""
+    def realised(rs):
+        return sum(1 for r in rs if r.outcome is not Outcome.UNREALISED)
+
+    dims = sorted({len(r.mesh) for r in reports})
+    parts = [f"{realised(g)} / {len(g)} with {d} ax{'is' if d == 1 else 'es'}"
+             for d in dims for g in [[r for r in reports if len(r.mesh) == d]]]
+    total = realised(reports)
+    return (f"Coverage: {total} / {len(reports)} plans realised ({100 * total / max(len(reports), 1):.0f} %); by mesh "
+            "dimensionality: " + ", ".join(parts) + ".")
+
+
 def table(paths: list[Path], steps: int = DEFAULT_STEPS) -> str:
     items = []
     for path in paths:
@@ -48,6 +61,7 @@ def table(paths: list[Path], steps: int = DEFAULT_STEPS) -> str:
         items.extend((spec, p.name) for p in spec.plans)
     reports = measure_many(items, steps=steps)
     counts = {o.value: sum(1 for r in reports if r.outcome is o) for o in Outcome}
+    rows = {k: sum(r.counts()[k] for r in reports) for k in ("match", "explained", "differs")}
     head = [
         "# Validation table",
         "",
@@ -56,6 +70,11 @@ def table(paths: list[Path], steps: int = DEFAULT_STEPS) -> str:
         "`python -m placement_logic.measure.validate > docs/validation_table.md`; do not edit by hand.",
         "",
         ", ".join(f"{n} {o}" for o, n in counts.items()) + ".",
+        "",
+        coverage(reports),
+        "",
+        f"Compared rows: {rows['match']} match, {rows['explained']} explained (each by a documented mechanism, "
+        f"docs/validation.md), {rows['differs']} differ.",
         "",
         "## Summary",
         "",

@@ -41,4 +41,14 @@ with counter:
     for w in dist.batch_isend_irecv(ops):
         w.wait()
 Path(outdir, f"{rank}.json").write_text(json.dumps([r.__dict__ for r in counter.records]))
+# an op of the collective namespaces the counter cannot size: it still runs, then check() refuses
+unknown = CollectiveCounter()
+with unknown:
+    dist.reduce(torch.ones(3), dst=0)
+try:
+    unknown.check()
+    refusal = ""
+except Exception as exc:  # UnknownCollective
+    refusal = f"{type(exc).__name__}: {exc}"
+Path(outdir, f"{rank}.refusal").write_text(refusal)
 dist.destroy_process_group()

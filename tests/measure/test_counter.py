@@ -44,3 +44,6 @@ def test_counter_sees_known_collectives(tmp_path):
         ]
         # a tagged buffer takes its phase from the tag (pipeline schedules tag theirs)
         assert [r["phase"] for r in records[-2:]] == ["backward", ""]
+        # an unknown collective (c10d reduce, which no plan's cost model has) fails the step by name
+        refusal = Path(tmp_path, f"{rank}.refusal").read_text()
+        assert refusal.startswith("UnknownCollective: the collective counter does not know c10d.reduce_")

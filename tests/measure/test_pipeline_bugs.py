@@ -127,3 +127,10 @@ def test_safe_plans_on_variable_length_batches(reports, plan):
     rep = reports[plan]
     assert rep.outcome == "matched"
     assert rep.equivalence.param_rel <= 1e-5 and rep.equivalence.loss_rel <= 1e-5
+
+
+def test_second_all_reduce_is_explained_by_its_mechanism(reports):
+    rows = [r for r in reports["ddp_plus_manual_allreduce"].rows if r.mechanism == "gradient-reduced-twice"]
+    assert len(rows) == 1
+    # two all-reduces of the whole fp32 gradient over dp, where the engine sizes one
+    assert rows[0].measured == 2 * rows[0].predicted

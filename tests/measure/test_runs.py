@@ -38,13 +38,17 @@ model {
 mesh { tp = 8 }
 plan tp { tp: megatron_tp }
 """
+TP_TIED = TP_SPEC.replace("vocab = 50304", "vocab = 50304 tied_embeddings").replace("plan tp {", "plan tp_tied {")
 
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
     tp_file = tmp_path_factory.mktemp("tp") / "tp.place"
     tp_file.write_text(TP_SPEC)
-    items = [(load_spec(f), p) for f, p in SAFE + BUGS] + [(load_spec(str(tp_file)), "tp")]
+    tied_file = tp_file.with_name("tp_tied.place")
+    tied_file.write_text(TP_TIED)
+    items = [(load_spec(f), p) for f, p in SAFE + BUGS] + [(load_spec(str(tp_file)), "tp"),
+                                                          (load_spec(str(tied_file)), "tp_tied")]
     reps = measure_many(items, steps=3, with_checker=True)
     return {rep.plan: rep for rep in reps}
 
@@ -64,14 +68,13 @@ def _row(rep, quantity):
 
 
 @pytest.mark.parametrize("plan,params,grads,opt", [
-    ("ddp", 4, 4, 8), ("zero1", 4, 4, 4), ("zero2", 2, 2, 4), ("zero3", 2, 2, 4),
+    ("ddp", 4, 4, 8), ("zero1", 4, 4, 4), ("zero2", 4, 2, 4), ("zero3", 2, 2, 4),
 ])
 def test_held_bytes_follow_the_zero_paper(reports, plan, params, grads, opt):
     rep = reports[plan]
     psi = _psi(rep)
     assert _row(rep, "parameter count").measured == psi
     # bytes per parameter on one of N=2 ranks: DP 4+4+8, ZeRO-1 optimizer/N, ZeRO-2 and -3 grads/N too
-    # (the measured ZeRO-2 parameters are 1/N: FSDP's SHARD_GRAD_OP keeps them sharded)
     assert _row(rep, "params held").measured == params * psi
     assert _row(rep, "grads held").measured == grads * psi
     row = _row(rep, "optimizer held")
@@ -79,10 +82,11 @@ def test_held_bytes_follow_the_zero_paper(reports, plan, params, grads, opt):
 
 
 @pytest.mark.parametrize("plan,expected", [
-    ("ddp", {"all_reduce": 4}),  # one all-reduce of the gradients: 2Ψ volume
-    ("zero1", {"all_reduce": 4, "broadcast": 4}),  # gradients + the updated parameters
-    ("zero2", {"all_gather": 4, "reduce_scatter": 4}),
-    ("zero3", {"all_gather": 8, "reduce_scatter": 4}),  # gathered in forward and backward: 3Ψ volume
+    # two microbatches per step, gradients accumulated:
+    ("ddp", {"all_reduce": 4}),  # one all-reduce of the accumulated gradients (no_sync on the first)
+    ("zero1", {"reduce_scatter": 4, "all_gather": 4}),  # whole gradients accumulate, then one reduce-scatter
+    ("zero2", {"reduce_scatter": 8, "all_gather": 4}),  # no whole gradient to accumulate in: one per microbatch
+    ("zero3", {"all_gather": 16, "reduce_scatter": 8}),  # gathered in forward and backward, per microbatch
 ])
 def test_collectives_follow_the_zero_paper(reports, plan, expected):
     rep = reports[plan]
@@ -98,8 +102,21 @@ def test_collectives_follow_the_zero_paper(reports, plan, expected):
 def test_tensor_parallel_all_reduces(reports):
     rep = reports["tp"]
     sh = dict(rep.shape)
-    # Megatron: two all-reduces of s·b·h per layer in forward and two in backward (fp32)
-    assert _row(rep, "all_reduce over tp").measured == 4 * sh["layers"] * sh["seq"] * sh["microbatch"] * sh["hidden"] * 4
+    # Megatron: two all-reduces of s·b·h per layer in forward and two in backward (fp32), one more for the
+    # vocabulary-parallel embedding (forward) and one for the head's input gradient (backward), and the
+    # vocabulary-parallel cross entropy's three all-reduces of one fp32 value per token (max, target
+    # logit, sum of exponentials)
+    sbh = sh["seq"] * sh["microbatch"] * sh["hidden"] * 4
+    m = sh["microbatches"]  # per microbatch
+    assert _row(rep, "all_reduce over tp").measured == m * ((4 * sh["layers"] + 2) * sbh + 3 * sh["seq"] * sh["microbatch"] * 4)
+    # the embedding and the head are sharded over the vocabulary, as the plan says: parameters and optimizer
+    # state are exact; without a data-parallel wrapper DTensor leaves the embedding's gradient whole
+    # (V·h fp32), V·h·4·(t−1)/t bytes more than the plan's shard
+    assert [_row(rep, f"{s} held").status for s in ("params", "optimizer")] == ["match"] * 2
+    grads = _row(rep, "grads held")
+    assert grads.mechanism == "dtensor-embedding-grad-whole"
+    t = dict(rep.mesh)["tp"]
+    assert grads.measured - grads.predicted == sh["vocab"] * sh["hidden"] * 4 * (t - 1) / t
     assert rep.outcome == "matched"
 
 
@@ -157,3 +174,29 @@ def test_documented_command_runs():
     assert status == 1  # the documented example contains a diverging bug
     outcomes = {p["plan"]: p["outcome"] for p in doc["plans"]}
     assert outcomes == {"ddp_ok": "matched", "ddp_sum_not_mean": "diverged"}
+
+
+def test_tied_embedding_kept_whole_under_tensor_parallelism(reports):
+    """With tied embeddings the harness keeps the embedding (the head) whole on the tensor axis:
+    V·h·(t−1)/t more bytes per parameter width than the plan's shard, in every state."""
+    rep = reports["tp_tied"]
+    assert rep.outcome == "matched", [(r.quantity, r.status) for r in rep.rows]
+    sh, t = dict(rep.shape), dict(rep.mesh)["tp"]
+    excess = sh["vocab"] * sh["hidden"] * (t - 1) // t
+    for state, width in (("params", 4), ("grads", 4), ("optimizer", 8)):
+        row = _row(rep, f"{state} held")
+        assert row.mechanism == "tensor-replicated-params"
+        assert row.measured - row.predicted == width * excess
+
+
+def test_clip_scalars_are_explained_by_their_mechanism(reports):
+    rows = [r for r in reports["zero3_clip_ok"].rows if r.mechanism == "clip-norm-scalars"]
+    assert len(rows) == 1 and rows[0].predicted == 0
+    assert rows[0].measured == 4 * _psi_tensors(reports["zero3_clip_ok"])
+
+
+def _psi_tensors(rep) -> int:
+    from placement_logic.measure.ranks import model as tiny
+    from placement_logic.measure.shape import TinyShape
+
+    return len(list(tiny.build(TinyShape(**dict(rep.shape)), 0).parameters()))

@@ -11,6 +11,14 @@ so that DTensor desugars them first; the collectives of implicit redistributions
 partial gradient norm, a partial gradient of a replicated parameter) are then counted
 too, as torch's own ``CommDebugMode`` does.
 
+The counter knows every op of the ``c10d``, ``_c10d_functional`` and
+``_c10d_functional_autograd`` namespaces it records, and the few that move no data
+(``barrier``, ``monitored_barrier_``, ``check_for_nan``, ``wait_tensor``,
+``_wrap_tensor_autograd``). Any other op of those namespaces is a collective it cannot
+size: it still runs (so no rank waits for a peer that stopped), is listed in
+``unknown``, and ``check`` then fails the step with ``UnknownCollective`` naming it, so a
+new PyTorch collective is never passed through uncounted.
+
 Buffer size is the full, unsharded buffer ``m`` of the cost model: the input of an
 all-reduce, reduce-scatter, all-to-all or broadcast, the output of an all-gather and
 the tensors of a send or receive. Point-to-point transfers (``send``/``recv``,
@@ -81,6 +89,34 @@ def _c10d(name: str, args) -> tuple[str, int, object] | None:
     return None
 
 
+# ops of the collective namespaces that move no data and are therefore not recorded
+NOT_COLLECTIVES = frozenset({"c10d.barrier", "c10d.monitored_barrier_", "c10d.check_for_nan",
+                             "_c10d_functional.wait_tensor", "_c10d_functional._wrap_tensor_autograd"})
+NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
+
+
+SETUP = "setup"  # phase of one-time collectives, left out of the compared step (measure.compare.SETUP)
+
+
+class one_time:
+    """Context manager: collectives issued inside are one-time setup (phase ``setup``)."""
+
+    def __enter__(self):
+        self.counter = CollectiveCounter.active
+        if self.counter is not None:
+            self.saved, self.counter.phase = self.counter.phase, SETUP
+        return self
+
+    def __exit__(self, *exc):
+        if self.counter is not None:
+            self.counter.phase = self.saved
+        return False
+
+
+class UnknownCollective(RuntimeError):
+    """A collective op the counter cannot size ran during a measured step."""
+
+
 def _peer(group, group_rank: int) -> int:
     """The global rank of ``group_rank`` in ``group`` (as the c10d ops receive it)."""
     if isinstance(group, torch.ScriptObject):
@@ -97,19 +133,47 @@ def _functional(name: str, args, kwargs) -> tuple[str, int, object] | None:
         return "reduce_scatter", _nbytes(args[0]), args[3]
     if name == "all_to_all_single":
         return "all_to_all", _nbytes(args[0]), args[3]
-    if name == "broadcast":
+    if name == "reduce_scatter_tensor_out":
+        return "reduce_scatter", _nbytes(args[0]), args[3]
+    if name in ("broadcast", "broadcast_"):
         return "broadcast", _nbytes(args[0]), args[2]
     return None
 
 
+# the kinds the comparison knows (cost-model kinds and point-to-point transfers)
+KINDS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send", "recv"})
+
+
 class CollectiveCounter(TorchDispatchMode):
-    """A dispatch mode recording collectives; ``records`` lists them in issue order."""
+    """A dispatch mode recording collectives; ``records`` lists them in issue order.
+
+    ``CollectiveCounter.active`` is the counter now recording (None outside one), so that
+    code deep in a wrapper can label its collectives (``one_time``)."""
+
+    active: "CollectiveCounter | None" = None
+
+    def __enter__(self):
+        CollectiveCounter.active = self
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        CollectiveCounter.active = None
+        return super().__exit__(*exc)
 
     def __init__(self) -> None:
         super().__init__()
         self.records: list[CollectiveRecord] = []
         self.phase = ""
         self.tags: dict[int, str] = {}  # data_ptr of a point-to-point buffer -> its phase
+        self.unknown: list[str] = []  # collective ops this counter cannot size, in issue order
+
+    def check(self) -> None:
+        """Raise ``UnknownCollective`` if an op the counter does not know ran."""
+        if self.unknown:
+            ops = ", ".join(dict.fromkeys(self.unknown))
+            raise UnknownCollective(
+                f"the collective counter does not know {ops}: its kind and bytes cannot be measured, so the "
+                "step is not compared (teach measure/ranks/counter.py this op)")
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -125,8 +189,14 @@ class CollectiveCounter(TorchDispatchMode):
         found = None
         if namespace == "c10d":
             found = _c10d(name, args)
-        elif namespace == "_c10d_functional":
+        elif namespace in ("_c10d_functional", "_c10d_functional_autograd"):
             found = _functional(name, args, kwargs)
+        qualified = f"{namespace}.{name}"
+        if found is None and namespace in NAMESPACES and qualified not in NOT_COLLECTIVES:
+            self.unknown.append(qualified)
+        elif found is not None and found[0] not in KINDS:
+            self.unknown.append(f"{qualified} ({found[0]})")
+            found = None
         if found is not None:
             kind, nbytes, group = found
             phase = self.phase

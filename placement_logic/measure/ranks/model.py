@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 from ..shape import TinyShape
 
@@ -20,6 +21,10 @@ def _norm(shape: TinyShape) -> nn.Module:
     if shape.norm == "rmsnorm":
         return nn.RMSNorm(shape.hidden)
     return nn.LayerNorm(shape.hidden)
+
+
+def _core(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 class Attention(nn.Module):
@@ -35,8 +40,9 @@ class Attention(nn.Module):
         super().__init__()
         self.head_dim = shape.head_dim
         self.q_per_kv = shape.heads // shape.kv_heads
-        self.qkv = nn.Linear(shape.hidden, shape.qkv_out, bias=shape.bias)
+        self.qkv = nn.Linear(shape.hidden, shape.qkv_out, bias=shape.has_qkv_bias)
         self.proj = nn.Linear(shape.hidden, shape.hidden, bias=shape.bias)
+        self.recompute_core = False  # selective recomputation: the attention core is recomputed in backward
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
@@ -47,7 +53,10 @@ class Attention(nn.Module):
         k = qkv[:, :, :, self.q_per_kv].repeat_interleave(self.q_per_kv, dim=2)
         v = qkv[:, :, :, self.q_per_kv + 1].repeat_interleave(self.q_per_kv, dim=2)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if self.recompute_core:
+            y = checkpoint(_core, q, k, v, use_reentrant=False)
+        else:
+            y = _core(q, k, v)
         y = y.transpose(1, 2).reshape(b, s, groups * self.q_per_kv * self.head_dim)
         return self.proj(y)
 
@@ -82,8 +91,17 @@ class Block(nn.Module):
         self.attn = Attention(shape)
         self.norm2 = _norm(shape)
         self.mlp = MLP(shape)
+        self.recompute = False  # full recomputation: the whole block runs again in backward
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.recompute:
+            # the whole forward again, as Megatron-LM's full recompute: without early stopping,
+            # which would skip the block's last ops (and their collectives) that backward needs no input of
+            with set_checkpoint_early_stop(False):
+                return checkpoint(self._forward, x, use_reentrant=False)
+        return self._forward(x)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.norm1(x))
         return x + self.mlp(self.norm2(x))
 
@@ -112,7 +130,12 @@ class TinyTransformer(nn.Module):
         return self.head(x)
 
 
-def build(shape: TinyShape, seed: int) -> TinyTransformer:
-    """The model with deterministic initial values (the same for every rank and the reference)."""
+def build(shape: TinyShape, seed: int, recompute: str = "none") -> TinyTransformer:
+    """The model with deterministic initial values (the same for every rank and the reference);
+    ``recompute`` full checkpoints every block, selective the attention core of every block."""
     torch.manual_seed(seed)
-    return TinyTransformer(shape)
+    m = TinyTransformer(shape)
+    for block in m.blocks:
+        block.recompute = recompute == "full"
+        block.attn.recompute_core = recompute == "selective"
+    return m

@@ -27,23 +27,55 @@ from torch import nn
 
 from . import model as tiny
 from .counter import CollectiveCounter
-from .torch_plan import local, make_optimizer
+from .torch_plan import FlatZero, local, make_optimizer, tensor_parallel
 
 _SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B"}
 
 
-def stage_model(shape, seed: int, stage: int, stages: int) -> nn.Module:
+def stage_model(shape, seed: int, stage: int, stages: int, recompute: str = "none") -> nn.Module:
     """The tiny transformer keeping only virtual stage ``stage`` of ``stages``."""
-    m = tiny.build(shape, seed)
+    m = tiny.build(shape, seed, recompute)
     per = shape.layers // stages
     keep = range(stage * per, (stage + 1) * per)
     m.blocks = nn.ModuleDict({str(i): m.blocks[i] for i in keep})
+    if stage == stages - 1 and stage != 0 and m.head is None:
+        # tied embeddings across stages (Megatron-LM): the last stage holds its own copy of the
+        # word embedding as the output layer; the two copies' gradients are summed after backward
+        m.head = nn.Linear(shape.hidden, shape.vocab, bias=False)
+        with torch.no_grad():
+            m.head.weight.copy_(m.embed.weight)
     if stage != 0:
         m.embed = None
     if stage != stages - 1:
         m.norm = None
         m.head = None
     return m
+
+
+def embedding_groups(mesh, r) -> object | None:
+    """The process group of this rank's first and last pipeline stage (Megatron's embedding group):
+    one group per line of the other axes, created by every rank in the same order."""
+    import itertools
+
+    names = [a for a, _ in r.mesh]
+    sizes = [n for _, n in r.mesh]
+    k = names.index(r.pipeline_axis)
+    mine = None
+    me = dist.get_rank()
+    others = [range(n) if i != k else (None,) for i, n in enumerate(sizes)]
+    for combo in itertools.product(*others):
+        ranks = []
+        for stage in (0, sizes[k] - 1):
+            coords = list(combo)
+            coords[k] = stage
+            rank = 0
+            for c, n in zip(coords, sizes):
+                rank = rank * n + c
+            ranks.append(rank)
+        group = dist.new_group(ranks)
+        if me in ranks:
+            mine = group
+    return mine
 
 
 class _Tagger:
@@ -68,7 +100,10 @@ class _Tagger:
 
 
 def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
+    from contextlib import nullcontext
+
     from torch.distributed.pipelining import PipelineStage, schedules
+    from torch.distributed.tensor.parallel import loss_parallel
 
     from .training import _batch, _loss_sum, _reference, held_bytes, loss_normaliser, tokens_of
 
@@ -78,11 +113,16 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
     pp_group = mesh[r.pipeline_axis].get_group()
     dp_index = coords[r.data_axes[0]] if r.data_axes else 0
     m = shape.microbatches
+    tp = r.sizes[r.tensor_axis] if r.tensor_axis else 1
     inner, stages = [], []
     tagger = _Tagger()
+    vocab_parallel = False
     for c in range(v):
         index = pp_rank + c * p
-        sub = stage_model(shape, job.seed, index, p * v).to(device)
+        sub = stage_model(shape, job.seed, index, p * v, r.recompute).to(device)
+        if r.tensor_axis is not None:
+            vocab_parallel = tensor_parallel(sub, mesh[r.tensor_axis], r.sequence_parallel,
+                                             shape.tied_embeddings) or vocab_parallel
         inner.append(sub)
         if r.data == "ddp":
             from torch.distributed._composable.replicate_with_fsdp import replicate
@@ -93,7 +133,18 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
         stages.append(stage)
     named = [(n, q) for sub in inner for n, q in sub.named_parameters()]
     params = [q for _, q in named]
-    opt = make_optimizer(r.optimizer, params)
+    tied = [q for sub in inner for q in ((sub.embed.weight,) if sub.embed is not None else ())
+            + ((sub.head.weight,) if sub.head is not None else ())] if shape.tied_embeddings and p > 1 else []
+    tie_group = embedding_groups(mesh, r) if shape.tied_embeddings and p > 1 else None
+    zero = None
+    if r.data in ("zero1", "zero2"):
+        # ZeRO on each stage's parameters over the data axis: the microbatches' gradients accumulate
+        # in the whole gradients, then one reduce-scatter and, after the step, one all-gather
+        zero = FlatZero(params, mesh[r.data_axes[0]].get_group(), 1 if r.data == "zero1" else 2, r.optimizer,
+                        float(r.grad_divide or r.data_size), r.regather)
+        opt = zero
+    else:
+        opt = make_optimizer(r.optimizer, params)
     norm_box = [1.0]
 
     def loss_fn(out, target):
@@ -116,30 +167,42 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
         counter = CollectiveCounter()
         tagger.counter = counter
         mb_losses: list = []
-        with counter:
+        with counter, (loss_parallel() if vocab_parallel else nullcontext()):
             counter.phase = "schedule"
             args = (x[lo:hi].to(device),) if first else ()
             kwargs = {"target": y[lo:hi].to(device), "losses": mb_losses} if last else {}
             schedule.step(*args, **kwargs)
+            if tie_group is not None:
+                counter.phase = "backward"
+                for q in tied:  # the first stage's embedding and the last stage's copy: their gradients summed
+                    dist.all_reduce(local(q.grad), group=tie_group)  # replicated on the data axis: local is whole
+            if zero is not None:
+                counter.phase = "backward"
+                zero.reduce_gradients()
             counter.phase = "optimizer"
             opt.step()
         tagger.counter = None
+        counter.check()
         steps.append([rec.__dict__ for rec in counter.records])
-        loss = torch.stack([t.detach() for t in mb_losses]).mean() if last else torch.zeros(())
-        dist.all_reduce(loss)  # only the last stage's ranks (one per data-parallel replica) hold a loss
-        losses.append(loss.item() / dp)
+        loss = torch.stack([local(t.detach()) for t in mb_losses]).mean() if last else torch.zeros(())
+        dist.all_reduce(loss)  # only the last stage's ranks (one per data-parallel and tensor rank) hold a loss
+        losses.append(loss.item() / (dp * tp))
         if step == job.steps - 1:
-            held = held_bytes(params, opt.state)
+            held = held_bytes(params, opt.state, zero.held_gradients() if zero is not None else None)
         opt.zero_grad()
     ref, ref_losses = _reference(job, global_batch)
     worst_abs, worst_name, scale = 0.0, "", max(t.abs().max().item() for t in ref.values())
-    for name, q in named:
-        diff = (local(q).detach().cpu() - ref[name]).abs().max().item()  # replicated: the local tensor is whole
+    whole = [(name, q.full_tensor() if hasattr(q, "full_tensor") else q) for name, q in named]  # TP shards gathered
+    for name, q in whole:
+        want = ref["embed.weight"] if name == "head.weight" and shape.tied_embeddings else ref[name]
+        diff = (q.detach().cpu() - want).abs().max().item()
         if diff > worst_abs or not worst_name:
             worst_abs, worst_name = diff, name
     # whole-model quantities: this stage's part summed over the pipeline axis
-    totals = torch.tensor([sum(local(q).detach().double().pow(2).sum().item() for q in params),
-                           float(sum(q.numel() for q in params))], dtype=torch.float64)
+    # (the last stage's copy of a tied embedding is not a parameter of the model: counted once)
+    once = [(n, q) for n, q in whole if not (shape.tied_embeddings and n == "head.weight")]
+    totals = torch.tensor([sum(q.detach().double().pow(2).sum().item() for _, q in once),
+                           float(sum(q.numel() for _, q in once))], dtype=torch.float64)
     dist.all_reduce(totals, group=pp_group)
     return {
         "key": job.key,
@@ -149,6 +212,7 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
         "tensor_replicated_param_bytes": 0,
         "param_count": int(totals[1].item()),
         "param_tensors": len(named),
+        "optimizer_param_tensors": sum(len(g["params"]) for g in opt.param_groups),
         "fingerprint": totals[0].item(),
         "losses": losses,
         "tokens": tokens,

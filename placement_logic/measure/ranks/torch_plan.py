@@ -3,7 +3,9 @@
 Input: a ``Realisation``, the model and the run's ``DeviceMesh``. Output: a ``Trainer``
 holding the wrapped module, its optimizer and the gradient-clipping step. Data axes:
 DistributedDataParallel (``gradient_as_bucket_view=True``, so the gradients are the
-bucket storage), ZeroRedundancyOptimizer, FSDP2 ``fully_shard`` (one unit per block,
+bucket storage), ZeRO-1 and ZeRO-2 (``FlatZero``: whole parameters, a flat fp32
+optimizer shard, the gradient reduce-scattered into it and the updated shards
+all-gathered back, as the ZeRO paper states them), FSDP2 ``fully_shard`` (one unit per block,
 then the root) over one axis or HYBRID_SHARD over two. Tensor axis: DTensor
 ``parallelize_module`` with ColwiseParallel on the fused q/k/v projection and the first
 MLP layer, RowwiseParallel on the output projections, and SequenceParallel on the norms
@@ -11,8 +13,8 @@ when the plan asks for sequence parallelism. Realised bug overrides: a DDP
 communication hook that skips the all-reduce or sums without averaging, a second
 all-reduce of DDP's already averaged gradients by the training loop, FSDP's gradient
 divide factor 1, a clip coefficient computed from each rank's local shard (FSDP shards or
-tensor-parallel shards), and ZeroRedundancyOptimizer stepping without broadcasting the
-updated parameters.
+tensor-parallel shards), and ZeRO stepping without all-gathering the updated
+parameters.
 """
 
 from __future__ import annotations
@@ -41,14 +43,6 @@ def make_optimizer(kind: str, params) -> torch.optim.Optimizer:
     if kind == "sgd_momentum":
         return torch.optim.SGD(params, lr=LR[kind], momentum=0.9)
     return torch.optim.SGD(params, lr=LR[kind])
-
-
-def _optimizer_class(kind: str):
-    if kind == "adam":
-        return torch.optim.Adam, {"lr": LR[kind], "eps": ADAM_EPS}
-    if kind == "sgd_momentum":
-        return torch.optim.SGD, {"lr": LR[kind], "momentum": 0.9}
-    return torch.optim.SGD, {"lr": LR[kind]}
 
 
 def local(t: torch.Tensor) -> torch.Tensor:
@@ -82,8 +76,16 @@ class Trainer:
     # the parameter objects the optimizer updates, by name (a DDP + TP module re-registers
     # fresh Parameter views of them around every forward)
     named: list = field(default_factory=list)
-    # what the training loop does by hand after backward (a second gradient all-reduce)
+    # what the training loop does by hand after backward (a second gradient all-reduce, ZeRO's reduce-scatter)
     after_backward: Callable[[], None] | None = None
+    # the gradient tensors this rank holds after backward (default: the parameters' .grad)
+    held_gradients: Callable[[], list] | None = None
+    # the logits are vocabulary-sharded DTensors: the loss runs under loss_parallel()
+    loss_parallel: bool = False
+    # gradient accumulation: a context that skips the gradient synchronisation of a microbatch
+    # (DDP's no_sync) and what runs after each microbatch's backward (ZeRO-2's reduce-scatter)
+    no_sync: Callable | None = None
+    after_microbatch: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         if not self.named:
@@ -102,6 +104,117 @@ class Trainer:
         mesh, placements = self.layouts.get(name, (getattr(p, "device_mesh", None), getattr(p, "placements", ())))
         names = (mesh.mesh_dim_names or ()) if mesh is not None else ()
         return axis in names and not placements[names.index(axis)].is_replicate()
+
+
+def _local_grad(p: torch.Tensor) -> torch.Tensor:
+    """The gradient of ``p`` laid out as ``p``'s local part (zeros when it has none). A DTensor
+    gradient placed otherwise than its parameter (DTensor's vocabulary-parallel embedding leaves
+    a Replicate gradient on a Shard(0) weight) is redistributed to the parameter's placement
+    first: a local slice, no collective."""
+    g = p.grad
+    if g is None:
+        return torch.zeros_like(local(p))
+    if hasattr(g, "redistribute") and tuple(g.placements) != tuple(p.placements):
+        g = g.redistribute(p.device_mesh, p.placements)
+    return local(g)
+
+
+class FlatZero:
+    """ZeRO stage 1 or 2 over one data-parallel process group, as the ZeRO paper states it.
+
+    Parameters stay whole on every rank (the model's own tensors). The optimizer holds
+    one flat fp32 shard: rank ``i`` of ``n`` owns elements ``[i·Ψ/n, (i+1)·Ψ/n)`` of the
+    parameters laid end to end (padded with zeros to a multiple of ``n``), as its master
+    copy with the optimizer's moments. After backward the whole local gradient, laid out
+    the same way, is reduce-scattered (a sum, then divided by ``divide``) into the shard's
+    gradient. Stage 1 keeps the whole gradient tensors (the plan's grads R); stage 2
+    frees them once reduced and holds only the shard's gradient (grads S). The step
+    updates the shard, then all-gathers the shards into the whole parameters
+    (``regather=False``: the bug that skips it, each rank copying back only its own
+    shard).
+    """
+
+    def __init__(self, params, group, stage: int, kind: str, divide: float, regather: bool) -> None:
+        self.params, self.group, self.stage, self.divide, self.regather = list(params), group, stage, divide, regather
+        self.n, self.rank = dist.get_world_size(group), dist.get_rank(group)
+        total = sum(local(p).numel() for p in self.params)
+        self.pad = (-total) % self.n
+        self.size = (total + self.pad) // self.n
+        flat = self._flat([local(p).detach() for p in self.params])
+        self.master = nn.Parameter(flat[self.rank * self.size:(self.rank + 1) * self.size].clone())
+        self.optim = make_optimizer(kind, [self.master])
+        self.state = self.optim.state
+        self.param_groups = self.optim.param_groups
+
+    def _flat(self, tensors) -> torch.Tensor:
+        parts = [t.reshape(-1) for t in tensors]
+        if self.pad:
+            parts.append(torch.zeros(self.pad, dtype=parts[0].dtype, device=parts[0].device))
+        return torch.cat(parts)
+
+    def reduce_gradients(self) -> None:
+        for p in self.params:
+            g = p.grad
+            if g is not None and hasattr(g, "redistribute") and tuple(g.placements) != tuple(p.placements):
+                p.grad = g.redistribute(p.device_mesh, p.placements)  # held as the parameter's own shard
+        grads = [_local_grad(p) for p in self.params]
+        shard = torch.empty(self.size, dtype=grads[0].dtype, device=grads[0].device)
+        dist.reduce_scatter_tensor(shard, self._flat(grads), group=self.group)
+        shard.div_(self.divide)
+        self.master.grad = shard if self.master.grad is None else self.master.grad.add_(shard)
+        if self.stage == 2:
+            for p in self.params:
+                p.grad = None
+
+    def held_gradients(self) -> list:
+        return [self.master.grad] if self.stage == 2 else [p.grad for p in self.params]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.optim.step()
+        if self.regather:
+            whole = torch.empty(self.size * self.n, dtype=self.master.dtype, device=self.master.device)
+            dist.all_gather_into_tensor(whole, self.master.detach(), group=self.group)
+            lo, hi = 0, len(whole) - self.pad
+        else:  # the bug: each rank keeps only its own shard's update
+            whole = torch.zeros(self.size * self.n, dtype=self.master.dtype, device=self.master.device)
+            lo, hi = self.rank * self.size, (self.rank + 1) * self.size
+            whole[lo:hi] = self.master.detach()
+        offset = 0
+        for p in self.params:
+            t = local(p)
+            end = offset + t.numel()
+            a, b = max(offset, lo), min(end, hi)
+            if a < b:
+                t.view(-1)[a - offset:b - offset].copy_(whole[a:b])
+            offset = end
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+        self.master.grad = None
+
+
+class _RebuildLabelled:
+    """DDP's C++ reducer, seen from Python, with its one-time bucket rebuild labelled.
+
+    After the first backward, DDP rebuilds its buckets in the order the gradients became
+    ready and broadcasts the new bucket layout from rank 0 (``Reducer._rebuild_buckets``,
+    called once, from the next forward). That broadcast is set-up, not part of a
+    training step: it is recorded in the phase ``setup``, which the comparison leaves
+    out of the compared step (and reports as one-time)."""
+
+    def __init__(self, reducer) -> None:
+        self._reducer = reducer
+
+    def __getattr__(self, name):
+        return getattr(self._reducer, name)
+
+    def _rebuild_buckets(self):
+        from .counter import one_time
+
+        with one_time():
+            return self._reducer._rebuild_buckets()
 
 
 def _skip_allreduce_hook(state, bucket):
@@ -131,7 +244,10 @@ def allreduce_again(params, group):
     return run
 
 
-def tensor_parallel(model: nn.Module, mesh, sequence_parallel: bool) -> None:
+def tensor_parallel(model: nn.Module, mesh, sequence_parallel: bool, tied: bool | None = None) -> bool:
+    """Megatron tensor parallelism on ``model`` (a whole model or a pipeline stage of it, whose
+    embedding or head may be absent); True when the logits are vocabulary-sharded (the loss is
+    then computed under ``loss_parallel``)."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
@@ -142,7 +258,10 @@ def tensor_parallel(model: nn.Module, mesh, sequence_parallel: bool) -> None:
         parallelize_module,
     )
 
-    for block in model.blocks:
+    if tied is None:
+        tied = model.head is None
+    blocks = model.blocks.values() if isinstance(model.blocks, nn.ModuleDict) else model.blocks
+    for block in blocks:
         if sequence_parallel:
             plan = {
                 "norm1": SequenceParallel(),
@@ -162,28 +281,71 @@ def tensor_parallel(model: nn.Module, mesh, sequence_parallel: bool) -> None:
                 "mlp.fc2": RowwiseParallel(),
             }
         parallelize_module(block, mesh, plan)
-    if sequence_parallel:
-        # The replicated embedding's output enters the blocks sequence-sharded (a local
-        # slice forward, an all-gather of its gradient backward); the final norm runs
-        # sequence-parallel and the replicated head gets the gathered sequence.
-        parallelize_module(model, mesh, {
-            "embed": PrepareModuleOutput(output_layouts=(Replicate(),), desired_output_layouts=(Shard(1),),
-                                         use_local_output=True),
-            "norm": SequenceParallel(),
-        })
-        parallelize_module(model, mesh, {
-            "norm": PrepareModuleOutput(output_layouts=(Shard(1),), desired_output_layouts=(Replicate(),),
-                                        use_local_output=True),
-        })
+    if tied:
+        # tied embeddings: the head is the embedding's transpose; both stay whole on the axis
+        if sequence_parallel:
+            parallelize_module(model, mesh, {
+                "embed": PrepareModuleOutput(output_layouts=(Replicate(),), desired_output_layouts=(Shard(1),),
+                                             use_local_output=True),
+                "norm": SequenceParallel(),
+            })
+            parallelize_module(model, mesh, {
+                "norm": PrepareModuleOutput(output_layouts=(Shard(1),), desired_output_layouts=(Replicate(),),
+                                            use_local_output=True),
+            })
+        return False
+    # Megatron-LM's vocabulary-parallel embedding and output head: each rank holds V/t rows of
+    # both; the embedding's partial output is all-reduced (reduce-scattered under sequence
+    # parallelism), the head's input is whole (all-gathered from the sequence shards under
+    # sequence parallelism) and its logits stay sharded over the vocabulary for the
+    # vocabulary-parallel cross entropy (``loss_parallel``).
+    plan = {}
+    if model.embed is not None:
+        plan["embed"] = RowwiseParallel(input_layouts=Replicate(),
+                                        output_layouts=Shard(1) if sequence_parallel else Replicate())
+    if model.head is not None:
+        plan["head"] = ColwiseParallel(input_layouts=Shard(1) if sequence_parallel else Replicate(),
+                                       output_layouts=Shard(-1), use_local_output=False)
+    if plan:
+        parallelize_module(model, mesh, plan)
+    if sequence_parallel and model.norm is not None:
+        parallelize_module(model, mesh, {"norm": SequenceParallel()})
+    return model.head is not None
 
 
 def apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
     """Wrap ``model`` as ``r`` says; ``mesh`` is a DeviceMesh with the plan's axis names."""
+    vocab_parallel = False
     if r.tensor_axis is not None:
-        tensor_parallel(model, mesh[r.tensor_axis], r.sequence_parallel)
+        vocab_parallel = tensor_parallel(model, mesh[r.tensor_axis], r.sequence_parallel)
+    trainer = _apply(r, model, mesh)
+    trainer.loss_parallel = vocab_parallel
+    return trainer
+
+
+def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
     params = list(model.parameters())
     clip = None
-    if r.data in ("ddp", "zero1"):
+    if r.data in ("zero1", "zero2"):
+        layouts = {}
+        if r.tensor_axis is not None:
+            # the tensor-parallel module on plain local tensors, as for DDP below: ZeRO shards them
+            from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
+
+            layouts = {n: (p.device_mesh, p.placements) for n, p in model.named_parameters() if hasattr(p, "placements")}
+            _pre_dp_module_transform(model)
+        named = list(model.named_parameters())
+        group = mesh[r.data_axes[0]].get_group()
+        zero = FlatZero([p for _, p in named], group, 1 if r.data == "zero1" else 2, r.optimizer,
+                        float(r.grad_divide or r.data_size), r.regather)
+        # ZeRO-1 keeps whole gradients and reduce-scatters once per step; ZeRO-2 has no whole
+        # gradient to accumulate in: every microbatch's gradient is reduce-scattered into the shard
+        if r.data == "zero1":
+            return Trainer(model, model, zero, lambda: zero.state, None, layouts, named, zero.reduce_gradients,
+                           zero.held_gradients)
+        return Trainer(model, model, zero, lambda: zero.state, None, layouts, named, None, zero.held_gradients,
+                       after_microbatch=zero.reduce_gradients)
+    if r.data == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         layouts = {}
@@ -202,23 +364,15 @@ def apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
             module.register_comm_hook(None, _skip_allreduce_hook)
         elif r.grad_divide and r.grad_divide != r.data_size:
             module.register_comm_hook(None, _divided_allreduce_hook(group, float(r.grad_divide)))
-        if r.data == "zero1":
-            from torch.distributed.optim import ZeroRedundancyOptimizer
-
-            cls, kw = _optimizer_class(r.optimizer)
-            opt = ZeroRedundancyOptimizer(params, optimizer_class=cls, process_group=group, **kw)
-            if not r.regather:
-                opt._sync_params = lambda: None  # the bug: updated shards are never broadcast
-            state = lambda: opt.optim.state
-        else:
-            opt = make_optimizer(r.optimizer, params)
-            state = lambda: opt.state
+        module.reducer = _RebuildLabelled(module.reducer)
+        opt = make_optimizer(r.optimizer, params)
+        state = lambda: opt.state
         if r.clip == "global":
             clip = lambda: clip_global(params, MAX_NORM)
         elif r.clip == "local":
             clip = lambda: clip_local(params, MAX_NORM)
         again = allreduce_again(params, group) if r.grad_reduce == "twice" else None
-        return Trainer(module, model, opt, state, clip, layouts, named, again)
+        return Trainer(module, model, opt, state, clip, layouts, named, again, no_sync=module.no_sync)
     if r.data in ("fsdp", "hsdp"):
         from torch.distributed.fsdp import fully_shard
 
@@ -234,4 +388,22 @@ def apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
         clip = lambda: clip_global(params, MAX_NORM)
     elif r.clip == "local":
         clip = lambda: clip_local(params, MAX_NORM)
-    return Trainer(model, model, opt, lambda: opt.state, clip)
+    no_sync = _hsdp_accumulate(model) if r.data == "hsdp" else None
+    return Trainer(model, model, opt, lambda: opt.state, clip, no_sync=no_sync)
+
+
+def _hsdp_accumulate(model):
+    """HYBRID_SHARD gradient accumulation: every microbatch reduce-scatters over the shard axis
+    (the plan's grads are S there), the replica all-reduce waits for the last microbatch (grads
+    R on the replica axis accumulate) — FSDP2's ``set_requires_all_reduce``."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def no_all_reduce():
+        model.set_requires_all_reduce(False)
+        try:
+            yield
+        finally:
+            model.set_requires_all_reduce(True)
+
+    return no_all_reduce

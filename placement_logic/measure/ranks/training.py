@@ -54,8 +54,9 @@ def loss_normaliser(r: Realisation, global_tokens: int, local_tokens: int) -> fl
     return global_tokens / r.data_size
 
 
-def held_bytes(params, optimizer_state) -> dict:
-    """Bytes held per state: parameters, their gradients, optimizer moments and step counters."""
+def held_bytes(params, optimizer_state, gradients=None) -> dict:
+    """Bytes held per state: parameters, their gradients (``gradients`` when the rank holds
+    other tensors than the parameters' ``.grad``), optimizer moments and step counters."""
     import torch
 
     moments, counters = [], []
@@ -65,7 +66,7 @@ def held_bytes(params, optimizer_state) -> dict:
                 (counters if key == "step" else moments).append(t)
     return {
         "params": _storage_bytes(params),
-        "grads": _storage_bytes(p.grad for p in params),
+        "grads": _storage_bytes(gradients if gradients is not None else (p.grad for p in params)),
         "optimizer": _storage_bytes(moments),
         "optimizer_step_counters": _storage_bytes(counters),
     }

@@ -10,6 +10,7 @@ steps run on one process (which each rank computes itself, from the same seed an
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import traceback
@@ -48,12 +49,16 @@ def _device(rank: int):
 
 
 def run_job(job: Job, rank: int) -> dict:
+    from contextlib import nullcontext
+
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import loss_parallel
 
     from . import model as tiny
+    from .activations import SavedActivations
     from .counter import CollectiveCounter
-    from .torch_plan import apply
+    from .torch_plan import apply, local
 
     r = job.realisation
     names = tuple(a for a, _ in r.mesh)
@@ -69,20 +74,33 @@ def run_job(job: Job, rank: int) -> dict:
     for a in r.data_axes:
         dp_index = dp_index * r.sizes[a] + coords[a]
         dp *= r.sizes[a]
-    global_batch = job.shape.microbatch * dp
-    trainer = apply(r, tiny.build(job.shape, job.seed).to(device), mesh)
+    mb, m = job.shape.microbatch, job.shape.microbatches
+    rows = mb * m  # this data-parallel rank's rows: m microbatches of mb sequences, gradients accumulated
+    global_batch = rows * dp
+    trainer = apply(r, tiny.build(job.shape, job.seed, r.recompute).to(device), mesh)
     steps, losses, tokens = [], [], []
     for step in range(job.steps):
         x, y = _batch(job.shape, global_batch, job.seed, step)
-        lo, hi = dp_index * job.shape.microbatch, (dp_index + 1) * job.shape.microbatch
+        lo, hi = dp_index * rows, (dp_index + 1) * rows
         tokens.append(tokens_of(y[lo:hi]))
         norm = loss_normaliser(r, tokens_of(y), tokens_of(y[lo:hi]))
         counter = CollectiveCounter()
-        with counter:
-            counter.phase = "forward"
-            loss = _loss_sum(trainer.module(x[lo:hi].to(device)), y[lo:hi].to(device)) / norm
-            counter.phase = "backward"
-            loss.backward()
+        saved = SavedActivations()
+        total = 0.0
+        with counter, (loss_parallel() if trainer.loss_parallel else nullcontext()):
+            for k in range(m):
+                a, b = lo + k * mb, lo + (k + 1) * mb
+                # gradient accumulation: DDP synchronises on the last microbatch only
+                sync = nullcontext() if k == m - 1 or trainer.no_sync is None else trainer.no_sync()
+                with sync:
+                    counter.phase = "forward"
+                    with saved.recording(trainer.inner) if k == 0 else nullcontext():
+                        loss = _loss_sum(trainer.module(x[a:b].to(device)), y[a:b].to(device)) / norm
+                    counter.phase = "backward"
+                    loss.backward()
+                if trainer.after_microbatch is not None:
+                    trainer.after_microbatch()
+                total = total + local(loss.detach())
             if trainer.after_backward is not None:
                 trainer.after_backward()
             if trainer.clip is not None:
@@ -90,17 +108,19 @@ def run_job(job: Job, rank: int) -> dict:
                 trainer.clip()
             counter.phase = "optimizer"
             trainer.optimizer.step()
+        counter.check()
         steps.append([asdict(c) for c in counter.records])
         # the reported loss: the ranks' losses averaged (the global token mean when the
         # plan's loss is right); tensor-parallel ranks hold the same loss
-        mean = loss.detach().clone()
+        mean = total.clone()
         dist.all_reduce(mean)
         losses.append(mean.item() / r.world)
         if step == job.steps - 1:
             params = [p for _, p in trainer.named]
             state = trainer.optimizer_state()
-            held = held_bytes(params, state)
+            held = held_bytes(params, state, trainer.held_gradients() if trainer.held_gradients else None)
             replicated = _unsharded_on(trainer, r.tensor_axis)
+            activations = saved.bytes()
         trainer.optimizer.zero_grad()
     # equivalence: full parameters against the single-process run
     ref, ref_losses = _reference(job, global_batch)
@@ -129,8 +149,10 @@ def run_job(job: Job, rank: int) -> dict:
         "collectives": steps,
         "held": {k: {"storage": v[0], "elements": v[1]} for k, v in held.items()},
         "tensor_replicated_param_bytes": replicated,
+        "saved_activations": activations,
         "param_count": count,
         "param_tensors": len(trainer.named),
+        "optimizer_param_tensors": sum(len(g["params"]) for g in trainer.optimizer.param_groups),
         "fingerprint": fingerprint,
         "losses": losses,
         "tokens": tokens,
@@ -175,6 +197,10 @@ def main(rank: int, world: int, port: int, jobs: list[Job], outdir: str) -> None
                     text += f" caused by {type(root).__name__}: {root}"
                 result = {"key": job.key, "rank": rank, "error": f"{text} ({Path(where.filename).name}:{where.lineno})"}
             Path(outdir, f"{job.key}.{rank}.json").write_text(json.dumps(result))
+            # free this job's DDP reducers, FSDP states and stage modules now, while the process
+            # group is alive (left to interpreter teardown, a reducer destroyed after the group
+            # aborts the process)
+            gc.collect()
             dist.barrier()
     finally:
         dist.destroy_process_group()

@@ -1,0 +1,71 @@
+"""Saved activations of a forward pass, counted as autograd saves them (torch).
+
+Input: a model with ``blocks`` and a forward to run. Output: the bytes of the distinct
+storages autograd saves for backward, per block (transformer layer) and in all, through
+``torch.autograd.graph.saved_tensors_hooks``: every tensor packed for backward is seen
+once, its storage counted once (views share it), and storages of parameters are left out
+(a linear layer saves its weight, which is a parameter, not an activation). The block a
+saved tensor belongs to is the block whose forward is running; tensors saved outside any
+block (embedding, final norm, head, loss) go to ``outside``. A recomputed block (full
+recomputation) saves only its input during forward, which is what is counted.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    to_local = getattr(t, "to_local", None)
+    return to_local() if callable(to_local) else t
+
+
+class SavedActivations:
+    """Counts saved storages per block while active (``with counter.recording(model): ...``)."""
+
+    def __init__(self) -> None:
+        self.per_block: dict[str, dict[int, int]] = {}
+        self.current = "outside"
+        self.params: set[int] = set()
+
+    def _pack(self, t):
+        if isinstance(t, torch.Tensor):
+            loc = _local(t)
+            while type(loc) is not torch.Tensor and isinstance(getattr(loc, "elem", None), torch.Tensor):
+                loc = loc.elem  # a wrapper subclass (functional collectives' AsyncCollectiveTensor)
+            st = loc.untyped_storage()
+            ptr = st.data_ptr()
+            if ptr not in self.params and st.nbytes():
+                seen = self.per_block.setdefault(self.current, {})
+                seen[ptr] = max(seen.get(ptr, 0), st.nbytes())
+        return t
+
+    @contextmanager
+    def recording(self, model: nn.Module):
+        blocks = model.blocks.items() if isinstance(model.blocks, nn.ModuleDict) else \
+            ((str(i), b) for i, b in enumerate(model.blocks))
+        handles = []
+        for name, block in blocks:
+            def pre(module, args, name=name):
+                self.current = name
+                self.params |= {_local(p).untyped_storage().data_ptr() for p in module.parameters()}
+
+            def post(module, args, out):
+                self.current = "outside"
+
+            handles.append(block.register_forward_pre_hook(pre))
+            handles.append(block.register_forward_hook(post))
+        self.params |= {_local(p).untyped_storage().data_ptr() for p in model.parameters()}
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
+                yield self
+        finally:
+            for h in handles:
+                h.remove()
+
+    def bytes(self) -> dict[str, int]:
+        """Distinct saved bytes per block name (and ``outside``)."""
+        return {k: sum(v.values()) for k, v in self.per_block.items()}
