@@ -28,7 +28,8 @@ EXIT_UNKNOWN = int(Exit.UNKNOWN)
 EXIT_UNREALISED = int(Exit.UNREALISED)
 
 # Subcommands, in the order --help lists them.
-COMMANDS: tuple[str, ...] = ("fmt", "inspect", "cost", "compare", "check", "prove", "measure", "convert", "export")
+COMMANDS: tuple[str, ...] = ("fmt", "inspect", "cost", "compare", "check", "prove", "measure", "trace", "lift", "convert",
+                              "export")
 
 EPILOG = """\
 examples:

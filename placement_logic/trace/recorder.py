@@ -46,7 +46,7 @@ _FOLLOW = {
     "clone", "_to_copy", "detach", "alias", "view", "_unsafe_view", "reshape", "as_strided", "t", "transpose",
     "permute", "contiguous", "expand", "squeeze", "unsqueeze", "flatten", "slice", "select", "narrow", "split",
     "split_with_sizes", "chunk", "unbind", "cat", "_chunk_cat", "chunk_cat", "split_with_sizes_copy", "view_as",
-    "lift_fresh", "new_zeros", "to", "add", "add_", "sum", "_foreach_add_", "_foreach_add",
+    "lift_fresh", "to", "add_", "_foreach_add_",
 }
 _SCALE = {"mul", "mul_", "div", "div_", "_foreach_mul_", "_foreach_div_", "_foreach_mul", "_foreach_div"}
 _COPY = {"copy_", "copy"}
@@ -219,16 +219,17 @@ class Recorder(TorchDispatchMode):
             view["grad"] = None
             return view
         glocal = g.to_local() if isinstance(g, DTensor) else g
-        grad = {"checksum": _checksum(glocal), "collectives": [], "scales": [], "dynamic_scales": []}
+        grad = {"checksum": _checksum(glocal), "collectives": [], "scales": [], "dynamic_scales": [], "dynamic_at": []}
         if isinstance(g, DTensor):
             grad["placements"] = [str(pl) for pl in g.placements]
         for ev in self._events_of(glocal):
             if ev[0] == "collective":
                 grad["collectives"].append(ev[1])
             elif ev[0] == "scale":
-                grad["scales"].append(str(ev[1]))
+                grad["scales"].append({"factor": str(ev[1]), "at": {"file": ev[2][0], "line": ev[2][1]}})
             elif ev[0] == "dynamic":
                 grad["dynamic_scales"].append(ev[1])
+                grad["dynamic_at"].append({"file": ev[2][0], "line": ev[2][1]})
         view["grad"] = grad
         return view
 
@@ -300,8 +301,11 @@ class Recorder(TorchDispatchMode):
                     whole = dst.numel() * dst.element_size() == dst.untyped_storage().nbytes()
                     self._set(dst, evs, replace=whole)
             return
-        if name in _SCALE and self.phase in ("backward", "after_backward", "optimizer"):
-            self._scale(name, args, out)
+        in_place = name.endswith("_") or "out" in kwargs
+        if name in _SCALE and (self.phase == "after_backward" or (self.phase == "backward" and in_place)):
+            # in backward only scaling into an existing buffer (DDP's and FSDP's divisions):
+            # autograd's own arithmetic makes fresh tensors and is no step of the gradient program
+            self._scale(name, args, kwargs, out)
             return
         if name in _FOLLOW or name in _SCALE:
             ins = [t for t in _tensors(args) if t.numel()]
@@ -315,7 +319,7 @@ class Recorder(TorchDispatchMode):
                     if t.numel():
                         self._set(t, evs, replace=False)
 
-    def _scale(self, name: str, args, out) -> None:
+    def _scale(self, name: str, args, kwargs, out) -> None:
         inplace = name.endswith("_")
         foreach = name.startswith("_foreach")
         targets = list(args[0]) if foreach else [args[0]]
@@ -326,15 +330,23 @@ class Recorder(TorchDispatchMode):
                 continue
             o = other[i] if foreach and isinstance(other, (list, tuple)) else other
             f = _fraction(o)
+            if f is None and isinstance(o, torch.Tensor) and o.numel() == 1 and (
+                    self.phase == "backward" or not o.is_floating_point()):
+                # a scalar the framework wrapped (DDP's 1/world) or an integer count: a constant
+                f = _fraction(o.item() if not o.is_floating_point() else float(o))
             if f is None and isinstance(o, torch.Tensor) and o.numel() == 1:
-                ev = ("dynamic", self.phase)
+                ev = ("dynamic", self.phase, self._at())
             elif f is not None and f != 0:
-                ev = ("scale", f if name.startswith(("mul", "_foreach_mul")) else 1 / f)
+                ev = ("scale", f if name.startswith(("mul", "_foreach_mul")) else 1 / f, self._at())
             else:
                 continue
             if not inplace:
                 self._set(dst, self._events_of(src), replace=False)
             self._add(dst, ev)
+
+    def _at(self) -> tuple[str, int]:
+        frames = _user_frames(1)
+        return (frames[0]["file"], frames[0]["line"]) if frames else ("", 0)
 
     def _collective(self, func, namespace: str, name: str, args, kwargs):
         found = _c10d(name, args) if namespace == "c10d" else _functional(name, args, kwargs)
@@ -385,11 +397,12 @@ class Recorder(TorchDispatchMode):
                 res = [t for t in _tensors(out)]
                 for t in res:
                     self._set(t, carry + [ev], replace=False)
-                if rec["numel"] == 1 and res:
-                    rec["value_out"] = float(res[0].detach().float().sum()) if kind != "all_reduce" else None
+
             else:
                 for t in outputs:
                     self._set(t, carry + [ev], replace=False)
+                if rec["numel"] == 1 and outputs and kind == "all_reduce" and not (len(args) > 4 and args[4] is True):
+                    rec["value_out"] = float(outputs[0].detach().float().sum())
         finally:
             self._busy = False
         self.collectives.append(rec)
