@@ -1,11 +1,10 @@
 """Data parallelism with DistributedDataParallel: the correct version."""
 
+import tiny
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
-
-import tiny
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()

@@ -66,3 +66,16 @@ def batch(rank, step):
     g = torch.Generator().manual_seed(1000 * step + rank)
     tokens = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=g)
     return tokens[:, :-1], tokens[:, 1:]
+
+
+IGNORE = -100  # target of a padding position
+
+
+def padded_batch(rank, step):
+    """Like ``batch``, with each sequence cut to a random length and padded: ranks hold different token counts."""
+    x, y = batch(rank, step)
+    g = torch.Generator().manual_seed(7000 + 1000 * step + rank)
+    valid = torch.randint(1, SEQ + 1, (BATCH, 1), generator=g)
+    y = y.clone()
+    y[torch.arange(SEQ).expand(BATCH, -1) >= valid] = IGNORE
+    return x, y

@@ -10,6 +10,7 @@ trace is written to OUT_JSON even when the script raises (the error is recorded 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import os
 import runpy
@@ -51,7 +52,9 @@ def _install(rec) -> list:
     torch.Tensor.backward = phased(torch.Tensor.backward)
     torch.autograd.backward = phased(torch.autograd.backward)
 
-    def with_op(fn, position: int):
+    def with_op(fn):
+        position = list(inspect.signature(fn).parameters).index("op")
+
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             op = kwargs.get("op", args[position] if len(args) > position else None)
@@ -59,10 +62,11 @@ def _install(rec) -> list:
             return fn(*args, **kwargs)
         return wrapper
 
-    for name, position in (("all_reduce", 1), ("reduce_scatter_tensor", 2), ("reduce_scatter", 2),
-                           ("all_reduce_coalesced", 1), ("reduce", 2)):
-        if hasattr(dist, name):
-            setattr(dist, name, with_op(getattr(dist, name), position))
+    for name in ("all_reduce", "reduce_scatter_tensor", "reduce_scatter", "reduce_scatter_single",
+                 "all_reduce_coalesced", "reduce"):
+        fn = getattr(dist, name, None)
+        if fn is not None and "op" in inspect.signature(fn).parameters:
+            setattr(dist, name, with_op(fn))
 
     original = dm.init_device_mesh
 

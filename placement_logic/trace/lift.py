@@ -147,7 +147,7 @@ def _placement_axes(p: dict, layout: _Layout) -> set[str]:
     out = set()
     dims = p.get("mesh_dims") or []
     for dim, pl in zip(dims, p.get("placements") or []):
-        if pl.startswith(("Shard", "_StridedShard")):
+        if pl.startswith(("S(", "Shard", "_S", "_StridedShard")):
             name = re.sub(r"\W", "_", dim)
             if name in layout.names:
                 out.add(name)
@@ -413,9 +413,9 @@ def _loss(step, layout: _Layout, data_axes, observer, step_colls, tp, notes):
     equal = len(set(counts)) == 1 and counts == positions
     tokens_axes = None
     for c in step_colls:
-        if c["phase"] == "forward" and c["kind"] == "all_reduce" and c["numel"] == 1 and \
+        if c["phase"] in ("before_forward", "forward") and c["kind"] == "all_reduce" and c["numel"] == 1 and \
                 c.get("value_in") == float(first["tokens"]):
-            tokens_axes = (layout.axes_of(c["ranks"], observer) or (), _frames([c["stack"]]))
+            tokens_axes = (layout.axes_of(c["ranks"], observer) or (), _frames([c["stack"]]), c.get("value_out"))
     if nll_value == 0:
         return "global_mean", Fraction(1), frames, tokens_axes, equal
     if first["reduction"] == "mean":
@@ -426,11 +426,8 @@ def _loss(step, layout: _Layout, data_axes, observer, step_colls, tp, notes):
             return "sum", Fraction(1), frames, None, False
         if tokens_axes is not None and tokens_axes[0]:
             # normalised by the count summed over the token axes: the multiplier on top of it
-            reduced = sum(counts) if sorted(tokens_axes[0]) == sorted(data_axes) else None
-            if reduced is None:
-                mine_count = first["tokens"]
-                reduced = mine_count * layout.size(tokens_axes[0])  # equal counts along the token axes
-            return "global_mean", _nice(value * reduced / nll_value), frames, tokens_axes, False
+            reduced = tokens_axes[2] if tokens_axes[2] is not None else sum(counts)
+            return "global_mean", _nice(value * Fraction(reduced) / nll_value), frames, tokens_axes, False
         w = _nice(value * total / nll_value)
         return "global_mean", w, frames, tokens_axes, False
     notes.append(f"cross-entropy with reduction={first['reduction']} is not a recognised loss normalisation")
@@ -446,8 +443,10 @@ def _clip(step_colls, params, layout, axes, info, tp, data_axes):
     dynamic = [e for e in info if (e[0].get("grad") or {}).get("dynamic_scales")]
     if not dynamic:
         return None
+    # the norm's reductions: all-reduces after backward that carry no gradient
+    in_programs = {s for e in info for s in ((e[0].get("grad") or {}).get("collectives") or [])}
     norm_colls = [c for c in step_colls if c["phase"] == "after_backward" and c["kind"] == "all_reduce"
-                  and c["numel"] == 1 and c["dtype"].startswith(("float", "bfloat"))]
+                  and c["seq"] not in in_programs and c["dtype"].startswith(("float", "bfloat"))]
     observed = sorted({a for c in norm_colls for a in axes(c)})
     sharded = set()
     for p, *_ in info:

@@ -55,7 +55,11 @@ _PHASE_REDUCE_OPS = {"sum", "avg", "premul_sum"}
 
 
 def _key(t: torch.Tensor):
-    st = t.untyped_storage()
+    try:
+        st = t.untyped_storage()
+        st.data_ptr()
+    except (RuntimeError, NotImplementedError):  # a tensor without real storage (a subclass, meta)
+        return -id(t), 0, 0, None
     off = t.storage_offset() * t.element_size()
     span = t.numel() * t.element_size()
     if t.numel() and not t.is_contiguous():
@@ -123,6 +127,8 @@ class Recorder(TorchDispatchMode):
         self.phase = "idle"
         self.pending_op: str | None = None
         self.current: dict | None = None
+        self.pending: list[dict] = []
+        self.scalars: list[tuple[dict, torch.Tensor]] = []  # one-element all-reduces, their result read at the step  # collectives issued between steps, numbered when the next one starts
         self._busy = False
 
     # ------------------------------------------------------------------ steps and phases
@@ -139,6 +145,10 @@ class Recorder(TorchDispatchMode):
             self.phase = "forward"
             self.current = None
             self._tag_params(module)
+            rec = self.step_record()
+            for c in self.pending:
+                c["step"] = rec["step"]
+            self.pending.clear()
         rec = self.step_record()
         self.modules.setdefault(id(module), module)
         if not rec["inputs"]:
@@ -157,6 +167,9 @@ class Recorder(TorchDispatchMode):
 
     def on_step_pre(self, optimizer) -> None:
         self.phase = "optimizer"
+        for rec, t in self.scalars:
+            rec["value_out"] = float(t.detach().float().sum())
+        self.scalars.clear()
         rec = self.step_record()
         names = self._param_names()
         params = []
@@ -247,11 +260,15 @@ class Recorder(TorchDispatchMode):
         ptr, lo, hi, st = _key(t)
         if lo_hi is not None:
             lo, hi = lo_hi
+        if st is None:
+            return
         self.events.setdefault(ptr, []).append((lo, hi, ev))
         self.alive[ptr] = st
 
     def _set(self, t: torch.Tensor, evs: list[tuple], replace: bool) -> None:
         ptr, lo, hi, st = _key(t)
+        if st is None:
+            return
         lst = self.events.setdefault(ptr, [])
         if replace:
             lst[:] = [x for x in lst if not (lo <= x[0] and x[1] <= hi)]
@@ -297,7 +314,10 @@ class Recorder(TorchDispatchMode):
             dst, src = args[0], args[1]
             if isinstance(dst, torch.Tensor) and isinstance(src, torch.Tensor):
                 evs = self._events_of(src)
-                if evs or self._events_of(dst):
+                if evs:
+                    # a copy of a value with a history replaces the destination's; a copy of a fresh
+                    # value into a collective's buffer is that collective completing (gloo's
+                    # asynchronous work copies its result out when waited on) and keeps it
                     whole = dst.numel() * dst.element_size() == dst.untyped_storage().nbytes()
                     self._set(dst, evs, replace=whole)
             return
@@ -351,7 +371,7 @@ class Recorder(TorchDispatchMode):
     def _collective(self, func, namespace: str, name: str, args, kwargs):
         found = _c10d(name, args) if namespace == "c10d" else _functional(name, args, kwargs)
         if found is None:
-            if name not in ("wait_tensor", "barrier", "monitored_barrier_"):
+            if name not in ("wait_tensor", "barrier", "monitored_barrier_", "_wrap_tensor_autograd"):
                 self.unrecognised.append({"seq": len(self.collectives) + len(self.unrecognised), "op": f"{namespace}.{name}",
                                           "phase": self.phase, "stack": _user_frames()})
             return func(*args, **kwargs)
@@ -372,7 +392,9 @@ class Recorder(TorchDispatchMode):
         inputs, outputs = self._buffers(namespace, name, args)
         first = next(iter(inputs), None)
         seq = len(self.collectives) + len(self.unrecognised)
-        rec = {"seq": seq, "step": self.current["step"] if self.current else -1, "phase": self.phase, "kind": kind, "ranks": list(ranks),
+        between = self.phase in ("idle", "optimizer_done")  # before the next forward: counted in the next step
+        rec = {"seq": seq, "step": -1 if between or not self.current else self.current["step"],
+               "phase": "before_forward" if between else self.phase, "kind": kind, "ranks": list(ranks),
                "dtype": str(first.dtype).replace("torch.", "") if first is not None else "", "bytes": nbytes,
                "numel": sum(t.numel() for t in inputs), "op": op, "api": f"{namespace}.{name}",
                "carried": [], "stack": _user_frames()}
@@ -401,11 +423,13 @@ class Recorder(TorchDispatchMode):
             else:
                 for t in outputs:
                     self._set(t, carry + [ev], replace=False)
-                if rec["numel"] == 1 and outputs and kind == "all_reduce" and not (len(args) > 4 and args[4] is True):
-                    rec["value_out"] = float(outputs[0].detach().float().sum())
+                if rec["numel"] == 1 and outputs and kind == "all_reduce":
+                    self.scalars.append((rec, outputs[0]))  # read once the caller has waited
         finally:
             self._busy = False
         self.collectives.append(rec)
+        if between:
+            self.pending.append(rec)
         return out
 
     @staticmethod
