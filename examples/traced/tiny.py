@@ -28,18 +28,27 @@ class Attention(nn.Module):
         return self.proj(y.transpose(1, 2).reshape(b, s, -1))
 
 
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(HIDDEN, 4 * HIDDEN)
+        self.fc2 = nn.Linear(4 * HIDDEN, HIDDEN)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
 class Block(nn.Module):
     def __init__(self):
         super().__init__()
         self.norm1 = nn.LayerNorm(HIDDEN)
         self.attn = Attention()
         self.norm2 = nn.LayerNorm(HIDDEN)
-        self.fc1 = nn.Linear(HIDDEN, 4 * HIDDEN)
-        self.fc2 = nn.Linear(4 * HIDDEN, HIDDEN)
+        self.mlp = MLP()
 
     def forward(self, x):
         x = x + self.attn(self.norm1(x))
-        return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
+        return x + self.mlp(self.norm2(x))
 
 
 class Tiny(nn.Module):

@@ -202,6 +202,8 @@ def lift(trace: dict, plan_name: str = "traced") -> Lifted:
     bad: dict[tuple, Unliftable] = {}
     for r, part in sorted(ranks.items()):
         for c in part["collectives"]:
+            if c["step"] < 0:
+                continue  # set-up before the first step (DDP's broadcast, distributing weights)
             reason = None
             if c["kind"] in NOT_LIFTED_KINDS:
                 reason = f"{c['kind']} is not lifted (pipeline and expert schedules are not recognised)"
@@ -306,12 +308,21 @@ def lift(trace: dict, plan_name: str = "traced") -> Lifted:
                 frames.append(c["stack"])
                 if c["op"] == "avg":
                     const /= layout.size(ax)
+        # a gradient still Partial at the step (DTensor): the optimizer's first use all-reduces it
+        for dim, pl in zip(p.get("mesh_dims") or [], g.get("placements") or []):
+            if pl.startswith(("P(", "Partial")):
+                name = re.sub(r"\W", "_", dim)
+                axis = name if name in layout.names else (layout.names[0] if len(layout.names) == 1 else None)
+                if axis is not None:
+                    reds.append(axis)
+                    frames.append(step[r]["optimizer"].get("stack", []))
+        reds = sorted(reds)
         for sc in g.get("scales", []):
             factor, at = (sc["factor"], sc.get("at")) if isinstance(sc, dict) else (sc, None)
             const *= Fraction(factor)
             if at:
                 frames.append([at])
-        return tuple(sorted(reds)), const, frames
+        return tuple(reds), const, frames
 
     grads_of = {r: {p["name"]: p for p in step[r].get("optimizer", {}).get("params", [])} for r in ranks}
     info = []

@@ -147,7 +147,10 @@ class Recorder(TorchDispatchMode):
             self._tag_params(module)
             rec = self.step_record()
             for c in self.pending:
-                c["step"] = rec["step"]
+                if rec["step"] > 0:  # before the first forward: set-up, outside every step
+                    c["step"] = rec["step"]
+                else:
+                    c["phase"] = "setup"
             self.pending.clear()
         rec = self.step_record()
         self.modules.setdefault(id(module), module)
