@@ -246,9 +246,13 @@ def lift(trace: dict, plan_name: str = "traced") -> Lifted:
         mine = [i["checksum"] for i in step[observer].get("inputs", [])]
         theirs = [i["checksum"] for i in step.get(other, {}).get("inputs", [])] if other is not None else mine
         sharded = any(a in _placement_axes(p, layout) for p in params)
+        # activations exchanged over the axis in forward (no parameter carried): the weights are split
+        exchanged = any(c["phase"] == "forward" and not c["carried"] and c["kind"] != "broadcast"
+                        and a in (layout.axes_of(c["ranks"], observer) or ())
+                        for c in ranks[observer]["collectives"] if c["step"] == steps[-1]["step"])
         if mine != theirs:
             roles[a] = "data"
-        elif sharded:
+        elif sharded or exchanged:
             roles[a] = "tensor"
         else:
             roles[a] = "data"
@@ -331,17 +335,23 @@ def lift(trace: dict, plan_name: str = "traced") -> Lifted:
             notes.append(f"{p['name']}: no gradient at the optimizer step; counted in its layout's group")
         reds, const, frames = program(p)
         cls = "split"
+        numel = 1
+        for d in p["shape"]:
+            numel *= d
         if tp:
-            if tp in _placement_axes(p, layout):
+            other = layout.neighbour(observer, tp)
+            mine_plain = not p.get("placements")
+            theirs_p = grads_of.get(other, {}).get(p["name"], {})
+            if mine_plain and theirs_p and theirs_p.get("checksum") != p.get("checksum"):
+                cls = "split"  # a plain local shard (DDP over tensor-parallel shards): different values per rank
+                numel *= layout.size((tp,))
+            elif tp in _placement_axes(p, layout):
                 cls = "split"
             else:
                 other = layout.neighbour(observer, tp)
                 theirs = grads_of.get(other, {}).get(p["name"], {}).get("grad") or {}
                 differs = (theirs.get("checksum") != (p.get("grad") or {}).get("checksum"))
                 cls = "partial" if (tp in reds or differs) else "whole"
-        numel = 1
-        for d in p["shape"]:
-            numel *= d
         info.append((p, cls, reds, const, frames, numel))
 
     # loss convention

@@ -230,6 +230,7 @@ class Recorder(TorchDispatchMode):
             view["mesh_dims"] = list(mesh.mesh_dim_names or [f"dim{i}" for i in range(mesh.ndim)])
             view["placements"] = [str(pl) for pl in p.placements]
         view["local_shape"] = list(local.shape)
+        view["checksum"] = _checksum(local)
         g = p.grad
         if g is None:
             view["grad"] = None
