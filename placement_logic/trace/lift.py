@@ -240,6 +240,12 @@ def lift(trace: dict, plan_name: str = "traced") -> Lifted:
 
     # roles
     params = step[observer]["optimizer"]["params"]
+    unnamed = [p for p in params if p["name"].startswith("<unnamed")]
+    if unnamed:
+        items.append(Unliftable((observer,), -1, f"{len(unnamed)} of {len(params)} optimizer parameters",
+                                "not held by any module seen in forward (DistributedDataParallel over tensor-parallel "
+                                "local shards re-registers them): their groups and gradient programs are not lifted "
+                                "reliably", tuple(step[observer]["optimizer"].get("stack", []))))
     roles: dict[str, str] = {}
     for a in layout.names:
         other = layout.neighbour(observer, a)

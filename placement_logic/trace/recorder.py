@@ -425,8 +425,10 @@ class Recorder(TorchDispatchMode):
                     self._set(t, carry + [ev], replace=False)
 
             else:
+                in_place = {id(t) for t in inputs} == {id(t) for t in outputs}
                 for t in outputs:
-                    self._set(t, carry + [ev], replace=False)
+                    # in place (an all-reduce of a bucket): each region keeps its own history
+                    self._set(t, ([] if in_place else carry) + [ev], replace=False)
                 if rec["numel"] == 1 and outputs and kind == "all_reduce":
                     self.scalars.append((rec, outputs[0]))  # read once the caller has waited
         finally:

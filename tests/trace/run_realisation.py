@@ -6,7 +6,6 @@ clipping and the optimizer), written as a user's script: the process group from 
 torchrun environment, a named DeviceMesh, no counters. Used by tests/test_trace.py.
 """
 
-import os
 import pickle
 import sys
 
