@@ -198,30 +198,6 @@ def lift(trace: dict, plan_name: str = "traced") -> Lifted:
     layout, from_mesh = _layout(trace, items)
     by_seq = {r: {c["seq"]: c for c in ranks[r]["collectives"]} for r in ranks}
 
-    # every collective must run over a set of mesh axes; pipelines and experts are not lifted
-    bad: dict[tuple, Unliftable] = {}
-    for r, part in sorted(ranks.items()):
-        for c in part["collectives"]:
-            if c["step"] < 0:
-                continue  # set-up before the first step (DDP's broadcast, distributing weights)
-            reason = None
-            if c["kind"] in NOT_LIFTED_KINDS:
-                reason = f"{c['kind']} is not lifted (pipeline and expert schedules are not recognised)"
-            elif layout.axes_of(c["ranks"], r) is None:
-                reason = (f"its group {c['ranks']} is no set of mesh axes of the layout "
-                          + ", ".join(f"{n}={s}" for n, s in zip(layout.names, layout.sizes)))
-            if reason:
-                key = (c["seq"], c["api"], reason)
-                prev = bad.get(key)
-                bad[key] = Unliftable((prev.ranks if prev else ()) + (r,), c["seq"], f"{c['kind']} ({c['api']})",
-                                      reason, tuple(c["stack"]))
-        for u in part["unrecognised"]:
-            key = (u["seq"], u["op"], "unrecognised")
-            prev = bad.get(key)
-            bad[key] = Unliftable((prev.ranks if prev else ()) + (r,), u["seq"], u["op"],
-                                  "an op of the c10d namespaces the recorder does not recognise", tuple(u["stack"]))
-    items.extend(bad.values())
-
     # the step analysed: the last one that reached the optimizer on rank 0
     steps = [s for s in ranks[0]["steps"] if s.get("optimizer")]
     if not steps:
@@ -278,6 +254,30 @@ def lift(trace: dict, plan_name: str = "traced") -> Lifted:
         roles = {rename[a]: v for a, v in roles.items()}
         data_axes = [rename[a] for a in data_axes]
         tp = rename[tp] if tp else None
+
+    # every collective must run over a set of mesh axes; pipelines and experts are not lifted
+    bad: dict[tuple, Unliftable] = {}
+    for r, part in sorted(ranks.items()):
+        for c in part["collectives"]:
+            if c["step"] < 0:
+                continue  # set-up before the first step (DDP's broadcast, distributing weights)
+            reason = None
+            if c["kind"] in NOT_LIFTED_KINDS:
+                reason = f"{c['kind']} is not lifted (pipeline and expert schedules are not recognised)"
+            elif layout.axes_of(c["ranks"], r) is None:
+                reason = (f"its group {c['ranks']} is no set of mesh axes of the layout "
+                          + ", ".join(f"{n}={s}" for n, s in zip(layout.names, layout.sizes)))
+            if reason:
+                key = (c["seq"], c["api"], reason)
+                prev = bad.get(key)
+                bad[key] = Unliftable((prev.ranks if prev else ()) + (r,), c["seq"], f"{c['kind']} ({c['api']})",
+                                      reason, tuple(c["stack"]))
+        for u in part["unrecognised"]:
+            key = (u["seq"], u["op"], "unrecognised")
+            prev = bad.get(key)
+            bad[key] = Unliftable((prev.ranks if prev else ()) + (r,), u["seq"], u["op"],
+                                  "an op of the c10d namespaces the recorder does not recognise", tuple(u["stack"]))
+    items.extend(bad.values())
 
     step_colls = [c for c in ranks[observer]["collectives"] if c["step"] == step_no]
     if len(step[observer].get("losses", [])) > 1:
