@@ -187,7 +187,7 @@ EXAMPLES = [
     ("tokens.py", 4, 0, None),
     ("ddp_summed.py", 2, 1, ("work = dist.all_reduce(bucket.buffer()", "GI grads[dense] normalisation")),
     ("ddp_twice.py", 2, 1, ("loss.backward()", "GI grads[dense] over dp")),
-    ("fsdp_clip_local.py", 2, 1, ("norm = torch.linalg.vector_norm", "SC clip_norm")),
+    ("fsdp_clip_local.py", 2, 1, ("g.mul_(coef)", "SC clip_norm")),
     ("tp_sp_norms.py", 2, 1, ("opt.step()", "GI grads[norm] over tp")),
     ("tokens_axis.py", 4, 1, ("dist.all_reduce(tokens", "GI grads[dense] normalisation")),
 ]

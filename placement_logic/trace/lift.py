@@ -335,6 +335,9 @@ def lift(trace: dict, plan_name: str = "traced") -> Lifted:
         return tuple(reds), const, frames
 
     grads_of = {r: {p["name"]: p for p in step[r].get("optimizer", {}).get("params", [])} for r in ranks}
+    first_no = steps[0]["step"]
+    initial = {r: {p["name"]: p for s in ranks[r]["steps"] if s["step"] == first_no
+                   for p in s.get("optimizer", {}).get("params", [])} for r in ranks}
     info = []
     for p in params:
         if p.get("grad") is None:
@@ -347,8 +350,10 @@ def lift(trace: dict, plan_name: str = "traced") -> Lifted:
         if tp:
             other = layout.neighbour(observer, tp)
             mine_plain = not p.get("placements")
-            theirs_p = grads_of.get(other, {}).get(p["name"], {})
-            if mine_plain and theirs_p and theirs_p.get("checksum") != p.get("checksum"):
+            # the values before the first update: replicas start equal, local shards differ
+            first_mine = initial.get(observer, {}).get(p["name"], {})
+            first_theirs = initial.get(other, {}).get(p["name"], {})
+            if mine_plain and first_theirs and first_theirs.get("checksum") != first_mine.get("checksum"):
                 cls = "split"  # a plain local shard (DDP over tensor-parallel shards): different values per rank
                 numel *= layout.size((tp,))
             elif tp in _placement_axes(p, layout):
