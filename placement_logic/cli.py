@@ -41,6 +41,9 @@ examples:
   placement prove                                    the framework's theorems, z3 and cvc5
   placement measure examples/library/zero3.place --plan zero3 --devices 2
                                                      predicted against measured on PyTorch
+  placement trace --nproc 2 --check -- python examples/traced/ddp.py
+                                                     trace your own script, lift it, prove it
+  placement lift TRACE.json                          the plan a traced script really ran
 
 exit status: 0 ok, 1 refuted / not formatted / failed, 2 input or usage error,
 3 unknown (a solver gave up) with nothing refuted, 4 (measure) plan not realisable.

@@ -102,7 +102,7 @@ STAGES = (
     ("frontend.loader",),
     ("costs", "solver"),
     ("check", "costreport"),
-    ("prove", "measure"),
+    ("prove", "measure", "trace"),
     ("commands", "cli", "__main__", "__init__"),
 )
 
