@@ -109,6 +109,18 @@ def test_bad_trace_is_pl612(tmp_path, edit, phrase):
     assert status == 2 and "[PL612]" in err and phrase in err and "Traceback" not in err
 
 
+def test_malformed_records_are_pl612_not_a_traceback(tmp_path):
+    trace = stored()
+    for part in trace["ranks"]:
+        for s in part["steps"]:
+            for p in s.get("optimizer", {}).get("params", []):
+                p["shape"] = "wide"
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace))
+    status, _, err = run(["lift", str(path)])
+    assert status == 2 and "[PL612]" in err and "does not fit the schema" in err and "Traceback" not in err
+
+
 def test_not_json_is_pl612(tmp_path):
     path = tmp_path / "t.json"
     path.write_text("{\n  nope")
@@ -211,6 +223,39 @@ def test_traced_example(script, nproc, status, finding, tmp_path, monkeypatch):
         line = _line(script, text)
         assert f"examples/traced/{script}:{line}: refuted {root}:" in out, out
     check_golden(GOLDEN / script.replace(".py", ".place"), spec.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_trace_file_then_lift(tmp_path, monkeypatch):
+    """`trace -o` writes the trace; `lift` reads it; what it lifts is what `trace --check` checks."""
+    pytest.importorskip("torch")
+    monkeypatch.chdir(ROOT)
+    path = tmp_path / "manual.json"
+    status, _, err = run(["trace", "--nproc", "2", "-o", str(path), "--", "python", "examples/traced/manual.py"])
+    assert status == 0, err
+    trace = load_trace(str(path))
+    assert trace["world"] == 2 and [r["rank"] for r in trace["ranks"]] == [0, 1]
+    # hand-written: each gradient all-reduced once over the world, then divided by it (dist.all_reduce's op: sum)
+    params = trace["ranks"][0]["steps"][-1]["optimizer"]["params"]
+    line = _line("manual.py", "p.grad /= world")
+    for p in params:
+        assert len(p["grad"]["collectives"]) == 1
+        assert p["grad"]["scales"] == [{"factor": "1/2", "at": {"file": "examples/traced/manual.py", "line": line}}]
+    status, out, err = run(["lift", str(path)])
+    assert status == 0 and "  dp: ddp" in out and "override grads" not in out
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_failing_script_is_pl613_at_its_line(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    script = tmp_path / "bad.py"
+    script.write_text("import os\n\nif os.environ['RANK'] == '1':\n    raise ValueError('rank one fails')\n")
+    monkeypatch.chdir(tmp_path)
+    status, _, err = run(["trace", "--nproc", "2", "--", "python", "bad.py"])
+    assert status == 2 and "[PL613]" in err
+    assert re.search(r"bad\.py:4:1: error: rank 1 of the traced script failed: ValueError: rank one fails", err), err
 
 
 # --------------------------------------------------------------------------- slow: the property

@@ -60,7 +60,7 @@ def run(args, out, err) -> int:
     from ..trace.schema import load_trace
 
     trace = load_trace(args.file)
-    lifted = lift(trace, args.plan_name)
+    lifted = lift(trace, args.plan_name, args.file)
     if args.format == "json":
         json.dump(to_json(lifted), out, indent=2)
         out.write("\n")

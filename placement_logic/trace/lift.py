@@ -120,7 +120,7 @@ def _ident(name: str, taken: set[str]) -> str:
     return out
 
 
-def _layout(trace: dict, items: list[Unliftable]) -> tuple[_Layout, bool]:
+def _layout(trace: dict) -> tuple[_Layout, bool]:
     world = trace["world"]
     meshes = [m for m in trace["ranks"][0]["meshes"] if m.get("shape")]
     if meshes:
@@ -191,11 +191,22 @@ def _group_name(members: list[str], taken: set[str]) -> str:
     return _ident("params", taken)
 
 
-def lift(trace: dict, plan_name: str = "traced") -> Lifted:
+def lift(trace: dict, plan_name: str = "traced", path: str = "<trace>") -> Lifted:
+    """The spec of what the traced script ran; a trace whose records do not fit the schema is PL612."""
+    try:
+        return _lift(trace, plan_name)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError) as exc:
+        from ..diagnostics import Diagnostic, DiagnosticError, Span
+
+        raise DiagnosticError([Diagnostic("PL612", f"a record of the trace does not fit the schema "
+                                          f"({type(exc).__name__}: {exc})", Span.point(path, 1, 1))]) from None
+
+
+def _lift(trace: dict, plan_name: str) -> Lifted:
     items: list[Unliftable] = []
     notes: list[str] = []
     ranks = {r["rank"]: r for r in trace["ranks"]}
-    layout, from_mesh = _layout(trace, items)
+    layout, from_mesh = _layout(trace)
     by_seq = {r: {c["seq"]: c for c in ranks[r]["collectives"]} for r in ranks}
 
     # the step analysed: the last one that reached the optimizer on rank 0
