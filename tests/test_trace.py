@@ -258,6 +258,41 @@ def test_failing_script_is_pl613_at_its_line(tmp_path, monkeypatch):
     assert re.search(r"bad\.py:4:1: error: rank 1 of the traced script failed: ValueError: rank one fails", err), err
 
 
+RANK_DEPENDENT = """\
+import tiny
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+model = tiny.build()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = tiny.batch(rank, 0)
+F.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
+for p in model.parameters():
+    dist.all_reduce(p.grad)
+    if rank == 0:
+        p.grad /= world
+opt.step()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_ranks_that_disagree_are_reported(tmp_path, monkeypatch):
+    """Rank 1 skips the division: no single plan describes both ranks, so nothing is proved (exit 3)."""
+    pytest.importorskip("torch")
+    (tmp_path / "tiny.py").write_text((ROOT / "examples" / "traced" / "tiny.py").read_text())
+    (tmp_path / "ranks.py").write_text(RANK_DEPENDENT)
+    monkeypatch.chdir(tmp_path)
+    status, out, err = run(["trace", "--nproc", "2", "--check", "--", "python", "ranks.py"])
+    assert status == 3, out + err
+    assert re.search(r"ranks\.py:17:1: error: not lifted: the gradient program of embed\.weight and 35 more "
+                     r"\(the step, rank 1\): rank 1 reduces it over \(dp\) and scales it by 1, rank 0 over \(dp\) by "
+                     r"1/2", err), err
+
+
 # --------------------------------------------------------------------------- slow: the property
 
 TP_SPEC = """\

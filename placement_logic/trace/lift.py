@@ -350,6 +350,7 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     initial = {r: {p["name"]: p for s in ranks[r]["steps"] if s["step"] == first_no
                    for p in s.get("optimizer", {}).get("params", [])} for r in ranks}
     info = []
+    disagree: dict[tuple, list[str]] = {}
     for p in params:
         if p.get("grad") is None:
             notes.append(f"{p['name']}: no gradient at the optimizer step; counted in its layout's group")
@@ -375,6 +376,22 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                 differs = (theirs.get("checksum") != (p.get("grad") or {}).get("checksum"))
                 cls = "partial" if (tp in reds or differs) else "whole"
         info.append((p, cls, reds, const, frames, numel))
+        # every rank must run the same program on this parameter's gradient
+        for r in sorted(ranks):
+            theirs = grads_of.get(r, {}).get(p["name"])
+            if r == observer or theirs is None or theirs.get("grad") is None or p.get("grad") is None:
+                continue
+            r_reds, r_const, _ = program(theirs, r)
+            if (r_reds, r_const) != (reds, const):
+                disagree.setdefault((r_reds, r_const, r), []).append(p["name"])
+
+    for (r_reds, r_const, r), names in sorted(disagree.items(), key=lambda kv: kv[0][2]):
+        mine = next(e for e in info if e[0]["name"] == names[0])
+        items.append(Unliftable((r,), -1, f"the gradient program of {names[0]}"
+                                + (f" and {len(names) - 1} more" if len(names) > 1 else ""),
+                                f"rank {r} reduces it over ({', '.join(r_reds)}) and scales it by {r_const}, rank "
+                                f"{observer} over ({', '.join(mine[2])}) by {mine[3]}: ranks that disagree are not "
+                                "one plan", tuple(step[r]["optimizer"].get("stack", []))))
 
     # loss convention
     loss_kind, w, loss_frames, tokens_axes, tokens_equal = _loss(step, layout, data_axes, observer, step_colls,
