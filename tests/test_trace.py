@@ -288,7 +288,7 @@ def test_ranks_that_disagree_are_reported(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     status, out, err = run(["trace", "--nproc", "2", "--check", "--", "python", "ranks.py"])
     assert status == 3, out + err
-    assert re.search(r"ranks\.py:17:1: error: not lifted: the gradient program of embed\.weight and 35 more "
+    assert re.search(r"ranks\.py:16:1: error: not lifted: the gradient program of embed\.weight and 35 more "
                      r"\(the step, rank 1\): rank 1 reduces it over \(dp\) and scales it by 1, rank 0 over \(dp\) by "
                      r"1/2", err), err
 
