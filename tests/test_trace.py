@@ -317,11 +317,16 @@ TP_ONLY = TP_SPEC.replace("mesh { dp = 4  tp = 8 }", "mesh { tp = 8 }").replace(
 DDP_DIVIDED = (ROOT / "examples/library/ddp.place").read_text().replace(
     "plan ddp {\n  dp: ddp\n}", "plan ddp_divided {\n  dp: ddp\n  override grads: divide by dp\n}")
 
+ZERO1_NO_REGATHER = (ROOT / "examples/library/zero1.place").read_text().replace(
+    "plan zero1 {\n  dp: zero1\n}", "plan zero1_stale {\n  dp: zero1\n  override params: no_regather\n}")
+
 REALISED = [
     # (spec text, plan, its bindings as the lifted spec should read them)
     ((ROOT / "examples/library/ddp.place").read_text(), "ddp", "dp: ddp"),
     ((ROOT / "examples/library/zero3.place").read_text(), "zero3", "dp: zero3"),
     (DDP_DIVIDED, "ddp_divided", "dp: ddp\n  override grads: divide by dp"),
+    ((ROOT / "examples/library/zero1.place").read_text(), "zero1", "dp: zero1"),
+    (ZERO1_NO_REGATHER, "zero1_stale", "dp: zero1\n  override params: no_regather"),
     (TP_ONLY, "tp", "tp: megatron_tp"),
     (TP_SPEC, "fsdp_sp", "dp: zero3\n  tp: megatron_sp"),
 ]
@@ -359,7 +364,7 @@ def test_lifting_a_realised_plan_gives_it_back(text, plan, bindings, tmp_path, m
     assert not lifted.unliftable, lifted.unliftable
     body = [line for line in lifted.text.splitlines() if not line.startswith("from std.")]
     both = tmp_path / "both.place"
-    both.write_text("from std.data import ddp, zero3\nfrom std.tensor import megatron_tp, megatron_sp\n"
+    both.write_text("from std.data import ddp, zero1, zero3\nfrom std.tensor import megatron_tp, megatron_sp\n"
                     + "\n".join(body) + f"\nplan original {{\n  {bindings}\n}}\n")
     status, out, err = run(["cost", str(both), "--format", "json"])
     assert status == 0, err
@@ -375,7 +380,7 @@ def test_lifting_a_realised_plan_gives_it_back(text, plan, bindings, tmp_path, m
 
     assert verdicts("traced") == verdicts("original")
     expected = copy.deepcopy(verdicts("original"))
-    assert ("refuted" in expected.values()) == (plan == "ddp_divided")
+    assert ("refuted" in expected.values()) == (plan in ("ddp_divided", "zero1_stale"))
 
 
 def test_stored_trace_is_current_schema():

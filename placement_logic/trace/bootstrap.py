@@ -68,6 +68,22 @@ def _install(rec) -> list:
         if fn is not None and "op" in inspect.signature(fn).parameters:
             setattr(dist, name, with_op(fn))
 
+    # a communication hook's continuation (DDP: ``fut.then(divide)``) may run on a c10d
+    # thread, where the recorder's mode (thread-local) is not installed: run it under it
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    then = torch._C.Future.then
+
+    def recorded_then(self, callback):
+        def under_recorder(fut):
+            if any(m is rec for m in _get_current_dispatch_mode_stack()):
+                return callback(fut)
+            with rec:
+                return callback(fut)
+        return then(self, under_recorder)
+
+    torch._C.Future.then = recorded_then
+
     original = dm.init_device_mesh
 
     @functools.wraps(original)

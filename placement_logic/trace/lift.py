@@ -174,7 +174,7 @@ def _express(q: Fraction, layout: _Layout, prefer: list[tuple[str, ...]]) -> str
 def _frames(stacks) -> list[dict]:
     out, seen = [], set()
     for st in stacks:
-        if st:
+        if st and st[0].get("file"):
             key = (st[0]["file"], st[0]["line"])
             if key not in seen:
                 seen.add(key)
@@ -298,6 +298,7 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
 
     # strategies
     bindings: dict[str, str] = {}
+    no_regather: list[tuple[str, list[dict]]] = []
     binding_frames: dict[str, list[dict]] = {}
     for a in data_axes:
         sharded = any(a in _placement_axes(p, layout) for p in params)
@@ -306,6 +307,13 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
         if sharded:
             regather = any(c["kind"] == "all_gather" and c["phase"] == "backward" and a in axes(c) for c in step_colls)
             bindings[a] = "zero3" if regather else "fsdp_shard_grad_op"
+        elif _optimizer_sharded(step, layout, observer, a):
+            bindings[a] = "zero1"
+            # the updated shards must come back: broadcasts or all-gathers over the axis after the step
+            synced = [c for c in step_colls if c["phase"] == "optimizer" and c["kind"] in ("broadcast", "all_gather")
+                      and a in axes(c)]
+            if not synced:
+                no_regather.append((a, _frames([step[observer]["optimizer"].get("stack", [])])))
         else:
             bindings[a] = "ddp"
     sp = False
@@ -427,6 +435,8 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                       loss_frames))
     elif tokens_axes is not None and loss_kind != "sum" and sorted(tokens_axes[0]) != sorted(data_axes):
         lines.append((f"  override tokens: reduce over ({', '.join(tokens_axes[0])})", tokens_axes[1]))
+    for _axis, frames in no_regather[:1]:
+        lines.append(("  override params: no_regather  # the updated optimizer shards are never sent back", frames))
     for gname, (cls, reds, const), members in named:
         expected = sorted(data_axes + ([tp] if (tp and cls == "partial" and sp) else []))
         target = "grads" if len(named) == 1 else f"grads[{gname}]"
@@ -449,6 +459,18 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     text, origins = _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, step[observer], notes)
     return Lifted(text, plan_name, items, notes, origins,
                   {g: [e[0]["name"] for e in members] for g, _, members in named})
+
+
+def _optimizer_sharded(step, layout: _Layout, observer: int, axis: str) -> bool:
+    """The optimizer (an inner one: ZeroRedundancyOptimizer's) updates disjoint parameters along ``axis``."""
+    def held(r):
+        inner = (step.get(r, {}).get("optimizer") or {}).get("inner")
+        return None if not inner else {n for o in inner for n in o["params"]}
+
+    mine = held(observer)
+    other = layout.neighbour(observer, axis)
+    theirs = held(other) if other is not None else None
+    return mine is not None and theirs is not None and not (mine & theirs)
 
 
 def _loss(step, layout: _Layout, data_axes, observer, step_colls, tp, notes):
@@ -526,7 +548,7 @@ def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, 
     pbytes = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}.get(params[0]["dtype"], 4) if params else 4
     elements = opt.get("param_elements") or 0
     obytes = Fraction(opt.get("state_bytes", 0), elements) if elements else Fraction(0)
-    imports = sorted({s for s in bindings.values() if s in ("ddp", "zero3", "fsdp_shard_grad_op")})
+    imports = sorted({s for s in bindings.values() if s in ("ddp", "zero1", "zero3", "fsdp_shard_grad_op")})
     tensor = sorted({s for s in bindings.values() if s.startswith("megatron")})
     out: list[str] = []
     origins: dict[int, list[dict]] = {}

@@ -128,7 +128,9 @@ class Recorder(TorchDispatchMode):
         self.pending_op: str | None = None
         self.current: dict | None = None
         self.pending: list[dict] = []
-        self.scalars: list[tuple[dict, torch.Tensor]] = []  # one-element all-reduces, their result read at the step  # collectives issued between steps, numbered when the next one starts
+        self.scalars: list[tuple[dict, torch.Tensor]] = []
+        self._opt_depth = 0  # nested optimizer steps (an optimizer that steps another)
+        self._inner: list = []  # one-element all-reduces, their result read at the step  # collectives issued between steps, numbered when the next one starts
         self._busy = False
 
     # ------------------------------------------------------------------ steps and phases
@@ -169,12 +171,20 @@ class Recorder(TorchDispatchMode):
             rec["losses"].append({"value": float(local.detach().float().sum()), "stack": _user_frames()})
 
     def on_step_pre(self, optimizer) -> None:
-        self.phase = "optimizer"
-        for rec, t in self.scalars:
-            rec["value_out"] = float(t.detach().float().sum())
-        self.scalars.clear()
         rec = self.step_record()
         names = self._param_names()
+        self._opt_depth += 1
+        if self._opt_depth > 1:
+            # an optimizer stepped by another (ZeroRedundancyOptimizer's local optimizer): the
+            # parameters this rank really updates
+            held = [names.get(id(p), "<unnamed>") for g in optimizer.param_groups for p in g["params"]]
+            rec["optimizer"].setdefault("inner", []).append({"class": type(optimizer).__name__, "params": held})
+            self._inner.append(optimizer)
+            return
+        self.phase = "optimizer"
+        for c, t in self.scalars:
+            c["value_out"] = float(t.detach().float().sum())
+        self.scalars.clear()
         params = []
         for group in optimizer.param_groups:
             for p in group["params"]:
@@ -182,20 +192,25 @@ class Recorder(TorchDispatchMode):
         rec["optimizer"] = {"class": type(optimizer).__name__, "stack": _user_frames(), "params": params}
 
     def on_step_post(self, optimizer) -> None:
+        self._opt_depth = max(0, self._opt_depth - 1)
+        if self._opt_depth:
+            return
         rec = self.step_record()
         opt = rec.get("optimizer")
         if opt is not None:
             state_bytes, elements = 0, 0
-            for group in optimizer.param_groups:
-                for p in group["params"]:
-                    local = p.to_local() if isinstance(p, DTensor) else p
-                    elements += local.numel()
-                    for k, v in optimizer.state.get(p, {}).items():
-                        if isinstance(v, torch.Tensor) and k != "step":
-                            v = v.to_local() if isinstance(v, DTensor) else v
-                            state_bytes += v.numel() * v.element_size()
+            for o in self._inner or [optimizer]:
+                for group in o.param_groups:
+                    for p in group["params"]:
+                        local = p.to_local() if isinstance(p, DTensor) else p
+                        elements += local.numel()
+                        for k, v in o.state.get(p, {}).items():
+                            if isinstance(v, torch.Tensor) and k != "step":
+                                v = v.to_local() if isinstance(v, DTensor) else v
+                                state_bytes += v.numel() * v.element_size()
             opt["state_bytes"] = state_bytes
             opt["param_elements"] = elements
+        self._inner = []
         self.phase = "optimizer_done"
         self.events.clear()
         self.alive.clear()
