@@ -589,6 +589,7 @@ def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, 
     for n in notes:
         out.append(f"# note: {n}")
     out.append(f"plan {plan_name} {{")
+    origins[len(out)] = _frames([opt.get("stack", [])])  # what the plan as a whole ran into: the step
     for text, frames in lines:
         where = "; ".join(f"{f['file']}:{f['line']}" for f in frames[:3])
         out.append(text + (("  # " if "#" not in text else "; ") + where if where else ""))
