@@ -327,6 +327,7 @@ REALISED = [
     (DDP_DIVIDED, "ddp_divided", "dp: ddp\n  override grads: divide by dp"),
     ((ROOT / "examples/library/zero1.place").read_text(), "zero1", "dp: zero1"),
     (ZERO1_NO_REGATHER, "zero1_stale", "dp: zero1\n  override params: no_regather"),
+    ((ROOT / "examples/library/hybrid_shard.place").read_text(), "hybrid_shard", "[node, gpu]: hybrid_shard"),
     (TP_ONLY, "tp", "tp: megatron_tp"),
     (TP_SPEC, "fsdp_sp", "dp: zero3\n  tp: megatron_sp"),
 ]
@@ -364,7 +365,7 @@ def test_lifting_a_realised_plan_gives_it_back(text, plan, bindings, tmp_path, m
     assert not lifted.unliftable, lifted.unliftable
     body = [line for line in lifted.text.splitlines() if not line.startswith("from std.")]
     both = tmp_path / "both.place"
-    both.write_text("from std.data import ddp, zero1, zero3\nfrom std.tensor import megatron_tp, megatron_sp\n"
+    both.write_text("from std.data import ddp, zero1, zero3, hybrid_shard\nfrom std.tensor import megatron_tp, megatron_sp\n"
                     + "\n".join(body) + f"\nplan original {{\n  {bindings}\n}}\n")
     status, out, err = run(["cost", str(both), "--format", "json"])
     assert status == 0, err

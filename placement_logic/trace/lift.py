@@ -424,8 +424,16 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
 
     # the plan's lines, with the script lines behind them
     lines: list[tuple[str, list[dict]]] = []
+    # replicate x shard over two data axes is HYBRID_SHARD: the library's two-axis strategy
+    hybrid = None
+    if len(data_axes) == 2 and [bindings[a] for a in data_axes] == ["ddp", "zero3"]:
+        hybrid = tuple(data_axes)
     for a in layout.names:
-        lines.append((f"  {a}: {bindings[a]}", binding_frames.get(a, [])))
+        if hybrid and a == hybrid[0]:
+            lines.append((f"  [{hybrid[0]}, {hybrid[1]}]: hybrid_shard",
+                          _frames([[f] for x in hybrid for f in binding_frames.get(x, [])])))
+        elif not (hybrid and a == hybrid[1]):
+            lines.append((f"  {a}: {bindings[a]}", binding_frames.get(a, [])))
     if loss_kind == "per_device_mean":
         lines.append(("  override loss: per_device_mean", loss_frames))
     elif loss_kind == "sum":
@@ -548,8 +556,10 @@ def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, 
     pbytes = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}.get(params[0]["dtype"], 4) if params else 4
     elements = opt.get("param_elements") or 0
     obytes = Fraction(opt.get("state_bytes", 0), elements) if elements else Fraction(0)
-    imports = sorted({s for s in bindings.values() if s in ("ddp", "zero1", "zero3", "fsdp_shard_grad_op")})
-    tensor = sorted({s for s in bindings.values() if s.startswith("megatron")})
+    # the strategies the plan's binding lines name
+    used = {m.group(1) for t, _ in lines for m in [re.match(r"\s+(?:\[[^\]]*\]|\w+): (\w+)$", t)] if m}
+    imports = sorted(used & {"ddp", "zero1", "zero3", "fsdp_shard_grad_op", "hybrid_shard"})
+    tensor = sorted(used & {"megatron_tp", "megatron_sp"})
     out: list[str] = []
     origins: dict[int, list[dict]] = {}
     out.append(f"# Lifted by `placement lift` from a trace of {trace.get('script', '?')} on {trace['world']} processes.")
