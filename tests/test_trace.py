@@ -227,6 +227,22 @@ def test_traced_example(script, nproc, status, finding, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.torch
+def test_pipeline_is_reported_not_lifted(monkeypatch):
+    """send/recv are reported at their lines on each rank (none dropped) and nothing is proved or refuted: exit 3."""
+    pytest.importorskip("torch")
+    monkeypatch.chdir(ROOT)
+    status, out, err = run(["trace", "--nproc", "2", "--check", "--", "python", "examples/traced/pipeline.py"])
+    assert status == 3, out + err
+    reported = re.findall(r"pipeline\.py:(\d+):1: error: not lifted: (send|recv) .*\(call \d+ and 1 more, rank (\d)\)", err)
+    expected = {(str(_line("pipeline.py", text)), kind, rank) for text, kind, rank in (
+        ("dist.send(h.detach(), dst=1)", "send", "0"), ("dist.recv(grad, src=1)", "recv", "0"),
+        ("dist.recv(h, src=0)", "recv", "1"), ("dist.send(h.grad, dst=0)", "send", "1"))}
+    assert set(reported) == expected, err
+    assert "none of them is the script's" in out and "proved for all mesh sizes" not in out
+
+
+@pytest.mark.slow
+@pytest.mark.torch
 def test_trace_file_then_lift(tmp_path, monkeypatch):
     """`trace -o` writes the trace; `lift` reads it; what it lifts is what `trace --check` checks."""
     pytest.importorskip("torch")

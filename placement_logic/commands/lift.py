@@ -36,7 +36,8 @@ def report_unliftable(lifted, err) -> None:
         frame = u.stack[0] if u.stack else None
         span = Span.point(frame["file"], frame["line"], 1) if frame else Span.point("<trace>", 1, 1)
         ranks = ", ".join(str(r) for r in u.ranks)
-        call = f"call {u.seq}" if u.seq >= 0 else "the step"
+        others = len(set(u.calls) - {u.seq})
+        call = (f"call {u.seq}" + (f" and {others} more" if others else "")) if u.seq >= 0 else "the step"
         diag = Diagnostic("PL614", f"not lifted: {u.what} ({call}, rank{'s' if len(u.ranks) > 1 else ''} {ranks}): "
                           f"{u.reason}", span)
         source = None

@@ -48,14 +48,15 @@ class Unliftable:
     what: str
     reason: str
     stack: tuple[dict, ...]
+    calls: tuple[int, ...] = ()  # every call number (over the ranks) reported here
 
     @property
     def where(self) -> str:
         return f"{self.stack[0]['file']}:{self.stack[0]['line']}" if self.stack else "<no user frame>"
 
     def to_json(self) -> dict:
-        return {"ranks": list(self.ranks), "call": self.seq, "what": self.what, "reason": self.reason,
-                "stack": list(self.stack)}
+        return {"ranks": list(self.ranks), "call": self.seq, "calls": sorted(set(self.calls)) or [self.seq],
+                "what": self.what, "reason": self.reason, "stack": list(self.stack)}
 
 
 @dataclass
@@ -270,8 +271,8 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     bad: dict[tuple, Unliftable] = {}
     for r, part in sorted(ranks.items()):
         for c in part["collectives"]:
-            if c["step"] < 0:
-                continue  # set-up before the first step (DDP's broadcast, distributing weights)
+            if c["step"] < 0 and c["kind"] not in ("send", "recv", "recv_any_source", "all_to_all"):
+                continue  # set-up before the first step (DDP's broadcast, distributing weights by scatter)
             reason = None
             if c["kind"] in NOT_LIFTED_KINDS:
                 reason = f"{c['kind']} is not lifted (pipeline and expert schedules are not recognised)"
@@ -279,15 +280,22 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                 reason = (f"its group {c['ranks']} is no set of mesh axes of the layout "
                           + ", ".join(f"{n}={s}" for n, s in zip(layout.names, layout.sizes)))
             if reason:
-                key = (c["seq"], c["api"], reason)
+                # one report per call site and reason: the ranks and every call number it covers
+                where = tuple((f["file"], f["line"]) for f in c["stack"][:1])
+                key = (c["api"], where, reason)
                 prev = bad.get(key)
-                bad[key] = Unliftable((prev.ranks if prev else ()) + (r,), c["seq"], f"{c['kind']} ({c['api']})",
-                                      reason, tuple(c["stack"]))
+                ranks_ = tuple(sorted(set((prev.ranks if prev else ()) + (r,))))
+                calls = (prev.calls if prev else ()) + (c["seq"],)
+                bad[key] = Unliftable(ranks_, min(calls), f"{c['kind']} ({c['api']})", reason, tuple(c["stack"]),
+                                      calls)
         for u in part["unrecognised"]:
-            key = (u["seq"], u["op"], "unrecognised")
+            where = tuple((f["file"], f["line"]) for f in u["stack"][:1])
+            key = (u["op"], where, "unrecognised")
             prev = bad.get(key)
-            bad[key] = Unliftable((prev.ranks if prev else ()) + (r,), u["seq"], u["op"],
-                                  "an op of the c10d namespaces the recorder does not recognise", tuple(u["stack"]))
+            ranks_ = tuple(sorted(set((prev.ranks if prev else ()) + (r,))))
+            calls = (prev.calls if prev else ()) + (u["seq"],)
+            bad[key] = Unliftable(ranks_, min(calls), u["op"],
+                                  "an op of the c10d namespaces the recorder does not recognise", tuple(u["stack"]), calls)
     items.extend(bad.values())
 
     step_colls = [c for c in ranks[observer]["collectives"] if c["step"] == step_no]
