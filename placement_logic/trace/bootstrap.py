@@ -4,7 +4,8 @@
 ``launch`` with the environment torchrun gives a rank (RANK, WORLD_SIZE, LOCAL_RANK,
 MASTER_ADDR, MASTER_PORT). The script runs as ``__main__`` (``runpy``) with its own
 ``sys.argv``; the recorder is active from its first line to its end, and its part of the
-trace is written to OUT_JSON even when the script raises (the error is recorded too).
+trace is written to OUT_JSON even when the script raises (the error is recorded too); the
+rank then exits at once, without the interpreter's teardown.
 """
 
 from __future__ import annotations
@@ -139,4 +140,10 @@ def main(out_path: str, script: str, argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1], sys.argv[2], sys.argv[3:]))
+    _status = main(sys.argv[1], sys.argv[2], sys.argv[3:])
+    # The trace is written: leave without the interpreter's teardown, where a c10d or gloo
+    # thread still alive can abort the process ("terminate called without an active
+    # exception") after a run that went well. The script's atexit handlers do not run.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_status)
