@@ -388,7 +388,7 @@ def test_lifting_a_realised_plan_gives_it_back(text, plan, bindings, tmp_path, m
     plans = json.loads(out)["plans"]
     for part in ("memory", "communication"):
         assert plans["traced"][part] == plans["original"][part], part
-    status, out, err = run(["check", str(both), "--format", "json"])
+    status, out, err = run(["check", str(both), "--format", "json", "--timeout", "60"])
     report = json.loads(out)
 
     def verdicts(name):
