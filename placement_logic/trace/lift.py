@@ -172,14 +172,18 @@ def _express(q: Fraction, layout: _Layout, prefer: list[tuple[str, ...]]) -> str
     return None
 
 
-def _frames(stacks) -> list[dict]:
+def _frames(stacks, script: str = "") -> list[dict]:
+    """One frame per call: the innermost in the traced script itself, else the innermost user frame."""
     out, seen = [], set()
     for st in stacks:
-        if st and st[0].get("file"):
-            key = (st[0]["file"], st[0]["line"])
-            if key not in seen:
-                seen.add(key)
-                out.append(st[0])
+        st = [f for f in (st or []) if f.get("file")]
+        if not st:
+            continue
+        frame = next((f for f in st if f["file"] == script), st[0])
+        key = (frame["file"], frame["line"])
+        if key not in seen:
+            seen.add(key)
+            out.append(frame)
     return out
 
 
@@ -204,6 +208,7 @@ def lift(trace: dict, plan_name: str = "traced", path: str = "<trace>") -> Lifte
 
 
 def _lift(trace: dict, plan_name: str) -> Lifted:
+    script = str(trace.get("script", ""))
     items: list[Unliftable] = []
     notes: list[str] = []
     ranks = {r["rank"]: r for r in trace["ranks"]}
@@ -311,7 +316,7 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     for a in data_axes:
         sharded = any(a in _placement_axes(p, layout) for p in params)
         over = [c for c in step_colls if a in axes(c)]
-        binding_frames[a] = _frames(c["stack"] for c in over)
+        binding_frames[a] = _frames((c["stack"] for c in over), script)
         if sharded:
             regather = any(c["kind"] == "all_gather" and c["phase"] == "backward" and a in axes(c) for c in step_colls)
             bindings[a] = "zero3" if regather else "fsdp_shard_grad_op"
@@ -321,7 +326,7 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
             synced = [c for c in step_colls if c["phase"] == "optimizer" and c["kind"] in ("broadcast", "all_gather")
                       and a in axes(c)]
             if not synced:
-                no_regather.append((a, _frames([step[observer]["optimizer"].get("stack", [])])))
+                no_regather.append((a, _frames([step[observer]["optimizer"].get("stack", [])], script)))
         else:
             bindings[a] = "ddp"
     sp = False
@@ -329,7 +334,8 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
         sp = any(c["phase"] == "forward" and c["kind"] in ("reduce_scatter", "all_gather") and not c["carried"]
                  and axes(c) == (tp,) for c in step_colls)
         bindings[tp] = "megatron_sp" if sp else "megatron_tp"
-        binding_frames[tp] = _frames(c["stack"] for c in step_colls if tp in axes(c) and c["phase"] == "forward")
+        binding_frames[tp] = _frames((c["stack"] for c in step_colls if tp in axes(c) and c["phase"] == "forward"),
+                                     script)
 
     # gradient programs
     def program(p: dict, r: int = observer):
@@ -411,7 +417,7 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
 
     # loss convention
     loss_kind, w, loss_frames, tokens_axes, tokens_equal = _loss(step, layout, data_axes, observer, step_colls,
-                                                                  tp, notes)
+                                                                  tp, notes, script)
     data_size = layout.size(data_axes)
     default_div = Fraction(data_size) if loss_kind == "per_device_mean" else Fraction(1)
 
@@ -439,7 +445,7 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     for a in layout.names:
         if hybrid and a == hybrid[0]:
             lines.append((f"  [{hybrid[0]}, {hybrid[1]}]: hybrid_shard",
-                          _frames([[f] for x in hybrid for f in binding_frames.get(x, [])])))
+                          _frames([[f] for x in hybrid for f in binding_frames.get(x, [])], script)))
         elif not (hybrid and a == hybrid[1]):
             lines.append((f"  {a}: {bindings[a]}", binding_frames.get(a, [])))
     if loss_kind == "per_device_mean":
@@ -456,8 +462,8 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     for gname, (cls, reds, const), members in named:
         expected = sorted(data_axes + ([tp] if (tp and cls == "partial" and sp) else []))
         target = "grads" if len(named) == 1 else f"grads[{gname}]"
-        frames = _frames(st for e in members for st in e[4])
-        opt_frames = _frames([step[observer]["optimizer"].get("stack", [])])
+        frames = _frames((st for e in members for st in e[4]), script)
+        opt_frames = _frames([step[observer]["optimizer"].get("stack", [])], script)
         if sorted(reds) != expected:
             lines.append((f"  override {target}: reduce over ({', '.join(reds)})", frames or opt_frames))
         q = (1 / const) / w
@@ -468,11 +474,12 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                 notes.append(f"grads[{gname}]: divided by {q}, which is no product of mesh sizes: lifted as a "
                              "constant, so the proof holds at these sizes only")
             lines.append((f"  override {target}: divide by {expr}", frames or opt_frames))
-    clip = _clip(step_colls, params, layout, axes, info, tp, data_axes)
+    clip = _clip(step_colls, params, layout, axes, info, tp, data_axes, script)
     if clip is not None:
         lines.append(clip)
 
-    text, origins = _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, step[observer], notes)
+    text, origins = _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, step[observer], notes,
+                            script)
     return Lifted(text, plan_name, items, notes, origins,
                   {g: [e[0]["name"] for e in members] for g, _, members in named})
 
@@ -489,7 +496,7 @@ def _optimizer_sharded(step, layout: _Layout, observer: int, axis: str) -> bool:
     return mine is not None and theirs is not None and not (mine & theirs)
 
 
-def _loss(step, layout: _Layout, data_axes, observer, step_colls, tp, notes):
+def _loss(step, layout: _Layout, data_axes, observer, step_colls, tp, notes, script=""):
     """(kind, loss multiplier w, frames, (token axes, frames) or None, tokens equal)."""
     mine = step[observer]
     nll = mine.get("nll", [])
@@ -499,7 +506,7 @@ def _loss(step, layout: _Layout, data_axes, observer, step_colls, tp, notes):
                      "token mean, scaled by the data-parallel size as DDP expects")
         return "global_mean", Fraction(layout.size(data_axes)), [], None, False
     first = nll[0]
-    frames = _frames([first["stack"]])
+    frames = _frames([first["stack"]], script)
     value = Fraction(losses[0]["value"]).limit_denominator(1 << 24)
     nll_value = Fraction(first["value"]).limit_denominator(1 << 24)
     # the ranks holding distinct data: one per data coordinate (the observer's tensor coordinate)
@@ -513,7 +520,8 @@ def _loss(step, layout: _Layout, data_axes, observer, step_colls, tp, notes):
     for c in step_colls:
         if c["phase"] in ("before_forward", "forward") and c["kind"] == "all_reduce" and c["numel"] == 1 and \
                 c.get("value_in") == float(first["tokens"]):
-            tokens_axes = (layout.axes_of(c["ranks"], observer) or (), _frames([c["stack"]]), c.get("value_out"))
+            tokens_axes = (layout.axes_of(c["ranks"], observer) or (), _frames([c["stack"]], script),
+                           c.get("value_out"))
     if nll_value == 0:
         return "global_mean", Fraction(1), frames, tokens_axes, equal
     if first["reduction"] == "mean":
@@ -537,7 +545,7 @@ def _nice(x: Fraction) -> Fraction:
     return x.limit_denominator(64)
 
 
-def _clip(step_colls, params, layout, axes, info, tp, data_axes):
+def _clip(step_colls, params, layout, axes, info, tp, data_axes, script=""):
     dynamic = [e for e in info if (e[0].get("grad") or {}).get("dynamic_scales")]
     if not dynamic:
         return None
@@ -551,13 +559,13 @@ def _clip(step_colls, params, layout, axes, info, tp, data_axes):
         sharded |= _placement_axes(p, layout)
     expected = sorted(sharded)
     at = [sc for e in dynamic for sc in (e[0]["grad"].get("dynamic_at") or [])]
-    frames = _frames([c["stack"] for c in norm_colls]) or _frames([[a] for a in at])
+    frames = _frames([c["stack"] for c in norm_colls], script) or _frames([[a] for a in at], script)
     if observed == expected:
         return None
     return (f"  override clip_norm: reduce over ({', '.join(observed)})", frames)
 
 
-def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, step, notes):
+def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, step, notes, script=""):
     opt = step.get("optimizer", {})
     params = opt.get("params", [])
     total = sum(e[5] for _, _, members in named for e in members)
@@ -607,7 +615,7 @@ def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, 
     for n in notes:
         out.append(f"# note: {n}")
     out.append(f"plan {plan_name} {{")
-    origins[len(out)] = _frames([opt.get("stack", [])])  # what the plan as a whole ran into: the step
+    origins[len(out)] = _frames([opt.get("stack", [])], script)  # what the plan as a whole ran into: the step
     for text, frames in lines:
         where = "; ".join(f"{f['file']}:{f['line']}" for f in frames[:3])
         out.append(text + (("  # " if "#" not in text else "; ") + where if where else ""))

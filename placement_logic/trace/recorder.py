@@ -258,10 +258,11 @@ class Recorder(TorchDispatchMode):
             if ev[0] == "collective":
                 grad["collectives"].append(ev[1])
             elif ev[0] == "scale":
-                grad["scales"].append({"factor": str(ev[1]), "at": {"file": ev[2][0], "line": ev[2][1]}})
+                grad["scales"].append({"factor": str(ev[1]),
+                                       "at": {"file": ev[2][0], "line": ev[2][1], "code": ev[2][2]}})
             elif ev[0] == "dynamic":
                 grad["dynamic_scales"].append(ev[1])
-                grad["dynamic_at"].append({"file": ev[2][0], "line": ev[2][1]})
+                grad["dynamic_at"].append({"file": ev[2][0], "line": ev[2][1], "code": ev[2][2]})
         view["grad"] = grad
         return view
 
@@ -383,9 +384,9 @@ class Recorder(TorchDispatchMode):
                 self._set(dst, self._events_of(src), replace=False)
             self._add(dst, ev)
 
-    def _at(self) -> tuple[str, int]:
+    def _at(self) -> tuple[str, int, str]:
         frames = _user_frames(1)
-        return (frames[0]["file"], frames[0]["line"]) if frames else ("", 0)
+        return (frames[0]["file"], frames[0]["line"], frames[0]["code"]) if frames else ("", 0, "")
 
     def _collective(self, func, namespace: str, name: str, args, kwargs):
         found = _c10d(name, args) if namespace == "c10d" else _functional(name, args, kwargs)
