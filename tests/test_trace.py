@@ -257,7 +257,8 @@ def test_trace_file_then_lift(tmp_path, monkeypatch):
     line = _line("manual.py", "p.grad /= world")
     for p in params:
         assert len(p["grad"]["collectives"]) == 1
-        assert p["grad"]["scales"] == [{"factor": "1/2", "at": {"file": "examples/traced/manual.py", "line": line}}]
+        assert p["grad"]["scales"] == [{"factor": "1/2", "at": {"file": "examples/traced/manual.py", "line": line,
+                                                                "code": "p.grad /= world"}}]
     status, out, err = run(["lift", str(path)])
     assert status == 0 and "  dp: ddp" in out and "override grads" not in out
 
