@@ -28,7 +28,7 @@ EXIT_UNKNOWN = int(Exit.UNKNOWN)
 EXIT_UNREALISED = int(Exit.UNREALISED)
 
 # Subcommands, in the order --help lists them.
-COMMANDS: tuple[str, ...] = ("fmt", "inspect", "cost", "compare", "check", "prove", "measure", "search", "convert",
+COMMANDS: tuple[str, ...] = ("fmt", "inspect", "cost", "compare", "check", "prove", "measure", "search", "trace", "lift", "convert",
                               "export")
 
 EPILOG = """\
@@ -43,6 +43,9 @@ examples:
                                                      the configurations that fit, fastest first
   placement measure examples/library/zero3.place --plan zero3 --devices 2
                                                      predicted against measured on PyTorch
+  placement trace --nproc 2 --check -- python examples/traced/ddp.py
+                                                     trace your own script, lift it, prove it
+  placement lift TRACE.json                          the plan a traced script really ran
 
 exit status: 0 ok, 1 refuted / not formatted / failed, 2 input or usage error,
 3 unknown (a solver gave up) with nothing refuted, 4 (measure) plan not realisable.

@@ -121,9 +121,13 @@ CODES: dict[str, tuple[str, str]] = {
     "PL402": ("bad-query-argument", "A cost query argument that is not a state, 'transient', an axis or 'host'."),
     "PL403": ("unknown-query", "A cost query other than memory, host_memory, model_state, comm, volume."),
     # measurement: PL6xx
-    "PL601": ("torch-missing", "placement measure needs PyTorch (the optional torch extra)."),
+    "PL601": ("torch-missing", "placement measure and placement trace need PyTorch (the optional torch extra)."),
     "PL602": ("bad-devices", "A --devices count that does not fit the plan's mesh."),
     "PL604": ("bad-steps", "A --steps count below one."),
+    "PL611": ("bad-trace-command", "placement trace: a --nproc outside 2-8, or no script after --."),
+    "PL612": ("bad-trace", "A file that is not a trace placement lift reads (schema, version, ranks)."),
+    "PL613": ("trace-failed", "The traced script failed or did not finish on a rank."),
+    "PL614": ("not-liftable", "A recorded call placement lift cannot express in a plan (reported, never dropped)."),
     # proofs: PL700-PL749
     "PL700": ("export-failed", "placement prove --export could not write an SMT-LIB file."),
 }

@@ -102,7 +102,7 @@ STAGES = (
     ("frontend.loader",),
     ("costs", "solver"),
     ("check", "costreport"),
-    ("prove", "measure", "search"),
+    ("prove", "measure", "search", "trace"),
     ("commands", "cli", "__main__", "__init__"),
 )
 

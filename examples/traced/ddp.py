@@ -1,0 +1,20 @@
+"""Data parallelism with DistributedDataParallel: the correct version."""
+
+import tiny
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = DDP(tiny.build())
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for step in range(2):
+    x, y = tiny.batch(rank, step)
+    loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad()
+dist.destroy_process_group()

@@ -1,0 +1,483 @@
+"""Record what one rank of a training script really does (torch).
+
+Installed through documented PyTorch hooks: a ``TorchDispatchMode`` sees every c10d op
+(the classic ``torch.distributed`` collectives and the DDP reducer's) and every
+functional collective (``_c10d_functional``, what DTensor and FSDP2 issue); the global
+module forward pre-hook marks the start of a step and collects the modules that name
+the parameters; the global optimizer step pre- and post-hooks
+(``register_optimizer_step_pre_hook``) read the optimizer's view of every parameter.
+``torch.Tensor.backward`` and ``torch.autograd.backward`` are wrapped to tell the
+phases apart (forward, backward, after backward, optimizer step), and the Python
+collective entry points (``dist.all_reduce``...) to read the reduce op, which the c10d
+op receives as an opaque object; a collective issued from C++ (the DDP reducer) is a sum.
+
+Gradient programs: every tensor storage region carries the ordered events that reached
+it (a collective, a constant scale, a data-dependent scale such as a clip coefficient).
+Events follow the data through copies, views, concatenations, accumulation and scaling
+(nothing else: a matmul starts a fresh value), so at the optimizer step the events on a
+parameter's gradient are exactly the reductions and divisions it went through, whether
+PyTorch (DDP buckets, FSDP2 reduce-scatter, DTensor redistribution) or the user's own
+code issued them. Parameter storages carry their names, so the all-gathers of FSDP2
+are attributed to the parameters they gather. Storages with events are kept alive until
+the step ends, so no address is reused within a step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import traceback
+from fractions import Fraction
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..measure.ranks.counter import _c10d, _functional, _ranks
+
+TORCH_DIR = os.path.dirname(torch.__file__)
+PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STDLIB_DIRS = tuple({os.path.dirname(os.__file__)})
+STACK_FRAMES = 4  # user frames kept per call, innermost first
+
+# ops whose output holds (a view or a copy of) the input's values: events follow them
+_FOLLOW = {
+    "clone", "_to_copy", "detach", "alias", "view", "_unsafe_view", "reshape", "as_strided", "t", "transpose",
+    "permute", "contiguous", "expand", "squeeze", "unsqueeze", "flatten", "slice", "select", "narrow", "split",
+    "split_with_sizes", "chunk", "unbind", "cat", "_chunk_cat", "chunk_cat", "split_with_sizes_copy", "view_as",
+    "lift_fresh", "to", "add_", "_foreach_add_",
+}
+_SCALE = {"mul", "mul_", "div", "div_", "_foreach_mul_", "_foreach_div_", "_foreach_mul", "_foreach_div"}
+_COPY = {"copy_", "copy"}
+_NLL = {"nll_loss_forward", "nll_loss2d_forward"}
+_PHASE_REDUCE_OPS = {"sum", "avg", "premul_sum"}
+
+
+def _key(t: torch.Tensor):
+    try:
+        st = t.untyped_storage()
+        st.data_ptr()
+    except (RuntimeError, NotImplementedError):  # a tensor without real storage (a subclass, meta)
+        return -id(t), 0, 0, None
+    off = t.storage_offset() * t.element_size()
+    span = t.numel() * t.element_size()
+    if t.numel() and not t.is_contiguous():
+        span = (sum((s - 1) * st_ for s, st_ in zip(t.shape, t.stride())) + 1) * t.element_size()
+    return st.data_ptr(), off, off + span, st
+
+
+def _tensors(x):
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _tensors(y)
+
+
+def _user_frames(limit: int = STACK_FRAMES) -> list[dict]:
+    out = []
+    for fr in reversed(traceback.extract_stack()[:-1]):
+        if fr.filename.startswith("<"):
+            continue
+        f = os.path.abspath(fr.filename)
+        if f.startswith((TORCH_DIR, PKG_DIR)) or f.startswith(STDLIB_DIRS) or "site-packages" in f:
+            continue
+        out.append({"file": os.path.relpath(f), "line": fr.lineno, "function": fr.name, "code": (fr.line or "").strip()})
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _reduce_op(op) -> str:
+    if op is None:
+        return "sum"
+    name = getattr(op, "name", None) or str(op)
+    return str(name).split(".")[-1].lower()
+
+
+def _fraction(x) -> Fraction | None:
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, int):
+        return Fraction(x)
+    if isinstance(x, float):
+        return Fraction(x).limit_denominator(1 << 20)
+    return None
+
+
+def _checksum(t: torch.Tensor) -> str:
+    data = t.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes()
+    return hashlib.sha1(data).hexdigest()[:16]
+
+
+class Recorder(TorchDispatchMode):
+    """One rank's recorder; ``result()`` is the rank's part of the trace (docs/json.md)."""
+
+    def __init__(self, rank: int, world: int) -> None:
+        super().__init__()
+        self.rank, self.world = rank, world
+        self.collectives: list[dict] = []
+        self.unrecognised: list[dict] = []
+        self.steps: list[dict] = []
+        self.meshes: list[dict] = []
+        self.events: dict[int, list[tuple[int, int, tuple]]] = {}  # storage ptr -> [(lo, hi, event)]
+        self.alive: dict[int, object] = {}  # storage ptr -> storage, kept until the step ends
+        self.modules: dict[int, object] = {}  # id -> module seen in forward
+        self.phase = "idle"
+        self.pending_op: str | None = None
+        self.current: dict | None = None
+        self.pending: list[dict] = []
+        self.scalars: list[tuple[dict, torch.Tensor]] = []
+        self._opt_depth = 0  # nested optimizer steps (an optimizer that steps another)
+        self._inner: list = []  # one-element all-reduces, their result read at the step  # collectives issued between steps, numbered when the next one starts
+        self._busy = False
+
+    # ------------------------------------------------------------------ steps and phases
+    def step_record(self) -> dict:
+        if self.current is None:
+            self.current = {"step": len(self.steps), "inputs": [], "nll": [], "losses": [], "seed": torch.initial_seed()}
+            self.steps.append(self.current)
+        return self.current
+
+    def on_forward(self, module, args) -> None:
+        if self._busy:
+            return
+        if self.phase in ("idle", "optimizer_done"):
+            self.phase = "forward"
+            self.current = None
+            self._tag_params(module)
+            rec = self.step_record()
+            for c in self.pending:
+                if rec["step"] > 0:  # before the first forward: set-up, outside every step
+                    c["step"] = rec["step"]
+                else:
+                    c["phase"] = "setup"
+            self.pending.clear()
+        rec = self.step_record()
+        self.modules.setdefault(id(module), module)
+        if not rec["inputs"]:
+            for a in args:
+                if isinstance(a, torch.Tensor):
+                    local = a.to_local() if isinstance(a, DTensor) else a
+                    rec["inputs"].append({"module": type(module).__name__, "shape": list(local.shape),
+                                          "checksum": _checksum(local)})
+                    break
+
+    def on_backward(self, tensor) -> None:
+        rec = self.step_record()
+        if isinstance(tensor, torch.Tensor) and tensor.numel() == 1:
+            local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
+            rec["losses"].append({"value": float(local.detach().float().sum()), "stack": _user_frames()})
+
+    def on_step_pre(self, optimizer) -> None:
+        rec = self.step_record()
+        names = self._param_names()
+        self._opt_depth += 1
+        if self._opt_depth > 1:
+            # an optimizer stepped by another (ZeroRedundancyOptimizer's local optimizer): the
+            # parameters this rank really updates
+            held = [names.get(id(p), "<unnamed>") for g in optimizer.param_groups for p in g["params"]]
+            rec["optimizer"].setdefault("inner", []).append({"class": type(optimizer).__name__, "params": held})
+            self._inner.append(optimizer)
+            return
+        self.phase = "optimizer"
+        for c, t in self.scalars:
+            c["value_out"] = float(t.detach().float().sum())
+        self.scalars.clear()
+        params = []
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                params.append(self._param_view(p, names.get(id(p), f"<unnamed {len(params)}>")))
+        rec["optimizer"] = {"class": type(optimizer).__name__, "stack": _user_frames(), "params": params}
+
+    def on_step_post(self, optimizer) -> None:
+        self._opt_depth = max(0, self._opt_depth - 1)
+        if self._opt_depth:
+            return
+        rec = self.step_record()
+        opt = rec.get("optimizer")
+        if opt is not None:
+            state_bytes, elements = 0, 0
+            for o in self._inner or [optimizer]:
+                for group in o.param_groups:
+                    for p in group["params"]:
+                        local = p.to_local() if isinstance(p, DTensor) else p
+                        elements += local.numel()
+                        for k, v in o.state.get(p, {}).items():
+                            if isinstance(v, torch.Tensor) and k != "step":
+                                v = v.to_local() if isinstance(v, DTensor) else v
+                                state_bytes += v.numel() * v.element_size()
+            opt["state_bytes"] = state_bytes
+            opt["param_elements"] = elements
+        self._inner = []
+        self.phase = "optimizer_done"
+        self.events.clear()
+        self.alive.clear()
+
+    # ------------------------------------------------------------------ parameters
+    def _param_names(self) -> dict[int, str]:
+        """Parameter id -> fully qualified name, from the outermost module that holds it."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        best: dict[int, str] = {}
+        for m in list(self.modules.values()):
+            if isinstance(m, DistributedDataParallel):
+                continue
+            for name, p in m.named_parameters(remove_duplicate=False):
+                if len(name) > len(best.get(id(p), "")):
+                    best[id(p)] = name
+        return best
+
+    def _tag_params(self, module) -> None:
+        names = self._param_names() if self.modules else {}
+        for m in [module, *self.modules.values()]:
+            for name, p in m.named_parameters():
+                local = p.to_local() if isinstance(p, DTensor) else p
+                self._add(local, ("param", names.get(id(p), name)))
+
+    def _param_view(self, p, name: str) -> dict:
+        view = {"name": name, "shape": list(p.shape), "dtype": str(p.dtype).replace("torch.", "")}
+        local = p
+        if isinstance(p, DTensor):
+            local = p.to_local()
+            mesh = p.device_mesh
+            view["mesh_dims"] = list(mesh.mesh_dim_names or [f"dim{i}" for i in range(mesh.ndim)])
+            view["placements"] = [str(pl) for pl in p.placements]
+        view["local_shape"] = list(local.shape)
+        view["checksum"] = _checksum(local)
+        g = p.grad
+        if g is None:
+            view["grad"] = None
+            return view
+        glocal = g.to_local() if isinstance(g, DTensor) else g
+        grad = {"checksum": _checksum(glocal), "collectives": [], "scales": [], "dynamic_scales": [], "dynamic_at": []}
+        if isinstance(g, DTensor):
+            grad["placements"] = [str(pl) for pl in g.placements]
+        for ev in self._events_of(glocal):
+            if ev[0] == "collective":
+                grad["collectives"].append(ev[1])
+            elif ev[0] == "scale":
+                grad["scales"].append({"factor": str(ev[1]),
+                                       "at": {"file": ev[2][0], "line": ev[2][1], "code": ev[2][2]}})
+            elif ev[0] == "dynamic":
+                grad["dynamic_scales"].append(ev[1])
+                grad["dynamic_at"].append({"file": ev[2][0], "line": ev[2][1], "code": ev[2][2]})
+        view["grad"] = grad
+        return view
+
+    # ------------------------------------------------------------------ events
+    def _events_of(self, t: torch.Tensor) -> list[tuple]:
+        ptr, lo, hi, _ = _key(t)
+        seen, out = set(), []
+        for a, b, ev in self.events.get(ptr, ()):
+            if a < hi and lo < b and ev not in seen:
+                seen.add(ev)
+                out.append(ev)
+        return out
+
+    def _add(self, t: torch.Tensor, ev: tuple, lo_hi=None) -> None:
+        ptr, lo, hi, st = _key(t)
+        if lo_hi is not None:
+            lo, hi = lo_hi
+        if st is None:
+            return
+        self.events.setdefault(ptr, []).append((lo, hi, ev))
+        self.alive[ptr] = st
+
+    def _set(self, t: torch.Tensor, evs: list[tuple], replace: bool) -> None:
+        ptr, lo, hi, st = _key(t)
+        if st is None:
+            return
+        lst = self.events.setdefault(ptr, [])
+        if replace:
+            lst[:] = [x for x in lst if not (lo <= x[0] and x[1] <= hi)]
+        have = {x[2] for x in lst if x[0] < hi and lo < x[1]}
+        for ev in evs:
+            if ev not in have:
+                lst.append((lo, hi, ev))
+        self.alive[ptr] = st
+
+    # ------------------------------------------------------------------ dispatch
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return func(*args, **kwargs)
+        if any(issubclass(t, DTensor) for t in types):
+            return NotImplemented
+        packet = func.overloadpacket
+        namespace = getattr(packet, "_qualified_op_name", str(packet)).split("::")[0]
+        name = packet.__name__
+        if self._busy:
+            return func(*args, **kwargs)
+        if namespace in ("c10d", "_c10d_functional"):
+            return self._collective(func, namespace, name, args, kwargs)
+        out = func(*args, **kwargs)
+        self._busy = True
+        try:
+            self._follow(name, args, kwargs, out)
+        finally:
+            self._busy = False
+        return out
+
+    def _follow(self, name: str, args, kwargs, out) -> None:
+        if name in _NLL and self.phase == "forward":
+            target, reduction, ignore = args[1], int(args[3]), int(args[4])
+            valid = int((target != ignore).sum())
+            self.step_record()["nll"].append({"reduction": {0: "none", 1: "mean", 2: "sum"}.get(reduction, str(reduction)),
+                                              "tokens": valid, "positions": int(target.numel()),
+                                              "value": float(out[0].detach().float().sum()), "stack": _user_frames()})
+            return
+        if not self.events and name not in _SCALE:
+            return
+        if name in _COPY:
+            dst, src = args[0], args[1]
+            if isinstance(dst, torch.Tensor) and isinstance(src, torch.Tensor):
+                evs = self._events_of(src)
+                if evs:
+                    # a copy of a value with a history replaces the destination's; a copy of a fresh
+                    # value into a collective's buffer is that collective completing (gloo's
+                    # asynchronous work copies its result out when waited on) and keeps it
+                    whole = dst.numel() * dst.element_size() == dst.untyped_storage().nbytes()
+                    self._set(dst, evs, replace=whole)
+            return
+        in_place = name.endswith("_") or "out" in kwargs
+        if name in _SCALE and (self.phase == "after_backward" or (self.phase == "backward" and in_place)):
+            # in backward only scaling into an existing buffer (DDP's and FSDP's divisions):
+            # autograd's own arithmetic makes fresh tensors and is no step of the gradient program
+            self._scale(name, args, kwargs, out)
+            return
+        if name in _FOLLOW or name in _SCALE:
+            ins = [t for t in _tensors(args) if t.numel()]
+            evs = []
+            for t in ins:
+                for ev in self._events_of(t):
+                    if ev not in evs and ev[0] != "param":
+                        evs.append(ev)
+            if evs:
+                for t in _tensors(out):
+                    if t.numel():
+                        self._set(t, evs, replace=False)
+
+    def _scale(self, name: str, args, kwargs, out) -> None:
+        inplace = name.endswith("_")
+        foreach = name.startswith("_foreach")
+        targets = list(args[0]) if foreach else [args[0]]
+        other = args[1] if len(args) > 1 else None
+        outs = targets if inplace else (list(out) if foreach else [out])
+        for i, (src, dst) in enumerate(zip(targets, outs)):
+            if not isinstance(src, torch.Tensor) or not isinstance(dst, torch.Tensor):
+                continue
+            o = other[i] if foreach and isinstance(other, (list, tuple)) else other
+            f = _fraction(o)
+            if f is None and isinstance(o, torch.Tensor) and o.numel() == 1 and (
+                    self.phase == "backward" or not o.is_floating_point()):
+                # a scalar the framework wrapped (DDP's 1/world) or an integer count: a constant
+                f = _fraction(o.item() if not o.is_floating_point() else float(o))
+            if f is None and isinstance(o, torch.Tensor) and o.numel() == 1:
+                ev = ("dynamic", self.phase, self._at())
+            elif f is not None and f != 0:
+                ev = ("scale", f if name.startswith(("mul", "_foreach_mul")) else 1 / f, self._at())
+            else:
+                continue
+            if not inplace:
+                self._set(dst, self._events_of(src), replace=False)
+            self._add(dst, ev)
+
+    def _at(self) -> tuple[str, int, str]:
+        frames = _user_frames(1)
+        return (frames[0]["file"], frames[0]["line"], frames[0]["code"]) if frames else ("", 0, "")
+
+    def _collective(self, func, namespace: str, name: str, args, kwargs):
+        found = _c10d(name, args) if namespace == "c10d" else _functional(name, args, kwargs)
+        if found is None:
+            if name not in ("wait_tensor", "barrier", "monitored_barrier_", "_wrap_tensor_autograd"):
+                self.unrecognised.append({"seq": len(self.collectives) + len(self.unrecognised), "op": f"{namespace}.{name}",
+                                          "phase": self.phase, "stack": _user_frames()})
+            return func(*args, **kwargs)
+        kind, nbytes, group = found
+        if kind in ("send", "recv"):
+            me, peer = dist.get_rank(), dist.get_global_rank(
+                dist.ProcessGroup.unbox(group) if isinstance(group, torch.ScriptObject) else group, int(args[2]))
+            ranks = (me, peer) if kind == "send" else (peer, me)
+        else:
+            ranks = _ranks(group)
+        if namespace == "_c10d_functional" and name.startswith(("all_reduce", "reduce_scatter")):
+            op = str(args[1]).lower()
+        elif kind in ("all_reduce", "reduce_scatter", "reduce"):
+            op = self.pending_op or "sum"
+        else:
+            op = ""
+        self.pending_op = None
+        inputs, outputs = self._buffers(namespace, name, args)
+        first = next(iter(inputs), None)
+        seq = len(self.collectives) + len(self.unrecognised)
+        between = self.phase in ("idle", "optimizer_done")  # before the next forward: counted in the next step
+        rec = {"seq": seq, "step": -1 if between or not self.current else self.current["step"],
+               "phase": "before_forward" if between else self.phase, "kind": kind, "ranks": list(ranks),
+               "dtype": str(first.dtype).replace("torch.", "") if first is not None else "", "bytes": nbytes,
+               "numel": sum(t.numel() for t in inputs), "op": op, "api": f"{namespace}.{name}",
+               "carried": [], "stack": _user_frames()}
+        self._busy = True
+        try:
+            in_events: list[tuple] = []
+            for t in inputs:
+                for ev in self._events_of(t):
+                    if ev not in in_events:
+                        in_events.append(ev)
+            rec["carried"] = sorted({ev[1] for ev in in_events if ev[0] == "param"})
+            if rec["numel"] == 1 and first is not None:
+                rec["value_in"] = float(first.detach().float().sum())
+        finally:
+            self._busy = False
+        out = func(*args, **kwargs)
+        self._busy = True
+        try:
+            ev = ("collective", seq)
+            carry = [e for e in in_events if e[0] != "param"]
+            if namespace == "_c10d_functional":
+                res = [t for t in _tensors(out)]
+                for t in res:
+                    self._set(t, carry + [ev], replace=False)
+
+            else:
+                in_place = {id(t) for t in inputs} == {id(t) for t in outputs}
+                for t in outputs:
+                    # in place (an all-reduce of a bucket): each region keeps its own history
+                    self._set(t, ([] if in_place else carry) + [ev], replace=False)
+                if rec["numel"] == 1 and outputs and kind == "all_reduce":
+                    self.scalars.append((rec, outputs[0]))  # read once the caller has waited
+        finally:
+            self._busy = False
+        self.collectives.append(rec)
+        if between:
+            self.pending.append(rec)
+        return out
+
+    @staticmethod
+    def _buffers(namespace: str, name: str, args):
+        """(input tensors, in-place output tensors) of a collective."""
+        if namespace == "_c10d_functional":
+            return list(_tensors(args[0])), []
+        if name in ("allreduce_", "allreduce_coalesced_", "broadcast_", "reduce_"):
+            ts = list(_tensors(args[0]))
+            return ts, ts
+        if name in ("_allgather_base_", "allgather_", "allgather_into_tensor_coalesced_", "allgather_coalesced_",
+                    "_reduce_scatter_base_", "reduce_scatter_", "reduce_scatter_tensor_coalesced_",
+                    "alltoall_base_", "alltoall_"):
+            return list(_tensors(args[1])), list(_tensors(args[0]))
+        ts = list(_tensors(args[0]))
+        return ts, ts
+
+    # ------------------------------------------------------------------ result
+    def result(self) -> dict:
+        return {
+            "rank": self.rank,
+            "world": self.world,
+            "meshes": self.meshes,
+            "collectives": self.collectives,
+            "unrecognised": self.unrecognised,
+            "steps": self.steps,
+        }
+
+

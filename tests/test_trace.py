@@ -1,0 +1,405 @@
+"""``placement trace`` and ``placement lift``: a training script's real step, lifted and checked.
+
+Fast tests read a stored trace (tests/data/traces/). The slow ones run the scripts of
+examples/traced/ on 2 or 4 CPU processes: every correct script is proved, every buggy one
+refuted at the script line that issued (or should have issued) the collective, and each
+lifted spec matches its golden file. The property: for plans that ``placement measure``
+realises, tracing the realisation and lifting it gives a plan with the same costs and the
+same checker verdicts as the plan it realised.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import pickle
+import re
+from pathlib import Path
+
+import pytest
+from golden import check_golden
+
+from placement_logic.cli import main
+from placement_logic.trace.lift import lift
+from placement_logic.trace.schema import VERSION, load_trace
+
+ROOT = Path(__file__).resolve().parent.parent
+STORED = ROOT / "tests" / "data" / "traces" / "ddp_summed.json"
+GOLDEN = ROOT / "tests" / "golden" / "traced"
+
+
+def run(argv):
+    out, err = io.StringIO(), io.StringIO()
+    status = main(argv, out=out, err=err)
+    return status, out.getvalue(), err.getvalue()
+
+
+def _line(script: str, text: str) -> int:
+    """The line of examples/traced/SCRIPT that contains ``text``."""
+    lines = (ROOT / "examples" / "traced" / script).read_text().splitlines()
+    return next(i for i, x in enumerate(lines, 1) if text in x)
+
+
+def stored() -> dict:
+    return json.loads(STORED.read_text())
+
+
+# --------------------------------------------------------------------------- fast: stored trace
+
+
+def test_lift_stored_trace(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    status, out, err = run(["lift", str(STORED.relative_to(ROOT))])
+    assert status == 0, err
+    assert "dp: ddp" in out
+    # DDP's default averaging is gone (the hook sums): the divisor is 1 where a per-device mean needs dp
+    line = _line("ddp_summed.py", "work = dist.all_reduce(bucket.buffer()")
+    assert f"override grads: divide by 1  # examples/traced/ddp_summed.py:{line}" in out
+    check_golden(GOLDEN / "stored_ddp_summed.place", out)
+
+
+def test_lifted_stored_trace_is_refuted_by_check(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    spec = tmp_path / "lifted.place"
+    spec.write_text(lift(stored()).text)
+    status, out, _ = run(["check", str(spec)])
+    assert status == 1
+    assert "refuted GI grads[dense] normalisation" in out
+    status, out, _ = run(["cost", str(spec)])
+    assert status == 0 and "traced" in out
+
+
+def test_lift_json_format(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    status, out, _ = run(["lift", str(STORED), "--format", "json"])
+    data = json.loads(out)
+    assert status == 0 and data["plan"] == "traced" and data["not_lifted"] == []
+    assert data["spec"].startswith("# Lifted by `placement lift`")
+    assert sum(len(v) for v in data["groups"].values()) == 36  # every parameter tensor of examples/traced/tiny.py
+    # Ψ of tiny.py by hand: embedding V*h; per block two norms (weight, bias), four h x h linears with
+    # bias, h -> 4h and 4h -> h with biases; the final norm; the head h*V without bias
+    v, h, layers = 64, 32, 2
+    block = 2 * 2 * h + 4 * (h * h + h) + (h * 4 * h + 4 * h) + (4 * h * h + h)
+    assert f"params = {v * h + layers * block + 2 * h + h * v}" in data["spec"]
+
+
+def test_every_collective_is_attributed_to_the_parameters_it_carried():
+    trace = stored()
+    step = trace["ranks"][0]["steps"][-1]
+    hook = [c for c in trace["ranks"][0]["collectives"] if c["step"] == step["step"] and c["kind"] == "all_reduce"]
+    line = _line("ddp_summed.py", "work = dist.all_reduce(bucket.buffer()")
+    assert hook and all(c["stack"][0]["line"] == line for c in hook)  # the hook's all_reduce, not DDP's internals
+    carried = {s for p in step["optimizer"]["params"] for s in p["grad"]["collectives"]}
+    assert carried == {c["seq"] for c in hook}
+
+
+@pytest.mark.parametrize("edit,phrase", [
+    (lambda t: t.update(schema="other"), "not a placement trace"),
+    (lambda t: t.update(version=VERSION + 1), "trace schema version"),
+    (lambda t: t["ranks"].pop(), "one entry per rank"),
+    (lambda t: t["ranks"][0].pop("steps"), "missing steps"),
+])
+def test_bad_trace_is_pl612(tmp_path, edit, phrase):
+    trace = stored()
+    edit(trace)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace))
+    status, _, err = run(["lift", str(path)])
+    assert status == 2 and "[PL612]" in err and phrase in err and "Traceback" not in err
+
+
+def test_malformed_records_are_pl612_not_a_traceback(tmp_path):
+    trace = stored()
+    for part in trace["ranks"]:
+        for s in part["steps"]:
+            for p in s.get("optimizer", {}).get("params", []):
+                p["shape"] = "wide"
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace))
+    status, _, err = run(["lift", str(path)])
+    assert status == 2 and "[PL612]" in err and "does not fit the schema" in err and "Traceback" not in err
+
+
+def test_not_json_is_pl612(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text("{\n  nope")
+    status, _, err = run(["lift", str(path)])
+    assert status == 2 and re.search(r"t\.json:2:1: error: not JSON.*\[PL612\]", err)
+
+
+def test_unliftable_calls_are_reported_never_dropped(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    trace = stored()
+    step_no = trace["ranks"][0]["steps"][-1]["step"]
+    for part in trace["ranks"]:
+        calls = [c for c in part["collectives"] if c["step"] == step_no and c["kind"] == "all_reduce"]
+        calls[0]["kind"] = "all_to_all"
+        part["unrecognised"].append({"seq": 999, "op": "c10d.mystery_", "phase": "backward",
+                                     "stack": [{"file": "examples/traced/ddp_summed.py", "line": 27,
+                                                "function": "<module>", "code": "loss.backward()"}]})
+    other = next(c for c in trace["ranks"][1]["collectives"] if c["step"] == step_no and c["kind"] == "broadcast")
+    other["ranks"] = [0]  # a group that leaves the caller out
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace))
+    status, out, err = run(["lift", str(path)])
+    assert status == 1 and "plan traced" in out
+    lines = [line for line in err.splitlines() if "[PL614]" in line]
+    assert len(lines) == 3, err
+    line = _line("ddp_summed.py", "work = dist.all_reduce(bucket.buffer()")
+    assert any(re.match(rf"examples/traced/ddp_summed\.py:{line}:1: error: not lifted: all_to_all .*call \d+, ranks 0, 1\)",
+                        x) for x in lines), lines
+    assert any("c10d.mystery_ (call 999, ranks 0, 1)" in x and "does not recognise" in x for x in lines)
+    assert any("rank 1)" in x and "no set of mesh axes" in x for x in lines)
+    assert f"{line} |" in err  # the script line is shown
+
+
+def test_trace_without_optimizer_step_is_reported(tmp_path):
+    trace = stored()
+    for part in trace["ranks"]:
+        for s in part["steps"]:
+            s.pop("optimizer", None)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace))
+    status, _, err = run(["lift", str(path)])
+    assert status == 1 and "no optimizer step was recorded" in err
+
+
+@pytest.mark.parametrize("argv,phrase", [
+    (["trace", "--nproc", "1", "--", "python", "examples/traced/ddp.py"], "--nproc 1: expected 2 to 8"),
+    (["trace", "--nproc", "9", "--", "python", "examples/traced/ddp.py"], "--nproc 9: expected 2 to 8"),
+    (["trace", "--nproc", "2", "--", "python"], "expected '-- python SCRIPT.py ARGS...'"),
+    (["trace", "--nproc", "2", "--", "python", "no_such_script.py"], "no script no_such_script.py"),
+])
+def test_trace_usage_errors_are_pl611(argv, phrase, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    status, _, err = run(argv)
+    assert status == 2 and "[PL611]" in err and phrase in err
+
+
+def test_trace_without_torch_is_pl601(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    monkeypatch.chdir(ROOT)
+    status, _, err = run(["trace", "--nproc", "2", "--", "python", "examples/traced/ddp.py"])
+    assert status == 2 and "[PL601]" in err and "placement trace needs PyTorch" in err
+
+
+# --------------------------------------------------------------------------- slow: the examples
+
+
+EXAMPLES = [
+    # script, processes, exit status, (text of the script line of the finding, obligation) or None
+    ("ddp.py", 2, 0, None),
+    ("manual.py", 2, 0, None),
+    ("fsdp.py", 2, 0, None),
+    ("tp_sp.py", 2, 0, None),
+    ("tokens.py", 4, 0, None),
+    ("ddp_summed.py", 2, 1, ("work = dist.all_reduce(bucket.buffer()", "GI grads[dense] normalisation")),
+    ("ddp_twice.py", 2, 1, ("loss.backward()", "GI grads[dense] over dp")),
+    ("fsdp_clip_local.py", 2, 1, ("g.mul_(coef)", "SC clip_norm")),
+    ("tp_sp_norms.py", 2, 1, ("opt.step()", "GI grads[norm] over tp")),
+    ("tokens_axis.py", 4, 1, ("dist.all_reduce(tokens", "GI grads[dense] normalisation")),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("script,nproc,status,finding", EXAMPLES, ids=[e[0] for e in EXAMPLES])
+def test_traced_example(script, nproc, status, finding, tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.chdir(ROOT)
+    spec = tmp_path / "lifted.place"
+    got, out, err = run(["trace", "--nproc", str(nproc), "--check", "--spec-file", str(spec), "--",
+                         "python", f"examples/traced/{script}"])
+    assert got == status, out + err
+    assert "[PL614]" not in err
+    if finding is None:
+        assert "proved for all mesh sizes" in out
+    else:
+        text, root = finding
+        line = _line(script, text)
+        assert f"examples/traced/{script}:{line}: refuted {root}:" in out, out
+    check_golden(GOLDEN / script.replace(".py", ".place"), spec.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_pipeline_is_reported_not_lifted(monkeypatch):
+    """send/recv are reported at their lines on each rank (none dropped) and nothing is proved or refuted: exit 3."""
+    pytest.importorskip("torch")
+    monkeypatch.chdir(ROOT)
+    status, out, err = run(["trace", "--nproc", "2", "--check", "--", "python", "examples/traced/pipeline.py"])
+    assert status == 3, out + err
+    reported = re.findall(r"pipeline\.py:(\d+):1: error: not lifted: (send|recv) .*\(call \d+ and 1 more, rank (\d)\)", err)
+    expected = {(str(_line("pipeline.py", text)), kind, rank) for text, kind, rank in (
+        ("dist.send(h.detach(), dst=1)", "send", "0"), ("dist.recv(grad, src=1)", "recv", "0"),
+        ("dist.recv(h, src=0)", "recv", "1"), ("dist.send(h.grad, dst=0)", "send", "1"))}
+    assert set(reported) == expected, err
+    assert "none of them is the script's" in out and "proved for all mesh sizes" not in out
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_trace_file_then_lift(tmp_path, monkeypatch):
+    """`trace -o` writes the trace; `lift` reads it; what it lifts is what `trace --check` checks."""
+    pytest.importorskip("torch")
+    monkeypatch.chdir(ROOT)
+    path = tmp_path / "manual.json"
+    status, _, err = run(["trace", "--nproc", "2", "-o", str(path), "--", "python", "examples/traced/manual.py"])
+    assert status == 0, err
+    trace = load_trace(str(path))
+    assert trace["world"] == 2 and [r["rank"] for r in trace["ranks"]] == [0, 1]
+    # hand-written: each gradient all-reduced once over the world, then divided by it (dist.all_reduce's op: sum)
+    params = trace["ranks"][0]["steps"][-1]["optimizer"]["params"]
+    line = _line("manual.py", "p.grad /= world")
+    for p in params:
+        assert len(p["grad"]["collectives"]) == 1
+        assert p["grad"]["scales"] == [{"factor": "1/2", "at": {"file": "examples/traced/manual.py", "line": line,
+                                                                "code": "p.grad /= world"}}]
+    status, out, err = run(["lift", str(path)])
+    assert status == 0 and "  dp: ddp" in out and "override grads" not in out
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_failing_script_is_pl613_at_its_line(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    script = tmp_path / "bad.py"
+    script.write_text("import os\n\nif os.environ['RANK'] == '1':\n    raise ValueError('rank one fails')\n")
+    monkeypatch.chdir(tmp_path)
+    status, _, err = run(["trace", "--nproc", "2", "--", "python", "bad.py"])
+    assert status == 2 and "[PL613]" in err
+    assert re.search(r"bad\.py:4:1: error: rank 1 of the traced script failed: ValueError: rank one fails", err), err
+
+
+RANK_DEPENDENT = """\
+import tiny
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+model = tiny.build()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = tiny.batch(rank, 0)
+F.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
+for p in model.parameters():
+    dist.all_reduce(p.grad)
+    if rank == 0:
+        p.grad /= world
+opt.step()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_ranks_that_disagree_are_reported(tmp_path, monkeypatch):
+    """Rank 1 skips the division: no single plan describes both ranks, so nothing is proved (exit 3)."""
+    pytest.importorskip("torch")
+    (tmp_path / "tiny.py").write_text((ROOT / "examples" / "traced" / "tiny.py").read_text())
+    (tmp_path / "ranks.py").write_text(RANK_DEPENDENT)
+    monkeypatch.chdir(tmp_path)
+    status, out, err = run(["trace", "--nproc", "2", "--check", "--", "python", "ranks.py"])
+    assert status == 3, out + err
+    assert re.search(r"ranks\.py:16:1: error: not lifted: the gradient program of embed\.weight and 35 more "
+                     r"\(the step, rank 1\): rank 1 reduces it over \(dp\) and scales it by 1, rank 0 over \(dp\) by "
+                     r"1/2", err), err
+
+
+# --------------------------------------------------------------------------- slow: the property
+
+TP_SPEC = """\
+from std.data import zero3
+from std.tensor import megatron_tp, megatron_sp
+model {
+  transformer {
+    hidden = 4096
+    layers = 32
+    heads = 32
+    ffn = 16384
+    vocab = 50304
+  }
+  seq = 2048
+  microbatch = 4
+}
+mesh { dp = 4  tp = 8 }
+plan fsdp_sp { dp: zero3  tp: megatron_sp }
+"""
+TP_ONLY = TP_SPEC.replace("mesh { dp = 4  tp = 8 }", "mesh { tp = 8 }").replace(
+    "plan fsdp_sp { dp: zero3  tp: megatron_sp }", "plan tp { tp: megatron_tp }")
+DDP_DIVIDED = (ROOT / "examples/library/ddp.place").read_text().replace(
+    "plan ddp {\n  dp: ddp\n}", "plan ddp_divided {\n  dp: ddp\n  override grads: divide by dp\n}")
+
+ZERO1_NO_REGATHER = (ROOT / "examples/library/zero1.place").read_text().replace(
+    "plan zero1 {\n  dp: zero1\n}", "plan zero1_stale {\n  dp: zero1\n  override params: no_regather\n}")
+
+REALISED = [
+    # (spec text, plan, its bindings as the lifted spec should read them)
+    ((ROOT / "examples/library/ddp.place").read_text(), "ddp", "dp: ddp"),
+    ((ROOT / "examples/library/zero3.place").read_text(), "zero3", "dp: zero3"),
+    (DDP_DIVIDED, "ddp_divided", "dp: ddp\n  override grads: divide by dp"),
+    ((ROOT / "examples/library/zero1.place").read_text(), "zero1", "dp: zero1"),
+    (ZERO1_NO_REGATHER, "zero1_stale", "dp: zero1\n  override params: no_regather"),
+    ((ROOT / "examples/library/hybrid_shard.place").read_text(), "hybrid_shard", "[node, gpu]: hybrid_shard"),
+    (TP_ONLY, "tp", "tp: megatron_tp"),
+    (TP_SPEC, "fsdp_sp", "dp: zero3\n  tp: megatron_sp"),
+]
+
+
+def _realised_trace(text: str, plan_name: str, tmp_path: Path) -> dict:
+    from placement_logic.frontend.loader import load_string
+    from placement_logic.measure.job import Job
+    from placement_logic.measure.realise import Realisation, realise
+    from placement_logic.measure.session import mesh_sizes, run_bindings
+    from placement_logic.measure.shape import scale_down
+    from placement_logic.trace.launch import run_traced
+
+    spec = load_string(text, "realised.place")
+    plan = spec.plan(plan_name)
+    sizes = mesh_sizes(plan, None)
+    bindings = run_bindings(spec, sizes)
+    r = realise(plan, sizes, bindings)
+    assert isinstance(r, Realisation), r
+    shape = scale_down(plan, bindings, sizes, r.tensor_axis, r.stages, r.chunks)
+    job = tmp_path / "job.pkl"
+    job.write_bytes(pickle.dumps(Job("job0", r, shape, 2)))
+    return run_traced(["python", "tests/trace/run_realisation.py", str(job)], r.world)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("text,plan,bindings", REALISED, ids=[r[1] for r in REALISED])
+def test_lifting_a_realised_plan_gives_it_back(text, plan, bindings, tmp_path, monkeypatch):
+    """Same model, same mesh: the lifted plan costs what the original costs and gets its verdicts."""
+    pytest.importorskip("torch")
+    monkeypatch.chdir(ROOT)
+    trace = _realised_trace(text, plan, tmp_path)
+    lifted = lift(trace)
+    assert not lifted.unliftable, lifted.unliftable
+    body = [line for line in lifted.text.splitlines() if not line.startswith("from std.")]
+    both = tmp_path / "both.place"
+    both.write_text("from std.data import ddp, zero1, zero3, hybrid_shard\nfrom std.tensor import megatron_tp, megatron_sp\n"
+                    + "\n".join(body) + f"\nplan original {{\n  {bindings}\n}}\n")
+    status, out, err = run(["cost", str(both), "--format", "json"])
+    assert status == 0, err
+    plans = json.loads(out)["plans"]
+    for part in ("memory", "communication"):
+        assert plans["traced"][part] == plans["original"][part], part
+    status, out, err = run(["check", str(both), "--format", "json", "--timeout", "60"])
+    report = json.loads(out)
+
+    def verdicts(name):
+        p = next(p for p in report["plans"] if p["plan"] == name)
+        return {o["name"]: o["verdict"] for o in p["obligations"]}
+
+    assert verdicts("traced") == verdicts("original")
+    expected = copy.deepcopy(verdicts("original"))
+    assert ("refuted" in expected.values()) == (plan in ("ddp_divided", "zero1_stale"))
+
+
+def test_stored_trace_is_current_schema():
+    assert load_trace(str(STORED))["version"] == VERSION

@@ -1,0 +1,45 @@
+"""A training script that runs one ``measure`` realisation (a pickled Job), for ``placement trace``.
+
+The same steps as a measurement rank (``measure.ranks.worker.run_job``: the realisation
+applied to the tiny transformer, variable-length batches, the plan's loss normaliser,
+clipping and the optimizer), written as a user's script: the process group from the
+torchrun environment, a named DeviceMesh, no counters. Used by tests/test_trace.py.
+"""
+
+import pickle
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+
+from placement_logic.measure.ranks import model as tiny
+from placement_logic.measure.ranks.torch_plan import apply
+from placement_logic.measure.ranks.training import _batch, _loss_sum, loss_normaliser, tokens_of
+
+with open(sys.argv[1], "rb") as fh:
+    job = pickle.load(fh)
+r = job.realisation
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+names = tuple(a for a, _ in r.mesh)
+mesh = init_device_mesh("cpu", tuple(s for _, s in r.mesh), mesh_dim_names=names)
+coords = dict(zip(names, mesh.get_coordinate()))
+dp_index = 0
+for a in r.data_axes:
+    dp_index = dp_index * r.sizes[a] + coords[a]
+global_batch = job.shape.microbatch * r.data_size
+trainer = apply(r, tiny.build(job.shape, job.seed), mesh)
+for step in range(job.steps):
+    x, y = _batch(job.shape, global_batch, job.seed, step)
+    lo, hi = dp_index * job.shape.microbatch, (dp_index + 1) * job.shape.microbatch
+    norm = loss_normaliser(r, tokens_of(y), tokens_of(y[lo:hi]))
+    loss = _loss_sum(trainer.module(x[lo:hi]), y[lo:hi]) / norm
+    loss.backward()
+    if trainer.after_backward is not None:
+        trainer.after_backward()
+    if trainer.clip is not None:
+        trainer.clip()
+    trainer.optimizer.step()
+    trainer.optimizer.zero_grad()
+dist.destroy_process_group()
