@@ -29,6 +29,13 @@ class Span:
     column: int
     end_line: int
     end_column: int
+    # A command-line error's option text (``--set dp=0``); its columns count within it.
+    text: str = field(default="", compare=False)
+
+    @property
+    def located(self) -> bool:
+        """Whether the span is a place in a file (not the command line, not built in)."""
+        return self.file not in UNLOCATED
 
     @staticmethod
     def point(file: str, line: int, column: int, width: int = 1) -> "Span":
@@ -40,7 +47,10 @@ class Span:
         return Span(self.file, start[0], start[1], end[0], end[1])
 
 
-NO_SPAN = Span("<builtin>", 1, 1, 1, 2)
+COMMAND_LINE = "<command line>"
+BUILTIN = "<builtin>"
+UNLOCATED = (COMMAND_LINE, BUILTIN)
+NO_SPAN = Span(BUILTIN, 1, 1, 1, 2)
 
 
 # code -> (short name, one-line description)
@@ -143,7 +153,8 @@ class Diagnostic:
 
     def one_line(self) -> str:
         s = self.span
-        return f"{s.file}:{s.line}:{s.column}: {self.severity.value}: {self.message} [{self.code}]"
+        where = f"{s.file}:{s.line}:{s.column}" if s.located else "placement"
+        return f"{where}: {self.severity.value}: {self.message} [{self.code}]"
 
     def to_json(self) -> dict:
         s = self.span
@@ -152,11 +163,12 @@ class Diagnostic:
             "name": CODES.get(self.code, ("", ""))[0],
             "severity": self.severity.value,
             "message": self.message,
-            "file": s.file,
-            "line": s.line,
-            "column": s.column,
-            "end_line": s.end_line,
-            "end_column": s.end_column,
+            "file": s.file if s.located else None,
+            "line": s.line if s.located else None,
+            "column": s.column if s.located or s.text else None,
+            "end_line": s.end_line if s.located else None,
+            "end_column": s.end_column if s.located or s.text else None,
+            **({"argument": s.text} if s.text else {}),
             "notes": list(self.notes),
         }
 
@@ -172,10 +184,12 @@ class DiagnosticError(Exception):
 
 def snippet(diag: Diagnostic, source: str | None) -> str:
     """The offending source line with a caret run under the span (empty if unknown)."""
-    if source is None:
+    s = diag.span
+    if s.file == COMMAND_LINE and s.text:
+        source = s.text
+    if source is None or (not s.located and not s.text):
         return ""
     lines = source.splitlines()
-    s = diag.span
     if not (1 <= s.line <= len(lines)):
         if s.line == len(lines) + 1:
             lines.append("")
@@ -184,7 +198,7 @@ def snippet(diag: Diagnostic, source: str | None) -> str:
     text = lines[s.line - 1].expandtabs(1)
     end = s.end_column if s.end_line == s.line else len(text) + 1
     width = max(1, end - s.column)
-    gutter = f"{s.line:>4} | "
+    gutter = f"{s.line:>4} | " if s.located else "     | "
     caret = " " * (len(gutter) - 2) + "| " + " " * (s.column - 1) + "^" + "~" * (width - 1)
     return f"{gutter}{text}\n{caret}"
 

@@ -2,7 +2,7 @@
 ``--plan``, ``--format``, ``--timeout``, and the one location command-line errors carry.
 
 Values are parsed here into exact numbers; a bad value is a located ``DiagnosticError``
-(``<command line>:1:COL`` spanning the offending option), never a traceback.
+(``placement: error: ...`` with the offending option under a caret; no file position), never a traceback.
 """
 
 from __future__ import annotations
@@ -10,14 +10,12 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Iterable
 
-from ..diagnostics import Diagnostic, DiagnosticError, Span, did_you_mean
-
-COMMAND_LINE = "<command line>"
+from ..diagnostics import COMMAND_LINE, Diagnostic, DiagnosticError, Span, did_you_mean
 
 
 def command_line_span(text: str) -> Span:
     """The location of a command-line error: the option's text on a line of its own."""
-    return Span(COMMAND_LINE, 1, 1, 1, len(text) + 1)
+    return Span(COMMAND_LINE, 1, 1, 1, len(text) + 1, text)
 
 
 def add_file(p, help: str = "a .place spec") -> None:
@@ -188,7 +186,7 @@ MAX_SWEEP_ROWS = 100_000  # configurations per plan one sweep may ask for
 def _item_span(item: str, start: int, text: str) -> Span:
     """The location of ``text`` at ``start`` inside ``--set ITEM`` (columns are 1-based)."""
     col = len("--set ") + start + 1
-    return Span(COMMAND_LINE, 1, col, 1, col + max(len(text), 1))
+    return Span(COMMAND_LINE, 1, col, 1, col + max(len(text), 1), f"--set {item}")
 
 
 def _sweep_values(item: str, name: str, text: str, offset: int, axis: bool) -> tuple[Fraction, ...]:
