@@ -267,3 +267,30 @@ def test_the_api_warns_what_the_plan_cannot_hold():
                                    params=10 ** 6, seq=2048)
     assert [str(w.message) for w in caught if "zero_hpz_partition_size 8" in str(w.message)]
     assert spec.model.seq.value == 2048 and spec.plan("deepspeed").placement(ir.State.PARAMS).mode("dp").value == "S*"
+
+
+LLAMA3_8B = 8_030_261_248  # Meta's model card: 8.03 B parameters (embedding and head untied)
+
+
+@pytest.mark.parametrize("argv", [
+    ["import", "megatron", "examples/configs/megatron_llama3_8b.args", "--devices", "64"],
+    ["import", "deepspeed", "examples/configs/ds_zero3.json", "--devices", "64", "--model",
+     "examples/configs/llama3_8b.json", "--seq", "8192"],
+], ids=["megatron", "deepspeed"])
+def test_shipped_configurations_import_check_and_cost(argv, tmp_path, monkeypatch):
+    """The README's path from a framework configuration: import, then check proves and cost
+    names the exact parameter count and a fit verdict."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    status, _, err = _run(argv + ["-o", "plan.place"])
+    assert status == 0, err
+    status, out, _ = _run(["check", "plan.place"])
+    assert status == 0 and out.rstrip().endswith("PROVED")
+    status, out, _ = _run(["cost", "plan.place", "--device", "h100_sxm", "--format", "json"])
+    rep = json.loads(out)
+    assert rep["model"]["params"]["count"] == LLAMA3_8B
+    fit = rep["plans"][0]["fit"]
+    # Megatron's recipe (TP 2, selective recompute, flash attention) fits an 80 GiB H100; the
+    # DeepSpeed configuration states no attention kernel or checkpointing, so its attention
+    # scores at 8,192 tokens do not fit, and cost says so with exit status 1.
+    assert fit["fits"] is (argv[1] == "megatron") and status == (0 if argv[1] == "megatron" else 1)

@@ -386,7 +386,7 @@ def test_lifting_a_realised_plan_gives_it_back(text, plan, bindings, tmp_path, m
                     + "\n".join(body) + f"\nplan original {{\n  {bindings}\n}}\n")
     status, out, err = run(["cost", str(both), "--format", "json"])
     assert status == 0, err
-    plans = json.loads(out)["plans"]
+    plans = {p["plan"]: p for p in json.loads(out)["plans"]}
     for part in ("memory", "communication"):
         assert plans["traced"][part] == plans["original"][part], part
     status, out, err = run(["check", str(both), "--format", "json", "--timeout", "60"])

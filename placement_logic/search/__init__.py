@@ -338,7 +338,7 @@ def _np_min(*xs):
 
 def _compile(exprs):
     args = [symbol(n) for n in SIZE_SYMBOLS]
-    return sympy.lambdify(args, exprs, modules=[{"Max": _np_max, "Min": _np_min}, "numpy"])
+    return sympy.lambdify(args, exprs, modules=[{"Max": _np_max, "Min": _np_min}, "numpy"], cse=True)
 
 
 def needs_numpy() -> None:

@@ -51,4 +51,7 @@ try:
 except Exception as exc:  # UnknownCollective
     refusal = f"{type(exc).__name__}: {exc}"
 Path(outdir, f"{rank}.refusal").write_text(refusal)
+# the reduce's sender may still hold its send when the group is destroyed: gloo then aborts
+# the process at exit ("terminate called without an active exception")
+dist.barrier()
 dist.destroy_process_group()
