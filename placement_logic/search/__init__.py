@@ -318,6 +318,9 @@ def _forms(block: str, s: Structure, space: Space):
     return pc.memory.device_total, st.step, st.mfu, pc.communication.total_bytes
 
 
+EVAL_BLOCK = 8192  # rows evaluated at once
+
+
 def _np_max(*xs):
     import numpy as np
 
@@ -376,9 +379,12 @@ def run(model: str, space: Space, top: int = 10, check: bool = True) -> Result:
         d1 = time.perf_counter()
         derive_s += d1 - d0
         cols = [sizes[:, i].astype(np.float64) for i in range(len(SIZE_SYMBOLS))]
+        vals = np.empty((len(sizes), 4))
+        # in blocks that stay in the cache (temporaries above ~128 KiB are fresh pages every time)
         with np.errstate(all="ignore"):  # rows that break divisibility are evaluated too, then dropped
-            vals = np.stack([np.broadcast_to(np.asarray(x, dtype=np.float64), (len(sizes),)) for x in fn(*cols)],
-                            axis=1)
+            for a in range(0, len(sizes), EVAL_BLOCK):
+                for k, x in enumerate(fn(*(c[a:a + EVAL_BLOCK] for c in cols))):
+                    vals[a:a + EVAL_BLOCK, k] = x
         evaluate_s += time.perf_counter() - d1
         parts.append((s, sizes[valid], vals[valid]))
     t2 = time.perf_counter()
