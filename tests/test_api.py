@@ -30,6 +30,19 @@ def test_load_cost_and_check_a_shipped_example():
     assert checked.verdict is pl.Verdict.PROVED and checked.exit_status == 0
 
 
+def test_reports_render_themselves_in_a_notebook():
+    """Jupyter calls _repr_latex_ / _repr_markdown_: a cost report shows its equations, a check
+    report its verdict table, each the same text the command line's renderer gives."""
+    from placement_logic.check.render import markdown
+
+    spec = pl.load_spec(ROOT / "examples" / "bugs" / "sp_layernorm_grads.place")
+    checked = pl.check_spec(spec)
+    md = checked._repr_markdown_()
+    assert md == markdown(checked) and "refuted" in md
+    latex = pl.cost_report(pl.load_spec(ROOT / "examples" / "zero_paper.place"))._repr_latex_()
+    assert latex.startswith("$") or "\\begin" in latex
+
+
 def test_bad_input_raises_a_diagnostic_error():
     with pytest.raises(pl.DiagnosticError) as e:
         pl.load_string("mesh { dp = 8 }\nplan p { dp: zero4 }")
