@@ -40,7 +40,7 @@ def test_reports_render_themselves_in_a_notebook():
     md = checked._repr_markdown_()
     assert md == markdown(checked) and "refuted" in md
     latex = pl.cost_report(pl.load_spec(ROOT / "examples" / "zero_paper.place"))._repr_latex_()
-    assert latex.startswith("$") or "\\begin" in latex
+    assert latex.startswith("$$\\begin{aligned}") and "M_{\\mathrm{params}} = 2 \\cdot \\Psi" in latex
 
 
 def test_bad_input_raises_a_diagnostic_error():
