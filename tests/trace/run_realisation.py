@@ -8,10 +8,12 @@ torchrun environment, a named DeviceMesh, no counters. Used by tests/test_trace.
 
 import pickle
 import sys
+from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import loss_parallel
 
 from placement_logic.measure.ranks import model as tiny
 from placement_logic.measure.ranks.torch_plan import apply
@@ -28,18 +30,26 @@ coords = dict(zip(names, mesh.get_coordinate()))
 dp_index = 0
 for a in r.data_axes:
     dp_index = dp_index * r.sizes[a] + coords[a]
-global_batch = job.shape.microbatch * r.data_size
-trainer = apply(r, tiny.build(job.shape, job.seed), mesh)
+mb, m = job.shape.microbatch, job.shape.microbatches
+rows = mb * m  # this data-parallel rank's rows: m microbatches, gradients accumulated
+global_batch = rows * r.data_size
+trainer = apply(r, tiny.build(job.shape, job.seed, r.recompute), mesh)
 for step in range(job.steps):
     x, y = _batch(job.shape, global_batch, job.seed, step)
-    lo, hi = dp_index * job.shape.microbatch, (dp_index + 1) * job.shape.microbatch
+    lo, hi = dp_index * rows, (dp_index + 1) * rows
     norm = loss_normaliser(r, tokens_of(y), tokens_of(y[lo:hi]))
-    loss = _loss_sum(trainer.module(x[lo:hi]), y[lo:hi]) / norm
-    loss.backward()
-    if trainer.after_backward is not None:
-        trainer.after_backward()
-    if trainer.clip is not None:
-        trainer.clip()
-    trainer.optimizer.step()
+    with loss_parallel() if trainer.loss_parallel else nullcontext():
+        for k in range(m):
+            a, b = lo + k * mb, lo + (k + 1) * mb
+            with nullcontext() if k == m - 1 or trainer.no_sync is None else trainer.no_sync():
+                loss = _loss_sum(trainer.module(x[a:b]), y[a:b]) / norm
+                loss.backward()
+            if trainer.after_microbatch is not None:
+                trainer.after_microbatch()
+        if trainer.after_backward is not None:
+            trainer.after_backward()
+        if trainer.clip is not None:
+            trainer.clip()
+        trainer.optimizer.step()
     trainer.optimizer.zero_grad()
 dist.destroy_process_group()
