@@ -31,6 +31,7 @@ from fractions import Fraction
 
 import torch
 import torch.distributed as dist
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -305,6 +306,9 @@ class Recorder(TorchDispatchMode):
             return func(*args, **kwargs)
         if any(issubclass(t, DTensor) for t in types):
             return NotImplemented
+        if any(issubclass(t, FakeTensor) for t in types):
+            # metadata propagation (DTensor's sharding rules run ops on fake tensors): no values
+            return func(*args, **kwargs)
         packet = func.overloadpacket
         namespace = getattr(packet, "_qualified_op_name", str(packet)).split("::")[0]
         name = packet.__name__
