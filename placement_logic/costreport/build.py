@@ -16,7 +16,6 @@ from typing import Iterable, Mapping
 import sympy
 
 from .. import costs, ir
-from ..costs import steptime
 from ..costs.symbolic import (
     LINE_WIDTH,
     OutOfTime,
@@ -55,6 +54,16 @@ _OPS = {
 
 # --------------------------------------------------------------------------- quantities
 
+_FACTORED: dict[sympy.Expr, sympy.Expr] = {}
+
+
+def _factored(expr: sympy.Expr) -> sympy.Expr:
+    """``factor_terms`` of a formula, computed once per formula in a process."""
+    out = _FACTORED.get(expr)
+    if out is None:
+        out = _FACTORED[expr] = sympy.factor_terms(sympy.Add(expr))
+    return out
+
 
 class _Q:
     """Makes ``Quantity`` records under one substitution and one set of display names."""
@@ -62,9 +71,18 @@ class _Q:
     def __init__(self, subs: Mapping[sympy.Symbol, sympy.Expr], axes: tuple[str, ...]):
         self.subs = dict(subs)
         self.axes = axes
+        self._made: dict[sympy.Expr, Quantity] = {}
 
     def __call__(self, expr: sympy.Expr) -> Quantity:
-        expr = sympy.nsimplify(expr) if isinstance(expr, sympy.Float) else sympy.factor_terms(sympy.Add(expr))
+        # a report asks for the same formula many times (a stage's total is also the peak, the
+        # fit's peak, ...): each is made once; Quantity is immutable
+        made = self._made.get(expr)
+        if made is None:
+            made = self._made[expr] = self._make(expr)
+        return made
+
+    def _make(self, expr: sympy.Expr) -> Quantity:
+        expr = sympy.nsimplify(expr) if isinstance(expr, sympy.Float) else _factored(expr)
         value = expr.xreplace(self.subs)
         free = sorted(s.name for s in value.free_symbols)
         exact = None
@@ -93,6 +111,10 @@ class _Q:
 
 def _fit_and_time(pc: costs.PlanCost, q: _Q, device: str | None) -> tuple[FitReport | None, TimeReport | None]:
     hwr = pc.plan.mesh.hardware
+    if device is None and hwr is None:
+        return None, None
+    from ..costs import steptime  # only a plan with hardware has a fit and a step time
+
     if device is not None:
         hwr = steptime.catalogue_hardware(pc.plan, device, hwr)
     if hwr is None:
