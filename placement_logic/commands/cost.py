@@ -74,13 +74,18 @@ def add_parser(subparsers) -> None:
 
 
 def render(report, fmt: str, width: int = 120, color: bool = False) -> str:
-    from ..costreport import jsonout, latex, markdown, text
+    import importlib
 
     if fmt == "text":
+        from ..costreport import text
+
         return text.render(report, width=width, color=color)
     if fmt == "latex-fragment":
+        from ..costreport import latex
+
         return latex.render(report, fragment=True)
-    return {"markdown": markdown.render, "json": jsonout.render, "latex": latex.render}[fmt](report)
+    module = {"markdown": "markdown", "json": "jsonout", "latex": "latex"}[fmt]  # only the renderer asked for
+    return importlib.import_module(f"..costreport.{module}", __package__).render(report)
 
 
 def exit_status(report) -> int:
