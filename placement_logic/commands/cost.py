@@ -26,6 +26,7 @@ from .options import (
 )
 
 FORMATS = ("text", "markdown", "json", "latex", "latex-fragment", "csv")
+NO_LATEX = ("text", "markdown")  # formats whose report prints no LaTeX: build skips it
 
 
 def add_common(p) -> None:
@@ -123,7 +124,7 @@ def run(args, out: TextIO, err: TextIO) -> int:
         from ..costreport import build
 
         report = build(spec, plans=args.plans, sets=sets, command="cost", show_groups=getattr(args, "groups", False),
-                       device=device_option(args))
+                       device=device_option(args), latex=args.format not in NO_LATEX)
         text = render(report, args.format, output_width(args, out), colour(out))
         status = exit_status(report)
         if args.plot is not None:

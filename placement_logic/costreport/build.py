@@ -68,9 +68,10 @@ def _factored(expr: sympy.Expr) -> sympy.Expr:
 class _Q:
     """Makes ``Quantity`` records under one substitution and one set of display names."""
 
-    def __init__(self, subs: Mapping[sympy.Symbol, sympy.Expr], axes: tuple[str, ...]):
+    def __init__(self, subs: Mapping[sympy.Symbol, sympy.Expr], axes: tuple[str, ...], latex: bool = True):
         self.subs = dict(subs)
         self.axes = axes
+        self.latex = latex
         self._made: dict[sympy.Expr, Quantity] = {}
 
     def __call__(self, expr: sympy.Expr) -> Quantity:
@@ -90,9 +91,11 @@ class _Q:
             value = sympy.nsimplify(value) if not value.is_Rational else value
             if value.is_Rational:
                 exact = Fraction(int(value.p), int(value.q))
-        printer = PlacementLatexPrinter(symbol_names([expr], self.axes))
-        tex = printer.doprint(expr)
-        lines = latex_lines(expr, printer) if tex_width(tex) > LINE_WIDTH else ()
+        tex, lines = "", ()
+        if self.latex:
+            printer = PlacementLatexPrinter(symbol_names([expr], self.axes))
+            tex = printer.doprint(expr)
+            lines = latex_lines(expr, printer) if tex_width(tex) > LINE_WIDTH else ()
         return Quantity(formula=str(expr), latex=tex, exact=exact, value=str(value), unbound=tuple(free),
                         symbols=tuple(sorted(s.name for s in expr.free_symbols)), latex_lines=lines)
 
@@ -292,7 +295,9 @@ def _question(spec: ir.Spec, qn: ir.Question, q: _Q, sets: Mapping[str, Fraction
 
 def build(spec: ir.Spec, plans: Iterable[str] = (), sets: Mapping[str, Fraction] | None = None,
           baseline: str | None = None, command: str = "cost", show_groups: bool = False,
-          device: str | None = None) -> CostReport:
+          device: str | None = None, latex: bool = True) -> CostReport:
+    """The report; with ``latex=False`` (a renderer that prints no LaTeX: text) the quantities'
+    ``latex`` and ``latex_lines`` are left empty."""
     sets = dict(sets or {})
     names = list(plans) or [p.name for p in spec.plans]
     known = [p.name for p in spec.plans]
@@ -305,7 +310,7 @@ def build(spec: ir.Spec, plans: Iterable[str] = (), sets: Mapping[str, Fraction]
                                           Span.point(spec.file, 1, 1))])
     subs = resolve_bindings(spec.bindings, sets)
     axes = spec.mesh.names if spec.mesh else ()
-    q = _Q(subs, axes)
+    q = _Q(subs, axes, latex)
     bindings = tuple(Binding(n, q(v).exact, str(v), n in sets) for n, v in
                      ((sym.name, val) for sym, val in subs.items()))
     pcs = {n: costs.derive(costs.with_sizes(spec.plan(n), subs), sized=True) for n in names}
