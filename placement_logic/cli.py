@@ -97,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
+    if list(sys.argv[1:] if argv is None else argv) == ["--version"]:
+        # what argparse's version action prints, without importing every subcommand first
+        out.write(f"placement-logic {__version__}\n")
+        return EXIT_OK
     parser = build_parser()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

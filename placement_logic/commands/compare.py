@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from .cost import add_common, exit_status, render, spec_sets
+from .cost import NO_LATEX, add_common, exit_status, render, spec_sets
 from .options import add_device, colour, device_option, output_width
 
 
@@ -33,7 +33,8 @@ def run(args, out: TextIO, err: TextIO) -> int:
     sweep.check_options(args, sweeps)
     if sweep.wanted(args, sweeps):
         return sweep.run(args, spec, sets, sweeps, "compare", out, output_width(args, out), colour(out))
-    report = build(spec, sets=sets, baseline=args.baseline, command="compare", device=device_option(args))
+    report = build(spec, sets=sets, baseline=args.baseline, command="compare", device=device_option(args),
+                   latex=args.format not in NO_LATEX)
     out.write(render(report, args.format, output_width(args, out), colour(out)))
     if args.plot is not None:
         sweep.plot_only(args, spec, sets, "compare")

@@ -26,6 +26,7 @@ from .options import (
 )
 
 FORMATS = ("text", "markdown", "json", "latex", "latex-fragment", "csv")
+NO_LATEX = ("text", "markdown")  # formats whose report prints no LaTeX: build skips it
 
 
 def add_common(p) -> None:
@@ -74,13 +75,18 @@ def add_parser(subparsers) -> None:
 
 
 def render(report, fmt: str, width: int = 120, color: bool = False) -> str:
-    from ..costreport import jsonout, latex, markdown, text
+    import importlib
 
     if fmt == "text":
+        from ..costreport import text
+
         return text.render(report, width=width, color=color)
     if fmt == "latex-fragment":
+        from ..costreport import latex
+
         return latex.render(report, fragment=True)
-    return {"markdown": markdown.render, "json": jsonout.render, "latex": latex.render}[fmt](report)
+    module = {"markdown": "markdown", "json": "jsonout", "latex": "latex"}[fmt]  # only the renderer asked for
+    return importlib.import_module(f"..costreport.{module}", __package__).render(report)
 
 
 def exit_status(report) -> int:
@@ -118,7 +124,7 @@ def run(args, out: TextIO, err: TextIO) -> int:
         from ..costreport import build
 
         report = build(spec, plans=args.plans, sets=sets, command="cost", show_groups=getattr(args, "groups", False),
-                       device=device_option(args))
+                       device=device_option(args), latex=args.format not in NO_LATEX)
         text = render(report, args.format, output_width(args, out), colour(out))
         status = exit_status(report)
         if args.plot is not None:

@@ -6,7 +6,7 @@ import difflib
 
 from ..diagnostics import DiagnosticError
 from ..frontend.canonical import format_source
-from ..frontend.loader import read_source
+from ..frontend.files import read_source
 
 
 def add_parser(sub) -> None:

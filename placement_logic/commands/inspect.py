@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-from ..frontend.loader import load_spec
-from ..ir.summary import spec_data, spec_text
 from ..outcome import envelope
 
 
@@ -19,6 +17,9 @@ def add_parser(sub) -> None:
 
 
 def run(args, out, err) -> int:
+    from ..frontend.loader import load_spec
+    from ..ir.summary import spec_data, spec_text
+
     spec = load_spec(args.file)
     if args.format == "json":
         data = envelope("inspect", 0, **spec_data(spec))

@@ -169,11 +169,11 @@ def add_device(p) -> None:
 
 def device_option(args) -> str | None:
     """``--device NAME``, checked against the catalogue (PL150 at the option otherwise)."""
-    from .. import hardware
-
     name = getattr(args, "device", None)
     if name is None:
         return None
+    from .. import hardware
+
     if hardware.device(name) is None:
         raise DiagnosticError([Diagnostic("PL150", f"--device {name}: not a device of the catalogue",
                                           command_line_span(f"--device {name}"),

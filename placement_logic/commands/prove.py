@@ -13,7 +13,6 @@ import re
 from pathlib import Path
 
 from ..diagnostics import Diagnostic, DiagnosticError
-from ..frontend.loader import load_spec
 from .options import add_timeout, parse_timeout
 
 # the built-in theorem groups (``prove.GROUPS``), named here so --help costs no solver import
@@ -36,6 +35,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args, out, err) -> int:
+    from ..frontend.loader import load_spec
+
     specs = [load_spec(f) for f in args.files]
     from ..prove import prove, render
 

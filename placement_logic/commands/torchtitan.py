@@ -11,7 +11,16 @@ from __future__ import annotations
 import json
 
 from .. import ir
-from .frameworks import _err, _imports, _mesh_and_plan, _number, _placement_options, _precision, _role_problems, _widths
+from .framework_common import (
+    _err,
+    _imports,
+    _mesh_and_plan,
+    _number,
+    _placement_options,
+    _precision,
+    _role_problems,
+    _widths,
+)
 
 _TITAN_SCHEDULES = {"1f1b": "one_f_one_b", "gpipe": "gpipe", "interleaved1f1b": "interleaved_1f1b"}
 

@@ -16,7 +16,6 @@ from typing import Iterable, Mapping
 import sympy
 
 from .. import costs, ir
-from ..costs import steptime
 from ..costs.symbolic import (
     LINE_WIDTH,
     OutOfTime,
@@ -55,16 +54,36 @@ _OPS = {
 
 # --------------------------------------------------------------------------- quantities
 
+_FACTORED: dict[sympy.Expr, sympy.Expr] = {}
+
+
+def _factored(expr: sympy.Expr) -> sympy.Expr:
+    """``factor_terms`` of a formula, computed once per formula in a process."""
+    out = _FACTORED.get(expr)
+    if out is None:
+        out = _FACTORED[expr] = sympy.factor_terms(sympy.Add(expr))
+    return out
+
 
 class _Q:
     """Makes ``Quantity`` records under one substitution and one set of display names."""
 
-    def __init__(self, subs: Mapping[sympy.Symbol, sympy.Expr], axes: tuple[str, ...]):
+    def __init__(self, subs: Mapping[sympy.Symbol, sympy.Expr], axes: tuple[str, ...], latex: bool = True):
         self.subs = dict(subs)
         self.axes = axes
+        self.latex = latex
+        self._made: dict[sympy.Expr, Quantity] = {}
 
     def __call__(self, expr: sympy.Expr) -> Quantity:
-        expr = sympy.nsimplify(expr) if isinstance(expr, sympy.Float) else sympy.factor_terms(sympy.Add(expr))
+        # a report asks for the same formula many times (a stage's total is also the peak, the
+        # fit's peak, ...): each is made once; Quantity is immutable
+        made = self._made.get(expr)
+        if made is None:
+            made = self._made[expr] = self._make(expr)
+        return made
+
+    def _make(self, expr: sympy.Expr) -> Quantity:
+        expr = sympy.nsimplify(expr) if isinstance(expr, sympy.Float) else _factored(expr)
         value = expr.xreplace(self.subs)
         free = sorted(s.name for s in value.free_symbols)
         exact = None
@@ -72,9 +91,11 @@ class _Q:
             value = sympy.nsimplify(value) if not value.is_Rational else value
             if value.is_Rational:
                 exact = Fraction(int(value.p), int(value.q))
-        printer = PlacementLatexPrinter(symbol_names([expr], self.axes))
-        tex = printer.doprint(expr)
-        lines = latex_lines(expr, printer) if tex_width(tex) > LINE_WIDTH else ()
+        tex, lines = "", ()
+        if self.latex:
+            printer = PlacementLatexPrinter(symbol_names([expr], self.axes))
+            tex = printer.doprint(expr)
+            lines = latex_lines(expr, printer) if tex_width(tex) > LINE_WIDTH else ()
         return Quantity(formula=str(expr), latex=tex, exact=exact, value=str(value), unbound=tuple(free),
                         symbols=tuple(sorted(s.name for s in expr.free_symbols)), latex_lines=lines)
 
@@ -93,6 +114,10 @@ class _Q:
 
 def _fit_and_time(pc: costs.PlanCost, q: _Q, device: str | None) -> tuple[FitReport | None, TimeReport | None]:
     hwr = pc.plan.mesh.hardware
+    if device is None and hwr is None:
+        return None, None
+    from ..costs import steptime  # only a plan with hardware has a fit and a step time
+
     if device is not None:
         hwr = steptime.catalogue_hardware(pc.plan, device, hwr)
     if hwr is None:
@@ -270,7 +295,9 @@ def _question(spec: ir.Spec, qn: ir.Question, q: _Q, sets: Mapping[str, Fraction
 
 def build(spec: ir.Spec, plans: Iterable[str] = (), sets: Mapping[str, Fraction] | None = None,
           baseline: str | None = None, command: str = "cost", show_groups: bool = False,
-          device: str | None = None) -> CostReport:
+          device: str | None = None, latex: bool = True) -> CostReport:
+    """The report; with ``latex=False`` (a renderer that prints no LaTeX: text) the quantities'
+    ``latex`` and ``latex_lines`` are left empty."""
     sets = dict(sets or {})
     names = list(plans) or [p.name for p in spec.plans]
     known = [p.name for p in spec.plans]
@@ -283,7 +310,7 @@ def build(spec: ir.Spec, plans: Iterable[str] = (), sets: Mapping[str, Fraction]
                                           Span.point(spec.file, 1, 1))])
     subs = resolve_bindings(spec.bindings, sets)
     axes = spec.mesh.names if spec.mesh else ()
-    q = _Q(subs, axes)
+    q = _Q(subs, axes, latex)
     bindings = tuple(Binding(n, q(v).exact, str(v), n in sets) for n, v in
                      ((sym.name, val) for sym, val in subs.items()))
     pcs = {n: costs.derive(costs.with_sizes(spec.plan(n), subs), sized=True) for n in names}

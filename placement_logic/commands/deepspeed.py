@@ -1,0 +1,147 @@
+"""DeepSpeed ``ds_config.json`` <-> specs (see ``commands.frameworks``)."""
+
+from __future__ import annotations
+
+import json
+
+from .. import ir
+from ..diagnostics import Diagnostic, DiagnosticError, Span
+from .framework_common import _err, _imports, _mesh_and_plan, _number, _placement_options, _precision, _widths
+
+
+def deepspeed_to_spec(text: str, file: str, devices: int, model: str | None, params: int | None,
+                      seq: int | None = None, problems: list[str] | None = None) -> str:
+    """The spec of a DeepSpeed config; what the DSL cannot express is appended to ``problems``
+    (and written as comments at the top of the spec)."""
+    problems = [] if problems is None else problems
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DiagnosticError([Diagnostic("PL141", f"not a JSON config: {exc.msg}",
+                                          Span.point(file, exc.lineno, exc.colno))]) from None
+    if not isinstance(cfg, dict):
+        raise _err(file, "a DeepSpeed config is one JSON object")
+    zero = cfg.get("zero_optimization") or {}
+    if not isinstance(zero, dict):
+        raise _err(file, "zero_optimization must be a JSON object")
+    stage = zero.get("stage", 0)
+    if stage not in (0, 1, 2, 3) or isinstance(stage, bool):
+        raise _err(file, f"zero_optimization.stage must be 0, 1, 2 or 3, not {json.dumps(stage)}")
+    off_opt = (zero.get("offload_optimizer") or {}).get("device", "none")
+    off_par = (zero.get("offload_param") or {}).get("device", "none")
+    if off_par not in ("none", None) and stage != 3:
+        raise _err(file, "offload_param needs ZeRO stage 3")
+    local = ""
+    if off_opt not in ("none", None, "cpu", "nvme") or off_par not in ("none", None, "cpu", "nvme"):
+        raise _err(file, "offload devices are cpu or nvme")
+    hpz = zero.get("zero_hpz_partition_size", 1)
+    if isinstance(hpz, bool) or not isinstance(hpz, int) or hpz < 1:
+        raise _err(file, f"zero_hpz_partition_size must be a positive integer, not {json.dumps(hpz)}")
+    if hpz > 1:
+        problems.append(f"zero_hpz_partition_size {hpz}: ZeRO++'s secondary parameter partition (a second copy "
+                        f"sharded over groups of {hpz} devices, gathered there in backward) has no placement; the "
+                        "plan is plain ZeRO-3 over all the devices, without the secondary copy's memory and with "
+                        "backward gathers over all of them")
+    for key in ("zero_quantized_weights", "zero_quantized_gradients"):
+        if zero.get(key):
+            problems.append(f"{key}: ZeRO++'s quantized collectives are not modelled (full-width communication)")
+    where = {"cpu": "host", "nvme": "nvme"}
+    if off_opt in ("none", None) and off_par in ("none", None):
+        strategy = ("ddp", "zero1", "zero2", "zero3")[stage]
+    else:
+        # the optimizer state in host memory or on NVMe, the gradient partitions in host memory (stage 2 and
+        # 3); with offload_param the parameters too, fetched a layer at a time
+        if stage == 0:
+            raise _err(file, "offload_optimizer needs ZeRO stage 1, 2 or 3")
+        pmode = "S* (unit = layer" + (f", residency = {where[off_par]})" if off_par in where else ")") \
+            if stage == 3 else "R"
+        if off_opt in where:
+            optimizer, grads = f"O (residency = {where[off_opt]})", "O (residency = host)" if stage >= 2 else "R"
+        else:  # the parameters alone offloaded (stage 3): optimizer state and gradients sharded on the device
+            optimizer, grads = "S", "S"
+        strategy = "ds_offload"
+        local = (f"strategy ds_offload {{\n  role = data\n  params: {pmode}\n  optimizer: {optimizer}\n"
+                 f"  grads: {grads}\n  activations: R\n}}\n\n")
+    mb = cfg.get("train_micro_batch_size_per_gpu", 1)
+    gas = cfg.get("gradient_accumulation_steps", 1)
+    for key, v in (("train_micro_batch_size_per_gpu", mb), ("gradient_accumulation_steps", gas)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise _err(file, f"{key} must be a positive integer, not {json.dumps(v)}")
+    tb = cfg.get("train_batch_size")
+    if tb is not None and tb != mb * gas * devices:
+        raise _err(file, f"train_batch_size {tb} is not micro batch {mb} × accumulation {gas} × {devices} devices "
+                   f"= {mb * gas * devices}")
+    half = bool((cfg.get("bf16") or {}).get("enabled")) or bool((cfg.get("fp16") or {}).get("enabled"))
+    head = f'model from "{model}" {{\n' if model else f"model {{\n  params = {params}\n"
+    spec = (f"# from the DeepSpeed config {file} on {devices} devices\n"
+            + "".join(f"# not expressed: {p}\n" for p in problems) + head
+            + f"  bytes {{\n    {_widths(half)}\n  }}\n" + (f"  seq = {seq}\n" if seq else "")
+            + f"  microbatch = {mb}\n  microbatches = {gas}\n}}\n\n")
+    spec += local + _mesh_and_plan([("dp", devices, strategy)], "deepspeed", [])
+    return _imports(spec) + "\n" + spec
+
+
+def plan_to_deepspeed(spec: ir.Spec, plan: ir.Plan) -> tuple[dict, list[str]]:
+    problems: list[str] = []
+    size = {a.name: int(_number(a.size, spec) or 1) for a in plan.mesh.axes}
+    data = [a for a in plan.axes_with_role(ir.Role.DATA) if size[a] > 1]
+    others = [a for a in plan.mesh.names if a not in plan.axes_with_role(ir.Role.DATA) and size[a] > 1]
+    if others:
+        problems.append(f"axes {', '.join(others)} ({', '.join(plan.role(a).value for a in others)}): DeepSpeed's "
+                        "config describes data parallelism only (tensor and pipeline parallelism come from the "
+                        "model code or Megatron-DeepSpeed)")
+    if len(data) > 1:
+        problems.append("more than one data axis: DeepSpeed's ZeRO has one data-parallel group (its hpZ "
+                        "secondary partition is not a placement)")
+    cfg: dict = {}
+    R, S, SS, O = ir.Mode.R, ir.Mode.S, ir.Mode.S_STAR, ir.Mode.O
+    for a in data[:1]:
+        p, o, g, act = (plan.placement(s).mode(a) for s in ir.STATES)
+        res = {s: plan.placement(s).residency for s in ir.STATES}
+
+        def device(state: ir.State, res=res) -> str:
+            return "nvme" if res[state] is ir.Residency.NVME else "cpu"
+
+        table = {(R, R, R): 0, (R, S, R): 1, (R, S, S): 2, (SS, S, S): 3}
+        if (p, o, g) in table:
+            cfg["zero_optimization"] = {"stage": table[(p, o, g)]}
+            if p is SS and plan.placement(ir.State.PARAMS).offloaded:
+                cfg["zero_optimization"]["offload_param"] = {"device": device(ir.State.PARAMS)}
+        elif (p, o, g) in ((R, O, R), (R, O, O), (SS, O, O)):
+            stage = 1 if g is R else 2 if p is R else 3
+            zero = {"stage": stage, "offload_optimizer": {"device": device(ir.State.OPTIMIZER)}}
+            if p is SS and plan.placement(ir.State.PARAMS).offloaded:
+                zero["offload_param"] = {"device": device(ir.State.PARAMS)}
+            cfg["zero_optimization"] = zero
+            if g is O and res[ir.State.GRADS] is not ir.Residency.HOST:
+                problems.append(f"grads O (residency = {res[ir.State.GRADS].value}) over {a}: DeepSpeed keeps the "
+                                "offloaded gradient partitions in host memory")
+        elif p is R and o is O and g is S:
+            cfg["zero_optimization"] = {"stage": 2, "offload_optimizer": {"device": device(ir.State.OPTIMIZER)}}
+            problems.append(f"grads S over {a} with the optimizer offloaded: DeepSpeed's ZeRO-Offload moves the "
+                            "gradient partitions to host memory too (grads: O (residency = host))")
+        else:
+            problems.append(f"params {p.value}, optimizer {o.value}, grads {g.value} over {a}: no ZeRO stage places "
+                            "them so")
+        if act is not R:
+            problems.append(f"activations {act.value} over {a}: data parallelism keeps each replica's activations")
+        _placement_options(plan, ir.State.PARAMS, "layer", None, "DeepSpeed", problems)
+    model = plan.model
+    mb = _number(model.microbatch, spec)
+    gas = _number(model.microbatches, spec)
+    cfg["train_micro_batch_size_per_gpu"] = int(mb) if mb is not None else 1
+    cfg["gradient_accumulation_steps"] = int(gas) if gas is not None else 1
+    n = 1
+    for a in data:
+        n *= size[a]
+    cfg["train_batch_size"] = cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * n
+    if _precision(spec, model, 2, "DeepSpeed", problems) is not False:
+        cfg["bf16"] = {"enabled": True}
+    if plan.recompute is not ir.Recompute.NONE:
+        problems.append(f"recompute = {plan.recompute.value}: activation checkpointing is chosen in the model code "
+                        "(deepspeed.checkpointing), not in the DeepSpeed config")
+    if plan.flash_attention:
+        problems.append("flash_attention: the attention kernel is chosen in the model code, not in the config")
+    if plan.overrides:
+        problems.append("overrides describe what a system does wrong; a config cannot ask for them")
+    return cfg, problems

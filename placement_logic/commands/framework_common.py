@@ -1,0 +1,110 @@
+"""What the framework configurations share: diagnostics, the spec text they produce (mesh,
+plan and imports), precision and the placement options a framework sets
+(``commands.frameworks``, ``commands.torchtitan``)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from .. import ir
+from ..diagnostics import Diagnostic, DiagnosticError, Span
+from ..ir.walker import fold
+
+
+def _err(file: str, message: str, notes: tuple[str, ...] = ()) -> DiagnosticError:
+    return DiagnosticError([Diagnostic("PL141", message, Span.point(file, 1, 1), notes=notes)])
+
+
+def _mesh_and_plan(axes: list[tuple[str, int, str]], plan: str, extra: list[str]) -> str:
+    used = [(n, s, b) for n, s, b in axes if s > 1] or [axes[0]]
+    mesh = "mesh {\n" + "".join(f"  {n} = {s}\n" for n, s, _ in used) + "}\n"
+    body = "".join(f"  {n}: {b}\n" for n, _, b in used) + "".join(f"  {line}\n" for line in extra)
+    return mesh + f"\nplan {plan} {{\n{body}}}\n"
+
+
+def _imports(text: str) -> str:
+    names = {"ddp": "data", "zero1": "data", "zero2": "data", "zero3": "data", "zero_offload": "offload",
+             "zero_infinity": "offload", "megatron_tp": "tensor", "megatron_sp": "tensor",
+             "one_f_one_b": "pipeline", "interleaved_1f1b": "pipeline", "context_parallel": "context",
+             "expert_parallel": "expert", "selective_recompute": "recompute", "full_recompute": "recompute"}
+    mods: dict[str, list[str]] = {}
+    for name, mod in names.items():
+        if f": {name}" in text or f"use {name}" in text:
+            mods.setdefault(mod, []).append(name)
+    return "".join(f"from std.{m} import {', '.join(sorted(ns))}\n" for m, ns in sorted(mods.items()))
+
+
+# --------------------------------------------------------------------------- DeepSpeed
+
+
+def _widths(half: bool, grads: int = 2) -> str:
+    """The model's byte widths: 16-bit weights (gradients of ``grads`` bytes, a 12-byte Adam
+    state with its fp32 master copy), or fp32 throughout."""
+    if half:
+        return f"params = 2\n    grads = {grads}\n    optimizer = 12\n    activations = 2"
+    return "params = 4\n    grads = 4\n    optimizer = 8\n    activations = 4"
+
+
+def _precision(spec: ir.Spec, model: ir.Model, half_grads: int, what: str, problems: list[str]) -> bool | None:
+    """True for the 16-bit widths ``_widths(True, half_grads)``, False for fp32; otherwise a problem."""
+    got = tuple(_number(v, spec) for v in (model.bytes_params, model.bytes_grads, model.bytes_optimizer,
+                                           model.bytes_activations))
+    if got == (2, half_grads, 12, 2):
+        return True
+    if got == (4, 4, 8, 4):
+        return False
+    shown = ", ".join("?" if v is None else str(v) for v in got)
+    problems.append(f"bytes (params, grads, optimizer, activations) = ({shown}): {what} has 16-bit weights with "
+                    f"{half_grads}-byte gradients and a 12-byte Adam state (2, {half_grads}, 12, 2), or fp32 "
+                    "(4, 4, 8, 4)")
+    return None
+
+
+def _placement_options(plan: ir.Plan, state: ir.State, unit: str, reshard: bool | None, framework: str,
+                       problems: list[str]) -> None:
+    """An S* state's reconstruction unit, prefetch depth and resharding, as ``framework`` gathers."""
+    pl = plan.placement(state)
+    if not any(m is ir.Mode.S_STAR for _, m in pl.modes):
+        return
+    got = [f"unit = {pl.unit}" if pl.unit not in ("layer", "block") else "", f"prefetch = {pl.prefetch}" if pl.prefetch != 1 else "",
+           f"reshard_after_forward = {str(pl.reshard_after_forward).lower()}"
+           if reshard is not None and pl.reshard_after_forward is not reshard else ""]
+    got = [g for g in got if g]
+    if got:
+        problems.append(f"{state.value} S* ({', '.join(got)}): {framework} gathers one layer at a time"
+                        + (" and frees it after forward" if reshard else ""))
+
+
+def _number(v: ir.Value | None, spec: ir.Spec) -> Fraction | None:
+    return fold(v, dict(spec.bindings))
+
+
+# the placements (params, optimizer, grads, activations) Megatron-LM gives each role; data: DDP or the
+# distributed optimizer
+_R, _S = ir.Mode.R, ir.Mode.S
+_MEGATRON_MODES = {ir.Role.TENSOR: ((_S, _S, _S, _S),), ir.Role.SEQUENCE: ((_S, _S, _S, _S),),
+                   ir.Role.PIPELINE: ((_S, _S, _S, _S),), ir.Role.CONTEXT: ((_R, _R, _R, _S),),
+                   ir.Role.EXPERT: ((_S, _S, _S, _R),), ir.Role.DATA: ((_R, _R, _R, _R), (_R, _S, _R, _R))}
+
+
+def _modes(plan: ir.Plan, a: str) -> tuple[ir.Mode, ...]:
+    return tuple(plan.placement(s).mode(a) for s in ir.STATES)
+
+
+def _role_problems(plan: ir.Plan, axes: list[str], allowed: dict, framework: str, problems: list[str]) -> None:
+    for a in axes:
+        got = _modes(plan, a)
+        role = plan.role(a)
+        if role not in allowed:
+            why = {ir.Role.EXPERT: f"{framework} borrows its expert devices from the data-shard and context devices "
+                                   "(parallel folding); an expert axis of its own has no degree there"}
+            problems.append(f"{a} ({role.value}): " + why.get(role, f"{framework} has no {role.value} parallelism"))
+        elif got not in allowed[role]:
+            want = " or ".join("(" + ", ".join(m.value for m in w) + ")" for w in allowed[role])
+            problems.append(f"params, optimizer, grads, activations ({', '.join(m.value for m in got)}) over {a}: "
+                            f"{framework}'s {role.value} parallelism places them {want}")
+        for s in ir.STATES:
+            if plan.placement(s).mode(a) is not ir.Mode.S_STAR and plan.placement(s).offloaded:
+                problems.append(f"{s.value} offloaded to {plan.placement(s).residency.value}: not exported ("
+                                f"{framework}'s configuration has no offload of this kind that the plan models)")
+                break

@@ -1,0 +1,169 @@
+"""Plans -> Megatron-LM arguments (see ``commands.frameworks``)."""
+
+from __future__ import annotations
+
+from .. import ir
+from ..ir import groups as pg
+from .framework_common import _MEGATRON_MODES, _modes, _number, _precision, _role_problems
+
+
+def plan_to_megatron(spec: ir.Spec, plan: ir.Plan) -> tuple[list[str], list[str]]:
+    problems: list[str] = []
+    out: list[str] = []
+    size = {a.name: int(_number(a.size, spec) or 1) for a in plan.mesh.axes}
+    roles = {a: plan.role(a) for a in plan.mesh.names if size[a] > 1}
+    _role_problems(plan, list(roles), _MEGATRON_MODES, "Megatron-LM", problems)
+
+    def one(role: ir.Role, flag: str) -> None:
+        axes = [a for a, r in roles.items() if r is role]
+        if len(axes) > 1:
+            problems.append(f"{len(axes)} {role.value} axes: Megatron-LM has one")
+        if axes:
+            out.extend([flag, str(size[axes[0]])])
+
+    tensor = [a for a, r in roles.items() if r in (ir.Role.TENSOR, ir.Role.SEQUENCE)]
+    if len(tensor) > 1:
+        problems.append(f"{len(tensor)} tensor axes: Megatron-LM has one")
+    if tensor:
+        out += ["--tensor-model-parallel-size", str(size[tensor[0]])]
+    one(ir.Role.PIPELINE, "--pipeline-model-parallel-size")
+    one(ir.Role.CONTEXT, "--context-parallel-size")
+    one(ir.Role.EXPERT, "--expert-model-parallel-size")
+    if plan.sequence_parallel or any(r is ir.Role.SEQUENCE for r in roles.values()):
+        out.append("--sequence-parallel")
+    pipelined = any(r is ir.Role.PIPELINE for r in roles.values())
+    v = 1
+    if pipelined and plan.schedule is not None and plan.schedule.kind is ir.ScheduleKind.INTERLEAVED:
+        v = int(_number(plan.schedule.chunks, spec) or 1)
+        if v > 1:
+            out += ["--num-virtual-stages-per-pipeline-rank", str(v)]
+    elif pipelined and plan.schedule is not None and plan.schedule.kind is not ir.ScheduleKind.ONE_F_ONE_B:
+        problems.append(f"schedule {plan.schedule.kind.value}: Megatron-LM schedules pipelines with 1F1B "
+                        "(interleaved or not)")
+    data = [a for a, r in roles.items() if r is ir.Role.DATA]
+    if len(data) > 1:
+        problems.append(f"{len(data)} data axes ({', '.join(data)}): Megatron-LM has one data-parallel group")
+    if any(_modes(plan, a)[1] is ir.Mode.S for a in data):
+        out.append("--use-distributed-optimizer")
+        if any(_modes(plan, a)[1] is ir.Mode.R for a in data):
+            problems.append("the optimizer sharded over some data axes only: Megatron-LM's distributed optimizer "
+                            "shards over the whole data-parallel group")
+    if plan.recompute is ir.Recompute.SELECTIVE:
+        out += ["--recompute-granularity", "selective"]
+    elif plan.recompute is ir.Recompute.FULL:
+        out += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    if plan.flash_attention:
+        out.append("--use-flash-attn")
+    t = plan.model.transformer
+    if t is None:
+        problems.append("a model without a transformer shape: Megatron-LM's arguments describe the model's shape")
+    else:
+        out += _megatron_model(spec, t, size[tensor[0]] if tensor else 1, problems)
+    model = plan.model
+    for flag, val in (("--seq-length", model.seq), ("--micro-batch-size", model.microbatch)):
+        n = _number(val, spec) if val is not None else None
+        if n is not None:
+            out += [flag, str(int(n))]
+    mb, m = _number(model.microbatch, spec), _number(model.microbatches, spec)
+    if mb is not None and m is not None:
+        dp = 1
+        for a, r in roles.items():  # Megatron-LM's data-parallel size holds the expert devices
+            dp *= size[a] if r in (ir.Role.DATA, ir.Role.EXPERT) else 1
+        out += ["--global-batch-size", str(int(mb * m * dp))]
+    if _precision(spec, model, 4, "Megatron-LM", []) is True:
+        out.append("--bf16")  # fp32 main gradients
+    elif _precision(spec, model, 2, "Megatron-LM", []) is True:
+        out.append("--fp16")  # 16-bit gradients (no --accumulate-allreduce-grads-in-fp32)
+    elif _precision(spec, model, 4, "Megatron-LM", problems) is None:
+        problems[-1] = problems[-1].replace("or fp32", "(2, 2, 12, 2) with --fp16, or fp32")
+    if plan.overrides:
+        problems.append("overrides describe what a system does wrong; arguments cannot ask for them")
+    return out, problems
+
+
+def _megatron_model(spec: ir.Spec, t: ir.TransformerShape, tp: int, problems: list[str]) -> list[str]:
+    out: list[str] = []
+
+    def num(v) -> int | None:
+        n = _number(v, spec)
+        return None if n is None else int(n)
+
+    for flag, v in (("--num-layers", t.layers), ("--hidden-size", t.hidden), ("--num-attention-heads", t.heads),
+                    ("--ffn-hidden-size", t.ffn)):
+        if num(v) is not None:
+            out += [flag, str(num(v))]
+    vm = num(t.vocab_multiple) if t.vocab_multiple is not None else None
+    if vm is None:
+        out += ["--padded-vocab-size", str(num(t.vocab))]
+    elif vm % tp == 0:
+        out += ["--vocab-size", str(num(t.vocab)), "--make-vocab-size-divisible-by", str(vm // tp)]
+    else:
+        out += ["--padded-vocab-size", str(num(t.vocab))]
+        problems.append(f"vocab_multiple = {vm}: Megatron-LM pads to a multiple of the tensor size {tp}")
+    kv, a = num(t.kv_heads), num(t.heads)
+    if kv is not None and kv != a:
+        out += ["--group-query-attention", "--num-query-groups", str(kv)]
+    if t.head_dim is not None and num(t.head_dim) is not None and num(t.head_dim) * a != num(t.hidden):
+        out += ["--kv-channels", str(num(t.head_dim))]
+    if t.gated_mlp:
+        out.append("--swiglu")
+    if t.norm == "rmsnorm":
+        out += ["--normalization", "RMSNorm"]
+    if not t.bias:
+        out.append("--disable-bias-linear")
+        if t.qkv_bias:
+            out.append("--add-qkv-bias")
+    elif t.qkv_bias is False:
+        problems.append("bias without qkv_bias: Megatron-LM's linear biases include q, k and v")
+    if t.qk_norm:
+        out.append("--qk-layernorm")
+    if not t.tied_embeddings:
+        out.append("--untie-embeddings-and-output-weights")
+    if t.position_embeddings is not None:
+        out += ["--position-embedding-type", "learned_absolute", "--max-position-embeddings",
+                str(num(t.position_embeddings))]
+    else:
+        out += ["--position-embedding-type", "rope"]
+    if t.kv_lora_rank is not None:
+        out.append("--multi-latent-attention")
+        for flag, v in (("--q-lora-rank", t.q_lora_rank), ("--kv-lora-rank", t.kv_lora_rank),
+                        ("--qk-head-dim", t.qk_nope_dim), ("--qk-pos-emb-head-dim", t.qk_rope_dim),
+                        ("--v-head-dim", t.v_head_dim)):
+            if v is not None:
+                out += [flag, str(num(v))]
+    E = num(t.experts)
+    if E is not None and E > 1:
+        out += ["--num-experts", str(E), "--moe-router-topk", str(num(t.top_k) or 1)]
+        if t.expert_ffn is not None:
+            out += ["--moe-ffn-hidden-size", str(num(t.expert_ffn))]
+        if t.shared_experts is not None and num(t.shared_experts):
+            n = num(t.shared_experts)
+            width = num(t.shared_expert_ffn if t.shared_expert_ffn is not None else
+                        t.expert_ffn if t.expert_ffn is not None else t.ffn)
+            out += ["--moe-shared-expert-intermediate-size", str(n * width)]
+            if n > 1:
+                problems.append(f"shared_experts = {n}: Megatron-LM has one shared expert of width "
+                                f"{n} × {width} (the same parameters and memory)")
+        if t.router_bias:
+            out.append("--moe-router-enable-expert-bias")
+        if t.shared_expert_gate:
+            problems.append("shared_expert_gate: Megatron-LM's shared expert has no output gate")
+        if num(t.capacity_factor) != 1:
+            problems.append(f"capacity_factor = {_number(t.capacity_factor, spec)}: not exported "
+                            "(--moe-expert-capacity-factor drops tokens, which the plan does not model)")
+        pattern = pg.moe_pattern(t)
+        L, d = num(t.layers), num(t.dense_layers) if t.dense_layers is not None else 0
+        if pattern is not None:
+            _, d, k, r = pattern
+            if d == 0 and r == 0:
+                out += ["--moe-layer-freq", str(k)]
+            else:
+                out += ["--moe-layer-freq", "[" + ",".join("1" if i >= d and i % k == r else "0" for i in range(L))
+                        + "]"]
+        elif d:
+            out += ["--moe-layer-freq", f"([0]*{d}+[1]*{L - d})"]
+    if t.mtp_layers is not None and num(t.mtp_layers):
+        out += ["--mtp-num-layers", str(num(t.mtp_layers))]
+    if t.norms_per_layer is not None and num(t.norms_per_layer) != 2:
+        problems.append(f"norms_per_layer = {num(t.norms_per_layer)}: Megatron-LM's layers have two norms")
+    return out

@@ -1,0 +1,218 @@
+"""Megatron-LM arguments -> specs (see ``commands.frameworks``)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from .framework_common import _err, _imports, _mesh_and_plan, _widths
+
+_MEGATRON_INT = {
+    "--tensor-model-parallel-size": "t", "--pipeline-model-parallel-size": "p", "--context-parallel-size": "c",
+    "--expert-model-parallel-size": "e", "--expert-tensor-parallel-size": "etp",
+    "--num-layers-per-virtual-pipeline-stage": "layers_per_chunk",
+    "--num-virtual-stages-per-pipeline-rank": "v", "--micro-batch-size": "mb", "--global-batch-size": "gbs",
+    "--seq-length": "s", "--num-layers": "L", "--hidden-size": "h", "--num-attention-heads": "a",
+    "--num-query-groups": "kv", "--ffn-hidden-size": "f", "--padded-vocab-size": "V", "--vocab-size": "vocab",
+    "--make-vocab-size-divisible-by": "vdiv", "--max-position-embeddings": "maxpos",
+    "--num-experts": "E", "--moe-router-topk": "k", "--kv-channels": "dh", "--moe-ffn-hidden-size": "ef",
+    "--moe-shared-expert-intermediate-size": "sf", "--mtp-num-layers": "mtp", "--q-lora-rank": "qr",
+    "--kv-lora-rank": "kvr", "--qk-head-dim": "qkd", "--qk-pos-emb-head-dim": "qkp", "--v-head-dim": "vd",
+    "--recompute-num-layers": "rnl",
+}
+_MEGATRON_FLAGS = {"--sequence-parallel": "sp", "--use-distributed-optimizer": "dist_opt", "--swiglu": "swiglu",
+                   "--untie-embeddings-and-output-weights": "untie", "--disable-bias-linear": "no_bias",
+                   "--group-query-attention": "gqa", "--bf16": "bf16", "--fp16": "fp16", "--add-qkv-bias": "qkv_bias",
+                   "--qk-layernorm": "qk_norm", "--multi-latent-attention": "mla",
+                   "--moe-router-enable-expert-bias": "router_bias", "--use-flash-attn": "flash",
+                   "--accumulate-allreduce-grads-in-fp32": "fp32_grads"}
+_MEGATRON_CHOICES = {"--recompute-granularity": ("recompute", {"selective": "selective", "full": "full"}),
+                     "--recompute-method": ("method", {"uniform": "uniform", "block": "block"}),
+                     "--normalization": ("norm", {"RMSNorm": "rmsnorm", "LayerNorm": "layernorm"}),
+                     "--position-embedding-type": ("pos", {"rope": "rope", "learned_absolute": "learned",
+                                                           "none": "none"})}
+
+
+def _moe_layer_freq(text: str, layers: int, file: str) -> list[bool]:
+    """Megatron-LM's --moe-layer-freq: an integer k (MoE on layers i with i mod k = 0) or a
+    Python list of 0/1 per layer, written as list literals joined by + and repeated by *
+    (``([0]*3+[1]*58)``); parsed here without evaluating anything."""
+    t = text.replace(" ", "")
+    if t.isdigit():
+        k = int(t)
+        if k < 1:
+            raise _err(file, "--moe-layer-freq needs a positive integer or a list of 0/1 per layer")
+        return [i % k == 0 for i in range(layers)]
+    if t.startswith("(") and t.endswith(")"):
+        t = t[1:-1]
+    out: list[bool] = []
+    for term in t.split("+"):
+        m = re.fullmatch(r"\[([01](?:,[01])*)\](?:\*(\d+))?", term)
+        if m is None:
+            raise _err(file, f"--moe-layer-freq {text!r} is neither an integer nor a list of 0/1 such as "
+                       "([0]*3+[1]*58)")
+        out += [x == "1" for x in m.group(1).split(",")] * int(m.group(2) or 1)
+    if len(out) != layers:
+        raise _err(file, f"--moe-layer-freq lists {len(out)} layers, not --num-layers {layers}")
+    return out
+
+
+def _fit_moe_pattern(moe: list[bool], file: str) -> dict[str, int]:
+    """dense_layers, moe_every and moe_offset (as few as needed) for a per-layer MoE pattern."""
+    ones = [i for i, m in enumerate(moe) if m]
+    if not ones:
+        raise _err(file, "--moe-layer-freq makes no layer an MoE layer")
+    if ones == list(range(ones[0], len(moe))):
+        return {"dense_layers": ones[0]} if ones[0] else {}
+    k = ones[1] - ones[0] if len(ones) > 1 else len(moe)  # one MoE layer: a period longer than the model
+    d, r = ones[0], ones[0] % k
+    if moe != [i >= d and i % k == r for i in range(len(moe))]:
+        raise _err(file, "--moe-layer-freq: MoE layers that are not every k-th layer after the first dense ones are "
+                   "not modelled")
+    out = {"moe_every": k}
+    if r:
+        out["moe_offset"] = r
+    if d >= k:
+        out["dense_layers"] = d
+    return out
+
+
+def _megatron_args(text: str, file: str) -> dict:
+    args = shlex.split(text, comments=True)
+    got: dict = {}
+    i = 0
+    while i < len(args):
+        a = args[i]
+        key, eq, inline = a.partition("=")
+        if key == "--moe-layer-freq":
+            got["moe_freq"] = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+            i += 1 if eq else 2
+            continue
+        if key in _MEGATRON_INT or key in _MEGATRON_CHOICES:
+            value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+            i += 1 if eq else 2
+            if key in _MEGATRON_INT:
+                if not value.isdigit() or int(value) < 1:
+                    raise _err(file, f"{key} needs a positive integer, not {value!r}")
+                got[_MEGATRON_INT[key]] = int(value)
+            else:
+                name, table = _MEGATRON_CHOICES[key]
+                if value not in table:
+                    raise _err(file, f"{key} {value!r} is not modelled ({', '.join(table)})")
+                got[name] = table[value]
+            continue
+        if a in _MEGATRON_FLAGS:
+            got[_MEGATRON_FLAGS[a]] = True
+        i += 1
+    return got
+
+
+def megatron_to_spec(text: str, file: str, devices: int, problems: list[str] | None = None) -> str:
+    """The spec of Megatron-LM arguments; what the DSL cannot express is appended to ``problems``."""
+    problems = [] if problems is None else problems
+    got = _megatron_args(text, file)
+    t, p, c, e = (got.get(k, 1) for k in ("t", "p", "c", "e"))
+    if devices % (t * p * c):
+        raise _err(file, f"{devices} devices are not a multiple of tensor {t} × pipeline {p} × context {c}")
+    dp_all = devices // (t * p * c)  # Megatron-LM's data-parallel size; the expert size folds into it
+    if dp_all % e:
+        raise _err(file, f"--expert-model-parallel-size {e} does not divide the data-parallel size {dp_all} "
+                   "(experts folded over context devices are not modelled)")
+    dp = dp_all // e
+    if got.get("etp", t) != t:
+        problems.append(f"--expert-tensor-parallel-size {got['etp']}: experts split over a tensor size of their own "
+                        f"(not {t}) have no placement; the plan splits them over the tensor axis")
+    for need in ("L", "h", "a"):
+        if need not in got:
+            flag = next(k for k, v in _MEGATRON_INT.items() if v == need)
+            raise _err(file, f"the arguments have no {flag}, which the model needs")
+    if "V" not in got and "vocab" not in got:
+        raise _err(file, "the arguments have no --padded-vocab-size or --vocab-size, which the model needs")
+    tr = [f"hidden = {got['h']}", f"layers = {got['L']}", f"heads = {got['a']}"]
+    if "V" in got:
+        tr.append(f"vocab = {got['V']}")
+    else:  # Megatron-LM pads the vocabulary to a multiple of make-vocab-size-divisible-by (128) × tensor size
+        tr += [f"vocab = {got['vocab']}", f"vocab_multiple = {got.get('vdiv', 128) * t}"]
+    if got.get("gqa") and "kv" in got:
+        tr.append(f"kv_heads = {got['kv']}")
+    if "f" in got:
+        tr.append(f"ffn = {got['f']}")
+    if got.get("dh") and got["dh"] * got["a"] != got["h"]:
+        tr.append(f"head_dim = {got['dh']}")
+    if got.get("swiglu"):
+        tr.append("gated_mlp")
+    tr.append(f"norm = {got.get('norm', 'layernorm')}")
+    tr.append("bias = false" if got.get("no_bias") else "bias = true")
+    if got.get("qkv_bias") and got.get("no_bias"):
+        tr.append("qkv_bias")
+    if got.get("qk_norm"):
+        tr.append("qk_norm")
+    tr.append("tied_embeddings = false" if got.get("untie") else "tied_embeddings")
+    if got.get("pos", "learned") == "learned":  # Megatron-LM's default position embedding
+        rows = got.get("maxpos", got.get("s"))
+        if rows is None:
+            raise _err(file, "learned absolute position embeddings (the default --position-embedding-type) need "
+                       "--max-position-embeddings")
+        tr.append(f"position_embeddings = {rows}")
+    if got.get("mla"):
+        for key, name in (("qr", "q_lora_rank"), ("kvr", "kv_lora_rank"), ("qkp", "qk_rope_dim"),
+                          ("qkd", "qk_nope_dim"), ("vd", "v_head_dim")):
+            if key in got:
+                tr.append(f"{name} = {got[key]}")
+            elif key != "qr":
+                flag = next(k for k, v in _MEGATRON_INT.items() if v == key)
+                raise _err(file, f"--multi-latent-attention needs {flag}")
+    if got.get("E", 1) > 1:
+        tr += [f"experts = {got['E']}", f"top_k = {got.get('k', 2)}"]
+        if "ef" in got:
+            tr.append(f"expert_ffn = {got['ef']}")
+        if "sf" in got:
+            tr += ["shared_experts = 1", f"shared_expert_ffn = {got['sf']}"]
+        if got.get("router_bias"):
+            tr.append("router_bias")
+        if "moe_freq" in got:
+            tr += [f"{k} = {v}" for k, v in _fit_moe_pattern(_moe_layer_freq(got["moe_freq"], got["L"], file),
+                                                              file).items()]
+    if got.get("mtp"):
+        tr.append(f"mtp_layers = {got['mtp']}")
+    mb = got.get("mb", 1)
+    m = 1
+    if "gbs" in got:
+        if got["gbs"] % (mb * dp_all):
+            raise _err(file, f"--global-batch-size {got['gbs']} is not a multiple of micro batch {mb} × data "
+                       f"parallel {dp_all}")
+        m = got["gbs"] // (mb * dp_all)
+    half = got.get("bf16") or got.get("fp16")
+    # bf16 keeps fp32 main gradients; fp16 too with --accumulate-allreduce-grads-in-fp32, else 16-bit ones
+    grads = 4 if got.get("bf16") or got.get("fp32_grads") else 2
+    model = ("model {\n  transformer {\n" + "".join(f"    {x}\n" for x in tr) + "  }\n"
+             + f"  bytes {{\n    {_widths(bool(half), grads)}\n  }}\n" + (f"  seq = {got['s']}\n" if "s" in got else "")
+             + f"  microbatch = {mb}\n  microbatches = {m}\n}}\n\n")
+    v = got.get("v") or (got["L"] // (p * got["layers_per_chunk"]) if got.get("layers_per_chunk") else 1)
+    pipe = f"interleaved_1f1b(v = {v})" if v > 1 else "one_f_one_b"
+    axes = [("dp", dp, "zero1" if got.get("dist_opt") else "ddp"), ("cp", c, "context_parallel"),
+            ("ep", e, "expert_parallel"), ("tp", t, "megatron_sp" if got.get("sp") else "megatron_tp"),
+            ("pp", p, pipe)]
+    extra = []
+    if got.get("recompute") == "selective":
+        extra.append("use selective_recompute")
+    elif got.get("recompute") == "full":
+        method, n = got.get("method", "uniform"), got.get("rnl", 1)
+        per_chunk = got["L"] // (p * v)
+        if (method, n) == ("uniform", 1) or (method == "block" and n >= per_chunk):
+            extra.append("use full_recompute")
+        else:
+            what = (f"checkpointing groups of {n} layers" if method == "uniform" else
+                    f"recomputing only {n} of the {per_chunk} layers of each chunk")
+            problems.append(f"--recompute-method {method} --recompute-num-layers {n}: {what} is not modelled (full "
+                            "recompute keeps each layer's input and recomputes every layer: uniform 1, or block over "
+                            "every layer of a chunk); the plan recomputes every layer")
+            extra.append("use full_recompute")
+    if got.get("flash"):
+        extra.append("flash_attention")
+    note = (" (the expert axis divides Megatron-LM's data-parallel devices: dense parameters are replicated over "
+            "dp × ep, experts over dp)" if e > 1 else "")
+    spec = (f"# from the Megatron-LM arguments in {file} on {devices} devices{note}\n"
+            + "".join(f"# not expressed: {q}\n" for q in problems) + model
+            + _mesh_and_plan(axes, "megatron", extra))
+    return _imports(spec) + "\n" + spec

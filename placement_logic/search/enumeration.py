@@ -1,0 +1,92 @@
+"""Every size assignment of a space that honours divisibility, grouped by structure."""
+
+from __future__ import annotations
+
+import itertools
+
+from .. import hardware as hw
+from .. import ir
+from .space import COLLAPSED, Space, Structure
+
+# --------------------------------------------------------------------------- enumeration
+
+
+def _int(v) -> int | None:
+    return int(v.value) if isinstance(v, ir.Const) and v.value.denominator == 1 else None
+
+
+def enumerate_space(space: Space, t: ir.TransformerShape):
+    """Structure -> (sizes, valid): every grid point of the structure's space as an integer
+    array (one row each, columns ``SIZE_SYMBOLS``) and a mask of those that honour
+    divisibility (heads, kv heads and the MLP width over tp, layers over pp × chunks,
+    experts over ep, the sequence over cp × tp, devices and the global batch over the
+    sizes; microbatches a multiple of pp for the interleaved schedule). Built with numpy,
+    without a Python loop over candidates."""
+    import numpy as np
+
+    heads, kv, ffn, layers, experts = (_int(x) for x in (t.heads, t.kv_heads, t.ffn, t.layers, t.experts))
+    moe = bool(experts and experts > 1)
+    per_node = hw.device(space.device).per_node
+    allowed = {"tp": space.tp, "pp": space.pp, "cp": space.cp, "ep": space.ep if moe else (1,)}
+    out: dict[Structure, tuple] = {}
+    for pattern in itertools.product((False, True), repeat=4):
+        present = tuple(a for a, on in zip(("tp", "pp", "cp", "ep"), pattern) if on)
+        # tensor and expert axes keep their closed forms at size one (ring factors (n - 1)/n
+        # vanish, divisions by one), so one structure holds every size of them; a pipeline or
+        # context axis of one device sends nothing point to point, so it is a structure apart
+        if any(a in COLLAPSED and on != any(v > 1 for v in allowed[a])
+               for a, on in zip(("tp", "pp", "cp", "ep"), pattern)):
+            continue
+        values = {a: (list(allowed[a]) if a in COLLAPSED else [v for v in allowed[a] if v > 1]) if a in present
+                  else ([1] if 1 in allowed[a] else []) for a in allowed}
+        if any(not v for v in values.values()):
+            continue
+        for sched in (space.schedules if "pp" in present else (None,)):
+            chunks = space.chunks if sched == "interleaved" else (1,)
+            grid = np.meshgrid(*(np.array(values[a], dtype=np.int64) for a in ("tp", "pp", "cp", "ep")),
+                               np.array(space.microbatch, dtype=np.int64), np.array(chunks, dtype=np.int64),
+                               indexing="ij")
+            tp, pp, cp, ep, mb, nv = (g.ravel() for g in grid)
+            rest = tp * pp * cp * ep
+            ok = space.devices % rest == 0
+            dp = np.where(ok, space.devices // rest, 1)  # the data-parallel size
+            replicas = dp * ep * mb
+            ok &= space.global_batch % replicas == 0
+            nmb = np.where(ok, space.global_batch // replicas, 1)
+            if heads:
+                ok &= heads % tp == 0
+            if kv:
+                ok &= (kv % tp == 0) | (tp % kv == 0)
+            if ffn:
+                ok &= ffn % tp == 0
+            if moe:
+                ok &= experts % ep == 0
+            ok &= space.seq % (cp * tp) == 0
+            if layers:
+                ok &= layers % (pp * nv) == 0
+            if sched == "interleaved":
+                ok &= nmb % pp == 0
+            one = np.ones_like(dp)
+            sizes = np.stack([dp, tp, pp, cp, ep, one, mb, nmb, nv], axis=1)
+            # hsdp: shard over the largest power of two of the data size that fits a node beside
+            # tp x cp, replicate over the rest (both more than one device)
+            ds = one.copy()
+            k = 2
+            while k <= per_node:
+                ds = np.where((dp % k == 0) & (k * tp * cp <= per_node), k, ds)
+                k *= 2
+            hsizes = np.stack([dp // ds, tp, pp, cp, ep, ds, mb, nmb, nv], axis=1)
+            # one data replica: every data strategy is plain replication (a size-1 axis gathers
+            # and reduces nothing, which ddp's closed forms give at size 1; ZeRO's do not), so
+            # it is evaluated once, as ddp
+            strategies = space.strategies + (() if "ddp" in space.strategies else ("ddp",))
+            for strat, rec in itertools.product(strategies, space.recompute):
+                if strat == "hsdp":
+                    out[Structure(strat, rec, sched, present)] = (hsizes, ok & (ds > 1) & (dp // ds > 1))
+                    continue
+                if strat != "ddp":
+                    valid = ok & (dp > 1)
+                else:
+                    valid = ok if "ddp" in space.strategies else ok & (dp == 1)
+                out[Structure(strat, rec, sched, present)] = (sizes, valid)
+    return out

@@ -1,0 +1,85 @@
+"""The search space and its records: what a user allows (``Space``), a structure shared by
+many candidates, a candidate and the search's result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp", "offload")
+DEFAULT_STRATEGIES = STRATEGIES[:-1]  # offload (ZeRO-Offload) only when asked for
+_LIBRARY = {"fsdp": "fsdp_full_shard", "hsdp": "hybrid_shard", "offload": "zero_offload"}  # search name -> library
+RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = ("1f1b", "interleaved")
+AXES = ("dp", "tp", "pp", "cp", "ep")
+COLLAPSED = ("tp", "ep")  # axes whose size-one case shares the structure of larger sizes
+SIZE_SYMBOLS = AXES + ("ds", "mb", "nmb", "nv")  # ds: the shard size of hsdp (dp its replicas), else 1
+_RECOMPUTE_USE = {"none": "", "selective": "  use selective_recompute\n", "full": "  use full_recompute\n"}
+
+
+@dataclass(frozen=True)
+class Space:
+    """What a user allows; every tuple lists the allowed values."""
+
+    devices: int
+    global_batch: int  # sequences per step
+    seq: int
+    device: str
+    tp: tuple[int, ...] = (1, 2, 4, 8)
+    pp: tuple[int, ...] = (1, 2, 4, 8, 16)
+    cp: tuple[int, ...] = (1,)
+    ep: tuple[int, ...] = (1,)
+    strategies: tuple[str, ...] = DEFAULT_STRATEGIES
+    recompute: tuple[str, ...] = RECOMPUTE
+    microbatch: tuple[int, ...] = (1, 2, 4, 8)
+    schedules: tuple[str, ...] = SCHEDULES
+    chunks: tuple[int, ...] = (2, 4)  # virtual chunks per stage of the interleaved schedule
+    mfu: Fraction | None = None  # None: the catalogue default (1/2)
+
+
+@dataclass(frozen=True)
+class Structure:
+    strategy: str
+    recompute: str
+    schedule: str | None  # None without a pipeline
+    axes: tuple[str, ...]  # the axes with more than one device
+
+
+@dataclass
+class Candidate:
+    structure: Structure
+    sizes: dict  # symbol -> int (dp, tp, pp, cp, ep, mb, nmb, nv)
+    memory: float = 0.0
+    step: float = 0.0
+    mfu: float = 0.0
+    comm: float = 0.0
+    fits: bool = False
+    frontier: bool = False
+    exact_memory: Fraction | None = None
+    exact_step: Fraction | None = None
+    verdict: str | None = None
+    agrees: bool | None = None  # the vectorised figures equal the exact ones (bytes to the byte)
+
+    def label(self) -> str:
+        s, z = self.structure, self.sizes
+        parts = [f"dp{z['dp'] * z['ds']}"]
+        for a in ("tp", "pp", "cp", "ep"):
+            if z[a] > 1:
+                parts.append(f"{a}{z[a]}" + (f"v{z['nv']}" if a == "pp" and s.schedule == "interleaved" else ""))
+        strat = f"hsdp({z['dp']}x{z['ds']})" if s.strategy == "hsdp" else s.strategy
+        return " ".join(parts) + f" {strat} {s.recompute} mb{z['mb']}"
+
+
+@dataclass
+class Result:
+    space: Space
+    model_text: str
+    candidates: int  # size assignments evaluated
+    ranked: list = field(default_factory=list)  # the fastest fitting ones (top k), fastest first
+    frontier: list = field(default_factory=list)  # memory vs time, among the fitting
+    structures: int = 0
+    timings: dict = field(default_factory=dict)  # phase -> seconds
+    valid: int = 0  # size assignments that honour divisibility (evaluated)
+    fitting: int = 0  # of those, the ones that fit the device
+    parts: list = field(default_factory=list)  # (structure, sizes array, values array) per structure
+    block: str = ""  # the model block the specs are written with

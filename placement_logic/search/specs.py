@@ -1,0 +1,120 @@
+"""The model a search prices, and a structure written as a spec (sizes as symbols or literals)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+from .. import hardware as hw
+from .. import ir
+from ..diagnostics import Diagnostic, DiagnosticError, Span
+from ..frontend import surface
+from ..frontend.loader import load_string
+from ..frontend.parser import parse
+from .space import _LIBRARY, _RECOMPUTE_USE, SIZE_SYMBOLS, Structure
+
+# --------------------------------------------------------------------------- the model
+
+
+def model_text(path: str, seq: int) -> tuple[str, ir.TransformerShape, str]:
+    """The model block of a spec or a config.json, with the batch written as symbols
+    (``seq = S  microbatch = mb  microbatches = nmb``), the lets it may need, and its shape."""
+    p = Path(path)
+    if p.suffix == ".json":
+        block = f'model from "{p.resolve()}" {{\n  seq = {seq}\n  microbatch = mb\n  microbatches = nmb\n}}\n'
+        shown = f'model from "{path}" {{\n  seq = {seq}\n  microbatch = mb\n  microbatches = nmb\n}}\n'
+        spec = load_string(_lets(1, 1) + block, "<search>", p.resolve().parent)
+        return block, spec.model.transformer, shown
+    from ..frontend.files import read_source
+
+    text = read_source(str(p))
+    module = parse(text, str(p))
+    lines = text.splitlines(keepends=True)
+    blocks = [i for i in module.items if isinstance(i, surface.ModelBlock)]
+    if not blocks:
+        raise DiagnosticError([Diagnostic("PL151", f"{path} has no model block to search for",
+                                          Span.point(str(p), 1, 1))])
+    mb = blocks[0]
+    lets = "".join(_slice(lines, i.span) + "\n" for i in module.items if isinstance(i, surface.LetStmt)
+                   and i.name not in SIZE_SYMBOLS)
+    kept = []
+    for item in mb.items:
+        if isinstance(item, surface.Prop) and item.key in ("seq", "microbatch", "microbatches"):
+            continue
+        kept.append("  " + _slice(lines, item.span))
+    head = "model" + (f' from "{(p.parent / mb.source).resolve()}"' if mb.source else "")
+    body = "\n".join(kept + [f"  seq = {seq}", "  microbatch = mb", "  microbatches = nmb"])
+    block = f"{lets}{head} {{\n{body}\n}}\n"
+    spec = load_string(_lets(1, 1) + block, str(p), p.resolve().parent)
+    if spec.model is None or spec.model.transformer is None:
+        raise DiagnosticError([Diagnostic("PL151", "the search needs a transformer shape (FLOPs and divisibility "
+                                          "come from it)", mb.span)])
+    return block, spec.model.transformer, block
+
+
+def _slice(lines: list[str], s: Span) -> str:
+    if s.line == s.end_line:
+        return lines[s.line - 1][s.column - 1:s.end_column - 1]
+    out = [lines[s.line - 1][s.column - 1:]] + lines[s.line:s.end_line - 1] + [lines[s.end_line - 1][:s.end_column - 1]]
+    return "".join(out).rstrip()
+
+
+def _lets(mb: int, nmb: int) -> str:
+    return f"let mb = {mb}\nlet nmb = {nmb}\n"
+
+
+# --------------------------------------------------------------------------- specs
+
+
+def spec_text(block: str, structure: Structure, sizes: dict, device: str, mfu: Fraction | None,
+              literal: bool = False) -> str:
+    """A spec for one structure: sizes as symbols (``literal``: as numbers)."""
+    s = structure
+    per_node = hw.device(device).per_node
+    imports = [("from std.offload import " if s.strategy == "offload" else "from std.data import ")
+               + _LIBRARY.get(s.strategy, s.strategy)]
+    if "tp" in s.axes:
+        imports.append("from std.tensor import megatron_sp")
+    if "pp" in s.axes:
+        imports.append("from std.pipeline import " + ("interleaved_1f1b" if s.schedule == "interleaved"
+                                                         else "one_f_one_b"))
+    if "cp" in s.axes:
+        imports.append("from std.context import context_parallel")
+    if "ep" in s.axes:
+        imports.append("from std.expert import expert_parallel")
+    if s.recompute != "none":
+        imports.append("from std.recompute import " + ("selective_recompute" if s.recompute == "selective"
+                                                       else "full_recompute"))
+    mesh = [f"  device = {device}"]
+    if mfu is not None:
+        mesh.append(f"  mfu = {mfu.numerator}/{mfu.denominator}" if mfu.denominator != 1 else f"  mfu = {mfu}")
+    inner = sizes.get("tp", 1)
+    for a in ("dp", "tp", "pp", "cp", "ep"):
+        if a != "dp" and a not in s.axes:
+            continue
+        if a == "tp":
+            link = "intra_node" if sizes.get("tp", 2) <= per_node else "inter_node"
+        elif a == "cp":
+            link = "intra_node" if inner * sizes.get("cp", 2) <= per_node else "inter_node"
+        else:
+            link = "inter_node"
+        mesh.append(f"  {a} = {sizes[a] if literal else 2} @ {link}")
+        if a == "dp" and s.strategy == "hsdp":  # the shard group inside a node when it fits there
+            ds = sizes.get("ds", 2)
+            link = "intra_node" if ds * inner * sizes.get("cp", 1) <= per_node else "inter_node"
+            mesh.append(f"  ds = {ds if literal else 2} @ {link}")
+    plan = ["  [dp, ds]: hybrid_shard" if s.strategy == "hsdp" else f"  dp: {_LIBRARY.get(s.strategy, s.strategy)}"]
+    if "tp" in s.axes:
+        plan.append("  tp: megatron_sp")
+    if "pp" in s.axes:
+        plan.append("  pp: " + (f"interleaved_1f1b(v = {sizes['nv'] if literal else 'nv'})"
+                                 if s.schedule == "interleaved" else "one_f_one_b"))
+    if "cp" in s.axes:
+        plan.append("  cp: context_parallel")
+    if "ep" in s.axes:
+        plan.append("  ep: expert_parallel")
+    lets = f"let mb = {sizes['mb'] if literal else 1}\nlet nmb = {sizes['nmb'] if literal else 1}\n"
+    if not literal and s.schedule == "interleaved":
+        lets += "let nv = 2\n"
+    return ("\n".join(imports) + "\n\n" + lets + "\n" + block + "\nmesh {\n" + "\n".join(mesh) + "\n}\n\n"
+            + "plan searched {\n" + "\n".join(plan) + "\n" + _RECOMPUTE_USE[s.recompute] + "  flash_attention\n}\n")
