@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from .. import ir
 from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
 from ..ir import collectives as sc
+from ..ir import folding
 from ..ir import groups as pg
 from .wellformed import SPLIT_MODES, no_effect, persistent_modes, tied
 
@@ -222,19 +223,21 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     grad_split = (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.M, ir.Mode.O)
     for g in _groups_present(plan):
         cls = pg.class_of(plan.model, g)
-        par_pl, opt_pl, grads_pl = (pg.effective(pl, cls) for pl in plan_pls)
+        par_pl, opt_pl, grads_pl = (folding.effective(plan, pl, cls) for pl in plan_pls)
+        role_of = folding.role_getter(plan, cls)
         kind = cls.checks_as
-        g_whole = tuple(a for a in axes if plan.role(a) in (ir.Role.DATA, ir.Role.CONTEXT)
-                        or (plan.role(a) in TENSOR_ROLES + (ir.Role.EXPERT,) and par_pl.mode(a) not in SPLIT_MODES))
-        unusable_all += [a for a in data + context if par_pl.mode(a) in SPLIT_MODES]
+        g_whole = tuple(a for a in axes if role_of(a) in (ir.Role.DATA, ir.Role.CONTEXT)
+                        or (role_of(a) in TENSOR_ROLES + (ir.Role.EXPERT,) and par_pl.mode(a) not in SPLIT_MODES))
+        unusable_all += [a for a in axes if role_of(a) in (ir.Role.DATA, ir.Role.CONTEXT)
+                         and par_pl.mode(a) in SPLIT_MODES]
         mismatch_all += [a for a in g_whole if grads_pl.mode(a) in grad_split and opt_pl.mode(a) is ir.Mode.R]
         gsplit_all += [a for a in g_whole if grads_pl.mode(a) in grad_split]
         grads_sharded_g = tuple(
-            a for a in data if grads_pl.mode(a) in (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.M, ir.Mode.O))
+            a for a in axes if role_of(a) in DATA_ROLES and grads_pl.mode(a) in grad_split)
         dims: list[GradDim] = []
-        k = scheduled(cls)
+        k = folding.scheduled(plan, cls, scheduled(cls))
         for a in axes:
-            role = plan.role(a)
+            role = role_of(a)
             if role in DATA_ROLES:
                 dims.append(GradDim(a, a, TOKEN, k[a], replica=opt_pl.mode(a) is ir.Mode.R,
                                     why=f"{a} is a data axis: each replica sees different samples"))
@@ -242,7 +245,10 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
                 dims.append(GradDim(a, a, TOKEN, k[a], replica=True,
                                     why=f"{a} is a context axis: each device holds a slice of the sequence"))
             elif role is ir.Role.EXPERT:
-                if kind == "experts" and par_pl.mode(a) in SPLIT_MODES:
+                if kind == "experts" and par_pl.mode(a) in SPLIT_MODES and plan.role(a) in TENSOR_ROLES and sp:
+                    dims.append(GradDim(a, a, SPLIT, 1 + k[a], why=f"experts folded over {a}: each rank's sequence "
+                                        "slice reaches its experts through the all-to-all"))
+                elif kind == "experts" and par_pl.mode(a) in SPLIT_MODES:
                     dims.append(GradDim(a, a, TOKEN, k[a], implicit=True,
                                         why=f"experts are sharded over {a}; the all-to-all brings every rank's tokens"))
                 elif kind == "experts":
@@ -328,7 +334,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
             d.axis for d in dims if d.kind == SHARDED and not d.tie
         ) + tuple(a for a in grads_sharded_g)
         if kind == "experts":
-            shard_axes += tuple(expert)
+            shard_axes += folding.group_axes(plan, cls, ir.Role.EXPERT)
         dc = last("clip_norm", "double_count", g) or last("clip_norm", "double_count", "all") \
             or last("clip_norm", "double_count", None)
         clip_g = last("clip_norm", "reduce", g) or last("clip_norm", "reduce", "all") \

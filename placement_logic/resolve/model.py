@@ -142,8 +142,10 @@ def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
     return None if vals.cx.failed_since(mark) else model
 
 
-GROUP_PROPS = ("count", "fraction", "tensor", "stage", "experts", "like", "placement", "params", "optimizer", "grads")
-RESTATABLE = ("tensor", "stage", "placement", "params", "optimizer", "grads")
+GROUP_PROPS = ("count", "fraction", "tensor", "stage", "experts", "like", "placement", "params", "optimizer", "grads",
+               "role")
+RESTATABLE = ("tensor", "stage", "placement", "params", "optimizer", "grads", "role")
+FOLD_ROLES = ("data", "tensor", "expert")  # what an axis may be for an expert group of its own (folding)
 MODE_KEYS = {"params": (ir.State.PARAMS,), "optimizer": (ir.State.OPTIMIZER,), "grads": (ir.State.GRADS,),
              "placement": (ir.State.PARAMS, ir.State.OPTIMIZER, ir.State.GRADS)}
 
@@ -157,8 +159,11 @@ def _group(vals: Values, block: surface.SubBlock) -> ir.GroupDecl | None:
         return None
     found: dict[str, object] = {}
     modes: dict[ir.State, dict[str, ir.Mode]] = {}
+    roles: dict[str, ir.Role] = {}
     for p in _props(vals, block.props, GROUP_PROPS, f"group {name}"):
-        if p.key in MODE_KEYS:
+        if p.key == "role":
+            _roles(vals, p, roles)
+        elif p.key in MODE_KEYS:
             if not isinstance(p.value, surface.ModeMap):
                 error("PL114", f"'{p.key}' takes a mode per axis, e.g. {{dp: R}}", p.span)
                 continue
@@ -201,14 +206,36 @@ def _group(vals: Values, block: surface.SubBlock) -> ir.GroupDecl | None:
     return ir.GroupDecl(
         name, count=count[0] if count else None, fraction=fraction[0] if fraction else None,
         tensor=found.get("tensor"), stage=found.get("stage"), experts=found.get("experts"), like=found.get("like"),
-        modes=tuple((st, tuple(m.items())) for st, m in modes.items()), span=block.span)
+        modes=tuple((st, tuple(m.items())) for st, m in modes.items()), roles=tuple(roles.items()),
+        span=block.span)
+
+
+def _roles(vals: Values, p: surface.Prop, roles: dict[str, ir.Role]) -> None:
+    """``role = {axis: data | tensor | expert, ...}``: the role each axis plays for this group."""
+    if not isinstance(p.value, surface.ModeMap):
+        vals.cx.error("PL114", "'role' takes a role per axis, e.g. {tp: expert}", p.span)
+        return
+    for e in p.value.entries:
+        if e.key not in vals.axes:
+            vals.cx.error("PL109", f"'{e.key}' is not an axis of the mesh", e.span, did_you_mean(e.key, tuple(vals.axes)))
+        elif e.value.text not in FOLD_ROLES:
+            vals.cx.error("PL121", f"'{e.value.text}' is not a role an axis may play for a parameter group",
+                          e.value.span, did_you_mean(e.value.text, FOLD_ROLES) or (f"roles: {', '.join(FOLD_ROLES)}",))
+        else:
+            roles[e.key] = ir.Role(e.value.text)
 
 
 def _check_groups(vals: Values, model: ir.Model) -> None:
     """A declaration naming one of the model's own groups restates it (tensor rule, stage,
     modes); any other needs a size; the built-in names a model lacks are reserved."""
-    present = [g.name for g in pg.param_groups(replace(model, groups=()))]
+    builtin = pg.param_groups(replace(model, groups=()))
+    present = [g.name for g in builtin]
     for d in model.groups:
+        expert = d.experts or any(g.name == d.name and g.expert for g in builtin)
+        if d.roles and not expert:
+            vals.cx.error("PL131", f"group {d.name} is not divided over expert axes: only an expert group may "
+                          "take roles of its own (parallel folding)", d.span,
+                          ("the dense parameters follow the plan's roles",))
         if d.name in present:
             extra = [k for k, v in (("count", d.count), ("fraction", d.fraction), ("experts", d.experts),
                                     ("like", d.like)) if v is not None]
