@@ -71,3 +71,101 @@ def test_expert_memory_equals_the_enumerated_devices(E, d, e, t, roles):
     got = (groups[State.PARAMS].subs(subs), groups[State.OPTIMIZER].subs(subs))
     want = expert_bytes(E, d, e, t, etp_axes, ep_axes)
     assert (Fraction(int(got[0].p), int(got[0].q)), Fraction(int(got[1].p), int(got[1].q))) == want
+
+
+def test_mixtral_folding_example_memory_counted_by_hand():
+    """examples/mixtral_folding.place: Mixtral-8x7B, dense tensor 2 × data 32, experts on
+    expert 8 × expert-tensor 1 × expert-data 8 (a folding of the kind Megatron-LM documents,
+    TP ≠ ETP). Counted from the architecture: per layer the attention (q, o: h·h; k, v: h·kv·h/a)
+    is split over the tensor ranks, two RMSNorms and the router (h·E) stay whole, the 8
+    SwiGLU experts (3·h·f each) are divided by ep = 8; the embedding and head (V·h each) are
+    vocabulary-parallel, the final norm whole. bf16 parameters and gradients, 12 bytes of
+    optimizer state per parameter sharded by the distributed optimizer over the dense data
+    group (32) and over the expert-data group (8)."""
+    from placement_logic import load_spec
+
+    h, L, a, kv, f, V, E = 4096, 32, 32, 8, 14336, 32000, 8
+    tp, dp, ep, edp = 2, 32, 8, 8
+    split = Fraction(2 * V * h + L * (2 * h * h + 2 * h * (h * kv // a)), tp)
+    whole = L * (2 * h + h * E) + h
+    experts = Fraction(L * E * 3 * h * f, ep)
+    pc = costs.derive(load_spec("examples/mixtral_folding.place").plan("folded"), sized=True)
+    subs = {costs.symbol("d"): 8, costs.symbol("e"): 4, costs.symbol("t"): 2}
+    dev = {st: pc.memory.device[st].subs(subs) for st in (State.PARAMS, State.OPTIMIZER, State.GRADS)}
+    assert dev[State.PARAMS] == 2 * (split + whole + experts) == 12_881_240_064
+    assert dev[State.GRADS] == dev[State.PARAMS]
+    assert dev[State.OPTIMIZER] == 12 * ((split + whole) / dp + experts / edp)
+    assert 8 * 4 * 2 == tp * dp == ep * 1 * edp  # both groupings cover the 64 devices
+
+
+def _collectives(text):
+    from placement_logic.ir import collectives as sc
+
+    plan = load_string(text).plan("p")
+    return [c for c in sc.derive(plan)]
+
+
+def test_the_expert_gradients_are_reduced_over_the_expert_data_group_only():
+    text = SPEC.format(E=8, d=2, e=2, t=2, roles="t: expert, e: expert")
+    cs = _collectives(text)
+    sync = {(c.payload.tensor, c.axes) for c in cs if c.phase.value == "grad_sync"}
+    assert sync == {("dense_grads", ("d", "e")), ("expert_grads", ("d",))}
+    refresh = {(c.payload.tensor, c.axes) for c in cs if c.phase.value == "refresh"}
+    assert refresh == {("dense_params", ("d", "e")), ("expert_params", ("d",))}
+    a2a = {c.axes for c in cs if c.kind.value == "all_to_all"}
+    assert a2a == {("e", "t")}
+
+
+def test_expert_tensor_and_data_of_their_own():
+    # dense: data d × e, tensor t; experts: expert e, tensor d (etp ≠ tp), data t
+    text = SPEC.format(E=8, d=2, e=2, t=2, roles="e: expert, d: tensor, t: data")
+    sync = {(c.payload.tensor, c.axes) for c in _collectives(text) if c.phase.value == "grad_sync"}
+    assert sync == {("dense_grads", ("d", "e")), ("expert_grads", ("t",))}
+
+
+def test_plain_expert_parallel_shards_the_dense_optimizer_over_data_and_expert_axes():
+    text = """from std.data import zero1
+from std.expert import expert_parallel
+model {
+  transformer { hidden = 64  layers = 2  heads = 4  ffn = 128  vocab = 128  experts = 4  top_k = 2  bias = false }
+  seq = 16
+}
+mesh { dp = 2  ep = 4 }
+plan p { dp: zero1  ep: expert_parallel }
+"""
+    pc = costs.derive(load_string(text).plan("p"))
+    dp, ep = costs.symbol("dp"), costs.symbol("ep")
+    for g in pc.shape.groups:
+        opt = pc.memory.groups[g.name][State.OPTIMIZER]
+        want = 12 * g.count / (dp * ep)  # dense over dp × ep; experts over ep (expert) and dp (their data)
+        assert (opt - want).simplify() == 0, g.name
+
+
+FOLDINGS = {  # roles -> the expert-data axes
+    "t: expert, e: expert": ("d",),
+    "e: expert": ("d",),
+    "t: data, e: expert": ("d", "t"),
+    "e: expert, d: tensor, t: data": ("t",),
+}
+
+
+@pytest.mark.parametrize("roles", FOLDINGS)
+def test_the_checker_follows_the_folding(roles):
+    """Proved as derived; refuted when the expert gradients are reduced over the dense data
+    group (d, e) or over the expert-data group less one axis."""
+    from placement_logic import check_spec
+    from placement_logic.check.report import Verdict
+
+    good = SPEC.format(E=8, d=2, e=2, t=2, roles=roles)
+    assert check_spec(load_string(good)).exit_status == 0
+    edp = FOLDINGS[roles]
+    for axes in (("d", "e"), edp[1:]):
+        over = f"override grads[experts]: reduce over ({', '.join(axes)})" if axes else \
+            "override grads[experts]: reduce over ()"
+        wrong = good.replace("t: megatron_sp }", f"t: megatron_sp\n  {over} }}")
+        assert wrong != good
+        report = check_spec(load_string(wrong))
+        assert report.exit_status == 1, (roles, axes)
+        refuted = {o.name for o in report.obligations if o.verdict is Verdict.REFUTED}
+        assert "GI grads[experts]" in refuted, (roles, axes, refuted)
+        assert not any("dense" in n for n in refuted), refuted

@@ -20,33 +20,19 @@ from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
 from ..ir import collectives as sc
 from ..ir import folding
 from ..ir import groups as pg
+from .dims import (  # noqa: F401  (the dimension vocabulary, used by the modules that read a StepModel)
+    DATA_ROLES,
+    INVARIANT,
+    MICROBATCHES,
+    NORMALISATION,
+    SHARDED,
+    SPLIT,
+    TENSOR_ROLES,
+    TOKEN,
+    GradDim,
+    axis_dims,
+)
 from .wellformed import SPLIT_MODES, no_effect, persistent_modes, tied
-
-MICROBATCHES = "microbatches"  # the size name of the gradient-accumulation (time) dimension
-NORMALISATION = "normalisation"  # the GI aspect of the loss weights, token count and divisor
-
-# Dimension kinds of a gradient computation.
-TOKEN = "token"  # contributions from disjoint tokens; token counts may differ along it
-SPLIT = "split"  # partial contributions (a sequence slice, a tied copy) sharing one token count
-INVARIANT = "invariant"  # every device computes the same value
-SHARDED = "sharded"  # devices hold different elements
-
-DATA_ROLES = (ir.Role.DATA,)
-TENSOR_ROLES = (ir.Role.TENSOR, ir.Role.SEQUENCE)
-
-
-@dataclass(frozen=True)
-class GradDim:
-    """One dimension a parameter group's gradient is computed over."""
-
-    name: str  # mesh axis, MICROBATCHES, or "tie:<pipeline axis>"
-    axis: str | None  # the mesh axis whose size this is (None for microbatches)
-    kind: str  # TOKEN, SPLIT, INVARIANT or SHARDED
-    k: int  # reductions over this dimension (accumulation for microbatches: 1 kept, 0 = last only)
-    implicit: bool = False  # summed by the MoE all-to-all (experts over the expert axis)
-    replica: bool = False  # devices along it update the same elements (replicated update)
-    tie: bool = False  # size is 2 when the pipeline axis has >= 2 stages, else 1
-    why: str = ""  # why it has this kind, for reports
 
 
 @dataclass(frozen=True)
@@ -201,7 +187,8 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     def scheduled(cls: pg.ParamGroup) -> Counter:
         """How often the schedule reduces this group's gradients over each mesh axis."""
         return Counter(a for c in sync if c.payload.tensor == "grads"
-                       or (c.payload.tensor == "dense_grads" and cls.checks_as != "experts") for a in c.axes)
+                       or (c.payload.tensor == "dense_grads" and cls.checks_as != "experts")
+                       or (c.payload.tensor == "expert_grads" and cls.checks_as == "experts") for a in c.axes)
 
     grads_pl = plan.placement(ir.State.GRADS)
     opt_pl = plan.placement(ir.State.OPTIMIZER)
@@ -235,49 +222,8 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         grads_sharded_g = tuple(
             a for a in axes if role_of(a) in DATA_ROLES and grads_pl.mode(a) in grad_split)
         dims: list[GradDim] = []
-        k = folding.scheduled(plan, cls, scheduled(cls))
-        for a in axes:
-            role = role_of(a)
-            if role in DATA_ROLES:
-                dims.append(GradDim(a, a, TOKEN, k[a], replica=opt_pl.mode(a) is ir.Mode.R,
-                                    why=f"{a} is a data axis: each replica sees different samples"))
-            elif role is ir.Role.CONTEXT:
-                dims.append(GradDim(a, a, TOKEN, k[a], replica=True,
-                                    why=f"{a} is a context axis: each device holds a slice of the sequence"))
-            elif role is ir.Role.EXPERT:
-                if kind == "experts" and par_pl.mode(a) in SPLIT_MODES and plan.role(a) in TENSOR_ROLES and sp:
-                    dims.append(GradDim(a, a, SPLIT, 1 + k[a], why=f"experts folded over {a}: each rank's sequence "
-                                        "slice reaches its experts through the all-to-all"))
-                elif kind == "experts" and par_pl.mode(a) in SPLIT_MODES:
-                    dims.append(GradDim(a, a, TOKEN, k[a], implicit=True,
-                                        why=f"experts are sharded over {a}; the all-to-all brings every rank's tokens"))
-                elif kind == "experts":
-                    dims.append(GradDim(a, a, TOKEN, k[a], replica=True,
-                                        why=f"params are {par_pl.mode(a).value} over {a}: every rank holds every "
-                                            "expert and sees its own tokens"))
-                else:
-                    dims.append(GradDim(a, a, TOKEN, k[a], replica=True,
-                                        why=f"non-expert parameters see different tokens on each {a} rank"))
-            elif role in TENSOR_ROLES:
-                if cls.tensor == pg.WHOLE:
-                    if sp:
-                        dims.append(GradDim(a, a, SPLIT, 1 + k[a], replica=True,
-                                            why=f"sequence parallel: replicated {g} see a sequence slice per {a} rank"))
-                    else:
-                        dims.append(GradDim(a, a, INVARIANT, k[a], replica=True,
-                                            why=f"{g} are replicated over {a} and see the whole sequence"))
-                elif par_pl.mode(a) in SPLIT_MODES:
-                    dims.append(GradDim(a, a, SHARDED, k[a], why=f"{g} are partitioned over {a}"))
-                else:
-                    dims.append(GradDim(a, a, INVARIANT, k[a], replica=True,
-                                        why=f"params are {par_pl.mode(a).value} over {a}: every {a} rank computes "
-                                            f"the whole {g} gradient on the same tokens"))
-            elif role is ir.Role.PIPELINE:
-                if kind == "embedding" and tied:
-                    dims.append(GradDim(f"tie:{a}", a, SPLIT, 1, replica=True, tie=True,
-                                        why=f"the tied embedding lives on the first and last {a} stage"))
-                else:
-                    dims.append(GradDim(a, a, SHARDED, k[a], why=f"each {a} stage holds its own layers"))
+        k = scheduled(cls)
+        dims += axis_dims(plan, axes, cls, role_of, (par_pl, opt_pl), k, sp, tied)
         dims.append(GradDim(MICROBATCHES, None, TOKEN, 1, why="gradient accumulation over microbatches"))
 
         span = NO_SPAN

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from . import groups as pg
 from .nodes import Mode, Placement, Plan, Role, State
 
 
@@ -54,9 +55,11 @@ def effective(plan: Plan, pl: Placement, group, dense_as_data: bool = False) -> 
     return replace(pl, modes=tuple((a, own.get(a, m)) for a, m in modes))
 
 
-def folded(plan: Plan) -> bool:
-    """Whether any group of the plan's model has roles of its own."""
-    return any(d.roles for d in plan.model.groups)
+def expert_group(plan: Plan):
+    """The expert group when it has roles of its own (parallel folding), else None."""
+    if not any(d.name == "experts" and d.roles for d in plan.model.groups):
+        return None
+    return pg.class_of(plan.model, "experts")
 
 
 def group_axes(plan: Plan, group, role: Role) -> tuple[str, ...]:
@@ -69,18 +72,3 @@ def role_getter(plan: Plan, group):
     own = dict(group.roles)
     return lambda axis: own[axis] if axis in own else plan.role(axis)
 
-
-def scheduled(plan: Plan, group, counts):
-    """How often the gradients of ``group`` are reduced over each axis, once the group's roles
-    are in place: an axis the group takes as data is reduced over once (the expert-data
-    group), one it takes as an expert or tensor axis (where the plan reduces) not at all."""
-    out = counts.copy()
-    for axis, role in group.roles:
-        base = plan.role(axis)
-        if role is base:
-            continue
-        if role is Role.DATA:
-            out[axis] = max(out[axis], 1)
-        elif base in (Role.DATA, Role.CONTEXT, Role.EXPERT):
-            out[axis] = 0
-    return out
