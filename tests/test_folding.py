@@ -169,3 +169,50 @@ def test_the_checker_follows_the_folding(roles):
         refuted = {o.name for o in report.obligations if o.verdict is Verdict.REFUTED}
         assert "GI grads[experts]" in refuted, (roles, axes, refuted)
         assert not any("dense" in n for n in refuted), refuted
+
+
+def test_deepseek_v3_folding_example_experts_counted_by_hand():
+    """examples/deepseek_v3_folding.place: the 58 MoE layers' 256 routed experts (3·h·fe each)
+    over expert 64 = e × t, their optimizer state over the expert-data axis d (32)."""
+    from placement_logic import load_spec
+
+    h, fe, E, moe_layers = 7168, 2048, 256, 58
+    pc = costs.derive(load_spec("examples/deepseek_v3_folding.place").plan("folded"), sized=True)
+    subs = {costs.symbol("d"): 32, costs.symbol("e"): 32, costs.symbol("t"): 2}
+    g = pc.memory.groups["experts"]
+    routed = Fraction(moe_layers * E * 3 * h * fe, 64)
+    assert g[State.PARAMS].subs(subs) == 2 * routed
+    assert g[State.OPTIMIZER].subs(subs) == 12 * routed / 32
+
+
+def test_the_expert_biases_follow_the_experts_roles():
+    text = SPEC.format(E=8, d=2, e=2, t=2, roles="t: expert, e: expert").replace("bias = false", "bias = true")
+    pc = costs.derive(load_string(text).plan("p"))
+    got = pc.memory.groups["expert_biases"][State.PARAMS]
+    e, t = costs.symbol("e"), costs.symbol("t")
+    assert (got - 2 * 2 * 8 * 64 / (e * t)).simplify() == 0  # L·E·h biases, bf16, over ep = e × t
+
+
+def test_expert_parallel_folded_over_the_context_axis():
+    """Experts on context × tensor (ep = c × t), expert data d; dense: data d, context c, tensor t."""
+    from placement_logic import check_spec
+    from placement_logic.ir import collectives as sc
+
+    text = """from std.data import zero1
+from std.tensor import megatron_sp
+from std.context import context_parallel
+model {
+  transformer { hidden = 64  layers = 2  heads = 4  ffn = 128  vocab = 128  experts = 8  top_k = 2  bias = false }
+  seq = 16
+  group experts { role = {c: expert, t: expert} }
+}
+mesh { d = 2  c = 2  t = 2 }
+plan p { d: zero1  c: context_parallel  t: megatron_sp }
+"""
+    plan = load_string(text).plan("p")
+    sync = {(c.payload.tensor, c.axes) for c in sc.derive(plan) if c.phase.value == "grad_sync"}
+    # dense: reduce-scatter to the ZeRO-1 shards over d, all-reduce over c; experts: over d only
+    assert sync == {("dense_grads", ("d",)), ("dense_grads", ("c",)), ("expert_grads", ("d",))}
+    assert check_spec(load_string(text)).exit_status == 0
+    wrong = text.replace("t: megatron_sp }", "t: megatron_sp\n  override grads[experts]: reduce over (d, c) }")
+    assert check_spec(load_string(wrong)).exit_status == 1

@@ -267,9 +267,11 @@ def param_groups(model: Model) -> tuple[ParamGroup, ...]:
         base = psi
     decls = {d.name: d for d in model.groups}
     out: list[ParamGroup] = []
+    fold = decls["experts"].roles if "experts" in decls else ()  # parallel folding: every expert group
     for g in groups:
         d = decls.get(g.name)
-        out.append(g if d is None else _restate(g, d, t))
+        g = g if d is None else _restate(g, d, t)
+        out.append(replace(g, roles=fold) if g.expert and fold and not g.roles else g)
     own: list[ParamGroup] = []
     for d in model.groups:
         if d.name in {g.name for g in groups}:

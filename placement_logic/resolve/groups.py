@@ -119,7 +119,7 @@ def check_groups(vals: Values, model: ir.Model) -> None:
     present = [g.name for g in builtin]
     for d in model.groups:
         expert = d.experts or any(g.name == d.name and g.expert for g in builtin)
-        if d.roles and not expert:
+        if d.roles and not expert and (d.name in present or d.name not in pg.BUILTIN):
             vals.cx.error("PL131", f"group {d.name} is not divided over expert axes: only an expert group may "
                           "take roles of its own (parallel folding)", d.span,
                           ("the dense parameters follow the plan's roles",))
