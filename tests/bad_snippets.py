@@ -100,6 +100,12 @@ CATALOGUE = [
      FOLD.format("attention { role = {d: expert} }")),
     ("fold-over-the-pipeline", "PL131", 6, 3, "gives the pipeline axis p the role data",
      FOLD.format("experts { role = {p: data} }")),
+    ("fold-expert-width", "PL131", 5, 3, "the expert width (98) cannot be split evenly over the expert group's "
+     "tensor axes d×t (4)",
+     "from std.data import zero1\nfrom std.tensor import megatron_sp\nmodel {\n"
+     "  transformer { hidden = 64  layers = 2  heads = 4  ffn = 98  vocab = 128  experts = 4  top_k = 2 }\n"
+     "  group experts { role = {d: tensor, e: expert} }\n}\nmesh { d = 2  e = 2  t = 2 }\n\n"
+     "plan p { d: zero1  e: zero1  t: megatron_sp }\n"),
     ("unknown-fold-role", "PL121", 6, 30, "'pipeline' is not a role an axis may play",
      FOLD.format("experts { role = {d: pipeline} }")),
     ("unknown-strategy-argument", "PL123", 11, 39, "has no parameter 'w'",
