@@ -216,3 +216,17 @@ plan p { d: zero1  c: context_parallel  t: megatron_sp }
     assert check_spec(load_string(text)).exit_status == 0
     wrong = text.replace("t: megatron_sp }", "t: megatron_sp\n  override grads[experts]: reduce over (d, c) }")
     assert check_spec(load_string(wrong)).exit_status == 1
+
+
+def test_the_checker_refutes_dense_gradients_left_unreduced_over_a_folded_axis():
+    """Under folding the dense parameters are still reduced over the whole dense data group d × e."""
+    from placement_logic import check_spec
+    from placement_logic.check.report import Verdict
+
+    good = SPEC.format(E=8, d=2, e=2, t=2, roles="t: expert, e: expert")
+    wrong = good.replace("t: megatron_sp }", "t: megatron_sp\n  override grads[dense]: reduce over (d) }")
+    report = check_spec(load_string(wrong))
+    assert report.exit_status == 1
+    refuted = {o.name for o in report.obligations if o.verdict is Verdict.REFUTED}
+    assert "GI grads[dense]" in refuted and "CR07 expert-reduction-groups" in refuted, refuted
+    assert not any("experts" in n for n in refuted), refuted

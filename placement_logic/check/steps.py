@@ -133,6 +133,16 @@ def _groups_present(plan: ir.Plan) -> tuple[str, ...]:
     return pg.check_groups(plan.model, has_experts)
 
 
+def _expert_axes(plan: ir.Plan, expert: tuple[str, ...]) -> tuple[str, ...]:
+    """The axes the experts are split over while the other groups are reduced there: the plan's
+    expert axes, or under folding the experts' own expert axes over data or context devices."""
+    fold = folding.expert_group(plan)
+    if fold is None:
+        return expert
+    return tuple(a for a in folding.group_axes(plan, fold, ir.Role.EXPERT)
+                 if plan.role(a) in (ir.Role.DATA, ir.Role.CONTEXT, ir.Role.EXPERT))
+
+
 def _tied(plan: ir.Plan) -> bool:
     return tied(plan)
 
@@ -352,7 +362,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         axis_bindings=axis_bindings,
         tied=tied,
         pipeline_axes=pipeline,
-        expert_axes=expert,
+        expert_axes=_expert_axes(plan, expert),
         data_axes=data,
         context_axes=context,
         plan_span=plan.span,
