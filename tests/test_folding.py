@@ -230,3 +230,47 @@ def test_the_checker_refutes_dense_gradients_left_unreduced_over_a_folded_axis()
     refuted = {o.name for o in report.obligations if o.verdict is Verdict.REFUTED}
     assert "GI grads[dense]" in refuted and "CR07 expert-reduction-groups" in refuted, refuted
     assert not any("experts" in n for n in refuted), refuted
+
+
+def device_model_state(E, d, e, t, roles):
+    """Enumerate the devices (d, e, t) and place every tensor by the layout: the attention
+    (q, k, v, o: h × h each) and the vocabulary-parallel embedding and head (V × h each) split
+    over the dense tensor axis t; the layer norms (weight and bias, two per layer and a final
+    one) and the router (h × E per layer) whole; expert j (two h × f matrices per layer) on the
+    ranks of its expert group, split over the experts' tensor axes. bf16 parameters and
+    gradients; 12 bytes of optimizer state per parameter, the dense share over the dense data
+    axes d × e, the expert share over the expert-data axes. Returns the bytes of the most
+    loaded device, after checking every device holds the same."""
+    h, L, V, f = 64, 2, 128, 128
+    sizes = {"d": d, "e": e, "t": t}
+    role = {a: roles.get(a, "tensor" if a == "t" else "data") for a in "det"}
+    ep_axes = [a for a in "det" if role[a] == "expert"]
+    size = {r: 1 for r in ("expert", "tensor", "data")}
+    for a in "det":
+        size[role[a]] *= sizes[a]
+    out = set()
+    for coord in itertools.product(range(d), range(e), range(t)):
+        c = dict(zip("det", coord))
+        ep_rank = 0
+        for a in ep_axes:
+            ep_rank = ep_rank * sizes[a] + c[a]
+        dense = Fraction(L * 4 * h * h + 2 * V * h, t) + L * (2 * 2 * h + h * E) + 2 * h
+        mine = [j for j in range(E) if j * size["expert"] // E == ep_rank]
+        experts = Fraction(len(mine) * L * 2 * h * f, size["tensor"])
+        out.add(2 * (dense + experts) * 2 + 12 * (dense / (d * e) + experts / size["data"]))
+    assert len(out) == 1
+    return out.pop()
+
+
+@pytest.mark.parametrize("E,d,e,t,roles", GRID)
+def test_model_state_per_device_equals_the_enumerated_devices(E, d, e, t, roles):
+    ep = 1
+    for a, r in roles.items():
+        ep *= {"d": d, "e": e, "t": t}[a] if r == "expert" else 1
+    if E % ep:
+        return
+    spec = SPEC.format(E=E, d=d, e=e, t=t, roles=", ".join(f"{a}: {r}" for a, r in roles.items()))
+    pc = costs.derive(load_string(spec).plan("p"), sized=True)
+    subs = {costs.symbol(a): n for a, n in (("d", d), ("e", e), ("t", t))}
+    got = pc.memory.model_state.subs(subs)
+    assert Fraction(int(got.p), int(got.q)) == device_model_state(E, d, e, t, roles)
