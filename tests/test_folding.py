@@ -274,3 +274,19 @@ def test_model_state_per_device_equals_the_enumerated_devices(E, d, e, t, roles)
     subs = {costs.symbol(a): n for a, n in (("d", d), ("e", e), ("t", t))}
     got = pc.memory.model_state.subs(subs)
     assert Fraction(int(got.p), int(got.q)) == device_model_state(E, d, e, t, roles)
+
+
+@pytest.mark.parametrize("d,e,t", [(2, 2, 2), (4, 2, 2), (2, 4, 1)])
+def test_gradient_reduce_scatters_carry_their_own_buffers(d, e, t):
+    """Ring bytes per device: the dense buffer (its tensor shard, bf16) reduce-scattered over
+    d × e, the experts' (their expert-group shard) over d: (n − 1)/n of each buffer."""
+    E, h, L, V, f = 8, 64, 2, 128, 128
+    text = SPEC.format(E=E, d=d, e=e, t=t, roles="t: expert, e: expert")
+    pc = costs.derive(load_string(text).plan("p"), sized=True)
+    subs = {costs.symbol(a): n for a, n in (("d", d), ("e", e), ("t", t))}
+    got = {(x.collective.payload.tensor, x.collective.axes): x.bytes_per_device.subs(subs)
+           for x in pc.communication.collectives if x.collective.phase.value == "grad_sync"}
+    dense = 2 * (Fraction(L * 4 * h * h + 2 * V * h, t) + L * (2 * 2 * h + h * E) + 2 * h)
+    experts = 2 * Fraction(E * L * 2 * h * f, e * t)
+    assert got[("dense_grads", ("d", "e"))] == dense * Fraction(d * e - 1, d * e)
+    assert got[("expert_grads", ("d",))] == experts * Fraction(d - 1, d)
