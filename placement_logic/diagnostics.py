@@ -98,6 +98,9 @@ CODES: dict[str, tuple[str, str]] = {
     "PL130": ("impossible-shape", "A size a plan's strategies would split into fractions: heads, kv heads, the MLP "
               "width or the vocabulary over the tensor ranks, layers over pipeline stages × chunks, experts over "
               "the expert ranks, the sequence over the context ranks."),
+    "PL131": ("impossible-fold", "An expert group's own roles (parallel folding) that cannot hold: roles on a "
+              "group that no expert axis divides, a pipeline axis given another role, an expert count or expert width "
+              "that the group's own expert or tensor axes do not divide."),
     "PL140": ("bad-config", "A Hugging Face config.json that cannot be read as a model: not JSON, an unsupported "
               "model_type, a missing key or a value of the wrong kind."),
     "PL141": ("bad-framework-config", "A DeepSpeed config or Megatron-LM arguments that cannot be read as a plan."),

@@ -19,6 +19,11 @@ def spec(extra: str, imports: str = "from std.data import ddp, zero1, zero3\n") 
     return imports + BASE + extra
 
 
+FOLD = ("from std.data import zero1\nfrom std.tensor import megatron_tp\nfrom std.pipeline import gpipe\n"
+        "model {{\n  transformer {{ hidden = 64  layers = 2  heads = 4  vocab = 128  experts = 6  top_k = 2 }}\n"
+        "  group {}\n}}\nmesh {{ d = 2  t = 2  p = 2 }}\nplan p {{ d: zero1  t: megatron_tp  p: gpipe }}\n")
+
+
 # BASE plus the default import spans 8 lines; snippets appended start on line 9.
 CATALOGUE = [
     ("unexpected-character", "PL001", 9, 12, "unexpected character '$'",
@@ -89,6 +94,20 @@ CATALOGUE = [
      "from std.tensor import megatron_tp\n"
      "model { transformer { hidden = 960  layers = 2  heads = 30  vocab = 128 } }\n"
      "mesh { tp = 4 }\n\n\n\n\nplan p { tp: megatron_tp }\n"),
+    ("impossible-fold", "PL131", 6, 3, "the expert count (6) cannot be split evenly over the expert group's",
+     FOLD.format("experts { role = {t: expert, d: expert} }")),
+    ("fold-on-a-dense-group", "PL131", 6, 3, "only an expert group may take roles of its own",
+     FOLD.format("attention { role = {d: expert} }")),
+    ("fold-over-the-pipeline", "PL131", 6, 3, "gives the pipeline axis p the role data",
+     FOLD.format("experts { role = {p: data} }")),
+    ("fold-expert-width", "PL131", 5, 3, "the expert width (98) cannot be split evenly over the expert group's "
+     "tensor axes d×t (4)",
+     "from std.data import zero1\nfrom std.tensor import megatron_sp\nmodel {\n"
+     "  transformer { hidden = 64  layers = 2  heads = 4  ffn = 98  vocab = 128  experts = 4  top_k = 2 }\n"
+     "  group experts { role = {d: tensor, e: expert} }\n}\nmesh { d = 2  e = 2  t = 2 }\n\n"
+     "plan p { d: zero1  e: zero1  t: megatron_sp }\n"),
+    ("unknown-fold-role", "PL121", 6, 30, "'pipeline' is not a role an axis may play",
+     FOLD.format("experts { role = {d: pipeline} }")),
     ("unknown-strategy-argument", "PL123", 11, 39, "has no parameter 'w'",
      spec("plan p { dp: ddp pp: interleaved_1f1b(w = 2) }\n",
           imports="from std.data import ddp\nfrom std.pipeline import interleaved_1f1b\n").replace(

@@ -100,7 +100,8 @@ def reductions(plan: ir.Plan, group: str) -> Counter:
     counts: Counter = Counter()
     for c in collectives.derive(plan):
         if c.phase is collectives.Phase.GRAD_SYNC and c.state is ir.State.GRADS:
-            if c.payload.tensor == "grads" or (c.payload.tensor == "dense_grads" and group != "experts"):
+            if c.payload.tensor == "grads" or (c.payload.tensor == "dense_grads" and group != "experts") \
+                    or (c.payload.tensor == "expert_grads" and group == "experts"):
                 counts.update(c.axes)
     if group in ("norms", "biases", "router") and sequence_parallel(plan):
         for a in plan.mesh.names:

@@ -443,7 +443,10 @@ def test_mixtral_stages_divide_only_experts_by_the_expert_axis():
     want_last = Fraction(V * h + layers * dense, tp) + h + layers * whole + Fraction(layers * experts, ep * tp)
     assert first.device["params"].exact == 2 * want_first
     assert last.device["params"].exact == 2 * want_last
-    assert first.device["optimizer"].exact == 12 * want_first / dp  # ZeRO-1 over dp
+    # ZeRO-1 (a distributed optimizer): the non-expert state over the whole data group dp × ep (their
+    # replicas on the expert axis are data-parallel replicas), the experts' over dp, their expert-data axis
+    non_expert = Fraction(V * h + layers * dense, tp) + layers * whole
+    assert first.device["optimizer"].exact == 12 * (non_expert / (dp * ep) + Fraction(layers * experts, ep * tp * dp))
 
 
 def test_a_pipeline_axis_of_size_one_is_noted():

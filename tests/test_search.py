@@ -124,13 +124,15 @@ def test_vectorised_search_agrees_with_the_brute_force(which, model_file, moe_fi
         for row, v in zip(sizes.tolist(), vals.tolist()):
             z = dict(zip(search.SIZE_SYMBOLS, row))
             mem, step, _ = truth[(s.strategy, s.recompute, s.schedule, tuple(sorted(z.items())))]
-            if z["dp"] == 1:  # every strategy on one replica: the brute force derives it too
+            # every strategy on one replica: the brute force derives it too (an expert axis holds data
+            # replicas of the non-expert parameters, which a ZeRO stage shards there)
+            if z["dp"] == 1 and z["ep"] == 1:
                 one = search.Structure("zero3", s.recompute, s.schedule, s.axes)
                 spec = load_string(search.spec_text(search.model_text(str(model_file), 4096)[0], one, z, "l40s",
                                                     None, literal=True), "<bf>")
                 pc = derive(with_sizes(spec.plans[0], {symbol(k): n for k, n in z.items()}), sized=True)
                 assert pc.memory.device_total.xreplace({symbol(k): n for k, n in z.items()}) == mem
-            assert abs(v[0] - mem) < 0.5 and abs(v[1] - float(step)) <= 1e-9 * float(step)
+            assert abs(v[0] - mem) < 0.5 and abs(v[1] - float(step)) <= 1e-9 * float(step), (s, z)
     # the fastest is the brute force's fastest, and the top rows carry the exact figures
     best_step = fitting[0][0][0]
     top = result.ranked[0]

@@ -18,34 +18,21 @@ from dataclasses import dataclass, replace
 from .. import ir
 from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
 from ..ir import collectives as sc
+from ..ir import folding
 from ..ir import groups as pg
+from .dims import (  # noqa: F401  (the dimension vocabulary, used by the modules that read a StepModel)
+    DATA_ROLES,
+    INVARIANT,
+    MICROBATCHES,
+    NORMALISATION,
+    SHARDED,
+    SPLIT,
+    TENSOR_ROLES,
+    TOKEN,
+    GradDim,
+    axis_dims,
+)
 from .wellformed import SPLIT_MODES, no_effect, persistent_modes, tied
-
-MICROBATCHES = "microbatches"  # the size name of the gradient-accumulation (time) dimension
-NORMALISATION = "normalisation"  # the GI aspect of the loss weights, token count and divisor
-
-# Dimension kinds of a gradient computation.
-TOKEN = "token"  # contributions from disjoint tokens; token counts may differ along it
-SPLIT = "split"  # partial contributions (a sequence slice, a tied copy) sharing one token count
-INVARIANT = "invariant"  # every device computes the same value
-SHARDED = "sharded"  # devices hold different elements
-
-DATA_ROLES = (ir.Role.DATA,)
-TENSOR_ROLES = (ir.Role.TENSOR, ir.Role.SEQUENCE)
-
-
-@dataclass(frozen=True)
-class GradDim:
-    """One dimension a parameter group's gradient is computed over."""
-
-    name: str  # mesh axis, MICROBATCHES, or "tie:<pipeline axis>"
-    axis: str | None  # the mesh axis whose size this is (None for microbatches)
-    kind: str  # TOKEN, SPLIT, INVARIANT or SHARDED
-    k: int  # reductions over this dimension (accumulation for microbatches: 1 kept, 0 = last only)
-    implicit: bool = False  # summed by the MoE all-to-all (experts over the expert axis)
-    replica: bool = False  # devices along it update the same elements (replicated update)
-    tie: bool = False  # size is 2 when the pipeline axis has >= 2 stages, else 1
-    why: str = ""  # why it has this kind, for reports
 
 
 @dataclass(frozen=True)
@@ -146,6 +133,16 @@ def _groups_present(plan: ir.Plan) -> tuple[str, ...]:
     return pg.check_groups(plan.model, has_experts)
 
 
+def _expert_axes(plan: ir.Plan, expert: tuple[str, ...]) -> tuple[str, ...]:
+    """The axes the experts are split over while the other groups are reduced there: the plan's
+    expert axes, or under folding the experts' own expert axes over data or context devices."""
+    fold = folding.expert_group(plan)
+    if fold is None:
+        return expert
+    return tuple(a for a in folding.group_axes(plan, fold, ir.Role.EXPERT)
+                 if plan.role(a) in (ir.Role.DATA, ir.Role.CONTEXT, ir.Role.EXPERT))
+
+
 def _tied(plan: ir.Plan) -> bool:
     return tied(plan)
 
@@ -200,7 +197,8 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     def scheduled(cls: pg.ParamGroup) -> Counter:
         """How often the schedule reduces this group's gradients over each mesh axis."""
         return Counter(a for c in sync if c.payload.tensor == "grads"
-                       or (c.payload.tensor == "dense_grads" and cls.checks_as != "experts") for a in c.axes)
+                       or (c.payload.tensor == "dense_grads" and cls.checks_as != "experts")
+                       or (c.payload.tensor == "expert_grads" and cls.checks_as == "experts") for a in c.axes)
 
     grads_pl = plan.placement(ir.State.GRADS)
     opt_pl = plan.placement(ir.State.OPTIMIZER)
@@ -222,56 +220,20 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     grad_split = (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.M, ir.Mode.O)
     for g in _groups_present(plan):
         cls = pg.class_of(plan.model, g)
-        par_pl, opt_pl, grads_pl = (pg.effective(pl, cls) for pl in plan_pls)
+        par_pl, opt_pl, grads_pl = (folding.effective(plan, pl, cls) for pl in plan_pls)
+        role_of = folding.role_getter(plan, cls)
         kind = cls.checks_as
-        g_whole = tuple(a for a in axes if plan.role(a) in (ir.Role.DATA, ir.Role.CONTEXT)
-                        or (plan.role(a) in TENSOR_ROLES + (ir.Role.EXPERT,) and par_pl.mode(a) not in SPLIT_MODES))
-        unusable_all += [a for a in data + context if par_pl.mode(a) in SPLIT_MODES]
+        g_whole = tuple(a for a in axes if role_of(a) in (ir.Role.DATA, ir.Role.CONTEXT)
+                        or (role_of(a) in TENSOR_ROLES + (ir.Role.EXPERT,) and par_pl.mode(a) not in SPLIT_MODES))
+        unusable_all += [a for a in axes if role_of(a) in (ir.Role.DATA, ir.Role.CONTEXT)
+                         and par_pl.mode(a) in SPLIT_MODES]
         mismatch_all += [a for a in g_whole if grads_pl.mode(a) in grad_split and opt_pl.mode(a) is ir.Mode.R]
         gsplit_all += [a for a in g_whole if grads_pl.mode(a) in grad_split]
         grads_sharded_g = tuple(
-            a for a in data if grads_pl.mode(a) in (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.M, ir.Mode.O))
+            a for a in axes if role_of(a) in DATA_ROLES and grads_pl.mode(a) in grad_split)
         dims: list[GradDim] = []
         k = scheduled(cls)
-        for a in axes:
-            role = plan.role(a)
-            if role in DATA_ROLES:
-                dims.append(GradDim(a, a, TOKEN, k[a], replica=opt_pl.mode(a) is ir.Mode.R,
-                                    why=f"{a} is a data axis: each replica sees different samples"))
-            elif role is ir.Role.CONTEXT:
-                dims.append(GradDim(a, a, TOKEN, k[a], replica=True,
-                                    why=f"{a} is a context axis: each device holds a slice of the sequence"))
-            elif role is ir.Role.EXPERT:
-                if kind == "experts" and par_pl.mode(a) in SPLIT_MODES:
-                    dims.append(GradDim(a, a, TOKEN, k[a], implicit=True,
-                                        why=f"experts are sharded over {a}; the all-to-all brings every rank's tokens"))
-                elif kind == "experts":
-                    dims.append(GradDim(a, a, TOKEN, k[a], replica=True,
-                                        why=f"params are {par_pl.mode(a).value} over {a}: every rank holds every "
-                                            "expert and sees its own tokens"))
-                else:
-                    dims.append(GradDim(a, a, TOKEN, k[a], replica=True,
-                                        why=f"non-expert parameters see different tokens on each {a} rank"))
-            elif role in TENSOR_ROLES:
-                if cls.tensor == pg.WHOLE:
-                    if sp:
-                        dims.append(GradDim(a, a, SPLIT, 1 + k[a], replica=True,
-                                            why=f"sequence parallel: replicated {g} see a sequence slice per {a} rank"))
-                    else:
-                        dims.append(GradDim(a, a, INVARIANT, k[a], replica=True,
-                                            why=f"{g} are replicated over {a} and see the whole sequence"))
-                elif par_pl.mode(a) in SPLIT_MODES:
-                    dims.append(GradDim(a, a, SHARDED, k[a], why=f"{g} are partitioned over {a}"))
-                else:
-                    dims.append(GradDim(a, a, INVARIANT, k[a], replica=True,
-                                        why=f"params are {par_pl.mode(a).value} over {a}: every {a} rank computes "
-                                            f"the whole {g} gradient on the same tokens"))
-            elif role is ir.Role.PIPELINE:
-                if kind == "embedding" and tied:
-                    dims.append(GradDim(f"tie:{a}", a, SPLIT, 1, replica=True, tie=True,
-                                        why=f"the tied embedding lives on the first and last {a} stage"))
-                else:
-                    dims.append(GradDim(a, a, SHARDED, k[a], why=f"each {a} stage holds its own layers"))
+        dims += axis_dims(plan, axes, cls, role_of, (par_pl, opt_pl), k, sp, tied)
         dims.append(GradDim(MICROBATCHES, None, TOKEN, 1, why="gradient accumulation over microbatches"))
 
         span = NO_SPAN
@@ -328,7 +290,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
             d.axis for d in dims if d.kind == SHARDED and not d.tie
         ) + tuple(a for a in grads_sharded_g)
         if kind == "experts":
-            shard_axes += tuple(expert)
+            shard_axes += folding.group_axes(plan, cls, ir.Role.EXPERT)
         dc = last("clip_norm", "double_count", g) or last("clip_norm", "double_count", "all") \
             or last("clip_norm", "double_count", None)
         clip_g = last("clip_norm", "reduce", g) or last("clip_norm", "reduce", "all") \
@@ -400,7 +362,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         axis_bindings=axis_bindings,
         tied=tied,
         pipeline_axes=pipeline,
-        expert_axes=expert,
+        expert_axes=_expert_axes(plan, expert),
         data_axes=data,
         context_axes=context,
         plan_span=plan.span,

@@ -11,7 +11,7 @@ Volume (the ZeRO paper's convention, the n → ∞ limit): all-reduce 2m, every 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sympy
 
@@ -63,8 +63,11 @@ def buffer_bytes(c: Collective, sh: Shape, lay: Layout) -> sympy.Expr:
         return sh.bytes[ir.State.PARAMS] * divided(sh, c.payload.divided_over, lay.split)
     if tensor in ("grads", "grads_shard"):
         return sh.bytes[ir.State.GRADS] * divided(sh, c.payload.divided_over, lay.split)
-    if tensor == "dense_grads":
-        return sh.bytes[ir.State.GRADS] * divided(sh, c.payload.divided_over, lay.split, experts_only=False)
+    if tensor in ("dense_grads", "expert_grads", "dense_params", "expert_params"):
+        # one buffer of the non-expert parameters or of the experts, divided over the axes that divide it
+        st = ir.State.GRADS if tensor.endswith("grads") else ir.State.PARAMS
+        split = replace(lay.split, dense_data=True)
+        return sh.bytes[st] * divided(sh, c.payload.divided_over, split, experts_only=tensor.startswith("expert"))
     if tensor == "activation":
         return s * sh.b * sh.h * ba
     if tensor == "boundary":

@@ -20,13 +20,12 @@ totals. Without a shape every stage holds Ψ/p, as a note says.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import sympy
 
 from .. import ir
-from ..ir import Mode, Role, State
-from ..ir import groups as pg
+from ..ir import Mode, Role, State, folding
 from ..ir.collectives import axes_with_role, is_offloaded, pipeline_axis, sharded_axes
 from .activations import Activations
 from .sizes import Shape, SizedGroup, Split, divided, layer_divided, per_group
@@ -127,7 +126,7 @@ def group_axes(plan: ir.Plan, st: State, skip: tuple[str, ...] = ()):
     pl = plan.placement(st)
 
     def axes_of(g: SizedGroup) -> tuple[str, ...]:
-        eff = pg.effective(pl, g.group)
+        eff = folding.effective(plan, pl, g.group, dense_as_data=True)
         return tuple(a for a, m in eff.modes if m.shards and a not in skip)
     return axes_of
 
@@ -154,6 +153,7 @@ def _persistent(plan: ir.Plan, sh: Shape, st: State, stage: str | None, split: S
     uniform split."""
     pl = plan.placement(st)
     pipe = pipeline_axis(plan)
+    split = replace(split, dense_data=True)
     if pl.axes_with(Mode.M):
         by_group = {g.name: ZERO for g in sh.groups}
     elif stage is not None and pipe is not None:

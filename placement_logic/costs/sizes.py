@@ -48,15 +48,24 @@ class Split:
     expert_axes: tuple[str, ...] = ()
     tensor_axes: tuple[str, ...] = ()
     sizes: tuple[tuple[str, int], ...] = ()
+    # the axes given to ``share`` are those a state is divided over: an expert axis then divides
+    # the other groups too (their data-parallel replicas there, e.g. the distributed optimizer)
+    dense_data: bool = False
 
     def share(self, g: SizedGroup, axes, kv: sympy.Expr) -> sympy.Expr:
         """The fraction of group ``g`` one device holds once divided over ``axes``."""
         f = sympy.Integer(1)
         tensor = []
+        own = {a: r.value for a, r in g.group.roles}  # parallel folding: the group's own roles
         for a in axes:
             n = symbol(a)
-            if a in self.expert_axes:
-                if g.group.expert:
+            if a in own:
+                if own[a] == "tensor":
+                    tensor.append(a)
+                else:
+                    f = f / n
+            elif a in self.expert_axes:
+                if g.group.expert or self.dense_data:
                     f = f / n
             elif a in self.tensor_axes:
                 tensor.append(a)

@@ -30,53 +30,15 @@ docs/costs.md ("Collectives").
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import Enum
-
 from .. import ir
+from . import folding, sync
+from .buffers import ONE, Collective, Kind, Payload, Phase, link_of, reduce_buffer
+from .buffers import uniq as _uniq
 from .nodes import Const, Mode, Op, Role, ScheduleKind, State, Sym, Value
-
-
-class Kind(str, Enum):
-    ALL_REDUCE = "all_reduce"
-    REDUCE_SCATTER = "reduce_scatter"
-    ALL_GATHER = "all_gather"
-    ALL_TO_ALL = "all_to_all"
-    P2P = "p2p"
-    HOST_TO_DEVICE = "host_to_device"
-    DEVICE_TO_HOST = "device_to_host"
-
-
-class Phase(str, Enum):
-    FORWARD = "forward"
-    BACKWARD = "backward"
-    GRAD_SYNC = "grad_sync"
-    OPTIMIZER = "optimizer"
-    REFRESH = "refresh"
-
-
-@dataclass(frozen=True)
-class Payload:
-    tensor: str
-    divided_over: tuple[str, ...] = ()
-    description: str = ""
-
-
-@dataclass(frozen=True)
-class Collective:
-    kind: Kind
-    state: State
-    axes: tuple[str, ...]
-    link: str | None
-    phase: Phase
-    count: Value
-    payload: Payload
-    rule: str = ""
-
 
 HOST_LINK = "pcie"
 LAYERS_SYMBOL = "L"
-_ONE = ir.const(1)
+_ONE = ONE
 
 # Roles whose axes split the batch (or the sequence): gradient contributions vary there.
 _REDUCING_ROLES = (Role.DATA, Role.CONTEXT)
@@ -96,10 +58,6 @@ def _div(a: Value, b: Value) -> Value:
     if isinstance(b, Const) and b.value == 1:
         return a
     return Op("/", (a, b))
-
-
-def _uniq(xs) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(xs))
 
 
 def layers_value(plan: ir.Plan) -> Value:
@@ -153,16 +111,6 @@ def is_offloaded(plan: ir.Plan, state: State) -> bool:
     return p.offloaded or bool(p.axes_with(Mode.O))
 
 
-def _link(plan: ir.Plan, axes: tuple[str, ...]) -> str | None:
-    links = [plan.mesh.axis(a).link for a in axes]
-    known = [x for x in links if x]
-    if not known:
-        return None
-    if len(set(known)) == 1:
-        return known[0]
-    return "inter_node" if "inter_node" in known else "+".join(sorted(set(known)))
-
-
 def _overrides(plan: ir.Plan, target: str, verb: str) -> tuple[ir.Override, ...]:
     return tuple(o for o in plan.overrides_for(target) if o.verb == verb and o.group in (None, "all"))
 
@@ -187,40 +135,27 @@ def _grad_sync(plan: ir.Plan) -> list[Collective]:
         reduce_axes += [a for a in axes_with_role(plan, Role.EXPERT) if g.mode(a) is Mode.R
                         or plan.placement(State.PARAMS).mode(a) not in (Mode.S, Mode.O)]
         reduce_axes = [a for a in plan.mesh.names if a in reduce_axes]
-    scatter = tuple(a for a in reduce_axes if g.mode(a) in (Mode.S, Mode.S_STAR, Mode.M, Mode.O))
-    plain = tuple(a for a in reduce_axes if a not in scatter)
-    # replicated grads feeding a sharded optimizer only need the owner's piece (ZeRO-1)
-    owner = tuple(a for a in plain if opt.mode(a).shards)
-    allred = tuple(a for a in plain if a not in owner)
-    out: list[Collective] = []
+    if not given and sync.applies(plan):
+        return sync.grad_sync(plan, per_mb)
     g_sharded = sharded_axes(plan, State.GRADS)
-    done: tuple[str, ...] = ()
-    if scatter:
-        out.append(Collective(
-            Kind.REDUCE_SCATTER, State.GRADS, scatter, _link(plan, scatter), Phase.GRAD_SYNC, per_mb,
-            Payload("grads", tuple(a for a in g_sharded if a not in scatter), "full gradients"),
-            "grads S/M over a data axis: reduce-scatter once per microbatch (per scheduling unit)"))
-        done = scatter
-    if owner:
-        out.append(Collective(
-            Kind.REDUCE_SCATTER, State.GRADS, owner, _link(plan, owner), Phase.GRAD_SYNC, _ONE,
-            Payload("grads", _uniq(a for a in g_sharded + done if a not in owner), "accumulated gradients"),
-            "grads R with optimizer S: reduce-scatter to the optimizer shards once per step"))
-        done = done + owner
-    if allred:
-        out.append(Collective(
-            Kind.ALL_REDUCE, State.GRADS, allred, _link(plan, allred), Phase.GRAD_SYNC, _ONE,
-            Payload("grads", _uniq(a for a in g_sharded + done if a not in allred), "accumulated gradients"),
-            "grads R over a data axis: all-reduce once per step"))
+    out = reduce_buffer(plan, reduce_axes, g, opt, g_sharded, per_mb, "grads", "")
+    done = _uniq(a for c in out if c.kind is Kind.REDUCE_SCATTER for a in c.axes)
     if not given:
-        for e in axes_with_role(plan, Role.EXPERT):
+        experts = axes_with_role(plan, Role.EXPERT)  # they do not divide the non-expert gradients
+        # a distributed optimizer shards the non-expert state over the expert axes too (its
+        # replicas there are data-parallel replicas): reduce-scatter to those shards
+        shard = folding.data_mode(plan, State.OPTIMIZER).shards
+        for e in experts:
             if e in reduce_axes:
                 continue  # already reduced above with the whole gradient
             out.append(Collective(
-                Kind.ALL_REDUCE, State.GRADS, (e,), _link(plan, (e,)), Phase.GRAD_SYNC, _ONE,
-                Payload("dense_grads", _uniq(a for a in g_sharded + done if a != e),
+                Kind.REDUCE_SCATTER if shard else Kind.ALL_REDUCE, State.GRADS, (e,), link_of(plan, (e,)),
+                Phase.GRAD_SYNC, _ONE,
+                Payload("dense_grads", _uniq(a for a in g_sharded + done if a not in experts),
                         "non-expert gradients (expert parameters are split over the axis)"),
-                "expert axis: non-expert gradients all-reduced over it once per step"))
+                "expert axis: non-expert gradients reduce-scattered to the distributed optimizer's shards once per "
+                "step" if shard else "expert axis: non-expert gradients all-reduced over it once per step"))
+            done = done + ((e,) if shard else ())
     return out
 
 
@@ -232,7 +167,7 @@ def _param_gathers(plan: ir.Plan) -> list[Collective]:
     star = tuple(given[0].axes or ()) if given else th.axes_with(Mode.S_STAR)
     if not star:
         return []
-    link = _link(plan, star)
+    link = link_of(plan, star)
     rest = tuple(a for a in sharded_axes(plan, State.PARAMS) if a not in star)
     pay = Payload("params", rest, f"parameters, one {th.unit} at a time")
     out = [Collective(Kind.ALL_GATHER, State.PARAMS, star, link, Phase.FORWARD, per_unit, pay,
@@ -248,13 +183,26 @@ def _param_refresh(plan: ir.Plan) -> list[Collective]:
     opt = plan.placement(State.OPTIMIZER)
     if _overrides(plan, "params", "no_regather") or is_offloaded(plan, State.PARAMS):
         return []
+    if sync.applies(plan):
+        return sync.refresh(plan)
     axes = tuple(a for a in plan.mesh.names if th.mode(a) is Mode.R and opt.mode(a).shards)
     if not axes:
         return []
     rest = sharded_axes(plan, State.PARAMS)
-    return [Collective(Kind.ALL_GATHER, State.PARAMS, axes, _link(plan, axes), Phase.REFRESH, _ONE,
+    out = []
+    experts = axes_with_role(plan, Role.EXPERT)
+    if folding.data_mode(plan, State.OPTIMIZER).shards:  # the non-expert shards over the expert axes first
+        for e in experts:
+            if e in axes or th.mode(e) not in (Mode.S, Mode.O):
+                continue
+            out.append(Collective(Kind.ALL_GATHER, State.PARAMS, (e,), link_of(plan, (e,)), Phase.REFRESH, _ONE,
+                                  Payload("dense_params", _uniq(axes + tuple(a for a in rest if a not in experts)),
+                                          "updated non-expert parameters"),
+                                  "distributed optimizer over an expert axis: all-gather the updated non-expert "
+                                  "parameters after the step"))
+    return [Collective(Kind.ALL_GATHER, State.PARAMS, axes, link_of(plan, axes), Phase.REFRESH, _ONE,
                        Payload("params", rest, "updated parameters"),
-                       "params R with optimizer S: all-gather the updated parameters after the step")]
+                       "params R with optimizer S: all-gather the updated parameters after the step")] + out
 
 
 def _tensor_parallel(plan: ir.Plan) -> list[Collective]:
@@ -262,7 +210,7 @@ def _tensor_parallel(plan: ir.Plan) -> list[Collective]:
     m = plan.model.microbatches
     per = _mul(stage_layers(plan), m)
     for t in axes_with_role(plan, Role.TENSOR, Role.SEQUENCE):
-        link = _link(plan, (t,))
+        link = link_of(plan, (t,))
         pay = Payload("activation", (), "layer input/output activations (s·b·h)")
         fwd_n = 2 if plan.recompute is not ir.Recompute.FULL else 4  # full recompute reruns forward
         if plan.sequence_parallel:
@@ -289,7 +237,7 @@ def _pipeline(plan: ir.Plan) -> list[Collective]:
         return []
     cnt = _mul(plan.model.microbatches, chunks_value(plan))
     pay = Payload("boundary", (), "stage-boundary activations (s·b·h)")
-    link = _link(plan, (pp,))
+    link = link_of(plan, (pp,))
     return [
         Collective(Kind.P2P, State.ACTIVATIONS, (pp,), link, Phase.FORWARD, cnt, pay,
                    "pipeline: send activations to the next stage per microbatch per chunk"),
@@ -302,8 +250,16 @@ def _experts(plan: ir.Plan) -> list[Collective]:
     out: list[Collective] = []
     per = _mul(ir.const(2), stage_layers(plan), plan.model.microbatches)
     pay = Payload("tokens", (), "routed tokens (s·b·h·top_k·capacity_factor)")
+    fold = folding.expert_group(plan)
+    if fold is not None:  # parallel folding: one all-to-all over the expert group's own expert axes
+        # the expert axes, and an expert tensor axis over devices whose tokens differ (data, context)
+        axes = tuple(a for a in plan.mesh.names if folding.role_of(plan, fold, a) is Role.EXPERT
+                     or (folding.role_of(plan, fold, a) is Role.TENSOR and plan.role(a) in _REDUCING_ROLES))
+        return [Collective(Kind.ALL_TO_ALL, State.ACTIVATIONS, axes, link_of(plan, axes), ph, per, pay,
+                           f"expert parallel (folded): all-to-all before and after each MoE layer in {ph.value}")
+                for ph in (Phase.FORWARD, Phase.BACKWARD)] if axes else []
     for e in axes_with_role(plan, Role.EXPERT):
-        link = _link(plan, (e,))
+        link = link_of(plan, (e,))
         out.append(Collective(Kind.ALL_TO_ALL, State.ACTIVATIONS, (e,), link, Phase.FORWARD, per, pay,
                               "expert parallel: all-to-all before and after each MoE layer in forward"))
         out.append(Collective(Kind.ALL_TO_ALL, State.ACTIVATIONS, (e,), link, Phase.BACKWARD, per, pay,
@@ -315,7 +271,7 @@ def _context(plan: ir.Plan) -> list[Collective]:
     out: list[Collective] = []
     per = _mul(stage_layers(plan), plan.model.microbatches)
     for c in axes_with_role(plan, Role.CONTEXT):
-        link = _link(plan, (c,))
+        link = link_of(plan, (c,))
         ring = Op("-", (Sym(c), _ONE))
         pay = Payload("kv", (), "one key/value block (2·s/cp·b·h·kv_heads/heads)")
         out.append(Collective(Kind.P2P, State.ACTIVATIONS, (c,), link, Phase.FORWARD, _mul(ring, per), pay,

@@ -55,6 +55,7 @@ class ParamGroup:
     checks_as: str = "dense"  # the checker's gradient class
     copy: bool = False  # a copy outside Ψ (the tied output head on the last stage)
     modes: tuple[tuple[State, tuple[tuple[str, Mode], ...]], ...] = ()  # replace the plan's modes
+    roles: tuple[tuple[str, object], ...] = ()  # folding: (axis, ir.Role) the axis plays for this group
     user: bool = False  # declared by the user
     per_layer: Value | None = None  # parameters per layer, for groups inside the layers
     restated: bool = False  # a built-in group the model block restates
@@ -266,9 +267,11 @@ def param_groups(model: Model) -> tuple[ParamGroup, ...]:
         base = psi
     decls = {d.name: d for d in model.groups}
     out: list[ParamGroup] = []
+    fold = decls["experts"].roles if "experts" in decls else ()  # parallel folding: every expert group
     for g in groups:
         d = decls.get(g.name)
-        out.append(g if d is None else _restate(g, d, t))
+        g = g if d is None else _restate(g, d, t)
+        out.append(replace(g, roles=fold) if g.expert and fold and not g.roles else g)
     own: list[ParamGroup] = []
     for d in model.groups:
         if d.name in {g.name for g in groups}:
@@ -276,7 +279,7 @@ def param_groups(model: Model) -> tuple[ParamGroup, ...]:
         count = d.count if d.count is not None else _mul(d.fraction, base) if d.fraction is not None else None
         own.append(ParamGroup(
             d.name, count, where=d.stage or LAYERS, tensor=d.tensor or SPLIT, expert=bool(d.experts),
-            checks_as=d.like or "dense", modes=d.modes, user=True, span=d.span,
+            checks_as=d.like or "dense", modes=d.modes, roles=d.roles, user=True, span=d.span,
             per_layer=_div(count, t.layers) if (t is not None and count is not None and (d.stage or LAYERS) == LAYERS)
             else None))
     if t is None and own:
@@ -295,7 +298,7 @@ def _restate(g: ParamGroup, d: GroupDecl, t: TransformerShape | None) -> ParamGr
     elif where != LAYERS:
         per_layer = None
     return replace(g, tensor=d.tensor or g.tensor, where=where, per_layer=per_layer, modes=d.modes or g.modes,
-                   restated=True, span=d.span)
+                   roles=d.roles or g.roles, restated=True, span=d.span)
 
 
 def check_groups(model: Model, has_expert_axis: bool) -> tuple[str, ...]:

@@ -243,6 +243,7 @@ class GroupDecl:
     experts: bool | None = None  # divided over expert axes
     like: str | None = None  # the built-in gradient class it follows in the checker
     modes: tuple[tuple[State, tuple[tuple[str, Mode], ...]], ...] = ()
+    roles: tuple[tuple[str, "Role"], ...] = ()  # folding: the role an axis plays for this group
     span: Span = _span()
 
 

@@ -34,9 +34,10 @@ NOT_MODELLED = {
     "process_group": "every reduction is over whole mesh axes; a group over part of an axis is out of scope",
     "rank": "every device of an axis runs the same step; an operation on one rank is out of scope",
     "one_rank": "every device of an axis runs the same step; an operation on one rank is out of scope",
-    "expert_tensor": "experts are split by the plan's own tensor and expert axes; an expert tensor size of its own "
-                     "is out of scope",
-    "expert_data": "experts are reduced over the plan's data axes; an expert data size of its own is out of scope",
+    "expert_tensor": "an expert tensor size of its own is the expert group's roles, not an override: "
+                     "group experts { role = {AXIS: tensor} } (docs/costs.md, 'Parallel folding')",
+    "expert_data": "an expert-data group of its own is the expert group's roles, not an override: "
+                   "group experts { role = {AXIS: data} } (docs/costs.md, 'Parallel folding')",
 }
 
 

@@ -6,17 +6,15 @@ the parameter count or a transformer shape, byte widths per state and the batch 
 
 from __future__ import annotations
 
-from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
-from typing import Iterator
 
 from .. import ir
 from ..diagnostics import DiagnosticError, did_you_mean
 from ..frontend import hf, surface
 from ..frontend.files import read_source
 from ..ir import groups as pg
-from .entries import mode
+from .groups import check_groups, group_decl, props
 from .hardware import build_hardware, is_hardware_line
 from .shapes import number
 from .values import Values
@@ -97,7 +95,7 @@ def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
             if item.name in {g.name for g in groups}:
                 error("PL119", f"group '{item.name}' is declared twice in the model block", item.span)
                 continue
-            g = _group(vals, item)
+            g = group_decl(vals, item)
             if g is not None:
                 groups.append(g)
                 vals.groups.add(g.name)
@@ -108,7 +106,7 @@ def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
         seen.add(key)
         if isinstance(item, surface.SubBlock):
             if key == "bytes":
-                for p in _props(vals, item.props, BYTES_PROPS, "bytes"):
+                for p in props(vals, item.props, BYTES_PROPS, "bytes"):
                     v = _width(vals, p)
                     if v is not None:
                         fields["bytes_" + p.key] = v
@@ -137,90 +135,9 @@ def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
               block.span)
         return None
     model = ir.Model(transformer=transformer, span=block.span, groups=tuple(groups), **fields)
-    _check_groups(vals, model)
+    check_groups(vals, model)
     vals.group_names = tuple(g.name for g in pg.param_groups(model))
     return None if vals.cx.failed_since(mark) else model
-
-
-GROUP_PROPS = ("count", "fraction", "tensor", "stage", "experts", "like", "placement", "params", "optimizer", "grads")
-RESTATABLE = ("tensor", "stage", "placement", "params", "optimizer", "grads")
-MODE_KEYS = {"params": (ir.State.PARAMS,), "optimizer": (ir.State.OPTIMIZER,), "grads": (ir.State.GRADS,),
-             "placement": (ir.State.PARAMS, ir.State.OPTIMIZER, ir.State.GRADS)}
-
-
-def _group(vals: Values, block: surface.SubBlock) -> ir.GroupDecl | None:
-    """``group NAME { ... }``: a parameter group of the user's own, or a built-in one restated."""
-    error = vals.cx.error
-    name = block.name
-    if name == "all":
-        error("PL113", "'all' names every parameter group; give the group another name", block.span)
-        return None
-    found: dict[str, object] = {}
-    modes: dict[ir.State, dict[str, ir.Mode]] = {}
-    for p in _props(vals, block.props, GROUP_PROPS, f"group {name}"):
-        if p.key in MODE_KEYS:
-            if not isinstance(p.value, surface.ModeMap):
-                error("PL114", f"'{p.key}' takes a mode per axis, e.g. {{dp: R}}", p.span)
-                continue
-            for e in p.value.entries:
-                if e.key not in vals.axes:
-                    error("PL109", f"'{e.key}' is not an axis of the mesh", e.span,
-                          did_you_mean(e.key, tuple(vals.axes)))
-                    continue
-                m = mode(e.value, vals)
-                if m is None:
-                    continue
-                if m is ir.Mode.M and p.key != "grads":
-                    error("PL505", f"a group's params and optimizer state persist from one step to the next; "
-                          f"M applies to gradients only (group {name}, axis {e.key})", e.span)
-                    continue
-                for st in MODE_KEYS[p.key]:
-                    modes.setdefault(st, {})[e.key] = m
-        elif p.key == "tensor":
-            found["tensor"] = vals.word(p.value, (pg.SPLIT, pg.WHOLE), "'tensor'")
-        elif p.key == "stage":
-            found["stage"] = vals.word(p.value, (pg.LAYERS, pg.FIRST, pg.LAST), "'stage'")
-        elif p.key == "like":
-            found["like"] = vals.word(p.value, pg.CLASSES, "'like'")
-        elif p.key == "experts":
-            found["experts"] = vals.flag_value(p)
-        elif p.value is None or isinstance(p.value, (surface.ModeMap, surface.Bool)):
-            error("PL114", f"'{p.key}' needs a number", p.span)
-        else:
-            v = vals.count(p.value, {}, f"'{p.key}'")
-            if v is not None:
-                found[p.key] = (v, p.span)
-    if "count" in found and "fraction" in found:
-        error("PL119", f"group {name} gives both 'count' and 'fraction'; give one", block.span)
-        return None
-    count = found.get("count")
-    fraction = found.get("fraction")
-    if fraction is not None and isinstance(fraction[0], ir.Const) and not 0 < fraction[0].value < 1:
-        error("PL107", f"the fraction of group {name} must lie between 0 and 1", fraction[1])
-        return None
-    return ir.GroupDecl(
-        name, count=count[0] if count else None, fraction=fraction[0] if fraction else None,
-        tensor=found.get("tensor"), stage=found.get("stage"), experts=found.get("experts"), like=found.get("like"),
-        modes=tuple((st, tuple(m.items())) for st, m in modes.items()), span=block.span)
-
-
-def _check_groups(vals: Values, model: ir.Model) -> None:
-    """A declaration naming one of the model's own groups restates it (tensor rule, stage,
-    modes); any other needs a size; the built-in names a model lacks are reserved."""
-    present = [g.name for g in pg.param_groups(replace(model, groups=()))]
-    for d in model.groups:
-        if d.name in present:
-            extra = [k for k, v in (("count", d.count), ("fraction", d.fraction), ("experts", d.experts),
-                                    ("like", d.like)) if v is not None]
-            if extra:
-                vals.cx.error("PL113", f"'{d.name}' is a built-in parameter group of this model: its "
-                              f"{', '.join(extra)} come from the model; a restatement may give "
-                              f"{', '.join(RESTATABLE)}", d.span)
-        elif d.name in pg.BUILTIN or d.name in pg.CLASSES:
-            vals.cx.error("PL113", f"this model has no '{d.name}' parameter group to restate, and the name is "
-                          "reserved", d.span, (f"its groups: {', '.join(present)}",))
-        elif d.count is None and d.fraction is None:
-            vals.cx.error("PL118", f"group {d.name} needs 'count' (parameters) or 'fraction' (of Ψ)", d.span)
 
 
 def _from_config(vals: Values, block: surface.ModelBlock) -> ir.TransformerShape | None:
@@ -253,7 +170,7 @@ ATTENTION_FLOPS = ("causal", "full")
 
 def _conventions(vals: Values, block: surface.SubBlock, fields: dict) -> None:
     """``conventions { activations = megatron  activation_allowance = 1.05 }``."""
-    for p in _props(vals, block.props, ("activations", "activation_allowance", "reserve", "reserve_fraction",
+    for p in props(vals, block.props, ("activations", "activation_allowance", "reserve", "reserve_fraction",
                                         "host_construction", "host_buffer_factor", "attention_flops"), "conventions"):
         if p.key == "host_construction":
             if isinstance(p.value, surface.Name) and p.value.id == "model":
@@ -299,19 +216,6 @@ def _conventions(vals: Values, block: surface.SubBlock, fields: dict) -> None:
                 fields["host_buffer_factor" if p.key == "host_buffer_factor" else "activation_allowance"] = v
 
 
-def _props(vals: Values, props, allowed, where) -> Iterator[surface.Prop]:
-    seen = set()
-    for p in props:
-        if p.key not in allowed:
-            vals.cx.error("PL113", f"'{where}' has no property '{p.key}'", p.span, did_you_mean(p.key, allowed))
-            continue
-        if p.key in seen:
-            vals.cx.error("PL119", f"'{p.key}' is given twice in '{where}'", p.span)
-            continue
-        seen.add(p.key)
-        yield p
-
-
 def _width(vals: Values, p: surface.Prop) -> ir.Value | None:
     if p.value is None or isinstance(p.value, (surface.ModeMap, surface.Bool)):
         vals.cx.error("PL114", f"the byte width of {p.key} needs a number", p.span)
@@ -323,7 +227,7 @@ def _width(vals: Values, p: surface.Prop) -> ir.Value | None:
 def _transformer(vals: Values, block: surface.SubBlock) -> ir.TransformerShape | None:
     found: dict[str, object] = {}
     allowed = TRANSFORMER_NUMERIC + TRANSFORMER_FLAGS + ("norm",)
-    for p in _props(vals, block.props, allowed, "transformer"):
+    for p in props(vals, block.props, allowed, "transformer"):
         if p.key in TRANSFORMER_FLAGS:
             b = vals.flag_value(p)
             if b is not None:

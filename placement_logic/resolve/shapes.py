@@ -100,10 +100,33 @@ def check_shapes(plan: ir.Plan, vals: Values, error: Callable[..., None]) -> Non
             over = f"{'×'.join(pipe)} × {int(v)} chunks" if v != 1 else None
             need(t.layers, "the layer count", pipe, n * int(v),
                  "every stage holds whole layers" if v == 1 else "every virtual chunk holds whole layers", over=over)
-    experts = plan.axes_with_role(ir.Role.EXPERT)
+    folded = next((d for d in plan.model.groups if d.name == "experts" and d.roles), None)
+    own = dict(folded.roles) if folded is not None else {}
+    for d in plan.model.groups:
+        for a, r in d.roles:
+            if plan.role(a) is ir.Role.PIPELINE or r is ir.Role.PIPELINE:
+                error("PL131", f"group {d.name} gives the pipeline axis {a} the role {r.value}: every group's "
+                      "layers are split over the same pipeline stages", d.span,
+                      ("parallel foldeding regroups the data, context, tensor and expert devices of one stage",))
+    experts = tuple(a.name for a in plan.mesh.axes if own.get(a.name, plan.role(a.name)) is ir.Role.EXPERT)
     if experts and number(t.experts, vals) not in (None, Fraction(1)):
-        need(t.experts, "the expert count", experts, _size(plan, experts, vals),
-             "every expert rank holds whole experts")
+        n = _size(plan, experts, vals)
+        if folded is None:
+            need(t.experts, "the expert count", experts, n, "every expert rank holds whole experts")
+        elif n not in (None, 1):
+            v = number(t.experts, vals)
+            if v is not None and (v.denominator != 1 or int(v) % n):
+                error("PL131", f"the expert count ({_show(v)}) cannot be split evenly over the expert group's "
+                      f"expert axes {'×'.join(experts)} ({n}): every expert rank holds whole experts", folded.span)
+    if folded is not None:  # the expert tensor axes split each expert's width
+        etp = tuple(a.name for a in plan.mesh.axes if own.get(a.name, plan.role(a.name)) in
+                    (ir.Role.TENSOR, ir.Role.SEQUENCE))
+        n = _size(plan, etp, vals) if etp else None
+        width = t.expert_ffn if t.expert_ffn is not None else t.ffn
+        v = number(width, vals)
+        if n not in (None, 1) and v is not None and (v.denominator != 1 or int(v) % n):
+            error("PL131", f"the expert width ({_show(v)}) cannot be split evenly over the expert group's tensor "
+                  f"axes {'×'.join(etp)} ({n}): each expert's columns are split over its tensor ranks", folded.span)
     context = plan.axes_with_role(ir.Role.CONTEXT)
     seq_axes = context + (tensor if plan.sequence_parallel else ())
     if seq_axes:

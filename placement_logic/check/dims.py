@@ -1,0 +1,99 @@
+"""The dimensions a parameter group's gradient is computed over, one per mesh axis, each of
+a kind (disjoint tokens, a split, an invariant, a shard) and with the reductions the schedule
+applies over it; the axis's role is the group's own (parallel folding) where it has one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import ir
+from ..ir import groups as pg
+from .wellformed import SPLIT_MODES
+
+MICROBATCHES = "microbatches"  # the size name of the gradient-accumulation (time) dimension
+NORMALISATION = "normalisation"  # the GI aspect of the loss weights, token count and divisor
+
+# Dimension kinds of a gradient computation.
+TOKEN = "token"  # contributions from disjoint tokens; token counts may differ along it
+SPLIT = "split"  # partial contributions (a sequence slice, a tied copy) sharing one token count
+INVARIANT = "invariant"  # every device computes the same value
+SHARDED = "sharded"  # devices hold different elements
+
+DATA_ROLES = (ir.Role.DATA,)
+TENSOR_ROLES = (ir.Role.TENSOR, ir.Role.SEQUENCE)
+
+
+@dataclass(frozen=True)
+class GradDim:
+    """One dimension a parameter group's gradient is computed over."""
+
+    name: str  # mesh axis, MICROBATCHES, or "tie:<pipeline axis>"
+    axis: str | None  # the mesh axis whose size this is (None for microbatches)
+    kind: str  # TOKEN, SPLIT, INVARIANT or SHARDED
+    k: int  # reductions over this dimension (accumulation for microbatches: 1 kept, 0 = last only)
+    implicit: bool = False  # summed by the MoE all-to-all (experts over the expert axis)
+    replica: bool = False  # devices along it update the same elements (replicated update)
+    tie: bool = False  # size is 2 when the pipeline axis has >= 2 stages, else 1
+    why: str = ""  # why it has this kind, for reports
+
+
+def axis_dims(plan: ir.Plan, axes, cls: pg.ParamGroup, role_of, pls, k, sp: bool, tied: bool) -> list[GradDim]:
+    """One ``GradDim`` per mesh axis for gradient group ``cls`` (``pls``: its params and
+    optimizer placements; ``k``: the schedule's reductions per axis)."""
+    par_pl, opt_pl = pls
+    g, kind = cls.name, cls.checks_as
+    dims: list[GradDim] = []
+    for a in axes:
+        role = role_of(a)
+        if role in DATA_ROLES and plan.role(a) in TENSOR_ROLES:  # folding: expert data over a tensor axis
+            if sp:
+                dims.append(GradDim(a, a, SPLIT, k[a], replica=True,
+                                    why=f"{g} take {a} as expert data: each rank routes its own sequence slice"))
+            else:
+                dims.append(GradDim(a, a, INVARIANT, k[a], replica=True,
+                                    why=f"{g} take {a} as expert data, but every {a} rank sees the same tokens"))
+        elif role in TENSOR_ROLES and plan.role(a) not in TENSOR_ROLES:  # folding: expert tensor over data devices
+            dims.append(GradDim(a, a, TOKEN, k[a], implicit=True,
+                                why=f"{g} are split over {a} (expert tensor) and the dispatch brings every {a} rank's "
+                                    "tokens to each shard"))
+        elif role in DATA_ROLES:
+            dims.append(GradDim(a, a, TOKEN, k[a], replica=opt_pl.mode(a) is ir.Mode.R,
+                                why=f"{a} is a data axis: each replica sees different samples"))
+        elif role is ir.Role.CONTEXT:
+            dims.append(GradDim(a, a, TOKEN, k[a], replica=True,
+                                why=f"{a} is a context axis: each device holds a slice of the sequence"))
+        elif role is ir.Role.EXPERT:
+            if kind == "experts" and par_pl.mode(a) in SPLIT_MODES and plan.role(a) in TENSOR_ROLES and sp:
+                dims.append(GradDim(a, a, SPLIT, 1 + k[a], why=f"experts folded over {a}: each rank's sequence "
+                                    "slice reaches its experts through the all-to-all"))
+            elif kind == "experts" and par_pl.mode(a) in SPLIT_MODES:
+                dims.append(GradDim(a, a, TOKEN, k[a], implicit=True,
+                                    why=f"experts are sharded over {a}; the all-to-all brings every rank's tokens"))
+            elif kind == "experts":
+                dims.append(GradDim(a, a, TOKEN, k[a], replica=True,
+                                    why=f"params are {par_pl.mode(a).value} over {a}: every rank holds every "
+                                        "expert and sees its own tokens"))
+            else:
+                dims.append(GradDim(a, a, TOKEN, k[a], replica=True,
+                                    why=f"non-expert parameters see different tokens on each {a} rank"))
+        elif role in TENSOR_ROLES:
+            if cls.tensor == pg.WHOLE:
+                if sp:
+                    dims.append(GradDim(a, a, SPLIT, 1 + k[a], replica=True,
+                                        why=f"sequence parallel: replicated {g} see a sequence slice per {a} rank"))
+                else:
+                    dims.append(GradDim(a, a, INVARIANT, k[a], replica=True,
+                                        why=f"{g} are replicated over {a} and see the whole sequence"))
+            elif par_pl.mode(a) in SPLIT_MODES:
+                dims.append(GradDim(a, a, SHARDED, k[a], why=f"{g} are partitioned over {a}"))
+            else:
+                dims.append(GradDim(a, a, INVARIANT, k[a], replica=True,
+                                    why=f"params are {par_pl.mode(a).value} over {a}: every {a} rank computes "
+                                        f"the whole {g} gradient on the same tokens"))
+        elif role is ir.Role.PIPELINE:
+            if kind == "embedding" and tied:
+                dims.append(GradDim(f"tie:{a}", a, SPLIT, 1, replica=True, tie=True,
+                                    why=f"the tied embedding lives on the first and last {a} stage"))
+            else:
+                dims.append(GradDim(a, a, SHARDED, k[a], why=f"each {a} stage holds its own layers"))
+    return dims

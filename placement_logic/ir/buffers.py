@@ -1,0 +1,95 @@
+"""The vocabulary of the collective schedule (``Collective``: kind, state, group, link, phase,
+count, payload) and the reduction of one gradient buffer over a set of axes, shared by
+``ir.collectives`` and ``ir.sync``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from .. import ir
+from .nodes import Mode, State, Value
+
+ONE = ir.const(1)
+
+
+class Kind(str, Enum):
+    ALL_REDUCE = "all_reduce"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_GATHER = "all_gather"
+    ALL_TO_ALL = "all_to_all"
+    P2P = "p2p"
+    HOST_TO_DEVICE = "host_to_device"
+    DEVICE_TO_HOST = "device_to_host"
+
+
+class Phase(str, Enum):
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    GRAD_SYNC = "grad_sync"
+    OPTIMIZER = "optimizer"
+    REFRESH = "refresh"
+
+
+@dataclass(frozen=True)
+class Payload:
+    tensor: str
+    divided_over: tuple[str, ...] = ()
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Collective:
+    kind: Kind
+    state: State
+    axes: tuple[str, ...]
+    link: str | None
+    phase: Phase
+    count: Value
+    payload: Payload
+    rule: str = ""
+
+
+def uniq(xs) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(xs))
+
+
+def link_of(plan: ir.Plan, axes: tuple[str, ...]) -> str | None:
+    links = [plan.mesh.axis(a).link for a in axes]
+    known = [x for x in links if x]
+    if not known:
+        return None
+    if len(set(known)) == 1:
+        return known[0]
+    return "inter_node" if "inter_node" in known else "+".join(sorted(set(known)))
+
+
+def reduce_buffer(plan: ir.Plan, reduce_axes, g: ir.Placement, opt: ir.Placement, g_sharded: tuple[str, ...],
+            per_mb: Value, tensor: str, note: str) -> list[Collective]:
+    """Reduce-scatter, reduce-to-owner and all-reduce of one gradient buffer over ``reduce_axes``."""
+    what = {"grads": "gradients", "dense_grads": "non-expert gradients", "expert_grads": "expert gradients"}[tensor]
+    scatter = tuple(a for a in reduce_axes if g.mode(a) in (Mode.S, Mode.S_STAR, Mode.M, Mode.O))
+    plain = tuple(a for a in reduce_axes if a not in scatter)
+    # replicated grads feeding a sharded optimizer only need the owner's piece (ZeRO-1)
+    owner = tuple(a for a in plain if opt.mode(a).shards)
+    allred = tuple(a for a in plain if a not in owner)
+    out: list[Collective] = []
+    done: tuple[str, ...] = ()
+    if scatter:
+        out.append(Collective(
+            Kind.REDUCE_SCATTER, State.GRADS, scatter, link_of(plan, scatter), Phase.GRAD_SYNC, per_mb,
+            Payload(tensor, tuple(a for a in g_sharded if a not in scatter), f"full {what}"),
+            "grads S/M over a data axis: reduce-scatter once per microbatch (per scheduling unit)" + note))
+        done = scatter
+    if owner:
+        out.append(Collective(
+            Kind.REDUCE_SCATTER, State.GRADS, owner, link_of(plan, owner), Phase.GRAD_SYNC, ONE,
+            Payload(tensor, uniq(a for a in g_sharded + done if a not in owner), f"accumulated {what}"),
+            "grads R with optimizer S: reduce-scatter to the optimizer shards once per step" + note))
+        done = done + owner
+    if allred:
+        out.append(Collective(
+            Kind.ALL_REDUCE, State.GRADS, allred, link_of(plan, allred), Phase.GRAD_SYNC, ONE,
+            Payload(tensor, uniq(a for a in g_sharded + done if a not in allred), f"accumulated {what}"),
+            "grads R over a data axis: all-reduce once per step" + note))
+    return out
