@@ -271,17 +271,17 @@ def test_stage_param_count_brute_force(layers, p, v):
 @pytest.mark.parametrize("p,v", [(2, 1), (2, 4), (3, 2), (4, 1)])
 def test_point_to_point_edges_brute_force(p, v):
     """Sends and receives per rank and phase, counted on the chain of virtual stages."""
-    from placement_logic.measure.compare import _edge_share
+    from placement_logic.measure.collective_rows import edge_share
 
     chain = p * v
     for rank in range(p):
         fwd_sent = sum(1 for k in range(chain - 1) if k % p == rank)
         fwd_recv = sum(1 for k in range(1, chain) if k % p == rank)
         # backward gradients flow k -> k-1: stage k sends if k > 0, receives if k < chain-1
-        assert _edge_share("p2p sent, forward", rank, p, v) * v == fwd_sent
-        assert _edge_share("p2p received, forward", rank, p, v) * v == fwd_recv
-        assert _edge_share("p2p sent, backward", rank, p, v) * v == fwd_recv
-        assert _edge_share("p2p received, backward", rank, p, v) * v == fwd_sent
+        assert edge_share("p2p sent, forward", rank, p, v) * v == fwd_sent
+        assert edge_share("p2p received, forward", rank, p, v) * v == fwd_recv
+        assert edge_share("p2p sent, backward", rank, p, v) * v == fwd_recv
+        assert edge_share("p2p received, backward", rank, p, v) * v == fwd_sent
 
 
 @pytest.mark.parametrize("path,plan,data,tensor,pipeline,recompute", [
