@@ -26,7 +26,7 @@ from .realise import Realisation
 from .report import Equivalence, Row
 from .shape import TinyShape
 
-__all__ = ["MECHANISMS", "SETUP", "activation_rows", "axes_of_group", "compare", "edge_share"]
+__all__ = ["MECHANISMS", "SETUP", "activation_rows", "axes_of_group", "compare", "edge_share", "peak_note", "peak_rows"]
 
 
 def _state_rows(pred: Prediction, r: Realisation, results: list[dict], shape: TinyShape) -> list[Row]:
@@ -98,12 +98,33 @@ def activation_rows(pred: Prediction, results: list[dict]) -> list[Row]:
     ]
 
 
+def peak_rows(pred: Prediction, results: list[dict]) -> list[Row]:
+    """The allocator's peak beside the engine's peak device bytes, where every rank's platform
+    reports one (CUDA); reported, not part of the outcome. On CPU no rank reports one and there
+    is no row (``peak_note`` says so): an absent peak is never shown as 0."""
+    peaks = [res.get("allocator_peak") for res in results]
+    if pred.device_peak is None or any(v is None for v in peaks):
+        return []
+    return [Row("peak", "allocator peak per rank", pred.device_peak, Fraction(max(peaks)), "reported",
+                "torch.cuda.max_memory_allocated over the whole job (reference run excluded); the engine's peak is "
+                "persistent states + activations + transients", tuple(peaks) if len(set(peaks)) > 1 else ())]
+
+
+def peak_note(results: list[dict]) -> tuple[str, ...]:
+    """Why no allocator peak is compared, when some rank's platform keeps no allocator statistics."""
+    if all(res.get("allocator_peak") is not None for res in results):
+        return ()
+    return ("allocator peak: not available (CPU tensors: PyTorch keeps no allocator statistics), so no peak is "
+            "compared",)
+
+
 def compare(pred: Prediction, r: Realisation, results: list[dict], shape: TinyShape) -> tuple[list[Row], Equivalence]:
     rows = [Row("parameters", "parameter count Ψ of the tiny model", pred.psi, Fraction(results[0]["param_count"]),
                 "match" if pred.psi == results[0]["param_count"] else "differs")]
     rows += _state_rows(pred, r, results, shape)
     rows += collective_rows(pred, r, results, shape)
     rows += activation_rows(pred, results)
+    rows += peak_rows(pred, results)
     eq = Equivalence(
         steps=len(results[0]["losses"]),
         param_abs=max(res["param_abs_diff"] for res in results),
