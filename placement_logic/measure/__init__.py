@@ -2,6 +2,7 @@
 
 Input: an ``ir.Spec`` and plan names. Output: ``MeasureReport``s (``session.measure``).
 The package imports torch only inside launched ranks (``worker``, ``torch_plan``,
-``counter``, ``model``); ``shape``, ``realise``, ``predict``, ``compare``, ``report``,
-``render`` and ``session`` are torch-free.
+``counter``, ``model``, all under ``ranks``); ``shape``, ``realise``, ``predict``,
+``compare`` (with ``mechanisms`` and ``collective_rows``), ``report``, ``render`` and
+``session`` are torch-free.
 """

@@ -51,6 +51,9 @@ class Prediction:
     activations_outside: Fraction | None = None
     # bytes per element the prediction was made with: params, grads, optimizer (per parameter), activations
     byte_widths: tuple[tuple[str, Fraction], ...] = ()
+    # the engine's peak device bytes per rank (persistent states, activations and transients;
+    # the maximum over stages), None when it is not a number at the run's sizes
+    device_peak: Fraction | None = None
 
     @property
     def widths(self) -> dict[str, Fraction]:
@@ -143,6 +146,10 @@ def predict(spec: ir.Spec, plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, 
     if not act.stages:  # one stage: the activation model's single-stage terms
         per_layer = _number(act.per_layer, subs)
         outside = _number(act.embedding, subs) + _number(act.output, subs)
+    try:
+        device_peak = _number(pc.memory.device_total, subs)
+    except UnboundPrediction:
+        device_peak = None
     return Prediction("placement_logic.costs", _number(pc.shape.psi, subs), states, tuple(colls), stage_bytes,
                       tensor_whole_bytes=whole, byte_widths=widths, activations_per_layer=per_layer,
-                      activations_outside=outside)
+                      activations_outside=outside, device_peak=device_peak)

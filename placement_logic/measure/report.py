@@ -33,11 +33,11 @@ OUTCOMES = tuple(Outcome)
 class Row:
     """One compared quantity. Bytes are per rank (the largest over ranks) or per step."""
 
-    group: str  # memory | collectives | parameters
+    group: str  # parameters | memory | collectives | activations | peak
     quantity: str
     predicted: Fraction | None
     measured: Fraction | None
-    status: str  # match | explained | differs | reported (activations: shown, not part of the outcome)
+    status: str  # match | explained | differs | reported (activations, allocator peak: shown, not part of the outcome)
     note: str = ""
     per_rank: tuple[int, ...] = ()  # measured on every rank, when ranks differ
     mechanism: str = ""  # an explained row: the documented mechanism (compare.MECHANISMS) that accounts for it

@@ -15,7 +15,7 @@ from typing import Callable
 
 from .. import ir
 from ..diagnostics import Diagnostic, DiagnosticError
-from .compare import SETUP, compare
+from .compare import SETUP, compare, peak_note
 from .job import Job
 from .predict import Prediction, UnboundPrediction, predict
 from .realise import Realisation, Unrealised, realise
@@ -181,7 +181,8 @@ def _report(spec: ir.Spec, p: Prepared, results: list[dict], steps: int, with_ch
         outcome = Outcome.MISMATCH
     else:
         outcome = Outcome.MATCHED
-    notes = (f"equivalence tolerance {TOLERANCE:g} relative (fp32)", _token_note(r, results)) + _setup_note(results)
+    notes = ((f"equivalence tolerance {TOLERANCE:g} relative (fp32)", _token_note(r, results)) + _setup_note(results)
+             + peak_note(results))
     return MeasureReport(outcome=outcome, rows=tuple(rows), equivalence=eq, checker=checker, notes=notes, **base)
 
 

@@ -54,6 +54,17 @@ def coverage(reports: list[MeasureReport]) -> str:
             "dimensionality: " + ", ".join(parts) + ".")
 
 
+def peak_line(reports: list[MeasureReport]) -> str:
+    """How many realised plans compared an allocator peak, and why the others did not."""
+    ran = [r for r in reports if r.rows]
+    with_peak = sum(1 for r in ran if any(row.group == "peak" for row in r.rows))
+    line = f"Allocator peak: reported for {with_peak} / {len(ran)} realised plans"
+    if with_peak < len(ran):
+        line += ("; not available for the others (CPU tensors: PyTorch keeps no allocator statistics, so none is "
+                 "shown, never a 0)")
+    return line + "."
+
+
 def table(paths: list[Path], steps: int = DEFAULT_STEPS) -> str:
     items = []
     for path in paths:
@@ -75,6 +86,8 @@ def table(paths: list[Path], steps: int = DEFAULT_STEPS) -> str:
         "",
         f"Compared rows: {rows['match']} match, {rows['explained']} explained (each by a documented mechanism, "
         f"docs/validation.md), {rows['differs']} differ.",
+        "",
+        peak_line(reports),
         "",
         "## Summary",
         "",

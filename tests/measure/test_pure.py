@@ -183,6 +183,25 @@ def test_stand_in_collectives_are_mismatches_not_explanations():
     assert not [row for row in rows if "all_to_all" in row.quantity]
 
 
+
+def test_allocator_peak_is_reported_only_where_the_platform_has_one():
+    """CPU ranks report no allocator peak (None): no peak row, a note instead, never a 0. CUDA
+    ranks report one: a row beside the engine's peak, outside the outcome."""
+    from placement_logic.measure.compare import peak_note, peak_rows
+
+    pred = Prediction("test", Fraction(100), (("params", Fraction(400)),), (), device_peak=Fraction(2000))
+    cpu = [{"allocator_peak": None}, {"allocator_peak": None}]
+    assert peak_rows(pred, cpu) == [] and peak_note(cpu) and "not available" in peak_note(cpu)[0]
+    gpu = [{"allocator_peak": 2100}, {"allocator_peak": 1900}]
+    (row,) = peak_rows(pred, gpu)
+    assert (row.group, row.status, row.predicted, row.measured, row.per_rank) == (
+        "peak", "reported", 2000, 2100, (2100, 1900))
+    assert peak_note(gpu) == ()
+    # one rank without statistics: nothing is compared
+    assert peak_rows(pred, [{"allocator_peak": 5}, {"allocator_peak": None}]) == []
+    # no number from the engine at the run's sizes: no row either
+    assert peak_rows(Prediction("test", Fraction(1), (), ()), gpu) == []
+
 def test_measure_without_torch_is_an_input_error(monkeypatch, capsys):
     import importlib.util
 
@@ -271,17 +290,17 @@ def test_stage_param_count_brute_force(layers, p, v):
 @pytest.mark.parametrize("p,v", [(2, 1), (2, 4), (3, 2), (4, 1)])
 def test_point_to_point_edges_brute_force(p, v):
     """Sends and receives per rank and phase, counted on the chain of virtual stages."""
-    from placement_logic.measure.compare import _edge_share
+    from placement_logic.measure.collective_rows import edge_share
 
     chain = p * v
     for rank in range(p):
         fwd_sent = sum(1 for k in range(chain - 1) if k % p == rank)
         fwd_recv = sum(1 for k in range(1, chain) if k % p == rank)
         # backward gradients flow k -> k-1: stage k sends if k > 0, receives if k < chain-1
-        assert _edge_share("p2p sent, forward", rank, p, v) * v == fwd_sent
-        assert _edge_share("p2p received, forward", rank, p, v) * v == fwd_recv
-        assert _edge_share("p2p sent, backward", rank, p, v) * v == fwd_recv
-        assert _edge_share("p2p received, backward", rank, p, v) * v == fwd_sent
+        assert edge_share("p2p sent, forward", rank, p, v) * v == fwd_sent
+        assert edge_share("p2p received, forward", rank, p, v) * v == fwd_recv
+        assert edge_share("p2p sent, backward", rank, p, v) * v == fwd_recv
+        assert edge_share("p2p received, backward", rank, p, v) * v == fwd_sent
 
 
 @pytest.mark.parametrize("path,plan,data,tensor,pipeline,recompute", [

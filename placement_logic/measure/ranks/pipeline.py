@@ -26,8 +26,10 @@ import torch.distributed as dist
 from torch import nn
 
 from . import model as tiny
+from .common import local, make_optimizer
 from .counter import CollectiveCounter
-from .torch_plan import FlatZero, local, make_optimizer, tensor_parallel
+from .flat_zero import FlatZero
+from .tensor_parallel import tensor_parallel
 
 _SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B"}
 

@@ -27,41 +27,12 @@ import torch.distributed as dist
 from torch import nn
 
 from ..realise import Realisation
+from .common import ADAM_EPS, LR, MAX_NORM, clip_global, clip_local, local, make_optimizer
+from .flat_zero import FlatZero
+from .tensor_parallel import tensor_parallel
 
-LR = {"adam": 1e-3, "sgd_momentum": 0.05, "sgd": 0.05}
-# Adam's epsilon: the key bias has an exactly zero gradient (softmax is shift invariant),
-# so its gradient is pure round-off; with eps = 1e-8 Adam turns that noise into full
-# steps that differ between any two summation orders. 1e-6 keeps such steps below fp32
-# noise while leaving every other update unchanged to ~1e-4 relative.
-ADAM_EPS = 1e-6
-MAX_NORM = 0.05  # small enough that clipping binds on every step of the tiny model
-
-
-def make_optimizer(kind: str, params) -> torch.optim.Optimizer:
-    if kind == "adam":
-        return torch.optim.Adam(params, lr=LR[kind], eps=ADAM_EPS)
-    if kind == "sgd_momentum":
-        return torch.optim.SGD(params, lr=LR[kind], momentum=0.9)
-    return torch.optim.SGD(params, lr=LR[kind])
-
-
-def local(t: torch.Tensor) -> torch.Tensor:
-    """The tensor's local storage (a DTensor's shard, else the tensor itself)."""
-    to_local = getattr(t, "to_local", None)
-    return to_local() if callable(to_local) else t
-
-
-def clip_global(params, max_norm: float) -> None:
-    torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], max_norm)
-
-
-def clip_local(params, max_norm: float) -> None:
-    """The bug: the clip coefficient from the norm of this rank's shards only."""
-    grads = [local(p.grad) for p in params if p.grad is not None]
-    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
-    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
-    for g in grads:
-        g.mul_(coef)
+__all__ = ["ADAM_EPS", "LR", "MAX_NORM", "FlatZero", "Trainer", "apply", "clip_global", "clip_local", "local",
+           "make_optimizer", "tensor_parallel"]
 
 
 @dataclass
@@ -104,95 +75,6 @@ class Trainer:
         mesh, placements = self.layouts.get(name, (getattr(p, "device_mesh", None), getattr(p, "placements", ())))
         names = (mesh.mesh_dim_names or ()) if mesh is not None else ()
         return axis in names and not placements[names.index(axis)].is_replicate()
-
-
-def _local_grad(p: torch.Tensor) -> torch.Tensor:
-    """The gradient of ``p`` laid out as ``p``'s local part (zeros when it has none). A DTensor
-    gradient placed otherwise than its parameter (DTensor's vocabulary-parallel embedding leaves
-    a Replicate gradient on a Shard(0) weight) is redistributed to the parameter's placement
-    first: a local slice, no collective."""
-    g = p.grad
-    if g is None:
-        return torch.zeros_like(local(p))
-    if hasattr(g, "redistribute") and tuple(g.placements) != tuple(p.placements):
-        g = g.redistribute(p.device_mesh, p.placements)
-    return local(g)
-
-
-class FlatZero:
-    """ZeRO stage 1 or 2 over one data-parallel process group, as the ZeRO paper states it.
-
-    Parameters stay whole on every rank (the model's own tensors). The optimizer holds
-    one flat fp32 shard: rank ``i`` of ``n`` owns elements ``[i·Ψ/n, (i+1)·Ψ/n)`` of the
-    parameters laid end to end (padded with zeros to a multiple of ``n``), as its master
-    copy with the optimizer's moments. After backward the whole local gradient, laid out
-    the same way, is reduce-scattered (a sum, then divided by ``divide``) into the shard's
-    gradient. Stage 1 keeps the whole gradient tensors (the plan's grads R); stage 2
-    frees them once reduced and holds only the shard's gradient (grads S). The step
-    updates the shard, then all-gathers the shards into the whole parameters
-    (``regather=False``: the bug that skips it, each rank copying back only its own
-    shard).
-    """
-
-    def __init__(self, params, group, stage: int, kind: str, divide: float, regather: bool) -> None:
-        self.params, self.group, self.stage, self.divide, self.regather = list(params), group, stage, divide, regather
-        self.n, self.rank = dist.get_world_size(group), dist.get_rank(group)
-        total = sum(local(p).numel() for p in self.params)
-        self.pad = (-total) % self.n
-        self.size = (total + self.pad) // self.n
-        flat = self._flat([local(p).detach() for p in self.params])
-        self.master = nn.Parameter(flat[self.rank * self.size:(self.rank + 1) * self.size].clone())
-        self.optim = make_optimizer(kind, [self.master])
-        self.state = self.optim.state
-        self.param_groups = self.optim.param_groups
-
-    def _flat(self, tensors) -> torch.Tensor:
-        parts = [t.reshape(-1) for t in tensors]
-        if self.pad:
-            parts.append(torch.zeros(self.pad, dtype=parts[0].dtype, device=parts[0].device))
-        return torch.cat(parts)
-
-    def reduce_gradients(self) -> None:
-        for p in self.params:
-            g = p.grad
-            if g is not None and hasattr(g, "redistribute") and tuple(g.placements) != tuple(p.placements):
-                p.grad = g.redistribute(p.device_mesh, p.placements)  # held as the parameter's own shard
-        grads = [_local_grad(p) for p in self.params]
-        shard = torch.empty(self.size, dtype=grads[0].dtype, device=grads[0].device)
-        dist.reduce_scatter_tensor(shard, self._flat(grads), group=self.group)
-        shard.div_(self.divide)
-        self.master.grad = shard if self.master.grad is None else self.master.grad.add_(shard)
-        if self.stage == 2:
-            for p in self.params:
-                p.grad = None
-
-    def held_gradients(self) -> list:
-        return [self.master.grad] if self.stage == 2 else [p.grad for p in self.params]
-
-    @torch.no_grad()
-    def step(self) -> None:
-        self.optim.step()
-        if self.regather:
-            whole = torch.empty(self.size * self.n, dtype=self.master.dtype, device=self.master.device)
-            dist.all_gather_into_tensor(whole, self.master.detach(), group=self.group)
-            lo, hi = 0, len(whole) - self.pad
-        else:  # the bug: each rank keeps only its own shard's update
-            whole = torch.zeros(self.size * self.n, dtype=self.master.dtype, device=self.master.device)
-            lo, hi = self.rank * self.size, (self.rank + 1) * self.size
-            whole[lo:hi] = self.master.detach()
-        offset = 0
-        for p in self.params:
-            t = local(p)
-            end = offset + t.numel()
-            a, b = max(offset, lo), min(end, hi)
-            if a < b:
-                t.view(-1)[a - offset:b - offset].copy_(whole[a:b])
-            offset = end
-
-    def zero_grad(self) -> None:
-        for p in self.params:
-            p.grad = None
-        self.master.grad = None
 
 
 class _RebuildLabelled:
@@ -242,75 +124,6 @@ def allreduce_again(params, group):
                 dist.all_reduce(p.grad, group=group)
 
     return run
-
-
-def tensor_parallel(model: nn.Module, mesh, sequence_parallel: bool, tied: bool | None = None) -> bool:
-    """Megatron tensor parallelism on ``model`` (a whole model or a pipeline stage of it, whose
-    embedding or head may be absent); True when the logits are vocabulary-sharded (the loss is
-    then computed under ``loss_parallel``)."""
-    from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
-        PrepareModuleInput,
-        PrepareModuleOutput,
-        RowwiseParallel,
-        SequenceParallel,
-        parallelize_module,
-    )
-
-    if tied is None:
-        tied = model.head is None
-    blocks = model.blocks.values() if isinstance(model.blocks, nn.ModuleDict) else model.blocks
-    for block in blocks:
-        if sequence_parallel:
-            plan = {
-                "norm1": SequenceParallel(),
-                "attn": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-                "attn.qkv": ColwiseParallel(),
-                "attn.proj": RowwiseParallel(output_layouts=Shard(1)),
-                "norm2": SequenceParallel(),
-                "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-                "mlp.fc1": ColwiseParallel(),
-                "mlp.fc2": RowwiseParallel(output_layouts=Shard(1)),
-            }
-        else:
-            plan = {
-                "attn.qkv": ColwiseParallel(),
-                "attn.proj": RowwiseParallel(),
-                "mlp.fc1": ColwiseParallel(),
-                "mlp.fc2": RowwiseParallel(),
-            }
-        parallelize_module(block, mesh, plan)
-    if tied:
-        # tied embeddings: the head is the embedding's transpose; both stay whole on the axis
-        if sequence_parallel:
-            parallelize_module(model, mesh, {
-                "embed": PrepareModuleOutput(output_layouts=(Replicate(),), desired_output_layouts=(Shard(1),),
-                                             use_local_output=True),
-                "norm": SequenceParallel(),
-            })
-            parallelize_module(model, mesh, {
-                "norm": PrepareModuleOutput(output_layouts=(Shard(1),), desired_output_layouts=(Replicate(),),
-                                            use_local_output=True),
-            })
-        return False
-    # Megatron-LM's vocabulary-parallel embedding and output head: each rank holds V/t rows of
-    # both; the embedding's partial output is all-reduced (reduce-scattered under sequence
-    # parallelism), the head's input is whole (all-gathered from the sequence shards under
-    # sequence parallelism) and its logits stay sharded over the vocabulary for the
-    # vocabulary-parallel cross entropy (``loss_parallel``).
-    plan = {}
-    if model.embed is not None:
-        plan["embed"] = RowwiseParallel(input_layouts=Replicate(),
-                                        output_layouts=Shard(1) if sequence_parallel else Replicate())
-    if model.head is not None:
-        plan["head"] = ColwiseParallel(input_layouts=Shard(1) if sequence_parallel else Replicate(),
-                                       output_layouts=Shard(-1), use_local_output=False)
-    if plan:
-        parallelize_module(model, mesh, plan)
-    if sequence_parallel and model.norm is not None:
-        parallelize_module(model, mesh, {"norm": SequenceParallel()})
-    return model.head is not None
 
 
 def apply(r: Realisation, model: nn.Module, mesh) -> Trainer:

@@ -186,7 +186,10 @@ def main(rank: int, world: int, port: int, jobs: list[Job], outdir: str) -> None
     try:
         for job in jobs:
             try:
+                if device.type == "cuda":
+                    torch.cuda.reset_peak_memory_stats(device)
                 result = run_job(job, rank)
+                result["allocator_peak"] = allocator_peak(device)
             except Exception as exc:  # reported per job: one failing realisation must not hide the others
                 root = exc
                 while root.__cause__ is not None:
@@ -204,6 +207,16 @@ def main(rank: int, world: int, port: int, jobs: list[Job], outdir: str) -> None
             dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def allocator_peak(device) -> int | None:
+    """The most bytes the device's caching allocator had allocated during the job (reset before
+    each job); None on CPU, where PyTorch keeps no allocator statistics: never reported as 0."""
+    import torch
+
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return None
 
 
 if __name__ == "__main__":

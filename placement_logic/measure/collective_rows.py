@@ -1,0 +1,234 @@
+"""Collective rows: each measured (kind, mesh axes) buffer beside the predicted one, with the
+mechanisms that explain a collective's difference (``mechanisms.MECHANISMS``)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from .mechanisms import axes_of_group, explained, measured_collectives, own_stage_prediction, stage_note, stage_shares
+from .predict import Prediction
+from .realise import Realisation
+from .report import Row
+from .shape import TinyShape
+
+
+def _predicted_collectives(pred: Prediction) -> dict[tuple[str, tuple[str, ...]], Fraction]:
+    predicted: dict[tuple[str, tuple[str, ...]], Fraction] = {}
+    for c in pred.collectives:
+        # a point-to-point transfer is sent by one stage and received by the next: an interior
+        # stage both sends and receives the engine's buffer bytes in that phase
+        keys = [(f"p2p {way}, {c.phase}", c.axes) for way in ("sent", "received")] if c.kind == "p2p" else [(c.kind, c.axes)]
+        for key in keys:
+            predicted[key] = predicted.get(key, Fraction(0)) + c.buffer_bytes
+    return predicted
+
+
+def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape: TinyShape) -> list[Row]:
+    predicted = _predicted_collectives(pred)
+    per_rank = [measured_collectives(res, r.mesh) for res in results]
+    shares = stage_shares(r, results, shape)
+    psi = Fraction(shape.param_count())
+    grads_width = pred.widths["grads"]
+    boundary = shape.seq * shape.microbatch * shape.hidden * pred.widths["activations"]
+    # predicted collectives first, so that a measured stand-in is paired before it is listed alone
+    order = lambda k: (k[1], k[0])
+    keys = sorted(predicted, key=order) + sorted({k for m in per_rank for k in m} - set(predicted), key=order)
+    used: set = set()
+    rows = []
+    for key in keys:
+        if key in used:
+            continue
+        kind, axes = key
+        label = f"{kind} over {'×'.join(axes) or 'one rank'}"
+        got = tuple(m.get(key, 0) for m in per_rank)
+        p = predicted.get(key, Fraction(0))
+        status, mechanism, note = ("match" if all(g == p for g in got) else "differs"), "", ""
+        data_axes = bool(axes) and set(axes) <= set(r.data_axes)
+        # pipeline-stage-share: DDP/replicate all-reduces each stage's own gradients; the engine's
+        # buffer is the uniform Ψ/p of gradient bytes
+        stage_kinds = {"ddp": {"all_reduce": "grads"}, "zero1": {"reduce_scatter": "grads", "all_gather": "params"},
+                       "zero2": {"reduce_scatter": "grads", "all_gather": "params"}}.get(r.data, {})
+        if status == "differs" and r.pipeline_axis and kind in stage_kinds and data_axes:
+            state = stage_kinds[kind]
+            t = r.sizes[r.tensor_axis] if r.tensor_axis else 1
+            own = own_stage_prediction(pred, state, r, results)
+            if t == 1:
+                # the even split Ψ/p, at the state's width; each rank's buffer its stage's exact count
+                documented = p == pred.widths[state] * psi / r.stages
+                measured_ok = all(g == p * f for g, f in zip(got, shares))
+            else:
+                # under tensor parallelism the even split is of the bytes each tensor rank holds: the
+                # mean of the engine's stage predictions; each rank's buffer is its own stage's
+                by = pred.stages
+                total = by["first"][state] + by["last"][state] + (r.stages - 2) * by.get("interior", {}).get(state, 0)
+                documented = own is not None and p == total / r.stages
+                measured_ok = own is not None and all(g == w for g, w in zip(got, own))
+            if documented and measured_ok:
+                status, mechanism, note = explained("pipeline-stage-share", stage_note(
+                    r, shape, f"This buffer, the stage's {'gradients' if state == 'grads' else 'parameters'},"))
+        # pipeline-edge-stages: the engine's interior stage sends and receives m·v boundaries of s·b·h
+        # under sequence parallelism each tensor rank sends its own sequence shard, s·b·h/t
+        sp_div = r.sizes[r.tensor_axis] if r.sequence_parallel else 1
+        if status == "differs" and kind.startswith("p2p ") and r.pipeline_axis and axes == (r.pipeline_axis,) \
+                and p == boundary * shape.microbatches * r.chunks / sp_div:
+            want = [p * edge_share(kind, res["coords"][r.pipeline_axis], r.stages, r.chunks) for res in results]
+            if all(g == w for g, w in zip(got, want)):
+                status, mechanism, note = explained("pipeline-edge-stages", _edge_note(kind, r))
+        once = tuple(dict.fromkeys(axes))
+        if status == "differs" and r.grad_reduce == "twice" and kind == "all_reduce" and len(once) < len(axes) \
+                and all(g == 0 for g in got) and p == grads_width * psi:
+            alt = tuple(m.get((kind, once), 0) for m in per_rank)
+            if all(a == p * len(axes) / len(once) for a in alt):
+                got = alt
+                used.add((kind, once))
+                label += f" (measured: {len(axes) // len(once)} all_reduce over {'×'.join(once)})"
+                status, mechanism, note = explained("gradient-reduced-twice", (
+                    f"the plan reduces over ({', '.join(axes)}): DDP's all-reduce and the loop's own, each of the "
+                    f"whole gradient over {'×'.join(once)}; the cost engine sizes one all-reduce of that buffer"))
+        if status == "differs" and shape.tied_embeddings and r.pipeline_axis and r.stages > 1 and kind == "all_reduce" \
+                and p == 0:
+            tie = shape.vocab * shape.hidden * pred.widths["grads"]
+
+            def member(res, axes=axes) -> bool:
+                edge = res["coords"][r.pipeline_axis] in (0, r.stages - 1)
+                return edge and (axes == (r.pipeline_axis,) or f"rank{res['rank']}" in axes)
+
+            if all(g == (tie if member(res) else 0) for g, res in zip(got, results)):
+                status, mechanism, note = explained("tied-embedding-sync", (
+                    f"Megatron-LM's embedding group: the first stage's word embedding and the last stage's copy of it "
+                    f"sum their gradients, one all-reduce of V·h·4 = {tie} B between the two; the cost model leaves it "
+                    "out"))
+        t = r.sizes.get(r.tensor_axis, 1) if r.tensor_axis else 1
+        replicated = [Fraction(res["tensor_replicated_param_bytes"]) for res in results]
+        if status == "differs" and r.tensor_axis and kind in ("all_reduce", "reduce_scatter", "all_gather") \
+                and data_axes and p and pred.states["params"] \
+                and all(g * pred.states["params"] == p * res["held"]["params"]["storage"] for g, res in zip(got, results)) \
+                and all(rep > pred.tensor_whole_bytes for rep in replicated):
+            status, mechanism, note = explained("tensor-replicated-params", (
+                f"the same excess as the parameters held: {replicated[0]} B per rank belong to parameters PyTorch "
+                f"keeps replicated over '{r.tensor_axis}', which the plan shards 1/{t}, and this buffer is made of "
+                "parameters or their gradients"))
+        in_clip = tuple(measured_collectives(res, r.mesh, "clip").get(key, 0) for res in results)
+        if status == "differs" and r.clip == "global" and kind == "all_reduce" and p == 0 \
+                and all(c == g == 4 * res["param_tensors"] for c, g, res in zip(in_clip, got, results)):
+            status, mechanism, note = explained("clip-norm-scalars", (
+                f"clip_grad_norm_ all-reduces one partial fp32 norm per parameter tensor "
+                f"({results[0]['param_tensors']} × 4 B); the cost model leaves this scalar traffic out"))
+        if status == "differs" and r.tensor_axis and axes == (r.tensor_axis,):
+            status, mechanism, note = _tensor_axis_extras(kind, p, got, r, results, shape, boundary)
+        rows.append(Row("collectives", label + ", buffer bytes per step", p, Fraction(max(got)), status, note,
+                        got if len(set(got)) > 1 else (), mechanism))
+        used.add(key)
+    return rows
+
+
+def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, results: list[dict], shape: TinyShape,
+                        boundary: int) -> tuple[str, str, str]:
+    """The tensor-axis collectives beyond Megatron's per-layer ones that the cost model leaves out.
+
+    Checked record by record on every rank: the prediction must be Megatron's per-layer
+    count (2 forward + 2 backward per layer and microbatch, of s·b·h) and the measured
+    records exactly that plus the documented extras."""
+    vocab = not shape.tied_embeddings
+    # Megatron: 2 per layer and microbatch in forward, 2 in backward, 2 more with full recomputation,
+    # over the layers of the rank's own pipeline stage
+    calls = (6 if r.recompute == "full" else 4) * (shape.layers // r.stages) * shape.microbatches
+    m, per_layer = shape.microbatches, calls * boundary
+    tokens = shape.seq * shape.microbatch * 4  # one fp32 value per token of a microbatch
+    norm_grad = shape.hidden * 4
+    mesh = r.mesh
+
+    def records(res, phases=None):
+        return sorted(rec["bytes"] for rec in res["collectives"][-1]
+                      if rec["kind"] == kind and rec.get("phase") != "setup"
+                      and (phases is None or rec.get("phase") in phases)
+                      and axes_of_group(tuple(rec["ranks"]), res["coords"], mesh) == (r.tensor_axis,))
+
+    def ends(res) -> tuple[int, int]:
+        """(1 if the rank holds the embedding, 1 if it holds the head)."""
+        if not r.pipeline_axis:
+            return 1, 1
+        c = res["coords"][r.pipeline_axis]
+        return int(c == 0), int(c == r.stages - 1)
+
+    if not r.sequence_parallel and kind == "all_reduce" and vocab and p == per_layer:
+        def want(res):
+            emb, head = ends(res)
+            return sorted([boundary] * (calls + m * emb + m * head) + [tokens] * (3 * m * head))
+
+        if all(records(res) == want(res) for res in results):
+            return explained("vocab-parallel-embedding-head", (
+                f"Megatron's vocabulary-parallel embedding all-reduces its partial output (s·b·h = {boundary} B per "
+                f"microbatch, forward) and the head its input's partial gradient ({boundary} B, backward); the "
+                f"vocabulary-parallel cross entropy all-reduces the max, the target logit and the sum of exponentials "
+                f"({tokens} B each, 3 per microbatch)"
+                + (" — on the pipeline stages that hold the embedding and the head" if r.pipeline_axis else "")
+                + "; the cost model counts the layers' all-reduces only"))
+    if r.sequence_parallel and kind in ("all_gather", "reduce_scatter") and p == per_layer \
+            and all(records(res) == [boundary] * (calls + m * sum(ends(res))) for res in results):
+        where = ("the vocabulary-parallel embedding's output (reduce-scattered forward, its gradient all-gathered "
+                 "backward) and the vocabulary-parallel head's input (all-gathered forward, its gradient "
+                 "reduce-scattered backward)") if vocab else \
+            "the replicated head (forward) and the replicated embedding (its gradient, backward)"
+        return explained("sp-boundary-gathers", (
+            f"two more {kind.replace('_', '-')}s of s·b·h = {boundary} B where the sequence-parallel region meets {where}"))
+    if r.sequence_parallel and kind == "all_reduce" and p == 0:
+        def split(res) -> tuple[list[int], list[int]]:
+            """(the cross entropy's records, the norm gradients' records) of one rank: by size when
+            the two sizes differ, else by phase (the loss runs in forward, the reductions after it)."""
+            if tokens != norm_grad:
+                recs = records(res)
+                return [x for x in recs if x == tokens], [x for x in recs if x != tokens]
+            return records(res, ("forward", "schedule")), records(res, ("backward", "optimizer", "clip"))
+
+        ok = all(split(res)[0] == ([tokens] * (3 * m * ends(res)[1]) if vocab else []) for res in results) \
+            and all((rest := split(res)[1]) and set(rest) == {norm_grad} for res in results)
+        if not ok and tokens == norm_grad and r.pipeline_axis:
+            # equal sizes, one schedule phase: count them. Each norm weight and bias of the rank's
+            # blocks (and the final norm on the last stage) once, the cross entropy 3 per microbatch
+            per_norm = 2 if shape.norm == "layernorm" else 1
+
+            def count(res) -> int:
+                head = ends(res)[1]
+                return (2 * per_norm * (shape.layers // r.stages) + per_norm * head
+                        + (3 * m * head if vocab else 0))
+
+            ok = all(set(records(res)) == {norm_grad} and len(records(res)) == count(res) for res in results)
+        if ok:
+            phases = sorted({rec["phase"] for rec in results[0]["collectives"][-1] if rec["kind"] == kind
+                             and rec["bytes"] == norm_grad and rec.get("phase") != "forward"})
+            n = len(split(results[0])[1])
+            note = (f"{n} all-reduces of h·4 = {norm_grad} B in {' and '.join(phases)}: gradients of norm weights and "
+                    f"biases, replicated inside the sequence-parallel region, reduced over '{r.tensor_axis}' (the "
+                    "reduction sequence parallelism requires; the cost model leaves it out"
+                    + ("; DTensor keeps them partial and the optimizer reduces them again in each op that reads them"
+                       if "optimizer" in phases else "") + ")")
+            if vocab:
+                note += (f"; and in forward the vocabulary-parallel cross entropy's all-reduces of {tokens} B "
+                         "(max, target logit, sum of exponentials: 3 per microbatch"
+                         + (", on the last pipeline stage" if r.pipeline_axis else "") + ")")
+                return "explained", "sp-norm-gradients + vocab-parallel-embedding-head", note
+            return explained("sp-norm-gradients", note)
+    return "differs", "", ""
+
+
+def edge_share(kind: str, rank: int, p: int, v: int) -> Fraction:
+    """Of an interior stage's transfers in this direction and phase, the share pipeline rank ``rank`` makes.
+
+    Rank d holds virtual stages d, d + p, ...; the last virtual stage (on rank p - 1) has
+    no successor, the first (on rank 0) no predecessor. Forward activations are sent to
+    the successor and received from the predecessor; backward gradients the other way.
+    """
+    sends_forward = kind.endswith("forward") == kind.startswith("p2p sent")
+    edge = p - 1 if sends_forward else 0  # the rank whose edge chunk has no partner this way
+    return Fraction(v - (1 if rank == edge else 0), v)
+
+
+def _edge_note(kind: str, r: Realisation) -> str:
+    v = r.chunks
+    return ("the cost engine counts an interior stage, which sends and receives every microbatch's boundary "
+            f"{'in each of its ' + str(v) + ' chunks ' if v > 1 else ''}in both phases; the first stage receives no "
+            "activations and sends no gradients, the last sends no activations and receives no gradients"
+            + (f", so each edge rank makes {v - 1} of {v} chunks' transfers that way" if v > 1 else
+               ", so each edge rank makes all or none of them"))
+
