@@ -202,6 +202,8 @@ EXAMPLES = [
     ("fsdp_clip_local.py", 2, 1, ("g.mul_(coef)", "SC clip_norm")),
     ("tp_sp_norms.py", 2, 1, ("opt.step()", "GI grads[norm] over tp")),
     ("tokens_axis.py", 4, 1, ("dist.all_reduce(tokens", "GI grads[dense] normalisation")),
+    ("accum.py", 2, 0, None),
+    ("accum_summed.py", 2, 1, ("loss = F.cross_entropy(", "GI grads[dense] normalisation")),
 ]
 
 

@@ -24,6 +24,10 @@ Steps, on the last step of the trace that reached the optimizer:
    (``grads[G]: divide by``, as a product of axis sizes where the numbers allow), the loss
    (``per_device_mean`` from a mean cross-entropy, ``sum``), the token count's reduction,
    the clip-norm reduction.
+6. Gradient accumulation: k backward passes before one optimizer step are ``microbatches = k``;
+   the loss multiplier is taken relative to 1 / k, and a departure is stated over k at the loss line.
+
+The layout and records live in ``lift_layout``, the loss, clipping and rendering in ``lift_render``.
 """
 
 from __future__ import annotations
@@ -156,11 +160,6 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     items.extend(bad.values())
 
     step_colls = [c for c in ranks[observer]["collectives"] if c["step"] == step_no]
-    if len(step[observer].get("losses", [])) > 1:
-        items.append(Unliftable((observer,), -1, "backward", f"{len(step[observer]['losses'])} backward passes in one "
-                                "step (gradient accumulation) are not lifted: the spec takes one", tuple(
-                                    step[observer]["losses"][0]["stack"])))
-
     # strategies
     bindings: dict[str, str] = {}
     no_regather: list[tuple[str, list[dict]]] = []
@@ -270,6 +269,12 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     # loss convention
     loss_kind, w, loss_frames, tokens_axes, tokens_equal = _loss(step, layout, data_axes, observer, step_colls,
                                                                   tp, notes, script)
+    # gradient accumulation: k backward passes accumulate into one optimizer step; the loss
+    # multiplier is then taken relative to the mean over the step's k micro-batches
+    accum = max(1, len(step[observer].get("losses", [])))
+    if accum > 1:
+        w *= accum
+        notes.append(f"{accum} backward passes accumulate into each optimizer step: lifted as microbatches = {accum}")
     data_size = layout.size(data_axes)
     default_div = Fraction(data_size) if loss_kind == "per_device_mean" else Fraction(1)
 
@@ -321,6 +326,11 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
         q = (1 / const) / w
         if q != default_div:
             expr = _express(q, layout, [tuple(sorted(set(reds)))] + [tuple(data_axes)])
+            if accum > 1 and w != 1:
+                # the micro-steps' loss multiplier departs from 1 / k: stated over k, at the loss line
+                whole = _express(q * accum, layout, [tuple(sorted(set(reds)))] + [tuple(data_axes)])
+                expr = f"{whole} / {accum}" if whole not in (None, "1") else expr
+                frames = loss_frames or frames
             if expr is None:
                 expr = str(q)
                 notes.append(f"grads[{gname}]: divided by {q}, which is no product of mesh sizes: lifted as a "
@@ -331,7 +341,7 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
         lines.append(clip)
 
     text, origins = _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, step[observer], notes,
-                            script)
+                            script, accum)
     return Lifted(text, plan_name, items, notes, origins,
                   {g: [e[0]["name"] for e in members] for g, _, members in named})
 

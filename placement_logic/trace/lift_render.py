@@ -77,7 +77,8 @@ def _clip(step_colls, params, layout, axes, info, tp, data_axes, script=""):
     return (f"  override clip_norm: reduce over ({', '.join(observed)})", frames)
 
 
-def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, step, notes, script=""):
+def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, step, notes, script="",
+            accum=1):
     opt = step.get("optimizer", {})
     params = opt.get("params", [])
     total = sum(e[5] for _, _, members in named for e in members)
@@ -100,6 +101,8 @@ def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, 
     out.append("")
     out.append("model {")
     out.append(f"  params = {total}")
+    if accum > 1:
+        out.append(f"  microbatches = {accum}  # backward passes accumulated into each optimizer step")
     out.append("  bytes {")
     out.append(f"    params = {pbytes}")
     out.append(f"    grads = {pbytes}")
