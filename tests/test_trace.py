@@ -70,6 +70,29 @@ def test_lifted_stored_trace_is_refuted_by_check(tmp_path, monkeypatch):
     assert status == 0 and "traced" in out
 
 
+def _accumulated(trace: dict, k: int, divided: bool) -> dict:
+    """The stored trace as if each step ran ``k`` backward passes (each loss divided by k or not)."""
+    for part in trace["ranks"]:
+        for st in part["steps"]:
+            if st.get("losses"):
+                one = dict(st["losses"][0], value=st["losses"][0]["value"] / (k if divided else 1))
+                st["losses"] = [one] * k
+                st["nll"] = [st["nll"][0]] * k
+    return trace
+
+
+def test_accumulation_is_lifted_as_microbatches():
+    """k backward passes per optimizer step: ``microbatches = k``; a loss divided by k keeps the hook's divisor,
+    a loss not divided by k is k times too large, stated over k at the loss line."""
+    divided = lift(_accumulated(stored(), 2, True))
+    assert "  microbatches = 2  # backward passes accumulated into each optimizer step" in divided.text
+    assert "override grads: divide by 1  #" in divided.text
+    assert not [u for u in divided.unliftable if u.what == "backward"]
+    summed = lift(_accumulated(stored(), 2, False)).text
+    line = _line("ddp_summed.py", "loss = F.cross_entropy(")
+    assert f"override grads: divide by 1 / dp  # examples/traced/ddp_summed.py:{line}" in summed
+
+
 def test_lift_json_format(monkeypatch):
     monkeypatch.chdir(ROOT)
     status, out, _ = run(["lift", str(STORED), "--format", "json"])
