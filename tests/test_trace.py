@@ -268,6 +268,20 @@ def test_pipeline_is_reported_not_lifted(monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.torch
+def test_accumulation_synchronised_every_micro_step_is_reported(monkeypatch):
+    """Reductions on every accumulated backward are reported at the backward line, not lifted as a double reduction."""
+    pytest.importorskip("torch")
+    monkeypatch.chdir(ROOT)
+    status, out, err = run(["trace", "--nproc", "2", "--check", "--", "python", "examples/traced/accum_every_sync.py"])
+    assert status == 3, out + err
+    line = _line("accum_every_sync.py", "loss.backward()")
+    assert f"accum_every_sync.py:{line}:1: error: not lifted: backward" in err, err
+    assert "reduced on more than one of the 2 accumulated backward passes" in err
+    assert "none of them is the script's" in out
+
+
+@pytest.mark.slow
+@pytest.mark.torch
 def test_trace_file_then_lift(tmp_path, monkeypatch):
     """`trace -o` writes the trace; `lift` reads it; what it lifts is what `trace --check` checks."""
     pytest.importorskip("torch")

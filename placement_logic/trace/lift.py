@@ -275,6 +275,14 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     if accum > 1:
         w *= accum
         notes.append(f"{accum} backward passes accumulate into each optimizer step: lifted as microbatches = {accum}")
+        repeated = [e for e in info if len(e[2]) != len(set(e[2]))]
+        if repeated:
+            # synchronised on more than one micro-step: the later reductions also carry the earlier
+            # micro-steps' already reduced part, which one program per gradient cannot state
+            first = repeated[0]
+            items.append(Unliftable((observer,), -1, "backward", f"{len(repeated)} gradients reduced on more than one "
+                                    f"of the {accum} accumulated backward passes (no no_sync): the accumulated "
+                                    "reductions are not lifted", tuple(first[4][0] if first[4] else ())))
     data_size = layout.size(data_axes)
     default_div = Fraction(data_size) if loss_kind == "per_device_mean" else Fraction(1)
 
