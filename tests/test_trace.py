@@ -70,6 +70,29 @@ def test_lifted_stored_trace_is_refuted_by_check(tmp_path, monkeypatch):
     assert status == 0 and "traced" in out
 
 
+def _accumulated(trace: dict, k: int, divided: bool) -> dict:
+    """The stored trace as if each step ran ``k`` backward passes (each loss divided by k or not)."""
+    for part in trace["ranks"]:
+        for st in part["steps"]:
+            if st.get("losses"):
+                one = dict(st["losses"][0], value=st["losses"][0]["value"] / (k if divided else 1))
+                st["losses"] = [one] * k
+                st["nll"] = [st["nll"][0]] * k
+    return trace
+
+
+def test_accumulation_is_lifted_as_microbatches():
+    """k backward passes per optimizer step: ``microbatches = k``; a loss divided by k keeps the hook's divisor,
+    a loss not divided by k is k times too large, stated over k at the loss line."""
+    divided = lift(_accumulated(stored(), 2, True))
+    assert "  microbatches = 2  # backward passes accumulated into each optimizer step" in divided.text
+    assert "override grads: divide by 1  #" in divided.text
+    assert not [u for u in divided.unliftable if u.what == "backward"]
+    summed = lift(_accumulated(stored(), 2, False)).text
+    line = _line("ddp_summed.py", "loss = F.cross_entropy(")
+    assert f"override grads: divide by 1 / dp  # examples/traced/ddp_summed.py:{line}" in summed
+
+
 def test_lift_json_format(monkeypatch):
     monkeypatch.chdir(ROOT)
     status, out, _ = run(["lift", str(STORED), "--format", "json"])
@@ -202,6 +225,8 @@ EXAMPLES = [
     ("fsdp_clip_local.py", 2, 1, ("g.mul_(coef)", "SC clip_norm")),
     ("tp_sp_norms.py", 2, 1, ("opt.step()", "GI grads[norm] over tp")),
     ("tokens_axis.py", 4, 1, ("dist.all_reduce(tokens", "GI grads[dense] normalisation")),
+    ("accum.py", 2, 0, None),
+    ("accum_summed.py", 2, 1, ("loss = F.cross_entropy(", "GI grads[dense] normalisation")),
 ]
 
 
@@ -239,6 +264,20 @@ def test_pipeline_is_reported_not_lifted(monkeypatch):
         ("dist.recv(h, src=0)", "recv", "1"), ("dist.send(h.grad, dst=0)", "send", "1"))}
     assert set(reported) == expected, err
     assert "none of them is the script's" in out and "proved for all mesh sizes" not in out
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_accumulation_synchronised_every_micro_step_is_reported(monkeypatch):
+    """Reductions on every accumulated backward are reported at the backward line, not lifted as a double reduction."""
+    pytest.importorskip("torch")
+    monkeypatch.chdir(ROOT)
+    status, out, err = run(["trace", "--nproc", "2", "--check", "--", "python", "examples/traced/accum_every_sync.py"])
+    assert status == 3, out + err
+    line = _line("accum_every_sync.py", "loss.backward()")
+    assert f"accum_every_sync.py:{line}:1: error: not lifted: backward" in err, err
+    assert "reduced on more than one of the 2 accumulated backward passes" in err
+    assert "none of them is the script's" in out
 
 
 @pytest.mark.slow

@@ -24,176 +24,32 @@ Steps, on the last step of the trace that reached the optimizer:
    (``grads[G]: divide by``, as a product of axis sizes where the numbers allow), the loss
    (``per_device_mean`` from a mean cross-entropy, ``sum``), the token count's reduction,
    the clip-norm reduction.
+6. Gradient accumulation: k backward passes before one optimizer step are ``microbatches = k``;
+   the loss multiplier is taken relative to 1 / k, and a departure is stated over k at the loss line.
+
+The layout and records live in ``lift_layout``, the loss, clipping and rendering in ``lift_render``.
 """
 
 from __future__ import annotations
 
-import itertools
-import keyword
 import re
-from dataclasses import dataclass, field
 from fractions import Fraction
 
-REDUCTIONS = ("all_reduce", "reduce_scatter")
-REDUCE_OPS = ("sum", "avg", "premul_sum")
-NOT_LIFTED_KINDS = ("send", "recv", "recv_any_source", "all_to_all", "gather", "scatter", "reduce")
-RESERVED_GROUPS = {"dense", "norms", "biases", "embedding", "head", "attention", "kv", "mlp", "experts",
-                   "expert_biases", "router", "final_norm", "all"}
-
-
-@dataclass(frozen=True)
-class Unliftable:
-    ranks: tuple[int, ...]
-    seq: int
-    what: str
-    reason: str
-    stack: tuple[dict, ...]
-    calls: tuple[int, ...] = ()  # every call number (over the ranks) reported here
-
-    @property
-    def where(self) -> str:
-        return f"{self.stack[0]['file']}:{self.stack[0]['line']}" if self.stack else "<no user frame>"
-
-    def to_json(self) -> dict:
-        return {"ranks": list(self.ranks), "call": self.seq, "calls": sorted(set(self.calls)) or [self.seq],
-                "what": self.what, "reason": self.reason, "stack": list(self.stack)}
-
-
-@dataclass
-class Lifted:
-    text: str
-    plan: str
-    unliftable: list[Unliftable] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    origins: dict[int, list[dict]] = field(default_factory=dict)  # spec line -> script frames
-    groups: dict[str, list[str]] = field(default_factory=dict)  # group -> parameter names
-
-
-class _Layout:
-    """Axes (name, size) and each rank's coordinates."""
-
-    def __init__(self, names: list[str], sizes: list[int], grid) -> None:
-        self.names, self.sizes = names, sizes
-        self.coords: dict[int, tuple[int, ...]] = {}
-        for idx in itertools.product(*(range(s) for s in sizes)):
-            cell = grid
-            for i in idx:
-                cell = cell[i]
-            self.coords[int(cell)] = idx
-
-    def axes_of(self, ranks, observer: int) -> tuple[str, ...] | None:
-        want = set(ranks)
-        if observer not in want:
-            return None
-        me = self.coords[observer]
-        for k in range(len(self.names) + 1):
-            for subset in itertools.combinations(range(len(self.names)), k):
-                members = {r for r, c in self.coords.items()
-                           if all(c[i] == me[i] for i in range(len(me)) if i not in subset)}
-                if members == want:
-                    return tuple(self.names[i] for i in subset)
-        return None
-
-    def neighbour(self, rank: int, axis: str) -> int | None:
-        """A rank that differs from ``rank`` along ``axis`` only."""
-        i = self.names.index(axis)
-        me = self.coords[rank]
-        for r, c in self.coords.items():
-            if c[i] != me[i] and all(c[j] == me[j] for j in range(len(me)) if j != i):
-                return r
-        return None
-
-    def size(self, axes) -> int:
-        n = 1
-        for a in axes:
-            n *= self.sizes[self.names.index(a)]
-        return n
-
-
-def _ident(name: str, taken: set[str]) -> str:
-    base = re.sub(r"\W", "_", name) or "axis"
-    if base[0].isdigit() or keyword.iskeyword(base):
-        base = "a_" + base
-    out, i = base, 2
-    while out in taken:
-        out, i = f"{base}{i}", i + 1
-    taken.add(out)
-    return out
-
-
-def _layout(trace: dict) -> tuple[_Layout, bool]:
-    world = trace["world"]
-    meshes = [m for m in trace["ranks"][0]["meshes"] if m.get("shape")]
-    if meshes:
-        mesh = max(meshes, key=lambda m: len(m["shape"]))
-        taken: set[str] = set()
-        names = [_ident(n, taken) for n in mesh["dim_names"]]
-        return _Layout(names, list(mesh["shape"]), mesh["ranks"]), True
-    groups = {tuple(sorted(c["ranks"])) for r in trace["ranks"] for c in r["collectives"]
-              if len(c["ranks"]) > 1 and c["kind"] not in ("send", "recv")}
-    flat = list(range(world))
-    candidates = [(world,)] + [(world // k, k) for k in range(2, world) if world % k == 0]
-    for shape in sorted(candidates, key=len, reverse=True):
-        grid = [flat[i * shape[-1]:(i + 1) * shape[-1]] for i in range(shape[0])] if len(shape) == 2 else flat
-        lay = _Layout([f"d{i}" for i in range(len(shape))], list(shape), grid)
-        if all(lay.axes_of(g, g[0]) is not None for g in groups):
-            used = {a for g in groups for a in lay.axes_of(g, g[0])}
-            if len(shape) == 1 or used == set(lay.names):
-                return lay, False
-    return _Layout(["d0"], [world], flat), False
-
-
-def _placement_axes(p: dict, layout: _Layout) -> set[str]:
-    """Axes over which parameter ``p`` is sharded (DTensor Shard placements)."""
-    out = set()
-    dims = p.get("mesh_dims") or []
-    for dim, pl in zip(dims, p.get("placements") or []):
-        if pl.startswith(("S(", "Shard", "_S", "_StridedShard")):
-            name = re.sub(r"\W", "_", dim)
-            if name in layout.names:
-                out.add(name)
-            elif len(layout.names) == 1:
-                out.add(layout.names[0])
-    return out
-
-
-def _express(q: Fraction, layout: _Layout, prefer: list[tuple[str, ...]]) -> str | None:
-    """``q`` as a product of axis sizes (or its inverse), the preferred axis sets first."""
-    if q == 1:
-        return "1"
-    subsets = list(prefer) + [s for k in range(1, len(layout.names) + 3)
-                              for s in itertools.combinations_with_replacement(layout.names, k)]
-    for s in subsets:
-        if s and Fraction(layout.size(s)) == q:
-            return " * ".join(s)
-    for s in subsets:
-        if s and Fraction(1, layout.size(s)) == q:
-            return "1 / " + (s[0] if len(s) == 1 else "(" + " * ".join(s) + ")")
-    return None
-
-
-def _frames(stacks, script: str = "") -> list[dict]:
-    """One frame per call: the innermost in the traced script itself, else the innermost user frame."""
-    out, seen = [], set()
-    for st in stacks:
-        st = [f for f in (st or []) if f.get("file")]
-        if not st:
-            continue
-        frame = next((f for f in st if f["file"] == script), st[0])
-        key = (frame["file"], frame["line"])
-        if key not in seen:
-            seen.add(key)
-            out.append(frame)
-    return out
-
-
-def _group_name(members: list[str], taken: set[str]) -> str:
-    leaves = [m.split(".") for m in members]
-    for token, name in (("norm", "norm"), ("ln", "norm"), ("embed", "embed"), ("wte", "embed"), ("head", "lm_head"),
-                        ("bias", "bias")):
-        if all(any(token in part for part in parts) for parts in leaves):
-            return _ident(name, taken)
-    return _ident("params", taken)
+from .lift_layout import (
+    NOT_LIFTED_KINDS,
+    REDUCE_OPS,
+    REDUCTIONS,
+    Lifted,
+    Unliftable,
+    _express,
+    _frames,
+    _group_name,
+    _ident,
+    _Layout,
+    _layout,
+    _placement_axes,
+)
+from .lift_render import _clip, _empty_spec, _loss, _render
 
 
 def lift(trace: dict, plan_name: str = "traced", path: str = "<trace>") -> Lifted:
@@ -304,11 +160,6 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     items.extend(bad.values())
 
     step_colls = [c for c in ranks[observer]["collectives"] if c["step"] == step_no]
-    if len(step[observer].get("losses", [])) > 1:
-        items.append(Unliftable((observer,), -1, "backward", f"{len(step[observer]['losses'])} backward passes in one "
-                                "step (gradient accumulation) are not lifted: the spec takes one", tuple(
-                                    step[observer]["losses"][0]["stack"])))
-
     # strategies
     bindings: dict[str, str] = {}
     no_regather: list[tuple[str, list[dict]]] = []
@@ -418,6 +269,20 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     # loss convention
     loss_kind, w, loss_frames, tokens_axes, tokens_equal = _loss(step, layout, data_axes, observer, step_colls,
                                                                   tp, notes, script)
+    # gradient accumulation: k backward passes accumulate into one optimizer step; the loss
+    # multiplier is then taken relative to the mean over the step's k micro-batches
+    accum = max(1, len(step[observer].get("losses", [])))
+    if accum > 1:
+        w *= accum
+        notes.append(f"{accum} backward passes accumulate into each optimizer step: lifted as microbatches = {accum}")
+        repeated = [e for e in info if len(e[2]) != len(set(e[2]))]
+        if repeated:
+            # synchronised on more than one micro-step: the later reductions also carry the earlier
+            # micro-steps' already reduced part, which one program per gradient cannot state
+            first = repeated[0]
+            items.append(Unliftable((observer,), -1, "backward", f"{len(repeated)} gradients reduced on more than one "
+                                    f"of the {accum} accumulated backward passes (no no_sync): the accumulated "
+                                    "reductions are not lifted", tuple(first[4][0] if first[4] else ())))
     data_size = layout.size(data_axes)
     default_div = Fraction(data_size) if loss_kind == "per_device_mean" else Fraction(1)
 
@@ -469,6 +334,11 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
         q = (1 / const) / w
         if q != default_div:
             expr = _express(q, layout, [tuple(sorted(set(reds)))] + [tuple(data_axes)])
+            if accum > 1 and w != 1:
+                # the micro-steps' loss multiplier departs from 1 / k: stated over k, at the loss line
+                whole = _express(q * accum, layout, [tuple(sorted(set(reds)))] + [tuple(data_axes)])
+                expr = f"{whole} / {accum}" if whole not in (None, "1") else expr
+                frames = loss_frames or frames
             if expr is None:
                 expr = str(q)
                 notes.append(f"grads[{gname}]: divided by {q}, which is no product of mesh sizes: lifted as a "
@@ -479,7 +349,7 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
         lines.append(clip)
 
     text, origins = _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, step[observer], notes,
-                            script)
+                            script, accum)
     return Lifted(text, plan_name, items, notes, origins,
                   {g: [e[0]["name"] for e in members] for g, _, members in named})
 
@@ -494,136 +364,3 @@ def _optimizer_sharded(step, layout: _Layout, observer: int, axis: str) -> bool:
     other = layout.neighbour(observer, axis)
     theirs = held(other) if other is not None else None
     return mine is not None and theirs is not None and not (mine & theirs)
-
-
-def _loss(step, layout: _Layout, data_axes, observer, step_colls, tp, notes, script=""):
-    """(kind, loss multiplier w, frames, (token axes, frames) or None, tokens equal)."""
-    mine = step[observer]
-    nll = mine.get("nll", [])
-    losses = mine.get("losses", [])
-    if not nll or not losses:
-        notes.append("no cross-entropy (nll_loss) was recorded: the loss normalisation is assumed to be the global "
-                     "token mean, scaled by the data-parallel size as DDP expects")
-        return "global_mean", Fraction(layout.size(data_axes)), [], None, False
-    first = nll[0]
-    frames = _frames([first["stack"]], script)
-    value = Fraction(losses[0]["value"]).limit_denominator(1 << 24)
-    nll_value = Fraction(first["value"]).limit_denominator(1 << 24)
-    # the ranks holding distinct data: one per data coordinate (the observer's tensor coordinate)
-    data_ranks = [r for r, c in layout.coords.items()
-                  if tp is None or c[layout.names.index(tp)] == layout.coords[observer][layout.names.index(tp)]]
-    counts = [sum(n["tokens"] for n in step[r].get("nll", [])) for r in data_ranks]
-    positions = [sum(n["positions"] for n in step[r].get("nll", [])) for r in data_ranks]
-    total = sum(counts)
-    equal = len(set(counts)) == 1 and counts == positions
-    tokens_axes = None
-    for c in step_colls:
-        if c["phase"] in ("before_forward", "forward") and c["kind"] == "all_reduce" and c["numel"] == 1 and \
-                c.get("value_in") == float(first["tokens"]):
-            tokens_axes = (layout.axes_of(c["ranks"], observer) or (), _frames([c["stack"]], script),
-                           c.get("value_out"))
-    if nll_value == 0:
-        return "global_mean", Fraction(1), frames, tokens_axes, equal
-    if first["reduction"] == "mean":
-        c = _nice(value / nll_value)
-        return "per_device_mean", c, frames, None, equal
-    if first["reduction"] == "sum":
-        if _nice(value / nll_value) == 1:
-            return "sum", Fraction(1), frames, None, False
-        if tokens_axes is not None and tokens_axes[0]:
-            # normalised by the count summed over the token axes: the multiplier on top of it
-            reduced = tokens_axes[2] if tokens_axes[2] is not None else sum(counts)
-            return "global_mean", _nice(value * Fraction(reduced) / nll_value), frames, tokens_axes, False
-        w = _nice(value * total / nll_value)
-        return "global_mean", w, frames, tokens_axes, False
-    notes.append(f"cross-entropy with reduction={first['reduction']} is not a recognised loss normalisation")
-    return "global_mean", Fraction(1), frames, tokens_axes, False
-
-
-def _nice(x: Fraction) -> Fraction:
-    """A float ratio read back as the small rational it is (fp32 loss values)."""
-    return x.limit_denominator(64)
-
-
-def _clip(step_colls, params, layout, axes, info, tp, data_axes, script=""):
-    dynamic = [e for e in info if (e[0].get("grad") or {}).get("dynamic_scales")]
-    if not dynamic:
-        return None
-    # the norm's reductions: all-reduces after backward that carry no gradient
-    in_programs = {s for e in info for s in ((e[0].get("grad") or {}).get("collectives") or [])}
-    norm_colls = [c for c in step_colls if c["phase"] == "after_backward" and c["kind"] == "all_reduce"
-                  and c["seq"] not in in_programs and c["dtype"].startswith(("float", "bfloat"))]
-    observed = sorted({a for c in norm_colls for a in axes(c)})
-    sharded = set()
-    for p, *_ in info:
-        sharded |= _placement_axes(p, layout)
-    expected = sorted(sharded)
-    at = [sc for e in dynamic for sc in (e[0]["grad"].get("dynamic_at") or [])]
-    frames = _frames([c["stack"] for c in norm_colls], script) or _frames([[a] for a in at], script)
-    if observed == expected:
-        return None
-    return (f"  override clip_norm: reduce over ({', '.join(observed)})", frames)
-
-
-def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, step, notes, script=""):
-    opt = step.get("optimizer", {})
-    params = opt.get("params", [])
-    total = sum(e[5] for _, _, members in named for e in members)
-    pbytes = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}.get(params[0]["dtype"], 4) if params else 4
-    elements = opt.get("param_elements") or 0
-    obytes = Fraction(opt.get("state_bytes", 0), elements) if elements else Fraction(0)
-    # the strategies the plan's binding lines name
-    used = {m.group(1) for t, _ in lines for m in [re.match(r"\s+(?:\[[^\]]*\]|\w+): (\w+)$", t)] if m}
-    imports = sorted(used & {"ddp", "zero1", "zero3", "fsdp_shard_grad_op", "hybrid_shard"})
-    tensor = sorted(used & {"megatron_tp", "megatron_sp"})
-    out: list[str] = []
-    origins: dict[int, list[dict]] = {}
-    out.append(f"# Lifted by `placement lift` from a trace of {trace.get('script', '?')} on {trace['world']} processes.")
-    out.append("# The plan is what the script did; each override names where it departs from the library")
-    out.append("# strategy it resembles, and the script line it was lifted from.")
-    if imports:
-        out.append(f"from std.data import {', '.join(imports)}")
-    if tensor:
-        out.append(f"from std.tensor import {', '.join(tensor)}")
-    out.append("")
-    out.append("model {")
-    out.append(f"  params = {total}")
-    out.append("  bytes {")
-    out.append(f"    params = {pbytes}")
-    out.append(f"    grads = {pbytes}")
-    out.append(f"    optimizer = {obytes}  # {opt.get('class', '?')} state per parameter element, as observed")
-    out.append("  }")
-    for gname, (cls, _, _), members in named:
-        if gname == "dense":
-            continue
-        count = sum(e[5] for e in members)
-        like = "norms" if cls == "partial" else "dense"
-        tensor_word = "whole" if cls in ("partial", "whole") else "split"
-        names = ", ".join(e[0]["name"] for e in members[:4]) + (", ..." if len(members) > 4 else "")
-        out.append(f"  group {gname} {{ count = {count}  like = {like}  tensor = {tensor_word} }}  # {names}")
-    out.append("}")
-    out.append("")
-    out.append("mesh {")
-    for a, s in zip(layout.names, layout.sizes):
-        out.append(f"  {a} = {s}  # {roles[a]}")
-    out.append("}")
-    out.append("")
-    dense = next((members for g, _, members in named if g == "dense"), [])
-    if dense:
-        out.append(f"# dense: {len(dense)} parameter tensors ("
-                   + ", ".join(e[0]["name"] for e in dense[:3]) + (", ..." if len(dense) > 3 else "") + ")")
-    for n in notes:
-        out.append(f"# note: {n}")
-    out.append(f"plan {plan_name} {{")
-    origins[len(out)] = _frames([opt.get("stack", [])], script)  # what the plan as a whole ran into: the step
-    for text, frames in lines:
-        where = "; ".join(f"{f['file']}:{f['line']}" for f in frames[:3])
-        out.append(text + (("  # " if "#" not in text else "; ") + where if where else ""))
-        origins[len(out)] = frames
-    out.append("}")
-    return "\n".join(out) + "\n", origins
-
-
-def _empty_spec(trace, plan_name, layout) -> str:
-    return (f"# Lifted by `placement lift` from a trace of {trace.get('script', '?')}: no optimizer step was "
-            "recorded, so there is no plan to lift.\n")

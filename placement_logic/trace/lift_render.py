@@ -1,0 +1,147 @@
+"""The loss convention, the clip-norm reduction and the rendering of a lifted spec."""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+from .lift_layout import _frames, _Layout, _placement_axes
+
+
+def _loss(step, layout: _Layout, data_axes, observer, step_colls, tp, notes, script=""):
+    """(kind, loss multiplier w, frames, (token axes, frames) or None, tokens equal)."""
+    mine = step[observer]
+    nll = mine.get("nll", [])
+    losses = mine.get("losses", [])
+    if not nll or not losses:
+        notes.append("no cross-entropy (nll_loss) was recorded: the loss normalisation is assumed to be the global "
+                     "token mean, scaled by the data-parallel size as DDP expects")
+        return "global_mean", Fraction(layout.size(data_axes)), [], None, False
+    first = nll[0]
+    frames = _frames([first["stack"]], script)
+    value = Fraction(losses[0]["value"]).limit_denominator(1 << 24)
+    nll_value = Fraction(first["value"]).limit_denominator(1 << 24)
+    # the ranks holding distinct data: one per data coordinate (the observer's tensor coordinate)
+    data_ranks = [r for r, c in layout.coords.items()
+                  if tp is None or c[layout.names.index(tp)] == layout.coords[observer][layout.names.index(tp)]]
+    counts = [sum(n["tokens"] for n in step[r].get("nll", [])) for r in data_ranks]
+    positions = [sum(n["positions"] for n in step[r].get("nll", [])) for r in data_ranks]
+    total = sum(counts)
+    equal = len(set(counts)) == 1 and counts == positions
+    tokens_axes = None
+    for c in step_colls:
+        if c["phase"] in ("before_forward", "forward") and c["kind"] == "all_reduce" and c["numel"] == 1 and \
+                c.get("value_in") == float(first["tokens"]):
+            tokens_axes = (layout.axes_of(c["ranks"], observer) or (), _frames([c["stack"]], script),
+                           c.get("value_out"))
+    if nll_value == 0:
+        return "global_mean", Fraction(1), frames, tokens_axes, equal
+    if first["reduction"] == "mean":
+        c = _nice(value / nll_value)
+        return "per_device_mean", c, frames, None, equal
+    if first["reduction"] == "sum":
+        if _nice(value / nll_value) == 1:
+            return "sum", Fraction(1), frames, None, False
+        if tokens_axes is not None and tokens_axes[0]:
+            # normalised by the count summed over the token axes: the multiplier on top of it
+            reduced = tokens_axes[2] if tokens_axes[2] is not None else sum(counts)
+            return "global_mean", _nice(value * Fraction(reduced) / nll_value), frames, tokens_axes, False
+        w = _nice(value * total / nll_value)
+        return "global_mean", w, frames, tokens_axes, False
+    notes.append(f"cross-entropy with reduction={first['reduction']} is not a recognised loss normalisation")
+    return "global_mean", Fraction(1), frames, tokens_axes, False
+
+
+def _nice(x: Fraction) -> Fraction:
+    """A float ratio read back as the small rational it is (fp32 loss values)."""
+    return x.limit_denominator(64)
+
+
+def _clip(step_colls, params, layout, axes, info, tp, data_axes, script=""):
+    dynamic = [e for e in info if (e[0].get("grad") or {}).get("dynamic_scales")]
+    if not dynamic:
+        return None
+    # the norm's reductions: all-reduces after backward that carry no gradient
+    in_programs = {s for e in info for s in ((e[0].get("grad") or {}).get("collectives") or [])}
+    norm_colls = [c for c in step_colls if c["phase"] == "after_backward" and c["kind"] == "all_reduce"
+                  and c["seq"] not in in_programs and c["dtype"].startswith(("float", "bfloat"))]
+    observed = sorted({a for c in norm_colls for a in axes(c)})
+    sharded = set()
+    for p, *_ in info:
+        sharded |= _placement_axes(p, layout)
+    expected = sorted(sharded)
+    at = [sc for e in dynamic for sc in (e[0]["grad"].get("dynamic_at") or [])]
+    frames = _frames([c["stack"] for c in norm_colls], script) or _frames([[a] for a in at], script)
+    if observed == expected:
+        return None
+    return (f"  override clip_norm: reduce over ({', '.join(observed)})", frames)
+
+
+def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, step, notes, script="",
+            accum=1):
+    opt = step.get("optimizer", {})
+    params = opt.get("params", [])
+    total = sum(e[5] for _, _, members in named for e in members)
+    pbytes = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}.get(params[0]["dtype"], 4) if params else 4
+    elements = opt.get("param_elements") or 0
+    obytes = Fraction(opt.get("state_bytes", 0), elements) if elements else Fraction(0)
+    # the strategies the plan's binding lines name
+    used = {m.group(1) for t, _ in lines for m in [re.match(r"\s+(?:\[[^\]]*\]|\w+): (\w+)$", t)] if m}
+    imports = sorted(used & {"ddp", "zero1", "zero3", "fsdp_shard_grad_op", "hybrid_shard"})
+    tensor = sorted(used & {"megatron_tp", "megatron_sp"})
+    out: list[str] = []
+    origins: dict[int, list[dict]] = {}
+    out.append(f"# Lifted by `placement lift` from a trace of {trace.get('script', '?')} on {trace['world']} processes.")
+    out.append("# The plan is what the script did; each override names where it departs from the library")
+    out.append("# strategy it resembles, and the script line it was lifted from.")
+    out.append("# The model block gives the parameter count only (no transformer shape is lifted), so")
+    out.append("# `placement cost` reports parameter, gradient, optimizer and gradient-communication")
+    out.append("# bytes; activations and step time need a shape.")
+    if imports:
+        out.append(f"from std.data import {', '.join(imports)}")
+    if tensor:
+        out.append(f"from std.tensor import {', '.join(tensor)}")
+    out.append("")
+    out.append("model {")
+    out.append(f"  params = {total}")
+    if accum > 1:
+        out.append(f"  microbatches = {accum}  # backward passes accumulated into each optimizer step")
+    out.append("  bytes {")
+    out.append(f"    params = {pbytes}")
+    out.append(f"    grads = {pbytes}")
+    out.append(f"    optimizer = {obytes}  # {opt.get('class', '?')} state per parameter element, as observed")
+    out.append("  }")
+    for gname, (cls, _, _), members in named:
+        if gname == "dense":
+            continue
+        count = sum(e[5] for e in members)
+        like = "norms" if cls == "partial" else "dense"
+        tensor_word = "whole" if cls in ("partial", "whole") else "split"
+        names = ", ".join(e[0]["name"] for e in members[:4]) + (", ..." if len(members) > 4 else "")
+        out.append(f"  group {gname} {{ count = {count}  like = {like}  tensor = {tensor_word} }}  # {names}")
+    out.append("}")
+    out.append("")
+    out.append("mesh {")
+    for a, s in zip(layout.names, layout.sizes):
+        out.append(f"  {a} = {s}  # {roles[a]}")
+    out.append("}")
+    out.append("")
+    dense = next((members for g, _, members in named if g == "dense"), [])
+    if dense:
+        out.append(f"# dense: {len(dense)} parameter tensors ("
+                   + ", ".join(e[0]["name"] for e in dense[:3]) + (", ..." if len(dense) > 3 else "") + ")")
+    for n in notes:
+        out.append(f"# note: {n}")
+    out.append(f"plan {plan_name} {{")
+    origins[len(out)] = _frames([opt.get("stack", [])], script)  # what the plan as a whole ran into: the step
+    for text, frames in lines:
+        where = "; ".join(f"{f['file']}:{f['line']}" for f in frames[:3])
+        out.append(text + (("  # " if "#" not in text else "; ") + where if where else ""))
+        origins[len(out)] = frames
+    out.append("}")
+    return "\n".join(out) + "\n", origins
+
+
+def _empty_spec(trace, plan_name, layout) -> str:
+    return (f"# Lifted by `placement lift` from a trace of {trace.get('script', '?')}: no optimizer step was "
+            "recorded, so there is no plan to lift.\n")
