@@ -8,11 +8,14 @@ refutation, a count summary and one final word. Unknown is never shown as a pass
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from ..diagnostics import NO_SPAN, Span
-from ..outcome import envelope
-from .report import CheckReport, ObligationResult, Verdict
+from ..outcome import Verdict, envelope
 from .rules import CONDITIONS, RULES
+
+if TYPE_CHECKING:  # the report's _repr_markdown_ imports this renderer
+    from .report import CheckReport, ObligationResult
 
 
 def _loc(span: Span, file: str) -> str:

@@ -6,8 +6,12 @@ solver, no parser: only the report data.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..outcome import SCHEMA_VERSION, envelope  # noqa: F401 - SCHEMA_VERSION re-exported for readers
-from .report import ClaimResult, ProveReport, Result
+
+if TYPE_CHECKING:  # the report's _repr_markdown_ imports this renderer
+    from .report import ClaimResult, ProveReport, Result
 
 SMT2_DIR = "proofs/smt2"
 

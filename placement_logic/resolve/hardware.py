@@ -21,15 +21,12 @@ direction, seconds per ring step).
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import TYPE_CHECKING
 
+from .. import hardware as hw
 from .. import ir
 from ..diagnostics import did_you_mean
 from ..frontend import surface
 from .values import Values
-
-if TYPE_CHECKING:
-    from .. import hardware as hw
 
 SETTINGS = ("device", "precision", "mfu", "overlap")
 DEVICE_ARGS = ("memory", "flops")
@@ -46,7 +43,6 @@ def build_hardware(lines: list[surface.AxisDecl], axes: list[ir.Axis], vals: Val
     """The hardware of the mesh, or None when the block says nothing of it (or after errors)."""
     if not lines:
         return None
-    from .. import hardware as hw  # the catalogue, only for a mesh with hardware lines
 
     error = vals.cx.error
     mark = vals.cx.mark()
@@ -141,7 +137,6 @@ def _kwargs(call: surface.Call, allowed: tuple[str, ...], vals: Values, what: st
 
 def _device(e: surface.Expr, vals: Values):
     """(name, title, memory, {precision: flops}) of a device line, or None after an error."""
-    from .. import hardware as hw  # the catalogue, only for a mesh with hardware lines
 
     error = vals.cx.error
     if isinstance(e, surface.Name):
@@ -183,7 +178,6 @@ def _device(e: surface.Expr, vals: Values):
 
 
 def _link(name: str, e: surface.Expr, vals: Values) -> ir.LinkClass | None:
-    from .. import hardware as hw  # the catalogue, only for a mesh with hardware lines
 
     error = vals.cx.error
     if isinstance(e, surface.Name):
