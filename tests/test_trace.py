@@ -418,6 +418,11 @@ def test_lifting_a_realised_plan_gives_it_back(text, plan, bindings, tmp_path, m
     monkeypatch.chdir(ROOT)
     trace = _realised_trace(text, plan, tmp_path)
     lifted = lift(trace)
+    if plan.startswith("zero1"):
+        # measure's ZeRO-1 ranks step one flat buffer that no module holds: reported, not guessed
+        assert [u.what for u in lifted.unliftable] == ["1 of 1 optimizer parameters"], lifted.unliftable
+        assert "not held by any module" in lifted.unliftable[0].reason
+        return
     assert not lifted.unliftable, lifted.unliftable
     body = [line for line in lifted.text.splitlines() if not line.startswith("from std.")]
     both = tmp_path / "both.place"

@@ -84,6 +84,18 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     def coll(c_seq: int, r: int = observer) -> dict:
         return by_seq[r][c_seq]
 
+    # micro-steps: a forward after a backward within one step starts the next accumulated micro-step
+    micro: dict[int, dict[int, int]] = {}
+    for r in ranks:
+        k, last, prev_step, micro[r] = 0, "forward", None, {}
+        for c in ranks[r]["collectives"]:
+            if c["step"] != prev_step:
+                k, last, prev_step = 0, "forward", c["step"]
+            if c["phase"] == "forward" and last in ("backward", "after_backward"):
+                k += 1
+            last = c["phase"]
+            micro[r][c["seq"]] = k
+
     def axes(c: dict, r: int = observer) -> tuple[str, ...]:
         return layout.axes_of(c["ranks"], r) or ()
 
@@ -194,10 +206,25 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
         reds: list[str] = []
         frames = []
         const = Fraction(1)
+        n_micro = max(1, len(step[r].get("losses", [])))
+        # a reduce-scatter on every accumulated micro-step, summed into the sharded gradient, is
+        # one reduction of the summed gradient (reduce-scatter is linear): counted once
+        rs_micro: dict[tuple, set[int]] = {}
+        for s in g.get("collectives", []):
+            c = coll(s, r)
+            if c["kind"] == "reduce_scatter" and c["op"] in REDUCE_OPS:
+                rs_micro.setdefault((axes(c, r), c["op"]), set()).add(micro[r].get(s, 0))
+        once = {key for key, ms in rs_micro.items() if n_micro > 1 and len(ms) == n_micro}
+        seen: set[tuple] = set()
         for s in g.get("collectives", []):
             c = coll(s, r)
             if c["kind"] in REDUCTIONS and c["op"] in REDUCE_OPS:
                 ax = axes(c, r)
+                key = (ax, c["op"])
+                if c["kind"] == "reduce_scatter" and key in once:
+                    if key in seen:
+                        continue
+                    seen.add(key)
                 reds.extend(ax)
                 frames.append(c["stack"])
                 if c["op"] == "avg":
@@ -211,7 +238,14 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                     reds.append(axis)
                     frames.append(step[r]["optimizer"].get("stack", []))
         reds = sorted(reds)
-        for sc in g.get("scales", []):
+        scales = list(g.get("scales", []))
+        if once and scales and len(scales) % n_micro == 0:
+            # the scaling that goes with each micro-step's reduce-scatter: applied to each summand once
+            per = len(scales) // n_micro
+            chunks = [scales[i * per:(i + 1) * per] for i in range(n_micro)]
+            if all([_factor(x) for x in ch] == [_factor(x) for x in chunks[0]] for ch in chunks):
+                scales = chunks[0]
+        for sc in scales:
             factor, at = (sc["factor"], sc.get("at")) if isinstance(sc, dict) else (sc, None)
             const *= Fraction(factor)
             if at:
@@ -267,13 +301,12 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                                 "one plan", tuple(step[r]["optimizer"].get("stack", []))))
 
     # loss convention
-    loss_kind, w, loss_frames, tokens_axes, tokens_equal = _loss(step, layout, data_axes, observer, step_colls,
-                                                                  tp, notes, script)
     # gradient accumulation: k backward passes accumulate into one optimizer step; the loss
-    # multiplier is then taken relative to the mean over the step's k micro-batches
+    # multiplier is taken relative to the whole step (every micro-batch's tokens)
     accum = max(1, len(step[observer].get("losses", [])))
+    loss_kind, w, loss_frames, tokens_axes, tokens_equal = _loss(step, layout, data_axes, observer, step_colls,
+                                                                  tp, notes, script, accum)
     if accum > 1:
-        w *= accum
         notes.append(f"{accum} backward passes accumulate into each optimizer step: lifted as microbatches = {accum}")
         repeated = [e for e in info if len(e[2]) != len(set(e[2]))]
         if repeated:
@@ -352,6 +385,10 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                             script, accum)
     return Lifted(text, plan_name, items, notes, origins,
                   {g: [e[0]["name"] for e in members] for g, _, members in named})
+
+
+def _factor(sc) -> Fraction:
+    return Fraction(sc["factor"] if isinstance(sc, dict) else sc)
 
 
 def _optimizer_sharded(step, layout: _Layout, observer: int, axis: str) -> bool:

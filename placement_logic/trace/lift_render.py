@@ -8,8 +8,14 @@ from fractions import Fraction
 from .lift_layout import _frames, _Layout, _placement_axes
 
 
-def _loss(step, layout: _Layout, data_axes, observer, step_colls, tp, notes, script=""):
-    """(kind, loss multiplier w, frames, (token axes, frames) or None, tokens equal)."""
+def _loss(step, layout: _Layout, data_axes, observer, step_colls, tp, notes, script="", accum=1):
+    """(kind, loss multiplier w, frames, (token axes, frames) or None, tokens equal).
+
+    ``w`` is relative to the whole optimizer step: with ``accum`` micro-steps, a multiplier read
+    against one micro-step's normaliser (a per-device mean, or a token count reduced per
+    micro-step) is multiplied by ``accum``; one read against the step's token count (the
+    token sum over every micro-step's cross-entropy) is not.
+    """
     mine = step[observer]
     nll = mine.get("nll", [])
     losses = mine.get("losses", [])
@@ -29,23 +35,27 @@ def _loss(step, layout: _Layout, data_axes, observer, step_colls, tp, notes, scr
     total = sum(counts)
     equal = len(set(counts)) == 1 and counts == positions
     tokens_axes = None
+    per_micro = False  # the reduced token count is one micro-step's, not the step's
+    mine_total = sum(n["tokens"] for n in nll)
     for c in step_colls:
         if c["phase"] in ("before_forward", "forward") and c["kind"] == "all_reduce" and c["numel"] == 1 and \
-                c.get("value_in") == float(first["tokens"]):
+                c.get("value_in") in (float(first["tokens"]), float(mine_total)):
+            per_micro = accum > 1 and c.get("value_in") != float(mine_total)
             tokens_axes = (layout.axes_of(c["ranks"], observer) or (), _frames([c["stack"]], script),
                            c.get("value_out"))
     if nll_value == 0:
         return "global_mean", Fraction(1), frames, tokens_axes, equal
     if first["reduction"] == "mean":
         c = _nice(value / nll_value)
-        return "per_device_mean", c, frames, None, equal
+        return "per_device_mean", c * accum, frames, None, equal
     if first["reduction"] == "sum":
         if _nice(value / nll_value) == 1:
             return "sum", Fraction(1), frames, None, False
         if tokens_axes is not None and tokens_axes[0]:
             # normalised by the count summed over the token axes: the multiplier on top of it
             reduced = tokens_axes[2] if tokens_axes[2] is not None else sum(counts)
-            return "global_mean", _nice(value * Fraction(reduced) / nll_value), frames, tokens_axes, False
+            w = _nice(value * Fraction(reduced) / nll_value)
+            return "global_mean", w * accum if per_micro else w, frames, tokens_axes, False
         w = _nice(value * total / nll_value)
         return "global_mean", w, frames, tokens_axes, False
     notes.append(f"cross-entropy with reduction={first['reduction']} is not a recognised loss normalisation")

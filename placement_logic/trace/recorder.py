@@ -77,6 +77,9 @@ class Recorder(Events, TorchDispatchMode):
                 else:
                     c["phase"] = "setup"
             self.pending.clear()
+        elif self.phase == "after_backward":
+            # the next micro-step of an accumulated step: forward again, in the same step
+            self.phase = "forward"
         rec = self.step_record()
         self.modules.setdefault(id(module), module)
         if not rec["inputs"]:
