@@ -125,7 +125,7 @@ def plan_to_deepspeed(spec: ir.Spec, plan: ir.Plan) -> tuple[dict, list[str]]:
                             "them so")
         if act is not R:
             problems.append(f"activations {act.value} over {a}: data parallelism keeps each replica's activations")
-        _placement_options(plan, ir.State.PARAMS, "layer", None, "DeepSpeed", problems)
+        _placement_options(plan, ir.State.PARAMS, "layer", True, "DeepSpeed", problems)  # stage 3 frees after forward
     model = plan.model
     mb = _number(model.microbatch, spec)
     gas = _number(model.microbatches, spec)
