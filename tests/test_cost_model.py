@@ -103,10 +103,14 @@ def test_zeropp_moves_less_than_megatron_tp_when_u_is_large():
     # gradients, once per U microbatches, for the stage's Ψ/p parameters of 2 bytes
     zeropp_hand = 3 * ring * 2 * psi / pp * mb / U
     # Megatron SP: 2 all-gathers + 2 reduce-scatters of s·b·h 2-byte activations per layer,
-    # forward and backward, for the stage's L/p layers and every microbatch
-    megatron_hand = 8 * ring * 2 * sbh * sympy.Rational(layers, pp) * mb
+    # forward and backward, for the stage's L/p layers and every microbatch; on the last stage
+    # the head's input all-gathered (forward) and its gradient reduce-scattered (backward), and
+    # the vocabulary-parallel cross entropy's 3 all-reduces of one fp32 value per token
+    sb = 2048 * 1
+    megatron_hand = (8 * ring * 2 * sbh * sympy.Rational(layers, pp) * mb + 2 * ring * 2 * sbh * mb
+                     + 3 * 2 * ring * 4 * sb * mb)
     assert sympy.simplify(zpp - zeropp_hand) == 0
     assert sympy.simplify(meg - megatron_hand) == 0
     threshold = sympy.solve(sympy.Eq(zpp, meg), U)[0]
-    assert threshold == 3 * psi / (8 * sbh * layers)
+    assert threshold == 3 * ring * 2 * psi / pp * mb / megatron_hand
     assert zpp.subs(U, threshold + 1) < meg < zpp.subs(U, threshold - 1 if threshold > 1 else threshold / 2)

@@ -74,6 +74,8 @@ def buffer_bytes(c: Collective, sh: Shape, lay: Layout) -> sympy.Expr:
         return s * sh.b * sh.h * ba / tsp
     if tensor == "tokens":
         return s * sh.b * sh.h * sh.top_k * sh.capacity * ba / tsp
+    if tensor == "token_scalars":
+        return s * sh.b * 4  # one fp32 value per token (the cross entropy's reductions)
     if tensor == "kv":
         return 2 * s * sh.b * sh.h * sh.kv / sh.a * ba
     raise ValueError(f"unknown payload tensor {tensor!r}")

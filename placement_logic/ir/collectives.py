@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from .. import ir
 from . import folding, sync
+from . import groups as pg
 from .buffers import ONE, Collective, Kind, Payload, Phase, link_of, reduce_buffer
 from .buffers import uniq as _uniq
 from .nodes import Const, Mode, Op, Role, ScheduleKind, State, Sym, Value
@@ -231,6 +232,65 @@ def _tensor_parallel(plan: ir.Plan) -> list[Collective]:
     return out
 
 
+def _vocab_parallel(plan: ir.Plan) -> list[Collective]:
+    """Megatron-LM's vocabulary-parallel embedding and head over each tensor axis that splits them.
+
+    Without sequence parallelism the embedding all-reduces its partial output (forward) and the
+    head all-reduces its input's partial gradient (backward); with it, the embedding's output is
+    reduce-scattered into the sequence shards (its gradient all-gathered in backward) and the
+    head's input all-gathered from them (its gradient reduce-scattered). The vocabulary-parallel
+    cross entropy all-reduces three fp32 values per token (the max logit, the target's logit,
+    the sum of exponentials). Per microbatch, on the stage that holds the embedding (the first)
+    and the one that holds the head (the last): with a pipeline axis the figures are the last
+    stage's, whose head and loss traffic is the larger.
+    """
+    shape = plan.model.transformer
+    if shape is None:
+        return []
+    groups = {g.name: g for g in pg.param_groups(plan.model)}
+    params = plan.placement(State.PARAMS)
+    m = plan.model.microbatches
+    pp = pipeline_axis(plan)
+    pp_size = plan.mesh.axis(pp).size if pp is not None else None
+    first_too = pp is None or (isinstance(pp_size, Const) and pp_size.value == 1)
+
+    def split(name: str, t: str) -> bool:
+        g = groups.get(name)
+        return g is not None and g.tensor == pg.SPLIT and pg.effective(params, g).mode(t) in (Mode.S, Mode.S_STAR)
+
+    out: list[Collective] = []
+    pay = Payload("activation", (), "embedding output / head input (s·b·h)")
+    for t in axes_with_role(plan, Role.TENSOR, Role.SEQUENCE):
+        link = link_of(plan, (t,))
+        emb, head = split("embedding", t) and first_too, split("head", t)
+        if plan.sequence_parallel:
+            # the sequence-parallel region meets the embedding and the head whether or not they are split
+            ends = [("embedding", Kind.REDUCE_SCATTER, Kind.ALL_GATHER)] if first_too else []
+            ends.append(("head", Kind.ALL_GATHER, Kind.REDUCE_SCATTER))
+            for what, fwd, bwd in ends:
+                out.append(Collective(fwd, State.ACTIVATIONS, (t,), link, Phase.FORWARD, m, pay,
+                                      f"Megatron SP: the {what}'s {'output' if what == 'embedding' else 'input'} "
+                                      f"{fwd.value.replace('_', '-')} per microbatch in forward"))
+                out.append(Collective(bwd, State.ACTIVATIONS, (t,), link, Phase.BACKWARD, m, pay,
+                                      f"Megatron SP: the {what}'s gradient {bwd.value.replace('_', '-')} per "
+                                      "microbatch in backward"))
+        else:
+            if emb:
+                out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, (t,), link, Phase.FORWARD, m, pay,
+                                      "vocabulary-parallel embedding: all-reduce of its partial output per "
+                                      "microbatch in forward"))
+            if head:
+                out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, (t,), link, Phase.BACKWARD, m, pay,
+                                      "vocabulary-parallel head: all-reduce of its input's partial gradient per "
+                                      "microbatch in backward"))
+        if head:
+            out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, (t,), link, Phase.FORWARD,
+                                  _mul(ir.const(3), m), Payload("token_scalars", (), "one fp32 value per token (s·b·4)"),
+                                  "vocabulary-parallel cross entropy: all-reduce of the max logit, the target's "
+                                  "logit and the sum of exponentials per microbatch"))
+    return out
+
+
 def _pipeline(plan: ir.Plan) -> list[Collective]:
     pp = pipeline_axis(plan)
     if pp is None:
@@ -308,6 +368,7 @@ def derive(plan: ir.Plan) -> tuple[Collective, ...]:
     return tuple(
         _param_gathers(plan)
         + _tensor_parallel(plan)
+        + _vocab_parallel(plan)
         + _context(plan)
         + _experts(plan)
         + _pipeline(plan)

@@ -124,19 +124,23 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
 
 def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, results: list[dict], shape: TinyShape,
                         boundary: int) -> tuple[str, str, str]:
-    """The tensor-axis collectives beyond Megatron's per-layer ones that the cost model leaves out.
+    """Tensor-axis collectives that differ from the engine's figures by a documented mechanism.
 
-    Checked record by record on every rank: the prediction must be Megatron's per-layer
-    count (2 forward + 2 backward per layer and microbatch, of s·b·h) and the measured
-    records exactly that plus the documented extras."""
+    The engine predicts Megatron's per-layer collectives (2 forward + 2 backward per layer and
+    microbatch of s·b·h, 2 more with full recomputation) and the vocabulary-parallel
+    embedding's, head's and cross entropy's per microbatch; with pipeline stages its figures
+    are the last stage's (the head's and the loss's, not the first stage's embedding). Checked
+    record by record on every rank: the prediction must be exactly that, and each rank's records
+    what its own stage holds."""
     vocab = not shape.tied_embeddings
-    # Megatron: 2 per layer and microbatch in forward, 2 in backward, 2 more with full recomputation,
-    # over the layers of the rank's own pipeline stage
     calls = (6 if r.recompute == "full" else 4) * (shape.layers // r.stages) * shape.microbatches
     m, per_layer = shape.microbatches, calls * boundary
     tokens = shape.seq * shape.microbatch * 4  # one fp32 value per token of a microbatch
     norm_grad = shape.hidden * 4
     mesh = r.mesh
+    staged = bool(r.pipeline_axis) and r.stages > 1
+    engine_ends = 1 if staged else 2  # the stage ends the engine's per-device figure holds
+    loss = 3 * m * tokens  # the engine's vocabulary-parallel cross entropy
 
     def records(res, phases=None):
         return sorted(rec["bytes"] for rec in res["collectives"][-1]
@@ -151,28 +155,30 @@ def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, resu
         c = res["coords"][r.pipeline_axis]
         return int(c == 0), int(c == r.stages - 1)
 
-    if not r.sequence_parallel and kind == "all_reduce" and vocab and p == per_layer:
-        def want(res):
-            emb, head = ends(res)
-            return sorted([boundary] * (calls + m * emb + m * head) + [tokens] * (3 * m * head))
+    tied_note = ("with tied embeddings the run keeps the embedding (the head) whole on "
+                 f"'{r.tensor_axis}': no vocabulary-parallel collective, where the engine counts Megatron's")
+    stage_note = ("the engine's figure is the last stage's (the head's and the loss's); the first stage makes "
+                  "the embedding's instead, a stage holding neither only the layers'")
+    if not r.sequence_parallel and kind == "all_reduce" and p == per_layer + engine_ends * m * boundary + loss:
+        if vocab:
+            def want(res):
+                emb, head = ends(res)
+                return sorted([boundary] * (calls + m * emb + m * head) + [tokens] * (3 * m * head))
 
-        if all(records(res) == want(res) for res in results):
-            return explained("vocab-parallel-embedding-head", (
-                f"Megatron's vocabulary-parallel embedding all-reduces its partial output (s·b·h = {boundary} B per "
-                f"microbatch, forward) and the head its input's partial gradient ({boundary} B, backward); the "
-                f"vocabulary-parallel cross entropy all-reduces the max, the target logit and the sum of exponentials "
-                f"({tokens} B each, 3 per microbatch)"
-                + (" — on the pipeline stages that hold the embedding and the head" if r.pipeline_axis else "")
-                + "; the cost model counts the layers' all-reduces only"))
-    if r.sequence_parallel and kind in ("all_gather", "reduce_scatter") and p == per_layer \
+            if all(records(res) == want(res) for res in results):
+                return explained("vocab-parallel-stage-ends", (
+                    f"the embedding's output all-reduce (s·b·h = {boundary} B per microbatch, forward) on the first "
+                    f"stage, the head's input-gradient all-reduce ({boundary} B, backward) and the cross entropy's "
+                    f"3 × {tokens} B per microbatch on the last; " + stage_note))
+        elif all(records(res) == [boundary] * calls for res in results):
+            return explained("tensor-replicated-params", tied_note)
+    if r.sequence_parallel and kind in ("all_gather", "reduce_scatter") \
+            and p == per_layer + engine_ends * m * boundary \
             and all(records(res) == [boundary] * (calls + m * sum(ends(res))) for res in results):
-        where = ("the vocabulary-parallel embedding's output (reduce-scattered forward, its gradient all-gathered "
-                 "backward) and the vocabulary-parallel head's input (all-gathered forward, its gradient "
-                 "reduce-scattered backward)") if vocab else \
-            "the replicated head (forward) and the replicated embedding (its gradient, backward)"
-        return explained("sp-boundary-gathers", (
-            f"two more {kind.replace('_', '-')}s of s·b·h = {boundary} B where the sequence-parallel region meets {where}"))
-    if r.sequence_parallel and kind == "all_reduce" and p == 0:
+        return explained("vocab-parallel-stage-ends", (
+            f"one {kind.replace('_', '-')} of s·b·h = {boundary} B per microbatch where the sequence-parallel "
+            "region meets the embedding (first stage) and one where it meets the head (last stage); " + stage_note))
+    if r.sequence_parallel and kind == "all_reduce" and p == loss:
         def split(res) -> tuple[list[int], list[int]]:
             """(the cross entropy's records, the norm gradients' records) of one rank: by size when
             the two sizes differ, else by phase (the loss runs in forward, the reductions after it)."""
@@ -203,12 +209,14 @@ def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, resu
                     "reduction sequence parallelism requires; the cost model leaves it out"
                     + ("; DTensor keeps them partial and the optimizer reduces them again in each op that reads them"
                        if "optimizer" in phases else "") + ")")
-            if vocab:
-                note += (f"; and in forward the vocabulary-parallel cross entropy's all-reduces of {tokens} B "
-                         "(max, target logit, sum of exponentials: 3 per microbatch"
-                         + (", on the last pipeline stage" if r.pipeline_axis else "") + ")")
-                return "explained", "sp-norm-gradients + vocab-parallel-embedding-head", note
-            return explained("sp-norm-gradients", note)
+            mechanisms = ["sp-norm-gradients"]
+            if not vocab:
+                mechanisms.append("tensor-replicated-params")
+                note += "; " + tied_note
+            elif staged:
+                mechanisms.append("vocab-parallel-stage-ends")
+                note += f"; the cross entropy's 3 × {tokens} B per microbatch on the last stage only"
+            return "explained", " + ".join(mechanisms), note
     return "differs", "", ""
 
 

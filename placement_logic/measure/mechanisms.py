@@ -28,7 +28,8 @@ MECHANISMS = {
     "gradient-reduced-twice": "the plan reduces over one axis twice: two whole-gradient all-reduces, which the "
                               "engine sizes as one",
     "tensor-replicated-params": "with tied embeddings PyTorch keeps the embedding (the head) whole over the tensor "
-                                "axis, which the plan shards",
+                                "axis, which the plan shards: more bytes held, and none of the vocabulary-parallel "
+                                "collectives",
     "dtensor-embedding-grad-whole": "without a data-parallel wrapper, DTensor's vocabulary-parallel embedding "
                                     "keeps a whole V·h gradient where the plan holds V/t rows",
     "tied-embedding-sync": "with tied embeddings across pipeline stages, the first stage's embedding and the last "
@@ -37,11 +38,9 @@ MECHANISMS = {
                          "leaves scalars out",
     "sp-norm-gradients": "sequence parallelism all-reduces the gradients of the norm weights and biases (h·4 B "
                          "each); the cost model leaves them out",
-    "sp-boundary-gathers": "two more s·b·h all-gathers and reduce-scatters where the sequence-parallel region "
-                           "meets the embedding and the head",
-    "vocab-parallel-embedding-head": "the vocabulary-parallel embedding's output all-reduce, the head's input-gradient "
-                                     "all-reduce and the vocabulary-parallel cross entropy's three per-token "
-                                     "all-reduces; the cost model counts the layers' only",
+    "vocab-parallel-stage-ends": "with pipeline stages the embedding's tensor-axis collectives are on the first "
+                                 "stage, the head's and the cross entropy's on the last; the engine's figure is "
+                                 "the last stage's",
 }
 
 

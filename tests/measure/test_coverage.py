@@ -68,7 +68,7 @@ def test_three_d_plan_runs_on_eight_processes(reports):
     for state in ("params", "grads", "optimizer"):
         assert _row(rep, f"{state} held").status == "match"
     row = _row(rep, "all_reduce over tp")
-    assert row.mechanism == "vocab-parallel-embedding-head"
+    assert row.mechanism == "vocab-parallel-stage-ends"
     sh = dict(rep.shape)
     # ranks in (dp, tp, pp) row-major order: the pipeline coordinate is the rank's last digit
     want = tuple(_tp_all_reduces(sh, 2, True, rank % 2) for rank in range(8))

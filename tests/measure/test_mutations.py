@@ -173,8 +173,8 @@ def test_explained_rows_name_documented_mechanisms(runs):
                 seen.update(parts)
             else:
                 assert row.mechanism == ""
-    assert {"optimizer-step-counters", "pipeline-stage-share", "pipeline-edge-stages", "vocab-parallel-embedding-head",
-            "sp-boundary-gathers", "sp-norm-gradients", "tensor-replicated-params", "clip-norm-scalars"} <= seen
+    assert {"optimizer-step-counters", "pipeline-stage-share", "pipeline-edge-stages", "vocab-parallel-stage-ends",
+            "sp-norm-gradients", "tensor-replicated-params", "clip-norm-scalars"} <= seen
     for mechanism in MECHANISMS:
         assert f"`{mechanism}`" in doc, mechanism
 
