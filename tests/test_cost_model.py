@@ -114,3 +114,46 @@ def test_zeropp_moves_less_than_megatron_tp_when_u_is_large():
     threshold = sympy.solve(sympy.Eq(zpp, meg), U)[0]
     assert threshold == 3 * ring * 2 * psi / pp * mb / megatron_hand
     assert zpp.subs(U, threshold + 1) < meg < zpp.subs(U, threshold - 1 if threshold > 1 else threshold / 2)
+
+
+def _tp_spec(sp: bool, pp: int, tied: bool = False) -> str:
+    strategy = "megatron_sp" if sp else "megatron_tp"
+    return f"""\
+from std.tensor import {strategy}
+from std.pipeline import one_f_one_b
+model {{
+  transformer {{ hidden = 1024  layers = 8  heads = 16  ffn = 4096  vocab = 32000{'  tied_embeddings' if tied else ''} }}
+  seq = 512
+  microbatch = 2
+  microbatches = 4
+  bytes {{ params = 2  grads = 2  optimizer = 12  activations = 2 }}
+}}
+mesh {{ pp = {pp}  tp = 4 }}
+plan p {{ pp: one_f_one_b  tp: {strategy} }}
+"""
+
+
+@pytest.mark.parametrize("sp", [False, True])
+@pytest.mark.parametrize("pp", [1, 4])
+def test_tensor_axis_traffic_per_microbatch_by_hand(sp, pp):
+    """Megatron-LM's tensor-axis traffic of one microbatch, written out call by call: each layer
+    2 forward + 2 backward s·b·h exchanges (all-reduce, or all-gather + reduce-scatter under SP);
+    the vocabulary-parallel embedding's output (first stage) and head's input gradient (last
+    stage), one exchange each way under SP; the cross entropy's 3 all-reduces of s·b fp32."""
+    from placement_logic.frontend.loader import load_string
+
+    plan = load_string(_tp_spec(sp, pp), "tp.place").plans[0]
+    comm = costs.derive(plan, sized=True).communication
+    tpn, mb, layers_here = 4, 4, 8 // pp
+    sbh = 512 * 2 * 1024 * 2  # bytes, 16-bit
+    tokens = 512 * 2 * 4  # one fp32 per token
+    ar, half = sympy.Rational(2 * (tpn - 1), tpn), sympy.Rational(tpn - 1, tpn)
+    calls = []  # (ring factor, bytes) of every call one device of the last stage makes per microbatch
+    for _layer in range(layers_here):
+        calls += [(half, sbh)] * 8 if sp else [(ar, sbh)] * 4
+    ends = ["head"] + (["embedding"] if pp == 1 else [])
+    for _end in ends:
+        calls += [(half, sbh)] * 2 if sp else [(ar, sbh)]
+    calls += [(ar, tokens)] * 3
+    want = mb * sum(f * n for f, n in calls)
+    assert comm.on_axis("tp")[0].subs(symbol("tp"), tpn).subs(symbol("pp"), pp) == want
