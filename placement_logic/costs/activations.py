@@ -196,19 +196,22 @@ def in_flight(sh: Shape, lay: Layout) -> dict[str, InFlight]:
 
 
 def embedding_mask(sh: Shape, lay: Layout) -> sympy.Expr:
-    """Embedding dropout mask of one microbatch: 1 byte per element, ÷t with sequence parallelism."""
+    """Embedding dropout mask of one microbatch: 1 byte per element, ÷t with sequence parallelism
+    (none in llm-analysis's count)."""
     if sh.activation_count == "llm_analysis":
         return sympy.Integer(0)
     return (sh.s / lay.c) * sh.b * sh.h / (lay.t if lay.sp else 1)
 
 
 def output_layer(sh: Shape, lay: Layout) -> sympy.Expr:
-    """Output layer of one microbatch: norm and projection inputs (16-bit) and fp32 logits ÷ t."""
+    """Output layer of one microbatch: norm and projection inputs (16-bit) and fp32 logits ÷ t
+    (``bytes.logits``). llm-analysis's count keeps the final norm's fp32 input instead of the two
+    inputs (the same 4·s·b·h), and nothing of it under full recomputation."""
     s = sh.s / lay.c
     scale = sh.bytes[ir.State.ACTIVATIONS] / 2
     inputs = 4 * s * sh.b * sh.h / (lay.t if lay.sp else 1) * scale
-    if sh.activation_count == "llm_analysis":  # the final norm's fp32 input alone, none under full recompute
-        inputs = 0 if lay.recompute is ir.Recompute.FULL else inputs
+    if sh.activation_count == "llm_analysis" and lay.recompute is ir.Recompute.FULL:
+        inputs = 0
     return inputs + sh.logits_bytes * s * sh.b * sh.V / lay.t
 
 
