@@ -18,7 +18,9 @@ MoE: per expert visit, plus the router's logits; see ``layer_terms``):
   full recompute          2·s·b·h (÷t with sequence parallel): only the layer input is kept
 Context parallelism divides s by c. With MHA, an ungated MLP and f = 4h this is Korthikanti
 et al.'s Table 2 (34, 10 + 24/t, 34/t per s·b·h). ``conventions { activations = ... }`` selects
-Korthikanti's or Megatron-LM's estimator count instead; ``activation_allowance`` scales all.
+Korthikanti's, Megatron-LM's or llm-analysis's estimator count instead (llm-analysis's also
+changes the attention core, full recomputation and the terms outside the layers: see
+``per_layer``, ``embedding_mask``, ``output_layer``); ``activation_allowance`` scales all.
 
 Outside the layers: the embedding dropout mask, s·b·h/t bytes (1 byte per element, t only
 with sequence parallelism), on the first stage per microbatch whose chunk 0 is in flight;
@@ -124,6 +126,8 @@ def layer_terms(sh: Shape, moe: bool | None = None) -> tuple[sympy.Expr, sympy.E
         return 10 * h, 24 * h
     if sh.activation_count == "megatron":  # Megatron-LM's estimator: 18h + 4f (MHA, ungated)
         return 10 * h, 8 * h + 4 * f
+    if sh.activation_count == "llm_analysis":  # fp32 norm inputs 8h, inputs 4h, one dropout mask h
+        return 13 * h, 8 * h + 4 * f
     whole = 10 * h
     attn = 2 * h + 4 * h * kv / a + 2 * h
     per_width = 6 if sh.gated else 4
@@ -141,8 +145,11 @@ def per_layer(sh: Shape, lay: Layout, recompute: ir.Recompute, flash: bool, moe:
     b, h, a, t = sh.b, sh.h, sh.a, lay.t
     scale = sh.bytes[ir.State.ACTIVATIONS] / 2
     core = 0 if (flash or recompute is ir.Recompute.SELECTIVE) else 5 * a * s / t
+    llm = sh.activation_count == "llm_analysis"
+    if llm and recompute is not ir.Recompute.SELECTIVE:  # no softmax dropout mask; flash keeps O and statistics
+        core = (4 * h + 8 * a) / t if flash else 4 * a * s / t
     if recompute is ir.Recompute.FULL:
-        return 2 * s * b * h / (t if lay.sp else 1) * scale
+        return 2 * s * b * h / (t if (lay.sp or llm) else 1) * scale
     whole, split = layer_terms(sh, moe)
     if lay.sp:
         per = s * b * ((whole + split) / t + core)
@@ -189,15 +196,22 @@ def in_flight(sh: Shape, lay: Layout) -> dict[str, InFlight]:
 
 
 def embedding_mask(sh: Shape, lay: Layout) -> sympy.Expr:
-    """Embedding dropout mask of one microbatch: 1 byte per element, ÷t with sequence parallelism."""
+    """Embedding dropout mask of one microbatch: 1 byte per element, ÷t with sequence parallelism
+    (none in llm-analysis's count)."""
+    if sh.activation_count == "llm_analysis":
+        return sympy.Integer(0)
     return (sh.s / lay.c) * sh.b * sh.h / (lay.t if lay.sp else 1)
 
 
 def output_layer(sh: Shape, lay: Layout) -> sympy.Expr:
-    """Output layer of one microbatch: norm and projection inputs (16-bit) and fp32 logits ÷ t."""
+    """Output layer of one microbatch: norm and projection inputs (16-bit) and fp32 logits ÷ t
+    (``bytes.logits``). llm-analysis's count keeps the final norm's fp32 input instead of the two
+    inputs (the same 4·s·b·h), and nothing of it under full recomputation."""
     s = sh.s / lay.c
     scale = sh.bytes[ir.State.ACTIVATIONS] / 2
     inputs = 4 * s * sh.b * sh.h / (lay.t if lay.sp else 1) * scale
+    if sh.activation_count == "llm_analysis" and lay.recompute is ir.Recompute.FULL:
+        inputs = 0
     return inputs + sh.logits_bytes * s * sh.b * sh.V / lay.t
 
 

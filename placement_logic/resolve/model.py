@@ -164,7 +164,7 @@ def _from_config(vals: Values, block: surface.ModelBlock) -> ir.TransformerShape
     return ir.TransformerShape(span=block.source_span, **fields)
 
 
-ACTIVATION_COUNTS = ("shape", "korthikanti", "megatron")
+ACTIVATION_COUNTS = ("shape", "korthikanti", "megatron", "llm_analysis")
 ATTENTION_FLOPS = ("causal", "full")
 
 
