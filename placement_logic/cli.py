@@ -61,9 +61,9 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_INPUT) from None
 
 
-def _load_commands() -> dict[str, object]:
+def _load_commands(names: Sequence[str] = COMMANDS) -> dict[str, object]:
     mods = {}
-    for name in COMMANDS:
+    for name in names:
         try:
             mods[name] = importlib.import_module(f".commands.{name}", __package__)
         except ModuleNotFoundError as exc:
@@ -74,7 +74,12 @@ def _load_commands() -> dict[str, object]:
     return mods
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; with ``command`` (a subcommand's name) only that subcommand
+    is added, which parses that subcommand's arguments as the whole parser does."""
+    mods = _load_commands((command,)) if command in COMMANDS else {}
+    if not mods:
+        mods = _load_commands()
     parser = _Parser(
         prog="placement",
         description="Exact memory/communication formulas and machine-checked safety verdicts "
@@ -84,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"placement-logic {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for _name, mod in _load_commands().items():
+    for mod in mods.values():
         mod.add_parser(sub)
     for command in sub.choices.values():  # options every command shares
         command.add_argument("-o", "--output", metavar="FILE", default=None,
@@ -97,11 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
-    if list(sys.argv[1:] if argv is None else argv) == ["--version"]:
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words == ["--version"]:
         # what argparse's version action prints, without importing every subcommand first
         out.write(f"placement-logic {__version__}\n")
         return EXIT_OK
-    parser = build_parser()
+    # a command line naming its subcommand first loads that subcommand's module only
+    parser = build_parser(words[0] if words else None)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Terminal rendering of a cost report (rich tables), returned as a string.
+"""Terminal rendering of a cost report (tables drawn as rich draws them), returned as a string.
 
 Input: a ``CostReport``. Output: text with, per plan, a memory table (device and host,
 each number in GB and GiB with its formula underneath; with a pipeline also the first and
@@ -9,13 +9,10 @@ collective with totals per axis, then the asserts and claims and a summary line.
 
 from __future__ import annotations
 
-import io
-
-from rich.console import Console
-from rich.table import Table
-
 from . import units
 from .model import DEVICE_ROWS, CostReport, PlanReport, Quantity, compare_rows, stage_title
+from .tables import Table
+from .tables import render as render_items
 
 
 def _cell(q: Quantity, bytes_: bool = True) -> str:
@@ -29,7 +26,7 @@ def _memory_table(p: PlanReport) -> Table:
     title = f"plan {p.name}: memory per device"
     if p.stages:
         title += f" ({stage_title(p.peak_stage)})"
-    t = Table(title=title, title_justify="left", show_lines=True)
+    t = Table(title)
     t.add_column("term")
     t.add_column("device (max over stages)" if p.stages else "device")
     for st in p.stages:
@@ -48,8 +45,8 @@ def _memory_table(p: PlanReport) -> Table:
 
 
 def _groups_table(p: PlanReport) -> Table:
-    t = Table(title=f"plan {p.name}: parameter groups (persistent bytes per device"
-              + (", on a stage holding the group" if p.stages else "") + ")", title_justify="left", show_lines=True)
+    t = Table(f"plan {p.name}: parameter groups (persistent bytes per device"
+              + (", on a stage holding the group" if p.stages else "") + ")")
     for col in ("group", "parameters", "tensor axis", "stage", "params", "optimizer", "grads"):
         t.add_column(col)
     for g in p.param_groups:
@@ -60,8 +57,7 @@ def _groups_table(p: PlanReport) -> Table:
 
 
 def _comm_table(p: PlanReport) -> Table:
-    t = Table(title=f"plan {p.name}: communication per step (ring bytes sent per device; ZeRO volume)",
-              title_justify="left", show_lines=True)
+    t = Table(f"plan {p.name}: communication per step (ring bytes sent per device; ZeRO volume)")
     for col in ("collective", "group", "link", "phase", "count", "bytes/device", "volume"):
         t.add_column(col)
     for c in p.collectives:
@@ -94,7 +90,7 @@ def _time_table(p: PlanReport) -> Table:
     def show(q: Quantity, fmt) -> str:
         return fmt(q.exact) if q.exact is not None else f"[dim]= {q.formula}[/dim]"
 
-    t = Table(title=f"plan {p.name}: step time (model: docs/time.md)", title_justify="left", show_lines=False)
+    t = Table(f"plan {p.name}: step time (model: docs/time.md)", show_lines=False)
     t.add_column("quantity")
     t.add_column("value")
     rows = [("step", show(tm.step, units.seconds)), ("compute (bubble included)", show(tm.compute, units.seconds)),
@@ -112,7 +108,7 @@ def _time_table(p: PlanReport) -> Table:
 
 
 def _compare_table(r: CostReport) -> Table:
-    t = Table(title=f"plans compared (ratio to {r.baseline})", title_justify="left", show_lines=True)
+    t = Table(f"plans compared (ratio to {r.baseline})")
     t.add_column("quantity")
     for p in r.plans:
         t.add_column(p.name)
@@ -141,53 +137,50 @@ VERDICT_STYLE = {"holds": "green", "fails": "bold red", "unknown": "yellow"}
 
 def render(r: CostReport, width: int = 120, color: bool = False) -> str:
     """The report as text ``width`` columns wide; with ``color``, ANSI colour for a terminal."""
-    buf = io.StringIO()
-    con = Console(file=buf, width=width, force_terminal=color, no_color=not color, highlight=False,
-                  color_system="standard" if color else None)
-    con.print(f"{r.file}")
+    out: list[str | Table] = [f"{r.file}"]
     bound = ", ".join(f"{b.name} = {units.number(b.exact) if b.exact is not None else b.formula}"
                       + (" (--set)" if b.overridden else "") for b in r.bindings)
     if bound:
-        con.print(f"bindings: {bound}")
+        out.append(f"bindings: {bound}")
     if r.params is not None:
-        con.print(_params_line(r))
+        out.append(_params_line(r))
     if r.command == "compare":
-        con.print(_compare_table(r))
+        out.append(_compare_table(r))
     else:
         for p in r.plans:
-            con.print(_memory_table(p))
+            out.append(_memory_table(p))
             if r.show_groups:
-                con.print(_groups_table(p))
-            con.print(_comm_table(p))
+                out.append(_groups_table(p))
+            out.append(_comm_table(p))
             if p.time is not None:
-                con.print(_time_table(p))
+                out.append(_time_table(p))
                 for a in p.time.assumptions:
-                    con.print(f"assumes: {a}")
+                    out.append(f"assumes: {a}")
             line = fit_line(p)
             if line is not None:
-                con.print(line if not con.is_terminal else
-                          f"[{'green' if p.fit.fits else 'bold red'}]{line}[/]" if p.fit.fits is not None else line)
+                out.append(line if not color else
+                           f"[{'green' if p.fit.fits else 'bold red'}]{line}[/]" if p.fit.fits is not None else line)
             for n in p.notes:
-                con.print(f"note: {n}")
-    _questions(con, r)
-    return buf.getvalue()
+                out.append(f"note: {n}")
+    _questions(out, r, color)
+    return render_items(out, width, color)
 
 
-def _questions(con: Console, r: CostReport) -> None:
+def _questions(out: list[str | Table], r: CostReport, color: bool) -> None:
     counts = {"holds": 0, "fails": 0, "unknown": 0}
     for q in r.questions:
         counts[q.verdict] += 1
         label = f' "{q.label}"' if q.label else ""
         sym = {True: " (holds for every value)", False: " (fails for every value)"}.get(q.identity, "")
-        verdict = f"[{VERDICT_STYLE[q.verdict]}]{q.shown}[/]" if con.is_terminal else q.shown
-        con.print(f"{q.where}: {q.kind}{label}: {verdict}: "
-                  f"{q.left.formula} = {units.number(q.left.exact)} {q.op} {units.number(q.right.exact)}{sym}")
+        verdict = f"[{VERDICT_STYLE[q.verdict]}]{q.shown}[/]" if color else q.shown
+        out.append(f"{q.where}: {q.kind}{label}: {verdict}: "
+                   f"{q.left.formula} = {units.number(q.left.exact)} {q.op} {units.number(q.right.exact)}{sym}")
     if r.questions:
         failed = r.failed_asserts or r.unmet_expectations
         word = "FAILED" if failed else "ok" if not r.unknown_asserts else "UNKNOWN"
-        if con.is_terminal:
+        if color:
             word = f"[{ {'FAILED': 'bold red', 'ok': 'green', 'UNKNOWN': 'yellow'}[word] }]{word}[/]"
         expected = sum(1 for q in r.questions if q.met)
         fails = f"{counts['fails']} fail" + (f" ({expected} as expected)" if expected else "")
         unmet = f", {r.unmet_expectations} not as expected" if r.unmet_expectations else ""
-        con.print(f"{counts['holds']} hold, {fails}, {counts['unknown']} unknown{unmet}; " + word)
+        out.append(f"{counts['holds']} hold, {fails}, {counts['unknown']} unknown{unmet}; " + word)
