@@ -159,6 +159,17 @@ def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, resu
                  f"'{r.tensor_axis}': no vocabulary-parallel collective, where the engine counts Megatron's")
     stage_note = ("the engine's figure is the last stage's (the head's and the loss's); the first stage makes "
                   "the embedding's instead, a stage holding neither only the layers'")
+    if not r.sequence_parallel and kind == "all_reduce" and p == per_layer + engine_ends * m * boundary + loss \
+            and r.tensor_reduced_again and vocab and not staged:
+        again = whole_copies(shape, r.tensor_reduced_again)
+        want = sorted([boundary] * (calls + 2 * m) + [tokens] * (3 * m) + [norm_grad] * again)
+        if all(records(res) == want for res in results):
+            return explained("group-reduced-over-tensor", (
+                f"the plan's override reduces the gradients of {' and '.join(r.tensor_reduced_again)} over "
+                f"'{r.tensor_axis}' as well: {again} all-reduces of h·4 = {norm_grad} B after backward (their whole "
+                f"copies, equal on every tensor rank, summed); the engine's figure is Megatron's per-layer, "
+                "embedding, head and cross-entropy collectives, which every rank makes exactly, and leaves the "
+                "override's reductions out"))
     if not r.sequence_parallel and kind == "all_reduce" and p == per_layer + engine_ends * m * boundary + loss:
         if vocab:
             def want(res):
@@ -218,6 +229,19 @@ def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, resu
                 note += f"; the cross entropy's 3 × {tokens} B per microbatch on the last stage only"
             return "explained", " + ".join(mechanisms), note
     return "differs", "", ""
+
+
+def whole_copies(shape: TinyShape, groups) -> int:
+    """Parameter tensors of ``groups`` that tensor parallelism keeps whole, each h elements: norms
+    (every norm's weight, and bias with layernorm; two per block and the final norm), biases (the
+    row-parallel output projections' biases, two per block)."""
+    per_norm = 2 if shape.norm == "layernorm" else 1
+    n = 0
+    if "norms" in groups:
+        n += per_norm * (2 * shape.layers + 1)
+    if "biases" in groups and shape.bias:
+        n += 2 * shape.layers
+    return n
 
 
 def edge_share(kind: str, rank: int, p: int, v: int) -> Fraction:

@@ -38,6 +38,9 @@ MECHANISMS = {
                          "leaves scalars out",
     "sp-norm-gradients": "sequence parallelism all-reduces the gradients of the norm weights and biases (h·4 B "
                          "each); the cost model leaves them out",
+    "group-reduced-over-tensor": "the plan's override reduces the gradients of a group kept whole on the tensor "
+                                 "axis (norms, row-parallel biases) over that axis as well: one all-reduce of h·4 B "
+                                 "per tensor, which the cost model leaves out",
     "vocab-parallel-stage-ends": "with pipeline stages the embedding's tensor-axis collectives are on the first "
                                  "stage, the head's and the cross entropy's on the last; the engine's figure is "
                                  "the last stage's",

@@ -55,12 +55,19 @@ class Realisation:
     grad_divide: Fraction = Fraction(0)  # the reduced gradient sum is divided by this (0: the data-parallel size)
     clip: str | None = None  # global | local
     optimizer: str = "adam"  # adam | sgd_momentum | sgd
-    loss: str = "global_mean"  # global_mean | per_device_mean: what each rank's loss is normalised by
+    # global_mean | per_device_mean | per_microbatch_mean: what each rank's loss is normalised by
+    loss: str = "global_mean"
     regather: bool = True  # ZeRO-1 broadcasts the updated parameters after the step
     pipeline_axis: str | None = None
     schedule: str | None = None  # gpipe | 1f1b | interleaved
     chunks: int = 1  # model chunks per pipeline stage (interleaved: v)
     recompute: str = "none"  # none | selective (the attention core) | full (every block), torch.utils.checkpoint
+    # parameter groups (norms, biases: the whole copies on the tensor axis) whose gradients the plan
+    # reduces otherwise than tensor parallelism does: under sequence parallelism not over the tensor
+    # axis (their partial sums kept), without it over the tensor axis as well (summed again)
+    tensor_unreduced: tuple[str, ...] = ()
+    tensor_reduced_again: tuple[str, ...] = ()
+    tie_reduce: bool = True  # tied embeddings across stages: the two copies' gradients summed (False: the bug that skips it)
     approximations: tuple[str, ...] = ()  # where the realisation differs from the plan
 
     @property
@@ -188,7 +195,8 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
             impl[0] = "replicate (FSDP2-based DDP)"
         impl.append(f"torch.distributed.pipelining {PIPELINE_CLASSES[schedule]}"
                     + (f" ({chunks} stages per rank)" if chunks > 1 else ""))
-    grad_reduce, clip, regather = "mean", None, True
+    grad_reduce, clip, regather, tie_reduce = "mean", None, True, True
+    unreduced, reduced_again = [], []
     loss, divide_by = "global_mean", None
     for o in plan.overrides:
         if o.target == "grads" and o.verb == "reduce" and o.group in (None, "all"):
@@ -199,13 +207,29 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
             elif set(o.axes) != set(data_axes) or len(o.axes) != len(set(o.axes)):
                 reasons.append(f"override grads: reduce over ({', '.join(o.axes)}) is realised only as (), the data "
                                "axes, or one data axis twice")
+        elif o.target == "grads" and o.verb == "reduce" and o.group in TENSOR_WHOLE_GROUPS and tensor_axis \
+                and len(data_axes) == 1 and set(o.axes) in ({data_axes[0]}, {data_axes[0], tensor_axis}) \
+                and len(o.axes) == len(set(o.axes)):
+            # the group's whole copies on the tensor axis: under sequence parallelism each holds a partial
+            # sum (its sequence shard's), reduced over the tensor axis; without it they are equal
+            over_tensor = tensor_axis in o.axes
+            if plan.sequence_parallel and not over_tensor:
+                unreduced.append(o.group)
+            elif not plan.sequence_parallel and over_tensor:
+                reduced_again.append(o.group)
         elif o.target == "grads" and o.verb == "divide" and o.group in (None, "all"):
             try:
                 divide_by = value_of(o.by, bindings) if o.by is not None else None
             except ShapeError as exc:
                 reasons.append(f"override grads: divide has no value: {exc}")
-        elif o.target == "loss" and o.verb in ("global_mean", "per_device_mean"):
+        elif o.target == "loss" and o.verb in ("global_mean", "per_device_mean", "per_microbatch_mean"):
             loss = o.verb
+        elif o.target == "embedding" and o.verb == "tie_reduce" and o.group is None:
+            if not o.axes:
+                tie_reduce = False
+            elif list(o.axes) != [pipeline_axis]:
+                reasons.append(f"override embedding: tie_reduce over ({', '.join(o.axes)}) is realised only as () or "
+                               "the pipeline axis")
         elif o.target == "params" and o.verb == "no_regather" and o.group in (None, "all"):
             regather = False
         elif o.target == "clip_norm" and o.verb == "reduce" and o.group in (None, "all"):
@@ -239,12 +263,27 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
                        "(replicated gradients have no shard)")
     if not regather and data not in ("zero1", "zero2"):
         reasons.append("params no_regather is realised only with ZeRO-1 or ZeRO-2")
+    if "biases" in unreduced:
+        reasons.append("override grads[biases] under sequence parallelism: DTensor's RowwiseParallel adds the "
+                       "row-parallel bias before the reduce-scatter into sequence shards, so its gradient comes whole "
+                       "from the all-gathered output gradient on every tensor rank and is never reduced over the "
+                       "tensor axis (Megatron-LM adds it to the sequence shards): the override has nothing to act on")
+    if (unreduced or reduced_again) and data not in ("ddp", "zero1"):
+        reasons.append("a parameter group's gradient reduction over the tensor axis is realised only with DDP or "
+                       "ZeRO-1 on the data axis")
+    if (unreduced or reduced_again) and pipeline_axis is not None:
+        reasons.append("gradient-reduction overrides under a pipeline are not realised by the harness")
+    if not tie_reduce and (pipeline_axis is None or tf is None or not tf.tied_embeddings):
+        reasons.append("override embedding: tie_reduce over () is realised only with tied embeddings across "
+                       "pipeline stages")
     if pipeline_axis is not None:
         if data == "zero2":
             reasons.append("ZeRO-2 under a pipeline reduce-scatters each microbatch's gradients into the shard (no "
                            "whole-gradient accumulation buffer), which the harness does not realise")
         elif data not in (None, "ddp", "zero1"):
             reasons.append("a pipeline is combined only with DDP (replicate) or ZeRO-1 on one data axis")
+        if loss == "per_microbatch_mean":
+            reasons.append("a per-microbatch mean loss under a pipeline is not realised by the harness")
         if clip is not None:
             reasons.append("gradient clipping under a pipeline is not realised by the harness")
         if grad_reduce != "mean" or divisor_given(plan):
@@ -280,10 +319,14 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         schedule=schedule,
         chunks=chunks,
         recompute=plan.recompute.value,
+        tensor_unreduced=tuple(unreduced),
+        tensor_reduced_again=tuple(reduced_again),
+        tie_reduce=tie_reduce,
         approximations=tuple(approx),
     )
 
 
+TENSOR_WHOLE_GROUPS = ("norms", "biases")  # kept whole on a tensor axis: norm weights and biases, row-parallel biases
 PIPELINE_SCHEDULES = (ir.ScheduleKind.GPIPE, ir.ScheduleKind.ONE_F_ONE_B, ir.ScheduleKind.INTERLEAVED)
 PIPELINE_CLASSES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B"}
 

@@ -174,7 +174,7 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
             args = (x[lo:hi].to(device),) if first else ()
             kwargs = {"target": y[lo:hi].to(device), "losses": mb_losses} if last else {}
             schedule.step(*args, **kwargs)
-            if tie_group is not None:
+            if tie_group is not None and r.tie_reduce:
                 counter.phase = "backward"
                 for q in tied:  # the first stage's embedding and the last stage's copy: their gradients summed
                     dist.all_reduce(local(q.grad), group=tie_group)  # replicated on the data axis: local is whole

@@ -126,6 +126,73 @@ def allreduce_again(params, group):
     return run
 
 
+def group_of(name: str) -> str | None:
+    """The parameter group a tensor-parallel whole copy belongs to: norms (weights and biases of
+    every norm) or biases (the row-parallel output projections' biases); None for the others."""
+    parts = name.split(".")
+    if any(x.startswith("norm") for x in parts[:-1]):
+        return "norms"
+    if parts[-1] == "bias" and len(parts) >= 2 and parts[-2] in ("proj", "fc2"):
+        return "biases"
+    return None
+
+
+def _pre_dp_transform(model: nn.Module, r: Realisation) -> None:
+    """PyTorch's DDP + TP path (``_pre_dp_module_transform``): DTensor parameters swapped for their
+    local tensors, DTensors rebuilt before each forward. The parameters of a group in
+    ``r.tensor_unreduced`` are rebuilt with a partial gradient placement, so their backward keeps
+    the local partial sum instead of reducing it over the tensor axis (the plan's override)."""
+    from torch.distributed.tensor import DTensor, Partial
+    from torch.distributed.tensor.parallel.ddp import _get_submodule_n_params, _localize_dtensor, _update_module_param
+
+    if not r.tensor_unreduced:
+        from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
+
+        _pre_dp_module_transform(model)
+        return
+    partial = {n for n, _ in model.named_parameters() if group_of(n) in r.tensor_unreduced}
+
+    def reconstruct(module, _input):
+        swaps = []
+        for name, t in module.named_parameters():
+            if hasattr(t, "_st_info"):
+                spec = t._st_info
+                grad = tuple(Partial() if pl.is_replicate() else pl for pl in spec.placements) \
+                    if name in partial else None
+                d = DTensor.from_local(t, spec.mesh, spec.placements, run_check=False, shape=spec.shape,
+                                       stride=spec.stride, grad_placements=grad)
+                swaps.append((*_get_submodule_n_params(module, name), d))
+        _update_module_param(swaps)
+
+    _localize_dtensor(model, None, None)
+    model.register_forward_pre_hook(reconstruct)
+    model.register_forward_hook(_localize_dtensor)
+
+
+def reduce_again_over(params, names, groups, group):
+    """The bug: the whole copies of ``groups`` (equal on every tensor rank) summed over the tensor axis."""
+    chosen = [p for n, p in zip(names, params) if group_of(n) in groups]
+
+    def run() -> None:
+        for p in chosen:
+            if p.grad is not None:
+                dist.all_reduce(p.grad, group=group)
+
+    return run
+
+
+def _chain(*fs):
+    fs = [f for f in fs if f is not None]
+    if not fs:
+        return None
+
+    def run() -> None:
+        for f in fs:
+            f()
+
+    return run
+
+
 def apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
     """Wrap ``model`` as ``r`` says; ``mesh`` is a DeviceMesh with the plan's axis names."""
     vocab_parallel = False
@@ -143,19 +210,19 @@ def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
         layouts = {}
         if r.tensor_axis is not None:
             # the tensor-parallel module on plain local tensors, as for DDP below: ZeRO shards them
-            from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
-
             layouts = {n: (p.device_mesh, p.placements) for n, p in model.named_parameters() if hasattr(p, "placements")}
-            _pre_dp_module_transform(model)
+            _pre_dp_transform(model, r)
         named = list(model.named_parameters())
         group = mesh[r.data_axes[0]].get_group()
         zero = FlatZero([p for _, p in named], group, 1 if r.data == "zero1" else 2, r.optimizer,
                         float(r.grad_divide or r.data_size), r.regather)
         # ZeRO-1 keeps whole gradients and reduce-scatters once per step; ZeRO-2 has no whole
         # gradient to accumulate in: every microbatch's gradient is reduce-scattered into the shard
+        again = reduce_again_over([p for _, p in named], [n for n, _ in named], r.tensor_reduced_again,
+                                  mesh[r.tensor_axis].get_group()) if r.tensor_reduced_again else None
         if r.data == "zero1":
-            return Trainer(model, model, zero, lambda: zero.state, None, layouts, named, zero.reduce_gradients,
-                           zero.held_gradients)
+            return Trainer(model, model, zero, lambda: zero.state, None, layouts, named,
+                           _chain(again, zero.reduce_gradients), zero.held_gradients)
         return Trainer(model, model, zero, lambda: zero.state, None, layouts, named, None, zero.held_gradients,
                        after_microbatch=zero.reduce_gradients)
     if r.data == "ddp":
@@ -165,10 +232,8 @@ def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
         if r.tensor_axis is not None:
             # DDP reduces plain tensors: PyTorch's own DDP + TP path swaps the DTensor
             # parameters for their local shards and rebuilds DTensors before each forward.
-            from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
-
             layouts = {n: (p.device_mesh, p.placements) for n, p in model.named_parameters() if hasattr(p, "placements")}
-            _pre_dp_module_transform(model)
+            _pre_dp_transform(model, r)
             params = list(model.parameters())
         named = list(model.named_parameters())
         group = mesh[r.data_axes[0]].get_group()
@@ -185,6 +250,9 @@ def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
         elif r.clip == "local":
             clip = lambda: clip_local(params, MAX_NORM)
         again = allreduce_again(params, group) if r.grad_reduce == "twice" else None
+        if r.tensor_reduced_again:
+            again = _chain(again, reduce_again_over(params, [n for n, _ in named], r.tensor_reduced_again,
+                                                    mesh[r.tensor_axis].get_group()))
         return Trainer(module, model, opt, state, clip, layouts, named, again, no_sync=module.no_sync)
     if r.data in ("fsdp", "hsdp"):
         from torch.distributed.fsdp import fully_shard

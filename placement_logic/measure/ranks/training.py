@@ -47,7 +47,9 @@ def loss_normaliser(r: Realisation, global_tokens: int, local_tokens: int) -> fl
     global_mean: the global token count over the data-parallel size (the count is summed
     over the ranks with the data, before the step, as a data loader does), so that the
     gradient all-reduce's mean is the global token mean; per_device_mean: the rank's own
-    token count, a mean of per-device means once the gradients are averaged.
+    token count, a mean of per-device means once the gradients are averaged
+    (per_microbatch_mean divides each microbatch by its own token count times the number of
+    microbatches instead: the worker's loop does that).
     """
     if r.loss == "per_device_mean":
         return float(local_tokens)

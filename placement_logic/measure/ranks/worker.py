@@ -95,7 +95,9 @@ def run_job(job: Job, rank: int) -> dict:
                 with sync:
                     counter.phase = "forward"
                     with saved.recording(trainer.inner) if k == 0 else nullcontext():
-                        loss = _loss_sum(trainer.module(x[a:b].to(device)), y[a:b].to(device)) / norm
+                        # per_microbatch_mean: each microbatch's own token mean, over the m microbatches
+                        mb_norm = tokens_of(y[a:b]) * m if r.loss == "per_microbatch_mean" else norm
+                        loss = _loss_sum(trainer.module(x[a:b].to(device)), y[a:b].to(device)) / mb_norm
                     counter.phase = "backward"
                     loss.backward()
                 if trainer.after_microbatch is not None:
