@@ -47,14 +47,20 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
         # pipeline-stage-share: DDP/replicate all-reduces each stage's own gradients; the engine's
         # buffer is the uniform Ψ/p of gradient bytes
         stage_kinds = {"ddp": {"all_reduce": "grads"}, "zero1": {"reduce_scatter": "grads", "all_gather": "params"},
-                       "zero2": {"reduce_scatter": "grads", "all_gather": "params"}}.get(r.data, {})
+                       "zero2": {"reduce_scatter": "grads", "all_gather": "params"},
+                       "zeropp": {"all_gather": "params", "reduce_scatter": "grads", "all_reduce": "grads"},
+                       }.get(r.data, {})
         if status == "differs" and r.pipeline_axis and kind in stage_kinds and data_axes:
             state = stage_kinds[kind]
             t = r.sizes[r.tensor_axis] if r.tensor_axis else 1
             own = own_stage_prediction(pred, state, r, results)
+            # zeropp: the engine's buffer is the stage's whole chunks on the first data axis (gathered,
+            # reduce-scattered) and their shard of it on the second, once per predicted call
+            calls = sum((c.calls for c in pred.collectives if c.kind == kind and tuple(c.axes) == axes), Fraction(0))
+            shard = r.sizes[r.data_axes[0]] if r.data == "zeropp" and axes != (r.data_axes[0],) else 1
             if t == 1:
                 # the even split Ψ/p, at the state's width; each rank's buffer its stage's exact count
-                documented = p == pred.widths[state] * psi / r.stages
+                documented = p == calls * pred.widths[state] * psi / (r.stages * shard)
                 measured_ok = all(g == p * f for g, f in zip(got, shares))
             else:
                 # under tensor parallelism the even split is of the bytes each tensor rank holds: the
@@ -64,8 +70,13 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
                 documented = own is not None and p == total / r.stages
                 measured_ok = own is not None and all(g == w for g, w in zip(got, own))
             if documented and measured_ok:
-                status, mechanism, note = explained("pipeline-stage-share", stage_note(
-                    r, shape, f"This buffer, the stage's {'gradients' if state == 'grads' else 'parameters'},"))
+                what = "gradients" if state == "grads" else "parameters"
+                if calls != 1 or shard != 1:
+                    what = (f"{calls} × the stage's {what}" + (f" (its 1/{shard} shard over '{r.data_axes[0]}')"
+                                                             if shard != 1 else ""))
+                else:
+                    what = f"the stage's {what}"
+                status, mechanism, note = explained("pipeline-stage-share", stage_note(r, shape, f"This buffer, {what},"))
         # pipeline-edge-stages: the engine's interior stage sends and receives m·v boundaries of s·b·h
         # under sequence parallelism each tensor rank sends its own sequence shard, s·b·h/t
         sp_div = r.sizes[r.tensor_axis] if r.sequence_parallel else 1

@@ -60,7 +60,9 @@ class Realisation:
     regather: bool = True  # ZeRO-1 broadcasts the updated parameters after the step
     pipeline_axis: str | None = None
     schedule: str | None = None  # gpipe | 1f1b | interleaved
-    chunks: int = 1  # model chunks per pipeline stage (interleaved: v)
+    chunks: int = 1  # model chunks per pipeline stage (interleaved, zeropp: v)
+    unit: int = 1  # zeropp: microbatches per scheduling unit (U)
+    outer: str | None = None  # zeropp: the second data axis, ddp (replicated) or zero1 (optimizer sharded)
     recompute: str = "none"  # none | selective (the attention core) | full (every block), torch.utils.checkpoint
     # parameter groups (norms, biases: the whole copies on the tensor axis) whose gradients the plan
     # reduces otherwise than tensor parallelism does: under sequence parallelism not over the tensor
@@ -122,18 +124,20 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
     for p in plan.placements:
         if p.offloaded:
             reasons.append(f"{p.state.value} is offloaded to {p.residency.value}: CPU runs have no separate device memory to offload from")
-    schedule, chunks, pipeline_axis = None, 1, None
+    schedule, chunks, pipeline_axis, unit = None, 1, None, 1
     if plan.schedule is not None:
         kind = plan.schedule.kind
-        if kind in PIPELINE_SCHEDULES:
-            schedule, pipeline_axis = kind.value, plan.schedule.axis
-            try:
-                chunks = int(value_of(plan.schedule.chunks, bindings)) if kind is ir.ScheduleKind.INTERLEAVED else 1
-            except ShapeError as exc:
-                reasons.append(f"the schedule's chunk count has no value: {exc}")
-        else:
-            reasons.append(f"pipeline schedule '{kind.value}' is not realised by the harness "
-                           "(torch.distributed.pipelining has no ZeRO++ schedule)")
+        schedule, pipeline_axis = kind.value, plan.schedule.axis
+        try:
+            chunks = int(value_of(plan.schedule.chunks, bindings)) \
+                if kind in (ir.ScheduleKind.INTERLEAVED, ir.ScheduleKind.ZEROPP) else 1
+            unit = int(value_of(plan.schedule.unit, bindings)) if kind is ir.ScheduleKind.ZEROPP else 1
+        except ShapeError as exc:
+            reasons.append(f"the schedule's chunk count or unit has no value: {exc}")
+        if kind is ir.ScheduleKind.ZEROPP and unit != 2 * sizes[pipeline_axis]:
+            # the run's step is 2p microbatches (docs/validation.md)
+            reasons.append(f"the zeropp schedule is realised with one scheduling unit per step (U = 2p = "
+                           f"{2 * sizes[pipeline_axis]} microbatches); this plan's U is {unit}")
     tf = plan.model.transformer
     if tf is not None:
         try:
@@ -152,7 +156,7 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
             continue
         else:
             reasons.append(f"axis '{axis}' with role {role.value} is not realised by the harness")
-    data, raf = None, True
+    data, raf, zeropp_outer = None, True, None
     impl: list[str] = []
     if len(data_axes) == 1:
         modes = _modes(plan, data_axes[0])
@@ -170,7 +174,14 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
     elif len(data_axes) == 2:
         outer, inner = _modes(plan, data_axes[0]), _modes(plan, data_axes[1])
         raf = plan.placement(ir.State.PARAMS).reshard_after_forward
-        if outer == (M.R, M.R, M.R) and inner == (M.S_STAR, M.S, M.S):
+        if schedule == "zeropp" and outer == (M.S_STAR, M.S, M.S) and inner in ((M.R, M.R, M.R), (M.R, M.S, M.R)) \
+                and raf and plan.placement(ir.State.PARAMS).unit == "chunk":
+            data, zeropp_outer = "zeropp", "ddp" if inner == (M.R, M.R, M.R) else "zero1"
+            impl = [f"fully_shard per model chunk over '{data_axes[0]}' (gathered once per scheduling unit in "
+                    "forward and once in backward) + "
+                    + (f"its gradient shards all-reduced over '{data_axes[1]}'" if zeropp_outer == "ddp" else
+                       f"ZeRO-1 of its shards over '{data_axes[1]}'")]
+        elif outer == (M.R, M.R, M.R) and inner == (M.S_STAR, M.S, M.S):
             data, impl = "hsdp", [f"fully_shard(mesh=2-D (replicate, shard), reshard_after_forward={raf}) (HYBRID_SHARD)"]
         else:
             reasons.append("two data axes are realised only as HYBRID_SHARD (R on the first, S*/S/S on the second)")
@@ -193,8 +204,9 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
             reasons.append(f"pipeline axis '{pipeline_axis}' is realised only with params, optimizer, grads all S")
         if data == "ddp":
             impl[0] = "replicate (FSDP2-based DDP)"
-        impl.append(f"torch.distributed.pipelining {PIPELINE_CLASSES[schedule]}"
-                    + (f" ({chunks} stages per rank)" if chunks > 1 else ""))
+        if schedule in PIPELINE_CLASSES:
+            impl.append(f"torch.distributed.pipelining {PIPELINE_CLASSES[schedule]}"
+                        + (f" ({chunks} stages per rank)" if chunks > 1 else ""))
     grad_reduce, clip, regather, tie_reduce = "mean", None, True, True
     unreduced, reduced_again = [], []
     loss, divide_by = "global_mean", None
@@ -277,10 +289,15 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         reasons.append("override embedding: tie_reduce over () is realised only with tied embeddings across "
                        "pipeline stages")
     if pipeline_axis is not None:
-        if data == "zero2":
+        if schedule == "zeropp" and data != "zeropp":
+            reasons.append("the zeropp schedule is realised only with its own data axes: S* (chunk units) on the "
+                           "first, R or ZeRO-1 on the second")
+        elif data == "zeropp" and tensor_axis is not None:
+            reasons.append("the zeropp schedule is realised without a tensor axis")
+        elif data == "zero2":
             reasons.append("ZeRO-2 under a pipeline reduce-scatters each microbatch's gradients into the shard (no "
                            "whole-gradient accumulation buffer), which the harness does not realise")
-        elif data not in (None, "ddp", "zero1"):
+        elif data not in (None, "ddp", "zero1", "zeropp"):
             reasons.append("a pipeline is combined only with DDP (replicate) or ZeRO-1 on one data axis")
         if loss == "per_microbatch_mean":
             reasons.append("a per-microbatch mean loss under a pipeline is not realised by the harness")
@@ -318,6 +335,8 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         pipeline_axis=pipeline_axis,
         schedule=schedule,
         chunks=chunks,
+        unit=unit,
+        outer=zeropp_outer,
         recompute=plan.recompute.value,
         tensor_unreduced=tuple(unreduced),
         tensor_reduced_again=tuple(reduced_again),
@@ -328,7 +347,8 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
 
 TENSOR_WHOLE_GROUPS = ("norms", "biases")  # kept whole on a tensor axis: norm weights and biases, row-parallel biases
 PIPELINE_SCHEDULES = (ir.ScheduleKind.GPIPE, ir.ScheduleKind.ONE_F_ONE_B, ir.ScheduleKind.INTERLEAVED)
-PIPELINE_CLASSES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B"}
+PIPELINE_CLASSES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B",
+                    "zeropp": "ScheduleLoopedBFS (breadth-first: a chunk's whole unit of microbatches in a row)"}
 
 
 def divisor_given(plan: ir.Plan) -> bool:

@@ -101,6 +101,53 @@ class _Tagger:
             setattr(stage, name, tagged)
 
 
+def unit_lowering(actions: list, unit: int) -> list:
+    """A compute-only schedule with the gathers of ZeroPP: each chunk (an FSDP unit) unsharded
+    before the first forward of a scheduling unit of ``unit`` microbatches and resharded after
+    its last, the same for the backward; the gradient reduction after the chunk's last backward,
+    before it is resharded."""
+    from torch.distributed.pipelining.schedules import _Action, _ComputationType as C
+
+    out, active, done = [], set(), {}
+    total = {}
+    for a in actions:
+        if a is not None and a.computation_type in (C.FORWARD, C.FULL_BACKWARD):
+            key = (a.stage_index, a.computation_type)
+            total[key] = total.get(key, 0) + 1
+    for a in actions:
+        if a is None:
+            continue
+        key = (a.stage_index, a.computation_type)
+        if a.stage_index not in active:
+            out.append(_Action(a.stage_index, C.UNSHARD, None))
+            active.add(a.stage_index)
+        out.append(a)
+        done[key] = done.get(key, 0) + 1
+        if done[key] % unit == 0 or done[key] == total[key]:
+            if a.computation_type == C.FULL_BACKWARD and done[key] == total[key]:
+                out.append(_Action(a.stage_index, C.REDUCE_GRAD, None))
+            out.append(_Action(a.stage_index, C.RESHARD, None))
+            active.discard(a.stage_index)
+    return out
+
+
+def zeropp_schedule(stages, m: int, loss_fn, unit: int):
+    """ZeroPP's schedule with one scheduling unit per step: breadth-first (torch's
+    ScheduleLoopedBFS: every chunk runs its unit's microbatches in a row, forward then, in
+    reverse chunk order, backward), each chunk gathered once for the unit's forwards and once
+    for its backwards (``unit_lowering``) in place of the runtime's prefetch-window policy."""
+    from torch.distributed.pipelining import schedules
+
+    class ZeroPPSchedule(schedules.ScheduleLoopedBFS):
+        def _prepare_schedule_with_comms(self, actions, format="compute_only"):
+            schedules.PipelineScheduleMulti._validate_and_set_stage_mapping(self, actions)
+            lowered = {rank: unit_lowering(ops, unit) for rank, ops in actions.items()}
+            self.pipeline_order_with_comms = schedules._add_send_recv(
+                lowered, stage_to_rank=lambda s: self.stage_index_to_group_rank[s], num_stages=self._num_stages)
+
+    return ZeroPPSchedule(stages, n_microbatches=m, loss_fn=loss_fn)
+
+
 def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
     from contextlib import nullcontext
 
@@ -113,7 +160,9 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
     p, v = r.stages, r.chunks
     pp_rank = coords[r.pipeline_axis]
     pp_group = mesh[r.pipeline_axis].get_group()
-    dp_index = coords[r.data_axes[0]] if r.data_axes else 0
+    dp_index = 0
+    for a in r.data_axes:
+        dp_index = dp_index * r.sizes[a] + coords[a]
     m = shape.microbatches
     tp = r.sizes[r.tensor_axis] if r.tensor_axis else 1
     inner, stages = [], []
@@ -130,6 +179,11 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
             from torch.distributed._composable.replicate_with_fsdp import replicate
 
             replicate(sub, mesh=mesh[r.data_axes[0]])
+        elif r.data == "zeropp":
+            from torch.distributed.fsdp import fully_shard
+
+            # one FSDP unit per model chunk; the schedule gathers and frees it per scheduling unit
+            fully_shard(sub, mesh=mesh[r.data_axes[0]], reshard_after_forward=False)
         stage = PipelineStage(sub, index, p * v, device, group=pp_group)
         tagger.wrap(stage)
         stages.append(stage)
@@ -138,23 +192,42 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
     tied = [q for sub in inner for q in ((sub.embed.weight,) if sub.embed is not None else ())
             + ((sub.head.weight,) if sub.head is not None else ())] if shape.tied_embeddings and p > 1 else []
     tie_group = embedding_groups(mesh, r) if shape.tied_embeddings and p > 1 else None
-    zero = None
+    zero, outer_sync = None, None
     if r.data in ("zero1", "zero2"):
         # ZeRO on each stage's parameters over the data axis: the microbatches' gradients accumulate
         # in the whole gradients, then one reduce-scatter and, after the step, one all-gather
         zero = FlatZero(params, mesh[r.data_axes[0]].get_group(), 1 if r.data == "zero1" else 2, r.optimizer,
                         float(r.grad_divide or r.data_size), r.regather)
         opt = zero
+    elif r.data == "zeropp" and r.outer == "zero1":
+        # ZeRO-1 over the second data axis of the FSDP shards: their gradients reduce-scattered, the
+        # updated shards all-gathered (FSDP's reduce-scatter has divided by the first axis's size)
+        zero = FlatZero(params, mesh[r.data_axes[1]].get_group(), 1, r.optimizer, float(r.sizes[r.data_axes[1]]),
+                        r.regather)
+        opt = zero
     else:
         opt = make_optimizer(r.optimizer, params)
+        if r.data == "zeropp":
+            outer_group, outer_n = mesh[r.data_axes[1]].get_group(), r.sizes[r.data_axes[1]]
+
+            def outer_sync() -> None:
+                # the FSDP gradient shards, replicated on the second data axis: averaged over it
+                for q in params:
+                    if q.grad is not None:
+                        g = local(q.grad)
+                        dist.all_reduce(g, group=outer_group)
+                        g.div_(outer_n)
     norm_box = [1.0]
 
     def loss_fn(out, target):
         # the schedule divides the gradients by m; times m over the normaliser gives the plan's loss
         return _loss_sum(out, target) * m / norm_box[0]
 
-    cls = getattr(schedules, _SCHEDULES[r.schedule])
-    schedule = cls(stages if v > 1 else stages[0], n_microbatches=m, loss_fn=loss_fn)
+    if r.schedule == "zeropp":
+        schedule = zeropp_schedule(stages, m, loss_fn, r.unit)
+    else:
+        cls = getattr(schedules, _SCHEDULES[r.schedule])
+        schedule = cls(stages if v > 1 else stages[0], n_microbatches=m, loss_fn=loss_fn)
     first, last = pp_rank == 0, pp_rank == p - 1
     dp = r.data_size
     rows = shape.microbatch * m
@@ -178,6 +251,9 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
                 counter.phase = "backward"
                 for q in tied:  # the first stage's embedding and the last stage's copy: their gradients summed
                     dist.all_reduce(local(q.grad), group=tie_group)  # replicated on the data axis: local is whole
+            if outer_sync is not None:
+                counter.phase = "backward"
+                outer_sync()
             if zero is not None:
                 counter.phase = "backward"
                 zero.reduce_gradients()
