@@ -69,6 +69,9 @@ class Realisation:
     # axis (their partial sums kept), without it over the tensor axis as well (summed again)
     tensor_unreduced: tuple[str, ...] = ()
     tensor_reduced_again: tuple[str, ...] = ()
+    # context parallelism: the sequence split over this axis (ring attention), gradients reduced over it too
+    context_axis: str | None = None
+    tokens_over: tuple[str, ...] | None = None  # the axes the token count is summed over (None: all the data's)
     tie_reduce: bool = True  # tied embeddings across stages: the two copies' gradients summed (False: the bug that skips it)
     approximations: tuple[str, ...] = ()  # where the realisation differs from the plan
 
@@ -81,8 +84,9 @@ class Realisation:
 
     @property
     def data_size(self) -> int:
+        """The ranks the global batch's tokens are divided over: the data axes and a context axis."""
         n = 1
-        for a in self.data_axes:
+        for a in self.data_axes + ((self.context_axis,) if self.context_axis else ()):
             n *= self.sizes[a]
         return n
 
@@ -145,11 +149,13 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
                 reasons.append("mixture-of-experts layers are not realised by the harness")
         except ShapeError as exc:
             reasons.append(f"the model's expert count has no value: {exc}")
-    data_axes, tensor_axis = [], None
+    data_axes, tensor_axis, context_axis = [], None, None
     for axis in plan.mesh.names:
         role = plan.role(axis)
         if role is ir.Role.DATA:
             data_axes.append(axis)
+        elif role is ir.Role.CONTEXT and context_axis is None:
+            context_axis = axis
         elif role in (ir.Role.TENSOR, ir.Role.SEQUENCE) and tensor_axis is None:
             tensor_axis = axis
         elif role is ir.Role.PIPELINE and axis == pipeline_axis:
@@ -207,6 +213,17 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         if schedule in PIPELINE_CLASSES:
             impl.append(f"torch.distributed.pipelining {PIPELINE_CLASSES[schedule]}"
                         + (f" ({chunks} stages per rank)" if chunks > 1 else ""))
+    if context_axis is not None:
+        if _modes(plan, context_axis) != (M.R, M.R, M.R):
+            reasons.append(f"context axis '{context_axis}' is realised only with params, optimizer, grads all R")
+        if data != "ddp" or tensor_axis is not None or pipeline_axis is not None:
+            reasons.append("context parallelism is realised only with DDP on one data axis (no tensor or pipeline "
+                           "axis)")
+        else:
+            impl[0] = f"DistributedDataParallel over ({', '.join(data_axes + [context_axis])})"
+        impl.append(f"ring attention over '{context_axis}' (the sequence split into contiguous blocks, keys and "
+                    "values passed by send/recv)")
+    tokens_over = None
     grad_reduce, clip, regather, tie_reduce = "mean", None, True, True
     unreduced, reduced_again = [], []
     loss, divide_by = "global_mean", None
@@ -236,6 +253,9 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
                 reasons.append(f"override grads: divide has no value: {exc}")
         elif o.target == "loss" and o.verb in ("global_mean", "per_device_mean", "per_microbatch_mean"):
             loss = o.verb
+        elif o.target == "tokens" and o.verb == "reduce" and o.group is None and context_axis is not None \
+                and o.axes and set(o.axes) <= set(data_axes) | {context_axis}:
+            tokens_over = tuple(o.axes)
         elif o.target == "embedding" and o.verb == "tie_reduce" and o.group is None:
             if not o.axes:
                 tie_reduce = False
@@ -259,7 +279,7 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
     # gradient when the divisor is dp with a per-device-mean loss, or 1 with a global-mean
     # loss (the loss already divided by the global token count): grad_divide = the
     # plan's divisor × (dp for a global-mean loss).
-    n_data = _product(sizes, data_axes)
+    n_data = _product(sizes, data_axes + ([context_axis] if context_axis else []))
     if divide_by is None:
         divisor = Fraction(n_data)
     else:
@@ -340,6 +360,8 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         recompute=plan.recompute.value,
         tensor_unreduced=tuple(unreduced),
         tensor_reduced_again=tuple(reduced_again),
+        context_axis=context_axis,
+        tokens_over=tokens_over,
         tie_reduce=tie_reduce,
         approximations=tuple(approx),
     )

@@ -27,6 +27,79 @@ def _core(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
+def _exchange(send: torch.Tensor, to: int, frm: int, group) -> torch.Tensor:
+    """Send ``send`` to global rank ``to`` and receive a tensor like it from ``frm`` (one
+    point-to-point transfer each way)."""
+    import torch.distributed as dist
+
+    send = send.contiguous()
+    recv = torch.empty_like(send)
+    ops = [dist.P2POp(dist.isend, send, to, group), dist.P2POp(dist.irecv, recv, frm, group)]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    return recv
+
+
+def _attend(q, blocks, index: int, repeat: int):
+    """Causal attention of the query block ``index`` over the key/value blocks 0..index (the later
+    ones are masked out entirely), each block (2, b, kv_heads, s/cp, d)."""
+    s_loc = q.shape[-2]
+    kv = torch.cat([blocks[j] for j in range(index + 1)], dim=-2)
+    k, v = (t.repeat_interleave(repeat, dim=1) for t in kv)
+    qpos = torch.arange(s_loc) + index * s_loc
+    mask = torch.arange(kv.shape[-2])[None, :] <= qpos[:, None]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.device))
+
+
+class _RingAttention(torch.autograd.Function):
+    """Context parallelism's attention as a ring (Megatron-LM's context parallelism, without its
+    load-balancing reorder): each rank holds the sequence block ``index`` of ``size``; in forward
+    the key/value blocks travel round the ring in size - 1 steps (each rank sends its current
+    block to the next rank and receives the previous rank's); backward passes them round again
+    (only the rank's own block is saved) and sends each received block's key/value gradient
+    back to the rank that holds it."""
+
+    @staticmethod
+    def forward(ctx, q, kv, context, repeat):
+        group, ranks, index = context
+        size = len(ranks)
+        blocks = {index: kv}
+        cur = kv
+        for step in range(1, size):
+            cur = _exchange(cur, ranks[(index + 1) % size], ranks[(index - 1) % size], group)
+            blocks[(index - step) % size] = cur
+        ctx.save_for_backward(q, kv)
+        ctx.context, ctx.repeat = context, repeat
+        return _attend(q, blocks, index, repeat)
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, kv = ctx.saved_tensors
+        group, ranks, index = ctx.context
+        size = len(ranks)
+        blocks = {index: kv}
+        cur = kv
+        for step in range(1, size):
+            cur = _exchange(cur, ranks[(index + 1) % size], ranks[(index - 1) % size], group)
+            blocks[(index - step) % size] = cur
+        with torch.enable_grad():
+            q_ = q.detach().requires_grad_()
+            leaves = {j: b.detach().requires_grad_() for j, b in blocks.items()}
+            out = _attend(q_, leaves, index, ctx.repeat)
+            order = list(range(size))
+            grads = torch.autograd.grad(out, [q_] + [leaves[j] for j in order], dout, allow_unused=True)
+        dq = grads[0]
+        dkv = {j: (g if g is not None else torch.zeros_like(leaves[j])) for j, g in zip(order, grads[1:])}
+        total = dkv[index].clone()
+        for step in range(1, size):
+            # the gradient of the block received from ``step`` ranks back goes back to it; this rank
+            # receives its own block's gradient from the rank ``step`` ahead
+            back = _exchange(dkv[(index - step) % size], ranks[(index - step) % size], ranks[(index + step) % size],
+                             group)
+            total = total + back
+        return dq, total, None, None
+
+
 class Attention(nn.Module):
     """Causal attention whose fused projection is laid out key/value group by group.
 
@@ -43,6 +116,7 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(shape.hidden, shape.qkv_out, bias=shape.has_qkv_bias)
         self.proj = nn.Linear(shape.hidden, shape.hidden, bias=shape.bias)
         self.recompute_core = False  # selective recomputation: the attention core is recomputed in backward
+        self.context = None  # context parallelism: (process group, its global ranks, this rank's sequence block)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
@@ -50,6 +124,11 @@ class Attention(nn.Module):
         qkv = qkv.view(b, s, -1, self.q_per_kv + 2, self.head_dim)  # (b, s, groups, q+2, d)
         groups = qkv.shape[2]
         q = qkv[:, :, :, : self.q_per_kv].reshape(b, s, groups * self.q_per_kv, self.head_dim)
+        if self.context is not None:
+            kv = torch.stack([qkv[:, :, :, self.q_per_kv], qkv[:, :, :, self.q_per_kv + 1]]).transpose(2, 3)
+            y = _RingAttention.apply(q.transpose(1, 2), kv, self.context, self.q_per_kv)
+            y = y.transpose(1, 2).reshape(b, s, groups * self.q_per_kv * self.head_dim)
+            return self.proj(y)
         k = qkv[:, :, :, self.q_per_kv].repeat_interleave(self.q_per_kv, dim=2)
         v = qkv[:, :, :, self.q_per_kv + 1].repeat_interleave(self.q_per_kv, dim=2)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))

@@ -237,6 +237,13 @@ def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
             params = list(model.parameters())
         named = list(model.named_parameters())
         group = mesh[r.data_axes[0]].get_group()
+        if r.context_axis is not None:
+            # the gradients are averaged over the data and the context axis: one group of both
+            group = mesh[(r.data_axes[0], r.context_axis)]._flatten().get_group()
+            ring = mesh[r.context_axis].get_group()
+            context = (ring, tuple(dist.get_process_group_ranks(ring)), dist.get_rank(ring))
+            for block in model.blocks:
+                block.attn.context = context
         module = DDP(model, process_group=group, gradient_as_bucket_view=True)
         if r.grad_reduce == "none":
             module.register_comm_hook(None, _skip_allreduce_hook)

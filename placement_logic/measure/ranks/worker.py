@@ -79,11 +79,21 @@ def run_job(job: Job, rank: int) -> dict:
     global_batch = rows * dp
     trainer = apply(r, tiny.build(job.shape, job.seed, r.recompute).to(device), mesh)
     steps, losses, tokens = [], [], []
+    # context parallelism: this rank's contiguous block of every sequence
+    cp = r.sizes[r.context_axis] if r.context_axis else 1
+    c0 = coords[r.context_axis] * job.shape.seq // cp if r.context_axis else 0
+    c1 = c0 + job.shape.seq // cp
     for step in range(job.steps):
         x, y = _batch(job.shape, global_batch, job.seed, step)
+        x, y_all = x[:, c0:c1], y
+        y = y[:, c0:c1]
         lo, hi = dp_index * rows, (dp_index + 1) * rows
         tokens.append(tokens_of(y[lo:hi]))
-        norm = loss_normaliser(r, tokens_of(y), tokens_of(y[lo:hi]))
+        # the token count the loss is divided by: summed over every rank with data, or (the
+        # override tokens: reduce over the data axis alone) over this context block's ranks only
+        counted = tokens_of(y) if r.tokens_over is not None and r.context_axis not in r.tokens_over \
+            else tokens_of(y_all)
+        norm = loss_normaliser(r, counted, tokens_of(y[lo:hi]))
         counter = CollectiveCounter()
         saved = SavedActivations()
         total = 0.0
