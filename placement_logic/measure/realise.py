@@ -71,6 +71,10 @@ class Realisation:
     tensor_reduced_again: tuple[str, ...] = ()
     # context parallelism: the sequence split over this axis (ring attention), gradients reduced over it too
     context_axis: str | None = None
+    # expert parallelism: each rank holds E/ep whole experts, tokens routed to them by all-to-all;
+    # the other parameters replicated over the axis, their gradients averaged over it by hand
+    expert_axis: str | None = None
+    expert_divide: Fraction = Fraction(0)  # the experts' reduced gradient sum is divided by this (0: data × expert size)
     tokens_over: tuple[str, ...] | None = None  # the axes the token count is summed over (None: all the data's)
     tie_reduce: bool = True  # tied embeddings across stages: the two copies' gradients summed (False: the bug that skips it)
     approximations: tuple[str, ...] = ()  # where the realisation differs from the plan
@@ -86,7 +90,7 @@ class Realisation:
     def data_size(self) -> int:
         """The ranks the global batch's tokens are divided over: the data axes and a context axis."""
         n = 1
-        for a in self.data_axes + ((self.context_axis,) if self.context_axis else ()):
+        for a in self.data_axes + tuple(x for x in (self.context_axis, self.expert_axis) if x):
             n *= self.sizes[a]
         return n
 
@@ -143,19 +147,21 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
             reasons.append(f"the zeropp schedule is realised with one scheduling unit per step (U = 2p = "
                            f"{2 * sizes[pipeline_axis]} microbatches); this plan's U is {unit}")
     tf = plan.model.transformer
+    moe = False
     if tf is not None:
         try:
-            if value_of(tf.experts, bindings) > 1:
-                reasons.append("mixture-of-experts layers are not realised by the harness")
+            moe = value_of(tf.experts, bindings) > 1
         except ShapeError as exc:
             reasons.append(f"the model's expert count has no value: {exc}")
-    data_axes, tensor_axis, context_axis = [], None, None
+    data_axes, tensor_axis, context_axis, expert_axis = [], None, None, None
     for axis in plan.mesh.names:
         role = plan.role(axis)
         if role is ir.Role.DATA:
             data_axes.append(axis)
         elif role is ir.Role.CONTEXT and context_axis is None:
             context_axis = axis
+        elif role is ir.Role.EXPERT and expert_axis is None:
+            expert_axis = axis
         elif role in (ir.Role.TENSOR, ir.Role.SEQUENCE) and tensor_axis is None:
             tensor_axis = axis
         elif role is ir.Role.PIPELINE and axis == pipeline_axis:
@@ -223,7 +229,30 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
             impl[0] = f"DistributedDataParallel over ({', '.join(data_axes + [context_axis])})"
         impl.append(f"ring attention over '{context_axis}' (the sequence split into contiguous blocks, keys and "
                     "values passed by send/recv)")
+    if moe:
+        if tf.mla or tf.dense_layers is not None or tf.moe_every is not None or tf.mtp_layers is not None:
+            reasons.append("mixture-of-experts layers are realised only on every layer of a transformer without "
+                           "latent attention (MLA) or multi-token prediction")
+        if tensor_axis is not None or pipeline_axis is not None or context_axis is not None:
+            reasons.append("mixture-of-experts layers are realised only with data and expert axes (no tensor, "
+                           "pipeline or context axis)")
+        if expert_axis is not None and data == "zero1":
+            reasons.append("ZeRO-1 with expert parallelism: the plan shards the other parameters' optimizer state "
+                           "over the expert axis as well (a reduce-scatter and an all-gather over it), which the "
+                           "harness does not realise (it all-reduces their gradients over the expert axis)")
+        elif expert_axis is not None and data != "ddp":
+            reasons.append("expert parallelism is realised only with DDP on one data axis")
+        if expert_axis is not None:
+            impl.append(f"mixture of experts: {'experts'} split over '{expert_axis}', tokens dispatched and combined "
+                        "by all_to_all_single (capacity-padded), other gradients all-reduced over it")
+        else:
+            impl.append("mixture of experts (capacity-padded routing, every expert on every rank)")
+    elif expert_axis is not None:
+        reasons.append(f"expert axis '{expert_axis}' without mixture-of-experts layers is not realised")
+    if expert_axis is not None and _modes(plan, expert_axis) != (M.S, M.S, M.S):
+        reasons.append(f"expert axis '{expert_axis}' is realised only with the experts' params, optimizer, grads S")
     tokens_over = None
+    expert_divide_by = None
     grad_reduce, clip, regather, tie_reduce = "mean", None, True, True
     unreduced, reduced_again = [], []
     loss, divide_by = "global_mean", None
@@ -253,6 +282,11 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
                 reasons.append(f"override grads: divide has no value: {exc}")
         elif o.target == "loss" and o.verb in ("global_mean", "per_device_mean", "per_microbatch_mean"):
             loss = o.verb
+        elif o.target == "grads" and o.verb == "divide" and o.group == "experts" and expert_axis is not None:
+            try:
+                expert_divide_by = value_of(o.by, bindings)
+            except ShapeError as exc:
+                reasons.append(f"override grads[experts]: divide has no value: {exc}")
         elif o.target == "tokens" and o.verb == "reduce" and o.group is None and context_axis is not None \
                 and o.axes and set(o.axes) <= set(data_axes) | {context_axis}:
             tokens_over = tuple(o.axes)
@@ -279,7 +313,7 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
     # gradient when the divisor is dp with a per-device-mean loss, or 1 with a global-mean
     # loss (the loss already divided by the global token count): grad_divide = the
     # plan's divisor × (dp for a global-mean loss).
-    n_data = _product(sizes, data_axes + ([context_axis] if context_axis else []))
+    n_data = _product(sizes, data_axes + [a for a in (context_axis, expert_axis) if a])
     if divide_by is None:
         divisor = Fraction(n_data)
     else:
@@ -361,6 +395,9 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         tensor_unreduced=tuple(unreduced),
         tensor_reduced_again=tuple(reduced_again),
         context_axis=context_axis,
+        expert_axis=expert_axis,
+        expert_divide=Fraction(0) if expert_divide_by is None else
+        expert_divide_by * (n_data if loss == "global_mean" else 1),
         tokens_over=tokens_over,
         tie_reduce=tie_reduce,
         approximations=tuple(approx),

@@ -163,13 +163,106 @@ class MLP(nn.Module):
         return self.fc2(h)
 
 
+EXPERT_PARAMS = ("w1", "b1", "w2", "b2")  # a MoE block's routed experts, stacked on dim 0 (one row per expert)
+
+
+class MoE(nn.Module):
+    """Mixture of experts with capacity-padded routing (GShard, Switch Transformer).
+
+    Tokens are routed in groups of one microbatch (seq·microbatch tokens; the single-process
+    reference splits its batch into the same groups): the router's softmax picks top_k experts
+    per token (gates renormalised over them); each expert has ``capacity`` slots, filled in
+    order of choice rank, then token; a choice past capacity is dropped. The dispatch buffer
+    is (E, capacity, h) whatever the load, so under expert parallelism (``expert`` = (process
+    group, its size, this rank's index), the rank holding experts index·E/size ...) its
+    all-to-all moves exactly capacity_factor·tokens·top_k·h values each way. Shared experts (and
+    their sigmoid gate) see every token.
+    """
+
+    def __init__(self, shape: TinyShape):
+        super().__init__()
+        h, E, fe = shape.hidden, shape.experts, shape.expert_ffn
+        self.E, self.top_k, self.gated, self.fe = E, shape.top_k, shape.gated_mlp, fe
+        self.capacity, self.group_tokens = shape.capacity(), shape.seq * shape.microbatch
+        width = 2 * fe if shape.gated_mlp else fe
+        self.router = nn.Linear(h, E, bias=shape.bias or shape.router_bias)
+        self.w1 = nn.Parameter(torch.randn(E, h, width) / h ** 0.5)
+        self.b1 = nn.Parameter(torch.randn(E, width) * 0.02) if shape.bias else None
+        self.w2 = nn.Parameter(torch.randn(E, fe, h) / fe ** 0.5)
+        self.b2 = nn.Parameter(torch.randn(E, h) * 0.02) if shape.bias else None
+        fs = shape.shared_expert_ffn
+        self.shared = nn.ModuleList(
+            nn.ModuleDict({"fc1": nn.Linear(h, 2 * fs if shape.gated_mlp else fs, bias=shape.bias),
+                           "fc2": nn.Linear(fs, h, bias=False)}) for _ in range(shape.shared_experts))
+        self.shared_gate = nn.Linear(h, 1, bias=False) if shape.shared_expert_gate else None
+        self.expert = None
+
+    def _act(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gated:
+            half = x.shape[-1] // 2
+            return F.silu(x[..., :half]) * x[..., half:]
+        return F.gelu(x)
+
+    def _experts(self, x: torch.Tensor) -> torch.Tensor:
+        """This rank's experts on their slots: x (E_local, slots, h)."""
+        y = torch.bmm(x, self.w1)
+        if self.b1 is not None:
+            y = y + self.b1[:, None, :]
+        y = torch.bmm(self._act(y), self.w2)
+        return y + self.b2[:, None, :] if self.b2 is not None else y
+
+    def _group(self, t: torch.Tensor) -> torch.Tensor:
+        n, h = t.shape
+        E, k, C = self.E, self.top_k, self.capacity
+        probs = self.router(t).softmax(-1)
+        gate, idx = probs.topk(k, dim=-1)
+        gate = gate / gate.sum(-1, keepdim=True)
+        choice = idx.t().reshape(-1)  # choice rank first, then token
+        token = torch.arange(n, device=t.device).repeat(k)
+        pos = (F.one_hot(choice, E).cumsum(0) - 1).gather(1, choice[:, None])[:, 0]
+        keep = pos < C
+        dest, token = (choice * C + pos)[keep], token[keep]
+        dispatch = t.new_zeros(E * C, h).index_copy(0, dest, t[token])
+        if self.expert is None:
+            out = self._experts(dispatch.view(E, C, h))
+        else:
+            from torch.distributed.nn.functional import all_to_all_single
+
+            group, size, _ = self.expert
+            el = E // size
+            sent = all_to_all_single(torch.empty_like(dispatch), dispatch, group=group)  # (sources, el, C, h)
+            mine = sent.view(size, el, C, h).transpose(0, 1).reshape(el, size * C, h)
+            done = self._experts(mine).view(el, size, C, h).transpose(0, 1).reshape(E * C, h)
+            out = all_to_all_single(torch.empty_like(done), done.contiguous(), group=group)
+        w = gate.t().reshape(-1)[keep]
+        y = t.new_zeros(n, h).index_add(0, token, out.reshape(E * C, h)[dest] * w[:, None])
+        for mlp in self.shared:
+            s = mlp["fc2"](self._act(mlp["fc1"](t)))
+            y = y + (torch.sigmoid(self.shared_gate(t)) * s if self.shared_gate is not None else s)
+        return y
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        t = x.reshape(-1, shape[-1])
+        n = self.group_tokens
+        return torch.cat([self._group(t[i:i + n]) for i in range(0, t.shape[0], n)]).view(shape)
+
+    def split_experts(self, size: int, index: int) -> None:
+        """Keep experts index·E/size ... (index + 1)·E/size - 1 (expert parallelism)."""
+        el = self.E // size
+        for name in EXPERT_PARAMS:
+            p = getattr(self, name)
+            if p is not None:
+                setattr(self, name, nn.Parameter(p.detach()[index * el:(index + 1) * el].clone()))
+
+
 class Block(nn.Module):
     def __init__(self, shape: TinyShape):
         super().__init__()
         self.norm1 = _norm(shape)
         self.attn = Attention(shape)
         self.norm2 = _norm(shape)
-        self.mlp = MLP(shape)
+        self.mlp = MoE(shape) if shape.moe else MLP(shape)
         self.recompute = False  # full recomputation: the whole block runs again in backward
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -203,7 +203,51 @@ def apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
     return trainer
 
 
+def split_experts(r: Realisation, model: nn.Module, mesh) -> dict:
+    """Expert parallelism: each rank keeps its E/ep experts of every block; returns their layouts
+    (Shard(0) over the expert axis) so that the whole parameters can be gathered for comparison."""
+    from torch.distributed.tensor import Shard
+
+    ep_mesh = mesh[r.expert_axis]
+    group, size, index = ep_mesh.get_group(), r.sizes[r.expert_axis], ep_mesh.get_local_rank()
+    for block in model.blocks:
+        block.mlp.split_experts(size, index)
+        block.mlp.expert = (group, size, index)
+    return {n: (ep_mesh, (Shard(0),)) for n, _ in model.named_parameters() if is_expert(n)}
+
+
+def is_expert(name: str) -> bool:
+    from .model import EXPERT_PARAMS
+
+    parts = name.split(".")
+    return len(parts) >= 2 and parts[-2] == "mlp" and parts[-1] in EXPERT_PARAMS
+
+
+def expert_sync(r: Realisation, named, mesh, data_divide: float):
+    """After the data-axis reduction (which divided by ``data_divide``): the other parameters'
+    gradients summed over the expert axis, and every gradient brought to the plan's divisor —
+    the experts' (each already the sum over the expert axis's tokens, by the all-to-all's
+    backward) to ``r.expert_divide`` (default: the data-parallel size times the expert axis's)."""
+    group = mesh[r.expert_axis].get_group()
+    dense = [p for n, p in named if not is_expert(n)]
+    experts = [p for n, p in named if is_expert(n)]
+    total = float(r.grad_divide or r.data_size)
+    per_expert = float(r.expert_divide or total)
+
+    def run() -> None:
+        for p in dense:
+            if p.grad is not None:
+                dist.all_reduce(p.grad, group=group)
+                p.grad.div_(total / data_divide)
+        for p in experts:
+            if p.grad is not None:
+                p.grad.div_(per_expert / data_divide)
+
+    return run
+
+
 def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
+    expert_layouts = split_experts(r, model, mesh) if r.expert_axis is not None else {}
     params = list(model.parameters())
     clip = None
     if r.data in ("zero1", "zero2"):
@@ -212,14 +256,19 @@ def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
             # the tensor-parallel module on plain local tensors, as for DDP below: ZeRO shards them
             layouts = {n: (p.device_mesh, p.placements) for n, p in model.named_parameters() if hasattr(p, "placements")}
             _pre_dp_transform(model, r)
+        layouts.update(expert_layouts)
         named = list(model.named_parameters())
         group = mesh[r.data_axes[0]].get_group()
+        dp_divide = float(r.sizes[r.data_axes[0]]) if r.expert_axis else float(r.grad_divide or r.data_size)
         zero = FlatZero([p for _, p in named], group, 1 if r.data == "zero1" else 2, r.optimizer,
-                        float(r.grad_divide or r.data_size), r.regather)
+                        dp_divide, r.regather)
         # ZeRO-1 keeps whole gradients and reduce-scatters once per step; ZeRO-2 has no whole
         # gradient to accumulate in: every microbatch's gradient is reduce-scattered into the shard
         again = reduce_again_over([p for _, p in named], [n for n, _ in named], r.tensor_reduced_again,
                                   mesh[r.tensor_axis].get_group()) if r.tensor_reduced_again else None
+        if r.expert_axis is not None:
+            # before ZeRO's reduce-scatter, which divides by the data axis's size
+            again = _chain(again, expert_sync(r, named, mesh, float(r.sizes[r.data_axes[0]])))
         if r.data == "zero1":
             return Trainer(model, model, zero, lambda: zero.state, None, layouts, named,
                            _chain(again, zero.reduce_gradients), zero.held_gradients)
@@ -235,6 +284,7 @@ def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
             layouts = {n: (p.device_mesh, p.placements) for n, p in model.named_parameters() if hasattr(p, "placements")}
             _pre_dp_transform(model, r)
             params = list(model.parameters())
+        layouts.update(expert_layouts)
         named = list(model.named_parameters())
         group = mesh[r.data_axes[0]].get_group()
         if r.context_axis is not None:
@@ -257,6 +307,8 @@ def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
         elif r.clip == "local":
             clip = lambda: clip_local(params, MAX_NORM)
         again = allreduce_again(params, group) if r.grad_reduce == "twice" else None
+        if r.expert_axis is not None:
+            again = _chain(again, expert_sync(r, named, mesh, float(r.sizes[r.data_axes[0]])))
         if r.tensor_reduced_again:
             again = _chain(again, reduce_again_over(params, [n for n, _ in named], r.tensor_reduced_again,
                                                     mesh[r.tensor_axis].get_group()))

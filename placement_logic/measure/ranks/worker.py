@@ -71,7 +71,7 @@ def run_job(job: Job, rank: int) -> dict:
         return {"rank": rank, **run_pipeline_job(job, mesh, device, coords)}
     dp = 1
     dp_index = 0
-    for a in r.data_axes:
+    for a in r.data_axes + ((r.expert_axis,) if r.expert_axis else ()):  # expert-parallel ranks hold other data
         dp_index = dp_index * r.sizes[a] + coords[a]
         dp *= r.sizes[a]
     mb, m = job.shape.microbatch, job.shape.microbatches
