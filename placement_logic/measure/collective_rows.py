@@ -96,19 +96,27 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
                 status, mechanism, note = explained("gradient-reduced-twice", (
                     f"the plan reduces over ({', '.join(axes)}): DDP's all-reduce and the loop's own, each of the "
                     f"whole gradient over {'×'.join(once)}; the cost engine sizes one all-reduce of that buffer"))
+        in_clip = tuple(measured_collectives(res, r.mesh, "clip").get(key, 0) for res in results)
         if status == "differs" and shape.tied_embeddings and r.pipeline_axis and r.stages > 1 and kind == "all_reduce" \
                 and p == 0:
             tie = shape.vocab * shape.hidden * pred.widths["grads"]
+            # the clip over the stages' scalar, in its own phase, beside the tied copies' sum
+            clip_scalar = bool(r.clip) and all(c == 4 for c in in_clip)
+            got_tie = tuple(g - c for g, c in zip(got, in_clip)) if clip_scalar else got
 
             def member(res, axes=axes) -> bool:
                 edge = res["coords"][r.pipeline_axis] in (0, r.stages - 1)
                 return edge and (axes == (r.pipeline_axis,) or f"rank{res['rank']}" in axes)
 
-            if all(g == (tie if member(res) else 0) for g, res in zip(got, results)):
+            if all(g == (tie if member(res) else 0) for g, res in zip(got_tie, results)):
                 status, mechanism, note = explained("tied-embedding-sync", (
                     f"Megatron-LM's embedding group: the first stage's word embedding and the last stage's copy of it "
                     f"sum their gradients, one all-reduce of V·h·4 = {tie} B between the two; the cost model leaves it "
                     "out"))
+                if clip_scalar:
+                    mechanism = "tied-embedding-sync + clip-norm-scalars"
+                    note += ("; and the clip over pipeline stages all-reduces one fp32 sum of squares (4 B), scalar "
+                             "traffic the cost model leaves out")
         t = r.sizes.get(r.tensor_axis, 1) if r.tensor_axis else 1
         replicated = [Fraction(res["tensor_replicated_param_bytes"]) for res in results]
         if status == "differs" and r.tensor_axis and kind in ("all_reduce", "reduce_scatter", "all_gather") \
@@ -119,14 +127,25 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
                 f"the same excess as the parameters held: {replicated[0]} B per rank belong to parameters PyTorch "
                 f"keeps replicated over '{r.tensor_axis}', which the plan shards 1/{t}, and this buffer is made of "
                 "parameters or their gradients"))
-        in_clip = tuple(measured_collectives(res, r.mesh, "clip").get(key, 0) for res in results)
-        if status == "differs" and r.clip == "global" and kind == "all_reduce" and p == 0 \
+        if status == "differs" and r.clip == "global" and kind == "all_reduce" and p == 0 and not r.pipeline_axis \
                 and all(c == g == 4 * res["param_tensors"] for c, g, res in zip(in_clip, got, results)):
             status, mechanism, note = explained("clip-norm-scalars", (
                 f"clip_grad_norm_ all-reduces one partial fp32 norm per parameter tensor "
                 f"({results[0]['param_tensors']} × 4 B); the cost model leaves this scalar traffic out"))
+        if status == "differs" and r.clip in ("global", "stage") and r.pipeline_axis and kind == "all_reduce" \
+                and p == 0 and all(c == g == 4 for c, g in zip(in_clip, got)):
+            status, mechanism, note = explained("clip-norm-scalars", (
+                "the clip over pipeline stages all-reduces one fp32 sum of squares (4 B) over "
+                f"{'×'.join(axes)}; the cost model leaves this scalar traffic out"))
         if status == "differs" and r.tensor_axis and axes == (r.tensor_axis,):
-            status, mechanism, note = _tensor_axis_extras(kind, p, got, r, results, shape, boundary)
+            # the clip over pipeline stages' scalar is set apart (its own phase), then the rest compared
+            clip_scalar = bool(r.clip) and bool(r.pipeline_axis) and all(c == 4 for c in in_clip)
+            status, mechanism, note = _tensor_axis_extras(kind, p, got, r, results, shape, boundary,
+                                                          "clip" if clip_scalar else None)
+            if status == "explained" and clip_scalar:
+                mechanism += " + clip-norm-scalars"
+                note += (f"; and the clip over each stage's norm all-reduces one fp32 sum of squares (4 B) over "
+                         f"'{r.tensor_axis}', scalar traffic the cost model leaves out")
         rows.append(Row("collectives", label + ", buffer bytes per step", p, Fraction(max(got)), status, note,
                         got if len(set(got)) > 1 else (), mechanism))
         used.add(key)
@@ -134,7 +153,7 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
 
 
 def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, results: list[dict], shape: TinyShape,
-                        boundary: int) -> tuple[str, str, str]:
+                        boundary: int, set_apart: str | None = None) -> tuple[str, str, str]:
     """Tensor-axis collectives that differ from the engine's figures by a documented mechanism.
 
     The engine predicts Megatron's per-layer collectives (2 forward + 2 backward per layer and
@@ -155,7 +174,7 @@ def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, resu
 
     def records(res, phases=None):
         return sorted(rec["bytes"] for rec in res["collectives"][-1]
-                      if rec["kind"] == kind and rec.get("phase") != "setup"
+                      if rec["kind"] == kind and rec.get("phase") not in ("setup", set_apart)
                       and (phases is None or rec.get("phase") in phases)
                       and axes_of_group(tuple(rec["ranks"]), res["coords"], mesh) == (r.tensor_axis,))
 

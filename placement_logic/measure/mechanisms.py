@@ -34,8 +34,8 @@ MECHANISMS = {
                                     "keeps a whole V·h gradient where the plan holds V/t rows",
     "tied-embedding-sync": "with tied embeddings across pipeline stages, the first stage's embedding and the last "
                            "stage's copy all-reduce their gradients; the cost model leaves it out",
-    "clip-norm-scalars": "clip_grad_norm_ all-reduces one fp32 partial norm per parameter tensor; the cost model "
-                         "leaves scalars out",
+    "clip-norm-scalars": "clip_grad_norm_ all-reduces one fp32 partial norm per parameter tensor (the clip over "
+                         "pipeline stages one fp32 sum of squares); the cost model leaves scalars out",
     "sp-norm-gradients": "sequence parallelism all-reduces the gradients of the norm weights and biases (h·4 B "
                          "each); the cost model leaves them out",
     "group-reduced-over-tensor": "the plan's override reduces the gradients of a group kept whole on the tensor "

@@ -53,7 +53,8 @@ class Realisation:
     sequence_parallel: bool = False
     grad_reduce: str = "mean"  # mean | none (no reduction at all) | twice (reduced again by hand)
     grad_divide: Fraction = Fraction(0)  # the reduced gradient sum is divided by this (0: the data-parallel size)
-    clip: str | None = None  # global | local
+    clip: str | None = None  # global | local | stage (under a pipeline: the norm of each stage's own gradients)
+    clip_double_count: bool = False  # the tied embedding's two copies (first and last stage) both in the norm
     optimizer: str = "adam"  # adam | sgd_momentum | sgd
     # global_mean | per_device_mean | per_microbatch_mean: what each rank's loss is normalised by
     loss: str = "global_mean"
@@ -253,7 +254,7 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         reasons.append(f"expert axis '{expert_axis}' is realised only with the experts' params, optimizer, grads S")
     tokens_over = None
     expert_divide_by = None
-    grad_reduce, clip, regather, tie_reduce = "mean", None, True, True
+    grad_reduce, clip, regather, tie_reduce, double_count = "mean", None, True, True, False
     unreduced, reduced_again = [], []
     loss, divide_by = "global_mean", None
     for o in plan.overrides:
@@ -298,6 +299,19 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
                                "the pipeline axis")
         elif o.target == "params" and o.verb == "no_regather" and o.group in (None, "all"):
             regather = False
+        elif o.target == "clip_norm" and o.verb == "double_count" and o.group == "embedding" \
+                and pipeline_axis is not None and tf is not None and tf.tied_embeddings:
+            clip, double_count = clip or "global", True
+        elif o.target == "clip_norm" and o.verb == "reduce" and o.group in (None, "all") and pipeline_axis:
+            # under a pipeline: the norm over every stage (the pipeline axis and a tensor axis), or
+            # each stage's own (the tensor axis alone)
+            model_axes = {pipeline_axis} | ({tensor_axis} if tensor_axis else set())
+            if model_axes <= set(o.axes) <= model_axes | set(data_axes):
+                clip = "global"
+            elif tensor_axis and set(o.axes) == {tensor_axis}:
+                clip = "stage"
+            else:
+                reasons.append(f"override clip_norm: reduce over ({', '.join(o.axes)}) is not realised")
         elif o.target == "clip_norm" and o.verb == "reduce" and o.group in (None, "all"):
             if not o.axes:
                 clip = "local"
@@ -355,8 +369,9 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
             reasons.append("a pipeline is combined only with DDP (replicate) or ZeRO-1 on one data axis")
         if loss == "per_microbatch_mean":
             reasons.append("a per-microbatch mean loss under a pipeline is not realised by the harness")
-        if clip is not None:
-            reasons.append("gradient clipping under a pipeline is not realised by the harness")
+        if clip is not None and (data not in (None, "ddp") or clip not in ("global", "stage")):
+            reasons.append("gradient clipping under a pipeline is realised only with DDP (replicate) or no data "
+                           "axis, and a norm over the stages or each stage's own")
         if grad_reduce != "mean" or divisor_given(plan):
             reasons.append("gradient-reduction overrides under a pipeline are not realised by the harness")
         if tf is not None and tf.tied_embeddings and tensor_axis is not None:
@@ -383,6 +398,7 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         grad_reduce=grad_reduce,
         grad_divide=divisor,
         clip=clip,
+        clip_double_count=double_count,
         optimizer=optimizer,
         loss=loss,
         regather=regather,

@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch import nn
 
 from . import model as tiny
-from .common import local, make_optimizer
+from .common import MAX_NORM, local, make_optimizer
 from .counter import CollectiveCounter
 from .flat_zero import FlatZero
 from .tensor_parallel import tensor_parallel
@@ -148,6 +148,41 @@ def zeropp_schedule(stages, m: int, loss_fn, unit: int):
     return ZeroPPSchedule(stages, n_microbatches=m, loss_fn=loss_fn)
 
 
+def pipeline_clip(r, named, mesh, max_norm: float, tied: bool):
+    """Gradient clipping over pipeline stages (Megatron-LM's): each rank's sum of squares of its
+    gradients — a parameter whole on the tensor axis counted once over it, the last stage's copy
+    of a tied embedding left out (``r.clip_double_count``: the bug that counts it too) — summed
+    by one fp32 all-reduce over the stages and the tensor axis (``r.clip`` stage: over the
+    tensor axis alone, each stage clipping by its own norm), then every gradient scaled by
+    min(1, max_norm / (norm + 1e-6)) as ``clip_grad_norm_``."""
+    t = r.sizes[r.tensor_axis] if r.tensor_axis else 1
+    axes = tuple(a for a, _ in r.mesh if a == r.tensor_axis or (a == r.pipeline_axis and r.clip == "global"))
+    group = mesh[axes[0]].get_group() if len(axes) == 1 else mesh[axes]._flatten().get_group()
+
+    def sharded_on_tensor(g) -> bool:
+        mesh_ = getattr(g, "device_mesh", None)
+        names = (mesh_.mesh_dim_names or ()) if mesh_ is not None else ()
+        return r.tensor_axis in names and not g.placements[names.index(r.tensor_axis)].is_replicate()
+
+    def run() -> None:
+        grads = []
+        total = torch.zeros((), dtype=torch.float32)
+        for name, q in named:
+            if q.grad is None:
+                continue
+            grads.append(q.grad)
+            if tied and name == "head.weight" and not r.clip_double_count:
+                continue
+            part = local(q.grad).float().pow(2).sum()
+            total = total + (part if t == 1 or sharded_on_tensor(q.grad) else part / t)
+        dist.all_reduce(total, group=group)
+        coef = torch.clamp(max_norm / (total.sqrt() + 1e-6), max=1.0)
+        for g in grads:
+            local(g).mul_(coef)
+
+    return run
+
+
 def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
     from contextlib import nullcontext
 
@@ -218,6 +253,7 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
                         dist.all_reduce(g, group=outer_group)
                         g.div_(outer_n)
     norm_box = [1.0]
+    clip = pipeline_clip(r, named, mesh, MAX_NORM, shape.tied_embeddings and p > 1) if r.clip else None
 
     def loss_fn(out, target):
         # the schedule divides the gradients by m; times m over the normaliser gives the plan's loss
@@ -251,6 +287,9 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
                 counter.phase = "backward"
                 for q in tied:  # the first stage's embedding and the last stage's copy: their gradients summed
                     dist.all_reduce(local(q.grad), group=tie_group)  # replicated on the data axis: local is whole
+            if clip is not None:
+                counter.phase = "clip"
+                clip()
             if outer_sync is not None:
                 counter.phase = "backward"
                 outer_sync()
