@@ -237,15 +237,13 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         if tensor_axis is not None or pipeline_axis is not None or context_axis is not None:
             reasons.append("mixture-of-experts layers are realised only with data and expert axes (no tensor, "
                            "pipeline or context axis)")
-        if expert_axis is not None and data == "zero1":
-            reasons.append("ZeRO-1 with expert parallelism: the plan shards the other parameters' optimizer state "
-                           "over the expert axis as well (a reduce-scatter and an all-gather over it), which the "
-                           "harness does not realise (it all-reduces their gradients over the expert axis)")
-        elif expert_axis is not None and data != "ddp":
-            reasons.append("expert parallelism is realised only with DDP on one data axis")
+        if expert_axis is not None and data not in ("ddp", "zero1"):
+            reasons.append("expert parallelism is realised only with DDP or ZeRO-1 on one data axis")
         if expert_axis is not None:
-            impl.append(f"mixture of experts: {'experts'} split over '{expert_axis}', tokens dispatched and combined "
-                        "by all_to_all_single (capacity-padded), other gradients all-reduced over it")
+            impl.append(f"mixture of experts: experts split over '{expert_axis}', tokens dispatched and combined by "
+                        "all_to_all_single (capacity-padded), "
+                        + ("the other parameters' optimizer state sharded over it too" if data == "zero1" else
+                           "the other gradients all-reduced over it"))
         else:
             impl.append("mixture of experts (capacity-padded routing, every expert on every rank)")
     elif expert_axis is not None:

@@ -28,7 +28,7 @@ from torch import nn
 
 from ..realise import Realisation
 from .common import ADAM_EPS, LR, MAX_NORM, clip_global, clip_local, local, make_optimizer
-from .flat_zero import FlatZero
+from .flat_zero import ExpertZero, FlatZero
 from .tensor_parallel import tensor_parallel
 
 __all__ = ["ADAM_EPS", "LR", "MAX_NORM", "FlatZero", "Trainer", "apply", "clip_global", "clip_local", "local",
@@ -259,6 +259,13 @@ def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
         layouts.update(expert_layouts)
         named = list(model.named_parameters())
         group = mesh[r.data_axes[0]].get_group()
+        if r.expert_axis is not None and r.data == "zero1":
+            total = float(r.grad_divide or r.data_size)
+            zero = ExpertZero([p for n, p in named if not is_expert(n)], [p for n, p in named if is_expert(n)],
+                              group, mesh[r.expert_axis].get_group(), r.optimizer, total,
+                              float(r.expert_divide or total))
+            return Trainer(model, model, zero, lambda: zero.state, None, layouts, named, zero.reduce_gradients,
+                           zero.held_gradients)
         dp_divide = float(r.sizes[r.data_axes[0]]) if r.expert_axis else float(r.grad_divide or r.data_size)
         zero = FlatZero([p for _, p in named], group, 1 if r.data == "zero1" else 2, r.optimizer,
                         dp_divide, r.regather)
