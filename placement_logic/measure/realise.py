@@ -223,20 +223,23 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
     if context_axis is not None:
         if _modes(plan, context_axis) != (M.R, M.R, M.R):
             reasons.append(f"context axis '{context_axis}' is realised only with params, optimizer, grads all R")
-        if data != "ddp" or tensor_axis is not None or pipeline_axis is not None:
-            reasons.append("context parallelism is realised only with DDP on one data axis (no tensor or pipeline "
-                           "axis)")
-        else:
+        if data not in ("ddp", "fsdp") or tensor_axis is not None or pipeline_axis is not None:
+            reasons.append("context parallelism is realised only with DDP or FSDP on one data axis (no tensor or "
+                           "pipeline axis)")
+        elif data == "ddp":
             impl[0] = f"DistributedDataParallel over ({', '.join(data_axes + [context_axis])})"
+        else:
+            impl[0] = (f"fully_shard(mesh=2-D ({context_axis} replicate, {data_axes[0]} shard), "
+                       f"reshard_after_forward={raf}) (HYBRID_SHARD)")
         impl.append(f"ring attention over '{context_axis}' (the sequence split into contiguous blocks, keys and "
                     "values passed by send/recv)")
     if moe:
         if tf.mla or tf.dense_layers is not None or tf.moe_every is not None or tf.mtp_layers is not None:
             reasons.append("mixture-of-experts layers are realised only on every layer of a transformer without "
                            "latent attention (MLA) or multi-token prediction")
-        if tensor_axis is not None or pipeline_axis is not None or context_axis is not None:
-            reasons.append("mixture-of-experts layers are realised only with data and expert axes (no tensor, "
-                           "pipeline or context axis)")
+        if tensor_axis is not None or pipeline_axis is not None or (context_axis and expert_axis):
+            reasons.append("mixture-of-experts layers are realised only with data, expert or context axes (no "
+                           "tensor or pipeline axis, not both an expert and a context axis)")
         if expert_axis is not None and data not in ("ddp", "zero1"):
             reasons.append("expert parallelism is realised only with DDP or ZeRO-1 on one data axis")
         if expert_axis is not None:

@@ -106,12 +106,6 @@ class TinyShape:
     def moe(self) -> bool:
         return self.experts > 1
 
-    def capacity(self) -> int:
-        """Token slots per expert for one microbatch (seq·microbatch tokens)."""
-        c = self.capacity_factor * self.seq * self.microbatch * self.top_k / self.experts
-        assert c.denominator == 1, c
-        return int(c)
-
     def expert_params(self) -> int:
         """One routed expert: its MLP of width expert_ffn with column biases, and its row bias."""
         return self._mlp(self.expert_ffn) + (self.hidden if self.bias else 0)

@@ -183,7 +183,10 @@ class MoE(nn.Module):
         super().__init__()
         h, E, fe = shape.hidden, shape.experts, shape.expert_ffn
         self.E, self.top_k, self.gated, self.fe = E, shape.top_k, shape.gated_mlp, fe
-        self.capacity, self.group_tokens = shape.capacity(), shape.seq * shape.microbatch
+        self.capacity_factor, self.seq, self.microbatch = shape.capacity_factor, shape.seq, shape.microbatch
+        # context parallelism: a rank holds one of this many blocks of every sequence, and routes
+        # its microbatch's block as one group; a whole sequence is routed block by block alike
+        self.seq_blocks = 1
         width = 2 * fe if shape.gated_mlp else fe
         self.router = nn.Linear(h, E, bias=shape.bias or shape.router_bias)
         self.w1 = nn.Parameter(torch.randn(E, h, width) / h ** 0.5)
@@ -213,7 +216,10 @@ class MoE(nn.Module):
 
     def _group(self, t: torch.Tensor) -> torch.Tensor:
         n, h = t.shape
-        E, k, C = self.E, self.top_k, self.capacity
+        E, k = self.E, self.top_k
+        C = self.capacity_factor * n * k / E
+        assert C.denominator == 1, C
+        C = int(C)
         probs = self.router(t).softmax(-1)
         gate, idx = probs.topk(k, dim=-1)
         gate = gate / gate.sum(-1, keepdim=True)
@@ -242,10 +248,15 @@ class MoE(nn.Module):
         return y
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = x.shape
-        t = x.reshape(-1, shape[-1])
-        n = self.group_tokens
-        return torch.cat([self._group(t[i:i + n]) for i in range(0, t.shape[0], n)]).view(shape)
+        b, s, h = x.shape
+        nb = self.seq_blocks if s == self.seq else 1  # whole sequences: the blocks the context ranks hold
+        xb = x.view(b, nb, s // nb, h)
+        out = torch.empty_like(xb)
+        for r0 in range(0, b, self.microbatch):
+            for j in range(nb):
+                part = xb[r0:r0 + self.microbatch, j]
+                out[r0:r0 + self.microbatch, j] = self._group(part.reshape(-1, h)).view(part.shape)
+        return out.view(b, s, h)
 
     def split_experts(self, size: int, index: int) -> None:
         """Keep experts index·E/size ... (index + 1)·E/size - 1 (expert parallelism)."""

@@ -246,8 +246,29 @@ def expert_sync(r: Realisation, named, mesh, data_divide: float):
     return run
 
 
+def ring_context(r: Realisation, model: nn.Module, mesh) -> None:
+    """Context parallelism: every block's attention runs as a ring over the context axis."""
+    ring = mesh[r.context_axis].get_group()
+    context = (ring, tuple(dist.get_process_group_ranks(ring)), dist.get_rank(ring))
+    for block in model.blocks:
+        block.attn.context = context
+
+
+def replicate_shard_mesh(r: Realisation):
+    """A 2-D DeviceMesh (context axis, data axis) for HYBRID_SHARD: replicated over the context
+    axis, sharded over the data axis, whatever their order in the plan's mesh."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    names = [a for a, _ in r.mesh]
+    ranks = torch.arange(r.world).view(*[n for _, n in r.mesh])
+    ranks = ranks.permute(names.index(r.context_axis), names.index(r.data_axes[0]))
+    return DeviceMesh("cpu", ranks.contiguous(), mesh_dim_names=(r.context_axis, r.data_axes[0]))
+
+
 def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
     expert_layouts = split_experts(r, model, mesh) if r.expert_axis is not None else {}
+    if r.context_axis is not None:
+        ring_context(r, model, mesh)
     params = list(model.parameters())
     clip = None
     if r.data in ("zero1", "zero2"):
@@ -297,10 +318,6 @@ def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
         if r.context_axis is not None:
             # the gradients are averaged over the data and the context axis: one group of both
             group = mesh[(r.data_axes[0], r.context_axis)]._flatten().get_group()
-            ring = mesh[r.context_axis].get_group()
-            context = (ring, tuple(dist.get_process_group_ranks(ring)), dist.get_rank(ring))
-            for block in model.blocks:
-                block.attn.context = context
         module = DDP(model, process_group=group, gradient_as_bucket_view=True)
         if r.grad_reduce == "none":
             module.register_comm_hook(None, _skip_allreduce_hook)
@@ -324,6 +341,8 @@ def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
         from torch.distributed.fsdp import fully_shard
 
         dp_mesh = mesh[r.data_axes[0]] if r.data == "fsdp" else mesh[tuple(r.data_axes)]
+        if r.context_axis is not None:  # the gradients averaged over the context axis too: HYBRID_SHARD
+            dp_mesh = replicate_shard_mesh(r)
         for block in model.blocks:
             fully_shard(block, mesh=dp_mesh, reshard_after_forward=r.reshard_after_forward)
         fully_shard(model, mesh=dp_mesh, reshard_after_forward=r.reshard_after_forward)
@@ -335,7 +354,7 @@ def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
         clip = lambda: clip_global(params, MAX_NORM)
     elif r.clip == "local":
         clip = lambda: clip_local(params, MAX_NORM)
-    no_sync = _hsdp_accumulate(model) if r.data == "hsdp" else None
+    no_sync = _hsdp_accumulate(model) if r.data == "hsdp" or (r.data == "fsdp" and r.context_axis) else None
     return Trainer(model, model, opt, lambda: opt.state, clip, no_sync=no_sync)
 
 

@@ -96,6 +96,10 @@ def _reference(job: Job, global_batch: int):
     from .torch_plan import MAX_NORM, clip_global, make_optimizer
 
     m = tiny.build(job.shape, job.seed)
+    r = job.realisation
+    if r.context_axis is not None and job.shape.moe:  # experts route each context rank's sequence block as a group
+        for block in m.blocks:
+            block.mlp.seq_blocks = r.sizes[r.context_axis]
     opt = make_optimizer(job.realisation.optimizer, m.parameters())
     losses = []
     for step in range(job.steps):
