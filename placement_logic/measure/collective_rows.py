@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from .mechanisms import axes_of_group, explained, measured_collectives, own_stage_prediction, stage_note, stage_shares
+from .mechanisms import (
+    axes_of_group,
+    explained,
+    measured_collectives,
+    own_stage_prediction,
+    stage_note,
+    stage_shares,
+    tied_stage_excess,
+)
 from .predict import Prediction
 from .realise import Realisation
 from .report import Row
@@ -67,8 +75,13 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
                 # mean of the engine's stage predictions; each rank's buffer is its own stage's
                 by = pred.stages
                 total = by["first"][state] + by["last"][state] + (r.stages - 2) * by.get("interior", {}).get(state, 0)
-                documented = own is not None and p == total / r.stages
-                measured_ok = own is not None and all(g == w for g, w in zip(got, own))
+                # with tied embeddings the engine's even split is of Ψ, which leaves the last stage's copy out
+                copy = shape.vocab * shape.hidden * pred.widths[state] / t if shape.tied_embeddings else 0
+                documented = own is not None and p == (total - copy) / r.stages
+                # a tied embedding and its copy kept whole on the tensor axis: their excess in the buffer
+                excess = tied_stage_excess(pred, state, r, results, shape) \
+                    if own is not None and shape.tied_embeddings and r.chunks == 1 else [0] * len(got)
+                measured_ok = own is not None and all(g == w + e for g, w, e in zip(got, own, excess))
             if documented and measured_ok:
                 what = "gradients" if state == "grads" else "parameters"
                 if calls != 1 or shard != 1:
@@ -77,6 +90,10 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
                 else:
                     what = f"the stage's {what}"
                 status, mechanism, note = explained("pipeline-stage-share", stage_note(r, shape, f"This buffer, {what},"))
+                if any(excess):
+                    mechanism += " + tensor-replicated-params"
+                    note += (f"; the tied embedding and its copy are kept whole on '{r.tensor_axis}' (the plan shards "
+                             f"them 1/{t}), {max(excess)} B more in the first and last stage's buffer")
         # pipeline-edge-stages: the engine's interior stage sends and receives m·v boundaries of s·b·h
         # under sequence parallelism each tensor rank sends its own sequence shard, s·b·h/t
         sp_div = r.sizes[r.tensor_axis] if r.sequence_parallel else 1
@@ -213,6 +230,10 @@ def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, resu
                     f"3 × {tokens} B per microbatch on the last; " + stage_note))
         elif all(records(res) == [boundary] * calls for res in results):
             return explained("tensor-replicated-params", tied_note)
+    if r.sequence_parallel and not vocab and kind == "reduce_scatter" and p == per_layer + engine_ends * m * boundary \
+            and all(records(res) == [boundary] * calls for res in results):
+        return explained("tensor-replicated-params", tied_note + "; the sequence-parallel embedding output is "
+                         "split locally, with no reduce-scatter")
     if r.sequence_parallel and kind in ("all_gather", "reduce_scatter") \
             and p == per_layer + engine_ends * m * boundary \
             and all(records(res) == [boundary] * (calls + m * sum(ends(res))) for res in results):

@@ -140,3 +140,16 @@ def own_stage_prediction(pred: Prediction, state: str, r: Realisation, results: 
         return None
     return [by_stage[n][state] for n in names]
 
+
+def tied_stage_excess(pred: Prediction, state: str, r: Realisation, results: list[dict],
+                      shape: TinyShape) -> list[Fraction]:
+    """Per rank, the bytes of ``state`` beyond its stage's prediction when the tied embedding (first
+    stage) and its copy (last stage) are kept whole on the tensor axis: (t-1)/t of V·h parameter
+    bytes, scaled by the stage's predicted ``state`` bytes per parameter byte (every group of a
+    stage is placed alike)."""
+    t = r.sizes[r.tensor_axis]
+    own_state = own_stage_prediction(pred, state, r, results)
+    own_params = own_stage_prediction(pred, "params", r, results)
+    whole = Fraction(shape.vocab * shape.hidden) * pred.widths["params"] * (t - 1) / t
+    return [whole * s / q if res["coords"][r.pipeline_axis] in (0, r.stages - 1) and q else Fraction(0)
+            for s, q, res in zip(own_state, own_params, results)]

@@ -375,9 +375,9 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
                            "axis, and a norm over the stages or each stage's own")
         if grad_reduce != "mean" or divisor_given(plan):
             reasons.append("gradient-reduction overrides under a pipeline are not realised by the harness")
-        if tf is not None and tf.tied_embeddings and tensor_axis is not None:
-            reasons.append("tied embeddings across pipeline stages with tensor parallelism are not realised by the "
-                           "harness")
+        if tf is not None and tf.tied_embeddings and tensor_axis is not None and chunks > 1:
+            reasons.append("tied embeddings across interleaved pipeline stages with tensor parallelism are not "
+                           "realised by the harness")
     if not data_axes and tensor_axis is None and pipeline_axis is None:
         reasons.append("the plan has no data, tensor or pipeline axis to realise")
     if reasons:

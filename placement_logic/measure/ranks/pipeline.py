@@ -106,7 +106,8 @@ def unit_lowering(actions: list, unit: int) -> list:
     before the first forward of a scheduling unit of ``unit`` microbatches and resharded after
     its last, the same for the backward; the gradient reduction after the chunk's last backward,
     before it is resharded."""
-    from torch.distributed.pipelining.schedules import _Action, _ComputationType as C
+    from torch.distributed.pipelining.schedules import _Action
+    from torch.distributed.pipelining.schedules import _ComputationType as C
 
     out, active, done = [], set(), {}
     total = {}
