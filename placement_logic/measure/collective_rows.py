@@ -64,6 +64,7 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
             own = own_stage_prediction(pred, state, r, results)
             # zeropp: the engine's buffer is the stage's whole chunks on the first data axis (gathered,
             # reduce-scattered) and their shard of it on the second, once per predicted call
+            excess = [0] * len(got)
             calls = sum((c.calls for c in pred.collectives if c.kind == kind and tuple(c.axes) == axes), Fraction(0))
             shard = r.sizes[r.data_axes[0]] if r.data == "zeropp" and axes != (r.data_axes[0],) else 1
             if t == 1:
@@ -116,7 +117,8 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
         in_clip = tuple(measured_collectives(res, r.mesh, "clip").get(key, 0) for res in results)
         if status == "differs" and shape.tied_embeddings and r.pipeline_axis and r.stages > 1 and kind == "all_reduce" \
                 and p == 0:
-            tie = shape.vocab * shape.hidden * pred.widths["grads"]
+            # under ZeRO-2 the two copies' gradients are summed once reduce-scattered: their 1/dp shards
+            tie = shape.vocab * shape.hidden * pred.widths["grads"] / (r.data_size if r.data == "zero2" else 1)
             # the clip over the stages' scalar, in its own phase, beside the tied copies' sum
             clip_scalar = bool(r.clip) and all(c == 4 for c in in_clip)
             got_tie = tuple(g - c for g, c in zip(got, in_clip)) if clip_scalar else got
@@ -128,8 +130,10 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
             if all(g == (tie if member(res) else 0) for g, res in zip(got_tie, results)):
                 status, mechanism, note = explained("tied-embedding-sync", (
                     f"Megatron-LM's embedding group: the first stage's word embedding and the last stage's copy of it "
-                    f"sum their gradients, one all-reduce of V·h·4 = {tie} B between the two; the cost model leaves it "
-                    "out"))
+                    "sum their gradients, one all-reduce of "
+                    + (f"V·h·4 = {tie} B" if r.data != "zero2" else
+                       f"their reduce-scattered shards, V·h·4/{r.data_size} = {tie} B (ZeRO-2 keeps no whole gradient)")
+                    + " between the two; the cost model leaves it out"))
                 if clip_scalar:
                     mechanism = "tied-embedding-sync + clip-norm-scalars"
                     note += ("; and the clip over pipeline stages all-reduces one fp32 sum of squares (4 B), scalar "

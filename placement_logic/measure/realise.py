@@ -363,11 +363,10 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
                            "first, R or ZeRO-1 on the second")
         elif data == "zeropp" and tensor_axis is not None:
             reasons.append("the zeropp schedule is realised without a tensor axis")
-        elif data == "zero2":
-            reasons.append("ZeRO-2 under a pipeline reduce-scatters each microbatch's gradients into the shard (no "
-                           "whole-gradient accumulation buffer), which the harness does not realise")
-        elif data not in (None, "ddp", "zero1", "zeropp"):
-            reasons.append("a pipeline is combined only with DDP (replicate) or ZeRO-1 on one data axis")
+        elif data == "zero2" and (chunks > 1 or tensor_axis is not None):
+            reasons.append("ZeRO-2 under a pipeline is realised with one model chunk per rank and no tensor axis")
+        elif data not in (None, "ddp", "zero1", "zero2", "zeropp"):
+            reasons.append("a pipeline is combined only with DDP (replicate), ZeRO-1 or ZeRO-2 on one data axis")
         if loss == "per_microbatch_mean":
             reasons.append("a per-microbatch mean loss under a pipeline is not realised by the harness")
         if clip is not None and (data not in (None, "ddp") or clip not in ("global", "stage")):

@@ -101,6 +101,48 @@ class _Tagger:
             setattr(stage, name, tagged)
 
 
+def _then(f, g):
+    """``f``, then ``g()``; ``f``'s result."""
+
+    def run(*args, **kwargs):
+        out = f(*args, **kwargs)
+        g()
+        return out
+
+    return run
+
+
+class ZeroParts:
+    """Several ``FlatZero`` buffers over the same group, stepped as one optimizer."""
+
+    def __init__(self, parts) -> None:
+        self.parts = parts
+        self.param_groups = [g for z in parts for g in z.param_groups]
+        self.stage = parts[0].stage
+
+    @property
+    def state(self) -> dict:
+        out = {}
+        for z in self.parts:
+            out.update(z.state)
+        return out
+
+    def reduce_gradients(self) -> None:
+        for z in self.parts:
+            z.reduce_gradients()
+
+    def held_gradients(self) -> list:
+        return [g for z in self.parts for g in z.held_gradients()]
+
+    def step(self) -> None:
+        for z in self.parts:
+            z.step()
+
+    def zero_grad(self) -> None:
+        for z in self.parts:
+            z.zero_grad()
+
+
 def unit_lowering(actions: list, unit: int) -> list:
     """A compute-only schedule with the gathers of ZeroPP: each chunk (an FSDP unit) unsharded
     before the first forward of a scheduling unit of ``unit`` microbatches and resharded after
@@ -228,11 +270,24 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
     tied = [q for sub in inner for q in ((sub.embed.weight,) if sub.embed is not None else ())
             + ((sub.head.weight,) if sub.head is not None else ())] if shape.tied_embeddings and p > 1 else []
     tie_group = embedding_groups(mesh, r) if shape.tied_embeddings and p > 1 else None
-    zero, outer_sync = None, None
-    if r.data in ("zero1", "zero2"):
+    zero, outer_sync, tied_zero = None, None, None
+    if r.data == "zero2":
+        # ZeRO-2: no whole gradient to accumulate in, every microbatch's gradients reduce-scattered
+        # into the shard. A tied embedding (first stage) and its copy (last stage) get a flat buffer
+        # of their own, laid out alike on both, so that their reduced shards can be summed
+        group, divide = mesh[r.data_axes[0]].get_group(), float(r.grad_divide or r.data_size)
+        tied_ids = {id(q) for q in tied}
+        parts = []
+        if tied:
+            tied_zero = FlatZero(tied, group, 2, r.optimizer, divide, r.regather)
+            parts.append(tied_zero)
+        parts.append(FlatZero([q for q in params if id(q) not in tied_ids], group, 2, r.optimizer, divide,
+                              r.regather))
+        zero = opt = ZeroParts(parts)
+    elif r.data == "zero1":
         # ZeRO on each stage's parameters over the data axis: the microbatches' gradients accumulate
         # in the whole gradients, then one reduce-scatter and, after the step, one all-gather
-        zero = FlatZero(params, mesh[r.data_axes[0]].get_group(), 1 if r.data == "zero1" else 2, r.optimizer,
+        zero = FlatZero(params, mesh[r.data_axes[0]].get_group(), 1, r.optimizer,
                         float(r.grad_divide or r.data_size), r.regather)
         opt = zero
     elif r.data == "zeropp" and r.outer == "zero1":
@@ -256,15 +311,23 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
     norm_box = [1.0]
     clip = pipeline_clip(r, named, mesh, MAX_NORM, shape.tied_embeddings and p > 1) if r.clip else None
 
-    def loss_fn(out, target):
-        # the schedule divides the gradients by m; times m over the normaliser gives the plan's loss
-        return _loss_sum(out, target) * m / norm_box[0]
+    per_microbatch = r.data == "zero2"
+    scale = 1 if per_microbatch else m
 
+    def loss_fn(out, target):
+        # the schedule divides the gradients by m (not under ZeRO-2, whose whole gradients are freed
+        # before): times that over the normaliser gives the plan's loss
+        return _loss_sum(out, target) * scale / norm_box[0]
+
+    if per_microbatch:
+        for stage in stages:
+            stage.backward_one_chunk = _then(stage.backward_one_chunk, zero.reduce_gradients)
     if r.schedule == "zeropp":
         schedule = zeropp_schedule(stages, m, loss_fn, r.unit)
     else:
         cls = getattr(schedules, _SCHEDULES[r.schedule])
-        schedule = cls(stages if v > 1 else stages[0], n_microbatches=m, loss_fn=loss_fn)
+        schedule = cls(stages if v > 1 else stages[0], n_microbatches=m, loss_fn=loss_fn,
+                       scale_grads=not per_microbatch)
     first, last = pp_rank == 0, pp_rank == p - 1
     dp = r.data_size
     rows = shape.microbatch * m
@@ -286,7 +349,10 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
             schedule.step(*args, **kwargs)
             if tie_group is not None and r.tie_reduce:
                 counter.phase = "backward"
-                for q in tied:  # the first stage's embedding and the last stage's copy: their gradients summed
+                if tied_zero is not None:  # ZeRO-2: the two copies' reduced shards summed
+                    dist.all_reduce(tied_zero.master.grad, group=tie_group)
+                for q in tied if tied_zero is None else ():
+                    # the first stage's embedding and the last stage's copy: their gradients summed
                     dist.all_reduce(local(q.grad), group=tie_group)  # replicated on the data axis: local is whole
             if clip is not None:
                 counter.phase = "clip"
@@ -294,7 +360,7 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
             if outer_sync is not None:
                 counter.phase = "backward"
                 outer_sync()
-            if zero is not None:
+            if zero is not None and not per_microbatch:
                 counter.phase = "backward"
                 zero.reduce_gradients()
             counter.phase = "optimizer"
@@ -302,7 +368,7 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
         tagger.counter = None
         counter.check()
         steps.append([rec.__dict__ for rec in counter.records])
-        loss = torch.stack([local(t.detach()) for t in mb_losses]).mean() if last else torch.zeros(())
+        loss = torch.stack([local(t.detach()) for t in mb_losses]).mean() * (m / scale) if last else torch.zeros(())
         dist.all_reduce(loss)  # only the last stage's ranks (one per data-parallel and tensor rank) hold a loss
         losses.append(loss.item() / (dp * tp))
         if step == job.steps - 1:
