@@ -129,7 +129,7 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
 
             if all(g == (tie if member(res) else 0) for g, res in zip(got_tie, results)):
                 status, mechanism, note = explained("tied-embedding-sync", (
-                    f"Megatron-LM's embedding group: the first stage's word embedding and the last stage's copy of it "
+                    "Megatron-LM's embedding group: the first stage's word embedding and the last stage's copy of it "
                     "sum their gradients, one all-reduce of "
                     + (f"V·h·4 = {tie} B" if r.data != "zero2" else
                        f"their reduce-scattered shards, V·h·4/{r.data_size} = {tie} B (ZeRO-2 keeps no whole gradient)")
