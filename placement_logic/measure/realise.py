@@ -77,6 +77,9 @@ class Realisation:
     expert_axis: str | None = None
     expert_divide: Fraction = Fraction(0)  # the experts' reduced gradient sum is divided by this (0: data × expert size)
     tokens_over: tuple[str, ...] | None = None  # the axes the token count is summed over (None: all the data's)
+    # hidden dropout with masks fixed by position in the global batch: "" none, "vary" (the tensor
+    # ranks' seeds apart in a replicated region), "same" (one seed for every sequence-parallel slice)
+    dropout: str = ""
     tie_reduce: bool = True  # tied embeddings across stages: the two copies' gradients summed (False: the bug that skips it)
     approximations: tuple[str, ...] = ()  # where the realisation differs from the plan
 
@@ -255,6 +258,7 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         reasons.append(f"expert axis '{expert_axis}' is realised only with the experts' params, optimizer, grads S")
     tokens_over = None
     expert_divide_by = None
+    dropout = ""
     grad_reduce, clip, regather, tie_reduce, double_count = "mean", None, True, True, False
     unreduced, reduced_again = [], []
     loss, divide_by = "global_mean", None
@@ -289,6 +293,11 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
                 expert_divide_by = value_of(o.by, bindings)
             except ShapeError as exc:
                 reasons.append(f"override grads[experts]: divide has no value: {exc}")
+        elif o.target == "dropout_seed" and o.verb == "vary" and tensor_axis and list(o.axes or ()) == [tensor_axis] \
+                and not plan.sequence_parallel:
+            dropout = "vary"
+        elif o.target == "dropout_seed" and o.verb == "same" and tensor_axis and plan.sequence_parallel:
+            dropout = "same"
         elif o.target == "tokens" and o.verb == "reduce" and o.group is None and context_axis is not None \
                 and o.axes and set(o.axes) <= set(data_axes) | {context_axis}:
             tokens_over = tuple(o.axes)
@@ -354,6 +363,12 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
                        "ZeRO-1 on the data axis")
     if (unreduced or reduced_again) and pipeline_axis is not None:
         reasons.append("gradient-reduction overrides under a pipeline are not realised by the harness")
+    if dropout and (pipeline_axis is not None or data not in (None, "ddp")):
+        reasons.append("dropout seeds are realised only without a pipeline, with DDP or no data axis")
+    if dropout:
+        impl.append("hidden dropout (p = 0.1) with masks fixed by position in the global batch, seeded "
+                    + ("apart on each tensor rank in the replicated region" if dropout == "vary" else
+                       "alike on every sequence-parallel slice"))
     if not tie_reduce and (pipeline_axis is None or tf is None or not tf.tied_embeddings):
         reasons.append("override embedding: tie_reduce over () is realised only with tied embeddings across "
                        "pipeline stages")
@@ -415,6 +430,7 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         expert_divide=Fraction(0) if expert_divide_by is None else
         expert_divide_by * (n_data if loss == "global_mean" else 1),
         tokens_over=tokens_over,
+        dropout=dropout,
         tie_reduce=tie_reduce,
         approximations=tuple(approx),
     )

@@ -163,6 +163,34 @@ class MLP(nn.Module):
         return self.fc2(h)
 
 
+class HiddenDropout:
+    """Dropout on the hidden state a block adds to its residual stream (after the attention's and
+    the MLP's output projection, Megatron-LM's hidden dropout), with masks that depend only on
+    where an element is in the step's global batch: the mask of every (step, block, site) is
+    drawn for the whole global batch from a generator seeded by them, and each caller takes the
+    rows and sequence positions it holds — so a rank's mask is the single process's. ``vary``
+    (the bug that seeds every tensor-parallel rank apart) draws with the seed offset by the
+    tensor rank; ``same`` (the bug that uses one seed on every sequence-parallel slice) gives
+    every slice the first slice's mask."""
+
+    P = 0.1
+
+    def __init__(self, seed: int, global_batch: int, seq: int, hidden: int) -> None:
+        self.seed, self.global_batch, self.seq, self.hidden = seed, global_batch, seq, hidden
+        self.step, self.row0 = 0, 0
+        self.seq_index, self.seq_blocks = 0, 1  # this rank's sequence-parallel slice
+        self.vary_by = 0  # the bug "vary": an offset added to the seed (the tensor rank)
+        self.same = False  # the bug "same": every slice takes slice 0's mask
+
+    def __call__(self, x: torch.Tensor, layer: int, site: int) -> torch.Tensor:
+        b, s, h = x.shape
+        g = torch.Generator().manual_seed(((self.seed + self.vary_by) * 1009 + self.step) * 1009 + 2 * layer + site)
+        keep = torch.rand(self.global_batch, self.seq, h, generator=g) >= self.P
+        s0 = 0 if self.same or s == self.seq else self.seq_index * s
+        mask = keep[self.row0:self.row0 + b, s0:s0 + s].to(x.device, x.dtype)
+        return x * mask / (1 - self.P)
+
+
 EXPERT_PARAMS = ("w1", "b1", "w2", "b2")  # a MoE block's routed experts, stacked on dim 0 (one row per expert)
 
 
@@ -275,6 +303,8 @@ class Block(nn.Module):
         self.norm2 = _norm(shape)
         self.mlp = MoE(shape) if shape.moe else MLP(shape)
         self.recompute = False  # full recomputation: the whole block runs again in backward
+        self.dropout: HiddenDropout | None = None  # hidden dropout, and this block's index
+        self.index = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.recompute:
@@ -285,6 +315,9 @@ class Block(nn.Module):
         return self._forward(x)
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.dropout is not None:
+            x = x + self.dropout(self.attn(self.norm1(x)), self.index, 0)
+            return x + self.dropout(self.mlp(self.norm2(x)), self.index, 1)
         x = x + self.attn(self.norm1(x))
         return x + self.mlp(self.norm2(x))
 
@@ -322,3 +355,9 @@ def build(shape: TinyShape, seed: int, recompute: str = "none") -> TinyTransform
         block.recompute = recompute == "full"
         block.attn.recompute_core = recompute == "selective"
     return m
+
+
+def use_dropout(m: TinyTransformer, dropout: HiddenDropout) -> None:
+    """Hidden dropout on every block of ``m``."""
+    for i, block in enumerate(m.blocks.values() if isinstance(m.blocks, nn.ModuleDict) else m.blocks):
+        block.dropout, block.index = dropout, i

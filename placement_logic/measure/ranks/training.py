@@ -101,8 +101,14 @@ def _reference(job: Job, global_batch: int):
         for block in m.blocks:
             block.mlp.seq_blocks = r.sizes[r.context_axis]
     opt = make_optimizer(job.realisation.optimizer, m.parameters())
+    dropout = None
+    if r.dropout:  # the same hidden dropout, every mask drawn for the whole batch
+        dropout = tiny.HiddenDropout(job.seed, global_batch, job.shape.seq, job.shape.hidden)
+        tiny.use_dropout(m, dropout)
     losses = []
     for step in range(job.steps):
+        if dropout is not None:
+            dropout.step = step
         x, y = _batch(job.shape, global_batch, job.seed, step)
         loss = _loss_sum(m(x), y) / tokens_of(y)  # the global token mean
         loss.backward()

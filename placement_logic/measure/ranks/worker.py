@@ -78,6 +78,14 @@ def run_job(job: Job, rank: int) -> dict:
     rows = mb * m  # this data-parallel rank's rows: m microbatches of mb sequences, gradients accumulated
     global_batch = rows * dp
     trainer = apply(r, tiny.build(job.shape, job.seed, r.recompute).to(device), mesh)
+    dropout = None
+    if r.dropout:
+        tp_rank = coords[r.tensor_axis]
+        dropout = tiny.HiddenDropout(job.seed, global_batch, job.shape.seq, job.shape.hidden)
+        dropout.seq_index = tp_rank if r.sequence_parallel else 0
+        dropout.vary_by = tp_rank if r.dropout == "vary" else 0
+        dropout.same = r.dropout == "same"
+        tiny.use_dropout(trainer.inner, dropout)
     steps, losses, tokens = [], [], []
     # context parallelism: this rank's contiguous block of every sequence
     cp = r.sizes[r.context_axis] if r.context_axis else 1
@@ -100,6 +108,8 @@ def run_job(job: Job, rank: int) -> dict:
         with counter, (loss_parallel() if trainer.loss_parallel else nullcontext()):
             for k in range(m):
                 a, b = lo + k * mb, lo + (k + 1) * mb
+                if dropout is not None:
+                    dropout.step, dropout.row0 = step, a
                 # gradient accumulation: DDP synchronises on the last microbatch only
                 sync = nullcontext() if k == m - 1 or trainer.no_sync is None else trainer.no_sync()
                 with sync:
