@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from .mechanisms import axes_of_group, explained, measured_collectives, own_stage_prediction, stage_note, stage_shares
+from .mechanisms import (
+    axes_of_group,
+    explained,
+    measured_collectives,
+    own_stage_prediction,
+    stage_note,
+    stage_shares,
+    tied_stage_excess,
+)
 from .predict import Prediction
 from .realise import Realisation
 from .report import Row
@@ -47,25 +55,46 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
         # pipeline-stage-share: DDP/replicate all-reduces each stage's own gradients; the engine's
         # buffer is the uniform Ψ/p of gradient bytes
         stage_kinds = {"ddp": {"all_reduce": "grads"}, "zero1": {"reduce_scatter": "grads", "all_gather": "params"},
-                       "zero2": {"reduce_scatter": "grads", "all_gather": "params"}}.get(r.data, {})
+                       "zero2": {"reduce_scatter": "grads", "all_gather": "params"},
+                       "zeropp": {"all_gather": "params", "reduce_scatter": "grads", "all_reduce": "grads"},
+                       }.get(r.data, {})
         if status == "differs" and r.pipeline_axis and kind in stage_kinds and data_axes:
             state = stage_kinds[kind]
             t = r.sizes[r.tensor_axis] if r.tensor_axis else 1
             own = own_stage_prediction(pred, state, r, results)
+            # zeropp: the engine's buffer is the stage's whole chunks on the first data axis (gathered,
+            # reduce-scattered) and their shard of it on the second, once per predicted call
+            excess = [0] * len(got)
+            calls = sum((c.calls for c in pred.collectives if c.kind == kind and tuple(c.axes) == axes), Fraction(0))
+            shard = r.sizes[r.data_axes[0]] if r.data == "zeropp" and axes != (r.data_axes[0],) else 1
             if t == 1:
                 # the even split Ψ/p, at the state's width; each rank's buffer its stage's exact count
-                documented = p == pred.widths[state] * psi / r.stages
+                documented = p == calls * pred.widths[state] * psi / (r.stages * shard)
                 measured_ok = all(g == p * f for g, f in zip(got, shares))
             else:
                 # under tensor parallelism the even split is of the bytes each tensor rank holds: the
                 # mean of the engine's stage predictions; each rank's buffer is its own stage's
                 by = pred.stages
                 total = by["first"][state] + by["last"][state] + (r.stages - 2) * by.get("interior", {}).get(state, 0)
-                documented = own is not None and p == total / r.stages
-                measured_ok = own is not None and all(g == w for g, w in zip(got, own))
+                # with tied embeddings the engine's even split is of Ψ, which leaves the last stage's copy out
+                copy = shape.vocab * shape.hidden * pred.widths[state] / t if shape.tied_embeddings else 0
+                documented = own is not None and p == (total - copy) / r.stages
+                # a tied embedding and its copy kept whole on the tensor axis: their excess in the buffer
+                excess = tied_stage_excess(pred, state, r, results, shape) \
+                    if own is not None and shape.tied_embeddings and r.chunks == 1 else [0] * len(got)
+                measured_ok = own is not None and all(g == w + e for g, w, e in zip(got, own, excess))
             if documented and measured_ok:
-                status, mechanism, note = explained("pipeline-stage-share", stage_note(
-                    r, shape, f"This buffer, the stage's {'gradients' if state == 'grads' else 'parameters'},"))
+                what = "gradients" if state == "grads" else "parameters"
+                if calls != 1 or shard != 1:
+                    what = (f"{calls} × the stage's {what}" + (f" (its 1/{shard} shard over '{r.data_axes[0]}')"
+                                                             if shard != 1 else ""))
+                else:
+                    what = f"the stage's {what}"
+                status, mechanism, note = explained("pipeline-stage-share", stage_note(r, shape, f"This buffer, {what},"))
+                if any(excess):
+                    mechanism += " + tensor-replicated-params"
+                    note += (f"; the tied embedding and its copy are kept whole on '{r.tensor_axis}' (the plan shards "
+                             f"them 1/{t}), {max(excess)} B more in the first and last stage's buffer")
         # pipeline-edge-stages: the engine's interior stage sends and receives m·v boundaries of s·b·h
         # under sequence parallelism each tensor rank sends its own sequence shard, s·b·h/t
         sp_div = r.sizes[r.tensor_axis] if r.sequence_parallel else 1
@@ -85,19 +114,30 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
                 status, mechanism, note = explained("gradient-reduced-twice", (
                     f"the plan reduces over ({', '.join(axes)}): DDP's all-reduce and the loop's own, each of the "
                     f"whole gradient over {'×'.join(once)}; the cost engine sizes one all-reduce of that buffer"))
+        in_clip = tuple(measured_collectives(res, r.mesh, "clip").get(key, 0) for res in results)
         if status == "differs" and shape.tied_embeddings and r.pipeline_axis and r.stages > 1 and kind == "all_reduce" \
                 and p == 0:
-            tie = shape.vocab * shape.hidden * pred.widths["grads"]
+            # under ZeRO-2 the two copies' gradients are summed once reduce-scattered: their 1/dp shards
+            tie = shape.vocab * shape.hidden * pred.widths["grads"] / (r.data_size if r.data == "zero2" else 1)
+            # the clip over the stages' scalar, in its own phase, beside the tied copies' sum
+            clip_scalar = bool(r.clip) and all(c == 4 for c in in_clip)
+            got_tie = tuple(g - c for g, c in zip(got, in_clip)) if clip_scalar else got
 
             def member(res, axes=axes) -> bool:
                 edge = res["coords"][r.pipeline_axis] in (0, r.stages - 1)
                 return edge and (axes == (r.pipeline_axis,) or f"rank{res['rank']}" in axes)
 
-            if all(g == (tie if member(res) else 0) for g, res in zip(got, results)):
+            if all(g == (tie if member(res) else 0) for g, res in zip(got_tie, results)):
                 status, mechanism, note = explained("tied-embedding-sync", (
-                    f"Megatron-LM's embedding group: the first stage's word embedding and the last stage's copy of it "
-                    f"sum their gradients, one all-reduce of V·h·4 = {tie} B between the two; the cost model leaves it "
-                    "out"))
+                    "Megatron-LM's embedding group: the first stage's word embedding and the last stage's copy of it "
+                    "sum their gradients, one all-reduce of "
+                    + (f"V·h·4 = {tie} B" if r.data != "zero2" else
+                       f"their reduce-scattered shards, V·h·4/{r.data_size} = {tie} B (ZeRO-2 keeps no whole gradient)")
+                    + " between the two; the cost model leaves it out"))
+                if clip_scalar:
+                    mechanism = "tied-embedding-sync + clip-norm-scalars"
+                    note += ("; and the clip over pipeline stages all-reduces one fp32 sum of squares (4 B), scalar "
+                             "traffic the cost model leaves out")
         t = r.sizes.get(r.tensor_axis, 1) if r.tensor_axis else 1
         replicated = [Fraction(res["tensor_replicated_param_bytes"]) for res in results]
         if status == "differs" and r.tensor_axis and kind in ("all_reduce", "reduce_scatter", "all_gather") \
@@ -108,14 +148,25 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
                 f"the same excess as the parameters held: {replicated[0]} B per rank belong to parameters PyTorch "
                 f"keeps replicated over '{r.tensor_axis}', which the plan shards 1/{t}, and this buffer is made of "
                 "parameters or their gradients"))
-        in_clip = tuple(measured_collectives(res, r.mesh, "clip").get(key, 0) for res in results)
-        if status == "differs" and r.clip == "global" and kind == "all_reduce" and p == 0 \
+        if status == "differs" and r.clip == "global" and kind == "all_reduce" and p == 0 and not r.pipeline_axis \
                 and all(c == g == 4 * res["param_tensors"] for c, g, res in zip(in_clip, got, results)):
             status, mechanism, note = explained("clip-norm-scalars", (
                 f"clip_grad_norm_ all-reduces one partial fp32 norm per parameter tensor "
                 f"({results[0]['param_tensors']} × 4 B); the cost model leaves this scalar traffic out"))
+        if status == "differs" and r.clip in ("global", "stage") and r.pipeline_axis and kind == "all_reduce" \
+                and p == 0 and all(c == g == 4 for c, g in zip(in_clip, got)):
+            status, mechanism, note = explained("clip-norm-scalars", (
+                "the clip over pipeline stages all-reduces one fp32 sum of squares (4 B) over "
+                f"{'×'.join(axes)}; the cost model leaves this scalar traffic out"))
         if status == "differs" and r.tensor_axis and axes == (r.tensor_axis,):
-            status, mechanism, note = _tensor_axis_extras(kind, p, got, r, results, shape, boundary)
+            # the clip over pipeline stages' scalar is set apart (its own phase), then the rest compared
+            clip_scalar = bool(r.clip) and bool(r.pipeline_axis) and all(c == 4 for c in in_clip)
+            status, mechanism, note = _tensor_axis_extras(kind, p, got, r, results, shape, boundary,
+                                                          "clip" if clip_scalar else None)
+            if status == "explained" and clip_scalar:
+                mechanism += " + clip-norm-scalars"
+                note += (f"; and the clip over each stage's norm all-reduces one fp32 sum of squares (4 B) over "
+                         f"'{r.tensor_axis}', scalar traffic the cost model leaves out")
         rows.append(Row("collectives", label + ", buffer bytes per step", p, Fraction(max(got)), status, note,
                         got if len(set(got)) > 1 else (), mechanism))
         used.add(key)
@@ -123,7 +174,7 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
 
 
 def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, results: list[dict], shape: TinyShape,
-                        boundary: int) -> tuple[str, str, str]:
+                        boundary: int, set_apart: str | None = None) -> tuple[str, str, str]:
     """Tensor-axis collectives that differ from the engine's figures by a documented mechanism.
 
     The engine predicts Megatron's per-layer collectives (2 forward + 2 backward per layer and
@@ -144,7 +195,7 @@ def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, resu
 
     def records(res, phases=None):
         return sorted(rec["bytes"] for rec in res["collectives"][-1]
-                      if rec["kind"] == kind and rec.get("phase") != "setup"
+                      if rec["kind"] == kind and rec.get("phase") not in ("setup", set_apart)
                       and (phases is None or rec.get("phase") in phases)
                       and axes_of_group(tuple(rec["ranks"]), res["coords"], mesh) == (r.tensor_axis,))
 
@@ -159,6 +210,17 @@ def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, resu
                  f"'{r.tensor_axis}': no vocabulary-parallel collective, where the engine counts Megatron's")
     stage_note = ("the engine's figure is the last stage's (the head's and the loss's); the first stage makes "
                   "the embedding's instead, a stage holding neither only the layers'")
+    if not r.sequence_parallel and kind == "all_reduce" and p == per_layer + engine_ends * m * boundary + loss \
+            and r.tensor_reduced_again and vocab and not staged:
+        again = whole_copies(shape, r.tensor_reduced_again)
+        want = sorted([boundary] * (calls + 2 * m) + [tokens] * (3 * m) + [norm_grad] * again)
+        if all(records(res) == want for res in results):
+            return explained("group-reduced-over-tensor", (
+                f"the plan's override reduces the gradients of {' and '.join(r.tensor_reduced_again)} over "
+                f"'{r.tensor_axis}' as well: {again} all-reduces of h·4 = {norm_grad} B after backward (their whole "
+                f"copies, equal on every tensor rank, summed); the engine's figure is Megatron's per-layer, "
+                "embedding, head and cross-entropy collectives, which every rank makes exactly, and leaves the "
+                "override's reductions out"))
     if not r.sequence_parallel and kind == "all_reduce" and p == per_layer + engine_ends * m * boundary + loss:
         if vocab:
             def want(res):
@@ -172,6 +234,10 @@ def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, resu
                     f"3 × {tokens} B per microbatch on the last; " + stage_note))
         elif all(records(res) == [boundary] * calls for res in results):
             return explained("tensor-replicated-params", tied_note)
+    if r.sequence_parallel and not vocab and kind == "reduce_scatter" and p == per_layer + engine_ends * m * boundary \
+            and all(records(res) == [boundary] * calls for res in results):
+        return explained("tensor-replicated-params", tied_note + "; the sequence-parallel embedding output is "
+                         "split locally, with no reduce-scatter")
     if r.sequence_parallel and kind in ("all_gather", "reduce_scatter") \
             and p == per_layer + engine_ends * m * boundary \
             and all(records(res) == [boundary] * (calls + m * sum(ends(res))) for res in results):
@@ -218,6 +284,19 @@ def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, resu
                 note += f"; the cross entropy's 3 × {tokens} B per microbatch on the last stage only"
             return "explained", " + ".join(mechanisms), note
     return "differs", "", ""
+
+
+def whole_copies(shape: TinyShape, groups) -> int:
+    """Parameter tensors of ``groups`` that tensor parallelism keeps whole, each h elements: norms
+    (every norm's weight, and bias with layernorm; two per block and the final norm), biases (the
+    row-parallel output projections' biases, two per block)."""
+    per_norm = 2 if shape.norm == "layernorm" else 1
+    n = 0
+    if "norms" in groups:
+        n += per_norm * (2 * shape.layers + 1)
+    if "biases" in groups and shape.bias:
+        n += 2 * shape.layers
+    return n
 
 
 def edge_share(kind: str, rank: int, p: int, v: int) -> Fraction:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .collective_rows import collective_rows, edge_share
-from .mechanisms import MECHANISMS, SETUP, STATES, axes_of_group, explained, own_stage_prediction
+from .mechanisms import MECHANISMS, SETUP, STATES, axes_of_group, explained, own_stage_prediction, tied_stage_excess
 from .predict import Prediction
 from .realise import Realisation
 from .report import Equivalence, Row
@@ -56,6 +56,13 @@ def _state_rows(pred: Prediction, r: Realisation, results: list[dict], shape: Ti
                     f"DTensor's vocabulary-parallel embedding leaves a whole ({shape.vocab}·{shape.hidden}) Replicate "
                     f"gradient on every rank, {whole_grad} B more than its 1/{t} shard (Megatron-LM keeps V/t rows); "
                     "with a data-parallel wrapper the gradient is reduced into the shard's own buffer"))
+            elif r.tensor_axis and own is not None and shape.tied_embeddings and r.stages > 1 and r.chunks == 1 \
+                    and all(m == w + e for m, w, e in zip(per_rank, want, tied_stage_excess(
+                        pred, state, r, results, shape))):
+                status, mechanism, note = explained("tensor-replicated-params", note + (
+                    f"; the first stage's tied embedding and the last stage's copy of it ({shape.vocab}·"
+                    f"{shape.hidden}) are kept whole on '{r.tensor_axis}', which the plan shards 1/{t}: (t-1)/t of "
+                    "their bytes more on those ranks, in this state's proportion to the parameters"))
             elif r.tensor_axis and own is None and all(rep > 0 for rep in replicated) \
                     and all(m == w + rep * (t - 1) / t for m, w, rep in zip(per_rank, want, replicated)):
                 status, mechanism, note = explained("tensor-replicated-params", (

@@ -34,10 +34,13 @@ MECHANISMS = {
                                     "keeps a whole V·h gradient where the plan holds V/t rows",
     "tied-embedding-sync": "with tied embeddings across pipeline stages, the first stage's embedding and the last "
                            "stage's copy all-reduce their gradients; the cost model leaves it out",
-    "clip-norm-scalars": "clip_grad_norm_ all-reduces one fp32 partial norm per parameter tensor; the cost model "
-                         "leaves scalars out",
+    "clip-norm-scalars": "clip_grad_norm_ all-reduces one fp32 partial norm per parameter tensor (the clip over "
+                         "pipeline stages one fp32 sum of squares); the cost model leaves scalars out",
     "sp-norm-gradients": "sequence parallelism all-reduces the gradients of the norm weights and biases (h·4 B "
                          "each); the cost model leaves them out",
+    "group-reduced-over-tensor": "the plan's override reduces the gradients of a group kept whole on the tensor "
+                                 "axis (norms, row-parallel biases) over that axis as well: one all-reduce of h·4 B "
+                                 "per tensor, which the cost model leaves out",
     "vocab-parallel-stage-ends": "with pipeline stages the embedding's tensor-axis collectives are on the first "
                                  "stage, the head's and the cross entropy's on the last; the engine's figure is "
                                  "the last stage's",
@@ -137,3 +140,16 @@ def own_stage_prediction(pred: Prediction, state: str, r: Realisation, results: 
         return None
     return [by_stage[n][state] for n in names]
 
+
+def tied_stage_excess(pred: Prediction, state: str, r: Realisation, results: list[dict],
+                      shape: TinyShape) -> list[Fraction]:
+    """Per rank, the bytes of ``state`` beyond its stage's prediction when the tied embedding (first
+    stage) and its copy (last stage) are kept whole on the tensor axis: (t-1)/t of V·h parameter
+    bytes, scaled by the stage's predicted ``state`` bytes per parameter byte (every group of a
+    stage is placed alike)."""
+    t = r.sizes[r.tensor_axis]
+    own_state = own_stage_prediction(pred, state, r, results)
+    own_params = own_stage_prediction(pred, "params", r, results)
+    whole = Fraction(shape.vocab * shape.hidden) * pred.widths["params"] * (t - 1) / t
+    return [whole * s / q if res["coords"][r.pipeline_axis] in (0, r.stages - 1) and q else Fraction(0)
+            for s, q, res in zip(own_state, own_params, results)]

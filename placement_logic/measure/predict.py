@@ -79,6 +79,13 @@ def scaled_plan(plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, int], optim
         ffn=_c(shape.ffn), vocab=_c(shape.vocab), tied_embeddings=shape.tied_embeddings,
         gated_mlp=shape.gated_mlp, norm=shape.norm, bias=shape.bias, qkv_bias=shape.qkv_bias,
     )
+    if shape.moe:
+        tf = dataclasses.replace(
+            tf, experts=_c(shape.experts), top_k=_c(shape.top_k), capacity_factor=_c(shape.capacity_factor),
+            expert_ffn=_c(shape.expert_ffn),
+            shared_experts=_c(shape.shared_experts) if shape.shared_experts else None,
+            shared_expert_ffn=_c(shape.shared_expert_ffn) if shape.shared_experts else None,
+            shared_expert_gate=shape.shared_expert_gate, router_bias=shape.router_bias)
     model = ir.Model(
         params=None, bytes_params=_c(FP32), bytes_grads=_c(FP32), bytes_optimizer=_c(OPTIMIZER_BYTES[optimizer]),
         bytes_activations=_c(FP32), seq=_c(shape.seq), microbatch=_c(shape.microbatch), microbatches=_c(shape.microbatches),

@@ -53,14 +53,34 @@ class Realisation:
     sequence_parallel: bool = False
     grad_reduce: str = "mean"  # mean | none (no reduction at all) | twice (reduced again by hand)
     grad_divide: Fraction = Fraction(0)  # the reduced gradient sum is divided by this (0: the data-parallel size)
-    clip: str | None = None  # global | local
+    clip: str | None = None  # global | local | stage (under a pipeline: the norm of each stage's own gradients)
+    clip_double_count: bool = False  # the tied embedding's two copies (first and last stage) both in the norm
     optimizer: str = "adam"  # adam | sgd_momentum | sgd
-    loss: str = "global_mean"  # global_mean | per_device_mean: what each rank's loss is normalised by
+    # global_mean | per_device_mean | per_microbatch_mean: what each rank's loss is normalised by
+    loss: str = "global_mean"
     regather: bool = True  # ZeRO-1 broadcasts the updated parameters after the step
     pipeline_axis: str | None = None
     schedule: str | None = None  # gpipe | 1f1b | interleaved
-    chunks: int = 1  # model chunks per pipeline stage (interleaved: v)
+    chunks: int = 1  # model chunks per pipeline stage (interleaved, zeropp: v)
+    unit: int = 1  # zeropp: microbatches per scheduling unit (U)
+    outer: str | None = None  # zeropp: the second data axis, ddp (replicated) or zero1 (optimizer sharded)
     recompute: str = "none"  # none | selective (the attention core) | full (every block), torch.utils.checkpoint
+    # parameter groups (norms, biases: the whole copies on the tensor axis) whose gradients the plan
+    # reduces otherwise than tensor parallelism does: under sequence parallelism not over the tensor
+    # axis (their partial sums kept), without it over the tensor axis as well (summed again)
+    tensor_unreduced: tuple[str, ...] = ()
+    tensor_reduced_again: tuple[str, ...] = ()
+    # context parallelism: the sequence split over this axis (ring attention), gradients reduced over it too
+    context_axis: str | None = None
+    # expert parallelism: each rank holds E/ep whole experts, tokens routed to them by all-to-all;
+    # the other parameters replicated over the axis, their gradients averaged over it by hand
+    expert_axis: str | None = None
+    expert_divide: Fraction = Fraction(0)  # the experts' reduced gradient sum is divided by this (0: data × expert size)
+    tokens_over: tuple[str, ...] | None = None  # the axes the token count is summed over (None: all the data's)
+    # hidden dropout with masks fixed by position in the global batch: "" none, "vary" (the tensor
+    # ranks' seeds apart in a replicated region), "same" (one seed for every sequence-parallel slice)
+    dropout: str = ""
+    tie_reduce: bool = True  # tied embeddings across stages: the two copies' gradients summed (False: the bug that skips it)
     approximations: tuple[str, ...] = ()  # where the realisation differs from the plan
 
     @property
@@ -72,8 +92,9 @@ class Realisation:
 
     @property
     def data_size(self) -> int:
+        """The ranks the global batch's tokens are divided over: the data axes and a context axis."""
         n = 1
-        for a in self.data_axes:
+        for a in self.data_axes + tuple(x for x in (self.context_axis, self.expert_axis) if x):
             n *= self.sizes[a]
         return n
 
@@ -115,37 +136,43 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
     for p in plan.placements:
         if p.offloaded:
             reasons.append(f"{p.state.value} is offloaded to {p.residency.value}: CPU runs have no separate device memory to offload from")
-    schedule, chunks, pipeline_axis = None, 1, None
+    schedule, chunks, pipeline_axis, unit = None, 1, None, 1
     if plan.schedule is not None:
         kind = plan.schedule.kind
-        if kind in PIPELINE_SCHEDULES:
-            schedule, pipeline_axis = kind.value, plan.schedule.axis
-            try:
-                chunks = int(value_of(plan.schedule.chunks, bindings)) if kind is ir.ScheduleKind.INTERLEAVED else 1
-            except ShapeError as exc:
-                reasons.append(f"the schedule's chunk count has no value: {exc}")
-        else:
-            reasons.append(f"pipeline schedule '{kind.value}' is not realised by the harness "
-                           "(torch.distributed.pipelining has no ZeRO++ schedule)")
+        schedule, pipeline_axis = kind.value, plan.schedule.axis
+        try:
+            chunks = int(value_of(plan.schedule.chunks, bindings)) \
+                if kind in (ir.ScheduleKind.INTERLEAVED, ir.ScheduleKind.ZEROPP) else 1
+            unit = int(value_of(plan.schedule.unit, bindings)) if kind is ir.ScheduleKind.ZEROPP else 1
+        except ShapeError as exc:
+            reasons.append(f"the schedule's chunk count or unit has no value: {exc}")
+        if kind is ir.ScheduleKind.ZEROPP and unit != 2 * sizes[pipeline_axis]:
+            # the run's step is 2p microbatches (docs/validation.md)
+            reasons.append(f"the zeropp schedule is realised with one scheduling unit per step (U = 2p = "
+                           f"{2 * sizes[pipeline_axis]} microbatches); this plan's U is {unit}")
     tf = plan.model.transformer
+    moe = False
     if tf is not None:
         try:
-            if value_of(tf.experts, bindings) > 1:
-                reasons.append("mixture-of-experts layers are not realised by the harness")
+            moe = value_of(tf.experts, bindings) > 1
         except ShapeError as exc:
             reasons.append(f"the model's expert count has no value: {exc}")
-    data_axes, tensor_axis = [], None
+    data_axes, tensor_axis, context_axis, expert_axis = [], None, None, None
     for axis in plan.mesh.names:
         role = plan.role(axis)
         if role is ir.Role.DATA:
             data_axes.append(axis)
+        elif role is ir.Role.CONTEXT and context_axis is None:
+            context_axis = axis
+        elif role is ir.Role.EXPERT and expert_axis is None:
+            expert_axis = axis
         elif role in (ir.Role.TENSOR, ir.Role.SEQUENCE) and tensor_axis is None:
             tensor_axis = axis
         elif role is ir.Role.PIPELINE and axis == pipeline_axis:
             continue
         else:
             reasons.append(f"axis '{axis}' with role {role.value} is not realised by the harness")
-    data, raf = None, True
+    data, raf, zeropp_outer = None, True, None
     impl: list[str] = []
     if len(data_axes) == 1:
         modes = _modes(plan, data_axes[0])
@@ -163,7 +190,14 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
     elif len(data_axes) == 2:
         outer, inner = _modes(plan, data_axes[0]), _modes(plan, data_axes[1])
         raf = plan.placement(ir.State.PARAMS).reshard_after_forward
-        if outer == (M.R, M.R, M.R) and inner == (M.S_STAR, M.S, M.S):
+        if schedule == "zeropp" and outer == (M.S_STAR, M.S, M.S) and inner in ((M.R, M.R, M.R), (M.R, M.S, M.R)) \
+                and raf and plan.placement(ir.State.PARAMS).unit == "chunk":
+            data, zeropp_outer = "zeropp", "ddp" if inner == (M.R, M.R, M.R) else "zero1"
+            impl = [f"fully_shard per model chunk over '{data_axes[0]}' (gathered once per scheduling unit in "
+                    "forward and once in backward) + "
+                    + (f"its gradient shards all-reduced over '{data_axes[1]}'" if zeropp_outer == "ddp" else
+                       f"ZeRO-1 of its shards over '{data_axes[1]}'")]
+        elif outer == (M.R, M.R, M.R) and inner == (M.S_STAR, M.S, M.S):
             data, impl = "hsdp", [f"fully_shard(mesh=2-D (replicate, shard), reshard_after_forward={raf}) (HYBRID_SHARD)"]
         else:
             reasons.append("two data axes are realised only as HYBRID_SHARD (R on the first, S*/S/S on the second)")
@@ -186,9 +220,47 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
             reasons.append(f"pipeline axis '{pipeline_axis}' is realised only with params, optimizer, grads all S")
         if data == "ddp":
             impl[0] = "replicate (FSDP2-based DDP)"
-        impl.append(f"torch.distributed.pipelining {PIPELINE_CLASSES[schedule]}"
-                    + (f" ({chunks} stages per rank)" if chunks > 1 else ""))
-    grad_reduce, clip, regather = "mean", None, True
+        if schedule in PIPELINE_CLASSES:
+            impl.append(f"torch.distributed.pipelining {PIPELINE_CLASSES[schedule]}"
+                        + (f" ({chunks} stages per rank)" if chunks > 1 else ""))
+    if context_axis is not None:
+        if _modes(plan, context_axis) != (M.R, M.R, M.R):
+            reasons.append(f"context axis '{context_axis}' is realised only with params, optimizer, grads all R")
+        if data not in ("ddp", "fsdp") or tensor_axis is not None or pipeline_axis is not None:
+            reasons.append("context parallelism is realised only with DDP or FSDP on one data axis (no tensor or "
+                           "pipeline axis)")
+        elif data == "ddp":
+            impl[0] = f"DistributedDataParallel over ({', '.join(data_axes + [context_axis])})"
+        else:
+            impl[0] = (f"fully_shard(mesh=2-D ({context_axis} replicate, {data_axes[0]} shard), "
+                       f"reshard_after_forward={raf}) (HYBRID_SHARD)")
+        impl.append(f"ring attention over '{context_axis}' (the sequence split into contiguous blocks, keys and "
+                    "values passed by send/recv)")
+    if moe:
+        if tf.mla or tf.dense_layers is not None or tf.moe_every is not None or tf.mtp_layers is not None:
+            reasons.append("mixture-of-experts layers are realised only on every layer of a transformer without "
+                           "latent attention (MLA) or multi-token prediction")
+        if tensor_axis is not None or pipeline_axis is not None or (context_axis and expert_axis):
+            reasons.append("mixture-of-experts layers are realised only with data, expert or context axes (no "
+                           "tensor or pipeline axis, not both an expert and a context axis)")
+        if expert_axis is not None and data not in ("ddp", "zero1"):
+            reasons.append("expert parallelism is realised only with DDP or ZeRO-1 on one data axis")
+        if expert_axis is not None:
+            impl.append(f"mixture of experts: experts split over '{expert_axis}', tokens dispatched and combined by "
+                        "all_to_all_single (capacity-padded), "
+                        + ("the other parameters' optimizer state sharded over it too" if data == "zero1" else
+                           "the other gradients all-reduced over it"))
+        else:
+            impl.append("mixture of experts (capacity-padded routing, every expert on every rank)")
+    elif expert_axis is not None:
+        reasons.append(f"expert axis '{expert_axis}' without mixture-of-experts layers is not realised")
+    if expert_axis is not None and _modes(plan, expert_axis) != (M.S, M.S, M.S):
+        reasons.append(f"expert axis '{expert_axis}' is realised only with the experts' params, optimizer, grads S")
+    tokens_over = None
+    expert_divide_by = None
+    dropout = ""
+    grad_reduce, clip, regather, tie_reduce, double_count = "mean", None, True, True, False
+    unreduced, reduced_again = [], []
     loss, divide_by = "global_mean", None
     for o in plan.overrides:
         if o.target == "grads" and o.verb == "reduce" and o.group in (None, "all"):
@@ -199,15 +271,57 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
             elif set(o.axes) != set(data_axes) or len(o.axes) != len(set(o.axes)):
                 reasons.append(f"override grads: reduce over ({', '.join(o.axes)}) is realised only as (), the data "
                                "axes, or one data axis twice")
+        elif o.target == "grads" and o.verb == "reduce" and o.group in TENSOR_WHOLE_GROUPS and tensor_axis \
+                and len(data_axes) == 1 and set(o.axes) in ({data_axes[0]}, {data_axes[0], tensor_axis}) \
+                and len(o.axes) == len(set(o.axes)):
+            # the group's whole copies on the tensor axis: under sequence parallelism each holds a partial
+            # sum (its sequence shard's), reduced over the tensor axis; without it they are equal
+            over_tensor = tensor_axis in o.axes
+            if plan.sequence_parallel and not over_tensor:
+                unreduced.append(o.group)
+            elif not plan.sequence_parallel and over_tensor:
+                reduced_again.append(o.group)
         elif o.target == "grads" and o.verb == "divide" and o.group in (None, "all"):
             try:
                 divide_by = value_of(o.by, bindings) if o.by is not None else None
             except ShapeError as exc:
                 reasons.append(f"override grads: divide has no value: {exc}")
-        elif o.target == "loss" and o.verb in ("global_mean", "per_device_mean"):
+        elif o.target == "loss" and o.verb in ("global_mean", "per_device_mean", "per_microbatch_mean"):
             loss = o.verb
+        elif o.target == "grads" and o.verb == "divide" and o.group == "experts" and expert_axis is not None:
+            try:
+                expert_divide_by = value_of(o.by, bindings)
+            except ShapeError as exc:
+                reasons.append(f"override grads[experts]: divide has no value: {exc}")
+        elif o.target == "dropout_seed" and o.verb == "vary" and tensor_axis and list(o.axes or ()) == [tensor_axis] \
+                and not plan.sequence_parallel:
+            dropout = "vary"
+        elif o.target == "dropout_seed" and o.verb == "same" and tensor_axis and plan.sequence_parallel:
+            dropout = "same"
+        elif o.target == "tokens" and o.verb == "reduce" and o.group is None and context_axis is not None \
+                and o.axes and set(o.axes) <= set(data_axes) | {context_axis}:
+            tokens_over = tuple(o.axes)
+        elif o.target == "embedding" and o.verb == "tie_reduce" and o.group is None:
+            if not o.axes:
+                tie_reduce = False
+            elif list(o.axes) != [pipeline_axis]:
+                reasons.append(f"override embedding: tie_reduce over ({', '.join(o.axes)}) is realised only as () or "
+                               "the pipeline axis")
         elif o.target == "params" and o.verb == "no_regather" and o.group in (None, "all"):
             regather = False
+        elif o.target == "clip_norm" and o.verb == "double_count" and o.group == "embedding" \
+                and pipeline_axis is not None and tf is not None and tf.tied_embeddings:
+            clip, double_count = clip or "global", True
+        elif o.target == "clip_norm" and o.verb == "reduce" and o.group in (None, "all") and pipeline_axis:
+            # under a pipeline: the norm over every stage (the pipeline axis and a tensor axis), or
+            # each stage's own (the tensor axis alone)
+            model_axes = {pipeline_axis} | ({tensor_axis} if tensor_axis else set())
+            if model_axes <= set(o.axes) <= model_axes | set(data_axes):
+                clip = "global"
+            elif tensor_axis and set(o.axes) == {tensor_axis}:
+                clip = "stage"
+            else:
+                reasons.append(f"override clip_norm: reduce over ({', '.join(o.axes)}) is not realised")
         elif o.target == "clip_norm" and o.verb == "reduce" and o.group in (None, "all"):
             if not o.axes:
                 clip = "local"
@@ -223,7 +337,7 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
     # gradient when the divisor is dp with a per-device-mean loss, or 1 with a global-mean
     # loss (the loss already divided by the global token count): grad_divide = the
     # plan's divisor × (dp for a global-mean loss).
-    n_data = _product(sizes, data_axes)
+    n_data = _product(sizes, data_axes + [a for a in (context_axis, expert_axis) if a])
     if divide_by is None:
         divisor = Fraction(n_data)
     else:
@@ -239,19 +353,45 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
                        "(replicated gradients have no shard)")
     if not regather and data not in ("zero1", "zero2"):
         reasons.append("params no_regather is realised only with ZeRO-1 or ZeRO-2")
+    if "biases" in unreduced:
+        reasons.append("override grads[biases] under sequence parallelism: DTensor's RowwiseParallel adds the "
+                       "row-parallel bias before the reduce-scatter into sequence shards, so its gradient comes whole "
+                       "from the all-gathered output gradient on every tensor rank and is never reduced over the "
+                       "tensor axis (Megatron-LM adds it to the sequence shards): the override has nothing to act on")
+    if (unreduced or reduced_again) and data not in ("ddp", "zero1"):
+        reasons.append("a parameter group's gradient reduction over the tensor axis is realised only with DDP or "
+                       "ZeRO-1 on the data axis")
+    if (unreduced or reduced_again) and pipeline_axis is not None:
+        reasons.append("gradient-reduction overrides under a pipeline are not realised by the harness")
+    if dropout and (pipeline_axis is not None or data not in (None, "ddp")):
+        reasons.append("dropout seeds are realised only without a pipeline, with DDP or no data axis")
+    if dropout:
+        impl.append("hidden dropout (p = 0.1) with masks fixed by position in the global batch, seeded "
+                    + ("apart on each tensor rank in the replicated region" if dropout == "vary" else
+                       "alike on every sequence-parallel slice"))
+    if not tie_reduce and (pipeline_axis is None or tf is None or not tf.tied_embeddings):
+        reasons.append("override embedding: tie_reduce over () is realised only with tied embeddings across "
+                       "pipeline stages")
     if pipeline_axis is not None:
-        if data == "zero2":
-            reasons.append("ZeRO-2 under a pipeline reduce-scatters each microbatch's gradients into the shard (no "
-                           "whole-gradient accumulation buffer), which the harness does not realise")
-        elif data not in (None, "ddp", "zero1"):
-            reasons.append("a pipeline is combined only with DDP (replicate) or ZeRO-1 on one data axis")
-        if clip is not None:
-            reasons.append("gradient clipping under a pipeline is not realised by the harness")
+        if schedule == "zeropp" and data != "zeropp":
+            reasons.append("the zeropp schedule is realised only with its own data axes: S* (chunk units) on the "
+                           "first, R or ZeRO-1 on the second")
+        elif data == "zeropp" and tensor_axis is not None:
+            reasons.append("the zeropp schedule is realised without a tensor axis")
+        elif data == "zero2" and (chunks > 1 or tensor_axis is not None):
+            reasons.append("ZeRO-2 under a pipeline is realised with one model chunk per rank and no tensor axis")
+        elif data not in (None, "ddp", "zero1", "zero2", "zeropp"):
+            reasons.append("a pipeline is combined only with DDP (replicate), ZeRO-1 or ZeRO-2 on one data axis")
+        if loss == "per_microbatch_mean":
+            reasons.append("a per-microbatch mean loss under a pipeline is not realised by the harness")
+        if clip is not None and (data not in (None, "ddp") or clip not in ("global", "stage")):
+            reasons.append("gradient clipping under a pipeline is realised only with DDP (replicate) or no data "
+                           "axis, and a norm over the stages or each stage's own")
         if grad_reduce != "mean" or divisor_given(plan):
             reasons.append("gradient-reduction overrides under a pipeline are not realised by the harness")
-        if tf is not None and tf.tied_embeddings and tensor_axis is not None:
-            reasons.append("tied embeddings across pipeline stages with tensor parallelism are not realised by the "
-                           "harness")
+        if tf is not None and tf.tied_embeddings and tensor_axis is not None and chunks > 1:
+            reasons.append("tied embeddings across interleaved pipeline stages with tensor parallelism are not "
+                           "realised by the harness")
     if not data_axes and tensor_axis is None and pipeline_axis is None:
         reasons.append("the plan has no data, tensor or pipeline axis to realise")
     if reasons:
@@ -273,19 +413,33 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         grad_reduce=grad_reduce,
         grad_divide=divisor,
         clip=clip,
+        clip_double_count=double_count,
         optimizer=optimizer,
         loss=loss,
         regather=regather,
         pipeline_axis=pipeline_axis,
         schedule=schedule,
         chunks=chunks,
+        unit=unit,
+        outer=zeropp_outer,
         recompute=plan.recompute.value,
+        tensor_unreduced=tuple(unreduced),
+        tensor_reduced_again=tuple(reduced_again),
+        context_axis=context_axis,
+        expert_axis=expert_axis,
+        expert_divide=Fraction(0) if expert_divide_by is None else
+        expert_divide_by * (n_data if loss == "global_mean" else 1),
+        tokens_over=tokens_over,
+        dropout=dropout,
+        tie_reduce=tie_reduce,
         approximations=tuple(approx),
     )
 
 
+TENSOR_WHOLE_GROUPS = ("norms", "biases")  # kept whole on a tensor axis: norm weights and biases, row-parallel biases
 PIPELINE_SCHEDULES = (ir.ScheduleKind.GPIPE, ir.ScheduleKind.ONE_F_ONE_B, ir.ScheduleKind.INTERLEAVED)
-PIPELINE_CLASSES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B"}
+PIPELINE_CLASSES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B",
+                    "zeropp": "ScheduleLoopedBFS (breadth-first: a chunk's whole unit of microbatches in a row)"}
 
 
 def divisor_given(plan: ir.Plan) -> bool:

@@ -102,7 +102,7 @@ def prepare(spec: ir.Spec, name: str, devices: int | None = None, steps: int = D
     if isinstance(r, Unrealised):
         return MeasureReport(spec.file, name, Outcome.UNREALISED, mesh, steps, reasons=r.reasons)
     try:
-        shape = scale_down(plan, run_bindings(spec, sizes), sizes, r.tensor_axis, r.stages, r.chunks)
+        shape = scale_down(plan, run_bindings(spec, sizes), sizes, r.tensor_axis, r.stages, r.chunks, r.expert_axis)
         prediction = predict(spec, plan, shape, sizes, r.optimizer)
     except (ShapeError, UnboundPrediction) as exc:
         return MeasureReport(spec.file, name, Outcome.UNREALISED, mesh, steps, implementation=r.implementation,

@@ -90,6 +90,35 @@ class TinyShape:
     qkv_bias: bool | None = None  # biases on q, k, v only (Qwen2); None: the same as ``bias``
     groups: int = 1
     microbatches: int = 1  # per step (a pipeline splits its batch into these)
+    # mixture of experts (experts > 1): every block's MLP is E routed experts of width expert_ffn,
+    # top_k of them per token, each taking at most capacity_factor·tokens·top_k/E tokens of a
+    # microbatch; optional always-active shared experts (with a sigmoid gate) and a router bias
+    experts: int = 1
+    top_k: int = 1
+    capacity_factor: Fraction = Fraction(1)
+    expert_ffn: int = 0
+    shared_experts: int = 0
+    shared_expert_ffn: int = 0
+    shared_expert_gate: bool = False
+    router_bias: bool = False
+
+    @property
+    def moe(self) -> bool:
+        return self.experts > 1
+
+    def expert_params(self) -> int:
+        """One routed expert: its MLP of width expert_ffn with column biases, and its row bias."""
+        return self._mlp(self.expert_ffn) + (self.hidden if self.bias else 0)
+
+    def _mlp(self, width: int) -> int:
+        mats = 3 if self.gated_mlp else 2
+        return mats * self.hidden * width + ((2 * width if self.gated_mlp else width) if self.bias else 0)
+
+    def moe_params(self) -> int:
+        """A block's MoE part: routed experts, shared experts, the router (and the shared experts' gate)."""
+        h, E = self.hidden, self.experts
+        router = h * E + (E if self.bias or self.router_bias else 0) + (h if self.shared_expert_gate else 0)
+        return E * self.expert_params() + self.shared_experts * self._mlp(self.shared_expert_ffn) + router
 
     @property
     def has_qkv_bias(self) -> bool:
@@ -109,13 +138,10 @@ class TinyShape:
         norm = 2 * h if self.norm == "layernorm" else h
         b = 1 if self.bias else 0
         mlp_in = 2 * f if self.gated_mlp else f
-        return (
-            2 * norm
-            + h * self.qkv_out + (self.qkv_out if self.has_qkv_bias else 0)
-            + h * h + b * h
-            + h * mlp_in + b * mlp_in
-            + f * h + b * h
-        )
+        attention = 2 * norm + h * self.qkv_out + (self.qkv_out if self.has_qkv_bias else 0) + h * h + b * h
+        if self.moe:
+            return attention + self.moe_params()
+        return attention + h * mlp_in + b * mlp_in + f * h + b * h
 
     def final_params(self) -> int:
         """The final norm and the untied output head."""
@@ -144,7 +170,15 @@ class TinyShape:
         return total
 
     def as_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        """Every dimension (the mixture-of-experts ones only for a mixture of experts)."""
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if self.moe or k not in MOE_FIELDS}
+        if "capacity_factor" in out:
+            out["capacity_factor"] = str(out["capacity_factor"])
+        return out
+
+
+MOE_FIELDS = ("experts", "top_k", "capacity_factor", "expert_ffn", "shared_experts", "shared_expert_ffn",
+              "shared_expert_gate", "router_bias")
 
 
 def _ratio(model_t: ir.TransformerShape | None, bindings, a: str, b: str, default: Fraction) -> Fraction:
@@ -157,7 +191,7 @@ def _ratio(model_t: ir.TransformerShape | None, bindings, a: str, b: str, defaul
 
 
 def scale_down(plan: ir.Plan, bindings: Mapping[str, ir.Value], sizes: Mapping[str, int], tensor_axis: str | None,
-               stages: int = 1, chunks: int = 1) -> TinyShape:
+               stages: int = 1, chunks: int = 1, expert_axis: str | None = None) -> TinyShape:
     """The tiny shape for ``plan`` run with mesh axis ``sizes``.
 
     Structure (gated MLP, norm kind, biases, q/k/v-only biases, tied embeddings, the kv-heads/heads and
@@ -187,6 +221,29 @@ def scale_down(plan: ir.Plan, bindings: Mapping[str, ir.Value], sizes: Mapping[s
     ffn = max(1, round(hidden * ffn_ratio))
     ffn = -(-ffn // lcm(world, t)) * lcm(world, t)
     vocab = lcm(TINY_VOCAB_BASE, world)
+    moe: dict = {}
+    try:
+        experts = int(value_of(tf.experts, bindings)) if tf else 1
+    except ShapeError:
+        experts = 1
+    if experts > 1:
+        # top_k kept; E = top_k times the expert-parallel size (whole experts per rank), at least
+        # 2·top_k so that routing chooses; widths keep their ratio to the hidden size
+        top_k = int(value_of(tf.top_k, bindings))
+        ep = sizes.get(expert_axis, 1) if expert_axis else 1
+        e_tiny = top_k * lcm(ep, 2)
+
+        def width(v, default: int) -> int:
+            if v is None:
+                return default
+            w = max(1, round(hidden * value_of(v, bindings) / value_of(tf.hidden, bindings)))
+            return -(-w // world) * world
+
+        fe = width(tf.expert_ffn, ffn)
+        shared = int(value_of(tf.shared_experts, bindings)) if tf.shared_experts is not None else 0
+        moe = dict(experts=e_tiny, top_k=top_k, capacity_factor=value_of(tf.capacity_factor, bindings),
+                   expert_ffn=fe, shared_experts=shared, shared_expert_ffn=width(tf.shared_expert_ffn, fe),
+                   shared_expert_gate=bool(tf.shared_expert_gate), router_bias=bool(tf.router_bias))
     return TinyShape(
         hidden=hidden,
         layers=max(TINY_LAYERS, stages * chunks),
@@ -203,4 +260,5 @@ def scale_down(plan: ir.Plan, bindings: Mapping[str, ir.Value], sizes: Mapping[s
         qkv_bias=tf.qkv_bias if tf else None,
         groups=t,
         microbatches=2 * stages if stages > 1 else 2,
+        **moe,
     )

@@ -3,7 +3,9 @@
 Real PyTorch runs (2 and 4 CPU processes: DDP over 2 steps, ZeRO-1, ZeRO-2, ZeRO-3,
 Megatron tensor and sequence parallelism, data × pipeline, a 4-stage pipeline, data ×
 tensor × pipeline on 8 processes, ZeRO-1 and ZeRO-2 on a data axis of 4, tensor parallelism
-with tied embeddings, ZeRO-3 with global clipping) are compared first
+with tied embeddings, ZeRO-3 with global clipping, context parallelism, expert parallelism,
+ZeRO-2 under a pipeline with tied embeddings, norm gradients reduced again over the tensor
+axis, ZeroPP on 8 processes) are compared first
 with the cost engine's own prediction (no row may differ) and then with perturbed
 predictions: each state's bytes, each collective's kind (reduce-scatter → all-reduce,
 all-gather → broadcast, ...), its bytes (a ring factor), its sharding factor, the byte
@@ -63,7 +65,12 @@ PLANS = [("examples/library/ddp.place", "ddp", None), ("examples/library/zero1.p
          ("examples/library/megatron_sp.place", "megatron_sp", None), ("examples/library/gpipe.place", "gpipe", None),
          (PP4, "pp4", 4), (DP_TP_PP, "dp_tp_pp", None),
          ("examples/library/zero1.place", "zero1", 4), ("examples/library/zero2.place", "zero2", 4),  # dp = 4
-         (TP_TIED, "tp_tied", None), ("examples/measure/grad_sync_bugs.place", "zero3_clip_ok", None)]
+         (TP_TIED, "tp_tied", None), ("examples/measure/grad_sync_bugs.place", "zero3_clip_ok", None),
+         ("examples/library/context_parallel.place", "context_parallel", None),
+         ("examples/library/expert_parallel.place", "expert_parallel", None),
+         ("examples/safe/pipeline_parallel.place", "zero2_pipeline", None),
+         ("examples/bugs/norms_reduced_over_tp.place", "tp_norms_reduced_twice", None),
+         ("examples/library/zeropp_dp.place", "zeropp_dp", None)]
 STEPS = 2  # DDP's one-time bucket rebuild happens in step 2: it must not land in the compared step
 
 
@@ -174,7 +181,8 @@ def test_explained_rows_name_documented_mechanisms(runs):
             else:
                 assert row.mechanism == ""
     assert {"optimizer-step-counters", "pipeline-stage-share", "pipeline-edge-stages", "vocab-parallel-stage-ends",
-            "sp-norm-gradients", "tensor-replicated-params", "clip-norm-scalars"} <= seen
+            "sp-norm-gradients", "tensor-replicated-params", "clip-norm-scalars", "tied-embedding-sync",
+            "group-reduced-over-tensor"} <= seen
     for mechanism in MECHANISMS:
         assert f"`{mechanism}`" in doc, mechanism
 

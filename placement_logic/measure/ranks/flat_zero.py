@@ -96,3 +96,87 @@ class FlatZero:
         for p in self.params:
             p.grad = None
         self.master.grad = None
+
+
+class ExpertZero:
+    """ZeRO-1 over a data axis with expert parallelism: the optimizer state of the other
+    parameters (replicated over the expert axis) is sharded over both axes, the experts' (split
+    over the expert axis) over the data axis.
+
+    Each data-parallel rank ``i`` of ``n`` owns a contiguous piece of the other parameters
+    (laid end to end, padded to a multiple of n·e) and of its experts (padded to a multiple of
+    n). After backward one reduce-scatter over the data axis of the whole local gradient, laid
+    out piece by piece (rank i's other-parameter piece, then its expert piece), gives rank i
+    both pieces summed; a reduce-scatter over the expert axis of its other-parameter piece
+    leaves it 1/e of that. The optimizer steps on those shards; an all-gather over the expert
+    axis and one over the data axis (the same layout) bring the whole parameters back.
+    Gradients are divided by ``divide`` (the other parameters) and ``divide_experts``.
+    """
+
+    def __init__(self, dense, experts, group, expert_group, kind: str, divide: float, divide_experts: float) -> None:
+        self.dense, self.experts = list(dense), list(experts)
+        self.group, self.expert_group = group, expert_group
+        self.n, self.rank = dist.get_world_size(group), dist.get_rank(group)
+        self.e, self.erank = dist.get_world_size(expert_group), dist.get_rank(expert_group)
+        self.divide, self.divide_experts = divide, divide_experts
+        nd = sum(p.numel() for p in self.dense)
+        ne = sum(p.numel() for p in self.experts)
+        self.dpad = (-nd) % (self.n * self.e)
+        self.epad = (-ne) % self.n
+        self.dpiece, self.epiece = (nd + self.dpad) // self.n, (ne + self.epad) // self.n
+        self.dshard = self.dpiece // self.e
+        d, x = self._flats([p.detach() for p in self.dense], [p.detach() for p in self.experts])
+        lo = self.rank * self.dpiece + self.erank * self.dshard
+        self.master_dense = nn.Parameter(d[lo:lo + self.dshard].clone())
+        self.master_experts = nn.Parameter(x[self.rank * self.epiece:(self.rank + 1) * self.epiece].clone())
+        self.optim = make_optimizer(kind, [self.master_dense, self.master_experts])
+        self.state = self.optim.state
+        self.param_groups = self.optim.param_groups
+
+    def _flats(self, dense, experts):
+        def flat(ts, pad):
+            parts = [t.reshape(-1) for t in ts]
+            if pad:
+                parts.append(torch.zeros(pad, dtype=parts[0].dtype, device=parts[0].device))
+            return torch.cat(parts)
+
+        return flat(dense, self.dpad), flat(experts, self.epad)
+
+    def _interleave(self, d, x):
+        """Rank i's other-parameter piece, then its expert piece, for every i in turn."""
+        return torch.cat([torch.cat([d[i * self.dpiece:(i + 1) * self.dpiece], x[i * self.epiece:(i + 1) * self.epiece]])
+                          for i in range(self.n)])
+
+    def reduce_gradients(self) -> None:
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.dense + self.experts]
+        d, x = self._flats(grads[:len(self.dense)], grads[len(self.dense):])
+        mine = torch.empty(self.dpiece + self.epiece, dtype=d.dtype, device=d.device)
+        dist.reduce_scatter_tensor(mine, self._interleave(d, x), group=self.group)
+        shard = torch.empty(self.dshard, dtype=d.dtype, device=d.device)
+        dist.reduce_scatter_tensor(shard, mine[:self.dpiece].contiguous(), group=self.expert_group)
+        self.master_dense.grad = shard.div_(self.divide)
+        self.master_experts.grad = mine[self.dpiece:].clone().div_(self.divide_experts)
+
+    def held_gradients(self) -> list:
+        return [p.grad for p in self.dense + self.experts]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.optim.step()
+        piece = torch.empty(self.dpiece, dtype=self.master_dense.dtype, device=self.master_dense.device)
+        dist.all_gather_into_tensor(piece, self.master_dense.detach(), group=self.expert_group)
+        whole = torch.empty(self.n * (self.dpiece + self.epiece), dtype=piece.dtype, device=piece.device)
+        dist.all_gather_into_tensor(whole, torch.cat([piece, self.master_experts.detach()]), group=self.group)
+        whole = whole.view(self.n, self.dpiece + self.epiece)
+        d, x = whole[:, :self.dpiece].reshape(-1), whole[:, self.dpiece:].reshape(-1)
+        for params, flat in ((self.dense, d), (self.experts, x)):
+            offset = 0
+            for p in params:
+                p.view(-1).copy_(flat[offset:offset + p.numel()])
+                offset += p.numel()
+
+    def zero_grad(self) -> None:
+        for p in self.dense + self.experts:
+            p.grad = None
+        self.master_dense.grad = None
+        self.master_experts.grad = None

@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch import nn
 
 from . import model as tiny
-from .common import local, make_optimizer
+from .common import MAX_NORM, local, make_optimizer
 from .counter import CollectiveCounter
 from .flat_zero import FlatZero
 from .tensor_parallel import tensor_parallel
@@ -101,6 +101,131 @@ class _Tagger:
             setattr(stage, name, tagged)
 
 
+def _then(f, g):
+    """``f``, then ``g()``; ``f``'s result."""
+
+    def run(*args, **kwargs):
+        out = f(*args, **kwargs)
+        g()
+        return out
+
+    return run
+
+
+class ZeroParts:
+    """Several ``FlatZero`` buffers over the same group, stepped as one optimizer."""
+
+    def __init__(self, parts) -> None:
+        self.parts = parts
+        self.param_groups = [g for z in parts for g in z.param_groups]
+        self.stage = parts[0].stage
+
+    @property
+    def state(self) -> dict:
+        out = {}
+        for z in self.parts:
+            out.update(z.state)
+        return out
+
+    def reduce_gradients(self) -> None:
+        for z in self.parts:
+            z.reduce_gradients()
+
+    def held_gradients(self) -> list:
+        return [g for z in self.parts for g in z.held_gradients()]
+
+    def step(self) -> None:
+        for z in self.parts:
+            z.step()
+
+    def zero_grad(self) -> None:
+        for z in self.parts:
+            z.zero_grad()
+
+
+def unit_lowering(actions: list, unit: int) -> list:
+    """A compute-only schedule with the gathers of ZeroPP: each chunk (an FSDP unit) unsharded
+    before the first forward of a scheduling unit of ``unit`` microbatches and resharded after
+    its last, the same for the backward; the gradient reduction after the chunk's last backward,
+    before it is resharded."""
+    from torch.distributed.pipelining.schedules import _Action
+    from torch.distributed.pipelining.schedules import _ComputationType as C
+
+    out, active, done = [], set(), {}
+    total = {}
+    for a in actions:
+        if a is not None and a.computation_type in (C.FORWARD, C.FULL_BACKWARD):
+            key = (a.stage_index, a.computation_type)
+            total[key] = total.get(key, 0) + 1
+    for a in actions:
+        if a is None:
+            continue
+        key = (a.stage_index, a.computation_type)
+        if a.stage_index not in active:
+            out.append(_Action(a.stage_index, C.UNSHARD, None))
+            active.add(a.stage_index)
+        out.append(a)
+        done[key] = done.get(key, 0) + 1
+        if done[key] % unit == 0 or done[key] == total[key]:
+            if a.computation_type == C.FULL_BACKWARD and done[key] == total[key]:
+                out.append(_Action(a.stage_index, C.REDUCE_GRAD, None))
+            out.append(_Action(a.stage_index, C.RESHARD, None))
+            active.discard(a.stage_index)
+    return out
+
+
+def zeropp_schedule(stages, m: int, loss_fn, unit: int):
+    """ZeroPP's schedule with one scheduling unit per step: breadth-first (torch's
+    ScheduleLoopedBFS: every chunk runs its unit's microbatches in a row, forward then, in
+    reverse chunk order, backward), each chunk gathered once for the unit's forwards and once
+    for its backwards (``unit_lowering``) in place of the runtime's prefetch-window policy."""
+    from torch.distributed.pipelining import schedules
+
+    class ZeroPPSchedule(schedules.ScheduleLoopedBFS):
+        def _prepare_schedule_with_comms(self, actions, format="compute_only"):
+            schedules.PipelineScheduleMulti._validate_and_set_stage_mapping(self, actions)
+            lowered = {rank: unit_lowering(ops, unit) for rank, ops in actions.items()}
+            self.pipeline_order_with_comms = schedules._add_send_recv(
+                lowered, stage_to_rank=lambda s: self.stage_index_to_group_rank[s], num_stages=self._num_stages)
+
+    return ZeroPPSchedule(stages, n_microbatches=m, loss_fn=loss_fn)
+
+
+def pipeline_clip(r, named, mesh, max_norm: float, tied: bool):
+    """Gradient clipping over pipeline stages (Megatron-LM's): each rank's sum of squares of its
+    gradients — a parameter whole on the tensor axis counted once over it, the last stage's copy
+    of a tied embedding left out (``r.clip_double_count``: the bug that counts it too) — summed
+    by one fp32 all-reduce over the stages and the tensor axis (``r.clip`` stage: over the
+    tensor axis alone, each stage clipping by its own norm), then every gradient scaled by
+    min(1, max_norm / (norm + 1e-6)) as ``clip_grad_norm_``."""
+    t = r.sizes[r.tensor_axis] if r.tensor_axis else 1
+    axes = tuple(a for a, _ in r.mesh if a == r.tensor_axis or (a == r.pipeline_axis and r.clip == "global"))
+    group = mesh[axes[0]].get_group() if len(axes) == 1 else mesh[axes]._flatten().get_group()
+
+    def sharded_on_tensor(g) -> bool:
+        mesh_ = getattr(g, "device_mesh", None)
+        names = (mesh_.mesh_dim_names or ()) if mesh_ is not None else ()
+        return r.tensor_axis in names and not g.placements[names.index(r.tensor_axis)].is_replicate()
+
+    def run() -> None:
+        grads = []
+        total = torch.zeros((), dtype=torch.float32)
+        for name, q in named:
+            if q.grad is None:
+                continue
+            grads.append(q.grad)
+            if tied and name == "head.weight" and not r.clip_double_count:
+                continue
+            part = local(q.grad).float().pow(2).sum()
+            total = total + (part if t == 1 or sharded_on_tensor(q.grad) else part / t)
+        dist.all_reduce(total, group=group)
+        coef = torch.clamp(max_norm / (total.sqrt() + 1e-6), max=1.0)
+        for g in grads:
+            local(g).mul_(coef)
+
+    return run
+
+
 def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
     from contextlib import nullcontext
 
@@ -113,7 +238,9 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
     p, v = r.stages, r.chunks
     pp_rank = coords[r.pipeline_axis]
     pp_group = mesh[r.pipeline_axis].get_group()
-    dp_index = coords[r.data_axes[0]] if r.data_axes else 0
+    dp_index = 0
+    for a in r.data_axes:
+        dp_index = dp_index * r.sizes[a] + coords[a]
     m = shape.microbatches
     tp = r.sizes[r.tensor_axis] if r.tensor_axis else 1
     inner, stages = [], []
@@ -130,6 +257,11 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
             from torch.distributed._composable.replicate_with_fsdp import replicate
 
             replicate(sub, mesh=mesh[r.data_axes[0]])
+        elif r.data == "zeropp":
+            from torch.distributed.fsdp import fully_shard
+
+            # one FSDP unit per model chunk; the schedule gathers and frees it per scheduling unit
+            fully_shard(sub, mesh=mesh[r.data_axes[0]], reshard_after_forward=False)
         stage = PipelineStage(sub, index, p * v, device, group=pp_group)
         tagger.wrap(stage)
         stages.append(stage)
@@ -138,23 +270,64 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
     tied = [q for sub in inner for q in ((sub.embed.weight,) if sub.embed is not None else ())
             + ((sub.head.weight,) if sub.head is not None else ())] if shape.tied_embeddings and p > 1 else []
     tie_group = embedding_groups(mesh, r) if shape.tied_embeddings and p > 1 else None
-    zero = None
-    if r.data in ("zero1", "zero2"):
+    zero, outer_sync, tied_zero = None, None, None
+    if r.data == "zero2":
+        # ZeRO-2: no whole gradient to accumulate in, every microbatch's gradients reduce-scattered
+        # into the shard. A tied embedding (first stage) and its copy (last stage) get a flat buffer
+        # of their own, laid out alike on both, so that their reduced shards can be summed
+        group, divide = mesh[r.data_axes[0]].get_group(), float(r.grad_divide or r.data_size)
+        tied_ids = {id(q) for q in tied}
+        parts = []
+        if tied:
+            tied_zero = FlatZero(tied, group, 2, r.optimizer, divide, r.regather)
+            parts.append(tied_zero)
+        parts.append(FlatZero([q for q in params if id(q) not in tied_ids], group, 2, r.optimizer, divide,
+                              r.regather))
+        zero = opt = ZeroParts(parts)
+    elif r.data == "zero1":
         # ZeRO on each stage's parameters over the data axis: the microbatches' gradients accumulate
         # in the whole gradients, then one reduce-scatter and, after the step, one all-gather
-        zero = FlatZero(params, mesh[r.data_axes[0]].get_group(), 1 if r.data == "zero1" else 2, r.optimizer,
+        zero = FlatZero(params, mesh[r.data_axes[0]].get_group(), 1, r.optimizer,
                         float(r.grad_divide or r.data_size), r.regather)
+        opt = zero
+    elif r.data == "zeropp" and r.outer == "zero1":
+        # ZeRO-1 over the second data axis of the FSDP shards: their gradients reduce-scattered, the
+        # updated shards all-gathered (FSDP's reduce-scatter has divided by the first axis's size)
+        zero = FlatZero(params, mesh[r.data_axes[1]].get_group(), 1, r.optimizer, float(r.sizes[r.data_axes[1]]),
+                        r.regather)
         opt = zero
     else:
         opt = make_optimizer(r.optimizer, params)
+        if r.data == "zeropp":
+            outer_group, outer_n = mesh[r.data_axes[1]].get_group(), r.sizes[r.data_axes[1]]
+
+            def outer_sync() -> None:
+                # the FSDP gradient shards, replicated on the second data axis: averaged over it
+                for q in params:
+                    if q.grad is not None:
+                        g = local(q.grad)
+                        dist.all_reduce(g, group=outer_group)
+                        g.div_(outer_n)
     norm_box = [1.0]
+    clip = pipeline_clip(r, named, mesh, MAX_NORM, shape.tied_embeddings and p > 1) if r.clip else None
+
+    per_microbatch = r.data == "zero2"
+    scale = 1 if per_microbatch else m
 
     def loss_fn(out, target):
-        # the schedule divides the gradients by m; times m over the normaliser gives the plan's loss
-        return _loss_sum(out, target) * m / norm_box[0]
+        # the schedule divides the gradients by m (not under ZeRO-2, whose whole gradients are freed
+        # before): times that over the normaliser gives the plan's loss
+        return _loss_sum(out, target) * scale / norm_box[0]
 
-    cls = getattr(schedules, _SCHEDULES[r.schedule])
-    schedule = cls(stages if v > 1 else stages[0], n_microbatches=m, loss_fn=loss_fn)
+    if per_microbatch:
+        for stage in stages:
+            stage.backward_one_chunk = _then(stage.backward_one_chunk, zero.reduce_gradients)
+    if r.schedule == "zeropp":
+        schedule = zeropp_schedule(stages, m, loss_fn, r.unit)
+    else:
+        cls = getattr(schedules, _SCHEDULES[r.schedule])
+        schedule = cls(stages if v > 1 else stages[0], n_microbatches=m, loss_fn=loss_fn,
+                       scale_grads=not per_microbatch)
     first, last = pp_rank == 0, pp_rank == p - 1
     dp = r.data_size
     rows = shape.microbatch * m
@@ -174,11 +347,20 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
             args = (x[lo:hi].to(device),) if first else ()
             kwargs = {"target": y[lo:hi].to(device), "losses": mb_losses} if last else {}
             schedule.step(*args, **kwargs)
-            if tie_group is not None:
+            if tie_group is not None and r.tie_reduce:
                 counter.phase = "backward"
-                for q in tied:  # the first stage's embedding and the last stage's copy: their gradients summed
+                if tied_zero is not None:  # ZeRO-2: the two copies' reduced shards summed
+                    dist.all_reduce(tied_zero.master.grad, group=tie_group)
+                for q in tied if tied_zero is None else ():
+                    # the first stage's embedding and the last stage's copy: their gradients summed
                     dist.all_reduce(local(q.grad), group=tie_group)  # replicated on the data axis: local is whole
-            if zero is not None:
+            if clip is not None:
+                counter.phase = "clip"
+                clip()
+            if outer_sync is not None:
+                counter.phase = "backward"
+                outer_sync()
+            if zero is not None and not per_microbatch:
                 counter.phase = "backward"
                 zero.reduce_gradients()
             counter.phase = "optimizer"
@@ -186,7 +368,7 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
         tagger.counter = None
         counter.check()
         steps.append([rec.__dict__ for rec in counter.records])
-        loss = torch.stack([local(t.detach()) for t in mb_losses]).mean() if last else torch.zeros(())
+        loss = torch.stack([local(t.detach()) for t in mb_losses]).mean() * (m / scale) if last else torch.zeros(())
         dist.all_reduce(loss)  # only the last stage's ranks (one per data-parallel and tensor rank) hold a loss
         losses.append(loss.item() / (dp * tp))
         if step == job.steps - 1:

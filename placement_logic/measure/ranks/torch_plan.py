@@ -28,7 +28,7 @@ from torch import nn
 
 from ..realise import Realisation
 from .common import ADAM_EPS, LR, MAX_NORM, clip_global, clip_local, local, make_optimizer
-from .flat_zero import FlatZero
+from .flat_zero import ExpertZero, FlatZero
 from .tensor_parallel import tensor_parallel
 
 __all__ = ["ADAM_EPS", "LR", "MAX_NORM", "FlatZero", "Trainer", "apply", "clip_global", "clip_local", "local",
@@ -126,6 +126,73 @@ def allreduce_again(params, group):
     return run
 
 
+def group_of(name: str) -> str | None:
+    """The parameter group a tensor-parallel whole copy belongs to: norms (weights and biases of
+    every norm) or biases (the row-parallel output projections' biases); None for the others."""
+    parts = name.split(".")
+    if any(x.startswith("norm") for x in parts[:-1]):
+        return "norms"
+    if parts[-1] == "bias" and len(parts) >= 2 and parts[-2] in ("proj", "fc2"):
+        return "biases"
+    return None
+
+
+def _pre_dp_transform(model: nn.Module, r: Realisation) -> None:
+    """PyTorch's DDP + TP path (``_pre_dp_module_transform``): DTensor parameters swapped for their
+    local tensors, DTensors rebuilt before each forward. The parameters of a group in
+    ``r.tensor_unreduced`` are rebuilt with a partial gradient placement, so their backward keeps
+    the local partial sum instead of reducing it over the tensor axis (the plan's override)."""
+    from torch.distributed.tensor import DTensor, Partial
+    from torch.distributed.tensor.parallel.ddp import _get_submodule_n_params, _localize_dtensor, _update_module_param
+
+    if not r.tensor_unreduced:
+        from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
+
+        _pre_dp_module_transform(model)
+        return
+    partial = {n for n, _ in model.named_parameters() if group_of(n) in r.tensor_unreduced}
+
+    def reconstruct(module, _input):
+        swaps = []
+        for name, t in module.named_parameters():
+            if hasattr(t, "_st_info"):
+                spec = t._st_info
+                grad = tuple(Partial() if pl.is_replicate() else pl for pl in spec.placements) \
+                    if name in partial else None
+                d = DTensor.from_local(t, spec.mesh, spec.placements, run_check=False, shape=spec.shape,
+                                       stride=spec.stride, grad_placements=grad)
+                swaps.append((*_get_submodule_n_params(module, name), d))
+        _update_module_param(swaps)
+
+    _localize_dtensor(model, None, None)
+    model.register_forward_pre_hook(reconstruct)
+    model.register_forward_hook(_localize_dtensor)
+
+
+def reduce_again_over(params, names, groups, group):
+    """The bug: the whole copies of ``groups`` (equal on every tensor rank) summed over the tensor axis."""
+    chosen = [p for n, p in zip(names, params) if group_of(n) in groups]
+
+    def run() -> None:
+        for p in chosen:
+            if p.grad is not None:
+                dist.all_reduce(p.grad, group=group)
+
+    return run
+
+
+def _chain(*fs):
+    fs = [f for f in fs if f is not None]
+    if not fs:
+        return None
+
+    def run() -> None:
+        for f in fs:
+            f()
+
+    return run
+
+
 def apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
     """Wrap ``model`` as ``r`` says; ``mesh`` is a DeviceMesh with the plan's axis names."""
     vocab_parallel = False
@@ -136,26 +203,103 @@ def apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
     return trainer
 
 
+def split_experts(r: Realisation, model: nn.Module, mesh) -> dict:
+    """Expert parallelism: each rank keeps its E/ep experts of every block; returns their layouts
+    (Shard(0) over the expert axis) so that the whole parameters can be gathered for comparison."""
+    from torch.distributed.tensor import Shard
+
+    ep_mesh = mesh[r.expert_axis]
+    group, size, index = ep_mesh.get_group(), r.sizes[r.expert_axis], ep_mesh.get_local_rank()
+    for block in model.blocks:
+        block.mlp.split_experts(size, index)
+        block.mlp.expert = (group, size, index)
+    return {n: (ep_mesh, (Shard(0),)) for n, _ in model.named_parameters() if is_expert(n)}
+
+
+def is_expert(name: str) -> bool:
+    from .model import EXPERT_PARAMS
+
+    parts = name.split(".")
+    return len(parts) >= 2 and parts[-2] == "mlp" and parts[-1] in EXPERT_PARAMS
+
+
+def expert_sync(r: Realisation, named, mesh, data_divide: float):
+    """After the data-axis reduction (which divided by ``data_divide``): the other parameters'
+    gradients summed over the expert axis, and every gradient brought to the plan's divisor —
+    the experts' (each already the sum over the expert axis's tokens, by the all-to-all's
+    backward) to ``r.expert_divide`` (default: the data-parallel size times the expert axis's)."""
+    group = mesh[r.expert_axis].get_group()
+    dense = [p for n, p in named if not is_expert(n)]
+    experts = [p for n, p in named if is_expert(n)]
+    total = float(r.grad_divide or r.data_size)
+    per_expert = float(r.expert_divide or total)
+
+    def run() -> None:
+        for p in dense:
+            if p.grad is not None:
+                dist.all_reduce(p.grad, group=group)
+                p.grad.div_(total / data_divide)
+        for p in experts:
+            if p.grad is not None:
+                p.grad.div_(per_expert / data_divide)
+
+    return run
+
+
+def ring_context(r: Realisation, model: nn.Module, mesh) -> None:
+    """Context parallelism: every block's attention runs as a ring over the context axis."""
+    ring = mesh[r.context_axis].get_group()
+    context = (ring, tuple(dist.get_process_group_ranks(ring)), dist.get_rank(ring))
+    for block in model.blocks:
+        block.attn.context = context
+
+
+def replicate_shard_mesh(r: Realisation):
+    """A 2-D DeviceMesh (context axis, data axis) for HYBRID_SHARD: replicated over the context
+    axis, sharded over the data axis, whatever their order in the plan's mesh."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    names = [a for a, _ in r.mesh]
+    ranks = torch.arange(r.world).view(*[n for _, n in r.mesh])
+    ranks = ranks.permute(names.index(r.context_axis), names.index(r.data_axes[0]))
+    return DeviceMesh("cpu", ranks.contiguous(), mesh_dim_names=(r.context_axis, r.data_axes[0]))
+
+
 def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
+    expert_layouts = split_experts(r, model, mesh) if r.expert_axis is not None else {}
+    if r.context_axis is not None:
+        ring_context(r, model, mesh)
     params = list(model.parameters())
     clip = None
     if r.data in ("zero1", "zero2"):
         layouts = {}
         if r.tensor_axis is not None:
             # the tensor-parallel module on plain local tensors, as for DDP below: ZeRO shards them
-            from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
-
             layouts = {n: (p.device_mesh, p.placements) for n, p in model.named_parameters() if hasattr(p, "placements")}
-            _pre_dp_module_transform(model)
+            _pre_dp_transform(model, r)
+        layouts.update(expert_layouts)
         named = list(model.named_parameters())
         group = mesh[r.data_axes[0]].get_group()
-        zero = FlatZero([p for _, p in named], group, 1 if r.data == "zero1" else 2, r.optimizer,
-                        float(r.grad_divide or r.data_size), r.regather)
-        # ZeRO-1 keeps whole gradients and reduce-scatters once per step; ZeRO-2 has no whole
-        # gradient to accumulate in: every microbatch's gradient is reduce-scattered into the shard
-        if r.data == "zero1":
+        if r.expert_axis is not None and r.data == "zero1":
+            total = float(r.grad_divide or r.data_size)
+            zero = ExpertZero([p for n, p in named if not is_expert(n)], [p for n, p in named if is_expert(n)],
+                              group, mesh[r.expert_axis].get_group(), r.optimizer, total,
+                              float(r.expert_divide or total))
             return Trainer(model, model, zero, lambda: zero.state, None, layouts, named, zero.reduce_gradients,
                            zero.held_gradients)
+        dp_divide = float(r.sizes[r.data_axes[0]]) if r.expert_axis else float(r.grad_divide or r.data_size)
+        zero = FlatZero([p for _, p in named], group, 1 if r.data == "zero1" else 2, r.optimizer,
+                        dp_divide, r.regather)
+        # ZeRO-1 keeps whole gradients and reduce-scatters once per step; ZeRO-2 has no whole
+        # gradient to accumulate in: every microbatch's gradient is reduce-scattered into the shard
+        again = reduce_again_over([p for _, p in named], [n for n, _ in named], r.tensor_reduced_again,
+                                  mesh[r.tensor_axis].get_group()) if r.tensor_reduced_again else None
+        if r.expert_axis is not None:
+            # before ZeRO's reduce-scatter, which divides by the data axis's size
+            again = _chain(again, expert_sync(r, named, mesh, float(r.sizes[r.data_axes[0]])))
+        if r.data == "zero1":
+            return Trainer(model, model, zero, lambda: zero.state, None, layouts, named,
+                           _chain(again, zero.reduce_gradients), zero.held_gradients)
         return Trainer(model, model, zero, lambda: zero.state, None, layouts, named, None, zero.held_gradients,
                        after_microbatch=zero.reduce_gradients)
     if r.data == "ddp":
@@ -165,13 +309,15 @@ def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
         if r.tensor_axis is not None:
             # DDP reduces plain tensors: PyTorch's own DDP + TP path swaps the DTensor
             # parameters for their local shards and rebuilds DTensors before each forward.
-            from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
-
             layouts = {n: (p.device_mesh, p.placements) for n, p in model.named_parameters() if hasattr(p, "placements")}
-            _pre_dp_module_transform(model)
+            _pre_dp_transform(model, r)
             params = list(model.parameters())
+        layouts.update(expert_layouts)
         named = list(model.named_parameters())
         group = mesh[r.data_axes[0]].get_group()
+        if r.context_axis is not None:
+            # the gradients are averaged over the data and the context axis: one group of both
+            group = mesh[(r.data_axes[0], r.context_axis)]._flatten().get_group()
         module = DDP(model, process_group=group, gradient_as_bucket_view=True)
         if r.grad_reduce == "none":
             module.register_comm_hook(None, _skip_allreduce_hook)
@@ -185,11 +331,18 @@ def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
         elif r.clip == "local":
             clip = lambda: clip_local(params, MAX_NORM)
         again = allreduce_again(params, group) if r.grad_reduce == "twice" else None
+        if r.expert_axis is not None:
+            again = _chain(again, expert_sync(r, named, mesh, float(r.sizes[r.data_axes[0]])))
+        if r.tensor_reduced_again:
+            again = _chain(again, reduce_again_over(params, [n for n, _ in named], r.tensor_reduced_again,
+                                                    mesh[r.tensor_axis].get_group()))
         return Trainer(module, model, opt, state, clip, layouts, named, again, no_sync=module.no_sync)
     if r.data in ("fsdp", "hsdp"):
         from torch.distributed.fsdp import fully_shard
 
         dp_mesh = mesh[r.data_axes[0]] if r.data == "fsdp" else mesh[tuple(r.data_axes)]
+        if r.context_axis is not None:  # the gradients averaged over the context axis too: HYBRID_SHARD
+            dp_mesh = replicate_shard_mesh(r)
         for block in model.blocks:
             fully_shard(block, mesh=dp_mesh, reshard_after_forward=r.reshard_after_forward)
         fully_shard(model, mesh=dp_mesh, reshard_after_forward=r.reshard_after_forward)
@@ -201,7 +354,7 @@ def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
         clip = lambda: clip_global(params, MAX_NORM)
     elif r.clip == "local":
         clip = lambda: clip_local(params, MAX_NORM)
-    no_sync = _hsdp_accumulate(model) if r.data == "hsdp" else None
+    no_sync = _hsdp_accumulate(model) if r.data == "hsdp" or (r.data == "fsdp" and r.context_axis) else None
     return Trainer(model, model, opt, lambda: opt.state, clip, no_sync=no_sync)
 
 

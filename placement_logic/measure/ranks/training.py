@@ -47,7 +47,9 @@ def loss_normaliser(r: Realisation, global_tokens: int, local_tokens: int) -> fl
     global_mean: the global token count over the data-parallel size (the count is summed
     over the ranks with the data, before the step, as a data loader does), so that the
     gradient all-reduce's mean is the global token mean; per_device_mean: the rank's own
-    token count, a mean of per-device means once the gradients are averaged.
+    token count, a mean of per-device means once the gradients are averaged
+    (per_microbatch_mean divides each microbatch by its own token count times the number of
+    microbatches instead: the worker's loop does that).
     """
     if r.loss == "per_device_mean":
         return float(local_tokens)
@@ -94,9 +96,19 @@ def _reference(job: Job, global_batch: int):
     from .torch_plan import MAX_NORM, clip_global, make_optimizer
 
     m = tiny.build(job.shape, job.seed)
+    r = job.realisation
+    if r.context_axis is not None and job.shape.moe:  # experts route each context rank's sequence block as a group
+        for block in m.blocks:
+            block.mlp.seq_blocks = r.sizes[r.context_axis]
     opt = make_optimizer(job.realisation.optimizer, m.parameters())
+    dropout = None
+    if r.dropout:  # the same hidden dropout, every mask drawn for the whole batch
+        dropout = tiny.HiddenDropout(job.seed, global_batch, job.shape.seq, job.shape.hidden)
+        tiny.use_dropout(m, dropout)
     losses = []
     for step in range(job.steps):
+        if dropout is not None:
+            dropout.step = step
         x, y = _batch(job.shape, global_batch, job.seed, step)
         loss = _loss_sum(m(x), y) / tokens_of(y)  # the global token mean
         loss.backward()

@@ -71,31 +71,53 @@ def run_job(job: Job, rank: int) -> dict:
         return {"rank": rank, **run_pipeline_job(job, mesh, device, coords)}
     dp = 1
     dp_index = 0
-    for a in r.data_axes:
+    for a in r.data_axes + ((r.expert_axis,) if r.expert_axis else ()):  # expert-parallel ranks hold other data
         dp_index = dp_index * r.sizes[a] + coords[a]
         dp *= r.sizes[a]
     mb, m = job.shape.microbatch, job.shape.microbatches
     rows = mb * m  # this data-parallel rank's rows: m microbatches of mb sequences, gradients accumulated
     global_batch = rows * dp
     trainer = apply(r, tiny.build(job.shape, job.seed, r.recompute).to(device), mesh)
+    dropout = None
+    if r.dropout:
+        tp_rank = coords[r.tensor_axis]
+        dropout = tiny.HiddenDropout(job.seed, global_batch, job.shape.seq, job.shape.hidden)
+        dropout.seq_index = tp_rank if r.sequence_parallel else 0
+        dropout.vary_by = tp_rank if r.dropout == "vary" else 0
+        dropout.same = r.dropout == "same"
+        tiny.use_dropout(trainer.inner, dropout)
     steps, losses, tokens = [], [], []
+    # context parallelism: this rank's contiguous block of every sequence
+    cp = r.sizes[r.context_axis] if r.context_axis else 1
+    c0 = coords[r.context_axis] * job.shape.seq // cp if r.context_axis else 0
+    c1 = c0 + job.shape.seq // cp
     for step in range(job.steps):
         x, y = _batch(job.shape, global_batch, job.seed, step)
+        x, y_all = x[:, c0:c1], y
+        y = y[:, c0:c1]
         lo, hi = dp_index * rows, (dp_index + 1) * rows
         tokens.append(tokens_of(y[lo:hi]))
-        norm = loss_normaliser(r, tokens_of(y), tokens_of(y[lo:hi]))
+        # the token count the loss is divided by: summed over every rank with data, or (the
+        # override tokens: reduce over the data axis alone) over this context block's ranks only
+        counted = tokens_of(y) if r.tokens_over is not None and r.context_axis not in r.tokens_over \
+            else tokens_of(y_all)
+        norm = loss_normaliser(r, counted, tokens_of(y[lo:hi]))
         counter = CollectiveCounter()
         saved = SavedActivations()
         total = 0.0
         with counter, (loss_parallel() if trainer.loss_parallel else nullcontext()):
             for k in range(m):
                 a, b = lo + k * mb, lo + (k + 1) * mb
+                if dropout is not None:
+                    dropout.step, dropout.row0 = step, a
                 # gradient accumulation: DDP synchronises on the last microbatch only
                 sync = nullcontext() if k == m - 1 or trainer.no_sync is None else trainer.no_sync()
                 with sync:
                     counter.phase = "forward"
                     with saved.recording(trainer.inner) if k == 0 else nullcontext():
-                        loss = _loss_sum(trainer.module(x[a:b].to(device)), y[a:b].to(device)) / norm
+                        # per_microbatch_mean: each microbatch's own token mean, over the m microbatches
+                        mb_norm = tokens_of(y[a:b]) * m if r.loss == "per_microbatch_mean" else norm
+                        loss = _loss_sum(trainer.module(x[a:b].to(device)), y[a:b].to(device)) / mb_norm
                     counter.phase = "backward"
                     loss.backward()
                 if trainer.after_microbatch is not None:
