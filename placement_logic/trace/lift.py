@@ -10,8 +10,12 @@ Steps, on the last step of the trace that reached the optimizer:
 1. Mesh axes: the DeviceMesh the script built (its dimension names and rank layout);
    without one, the process groups seen, factored into a 1-D or 2-D layout. Every
    collective's group must be the ranks that differ from the caller along a set of axes.
-2. Roles: an axis along which the ranks' model inputs differ splits the batch (data);
-   one along which the inputs agree and parameters are sharded splits the weights (tensor).
+2. Roles: an axis along which ranks send and receive activations and gradients to their
+   neighbours is a pipeline axis (``lift_pipeline``: stages, microbatches, schedule); of the
+   others, an axis along which the ranks' model inputs differ splits the batch (data); one
+   along which the inputs agree and parameters are sharded splits the weights (tensor).
+   With a pipeline, the parameters are every stage's (read on that stage's rank) and the loss
+   is read on the last stage.
 3. Strategies: a data axis with parameters sharded on it is ``zero3`` (all-gathered again
    in backward) or ``fsdp_shard_grad_op``, else ``ddp``; a tensor axis is ``megatron_sp``
    when forward reduce-scatters/all-gathers activations over it, else ``megatron_tp``.
