@@ -497,6 +497,15 @@ DDP_DIVIDED = (ROOT / "examples/library/ddp.place").read_text().replace(
 ZERO1_NO_REGATHER = (ROOT / "examples/library/zero1.place").read_text().replace(
     "plan zero1 {\n  dp: zero1\n}", "plan zero1_stale {\n  dp: zero1\n  override params: no_regather\n}")
 
+GPIPE = (ROOT / "examples/library/gpipe.place").read_text()
+assert "mesh {\n  dp = 2\n  pp = 4\n}" in GPIPE and "  dp: ddp\n  pp: gpipe\n" in GPIPE
+# two stages (and two replicas) so that a trace runs on 2 (4) processes
+GPIPE_PP = GPIPE.replace("mesh {\n  dp = 2\n  pp = 4\n}", "mesh {\n  pp = 2\n}").replace("  dp: ddp\n", "")
+GPIPE_DP_PP = GPIPE.replace("mesh {\n  dp = 2\n  pp = 4\n}", "mesh {\n  dp = 2\n  pp = 2\n}")
+ONE_F_ONE_B_CLIPPED = GPIPE_DP_PP.replace("import gpipe", "import one_f_one_b").replace(
+    "plan gpipe {\n  dp: ddp\n  pp: gpipe\n}",
+    "plan one_f_one_b {\n  dp: ddp\n  pp: one_f_one_b\n  override clip_norm: reduce over (pp)\n}")
+
 REALISED = [
     # (spec text, plan, its bindings as the lifted spec should read them)
     ((ROOT / "examples/library/ddp.place").read_text(), "ddp", "dp: ddp"),
@@ -507,6 +516,10 @@ REALISED = [
     ((ROOT / "examples/library/hybrid_shard.place").read_text(), "hybrid_shard", "[node, gpu]: hybrid_shard"),
     (TP_ONLY, "tp", "tp: megatron_tp"),
     (TP_SPEC, "fsdp_sp", "dp: zero3\n  tp: megatron_sp"),
+    # torch.distributed.pipelining schedules (tests/trace/run_pipeline_realisation.py)
+    (GPIPE_PP, "gpipe", "pp: gpipe"),
+    (GPIPE_DP_PP, "gpipe", "dp: ddp\n  pp: gpipe"),
+    (ONE_F_ONE_B_CLIPPED, "one_f_one_b", "dp: ddp\n  pp: one_f_one_b\n  override clip_norm: reduce over (pp)"),
 ]
 
 
@@ -527,12 +540,14 @@ def _realised_trace(text: str, plan_name: str, tmp_path: Path) -> dict:
     shape = scale_down(plan, bindings, sizes, r.tensor_axis, r.stages, r.chunks)
     job = tmp_path / "job.pkl"
     job.write_bytes(pickle.dumps(Job("job0", r, shape, 2)))
-    return run_traced(["python", "tests/trace/run_realisation.py", str(job)], r.world)
+    script = "run_pipeline_realisation.py" if r.pipeline_axis else "run_realisation.py"
+    return run_traced(["python", f"tests/trace/{script}", str(job)], r.world)
 
 
 @pytest.mark.slow
 @pytest.mark.torch
-@pytest.mark.parametrize("text,plan,bindings", REALISED, ids=[r[1] for r in REALISED])
+@pytest.mark.parametrize("text,plan,bindings", REALISED,
+                         ids=[r[1] + ("_dp" if "dp: " in r[2] and "pp: " in r[2] else "") for r in REALISED])
 def test_lifting_a_realised_plan_gives_it_back(text, plan, bindings, tmp_path, monkeypatch):
     """Same model, same mesh: the lifted plan costs what the original costs and gets its verdicts."""
     pytest.importorskip("torch")
@@ -548,6 +563,7 @@ def test_lifting_a_realised_plan_gives_it_back(text, plan, bindings, tmp_path, m
     body = [line for line in lifted.text.splitlines() if not line.startswith("from std.")]
     both = tmp_path / "both.place"
     both.write_text("from std.data import ddp, zero1, zero3, hybrid_shard\nfrom std.tensor import megatron_tp, megatron_sp\n"
+                    "from std.pipeline import gpipe, one_f_one_b\n"
                     + "\n".join(body) + f"\nplan original {{\n  {bindings}\n}}\n")
     status, out, err = run(["cost", str(both), "--format", "json"])
     assert status == 0, err
