@@ -322,6 +322,22 @@ def test_gradient_reduced_across_stages_is_reported():
     assert "reduced across the pipeline stages over pp" in lifted.unliftable[0].reason
 
 
+def test_weights_tied_across_stages_are_reported():
+    """The last stage's head made equal to the first stage's embedding before the first update (a tied embedding,
+    [vocab, hidden] on both): its gradients are never summed across the stages, which the lift reports at the
+    optimizer step instead of proving two independent weights."""
+    trace = stored_pipeline()
+    first = trace["ranks"][0]["steps"][0]["optimizer"]["params"]
+    embed = next(p for p in first if p["shape"] == [64, 32])  # nn.Embedding(64, 32): vocab x hidden
+    for part in trace["ranks"][1::2]:
+        head = next(p for p in part["steps"][0]["optimizer"]["params"] if p["shape"] == [64, 32])  # Linear(32, 64)
+        head["checksum"] = embed["checksum"]
+    tied = [u for u in lift(trace).unliftable if "tied across the stages" in u.reason]
+    assert len(tied) == 1 and tied[0].ranks == (0, 1), tied
+    assert "never summed across the stages" in tied[0].reason
+    assert tied[0].where == f"examples/traced/pipeline_dp.py:{_line('pipeline_dp.py', 'opt.step()')}"
+
+
 def test_stage_without_optimizer_step_is_reported():
     trace = stored_pipeline()
     for part in trace["ranks"][1::2]:
