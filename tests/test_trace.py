@@ -306,6 +306,25 @@ def test_send_outside_the_pipeline_axis_is_reported(tmp_path, monkeypatch):
                      r"stages along the pipeline axis pp", err), err
 
 
+def test_last_stage_sending_back_in_forward_is_not_lifted_as_a_pipeline():
+    """A send from the last stage towards the first while it still runs forward carries activations of a later model
+    chunk (an interleaved schedule): every send and recv is reported, none dropped, and no pipeline axis is lifted."""
+    trace = stored_pipeline()
+    step = trace["ranks"][0]["steps"][-1]["step"]
+    for part in trace["ranks"][1::2]:
+        next(c for c in _p2p(part, step) if c["kind"] == "send")["phase"] = "forward"
+    lifted = lift(trace)
+    reported = [u for u in lifted.unliftable if u.what.startswith(("send", "recv"))]
+    assert {u.what.split()[0] for u in reported} == {"send", "recv"}
+    assert all("interleaved, virtual-stage schedules are not lifted" in u.reason for u in reported)
+    # every point-to-point call of every rank is covered by a report
+    calls = {(r["rank"], c["seq"]) for r in trace["ranks"] for c in r["collectives"] if c["kind"] in ("send", "recv")}
+    covered = {(r, seq) for u in reported for r in u.ranks for seq in u.calls
+               if any(c["seq"] == seq and c["kind"] in ("send", "recv") for c in trace["ranks"][r]["collectives"])}
+    assert calls <= covered
+    assert "pp: " not in lifted.text
+
+
 def test_gradient_reduced_across_stages_is_reported():
     """A gradient all-reduced over the stages (a tied embedding's copies): not lifted as a pipeline reduction."""
     trace = stored_pipeline()

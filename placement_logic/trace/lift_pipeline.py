@@ -12,7 +12,8 @@ schedules of ``torch.distributed.pipelining`` dispatch the same c10d ops), so:
 - schedule: GPipe when, on every stage, every forward-direction call (activations) comes
   before every backward-direction call (gradients); one forward-backward (1F1B) when a
   gradient moves before the last activation. With one microbatch the orders are the same
-  and GPipe is assumed (a note says so).
+  and GPipe is assumed (a note says so). A last stage that sends towards the first before
+  its backward (the activations of an interleaved schedule's next model chunk) is not lifted.
 """
 
 from __future__ import annotations
@@ -90,6 +91,18 @@ def find_pipeline(ranks: dict, layout: _Layout, step_no: int, observer: int, scr
         return None, (f"the loss is computed at coordinates {sorted(lossy)} of {axis}, not at one end of the "
                       "chain of stages")
     pipe = Pipeline(axis, size, coords, 0, "gpipe", notes=notes)
+    if lossy:
+        # the last stage sends back only gradients, after a backward: a send towards the first stage
+        # while it still runs forward carries activations (an interleaved, virtual-stage schedule)
+        for r in ranks:
+            if layout.coords[r][i] != coords[-1]:
+                continue
+            early = [c for c in ranks[r]["collectives"] if c["step"] == step_no and c["kind"] == "send"
+                     and not pipe.forward(layout, c) and c["phase"] in ("before_forward", "forward")]
+            if early:
+                return None, (f"the last stage along {axis} sends towards the first stage before its backward "
+                              "(activations of a later model chunk): interleaved, virtual-stage schedules are not "
+                              "lifted")
     first = pipe.rank_of(layout, observer, 0)
     fwd = [c for c in ranks[first]["collectives"] if c["step"] == step_no and c["kind"] == "send"
            and pipe.forward(layout, c)]
