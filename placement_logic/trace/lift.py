@@ -298,6 +298,7 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                    for p in s.get("optimizer", {}).get("params", [])} for r in ranks}
     info = []
     disagree: dict[tuple, list[str]] = {}
+    across: dict[int, list] = {}  # stage -> gradients reduced across the pipeline stages
     for p in params:
         if p.get("grad") is None:
             notes.append(f"{p['name']}: no gradient at the optimizer step; counted in its layout's group")
@@ -308,9 +309,7 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
         for d in p["shape"]:
             numel *= d
         if pipe and pp in reds:
-            items.append(Unliftable((me,), -1, f"the gradient of {own} on stage {pipe.stage_of(layout, me)}",
-                                    f"reduced across the pipeline stages over {pp} (weights shared by stages, such "
-                                    "as a tied embedding): not lifted", tuple(frames[0] if frames else ())))
+            across.setdefault(pipe.stage_of(layout, me), []).append((own, me, frames))
         if tp:
             other = layout.neighbour(me, tp)
             mine_plain = not p.get("placements")
@@ -338,6 +337,12 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
             if (r_reds, r_const) != (reds, const):
                 disagree.setdefault((r_reds, r_const, r), []).append(p["name"])
 
+    for s, grads in sorted(across.items()):
+        own, me, frames = grads[0]
+        items.append(Unliftable((me,), -1, f"the gradient of {own}" + (f" and {len(grads) - 1} more" if len(grads) > 1
+                                                                       else "") + f" on stage {s}",
+                                f"reduced across the pipeline stages over {pp} (weights shared by stages, such as a "
+                                "tied embedding): not lifted", tuple(frames[0] if frames else ())))
     if pipe:
         items.extend(_tied_across_stages(pp, stage_ranks, initial, info, step, script))
 
