@@ -325,6 +325,18 @@ def test_last_stage_sending_back_in_forward_is_not_lifted_as_a_pipeline():
     assert "pp: " not in lifted.text
 
 
+def test_sends_outside_the_lifted_step_are_reported():
+    """Sends and recvs in an earlier step only: the step lifted has no pipeline, and the earlier calls are reported."""
+    trace = stored_pipeline()
+    step = trace["ranks"][0]["steps"][-1]["step"]
+    for part in trace["ranks"]:
+        part["collectives"] = [c for c in part["collectives"] if c not in _p2p(part, step)]
+    lifted = lift(trace)
+    reported = [u for u in lifted.unliftable if u.what.startswith(("send", "recv"))]
+    assert reported and all("has no send or recv, so no pipeline axis is recognised" in u.reason for u in reported)
+    assert "pp: " not in lifted.text
+
+
 def test_gradient_reduced_across_stages_is_reported():
     """A gradient all-reduced over the stages (a tied embedding's copies): not lifted as a pipeline reduction."""
     trace = stored_pipeline()

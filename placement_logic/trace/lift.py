@@ -182,8 +182,9 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                 if layout.along(*c["ranks"][:2]) != pp or len(c["ranks"]) != 2:
                     reason = (f"a {c['kind']} between ranks {c['ranks']}, which are not neighbouring stages along "
                               f"the pipeline axis {pp}")
-            elif c["kind"] in P2P_KINDS and pipe_why:
-                reason = f"{c['kind']} is not lifted as a pipeline: {pipe_why}"
+            elif c["kind"] in P2P_KINDS:
+                reason = (f"{c['kind']} is not lifted as a pipeline: " + (pipe_why or "the step lifted (the last "
+                          "that reached the optimizer) has no send or recv, so no pipeline axis is recognised"))
             elif c["kind"] in NOT_LIFTED_KINDS:
                 reason = f"{c['kind']} is not lifted (expert and gather/scatter schedules are not recognised)"
             elif layout.axes_of(c["ranks"], r) is None:
