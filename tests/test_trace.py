@@ -1,6 +1,6 @@
 """``placement trace`` and ``placement lift``: a training script's real step, lifted and checked.
 
-Fast tests read a stored trace (tests/data/traces/). The slow ones run the scripts of
+Fast tests read stored traces (tests/data/traces/: a DDP script and a data x pipeline one). The slow ones run the scripts of
 examples/traced/ on 2 or 4 CPU processes: every correct script is proved, every buggy one
 refuted at the script line that issued (or should have issued) the collective, and each
 lifted spec matches its golden file. The property: for plans that ``placement measure``
