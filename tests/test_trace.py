@@ -632,3 +632,19 @@ def test_lifting_a_realised_plan_gives_it_back(text, plan, bindings, tmp_path, m
 def test_stored_trace_is_current_schema():
     assert load_trace(str(STORED))["version"] == VERSION
     assert load_trace(str(STORED_PIPELINE))["version"] == VERSION
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_interleaved_realisation_is_reported_not_lifted(tmp_path, monkeypatch):
+    """ScheduleInterleaved1F1B (2 model chunks per rank): the last rank sends its first chunk's activations back
+    to rank 0 while still running forward. Not a chain of stages: every send and recv is reported, none lifted."""
+    pytest.importorskip("torch")
+    monkeypatch.chdir(ROOT)
+    text = GPIPE_PP.replace("import gpipe", "import interleaved_1f1b").replace("pp: gpipe", "pp: interleaved_1f1b(v = 2)")
+    lifted = lift(_realised_trace(text, "gpipe", tmp_path))
+    reported = [u for u in lifted.unliftable if u.what.startswith(("send", "recv"))]
+    assert {u.what.split()[0] for u in reported} == {"send", "recv"}, lifted.unliftable
+    assert all("interleaved, virtual-stage schedules are not lifted" in u.reason for u in reported)
+    assert "interleaved" not in lifted.text and "one_f_one_b" not in lifted.text
+

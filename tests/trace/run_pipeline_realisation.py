@@ -2,7 +2,7 @@
 
 The stages of a measurement rank (``measure.ranks.pipeline.run_pipeline_job``: every stage
 the tiny transformer without the other stages' parts, a ``PipelineStage`` run by
-ScheduleGPipe or Schedule1F1B over the pipeline axis, a data axis as ``replicate``, the
+ScheduleGPipe, Schedule1F1B or ScheduleInterleaved1F1B over the pipeline axis, a data axis as ``replicate``, the
 plan's loss normaliser, clipping over the stages, the optimizer), written as a user's
 script: the process group from the torchrun environment, a named DeviceMesh, no counters
 and no single-process reference. Used by tests/test_trace.py.
@@ -33,13 +33,18 @@ pp_rank = coords[r.pipeline_axis]
 dp_index = 0
 for a in r.data_axes:
     dp_index = dp_index * r.sizes[a] + coords[a]
-sub = stage_model(shape, job.seed, pp_rank, p, r.recompute)
-if r.data == "ddp":
-    from torch.distributed._composable.replicate_with_fsdp import replicate
+v = r.chunks  # model chunks per rank (virtual stages pp_rank, pp_rank + p, ...: an interleaved schedule)
+subs, stages = [], []
+for c in range(v):
+    sub = stage_model(shape, job.seed, pp_rank + c * p, p * v, r.recompute)
+    if r.data == "ddp":
+        from torch.distributed._composable.replicate_with_fsdp import replicate
 
-    replicate(sub, mesh=mesh[r.data_axes[0]])
-stage = PipelineStage(sub, pp_rank, p, torch.device("cpu"), group=mesh[r.pipeline_axis].get_group())
-named = list(sub.named_parameters())
+        replicate(sub, mesh=mesh[r.data_axes[0]])
+    subs.append(sub)
+    stages.append(PipelineStage(sub, pp_rank + c * p, p * v, torch.device("cpu"),
+                                group=mesh[r.pipeline_axis].get_group()))
+named = [(n, q) for sub in subs for n, q in sub.named_parameters()]
 opt = make_optimizer(r.optimizer, [q for _, q in named])
 clip = pipeline_clip(r, named, mesh, MAX_NORM, False) if r.clip else None
 norm = [1.0]
@@ -50,7 +55,8 @@ def loss_fn(out, target):
     return _loss_sum(out, target) * m / norm[0]
 
 
-schedule = getattr(schedules, _SCHEDULES[r.schedule])(stage, n_microbatches=m, loss_fn=loss_fn)
+schedule = getattr(schedules, _SCHEDULES[r.schedule])(stages if v > 1 else stages[0], n_microbatches=m,
+                                                       loss_fn=loss_fn)
 rows = shape.microbatch * m
 first, last = pp_rank == 0, pp_rank == p - 1
 for step in range(job.steps):
