@@ -84,12 +84,12 @@ def find_pipeline(ranks: dict, layout: _Layout, step_no: int, observer: int, scr
         coords = list(range(size))
         if not lossy:
             notes.append("pipeline over <axis>: no rank recorded a loss; the stages are taken in the order of "
-                         f"their coordinates along {axis}")
+                         "their coordinates along <axis>")
     elif lossy == {0}:
         coords = list(range(size - 1, -1, -1))
     else:
-        return None, (f"the loss is computed at coordinates {sorted(lossy)} of {axis}, not at one end of the "
-                      "chain of stages")
+        return None, (f"the loss is computed at coordinates {sorted(lossy)} along the axis of the sends, not at "
+                      "one end of the chain of stages")
     pipe = Pipeline(axis, size, coords, 0, "gpipe", notes=notes)
     if lossy:
         # the last stage sends back only gradients, after a backward: a send towards the first stage
@@ -100,23 +100,23 @@ def find_pipeline(ranks: dict, layout: _Layout, step_no: int, observer: int, scr
             early = [c for c in ranks[r]["collectives"] if c["step"] == step_no and c["kind"] == "send"
                      and not pipe.forward(layout, c) and c["phase"] in ("before_forward", "forward")]
             if early:
-                return None, (f"the last stage along {axis} sends towards the first stage before its backward "
+                return None, ("the last stage sends towards the first stage before its backward "
                               "(activations of a later model chunk): interleaved, virtual-stage schedules are not "
                               "lifted")
     first = pipe.rank_of(layout, observer, 0)
     fwd = [c for c in ranks[first]["collectives"] if c["step"] == step_no and c["kind"] == "send"
            and pipe.forward(layout, c)]
     if not fwd:
-        return None, f"the first stage along {axis} sends no activations forward in the step"
+        return None, "the first stage sends no activations forward in the step"
     pipe.microbatches = len(fwd)
     pipe.frames = _frames((c["stack"] for c in fwd), script)
-    interleaved = False
+    one_f_one_b = False
     for s in range(size):
         r = pipe.rank_of(layout, observer, s)
         order = [pipe.forward(layout, c) for c in ranks[r]["collectives"]
                  if c["step"] == step_no and c["kind"] in P2P_KINDS]
         if True in order and False in order and order.index(False) < len(order) - 1 - order[::-1].index(True):
-            interleaved = True  # a gradient moved before the last activation
+            one_f_one_b = True  # a gradient moved before the last activation
         sent = sum(1 for c in ranks[r]["collectives"] if c["step"] == step_no and c["kind"] == "send"
                    and pipe.forward(layout, c))
         if s < size - 1 and sent != pipe.microbatches:
@@ -127,7 +127,7 @@ def find_pipeline(ranks: dict, layout: _Layout, step_no: int, observer: int, scr
     if lossy and backward_passes != pipe.microbatches:
         notes.append(f"pipeline over <axis>: the last stage ran {backward_passes} backward passes for "
                      f"{pipe.microbatches} microbatches")
-    if interleaved:
+    if one_f_one_b:
         pipe.schedule = "one_f_one_b"
         notes.append("pipeline over <axis>: gradients move between stages before the last microbatch's "
                      "activations: lifted as one_f_one_b")
