@@ -1,6 +1,6 @@
 """``placement trace`` and ``placement lift``: a training script's real step, lifted and checked.
 
-Fast tests read a stored trace (tests/data/traces/). The slow ones run the scripts of
+Fast tests read stored traces (tests/data/traces/: a DDP script and a data x pipeline one). The slow ones run the scripts of
 examples/traced/ on 2 or 4 CPU processes: every correct script is proved, every buggy one
 refuted at the script line that issued (or should have issued) the collective, and each
 lifted spec matches its golden file. The property: for plans that ``placement measure``
@@ -26,6 +26,8 @@ from placement_logic.trace.schema import VERSION, load_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 STORED = ROOT / "tests" / "data" / "traces" / "ddp_summed.json"
+# examples/traced/pipeline_dp.py on 4 processes: 2 replicas of a 2-stage pipeline, 1F1B order
+STORED_PIPELINE = ROOT / "tests" / "data" / "traces" / "pipeline_dp.json"
 GOLDEN = ROOT / "tests" / "golden" / "traced"
 
 
@@ -43,6 +45,10 @@ def _line(script: str, text: str) -> int:
 
 def stored() -> dict:
     return json.loads(STORED.read_text())
+
+
+def stored_pipeline() -> dict:
+    return json.loads(STORED_PIPELINE.read_text())
 
 
 # --------------------------------------------------------------------------- fast: stored trace
@@ -209,6 +215,167 @@ def test_trace_without_torch_is_pl601(monkeypatch):
     status, _, err = run(["trace", "--nproc", "2", "--", "python", "examples/traced/ddp.py"])
     assert status == 2 and "[PL601]" in err and "placement trace needs PyTorch" in err
 
+# --------------------------------------------------------------------------- fast: a stored pipeline trace
+
+
+def _tiny_params() -> int:
+    """Ψ of examples/traced/tiny.py by hand (the whole model: both stages together)."""
+    v, h, layers = 64, 32, 2
+    block = 2 * 2 * h + 4 * (h * h + h) + (h * 4 * h + 4 * h) + (4 * h * h + h)
+    return v * h + layers * block + 2 * h + h * v
+
+
+def test_pipeline_with_data_axis_is_lifted(tmp_path, monkeypatch):
+    """pipeline_dp.py read by hand: ranks r and r + 1 (r even) are stages 0 and 1 of one replica, so the ranks
+    factor as dp = 2 (rank // 2) x pp = 2 (rank % 2); stage 0 sends two microbatches' activations (line of
+    dist.send); the last stage sends the first gradient back before it receives the second microbatch (1F1B);
+    each stage's gradients are all-reduced over the replicas and divided by their number: ddp."""
+    monkeypatch.chdir(ROOT)
+    lifted = lift(stored_pipeline())
+    assert not lifted.unliftable, lifted.unliftable
+    send = _line("pipeline_dp.py", "dist.send(h.detach()")
+    reduce = _line("pipeline_dp.py", "dist.all_reduce(p.grad")
+    loss = _line("pipeline_dp.py", "loss = F.cross_entropy(")
+    expected_plan = (
+        "plan traced {\n"
+        f"  dp: ddp  # examples/traced/pipeline_dp.py:{reduce}\n"
+        f"  pp: one_f_one_b  # examples/traced/pipeline_dp.py:{send}\n"
+        f"  override loss: per_device_mean  # examples/traced/pipeline_dp.py:{loss}\n"
+        "  override tokens: equal  # observed: every rank held the same number of tokens, no padding; "
+        f"examples/traced/pipeline_dp.py:{loss}\n"
+        "}\n")
+    assert lifted.text.endswith(expected_plan), lifted.text
+    assert "from std.data import ddp\nfrom std.pipeline import one_f_one_b\n" in lifted.text
+    assert f"  params = {_tiny_params()}\n  microbatches = 2  #" in lifted.text
+    assert "  dp = 2  # data\n  pp = 2  # pipeline\n" in lifted.text
+    assert "    optimizer = 8  # AdamW" in lifted.text  # two fp32 moments per element
+    # the stages' parameters: stage 0 the embedding and a block, stage 1 a block, the final norm and the head
+    names = [n for members in lifted.groups.values() for n in members]
+    assert len(names) == 36 and sum(n.startswith("stage0.") for n in names) == 1 + 16
+    spec = tmp_path / "lifted.place"
+    spec.write_text(lifted.text)
+    status, out, _ = run(["check", str(spec)])
+    assert status == 0 and "PROVED" in out
+    status, out, err = run(["cost", str(spec), "--format", "json"])
+    assert status == 0, err
+    comm = json.loads(out)["plans"][0]["communication"]
+    assert "pp" in json.dumps(comm) and "dp" in json.dumps(comm)
+
+
+def _p2p(part: dict, step: int) -> list[dict]:
+    return [c for c in part["collectives"] if c["step"] == step and c["kind"] in ("send", "recv")]
+
+
+def test_pipeline_schedule_is_read_from_the_order_of_calls():
+    """The last stage's gradient sends moved after every activation receive: every stage moves all the activations
+    first, GPipe; with one microbatch (the second send of stage 0 and its matching calls removed) the two
+    schedules coincide and the assumption is stated."""
+    trace = stored_pipeline()
+    step = trace["ranks"][0]["steps"][-1]["step"]
+    for part in trace["ranks"][1::2]:
+        calls = _p2p(part, step)
+        part["collectives"] = [c for c in part["collectives"] if c not in calls] + \
+            [c for c in calls if c["kind"] == "recv"] + [c for c in calls if c["kind"] == "send"]
+    gpipe = lift(copy.deepcopy(trace))
+    assert not gpipe.unliftable and "  pp: gpipe  #" in gpipe.text and "from std.pipeline import gpipe" in gpipe.text
+    assert any("before any gradient: lifted as gpipe" in n for n in gpipe.notes)
+    for part in trace["ranks"]:
+        calls = _p2p(part, step)
+        keep = {id(calls[0]), id(next(c for c in calls if c["kind"] != calls[0]["kind"]))}
+        part["collectives"] = [c for c in part["collectives"] if c not in calls or id(c) in keep]
+    one = lift(trace)
+    assert "  pp: gpipe  #" in one.text and "  microbatches = 1  #" in one.text
+    assert any("one microbatch, for which GPipe and 1F1B run the same order" in n for n in one.notes), one.notes
+
+
+def test_send_outside_the_pipeline_axis_is_reported(tmp_path, monkeypatch):
+    """A send from rank 0 to rank 3 (another replica's other stage) lies along no single axis: reported at its line
+    with its rank and call number, never dropped; the rest is still lifted."""
+    monkeypatch.chdir(ROOT)
+    trace = stored_pipeline()
+    step = trace["ranks"][0]["steps"][-1]["step"]
+    odd = next(c for c in _p2p(trace["ranks"][0], step) if c["kind"] == "send")
+    odd["ranks"] = [0, 3]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace))
+    status, out, err = run(["lift", str(path)])
+    assert status == 1 and "pp: one_f_one_b" in out
+    line = _line("pipeline_dp.py", "dist.send(h.detach()")
+    assert re.search(rf"examples/traced/pipeline_dp\.py:{line}:1: error: not lifted: send \(c10d\.send\) "
+                     rf"\(call {odd['seq']}, rank 0\): a send between ranks \[0, 3\], which are not neighbouring "
+                     r"stages along the pipeline axis pp", err), err
+
+
+def test_last_stage_sending_back_in_forward_is_not_lifted_as_a_pipeline():
+    """A send from the last stage towards the first while it still runs forward carries activations of a later model
+    chunk (an interleaved schedule): every send and recv is reported, none dropped, and no pipeline axis is lifted."""
+    trace = stored_pipeline()
+    step = trace["ranks"][0]["steps"][-1]["step"]
+    for part in trace["ranks"][1::2]:
+        next(c for c in _p2p(part, step) if c["kind"] == "send")["phase"] = "forward"
+    lifted = lift(trace)
+    reported = [u for u in lifted.unliftable if u.what.startswith(("send", "recv"))]
+    assert {u.what.split()[0] for u in reported} == {"send", "recv"}
+    assert all("interleaved, virtual-stage schedules are not lifted" in u.reason for u in reported)
+    # every point-to-point call of every rank is covered by a report
+    calls = {(r["rank"], c["seq"]) for r in trace["ranks"] for c in r["collectives"] if c["kind"] in ("send", "recv")}
+    covered = {(r, seq) for u in reported for r in u.ranks for seq in u.calls
+               if any(c["seq"] == seq and c["kind"] in ("send", "recv") for c in trace["ranks"][r]["collectives"])}
+    assert calls <= covered
+    assert "pp: " not in lifted.text
+
+
+def test_sends_outside_the_lifted_step_are_reported():
+    """Sends and recvs in an earlier step only: the step lifted has no pipeline, and the earlier calls are reported."""
+    trace = stored_pipeline()
+    step = trace["ranks"][0]["steps"][-1]["step"]
+    for part in trace["ranks"]:
+        part["collectives"] = [c for c in part["collectives"] if c not in _p2p(part, step)]
+    lifted = lift(trace)
+    reported = [u for u in lifted.unliftable if u.what.startswith(("send", "recv"))]
+    assert reported and all("has no send or recv, so no pipeline axis is recognised" in u.reason for u in reported)
+    assert "pp: " not in lifted.text
+
+
+def test_gradient_reduced_across_stages_is_reported():
+    """A gradient all-reduced over the stages (a tied embedding's copies): not lifted as a pipeline reduction."""
+    trace = stored_pipeline()
+    for rank in (0, 2):  # stage 0 of both replicas, each with the last stage of its own
+        part = trace["ranks"][rank]
+        step = part["steps"][-1]
+        seq = max(c["seq"] for c in part["collectives"]) + 1
+        part["collectives"].append(dict(next(c for c in part["collectives"] if c["step"] == step["step"]
+                                             and c["kind"] == "all_reduce"), seq=seq, ranks=[rank, rank + 1]))
+        embed = step["optimizer"]["params"][0]
+        embed["grad"]["collectives"].append(seq)
+    lifted = lift(trace)
+    assert [u.what for u in lifted.unliftable] == [f"the gradient of {embed['name']} on stage 0"]
+    assert "reduced across the pipeline stages over pp" in lifted.unliftable[0].reason
+
+
+def test_weights_tied_across_stages_are_reported():
+    """The last stage's head made equal to the first stage's embedding before the first update (a tied embedding,
+    [vocab, hidden] on both): its gradients are never summed across the stages, which the lift reports at the
+    optimizer step instead of proving two independent weights."""
+    trace = stored_pipeline()
+    first = trace["ranks"][0]["steps"][0]["optimizer"]["params"]
+    embed = next(p for p in first if p["shape"] == [64, 32])  # nn.Embedding(64, 32): vocab x hidden
+    for part in trace["ranks"][1::2]:
+        head = next(p for p in part["steps"][0]["optimizer"]["params"] if p["shape"] == [64, 32])  # Linear(32, 64)
+        head["checksum"] = embed["checksum"]
+    tied = [u for u in lift(trace).unliftable if "tied across the stages" in u.reason]
+    assert len(tied) == 1 and tied[0].ranks == (0, 1), tied
+    assert "never summed across the stages" in tied[0].reason
+    assert tied[0].where == f"examples/traced/pipeline_dp.py:{_line('pipeline_dp.py', 'opt.step()')}"
+
+
+def test_stage_without_optimizer_step_is_reported():
+    trace = stored_pipeline()
+    for part in trace["ranks"][1::2]:
+        part["steps"][-1].pop("optimizer")
+    lifted = lift(trace)
+    assert any(u.what == "stage 1 of pp" and "never stepped an optimizer" in u.reason for u in lifted.unliftable)
+
 
 # --------------------------------------------------------------------------- slow: the examples
 
@@ -227,6 +394,9 @@ EXAMPLES = [
     ("tokens_axis.py", 4, 1, ("dist.all_reduce(tokens", "GI grads[dense] normalisation")),
     ("accum.py", 2, 0, None),
     ("accum_summed.py", 2, 1, ("loss = F.cross_entropy(", "GI grads[dense] normalisation")),
+    ("pipeline.py", 2, 0, None),
+    ("pipeline_dp.py", 4, 0, None),
+    ("pipeline_clip_local.py", 2, 1, ("torch.nn.utils.clip_grad_norm_(", "SC clip_norm")),
 ]
 
 
@@ -252,18 +422,16 @@ def test_traced_example(script, nproc, status, finding, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.torch
-def test_pipeline_is_reported_not_lifted(monkeypatch):
-    """send/recv are reported at their lines on each rank (none dropped) and nothing is proved or refuted: exit 3."""
+def test_pipeline_is_lifted_from_its_sends(monkeypatch):
+    """pipeline.py by hand: stage 0 (rank 0) sends two microbatches forward at the dist.send line and receives both
+    gradients before the last stage sends any (GPipe); the squared norm is all-reduced over the two stages."""
     pytest.importorskip("torch")
     monkeypatch.chdir(ROOT)
     status, out, err = run(["trace", "--nproc", "2", "--check", "--", "python", "examples/traced/pipeline.py"])
-    assert status == 3, out + err
-    reported = re.findall(r"pipeline\.py:(\d+):1: error: not lifted: (send|recv) .*\(call \d+ and 1 more, rank (\d)\)", err)
-    expected = {(str(_line("pipeline.py", text)), kind, rank) for text, kind, rank in (
-        ("dist.send(h.detach(), dst=1)", "send", "0"), ("dist.recv(grad, src=1)", "recv", "0"),
-        ("dist.recv(h, src=0)", "recv", "1"), ("dist.send(h.grad, dst=0)", "send", "1"))}
-    assert set(reported) == expected, err
-    assert "none of them is the script's" in out and "proved for all mesh sizes" not in out
+    assert status == 0 and "[PL614]" not in err, out + err
+    send = _line("pipeline.py", "dist.send(h.detach(), dst=1)")
+    assert f"  pp: gpipe  # examples/traced/pipeline.py:{send}" in out
+    assert "override clip_norm" not in out and "proved for all mesh sizes" in out
 
 
 @pytest.mark.slow
@@ -376,6 +544,15 @@ DDP_DIVIDED = (ROOT / "examples/library/ddp.place").read_text().replace(
 ZERO1_NO_REGATHER = (ROOT / "examples/library/zero1.place").read_text().replace(
     "plan zero1 {\n  dp: zero1\n}", "plan zero1_stale {\n  dp: zero1\n  override params: no_regather\n}")
 
+GPIPE = (ROOT / "examples/library/gpipe.place").read_text()
+assert "mesh {\n  dp = 2\n  pp = 4\n}" in GPIPE and "  dp: ddp\n  pp: gpipe\n" in GPIPE
+# two stages (and two replicas) so that a trace runs on 2 (4) processes
+GPIPE_PP = GPIPE.replace("mesh {\n  dp = 2\n  pp = 4\n}", "mesh {\n  pp = 2\n}").replace("  dp: ddp\n", "")
+GPIPE_DP_PP = GPIPE.replace("mesh {\n  dp = 2\n  pp = 4\n}", "mesh {\n  dp = 2\n  pp = 2\n}")
+ONE_F_ONE_B_CLIPPED = GPIPE_DP_PP.replace("import gpipe", "import one_f_one_b").replace(
+    "plan gpipe {\n  dp: ddp\n  pp: gpipe\n}",
+    "plan one_f_one_b {\n  dp: ddp\n  pp: one_f_one_b\n  override clip_norm: reduce over (pp)\n}")
+
 REALISED = [
     # (spec text, plan, its bindings as the lifted spec should read them)
     ((ROOT / "examples/library/ddp.place").read_text(), "ddp", "dp: ddp"),
@@ -386,6 +563,10 @@ REALISED = [
     ((ROOT / "examples/library/hybrid_shard.place").read_text(), "hybrid_shard", "[node, gpu]: hybrid_shard"),
     (TP_ONLY, "tp", "tp: megatron_tp"),
     (TP_SPEC, "fsdp_sp", "dp: zero3\n  tp: megatron_sp"),
+    # torch.distributed.pipelining schedules (tests/trace/run_pipeline_realisation.py)
+    (GPIPE_PP, "gpipe", "pp: gpipe"),
+    (GPIPE_DP_PP, "gpipe", "dp: ddp\n  pp: gpipe"),
+    (ONE_F_ONE_B_CLIPPED, "one_f_one_b", "dp: ddp\n  pp: one_f_one_b\n  override clip_norm: reduce over (pp)"),
 ]
 
 
@@ -406,12 +587,14 @@ def _realised_trace(text: str, plan_name: str, tmp_path: Path) -> dict:
     shape = scale_down(plan, bindings, sizes, r.tensor_axis, r.stages, r.chunks)
     job = tmp_path / "job.pkl"
     job.write_bytes(pickle.dumps(Job("job0", r, shape, 2)))
-    return run_traced(["python", "tests/trace/run_realisation.py", str(job)], r.world)
+    script = "run_pipeline_realisation.py" if r.pipeline_axis else "run_realisation.py"
+    return run_traced(["python", f"tests/trace/{script}", str(job)], r.world)
 
 
 @pytest.mark.slow
 @pytest.mark.torch
-@pytest.mark.parametrize("text,plan,bindings", REALISED, ids=[r[1] for r in REALISED])
+@pytest.mark.parametrize("text,plan,bindings", REALISED,
+                         ids=[r[1] + ("_dp" if "dp: " in r[2] and "pp: " in r[2] else "") for r in REALISED])
 def test_lifting_a_realised_plan_gives_it_back(text, plan, bindings, tmp_path, monkeypatch):
     """Same model, same mesh: the lifted plan costs what the original costs and gets its verdicts."""
     pytest.importorskip("torch")
@@ -427,6 +610,7 @@ def test_lifting_a_realised_plan_gives_it_back(text, plan, bindings, tmp_path, m
     body = [line for line in lifted.text.splitlines() if not line.startswith("from std.")]
     both = tmp_path / "both.place"
     both.write_text("from std.data import ddp, zero1, zero3, hybrid_shard\nfrom std.tensor import megatron_tp, megatron_sp\n"
+                    "from std.pipeline import gpipe, one_f_one_b\n"
                     + "\n".join(body) + f"\nplan original {{\n  {bindings}\n}}\n")
     status, out, err = run(["cost", str(both), "--format", "json"])
     assert status == 0, err
@@ -447,3 +631,20 @@ def test_lifting_a_realised_plan_gives_it_back(text, plan, bindings, tmp_path, m
 
 def test_stored_trace_is_current_schema():
     assert load_trace(str(STORED))["version"] == VERSION
+    assert load_trace(str(STORED_PIPELINE))["version"] == VERSION
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_interleaved_realisation_is_reported_not_lifted(tmp_path, monkeypatch):
+    """ScheduleInterleaved1F1B (2 model chunks per rank): the last rank sends its first chunk's activations back
+    to rank 0 while still running forward. Not a chain of stages: every send and recv is reported, none lifted."""
+    pytest.importorskip("torch")
+    monkeypatch.chdir(ROOT)
+    text = GPIPE_PP.replace("import gpipe", "import interleaved_1f1b").replace("pp: gpipe", "pp: interleaved_1f1b(v = 2)")
+    lifted = lift(_realised_trace(text, "gpipe", tmp_path))
+    reported = [u for u in lifted.unliftable if u.what.startswith(("send", "recv"))]
+    assert {u.what.split()[0] for u in reported} == {"send", "recv"}, lifted.unliftable
+    assert all("interleaved, virtual-stage schedules are not lifted" in u.reason for u in reported)
+    assert "interleaved" not in lifted.text and "one_f_one_b" not in lifted.text
+

@@ -1,8 +1,13 @@
-"""Two pipeline stages written by hand with send and recv (one microbatch, GPipe order).
+"""Two pipeline stages written by hand with send and recv, GPipe order, global clipping.
 
 Stage 0 holds the embedding and the first block, stage 1 the second block, the final norm
-and the head. `placement lift` does not lift pipeline schedules: it reports every send and
-recv at its line (PL614) and `placement trace --check` exits 3.
+and the head. Each step splits the batch into two microbatches: stage 0 sends both
+microbatches' activations forward, then receives both gradients back (all forwards before
+any backward: GPipe). Each microbatch's loss is divided by their number, so the
+accumulated gradient is the step's mean. The gradients are clipped by the global norm:
+each stage's squared norm is all-reduced over the two stages before the coefficient is
+taken. `placement trace --nproc 2 --check` lifts it as `pp: gpipe` with `microbatches = 2`
+and proves it.
 """
 
 import tiny
@@ -11,6 +16,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+MICROBATCHES = 2
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 model = tiny.build()
@@ -21,20 +27,35 @@ else:
 opt = torch.optim.SGD(stage.parameters(), lr=0.1)
 shape = (tiny.BATCH, tiny.SEQ, tiny.HIDDEN)
 for step in range(2):
-    x, y = tiny.batch(0, step)
+    micro = [tiny.batch(k, step) for k in range(MICROBATCHES)]
     if rank == 0:
-        h = stage["block"](stage["embed"](x))
-        dist.send(h.detach(), dst=1)
-        grad = torch.empty(shape)
-        dist.recv(grad, src=1)
-        h.backward(grad)
+        outs = []
+        for x, _ in micro:
+            h = stage["block"](stage["embed"](x))
+            dist.send(h.detach(), dst=1)
+            outs.append(h)
+        for h in outs:
+            grad = torch.empty(shape)
+            dist.recv(grad, src=1)
+            h.backward(grad)
     else:
-        h = torch.empty(shape)
-        dist.recv(h, src=0)
-        h.requires_grad_(True)
-        logits = stage["head"](stage["norm"](stage["block"](h)))
-        F.cross_entropy(logits.flatten(0, 1), y.flatten()).backward()
-        dist.send(h.grad, dst=0)
+        ins, losses = [], []
+        for _, y in micro:
+            h = torch.empty(shape)
+            dist.recv(h, src=0)
+            h.requires_grad_(True)
+            logits = stage["head"](stage["norm"](stage["block"](h)))
+            ins.append(h)
+            losses.append(F.cross_entropy(logits.flatten(0, 1), y.flatten()) / MICROBATCHES)
+        for h, loss in zip(ins, losses):
+            loss.backward()
+            dist.send(h.grad, dst=0)
+    # global-norm clipping: the squared norm summed over both stages
+    sq = torch.stack([p.grad.pow(2).sum() for p in stage.parameters()]).sum()
+    dist.all_reduce(sq)
+    coef = torch.clamp(1.0 / (sq.sqrt() + 1e-6), max=1.0)
+    for p in stage.parameters():
+        p.grad.mul_(coef)
     opt.step()
     opt.zero_grad()
 dist.destroy_process_group()

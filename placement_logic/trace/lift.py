@@ -10,8 +10,12 @@ Steps, on the last step of the trace that reached the optimizer:
 1. Mesh axes: the DeviceMesh the script built (its dimension names and rank layout);
    without one, the process groups seen, factored into a 1-D or 2-D layout. Every
    collective's group must be the ranks that differ from the caller along a set of axes.
-2. Roles: an axis along which the ranks' model inputs differ splits the batch (data);
-   one along which the inputs agree and parameters are sharded splits the weights (tensor).
+2. Roles: an axis along which ranks send and receive activations and gradients to their
+   neighbours is a pipeline axis (``lift_pipeline``: stages, microbatches, schedule); of the
+   others, an axis along which the ranks' model inputs differ splits the batch (data); one
+   along which the inputs agree and parameters are sharded splits the weights (tensor).
+   With a pipeline, the parameters are every stage's (read on that stage's rank) and the loss
+   is read on the last stage.
 3. Strategies: a data axis with parameters sharded on it is ``zero3`` (all-gathered again
    in backward) or ``fsdp_shard_grad_op``, else ``ddp``; a tensor axis is ``megatron_sp``
    when forward reduce-scatters/all-gathers activations over it, else ``megatron_tp``.
@@ -49,6 +53,7 @@ from .lift_layout import (
     _layout,
     _placement_axes,
 )
+from .lift_pipeline import P2P_KINDS, find_pipeline
 from .lift_render import _clip, _empty_spec, _loss, _render
 
 
@@ -99,9 +104,21 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     def axes(c: dict, r: int = observer) -> tuple[str, ...]:
         return layout.axes_of(c["ranks"], r) or ()
 
+    # pipeline stages: point-to-point calls between neighbours along one axis
+    pipe, pipe_why = find_pipeline(ranks, layout, step_no, observer, script)
+    pp = pipe.axis if pipe else None
+    # the rank of each stage with the observer's other coordinates (the observer itself without a pipeline)
+    stage_ranks = [pipe.rank_of(layout, observer, s) for s in range(pipe.size)] if pipe else [observer]
+    loss_rank = stage_ranks[-1]
+
     # roles
-    params = step[observer]["optimizer"]["params"]
-    unnamed = [p for p in params if p["name"].startswith("<unnamed")]
+    params = []
+    for s, r in enumerate(stage_ranks):
+        for p in (step[r].get("optimizer") or {}).get("params", []):
+            # stages hold different parameters (their names may repeat): named by stage, read on their rank
+            params.append(dict(p, name=f"stage{s}.{p['name']}", own=p["name"], rank=r) if pipe
+                          else dict(p, own=p["name"], rank=r))
+    unnamed = [p for p in params if p["own"].startswith("<unnamed")]
     if unnamed:
         items.append(Unliftable((observer,), -1, f"{len(unnamed)} of {len(params)} optimizer parameters",
                                 "not held by any module seen in forward (DistributedDataParallel over tensor-parallel "
@@ -109,12 +126,15 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                                 "reliably", tuple(step[observer]["optimizer"].get("stack", []))))
     roles: dict[str, str] = {}
     for a in layout.names:
+        if a == pp:
+            roles[a] = "pipeline"
+            continue
         other = layout.neighbour(observer, a)
         mine = [i["checksum"] for i in step[observer].get("inputs", [])]
         theirs = [i["checksum"] for i in step.get(other, {}).get("inputs", [])] if other is not None else mine
         sharded = any(a in _placement_axes(p, layout) for p in params)
         # activations exchanged over the axis in forward (no parameter carried): the weights are split
-        exchanged = any(c["phase"] == "forward" and not c["carried"] and c["kind"] != "broadcast"
+        exchanged = any(c["phase"] == "forward" and not c["carried"] and c["kind"] not in ("broadcast", *P2P_KINDS)
                         and a in (layout.axes_of(c["ranks"], observer) or ())
                         for c in ranks[observer]["collectives"] if c["step"] == steps[-1]["step"])
         if mine != theirs:
@@ -134,21 +154,39 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     tp = tensor_axes[0] if tensor_axes else None
     if not from_mesh:
         taken: set[str] = set()
-        rename = {a: _ident("dp" if roles[a] == "data" else "tp", taken) for a in layout.names}
+        rename = {a: _ident({"data": "dp", "pipeline": "pp"}.get(roles[a], "tp"), taken) for a in layout.names}
         layout.names = [rename[a] for a in layout.names]
         roles = {rename[a]: v for a, v in roles.items()}
         data_axes = [rename[a] for a in data_axes]
         tp = rename[tp] if tp else None
+        pp = rename[pp] if pp else None
+        if pipe:
+            pipe.axis = pp
 
-    # every collective must run over a set of mesh axes; pipelines and experts are not lifted
+    if pipe:
+        notes.extend(n.replace("<axis>", pp) for n in pipe.notes)
+        for s, r in enumerate(stage_ranks):
+            if not step[r].get("optimizer"):
+                items.append(Unliftable((r,), -1, f"stage {s} of {pp}", "this stage never stepped an optimizer in "
+                                        "the step: its parameters are not lifted", ()))
+
+    # every collective must run over a set of mesh axes (a send or recv: between neighbouring stages of the
+    # pipeline axis); experts are not lifted
     bad: dict[tuple, Unliftable] = {}
     for r, part in sorted(ranks.items()):
         for c in part["collectives"]:
             if c["step"] < 0 and c["kind"] not in ("send", "recv", "recv_any_source", "all_to_all"):
                 continue  # set-up before the first step (DDP's broadcast, distributing weights by scatter)
             reason = None
-            if c["kind"] in NOT_LIFTED_KINDS:
-                reason = f"{c['kind']} is not lifted (pipeline and expert schedules are not recognised)"
+            if c["kind"] in P2P_KINDS and pipe is not None:
+                if layout.along(*c["ranks"][:2]) != pp or len(c["ranks"]) != 2:
+                    reason = (f"a {c['kind']} between ranks {c['ranks']}, which are not neighbouring stages along "
+                              f"the pipeline axis {pp}")
+            elif c["kind"] in P2P_KINDS:
+                reason = (f"{c['kind']} is not lifted as a pipeline: " + (pipe_why or "the step lifted (the last "
+                          "that reached the optimizer) has no send or recv, so no pipeline axis is recognised"))
+            elif c["kind"] in NOT_LIFTED_KINDS:
+                reason = f"{c['kind']} is not lifted (expert and gather/scatter schedules are not recognised)"
             elif layout.axes_of(c["ranks"], r) is None:
                 reason = (f"its group {c['ranks']} is no set of mesh axes of the layout "
                           + ", ".join(f"{n}={s}" for n, s in zip(layout.names, layout.sizes)))
@@ -192,6 +230,9 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                 no_regather.append((a, _frames([step[observer]["optimizer"].get("stack", [])], script)))
         else:
             bindings[a] = "ddp"
+    if pipe:
+        bindings[pp] = pipe.schedule
+        binding_frames[pp] = pipe.frames
     sp = False
     if tp:
         sp = any(c["phase"] == "forward" and c["kind"] in ("reduce_scatter", "all_gather") and not c["carried"]
@@ -258,56 +299,75 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                    for p in s.get("optimizer", {}).get("params", [])} for r in ranks}
     info = []
     disagree: dict[tuple, list[str]] = {}
+    across: dict[int, list] = {}  # stage -> gradients reduced across the pipeline stages
     for p in params:
         if p.get("grad") is None:
             notes.append(f"{p['name']}: no gradient at the optimizer step; counted in its layout's group")
-        reds, const, frames = program(p)
+        me, own = p["rank"], p["own"]
+        reds, const, frames = program(p, me)
         cls = "split"
         numel = 1
         for d in p["shape"]:
             numel *= d
+        if pipe and pp in reds:
+            across.setdefault(pipe.stage_of(layout, me), []).append((own, me, frames))
         if tp:
-            other = layout.neighbour(observer, tp)
+            other = layout.neighbour(me, tp)
             mine_plain = not p.get("placements")
             # the values before the first update: replicas start equal, local shards differ
-            first_mine = initial.get(observer, {}).get(p["name"], {})
-            first_theirs = initial.get(other, {}).get(p["name"], {})
+            first_mine = initial.get(me, {}).get(own, {})
+            first_theirs = initial.get(other, {}).get(own, {})
             if mine_plain and first_theirs and first_theirs.get("checksum") != first_mine.get("checksum"):
                 cls = "split"  # a plain local shard (DDP over tensor-parallel shards): different values per rank
                 numel *= layout.size((tp,))
             elif tp in _placement_axes(p, layout):
                 cls = "split"
             else:
-                other = layout.neighbour(observer, tp)
-                theirs = grads_of.get(other, {}).get(p["name"], {}).get("grad") or {}
+                theirs = grads_of.get(other, {}).get(own, {}).get("grad") or {}
                 differs = (theirs.get("checksum") != (p.get("grad") or {}).get("checksum"))
                 cls = "partial" if (tp in reds or differs) else "whole"
         info.append((p, cls, reds, const, frames, numel))
         # every rank must run the same program on this parameter's gradient
         for r in sorted(ranks):
-            theirs = grads_of.get(r, {}).get(p["name"])
-            if r == observer or theirs is None or theirs.get("grad") is None or p.get("grad") is None:
+            theirs = grads_of.get(r, {}).get(own)
+            if r == me or theirs is None or theirs.get("grad") is None or p.get("grad") is None:
                 continue
+            if pipe and pipe.stage_of(layout, r) != pipe.stage_of(layout, me):
+                continue  # another stage: other parameters
             r_reds, r_const, _ = program(theirs, r)
             if (r_reds, r_const) != (reds, const):
                 disagree.setdefault((r_reds, r_const, r), []).append(p["name"])
+
+    for s, grads in sorted(across.items()):
+        own, me, frames = grads[0]
+        items.append(Unliftable((me,), -1, f"the gradient of {own}" + (f" and {len(grads) - 1} more" if len(grads) > 1
+                                                                       else "") + f" on stage {s}",
+                                f"reduced across the pipeline stages over {pp} (weights shared by stages, such as a "
+                                "tied embedding): not lifted", tuple(frames[0] if frames else ())))
+    if pipe:
+        items.extend(_tied_across_stages(pp, stage_ranks, initial, info, step, script))
 
     for (r_reds, r_const, r), names in sorted(disagree.items(), key=lambda kv: kv[0][2]):
         mine = next(e for e in info if e[0]["name"] == names[0])
         items.append(Unliftable((r,), -1, f"the gradient program of {names[0]}"
                                 + (f" and {len(names) - 1} more" if len(names) > 1 else ""),
                                 f"rank {r} reduces it over ({', '.join(r_reds)}) and scales it by {r_const}, rank "
-                                f"{observer} over ({', '.join(mine[2])}) by {mine[3]}: ranks that disagree are not "
+                                f"{mine[0]['rank']} over ({', '.join(mine[2])}) by {mine[3]}: ranks that disagree are not "
                                 "one plan", tuple(step[r]["optimizer"].get("stack", []))))
 
     # loss convention
     # gradient accumulation: k backward passes accumulate into one optimizer step; the loss
     # multiplier is taken relative to the whole step (every micro-batch's tokens)
-    accum = max(1, len(step[observer].get("losses", [])))
-    loss_kind, w, loss_frames, tokens_axes, tokens_equal = _loss(step, layout, data_axes, observer, step_colls,
+    # (with a pipeline: on the last stage, which computes the loss; its backward passes are the microbatches)
+    accum = max(1, len(step[loss_rank].get("losses", [])))
+    loss_colls = [c for c in ranks[loss_rank]["collectives"] if c["step"] == step_no]
+    loss_kind, w, loss_frames, tokens_axes, tokens_equal = _loss(step, layout, data_axes, loss_rank, loss_colls,
                                                                   tp, notes, script, accum)
-    if accum > 1:
+    if pipe:
+        accum = pipe.microbatches
+    elif accum > 1:
         notes.append(f"{accum} backward passes accumulate into each optimizer step: lifted as microbatches = {accum}")
+    if accum > 1:
         repeated = [e for e in info if len(e[2]) != len(set(e[2]))]
         if repeated:
             # synchronised on more than one micro-step: the later reductions also carry the earlier
@@ -377,12 +437,12 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                 notes.append(f"grads[{gname}]: divided by {q}, which is no product of mesh sizes: lifted as a "
                              "constant, so the proof holds at these sizes only")
             lines.append((f"  override {target}: divide by {expr}", frames or opt_frames))
-    clip = _clip(step_colls, params, layout, axes, info, tp, data_axes, script)
+    clip = _clip(step_colls, params, layout, axes, info, tp, data_axes, script, pp)
     if clip is not None:
         lines.append(clip)
 
     text, origins = _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, step[observer], notes,
-                            script, accum)
+                            script, accum, pipe is not None)
     return Lifted(text, plan_name, items, notes, origins,
                   {g: [e[0]["name"] for e in members] for g, _, members in named})
 
@@ -401,3 +461,35 @@ def _optimizer_sharded(step, layout: _Layout, observer: int, axis: str) -> bool:
     other = layout.neighbour(observer, axis)
     theirs = held(other) if other is not None else None
     return mine is not None and theirs is not None and not (mine & theirs)
+
+
+def _tied_across_stages(pp: str, stage_ranks: list[int], initial: dict, info: list, step: dict, script: str) -> list:
+    """Weights shared by two stages (a tied embedding: the first stage's input embedding and the last stage's
+    output layer), seen as matrices with the same values before the first update on two stages. Whether their
+    gradients are summed across the stages or not, a tied weight needs the model's transformer shape
+    (``tied_embeddings``), which the lift does not have: reported, never proved as two independent weights."""
+    out = []
+    seen: dict[tuple, tuple[int, str]] = {}
+    by_name = {e[0]["name"]: e for e in info}
+    for s, r in enumerate(stage_ranks):
+        for own, p in initial.get(r, {}).items():
+            if len(p.get("shape", [])) < 2 or not p.get("checksum"):
+                continue
+            key = (tuple(p["shape"]), p["checksum"])
+            if key in seen and seen[key][0] != s:
+                s0, own0 = seen[key]
+                entry = by_name.get(f"stage{s}.{own}")
+                summed = entry is not None and pp in entry[2]
+                how = ("its gradients are reduced across the stages" if summed else
+                       "its gradients are never summed across the stages, so each stage updates its copy with "
+                       "its own part of the gradient")
+                # where the copies are summed, else the step that updates them unsummed
+                stacks = entry[4] if summed else [(step[r].get("optimizer") or {}).get("stack", [])]
+                frames = tuple(_frames(stacks, script))
+                out.append(Unliftable((stage_ranks[s0], r), -1, f"{own0} (stage {s0}) and {own} (stage {s})",
+                                      f"equal before the first update: a weight tied across the stages of {pp}; "
+                                      f"{how}. Tied weights are not lifted (they need the model's transformer "
+                                      "shape, tied_embeddings)", frames))
+            else:
+                seen.setdefault(key, (s, own))
+    return out

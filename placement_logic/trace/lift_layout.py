@@ -77,6 +77,16 @@ class _Layout:
                 return r
         return None
 
+    def along(self, a: int, b: int) -> str | None:
+        """The axis along which ranks ``a`` and ``b`` are neighbours (one coordinate step apart), else None."""
+        if a not in self.coords or b not in self.coords:
+            return None
+        ca, cb = self.coords[a], self.coords[b]
+        diff = [i for i in range(len(ca)) if ca[i] != cb[i]]
+        if len(diff) != 1 or abs(ca[diff[0]] - cb[diff[0]]) != 1:
+            return None
+        return self.names[diff[0]]
+
     def size(self, axes) -> int:
         n = 1
         for a in axes:
@@ -105,15 +115,21 @@ def _layout(trace: dict) -> tuple[_Layout, bool]:
         return _Layout(names, list(mesh["shape"]), mesh["ranks"]), True
     groups = {tuple(sorted(c["ranks"])) for r in trace["ranks"] for c in r["collectives"]
               if len(c["ranks"]) > 1 and c["kind"] not in ("send", "recv")}
+    # point-to-point pairs (pipeline stages): neighbours along one axis
+    pairs = {tuple(c["ranks"]) for r in trace["ranks"] for c in r["collectives"]
+             if c["kind"] in ("send", "recv") and len(c["ranks"]) == 2}
     flat = list(range(world))
     candidates = [(world,)] + [(world // k, k) for k in range(2, world) if world % k == 0]
-    for shape in sorted(candidates, key=len, reverse=True):
-        grid = [flat[i * shape[-1]:(i + 1) * shape[-1]] for i in range(shape[0])] if len(shape) == 2 else flat
-        lay = _Layout([f"d{i}" for i in range(len(shape))], list(shape), grid)
-        if all(lay.axes_of(g, g[0]) is not None for g in groups):
-            used = {a for g in groups for a in lay.axes_of(g, g[0])}
-            if len(shape) == 1 or used == set(lay.names):
-                return lay, False
+    # a layout along which every pair lies first; then one along which some do (the others are reported)
+    for every_pair in (True, False):
+        for shape in sorted(candidates, key=len, reverse=True):
+            grid = [flat[i * shape[-1]:(i + 1) * shape[-1]] for i in range(shape[0])] if len(shape) == 2 else flat
+            lay = _Layout([f"d{i}" for i in range(len(shape))], list(shape), grid)
+            along = [lay.along(*p) for p in pairs]
+            if all(lay.axes_of(g, g[0]) is not None for g in groups) and (None not in along or not every_pair):
+                used = {a for g in groups for a in lay.axes_of(g, g[0])} | (set(along) - {None})
+                if len(shape) == 1 or used == set(lay.names):
+                    return lay, False
     return _Layout(["d0"], [world], flat), False
 
 

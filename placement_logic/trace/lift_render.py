@@ -27,9 +27,10 @@ def _loss(step, layout: _Layout, data_axes, observer, step_colls, tp, notes, scr
     frames = _frames([first["stack"]], script)
     value = Fraction(losses[0]["value"]).limit_denominator(1 << 24)
     nll_value = Fraction(first["value"]).limit_denominator(1 << 24)
-    # the ranks holding distinct data: one per data coordinate (the observer's tensor coordinate)
-    data_ranks = [r for r, c in layout.coords.items()
-                  if tp is None or c[layout.names.index(tp)] == layout.coords[observer][layout.names.index(tp)]]
+    # the ranks holding distinct data: one per data coordinate (the observer's tensor and pipeline coordinates)
+    fixed = [i for i, a in enumerate(layout.names) if a not in data_axes]
+    me = layout.coords[observer]
+    data_ranks = [r for r, c in layout.coords.items() if all(c[i] == me[i] for i in fixed)]
     counts = [sum(n["tokens"] for n in step[r].get("nll", [])) for r in data_ranks]
     positions = [sum(n["positions"] for n in step[r].get("nll", [])) for r in data_ranks]
     total = sum(counts)
@@ -67,7 +68,7 @@ def _nice(x: Fraction) -> Fraction:
     return x.limit_denominator(64)
 
 
-def _clip(step_colls, params, layout, axes, info, tp, data_axes, script=""):
+def _clip(step_colls, params, layout, axes, info, tp, data_axes, script="", pp=None):
     dynamic = [e for e in info if (e[0].get("grad") or {}).get("dynamic_scales")]
     if not dynamic:
         return None
@@ -79,7 +80,8 @@ def _clip(step_colls, params, layout, axes, info, tp, data_axes, script=""):
     sharded = set()
     for p, *_ in info:
         sharded |= _placement_axes(p, layout)
-    expected = sorted(sharded)
+    # a pipeline's stages hold different parameters: the norm is summed over them too
+    expected = sorted(sharded | ({pp} if pp else set()))
     at = [sc for e in dynamic for sc in (e[0]["grad"].get("dynamic_at") or [])]
     frames = _frames([c["stack"] for c in norm_colls], script) or _frames([[a] for a in at], script)
     if observed == expected:
@@ -88,7 +90,7 @@ def _clip(step_colls, params, layout, axes, info, tp, data_axes, script=""):
 
 
 def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, step, notes, script="",
-            accum=1):
+            accum=1, pipelined=False):
     opt = step.get("optimizer", {})
     params = opt.get("params", [])
     total = sum(e[5] for _, _, members in named for e in members)
@@ -99,6 +101,7 @@ def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, 
     used = {m.group(1) for t, _ in lines for m in [re.match(r"\s+(?:\[[^\]]*\]|\w+): (\w+)$", t)] if m}
     imports = sorted(used & {"ddp", "zero1", "zero3", "fsdp_shard_grad_op", "hybrid_shard"})
     tensor = sorted(used & {"megatron_tp", "megatron_sp"})
+    pipeline = sorted(used & {"gpipe", "one_f_one_b"})
     out: list[str] = []
     origins: dict[int, list[dict]] = {}
     out.append(f"# Lifted by `placement lift` from a trace of {trace.get('script', '?')} on {trace['world']} processes.")
@@ -111,10 +114,14 @@ def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, 
         out.append(f"from std.data import {', '.join(imports)}")
     if tensor:
         out.append(f"from std.tensor import {', '.join(tensor)}")
+    if pipeline:
+        out.append(f"from std.pipeline import {', '.join(pipeline)}")
     out.append("")
     out.append("model {")
     out.append(f"  params = {total}")
-    if accum > 1:
+    if pipelined:
+        out.append(f"  microbatches = {accum}  # activations the first pipeline stage sends forward in each step")
+    elif accum > 1:
         out.append(f"  microbatches = {accum}  # backward passes accumulated into each optimizer step")
     out.append("  bytes {")
     out.append(f"    params = {pbytes}")

@@ -1,0 +1,140 @@
+"""Pipeline stages read from point-to-point calls: the axis, the stage order, microbatches, schedule.
+
+Ranks that send activations forward and gradients backward to their neighbours along one
+mesh axis are the stages of a pipeline over that axis. ``send``/``recv`` records carry
+``ranks = [source, destination]`` (``isend``/``irecv``, ``batch_isend_irecv`` and the
+schedules of ``torch.distributed.pipelining`` dispatch the same c10d ops), so:
+
+- the axis: the one axis along which every such pair differs, by one coordinate step;
+- the stage order: the stage that computes the loss (its ranks record the backward passes
+  of a scalar) is the last; stages follow the coordinates towards it;
+- microbatches: the first stage's forward sends (towards the next stage) in the step;
+- schedule: GPipe when, on every stage, every forward-direction call (activations) comes
+  before every backward-direction call (gradients); one forward-backward (1F1B) when a
+  gradient moves before the last activation. With one microbatch the orders are the same
+  and GPipe is assumed (a note says so). A last stage that sends towards the first before
+  its backward (the activations of an interleaved schedule's next model chunk) is not lifted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .lift_layout import _frames, _Layout
+
+P2P_KINDS = ("send", "recv")
+
+
+@dataclass
+class Pipeline:
+    axis: str
+    size: int
+    coords: list[int]  # coords[s]: the coordinate along the axis of stage s
+    microbatches: int
+    schedule: str  # a std.pipeline strategy: gpipe | one_f_one_b
+    frames: list[dict] = field(default_factory=list)  # the first stage's forward sends
+    notes: list[str] = field(default_factory=list)
+
+    def stage_of(self, layout: _Layout, rank: int) -> int:
+        return self.coords.index(layout.coords[rank][layout.names.index(self.axis)])
+
+    def rank_of(self, layout: _Layout, like: int, stage: int) -> int:
+        """The rank of ``stage`` whose coordinates on the other axes are ``like``'s."""
+        i = layout.names.index(self.axis)
+        want = list(layout.coords[like])
+        want[i] = self.coords[stage]
+        return next(r for r, c in layout.coords.items() if list(c) == want)
+
+    def forward(self, layout: _Layout, c: dict) -> bool:
+        """A point-to-point call that moves data towards the last stage (activations)."""
+        src, dst = c["ranks"][0], c["ranks"][1]
+        return self.stage_of(layout, src) < self.stage_of(layout, dst)
+
+
+def p2p_axis(layout: _Layout, c: dict) -> str | None:
+    """The axis along which a send/recv's two ranks are neighbours (one coordinate step apart), else None."""
+    return layout.along(*c["ranks"]) if len(c["ranks"]) == 2 else None
+
+
+def find_pipeline(ranks: dict, layout: _Layout, step_no: int, observer: int, script: str = "") -> tuple[
+        Pipeline | None, str | None]:
+    """The pipeline the step's point-to-point calls form; (None, why) when they form none (None, None: no calls)."""
+    calls = [(r, c) for r, part in ranks.items() for c in part["collectives"]
+             if c["kind"] in P2P_KINDS and c["step"] == step_no]
+    if not calls:
+        return None, None
+    axes = Counter(p2p_axis(layout, c) for _, c in calls)
+    axes.pop(None, None)
+    if not axes:
+        return None, ("no two ranks that exchange are neighbouring stages of one mesh axis (a pipeline axis: stages "
+                      "exchanging with the next and the previous only)")
+    # the axis most calls run along; a call off it is reported by the caller
+    axis = axes.most_common(1)[0][0]
+    ranks = {r: dict(part, collectives=[c for c in part["collectives"]
+                                        if c["kind"] not in P2P_KINDS or p2p_axis(layout, c) == axis])
+             for r, part in ranks.items()}
+    size = layout.size((axis,))
+    i = layout.names.index(axis)
+    steps = {r: next((s for s in part["steps"] if s["step"] == step_no), {}) for r, part in ranks.items()}
+    # the stage that computes the loss is the last
+    lossy = {layout.coords[r][i] for r in ranks if steps[r].get("losses")}
+    notes = []
+    if lossy == {size - 1} or not lossy:
+        coords = list(range(size))
+        if not lossy:
+            notes.append("pipeline over <axis>: no rank recorded a loss; the stages are taken in the order of "
+                         "their coordinates along <axis>")
+    elif lossy == {0}:
+        coords = list(range(size - 1, -1, -1))
+    else:
+        return None, (f"the loss is computed at coordinates {sorted(lossy)} along the axis of the sends, not at "
+                      "one end of the chain of stages")
+    pipe = Pipeline(axis, size, coords, 0, "gpipe", notes=notes)
+    if lossy:
+        # the last stage sends back only gradients, after a backward: a send towards the first stage
+        # while it still runs forward carries activations (an interleaved, virtual-stage schedule)
+        for r in ranks:
+            if layout.coords[r][i] != coords[-1]:
+                continue
+            early = [c for c in ranks[r]["collectives"] if c["step"] == step_no and c["kind"] == "send"
+                     and not pipe.forward(layout, c) and c["phase"] in ("before_forward", "forward")]
+            if early:
+                return None, ("the last stage sends towards the first stage before its backward "
+                              "(activations of a later model chunk): interleaved, virtual-stage schedules are not "
+                              "lifted")
+    first = pipe.rank_of(layout, observer, 0)
+    fwd = [c for c in ranks[first]["collectives"] if c["step"] == step_no and c["kind"] == "send"
+           and pipe.forward(layout, c)]
+    if not fwd:
+        return None, "the first stage sends no activations forward in the step"
+    pipe.microbatches = len(fwd)
+    pipe.frames = _frames((c["stack"] for c in fwd), script)
+    one_f_one_b = False
+    for s in range(size):
+        r = pipe.rank_of(layout, observer, s)
+        order = [pipe.forward(layout, c) for c in ranks[r]["collectives"]
+                 if c["step"] == step_no and c["kind"] in P2P_KINDS]
+        if True in order and False in order and order.index(False) < len(order) - 1 - order[::-1].index(True):
+            one_f_one_b = True  # a gradient moved before the last activation
+        sent = sum(1 for c in ranks[r]["collectives"] if c["step"] == step_no and c["kind"] == "send"
+                   and pipe.forward(layout, c))
+        if s < size - 1 and sent != pipe.microbatches:
+            notes.append(f"pipeline over <axis>: stage {s} sends {sent} activations forward, stage 0 sends "
+                         f"{pipe.microbatches}; microbatches taken from stage 0")
+    last = pipe.rank_of(layout, observer, size - 1)
+    backward_passes = len(steps[last].get("losses", []))
+    if lossy and backward_passes != pipe.microbatches:
+        notes.append(f"pipeline over <axis>: the last stage ran {backward_passes} backward passes for "
+                     f"{pipe.microbatches} microbatches")
+    if one_f_one_b:
+        pipe.schedule = "one_f_one_b"
+        notes.append("pipeline over <axis>: gradients move between stages before the last microbatch's "
+                     "activations: lifted as one_f_one_b")
+    elif pipe.microbatches == 1:
+        notes.append("pipeline over <axis>: one microbatch, for which GPipe and 1F1B run the same order: lifted "
+                     "as gpipe")
+    else:
+        notes.append(f"pipeline over <axis>: every stage moves all {pipe.microbatches} microbatches' activations "
+                     "before any gradient: lifted as gpipe")
+    return pipe, None
