@@ -22,6 +22,17 @@ from .framework_common import (
     _widths,
 )
 
+
+def _has_experts(model: str | None) -> bool:
+    """Whether the model's Hugging Face config (read directly) has routed experts."""
+    if model is None:
+        return False
+    from ..frontend import hf
+    from ..frontend.loader import read_source
+
+    return int(hf.parse_config(read_source(model), model).fields.get("experts", 1) or 1) > 1
+
+
 _TITAN_SCHEDULES = {"1f1b": "one_f_one_b", "gpipe": "gpipe", "interleaved1f1b": "interleaved_1f1b"}
 
 
@@ -54,16 +65,28 @@ def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, pa
         shard = devices // fixed
     if rep * shard * t * p * c != devices:
         raise _err(file, f"the degrees multiply to {rep * shard * t * p * c}, not {devices} devices")
+    etp = par.get("expert_tensor_parallel_degree", t if e > 1 else 1)
+    in_ep, roles = 1, {}
     if e > 1:
         if (shard * c) % e:
             raise _err(file, f"expert_parallel_degree {e} does not divide the data-shard × context devices")
-        problems.append(f"expert_parallel_degree {e}: torchtitan borrows the expert devices from the data-shard "
-                        "and context devices (parallel folding), which has no placement; the plan has no expert "
-                        "axis, so every device holds every expert")
-    etp = par.get("expert_tensor_parallel_degree", t if e > 1 else 1)
-    if e > 1 and etp != t:
-        problems.append(f"expert_tensor_parallel_degree {etp}: experts split over a tensor size of their own "
-                        "have no placement")
+        if etp not in (1, t):
+            raise _err(file, f"parallelism.expert_tensor_parallel_degree {etp!r} is 1 or the tensor degree {t}")
+        borrowed = c * (t if etp == 1 else 1)  # the expert degree takes in all of context (and tensor when etp = 1)
+        if e % borrowed or shard % (e // borrowed):
+            raise _err(file, f"expert_parallel_degree {e} is not the context degree {c}"
+                       + (f" × the tensor degree {t}" if etp == 1 else "") + " × a divisor of the data-shard degree "
+                       f"{shard}")
+        if not _has_experts(model):
+            problems.append(f"expert_parallel_degree {e}: the model has no experts to place (give the model's config "
+                            "with --model)")
+        elif rep > 1 and shard > 1:
+            problems.append(f"expert_parallel_degree {e} with HSDP: the experts folded over the data-shard devices "
+                            "beside a replicate degree are not written; the plan has no expert axis, so every device "
+                            "holds every expert")
+        else:
+            in_ep = e // borrowed
+            roles = {a: "expert" for a, n in (("dp_ep", in_ep), ("cp", c), ("tp", t if etp == 1 else 1)) if n > 1}
     mb = training.get("local_batch_size", training.get("batch_size", 1))
     seq = training.get("seq_len")
     gbs = training.get("global_batch_size", -1)
@@ -84,8 +107,11 @@ def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, pa
                         "the plan recomputes selectively")
     mixed = cfg.get("training", {}).get("mixed_precision_param", "bfloat16")
     head = f'model from "{model}" {{\n' if model else f"model {{\n  params = {params}\n"
+    group = ("  group experts {\n    role = {" + ", ".join(f"{a}: {r}" for a, r in roles.items()) + "}\n  }\n"
+             if roles else "")
     model_text = (head + f"  bytes {{\n    {_widths(mixed in ('bfloat16', 'float16'))}\n  }}\n"
-                  + (f"  seq = {seq}\n" if seq else "") + f"  microbatch = {mb}\n  microbatches = {m}\n}}\n\n")
+                  + (f"  seq = {seq}\n" if seq else "") + f"  microbatch = {mb}\n  microbatches = {m}\n" + group
+                  + "}\n\n")
     sched = str(par.get("pipeline_parallel_schedule", "1F1B")).lower()
     if sched not in _TITAN_SCHEDULES:
         raise _err(file, f"pipeline_parallel_schedule {par.get('pipeline_parallel_schedule')!r} is not modelled "
@@ -109,8 +135,8 @@ def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, pa
         extra.append("[replicate, shard]: " + ("titan_hsdp" if keep else "hybrid_shard"))
     elif rep > 1:
         axes.append(("dp", rep, "ddp"))
-    else:
-        axes.append(("dp", shard, fsdp))
+    else:  # with experts folded over data-shard devices: dp_shard_mod_ep, dp_shard_in_ep
+        axes += [("dp", shard // in_ep, fsdp), ("dp_ep", in_ep, fsdp)]
     axes += [("cp", c, "context_parallel"), ("tp", t, "megatron_sp"), ("pp", p, pipe)]
     if ac != "none":
         extra.append(f"use {ac}_recompute")
@@ -123,7 +149,9 @@ def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, pa
         if keep:
             local = ("strategy titan_hsdp over (replicate, shard) extends hybrid_shard {\n"
                      "  params: {replicate: R, shard: S*} (unit = block, reshard_after_forward = false)\n}\n\n")
-    spec = (f"# from the torchtitan job {file} on {devices} devices\n"
+    fold = (f" (MoE parallel folding: experts on expert {e} = data shard {in_ep} × context {c}"
+            + (f" × tensor {t}" if etp == 1 and t > 1 else "") + f", expert tensor {etp})" if roles else "")
+    spec = (f"# from the torchtitan job {file} on {devices} devices{fold}\n"
             + "".join(f"# not expressed: {q}\n" for q in problems) + model_text + local + spec_body)
     imports = _imports(spec)
     extra_imports = [n for n in ("hybrid_shard", "fsdp_full_shard", "fsdp_shard_grad_op") if n in spec]
