@@ -310,3 +310,69 @@ def test_torchtitan_expert_tensor_degree_other_than_1_or_tensor_is_an_error(tmp_
     status, _, err = _run(["import", "torchtitan", str(f), "--devices", "8", "--model", str(HF / "mixtral_8x7b.json")])
     assert status == 2 and f"{f}:1:1: error: parallelism.expert_tensor_parallel_degree 4 is 1 or the tensor degree 2 " \
         "[PL141]" in err
+
+
+@pytest.mark.parametrize("n,t,c,e,etp", FOLDED)
+def test_megatron_folding_round_trips(tmp_path, n, t, c, e, etp):
+    """Exported again, a folded import gives Megatron-LM's sizes back, and importing those gives
+    the same spec (the first line names the file read)."""
+    args = (f"--tensor-model-parallel-size {t} --context-parallel-size {c} --expert-model-parallel-size {e} "
+            f"--expert-tensor-parallel-size {etp} " + MODEL)
+    _, text = _import(tmp_path, "megatron", args, n)
+    (tmp_path / "s.place").write_text(text)
+    status, exported, err = _run(["export", "megatron", str(tmp_path / "s.place"), "--plan", "megatron"])
+    assert status == 0, err
+    got = exported.split()
+    flags = {f: int(got[got.index(f) + 1]) if f in got else 1 for f in (
+        "--tensor-model-parallel-size", "--context-parallel-size", "--expert-model-parallel-size",
+        "--expert-tensor-parallel-size")}
+    assert list(flags.values()) == [t, c, e, etp]
+    (tmp_path / "b.args").write_text(exported)
+    status, back, err = _run(["import", "megatron", str(tmp_path / "b.args"), "--devices", str(n)])
+    assert status == 0, err
+    strip = [line for line in text.splitlines() if not line.startswith("# from")]
+    assert [line for line in back.splitlines() if not line.startswith("# from")] == strip
+
+
+def test_folding_examples_export_their_megatron_sizes():
+    """examples/mixtral_folding.place (tensor 2, experts on t × e = 8, expert tensor 1) and
+    examples/deepseek_v3_folding.place (tensor 2, expert 64 = e × t)."""
+    root = HF.parent.parent.parent / "examples"
+    for name, want in (("mixtral_folding", "--tensor-model-parallel-size 2 --expert-model-parallel-size 8 "
+                        "--expert-tensor-parallel-size 1"),
+                       ("deepseek_v3_folding", "--tensor-model-parallel-size 2 --expert-model-parallel-size 64 "
+                        "--expert-tensor-parallel-size 1")):
+        status, out, err = _run(["export", "megatron", str(root / f"{name}.place"), "--plan", "folded"])
+        assert status == 0 and want in out, (name, err)
+
+
+def test_folding_out_of_megatron_rank_order_is_stated(tmp_path):
+    """Experts on the outer data axis d while the inner e stays their data axis: Megatron-LM's
+    expert ranks are the inner ones after the expert tensor ranks."""
+    (tmp_path / "s.place").write_text("""from std.data import zero1
+from std.tensor import megatron_sp
+model {
+  transformer { hidden = 64  layers = 2  heads = 4  ffn = 128  vocab = 128  experts = 8  top_k = 2  bias = false }
+  seq = 16
+  group experts { role = {d: expert} }
+}
+mesh { d = 2  e = 2  t = 2 }
+plan p { d: zero1  e: zero1  t: megatron_sp }
+""")
+    status, _, err = _run(["export", "megatron", str(tmp_path / "s.place"), "--plan", "p"])
+    assert status == 1 and "the expert roles of the axes, innermost first (t (tensor), e (data), d (expert))" in err
+
+
+def test_plain_expert_axis_beside_a_context_axis_is_not_megatron_layout(tmp_path):
+    (tmp_path / "s.place").write_text("""from std.context import context_parallel
+from std.expert import expert_parallel
+model {
+  transformer { hidden = 64  layers = 2  heads = 4  ffn = 128  vocab = 128  experts = 8  top_k = 2  bias = false }
+  seq = 16
+}
+mesh { c = 2  x = 2 }
+plan p { c: context_parallel  x: expert_parallel }
+""")
+    status, _, err = _run(["export", "megatron", str(tmp_path / "s.place"), "--plan", "p"])
+    assert status == 1 and "an expert axis beside a context axis: Megatron-LM forms its expert groups from the " \
+        "context ranks first" in err
