@@ -376,3 +376,40 @@ plan p { c: context_parallel  x: expert_parallel }
     status, _, err = _run(["export", "megatron", str(tmp_path / "s.place"), "--plan", "p"])
     assert status == 1 and "an expert axis beside a context axis: Megatron-LM forms its expert groups from the " \
         "context ranks first" in err
+
+
+@pytest.mark.parametrize("n,t,c,e,etp", [(64, 2, 1, 8, 1), (32, 2, 2, 4, 2), (32, 1, 2, 8, 1), (16, 2, 1, 2, 2)])
+def test_torchtitan_folding_round_trips(tmp_path, n, t, c, e, etp):
+    """Exported again, a folded torchtitan import gives its degrees back (the data-shard degree
+    over both data-shard axes), and importing those gives the same spec."""
+    model = str(HF / "mixtral_8x7b.json")
+    _, text = _import(tmp_path, "torchtitan", TITAN.format(t=t, c=c, e=e, etp=etp), n, "--model", model)
+    (tmp_path / "s.place").write_text(text)
+    status, exported, err = _run(["export", "torchtitan", str(tmp_path / "s.place"), "--plan", "torchtitan"])
+    assert status == 0, err
+    import tomllib
+
+    par = tomllib.loads(exported)["parallelism"]
+    assert (par["data_parallel_shard_degree"], par.get("context_parallel_degree", 1), par["expert_parallel_degree"],
+            par["expert_tensor_parallel_degree"]) == (n // (t * c), c, e, etp)
+    (tmp_path / "b.toml").write_text(exported)
+    status, back, err = _run(["import", "torchtitan", str(tmp_path / "b.toml"), "--devices", str(n), "--model", model])
+    assert status == 0, err
+    assert [x for x in back.splitlines() if not x.startswith("# from")] == \
+        [x for x in text.splitlines() if not x.startswith("# from")]
+
+
+def test_folding_outside_torchtitan_mesh_is_stated(tmp_path):
+    """Experts on the outer data-shard axis while the inner one stays their data axis."""
+    (tmp_path / "s.place").write_text(f"""from std.data import fsdp_full_shard
+from std.tensor import megatron_sp
+model from "{HF / 'mixtral_8x7b.json'}" {{
+  seq = 4096
+  group experts {{ role = {{d: expert}} }}
+}}
+mesh {{ d = 4  s = 2  t = 2 }}
+plan p {{ d: fsdp_full_shard  s: fsdp_full_shard  t: megatron_sp  flash_attention }}
+""")
+    status, _, err = _run(["export", "torchtitan", str(tmp_path / "s.place"), "--plan", "p"])
+    assert status == 1 and "the expert group's roles, innermost first (t (tensor; experts: tensor), s (data; " \
+        "experts: data), d (data; experts: expert))" in err

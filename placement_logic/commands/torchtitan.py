@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from .. import ir
+from ..ir import folding
 from .framework_common import (
     _err,
     _imports,
@@ -168,6 +169,39 @@ _TITAN_MODES = {ir.Role.DATA: ((_R, _R, _R, _R), (_SS, _S, _S, _R)), ir.Role.TEN
                 ir.Role.CONTEXT: ((_R, _R, _R, _S),)}
 
 
+def _titan_folded(plan: ir.Plan, fold, roles: dict, size: dict, problems: list[str]) -> tuple[int, int] | None:
+    """torchtitan's expert and expert tensor degrees of a folded plan. Its mesh, the last
+    innermost, is replicate × shard_mod_ep × shard_in_ep × context × tensor, and the expert
+    degree is shard_in_ep × context (× tensor when the expert tensor degree is 1): the experts'
+    roles must be expert on the context axes, expert or tensor on the tensor axes, and expert
+    on data-shard axes inside the others, which stay data."""
+    inner = [a for a in reversed(plan.mesh.names) if a in roles and roles[a] is not ir.Role.PIPELINE]
+    role_of = folding.role_getter(plan, fold)
+    order = {ir.Role.TENSOR: 0, ir.Role.SEQUENCE: 0, ir.Role.CONTEXT: 1, ir.Role.DATA: 2}
+    dense = [order.get(roles[a], 3) for a in inner]
+    tensor = [a for a in inner if roles[a] in (ir.Role.TENSOR, ir.Role.SEQUENCE)]
+    data = [a for a in inner if roles[a] is ir.Role.DATA]
+    in_ep = [a for a in data if role_of(a) is ir.Role.EXPERT]
+    ok = (dense == sorted(dense) and all(role_of(a) is ir.Role.EXPERT for a in inner if roles[a] is ir.Role.CONTEXT)
+          and len({role_of(a) for a in tensor}) <= 1 and all(role_of(a) in (ir.Role.EXPERT, ir.Role.TENSOR,
+                                                                              ir.Role.SEQUENCE) for a in tensor)
+          and data[:len(in_ep)] == in_ep and all(role_of(a) is ir.Role.DATA for a in data[len(in_ep):])
+          and all(plan.placement(ir.State.PARAMS).mode(a) is ir.Mode.S_STAR for a in in_ep))
+    if not ok:
+        got = ", ".join(f"{a} ({roles[a].value}; experts: {role_of(a).value})" for a in inner)
+        problems.append(f"the expert group's roles, innermost first ({got}): torchtitan's expert degree is the inner "
+                        "data-shard devices × context (× tensor with expert tensor degree 1); the folding is not "
+                        "exported")
+        return None
+    ep = 1
+    for a in inner:
+        ep *= size[a] if role_of(a) is ir.Role.EXPERT else 1
+    t = 1
+    for a in tensor:
+        t *= size[a]
+    return ep, (1 if tensor and role_of(tensor[0]) is ir.Role.EXPERT else t)
+
+
 def plan_to_torchtitan(spec: ir.Spec, plan: ir.Plan) -> tuple[str, list[str]]:
     problems: list[str] = []
     size = {a.name: int(_number(a.size, spec) or 1) for a in plan.mesh.axes}
@@ -175,6 +209,8 @@ def plan_to_torchtitan(spec: ir.Spec, plan: ir.Plan) -> tuple[str, list[str]]:
     _role_problems(plan, list(roles), _TITAN_MODES, "torchtitan", problems)
     par: dict[str, object] = {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 1}
     seen: dict[str, str] = {}
+    fold = folding.expert_group(plan)
+    experts = _titan_folded(plan, fold, roles, size, problems) if fold is not None else None
     for a, r in roles.items():
         pm = plan.placement(ir.State.PARAMS).mode(a)
         key = {ir.Role.DATA: "data_parallel_shard_degree" if pm is ir.Mode.S_STAR else
@@ -183,7 +219,7 @@ def plan_to_torchtitan(spec: ir.Spec, plan: ir.Plan) -> tuple[str, list[str]]:
                ir.Role.CONTEXT: "context_parallel_degree"}.get(r)
         if key is None:
             continue
-        if key in seen:
+        if key in seen and not (experts is not None and key == "data_parallel_shard_degree"):
             problems.append(f"axes {seen[key]} and {a}: torchtitan has one {key.replace('_degree', '')} degree")
         seen[key] = a
         par[key] = int(par.get(key, 1)) * size[a]
@@ -197,6 +233,8 @@ def plan_to_torchtitan(spec: ir.Spec, plan: ir.Plan) -> tuple[str, list[str]]:
                 par["pipeline_parallel_schedule"] = name
                 if kind is ir.ScheduleKind.INTERLEAVED:
                     par["pipeline_parallel_virtual_stages"] = int(_number(plan.schedule.chunks, spec) or 1)
+    if experts is not None:
+        par["expert_parallel_degree"], par["expert_tensor_parallel_degree"] = experts
     if "tensor_parallel_degree" in par and not plan.sequence_parallel and \
             not any(r is ir.Role.SEQUENCE for r in roles.values()):
         problems.append("tensor parallelism without sequence parallelism: torchtitan's tensor parallelism splits "
