@@ -2,7 +2,8 @@
 
 ``[parallelism]``: data-parallel shard degree (FSDP; -1 takes the rest of the devices) and
 replicate degree (with a shard degree HSDP, alone DDP), tensor (with sequence parallelism),
-pipeline with its schedule, context, expert; ``[training]`` local and global batch, sequence
+pipeline with its schedule, context, expert and expert tensor (MoE parallel folding: the expert
+group's roles on the data-shard, context and tensor axes); ``[training]`` local and global batch, sequence
 length, mixed precision; ``[activation_checkpoint] mode``. Errors are PL141.
 """
 
