@@ -290,3 +290,44 @@ def test_gradient_reduce_scatters_carry_their_own_buffers(d, e, t):
     experts = 2 * Fraction(E * L * 2 * h * f, e * t)
     assert got[("dense_grads", ("d", "e"))] == dense * Fraction(d * e - 1, d * e)
     assert got[("expert_grads", ("d",))] == experts * Fraction(d - 1, d)
+
+
+def test_expert_tensor_collectives_over_their_own_axis_counted_by_hand():
+    """Dense: data d × e, tensor t (sequence parallel); experts: expert e, expert tensor d (≠ t),
+    expert data t. Per MoE layer and microbatch, Megatron-LM's dispatcher: in forward an
+    all-to-all over e to the expert ranks, an all-gather of the routed tokens over the expert
+    tensor group d, the experts, a reduce-scatter of their partial outputs over d, an
+    all-to-all back over e; backward the same four. The layer's own sequence-parallel
+    all-gathers and reduce-scatters stay on the dense tensor axis t (2 + 2 per layer and phase)."""
+    d, e, t, L, s, h, k = 2, 2, 2, 2, 16, 64, 2
+    text = SPEC.format(E=8, d=d, e=e, t=t, roles="e: expert, d: tensor, t: data")
+    pc = costs.derive(load_string(text).plan("p"), sized=True)
+    subs = {costs.symbol(a): n for a, n in (("d", d), ("e", e), ("t", t))}
+    got: dict = {}
+    for x in pc.communication.collectives:
+        c = x.collective
+        if c.state is State.ACTIVATIONS and c.payload.tensor in ("tokens", "expert_tokens", "activation"):
+            key = (c.kind.value, c.axes, c.phase.value, c.payload.tensor)
+            got[key] = got.get(key, 0) + x.count.subs(subs)
+    assert got == {
+        ("all_to_all", ("e",), "forward", "tokens"): 2 * L, ("all_to_all", ("e",), "backward", "tokens"): 2 * L,
+        ("all_gather", ("d",), "forward", "expert_tokens"): L, ("reduce_scatter", ("d",), "forward", "expert_tokens"): L,
+        ("all_gather", ("d",), "backward", "expert_tokens"): L,
+        ("reduce_scatter", ("d",), "backward", "expert_tokens"): L,
+        # and one more of each per phase: the embedding's and the head's sequence-parallel ends
+        ("all_gather", ("t",), "forward", "activation"): 2 * L + 1,
+        ("reduce_scatter", ("t",), "forward", "activation"): 2 * L + 1,
+        ("all_gather", ("t",), "backward", "activation"): 2 * L + 1,
+        ("reduce_scatter", ("t",), "backward", "activation"): 2 * L + 1,
+    }
+    # the gathered buffer: each d rank's routed tokens (its sequence shard over t, top_k copies, bf16) × d
+    gather = next(x for x in pc.communication.collectives if x.collective.payload.tensor == "expert_tokens")
+    subs[next(x for x in gather.buffer.free_symbols if x.name == "b")] = 1  # microbatch 1
+    assert gather.buffer.subs(subs) == Fraction(s * h * k * 2, t) * d
+    assert gather.bytes_per_device.subs(subs) == Fraction(d - 1, d) * Fraction(s * h * k * 2, t) * d * L
+
+
+def test_no_expert_tensor_collectives_when_the_experts_split_over_the_dense_tensor_axis():
+    text = SPEC.format(E=8, d=2, e=2, t=2, roles="e: expert")
+    kinds = {(c.kind.value, c.axes) for c in _collectives(text) if c.payload.tensor in ("tokens", "expert_tokens")}
+    assert kinds == {("all_to_all", ("e",))}

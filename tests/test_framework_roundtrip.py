@@ -190,9 +190,12 @@ def _transformer(d, t: int = 1, p: int = 1, c: int = 1, e: int = 1) -> str:
 @st.composite
 def megatron_plans(draw):
     """Data (DDP or the distributed optimizer), tensor (with or without sequence parallelism),
-    pipeline (1F1B or interleaved with v chunks), context and expert axes in any subset and order."""
+    pipeline (1F1B or interleaved with v chunks), context and expert axes in any subset and order
+    (context and expert not both: Megatron-LM forms its expert groups from the context ranks
+    first, a folding, tests/test_import_folding.py)."""
     d = draw
-    roles = d(st.lists(st.sampled_from(["dp", "tp", "pp", "cp", "ep"]), unique=True, min_size=1))
+    roles = d(st.lists(st.sampled_from(["dp", "tp", "pp", "cp", "ep"]), unique=True, min_size=1)
+              .filter(lambda rs: not {"cp", "ep"} <= set(rs)))
     names = d(st.lists(NAMES, min_size=len(roles), max_size=len(roles), unique=True))
     size = {r: d(st.sampled_from([2, 4])) for r in roles}
     binding, imports = {}, set()

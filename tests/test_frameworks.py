@@ -153,9 +153,6 @@ def test_torchtitan_cannot_express_zero1(tmp_path):
 @pytest.mark.parametrize("source,text,extra,words", [
     ("deepspeed", json.dumps({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}}),
      ["--params", "1000"], "zero_hpz_partition_size 8"),
-    ("megatron", "--tensor-model-parallel-size 2 --expert-model-parallel-size 2 --expert-tensor-parallel-size 1 "
-     "--num-layers 4 --hidden-size 64 --num-attention-heads 4 --padded-vocab-size 128 --position-embedding-type rope "
-     "--num-experts 4", [], "--expert-tensor-parallel-size 1"),
     ("megatron", "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2 --num-layers 4 "
      "--hidden-size 64 --num-attention-heads 4 --padded-vocab-size 128 --position-embedding-type rope", [],
      "--recompute-method uniform --recompute-num-layers 2"),

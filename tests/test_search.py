@@ -56,10 +56,13 @@ def _brute_force(model_path: Path, space: search.Space):
     heads, kv, layers = 16, 4, 16
     experts = int(shape.experts.value)
     found = {}
-    for tp, pp, ep, mb, strat, rec, sched in itertools.product(space.tp, space.pp, space.ep if experts > 1 else (1,),
-                                                               space.microbatch, space.strategies, space.recompute,
-                                                               space.schedules):
-        if space.devices % (tp * pp * ep) or heads % tp or (kv % tp and tp % kv) or experts % ep:
+    for tp, pp, ep, mb, strat, rec, sched, fold in itertools.product(
+            space.tp, space.pp, space.ep if experts > 1 else (1,), space.microbatch, space.strategies,
+            space.recompute, space.schedules, space.folding if experts > 1 else (False,)):
+        # folded: the experts on ep × tp (× cp; expert tensor 1), ep a data axis of the dense layers
+        if fold and (strat in ("hsdp", "offload") or ep == 1):
+            continue
+        if space.devices % (tp * pp * ep) or heads % tp or (kv % tp and tp % kv) or experts % (ep * tp if fold else ep):
             continue
         if space.devices == tp * pp * ep and strat != "ddp":
             continue  # one data replica: the search writes it as ddp
@@ -78,7 +81,7 @@ def _brute_force(model_path: Path, space: search.Space):
             if layers % (pp * nv) or (pp > 1 and sched == "interleaved" and nmb % pp):
                 continue
             s = search.Structure(strat, rec, sched if pp > 1 else None,
-                                 tuple(a for a, n in (("tp", tp), ("pp", pp), ("ep", ep)) if n > 1))
+                                 tuple(a for a, n in (("tp", tp), ("pp", pp), ("ep", ep)) if n > 1), fold)
             z = {"dp": dp // ds, "tp": tp, "pp": pp, "cp": 1, "ep": ep, "ds": ds, "mb": mb, "nmb": nmb, "nv": nv}
             spec = load_string(search.spec_text(block, s, z, space.device, space.mfu, literal=True), "<bf>")
             plan = spec.plans[0]
@@ -87,7 +90,7 @@ def _brute_force(model_path: Path, space: search.Space):
             st = steptime.step_time(pc, plan.mesh.hardware)
             mem = pc.memory.device_total.xreplace(subs)
             step = st.step.xreplace(subs)
-            found[(s.strategy, s.recompute, s.schedule, tuple(sorted(z.items())))] = (Fraction(int(mem.p), int(mem.q)), Fraction(int(step.p), int(step.q)),
+            found[(s.strategy, s.recompute, s.schedule, s.folded, tuple(sorted(z.items())))] = (Fraction(int(mem.p), int(mem.q)), Fraction(int(step.p), int(step.q)),
                                                     mem <= cap)
     return found
 
@@ -123,7 +126,7 @@ def test_vectorised_search_agrees_with_the_brute_force(which, model_file, moe_fi
     for s, sizes, vals in result.parts:
         for row, v in zip(sizes.tolist(), vals.tolist()):
             z = dict(zip(search.SIZE_SYMBOLS, row))
-            mem, step, _ = truth[(s.strategy, s.recompute, s.schedule, tuple(sorted(z.items())))]
+            mem, step, _ = truth[(s.strategy, s.recompute, s.schedule, s.folded, tuple(sorted(z.items())))]
             # every strategy on one replica: the brute force derives it too (an expert axis holds data
             # replicas of the non-expert parameters, which a ZeRO stage shards there)
             if z["dp"] == 1 and z["ep"] == 1:
@@ -239,3 +242,39 @@ def test_offload_is_searched_when_asked(model_file):
     best = {s: min((c for c in result.ranked if c.structure.strategy == s and c.sizes["tp"] == 1
                     and c.sizes["mb"] == 1), key=lambda c: c.memory) for s in ("zero2", "offload")}
     assert best["offload"].memory < best["zero2"].memory  # the optimizer state left the device
+
+
+FOLD_MOE = MODEL.replace("    bias = false\n", "    bias = false\n    experts = 40\n    top_k = 2\n")
+FOLD_ARGS = ("--device", "l40s", "--devices", "16", "--global-batch", "16", "--seq", "8192", "--tp", "1,2",
+             "--pp", "1", "--cp", "2", "--ep", "1,2", "--microbatch", "1", "--strategies", "ddp,zero1",
+             "--recompute", "full", "--top", "3")
+
+
+def test_only_a_folded_layout_fits_and_search_finds_it(tmp_path):
+    """40 experts of 3·2048·5632 per layer (16 layers) on 16 L40S with context parallelism 2:
+    plain expert parallelism divides the experts over ep × tp ≤ 4 and needs more than 48 GiB
+    whatever the data strategy; folded over ep × tp × cp (expert tensor 1, the context pair in
+    the expert group) they fit. Without folding nothing fits; with it the fastest row is folded
+    on 8 expert ranks, and ``placement cost`` on its emitted spec gives the search's exact
+    memory and step time, and ``placement check`` proves it."""
+    model = tmp_path / "moe.place"
+    model.write_text(FOLD_MOE)
+    status, out, _ = run_cli("search", str(model), *FOLD_ARGS, "--no-folding", "--no-check")
+    assert status == 1 and "no configuration fits" in out
+    status, js, err = run_cli("search", str(model), *FOLD_ARGS, "--format", "json", "--no-check")
+    assert status == 0, err
+    best = json.loads(js)["ranked"][0]
+    assert best["folded"] and (best["tp"], best["cp"], best["ep"]) == (2, 2, 2)
+    status, emitted, err = run_cli("search", str(model), *FOLD_ARGS, "--emit", "1")
+    assert status == 0, err
+    assert "group experts { role = {ep: expert, tp: expert, cp: expert} }" in emitted
+    assert f"  ep: {best['strategy']}\n" in emitted and "expert_parallel" not in emitted
+    spec_file = tmp_path / "row1.place"
+    spec_file.write_text(emitted)
+    status, cost_js, err = run_cli("cost", str(spec_file), "--format", "json", "--no-cache")
+    assert status == 0, err
+    plan = json.loads(cost_js)["plans"][0]
+    assert Fraction(plan["memory"]["device"]["total"]["exact"]) == Fraction(best["memory_bytes"])
+    assert Fraction(plan["time"]["step"]["exact"]) == Fraction(best["step_exact"])
+    status, out, err = run_cli("check", str(spec_file))
+    assert status == 0, out + err

@@ -108,3 +108,35 @@ def _role_problems(plan: ir.Plan, axes: list[str], allowed: dict, framework: str
                 problems.append(f"{s.value} offloaded to {plan.placement(s).residency.value}: not exported ("
                                 f"{framework}'s configuration has no offload of this kind that the plan models)")
                 break
+
+
+# --------------------------------------------------------------------------- MoE parallel folding
+
+
+def fold_axes(dense: list[tuple[str, int]], expert: list[tuple[str, int]]) -> list[tuple[str, int, str, str]] | None:
+    """Mesh axes for two groupings of the same devices (MoE parallel folding).
+
+    ``dense`` and ``expert`` list (name, size) factors from the innermost (consecutive ranks)
+    outwards, each multiplying to the same count. The rank boundaries of both (the running
+    products) cut the devices into whole mesh axes when they nest (each divides the next);
+    each axis lies in one dense and one expert factor. Returns (axis, size, dense factor,
+    expert factor) from the innermost axis outwards, or None when the boundaries do not nest
+    (an expert group that cuts across a dense factor without containing it)."""
+
+    def cuts(factors: list[tuple[str, int]]) -> list[int]:
+        out, n = [], 1
+        for _, s in factors:
+            n *= s
+            out.append(n)
+        return out
+
+    bounds = sorted(set(cuts(dense)) | set(cuts(expert)) | {1})
+    if any(b % a for a, b in zip(bounds, bounds[1:])):
+        return None
+
+    def owner(factors: list[tuple[str, int]], b: int) -> str:
+        return next(name for (name, _), c in zip(factors, cuts(factors)) if b <= c)
+
+    pieces = [(b // a, owner(dense, b), owner(expert, b)) for a, b in zip(bounds, bounds[1:])]
+    split = {d for _, d, _ in pieces if sum(1 for _, d2, _ in pieces if d2 == d) > 1}
+    return [(f"{d}_{e}" if d in split else d, s, d, e) for s, d, e in pieces]

@@ -12,9 +12,10 @@ DeepSpeed: ``zero_optimization.stage`` 0-3 -> ddp, zero1, zero2, zero3;
 3, with ``offload_param``); ``train_micro_batch_size_per_gpu`` and
 ``gradient_accumulation_steps`` -> microbatch and microbatches (``train_batch_size`` must
 agree); ``bf16``/``fp16`` -> 2-byte weights and gradients with a 12-byte Adam state (fp32:
-4, 4 and 8). Megatron-LM: the tensor, pipeline (with virtual stages), context and expert
-sizes, ``--sequence-parallel``, ``--use-distributed-optimizer``, ``--recompute-granularity``
-and the model shape flags.
+4, 4 and 8). Megatron-LM: the tensor, pipeline (with virtual stages), context, expert and
+expert tensor sizes (MoE parallel folding as whole mesh axes with the expert group's roles,
+``commands.framework_common.fold_axes``), ``--sequence-parallel``,
+``--use-distributed-optimizer``, ``--recompute-granularity`` and the model shape flags.
 """
 
 from __future__ import annotations

@@ -3,8 +3,34 @@
 from __future__ import annotations
 
 from .. import ir
+from ..ir import folding
 from ..ir import groups as pg
 from .framework_common import _MEGATRON_MODES, _modes, _number, _precision, _role_problems
+
+_FOLD_ORDER = {"dense": ((ir.Role.TENSOR, ir.Role.SEQUENCE), (ir.Role.CONTEXT,), (ir.Role.DATA,)),
+               "expert": ((ir.Role.TENSOR, ir.Role.SEQUENCE), (ir.Role.EXPERT,), (ir.Role.DATA,))}
+
+
+def _folded_sizes(plan: ir.Plan, fold, roles: dict, size: dict, problems: list[str]) -> dict[str, int] | None:
+    """Megatron-LM's sizes of a folded layout: tensor, context and data of the dense layers,
+    expert and expert tensor of the experts, each a product of mesh axes. Megatron-LM numbers
+    the ranks tensor-innermost (tensor, context, data; expert tensor, expert, expert data), so
+    the mesh's axes, the last innermost, must run in that order for both groupings."""
+    inner = [a for a in reversed(plan.mesh.names) if a in roles and roles[a] is not ir.Role.PIPELINE]
+    out = {"tp": 1, "cp": 1, "dp": 1, "ep": 1, "etp": 1}
+    for which, role_of, keys in (("dense", plan.role, ("tp", "cp", "dp")),
+                                 ("expert", folding.role_getter(plan, fold), ("etp", "ep", "edp"))):
+        rank = [next((i for i, rs in enumerate(_FOLD_ORDER[which]) if role_of(a) in rs), None) for a in inner]
+        if None in rank or rank != sorted(rank):
+            got = ", ".join(f"{a} ({role_of(a).value})" for a in inner)
+            problems.append(f"the {which} roles of the axes, innermost first ({got}): Megatron-LM numbers its ranks "
+                            + ("tensor, context, data" if which == "dense" else "expert tensor, expert, expert data")
+                            + " from the innermost; the folding is not exported")
+            return None
+        for a, i in zip(inner, rank):
+            if keys[i] in out:
+                out[keys[i]] *= size[a]
+    return out
 
 
 def plan_to_megatron(spec: ir.Spec, plan: ir.Plan) -> tuple[list[str], list[str]]:
@@ -22,13 +48,28 @@ def plan_to_megatron(spec: ir.Spec, plan: ir.Plan) -> tuple[list[str], list[str]
             out.extend([flag, str(size[axes[0]])])
 
     tensor = [a for a, r in roles.items() if r in (ir.Role.TENSOR, ir.Role.SEQUENCE)]
-    if len(tensor) > 1:
-        problems.append(f"{len(tensor)} tensor axes: Megatron-LM has one")
-    if tensor:
-        out += ["--tensor-model-parallel-size", str(size[tensor[0]])]
-    one(ir.Role.PIPELINE, "--pipeline-model-parallel-size")
-    one(ir.Role.CONTEXT, "--context-parallel-size")
-    one(ir.Role.EXPERT, "--expert-model-parallel-size")
+    fold = folding.expert_group(plan)
+    folded = _folded_sizes(plan, fold, roles, size, problems) if fold is not None else None
+    tp = size[tensor[0]] if tensor else 1
+    if folded is not None:  # several axes per factor, in Megatron-LM's rank order
+        tp = folded["tp"]
+        if tp > 1:
+            out += ["--tensor-model-parallel-size", str(tp)]
+        one(ir.Role.PIPELINE, "--pipeline-model-parallel-size")
+        if folded["cp"] > 1:
+            out += ["--context-parallel-size", str(folded["cp"])]
+        out += ["--expert-model-parallel-size", str(folded["ep"]), "--expert-tensor-parallel-size", str(folded["etp"])]
+    else:
+        if len(tensor) > 1:
+            problems.append(f"{len(tensor)} tensor axes: Megatron-LM has one")
+        if tensor:
+            out += ["--tensor-model-parallel-size", str(size[tensor[0]])]
+        one(ir.Role.PIPELINE, "--pipeline-model-parallel-size")
+        one(ir.Role.CONTEXT, "--context-parallel-size")
+        one(ir.Role.EXPERT, "--expert-model-parallel-size")
+        if any(r is ir.Role.EXPERT for r in roles.values()) and any(r is ir.Role.CONTEXT for r in roles.values()):
+            problems.append("an expert axis beside a context axis: Megatron-LM forms its expert groups from the "
+                            "context ranks first; write the layout as the expert group's roles (parallel folding)")
     if plan.sequence_parallel or any(r is ir.Role.SEQUENCE for r in roles.values()):
         out.append("--sequence-parallel")
     pipelined = any(r is ir.Role.PIPELINE for r in roles.values())
@@ -41,7 +82,7 @@ def plan_to_megatron(spec: ir.Spec, plan: ir.Plan) -> tuple[list[str], list[str]
         problems.append(f"schedule {plan.schedule.kind.value}: Megatron-LM schedules pipelines with 1F1B "
                         "(interleaved or not)")
     data = [a for a, r in roles.items() if r is ir.Role.DATA]
-    if len(data) > 1:
+    if len(data) > 1 and folded is None:
         problems.append(f"{len(data)} data axes ({', '.join(data)}): Megatron-LM has one data-parallel group")
     if any(_modes(plan, a)[1] is ir.Mode.S for a in data):
         out.append("--use-distributed-optimizer")
@@ -58,7 +99,7 @@ def plan_to_megatron(spec: ir.Spec, plan: ir.Plan) -> tuple[list[str], list[str]
     if t is None:
         problems.append("a model without a transformer shape: Megatron-LM's arguments describe the model's shape")
     else:
-        out += _megatron_model(spec, t, size[tensor[0]] if tensor else 1, problems)
+        out += _megatron_model(spec, t, tp, problems)
     model = plan.model
     for flag, val in (("--seq-length", model.seq), ("--micro-batch-size", model.microbatch)):
         n = _number(val, spec) if val is not None else None

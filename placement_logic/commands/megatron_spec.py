@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from .framework_common import _err, _imports, _mesh_and_plan, _widths
+from .framework_common import _err, _imports, _mesh_and_plan, _widths, fold_axes
 
 _MEGATRON_INT = {
     "--tensor-model-parallel-size": "t", "--pipeline-model-parallel-size": "p", "--context-parallel-size": "c",
@@ -107,6 +107,33 @@ def _megatron_args(text: str, file: str) -> dict:
     return got
 
 
+def _megatron_folding(got: dict, t: int, c: int, dp_all: int, e: int, etp: int, file: str,
+                      problems: list[str]) -> tuple[list[tuple[str, int, str, str]], dict[str, str]] | None:
+    """Megatron-LM's MoE parallel folding as mesh axes and the expert group's roles, or None
+    when the experts are laid out as plain expert parallelism (an expert axis carved out of the
+    data-parallel devices, the expert tensor size the dense one) or have no experts.
+
+    Megatron-LM numbers the devices of a pipeline stage tensor-innermost: tensor × context ×
+    data for the dense layers, expert tensor × expert × expert data for the experts. The
+    axes are the cuts of both groupings (``fold_axes``): e.g. tensor 2, data 32, expert 8,
+    expert tensor 1 gives tp (2, expert for the experts), dp_ep (4, expert) and dp_edp (8)."""
+    if got.get("E", 1) <= 1 or (etp == t and (c == 1 or e == 1)):
+        return None
+    inner = t * c * dp_all
+    if inner % (etp * e):
+        raise _err(file, f"--expert-tensor-parallel-size {etp} × --expert-model-parallel-size {e} does not divide "
+                   f"tensor × context × data parallel {inner}")
+    axes = fold_axes([("tp", t), ("cp", c), ("dp", dp_all)], [("etp", etp), ("ep", e), ("edp", inner // (etp * e))])
+    if axes is None:
+        problems.append(f"--expert-model-parallel-size {e} with --expert-tensor-parallel-size {etp}: expert groups that "
+                        f"cut across the tensor {t} × context {c} ranks without containing them are not whole mesh "
+                        "axes; the plan carves the expert axis out of the data-parallel devices")
+        return None
+    dense = {"tp": "tensor", "cp": "context", "dp": "data"}
+    expert = {"etp": "tensor", "ep": "expert", "edp": "data"}
+    return axes, {a: expert[x] for a, _, d, x in axes if expert[x] != dense[d]}
+
+
 def megatron_to_spec(text: str, file: str, devices: int, problems: list[str] | None = None) -> str:
     """The spec of Megatron-LM arguments; what the DSL cannot express is appended to ``problems``."""
     problems = [] if problems is None else problems
@@ -115,13 +142,15 @@ def megatron_to_spec(text: str, file: str, devices: int, problems: list[str] | N
     if devices % (t * p * c):
         raise _err(file, f"{devices} devices are not a multiple of tensor {t} × pipeline {p} × context {c}")
     dp_all = devices // (t * p * c)  # Megatron-LM's data-parallel size; the expert size folds into it
-    if dp_all % e:
-        raise _err(file, f"--expert-model-parallel-size {e} does not divide the data-parallel size {dp_all} "
-                   "(experts folded over context devices are not modelled)")
-    dp = dp_all // e
-    if got.get("etp", t) != t:
-        problems.append(f"--expert-tensor-parallel-size {got['etp']}: experts split over a tensor size of their own "
-                        f"(not {t}) have no placement; the plan splits them over the tensor axis")
+    etp = got.get("etp", t)
+    folded = _megatron_folding(got, t, c, dp_all, e, etp, file, problems)
+    if folded is None:
+        if dp_all % e:
+            raise _err(file, f"--expert-model-parallel-size {e} does not divide the data-parallel size {dp_all}")
+        if etp != t and got.get("E", 1) > 1:
+            problems.append(f"--expert-tensor-parallel-size {etp}: experts split over a tensor size of their own "
+                            f"(not {t}) have no placement; the plan splits them over the tensor axis")
+    dp = dp_all // e if folded is None else dp_all
     for need in ("L", "h", "a"):
         if need not in got:
             flag = next(k for k, v in _MEGATRON_INT.items() if v == need)
@@ -185,14 +214,21 @@ def megatron_to_spec(text: str, file: str, devices: int, problems: list[str] | N
     half = got.get("bf16") or got.get("fp16")
     # bf16 keeps fp32 main gradients; fp16 too with --accumulate-allreduce-grads-in-fp32, else 16-bit ones
     grads = 4 if got.get("bf16") or got.get("fp32_grads") else 2
+    roles = ""
+    if folded is not None and folded[1]:
+        roles = "  group experts {\n    role = {" + ", ".join(f"{a}: {r}" for a, r in folded[1].items()) + "}\n  }\n"
     model = ("model {\n  transformer {\n" + "".join(f"    {x}\n" for x in tr) + "  }\n"
              + f"  bytes {{\n    {_widths(bool(half), grads)}\n  }}\n" + (f"  seq = {got['s']}\n" if "s" in got else "")
-             + f"  microbatch = {mb}\n  microbatches = {m}\n}}\n\n")
+             + f"  microbatch = {mb}\n  microbatches = {m}\n" + roles + "}\n\n")
     v = got.get("v") or (got["L"] // (p * got["layers_per_chunk"]) if got.get("layers_per_chunk") else 1)
     pipe = f"interleaved_1f1b(v = {v})" if v > 1 else "one_f_one_b"
-    axes = [("dp", dp, "zero1" if got.get("dist_opt") else "ddp"), ("cp", c, "context_parallel"),
-            ("ep", e, "expert_parallel"), ("tp", t, "megatron_sp" if got.get("sp") else "megatron_tp"),
-            ("pp", p, pipe)]
+    bind = {"dp": "zero1" if got.get("dist_opt") else "ddp", "cp": "context_parallel",
+            "tp": "megatron_sp" if got.get("sp") else "megatron_tp"}
+    if folded is None:
+        axes = [("dp", dp, bind["dp"]), ("cp", c, bind["cp"]), ("ep", e, "expert_parallel"), ("tp", t, bind["tp"]),
+                ("pp", p, pipe)]
+    else:  # the folded axes, outermost first
+        axes = [(a, s, bind[d]) for a, s, d, _ in reversed(folded[0])] + [("pp", p, pipe)]
     extra = []
     if got.get("recompute") == "selective":
         extra.append("use selective_recompute")
@@ -211,7 +247,10 @@ def megatron_to_spec(text: str, file: str, devices: int, problems: list[str] | N
     if got.get("flash"):
         extra.append("flash_attention")
     note = (" (the expert axis divides Megatron-LM's data-parallel devices: dense parameters are replicated over "
-            "dp × ep, experts over dp)" if e > 1 else "")
+            "dp × ep, experts over dp)" if e > 1 and folded is None else "")
+    if folded is not None:
+        note = (f" (MoE parallel folding: dense tensor {t} × context {c} × data {dp_all}, experts on expert {e} × "
+                f"expert tensor {etp} × expert data {t * c * dp_all // (e * etp)} of the same devices)")
     spec = (f"# from the Megatron-LM arguments in {file} on {devices} devices{note}\n"
             + "".join(f"# not expressed: {q}\n" for q in problems) + model
             + _mesh_and_plan(axes, "megatron", extra))

@@ -46,6 +46,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--pp", default="1,2,4,8,16", metavar="LIST", help="pipeline sizes (default 1,2,4,8,16)")
     p.add_argument("--cp", default="1", metavar="LIST", help="context-parallel sizes (default 1)")
     p.add_argument("--ep", default="1,2,4,8", metavar="LIST", help="expert-parallel sizes, MoE only (default 1,2,4,8)")
+    p.add_argument("--no-folding", action="store_true", help="MoE: plain expert parallelism only, without the "
+                   "folded layouts (experts on ep × tp × cp, expert tensor size 1)")
     p.add_argument("--microbatch", default="1,2,4,8", metavar="LIST", help="microbatch sizes (default 1,2,4,8)")
     p.add_argument("--chunks", default="2,4", metavar="LIST", help="virtual chunks per stage, interleaved (default 2,4)")
     p.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES), metavar="NAMES",
@@ -137,7 +139,8 @@ def space_of(args):
         strategies=name_list("--strategies", args.strategies, STRATEGIES),
         recompute=name_list("--recompute", args.recompute, RECOMPUTE),
         schedules=name_list("--schedules", args.schedules, SCHEDULES),
-        mfu=_fraction("--mfu", args.mfu) if args.mfu is not None else None)
+        mfu=_fraction("--mfu", args.mfu) if args.mfu is not None else None,
+        folding=(False,) if args.no_folding else (False, True))
 
 
 def run(args, out: TextIO, err: TextIO) -> int:
@@ -174,7 +177,7 @@ def run(args, out: TextIO, err: TextIO) -> int:
 # --------------------------------------------------------------------------- renderers
 
 COLUMNS = ("rank", "dp", "tp", "pp", "v", "cp", "ep", "strategy", "recompute", "microbatch", "microbatches",
-           "memory_bytes", "headroom_bytes", "step_s", "tokens_per_s", "mfu", "frontier", "check")
+           "memory_bytes", "headroom_bytes", "step_s", "tokens_per_s", "mfu", "frontier", "check", "folded")
 
 
 def rows(result) -> list[dict]:
@@ -192,7 +195,7 @@ def rows(result) -> list[dict]:
                     "strategy": s.strategy, "recompute": s.recompute, "schedule": s.schedule,
                     "microbatch": z["mb"], "microbatches": z["nmb"], "memory": mem, "headroom": cap - mem,
                     "step": step, "tokens_per_s": tokens / step, "mfu": c.mfu, "frontier": c.frontier,
-                    "check": c.verdict, "agrees": c.agrees})
+                    "check": c.verdict, "agrees": c.agrees, "folded": s.folded})
     return out
 
 
@@ -226,6 +229,7 @@ def render_text(result) -> str:
     for r in rows(result):
         pp = f"{r['pp']}" + (f" (v{r['v']})" if r["v"] > 1 else "")
         strategy = f"hsdp ({r['dp'] // r['shard']}x{r['shard']})" if r["strategy"] == "hsdp" else r["strategy"]
+        strategy += " folded" if r["folded"] else ""
         t.add_row(f"{r['rank']}{'*' if r['frontier'] else ''}", str(r["dp"]), str(r["tp"]), pp, str(r["cp"]),
                   str(r["ep"]), strategy, r["recompute"], f"{r['microbatch']} x {r['microbatches']}",
                   units.gib(r["memory"]), units.gib(r["headroom"]), units.seconds(r["step"]),
@@ -249,7 +253,7 @@ def render_markdown(result) -> str:
              "|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|---:|---|"]
     for r in rows(result):
         lines.append(f"| {r['rank']}{'*' if r['frontier'] else ''} | {r['dp']} | {r['tp']} | {r['pp']} | {r['v']} | "
-                     f"{r['cp']} | {r['ep']} | {r['strategy']} | {r['recompute']} | {r['microbatch']} × "
+                     f"{r['cp']} | {r['ep']} | {r['strategy']}{' folded' if r['folded'] else ''} | {r['recompute']} | {r['microbatch']} × "
                      f"{r['microbatches']} | {units.both(r['memory'])} | {units.seconds(r['step'])} | "
                      f"{units.percent(Fraction(r['mfu']).limit_denominator(10**6))} | {r['check'] or '-'} |")
     return "\n".join(lines) + "\n"
@@ -263,7 +267,7 @@ def render_csv(result) -> str:
         w.writerow([r["rank"], r["dp"], r["tp"], r["pp"], r["v"], r["cp"], r["ep"], r["strategy"], r["recompute"],
                     r["microbatch"], r["microbatches"], _int_or(r["memory"]), _int_or(r["headroom"]),
                     f"{float(r['step']):.6f}", f"{float(r['tokens_per_s']):.1f}", f"{r['mfu']:.6f}",
-                    int(r["frontier"]), r["check"] or ""])
+                    int(r["frontier"]), r["check"] or "", int(r["folded"])])
     return buf.getvalue()
 
 
@@ -280,7 +284,7 @@ def render_json(result) -> str:
         "space": {"devices": sp.devices, "device": sp.device, "global_batch": sp.global_batch, "seq": sp.seq,
                   "tp": list(sp.tp), "pp": list(sp.pp), "cp": list(sp.cp), "ep": list(sp.ep),
                   "microbatch": list(sp.microbatch), "chunks": list(sp.chunks), "strategies": list(sp.strategies),
-                  "recompute": list(sp.recompute), "schedules": list(sp.schedules),
+                  "recompute": list(sp.recompute), "schedules": list(sp.schedules), "folding": list(sp.folding),
                   "mfu": str(sp.mfu) if sp.mfu is not None else None},
         "candidates": result.candidates, "valid": result.valid, "fitting": result.fitting,
         "structures": result.structures,

@@ -2,7 +2,8 @@
 
 ``[parallelism]``: data-parallel shard degree (FSDP; -1 takes the rest of the devices) and
 replicate degree (with a shard degree HSDP, alone DDP), tensor (with sequence parallelism),
-pipeline with its schedule, context, expert; ``[training]`` local and global batch, sequence
+pipeline with its schedule, context, expert and expert tensor (MoE parallel folding: the expert
+group's roles on the data-shard, context and tensor axes); ``[training]`` local and global batch, sequence
 length, mixed precision; ``[activation_checkpoint] mode``. Errors are PL141.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 
 from .. import ir
+from ..ir import folding
 from .framework_common import (
     _err,
     _imports,
@@ -21,6 +23,17 @@ from .framework_common import (
     _role_problems,
     _widths,
 )
+
+
+def _has_experts(model: str | None) -> bool:
+    """Whether the model's Hugging Face config (read directly) has routed experts."""
+    if model is None:
+        return False
+    from ..frontend import hf
+    from ..frontend.loader import read_source
+
+    return int(hf.parse_config(read_source(model), model).fields.get("experts", 1) or 1) > 1
+
 
 _TITAN_SCHEDULES = {"1f1b": "one_f_one_b", "gpipe": "gpipe", "interleaved1f1b": "interleaved_1f1b"}
 
@@ -54,16 +67,28 @@ def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, pa
         shard = devices // fixed
     if rep * shard * t * p * c != devices:
         raise _err(file, f"the degrees multiply to {rep * shard * t * p * c}, not {devices} devices")
+    etp = par.get("expert_tensor_parallel_degree", t if e > 1 else 1)
+    in_ep, roles = 1, {}
     if e > 1:
         if (shard * c) % e:
             raise _err(file, f"expert_parallel_degree {e} does not divide the data-shard × context devices")
-        problems.append(f"expert_parallel_degree {e}: torchtitan borrows the expert devices from the data-shard "
-                        "and context devices (parallel folding), which has no placement; the plan has no expert "
-                        "axis, so every device holds every expert")
-    etp = par.get("expert_tensor_parallel_degree", t if e > 1 else 1)
-    if e > 1 and etp != t:
-        problems.append(f"expert_tensor_parallel_degree {etp}: experts split over a tensor size of their own "
-                        "have no placement")
+        if etp not in (1, t):
+            raise _err(file, f"parallelism.expert_tensor_parallel_degree {etp!r} is 1 or the tensor degree {t}")
+        borrowed = c * (t if etp == 1 else 1)  # the expert degree takes in all of context (and tensor when etp = 1)
+        if e % borrowed or shard % (e // borrowed):
+            raise _err(file, f"expert_parallel_degree {e} is not the context degree {c}"
+                       + (f" × the tensor degree {t}" if etp == 1 else "") + " × a divisor of the data-shard degree "
+                       f"{shard}")
+        if not _has_experts(model):
+            problems.append(f"expert_parallel_degree {e}: the model has no experts to place (give the model's config "
+                            "with --model)")
+        elif rep > 1 and shard > 1:
+            problems.append(f"expert_parallel_degree {e} with HSDP: the experts folded over the data-shard devices "
+                            "beside a replicate degree are not written; the plan has no expert axis, so every device "
+                            "holds every expert")
+        else:
+            in_ep = e // borrowed
+            roles = {a: "expert" for a, n in (("dp_ep", in_ep), ("cp", c), ("tp", t if etp == 1 else 1)) if n > 1}
     mb = training.get("local_batch_size", training.get("batch_size", 1))
     seq = training.get("seq_len")
     gbs = training.get("global_batch_size", -1)
@@ -84,8 +109,11 @@ def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, pa
                         "the plan recomputes selectively")
     mixed = cfg.get("training", {}).get("mixed_precision_param", "bfloat16")
     head = f'model from "{model}" {{\n' if model else f"model {{\n  params = {params}\n"
+    group = ("  group experts {\n    role = {" + ", ".join(f"{a}: {r}" for a, r in roles.items()) + "}\n  }\n"
+             if roles else "")
     model_text = (head + f"  bytes {{\n    {_widths(mixed in ('bfloat16', 'float16'))}\n  }}\n"
-                  + (f"  seq = {seq}\n" if seq else "") + f"  microbatch = {mb}\n  microbatches = {m}\n}}\n\n")
+                  + (f"  seq = {seq}\n" if seq else "") + f"  microbatch = {mb}\n  microbatches = {m}\n" + group
+                  + "}\n\n")
     sched = str(par.get("pipeline_parallel_schedule", "1F1B")).lower()
     if sched not in _TITAN_SCHEDULES:
         raise _err(file, f"pipeline_parallel_schedule {par.get('pipeline_parallel_schedule')!r} is not modelled "
@@ -109,8 +137,8 @@ def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, pa
         extra.append("[replicate, shard]: " + ("titan_hsdp" if keep else "hybrid_shard"))
     elif rep > 1:
         axes.append(("dp", rep, "ddp"))
-    else:
-        axes.append(("dp", shard, fsdp))
+    else:  # with experts folded over data-shard devices: dp_shard_mod_ep, dp_shard_in_ep
+        axes += [("dp", shard // in_ep, fsdp), ("dp_ep", in_ep, fsdp)]
     axes += [("cp", c, "context_parallel"), ("tp", t, "megatron_sp"), ("pp", p, pipe)]
     if ac != "none":
         extra.append(f"use {ac}_recompute")
@@ -123,7 +151,9 @@ def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, pa
         if keep:
             local = ("strategy titan_hsdp over (replicate, shard) extends hybrid_shard {\n"
                      "  params: {replicate: R, shard: S*} (unit = block, reshard_after_forward = false)\n}\n\n")
-    spec = (f"# from the torchtitan job {file} on {devices} devices\n"
+    fold = (f" (MoE parallel folding: experts on expert {e} = data shard {in_ep} × context {c}"
+            + (f" × tensor {t}" if etp == 1 and t > 1 else "") + f", expert tensor {etp})" if roles else "")
+    spec = (f"# from the torchtitan job {file} on {devices} devices{fold}\n"
             + "".join(f"# not expressed: {q}\n" for q in problems) + model_text + local + spec_body)
     imports = _imports(spec)
     extra_imports = [n for n in ("hybrid_shard", "fsdp_full_shard", "fsdp_shard_grad_op") if n in spec]
@@ -140,6 +170,39 @@ _TITAN_MODES = {ir.Role.DATA: ((_R, _R, _R, _R), (_SS, _S, _S, _R)), ir.Role.TEN
                 ir.Role.CONTEXT: ((_R, _R, _R, _S),)}
 
 
+def _titan_folded(plan: ir.Plan, fold, roles: dict, size: dict, problems: list[str]) -> tuple[int, int] | None:
+    """torchtitan's expert and expert tensor degrees of a folded plan. Its mesh, the last
+    innermost, is replicate × shard_mod_ep × shard_in_ep × context × tensor, and the expert
+    degree is shard_in_ep × context (× tensor when the expert tensor degree is 1): the experts'
+    roles must be expert on the context axes, expert or tensor on the tensor axes, and expert
+    on data-shard axes inside the others, which stay data."""
+    inner = [a for a in reversed(plan.mesh.names) if a in roles and roles[a] is not ir.Role.PIPELINE]
+    role_of = folding.role_getter(plan, fold)
+    order = {ir.Role.TENSOR: 0, ir.Role.SEQUENCE: 0, ir.Role.CONTEXT: 1, ir.Role.DATA: 2}
+    dense = [order.get(roles[a], 3) for a in inner]
+    tensor = [a for a in inner if roles[a] in (ir.Role.TENSOR, ir.Role.SEQUENCE)]
+    data = [a for a in inner if roles[a] is ir.Role.DATA]
+    in_ep = [a for a in data if role_of(a) is ir.Role.EXPERT]
+    ok = (dense == sorted(dense) and all(role_of(a) is ir.Role.EXPERT for a in inner if roles[a] is ir.Role.CONTEXT)
+          and len({role_of(a) for a in tensor}) <= 1 and all(role_of(a) in (ir.Role.EXPERT, ir.Role.TENSOR,
+                                                                              ir.Role.SEQUENCE) for a in tensor)
+          and data[:len(in_ep)] == in_ep and all(role_of(a) is ir.Role.DATA for a in data[len(in_ep):])
+          and all(plan.placement(ir.State.PARAMS).mode(a) is ir.Mode.S_STAR for a in in_ep))
+    if not ok:
+        got = ", ".join(f"{a} ({roles[a].value}; experts: {role_of(a).value})" for a in inner)
+        problems.append(f"the expert group's roles, innermost first ({got}): torchtitan's expert degree is the inner "
+                        "data-shard devices × context (× tensor with expert tensor degree 1); the folding is not "
+                        "exported")
+        return None
+    ep = 1
+    for a in inner:
+        ep *= size[a] if role_of(a) is ir.Role.EXPERT else 1
+    t = 1
+    for a in tensor:
+        t *= size[a]
+    return ep, (1 if tensor and role_of(tensor[0]) is ir.Role.EXPERT else t)
+
+
 def plan_to_torchtitan(spec: ir.Spec, plan: ir.Plan) -> tuple[str, list[str]]:
     problems: list[str] = []
     size = {a.name: int(_number(a.size, spec) or 1) for a in plan.mesh.axes}
@@ -147,6 +210,8 @@ def plan_to_torchtitan(spec: ir.Spec, plan: ir.Plan) -> tuple[str, list[str]]:
     _role_problems(plan, list(roles), _TITAN_MODES, "torchtitan", problems)
     par: dict[str, object] = {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 1}
     seen: dict[str, str] = {}
+    fold = folding.expert_group(plan)
+    experts = _titan_folded(plan, fold, roles, size, problems) if fold is not None else None
     for a, r in roles.items():
         pm = plan.placement(ir.State.PARAMS).mode(a)
         key = {ir.Role.DATA: "data_parallel_shard_degree" if pm is ir.Mode.S_STAR else
@@ -155,7 +220,7 @@ def plan_to_torchtitan(spec: ir.Spec, plan: ir.Plan) -> tuple[str, list[str]]:
                ir.Role.CONTEXT: "context_parallel_degree"}.get(r)
         if key is None:
             continue
-        if key in seen:
+        if key in seen and not (experts is not None and key == "data_parallel_shard_degree"):
             problems.append(f"axes {seen[key]} and {a}: torchtitan has one {key.replace('_degree', '')} degree")
         seen[key] = a
         par[key] = int(par.get(key, 1)) * size[a]
@@ -169,6 +234,8 @@ def plan_to_torchtitan(spec: ir.Spec, plan: ir.Plan) -> tuple[str, list[str]]:
                 par["pipeline_parallel_schedule"] = name
                 if kind is ir.ScheduleKind.INTERLEAVED:
                     par["pipeline_parallel_virtual_stages"] = int(_number(plan.schedule.chunks, spec) or 1)
+    if experts is not None:
+        par["expert_parallel_degree"], par["expert_tensor_parallel_degree"] = experts
     if "tensor_parallel_degree" in par and not plan.sequence_parallel and \
             not any(r is ir.Role.SEQUENCE for r in roles.values()):
         problems.append("tensor parallelism without sequence parallelism: torchtitan's tensor parallelism splits "

@@ -74,6 +74,9 @@ def buffer_bytes(c: Collective, sh: Shape, lay: Layout) -> sympy.Expr:
         return s * sh.b * sh.h * ba / tsp
     if tensor == "tokens":
         return s * sh.b * sh.h * sh.top_k * sh.capacity * ba / tsp
+    if tensor == "expert_tokens":  # the routed tokens of the whole expert tensor group
+        n = sympy.Mul(*(symbol(a) for a in c.payload.divided_over))
+        return s * sh.b * sh.h * sh.top_k * sh.capacity * ba / tsp * n
     if tensor == "token_scalars":
         return s * sh.b * 4  # one fp32 value per token (the cross entropy's reductions)
     if tensor == "kv":

@@ -312,12 +312,25 @@ def _experts(plan: ir.Plan) -> list[Collective]:
     pay = Payload("tokens", (), "routed tokens (s·b·h·top_k·capacity_factor)")
     fold = folding.expert_group(plan)
     if fold is not None:  # parallel folding: one all-to-all over the expert group's own expert axes
-        # the expert axes, and an expert tensor axis over devices whose tokens differ (data, context)
-        axes = tuple(a for a in plan.mesh.names if folding.role_of(plan, fold, a) is Role.EXPERT
-                     or (folding.role_of(plan, fold, a) is Role.TENSOR and plan.role(a) in _REDUCING_ROLES))
-        return [Collective(Kind.ALL_TO_ALL, State.ACTIVATIONS, axes, link_of(plan, axes), ph, per, pay,
-                           f"expert parallel (folded): all-to-all before and after each MoE layer in {ph.value}")
-                for ph in (Phase.FORWARD, Phase.BACKWARD)] if axes else []
+        axes = folding.group_axes(plan, fold, Role.EXPERT)
+        out = [Collective(Kind.ALL_TO_ALL, State.ACTIVATIONS, axes, link_of(plan, axes), ph, per, pay,
+                          f"expert parallel (folded): all-to-all before and after each MoE layer in {ph.value}")
+               for ph in (Phase.FORWARD, Phase.BACKWARD)] if axes else []
+        # an expert tensor group of its own (axes the dense layers do not split): Megatron-LM's
+        # dispatcher all-gathers the routed tokens over it before the experts and reduce-scatters
+        # their partial outputs after them; backward mirrors both
+        etp = tuple(a for a in folding.group_axes(plan, fold, Role.TENSOR)
+                    if plan.role(a) not in (Role.TENSOR, Role.SEQUENCE))
+        if etp:
+            once = _mul(stage_layers(plan), plan.model.microbatches)
+            gathered = Payload("expert_tokens", etp, "routed tokens gathered over the expert tensor group "
+                               "(s·b·h·top_k·capacity_factor × its size)")
+            for ph in (Phase.FORWARD, Phase.BACKWARD):
+                for kind in (Kind.ALL_GATHER, Kind.REDUCE_SCATTER):
+                    out.append(Collective(kind, State.ACTIVATIONS, etp, link_of(plan, etp), ph, once, gathered,
+                                          f"expert tensor parallel (folded): {kind.value.replace('_', '-')} of the "
+                                          f"routed tokens over the expert tensor group per MoE layer in {ph.value}"))
+        return out
     for e in axes_with_role(plan, Role.EXPERT):
         link = link_of(plan, (e,))
         out.append(Collective(Kind.ALL_TO_ALL, State.ACTIVATIONS, (e,), link, Phase.FORWARD, per, pay,

@@ -19,7 +19,7 @@ def enumerate_space(space: Space, t: ir.TransformerShape):
     """Structure -> (sizes, valid): every grid point of the structure's space as an integer
     array (one row each, columns ``SIZE_SYMBOLS``) and a mask of those that honour
     divisibility (heads, kv heads and the MLP width over tp, layers over pp × chunks,
-    experts over ep, the sequence over cp × tp, devices and the global batch over the
+    experts over ep, or over ep × tp × cp when folded, the sequence over cp × tp, devices and the global batch over the
     sizes; microbatches a multiple of pp for the interleaved schedule). Built with numpy,
     without a Python loop over candidates."""
     import numpy as np
@@ -59,13 +59,19 @@ def enumerate_space(space: Space, t: ir.TransformerShape):
                 ok &= (kv % tp == 0) | (tp % kv == 0)
             if ffn:
                 ok &= ffn % tp == 0
+            folded_ok = ok.copy()
             if moe:
+                # folded rows need ep > 1: the all-to-all's group spans ep × tp, and a collapsed ep of
+                # one device would still price it at the ep link
+                folded_ok &= (experts % (ep * tp * cp) == 0) & (ep > 1)
                 ok &= experts % ep == 0
-            ok &= space.seq % (cp * tp) == 0
+            common = space.seq % (cp * tp) == 0
             if layers:
-                ok &= layers % (pp * nv) == 0
+                common &= layers % (pp * nv) == 0
             if sched == "interleaved":
-                ok &= nmb % pp == 0
+                common &= nmb % pp == 0
+            ok &= common
+            folded_ok &= common
             one = np.ones_like(dp)
             sizes = np.stack([dp, tp, pp, cp, ep, one, mb, nmb, nv], axis=1)
             # hsdp: shard over the largest power of two of the data size that fits a node beside
@@ -84,9 +90,13 @@ def enumerate_space(space: Space, t: ir.TransformerShape):
                 if strat == "hsdp":
                     out[Structure(strat, rec, sched, present)] = (hsizes, ok & (ds > 1) & (dp // ds > 1))
                     continue
-                if strat != "ddp":
-                    valid = ok & (dp > 1)
-                else:
-                    valid = ok if "ddp" in space.strategies else ok & (dp == 1)
-                out[Structure(strat, rec, sched, present)] = (sizes, valid)
+                for fold in (space.folding if moe and "ep" in present else (False,)):
+                    if fold and strat in ("offload", "hsdp"):
+                        continue
+                    mask = folded_ok if fold else ok
+                    if strat != "ddp":
+                        valid = mask & (dp > 1)
+                    else:
+                        valid = mask if "ddp" in space.strategies else mask & (dp == 1)
+                    out[Structure(strat, rec, sched, present, fold)] = (sizes, valid)
     return out

@@ -35,6 +35,7 @@ class Space:
     schedules: tuple[str, ...] = SCHEDULES
     chunks: tuple[int, ...] = (2, 4)  # virtual chunks per stage of the interleaved schedule
     mfu: Fraction | None = None  # None: the catalogue default (1/2)
+    folding: tuple[bool, ...] = (False, True)  # MoE: plain expert parallelism, and parallel folding
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,9 @@ class Structure:
     recompute: str
     schedule: str | None  # None without a pipeline
     axes: tuple[str, ...]  # the axes with more than one device
+    # MoE parallel folding: ep (more than one device) is a data axis of the dense layers, the experts
+    # on ep × tp × cp (expert tensor size 1, whatever the dense tensor size)
+    folded: bool = False
 
 
 @dataclass
@@ -67,7 +71,8 @@ class Candidate:
             if z[a] > 1:
                 parts.append(f"{a}{z[a]}" + (f"v{z['nv']}" if a == "pp" and s.schedule == "interleaved" else ""))
         strat = f"hsdp({z['dp']}x{z['ds']})" if s.strategy == "hsdp" else s.strategy
-        return " ".join(parts) + f" {strat} {s.recompute} mb{z['mb']}"
+        fold = f" experts on ep{z['ep'] * z['tp'] * z['cp']}" if s.folded else ""
+        return " ".join(parts) + f" {strat}{fold} {s.recompute} mb{z['mb']}"
 
 
 @dataclass

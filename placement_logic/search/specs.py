@@ -80,7 +80,7 @@ def spec_text(block: str, structure: Structure, sizes: dict, device: str, mfu: F
                                                          else "one_f_one_b"))
     if "cp" in s.axes:
         imports.append("from std.context import context_parallel")
-    if "ep" in s.axes:
+    if "ep" in s.axes and not s.folded:
         imports.append("from std.expert import expert_parallel")
     if s.recompute != "none":
         imports.append("from std.recompute import " + ("selective_recompute" if s.recompute == "selective"
@@ -111,8 +111,12 @@ def spec_text(block: str, structure: Structure, sizes: dict, device: str, mfu: F
                                  if s.schedule == "interleaved" else "one_f_one_b"))
     if "cp" in s.axes:
         plan.append("  cp: context_parallel")
-    if "ep" in s.axes:
-        plan.append("  ep: expert_parallel")
+    if "ep" in s.axes:  # folded: a data axis of the dense layers, under the same strategy
+        plan.append("  ep: " + ("expert_parallel" if not s.folded else _LIBRARY.get(s.strategy, s.strategy)))
+    if s.folded:  # the experts' expert axes: ep × tp × cp, expert tensor size 1
+        roles = ", ".join(f"{a}: expert" for a in ("ep", "tp", "cp") if a in s.axes)
+        cut = block.rstrip().rfind("}")
+        block = block[:cut] + f"  group experts {{ role = {{{roles}}} }}\n" + block[cut:]
     lets = f"let mb = {sizes['mb'] if literal else 1}\nlet nmb = {sizes['nmb'] if literal else 1}\n"
     if not literal and s.schedule == "interleaved":
         lets += "let nv = 2\n"
