@@ -372,3 +372,54 @@ def peak(*args: sympy.Expr) -> sympy.Expr:
         if d.is_number:
             return uniq[0] if d >= 0 else uniq[1]
     return sympy.Max(*uniq, evaluate=False)
+
+
+class _NotExact(Exception):
+    """A node the exact evaluator does not take (a float, a free symbol, a function other
+    than a maximum or minimum, a non-integer power, a division by zero)."""
+
+
+def _exact_at(expr: sympy.Basic, values: Mapping[sympy.Basic, Fraction]) -> Fraction:
+    if expr.is_Rational:
+        return Fraction(int(expr.p), int(expr.q))
+    if expr.is_Symbol:
+        v = values.get(expr)
+        if v is None:
+            raise _NotExact()
+        return v
+    if expr.is_Add:
+        return sum((_exact_at(a, values) for a in expr.args), Fraction(0))
+    if expr.is_Mul:
+        out = Fraction(1)
+        for a in expr.args:
+            out *= _exact_at(a, values)
+        return out
+    if expr.is_Pow:
+        e = expr.exp
+        if not e.is_Integer:
+            raise _NotExact()
+        b = _exact_at(expr.base, values)
+        if b == 0 and e < 0:
+            raise _NotExact()  # sympy's value is zoo
+        return b ** int(e)
+    if isinstance(expr, (sympy.Max, sympy.Min)):
+        args = [_exact_at(a, values) for a in expr.args]
+        return max(args) if isinstance(expr, sympy.Max) else min(args)
+    raise _NotExact()
+
+
+def exact_at(expr: sympy.Basic, values: Mapping[sympy.Basic, Fraction]) -> Fraction | None:
+    """The exact rational value of ``expr`` with each symbol given its value in ``values``
+    (``rational_values``), computed with ``Fraction`` over the expression's tree: sums,
+    products, integer powers, maxima and minima of rationals. ``None`` where the tree holds
+    anything else or a symbol ``values`` lacks; where it is not ``None`` it is the number
+    ``expr.xreplace(subs)`` evaluates to, without building the sympy expressions between."""
+    try:
+        return _exact_at(expr, values)
+    except _NotExact:
+        return None
+
+
+def rational_values(subs: Mapping[sympy.Symbol, sympy.Expr]) -> dict[sympy.Symbol, Fraction]:
+    """The bindings of ``subs`` whose values are rational numbers, as ``Fraction``."""
+    return {s: Fraction(int(v.p), int(v.q)) for s, v in subs.items() if getattr(v, "is_Rational", False)}
