@@ -22,6 +22,7 @@ from ..costs.symbolic import (
     PlacementLatexPrinter,
     bounded,
     exact_at,
+    extremum,
     latex_lines,
     rational,
     rational_values,
@@ -68,7 +69,7 @@ def _factored(expr: sympy.Expr) -> sympy.Expr:
     if out is None:
         if isinstance(expr, (sympy.Max, sympy.Min)):
             args = tuple(_factored(a) for a in expr.args)
-            out = expr if args == expr.args else expr.func(*args)
+            out = expr if args == expr.args else extremum(expr.func, *args)
         else:
             out = sympy.factor_terms(sympy.Add(expr))
         _FACTORED[expr] = out
@@ -214,6 +215,9 @@ def _stage_report(st, sa, q: _Q) -> StageReport:
 def _peak_stage(mem, q: _Q) -> str | None:
     """The stage whose total is the plan's peak: from the bound values, else symbolically."""
     first, last = (st.device_total for st in mem.stages)
+    a, b = exact_at(first, q.values), exact_at(last, q.values)
+    if a is not None and b is not None:  # both bound: compared exactly, without sympy
+        return "both" if a == b else "first" if a > b else "last"
     diff = (first - last).xreplace(q.subs)
     if not diff.free_symbols:
         diff = sympy.nsimplify(diff)
