@@ -169,7 +169,7 @@ def console() -> None:
     such as coverage) or flushing fails, it ends the ordinary way.
 
     Python's cyclic garbage collector, at its default thresholds, walked sympy's objects
-    again and again while they were being made (about 0.04 s CPU of the same run); the
+    again and again while they were being made (0.02-0.04 s CPU of the same run); the
     program collects less often (every 200,000 allocations, not every 700). Garbage is still
     collected; only ``main``, what library code calls, leaves the thresholds alone."""
     import gc
