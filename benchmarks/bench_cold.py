@@ -3,7 +3,9 @@
 Each run is a fresh process; its CPU time is user + system of the child
 (``resource.getrusage(RUSAGE_CHILDREN)`` before and after), which shared machines disturb
 less than wall time. ``placement cost`` runs with its result cache off (``--no-cache``): a
-first run. With the Python of a virtual environment holding llm-analysis (``pip install
+first run. Each command runs once first, and ``PYTHONDONTWRITEBYTECODE`` is dropped from the
+children's environment, so every run reads compiled files, as after install (with it set,
+each run compiled this tool's modules again: about 0.03-0.07 s more). With the Python of a virtual environment holding llm-analysis (``pip install
 llm-analysis``; found at ``--llm-analysis``, ``$LLM_ANALYSIS_PYTHON`` or
 ``/work/llmvenv/bin/python``), its command line on a comparable configuration runs too,
 alternating with ``placement cost`` (paired), and the ratio of the medians is printed.
@@ -70,18 +72,21 @@ def main() -> int:
     args = ap.parse_args()
     env = dict(os.environ, PYTHONPATH=str(ROOT))  # this checkout, whatever is installed
     env.pop("PLACEMENT_NO_CACHE", None)
-    subprocess.run([sys.executable, "-m", "placement_logic", "fmt", SPEC], cwd=ROOT, env=env,
-                   stdout=subprocess.DEVNULL, check=True)  # compiled files and the parser's cache, as after install
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # compiled files written and read, as after install
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    for argv in PLACEMENT.values():  # compiled files and the parser's cache, as after install
+        subprocess.run([sys.executable, "-m", "placement_logic", *argv], cwd=ROOT, env=env,
+                       stdout=subprocess.DEVNULL, check=True)
     other = llm_python(args.llm_analysis)
     runs: dict[str, list[float]] = {name: [] for name in PLACEMENT}
     if other:
         runs[LLM_NAME] = []
-        subprocess.run([other, *LLM_ANALYSIS], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run([other, *LLM_ANALYSIS], cwd=ROOT, env=clean, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(args.repeat):
         for name, argv in PLACEMENT.items():
             runs[name].append(cpu([sys.executable, "-m", "placement_logic", *argv], env))
             if other and name == COST:  # paired: each cost run next to one llm-analysis run
-                runs[LLM_NAME].append(cpu([other, *LLM_ANALYSIS]))
+                runs[LLM_NAME].append(cpu([other, *LLM_ANALYSIS], clean))
     medians = {name: statistics.median(xs) for name, xs in runs.items()}
     import sympy
 

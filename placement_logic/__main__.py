@@ -1,5 +1,5 @@
 """``python -m placement_logic`` runs the ``placement`` command."""
 
-from .cli import main
+from .cli import console
 
-raise SystemExit(main())
+console()

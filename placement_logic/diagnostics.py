@@ -8,7 +8,6 @@ description; ``docs/diagnostics.md`` documents each one.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Iterable
@@ -217,5 +216,7 @@ def render(diag: Diagnostic, source: str | None = None) -> str:
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> tuple[str, ...]:
     """A 'did you mean' note for a misspelt name, or nothing."""
+    import difflib  # only when a name is not found
+
     close = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.6)
     return (f"did you mean '{close[0]}'?",) if close else ()

@@ -21,8 +21,11 @@ from ..costs.symbolic import (
     OutOfTime,
     PlacementLatexPrinter,
     bounded,
+    exact_at,
+    extremum,
     latex_lines,
     rational,
+    rational_values,
     resolve_bindings,
     symbol,
     symbol_names,
@@ -58,10 +61,18 @@ _FACTORED: dict[sympy.Expr, sympy.Expr] = {}
 
 
 def _factored(expr: sympy.Expr) -> sympy.Expr:
-    """``factor_terms`` of a formula, computed once per formula in a process."""
+    """``factor_terms`` of a formula, computed once per formula in a process. A maximum or
+    minimum is factored as ``factor_terms`` does it, argument by argument, and the arguments
+    (a maximum over pipeline stages is one of each stage's totals, which the report shows
+    too) come from the same store."""
     out = _FACTORED.get(expr)
     if out is None:
-        out = _FACTORED[expr] = sympy.factor_terms(sympy.Add(expr))
+        if isinstance(expr, (sympy.Max, sympy.Min)):
+            args = tuple(_factored(a) for a in expr.args)
+            out = expr if args == expr.args else extremum(expr.func, *args)
+        else:
+            out = sympy.factor_terms(sympy.Add(expr))
+        _FACTORED[expr] = out
     return out
 
 
@@ -70,6 +81,7 @@ class _Q:
 
     def __init__(self, subs: Mapping[sympy.Symbol, sympy.Expr], axes: tuple[str, ...], latex: bool = True):
         self.subs = dict(subs)
+        self.values = rational_values(self.subs)  # the bound symbols as Fraction, for exact_at
         self.axes = axes
         self.latex = latex
         self._made: dict[sympy.Expr, Quantity] = {}
@@ -84,13 +96,16 @@ class _Q:
 
     def _make(self, expr: sympy.Expr) -> Quantity:
         expr = sympy.nsimplify(expr) if isinstance(expr, sympy.Float) else _factored(expr)
-        value = expr.xreplace(self.subs)
-        free = sorted(s.name for s in value.free_symbols)
-        exact = None
-        if not free:
-            value = sympy.nsimplify(value) if not value.is_Rational else value
-            if value.is_Rational:
-                exact = Fraction(int(value.p), int(value.q))
+        exact = exact_at(expr, self.values)  # sums, products and maxima of bound rationals
+        if exact is not None:
+            value, free = exact, []  # str(Fraction) is str(sympy.Rational) of the same number
+        else:
+            value = expr.xreplace(self.subs)
+            free = sorted(s.name for s in value.free_symbols)
+            if not free:
+                value = sympy.nsimplify(value) if not value.is_Rational else value
+                if value.is_Rational:
+                    exact = Fraction(int(value.p), int(value.q))
         tex, lines = "", ()
         if self.latex:
             printer = PlacementLatexPrinter(symbol_names([expr], self.axes))
@@ -200,6 +215,9 @@ def _stage_report(st, sa, q: _Q) -> StageReport:
 def _peak_stage(mem, q: _Q) -> str | None:
     """The stage whose total is the plan's peak: from the bound values, else symbolically."""
     first, last = (st.device_total for st in mem.stages)
+    a, b = exact_at(first, q.values), exact_at(last, q.values)
+    if a is not None and b is not None:  # both bound: compared exactly, without sympy
+        return "both" if a == b else "first" if a > b else "last"
     diff = (first - last).xreplace(q.subs)
     if not diff.free_symbols:
         diff = sympy.nsimplify(diff)

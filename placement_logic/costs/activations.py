@@ -48,7 +48,7 @@ import sympy
 
 from .. import ir
 from .sizes import FIRST, LAST, Shape, Split, layers_on
-from .symbolic import peak
+from .symbolic import extremum, peak
 
 
 @dataclass(frozen=True)
@@ -186,12 +186,12 @@ def in_flight(sh: Shape, lay: Layout) -> dict[str, InFlight]:
     if k is ir.ScheduleKind.GPIPE:
         return {FIRST: InFlight(m, L / p, m, zero), LAST: InFlight(m, L / p, zero, m)}
     if k is ir.ScheduleKind.ONE_F_ONE_B:
-        first = sympy.Min(m, p)
+        first = extremum(sympy.Min, m, p)
         return {FIRST: InFlight(first, L / p, first, zero), LAST: InFlight(one, L / p, zero, one)}
     # interleaved 1F1B; ZeroPP keeps the same chunks in flight (its unit U changes only gathers)
-    first = sympy.Min(m * v, (v + 1) * p - 1)
+    first = extremum(sympy.Min, m * v, (v + 1) * p - 1)
     last = (v - 1) * p + 1
-    chunk0 = sympy.Min(m, 2 * p - 1) if v == 1 else sympy.Min(m, 2 * p)
+    chunk0 = extremum(sympy.Min, m, 2 * p - 1) if v == 1 else extremum(sympy.Min, m, 2 * p)
     return {FIRST: InFlight(first, L / (p * v), chunk0, zero), LAST: InFlight(last, L / (p * v), zero, one)}
 
 

@@ -372,3 +372,105 @@ def peak(*args: sympy.Expr) -> sympy.Expr:
         if d.is_number:
             return uniq[0] if d >= 0 else uniq[1]
     return sympy.Max(*uniq, evaluate=False)
+
+
+class _NotExact(Exception):
+    """A node the exact evaluator does not take (a float, a free symbol, a function other
+    than a maximum or minimum, a non-integer power, a division by zero)."""
+
+
+def _exact_at(expr: sympy.Basic, values: Mapping[sympy.Basic, Fraction]) -> Fraction:
+    if expr.is_Rational:
+        return Fraction(int(expr.p), int(expr.q))
+    if expr.is_Symbol:
+        v = values.get(expr)
+        if v is None:
+            raise _NotExact()
+        return v
+    if expr.is_Add:
+        return sum((_exact_at(a, values) for a in expr.args), Fraction(0))
+    if expr.is_Mul:
+        out = Fraction(1)
+        for a in expr.args:
+            out *= _exact_at(a, values)
+        return out
+    if expr.is_Pow:
+        e = expr.exp
+        if not e.is_Integer:
+            raise _NotExact()
+        b = _exact_at(expr.base, values)
+        if b == 0 and e < 0:
+            raise _NotExact()  # sympy's value is zoo
+        return b ** int(e)
+    if isinstance(expr, (sympy.Max, sympy.Min)):
+        args = [_exact_at(a, values) for a in expr.args]
+        return max(args) if isinstance(expr, sympy.Max) else min(args)
+    raise _NotExact()
+
+
+def exact_at(expr: sympy.Basic, values: Mapping[sympy.Basic, Fraction]) -> Fraction | None:
+    """The exact rational value of ``expr`` with each symbol given its value in ``values``
+    (``rational_values``), computed with ``Fraction`` over the expression's tree: sums,
+    products, integer powers, maxima and minima of rationals. ``None`` where the tree holds
+    anything else or a symbol ``values`` lacks; where it is not ``None`` it is the number
+    ``expr.xreplace(subs)`` evaluates to, without building the sympy expressions between."""
+    try:
+        return _exact_at(expr, values)
+    except _NotExact:
+        return None
+
+
+def rational_values(subs: Mapping[sympy.Symbol, sympy.Expr]) -> dict[sympy.Symbol, Fraction]:
+    """The bindings of ``subs`` whose values are rational numbers, as ``Fraction``."""
+    return {s: Fraction(int(v.p), int(v.q)) for s, v in subs.items() if getattr(v, "is_Rational", False)}
+
+
+_PROBES = (Fraction(1), Fraction(4096), Fraction(2), Fraction(64), Fraction(1, 2))
+
+
+def _probe_points(symbols: list[sympy.Symbol]):
+    """Points of the positive orthant to compare formulas at: every symbol taken from
+    ``_PROBES`` (all the combinations, the most distinct first)."""
+    from itertools import product
+
+    for values in product(_PROBES, repeat=len(symbols)):
+        yield dict(zip(symbols, values))
+
+
+def unordered(args: Iterable[sympy.Expr]) -> bool:
+    """True when each two of ``args`` are ordered differently at two points of their domain:
+    exact values (``exact_at``) at positive rational values of their symbols show one larger
+    at one point and smaller at the other. No sound procedure then proves either larger, so
+    sympy's ``Max``/``Min`` evaluation (``_find_localzeros``, which tries to prove ``a >= b``
+    from the assumptions, and was most of a cold report's time) would keep every argument,
+    and ``Max(*args, evaluate=False)`` is the same expression. Only for arguments that are not
+    themselves maxima or minima (which sympy's evaluation flattens and collapses) and whose
+    symbols are the spec's positive symbols (``symbol``), four at most; otherwise False,
+    and so is any pair not found apart (sympy then decides)."""
+    args = list(args)
+    if len(args) < 2 or any(isinstance(a, (sympy.Max, sympy.Min)) for a in args):
+        return False
+    symbols = sorted(set().union(*(a.free_symbols for a in args)), key=lambda s: s.name)
+    if not symbols or len(symbols) > 4 or any(s != symbol(s.name) for s in symbols):
+        return False
+    apart = {(i, j): [False, False] for i in range(len(args)) for j in range(i + 1, len(args))}
+    for point in _probe_points(symbols):
+        values = [exact_at(a, point) for a in args]
+        if any(v is None for v in values):
+            return False
+        for (i, j), seen in apart.items():
+            if values[i] > values[j]:
+                seen[0] = True
+            elif values[i] < values[j]:
+                seen[1] = True
+        if all(all(seen) for seen in apart.values()):
+            return True
+    return False
+
+
+def extremum(kind: type, *args: sympy.Expr) -> sympy.Expr:
+    """``kind(*args)`` (``sympy.Max`` or ``sympy.Min``), skipping sympy's search for an order
+    between the arguments when ``unordered`` shows that there is none (the same expression)."""
+    if unordered(args):
+        return kind(*args, evaluate=False)
+    return kind(*args)
