@@ -275,6 +275,9 @@ class Model:
     host_construction: Value | None = None
     host_construction_model: bool = False
     host_buffer_factor: Value = field(default_factory=lambda: const(1))
+    # the byte widths the spec states in its ``bytes`` section (the others are the defaults); not
+    # part of the model's value: a stated width equal to its default is the same model
+    bytes_stated: tuple[str, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)

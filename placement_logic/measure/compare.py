@@ -23,7 +23,7 @@ from .collective_rows import collective_rows, edge_share
 from .mechanisms import MECHANISMS, SETUP, STATES, axes_of_group, explained, own_stage_prediction, tied_stage_excess
 from .predict import Prediction
 from .realise import Realisation
-from .report import Equivalence, Row
+from .report import TOLERANCES, Equivalence, Row
 from .shape import TinyShape
 
 __all__ = ["MECHANISMS", "SETUP", "activation_rows", "axes_of_group", "compare", "edge_share", "peak_note", "peak_rows"]
@@ -140,5 +140,6 @@ def compare(pred: Prediction, r: Realisation, results: list[dict], shape: TinySh
         loss_abs=max(res["loss_abs_diff"] for res in results),
         loss_rel=max(res["loss_rel_diff"] for res in results),
         replicas_agree=len({res["fingerprint"] for res in results}) == 1,
+        tolerance=TOLERANCES[r.param_bytes],
     )
     return rows, eq

@@ -3,8 +3,9 @@
 Input: an ``ir.Spec``, one of its plans, the mesh axis sizes of the run and the tiny
 shape. Output: a ``Prediction`` — persistent bytes per state per rank and the
 collectives of one step (kind, axes, total buffer bytes) — obtained by rewriting the
-plan's model to the tiny shape in fp32 (params 4, grads 4, optimizer as the optimizer
-that runs, activations 4) and asking ``placement_logic.costs`` for it. The comparison
+plan's model to the tiny shape at the byte widths the run realises (``realise.Widths``:
+the spec's stated widths, or fp32 with the optimizer that runs when it states none) and
+asking ``placement_logic.costs`` for it. The comparison
 consumes only ``Prediction``, so any other predictor can be plugged in.
 """
 
@@ -22,6 +23,7 @@ from .shape import TinyShape
 
 FP32 = 4
 OPTIMIZER_BYTES = {"adam": 8, "sgd_momentum": 4, "sgd": 0}  # fp32 state per parameter
+WIDTH_KEYS = ("params", "grads", "optimizer", "activations")
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,17 @@ def _c(x: int | Fraction) -> ir.Const:
     return ir.Const(Fraction(x))
 
 
-def scaled_plan(plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, int], optimizer: str) -> ir.Plan:
-    """``plan`` with its model replaced by the tiny fp32 shape and its axes by ``sizes``."""
+def fp32_widths(optimizer: str) -> dict[str, Fraction]:
+    return {"params": Fraction(FP32), "grads": Fraction(FP32), "optimizer": Fraction(OPTIMIZER_BYTES[optimizer]),
+            "activations": Fraction(FP32)}
+
+
+def scaled_plan(plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, int], optimizer: str,
+                widths: Mapping[str, Fraction] | None = None) -> ir.Plan:
+    """``plan`` with its model replaced by the tiny shape at ``widths`` (bytes per element of
+    params, grads, optimizer, activations; default fp32 with ``optimizer``'s state) and its
+    axes by ``sizes``."""
+    w = dict(widths) if widths is not None else fp32_widths(optimizer)
     tf = ir.TransformerShape(
         hidden=_c(shape.hidden), layers=_c(shape.layers), heads=_c(shape.heads), kv_heads=_c(shape.kv_heads),
         ffn=_c(shape.ffn), vocab=_c(shape.vocab), tied_embeddings=shape.tied_embeddings,
@@ -87,8 +98,8 @@ def scaled_plan(plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, int], optim
             shared_expert_ffn=_c(shape.shared_expert_ffn) if shape.shared_experts else None,
             shared_expert_gate=shape.shared_expert_gate, router_bias=shape.router_bias)
     model = ir.Model(
-        params=None, bytes_params=_c(FP32), bytes_grads=_c(FP32), bytes_optimizer=_c(OPTIMIZER_BYTES[optimizer]),
-        bytes_activations=_c(FP32), seq=_c(shape.seq), microbatch=_c(shape.microbatch), microbatches=_c(shape.microbatches),
+        params=None, bytes_params=_c(w["params"]), bytes_grads=_c(w["grads"]), bytes_optimizer=_c(w["optimizer"]),
+        bytes_activations=_c(w["activations"]), seq=_c(shape.seq), microbatch=_c(shape.microbatch), microbatches=_c(shape.microbatches),
         transformer=tf,
     )
     mesh = ir.Mesh(tuple(dataclasses.replace(a, size=_c(sizes[a.name])) for a in plan.mesh.axes))
@@ -108,11 +119,15 @@ def _number(expr, subs: dict) -> Fraction:
     return Fraction(int(value.p), int(value.q))
 
 
-def predict(spec: ir.Spec, plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, int], optimizer: str) -> Prediction:
+def predict(spec: ir.Spec, plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, int], optimizer: str,
+            widths: Mapping[str, Fraction] | None = None) -> Prediction:
+    """The engine's prediction at ``widths`` (``realise.widths_of`` of the run's realisation;
+    default fp32 with ``optimizer``'s state)."""
     from .. import costs
     from ..costs.symbolic import resolve_bindings
 
-    small = scaled_plan(plan, shape, sizes, optimizer)
+    w = dict(widths) if widths is not None else fp32_widths(optimizer)
+    small = scaled_plan(plan, shape, sizes, optimizer, w)
     subs = resolve_bindings(spec.bindings, overrides={k: Fraction(v) for k, v in sizes.items()})
     pc = costs.derive(small, sized=True)
     states = tuple(
@@ -146,8 +161,7 @@ def predict(spec: ir.Spec, plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, 
 
     whole = sum((_number(pc.memory.groups[g.name][ir.State.PARAMS], subs) for g in pc.shape.groups
                  if g.group.tensor == pg.WHOLE and g.name in pc.memory.groups), Fraction(0))
-    widths = (("params", Fraction(FP32)), ("grads", Fraction(FP32)),
-              ("optimizer", Fraction(OPTIMIZER_BYTES[optimizer])), ("activations", Fraction(FP32)))
+    widths = tuple((k, Fraction(w[k])) for k in WIDTH_KEYS)
     act = pc.activations
     per_layer = outside = None
     if not act.stages:  # one stage: the activation model's single-stage terms

@@ -81,6 +81,10 @@ class Realisation:
     # ranks' seeds apart in a replicated region), "same" (one seed for every sequence-parallel slice)
     dropout: str = ""
     tie_reduce: bool = True  # tied embeddings across stages: the two copies' gradients summed (False: the bug that skips it)
+    # byte widths that run: parameters and gradients in torch.bfloat16 (2) or torch.float32 (4); the
+    # optimizer holds an fp32 master copy of the parameters beside its own state when master_copy
+    param_bytes: int = 4
+    master_copy: bool = False
     approximations: tuple[str, ...] = ()  # where the realisation differs from the plan
 
     @property
@@ -114,12 +118,82 @@ class Unrealised:
 
 
 def optimizer_for(bytes_optimizer: Fraction) -> str:
-    """fp32 optimizer matching the spec's optimizer byte width (see docs/validation.md)."""
+    """fp32 optimizer matching the spec's optimizer byte width when the spec states no widths
+    (see docs/validation.md)."""
     if bytes_optimizer == 0:
         return "sgd"
     if bytes_optimizer == 4:
         return "sgd_momentum"
     return "adam"
+
+
+OPTIMIZER_STATE = {"adam": 8, "sgd_momentum": 4, "sgd": 0}  # fp32 bytes per parameter of each optimizer's own state
+MASTER = 4  # an fp32 master copy of the parameters, held by the optimizer
+DTYPES = {2: "torch.bfloat16", 4: "torch.float32"}  # parameters and gradients
+
+
+@dataclass(frozen=True)
+class Widths:
+    """The byte widths a run realises: parameters and gradients (one dtype), the optimizer that
+    runs and whether it keeps an fp32 master copy."""
+
+    params: int = 4
+    optimizer: str = "adam"
+    master_copy: bool = False
+
+    @property
+    def optimizer_bytes(self) -> int:
+        return OPTIMIZER_STATE[self.optimizer] + (MASTER if self.master_copy else 0)
+
+    def as_dict(self) -> dict[str, Fraction]:
+        """Bytes per element of each state as the prediction takes them; the activations are
+        computed in the parameters' dtype."""
+        return {"params": Fraction(self.params), "grads": Fraction(self.params),
+                "optimizer": Fraction(self.optimizer_bytes), "activations": Fraction(self.params)}
+
+
+def widths_of(r: Realisation) -> dict[str, Fraction]:
+    return Widths(r.param_bytes, r.optimizer, r.master_copy).as_dict()
+
+
+def realised_widths(model: ir.Model, bindings: Mapping[str, ir.Value]) -> Widths | str:
+    """The widths a run realises for ``model``, or why the stated ones cannot be realised.
+
+    A spec that states no widths runs in fp32 with the optimizer its default width selects
+    (``optimizer_for``). Stated widths run as stated: parameters and gradients of 2 bytes in
+    bfloat16, of 4 in fp32; the optimizer's K bytes per parameter are an fp32 master copy (4)
+    when the parameters are 16-bit or K = 12, plus the fp32 state of Adam (8), SGD with momentum
+    (4) or SGD (0).
+    """
+    if not model.bytes_stated:
+        try:
+            return Widths(4, optimizer_for(value_of(model.bytes_optimizer, bindings)))
+        except ShapeError:
+            return Widths(4, "adam")
+    try:
+        wp, wg, k = (value_of(v, bindings) for v in (model.bytes_params, model.bytes_grads, model.bytes_optimizer))
+    except ShapeError as exc:
+        return f"the stated byte widths have no value: {exc}"
+    if wp != wg:
+        return (f"parameters of {wp} bytes with gradients of {wg}: PyTorch's autograd gives a parameter's gradient "
+                "the parameter's own dtype")
+    if wp not in DTYPES:
+        return (f"parameters and gradients of {wp} bytes: the harness realises 2 (torch.bfloat16) and 4 "
+                "(torch.float32)")
+    wp = int(wp)
+    if wp == 2:
+        if k != 12:
+            return (f"optimizer = {k} with 16-bit parameters: the harness realises 12 (an fp32 master copy and "
+                    "Adam's two fp32 moments); torch.optim keeps its state in the dtype of the tensors it "
+                    "updates, so fp32 state without a master copy has no PyTorch optimizer")
+        return Widths(2, "adam", True)
+    if k == 12:
+        return Widths(4, "adam", True)
+    chosen = {v: name for name, v in OPTIMIZER_STATE.items()}.get(k)
+    if chosen is None:
+        return (f"optimizer = {k} bytes per parameter with fp32 parameters: the harness realises 0 (SGD), "
+                "4 (SGD with momentum), 8 (Adam) and 12 (Adam with an fp32 master copy)")
+    return Widths(4, chosen)
 
 
 def _modes(plan: ir.Plan, axis: str) -> tuple[M, M, M]:
@@ -394,12 +468,23 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
                            "realised by the harness")
     if not data_axes and tensor_axis is None and pipeline_axis is None:
         reasons.append("the plan has no data, tensor or pipeline axis to realise")
+    widths = realised_widths(plan.model, bindings)
+    if isinstance(widths, str):
+        reasons.append(widths)
+    elif widths.params != 4 or widths.master_copy:
+        if tensor_axis or pipeline_axis or context_axis or expert_axis or moe or data not in DATA_WITH_WIDTHS:
+            reasons.append("stated byte widths other than fp32 without a master copy are realised only on data axes "
+                           "(DDP, ZeRO-1, ZeRO-2, FSDP, HYBRID_SHARD), without tensor, pipeline, context or expert "
+                           "axes")
+        if clip is not None:
+            reasons.append("gradient clipping with stated byte widths other than fp32 is not realised by the harness "
+                           "(clip_grad_norm_ all-reduces its partial norms in the gradients' dtype)")
+        if widths.params == 2:
+            impl.append("parameters and gradients in torch.bfloat16")
+        if widths.master_copy:
+            impl.append("an fp32 master copy of the parameters in the optimizer")
     if reasons:
         return Unrealised(plan.name, tuple(reasons))
-    try:
-        optimizer = optimizer_for(value_of(plan.model.bytes_optimizer, bindings))
-    except ShapeError:
-        optimizer = "adam"
     mesh = tuple((a, sizes[a]) for a in plan.mesh.names)
     return Realisation(
         plan=plan.name,
@@ -414,7 +499,7 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         grad_divide=divisor,
         clip=clip,
         clip_double_count=double_count,
-        optimizer=optimizer,
+        optimizer=widths.optimizer,
         loss=loss,
         regather=regather,
         pipeline_axis=pipeline_axis,
@@ -432,10 +517,13 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         tokens_over=tokens_over,
         dropout=dropout,
         tie_reduce=tie_reduce,
+        param_bytes=widths.params,
+        master_copy=widths.master_copy,
         approximations=tuple(approx),
     )
 
 
+DATA_WITH_WIDTHS = ("ddp", "zero1", "zero2", "fsdp", "hsdp")
 TENSOR_WHOLE_GROUPS = ("norms", "biases")  # kept whole on a tensor axis: norm weights and biases, row-parallel biases
 PIPELINE_SCHEDULES = (ir.ScheduleKind.GPIPE, ir.ScheduleKind.ONE_F_ONE_B, ir.ScheduleKind.INTERLEAVED)
 PIPELINE_CLASSES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B",

@@ -15,6 +15,10 @@ from enum import StrEnum
 from fractions import Fraction
 
 TOLERANCE = 1e-5  # relative, fp32
+# relative, by the width of the parameters and gradients that ran: fp32, or bfloat16 (2^-8, the
+# unit round-off of its 8 significant bits: the summation orders of bf16 gradients differ by it)
+TOLERANCES = {4: TOLERANCE, 2: 2.0 ** -8}
+DTYPE_NAMES = {4: "fp32", 2: "bf16"}
 
 class Outcome(StrEnum):
     """How a measured plan came out (its value is what text and JSON show)."""

@@ -18,8 +18,8 @@ from ..diagnostics import Diagnostic, DiagnosticError
 from .compare import SETUP, compare, peak_note
 from .job import Job
 from .predict import Prediction, UnboundPrediction, predict
-from .realise import Realisation, Unrealised, realise
-from .report import TOLERANCE, CheckerView, CounterexampleView, MeasureReport, Outcome
+from .realise import Realisation, Unrealised, realise, widths_of
+from .report import DTYPE_NAMES, TOLERANCES, CheckerView, CounterexampleView, MeasureReport, Outcome
 from .runner import LaunchError, launch
 from .shape import ShapeError, TinyShape, scale_down
 
@@ -103,7 +103,7 @@ def prepare(spec: ir.Spec, name: str, devices: int | None = None, steps: int = D
         return MeasureReport(spec.file, name, Outcome.UNREALISED, mesh, steps, reasons=r.reasons)
     try:
         shape = scale_down(plan, run_bindings(spec, sizes), sizes, r.tensor_axis, r.stages, r.chunks, r.expert_axis)
-        prediction = predict(spec, plan, shape, sizes, r.optimizer)
+        prediction = predict(spec, plan, shape, sizes, r.optimizer, widths_of(r))
     except (ShapeError, UnboundPrediction) as exc:
         return MeasureReport(spec.file, name, Outcome.UNREALISED, mesh, steps, implementation=r.implementation,
                              reasons=(f"no numeric prediction for the scaled-down run: {exc}",))
@@ -181,7 +181,8 @@ def _report(spec: ir.Spec, p: Prepared, results: list[dict], steps: int, with_ch
         outcome = Outcome.MISMATCH
     else:
         outcome = Outcome.MATCHED
-    notes = ((f"equivalence tolerance {TOLERANCE:g} relative (fp32)", _token_note(r, results)) + _setup_note(results)
+    notes = ((f"equivalence tolerance {TOLERANCES[r.param_bytes]:g} relative ({DTYPE_NAMES[r.param_bytes]})",
+              _token_note(r, results)) + _setup_note(results)
              + peak_note(results))
     return MeasureReport(outcome=outcome, rows=tuple(rows), equivalence=eq, checker=checker, notes=notes, **base)
 

@@ -110,6 +110,7 @@ def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
                     v = _width(vals, p)
                     if v is not None:
                         fields["bytes_" + p.key] = v
+                        fields["bytes_stated"] = fields.get("bytes_stated", ()) + (p.key,)
             elif key == "transformer":
                 transformer = _transformer(vals, item)
             elif key == "conventions":

@@ -21,6 +21,46 @@ def make_optimizer(kind: str, params) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=LR[kind])
 
 
+def param_dtype(nbytes: int) -> torch.dtype:
+    """The dtype of parameters and gradients of ``nbytes`` bytes (realise.DTYPES)."""
+    return {2: torch.bfloat16, 4: torch.float32}[nbytes]
+
+
+class MasterCopy:
+    """Mixed-precision training's optimizer: an fp32 master copy of every parameter's local
+    tensor, updated by ``kind`` (its moments fp32 too) from the gradient cast to fp32, then
+    copied back into the (16-bit or fp32) parameter. The master copies and the moments are the
+    optimizer's state; the fp32 gradient is a temporary of the step."""
+
+    def __init__(self, kind: str, params) -> None:
+        self.params = list(params)
+        self.masters = [torch.nn.Parameter(local(p).detach().to(torch.float32, copy=True)) for p in self.params]
+        self.inner = make_optimizer(kind, self.masters)
+        self.param_groups = self.inner.param_groups
+
+    @property
+    def state(self) -> dict:
+        return {i: {"master": m, **self.inner.state.get(m, {})} for i, m in enumerate(self.masters)}
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for p, m in zip(self.params, self.masters):
+            m.grad = None if p.grad is None else local(p.grad).to(torch.float32, copy=True)
+        self.inner.step()
+        for p, m in zip(self.params, self.masters):
+            local(p).copy_(m)
+            m.grad = None
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+
+def make_training_optimizer(kind: str, params, master_copy: bool):
+    """The optimizer of a realisation: ``kind`` on the parameters, or on fp32 master copies of them."""
+    return MasterCopy(kind, params) if master_copy else make_optimizer(kind, params)
+
+
 def local(t: torch.Tensor) -> torch.Tensor:
     """The tensor's local storage (a DTensor's shard, else the tensor itself)."""
     to_local = getattr(t, "to_local", None)

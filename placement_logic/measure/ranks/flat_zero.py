@@ -35,19 +35,33 @@ class FlatZero:
     updates the shard, then all-gathers the shards into the whole parameters
     (``regather=False``: the bug that skips it, each rank copying back only its own
     shard).
+
+    The shard is fp32 whatever the parameters' dtype; gradients are reduce-scattered and the
+    updated shard all-gathered in the parameters' dtype (bf16 parameters: bf16 collectives,
+    the shard's gradient held in bf16 and cast to fp32 for the step). With ``master_copy``
+    the fp32 shard is the optimizer's master copy and counted as its state.
     """
 
-    def __init__(self, params, group, stage: int, kind: str, divide: float, regather: bool) -> None:
+    def __init__(self, params, group, stage: int, kind: str, divide: float, regather: bool,
+                 master_copy: bool = False) -> None:
         self.params, self.group, self.stage, self.divide, self.regather = list(params), group, stage, divide, regather
         self.n, self.rank = dist.get_world_size(group), dist.get_rank(group)
         total = sum(local(p).numel() for p in self.params)
         self.pad = (-total) % self.n
         self.size = (total + self.pad) // self.n
         flat = self._flat([local(p).detach() for p in self.params])
-        self.master = nn.Parameter(flat[self.rank * self.size:(self.rank + 1) * self.size].clone())
+        self.dtype = flat.dtype
+        self.master = nn.Parameter(flat[self.rank * self.size:(self.rank + 1) * self.size].to(torch.float32, copy=True))
+        self.master_copy = master_copy
+        self.shard_grad = None  # the shard's reduced gradient, in the gradients' dtype
         self.optim = make_optimizer(kind, [self.master])
-        self.state = self.optim.state
         self.param_groups = self.optim.param_groups
+
+    @property
+    def state(self) -> dict:
+        if not self.master_copy:
+            return self.optim.state
+        return {0: {"master": self.master, **self.optim.state.get(self.master, {})}}
 
     def _flat(self, tensors) -> torch.Tensor:
         parts = [t.reshape(-1) for t in tensors]
@@ -64,25 +78,27 @@ class FlatZero:
         shard = torch.empty(self.size, dtype=grads[0].dtype, device=grads[0].device)
         dist.reduce_scatter_tensor(shard, self._flat(grads), group=self.group)
         shard.div_(self.divide)
-        self.master.grad = shard if self.master.grad is None else self.master.grad.add_(shard)
+        self.shard_grad = shard if self.shard_grad is None else self.shard_grad.add_(shard)
         if self.stage == 2:
             for p in self.params:
                 p.grad = None
 
     def held_gradients(self) -> list:
-        return [self.master.grad] if self.stage == 2 else [p.grad for p in self.params]
+        return [self.shard_grad] if self.stage == 2 else [p.grad for p in self.params]
 
     @torch.no_grad()
     def step(self) -> None:
+        self.master.grad = None if self.shard_grad is None else self.shard_grad.to(torch.float32)
         self.optim.step()
+        updated = self.master.detach().to(self.dtype)
         if self.regather:
-            whole = torch.empty(self.size * self.n, dtype=self.master.dtype, device=self.master.device)
-            dist.all_gather_into_tensor(whole, self.master.detach(), group=self.group)
+            whole = torch.empty(self.size * self.n, dtype=self.dtype, device=self.master.device)
+            dist.all_gather_into_tensor(whole, updated, group=self.group)
             lo, hi = 0, len(whole) - self.pad
         else:  # the bug: each rank keeps only its own shard's update
-            whole = torch.zeros(self.size * self.n, dtype=self.master.dtype, device=self.master.device)
+            whole = torch.zeros(self.size * self.n, dtype=self.dtype, device=self.master.device)
             lo, hi = self.rank * self.size, (self.rank + 1) * self.size
-            whole[lo:hi] = self.master.detach()
+            whole[lo:hi] = updated
         offset = 0
         for p in self.params:
             t = local(p)
@@ -96,6 +112,7 @@ class FlatZero:
         for p in self.params:
             p.grad = None
         self.master.grad = None
+        self.shard_grad = None
 
 
 class ExpertZero:

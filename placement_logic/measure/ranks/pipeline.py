@@ -350,7 +350,7 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
             if tie_group is not None and r.tie_reduce:
                 counter.phase = "backward"
                 if tied_zero is not None:  # ZeRO-2: the two copies' reduced shards summed
-                    dist.all_reduce(tied_zero.master.grad, group=tie_group)
+                    dist.all_reduce(tied_zero.shard_grad, group=tie_group)
                 for q in tied if tied_zero is None else ():
                     # the first stage's embedding and the last stage's copy: their gradients summed
                     dist.all_reduce(local(q.grad), group=tie_group)  # replicated on the data axis: local is whole

@@ -27,19 +27,19 @@ import torch.distributed as dist
 from torch import nn
 
 from ..realise import Realisation
-from .common import ADAM_EPS, LR, MAX_NORM, clip_global, clip_local, local, make_optimizer
+from .common import ADAM_EPS, LR, MAX_NORM, clip_global, clip_local, local, make_optimizer, make_training_optimizer
 from .flat_zero import ExpertZero, FlatZero
 from .tensor_parallel import tensor_parallel
 
 __all__ = ["ADAM_EPS", "LR", "MAX_NORM", "FlatZero", "Trainer", "apply", "clip_global", "clip_local", "local",
-           "make_optimizer", "tensor_parallel"]
+           "make_optimizer", "make_training_optimizer", "tensor_parallel"]
 
 
 @dataclass
 class Trainer:
     module: nn.Module  # what forward is called on
     inner: nn.Module  # the TinyTransformer (parameters, named as in the reference)
-    optimizer: torch.optim.Optimizer
+    optimizer: torch.optim.Optimizer  # or ``MasterCopy``, ``FlatZero``: step, zero_grad, param_groups
     optimizer_state: Callable[[], dict]  # the state this rank holds
     clip: Callable[[], None] | None
     # name -> (mesh, placements) of parameters that DDP holds as plain local shards
@@ -289,7 +289,7 @@ def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
                            zero.held_gradients)
         dp_divide = float(r.sizes[r.data_axes[0]]) if r.expert_axis else float(r.grad_divide or r.data_size)
         zero = FlatZero([p for _, p in named], group, 1 if r.data == "zero1" else 2, r.optimizer,
-                        dp_divide, r.regather)
+                        dp_divide, r.regather, r.master_copy)
         # ZeRO-1 keeps whole gradients and reduce-scatters once per step; ZeRO-2 has no whole
         # gradient to accumulate in: every microbatch's gradient is reduce-scattered into the shard
         again = reduce_again_over([p for _, p in named], [n for n, _ in named], r.tensor_reduced_again,
@@ -324,7 +324,7 @@ def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
         elif r.grad_divide and r.grad_divide != r.data_size:
             module.register_comm_hook(None, _divided_allreduce_hook(group, float(r.grad_divide)))
         module.reducer = _RebuildLabelled(module.reducer)
-        opt = make_optimizer(r.optimizer, params)
+        opt = make_training_optimizer(r.optimizer, params, r.master_copy)
         state = lambda: opt.state
         if r.clip == "global":
             clip = lambda: clip_global(params, MAX_NORM)
@@ -349,7 +349,7 @@ def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
         if r.grad_divide and r.grad_divide != r.data_size:
             model.set_gradient_divide_factor(float(r.grad_divide))
         params = list(model.parameters())
-    opt = make_optimizer(r.optimizer, params)
+    opt = make_training_optimizer(r.optimizer, params, r.master_copy)
     if r.clip == "global":
         clip = lambda: clip_global(params, MAX_NORM)
     elif r.clip == "local":

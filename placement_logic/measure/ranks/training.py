@@ -31,8 +31,11 @@ def _batch(shape: TinyShape, global_batch: int, seed: int, step: int):
 
 def _loss_sum(logits, targets):
     """Sum of the token losses over the valid (unpadded) targets."""
+    import torch
     import torch.nn.functional as F
 
+    if logits.dtype != torch.float32:  # 16-bit parameters: the logits kept for the loss are fp32
+        logits = logits.float()
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE,
                            reduction="sum")
 
@@ -93,14 +96,15 @@ def _storage_bytes(tensors) -> tuple[int, int]:
 def _reference(job: Job, global_batch: int):
     """The same steps on one process: final parameters by name and the losses."""
     from . import model as tiny
-    from .torch_plan import MAX_NORM, clip_global, make_optimizer
+    from .common import param_dtype
+    from .torch_plan import MAX_NORM, clip_global, make_training_optimizer
 
-    m = tiny.build(job.shape, job.seed)
     r = job.realisation
+    m = tiny.build(job.shape, job.seed).to(dtype=param_dtype(r.param_bytes))
     if r.context_axis is not None and job.shape.moe:  # experts route each context rank's sequence block as a group
         for block in m.blocks:
             block.mlp.seq_blocks = r.sizes[r.context_axis]
-    opt = make_optimizer(job.realisation.optimizer, m.parameters())
+    opt = make_training_optimizer(r.optimizer, m.parameters(), r.master_copy)
     dropout = None
     if r.dropout:  # the same hidden dropout, every mask drawn for the whole batch
         dropout = tiny.HiddenDropout(job.seed, global_batch, job.shape.seq, job.shape.hidden)

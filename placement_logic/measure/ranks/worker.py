@@ -58,6 +58,7 @@ def run_job(job: Job, rank: int) -> dict:
     from . import model as tiny
     from .activations import SavedActivations
     from .counter import CollectiveCounter
+    from .common import param_dtype
     from .torch_plan import apply, local
 
     r = job.realisation
@@ -77,7 +78,8 @@ def run_job(job: Job, rank: int) -> dict:
     mb, m = job.shape.microbatch, job.shape.microbatches
     rows = mb * m  # this data-parallel rank's rows: m microbatches of mb sequences, gradients accumulated
     global_batch = rows * dp
-    trainer = apply(r, tiny.build(job.shape, job.seed, r.recompute).to(device), mesh)
+    # the parameters (and so the gradients and activations) in the stated width's dtype
+    trainer = apply(r, tiny.build(job.shape, job.seed, r.recompute).to(device, param_dtype(r.param_bytes)), mesh)
     dropout = None
     if r.dropout:
         tp_rank = coords[r.tensor_axis]
@@ -149,8 +151,8 @@ def run_job(job: Job, rank: int) -> dict:
     # largest elementwise difference, relative to the largest parameter magnitude of the model
     worst_abs, worst_name, scale = 0.0, "", 0.0
     for name, p in trainer.named:
-        full = trainer.full(name, p).detach().cpu()
-        want = ref[name]
+        full = trainer.full(name, p).detach().cpu().float()
+        want = ref[name].float()
         scale = max(scale, want.abs().max().item())
         diff = (full - want).abs().max().item()
         if diff > worst_abs or not worst_name:
