@@ -27,6 +27,9 @@ or per_device_mean (the reduced sum divided by the matching factor), clip_norm r
 over () (clip coefficient from the local shard's norm, FSDP or tensor parallel),
 clip_norm reduce over (<all data axes>) (correct global clipping) and params
 no_regather (ZeRO's step without its parameter all-gather).
+Byte widths (``realised_widths``): as the spec's ``bytes`` section states them — parameters
+and gradients in bfloat16 (2) or fp32 (4), optimizer = 12 as an fp32 master copy and Adam's
+moments — on data axes; fp32 when the spec states none.
 """
 
 from __future__ import annotations

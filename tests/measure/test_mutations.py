@@ -5,11 +5,14 @@ Megatron tensor and sequence parallelism, data × pipeline, a 4-stage pipeline, 
 tensor × pipeline on 8 processes, ZeRO-1 and ZeRO-2 on a data axis of 4, tensor parallelism
 with tied embeddings, ZeRO-3 with global clipping, context parallelism, expert parallelism,
 ZeRO-2 under a pipeline with tied embeddings, norm gradients reduced again over the tensor
-axis, ZeroPP on 8 processes) are compared first
+axis, ZeroPP on 8 processes, and DDP and ZeRO-3 with the ZeRO paper's stated widths — bf16
+parameters and gradients, an fp32 master copy and two fp32 moments) are compared first
 with the cost engine's own prediction (no row may differ) and then with perturbed
 predictions: each state's bytes, each collective's kind (reduce-scatter → all-reduce,
 all-gather → broadcast, ...), its bytes (a ring factor), its sharding factor, the byte
-width of a state or of the whole prediction (bf16 for fp32), a dropped collective, and
+width of a state or of the whole prediction (bf16 for fp32), a dropped collective, the engine's
+own prediction made at other byte widths (each of params, grads, optimizer changed alone, and
+the fp32 prediction of a bf16 run), and
 the three wrong predictions a skeptical check once saw accepted (ZeRO-2 parameters
 sharded 1/N, ZeRO-1's gradient sync as an all-reduce, ZeRO-1's parameter refresh as a
 broadcast). Every perturbation must leave at least one row ``differs``.
@@ -27,7 +30,8 @@ torch = pytest.importorskip("torch")
 from placement_logic.frontend.loader import load_spec, load_string
 from placement_logic.measure.compare import MECHANISMS, compare
 from placement_logic.measure.job import Job
-from placement_logic.measure.predict import Prediction
+from placement_logic.measure.predict import Prediction, predict
+from placement_logic.measure.realise import widths_of
 from placement_logic.measure.runner import launch
 from placement_logic.measure.session import Prepared, prepare
 
@@ -70,7 +74,10 @@ PLANS = [("examples/library/ddp.place", "ddp", None), ("examples/library/zero1.p
          ("examples/library/expert_parallel.place", "expert_parallel", None),
          ("examples/safe/pipeline_parallel.place", "zero2_pipeline", None),
          ("examples/bugs/norms_reduced_over_tp.place", "tp_norms_reduced_twice", None),
-         ("examples/library/zeropp_dp.place", "zeropp_dp", None)]
+         ("examples/library/zeropp_dp.place", "zeropp_dp", None),
+         ("examples/zero_paper.place", "dp", None), ("examples/zero_paper.place", "zero3", None)]  # bf16, K = 12
+LABELS = {("examples/zero_paper.place", "dp"): "dp_bf16", ("examples/zero_paper.place", "zero3"): "zero3_bf16"}
+SPECS: dict[str, object] = {}  # label -> the spec its plan came from
 STEPS = 2  # DDP's one-time bucket rebuild happens in step 2: it must not land in the compared step
 
 
@@ -81,7 +88,8 @@ def runs():
         spec = load_string(src, file=f"<{name}>") if src.startswith("from") else load_spec(src)
         p = prepare(spec, name, devices, STEPS)
         assert isinstance(p, Prepared), p
-        label = name if devices is None or name == "pp4" else f"{name}@{devices}"
+        label = LABELS.get((src, name)) or (name if devices is None or name == "pp4" else f"{name}@{devices}")
+        SPECS[label] = spec
         prepared.setdefault(p.realisation.world, []).append((label, p))
     out = {}
     for world, group in prepared.items():
@@ -136,6 +144,26 @@ def mutations(p: Prepared):
         whole, collectives=tuple(dataclasses.replace(c, buffer_bytes=c.buffer_bytes * half) for c in pred.collectives))
 
 
+OTHER_WIDTH = {"params": {2: 4, 4: 2}, "grads": {2: 4, 4: 2}}
+
+
+def width_mutations(label: str, p: Prepared):
+    """(label, the engine's prediction at other byte widths) pairs: each of params, grads and the
+    optimizer's width changed alone (the optimizer's by 4 bytes, a master copy more or less), and
+    for a run with 16-bit parameters the prediction in fp32 that every run was once compared with."""
+    spec, r = SPECS[label], p.realisation
+    ran = widths_of(r)
+    for state in ("params", "grads", "optimizer"):
+        others = [OTHER_WIDTH[state][int(ran[state])]] if state in OTHER_WIDTH else \
+            [k for k in (ran[state] - 4, ran[state] + 4) if k >= 0]
+        for w in others:
+            widths = {**ran, state: Fraction(w)}
+            yield (f"{state} width {ran[state]} -> {w} (engine)",
+                   predict(spec, p.plan, p.shape, r.sizes, r.optimizer, widths))
+    if r.param_bytes != 4:
+        yield "fp32 widths for a bf16 run (engine)", predict(spec, p.plan, p.shape, r.sizes, r.optimizer)
+
+
 def test_the_engines_prediction_is_never_a_difference(runs):
     for name, (p, results) in runs.items():
         assert _outcome(p, p.prediction, results) == [], name
@@ -150,6 +178,21 @@ def test_every_perturbation_is_a_mismatch(runs):
                 survivors.append(f"{name}: {label}")
     assert total > 200
     assert survivors == []
+
+
+def test_every_byte_width_perturbation_is_a_mismatch(runs):
+    """The engine's prediction at a width other than the one that ran leaves a row that differs:
+    the stated widths are tested against the run, state by state."""
+    survivors, total = [], 0
+    for name, (p, results) in runs.items():
+        for label, wrong in width_mutations(name, p):
+            total += 1
+            if not _outcome(p, wrong, results):
+                survivors.append(f"{name}: {label}")
+    assert total >= 4 * len(runs)
+    assert survivors == []
+    for name in ("dp_bf16", "zero3_bf16"):  # the bf16 runs: the old fp32 prediction is among them
+        assert "fp32 widths for a bf16 run (engine)" in dict(width_mutations(name, runs[name][0]))
 
 
 @pytest.mark.parametrize("plan,wrong", [
