@@ -187,3 +187,48 @@ def test_bf16_runs_stay_equivalent_within_bf16_round_off(reports, plan):
     eq = reports[plan].equivalence
     assert eq.tolerance == 2.0 ** -8 and eq.within and eq.replicas_agree
     assert any("(bf16)" in n for n in reports[plan].notes)
+
+
+HYBRID = """from std.data import hybrid_shard
+model {
+  transformer { hidden = 4096 layers = 32 heads = 32 ffn = 16384 vocab = 50304 }
+  bytes { params = 2  grads = 2  optimizer = 12 }
+  seq = 2048  microbatch = 4
+}
+mesh { node = 4  gpu = 8 }
+plan hsdp { [node, gpu]: hybrid_shard }
+"""
+ONE_AXIS = """from std.data import ddp, fsdp_shard_grad_op
+model {
+  transformer { hidden = 4096 layers = 32 heads = 32 ffn = 16384 vocab = 50304 }
+  bytes { params = 2  grads = 2  optimizer = 12 }
+  seq = 2048  microbatch = 4
+}
+mesh { gpu = 8 }
+plan shard_grad_op { gpu: fsdp_shard_grad_op }
+plan no_allreduce { gpu: ddp  override grads: reduce over () }
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_bf16_hybrid_shard_shard_grad_op_and_a_bug():
+    """HYBRID_SHARD on 4 ranks (2 × 2) and SHARD_GRAD_OP at the stated widths match count × width;
+    DDP without its all-reduce in bf16 leaves the replicas apart."""
+    pytest.importorskip("torch")
+    from placement_logic.measure.session import measure_many
+
+    one = load_string(ONE_AXIS, file="<one>")
+    reps = {rep.plan: rep for rep in measure_many(
+        [(load_string(HYBRID, file="<hsdp>"), "hsdp"), (one, "shard_grad_op"), (one, "no_allreduce")],
+        steps=3, with_checker=False)}
+    psi = _psi(reps["hsdp"])
+    for name in ("hsdp", "shard_grad_op"):
+        rep = reps[name]
+        assert rep.outcome == "matched", [(r.quantity, r.status) for r in rep.rows]
+        # sharded over the 2 ranks of the shard axis: 2/2, 2/2, 12/2 bytes per parameter
+        assert [_row(rep, f"{s} held").measured for s in ("params", "grads", "optimizer")] == [psi, psi, 6 * psi]
+    # the replicas' all-reduce of the bf16 gradient shards: 2 bytes × Ψ/2 per rank
+    assert _row(reps["hsdp"], "all_reduce over node").measured == psi
+    bug = reps["no_allreduce"]
+    assert bug.outcome == "diverged" and not bug.equivalence.replicas_agree

@@ -57,8 +57,8 @@ def run_job(job: Job, rank: int) -> dict:
 
     from . import model as tiny
     from .activations import SavedActivations
-    from .counter import CollectiveCounter
     from .common import param_dtype
+    from .counter import CollectiveCounter
     from .torch_plan import apply, local
 
     r = job.realisation
