@@ -16,6 +16,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import loss_parallel
 
 from placement_logic.measure.ranks import model as tiny
+from placement_logic.measure.ranks.common import param_dtype
 from placement_logic.measure.ranks.torch_plan import apply
 from placement_logic.measure.ranks.training import _batch, _loss_sum, loss_normaliser, tokens_of
 
@@ -33,7 +34,7 @@ for a in r.data_axes:
 mb, m = job.shape.microbatch, job.shape.microbatches
 rows = mb * m  # this data-parallel rank's rows: m microbatches, gradients accumulated
 global_batch = rows * r.data_size
-trainer = apply(r, tiny.build(job.shape, job.seed, r.recompute), mesh)
+trainer = apply(r, tiny.build(job.shape, job.seed, r.recompute).to(dtype=param_dtype(r.param_bytes)), mesh)
 for step in range(job.steps):
     x, y = _batch(job.shape, global_batch, job.seed, step)
     lo, hi = dp_index * rows, (dp_index + 1) * rows
