@@ -82,7 +82,7 @@ def text(reports: list[MeasureReport]) -> str:
         for reason in rep.reasons:
             out.append(f"  {'not realised' if rep.outcome is Outcome.UNREALISED else 'error'}: {reason}")
         if rep.rows:
-            out.append(f"  predicted by {rep.prediction_source} for the scaled-down fp32 model "
+            out.append(f"  predicted by {rep.prediction_source} for the scaled-down model "
                        f"({', '.join(f'{k}={v}' for k, v in rep.shape)})")
             w = max(len(r.quantity) for r in rep.rows)
             out.append(f"  {'quantity':<{w}}  {'predicted':>12}  {'measured':>12}  {'abs diff':>10}  {'rel diff':>9}  status")

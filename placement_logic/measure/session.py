@@ -18,7 +18,7 @@ from ..diagnostics import Diagnostic, DiagnosticError
 from .compare import SETUP, compare, peak_note
 from .job import Job
 from .predict import Prediction, UnboundPrediction, predict
-from .realise import Realisation, Unrealised, realise, widths_of
+from .realise import DTYPES, Realisation, Unrealised, realise, widths_of
 from .report import DTYPE_NAMES, TOLERANCES, CheckerView, CounterexampleView, MeasureReport, Outcome
 from .runner import LaunchError, launch
 from .shape import ShapeError, TinyShape, scale_down
@@ -182,9 +182,21 @@ def _report(spec: ir.Spec, p: Prepared, results: list[dict], steps: int, with_ch
     else:
         outcome = Outcome.MATCHED
     notes = ((f"equivalence tolerance {TOLERANCES[r.param_bytes]:g} relative ({DTYPE_NAMES[r.param_bytes]})",
-              _token_note(r, results)) + _setup_note(results)
+              _token_note(r, results)) + _widths_note(r) + _setup_note(results)
              + peak_note(results))
     return MeasureReport(outcome=outcome, rows=tuple(rows), equivalence=eq, checker=checker, notes=notes, **base)
+
+
+def _widths_note(r: Realisation) -> tuple[str, ...]:
+    """The byte widths that ran and were predicted, when they are not fp32 without a master copy."""
+    if r.param_bytes == 4 and not r.master_copy:
+        return ()
+    w = widths_of(r)
+    state = " + ".join(x for x in ("an fp32 master copy (4)" if r.master_copy else "",
+                                   {"adam": "Adam's two fp32 moments (8)", "sgd_momentum": "an fp32 momentum (4)",
+                                    "sgd": ""}[r.optimizer]) if x)
+    return (f"byte widths as the spec states them, run and predicted: params {w['params']} B and grads {w['grads']} B "
+            f"per element ({DTYPES[r.param_bytes]}), optimizer {w['optimizer']} B per parameter ({state})",)
 
 
 def _setup_note(results: list[dict]) -> tuple[str, ...]:

@@ -232,3 +232,10 @@ def test_bf16_hybrid_shard_shard_grad_op_and_a_bug():
     assert _row(reps["hsdp"], "all_reduce over node").measured == psi
     bug = reps["no_allreduce"]
     assert bug.outcome == "diverged" and not bug.equivalence.replicas_agree
+
+
+@pytest.mark.torch
+def test_the_report_says_which_widths_ran(reports):
+    notes = reports["dp"].notes
+    assert any("params 2 B and grads 2 B per element (torch.bfloat16), optimizer 12 B per parameter "
+               "(an fp32 master copy (4) + Adam's two fp32 moments (8))" in n for n in notes), notes
