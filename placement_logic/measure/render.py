@@ -102,7 +102,7 @@ def text(reports: list[MeasureReport]) -> str:
                        f"{eq.param_abs:.3g} ({eq.param_rel:.3g} relative, {eq.param_worst}), loss difference "
                        f"{eq.loss_abs:.3g} ({eq.loss_rel:.3g} relative); replicas "
                        f"{'agree' if eq.replicas_agree else 'DISAGREE'}; {word} tolerance {eq.tolerance:g}")
-            out.extend(f"  note: {n}" for n in rep.notes if n.startswith(("valid tokens", "one-time", "allocator peak")))
+            out.extend(f"  note: {n}" for n in rep.notes if n.startswith(("valid tokens", "byte widths", "one-time", "allocator peak")))
         if rep.checker is not None:
             out.extend(_checker_text(rep))
         if rep.rows:
@@ -143,7 +143,7 @@ def markdown(reports: list[MeasureReport]) -> str:
                        f"({eq.param_abs:.3g} absolute), loss {eq.loss_rel:.3g} relative; replicas "
                        f"{'agree' if eq.replicas_agree else 'disagree'}; "
                        f"{'within' if eq.within else 'outside'} {eq.tolerance:g}.\n")
-            out.extend(f"Note: {n}.\n" for n in rep.notes if n.startswith(("valid tokens", "one-time", "allocator peak")))
+            out.extend(f"Note: {n}.\n" for n in rep.notes if n.startswith(("valid tokens", "byte widths", "one-time", "allocator peak")))
         if rep.checker is not None and rep.checker.available:
             out.append(f"Checker at these sizes: **{rep.checker.verdict}**\n")
             cexs = rep.checker.counterexamples
