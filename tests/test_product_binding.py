@@ -173,3 +173,18 @@ def test_product_that_cannot_be_one_group_is_a_diagnostic(tmp_path, binding, lin
     lines = err.splitlines()
     assert lines[0] == f"{path}:6:3: error: {message}"
     assert lines[1] == f"   6 | {line}" and lines[2] == f"     | {caret}"
+
+
+def test_product_exports_as_one_tensor_size(tmp_path):
+    """Megatron-LM's --tensor-model-parallel-size and torchtitan's tensor_parallel_degree are the
+    product's size, 4, with nothing stated as not expressible about the tensor axes; bound apart,
+    the two axes are two tensor groups, which neither framework has."""
+    path = tmp_path / "s.place"
+    path.write_text(SPEC.format(strategy="megatron_sp", extra="", **PRODUCT))
+    status, out, err = _run(["export", "megatron", str(path), "--plan", "p"])
+    assert status == 0 and "--tensor-model-parallel-size 4 " in out and "tensor" not in err, err
+    status, out, err = _run(["export", "torchtitan", str(path), "--plan", "p"])
+    assert status == 1 and "tensor_parallel_degree = 4\n" in out and "tensor" not in err, err
+    path.write_text(SPEC.format(strategy="megatron_sp", extra="  tb: megatron_sp\n", mesh=PRODUCT["mesh"], binding="ta"))
+    status, out, err = _run(["export", "megatron", str(path), "--plan", "p"])
+    assert status == 1 and "2 tensor axes: Megatron-LM has one (bind them as one product, [ta, tb]: ...)" in err
