@@ -16,7 +16,7 @@ from placement_logic import ir
 from placement_logic.cli import main
 from placement_logic.frontend.loader import load_string
 
-SPEC = """from std.data import zero1
+SPEC = """from std.data import zero1, zero3
 from std.tensor import megatron_tp, megatron_sp
 from std.context import context_parallel
 
@@ -40,7 +40,7 @@ plan p {{
 
 ONE = {"mesh": "  tp = 4", "binding": "tp"}
 PRODUCT = {"mesh": "  ta = 2\n  tb = 2", "binding": "[ta, tb]"}
-STRATEGIES = ["megatron_tp", "megatron_sp", "context_parallel"]
+STRATEGIES = ["megatron_tp", "megatron_sp", "context_parallel", "zero1", "zero3"]
 
 
 def _run(argv):
@@ -59,18 +59,18 @@ def _json(tmp_path, command, name, text, *extra):
 
 def _numbers(report):
     """The cost report without what names the axes: formulas (symbols), the file, the mesh and its
-    symbols; a group named ta×tb (axes [ta, tb]) is renamed tp, and per-axis totals are taken apart (checked by
+    symbols; a group over ta and tb (named ta×tb) is renamed tp, and per-axis totals are taken apart (checked by
     the caller)."""
     def walk(x):
         if isinstance(x, dict):
             return {k: walk(v) for k, v in x.items() if "formula" not in k and "latex" not in k
                     and k not in ("file", "per_axis", "command")}
-        if x == ["ta", "tb"]:
-            return ["tp"]
+        if isinstance(x, list) and "ta" in x:  # a group's axes
+            return ["tp" if a == "ta" else a for a in x if a != "tb"]
         if isinstance(x, list):
             return [walk(v) for v in x]
-        if x == "ta×tb":
-            return "tp"
+        if isinstance(x, str):
+            return x.replace("ta×tb", "tp")
         return x
     plans = report["plans"]
     return walk([{k: v for k, v in p.items() if k != "strategies"} for p in plans]), \
