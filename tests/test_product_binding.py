@@ -19,9 +19,10 @@ from placement_logic.frontend.loader import load_string
 SPEC = """from std.data import zero1, zero3
 from std.tensor import megatron_tp, megatron_sp
 from std.context import context_parallel
+from std.expert import expert_parallel
 
 model {{
-  transformer {{ hidden = 256  layers = 4  heads = 8  ffn = 512  vocab = 1024 }}
+  transformer {{ hidden = 256  layers = 4  heads = 8  ffn = 512  vocab = 1024{moe} }}
   seq = 512
   microbatch = 1
   microbatches = 2
@@ -38,9 +39,10 @@ plan p {{
 {extra}}}
 """
 
-ONE = {"mesh": "  tp = 4", "binding": "tp"}
-PRODUCT = {"mesh": "  ta = 2\n  tb = 2", "binding": "[ta, tb]"}
-STRATEGIES = ["megatron_tp", "megatron_sp", "context_parallel", "zero1", "zero3"]
+ONE = {"mesh": "  tp = 4", "binding": "tp", "moe": ""}
+PRODUCT = {"mesh": "  ta = 2\n  tb = 2", "binding": "[ta, tb]", "moe": ""}
+STRATEGIES = ["megatron_tp", "megatron_sp", "context_parallel", "zero1", "zero3", "expert_parallel"]
+MOE = "  experts = 8  top_k = 2"
 
 
 def _run(argv):
@@ -79,8 +81,9 @@ def _numbers(report):
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_product_costs_what_one_axis_of_its_size_costs(tmp_path, strategy):
-    one = _json(tmp_path, "cost", "one", SPEC.format(strategy=strategy, extra="", **ONE), "--no-cache")
-    two = _json(tmp_path, "cost", "two", SPEC.format(strategy=strategy, extra="", **PRODUCT), "--no-cache")
+    moe = {"moe": MOE if strategy == "expert_parallel" else ""}
+    one = _json(tmp_path, "cost", "one", SPEC.format(strategy=strategy, extra="", **{**ONE, **moe}), "--no-cache")
+    two = _json(tmp_path, "cost", "two", SPEC.format(strategy=strategy, extra="", **{**PRODUCT, **moe}), "--no-cache")
     (a, axes_one), (b, axes_two) = _numbers(one), _numbers(two)
     assert a == b
     for got, want in zip(axes_two, axes_one):  # the group's traffic is on each of its axes
@@ -101,7 +104,7 @@ def test_product_tensor_all_reduce_is_one_ring_of_four(tmp_path):
     (fwd,) = [c for c in _collectives(two, "Megatron TP") if c["phase"] == "forward"]
     assert fwd["axes"] == ["ta", "tb"] and fwd["count"] == 16
     assert fwd["bytes_per_device"] == 16 * 262144 * 2 * 3 // 4 == 6291456
-    apart = SPEC.format(strategy="megatron_tp", extra="  tb: megatron_tp\n", mesh=PRODUCT["mesh"], binding="ta")
+    apart = SPEC.format(strategy="megatron_tp", extra="  tb: megatron_tp\n", mesh=PRODUCT["mesh"], binding="ta", moe="")
     sep = _json(tmp_path, "cost", "apart", apart, "--no-cache")
     assert sum(c["bytes_per_device"] for c in _collectives(sep, "Megatron TP") if c["phase"] == "forward") \
         == 2 * 16 * 262144 * 2 * 1 // 2 == 8388608
@@ -185,6 +188,7 @@ def test_product_exports_as_one_tensor_size(tmp_path):
     assert status == 0 and "--tensor-model-parallel-size 4 " in out and "tensor" not in err, err
     status, out, err = _run(["export", "torchtitan", str(path), "--plan", "p"])
     assert status == 1 and "tensor_parallel_degree = 4\n" in out and "tensor" not in err, err
-    path.write_text(SPEC.format(strategy="megatron_sp", extra="  tb: megatron_sp\n", mesh=PRODUCT["mesh"], binding="ta"))
+    path.write_text(SPEC.format(strategy="megatron_sp", extra="  tb: megatron_sp\n", mesh=PRODUCT["mesh"], binding="ta",
+                                moe=""))
     status, out, err = _run(["export", "megatron", str(path), "--plan", "p"])
     assert status == 1 and "2 tensor axes: Megatron-LM has one (bind them as one product, [ta, tb]: ...)" in err

@@ -146,17 +146,17 @@ def _grad_sync(plan: ir.Plan) -> list[Collective]:
         # a distributed optimizer shards the non-expert state over the expert axes too (its
         # replicas there are data-parallel replicas): reduce-scatter to those shards
         shard = folding.data_mode(plan, State.OPTIMIZER).shards
-        for e in experts:
-            if e in reduce_axes:
+        for e in plan.groups_with_role(Role.EXPERT):  # a product binding's axes: one group
+            if any(a in reduce_axes for a in e):
                 continue  # already reduced above with the whole gradient
             out.append(Collective(
-                Kind.REDUCE_SCATTER if shard else Kind.ALL_REDUCE, State.GRADS, (e,), link_of(plan, (e,)),
+                Kind.REDUCE_SCATTER if shard else Kind.ALL_REDUCE, State.GRADS, e, link_of(plan, e),
                 Phase.GRAD_SYNC, _ONE,
                 Payload("dense_grads", _uniq(a for a in g_sharded + done if a not in experts),
                         "non-expert gradients (expert parameters are split over the axis)"),
                 "expert axis: non-expert gradients reduce-scattered to the distributed optimizer's shards once per "
                 "step" if shard else "expert axis: non-expert gradients all-reduced over it once per step"))
-            done = done + ((e,) if shard else ())
+            done = done + (e if shard else ())
     return out
 
 
@@ -193,10 +193,10 @@ def _param_refresh(plan: ir.Plan) -> list[Collective]:
     out = []
     experts = axes_with_role(plan, Role.EXPERT)
     if folding.data_mode(plan, State.OPTIMIZER).shards:  # the non-expert shards over the expert axes first
-        for e in experts:
-            if e in axes or th.mode(e) not in (Mode.S, Mode.O):
+        for e in plan.groups_with_role(Role.EXPERT):  # a product binding's axes: one group
+            if any(a in axes or th.mode(a) not in (Mode.S, Mode.O) for a in e):
                 continue
-            out.append(Collective(Kind.ALL_GATHER, State.PARAMS, (e,), link_of(plan, (e,)), Phase.REFRESH, _ONE,
+            out.append(Collective(Kind.ALL_GATHER, State.PARAMS, e, link_of(plan, e), Phase.REFRESH, _ONE,
                                   Payload("dense_params", _uniq(axes + tuple(a for a in rest if a not in experts)),
                                           "updated non-expert parameters"),
                                   "distributed optimizer over an expert axis: all-gather the updated non-expert "
