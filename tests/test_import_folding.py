@@ -143,6 +143,8 @@ FOLDED = [  # devices, tensor, context, expert, expert tensor
     (16, 1, 2, 2, 4),
     (16, 4, 1, 2, 2),
     (32, 2, 2, 8, 1),
+    (16, 4, 1, 2, 1),  # the tensor group cut into expert and expert-data axes: one product
+    (16, 1, 4, 2, 1),  # the context group so cut
 ]
 
 
