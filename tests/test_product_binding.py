@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 
 from placement_logic import ir
 from placement_logic.cli import main
 from placement_logic.frontend.loader import load_string
+from tests.jsonschema_lite import errors
 
 SPEC = """from std.data import zero1, zero3
 from std.tensor import megatron_tp, megatron_sp
@@ -43,6 +45,7 @@ ONE = {"mesh": "  tp = 4", "binding": "tp", "moe": ""}
 PRODUCT = {"mesh": "  ta = 2\n  tb = 2", "binding": "[ta, tb]", "moe": ""}
 STRATEGIES = ["megatron_tp", "megatron_sp", "context_parallel", "zero1", "zero3", "expert_parallel"]
 MOE = "  experts = 8  top_k = 2"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _run(argv):
@@ -192,3 +195,16 @@ def test_product_exports_as_one_tensor_size(tmp_path):
                                 moe=""))
     status, out, err = _run(["export", "megatron", str(path), "--plan", "p"])
     assert status == 1 and "2 tensor axes: Megatron-LM has one (bind them as one product, [ta, tb]: ...)" in err
+
+
+@pytest.mark.parametrize("command,schema", [("inspect", "inspect"), ("cost", "cost"), ("check", "check")])
+def test_product_reports_follow_their_schemas(tmp_path, command, schema):
+    path = tmp_path / "s.place"
+    path.write_text(SPEC.format(strategy="megatron_sp", extra="", **PRODUCT))
+    status, out, err = _run([command, str(path), "--format", "json"])
+    assert status == 0, err
+    doc = json.loads(out)
+    assert not errors(doc, json.loads((ROOT / "docs" / "schema" / f"{schema}.schema.json").read_text()))
+    if command == "inspect":
+        assert doc["plans"][0]["bindings"][1] == {"axes": ["ta", "tb"], "strategy": "std.tensor.megatron_sp",
+                                                  "product": True}
