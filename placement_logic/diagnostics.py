@@ -100,6 +100,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PL131": ("impossible-fold", "An expert group's own roles (parallel folding) that cannot hold: roles on a "
               "group that no expert axis divides, a pipeline axis given another role, an expert count or expert width "
               "that the group's own expert or tensor axes do not divide."),
+    "PL132": ("product-binding", "A strategy bound to a product of axes that cannot act as one axis: a pipeline "
+              "strategy, or placements that differ between the product's axes."),
     "PL140": ("bad-config", "A Hugging Face config.json that cannot be read as a model: not JSON, an unsupported "
               "model_type, a missing key or a value of the wrong kind."),
     "PL141": ("bad-framework-config", "A DeepSpeed config or Megatron-LM arguments that cannot be read as a plan."),

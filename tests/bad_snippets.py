@@ -23,6 +23,10 @@ FOLD = ("from std.data import zero1\nfrom std.tensor import megatron_tp\nfrom st
         "model {{\n  transformer {{ hidden = 64  layers = 2  heads = 4  vocab = 128  experts = 6  top_k = 2 }}\n"
         "  group {}\n}}\nmesh {{ d = 2  t = 2  p = 2 }}\nplan p {{ d: zero1  t: megatron_tp  p: gpipe }}\n")
 
+# two import lines, a model on three axes x, y, z, and the plan's body on line 7
+PRODUCT = ("{}\nmodel {{ transformer {{ hidden = 64  layers = 2  heads = 4  vocab = 128 }} }}\n\n\n"
+           "mesh {{ x = 2  y = 2  z = 2 }}\nplan p {{ {} }}\n")
+
 
 # BASE plus the default import spans 8 lines; snippets appended start on line 9.
 CATALOGUE = [
@@ -96,6 +100,15 @@ CATALOGUE = [
      "mesh { tp = 4 }\n\n\n\n\nplan p { tp: megatron_tp }\n"),
     ("impossible-fold", "PL131", 6, 3, "the expert count (6) cannot be split evenly over the expert group's",
      FOLD.format("experts { role = {t: expert, d: expert} }")),
+    ("product-of-a-two-axis-strategy", "PL115", 7, 10, "spans 2 axes (replicate, shard) but is bound to 3",
+     PRODUCT.format("from std.data import hybrid_shard\nfrom std.tensor import megatron_tp", "[x, y, z]: hybrid_shard")),
+    ("product-repeats-an-axis", "PL108", 7, 10, "an axis appears twice in this binding",
+     PRODUCT.format("from std.tensor import megatron_tp\nfrom std.data import ddp", "[x, x]: megatron_tp  [y, z]: ddp")),
+    ("product-of-pipeline-stages", "PL132", 7, 10, "pipeline strategy 'gpipe' is bound to a product of axes [x, y]",
+     PRODUCT.format("from std.pipeline import gpipe\nfrom std.data import ddp", "[x, y]: gpipe  z: ddp")),
+    ("product-placed-differently", "PL132", 7, 10, "the axes of the product [x, y] are placed differently (params)",
+     PRODUCT.format("from std.tensor import megatron_tp\nfrom std.data import ddp",
+                    "[x, y]: megatron_tp  z: ddp  params: {x: R}")),
     ("fold-on-a-dense-group", "PL131", 6, 3, "only an expert group may take roles of its own",
      FOLD.format("attention { role = {d: expert} }")),
     ("fold-over-the-pipeline", "PL131", 6, 3, "gives the pipeline axis p the role data",

@@ -143,6 +143,8 @@ FOLDED = [  # devices, tensor, context, expert, expert tensor
     (16, 1, 2, 2, 4),
     (16, 4, 1, 2, 2),
     (32, 2, 2, 8, 1),
+    (16, 4, 1, 2, 1),  # the tensor group cut into expert and expert-data axes: one product
+    (16, 1, 4, 2, 1),  # the context group so cut
 ]
 
 
@@ -183,6 +185,32 @@ def test_megatron_folding_forms_megatron_groups_and_its_expert_bytes(tmp_path, n
         seen.add((2 * params, 12 * params / edp))
     assert len(seen) == 1
     assert _expert_bytes(tmp_path, text) == seen.pop()
+
+
+def test_megatron_tensor_group_cut_by_the_folding_is_one_ring(tmp_path):
+    """Tensor 4, expert 2, expert tensor 2 on 16 devices: the expert ranks cut each tensor group of 4
+    into tp_ep × tp_etp, bound as one product. Megatron-LM all-reduces over its 4-rank tensor group:
+    a ring all-reduce of B bytes over n ranks sends 2·(n−1)/n·B per rank, 1.5·B for n = 4 (two
+    all-reduces over 2 ranks would send 2·B). With s = 64, b = 1, h = 64 and bf16, B = 64·64·2 = 8192:
+    2 layers × 1 microbatch × (2 forward + 2 backward) all-reduces, the embedding's forward and the
+    head's backward all-reduce of B, the cross entropy's 3 of s·b·4 = 256 bytes, every one over the
+    4 ranks: 1.5 × (8·8192 + 2·8192 + 3·256) = 124032 bytes (165376 counted per axis)."""
+    f, text = _import(tmp_path, "megatron", "--tensor-model-parallel-size 4 --expert-model-parallel-size 2 "
+                      "--expert-tensor-parallel-size 2 " + MODEL.replace("--sequence-parallel ", ""), 16)
+    assert "  [tp_ep, tp_etp]: megatron_tp\n" in text and "role = {tp_ep: expert}" in text
+    (tmp_path / "s.place").write_text(text)
+    status, out, err = _run(["cost", str(tmp_path / "s.place"), "--format", "json", "--no-cache"])
+    assert status == 0, err
+    tensor = [c for c in json.loads(out)["plans"][0]["communication"]["collectives"]
+              if c["kind"] == "all_reduce" and c["state"] == "activations"]
+    assert {tuple(c["axes"]) for c in tensor} == {("tp_ep", "tp_etp")}
+    B = 64 * 64 * 2
+    layers = [c for c in tensor if c["rule"].startswith("Megatron TP")]
+    assert [(c["phase"], c["count"], c["bytes_per_device"]) for c in layers] == \
+        [("forward", 4, 4 * B * 2 * 3 // 4), ("backward", 4, 4 * B * 2 * 3 // 4)]
+    assert sum(c["bytes_per_device"] for c in tensor) == Fraction(3, 2) * (8 * B + 2 * B + 3 * 64 * 4) == 124032
+    plan = load_string(text).plan("megatron")
+    assert plan.groups_with_role(ir.Role.TENSOR) == (("tp_ep", "tp_etp"),)
 
 
 def test_megatron_folding_that_is_not_whole_axes_is_stated(tmp_path):

@@ -15,10 +15,19 @@ def _err(file: str, message: str, notes: tuple[str, ...] = ()) -> DiagnosticErro
     return DiagnosticError([Diagnostic("PL141", message, Span.point(file, 1, 1), notes=notes)])
 
 
-def _mesh_and_plan(axes: list[tuple[str, int, str]], plan: str, extra: list[str]) -> str:
+def _mesh_and_plan(axes: list[tuple[str, int, str]], plan: str, extra: list[str],
+                   products: tuple[tuple[str, ...], ...] = ()) -> str:
+    """The mesh and the plan binding each axis; the axes of each of ``products`` (those of them
+    in the mesh) bound together as one group, ``[a, b]: strategy``."""
     used = [(n, s, b) for n, s, b in axes if s > 1] or [axes[0]]
     mesh = "mesh {\n" + "".join(f"  {n} = {s}\n" for n, s, _ in used) + "}\n"
-    body = "".join(f"  {n}: {b}\n" for n, _, b in used) + "".join(f"  {line}\n" for line in extra)
+    names = [n for n, _, _ in used]
+    lines = []
+    for n, _, b in used:
+        group = next(([a for a in names if a in g] for g in products if n in g), [n])
+        if n == group[0]:
+            lines.append(f"  {group[0] if len(group) == 1 else '[' + ', '.join(group) + ']'}: {b}\n")
+    body = "".join(lines) + "".join(f"  {line}\n" for line in extra)
     return mesh + f"\nplan {plan} {{\n{body}}}\n"
 
 

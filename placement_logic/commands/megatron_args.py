@@ -40,17 +40,27 @@ def plan_to_megatron(spec: ir.Spec, plan: ir.Plan) -> tuple[list[str], list[str]
     roles = {a: plan.role(a) for a in plan.mesh.names if size[a] > 1}
     _role_problems(plan, list(roles), _MEGATRON_MODES, "Megatron-LM", problems)
 
-    def one(role: ir.Role, flag: str) -> None:
-        axes = [a for a, r in roles.items() if r is role]
-        if len(axes) > 1:
-            problems.append(f"{len(axes)} {role.value} axes: Megatron-LM has one")
-        if axes:
-            out.extend([flag, str(size[axes[0]])])
+    def groups(*rs: ir.Role) -> list[tuple[str, ...]]:
+        """The groups of these roles (a product binding's axes are one), axes of one device left out."""
+        return [g for g in (tuple(a for a in grp if a in roles) for grp in plan.groups_with_role(*rs)) if g]
 
-    tensor = [a for a, r in roles.items() if r in (ir.Role.TENSOR, ir.Role.SEQUENCE)]
+    def product(axes: tuple[str, ...]) -> int:
+        n = 1
+        for a in axes:
+            n *= size[a]
+        return n
+
+    def one(role: ir.Role, flag: str) -> None:
+        found = groups(role)
+        if len(found) > 1:
+            problems.append(f"{len(found)} {role.value} axes: Megatron-LM has one")
+        if found:
+            out.extend([flag, str(product(found[0]))])
+
+    tensor = groups(ir.Role.TENSOR, ir.Role.SEQUENCE)
     fold = folding.expert_group(plan)
     folded = _folded_sizes(plan, fold, roles, size, problems) if fold is not None else None
-    tp = size[tensor[0]] if tensor else 1
+    tp = product(tensor[0]) if tensor else 1
     if folded is not None:  # several axes per factor, in Megatron-LM's rank order
         tp = folded["tp"]
         if tp > 1:
@@ -61,9 +71,10 @@ def plan_to_megatron(spec: ir.Spec, plan: ir.Plan) -> tuple[list[str], list[str]
         out += ["--expert-model-parallel-size", str(folded["ep"]), "--expert-tensor-parallel-size", str(folded["etp"])]
     else:
         if len(tensor) > 1:
-            problems.append(f"{len(tensor)} tensor axes: Megatron-LM has one")
+            problems.append(f"{len(tensor)} tensor axes: Megatron-LM has one (bind them as one product, "
+                            f"[{', '.join(a for g in tensor for a in g)}]: ...)")
         if tensor:
-            out += ["--tensor-model-parallel-size", str(size[tensor[0]])]
+            out += ["--tensor-model-parallel-size", str(tp)]
         one(ir.Role.PIPELINE, "--pipeline-model-parallel-size")
         one(ir.Role.CONTEXT, "--context-parallel-size")
         one(ir.Role.EXPERT, "--expert-model-parallel-size")

@@ -224,11 +224,13 @@ def megatron_to_spec(text: str, file: str, devices: int, problems: list[str] | N
     pipe = f"interleaved_1f1b(v = {v})" if v > 1 else "one_f_one_b"
     bind = {"dp": "zero1" if got.get("dist_opt") else "ddp", "cp": "context_parallel",
             "tp": "megatron_sp" if got.get("sp") else "megatron_tp"}
+    products: tuple[tuple[str, ...], ...] = ()
     if folded is None:
         axes = [("dp", dp, bind["dp"]), ("cp", c, bind["cp"]), ("ep", e, "expert_parallel"), ("tp", t, bind["tp"]),
                 ("pp", p, pipe)]
-    else:  # the folded axes, outermost first
+    else:  # the folded axes, outermost first; a dense tensor or context group cut into several is one product
         axes = [(a, s, bind[d]) for a, s, d, _ in reversed(folded[0])] + [("pp", p, pipe)]
+        products = tuple(tuple(a for a, _, d, _ in reversed(folded[0]) if d == k) for k in ("tp", "cp"))
     extra = []
     if got.get("recompute") == "selective":
         extra.append("use selective_recompute")
@@ -253,5 +255,5 @@ def megatron_to_spec(text: str, file: str, devices: int, problems: list[str] | N
                 f"expert tensor {etp} × expert data {t * c * dp_all // (e * etp)} of the same devices)")
     spec = (f"# from the Megatron-LM arguments in {file} on {devices} devices{note}\n"
             + "".join(f"# not expressed: {q}\n" for q in problems) + model
-            + _mesh_and_plan(axes, "megatron", extra))
+            + _mesh_and_plan(axes, "megatron", extra, products))
     return _imports(spec) + "\n" + spec

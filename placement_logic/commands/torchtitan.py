@@ -220,7 +220,8 @@ def plan_to_torchtitan(spec: ir.Spec, plan: ir.Plan) -> tuple[str, list[str]]:
                ir.Role.CONTEXT: "context_parallel_degree"}.get(r)
         if key is None:
             continue
-        if key in seen and not (experts is not None and key == "data_parallel_shard_degree"):
+        one_product = any(b.product and a in b.axes and seen.get(key) in b.axes for b in plan.bindings)
+        if key in seen and not one_product and not (experts is not None and key == "data_parallel_shard_degree"):
             problems.append(f"axes {seen[key]} and {a}: torchtitan has one {key.replace('_degree', '')} degree")
         seen[key] = a
         par[key] = int(par.get(key, 1)) * size[a]

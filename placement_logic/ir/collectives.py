@@ -146,17 +146,17 @@ def _grad_sync(plan: ir.Plan) -> list[Collective]:
         # a distributed optimizer shards the non-expert state over the expert axes too (its
         # replicas there are data-parallel replicas): reduce-scatter to those shards
         shard = folding.data_mode(plan, State.OPTIMIZER).shards
-        for e in experts:
-            if e in reduce_axes:
+        for e in plan.groups_with_role(Role.EXPERT):  # a product binding's axes: one group
+            if any(a in reduce_axes for a in e):
                 continue  # already reduced above with the whole gradient
             out.append(Collective(
-                Kind.REDUCE_SCATTER if shard else Kind.ALL_REDUCE, State.GRADS, (e,), link_of(plan, (e,)),
+                Kind.REDUCE_SCATTER if shard else Kind.ALL_REDUCE, State.GRADS, e, link_of(plan, e),
                 Phase.GRAD_SYNC, _ONE,
                 Payload("dense_grads", _uniq(a for a in g_sharded + done if a not in experts),
                         "non-expert gradients (expert parameters are split over the axis)"),
                 "expert axis: non-expert gradients reduce-scattered to the distributed optimizer's shards once per "
                 "step" if shard else "expert axis: non-expert gradients all-reduced over it once per step"))
-            done = done + ((e,) if shard else ())
+            done = done + (e if shard else ())
     return out
 
 
@@ -193,10 +193,10 @@ def _param_refresh(plan: ir.Plan) -> list[Collective]:
     out = []
     experts = axes_with_role(plan, Role.EXPERT)
     if folding.data_mode(plan, State.OPTIMIZER).shards:  # the non-expert shards over the expert axes first
-        for e in experts:
-            if e in axes or th.mode(e) not in (Mode.S, Mode.O):
+        for e in plan.groups_with_role(Role.EXPERT):  # a product binding's axes: one group
+            if any(a in axes or th.mode(a) not in (Mode.S, Mode.O) for a in e):
                 continue
-            out.append(Collective(Kind.ALL_GATHER, State.PARAMS, (e,), link_of(plan, (e,)), Phase.REFRESH, _ONE,
+            out.append(Collective(Kind.ALL_GATHER, State.PARAMS, e, link_of(plan, e), Phase.REFRESH, _ONE,
                                   Payload("dense_params", _uniq(axes + tuple(a for a in rest if a not in experts)),
                                           "updated non-expert parameters"),
                                   "distributed optimizer over an expert axis: all-gather the updated non-expert "
@@ -210,22 +210,22 @@ def _tensor_parallel(plan: ir.Plan) -> list[Collective]:
     out: list[Collective] = []
     m = plan.model.microbatches
     per = _mul(stage_layers(plan), m)
-    for t in axes_with_role(plan, Role.TENSOR, Role.SEQUENCE):
-        link = link_of(plan, (t,))
+    for t in plan.groups_with_role(Role.TENSOR, Role.SEQUENCE):  # a product binding's axes form one group
+        link = link_of(plan, t)
         pay = Payload("activation", (), "layer input/output activations (s·b·h)")
         fwd_n = 2 if plan.recompute is not ir.Recompute.FULL else 4  # full recompute reruns forward
         if plan.sequence_parallel:
             for kind in (Kind.ALL_GATHER, Kind.REDUCE_SCATTER):
-                out.append(Collective(kind, State.ACTIVATIONS, (t,), link, Phase.FORWARD, _mul(ir.const(2), per), pay,
+                out.append(Collective(kind, State.ACTIVATIONS, t, link, Phase.FORWARD, _mul(ir.const(2), per), pay,
                                       "Megatron SP: 2 all-gather + 2 reduce-scatter per layer in forward"))
-                out.append(Collective(kind, State.ACTIVATIONS, (t,), link, Phase.BACKWARD,
+                out.append(Collective(kind, State.ACTIVATIONS, t, link, Phase.BACKWARD,
                                       _mul(ir.const(fwd_n), per), pay,
                                       "Megatron SP: 2 all-gather + 2 reduce-scatter per layer in backward"
                                       + (" (+2 recomputed forward)" if fwd_n == 4 else "")))
         else:
-            out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, (t,), link, Phase.FORWARD, _mul(ir.const(2), per),
+            out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, t, link, Phase.FORWARD, _mul(ir.const(2), per),
                                   pay, "Megatron TP: 2 all-reduces per layer per microbatch in forward"))
-            out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, (t,), link, Phase.BACKWARD,
+            out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, t, link, Phase.BACKWARD,
                                   _mul(ir.const(fwd_n), per), pay,
                                   "Megatron TP: 2 all-reduces per layer per microbatch in backward"
                                   + (" (+2 recomputed forward)" if fwd_n == 4 else "")))
@@ -254,37 +254,37 @@ def _vocab_parallel(plan: ir.Plan) -> list[Collective]:
     pp_size = plan.mesh.axis(pp).size if pp is not None else None
     first_too = pp is None or (isinstance(pp_size, Const) and pp_size.value == 1)
 
-    def split(name: str, t: str) -> bool:
+    def split(name: str, t: tuple[str, ...]) -> bool:
         g = groups.get(name)
-        return g is not None and g.tensor == pg.SPLIT and pg.effective(params, g).mode(t) in (Mode.S, Mode.S_STAR)
+        return g is not None and g.tensor == pg.SPLIT and pg.effective(params, g).mode(t[0]) in (Mode.S, Mode.S_STAR)
 
     out: list[Collective] = []
     pay = Payload("activation", (), "embedding output / head input (s·b·h)")
-    for t in axes_with_role(plan, Role.TENSOR, Role.SEQUENCE):
-        link = link_of(plan, (t,))
+    for t in plan.groups_with_role(Role.TENSOR, Role.SEQUENCE):
+        link = link_of(plan, t)
         emb, head = split("embedding", t) and first_too, split("head", t)
         if plan.sequence_parallel:
             # the sequence-parallel region meets the embedding and the head whether or not they are split
             ends = [("embedding", Kind.REDUCE_SCATTER, Kind.ALL_GATHER)] if first_too else []
             ends.append(("head", Kind.ALL_GATHER, Kind.REDUCE_SCATTER))
             for what, fwd, bwd in ends:
-                out.append(Collective(fwd, State.ACTIVATIONS, (t,), link, Phase.FORWARD, m, pay,
+                out.append(Collective(fwd, State.ACTIVATIONS, t, link, Phase.FORWARD, m, pay,
                                       f"Megatron SP: the {what}'s {'output' if what == 'embedding' else 'input'} "
                                       f"{fwd.value.replace('_', '-')} per microbatch in forward"))
-                out.append(Collective(bwd, State.ACTIVATIONS, (t,), link, Phase.BACKWARD, m, pay,
+                out.append(Collective(bwd, State.ACTIVATIONS, t, link, Phase.BACKWARD, m, pay,
                                       f"Megatron SP: the {what}'s gradient {bwd.value.replace('_', '-')} per "
                                       "microbatch in backward"))
         else:
             if emb:
-                out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, (t,), link, Phase.FORWARD, m, pay,
+                out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, t, link, Phase.FORWARD, m, pay,
                                       "vocabulary-parallel embedding: all-reduce of its partial output per "
                                       "microbatch in forward"))
             if head:
-                out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, (t,), link, Phase.BACKWARD, m, pay,
+                out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, t, link, Phase.BACKWARD, m, pay,
                                       "vocabulary-parallel head: all-reduce of its input's partial gradient per "
                                       "microbatch in backward"))
         if head:
-            out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, (t,), link, Phase.FORWARD,
+            out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, t, link, Phase.FORWARD,
                                   _mul(ir.const(3), m), Payload("token_scalars", (), "one fp32 value per token (s·b·4)"),
                                   "vocabulary-parallel cross entropy: all-reduce of the max logit, the target's "
                                   "logit and the sum of exponentials per microbatch"))
@@ -331,11 +331,11 @@ def _experts(plan: ir.Plan) -> list[Collective]:
                                           f"expert tensor parallel (folded): {kind.value.replace('_', '-')} of the "
                                           f"routed tokens over the expert tensor group per MoE layer in {ph.value}"))
         return out
-    for e in axes_with_role(plan, Role.EXPERT):
-        link = link_of(plan, (e,))
-        out.append(Collective(Kind.ALL_TO_ALL, State.ACTIVATIONS, (e,), link, Phase.FORWARD, per, pay,
+    for e in plan.groups_with_role(Role.EXPERT):
+        link = link_of(plan, e)
+        out.append(Collective(Kind.ALL_TO_ALL, State.ACTIVATIONS, e, link, Phase.FORWARD, per, pay,
                               "expert parallel: all-to-all before and after each MoE layer in forward"))
-        out.append(Collective(Kind.ALL_TO_ALL, State.ACTIVATIONS, (e,), link, Phase.BACKWARD, per, pay,
+        out.append(Collective(Kind.ALL_TO_ALL, State.ACTIVATIONS, e, link, Phase.BACKWARD, per, pay,
                               "expert parallel: all-to-all before and after each MoE layer in backward"))
     return out
 
@@ -343,13 +343,13 @@ def _experts(plan: ir.Plan) -> list[Collective]:
 def _context(plan: ir.Plan) -> list[Collective]:
     out: list[Collective] = []
     per = _mul(stage_layers(plan), plan.model.microbatches)
-    for c in axes_with_role(plan, Role.CONTEXT):
-        link = link_of(plan, (c,))
-        ring = Op("-", (Sym(c), _ONE))
+    for c in plan.groups_with_role(Role.CONTEXT):
+        link = link_of(plan, c)
+        ring = Op("-", (_mul(*(Sym(a) for a in c)), _ONE))
         pay = Payload("kv", (), "one key/value block (2·s/cp·b·h·kv_heads/heads)")
-        out.append(Collective(Kind.P2P, State.ACTIVATIONS, (c,), link, Phase.FORWARD, _mul(ring, per), pay,
+        out.append(Collective(Kind.P2P, State.ACTIVATIONS, c, link, Phase.FORWARD, _mul(ring, per), pay,
                               "context parallel: ring-pass K,V blocks (cp-1 steps) per layer in forward"))
-        out.append(Collective(Kind.P2P, State.ACTIVATIONS, (c,), link, Phase.BACKWARD,
+        out.append(Collective(Kind.P2P, State.ACTIVATIONS, c, link, Phase.BACKWARD,
                               _mul(ir.const(2), ring, per), pay,
                               "context parallel: ring-pass K,V and their gradients per layer in backward"))
     return out

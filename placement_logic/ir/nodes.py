@@ -366,12 +366,17 @@ class Placement:
 
 @dataclass(frozen=True)
 class Binding:
-    """A library or user strategy bound to one or more mesh axes."""
+    """A library or user strategy bound to one or more mesh axes.
+
+    ``product``: a one-axis strategy bound to several axes (``[a, b]: megatron_tp``), which act
+    as one axis of size a·b: the same modes on each, and one group over all of them for the
+    strategy's collectives."""
 
     strategy: str  # qualified name, e.g. std.zero.zero3
     axes: tuple[str, ...]
     roles: tuple[tuple[str, Role], ...]  # (axis, role)
     span: Span = _span()
+    product: bool = False
 
 
 @dataclass(frozen=True)
@@ -434,6 +439,17 @@ class Plan:
 
     def axes_with_role(self, *roles: Role) -> tuple[str, ...]:
         return tuple(a.name for a in self.mesh.axes if self.role(a.name) in roles)
+
+    def groups_with_role(self, *roles: Role) -> tuple[tuple[str, ...], ...]:
+        """The axes with one of ``roles`` as the groups their collectives run over, in mesh
+        order: the axes of a product binding together, every other axis on its own."""
+        out: list[tuple[str, ...]] = []
+        for a in self.axes_with_role(*roles):
+            b = next((b for b in self.bindings if a in b.axes), None)
+            group = tuple(x for x in self.mesh.names if x in b.axes) if b is not None and b.product else (a,)
+            if group not in out:
+                out.append(group)
+        return tuple(out)
 
     def overrides_for(self, target: str) -> tuple[Override, ...]:
         return tuple(o for o in self.overrides if o.target == target)

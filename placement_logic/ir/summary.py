@@ -73,7 +73,8 @@ def plan_data(plan: ir.Plan) -> dict:
         "location": f"{plan.span.file}:{plan.span.line}:{plan.span.column}",
         "mesh": [{"axis": a.name, "size": ir.show(a.size), "link": a.link, "role": plan.role(a.name).value}
                  for a in plan.mesh.axes],
-        "bindings": [{"axes": list(b.axes), "strategy": b.strategy} for b in plan.bindings],
+        "bindings": [{"axes": list(b.axes), "strategy": b.strategy, **({"product": True} if b.product else {})}
+                     for b in plan.bindings],
         "placements": [
             {
                 "state": p.state.value,
@@ -175,7 +176,8 @@ def spec_text(spec: ir.Spec) -> str:
         for label, cells in rows:
             line = "  " + label.ljust(13) + "".join(c.ljust(w) for c, w in zip(cells, widths))
             lines.append((line + extras.get(label, "")).rstrip())
-        lines.append("  bindings: " + "; ".join(f"{'/'.join(b['axes'])} <- {b['strategy']}" for b in p["bindings"]))
+        joined = [("×" if b.get("product") else "/").join(b["axes"]) for b in p["bindings"]]
+        lines.append("  bindings: " + "; ".join(f"{a} <- {b['strategy']}" for a, b in zip(joined, p["bindings"])))
         settings = [f"recompute={p['recompute']}"]
         if p["flash_attention"]:
             settings.append("flash_attention")

@@ -239,8 +239,10 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
     return ir.Override(o.target, o.group, o.verb, o.axes, by, o.span)
 
 
-def rename_override(o: ir.Override, rename: dict[str, str]) -> ir.Override:
-    """The override with its axes renamed (formal axes -> the axes they are bound to)."""
+def rename_override(o: ir.Override, rename: dict[str, tuple[str, ...]]) -> ir.Override:
+    """The override with its axes renamed (formal axes -> the axes they are bound to: several
+    for a product binding)."""
     if o.axes is None:
         return o
-    return ir.Override(o.target, o.group, o.verb, tuple(rename.get(a, a) for a in o.axes), o.by, o.span)
+    return ir.Override(o.target, o.group, o.verb, tuple(x for a in o.axes for x in rename.get(a, (a,))), o.by,
+                       o.span)

@@ -120,6 +120,14 @@ class PlanAssembler:
             return None
         if any(s not in modes or set(modes[s]) != set(axes) for s in ir.STATES):
             return None  # an error was reported where the placement broke
+        for b in draft.bindings:
+            differ = [s.value for s in ir.STATES if b.product and len({modes[s][a] for a in b.axes}) > 1]
+            if differ:
+                self.cx.error("PL132", f"the axes of the product [{', '.join(b.axes)}] are placed differently "
+                              f"({', '.join(differ)}): a product of axes acts as one axis", b.span,
+                              tuple(f"{s}: " + ", ".join(f"{a} {modes[ir.State(s)][a].value}" for a in b.axes)
+                                    for s in differ))
+                return None
         placements = []
         for s in ir.STATES:
             o = options.get(s, {})
@@ -196,24 +204,34 @@ class PlanAssembler:
             error("PL127", f"strategy '{ref.dotted}' places no state; add it with 'use {ref.dotted}'",
                   item.span)
             return
-        if len(ex.axes) != len(item.lhs):
+        product = len(ex.axes) == 1 and len(item.lhs) > 1
+        if len(ex.axes) != len(item.lhs) and not product:
             error("PL115", f"strategy '{ref.dotted}' spans {len(ex.axes)} axes "
                   f"({', '.join(a for a in ex.axes if a != '_') or 'one'}) but is bound to {len(item.lhs)}",
-                  item.span)
+                  item.span, ("a strategy over several axes is bound to as many axes, in the order of its 'over' "
+                              "axes; a one-axis strategy to one axis or to a product of axes, [a, b]",))
+            return
+        if product and ex.roles[ex.axes[0]] is ir.Role.PIPELINE:
+            error("PL132", f"pipeline strategy '{ref.dotted}' is bound to a product of axes "
+                  f"[{', '.join(item.lhs)}]: its schedule runs over one axis", item.span,
+                  ("declare the pipeline stages as one mesh axis",))
             return
         for a in item.lhs:
             draft.bound[a] = item.span
-        rename = dict(zip(ex.axes, item.lhs))
+        # formal axis -> the mesh axes it stands for (all of a product's)
+        rename = {ex.axes[0]: tuple(item.lhs)} if product else {fa: (a,) for fa, a in zip(ex.axes, item.lhs)}
         for s, ms in ex.modes.items():
             for fa, m in ms.items():
-                draft.modes.setdefault(s, {})[rename[fa]] = m
+                for a in rename[fa]:
+                    draft.modes.setdefault(s, {})[a] = m
         for s, opts in ex.options.items():
             draft.options.setdefault(s, {}).update(opts)
         self._merge_settings(draft, ex, item.span)
         draft.overrides.extend(rename_override(o, rename) for o in ex.overrides)
         draft.bindings.append(ir.Binding(ex.name, tuple(item.lhs),
-                                         tuple((rename[fa], ex.roles[fa]) for fa in ex.axes), item.span))
-        pipeline = [rename[fa] for fa in ex.axes if ex.roles[fa] is ir.Role.PIPELINE]
+                                         tuple((a, ex.roles[fa]) for fa in ex.axes for a in rename[fa]), item.span,
+                                         product))
+        pipeline = [rename[fa][0] for fa in ex.axes if ex.roles[fa] is ir.Role.PIPELINE]
         if pipeline and "schedule" in ex.settings:
             draft.schedule_axis = pipeline[0]
 

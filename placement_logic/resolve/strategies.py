@@ -121,7 +121,7 @@ class Expander:
             ex.modes = {s: {rename[a]: m for a, m in ms.items()} for s, ms in parent.modes.items()}
             ex.options = {s: dict(o) for s, o in parent.options.items()}
             ex.settings = dict(parent.settings)
-            ex.overrides = [rename_override(o, rename) for o in parent.overrides]
+            ex.overrides = [rename_override(o, {a: (b,) for a, b in rename.items()}) for o in parent.overrides]
             ex.placed = parent.placed
         if sdef.shorthand is not None:
             self._apply_shorthand(ex, sdef.shorthand)
