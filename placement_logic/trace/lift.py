@@ -11,7 +11,9 @@ Steps, on the last step of the trace that reached the optimizer:
    without one, the process groups seen, factored into a 1-D or 2-D layout. Every
    collective's group must be the ranks that differ from the caller along a set of axes.
 2. Roles: an axis along which ranks send and receive activations and gradients to their
-   neighbours is a pipeline axis (``lift_pipeline``: stages, microbatches, schedule); of the
+   neighbours is a pipeline axis (``lift_pipeline``: stages, microbatches, schedule); one along
+   which ranks that all compute a loss exchange in forward and backward is a context axis (ring
+   attention: ``context_parallel``, its reductions and token counts read as a data axis's); of the
    others, an axis along which the ranks' model inputs differ splits the batch (data); one
    along which the inputs agree and parameters are sharded splits the weights (tensor).
    With a pipeline, the parameters are every stage's (read on that stage's rank) and the loss
@@ -127,9 +129,9 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     unnamed = [p for p in params if p["own"].startswith("<unnamed")]
     if unnamed:
         items.append(Unliftable((observer,), -1, f"{len(unnamed)} of {len(params)} optimizer parameters",
-                                "not held by any module seen in forward (DistributedDataParallel over tensor-parallel "
-                                "local shards re-registers them): their groups and gradient programs are not lifted "
-                                "reliably", tuple(step[observer]["optimizer"].get("stack", []))))
+                                "not held by any module seen in forward, nor over the storage of a module's "
+                                "parameter (an optimizer over a flat buffer, as a hand-written ZeRO lays the "
+                                "parameters end to end): their groups and gradient programs are not lifted reliably", tuple(step[observer]["optimizer"].get("stack", []))))
     roles: dict[str, str] = {}
     for a in layout.names:
         if a == pp:
