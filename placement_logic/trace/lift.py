@@ -11,7 +11,9 @@ Steps, on the last step of the trace that reached the optimizer:
    without one, the process groups seen, factored into a 1-D or 2-D layout. Every
    collective's group must be the ranks that differ from the caller along a set of axes.
 2. Roles: an axis along which ranks send and receive activations and gradients to their
-   neighbours is a pipeline axis (``lift_pipeline``: stages, microbatches, schedule); of the
+   neighbours is a pipeline axis (``lift_pipeline``: stages, microbatches, schedule); one along
+   which ranks that all compute a loss exchange in forward and backward is a context axis (ring
+   attention: ``context_parallel``, its reductions and token counts read as a data axis's); of the
    others, an axis along which the ranks' model inputs differ splits the batch (data); one
    along which the inputs agree and parameters are sharded splits the weights (tensor).
    With a pipeline, the parameters are every stage's (read on that stage's rank) and the loss
@@ -53,7 +55,7 @@ from .lift_layout import (
     _layout,
     _placement_axes,
 )
-from .lift_pipeline import P2P_KINDS, find_pipeline
+from .lift_pipeline import P2P_KINDS, find_context_axes, find_pipeline
 from .lift_render import _clip, _empty_spec, _loss, _render
 
 
@@ -107,6 +109,12 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     # pipeline stages: point-to-point calls between neighbours along one axis
     pipe, pipe_why = find_pipeline(ranks, layout, step_no, observer, script)
     pp = pipe.axis if pipe else None
+    # ring attention: sends and recvs along an axis on which every rank computes a loss (a context axis)
+    context = find_context_axes(ranks, layout, step_no) if pipe is None else []
+    if len(context) > 1:
+        for a in context[1:]:
+            items.append(Unliftable((observer,), -1, f"axis {a}", "a second axis of ring attention is not lifted "
+                                    "(one context axis)", ()))
     # the rank of each stage with the observer's other coordinates (the observer itself without a pipeline)
     stage_ranks = [pipe.rank_of(layout, observer, s) for s in range(pipe.size)] if pipe else [observer]
     loss_rank = stage_ranks[-1]
@@ -121,13 +129,16 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     unnamed = [p for p in params if p["own"].startswith("<unnamed")]
     if unnamed:
         items.append(Unliftable((observer,), -1, f"{len(unnamed)} of {len(params)} optimizer parameters",
-                                "not held by any module seen in forward (DistributedDataParallel over tensor-parallel "
-                                "local shards re-registers them): their groups and gradient programs are not lifted "
-                                "reliably", tuple(step[observer]["optimizer"].get("stack", []))))
+                                "not held by any module seen in forward, nor over the storage of a module's "
+                                "parameter (an optimizer over a flat buffer, as a hand-written ZeRO lays the "
+                                "parameters end to end): their groups and gradient programs are not lifted reliably", tuple(step[observer]["optimizer"].get("stack", []))))
     roles: dict[str, str] = {}
     for a in layout.names:
         if a == pp:
             roles[a] = "pipeline"
+            continue
+        if a in context[:1]:
+            roles[a] = "context"
             continue
         other = layout.neighbour(observer, a)
         mine = [i["checksum"] for i in step[observer].get("inputs", [])]
@@ -145,7 +156,9 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
             roles[a] = "data"
             notes.append(f"axis {a}: the ranks along it saw the same inputs and hold whole parameters; lifted as a "
                          "data axis")
-    data_axes = [a for a in layout.names if roles[a] == "data"]
+    # a context axis divides each sequence: its ranks' gradients and token counts are reduced as a data axis's
+    data_axes = [a for a in layout.names if roles[a] in ("data", "context")]
+    cp = next((a for a in layout.names if roles[a] == "context"), None)
     tensor_axes = [a for a in layout.names if roles[a] == "tensor"]
     if len(tensor_axes) > 1:
         for a in tensor_axes[1:]:
@@ -154,12 +167,14 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     tp = tensor_axes[0] if tensor_axes else None
     if not from_mesh:
         taken: set[str] = set()
-        rename = {a: _ident({"data": "dp", "pipeline": "pp"}.get(roles[a], "tp"), taken) for a in layout.names}
+        rename = {a: _ident({"data": "dp", "pipeline": "pp", "context": "cp"}.get(roles[a], "tp"), taken)
+                  for a in layout.names}
         layout.names = [rename[a] for a in layout.names]
         roles = {rename[a]: v for a, v in roles.items()}
         data_axes = [rename[a] for a in data_axes]
         tp = rename[tp] if tp else None
         pp = rename[pp] if pp else None
+        cp = rename[cp] if cp else None
         if pipe:
             pipe.axis = pp
 
@@ -178,6 +193,9 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
             if c["step"] < 0 and c["kind"] not in ("send", "recv", "recv_any_source", "all_to_all"):
                 continue  # set-up before the first step (DDP's broadcast, distributing weights by scatter)
             reason = None
+            if c["kind"] in P2P_KINDS and cp is not None and layout.along(*c["ranks"][:2]) == cp \
+                    and len(c["ranks"]) == 2:
+                continue  # ring attention over the context axis
             if c["kind"] in P2P_KINDS and pipe is not None:
                 if layout.along(*c["ranks"][:2]) != pp or len(c["ranks"]) != 2:
                     reason = (f"a {c['kind']} between ranks {c['ranks']}, which are not neighbouring stages along "
@@ -218,7 +236,12 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
         sharded = any(a in _placement_axes(p, layout) for p in params)
         over = [c for c in step_colls if a in axes(c)]
         binding_frames[a] = _frames((c["stack"] for c in over), script)
-        if sharded:
+        if a == cp:
+            bindings[a] = "context_parallel"
+            if sharded or _optimizer_sharded(step, layout, observer, a):
+                items.append(Unliftable((observer,), -1, f"axis {a}", "parameters or optimizer state sharded over "
+                                        "the context axis are not lifted (context_parallel replicates them)", ()))
+        elif sharded:
             regather = any(c["kind"] == "all_gather" and c["phase"] == "backward" and a in axes(c) for c in step_colls)
             bindings[a] = "zero3" if regather else "fsdp_shard_grad_op"
         elif _optimizer_sharded(step, layout, observer, a):

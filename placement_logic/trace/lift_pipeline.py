@@ -14,6 +14,9 @@ schedules of ``torch.distributed.pipelining`` dispatch the same c10d ops), so:
   gradient moves before the last activation. With one microbatch the orders are the same
   and GPipe is assumed (a note says so). A last stage that sends towards the first before
   its backward (the activations of an interleaved schedule's next model chunk) is not lifted.
+
+Sends and recvs in forward and backward between ranks that all compute a loss are no pipeline:
+they are ring attention over a context axis (``find_context_axes``), lifted as ``context_parallel``.
 """
 
 from __future__ import annotations
@@ -57,6 +60,26 @@ def p2p_axis(layout: _Layout, c: dict) -> str | None:
     return layout.along(*c["ranks"]) if len(c["ranks"]) == 2 else None
 
 
+def find_context_axes(ranks: dict, layout: _Layout, step_no: int) -> list[str]:
+    """Axes along which the step's sends and recvs run between neighbours, in forward and in backward, where every
+    rank computes a loss: each holds a part of every sequence and passes keys and values around a ring (and
+    their gradients back), the ring attention of context parallelism. Not a pipeline: no rank waits for
+    another's activations to compute its loss."""
+    calls = [c for part in ranks.values() for c in part["collectives"] if c["kind"] in P2P_KINDS
+             and c["step"] == step_no]
+    steps = {r: next((s for s in part["steps"] if s["step"] == step_no), {}) for r, part in ranks.items()}
+    if not calls or not all(steps[r].get("losses") for r in ranks):
+        return []
+    out = []
+    for axis in layout.names:
+        along = [c for c in calls if p2p_axis(layout, c) == axis]
+        phases = {c["phase"] for c in along}
+        if "forward" in phases and phases & {"backward", "after_backward"}:
+            out.append(axis)
+    # every send or recv must run along one of them
+    return out if all(p2p_axis(layout, c) in out for c in calls) else []
+
+
 def find_pipeline(ranks: dict, layout: _Layout, step_no: int, observer: int, script: str = "") -> tuple[
         Pipeline | None, str | None]:
     """The pipeline the step's point-to-point calls form; (None, why) when they form none (None, None: no calls)."""
@@ -87,6 +110,10 @@ def find_pipeline(ranks: dict, layout: _Layout, step_no: int, observer: int, scr
                          "their coordinates along <axis>")
     elif lossy == {0}:
         coords = list(range(size - 1, -1, -1))
+    elif lossy == set(range(size)):
+        return None, ("every rank along the axis of the sends computes a loss on its own part of the inputs: an "
+                      "exchange within each layer (the ring attention of context parallelism, the sequence split "
+                      "over the axis), not a chain of stages")
     else:
         return None, (f"the loss is computed at coordinates {sorted(lossy)} along the axis of the sends, not at "
                       "one end of the chain of stages")

@@ -102,6 +102,7 @@ def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, 
     imports = sorted(used & {"ddp", "zero1", "zero3", "fsdp_shard_grad_op", "hybrid_shard"})
     tensor = sorted(used & {"megatron_tp", "megatron_sp"})
     pipeline = sorted(used & {"gpipe", "one_f_one_b"})
+    context = sorted(used & {"context_parallel"})
     out: list[str] = []
     origins: dict[int, list[dict]] = {}
     out.append(f"# Lifted by `placement lift` from a trace of {trace.get('script', '?')} on {trace['world']} processes.")
@@ -116,6 +117,8 @@ def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, 
         out.append(f"from std.tensor import {', '.join(tensor)}")
     if pipeline:
         out.append(f"from std.pipeline import {', '.join(pipeline)}")
+    if context:
+        out.append(f"from std.context import {', '.join(context)}")
     out.append("")
     out.append("model {")
     out.append(f"  params = {total}")

@@ -112,9 +112,12 @@ class Recorder(Events, TorchDispatchMode):
             c["value_out"] = float(t.detach().float().sum())
         self.scalars.clear()
         params = []
+        storage = None
+        if any(id(p) not in names for g in optimizer.param_groups for p in g["params"]):
+            storage = self._storage_names()
         for group in optimizer.param_groups:
             for p in group["params"]:
-                params.append(self._param_view(p, names.get(id(p), f"<unnamed {len(params)}>")))
+                params.append(self._param_view(p, self._name_of(p, names, storage, f"<unnamed {len(params)}>")))
         rec["optimizer"] = {"class": type(optimizer).__name__, "stack": _user_frames(), "params": params}
 
     def on_step_post(self, optimizer) -> None:
@@ -154,6 +157,42 @@ class Recorder(Events, TorchDispatchMode):
                 if len(name) > len(best.get(id(p), "")):
                     best[id(p)] = name
         return best
+
+    def _storage_names(self) -> dict[tuple, str]:
+        """(data pointer, shape, stride) -> name, for the modules' plain parameters and the local shards of the
+        DTensors they hold as plain attributes. PyTorch's DDP + tensor-parallel path
+        (``_pre_dp_module_transform``) gives the optimizer plain local ``Parameter``s and, before each forward,
+        sets DTensors over them on the modules in their place (attributes, no longer parameters): the
+        optimizer's tensor is still the module's parameter of that name, over the same storage."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        out: dict[tuple, str] = {}
+
+        def put(name: str, t) -> None:
+            if t.numel() == 0:
+                return
+            key = (t.data_ptr(), tuple(t.shape), tuple(t.stride()))
+            if len(name) > len(out.get(key, "")):
+                out[key] = name
+
+        for m in list(self.modules.values()):
+            if isinstance(m, DistributedDataParallel):
+                continue
+            for name, p in m.named_parameters(remove_duplicate=False):
+                if not isinstance(p, DTensor):
+                    put(name, p)
+            for prefix, sub in m.named_modules(remove_duplicate=False):
+                for attr, v in vars(sub).items():
+                    if isinstance(v, DTensor):
+                        put(f"{prefix}.{attr}" if prefix else attr, v._local_tensor)
+        return out
+
+    def _name_of(self, p, names: dict[int, str], storage: dict[tuple, str] | None, default: str) -> str:
+        if id(p) in names:
+            return names[id(p)]
+        if storage and not isinstance(p, DTensor) and p.numel():
+            return storage.get((p.data_ptr(), tuple(p.shape), tuple(p.stride())), default)
+        return default
 
     def _tag_params(self, module) -> None:
         names = self._param_names() if self.modules else {}

@@ -1,7 +1,8 @@
 """A training script that runs one ``measure`` realisation (a pickled Job), for ``placement trace``.
 
 The same steps as a measurement rank (``measure.ranks.worker.run_job``: the realisation
-applied to the tiny transformer, variable-length batches, the plan's loss normaliser,
+applied to the tiny transformer, variable-length batches (each context rank's block of every
+sequence, each expert rank's own rows), the plan's loss normaliser,
 clipping and the optimizer), written as a user's script: the process group from the
 torchrun environment, a named DeviceMesh, no counters. Used by tests/test_trace.py.
 """
@@ -28,17 +29,26 @@ dist.init_process_group("gloo")
 names = tuple(a for a, _ in r.mesh)
 mesh = init_device_mesh("cpu", tuple(s for _, s in r.mesh), mesh_dim_names=names)
 coords = dict(zip(names, mesh.get_coordinate()))
-dp_index = 0
-for a in r.data_axes:
+dp, dp_index = 1, 0
+for a in r.data_axes + ((r.expert_axis,) if r.expert_axis else ()):  # expert-parallel ranks hold other data
     dp_index = dp_index * r.sizes[a] + coords[a]
+    dp *= r.sizes[a]
 mb, m = job.shape.microbatch, job.shape.microbatches
 rows = mb * m  # this data-parallel rank's rows: m microbatches, gradients accumulated
-global_batch = rows * r.data_size
+global_batch = rows * dp
 trainer = apply(r, tiny.build(job.shape, job.seed, r.recompute).to(dtype=param_dtype(r.param_bytes)), mesh)
+# context parallelism: this rank's contiguous block of every sequence
+cp = r.sizes[r.context_axis] if r.context_axis else 1
+c0 = coords[r.context_axis] * job.shape.seq // cp if r.context_axis else 0
+c1 = c0 + job.shape.seq // cp
 for step in range(job.steps):
     x, y = _batch(job.shape, global_batch, job.seed, step)
+    x, y_all, y = x[:, c0:c1], y, y[:, c0:c1]
     lo, hi = dp_index * rows, (dp_index + 1) * rows
-    norm = loss_normaliser(r, tokens_of(y), tokens_of(y[lo:hi]))
+    # the token count the loss is divided by: every rank's with data, or (override tokens: reduce over the data
+    # axis alone) this context block's
+    counted = tokens_of(y) if r.tokens_over is not None and r.context_axis not in r.tokens_over else tokens_of(y_all)
+    norm = loss_normaliser(r, counted, tokens_of(y[lo:hi]))
     with loss_parallel() if trainer.loss_parallel else nullcontext():
         for k in range(m):
             a, b = lo + k * mb, lo + (k + 1) * mb
