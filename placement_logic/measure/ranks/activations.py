@@ -4,7 +4,11 @@ Input: a model with ``blocks`` and a forward to run. Output: the bytes of the di
 storages autograd saves for backward, per block (transformer layer) and in all, through
 ``torch.autograd.graph.saved_tensors_hooks``: every tensor packed for backward is seen
 once, its storage counted once (views share it), and storages of parameters are left out
-(a linear layer saves its weight, which is a parameter, not an activation). The block a
+(a linear layer saves its weight, which is a parameter, not an activation). Which storages
+are parameters is read when a tensor is packed, from the parameters alive then: a sharded
+data-parallel plan frees the gathered weights of a finished block, and the allocator may hand
+their addresses to later activations, so addresses remembered from earlier blocks would drop
+those activations from the count. The block a
 saved tensor belongs to is the block whose forward is running; tensors saved outside any
 block (embedding, final norm, head, loss) go to ``outside``. A recomputed block (full
 recomputation) saves only its input during forward, which is what is counted.
@@ -29,7 +33,12 @@ class SavedActivations:
     def __init__(self) -> None:
         self.per_block: dict[str, dict[int, int]] = {}
         self.current = "outside"
-        self.params: set[int] = set()
+        self.block_params: set[int] = set()  # storages of the running block's (gathered) parameters
+        self.model: nn.Module | None = None
+
+    def _param_storages(self) -> set[int]:
+        live = {_local(p).untyped_storage().data_ptr() for p in self.model.parameters()} if self.model else set()
+        return live | self.block_params
 
     def _pack(self, t):
         if isinstance(t, torch.Tensor):
@@ -38,7 +47,7 @@ class SavedActivations:
                 loc = loc.elem  # a wrapper subclass (functional collectives' AsyncCollectiveTensor)
             st = loc.untyped_storage()
             ptr = st.data_ptr()
-            if ptr not in self.params and st.nbytes():
+            if st.nbytes() and ptr not in self._param_storages():
                 seen = self.per_block.setdefault(self.current, {})
                 seen[ptr] = max(seen.get(ptr, 0), st.nbytes())
         return t
@@ -51,20 +60,22 @@ class SavedActivations:
         for name, block in blocks:
             def pre(module, args, name=name):
                 self.current = name
-                self.params |= {_local(p).untyped_storage().data_ptr() for p in module.parameters()}
+                self.block_params = {_local(p).untyped_storage().data_ptr() for p in module.parameters()}
 
             def post(module, args, out):
                 self.current = "outside"
+                self.block_params = set()
 
             handles.append(block.register_forward_pre_hook(pre))
             handles.append(block.register_forward_hook(post))
-        self.params |= {_local(p).untyped_storage().data_ptr() for p in model.parameters()}
+        self.model = model
         try:
             with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
                 yield self
         finally:
             for h in handles:
                 h.remove()
+            self.model, self.block_params = None, set()
 
     def bytes(self) -> dict[str, int]:
         """Distinct saved bytes per block name (and ``outside``)."""
