@@ -23,7 +23,7 @@ from .collective_rows import collective_rows, edge_share
 from .mechanisms import MECHANISMS, SETUP, STATES, axes_of_group, explained, own_stage_prediction, tied_stage_excess
 from .predict import Prediction
 from .realise import Realisation
-from .report import TOLERANCES, Equivalence, Row
+from .report import GRAD_TOLERANCES, TOLERANCES, Equivalence, Row
 from .shape import TinyShape
 
 __all__ = ["MECHANISMS", "SETUP", "activation_rows", "axes_of_group", "compare", "edge_share", "peak_note", "peak_rows"]
@@ -141,5 +141,17 @@ def compare(pred: Prediction, r: Realisation, results: list[dict], shape: TinySh
         loss_rel=max(res["loss_rel_diff"] for res in results),
         replicas_agree=len({res["fingerprint"] for res in results}) == 1,
         tolerance=TOLERANCES[r.param_bytes],
+        grad_tolerance=GRAD_TOLERANCES[r.param_bytes],
+        **_gradients(results),
     )
     return rows, eq
+
+
+def _gradients(results: list[dict]) -> dict:
+    """The ranks' worst first-step gradient difference, or why some rank compared none."""
+    missing = [res.get("grad_unavailable", "not recorded") for res in results if "grad_rel_diff" not in res]
+    if missing:
+        return {"grad_unavailable": missing[0]}
+    worst = max(results, key=lambda res: res["grad_rel_diff"])
+    return {"grad_abs": max(res["grad_abs_diff"] for res in results), "grad_rel": worst["grad_rel_diff"],
+            "grad_worst": worst["grad_worst"]}

@@ -51,7 +51,7 @@ def counterexample_lines(cex: CounterexampleView) -> list[str]:
 def _divergence(rep: MeasureReport) -> str:
     eq = rep.equivalence
     return (f"parameters {eq.param_rel:.3g} relative to one process ({eq.param_worst}), loss {eq.loss_rel:.3g} "
-            f"relative, replicas {'agree' if eq.replicas_agree else 'disagree'} "
+            f"relative, {eq.gradient_text()}, replicas {'agree' if eq.replicas_agree else 'disagree'} "
             f"({'within' if eq.within else 'outside'} {eq.tolerance:g})")
 
 
@@ -100,7 +100,7 @@ def text(reports: list[MeasureReport]) -> str:
             word = "within" if eq.within else "OUTSIDE"
             out.append(f"  equivalence over {eq.steps} steps vs 1 process: largest parameter difference "
                        f"{eq.param_abs:.3g} ({eq.param_rel:.3g} relative, {eq.param_worst}), loss difference "
-                       f"{eq.loss_abs:.3g} ({eq.loss_rel:.3g} relative); replicas "
+                       f"{eq.loss_abs:.3g} ({eq.loss_rel:.3g} relative); {eq.gradient_text()}; replicas "
                        f"{'agree' if eq.replicas_agree else 'DISAGREE'}; {word} tolerance {eq.tolerance:g}")
             out.extend(f"  note: {n}" for n in rep.notes if n.startswith(("valid tokens", "byte widths", "one-time", "allocator peak")))
         if rep.checker is not None:
@@ -140,7 +140,7 @@ def markdown(reports: list[MeasureReport]) -> str:
         eq = rep.equivalence
         if eq is not None:
             out.append(f"Equivalence ({eq.steps} steps vs 1 process): parameters {eq.param_rel:.3g} relative "
-                       f"({eq.param_abs:.3g} absolute), loss {eq.loss_rel:.3g} relative; replicas "
+                       f"({eq.param_abs:.3g} absolute), loss {eq.loss_rel:.3g} relative; {eq.gradient_text()}; replicas "
                        f"{'agree' if eq.replicas_agree else 'disagree'}; "
                        f"{'within' if eq.within else 'outside'} {eq.tolerance:g}.\n")
             out.extend(f"Note: {n}.\n" for n in rep.notes if n.startswith(("valid tokens", "byte widths", "one-time", "allocator peak")))
@@ -203,6 +203,8 @@ def to_json(reports: list[MeasureReport]) -> dict:
                 "steps": eq.steps, "param_abs": eq.param_abs, "param_rel": eq.param_rel, "param_worst": eq.param_worst,
                 "loss_abs": eq.loss_abs, "loss_rel": eq.loss_rel, "replicas_agree": eq.replicas_agree,
                 "tolerance": eq.tolerance, "within": eq.within,
+                "grad_abs": eq.grad_abs, "grad_rel": eq.grad_rel, "grad_worst": eq.grad_worst or None,
+                "grad_unavailable": eq.grad_unavailable or None, "grad_tolerance": eq.grad_tolerance,
             },
             "checker": None if rep.checker is None else {
                 "available": rep.checker.available, "verdict": rep.checker.verdict or None,

@@ -18,6 +18,12 @@ TOLERANCE = 1e-5  # relative, fp32
 # relative, by the width of the parameters and gradients that ran: fp32, or bfloat16 (2^-8, the
 # unit round-off of its 8 significant bits: the summation orders of bf16 gradients differ by it)
 TOLERANCES = {4: TOLERANCE, 2: 2.0 ** -8}
+# the first step's gradients, relative to the largest reference gradient: fp32 as the
+# parameters; bf16 wider, 2^-6 (eight roundings of 2^-9): a distributed bf16 gradient is rounded
+# at every microbatch's accumulation, every reduction step and every division, one process's at
+# other points, while a gradient bug moves it by a factor (an extra sum over an axis of size n:
+# (n - 1) x, relative 1/2 and more), so the margin stays wide
+GRAD_TOLERANCES = {4: TOLERANCE, 2: 2.0 ** -6}
 DTYPE_NAMES = {4: "fp32", 2: "bf16"}
 
 class Outcome(StrEnum):
@@ -95,10 +101,23 @@ class Equivalence:
     loss_rel: float
     replicas_agree: bool  # every rank's gathered parameters are the same
     tolerance: float = TOLERANCE
+    # the first step's whole gradients against one process's (None: not compared, and why)
+    grad_abs: float | None = None
+    grad_rel: float | None = None
+    grad_worst: str = ""
+    grad_unavailable: str = ""
+    grad_tolerance: float = TOLERANCE
 
     @property
     def within(self) -> bool:
-        return self.param_rel <= self.tolerance and self.loss_rel <= self.tolerance and self.replicas_agree
+        grads = self.grad_rel is None or self.grad_rel <= self.grad_tolerance
+        return self.param_rel <= self.tolerance and self.loss_rel <= self.tolerance and self.replicas_agree and grads
+
+    def gradient_text(self) -> str:
+        if self.grad_rel is None:
+            return f"first-step gradients not compared ({self.grad_unavailable})"
+        bound = f", within {self.grad_tolerance:g}" if self.grad_tolerance != self.tolerance else ""
+        return f"first-step gradients {self.grad_rel:.3g} relative ({self.grad_worst}{bound})"
 
 
 @dataclass(frozen=True)

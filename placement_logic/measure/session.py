@@ -19,7 +19,7 @@ from .compare import SETUP, compare, peak_note
 from .job import Job
 from .predict import Prediction, UnboundPrediction, predict
 from .realise import DTYPES, Realisation, Unrealised, realise, widths_of
-from .report import DTYPE_NAMES, TOLERANCES, CheckerView, CounterexampleView, MeasureReport, Outcome
+from .report import DTYPE_NAMES, GRAD_TOLERANCES, TOLERANCES, CheckerView, CounterexampleView, MeasureReport, Outcome
 from .runner import LaunchError, launch
 from .shape import ShapeError, TinyShape, scale_down
 
@@ -181,7 +181,8 @@ def _report(spec: ir.Spec, p: Prepared, results: list[dict], steps: int, with_ch
         outcome = Outcome.MISMATCH
     else:
         outcome = Outcome.MATCHED
-    notes = ((f"equivalence tolerance {TOLERANCES[r.param_bytes]:g} relative ({DTYPE_NAMES[r.param_bytes]})",
+    notes = ((f"equivalence tolerance {TOLERANCES[r.param_bytes]:g} relative ({DTYPE_NAMES[r.param_bytes]}), "
+              f"{GRAD_TOLERANCES[r.param_bytes]:g} for the first step's gradients",
               _token_note(r, results)) + _widths_note(r) + _setup_note(results)
              + peak_note(results))
     return MeasureReport(outcome=outcome, rows=tuple(rows), equivalence=eq, checker=checker, notes=notes, **base)

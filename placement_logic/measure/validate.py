@@ -25,7 +25,7 @@ def example_files(root: Path) -> list[Path]:
 
 
 def summary(reports: list[MeasureReport]) -> str:
-    out = ["| file | plan | devices | realised as | outcome | rows (match / explained / differ) | equivalence (rel.) | checker |",
+    out = ["| file | plan | devices | realised as | outcome | rows (match / explained / differ) | equivalence (rel.: parameters; first-step gradients) | checker |",
            "|---|---|---:|---|---|---|---|---|"]
     for rep in reports:
         if rep.outcome is Outcome.UNREALISED:
@@ -35,7 +35,10 @@ def summary(reports: list[MeasureReport]) -> str:
         c = rep.counts()
         rows = f"{c['match']} / {c['explained']} / {c['differs']}" if rep.rows else "—"
         eq = rep.equivalence
-        eqs = "—" if eq is None else f"{eq.param_rel:.2g} ({'within' if eq.within else 'outside'} {eq.tolerance:g})"
+        grads = "—" if eq is None or eq.grad_rel is None else f"{eq.grad_rel:.2g}"
+        bound = "" if eq is None else f"{eq.tolerance:g}" if eq.grad_tolerance == eq.tolerance else \
+            f"{eq.tolerance:g}; {eq.grad_tolerance:g}"
+        eqs = "—" if eq is None else f"{eq.param_rel:.2g}; {grads} ({'within' if eq.within else 'outside'} {bound})"
         chk = "—" if rep.checker is None or not rep.checker.available else rep.checker.verdict
         out.append(f"| {rep.file} | {rep.plan} | {rep.devices} | {how} | {rep.outcome} | {rows} | {eqs} | {chk} |")
     return "\n".join(out) + "\n"

@@ -86,6 +86,18 @@ class FlatZero:
     def held_gradients(self) -> list:
         return [self.shard_grad] if self.stage == 2 else [p.grad for p in self.params]
 
+    def whole_local(self, shard: torch.Tensor) -> list:
+        """Every parameter's local gradient from a copy of this rank's reduced shard: the shards
+        gathered over the group (a collective) and cut as the parameters were laid end to end."""
+        whole = torch.empty(self.size * self.n, dtype=shard.dtype, device=shard.device)
+        dist.all_gather_into_tensor(whole, shard.contiguous(), group=self.group)
+        out, offset = [], 0
+        for p in self.params:
+            t = local(p)
+            out.append(whole[offset:offset + t.numel()].view(t.shape))
+            offset += t.numel()
+        return out
+
     @torch.no_grad()
     def step(self) -> None:
         self.master.grad = None if self.shard_grad is None else self.shard_grad.to(torch.float32)

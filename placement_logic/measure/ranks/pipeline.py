@@ -232,7 +232,7 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
     from torch.distributed.pipelining import PipelineStage, schedules
     from torch.distributed.tensor.parallel import loss_parallel
 
-    from .training import _batch, _loss_sum, _reference, held_bytes, loss_normaliser, tokens_of
+    from .training import _batch, _loss_sum, _reference, gradient_difference, held_bytes, loss_normaliser, tokens_of
 
     r, shape = job.realisation, job.shape
     p, v = r.stages, r.chunks
@@ -334,6 +334,7 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
     global_batch = rows * dp
     steps, losses, tokens = [], [], []
     held: dict = {}
+    grads0, whole0 = None, None
     for step in range(job.steps):
         x, y = _batch(shape, global_batch, job.seed, step)
         lo, hi = dp_index * rows, (dp_index + 1) * rows
@@ -357,6 +358,8 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
             if clip is not None:
                 counter.phase = "clip"
                 clip()
+            if step == 0 and zero is None and outer_sync is None:  # this stage's reduced (and clipped) gradients
+                grads0 = [(n, q.grad.detach().clone()) for n, q in named if q.grad is not None]
             if outer_sync is not None:
                 counter.phase = "backward"
                 outer_sync()
@@ -368,13 +371,20 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
         tagger.counter = None
         counter.check()
         steps.append([rec.__dict__ for rec in counter.records])
+        if step == 0 and grads0 is not None:  # made whole over the tensor axis: collectives, after the counted step
+            whole0 = {}
+            for n, g in grads0:
+                # the last stage's copy of a tied embedding: one process's gradient of the embedding
+                key = "embed.weight" if shape.tied_embeddings and n == "head.weight" else n
+                whole0.setdefault(key, (g.full_tensor() if hasattr(g, "full_tensor") else g).detach().cpu().float())
         loss = torch.stack([local(t.detach()) for t in mb_losses]).mean() * (m / scale) if last else torch.zeros(())
         dist.all_reduce(loss)  # only the last stage's ranks (one per data-parallel and tensor rank) hold a loss
         losses.append(loss.item() / (dp * tp))
         if step == job.steps - 1:
             held = held_bytes(params, opt.state, zero.held_gradients() if zero is not None else None)
         opt.zero_grad()
-    ref, ref_losses = _reference(job, global_batch)
+    ref, ref_losses, ref_grads = _reference(job, global_batch)
+    grad_diff = gradient_difference(whole0, ref_grads, "ZeRO under a pipeline holds them as flat shards", partial=True)
     worst_abs, worst_name, scale = 0.0, "", max(t.abs().max().item() for t in ref.values())
     whole = [(name, q.full_tensor() if hasattr(q, "full_tensor") else q) for name, q in named]  # TP shards gathered
     for name, q in whole:
@@ -406,4 +416,5 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
         "param_worst": worst_name,
         "loss_abs_diff": max(abs(a - b) for a, b in zip(losses, ref_losses)),
         "loss_rel_diff": max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(losses, ref_losses)),
+        **grad_diff,
     }

@@ -57,6 +57,12 @@ class Trainer:
     # (DDP's no_sync) and what runs after each microbatch's backward (ZeRO-2's reduce-scatter)
     no_sync: Callable | None = None
     after_microbatch: Callable[[], None] | None = None
+    # the first step's reduced gradients, compared with one process's: copied after backward, the
+    # hand-written reductions and clipping (no collective), and made whole afterwards
+    # (collectives, outside the counted step). By default the parameters' .grad; ZeRO's flat
+    # shard when it holds them (``flat_gradients``); not compared when ``gradients_unavailable``
+    flat_gradients: object | None = None  # a FlatZero
+    gradients_unavailable: str = ""
 
     def __post_init__(self) -> None:
         if not self.named:
@@ -70,6 +76,22 @@ class Trainer:
             mesh, placements = self.layouts[name]
             p = DTensor.from_local(p, mesh, placements, run_check=False)
         return p.full_tensor() if hasattr(p, "full_tensor") else p
+
+    def copy_gradients(self):
+        """This rank's reduced gradients, copied (no collective); None when not compared."""
+        if self.gradients_unavailable:
+            return None
+        if self.flat_gradients is not None:
+            return self.flat_gradients.shard_grad.detach().clone()
+        return [(n, p.grad.detach().clone()) for n, p in self.named if p.grad is not None]
+
+    def whole_gradients(self, copy) -> dict:
+        """The whole gradient of every parameter from ``copy`` (collectives for sharded ones; every
+        rank calls it at the same point)."""
+        pairs = copy
+        if self.flat_gradients is not None:
+            pairs = list(zip((n for n, _ in self.named), self.flat_gradients.whole_local(copy)))
+        return {n: self.full(n, g).detach().cpu().float() for n, g in pairs}
 
     def sharded_on(self, name: str, p: torch.Tensor, axis: str) -> bool:
         mesh, placements = self.layouts.get(name, (getattr(p, "device_mesh", None), getattr(p, "placements", ())))
@@ -286,7 +308,8 @@ def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
                               group, mesh[r.expert_axis].get_group(), r.optimizer, total,
                               float(r.expert_divide or total))
             return Trainer(model, model, zero, lambda: zero.state, None, layouts, named, zero.reduce_gradients,
-                           zero.held_gradients)
+                           zero.held_gradients, gradients_unavailable="ZeRO-1 with expert parallelism holds them as "
+                           "two interleaved flat shards")
         dp_divide = float(r.sizes[r.data_axes[0]]) if r.expert_axis else float(r.grad_divide or r.data_size)
         zero = FlatZero([p for _, p in named], group, 1 if r.data == "zero1" else 2, r.optimizer,
                         dp_divide, r.regather, r.master_copy)
@@ -299,9 +322,9 @@ def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
             again = _chain(again, expert_sync(r, named, mesh, float(r.sizes[r.data_axes[0]])))
         if r.data == "zero1":
             return Trainer(model, model, zero, lambda: zero.state, None, layouts, named,
-                           _chain(again, zero.reduce_gradients), zero.held_gradients)
+                           _chain(again, zero.reduce_gradients), zero.held_gradients, flat_gradients=zero)
         return Trainer(model, model, zero, lambda: zero.state, None, layouts, named, None, zero.held_gradients,
-                       after_microbatch=zero.reduce_gradients)
+                       after_microbatch=zero.reduce_gradients, flat_gradients=zero)
     if r.data == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 

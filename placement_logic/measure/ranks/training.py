@@ -94,7 +94,9 @@ def _storage_bytes(tensors) -> tuple[int, int]:
 
 
 def _reference(job: Job, global_batch: int):
-    """The same steps on one process: final parameters by name and the losses."""
+    """The same steps on one process: final parameters by name, the losses, and the first
+    step's gradients by name (the global-batch gradient, clipped when the plan clips: what the
+    optimizer's first step receives)."""
     from . import model as tiny
     from .common import param_dtype
     from .torch_plan import MAX_NORM, clip_global, make_training_optimizer
@@ -109,7 +111,7 @@ def _reference(job: Job, global_batch: int):
     if r.dropout:  # the same hidden dropout, every mask drawn for the whole batch
         dropout = tiny.HiddenDropout(job.seed, global_batch, job.shape.seq, job.shape.hidden)
         tiny.use_dropout(m, dropout)
-    losses = []
+    losses, first_grads = [], {}
     for step in range(job.steps):
         if dropout is not None:
             dropout.step = step
@@ -118,7 +120,30 @@ def _reference(job: Job, global_batch: int):
         loss.backward()
         if job.realisation.clip is not None:
             clip_global(list(m.parameters()), MAX_NORM)
+        if step == 0:
+            first_grads = {n: p.grad.detach().clone() for n, p in m.named_parameters() if p.grad is not None}
         opt.step()
         opt.zero_grad()
         losses.append(loss.item())
-    return {n: p.detach().clone() for n, p in m.named_parameters()}, losses
+    return {n: p.detach().clone() for n, p in m.named_parameters()}, losses, first_grads
+
+
+def gradient_difference(whole: dict | None, ref: dict, unavailable: str, partial: bool = False) -> dict:
+    """The first step's whole gradients against one process's: the largest elementwise
+    difference relative to the largest reference gradient magnitude, and the parameter where it
+    is (``partial``: this rank holds some of the parameters, a pipeline stage's). Adam's update barely moves when a whole tensor's gradient is scaled (a gradient summed
+    twice over a replicated axis, a clip coefficient from a wrong norm), so the parameters alone
+    would pass it; the gradient does not."""
+    if whole is None:
+        return {"grad_unavailable": unavailable or "not held whole"}
+    missing = sorted(set(whole) - set(ref)) if partial else sorted(set(ref) ^ set(whole))
+    if missing:
+        return {"grad_unavailable": f"gradients of {', '.join(missing[:3])} not held as one process holds them"}
+    scale = max(g.abs().max().item() for g in ref.values())
+    worst_abs, worst_name = 0.0, ""
+    for name, g in whole.items():
+        diff = (g - ref[name].float()).abs().max().item()
+        if diff > worst_abs or not worst_name:
+            worst_abs, worst_name = diff, name
+    return {"grad_abs_diff": worst_abs, "grad_rel_diff": worst_abs / max(scale, 1e-30), "grad_worst": worst_name}
+

@@ -20,7 +20,18 @@ from pathlib import Path
 
 from ..realise import Realisation  # noqa: F401 - part of a Job
 from ..shape import TinyShape  # noqa: F401 - part of a Job
-from .training import IGNORE, Job, _batch, _loss_sum, _reference, _storage_bytes, held_bytes, loss_normaliser, tokens_of  # noqa: F401
+from .training import (  # noqa: F401,E501
+    IGNORE,
+    Job,
+    _batch,
+    _loss_sum,
+    _reference,
+    _storage_bytes,
+    gradient_difference,
+    held_bytes,
+    loss_normaliser,
+    tokens_of,
+)
 
 TIMEOUT_S = int(os.environ.get("PLACEMENT_MEASURE_TIMEOUT", "120"))  # a collective that waits longer than this fails the job
 
@@ -89,6 +100,7 @@ def run_job(job: Job, rank: int) -> dict:
         dropout.same = r.dropout == "same"
         tiny.use_dropout(trainer.inner, dropout)
     steps, losses, tokens = [], [], []
+    grads0 = None
     # context parallelism: this rank's contiguous block of every sequence
     cp = r.sizes[r.context_axis] if r.context_axis else 1
     c0 = coords[r.context_axis] * job.shape.seq // cp if r.context_axis else 0
@@ -130,10 +142,14 @@ def run_job(job: Job, rank: int) -> dict:
             if trainer.clip is not None:
                 counter.phase = "clip"
                 trainer.clip()
+            if step == 0:
+                grads0 = trainer.copy_gradients()
             counter.phase = "optimizer"
             trainer.optimizer.step()
         counter.check()
         steps.append([asdict(c) for c in counter.records])
+        if step == 0 and grads0 is not None:
+            grads0 = trainer.whole_gradients(grads0)  # collectives, after the counted step
         # the reported loss: the ranks' losses averaged (the global token mean when the
         # plan's loss is right); tensor-parallel ranks hold the same loss
         mean = total.clone()
@@ -147,7 +163,8 @@ def run_job(job: Job, rank: int) -> dict:
             activations = saved.bytes()
         trainer.optimizer.zero_grad()
     # equivalence: full parameters against the single-process run
-    ref, ref_losses = _reference(job, global_batch)
+    ref, ref_losses, ref_grads = _reference(job, global_batch)
+    grad_diff = gradient_difference(grads0, ref_grads, trainer.gradients_unavailable)
     # largest elementwise difference, relative to the largest parameter magnitude of the model
     worst_abs, worst_name, scale = 0.0, "", 0.0
     for name, p in trainer.named:
@@ -186,6 +203,7 @@ def run_job(job: Job, rank: int) -> dict:
         "param_worst": worst_name,
         "loss_abs_diff": loss_abs,
         "loss_rel_diff": loss_rel,
+        **grad_diff,
     }
 
 
