@@ -226,6 +226,30 @@ def pipeline_clip(r, named, mesh, max_norm: float, tied: bool):
     return run
 
 
+def _copy_gradients(named, zero) -> list:
+    """This stage's reduced gradients, copied: the parameters' .grad, or ZeRO's flat shards."""
+    if zero is None:
+        return [("grad", n, q.grad.detach().clone()) for n, q in named if q.grad is not None]
+    flats = zero.parts if isinstance(zero, ZeroParts) else [zero]
+    return [("flat", f, f.shard_grad.detach().clone()) for f in flats]
+
+
+def _whole_gradients(named, copy: list) -> list:
+    """(name, whole gradient) of this stage's parameters from ``_copy_gradients``'s copy: flat
+    shards gathered over their group and cut per parameter, DTensor shards gathered."""
+    from torch.distributed.tensor import DTensor
+
+    names = {id(q): n for n, q in named}
+    pairs = []
+    for kind, a, b in copy:
+        if kind == "grad":
+            pairs.append((a, b))
+        else:
+            pairs += [(names[id(q)], DTensor.from_local(g, q.device_mesh, q.placements, run_check=False)
+                       if hasattr(q, "placements") else g) for q, g in zip(a.params, a.whole_local(b))]
+    return [(n, g.full_tensor() if hasattr(g, "full_tensor") else g) for n, g in pairs]
+
+
 def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
     from contextlib import nullcontext
 
@@ -358,25 +382,25 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
             if clip is not None:
                 counter.phase = "clip"
                 clip()
-            if step == 0 and zero is None and outer_sync is None:  # this stage's reduced (and clipped) gradients
-                grads0 = [(n, q.grad.detach().clone()) for n, q in named if q.grad is not None]
             if outer_sync is not None:
                 counter.phase = "backward"
                 outer_sync()
             if zero is not None and not per_microbatch:
                 counter.phase = "backward"
                 zero.reduce_gradients()
+            if step == 0:  # this stage's gradients as the optimizer receives them: copied, no collective
+                grads0 = _copy_gradients(named, zero)
             counter.phase = "optimizer"
             opt.step()
         tagger.counter = None
         counter.check()
         steps.append([rec.__dict__ for rec in counter.records])
-        if step == 0 and grads0 is not None:  # made whole over the tensor axis: collectives, after the counted step
+        if step == 0:  # made whole: collectives, after the counted step
             whole0 = {}
-            for n, g in grads0:
+            for n, g in _whole_gradients(named, grads0):
                 # the last stage's copy of a tied embedding: one process's gradient of the embedding
                 key = "embed.weight" if shape.tied_embeddings and n == "head.weight" else n
-                whole0.setdefault(key, (g.full_tensor() if hasattr(g, "full_tensor") else g).detach().cpu().float())
+                whole0.setdefault(key, g.detach().cpu().float())
         loss = torch.stack([local(t.detach()) for t in mb_losses]).mean() * (m / scale) if last else torch.zeros(())
         dist.all_reduce(loss)  # only the last stage's ranks (one per data-parallel and tensor rank) hold a loss
         losses.append(loss.item() / (dp * tp))
@@ -384,7 +408,7 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
             held = held_bytes(params, opt.state, zero.held_gradients() if zero is not None else None)
         opt.zero_grad()
     ref, ref_losses, ref_grads = _reference(job, global_batch)
-    grad_diff = gradient_difference(whole0, ref_grads, "ZeRO under a pipeline holds them as flat shards", partial=True)
+    grad_diff = gradient_difference(whole0, ref_grads, "", partial=True)
     worst_abs, worst_name, scale = 0.0, "", max(t.abs().max().item() for t in ref.values())
     whole = [(name, q.full_tensor() if hasattr(q, "full_tensor") else q) for name, q in named]  # TP shards gathered
     for name, q in whole:
