@@ -66,7 +66,8 @@ def test_within_requires_the_gradients_when_compared():
 HIDDEN = [("examples/bugs/norms_reduced_over_tp.place", "tp_norms_reduced_twice"),
           ("examples/bugs/tied_embedding_norm_twice.place", "tied_counted_twice")]
 SAFE = [("examples/library/zero1.place", "zero1"), ("examples/library/gpipe.place", "gpipe"),
-        ("examples/safe/pipeline_parallel.place", "zero2_pipeline"), ("examples/library/zeropp_zero1.place", "zeropp_zero1")]
+        ("examples/safe/pipeline_parallel.place", "zero2_pipeline"), ("examples/library/zeropp_zero1.place", "zeropp_zero1"),
+        ("examples/models/qwen15_moe_a27b.place", "moe")]
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +104,8 @@ def test_the_doubled_gradient_is_a_norms_gradient(reports):
 @pytest.mark.parametrize("plan", [p for _, p in SAFE])
 def test_safe_plans_compare_their_whole_gradients(reports, plan):
     # ZeRO-1's flat shard gathered back into tensors, a pipeline stage's own layers, ZeRO-2's
-    # flat shards under a pipeline (a tied embedding's part of its own), ZeRO++'s ZeRO-1 over FSDP shards
+    # flat shards under a pipeline (a tied embedding's part of its own), ZeRO++'s ZeRO-1 over FSDP
+    # shards, ZeRO-1 with expert parallelism (two shards: the other parameters' and the experts')
     eq = reports[plan].equivalence
     assert eq.grad_rel is not None and eq.grad_rel <= eq.grad_tolerance
     assert reports[plan].outcome == "matched"

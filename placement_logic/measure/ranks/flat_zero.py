@@ -86,6 +86,15 @@ class FlatZero:
     def held_gradients(self) -> list:
         return [self.shard_grad] if self.stage == 2 else [p.grad for p in self.params]
 
+    @property
+    def flat_params(self) -> list:
+        """The parameters in the order ``whole_local`` returns their gradients."""
+        return self.params
+
+    def gradient_copy(self) -> torch.Tensor:
+        """A copy of this rank's reduced gradient shard (no collective)."""
+        return self.shard_grad.detach().clone()
+
     def whole_local(self, shard: torch.Tensor) -> list:
         """Every parameter's local gradient from a copy of this rank's reduced shard: the shards
         gathered over the group (a collective) and cut as the parameters were laid end to end."""
@@ -188,6 +197,32 @@ class ExpertZero:
 
     def held_gradients(self) -> list:
         return [p.grad for p in self.dense + self.experts]
+
+    @property
+    def flat_params(self) -> list:
+        return self.dense + self.experts
+
+    def gradient_copy(self) -> tuple:
+        """Copies of this rank's two reduced shards (no collective)."""
+        return self.master_dense.grad.detach().clone(), self.master_experts.grad.detach().clone()
+
+    def whole_local(self, copy: tuple) -> list:
+        """Every parameter's local gradient (other parameters, then experts) from ``gradient_copy``'s
+        shards, gathered as ``step`` gathers the updated parameters (collectives)."""
+        dense, experts = copy
+        piece = torch.empty(self.dpiece, dtype=dense.dtype, device=dense.device)
+        dist.all_gather_into_tensor(piece, dense, group=self.expert_group)
+        whole = torch.empty(self.n * (self.dpiece + self.epiece), dtype=dense.dtype, device=dense.device)
+        dist.all_gather_into_tensor(whole, torch.cat([piece, experts]), group=self.group)
+        whole = whole.view(self.n, self.dpiece + self.epiece)
+        d, x = whole[:, :self.dpiece].reshape(-1), whole[:, self.dpiece:].reshape(-1)
+        out = []
+        for params, flat in ((self.dense, d), (self.experts, x)):
+            offset = 0
+            for p in params:
+                out.append(flat[offset:offset + p.numel()].view(p.shape))
+                offset += p.numel()
+        return out
 
     @torch.no_grad()
     def step(self) -> None:

@@ -231,7 +231,7 @@ def _copy_gradients(named, zero) -> list:
     if zero is None:
         return [("grad", n, q.grad.detach().clone()) for n, q in named if q.grad is not None]
     flats = zero.parts if isinstance(zero, ZeroParts) else [zero]
-    return [("flat", f, f.shard_grad.detach().clone()) for f in flats]
+    return [("flat", f, f.gradient_copy()) for f in flats]
 
 
 def _whole_gradients(named, copy: list) -> list:
@@ -246,7 +246,7 @@ def _whole_gradients(named, copy: list) -> list:
             pairs.append((a, b))
         else:
             pairs += [(names[id(q)], DTensor.from_local(g, q.device_mesh, q.placements, run_check=False)
-                       if hasattr(q, "placements") else g) for q, g in zip(a.params, a.whole_local(b))]
+                       if hasattr(q, "placements") else g) for q, g in zip(a.flat_params, a.whole_local(b))]
     return [(n, g.full_tensor() if hasattr(g, "full_tensor") else g) for n, g in pairs]
 
 
@@ -408,7 +408,7 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
             held = held_bytes(params, opt.state, zero.held_gradients() if zero is not None else None)
         opt.zero_grad()
     ref, ref_losses, ref_grads = _reference(job, global_batch)
-    grad_diff = gradient_difference(whole0, ref_grads, "", partial=True)
+    grad_diff = gradient_difference(whole0, ref_grads, "no step ran", partial=True)
     worst_abs, worst_name, scale = 0.0, "", max(t.abs().max().item() for t in ref.values())
     whole = [(name, q.full_tensor() if hasattr(q, "full_tensor") else q) for name, q in named]  # TP shards gathered
     for name, q in whole:

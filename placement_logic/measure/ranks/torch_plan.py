@@ -60,9 +60,8 @@ class Trainer:
     # the first step's reduced gradients, compared with one process's: copied after backward, the
     # hand-written reductions and clipping (no collective), and made whole afterwards
     # (collectives, outside the counted step). By default the parameters' .grad; ZeRO's flat
-    # shard when it holds them (``flat_gradients``); not compared when ``gradients_unavailable``
-    flat_gradients: object | None = None  # a FlatZero
-    gradients_unavailable: str = ""
+    # shards when it holds them (``flat_gradients``)
+    flat_gradients: object | None = None  # a FlatZero or ExpertZero
 
     def __post_init__(self) -> None:
         if not self.named:
@@ -78,11 +77,9 @@ class Trainer:
         return p.full_tensor() if hasattr(p, "full_tensor") else p
 
     def copy_gradients(self):
-        """This rank's reduced gradients, copied (no collective); None when not compared."""
-        if self.gradients_unavailable:
-            return None
+        """This rank's reduced gradients, copied (no collective)."""
         if self.flat_gradients is not None:
-            return self.flat_gradients.shard_grad.detach().clone()
+            return self.flat_gradients.gradient_copy()
         return [(n, p.grad.detach().clone()) for n, p in self.named if p.grad is not None]
 
     def whole_gradients(self, copy) -> dict:
@@ -90,7 +87,9 @@ class Trainer:
         rank calls it at the same point)."""
         pairs = copy
         if self.flat_gradients is not None:
-            pairs = list(zip((n for n, _ in self.named), self.flat_gradients.whole_local(copy)))
+            names = {id(p): n for n, p in self.named}
+            flat = self.flat_gradients
+            pairs = [(names[id(p)], g) for p, g in zip(flat.flat_params, flat.whole_local(copy))]
         return {n: self.full(n, g).detach().cpu().float() for n, g in pairs}
 
     def sharded_on(self, name: str, p: torch.Tensor, axis: str) -> bool:
@@ -308,8 +307,7 @@ def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
                               group, mesh[r.expert_axis].get_group(), r.optimizer, total,
                               float(r.expert_divide or total))
             return Trainer(model, model, zero, lambda: zero.state, None, layouts, named, zero.reduce_gradients,
-                           zero.held_gradients, gradients_unavailable="ZeRO-1 with expert parallelism holds them as "
-                           "two interleaved flat shards")
+                           zero.held_gradients, flat_gradients=zero)
         dp_divide = float(r.sizes[r.data_axes[0]]) if r.expert_axis else float(r.grad_divide or r.data_size)
         zero = FlatZero([p for _, p in named], group, 1 if r.data == "zero1" else 2, r.optimizer,
                         dp_divide, r.regather, r.master_copy)

@@ -164,7 +164,7 @@ def run_job(job: Job, rank: int) -> dict:
         trainer.optimizer.zero_grad()
     # equivalence: full parameters against the single-process run
     ref, ref_losses, ref_grads = _reference(job, global_batch)
-    grad_diff = gradient_difference(grads0, ref_grads, trainer.gradients_unavailable)
+    grad_diff = gradient_difference(grads0, ref_grads, "no step ran")
     # largest elementwise difference, relative to the largest parameter magnitude of the model
     worst_abs, worst_name, scale = 0.0, "", 0.0
     for name, p in trainer.named:
