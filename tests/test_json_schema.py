@@ -109,3 +109,21 @@ def test_input_errors_in_every_command(command, tmp_path):
     argv = [command, str(bad)] + (["--plan", "p"] if command == "measure" else [])
     doc = json_of("diagnostics", *argv)
     assert doc["exit_status"] == 2 and doc["diagnostics"][0]["code"].startswith("PL")
+
+
+def test_sweeps_of_cost_and_compare():
+    for command in ("cost", "compare"):
+        doc = json_of("sweep", command, "examples/zero_paper.place", "--set", "dp=8,16")
+        # one row per configuration and plan, each with every question's verdict
+        assert doc["summary"]["rows"] == len(doc["rows"]) == 2 * len(doc["plans"])
+        assert all(len(r["verdicts"]) == len(doc["questions"]) for r in doc["rows"])
+        assert doc["exit_status"] == (1 if doc["summary"]["asserts_failed"] else 0)
+
+
+def test_search():
+    pytest.importorskip("numpy")
+    doc = json_of("search", "search", "examples/models/llama3_8b.place", "--device", "h100_sxm", "--devices", "8",
+                  "--global-batch", "64", "--seq", "2048", "--top", "3", "--no-check")
+    assert doc["file"] == "examples/models/llama3_8b.place" and doc["exit_status"] == 0
+    assert 0 < len(doc["ranked"]) <= 3 and doc["fitting"] <= doc["valid"] <= doc["candidates"]
+

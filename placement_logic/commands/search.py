@@ -169,9 +169,12 @@ def run(args, out: TextIO, err: TextIO) -> int:
 
         points = [(c.label(), c.memory, c.step, c.frontier) for c in result.frontier + result.ranked]
         frontier_plot(points, args.plot)
-    out.write({"text": render_text, "markdown": render_markdown, "csv": render_csv,
-               "json": render_json}[args.format](result))
-    return int(Exit.OK if result.ranked else Exit.FAILED)
+    status = int(Exit.OK if result.ranked else Exit.FAILED)
+    if args.format == "json":
+        out.write(render_json(result, status, str(args.model)))
+    else:
+        out.write({"text": render_text, "markdown": render_markdown, "csv": render_csv}[args.format](result))
+    return status
 
 
 # --------------------------------------------------------------------------- renderers
@@ -275,12 +278,13 @@ def _int_or(x: Fraction):
     return x.numerator if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
 
 
-def render_json(result) -> str:
-    from ..outcome import SCHEMA_VERSION
+def render_json(result, exit_status: int, file: str) -> str:
+    """The search in the envelope every command prints (docs/schema/search.schema.json)."""
+    from ..outcome import envelope
 
     sp = result.space
     doc = {
-        "schema_version": SCHEMA_VERSION, "command": "search",
+        **envelope("search", exit_status), "file": file,
         "space": {"devices": sp.devices, "device": sp.device, "global_batch": sp.global_batch, "seq": sp.seq,
                   "tp": list(sp.tp), "pp": list(sp.pp), "cp": list(sp.cp), "ep": list(sp.ep),
                   "microbatch": list(sp.microbatch), "chunks": list(sp.chunks), "strategies": list(sp.strategies),

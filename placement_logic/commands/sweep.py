@@ -74,7 +74,7 @@ def run(args, spec, sets, sweeps, command: str, out: TextIO, width: int, color: 
 
         sweep_plot(report, args.plot)
     out.write(text)
-    return int(Exit.FAILED) if report.failed_asserts else int(Exit.OK)
+    return int(Exit(report.exit_status))
 
 
 def plot_only(args, spec, sets, command: str) -> None:

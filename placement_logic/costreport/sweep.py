@@ -86,6 +86,11 @@ class SweepReport:
                    if q.kind == "assert" and v == "fails")
 
     @property
+    def exit_status(self) -> int:
+        """1 when an ``assert`` fails on some row, else 0 (every symbol is bound: nothing is unknown)."""
+        return 1 if self.failed_asserts else 0
+
+    @property
     def unknown_asserts(self) -> int:
         return 0  # every symbol is bound in a sweep
 

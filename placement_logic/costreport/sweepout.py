@@ -208,13 +208,13 @@ def _json_number(v):
 def to_json(r: SweepReport) -> dict:
     keys = quantity_keys(r)
     return {
-        **envelope(r.command),
+        **envelope(r.command, r.exit_status),
         "file": r.file,
         "evaluation": r.evaluation,
         "backend": r.backend,
         "swept": list(r.swept),
         "fixed": {n: str(v) for n, v in r.fixed},
-        "plans": list(r.plans),
+        "plans": [{"plan": p} for p in r.plans],
         "baseline": r.baseline,
         "questions": [{"kind": q.kind, "label": q.label, "op": q.op, "where": q.where} for q in r.questions],
         "rows": [
