@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 
+from ..diagnostics import Diagnostic, DiagnosticError, did_you_mean
 from ..outcome import envelope
+from .options import add_file, add_format, add_plan
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("inspect", help="show what the resolver made of each plan",
                        description="Resolve FILE and print every plan: the mode of each state on each "
                        "mesh axis, roles, settings and overrides.")
-    p.add_argument("file", metavar="FILE")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    add_file(p)
+    add_plan(p, "show only this plan (repeatable)")
+    add_format(p, ("text", "json"))
     p.set_defaults(run=run)
 
 
@@ -21,10 +24,16 @@ def run(args, out, err) -> int:
     from ..ir.summary import spec_data, spec_text
 
     spec = load_spec(args.file)
+    known = [p.name for p in spec.plans]
+    for name in args.plans:
+        if name not in known:
+            raise DiagnosticError([Diagnostic("PL302", f"no plan named '{name}' in {spec.file}",
+                                              notes=did_you_mean(name, known))])
+    plans = tuple(args.plans)
     if args.format == "json":
-        data = envelope("inspect", 0, **spec_data(spec))
+        data = envelope("inspect", 0, **spec_data(spec, plans))
         json.dump(data, out, indent=2)
         out.write("\n")
     else:
-        out.write(spec_text(spec))
+        out.write(spec_text(spec, plans))
     return 0

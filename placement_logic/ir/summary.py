@@ -108,7 +108,8 @@ def _override_text(o: ir.Override) -> str:
     return text
 
 
-def spec_data(spec: ir.Spec) -> dict:
+def spec_data(spec: ir.Spec, plans: tuple[str, ...] = ()) -> dict:
+    """The resolved spec as data; ``plans``: only these plans (all when empty)."""
     model = spec.model
     counts = parameter_counts(spec)
     return {
@@ -127,7 +128,7 @@ def spec_data(spec: ir.Spec) -> dict:
             },
             "transformer": model.transformer is not None,
         },
-        "plans": [plan_data(p) for p in spec.plans],
+        "plans": [plan_data(p) for p in spec.plans if not plans or p.name in plans],
         "questions": [
             {"kind": q.kind, "label": q.label, "test": f"{ir.show(q.left)} {q.op} {ir.show(q.right)}",
              "dim": q.dim.value}
@@ -136,8 +137,8 @@ def spec_data(spec: ir.Spec) -> dict:
     }
 
 
-def spec_text(spec: ir.Spec) -> str:
-    data = spec_data(spec)
+def spec_text(spec: ir.Spec, plans: tuple[str, ...] = ()) -> str:
+    data = spec_data(spec, plans)
     lines = [f"spec {data['file']}"]
     if data["bindings"]:
         lines.append("  symbols: " + ", ".join(f"{k} = {v['formula']}" for k, v in data["bindings"].items()))
