@@ -114,6 +114,28 @@ def test_unknown_is_never_a_pass(monkeypatch):
     assert "**unknown**" in md and "**proved**" not in md
 
 
+class ForAllTimesOut(Session):
+    """The for-all query times out; every bounded search still runs and finds nothing."""
+
+    def check(self, label, constraints):
+        if label.endswith(":for all"):
+            from placement_logic.solver.session import Outcome
+
+            self.timings.append((label, 0.0, "unknown"))
+            return Outcome("unknown", reason="timeout")
+        return super().check(label, constraints)
+
+
+def test_a_bounded_search_without_counterexample_is_not_a_proof():
+    """The path where every bounded tier is unsat but the for-all query timed out: unknown, exit 3,
+    saying how far the search looked, never proved."""
+    spec = load_spec(EXAMPLES / "safe" / "data_parallel.place")
+    report = check_spec(spec, plans=["ddp"], session=ForAllTimesOut(timeout=5))
+    assert report.obligations and {o.verdict for o in report.obligations} == {Verdict.UNKNOWN}
+    assert all("a bounded search, not a proof" in o.reason and "timed out" in o.reason for o in report.obligations)
+    assert report.exit_status == 3
+
+
 def test_a_witness_that_fails_replay_is_not_shown(monkeypatch):
     """A solver model that the concrete replay does not confirm gives unknown, not refuted."""
     from placement_logic.check import plan as planmod
