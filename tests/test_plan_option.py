@@ -46,3 +46,19 @@ def test_an_unknown_plan_is_pl302_with_a_suggestion():
 def test_inspect_text_shows_only_the_named_plan():
     code, out, err = run("inspect", SPEC, "--plan", "zero2")
     assert code == 0 and "plan zero2" in out and "plan zero1" not in out and "plan dp " not in out
+
+
+def test_inspect_markdown_holds_every_mode_json_holds():
+    """Each state's row of the Markdown table reads as the JSON's modes, axis by axis."""
+    for spec in (SPEC, "examples/llama70b_3d.place", "examples/safe/hybrid_shard.place"):
+        code, md, err = run("inspect", spec, "--format", "markdown")
+        assert code == 0, err
+        doc = json.loads(run("inspect", spec, "--format", "json")[1])
+        for p in doc["plans"]:
+            section = md.split(f"## Plan `{p['plan']}`", 1)[1].split("\n## ", 1)[0]
+            axes = [a["axis"] for a in p["mesh"]]
+            assert "| | " + " | ".join(f"`{a}`" for a in axes) + " | |" in section
+            for pl in p["placements"]:
+                row = next(line for line in section.splitlines() if line.startswith(f"| {pl['state']} |"))
+                cells = [c.strip() for c in row.strip("|").split("|")]
+                assert cells[1:1 + len(axes)] == [pl["modes"][a] for a in axes], (spec, p["plan"], row)

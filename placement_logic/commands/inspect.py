@@ -15,13 +15,13 @@ def add_parser(sub) -> None:
                        "mesh axis, roles, settings and overrides.")
     add_file(p)
     add_plan(p, "show only this plan (repeatable)")
-    add_format(p, ("text", "json"))
+    add_format(p, ("text", "markdown", "json"))
     p.set_defaults(run=run)
 
 
 def run(args, out, err) -> int:
     from ..frontend.loader import load_spec
-    from ..ir.summary import spec_data, spec_text
+    from ..ir.summary import spec_data, spec_markdown, spec_text
 
     spec = load_spec(args.file)
     known = [p.name for p in spec.plans]
@@ -34,6 +34,8 @@ def run(args, out, err) -> int:
         data = envelope("inspect", 0, **spec_data(spec, plans))
         json.dump(data, out, indent=2)
         out.write("\n")
+    elif args.format == "markdown":
+        out.write(spec_markdown(spec, plans))
     else:
         out.write(spec_text(spec, plans))
     return 0

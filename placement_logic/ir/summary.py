@@ -194,3 +194,61 @@ def spec_text(spec: ir.Spec, plans: tuple[str, ...] = ()) -> str:
         label = f' "{q["label"]}"' if q["label"] else ""
         lines.append(f"{q['kind']}{label}: {q['test']}  [{q['dim']}]")
     return "\n".join(lines) + "\n"
+
+
+def _md(text: str) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def spec_markdown(spec: ir.Spec, plans: tuple[str, ...] = ()) -> str:
+    """The same summary as ``spec_text``, as Markdown: a table of modes per plan (states by mesh axes)."""
+    data = spec_data(spec, plans)
+    out = [f"# `{data['file']}`", ""]
+    if data["bindings"]:
+        out.append("Symbols: " + ", ".join(f"`{k} = {v['formula']}`" for k, v in data["bindings"].items()) + ".")
+        out.append("")
+    m = data["model"]
+    if m:
+        psi = m["params_count"] or "?"
+        out.append(f"Model: Ψ = {psi} parameters" + (f" ({m['active_params']} active per token)"
+                                                       if m["active_params"] and m["active_params"] != psi else "")
+                   + "; bytes per element: " + ", ".join(f"{k} {v}" for k, v in m["bytes"].items()) + ".")
+        if m["groups"]:
+            out.append("")
+            out.append("Parameter groups: " + ", ".join(f"{k} {v if v is not None else '?'}"
+                                                        for k, v in m["groups"].items()) + ".")
+        out.append("")
+    for p in data["plans"]:
+        axes = [a["axis"] for a in p["mesh"]]
+        out += [f"## Plan `{p['plan']}`", "", f"Defined at `{p['location']}`.", ""]
+        out.append("| | " + " | ".join(f"`{a}`" for a in axes) + " | |")
+        out.append("|---|" + "---|" * len(axes) + "---|")
+        out.append("| size | " + " | ".join(_md(a["size"]) for a in p["mesh"]) + " | |")
+        out.append("| role | " + " | ".join(a["role"] for a in p["mesh"]) + " | |")
+        out.append("| link | " + " | ".join(a["link"] or "–" for a in p["mesh"]) + " | |")
+        for pl in p["placements"]:
+            extra = [f"residency={pl['residency']}"] if pl["residency"] != "device" else []
+            if "S*" in pl["modes"].values():
+                extra += [f"unit={pl['unit']}", f"prefetch={pl['prefetch']}",
+                          f"reshard_after_forward={str(pl['reshard_after_forward']).lower()}"]
+            out.append(f"| {pl['state']} | " + " | ".join(pl["modes"][a] for a in axes) + f" | {' '.join(extra)} |")
+        out.append("")
+        joined = [("×" if b.get("product") else "/").join(b["axes"]) for b in p["bindings"]]
+        out.append("Bindings: " + "; ".join(f"`{a}` ← `{b['strategy']}`" for a, b in zip(joined, p["bindings"])) + ".")
+        settings = [f"recompute={p['recompute']}"] + (["flash_attention"] if p["flash_attention"] else []) \
+            + (["sequence_parallel"] if p["sequence_parallel"] else [])
+        if p["schedule"]:
+            sch = p["schedule"]
+            settings.append(f"schedule={sch['kind']}(axis={sch['axis']}, v={sch['chunks']}, U={sch['unit']})")
+        out.append("Settings: " + ", ".join(f"`{x}`" for x in settings) + ".")
+        for o in p["overrides"]:
+            out.append(f"- override `{o}`")
+        out.append("")
+    if data["questions"]:
+        out += ["## Questions", ""]
+        for q in data["questions"]:
+            label = f" “{q['label']}”" if q["label"] else ""
+            out.append(f"- {q['kind']}{label}: `{q['test']}` [{q['dim']}]")
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
+
