@@ -174,6 +174,30 @@ def test_cli_table_emit_and_check(model_file, tmp_path):
     assert csv_text.splitlines()[0].startswith("rank,dp,tp,pp") and len(csv_text.splitlines()) == 4
 
 
+def test_rows_carry_memory_per_stage_and_bytes_per_link_as_cost_does(model_file, tmp_path):
+    """Each ranked row's memory per pipeline stage and bytes per link class equal what ``placement
+    cost`` reports for the emitted spec of that row (its CSV columns, derived on their own)."""
+    import csv
+    import io
+
+    args = ["search", str(model_file), "--device", "l40s", "--devices", "16", "--global-batch", "64", "--seq",
+            "4096", "--tp", "1,2,4", "--pp", "2..4", "--top", "3", "--no-check"]
+    status, js, err = run_cli(*args, "--format", "json")
+    assert status == 0, err
+    for row in json.loads(js)["ranked"]:
+        status, emitted, _ = run_cli(*args, "--emit", str(row["rank"]))
+        spec_file = tmp_path / f"row{row['rank']}.place"
+        spec_file.write_text(emitted)
+        status, text, err = run_cli("cost", str(spec_file), "--format", "csv", "--no-cache")
+        cost = next(csv.DictReader(io.StringIO(text)))
+        stages = {k[len("stage_"):-len("_total_bytes")]: int(v) for k, v in cost.items()
+                  if k.startswith("stage_") and k.endswith("_total_bytes")}
+        links = {k[len("comm_link_"):-len("_bytes")]: int(v) for k, v in cost.items() if k.startswith("comm_link_")}
+        assert stages and row["stage_memory_bytes"] == stages, (row["rank"], row["stage_memory_bytes"], stages)
+        assert max(stages.values()) == row["memory_bytes"]
+        assert row["link_bytes"] == links and sum(links.values()) == int(cost["comm_total_bytes"])
+
+
 def test_hugging_face_config_is_a_model(tmp_path):
     cfg = ROOT / "tests" / "data" / "hf" / "llama3_8b.json"
     if not cfg.exists():

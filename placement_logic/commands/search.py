@@ -180,7 +180,8 @@ def run(args, out: TextIO, err: TextIO) -> int:
 # --------------------------------------------------------------------------- renderers
 
 COLUMNS = ("rank", "dp", "tp", "pp", "v", "cp", "ep", "strategy", "recompute", "microbatch", "microbatches",
-           "memory_bytes", "headroom_bytes", "step_s", "tokens_per_s", "mfu", "frontier", "check", "folded")
+           "memory_bytes", "headroom_bytes", "step_s", "tokens_per_s", "mfu", "frontier", "check", "folded",
+           "stage_memory_bytes", "link_bytes")
 
 
 def rows(result) -> list[dict]:
@@ -198,7 +199,8 @@ def rows(result) -> list[dict]:
                     "strategy": s.strategy, "recompute": s.recompute, "schedule": s.schedule,
                     "microbatch": z["mb"], "microbatches": z["nmb"], "memory": mem, "headroom": cap - mem,
                     "step": step, "tokens_per_s": tokens / step, "mfu": c.mfu, "frontier": c.frontier,
-                    "check": c.verdict, "agrees": c.agrees, "folded": s.folded})
+                    "check": c.verdict, "agrees": c.agrees, "folded": s.folded,
+                    "stage_memory": dict(c.stage_memory), "link_bytes": dict(c.link_bytes)})
     return out
 
 
@@ -239,6 +241,14 @@ def render_text(result) -> str:
                   units.scaled(r["tokens_per_s"]), units.percent(Fraction(r["mfu"]).limit_denominator(10**6)),
                   r["check"] or "-")
     con.print(t)
+    per = Table(title="per pipeline stage (memory per device) and per link class (bytes per device per step), exact",
+                title_justify="left")
+    for col in ("#", "memory per stage", "bytes per link"):
+        per.add_column(col)
+    for r in rows(result):
+        per.add_row(str(r["rank"]), _stages_text(r["stage_memory"], units.gib) or "one stage",
+                    _stages_text(r["link_bytes"], units.both) or "none")
+    con.print(per)
     con.print("frontier (memory against step time): " + "; ".join(
         f"{units.gib(Fraction(c.memory))} {units.seconds(Fraction(c.step))}" for c in result.frontier[:12]))
     bad = [r["rank"] for r in rows(result) if r["agrees"] is False]
@@ -248,17 +258,28 @@ def render_text(result) -> str:
     return buf.getvalue()
 
 
+def _stages_text(d: dict, show) -> str:
+    return ", ".join(f"{k} {show(v)}" for k, v in d.items())
+
+
+def _pairs(d: dict) -> str:
+    return ";".join(f"{k}={_int_or(v)}" for k, v in d.items())
+
+
 def render_markdown(result) -> str:
     from ..costreport import units
 
     lines = [f"# Search: {result.space.devices} x {result.space.device}", "", _header(result).replace("\n", "  \n"),
-             "| # | dp | tp | pp | v | cp | ep | strategy | recompute | mb × m | memory/device | step | MFU | check |",
-             "|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|---:|---|"]
+             "| # | dp | tp | pp | v | cp | ep | strategy | recompute | mb × m | memory/device | step | MFU | check "
+             "| memory per stage | bytes per link |",
+             "|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|---:|---|---|---|"]
     for r in rows(result):
         lines.append(f"| {r['rank']}{'*' if r['frontier'] else ''} | {r['dp']} | {r['tp']} | {r['pp']} | {r['v']} | "
                      f"{r['cp']} | {r['ep']} | {r['strategy']}{' folded' if r['folded'] else ''} | {r['recompute']} | {r['microbatch']} × "
                      f"{r['microbatches']} | {units.both(r['memory'])} | {units.seconds(r['step'])} | "
-                     f"{units.percent(Fraction(r['mfu']).limit_denominator(10**6))} | {r['check'] or '-'} |")
+                     f"{units.percent(Fraction(r['mfu']).limit_denominator(10**6))} | {r['check'] or '-'} | "
+                     f"{_stages_text(r['stage_memory'], units.both) or 'one stage'} | "
+                     f"{_stages_text(r['link_bytes'], units.both) or 'none'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -270,7 +291,8 @@ def render_csv(result) -> str:
         w.writerow([r["rank"], r["dp"], r["tp"], r["pp"], r["v"], r["cp"], r["ep"], r["strategy"], r["recompute"],
                     r["microbatch"], r["microbatches"], _int_or(r["memory"]), _int_or(r["headroom"]),
                     f"{float(r['step']):.6f}", f"{float(r['tokens_per_s']):.1f}", f"{r['mfu']:.6f}",
-                    int(r["frontier"]), r["check"] or "", int(r["folded"])])
+                    int(r["frontier"]), r["check"] or "", int(r["folded"]), _pairs(r["stage_memory"]),
+                    _pairs(r["link_bytes"])])
     return buf.getvalue()
 
 
@@ -293,7 +315,10 @@ def render_json(result, exit_status: int, file: str) -> str:
         "candidates": result.candidates, "valid": result.valid, "fitting": result.fitting,
         "structures": result.structures,
         "timings_s": {k: round(v, 4) for k, v in result.timings.items()},
-        "ranked": [{**{k: v for k, v in r.items() if k not in ("memory", "headroom", "step", "tokens_per_s")},
+        "ranked": [{**{k: v for k, v in r.items() if k not in ("memory", "headroom", "step", "tokens_per_s",
+                                                                 "stage_memory", "link_bytes")},
+                    "stage_memory_bytes": {k: _int_or(v) for k, v in r["stage_memory"].items()},
+                    "link_bytes": {k: _int_or(v) for k, v in r["link_bytes"].items()},
                     "memory_bytes": _int_or(r["memory"]), "headroom_bytes": _int_or(r["headroom"]),
                     "step_s": float(r["step"]), "step_exact": str(r["step"]),
                     "tokens_per_s": float(r["tokens_per_s"])} for r in rows(result)],

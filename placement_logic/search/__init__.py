@@ -26,6 +26,7 @@ import sympy
 
 from .. import hardware as hw
 from ..costs import derive, steptime, with_sizes
+from ..costs.compiled import cost_exprs
 from ..costs.symbolic import symbol
 from ..diagnostics import Diagnostic, DiagnosticError, Span, did_you_mean
 from ..frontend.loader import load_string
@@ -190,6 +191,10 @@ def exact(c: Candidate, block: str, space: Space, check: bool = True) -> None:
         raise AssertionError(f"{c.label()}: the exact figures are not numbers: {mem}, {stp}")
     c.exact_memory = Fraction(int(mem.p), int(mem.q))
     c.exact_step = Fraction(int(stp.p), int(stp.q))
+    exprs = cost_exprs(pc, subs)
+    c.stage_memory = {k.split(".")[1]: _fraction(v) for k, v in exprs.items()
+                      if k.startswith("stage.") and k.endswith(".total")}
+    c.link_bytes = {k[len("comm.link."):]: _fraction(v) for k, v in exprs.items() if k.startswith("comm.link.")}
     c.agrees = abs(float(c.exact_memory) - c.memory) < 0.5 and \
         abs(float(c.exact_step) - c.step) <= 1e-9 * max(1.0, float(c.exact_step))
     if check:
@@ -199,6 +204,12 @@ def exact(c: Candidate, block: str, space: Space, check: bool = True) -> None:
         pinned = {a: c.sizes[a] for a in plan.mesh.names}
         report = check_plan(Session(timeout=20), spec, plan, pinned)
         c.verdict = report.verdict.word
+
+
+def _fraction(v) -> Fraction:
+    if not v.is_Rational:  # every size is bound: a number, or a bug
+        raise AssertionError(f"an exact figure is not a number: {v}")
+    return Fraction(int(v.p), int(v.q))
 
 
 def emitted_spec(c: Candidate, result: Result) -> str:

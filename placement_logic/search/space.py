@@ -63,6 +63,8 @@ class Candidate:
     exact_step: Fraction | None = None
     verdict: str | None = None
     agrees: bool | None = None  # the vectorised figures equal the exact ones (bytes to the byte)
+    stage_memory: dict = field(default_factory=dict)  # pipeline stage -> exact peak bytes per device (re-derived)
+    link_bytes: dict = field(default_factory=dict)  # link class -> exact bytes per device per step (re-derived)
 
     def label(self) -> str:
         s, z = self.structure, self.sizes
