@@ -83,3 +83,45 @@ def test_out_of_scope_vocabulary_is_refused_with_a_location(tmp_path, capsys, li
     assert main(["check", str(f)]) == 2
     err = capsys.readouterr().err
     assert "[PL129]" in err and words in err and "s.place:8:3" in err and "Traceback" not in err
+
+
+EVERY = """from std.data import ddp, zero1, zero2
+model {{ params = 1000  microbatches = {m} }}
+mesh {{ dp = 4 }}
+plan p {{
+  dp: {data}
+  {lines}
+}}
+"""
+
+
+@pytest.mark.parametrize("data", ["ddp", "zero1"])
+def test_reduce_every_microbatch_keeps_the_verdict(tmp_path, capsys, data):
+    """Reducing after every microbatch reduces each microbatch's gradient once: the verdict is the simulator's
+    and the one without the override, here and with a wrong divisor beside it."""
+    for extra, proved in (("", True), ("\n  override grads: divide by dp", False)):
+        text = EVERY.format(m="m", data=data, lines="override grads: reduce_every_microbatch" + extra)
+        status, _ = _check(tmp_path, capsys, text.replace("model {", "let m = 4\nmodel {"))
+        assert status == (0 if proved else 1)
+        plan = load_string(text.replace("model {", "let m = 4\nmodel {")).plan("p")
+        bad = set()
+        for dp in (1, 2, 3):
+            for m in (1, 2, 3):
+                bad |= {v for v in simulator.violations(plan, {"dp": dp, simulator.MB: m}, random.Random(3))
+                        if v[0] == "gi"}
+        assert (not bad) == proved
+
+
+@pytest.mark.parametrize("m,data,lines,words", [
+    ("1", "ddp", "override grads: reduce_every_microbatch", "one microbatch per step"),
+    ("4", "zero2", "override grads: reduce_every_microbatch", "made after each microbatch already"),
+    ("4", "ddp", "override grads[norms]: reduce_every_microbatch", "reduced as one"),
+    ("4", "ddp", "override grads: reduce_every_microbatch\n  override grads: no_accumulation_buffer",
+     "no accumulation buffer is needed"),
+])
+def test_reduce_every_microbatch_that_changes_nothing_is_pl506(tmp_path, capsys, m, data, lines, words):
+    f = tmp_path / "s.place"
+    f.write_text(EVERY.format(m=m, data=data, lines=lines))
+    assert main(["check", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "[PL506]" in err and words in err, err

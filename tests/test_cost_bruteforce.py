@@ -165,3 +165,22 @@ def test_zero3_over_two_data_axes_equals_one_big_ring():
     for kind in ("all_gather", "all_gather", "reduce_scatter"):
         led.collective(kind, ["a", "b"], full, 2)
     assert build(spec).plans[0].comm_total.exact == led.one()
+
+
+@pytest.mark.parametrize("m", [1, 2, 3])
+@pytest.mark.parametrize("strategy", ["ddp", "zero1", "zero2"])
+def test_reduce_every_microbatch(strategy, m):
+    """`override grads: reduce_every_microbatch`: the whole buffer is reduced after each of the m backward passes
+    (DDP without no_sync); a gradient sharded on the axis is reduce-scattered after every microbatch anyway."""
+    mesh = {"dp": 4}
+    body = f"  dp: {strategy}" + ("\n  override grads: reduce_every_microbatch" if m > 1 and strategy != "zero2" else "")
+    text = spec_text(mesh, body, f"from std.data import {strategy}").replace(
+        f"params = {PSI}", f"params = {PSI}\n  microbatches = {m}")
+    spec = load_string(text, "<bfm>")
+    led = Ledger(mesh)
+    full = lambda d: range(PSI)
+    for _ in range(m):
+        led.collective("all_reduce" if strategy == "ddp" else "reduce_scatter", ["dp"], full, 2)
+    if strategy != "ddp":
+        led.collective("all_gather", ["dp"], full, 2)  # the updated parameters, once per step
+    assert build(spec).plans[0].comm_total.exact == led.one()

@@ -2,8 +2,8 @@
 
 No ``no_sync``: every backward all-reduces the accumulated gradient, so the later reductions
 also carry the earlier micro-steps' already averaged part. With DDP's averaging that is
-correct but K times the communication; one gradient program per parameter cannot state it,
-so `placement lift` reports it (PL614) and `placement trace --check` exits 3.
+correct but K times the communication: `placement lift` states it as
+``override grads: reduce_every_microbatch`` and `placement trace --check` proves it.
 """
 
 import tiny

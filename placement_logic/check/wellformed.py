@@ -68,6 +68,36 @@ def no_effect(plan: ir.Plan, groups: tuple[str, ...], needs_regather: bool, offl
             why = "no axis has replicated params with a sharded optimizer, so nothing is re-gathered"
         elif o.target == "embedding" and not (tied(plan) and plan.axes_with_role(ir.Role.PIPELINE)):
             why = "the embedding is not tied across pipeline stages (no tied embeddings or no pipeline axis)"
+        elif o.target == "grads" and o.verb == "reduce_every_microbatch":
+            why = _every_microbatch_no_effect(plan, o)
+        elif o.target == "grads" and o.verb == "no_accumulation_buffer":
+            every = next((x for x in plan.overrides if x.target == "grads" and x.verb == "reduce_every_microbatch"
+                          and x.group in (None, "all")), None)
+            if every is not None:
+                why = (f"every microbatch's gradient is reduced before the next backward (override grads: "
+                       f"reduce_every_microbatch, line {every.span.line}), so no accumulation buffer is needed")
         if why:
             raise _err("PL506", f"override {o.target}{f'[{o.group}]' if o.group else ''}: {o.verb} changes "
                        f"nothing: {why}", o.span)
+
+
+def _every_microbatch_no_effect(plan: ir.Plan, o: ir.Override) -> str | None:
+    """Why ``override grads: reduce_every_microbatch`` changes nothing, or None: it applies to the
+    whole gradient buffer, needs gradient accumulation, and must move some reduction that is
+    otherwise made once per step (a gradient sharded on every reducing axis is reduce-scattered
+    after every microbatch already)."""
+    from dataclasses import replace
+
+    from ..ir import collectives
+
+    if o.group not in (None, "all"):
+        return (f"the gradient buffer is reduced as one; it cannot be reduced every microbatch for "
+                f"'{o.group}' alone (write override grads: reduce_every_microbatch)")
+    m = plan.model.microbatches
+    if isinstance(m, ir.Const) and m.value == 1:
+        return "the model has one microbatch per step (microbatches = 1), so nothing is accumulated"
+    without = replace(plan, overrides=tuple(x for x in plan.overrides if x is not o))
+    if collectives.derive(without) == collectives.derive(plan):
+        return ("every gradient reduction of the plan is made after each microbatch already (gradients sharded "
+                "S/M over each reducing axis are reduce-scattered per microbatch)")
+    return None

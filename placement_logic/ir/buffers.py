@@ -73,6 +73,12 @@ def reduce_buffer(plan: ir.Plan, reduce_axes, g: ir.Placement, opt: ir.Placement
     # replicated grads feeding a sharded optimizer only need the owner's piece (ZeRO-1)
     owner = tuple(a for a in plain if opt.mode(a).shards)
     allred = tuple(a for a in plain if a not in owner)
+    # `override grads: reduce_every_microbatch`: the whole buffer is reduced after each microbatch's
+    # backward (DDP without no_sync), not once per step
+    every = reduces_every_microbatch(plan)
+    once = per_mb if every else ONE
+    when = "once per microbatch (override grads: reduce_every_microbatch)" if every else "once per step"
+    held = f"{what} after each microbatch" if every else f"accumulated {what}"
     out: list[Collective] = []
     done: tuple[str, ...] = ()
     if scatter:
@@ -83,13 +89,20 @@ def reduce_buffer(plan: ir.Plan, reduce_axes, g: ir.Placement, opt: ir.Placement
         done = scatter
     if owner:
         out.append(Collective(
-            Kind.REDUCE_SCATTER, State.GRADS, owner, link_of(plan, owner), Phase.GRAD_SYNC, ONE,
-            Payload(tensor, uniq(a for a in g_sharded + done if a not in owner), f"accumulated {what}"),
-            "grads R with optimizer S: reduce-scatter to the optimizer shards once per step" + note))
+            Kind.REDUCE_SCATTER, State.GRADS, owner, link_of(plan, owner), Phase.GRAD_SYNC, once,
+            Payload(tensor, uniq(a for a in g_sharded + done if a not in owner), held),
+            f"grads R with optimizer S: reduce-scatter to the optimizer shards {when}" + note))
         done = done + owner
     if allred:
         out.append(Collective(
-            Kind.ALL_REDUCE, State.GRADS, allred, link_of(plan, allred), Phase.GRAD_SYNC, ONE,
-            Payload(tensor, uniq(a for a in g_sharded + done if a not in allred), f"accumulated {what}"),
-            "grads R over a data axis: all-reduce once per step" + note))
+            Kind.ALL_REDUCE, State.GRADS, allred, link_of(plan, allred), Phase.GRAD_SYNC, once,
+            Payload(tensor, uniq(a for a in g_sharded + done if a not in allred), held),
+            f"grads R over a data axis: all-reduce {when}" + note))
     return out
+
+
+def reduces_every_microbatch(plan: ir.Plan) -> bool:
+    """``override grads: reduce_every_microbatch``: the gradient buffer is reduced after every
+    microbatch's backward instead of once per step."""
+    return any(o.target == "grads" and o.verb == "reduce_every_microbatch" and o.group in (None, "all")
+               for o in plan.overrides)

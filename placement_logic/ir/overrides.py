@@ -9,6 +9,8 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "reduce": (True, False),  # gradients reduced (summed) over exactly these axes
         "divide": (False, True),  # gradients divided by this divisor after reduction
         "no_accumulation_buffer": (False, False),  # sharded grads with no full accumulator
+        # the (replicated) gradient buffer reduced after every microbatch's backward, not once per step
+        "reduce_every_microbatch": (False, False),
     },
     "clip_norm": {
         "reduce": (True, False),  # squared norms summed over exactly these axes

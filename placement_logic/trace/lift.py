@@ -101,7 +101,9 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
             if c["phase"] == "forward" and last in ("backward", "after_backward"):
                 k += 1
             last = c["phase"]
-            micro[r][c["seq"]] = k
+            # the recorder's count of backward passes where the trace has it (a step whose
+            # collectives are all in backward, DDP's, shows no forward collective between them)
+            micro[r][c["seq"]] = c.get("micro", k)
 
     def axes(c: dict, r: int = observer) -> tuple[str, ...]:
         return layout.axes_of(c["ranks"], r) or ()
@@ -265,6 +267,8 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                                      script)
 
     # gradient programs
+    every_of: dict[str, list] = {}  # parameter -> the stack of its all-reduce made on every micro-step
+
     def program(p: dict, r: int = observer):
         g = p.get("grad") or {}
         reds: list[str] = []
@@ -279,16 +283,20 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
             if c["kind"] == "reduce_scatter" and c["op"] in REDUCE_OPS:
                 rs_micro.setdefault((axes(c, r), c["op"]), set()).add(micro[r].get(s, 0))
         once = {key for key, ms in rs_micro.items() if n_micro > 1 and len(ms) == n_micro}
+        scales = list(g.get("scales", []))
+        every = _every_micro(g, lambda s: coll(s, r), lambda c: axes(c, r), micro[r], n_micro, scales, layout)
         seen: set[tuple] = set()
         for s in g.get("collectives", []):
             c = coll(s, r)
             if c["kind"] in REDUCTIONS and c["op"] in REDUCE_OPS:
                 ax = axes(c, r)
                 key = (ax, c["op"])
-                if c["kind"] == "reduce_scatter" and key in once:
+                if (c["kind"] == "reduce_scatter" and key in once) or (c["kind"] == "all_reduce" and key in every):
                     if key in seen:
                         continue
                     seen.add(key)
+                    if key in every and (every[key] == "accumulated" or set(ax) & set(data_axes)):
+                        every_of[p["name"]] = c["stack"]
                 reds.extend(ax)
                 frames.append(c["stack"])
                 if c["op"] == "avg":
@@ -302,8 +310,7 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                     reds.append(axis)
                     frames.append(step[r]["optimizer"].get("stack", []))
         reds = sorted(reds)
-        scales = list(g.get("scales", []))
-        if once and scales and len(scales) % n_micro == 0:
+        if (once or every) and scales and len(scales) % n_micro == 0:
             # the scaling that goes with each micro-step's reduce-scatter: applied to each summand once
             per = len(scales) // n_micro
             chunks = [scales[i * per:(i + 1) * per] for i in range(n_micro)]
@@ -393,12 +400,14 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     if accum > 1:
         repeated = [e for e in info if len(e[2]) != len(set(e[2]))]
         if repeated:
-            # synchronised on more than one micro-step: the later reductions also carry the earlier
-            # micro-steps' already reduced part, which one program per gradient cannot state
+            # synchronised on more than one micro-step, not as one average each (averages are lifted as
+            # reduce_every_microbatch): the later reductions also carry the earlier micro-steps' already
+            # reduced part, which one program per gradient cannot state
             first = repeated[0]
             items.append(Unliftable((observer,), -1, "backward", f"{len(repeated)} gradients reduced on more than one "
-                                    f"of the {accum} accumulated backward passes (no no_sync): the accumulated "
-                                    "reductions are not lifted", tuple(first[4][0] if first[4] else ())))
+                                    f"of the {accum} accumulated backward passes (no no_sync), not each an average "
+                                    "over its group: the earlier micro-steps' reduced part is reduced again, and "
+                                    "the accumulated reductions are not lifted", tuple(first[4][0] if first[4] else ())))
     data_size = layout.size(data_axes)
     default_div = Fraction(data_size) if loss_kind == "per_device_mean" else Fraction(1)
 
@@ -438,6 +447,19 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                       loss_frames))
     elif tokens_axes is not None and loss_kind != "sum" and sorted(tokens_axes[0]) != sorted(data_axes):
         lines.append((f"  override tokens: reduce over ({', '.join(tokens_axes[0])})", tokens_axes[1]))
+    if every_of:
+        # averaged on every accumulated micro-step (DDP without no_sync): one reduction per gradient,
+        # made once per microbatch
+        reduced = [e for e in info if e[2]]
+        stacks = [every_of[e[0]["name"]] for e in reduced if e[0]["name"] in every_of]
+        if len(stacks) == len(reduced):
+            lines.append(("  override grads: reduce_every_microbatch  # observed: the gradients all-reduced after "
+                          f"each of the {accum} backward passes", _frames(stacks[:1], script)))
+        else:
+            items.append(Unliftable((observer,), -1, "backward",
+                                    f"{len(stacks)} of {len(reduced)} reduced gradients are all-reduced after every "
+                                    "accumulated backward pass, the others once per step: one plan reduces its "
+                                    "gradient buffer one way", tuple(stacks[0])))
     for _axis, frames in no_regather[:1]:
         lines.append(("  override params: no_regather  # the updated optimizer shards are never sent back", frames))
     for gname, (cls, reds, const), members in named:
@@ -468,6 +490,48 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                             script, accum, pipe is not None)
     return Lifted(text, plan_name, items, notes, origins,
                   {g: [e[0]["name"] for e in members] for g, _, members in named})
+
+
+def _every_micro(g: dict, coll, axes, micro: dict, n_micro: int, scales: list, layout) -> dict[tuple, str]:
+    """The all-reduces of a gradient made once on every accumulated micro-step that are one
+    reduction of the summed gradient: ``fresh`` where each reduces the new micro-step's gradient
+    only (its input carried no earlier reduction of the same group: DTensor's reductions of a
+    partial gradient in backward), which is linear whatever the op; ``accumulated`` where each
+    reduces the accumulated buffer (DDP without ``no_sync``) and is an average over its group:
+    the earlier micro-steps' part is already equal on every rank, so an average leaves it as it
+    is and adds the new micro-step's average. A sum of the accumulated buffer would multiply the
+    earlier part by the group's size: not collapsed (reported)."""
+    if n_micro < 2:
+        return {}
+    at: dict[tuple, list[dict]] = {}
+    for s in g.get("collectives", []):
+        c = coll(s)
+        if c["kind"] == "all_reduce" and c["op"] in REDUCE_OPS:
+            at.setdefault((axes(c), c["op"]), []).append(c)
+    per: list[list[Fraction]] | None = [[] for _ in range(n_micro)]
+    for sc in scales:
+        m = sc.get("micro") if isinstance(sc, dict) else None
+        if m is None or not 0 <= m < n_micro:
+            per = None
+            break
+        per[m].append(_factor(sc))
+    out: dict[tuple, str] = {}
+    for (ax, op), cs in at.items():
+        if sorted(micro.get(c["seq"], 0) for c in cs) != list(range(n_micro)):
+            continue
+        seqs = {c["seq"] for c in cs}
+        if all("inputs_reduced" in c and not seqs & set(c["inputs_reduced"]) for c in cs):
+            out[(ax, op)] = "fresh"
+            continue
+        if per is None or any(sorted(x) != sorted(per[0]) for x in per):
+            continue
+        scale = Fraction(1)
+        for f in per[0]:
+            scale *= f
+        size = layout.size(ax)
+        if scale * (Fraction(1, size) if op == "avg" else 1) * size == 1:
+            out[(ax, op)] = "accumulated"
+    return out
 
 
 def _factor(sc) -> Fraction:

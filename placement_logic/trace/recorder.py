@@ -224,7 +224,8 @@ class Recorder(Events, TorchDispatchMode):
                 grad["collectives"].append(ev[1])
             elif ev[0] == "scale":
                 grad["scales"].append({"factor": str(ev[1]),
-                                       "at": {"file": ev[2][0], "line": ev[2][1], "code": ev[2][2]}})
+                                       "at": {"file": ev[2][0], "line": ev[2][1], "code": ev[2][2]},
+                                       "micro": ev[3]})
             elif ev[0] == "dynamic":
                 grad["dynamic_scales"].append(ev[1])
                 grad["dynamic_at"].append({"file": ev[2][0], "line": ev[2][1], "code": ev[2][2]})
@@ -286,6 +287,10 @@ class Recorder(Events, TorchDispatchMode):
                "dtype": str(first.dtype).replace("torch.", "") if first is not None else "", "bytes": nbytes,
                "numel": sum(t.numel() for t in inputs), "op": op, "api": f"{namespace}.{name}",
                "carried": [], "stack": _user_frames()}
+        if self.current is not None and not between:
+            # the accumulated micro-step (0-based): backward passes so far, the running one included
+            done = len(self.current["losses"])
+            rec["micro"] = max(0, done - 1) if self.phase in ("backward", "after_backward", "optimizer") else done
         self._busy = True
         try:
             in_events: list[tuple] = []
@@ -294,6 +299,8 @@ class Recorder(Events, TorchDispatchMode):
                     if ev not in in_events:
                         in_events.append(ev)
             rec["carried"] = sorted({ev[1] for ev in in_events if ev[0] == "param"})
+            # the reductions its input went through already (an accumulated gradient reduced again)
+            rec["inputs_reduced"] = sorted({ev[1] for ev in in_events if ev[0] == "collective"})
             if rec["numel"] == 1 and first is not None:
                 rec["value_in"] = float(first.detach().float().sum())
         finally:

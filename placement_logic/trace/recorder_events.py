@@ -180,7 +180,10 @@ class Events:
             if f is None and isinstance(o, torch.Tensor) and o.numel() == 1:
                 ev = ("dynamic", self.phase, self._at())
             elif f is not None and f != 0:
-                ev = ("scale", f if name.startswith(("mul", "_foreach_mul")) else 1 / f, self._at())
+                # the backward pass it belongs to (0-based within the step): equal scales on two
+                # accumulated micro-steps are two events, not one
+                micro = max(0, len(self.step_record()["losses"]) - 1)
+                ev = ("scale", f if name.startswith(("mul", "_foreach_mul")) else 1 / f, self._at(), micro)
             else:
                 continue
             if not inplace:
