@@ -56,6 +56,7 @@ class Realisation:
     sequence_parallel: bool = False
     grad_reduce: str = "mean"  # mean | none (no reduction at all) | twice (reduced again by hand)
     grad_divide: Fraction = Fraction(0)  # the reduced gradient sum is divided by this (0: the data-parallel size)
+    sync_every_microbatch: bool = False  # DDP without no_sync: the buckets all-reduced after every backward
     clip: str | None = None  # global | local | stage (under a pipeline: the norm of each stage's own gradients)
     clip_double_count: bool = False  # the tied embedding's two copies (first and last stage) both in the norm
     optimizer: str = "adam"  # adam | sgd_momentum | sgd
@@ -338,6 +339,7 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
     dropout = ""
     grad_reduce, clip, regather, tie_reduce, double_count = "mean", None, True, True, False
     unreduced, reduced_again = [], []
+    every = False
     loss, divide_by = "global_mean", None
     for o in plan.overrides:
         if o.target == "grads" and o.verb == "reduce" and o.group in (None, "all"):
@@ -399,6 +401,8 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
                 clip = "stage"
             else:
                 reasons.append(f"override clip_norm: reduce over ({', '.join(o.axes)}) is not realised")
+        elif o.target == "grads" and o.verb == "reduce_every_microbatch" and o.group in (None, "all"):
+            every = True
         elif o.target == "clip_norm" and o.verb == "reduce" and o.group in (None, "all"):
             if not o.axes:
                 clip = "local"
@@ -423,6 +427,11 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         reasons.append("a gradient divisor other than the data-parallel size needs DDP, ZeRO or FSDP")
     if clip is not None and data in ("zero1", "zero2"):
         reasons.append("gradient clipping with ZeRO-1/2 is not realised by the harness")
+    if every and (data != "ddp" or pipeline_axis is not None):
+        reasons.append("reducing the gradients after every microbatch is realised only with DistributedDataParallel "
+                       "(no no_sync) without a pipeline")
+    elif every:
+        impl.append("no no_sync: the buckets all-reduced after every microbatch")
     if grad_reduce in ("none", "twice") and data != "ddp":
         reasons.append("skipping or repeating the gradient all-reduce is realised only with DistributedDataParallel")
     if clip == "local" and data not in ("fsdp", "hsdp") and tensor_axis is None:
@@ -500,6 +509,7 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         sequence_parallel=plan.sequence_parallel and tensor_axis is not None,
         grad_reduce=grad_reduce,
         grad_divide=divisor,
+        sync_every_microbatch=every,
         clip=clip,
         clip_double_count=double_count,
         optimizer=widths.optimizer,

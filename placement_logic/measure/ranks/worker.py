@@ -124,8 +124,10 @@ def run_job(job: Job, rank: int) -> dict:
                 a, b = lo + k * mb, lo + (k + 1) * mb
                 if dropout is not None:
                     dropout.step, dropout.row0 = step, a
-                # gradient accumulation: DDP synchronises on the last microbatch only
-                sync = nullcontext() if k == m - 1 or trainer.no_sync is None else trainer.no_sync()
+                # gradient accumulation: DDP synchronises on the last microbatch only (on every one
+                # under override grads: reduce_every_microbatch)
+                sync = nullcontext() if k == m - 1 or trainer.no_sync is None or r.sync_every_microbatch \
+                    else trainer.no_sync()
                 with sync:
                     counter.phase = "forward"
                     with saved.recording(trainer.inner) if k == 0 else nullcontext():
