@@ -173,6 +173,34 @@ def test_lift_json_format(monkeypatch):
     assert f"params = {v * h + layers * block + 2 * h + h * v}" in data["spec"]
 
 
+def test_a_view_keeps_the_histories_of_its_own_regions():
+    """A gradient viewed out of a bucket carries the reductions of its own elements, not those of the rest of the
+    bucket; an accumulation into it and a copy out of the bucket still take what they read."""
+    torch = pytest.importorskip("torch")
+    from placement_logic.trace.recorder_events import Events
+
+    class Regions(Events):
+        def __init__(self):
+            self.events, self.alive, self.phase = {}, {}, "backward"
+
+    e = Regions()
+    bucket = torch.zeros(8)
+    e._add(bucket[:4], ("collective", 1))  # the first parameter's reduction
+    second = bucket[4:].view(2, 2)
+    e._follow("view", (bucket[4:], [2, 2]), {}, second)
+    assert e._events_of(second) == []
+    first = bucket[:4].view(2, 2)
+    e._follow("view", (bucket[:4], [2, 2]), {}, first)
+    assert e._events_of(first) == [("collective", 1)]
+    fresh = torch.ones(4)
+    e._add(fresh, ("collective", 2))
+    e._follow("add_", (bucket[4:], fresh), {}, bucket[4:])
+    assert e._events_of(bucket[4:]) == [("collective", 2)]
+    whole = bucket.clone()
+    e._follow("clone", (bucket,), {}, whole)
+    assert sorted(e._events_of(whole)) == [("collective", 1), ("collective", 2)]
+
+
 def test_every_collective_is_attributed_to_the_parameters_it_carried():
     trace = stored()
     step = trace["ranks"][0]["steps"][-1]
@@ -792,19 +820,12 @@ def _library_realisations() -> dict[str, tuple[Path, int]]:
 
 # the lift of these realisations reports what it cannot lift (and lifts no plan that silently differs):
 # plan -> [(the start of each reported item, a phrase of its reason)], and why
-SP_BACKWARD = ("backward", "reduced on more than one of the 2 accumulated backward passes")
 LIBRARY_REPORTED = {
     "zero1": ([("1 of 1 optimizer parameters", "not held by any module")],
               "measure's ZeRO-1 ranks step one flat buffer that no module holds"),
     "zero2": ([("1 of 1 optimizer parameters", "not held by any module")],
               "the same flat buffer as ZeRO-1 (its gradient averaged on every accumulated backward pass, which is "
               "one reduction of the summed gradient)"),
-    "megatron_sp": ([SP_BACKWARD],
-                    "the sequence-parallel gradients are reduced over the tensor axis on every accumulated backward "
-                    "pass (DistributedDataParallel's no_sync does not cover DTensor's reductions): one program per "
-                    "gradient cannot state the accumulated reductions"),
-    "full_recompute": ([SP_BACKWARD], "megatron_sp under full recomputation: as megatron_sp"),
-    "selective_recompute": ([SP_BACKWARD], "megatron_sp under selective recomputation: as megatron_sp"),
     "interleaved_1f1b": ([("send", "interleaved, virtual-stage schedules are not lifted"),
                           ("recv", "interleaved, virtual-stage schedules are not lifted")],
                          "two model chunks per rank: the last stage sends back to the first in forward"),
@@ -820,7 +841,7 @@ LIBRARY_REPORTED = {
                         "tokens dispatched to the experts by all_to_all: no expert axis is lifted"),
 }
 LIBRARY_ROUND_TRIP = {"ddp", "zero3", "fsdp_full_shard", "fsdp_shard_grad_op", "hybrid_shard", "gpipe", "one_f_one_b",
-                      "context_parallel", "megatron_tp"}
+                      "context_parallel", "megatron_tp", "megatron_sp", "full_recompute", "selective_recompute"}
 # plans whose realisation is another library strategy's: the lift names that one, whose costs differ from the
 # plan's only in the wording of what is gathered: plan -> (the lifted binding, (the plan's words, the lift's), why)
 LIBRARY_LIFTED_AS = {

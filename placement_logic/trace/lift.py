@@ -460,6 +460,14 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                                     f"{len(stacks)} of {len(reduced)} reduced gradients are all-reduced after every "
                                     "accumulated backward pass, the others once per step: one plan reduces its "
                                     "gradient buffer one way", tuple(stacks[0])))
+    recomputed = step[observer].get("recomputed") or []
+    if recomputed:
+        kinds = sorted({x["module"] for x in recomputed})
+        lines.append((f"  use full_recompute  # observed: layers with weights ({', '.join(kinds[:4])}) ran their "
+                      "forward again during backward", _frames([x.get("stack", []) for x in recomputed[:1]], script)))
+        notes.append("layers ran their forward again during backward (activation checkpointing): lifted as "
+                     "full_recompute; a checkpointed function of no layer (selective recomputation of the "
+                     "attention scores) is not seen, which changes activations only")
     for _axis, frames in no_regather[:1]:
         lines.append(("  override params: no_regather  # the updated optimizer shards are never sent back", frames))
     for gname, (cls, reds, const), members in named:

@@ -119,6 +119,8 @@ def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, 
         out.append(f"from std.pipeline import {', '.join(pipeline)}")
     if context:
         out.append(f"from std.context import {', '.join(context)}")
+    if any(t.strip().startswith("use full_recompute") for t, _ in lines):
+        out.append("from std.recompute import full_recompute")
     out.append("")
     out.append("model {")
     out.append(f"  params = {total}")

@@ -14,7 +14,9 @@ op receives as an opaque object; a collective issued from C++ (the DDP reducer) 
 Gradient programs: every tensor storage region carries the ordered events that reached
 it (a collective, a constant scale, a data-dependent scale such as a clip coefficient).
 Events follow the data through copies, views, concatenations, accumulation and scaling
-(nothing else: a matmul starts a fresh value), so at the optimizer step the events on a
+(nothing else: a matmul starts a fresh value); a view shares its input's regions and their
+histories rather than taking the whole input's (a gradient viewed out of a DDP bucket keeps
+its own reductions, not its neighbours'), so at the optimizer step the events on a
 parameter's gradient are exactly the reductions and divisions it went through, whether
 PyTorch (DDP buckets, FSDP2 reduce-scatter, DTensor redistribution) or the user's own
 code issued them. Parameter storages carry their names, so the all-gathers of FSDP2
@@ -80,6 +82,14 @@ class Recorder(Events, TorchDispatchMode):
         elif self.phase == "after_backward":
             # the next micro-step of an accumulated step: forward again, in the same step
             self.phase = "forward"
+        elif self.phase == "backward" and (next(module.parameters(recurse=False), None) is not None or any(
+                isinstance(v, DTensor) for v in vars(module).values())):
+            # (weights: parameters, or DTensors held as attributes, as DDP over tensor-parallel modules has them)
+            # a layer with weights running its forward inside backward: activation checkpointing
+            # recomputes it (a checkpointed function of no layer, such as attention scores, is not seen)
+            seen = self.step_record().setdefault("recomputed", [])
+            if len(seen) < 64:
+                seen.append({"module": type(module).__name__, "stack": _user_frames()})
         rec = self.step_record()
         self.modules.setdefault(id(module), module)
         if not rec["inputs"]:

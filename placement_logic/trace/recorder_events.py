@@ -158,8 +158,12 @@ class Events:
                     if ev not in evs and ev[0] != "param":
                         evs.append(ev)
             if evs:
+                # a view shares its input's memory, whose regions carry their own histories already:
+                # giving it the whole input's history would spread one region's reductions to its
+                # neighbours (a parameter's gradient viewed out of a DDP bucket)
+                shared = {_key(t)[0] for t in ins}
                 for t in _tensors(out):
-                    if t.numel():
+                    if t.numel() and (name == "add_" or name == "_foreach_add_" or _key(t)[0] not in shared):
                         self._set(t, evs, replace=False)
 
     def _scale(self, name: str, args, kwargs, out) -> None:
