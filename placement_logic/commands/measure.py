@@ -97,7 +97,7 @@ def run(args, out, err) -> int:
     spec = rebind(spec, sets)
     from .progress import Progress
 
-    with Progress(err, "measure") as bar:
+    with Progress(err, "measure", quiet=getattr(args, "quiet", False)) as bar:
         reports = measure(spec, args.plan, devices=args.devices, steps=args.steps, with_checker=not args.no_check,
                           progress=bar.tick, pinned=pinned)
     outcomes = {r.outcome for r in reports}
