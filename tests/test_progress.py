@@ -89,3 +89,45 @@ def test_measure_reports_preparation_and_launch_to_the_bar():
     assert reports[0].outcome.value == "failed"
     assert ticks[0] == (0, 2, "preparing zero3") and ticks[-1][:2] == (2, 2)
     assert [d for d, _, _ in ticks] == sorted(d for d, _, _ in ticks)
+
+
+SEARCH = ["search", "examples/library/ddp.place", "--device", "h100_sxm", "--devices", "8", "--global-batch", "16",
+          "--seq", "1024", "--tp", "1,2", "--pp", "1", "--microbatch", "1", "--recompute", "none",
+          "--strategies", "ddp,zero3", "--top", "2"]
+
+
+def test_search_draws_a_bar_on_a_terminal_and_the_report_is_the_same(monkeypatch):
+    pytest.importorskip("numpy")
+    monkeypatch.setenv("TERM", "xterm-256color")
+    code, piped_out, piped_err = run(SEARCH, io.StringIO())
+    code2, tty_out, tty_err = run(SEARCH, Terminal())
+    def timeless(text):  # search prints its own time
+        return re.sub(r"\d+\.\d+ s\b", "T s", text)
+
+    assert code == code2 == 0 and timeless(piped_out) == timeless(tty_out)
+    assert piped_err == "" and "search" in tty_err and "\x1b" in tty_err
+
+
+@pytest.mark.parametrize("argv", [SEARCH, ["check", BUG]])
+def test_quiet_draws_no_bar(argv, monkeypatch):
+    if argv[0] == "search":
+        pytest.importorskip("numpy")
+    monkeypatch.setenv("TERM", "xterm-256color")
+    _, out, err = run([*argv, "--quiet"], Terminal())
+    assert out == "" and err == ""
+
+
+def test_search_reports_each_structure_and_row_to_the_bar():
+    pytest.importorskip("numpy")
+    from placement_logic import search
+
+    space = search.Space(devices=8, global_batch=16, seq=1024, device="h100_sxm", tp=(1, 2), pp=(1,), microbatch=(1,),
+                         chunks=(2,), strategies=("ddp", "zero3"), recompute=("none",))
+    ticks = []
+    result = search.run("examples/library/ddp.place", space, top=2, check=False,
+                        progress=lambda *t: ticks.append(t))
+    structures = result.structures
+    assert [d for d, _, _ in ticks] == list(range(structures + len(result.ranked) + 1))
+    assert ticks[-1][:2] == (structures + len(result.ranked),) * 2
+    assert all(label.startswith("deriving ") for _, _, label in ticks[:structures])
+    assert [label for _, _, label in ticks[structures:-1]] == ["re-deriving " + c.label() for c in result.ranked]

@@ -54,7 +54,7 @@ def run(args, out: TextIO, err: TextIO) -> int:
                                           Span.point(str(args.file), 1, 1))])
     from .progress import Progress
 
-    with Progress(err, "check") as bar:
+    with Progress(err, "check", quiet=getattr(args, "quiet", False)) as bar:
         report = check_spec(spec, plans=args.plans or None, pinned=sets, timeout=timeout, progress=bar.tick)
     out.write(render(report, args.format, wrap_width(args, out)))
     return report.exit_status

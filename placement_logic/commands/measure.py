@@ -1,6 +1,6 @@
 """``placement measure``: run plans on real PyTorch distributed and compare with the predictions.
 
-Input: a .place file, ``--plan`` names, ``--devices``, ``--steps``, ``--format``. Output:
+Input: a .place file, ``--plan`` names, ``--devices``, ``--set``, ``--steps``, ``--format``. Output:
 the measurement report on ``out``. Exit status: 0 every plan matched (every difference
 explained) and stayed equivalent to one process; 1 a mismatch, a divergence or a failed
 rank; 2 input or usage error (including a missing torch); 4 a plan PyTorch cannot
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 from ..outcome import Exit, envelope
+from .options import add_set
 
 EXIT_UNREALISED = int(Exit.UNREALISED)
 
@@ -30,6 +31,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--plan", action="append", required=True, metavar="NAME", help="plan to measure (repeatable)")
     p.add_argument("--devices", type=int, default=None, metavar="N",
                    help="processes (default 2; meshes of k axes use 2 per axis)")
+    add_set(p, "re-bind a let symbol or run an axis at a size (repeatable), e.g. --set dp=4: the re-bound spec "
+            f"is what is realised, predicted and checked; axis sizes 2 to {MAX_DEVICES} processes in all "
+            "(one value per name)")
     p.add_argument("--steps", type=int, default=3, metavar="K", help="training steps (default 3)")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     p.add_argument("--no-check", action="store_true", help="do not ask the checker for its verdict")
@@ -51,19 +55,51 @@ def _check_counts(args) -> None:
                                               command_line_span(f"{flag} {value}"))])
 
 
+def _pinned_sizes(args, spec, sets) -> dict[str, int]:
+    """The axis sizes ``--set`` gives, each 2 to ``MAX_DEVICES``, and for each plan to measure
+    at most ``MAX_DEVICES`` processes in all (the other axes at their default of 2 each), PL301
+    at the options otherwise."""
+    from ..diagnostics import Diagnostic, DiagnosticError
+    from .options import command_line_span
+
+    axes = spec.mesh.names if spec.mesh else ()
+    pinned = {a: int(v) for a, v in sets.items() if a in axes}
+    for a, n in pinned.items():
+        if not 2 <= n <= MAX_DEVICES:
+            raise DiagnosticError([Diagnostic("PL301", f"--set {a}={n}: a measured axis runs on 2 to {MAX_DEVICES} "
+                                              "devices", command_line_span(f"--set {a}={n}"))])
+    for name in args.plan:
+        plan = next((p for p in spec.plans if p.name == name), None)
+        if plan is None or len(plan.mesh.names) < 2 or not any(a in pinned for a in plan.mesh.names):
+            continue
+        world = 1
+        for a in plan.mesh.names:
+            world *= pinned.get(a, 2)
+        if world > MAX_DEVICES:
+            given = " ".join(f"--set {a}={n}" for a, n in pinned.items() if a in plan.mesh.names)
+            raise DiagnosticError([Diagnostic("PL301", f"{given}: plan '{name}' would run {world} processes; at most "
+                                              f"{MAX_DEVICES}", command_line_span(given))])
+    return pinned
+
+
 def run(args, out, err) -> int:
     from ..frontend.loader import load_spec
+    from ..ir.rebinding import rebind
     from ..measure import render
     from ..measure.report import Outcome
     from ..measure.session import measure
+    from .options import spec_single_sets
 
     spec = load_spec(args.file)
     _check_counts(args)
+    sets = spec_single_sets(args.sets, spec, "measure")
+    pinned = _pinned_sizes(args, spec, sets)
+    spec = rebind(spec, sets)
     from .progress import Progress
 
-    with Progress(err, "measure") as bar:
+    with Progress(err, "measure", quiet=getattr(args, "quiet", False)) as bar:
         reports = measure(spec, args.plan, devices=args.devices, steps=args.steps, with_checker=not args.no_check,
-                          progress=bar.tick)
+                          progress=bar.tick, pinned=pinned)
     outcomes = {r.outcome for r in reports}
     if outcomes & {Outcome.MISMATCH, Outcome.DIVERGED, Outcome.FAILED}:
         status = int(Exit.FAILED)

@@ -161,6 +161,28 @@ def parse_sets(items: Iterable[str], known: Iterable[str] | None = None, axes: I
     return out
 
 
+def parse_single_sets(items: Iterable[str], known: Iterable[str] | None = None, axes: Iterable[str] = (),
+                      command: str = "this command") -> dict[str, Fraction]:
+    """``--set`` options of a command that takes one value per name (``inspect``, ``measure``):
+    as ``parse_sets``; a list or a range (``is_sweep``) is PL301 with the caret under its value,
+    since only ``cost`` and ``compare`` sweep."""
+    for item in items:
+        if is_sweep(item):
+            raw_name, _, raw = item.partition("=")
+            offset = len(raw_name) + 1 + (len(raw) - len(raw.lstrip()))
+            raise DiagnosticError([Diagnostic(
+                "PL301", f"--set {item.strip()}: {command} takes one value per name; a list or a range sweeps "
+                "in cost and compare (docs/sweeps.md)", _item_span(item, offset, raw.strip()))])
+    return parse_sets(items, known=known, axes=axes)
+
+
+def spec_single_sets(items: Iterable[str], spec, command: str) -> dict[str, Fraction]:
+    """``--set`` of ``inspect`` and ``measure``: one exact number per let or mesh axis of
+    ``spec`` (an axis size a positive integer), each name located as PL301 when it is not one."""
+    return parse_single_sets(items, known=[n for n, _ in spec.bindings],
+                             axes=spec.mesh.names if spec.mesh else (), command=command)
+
+
 def add_device(p) -> None:
     p.add_argument("--device", metavar="NAME", default=None,
                    help="a catalogue device (docs/hardware.md), e.g. h100_sxm: memory fit and step time; "

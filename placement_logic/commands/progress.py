@@ -2,9 +2,10 @@
 
 Input: the error stream and the environment. Output: a ``Progress`` whose ``tick(done, total,
 label)`` the long loops call (``prove``'s obligations, ``check``'s plans, ``measure``'s plans
-and launches). The bar is drawn only when the error stream is a terminal (and ``TERM`` is not
-``dumb``); it is transient, so it leaves nothing behind, and piped or redirected output is
-byte for byte what it is without it.
+and launches, ``search``'s structures and re-derived rows). The bar is drawn only when the
+error stream is a terminal (and ``TERM`` is not ``dumb``) and the command is not ``--quiet``;
+it is transient, so it leaves nothing behind, and piped or redirected output is byte for
+byte what it is without it.
 """
 
 from __future__ import annotations
@@ -20,15 +21,16 @@ def wanted(err: TextIO) -> bool:
 
 
 class Progress:
-    """A transient bar on ``err`` (when ``wanted``), driven by ``tick``; a context manager."""
+    """A transient bar on ``err`` (when ``wanted`` and not ``quiet``), driven by ``tick``; a
+    context manager."""
 
-    def __init__(self, err: TextIO, what: str):
-        self.err, self.what = err, what
+    def __init__(self, err: TextIO, what: str, quiet: bool = False):
+        self.err, self.what, self.quiet = err, what, quiet
         self.bar = None
         self.task = None
 
     def __enter__(self) -> Progress:
-        if wanted(self.err):
+        if not self.quiet and wanted(self.err):
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
             from rich.progress import Progress as Bar

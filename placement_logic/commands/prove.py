@@ -50,7 +50,7 @@ def run(args, out, err) -> int:
                   "independent solver is skipped); install it with: pip install 'placement-logic[proofs]'\n")
     from .progress import Progress
 
-    with Progress(err, "prove") as bar:
+    with Progress(err, "prove", quiet=getattr(args, "quiet", False)) as bar:
         report, texts = prove(specs, timeout=timeout, only=only, second_solver=second, progress=bar.tick)
     if args.export:
         root = Path(args.export)

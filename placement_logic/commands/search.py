@@ -157,7 +157,10 @@ def run(args, out: TextIO, err: TextIO) -> int:
 
         plot.require_matplotlib()  # a missing matplotlib is reported before any work
 
-    result = search.run(args.model, space, top=top, check=not args.no_check and emit is None)
+    from .progress import Progress
+
+    with Progress(err, "search", quiet=getattr(args, "quiet", False)) as bar:
+        result = search.run(args.model, space, top=top, check=not args.no_check and emit is None, progress=bar.tick)
     if emit is not None:
         if emit > len(result.ranked):
             raise _bad("--emit", str(emit), f"only {len(result.ranked)} configurations fit")

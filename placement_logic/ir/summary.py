@@ -6,6 +6,7 @@ Used by ``placement inspect``: what the resolver made of each plan, axis by axis
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Collection
 
 from .. import ir
 from . import groups as pg
@@ -43,9 +44,10 @@ def parameter_counts(spec: ir.Spec) -> dict | None:
     return {"params": psi, "active_params": active, "groups": counts}
 
 
-def _bindings(spec: ir.Spec) -> dict:
+def _bindings(spec: ir.Spec, sets: Collection[str] = ()) -> dict:
     """Each let and axis size: its expression and, when it folds to a number, that number (each
-    binding folded once, through the numbers of the ones before it: linear in their count)."""
+    binding folded once, through the numbers of the ones before it: linear in their count);
+    ``set`` marks the names re-bound on the command line (``sets``)."""
     known: dict[str, ir.Value] = {}
     out = {}
     for name, v in spec.bindings:
@@ -53,7 +55,7 @@ def _bindings(spec: ir.Spec) -> dict:
         if x is not None:
             known[name] = ir.Const(x)
         out[name] = {"value": _json_number(x), "exact": None if x is None else str(x), "formula": ir.show(v),
-                     "set": False}
+                     "set": name in sets}
     return out
 
 
@@ -108,13 +110,14 @@ def _override_text(o: ir.Override) -> str:
     return text
 
 
-def spec_data(spec: ir.Spec, plans: tuple[str, ...] = ()) -> dict:
-    """The resolved spec as data; ``plans``: only these plans (all when empty)."""
+def spec_data(spec: ir.Spec, plans: tuple[str, ...] = (), sets: Collection[str] = ()) -> dict:
+    """The resolved spec as data; ``plans``: only these plans (all when empty); ``sets``: the
+    names the spec was re-bound at (``ir.rebinding``), marked ``set`` among the bindings."""
     model = spec.model
     counts = parameter_counts(spec)
     return {
         "file": spec.file,
-        "bindings": _bindings(spec),
+        "bindings": _bindings(spec, sets),
         "model": None if model is None else {
             "params": None if model.params is None else ir.show(model.params),
             "params_count": _show_count((counts or {}).get("params")),
@@ -137,11 +140,16 @@ def spec_data(spec: ir.Spec, plans: tuple[str, ...] = ()) -> dict:
     }
 
 
-def spec_text(spec: ir.Spec, plans: tuple[str, ...] = ()) -> str:
-    data = spec_data(spec, plans)
+def _set_mark(binding: dict) -> str:
+    return " (--set)" if binding["set"] else ""
+
+
+def spec_text(spec: ir.Spec, plans: tuple[str, ...] = (), sets: Collection[str] = ()) -> str:
+    data = spec_data(spec, plans, sets)
     lines = [f"spec {data['file']}"]
     if data["bindings"]:
-        lines.append("  symbols: " + ", ".join(f"{k} = {v['formula']}" for k, v in data["bindings"].items()))
+        lines.append("  symbols: " + ", ".join(f"{k} = {v['formula']}{_set_mark(v)}"
+                                               for k, v in data["bindings"].items()))
     if data["model"]:
         m = data["model"]
         psi = m["params_count"]
@@ -200,12 +208,13 @@ def _md(text: str) -> str:
     return str(text).replace("|", "\\|")
 
 
-def spec_markdown(spec: ir.Spec, plans: tuple[str, ...] = ()) -> str:
+def spec_markdown(spec: ir.Spec, plans: tuple[str, ...] = (), sets: Collection[str] = ()) -> str:
     """The same summary as ``spec_text``, as Markdown: a table of modes per plan (states by mesh axes)."""
-    data = spec_data(spec, plans)
+    data = spec_data(spec, plans, sets)
     out = [f"# `{data['file']}`", ""]
     if data["bindings"]:
-        out.append("Symbols: " + ", ".join(f"`{k} = {v['formula']}`" for k, v in data["bindings"].items()) + ".")
+        out.append("Symbols: " + ", ".join(f"`{k} = {v['formula']}`{_set_mark(v)}"
+                                           for k, v in data["bindings"].items()) + ".")
         out.append("")
     m = data["model"]
     if m:

@@ -11,7 +11,7 @@ Torch is imported only by the launched ranks.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 from .. import ir
 from ..diagnostics import Diagnostic, DiagnosticError
@@ -35,20 +35,36 @@ def require_torch() -> None:
             "PL601", "placement measure needs PyTorch to run a plan: pip install 'placement-logic[torch]'")])
 
 
-def mesh_sizes(plan: ir.Plan, devices: int | None) -> dict[str, int]:
-    """Axis sizes of the run: one axis takes all devices; k axes take 2 each (2^k devices)."""
+def mesh_sizes(plan: ir.Plan, devices: int | None, pinned: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Axis sizes of the run: one axis takes all devices; k axes take 2 each (2^k devices).
+    ``pinned`` (``--set AXIS=N``) gives an axis of the plan its size instead; every axis runs
+    with at least 2 devices, and ``--devices``, when given too, must be the product."""
     names = plan.mesh.names
+    pinned = {a: int(n) for a, n in (pinned or {}).items() if a in names}
+    for a, n in pinned.items():
+        if n < 2:
+            raise DiagnosticError([Diagnostic("PL602", f"--set {a}={n}: a measurement needs at least 2 devices on "
+                                              "each axis", plan.span)])
     if len(names) == 1:
-        n = devices if devices is not None else 2
+        n = pinned.get(names[0], devices if devices is not None else 2)
+        if devices is not None and devices != n:
+            raise DiagnosticError([Diagnostic("PL602", f"--devices {devices} and --set {names[0]}={n} disagree: the "
+                                              f"mesh of plan '{plan.name}' has one axis, run with {n} devices",
+                                              plan.span)])
         if n < 2:
             raise DiagnosticError([Diagnostic("PL602", f"--devices {n}: a measurement needs at least 2 devices", plan.span)])
         return {names[0]: n}
-    want = 2 ** len(names)
+    sizes = {a: pinned.get(a, 2) for a in names}
+    want = 1
+    for n in sizes.values():
+        want *= n
     if devices is not None and devices != want:
+        each = "each run with 2 devices" if not pinned else \
+            "run with " + ", ".join(f"{a}={n}" for a, n in sizes.items())
         raise DiagnosticError([Diagnostic(
-            "PL602", f"--devices {devices}: the mesh of plan '{plan.name}' has {len(names)} axes, each run with "
-            f"2 devices, so it needs {want}", plan.span)])
-    return {a: 2 for a in names}
+            "PL602", f"--devices {devices}: the mesh of plan '{plan.name}' has {len(names)} axes, {each}, "
+            f"so it needs {want}", plan.span)])
+    return sizes
 
 
 @dataclass(frozen=True)
@@ -88,15 +104,17 @@ def checker_view(spec: ir.Spec, plan: str, sizes: dict[str, int]) -> CheckerView
     return CheckerView(True, pr.verdict.word, tuple(summary), tuple(full))
 
 
-def prepare(spec: ir.Spec, name: str, devices: int | None = None, steps: int = DEFAULT_STEPS) -> Prepared | MeasureReport:
+def prepare(spec: ir.Spec, name: str, devices: int | None = None, steps: int = DEFAULT_STEPS,
+            pinned: Mapping[str, int] | None = None) -> Prepared | MeasureReport:
     """Everything decided before a run for one plan: its realisation, tiny shape and prediction, or
-    the report of a plan that cannot run (unrealised, or no numeric prediction)."""
+    the report of a plan that cannot run (unrealised, or no numeric prediction). ``pinned``:
+    axis sizes given on the command line (``mesh_sizes``)."""
     try:
         plan = spec.plan(name)
     except KeyError:
         known = ", ".join(p.name for p in spec.plans) or "none"
         raise DiagnosticError([Diagnostic("PL302", f"no plan named '{name}' (plans: {known})")]) from None
-    sizes = mesh_sizes(plan, devices)
+    sizes = mesh_sizes(plan, devices, pinned)
     mesh = tuple((a, sizes[a]) for a in plan.mesh.names)
     r = realise(plan, sizes, run_bindings(spec, sizes))
     if isinstance(r, Unrealised):
@@ -112,14 +130,16 @@ def prepare(spec: ir.Spec, name: str, devices: int | None = None, steps: int = D
 
 def measure(spec: ir.Spec, plans: list[str], devices: int | None = None, steps: int = DEFAULT_STEPS,
             launcher: Callable = launch, with_checker: bool = True,
-            progress: Callable[[int, int, str], None] | None = None) -> list[MeasureReport]:
-    """Measure the named plans of one spec."""
-    return measure_many([(spec, name) for name in plans], devices, steps, launcher, with_checker, progress)
+            progress: Callable[[int, int, str], None] | None = None,
+            pinned: Mapping[str, int] | None = None) -> list[MeasureReport]:
+    """Measure the named plans of one spec; ``pinned``: axis sizes to run at (``mesh_sizes``)."""
+    return measure_many([(spec, name) for name in plans], devices, steps, launcher, with_checker, progress, pinned)
 
 
 def measure_many(items: list[tuple[ir.Spec, str]], devices: int | None = None, steps: int = DEFAULT_STEPS,
                  launcher: Callable = launch, with_checker: bool = True,
-                 progress: Callable[[int, int, str], None] | None = None) -> list[MeasureReport]:
+                 progress: Callable[[int, int, str], None] | None = None,
+                 pinned: Mapping[str, int] | None = None) -> list[MeasureReport]:
     """Measure (spec, plan) pairs; plans of the same world size share one launch of ranks.
     ``progress(done, total, what)`` is called as each plan is prepared, launched and compared
     (two steps a plan)."""
@@ -137,7 +157,7 @@ def measure_many(items: list[tuple[ir.Spec, str]], devices: int | None = None, s
     prepared: dict[int, list[tuple[ir.Spec, Prepared]]] = {}
     for spec, name in items:
         tick(0, f"preparing {name}")
-        p = prepare(spec, name, devices, steps)
+        p = prepare(spec, name, devices, steps, pinned)
         if isinstance(p, MeasureReport):
             reports[spec.file, name] = p
             tick(2, f"{name}: not realisable" if not p.implementation else f"{name}: no prediction")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import time
 from fractions import Fraction
+from typing import Callable
 
 import sympy
 
@@ -99,7 +100,11 @@ def needs_numpy() -> None:
             notes=("install it with: pip install 'placement-logic[search]'",))]) from None
 
 
-def run(model: str, space: Space, top: int = 10, check: bool = True) -> Result:
+def run(model: str, space: Space, top: int = 10, check: bool = True,
+        progress: Callable[[int, int, str], None] | None = None) -> Result:
+    """The search. ``progress(done, total, label)`` is called before each structure is derived
+    and compiled and before each ranked row is re-derived exactly (and checked): ``total`` is
+    the structures plus the rows to re-derive (at most ``top`` until the ranking is known)."""
     needs_numpy()
     import numpy as np
 
@@ -118,7 +123,14 @@ def run(model: str, space: Space, top: int = 10, check: bool = True) -> Result:
     parts = []
     derive_s = 0.0
     evaluate_s = 0.0
-    for s, (sizes, valid) in groups.items():
+    total = len(groups) + max(top, 0)
+
+    def tick(done: int, label: str) -> None:
+        if progress is not None:
+            progress(done, total, label)
+
+    for n, (s, (sizes, valid)) in enumerate(groups.items()):
+        tick(n, f"deriving {s.strategy}, recompute {s.recompute}" + (f", {s.schedule}" if s.schedule else ""))
         d0 = time.perf_counter()
         fn = _compile(list(_forms(block, s, space)))
         d1 = time.perf_counter()
@@ -164,8 +176,11 @@ def run(model: str, space: Space, top: int = 10, check: bool = True) -> Result:
     for c in result.ranked:
         c.frontier = any(f.sizes == c.sizes and f.structure == c.structure for f in result.frontier)
     t3 = time.perf_counter()
-    for c in result.ranked:
+    total = len(groups) + len(result.ranked)
+    for n, c in enumerate(result.ranked):
+        tick(len(groups) + n, ("checking " if check else "re-deriving ") + c.label())
         exact(c, block, space, check)
+    tick(total, "done")
     result.timings = {"setup": t1 - t0, "derive_and_compile": derive_s, "evaluate": evaluate_s,
                       "filter": t2 - t1 - derive_s - evaluate_s,
                       "rank": t3 - t2, "exact_and_check": time.perf_counter() - t3}
