@@ -136,3 +136,32 @@ def test_repr_latex_for_jupyter():
     assert r.plans[0].device["total"]._repr_latex_() == r"$\frac{\Psi \cdot \left(K + 4\right)}{N_{\mathrm{dp}}}$"
     check_balanced(r.plans[0]._repr_latex_())
     check_balanced(r._repr_latex_())
+
+
+TIMED = """from std.data import ddp, zero3
+let psi = 7.5e9
+let n = 64
+model { params = psi }
+mesh { dp = n }
+plan a { dp: ddp }
+plan b { dp: zero3 }
+claim "ZeRO-3 moves 1.5x": comm(b) / comm(a) == 3/2
+"""
+
+
+@pytest.mark.parametrize("command", ["cost", "compare"])
+def test_timeout_bounds_each_simplification(tmp_path, command):
+    """--timeout sets the time each simplification may take: past it the identity is left undecided (the claim
+    still holds on its values), never assumed; a time limit that is not a positive number is PL500."""
+    f = tmp_path / "t.place"
+    f.write_text(TIMED)
+    code, out, _ = run(command, str(f), "--no-cache", "--format", "json") if command == "cost" else \
+        run(command, str(f), "--format", "json")
+    [q] = json.loads(out)["questions"]
+    assert code == 0 and q["verdict"] == "holds" and q["identity"] is True
+    extra = ["--no-cache"] if command == "cost" else []
+    code, out, _ = run(command, str(f), *extra, "--timeout", "0.000001", "--format", "json")
+    [q] = json.loads(out)["questions"]
+    assert code == 0 and q["verdict"] == "holds" and q["identity"] is None
+    code, _, err = run(command, str(f), *extra, "--timeout", "0")
+    assert code == 2 and "[PL500]" in err and "--timeout 0" in err

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TextIO
 
 from .cost import NO_LATEX, add_common, exit_status, render, spec_sets
-from .options import add_device, add_plan, colour, device_option, output_width
+from .options import add_device, add_plan, colour, device_option, output_width, parse_timeout
 
 
 def add_parser(subparsers) -> None:
@@ -26,6 +26,7 @@ def add_parser(subparsers) -> None:
 
 def run(args, out: TextIO, err: TextIO) -> int:
     from ..costreport import build
+    from ..costs.symbolic import budget
     from ..frontend.loader import load_spec
     from . import sweep
 
@@ -34,8 +35,9 @@ def run(args, out: TextIO, err: TextIO) -> int:
     sweep.check_options(args, sweeps)
     if sweep.wanted(args, sweeps):
         return sweep.run(args, spec, sets, sweeps, "compare", out, output_width(args, out), colour(out))
-    report = build(spec, plans=args.plans, sets=sets, baseline=args.baseline, command="compare", device=device_option(args),
-                   latex=args.format not in NO_LATEX)
+    with budget(parse_timeout(args.timeout)):
+        report = build(spec, plans=args.plans, sets=sets, baseline=args.baseline, command="compare",
+                       device=device_option(args), latex=args.format not in NO_LATEX)
     out.write(render(report, args.format, output_width(args, out), colour(out)))
     if args.plot is not None:
         sweep.plot_only(args, spec, sets, "compare")

@@ -17,12 +17,14 @@ from .options import (
     add_format,
     add_plan,
     add_set,
+    add_timeout,
     add_width,
     colour,
     device_option,
     output_width,
     parse_sets,
     parse_sweep_sets,
+    parse_timeout,
 )
 
 FORMATS = ("text", "markdown", "json", "latex", "latex-fragment", "csv")
@@ -38,6 +40,9 @@ def add_common(p) -> None:
                    help="only the equations, their symbols and the table, to \\input into a paper "
                    "(the same as --format latex-fragment)")
     add_width(p)
+    add_timeout(p, "5", "time limit in seconds for each simplification of an expression: a ratio, an identity "
+                "of a claim, the order of two pipeline stages' peaks (default: 5); past it the result is left "
+                "undecided, never assumed")
     from . import sweep
 
     sweep.add_options(p)
@@ -104,6 +109,7 @@ def run(args, out: TextIO, err: TextIO) -> int:
     from . import sweep
 
     sweep.check_options(args, sweeps)
+    seconds = parse_timeout(args.timeout)
     use_cache = cache.enabled(getattr(args, "no_cache", False)) and args.plot is None  # a plot is written each time
     if use_cache:
         k = cache.key("cost", sources, {"file": str(args.file), "plans": args.plans, "sets": args.sets,
@@ -111,7 +117,8 @@ def run(args, out: TextIO, err: TextIO) -> int:
                                         "sweeps": {n: [str(v) for v in vs] for n, vs in sweeps.items()},
                                         "groups": getattr(args, "groups", False),
                                         "device": getattr(args, "device", None),
-                                        "width": output_width(args, out), "colour": colour(out)})
+                                        "width": output_width(args, out), "colour": colour(out),
+                                        "timeout": seconds})
         hit = cache.get(k)
         if hit is not None:
             out.write(hit[0])
@@ -122,9 +129,12 @@ def run(args, out: TextIO, err: TextIO) -> int:
         text = buf.getvalue()
     else:
         from ..costreport import build
+        from ..costs.symbolic import budget
 
-        report = build(spec, plans=args.plans, sets=sets, command="cost", show_groups=getattr(args, "groups", False),
-                       device=device_option(args), latex=args.format not in NO_LATEX)
+        with budget(seconds):
+            report = build(spec, plans=args.plans, sets=sets, command="cost",
+                           show_groups=getattr(args, "groups", False), device=device_option(args),
+                           latex=args.format not in NO_LATEX)
         text = render(report, args.format, output_width(args, out), colour(out))
         status = exit_status(report)
         if args.plot is not None:

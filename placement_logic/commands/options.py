@@ -81,8 +81,8 @@ def colour(out) -> bool:
     return bool(isatty is not None and isatty()) and "NO_COLOR" not in os.environ
 
 
-def add_timeout(p) -> None:
-    p.add_argument("--timeout", default="10", metavar="SECONDS", help="solver time limit per query (default: 10)")
+def add_timeout(p, default: str = "10", help: str = "solver time limit per query (default: 10)") -> None:
+    p.add_argument("--timeout", default=default, metavar="SECONDS", help=help)
 
 
 def add_set(p, help: str) -> None:
