@@ -123,12 +123,14 @@ TERM_OF = {"norm 1 input": "norm inputs", "norm 2 input": "norm inputs", "layer 
                          [(sh, t, sp, rc) for sh, (t, sp), rc in product(SHAPES, [(1, False), (2, False), (2, True)],
                                                                         ["none", "selective", "full"])])
 def test_named_terms_are_the_saved_tensors_grouped(shape, t, sp, recompute):
-    """``Activations.layer_terms``: each named term is the oracle's tensors of that name (the MLP's,
-    the permuted tokens' and the shared experts' under ``mlp``), and they add up to ``per_layer``."""
+    """``named_terms``: each named layer term is the oracle's tensors of that name (the MLP's, the
+    permuted tokens' and the shared experts' under ``mlp``), and they add up to ``per_layer``."""
+    from placement_logic.costs.activations import named_terms
+
     pc = costs.derive(load_string(spec(shape, t, sp, recompute)).plan("p"))
     act = pc.activations
     sub = {costs.symbol("tp"): t}
-    got = {name: Fraction(str(x.subs(sub))) for name, x in act.layer_terms}
+    got = {name: Fraction(str(x.subs(sub))) for name, x in named_terms(pc.shape, pc.layout)[0]}
     want: dict[str, Fraction] = {}
     for name, dims, width, split in saved_tensors(shape, t, sp, recompute):
         n = 1

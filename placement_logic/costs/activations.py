@@ -104,10 +104,6 @@ class Activations:
     total: sympy.Expr  # the peak over stages
     transient: sympy.Expr
     stages: tuple[StageActivations, ...] = ()  # first and last stage with a pipeline, else ()
-    # ``per_layer`` and, for one microbatch, ``embedding`` + ``output`` as named terms (``per_layer_terms``,
-    # ``outside_terms``); () where the layers are of two kinds (dense and MoE)
-    layer_terms: tuple[tuple[str, sympy.Expr], ...] = ()
-    outside_terms: tuple[tuple[str, sympy.Expr], ...] = ()
 
 
 def layer_terms(sh: Shape, moe: bool | None = None) -> tuple[sympy.Expr, sympy.Expr]:
@@ -285,8 +281,18 @@ def activations(sh: Shape, lay: Layout) -> Activations:
     lm = first.in_flight.layer_microbatches
     total = peak(*(st.total for st in stages))
     transient = full if lay.recompute is ir.Recompute.FULL else zero
-    named = () if mixed is not None else tuple(
-        (name, x * k) for name, x in per_layer_terms(sh, lay, lay.recompute, lay.flash))
-    outside = tuple((name, x * k) for name, x in outside_terms(sh, lay))
     return Activations(per, full, lm, lm / (sh.L / lay.p), first.embedding, last.output, total, transient,
-                       stages if has_pipeline(lay) else (), named, outside)
+                       stages if has_pipeline(lay) else ())
+
+
+def named_terms(sh: Shape, lay: Layout) -> tuple[tuple[tuple[str, sympy.Expr], ...], tuple[tuple[str, sympy.Expr], ...]]:
+    """``Activations.per_layer`` and, for one microbatch, ``embedding`` + ``output`` (one stage) as
+    named terms (``per_layer_terms``, ``outside_terms``, with the estimator's allowance); the layer
+    terms are () where the layers are of two kinds (dense and MoE). Computed on demand, not by
+    ``activations``: only a comparison with a measurement reads them."""
+    if not sh.has_shape:
+        return (), ()
+    k = sh.allowance
+    layer = () if _moe_layers(sh) is not None else tuple(
+        (name, x * k) for name, x in per_layer_terms(sh, lay, lay.recompute, lay.flash))
+    return layer, tuple((name, x * k) for name, x in outside_terms(sh, lay))
