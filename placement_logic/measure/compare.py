@@ -103,8 +103,8 @@ def harness_layer_bytes(pred: Prediction, r: Realisation, shape: TinyShape) -> t
     """The bytes PyTorch keeps for one block of the harness's model, recomputed from the activation
     model's named terms (``Prediction.activation_layer_terms``) by the documented rules of the
     mechanism ``eager-saved-activations`` (docs/validation.md), and the adjustments term by term;
-    None where no rule applies (mixture of experts, whose kept bytes follow the routing; a model
-    without named terms; a 16-bit RMSNorm)."""
+    None where no rule applies: no named terms, terms that do not add up to the prediction, a term
+    the harness lacks that is not its documented value, a 16-bit RMSNorm."""
     terms = dict(pred.activation_layer_terms)
     if not terms or "layer" in terms or sum(terms.values(), Fraction(0)) != pred.activations_per_layer:
         return None
