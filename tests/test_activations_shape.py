@@ -111,6 +111,38 @@ def test_per_layer_bytes_equal_the_saved_tensors(shape, t, sp, recompute):
     assert Fraction(int(got.p), int(got.q)) == want
 
 
+TERM_OF = {"norm 1 input": "norm inputs", "norm 2 input": "norm inputs", "layer input": "layer input",
+           "attention input (norm 1 output)": "norm outputs", "mlp input (norm 2 output)": "norm outputs",
+           "attention dropout mask": "dropout masks", "mlp dropout mask": "dropout masks", "q": "query",
+           "k": "keys and values", "v": "keys and values", "output projection input": "projection input",
+           "softmax output": "attention core", "softmax dropout mask": "attention core",
+           "softmax dropout output": "attention core", "router logits (fp32)": "router logits"}
+
+
+@pytest.mark.parametrize("shape,t,sp,recompute",
+                         [(sh, t, sp, rc) for sh, (t, sp), rc in product(SHAPES, [(1, False), (2, False), (2, True)],
+                                                                        ["none", "selective", "full"])])
+def test_named_terms_are_the_saved_tensors_grouped(shape, t, sp, recompute):
+    """``named_terms``: each named layer term is the oracle's tensors of that name (the MLP's, the
+    permuted tokens' and the shared experts' under ``mlp``), and they add up to ``per_layer``."""
+    from placement_logic.costs.activations import named_terms
+
+    pc = costs.derive(load_string(spec(shape, t, sp, recompute)).plan("p"))
+    act = pc.activations
+    sub = {costs.symbol("tp"): t}
+    got = {name: Fraction(str(x.subs(sub))) for name, x in named_terms(pc.shape, pc.layout)[0]}
+    want: dict[str, Fraction] = {}
+    for name, dims, width, split in saved_tensors(shape, t, sp, recompute):
+        n = 1
+        for d in dims:
+            n *= d
+        divided = split == "heads" or (split == "seq" and sp)
+        key = TERM_OF.get(name, "mlp")
+        want[key] = want.get(key, Fraction(0)) + Fraction(n * width, t if divided else 1)
+    assert got == {k: v for k, v in want.items() if v}
+    assert sum(got.values()) == Fraction(str(act.per_layer.subs(sub)))
+
+
 def test_megatron_convention_is_eighteen_plus_four_ffn_over_h():
     """Megatron-LM's estimator: s·b·h·(18 + 4·ffn/h)/t per layer with sequence parallelism and
     selective recomputation, whatever the gate or the kv heads."""

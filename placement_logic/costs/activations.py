@@ -158,6 +158,42 @@ def per_layer(sh: Shape, lay: Layout, recompute: ir.Recompute, flash: bool, moe:
     return sympy.factor_terms(sympy.expand(per)) * scale
 
 
+def per_layer_terms(sh: Shape, lay: Layout, recompute: ir.Recompute, flash: bool,
+                    moe: bool | None = None) -> tuple[tuple[str, sympy.Expr], ...]:
+    """``per_layer`` as named terms whose sum is ``per_layer`` (bytes per layer per microbatch):
+    the norms' inputs and outputs, the dropout masks, the router's logits (MoE), the query, the
+    keys and values, the output projection's input, the MLP's and the attention core's terms
+    (``layer_terms``); under full recomputation the layer input alone. Estimator counts other
+    than the default (``conventions { activations = ... }``) are one term, ``layer``."""
+    total = per_layer(sh, lay, recompute, flash, moe)
+    if recompute is ir.Recompute.FULL:
+        return (("layer input", total),)
+    if sh.activation_count in ("korthikanti", "megatron", "llm_analysis"):
+        return (("layer", total),)
+    s = sh.s / lay.c
+    b, h, a, kv, t = sh.b, sh.h, sh.a, sh.kv, lay.t
+    scale = sh.bytes[ir.State.ACTIVATIONS] / 2
+    whole_t = t if lay.sp else 1
+    whole, split = layer_terms(sh, moe)
+    router = whole - 10 * h
+    mlp = split - (2 * h + 4 * h * kv / a + 2 * h)
+    core = 0 if (flash or recompute is ir.Recompute.SELECTIVE) else 5 * a * s / t
+    terms = (("norm inputs", 4 * h / whole_t), ("norm outputs", 4 * h / whole_t), ("dropout masks", 2 * h / whole_t),
+             ("router logits", router / whole_t), ("query", 2 * h / t), ("keys and values", 4 * h * kv / a / t),
+             ("projection input", 2 * h / t), ("mlp", mlp / t), ("attention core", core))
+    return tuple((name, sympy.expand(s * b * x * scale)) for name, x in terms if x != 0)
+
+
+def outside_terms(sh: Shape, lay: Layout) -> tuple[tuple[str, sympy.Expr], ...]:
+    """The embedding mask and the output layer of one microbatch as named terms: ``embedding
+    mask``, ``output-layer inputs`` (the final norm's and the output projection's), ``logits``."""
+    s = sh.s / lay.c
+    logits = sh.logits_bytes * s * sh.b * sh.V / lay.t
+    out = (("embedding mask", embedding_mask(sh, lay)), ("output-layer inputs", output_layer(sh, lay) - logits),
+           ("logits", logits))
+    return tuple((name, sympy.expand(x)) for name, x in out if x != 0)
+
+
 def _moe_layers(sh: Shape):
     """For a model with dense and MoE layers: stage (FIRST, LAST, or None for all the layers) ->
     how many MoE layers it holds (of p stages); None for a model of one kind of layer."""
@@ -247,3 +283,16 @@ def activations(sh: Shape, lay: Layout) -> Activations:
     transient = full if lay.recompute is ir.Recompute.FULL else zero
     return Activations(per, full, lm, lm / (sh.L / lay.p), first.embedding, last.output, total, transient,
                        stages if has_pipeline(lay) else ())
+
+
+def named_terms(sh: Shape, lay: Layout) -> tuple[tuple[tuple[str, sympy.Expr], ...], tuple[tuple[str, sympy.Expr], ...]]:
+    """``Activations.per_layer`` and, for one microbatch, ``embedding`` + ``output`` (one stage) as
+    named terms (``per_layer_terms``, ``outside_terms``, with the estimator's allowance); the layer
+    terms are () where the layers are of two kinds (dense and MoE). Computed on demand, not by
+    ``activations``: only a comparison with a measurement reads them."""
+    if not sh.has_shape:
+        return (), ()
+    k = sh.allowance
+    layer = () if _moe_layers(sh) is not None else tuple(
+        (name, x * k) for name, x in per_layer_terms(sh, lay, lay.recompute, lay.flash))
+    return layer, tuple((name, x * k) for name, x in outside_terms(sh, lay))

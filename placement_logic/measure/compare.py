@@ -26,7 +26,7 @@ from .realise import Realisation
 from .report import GRAD_TOLERANCES, TOLERANCES, Equivalence, Row
 from .shape import TinyShape
 
-__all__ = ["MECHANISMS", "SETUP", "activation_rows", "axes_of_group", "compare", "edge_share", "peak_note", "peak_rows"]
+__all__ = ["MECHANISMS", "SETUP", "activation_rows", "harness_layer_bytes", "harness_outside_bytes", "axes_of_group", "compare", "edge_share", "peak_note", "peak_rows"]
 
 
 def _state_rows(pred: Prediction, r: Realisation, results: list[dict], shape: TinyShape) -> list[Row]:
@@ -86,22 +86,164 @@ def _state_rows(pred: Prediction, r: Realisation, results: list[dict], shape: Ti
                         note, counters if len(set(counters)) > 1 else (), mechanism))
     return rows
 
-def activation_rows(pred: Prediction, results: list[dict]) -> list[Row]:
-    """Saved activations of the last step's forward, beside the activation model's prediction for
-    the same scaled shape. Reported, not part of the outcome: the activation model is Megatron-LM's
-    (dropout masks, 16-bit terms scaled to the run's width), the tiny model has no dropout."""
+def _norm_statistics(shape: TinyShape, tokens: Fraction, width: Fraction) -> list[tuple[str, Fraction]]:
+    """What one eager norm of ``tokens`` local tokens keeps beside its input and output: LayerNorm
+    its mean and reciprocal standard deviation (one value per token each, in the activations'
+    dtype); fp32 RMSNorm (a composite in PyTorch) its reciprocal root mean square (fp32, one per
+    token) and the normalised input x·rstd (h wide). None for a 16-bit RMSNorm, which computes in
+    fp32 and keeps an fp32 copy of its input: no rule is documented for it."""
+    if shape.norm == "layernorm":
+        return [("norm statistics (mean, rstd)", 2 * tokens * width)]
+    if width == 4:
+        return [("norm statistic (rstd)", tokens * 4), ("normalised norm input x·rstd", tokens * shape.hidden * width)]
+    return []
+
+
+def harness_layer_bytes(pred: Prediction, r: Realisation, shape: TinyShape) -> tuple[Fraction, list[tuple[str, Fraction]]] | None:
+    """The bytes PyTorch keeps for one block of the harness's model, recomputed from the activation
+    model's named terms (``Prediction.activation_layer_terms``) by the documented rules of the
+    mechanism ``eager-saved-activations`` (docs/validation.md), and the adjustments term by term;
+    None where no rule applies: no named terms, terms that do not add up to the prediction, a term
+    the harness lacks that is not its documented value, a 16-bit RMSNorm."""
+    terms = dict(pred.activation_layer_terms)
+    if not terms or "layer" in terms or sum(terms.values(), Fraction(0)) != pred.activations_per_layer:
+        return None
+    if "layer input" in terms:  # full recomputation: the block input only, as the model counts
+        return terms["layer input"], []
+    width = pred.widths["activations"]
+    t = r.sizes[r.tensor_axis] if r.tensor_axis else 1
+    cp = r.sizes[r.context_axis] if r.context_axis else 1
+    tokens = Fraction(shape.seq, cp) * shape.microbatch
+    whole = tokens / (t if r.sequence_parallel else 1)  # tokens of the norms' (replicated or sequence) region
+    # the terms the harness has no counterpart of must be the documented ones: two h-wide dropout
+    # masks (1 byte per element at 16 bits), the attention core's 5·a·s per token (scores, their
+    # dropout mask and output), the router's fp32 logits
+    documented = {"dropout masks": whole * shape.hidden * width,
+                  "attention core": tokens * Fraction(5 * shape.heads * shape.seq, cp * t) * width / 2,
+                  "router logits": whole * 2 * shape.experts * width}
+    if any(name in terms and terms[name] != v for name, v in documented.items()):
+        return None
+    adj: list[tuple[str, Fraction]] = []
+    if "dropout masks" in terms:
+        # no dropout: no masks; hidden dropout (the bug plans): each mask in the activations' dtype
+        # (h wide, 2 masks), twice the model's 1 byte per element at 16 bits
+        adj.append(("dropout masks: the harness's hidden dropout keeps them in the activations' dtype", terms["dropout masks"])
+                   if r.dropout else ("no dropout masks (the harness model has no dropout)", -terms["dropout masks"]))
+    if "attention core" in terms:
+        adj.append(("no attention scores, softmax dropout mask or its output (SDPA's fused kernel)",
+                    -terms["attention core"]))
+    if r.recompute != "selective" and not r.context_axis:
+        adj.append(("SDPA's log-sum-exp (fp32, one per head and token)", Fraction(4 * shape.heads, t) * tokens))
+    stats = _norm_statistics(shape, whole, width)
+    if not stats:
+        return None
+    adj += [(f"{name}, two norms", 2 * v) for name, v in stats]
+    if shape.moe:
+        adj += _moe_adjustments(terms, shape, tokens, width)
+    elif shape.gated_mlp:
+        adj.append(("SiLU(gate) kept for the product with up (f wide)", tokens * Fraction(shape.ffn, t) * width))
+    if r.sequence_parallel and t > 1:
+        adj.append(("DTensor keeps the all-gathered input of the attention's and the MLP's column-parallel linear "
+                    "(Megatron-LM keeps the sequence shard and gathers it again in backward)",
+                    2 * tokens * shape.hidden * width * (t - 1) / t))
+    return sum(terms.values(), Fraction(0)) + sum(v for _, v in adj), adj
+
+
+def _moe_adjustments(terms: dict[str, Fraction], shape: TinyShape, tokens: Fraction,
+                     width: Fraction) -> list[tuple[str, Fraction]]:
+    """A mixture-of-experts layer of the harness (capacity-padded slots, E·C = capacity_factor·top_k
+    per token): the router keeps its softmax output (E per token), the top-k gates and their sum
+    (k + 1 per token) in the activations' dtype where the model counts fp32 logits; every slot
+    keeps, beyond the model's permuted input and expert MLP terms, SiLU(gate) (gated experts, fe
+    wide), the expert output and its gate-weighted product (h each) and its gate weight (1); a
+    gated shared expert keeps its SiLU(gate) (its width), a sigmoid shared-expert gate its output
+    (1) and the shared experts' output it scales (h)."""
+    slots = tokens * shape.capacity_factor * shape.top_k
+    adj = [("router: softmax output, top-k gates and their sum in the activations' dtype, not fp32 logits",
+            tokens * (shape.experts + shape.top_k + 1) * width - terms.get("router logits", Fraction(0))),
+           ("per expert slot: its output, its gate-weighted product and its gate weight",
+            slots * (2 * shape.hidden + 1) * width)]
+    if shape.gated_mlp:
+        adj.append(("per expert slot: SiLU(gate) (fe wide)", slots * shape.expert_ffn * width))
+        if shape.shared_experts:
+            adj.append(("shared experts' SiLU(gate)", tokens * shape.shared_experts * shape.shared_expert_ffn * width))
+    if shape.shared_experts and shape.shared_expert_gate:
+        adj.append(("shared-expert gate: its sigmoid output and the output it scales", tokens * (shape.hidden + 1) * width))
+    return adj
+
+
+def harness_outside_bytes(pred: Prediction, r: Realisation, shape: TinyShape) -> tuple[Fraction, list[tuple[str, Fraction]]] | None:
+    """Outside the blocks, by the rules of ``eager-saved-outside`` (docs/validation.md): the
+    model's output-layer inputs and fp32 logits (the loss's log-softmax output is as large), less
+    the embedding mask, with the final norm's statistics, the loss's fp32 total weight, under
+    sequence parallelism the head's all-gathered input, and with tied embeddings under tensor
+    parallelism the whole (not vocabulary-parallel) logits."""
+    terms = dict(pred.activation_outside_terms)
+    if not terms or "output-layer inputs" not in terms or "logits" not in terms \
+            or sum(terms.values(), Fraction(0)) != pred.activations_outside:
+        return None
+    width = pred.widths["activations"]
+    t = r.sizes[r.tensor_axis] if r.tensor_axis else 1
+    cp = r.sizes[r.context_axis] if r.context_axis else 1
+    tokens = Fraction(shape.seq, cp) * shape.microbatch
+    # the embedding's dropout mask, which the harness has no counterpart of: 1 byte per element
+    if terms.get("embedding mask", 0) not in (0, tokens * shape.hidden / (t if r.sequence_parallel else 1)):
+        return None
+    stats = _norm_statistics(shape, tokens / (t if r.sequence_parallel else 1), width)
+    if not stats:
+        return None
+    adj: list[tuple[str, Fraction]] = []
+    if "embedding mask" in terms:
+        adj.append(("no embedding dropout mask (the harness model has no dropout)", -terms["embedding mask"]))
+    adj += [(f"final {name}", v) for name, v in stats]
+    adj.append(("cross entropy's total weight (0-d fp32)", Fraction(4)))
+    if shape.tied_embeddings and t > 1:
+        adj.append(("the tied head is kept whole on the tensor axis (as tensor-replicated-params): the loss's "
+                    "log-softmax is V wide, not V/t", terms["logits"] * (t - 1)))
+    if r.sequence_parallel and t > 1:
+        adj.append(("DTensor keeps the head's all-gathered input", tokens * shape.hidden * width * (t - 1) / t))
+    return sum(terms.values(), Fraction(0)) + sum(v for _, v in adj), adj
+
+
+def _bytes(v: Fraction) -> str:
+    return f"{int(v):,}" if v.denominator == 1 else str(v)
+
+
+def _activation_status(measured: list[int], predicted: Fraction, harness, mechanism: str) -> tuple[str, str, str]:
+    if all(m == predicted for m in measured):
+        return "match", "", ""
+    if harness is not None and all(m == harness[0] for m in measured):
+        return explained(mechanism, "the model's terms less what the harness lacks, plus what eager PyTorch keeps: "
+                         + "; ".join(f"{name} {'+' if v >= 0 else '-'}{_bytes(abs(v))}" for name, v in harness[1])
+                         + f" = {_bytes(harness[0])}")
+    note = "no documented rule applies (docs/validation.md)" if harness is None else \
+        f"the documented rules give {_bytes(harness[0])}"
+    return "differs", "", note
+
+
+def activation_rows(pred: Prediction, results: list[dict], r: Realisation | None = None,
+                    shape: TinyShape | None = None) -> list[Row]:
+    """Saved activations of the last step's forward (distinct storages autograd saves, floating
+    point, parameters left out), beside the activation model's prediction for the same scaled
+    shape; the per-layer row shows the largest block and compares every block of every rank.
+    ``match`` when every rank measured the prediction; ``explained`` when every rank
+    measured exactly what the mechanisms ``eager-saved-activations`` / ``eager-saved-outside``
+    recompute from the model's named terms; otherwise ``differs``, part of the outcome."""
     if pred.activations_per_layer is None or any("saved_activations" not in res for res in results):
         return []
     layers = [max((v for k, v in res["saved_activations"].items() if k != "outside"), default=0) for res in results]
     outside = [res["saved_activations"].get("outside", 0) for res in results]
+    lh = harness_layer_bytes(pred, r, shape) if r is not None and shape is not None else None
+    oh = harness_outside_bytes(pred, r, shape) if r is not None and shape is not None else None
+    blocks = [v for res in results for k, v in res["saved_activations"].items() if k != "outside"]  # every block
+    ls, lm, ln = _activation_status(blocks or [0], pred.activations_per_layer, lh, "eager-saved-activations")
+    os_, om, on = _activation_status(outside, pred.activations_outside, oh, "eager-saved-outside")
+    lead = "distinct storages autograd saves in one block's forward (saved_tensors_hooks), parameters left out"
     return [
         Row("activations", "saved activations per layer per microbatch", pred.activations_per_layer,
-            Fraction(max(layers)), "reported",
-            "distinct storages autograd saves in one block's forward (saved_tensors_hooks), parameters left out",
-            tuple(layers) if len(set(layers)) > 1 else ()),
+            Fraction(max(layers)), ls, ln or lead, tuple(layers) if len(set(layers)) > 1 else (), lm),
         Row("activations", "saved activations outside the layers", pred.activations_outside, Fraction(max(outside)),
-            "reported", "embedding, final norm, head and loss; the model counts the embedding mask, the output "
-            "layer's inputs and the fp32 logits", tuple(outside) if len(set(outside)) > 1 else ()),
+            os_, on or "embedding, final norm, head and loss", tuple(outside) if len(set(outside)) > 1 else (), om),
     ]
 
 
@@ -130,7 +272,7 @@ def compare(pred: Prediction, r: Realisation, results: list[dict], shape: TinySh
                 "match" if pred.psi == results[0]["param_count"] else "differs")]
     rows += _state_rows(pred, r, results, shape)
     rows += collective_rows(pred, r, results, shape)
-    rows += activation_rows(pred, results)
+    rows += activation_rows(pred, results, r, shape)
     rows += peak_rows(pred, results)
     eq = Equivalence(
         steps=len(results[0]["losses"]),

@@ -41,6 +41,14 @@ MECHANISMS = {
     "group-reduced-over-tensor": "the plan's override reduces the gradients of a group kept whole on the tensor "
                                  "axis (norms, row-parallel biases) over that axis as well: one all-reduce of h·4 B "
                                  "per tensor, which the cost model leaves out",
+    "eager-saved-activations": "a block's saved activations are the activation model's terms less the dropout "
+                               "masks (the harness model has none) and the attention core (SDPA's fused kernel), "
+                               "plus what eager PyTorch keeps besides: the norms' statistics, SDPA's log-sum-exp, "
+                               "RMSNorm's normalised input, SiLU(gate), DTensor's all-gathered inputs",
+    "eager-saved-outside": "outside the blocks, the model's output-layer inputs and fp32 logits less the embedding "
+                           "mask, plus the final norm's statistics, the cross entropy's fp32 total weight, under "
+                           "sequence parallelism DTensor's all-gathered head input, and with tied embeddings under "
+                           "tensor parallelism the whole logits",
     "vocab-parallel-stage-ends": "with pipeline stages the embedding's tensor-axis collectives are on the first "
                                  "stage, the head's and the cross entropy's on the last; the engine's figure is "
                                  "the last stage's",

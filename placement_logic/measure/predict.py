@@ -51,6 +51,10 @@ class Prediction:
     # saved activations per layer per microbatch, and outside the layers (embedding and output layer)
     activations_per_layer: Fraction | None = None
     activations_outside: Fraction | None = None
+    # the same two as the activation model's named terms (``costs.activations.named_terms``), each
+    # summing to its figure; () where the model gives none
+    activation_layer_terms: tuple[tuple[str, Fraction], ...] = ()
+    activation_outside_terms: tuple[tuple[str, Fraction], ...] = ()
     # bytes per element the prediction was made with: params, grads, optimizer (per parameter), activations
     byte_widths: tuple[tuple[str, Fraction], ...] = ()
     # the engine's peak device bytes per rank (persistent states, activations and transients;
@@ -124,6 +128,7 @@ def predict(spec: ir.Spec, plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, 
     """The engine's prediction at ``widths`` (``realise.widths_of`` of the run's realisation;
     default fp32 with ``optimizer``'s state)."""
     from .. import costs
+    from ..costs.activations import named_terms
     from ..costs.symbolic import resolve_bindings
 
     w = dict(widths) if widths is not None else fp32_widths(optimizer)
@@ -164,13 +169,18 @@ def predict(spec: ir.Spec, plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, 
     widths = tuple((k, Fraction(w[k])) for k in WIDTH_KEYS)
     act = pc.activations
     per_layer = outside = None
+    layer_terms = outside_terms = ()
     if not act.stages:  # one stage: the activation model's single-stage terms
         per_layer = _number(act.per_layer, subs)
         outside = _number(act.embedding, subs) + _number(act.output, subs)
+        named_layer, named_outside = named_terms(pc.shape, pc.layout)
+        layer_terms = tuple((name, _number(x, subs)) for name, x in named_layer)
+        outside_terms = tuple((name, _number(x, subs)) for name, x in named_outside)
     try:
         device_peak = _number(pc.memory.device_total, subs)
     except UnboundPrediction:
         device_peak = None
     return Prediction("placement_logic.costs", _number(pc.shape.psi, subs), states, tuple(colls), stage_bytes,
                       tensor_whole_bytes=whole, byte_widths=widths, activations_per_layer=per_layer,
-                      activations_outside=outside, device_peak=device_peak)
+                      activations_outside=outside, activation_layer_terms=layer_terms,
+                      activation_outside_terms=outside_terms, device_peak=device_peak)

@@ -47,7 +47,7 @@ class Row:
     quantity: str
     predicted: Fraction | None
     measured: Fraction | None
-    status: str  # match | explained | differs | reported (activations, allocator peak: shown, not part of the outcome)
+    status: str  # match | explained | differs | reported (allocator peak: shown, not part of the outcome)
     note: str = ""
     per_rank: tuple[int, ...] = ()  # measured on every rank, when ranks differ
     mechanism: str = ""  # an explained row: the documented mechanism (compare.MECHANISMS) that accounts for it

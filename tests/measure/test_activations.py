@@ -3,8 +3,8 @@
 The harness counts, per block, the distinct storages autograd packs for backward
 (``measure.ranks.activations``). The oracle here is independent of the hooks: after the
 forward, it walks the autograd graph from the loss and reads every node's saved tensors
-(the ``_saved_*`` attributes PyTorch exposes), keeping distinct storages that are not
-parameters. Both must give the same total, for plain, gated/RMSNorm/GQA and recomputed
+(the ``_saved_*`` attributes PyTorch exposes), keeping distinct floating-point storages
+that are not parameters. Both must give the same total, for plain, gated/RMSNorm/GQA and recomputed
 models.
 """
 
@@ -34,7 +34,7 @@ def _graph_saved(loss, params) -> int:
                 continue
             value = getattr(node, name)
             for t in value if isinstance(value, (tuple, list)) else (value,):
-                if isinstance(t, torch.Tensor):
+                if isinstance(t, torch.Tensor) and t.is_floating_point():  # token ids and targets are no activations
                     st = t.untyped_storage()
                     if st.data_ptr() not in skip and st.nbytes():
                         seen[st.data_ptr()] = max(seen.get(st.data_ptr(), 0), st.nbytes())

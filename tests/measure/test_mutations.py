@@ -15,7 +15,8 @@ own prediction made at other byte widths (each of params, grads, optimizer chang
 the fp32 prediction of a bf16 run), and
 the three wrong predictions a skeptical check once saw accepted (ZeRO-2 parameters
 sharded 1/N, ZeRO-1's gradient sync as an all-reduce, ZeRO-1's parameter refresh as a
-broadcast). Every perturbation must leave at least one row ``differs``.
+broadcast), and the saved activations (each total + 1 byte, each of the activation model's named
+terms + 1 byte or doubled). Every perturbation must leave at least one row ``differs``.
 """
 
 from __future__ import annotations
@@ -142,6 +143,23 @@ def mutations(p: Prepared):
     whole = _scale_state(_scale_state(pred, "params", half), "grads", half)
     yield "bf16 parameters and gradients everywhere", dataclasses.replace(
         whole, collectives=tuple(dataclasses.replace(c, buffer_bytes=c.buffer_bytes * half) for c in pred.collectives))
+    yield from activation_mutations(pred)
+
+
+def activation_mutations(pred: Prediction):
+    """(label, perturbed prediction) for the saved-activation rows: each total + 1 byte, and each
+    of the activation model's named terms + 1 byte and doubled (the total kept their sum)."""
+    for field, total in (("activation_layer_terms", "activations_per_layer"),
+                         ("activation_outside_terms", "activations_outside")):
+        if getattr(pred, total) is None:
+            continue
+        yield f"{total} + 1 B", dataclasses.replace(pred, **{total: getattr(pred, total) + 1})
+        terms = getattr(pred, field)
+        for name, _ in terms:
+            for label, change in (("+ 1 B", lambda v: v + 1), ("doubled", lambda v: 2 * v)):
+                new = tuple((k, change(v) if k == name else v) for k, v in terms)
+                yield f"{total}: {name} {label}", dataclasses.replace(
+                    pred, **{field: new, total: sum((v for _, v in new), Fraction(0))})
 
 
 OTHER_WIDTH = {"params": {2: 4, 4: 2}, "grads": {2: 4, 4: 2}}
@@ -195,6 +213,22 @@ def test_every_byte_width_perturbation_is_a_mismatch(runs):
         assert "fp32 widths for a bf16 run (engine)" in dict(width_mutations(name, runs[name][0]))
 
 
+def test_every_activation_perturbation_makes_an_activation_row_differ(runs):
+    """The saved-activation rows are compared, not reported: a prediction 1 byte off, or with one
+    named term off by a byte or doubled, leaves that row ``differs`` (the mechanisms recompute the
+    measurement from the terms and check the terms the harness lacks against their documented
+    values)."""
+    survivors, total = [], 0
+    for name, (p, results) in runs.items():
+        for label, wrong in activation_mutations(p.prediction):
+            total += 1
+            rows, _ = compare(wrong, p.realisation, results, p.shape)
+            if not [row for row in rows if row.group == "activations" and row.status == "differs"]:
+                survivors.append(f"{name}: {label}")
+    assert total > 100
+    assert survivors == []
+
+
 @pytest.mark.parametrize("plan,wrong", [
     ("zero2", "params sharded 1/2"),
     ("zero2@4", "params sharded 1/4"),
@@ -225,7 +259,7 @@ def test_explained_rows_name_documented_mechanisms(runs):
                 assert row.mechanism == ""
     assert {"optimizer-step-counters", "pipeline-stage-share", "pipeline-edge-stages", "vocab-parallel-stage-ends",
             "sp-norm-gradients", "tensor-replicated-params", "clip-norm-scalars", "tied-embedding-sync",
-            "group-reduced-over-tensor"} <= seen
+            "group-reduced-over-tensor", "eager-saved-activations", "eager-saved-outside"} <= seen
     for mechanism in MECHANISMS:
         assert f"`{mechanism}`" in doc, mechanism
 

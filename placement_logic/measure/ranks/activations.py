@@ -3,8 +3,12 @@
 Input: a model with ``blocks`` and a forward to run. Output: the bytes of the distinct
 storages autograd saves for backward, per block (transformer layer) and in all, through
 ``torch.autograd.graph.saved_tensors_hooks``: every tensor packed for backward is seen
-once, its storage counted once (views share it), and storages of parameters are left out
-(a linear layer saves its weight, which is a parameter, not an activation). Which storages
+once, its storage counted once (views share it); integer tensors (token ids, targets,
+routing indices) are left out, and so are parameters (a linear layer saves its weight, which
+is a parameter, not an activation): a storage of a parameter, or a tensor whose autograd
+history runs through views and DTensor conversions only to a leaf that accumulates a gradient
+(a transposed tensor-parallel weight shard, whose local storage need not be the module
+parameter's). Which storages
 are parameters is read when a tensor is packed, from the parameters alive then: a sharded
 data-parallel plan frees the gathered weights of a finished block, and the allocator may hand
 their addresses to later activations, so addresses remembered from earlier blocks would drop
@@ -27,6 +31,11 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return to_local() if callable(to_local) else t
 
 
+# autograd nodes of views and of DTensor conversions: a tensor reached through them only is the same data
+_VIEWS = {"TBackward0", "TransposeBackward0", "ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0",
+          "ExpandBackward0", "AliasBackward0", "_FromTorchTensorBackward", "_ToTorchTensorBackward"}
+
+
 class SavedActivations:
     """Counts saved storages per block while active (``with counter.recording(model): ...``)."""
 
@@ -40,8 +49,22 @@ class SavedActivations:
         live = {_local(p).untyped_storage().data_ptr() for p in self.model.parameters()} if self.model else set()
         return live | self.block_params
 
+    def _is_parameter(self, t: torch.Tensor) -> bool:
+        """Whether ``t`` is a parameter or a view of one (a transposed weight, a tensor-parallel
+        weight converted to or from a DTensor): its autograd history runs through view and
+        conversion nodes only to a parameter's AccumulateGrad."""
+        node = t.grad_fn
+        while node is not None and type(node).__name__ in _VIEWS:
+            nexts = [fn for fn, _ in node.next_functions if fn is not None]
+            if len(nexts) != 1:
+                return False
+            node = nexts[0]
+        # a leaf that accumulates a gradient: the harness's only such leaves are parameters (or, under
+        # DTensor, their local shards), whose storage may be another than the module's parameter's
+        return node is not None and type(node).__name__ == "AccumulateGrad"
+
     def _pack(self, t):
-        if isinstance(t, torch.Tensor):
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and not self._is_parameter(t):
             loc = _local(t)
             while type(loc) is not torch.Tensor and isinstance(getattr(loc, "elem", None), torch.Tensor):
                 loc = loc.elem  # a wrapper subclass (functional collectives' AsyncCollectiveTensor)

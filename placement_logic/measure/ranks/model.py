@@ -24,7 +24,7 @@ def _norm(shape: TinyShape) -> nn.Module:
 
 
 def _core(q, k, v):
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
 
 
 def _exchange(send: torch.Tensor, to: int, frm: int, group) -> torch.Tensor:
@@ -126,12 +126,16 @@ class Attention(nn.Module):
         q = qkv[:, :, :, : self.q_per_kv].reshape(b, s, groups * self.q_per_kv, self.head_dim)
         if self.context is not None:
             kv = torch.stack([qkv[:, :, :, self.q_per_kv], qkv[:, :, :, self.q_per_kv + 1]]).transpose(2, 3)
-            y = _RingAttention.apply(q.transpose(1, 2), kv, self.context, self.q_per_kv)
+            # Q as a tensor of its own (not a view of the fused projection's output), as below
+            y = _RingAttention.apply(q.contiguous().transpose(1, 2), kv, self.context, self.q_per_kv)
             y = y.transpose(1, 2).reshape(b, s, groups * self.q_per_kv * self.head_dim)
             return self.proj(y)
-        k = qkv[:, :, :, self.q_per_kv].repeat_interleave(self.q_per_kv, dim=2)
-        v = qkv[:, :, :, self.q_per_kv + 1].repeat_interleave(self.q_per_kv, dim=2)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        k = qkv[:, :, :, self.q_per_kv]
+        v = qkv[:, :, :, self.q_per_kv + 1]
+        # Q, K and V as tensors of their own, K and V one head per group (SDPA's grouped-query
+        # attention serves each group's query heads): what autograd keeps for the attention core
+        # is Q (h wide) and K and V (h·kv/a wide each), as Megatron-LM keeps them
+        q, k, v = (t.contiguous().transpose(1, 2) for t in (q, k, v))
         if self.recompute_core:
             y = checkpoint(_core, q, k, v, use_reentrant=False)
         else:
@@ -255,8 +259,13 @@ class MoE(nn.Module):
         token = torch.arange(n, device=t.device).repeat(k)
         pos = (F.one_hot(choice, E).cumsum(0) - 1).gather(1, choice[:, None])[:, 0]
         keep = pos < C
-        dest, token = (choice * C + pos)[keep], token[keep]
-        dispatch = t.new_zeros(E * C, h).index_copy(0, dest, t[token])
+        # every slot's (choice, token) entry, k·n for an empty slot: the slots are read from and
+        # written to through integer indices, so what autograd keeps is capacity-sized whatever the
+        # load (an empty slot reads a zero row and its combine weight is 0)
+        slot = torch.full((E * C,), k * n, dtype=torch.long, device=t.device)
+        slot[(choice * C + pos)[keep]] = torch.arange(k * n, device=t.device)[keep]
+        slot_token = torch.cat([token, token.new_full((1,), n)])[slot]  # n: the zero row
+        dispatch = torch.cat([t, t.new_zeros(1, h)])[slot_token]
         if self.expert is None:
             out = self._experts(dispatch.view(E, C, h))
         else:
@@ -268,8 +277,8 @@ class MoE(nn.Module):
             mine = sent.view(size, el, C, h).transpose(0, 1).reshape(el, size * C, h)
             done = self._experts(mine).view(el, size, C, h).transpose(0, 1).reshape(E * C, h)
             out = all_to_all_single(torch.empty_like(done), done.contiguous(), group=group)
-        w = gate.t().reshape(-1)[keep]
-        y = t.new_zeros(n, h).index_add(0, token, out.reshape(E * C, h)[dest] * w[:, None])
+        w = torch.cat([gate.t().reshape(-1), gate.new_zeros(1)])[slot]
+        y = t.new_zeros(n + 1, h).index_add(0, slot_token, out.reshape(E * C, h) * w[:, None])[:n]
         for mlp in self.shared:
             s = mlp["fc2"](self._act(mlp["fc1"](t)))
             y = y + (torch.sigmoid(self.shared_gate(t)) * s if self.shared_gate is not None else s)
