@@ -8,14 +8,11 @@ refutation, a count summary and one final word. Unknown is never shown as a pass
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 from ..diagnostics import NO_SPAN, Span
 from ..outcome import Verdict, envelope
+from .report import CheckReport, ObligationResult
 from .rules import CONDITIONS, RULES
-
-if TYPE_CHECKING:  # the report's _repr_markdown_ imports this renderer
-    from .report import CheckReport, ObligationResult
 
 
 def _loc(span: Span, file: str) -> str:
@@ -195,3 +192,8 @@ def wrap(out: str, width: int) -> str:
         lines += textwrap.wrap(line, width=width, subsequent_indent=indent + "    ", break_long_words=False,
                                break_on_hyphens=False) or [line]
     return "\n".join(lines) + "\n"
+
+
+# Jupyter shows a check report as its Markdown rendering (attached here, so the report data
+# imports no renderer; check.run, which makes the reports, imports this module)
+CheckReport._repr_markdown_ = markdown

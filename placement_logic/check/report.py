@@ -108,9 +108,3 @@ class CheckReport:
     @property
     def exit_status(self) -> int:
         return int(exit_for(self.verdict))
-
-    def _repr_markdown_(self) -> str:
-        """Jupyter shows a check report as its Markdown rendering."""
-        from .render import markdown
-
-        return markdown(self)

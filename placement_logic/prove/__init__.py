@@ -15,6 +15,7 @@ from typing import Callable
 from .. import ir
 from ..solver.query import Obligation
 from ..solver.session import Session
+from . import render  # noqa: F401 - gives ProveReport its Markdown view in a notebook
 from .claims import claim_analyses
 from .composition_theorem import breaker_obligations, family_obligations
 from .correctness import necessity, sufficiency

@@ -6,12 +6,8 @@ solver, no parser: only the report data.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..outcome import SCHEMA_VERSION, envelope  # noqa: F401 - SCHEMA_VERSION re-exported for readers
-
-if TYPE_CHECKING:  # the report's _repr_markdown_ imports this renderer
-    from .report import ClaimResult, ProveReport, Result
+from .report import ClaimResult, ProveReport, Result
 
 SMT2_DIR = "proofs/smt2"
 
@@ -115,3 +111,8 @@ def to_json(rep: ProveReport) -> dict:
             for c in rep.claims
         ],
     }
+
+
+# Jupyter shows a prove report as its Markdown rendering (attached here, so the report data
+# imports no renderer; the package, which makes the reports, imports this module)
+ProveReport._repr_markdown_ = markdown

@@ -109,9 +109,3 @@ class ProveReport:
     @property
     def verdict_word(self) -> str:
         return {0: "proved", 1: "failed", 3: "unknown"}[self.exit_status]
-
-    def _repr_markdown_(self) -> str:
-        """Jupyter shows a prove report as its Markdown rendering."""
-        from .render import markdown
-
-        return markdown(self)
