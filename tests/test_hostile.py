@@ -112,7 +112,7 @@ def test_a_sympy_call_past_its_budget_is_out_of_time_not_a_hang():
     """The call is interrupted (a sleep that ran to its end would return, not raise)."""
     import time
 
-    from placement_logic.costs.symbolic import OutOfTime, bounded
+    from placement_logic.costs.budget import OutOfTime, bounded
 
     with pytest.raises(OutOfTime):
         bounded(lambda: time.sleep(5), seconds=0.2)

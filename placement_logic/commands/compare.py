@@ -26,7 +26,7 @@ def add_parser(subparsers) -> None:
 
 def run(args, out: TextIO, err: TextIO) -> int:
     from ..costreport import build
-    from ..costs.symbolic import budget
+    from ..costs.budget import budget
     from ..frontend.loader import load_spec
     from . import sweep
 

@@ -129,7 +129,7 @@ def run(args, out: TextIO, err: TextIO) -> int:
         text = buf.getvalue()
     else:
         from ..costreport import build
-        from ..costs.symbolic import budget
+        from ..costs.budget import budget
 
         with budget(seconds):
             report = build(spec, plans=args.plans, sets=sets, command="cost",

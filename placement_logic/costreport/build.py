@@ -16,11 +16,10 @@ from typing import Iterable, Mapping
 import sympy
 
 from .. import costs, ir
+from ..costs.budget import OutOfTime, bounded
 from ..costs.symbolic import (
     LINE_WIDTH,
-    OutOfTime,
     PlacementLatexPrinter,
-    bounded,
     exact_at,
     extremum,
     latex_lines,

@@ -104,5 +104,4 @@ def reduce_buffer(plan: ir.Plan, reduce_axes, g: ir.Placement, opt: ir.Placement
 def reduces_every_microbatch(plan: ir.Plan) -> bool:
     """``override grads: reduce_every_microbatch``: the gradient buffer is reduced after every
     microbatch's backward instead of once per step."""
-    return any(o.target == "grads" and o.verb == "reduce_every_microbatch" and o.group in (None, "all")
-               for o in plan.overrides)
+    return any(o.verb == "reduce_every_microbatch" and o.group in (None, "all") for o in plan.overrides_for("grads"))

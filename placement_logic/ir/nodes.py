@@ -5,9 +5,8 @@ from the syntax tree and that the cost engine, the checker and the renderers con
 Names are resolved, units normalised to bytes, strategies expanded to one placement
 mode per state per mesh axis. This module knows nothing of lark, sympy or z3.
 
-Value expressions (``Const``, ``Sym``, ``Op``, ``Query``) are exact: constants are
-``fractions.Fraction``; a ``Sym`` names a ``let`` binding or a mesh axis size, whose
-value lives in ``Spec.bindings``.
+Value expressions (``Const``, ``Sym``, ``Op``, ``Query``) live in ``ir.values`` and are
+re-exported here.
 """
 
 from __future__ import annotations
@@ -15,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 from fractions import Fraction
-from typing import Iterator, Union
 
-from ..diagnostics import NO_SPAN, Span
+from ..diagnostics import Span
 from .overrides import OVERRIDE_VERBS, PARAM_GROUPS
+from .values import Const, Op, Query, Sym, Value, _span, const, symbols, walk
 
 __all__ = [
     "State",
@@ -55,10 +54,6 @@ __all__ = [
     "Spec",
 ]
 
-
-
-def _span() -> Span:
-    return field(default=NO_SPAN, compare=False, repr=False)
 
 
 class State(str, Enum):
@@ -116,64 +111,6 @@ class Dim(str, Enum):
 
     COUNT = "count"
     BYTES = "bytes"
-
-
-# --------------------------------------------------------------------------- value expressions
-
-
-@dataclass(frozen=True)
-class Const:
-    value: Fraction
-    span: Span = _span()
-
-
-@dataclass(frozen=True)
-class Sym:
-    name: str
-    span: Span = _span()
-
-
-@dataclass(frozen=True)
-class Op:
-    op: str  # + - * / ^ neg
-    args: tuple["Value", ...]
-    span: Span = _span()
-
-
-@dataclass(frozen=True)
-class Query:
-    """A cost of a plan, asked for in an ``assert`` or ``claim``.
-
-    kind: ``memory`` (device peak), ``host_memory``, ``model_state``, ``comm``
-    (ring bytes sent per device per step) or ``volume`` (the ZeRO convention).
-    arg: a state name for memory queries, an axis name for comm/volume, or None.
-    """
-
-    kind: str
-    plan: str
-    arg: str | None = None
-    span: Span = _span()
-
-
-Value = Union[Const, Sym, Op, Query]
-
-
-def walk(value: Value) -> Iterator[Value]:
-    """Every node of a value expression, without recursion."""
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        yield node
-        if isinstance(node, Op):
-            stack.extend(reversed(node.args))
-
-
-def symbols(value: Value) -> frozenset[str]:
-    return frozenset(n.name for n in walk(value) if isinstance(n, Sym))
-
-
-def const(x: int | Fraction) -> Const:
-    return Const(Fraction(x))
 
 
 # --------------------------------------------------------------------------- model and mesh

@@ -3,7 +3,7 @@
 Input: an ``ir.Spec``, one of its plans, the mesh axis sizes of the run and the tiny
 shape. Output: a ``Prediction`` — persistent bytes per state per rank and the
 collectives of one step (kind, axes, total buffer bytes) — obtained by rewriting the
-plan's model to the tiny shape at the byte widths the run realises (``realise.Widths``:
+plan's model to the tiny shape at the byte widths the run realises (``widths.Widths``:
 the spec's stated widths, or fp32 with the optimizer that runs when it states none) and
 asking ``placement_logic.costs`` for it. The comparison
 consumes only ``Prediction``, so any other predictor can be plugged in.

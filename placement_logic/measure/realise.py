@@ -39,7 +39,9 @@ from fractions import Fraction
 from typing import Mapping
 
 from .. import ir
+from .realise_overrides import RunAxes, read_overrides
 from .shape import ShapeError, value_of
+from .widths import Widths, realised_widths
 
 M = ir.Mode
 
@@ -121,83 +123,8 @@ class Unrealised:
     reasons: tuple[str, ...] = field(default=())
 
 
-def optimizer_for(bytes_optimizer: Fraction) -> str:
-    """fp32 optimizer matching the spec's optimizer byte width when the spec states no widths
-    (see docs/validation.md)."""
-    if bytes_optimizer == 0:
-        return "sgd"
-    if bytes_optimizer == 4:
-        return "sgd_momentum"
-    return "adam"
-
-
-OPTIMIZER_STATE = {"adam": 8, "sgd_momentum": 4, "sgd": 0}  # fp32 bytes per parameter of each optimizer's own state
-MASTER = 4  # an fp32 master copy of the parameters, held by the optimizer
-DTYPES = {2: "torch.bfloat16", 4: "torch.float32"}  # parameters and gradients
-
-
-@dataclass(frozen=True)
-class Widths:
-    """The byte widths a run realises: parameters and gradients (one dtype), the optimizer that
-    runs and whether it keeps an fp32 master copy."""
-
-    params: int = 4
-    optimizer: str = "adam"
-    master_copy: bool = False
-
-    @property
-    def optimizer_bytes(self) -> int:
-        return OPTIMIZER_STATE[self.optimizer] + (MASTER if self.master_copy else 0)
-
-    def as_dict(self) -> dict[str, Fraction]:
-        """Bytes per element of each state as the prediction takes them; the activations are
-        computed in the parameters' dtype."""
-        return {"params": Fraction(self.params), "grads": Fraction(self.params),
-                "optimizer": Fraction(self.optimizer_bytes), "activations": Fraction(self.params)}
-
-
 def widths_of(r: Realisation) -> dict[str, Fraction]:
     return Widths(r.param_bytes, r.optimizer, r.master_copy).as_dict()
-
-
-def realised_widths(model: ir.Model, bindings: Mapping[str, ir.Value]) -> Widths | str:
-    """The widths a run realises for ``model``, or why the stated ones cannot be realised.
-
-    A spec that states no widths runs in fp32 with the optimizer its default width selects
-    (``optimizer_for``). Stated widths run as stated: parameters and gradients of 2 bytes in
-    bfloat16, of 4 in fp32; the optimizer's K bytes per parameter are an fp32 master copy (4)
-    when the parameters are 16-bit or K = 12, plus the fp32 state of Adam (8), SGD with momentum
-    (4) or SGD (0).
-    """
-    if not model.bytes_stated:
-        try:
-            return Widths(4, optimizer_for(value_of(model.bytes_optimizer, bindings)))
-        except ShapeError:
-            return Widths(4, "adam")
-    try:
-        wp, wg, k = (value_of(v, bindings) for v in (model.bytes_params, model.bytes_grads, model.bytes_optimizer))
-    except ShapeError as exc:
-        return f"the stated byte widths have no value: {exc}"
-    if wp != wg:
-        return (f"parameters of {wp} bytes with gradients of {wg}: PyTorch's autograd gives a parameter's gradient "
-                "the parameter's own dtype")
-    if wp not in DTYPES:
-        return (f"parameters and gradients of {wp} bytes: the harness realises 2 (torch.bfloat16) and 4 "
-                "(torch.float32)")
-    wp = int(wp)
-    if wp == 2:
-        if k != 12:
-            return (f"optimizer = {k} with 16-bit parameters: the harness realises 12 (an fp32 master copy and "
-                    "Adam's two fp32 moments); torch.optim keeps its state in the dtype of the tensors it "
-                    "updates, so fp32 state without a master copy has no PyTorch optimizer")
-        return Widths(2, "adam", True)
-    if k == 12:
-        return Widths(4, "adam", True)
-    chosen = {v: name for name, v in OPTIMIZER_STATE.items()}.get(k)
-    if chosen is None:
-        return (f"optimizer = {k} bytes per parameter with fp32 parameters: the harness realises 0 (SGD), "
-                "4 (SGD with momentum), 8 (Adam) and 12 (Adam with an fp32 master copy)")
-    return Widths(4, chosen)
 
 
 def _modes(plan: ir.Plan, axis: str) -> tuple[M, M, M]:
@@ -334,85 +261,13 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
         reasons.append(f"expert axis '{expert_axis}' without mixture-of-experts layers is not realised")
     if expert_axis is not None and _modes(plan, expert_axis) != (M.S, M.S, M.S):
         reasons.append(f"expert axis '{expert_axis}' is realised only with the experts' params, optimizer, grads S")
-    tokens_over = None
-    expert_divide_by = None
-    dropout = ""
-    grad_reduce, clip, regather, tie_reduce, double_count = "mean", None, True, True, False
-    unreduced, reduced_again = [], []
-    every = False
-    loss, divide_by = "global_mean", None
-    for o in plan.overrides:
-        if o.target == "grads" and o.verb == "reduce" and o.group in (None, "all"):
-            if not o.axes:
-                grad_reduce = "none"
-            elif len(data_axes) == 1 and list(o.axes) == [data_axes[0]] * 2:
-                grad_reduce = "twice"
-            elif set(o.axes) != set(data_axes) or len(o.axes) != len(set(o.axes)):
-                reasons.append(f"override grads: reduce over ({', '.join(o.axes)}) is realised only as (), the data "
-                               "axes, or one data axis twice")
-        elif o.target == "grads" and o.verb == "reduce" and o.group in TENSOR_WHOLE_GROUPS and tensor_axis \
-                and len(data_axes) == 1 and set(o.axes) in ({data_axes[0]}, {data_axes[0], tensor_axis}) \
-                and len(o.axes) == len(set(o.axes)):
-            # the group's whole copies on the tensor axis: under sequence parallelism each holds a partial
-            # sum (its sequence shard's), reduced over the tensor axis; without it they are equal
-            over_tensor = tensor_axis in o.axes
-            if plan.sequence_parallel and not over_tensor:
-                unreduced.append(o.group)
-            elif not plan.sequence_parallel and over_tensor:
-                reduced_again.append(o.group)
-        elif o.target == "grads" and o.verb == "divide" and o.group in (None, "all"):
-            try:
-                divide_by = value_of(o.by, bindings) if o.by is not None else None
-            except ShapeError as exc:
-                reasons.append(f"override grads: divide has no value: {exc}")
-        elif o.target == "loss" and o.verb in ("global_mean", "per_device_mean", "per_microbatch_mean"):
-            loss = o.verb
-        elif o.target == "grads" and o.verb == "divide" and o.group == "experts" and expert_axis is not None:
-            try:
-                expert_divide_by = value_of(o.by, bindings)
-            except ShapeError as exc:
-                reasons.append(f"override grads[experts]: divide has no value: {exc}")
-        elif o.target == "dropout_seed" and o.verb == "vary" and tensor_axis and list(o.axes or ()) == [tensor_axis] \
-                and not plan.sequence_parallel:
-            dropout = "vary"
-        elif o.target == "dropout_seed" and o.verb == "same" and tensor_axis and plan.sequence_parallel:
-            dropout = "same"
-        elif o.target == "tokens" and o.verb == "reduce" and o.group is None and context_axis is not None \
-                and o.axes and set(o.axes) <= set(data_axes) | {context_axis}:
-            tokens_over = tuple(o.axes)
-        elif o.target == "embedding" and o.verb == "tie_reduce" and o.group is None:
-            if not o.axes:
-                tie_reduce = False
-            elif list(o.axes) != [pipeline_axis]:
-                reasons.append(f"override embedding: tie_reduce over ({', '.join(o.axes)}) is realised only as () or "
-                               "the pipeline axis")
-        elif o.target == "params" and o.verb == "no_regather" and o.group in (None, "all"):
-            regather = False
-        elif o.target == "clip_norm" and o.verb == "double_count" and o.group == "embedding" \
-                and pipeline_axis is not None and tf is not None and tf.tied_embeddings:
-            clip, double_count = clip or "global", True
-        elif o.target == "clip_norm" and o.verb == "reduce" and o.group in (None, "all") and pipeline_axis:
-            # under a pipeline: the norm over every stage (the pipeline axis and a tensor axis), or
-            # each stage's own (the tensor axis alone)
-            model_axes = {pipeline_axis} | ({tensor_axis} if tensor_axis else set())
-            if model_axes <= set(o.axes) <= model_axes | set(data_axes):
-                clip = "global"
-            elif tensor_axis and set(o.axes) == {tensor_axis}:
-                clip = "stage"
-            else:
-                reasons.append(f"override clip_norm: reduce over ({', '.join(o.axes)}) is not realised")
-        elif o.target == "grads" and o.verb == "reduce_every_microbatch" and o.group in (None, "all"):
-            every = True
-        elif o.target == "clip_norm" and o.verb == "reduce" and o.group in (None, "all"):
-            if not o.axes:
-                clip = "local"
-            elif set(o.axes) == set(data_axes) | ({tensor_axis} if tensor_axis else set()):
-                clip = "global"
-            else:
-                reasons.append(f"override clip_norm: reduce over ({', '.join(o.axes)}) is not realised")
-        else:
-            group = f"[{o.group}]" if o.group else ""
-            reasons.append(f"override {o.target}{group}: {o.verb} is not realised by the harness")
+    ov = read_overrides(plan, RunAxes(tuple(data_axes), tensor_axis, context_axis, expert_axis, pipeline_axis),
+                        bindings, reasons)
+    tokens_over, expert_divide_by, dropout = ov.tokens_over, ov.expert_divide_by, ov.dropout
+    grad_reduce, clip, regather, tie_reduce, double_count = (ov.grad_reduce, ov.clip, ov.regather, ov.tie_reduce,
+                                                             ov.double_count)
+    unreduced, reduced_again, every, loss, divide_by = (ov.unreduced, ov.reduced_again, ov.every, ov.loss,
+                                                        ov.divide_by)
     # Every rank's loss is the mean over its own tokens (all ranks hold equally many) and
     # the gradient reduction sums and then divides by ``grad_divide``. That is the plan's
     # gradient when the divisor is dp with a per-device-mean loss, or 1 with a global-mean
@@ -537,7 +392,6 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
 
 
 DATA_WITH_WIDTHS = ("ddp", "zero1", "zero2", "fsdp", "hsdp")
-TENSOR_WHOLE_GROUPS = ("norms", "biases")  # kept whole on a tensor axis: norm weights and biases, row-parallel biases
 PIPELINE_SCHEDULES = (ir.ScheduleKind.GPIPE, ir.ScheduleKind.ONE_F_ONE_B, ir.ScheduleKind.INTERLEAVED)
 PIPELINE_CLASSES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B",
                     "zeropp": "ScheduleLoopedBFS (breadth-first: a chunk's whole unit of microbatches in a row)"}

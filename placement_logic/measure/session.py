@@ -18,10 +18,11 @@ from ..diagnostics import Diagnostic, DiagnosticError
 from .compare import SETUP, compare, peak_note
 from .job import Job
 from .predict import Prediction, UnboundPrediction, predict
-from .realise import DTYPES, Realisation, Unrealised, realise, widths_of
+from .realise import Realisation, Unrealised, realise, widths_of
 from .report import DTYPE_NAMES, GRAD_TOLERANCES, TOLERANCES, CheckerView, CounterexampleView, MeasureReport, Outcome
 from .runner import LaunchError, launch
 from .shape import ShapeError, TinyShape, scale_down
+from .widths import DTYPES
 
 DEFAULT_STEPS = 3
 

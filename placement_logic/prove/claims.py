@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import sympy
 
 from .. import costs, ir
-from ..costs.symbolic import OutOfTime, bounded, resolve_bindings, symbol
+from ..costs.budget import OutOfTime, bounded
+from ..costs.symbolic import resolve_bindings, symbol
 from ..solver.query import Obligation
 from ..solver.tosmt import as_expr
 from .report import ClaimResult

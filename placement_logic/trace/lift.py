@@ -33,29 +33,28 @@ Steps, on the last step of the trace that reached the optimizer:
 6. Gradient accumulation: k backward passes before one optimizer step are ``microbatches = k``;
    the loss multiplier is taken relative to 1 / k, and a departure is stated over k at the loss line.
 
-The layout and records live in ``lift_layout``, the loss, clipping and rendering in ``lift_render``.
+The layout and records live in ``lift_layout``, the gradient programs in ``lift_programs``, the
+pipeline in ``lift_pipeline``, the loss, clipping and rendering in ``lift_render``.
 """
 
 from __future__ import annotations
 
-import re
 from fractions import Fraction
 
 from .lift_layout import (
     NOT_LIFTED_KINDS,
-    REDUCE_OPS,
-    REDUCTIONS,
     Lifted,
     Unliftable,
     _express,
     _frames,
     _group_name,
     _ident,
-    _Layout,
     _layout,
+    _optimizer_sharded,
     _placement_axes,
 )
-from .lift_pipeline import P2P_KINDS, find_context_axes, find_pipeline
+from .lift_pipeline import P2P_KINDS, _tied_across_stages, find_context_axes, find_pipeline
+from .lift_programs import Programs
 from .lift_render import _clip, _empty_spec, _loss, _render
 
 
@@ -267,61 +266,8 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                                      script)
 
     # gradient programs
-    every_of: dict[str, list] = {}  # parameter -> the stack of its all-reduce made on every micro-step
-
-    def program(p: dict, r: int = observer):
-        g = p.get("grad") or {}
-        reds: list[str] = []
-        frames = []
-        const = Fraction(1)
-        n_micro = max(1, len(step[r].get("losses", [])))
-        # a reduce-scatter on every accumulated micro-step, summed into the sharded gradient, is
-        # one reduction of the summed gradient (reduce-scatter is linear): counted once
-        rs_micro: dict[tuple, set[int]] = {}
-        for s in g.get("collectives", []):
-            c = coll(s, r)
-            if c["kind"] == "reduce_scatter" and c["op"] in REDUCE_OPS:
-                rs_micro.setdefault((axes(c, r), c["op"]), set()).add(micro[r].get(s, 0))
-        once = {key for key, ms in rs_micro.items() if n_micro > 1 and len(ms) == n_micro}
-        scales = list(g.get("scales", []))
-        every = _every_micro(g, lambda s: coll(s, r), lambda c: axes(c, r), micro[r], n_micro, scales, layout)
-        seen: set[tuple] = set()
-        for s in g.get("collectives", []):
-            c = coll(s, r)
-            if c["kind"] in REDUCTIONS and c["op"] in REDUCE_OPS:
-                ax = axes(c, r)
-                key = (ax, c["op"])
-                if (c["kind"] == "reduce_scatter" and key in once) or (c["kind"] == "all_reduce" and key in every):
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                    if key in every and (every[key] == "accumulated" or set(ax) & set(data_axes)):
-                        every_of[p["name"]] = c["stack"]
-                reds.extend(ax)
-                frames.append(c["stack"])
-                if c["op"] == "avg":
-                    const /= layout.size(ax)
-        # a gradient still Partial at the step (DTensor): the optimizer's first use all-reduces it
-        for dim, pl in zip(p.get("mesh_dims") or [], g.get("placements") or []):
-            if pl.startswith(("P(", "Partial")):
-                name = re.sub(r"\W", "_", dim)
-                axis = name if name in layout.names else (layout.names[0] if len(layout.names) == 1 else None)
-                if axis is not None:
-                    reds.append(axis)
-                    frames.append(step[r]["optimizer"].get("stack", []))
-        reds = sorted(reds)
-        if (once or every) and scales and len(scales) % n_micro == 0:
-            # the scaling that goes with each micro-step's reduce-scatter: applied to each summand once
-            per = len(scales) // n_micro
-            chunks = [scales[i * per:(i + 1) * per] for i in range(n_micro)]
-            if all([_factor(x) for x in ch] == [_factor(x) for x in chunks[0]] for ch in chunks):
-                scales = chunks[0]
-        for sc in scales:
-            factor, at = (sc["factor"], sc.get("at")) if isinstance(sc, dict) else (sc, None)
-            const *= Fraction(factor)
-            if at:
-                frames.append([at])
-        return tuple(reds), const, frames
+    programs = Programs(step, by_seq, micro, layout, tuple(data_axes), observer)
+    program, every_of = programs.of, programs.every_of
 
     grads_of = {r: {p["name"]: p for p in step[r].get("optimizer", {}).get("params", [])} for r in ranks}
     first_no = steps[0]["step"]
@@ -498,93 +444,3 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                             script, accum, pipe is not None)
     return Lifted(text, plan_name, items, notes, origins,
                   {g: [e[0]["name"] for e in members] for g, _, members in named})
-
-
-def _every_micro(g: dict, coll, axes, micro: dict, n_micro: int, scales: list, layout) -> dict[tuple, str]:
-    """The all-reduces of a gradient made once on every accumulated micro-step that are one
-    reduction of the summed gradient: ``fresh`` where each reduces the new micro-step's gradient
-    only (its input carried no earlier reduction of the same group: DTensor's reductions of a
-    partial gradient in backward), which is linear whatever the op; ``accumulated`` where each
-    reduces the accumulated buffer (DDP without ``no_sync``) and is an average over its group:
-    the earlier micro-steps' part is already equal on every rank, so an average leaves it as it
-    is and adds the new micro-step's average. A sum of the accumulated buffer would multiply the
-    earlier part by the group's size: not collapsed (reported)."""
-    if n_micro < 2:
-        return {}
-    at: dict[tuple, list[dict]] = {}
-    for s in g.get("collectives", []):
-        c = coll(s)
-        if c["kind"] == "all_reduce" and c["op"] in REDUCE_OPS:
-            at.setdefault((axes(c), c["op"]), []).append(c)
-    per: list[list[Fraction]] | None = [[] for _ in range(n_micro)]
-    for sc in scales:
-        m = sc.get("micro") if isinstance(sc, dict) else None
-        if m is None or not 0 <= m < n_micro:
-            per = None
-            break
-        per[m].append(_factor(sc))
-    out: dict[tuple, str] = {}
-    for (ax, op), cs in at.items():
-        if sorted(micro.get(c["seq"], 0) for c in cs) != list(range(n_micro)):
-            continue
-        seqs = {c["seq"] for c in cs}
-        if all("inputs_reduced" in c and not seqs & set(c["inputs_reduced"]) for c in cs):
-            out[(ax, op)] = "fresh"
-            continue
-        if per is None or any(sorted(x) != sorted(per[0]) for x in per):
-            continue
-        scale = Fraction(1)
-        for f in per[0]:
-            scale *= f
-        size = layout.size(ax)
-        if scale * (Fraction(1, size) if op == "avg" else 1) * size == 1:
-            out[(ax, op)] = "accumulated"
-    return out
-
-
-def _factor(sc) -> Fraction:
-    return Fraction(sc["factor"] if isinstance(sc, dict) else sc)
-
-
-def _optimizer_sharded(step, layout: _Layout, observer: int, axis: str) -> bool:
-    """The optimizer (an inner one: ZeroRedundancyOptimizer's) updates disjoint parameters along ``axis``."""
-    def held(r):
-        inner = (step.get(r, {}).get("optimizer") or {}).get("inner")
-        return None if not inner else {n for o in inner for n in o["params"]}
-
-    mine = held(observer)
-    other = layout.neighbour(observer, axis)
-    theirs = held(other) if other is not None else None
-    return mine is not None and theirs is not None and not (mine & theirs)
-
-
-def _tied_across_stages(pp: str, stage_ranks: list[int], initial: dict, info: list, step: dict, script: str) -> list:
-    """Weights shared by two stages (a tied embedding: the first stage's input embedding and the last stage's
-    output layer), seen as matrices with the same values before the first update on two stages. Whether their
-    gradients are summed across the stages or not, a tied weight needs the model's transformer shape
-    (``tied_embeddings``), which the lift does not have: reported, never proved as two independent weights."""
-    out = []
-    seen: dict[tuple, tuple[int, str]] = {}
-    by_name = {e[0]["name"]: e for e in info}
-    for s, r in enumerate(stage_ranks):
-        for own, p in initial.get(r, {}).items():
-            if len(p.get("shape", [])) < 2 or not p.get("checksum"):
-                continue
-            key = (tuple(p["shape"]), p["checksum"])
-            if key in seen and seen[key][0] != s:
-                s0, own0 = seen[key]
-                entry = by_name.get(f"stage{s}.{own}")
-                summed = entry is not None and pp in entry[2]
-                how = ("its gradients are reduced across the stages" if summed else
-                       "its gradients are never summed across the stages, so each stage updates its copy with "
-                       "its own part of the gradient")
-                # where the copies are summed, else the step that updates them unsummed
-                stacks = entry[4] if summed else [(step[r].get("optimizer") or {}).get("stack", [])]
-                frames = tuple(_frames(stacks, script))
-                out.append(Unliftable((stage_ranks[s0], r), -1, f"{own0} (stage {s0}) and {own} (stage {s})",
-                                      f"equal before the first update: a weight tied across the stages of {pp}; "
-                                      f"{how}. Tied weights are not lifted (they need the model's transformer "
-                                      "shape, tied_embeddings)", frames))
-            else:
-                seen.setdefault(key, (s, own))
-    return out

@@ -184,3 +184,15 @@ def _group_name(members: list[str], taken: set[str]) -> str:
         if all(any(token in part for part in parts) for parts in leaves):
             return _ident(name, taken)
     return _ident("params", taken)
+
+
+def _optimizer_sharded(step, layout: _Layout, observer: int, axis: str) -> bool:
+    """The optimizer (an inner one: ZeroRedundancyOptimizer's) updates disjoint parameters along ``axis``."""
+    def held(r):
+        inner = (step.get(r, {}).get("optimizer") or {}).get("inner")
+        return None if not inner else {n for o in inner for n in o["params"]}
+
+    mine = held(observer)
+    other = layout.neighbour(observer, axis)
+    theirs = held(other) if other is not None else None
+    return mine is not None and theirs is not None and not (mine & theirs)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .lift_layout import _frames, _Layout
+from .lift_layout import Unliftable, _frames, _Layout
 
 P2P_KINDS = ("send", "recv")
 
@@ -165,3 +165,35 @@ def find_pipeline(ranks: dict, layout: _Layout, step_no: int, observer: int, scr
         notes.append(f"pipeline over <axis>: every stage moves all {pipe.microbatches} microbatches' activations "
                      "before any gradient: lifted as gpipe")
     return pipe, None
+
+
+def _tied_across_stages(pp: str, stage_ranks: list[int], initial: dict, info: list, step: dict, script: str) -> list:
+    """Weights shared by two stages (a tied embedding: the first stage's input embedding and the last stage's
+    output layer), seen as matrices with the same values before the first update on two stages. Whether their
+    gradients are summed across the stages or not, a tied weight needs the model's transformer shape
+    (``tied_embeddings``), which the lift does not have: reported, never proved as two independent weights."""
+    out = []
+    seen: dict[tuple, tuple[int, str]] = {}
+    by_name = {e[0]["name"]: e for e in info}
+    for s, r in enumerate(stage_ranks):
+        for own, p in initial.get(r, {}).items():
+            if len(p.get("shape", [])) < 2 or not p.get("checksum"):
+                continue
+            key = (tuple(p["shape"]), p["checksum"])
+            if key in seen and seen[key][0] != s:
+                s0, own0 = seen[key]
+                entry = by_name.get(f"stage{s}.{own}")
+                summed = entry is not None and pp in entry[2]
+                how = ("its gradients are reduced across the stages" if summed else
+                       "its gradients are never summed across the stages, so each stage updates its copy with "
+                       "its own part of the gradient")
+                # where the copies are summed, else the step that updates them unsummed
+                stacks = entry[4] if summed else [(step[r].get("optimizer") or {}).get("stack", [])]
+                frames = tuple(_frames(stacks, script))
+                out.append(Unliftable((stage_ranks[s0], r), -1, f"{own0} (stage {s0}) and {own} (stage {s})",
+                                      f"equal before the first update: a weight tied across the stages of {pp}; "
+                                      f"{how}. Tied weights are not lifted (they need the model's transformer "
+                                      "shape, tied_embeddings)", frames))
+            else:
+                seen.setdefault(key, (s, own))
+    return out

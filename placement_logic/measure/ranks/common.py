@@ -22,7 +22,7 @@ def make_optimizer(kind: str, params) -> torch.optim.Optimizer:
 
 
 def param_dtype(nbytes: int) -> torch.dtype:
-    """The dtype of parameters and gradients of ``nbytes`` bytes (realise.DTYPES)."""
+    """The dtype of parameters and gradients of ``nbytes`` bytes (widths.DTYPES)."""
     return {2: torch.bfloat16, 4: torch.float32}[nbytes]
 
 

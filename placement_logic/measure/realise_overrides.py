@@ -1,0 +1,125 @@
+"""The overrides of a plan as the measurement harness reproduces them (no torch).
+
+Input: a plan, the axes its run gives each role, the spec's bindings and the list of reasons
+the plan cannot be realised. Output: ``HarnessOverrides``, what the ranks do differently from
+the library strategies (a gradient reduction skipped or repeated, a divisor, a loss
+normalisation, a clip norm over other axes, dropout seeds, the tied embedding's reduction,
+no re-gather, a reduction after every microbatch); an override the harness cannot reproduce
+adds its reason, so the plan is reported unrealised rather than run as something else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Mapping, NamedTuple
+
+from .. import ir
+from .shape import ShapeError, value_of
+
+TENSOR_WHOLE_GROUPS = ("norms", "biases")  # kept whole on a tensor axis: norm weights and biases, row-parallel biases
+
+
+class RunAxes(NamedTuple):
+    data: tuple[str, ...]
+    tensor: str | None
+    context: str | None
+    expert: str | None
+    pipeline: str | None
+
+
+@dataclass
+class HarnessOverrides:
+    grad_reduce: str = "mean"  # mean | none | twice
+    clip: str | None = None  # global | local | stage
+    regather: bool = True
+    tie_reduce: bool = True
+    double_count: bool = False
+    unreduced: list[str] = field(default_factory=list)  # groups left unreduced over the tensor axis
+    reduced_again: list[str] = field(default_factory=list)  # groups reduced over it once more
+    every: bool = False  # reduced after every microbatch (DDP without no_sync)
+    loss: str = "global_mean"
+    divide_by: Fraction | None = None
+    tokens_over: tuple[str, ...] | None = None
+    expert_divide_by: Fraction | None = None
+    dropout: str = ""  # "" | vary | same
+
+
+def read_overrides(plan: ir.Plan, axes: RunAxes, bindings: Mapping, reasons: list[str]) -> HarnessOverrides:
+    """What the harness runs for each of ``plan``'s overrides; ``reasons`` gains each one it cannot run."""
+    ov = HarnessOverrides()
+    data_axes, tensor_axis, context_axis, expert_axis, pipeline_axis = axes
+    tf = plan.model.transformer
+    for o in plan.overrides:
+        if o.target == "grads" and o.verb == "reduce" and o.group in (None, "all"):
+            if not o.axes:
+                ov.grad_reduce = "none"
+            elif len(data_axes) == 1 and list(o.axes) == [data_axes[0]] * 2:
+                ov.grad_reduce = "twice"
+            elif set(o.axes) != set(data_axes) or len(o.axes) != len(set(o.axes)):
+                reasons.append(f"override grads: reduce over ({', '.join(o.axes)}) is realised only as (), the data "
+                               "axes, or one data axis twice")
+        elif o.target == "grads" and o.verb == "reduce" and o.group in TENSOR_WHOLE_GROUPS and tensor_axis \
+                and len(data_axes) == 1 and set(o.axes) in ({data_axes[0]}, {data_axes[0], tensor_axis}) \
+                and len(o.axes) == len(set(o.axes)):
+            # the group's whole copies on the tensor axis: under sequence parallelism each holds a partial
+            # sum (its sequence shard's), reduced over the tensor axis; without it they are equal
+            over_tensor = tensor_axis in o.axes
+            if plan.sequence_parallel and not over_tensor:
+                ov.unreduced.append(o.group)
+            elif not plan.sequence_parallel and over_tensor:
+                ov.reduced_again.append(o.group)
+        elif o.target == "grads" and o.verb == "divide" and o.group in (None, "all"):
+            try:
+                ov.divide_by = value_of(o.by, bindings) if o.by is not None else None
+            except ShapeError as exc:
+                reasons.append(f"override grads: divide has no value: {exc}")
+        elif o.target == "loss" and o.verb in ("global_mean", "per_device_mean", "per_microbatch_mean"):
+            ov.loss = o.verb
+        elif o.target == "grads" and o.verb == "divide" and o.group == "experts" and expert_axis is not None:
+            try:
+                ov.expert_divide_by = value_of(o.by, bindings)
+            except ShapeError as exc:
+                reasons.append(f"override grads[experts]: divide has no value: {exc}")
+        elif o.target == "dropout_seed" and o.verb == "vary" and tensor_axis and list(o.axes or ()) == [tensor_axis] \
+                and not plan.sequence_parallel:
+            ov.dropout = "vary"
+        elif o.target == "dropout_seed" and o.verb == "same" and tensor_axis and plan.sequence_parallel:
+            ov.dropout = "same"
+        elif o.target == "tokens" and o.verb == "reduce" and o.group is None and context_axis is not None \
+                and o.axes and set(o.axes) <= set(data_axes) | {context_axis}:
+            ov.tokens_over = tuple(o.axes)
+        elif o.target == "embedding" and o.verb == "tie_reduce" and o.group is None:
+            if not o.axes:
+                ov.tie_reduce = False
+            elif list(o.axes) != [pipeline_axis]:
+                reasons.append(f"override embedding: tie_reduce over ({', '.join(o.axes)}) is realised only as () or "
+                               "the pipeline axis")
+        elif o.target == "params" and o.verb == "no_regather" and o.group in (None, "all"):
+            ov.regather = False
+        elif o.target == "clip_norm" and o.verb == "double_count" and o.group == "embedding" \
+                and pipeline_axis is not None and tf is not None and tf.tied_embeddings:
+            ov.clip, ov.double_count = ov.clip or "global", True
+        elif o.target == "clip_norm" and o.verb == "reduce" and o.group in (None, "all") and pipeline_axis:
+            # under a pipeline: the norm over every stage (the pipeline axis and a tensor axis), or
+            # each stage's own (the tensor axis alone)
+            model_axes = {pipeline_axis} | ({tensor_axis} if tensor_axis else set())
+            if model_axes <= set(o.axes) <= model_axes | set(data_axes):
+                ov.clip = "global"
+            elif tensor_axis and set(o.axes) == {tensor_axis}:
+                ov.clip = "stage"
+            else:
+                reasons.append(f"override clip_norm: reduce over ({', '.join(o.axes)}) is not realised")
+        elif o.target == "grads" and o.verb == "reduce_every_microbatch" and o.group in (None, "all"):
+            ov.every = True
+        elif o.target == "clip_norm" and o.verb == "reduce" and o.group in (None, "all"):
+            if not o.axes:
+                ov.clip = "local"
+            elif set(o.axes) == set(data_axes) | ({tensor_axis} if tensor_axis else set()):
+                ov.clip = "global"
+            else:
+                reasons.append(f"override clip_norm: reduce over ({', '.join(o.axes)}) is not realised")
+        else:
+            group = f"[{o.group}]" if o.group else ""
+            reasons.append(f"override {o.target}{group}: {o.verb} is not realised by the harness")
+    return ov
