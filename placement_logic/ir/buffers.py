@@ -75,10 +75,8 @@ def reduce_buffer(plan: ir.Plan, reduce_axes, g: ir.Placement, opt: ir.Placement
     allred = tuple(a for a in plain if a not in owner)
     # `override grads: reduce_every_microbatch`: the whole buffer is reduced after each microbatch's
     # backward (DDP without no_sync), not once per step
-    every = reduces_every_microbatch(plan)
-    once = per_mb if every else ONE
-    when = "once per microbatch (override grads: reduce_every_microbatch)" if every else "once per step"
-    held = f"{what} after each microbatch" if every else f"accumulated {what}"
+    once, when = step_reduction(plan, per_mb)
+    held = f"{what} after each microbatch" if once is not ONE else f"accumulated {what}"
     out: list[Collective] = []
     done: tuple[str, ...] = ()
     if scatter:
@@ -99,6 +97,14 @@ def reduce_buffer(plan: ir.Plan, reduce_axes, g: ir.Placement, opt: ir.Placement
             Payload(tensor, uniq(a for a in g_sharded + done if a not in allred), held),
             f"grads R over a data axis: all-reduce {when}" + note))
     return out
+
+
+def step_reduction(plan: ir.Plan, per_mb: Value) -> tuple[Value, str]:
+    """How often a reduction otherwise made once per step runs, and those words: once per step,
+    or after every microbatch under ``override grads: reduce_every_microbatch``."""
+    if reduces_every_microbatch(plan):
+        return per_mb, "once per microbatch (override grads: reduce_every_microbatch)"
+    return ONE, "once per step"
 
 
 def reduces_every_microbatch(plan: ir.Plan) -> bool:

@@ -33,7 +33,7 @@ from __future__ import annotations
 from .. import ir
 from . import folding, sync
 from . import groups as pg
-from .buffers import ONE, Collective, Kind, Payload, Phase, link_of, reduce_buffer, reduces_every_microbatch
+from .buffers import ONE, Collective, Kind, Payload, Phase, link_of, reduce_buffer, step_reduction
 from .buffers import uniq as _uniq
 from .nodes import Const, Mode, Op, Role, ScheduleKind, State, Sym, Value
 
@@ -146,18 +146,18 @@ def _grad_sync(plan: ir.Plan) -> list[Collective]:
         # a distributed optimizer shards the non-expert state over the expert axes too (its
         # replicas there are data-parallel replicas): reduce-scatter to those shards
         shard = folding.data_mode(plan, State.OPTIMIZER).shards
+        count, when = step_reduction(plan, per_mb)
         for e in plan.groups_with_role(Role.EXPERT):  # a product binding's axes: one group
             if any(a in reduce_axes for a in e):
                 continue  # already reduced above with the whole gradient
-            every = reduces_every_microbatch(plan)
             out.append(Collective(
                 Kind.REDUCE_SCATTER if shard else Kind.ALL_REDUCE, State.GRADS, e, link_of(plan, e),
-                Phase.GRAD_SYNC, per_mb if every else _ONE,
+                Phase.GRAD_SYNC, count,
                 Payload("dense_grads", _uniq(a for a in g_sharded + done if a not in experts),
                         "non-expert gradients (expert parameters are split over the axis)"),
                 ("expert axis: non-expert gradients reduce-scattered to the distributed optimizer's shards"
                  if shard else "expert axis: non-expert gradients all-reduced over it")
-                + (" once per microbatch (override grads: reduce_every_microbatch)" if every else " once per step")))
+                + " " + when))
             done = done + (e if shard else ())
     return out
 

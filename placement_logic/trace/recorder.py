@@ -65,6 +65,12 @@ class Recorder(Events, TorchDispatchMode):
             self.steps.append(self.current)
         return self.current
 
+    def micro_step(self) -> int:
+        """The accumulated micro-step running (0-based): the backward passes of the step so far,
+        the running one included; a forward is the next one's."""
+        done = len(self.step_record()["losses"])
+        return max(0, done - 1) if self.phase in ("backward", "after_backward", "optimizer") else done
+
     def on_forward(self, module, args) -> None:
         if self._busy:
             return
@@ -84,9 +90,9 @@ class Recorder(Events, TorchDispatchMode):
             self.phase = "forward"
         elif self.phase == "backward" and (next(module.parameters(recurse=False), None) is not None or any(
                 isinstance(v, DTensor) for v in vars(module).values())):
-            # (weights: parameters, or DTensors held as attributes, as DDP over tensor-parallel modules has them)
-            # a layer with weights running its forward inside backward: activation checkpointing
-            # recomputes it (a checkpointed function of no layer, such as attention scores, is not seen)
+            # a layer with weights (parameters, or DTensors held as attributes, as DDP over
+            # tensor-parallel modules has them) running its forward inside backward: activation
+            # checkpointing recomputes it (a checkpointed function of no layer is not seen)
             seen = self.step_record().setdefault("recomputed", [])
             if len(seen) < 64:
                 seen.append({"module": type(module).__name__, "stack": _user_frames()})
@@ -298,9 +304,7 @@ class Recorder(Events, TorchDispatchMode):
                "numel": sum(t.numel() for t in inputs), "op": op, "api": f"{namespace}.{name}",
                "carried": [], "stack": _user_frames()}
         if self.current is not None and not between:
-            # the accumulated micro-step (0-based): backward passes so far, the running one included
-            done = len(self.current["losses"])
-            rec["micro"] = max(0, done - 1) if self.phase in ("backward", "after_backward", "optimizer") else done
+            rec["micro"] = self.micro_step()
         self._busy = True
         try:
             in_events: list[tuple] = []

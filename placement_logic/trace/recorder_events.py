@@ -186,8 +186,7 @@ class Events:
             elif f is not None and f != 0:
                 # the backward pass it belongs to (0-based within the step): equal scales on two
                 # accumulated micro-steps are two events, not one
-                micro = max(0, len(self.step_record()["losses"]) - 1)
-                ev = ("scale", f if name.startswith(("mul", "_foreach_mul")) else 1 / f, self._at(), micro)
+                ev = ("scale", f if name.startswith(("mul", "_foreach_mul")) else 1 / f, self._at(), self.micro_step())
             else:
                 continue
             if not inplace:
