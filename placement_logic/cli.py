@@ -4,7 +4,8 @@ Each subcommand lives in ``placement_logic.commands.<name>`` and provides
 ``add_parser(subparsers)`` and ``run(args, out, err) -> int``. Input errors raise
 ``DiagnosticError``; they are rendered here (one line, source snippet and caret) and
 give exit status 2. Exit statuses follow mypy: 0 clean, 1 refuted or failed, 2 input
-or usage error, 3 unknown with nothing refuted.
+or usage error, 3 unknown with nothing refuted, 4 unrealised (measure), 70 internal
+error (never a verdict).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ EXIT_FAILED = int(Exit.FAILED)
 EXIT_INPUT = int(Exit.INPUT)
 EXIT_UNKNOWN = int(Exit.UNKNOWN)
 EXIT_UNREALISED = int(Exit.UNREALISED)
+EXIT_INTERNAL = int(Exit.INTERNAL)
 
 # Subcommands, in the order --help lists them.
 COMMANDS: tuple[str, ...] = ("fmt", "inspect", "cost", "compare", "check", "prove", "measure", "search", "trace", "lift", "convert",
@@ -48,7 +50,8 @@ examples:
   placement lift TRACE.json                          the plan a traced script really ran
 
 exit status: 0 ok, 1 refuted / not formatted / failed, 2 input or usage error,
-3 unknown (a solver gave up) with nothing refuted, 4 (measure) plan not realisable.
+3 unknown (a solver gave up) with nothing refuted, 4 (measure) plan not realisable,
+70 internal error (a bug in the tool; a crash report file is written).
 """
 
 
@@ -121,41 +124,91 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
         out = io.StringIO()
     target = getattr(args, "output", None)
     if target and not getattr(args, "quiet", False):
-        buffer = io.StringIO()
-        status = _run(args, buffer, err)
-        try:
-            with open(target, "w", encoding="utf-8") as fh:
-                fh.write(buffer.getvalue())
-        except OSError as exc:
-            from .commands.options import command_line_span
-            from .diagnostics import Diagnostic
-
-            diag = Diagnostic("PL700", f"-o {target}: cannot write: {exc.strerror or exc}",
-                              command_line_span(f"-o {target}"))
-            err.write(render(diag, None) + "\nfound 1 error\n")
-            return EXIT_INPUT
-        return status
+        return _run_to_file(args, target, err)
     return _run(args, out, err)
+
+
+def _run_to_file(args, target: str, err: TextIO) -> int:
+    """Run with the report going to ``target``: refused when it names an input (except for
+    ``fmt``), written atomically, and not written at all when the run ends in an input error
+    or an internal error (the target keeps what it had)."""
+    from .commands.output import check_writable, input_paths, refuse_inputs, write_output
+
+    try:
+        if args.command != "fmt":
+            refuse_inputs(target, input_paths(args))
+        check_writable(target)
+    except DiagnosticError as exc:
+        return _diagnostics(exc, args, io.StringIO(), err)
+    buffer = io.StringIO()
+    status = _run(args, buffer, err)
+    if status in (EXIT_INPUT, EXIT_INTERNAL):
+        return status
+    try:
+        write_output(target, buffer.getvalue())
+    except DiagnosticError as exc:
+        for diag in exc.diagnostics:
+            err.write(render(diag, None) + "\n")
+        err.write("found 1 error\n")
+        return EXIT_INPUT
+    return status
 
 
 def _run(args, out: TextIO, err: TextIO) -> int:
     try:
+        plot = getattr(args, "plot", None)
+        if isinstance(plot, str) and plot:  # a figure file: judged before the work, like -o
+            from .commands.output import check_writable, input_paths, refuse_inputs
+
+            refuse_inputs(plot, input_paths(args), "--plot")
+            check_writable(plot, "--plot")
         return int(args.run(args, out, err))
     except DiagnosticError as exc:
-        if getattr(args, "format", None) == "json":
-            from .outcome import envelope
-
-            json.dump(envelope(args.command, EXIT_INPUT, diagnostics=[d.to_json() for d in exc.diagnostics]),
-                      out, indent=2)
-            out.write("\n")
-        sources = getattr(exc, "sources", {})
-        for diag in exc.diagnostics:
-            err.write(render(diag, sources.get(diag.span.file)) + "\n")
-        n = len(exc.diagnostics)
-        err.write(f"found {n} error{'s' if n != 1 else ''}\n")
-        return EXIT_INPUT
+        return _diagnostics(exc, args, out, err)
     except BrokenPipeError:
         return EXIT_OK
+    except KeyboardInterrupt:
+        raise
+    except (Exception, RecursionError, MemoryError) as exc:  # noqa: BLE001 - an internal error, reported as one
+        return _internal_error(args, exc, err)
+
+
+def _diagnostics(exc: DiagnosticError, args, out: TextIO, err: TextIO) -> int:
+    """Render an input error (JSON on ``out`` under --format json, the located lines on
+    ``err``) and give its exit status."""
+    if getattr(args, "format", None) == "json":
+        from .outcome import envelope
+
+        json.dump(envelope(args.command, EXIT_INPUT, diagnostics=[d.to_json() for d in exc.diagnostics]),
+                  out, indent=2)
+        out.write("\n")
+    sources = getattr(exc, "sources", {})
+    for diag in exc.diagnostics:
+        err.write(render(diag, sources.get(diag.span.file)) + "\n")
+    n = len(exc.diagnostics)
+    err.write(f"found {n} error{'s' if n != 1 else ''}\n")
+    return EXIT_INPUT
+
+
+def _internal_error(args, exc: BaseException, err: TextIO) -> int:
+    """An exception no diagnostic describes: a bug of the tool, not a verdict. One line on
+    standard error, the traceback in a crash report file, and its own exit status."""
+    import tempfile
+    import traceback
+
+    report = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    where = None
+    try:
+        fd, where = tempfile.mkstemp(prefix="placement-crash-", suffix=".txt")
+        with open(fd, "w", encoding="utf-8") as fh:
+            fh.write(f"placement-logic {__version__}\ncommand: placement {' '.join(sys.argv[1:])}\n\n{report}")
+    except OSError:
+        where = None
+    kind = type(exc).__name__
+    name = args.command if isinstance(args.command, str) else "trace"
+    err.write(f"placement {name}: internal error ({kind}): this is a bug in placement-logic, not a "
+              f"verdict on the input" + (f"; crash report: {where}" if where else "") + "\n")
+    return EXIT_INTERNAL
 
 
 def console() -> None:

@@ -143,7 +143,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PL613": ("trace-failed", "The traced script failed or did not finish on a rank."),
     "PL614": ("not-liftable", "A recorded call placement lift cannot express in a plan (reported, never dropped)."),
     # proofs: PL700-PL749
-    "PL700": ("export-failed", "placement prove --export could not write an SMT-LIB file."),
+    "PL700": ("export-failed", "An output file that cannot be written, or would replace an input of the command."),
 }
 
 

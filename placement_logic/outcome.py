@@ -32,6 +32,7 @@ class Exit(IntEnum):
     INPUT = 2  # usage or input error (a diagnostic was printed)
     UNKNOWN = 3  # nothing refuted, something unknown
     UNREALISED = 4  # measure: a plan could not be realised on PyTorch
+    INTERNAL = 70  # an internal error (a bug, with a crash report), never a verdict (sysexits' EX_SOFTWARE)
 
 
 def exit_for(verdict: Verdict) -> Exit:

@@ -7,6 +7,7 @@ import difflib
 from ..diagnostics import DiagnosticError
 from ..frontend.canonical import format_source
 from ..frontend.files import read_source
+from .output import write_output
 
 
 def add_parser(sub) -> None:
@@ -43,8 +44,7 @@ def run(args, out, err) -> int:
                 err.write(f"{path}: not formatted\n")
         elif args.write:
             if canonical != text:
-                with open(path, "w", encoding="utf-8") as fh:
-                    fh.write(canonical)
+                write_output(path, canonical, option="--write")
                 err.write(f"formatted {path}\n")
         else:
             out.write(canonical)

@@ -14,6 +14,7 @@ import argparse
 import json
 
 from ..outcome import Exit
+from .output import check_writable, write_output
 
 
 def add_parser(subparsers) -> None:
@@ -66,6 +67,9 @@ def run(args, out, err) -> int:
         command = command[1:]
     _nproc(args.nproc)
     script_of(command)
+    for option, target in (("--trace-file", args.trace_file), ("--spec-file", getattr(args, "spec_file", None))):
+        if target:
+            check_writable(target, option)
     timeout = None
     if args.check:
         from .options import parse_timeout
@@ -78,8 +82,7 @@ def run(args, out, err) -> int:
         out.write("\n")
         return int(Exit.OK)
     if args.trace_file:
-        with open(args.trace_file, "w", encoding="utf-8") as fh:
-            json.dump(trace, fh, indent=1)
+        write_output(args.trace_file, json.dumps(trace, indent=1), option="--trace-file")
     return check_trace(trace, out, err, timeout, args.spec_file)
 
 
@@ -94,8 +97,7 @@ def check_trace(trace: dict, out, err, timeout: float, spec_file: str | None = N
     lifted = lift(trace)
     name = spec_file or f"{trace['script']}.lifted.place"
     if spec_file:
-        with open(spec_file, "w", encoding="utf-8") as fh:
-            fh.write(lifted.text)
+        write_output(spec_file, lifted.text, option="--spec-file")
     report_unliftable(lifted, err)
     spec, _ = load_with_sources(lifted.text, name)
     report = check_spec(spec, [lifted.plan], timeout=timeout)

@@ -21,8 +21,10 @@ with PL312 before any work (``require_matplotlib``).
 from __future__ import annotations
 
 from fractions import Fraction
+from pathlib import Path
 from typing import Iterable, Sequence
 
+from ..atomic import write_atomic
 from ..diagnostics import Diagnostic, DiagnosticError
 
 GIB = 2**30
@@ -56,7 +58,17 @@ def _figure(panels: int, cols: int = 3):
 
 
 def save(fig, path) -> None:
-    fig.savefig(str(path), dpi=DPI)
+    """The figure written to ``path`` atomically, in the format its suffix names; a failure
+    to write is a located PL700 and leaves ``path`` as it was."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=DPI, format=Path(path).suffix.lstrip(".").lower() or "png")
+    try:
+        write_atomic(path, buf.getvalue())
+    except OSError as exc:
+        raise DiagnosticError([Diagnostic("PL700", f"--plot {path}: cannot write: {exc.strerror or exc}")]) \
+            from None
 
 
 def _num(v) -> float:
