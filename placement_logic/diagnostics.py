@@ -114,6 +114,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PL206": ("bad-arguments", "A call with the wrong number or kind of arguments."),
     "PL207": ("bytes-squared", "A product or power that would give bytes to a power other than 0 or 1."),
     "PL208": ("unknown-unit", "A unit name that is not a byte unit."),
+    "PL209": ("number-too-large", "An exact value too large to hold (an exponent tower): over 12,000 bits."),
     # usage: PL3xx
     "PL301": ("bad-set", "A --set option that is not NAME=NUMBER or names nothing in the spec."),
     "PL302": ("unknown-plan", "A --plan option that names no plan in the spec."),

@@ -85,21 +85,79 @@ ARITHMETIC: dict[str, Callable[[Op, list], Any]] = {
 }
 
 
-def fold(value: Value | None, bindings: Mapping[str, Value], depth: int = 0) -> Fraction | None:
+# Exact numbers are kept below this many bits in numerator and denominator (about 3,600
+# decimal digits: under Python's 4,300-digit limit for printing an integer). A value past
+# it is an error of the spec (PL209), found before the number is built, so an exponent
+# tower never hangs.
+MAX_BITS = 12_000
+
+
+class TooLarge(ArithmeticError):
+    """An exact value whose numerator or denominator would exceed ``MAX_BITS`` bits."""
+
+
+def _bits(x: Fraction) -> int:
+    return max(x.numerator.bit_length(), x.denominator.bit_length())
+
+
+def _guard(x: Fraction) -> Fraction:
+    if _bits(x) > MAX_BITS:
+        raise TooLarge(x)
+    return x
+
+
+def _checked_power(node: Op, args: list) -> Fraction:
+    exp = node.args[1]
+    if not (isinstance(exp, Const) and exp.value.denominator == 1):
+        raise ValueError("an exponent must be an integer constant")
+    n = int(exp.value)
+    if n < 0 and args[0] == 0:
+        raise ZeroDivisionError("zero to a negative power")
+    if _bits(args[0]) * abs(n) > MAX_BITS + abs(n):  # estimated before the power is built
+        raise TooLarge(node)
+    return _guard(Fraction(args[0]) ** n)
+
+
+NUMBERS: dict[str, Callable[[Op, list], Any]] = {
+    "neg": lambda n, a: -a[0],
+    "+": lambda n, a: _guard(a[0] + a[1]),
+    "-": lambda n, a: _guard(a[0] - a[1]),
+    "*": lambda n, a: _guard(a[0] * a[1]) if _bits(a[0]) + _bits(a[1]) <= 2 * MAX_BITS else _raise(TooLarge(n)),
+    "/": lambda n, a: _guard(a[0] / a[1]) if _bits(a[0]) + _bits(a[1]) <= 2 * MAX_BITS else _raise(TooLarge(n)),
+    "^": _checked_power,
+}
+
+
+def _raise(exc: Exception) -> Any:
+    raise exc
+
+
+def fold_strict(value: Value | None, bindings: Mapping[str, Value], depth: int = 0) -> Fraction | None:
     """A value as an exact number through ``bindings`` (name -> value), or None when a symbol
-    stays free, an exponent is not an integer constant or it divides by zero."""
+    stays free; raises ``ZeroDivisionError`` when it divides by zero and ``TooLarge`` past
+    ``MAX_BITS``."""
     if value is None or depth > 64:  # 64: no binding chain is longer; a cycle ends here
         return None
 
     def sym(name: str):
-        n = fold(bindings.get(name), bindings, depth + 1)
+        n = fold_strict(bindings.get(name), bindings, depth + 1)
         if n is None:
             raise LookupError(name)
         return n
 
     try:
-        return evaluate(value, Target(const=lambda v: v, sym=sym, ops=ARITHMETIC))
-    except (LookupError, ValueError, ZeroDivisionError):
+        return evaluate(value, Target(const=lambda v: v, sym=sym, ops=NUMBERS))
+    except (LookupError, ValueError):
+        return None
+
+
+def fold(value: Value | None, bindings: Mapping[str, Value], depth: int = 0) -> Fraction | None:
+    """A value as an exact number through ``bindings`` (name -> value), or None when a symbol
+    stays free, an exponent is not an integer constant, it divides by zero or it is too
+    large to hold exactly (``MAX_BITS``)."""
+    try:
+        return fold_strict(value, bindings, depth)
+    except (ZeroDivisionError, TooLarge):
         return None
 
 

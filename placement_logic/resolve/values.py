@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import ir
-from ..diagnostics import Span, did_you_mean
+from ..diagnostics import NO_SPAN, Span, did_you_mean
 from ..frontend import surface
+from ..ir.walker import MAX_BITS, TooLarge, fold_strict
 from .context import Context
 
 BYTE_UNITS = {
@@ -52,6 +53,7 @@ class Values:
     plans: dict[str, surface.PlanDef] = field(default_factory=dict)  # for cost queries
     groups: set[str] = field(default_factory=set)  # the model block's `group` names (overrides may name them)
     group_names: tuple[str, ...] = ()  # every parameter group of the model (for params(plan, group))
+    _depth: int = 0  # nesting of ``expr`` calls: a whole expression is folded at depth 0
 
     def declare(self, name: str, span: Span) -> bool:
         if name in self.lets or name in self.axes:
@@ -77,7 +79,30 @@ class Values:
 
     def expr(self, e: surface.Expr, env: dict[str, ir.Value], stack: list[str] | None = None,
              allow_queries: bool = False) -> tuple[ir.Value, ir.Dim] | None:
-        """Resolve and type an expression; None after reporting an error."""
+        """Resolve and type an expression; None after reporting an error. A whole expression
+        (not each of its parts) is folded through the values known so far: one that divides
+        by zero (PL204) or is too large to hold exactly (PL209), however the division or the
+        size is reached (a let, a folded constant), is an error."""
+        self._depth += 1
+        try:
+            result = self._expr(e, env, stack, allow_queries)
+        finally:
+            self._depth -= 1
+        if result is not None and self._depth == 0:
+            try:
+                fold_strict(result[0], {**self.values, **env})
+            except ZeroDivisionError:
+                self.cx.error("PL204", f"division by zero: {ir.show(result[0])} divides by zero with the values "
+                              "given", getattr(e, "span", NO_SPAN))
+                return None
+            except TooLarge:
+                self.cx.error("PL209", f"a number too large to hold exactly (over {MAX_BITS:,} bits): "
+                              f"{ir.show(result[0])}", getattr(e, "span", NO_SPAN))
+                return None
+        return result
+
+    def _expr(self, e: surface.Expr, env: dict[str, ir.Value], stack: list[str] | None = None,
+              allow_queries: bool = False) -> tuple[ir.Value, ir.Dim] | None:
         stack = stack or []
         error = self.cx.error
         if isinstance(e, surface.Num):
