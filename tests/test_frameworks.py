@@ -91,7 +91,7 @@ def test_what_deepspeed_cannot_express_is_listed():
 
 
 @pytest.mark.parametrize("cfg,words", [
-    ({"zero_optimization": {"stage": 5}}, "stage must be 0, 1, 2 or 3"),
+    ({"zero_optimization": {"stage": 5}}, "zero_optimization.stage must be an integer from 0 to 3, not 5"),
     ({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}}, "offload_param needs ZeRO stage 3"),
     ({"train_batch_size": 100, "train_micro_batch_size_per_gpu": 2}, "is not micro batch 2"),
     ({"train_micro_batch_size_per_gpu": 0}, "must be a positive integer"),

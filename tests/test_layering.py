@@ -97,7 +97,7 @@ STAGES = (
     ("outcome", "diagnostics", "hardware", "atomic"),
     ("ir",),
     ("frontend.surface", "frontend.lower", "frontend.parser", "frontend.canonical", "frontend.files",
-     "frontend.hf"),
+     "frontend.hf", "frontend.configs"),
     ("resolve",),
     ("frontend.loader",),
     ("costs", "solver"),

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError, Span
+from ..frontend.configs import Table, load_json
 from .framework_common import _err, _imports, _mesh_and_plan, _number, _placement_options, _precision, _widths
 
 
@@ -14,45 +12,34 @@ def deepspeed_to_spec(text: str, file: str, devices: int, model: str | None, par
     """The spec of a DeepSpeed config; what the DSL cannot express is appended to ``problems``
     (and written as comments at the top of the spec)."""
     problems = [] if problems is None else problems
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DiagnosticError([Diagnostic("PL141", f"not a JSON config: {exc.msg}",
-                                          Span.point(file, exc.lineno, exc.colno))]) from None
-    if not isinstance(cfg, dict):
+    doc = load_json(text, file, "PL141", "a JSON config")
+    if not isinstance(doc, dict):
         raise _err(file, "a DeepSpeed config is one JSON object")
-    zero = cfg.get("zero_optimization") or {}
-    if not isinstance(zero, dict):
-        raise _err(file, "zero_optimization must be a JSON object")
-    stage = zero.get("stage", 0)
-    if stage not in (0, 1, 2, 3) or isinstance(stage, bool):
-        raise _err(file, f"zero_optimization.stage must be 0, 1, 2 or 3, not {json.dumps(stage)}")
-    off_opt = (zero.get("offload_optimizer") or {}).get("device", "none")
-    off_par = (zero.get("offload_param") or {}).get("device", "none")
-    if off_par not in ("none", None) and stage != 3:
-        raise _err(file, "offload_param needs ZeRO stage 3")
+    cfg = Table(doc, text, file, "PL141")
+    zero = cfg.table("zero_optimization", allow_false=True)
+    stage = zero.integer("stage", 0, low=0, high=3)
+    off_opt = zero.table("offload_optimizer").choice("device", ("none", "cpu", "nvme"), "none")
+    off_par = zero.table("offload_param").choice("device", ("none", "cpu", "nvme"), "none")
+    if off_par != "none" and stage != 3:
+        raise zero.error("offload_param", "offload_param needs ZeRO stage 3")
     local = ""
-    if off_opt not in ("none", None, "cpu", "nvme") or off_par not in ("none", None, "cpu", "nvme"):
-        raise _err(file, "offload devices are cpu or nvme")
-    hpz = zero.get("zero_hpz_partition_size", 1)
-    if isinstance(hpz, bool) or not isinstance(hpz, int) or hpz < 1:
-        raise _err(file, f"zero_hpz_partition_size must be a positive integer, not {json.dumps(hpz)}")
+    hpz = zero.integer("zero_hpz_partition_size", 1)
     if hpz > 1:
         problems.append(f"zero_hpz_partition_size {hpz}: ZeRO++'s secondary parameter partition (a second copy "
                         f"sharded over groups of {hpz} devices, gathered there in backward) has no placement; the "
                         "plan is plain ZeRO-3 over all the devices, without the secondary copy's memory and with "
                         "backward gathers over all of them")
     for key in ("zero_quantized_weights", "zero_quantized_gradients"):
-        if zero.get(key):
+        if zero.flag(key, False):
             problems.append(f"{key}: ZeRO++'s quantized collectives are not modelled (full-width communication)")
     where = {"cpu": "host", "nvme": "nvme"}
-    if off_opt in ("none", None) and off_par in ("none", None):
+    if off_opt == "none" and off_par == "none":
         strategy = ("ddp", "zero1", "zero2", "zero3")[stage]
     else:
         # the optimizer state in host memory or on NVMe, the gradient partitions in host memory (stage 2 and
         # 3); with offload_param the parameters too, fetched a layer at a time
         if stage == 0:
-            raise _err(file, "offload_optimizer needs ZeRO stage 1, 2 or 3")
+            raise zero.error("offload_optimizer", "offload_optimizer needs ZeRO stage 1, 2 or 3")
         pmode = "S* (unit = layer" + (f", residency = {where[off_par]})" if off_par in where else ")") \
             if stage == 3 else "R"
         if off_opt in where:
@@ -62,16 +49,14 @@ def deepspeed_to_spec(text: str, file: str, devices: int, model: str | None, par
         strategy = "ds_offload"
         local = (f"strategy ds_offload {{\n  role = data\n  params: {pmode}\n  optimizer: {optimizer}\n"
                  f"  grads: {grads}\n  activations: R\n}}\n\n")
-    mb = cfg.get("train_micro_batch_size_per_gpu", 1)
-    gas = cfg.get("gradient_accumulation_steps", 1)
-    for key, v in (("train_micro_batch_size_per_gpu", mb), ("gradient_accumulation_steps", gas)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise _err(file, f"{key} must be a positive integer, not {json.dumps(v)}")
-    tb = cfg.get("train_batch_size")
+    mb = cfg.integer("train_micro_batch_size_per_gpu", 1)
+    gas = cfg.integer("gradient_accumulation_steps", 1)
+    tb = cfg.integer("train_batch_size", None)
     if tb is not None and tb != mb * gas * devices:
-        raise _err(file, f"train_batch_size {tb} is not micro batch {mb} × accumulation {gas} × {devices} devices "
-                   f"= {mb * gas * devices}")
-    half = bool((cfg.get("bf16") or {}).get("enabled")) or bool((cfg.get("fp16") or {}).get("enabled"))
+        raise cfg.error("train_batch_size", f"train_batch_size {tb} is not micro batch {mb} × accumulation {gas} × "
+                        f"{devices} devices = {mb * gas * devices}")
+    half = cfg.table("bf16", allow_false=True).flag("enabled", False) or \
+        cfg.table("fp16", allow_false=True).flag("enabled", False)
     head = f'model from "{model}" {{\n' if model else f"model {{\n  params = {params}\n"
     spec = (f"# from the DeepSpeed config {file} on {devices} devices\n"
             + "".join(f"# not expressed: {p}\n" for p in problems) + head

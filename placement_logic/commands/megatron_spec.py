@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 import shlex
 
+from ..diagnostics import Diagnostic, DiagnosticError, Span
+from ..frontend.configs import MAX_INT_DIGITS
 from .framework_common import _err, _imports, _mesh_and_plan, _widths, fold_axes
 
 _MEGATRON_INT = {
@@ -77,13 +80,38 @@ def _fit_moe_pattern(moe: list[bool], file: str) -> dict[str, int]:
     return out
 
 
+def _arg_error(text: str, file: str, word: str, message: str, notes: tuple[str, ...] = ()) -> DiagnosticError:
+    """A PL141 located at the first occurrence of ``word`` in the arguments' text."""
+    at = text.find(word) if word else -1
+    if at < 0:
+        return _err(file, message, notes)
+    line = text.count("\n", 0, at) + 1
+    col = at - (text.rfind("\n", 0, at) + 1) + 1
+    return DiagnosticError([Diagnostic("PL141", message, Span(file, line, col, line, col + len(word)), notes=notes)],
+                           {file: text})
+
+
+def _known_options() -> tuple[str, ...]:
+    return tuple(_MEGATRON_INT) + tuple(_MEGATRON_CHOICES) + tuple(_MEGATRON_FLAGS) + ("--moe-layer-freq",)
+
+
 def _megatron_args(text: str, file: str) -> dict:
-    args = shlex.split(text, comments=True)
+    try:
+        args = shlex.split(text, comments=True)
+    except ValueError as exc:  # an unclosed quote, a lone escape at the end
+        raise _err(file, f"not a Megatron-LM argument list: {exc}") from None
     got: dict = {}
+    known = _known_options()
     i = 0
     while i < len(args):
         a = args[i]
         key, eq, inline = a.partition("=")
+        if key.startswith("--") and key not in known:
+            # Megatron-LM has hundreds of options that change no cost; one a letter or two away from an
+            # option read here is a typo that would otherwise vanish (and change the plan)
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.9)
+            if close:
+                raise _arg_error(text, file, key, f"unknown argument {key}", (f"did you mean {close[0]}?",))
         if key == "--moe-layer-freq":
             got["moe_freq"] = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
             i += 1 if eq else 2
@@ -92,8 +120,10 @@ def _megatron_args(text: str, file: str) -> dict:
             value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
             i += 1 if eq else 2
             if key in _MEGATRON_INT:
-                if not value.isdigit() or int(value) < 1:
-                    raise _err(file, f"{key} needs a positive integer, not {value!r}")
+                if not value.isascii() or not value.isdigit() or len(value) > MAX_INT_DIGITS or int(value) < 1:
+                    shown = value if len(value) <= 40 else value[:37] + "..."
+                    raise _arg_error(text, file, a, f"{key} needs a positive integer of at most {MAX_INT_DIGITS} "
+                                     f"digits, not {shown!r}")
                 got[_MEGATRON_INT[key]] = int(value)
             else:
                 name, table = _MEGATRON_CHOICES[key]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 from .. import ir
+from ..frontend.configs import Table, load_toml
 from ..ir import folding
 from .framework_common import (
     _err,
@@ -41,21 +42,13 @@ _TITAN_SCHEDULES = {"1f1b": "one_f_one_b", "gpipe": "gpipe", "interleaved1f1b": 
 def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, params: int | None,
                        problems: list[str] | None = None) -> str:
     """The spec of a torchtitan job config; what the DSL cannot express is appended to ``problems``."""
-    import tomllib
-
     problems = [] if problems is None else problems
-    try:
-        cfg = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise _err(file, f"not a TOML job config: {exc}") from None
-    par = cfg.get("parallelism", {})
-    training = cfg.get("training", {})
+    cfg = Table(load_toml(text, file, "PL141"), text, file, "PL141")
+    par = cfg.table("parallelism")
+    training = cfg.table("training")
 
     def degree(key: str, default: int = 1) -> int:
-        v = par.get(key, default)
-        if isinstance(v, bool) or not isinstance(v, int) or (v < 1 and not (v == -1 and key.endswith("shard_degree"))):
-            raise _err(file, f"parallelism.{key} must be a positive integer (-1 for the shard degree), not {v!r}")
-        return v
+        return par.integer(key, default, allowed=(-1,) if key.endswith("shard_degree") else ())
 
     rep, shard = degree("data_parallel_replicate_degree"), degree("data_parallel_shard_degree", -1)
     t, p, c, e = (degree(k) for k in ("tensor_parallel_degree", "pipeline_parallel_degree",
@@ -67,7 +60,7 @@ def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, pa
         shard = devices // fixed
     if rep * shard * t * p * c != devices:
         raise _err(file, f"the degrees multiply to {rep * shard * t * p * c}, not {devices} devices")
-    etp = par.get("expert_tensor_parallel_degree", t if e > 1 else 1)
+    etp = par.integer("expert_tensor_parallel_degree", t if e > 1 else 1)
     in_ep, roles = 1, {}
     if e > 1:
         if (shard * c) % e:
@@ -89,44 +82,39 @@ def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, pa
         else:
             in_ep = e // borrowed
             roles = {a: "expert" for a, n in (("dp_ep", in_ep), ("cp", c), ("tp", t if etp == 1 else 1)) if n > 1}
-    mb = training.get("local_batch_size", training.get("batch_size", 1))
-    seq = training.get("seq_len")
-    gbs = training.get("global_batch_size", -1)
+    mb = training.integer("local_batch_size", None) or training.integer("batch_size", 1)
+    seq = training.integer("seq_len", None)
+    gbs = training.integer("global_batch_size", -1, allowed=(-1,))
     dp = rep * shard
     m = 1
-    if isinstance(gbs, int) and gbs > 0:
+    if gbs > 0:
         if gbs % (mb * dp):
-            raise _err(file, f"training.global_batch_size {gbs} is not a multiple of local batch {mb} × data {dp}")
+            raise training.error("global_batch_size", f"training.global_batch_size {gbs} is not a multiple of local "
+                                 f"batch {mb} × data {dp}")
         m = gbs // (mb * dp)
-    ckpt = cfg.get("activation_checkpoint", {})
-    ac = ckpt.get("mode", "selective")
-    if ac not in ("none", "selective", "full"):
-        raise _err(file, f"activation_checkpoint.mode {ac!r} is none, selective or full")
-    option = str(ckpt.get("selective_ac_option", "op"))
+    ckpt = cfg.table("activation_checkpoint")
+    ac = ckpt.choice("mode", ("none", "selective", "full"), "selective")
+    option = str(ckpt.raw("selective_ac_option", "op"))
     if ac == "selective" and option != "op":
         problems.append(f"selective_ac_option {option!r}: checkpointing every {option}-th layer whole is not "
                         "modelled (the DSL's selective recompute is per operation, Megatron-LM's attention core); "
                         "the plan recomputes selectively")
-    mixed = cfg.get("training", {}).get("mixed_precision_param", "bfloat16")
+    mixed = training.string("mixed_precision_param", "bfloat16")
     head = f'model from "{model}" {{\n' if model else f"model {{\n  params = {params}\n"
     group = ("  group experts {\n    role = {" + ", ".join(f"{a}: {r}" for a, r in roles.items()) + "}\n  }\n"
              if roles else "")
     model_text = (head + f"  bytes {{\n    {_widths(mixed in ('bfloat16', 'float16'))}\n  }}\n"
                   + (f"  seq = {seq}\n" if seq else "") + f"  microbatch = {mb}\n  microbatches = {m}\n" + group
                   + "}\n\n")
-    sched = str(par.get("pipeline_parallel_schedule", "1F1B")).lower()
+    sched = (par.string("pipeline_parallel_schedule", "1F1B") or "1F1B").lower()
     if sched not in _TITAN_SCHEDULES:
-        raise _err(file, f"pipeline_parallel_schedule {par.get('pipeline_parallel_schedule')!r} is not modelled "
-                   f"(known: {', '.join(sorted(_TITAN_SCHEDULES))})")
+        raise par.error("pipeline_parallel_schedule", f"pipeline_parallel_schedule {par.raw('pipeline_parallel_schedule')!r} "
+                        f"is not modelled (known: {', '.join(sorted(_TITAN_SCHEDULES))})")
     pipe = _TITAN_SCHEDULES[sched]
     if pipe == "interleaved_1f1b":
-        v = par.get("pipeline_parallel_virtual_stages", 2)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise _err(file, f"parallelism.pipeline_parallel_virtual_stages must be a positive integer, not {v!r}")
+        v = par.integer("pipeline_parallel_virtual_stages", 2)
         pipe = f"interleaved_1f1b(v = {v})" if v > 1 else "one_f_one_b"
-    reshard = str(par.get("fsdp_reshard_after_forward", "default"))
-    if reshard not in ("default", "always", "never"):
-        raise _err(file, f"parallelism.fsdp_reshard_after_forward {reshard!r} is default, always or never")
+    reshard = par.choice("fsdp_reshard_after_forward", ("default", "always", "never"), "default")
     # torchtitan's default keeps the parameters gathered between forward and backward under pipelining
     keep = reshard == "never" or (reshard == "default" and p > 1)
     fsdp = "fsdp_shard_grad_op" if keep else "fsdp_full_shard"

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from ..diagnostics import Diagnostic, DiagnosticError, Span
+from .configs import load_json
 
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
             "gemma", "gemma2", "gpt2", "gpt_neox")
@@ -85,11 +86,7 @@ class _Reader:
 
 
 def parse_config(text: str, file: str) -> HFShape:
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DiagnosticError([Diagnostic("PL140", f"not a JSON config: {exc.msg}",
-                                          Span.point(file, exc.lineno, exc.colno))], {file: text}) from None
+    cfg = load_json(text, file, "PL140")
     if not isinstance(cfg, dict):
         raise DiagnosticError([Diagnostic("PL140", "a config.json holds one JSON object", Span.point(file, 1, 1))],
                               {file: text})
@@ -192,7 +189,21 @@ def parse_config(text: str, file: str) -> HFShape:
         mtp = r.int("num_nextn_predict_layers", 0, low=0)
         if mtp:
             f["mtp_layers"] = mtp
+    _relations(r, f)
     return HFShape(f, r.used, sorted(k for k in cfg if k not in r.used))
+
+
+# (field, bound field, the config key of the field): counts that cannot exceed another
+_AT_MOST = (("top_k", "experts", "num_experts_per_tok"), ("kv_heads", "heads", "num_key_value_heads"),
+            ("dense_layers", "layers", "first_k_dense_replace"), ("dense_layers", "layers", "mlp_only_layers"))
+
+
+def _relations(r: "_Reader", f: dict) -> None:
+    """A count past the one that bounds it (more routed experts per token than experts, more
+    dense layers than layers) is an error at its key: it would make parameter counts negative."""
+    for small, large, key in _AT_MOST:
+        if small in f and large in f and key in r.used and f[small] > f[large]:
+            raise r.error(key, f"'{key}' ({f[small]}) cannot exceed the model's {large} ({f[large]})")
 
 
 def model_block_text(shape: HFShape, source: str) -> str:

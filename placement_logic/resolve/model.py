@@ -277,7 +277,33 @@ def _transformer(vals: Values, block: surface.SubBlock) -> ir.TransformerShape |
         return None
     if ("moe_every" in found or "moe_offset" in found) and not _moe_pattern(vals, found, block):
         return None
+    if not _relations(vals, found, block):
+        return None
     return ir.TransformerShape(span=block.span, **found)
+
+
+# (smaller, larger, why): a shape field that cannot exceed another
+_AT_MOST = (
+    ("top_k", "experts", "each token is routed to top_k of the experts"),
+    ("kv_heads", "heads", "grouped-query attention shares each kv head among whole groups of heads"),
+    ("dense_layers", "layers", "the dense layers are the first layers of the model"),
+)
+
+
+def _relations(vals: Values, found: dict, block: surface.SubBlock) -> bool:
+    """Shape fields held to one another where both are numbers (``_AT_MOST``): a value past its
+    bound would make parameter counts negative or meaningless."""
+    ok = True
+    for small, large, why in _AT_MOST:
+        if small not in found or large not in found:
+            continue
+        a, b = number(found[small], vals), number(found[large], vals)
+        if a is not None and b is not None and a > b:
+            span = getattr(found[small], "span", None)
+            vals.cx.error("PL114", f"{small} ({_show(a)}) cannot exceed {large} ({_show(b)}): {why}",
+                          span if span is not None and span.line else block.span)
+            ok = False
+    return ok
 
 
 def _moe_pattern(vals: Values, found: dict, block: surface.SubBlock) -> bool:

@@ -1,0 +1,142 @@
+"""Every configuration reader bounded and typed: hostile JSON, TOML, argument and trace files
+give a located diagnostic (exit 2), never a traceback, a hang or the internal-error status."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from placement_logic.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+HF = ROOT / "tests" / "data" / "hf"
+TRACE = ROOT / "tests" / "data" / "traces" / "ddp_summed.json"
+
+
+def _run(argv):
+    out, err = io.StringIO(), io.StringIO()
+    return main([str(a) for a in argv], out, err), out.getvalue(), err.getvalue()
+
+
+def _refused(argv, code: str, words: str, where: str | None = None):
+    status, out, err = _run(argv)
+    assert status == 2, (status, err)
+    assert f"[{code}]" in err and words in err, err
+    assert "Traceback" not in err + out and "internal error" not in err
+    if where is not None:
+        assert where in err, err
+
+
+DEEP_JSON = "[" * 100_000 + "]" * 100_000
+LONG_INT = "9" * 4_001
+
+# (importer, file name, text, extra arguments, code, words, location)
+CASES = [
+    ("hf", "c.json", DEEP_JSON, (), "PL140", "nested deeper than 64", None),
+    ("hf", "c.json", '{"model_type": "llama", "hidden_size": ' + LONG_INT + "}", (), "PL140", "4001 digits", None),
+    ("hf", "c.json", '{"model_type": "llama", "hidden_size": NaN}', (), "PL140", "NaN is not a number", None),
+    ("deepspeed", "ds.json", DEEP_JSON, ("--devices", "8", "--params", "10"), "PL141", "nested deeper", None),
+    ("deepspeed", "ds.json", '{"zero_optimization": {"stage": 3.0}}', ("--devices", "8", "--params", "10"),
+     "PL141", "stage must be an integer from 0 to 3, not 3.0", "ds.json:1:24"),
+    ("deepspeed", "ds.json", '{"zero_optimization": {"stage": 2,\n "offload_optimizer": "cpu"}}',
+     ("--devices", "8", "--params", "10"), "PL141", "offload_optimizer must be a table", "ds.json:2:2"),
+    ("deepspeed", "ds.json", '{"bf16": true}', ("--devices", "8", "--params", "10"), "PL141",
+     "bf16 must be a table", "ds.json:1:2"),
+    ("deepspeed", "ds.json", '{"train_micro_batch_size_per_gpu": ' + LONG_INT + "}",
+     ("--devices", "8", "--params", "10"), "PL141", "digits", None),
+    ("torchtitan", "job.toml", "parallelism = 5\n", ("--devices", "8", "--params", "10"), "PL141",
+     "parallelism must be a table", "job.toml:1:1"),
+    ("torchtitan", "job.toml", "training = []\n", ("--devices", "8", "--params", "10"), "PL141",
+     "training must be a table", None),
+    ("torchtitan", "job.toml", "[training]\nlocal_batch_size = 0\nglobal_batch_size = 64\n",
+     ("--devices", "8", "--params", "10"), "PL141", "training.local_batch_size must be a positive integer", "job.toml:2:1"),
+    ("torchtitan", "job.toml", "x = " + "[" * 100_000 + "]" * 100_000 + "\n", ("--devices", "8", "--params", "10"),
+     "PL141", "nested deeper", None),
+    ("torchtitan", "job.toml", "[parallelism]\ntensor_parallel_degree = " + LONG_INT + "\n",
+     ("--devices", "8", "--params", "10"), "PL141", "more than 30 digits", "job.toml:2:26"),
+    ("megatron", "m.args", "--num-layers 'abc\n", ("--devices", "8"), "PL141", "No closing quotation", None),
+    ("megatron", "m.args", "--num-layers 2 --tensor-model-paralel-size 8\n", ("--devices", "8"), "PL141",
+     "unknown argument --tensor-model-paralel-size", "m.args:1:16"),
+    ("megatron", "m.args", "--padded-vocab-size " + LONG_INT + "\n", ("--devices", "8"), "PL141",
+     "positive integer of at most 30 digits", None),
+]
+
+
+@pytest.mark.parametrize("kind,name,text,extra,code,words,where", CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_hostile_configuration(tmp_path, kind, name, text, extra, code, words, where):
+    f = tmp_path / name
+    f.write_text(text)
+    _refused(["import", kind, f, *extra], code, words, where)
+
+
+def test_relations_between_hf_counts(tmp_path):
+    cfg = json.loads((HF / "deepseek_v3.json").read_text())
+    cfg["first_k_dense_replace"] = 1000
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(cfg, indent=1))
+    _refused(["import", "hf", f], "PL140", "'first_k_dense_replace' (1000) cannot exceed the model's layers")
+    cfg = json.loads((HF / "mixtral_8x7b.json").read_text())
+    cfg["num_experts_per_tok"] = 3
+    cfg["num_local_experts"] = 2
+    f.write_text(json.dumps(cfg, indent=1))
+    _refused(["import", "hf", f], "PL140", "'num_experts_per_tok' (3) cannot exceed the model's experts (2)")
+
+
+@pytest.mark.parametrize("field,value,bound", [("top_k", 3, "experts (2)"), ("dense_layers", 10, "layers (4)"),
+                                               ("kv_heads", 16, "heads (8)")])
+def test_relations_between_shape_fields(tmp_path, field, value, bound):
+    fields = {"hidden": 1024, "layers": 4, "heads": 8, "ffn": 4096, "vocab": 1000, "experts": 2, "top_k": 1,
+              field: value}
+    body = "\n".join(f"    {k} = {v}" for k, v in fields.items())
+    f = tmp_path / "m.place"
+    f.write_text(f"model {{\n  transformer {{\n{body}\n  }}\n}}\n")
+    line = 3 + list(fields).index(field)
+    _refused(["inspect", f], "PL114", f"{field} ({value}) cannot exceed {bound}", f"m.place:{line}:")
+
+
+def _trace():
+    return json.loads(TRACE.read_text())
+
+
+@pytest.mark.parametrize("edit,words", [
+    (lambda t: t["ranks"][0]["collectives"][0].__setitem__("kind", 5),
+     "ranks[0].collectives[0].kind: expected a string, found 5"),
+    (lambda t: t["ranks"][1]["collectives"][0].__setitem__("ranks", "all"),
+     "ranks[1].collectives[0].ranks: expected a list of an integer"),
+    (lambda t: t["ranks"][0]["collectives"][0].pop("stack"), "ranks[0].collectives[0]: missing stack"),
+    (lambda t: t["ranks"][0].__setitem__("steps", [{"step": "one"}]), "ranks[0].steps[0].step: expected an integer"),
+    (lambda t: t["ranks"][0]["collectives"][0]["stack"].append({"file": 3, "line": 1}),
+     "stack[1].file: expected a string"),
+    (lambda t: t.__setitem__("world", True), "one entry per rank"),
+])
+def test_hostile_trace_entries(tmp_path, edit, words):
+    trace = _trace()
+    edit(trace)
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps(trace))
+    _refused(["lift", f], "PL612", words)
+
+
+def test_stored_traces_conform():
+    for f in (ROOT / "tests" / "data" / "traces").glob("*.json"):
+        status, out, err = _run(["lift", f])
+        assert status in (0, 1, 3) and "[PL612]" not in err, (f, err)
+
+
+def test_lift_reads_no_fifo_and_no_device(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    _refused(["lift", fifo], "PL006", "not a regular file")
+    if Path("/dev/zero").exists():
+        _refused(["lift", "/dev/zero"], "PL006", "not a regular file")
+
+
+def test_deep_trace_json(tmp_path):
+    f = tmp_path / "t.json"
+    f.write_text(DEEP_JSON)
+    _refused(["lift", f], "PL612", "nested deeper")
