@@ -110,14 +110,14 @@ def exact_number(text: str) -> Fraction:
     return sign * value
 
 
-def parse_timeout(text: str) -> float:
+def parse_timeout(text: str, option: str = "--timeout") -> float:
     try:
         value = float(exact_number(text))
     except (ValueError, OverflowError):
         value = -1.0
     if not 0 < value <= MAX_TIMEOUT:
-        raise DiagnosticError([Diagnostic("PL500", f"--timeout {text}: expected a positive number of seconds, at "
-                                          f"most {MAX_TIMEOUT} (a day)", command_line_span(f"--timeout {text}"))])
+        raise DiagnosticError([Diagnostic("PL500", f"{option} {text}: expected a positive number of seconds, at "
+                                          f"most {MAX_TIMEOUT} (a day)", command_line_span(f"{option} {text}"))])
     return value
 
 

@@ -34,6 +34,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--trace-file", metavar="FILE", default=None, help="with --check: also write the trace to FILE")
     p.add_argument("--spec-file", metavar="FILE", default=None, help="with --check: also write the lifted spec to FILE")
     p.add_argument("--timeout", default="10", metavar="SECONDS", help="with --check: solver time limit per query")
+    p.add_argument("--rank-timeout", default="600", metavar="SECONDS",
+                   help="stop the run (every rank and what it started) when it has not ended within SECONDS "
+                        "(default 600)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- python SCRIPT.py ARGS",
                    help="the training script and its arguments, after --")
     p.set_defaults(run=run)
@@ -70,13 +73,12 @@ def run(args, out, err) -> int:
     for option, target in (("--trace-file", args.trace_file), ("--spec-file", getattr(args, "spec_file", None))):
         if target:
             check_writable(target, option)
-    timeout = None
-    if args.check:
-        from .options import parse_timeout
+    from .options import parse_timeout
 
-        timeout = parse_timeout(args.timeout)
+    timeout = parse_timeout(args.timeout) if args.check else None
+    limit = parse_timeout(args.rank_timeout, "--rank-timeout")
     require_torch()
-    trace = run_traced(command, args.nproc)
+    trace = run_traced(command, args.nproc, limit)
     if not args.check:
         json.dump(trace, out, indent=1)
         out.write("\n")

@@ -1,0 +1,58 @@
+"""`placement trace` bounded: a script that prints without end and never finishes, and starts a
+child that outlives it, is stopped at --rank-timeout with every process of its group gone."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import time
+
+import pytest
+
+from placement_logic.cli import main
+
+SCRIPT = """\
+import subprocess, sys, time
+import torch.distributed as dist
+dist.init_process_group("gloo")
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+open({pids!r} + str(dist.get_rank()), "w").write(str(child.pid))
+for i in range(200_000):
+    print("x" * 100, flush=False)
+time.sleep(120)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is gone for every purpose here
+    state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout.strip()
+    return bool(state) and not state.startswith("Z")
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_a_hanging_script_is_stopped_with_its_children(tmp_path):
+    pytest.importorskip("torch")
+    script = tmp_path / "hang.py"
+    script.write_text(SCRIPT.format(pids=str(tmp_path / "child")))
+    out, err = io.StringIO(), io.StringIO()
+    start = time.monotonic()
+    status = main(["trace", "--nproc", "2", "--rank-timeout", "15", "--", "python", str(script)], out, err)
+    took = time.monotonic() - start
+    assert status == 2 and "[PL613]" in err.getvalue() and "did not finish within 15 s" in err.getvalue()
+    assert took < 60
+    pids = [int((tmp_path / f"child{r}").read_text()) for r in range(2) if (tmp_path / f"child{r}").exists()]
+    assert pids, "the script never started its children"
+    time.sleep(0.5)
+    assert not any(_alive(p) for p in pids)
+
+
+def test_rank_timeout_is_validated():
+    err = io.StringIO()
+    assert main(["trace", "--nproc", "2", "--rank-timeout", "-3", "--", "python", __file__], io.StringIO(), err) == 2
+    assert "[PL500]" in err.getvalue() and "--rank-timeout -3" in err.getvalue()
