@@ -140,3 +140,47 @@ def test_deep_trace_json(tmp_path):
     f = tmp_path / "t.json"
     f.write_text(DEEP_JSON)
     _refused(["lift", f], "PL612", "nested deeper")
+
+
+CLAIMS = """\
+from std.data import ddp
+from std.pipeline import gpipe, one_f_one_b
+
+model {
+  transformer { hidden = 1024  layers = 8  heads = 8  vocab = 1000 }
+  seq = 1024
+  microbatch = 1
+  microbatches = 8
+}
+
+mesh {
+  dp = 2
+  pp = 4
+}
+
+plan a {
+  dp: ddp
+  pp: gpipe
+}
+
+plan b {
+  dp: ddp
+  pp: one_f_one_b
+}
+
+claim memory(a) / memory(b) == 2
+claim memory(a) == memory(b)
+"""
+
+
+@pytest.mark.slow
+def test_claims_sympy_cannot_solve_answer(tmp_path):
+    """Two pipeline plans compared: sympy's solvers give up on the Max/Min forms; the claims are
+    decided or unknown, never a crash."""
+    f = tmp_path / "claims.place"
+    f.write_text(CLAIMS)
+    status, out, err = _run(["prove", f, "--only", "claims", "--format", "json"])
+    assert status in (0, 1, 3) and "internal error" not in err and "Traceback" not in err + out, err
+    doc = json.loads(out)
+    mine = [c for c in doc["claims"] if c["file"].endswith("claims.place")]
+    assert len(mine) == 2 and all(c["holds"] in ("always", "never", "conditional", "unknown") for c in mine)

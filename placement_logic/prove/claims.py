@@ -21,6 +21,9 @@ import sympy
 
 from .. import costs, ir
 from ..costs.budget import OutOfTime, bounded
+
+# what a sympy step may raise on an expression it cannot handle: the step is then undecided
+_UNDECIDED = (NotImplementedError, ValueError, TypeError, OutOfTime, sympy.polys.polyerrors.BasePolynomialError)
 from ..costs.symbolic import resolve_bindings, symbol
 from ..solver.query import Obligation
 from ..solver.tosmt import as_expr
@@ -91,7 +94,7 @@ def _univariate(rel, s: sympy.Symbol, dom: Domain):
             sols = [x for x in sols if x.is_real and x in interval and (x.is_integer or not dom.integer)]
             return sympy.Or(*[sympy.Eq(s, x) for x in sols]) if sols else sympy.false
         found = bounded(lambda: sympy.solveset(rel, s, domain=interval))
-    except (NotImplementedError, ValueError, TypeError, OutOfTime):
+    except _UNDECIDED:
         return None
     if isinstance(found, (sympy.ConditionSet, sympy.ImageSet)):
         return None
@@ -104,14 +107,20 @@ def _univariate(rel, s: sympy.Symbol, dom: Domain):
 
 def _zero_set(num: sympy.Expr, spec: ir.Spec, names: set[str], domain: dict[str, Domain]):
     """Where a polynomial numerator vanishes: one equation per factor that can be zero."""
-    _, factors = sympy.factor_list(sympy.expand(num))
+    try:
+        _, factors = bounded(lambda: sympy.factor_list(sympy.expand(num)))
+    except _UNDECIDED:
+        return None
     parts = []
     for f, _mult in factors:
         if f.is_positive:  # a monomial in positive symbols is never zero
             continue
         for n in _order(spec, {x.name for x in f.free_symbols}):
             free = sympy.Symbol(f"{n}_free")
-            sols = sympy.solve(f.xreplace({symbol(n): free}), free)
+            try:
+                sols = bounded(lambda f=f, free=free, n=n: sympy.solve(f.xreplace({symbol(n): free}), free))
+            except _UNDECIDED:
+                return None
             if len(sols) != 1:
                 continue
             sol = sols[0]
@@ -156,8 +165,11 @@ def analyse(spec: ir.Spec, q: ir.Question, index: int) -> ClaimAnalysis:
     undefined = _undefined(spec, q, names, domain)
 
     conditions: list[tuple[sympy.Basic, dict[str, Domain], dict, str]] = []  # cond, domain, fixed, note
-    diff = sympy.factor(sympy.cancel(sympy.together(lhs - rhs)))
-    if q.op == "==" and diff == 0:
+    try:
+        diff = bounded(lambda: sympy.factor(sympy.cancel(sympy.together(lhs - rhs))))
+    except _UNDECIDED:
+        diff = None  # undecided here: the per-symbol conditions below, or unknown
+    if q.op == "==" and diff is not None and diff == 0:
         conditions.append((sympy.true, domain, {}, ""))
     elif q.op == "==":
         cond = _zero_set(sympy.numer(sympy.together(lhs - rhs)), spec, names, domain)
@@ -196,7 +208,7 @@ def analyse(spec: ir.Spec, q: ir.Question, index: int) -> ClaimAnalysis:
             f"{label}: holds ⇔ {ctext}{where}",
             f"∀ {dom_text}: ({text}) ⇔ {ctext}{where}", _REL[q.op](l1, r1, evaluate=False), cond, dom,
             "cost engine: the claim's cost queries, symbols free",
-            detail=(("closed form", f"{sympy.sstr(sympy.simplify(l1))} {q.op} {sympy.sstr(sympy.simplify(r1))}"),)))
+            detail=(("closed form", f"{sympy.sstr(_simplified(l1))} {q.op} {sympy.sstr(_simplified(r1))}"),)))
     if not conditions:
         holds, condition = "unknown", "no closed-form condition found"
     elif all(c is sympy.true for c, *_ in conditions):
@@ -207,6 +219,14 @@ def analyse(spec: ir.Spec, q: ir.Question, index: int) -> ClaimAnalysis:
         holds, condition = "conditional", "; ".join(parts)
     result = ClaimResult(spec.file, label, text, holds, condition, at_values, tuple(o.key for o in obligations))
     return ClaimAnalysis(result, tuple(obligations))
+
+
+def _simplified(expr):
+    """``expr`` simplified within the budget, or as it is."""
+    try:
+        return bounded(lambda: sympy.simplify(expr))
+    except _UNDECIDED:
+        return expr
 
 
 def _slug(file: str) -> str:
