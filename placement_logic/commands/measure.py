@@ -84,7 +84,7 @@ def _pinned_sizes(args, spec, sets) -> dict[str, int]:
 
 def run(args, out, err) -> int:
     from ..frontend.loader import load_spec
-    from ..ir.rebinding import rebind
+    from ..resolve.validate import rebound
     from ..measure import render
     from ..measure.report import Outcome
     from ..measure.session import measure
@@ -94,7 +94,7 @@ def run(args, out, err) -> int:
     _check_counts(args)
     sets = spec_single_sets(args.sets, spec, "measure")
     pinned = _pinned_sizes(args, spec, sets)
-    spec = rebind(spec, sets)
+    spec = rebound(spec, sets)
     from .progress import Progress
 
     with Progress(err, "measure", quiet=getattr(args, "quiet", False)) as bar:

@@ -16,6 +16,7 @@ from typing import Iterable, Mapping
 import sympy
 
 from .. import costs, ir
+from ..resolve.validate import check_rebinding
 from ..costs.budget import OutOfTime, bounded
 from ..costs.symbolic import (
     LINE_WIDTH,
@@ -325,6 +326,7 @@ def build(spec: ir.Spec, plans: Iterable[str] = (), sets: Mapping[str, Fraction]
     if command == "compare" and not names:
         raise DiagnosticError([Diagnostic("PL118", "nothing to compare: the spec defines no plan",
                                           Span.point(spec.file, 1, 1))])
+    check_rebinding(spec, sets)  # a re-bound value is held to what the same value written in the file is
     subs = resolve_bindings(spec.bindings, sets)
     axes = spec.mesh.names if spec.mesh else ()
     q = _Q(subs, axes, latex)
