@@ -23,8 +23,8 @@ def add_parser(sub) -> None:
 
 def run(args, out, err) -> int:
     from ..frontend.loader import load_spec
-    from ..resolve.validate import rebound
     from ..ir.summary import spec_data, spec_markdown, spec_text
+    from ..resolve.validate import rebound
 
     spec = load_spec(args.file)
     sets = spec_single_sets(args.sets, spec, "inspect")

@@ -84,10 +84,10 @@ def _pinned_sizes(args, spec, sets) -> dict[str, int]:
 
 def run(args, out, err) -> int:
     from ..frontend.loader import load_spec
-    from ..resolve.validate import rebound
     from ..measure import render
     from ..measure.report import Outcome
     from ..measure.session import measure
+    from ..resolve.validate import rebound
     from .options import spec_single_sets
 
     spec = load_spec(args.file)

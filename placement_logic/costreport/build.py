@@ -16,7 +16,6 @@ from typing import Iterable, Mapping
 import sympy
 
 from .. import costs, ir
-from ..resolve.validate import check_rebinding
 from ..costs.budget import OutOfTime, bounded
 from ..costs.symbolic import (
     LINE_WIDTH,
@@ -34,6 +33,7 @@ from ..costs.symbolic import (
 )
 from ..diagnostics import Diagnostic, DiagnosticError, Span, did_you_mean
 from ..ir import State
+from ..resolve.validate import check_rebinding
 from . import units
 from .model import (
     Binding,
