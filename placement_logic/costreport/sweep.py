@@ -35,7 +35,7 @@ from .. import costs, ir
 from ..costs.compiled import CompiledCost, agrees, compile_exprs, cost_exprs, exact_value, numpy_or_none
 from ..costs.symbolic import rational, resolve_bindings, symbol, to_sympy
 from ..diagnostics import Diagnostic, DiagnosticError, did_you_mean
-from ..resolve.validate import check_rebinding, rebinding_diagnostics, sources
+from ..resolve.validate import check_rebinding, rebinding_diagnostics, shape_names, sources
 
 _OPS = {
     "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
@@ -187,14 +187,17 @@ def check_points(spec: ir.Spec, sets: Mapping[str, Fraction], swept: tuple[str, 
     check_rebinding(spec, sets)
     if not swept:
         return
-    names = {n for n, _ in spec.bindings}
-    if not any(n in names for n in swept) and (spec.model is None or spec.model.transformer is None):
-        return  # free symbols of a model with no transformer shape: nothing to split
+    relevant = shape_names(spec)
+    judged: dict[tuple, bool] = {}  # the values of the names the checks read -> whether they hold
     first, bad = None, []
     for values in grid:
         point = dict(zip(swept, values))
+        key = tuple(v if n in relevant or v.denominator != 1 or v < 1 else None for n, v in point.items())
+        if judged.get(key, False):
+            continue
         shown = ", ".join(f"{n}={_fraction_text(v)}" for n, v in point.items())
         diags = rebinding_diagnostics(spec, {**sets, **point}, f"swept by --set: the sweep point {shown}")
+        judged[key] = not diags
         if diags:
             bad.append(shown)
             first = first or diags

@@ -14,6 +14,7 @@ the new number. Every command that re-binds calls this one check: ``check`` and 
 
 from __future__ import annotations
 
+from dataclasses import fields
 from fractions import Fraction
 from pathlib import Path
 from typing import Mapping
@@ -57,6 +58,37 @@ def rebinding_diagnostics(spec: ir.Spec, sets: Mapping[str, Fraction], origin: s
     for plan in rebound.plans:
         check_shapes(plan, vals, cx.error)
     return _finish(cx.diags, sets, origin)
+
+
+def shape_names(spec: ir.Spec) -> frozenset[str]:
+    """The names whose values ``rebinding_diagnostics`` can depend on: the axes a plan or an
+    expert group gives a role other than data, and every name the transformer shape, the
+    sequence, a schedule's chunks or an axis size written as an expression refers to (through
+    lets). A re-binding of other names alone meets the checks whenever the spec does (a
+    sweep judges each distinct setting of these names once)."""
+    out: set[str] = set()
+    values: list = []
+    for plan in spec.plans:
+        out.update(a for a in plan.mesh.names if plan.role(a) is not ir.Role.DATA)
+        if plan.schedule is not None:
+            values.append(plan.schedule.chunks)
+        values += [a.size for a in plan.mesh.axes if not isinstance(a.size, ir.Const)]
+    model = spec.model
+    if model is not None:
+        out.update(a for g in model.groups for a, _ in g.roles)
+        values.append(model.seq)
+        t = model.transformer
+        if t is not None:
+            values += [getattr(t, f.name) for f in fields(t)]
+    pending = [n for v in values if isinstance(v, ir.Value) for n in ir.symbols(v)]
+    bindings = spec.binding_map
+    while pending:
+        n = pending.pop()
+        if n not in out:
+            out.add(n)
+            if isinstance(bindings.get(n), ir.Value):
+                pending += ir.symbols(bindings[n])
+    return frozenset(out)
 
 
 def _finish(diags: list[Diagnostic], sets: Mapping[str, Fraction], origin: str | None) -> list[Diagnostic]:
