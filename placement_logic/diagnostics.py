@@ -102,6 +102,9 @@ CODES: dict[str, tuple[str, str]] = {
               "that the group's own expert or tensor axes do not divide."),
     "PL132": ("product-binding", "A strategy bound to a product of axes that cannot act as one axis: a pipeline "
               "strategy, or placements that differ between the product's axes."),
+    "PL133": ("fold-needs-sequence-parallel", "MoE parallel folding that gives a tensor axis of more than one "
+              "device another role (expert or data) without sequence parallelism, in a plan or in Megatron-LM "
+              "arguments."),
     "PL140": ("bad-config", "A Hugging Face config.json that cannot be read as a model: not JSON, an unsupported "
               "model_type, a missing key or a value of the wrong kind."),
     "PL141": ("bad-framework-config", "A DeepSpeed config or Megatron-LM arguments that cannot be read as a plan."),

@@ -119,6 +119,8 @@ CATALOGUE = [
      "  transformer { hidden = 64  layers = 2  heads = 4  ffn = 98  vocab = 128  experts = 4  top_k = 2 }\n"
      "  group experts { role = {d: tensor, e: expert} }\n}\nmesh { d = 2  e = 2  t = 2 }\n\n"
      "plan p { d: zero1  e: zero1  t: megatron_sp }\n"),
+    ("fold-tensor-without-sequence-parallelism", "PL133", 9, 20, "the expert group folds the tensor axis t (2) "
+     "into other roles (t: expert) without sequence parallelism", FOLD.format("experts { role = {t: expert} }")),
     ("unknown-fold-role", "PL121", 6, 30, "'pipeline' is not a role an axis may play",
      FOLD.format("experts { role = {d: pipeline} }")),
     ("unknown-strategy-argument", "PL123", 11, 39, "has no parameter 'w'",

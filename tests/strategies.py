@@ -89,3 +89,17 @@ items = hs.one_of(
               hs.one_of(hs.none(), labels), hs.lists(hs.tuples(names, exprs), max_size=2).map(tuple)),
 )
 modules = hs.builds(surface.Module, hs.lists(items, max_size=6).map(tuple))
+
+# Sizes of a transformer and its mesh (tests/test_rebinding_checks.py): each as a let or an
+# axis size, some of them sizes a plan cannot split evenly (PL130), fractions of ``n`` making
+# an axis size that is no positive integer (PL107, through ``dp = n * 2``).
+shape_values = hs.fixed_dictionaries({
+    "H": hs.sampled_from([8, 12, 16, 30, 32, 64]),
+    "KV": hs.sampled_from([1, 2, 3, 4, 8]),
+    "F": hs.sampled_from([1024, 1536, 3000, 11008]),
+    "L": hs.sampled_from([12, 16, 30, 32, 80]),
+    "S": hs.sampled_from([2048, 2050, 4096]),
+    "n": hs.sampled_from([Fraction(1), Fraction(2), Fraction(3, 2), Fraction(1, 4)]),
+    "tp": hs.integers(min_value=1, max_value=8),
+    "pp": hs.integers(min_value=1, max_value=6),
+})

@@ -189,28 +189,41 @@ def test_megatron_folding_forms_megatron_groups_and_its_expert_bytes(tmp_path, n
 
 def test_megatron_tensor_group_cut_by_the_folding_is_one_ring(tmp_path):
     """Tensor 4, expert 2, expert tensor 2 on 16 devices: the expert ranks cut each tensor group of 4
-    into tp_ep × tp_etp, bound as one product. Megatron-LM all-reduces over its 4-rank tensor group:
-    a ring all-reduce of B bytes over n ranks sends 2·(n−1)/n·B per rank, 1.5·B for n = 4 (two
-    all-reduces over 2 ranks would send 2·B). With s = 64, b = 1, h = 64 and bf16, B = 64·64·2 = 8192:
-    2 layers × 1 microbatch × (2 forward + 2 backward) all-reduces, the embedding's forward and the
-    head's backward all-reduce of B, the cross entropy's 3 of s·b·4 = 256 bytes, every one over the
-    4 ranks: 1.5 × (8·8192 + 2·8192 + 3·256) = 124032 bytes (165376 counted per axis)."""
+    into tp_ep × tp_etp, bound as one product. Megatron-LM gathers and scatters over its 4-rank
+    tensor group (sequence parallelism, which it requires with MoE and tensor parallelism): a ring
+    all-gather or reduce-scatter of a B-byte tensor over n ranks sends (n−1)/n·B per rank, 0.75·B
+    for n = 4 (two over 2 ranks would send 2 × 0.5·B). With s = 64, b = 1, h = 64 and bf16,
+    B = 64·64·2 = 8192: 2 layers × 1 microbatch × (2 all-gathers + 2 reduce-scatters) in each of
+    forward and backward, the embedding's reduce-scatter and its gradient's all-gather, the head's
+    all-gather and its gradient's reduce-scatter, each of B; the cross entropy's 3 all-reduces of
+    s·b·4 = 256 bytes (2·(n−1)/n each), every one over the 4 ranks:
+    0.75 × (16·8192 + 4·8192) + 1.5 × 3·256 = 124032 bytes."""
     f, text = _import(tmp_path, "megatron", "--tensor-model-parallel-size 4 --expert-model-parallel-size 2 "
-                      "--expert-tensor-parallel-size 2 " + MODEL.replace("--sequence-parallel ", ""), 16)
-    assert "  [tp_ep, tp_etp]: megatron_tp\n" in text and "role = {tp_ep: expert}" in text
+                      "--expert-tensor-parallel-size 2 " + MODEL, 16)
+    assert "  [tp_ep, tp_etp]: megatron_sp\n" in text and "role = {tp_ep: expert}" in text
     (tmp_path / "s.place").write_text(text)
     status, out, err = _run(["cost", str(tmp_path / "s.place"), "--format", "json", "--no-cache"])
     assert status == 0, err
     tensor = [c for c in json.loads(out)["plans"][0]["communication"]["collectives"]
-              if c["kind"] == "all_reduce" and c["state"] == "activations"]
+              if c["kind"] != "all_to_all" and c["state"] == "activations"]
     assert {tuple(c["axes"]) for c in tensor} == {("tp_ep", "tp_etp")}
     B = 64 * 64 * 2
-    layers = [c for c in tensor if c["rule"].startswith("Megatron TP")]
-    assert [(c["phase"], c["count"], c["bytes_per_device"]) for c in layers] == \
-        [("forward", 4, 4 * B * 2 * 3 // 4), ("backward", 4, 4 * B * 2 * 3 // 4)]
-    assert sum(c["bytes_per_device"] for c in tensor) == Fraction(3, 2) * (8 * B + 2 * B + 3 * 64 * 4) == 124032
+    layers = [c for c in tensor if c["rule"].startswith("Megatron SP: 2 all-gather")]
+    assert sorted((c["kind"], c["phase"], c["count"], c["bytes_per_device"]) for c in layers) == \
+        sorted((k, p, 4, 4 * B * 3 // 4) for k in ("all_gather", "reduce_scatter") for p in ("forward", "backward"))
+    assert sum(c["bytes_per_device"] for c in tensor) == Fraction(3, 4) * 20 * B + Fraction(3, 2) * 3 * 64 * 4 == 124032
     plan = load_string(text).plan("megatron")
     assert plan.groups_with_role(ir.Role.TENSOR) == (("tp_ep", "tp_etp"),)
+
+
+def test_megatron_folding_of_tensor_ranks_without_sequence_parallelism_is_refused(tmp_path):
+    """The same arguments without --sequence-parallel: Megatron-LM asserts against them, and the
+    experts on tensor ranks that each hold the whole sequence would see every token 2 times."""
+    f = tmp_path / "a.args"
+    f.write_text("--tensor-model-parallel-size 4 --expert-model-parallel-size 2 --expert-tensor-parallel-size 2 "
+                 + MODEL.replace("--sequence-parallel ", ""))
+    status, out, err = _run(["import", "megatron", str(f), "--devices", "16"])
+    assert status == 2 and out == "" and "[PL133]" in err and f"{f}:1:63: error:" in err, err
 
 
 def test_megatron_folding_that_is_not_whole_axes_is_stated(tmp_path):

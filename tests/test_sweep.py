@@ -346,13 +346,17 @@ EXAMPLES = ["examples/llama70b_3d.place", "examples/mixtral_4d.place", "examples
 
 @pytest.mark.parametrize("path", EXAMPLES)
 def test_compiled_rows_equal_single_set_derivations_on_examples(path):
-    """Every mesh axis of shipped examples swept over 1, 2 and 8: the compiled rows agree with
-    the exact rows, each derived as a single ``--set`` report derives it."""
+    """Every mesh axis of shipped examples swept over 1, 2 and 8 (the sizes a plan can take there:
+    8 stages × 2 chunks do not split ZeroPP's 40 layers): the compiled rows agree with the exact
+    rows, each derived as a single ``--set`` report derives it."""
     from placement_logic.costreport.sweep import compiled_agrees
+    from placement_logic.resolve.validate import rebinding_diagnostics
 
     spec = load_spec(path)
     for axis in spec.mesh.names:
-        sweeps = {axis: (Fraction(1), Fraction(2), Fraction(8))}
+        sizes = tuple(Fraction(n) for n in (1, 2, 8) if not rebinding_diagnostics(spec, {axis: Fraction(n)}))
+        assert len(sizes) >= 2, axis
+        sweeps = {axis: sizes}
         compiled, exact = build_sweep(spec, sweeps=sweeps), build_sweep(spec, sweeps=sweeps, exact=True)
         assert not compiled.notes
         for a, b in zip(compiled.rows, exact.rows):

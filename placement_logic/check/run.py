@@ -12,10 +12,12 @@ is not a proof); else it is unknown.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from typing import Callable
 
 from .. import ir
 from ..diagnostics import Diagnostic, DiagnosticError, Span
+from ..resolve.validate import check_rebinding
 from ..solver.session import Session
 from . import encode as en
 from . import (
@@ -257,6 +259,8 @@ def check_spec(spec: ir.Spec, plans: list[str] | None = None, pinned: dict[str, 
         m = p.model.microbatches
         if isinstance(m, ir.Sym) and m.name in rebound:
             sizes.setdefault(steps.MICROBATCHES, int(rebound[m.name].value))
+    # a pinned size or re-bound let is held to what the same value written in the file is
+    check_rebinding(spec, {k: Fraction(v) for k, v in pinned.items() if k in bindings})
     if rebound:
         spec = replace(spec, bindings=tuple((k, rebound.get(k, v)) for k, v in spec.bindings))
     pinned = sizes

@@ -23,12 +23,12 @@ def add_parser(sub) -> None:
 
 def run(args, out, err) -> int:
     from ..frontend.loader import load_spec
-    from ..ir.rebinding import rebind
     from ..ir.summary import spec_data, spec_markdown, spec_text
+    from ..resolve.validate import rebound
 
     spec = load_spec(args.file)
     sets = spec_single_sets(args.sets, spec, "inspect")
-    spec = rebind(spec, sets)
+    spec = rebound(spec, sets)
     known = [p.name for p in spec.plans]
     for name in args.plans:
         if name not in known:

@@ -84,17 +84,17 @@ def _pinned_sizes(args, spec, sets) -> dict[str, int]:
 
 def run(args, out, err) -> int:
     from ..frontend.loader import load_spec
-    from ..ir.rebinding import rebind
     from ..measure import render
     from ..measure.report import Outcome
     from ..measure.session import measure
+    from ..resolve.validate import rebound
     from .options import spec_single_sets
 
     spec = load_spec(args.file)
     _check_counts(args)
     sets = spec_single_sets(args.sets, spec, "measure")
     pinned = _pinned_sizes(args, spec, sets)
-    spec = rebind(spec, sets)
+    spec = rebound(spec, sets)
     from .progress import Progress
 
     with Progress(err, "measure", quiet=getattr(args, "quiet", False)) as bar:

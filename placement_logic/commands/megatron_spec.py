@@ -164,6 +164,23 @@ def _megatron_folding(got: dict, t: int, c: int, dp_all: int, e: int, etp: int, 
     return axes, {a: expert[x] for a, _, d, x in axes if expert[x] != dense[d]}
 
 
+def _folding_without_sp(text: str, file: str, t: int, etp: int) -> DiagnosticError:
+    """PL133 at the --expert-tensor-parallel-size argument (else at the tensor size): experts
+    folded over tensor ranks that each hold the whole sequence."""
+    flag = "--expert-tensor-parallel-size" if "--expert-tensor-parallel-size" in text else "--tensor-model-parallel-size"
+    m = re.search(re.escape(flag) + r"(?:=|\s+)\S*", text)
+    at, length = (m.start(), len(m.group())) if m else (0, 1)
+    line = text.count("\n", 0, at) + 1
+    column = at - (text.rfind("\n", 0, at) + 1) + 1
+    span = Span(file, line, column, line, column + length)
+    return DiagnosticError([Diagnostic(
+        "PL133", f"--expert-tensor-parallel-size {etp} folds the experts over the tensor ranks of "
+        f"--tensor-model-parallel-size {t} without --sequence-parallel: every tensor rank holds the whole sequence, "
+        "so each token would reach the experts once per tensor rank", span,
+        notes=("Megatron-LM asserts it: \"When using expert parallelism and tensor parallelism, sequence "
+               "parallelism must be used\"", "add --sequence-parallel"))], {file: text})
+
+
 def megatron_to_spec(text: str, file: str, devices: int, problems: list[str] | None = None) -> str:
     """The spec of Megatron-LM arguments; what the DSL cannot express is appended to ``problems``."""
     problems = [] if problems is None else problems
@@ -174,6 +191,9 @@ def megatron_to_spec(text: str, file: str, devices: int, problems: list[str] | N
     dp_all = devices // (t * p * c)  # Megatron-LM's data-parallel size; the expert size folds into it
     etp = got.get("etp", t)
     folded = _megatron_folding(got, t, c, dp_all, e, etp, file, problems)
+    if folded is not None and not got.get("sp") and any(d == "tp" and x != "etp" and n > 1
+                                                         for _, n, d, x in folded[0]):
+        raise _folding_without_sp(text, file, t, etp)
     if folded is None:
         if dp_all % e:
             raise _err(file, f"--expert-model-parallel-size {e} does not divide the data-parallel size {dp_all}")

@@ -33,6 +33,7 @@ from ..costs.symbolic import (
 )
 from ..diagnostics import Diagnostic, DiagnosticError, Span, did_you_mean
 from ..ir import State
+from ..resolve.validate import check_rebinding
 from . import units
 from .model import (
     Binding,
@@ -325,6 +326,7 @@ def build(spec: ir.Spec, plans: Iterable[str] = (), sets: Mapping[str, Fraction]
     if command == "compare" and not names:
         raise DiagnosticError([Diagnostic("PL118", "nothing to compare: the spec defines no plan",
                                           Span.point(spec.file, 1, 1))])
+    check_rebinding(spec, sets)  # a re-bound value is held to what the same value written in the file is
     subs = resolve_bindings(spec.bindings, sets)
     axes = spec.mesh.names if spec.mesh else ()
     q = _Q(subs, axes, latex)

@@ -35,6 +35,7 @@ from .. import costs, ir
 from ..costs.compiled import CompiledCost, agrees, compile_exprs, cost_exprs, exact_value, numpy_or_none
 from ..costs.symbolic import rational, resolve_bindings, symbol, to_sympy
 from ..diagnostics import Diagnostic, DiagnosticError, did_you_mean
+from ..resolve.validate import check_rebinding, rebinding_diagnostics, shape_names, sources
 
 _OPS = {
     "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
@@ -162,6 +163,7 @@ def build_sweep(spec: ir.Spec, plans=(), sets: Mapping[str, Fraction] | None = N
             names.insert(0, baseline)
     swept = tuple(sweeps)
     grid = list(itertools.product(*(sweeps[n] for n in swept)))
+    check_points(spec, sets, swept, grid)
     questions = _questions(spec)
     keys: dict[str, dict] = {n: {} for n in names}  # plan -> the quantity names its rows carry
     if exact:
@@ -175,6 +177,46 @@ def build_sweep(spec: ir.Spec, plans=(), sets: Mapping[str, Fraction] | None = N
                        "exact" if exact else "compiled", backend, staged, links,
                        spec.mesh.names if spec.mesh else (), baseline if command == "compare" else None,
                        tuple(notes), tuple(every))
+
+
+def check_points(spec: ir.Spec, sets: Mapping[str, Fraction], swept: tuple[str, ...], grid: list) -> None:
+    """Every configuration of the sweep is held to what its values written in the file are
+    (``resolve.validate``): an invalid one is an error of the whole sweep (exit 2), never a row
+    of numbers. The diagnostics are those of the first invalid configuration; a note lists
+    every invalid one."""
+    check_rebinding(spec, sets)
+    if not swept:
+        return
+    relevant = shape_names(spec)
+    judged: dict[tuple, bool] = {}  # the values of the names the checks read -> whether they hold
+    first, bad = None, []
+    for values in grid:
+        point = dict(zip(swept, values))
+        key = tuple(v if n in relevant or v.denominator != 1 or v < 1 else None for n, v in point.items())
+        if judged.get(key, False):
+            continue
+        shown = ", ".join(f"{n}={_fraction_text(v)}" for n, v in point.items())
+        diags = rebinding_diagnostics(spec, {**sets, **point}, f"swept by --set: the sweep point {shown}")
+        judged[key] = not diags
+        if diags:
+            bad.append(shown)
+            first = first or diags
+    if first is None:
+        return
+    listed = "; ".join(bad[:20]) + (f"; and {len(bad) - 20} more" if len(bad) > 20 else "")
+    notes = (f"{len(bad)} of the {len(grid)} configurations of the sweep are invalid: {listed}",)
+    if len(swept) == 1:
+        good = [_fraction_text(v[0]) for v in grid if f"{swept[0]}={_fraction_text(v[0])}" not in bad]
+        if good:
+            notes += (f"sweep the valid values only: --set {swept[0]}={','.join(good)}",)
+    d = first[0]
+    first[0] = Diagnostic(d.code, d.message, d.span, d.severity, d.notes + notes)
+    raise DiagnosticError(first, sources(spec))
+
+
+def _fraction_text(v: Fraction) -> str:
+    v = Fraction(v)
+    return str(v.numerator) if v.denominator == 1 else f"{v.numerator}/{v.denominator}"
 
 
 # --------------------------------------------------------------------------- exact, row by row

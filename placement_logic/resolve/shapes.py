@@ -45,6 +45,18 @@ def _show(x: Fraction) -> str:
     return str(x.numerator) if x.denominator == 1 else str(x)
 
 
+def check_sizes(mesh: ir.Mesh, vals: Values) -> None:
+    """Axis sizes given through a `let` are held to what a literal size is: a positive integer."""
+    for axis in mesh.axes:
+        if isinstance(axis.size, ir.Const):
+            continue  # judged where it was written (PL107)
+        n = number(axis.size, vals)
+        if n is not None and (n.denominator != 1 or n < 1):
+            shown = str(n.numerator) if n.denominator == 1 else str(n)
+            vals.cx.error("PL107", f"the size of axis '{axis.name}' must be a positive integer, not {shown} "
+                          f"(the value of {ir.show(axis.size)})", axis.span)
+
+
 def check_shapes(plan: ir.Plan, vals: Values, error: Callable[..., None]) -> None:
     t = plan.model.transformer
     if t is None:
@@ -127,8 +139,33 @@ def check_shapes(plan: ir.Plan, vals: Values, error: Callable[..., None]) -> Non
         if n not in (None, 1) and v is not None and (v.denominator != 1 or int(v) % n):
             error("PL131", f"the expert width ({_show(v)}) cannot be split evenly over the expert group's tensor "
                   f"axes {'×'.join(etp)} ({n}): each expert's columns are split over its tensor ranks", folded.span)
+    if folded is not None:
+        _folding_needs_sp(plan, own, vals, folded.span, where, error)
     context = plan.axes_with_role(ir.Role.CONTEXT)
     seq_axes = context + (tensor if plan.sequence_parallel else ())
     if seq_axes:
         need(plan.model.seq, "the sequence length", seq_axes, _size(plan, seq_axes, vals),
              "context parallelism (and sequence parallelism) gives each rank an equal slice of the sequence")
+
+
+def _folding_needs_sp(plan: ir.Plan, own: dict, vals: Values, group: Span, where: Callable[..., Span],
+                      error: Callable[..., None]) -> None:
+    """PL133: an expert group that gives a dense tensor axis of more than one device another role
+    (expert or data) in a plan without sequence parallelism. Without it every tensor rank holds
+    the whole sequence, so every token would reach the experts once per tensor rank; Megatron-LM
+    refuses MoE with tensor parallelism > 1 without sequence parallelism."""
+    if plan.sequence_parallel:
+        return
+    moved = tuple(a for a in plan.axes_with_role(ir.Role.TENSOR)
+                  if own.get(a, ir.Role.TENSOR) not in (ir.Role.TENSOR, ir.Role.SEQUENCE))
+    n = _size(plan, moved, vals) if moved else None
+    if n is None or n <= 1:
+        return
+    roles = ", ".join(f"{a}: {own[a].value}" for a in moved)
+    error("PL133", f"the expert group folds the tensor axis {'×'.join(moved)} ({n}) into other roles ({roles}) "
+          "without sequence parallelism: every tensor rank holds the whole sequence, so each token would reach "
+          "the experts once per tensor rank", where(moved),
+          (f"the expert group's roles: line {group.line}" if group.line else "the expert group's roles",
+           "bind a strategy with sequence parallelism (e.g. megatron_sp); Megatron-LM refuses MoE with tensor "
+           "parallelism > 1 without it (\"When using expert parallelism and tensor parallelism, sequence "
+           "parallelism must be used\")"))

@@ -15,7 +15,7 @@ from .context import Context, LibraryIndex
 from .model import build_mesh, build_model
 from .plans import PlanAssembler
 from .scopes import ModuleLoader, ModuleScope, collect_scope
-from .shapes import number
+from .shapes import check_sizes, number
 from .strategies import Expander
 from .values import Values
 
@@ -45,7 +45,7 @@ def resolve_module(module: surface.Module, load_module: ModuleLoader, library_in
     for name in vals.lets:
         vals.let_value(name, [])
     if mesh is not None:
-        _check_sizes(mesh, vals)
+        check_sizes(mesh, vals)
     models = [i for i in items if isinstance(i, surface.ModelBlock)]
     for extra in models[1:]:
         cx.error("PL102", "a spec has one model; this is a second one", extra.span)
@@ -88,18 +88,6 @@ def resolve_module(module: surface.Module, load_module: ModuleLoader, library_in
         strategies=tuple(sorted(scope.strategies)),
         inputs=tuple(cx.sources.items()),
     )
-
-
-def _check_sizes(mesh: ir.Mesh, vals: Values) -> None:
-    """Axis sizes given through a `let` are held to what a literal size is: a positive integer."""
-    for axis in mesh.axes:
-        if isinstance(axis.size, ir.Const):
-            continue  # judged where it was written (PL107)
-        n = number(axis.size, vals)
-        if n is not None and (n.denominator != 1 or n < 1):
-            shown = str(n.numerator) if n.denominator == 1 else str(n)
-            vals.cx.error("PL107", f"the size of axis '{axis.name}' must be a positive integer, not {shown} "
-                          f"(the value of {ir.show(axis.size)})", axis.span)
 
 
 def _question(item: surface.AssertStmt | surface.ClaimStmt, vals: Values) -> ir.Question | None:

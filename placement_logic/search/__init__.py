@@ -10,9 +10,10 @@ How: candidates share a few *structures* (data strategy × recompute × schedule
 have more than one device). Each structure is written as a spec with its sizes as symbols,
 derived once (exact closed forms: peak memory per device, step time, MFU), compiled with
 ``sympy.lambdify`` and evaluated over every size assignment at once (numpy when installed,
-else value by value). Every size assignment honours divisibility: heads and kv heads over
-tp, layers over pp × chunks, experts over ep, the sequence over cp, the global batch over
-dp × ep × microbatch. Winners are then written as specs with literal sizes, derived again in
+else value by value). Every size assignment honours divisibility: heads, kv heads and the
+vocabulary over tp, layers over pp × chunks, experts over ep, the sequence over cp, the global
+batch over dp × ep × microbatch; a row is ranked or put on the frontier only after the check
+every re-bound value meets (``resolve.validate``) accepts its sizes. Winners are then written as specs with literal sizes, derived again in
 exact arithmetic (bytes to the byte, seconds as rationals) and checked with ``check``.
 """
 
@@ -31,6 +32,7 @@ from ..costs.compiled import cost_exprs
 from ..costs.symbolic import symbol
 from ..diagnostics import Diagnostic, DiagnosticError, Span, did_you_mean
 from ..frontend.loader import load_string
+from ..resolve.validate import rebinding_diagnostics
 from .enumeration import enumerate_space
 from .space import (
     AXES,
@@ -56,12 +58,22 @@ __all__ = ["AXES", "COLLAPSED", "DEFAULT_STRATEGIES", "RECOMPUTE", "SCHEDULES", 
 
 
 def _forms(block: str, s: Structure, space: Space):
+    """The structure's spec (sizes as placeholders) and its closed forms: peak memory per
+    device, step time, MFU and bytes sent."""
     text = spec_text(block, s, {}, space.device, space.mfu)
     spec = load_string(text, "<search>", None)
     plan = spec.plans[0]
     pc = derive(plan)
     st = steptime.step_time(pc, plan.mesh.hardware)
-    return pc.memory.device_total, st.step, st.mfu, pc.communication.total_bytes
+    return spec, (pc.memory.device_total, st.step, st.mfu, pc.communication.total_bytes)
+
+
+def _valid(spec, sizes: dict) -> bool:
+    """Whether a size assignment of a structure's spec passes the checks its sizes written in a
+    file pass (``resolve.validate``: PL107, PL130, PL131, PL133): the one check every re-bound
+    value meets, applied to each row before it is ranked or put on the frontier."""
+    bound = {n for n, _ in spec.bindings}
+    return not rebinding_diagnostics(spec, {n: Fraction(v) for n, v in sizes.items() if n in bound})
 
 
 EVAL_BLOCK = 8192  # rows evaluated at once
@@ -124,6 +136,7 @@ def run(model: str, space: Space, top: int = 10, check: bool = True,
     derive_s = 0.0
     evaluate_s = 0.0
     total = len(groups) + max(top, 0)
+    specs: dict = {}  # structure -> its spec, sizes as placeholders
 
     def tick(done: int, label: str) -> None:
         if progress is not None:
@@ -132,7 +145,8 @@ def run(model: str, space: Space, top: int = 10, check: bool = True,
     for n, (s, (sizes, valid)) in enumerate(groups.items()):
         tick(n, f"deriving {s.strategy}, recompute {s.recompute}" + (f", {s.schedule}" if s.schedule else ""))
         d0 = time.perf_counter()
-        fn = _compile(list(_forms(block, s, space)))
+        specs[s], forms = _forms(block, s, space)
+        fn = _compile(list(forms))
         d1 = time.perf_counter()
         derive_s += d1 - d0
         cols = [sizes[:, i].astype(np.float64) for i in range(len(SIZE_SYMBOLS))]
@@ -164,15 +178,29 @@ def run(model: str, space: Space, top: int = 10, check: bool = True,
         z = {n: int(sizes[j, c]) for c, n in enumerate(SIZE_SYMBOLS)}
         return Candidate(s, z, float(v[j, 0]), float(v[j, 1]), float(v[j, 2]), float(v[j, 3]), True)
 
+    judged: dict = {}
+
+    def valid(i, j) -> bool:  # the numpy mask is the fast filter; no row is ranked that this refuses
+        if (i, j) not in judged:
+            s, sizes, _ = parts[i]
+            judged[i, j] = _valid(specs[s], {n: int(sizes[j, c]) for c, n in enumerate(SIZE_SYMBOLS)})
+        return judged[i, j]
+
     best = math.inf
     for i, j in ranked:  # fastest first: on the frontier when it needs less memory than every faster one
         m = parts[i][2][j, 0]
-        if m < best:
+        if m < best and valid(i, j):
             c = candidate(i, j)
             c.frontier = True
             result.frontier.append(c)
             best = m
-    result.ranked = [candidate(i, j) for i, j in ranked[:max(top, 0)]]
+    kept = []
+    for i, j in ranked:
+        if len(kept) >= max(top, 0):
+            break
+        if valid(i, j):
+            kept.append((i, j))
+    result.ranked = [candidate(i, j) for i, j in kept]
     for c in result.ranked:
         c.frontier = any(f.sizes == c.sizes and f.structure == c.structure for f in result.frontier)
     t3 = time.perf_counter()

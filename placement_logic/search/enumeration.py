@@ -18,13 +18,16 @@ def _int(v) -> int | None:
 def enumerate_space(space: Space, t: ir.TransformerShape):
     """Structure -> (sizes, valid): every grid point of the structure's space as an integer
     array (one row each, columns ``SIZE_SYMBOLS``) and a mask of those that honour
-    divisibility (heads, kv heads and the MLP width over tp, layers over pp × chunks,
+    divisibility (heads, kv heads, the MLP width and the (padded) vocabulary over tp, layers over pp × chunks,
     experts over ep, or over ep × tp × cp when folded, the sequence over cp × tp, devices and the global batch over the
     sizes; microbatches a multiple of pp for the interleaved schedule). Built with numpy,
     without a Python loop over candidates."""
     import numpy as np
 
     heads, kv, ffn, layers, experts = (_int(x) for x in (t.heads, t.kv_heads, t.ffn, t.layers, t.experts))
+    vocab, multiple = _int(t.vocab), _int(t.vocab_multiple)
+    if vocab and multiple:  # what is split over tp: the vocabulary padded to the multiple
+        vocab = -(-vocab // multiple) * multiple
     moe = bool(experts and experts > 1)
     per_node = hw.device(space.device).per_node
     allowed = {"tp": space.tp, "pp": space.pp, "cp": space.cp, "ep": space.ep if moe else (1,)}
@@ -59,6 +62,8 @@ def enumerate_space(space: Space, t: ir.TransformerShape):
                 ok &= (kv % tp == 0) | (tp % kv == 0)
             if ffn:
                 ok &= ffn % tp == 0
+            if vocab:
+                ok &= vocab % tp == 0
             folded_ok = ok.copy()
             if moe:
                 # folded rows need ep > 1: the all-to-all's group spans ep × tp, and a collapsed ep of
