@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..ir import groups as pg
+from ..ir import heads
 from .wellformed import SPLIT_MODES
 
 MICROBATCHES = "microbatches"  # the size name of the gradient-accumulation (time) dimension
@@ -43,6 +44,7 @@ def axis_dims(plan: ir.Plan, axes, cls: pg.ParamGroup, role_of, pls, k, sp: bool
     par_pl, opt_pl = pls
     g, kind = cls.name, cls.checks_as
     dims: list[GradDim] = []
+    partial = heads.partial_axes(plan, cls)
     for a in axes:
         role = role_of(a)
         if role in DATA_ROLES and plan.role(a) in TENSOR_ROLES:  # folding: expert data over a tensor axis
@@ -76,6 +78,12 @@ def axis_dims(plan: ir.Plan, axes, cls: pg.ParamGroup, role_of, pls, k, sp: bool
             else:
                 dims.append(GradDim(a, a, TOKEN, k[a], replica=True,
                                     why=f"non-expert parameters see different tokens on each {a} rank"))
+        elif role in TENSOR_ROLES and a in partial:  # a whole weight on head-split activations
+            dims.append(GradDim(a, a, SPLIT, k[a], replica=True, why=(
+                f"one K/V head is copied on every {a} rank: each copy's gradient comes from its rank's query heads "
+                f"only and is summed over {a}" if cls.checks_as == "kv" else
+                f"{g} are whole on every {a} rank but see only its heads: each rank's gradient is the part from its "
+                f"heads, summed over {a}")))
         elif role in TENSOR_ROLES:
             if cls.tensor == pg.WHOLE:
                 if sp:

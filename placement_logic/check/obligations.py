@@ -33,6 +33,7 @@ class Obligation:
     notes: tuple[str, ...] = ()
     whole: str | None = None  # the group whose whole-plan gradient integrity this is
     aspect_of: str | None = None  # the group whose whole-plan GI this per-aspect finding explains
+    unknown: str = ""  # a fact the step model lacks to decide it: the verdict is unknown, saying which
 
 
 def _span(span: Span, fallback: Span) -> Span:
@@ -152,6 +153,23 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
                                                                for a in step.pipeline_axes] if tie_applies else []),
                      lambda w: rs.replay_tie(ctx, w),
                      () if tie_applies else ("vacuous: no tied weights across pipeline stages",)))
+    return _undecided(obs, step)
+
+
+def _undecided(obs: list[Obligation], step: steps.StepModel) -> list[Obligation]:
+    """A group the step model cannot represent (``GroupModel.undecided``) leaves its gradient
+    obligations, the typing rule and the grad norm unknown: never proved, never refuted. Their
+    negation is left satisfiable, so no theorem built from them holds."""
+    missing = {g.group: g.undecided for g in step.groups if g.undecided}
+    if not missing:
+        return obs
+    for ob in obs:
+        owner = ob.whole or ob.aspect_of or next((g for g in missing if ob.name == f"SC grads[{g}]"), None)
+        reason = missing.get(owner) if owner in missing else (
+            next(iter(missing.values())) if ob.condition == "CR02" or ob.name == "SC clip_norm" else None)
+        if reason:
+            ob.unknown = reason
+            ob.encode = lambda env: ([env.sess.true()], lambda model: {})
     return obs
 
 
