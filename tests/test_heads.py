@@ -179,3 +179,10 @@ def test_sees_takes_whole_or_heads():
     with pytest.raises(DiagnosticError) as e:
         load_string(spec_text(8, 2, {"derived": ""}, group=USER.replace("sees = heads", "sees = rows")), "x.place")
     assert "PL114" in str(e.value) and "'sees' must be one of whole, heads" in str(e.value)
+
+
+def test_a_split_group_cannot_see_heads():
+    split = USER.replace("    tensor = whole\n", "")
+    with pytest.raises(DiagnosticError) as e:
+        load_string(spec_text(8, 2, {"derived": ""}, group=split), "x.place")
+    assert "PL142" in str(e.value) and "x.place:14:3:" in str(e.value)  # the group block

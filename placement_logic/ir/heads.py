@@ -78,7 +78,7 @@ def copies_note(plan: Plan) -> str | None:
     got = kv_copies(plan)
     if got is not None:
         k, n, axes = got
-        return (f"the {k} kv heads are copied on {n // k} of the {n} ranks of {'×'.join(axes)} each: every copy's "
+        return (f"the {k} kv heads are each copied on {n // k} of the {n} ranks of {'×'.join(axes)}: every copy's "
                 f"gradient comes from its rank's query heads and is summed over its copy group ({n // k} ranks)")
     kv = next((g for g in pg.param_groups(plan.model) if g.name == "kv"), None)
     axes = partial_axes(plan, kv) if kv is not None else ()

@@ -120,6 +120,11 @@ def check_groups(vals: Values, model: ir.Model) -> None:
     builtin = pg.param_groups(replace(model, groups=()))
     present = [g.name for g in builtin]
     for d in model.groups:
+        tensor = d.tensor or next((g.tensor for g in builtin if g.name == d.name), pg.SPLIT)
+        if d.sees == pg.HEADS and tensor != pg.WHOLE:
+            vals.cx.error("PL142", f"group {d.name} sees head-split activations (sees = heads) but is split over the "
+                          f"tensor axes (tensor = {tensor}): only a weight kept whole on every tensor rank has a partial "
+                          "gradient there; say tensor = whole", d.span)
         expert = d.experts or any(g.name == d.name and g.expert for g in builtin)
         if d.roles and not expert and (d.name in present or d.name not in pg.BUILTIN):
             vals.cx.error("PL131", f"group {d.name} is not divided over expert axes: only an expert group may "
