@@ -5,7 +5,10 @@ given an ``ir.Plan`` and concrete sizes, it enumerates every device, draws rando
 counts and exact ``Fraction`` gradient contributions, executes the plan's reductions
 (an all-reduce really sums the buffers of the devices of an axis group; a second one sums
 again), loss weights, accumulation and divisor, and compares every device's gradient with
-the single-device reference Σ s / T. It also evaluates the placement conditions of the
+the single-device reference Σ s / T. On a tensor axis whose ranks hold copies of a group's
+elements and use them with their own query heads (the query/key norms, K kv heads on more
+than K ranks) each rank's heads are a source of their own and a rank holds the element of
+its copy group (``head_copies``). It also evaluates the placement conditions of the
 update and the clip-norm and overflow reductions by concrete computation.
 
 ``violations(plan, sizes, rng, trials)`` returns the violated conditions as keys:

@@ -105,22 +105,30 @@ def test_the_refutation_says_why():
     assert "see only its heads" in text and "whole sequence" not in text
 
 
-def test_copied_kv_heads_are_never_proved():
-    """K = 2 kv heads on tp = 4 ranks: each head copied on 2 ranks. The simulator (each rank's
-    query heads a source of their own) breaks the dp-only plan and the plan that all-reduces
-    over the whole tp axis (different heads added), not the derived copy-group sum; the checker,
-    which does not represent a part of an axis, leaves the kv obligations unknown."""
+def test_copied_kv_heads_agree_with_the_simulator():
+    """K = 2 kv heads declared on tp = 4 ranks: each head copied on 2 ranks. The simulator (each
+    rank's query heads a source of their own, a flat all-reduce adding whatever heads the ranks
+    hold) breaks the dp-only plan and the plan that all-reduces over the whole tp axis (different
+    heads added), not the derived copy-group sum; the checker, whose tp dimension is a head part
+    and a copy part for tp a multiple of 2, agrees. The grad norm over the copies stays unknown."""
     spec = load_string(spec_text(2, 4, PLANS, qk_norm=False), "heads.place")
     bindings = dict(spec.bindings)
-    assert not simulated(spec.plan("derived"), "kv", bindings, (4,))
-    assert simulated(spec.plan("kv_dp_only"), "kv", bindings, (4,))
-    assert simulated(spec.plan("kv_with_tp"), "kv", bindings, (4,))
-    for name in ("derived", "kv_dp_only", "kv_with_tp"):
+    expected = {"derived": Verdict.PROVED, "kv_dp_only": Verdict.REFUTED, "kv_with_tp": Verdict.REFUTED}
+    for name, verdict in expected.items():
+        broken = simulated(spec.plan(name), "kv", bindings, (2, 4))
+        assert broken == (verdict is Verdict.REFUTED), name
         got = verdicts(spec, name)
-        kv = {k: v for k, v in got.items() if "grads[kv]" in k}
-        assert kv and all(v is Verdict.UNKNOWN for v in kv.values()), (name, kv)
-        assert got["SC clip_norm"] is Verdict.UNKNOWN and got["CR02 reduce-where-varying"] is Verdict.UNKNOWN
-        assert got["GI grads[dense]"] is Verdict.PROVED
+        assert got["GI grads[kv]"] is verdict, (name, got)
+        assert got["SC clip_norm"] is Verdict.UNKNOWN and got["GI grads[dense]"] is Verdict.PROVED
+    assert verdicts(spec, "kv_dp_only")["GI grads[kv] over tp copy groups"] is Verdict.REFUTED
+    assert verdicts(spec, "kv_with_tp")["GI grads[kv] over tp"] is Verdict.REFUTED  # heads added together
+
+
+def test_a_pinned_size_that_is_no_multiple_of_the_kv_heads_is_unknown():
+    spec = load_string(spec_text(2, 4, {"derived": ""}, qk_norm=False), "heads.place")
+    report = check_spec(spec, ["derived"], pinned={"tp": 3}, timeout=20).plans[0]
+    kv = [o for o in report.obligations if "grads[kv]" in o.name]
+    assert kv and all(o.verdict is Verdict.UNKNOWN and "not a multiple" in o.reason for o in kv)
 
 
 def test_kv_heads_dividing_tp_stay_sharded():

@@ -21,7 +21,9 @@ from ..ir import collectives as sc
 from ..ir import folding, heads
 from ..ir import groups as pg
 from .dims import (  # noqa: F401  (the dimension vocabulary, used by the modules that read a StepModel)
+    COPY_PART,
     DATA_ROLES,
+    HEAD_PART,
     INVARIANT,
     MICROBATCHES,
     NORMALISATION,
@@ -197,7 +199,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
 
     def scheduled(cls: pg.ParamGroup) -> Counter:
         """How often the schedule reduces this group's gradients over each mesh axis."""
-        return Counter(a for c in sync if c.size is None and (
+        return Counter(a if c.size is None else (a, "copies") for c in sync if (
                        c.payload.tensor in ("grads", heads.PAYLOAD + cls.name)
                        or (c.payload.tensor == "dense_grads" and cls.checks_as != "experts")
                        or (c.payload.tensor == "expert_grads" and cls.checks_as == "experts")) for a in c.axes)
@@ -249,10 +251,8 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
             for d in dims:
                 if d.name == MICROBATCHES:
                     new.append(d)
-                elif d.tie:
+                else:  # a tie or a part of an axis (K/V copies) is reduced by a reduction over its axis
                     new.append(replace(d, k=counts.get(d.axis, 0)))
-                else:
-                    new.append(replace(d, k=counts.get(d.name, 0)))
             dims = new
         tie_o = last("embedding", "tie_reduce")
         if kind == "embedding" and tie_o is not None:

@@ -17,8 +17,8 @@ import sympy
 
 from .. import ir
 from ..ir.collectives import Collective, Kind
-from .activations import Layout
 from ..ir.heads import PAYLOAD
+from .activations import Layout
 from .sizes import Shape, divided, per_group
 from .symbolic import symbol, to_sympy
 

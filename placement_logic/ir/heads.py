@@ -11,7 +11,8 @@ gradients of ``q_layernorm`` / ``k_layernorm`` over the tensor group). Such grou
   is copied on n/K ranks (PL130 allows it), and each copy's gradient comes from its rank's query
   heads only, so it is summed over the copy group. With one kv head the copy group is the whole
   tensor axis (``kv`` is then a checker class of its own, typed split over the axis for every
-  size); with K >= 2 heads the copy group is part of the axis (``kv_copies``).
+  size); with K >= 2 heads copied at the plan's sizes the copy group is a part of the axis
+  (``kv_copies``): the checker splits the axis into a head part and a copy part (``check.dims``).
 
 ``grad_sums`` is the reduction a correct system makes for them: an all-reduce of the group's
 gradient over its tensor axes (or over each copy group), once per step, priced by the cost
@@ -135,10 +136,10 @@ def undecided(plan: Plan, group: str) -> str:
     """The fact the checker's step model lacks for ``group`` (empty when it decides it): a sum over
     each K/V copy group, a part of a tensor axis, when the plan copies K >= 2 kv heads."""
     got = kv_copies(plan) if group == "kv" else None
-    if got is None:
+    if got is None or len(got[2]) == 1:  # one axis: its head and copy parts are dimensions of the step model
         return ""
     k, n, axes = got
     return (f"the {k} kv heads are copied on {n // k} ranks each of {'×'.join(axes)} = {n}: the kv gradient is "
-            f"partial over each copy group of {n // k} ranks (a part of the axis), which the step model does not "
+            f"partial over each copy group of {n // k} ranks, a part of several axes, which the step model does not "
             "represent; the missing fact: that the system sums the kv gradient over each copy group and over no "
-            "other part of the axis")
+            "other part of the axes")
