@@ -5,7 +5,10 @@ given an ``ir.Plan`` and concrete sizes, it enumerates every device, draws rando
 counts and exact ``Fraction`` gradient contributions, executes the plan's reductions
 (an all-reduce really sums the buffers of the devices of an axis group; a second one sums
 again), loss weights, accumulation and divisor, and compares every device's gradient with
-the single-device reference Σ s / T. It also evaluates the placement conditions of the
+the single-device reference Σ s / T. On a tensor axis whose ranks hold copies of a group's
+elements and use them with their own query heads (the query/key norms, K kv heads on more
+than K ranks) each rank's heads are a source of their own and a rank holds the element of
+its copy group (``head_copies``). It also evaluates the placement conditions of the
 update and the clip-norm and overflow reductions by concrete computation.
 
 ``violations(plan, sizes, rng, trials)`` returns the violated conditions as keys:
@@ -30,6 +33,7 @@ SPLIT_PARAMS = (ir.Mode.S, ir.Mode.O)
 GRAD_SPLIT = (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.M, ir.Mode.O)
 
 PARTIAL, SPLIT, INVARIANT, SHARDED, COMPLETE, TIE = "partial", "split", "invariant", "sharded", "complete", "tie"
+HEADS = "heads"  # a tensor axis whose ranks hold copies of the group's elements, each used by the rank's own heads
 
 
 # --------------------------------------------------------------------------- reading the plan
@@ -59,8 +63,29 @@ def groups_of(plan: ir.Plan) -> list[str]:
         out.append("experts")
     if t is not None and isinstance(t.experts, ir.Const) and t.experts.value > 1:
         out.append("router")  # the MoE router: a whole matrix on every tensor rank
+    if t is not None and isinstance(t.kv_heads, ir.Const) and t.kv_heads.value == 1:
+        out.insert(1, "kv")  # the K/V projections of a single head
+    if t is not None and t.qk_norm:
+        out.insert(out.index("norms") + 1, "qk_norms")  # the query and key norms shared by the heads
     out.append("embedding")
     return out
+
+
+def head_copies(plan: ir.Plan, group: str, axis: str, n: int) -> int | None:
+    """How many consecutive ranks of tensor ``axis`` (size n) hold one copy of each element of
+    ``group`` and use it with their own query heads only: every rank for the query/key norms, n/K
+    for K kv heads on n > K ranks; None where the axis splits the elements or the group sees no heads."""
+    t = plan.model.transformer
+    if t is None or plan.role(axis) not in TENSOR:
+        return None
+    if group == "qk_norms":
+        return n
+    k = int(t.kv_heads.value) if isinstance(t.kv_heads, ir.Const) else None
+    if group == "kv" and k is not None and plan.placement(ir.State.PARAMS).mode(axis) in SPLIT_PARAMS and n > k:
+        return n // k
+    if group == "kv" and k == 1:
+        return n
+    return None
 
 
 def tied(plan: ir.Plan) -> bool:
@@ -83,6 +108,8 @@ def axis_type(plan: ir.Plan, group: str, axis: str) -> str:
             return COMPLETE
         return PARTIAL
     if role in TENSOR:
+        if group == "qk_norms":
+            return HEADS
         if group in ("norms", "biases", "router"):
             return SPLIT if sequence_parallel(plan) else INVARIANT
         return SHARDED if params in SPLIT_PARAMS else INVARIANT
@@ -100,7 +127,9 @@ def reductions(plan: ir.Plan, group: str) -> Counter:
     counts: Counter = Counter()
     for c in collectives.derive(plan):
         if c.phase is collectives.Phase.GRAD_SYNC and c.state is ir.State.GRADS:
-            if c.payload.tensor == "grads" or (c.payload.tensor == "dense_grads" and group != "experts") \
+            if c.payload.tensor == f"grads:{group}" and c.size is not None:  # over each copy group of the axes
+                counts.update((a, "copies") for a in c.axes)
+            elif c.payload.tensor in ("grads", f"grads:{group}") or (c.payload.tensor == "dense_grads" and group != "experts") \
                     or (c.payload.tensor == "expert_grads" and group == "experts"):
                 counts.update(c.axes)
     if group in ("norms", "biases", "router") and sequence_parallel(plan):
@@ -157,6 +186,8 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
     n = {a: sizes[a] for a in axes}
     m = sizes[MB]
     types = {a: axis_type(plan, group, a) for a in axes}
+    copies = {a: c for a in axes if (c := head_copies(plan, group, a, n[a])) is not None}
+    types.update({a: HEADS for a in copies})
     k = reductions(plan, group)
     tokens = token_axes(plan)
     devices = list(product(*[range(n[a]) for a in axes]))
@@ -175,14 +206,16 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
 
     total_tokens = sum(count.values())
 
-    # the element a device holds: its coordinates on sharded (and complete) axes
-    elem_axes = [a for a in axes if types[a] in (SHARDED, COMPLETE)]
+    # the element a device holds: its coordinates on sharded (and complete) axes; on a heads axis the
+    # element its copy group holds (rank // copies)
+    elem_axes = [a for a in axes if types[a] in (SHARDED, COMPLETE, HEADS)]
 
     def elem(dev) -> tuple:
-        return tuple(dev[pos[a]] for a in elem_axes)
+        return tuple(dev[pos[a]] // copies[a] if a in copies else dev[pos[a]] for a in elem_axes)
 
-    # true per-source contributions: vary along partial, split, tie and complete axes; not along invariant ones
-    src_axes = [a for a in axes if types[a] in (PARTIAL, SPLIT, TIE, COMPLETE)]
+    # true per-source contributions: vary along partial, split, tie and complete axes; not along invariant ones;
+    # on a heads axis each rank's own query heads are a source of their own
+    src_axes = [a for a in axes if types[a] in (PARTIAL, SPLIT, TIE, COMPLETE, HEADS)]
     contrib: dict = {}
 
     def source(dev, mu) -> tuple:
@@ -240,6 +273,8 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
     for a in axes:
         for _ in range(k[a]):
             bufs = [_allreduce(b, pos[a]) for b in bufs]
+        for _ in range(k[(a, "copies")]):  # over each group of n/K consecutive ranks holding one kv head
+            bufs = [_allreduce_copies(b, pos[a], n[a] // int(plan.model.transformer.kv_heads.value)) for b in bufs]
     acc_o = _last_for(plan, "grads", "no_accumulation_buffer", group)
     final = ({d: sum((b[d] for b in bufs), Fraction(0)) for d in devices} if acc_o is None else dict(bufs[-1]))
     div_o = _last_for(plan, "grads", "divide", group)
@@ -267,6 +302,15 @@ def _allreduce(buf: dict, i: int) -> dict:
         key = d[:i] + d[i + 1:]
         sums[key] = sums.get(key, 0) + v
     return {d: sums[d[:i] + d[i + 1:]] for d in buf}
+
+
+def _allreduce_copies(buf: dict, i: int, c: int) -> dict:
+    """An all-reduce over each group of c consecutive ranks of the axis at position i."""
+    sums: dict = {}
+    for d, v in buf.items():
+        key = d[:i] + (d[i] // c,) + d[i + 1:]
+        sums[key] = sums.get(key, 0) + v
+    return {d: sums[d[:i] + (d[i] // c,) + d[i + 1:]] for d in buf}
 
 
 def _prod(xs) -> Fraction:

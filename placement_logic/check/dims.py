@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..ir import groups as pg
+from ..ir import heads
 from .wellformed import SPLIT_MODES
 
 MICROBATCHES = "microbatches"  # the size name of the gradient-accumulation (time) dimension
@@ -18,6 +19,8 @@ TOKEN = "token"  # contributions from disjoint tokens; token counts may differ a
 SPLIT = "split"  # partial contributions (a sequence slice, a tied copy) sharing one token count
 INVARIANT = "invariant"  # every device computes the same value
 SHARDED = "sharded"  # devices hold different elements
+
+HEAD_PART, COPY_PART = "heads", "copies"
 
 DATA_ROLES = (ir.Role.DATA,)
 TENSOR_ROLES = (ir.Role.TENSOR, ir.Role.SEQUENCE)
@@ -35,6 +38,10 @@ class GradDim:
     replica: bool = False  # devices along it update the same elements (replicated update)
     tie: bool = False  # size is 2 when the pipeline axis has >= 2 stages, else 1
     why: str = ""  # why it has this kind, for reports
+    # a part of a tensor axis where K kv heads are copied on axis/K ranks each: HEAD_PART (size K, which
+    # head a rank holds) or COPY_PART (size axis/K, which copy); a reduction over the axis counts on both
+    part: str = ""
+    heads: int = 0  # K, for a part
 
 
 def axis_dims(plan: ir.Plan, axes, cls: pg.ParamGroup, role_of, pls, k, sp: bool, tied: bool) -> list[GradDim]:
@@ -43,6 +50,9 @@ def axis_dims(plan: ir.Plan, axes, cls: pg.ParamGroup, role_of, pls, k, sp: bool
     par_pl, opt_pl = pls
     g, kind = cls.name, cls.checks_as
     dims: list[GradDim] = []
+    partial = heads.partial_axes(plan, cls)
+    copied = heads.kv_copies(plan) if kind == "kv" else None
+    copy_axis = copied[2][0] if copied is not None and len(copied[2]) == 1 else None
     for a in axes:
         role = role_of(a)
         if role in DATA_ROLES and plan.role(a) in TENSOR_ROLES:  # folding: expert data over a tensor axis
@@ -76,6 +86,19 @@ def axis_dims(plan: ir.Plan, axes, cls: pg.ParamGroup, role_of, pls, k, sp: bool
             else:
                 dims.append(GradDim(a, a, TOKEN, k[a], replica=True,
                                     why=f"non-expert parameters see different tokens on each {a} rank"))
+        elif role in TENSOR_ROLES and a == copy_axis:  # K kv heads, each copied on a/K ranks
+            n_heads = copied[0]
+            dims.append(GradDim(a, a, SHARDED, k[a], part=HEAD_PART, heads=n_heads,
+                                why=f"the {n_heads} kv heads are split over {a} in blocks of {a}/{n_heads} ranks"))
+            dims.append(GradDim(f"{a}.copies", a, SPLIT, k[a] + k[(a, COPY_PART)], replica=True, part=COPY_PART,
+                                heads=n_heads, why=f"each kv head is copied on {a}/{n_heads} ranks: each copy's "
+                                "gradient comes from its rank's query heads only and is summed over its copy group"))
+        elif role in TENSOR_ROLES and a in partial:  # a whole weight on head-split activations
+            dims.append(GradDim(a, a, SPLIT, k[a], replica=True, why=(
+                f"one K/V head is copied on every {a} rank: each copy's gradient comes from its rank's query heads "
+                f"only and is summed over {a}" if cls.checks_as == "kv" else
+                f"{g} are whole on every {a} rank but see only its heads: each rank's gradient is the part from its "
+                f"heads, summed over {a}")))
         elif role in TENSOR_ROLES:
             if cls.tensor == pg.WHOLE:
                 if sp:

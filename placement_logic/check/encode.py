@@ -59,10 +59,24 @@ class Env:
     def size(self, dim: steps.GradDim | str) -> Any:
         if isinstance(dim, str):
             return self.sizes[dim]
+        if dim.part:
+            return self.part_size(dim)
         if dim.tie:
             pp = self.sizes[dim.axis]
             return z3.If(pp >= 2, z3.IntVal(2, self.sess.ctx), z3.IntVal(1, self.sess.ctx))
         return self.sizes[dim.name if dim.axis is None else dim.axis]
+
+    def part_size(self, dim: steps.GradDim) -> Any:
+        """A part of a tensor axis of K kv heads: K heads, or axis/K copies of each (the axis a
+        multiple of K: a side constraint, stated in the obligations' notes)."""
+        if dim.part == steps.HEAD_PART:
+            return z3.IntVal(dim.heads, self.sess.ctx)
+        key = f"{dim.axis}.copies"
+        if key not in self.sizes:
+            c = self.sess.int(f"size_{key}")
+            self.sizes[key] = c
+            self.side += [c >= 1, self.sizes[dim.axis] == dim.heads * c]
+        return self.sizes[key]
 
     def real(self, x: Any) -> Any:
         return z3.ToReal(x) if z3.is_int(x) else x
@@ -75,7 +89,7 @@ class Env:
         return fold(v, leaf, const=self.sess.num)
 
     def size_values(self, model: Any) -> dict[str, int]:
-        return {k: value_of(model, t) for k, t in self.sizes.items()}
+        return {k: value_of(model, t) for k, t in self.sizes.items() if not k.endswith(".copies")}
 
     def count_var(self, name: str) -> Any:
         return self.sess.int(name) if self.int_counts else self.sess.real(name)

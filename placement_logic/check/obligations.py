@@ -33,6 +33,7 @@ class Obligation:
     notes: tuple[str, ...] = ()
     whole: str | None = None  # the group whose whole-plan gradient integrity this is
     aspect_of: str | None = None  # the group whose whole-plan GI this per-aspect finding explains
+    unknown: str = ""  # a fact the step model lacks to decide it: the verdict is unknown, saying which
 
 
 def _span(span: Span, fallback: Span) -> Span:
@@ -152,6 +153,44 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
                                                                for a in step.pipeline_axes] if tie_applies else []),
                      lambda w: rs.replay_tie(ctx, w),
                      () if tie_applies else ("vacuous: no tied weights across pipeline stages",)))
+    return _undecided(obs, step, ctx.pinned)
+
+
+def _undecided(obs: list[Obligation], step: steps.StepModel, pinned: dict[str, int]) -> list[Obligation]:
+    """A group the step model cannot represent (``GroupModel.undecided``) leaves its gradient
+    obligations, the typing rule and the grad norm unknown: never proved, never refuted. Their
+    negation is left satisfiable, so no theorem built from them holds. K/V heads copied over one
+    tensor axis are dimensions of the model (a head part and a copy part), for axis sizes that are
+    multiples of K (said in the notes); a pinned size that is not one, and the grad norm (each copied
+    head counted once), stay unknown."""
+    missing = {g.group: g.undecided for g in step.groups if g.undecided}
+    clip = ""
+    for g in step.groups:
+        for d in g.dims:
+            if d.part != steps.COPY_PART:
+                continue
+            if d.axis in pinned and pinned[d.axis] % d.heads:
+                missing[g.group] = (f"{d.axis} = {pinned[d.axis]} is not a multiple of the {d.heads} kv heads, which "
+                                    f"the plan copies over {d.axis}: the missing fact is how the heads are laid out")
+            note = (f"{d.axis}: multiples of {d.heads} (the kv heads, each copied on {d.axis}/{d.heads} ranks, "
+                    "summed over its copy group)")
+            for ob in obs:
+                if ob.whole == g.group or ob.aspect_of == g.group or ob.name == f"SC grads[{g.group}]" \
+                        or ob.condition == "CR02":
+                    ob.notes = ob.notes + (note,)
+            clip = (f"the {d.heads} kv heads are copied on {d.axis}/{d.heads} ranks each: the grad norm counting "
+                    "each copied head once is not in the step model; the missing fact: how the system "
+                    "counts the copies")
+    if not missing and not clip:
+        return obs
+    anyone = next(iter(missing.values()), "")
+    for ob in obs:
+        owner = ob.whole or ob.aspect_of or next((g for g in missing if ob.name == f"SC grads[{g}]"), None)
+        reason = missing.get(owner) if owner in missing else (
+            anyone if ob.condition == "CR02" else (anyone or clip) if ob.name == "SC clip_norm" else "")
+        if reason:
+            ob.unknown = reason
+            ob.encode = lambda env: ([env.sess.true()], lambda model: {})
     return obs
 
 
@@ -179,6 +218,11 @@ def _gi_text(g: steps.GroupModel, aspect: str) -> tuple[str, str]:
     if d.tie:
         return f"over {d.axis}", (
             f"the tied {g.group} gradient halves on the first and last {d.axis} stage are summed exactly once "
+            "(every other reduction and the normalisation as derived)")
+    if d.part == steps.COPY_PART:
+        return f"over {d.axis} copy groups", (
+            f"the {g.group} gradient is split over each copy group of {d.axis} (the {d.axis}/{d.heads} ranks holding "
+            "one kv head), so every partial contribution is all-reduced over its copy group exactly once "
             "(every other reduction and the normalisation as derived)")
     if d.implicit:
         what = f"summed by the all-to-all over {d.axis} and not reduced over it again"

@@ -51,6 +51,8 @@ class Context:
 
 
 def dim_size(d: steps.GradDim, sizes: dict[str, int]) -> int:
+    if d.part:  # K kv heads, or the axis/K copies of each
+        return d.heads if d.part == steps.HEAD_PART else sizes[d.axis] // d.heads
     if d.tie:
         return 2 if sizes[d.axis] >= 2 else 1
     return sizes[d.axis if d.axis else steps.MICROBATCHES]
@@ -205,7 +207,8 @@ def diagnose_group(ctx: Context, g: steps.GroupModel, equal_counts: bool = False
             continue
         if d.k == aspects.correct_k(d):
             continue
-        where = d.axis if not d.tie else f"the tied pair of {d.axis} stages"
+        where = f"the tied pair of {d.axis} stages" if d.tie else \
+            f"each copy group of {d.axis} ({d.axis}/{d.heads} ranks)" if d.part == steps.COPY_PART else d.axis
         if d.name == steps.MICROBATCHES:
             out.append("only the last microbatch's gradient survives: it is not accumulated "
                        "(no accumulation buffer, no per-microbatch reduce-scatter)")

@@ -82,6 +82,8 @@ def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: di
         return ObligationResult(ob.name, ob.condition, verdict, scope, ob.span, ob.checked,
                                 notes=notes, seconds=seconds, **kw)
 
+    if ob.unknown:
+        return result(Verdict.UNKNOWN, _scope(pinned, step), reason=ob.unknown)
     first, extract = query(FORALL)
     if first.status == "unsat":
         return result(Verdict.PROVED, _scope(pinned, step))

@@ -18,10 +18,12 @@ from dataclasses import dataclass, replace
 from .. import ir
 from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
 from ..ir import collectives as sc
-from ..ir import folding
+from ..ir import folding, heads
 from ..ir import groups as pg
 from .dims import (  # noqa: F401  (the dimension vocabulary, used by the modules that read a StepModel)
+    COPY_PART,
     DATA_ROLES,
+    HEAD_PART,
     INVARIANT,
     MICROBATCHES,
     NORMALISATION,
@@ -49,6 +51,7 @@ class GroupModel:
     clip_axes: tuple[str, ...] | None = None  # axes this group's squared norm is summed over (None: the plan's)
     clip_span: Span = NO_SPAN
     objective: str = "mean"  # "mean": the global token mean; "sum": the sum over tokens (loss: sum)
+    undecided: str = ""  # a fact the step model lacks to decide this group's gradient (its obligations: unknown)
 
     def span_of(self, aspect: str) -> Span:
         return dict(self.spans).get(aspect, NO_SPAN)
@@ -130,7 +133,7 @@ class StepModel:
 def _groups_present(plan: ir.Plan) -> tuple[str, ...]:
     """The gradient groups of the plan's parameter-group model (``ir.groups``), shared with costs."""
     has_experts = bool(plan.axes_with_role(ir.Role.EXPERT))
-    return pg.check_groups(plan.model, has_experts)
+    return heads.checker_groups(plan, pg.check_groups(plan.model, has_experts))
 
 
 def _expert_axes(plan: ir.Plan, expert: tuple[str, ...]) -> tuple[str, ...]:
@@ -196,9 +199,10 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
 
     def scheduled(cls: pg.ParamGroup) -> Counter:
         """How often the schedule reduces this group's gradients over each mesh axis."""
-        return Counter(a for c in sync if c.payload.tensor == "grads"
+        return Counter(a if c.size is None else (a, "copies") for c in sync if (
+                       c.payload.tensor in ("grads", heads.PAYLOAD + cls.name)
                        or (c.payload.tensor == "dense_grads" and cls.checks_as != "experts")
-                       or (c.payload.tensor == "expert_grads" and cls.checks_as == "experts") for a in c.axes)
+                       or (c.payload.tensor == "expert_grads" and cls.checks_as == "experts")) for a in c.axes)
 
     grads_pl = plan.placement(ir.State.GRADS)
     opt_pl = plan.placement(ir.State.OPTIMIZER)
@@ -247,10 +251,8 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
             for d in dims:
                 if d.name == MICROBATCHES:
                     new.append(d)
-                elif d.tie:
+                else:  # a tie or a part of an axis (K/V copies) is reduced by a reduction over its axis
                     new.append(replace(d, k=counts.get(d.axis, 0)))
-                else:
-                    new.append(replace(d, k=counts.get(d.name, 0)))
             dims = new
         tie_o = last("embedding", "tie_reduce")
         if kind == "embedding" and tie_o is not None:
@@ -299,7 +301,8 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
                                  double_count=dc is not None, span=span, spans=tuple(spans.items()),
                                  clip_axes=tuple(clip_g.axes or ()) if clip_g is not None else None,
                                  clip_span=clip_g.span if clip_g is not None else NO_SPAN,
-                                 objective="sum" if loss == "sum" else "mean"))
+                                 objective="sum" if loss == "sum" else "mean",
+                                 undecided=heads.undecided(plan, g)))
 
     par_pl, opt_pl, grads_pl = plan_pls  # the plan's own placements again, for the plan-wide facts
     all_shard = tuple(dict.fromkeys(a for g in groups for a in g.shard_axes))

@@ -32,7 +32,7 @@ from ..costs.symbolic import (
     to_sympy,
 )
 from ..diagnostics import Diagnostic, DiagnosticError, Span, did_you_mean
-from ..ir import State
+from ..ir import State, heads
 from ..resolve.validate import check_rebinding
 from . import units
 from .model import (
@@ -173,6 +173,9 @@ def _plan_report(pc: costs.PlanCost, q: _Q, device_name: str | None = None) -> P
     per_group = tuple(GroupTotal(g, link, q(b), q(v)) for g, (link, b, v) in comm.per_group().items())
     per_link = {k: GroupTotal(k, k, q(b), q(v)) for k, (b, v) in comm.per_link().items()}
     notes = list(pc.notes)
+    copies = heads.copies_note(pc.plan)  # K/V heads copied on several tensor ranks
+    if copies:
+        notes.append(copies)
     fit, time = _fit_and_time(pc, q, device_name)
     stages = tuple(_stage_report(st, sa, q) for st, sa in zip(mem.stages, pc.activations.stages))
     peak = _peak_stage(mem, q) if stages else None

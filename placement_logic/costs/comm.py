@@ -17,8 +17,9 @@ import sympy
 
 from .. import ir
 from ..ir.collectives import Collective, Kind
+from ..ir.heads import PAYLOAD
 from .activations import Layout
-from .sizes import Shape, divided
+from .sizes import Shape, divided, per_group
 from .symbolic import symbol, to_sympy
 
 _RING = {
@@ -68,6 +69,8 @@ def buffer_bytes(c: Collective, sh: Shape, lay: Layout) -> sympy.Expr:
         st = ir.State.GRADS if tensor.endswith("grads") else ir.State.PARAMS
         split = replace(lay.split, dense_data=True)
         return sh.bytes[st] * divided(sh, c.payload.divided_over, split, experts_only=tensor.startswith("expert"))
+    if tensor.startswith(PAYLOAD):  # one group's own gradient (a whole weight that sees heads, K/V copies)
+        return sh.bytes[ir.State.GRADS] * per_group(sh, c.payload.divided_over, lay.split)[tensor[len(PAYLOAD):]]
     if tensor == "activation":
         return s * sh.b * sh.h * ba
     if tensor == "boundary":
@@ -86,6 +89,8 @@ def buffer_bytes(c: Collective, sh: Shape, lay: Layout) -> sympy.Expr:
 
 def size(c: Collective, sh: Shape, lay: Layout) -> SizedCollective:
     n = sympy.Mul(*(symbol(a) for a in c.axes)) if c.axes else sympy.Integer(1)
+    if c.size is not None:  # a part of the axes (each K/V head's copy group)
+        n = to_sympy(c.size)
     count = to_sympy(c.count)
     m = buffer_bytes(c, sh, lay)
     ring = _RING[c.kind](n) * m * count

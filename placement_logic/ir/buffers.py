@@ -48,6 +48,7 @@ class Collective:
     count: Value
     payload: Payload
     rule: str = ""
+    size: Value | None = None  # devices in the group when it is a part of the axes (a K/V copy group)
 
 
 def uniq(xs) -> tuple[str, ...]:

@@ -31,7 +31,7 @@ docs/costs.md ("Collectives").
 from __future__ import annotations
 
 from .. import ir
-from . import folding, sync
+from . import folding, heads, sync
 from . import groups as pg
 from .buffers import ONE, Collective, Kind, Payload, Phase, link_of, reduce_buffer, step_reduction
 from .buffers import uniq as _uniq
@@ -388,6 +388,7 @@ def derive(plan: ir.Plan) -> tuple[Collective, ...]:
         + _experts(plan)
         + _pipeline(plan)
         + _grad_sync(plan)
+        + heads.grad_sums(plan)
         + _offload(plan)
         + _param_refresh(plan)
     )

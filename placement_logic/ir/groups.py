@@ -13,19 +13,25 @@ The built-in groups of a transformer (docs/costs.md, "Parameter groups"):
 |---|---|---|---|---|
 | embedding | V·h | first | split (vocabulary-parallel) | embedding |
 | attention | L·(2h·h + q bias h) | layers | split (heads) | dense |
-| kv | L·2·h·d_kv (+ 2·d_kv bias) | layers | split over at most kv heads | dense |
+| kv | L·2·h·d_kv (+ 2·d_kv bias) | layers | split over at most kv heads | dense (kv with one kv head) |
 | mlp | L·(3 or 2)·h·f (+ column biases) | layers | split | dense |
 | experts | L·E·(3 or 2)·h·f (+ column biases) | layers | split; expert axes divide it | experts |
 | expert_biases | L·E·h (row-parallel biases of the experts) | layers | whole; expert axes divide it | experts |
 | router | L·(h·E + E bias) | layers | whole | router |
 | biases | L·(h + h) (row-parallel biases: attention output, MLP output) | layers | whole | biases |
 | norms | L·2·(2h layernorm, h rmsnorm) | layers | whole | norms |
+| qk_norms | L·2·d_head (two per layer: query and key, shared by the heads; with ``qk_norm``) | layers | whole, sees heads | qk_norms |
 | final_norm | 2h or h | last | whole | norms |
 | head | V·h (a copy, not in Ψ, when tied) | last | split (vocabulary-parallel) | dense (embedding when tied) |
 
 Without a transformer shape the model is one group, ``dense``, holding Ψ (split by a tensor
 axis), and the checker reasons about the classes a transformer has (dense, norms, biases,
 embedding) without their sizes.
+
+What a tensor axis gives a group to see (``sees``) types its gradient there: a whole weight
+on whole activations computes the same gradient on every rank (invariant); a whole weight
+applied to head-split activations (a norm shared by the heads, one K/V head copied on every
+rank) computes on each rank the part from its own heads, summed over the axis (partial).
 """
 
 from __future__ import annotations
@@ -39,10 +45,14 @@ from .nodes import Const, GroupDecl, Mode, Model, Op, Placement, State, Sym, Tra
 LAYERS, FIRST, LAST = "layers", "first", "last"
 # how a tensor (or sequence) axis holds a group
 SPLIT, WHOLE, HEADS = "split", "whole", "heads"  # HEADS: split over at most kv heads, then copied
-# the checker's gradient classes, in report order
-CLASSES = ("dense", "norms", "biases", "experts", "router", "embedding")
+# what a tensor axis gives a group to see (``sees``): WHOLE activations, or HEADS (head-split ones)
+# the classes a user group may follow (``like``)
+LIKE = ("dense", "norms", "biases", "experts", "router", "embedding")
+# the checker's gradient classes, in report order: kv with a single K/V head copied on every tensor
+# rank, qk_norms (norms shared by the heads) have partial gradients over the tensor axes
+CLASSES = ("dense", "kv", "norms", "qk_norms", "biases", "experts", "router", "embedding")
 BUILTIN = ("embedding", "attention", "kv", "attention_latent", "mlp", "mlp_biases", "experts", "shared_experts",
-           "expert_biases", "router", "biases", "norms", "final_norm", "head", "mtp", "dense")
+           "expert_biases", "router", "biases", "norms", "qk_norms", "final_norm", "head", "mtp", "dense")
 
 
 @dataclass(frozen=True)
@@ -53,6 +63,7 @@ class ParamGroup:
     tensor: str = SPLIT  # SPLIT, WHOLE or HEADS
     expert: bool = False  # an expert axis divides it
     checks_as: str = "dense"  # the checker's gradient class
+    sees: str = WHOLE  # WHOLE or HEADS: the activations a tensor axis gives it (HEADS: partial gradients)
     copy: bool = False  # a copy outside Ψ (the tied output head on the last stage)
     modes: tuple[tuple[State, tuple[tuple[str, Mode], ...]], ...] = ()  # replace the plan's modes
     roles: tuple[tuple[str, object], ...] = ()  # folding: (axis, ir.Role) the axis plays for this group
@@ -174,8 +185,10 @@ def transformer_groups(t: TransformerShape) -> tuple[ParamGroup, ...]:
             attn = _add(attn, _mul(a, dh))  # q bias
             kvp = _add(kvp, _mul(_n(2), kv, dh))
     per_layer: list[ParamGroup] = [ParamGroup("attention", None, per_layer=attn)]
-    if kvp is not None:
-        per_layer.append(ParamGroup("kv", None, tensor=HEADS, per_layer=kvp))
+    if kvp is not None:  # one K/V head is copied on every tensor rank: each copy sees its rank's query heads
+        single = isinstance(kv, Const) and kv.value == 1
+        per_layer.append(ParamGroup("kv", None, tensor=HEADS, per_layer=kvp, checks_as="kv" if single else "dense",
+                                    sees=HEADS if single else WHOLE))
     if latent is not None:  # MLA's down-projections and their norms: whole on every tensor rank
         per_layer.append(ParamGroup("attention_latent", None, tensor=WHOLE, checks_as="norms", per_layer=latent))
     ranged: list[tuple[ParamGroup, Value, str]] = []  # (group, count, which layers)
@@ -217,9 +230,10 @@ def transformer_groups(t: TransformerShape) -> tuple[ParamGroup, ...]:
         per_layer.append(ParamGroup("biases", None, tensor=WHOLE, checks_as="biases",
                                     per_layer=h if moe else _mul(_n(2), h)))
     norms = _mul(t.norms_per_layer if t.norms_per_layer is not None else _n(2), norm)
-    if t.qk_norm:  # one norm of head_dim for the queries and one for the keys, shared by the heads
-        norms = _add(norms, _mul(_n(2), one_norm, dh))
     per_layer.append(ParamGroup("norms", None, tensor=WHOLE, checks_as="norms", per_layer=norms))
+    if t.qk_norm:  # one norm of head_dim for the queries and one for the keys, shared by the heads
+        per_layer.append(ParamGroup("qk_norms", None, tensor=WHOLE, checks_as="qk_norms", sees=HEADS,
+                                    per_layer=_mul(_n(2), one_norm, dh)))
     emb = _mul(V, h)
     if t.position_embeddings is not None:
         emb = _add(emb, _mul(t.position_embeddings, h))
@@ -279,7 +293,7 @@ def param_groups(model: Model) -> tuple[ParamGroup, ...]:
         count = d.count if d.count is not None else _mul(d.fraction, base) if d.fraction is not None else None
         own.append(ParamGroup(
             d.name, count, where=d.stage or LAYERS, tensor=d.tensor or SPLIT, expert=bool(d.experts),
-            checks_as=d.like or "dense", modes=d.modes, roles=d.roles, user=True, span=d.span,
+            checks_as=d.like or "dense", sees=d.sees or WHOLE, modes=d.modes, roles=d.roles, user=True, span=d.span,
             per_layer=_div(count, t.layers) if (t is not None and count is not None and (d.stage or LAYERS) == LAYERS)
             else None))
     if t is None and own:
@@ -297,7 +311,7 @@ def _restate(g: ParamGroup, d: GroupDecl, t: TransformerShape | None) -> ParamGr
         per_layer = _div(g.count, t.layers)
     elif where != LAYERS:
         per_layer = None
-    return replace(g, tensor=d.tensor or g.tensor, where=where, per_layer=per_layer, modes=d.modes or g.modes,
+    return replace(g, tensor=d.tensor or g.tensor, sees=d.sees or g.sees, where=where, per_layer=per_layer, modes=d.modes or g.modes,
                    roles=d.roles or g.roles, restated=True, span=d.span)
 
 
@@ -327,8 +341,10 @@ def class_of(model: Model, name: str) -> ParamGroup:
             return g
     tensor = WHOLE if name in ("norms", "biases", "router") else SPLIT
     for g in param_groups(model):
-        if not g.user and g.checks_as == name and g.restated:
+        if not g.user and g.checks_as == name and (g.restated or name in ("kv", "qk_norms")):
             return replace(g, name=name)
+    if name == "kv":  # several K/V heads, copied at the plan's sizes (``ir.heads``)
+        return next(replace(g, checks_as="kv") for g in param_groups(model) if g.name == "kv")
     return ParamGroup(name, None, tensor=tensor, expert=name == "experts", checks_as=name)
 
 

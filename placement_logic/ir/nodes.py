@@ -179,6 +179,7 @@ class GroupDecl:
     stage: str | None = None  # "layers" | "first" | "last": which pipeline stages hold it
     experts: bool | None = None  # divided over expert axes
     like: str | None = None  # the built-in gradient class it follows in the checker
+    sees: str | None = None  # "whole" | "heads": the activations a tensor axis gives it (heads: partial gradients)
     modes: tuple[tuple[State, tuple[tuple[str, Mode], ...]], ...] = ()
     roles: tuple[tuple[str, "Role"], ...] = ()  # folding: the role an axis plays for this group
     span: Span = _span()

@@ -36,4 +36,4 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     "embedding": {"tie_reduce": (True, False)},  # tied embedding grads summed over these axes
 }
 
-PARAM_GROUPS: tuple[str, ...] = ("all", "dense", "norms", "biases", "experts", "router", "embedding")
+PARAM_GROUPS: tuple[str, ...] = ("all", "dense", "kv", "norms", "qk_norms", "biases", "experts", "router", "embedding")

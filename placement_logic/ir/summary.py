@@ -10,6 +10,7 @@ from typing import Collection
 
 from .. import ir
 from . import groups as pg
+from . import heads
 from .walker import fold
 
 
@@ -98,6 +99,7 @@ def plan_data(plan: ir.Plan) -> dict:
             "unit": ir.show(plan.schedule.unit),
         },
         "overrides": [_override_text(o) for o in plan.overrides],
+        "notes": [n for n in (heads.copies_note(plan),) if n],
     }
 
 
@@ -198,6 +200,8 @@ def spec_text(spec: ir.Spec, plans: tuple[str, ...] = (), sets: Collection[str] 
         lines.append("  settings: " + ", ".join(settings))
         for o in p["overrides"]:
             lines.append(f"  override {o}")
+        for n in p["notes"]:
+            lines.append(f"  note: {n}")
     for q in data["questions"]:
         label = f' "{q["label"]}"' if q["label"] else ""
         lines.append(f"{q['kind']}{label}: {q['test']}  [{q['dim']}]")
@@ -252,6 +256,8 @@ def spec_markdown(spec: ir.Spec, plans: tuple[str, ...] = (), sets: Collection[s
         out.append("Settings: " + ", ".join(f"`{x}`" for x in settings) + ".")
         for o in p["overrides"]:
             out.append(f"- override `{o}`")
+        for n in p["notes"]:
+            out.append(f"> note: {n}")
         out.append("")
     if data["questions"]:
         out += ["## Questions", ""]

@@ -29,9 +29,9 @@ def props(vals: Values, props, allowed, where) -> Iterator[surface.Prop]:
 
 
 
-GROUP_PROPS = ("count", "fraction", "tensor", "stage", "experts", "like", "placement", "params", "optimizer", "grads",
-               "role")
-RESTATABLE = ("tensor", "stage", "placement", "params", "optimizer", "grads", "role")
+GROUP_PROPS = ("count", "fraction", "tensor", "sees", "stage", "experts", "like", "placement", "params", "optimizer",
+               "grads", "role")
+RESTATABLE = ("tensor", "sees", "stage", "placement", "params", "optimizer", "grads", "role")
 FOLD_ROLES = ("data", "tensor", "expert")  # what an axis may be for an expert group of its own (folding)
 MODE_KEYS = {"params": (ir.State.PARAMS,), "optimizer": (ir.State.OPTIMIZER,), "grads": (ir.State.GRADS,),
              "placement": (ir.State.PARAMS, ir.State.OPTIMIZER, ir.State.GRADS)}
@@ -70,10 +70,12 @@ def group_decl(vals: Values, block: surface.SubBlock) -> ir.GroupDecl | None:
                     modes.setdefault(st, {})[e.key] = m
         elif p.key == "tensor":
             found["tensor"] = vals.word(p.value, (pg.SPLIT, pg.WHOLE), "'tensor'")
+        elif p.key == "sees":
+            found["sees"] = vals.word(p.value, (pg.WHOLE, pg.HEADS), "'sees'")
         elif p.key == "stage":
             found["stage"] = vals.word(p.value, (pg.LAYERS, pg.FIRST, pg.LAST), "'stage'")
         elif p.key == "like":
-            found["like"] = vals.word(p.value, pg.CLASSES, "'like'")
+            found["like"] = vals.word(p.value, pg.LIKE, "'like'")
         elif p.key == "experts":
             found["experts"] = vals.flag_value(p)
         elif p.value is None or isinstance(p.value, (surface.ModeMap, surface.Bool)):
@@ -93,7 +95,7 @@ def group_decl(vals: Values, block: surface.SubBlock) -> ir.GroupDecl | None:
     return ir.GroupDecl(
         name, count=count[0] if count else None, fraction=fraction[0] if fraction else None,
         tensor=found.get("tensor"), stage=found.get("stage"), experts=found.get("experts"), like=found.get("like"),
-        modes=tuple((st, tuple(m.items())) for st, m in modes.items()), roles=tuple(roles.items()),
+        sees=found.get("sees"), modes=tuple((st, tuple(m.items())) for st, m in modes.items()), roles=tuple(roles.items()),
         span=block.span)
 
 
@@ -118,6 +120,11 @@ def check_groups(vals: Values, model: ir.Model) -> None:
     builtin = pg.param_groups(replace(model, groups=()))
     present = [g.name for g in builtin]
     for d in model.groups:
+        tensor = d.tensor or next((g.tensor for g in builtin if g.name == d.name), pg.SPLIT)
+        if d.sees == pg.HEADS and tensor != pg.WHOLE:
+            vals.cx.error("PL142", f"group {d.name} sees head-split activations (sees = heads) but is split over the "
+                          f"tensor axes (tensor = {tensor}): only a weight kept whole on every tensor rank has a partial "
+                          "gradient there; say tensor = whole", d.span)
         expert = d.experts or any(g.name == d.name and g.expert for g in builtin)
         if d.roles and not expert and (d.name in present or d.name not in pg.BUILTIN):
             vals.cx.error("PL131", f"group {d.name} is not divided over expert axes: only an expert group may "

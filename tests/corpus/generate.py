@@ -39,6 +39,13 @@ MODELS = {
         "microbatch = 1",
         "microbatches = 8",
     ),
+    "mqa": (  # one K/V head (copied on every tensor rank) and query/key norms shared by the heads
+        "transformer {\n    hidden = 2048\n    layers = 16\n    heads = 16\n    kv_heads = 1\n    ffn = 8192\n"
+        "    vocab = 50304\n    qk_norm\n  }",
+        "seq = 2048",
+        "microbatch = 2",
+        "microbatches = 4",
+    ),
     "moe": (
         "transformer {\n    hidden = 4096\n    layers = 32\n    heads = 32\n    ffn = 14336\n"
         "    vocab = 32000\n    experts = 8\n    top_k = 2\n  }",
@@ -54,6 +61,7 @@ GROUPS = {
     "dense": ("dense", "norms", "biases", "embedding"),
     "tied": ("dense", "norms", "biases", "embedding"),
     "moe": ("dense", "norms", "biases", "experts", "embedding"),
+    "mqa": ("dense", "kv", "norms", "qk_norms", "biases", "embedding"),
 }
 
 
@@ -92,6 +100,11 @@ BASES = {b.name: b for b in [
          [("dp", 8)], ["dp: zero_infinity"]),
     base("tp", "DDP x Megatron TP", [D + "ddp", "from std.tensor import megatron_tp"], "dense",
          [("dp", 8), ("tp", 8)], ["dp: ddp", "tp: megatron_tp"]),
+    base("mqa_tp", "DDP x Megatron TP, one kv head and query/key norms", [D + "ddp", "from std.tensor import megatron_tp"],
+         "mqa", [("dp", 8), ("tp", 2)], ["dp: ddp", "tp: megatron_tp"]),
+    base("mqa_sp", "ZeRO-1 x Megatron TP with SP, one kv head and query/key norms",
+         [D + "zero1", "from std.tensor import megatron_sp"], "mqa", [("dp", 8), ("tp", 4)],
+         ["dp: zero1", "tp: megatron_sp"]),
     base("sp", "ZeRO-1 x Megatron TP with sequence parallelism", [D + "zero1", "from std.tensor import megatron_sp"],
          "dense", [("dp", 8), ("tp", 4)], ["dp: zero1", "tp: megatron_sp"]),
     base("fsdp_tp", "FSDP x Megatron TP", [D + "fsdp_full_shard", "from std.tensor import megatron_tp"],
@@ -235,6 +248,8 @@ REGATHER = "Megatron's distributed optimizer all-gathers the updated params afte
 DROPOUT = "Megatron-LM's model_parallel_cuda_manual_seed keeps tp seeds equal outside partitioned regions"
 SP_DROPOUT = "Megatron-LM forks the tensor-parallel RNG tracker around SP dropout"
 OVERFLOW = "Megatron-LM and DeepSpeed ZeRO-2 all-reduce found_inf across the sharded group"
+QK_NORMS = "Megatron-LM all-reduces q_layernorm/k_layernorm grads over tp (finalize_model_grads)"
+KV_COPIES = "a K/V head copied on every tensor rank (MQA, kv_heads < tp) sees only its rank's query heads"
 
 # -- placement-only bugs ------------------------------------------------------------------
 
@@ -329,6 +344,10 @@ for b, line, groups, ax, extra, mirrors in [
     ("4d", "override grads[dense]: reduce over (dp)", ["dense"], "cp", [], ""),
     ("zeropp_dp", "override grads: reduce over (intra)", None, "inter", [], ""),
     ("sp", "override grads[norms]: reduce over (dp)", ["norms"], "tp", ["CR05"], SP_NORMS),
+    ("mqa_tp", "override grads[kv]: reduce over (dp)", ["kv"], "tp", [], KV_COPIES),
+    ("mqa_tp", "override grads[qk_norms]: reduce over (dp)", ["qk_norms"], "tp", [], QK_NORMS),
+    ("mqa_sp", "override grads[kv]: reduce over (dp)", ["kv"], "tp", [], KV_COPIES),
+    ("mqa_sp", "override grads[qk_norms]: reduce over (dp)", ["qk_norms"], "tp", [], QK_NORMS),
     ("3d", "override grads[norms]: reduce over (dp)", ["norms"], "tp", ["CR05"], SP_NORMS),
     ("4d", "override grads[norms]: reduce over (dp, cp)", ["norms"], "tp", ["CR05"], SP_NORMS),
     ("sp", "override grads[biases]: reduce over (dp)", ["biases"], "tp", ["CR05"], SP_BIASES),
@@ -691,6 +710,12 @@ for name, b, lines, why in [
     ("reduce_dp_cp", "cp", ["override grads: reduce over (dp, cp)"], "gradients vary over dp and cp."),
     ("reduce_norms_sp", "sp", ["override grads[norms]: reduce over (dp, tp)", "override grads[biases]: reduce over (dp, tp)"],
      "under sequence parallelism norm and bias grads are reduced over dp and tp."),
+    ("reduce_heads_mqa", "mqa_tp", ["override grads[kv]: reduce over (dp, tp)",
+                                    "override grads[qk_norms]: reduce over (dp, tp)"],
+     "the copied K/V head and the query/key norms see each rank's heads only: reduced over dp and tp."),
+    ("reduce_heads_mqa_sp", "mqa_sp", ["override grads[kv]: reduce over (dp, tp)",
+                                       "override grads[qk_norms]: reduce over (dp, tp)"],
+     "with sequence parallelism too, the copied K/V head and the query/key norms are reduced over dp and tp."),
     ("reduce_experts_ep", "ep", ["override grads[experts]: reduce over (dp)",
                                  "override grads[dense]: reduce over (dp, ep)"],
      "expert grads are reduced over the expert-data axis only, the others over dp and ep."),
