@@ -81,7 +81,8 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
     if not bad:
         return None
     dev = bad[0]
-    where = ", ".join(f"{g}{coords_text(step.group(g).shard_axes, s)}" for g, s in sorted(placed))
+    where = ", ".join(f"{g}{coords_text(step.group(g).shard_axes, s)}" if step.group(g).shard_axes
+                      else f"{g} (whole on every device)" for g, s in sorted(placed))
     group_axes = {g.clip_axes for g in step.groups if g.clip_axes is not None}
     if not boolean and len(group_axes) > 1:
         reduce_text = "; ".join(f"{g.group}: " + (f"all-reduce over ({', '.join(g.clip_axes)})" if g.clip_axes
