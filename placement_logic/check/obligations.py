@@ -44,7 +44,7 @@ def _filter_notes(step: steps.StepModel) -> tuple[str, ...]:
     out = []
     for (axes, stated, span), names in by.items():
         how = ("stated" + (f" at line {span.line}" if span != NO_SPAN else "")) if stated else "derived"
-        out.append(f"duplicate filter ({how}): {', '.join(names)} replicated over ({', '.join(axes)}), counted on "
+        out.append(f"duplicate filter ({how}): the copies of {', '.join(names)} over ({', '.join(axes)}) counted on "
                    "one rank there in the norm")
     return tuple(out)
 
