@@ -364,7 +364,9 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random) ->
     if any(v != expected for v in total.values()):
         out.add(("clip",))
     ovf_o = _overrides(plan, "overflow", "reduce")
-    ovf_axes = list(ovf_o[-1].axes or ()) if ovf_o else default_axes
+    # the overflow flag has its own reduction: the derived axes unless an overflow override says
+    # otherwise (a clip-norm override leaves it alone)
+    ovf_axes = list(ovf_o[-1].axes or ()) if ovf_o else [a for a in axes if a in sharded_somewhere]
     any_flag = any(flags.values())
     buf = {d: any(flags[(g, tuple(d[pos[a]] for a in shard[g]))] for g in groups) for d in devices}
     for a in ovf_axes:

@@ -152,8 +152,7 @@ def test_clip_filter_pinned_sizes_agree_with_simulator(axes, overrides, ok, tp):
     sizes = {"dp": 2, "tp": tp, "microbatches": 1}
     report = check_plan(SESSION, spec, p, sizes)
     verdict = checker_keys(report)[("clip",)]
-    found = ("clip",) in simulator.norm_violations(p, sizes, random.Random(tp)) or any(
-        ("clip",) in simulator.norm_violations(p, sizes, random.Random(seed)) for seed in range(8))
+    found = any(("clip",) in simulator.norm_violations(p, sizes, random.Random(seed)) for seed in range(8))
     assert found is (not ok)
     assert verdict is (Verdict.PROVED if ok else Verdict.REFUTED), report.obligations
 
