@@ -110,6 +110,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PL141": ("bad-framework-config", "A DeepSpeed config or Megatron-LM arguments that cannot be read as a plan."),
     "PL142": ("sees-heads-split", "A parameter group that sees head-split activations ('sees = heads') but is split "
                                   "over the tensor axes itself: only a weight kept whole there has partial gradients."),
+    "PL150": ("filter-on-shards", "A duplicate filter (override clip_norm[g]: dedupe over (...)) over an axis where the "
+              "group's gradient is sharded: its pieces there are distinct values, not copies of one."),
     # types and units: PL2xx
     "PL201": ("unit-mismatch", "Bytes combined with a plain count by + or - (or compared with one)."),
     "PL202": ("unit-not-allowed", "A byte unit where a plain count is required (axis size, layer count, exponent)."),

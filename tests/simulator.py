@@ -368,9 +368,9 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random) ->
     devices = list(product(*[range(sizes[a]) for a in axes]))
     groups = groups_of(plan)
     shard = {g: grad_shard_axes(plan, g) for g in groups}
-    dedupe = {a for g in groups for a in shard[g]}
+    sharded_somewhere = {a for g in groups for a in shard[g]}
     plan_clip = _overrides(plan, "clip_norm", "reduce", "all") or _overrides(plan, "clip_norm", "reduce", None)
-    default_axes = list(plan_clip[-1].axes or ()) if plan_clip else [a for a in axes if a in dedupe]
+    default_axes = list(plan_clip[-1].axes or ()) if plan_clip else [a for a in axes if a in sharded_somewhere]
     # squared norms and overflow flags per (group, shard)
     q = {}
     flags = {}
@@ -384,10 +384,18 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random) ->
         own = _overrides(plan, "clip_norm", "reduce", g)
         g_axes = list(own[-1].axes or ()) if own else default_axes
         dc = _last_for(plan, "clip_norm", "double_count", g)
+        # the duplicate filter (semantics.md, "Global reductions"): the derived reduction counts a
+        # replicated group's copies on one rank of each axis it sums over; a written reduction is a
+        # plain sum, filtered only over the axes a dedupe override states
+        if own or plan_clip:
+            stated = _last_for(plan, "clip_norm", "dedupe", g)
+            filtered = set(stated.axes or ()) if stated is not None else set()
+        else:
+            filtered = set(g_axes)
         part = {}
         for d in devices:
             s = tuple(d[pos[a]] for a in shard[g])
-            counted = all(d[pos[a]] == 0 for a in set(g_axes) if a not in shard[g] and a in dedupe)
+            counted = all(d[pos[a]] == 0 for a in set(g_axes) if a not in shard[g] and a in filtered)
             factor = 1
             if dc is not None:
                 ties = [a for a in axes if axis_type(plan, g, a) == TIE]
@@ -400,7 +408,9 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random) ->
     if any(v != expected for v in total.values()):
         out.add(("clip",))
     ovf_o = _overrides(plan, "overflow", "reduce")
-    ovf_axes = list(ovf_o[-1].axes or ()) if ovf_o else default_axes
+    # the overflow flag has its own reduction: the derived axes unless an overflow override says
+    # otherwise (a clip-norm override leaves it alone)
+    ovf_axes = list(ovf_o[-1].axes or ()) if ovf_o else [a for a in axes if a in sharded_somewhere]
     any_flag = any(flags.values())
     buf = {d: any(flags[(g, tuple(d[pos[a]] for a in shard[g]))] for g in groups) for d in devices}
     for a in ovf_axes:

@@ -166,14 +166,13 @@ def test_norms_verdict_matches_brute_force(sp, k_dp, k_tp, n, t, m):
         assert brute_force_norms_ok(sp, k_dp, k_tp, n, t, m)
 
 
-def brute_force_clip_ok(zero: bool, clip_axes: tuple[str, ...], n: int, t: int) -> bool:
+def brute_force_clip_ok(zero: bool, clip_axes: tuple[str, ...], filtered: tuple[str, ...], n: int, t: int) -> bool:
     """Global grad norm on a dp × tp mesh by enumeration: dense weights split over tp,
     LayerNorm weights replicated over tp; with ZeRO-2 gradients also split over dp.
     A device adds the squares it holds (a replicated group only where its coordinate on
-    every replicated reduction axis that some group is sharded over is 0), then all-reduces
-    over clip_axes: a reduction over an axis nothing is sharded over sums copies."""
+    every filtered axis it is replicated on is 0: the stated duplicate filter), then
+    all-reduces over clip_axes, a plain sum: a group's copies on an unfiltered axis all count."""
     groups = {"dense": ("tp",) + (("dp",) if zero else ()), "norms": ("dp",) if zero else ()}
-    sharded_anywhere = {a for ax in groups.values() for a in ax}
     size = {"dp": n, "tp": t}
     pieces = [(g, tuple(product(*[range(size[a]) for a in ax]))) for g, ax in groups.items()]
     keys = [(g, s) for g, shards in pieces for s in shards]
@@ -186,10 +185,7 @@ def brute_force_clip_ok(zero: bool, clip_axes: tuple[str, ...], n: int, t: int) 
             coord = {"dp": dev[0], "tp": dev[1]}
             out = 0
             for g, ax in groups.items():
-                # replicated copies are counted once on axes some group is sharded over (the
-                # duplicate filter of a model-parallel norm); elsewhere every copy is summed
-                replicated = [a for a in set(clip_axes) if a not in ax and a in sharded_anywhere]
-                if all(coord[a] == 0 for a in replicated):
+                if all(coord[a] == 0 for a in filtered if a not in ax):
                     out += q[(g, tuple(coord[a] for a in ax))]
             return out
 
@@ -205,20 +201,26 @@ def brute_force_clip_ok(zero: bool, clip_axes: tuple[str, ...], n: int, t: int) 
     return True
 
 
-@settings(max_examples=30, deadline=None, derandomize=True)
-@given(hs.booleans(), hs.sampled_from([(), ("dp",), ("tp",), ("dp", "tp"), ("tp", "tp")]),
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(hs.booleans(), hs.sampled_from([(), ("dp",), ("tp",), ("dp", "tp"), ("tp", "tp")]), hs.booleans(),
        hs.integers(1, 2), hs.integers(1, 3))
-@example(True, ("dp", "tp"), 2, 2)  # ZeRO-2 + TP, summed over both: proved
-@example(True, ("tp",), 2, 2)  # ZeRO-2 shards not summed over dp: refuted
-@example(False, ("tp",), 2, 3)  # plain DP + TP: dp copies are whole, tp enough: proved
-@example(False, ("dp", "tp"), 2, 2)  # plain DP + TP summed over dp too: dp copies counted twice, refuted
-def test_clip_verdict_matches_brute_force(zero, clip_axes, n, t):
+@example(True, ("dp", "tp"), True, 2, 2)  # ZeRO-2 + TP, summed over both, norms filtered over tp: proved
+@example(True, ("dp", "tp"), False, 2, 2)  # the same as a plain sum: the norms' tp copies all count, refuted
+@example(True, ("tp",), True, 2, 2)  # ZeRO-2 shards not summed over dp: refuted
+@example(False, ("tp",), True, 2, 3)  # plain DP + TP: dp copies are whole, tp with the filter: proved
+@example(False, ("tp",), False, 2, 3)  # plain DP + TP, no filter: norms counted 3 times, refuted
+@example(False, ("dp", "tp"), False, 2, 2)  # plain DP + TP summed over dp too: dp copies counted twice, refuted
+def test_clip_verdict_matches_brute_force(zero, clip_axes, filter_stated, n, t):
+    """A written `clip_norm: reduce over (AXES)` is a plain sum; with `filter_stated` the plan also
+    states `clip_norm[g]: dedupe over (tp)` where tp is summed, for the groups replicated there."""
     dp_modes = "R,S,S,R" if zero else "R,R,R,R"
-    o = ov("clip_norm", "reduce", None, clip_axes)
-    spec, p = plan("p", {"dp": ("data", dp_modes), "tp": ("tensor", "S,S,S,S")}, overrides=(o,))
+    filtered = ("tp",) if filter_stated and "tp" in clip_axes else ()
+    o = (ov("clip_norm", "reduce", None, clip_axes),) + tuple(
+        ov("clip_norm", "dedupe", g, filtered) for g in ("norms", "biases") if filtered)
+    spec, p = plan("p", {"dp": ("data", dp_modes), "tp": ("tensor", "S,S,S,S")}, overrides=o)
     report = check_plan(Session(timeout=10), spec, p, {"dp": n, "tp": t, steps.MICROBATCHES: 1})
     sc = [x for x in report.obligations if x.name == "SC clip_norm"][0]
-    # the checker's plan also has biases and embedding groups: biases behave like norms,
-    # the embedding like dense, so the two-group oracle decides the same question
-    ok = brute_force_clip_ok(zero, clip_axes, n, t)
+    # the checker's plan also has biases and embedding groups: biases behave like norms (and are
+    # filtered alike), the embedding like dense, so the two-group oracle decides the same question
+    ok = brute_force_clip_ok(zero, clip_axes, filtered, n, t)
     assert sc.verdict is (Verdict.PROVED if ok else Verdict.REFUTED), sc

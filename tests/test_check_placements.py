@@ -122,6 +122,42 @@ def test_an_override_that_changes_nothing_is_an_error(o):
     assert e.value.diagnostics[0].code == "PL506"
 
 
+DDP_TP = {"dp": ("data", "R,R,R,R"), "tp": ("tensor", "S,S,S,S")}
+TP_SUM = ov("clip_norm", "reduce", None, ("tp",))
+
+
+@pytest.mark.parametrize("overrides,code", [
+    ((ov("clip_norm", "dedupe", "norms", ("tp",)),), "PL506"),  # the derived reduction filters already
+    ((TP_SUM, ov("clip_norm", "dedupe", "norms", ("dp",))), "PL506"),  # dp is not summed
+    ((TP_SUM, ov("clip_norm", "dedupe", "norms", ())), "PL506"),  # no axis
+    ((TP_SUM, ov("clip_norm", "dedupe", "norms", ("tp", "tp"))), "PL506"),  # tp twice
+    ((TP_SUM, ov("clip_norm", "dedupe", "dense", ("tp",))), "PL150"),  # dense is sharded over tp
+], ids=["beside-derived", "axis-not-summed", "no-axis", "axis-twice", "sharded-group"])
+def test_a_duplicate_filter_that_filters_nothing_is_an_error(overrides, code):
+    spec, p = plan("p", DDP_TP, overrides=overrides)
+    with pytest.raises(DiagnosticError) as e:
+        check_plan(SESSION, spec, p, {})
+    assert e.value.diagnostics[0].code == code
+
+
+def test_a_written_norm_reduction_is_a_plain_sum_and_the_filter_is_stated():
+    """Norms and biases are replicated over tp: the derived reduction over tp filters their copies
+    (and says so in a note); a written `reduce over (tp)` counts every copy until `dedupe` states the
+    filter."""
+    spec, p = plan("p", DDP_TP)
+    v, r = verdicts(spec, p)
+    assert v["SC clip_norm"] is Verdict.PROVED
+    note = [n for o in r.obligations if o.name == "SC clip_norm" for n in o.notes]
+    assert note and "derived" in note[0] and "norms, biases" in note[0] and "(tp)" in note[0]
+    spec, p = plan("p", DDP_TP, overrides=(TP_SUM,))
+    assert "SC clip_norm" in refuted(spec, p)
+    spec, p = plan("p", DDP_TP, overrides=(TP_SUM, ov("clip_norm", "dedupe", None, ("tp",))))
+    v, r = verdicts(spec, p, {"dp": 2, "tp": 4, "microbatches": 1})
+    assert v["SC clip_norm"] is Verdict.PROVED
+    assert [n for o in r.obligations if o.name == "SC clip_norm" for n in o.notes][0].startswith(
+        "duplicate filter (stated)")
+
+
 def test_one_defect_is_one_finding_with_its_root_cause():
     spec, p = plan("p", {"dp": ("data", "R,R,R,R"), "tp": ("tensor", "S,S,S,S")}, sp=True,
                    overrides=(ov("grads", "reduce", "norms", ("dp",)),))

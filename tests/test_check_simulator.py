@@ -82,6 +82,7 @@ def plans(draw):
         hs.sampled_from([ov("loss", "per_device_mean"), ov("loss", "per_microbatch_mean"), ov("loss", "sum")]),
         hs.builds(lambda g, a: ov("clip_norm", "reduce", g, a), group, axis_lists),
         hs.builds(lambda g: ov("clip_norm", "double_count", g), group),
+        hs.builds(lambda g, a: ov("clip_norm", "dedupe", g, a), group, axis_lists),
         hs.builds(lambda a: ov("overflow", "reduce", None, a), axis_lists),
         hs.builds(lambda a: ov("params", "gather", None, a), axis_lists),
     )
@@ -120,6 +121,40 @@ def test_checker_agrees_with_the_simulator(generated, seed):
     for key in found:
         assert key in verdicts, (key, "violated in the simulator, no such obligation in the checker")
     assert not disagreements, (disagreements, p.placements, p.overrides, p.sequence_parallel)
+
+
+DDP_TP = {"dp": ("data", "R,R,R,R"), "tp": ("tensor", "S,S,S,S")}
+ZERO2_TP = {"dp": ("data", "R,S,S,R"), "tp": ("tensor", "S,S,S,S")}
+CLIP_FILTER_CASES = [
+    # (axes, overrides, whether the global norm is right, by hand: norms and biases are replicated
+    # over tp, dense and embedding sharded there; under DDP every group is replicated over dp)
+    (DDP_TP, (), True),  # the derived reduction over tp, with the duplicate filter for norms and biases
+    (DDP_TP, (ov("clip_norm", "reduce", "norms", ("tp",)),), False),  # norms' copies summed: tp times
+    (DDP_TP, (ov("clip_norm", "reduce", "norms", ("tp",)), ov("clip_norm", "dedupe", "norms", ("tp",))), True),
+    (DDP_TP, (ov("clip_norm", "reduce", None, ("tp",)),), False),
+    (DDP_TP, (ov("clip_norm", "reduce", None, ("tp",)), ov("clip_norm", "dedupe", None, ("tp",))), True),
+    (DDP_TP, (ov("clip_norm", "reduce", None, ("tp",)), ov("clip_norm", "dedupe", "norms", ("tp",))), False),  # biases
+    (DDP_TP, (ov("clip_norm", "reduce", None, ("dp", "tp")), ov("clip_norm", "dedupe", None, ("dp", "tp"))), True),
+    (DDP_TP, (ov("clip_norm", "reduce", None, ("dp", "tp")), ov("clip_norm", "dedupe", None, ("tp",))), False),
+    (DDP_TP, (ov("clip_norm", "reduce", None, ("tp", "tp")), ov("clip_norm", "dedupe", None, ("tp",))), False),
+    (ZERO2_TP, (ov("clip_norm", "reduce", None, ("dp", "tp")),), False),
+    (ZERO2_TP, (ov("clip_norm", "reduce", None, ("dp", "tp")), ov("clip_norm", "dedupe", "all", ("tp",))), True),
+]
+
+
+@pytest.mark.parametrize("tp", [2, 3, 4])
+@pytest.mark.parametrize("axes,overrides,ok", CLIP_FILTER_CASES)
+def test_clip_filter_pinned_sizes_agree_with_simulator(axes, overrides, ok, tp):
+    """A written clip-norm reduction is a plain sum and the duplicate filter a stated construct:
+    with every size pinned (dp = 2, tp = 2, 3, 4), the checker's SC clip_norm, the simulator and the
+    hand-derived answer agree."""
+    spec, p = plan("p", axes, overrides=overrides)
+    sizes = {"dp": 2, "tp": tp, "microbatches": 1}
+    report = check_plan(SESSION, spec, p, sizes)
+    verdict = checker_keys(report)[("clip",)]
+    found = any(("clip",) in simulator.norm_violations(p, sizes, random.Random(seed)) for seed in range(8))
+    assert found is (not ok)
+    assert verdict is (Verdict.PROVED if ok else Verdict.REFUTED), report.obligations
 
 
 def test_simulator_hand_cases():

@@ -305,10 +305,10 @@ def norm_negation(env: Env, prefix: str, boolean: bool) -> tuple[list, Callable[
         if not boolean:
             factor = one
             for a, times in k.items():
-                # reduced over an axis the group is sharded over, or one where replicated copies are
-                # counted once, the first reduction sums distinct values; otherwise every reduction
-                # sums copies of the same value and multiplies it
-                dedupe = a in shard or a in step.norm_dedupe_axes
+                # reduced over an axis the group is sharded over, or one where its copies are counted
+                # once (the duplicate filter), the first reduction sums distinct values; otherwise every
+                # reduction sums copies of the same value and multiplies it
+                dedupe = a in shard or a in g.clip_filter
                 factor = factor * _pow(env.size(a), times - 1 if dedupe else times, one)
             dc = one
             if g.double_count:

@@ -36,6 +36,20 @@ class Obligation:
     unknown: str = ""  # a fact the step model lacks to decide it: the verdict is unknown, saying which
 
 
+def _filter_notes(step: steps.StepModel) -> tuple[str, ...]:
+    """The duplicate filters of the norm reduction, derived or stated, one note per filter."""
+    by: dict[tuple[tuple[str, ...], bool, Span], list[str]] = {}
+    for g in step.groups:
+        if g.clip_filter:
+            by.setdefault((g.clip_filter, g.clip_filter_stated, g.clip_filter_span), []).append(g.group)
+    out = []
+    for (axes, stated, span), names in by.items():
+        how = ("stated" + (f" at line {span.line}" if span != NO_SPAN else "")) if stated else "derived"
+        out.append(f"duplicate filter ({how}): the copies of {', '.join(names)} over ({', '.join(axes)}) counted on "
+                   "one rank there in the norm")
+    return tuple(out)
+
+
 def _span(span: Span, fallback: Span) -> Span:
     return fallback if span == NO_SPAN else span
 
@@ -67,7 +81,8 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
         "SC clip_norm", STATE_CONSISTENCY, _span(step.clip_span, P),
         "every device's grad norm (and so its clip coefficient) equals the global norm over all shards and "
         "stages, each parameter counted once",
-        lambda env: en.norm_negation(env, "clip", False), lambda w: rs.replay_norm(ctx, w, False)))
+        lambda env: en.norm_negation(env, "clip", False), lambda w: rs.replay_norm(ctx, w, False),
+        _filter_notes(step)))
     obs.append(Obligation(
         "SC overflow", STATE_CONSISTENCY, _span(step.overflow_span, P),
         "every device takes the same loss-scale overflow decision (skip or step), the global one",

@@ -61,8 +61,9 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
             part: dict[Coord, object] = {}
             for dev in devices:
                 v = placed.get((g.group, tuple(dev[pos[a]] for a in g.shard_axes)))
+                # the duplicate filter: a copy is counted on rank 0 of every filtered axis only
                 counted = bool(v) and all(dev[pos[a]] == 0 for a in set(g_axes)
-                                          if a not in g.shard_axes and a in step.norm_dedupe_axes)
+                                          if a not in g.shard_axes and a in g.clip_filter)
                 dc = 1
                 if counted and g.double_count:
                     tie = [d for d in g.dims if d.tie]
@@ -80,7 +81,8 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
     if not bad:
         return None
     dev = bad[0]
-    where = ", ".join(f"{g}{coords_text(step.group(g).shard_axes, s)}" for g, s in sorted(placed))
+    where = ", ".join(f"{g}{coords_text(step.group(g).shard_axes, s)}" if step.group(g).shard_axes
+                      else f"{g} (whole on every device)" for g, s in sorted(placed))
     group_axes = {g.clip_axes for g in step.groups if g.clip_axes is not None}
     if not boolean and len(group_axes) > 1:
         reduce_text = "; ".join(f"{g.group}: " + (f"all-reduce over ({', '.join(g.clip_axes)})" if g.clip_axes
@@ -118,6 +120,11 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
         if extra:
             diag.append(f"squared norms{of} are summed too often over ({', '.join(sorted(extra))})")
     for g in step.groups:
+        copies = [a for a in dict.fromkeys(g.clip_axes or ()) if a not in g.shard_axes and a not in g.clip_filter
+                  and a in derived and sizes[a] >= 2]  # (an axis outside the derived sum is reported above)
+        if copies:
+            diag.append(f"{g.group} is replicated over ({', '.join(copies)}) and its squared norm is summed there "
+                        "with no duplicate filter: every copy is counted")
         if g.double_count:
             diag.append(f"{g.group} is counted twice in the norm (it is held on two devices and not de-duplicated)")
     return Counterexample(ctx.sizes_tuple(sizes), (("observer", coords_text(axes, dev)),), values, eq, tuple(diag),

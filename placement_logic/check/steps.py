@@ -34,7 +34,7 @@ from .dims import (  # noqa: F401  (the dimension vocabulary, used by the module
     GradDim,
     axis_dims,
 )
-from .wellformed import SPLIT_MODES, no_effect, persistent_modes, tied
+from .wellformed import SPLIT_MODES, filter_no_effect, no_effect, persistent_modes, tied
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,12 @@ class GroupModel:
     spans: tuple[tuple[str, Span], ...] = ()  # per GI aspect (dimension or NORMALISATION): its source
     clip_axes: tuple[str, ...] | None = None  # axes this group's squared norm is summed over (None: the plan's)
     clip_span: Span = NO_SPAN
+    # axes of clip_axes over which the group's copies (it is replicated there) are counted on one rank only:
+    # the duplicate filter of a model-parallel norm, derived on every replicated axis of the derived
+    # reduction, or stated (`override clip_norm[g]: dedupe over (...)`) beside a stated `reduce over`
+    clip_filter: tuple[str, ...] = ()
+    clip_filter_stated: bool = False  # the filter is stated by an override (else derived)
+    clip_filter_span: Span = NO_SPAN  # the stated filter's override
     objective: str = "mean"  # "mean": the global token mean; "sum": the sum over tokens (loss: sum)
     undecided: str = ""  # a fact the step model lacks to decide this group's gradient (its obligations: unknown)
 
@@ -113,8 +119,6 @@ class StepModel:
     optimizer_span: Span = NO_SPAN
     params_span: Span = NO_SPAN
     equal_tokens: bool = False  # `override tokens: equal`: every device and microbatch has the same count
-    norm_dedupe_axes: tuple[str, ...] = ()  # axes some group's gradient is sharded over: a norm reduction
-    # there counts a group replicated on it once (Megatron's duplicate filter); elsewhere it multiplies
 
     def size_aliases(self) -> dict[str, str]:
         """Symbols that name a size of the step: the model's microbatches symbol."""
@@ -308,7 +312,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     all_shard = tuple(dict.fromkeys(a for g in groups for a in g.shard_axes))
     clip_o = last("clip_norm", "reduce", "all") or last("clip_norm", "reduce", None)
     plan_clip = tuple(clip_o.axes or ()) if clip_o else all_shard
-    groups = [g if g.clip_axes is not None else replace(g, clip_axes=plan_clip) for g in groups]
+    groups = _clip_filters(groups, plan_clip, last)
     overflow_o = last("overflow", "reduce")
     seed_o = last("dropout_seed")
     if seed_o is None:
@@ -321,6 +325,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     offloaded_params = par_pl.offloaded or any(m is ir.Mode.O for _, m in par_pl.modes)
     if overrides:
         no_effect(plan, tuple(g.group for g in groups), bool(needed), offloaded_params)
+        filter_no_effect(plan.overrides, groups)
     rg_o = last("params", "no_regather")
     gather_o = last("params", "gather")
     fetch_o = last("params", "no_fetch")
@@ -341,7 +346,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         loss_span=(loss_o or tok_o).span if (loss_o or tok_o) else plan.span,
         clip_axes=plan_clip,
         clip_span=(clip_o or last("clip_norm", "reduce") or last("clip_norm", "double_count")
-                   or plan).span,
+                   or last("clip_norm", "dedupe") or plan).span,
         overflow_axes=tuple(overflow_o.axes or ()) if overflow_o else all_shard,
         overflow_span=overflow_o.span if overflow_o else plan.span,
         seed_vary=seed_vary,
@@ -378,5 +383,27 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         optimizer_span=opt_pl.span,
         params_span=(gather_o.span if gather_o else par_pl.span),
         equal_tokens=eq_o is not None,
-        norm_dedupe_axes=all_shard,
     )
+
+
+def _clip_filters(groups: list[GroupModel], plan_clip: tuple[str, ...], last) -> list[GroupModel]:
+    """Each group's norm reduction and duplicate filter. A group no `clip_norm: reduce` override
+    applies to takes the derived reduction (``plan_clip``, the axes some group is sharded over)
+    with the filter on every axis of it the group is replicated on: its copies there are counted
+    on one rank only, as Megatron-LM counts tensor-parallel duplicates and a shared embedding
+    once. A stated reduction is a plain sum: a group's copies on a summed axis each count, unless
+    a `clip_norm: dedupe over (...)` override states the filter."""
+    out = []
+    for g in groups:
+        if g.clip_axes is None:
+            filt = tuple(a for a in dict.fromkeys(plan_clip) if a not in g.shard_axes)
+            out.append(replace(g, clip_axes=plan_clip, clip_filter=filt))
+            continue
+        o = last("clip_norm", "dedupe", g.group) or last("clip_norm", "dedupe", "all") \
+            or last("clip_norm", "dedupe", None)
+        if o is None:
+            out.append(g)
+            continue
+        filt = tuple(a for a in dict.fromkeys(o.axes or ()) if a in g.clip_axes and a not in g.shard_axes)
+        out.append(replace(g, clip_filter=filt, clip_filter_stated=True, clip_filter_span=o.span))
+    return out

@@ -81,6 +81,39 @@ def no_effect(plan: ir.Plan, groups: tuple[str, ...], needs_regather: bool, offl
                        f"nothing: {why}", o.span)
 
 
+def filter_no_effect(overrides: tuple[ir.Override, ...], groups) -> None:
+    """A duplicate filter (`clip_norm[g]: dedupe over (AXES)`) must count some group's copies once
+    that a stated norm reduction would otherwise sum: over an axis where every group it names is
+    sharded it has no copies to count (PL150); over an axis no such group's norm is summed, or where
+    the derived reduction filters already, it changes nothing (PL506). ``groups``: the step's
+    ``GroupModel`` records, with their norm reductions and filters."""
+    for o in overrides:
+        if o.target != "clip_norm" or o.verb != "dedupe":
+            continue
+        head = f"override clip_norm{f'[{o.group}]' if o.group else ''}: dedupe over ({', '.join(o.axes or ())})"
+        targets = [g for g in groups if o.group in (None, "all") or g.group == o.group]
+        named = o.group not in (None, "all")
+        if not o.axes:
+            raise _err("PL506", f"{head} changes nothing: it names no axis", o.span)
+        for a in dict.fromkeys(o.axes):
+            if o.axes.count(a) > 1:
+                raise _err("PL506", f"{head} changes nothing the second time it names {a}: a filter counts each "
+                           "copy once however often it is stated", o.span)
+            copies = [g for g in targets if a not in g.shard_axes]
+            if not copies:
+                raise _err("PL150", f"{head}: the gradient of {o.group if named else 'every group'} is sharded over "
+                           f"{a}, so its pieces there are distinct values, not copies of one; a duplicate filter "
+                           "applies to a group replicated on the axis", o.span)
+            who = o.group if named else f"every group replicated on {a} ({', '.join(g.group for g in copies)})"
+            summed = [g for g in copies if a in g.clip_axes]
+            if not summed:
+                raise _err("PL506", f"{head} changes nothing: the squared norm of {who} is not summed over {a}, so "
+                           f"its copies on {a} are counted once already", o.span)
+            if all(not g.clip_filter_stated and a in g.clip_filter for g in summed):
+                raise _err("PL506", f"{head} changes nothing: no `clip_norm: reduce` override states the norm "
+                           f"reduction of {who}, and the derived one counts its copies on {a} once already", o.span)
+
+
 def _every_microbatch_no_effect(plan: ir.Plan, o: ir.Override) -> str | None:
     """Why ``override grads: reduce_every_microbatch`` changes nothing, or None: it applies to the
     whole gradient buffer, needs gradient accumulation, and must move some reduction that is

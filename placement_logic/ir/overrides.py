@@ -15,6 +15,8 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     "clip_norm": {
         "reduce": (True, False),  # squared norms summed over exactly these axes
         "double_count": (False, False),  # group counted twice in the norm
+        # the duplicate filter: a group's copies on these axes counted on one rank only (with a stated reduce)
+        "dedupe": (True, False),
     },
     "loss": {
         "per_device_mean": (False, False),

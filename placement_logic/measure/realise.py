@@ -25,7 +25,8 @@ Overrides reproduced: grads reduce over () (no gradient all-reduce) or over the 
 twice (a second all-reduce by hand after DDP's), grads divide by X with loss global_mean
 or per_device_mean (the reduced sum divided by the matching factor), clip_norm reduce
 over () (clip coefficient from the local shard's norm, FSDP or tensor parallel),
-clip_norm reduce over (<all data axes>) (correct global clipping) and params
+clip_norm reduce over (the axes the gradients are sharded on, and replicated data axes with
+the duplicate filter stated: clip_norm dedupe over them) (correct global clipping) and params
 no_regather (ZeRO's step without its parameter all-gather).
 Byte widths (``realised_widths``): as the spec's ``bytes`` section states them — parameters
 and gradients in bfloat16 (2) or fp32 (4), optimizer = 12 as an fp32 master copy and Adam's

@@ -3,7 +3,7 @@
 Input: a plan, the axes its run gives each role, the spec's bindings and the list of reasons
 the plan cannot be realised. Output: ``HarnessOverrides``, what the ranks do differently from
 the library strategies (a gradient reduction skipped or repeated, a divisor, a loss
-normalisation, a clip norm over other axes, dropout seeds, the tied embedding's reduction,
+normalisation, a clip norm over other axes and its duplicate filter, dropout seeds, the tied embedding's reduction,
 no re-gather, a reduction after every microbatch); an override the harness cannot reproduce
 adds its reason, so the plan is reported unrealised rather than run as something else.
 """
@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import Mapping, NamedTuple
 
 from .. import ir
+from ..ir import groups as pg
 from .shape import ShapeError, value_of
 
 TENSOR_WHOLE_GROUPS = ("norms", "biases")  # kept whole on a tensor axis: norm weights and biases, row-parallel biases
@@ -50,7 +51,14 @@ def read_overrides(plan: ir.Plan, axes: RunAxes, bindings: Mapping, reasons: lis
     ov = HarnessOverrides()
     data_axes, tensor_axis, context_axis, expert_axis, pipeline_axis = axes
     tf = plan.model.transformer
+    clip_sum: tuple[str, ...] | None = None  # the axes of a plan-wide `clip_norm: reduce`
+    filters: list[ir.Override] = []  # `clip_norm: dedupe` overrides
     for o in plan.overrides:
+        if o.target == "clip_norm" and o.verb == "reduce" and o.group in (None, "all"):
+            clip_sum = tuple(o.axes or ())
+        if o.target == "clip_norm" and o.verb == "dedupe":
+            filters.append(o)
+            continue
         if o.target == "grads" and o.verb == "reduce" and o.group in (None, "all"):
             if not o.axes:
                 ov.grad_reduce = "none"
@@ -104,7 +112,10 @@ def read_overrides(plan: ir.Plan, axes: RunAxes, bindings: Mapping, reasons: lis
             # under a pipeline: the norm over every stage (the pipeline axis and a tensor axis), or
             # each stage's own (the tensor axis alone)
             model_axes = {pipeline_axis} | ({tensor_axis} if tensor_axis else set())
-            if model_axes <= set(o.axes) <= model_axes | set(data_axes):
+            if len(set(o.axes)) != len(o.axes):
+                reasons.append(f"override clip_norm: reduce over ({', '.join(o.axes)}) sums twice over an axis, "
+                               "which the harness does not realise")
+            elif model_axes <= set(o.axes) <= model_axes | set(data_axes):
                 ov.clip = "global"
             elif tensor_axis and set(o.axes) == {tensor_axis}:
                 ov.clip = "stage"
@@ -113,13 +124,58 @@ def read_overrides(plan: ir.Plan, axes: RunAxes, bindings: Mapping, reasons: lis
         elif o.target == "grads" and o.verb == "reduce_every_microbatch" and o.group in (None, "all"):
             ov.every = True
         elif o.target == "clip_norm" and o.verb == "reduce" and o.group in (None, "all"):
+            # the global norm: summed at least over the axes the gradients are sharded on (the tensor
+            # axis, data axes with sharded gradients), each axis once; copies summed over a replicated
+            # axis ask for a stated filter (_filters_realised)
+            grads = plan.placement(ir.State.GRADS)
+            sharded = {a for a in data_axes if grads.mode(a) is not ir.Mode.R} | ({tensor_axis} if tensor_axis else set())
             if not o.axes:
                 ov.clip = "local"
-            elif set(o.axes) == set(data_axes) | ({tensor_axis} if tensor_axis else set()):
+            elif sharded <= set(o.axes) <= set(data_axes) | sharded and len(set(o.axes)) == len(o.axes):
                 ov.clip = "global"
             else:
                 reasons.append(f"override clip_norm: reduce over ({', '.join(o.axes)}) is not realised")
         else:
             group = f"[{o.group}]" if o.group else ""
             reasons.append(f"override {o.target}{group}: {o.verb} is not realised by the harness")
+    if ov.clip in ("global", "stage") and clip_sum is not None:
+        _filters_realised(plan, axes, clip_sum, filters, reasons)
+    elif filters:
+        reasons.append("override clip_norm: dedupe is realised only beside a norm reduction the harness runs over "
+                       "the stages, the tensor axis or the data axes")
     return ov
+
+
+def _filters_realised(plan: ir.Plan, axes: RunAxes, clip_sum: tuple[str, ...], filters: list[ir.Override],
+                      reasons: list[str]) -> None:
+    """The harness's clip norm (``clip_grad_norm_`` on DTensors or whole local gradients, or
+    Megatron-LM's sum over the stages) counts every copy of a parameter once: it realises a
+    written `clip_norm: reduce over (AXES)`, a plain sum, only where the plan states the
+    duplicate filter for every group with copies on a summed axis (a data axis with replicated
+    gradients: every group; the tensor axis: the groups whole on it; the pipeline axis: a tied
+    embedding), and no filter the harness does not apply."""
+    data_axes, tensor_axis, _, expert_axis, pipeline_axis = axes
+    present = pg.check_groups(plan.model, expert_axis is not None)
+    grads = plan.placement(ir.State.GRADS)
+    tf = plan.model.transformer
+    needed: set[tuple[str, str]] = set()
+    for a in set(clip_sum):
+        if a in data_axes and grads.mode(a) is ir.Mode.R:
+            needed |= {(g, a) for g in present}
+        elif a == tensor_axis:
+            needed |= {(g, a) for g in TENSOR_WHOLE_GROUPS if g in present}
+        elif a == pipeline_axis and tf is not None and tf.tied_embeddings:
+            needed.add(("embedding", a))
+    stated = {(g, a) for o in filters for a in o.axes or () for g in present
+              if g == o.group or (o.group in (None, "all") and (g, a) in needed)}  # no group: those with copies
+    missing = sorted(needed - stated, key=lambda x: (x[1], x[0]))
+    if missing:
+        where = "; ".join(f"{', '.join(g for g, b in missing if b == a)} over {a}"
+                          for a in dict.fromkeys(a for _, a in missing))
+        reasons.append(f"override clip_norm: reduce over ({', '.join(clip_sum)}) is a plain sum that counts every "
+                       f"copy of {where}; the harness's clip counts each parameter once (a duplicate filter), so it "
+                       "realises the sum only with that filter stated (override clip_norm: dedupe over (...))")
+    extra = sorted(stated - needed)
+    if extra:
+        reasons.append("override clip_norm: dedupe is realised only for the copies the harness filters: "
+                       + "; ".join(f"{g} over {a}" for g, a in extra) + " is not one of them")

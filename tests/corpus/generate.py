@@ -242,6 +242,8 @@ MB_MEANS = "per-microbatch means in gradient accumulation (huggingface/transform
 CP_TOKENS = "token count reduced over the pure DP group under CP (verl-project/verl#5983, #6049)"
 EXPERT_DIV = "expert grads divided by the expert-data size (deepspeedai/DeepSpeed#6546, NVIDIA/Megatron-LM#5956)"
 TIED_SUM = "tied embedding copies not summed across stages (NVIDIA/Megatron-LM#299, uw-syfi/piper#13)"
+CLIP_FILTER = ("a model-parallel grad norm without Megatron-LM's duplicate filter: tensor-parallel duplicates "
+               "(param_is_not_tensor_parallel_duplicate) are counted on tensor rank 0 only")
 TIED_NORM = "tied embedding counted twice in the grad norm (NVIDIA/Megatron-LM#7227, #7228)"
 NO_BUFFER = "ZeRO-2/3 under pipeline accumulation (deepspeedai/DeepSpeed#823, #1629)"
 REGATHER = "Megatron's distributed optimizer all-gathers the updated params after every step"
@@ -550,6 +552,22 @@ mutant("clip_norm_reduce_replicated_tp", "tp",
        "the grad norm summed over dp and tp (`clip_norm: reduce over (dp, tp)`): DDP grads are replicated over "
        "dp, so every element is counted dp times.",
        ["override clip_norm: reduce over (dp, tp)"], ["SC clip_norm"])
+for name, b, lines, what in [
+    ("clip_norm_norms_reduce_unfiltered_tp", "tp", ["override clip_norm[norms]: reduce over (tp)"],
+     "the norm weights' squared norm summed over tp with no duplicate filter (`clip_norm[norms]: reduce over "
+     "(tp)`): they are replicated over tp, so every tp rank's copy is counted"),
+    ("clip_norm_reduce_unfiltered_tp", "tp", ["override clip_norm: reduce over (tp)"],
+     "the grad norm summed over tp with no duplicate filter (`clip_norm: reduce over (tp)`): the norm weights "
+     "and biases, replicated over tp, are counted tp times"),
+    ("clip_norm_reduce_unfiltered_fsdp_tp", "fsdp_tp", ["override clip_norm: reduce over (dp, tp)"],
+     "the grad norm summed over dp and tp with no duplicate filter (`clip_norm: reduce over (dp, tp)`): the "
+     "norm weights and biases, replicated over tp, are counted tp times"),
+    ("clip_norm_reduce_filter_norms_only_tp", "tp",
+     ["override clip_norm: reduce over (tp)", "override clip_norm[norms]: dedupe over (tp)"],
+     "the grad norm summed over tp with the duplicate filter stated for the norm weights only "
+     "(`clip_norm[norms]: dedupe over (tp)`): the biases, replicated over tp too, are counted tp times"),
+]:
+    mutant(name, b, what + ".", lines, ["SC clip_norm"], mirrors=CLIP_FILTER)
 mutant("dropout_seed_vary_data_only_sp", "sp",
        "dropout seeds varying over dp only (`dropout_seed: vary over (dp)`): sequence-parallel slices on tp "
        "repeat one mask.", ["override dropout_seed: vary over (dp)"], ["SC dropout_seed"], mirrors=SP_DROPOUT)
@@ -785,6 +803,25 @@ for name, b, lines, why in [
      "HYBRID_SHARD grads are sharded over gpus and replicated over nodes."),
 ]:
     with_base(f"harmless_{name}", b, why, lines)
+
+# the duplicate filter stated beside a written norm reduction (Megatron-LM's clip_grad_norm: the
+# squared norm of the parameters that are not tensor-parallel duplicates, and of a shared embedding
+# on one stage, all-reduced over the model-parallel group)
+for name, b, lines, why in [
+    ("tp", "tp", ["override clip_norm: reduce over (tp)", "override clip_norm: dedupe over (tp)"],
+     "the grad norm summed over tp, the norm weights and biases (replicated over tp) counted on one tp rank."),
+    ("norms_tp", "tp", ["override clip_norm[norms]: reduce over (tp)", "override clip_norm[norms]: dedupe over (tp)"],
+     "the norm weights' squared norm summed over tp and counted on one tp rank."),
+    ("fsdp_tp", "fsdp_tp", ["override clip_norm: reduce over (dp, tp)", "override clip_norm: dedupe over (tp)"],
+     "the grad norm summed over the dp shards and over tp, the tp-replicated groups counted on one tp rank."),
+    ("sp", "sp", ["override clip_norm: reduce over (tp)", "override clip_norm: dedupe over (tp)"],
+     "under sequence parallelism the reduced norm-weight and bias gradients are replicated over tp: filtered."),
+    ("3d", "3d", ["override clip_norm: reduce over (tp, pp)", "override clip_norm: dedupe over (tp, pp)"],
+     "Megatron-LM's norm: tensor-parallel duplicates on one tp rank, the tied embedding on one stage, summed "
+     "over tp and pp."),
+]:
+    with_base(f"filtered_clip_norm_{name}", b, "a written norm reduction with the duplicate filter stated: " + why,
+              lines)
 
 with_base("experts_replicated_ep", "ep",
           "experts placed R on ep: every rank holds every expert, so expert grads are partial over ep and the "

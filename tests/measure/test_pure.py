@@ -350,6 +350,7 @@ def test_zero2_under_a_pipeline_one_chunk_per_rank():
     ("examples/bugs/tied_embedding_not_summed.place", "tied_not_summed", {"tie_reduce": False}),
     ("examples/bugs/tied_embedding_norm_twice.place", "tied_counted_twice", {"clip": "global", "clip_double_count": True}),
     ("examples/bugs/pipeline_clip_per_stage.place", "clip_without_stages", {"clip": "stage"}),
+    ("examples/safe/tp_clip_duplicate_filter.place", "tp_clip_filtered", {"clip": "global"}),
     ("examples/bugs/norms_reduced_over_tp.place", "tp_norms_reduced_twice",
      {"tensor_reduced_again": ("norms",), "tensor_unreduced": ()}),
     ("examples/bugs/sp_layernorm_grads.place", "sp_norms_dp_only",
@@ -363,6 +364,41 @@ def test_further_plans_are_realised(path, plan, fields):
     assert isinstance(r, Realisation), r
     for name, want in fields.items():
         assert getattr(r, name) == want, (name, getattr(r, name))
+
+
+TP_CLIP = ("from std.data import ddp, zero3\nfrom std.tensor import megatron_tp\nmodel {{ params = 1e9 }}\n"
+           "mesh {{ dp = 2\n tp = 2 }}\nplan p {{\n  dp: {data}\n  tp: megatron_tp\n  {overrides}\n}}\n")
+
+
+@pytest.mark.parametrize("data,overrides,missing", [
+    # the norm weights and biases are whole on every tp rank: a plain sum over tp counts them twice,
+    # which the harness's clip_grad_norm_ on DTensors (a duplicate filter) does not do
+    ("zero3", "override clip_norm: reduce over (dp, tp)", "norms over tp"),
+    ("zero3", "override clip_norm: reduce over (dp, tp)\n  override clip_norm[norms]: dedupe over (tp)",
+     "biases over tp"),
+    # DDP gradients are whole on every dp rank: summing the norm over dp counts every copy
+    ("ddp", "override clip_norm: reduce over (dp, tp)\n  override clip_norm: dedupe over (tp)",
+     "biases, dense, embedding, norms over dp"),
+])
+def test_an_unfiltered_norm_sum_is_not_realised_as_a_filtered_one(data, overrides, missing):
+    """A written clip-norm reduction is a plain sum; the harness's clip counts every parameter once, so it
+    is reported unrealised (with the copies it would miscount) unless the plan states the filter."""
+    spec = load_string(TP_CLIP.format(data=data, overrides=overrides), file="<t>")
+    plan = spec.plan("p")
+    sizes = mesh_sizes(plan, None)
+    r = realise(plan, sizes, run_bindings(spec, sizes))
+    assert isinstance(r, Unrealised), r
+    assert any("plain sum" in x and missing in x for x in r.reasons), r.reasons
+
+
+def test_a_stated_filter_is_realised_as_the_harness_clip():
+    text = TP_CLIP.format(data="zero3", overrides="override clip_norm: reduce over (dp, tp)\n"
+                                                  "  override clip_norm: dedupe over (tp)")
+    spec = load_string(text, file="<t>")
+    plan = spec.plan("p")
+    sizes = mesh_sizes(plan, None)
+    r = realise(plan, sizes, run_bindings(spec, sizes))
+    assert isinstance(r, Realisation) and r.clip == "global", r
 
 
 def test_zeropp_needs_one_unit_per_step():
