@@ -124,11 +124,13 @@ def test_copied_kv_heads_agree_with_the_simulator():
     assert verdicts(spec, "kv_with_tp")["GI grads[kv] over tp"] is Verdict.REFUTED  # heads added together
 
 
-def test_a_pinned_size_that_is_no_multiple_of_the_kv_heads_is_unknown():
+def test_a_pinned_size_that_is_no_multiple_of_the_kv_heads_is_an_input_error():
+    """tp = 3 over 2 kv heads (and 8 heads) is no shape at all: the pinned size meets the written size's
+    check (PL130), so the copies' obligations never see it."""
     spec = load_string(spec_text(2, 4, {"derived": ""}, qk_norm=False), "heads.place")
-    report = check_spec(spec, ["derived"], pinned={"tp": 3}, timeout=20).plans[0]
-    kv = [o for o in report.obligations if "grads[kv]" in o.name]
-    assert kv and all(o.verdict is Verdict.UNKNOWN and "not a multiple" in o.reason for o in kv)
+    with pytest.raises(DiagnosticError) as exc:
+        check_spec(spec, ["derived"], pinned={"tp": 3}, timeout=20)
+    assert any(d.code == "PL130" and "the kv heads (2)" in d.message for d in exc.value.diagnostics)
 
 
 def test_kv_heads_dividing_tp_stay_sharded():

@@ -336,6 +336,7 @@ def realise(plan: ir.Plan, sizes: Mapping[str, int], bindings: Mapping[str, ir.V
                            "realised by the harness")
     if not data_axes and tensor_axis is None and pipeline_axis is None:
         reasons.append("the plan has no data, tensor or pipeline axis to realise")
+    reasons += _group_reasons(plan)
     widths = realised_widths(plan.model, bindings)
     if isinstance(widths, str):
         reasons.append(widths)
@@ -407,3 +408,21 @@ def _product(sizes: Mapping[str, int], axes) -> int:
     for a in axes:
         n *= sizes[a]
     return n
+
+
+def _group_reasons(plan: ir.Plan) -> list[str]:
+    """A ``group`` block of the model that changes what the plan runs: the harness builds the layers
+    from the transformer shape alone and places every parameter by the plan's modes, so a group of
+    the user's own, a restated tensor rule, group modes or roles would be dropped, not run."""
+    out = []
+    for d in plan.model.groups:
+        said = [w for w, present in (("its own size", d.count is not None or d.fraction is not None),
+                                     (f"tensor = {d.tensor}", d.tensor is not None),
+                                     (f"stage = {d.stage}", d.stage is not None),
+                                     ("an expert rule", d.experts is not None), (f"like = {d.like}", d.like is not None),
+                                     (f"sees = {d.sees}", d.sees is not None), ("modes of its own", bool(d.modes)),
+                                     ("roles of its own (parallel folding)", bool(d.roles))) if present]
+        if said:
+            out.append(f"group {d.name} ({', '.join(said)}, line {d.span.line}) is not realised by the harness, which "
+                       "builds the layers from the transformer shape and places every parameter by the plan's modes")
+    return out

@@ -71,6 +71,10 @@ def _checker_text(rep: MeasureReport) -> list[str]:
     return out
 
 
+def _reason_word(rep: MeasureReport) -> str:
+    return {Outcome.UNREALISED: "not realised", Outcome.MISMATCH: "not a match"}.get(rep.outcome, "error")
+
+
 def text(reports: list[MeasureReport]) -> str:
     out = []
     for rep in reports:
@@ -80,7 +84,7 @@ def text(reports: list[MeasureReport]) -> str:
         for a in rep.approximations:
             out.append(f"  approximation: {a}")
         for reason in rep.reasons:
-            out.append(f"  {'not realised' if rep.outcome is Outcome.UNREALISED else 'error'}: {reason}")
+            out.append(f"  {_reason_word(rep)}: {reason}")
         if rep.rows:
             out.append(f"  predicted by {rep.prediction_source} for the scaled-down model "
                        f"({', '.join(f'{k}={v}' for k, v in rep.shape)})")
@@ -123,7 +127,7 @@ def markdown(reports: list[MeasureReport]) -> str:
         for a in rep.approximations:
             out.append(f"- approximation: {a}")
         for reason in rep.reasons:
-            out.append(f"- {'not realised' if rep.outcome is Outcome.UNREALISED else 'error'}: {reason}")
+            out.append(f"- {_reason_word(rep)}: {reason}")
         if rep.approximations or rep.reasons:
             out.append("")
         if rep.rows:

@@ -202,11 +202,22 @@ def _report(spec: ir.Spec, p: Prepared, results: list[dict], steps: int, with_ch
         outcome = Outcome.MISMATCH
     else:
         outcome = Outcome.MATCHED
+    reasons: tuple[str, ...] = ()
+    if outcome is Outcome.MATCHED and checker is not None and checker.available and checker.verdict == "refuted":
+        # the run agreed with single-device training and with the prediction, but the checker refutes the plan at
+        # these very sizes: the run did not exercise the failure, or did not run what the spec says
+        outcome = Outcome.MISMATCH
+        found = "; ".join(checker.summary[:2]) or "an obligation refuted"
+        reasons = (f"the checker refutes this plan at the run's sizes ({found}), yet the run stayed within "
+                   "tolerance of single-device training: the run did not exercise the failure (for example equal "
+                   "token counts on every rank) or did not run the plan as written; a refuted plan is never a "
+                   "match",)
     notes = ((f"equivalence tolerance {TOLERANCES[r.param_bytes]:g} relative ({DTYPE_NAMES[r.param_bytes]}), "
               f"{GRAD_TOLERANCES[r.param_bytes]:g} for the first step's gradients",
               _token_note(r, results)) + _widths_note(r) + _setup_note(results)
              + peak_note(results))
-    return MeasureReport(outcome=outcome, rows=tuple(rows), equivalence=eq, checker=checker, notes=notes, **base)
+    return MeasureReport(outcome=outcome, rows=tuple(rows), equivalence=eq, checker=checker, notes=notes,
+                         reasons=reasons, **base)
 
 
 def _widths_note(r: Realisation) -> tuple[str, ...]:

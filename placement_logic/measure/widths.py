@@ -71,6 +71,13 @@ def realised_widths(model: ir.Model, bindings: Mapping[str, ir.Value]) -> Widths
     if wp not in DTYPES:
         return (f"parameters and gradients of {wp} bytes: the harness realises 2 (torch.bfloat16) and 4 "
                 "(torch.float32)")
+    try:
+        wa = value_of(model.bytes_activations, bindings) if "activations" in model.bytes_stated else wp
+    except ShapeError:
+        wa = wp
+    if wa != wp:
+        return (f"activations of {wa} bytes with parameters of {wp}: the harness runs the activations in the "
+                "parameters' dtype, so the stated activation width would not be what runs")
     wp = int(wp)
     if wp == 2:
         if k != 12:

@@ -443,3 +443,31 @@ def test_qkv_only_bias_is_kept_in_the_scaled_model():
     # brute force: rmsnorm ×2, fused q/k/v with bias, output projection and gated MLP without biases
     per_layer = 2 * h + h * sh.qkv_out + sh.qkv_out + h * h + h * 2 * sh.ffn + sh.ffn * h
     assert sh.param_count() == sh.vocab * h + L * per_layer + h + sh.vocab * h
+
+
+@pytest.mark.parametrize("group", [
+    "group mlp { placement = {dp: S} }",
+    "group norms { tensor = split }",
+    "group vision { count = 1000  tensor = whole }",
+    "group mlp { grads = {dp: S} }",
+])
+def test_a_group_block_is_realised_or_the_plan_is_unrealised(group):
+    """A group restatement changes the plan; the harness never drops it silently."""
+    spec = load_string("from std.data import ddp\nmodel {\n  transformer { hidden = 64  layers = 2  heads = 4  "
+                       f"vocab = 128 }}\n  seq = 32\n  microbatch = 2\n  {group}\n}}\nmesh {{ dp = 2 }}\n"
+                       "plan p { dp: ddp }\n", file="<t>")
+    plan = spec.plan("p")
+    sizes = mesh_sizes(plan, None)
+    r = realise(plan, sizes, run_bindings(spec, sizes))
+    assert isinstance(r, Unrealised)
+    assert any(f"group {group.split()[1]}" in reason and "line 6" in reason for reason in r.reasons), r.reasons
+
+
+def test_a_stated_activation_width_is_realised_or_unrealised():
+    spec = load_string("from std.data import ddp\nmodel {\n  transformer { hidden = 64  layers = 2  heads = 4  "
+                       "vocab = 128 }\n  seq = 32\n  microbatch = 2\n  bytes { params = 4  grads = 4  optimizer = 8  "
+                       "activations = 2 }\n}\nmesh { dp = 2 }\nplan p { dp: ddp }\n", file="<t>")
+    plan = spec.plan("p")
+    sizes = mesh_sizes(plan, None)
+    r = realise(plan, sizes, run_bindings(spec, sizes))
+    assert isinstance(r, Unrealised) and any("activations of 2 bytes" in x for x in r.reasons), r
