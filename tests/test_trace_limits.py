@@ -56,3 +56,22 @@ def test_rank_timeout_is_validated():
     err = io.StringIO()
     assert main(["trace", "--nproc", "2", "--rank-timeout", "-3", "--", "python", __file__], io.StringIO(), err) == 2
     assert "[PL500]" in err.getvalue() and "--rank-timeout -3" in err.getvalue()
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_an_unobserved_loss_normalisation_is_never_proved(monkeypatch):
+    """examples/traced/accum_mse.py: accumulation with an MSE loss not divided by the micro-steps. The trace
+    records no cross-entropy, so the normalisation is not observed: named, and the verdict unknown (exit 3)."""
+    pytest.importorskip("torch")
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.chdir(root)
+    out, err = io.StringIO(), io.StringIO()
+    status = main(["trace", "--nproc", "2", "--check", "--", "python", "examples/traced/accum_mse.py"], out, err)
+    text = out.getvalue() + err.getvalue()
+    assert status == 3, text
+    assert "the loss normalisation" in text and "no cross-entropy" in text
+    assert "proved for all mesh sizes" not in out.getvalue()
+    assert out.getvalue().rstrip().splitlines()[-1].startswith("verdict for examples/traced/accum_mse.py: UNKNOWN")

@@ -140,5 +140,8 @@ def check_trace(trace: dict, out, err, timeout: float, spec_file: str | None = N
                   "training's step\n\n")
     out.write(render(report, "text", None))
     if lifted.unliftable:
-        return int(Exit.UNKNOWN)  # a plan that is not the whole step proves and refutes nothing about the script
+        # a plan that is not the whole step proves and refutes nothing about the script: its last word says so
+        what = "; ".join(sorted({u.what for u in lifted.unliftable}))
+        out.write(f"\nverdict for {trace['script']}: UNKNOWN (not observed or not lifted: {what})\n")
+        return int(Exit.UNKNOWN)
     return report.exit_status

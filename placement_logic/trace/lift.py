@@ -339,6 +339,7 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     loss_colls = [c for c in ranks[loss_rank]["collectives"] if c["step"] == step_no]
     loss_kind, w, loss_frames, tokens_axes, tokens_equal = _loss(step, layout, data_axes, loss_rank, loss_colls,
                                                                   tp, notes, script, accum)
+    items.extend(_unobserved_loss(step[loss_rank], loss_rank))
     if pipe:
         accum = pipe.microbatches
     elif accum > 1:
@@ -444,3 +445,22 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                             script, accum, pipe is not None)
     return Lifted(text, plan_name, items, notes, origins,
                   {g: [e[0]["name"] for e in members] for g, _, members in named})
+
+
+def _unobserved_loss(mine: dict, rank: int) -> list[Unliftable]:
+    """The loss normalisation when the trace does not show it: no cross-entropy recorded (a
+    mean-squared error, a custom loss), or one of a reduction the lift does not read. Every
+    gradient verdict depends on it (a loss not divided by the accumulation steps, or by the
+    data-parallel size, is a real bug), so it is named and the verdict is not the script's."""
+    nll, losses = mine.get("nll") or [], mine.get("losses") or []
+    stack = tuple((losses[0].get("stack") or []) if losses else ())
+    if not nll or not losses:
+        return [Unliftable((rank,), -1, "the loss normalisation",
+                           "no cross-entropy (nll_loss) was recorded, so how the loss is divided (by the tokens, the "
+                           "devices, the accumulated micro-steps) is not observed; the lifted plan assumes the global "
+                           "token mean", stack)]
+    if nll[0].get("reduction") not in ("mean", "sum"):
+        return [Unliftable((rank,), -1, "the loss normalisation",
+                           f"a cross-entropy with reduction={nll[0].get('reduction')!r} is not read as a "
+                           "normalisation; the lifted plan assumes the global token mean", stack)]
+    return []
