@@ -75,3 +75,20 @@ def test_an_unobserved_loss_normalisation_is_never_proved(monkeypatch):
     assert "the loss normalisation" in text and "no cross-entropy" in text
     assert "proved for all mesh sizes" not in out.getvalue()
     assert out.getvalue().rstrip().splitlines()[-1].startswith("verdict for examples/traced/accum_mse.py: UNKNOWN")
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_optimizer_sharding_by_hand_is_never_proved(monkeypatch):
+    """examples/traced/zero1_by_hand_no_sync.py: each rank steps its own share and never sends it back (the
+    replicas diverge). Its parameter sets differ along dp: named as not lifted, verdict unknown (exit 3)."""
+    pytest.importorskip("torch")
+    from pathlib import Path
+
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    out, err = io.StringIO(), io.StringIO()
+    status = main(["trace", "--nproc", "2", "--check", "--", "python", "examples/traced/zero1_by_hand_no_sync.py"],
+                  out, err)
+    assert status == 3, out.getvalue() + err.getvalue()
+    assert "the optimizer over dp" in err.getvalue() and "step different parameters" in err.getvalue()
+    assert "proved for all mesh sizes" not in out.getvalue()

@@ -52,6 +52,7 @@ from .lift_layout import (
     _layout,
     _optimizer_sharded,
     _placement_axes,
+    _stepped_differently,
 )
 from .lift_pipeline import P2P_KINDS, _tied_across_stages, find_context_axes, find_pipeline
 from .lift_programs import Programs
@@ -254,6 +255,12 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                 no_regather.append((a, _frames([step[observer]["optimizer"].get("stack", [])], script)))
         else:
             bindings[a] = "ddp"
+            if _stepped_differently(step, layout, observer, a):
+                items.append(Unliftable((observer, layout.neighbour(observer, a)), -1, f"the optimizer over {a}",
+                                        f"ranks along {a} step different parameters with optimizers of their own "
+                                        "(optimizer state sharded by hand): which shard each rank updates, and "
+                                        "whether the updated shards are sent back, is not lifted",
+                                        tuple(step[observer]["optimizer"].get("stack", []))))
     if pipe:
         bindings[pp] = pipe.schedule
         binding_frames[pp] = pipe.frames

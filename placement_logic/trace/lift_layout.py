@@ -186,6 +186,18 @@ def _group_name(members: list[str], taken: set[str]) -> str:
     return _ident("params", taken)
 
 
+def _stepped_differently(step, layout: _Layout, observer: int, axis: str) -> bool:
+    """The neighbour along ``axis`` steps other parameters than the observer with an optimizer of
+    its own (no inner optimizer): optimizer sharding written by hand."""
+    def held(r):
+        opt = step.get(r, {}).get("optimizer") or {}
+        return None if opt.get("inner") else {p.get("name") for p in opt.get("params") or []}
+
+    other = layout.neighbour(observer, axis)
+    mine, theirs = held(observer), (held(other) if other is not None else None)
+    return mine is not None and theirs is not None and mine != theirs
+
+
 def _optimizer_sharded(step, layout: _Layout, observer: int, axis: str) -> bool:
     """The optimizer (an inner one: ZeroRedundancyOptimizer's) updates disjoint parameters along ``axis``."""
     def held(r):
