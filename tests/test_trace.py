@@ -242,7 +242,7 @@ def test_not_json_is_pl612(tmp_path):
     path = tmp_path / "t.json"
     path.write_text("{\n  nope")
     status, _, err = run(["lift", str(path)])
-    assert status == 2 and re.search(r"t\.json:2:1: error: not JSON.*\[PL612\]", err)
+    assert status == 2 and re.search(r"t\.json:2:\d+: error: not JSON.*\[PL612\]", err)
 
 
 def test_unliftable_calls_are_reported_never_dropped(tmp_path, monkeypatch):

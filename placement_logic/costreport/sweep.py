@@ -35,6 +35,7 @@ from .. import costs, ir
 from ..costs.compiled import CompiledCost, agrees, compile_exprs, cost_exprs, exact_value, numpy_or_none
 from ..costs.symbolic import rational, resolve_bindings, symbol, to_sympy
 from ..diagnostics import Diagnostic, DiagnosticError, did_you_mean
+from ..ir.walker import fold
 from ..resolve.validate import check_rebinding, rebinding_diagnostics, shape_names, sources
 
 _OPS = {
@@ -114,13 +115,27 @@ def _fixed_bindings(spec: ir.Spec, sets: Mapping[str, Fraction], swept: tuple[st
     return out
 
 
-def _class_plan(plan: ir.Plan, ones: frozenset[str], fixed: Mapping) -> ir.Plan:
-    """The plan for one class: axes of one device sized 1, fixed integer sizes as numbers, every
-    other axis (its size swept) a symbol of its own name."""
+def _kv_heads(spec: ir.Spec) -> int | None:
+    """The model's kv heads as a number, when it has a transformer shape that gives them."""
+    t = spec.model.transformer if spec.model is not None else None
+    heads = None if t is None else (t.kv_heads if t.kv_heads is not None else t.heads)
+    if heads is None:
+        return None
+    v = fold(heads, dict(spec.bindings))
+    return int(v) if v is not None and v.denominator == 1 else None
+
+
+def _class_plan(plan: ir.Plan, ones: frozenset, fixed: Mapping) -> ir.Plan:
+    """The plan for one class: axes of one device sized 1, axes given a number by the class (a tensor
+    axis wider than the kv heads) and fixed integer sizes as numbers, every other axis (its size
+    swept) a symbol of its own name."""
+    pinned = dict(x for x in ones if isinstance(x, tuple))
     axes = []
     for a in plan.mesh.axes:
         v = fixed.get(symbol(a.name))
-        if a.name in ones:
+        if a.name in pinned:
+            a = replace(a, size=ir.const(pinned[a.name]))
+        elif a.name in ones:
             a = replace(a, size=ir.const(1))
         elif v is not None and getattr(v, "is_Integer", False) and v >= 1:
             a = replace(a, size=ir.const(int(v)))
@@ -266,9 +281,15 @@ def _compiled_rows(spec, names, sets, swept, grid, keys: dict) -> tuple[list[Swe
     if varying and grid:
         size_fn = compile_exprs({a: sizes[a] for a in varying}, syms)
         got = size_fn.evaluate(**{n: [float(v[k]) for v in grid] for k, n in enumerate(swept)})
+    # a tensor axis wider than the kv heads copies each head: the schedule then sums the copies' gradients,
+    # a structure of its own, so such an axis is derived at its number (``ir.heads``)
+    kv = _kv_heads(spec)
+    tensor = [a for a in varying if kv is not None and any(
+        p.role(a) in (ir.Role.TENSOR, ir.Role.SEQUENCE) for p in spec.plans)]
     for i in range(len(grid)):
         ones = constant | frozenset(a for a in varying if abs(float(got[a][i]) - 1) < 1e-9)
-        classes.setdefault(ones, []).append(i)
+        wide = frozenset((a, round(float(got[a][i]))) for a in tensor if float(got[a][i]) > kv + 1e-9)
+        classes.setdefault(ones | wide, []).append(i)
     by_row: dict[int, dict] = {}
     backend = "numpy" if numpy_or_none() is not None else "math"
     notes: list[str] = []

@@ -311,6 +311,8 @@ class Formatter:
             if node.by is not None:
                 text += f" by {expr(node.by)}"
             self.emit(node, depth, text)
+        elif isinstance(node, surface.Unobserved):
+            self.emit(node, depth, f'unobserved "{node.text}"')
         else:  # pragma: no cover
             raise TypeError(type(node).__name__)
 

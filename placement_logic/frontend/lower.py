@@ -219,6 +219,9 @@ class Lower(Transformer):
         return surface.OverrideStmt(
             str(target), str(group) if group else None, str(verb), axes, by, self.span(meta))
 
+    def unobserved_stmt(self, meta, ch):
+        return surface.Unobserved(str(ch[0])[1:-1], self.span(meta))
+
     def over_clause(self, meta, ch):
         return tuple(str(c) for c in ch if c is not None)
 

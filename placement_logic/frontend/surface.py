@@ -177,7 +177,15 @@ class OverrideStmt:
     span: Span = _span()
 
 
-BlockItem = Union[Prop, SubBlock, Entry, Use, OverrideStmt]
+@dataclass(frozen=True)
+class Unobserved:
+    """``unobserved "what"``: a fact of the real step the plan does not state."""
+
+    text: str
+    span: Span = _span()
+
+
+BlockItem = Union[Prop, SubBlock, Entry, Use, OverrideStmt, Unobserved]
 
 
 # --------------------------------------------------------------------------- top-level items

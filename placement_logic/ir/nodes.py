@@ -359,6 +359,7 @@ class Plan:
     sequence_parallel: bool = False  # Megatron SP on the tensor axis
     schedule: Schedule | None = None
     overrides: tuple[Override, ...] = ()
+    unobserved: tuple[tuple[str, Span], ...] = ()  # ``unobserved "..."``: facts of the step the plan does not state
     span: Span = _span()
 
     def placement(self, state: State | str) -> Placement:

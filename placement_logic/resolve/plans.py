@@ -34,11 +34,12 @@ class PlanDraft:
     overrides: list[ir.Override] = field(default_factory=list)
     bound: dict[str, Span] = field(default_factory=dict)  # mesh axis -> where it was bound
     schedule_axis: str | None = None
+    unobserved: list[tuple[str, Span]] = field(default_factory=list)  # facts of the step the plan does not state
 
     @classmethod
     def extending(cls, base: ir.Plan) -> "PlanDraft":
         """A draft that starts from everything the base plan holds."""
-        draft = cls(bindings=list(base.bindings), overrides=list(base.overrides))
+        draft = cls(bindings=list(base.bindings), overrides=list(base.overrides), unobserved=list(base.unobserved))
         for b in base.bindings:
             for a in b.axes:
                 draft.bound[a] = b.span
@@ -102,6 +103,12 @@ class PlanAssembler:
                 o = override(self.vals, item, {}, set(axes))
                 if o is not None:
                     draft.overrides.append(o)
+            elif isinstance(item, surface.Unobserved):
+                if not item.text.strip():
+                    self.cx.error("PL114", "unobserved needs the fact it names, e.g. unobserved \"the loss "
+                                  "normalisation\"", item.span)
+                else:
+                    draft.unobserved.append((item.text.strip(), item.span))
             elif isinstance(item, surface.SubBlock):
                 self.cx.error("PL113", f"a plan has no '{item.key}' section", item.span)
         for item in placement_items:
@@ -159,6 +166,7 @@ class PlanAssembler:
             sequence_parallel=settings.get("sequence_parallel", False),
             schedule=schedule,
             overrides=tuple(draft.overrides),
+            unobserved=tuple(draft.unobserved),
             span=p.span,
         )
         mark = self.cx.mark()

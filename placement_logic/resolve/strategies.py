@@ -183,6 +183,8 @@ class Expander:
             error("PL113", f"a strategy has no '{item.key}' section", item.span)
         elif isinstance(item, surface.Use):
             error("PL113", "'use' belongs in a plan, not in a strategy", item.span)
+        elif isinstance(item, surface.Unobserved):
+            error("PL113", "'unobserved' belongs in a plan, not in a strategy", item.span)
 
     def _role(self, ex: Expanded, prop: surface.Prop) -> None:
         value = prop.value

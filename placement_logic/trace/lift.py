@@ -448,6 +448,10 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     if clip is not None:
         lines.append(clip)
 
+    # what was not lifted is stated in the plan itself, so `placement check` of the lifted spec proves nothing
+    # about the script either (every obligation it would prove is unknown, naming these)
+    for what in dict.fromkeys(u.what for u in items):
+        lines.append((f'  unobserved "{_quoted(what)} (not lifted: see placement lift)"', []))
     text, origins = _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, step[observer], notes,
                             script, accum, pipe is not None)
     return Lifted(text, plan_name, items, notes, origins,
@@ -471,3 +475,8 @@ def _unobserved_loss(mine: dict, rank: int) -> list[Unliftable]:
                            f"a cross-entropy with reduction={nll[0].get('reduction')!r} is not read as a "
                            "normalisation; the lifted plan assumes the global token mean", stack)]
     return []
+
+
+def _quoted(text: str) -> str:
+    """``text`` as the body of a spec string: one line, no double quote."""
+    return " ".join(text.replace('"', "'").split())

@@ -84,7 +84,8 @@ def _check(value, t, where: str, path: str) -> None:
         v, ty, at = stack.pop()
         if not _conforms(v, ty):
             shown = json.dumps(v)[:40] if isinstance(v, (str, int, float, bool, type(None))) else type(v).__name__
-            raise _bad(path, f"{at}: expected {_type_name(ty)}, found {shown}")
+            raise _bad(path, f"a record of the trace does not fit the schema: {at}: expected {_type_name(ty)}, "
+                       f"found {shown}")
         if isinstance(ty, tuple):
             ty = next(x for x in ty if _conforms(v, x))
         if isinstance(ty, list):
@@ -94,7 +95,7 @@ def _check(value, t, where: str, path: str) -> None:
                 if key in v:
                     stack.append((v[key], kt, f"{at}.{key}"))
                 elif required:
-                    raise _bad(path, f"{at}: missing {key}")
+                    raise _bad(path, f"a record of the trace does not fit the schema: {at}: missing {key}")
 
 
 def validate(trace: object, path: str = "<trace>") -> dict:
@@ -142,5 +143,5 @@ def load_trace(path: str) -> dict:
                                           Span.point(path, 1, 1))]) from None
     from ..frontend.configs import load_json
 
-    trace = load_json(text, path, "PL612", "a placement trace (JSON)")
+    trace = load_json(text, path, "PL612", "JSON")
     return validate(trace, path)
