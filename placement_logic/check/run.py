@@ -147,7 +147,20 @@ def check_plan(sess: Session, spec: ir.Spec, plan: ir.Plan, pinned: dict[str, in
         "every device and microbatch has >= 1 token; token counts otherwise arbitrary",
         "gradient contributions and squared norms arbitrary",
     )
+    if plan.unobserved:
+        results = _unobserved(results, plan.unobserved)
+        assumed += ("not stated by the plan: " + "; ".join(t for t, _ in plan.unobserved),)
     return PlanReport(plan.name, results, assumed, findings(results))
+
+
+def _unobserved(results, facts) -> tuple[ObligationResult, ...]:
+    """A plan that names facts of the step it does not state (``unobserved "..."``): what would be
+    proved about the plan as written is unknown about the step, naming the facts; refutations stay
+    (they hold of the part the plan states)."""
+    named = "; ".join(f"{t} (line {span.line})" for t, span in facts)
+    return tuple(replace(r, verdict=Verdict.UNKNOWN, location=facts[0][1],
+                         reason=f"proved of the plan as written, but the step depends on facts it does not state: "
+                                f"{named}") if r.verdict is Verdict.PROVED else r for r in results)
 
 
 GRADIENT_RULES = ("CR02", "CR05", "CR07", "CR08")  # rules that restate gradient integrity per axis

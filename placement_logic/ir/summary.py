@@ -99,7 +99,9 @@ def plan_data(plan: ir.Plan) -> dict:
             "unit": ir.show(plan.schedule.unit),
         },
         "overrides": [_override_text(o) for o in plan.overrides],
-        "notes": [n for n in (heads.copies_note(plan),) if n],
+        "notes": [n for n in (heads.copies_note(plan),) if n]
+        + [f"unobserved: {t} (line {span.line}): not stated by the plan, so what the checker would prove of it is "
+           "unknown" for t, span in plan.unobserved],
     }
 
 
