@@ -102,6 +102,10 @@ CODES: dict[str, tuple[str, str]] = {
               "that the group's own expert or tensor axes do not divide."),
     "PL132": ("product-binding", "A strategy bound to a product of axes that cannot act as one axis: a pipeline "
               "strategy, or placements that differ between the product's axes."),
+    "PL136": ("split-weight-replicated-grads", "Gradients placed R on a tensor or sequence axis whose params are split "
+              "there (S or O): a replicated gradient of a split weight is meaningless."),
+    "PL137": ("pipeline-replicated-params", "Params placed R or S* on a pipeline axis: every stage would hold every "
+              "stage's layers while running only its own."),
     "PL140": ("bad-config", "A Hugging Face config.json that cannot be read as a model: not JSON, an unsupported "
               "model_type, a missing key or a value of the wrong kind."),
     "PL141": ("bad-framework-config", "A DeepSpeed config or Megatron-LM arguments that cannot be read as a plan."),

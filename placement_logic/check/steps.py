@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from .. import ir
 from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
 from ..ir import collectives as sc
-from ..ir import folding
+from ..ir import folding, views
 from ..ir import groups as pg
 from .dims import (  # noqa: F401  (the dimension vocabulary, used by the modules that read a StepModel)
     DATA_ROLES,
@@ -32,7 +32,7 @@ from .dims import (  # noqa: F401  (the dimension vocabulary, used by the module
     GradDim,
     axis_dims,
 )
-from .wellformed import SPLIT_MODES, no_effect, persistent_modes, tied
+from .wellformed import SPLIT_MODES, no_effect, persistent_modes, tied, well_typed
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,10 @@ class StepModel:
     optimizer_span: Span = NO_SPAN
     params_span: Span = NO_SPAN
     equal_tokens: bool = False  # `override tokens: equal`: every device and microbatch has the same count
+    # (aspect, axis, group, span): an obligation a group's own modes cause ("optimizer", "regather",
+    # "gather", "usable"), reported at the group's line
+    group_sources: tuple[tuple[str, str, str, Span], ...] = ()
+    gather_unsharded: tuple[str, ...] = ()  # axes params are gathered over where they are not sharded
     norm_dedupe_axes: tuple[str, ...] = ()  # axes some group's gradient is sharded over: a norm reduction
     # there counts a group replicated on it once (Megatron's duplicate filter); elsewhere it multiplies
 
@@ -165,6 +169,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         plan = replace(plan, overrides=tuple(o for o in plan.overrides if o.target in keep))
     axes = plan.mesh.names
     persistent_modes(plan)
+    well_typed(plan)
     for o in plan.overrides:
         for a in o.axes or ():
             if a not in axes:
@@ -195,10 +200,13 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
                      and c.phase is sc.Phase.REFRESH]
 
     def scheduled(cls: pg.ParamGroup) -> Counter:
-        """How often the schedule reduces this group's gradients over each mesh axis."""
-        return Counter(a for c in sync if c.payload.tensor == "grads"
+        """How often the schedule reduces this group's gradients over each mesh axis (the
+        reductions of the buffer its own placement puts it in, ``ir.views``)."""
+        key = views.member_key(plan.model, cls)
+        return Counter(a for c in sync if views.carries(c.payload, key) and (
+                       c.payload.tensor == "grads"
                        or (c.payload.tensor == "dense_grads" and cls.checks_as != "experts")
-                       or (c.payload.tensor == "expert_grads" and cls.checks_as == "experts") for a in c.axes)
+                       or (c.payload.tensor == "expert_grads" and cls.checks_as == "experts")) for a in c.axes)
 
     grads_pl = plan.placement(ir.State.GRADS)
     opt_pl = plan.placement(ir.State.OPTIMIZER)
@@ -218,19 +226,27 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     mismatch_all: list[str] = []
     gsplit_all: list[str] = []
     grad_split = (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.M, ir.Mode.O)
+    sharded_data_all: list[str] = list(grads_sharded_data)
+    sources: list[tuple[str, str, str, Span]] = []
     for g in _groups_present(plan):
         cls = pg.class_of(plan.model, g)
-        par_pl, opt_pl, grads_pl = (folding.effective(plan, pl, cls) for pl in plan_pls)
+        # the group's effective placements (``ir.views``): its roles and own modes in place
+        cv = views.class_view(plan, cls)
+        par_pl, opt_pl, grads_pl = cv.params, cv.optimizer, cv.grads
         role_of = folding.role_getter(plan, cls)
         kind = cls.checks_as
         g_whole = tuple(a for a in axes if role_of(a) in (ir.Role.DATA, ir.Role.CONTEXT)
                         or (role_of(a) in TENSOR_ROLES + (ir.Role.EXPERT,) and par_pl.mode(a) not in SPLIT_MODES))
-        unusable_all += [a for a in axes if role_of(a) in (ir.Role.DATA, ir.Role.CONTEXT)
-                         and par_pl.mode(a) in SPLIT_MODES]
-        mismatch_all += [a for a in g_whole if grads_pl.mode(a) in grad_split and opt_pl.mode(a) is ir.Mode.R]
+        unusable_g = [a for a in axes if role_of(a) in (ir.Role.DATA, ir.Role.CONTEXT)
+                      and par_pl.mode(a) in SPLIT_MODES]
+        mismatch_g = [a for a in g_whole if grads_pl.mode(a) in grad_split and opt_pl.mode(a) is ir.Mode.R]
+        unusable_all += unusable_g
+        mismatch_all += mismatch_g
         gsplit_all += [a for a in g_whole if grads_pl.mode(a) in grad_split]
+        sources += _own_sources(cls, (("optimizer", mismatch_g), ("usable", unusable_g)))
         grads_sharded_g = tuple(
             a for a in axes if role_of(a) in DATA_ROLES and grads_pl.mode(a) in grad_split)
+        sharded_data_all += [a for a in grads_sharded_g if a in data]
         dims: list[GradDim] = []
         k = scheduled(cls)
         dims += axis_dims(plan, axes, cls, role_of, (par_pl, opt_pl), k, sp, tied)
@@ -238,6 +254,9 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
 
         span = NO_SPAN
         spans = {d.name: _binding_span(plan, d.axis) for d in dims if d.axis is not None}
+        own_axes = {a for st in views.MODEL_STATES for a in cls.own_modes(st)}
+        if cls.span != NO_SPAN:  # a dimension on an axis the group places itself: the group's line
+            spans.update({d.name: cls.span for d in dims if d.axis in own_axes})
         red = last("grads", "reduce", g) or last("grads", "reduce", "all") or last("grads", "reduce", None)
         if red is not None:
             counts = Counter(red.axes or ())
@@ -314,7 +333,11 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         seed_vary = ()
     else:
         seed_vary = tuple(seed_o.axes or ())
-    needed = tuple(a for a in axes if par_pl.mode(a) is ir.Mode.R and opt_pl.mode(a).shards)
+    parts = _parts(plan, colls)
+    needed = tuple(a for a in axes if any(a in p.needed for p in parts))
+    if last("params", "no_regather") is None:  # else the override is the cause, at its own line
+        sources += [("regather", a, n, sp) for p in parts if p.names for a in p.needed
+                    if a not in par_needed(plan) for n, sp in p.names[:1]]
     offloaded_params = par_pl.offloaded or any(m is ir.Mode.O for _, m in par_pl.modes)
     if overrides:
         no_effect(plan, tuple(g.group for g in groups), bool(needed), offloaded_params)
@@ -325,8 +348,9 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     offloaded = par_pl.offloaded or any(m is ir.Mode.O for _, m in par_pl.modes)
     axis_bindings = tuple((a, tuple(b.strategy for b in plan.bindings if a in b.axes)) for a in axes)
     unusable = tuple(dict.fromkeys(unusable_all))
-    gathered = Counter(a for c in sched_gathers for a in c.axes)
-    gather_counts = tuple((a, gathered[a]) for a in axes if par_pl.mode(a) is ir.Mode.S_STAR)
+    gather_counts = _gather_counts(axes, parts)
+    sources += [("gather", a, n, sp) for p in parts if p.names for a, _ in p.gather_counts
+                for n, sp in p.names[:1]]
     mismatch = tuple(dict.fromkeys(mismatch_all))
     eq_o = last("tokens", "equal")
     return StepModel(
@@ -355,7 +379,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         offloaded=offloaded,
         fetch=fetch_o is None,
         fetch_span=fetch_o.span if fetch_o else par_pl.span,
-        grads_sharded_data=grads_sharded_data,
+        grads_sharded_data=tuple(a for a in data if a in sharded_data_all),
         accumulation_buffer=acc_o is None,
         accumulation_span=acc_o.span if acc_o else grads_pl.span,
         pipelined=bool(pipeline) or plan.schedule is not None,
@@ -376,4 +400,57 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         params_span=(gather_o.span if gather_o else par_pl.span),
         equal_tokens=eq_o is not None,
         norm_dedupe_axes=all_shard,
+        group_sources=tuple(dict.fromkeys(sources)),
+        gather_unsharded=tuple(dict.fromkeys(a for p in parts for a in p.unsharded_gathers)),
     )
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One buffer of parameter groups placed alike (``ir.views.buffers``) and what the schedule
+    does to it: the re-gathers its placement needs, the gathers of its S* axes."""
+
+    names: tuple[tuple[str, Span], ...]  # its groups with own modes and their lines (() for the rest)
+    needed: tuple[str, ...]  # axes with params R and the optimizer sharded
+    gather_counts: tuple[tuple[str, int], ...]  # (axis, gathers before each use) of every S* axis
+    unsharded_gathers: tuple[str, ...]  # axes its params are gathered over but not sharded on
+
+
+def par_needed(plan: ir.Plan) -> tuple[str, ...]:
+    """Axes with params R and the optimizer sharded: the updated params are re-gathered there."""
+    par, opt = plan.placement(ir.State.PARAMS), plan.placement(ir.State.OPTIMIZER)
+    return tuple(a for a in plan.mesh.names if par.mode(a) is ir.Mode.R and opt.mode(a).shards)
+
+
+def _parts(plan: ir.Plan, colls) -> list[_Part]:
+    spans = {g.name: g.span for g in pg.param_groups(plan.model)}
+    out = []
+    for part in views.buffers(plan):
+        par = part.plan.placement(ir.State.PARAMS)
+        gathers = [c for c in colls if c.kind is sc.Kind.ALL_GATHER and c.state is ir.State.PARAMS
+                   and c.phase is sc.Phase.FORWARD and c.payload.groups == part.groups]
+        gathered = Counter(a for c in gathers for a in c.axes)
+        out.append(_Part(
+            tuple((n, spans.get(n, NO_SPAN)) for n in part.groups or ()),
+            par_needed(part.plan),
+            tuple((a, gathered[a]) for a in plan.mesh.names if par.mode(a) is ir.Mode.S_STAR),
+            tuple(a for c in gathers for a in c.axes if par.mode(a) not in (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.O))))
+    return out
+
+
+def _gather_counts(axes, parts: list[_Part]) -> tuple[tuple[str, int], ...]:
+    """(axis, gathers before each use) over the buffers: a buffer gathered other than once wins."""
+    out: dict[str, int] = {}
+    for p in parts:
+        for a, n in p.gather_counts:
+            if out.get(a, 1) == 1:
+                out[a] = n
+    return tuple((a, out[a]) for a in axes if a in out)
+
+
+def _own_sources(cls: pg.ParamGroup, found) -> list[tuple[str, str, str, Span]]:
+    """The obligations (aspect, axis) a group's own modes cause, at the group's line."""
+    if cls.span == NO_SPAN or not cls.modes:
+        return []
+    own = {a for st in views.MODEL_STATES for a in cls.own_modes(st)}
+    return [(aspect, a, cls.name, cls.span) for aspect, axes in found for a in axes if a in own]
