@@ -231,7 +231,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     for g in _groups_present(plan):
         cls = pg.class_of(plan.model, g)
         # the group's effective placements (``ir.views``): its roles and own modes in place
-        cv = views.class_view(plan, cls)
+        cv = views.class_view(plan, cls, colls)
         par_pl, opt_pl, grads_pl = cv.params, cv.optimizer, cv.grads
         role_of = folding.role_getter(plan, cls)
         kind = cls.checks_as

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from . import folding, sync
+from . import folding
 from . import groups as pg
 from .nodes import Mode, Placement, Plan, Role, State
 
@@ -49,29 +49,36 @@ def view(plan: Plan, group: pg.ParamGroup) -> GroupView:
     return GroupView(group, *pls)
 
 
-def class_view(plan: Plan, cls: pg.ParamGroup) -> GroupView:
+def class_view(plan: Plan, cls: pg.ParamGroup, schedule=()) -> GroupView:
     """The placements the checker reasons with for a gradient class: the group's roles
-    (parallel folding) and own modes in place; on a plan expert axis a group the axis does not
-    divide is placed as the schedule places it — params and optimizer state as on the plan's
-    data axes (its replicas there are data-parallel replicas), gradients reduce-scattered (S)
-    where the distributed optimizer shards them, all-reduced (R) otherwise."""
+    (parallel folding) and own modes in place. On a plan expert axis that splits the experts
+    (params ``S``/``O`` there, the group's own or the plan's) a group the axis does not divide is a
+    data-parallel replica: where it gives no mode of its own, its
+    params and optimizer state are placed as on the plan's data axes, and its gradient is
+    sharded (``S``) where ``schedule`` (``ir.collectives.derive``) reduce-scatters its buffer
+    over the axis, whole (``R``) where it all-reduces it."""
+    key = member_key(plan.model, cls)
     pls = []
     for s in MODEL_STATES:
         pl = folding.effective(plan, plan.placement(s), cls)
-        if not cls.expert:
-            dense = _dense_on_expert(plan, s)
-            own = cls.own_modes(s)
-            pl = replace(pl, modes=tuple(
-                (a, dense if plan.role(a) is Role.EXPERT and folding.role_of(plan, cls, a) is Role.EXPERT
-                 and a not in own else m) for a, m in pl.modes))
-        pls.append(pl)
+        own = cls.own_modes(s)
+        params = {**dict(plan.placement(State.PARAMS).modes), **cls.own_modes(State.PARAMS)}
+        modes = []
+        for a, m in pl.modes:
+            if (not cls.expert and a not in own and plan.role(a) is Role.EXPERT
+                    and folding.role_of(plan, cls, a) is Role.EXPERT and params[a] in (Mode.S, Mode.O)):
+                m = _replica_mode(plan, s, a, key, schedule)
+            modes.append((a, m))
+        pls.append(replace(pl, modes=tuple(modes)))
     return GroupView(cls, *pls)
 
 
-def _dense_on_expert(plan: Plan, state: State) -> Mode:
-    if state is not State.GRADS or sync.applies(plan):
+def _replica_mode(plan: Plan, state: State, axis: str, key: str, schedule) -> Mode:
+    if state is not State.GRADS:
         return folding.data_mode(plan, state)
-    return Mode.S if folding.data_mode(plan, State.OPTIMIZER).shards else Mode.R
+    scattered = any(c.kind.value == "reduce_scatter" and c.phase.value == "grad_sync" and axis in c.axes
+                    and carries(c.payload, key) for c in schedule)
+    return Mode.S if scattered else Mode.R
 
 
 def differs(plan: Plan, group: pg.ParamGroup) -> bool:
