@@ -40,6 +40,10 @@ def table(role: str, params: str, optimizer: str, grads: str) -> str | frozenset
         bad.add("optimizer")  # whole params stepped with a shard of the gradient
     if role == "expert" and params in SPLIT and grads == "R":
         bad.add("gi")  # expert gradients (different experts per rank) all-reduced: mixed
+        if optimizer in ("S", "S*", "O"):
+            # the whole buffer reduce-scattered to the optimizer's shards, the non-expert params
+            # among it (replicas on the axis, their optimizer state whole) stepped with a shard
+            bad.add("optimizer")
     return frozenset(bad)
 
 

@@ -363,7 +363,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         clip_axes=plan_clip,
         clip_span=(clip_o or last("clip_norm", "reduce") or last("clip_norm", "double_count")
                    or plan).span,
-        overflow_axes=tuple(overflow_o.axes or ()) if overflow_o else all_shard,
+        overflow_axes=tuple(overflow_o.axes or ()) if overflow_o else plan_clip,  # the clip norm's axes
         overflow_span=overflow_o.span if overflow_o else plan.span,
         seed_vary=seed_vary,
         seed_span=seed_o.span if seed_o else (_binding_span(plan, tensor[0]) if tensor else plan.span),

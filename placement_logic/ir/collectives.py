@@ -385,11 +385,16 @@ def _per_buffer(rule, parts: tuple[views.Part, ...]) -> list[Collective]:
     with the part's own placements; each collective names the groups whose buffer it moves."""
     if len(parts) == 1:
         return rule(parts[0].plan)
+    expert = {g.name: g.expert for g in pg.param_groups(parts[0].plan.model)}
     out = []
     for part in parts:
         for c in rule(part.plan):
             if c.state is State.ACTIVATIONS:
                 continue
+            kinds = {expert.get(n, False) for n in part.groups or ()}
+            if part.groups is not None and c.payload.tensor.split("_")[0] in ("dense", "expert") \
+                    and (c.payload.tensor.startswith("expert")) not in kinds:
+                continue  # the non-expert (expert) part of a buffer of expert (non-expert) groups only
             named = part.groups is not None
             desc = c.payload.description + (f" (group {', '.join(part.groups)})" if named else "")
             out.append(replace(c, payload=replace(c.payload, groups=part.groups, without=part.without,
