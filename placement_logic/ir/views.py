@@ -7,7 +7,8 @@ collectives that reduce, gather and re-gather the group's buffers, the checker's
 counts and optimizer-step obligations, the cost of each collective — follows from that view,
 exactly as it would from the same modes written at plan level.
 
-``view(plan, group)``: a ``GroupView`` (params, optimizer and grads placements of one group).
+``class_view(plan, cls, schedule)``: a ``GroupView`` (params, optimizer and grads placements)
+of one of the checker's gradient classes.
 ``buffers(plan)``: the plan's parameter groups partitioned by view: one part per distinct
 placement, each with the plan re-placed as that part sees it (``Part.plan``). The part whose
 view is the plan's own (the groups without own modes, or whose own modes restate the plan's)
@@ -39,24 +40,15 @@ class GroupView:
     def placement(self, state: State) -> Placement:
         return {State.PARAMS: self.params, State.OPTIMIZER: self.optimizer, State.GRADS: self.grads}[state]
 
-    def own_axes(self, state: State) -> tuple[str, ...]:
-        """The axes where the group's own mode for ``state`` differs from the plan's."""
-        return tuple(a for a, m in self.group.own_modes(state).items())
-
-
-def view(plan: Plan, group: pg.ParamGroup) -> GroupView:
-    pls = tuple(pg.effective(plan.placement(s), group) for s in MODEL_STATES)
-    return GroupView(group, *pls)
-
 
 def class_view(plan: Plan, cls: pg.ParamGroup, schedule=()) -> GroupView:
     """The placements the checker reasons with for a gradient class: the group's roles
     (parallel folding) and own modes in place. On a plan expert axis that splits the experts
-    (params ``S``/``O`` there, the group's own or the plan's) a group the axis does not divide is a
-    data-parallel replica: where it gives no mode of its own, its
-    params and optimizer state are placed as on the plan's data axes, and its gradient is
-    sharded (``S``) where ``schedule`` (``ir.collectives.derive``) reduce-scatters its buffer
-    over the axis, whole (``R``) where it all-reduces it."""
+    (params ``S``/``O`` there, the group's own or the plan's) a group the axis does not divide
+    is a data-parallel replica: where it gives no mode of its own, its params and optimizer
+    state are placed as on the plan's data axes, and its gradient is sharded (``S``) where
+    ``schedule`` (``ir.collectives.derive``) reduce-scatters its buffer over the axis, whole
+    (``R``) where it all-reduces it."""
     key = member_key(plan.model, cls)
     pls = []
     for s in MODEL_STATES:
@@ -135,7 +127,3 @@ def carries(payload, key: str) -> bool:
     if getattr(payload, "groups", None) is not None:
         return key in payload.groups
     return key not in getattr(payload, "without", ())
-
-
-def sharded(pl: Placement) -> tuple[str, ...]:
-    return pl.axes_with(Mode.S, Mode.S_STAR, Mode.O)
