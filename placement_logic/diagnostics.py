@@ -105,6 +105,10 @@ CODES: dict[str, tuple[str, str]] = {
     "PL133": ("fold-needs-sequence-parallel", "MoE parallel folding that gives a tensor axis of more than one "
               "device another role (expert or data) without sequence parallelism, in a plan or in Megatron-LM "
               "arguments."),
+    "PL136": ("split-weight-replicated-grads", "Gradients placed R on a tensor or sequence axis whose params are split "
+              "there (S or O): a replicated gradient of a split weight is meaningless."),
+    "PL137": ("pipeline-replicated-params", "Params placed R or S* on a pipeline axis: every stage would hold every "
+              "stage's layers while running only its own."),
     "PL140": ("bad-config", "A Hugging Face config.json that cannot be read as a model: not JSON, an unsupported "
               "model_type, a missing key or a value of the wrong kind."),
     "PL141": ("bad-framework-config", "A DeepSpeed config or Megatron-LM arguments that cannot be read as a plan."),

@@ -13,7 +13,13 @@ update and the clip-norm and overflow reductions by concrete computation.
 
 ``violations(plan, sizes, rng, trials)`` returns the violated conditions as keys:
 ``("gi", group)``, ``("usable", axis)``, ``("gathered", axis)``, ``("optimizer", axis)``,
-``("clip",)``, ``("overflow",)``.
+``("clip",)``, ``("overflow",)``, ``("regather",)``.
+
+Parameter groups with modes of their own (a ``group`` block's ``params``, ``optimizer``,
+``grads``): each group's states are read from the declaration here — the plan's mode on
+every axis the group does not place itself — and its reductions, gathers and re-gathers are
+the collectives of the schedule that move its buffer (a collective names the groups it
+carries). A user group's gradient class is its ``like``.
 """
 
 from __future__ import annotations
@@ -52,7 +58,48 @@ def _last_for(plan: ir.Plan, target: str, verb: str, group: str) -> ir.Override 
     return None
 
 
+BUILTIN_CLASSES = ("dense", "norms", "biases", "experts", "router", "embedding")
+
+
+def _decl(plan: ir.Plan, group: str):
+    return next((d for d in plan.model.groups if d.name == group), None)
+
+
+def kind_of(plan: ir.Plan, group: str) -> str:
+    """The gradient class a group follows: its own name, or a user group's ``like``."""
+    d = _decl(plan, group)
+    return group if group in BUILTIN_CLASSES or d is None else (d.like or "dense")
+
+
+def mode(plan: ir.Plan, group: str, state: ir.State, axis: str) -> ir.Mode:
+    """The group's mode for ``state`` on ``axis``: its own where it gives one, else the plan's."""
+    d = _decl(plan, group)
+    own = dict(dict(d.modes).get(state, ())) if d is not None else {}
+    return own[axis] if axis in own else plan.placement(state).mode(axis)
+
+
+def own_mode(plan: ir.Plan, group: str, state: ir.State, axis: str) -> bool:
+    d = _decl(plan, group)
+    return d is not None and axis in dict(dict(d.modes).get(state, ()))
+
+
+def carries(c, group: str) -> bool:
+    """Whether collective ``c`` moves this group's buffer."""
+    if c.payload.groups is not None:
+        return group in c.payload.groups
+    return group not in c.payload.without
+
+
 def groups_of(plan: ir.Plan) -> list[str]:
+    return _builtin_groups(plan) + [d.name for d in plan.model.groups
+                                    if d.name not in BUILTIN_CLASSES and d.name not in _BUILTIN_NAMES]
+
+
+_BUILTIN_NAMES = ("embedding", "attention", "kv", "attention_latent", "mlp", "mlp_biases", "experts", "shared_experts",
+                  "expert_biases", "router", "biases", "norms", "final_norm", "head", "mtp", "dense")
+
+
+def _builtin_groups(plan: ir.Plan) -> list[str]:
     t = plan.model.transformer
     out = ["dense", "norms"]
     if t is None or t.bias:
@@ -100,7 +147,8 @@ def sequence_parallel(plan: ir.Plan) -> bool:
 def axis_type(plan: ir.Plan, group: str, axis: str) -> str:
     """The type of group's gradient contribution along ``axis`` (semantics.md's table)."""
     role = plan.role(axis)
-    params = plan.placement(ir.State.PARAMS).mode(axis)
+    params = mode(plan, group, ir.State.PARAMS, axis)
+    group = kind_of(plan, group)
     if role in DATA_LIKE:
         return PARTIAL
     if role is ir.Role.EXPERT:
@@ -125,14 +173,16 @@ def token_axes(plan: ir.Plan) -> list[str]:
 def reductions(plan: ir.Plan, group: str) -> Counter:
     """How many times the plan all-reduces group's gradient over each axis (and the tie)."""
     counts: Counter = Counter()
+    kind = kind_of(plan, group)
     for c in collectives.derive(plan):
         if c.phase is collectives.Phase.GRAD_SYNC and c.state is ir.State.GRADS:
             if c.payload.tensor == f"grads:{group}" and c.size is not None:  # over each copy group of the axes
                 counts.update((a, "copies") for a in c.axes)
-            elif c.payload.tensor in ("grads", f"grads:{group}") or (c.payload.tensor == "dense_grads" and group != "experts") \
-                    or (c.payload.tensor == "expert_grads" and group == "experts"):
+            elif carries(c, group) and (c.payload.tensor in ("grads", f"grads:{group}")
+                                        or (c.payload.tensor == "dense_grads" and kind != "experts")
+                                        or (c.payload.tensor == "expert_grads" and kind == "experts")):
                 counts.update(c.axes)
-    if group in ("norms", "biases", "router") and sequence_parallel(plan):
+    if kind in ("norms", "biases", "router") and sequence_parallel(plan):
         for a in plan.mesh.names:
             if plan.role(a) in TENSOR:
                 counts[a] += 1
@@ -145,7 +195,7 @@ def reductions(plan: ir.Plan, group: str) -> Counter:
         counts = Counter(red.axes or ())
         tie = Counter({a: counts[a] for a in tie})
     tie_o = _overrides(plan, "embedding", "tie_reduce")
-    if group == "embedding" and tie_o:
+    if kind == "embedding" and tie_o:
         tie = Counter({a: Counter(tie_o[-1].axes or ())[a] for a in tie})
     for a in tie:
         counts[a] = tie[a]
@@ -323,29 +373,69 @@ def _prod(xs) -> Fraction:
 # --------------------------------------------------------------------------- parameters and the update
 
 
+def _modes_on(plan: ir.Plan, group: str, axis: str, schedule) -> tuple[ir.Mode, ir.Mode, ir.Mode]:
+    """(params, optimizer, grads) of a group on one axis. On an expert axis that splits the
+    experts, a group the axis does not divide is a data-parallel replica: params and optimizer
+    state as on the plan's data axes (R without one), its gradient sharded where the schedule
+    reduce-scatters it."""
+    states = (ir.State.PARAMS, ir.State.OPTIMIZER, ir.State.GRADS)
+    out = [mode(plan, group, s, axis) for s in states]
+    if plan.role(axis) is ir.Role.EXPERT and kind_of(plan, group) != "experts" and \
+            out[0] in SPLIT_PARAMS:  # the axis splits the experts only
+        data = [a for a in plan.mesh.names if plan.role(a) is ir.Role.DATA]
+        for i, s in enumerate(states[:2]):
+            if not own_mode(plan, group, s, axis):
+                m = plan.placement(s).mode(data[0]) if data else ir.Mode.R
+                out[i] = ir.Mode.R if m is ir.Mode.M else m
+        if not own_mode(plan, group, ir.State.GRADS, axis):
+            scattered = any(c.kind is collectives.Kind.REDUCE_SCATTER and axis in c.axes and carries(c, group)
+                            and c.phase is collectives.Phase.GRAD_SYNC for c in schedule)
+            out[2] = ir.Mode.S if scattered else ir.Mode.R
+    return out[0], out[1], out[2]
+
+
 def placement_violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
-    """Usable params, gathers, the optimizer step: one weight row and one step of SGD."""
+    """Usable params, gathers, the optimizer step, the re-gather after it: one weight row and
+    one step of SGD, for every parameter group."""
     out = set()
-    par, opt, grads = (plan.placement(s) for s in (ir.State.PARAMS, ir.State.OPTIMIZER, ir.State.GRADS))
-    gathers = Counter(a for c in collectives.derive(plan)
-                      if c.kind is collectives.Kind.ALL_GATHER and c.state is ir.State.PARAMS
-                      and c.phase is collectives.Phase.FORWARD for a in c.axes)
-    for a in plan.mesh.names:
-        n = sizes[a]
-        weights = [Fraction(i + 1) for i in range(n)]  # element i lives on rank i
-        role, mode = plan.role(a), par.mode(a)
-        if role in DATA_LIKE and mode in SPLIT_PARAMS and sum(weights[:1]) != sum(weights):
-            out.add(("usable", a))  # the forward of rank 0 runs on its piece only
-        if mode is ir.Mode.S_STAR and gathers[a] != 1:
-            used = weights[:1] if gathers[a] == 0 else weights * gathers[a]
-            if sum(used) != sum(weights):
-                out.add(("gathered", a))
-        whole = role in DATA_LIKE or (role in TENSOR + (ir.Role.EXPERT,) and mode not in SPLIT_PARAMS)
-        if whole and grads.mode(a) in GRAD_SPLIT and opt.mode(a) is ir.Mode.R and n >= 2:
-            full = [Fraction(1) - Fraction(1, 10) * w for w in weights]
-            held = [Fraction(1) - Fraction(1, 10) * (weights[0] if i == 0 else 0) for i in range(n)]
-            if full != held:
-                out.add(("optimizer", a))
+    schedule = collectives.derive(plan)
+    for g in groups_of(plan):
+        gathers = Counter(a for c in schedule if c.kind is collectives.Kind.ALL_GATHER and c.state is ir.State.PARAMS
+                          and c.phase is collectives.Phase.FORWARD and carries(c, g) for a in c.axes)
+        refresh = Counter(a for c in schedule if c.kind is collectives.Kind.ALL_GATHER and carries(c, g)
+                          and c.phase is collectives.Phase.REFRESH for a in c.axes)
+        for a in plan.mesh.names:
+            out |= _axis_violations(plan, g, a, sizes[a], _modes_on(plan, g, a, schedule), gathers[a], refresh[a])
+    return out
+
+
+def _axis_violations(plan: ir.Plan, group: str, a: str, n: int, modes, gathers: int, refresh: int) -> set:
+    out = set()
+    par, opt, grads = modes
+    weights = [Fraction(i + 1) for i in range(n)]  # element i lives on rank i
+    role = plan.role(a)
+    if role in DATA_LIKE and par in SPLIT_PARAMS and sum(weights[:1]) != sum(weights):
+        out.add(("usable", a))  # the forward of rank 0 runs on its piece only
+    if par is ir.Mode.S_STAR and gathers != 1:
+        used = weights[:1] if gathers == 0 else weights * gathers
+        if sum(used) != sum(weights):
+            out.add(("gathered", a))
+    expert_split = role is ir.Role.EXPERT and kind_of(plan, group) == "experts" and par in SPLIT_PARAMS
+    whole = role in DATA_LIKE or (role in TENSOR and par not in SPLIT_PARAMS) or (
+        role is ir.Role.EXPERT and not expert_split)
+    if whole and grads in GRAD_SPLIT and opt is ir.Mode.R and n >= 2:
+        full = [Fraction(1) - Fraction(1, 10) * w for w in weights]
+        held = [Fraction(1) - Fraction(1, 10) * (weights[0] if i == 0 else 0) for i in range(n)]
+        if full != held:
+            out.add(("optimizer", a))
+    raw_par, raw_opt = (mode(plan, group, s, a) for s in (ir.State.PARAMS, ir.State.OPTIMIZER))
+    if raw_par is ir.Mode.R and raw_opt.shards and n >= 2:
+        # each rank steps its own shard; the others' updates reach it only by the re-gather
+        copies = [[w - (Fraction(1, 10) if r == i else 0) for i, w in enumerate(weights)] for r in range(n)]
+        if refresh:
+            copies = [[copies[i][i] for i in range(n)] for _ in range(n)]
+        if any(c != copies[0] for c in copies):
+            out.add(("regather",))
     return out
 
 
@@ -353,10 +443,10 @@ def placement_violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
 
 
 def grad_shard_axes(plan: ir.Plan, group: str) -> list[str]:
-    grads = plan.placement(ir.State.GRADS)
     out = [a for a in plan.mesh.names if axis_type(plan, group, a) in (SHARDED, COMPLETE)]
-    out += [a for a in plan.mesh.names if plan.role(a) is ir.Role.DATA and grads.mode(a) in GRAD_SPLIT]
-    if group == "experts":
+    out += [a for a in plan.mesh.names if plan.role(a) is ir.Role.DATA
+            and mode(plan, group, ir.State.GRADS, a) in GRAD_SPLIT]
+    if kind_of(plan, group) == "experts":
         out += [a for a in plan.mesh.names if plan.role(a) is ir.Role.EXPERT]
     return list(dict.fromkeys(out))
 

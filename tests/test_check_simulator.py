@@ -43,6 +43,8 @@ def checker_keys(report) -> dict[tuple, Verdict]:
             out[("gathered", name.rsplit(" ", 1)[1])] = o.verdict
         elif name.startswith("SC optimizer step over "):
             out[("optimizer", name.rsplit(" ", 1)[1])] = o.verdict
+        elif name == "SC params re-gather":
+            out[("regather",)] = o.verdict
         elif name == "SC clip_norm":
             out[("clip",)] = o.verdict
         elif name == "SC overflow":

@@ -27,6 +27,10 @@ def table(role: str, params: str, optimizer: str, grads: str) -> str | frozenset
     violated conditions (empty: safe). Activations never change the verdict."""
     if params == "M" or optimizer == "M":
         return "PL505"  # persistent state placed transient
+    if role == "tensor" and params in SPLIT and grads == "R":
+        return "PL136"  # a replicated gradient of weights the axis splits
+    if role == "pipeline" and params in ("R", "S*"):
+        return "PL137"  # every stage holding every stage's layers
     bad = set()
     batch_split = role in ("data", "context")
     if batch_split and params in SPLIT:
@@ -36,6 +40,10 @@ def table(role: str, params: str, optimizer: str, grads: str) -> str | frozenset
         bad.add("optimizer")  # whole params stepped with a shard of the gradient
     if role == "expert" and params in SPLIT and grads == "R":
         bad.add("gi")  # expert gradients (different experts per rank) all-reduced: mixed
+        if optimizer in ("S", "S*", "O"):
+            # the whole buffer reduce-scattered to the optimizer's shards, the non-expert params
+            # among it (replicas on the axis, their optimizer state whole) stepped with a shard
+            bad.add("optimizer")
     return frozenset(bad)
 
 
@@ -80,5 +88,5 @@ def test_every_mode_tuple_matches_the_table(role):
 
 def test_the_table_has_every_kind_of_entry():
     entries = {table(r, *t) for r in ROLES for t in product(MODES, repeat=3)}
-    assert "PL505" in entries and frozenset() in entries
+    assert {"PL505", "PL136", "PL137"} <= entries and frozenset() in entries
     assert {frozenset({"usable"}), frozenset({"optimizer"}), frozenset({"gi"})} <= entries

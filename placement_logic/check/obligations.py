@@ -94,32 +94,36 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
         () if step.tensor_axes else ("vacuous: no tensor-parallel axis",)))
     for a in step.data_axes + step.context_axes:
         obs.append(Obligation(
-            f"SC params usable over {a}", STATE_CONSISTENCY, _span(step.params_span, P),
+            f"SC params usable over {a}", STATE_CONSISTENCY, _own(step, "usable", a, step.params_span, P),
             f"the forward on every {a} rank uses the whole parameters: params are replicated, gathered (S*) or "
-            f"fetched over {a}, never left sharded (S)",
+            f"fetched over {a}, never left sharded (S)" + _named(step, "usable", a),
             lambda env, a=a: en.axes_negation(env, "usable", [(a, env.sess.true() if a in step.unusable_axes
                                                                  else env.sess.false())]),
             lambda w: rs.replay_usable(ctx, w)))
     for a, times in step.gather_counts:
         obs.append(Obligation(
-            f"SC params gathered over {a}", STATE_CONSISTENCY, _span(step.params_span, P),
-            f"params sharded-with-gather (S*) over {a} are all-gathered over {a} exactly once before each use",
+            f"SC params gathered over {a}", STATE_CONSISTENCY, _own(step, "gather", a, step.params_span, P),
+            f"params sharded-with-gather (S*) over {a} are all-gathered over {a} exactly once before each use"
+            + _named(step, "gather", a),
             lambda env, a=a, times=times: en.axes_negation(
                 env, "usable", [(a, env.sess.true() if times != 1 else env.sess.false())]),
             lambda w, times=times: rs.replay_usable(ctx, {**w, "times": times})))
     split_grads = [a for a in step.axes if a in step.grads_split_axes]
     for a in split_grads:
         obs.append(Obligation(
-            f"SC optimizer step over {a}", STATE_CONSISTENCY, _span(step.optimizer_span, P),
+            f"SC optimizer step over {a}", STATE_CONSISTENCY, _own(step, "optimizer", a, step.optimizer_span, P),
             f"gradients are sharded over {a}, so the optimizer state is sharded over {a} too and every rank steps "
-            "exactly the elements whose reduced gradient it holds",
+            "exactly the elements whose reduced gradient it holds" + _named(step, "optimizer", a),
             lambda env, a=a: en.axes_negation(env, "optimizer", [(a, env.sess.true() if a in step.optimizer_mismatch
                                                                      else env.sess.false())]),
             lambda w: rs.replay_optimizer(ctx, w)))
     missing = [a for a in step.regather_needed if a not in step.regather_axes]
+    own_rg = next((a for a in missing if _source(step, "regather", a)), None)
     obs.append(Obligation(
-        "SC params re-gather", STATE_CONSISTENCY, _span(step.regather_span, P),
-        "after a sharded optimizer step, params replicated over an axis are all-gathered over it",
+        "SC params re-gather", STATE_CONSISTENCY,
+        _own(step, "regather", own_rg, step.regather_span, P) if own_rg else _span(step.regather_span, P),
+        "after a sharded optimizer step, params replicated over an axis are all-gathered over it"
+        + (_named(step, "regather", own_rg) if own_rg else ""),
         lambda env: en.axes_negation(env, "regather", [(a, env.sess.true()) for a in missing]),
         lambda w: rs.replay_regather(ctx, w),
         () if step.regather_needed else ("vacuous: no axis with replicated params and a sharded optimizer",)))
@@ -131,8 +135,7 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
     obs.append(_rule("CR02", group_spans[0] if group_spans else P, lambda env: en.typing_negation(env),
                      lambda w: rp.replay_structural(ctx, w["group"], w["sizes"], w["dim"])))
     obs[-1].aspect_of = ALL_GROUPS
-    modes = dict(step.param_modes)
-    bad_gather = [a for a in step.gather_axes if modes.get(a) not in ("S", "S*", "O")]
+    bad_gather = [a for a in step.gather_axes if a in step.gather_unsharded]
     obs.append(_rule("CR03", _span(step.gather_span, P),
                      lambda env: en.axes_negation(env, "gather", [(a, env.sess.true()) for a in bad_gather]),
                      lambda w: rs.replay_gather(ctx, w),
@@ -325,3 +328,19 @@ def _accumulation_notes(step: steps.StepModel, applies: bool) -> tuple[str, ...]
 
 
 # --------------------------------------------------------------------------- running
+
+
+def _source(step, aspect: str, axis: str):
+    """(group, span) when a group's own modes cause the obligation on ``axis``, else None."""
+    return next(((g, sp) for asp, a, g, sp in step.group_sources if asp == aspect and a == axis), None)
+
+
+def _own(step, aspect: str, axis: str, span, plan_span):
+    """The group's line when its own modes cause the obligation, else the plan's source."""
+    src = _source(step, aspect, axis)
+    return src[1] if src else _span(span, plan_span)
+
+
+def _named(step, aspect: str, axis: str) -> str:
+    src = _source(step, aspect, axis)
+    return f" (group {src[0]}: its own modes)" if src else ""

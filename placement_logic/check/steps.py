@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from .. import ir
 from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
 from ..ir import collectives as sc
-from ..ir import folding, heads
+from ..ir import folding, heads, views
 from ..ir import groups as pg
 from .dims import (  # noqa: F401  (the dimension vocabulary, used by the modules that read a StepModel)
     COPY_PART,
@@ -34,7 +34,11 @@ from .dims import (  # noqa: F401  (the dimension vocabulary, used by the module
     GradDim,
     axis_dims,
 )
-from .wellformed import SPLIT_MODES, filter_no_effect, no_effect, persistent_modes, tied
+from .parts import gather_counts as _gather_counts
+from .parts import own_sources as _own_sources
+from .parts import par_needed
+from .parts import parts as _parts
+from .wellformed import SPLIT_MODES, filter_no_effect, no_effect, persistent_modes, tied, well_typed
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,10 @@ class StepModel:
     optimizer_span: Span = NO_SPAN
     params_span: Span = NO_SPAN
     equal_tokens: bool = False  # `override tokens: equal`: every device and microbatch has the same count
+    # (aspect, axis, group, span): an obligation a group's own modes cause ("optimizer", "regather",
+    # "gather", "usable"), reported at the group's line
+    group_sources: tuple[tuple[str, str, str, Span], ...] = ()
+    gather_unsharded: tuple[str, ...] = ()  # axes params are gathered over where they are not sharded
 
     def size_aliases(self) -> dict[str, str]:
         """Symbols that name a size of the step: the model's microbatches symbol."""
@@ -172,6 +180,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         plan = replace(plan, overrides=tuple(o for o in plan.overrides if o.target in keep))
     axes = plan.mesh.names
     persistent_modes(plan)
+    well_typed(plan)
     for o in plan.overrides:
         for a in o.axes or ():
             if a not in axes:
@@ -202,11 +211,16 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
                      and c.phase is sc.Phase.REFRESH]
 
     def scheduled(cls: pg.ParamGroup) -> Counter:
-        """How often the schedule reduces this group's gradients over each mesh axis."""
+        """How often the schedule reduces this group's gradients over each mesh axis (the
+        reductions of the buffer its own placement puts it in, ``ir.views``; a reduction over each copy
+        group of an axis counts as (axis, "copies"))."""
+        key = views.member_key(plan.model, cls)
         return Counter(a if c.size is None else (a, "copies") for c in sync if (
-                       c.payload.tensor in ("grads", heads.PAYLOAD + cls.name)
-                       or (c.payload.tensor == "dense_grads" and cls.checks_as != "experts")
-                       or (c.payload.tensor == "expert_grads" and cls.checks_as == "experts")) for a in c.axes)
+                       c.payload.tensor == heads.PAYLOAD + cls.name
+                       or (views.carries(c.payload, key) and (
+                           c.payload.tensor == "grads"
+                           or (c.payload.tensor == "dense_grads" and cls.checks_as != "experts")
+                           or (c.payload.tensor == "expert_grads" and cls.checks_as == "experts")))) for a in c.axes)
 
     grads_pl = plan.placement(ir.State.GRADS)
     opt_pl = plan.placement(ir.State.OPTIMIZER)
@@ -226,19 +240,27 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     mismatch_all: list[str] = []
     gsplit_all: list[str] = []
     grad_split = (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.M, ir.Mode.O)
+    sharded_data_all: list[str] = list(grads_sharded_data)
+    sources: list[tuple[str, str, str, Span]] = []
     for g in _groups_present(plan):
         cls = pg.class_of(plan.model, g)
-        par_pl, opt_pl, grads_pl = (folding.effective(plan, pl, cls) for pl in plan_pls)
+        # the group's effective placements (``ir.views``): its roles and own modes in place
+        cv = views.class_view(plan, cls, colls)
+        par_pl, opt_pl, grads_pl = cv.params, cv.optimizer, cv.grads
         role_of = folding.role_getter(plan, cls)
         kind = cls.checks_as
         g_whole = tuple(a for a in axes if role_of(a) in (ir.Role.DATA, ir.Role.CONTEXT)
                         or (role_of(a) in TENSOR_ROLES + (ir.Role.EXPERT,) and par_pl.mode(a) not in SPLIT_MODES))
-        unusable_all += [a for a in axes if role_of(a) in (ir.Role.DATA, ir.Role.CONTEXT)
-                         and par_pl.mode(a) in SPLIT_MODES]
-        mismatch_all += [a for a in g_whole if grads_pl.mode(a) in grad_split and opt_pl.mode(a) is ir.Mode.R]
+        unusable_g = [a for a in axes if role_of(a) in (ir.Role.DATA, ir.Role.CONTEXT)
+                      and par_pl.mode(a) in SPLIT_MODES]
+        mismatch_g = [a for a in g_whole if grads_pl.mode(a) in grad_split and opt_pl.mode(a) is ir.Mode.R]
+        unusable_all += unusable_g
+        mismatch_all += mismatch_g
         gsplit_all += [a for a in g_whole if grads_pl.mode(a) in grad_split]
+        sources += _own_sources(cls, (("optimizer", mismatch_g), ("usable", unusable_g)))
         grads_sharded_g = tuple(
             a for a in axes if role_of(a) in DATA_ROLES and grads_pl.mode(a) in grad_split)
+        sharded_data_all += [a for a in grads_sharded_g if a in data]
         dims: list[GradDim] = []
         k = scheduled(cls)
         dims += axis_dims(plan, axes, cls, role_of, (par_pl, opt_pl), k, sp, tied)
@@ -246,6 +268,9 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
 
         span = NO_SPAN
         spans = {d.name: _binding_span(plan, d.axis) for d in dims if d.axis is not None}
+        own_axes = {a for st in views.MODEL_STATES for a in cls.own_modes(st)}
+        if cls.span != NO_SPAN:  # a dimension on an axis the group places itself: the group's line
+            spans.update({d.name: cls.span for d in dims if d.axis in own_axes})
         red = last("grads", "reduce", g) or last("grads", "reduce", "all") or last("grads", "reduce", None)
         if red is not None:
             counts = Counter(red.axes or ())
@@ -321,7 +346,11 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         seed_vary = ()
     else:
         seed_vary = tuple(seed_o.axes or ())
-    needed = tuple(a for a in axes if par_pl.mode(a) is ir.Mode.R and opt_pl.mode(a).shards)
+    parts = _parts(plan, colls)
+    needed = tuple(a for a in axes if any(a in p.needed for p in parts))
+    if last("params", "no_regather") is None:  # else the override is the cause, at its own line
+        sources += [("regather", a, n, sp) for p in parts if p.names for a in p.needed
+                    if a not in par_needed(plan) for n, sp in p.names[:1]]
     offloaded_params = par_pl.offloaded or any(m is ir.Mode.O for _, m in par_pl.modes)
     if overrides:
         no_effect(plan, tuple(g.group for g in groups), bool(needed), offloaded_params)
@@ -333,8 +362,9 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     offloaded = par_pl.offloaded or any(m is ir.Mode.O for _, m in par_pl.modes)
     axis_bindings = tuple((a, tuple(b.strategy for b in plan.bindings if a in b.axes)) for a in axes)
     unusable = tuple(dict.fromkeys(unusable_all))
-    gathered = Counter(a for c in sched_gathers for a in c.axes)
-    gather_counts = tuple((a, gathered[a]) for a in axes if par_pl.mode(a) is ir.Mode.S_STAR)
+    gather_counts = _gather_counts(axes, parts)
+    sources += [("gather", a, n, sp) for p in parts if p.names for a, _ in p.gather_counts
+                for n, sp in p.names[:1]]
     mismatch = tuple(dict.fromkeys(mismatch_all))
     eq_o = last("tokens", "equal")
     return StepModel(
@@ -363,7 +393,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         offloaded=offloaded,
         fetch=fetch_o is None,
         fetch_span=fetch_o.span if fetch_o else par_pl.span,
-        grads_sharded_data=grads_sharded_data,
+        grads_sharded_data=tuple(a for a in data if a in sharded_data_all),
         accumulation_buffer=acc_o is None,
         accumulation_span=acc_o.span if acc_o else grads_pl.span,
         pipelined=bool(pipeline) or plan.schedule is not None,
@@ -383,6 +413,8 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         optimizer_span=opt_pl.span,
         params_span=(gather_o.span if gather_o else par_pl.span),
         equal_tokens=eq_o is not None,
+        group_sources=tuple(dict.fromkeys(sources)),
+        gather_unsharded=tuple(dict.fromkeys(a for p in parts for a in p.unsharded_gathers)),
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
+from ..ir.welltyped import ill_typed
 
 # params modes under which a tensor or expert axis splits the computation itself; under S* every
 # rank gathers the whole weights first, under R and M it holds them whole
@@ -45,6 +46,14 @@ def persistent_modes(plan: ir.Plan) -> None:
             raise _err("PL505", f"{state.value} are placed M (materialized only transiently) over "
                        f"({', '.join(bad)}), but {state.value} persist from one step to the next; M applies to "
                        "gradients and activations", pl.span if pl.span != NO_SPAN else plan.span)
+
+
+def well_typed(plan: ir.Plan) -> None:
+    """Placements with no meaning (``ir.welltyped``: PL136, PL137) are errors, as the resolver
+    reports them; plans built without it are checked here."""
+    found = ill_typed(plan, lambda s, a: next((b.span for b in plan.bindings if a in b.axes), NO_SPAN))
+    if found:
+        raise DiagnosticError(found)
 
 
 def tied(plan: ir.Plan) -> bool:

@@ -16,10 +16,11 @@ from dataclasses import dataclass, replace
 import sympy
 
 from .. import ir
+from ..ir import views
 from ..ir.collectives import Collective, Kind
 from ..ir.heads import PAYLOAD
 from .activations import Layout
-from .sizes import Shape, divided, per_group
+from .sizes import Shape, per_group
 from .symbolic import symbol, to_sympy
 
 _RING = {
@@ -55,20 +56,26 @@ def _divide(expr: sympy.Expr, axes: tuple[str, ...]) -> sympy.Expr:
     return expr
 
 
+def _members(sh: Shape, c: Collective, counts: dict[str, sympy.Expr]) -> sympy.Expr:
+    """The parameters of the groups whose buffer the collective moves (``ir.views``)."""
+    return sum((n for name, n in counts.items() if views.carries(c.payload, name)), sympy.Integer(0))
+
+
 def buffer_bytes(c: Collective, sh: Shape, lay: Layout) -> sympy.Expr:
     tensor = c.payload.tensor
     ba = sh.bytes[ir.State.ACTIVATIONS]
     s = sh.s / lay.c
     tsp = lay.t if lay.sp else 1
     if tensor in ("params", "params_shard"):
-        return sh.bytes[ir.State.PARAMS] * divided(sh, c.payload.divided_over, lay.split)
+        return sh.bytes[ir.State.PARAMS] * _members(sh, c, per_group(sh, c.payload.divided_over, lay.split))
     if tensor in ("grads", "grads_shard"):
-        return sh.bytes[ir.State.GRADS] * divided(sh, c.payload.divided_over, lay.split)
+        return sh.bytes[ir.State.GRADS] * _members(sh, c, per_group(sh, c.payload.divided_over, lay.split))
     if tensor in ("dense_grads", "expert_grads", "dense_params", "expert_params"):
         # one buffer of the non-expert parameters or of the experts, divided over the axes that divide it
         st = ir.State.GRADS if tensor.endswith("grads") else ir.State.PARAMS
         split = replace(lay.split, dense_data=True)
-        return sh.bytes[st] * divided(sh, c.payload.divided_over, split, experts_only=tensor.startswith("expert"))
+        return sh.bytes[st] * _members(sh, c, per_group(sh, c.payload.divided_over, split,
+                                                        experts_only=tensor.startswith("expert")))
     if tensor.startswith(PAYLOAD):  # one group's own gradient (a whole weight that sees heads, K/V copies)
         return sh.bytes[ir.State.GRADS] * per_group(sh, c.payload.divided_over, lay.split)[tensor[len(PAYLOAD):]]
     if tensor == "activation":

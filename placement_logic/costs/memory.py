@@ -26,6 +26,7 @@ import sympy
 
 from .. import ir
 from ..ir import Mode, Role, State, folding
+from ..ir import groups as pg
 from ..ir.collectives import axes_with_role, is_offloaded, pipeline_axis, sharded_axes
 from .activations import Activations
 from .sizes import Shape, SizedGroup, Split, divided, layer_divided, per_group
@@ -154,14 +155,16 @@ def _persistent(plan: ir.Plan, sh: Shape, st: State, stage: str | None, split: S
     pl = plan.placement(st)
     pipe = pipeline_axis(plan)
     split = replace(split, dense_data=True)
-    if pl.axes_with(Mode.M):
+    # M (streamed, held only transiently) on some axis, by the plan or by a group's own modes
+    transient = {g.name for g in sh.groups if pg.effective(pl, g.group).axes_with(Mode.M)}
+    if len(transient) == len(sh.groups):
         by_group = {g.name: ZERO for g in sh.groups}
     elif stage is not None and pipe is not None:
         p = sympy.Integer(1) if _one(plan, pipe) else symbol(pipe)  # one stage: it holds both ends
         by_group = per_group(sh, (), split, stage=stage, p=p, axes_of=group_axes(plan, st, skip=(pipe,)))
     else:
         by_group = per_group(sh, (), split, axes_of=group_axes(plan, st))
-    by_group = {k: sh.bytes[st] * v for k, v in by_group.items()}
+    by_group = {k: ZERO if k in transient else sh.bytes[st] * v for k, v in by_group.items()}
     zero = {k: ZERO for k in by_group}
     return (zero, by_group) if is_offloaded(plan, st) else (by_group, zero)
 
@@ -208,9 +211,9 @@ def memory(plan: ir.Plan, sh: Shape, act: Activations, split: Split | None = Non
                 groups.setdefault(name, {})[st] = dg.get(name, ZERO) + hg.get(name, ZERO)
     own = [g.name for g in sh.groups if g.group.modes]
     if own:
-        notes.append(f"parameter group{'s' if len(own) > 1 else ''} {', '.join(own)}: the memory follows "
-                     f"{'their' if len(own) > 1 else 'its'} own modes; the collectives are priced under the plan's "
-                     "placement")
+        notes.append(f"parameter group{'s' if len(own) > 1 else ''} {', '.join(own)}: the memory and the "
+                     f"collectives of {'their' if len(own) > 1 else 'its'} buffers follow "
+                     f"{'their' if len(own) > 1 else 'its'} own modes")
     device[State.ACTIVATIONS] = act.total
     host[State.ACTIVATIONS] = ZERO
     if not sh.has_shape:

@@ -36,6 +36,10 @@ class Payload:
     tensor: str
     divided_over: tuple[str, ...] = ()
     description: str = ""
+    # the parameter groups whose buffer it is (``ir.views``): these only, or (None) every group
+    # but ``without`` (groups with placements of their own move in buffers of their own)
+    groups: tuple[str, ...] | None = None
+    without: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,10 @@ docs/costs.md ("Collectives").
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .. import ir
-from . import folding, heads, sync
+from . import folding, heads, sync, views
 from . import groups as pg
 from .buffers import ONE, Collective, Kind, Payload, Phase, link_of, reduce_buffer, step_reduction
 from .buffers import uniq as _uniq
@@ -378,17 +380,41 @@ def _offload(plan: ir.Plan) -> list[Collective]:
     return out
 
 
+def _per_buffer(rule, parts: tuple[views.Part, ...]) -> list[Collective]:
+    """A rule over the model states, applied to each part of the parameter groups (``ir.views``)
+    with the part's own placements; each collective names the groups whose buffer it moves."""
+    if len(parts) == 1:
+        return rule(parts[0].plan)
+    expert = {g.name: g.expert for g in pg.param_groups(parts[0].plan.model)}
+    out = []
+    for part in parts:
+        for c in rule(part.plan):
+            if c.state is State.ACTIVATIONS:
+                continue
+            kinds = {expert.get(n, False) for n in part.groups or ()}
+            if part.groups is not None and c.payload.tensor.split("_")[0] in ("dense", "expert") \
+                    and (c.payload.tensor.startswith("expert")) not in kinds:
+                continue  # the non-expert (expert) part of a buffer of expert (non-expert) groups only
+            named = part.groups is not None
+            desc = c.payload.description + (f" (group {', '.join(part.groups)})" if named else "")
+            out.append(replace(c, payload=replace(c.payload, groups=part.groups, without=part.without,
+                                                  description=desc)))
+    return out
+
+
 def derive(plan: ir.Plan) -> tuple[Collective, ...]:
-    """Every collective one device takes part in during one training step."""
+    """Every collective one device takes part in during one training step; the model states'
+    collectives once per buffer of parameter groups placed alike (``ir.views.buffers``)."""
+    parts = views.buffers(plan)
     return tuple(
-        _param_gathers(plan)
+        _per_buffer(_param_gathers, parts)
         + _tensor_parallel(plan)
         + _vocab_parallel(plan)
         + _context(plan)
         + _experts(plan)
         + _pipeline(plan)
-        + _grad_sync(plan)
+        + _per_buffer(_grad_sync, parts)
         + heads.grad_sums(plan)
-        + _offload(plan)
-        + _param_refresh(plan)
+        + _per_buffer(_offload, parts)
+        + _per_buffer(_param_refresh, parts)
     )

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from .. import ir
 from ..diagnostics import Span, did_you_mean
 from ..frontend import surface
+from ..ir.welltyped import ill_typed
 from .entries import override, placement_entry, rename_override, setting
 from .scopes import ModuleScope, lookup_strategy
 from .shapes import check_shapes
@@ -33,6 +34,7 @@ class PlanDraft:
     setting_src: dict[str, str] = field(default_factory=dict)  # setting -> strategy that set it
     overrides: list[ir.Override] = field(default_factory=list)
     bound: dict[str, Span] = field(default_factory=dict)  # mesh axis -> where it was bound
+    mode_src: dict[tuple[ir.State, str], Span] = field(default_factory=dict)  # where a mode was placed
     schedule_axis: str | None = None
     unobserved: list[tuple[str, Span]] = field(default_factory=list)  # facts of the step the plan does not state
 
@@ -112,7 +114,10 @@ class PlanAssembler:
             elif isinstance(item, surface.SubBlock):
                 self.cx.error("PL113", f"a plan has no '{item.key}' section", item.span)
         for item in placement_items:
+            before = {s: dict(m) for s, m in draft.modes.items()}
             placement_entry(self.vals, draft.modes, draft.options, item, axes, {}, formal=False)
+            draft.mode_src.update({(s, a): item.span for s, m in draft.modes.items() for a in m
+                                   if before.get(s, {}).get(a) is not m[a] or s not in before})
         if self.cx.failed_since(mark):
             return None  # the errors already reported explain what is missing
         return self._finish(p, draft)
@@ -171,6 +176,9 @@ class PlanAssembler:
         )
         mark = self.cx.mark()
         check_shapes(plan, self.vals, self.cx.error)
+        if not self.cx.failed_since(mark):
+            found = ill_typed(plan, lambda s, a: draft.mode_src.get((s, a), draft.bound.get(a, p.span)))
+            self.cx.diags.extend(d for d in found if d not in self.cx.diags)  # a group's: once, not per plan
         return None if self.cx.failed_since(mark) else plan
 
     def _bind(self, draft: PlanDraft, item: surface.Entry) -> None:
@@ -232,6 +240,7 @@ class PlanAssembler:
             for fa, m in ms.items():
                 for a in rename[fa]:
                     draft.modes.setdefault(s, {})[a] = m
+                    draft.mode_src[(s, a)] = item.span
         for s, opts in ex.options.items():
             draft.options.setdefault(s, {}).update(opts)
         self._merge_settings(draft, ex, item.span)

@@ -55,6 +55,17 @@ MODELS = {
     ),
 }
 
+# models whose group blocks place a group themselves (docs/language.md, "Parameter groups")
+VISION = "group vision {{ count = 100000000  {} }}"
+MODELS.update({
+    "moe_experts_grads_r": MODELS["moe"] + ("group experts { grads = {ep: R} }",),
+    "moe_experts_restated": MODELS["moe"] + ("group experts { params = {ep: S}  optimizer = {ep: S}  grads = {ep: S} }",),
+    "moe_vision_grads_s": MODELS["moe"] + (VISION.format("grads = {ep: S}  optimizer = {ep: R}"),),
+    "plain_vision_params_r": MODELS["plain"] + (VISION.format("params = {dp: R}"),),
+    "plain_vision_ddp": MODELS["plain"] + (VISION.format("placement = {dp: R}"),),
+    "plain_vision_zero3": MODELS["plain"] + (VISION.format("params = {dp: S*}  optimizer = {dp: S}  grads = {dp: S}"),),
+})
+
 GROUPS = {
     "plain": ("dense", "norms", "biases", "embedding"),
     "pipeline": ("dense", "norms", "biases", "embedding"),
@@ -193,6 +204,7 @@ class Mutant:
     bind: tuple[str, ...] | None = None  # replaces the base's bindings
     imports: tuple[str, ...] = ()
     known_gap: str = ""  # filled from KNOWN_GAPS
+    model: str | None = None  # replaces the base's model (one whose groups place themselves)
 
     def text(self) -> str:
         b = self.base
@@ -204,7 +216,7 @@ class Mutant:
         if self.known_gap:
             header.append(f"known-gap: {self.known_gap}")
         body = list(self.bind if self.bind is not None else b.bind) + list(self.lines)
-        return spec_text(header, b.imports + self.imports, b.model, b.mesh, [], "mutant", body)
+        return spec_text(header, b.imports + self.imports, self.model or b.model, b.mesh, [], "mutant", body)
 
 
 MUTANTS: list[Mutant] = []
@@ -331,6 +343,21 @@ mutant("no_fetch_zero_infinity", "zero_infinity",
 mutant("no_fetch_offloaded_params", "zero_offload",
        "ZeRO-Offload with params placed O on dp and `override params: no_fetch`.",
        ["params: {dp: O}", "override params: no_fetch"], ["CR04"])
+
+# a group's own modes, read as the same modes at plan level would be
+mutant("group_experts_grads_r_ep", "ep",
+       "the experts' own gradients placed R on ep (`group experts { grads = {ep: R} }`): the schedule all-reduces "
+       "them over ep, adding different experts' gradients, as `grads: {ep: R}` at plan level does.",
+       [], gi(["experts"], "over ep") + ["CR02", "CR07"], model="moe_experts_grads_r")
+mutant("group_grads_s_optimizer_r_ep", "ep",
+       "a dense group's own gradients sharded over ep with its optimizer state replicated there "
+       "(`group vision { grads = {ep: S}  optimizer = {ep: R} }`): every ep replica steps the group's whole "
+       "params with a shard of its gradient.",
+       [], ["SC optimizer step over ep"], model="moe_vision_grads_s")
+mutant("group_params_r_no_regather_zero3", "zero3",
+       "a group's own params replicated over dp beside ZeRO-3's sharded optimizer (`group vision { params = "
+       "{dp: R} }`) and `override params: no_regather`: the group's updated shards are never all-gathered.",
+       ["override params: no_regather"], ["SC params re-gather"], mirrors=REGATHER, model="plain_vision_params_r")
 
 # -- override bugs: gradient reductions -------------------------------------------------
 
@@ -613,6 +640,20 @@ def with_base(name, base_name, why, lines, of=None):
     b = BASES[base_name]
     equivalent(name, of or b.title, why, list(b.bind) + list(lines), base_name)
 
+
+# a group block restating the plan's own modes, or placing itself as a correct plan would
+for name, b, model, why in [
+    ("group_restates_ddp", "ddp", "plain_vision_ddp", "a group restating DDP's modes (`placement = {dp: R}`)"),
+    ("group_restates_experts_ep", "ep", "moe_experts_restated", "the experts restating expert parallelism's "
+     "modes on ep"),
+    ("group_zero3_beside_ddp", "ddp", "plain_vision_zero3", "a group placing itself as ZeRO-3 beside DDP: its "
+     "buffer is gathered, reduce-scattered and stepped by its own collectives"),
+    ("group_params_r_beside_zero3", "zero3", "plain_vision_params_r", "a group's params replicated over dp "
+     "beside ZeRO-3: its updated shards are all-gathered after the step by its own buffer's re-gather"),
+]:
+    bb = BASES[b]
+    equivalent(name, bb.title, why + "; the plan computes what single-device training computes.", list(bb.bind), b,
+               model=model)
 
 # renamed and reordered axes
 for b, mesh, bind in [
