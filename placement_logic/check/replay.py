@@ -192,12 +192,14 @@ def _other(ref: int) -> int:
     return 1 if ref == 0 else 0
 
 
-def diagnose_group(ctx: Context, g: steps.GroupModel, equal_counts: bool = False, aspect: str | None = None) -> list[str]:
+def diagnose_group(ctx: Context, g: steps.GroupModel, equal_counts: bool = False, aspect: str | None = None,
+                   notes: list[str] | None = None) -> list[str]:
     """What differs between the plan's handling of a group and the correct derivation
     (only the dimension or the normalisation named by ``aspect``, when given).
 
     With ``equal_counts`` (the run has the same token count everywhere) a normalisation
-    that is exact for equal counts is not blamed."""
+    that is exact for equal counts is not blamed: that is said in ``notes`` (a side remark,
+    not a cause)."""
     ref = ctx.derived.group(g.group)
     out = []
     for d in g.dims:
@@ -229,7 +231,8 @@ def diagnose_group(ctx: Context, g: steps.GroupModel, equal_counts: bool = False
                    "is summed again, multiplying it by the axis size")
     elif set(g.norm_dims) != set(ref.norm_dims):
         if ctx.step.loss != "global_mean" and equal_counts:
-            out.append("every shard has the same token count in this run, so the mean of means is exact here")
+            if notes is not None:
+                notes.append("every shard has the same token count in this run, so the mean of means is exact here")
         elif ctx.step.loss != "global_mean":
             kind = "device" if ctx.step.loss == "per_device_mean" else "microbatch"
             out.append(f"loss is a mean of per-{kind} token means, normalised over ({', '.join(g.norm_dims) or 'nothing'}) "
@@ -276,9 +279,10 @@ def _gi_counterexample(ctx: Context, g: steps.GroupModel, sizes: dict[str, int],
     )
     eq = (f"grad[{g.group}] on device {coords_text(names, dev_shown)} = {_frac(run.values[dev])}, "
           f"but the global-batch gradient is {_frac(run.expected[dev])}")
-    diag = tuple(extra + diagnose_group(ctx, g, len(set(counts.values())) <= 1, aspect))
+    notes: list[str] = []
+    diag = tuple(extra + diagnose_group(ctx, g, len(set(counts.values())) <= 1, aspect, notes))
     return Counterexample(ctx.sizes_tuple(sizes), (("observer", coords_text(names, dev_shown)),), values, eq,
-                          diag, ctx.command(sizes))
+                          diag, ctx.command(sizes), tuple(notes))
 
 
 _TYPE = {steps.TOKEN: "partial", steps.SPLIT: "partial", steps.INVARIANT: "invariant", steps.SHARDED: "sharded"}

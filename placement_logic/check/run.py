@@ -84,7 +84,7 @@ def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: di
     def result(verdict: Verdict, scope: str, **kw) -> ObligationResult:
         notes = kw.pop("notes", ()) + ob.notes
         return ObligationResult(ob.name, ob.condition, verdict, scope, ob.span, ob.checked,
-                                notes=notes, seconds=seconds, **kw)
+                                notes=notes, seconds=seconds, groups=ob.groups, **kw)
 
     # the for-all query, first with a short limit: a query that z3 does not decide at once is
     # left while the cheap guesses run, and asked again with the full limit only if they fail
@@ -221,6 +221,8 @@ def findings(results: tuple[ObligationResult, ...]) -> tuple[Finding, ...]:
         root = min(rs, key=_rank)  # stable: the first of the most direct ones
         cause = root.counterexample.diagnosis[0] if root.counterexample and root.counterexample.diagnosis \
             else root.checked
+        if root.groups:  # a placement that some groups take: name them
+            cause = f"{'group' if len(root.groups) == 1 else 'groups'} {', '.join(root.groups)}: {cause}"
         out.append(Finding(root.name, cause, loc, (root.name,) + tuple(r.name for r in rs if r is not root)))
     return tuple(out)
 
