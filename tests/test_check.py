@@ -143,8 +143,8 @@ def test_a_witness_that_fails_replay_is_not_shown(monkeypatch):
     spec = load_spec(EXAMPLES / "bugs" / "dp_mean_of_means.place")
     original = planmod.obligations
 
-    def no_replay(step, derived, ctx):
-        obs = original(step, derived, ctx)
+    def no_replay(step, derived, ctx, *plan):
+        obs = original(step, derived, ctx, *plan)
         for ob in obs:
             ob.replay = lambda w: None
         return obs

@@ -20,11 +20,11 @@ from .. import ir
 from ..diagnostics import Diagnostic, DiagnosticError, Span
 from ..solver.session import Session
 from . import encode as en
-from . import witness as wt
 from . import (
     render,  # noqa: F401 - gives CheckReport its Markdown view in a notebook
     steps,
 )
+from . import witness as wt
 from .obligations import ALL_GROUPS, Obligation, obligations  # noqa: F401 - obligations re-exported
 from .plan import PlanChecker
 from .report import CheckReport, Finding, ObligationResult, PlanReport, Verdict
