@@ -27,7 +27,7 @@ def _labels(sess: Session) -> list[str]:
 
 def test_nine_axis_bug_is_refuted_from_the_first_witness():
     """A gradient not reduced over one of nine data axes: refuted (never unknown), every
-    refutation from the for-all query's own witness (no bounded search runs), each
+    refutation without a bounded search (from the for-all query's witness), each
     counterexample on the smallest mesh that shows it: the axis at fault 2, the rest 1."""
     spec, p = _no_reduction_over_last(9)
     sess = Session(timeout=60)
@@ -36,7 +36,7 @@ def test_nine_axis_bug_is_refuted_from_the_first_witness():
     assert time.perf_counter() - t < 60
     assert report.verdict is Verdict.REFUTED
     assert not [o.name for o in report.obligations if o.verdict is Verdict.UNKNOWN]
-    assert set(_labels(sess)) == {"for all"}
+    assert not [label for label in _labels(sess) if label.startswith("sizes <=")]  # no bounded search ran
     over = [o for o in report.obligations if o.name.endswith("] over d8")]
     assert over and all(o.verdict is Verdict.REFUTED for o in over)
     for o in over:

@@ -110,11 +110,16 @@ def simulate_gi(ctx: Context, g: steps.GroupModel, sizes: dict[str, int], counts
         if extra > 0:
             repeat *= sizes[name] ** extra
 
+    fixed = [i for i, d in enumerate(tdims) if d.name not in norm]
+    slabs: dict[Coord, int] = {}  # the token count summed over the normalised dims, per fixed coordinates
+    for t, n in counts.items():
+        key = tuple(t[i] for i in fixed)
+        slabs[key] = slabs.get(key, 0) + n
+
     def slab(tau: Coord) -> int:
         if g.objective == "sum":
             return 1
-        fixed = [i for i, d in enumerate(tdims) if d.name not in norm]
-        return repeat * sum(n for t, n in counts.items() if all(t[i] == tau[i] for i in fixed))
+        return repeat * slabs.get(tuple(tau[i] for i in fixed), 0)
 
     total = sum(counts.values())
     ranges = [range(dim_size(d, sizes)) for d in grid]
