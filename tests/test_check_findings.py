@@ -89,3 +89,13 @@ def test_a_side_remark_is_a_note_after_the_cause():
     assert any(remark in cex.notes for cex in shown)
     for f in report.plans[0].findings:
         assert f.cause != remark
+
+
+def test_measure_prints_the_checkers_notes_after_its_causes():
+    from placement_logic.measure.render import counterexample_lines
+    from placement_logic.measure.report import CounterexampleView
+
+    cex = CounterexampleView("GI grads[dense]", (("dp", 2),), (), "a = b", ("the cause",), "placement check x",
+                             ("a side remark",))
+    lines = counterexample_lines(cex)
+    assert lines.index("because: the cause") < lines.index("note: a side remark") < lines.index("re-run: placement check x")
