@@ -108,3 +108,19 @@ def _shards(block, sizes) -> int:
     for d in block:
         n *= sizes[d] - 1
     return n
+
+
+def test_a_witness_without_the_shard_it_names_is_no_counterexample():
+    """CR06 (no accumulation buffer) needs two microbatches: its replay at one microbatch,
+    where the 'other' microbatch it would take a contribution from does not exist, confirms
+    nothing, so the minimisation cannot cut the microbatches to 1."""
+    from corpus import EXAMPLES
+
+    from placement_logic.check.plan import PlanChecker
+    from placement_logic.frontend.loader import load_spec
+
+    spec = load_spec(EXAMPLES / "bugs" / "zero2_pipeline_no_buffer.place")
+    checker = PlanChecker(spec, spec.plans[0])
+    cr06 = next(ob for ob in checker.obligations() if ob.condition == "CR06")
+    assert cr06.replay({"kind": "accumulation", "sizes": {"dp": 1, "pp": 1, "microbatches": 1}}) is None
+    assert cr06.replay({"kind": "accumulation", "sizes": {"dp": 1, "pp": 1, "microbatches": 2}}) is not None

@@ -320,6 +320,10 @@ def typing_text(g: steps.GroupModel) -> str:
     return "; ".join(parts)
 
 
+def _in_range(dims: list[steps.GradDim], coords: Iterable[int], sizes: dict[str, int]) -> bool:
+    return all(0 <= c < dim_size(d, sizes) for d, c in zip(dims, coords))
+
+
 def replay_gi(ctx: Context, w: dict, g: steps.GroupModel | None = None, aspect: str | None = None) -> Counterexample | None:
     """Replay a GI witness on group ``g`` (default: the plan's group ``w["group"]``; a
     GI aspect's obligation passes its isolated group, see ``aspects.isolate``)."""
@@ -335,6 +339,8 @@ def replay_gi(ctx: Context, w: dict, g: steps.GroupModel | None = None, aspect: 
         return None
     elem = tuple((1 if leak == d.name else 0) for d in edims)
     sigma = tuple(star[d.name] for d in sdims)
+    if not (_in_range(sdims, sigma, sizes) and _in_range(edims, elem, sizes)):
+        return None  # a witness that names a shard or element the mesh does not have is no run
     run = simulate_gi(ctx, g, sizes, counts, {(elem, sigma): Fraction(1)})
     who = "another parameter element" if leak else f"element {g.group}[0]"
     text = f"1 from data shard {coords_text([d.name for d in sdims], sigma)} for {who}, 0 elsewhere"
@@ -359,6 +365,8 @@ def replay_structural(ctx: Context, group: str, sizes: dict[str, int], dim: str 
                 elem[i] = 1
     counts = {tau: 1 for tau in product(*[range(dim_size(d, sizes)) for d in tdims])}
     sigma = tuple(star[d.name] for d in sdims)
+    if not (_in_range(sdims, sigma, sizes) and _in_range(edims, elem, sizes)):
+        return None  # the dimension has one shard at these sizes: there is no other one to contribute
     run = simulate_gi(ctx, g, sizes, counts, {(tuple(elem), sigma): Fraction(1)})
     text = f"1 from data shard {coords_text([d.name for d in sdims], sigma)}, 0 elsewhere (one token per shard)"
     return _gi_counterexample(ctx, g, sizes, run, counts, text, [])
