@@ -117,13 +117,13 @@ def test_unknown_is_never_a_pass(monkeypatch):
 class ForAllTimesOut(Session):
     """The for-all query times out; every bounded search still runs and finds nothing."""
 
-    def check(self, label, constraints):
+    def check(self, label, constraints, timeout=None):
         if label.endswith(":for all"):
             from placement_logic.solver.session import Outcome
 
             self.timings.append((label, 0.0, "unknown"))
             return Outcome("unknown", reason="timeout")
-        return super().check(label, constraints)
+        return super().check(label, constraints, timeout)
 
 
 def test_a_bounded_search_without_counterexample_is_not_a_proof():
@@ -143,8 +143,8 @@ def test_a_witness_that_fails_replay_is_not_shown(monkeypatch):
     spec = load_spec(EXAMPLES / "bugs" / "dp_mean_of_means.place")
     original = planmod.obligations
 
-    def no_replay(step, derived, ctx):
-        obs = original(step, derived, ctx)
+    def no_replay(step, derived, ctx, *plan):
+        obs = original(step, derived, ctx, *plan)
         for ob in obs:
             ob.replay = lambda w: None
         return obs

@@ -44,6 +44,7 @@ class Env:
     sizes: dict[str, Any] = field(default_factory=dict)
     side: list = field(default_factory=list)
     counts_cap: int | None = None
+    counts_pattern: tuple[int, int] | None = None  # (a, b): every shard's count fixed, a on the observer's, b elsewhere
 
     def __post_init__(self) -> None:
         for name in self.step.axes + (steps.MICROBATCHES,):
@@ -156,7 +157,10 @@ def token_counts(env: Env, token_dims: tuple[steps.GradDim, ...], prefix: str) -
         own[d.name], others[d.name] = u, v
         n = env.size(d)
         cons.append(u >= 1)
-        if env.equal_counts:
+        if env.counts_pattern is not None:
+            a, b = env.counts_pattern
+            cons += [u == a, v == b * (n - 1)]
+        elif env.equal_counts:
             cons.append(v == u * (n - 1))
         else:
             cons.append(v >= n - 1)

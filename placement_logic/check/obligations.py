@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from .. import ir
 from ..diagnostics import NO_SPAN, Span
-from . import aspects, steps
+from . import aspects, sources, steps
 from . import encode as en
 from . import replay as rp
 from . import replay_state as rs
@@ -34,6 +35,7 @@ class Obligation:
     whole: str | None = None  # the group whose whole-plan gradient integrity this is
     aspect_of: str | None = None  # the group whose whole-plan GI this per-aspect finding explains
     unknown: str = ""  # a fact the step model lacks to decide it: the verdict is unknown, saying which
+    groups: tuple[str, ...] = ()  # the parameter groups a placement-caused obligation concerns ((): all)
 
 
 def _filter_notes(step: steps.StepModel) -> tuple[str, ...]:
@@ -54,9 +56,20 @@ def _span(span: Span, fallback: Span) -> Span:
     return fallback if span == NO_SPAN else span
 
 
-def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context) -> list[Obligation]:
+def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context,
+                plan: ir.Plan | None = None) -> list[Obligation]:
+    """``plan``: when given, a placement-caused obligation points at its source (the binding of
+    the axis, or the block of the group whose own mode causes it) and names its groups."""
     obs: list[Obligation] = []
     P = step.plan_span
+
+    def placed(span: Span, states: tuple[ir.State, ...], axis: str | None, bad, defect: bool
+               ) -> tuple[Span, tuple[str, ...]]:
+        if plan is None or not defect or span != NO_SPAN or axis is None:  # an override (or the placement) gave it
+            return _span(span, P), ()
+        src = sources.placement_source(plan, tuple(g.group for g in step.groups), states, axis, bad)
+        every = len(src.groups) == len(step.groups)
+        return src.span, () if every else src.groups
     for g in step.groups:
         obs.append(Obligation(
             f"GI grads[{g.group}]", GRADIENT_INTEGRITY, _span(g.span, P),
@@ -93,40 +106,49 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
         lambda env: en.seed_negation(env), lambda w: rs.replay_seed(ctx, w),
         () if step.tensor_axes else ("vacuous: no tensor-parallel axis",)))
     for a in step.data_axes + step.context_axes:
+        where, groups = placed(step.params_span, (ir.State.PARAMS,), a,
+                               lambda m: m[ir.State.PARAMS] in (ir.Mode.S, ir.Mode.O), a in step.unusable_axes)
         obs.append(Obligation(
-            f"SC params usable over {a}", STATE_CONSISTENCY, _own(step, "usable", a, step.params_span, P),
+            f"SC params usable over {a}", STATE_CONSISTENCY, where,
             f"the forward on every {a} rank uses the whole parameters: params are replicated, gathered (S*) or "
             f"fetched over {a}, never left sharded (S)" + _named(step, "usable", a),
             lambda env, a=a: en.axes_negation(env, "usable", [(a, env.sess.true() if a in step.unusable_axes
                                                                  else env.sess.false())]),
-            lambda w: rs.replay_usable(ctx, w)))
+            lambda w: rs.replay_usable(ctx, w), groups=groups))
     for a, times in step.gather_counts:
+        where, groups = placed(step.params_span, (ir.State.PARAMS,), a, lambda m: m[ir.State.PARAMS] is ir.Mode.S_STAR,
+                               times != 1)
         obs.append(Obligation(
-            f"SC params gathered over {a}", STATE_CONSISTENCY, _own(step, "gather", a, step.params_span, P),
+            f"SC params gathered over {a}", STATE_CONSISTENCY, where,
             f"params sharded-with-gather (S*) over {a} are all-gathered over {a} exactly once before each use"
             + _named(step, "gather", a),
             lambda env, a=a, times=times: en.axes_negation(
                 env, "usable", [(a, env.sess.true() if times != 1 else env.sess.false())]),
-            lambda w, times=times: rs.replay_usable(ctx, {**w, "times": times})))
+            lambda w, times=times: rs.replay_usable(ctx, {**w, "times": times}), groups=groups))
     split_grads = [a for a in step.axes if a in step.grads_split_axes]
     for a in split_grads:
+        where, groups = placed(step.optimizer_span, (ir.State.GRADS, ir.State.OPTIMIZER), a,
+                               lambda m: m[ir.State.GRADS] in (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.M, ir.Mode.O)
+                               and m[ir.State.OPTIMIZER] is ir.Mode.R, a in step.optimizer_mismatch)
         obs.append(Obligation(
-            f"SC optimizer step over {a}", STATE_CONSISTENCY, _own(step, "optimizer", a, step.optimizer_span, P),
+            f"SC optimizer step over {a}", STATE_CONSISTENCY, where,
             f"gradients are sharded over {a}, so the optimizer state is sharded over {a} too and every rank steps "
             "exactly the elements whose reduced gradient it holds" + _named(step, "optimizer", a),
             lambda env, a=a: en.axes_negation(env, "optimizer", [(a, env.sess.true() if a in step.optimizer_mismatch
                                                                      else env.sess.false())]),
-            lambda w: rs.replay_optimizer(ctx, w)))
+            lambda w: rs.replay_optimizer(ctx, w), groups=groups))
     missing = [a for a in step.regather_needed if a not in step.regather_axes]
     own_rg = next((a for a in missing if _source(step, "regather", a)), None)
+    where, groups = placed(step.regather_span, (ir.State.PARAMS, ir.State.OPTIMIZER), missing[0] if missing else None,
+                           lambda m: m[ir.State.PARAMS] is ir.Mode.R and m[ir.State.OPTIMIZER].shards, bool(missing))
     obs.append(Obligation(
-        "SC params re-gather", STATE_CONSISTENCY,
-        _own(step, "regather", own_rg, step.regather_span, P) if own_rg else _span(step.regather_span, P),
+        "SC params re-gather", STATE_CONSISTENCY, where,
         "after a sharded optimizer step, params replicated over an axis are all-gathered over it"
         + (_named(step, "regather", own_rg) if own_rg else ""),
         lambda env: en.axes_negation(env, "regather", [(a, env.sess.true()) for a in missing]),
         lambda w: rs.replay_regather(ctx, w),
-        () if step.regather_needed else ("vacuous: no axis with replicated params and a sharded optimizer",)))
+        () if step.regather_needed else ("vacuous: no axis with replicated params and a sharded optimizer",),
+        groups=groups))
     # ---------------------------------------------------------------- composition rules
     multi = [a for a, bound in step.axis_bindings if len(bound) > 1]
     obs.append(_rule("CR01", P, lambda env: en.axes_negation(env, "roles", [(a, env.sess.true()) for a in multi]),
@@ -333,12 +355,6 @@ def _accumulation_notes(step: steps.StepModel, applies: bool) -> tuple[str, ...]
 def _source(step, aspect: str, axis: str):
     """(group, span) when a group's own modes cause the obligation on ``axis``, else None."""
     return next(((g, sp) for asp, a, g, sp in step.group_sources if asp == aspect and a == axis), None)
-
-
-def _own(step, aspect: str, axis: str, span, plan_span):
-    """The group's line when its own modes cause the obligation, else the plan's source."""
-    src = _source(step, aspect, axis)
-    return src[1] if src else _span(span, plan_span)
 
 
 def _named(step, aspect: str, axis: str) -> str:

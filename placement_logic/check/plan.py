@@ -44,7 +44,7 @@ class PlanChecker:
                                  self.pinned)
 
     def obligations(self) -> list[Obligation]:
-        return obligations(self.step, self.derived, self.replay)
+        return obligations(self.step, self.derived, self.replay, self.plan)
 
     def env(self, sess, tier: QueryTier) -> en.Env:
         """Size terms and side constraints of one query tier in ``sess``."""

@@ -62,6 +62,7 @@ def text(report: CheckReport) -> str:
             lines.extend(f"        {label}: {value}" for label, value in cex.values)
             lines.append(f"        fails: {cex.equation}")
             lines.extend(f"        because: {d}" for d in cex.diagnosis)
+            lines.extend(f"        note: {n}" for n in cex.notes)
             if o.why:
                 lines.append(f"        why it matters: {o.why}")
             if o.fix:
@@ -110,6 +111,7 @@ def markdown(report: CheckReport) -> str:
             lines.extend(f"- {label}: {value}" for label, value in cex.devices + cex.values)
             lines.append(f"- fails: {cex.equation}")
             lines.extend(f"- because: {d}" for d in cex.diagnosis)
+            lines.extend(f"- note: {n}" for n in cex.notes)
             if o.why:
                 lines.append(f"- why it matters: {o.why}")
             if o.fix:

@@ -112,11 +112,16 @@ def simulate_gi(ctx: Context, g: steps.GroupModel, sizes: dict[str, int], counts
         if extra > 0:
             repeat *= sizes[name] ** extra
 
+    fixed = [i for i, d in enumerate(tdims) if d.name not in norm]
+    slabs: dict[Coord, int] = {}  # the token count summed over the normalised dims, per fixed coordinates
+    for t, n in counts.items():
+        key = tuple(t[i] for i in fixed)
+        slabs[key] = slabs.get(key, 0) + n
+
     def slab(tau: Coord) -> int:
         if g.objective == "sum":
             return 1
-        fixed = [i for i, d in enumerate(tdims) if d.name not in norm]
-        return repeat * sum(n for t, n in counts.items() if all(t[i] == tau[i] for i in fixed))
+        return repeat * slabs.get(tuple(tau[i] for i in fixed), 0)
 
     total = sum(counts.values())
     ranges = [range(dim_size(d, sizes)) for d in grid]
@@ -194,12 +199,14 @@ def _other(ref: int) -> int:
     return 1 if ref == 0 else 0
 
 
-def diagnose_group(ctx: Context, g: steps.GroupModel, equal_counts: bool = False, aspect: str | None = None) -> list[str]:
+def diagnose_group(ctx: Context, g: steps.GroupModel, equal_counts: bool = False, aspect: str | None = None,
+                   notes: list[str] | None = None) -> list[str]:
     """What differs between the plan's handling of a group and the correct derivation
     (only the dimension or the normalisation named by ``aspect``, when given).
 
     With ``equal_counts`` (the run has the same token count everywhere) a normalisation
-    that is exact for equal counts is not blamed."""
+    that is exact for equal counts is not blamed: that is said in ``notes`` (a side remark,
+    not a cause)."""
     ref = ctx.derived.group(g.group)
     out = []
     for d in g.dims:
@@ -232,7 +239,8 @@ def diagnose_group(ctx: Context, g: steps.GroupModel, equal_counts: bool = False
                    "is summed again, multiplying it by the axis size")
     elif set(g.norm_dims) != set(ref.norm_dims):
         if ctx.step.loss != "global_mean" and equal_counts:
-            out.append("every shard has the same token count in this run, so the mean of means is exact here")
+            if notes is not None:
+                notes.append("every shard has the same token count in this run, so the mean of means is exact here")
         elif ctx.step.loss != "global_mean":
             kind = "device" if ctx.step.loss == "per_device_mean" else "microbatch"
             out.append(f"loss is a mean of per-{kind} token means, normalised over ({', '.join(g.norm_dims) or 'nothing'}) "
@@ -279,9 +287,10 @@ def _gi_counterexample(ctx: Context, g: steps.GroupModel, sizes: dict[str, int],
     )
     eq = (f"grad[{g.group}] on device {coords_text(names, dev_shown)} = {_frac(run.values[dev])}, "
           f"but the global-batch gradient is {_frac(run.expected[dev])}")
-    diag = tuple(extra + diagnose_group(ctx, g, len(set(counts.values())) <= 1, aspect))
+    notes: list[str] = []
+    diag = tuple(extra + diagnose_group(ctx, g, len(set(counts.values())) <= 1, aspect, notes))
     return Counterexample(ctx.sizes_tuple(sizes), (("observer", coords_text(names, dev_shown)),), values, eq,
-                          diag, ctx.command(sizes))
+                          diag, ctx.command(sizes), tuple(notes))
 
 
 _TYPE = {steps.TOKEN: "partial", steps.SPLIT: "partial", steps.INVARIANT: "invariant", steps.SHARDED: "sharded"}
@@ -314,6 +323,10 @@ def typing_text(g: steps.GroupModel) -> str:
     return "; ".join(parts)
 
 
+def _in_range(dims: list[steps.GradDim], coords: Iterable[int], sizes: dict[str, int]) -> bool:
+    return all(0 <= c < dim_size(d, sizes) for d, c in zip(dims, coords))
+
+
 def replay_gi(ctx: Context, w: dict, g: steps.GroupModel | None = None, aspect: str | None = None) -> Counterexample | None:
     """Replay a GI witness on group ``g`` (default: the plan's group ``w["group"]``; a
     GI aspect's obligation passes its isolated group, see ``aspects.isolate``)."""
@@ -329,6 +342,8 @@ def replay_gi(ctx: Context, w: dict, g: steps.GroupModel | None = None, aspect: 
         return None
     elem = tuple((1 if leak == d.name else 0) for d in edims)
     sigma = tuple(star[d.name] for d in sdims)
+    if not (_in_range(sdims, sigma, sizes) and _in_range(edims, elem, sizes)):
+        return None  # a witness that names a shard or element the mesh does not have is no run
     run = simulate_gi(ctx, g, sizes, counts, {(elem, sigma): Fraction(1)})
     who = "another parameter element" if leak else f"element {g.group}[0]"
     text = f"1 from data shard {coords_text([d.name for d in sdims], sigma)} for {who}, 0 elsewhere"
@@ -353,6 +368,8 @@ def replay_structural(ctx: Context, group: str, sizes: dict[str, int], dim: str 
                 elem[i] = 1
     counts = {tau: 1 for tau in product(*[range(dim_size(d, sizes)) for d in tdims])}
     sigma = tuple(star[d.name] for d in sdims)
+    if not (_in_range(sdims, sigma, sizes) and _in_range(edims, elem, sizes)):
+        return None  # the dimension has one shard at these sizes: there is no other one to contribute
     run = simulate_gi(ctx, g, sizes, counts, {(tuple(elem), sigma): Fraction(1)})
     text = f"1 from data shard {coords_text([d.name for d in sdims], sigma)}, 0 elsewhere (one token per shard)"
     return _gi_counterexample(ctx, g, sizes, run, counts, text, [])

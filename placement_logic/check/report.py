@@ -25,6 +25,7 @@ class Counterexample:
     equation: str  # the equation that fails, with both sides evaluated
     diagnosis: tuple[str, ...]  # which collective is missing, doubled or mis-scaled
     command: str  # re-run with the sizes pinned
+    notes: tuple[str, ...] = ()  # side remarks on this run (not causes), shown after the diagnosis
 
     def to_json(self) -> dict:
         return {
@@ -33,6 +34,7 @@ class Counterexample:
             "values": dict(self.values),
             "equation": self.equation,
             "diagnosis": list(self.diagnosis),
+            "notes": list(self.notes),
             "command": self.command,
         }
 
@@ -51,6 +53,7 @@ class ObligationResult:
     fix: str = ""  # suggested fix (refuted rules)
     notes: tuple[str, ...] = ()
     seconds: float = 0.0  # solver time
+    groups: tuple[str, ...] = ()  # the parameter groups a placement-caused obligation concerns ((): all)
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,12 @@
 Input: an ``ir.Spec``, the plan names to check, pinned sizes and a time limit. Output: a
 ``CheckReport``. Per obligation: first the for-all query (every mesh size, token counts
 over the reals, which over-approximates integer counts); unsat proves it for all mesh
-sizes. Otherwise counterexamples are searched in small integer tiers; a witness is
-shown only after ``replay`` re-runs it concretely. If no witness survives and the
-bounded tier is unsat, the obligation is unknown with that bound stated (a bounded search
-is not a proof); else it is unknown.
+sizes. Otherwise its witness is tried first (``witness.shrink``): replayed concretely as
+found or cut to small sizes, then minimised axis by axis with the replay as the judge; a
+witness is shown only after ``replay`` re-runs it concretely. Only when no variant of it
+fails (or the for-all query gave none) are counterexamples searched in small integer
+tiers. If no witness survives and the bounded tier is unsat, the obligation is unknown
+with that bound stated (a bounded search is not a proof); else it is unknown.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from . import (
     render,  # noqa: F401 - gives CheckReport its Markdown view in a notebook
     steps,
 )
+from . import witness as wt
 from .obligations import ALL_GROUPS, Obligation, obligations  # noqa: F401 - obligations re-exported
 from .plan import PlanChecker
 from .report import CheckReport, Finding, ObligationResult, PlanReport, Verdict
@@ -31,6 +34,7 @@ from .rules import GRADIENT_INTEGRITY, RULES, STATE_CONSISTENCY
 
 DEFAULT_BOUND = 6
 MAX_REPLAY_DEVICES = 1 << 14
+QUICK_SECONDS = 1.0  # the first try of the for-all query (see ``discharge``)
 
 
 @dataclass(frozen=True)
@@ -40,9 +44,16 @@ class Tier:
     int_counts: bool
     equal_counts: bool
     counts_cap: int | None = None
+    fixed_size: int | None = None  # every size not pinned fixed at this value
+    counts_pattern: tuple[int, int] | None = None  # every token count fixed (encode.Env.counts_pattern)
 
 
 FORALL = Tier("for all", None, False, False)
+# when the for-all query gives no witness that survives: every size 2 and every token count fixed, so
+# only the choice of shard and element is left to the solver (its witness is then minimised by replay)
+GUESSES = (Tier("sizes = 2, one token per shard", 2, True, True, fixed_size=2, counts_pattern=(1, 1)),
+           Tier("sizes = 2, 1 token on the observer's shard, 2 on the others", 2, True, False, fixed_size=2,
+                counts_pattern=(1, 2)))
 SEARCH = (Tier("sizes <= 2, equal counts", 2, True, True, 4), Tier("sizes <= 2", 2, True, False, 3),
           Tier("sizes <= 3", 3, True, False, 6))
 
@@ -56,42 +67,59 @@ def _scope(pinned: dict[str, int], step: steps.StepModel) -> str:
     return "all mesh sizes"
 
 
-def _devices(w: dict) -> int:
-    n = 1
-    for v in w.get("sizes", {}).values():
-        n *= max(1, v)
-    return n
-
-
 def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: dict, pinned: dict[str, int],
               bound: int) -> ObligationResult:
     seconds = 0.0
     reasons: list[str] = []
 
-    def query(tier: Tier):
+    def query(tier: Tier, timeout: float | None = None):
         nonlocal seconds
-        env = en.Env(sess, step, bindings, pinned, tier.bound, tier.int_counts, tier.equal_counts or step.equal_tokens,
-                     counts_cap=tier.counts_cap)
+        fixed = {n: tier.fixed_size for n in step.axes + (steps.MICROBATCHES,)} if tier.fixed_size else {}
+        env = en.Env(sess, step, bindings, {**fixed, **pinned}, tier.bound, tier.int_counts,
+                     tier.equal_counts or step.equal_tokens, counts_cap=tier.counts_cap,
+                     counts_pattern=None if step.equal_tokens and tier.counts_pattern else tier.counts_pattern)
         cons, extract = ob.encode(env)
-        out = sess.check(f"{step.plan}:{ob.name}:{tier.label}", env.side + cons)
+        out = sess.check(f"{step.plan}:{ob.name}:{tier.label}", env.side + cons, timeout)
         seconds += out.seconds
         return out, extract
 
     def result(verdict: Verdict, scope: str, **kw) -> ObligationResult:
         notes = kw.pop("notes", ()) + ob.notes
         return ObligationResult(ob.name, ob.condition, verdict, scope, ob.span, ob.checked,
-                                notes=notes, seconds=seconds, **kw)
+                                notes=notes, seconds=seconds, groups=ob.groups, **kw)
 
     if ob.unknown:
         return result(Verdict.UNKNOWN, _scope(pinned, step), reason=ob.unknown)
-    first, extract = query(FORALL)
+    # the for-all query, first with a short limit: a query that z3 does not decide at once is
+    # left while the cheap guesses run, and asked again with the full limit only if they fail
+    first, extract = query(FORALL, QUICK_SECONDS)
+    quick = first.status == "unknown" and sess.timeout > QUICK_SECONDS
     if first.status == "unsat":
         return result(Verdict.PROVED, _scope(pinned, step))
+    if first.status == "sat":  # the witness already found goes first: one replay per candidate, no search
+        cex = _shrunk(ob, first, extract, pinned, "for-all witness", reasons)
+        if cex is not None:
+            return _refuted(ob, result, _scope(pinned, step), cex)
+    for tier in GUESSES:
+        out, guess_extract = query(tier)
+        if out.status == "sat":
+            cex = _shrunk(ob, out, guess_extract, pinned, tier.label, reasons)
+            if cex is not None:
+                return _refuted(ob, result, _scope(pinned, step), cex)
+        elif out.status == "unknown":
+            reasons.append(f"{tier.label}: {out.reason}")
+    if quick:
+        first, extract = query(FORALL)
+        if first.status == "unsat":
+            return result(Verdict.PROVED, _scope(pinned, step))
+        if first.status == "sat":
+            cex = _shrunk(ob, first, extract, pinned, "for-all witness", reasons)
+            if cex is not None:
+                return _refuted(ob, result, _scope(pinned, step), cex)
     if first.status == "unknown":
-        reasons.append(f"for-all query: {first.reason}")
-    tiers = SEARCH + (Tier(f"sizes <= {bound}", bound, True, False),)
+        reasons.insert(0, f"for-all query: {first.reason}")
     bounded_unsat = False
-    for tier in tiers:
+    for tier in SEARCH + (Tier(f"sizes <= {bound}", bound, True, False),):
         out, extract = query(tier)
         if out.status == "unknown":
             reasons.append(f"{tier.label}: {out.reason}")
@@ -101,7 +129,7 @@ def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: di
             continue
         try:
             witness = extract(out.model)
-        except ValueError as exc:  # an irrational model value cannot be replayed
+        except ValueError as exc:
             reasons.append(f"{tier.label}: {exc}")
             continue
         witness["sizes"] = {**witness.get("sizes", {}), **pinned}
@@ -109,22 +137,24 @@ def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: di
         if cex is not None:
             return _refuted(ob, result, _scope(pinned, step), cex)
         reasons.append(f"{tier.label}: the solver's witness did not survive concrete replay")
-    if first.status == "sat":
-        try:
-            witness = extract(first.model)
-        except ValueError as exc:
-            witness = None
-            reasons.append(f"for-all witness: {exc}")
-        if witness is not None and _devices(witness) <= MAX_REPLAY_DEVICES:
-            witness["sizes"] = {**witness.get("sizes", {}), **pinned}
-            cex = ob.replay(witness)
-            if cex is not None:
-                return _refuted(ob, result, _scope(pinned, step), cex)
     if bounded_unsat:  # a bounded search is not a proof: unknown, saying how far it looked
         reasons.append(f"no counterexample with mesh sizes and microbatches <= {bound}, but the for-all query "
                        + ("timed out" if first.status == "unknown" else "found only witnesses that need real-valued "
                           "token counts or larger meshes") + ": a bounded search, not a proof")
     return result(Verdict.UNKNOWN, _scope(pinned, step), reason="; ".join(reasons) or "no verdict")
+
+
+def _shrunk(ob: Obligation, out, extract, pinned: dict[str, int], label: str, reasons: list[str]):
+    """The counterexample of the smallest variant of a sat query's witness that fails on replay."""
+    try:
+        found = wt.shrink(extract(out.model), ob.replay, pinned, MAX_REPLAY_DEVICES)
+    except ValueError as exc:  # an irrational model value cannot be replayed
+        reasons.append(f"{label}: {exc}")
+        return None
+    if found is None:
+        reasons.append(f"{label}: no variant of the solver's witness failed on concrete replay")
+        return None
+    return found[1]
 
 
 def _refuted(ob: Obligation, result, scope: str, cex) -> ObligationResult:
@@ -208,6 +238,8 @@ def findings(results: tuple[ObligationResult, ...]) -> tuple[Finding, ...]:
         root = min(rs, key=_rank)  # stable: the first of the most direct ones
         cause = root.counterexample.diagnosis[0] if root.counterexample and root.counterexample.diagnosis \
             else root.checked
+        if root.groups:  # a placement that some groups take: name them
+            cause = f"{'group' if len(root.groups) == 1 else 'groups'} {', '.join(root.groups)}: {cause}"
         out.append(Finding(root.name, cause, loc, (root.name,) + tuple(r.name for r in rs if r is not root)))
     return tuple(out)
 

@@ -44,6 +44,7 @@ def counterexample_lines(cex: CounterexampleView) -> list[str]:
     out += [f"{label}: {value}" for label, value in cex.lines]
     out.append(f"fails: {cex.equation}")
     out += [f"because: {d}" for d in cex.diagnosis]
+    out += [f"note: {n}" for n in cex.notes]
     out.append(f"re-run: {cex.command}")
     return out
 
@@ -215,7 +216,8 @@ def to_json(reports: list[MeasureReport]) -> dict:
                 "summary": list(rep.checker.summary),
                 "counterexamples": [{
                     "obligation": x.obligation, "sizes": dict(x.sizes), "values": dict(x.lines),
-                    "equation": x.equation, "diagnosis": list(x.diagnosis), "command": x.command,
+                    "equation": x.equation, "diagnosis": list(x.diagnosis), "notes": list(x.notes),
+                    "command": x.command,
                 } for x in rep.checker.counterexamples],
             },
         })

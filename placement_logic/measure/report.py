@@ -79,6 +79,7 @@ class CounterexampleView:
     equation: str  # the failing equation, both sides evaluated
     diagnosis: tuple[str, ...]  # the missing, doubled or mis-scaled collective
     command: str  # re-runs the check at these sizes
+    notes: tuple[str, ...] = ()  # side remarks on the run, not causes
 
 
 @dataclass(frozen=True)

@@ -99,7 +99,8 @@ def checker_view(spec: ir.Spec, plan: str, sizes: dict[str, int]) -> CheckerView
                 line += f" — {cex.equation}"
                 summary.extend([line] + [f"  {d}" for d in cex.diagnosis])
                 full.append(CounterexampleView(o.name, tuple(cex.sizes), tuple(cex.devices) + tuple(cex.values),
-                                               cex.equation, tuple(cex.diagnosis), cex.command))
+                                               cex.equation, tuple(cex.diagnosis), cex.command,
+                                               tuple(cex.notes)))
                 continue
             summary.append(line)
     return CheckerView(True, pr.verdict.word, tuple(summary), tuple(full))

@@ -54,9 +54,11 @@ class Session:
         """One z3 call; tests replace it to simulate a solver that gives up."""
         return solver.check()
 
-    def check(self, label: str, constraints: list) -> Outcome:
+    def check(self, label: str, constraints: list, timeout: float | None = None) -> Outcome:
+        """One query; ``timeout`` (seconds) shortens the session's limit for this query."""
         solver = z3.Solver(ctx=self.ctx)
-        solver.set("timeout", max(1, int(self.timeout * 1000)))
+        limit = self.timeout if timeout is None else min(timeout, self.timeout)
+        solver.set("timeout", max(1, int(limit * 1000)))
         solver.add(*constraints)
         start = time.perf_counter()
         result = self.raw_check(solver)
