@@ -17,6 +17,34 @@ os.environ.pop("COLUMNS", None)
 
 # node ids (or their prefixes) of unmarked tests that belong to the slow tier, by measured time
 SLOW = (
+    "tests/test_prove.py::test_every_obligation_as_expected_with_both_solvers",
+    "tests/test_properties.py::test_grammar_driven_fuzzing_never_crashes",
+    "tests/test_properties.py::test_parse_of_format_is_identity",
+    "tests/test_properties.py::test_formatting_is_idempotent",
+    "tests/test_properties.py::test_generated_trees_resolve_or_diagnose",
+    "tests/test_search.py::test_cli_table_emit_and_check",
+    "tests/test_search.py::test_rows_carry_memory_per_stage_and_bytes_per_link_as_cost_does",
+    "tests/test_search.py::test_hugging_face_config_is_a_model",
+    "tests/test_search.py::test_vectorised_search_agrees_with_the_brute_force",
+    "tests/test_search.py::test_plot_of_the_frontier",
+    "tests/test_search.py::test_frontier_is_pareto_optimal",
+    "tests/test_search.py::test_only_a_folded_layout_fits_and_search_finds_it",
+    "tests/test_check_bruteforce.py::test_gi_verdict_matches_brute_force",
+    "tests/test_check_bruteforce.py::test_norms_verdict_matches_brute_force",
+    "tests/test_check_bruteforce.py::test_clip_verdict_matches_brute_force",
+    "tests/test_json_schema.py::test_measure",
+    "tests/test_json_schema.py::test_search",
+    "tests/test_json_schema.py::test_inspect_cost_and_compare_of_every_example",
+    "tests/test_latex.py::test_every_example_for_papers",
+    "tests/test_latex.py::test_wide_comparisons_turn_sideways_with_plans_as_rows",
+    "tests/test_docs.py::test_document_examples",
+    "tests/test_sweep.py::test_compiled_and_exact_rows_agree_with_literal_specs_to_the_byte",
+    "tests/test_sweep.py::test_asserts_are_evaluated_per_configuration",
+    "tests/test_sweep.py::test_compiled_rows_equal_single_set_derivations_on_examples",
+    "tests/test_plot.py::",
+    "tests/test_rebinding_checks.py::test_search_never_ranks_a_row_whose_sizes_a_file_refuses",
+    "tests/test_cost_cli.py::test_every_example_reports",
+    "tests/test_heads.py::test_one_kv_head_and_the_qk_norms_agree_with_the_simulator",
 )
 
 

@@ -4,7 +4,6 @@ by concrete replay, and confirmed by the independent simulator (tests/simulator.
 from __future__ import annotations
 
 import random
-import time
 
 import pytest
 import simulator
@@ -31,9 +30,7 @@ def test_nine_axis_bug_is_refuted_from_the_first_witness():
     counterexample on the smallest mesh that shows it: the axis at fault 2, the rest 1."""
     spec, p = _no_reduction_over_last(9)
     sess = Session(timeout=60)
-    t = time.perf_counter()
     report = check_plan(sess, spec, p, {})
-    assert time.perf_counter() - t < 60
     assert report.verdict is Verdict.REFUTED
     assert not [o.name for o in report.obligations if o.verdict is Verdict.UNKNOWN]
     assert not [label for label in _labels(sess) if label.startswith("sizes <=")]  # no bounded search ran

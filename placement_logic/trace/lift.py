@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from .lift_data import data_bindings
 from .lift_layout import (
     NOT_LIFTED_KINDS,
     Lifted,
@@ -50,13 +51,11 @@ from .lift_layout import (
     _group_name,
     _ident,
     _layout,
-    _optimizer_sharded,
     _placement_axes,
-    _stepped_differently,
 )
 from .lift_pipeline import P2P_KINDS, _tied_across_stages, find_context_axes, find_pipeline
 from .lift_programs import Programs
-from .lift_render import _clip, _empty_spec, _loss, _render
+from .lift_render import _clip, _empty_spec, _loss, _quoted, _render, _unobserved_loss
 
 
 def lift(trace: dict, plan_name: str = "traced", path: str = "<trace>") -> Lifted:
@@ -231,36 +230,8 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
 
     step_colls = [c for c in ranks[observer]["collectives"] if c["step"] == step_no]
     # strategies
-    bindings: dict[str, str] = {}
-    no_regather: list[tuple[str, list[dict]]] = []
-    binding_frames: dict[str, list[dict]] = {}
-    for a in data_axes:
-        sharded = any(a in _placement_axes(p, layout) for p in params)
-        over = [c for c in step_colls if a in axes(c)]
-        binding_frames[a] = _frames((c["stack"] for c in over), script)
-        if a == cp:
-            bindings[a] = "context_parallel"
-            if sharded or _optimizer_sharded(step, layout, observer, a):
-                items.append(Unliftable((observer,), -1, f"axis {a}", "parameters or optimizer state sharded over "
-                                        "the context axis are not lifted (context_parallel replicates them)", ()))
-        elif sharded:
-            regather = any(c["kind"] == "all_gather" and c["phase"] == "backward" and a in axes(c) for c in step_colls)
-            bindings[a] = "zero3" if regather else "fsdp_shard_grad_op"
-        elif _optimizer_sharded(step, layout, observer, a):
-            bindings[a] = "zero1"
-            # the updated shards must come back: broadcasts or all-gathers over the axis after the step
-            synced = [c for c in step_colls if c["phase"] == "optimizer" and c["kind"] in ("broadcast", "all_gather")
-                      and a in axes(c)]
-            if not synced:
-                no_regather.append((a, _frames([step[observer]["optimizer"].get("stack", [])], script)))
-        else:
-            bindings[a] = "ddp"
-            if _stepped_differently(step, layout, observer, a):
-                items.append(Unliftable((observer, layout.neighbour(observer, a)), -1, f"the optimizer over {a}",
-                                        f"ranks along {a} step different parameters with optimizers of their own "
-                                        "(optimizer state sharded by hand): which shard each rank updates, and "
-                                        "whether the updated shards are sent back, is not lifted",
-                                        tuple(step[observer]["optimizer"].get("stack", []))))
+    bindings, binding_frames, no_regather = data_bindings(data_axes, params, layout, step_colls, axes, cp, step,
+                                                          observer, items, script)
     if pipe:
         bindings[pp] = pipe.schedule
         binding_frames[pp] = pipe.frames
@@ -457,26 +428,3 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     return Lifted(text, plan_name, items, notes, origins,
                   {g: [e[0]["name"] for e in members] for g, _, members in named})
 
-
-def _unobserved_loss(mine: dict, rank: int) -> list[Unliftable]:
-    """The loss normalisation when the trace does not show it: no cross-entropy recorded (a
-    mean-squared error, a custom loss), or one of a reduction the lift does not read. Every
-    gradient verdict depends on it (a loss not divided by the accumulation steps, or by the
-    data-parallel size, is a real bug), so it is named and the verdict is not the script's."""
-    nll, losses = mine.get("nll") or [], mine.get("losses") or []
-    stack = tuple((losses[0].get("stack") or []) if losses else ())
-    if not nll or not losses:
-        return [Unliftable((rank,), -1, "the loss normalisation",
-                           "no cross-entropy (nll_loss) was recorded, so how the loss is divided (by the tokens, the "
-                           "devices, the accumulated micro-steps) is not observed; the lifted plan assumes the global "
-                           "token mean", stack)]
-    if nll[0].get("reduction") not in ("mean", "sum"):
-        return [Unliftable((rank,), -1, "the loss normalisation",
-                           f"a cross-entropy with reduction={nll[0].get('reduction')!r} is not read as a "
-                           "normalisation; the lifted plan assumes the global token mean", stack)]
-    return []
-
-
-def _quoted(text: str) -> str:
-    """``text`` as the body of a spec string: one line, no double quote."""
-    return " ".join(text.replace('"', "'").split())

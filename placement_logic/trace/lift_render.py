@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from .lift_layout import _frames, _Layout, _placement_axes
+from .lift_layout import Unliftable, _frames, _Layout, _placement_axes
 
 
 def _loss(step, layout: _Layout, data_axes, observer, step_colls, tp, notes, script="", accum=1):
@@ -167,3 +167,27 @@ def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, 
 def _empty_spec(trace, plan_name, layout) -> str:
     return (f"# Lifted by `placement lift` from a trace of {trace.get('script', '?')}: no optimizer step was "
             "recorded, so there is no plan to lift.\n")
+
+
+def _unobserved_loss(mine: dict, rank: int) -> list[Unliftable]:
+    """The loss normalisation when the trace does not show it: no cross-entropy recorded (a
+    mean-squared error, a custom loss), or one of a reduction the lift does not read. Every
+    gradient verdict depends on it (a loss not divided by the accumulation steps, or by the
+    data-parallel size, is a real bug), so it is named and the verdict is not the script's."""
+    nll, losses = mine.get("nll") or [], mine.get("losses") or []
+    stack = tuple((losses[0].get("stack") or []) if losses else ())
+    if not nll or not losses:
+        return [Unliftable((rank,), -1, "the loss normalisation",
+                           "no cross-entropy (nll_loss) was recorded, so how the loss is divided (by the tokens, the "
+                           "devices, the accumulated micro-steps) is not observed; the lifted plan assumes the global "
+                           "token mean", stack)]
+    if nll[0].get("reduction") not in ("mean", "sum"):
+        return [Unliftable((rank,), -1, "the loss normalisation",
+                           f"a cross-entropy with reduction={nll[0].get('reduction')!r} is not read as a "
+                           "normalisation; the lifted plan assumes the global token mean", stack)]
+    return []
+
+
+def _quoted(text: str) -> str:
+    """``text`` as the body of a spec string: one line, no double quote."""
+    return " ".join(text.replace('"', "'").split())
