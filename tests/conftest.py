@@ -17,7 +17,17 @@ os.environ.pop("COLUMNS", None)
 
 # node ids (or their prefixes) of unmarked tests that belong to the slow tier, by measured time
 SLOW = (
+    # the tests of the whole `prove` run (one shared run of every group: over a minute)
     "tests/test_prove.py::test_every_obligation_as_expected_with_both_solvers",
+    "tests/test_prove.py::test_theorem_groups_present",
+    "tests/test_prove.py::test_published_memory_forms_are_the_ones_stated",
+    "tests/test_prove.py::test_gi_necessity_witness_recomputed_by_hand",
+    "tests/test_prove.py::test_sc_necessity_witness_shows_a_stale_replica",
+    "tests/test_prove.py::test_each_broken_rule_is_refuted_with_a_counterexample",
+    "tests/test_prove.py::test_compositions_cover_the_library_pairs",
+    "tests/test_prove.py::test_zero_abstract_claims_exact_conditions",
+    "tests/test_prove.py::test_zeropp_condition_on_the_scheduling_unit",
+    "tests/test_prove.py::test_smt2_files_are_not_stale",
     "tests/test_properties.py::test_grammar_driven_fuzzing_never_crashes",
     "tests/test_properties.py::test_parse_of_format_is_identity",
     "tests/test_properties.py::test_formatting_is_idempotent",
@@ -45,6 +55,12 @@ SLOW = (
     "tests/test_rebinding_checks.py::test_search_never_ranks_a_row_whose_sizes_a_file_refuses",
     "tests/test_cost_cli.py::test_every_example_reports",
     "tests/test_heads.py::test_one_kv_head_and_the_qk_norms_agree_with_the_simulator",
+    "tests/test_framework_roundtrip.py::test_megatron_round_trip",
+    "tests/test_framework_roundtrip.py::test_torchtitan_round_trip",
+    "tests/test_folding.py::test_the_checker_follows_the_folding",
+    "tests/test_group_modes.py::test_checker_agrees_with_the_simulator_on_group_modes",
+    "tests/test_group_modes.py::test_a_group_placing_itself_is_the_plan_placing_it",
+    "tests/test_progress.py::test_search_draws_a_bar_on_a_terminal_and_the_report_is_the_same",
 )
 
 
