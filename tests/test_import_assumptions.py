@@ -221,3 +221,26 @@ def test_import_help_describes_all_four_importers():
     assert "deepspeed, megatron, torchtitan: the number of devices" in text
     status, out, _ = _run(["--help"])
     assert "a Hugging Face, DeepSpeed, Megatron-LM or torchtitan configuration" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("args, word, line, message", [
+    # 64 devices, data 64 / 2 = 32: a global batch of 48 is no multiple of 1 × 32
+    ("--tensor-model-parallel-size 2\n--global-batch-size 48", "--global-batch-size", 2,
+     "--global-batch-size 48 is not a multiple of micro batch 1 × data parallel 32"),
+    ("--num-layers 2\n  --tensor-model-parallel-size 3", "--tensor-model-parallel-size", 2,
+     "64 devices are not a multiple of tensor 3 × pipeline 1 × context 1"),
+    ("--expert-model-parallel-size 3 --num-experts 8", "--expert-model-parallel-size", 1,
+     "--expert-model-parallel-size 3 does not divide the data-parallel size 64"),
+    ("--recompute-granularity\n\n   partial", "--recompute-granularity", 1,
+     "--recompute-granularity 'partial' is not modelled (selective, full)"),
+])
+def test_megatron_errors_at_the_argument(tmp_path, args, word, line, message):
+    f = tmp_path / "args"
+    f.write_text(args + "\n--num-layers 2 --hidden-size 64 --num-attention-heads 4 --padded-vocab-size 128 "
+                 "--seq-length 64 --position-embedding-type rope\n")
+    status, _, err = _run(["import", "megatron", str(f), "--devices", "64"])
+    text = f.read_text()
+    at = text.index(word)
+    col = at - (text.rfind("\n", 0, at) + 1) + 1
+    assert status == 2
+    assert f"{f}:{line}:{col}: error: {message} [PL141]" in err, err

@@ -102,6 +102,11 @@ def _arg_error(text: str, file: str, word: str, message: str, notes: tuple[str, 
                            {file: text})
 
 
+def _first(text: str, *flags: str) -> str:
+    """The first of ``flags`` the arguments' text holds ("" when none: the error is unlocated)."""
+    return next((f for f in flags if f in text), "")
+
+
 # a launch line's options (torchrun, python -m torch.distributed.run): the devices per node and the node count
 _LAUNCH = {"--nproc_per_node": "nproc", "--nproc-per-node": "nproc", "--nnodes": "nnodes"}
 DROPPED_WHY = ("not read: the plan takes from Megatron-LM's arguments the parallel sizes, the batch, the precision, "
@@ -157,7 +162,7 @@ def _megatron_args(text: str, file: str) -> dict:
             else:
                 name, table = _MEGATRON_CHOICES[key]
                 if value not in table:
-                    raise _err(file, f"{key} {value!r} is not modelled ({', '.join(table)})")
+                    raise _arg_error(text, file, a, f"{key} {value!r} is not modelled ({', '.join(table)})")
                 got[name] = table[value]
             continue
         if a in _MEGATRON_FLAGS:
@@ -210,6 +215,65 @@ def _folding_without_sp(text: str, file: str, t: int, etp: int) -> DiagnosticErr
                "parallelism must be used\"", "add --sequence-parallel"))], {file: text})
 
 
+def _shape_lines(got: dict, t: int, text: str, file: str) -> list[str]:
+    """The transformer block's lines of the model flags (tensor size ``t`` pads the vocabulary)."""
+    for need in ("L", "h", "a"):
+        if need not in got:
+            flag = next(k for k, v in _MEGATRON_INT.items() if v == need)
+            raise _err(file, f"the arguments have no {flag}, which the model needs")
+    if "V" not in got and "vocab" not in got:
+        raise _err(file, "the arguments have no --padded-vocab-size or --vocab-size, which the model needs")
+    tr = [f"hidden = {got['h']}", f"layers = {got['L']}", f"heads = {got['a']}"]
+    if "V" in got:
+        tr.append(f"vocab = {got['V']}")
+    else:  # Megatron-LM pads the vocabulary to a multiple of make-vocab-size-divisible-by (128) × tensor size
+        tr += [f"vocab = {got['vocab']}", f"vocab_multiple = {got.get('vdiv', 128) * t}"]
+    if got.get("gqa") and "kv" in got:
+        tr.append(f"kv_heads = {got['kv']}")
+    if "f" in got:
+        tr.append(f"ffn = {got['f']}")
+    if got.get("dh") and got["dh"] * got["a"] != got["h"]:
+        tr.append(f"head_dim = {got['dh']}")
+    if got.get("swiglu"):
+        tr.append("gated_mlp")
+    tr.append(f"norm = {got.get('norm', 'layernorm')}")
+    tr.append("bias = false" if got.get("no_bias") else "bias = true")
+    if got.get("qkv_bias") and got.get("no_bias"):
+        tr.append("qkv_bias")
+    if got.get("qk_norm"):
+        tr.append("qk_norm")
+    tr.append("tied_embeddings = false" if got.get("untie") else "tied_embeddings")
+    if got.get("pos", "learned") == "learned":  # Megatron-LM's default position embedding
+        rows = got.get("maxpos", got.get("s"))
+        if rows is None:
+            raise _arg_error(text, file, "--position-embedding-type", "learned absolute position embeddings (the "
+                             "default --position-embedding-type) need --max-position-embeddings")
+        tr.append(f"position_embeddings = {rows}")
+    if got.get("mla"):
+        for key, name in (("qr", "q_lora_rank"), ("kvr", "kv_lora_rank"), ("qkp", "qk_rope_dim"),
+                          ("qkd", "qk_nope_dim"), ("vd", "v_head_dim")):
+            if key in got:
+                tr.append(f"{name} = {got[key]}")
+            elif key != "qr":
+                flag = next(k for k, v in _MEGATRON_INT.items() if v == key)
+                raise _arg_error(text, file, "--multi-latent-attention", f"--multi-latent-attention needs "
+                                 f"{flag}")
+    if got.get("E", 1) > 1:
+        tr += [f"experts = {got['E']}", f"top_k = {got.get('k', 2)}"]
+        if "ef" in got:
+            tr.append(f"expert_ffn = {got['ef']}")
+        if "sf" in got:
+            tr += ["shared_experts = 1", f"shared_expert_ffn = {got['sf']}"]
+        if got.get("router_bias"):
+            tr.append("router_bias")
+        if "moe_freq" in got:
+            tr += [f"{k} = {v}" for k, v in _fit_moe_pattern(_moe_layer_freq(got["moe_freq"], got["L"], file),
+                                                              file).items()]
+    if got.get("mtp"):
+        tr.append(f"mtp_layers = {got['mtp']}")
+    return tr
+
+
 def _launch_devices(got: dict, text: str, file: str, devices: int | None) -> int:
     """The device count: ``devices`` (``--devices``), else a launch line's ``--nnodes`` ×
     ``--nproc_per_node``; PL162 where the two disagree."""
@@ -240,7 +304,9 @@ def megatron_to_spec(text: str, file: str, devices: int | None, problems: list[s
     report.dropped += [(a, DROPPED_WHY) for a in got.get("_dropped", [])]
     t, p, c, e = (got.get(k, 1) for k in ("t", "p", "c", "e"))
     if devices % (t * p * c):
-        raise _err(file, f"{devices} devices are not a multiple of tensor {t} × pipeline {p} × context {c}")
+        flag = _first(text, "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size")
+        raise _arg_error(text, file, flag, f"{devices} devices are not a multiple of tensor {t} × pipeline {p} × "
+                         f"context {c}")
     dp_all = devices // (t * p * c)  # Megatron-LM's data-parallel size; the expert size folds into it
     etp = got.get("etp", t)
     folded = _megatron_folding(got, t, c, dp_all, e, etp, file, problems)
@@ -249,70 +315,19 @@ def megatron_to_spec(text: str, file: str, devices: int | None, problems: list[s
         raise _folding_without_sp(text, file, t, etp)
     if folded is None:
         if dp_all % e:
-            raise _err(file, f"--expert-model-parallel-size {e} does not divide the data-parallel size {dp_all}")
+            raise _arg_error(text, file, "--expert-model-parallel-size", f"--expert-model-parallel-size {e} does not "
+                             f"divide the data-parallel size {dp_all}")
         if etp != t and got.get("E", 1) > 1:
             problems.append(f"--expert-tensor-parallel-size {etp}: experts split over a tensor size of their own "
                             f"(not {t}) have no placement; the plan splits them over the tensor axis")
     dp = dp_all // e if folded is None else dp_all
-    for need in ("L", "h", "a"):
-        if need not in got:
-            flag = next(k for k, v in _MEGATRON_INT.items() if v == need)
-            raise _err(file, f"the arguments have no {flag}, which the model needs")
-    if "V" not in got and "vocab" not in got:
-        raise _err(file, "the arguments have no --padded-vocab-size or --vocab-size, which the model needs")
-    tr = [f"hidden = {got['h']}", f"layers = {got['L']}", f"heads = {got['a']}"]
-    if "V" in got:
-        tr.append(f"vocab = {got['V']}")
-    else:  # Megatron-LM pads the vocabulary to a multiple of make-vocab-size-divisible-by (128) × tensor size
-        tr += [f"vocab = {got['vocab']}", f"vocab_multiple = {got.get('vdiv', 128) * t}"]
-    if got.get("gqa") and "kv" in got:
-        tr.append(f"kv_heads = {got['kv']}")
-    if "f" in got:
-        tr.append(f"ffn = {got['f']}")
-    if got.get("dh") and got["dh"] * got["a"] != got["h"]:
-        tr.append(f"head_dim = {got['dh']}")
-    if got.get("swiglu"):
-        tr.append("gated_mlp")
-    tr.append(f"norm = {got.get('norm', 'layernorm')}")
-    tr.append("bias = false" if got.get("no_bias") else "bias = true")
-    if got.get("qkv_bias") and got.get("no_bias"):
-        tr.append("qkv_bias")
-    if got.get("qk_norm"):
-        tr.append("qk_norm")
-    tr.append("tied_embeddings = false" if got.get("untie") else "tied_embeddings")
-    if got.get("pos", "learned") == "learned":  # Megatron-LM's default position embedding
-        rows = got.get("maxpos", got.get("s"))
-        if rows is None:
-            raise _err(file, "learned absolute position embeddings (the default --position-embedding-type) need "
-                       "--max-position-embeddings")
-        tr.append(f"position_embeddings = {rows}")
-    if got.get("mla"):
-        for key, name in (("qr", "q_lora_rank"), ("kvr", "kv_lora_rank"), ("qkp", "qk_rope_dim"),
-                          ("qkd", "qk_nope_dim"), ("vd", "v_head_dim")):
-            if key in got:
-                tr.append(f"{name} = {got[key]}")
-            elif key != "qr":
-                flag = next(k for k, v in _MEGATRON_INT.items() if v == key)
-                raise _err(file, f"--multi-latent-attention needs {flag}")
-    if got.get("E", 1) > 1:
-        tr += [f"experts = {got['E']}", f"top_k = {got.get('k', 2)}"]
-        if "ef" in got:
-            tr.append(f"expert_ffn = {got['ef']}")
-        if "sf" in got:
-            tr += ["shared_experts = 1", f"shared_expert_ffn = {got['sf']}"]
-        if got.get("router_bias"):
-            tr.append("router_bias")
-        if "moe_freq" in got:
-            tr += [f"{k} = {v}" for k, v in _fit_moe_pattern(_moe_layer_freq(got["moe_freq"], got["L"], file),
-                                                              file).items()]
-    if got.get("mtp"):
-        tr.append(f"mtp_layers = {got['mtp']}")
+    tr = _shape_lines(got, t, text, file)
     mb = got.get("mb", 1)
     m = 1
     if "gbs" in got:
         if got["gbs"] % (mb * dp_all):
-            raise _err(file, f"--global-batch-size {got['gbs']} is not a multiple of micro batch {mb} × data "
-                       f"parallel {dp_all}")
+            raise _arg_error(text, file, "--global-batch-size", f"--global-batch-size {got['gbs']} is not a multiple "
+                             f"of micro batch {mb} × data parallel {dp_all}")
         m = got["gbs"] // (mb * dp_all)
     half = got.get("bf16") or got.get("fp16")
     # bf16 keeps fp32 main gradients; fp16 too with --accumulate-allreduce-grads-in-fp32, else 16-bit ones
