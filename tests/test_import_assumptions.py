@@ -244,3 +244,14 @@ def test_megatron_errors_at_the_argument(tmp_path, args, word, line, message):
     col = at - (text.rfind("\n", 0, at) + 1) + 1
     assert status == 2
     assert f"{f}:{line}:{col}: error: {message} [PL141]" in err, err
+
+
+def test_torchtitan_errors_at_the_key(tmp_path):
+    f = tmp_path / "job.toml"
+    f.write_text("[training]\nlocal_batch_size = 1\n\n[parallelism]\ntensor_parallel_degree = 3\n")
+    status, _, err = _run(["import", "torchtitan", str(f), "--devices", "64", "--params", "1000"])
+    # the [parallelism] table, line 4, its name from column 2
+    assert status == 2 and f"{f}:4:2: error: 64 devices are not a multiple of the degrees given (3) [PL141]" in err
+    f.write_text("[parallelism]\ndata_parallel_shard_degree = -1\nexpert_parallel_degree = 3\n")
+    status, _, err = _run(["import", "torchtitan", str(f), "--devices", "64", "--params", "1000"])
+    assert status == 2 and f"{f}:3:1: error: expert_parallel_degree 3 does not divide" in err

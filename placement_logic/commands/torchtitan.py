@@ -17,7 +17,6 @@ from ..ir import folding
 from .framework_common import (
     ImportReport,
     _axis_line,
-    _err,
     _imports,
     _mesh_and_plan,
     _number,
@@ -80,23 +79,25 @@ def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, pa
                                       "context_parallel_degree", "expert_parallel_degree"))
     fixed = rep * t * p * c * (shard if shard != -1 else 1)
     if devices % fixed:
-        raise _err(file, f"{devices} devices are not a multiple of the degrees given ({fixed})")
+        raise par.error(None, f"{devices} devices are not a multiple of the degrees given ({fixed})")
     if shard == -1:
         shard = devices // fixed
     if rep * shard * t * p * c != devices:
-        raise _err(file, f"the degrees multiply to {rep * shard * t * p * c}, not {devices} devices")
+        raise par.error(None, f"the degrees multiply to {rep * shard * t * p * c}, not {devices} devices")
     etp = par.integer("expert_tensor_parallel_degree", t if e > 1 else 1)
     in_ep, roles = 1, {}
     if e > 1:
         if (shard * c) % e:
-            raise _err(file, f"expert_parallel_degree {e} does not divide the data-shard × context devices")
+            raise par.error("expert_parallel_degree", f"expert_parallel_degree {e} does not divide the data-shard × "
+                            "context devices")
         if etp not in (1, t):
-            raise _err(file, f"parallelism.expert_tensor_parallel_degree {etp!r} is 1 or the tensor degree {t}")
+            raise par.error("expert_tensor_parallel_degree", f"parallelism.expert_tensor_parallel_degree {etp!r} is 1 "
+                            f"or the tensor degree {t}")
         borrowed = c * (t if etp == 1 else 1)  # the expert degree takes in all of context (and tensor when etp = 1)
         if e % borrowed or shard % (e // borrowed):
-            raise _err(file, f"expert_parallel_degree {e} is not the context degree {c}"
-                       + (f" × the tensor degree {t}" if etp == 1 else "") + " × a divisor of the data-shard degree "
-                       f"{shard}")
+            raise par.error("expert_parallel_degree", f"expert_parallel_degree {e} is not the context degree {c}"
+                            + (f" × the tensor degree {t}" if etp == 1 else "")
+                            + f" × a divisor of the data-shard degree {shard}")
         if not _has_experts(model):
             problems.append(f"expert_parallel_degree {e}: the model has no experts to place (give the model's config "
                             "with --model)")
