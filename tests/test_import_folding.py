@@ -357,7 +357,8 @@ def test_torchtitan_expert_tensor_degree_other_than_1_or_tensor_is_an_error(tmp_
     f = tmp_path / "job.toml"
     f.write_text(TITAN.format(t=2, c=1, e=2, etp=4))
     status, _, err = _run(["import", "torchtitan", str(f), "--devices", "8", "--model", str(HF / "mixtral_8x7b.json")])
-    assert status == 2 and f"{f}:1:1: error: parallelism.expert_tensor_parallel_degree 4 is 1 or the tensor degree 2 " \
+    # at the key: line 10 of TITAN (three [training] lines, a blank, [parallelism] and its five keys)
+    assert status == 2 and f"{f}:10:1: error: parallelism.expert_tensor_parallel_degree 4 is 1 or the tensor degree 2 " \
         "[PL141]" in err
 
 
