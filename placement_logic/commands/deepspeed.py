@@ -141,7 +141,8 @@ def deepspeed_to_spec(text: str, file: str, devices: int, model: str | None, par
                           "what the model code does (add flash_attention or use selective_recompute to the plan "
                           "when it does)")
     if seq is None:
-        report.assumed.append("no sequence length (--seq): the data pipeline sets it, not the config")
+        report.assumed.append("no sequence length: the data pipeline sets it, not the config, so activations are "
+                              "left unpriced (pass --seq N)")
     report.read += cfg.used
     report.dropped += [(k, why + (' ("auto": the Trainer fills it at run time)' if _value(original, k) == "auto"
                                   else "")) for k, why in dropped_keys(original, cfg.used, DROPPED, _DEFAULT)]
