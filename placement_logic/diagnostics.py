@@ -116,6 +116,11 @@ CODES: dict[str, tuple[str, str]] = {
                                   "over the tensor axes itself: only a weight kept whole there has partial gradients."),
     "PL150": ("filter-on-shards", "A duplicate filter (override clip_norm[g]: dedupe over (...)) over an axis where the "
               "group's gradient is sharded: its pieces there are distinct values, not copies of one."),
+    "PL160": ("unresolved-auto", "A Hugging Face Trainer DeepSpeed config whose \"auto\" values (among those the "
+              "import reads) the options do not fill; every such key is listed at once, each located."),
+    "PL161": ("trainer-mismatch", "A DeepSpeed config value that a Trainer option given to the import contradicts "
+              "(the Trainer's own mismatch error)."),
+    "PL162": ("launch-line-devices", "A launch line whose --nnodes × --nproc_per_node is not the --devices given."),
     # types and units: PL2xx
     "PL201": ("unit-mismatch", "Bytes combined with a plain count by + or - (or compared with one)."),
     "PL202": ("unit-not-allowed", "A byte unit where a plain count is required (axis size, layer count, exponent)."),

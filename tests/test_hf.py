@@ -173,3 +173,29 @@ def test_dense_layers_that_are_not_the_first_are_refused(tmp_path, capsys):
     assert main(["import", "hf", str(tmp_path / "c.json")]) == 2
     err = capsys.readouterr().err
     assert "[PL140]" in err and "c.json:" in err and "dense layers [0, 5] that are not the first" in err
+
+
+def test_model_from_without_a_block(tmp_path, capsys):
+    """`model from "config.json"` alone reads the same model as with an empty block: Llama-3-8B's
+    published 8,030,261,248 parameters; fmt writes the empty block as the bare line, and the
+    bare line stays as it is."""
+    shutil.copy(DATA / "llama3_8b.json", tmp_path / "config.json")
+    bare = 'from std.data import zero3\n\nmodel from "config.json"\n\nmesh {\n  dp = 8\n}\n\nplan p {\n  dp: zero3\n}\n'
+    f = tmp_path / "s.place"
+    f.write_text(bare)
+    from placement_logic.ir.summary import parameter_counts
+
+    assert parameter_counts(load_spec(f))["params"] == PUBLISHED["llama3_8b"]
+    f.write_text(bare.replace('"config.json"\n', '"config.json" { }\n'))
+    assert main(["fmt", str(f)]) == 0
+    assert capsys.readouterr().out == bare
+    f.write_text(bare)
+    assert main(["fmt", str(f)]) == 0
+    assert capsys.readouterr().out == bare
+
+
+def test_a_bare_model_line_is_no_model_without_from(tmp_path, capsys):
+    f = tmp_path / "s.place"
+    f.write_text("model\nmesh { dp = 8 }\n")
+    assert main(["check", str(f)]) == 2
+    assert "s.place:2:1" in capsys.readouterr().err

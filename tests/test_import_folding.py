@@ -56,7 +56,8 @@ def test_megatron_folded_import_is_the_spec_written_by_hand(tmp_path):
     """Tensor 2 × data 8 for the dense layers; expert 4 × expert tensor 1 × expert data 4 for the
     experts. Megatron-LM numbers the ranks tensor-innermost: the dense boundaries are 2 and 16,
     the expert ones 1, 4 and 16, so the axes are tp (2), dp_ep (2) and dp_edp (4); tp and dp_ep
-    are the experts' expert axes."""
+    are the experts' expert axes. On 8-device nodes (the default) tp × dp_ep = 4 devices lie
+    inside a node, dp_edp's groups (stride 4, 16 devices) across nodes."""
     f, spec = _import(tmp_path, "megatron", "--tensor-model-parallel-size 2 --expert-model-parallel-size 4 "
                       "--expert-tensor-parallel-size 1 " + MODEL, 16)
     want = f"""from std.data import zero1
@@ -64,6 +65,9 @@ from std.tensor import megatron_sp
 
 # from the Megatron-LM arguments in {f} on 16 devices (MoE parallel folding: dense tensor 2 × context 1 × data 8, \
 experts on expert 4 × expert tensor 1 × expert data 4 of the same devices)
+# assumed: 8 devices per node (the default: neither --gpus-per-node nor the launch line's --nproc_per_node says)
+# assumed: links: tp, dp_ep inside a node (intra_node); dp_edp across nodes (inter_node) (ranks in Megatron-LM's \
+order, innermost first: tensor, context, expert, data, pipeline)
 model {{
   transformer {{
     hidden = 64
@@ -93,9 +97,9 @@ model {{
 }}
 
 mesh {{
-  dp_edp = 4
-  dp_ep = 2
-  tp = 2
+  dp_edp = 4 @ inter_node
+  dp_ep = 2 @ intra_node
+  tp = 2 @ intra_node
 }}
 
 plan megatron {{
@@ -264,7 +268,8 @@ expert_tensor_parallel_degree = {etp}
 def test_torchtitan_folded_import_is_the_spec_written_by_hand(tmp_path):
     """Mixtral-8x7B on 64 devices, FSDP over the rest, tensor 2, expert 8 with expert tensor 1:
     torchtitan's mesh is dp_shard_mod_ep 8 × dp_shard_in_ep 4 × tensor 2, the expert degree the
-    shard_in_ep devices and the tensor pair."""
+    shard_in_ep devices and the tensor pair. On 8-device nodes tp × dp_ep = 8 devices fill a
+    node; dp's groups (stride 8) cross nodes."""
     model = str(HF / "mixtral_8x7b.json")
     f, spec = _import(tmp_path, "torchtitan", TITAN.format(t=2, c=1, e=8, etp=1), 64, "--model", model)
     want = f"""from std.data import fsdp_full_shard
@@ -273,6 +278,9 @@ from std.tensor import megatron_sp
 
 # from the torchtitan job {f} on 64 devices (MoE parallel folding: experts on expert 8 = data shard 4 × context 1 × \
 tensor 2, expert tensor 1)
+# assumed: 8 devices per node (the default: neither --gpus-per-node nor a torchtitan job says)
+# assumed: links: tp, dp_ep inside a node (intra_node); dp across nodes (inter_node) (ranks in torchtitan's device \
+mesh order, innermost first: tensor, context, data shard, data replicate, pipeline)
 model from "{model}" {{
   bytes {{
     params = 2
@@ -289,9 +297,9 @@ model from "{model}" {{
 }}
 
 mesh {{
-  dp = 8
-  dp_ep = 4
-  tp = 2
+  dp = 8 @ inter_node
+  dp_ep = 4 @ intra_node
+  tp = 2 @ intra_node
 }}
 
 plan torchtitan {{
@@ -349,7 +357,8 @@ def test_torchtitan_expert_tensor_degree_other_than_1_or_tensor_is_an_error(tmp_
     f = tmp_path / "job.toml"
     f.write_text(TITAN.format(t=2, c=1, e=2, etp=4))
     status, _, err = _run(["import", "torchtitan", str(f), "--devices", "8", "--model", str(HF / "mixtral_8x7b.json")])
-    assert status == 2 and f"{f}:1:1: error: parallelism.expert_tensor_parallel_degree 4 is 1 or the tensor degree 2 " \
+    # at the key: line 10 of TITAN (three [training] lines, a blank, [parallelism] and its five keys)
+    assert status == 2 and f"{f}:10:1: error: parallelism.expert_tensor_parallel_degree 4 is 1 or the tensor degree 2 " \
         "[PL141]" in err
 
 

@@ -54,3 +54,21 @@ def test_installed_wheel_loads_its_own_grammar(wheel, tmp_path):
     result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "S*" in result.stdout
+
+
+def test_the_documented_install_lines_work_from_a_clone():
+    """Every `pip install` of the project in the tutorial and README installs the clone ('.'),
+    never a package named on a public index, and asks only for extras pyproject.toml defines."""
+    import re
+    import tomllib
+
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    lines = []
+    for doc in (ROOT / "docs" / "tutorial.md", ROOT / "README.md"):
+        lines += [m.group(1) for m in re.finditer(r"pip install (?:-e )?'?([^\s'`]+)'?", doc.read_text())]
+    assert ".[proofs]" in lines
+    for target in lines:
+        assert not target.startswith("placement-logic"), target
+        m = re.fullmatch(r"\.(?:\[([\w,]+)\])?", target)
+        assert m is not None, target
+        assert set(filter(None, (m.group(1) or "").split(","))) <= extras, target

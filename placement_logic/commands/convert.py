@@ -1,9 +1,14 @@
-"""``placement import {hf,deepspeed,megatron} FILE``: configurations in, as spec text.
+"""``placement import {hf,deepspeed,megatron,torchtitan} FILE``: configurations in, as spec text.
 
-``hf``: a Hugging Face config.json as a formatted model block. ``deepspeed`` (a ds_config.json)
-and ``megatron`` (a file of Megatron-LM arguments): a whole spec for ``--devices N`` devices
-(DeepSpeed needs the model: ``--model CONFIG.json`` or ``--params N``); see
-``commands.frameworks``. What a configuration sets that the language cannot express is
+``hf``: a Hugging Face config.json as a formatted model block. ``deepspeed`` (a ds_config.json,
+a Hugging Face Trainer one with ``"auto"`` too: ``commands.trainer_auto``), ``megatron`` (a
+file of Megatron-LM arguments, a torchrun launch line too) and ``torchtitan`` (a job.toml): a
+whole spec for ``--devices N`` devices (DeepSpeed and torchtitan need the model: ``--model
+CONFIG.json`` or ``--params N``); see ``commands.frameworks``. Each mesh axis gets a link
+class from the devices per node (``--gpus-per-node``, a launch line's ``--nproc_per_node``,
+else 8) and the framework's rank order. What was assumed is printed on standard error (and as
+``# assumed:`` comments), with the count of keys read and dropped (``--verbose``: each, the
+dropped ones with why). What a configuration sets that the language cannot express is
 listed on standard error (and as ``# not expressed:`` comments in the spec); the exit
 status is then 1.
 
@@ -17,21 +22,43 @@ from __future__ import annotations
 
 from typing import TextIO
 
+IMPORTERS = ("hf: a Hugging Face config.json, printed as a model block; deepspeed: a DeepSpeed ds_config.json "
+             "(Hugging Face Trainer configs with \"auto\" too); megatron: a file of Megatron-LM arguments (a "
+             "torchrun launch line too); torchtitan: a torchtitan job.toml. The last three print a whole spec "
+             "(model, mesh with link classes, plan).")
+
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("import", help="turn a Hugging Face config.json into a model block",
-                              description="Read a Hugging Face config.json and print the equivalent "
-                              "model { transformer { ... } } block.")
+    p = subparsers.add_parser(
+        "import", help="turn a Hugging Face, DeepSpeed, Megatron-LM or torchtitan configuration into a spec",
+        description="Read a configuration and print it in the language. " + IMPORTERS + " What was assumed "
+        "(devices per node, link classes, what the configuration leaves to the code) is printed on standard error "
+        "and as '# assumed:' comments; --verbose lists every key or argument read and every one dropped, with why.")
     p.add_argument("source", choices=("hf", "deepspeed", "megatron", "torchtitan"),
-                   help="hf (a Hugging Face config.json), deepspeed (a ds_config.json) or megatron (a file of "
+                   help="hf (a Hugging Face config.json), deepspeed (a ds_config.json), megatron (a file of "
                    "Megatron-LM arguments) or torchtitan (a job.toml)")
     p.add_argument("file", metavar="FILE", help="the configuration to read")
-    p.add_argument("--verbose", action="store_true", help="hf: list the config keys that change no cost")
-    p.add_argument("--devices", type=int, metavar="N", help="deepspeed, megatron: the number of devices")
-    p.add_argument("--model", metavar="CONFIG", help="deepspeed: the model's Hugging Face config.json")
-    p.add_argument("--params", type=int, metavar="N", help="deepspeed: the parameter count, without a config")
+    p.add_argument("--verbose", action="store_true", help="list the keys (hf, deepspeed, torchtitan) or arguments "
+                   "(megatron) read and those dropped, each dropped one with why")
+    p.add_argument("--devices", type=int, metavar="N", help="deepspeed, megatron, torchtitan: the number of devices "
+                   "(megatron: else the launch line's --nnodes × --nproc_per_node)")
+    p.add_argument("--gpus-per-node", type=int, metavar="N", help="deepspeed, megatron, torchtitan: devices per node, "
+                   "which decides the axes' link classes (default: a launch line's --nproc_per_node, else 8)")
+    p.add_argument("--model", metavar="CONFIG", help="deepspeed, torchtitan: the model's Hugging Face config.json")
+    p.add_argument("--params", type=int, metavar="N", help="deepspeed, torchtitan: the parameter count, without a "
+                   "config")
     p.add_argument("--seq", type=int, metavar="N", help="deepspeed: the sequence length (set by the data pipeline, "
                    "not the config)")
+    trainer = p.add_argument_group("Hugging Face Trainer values for a DeepSpeed config's \"auto\"")
+    trainer.add_argument("--micro-batch", type=int, metavar="N", help="the Trainer's --per_device_train_batch_size "
+                         "(train_micro_batch_size_per_gpu)")
+    trainer.add_argument("--grad-accum", type=int, metavar="N", help="the Trainer's --gradient_accumulation_steps")
+    trainer.add_argument("--global-batch", type=int, metavar="N", help="train_batch_size (micro batch × "
+                         "accumulation × devices)")
+    prec = trainer.add_mutually_exclusive_group()
+    for flag in ("bf16", "fp16", "fp32"):
+        prec.add_argument(f"--{flag}", dest="precision", action="store_const", const=flag,
+                          help=f"the Trainer's --{flag}" if flag != "fp32" else "neither --bf16 nor --fp16")
     p.set_defaults(run=run)
 
 
@@ -70,31 +97,60 @@ def run(args, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+def _positive(args, name: str) -> None:
+    from ..diagnostics import Diagnostic, DiagnosticError
+    from .options import command_line_span
+
+    v = getattr(args, name.lstrip("-").replace("-", "_"), None)
+    if v is not None and v < 1:
+        raise DiagnosticError([Diagnostic("PL301", f"{name} needs a positive integer, not {v}",
+                                          command_line_span(f"{name} {v}"))])
+
+
 def _framework(args, text: str, out: TextIO, err: TextIO) -> int:
     from ..diagnostics import Diagnostic, DiagnosticError
     from ..frontend.canonical import format_source
     from ..frontend.loader import load_string
+    from .framework_common import ImportReport
     from .frameworks import deepspeed_to_spec, megatron_to_spec
     from .options import command_line_span
     from .torchtitan import torchtitan_to_spec
 
     problems: list[str] = []
-    if args.devices is None or args.devices < 1:
+    report = ImportReport()
+    for name in ("--devices", "--gpus-per-node", "--micro-batch", "--grad-accum", "--global-batch"):
+        _positive(args, name)
+    if args.devices is None and args.source != "megatron":
         raise DiagnosticError([Diagnostic("PL301", f"placement import {args.source} needs --devices N (N >= 1)",
                                           command_line_span("--devices"))])
+    per = args.gpus_per_node
     if args.source in ("deepspeed", "torchtitan"):
         if (args.model is None) == (args.params is None):
             raise DiagnosticError([Diagnostic("PL301", f"placement import {args.source} needs the model: --model "
                                               "CONFIG.json or --params N", command_line_span("--model"))])
         if args.source == "deepspeed":
-            spec = deepspeed_to_spec(text, str(args.file), args.devices, args.model, args.params, args.seq, problems)
+            trainer = {"micro": args.micro_batch, "accum": args.grad_accum, "global_batch": args.global_batch,
+                       "precision": args.precision}
+            spec = deepspeed_to_spec(text, str(args.file), args.devices, args.model, args.params, args.seq, problems,
+                                     report=report, per_node=per, trainer=trainer)
         else:
-            spec = torchtitan_to_spec(text, str(args.file), args.devices, args.model, args.params, problems)
+            spec = torchtitan_to_spec(text, str(args.file), args.devices, args.model, args.params, problems,
+                                      report=report, per_node=per)
     else:
-        spec = megatron_to_spec(text, str(args.file), args.devices, problems)
+        spec = megatron_to_spec(text, str(args.file), args.devices, problems, report=report, per_node=per)
     spec = format_source(spec, "<import>")
     load_string(spec, "<import>")  # what is printed reads back
     out.write(spec)
+    for a in report.assumed:
+        err.write(f"assumed: {a}\n")
+    what = "arguments" if args.source == "megatron" else "keys"
+    read = list(dict.fromkeys(report.read))
+    err.write(f"read {len(read)} {what}, dropped {len(report.dropped)}"
+              + ("" if args.verbose or not report.dropped else " (--verbose lists them, each with why)") + "\n")
+    if args.verbose:
+        err.write("read: " + (", ".join(read) or "none") + "\n")
+        for key, why in report.dropped:
+            err.write(f"dropped: {key}: {why}\n")
     for p in problems:
         err.write(f"not expressed in the plan: {p}\n")
     return 1 if problems else 0

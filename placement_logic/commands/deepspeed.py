@@ -4,17 +4,93 @@ from __future__ import annotations
 
 from .. import ir
 from ..frontend.configs import Table, load_json
-from .framework_common import _err, _imports, _mesh_and_plan, _number, _placement_options, _precision, _widths
+from .framework_common import (
+    ImportReport,
+    _err,
+    _imports,
+    _mesh_and_plan,
+    _number,
+    _placement_options,
+    _precision,
+    _widths,
+    dropped_keys,
+    links_assumption,
+    node_links,
+    per_node_source,
+)
+from .trainer_auto import resolve_auto
+
+_BUCKET = ("a transient buffer DeepSpeed fills before each collective; the plan prices whole collectives and holds "
+           "no bucket")
+_OFFLOAD_TUNING = "how offloaded state is staged (pinned or staging buffers); the plan prices the bytes moved"
+# why a key of a DeepSpeed config changes nothing the plan models (longest dotted prefix wins)
+DROPPED = {
+    "zero_optimization.reduce_bucket_size": "the gradient reduction bucket: " + _BUCKET,
+    "zero_optimization.allgather_bucket_size": "the stage 1-2 parameter all-gather bucket: " + _BUCKET,
+    "zero_optimization.stage3_prefetch_bucket_size": "the stage-3 prefetch bucket: the plan gathers one layer "
+                                                     "ahead (prefetch = 1), whatever the bucket",
+    "zero_optimization.stage3_max_live_parameters": "the cap on gathered parameters alive at once: the plan holds the "
+                                                    "gathered layer and the one prefetched",
+    "zero_optimization.stage3_max_reuse_distance": "when a gathered parameter is kept for reuse: the plan frees each "
+                                                   "layer after use and gathers it again in backward",
+    "zero_optimization.stage3_param_persistence_threshold": "parameters smaller than this kept whole on every "
+                                                            "device: the plan shards every parameter",
+    "zero_optimization.stage3_gather_16bit_weights_on_model_save": "checkpoint saving: not part of a training step",
+    "zero_optimization.overlap_comm": "overlap of communication with compute: the mesh's overlap (true unless "
+                                      "written) decides it in the step time",
+    "zero_optimization.contiguous_gradients": "the gradients' layout in one buffer: the plan counts bytes, not "
+                                              "fragmentation",
+    "zero_optimization.reduce_scatter": "how the gradient reduction is issued: the same bytes reach each device",
+    "zero_optimization.allgather_partitions": "how the parameter all-gather is issued: the same bytes",
+    "zero_optimization.round_robin_gradients": "the order gradients are copied to the host: the same bytes",
+    "zero_optimization.sub_group_size": "the optimizer step's sub-groups: the optimizer step is not priced",
+    "zero_optimization.offload_optimizer": _OFFLOAD_TUNING,
+    "zero_optimization.offload_param": _OFFLOAD_TUNING,
+    "gradient_clipping": "clipping by the global norm (the Trainer's max_grad_norm): its scalar all-reduce and the "
+                         "scaling are not priced",
+    "optimizer": "the optimizer's type and hyper-parameters: the plan's optimizer state is bytes { optimizer } (a "
+                 "12-byte Adam state with its fp32 master copy, or 8 bytes in fp32)",
+    "scheduler": "the learning-rate schedule: no memory or communication",
+    "fp16": "loss scaling: no memory or communication the plan models",
+    "bf16": "no memory or communication the plan models",
+    "activation_checkpointing": "applies where the model code calls deepspeed.checkpointing; the plan has no "
+                                "recompute (add use selective_recompute or use full_recompute to it when the model "
+                                "checkpoints)",
+    "communication_data_type": "the reduction's data type: the plan sends gradients at bytes { grads }",
+    "prescale_gradients": "the scaling of gradients before their reduction: the same bytes",
+    "gradient_predivide_factor": "the scaling of gradients before their reduction: the same bytes",
+    "zero_allow_untested_optimizer": "a permission flag",
+    "steps_per_print": "logging", "wall_clock_breakdown": "profiling", "flops_profiler": "profiling",
+    "tensorboard": "logging", "wandb": "logging", "csv_monitor": "logging", "comms_logger": "logging",
+    "dump_state": "logging",
+}
+_DEFAULT = ("not read: from a DeepSpeed config the plan takes the ZeRO stage, the offload devices, ZeRO++'s "
+            "secondary partition and quantization, the batch and the precision")
+
+
+def _value(doc: dict, dotted: str):
+    for part in dotted.split("."):
+        doc = doc.get(part) if isinstance(doc, dict) else None
+    return doc
 
 
 def deepspeed_to_spec(text: str, file: str, devices: int, model: str | None, params: int | None,
-                      seq: int | None = None, problems: list[str] | None = None) -> str:
+                      seq: int | None = None, problems: list[str] | None = None, *,
+                      report: ImportReport | None = None, per_node: int | None = None,
+                      trainer: dict | None = None) -> str:
     """The spec of a DeepSpeed config; what the DSL cannot express is appended to ``problems``
-    (and written as comments at the top of the spec)."""
+    (and written as comments at the top of the spec), what was assumed to ``report`` (with
+    the keys read and dropped). ``trainer``: the Hugging Face Trainer's values for ``"auto"``
+    (``micro``, ``accum``, ``global_batch``, ``precision``; ``commands.trainer_auto``)."""
     problems = [] if problems is None else problems
+    report = ImportReport() if report is None else report
     doc = load_json(text, file, "PL141", "a JSON config")
     if not isinstance(doc, dict):
         raise _err(file, "a DeepSpeed config is one JSON object")
+    original = {k: v for k, v in doc.items()}
+    trainer = trainer or {}
+    resolve_auto(doc, text, file, devices, trainer.get("micro"), trainer.get("accum"), trainer.get("global_batch"),
+                 trainer.get("precision"), report.assumed)
     cfg = Table(doc, text, file, "PL141")
     zero = cfg.table("zero_optimization", allow_false=True)
     stage = zero.integer("stage", 0, low=0, high=3)
@@ -55,14 +131,27 @@ def deepspeed_to_spec(text: str, file: str, devices: int, model: str | None, par
     if tb is not None and tb != mb * gas * devices:
         raise cfg.error("train_batch_size", f"train_batch_size {tb} is not micro batch {mb} × accumulation {gas} × "
                         f"{devices} devices = {mb * gas * devices}")
-    half = cfg.table("bf16", allow_false=True).flag("enabled", False) or \
-        cfg.table("fp16", allow_false=True).flag("enabled", False)
+    bf16 = cfg.table("bf16", allow_false=True).flag("enabled", False)
+    fp16 = cfg.table("fp16", allow_false=True).flag("enabled", False)  # read either way: --verbose lists it read
+    half = bf16 or fp16
+    per, source = per_node_source(per_node, None, "a DeepSpeed config")
+    links = node_links([("dp", devices)], per)
+    report.assumed.extend(links_assumption(links, per, source, "data-parallel only"))
+    report.assumed.append("attention without flash_attention and no recompute: a DeepSpeed config does not say "
+                          "what the model code does (add flash_attention or use selective_recompute to the plan "
+                          "when it does)")
+    if seq is None:
+        report.assumed.append("no sequence length: the data pipeline sets it, not the config, so activations are "
+                              "left unpriced (pass --seq N)")
+    report.read += cfg.used
+    report.dropped += [(k, why + (' ("auto": the Trainer fills it at run time)' if _value(original, k) == "auto"
+                                  else "")) for k, why in dropped_keys(original, cfg.used, DROPPED, _DEFAULT)]
     head = f'model from "{model}" {{\n' if model else f"model {{\n  params = {params}\n"
-    spec = (f"# from the DeepSpeed config {file} on {devices} devices\n"
+    spec = (f"# from the DeepSpeed config {file} on {devices} devices\n" + report.comments()
             + "".join(f"# not expressed: {p}\n" for p in problems) + head
             + f"  bytes {{\n    {_widths(half)}\n  }}\n" + (f"  seq = {seq}\n" if seq else "")
             + f"  microbatch = {mb}\n  microbatches = {gas}\n}}\n\n")
-    spec += local + _mesh_and_plan([("dp", devices, strategy)], "deepspeed", [])
+    spec += local + _mesh_and_plan([("dp", devices, strategy)], "deepspeed", [], links=links)
     return _imports(spec) + "\n" + spec
 
 

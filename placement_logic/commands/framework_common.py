@@ -4,7 +4,9 @@ plan and imports), precision and the placement options a framework sets
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 from .. import ir
 from ..diagnostics import Diagnostic, DiagnosticError, Span
@@ -16,11 +18,13 @@ def _err(file: str, message: str, notes: tuple[str, ...] = ()) -> DiagnosticErro
 
 
 def _mesh_and_plan(axes: list[tuple[str, int, str]], plan: str, extra: list[str],
-                   products: tuple[tuple[str, ...], ...] = ()) -> str:
-    """The mesh and the plan binding each axis; the axes of each of ``products`` (those of them
-    in the mesh) bound together as one group, ``[a, b]: strategy``."""
+                   products: tuple[tuple[str, ...], ...] = (), links: dict[str, str] | None = None) -> str:
+    """The mesh (each axis with its link class in ``links``) and the plan binding each axis;
+    the axes of each of ``products`` (those of them in the mesh) bound together as one group,
+    ``[a, b]: strategy``."""
+    links = links or {}
     used = [(n, s, b) for n, s, b in axes if s > 1] or [axes[0]]
-    mesh = "mesh {\n" + "".join(f"  {n} = {s}\n" for n, s, _ in used) + "}\n"
+    mesh = "mesh {\n" + "".join(_axis_line(n, s, links) for n, s, _ in used) + "}\n"
     names = [n for n, _, _ in used]
     lines = []
     for n, _, b in used:
@@ -29,6 +33,87 @@ def _mesh_and_plan(axes: list[tuple[str, int, str]], plan: str, extra: list[str]
             lines.append(f"  {group[0] if len(group) == 1 else '[' + ', '.join(group) + ']'}: {b}\n")
     body = "".join(lines) + "".join(f"  {line}\n" for line in extra)
     return mesh + f"\nplan {plan} {{\n{body}}}\n"
+
+
+def _axis_line(name: str, size: int, links: dict[str, str]) -> str:
+    return f"  {name} = {size}" + (f" @ {links[name]}" if name in links else "") + "\n"
+
+
+# --------------------------------------------------------------------------- what an import assumed
+
+DEFAULT_PER_NODE = 8  # devices per node when nothing says: an 8-GPU node (DGX/HGX H100, A100)
+
+
+@dataclass
+class ImportReport:
+    """What an import assumed (printed always) and the keys it read and dropped (``--verbose``;
+    the dropped ones each with why)."""
+
+    assumed: list[str] = field(default_factory=list)
+    read: list[str] = field(default_factory=list)
+    dropped: list[tuple[str, str]] = field(default_factory=list)
+
+    def comments(self) -> str:
+        return "".join(f"# assumed: {a}\n" for a in self.assumed)
+
+
+def node_links(inner_first: list[tuple[str, int]], per_node: int) -> dict[str, str]:
+    """The link class of each axis (of more than one device) from the framework's rank order,
+    ``inner_first`` (consecutive ranks on the first axis): an axis whose groups lie inside one
+    node (the product of its size and the sizes of the axes inside it divides the devices per
+    node) is ``intra_node``, every other ``inter_node``."""
+    links, n = {}, 1
+    for name, size in inner_first:
+        if size <= 1:
+            continue
+        n *= size
+        links[name] = "intra_node" if per_node % n == 0 else "inter_node"
+    return links
+
+
+def links_assumption(links: dict[str, str], per_node: int, source: str, order: str) -> list[str]:
+    """The assumption lines of ``node_links``: devices per node (and where the figure came
+    from), then which axes are inside a node and which across."""
+    inside = [a for a, k in links.items() if k == "intra_node"]
+    across = [a for a, k in links.items() if k == "inter_node"]
+    parts = ([f"{', '.join(inside)} inside a node (intra_node)"] if inside else []) + \
+        ([f"{', '.join(across)} across nodes (inter_node)"] if across else [])
+    return [f"{per_node} devices per node ({source})",
+            "links: " + ("; ".join(parts) or "no axis of more than one device") + f" (ranks {order})"]
+
+
+def per_node_source(option: int | None, stated: int | None, what: str) -> tuple[int, str]:
+    """Devices per node and where the figure came from: ``--gpus-per-node``, else the
+    configuration's own statement (``what``), else the default of 8."""
+    if option is not None:
+        extra = f", over {what} {stated}" if stated is not None and stated != option else ""
+        return option, f"--gpus-per-node{extra}"
+    if stated is not None:
+        return stated, what
+    return DEFAULT_PER_NODE, f"the default: neither --gpus-per-node nor {what} says"
+
+
+def leaf_keys(doc: Any, prefix: tuple[str, ...] = ()) -> list[str]:
+    """The dotted keys of a JSON/TOML document's values (a table's keys recursively; a list or
+    an empty table is one value)."""
+    if isinstance(doc, dict) and doc:
+        return [k for key, v in doc.items() for k in leaf_keys(v, prefix + (str(key),))]
+    return [".".join(prefix)] if prefix else []
+
+
+def dropped_keys(doc: Any, used: list[str], reasons: dict[str, str], default: str) -> list[tuple[str, str]]:
+    """Every key of ``doc`` the reader did not read (nor a table above it), with why: the
+    reason of its longest dotted prefix in ``reasons``, else ``default``."""
+    read = set(used)
+    out = []
+    for key in leaf_keys(doc):
+        parts = key.split(".")
+        if any(".".join(parts[:i]) in read for i in range(1, len(parts) + 1)):
+            continue
+        why = next((reasons[".".join(parts[:i])] for i in range(len(parts), 0, -1)
+                    if ".".join(parts[:i]) in reasons), default)
+        out.append((key, why))
+    return out
 
 
 def _imports(text: str) -> str:

@@ -8,7 +8,17 @@ import shlex
 
 from ..diagnostics import Diagnostic, DiagnosticError, Span
 from ..frontend.configs import MAX_INT_DIGITS
-from .framework_common import _err, _imports, _mesh_and_plan, _widths, fold_axes
+from .framework_common import (
+    ImportReport,
+    _err,
+    _imports,
+    _mesh_and_plan,
+    _widths,
+    fold_axes,
+    links_assumption,
+    node_links,
+    per_node_source,
+)
 
 _MEGATRON_INT = {
     "--tensor-model-parallel-size": "t", "--pipeline-model-parallel-size": "p", "--context-parallel-size": "c",
@@ -80,24 +90,37 @@ def _fit_moe_pattern(moe: list[bool], file: str) -> dict[str, int]:
     return out
 
 
-def _arg_error(text: str, file: str, word: str, message: str, notes: tuple[str, ...] = ()) -> DiagnosticError:
-    """A PL141 located at the first occurrence of ``word`` in the arguments' text."""
+def _arg_error(text: str, file: str, word: str, message: str, notes: tuple[str, ...] = (),
+               code: str = "PL141") -> DiagnosticError:
+    """A PL141 (or ``code``) located at the first occurrence of ``word`` in the arguments' text."""
     at = text.find(word) if word else -1
     if at < 0:
-        return _err(file, message, notes)
+        return DiagnosticError([Diagnostic(code, message, Span.point(file, 1, 1), notes=notes)])
     line = text.count("\n", 0, at) + 1
     col = at - (text.rfind("\n", 0, at) + 1) + 1
-    return DiagnosticError([Diagnostic("PL141", message, Span(file, line, col, line, col + len(word)), notes=notes)],
+    return DiagnosticError([Diagnostic(code, message, Span(file, line, col, line, col + len(word)), notes=notes)],
                            {file: text})
 
 
+def _first(text: str, *flags: str) -> str:
+    """The first of ``flags`` the arguments' text holds ("" when none: the error is unlocated)."""
+    return next((f for f in flags if f in text), "")
+
+
+# a launch line's options (torchrun, python -m torch.distributed.run): the devices per node and the node count
+_LAUNCH = {"--nproc_per_node": "nproc", "--nproc-per-node": "nproc", "--nnodes": "nnodes"}
+DROPPED_WHY = ("not read: the plan takes from Megatron-LM's arguments the parallel sizes, the batch, the precision, "
+               "recompute, the attention kernel and the model's shape")
+
+
 def _known_options() -> tuple[str, ...]:
-    return tuple(_MEGATRON_INT) + tuple(_MEGATRON_CHOICES) + tuple(_MEGATRON_FLAGS) + ("--moe-layer-freq",)
+    return tuple(_MEGATRON_INT) + tuple(_MEGATRON_CHOICES) + tuple(_MEGATRON_FLAGS) + ("--moe-layer-freq",) \
+        + tuple(_LAUNCH)
 
 
 def _megatron_args(text: str, file: str) -> dict:
     try:
-        args = shlex.split(text, comments=True)
+        args = shlex.split(text.replace("\\\n", " "), comments=True)  # a shell line continued by a backslash
     except ValueError as exc:  # an unclosed quote, a lone escape at the end
         raise _err(file, f"not a Megatron-LM argument list: {exc}") from None
     got: dict = {}
@@ -112,6 +135,17 @@ def _megatron_args(text: str, file: str) -> dict:
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.9)
             if close:
                 raise _arg_error(text, file, key, f"unknown argument {key}", (f"did you mean {close[0]}?",))
+        if key.startswith("--"):
+            got.setdefault("_read" if key in known else "_dropped", []).append(key)
+        if key in _LAUNCH:
+            value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+            i += 1 if eq else 2
+            if value.isascii() and value.isdigit() and 0 < len(value) <= MAX_INT_DIGITS and int(value) > 0:
+                got[_LAUNCH[key]] = int(value)
+            else:  # torchrun's "gpu", "auto" or an elastic range "1:4": no count to read
+                got["_read"].remove(key)
+                got.setdefault("_dropped", []).append(f"{key} {value}")
+            continue
         if key == "--moe-layer-freq":
             got["moe_freq"] = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
             i += 1 if eq else 2
@@ -128,7 +162,7 @@ def _megatron_args(text: str, file: str) -> dict:
             else:
                 name, table = _MEGATRON_CHOICES[key]
                 if value not in table:
-                    raise _err(file, f"{key} {value!r} is not modelled ({', '.join(table)})")
+                    raise _arg_error(text, file, a, f"{key} {value!r} is not modelled ({', '.join(table)})")
                 got[name] = table[value]
             continue
         if a in _MEGATRON_FLAGS:
@@ -181,26 +215,8 @@ def _folding_without_sp(text: str, file: str, t: int, etp: int) -> DiagnosticErr
                "parallelism must be used\"", "add --sequence-parallel"))], {file: text})
 
 
-def megatron_to_spec(text: str, file: str, devices: int, problems: list[str] | None = None) -> str:
-    """The spec of Megatron-LM arguments; what the DSL cannot express is appended to ``problems``."""
-    problems = [] if problems is None else problems
-    got = _megatron_args(text, file)
-    t, p, c, e = (got.get(k, 1) for k in ("t", "p", "c", "e"))
-    if devices % (t * p * c):
-        raise _err(file, f"{devices} devices are not a multiple of tensor {t} × pipeline {p} × context {c}")
-    dp_all = devices // (t * p * c)  # Megatron-LM's data-parallel size; the expert size folds into it
-    etp = got.get("etp", t)
-    folded = _megatron_folding(got, t, c, dp_all, e, etp, file, problems)
-    if folded is not None and not got.get("sp") and any(d == "tp" and x != "etp" and n > 1
-                                                         for _, n, d, x in folded[0]):
-        raise _folding_without_sp(text, file, t, etp)
-    if folded is None:
-        if dp_all % e:
-            raise _err(file, f"--expert-model-parallel-size {e} does not divide the data-parallel size {dp_all}")
-        if etp != t and got.get("E", 1) > 1:
-            problems.append(f"--expert-tensor-parallel-size {etp}: experts split over a tensor size of their own "
-                            f"(not {t}) have no placement; the plan splits them over the tensor axis")
-    dp = dp_all // e if folded is None else dp_all
+def _shape_lines(got: dict, t: int, text: str, file: str) -> list[str]:
+    """The transformer block's lines of the model flags (tensor size ``t`` pads the vocabulary)."""
     for need in ("L", "h", "a"):
         if need not in got:
             flag = next(k for k, v in _MEGATRON_INT.items() if v == need)
@@ -230,8 +246,8 @@ def megatron_to_spec(text: str, file: str, devices: int, problems: list[str] | N
     if got.get("pos", "learned") == "learned":  # Megatron-LM's default position embedding
         rows = got.get("maxpos", got.get("s"))
         if rows is None:
-            raise _err(file, "learned absolute position embeddings (the default --position-embedding-type) need "
-                       "--max-position-embeddings")
+            raise _arg_error(text, file, "--position-embedding-type", "learned absolute position embeddings (the "
+                             "default --position-embedding-type) need --max-position-embeddings")
         tr.append(f"position_embeddings = {rows}")
     if got.get("mla"):
         for key, name in (("qr", "q_lora_rank"), ("kvr", "kv_lora_rank"), ("qkp", "qk_rope_dim"),
@@ -240,7 +256,8 @@ def megatron_to_spec(text: str, file: str, devices: int, problems: list[str] | N
                 tr.append(f"{name} = {got[key]}")
             elif key != "qr":
                 flag = next(k for k, v in _MEGATRON_INT.items() if v == key)
-                raise _err(file, f"--multi-latent-attention needs {flag}")
+                raise _arg_error(text, file, "--multi-latent-attention", f"--multi-latent-attention needs "
+                                 f"{flag}")
     if got.get("E", 1) > 1:
         tr += [f"experts = {got['E']}", f"top_k = {got.get('k', 2)}"]
         if "ef" in got:
@@ -254,12 +271,63 @@ def megatron_to_spec(text: str, file: str, devices: int, problems: list[str] | N
                                                               file).items()]
     if got.get("mtp"):
         tr.append(f"mtp_layers = {got['mtp']}")
+    return tr
+
+
+def _launch_devices(got: dict, text: str, file: str, devices: int | None) -> int:
+    """The device count: ``devices`` (``--devices``), else a launch line's ``--nnodes`` ×
+    ``--nproc_per_node``; PL162 where the two disagree."""
+    launched = got["nnodes"] * got["nproc"] if "nnodes" in got and "nproc" in got else None
+    if devices is not None and launched is not None and devices != launched:
+        raise _arg_error(text, file, "--nnodes", f"the launch line starts --nnodes {got['nnodes']} × "
+                         f"--nproc_per_node {got['nproc']} = {launched} processes, not --devices {devices}",
+                         code="PL162")
+    if devices is None and launched is None:
+        from ..diagnostics import COMMAND_LINE
+
+        raise DiagnosticError([Diagnostic("PL301", "placement import megatron needs --devices N (N >= 1), or a "
+                                          "launch line with --nnodes and --nproc_per_node",
+                                          Span(COMMAND_LINE, 1, 1, 1, 10, "--devices"))])
+    return devices if devices is not None else launched
+
+
+def megatron_to_spec(text: str, file: str, devices: int | None, problems: list[str] | None = None, *,
+                     report: ImportReport | None = None, per_node: int | None = None) -> str:
+    """The spec of Megatron-LM arguments; what the DSL cannot express is appended to ``problems``,
+    what was assumed (devices per node, the links) and the arguments read and dropped to
+    ``report``. ``devices`` None: the launch line's node count × processes per node."""
+    problems = [] if problems is None else problems
+    report = ImportReport() if report is None else report
+    got = _megatron_args(text, file)
+    devices = _launch_devices(got, text, file, devices)
+    report.read += got.get("_read", [])
+    report.dropped += [(a, DROPPED_WHY) for a in got.get("_dropped", [])]
+    t, p, c, e = (got.get(k, 1) for k in ("t", "p", "c", "e"))
+    if devices % (t * p * c):
+        flag = _first(text, "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size")
+        raise _arg_error(text, file, flag, f"{devices} devices are not a multiple of tensor {t} × pipeline {p} × "
+                         f"context {c}")
+    dp_all = devices // (t * p * c)  # Megatron-LM's data-parallel size; the expert size folds into it
+    etp = got.get("etp", t)
+    folded = _megatron_folding(got, t, c, dp_all, e, etp, file, problems)
+    if folded is not None and not got.get("sp") and any(d == "tp" and x != "etp" and n > 1
+                                                         for _, n, d, x in folded[0]):
+        raise _folding_without_sp(text, file, t, etp)
+    if folded is None:
+        if dp_all % e:
+            raise _arg_error(text, file, "--expert-model-parallel-size", f"--expert-model-parallel-size {e} does not "
+                             f"divide the data-parallel size {dp_all}")
+        if etp != t and got.get("E", 1) > 1:
+            problems.append(f"--expert-tensor-parallel-size {etp}: experts split over a tensor size of their own "
+                            f"(not {t}) have no placement; the plan splits them over the tensor axis")
+    dp = dp_all // e if folded is None else dp_all
+    tr = _shape_lines(got, t, text, file)
     mb = got.get("mb", 1)
     m = 1
     if "gbs" in got:
         if got["gbs"] % (mb * dp_all):
-            raise _err(file, f"--global-batch-size {got['gbs']} is not a multiple of micro batch {mb} × data "
-                       f"parallel {dp_all}")
+            raise _arg_error(text, file, "--global-batch-size", f"--global-batch-size {got['gbs']} is not a multiple "
+                             f"of micro batch {mb} × data parallel {dp_all}")
         m = got["gbs"] // (mb * dp_all)
     half = got.get("bf16") or got.get("fp16")
     # bf16 keeps fp32 main gradients; fp16 too with --accumulate-allreduce-grads-in-fp32, else 16-bit ones
@@ -303,7 +371,15 @@ def megatron_to_spec(text: str, file: str, devices: int, problems: list[str] | N
     if folded is not None:
         note = (f" (MoE parallel folding: dense tensor {t} × context {c} × data {dp_all}, experts on expert {e} × "
                 f"expert tensor {etp} × expert data {t * c * dp_all // (e * etp)} of the same devices)")
-    spec = (f"# from the Megatron-LM arguments in {file} on {devices} devices{note}\n"
+    per, source = per_node_source(per_node, got.get("nproc"), "the launch line's --nproc_per_node")
+    if folded is None:
+        inner = [("tp", t), ("cp", c), ("ep", e), ("dp", dp), ("pp", p)]
+    else:
+        inner = [(a, s) for a, s, _, _ in folded[0]] + [("pp", p)]
+    links = node_links(inner, per)
+    report.assumed.extend(links_assumption(links, per, source, "in Megatron-LM's order, innermost first: "
+                                           "tensor, context, expert, data, pipeline"))
+    spec = (f"# from the Megatron-LM arguments in {file} on {devices} devices{note}\n" + report.comments()
             + "".join(f"# not expressed: {q}\n" for q in problems) + model
-            + _mesh_and_plan(axes, "megatron", extra, products))
+            + _mesh_and_plan(axes, "megatron", extra, products, links))
     return _imports(spec) + "\n" + spec

@@ -20,7 +20,7 @@ from typing import TextIO
 
 from ..diagnostics import Diagnostic, DiagnosticError
 from ..outcome import Exit
-from .options import command_line_span
+from .options import add_width, command_line_span, output_width
 
 FORMATS = ("text", "markdown", "csv", "json")
 MAX_VALUES = 64
@@ -62,7 +62,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-check", action="store_true", help="do not run the checker on the winners")
     p.add_argument("--emit", default=None, metavar="N", help="print the spec of row N (1-based) instead")
     p.add_argument("--plot", default=None, metavar="FILE", help="draw memory against step time (png, svg, pdf)")
+    p.add_argument("--reserve", default=None, metavar="BYTES|FRACTION",
+                   help="memory per device kept free: bytes (4GiB, 2.5GB, 1000000) or a fraction of the device's "
+                   "memory (0.05); a configuration fits in what is left (default 0)")
     p.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
+    add_width(p)
     p.set_defaults(run=run)
 
 
@@ -123,6 +127,27 @@ def _fraction(option: str, text: str) -> Fraction:
     return f
 
 
+def reserve_bytes(text: str, memory: int) -> Fraction:
+    """``--reserve``: a byte count with an optional unit (``4GiB``, ``2.5 GB``, ``1000000``), or a
+    fraction of the device's ``memory`` below 1 (``0.05``)."""
+    import re
+
+    from ..resolve.values import BYTE_UNITS
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*([KMGT]i?B|B)?\s*", text)
+    if m is None or (m.group(2) is not None and m.group(2) not in BYTE_UNITS):
+        raise _bad("--reserve", text, "bytes such as 4GiB or 2.5GB, or a fraction of the device's memory such as 0.05")
+    number = Fraction(m.group(1))
+    if m.group(2) is None and number < 1:
+        return number * memory
+    out = number * BYTE_UNITS[m.group(2) or "B"]
+    if out.denominator != 1:
+        raise _bad("--reserve", text, "a whole number of bytes")
+    if out >= memory:
+        raise _bad("--reserve", text, f"leaves nothing of the device's {memory:,} bytes")
+    return out
+
+
 def space_of(args):
     from .. import hardware
     from ..search import Space
@@ -140,7 +165,9 @@ def space_of(args):
         recompute=name_list("--recompute", args.recompute, RECOMPUTE),
         schedules=name_list("--schedules", args.schedules, SCHEDULES),
         mfu=_fraction("--mfu", args.mfu) if args.mfu is not None else None,
-        folding=(False,) if args.no_folding else (False, True))
+        folding=(False,) if args.no_folding else (False, True),
+        reserve=reserve_bytes(args.reserve, hardware.device(args.device).memory)
+        if args.reserve is not None and hardware.device(args.device) is not None else Fraction(0))
 
 
 def run(args, out: TextIO, err: TextIO) -> int:
@@ -176,7 +203,9 @@ def run(args, out: TextIO, err: TextIO) -> int:
     if args.format == "json":
         out.write(render_json(result, status, str(args.model)))
     else:
-        out.write({"text": render_text, "markdown": render_markdown, "csv": render_csv}[args.format](result))
+        render = {"text": lambda r: render_text(r, output_width(args, out)), "markdown": render_markdown,
+                  "csv": render_csv}[args.format]
+        out.write(render(result))
     return status
 
 
@@ -190,7 +219,7 @@ COLUMNS = ("rank", "dp", "tp", "pp", "v", "cp", "ep", "strategy", "recompute", "
 def rows(result) -> list[dict]:
     from .. import hardware
 
-    cap = hardware.device(result.space.device).memory
+    cap = hardware.device(result.space.device).memory - result.space.reserve
     out = []
     for i, c in enumerate(result.ranked, 1):
         z, s = c.sizes, c.structure
@@ -202,7 +231,7 @@ def rows(result) -> list[dict]:
                     "strategy": s.strategy, "recompute": s.recompute, "schedule": s.schedule,
                     "microbatch": z["mb"], "microbatches": z["nmb"], "memory": mem, "headroom": cap - mem,
                     "step": step, "tokens_per_s": tokens / step, "mfu": c.mfu, "frontier": c.frontier,
-                    "check": c.verdict, "agrees": c.agrees, "folded": s.folded,
+                    "check": c.verdict, "agrees": c.agrees, "folded": s.folded, "same_as": list(c.same),
                     "stage_memory": dict(c.stage_memory), "link_bytes": dict(c.link_bytes)})
     return out
 
@@ -212,48 +241,67 @@ def _header(result) -> str:
 
     sp = result.space
     d = hardware.device(sp.device)
-    return (f"search: {sp.devices} x {d.title}, global batch {sp.global_batch} x {sp.seq} tokens\n"
+    from ..costreport import units
+
+    kept = f", {units.both(sp.reserve)} per device kept free (--reserve)" if sp.reserve else ""
+    return (f"search: {sp.devices} x {d.title}, global batch {sp.global_batch} x {sp.seq} tokens{kept}\n"
             f"{result.candidates:,} candidates, {result.valid:,} valid, {result.fitting:,} fit "
             f"({result.structures} structures derived)\n")
 
 
-def render_text(result) -> str:
+def _strategy(r: dict) -> str:
+    """The row's strategy, the strategies with the same figures beside it (``zero3/fsdp``)."""
+    name = f"hsdp ({r['dp'] // r['shard']}x{r['shard']})" if r["strategy"] == "hsdp" else r["strategy"]
+    return "/".join([name] + r["same_as"]) + (" folded" if r["folded"] else "")
+
+
+def _layout(r: dict) -> str:
+    """The mesh sizes of more than one device: ``dp16 tp2 pp4v2`` (dp always)."""
+    parts = [f"dp{r['dp']}"] + [f"{a}{r[a]}" + (f"v{r['v']}" if a == "pp" and r["v"] > 1 else "")
+                                for a in ("tp", "pp", "cp", "ep") if r[a] > 1]
+    return " ".join(parts)
+
+
+def render_text(result, width: int = 120) -> str:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
     from ..costreport import units
 
     buf = io.StringIO()
-    con = Console(file=buf, width=160, no_color=True, highlight=False)
+    con = Console(file=buf, width=width, no_color=True, highlight=False)
     con.print(_header(result).rstrip())
     if not result.ranked:
         con.print("no configuration fits: allow more devices, recompute, sharding or a smaller microbatch")
         return buf.getvalue()
-    t = Table(title="fastest configurations that fit (exact figures; * on the memory-time frontier)",
-              title_justify="left")
-    for col in ("#", "dp", "tp", "pp", "cp", "ep", "strategy", "recompute", "mb x m", "memory/device", "headroom",
-                "step", "tokens/s", "MFU", "check"):
-        t.add_column(col)
+    # wide: layout, strategy and recompute in columns of their own and tokens/s (global batch × seq
+    # / step); narrow (80 columns): the three in one column that wraps, the figures whole
+    wide = width >= 110
+    t = Table(title="fastest configurations that fit (exact figures; * on the memory-time frontier; GB = 10⁹ "
+              "bytes, as cost prints)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    words = ("layout", "strategy", "recompute") if wide else ("plan",)
+    for col in ("#",) + words + ("mb x m", "memory", "headroom", "step") + (("tokens/s",) if wide else ()) \
+            + ("MFU", "check"):
+        t.add_column(col, no_wrap=col not in words, overflow="fold")
     for r in rows(result):
-        pp = f"{r['pp']}" + (f" (v{r['v']})" if r["v"] > 1 else "")
-        strategy = f"hsdp ({r['dp'] // r['shard']}x{r['shard']})" if r["strategy"] == "hsdp" else r["strategy"]
-        strategy += " folded" if r["folded"] else ""
-        t.add_row(f"{r['rank']}{'*' if r['frontier'] else ''}", str(r["dp"]), str(r["tp"]), pp, str(r["cp"]),
-                  str(r["ep"]), strategy, r["recompute"], f"{r['microbatch']} x {r['microbatches']}",
-                  units.gib(r["memory"]), units.gib(r["headroom"]), units.seconds(r["step"]),
-                  units.scaled(r["tokens_per_s"]), units.percent(Fraction(r["mfu"]).limit_denominator(10**6)),
-                  r["check"] or "-")
+        plan = [_layout(r), _strategy(r), r["recompute"]]
+        cells = [f"{r['rank']}{'*' if r['frontier'] else ''}"] + (plan if wide else [" ".join(plan)]) + [
+            f"{r['microbatch']} x {r['microbatches']}", units.gb(r["memory"]), units.gb(r["headroom"]),
+            units.seconds(r["step"])] + ([units.scaled(r["tokens_per_s"])] if wide else []) + [
+            units.percent(Fraction(r["mfu"]).limit_denominator(10**6)), r["check"] or "-"]
+        t.add_row(*cells)
     con.print(t)
     per = Table(title="per pipeline stage (memory per device) and per link class (bytes per device per step), exact",
-                title_justify="left")
+                title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for col in ("#", "memory per stage", "bytes per link"):
-        per.add_column(col)
+        per.add_column(col, overflow="fold")
     for r in rows(result):
-        per.add_row(str(r["rank"]), _stages_text(r["stage_memory"], units.gib) or "one stage",
+        per.add_row(str(r["rank"]), _stages_text(r["stage_memory"], units.both) or "one stage",
                     _stages_text(r["link_bytes"], units.both) or "none")
     con.print(per)
     con.print("frontier (memory against step time): " + "; ".join(
-        f"{units.gib(Fraction(c.memory))} {units.seconds(Fraction(c.step))}" for c in result.frontier[:12]))
+        f"{units.gb(Fraction(c.memory))} {units.seconds(Fraction(c.step))}" for c in result.frontier[:12]))
     bad = [r["rank"] for r in rows(result) if r["agrees"] is False]
     con.print("exact re-derivation: " + ("every row agrees with the vectorised figures" if not bad
                                          else f"rows {bad} DISAGREE with the vectorised figures"))
@@ -278,7 +326,7 @@ def render_markdown(result) -> str:
              "|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|---:|---|---|---|"]
     for r in rows(result):
         lines.append(f"| {r['rank']}{'*' if r['frontier'] else ''} | {r['dp']} | {r['tp']} | {r['pp']} | {r['v']} | "
-                     f"{r['cp']} | {r['ep']} | {r['strategy']}{' folded' if r['folded'] else ''} | {r['recompute']} | {r['microbatch']} × "
+                     f"{r['cp']} | {r['ep']} | {_strategy(r)} | {r['recompute']} | {r['microbatch']} × "
                      f"{r['microbatches']} | {units.both(r['memory'])} | {units.seconds(r['step'])} | "
                      f"{units.percent(Fraction(r['mfu']).limit_denominator(10**6))} | {r['check'] or '-'} | "
                      f"{_stages_text(r['stage_memory'], units.both) or 'one stage'} | "
@@ -291,7 +339,8 @@ def render_csv(result) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(COLUMNS)
     for r in rows(result):
-        w.writerow([r["rank"], r["dp"], r["tp"], r["pp"], r["v"], r["cp"], r["ep"], r["strategy"], r["recompute"],
+        w.writerow([r["rank"], r["dp"], r["tp"], r["pp"], r["v"], r["cp"], r["ep"], "/".join([r["strategy"]] + r["same_as"]),
+                    r["recompute"],
                     r["microbatch"], r["microbatches"], _int_or(r["memory"]), _int_or(r["headroom"]),
                     f"{float(r['step']):.6f}", f"{float(r['tokens_per_s']):.1f}", f"{r['mfu']:.6f}",
                     int(r["frontier"]), r["check"] or "", int(r["folded"]), _pairs(r["stage_memory"]),
@@ -314,7 +363,7 @@ def render_json(result, exit_status: int, file: str) -> str:
                   "tp": list(sp.tp), "pp": list(sp.pp), "cp": list(sp.cp), "ep": list(sp.ep),
                   "microbatch": list(sp.microbatch), "chunks": list(sp.chunks), "strategies": list(sp.strategies),
                   "recompute": list(sp.recompute), "schedules": list(sp.schedules), "folding": list(sp.folding),
-                  "mfu": str(sp.mfu) if sp.mfu is not None else None},
+                  "mfu": str(sp.mfu) if sp.mfu is not None else None, "reserve_bytes": _int_or(sp.reserve)},
         "candidates": result.candidates, "valid": result.valid, "fitting": result.fitting,
         "structures": result.structures,
         "timings_s": {k: round(v, 4) for k, v in result.timings.items()},

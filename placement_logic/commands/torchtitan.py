@@ -15,7 +15,8 @@ from .. import ir
 from ..frontend.configs import Table, load_toml
 from ..ir import folding
 from .framework_common import (
-    _err,
+    ImportReport,
+    _axis_line,
     _imports,
     _mesh_and_plan,
     _number,
@@ -23,6 +24,10 @@ from .framework_common import (
     _precision,
     _role_problems,
     _widths,
+    dropped_keys,
+    links_assumption,
+    node_links,
+    per_node_source,
 )
 
 
@@ -39,11 +44,30 @@ def _has_experts(model: str | None) -> bool:
 _TITAN_SCHEDULES = {"1f1b": "one_f_one_b", "gpipe": "gpipe", "interleaved1f1b": "interleaved_1f1b"}
 
 
+DROPPED = {"job": "the run's name and output folder", "metrics": "logging", "checkpoint": "checkpoint saving: "
+           "not part of a training step", "profiling": "profiling", "comm": "timeouts and tracing",
+           "model": "the model comes from --model or --params", "optimizer": "the optimizer's type and "
+           "hyper-parameters: the plan's optimizer state is bytes { optimizer } (a 12-byte Adam state in mixed "
+           "precision)", "lr_scheduler": "the learning-rate schedule: no memory or communication",
+           "training.steps": "the run's length", "training.dataset": "the data", "training.dataset_path": "the data",
+           "training.max_norm": "clipping by the global norm: its scalar all-reduce is not priced",
+           "training.mixed_precision_reduce": "the reduction's data type: the plan sends gradients at bytes { grads }",
+           "compile": "torch.compile: kernels, not memory or communication the plan models",
+           "float8": "float8 training is not modelled (the plan's widths are bytes { ... })",
+           "validation": "evaluation: not part of a training step"}
+_DEFAULT = ("not read: from a torchtitan job the plan takes the parallel degrees, the pipeline schedule, the batch, "
+            "the sequence length, the precision and activation checkpointing")
+
+
 def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, params: int | None,
-                       problems: list[str] | None = None) -> str:
-    """The spec of a torchtitan job config; what the DSL cannot express is appended to ``problems``."""
+                       problems: list[str] | None = None, *, report: ImportReport | None = None,
+                       per_node: int | None = None) -> str:
+    """The spec of a torchtitan job config; what the DSL cannot express is appended to ``problems``,
+    what was assumed and the keys read and dropped to ``report``."""
     problems = [] if problems is None else problems
-    cfg = Table(load_toml(text, file, "PL141"), text, file, "PL141")
+    report = ImportReport() if report is None else report
+    doc = load_toml(text, file, "PL141")
+    cfg = Table(doc, text, file, "PL141")
     par = cfg.table("parallelism")
     training = cfg.table("training")
 
@@ -55,23 +79,25 @@ def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, pa
                                       "context_parallel_degree", "expert_parallel_degree"))
     fixed = rep * t * p * c * (shard if shard != -1 else 1)
     if devices % fixed:
-        raise _err(file, f"{devices} devices are not a multiple of the degrees given ({fixed})")
+        raise par.error(None, f"{devices} devices are not a multiple of the degrees given ({fixed})")
     if shard == -1:
         shard = devices // fixed
     if rep * shard * t * p * c != devices:
-        raise _err(file, f"the degrees multiply to {rep * shard * t * p * c}, not {devices} devices")
+        raise par.error(None, f"the degrees multiply to {rep * shard * t * p * c}, not {devices} devices")
     etp = par.integer("expert_tensor_parallel_degree", t if e > 1 else 1)
     in_ep, roles = 1, {}
     if e > 1:
         if (shard * c) % e:
-            raise _err(file, f"expert_parallel_degree {e} does not divide the data-shard × context devices")
+            raise par.error("expert_parallel_degree", f"expert_parallel_degree {e} does not divide the data-shard × "
+                            "context devices")
         if etp not in (1, t):
-            raise _err(file, f"parallelism.expert_tensor_parallel_degree {etp!r} is 1 or the tensor degree {t}")
+            raise par.error("expert_tensor_parallel_degree", f"parallelism.expert_tensor_parallel_degree {etp!r} is 1 "
+                            f"or the tensor degree {t}")
         borrowed = c * (t if etp == 1 else 1)  # the expert degree takes in all of context (and tensor when etp = 1)
         if e % borrowed or shard % (e // borrowed):
-            raise _err(file, f"expert_parallel_degree {e} is not the context degree {c}"
-                       + (f" × the tensor degree {t}" if etp == 1 else "") + " × a divisor of the data-shard degree "
-                       f"{shard}")
+            raise par.error("expert_parallel_degree", f"expert_parallel_degree {e} is not the context degree {c}"
+                            + (f" × the tensor degree {t}" if etp == 1 else "")
+                            + f" × a divisor of the data-shard degree {shard}")
         if not _has_experts(model):
             problems.append(f"expert_parallel_degree {e}: the model has no experts to place (give the model's config "
                             "with --model)")
@@ -131,17 +157,26 @@ def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, pa
     if ac != "none":
         extra.append(f"use {ac}_recompute")
     extra.append("flash_attention")  # torchtitan's models attend with scaled_dot_product_attention
-    spec_body = _mesh_and_plan(axes, "torchtitan", extra)
+    data_inner = ([("shard", shard), ("replicate", rep)] if rep > 1 and shard > 1 else [("dp", rep)] if rep > 1
+                  else [("dp_ep", in_ep), ("dp", shard // in_ep)])
+    per, source = per_node_source(per_node, None, "a torchtitan job")
+    links = node_links([("tp", t), ("cp", c)] + data_inner + [("pp", p)], per)
+    report.assumed.extend(links_assumption(links, per, source, "in torchtitan's device mesh order, innermost first: "
+                                           "tensor, context, data shard, data replicate, pipeline"))
+    report.read += cfg.used
+    report.dropped += dropped_keys(doc, cfg.used, DROPPED, _DEFAULT)
+    spec_body = _mesh_and_plan(axes, "torchtitan", extra, links=links)
     local = ""
     if rep > 1 and shard > 1:
-        spec_body = spec_body.replace("mesh {\n", "mesh {\n" + "".join(f"  {n} = {s}\n" for n, s in mesh_axes), 1)
+        spec_body = spec_body.replace("mesh {\n", "mesh {\n" + "".join(_axis_line(n, s, links) for n, s in mesh_axes),
+                                      1)
         spec_body = spec_body.replace(f"  dp: {fsdp}\n", "")
         if keep:
             local = ("strategy titan_hsdp over (replicate, shard) extends hybrid_shard {\n"
                      "  params: {replicate: R, shard: S*} (unit = block, reshard_after_forward = false)\n}\n\n")
     fold = (f" (MoE parallel folding: experts on expert {e} = data shard {in_ep} × context {c}"
             + (f" × tensor {t}" if etp == 1 and t > 1 else "") + f", expert tensor {etp})" if roles else "")
-    spec = (f"# from the torchtitan job {file} on {devices} devices{fold}\n"
+    spec = (f"# from the torchtitan job {file} on {devices} devices{fold}\n" + report.comments()
             + "".join(f"# not expressed: {q}\n" for q in problems) + model_text + local + spec_body)
     imports = _imports(spec)
     extra_imports = [n for n in ("hybrid_shard", "fsdp_full_shard", "fsdp_shard_grad_op") if n in spec]

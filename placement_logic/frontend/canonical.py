@@ -226,6 +226,8 @@ class Formatter:
             self.emit(item, 0, text)
         elif isinstance(item, surface.LetStmt):
             self.emit(item, 0, f"let {item.name} = {expr(item.value)}")
+        elif isinstance(item, surface.ModelBlock) and item.source is not None and not item.items:
+            self.emit(item, 0, f'model from "{item.source}"')  # nothing added: no block
         elif isinstance(item, surface.ModelBlock):
             head = f'model from "{item.source}" {{' if item.source is not None else "model {"
             self.open_block(item, 0, head)

@@ -166,6 +166,8 @@ class Table:
         """The table at ``key`` (empty when absent or null; with ``allow_false``, ``false`` too)."""
         v = self.data.get(key)
         if v is None or (allow_false and v is False):
+            if v is False:
+                self.used.append(self.name(key))
             return Table({}, self.text, self.file, self.code, self.path + (key,), self.used)
         if not isinstance(v, dict):
             raise self.error(key, f"{self.name(key)} must be a table (an object of keys), not {_show(v)}")

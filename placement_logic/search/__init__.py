@@ -131,7 +131,7 @@ def run(model: str, space: Space, top: int = 10, check: bool = True,
     result = Result(space, shown, sum(len(v[0]) for v in groups.values()), structures=len(groups))
     result.block = block
     t1 = time.perf_counter()
-    capacity = hw.device(space.device).memory
+    capacity = hw.device(space.device).memory - space.reserve
     parts = []
     derive_s = 0.0
     evaluate_s = 0.0
@@ -194,25 +194,55 @@ def run(model: str, space: Space, top: int = 10, check: bool = True,
             c.frontier = True
             result.frontier.append(c)
             best = m
-    kept = []
+    kept: list = []
+    twins: dict = {}  # a kept row -> rows of other strategies with the same sizes and figures (merged if exact)
     for i, j in ranked:
-        if len(kept) >= max(top, 0):
-            break
+        full = len(kept) >= max(top, 0)
+        if full and not (kept and (parts[i][2][j, :2] == parts[kept[-1][0]][2][kept[-1][1], :2]).all()):
+            break  # past the top rows and past the ties of the last (where its twins are)
         if valid(i, j):
-            kept.append((i, j))
+            twin = next((k for k in kept if _twins(parts, k, (i, j))), None)
+            if twin is not None:
+                twins.setdefault(twin, []).append((i, j))
+            elif not full:
+                kept.append((i, j))
     result.ranked = [candidate(i, j) for i, j in kept]
     for c in result.ranked:
         c.frontier = any(f.sizes == c.sizes and f.structure == c.structure for f in result.frontier)
     t3 = time.perf_counter()
-    total = len(groups) + len(result.ranked)
-    for n, c in enumerate(result.ranked):
-        tick(len(groups) + n, ("checking " if check else "re-deriving ") + c.label())
-        exact(c, block, space, check)
+    total = len(groups) + len(result.ranked) + sum(map(len, twins.values()))
+    rows, n = [], 0
+    for key, c in zip(kept, result.ranked):
+        rows.append(c)
+        for t in [c] + [candidate(i, j) for i, j in twins.get(key, [])]:
+            tick(len(groups) + n, ("checking " if check else "re-deriving ") + t.label())
+            n += 1
+            exact(t, block, space, check)
+            if t is c:
+                continue
+            same = (t.exact_memory, t.exact_step, t.stage_memory, t.link_bytes, t.verdict) == \
+                (c.exact_memory, c.exact_step, c.stage_memory, c.link_bytes, c.verdict)
+            if same:
+                c.same.append(t.structure.strategy)
+            else:  # the vectorised figures agreed, the exact ones do not: a row of its own
+                t.frontier = c.frontier
+                rows.append(t)
+    result.ranked = rows
     tick(total, "done")
     result.timings = {"setup": t1 - t0, "derive_and_compile": derive_s, "evaluate": evaluate_s,
                       "filter": t2 - t1 - derive_s - evaluate_s,
                       "rank": t3 - t2, "exact_and_check": time.perf_counter() - t3}
     return result
+
+
+def _twins(parts, a: tuple, b: tuple) -> bool:
+    """Rows of two strategies with the same sizes, recompute, schedule and layout whose
+    vectorised memory and step time are equal (zero3 and fsdp, say): one row naming both,
+    once their exact figures agree too."""
+    (sa, za, va), (sb, zb, vb) = parts[a[0]], parts[b[0]]
+    same_shape = (sa.recompute, sa.schedule, sa.axes, sa.folded) == (sb.recompute, sb.schedule, sb.axes, sb.folded)
+    return (sa.strategy != sb.strategy and same_shape and bool((za[a[1]] == zb[b[1]]).all())
+            and va[a[1], 0] == vb[b[1], 0] and va[a[1], 1] == vb[b[1], 1])
 
 
 def concrete_spec(c: Candidate, block: str, space: Space) -> str:

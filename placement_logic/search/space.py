@@ -36,6 +36,7 @@ class Space:
     chunks: tuple[int, ...] = (2, 4)  # virtual chunks per stage of the interleaved schedule
     mfu: Fraction | None = None  # None: the catalogue default (1/2)
     folding: tuple[bool, ...] = (False, True)  # MoE: plain expert parallelism, and parallel folding
+    reserve: Fraction = Fraction(0)  # bytes per device kept free: a configuration fits in memory − reserve
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class Candidate:
     agrees: bool | None = None  # the vectorised figures equal the exact ones (bytes to the byte)
     stage_memory: dict = field(default_factory=dict)  # pipeline stage -> exact peak bytes per device (re-derived)
     link_bytes: dict = field(default_factory=dict)  # link class -> exact bytes per device per step (re-derived)
+    same: list = field(default_factory=list)  # other strategies whose row is this one, figure for figure (exact)
 
     def label(self) -> str:
         s, z = self.structure, self.sizes
