@@ -61,6 +61,16 @@ SLOW = (
     "tests/test_group_modes.py::test_checker_agrees_with_the_simulator_on_group_modes",
     "tests/test_group_modes.py::test_a_group_placing_itself_is_the_plan_placing_it",
     "tests/test_progress.py::test_search_draws_a_bar_on_a_terminal_and_the_report_is_the_same",
+    "tests/test_search_output.py::test_reserve_keeps_memory_free",
+    "tests/test_search_output.py::test_text_reads_at_the_terminal_width",
+    "tests/test_search_output.py::test_memory_in_the_units_cost_prints",
+    "tests/test_search_output.py::test_zero3_and_fsdp_rows_with_the_same_figures_are_one_row",
+    "tests/test_rebinding_checks.py::test_set_gives_the_diagnostics_of_the_written_value",
+    "tests/test_prove.py::test_markdown_and_text_formats",
+    "tests/test_prove.py::test_cli_json_matches_the_report_shape",
+    "tests/test_product_binding.py::test_product_verdicts_are_the_one_axis_verdicts",
+    "tests/test_framework_roundtrip.py::test_megatron_states_what_it_drops",
+    "tests/test_framework_roundtrip.py::test_deepspeed_round_trip",
 )
 
 
