@@ -116,6 +116,8 @@ CODES: dict[str, tuple[str, str]] = {
                                   "over the tensor axes itself: only a weight kept whole there has partial gradients."),
     "PL150": ("filter-on-shards", "A duplicate filter (override clip_norm[g]: dedupe over (...)) over an axis where the "
               "group's gradient is sharded: its pieces there are distinct values, not copies of one."),
+    "PL180": ("checkpoint-plan-wide", "A plan-wide checkpoint statement (resume, reshard, no_regather_after_load, "
+              "rng_shared) given a parameter group: override checkpoint[g]: VERB."),
     # types and units: PL2xx
     "PL201": ("unit-mismatch", "Bytes combined with a plain count by + or - (or compared with one)."),
     "PL202": ("unit-not-allowed", "A byte unit where a plain count is required (axis size, layer count, exponent)."),

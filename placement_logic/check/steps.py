@@ -38,6 +38,7 @@ from .parts import gather_counts as _gather_counts
 from .parts import own_sources as _own_sources
 from .parts import par_needed
 from .parts import parts as _parts
+from . import checkpoint as ckpt
 from .wellformed import SPLIT_MODES, filter_no_effect, no_effect, persistent_modes, tied, well_typed
 
 
@@ -127,6 +128,7 @@ class StepModel:
     # "gather", "usable"), reported at the group's line
     group_sources: tuple[tuple[str, str, str, Span], ...] = ()
     gather_unsharded: tuple[str, ...] = ()  # axes params are gathered over where they are not sharded
+    checkpoint: ckpt.CheckpointModel | None = None  # save, load and reshard (``override checkpoint``), if stated
 
     def size_aliases(self) -> dict[str, str]:
         """Symbols that name a size of the step: the model's microbatches symbol."""
@@ -415,6 +417,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         equal_tokens=eq_o is not None,
         group_sources=tuple(dict.fromkeys(sources)),
         gather_unsharded=tuple(dict.fromkeys(a for p in parts for a in p.unsharded_gathers)),
+        checkpoint=ckpt.derive(plan, groups, colls, needed, seed_vary),
     )
 
 
