@@ -20,6 +20,7 @@ from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
 from ..ir import collectives as sc
 from ..ir import folding, heads, views
 from ..ir import groups as pg
+from . import checkpoint as ckpt
 from .dims import (  # noqa: F401  (the dimension vocabulary, used by the modules that read a StepModel)
     COPY_PART,
     DATA_ROLES,
@@ -38,7 +39,6 @@ from .parts import gather_counts as _gather_counts
 from .parts import own_sources as _own_sources
 from .parts import par_needed
 from .parts import parts as _parts
-from . import checkpoint as ckpt
 from .wellformed import SPLIT_MODES, filter_no_effect, no_effect, persistent_modes, tied, well_typed
 
 
