@@ -14,8 +14,6 @@ from __future__ import annotations
 from fractions import Fraction
 from math import lcm
 
-import z3
-
 from ..diagnostics import NO_SPAN, Span
 from . import encode as en
 from .checkpoint import CheckpointModel, Layout
@@ -83,40 +81,26 @@ def _axes(env: en.Env, kind: str, axes: tuple[str, ...]):
 
 
 def _save_negation(env: en.Env, ck: CheckpointModel):
-    ctx = env.sess.ctx
-    conds = [(("layout", i), env.size(lay.axis) >= 2) for i, lay in enumerate(ck.layouts) if lay.fault]
-    conds += [(("skip", g), z3.BoolVal(True, ctx)) for g, _ in ck.skipped]
-    cons = [z3.Or([c for _, c in conds])] if conds else [z3.BoolVal(False, ctx)]
-
-    def extract(model) -> dict:
-        from ..solver.session import value_of
-
-        key = next(k for k, c in conds if value_of(model, c))
-        return {"kind": "ckpt_save", "sizes": env.size_values(model), "fault": key}
-
-    return cons, extract
+    """A skipped optimizer state is lost at every size; a layout fault shows once its axis has 2 ranks."""
+    if ck.skipped:
+        cons, extract = en.flag_negation(env, "ckpt_save", True)
+        return cons, lambda model: {**extract(model), "fault": ("skip", ck.skipped[0][0])}
+    faults = [lay.axis for lay in ck.save_faults()]
+    return _axes(env, "ckpt_save", tuple(dict.fromkeys(faults)))
 
 
 def _reshard_negation(env: en.Env, ck: CheckpointModel):
-    ctx = env.sess.ctx
-    conds, side = [], []
-    new = {}
-    for lay in ck.reshard_faults():
-        if lay.axis not in new:
-            v = env.sess.int(f"ckpt_new_{lay.axis}")
-            new[lay.axis] = v
-            side += [v >= 1, v != env.size(lay.axis)] + ([v <= env.bound] if env.bound is not None else [])
-        conds.append((lay, z3.BoolVal(True, ctx)))
-    cons = side + ([z3.Or([c for _, c in conds])] if conds else [z3.BoolVal(False, ctx)])
+    """A shard read by rank index is misplaced for every size n of its axis: the load on n + 1
+    ranks (any size other than n) is the witness."""
+    faults = ck.reshard_faults()
+    cons, extract = en.flag_negation(env, "ckpt_reshard", bool(faults))
 
-    def extract(model) -> dict:
-        from ..solver.session import value_of
+    def witness(model) -> dict:
+        w = extract(model)
+        lay = faults[0]
+        return {**w, "group": lay.group, "state": lay.state, "axis": lay.axis, "new": w["sizes"][lay.axis] + 1}
 
-        lay = conds[0][0]
-        return {"kind": "ckpt_reshard", "sizes": env.size_values(model), "group": lay.group, "state": lay.state,
-                "axis": lay.axis, "new": value_of(model, new[lay.axis])}
-
-    return cons, extract
+    return cons, witness
 
 
 # --------------------------------------------------------------------------- concrete replay
@@ -140,7 +124,8 @@ def _write(n: int, sharded: bool, writes_all: bool, skipped: bool = False) -> di
 def replay_save(ctx: Context, w: dict) -> Counterexample | None:
     ck: CheckpointModel = ctx.step.checkpoint
     sizes = w["sizes"]
-    kind, which = w["fault"]
+    kind, which = w.get("fault") or ("layout", next(i for i, lay in enumerate(ck.layouts)
+                                                    if lay.fault and lay.axis == w["axis"]))
     if kind == "skip":
         lay = Layout(which, "optimizer", ctx.step.axes[0], False, True)
         writers = _write(1, False, True, skipped=True)
@@ -213,11 +198,10 @@ def replay_reshard(ctx: Context, w: dict) -> Counterexample | None:
             eq = (f"{w['group']} {w['state']} on the new ({axis}={r2}) of {m} holds elements {lo}..{lo + len(want) - 1} "
                   f"= {', '.join(_frac(x) for x in want)}; it read file {r2}: "
                   + (", ".join(_frac(x) for x in got) if got else "no such file"))
-            lost = [e for e in range(big) if not any(r * big // m <= e < (r + 1) * big // m and
-                                                      values[e] in files.get(r, []) for r in range(m))]
-            diag = (f"the {w['group']} {w['state']} is sharded over {axis} and the checkpoint written by {n} {axis} ranks "
-                    f"is loaded on {m} by rank index, not remapped by global offset"
-                    + (f": {len(lost)} of {big} elements are lost" if lost else ""),)
+            wrong = sum(files.get(r, []) != values[r * big // m:(r + 1) * big // m] for r in range(m))
+            diag = (f"the {w['group']} {w['state']} is sharded over {axis}; the checkpoint its {n} {axis} rank(s) wrote "
+                    f"is loaded on {m} by rank index, not remapped by global offset: {wrong} of the {m} new ranks "
+                    "hold the wrong elements",)
             return Counterexample(ctx.sizes_tuple(sizes), (("reading rank", f"({axis}={r2}) of the new mesh"),),
                                   ((f"{axis} on load", str(m)),
                                    ("saved", f"{big} elements, file r holds shard r of {n}")), eq, diag,
