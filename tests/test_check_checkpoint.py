@@ -80,7 +80,8 @@ HAND = [
     (EP, (ov("checkpoint", "resume"), ov("checkpoint", "save_rank0", "dense", ("ep",))), "PL506"),  # dense: replicas
     (EP, (ov("checkpoint", "reshard", None, ("ep",)), ov("checkpoint", "load_by_rank", "experts", ("ep",))),
      {"ckpt_reshard"}),
-    (EP, (ov("checkpoint", "reshard", None, ("ep",)), ov("checkpoint", "load_by_rank", "dense", ("ep",))), set()),
+    (EP, (ov("checkpoint", "reshard", None, ("ep",)), ov("checkpoint", "load_by_rank", "dense", ("ep",))),
+     "PL506"),  # dense is replicated over ep: read whole
     (DDP, (ov("checkpoint", "resume"), ov("checkpoint", "load_by_rank", None, ("dp",))), "PL506"),
     (DDP, (ov("checkpoint", "no_regather_after_load"),), "PL506"),
     (DDP, (ov("checkpoint", "reshard", "dense", ("dp",)),), "PL180"),

@@ -144,10 +144,15 @@ def _no_effect(model: CheckpointModel, ovs: list[ir.Override]) -> None:
             why = "the dropout seed varies over no axis, so every rank's RNG state is the same"
         elif o.verb == "load_by_rank":
             off = [a for a in o.axes or () if a not in model.reshard_axes]
+            whole = [a for a in o.axes or () if not any(lay.sharded and lay.axis == a and (lay.group, a, o.span)
+                                                        in model.by_rank for lay in model.layouts)]
             if off:
                 why = (f"the checkpoint is resumed on a new size of ({', '.join(model.reshard_axes)}) only, not of "
                        f"{off[0]}: on the same size reading by rank index is the derived load "
                        "(state `override checkpoint: reshard over (...)`)")
+            elif whole:
+                why = (f"no state it names is sharded over {whole[0]}: every rank reads a replicated state whole, "
+                       "by rank index or not")
         elif o.verb in SAVE_VERBS:
             mine = [lay for lay in model.layouts if lay.span == o.span]
             if mine and not any(lay.fault for lay in mine):
