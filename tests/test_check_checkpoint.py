@@ -208,3 +208,25 @@ def test_checkpoint_statements_format_round_trip(stmt):
     assert format_source(src, "x.place") == src
     messy = src.replace(f"  {stmt}", "  " + stmt.replace(": ", " :  ").replace("(dp)", "( dp )"))
     assert format_source(messy, "x.place") == src
+
+
+# ----------------------------------------------------------------- costs
+@pytest.mark.parametrize("name,written", [
+    # by hand: 2 B params and 12 B optimizer state per parameter; ZeRO-1 shards the optimizer over dp = 16
+    ("safe/ckpt_zero1_new_dp", 7 * 10**9 * 2 + 7 * 10**9 * 12 // 16),
+    ("safe/ckpt_dp_resume", 13 * 10**8 * (2 + 12)),  # DDP: rank 0 writes one whole copy
+    ("bugs/ckpt_bf16_optimizer_skipped", 13 * 10**8 * 2),  # the optimizer state left out
+])
+def test_checkpoint_bytes_written_per_rank(name, written):
+    from placement_logic.costreport.build import build
+
+    report = build(load_spec(ROOT / "examples" / f"{name}.place"))
+    notes = [n for p in report.plans for n in p.notes if n.startswith("checkpoint: bytes written per rank")]
+    assert len(notes) == 1 and f"= {written:,} B" in notes[0], notes
+
+
+def test_no_checkpoint_no_checkpoint_cost():
+    from placement_logic.costreport.build import build
+
+    report = build(load_spec(ROOT / "examples" / "safe" / "zero3.place"))
+    assert not [n for p in report.plans for n in p.notes if n.startswith("checkpoint")]
