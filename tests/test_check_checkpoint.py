@@ -230,3 +230,44 @@ def test_no_checkpoint_no_checkpoint_cost():
 
     report = build(load_spec(ROOT / "examples" / "safe" / "zero3.place"))
     assert not [n for p in report.plans for n in p.notes if n.startswith("checkpoint")]
+
+
+KV_COPIED = """from std.data import ddp
+from std.tensor import megatron_tp
+
+model {
+  transformer {
+    hidden = 1024
+    layers = 4
+    heads = 8
+    kv_heads = 2
+    ffn = 4096
+    vocab = 32000
+  }
+  seq = 1024
+  microbatch = 1
+}
+
+mesh {
+  dp = 2
+  tp = 8
+}
+
+plan p {
+  dp: ddp
+  tp: megatron_tp
+  override checkpoint: resume
+  override checkpoint[kv]: VERB over (tp)
+}
+"""
+
+
+@pytest.mark.parametrize("verb", ["save_rank0", "save_from"])
+def test_copied_kv_heads_writers_are_unknown_never_proved(verb):
+    """Each of 2 kv heads is copied on tp/2 ranks: one element per copy group, neither sharded nor
+    replicated over tp. Who writes under a stated writer rule is outside the model: unknown."""
+    from placement_logic.frontend.loader import load_string
+
+    report = check_spec(load_string(KV_COPIED.replace("VERB", verb), "kv.place"), timeout=20)
+    save = next(o for o in report.obligations if o.name == "SC checkpoint save")
+    assert save.verdict is Verdict.UNKNOWN and "kv heads" in save.reason

@@ -64,6 +64,8 @@ class CheckpointModel:
     rng_vary: tuple[str, ...] = ()  # axes the per-rank RNG state (dropout seed) differs over
     rng_shared: bool = False  # one RNG state saved (rank 0's) and restored on every rank
     rng_span: Span = NO_SPAN
+    # a fact the transition lacks to decide who writes (its save and reshard obligations: unknown)
+    undecided: str = ""
 
     def save_faults(self) -> tuple[Layout, ...]:
         return tuple(lay for lay in self.layouts if lay.fault)
@@ -114,6 +116,7 @@ def derive(plan: ir.Plan, groups, colls, regather_needed: tuple[str, ...],
                              and a in (o.axes or ())), None)
                 writes = sh if save is None else save.verb == "save_from"
                 layouts.append(Layout(g.group, state, a, sh, writes, save.span if save else NO_SPAN))
+    undecided = _copied_heads(groups, ovs)
     skipped = tuple((g.group, o.span) for g in groups for o in ovs
                     if o.verb == "skip_optimizer" and _applies(o, g.group))
     last = {o.verb: o for o in ovs}
@@ -128,9 +131,25 @@ def derive(plan: ir.Plan, groups, colls, regather_needed: tuple[str, ...],
         reshard_axes=tuple(dict.fromkeys(reshard.axes or ())) if reshard else (),
         reshard_span=reshard.span if reshard else NO_SPAN,
         by_rank=by_rank, rng_vary=seed_vary, rng_shared="rng_shared" in last,
-        rng_span=last["rng_shared"].span if "rng_shared" in last else NO_SPAN)
+        rng_span=last["rng_shared"].span if "rng_shared" in last else NO_SPAN, undecided=undecided)
     _no_effect(model, ovs)  # (a group the plan does not have: PL506, wellformed.no_effect)
     return model
+
+
+def _copied_heads(groups, ovs: list[ir.Override]) -> str:
+    """A statement about the writers or readers of a group whose kv heads are copied on several
+    ranks of a named tensor axis: each head is one element per copy group, neither sharded nor
+    replicated over the axis, which the transition does not model."""
+    for o in ovs:
+        if o.verb not in SAVE_VERBS + ("load_by_rank",):
+            continue
+        for g in groups:
+            d = next((d for d in g.dims if d.part and d.axis in (o.axes or ()) and _applies(o, g.group)), None)
+            if d is not None:
+                return (f"the {d.heads} kv heads of {g.group} are copied on {d.axis}/{d.heads} ranks each; who writes "
+                        f"which copy under `checkpoint: {o.verb} over ({d.axis})` is not in the checkpoint model; the "
+                        "missing fact: the copy groups' writers")
+    return ""
 
 
 def _no_effect(model: CheckpointModel, ovs: list[ir.Override]) -> None:
@@ -150,10 +169,10 @@ def _no_effect(model: CheckpointModel, ovs: list[ir.Override]) -> None:
                 why = (f"the checkpoint is resumed on a new size of ({', '.join(model.reshard_axes)}) only, not of "
                        f"{off[0]}: on the same size reading by rank index is the derived load "
                        "(state `override checkpoint: reshard over (...)`)")
-            elif whole:
+            elif whole and not model.undecided:
                 why = (f"no state it names is sharded over {whole[0]}: every rank reads a replicated state whole, "
                        "by rank index or not")
-        elif o.verb in SAVE_VERBS:
+        elif o.verb in SAVE_VERBS and not model.undecided:
             mine = [lay for lay in model.layouts if lay.span == o.span]
             if mine and not any(lay.fault for lay in mine):
                 why = ("every state it applies to is already written this way over "
