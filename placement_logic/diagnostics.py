@@ -121,6 +121,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PL161": ("trainer-mismatch", "A DeepSpeed config value that a Trainer option given to the import contradicts "
               "(the Trainer's own mismatch error)."),
     "PL162": ("launch-line-devices", "A launch line whose --nnodes × --nproc_per_node is not the --devices given."),
+    "PL180": ("checkpoint-plan-wide", "A plan-wide checkpoint statement (resume, reshard, no_regather_after_load, "
+              "rng_shared) given a parameter group: override checkpoint[g]: VERB."),
     # types and units: PL2xx
     "PL201": ("unit-mismatch", "Bytes combined with a plain count by + or - (or compared with one)."),
     "PL202": ("unit-not-allowed", "A byte unit where a plain count is required (axis size, layer count, exponent)."),

@@ -20,6 +20,7 @@ from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
 from ..ir import collectives as sc
 from ..ir import folding, heads, views
 from ..ir import groups as pg
+from . import checkpoint as ckpt
 from .dims import (  # noqa: F401  (the dimension vocabulary, used by the modules that read a StepModel)
     COPY_PART,
     DATA_ROLES,
@@ -127,6 +128,7 @@ class StepModel:
     # "gather", "usable"), reported at the group's line
     group_sources: tuple[tuple[str, str, str, Span], ...] = ()
     gather_unsharded: tuple[str, ...] = ()  # axes params are gathered over where they are not sharded
+    checkpoint: ckpt.CheckpointModel | None = None  # save, load and reshard (``override checkpoint``), if stated
 
     def size_aliases(self) -> dict[str, str]:
         """Symbols that name a size of the step: the model's microbatches symbol."""
@@ -415,6 +417,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         equal_tokens=eq_o is not None,
         group_sources=tuple(dict.fromkeys(sources)),
         gather_unsharded=tuple(dict.fromkeys(a for p in parts for a in p.unsharded_gathers)),
+        checkpoint=ckpt.derive(plan, groups, colls, needed, seed_vary),
     )
 
 

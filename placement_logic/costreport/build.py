@@ -34,7 +34,7 @@ from ..costs.symbolic import (
 from ..diagnostics import Diagnostic, DiagnosticError, Span, did_you_mean
 from ..ir import State, heads
 from ..resolve.validate import check_rebinding
-from . import units
+from . import checkpoint, units
 from .model import (
     Binding,
     CollectiveRow,
@@ -176,6 +176,7 @@ def _plan_report(pc: costs.PlanCost, q: _Q, device_name: str | None = None) -> P
     copies = heads.copies_note(pc.plan)  # K/V heads copied on several tensor ranks
     if copies:
         notes.append(copies)
+    notes += checkpoint.notes(pc, q)  # only where the plan states a checkpoint
     fit, time = _fit_and_time(pc, q, device_name)
     stages = tuple(_stage_report(st, sa, q) for st, sa in zip(mem.stages, pc.activations.stages))
     peak = _peak_stage(mem, q) if stages else None

@@ -36,6 +36,17 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "no_fetch": (False, False),  # offloaded params never fetched to device
     },
     "embedding": {"tie_reduce": (True, False)},  # tied embedding grads summed over these axes
+    # checkpoint save, load and reshard (check/checkpoint.py): any statement adds the transition to the step
+    "checkpoint": {
+        "resume": (False, False),  # saved and loaded on the same mesh, as derived
+        "reshard": (True, False),  # loaded on a mesh where these axes have a new size
+        "save_from": (True, False),  # [group] written by every rank of these axes (a replica too)
+        "save_rank0": (True, False),  # [group] written by rank 0 of these axes only (a shard too)
+        "skip_optimizer": (False, False),  # [group] optimizer state not written
+        "no_regather_after_load": (False, False),  # params not re-gathered from the loaded master shards
+        "load_by_rank": (True, False),  # [group] shards read by rank index over these axes, not remapped
+        "rng_shared": (False, False),  # one RNG state (rank 0's) saved and restored on every rank
+    },
 }
 
 PARAM_GROUPS: tuple[str, ...] = ("all", "dense", "kv", "norms", "qk_norms", "biases", "experts", "router", "embedding")

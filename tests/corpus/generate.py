@@ -873,6 +873,49 @@ with_base("tensor_replicated_tp", "tp",
           "the same tokens, a redundant copy of DDP.",
           ["params: {tp: R}", "optimizer: {tp: R}", "grads: {tp: R}"], of="DDP")
 
+# checkpoint save, load and reshard (check/checkpoint.py; docs/semantics.md, "Checkpoints")
+CKPT_EP = "expert-parallel checkpoints written by one ep rank (KempnerInstitute/KempnerForge#202)"
+CKPT_REPLICA = "a replica id that ignores the tp rank: every tp rank writes (NVIDIA/Megatron-LM#4801)"
+CKPT_SKIP = "optimizer state not saved with bf16 and ZeRO stage 0 (deepspeedai/DeepSpeed#7786)"
+CKPT_RESHARD = "optimizer shards not remapped on a new dp size (ServiceNow/Fast-LLM#436, deepspeedai/DeepSpeed#5105)"
+CKPT_RNG = "RNG state of tp rank 0 restored on every tp rank (NVIDIA-NeMo/Automodel#3437, NVIDIA/Megatron-LM#6858)"
+RESUME = "override checkpoint: resume"
+for b, lines, what, mirrors in [
+    ("zero3", ["override checkpoint: save_rank0 over (dp)"], "ZeRO-3 state, sharded over dp, written by dp rank 0 "
+     "only: the other shards are lost.", CKPT_EP),
+    ("ddp", ["override checkpoint: save_from over (dp)"], "DDP state, replicated over dp, written by every dp rank: "
+     "dp writes of each key.", CKPT_REPLICA),
+    ("tp", ["override checkpoint[norms]: save_from over (tp)"], "LayerNorm weights, replicated over tp, written by "
+     "every tp rank.", CKPT_REPLICA),
+    ("ep", ["override checkpoint[experts]: save_rank0 over (ep)"], "the experts, split over ep, written by ep rank "
+     "0 only.", CKPT_EP),
+    ("moe_3d", ["override checkpoint[experts]: save_rank0 over (ep)"], "the experts of a TP x EP plan written by ep "
+     "rank 0 only.", CKPT_EP),
+    ("zero1", ["override checkpoint: skip_optimizer"], "the optimizer state left out of the checkpoint.", CKPT_SKIP),
+    ("3d", ["override checkpoint[dense]: save_rank0 over (pp)"], "the dense layers of every pipeline stage written "
+     "by stage 0 only.", CKPT_EP),
+]:
+    mutant(f"ckpt_save_{b}_{lines[0].split(': ')[1].split()[0]}", b, what, [RESUME] + lines,
+           ["SC checkpoint save"], mirrors=mirrors)
+for b in ["zero1", "sp", "interleaved"]:
+    mutant(f"ckpt_no_regather_after_load_{b}", b, "params replicated over dp over a sharded optimizer, not "
+           "all-gathered from the loaded master shards after a load.",
+           [RESUME, "override checkpoint: no_regather_after_load"], ["SC checkpoint load re-gather"], mirrors=REGATHER)
+for b, axes in [("zero1", "dp"), ("fsdp", "dp"), ("tp", "tp"), ("3d", "pp"), ("ep", "ep")]:
+    group = "[experts]" if b == "ep" else ""
+    mutant(f"ckpt_reshard_by_rank_{b}_{axes}", b, f"resumed on a new {axes} size with the shards read by rank index.",
+           [f"override checkpoint: reshard over ({axes})", f"override checkpoint{group}: load_by_rank over ({axes})"],
+           ["SC checkpoint reshard"], mirrors=CKPT_RESHARD)
+for b in ["sp", "3d"]:
+    mutant(f"ckpt_rng_shared_{b}", b, "one RNG state, tp rank 0's, restored on every sequence-parallel tp rank.",
+           [RESUME, "override checkpoint: rng_shared"], ["SC checkpoint rng"], mirrors=CKPT_RNG)
+for b in ["ddp", "zero1", "zero3", "hsdp", "tp", "sp", "ep", "3d", "moe_3d"]:
+    with_base(f"ckpt_resume_{b}", b, "a checkpoint saved and loaded on the same mesh as derived: sharded states "
+              "written by every rank, replicated ones by rank 0, params re-gathered from a sharded optimizer.", [RESUME])
+for b, axes in [("zero1", "dp"), ("zero3", "dp"), ("3d", "dp, tp, pp"), ("ep", "dp, ep")]:
+    with_base(f"ckpt_reshard_{b}", b, f"a checkpoint loaded on new sizes of ({axes}), every shard remapped by its "
+              "global offset.", [f"override checkpoint: reshard over ({axes})"])
+
 # ---------------------------------------------------------------------------------------
 
 

@@ -1,0 +1,181 @@
+"""Checkpoint save, load and reshard as transitions of the step: which rank writes which state.
+
+Input: a plan, its parameter groups (``steps.GroupModel``), the collective schedule and the
+axes where params are replicated over a sharded optimizer. Output: a ``CheckpointModel``
+(plain frozen data): for every group, state (params, optimizer) and mesh axis whether the
+state is sharded there and which ranks of the axis write it; the groups whose optimizer
+state is not written; whether the params are re-gathered from the loaded master shards;
+the axes the checkpoint is resumed over with a new size and the groups whose shards are
+then read by rank index; whether the per-rank RNG state is saved per rank. The *derived*
+model writes a sharded state from every rank (each its shard) and a replicated one from
+rank 0 of the axis (its replica id 0), re-gathers after a load, remaps every shard by its
+global offset on a new mesh, and saves the RNG state of every rank whose seed differs.
+``override checkpoint[GROUP]: VERB`` statements replace parts of it (docs/semantics.md,
+'Checkpoints').
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import ir
+from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
+from ..ir import groups as pg
+from ..ir import views
+from .dims import SHARDED, TENSOR_ROLES
+
+TARGET = "checkpoint"
+STATES = ("params", "optimizer")
+SAVE_VERBS = ("save_from", "save_rank0")  # every rank of the axes writes; rank 0 of the axes only writes
+PLAN_WIDE = ("resume", "reshard", "no_regather_after_load", "rng_shared")  # verbs that take no [group]
+
+
+@dataclass(frozen=True)
+class Layout:
+    group: str
+    state: str  # params | optimizer
+    axis: str
+    sharded: bool  # each rank of the axis holds its own part (else every rank a replica)
+    writes_all: bool  # every rank of the axis writes it (else rank 0, replica id 0, only)
+    span: Span = NO_SPAN  # the override that states the writers, or none
+
+    @property
+    def fault(self) -> str:
+        """'lost' (shards of ranks other than 0 never written), 'duplicated' (every replica
+        written) or '' (each element written once)."""
+        if self.sharded and not self.writes_all:
+            return "lost"
+        if self.writes_all and not self.sharded:
+            return "duplicated"
+        return ""
+
+
+@dataclass(frozen=True)
+class CheckpointModel:
+    span: Span  # the first checkpoint statement of the plan
+    layouts: tuple[Layout, ...]
+    skipped: tuple[tuple[str, Span], ...] = ()  # groups whose optimizer state is not written
+    regather_needed: tuple[str, ...] = ()  # axes with params replicated over a sharded optimizer (master copy)
+    regather_after_load: bool = True
+    regather_span: Span = NO_SPAN
+    reshard_axes: tuple[str, ...] = ()  # axes the checkpoint is loaded on with a new size
+    reshard_span: Span = NO_SPAN
+    by_rank: tuple[tuple[str, str, Span], ...] = ()  # (group, axis, span): shards read by rank index, not remapped
+    rng_vary: tuple[str, ...] = ()  # axes the per-rank RNG state (dropout seed) differs over
+    rng_shared: bool = False  # one RNG state saved (rank 0's) and restored on every rank
+    rng_span: Span = NO_SPAN
+    # a fact the transition lacks to decide who writes (its save and reshard obligations: unknown)
+    undecided: str = ""
+
+    def save_faults(self) -> tuple[Layout, ...]:
+        return tuple(lay for lay in self.layouts if lay.fault)
+
+    def reshard_faults(self) -> tuple[Layout, ...]:
+        """Sharded states over a resharded axis that are read by rank index."""
+        bad = {(g, a) for g, a, _ in self.by_rank}
+        return tuple(lay for lay in self.layouts if lay.sharded and lay.axis in self.reshard_axes
+                     and (lay.group, lay.axis) in bad)
+
+    def by_rank_span(self, group: str, axis: str) -> Span:
+        return next((sp for g, a, sp in self.by_rank if g == group and a == axis), NO_SPAN)
+
+
+def _err(code: str, msg: str, span: Span) -> DiagnosticError:
+    return DiagnosticError([Diagnostic(code, msg, span)])
+
+
+def _applies(o: ir.Override, group: str) -> bool:
+    return o.group in (None, "all", group)
+
+
+def sharded(plan: ir.Plan, g, mode: ir.Mode, axis: str) -> bool:
+    """Whether a group's state with ``mode`` over ``axis`` is split there: on a tensor axis the
+    group's own dimension says (a norm or bias is a replica on every tensor rank), elsewhere the mode."""
+    if plan.role(axis) in TENSOR_ROLES:
+        return any(d.axis == axis and d.kind == SHARDED and not d.part for d in g.dims)
+    return mode.shards
+
+
+def derive(plan: ir.Plan, groups, colls, regather_needed: tuple[str, ...],
+           seed_vary: tuple[str, ...]) -> CheckpointModel | None:
+    """The checkpoint transition of ``plan``, or None when no statement asks for one."""
+    ovs = [o for o in plan.overrides if o.target == TARGET]
+    if not ovs:
+        return None
+    for o in ovs:
+        if o.verb in PLAN_WIDE and o.group is not None:
+            raise _err("PL180", f"override checkpoint[{o.group}]: {o.verb} is plan-wide: it takes no [group]", o.span)
+    layouts = []
+    for g in groups:
+        cls = pg.class_of(plan.model, g.group)
+        cv = views.class_view(plan, cls, colls)
+        for state, pl in (("params", cv.params), ("optimizer", cv.optimizer)):
+            for a, m in pl.modes:
+                sh = sharded(plan, g, m, a)
+                save = next((o for o in reversed(ovs) if o.verb in SAVE_VERBS and _applies(o, g.group)
+                             and a in (o.axes or ())), None)
+                writes = sh if save is None else save.verb == "save_from"
+                layouts.append(Layout(g.group, state, a, sh, writes, save.span if save else NO_SPAN))
+    undecided = _copied_heads(groups, ovs)
+    skipped = tuple((g.group, o.span) for g in groups for o in ovs
+                    if o.verb == "skip_optimizer" and _applies(o, g.group))
+    last = {o.verb: o for o in ovs}
+    reshard = last.get("reshard")
+    by_rank = tuple((g.group, a, o.span) for o in ovs if o.verb == "load_by_rank" for g in groups
+                    if _applies(o, g.group) for a in o.axes or ())
+    model = CheckpointModel(
+        span=ovs[0].span, layouts=tuple(layouts), skipped=tuple(dict.fromkeys(skipped)),
+        regather_needed=regather_needed,
+        regather_after_load="no_regather_after_load" not in last,
+        regather_span=last["no_regather_after_load"].span if "no_regather_after_load" in last else NO_SPAN,
+        reshard_axes=tuple(dict.fromkeys(reshard.axes or ())) if reshard else (),
+        reshard_span=reshard.span if reshard else NO_SPAN,
+        by_rank=by_rank, rng_vary=seed_vary, rng_shared="rng_shared" in last,
+        rng_span=last["rng_shared"].span if "rng_shared" in last else NO_SPAN, undecided=undecided)
+    _no_effect(model, ovs)  # (a group the plan does not have: PL506, wellformed.no_effect)
+    return model
+
+
+def _copied_heads(groups, ovs: list[ir.Override]) -> str:
+    """A statement about the writers or readers of a group whose kv heads are copied on several
+    ranks of a named tensor axis: each head is one element per copy group, neither sharded nor
+    replicated over the axis, which the transition does not model."""
+    for o in ovs:
+        if o.verb not in SAVE_VERBS + ("load_by_rank",):
+            continue
+        for g in groups:
+            d = next((d for d in g.dims if d.part and d.axis in (o.axes or ()) and _applies(o, g.group)), None)
+            if d is not None:
+                return (f"the {d.heads} kv heads of {g.group} are copied on {d.axis}/{d.heads} ranks each; who writes "
+                        f"which copy under `checkpoint: {o.verb} over ({d.axis})` is not in the checkpoint model; the "
+                        "missing fact: the copy groups' writers")
+    return ""
+
+
+def _no_effect(model: CheckpointModel, ovs: list[ir.Override]) -> None:
+    """A checkpoint statement the transition cannot read is an error, not a silent no-op (PL506)."""
+    for o in ovs:
+        head = f"override checkpoint{f'[{o.group}]' if o.group else ''}: {o.verb}"
+        why = ""
+        if o.verb == "no_regather_after_load" and not model.regather_needed:
+            why = "no axis holds replicated params over a sharded optimizer, so a load has nothing to re-gather"
+        elif o.verb == "rng_shared" and not model.rng_vary:
+            why = "the dropout seed varies over no axis, so every rank's RNG state is the same"
+        elif o.verb == "load_by_rank":
+            off = [a for a in o.axes or () if a not in model.reshard_axes]
+            whole = [a for a in o.axes or () if not any(lay.sharded and lay.axis == a and (lay.group, a, o.span)
+                                                        in model.by_rank for lay in model.layouts)]
+            if off:
+                why = (f"the checkpoint is resumed on a new size of ({', '.join(model.reshard_axes)}) only, not of "
+                       f"{off[0]}: on the same size reading by rank index is the derived load "
+                       "(state `override checkpoint: reshard over (...)`)")
+            elif whole and not model.undecided:
+                why = (f"no state it names is sharded over {whole[0]}: every rank reads a replicated state whole, "
+                       "by rank index or not")
+        elif o.verb in SAVE_VERBS and not model.undecided:
+            mine = [lay for lay in model.layouts if lay.span == o.span]
+            if mine and not any(lay.fault for lay in mine):
+                why = ("every state it applies to is already written this way over "
+                       f"({', '.join(o.axes or ())}) (sharded states by every rank, replicated ones by rank 0)")
+        if why:
+            raise _err("PL506", f"{head} changes nothing: {why}", o.span)
