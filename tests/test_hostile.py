@@ -187,3 +187,18 @@ def test_inspect_of_a_let_beyond_a_double(tmp_path, capsys):
     b = json.loads(capsys.readouterr().out)["bindings"]
     assert b["x"]["value"] is None and b["x"]["exact"] == str(10**351) + "/3"
     assert b["y"]["value"] == 0.25 and b["y"]["exact"] == "1/4"
+
+
+def test_a_bug_pinned_at_a_million_devices_is_unknown_not_a_hang(capsys):
+    """dp pinned to 10^6: the solver's witness keeps that size, so it cannot be replayed: every
+    obligation it finds broken is unknown at once, saying why, and nothing is refuted unreplayed."""
+    from placement_logic.check.run import check_spec
+    from placement_logic.frontend.loader import load_spec
+    from placement_logic.outcome import Verdict
+
+    spec = load_spec(str(Path(__file__).resolve().parent.parent / "examples" / "bugs" / "dp_mean_of_means.place"))
+    report = check_spec(spec, pinned={"dp": 10**6}).plans[0]
+    verdicts = {o.verdict for o in report.obligations}
+    assert Verdict.REFUTED not in verdicts and Verdict.UNKNOWN in verdicts
+    assert all("too large to replay concretely" in o.reason for o in report.obligations
+               if o.verdict is Verdict.UNKNOWN)

@@ -100,6 +100,14 @@ def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: di
         cex = _shrunk(ob, first, extract, pinned, "for-all witness", reasons)
         if cex is not None:
             return _refuted(ob, result, _scope(pinned, step), cex)
+    devices = _pinned_devices(step, pinned)
+    if devices > MAX_REPLAY_DEVICES:
+        # every witness keeps the pinned sizes, so none can be replayed: no search can end otherwise
+        found = "found a counterexample" if first.status == "sat" else f"gave no answer ({first.reason})"
+        return result(Verdict.UNKNOWN, _scope(pinned, step),
+                      reason=f"at the pinned sizes the solver {found}, but a mesh of {devices:,} devices is too large "
+                             f"to replay concretely (at most {MAX_REPLAY_DEVICES:,}), and a counterexample is shown "
+                             "only once replayed: pin smaller sizes, or none, to see it")
     for tier in GUESSES:
         out, guess_extract = query(tier)
         if out.status == "sat":
@@ -142,6 +150,14 @@ def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: di
                        + ("timed out" if first.status == "unknown" else "found only witnesses that need real-valued "
                           "token counts or larger meshes") + ": a bounded search, not a proof")
     return result(Verdict.UNKNOWN, _scope(pinned, step), reason="; ".join(reasons) or "no verdict")
+
+
+def _pinned_devices(step: steps.StepModel, pinned: dict[str, int]) -> int:
+    """The fewest devices any witness at the pinned sizes has (the pinned mesh axes' product)."""
+    n = 1
+    for a in step.axes:
+        n *= max(1, int(pinned.get(a, 1)))
+    return n
 
 
 def _shrunk(ob: Obligation, out, extract, pinned: dict[str, int], label: str, reasons: list[str]):
