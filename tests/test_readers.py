@@ -184,3 +184,36 @@ def test_claims_sympy_cannot_solve_answer(tmp_path):
     doc = json.loads(out)
     mine = [c for c in doc["claims"] if c["file"].endswith("claims.place")]
     assert len(mine) == 2 and all(c["holds"] in ("always", "never", "conditional", "unknown") for c in mine)
+
+
+NEG = "from std.data import ddp\nlet psi = {psi}\nmodel {{\n  params = psi\n}}\nmesh {{\n  dp = 8\n}}\nplan p {{\n  dp: ddp\n}}\n"
+
+
+@pytest.mark.parametrize("command", ["cost", "check", "inspect"])
+def test_a_negative_count_is_an_error_written_or_set(tmp_path, command):
+    f = tmp_path / "neg.place"
+    f.write_text(NEG.format(psi=-5))
+    _refused([command, f], "PL114", "'params' must be positive, not -5", "neg.place:4:12")
+    f.write_text(NEG.format(psi="7e9"))
+    if command == "check":  # check's --set takes positive integers only
+        _refused([command, f, "--set", "psi=-5"], "PL301", "--set psi=-5")
+    else:
+        _refused([command, f, "--set", "psi=-5"], "PL114", "'params' must be positive, not -5", "neg.place:4:12")
+
+
+@pytest.mark.parametrize("field,value", [("hidden", -64), ("layers", 0), ("vocab", -128)])
+def test_shape_fields_are_held_to_their_range(tmp_path, field, value):
+    fields = {"hidden": 64, "layers": 2, "heads": 4, "vocab": 128, field: value}
+    body = "  ".join(f"{k} = {v}" for k, v in fields.items())
+    f = tmp_path / "m.place"
+    f.write_text(f"model {{\n  transformer {{ {body} }}\n}}\n")
+    _refused(["inspect", f], "PL114", f"{field} must be", "m.place:2:")
+
+
+def test_a_file_that_is_no_json_is_not_echoed(tmp_path):
+    secret = tmp_path / "secrets"
+    secret.write_text("API_TOKEN=hunter2\n")
+    f = tmp_path / "s.place"
+    f.write_text(f'model from "{secret}"\n')
+    status, out, err = _run(["inspect", f])
+    assert status == 2 and "[PL140]" in err and "hunter2" not in err + out

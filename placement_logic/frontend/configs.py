@@ -80,7 +80,10 @@ def load_json(text: str, file: str, code: str, what: str = "a JSON config") -> A
     try:
         return json.loads(text, parse_int=_bounded_int, parse_constant=_finite)
     except json.JSONDecodeError as exc:
-        raise _error(file, text, code, f"not {what}: {exc.msg}", exc.lineno, exc.colno) from None
+        err = _error(file, text, code, f"not {what}: {exc.msg}", exc.lineno, exc.colno)
+        if not text.lstrip().startswith(("{", "[")):
+            err.sources = {}  # not JSON at all (a path given by mistake): its text is not echoed
+        raise err from None
     except _Refused as exc:
         raise _error(file, text, code, f"not {what}: {exc}", 1, 1) from None
     except (ValueError, RecursionError) as exc:

@@ -136,6 +136,7 @@ def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
               block.span)
         return None
     model = ir.Model(transformer=transformer, span=block.span, groups=tuple(groups), **fields)
+    check_model_values(model, vals, error)
     check_groups(vals, model)
     vals.group_names = tuple(g.name for g in pg.param_groups(model))
     return None if vals.cx.failed_since(mark) else model
@@ -277,9 +278,10 @@ def _transformer(vals: Values, block: surface.SubBlock) -> ir.TransformerShape |
         return None
     if ("moe_every" in found or "moe_offset" in found) and not _moe_pattern(vals, found, block):
         return None
-    if not _relations(vals, found, block):
-        return None
-    return ir.TransformerShape(span=block.span, **found)
+    shape = ir.TransformerShape(span=block.span, **found)
+    mark = vals.cx.mark()
+    check_shape_values(shape, vals, vals.cx.error, block.span)
+    return None if vals.cx.failed_since(mark) else shape
 
 
 # (smaller, larger, why): a shape field that cannot exceed another
@@ -288,22 +290,46 @@ _AT_MOST = (
     ("kv_heads", "heads", "grouped-query attention shares each kv head among whole groups of heads"),
     ("dense_layers", "layers", "the dense layers are the first layers of the model"),
 )
+# shape fields that may be 0 (every other numeric field is a positive size or count)
+_MAY_BE_ZERO = ("dense_layers", "mtp_layers", "shared_experts", "moe_offset")
 
 
-def _relations(vals: Values, found: dict, block: surface.SubBlock) -> bool:
-    """Shape fields held to one another where both are numbers (``_AT_MOST``): a value past its
-    bound would make parameter counts negative or meaningless."""
-    ok = True
+def _where(value, fallback):
+    span = getattr(value, "span", None)
+    return span if span is not None and span.line else fallback
+
+
+def check_shape_values(shape: ir.TransformerShape, vals, error, fallback) -> None:
+    """The shape's numeric fields where they are numbers: sizes and counts positive (a few may be
+    0, ``_MAY_BE_ZERO``) and held to one another (``_AT_MOST``): a value past its bound would make
+    parameter counts negative or meaningless. Run on the written shape and on every re-bound one."""
+    for name in TRANSFORMER_NUMERIC:
+        v = getattr(shape, name, None)
+        n = number(v, vals) if v is not None else None
+        span = getattr(v, "span", None)
+        if n is None or span is None or not span.line or span.file != vals.cx.file:
+            continue  # a value derived from others (ffn = 4h) is judged where they were given
+        if n < 0 or (n == 0 and name not in _MAY_BE_ZERO):
+            least = "at least 0" if name in _MAY_BE_ZERO else "positive"
+            error("PL114", f"{name} must be {least}, not {_show(n)}", _where(v, fallback))
     for small, large, why in _AT_MOST:
-        if small not in found or large not in found:
-            continue
-        a, b = number(found[small], vals), number(found[large], vals)
+        a, b = (number(getattr(shape, f, None), vals) if getattr(shape, f, None) is not None else None
+                for f in (small, large))
         if a is not None and b is not None and a > b:
-            span = getattr(found[small], "span", None)
-            vals.cx.error("PL114", f"{small} ({_show(a)}) cannot exceed {large} ({_show(b)}): {why}",
-                          span if span is not None and span.line else block.span)
-            ok = False
-    return ok
+            error("PL114", f"{small} ({_show(a)}) cannot exceed {large} ({_show(b)}): {why}",
+                  _where(getattr(shape, small), fallback))
+
+
+def check_model_values(model: ir.Model, vals, error) -> None:
+    """The model's counts where they are numbers: Ψ, the sequence, the microbatch and the
+    number of microbatches positive; and its transformer shape's fields (``check_shape_values``)."""
+    for name in MODEL_PROPS:
+        v = getattr(model, name, None)
+        n = number(v, vals) if v is not None else None
+        if n is not None and n <= 0:
+            error("PL114", f"'{name}' must be positive, not {_show(n)}", _where(v, model.span))
+    if model.transformer is not None:
+        check_shape_values(model.transformer, vals, error, model.span)
 
 
 def _moe_pattern(vals: Values, found: dict, block: surface.SubBlock) -> bool:

@@ -4,7 +4,7 @@ Input: a checked ``ir.Spec`` and re-bindings (name -> exact number: lets, mesh a
 and the free symbols a cost report may bind). Output: nothing, or a ``DiagnosticError``
 (exit 2) with the diagnostics writing those values in the file would give: a size of an
 axis that is not a positive integer (PL107), a size a plan's strategies cannot split evenly
-(PL130, PL131), parallel folding of a tensor axis without sequence parallelism (PL133).
+(PL130, PL131), a model count or shape field out of its range (PL114), parallel folding of a tensor axis without sequence parallelism (PL133).
 Each is located in the file, where the file's own value would be reported, and says which
 ``--set`` gave the value. Values that refer to a re-bound name (``let n = dp * 2``) fold to
 the new number. Every command that re-binds calls this one check: ``check`` and the API's
@@ -23,6 +23,7 @@ from .. import ir
 from ..diagnostics import Diagnostic, DiagnosticError
 from ..ir.rebinding import rebind
 from .context import Context
+from .model import check_model_values
 from .shapes import check_shapes, check_sizes
 from .values import Values
 
@@ -55,6 +56,8 @@ def rebinding_diagnostics(spec: ir.Spec, sets: Mapping[str, Fraction], origin: s
         return _finish(cx.diags, sets, origin)
     if rebound.mesh is not None:
         check_sizes(rebound.mesh, vals)
+    if rebound.model is not None:
+        check_model_values(rebound.model, vals, cx.error)
     for plan in rebound.plans:
         check_shapes(plan, vals, cx.error)
     return _finish(cx.diags, sets, origin)
