@@ -127,3 +127,26 @@ def test_unwritable_targets_are_refused_before_the_work(tmp_path):
     assert status == 2 and "[PL700]" in err and "--plot" in err
     status, _, err = _run(["cost", str(EXAMPLE), "--set", "dp=2..4", "--plot", str(EXAMPLE)])
     assert status == 2 and "[PL700]" in err and "would replace the input" in err
+
+
+def test_imported_model_path_is_relative_to_the_written_spec(tmp_path, monkeypatch):
+    """`import deepspeed --model cfg.json -o out/x.place`: the spec reads `model from` relative to
+    its own folder, so the path written is the config's path from there, and the spec loads."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "config.json").write_text((ROOT / "examples" / "configs" / "llama3_8b.json").read_text())
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 2}}')
+    (tmp_path / "out").mkdir()
+    status, _, err = _run(["import", "deepspeed", "ds.json", "--devices", "8", "--model", "cfg/config.json",
+                           "-o", "out/x.place"])
+    assert status == 0, err
+    text = (tmp_path / "out" / "x.place").read_text()
+    assert 'model from "../cfg/config.json"' in text
+    monkeypatch.chdir(ROOT)
+    assert _run(["cost", str(tmp_path / "out" / "x.place")])[0] == 0
+
+
+@pytest.mark.parametrize("name", ["a b", "x-y", "1st", ""])
+def test_lift_refuses_a_plan_name_that_would_not_parse(name):
+    status, out, err = _run(["lift", str(ROOT / "tests" / "data" / "traces" / "ddp_summed.json"), "--plan-name", name])
+    assert status == 2 and "[PL301]" in err and out == ""

@@ -128,6 +128,12 @@ def _framework(args, text: str, out: TextIO, err: TextIO) -> int:
         if (args.model is None) == (args.params is None):
             raise DiagnosticError([Diagnostic("PL301", f"placement import {args.source} needs the model: --model "
                                               "CONFIG.json or --params N", command_line_span("--model"))])
+        if args.model is not None and getattr(args, "output", None):
+            # `model from` is read relative to the spec's own folder: from where the spec is written
+            import os
+
+            args.model = os.path.relpath(os.path.abspath(args.model),
+                                         os.path.dirname(os.path.abspath(args.output)))
         if args.source == "deepspeed":
             trainer = {"micro": args.micro_batch, "accum": args.grad_accum, "global_batch": args.global_batch,
                        "precision": args.precision}
@@ -139,7 +145,12 @@ def _framework(args, text: str, out: TextIO, err: TextIO) -> int:
     else:
         spec = megatron_to_spec(text, str(args.file), args.devices, problems, report=report, per_node=per)
     spec = format_source(spec, "<import>")
-    load_string(spec, "<import>")  # what is printed reads back
+    # what is printed reads back, from the folder it is written to (where its `model from` is read)
+    import os
+    from pathlib import Path
+
+    out_dir = Path(os.path.dirname(os.path.abspath(args.output))) if getattr(args, "output", None) else None
+    load_string(spec, "<import>", out_dir)
     out.write(spec)
     for a in report.assumed:
         err.write(f"assumed: {a}\n")

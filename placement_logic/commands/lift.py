@@ -10,8 +10,11 @@ number; nothing is dropped. Exit status: 0 lifted whole, 1 something not lifted,
 from __future__ import annotations
 
 import json
+import re
 
+from ..diagnostics import Diagnostic, DiagnosticError
 from ..outcome import Exit
+from .options import command_line_span
 
 
 def add_parser(subparsers) -> None:
@@ -56,10 +59,28 @@ def to_json(lifted) -> dict:
             "origins": {str(k): v for k, v in sorted(lifted.origins.items())}}
 
 
+def _plan_name(name: str) -> bool:
+    """Whether ``name`` can name a plan: an identifier the grammar reads as a name (no keyword)."""
+    from ..diagnostics import DiagnosticError as _Bad
+    from ..frontend.parser import parse
+
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        return False
+    try:
+        parse(f"plan {name} {{\n}}\n", "<plan name>")
+    except _Bad:
+        return False
+    return True
+
+
 def run(args, out, err) -> int:
     from ..trace.lift import lift
     from ..trace.schema import load_trace
 
+    if not _plan_name(args.plan_name or ""):
+        raise DiagnosticError([Diagnostic("PL301", f"--plan-name {args.plan_name!r}: a plan name is a letter or "
+                                          "underscore followed by letters, digits or underscores",
+                                          command_line_span(f"--plan-name {args.plan_name}"))])
     trace = load_trace(args.file)
     lifted = lift(trace, args.plan_name, args.file)
     if args.format == "json":
