@@ -202,3 +202,15 @@ def test_a_bug_pinned_at_a_million_devices_is_unknown_not_a_hang(capsys):
     assert Verdict.REFUTED not in verdicts and Verdict.UNKNOWN in verdicts
     assert all("too large to replay concretely" in o.reason for o in report.obligations
                if o.verdict is Verdict.UNKNOWN)
+
+
+@pytest.mark.parametrize("sep", ["\r", "\x0c", "\x85", "\u2028", "\u2029", "\x0b", "\x1c"])
+def test_fmt_splits_lines_where_the_parser_does(sep):
+    """A line separator other than LF inside a string literal, before a '#': the comment scanner
+    reads one line, as the parser does, so formatting is idempotent and repeats nothing."""
+    from placement_logic.frontend.canonical import format_source
+
+    src = f'let x = 1\nassert "a{sep}b # c": x == 1  # kept\n'
+    once = format_source(src, "f.place")
+    assert format_source(once, "f.place") == once
+    assert once.count('# c"') == 1 and once.count("# kept") == 1

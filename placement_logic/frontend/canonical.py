@@ -26,9 +26,11 @@ class Comment:
 
 
 def scan_comments(source: str) -> list[Comment]:
-    """Every '#' comment outside a string literal, with its line."""
+    """Every '#' comment outside a string literal, with its line. Lines are split where the
+    parser splits them, at LF only (``str.splitlines`` would also split at CR, form feed, U+0085
+    or U+2028 inside a string literal, and take the rest of that literal for a comment)."""
     found = []
-    for number, line in enumerate(source.splitlines(), start=1):
+    for number, line in enumerate(source.split("\n"), start=1):
         in_string = False
         for i, ch in enumerate(line):
             if ch == '"':
