@@ -9,11 +9,13 @@ Three sources of cases, all from fixed seeds (a failure reproduces):
   replaced by hostile ones (0, negative, fractions, 1e999999), names swapped, braces dropped,
   comments inserted, CR and CRLF line endings, a byte-order mark;
 - hostile flags and files: time limits, --set values, widths, device counts, /dev/zero, a
-  FIFO, a folder, a missing file, standard input, as the spec and as an import.
+  FIFO, a folder, a missing file, standard input, as the spec and as an import;
+- mutations of the shipped configurations and traces (values of the wrong type, over-long
+  integers, dropped keys, truncation, deep nesting) for every importer and ``lift``.
 
 Commands run in worker processes (tests/fuzz_worker.py); one that does not answer within
 ``CASE_SECONDS`` is a hang. The budget (``PLACEMENT_FUZZ_SECONDS``, default 40 s) bounds the
-run; hostile flags always run in full, the generated specs until the budget is spent.
+generated specs, which run until it is spent after the hostile lines, which always run in full.
 ``PLACEMENT_FUZZ_SEED`` (default 11) picks another sequence of generated specs.
 """
 
@@ -42,7 +44,8 @@ BUDGET = float(os.environ.get("PLACEMENT_FUZZ_SECONDS", "40"))
 CASE_SECONDS = 20.0  # an answer later than this is a hang
 WORKERS = 2
 EXITS = {"fmt": {0, 1, 2}, "inspect": {0, 2}, "cost": {0, 1, 2, 3}, "compare": {0, 1, 2, 3}, "search": {0, 1, 2},
-         "check": {0, 1, 2, 3}, "prove": {0, 1, 2, 3}, "measure": {0, 1, 2, 4}}
+         "check": {0, 1, 2, 3}, "prove": {0, 1, 2, 3}, "measure": {0, 1, 2, 4}, "import": {0, 1, 2},
+         "lift": {0, 1, 2}}
 SCHEMA = {"inspect": "inspect", "cost": "cost", "compare": "cost", "check": "check", "prove": "prove",
           "measure": "measure"}
 EXAMPLES = sorted(ROOT.glob("examples/**/*.place"))
@@ -279,6 +282,7 @@ def hostile_cases(tmp: Path) -> list[tuple[list[str], str | None, set[int]]]:
     for f in ("/dev/zero", str(fifo), str(tmp / "missing.place"), str(tmp / "folder.place"), good):
         cases.append((["search", f, *base, "--no-check", "--top", "1"], None, {2}))
     cases.append((["cost", good, "--device", "h100"], None, {2}))
+    cases += config_cases(tmp)
     cases += [
         (["cost", good, "--plan", "nope"], None, {2}),
         (["compare", good, "--baseline", "nope"], None, {2}),
@@ -291,6 +295,78 @@ def hostile_cases(tmp: Path) -> list[tuple[list[str], str | None, set[int]]]:
         (["nosuchcommand"], None, {2}),
         ([], None, {2}),
     ]
+    return cases
+
+
+HOSTILE_VALUES = ("3.0", "-5", "0", '"cpu"', "true", "null", "[]", "{}", '"auto"', "9" * 4001, "1e999", '"x" ',
+                  "[" * 200 + "]" * 200)
+
+
+def _json_mutations(text: str, rng: random.Random, n: int) -> list[str]:
+    """``n`` mutations of a JSON document: a value replaced by a hostile one, a key dropped, the
+    text truncated, the whole document nested deep."""
+    spots = [m for m in re.finditer(r'(:\s*)("[^"]*"|-?\d[\d.eE+-]*|true|false|null|\{|\[)', text)]
+    out = []
+    for _ in range(n):
+        kind = rng.randrange(4)
+        if kind == 0 and spots:
+            m = rng.choice(spots)
+            out.append(text[:m.start(2)] + rng.choice(HOSTILE_VALUES) + text[m.end(2):])
+        elif kind == 1:
+            lines = text.splitlines()
+            del lines[rng.randrange(len(lines))]
+            out.append("\n".join(lines))
+        elif kind == 2:
+            out.append(text[:rng.randrange(len(text))])
+        else:
+            out.append("[" * 100_000 + text + "]" * 100_000)
+    return out
+
+
+def _line_mutations(text: str, rng: random.Random, n: int, values: tuple[str, ...]) -> list[str]:
+    """``n`` mutations of a line-based file (TOML, arguments): a number or word replaced."""
+    spots = list(re.finditer(r"(?<=[= ])[^\s=]+", text))
+    out = []
+    for _ in range(n):
+        m = rng.choice(spots)
+        out.append(text[:m.start()] + rng.choice(values) + text[m.end():])
+    return out
+
+
+def config_cases(tmp: Path) -> list[tuple[list[str], str | None, set[int]]]:
+    """Every importer and ``lift`` on mutations of the shipped configurations and traces: a
+    located diagnostic (2) or an answer (0, 1, 3), never a traceback or the internal-error status."""
+    rng = random.Random(5)
+    folder = tmp / "configs"
+    folder.mkdir()
+    cases = []
+    devices = ["--devices", "8"]
+
+    def add(kind: str, texts: list[str], suffix: str, extra: list[str], allowed: set[int]) -> None:
+        for i, t in enumerate(texts):
+            f = folder / f"{kind}{len(cases)}_{i}{suffix}"
+            f.write_text(t)
+            argv = ["lift", str(f)] if kind == "lift" else ["import", kind, str(f), *extra]
+            cases.append((argv, None, allowed))
+
+    hf = ROOT / "tests" / "data" / "hf"
+    for src in (hf / "llama3_8b.json", hf / "mixtral_8x7b.json", hf / "deepseek_v3.json"):
+        add("hf", _json_mutations(src.read_text(), rng, 6), ".json", [], {0, 2})
+    frameworks = ROOT / "tests" / "data" / "frameworks"
+    for src in (frameworks / "ds_zero1.json", frameworks / "ds_zero3_offload.json", ROOT / "examples" / "configs" /
+                "ds_zero3.json"):
+        add("deepspeed", _json_mutations(src.read_text(), rng, 6), ".json", devices + ["--params", "7000000000"],
+            {0, 1, 2})
+    titan = (frameworks / "torchtitan_llama3_8b.toml").read_text()
+    add("torchtitan", _line_mutations(titan, rng, 10, ("5", "0", "-1", '"x"', "[]", "{}", "true", "3.5",
+                                                       "9" * 4001, "[[[[")), ".toml",
+        devices + ["--params", "7000000000"], {0, 1, 2})
+    for src in (frameworks / "megatron_llama70b.args", ROOT / "examples" / "configs" / "megatron_llama3_8b.args"):
+        add("megatron", _line_mutations(src.read_text(), rng, 8, ("0", "-1", "abc", "'x", "9" * 4001, "1e9",
+                                                                 "--tensor-model-paralel-size")), ".args",
+            ["--devices", "64"], {0, 1, 2})
+    trace = (ROOT / "tests" / "data" / "traces" / "ddp_summed.json").read_text()
+    add("lift", _json_mutations(trace, rng, 10), ".json", [], {0, 1, 2})
     return cases
 
 
@@ -354,7 +430,6 @@ def test_fuzz_every_command(tmp_path):
     lock = threading.Lock()
     failures: list[str] = []
     stats: Counter = Counter()
-    deadline = time.monotonic() + BUDGET
 
     def record(origin: str, argv: list[str], problems: list[str], text: str | None = None) -> None:
         with lock:
@@ -382,6 +457,7 @@ def test_fuzz_every_command(tmp_path):
     def lane(w: int) -> None:
         for argv, stdin, allowed in hostile[w::WORKERS]:
             record("hostile", argv, judge(argv, run(w, argv, stdin), allowed))
+        deadline = time.monotonic() + BUDGET  # the generated specs' budget starts once the hostile lines ran
         for i in range(w, len(texts), WORKERS):
             if time.monotonic() > deadline:
                 return
