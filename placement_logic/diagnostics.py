@@ -91,9 +91,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PL126": ("definition-cycle", "Let bindings that refer to each other in a cycle."),
     "PL127": ("axis-less-strategy", "A strategy bound to an axis that places no state, or used with 'use' while placing states."),
     "PL128": ("conflicting-setting", "Two strategies of one plan that set the same plan-wide setting differently."),
-    "PL129": ("not-modelled", "An override naming something the step semantics does not model (a loss term of its "
-              "own, RNG state, a process group over part of an axis, an operation on one rank); docs/checker.md, "
-              "'Out of scope'."),
+    "PL129": ("not-modelled", "An override naming something the step semantics does not model (RNG state, a "
+              "process group over part of an axis, an operation on one rank); docs/checker.md, 'Out of scope'."),
     "PL130": ("impossible-shape", "A size a plan's strategies would split into fractions: heads, kv heads, the MLP "
               "width or the vocabulary over the tensor ranks, layers over pipeline stages × chunks, experts over "
               "the expert ranks, the sequence over the context ranks."),
@@ -116,6 +115,10 @@ CODES: dict[str, tuple[str, str]] = {
                                   "over the tensor axes itself: only a weight kept whole there has partial gradients."),
     "PL150": ("filter-on-shards", "A duplicate filter (override clip_norm[g]: dedupe over (...)) over an axis where the "
               "group's gradient is sharded: its pieces there are distinct values, not copies of one."),
+    "PL186": ("undeclared-loss-term", "An override of a loss term (loss[TERM], tokens[TERM], aux_loss, ...) that the "
+              "model's losses section does not declare."),
+    "PL187": ("loss-term-reaches-nothing", "A loss term declared in the model whose parameter groups (the router for "
+              "aux and z, the embedding and dense layers for mtp) the plan's model does not have."),
     # types and units: PL2xx
     "PL201": ("unit-mismatch", "Bytes combined with a plain count by + or - (or compared with one)."),
     "PL202": ("unit-not-allowed", "A byte unit where a plain count is required (axis size, layer count, exponent)."),

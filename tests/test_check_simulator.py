@@ -49,6 +49,9 @@ def checker_keys(report) -> dict[tuple, Verdict]:
             out[("clip",)] = o.verdict
         elif name == "SC overflow":
             out[("overflow",)] = o.verdict
+        elif name.startswith("GI loss[") and "] grads[" in name:
+            term, group = name[len("GI loss["):-1].split("] grads[")
+            out[("term", term, group)] = o.verdict
     return out
 
 

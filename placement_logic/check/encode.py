@@ -204,6 +204,10 @@ def gi_negation(env: Env, g: steps.GroupModel, prefix: str) -> tuple[list, Calla
     if g.objective == "sum":  # no token count anywhere: the reference and every device sum over tokens
         total = slab = rone
         norm_set = frozenset()
+    elif g.objective == "unit_mean":  # a loss term's value per device and microbatch, averaged over all of them
+        total = env.real(_prod([env.size(d) for d in tdims], one))  # (check.losses): the number of such values
+        if not norm_set:
+            slab = rone  # the path takes each value as it is, no token count
     token_names = {d.name for d in tdims}
     for name in sorted(norm_set):
         # a reduction of the count over an axis it is already replicated on multiplies it by the

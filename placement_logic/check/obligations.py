@@ -14,7 +14,7 @@ from typing import Callable
 
 from .. import ir
 from ..diagnostics import NO_SPAN, Span
-from . import aspects, sources, steps
+from . import aspects, losses, sources, steps
 from . import encode as en
 from . import replay as rp
 from . import replay_state as rs
@@ -193,6 +193,8 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
                                                                for a in step.pipeline_axes] if tie_applies else []),
                      lambda w: rs.replay_tie(ctx, w),
                      () if tie_applies else ("vacuous: no tied weights across pipeline stages",)))
+    if plan is not None and plan.model.loss_terms:  # loss terms besides the main loss (check.losses)
+        obs += losses.obligations(plan, derived, ctx)
     return _undecided(obs, step, ctx.pinned)
 
 

@@ -229,9 +229,9 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         a for a in data if grads_pl.mode(a) in (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.M, ir.Mode.O)
     )
 
-    loss_o = last("loss")
+    loss_o = last("loss", group=None)  # loss[TERM] overrides are loss terms' paths (check.losses)
     loss = loss_o.verb if loss_o else "global_mean"
-    tok_o = last("tokens", "reduce")
+    tok_o = last("tokens", "reduce", group=None)
     token_axes = data + context + expert  # every axis that splits the global batch's tokens
 
     groups = []
@@ -366,7 +366,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     sources += [("gather", a, n, sp) for p in parts if p.names for a, _ in p.gather_counts
                 for n, sp in p.names[:1]]
     mismatch = tuple(dict.fromkeys(mismatch_all))
-    eq_o = last("tokens", "equal")
+    eq_o = last("tokens", "equal", group=None)
     return StepModel(
         plan=plan.name,
         axes=axes,

@@ -23,6 +23,7 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "per_microbatch_mean": (False, False),
         "global_mean": (False, False),
         "sum": (False, False),  # the objective is the sum over tokens (reduction='sum'): no normaliser
+        "divide": (False, True),  # a loss term's contributions divided by this (loss[TERM] only, ir.losses)
     },
     "tokens": {
         "reduce": (True, False),  # token count summed over exactly these axes
