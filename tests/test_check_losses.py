@@ -10,6 +10,7 @@ from itertools import product
 
 import pytest
 import simulator
+import simulator_losses
 from corpus import ROOT
 from irkit import ov, plan
 
@@ -84,7 +85,7 @@ def _simulated(p, bindings) -> set:
     names = p.mesh.names
     for sizes in product((1, 2, 3), repeat=len(names)):
         for mb in (1, 2):
-            found |= simulator.term_violations(p, {**dict(zip(names, sizes)), "microbatches": mb}, rng, bindings)
+            found |= simulator_losses.term_violations(p, {**dict(zip(names, sizes)), "microbatches": mb}, rng, bindings)
     return found
 
 
@@ -95,7 +96,7 @@ def test_term_verdicts_agree_with_the_simulator_and_by_hand(axes, terms, overrid
     verdicts = {o.name: o.verdict for o in report.obligations if o.name.startswith("GI loss[")}
     found = _simulated(p, dict(spec.bindings))
     for t in terms:
-        for g in simulator.TERM_GROUPS[t]:
+        for g in simulator_losses.TERM_GROUPS[t]:
             if g not in simulator.groups_of(p):
                 continue
             checker = verdicts[f"GI loss[{t}] grads[{g}]"]
@@ -129,13 +130,13 @@ def test_term_bug_counterexamples_are_violations_in_the_simulator(name):
     for o in refuted:
         sizes = dict(o.counterexample.sizes)
         term, group = o.name[len("GI loss["):-1].split("] grads[")
-        assert any(not simulator.term_ok(p, term, group, sizes, random.Random(s), bindings) for s in range(20))
+        assert any(not simulator_losses.term_ok(p, term, group, sizes, random.Random(s), bindings) for s in range(20))
     safe = load_spec(ROOT / "examples" / "safe" / f"{name}.place")
     for p in safe.plans:
         names = p.mesh.names
         for sizes in product((1, 2), repeat=len(names)):
             for mb in (1, 2):
-                assert not simulator.term_violations(p, {**dict(zip(names, sizes)), "microbatches": mb},
+                assert not simulator_losses.term_violations(p, {**dict(zip(names, sizes)), "microbatches": mb},
                                                      random.Random(1), dict(safe.bindings))
 
 

@@ -411,3 +411,18 @@ def flag_negation(env: Env, kind: str, violated: bool, needs_m: bool = False) ->
         return {"kind": kind, "sizes": env.size_values(model)}
 
     return [cond], extract
+
+
+def any_negation(env: Env, parts: list[tuple[list, Callable[[Any], dict]]], prefix: str
+                 ) -> tuple[list, Callable[[Any], dict]]:
+    """Some of several negations holds (a choice variable per part); the witness is that part's."""
+    if len(parts) == 1:
+        return parts[0]
+    pick = [env.sess.bool(f"{prefix}_pick_{i}") for i in range(len(parts))]
+    cons = [z3.Or(*pick)] + [z3.Implies(b, z3.And(*c)) for b, (c, _) in zip(pick, parts)]
+
+    def extract(model: Any) -> dict:
+        i = next(i for i, b in enumerate(pick) if value_of(model, b))
+        return parts[i][1](model)
+
+    return cons, extract

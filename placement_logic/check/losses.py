@@ -26,8 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
-import z3
-
 from .. import ir
 from ..diagnostics import Diagnostic, DiagnosticError, Span
 from ..ir import losses as terms
@@ -144,19 +142,8 @@ def obligations(plan: ir.Plan, derived: steps.StepModel, ctx: rp.Context):
 
 def _any(env: en.Env, vs: list[TermView], term: str):
     """Some group the term reaches is weighted wrongly."""
-    parts = [en.gi_negation(env, v.group, f"term_{term}_all_{v.group.group}") for v in vs]
-    if len(parts) == 1:
-        return parts[0]
-    pick = [env.sess.bool(f"term_{term}_pick_{i}") for i in range(len(parts))]
-    cons = [z3.Or(*pick)] + [z3.Implies(b, z3.And(*c)) for b, (c, _) in zip(pick, parts)]
-
-    def extract(model):
-        from ..solver.session import value_of
-
-        i = next(i for i, b in enumerate(pick) if value_of(model, b))
-        return parts[i][1](model)
-
-    return cons, extract
+    return en.any_negation(env, [en.gi_negation(env, v.group, f"term_{term}_all_{v.group.group}") for v in vs],
+                           f"term_{term}")
 
 
 def replay_term(ctx: rp.Context, w: dict, v: TermView) -> Counterexample | None:
