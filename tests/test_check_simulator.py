@@ -88,6 +88,8 @@ def plans(draw):
         hs.builds(lambda g, a: ov("clip_norm", "reduce", g, a), group, axis_lists),
         hs.builds(lambda g: ov("clip_norm", "double_count", g), group),
         hs.builds(lambda g, a: ov("clip_norm", "dedupe", g, a), group, axis_lists),
+        hs.builds(lambda g, a, v: ov("clip_norm", v, g, a), group, axis_lists, hs.sampled_from(["average", "max"])),
+        hs.builds(lambda g: ov("clip_norm", "sqrt_before_reduce", g), group),
         hs.builds(lambda a: ov("overflow", "reduce", None, a), axis_lists),
         hs.builds(lambda a: ov("params", "gather", None, a), axis_lists),
     )

@@ -20,6 +20,7 @@ from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
 from ..ir import collectives as sc
 from ..ir import folding, heads, views
 from ..ir import groups as pg
+from . import clipagg
 from .dims import (  # noqa: F401  (the dimension vocabulary, used by the modules that read a StepModel)
     COPY_PART,
     DATA_ROLES,
@@ -61,6 +62,8 @@ class GroupModel:
     clip_filter_stated: bool = False  # the filter is stated by an override (else derived)
     clip_filter_span: Span = NO_SPAN  # the stated filter's override
     objective: str = "mean"  # "mean": the global token mean; "sum": the sum over tokens (loss: sum)
+    clip_agg: str = "sum"  # how the ranks' squared norms are combined over clip_axes: sum | average | max (clipagg)
+    clip_sqrt: bool = False  # each rank's root taken before the reduction (clip_norm: sqrt_before_reduce)
     undecided: str = ""  # a fact the step model lacks to decide this group's gradient (its obligations: unknown)
 
     def span_of(self, aspect: str) -> Span:
@@ -324,8 +327,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
             shard_axes += folding.group_axes(plan, cls, ir.Role.EXPERT)
         dc = last("clip_norm", "double_count", g) or last("clip_norm", "double_count", "all") \
             or last("clip_norm", "double_count", None)
-        clip_g = last("clip_norm", "reduce", g) or last("clip_norm", "reduce", "all") \
-            or last("clip_norm", "reduce", None)
+        clip_g = clipagg.stated(plan.overrides, g)  # a stated reduction: a sum, an average or a max
         groups.append(GroupModel(g, tuple(dims), norm, div_axes, div_value, tuple(dict.fromkeys(shard_axes)),
                                  double_count=dc is not None, span=span, spans=tuple(spans.items()),
                                  clip_axes=tuple(clip_g.axes or ()) if clip_g is not None else None,
@@ -335,9 +337,9 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
 
     par_pl, opt_pl, grads_pl = plan_pls  # the plan's own placements again, for the plan-wide facts
     all_shard = tuple(dict.fromkeys(a for g in groups for a in g.shard_axes))
-    clip_o = last("clip_norm", "reduce", "all") or last("clip_norm", "reduce", None)
+    clip_o = clipagg.stated(plan.overrides, "all")
     plan_clip = tuple(clip_o.axes or ()) if clip_o else all_shard
-    groups = _clip_filters(groups, plan_clip, last)
+    groups = clipagg.apply(_clip_filters(groups, plan_clip, last), plan.overrides)
     overflow_o = last("overflow", "reduce")
     seed_o = last("dropout_seed")
     if seed_o is None:
@@ -375,8 +377,9 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         loss=loss,
         loss_span=(loss_o or tok_o).span if (loss_o or tok_o) else plan.span,
         clip_axes=plan_clip,
-        clip_span=(clip_o or last("clip_norm", "reduce") or last("clip_norm", "double_count")
-                   or last("clip_norm", "dedupe") or plan).span,
+        clip_span=(clip_o or last("clip_norm", "reduce") or last("clip_norm", "average") or last("clip_norm", "max")
+                   or last("clip_norm", "double_count") or last("clip_norm", "dedupe")
+                   or last("clip_norm", "sqrt_before_reduce") or plan).span,
         overflow_axes=tuple(overflow_o.axes or ()) if overflow_o else all_shard,
         overflow_span=overflow_o.span if overflow_o else plan.span,
         seed_vary=seed_vary,

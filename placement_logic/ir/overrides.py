@@ -17,6 +17,11 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "double_count": (False, False),  # group counted twice in the norm
         # the duplicate filter: a group's copies on these axes counted on one rank only (with a stated reduce)
         "dedupe": (True, False),
+        # how the ranks' values are combined (check.clipagg): averaged (all-reduce AVG) or their maximum
+        "average": (True, False),
+        "max": (True, False),
+        # each rank's square root taken before the reduction: local norms summed, not squared ones
+        "sqrt_before_reduce": (False, False),
     },
     "loss": {
         "per_device_mean": (False, False),

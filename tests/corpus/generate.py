@@ -643,6 +643,24 @@ mutant("mtp_extra_cp_divisor_cp", "cp",
        "(`loss[mtp]: divide by cp`).", ["override loss[mtp]: divide by cp"], MTP, mirrors=MTP_CP,
        model="dense_mtp")
 
+# how the ranks' squared norms are combined: an average or a max over shards, a root taken before the sum
+CLIP_MAX = "a sharded optimizer's partition norms combined by max (facebookresearch/fairscale#167)"
+CLIP_ROOT = "expert norms all-reduced as norms, not squares (laekov/fastmoe#65)"
+mutant("clip_max_zero2", "zero2",
+       "the ranks' squared norms of their gradient shards combined by max over dp (`clip_norm: max over (dp)`).",
+       ["override clip_norm: max over (dp)"], ["SC clip_norm"], mirrors=CLIP_MAX)
+mutant("clip_average_fsdp", "fsdp",
+       "the ranks' squared norms of their gradient shards averaged over dp (`clip_norm: average over (dp)`, an "
+       "all-reduce with AVG): 1/dp of the global value.", ["override clip_norm: average over (dp)"], ["SC clip_norm"])
+mutant("clip_sqrt_before_reduce_tp", "tp",
+       "each rank's norm (the root of its squared norm) all-reduced over tp and squared after "
+       "(`clip_norm: sqrt_before_reduce`): the tp shards' roots are added.",
+       ["override clip_norm: sqrt_before_reduce"], ["SC clip_norm"])
+mutant("clip_sqrt_before_reduce_experts_ep", "ep",
+       "the experts' norm, not its square, summed over the expert-parallel group "
+       "(`clip_norm[experts]: sqrt_before_reduce`).", ["override clip_norm[experts]: sqrt_before_reduce"],
+       ["SC clip_norm"], mirrors=CLIP_ROOT)
+
 # ---------------------------------------------------------------------------------------
 # Equivalents
 
@@ -926,6 +944,19 @@ for name, b, model, line, why in [
     bb = BASES[b]
     equivalent(name, bb.title, why + "; the term's contributions are weighted as the objective states.",
                list(bb.bind) + [line], b, model=model)
+
+# copies combined by an average or a max: the value itself
+with_base("clip_average_copies_ddp", "ddp",
+          "DDP's squared norms averaged over dp (an all-reduce with AVG): every dp rank holds the whole reduced "
+          "gradient, so the average of the copies is the norm itself.", ["override clip_norm: average over (dp)"])
+with_base("clip_max_copies_ddp", "ddp",
+          "DDP's squared norms combined by max over dp: every dp rank holds the same value, its own maximum.",
+          ["override clip_norm: max over (dp)"])
+with_base("clip_sqrt_filtered_copies_tp", "tp",
+          "the norms' and biases' roots taken before the tp sum, which counts their tp copies on one rank only "
+          "(the duplicate filter): one rank contributes, so the root of the sum is the sum of the roots.",
+          ["override clip_norm: reduce over (tp)", "override clip_norm: dedupe over (tp)",
+           "override clip_norm[norms]: sqrt_before_reduce", "override clip_norm[biases]: sqrt_before_reduce"])
 
 # ---------------------------------------------------------------------------------------
 
