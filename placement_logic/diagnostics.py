@@ -91,9 +91,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PL126": ("definition-cycle", "Let bindings that refer to each other in a cycle."),
     "PL127": ("axis-less-strategy", "A strategy bound to an axis that places no state, or used with 'use' while placing states."),
     "PL128": ("conflicting-setting", "Two strategies of one plan that set the same plan-wide setting differently."),
-    "PL129": ("not-modelled", "An override naming something the step semantics does not model (a loss term of its "
-              "own, RNG state, a process group over part of an axis, an operation on one rank); docs/checker.md, "
-              "'Out of scope'."),
+    "PL129": ("not-modelled", "An override naming something the step semantics does not model (RNG state, a "
+              "process group over part of an axis, an operation on one rank); docs/checker.md, 'Out of scope'."),
     "PL130": ("impossible-shape", "A size a plan's strategies would split into fractions: heads, kv heads, the MLP "
               "width or the vocabulary over the tensor ranks, layers over pipeline stages × chunks, experts over "
               "the expert ranks, the sequence over the context ranks."),
@@ -123,6 +122,10 @@ CODES: dict[str, tuple[str, str]] = {
     "PL162": ("launch-line-devices", "A launch line whose --nnodes × --nproc_per_node is not the --devices given."),
     "PL180": ("checkpoint-plan-wide", "A plan-wide checkpoint statement (resume, reshard, no_regather_after_load, "
               "rng_shared) given a parameter group: override checkpoint[g]: VERB."),
+    "PL186": ("undeclared-loss-term", "An override of a loss term (loss[TERM], tokens[TERM], aux_loss, ...) that the "
+              "model's losses section does not declare."),
+    "PL187": ("loss-term-reaches-nothing", "A loss term declared in the model whose parameter groups (the router for "
+              "aux and z, the embedding and dense layers for mtp) the plan's model does not have."),
     # types and units: PL2xx
     "PL201": ("unit-mismatch", "Bytes combined with a plain count by + or - (or compared with one)."),
     "PL202": ("unit-not-allowed", "A byte unit where a plain count is required (axis size, layer count, exponent)."),

@@ -94,6 +94,8 @@ CATALOGUE = [
      spec("plan p { dp: ddp override grads: sum over (dp) }\n")),
     ("not-modelled", "PL129", 9, 18, "'rng_state' is not modelled by the checker",
      spec("plan p { dp: ddp override rng_state: same }\n")),
+    ("undeclared-loss-term", "PL186", 9, 18, "names a loss term the model's losses section does not declare",
+     spec("plan p { dp: ddp override loss[aux]: per_microbatch_mean }\n")),
     ("impossible-shape", "PL130", 8, 10, "the attention heads (30) cannot be split evenly over tp (4)",
      "from std.tensor import megatron_tp\n"
      "model { transformer { hidden = 960  layers = 2  heads = 30  vocab = 128 } }\n"

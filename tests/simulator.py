@@ -242,7 +242,7 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
     tokens = token_axes(plan)
     devices = list(product(*[range(n[a]) for a in axes]))
     pos = {a: i for i, a in enumerate(axes)}
-    equal = bool(_overrides(plan, "tokens", "equal"))
+    equal = bool(_overrides(plan, "tokens", "equal", None))
 
     # token counts: vary only along token axes and microbatches
     count: dict = {}
@@ -288,9 +288,9 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
                 draw((elem(dev), tuple(src[pos[a]] for a in src_axes), mu), tuple(src))
 
     # loss weights
-    loss_o = _overrides(plan, "loss")
+    loss_o = _overrides(plan, "loss", None, None)  # loss[TERM]: a loss term's path (term_ok)
     loss = loss_o[-1].verb if loss_o else "global_mean"
-    tok_o = _overrides(plan, "tokens", "reduce")
+    tok_o = _overrides(plan, "tokens", "reduce", None)
     norm_axes = list(tok_o[-1].axes or ()) if tok_o else list(tokens)
 
     # global mean: the device's count accumulated over microbatches, all-reduced over each listed axis in turn
@@ -451,6 +451,36 @@ def grad_shard_axes(plan: ir.Plan, group: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def _stated_norm(plan: ir.Plan, group: str | None) -> list[ir.Override]:
+    """The clip-norm reductions stated for exactly ``group``: a sum, an average or a max over axes."""
+    return [o for o in plan.overrides if o.target == "clip_norm" and o.verb in ("reduce", "average", "max")
+            and o.group == group]
+
+
+def _allmax(buf: dict, i: int) -> dict:
+    best: dict = {}
+    for d, v in buf.items():
+        key = d[:i] + d[i + 1:]
+        best[key] = max(best.get(key, v), v)
+    return {d: best[d[:i] + d[i + 1:]] for d in buf}
+
+
+def _twice(plan: ir.Plan, g: str, sizes: dict[str, int]) -> int:
+    """How many times a group counted twice in the norm (double_count) is counted: 2, or its tied stages."""
+    if _last_for(plan, "clip_norm", "double_count", g) is None:
+        return 1
+    ties = [a for a in plan.mesh.names if axis_type(plan, g, a) == TIE]
+    return (2 if sizes[ties[0]] >= 2 else 1) if ties else 2
+
+
+def _exact_root(v: Fraction) -> Fraction:
+    from math import isqrt
+
+    n, m = isqrt(v.numerator), isqrt(v.denominator)
+    assert n * n == v.numerator and m * m == v.denominator, v
+    return Fraction(n, m)
+
+
 def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random) -> set:
     out = set()
     axes = list(plan.mesh.names)
@@ -459,21 +489,26 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random) ->
     groups = groups_of(plan)
     shard = {g: grad_shard_axes(plan, g) for g in groups}
     sharded_somewhere = {a for g in groups for a in shard[g]}
-    plan_clip = _overrides(plan, "clip_norm", "reduce", "all") or _overrides(plan, "clip_norm", "reduce", None)
+    plan_clip = _stated_norm(plan, "all") or _stated_norm(plan, None)
+    roots = _overrides(plan, "clip_norm", "sqrt_before_reduce")
     default_axes = list(plan_clip[-1].axes or ()) if plan_clip else [a for a in axes if a in sharded_somewhere]
     # squared norms and overflow flags per (group, shard)
     q = {}
     flags = {}
     for g in groups:
+        # with a root taken early, values whose counted multiple is a perfect square keep the roots exact
+        f = _twice(plan, g, sizes) if roots else 1
         for s in product(*[range(sizes[a]) for a in shard[g]]):
-            q[(g, s)] = Fraction(rng.randint(0, 3))
+            q[(g, s)] = Fraction(f * rng.randint(0, 3) ** 2) if roots else Fraction(rng.randint(0, 3))
             flags[(g, s)] = rng.random() < 0.3
     expected = sum(q.values(), Fraction(0))
     total = {d: Fraction(0) for d in devices}
     for g in groups:
-        own = _overrides(plan, "clip_norm", "reduce", g)
+        own = _stated_norm(plan, g)
+        stated = own or plan_clip
+        how = stated[-1].verb if stated else "reduce"  # reduce (a sum), average or max, over each axis
+        root = any(o.group in (None, "all", g) for o in roots)
         g_axes = list(own[-1].axes or ()) if own else default_axes
-        dc = _last_for(plan, "clip_norm", "double_count", g)
         # the duplicate filter (semantics.md, "Global reductions"): the derived reduction counts a
         # replicated group's copies on one rank of each axis it sums over; a written reduction is a
         # plain sum, filtered only over the axes a dedupe override states
@@ -486,15 +521,18 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random) ->
         for d in devices:
             s = tuple(d[pos[a]] for a in shard[g])
             counted = all(d[pos[a]] == 0 for a in set(g_axes) if a not in shard[g] and a in filtered)
-            factor = 1
-            if dc is not None:
-                ties = [a for a in axes if axis_type(plan, g, a) == TIE]
-                factor = (2 if sizes[ties[0]] >= 2 else 1) if ties else 2
-            part[d] = q[(g, s)] * factor if counted else Fraction(0)
+            part[d] = q[(g, s)] * _twice(plan, g, sizes) if counted else Fraction(0)
+        if root:  # each rank's norm, not its square
+            part = {d: _exact_root(v) for d, v in part.items()}
         for a in g_axes:
-            part = _allreduce(part, pos[a])
+            if how == "max":
+                part = _allmax(part, pos[a])
+            else:
+                part = _allreduce(part, pos[a])
+                if how == "average":
+                    part = {d: v / sizes[a] for d, v in part.items()}
         for d in devices:
-            total[d] += part[d]
+            total[d] += part[d] ** 2 if root else part[d]
     if any(v != expected for v in total.values()):
         out.add(("clip",))
     ovf_o = _overrides(plan, "overflow", "reduce")
@@ -519,6 +557,8 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random) ->
 
 def violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bindings: dict | None = None,
                trials: int = 3) -> set:
+    import simulator_losses  # the loss terms' section, which reads this module's helpers
+
     bindings = bindings or {}
     out = placement_violations(plan, sizes)
     for _ in range(trials):
@@ -526,4 +566,5 @@ def violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, binding
             if ("gi", g) not in out and not gi_ok(plan, g, sizes, rng, bindings):
                 out.add(("gi", g))
         out |= norm_violations(plan, sizes, rng)
+        out |= simulator_losses.term_violations(plan, sizes, rng, bindings)
     return out

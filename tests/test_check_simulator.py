@@ -49,6 +49,9 @@ def checker_keys(report) -> dict[tuple, Verdict]:
             out[("clip",)] = o.verdict
         elif name == "SC overflow":
             out[("overflow",)] = o.verdict
+        elif name.startswith("GI loss[") and "] grads[" in name:
+            term, group = name[len("GI loss["):-1].split("] grads[")
+            out[("term", term, group)] = o.verdict
     return out
 
 
@@ -85,6 +88,8 @@ def plans(draw):
         hs.builds(lambda g, a: ov("clip_norm", "reduce", g, a), group, axis_lists),
         hs.builds(lambda g: ov("clip_norm", "double_count", g), group),
         hs.builds(lambda g, a: ov("clip_norm", "dedupe", g, a), group, axis_lists),
+        hs.builds(lambda g, a, v: ov("clip_norm", v, g, a), group, axis_lists, hs.sampled_from(["average", "max"])),
+        hs.builds(lambda g: ov("clip_norm", "sqrt_before_reduce", g), group),
         hs.builds(lambda a: ov("overflow", "reduce", None, a), axis_lists),
         hs.builds(lambda a: ov("params", "gather", None, a), axis_lists),
     )

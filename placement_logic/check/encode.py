@@ -22,7 +22,7 @@ import z3
 
 from .. import ir
 from ..solver.session import Session, value_of
-from . import steps
+from . import clipagg, steps
 from .values import fold, resolver
 
 
@@ -204,6 +204,10 @@ def gi_negation(env: Env, g: steps.GroupModel, prefix: str) -> tuple[list, Calla
     if g.objective == "sum":  # no token count anywhere: the reference and every device sum over tokens
         total = slab = rone
         norm_set = frozenset()
+    elif g.objective == "unit_mean":  # a loss term's value per device and microbatch, averaged over all of them
+        total = env.real(_prod([env.size(d) for d in tdims], one))  # (check.losses): the number of such values
+        if not norm_set:
+            slab = rone  # the path takes each value as it is, no token count
     token_names = {d.name for d in tdims}
     for name in sorted(norm_set):
         # a reduction of the count over an axis it is already replicated on multiplies it by the
@@ -313,20 +317,36 @@ def norm_negation(env: Env, prefix: str, boolean: bool) -> tuple[list, Callable[
                 # once (the duplicate filter), the first reduction sums distinct values; otherwise every
                 # reduction sums copies of the same value and multiplies it
                 dedupe = a in shard or a in g.clip_filter
-                factor = factor * _pow(env.size(a), times - 1 if dedupe else times, one)
+                if g.clip_agg != "max":  # the max of copies is the copy (of shards: ``nonlinear`` below)
+                    factor = factor * _pow(env.size(a), times - 1 if dedupe else times, one)
             dc = one
             if g.double_count:
                 tie = [d for d in g.dims if d.tie]
                 dc = env.size(tie[0]) if tie else z3.IntVal(2, ctx)
             comp = comp * env.real(factor * dc)
+            if g.clip_agg == "average":  # every reduction divides by the axis size (clipagg)
+                comp = comp / env.real(_prod([_pow(env.size(a), t, one) for a, t in k.items()], one))
         computed_terms.append(comp)
         expected_terms.append(exp)
+    # a nonlinear aggregation of a value still partial over an axis (clipagg.pending): wrong there
+    nonlinear = [] if boolean else [(g.group, a, env.size(a) >= 2) for g in step.groups
+                                    for a in clipagg.pending(g, lambda a: True)]
     if boolean:
         cons.append(z3.Or(computed_terms) != z3.Or(expected_terms))
     else:
-        cons.append(sum(computed_terms, z3.RealVal(0, ctx)) != sum(expected_terms, z3.RealVal(0, ctx)))
+        wrong = sum(computed_terms, z3.RealVal(0, ctx)) != sum(expected_terms, z3.RealVal(0, ctx))
+        cons.append(z3.Or(wrong, *[c for _, _, c in nonlinear]) if nonlinear else wrong)
 
     def extract(model: Any) -> dict:
+        hit = next(((gr, a) for gr, a, c in nonlinear if value_of(model, c)), None)
+        if hit is not None:  # two ranks along the axis holding 1 each (perfect squares: exact roots)
+            gr, a = hit
+            g = step.group(gr)
+            blocks = {(x.group, b): 0 for x in step.groups for b in subsets(x.shard_axes)}
+            blocks[(gr, frozenset())] = 1
+            if a in g.shard_axes:
+                blocks[(gr, frozenset({a}))] = 1
+            return {"kind": "clip", "sizes": env.size_values(model), "blocks": blocks, "pending": a}
         blocks = {}
         for g in step.groups:
             own, others = factors[g.group]
@@ -407,3 +427,18 @@ def flag_negation(env: Env, kind: str, violated: bool, needs_m: bool = False) ->
         return {"kind": kind, "sizes": env.size_values(model)}
 
     return [cond], extract
+
+
+def any_negation(env: Env, parts: list[tuple[list, Callable[[Any], dict]]], prefix: str
+                 ) -> tuple[list, Callable[[Any], dict]]:
+    """Some of several negations holds (a choice variable per part); the witness is that part's."""
+    if len(parts) == 1:
+        return parts[0]
+    pick = [env.sess.bool(f"{prefix}_pick_{i}") for i in range(len(parts))]
+    cons = [z3.Or(*pick)] + [z3.Implies(b, z3.And(*c)) for b, (c, _) in zip(pick, parts)]
+
+    def extract(model: Any) -> dict:
+        i = next(i for i, b in enumerate(pick) if value_of(model, b))
+        return parts[i][1](model)
+
+    return cons, extract

@@ -14,7 +14,7 @@ from typing import Callable
 
 from .. import ir
 from ..diagnostics import NO_SPAN, Span
-from . import aspects, checkpoint_check, sources, steps
+from . import aspects, checkpoint_check, losses, sources, steps
 from . import encode as en
 from . import replay as rp
 from . import replay_state as rs
@@ -194,6 +194,8 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
                      lambda w: rs.replay_tie(ctx, w),
                      () if tie_applies else ("vacuous: no tied weights across pipeline stages",)))
     obs += checkpoint_check.obligations(step, ctx)  # only where the plan states a checkpoint
+    if plan is not None and plan.model.loss_terms:  # loss terms besides the main loss (check.losses)
+        obs += losses.obligations(plan, derived, ctx)
     return _undecided(obs, step, ctx.pinned)
 
 

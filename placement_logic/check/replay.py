@@ -119,7 +119,7 @@ def simulate_gi(ctx: Context, g: steps.GroupModel, sizes: dict[str, int], counts
         slabs[key] = slabs.get(key, 0) + n
 
     def slab(tau: Coord) -> int:
-        if g.objective == "sum":
+        if g.objective == "sum" or (g.objective == "unit_mean" and not norm):  # no token count (check.losses)
             return 1
         return repeat * slabs.get(tuple(tau[i] for i in fixed), 0)
 
@@ -164,8 +164,11 @@ def simulate_gi(ctx: Context, g: steps.GroupModel, sizes: dict[str, int], counts
     expected = {}
     for dev in devices:
         elem = tuple(dev[gpos[d.name]] for d in edims)
+        units = 1  # a loss term averaged over every device and microbatch (check.losses): their number
+        for d in tdims:
+            units *= dim_size(d, sizes)
         expected[dev] = sum((s for (e, _), s in contrib.items() if e == elem), Fraction(0)) / (
-            1 if g.objective == "sum" else total)
+            1 if g.objective == "sum" else units if g.objective == "unit_mean" else total)
     return GradRun(grid, values, expected, total)
 
 

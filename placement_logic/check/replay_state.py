@@ -12,6 +12,7 @@ from __future__ import annotations
 from fractions import Fraction
 from itertools import product
 
+from . import clipagg
 from .replay import Context, _frac, coords_text
 from .report import Counterexample
 
@@ -58,6 +59,13 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
         buf = {dev: Fraction(0) for dev in devices}
         for g in step.groups:
             g_axes = g.clip_axes if g.clip_axes is not None else reduce_axes
+            if g.clip_sqrt or g.clip_agg != "sum":  # an average, a max, or roots before the reduction
+                got = _aggregated(g, g_axes, devices, pos, sizes, placed)
+                if got is None:
+                    return None
+                for dev in devices:
+                    buf[dev] = buf[dev] + got[dev]
+                continue
             part: dict[Coord, object] = {}
             for dev in devices:
                 v = placed.get((g.group, tuple(dev[pos[a]] for a in g.shard_axes)))
@@ -127,8 +135,80 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
                         "with no duplicate filter: every copy is counted")
         if g.double_count:
             diag.append(f"{g.group} is counted twice in the norm (it is held on two devices and not de-duplicated)")
+    diag = _aggregation_causes(step, sizes) + diag
     return Counterexample(ctx.sizes_tuple(sizes), (("observer", coords_text(axes, dev)),), values, eq, tuple(diag),
                           ctx.command(sizes))
+
+
+def _aggregation_causes(step, sizes: dict[str, int]) -> list[str]:
+    """The causes an average, a max or a root before the reduction (clipagg) gives at these sizes,
+    one line per kind and axes, naming every group it applies to."""
+    by: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for g in step.groups:
+        pend = tuple(clipagg.pending(g, lambda a: sizes[a] >= 2))
+        shard = tuple(a for a in dict.fromkeys(g.clip_axes or ()) if sizes[a] >= 2 and a in g.shard_axes)
+        if g.clip_sqrt and pend:
+            by.setdefault(("sqrt", pend), []).append(g.group)
+        elif g.clip_agg == "max" and pend:
+            by.setdefault(("max", pend), []).append(g.group)
+        elif g.clip_agg == "average" and shard:
+            by.setdefault(("average", shard), []).append(g.group)
+    out = []
+    for (kind, axes), names in by.items():
+        over, who = ", ".join(axes), ", ".join(names)
+        if kind == "sqrt":
+            out.append(f"the norm of {who} is taken (a square root) on every rank before the reduction over ({over}), "
+                       "where the squared norm is still a partial sum: the roots are added, and sqrt(a) + sqrt(b) is "
+                       "not sqrt(a + b)")
+        elif kind == "max":
+            out.append(f"the squared norms of {who} are combined by max over ({over}), where the gradient is "
+                       "sharded: the largest piece stands for the sum of all")
+        else:
+            out.append(f"the squared norms of {who} are averaged over ({over}) (an all-reduce with AVG), where the "
+                       f"gradient is sharded: their sum divided by {'·'.join(axes)}")
+    return out
+
+
+def _aggregated(g, g_axes, devices, pos, sizes, placed) -> dict | None:
+    """Group g's squared norm on every device after its reductions, each rank's value combined as
+    the plan says (clipagg): summed, averaged or maximised, and with ``clip_sqrt`` each rank's root
+    taken first and the result squared after. A root is kept exact as c·sqrt(r); a sum of roots of
+    different radicands cannot be (None: no exact replay)."""
+    part: dict[Coord, tuple[Fraction, Fraction]] = {}
+    for dev in devices:
+        v = placed.get((g.group, tuple(dev[pos[a]] for a in g.shard_axes)))
+        counted = bool(v) and all(dev[pos[a]] == 0 for a in set(g_axes) if a not in g.shard_axes and a in g.clip_filter)
+        dc = 1
+        if counted and g.double_count:
+            tie = [d for d in g.dims if d.tie]
+            dc = (2 if sizes[tie[0].axis] >= 2 else 1) if tie else 2
+        x = Fraction(v) * dc if counted else Fraction(0)
+        part[dev] = (Fraction(1), x) if g.clip_sqrt else (x, Fraction(1))  # value = c * sqrt(r)
+
+    def combine(everyone: list) -> tuple[Fraction, Fraction] | None:
+        xs = [x for x in everyone if x[0] and x[1]]
+        if not xs:
+            return (Fraction(0), Fraction(1))
+        if g.clip_agg == "max":
+            return max(xs, key=lambda x: x[0] * x[0] * x[1])
+        if len({r for _, r in xs}) > 1:
+            return None
+        total = sum((c for c, _ in xs), Fraction(0))
+        return (total / (len(everyone) if g.clip_agg == "average" else 1), xs[0][1])
+
+    for a in g_axes:
+        i = pos[a]
+        groups: dict[Coord, list] = {}
+        for dev, x in part.items():
+            groups.setdefault(dev[:i] + dev[i + 1:], []).append(x)
+        new = {}
+        for key, xs in groups.items():
+            got = combine(xs)
+            if got is None:
+                return None
+            new[key] = got
+        part = {dev: new[dev[:i] + dev[i + 1:]] for dev in part}
+    return {dev: (c * c * r if g.clip_sqrt else c) for dev, (c, r) in part.items()}
 
 
 def replay_seed(ctx: Context, w: dict) -> Counterexample | None:

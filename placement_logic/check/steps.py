@@ -21,6 +21,7 @@ from ..ir import collectives as sc
 from ..ir import folding, heads, views
 from ..ir import groups as pg
 from . import checkpoint as ckpt
+from . import clipagg
 from .dims import (  # noqa: F401  (the dimension vocabulary, used by the modules that read a StepModel)
     COPY_PART,
     DATA_ROLES,
@@ -62,6 +63,8 @@ class GroupModel:
     clip_filter_stated: bool = False  # the filter is stated by an override (else derived)
     clip_filter_span: Span = NO_SPAN  # the stated filter's override
     objective: str = "mean"  # "mean": the global token mean; "sum": the sum over tokens (loss: sum)
+    clip_agg: str = "sum"  # how the ranks' squared norms are combined over clip_axes: sum | average | max (clipagg)
+    clip_sqrt: bool = False  # each rank's root taken before the reduction (clip_norm: sqrt_before_reduce)
     undecided: str = ""  # a fact the step model lacks to decide this group's gradient (its obligations: unknown)
 
     def span_of(self, aspect: str) -> Span:
@@ -231,9 +234,9 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         a for a in data if grads_pl.mode(a) in (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.M, ir.Mode.O)
     )
 
-    loss_o = last("loss")
+    loss_o = last("loss", group=None)  # loss[TERM] overrides are loss terms' paths (check.losses)
     loss = loss_o.verb if loss_o else "global_mean"
-    tok_o = last("tokens", "reduce")
+    tok_o = last("tokens", "reduce", group=None)
     token_axes = data + context + expert  # every axis that splits the global batch's tokens
 
     groups = []
@@ -326,8 +329,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
             shard_axes += folding.group_axes(plan, cls, ir.Role.EXPERT)
         dc = last("clip_norm", "double_count", g) or last("clip_norm", "double_count", "all") \
             or last("clip_norm", "double_count", None)
-        clip_g = last("clip_norm", "reduce", g) or last("clip_norm", "reduce", "all") \
-            or last("clip_norm", "reduce", None)
+        clip_g = clipagg.stated(plan.overrides, g)  # a stated reduction: a sum, an average or a max
         groups.append(GroupModel(g, tuple(dims), norm, div_axes, div_value, tuple(dict.fromkeys(shard_axes)),
                                  double_count=dc is not None, span=span, spans=tuple(spans.items()),
                                  clip_axes=tuple(clip_g.axes or ()) if clip_g is not None else None,
@@ -337,9 +339,9 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
 
     par_pl, opt_pl, grads_pl = plan_pls  # the plan's own placements again, for the plan-wide facts
     all_shard = tuple(dict.fromkeys(a for g in groups for a in g.shard_axes))
-    clip_o = last("clip_norm", "reduce", "all") or last("clip_norm", "reduce", None)
+    clip_o = clipagg.stated(plan.overrides, "all")
     plan_clip = tuple(clip_o.axes or ()) if clip_o else all_shard
-    groups = _clip_filters(groups, plan_clip, last)
+    groups = clipagg.apply(_clip_filters(groups, plan_clip, last), plan.overrides)
     overflow_o = last("overflow", "reduce")
     seed_o = last("dropout_seed")
     if seed_o is None:
@@ -368,7 +370,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     sources += [("gather", a, n, sp) for p in parts if p.names for a, _ in p.gather_counts
                 for n, sp in p.names[:1]]
     mismatch = tuple(dict.fromkeys(mismatch_all))
-    eq_o = last("tokens", "equal")
+    eq_o = last("tokens", "equal", group=None)
     return StepModel(
         plan=plan.name,
         axes=axes,
@@ -377,8 +379,9 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         loss=loss,
         loss_span=(loss_o or tok_o).span if (loss_o or tok_o) else plan.span,
         clip_axes=plan_clip,
-        clip_span=(clip_o or last("clip_norm", "reduce") or last("clip_norm", "double_count")
-                   or last("clip_norm", "dedupe") or plan).span,
+        clip_span=(clip_o or last("clip_norm", "reduce") or last("clip_norm", "average") or last("clip_norm", "max")
+                   or last("clip_norm", "double_count") or last("clip_norm", "dedupe")
+                   or last("clip_norm", "sqrt_before_reduce") or plan).span,
         overflow_axes=tuple(overflow_o.axes or ()) if overflow_o else all_shard,
         overflow_span=overflow_o.span if overflow_o else plan.span,
         seed_vary=seed_vary,

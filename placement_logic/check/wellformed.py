@@ -63,10 +63,12 @@ def tied(plan: ir.Plan) -> bool:
 
 def no_effect(plan: ir.Plan, groups: tuple[str, ...], needs_regather: bool, offloaded: bool) -> None:
     """Overrides the step cannot read are errors, not silent no-ops (PL506)."""
-    losses = [o for o in plan.overrides if o.target == "loss"]
+    losses = [o for o in plan.overrides if o.target == "loss" and o.group is None]
     summed = bool(losses) and losses[-1].verb == "sum"
     for o in plan.overrides:
         why = None
+        if o.target in ("loss", "tokens") and o.group is not None:
+            continue  # a loss term's path: check.losses reads it
         if o.target == "tokens" and summed:
             why = "the loss is a sum over tokens (loss: sum), so no token count normalises it"
         elif o.group not in (None, "all") and o.group not in groups:

@@ -216,6 +216,9 @@ class Model:
     # the byte widths the spec states in its ``bytes`` section (the others are the defaults); not
     # part of the model's value: a stated width equal to its default is the same model
     bytes_stated: tuple[str, ...] = field(default=(), compare=False)
+    # loss terms besides the main loss (``losses { aux = per_microbatch_mean }``, ``ir.losses``):
+    # (term, objective normalisation, span of its line)
+    loss_terms: tuple[tuple[str, str, Span], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,18 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "double_count": (False, False),  # group counted twice in the norm
         # the duplicate filter: a group's copies on these axes counted on one rank only (with a stated reduce)
         "dedupe": (True, False),
+        # how the ranks' values are combined (check.clipagg): averaged (all-reduce AVG) or their maximum
+        "average": (True, False),
+        "max": (True, False),
+        # each rank's square root taken before the reduction: local norms summed, not squared ones
+        "sqrt_before_reduce": (False, False),
     },
     "loss": {
         "per_device_mean": (False, False),
         "per_microbatch_mean": (False, False),
         "global_mean": (False, False),
         "sum": (False, False),  # the objective is the sum over tokens (reduction='sum'): no normaliser
+        "divide": (False, True),  # a loss term's contributions divided by this (loss[TERM] only, ir.losses)
     },
     "tokens": {
         "reduce": (True, False),  # token count summed over exactly these axes

@@ -171,6 +171,8 @@ def spec_text(spec: ir.Spec, plans: tuple[str, ...] = (), sets: Collection[str] 
         if m["groups"]:
             lines.append("  parameter groups: " + ", ".join(f"{k} {v if v is not None else '?'}"
                                                           for k, v in m["groups"].items()))
+    if spec.model is not None and spec.model.loss_terms:  # the objective's terms besides the main loss
+        lines.append("  loss terms: " + ", ".join(f"{t} = {o}" for t, o, _ in spec.model.loss_terms))
     for p in data["plans"]:
         lines.append("")
         lines.append(f"plan {p['plan']}  ({p['location']})")

@@ -82,7 +82,7 @@ def read_overrides(plan: ir.Plan, axes: RunAxes, bindings: Mapping, reasons: lis
                 ov.divide_by = value_of(o.by, bindings) if o.by is not None else None
             except ShapeError as exc:
                 reasons.append(f"override grads: divide has no value: {exc}")
-        elif o.target == "loss" and o.verb in ("global_mean", "per_device_mean", "per_microbatch_mean"):
+        elif o.target == "loss" and o.group is None and o.verb in ("global_mean", "per_device_mean", "per_microbatch_mean"):
             ov.loss = o.verb
         elif o.target == "grads" and o.verb == "divide" and o.group == "experts" and expert_axis is not None:
             try:

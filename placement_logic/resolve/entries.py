@@ -11,6 +11,7 @@ from __future__ import annotations
 from .. import ir
 from ..diagnostics import Span, did_you_mean
 from ..frontend import surface
+from ..ir import losses as ir_losses
 from .shapes import number
 from .values import STATE_NAMES, Values
 
@@ -29,8 +30,6 @@ Options = dict[ir.State, dict[str, object]]
 NOT_MODELLED = {
     "rng_state": "only the dropout seed of the replicated region is (override dropout_seed: vary over (...) or same)",
     "rng": "only the dropout seed of the replicated region is (override dropout_seed: vary over (...) or same)",
-    "aux_loss": "the step has one loss; an auxiliary loss with its own normalisation is out of scope",
-    "mtp_loss": "the step has one loss; multi-token-prediction losses with their own normalisation are out of scope",
     "process_group": "every reduction is over whole mesh axes; a group over part of an axis is out of scope",
     "rank": "every device of an axis runs the same step; an operation on one rank is out of scope",
     "one_rank": "every device of an axis runs the same step; an operation on one rank is out of scope",
@@ -193,11 +192,16 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
         error("PL129", f"'{o.target}' is not modelled by the checker: {NOT_MODELLED[o.target]}", o.span,
               ("docs/checker.md, 'Out of scope', lists what the step semantics leaves out",))
         return None
+    if o.target in TERM_ALIASES:
+        error("PL186", f"a loss term is not a target of its own: write override loss[{TERM_ALIASES[o.target]}]: ... "
+              f"with '{TERM_ALIASES[o.target]}' in the model's losses section", o.span,
+              (f"e.g. model {{ losses {{ {TERM_ALIASES[o.target]} = per_microbatch_mean }} }}",))
+        return None
     if o.target in ("loss", "tokens") and o.group is not None:
-        error("PL129", f"a loss term of its own ('{o.target}[{o.group}]') is not modelled by the checker: the step "
-              "has one loss, a sum of per-token terms normalised one way", o.span,
-              ("an auxiliary or multi-token-prediction loss with another normalisation is out of scope "
-               "(docs/checker.md, 'Out of scope')",))
+        return _term_override(vals, o, env, axes_allowed)
+    if o.target == "loss" and o.verb == "divide":
+        error("PL122", "'loss: divide' applies to a loss term (loss[TERM]: divide by ...); the main loss's "
+              "divisor is override grads: divide by ...", o.span)
         return None
     if verbs is None:
         error("PL122", f"cannot override '{o.target}'", o.span, did_you_mean(o.target, ir.OVERRIDE_VERBS))
@@ -223,6 +227,47 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
         return None
     if not takes_by and o.by is not None:
         error("PL122", f"'{o.target}: {o.verb}' takes no 'by' clause", o.span)
+        return None
+    for a in o.axes or ():
+        if a not in axes_allowed:
+            error("PL109", f"'{a}' is not an axis here", o.span, did_you_mean(a, axes_allowed))
+            return None
+    by = None
+    if o.by is not None:
+        by = vals.count(o.by, env, "the divisor")
+        if by is None:
+            return None
+        if number(by, vals) == 0:
+            error("PL204", f"the divisor {ir.show(by)} is zero", o.span)
+            return None
+    return ir.Override(o.target, o.group, o.verb, o.axes, by, o.span)
+
+
+TERM_ALIASES = {"aux_loss": "aux", "mtp_loss": "mtp", "z_loss": "z"}
+
+
+def _term_override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
+                   axes_allowed: set[str]) -> ir.Override | None:
+    """``override loss[TERM]: VERB [by X]`` / ``override tokens[TERM]: reduce over (...)``: what a
+    plan's path does with a loss term the model's ``losses`` section declares (``ir.losses``)."""
+    error = vals.cx.error
+    if o.group not in vals.loss_terms:
+        declared = ", ".join(vals.loss_terms) or "none"
+        error("PL186", f"'{o.target}[{o.group}]' names a loss term the model's losses section does not declare "
+              f"(declared: {declared})", o.span,
+              did_you_mean(o.group, tuple(vals.loss_terms)) or
+              (f"terms: {', '.join(ir_losses.TERMS)}, declared as model {{ losses {{ TERM = NORMALISATION }} }}",))
+        return None
+    verbs = ir_losses.PATH_VERBS if o.target == "loss" else ("reduce",)
+    if o.verb not in verbs:
+        error("PL122", f"'{o.target}[{o.group}]' has no override '{o.verb}'", o.span,
+              did_you_mean(o.verb, verbs) or (f"accepted: {', '.join(verbs)}",))
+        return None
+    takes_over, takes_by = o.verb == "reduce", o.verb == "divide"
+    if takes_over != (o.axes is not None) or takes_by != (o.by is not None):
+        need = "needs 'over (axes...)'" if takes_over else "needs 'by <divisor>'" if takes_by else \
+            "takes no 'over' or 'by' clause"
+        error("PL122", f"'{o.target}[{o.group}]: {o.verb}' {need}", o.span)
         return None
     for a in o.axes or ():
         if a not in axes_allowed:

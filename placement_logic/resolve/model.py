@@ -14,6 +14,7 @@ from ..diagnostics import DiagnosticError, did_you_mean
 from ..frontend import hf, surface
 from ..frontend.files import read_source
 from ..ir import groups as pg
+from ..ir import losses as ir_losses
 from .groups import check_groups, group_decl, props
 from .hardware import build_hardware, is_hardware_line
 from .shapes import number
@@ -115,9 +116,11 @@ def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
                 transformer = _transformer(vals, item)
             elif key == "conventions":
                 _conventions(vals, item, fields)
+            elif key == "losses":
+                _losses(vals, item, fields)
             else:
                 error("PL113", f"the model block has no '{key}' section", item.span,
-                      did_you_mean(key, ("bytes", "transformer", "conventions", "group")))
+                      did_you_mean(key, ("bytes", "transformer", "conventions", "losses", "group")))
             continue
         if key not in MODEL_PROPS:
             error("PL113", f"the model block has no property '{key}'", item.span,
@@ -168,6 +171,18 @@ def _from_config(vals: Values, block: surface.ModelBlock) -> ir.TransformerShape
 
 ACTIVATION_COUNTS = ("shape", "korthikanti", "megatron", "llm_analysis")
 ATTENTION_FLOPS = ("causal", "full")
+
+
+def _losses(vals: Values, block: surface.SubBlock, fields: dict) -> None:
+    """``losses { aux = per_microbatch_mean  mtp = global_mean }``: the loss terms besides the
+    main loss, each with the normalisation its objective states (``ir.losses``)."""
+    terms = []
+    for p in props(vals, block.props, tuple(ir_losses.TERMS), "losses"):
+        w = vals.word(p.value, ir_losses.OBJECTIVES, f"the normalisation of loss term '{p.key}'")
+        if w:
+            terms.append((p.key, w, p.span))
+            vals.loss_terms[p.key] = w
+    fields["loss_terms"] = tuple(terms)
 
 
 def _conventions(vals: Values, block: surface.SubBlock, fields: dict) -> None:

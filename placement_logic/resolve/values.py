@@ -53,6 +53,7 @@ class Values:
     plans: dict[str, surface.PlanDef] = field(default_factory=dict)  # for cost queries
     groups: set[str] = field(default_factory=set)  # the model block's `group` names (overrides may name them)
     group_names: tuple[str, ...] = ()  # every parameter group of the model (for params(plan, group))
+    loss_terms: dict[str, str] = field(default_factory=dict)  # the model's loss terms -> objective (ir.losses)
     _depth: int = 0  # nesting of ``expr`` calls: a whole expression is folded at depth 0
 
     def declare(self, name: str, span: Span) -> bool:

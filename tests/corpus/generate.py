@@ -66,6 +66,13 @@ MODELS.update({
     "plain_vision_zero3": MODELS["plain"] + (VISION.format("params = {dp: S*}  optimizer = {dp: S}  grads = {dp: S}"),),
 })
 
+# models with loss terms besides the main loss (docs/language.md, "Loss terms")
+MODELS.update({
+    "moe_aux": MODELS["moe"] + ("losses {\n    aux = per_microbatch_mean\n  }",),
+    "dense_mtp": MODELS["dense"] + ("losses {\n    mtp = global_mean\n  }",),
+    "plain_mtp": MODELS["plain"] + ("losses {\n    mtp = global_mean\n  }",),
+})
+
 GROUPS = {
     "plain": ("dense", "norms", "biases", "embedding"),
     "pipeline": ("dense", "norms", "biases", "embedding"),
@@ -602,6 +609,58 @@ mutant("gather_replicated_zero1", "zero1",
        "ZeRO-1 params, replicated over dp, all-gathered over dp anyway (`params: gather over (dp)`): dp "
        "identical copies concatenated.", ["override params: gather over (dp)"], ["CR03"])
 
+# loss terms: a term's path against the objective the model states once (docs/semantics.md, "Loss terms")
+AUX_ACC = "the MoE aux loss without the accumulation normalisation (NVIDIA-NeMo/Automodel#3359)"
+MTP_CP = "the MTP loss scaled by a microbatch count inflated by cp (NVIDIA/Megatron-LM#3959)"
+MTP_LOCAL = "the MTP per-token loss normalised by local token counts (NVIDIA/Megatron-LM#7452)"
+AUX = ["GI loss[aux] grads[router]", "GI loss[aux]"]
+MTP = ["GI loss[mtp] grads[embedding]", "GI loss[mtp] grads[dense]", "GI loss[mtp]"]
+mutant("aux_no_microbatch_divisor_ep", "ep",
+       "the MoE auxiliary loss (one value per device and microbatch, averaged) divided by the data and expert "
+       "sizes but not by the microbatches (`loss[aux]: divide by dp * ep`).",
+       ["override loss[aux]: divide by dp * ep"], AUX, mirrors=AUX_ACC, model="moe_aux")
+mutant("aux_token_mean_ep", "ep",
+       "the MoE auxiliary loss, a value per device and microbatch, divided by the step's token count as a "
+       "per-token loss (`loss[aux]: global_mean`).", ["override loss[aux]: global_mean"], AUX, model="moe_aux")
+mutant("aux_expert_ranks_not_averaged_ep", "ep",
+       "the MoE auxiliary loss averaged over dp and the microbatches only: the expert ranks' values, each from "
+       "its own tokens, are summed (`loss[aux]: divide by dp * 4`).",
+       ["override loss[aux]: divide by dp * 4"], AUX, model="moe_aux")
+mutant("mtp_tokens_over_tp", "tp",
+       "the MTP loss's token count summed over tp as well as dp (`tokens[mtp]: reduce over (dp, tp)`): every tp "
+       "rank counts the same tokens, so the count is tp times too large.",
+       ["override tokens[mtp]: reduce over (dp, tp)"], MTP, model="dense_mtp")
+mutant("mtp_tokens_dp_only_cp", "cp",
+       "the MTP loss's token count summed over dp only under context parallelism (`tokens[mtp]: reduce over "
+       "(dp)`): each cp rank counts its slice.", ["override tokens[mtp]: reduce over (dp)"], MTP,
+       mirrors=CP_TOKENS, model="dense_mtp")
+mutant("mtp_local_token_means_ddp", "ddp",
+       "the MTP loss, per token over the global batch, normalised by each microbatch's local token count "
+       "(`loss[mtp]: per_microbatch_mean`).", ["override loss[mtp]: per_microbatch_mean"], MTP,
+       mirrors=MTP_LOCAL, model="plain_mtp")
+mutant("mtp_extra_cp_divisor_cp", "cp",
+       "the MTP loss, per token over the global batch, divided by cp as well as the step's token count "
+       "(`loss[mtp]: divide by cp`).", ["override loss[mtp]: divide by cp"], MTP, mirrors=MTP_CP,
+       model="dense_mtp")
+
+# how the ranks' squared norms are combined: an average or a max over shards, a root taken before the sum
+CLIP_MAX = "a sharded optimizer's partition norms combined by max (facebookresearch/fairscale#167)"
+CLIP_ROOT = "expert norms all-reduced as norms, not squares (laekov/fastmoe#65)"
+mutant("clip_max_zero2", "zero2",
+       "the ranks' squared norms of their gradient shards combined by max over dp (`clip_norm: max over (dp)`).",
+       ["override clip_norm: max over (dp)"], ["SC clip_norm"], mirrors=CLIP_MAX)
+mutant("clip_average_fsdp", "fsdp",
+       "the ranks' squared norms of their gradient shards averaged over dp (`clip_norm: average over (dp)`, an "
+       "all-reduce with AVG): 1/dp of the global value.", ["override clip_norm: average over (dp)"], ["SC clip_norm"])
+mutant("clip_sqrt_before_reduce_tp", "tp",
+       "each rank's norm (the root of its squared norm) all-reduced over tp and squared after "
+       "(`clip_norm: sqrt_before_reduce`): the tp shards' roots are added.",
+       ["override clip_norm: sqrt_before_reduce"], ["SC clip_norm"])
+mutant("clip_sqrt_before_reduce_experts_ep", "ep",
+       "the experts' norm, not its square, summed over the expert-parallel group "
+       "(`clip_norm[experts]: sqrt_before_reduce`).", ["override clip_norm[experts]: sqrt_before_reduce"],
+       ["SC clip_norm"], mirrors=CLIP_ROOT)
+
 # ---------------------------------------------------------------------------------------
 # Equivalents
 
@@ -915,6 +974,31 @@ for b in ["ddp", "zero1", "zero3", "hsdp", "tp", "sp", "ep", "3d", "moe_3d"]:
 for b, axes in [("zero1", "dp"), ("zero3", "dp"), ("3d", "dp, tp, pp"), ("ep", "dp, ep")]:
     with_base(f"ckpt_reshard_{b}", b, f"a checkpoint loaded on new sizes of ({axes}), every shard remapped by its "
               "global offset.", [f"override checkpoint: reshard over ({axes})"])
+# loss terms whose path, stated, is the objective's own
+for name, b, model, line, why in [
+    ("aux_path_stated_ep", "ep", "moe_aux", "override loss[aux]: per_microbatch_mean",
+     "the MoE aux loss's path stated as its objective's own"),
+    ("mtp_tokens_stated_cp", "cp", "dense_mtp", "override tokens[mtp]: reduce over (dp, cp)",
+     "the MTP loss's token count summed over every axis that splits the tokens"),
+    ("mtp_tokens_dp_tp", "tp", "dense_mtp", "override tokens[mtp]: reduce over (dp)",
+     "the MTP loss's token count summed over dp, not over tp where every rank sees the same tokens"),
+]:
+    bb = BASES[b]
+    equivalent(name, bb.title, why + "; the term's contributions are weighted as the objective states.",
+               list(bb.bind) + [line], b, model=model)
+
+# copies combined by an average or a max: the value itself
+with_base("clip_average_copies_ddp", "ddp",
+          "DDP's squared norms averaged over dp (an all-reduce with AVG): every dp rank holds the whole reduced "
+          "gradient, so the average of the copies is the norm itself.", ["override clip_norm: average over (dp)"])
+with_base("clip_max_copies_ddp", "ddp",
+          "DDP's squared norms combined by max over dp: every dp rank holds the same value, its own maximum.",
+          ["override clip_norm: max over (dp)"])
+with_base("clip_sqrt_filtered_copies_tp", "tp",
+          "the norms' and biases' roots taken before the tp sum, which counts their tp copies on one rank only "
+          "(the duplicate filter): one rank contributes, so the root of the sum is the sum of the roots.",
+          ["override clip_norm: reduce over (tp)", "override clip_norm: dedupe over (tp)",
+           "override clip_norm[norms]: sqrt_before_reduce", "override clip_norm[biases]: sqrt_before_reduce"])
 
 # ---------------------------------------------------------------------------------------
 

@@ -1,0 +1,215 @@
+"""Loss terms besides the main loss (``ir.losses``): an MoE auxiliary load-balancing loss, a
+router z-loss, multi-token-prediction heads, each with its own normalisation.
+
+Input: a plan whose model declares ``losses { TERM = OBJECTIVE }`` and its step models. Output:
+per term, one gradient-integrity obligation per parameter group the term reaches (``GI loss[T]
+grads[g]``) and one for the term as a whole (``GI loss[T]``). A term's gradient flows into the
+group's buffer and through the group's reductions; its obligation takes those reductions as
+derived (a reduction defect is the group's own finding) and checks the term's normalisation on
+the plan's path (``override loss[T]: VERB``, ``loss[T]: divide by X``, ``tokens[T]: reduce over
+(...)``) against the objective the model states once. Every plan of a spec is one path that
+computes the objective (with and without a pipeline, with and without accumulation), so two
+paths that weight the term differently cannot both be proved.
+
+The normalisations, as weights on one contribution:
+
+- ``global_mean`` (per token over the global batch): 1 / (tokens of the step), like the main loss;
+- ``sum``: 1 per token;
+- ``per_microbatch_mean``: the term is one value per device (of the data and expert axes) and
+  microbatch, and the objective is their mean: 1 / (devices · microbatches); the context ranks of a
+  sequence each compute a part of its value (a split dimension, summed once). The encoding and the
+  replay call this objective ``unit_mean``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from fractions import Fraction
+
+from .. import ir
+from ..diagnostics import Diagnostic, DiagnosticError, Span
+from ..ir import losses as terms
+from . import encode as en
+from . import replay as rp
+from . import steps
+from .report import Counterexample
+from .rules import GRADIENT_INTEGRITY
+
+NATURAL_PATH = {"global_mean": "global_mean", "sum": "sum", "per_microbatch_mean": "per_microbatch_mean"}
+ENCODED = {"global_mean": "mean", "sum": "sum", "per_microbatch_mean": "unit_mean"}
+OBJECTIVE_TEXT = {
+    "global_mean": "per token over the global batch (divided by the step's token count)",
+    "sum": "summed over tokens (no normaliser)",
+    "per_microbatch_mean": "one value per device and microbatch, averaged over every device and microbatch",
+}
+
+
+@dataclass(frozen=True)
+class TermView:
+    term: str
+    objective: str  # as the model states it (ir.losses.OBJECTIVES)
+    path: str  # what the plan's path does (ir.losses.PATH_VERBS, not divide)
+    group: steps.GroupModel  # the group's derived reductions with the term's normalisation on the plan's path
+    natural: steps.GroupModel  # the same with the objective's own path: what a correct system does
+    span: Span
+
+
+def _err(code: str, msg: str, span: Span) -> DiagnosticError:
+    return DiagnosticError([Diagnostic(code, msg, span)])
+
+
+def _normalisation(path: str, token_axes: tuple[str, ...], tok_axes: tuple[str, ...] | None):
+    """(token-count dims, divisor axes) of a path, as ``steps.derive`` gives them for the main loss."""
+    if path == "global_mean":
+        return (tok_axes if tok_axes is not None else token_axes) + (steps.MICROBATCHES,), ()
+    if path == "per_device_mean":
+        return (steps.MICROBATCHES,), token_axes
+    if path == "sum":
+        return (), ()
+    return (), token_axes + (steps.MICROBATCHES,)
+
+
+def views(plan: ir.Plan, derived: steps.StepModel) -> list[TermView]:
+    """One view per (term the model declares, group it reaches that the plan has)."""
+    context = plan.axes_with_role(ir.Role.CONTEXT)
+    token_axes = plan.axes_with_role(ir.Role.DATA) + context + plan.axes_with_role(ir.Role.EXPERT)
+    present = [g.group for g in derived.groups]
+    out = []
+    declared = {name for name, _, _ in plan.model.loss_terms}
+    for o in plan.overrides:
+        if o.target in ("loss", "tokens") and o.group is not None and o.group not in declared:
+            raise _err("PL186", f"'{o.target}[{o.group}]' names a loss term the model's losses section does not "
+                       "declare", o.span)
+    for name, objective, span in plan.model.loss_terms:
+        mine = [o for o in plan.overrides if o.target in ("loss", "tokens") and o.group == name]
+        path_o = next((o for o in reversed(mine) if o.target == "loss" and o.verb != "divide"), None)
+        div_o = next((o for o in reversed(mine) if o.target == "loss" and o.verb == "divide"), None)
+        tok_o = next((o for o in reversed(mine) if o.target == "tokens"), None)
+        path = path_o.verb if path_o else NATURAL_PATH[objective]
+        reach = [g for g in terms.TERMS[name] if g in present]
+        if not reach:
+            raise _err("PL187", f"loss term '{name}' reaches {', '.join(terms.TERMS[name])}, which this plan's model "
+                       f"does not have (its groups: {', '.join(present)}): there is no gradient to check", span)
+        if tok_o is not None and path != "global_mean":
+            raise _err("PL506", f"override tokens[{name}]: reduce changes nothing: the {name} term's path is {path}, "
+                       "which divides by no global token count", tok_o.span)
+        # a value per microbatch: the context ranks' slices of a sequence are parts of one value, not values
+        unit = objective == "per_microbatch_mean"
+        axes = tuple(a for a in token_axes if not (unit and a in context))
+        norm, div_axes = _normalisation(path, axes, tuple(tok_o.axes or ()) if tok_o else None)
+        nat_norm, nat_div = _normalisation(NATURAL_PATH[objective], axes, None)
+        where = (div_o or tok_o or path_o)
+        where_span = where.span if where is not None else span
+        for gname in reach:
+            dg = derived.group(gname)
+            dims = tuple(replace(d, kind=steps.SPLIT, why=f"the context ranks' parts of one {name} value per "
+                                 "microbatch") if unit and d.kind == steps.TOKEN and d.axis in context else d
+                         for d in dg.dims)
+            base = replace(dg, dims=dims, objective=ENCODED[objective], double_count=False, span=where_span,
+                           spans=((steps.NORMALISATION, where_span),))
+            view = replace(base, norm_dims=norm, divisor_axes=div_axes,
+                           divisor_value=div_o.by if div_o is not None else None)
+            natural = replace(base, norm_dims=nat_norm, divisor_axes=nat_div, divisor_value=None)
+            out.append(TermView(name, objective, path, view, natural, where_span))
+    return out
+
+
+def obligations(plan: ir.Plan, derived: steps.StepModel, ctx: rp.Context):
+    """The term obligations of ``plan`` (``obligations.Obligation`` records)."""
+    from .obligations import Obligation  # the record type; obligations imports this module
+
+    out = []
+    by_term: dict[str, list[TermView]] = {}
+    for v in views(plan, derived):
+        by_term.setdefault(v.term, []).append(v)
+    for term, vs in by_term.items():
+        out.append(Obligation(
+            f"GI loss[{term}]", GRADIENT_INTEGRITY, vs[0].span,
+            f"the {term} loss term's gradient contributions to {', '.join(v.group.group for v in vs)} are weighted as "
+            f"its objective states: {OBJECTIVE_TEXT[vs[0].objective]}",
+            lambda env, vs=vs, term=term: _any(env, vs, term),
+            lambda w, vs=vs: replay_term(ctx, w, next(v for v in vs if v.group.group == w["group"])),
+            whole=f"loss[{term}]"))
+        for v in vs:
+            out.append(Obligation(
+                f"GI loss[{term}] grads[{v.group.group}]", GRADIENT_INTEGRITY, v.span,
+                f"with the {v.group.group} gradient's reductions as derived, the {term} term's contributions to it are "
+                f"weighted {OBJECTIVE_TEXT[v.objective]}",
+                lambda env, v=v: en.gi_negation(env, v.group, f"term_{v.term}_{v.group.group}"),
+                lambda w, v=v: replay_term(ctx, w, v), aspect_of=f"loss[{term}]"))
+    return out
+
+
+def _any(env: en.Env, vs: list[TermView], term: str):
+    """Some group the term reaches is weighted wrongly."""
+    return en.any_negation(env, [en.gi_negation(env, v.group, f"term_{term}_all_{v.group.group}") for v in vs],
+                           f"term_{term}")
+
+
+def replay_term(ctx: rp.Context, w: dict, v: TermView) -> Counterexample | None:
+    """Run the witness's step concretely (``replay.simulate_gi``) for the term's contributions."""
+    g = v.group
+    sizes = w["sizes"]
+    ref = rp._reference(g, sizes)
+    sdims = [d for d in g.dims if d.kind in (steps.TOKEN, steps.SPLIT)]
+    star = {d.name: (ref[d.name] if w["agree"].get(d.name, True) else rp._other(ref[d.name])) for d in sdims}
+    counts = rp._concrete_counts(g, sizes, {d.name: star[d.name] for d in sdims if d.kind == steps.TOKEN},
+                                 w["counts"])
+    if counts is None:
+        return None
+    edims = [d for d in g.dims if d.name != steps.MICROBATCHES and (d.kind == steps.SHARDED or d.implicit)]
+    sigma = tuple(star[d.name] for d in sdims)
+    if not all(0 <= c < rp.dim_size(d, sizes) for d, c in zip(sdims, sigma)):
+        return None
+    run = rp.simulate_gi(ctx, g, sizes, counts, {((0,) * len(edims), sigma): Fraction(1)})
+    bad = [dev for dev in sorted(run.values) if run.values[dev] != run.expected[dev]]
+    if not bad:
+        return None
+    dev = bad[0]
+    names = [d.name for d in run.grid]
+    tnames = [d.name for d in g.dims if d.kind == steps.TOKEN]
+    shown = sorted(counts.items())[:12]
+    count_text = "; ".join(f"{rp.coords_text(tnames, t)}: {n}" for t, n in shown)
+    unit = "value" if v.objective == "per_microbatch_mean" else "per-token gradient"
+    values = (
+        ("objective", f"{v.term} = {v.objective}: {OBJECTIVE_TEXT[v.objective]}"),
+        ("path", f"loss[{v.term}]: {v.path}, divided by {rp.divisor_text(g)}"
+                 + (f", token count over ({', '.join(g.norm_dims)})" if g.norm_dims else "")),
+        ("token counts", count_text),
+        (f"{v.term} contributions", f"{unit} 1 from shard {rp.coords_text([d.name for d in sdims], sigma)} for "
+                                    f"element {g.group}[0], 0 elsewhere"),
+        ("total tokens", str(run.total_tokens)),
+    )
+    eq = (f"the {v.term} part of grad[{g.group}] on device {rp.coords_text(names, dev)} = "
+          f"{rp._frac(run.values[dev])}, but its objective gives {rp._frac(run.expected[dev])}")
+    return Counterexample(ctx.sizes_tuple(sizes), (("observer", rp.coords_text(names, dev)),), values, eq,
+                          tuple(diagnose(v)), ctx.command(sizes))
+
+
+def diagnose(v: TermView) -> list[str]:
+    """What the plan's path does differently from the objective's, one cause per line."""
+    g, n = v.group, v.natural
+    out = []
+    natural_path = NATURAL_PATH[v.objective]
+    if v.path != natural_path:
+        means = v.path in ("per_device_mean", "per_microbatch_mean") and v.objective == "global_mean"
+        out.append(f"the {v.term} loss term is normalised as {v.path} on this path; its objective is "
+                   f"{v.objective}: {OBJECTIVE_TEXT[v.objective]}"
+                   + (" (a mean of local token means equals it only when token counts are equal)" if means else ""))
+    elif sorted(g.norm_dims) != sorted(n.norm_dims):
+        token = {d.name for d in g.token_dims}
+        replicated = sorted({a for a in g.norm_dims if a not in token})
+        twice = sorted({a for a in g.norm_dims if a in token and g.norm_dims.count(a) > 1})
+        missing = sorted(set(n.norm_dims) - set(g.norm_dims))
+        if replicated or twice:
+            over = ", ".join(replicated + twice)
+            out.append(f"the {v.term} term's token count is summed over ({over}), where every rank holds the same "
+                       f"tokens' count already: it is multiplied by {'·'.join(replicated + twice)}")
+        if missing:
+            out.append(f"the {v.term} term's token count misses ({', '.join(missing)}): it is a partial count there")
+    if (g.divisor_value, g.divisor_axes) != (n.divisor_value, n.divisor_axes) and (
+            g.divisor_value is not None or v.path == natural_path):  # else the path's own divisor: said above
+        out.append(f"the {v.term} term's contributions are divided by {rp.divisor_text(g)}; its objective needs "
+                   f"{rp.divisor_text(n)}")
+    return out or [f"the {v.term} term's weights differ from its objective's"]
+
