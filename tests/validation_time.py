@@ -68,7 +68,7 @@ def spec(r: Run, mesh_extra: str = "") -> str:
             f"mesh {{\n  device = a100_80gb\n  precision = fp16\n{mesh_extra}"
             + (f"  dp = {r.gpus // (r.tp * r.pp)} @ inter_node\n" if r.gpus > r.tp * r.pp else "")
             + f"  tp = {r.tp} @ intra_node\n" + (f"  pp = {r.pp} @ inter_node\n" if r.pp > 1 else "")
-            + f"}}\nplan p {{\n" + ("  dp: ddp\n" if r.gpus > r.tp * r.pp else "")
+            + "}\nplan p {\n" + ("  dp: ddp\n" if r.gpus > r.tp * r.pp else "")
             + f"  tp: {tensor}\n{pipe}  use {recompute}\n}}\n")
 
 

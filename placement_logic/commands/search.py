@@ -184,7 +184,14 @@ def run(args, out: TextIO, err: TextIO) -> int:
 
 COLUMNS = ("rank", "dp", "tp", "pp", "v", "cp", "ep", "strategy", "recompute", "microbatch", "microbatches",
            "memory_bytes", "headroom_bytes", "step_s", "tokens_per_s", "mfu", "frontier", "check", "folded",
-           "stage_memory_bytes", "link_bytes")
+           "stage_memory_bytes", "link_bytes", "tie")
+
+
+def error_band(result) -> Fraction:
+    """The model's error band: a search with --mfu times compute by the MFU convention."""
+    from ..costs.steptime import MODEL_ERROR
+
+    return MODEL_ERROR["mfu" if result.space.mfu is not None else "kernels"]
 
 
 def rows(result) -> list[dict]:
@@ -192,19 +199,32 @@ def rows(result) -> list[dict]:
 
     cap = hardware.device(result.space.device).memory
     out = []
+    band = error_band(result)
+    best = None
     for i, c in enumerate(result.ranked, 1):
         z, s = c.sizes, c.structure
         mem = c.exact_memory if c.exact_memory is not None else Fraction(c.memory)
         step = c.exact_step if c.exact_step is not None else Fraction(c.step)
         tokens = result.space.global_batch * result.space.seq
+        best = step if best is None else best
         out.append({"rank": i, "dp": z["dp"] * z["ds"], "shard": z["ds"], "tp": z["tp"], "pp": z["pp"],
                     "v": z["nv"] if s.schedule == "interleaved" else 1, "cp": z["cp"], "ep": z["ep"],
                     "strategy": s.strategy, "recompute": s.recompute, "schedule": s.schedule,
                     "microbatch": z["mb"], "microbatches": z["nmb"], "memory": mem, "headroom": cap - mem,
                     "step": step, "tokens_per_s": tokens / step, "mfu": c.mfu, "frontier": c.frontier,
                     "check": c.verdict, "agrees": c.agrees, "folded": s.folded,
-                    "stage_memory": dict(c.stage_memory), "link_bytes": dict(c.link_bytes)})
+                    "stage_memory": dict(c.stage_memory), "link_bytes": dict(c.link_bytes),
+                    "tie": i > 1 and step <= best * (1 + band)})
     return out
+
+
+def _ties_line(result, rs) -> str:
+    ties = [r["rank"] for r in rs if r["tie"]]
+    band = f"{float(error_band(result)):.0%}"
+    if not ties:
+        return f"no row within {band} of the fastest (the model's error on published runs, docs/validation_time.md)"
+    return (f"ties (~): rows {', '.join(map(str, ties))} within {band} of the fastest, the model's error on "
+            "published runs (docs/validation_time.md): their order is not meaningful")
 
 
 def _header(result) -> str:
@@ -229,7 +249,7 @@ def render_text(result) -> str:
     if not result.ranked:
         con.print("no configuration fits: allow more devices, recompute, sharding or a smaller microbatch")
         return buf.getvalue()
-    t = Table(title="fastest configurations that fit (exact figures; * on the memory-time frontier)",
+    t = Table(title="fastest configurations that fit (exact figures; * on the memory-time frontier, ~ a tie)",
               title_justify="left")
     for col in ("#", "dp", "tp", "pp", "cp", "ep", "strategy", "recompute", "mb x m", "memory/device", "headroom",
                 "step", "tokens/s", "MFU", "check"):
@@ -238,12 +258,13 @@ def render_text(result) -> str:
         pp = f"{r['pp']}" + (f" (v{r['v']})" if r["v"] > 1 else "")
         strategy = f"hsdp ({r['dp'] // r['shard']}x{r['shard']})" if r["strategy"] == "hsdp" else r["strategy"]
         strategy += " folded" if r["folded"] else ""
-        t.add_row(f"{r['rank']}{'*' if r['frontier'] else ''}", str(r["dp"]), str(r["tp"]), pp, str(r["cp"]),
+        t.add_row(f"{r['rank']}{'*' if r['frontier'] else ''}{'~' if r['tie'] else ''}", str(r["dp"]), str(r["tp"]), pp, str(r["cp"]),
                   str(r["ep"]), strategy, r["recompute"], f"{r['microbatch']} x {r['microbatches']}",
                   units.gib(r["memory"]), units.gib(r["headroom"]), units.seconds(r["step"]),
                   units.scaled(r["tokens_per_s"]), units.percent(Fraction(r["mfu"]).limit_denominator(10**6)),
                   r["check"] or "-")
     con.print(t)
+    con.print(_ties_line(result, rows(result)))
     per = Table(title="per pipeline stage (memory per device) and per link class (bytes per device per step), exact",
                 title_justify="left")
     for col in ("#", "memory per stage", "bytes per link"):
@@ -277,12 +298,14 @@ def render_markdown(result) -> str:
              "| memory per stage | bytes per link |",
              "|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|---:|---|---|---|"]
     for r in rows(result):
-        lines.append(f"| {r['rank']}{'*' if r['frontier'] else ''} | {r['dp']} | {r['tp']} | {r['pp']} | {r['v']} | "
+        lines.append(f"| {r['rank']}{'*' if r['frontier'] else ''}{'~' if r['tie'] else ''} | {r['dp']} | {r['tp']} | {r['pp']} | {r['v']} | "
                      f"{r['cp']} | {r['ep']} | {r['strategy']}{' folded' if r['folded'] else ''} | {r['recompute']} | {r['microbatch']} × "
                      f"{r['microbatches']} | {units.both(r['memory'])} | {units.seconds(r['step'])} | "
                      f"{units.percent(Fraction(r['mfu']).limit_denominator(10**6))} | {r['check'] or '-'} | "
                      f"{_stages_text(r['stage_memory'], units.both) or 'one stage'} | "
                      f"{_stages_text(r['link_bytes'], units.both) or 'none'} |")
+    if result.ranked:
+        lines += ["", _ties_line(result, rows(result))]
     return "\n".join(lines) + "\n"
 
 
@@ -295,7 +318,7 @@ def render_csv(result) -> str:
                     r["microbatch"], r["microbatches"], _int_or(r["memory"]), _int_or(r["headroom"]),
                     f"{float(r['step']):.6f}", f"{float(r['tokens_per_s']):.1f}", f"{r['mfu']:.6f}",
                     int(r["frontier"]), r["check"] or "", int(r["folded"]), _pairs(r["stage_memory"]),
-                    _pairs(r["link_bytes"])])
+                    _pairs(r["link_bytes"]), int(r["tie"])])
     return buf.getvalue()
 
 
@@ -316,7 +339,7 @@ def render_json(result, exit_status: int, file: str) -> str:
                   "recompute": list(sp.recompute), "schedules": list(sp.schedules), "folding": list(sp.folding),
                   "mfu": str(sp.mfu) if sp.mfu is not None else None},
         "candidates": result.candidates, "valid": result.valid, "fitting": result.fitting,
-        "structures": result.structures,
+        "structures": result.structures, "error_band": str(error_band(result)),
         "timings_s": {k: round(v, 4) for k, v in result.timings.items()},
         "ranked": [{**{k: v for k, v in r.items() if k not in ("memory", "headroom", "step", "tokens_per_s",
                                                                  "stage_memory", "link_bytes")},
