@@ -57,7 +57,8 @@ def add_parser(subparsers) -> None:
                    help=f"recompute modes (default {','.join(RECOMPUTE)})")
     p.add_argument("--schedules", default=",".join(SCHEDULES), metavar="NAMES",
                    help=f"pipeline schedules (default {','.join(SCHEDULES)})")
-    p.add_argument("--mfu", default=None, metavar="X", help="model-FLOPs utilisation assumed (default 1/2)")
+    p.add_argument("--mfu", default=None, metavar="X",
+                   help="time compute by this one assumed MFU (default: each kernel timed, docs/time.md)")
     p.add_argument("--top", default="10", metavar="K", help="rows to show, re-derive and check (default 10)")
     p.add_argument("--no-check", action="store_true", help="do not run the checker on the winners")
     p.add_argument("--emit", default=None, metavar="N", help="print the spec of row N (1-based) instead")

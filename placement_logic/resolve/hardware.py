@@ -5,7 +5,7 @@ A mesh block may say which devices it holds and what its link classes are, besid
     mesh {
       device = h100_sxm                 # a catalogue device (placement_logic.hardware)
       precision = bf16                  # the peak FLOP/s the time model uses (default bf16)
-      mfu = 0.45                        # model-FLOPs utilisation assumed (default 1/2)
+      mfu = 0.45                        # time compute by one assumed MFU (default: kernel by kernel)
       overlap = true                    # data-parallel traffic hides behind compute (default)
       dp = 32 @ inter_node              # intra_node / inter_node: the device's own links
       tp = 8 @ intra_node
