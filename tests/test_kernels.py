@@ -150,7 +150,21 @@ def test_a_device_of_ones_own_needs_its_hbm_for_the_kernel_model():
     assert hwr.efficiency is hw.GENERIC_EFFICIENCY
 
 
+def test_a_measured_matmul_fraction_replaces_the_catalogues():
+    """``device = a100_80gb(matmul = 0.9)``: the user's best-shape fraction (their mamf-finder
+    run) builds the product table the catalogue's way: × 17/18, × 9/10, × 27/50 by class."""
+    plan = load_string(_spec().replace("device = a100_80gb", "device = a100_80gb(matmul = 0.9)")).plans[0]
+    eff = plan.mesh.hardware.efficiency
+    top = Fraction(9, 10) * Fraction(17, 18)
+    assert [f for _, f in eff.gemm] == [top, top * Fraction(9, 10), top * Fraction(27, 50), Fraction(1, 10)]
+    assert eff.memory == A100.efficiency.memory and "matmul = 9/10" in eff.sources[0]
+    n = 8192
+    dev = kernels.Device(sympy.Integer(312 * 10**12), sympy.Integer(2039 * 10**9), eff, sympy.Integer(2))
+    assert kernels.gemm(dev, n, n, n) == Fraction(2 * n**3) / (PEAK * top)
+
+
 @pytest.mark.parametrize("src_change,code,words", [
+    (("device = a100_80gb", "device = a100_80gb(matmul = 1.5)"), "PL107", "'matmul'"),
     (("device = a100_80gb", "device = a100_80gb(hbm = 0 GB)"), "PL107", "'hbm' must be positive"),
     (("device = a100_80gb", "device = a100_80gb(hbm = 2)"), "PL114", "'hbm' needs bytes"),
     (("microbatches = 3\n", "microbatches = 3\n  conventions { compute_time = roofline }\n"), "PL", "compute_time"),

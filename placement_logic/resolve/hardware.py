@@ -21,6 +21,7 @@ direction, seconds per ring step).
 
 from __future__ import annotations
 
+import dataclasses
 from fractions import Fraction
 
 from .. import hardware as hw
@@ -30,7 +31,7 @@ from ..frontend import surface
 from .values import Values
 
 SETTINGS = ("device", "precision", "mfu", "overlap")
-DEVICE_ARGS = ("memory", "flops", "hbm")
+DEVICE_ARGS = ("memory", "flops", "hbm", "matmul")
 LINK_ARGS = ("bandwidth", "latency")
 
 
@@ -82,7 +83,7 @@ def build_hardware(lines: list[surface.AxisDecl], axes: list[ir.Axis], vals: Val
             error("PL114", "'overlap' is true or false", e.span)
     if device is None or vals.cx.failed_since(mark):
         return None
-    name, title, memory, flops_by_precision, hbm = device
+    name, title, memory, flops_by_precision, hbm, matmul = device
     flops = flops_by_precision.get(precision)
     if flops is None:
         error("PL150", f"{title} has no {precision} peak in the catalogue", by_name.get("precision", dev_line).span,
@@ -115,6 +116,9 @@ def build_hardware(lines: list[surface.AxisDecl], axes: list[ir.Axis], vals: Val
     if vals.cx.failed_since(mark):
         return None
     eff = cat.efficiency if cat is not None else (hw.GENERIC_EFFICIENCY if hbm is not None else None)
+    if eff is not None and matmul is not None:  # the user's measured best-shape matmul fraction
+        eff = dataclasses.replace(eff, gemm=hw.gemm_table(matmul),
+                                  sources=(f"matmul = {matmul}: the best-shape fraction given in the spec",) + eff.sources)
     return ir.Hardware(name, title, memory, flops, precision, mfu, tuple(links), overlap, dev_line.span,
                        hbm, eff, "mfu" in by_name)
 
@@ -150,7 +154,7 @@ def _device(e: surface.Expr, vals: Values):
                                                            f"{e.id}(memory = 24 GiB, flops = 165e12)",))
             return None
         return d.name, d.title, ir.Const(Fraction(d.memory)), \
-            {p: ir.Const(f) for p, f in d.flops.items()}, ir.Const(d.hbm_bandwidth)
+            {p: ir.Const(f) for p, f in d.flops.items()}, ir.Const(d.hbm_bandwidth), None
     if isinstance(e, surface.Call):
         d = hw.device(e.func)
         given = _kwargs(e, DEVICE_ARGS, vals, f"device '{e.func}'")
@@ -163,21 +167,28 @@ def _device(e: surface.Expr, vals: Values):
         memory = _number(given["memory"], vals, "'memory'", bytes_=True) if "memory" in given else None
         flops = _number(given["flops"], vals, "'flops'", bytes_=False) if "flops" in given else None
         hbm = _number(given["hbm"], vals, "'hbm'", bytes_=True) if "hbm" in given else None
+        matmul = _number(given["matmul"], vals, "'matmul'", bytes_=False) if "matmul" in given else None
         if ("memory" in given and memory is None) or ("flops" in given and flops is None) or \
-                ("hbm" in given and hbm is None):
+                ("hbm" in given and hbm is None) or ("matmul" in given and matmul is None):
             return None
+        if matmul is not None:
+            if not isinstance(matmul, ir.Const) or not 0 < matmul.value <= 1:
+                error("PL107", "'matmul' (the best-shape matmul FLOP/s over the peak) must be a number in (0, 1]",
+                      given["matmul"].span)
+                return None
+            matmul = matmul.value
         for v, w in ((memory, "memory"), (flops, "flops"), (hbm, "hbm")):
             if isinstance(v, ir.Const) and v.value <= 0:
                 error("PL107", f"'{w}' must be positive", given[w].span)
                 return None
         if d is None:
-            return e.func, f"{e.func} (given figures)", memory, {p: flops for p in hw.PRECISIONS}, hbm
+            return e.func, f"{e.func} (given figures)", memory, {p: flops for p in hw.PRECISIONS}, hbm, matmul
         peaks = {p: ir.Const(f) for p, f in d.flops.items()}
         if flops is not None:
             peaks = {p: flops for p in hw.PRECISIONS}
         return d.name, d.title + (" (figures changed)" if given else ""), \
             memory if memory is not None else ir.Const(Fraction(d.memory)), peaks, \
-            hbm if hbm is not None else ir.Const(d.hbm_bandwidth)
+            hbm if hbm is not None else ir.Const(d.hbm_bandwidth), matmul
     error("PL150", "'device' names a catalogue device or gives one's figures, e.g. device = h100_sxm", e.span,
           ("catalogue devices: " + ", ".join(hw.DEVICES),))
     return None
