@@ -36,6 +36,24 @@ class Link:
     bandwidth: Fraction  # bytes per second, per direction, per device
     latency: Fraction  # seconds per step of a ring (α)
     sources: tuple[str, ...] = ()
+    efficiency: Fraction = Fraction(1)  # the fraction of the bandwidth NCCL's bus bandwidth reaches
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """What fraction of its roofline a kernel reaches, by size class (docs/time.md, the kernel
+    model). Each table lists (lower bound, fraction) pairs, the bounds decreasing, the last 0:
+    a kernel takes the fraction of the first bound its size reaches.
+
+    ``gemm``: a matrix product by its FLOPs (the batch of a batched product together), of
+    min(peak, HBM bandwidth × arithmetic intensity). ``memory``: an elementwise or reduction
+    kernel by the bytes it moves, of the HBM bandwidth. ``flash``: a fused attention kernel
+    (FlashAttention), of the peak, forward and backward together."""
+
+    gemm: tuple[tuple[Fraction, Fraction], ...]
+    memory: tuple[tuple[Fraction, Fraction], ...]
+    flash: Fraction
+    sources: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -50,6 +68,7 @@ class Device:
     inter_link: str = "ib_ndr"  # between nodes (one NIC per device)
     per_node: int = 8
     sources: tuple[str, ...] = ()
+    efficiency: Efficiency | None = None  # the calibrated kernel efficiencies (16-bit precisions)
 
     def peak(self, precision: str) -> Fraction | None:
         return self.flops.get(precision)
@@ -68,43 +87,97 @@ _MI300X = ("AMD Instinct MI300X data sheet (2023): 192 GB HBM3, 5.3 TB/s; 1,307.
 _L40S = ("NVIDIA L40S datasheet (2023): 48 GB GDDR6 with ECC, 864 GB/s; 362.05 TFLOPS BF16/FP16 and "
          "733 FP8 dense (733 and 1,466 with sparsity), 183 TF32, 91.6 FP32; PCIe Gen4 x16")
 
+_CALCULON = ("Calculon (Isaev et al., SC'23), systems/a100_80g.json of github.com/calculon-ai/calculon: "
+             "matrix efficiency 0.95 from 128 GFLOP, 0.9 from 16, 0.6 from 1, 0.1 below; memory efficiency 0.9 "
+             "from 100 MB, 0.75 from 10, 0.6 from 1, 0.3 below (the size classes and their shape)")
+_MAMF = ("Bekman, Machine Learning Engineering, 'Maximum Achievable Matmul FLOPS comparison table' "
+         "(github.com/stas00/ml-engineering, compute/accelerator/README.md), bf16 matmul, best shape: "
+         "A100 SXM 271.2 of 312 TFLOPS, H100 SXM 794.5 of 989 (H200 the same), B200 SXM 1745.0 of 2250, "
+         "MI300X 668.4 of 1300")
+_NVMM = ("NVIDIA, Matrix Multiplication Background User's Guide (DU-09799-001, 2023): GEMM throughput grows "
+         "with size until the math-limited regime; small GEMMs are memory- or wave-quantisation-limited")
+_FIT = ("fitted on docs/validation_time.md (Korthikanti et al. 2022, A100): transformer-shaped products reach "
+        "17/18 of the best-shape figure; the memory-bound kernels 7/10 of Calculon's fractions (the traffic the "
+        "kernel count leaves out: casts, bias gradients, gradient accumulation)")
+_FA2_A100 = ("Dao, FlashAttention-2 (2023): 50-73 % of the A100's 312 TFLOPS forward, lower backward; "
+             "taken as 3/5 forward and backward together")
+_FA_H100 = ("Dao, FlashAttention-2 (2023) about 35 % and Shah et al., FlashAttention-3 (2024) up to 75 % "
+            "of the H100's 989 TFLOPS (fp16); taken as 1/2")
+_ASSUMED = "no published matmul sweep at hand for this device: the H100's fractions assumed; measure and override"
+
+GIGA = 10**9
+MB = 10**6
+SHAPE_FACTOR = Fraction(17, 18)  # transformer-shaped products against the best shape (fitted, _FIT)
+MEMORY_FACTOR = Fraction(7, 10)  # the memory-bound kernels against Calculon's fractions (fitted, _FIT)
+
+
+def _table(*pairs) -> tuple[tuple[Fraction, Fraction], ...]:
+    return tuple((Fraction(b), Fraction(f)) for b, f in pairs)
+
+
+def gemm_table(ceiling: Fraction) -> tuple[tuple[Fraction, Fraction], ...]:
+    """A device's matrix-product fractions: its best-shape fraction (MAMF / peak) × 17/18 from
+    128 GFLOP, × 9/10 of that from 16 GFLOP, × 3/5 of that from 1 GFLOP, 1/10 below (Calculon's
+    classes and steps)."""
+    top = ceiling * SHAPE_FACTOR
+    return _table((128 * GIGA, top), (16 * GIGA, top * Fraction(9, 10)), (GIGA, top * Fraction(27, 50)),
+                  (0, Fraction(1, 10)))
+
+
+MEMORY_TABLE = _table((100 * MB, Fraction(9, 10) * MEMORY_FACTOR), (10 * MB, Fraction(3, 4) * MEMORY_FACTOR),
+                      (MB, Fraction(3, 5) * MEMORY_FACTOR), (0, Fraction(3, 10) * MEMORY_FACTOR))
+MAMF = {"a100": Fraction("271.2") / 312, "h100": Fraction("794.5") / 989, "b200": Fraction(1745, 2250),
+        "mi300x": Fraction("668.4") / 1300}
+_EFF_A100 = Efficiency(gemm_table(MAMF["a100"]), MEMORY_TABLE, Fraction(3, 5), (_MAMF, _CALCULON, _NVMM, _FIT, _FA2_A100))
+_EFF_H100 = Efficiency(gemm_table(MAMF["h100"]), MEMORY_TABLE, Fraction(1, 2), (_MAMF, _CALCULON, _NVMM, _FIT, _FA_H100))
+_EFF_B200 = Efficiency(gemm_table(MAMF["b200"]), MEMORY_TABLE, Fraction(1, 2), (_MAMF, _CALCULON, _FIT, _FA_H100))
+_EFF_MI300X = Efficiency(gemm_table(MAMF["mi300x"]), MEMORY_TABLE, Fraction(1, 2), (_MAMF, _CALCULON, _FIT))
+_EFF_OTHER = Efficiency(gemm_table(MAMF["h100"]), MEMORY_TABLE, Fraction(1, 2), (_ASSUMED, _CALCULON, _FIT))
+GENERIC_EFFICIENCY = _EFF_OTHER  # a device of one's own given with its HBM bandwidth
+
 DEVICES: dict[str, Device] = {d.name: d for d in (
     Device("a100_40gb", "NVIDIA A100 SXM4 40GB", 40 * GiB, "40 GB HBM2",
            {"fp32": _f("19.5e12"), "tf32": _f(156 * T), "bf16": _f(312 * T), "fp16": _f(312 * T)},
-           _f(1555 * GB), "nvlink3", "ib_hdr", 8, (_A100,)),
+           _f(1555 * GB), "nvlink3", "ib_hdr", 8, (_A100,), _EFF_A100),
     Device("a100_80gb", "NVIDIA A100 SXM4 80GB", 80 * GiB, "80 GB HBM2e",
            {"fp32": _f("19.5e12"), "tf32": _f(156 * T), "bf16": _f(312 * T), "fp16": _f(312 * T)},
-           _f(2039 * GB), "nvlink3", "ib_hdr", 8, (_A100,)),
+           _f(2039 * GB), "nvlink3", "ib_hdr", 8, (_A100,), _EFF_A100),
     Device("h100_sxm", "NVIDIA H100 SXM5 80GB", 80 * GiB, "80 GB HBM3",
            {"fp32": _f("66.9e12"), "tf32": _f("494.7e12"), "bf16": _f("989.4e12"), "fp16": _f("989.4e12"),
             "fp8": _f("1978.9e12")},
-           _f("3.35e12"), "nvlink4", "ib_ndr", 8, (_H100,)),
+           _f("3.35e12"), "nvlink4", "ib_ndr", 8, (_H100,), _EFF_H100),
     Device("h100_pcie", "NVIDIA H100 PCIe 80GB", 80 * GiB, "80 GB HBM2e",
            {"fp32": _f("51.2e12"), "tf32": _f("378e12"), "bf16": _f("756.5e12"), "fp16": _f("756.5e12"),
             "fp8": _f("1513e12")},
-           _f(2 * T), "pcie5", "ib_ndr", 8, (_H100,)),
+           _f(2 * T), "pcie5", "ib_ndr", 8, (_H100,), _EFF_H100),
     Device("h200", "NVIDIA H200 SXM 141GB", 141 * GiB, "141 GB HBM3e",
            {"fp32": _f("66.9e12"), "tf32": _f("494.7e12"), "bf16": _f("989.4e12"), "fp16": _f("989.4e12"),
             "fp8": _f("1978.9e12")},
-           _f("4.8e12"), "nvlink4", "ib_ndr", 8, (_H200, _H100)),
+           _f("4.8e12"), "nvlink4", "ib_ndr", 8, (_H200, _H100), _EFF_H100),
     Device("b200", "NVIDIA B200 (HGX B200) 180GB", 180 * GiB, "180 GB HBM3e",
            {"tf32": _f("1.1e15"), "bf16": _f("2.25e15"), "fp16": _f("2.25e15"), "fp8": _f("4.5e15")},
-           _f(8 * T), "nvlink5", "ib_ndr", 8, (_B200,)),
+           _f(8 * T), "nvlink5", "ib_ndr", 8, (_B200,), _EFF_B200),
     Device("mi300x", "AMD Instinct MI300X 192GB", 192 * GiB, "192 GB HBM3",
            {"fp32": _f("163.4e12"), "tf32": _f("653.7e12"), "bf16": _f("1307.4e12"), "fp16": _f("1307.4e12"),
             "fp8": _f("2614.9e12")},
-           _f("5.3e12"), "infinity_fabric", "roce_400", 8, (_MI300X,)),
+           _f("5.3e12"), "infinity_fabric", "roce_400", 8, (_MI300X,), _EFF_MI300X),
     Device("l40s", "NVIDIA L40S 48GB", 48 * GiB, "48 GB GDDR6",
            {"fp32": _f("91.6e12"), "tf32": _f("183e12"), "bf16": _f("362.05e12"), "fp16": _f("362.05e12"),
             "fp8": _f("733e12")},
-           _f(864 * GB), "pcie4", "roce_200", 8, (_L40S,)),
+           _f(864 * GB), "pcie4", "roce_200", 8, (_L40S,), _EFF_OTHER),
 )}
 
+_NV3_BUS = ("NCCL tests on 8 x A100-SXM4-80GB over NVLink 3: all_reduce busbw about 200 GB/s of 300 "
+            "(github.com/NVIDIA/nccl-tests issue 149; 208 GB/s in issue 178): 2/3")
+_HDR_BUS = ("NCCL tests across 3 nodes of 8 x A100 with 4 HDR NICs each: all_reduce busbw 84.8 GB/s on average "
+            "and 96 at best of 100 (github.com/NVIDIA/nccl-tests issue 119): 9/10")
+_BUS_ASSUMED = "bus bandwidth efficiency: no NCCL-tests figure at hand for this link; 1 (the line rate) assumed"
 _ALPHA = ("latency: an assumption of the order of NCCL's tuning model (per-step hardware latency "
           "about 1 µs on NVLink, 2 µs on PCIe, 5 µs across the network); measure and override")
 
 LINKS: dict[str, Link] = {k.name: k for k in (
-    Link("nvlink3", "NVLink 3 (A100): 12 links, 600 GB/s bidirectional", _f(300 * GB), _f("1e-6"), (_A100, _ALPHA)),
+    Link("nvlink3", "NVLink 3 (A100): 12 links, 600 GB/s bidirectional", _f(300 * GB), _f("1e-6"),
+         (_A100, _ALPHA, _NV3_BUS), Fraction(2, 3)),
     Link("nvlink4", "NVLink 4 (H100, H200): 18 links, 900 GB/s bidirectional", _f(450 * GB), _f("1e-6"),
          (_H100, _ALPHA)),
     Link("nvlink5", "NVLink 5 (B200): 18 links, 1.8 TB/s bidirectional", _f(900 * GB), _f("1e-6"), (_B200, _ALPHA)),
@@ -115,7 +188,7 @@ LINKS: dict[str, Link] = {k.name: k for k in (
     Link("infinity_fabric", "AMD Infinity Fabric (MI300X): 7 links, 896 GB/s aggregate bidirectional",
          _f(448 * GB), _f("1e-6"), (_MI300X, _ALPHA)),
     Link("ib_hdr", "InfiniBand HDR, 200 Gb/s per device", _f(25 * GB), _f("5e-6"),
-         ("NVIDIA ConnectX-6 / Quantum HDR: 200 Gb/s per port", _ALPHA)),
+         ("NVIDIA ConnectX-6 / Quantum HDR: 200 Gb/s per port", _ALPHA, _HDR_BUS), Fraction(9, 10)),
     Link("ib_ndr", "InfiniBand NDR, 400 Gb/s per device", _f(50 * GB), _f("5e-6"),
          ("NVIDIA ConnectX-7 / Quantum-2 NDR: 400 Gb/s per port", _ALPHA)),
     Link("ib_xdr", "InfiniBand XDR, 800 Gb/s per device", _f(100 * GB), _f("5e-6"),

@@ -237,7 +237,12 @@ def test_time_formulas_are_shown_while_symbols_are_unbound(tmp_path):
                  "ffn = 4096 vocab = 32000 }\n  microbatch = 1\n}\nmesh {\n  device = a100_80gb\n"
                  "  dp = 64 @ inter_node\n}\nplan p { dp: zero3 }\n")
     status, out, _ = run_cli("cost", str(f), "--no-cache", "--width", "200")
-    assert "│ step " in out and "= Max(s*(s + " in out.split("step time")[1] and "fit: undecided" in out
+    # the kernel model: each product's efficiency by its size class, a piecewise form in s
+    assert "│ step " in out and "= Max(" in out.split("step time")[1] and "fit: undecided" in out
+    assert "Piecewise((" in out.split("step time")[1]
+    f.write_text(f.read_text().replace("  dp = 64", "  mfu = 0.5\n  dp = 64"))  # the MFU convention
+    status, out, _ = run_cli("cost", str(f), "--no-cache", "--width", "200")
+    assert "= Max(s*(s + " in out.split("step time")[1] and "Piecewise" not in out.split("step time")[1]
     status, out, _ = run_cli("cost", str(f), "--no-cache", "--set", "s=1024")
     assert status == 0 and "fit: fits" in out
 

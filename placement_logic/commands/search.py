@@ -57,7 +57,8 @@ def add_parser(subparsers) -> None:
                    help=f"recompute modes (default {','.join(RECOMPUTE)})")
     p.add_argument("--schedules", default=",".join(SCHEDULES), metavar="NAMES",
                    help=f"pipeline schedules (default {','.join(SCHEDULES)})")
-    p.add_argument("--mfu", default=None, metavar="X", help="model-FLOPs utilisation assumed (default 1/2)")
+    p.add_argument("--mfu", default=None, metavar="X",
+                   help="time compute by this one assumed MFU (default: each kernel timed, docs/time.md)")
     p.add_argument("--top", default="10", metavar="K", help="rows to show, re-derive and check (default 10)")
     p.add_argument("--no-check", action="store_true", help="do not run the checker on the winners")
     p.add_argument("--emit", default=None, metavar="N", help="print the spec of row N (1-based) instead")
@@ -213,7 +214,14 @@ def run(args, out: TextIO, err: TextIO) -> int:
 
 COLUMNS = ("rank", "dp", "tp", "pp", "v", "cp", "ep", "strategy", "recompute", "microbatch", "microbatches",
            "memory_bytes", "headroom_bytes", "step_s", "tokens_per_s", "mfu", "frontier", "check", "folded",
-           "stage_memory_bytes", "link_bytes")
+           "stage_memory_bytes", "link_bytes", "tie")
+
+
+def error_band(result) -> Fraction:
+    """The model's error band: a search with --mfu times compute by the MFU convention."""
+    from ..costs.steptime import MODEL_ERROR
+
+    return MODEL_ERROR["mfu" if result.space.mfu is not None else "kernels"]
 
 
 def rows(result) -> list[dict]:
@@ -221,19 +229,32 @@ def rows(result) -> list[dict]:
 
     cap = hardware.device(result.space.device).memory - result.space.reserve
     out = []
+    band = error_band(result)
+    best = None
     for i, c in enumerate(result.ranked, 1):
         z, s = c.sizes, c.structure
         mem = c.exact_memory if c.exact_memory is not None else Fraction(c.memory)
         step = c.exact_step if c.exact_step is not None else Fraction(c.step)
         tokens = result.space.global_batch * result.space.seq
+        best = step if best is None else best
         out.append({"rank": i, "dp": z["dp"] * z["ds"], "shard": z["ds"], "tp": z["tp"], "pp": z["pp"],
                     "v": z["nv"] if s.schedule == "interleaved" else 1, "cp": z["cp"], "ep": z["ep"],
                     "strategy": s.strategy, "recompute": s.recompute, "schedule": s.schedule,
                     "microbatch": z["mb"], "microbatches": z["nmb"], "memory": mem, "headroom": cap - mem,
                     "step": step, "tokens_per_s": tokens / step, "mfu": c.mfu, "frontier": c.frontier,
                     "check": c.verdict, "agrees": c.agrees, "folded": s.folded, "same_as": list(c.same),
-                    "stage_memory": dict(c.stage_memory), "link_bytes": dict(c.link_bytes)})
+                    "stage_memory": dict(c.stage_memory), "link_bytes": dict(c.link_bytes),
+                    "tie": i > 1 and step <= best * (1 + band)})
     return out
+
+
+def _ties_line(result, rs) -> str:
+    ties = [r["rank"] for r in rs if r["tie"]]
+    band = f"{float(error_band(result)):.0%}"
+    if not ties:
+        return f"no row within {band} of the fastest (the model's error on published runs, docs/validation_time.md)"
+    return (f"ties (~): rows {', '.join(map(str, ties))} within {band} of the fastest, the model's error on "
+            "published runs (docs/validation_time.md): their order is not meaningful")
 
 
 def _header(result) -> str:
@@ -278,20 +299,23 @@ def render_text(result, width: int = 120) -> str:
     # wide: layout, strategy and recompute in columns of their own and tokens/s (global batch × seq
     # / step); narrow (80 columns): the three in one column that wraps, the figures whole
     wide = width >= 110
-    t = Table(title="fastest configurations that fit (exact figures; * on the memory-time frontier; GB = 10⁹ "
-              "bytes, as cost prints)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    t = Table(title="fastest configurations that fit (exact figures; * on the memory-time frontier, ~ a tie within "
+              "the model's error; GB = 10⁹ bytes, as cost prints)", title_justify="left", box=box.SIMPLE_HEAD,
+              padding=(0, 1), pad_edge=False)
     words = ("layout", "strategy", "recompute") if wide else ("plan",)
     for col in ("#",) + words + ("mb x m", "memory", "headroom", "step") + (("tokens/s",) if wide else ()) \
             + ("MFU", "check"):
         t.add_column(col, no_wrap=col not in words, overflow="fold")
     for r in rows(result):
         plan = [_layout(r), _strategy(r), r["recompute"]]
-        cells = [f"{r['rank']}{'*' if r['frontier'] else ''}"] + (plan if wide else [" ".join(plan)]) + [
+        cells = [f"{r['rank']}{'*' if r['frontier'] else ''}{'~' if r['tie'] else ''}"] + (
+            plan if wide else [" ".join(plan)]) + [
             f"{r['microbatch']} x {r['microbatches']}", units.gb(r["memory"]), units.gb(r["headroom"]),
             units.seconds(r["step"])] + ([units.scaled(r["tokens_per_s"])] if wide else []) + [
             units.percent(Fraction(r["mfu"]).limit_denominator(10**6)), r["check"] or "-"]
         t.add_row(*cells)
     con.print(t)
+    con.print(_ties_line(result, rows(result)))
     per = Table(title="per pipeline stage (memory per device) and per link class (bytes per device per step), exact",
                 title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for col in ("#", "memory per stage", "bytes per link"):
@@ -325,12 +349,15 @@ def render_markdown(result) -> str:
              "| memory per stage | bytes per link |",
              "|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|---:|---|---|---|"]
     for r in rows(result):
-        lines.append(f"| {r['rank']}{'*' if r['frontier'] else ''} | {r['dp']} | {r['tp']} | {r['pp']} | {r['v']} | "
-                     f"{r['cp']} | {r['ep']} | {_strategy(r)} | {r['recompute']} | {r['microbatch']} × "
+        lines.append(f"| {r['rank']}{'*' if r['frontier'] else ''}{'~' if r['tie'] else ''} | {r['dp']} | {r['tp']} | "
+                     f"{r['pp']} | {r['v']} | {r['cp']} | {r['ep']} | {_strategy(r)} | {r['recompute']} | "
+                     f"{r['microbatch']} × "
                      f"{r['microbatches']} | {units.both(r['memory'])} | {units.seconds(r['step'])} | "
                      f"{units.percent(Fraction(r['mfu']).limit_denominator(10**6))} | {r['check'] or '-'} | "
                      f"{_stages_text(r['stage_memory'], units.both) or 'one stage'} | "
                      f"{_stages_text(r['link_bytes'], units.both) or 'none'} |")
+    if result.ranked:
+        lines += ["", _ties_line(result, rows(result))]
     return "\n".join(lines) + "\n"
 
 
@@ -344,7 +371,7 @@ def render_csv(result) -> str:
                     r["microbatch"], r["microbatches"], _int_or(r["memory"]), _int_or(r["headroom"]),
                     f"{float(r['step']):.6f}", f"{float(r['tokens_per_s']):.1f}", f"{r['mfu']:.6f}",
                     int(r["frontier"]), r["check"] or "", int(r["folded"]), _pairs(r["stage_memory"]),
-                    _pairs(r["link_bytes"])])
+                    _pairs(r["link_bytes"]), int(r["tie"])])
     return buf.getvalue()
 
 
@@ -365,7 +392,7 @@ def render_json(result, exit_status: int, file: str) -> str:
                   "recompute": list(sp.recompute), "schedules": list(sp.schedules), "folding": list(sp.folding),
                   "mfu": str(sp.mfu) if sp.mfu is not None else None, "reserve_bytes": _int_or(sp.reserve)},
         "candidates": result.candidates, "valid": result.valid, "fitting": result.fitting,
-        "structures": result.structures,
+        "structures": result.structures, "error_band": str(error_band(result)),
         "timings_s": {k: round(v, 4) for k, v in result.timings.items()},
         "ranked": [{**{k: v for k, v in r.items() if k not in ("memory", "headroom", "step", "tokens_per_s",
                                                                  "stage_memory", "link_bytes")},

@@ -147,7 +147,7 @@ def _fit_and_time(pc: costs.PlanCost, q: _Q, device: str | None) -> tuple[FitRep
         return fit, None
     return fit, TimeReport(q(st.step), q(st.compute), q(st.bubble), q(st.overlapped), q(st.exposed), q(st.tokens),
                            q(st.tokens_per_second), q(st.model_flops), q(st.mfu),
-                           {k: q(v) for k, v in st.per_link().items()}, st.assumptions)
+                           {k: q(v) for k, v in st.per_link().items()}, st.assumptions, q(st.optimizer))
 
 
 def _plan_report(pc: costs.PlanCost, q: _Q, device_name: str | None = None) -> PlanReport:

@@ -89,6 +89,7 @@ def _fit_time(p: PlanReport) -> dict:
         t = p.time
         out["time"] = {**{k: quantity(getattr(t, k), "value") for k in (
             "step", "compute", "bubble", "overlapped", "exposed", "tokens", "tokens_per_second", "model_flops", "mfu")},
+            "optimizer": quantity(t.optimizer, "value") if t.optimizer is not None else None,
             "per_link_seconds": {k: quantity(v, "value") for k, v in t.per_link.items()},
             "assumptions": list(t.assumptions)}
     return out

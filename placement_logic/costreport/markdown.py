@@ -79,6 +79,8 @@ def _time(p: PlanReport) -> list[str]:
                 f"| pipeline bubble | {units.seconds(tm.bubble.exact)} |",
                 f"| communication hidden behind compute | {units.seconds(tm.overlapped.exact)} |",
                 f"| communication exposed | {units.seconds(tm.exposed.exact)} |",
+                *([f"| optimizer step | {units.seconds(tm.optimizer.exact)} |"]
+                  if tm.optimizer is not None and tm.optimizer.exact else []),
                 f"| tokens per second | {units.scaled(tm.tokens_per_second.exact)} |",
                 f"| MFU | {units.percent(tm.mfu.exact)} |", ""]
         out += [f"> assumes: {_esc(a)}" for a in tm.assumptions] + [""]

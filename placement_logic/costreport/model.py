@@ -112,6 +112,7 @@ class TimeReport:
     mfu: Quantity
     per_link: dict  # link -> seconds of communication per step
     assumptions: tuple[str, ...] = ()
+    optimizer: Quantity | None = None  # seconds of the optimizer step (the kernel model)
 
 
 @dataclass(frozen=True)

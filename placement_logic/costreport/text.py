@@ -98,6 +98,8 @@ def _time_table(p: PlanReport) -> Table:
             ("communication hidden behind compute", show(tm.overlapped, units.seconds)),
             ("communication exposed", show(tm.exposed, units.seconds))]
     rows += [(f"  └ on {k}", show(v, units.seconds)) for k, v in tm.per_link.items()]
+    if tm.optimizer is not None and tm.optimizer.exact != 0:
+        rows.append(("optimizer step", show(tm.optimizer, units.seconds)))
     rows += [("tokens per step", show(tm.tokens, units.number)),
              ("tokens per second", show(tm.tokens_per_second, units.scaled)),
              ("model FLOPs per step", show(tm.model_flops, lambda x: units.scaled(x, "FLOP"))),

@@ -45,11 +45,17 @@ from ..ir import Role
 from ..ir import collectives as schedule
 from ..ir.collectives import Kind, Phase
 from ..ir.groups import padded_vocab
+from . import kernels
 from .comm import SizedCollective
 from .symbolic import symbol, to_sympy
 
 ZERO = sympy.Integer(0)
 ONE = sympy.Integer(1)
+
+# The largest error of each compute model against the published measured runs of
+# docs/validation_time.md (8.1 % and 44.3 %), rounded up: the band within which ``search``
+# calls two predicted step times a tie (tests/test_validation_time.py holds the kernel model to it).
+MODEL_ERROR = {"kernels": Fraction(9, 100), "mfu": Fraction(45, 100)}
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,7 @@ class StepTime:
     overlapped: sympy.Expr  # seconds of communication that may hide behind compute
     exposed: sympy.Expr  # seconds of communication on the critical path
     step: sympy.Expr  # seconds
+    optimizer: sympy.Expr  # seconds of the optimizer step (kernel model; 0 under the MFU convention)
     tokens_per_second: sympy.Expr
     mfu: sympy.Expr  # model FLOPs / (step × devices × peak)
     devices: sympy.Expr
@@ -160,9 +167,11 @@ def _product(axes) -> sympy.Expr:
     return sympy.Mul(*(symbol(a) for a in axes)) if axes else ONE
 
 
-def _slowest(hwr: ir.Hardware, plan: ir.Plan, axes: tuple[str, ...]) -> tuple[str, sympy.Expr, sympy.Expr]:
+def _slowest(hwr: ir.Hardware, plan: ir.Plan, axes: tuple[str, ...],
+             achieved: bool = False) -> tuple[str, sympy.Expr, sympy.Expr]:
     """(link name, bandwidth, latency) of a group: its slowest axis link (an axis with no link
-    class is taken as crossing nodes)."""
+    class is taken as crossing nodes); ``achieved``: the bandwidth times the link's bus-bandwidth
+    efficiency (the kernel model)."""
     best = None
     for a in axes:
         name = plan.mesh.axis(a).link or "inter_node"
@@ -170,11 +179,13 @@ def _slowest(hwr: ir.Hardware, plan: ir.Plan, axes: tuple[str, ...]) -> tuple[st
         if k is None:
             continue
         bw, lat = to_sympy(k.bandwidth), to_sympy(k.latency)
+        if achieved:
+            bw = bw * to_sympy(k.efficiency)
         if best is None or (bw.is_number and best[1].is_number and bw < best[1]):
             best = (name, bw, lat)
     if best is None:
         k = hw.link("ib_ndr")
-        return "inter_node", sympy.Rational(k.bandwidth), sympy.Rational(k.latency)
+        return "inter_node", sympy.Rational(k.bandwidth * (k.efficiency if achieved else 1)), sympy.Rational(k.latency)
     return best
 
 
@@ -216,7 +227,11 @@ def step_time(pc, hwr: ir.Hardware, causal: bool | None = None) -> StepTime | No
     mb_flops = mb_tokens / lay.c * stage / lay.t
     peak = to_sympy(hwr.flops)
     mfu = to_sympy(hwr.mfu)
-    t_mb = mb_flops / (peak * mfu)
+    mode = compute_mode(plan, hwr)
+    if mode == "kernels":
+        t_mb, t_opt = _kernel_times(pc, hwr, plan.model.attention_flops == "causal" and causal is not False)
+    else:
+        t_mb, t_opt = mb_flops / (peak * mfu), ZERO
     pipelined = schedule.pipeline_axis(plan) is not None
     slots = sh.m + (p - 1) / v if pipelined else sh.m
     compute = slots * t_mb
@@ -225,23 +240,70 @@ def step_time(pc, hwr: ir.Hardware, causal: bool | None = None) -> StepTime | No
     for c in pc.communication.collectives:
         col = c.collective
         if col.axes:
-            name, bw, lat = _slowest(hwr, plan, col.axes)
+            name, bw, lat = _slowest(hwr, plan, col.axes, mode == "kernels")
         else:
             name, bw, lat = _host(hwr)
         secs = c.count * _STEPS[col.kind](c.group) * lat + c.bytes_per_device / bw
         times.append(CollectiveTime(c, secs, name, hwr.overlap and _overlappable(c, plan)))
     over = sympy.Add(*(x.seconds for x in times if x.overlapped))
     exposed = sympy.Add(*(x.seconds for x in times if not x.overlapped))
-    step = (sympy.Max(compute, over, evaluate=False) if hwr.overlap and times else compute + over) + exposed
+    step = (sympy.Max(compute, over, evaluate=False) if hwr.overlap and times else compute + over) + exposed + t_opt
     assumptions = (
-        f"{hwr.title}: {hwr.precision} peak, MFU {sympy.nsimplify(mfu)} of it",
+        f"{hwr.title}: {hwr.precision} peak, MFU {sympy.nsimplify(mfu)} of it" if mode == "mfu" else
+        f"{hwr.title}: {hwr.precision} peak; each matrix product timed from its shape (roofline × the "
+        "device's efficiency table), the memory-bound kernels and the optimizer step from bytes over HBM",
         "attention FLOPs halved by causal masking" if plan.model.attention_flops == "causal" and causal is not False
         else "attention FLOPs counted in full",
         "data-parallel parameter and gradient traffic overlaps with compute" if hwr.overlap
         else "no communication overlaps with compute",
     )
-    return StepTime(tokens, model_flops, mb_flops * sh.m, compute, bubble, over, exposed, step,
+    return StepTime(tokens, model_flops, mb_flops * sh.m, compute, bubble, over, exposed, step, t_opt,
                     tokens / step, model_flops / (step * devices * peak), devices, peak, tuple(times), assumptions)
+
+
+def compute_mode(plan: ir.Plan, hwr: ir.Hardware) -> str:
+    """``kernels`` or ``mfu``: the model's ``compute_time`` convention; unstated, ``mfu`` where the
+    mesh states its mfu or the device has no HBM bandwidth or efficiency tables, else ``kernels``."""
+    has_tables = hwr.hbm is not None and hwr.efficiency is not None
+    stated = plan.model.compute_time
+    if stated == "kernels" and has_tables:
+        return "kernels"
+    if stated is None and has_tables and not hwr.mfu_stated:
+        return "kernels"
+    return "mfu"
+
+
+def _kernel_times(pc, hwr: ir.Hardware, causal: bool) -> tuple[sympy.Expr, sympy.Expr]:
+    """(seconds of one microbatch on the busiest stage, seconds of the optimizer step) under the
+    kernel model (costs/kernels.py)."""
+    plan, sh, lay = pc.plan, pc.shape, pc.layout
+    t = plan.model.transformer
+    dev = kernels.Device(to_sympy(hwr.flops), to_sympy(hwr.hbm), hwr.efficiency, sh.bytes[ir.State.ACTIVATIONS])
+    L = sh.L
+    moe = to_sympy(t.experts) != 1
+    ep = _product(lay.expert_axes)
+    if moe:
+        dense = _v(t.dense_layers, ZERO)
+        one = kernels.layer_time(dev, t, sh, lay, causal, True, ep)
+        plain = kernels.layer_time(dev, t, sh, lay, causal, False, ep) if dense != 0 else one
+        core = (dense * plain.core + (L - dense) * one.core) / L
+        rest = (dense * plain.rest + (L - dense) * one.rest) / L
+    else:
+        one = kernels.layer_time(dev, t, sh, lay, causal, False, ep)
+        core, rest = one.core, one.rest
+    extra = ZERO
+    if lay.recompute is ir.Recompute.FULL:
+        extra = core + rest
+    elif lay.recompute is ir.Recompute.SELECTIVE:
+        extra = core
+    layers = (3 * (core + rest) + extra) * L / lay.p
+    head = 3 * kernels.head_time(dev, sh, lay)
+    mtp = _v(t.mtp_layers, ZERO)
+    if mtp != 0:
+        head = head + mtp * (3 * (core + rest) + 3 * kernels.head_time(dev, sh, lay))
+    states = sum((pc.memory.device.get(st, ZERO) for st in (ir.State.PARAMS, ir.State.OPTIMIZER, ir.State.GRADS)),
+                 ZERO)
+    return layers + head, kernels.optimizer_time(dev, states)
 
 
 def catalogue_hardware(plan: ir.Plan, name: str, base: ir.Hardware | None = None) -> ir.Hardware | None:
@@ -261,8 +323,9 @@ def catalogue_hardware(plan: ir.Plan, name: str, base: ir.Hardware | None = None
             continue
         k = hw.link(ln) or hw.link(d.intra_link if ln == "intra_node" else d.inter_link)
         links.append(ir.LinkClass(ln, k.title if k.name == ln else f"{k.name}: {k.title}", ir.const(k.bandwidth),
-                                  ir.const(k.latency)))
+                                  ir.const(k.latency), efficiency=ir.const(k.efficiency)))
     precision = base.precision if base is not None and base.precision in d.flops else "bf16"
     return ir.Hardware(d.name, d.title, ir.const(d.memory), ir.const(d.flops[precision]), precision,
                        base.mfu if base is not None else ir.Const(Fraction(1, 2)),
-                       tuple(links), base.overlap if base is not None else True)
+                       tuple(links), base.overlap if base is not None else True, hbm=ir.const(d.hbm_bandwidth),
+                       efficiency=d.efficiency, mfu_stated=base.mfu_stated if base is not None else False)

@@ -208,6 +208,7 @@ class Model:
     reserve: Value = field(default_factory=lambda: const(0))  # bytes per device the runtime keeps (CUDA context)
     reserve_fraction: Value = field(default_factory=lambda: const(0))  # allocator allowance, a fraction of the rest
     attention_flops: str = "causal"  # causal (masked blocks skipped) | full: how the time model counts attention
+    compute_time: str | None = None  # kernels | mfu: how compute is timed (None: kernels unless the mesh states mfu)
     # host memory while the model is built, per device (bytes; None: nothing), or the whole model in fp32
     # (4 bytes × Ψ); the host holds the larger of it and the offloaded states, times host_buffer_factor
     host_construction: Value | None = None
@@ -238,6 +239,7 @@ class LinkClass:
     bandwidth: Value  # bytes per second, per direction, per device
     latency: Value  # seconds per ring step (α)
     span: Span = _span()
+    efficiency: Value = field(default_factory=lambda: Const(Fraction(1)))  # achieved bus bandwidth / bandwidth
 
 
 @dataclass(frozen=True)
@@ -254,6 +256,9 @@ class Hardware:
     links: tuple[LinkClass, ...] = ()
     overlap: bool = True  # data-parallel traffic hides behind compute where it can
     span: Span = _span()
+    hbm: Value | None = None  # HBM bandwidth, bytes per second (None: unknown, compute timed by the MFU)
+    efficiency: object | None = None  # hardware.Efficiency: the kernel efficiency tables (None: unknown)
+    mfu_stated: bool = False  # the mesh states its mfu: compute is timed by it unless a convention says kernels
 
     def link(self, name: str | None) -> LinkClass | None:
         return next((k for k in self.links if k.name == name), None)

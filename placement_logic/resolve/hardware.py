@@ -5,13 +5,14 @@ A mesh block may say which devices it holds and what its link classes are, besid
     mesh {
       device = h100_sxm                 # a catalogue device (placement_logic.hardware)
       precision = bf16                  # the peak FLOP/s the time model uses (default bf16)
-      mfu = 0.45                        # model-FLOPs utilisation assumed (default 1/2)
+      mfu = 0.45                        # time compute by one assumed MFU (default: kernel by kernel)
       overlap = true                    # data-parallel traffic hides behind compute (default)
       dp = 32 @ inter_node              # intra_node / inter_node: the device's own links
       tp = 8 @ intra_node
     }
 
-``device = mygpu(memory = 24 GiB, flops = 165e12)`` is a device of one's own;
+``device = mygpu(memory = 24 GiB, flops = 165e12)`` is a device of one's own (``hbm = 2 TB``, its
+HBM bandwidth in bytes per second, lets the kernel model time it);
 ``device = h100_sxm(memory = 94 GiB)`` a catalogue device with a figure changed. A line
 naming a link class that an axis uses defines it: ``inter_node = ib_xdr`` (a catalogue
 link) or ``inter_node = link(bandwidth = 25 GB, latency = 8e-6)`` (bytes per second per
@@ -20,6 +21,7 @@ direction, seconds per ring step).
 
 from __future__ import annotations
 
+import dataclasses
 from fractions import Fraction
 
 from .. import hardware as hw
@@ -29,7 +31,7 @@ from ..frontend import surface
 from .values import Values
 
 SETTINGS = ("device", "precision", "mfu", "overlap")
-DEVICE_ARGS = ("memory", "flops")
+DEVICE_ARGS = ("memory", "flops", "hbm", "matmul")
 LINK_ARGS = ("bandwidth", "latency")
 
 
@@ -81,7 +83,7 @@ def build_hardware(lines: list[surface.AxisDecl], axes: list[ir.Axis], vals: Val
             error("PL114", "'overlap' is true or false", e.span)
     if device is None or vals.cx.failed_since(mark):
         return None
-    name, title, memory, flops_by_precision = device
+    name, title, memory, flops_by_precision, hbm, matmul = device
     flops = flops_by_precision.get(precision)
     if flops is None:
         error("PL150", f"{title} has no {precision} peak in the catalogue", by_name.get("precision", dev_line).span,
@@ -113,12 +115,17 @@ def build_hardware(lines: list[surface.AxisDecl], axes: list[ir.Axis], vals: Val
                 links.append(_catalogue_link(ln, hw.link(own), span))
     if vals.cx.failed_since(mark):
         return None
-    return ir.Hardware(name, title, memory, flops, precision, mfu, tuple(links), overlap, dev_line.span)
+    eff = cat.efficiency if cat is not None else (hw.GENERIC_EFFICIENCY if hbm is not None else None)
+    if eff is not None and matmul is not None:  # the user's measured best-shape matmul fraction
+        eff = dataclasses.replace(eff, gemm=hw.gemm_table(matmul),
+                                  sources=(f"matmul = {matmul}: the best-shape fraction given in the spec",) + eff.sources)
+    return ir.Hardware(name, title, memory, flops, precision, mfu, tuple(links), overlap, dev_line.span,
+                       hbm, eff, "mfu" in by_name)
 
 
 def _catalogue_link(name: str, k: hw.Link, span) -> ir.LinkClass:
     return ir.LinkClass(name, k.title if name == k.name else f"{k.name}: {k.title}",
-                        ir.Const(k.bandwidth), ir.Const(k.latency), span)
+                        ir.Const(k.bandwidth), ir.Const(k.latency), span, ir.Const(k.efficiency))
 
 
 def _kwargs(call: surface.Call, allowed: tuple[str, ...], vals: Values, what: str) -> dict | None:
@@ -147,31 +154,41 @@ def _device(e: surface.Expr, vals: Values):
                                                            f"{e.id}(memory = 24 GiB, flops = 165e12)",))
             return None
         return d.name, d.title, ir.Const(Fraction(d.memory)), \
-            {p: ir.Const(f) for p, f in d.flops.items()}
+            {p: ir.Const(f) for p, f in d.flops.items()}, ir.Const(d.hbm_bandwidth), None
     if isinstance(e, surface.Call):
         d = hw.device(e.func)
         given = _kwargs(e, DEVICE_ARGS, vals, f"device '{e.func}'")
         if given is None:
             return None
-        if d is None and set(given) != set(DEVICE_ARGS):
+        if d is None and not {"memory", "flops"} <= set(given):
             error("PL150", f"'{e.func}' is not a device of the catalogue: give both its memory and its flops",
                   e.span, did_you_mean(e.func, tuple(hw.DEVICES)))
             return None
         memory = _number(given["memory"], vals, "'memory'", bytes_=True) if "memory" in given else None
         flops = _number(given["flops"], vals, "'flops'", bytes_=False) if "flops" in given else None
-        if ("memory" in given and memory is None) or ("flops" in given and flops is None):
+        hbm = _number(given["hbm"], vals, "'hbm'", bytes_=True) if "hbm" in given else None
+        matmul = _number(given["matmul"], vals, "'matmul'", bytes_=False) if "matmul" in given else None
+        if ("memory" in given and memory is None) or ("flops" in given and flops is None) or \
+                ("hbm" in given and hbm is None) or ("matmul" in given and matmul is None):
             return None
-        for v, w in ((memory, "memory"), (flops, "flops")):
+        if matmul is not None:
+            if not isinstance(matmul, ir.Const) or not 0 < matmul.value <= 1:
+                error("PL107", "'matmul' (the best-shape matmul FLOP/s over the peak) must be a number in (0, 1]",
+                      given["matmul"].span)
+                return None
+            matmul = matmul.value
+        for v, w in ((memory, "memory"), (flops, "flops"), (hbm, "hbm")):
             if isinstance(v, ir.Const) and v.value <= 0:
                 error("PL107", f"'{w}' must be positive", given[w].span)
                 return None
         if d is None:
-            return e.func, f"{e.func} (given figures)", memory, {p: flops for p in hw.PRECISIONS}
+            return e.func, f"{e.func} (given figures)", memory, {p: flops for p in hw.PRECISIONS}, hbm, matmul
         peaks = {p: ir.Const(f) for p, f in d.flops.items()}
         if flops is not None:
             peaks = {p: flops for p in hw.PRECISIONS}
         return d.name, d.title + (" (figures changed)" if given else ""), \
-            memory if memory is not None else ir.Const(Fraction(d.memory)), peaks
+            memory if memory is not None else ir.Const(Fraction(d.memory)), peaks, \
+            hbm if hbm is not None else ir.Const(d.hbm_bandwidth), matmul
     error("PL150", "'device' names a catalogue device or gives one's figures, e.g. device = h100_sxm", e.span,
           ("catalogue devices: " + ", ".join(hw.DEVICES),))
     return None
@@ -212,7 +229,8 @@ def _link(name: str, e: surface.Expr, vals: Values) -> ir.LinkClass | None:
             return None
         title = "given figures" if base is None else f"{base.name} (figures changed)"
         return ir.LinkClass(name, title, bw if bw is not None else ir.Const(base.bandwidth),
-                            lat if lat is not None else ir.Const(base.latency), e.span)
+                            lat if lat is not None else ir.Const(base.latency), e.span,
+                            ir.Const(base.efficiency if base is not None and bw is None else Fraction(1)))
     error("PL150", f"link class '{name}' is a catalogue link or link(bandwidth = ..., latency = ...)", e.span)
     return None
 

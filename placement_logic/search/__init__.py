@@ -99,7 +99,9 @@ def _np_min(*xs):
 
 def _compile(exprs):
     args = [symbol(n) for n in SIZE_SYMBOLS]
-    return sympy.lambdify(args, exprs, modules=[{"Max": _np_max, "Min": _np_min}, "numpy"], cse=True)
+    # no common-subexpression pass: on the kernel model's piecewise forms it costs more to compile than
+    # it saves evaluating
+    return sympy.lambdify(args, exprs, modules=[{"Max": _np_max, "Min": _np_min}, "numpy"], cse=False)
 
 
 def needs_numpy() -> None:

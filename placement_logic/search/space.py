@@ -34,7 +34,7 @@ class Space:
     microbatch: tuple[int, ...] = (1, 2, 4, 8)
     schedules: tuple[str, ...] = SCHEDULES
     chunks: tuple[int, ...] = (2, 4)  # virtual chunks per stage of the interleaved schedule
-    mfu: Fraction | None = None  # None: the catalogue default (1/2)
+    mfu: Fraction | None = None  # None: the kernel model; a figure: the MFU convention with it
     folding: tuple[bool, ...] = (False, True)  # MoE: plain expert parallelism, and parallel folding
     reserve: Fraction = Fraction(0)  # bytes per device kept free: a configuration fits in memory − reserve
 
