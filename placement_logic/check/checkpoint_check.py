@@ -17,6 +17,7 @@ from math import lcm
 from ..diagnostics import NO_SPAN, Span
 from . import encode as en
 from .checkpoint import CheckpointModel, Layout
+from .obligation import Obligation
 from .replay import Context, _frac
 from .report import Counterexample
 from .rules import STATE_CONSISTENCY
@@ -30,7 +31,6 @@ def _first(*spans: Span) -> Span:
 
 
 def obligations(step, ctx: Context) -> list:
-    from .obligations import Obligation
 
     ck: CheckpointModel | None = step.checkpoint
     if ck is None:

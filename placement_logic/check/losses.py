@@ -32,6 +32,7 @@ from ..ir import losses as terms
 from . import encode as en
 from . import replay as rp
 from . import steps
+from .obligation import Obligation
 from .report import Counterexample
 from .rules import GRADIENT_INTEGRITY
 
@@ -116,7 +117,6 @@ def views(plan: ir.Plan, derived: steps.StepModel) -> list[TermView]:
 
 def obligations(plan: ir.Plan, derived: steps.StepModel, ctx: rp.Context):
     """The term obligations of ``plan`` (``obligations.Obligation`` records)."""
-    from .obligations import Obligation  # the record type; obligations imports this module
 
     out = []
     by_term: dict[str, list[TermView]] = {}

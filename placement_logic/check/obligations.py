@@ -9,33 +9,16 @@ consistency of every replicated value and of the update, and the composition rul
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
 from .. import ir
 from ..diagnostics import NO_SPAN, Span
 from . import aspects, checkpoint_check, losses, sources, steps
 from . import encode as en
 from . import replay as rp
 from . import replay_state as rs
+from .obligation import Obligation
 from .rules import GRADIENT_INTEGRITY, RULES, STATE_CONSISTENCY
 
 ALL_GROUPS = "*"  # an explanation of every group's whole-plan gradient integrity
-
-
-@dataclass
-class Obligation:
-    name: str
-    condition: str
-    span: Span
-    checked: str
-    encode: Callable[[en.Env], tuple[list, Callable]]
-    replay: Callable[[dict], object]
-    notes: tuple[str, ...] = ()
-    whole: str | None = None  # the group whose whole-plan gradient integrity this is
-    aspect_of: str | None = None  # the group whose whole-plan GI this per-aspect finding explains
-    unknown: str = ""  # a fact the step model lacks to decide it: the verdict is unknown, saying which
-    groups: tuple[str, ...] = ()  # the parameter groups a placement-caused obligation concerns ((): all)
 
 
 def _filter_notes(step: steps.StepModel) -> tuple[str, ...]:
