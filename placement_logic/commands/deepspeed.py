@@ -15,6 +15,7 @@ from .framework_common import (
     _widths,
     dropped_keys,
     links_assumption,
+    near_misses,
     node_links,
     per_node_source,
 )
@@ -143,6 +144,7 @@ def deepspeed_to_spec(text: str, file: str, devices: int, model: str | None, par
     if seq is None:
         report.assumed.append("no sequence length: the data pipeline sets it, not the config, so activations are "
                               "left unpriced (pass --seq N)")
+    near_misses(original, cfg.used, DROPPED, text, file, cfg.asked)
     report.read += cfg.used
     report.dropped += [(k, why + (' ("auto": the Trainer fills it at run time)' if _value(original, k) == "auto"
                                   else "")) for k, why in dropped_keys(original, cfg.used, DROPPED, _DEFAULT)]

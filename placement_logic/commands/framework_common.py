@@ -116,6 +116,31 @@ def dropped_keys(doc: Any, used: list[str], reasons: dict[str, str], default: st
     return out
 
 
+def near_misses(doc: Any, used: list[str], reasons: dict[str, str], text: str, file: str,
+                asked: set[str] = frozenset()) -> None:
+    """A key of ``doc`` the reader does not know that is a letter or two from one it does (a key it
+    reads, or one whose dropping it explains): a PL141 at the key with the suggestion, where a
+    typo would otherwise be dropped in silence (``zero_optimisation``, ``stgae``)."""
+    import difflib
+
+    from ..diagnostics import DiagnosticError
+    from ..frontend.configs import Table
+
+    known = {k.split(".")[-1] for k in list(used) + list(reasons)} | set(asked)
+    for key in leaf_keys(doc):
+        parts = key.split(".")
+        for i, part in enumerate(parts):
+            if part in known:
+                continue
+            close = difflib.get_close_matches(part, sorted(known), n=1, cutoff=0.85) or [
+                k for k in sorted(known) if len(k) > 3 and sorted(k) == sorted(part)][:1]  # letters swapped
+            if close:
+                table = Table({}, text, file, "PL141", tuple(parts[:i]))
+                raise DiagnosticError(table.error(part, f"unknown key {'.'.join(parts[:i + 1])}",
+                                                  (f"did you mean {close[0]}?",)).diagnostics, {file: text})
+            break
+
+
 def _imports(text: str) -> str:
     names = {"ddp": "data", "zero1": "data", "zero2": "data", "zero3": "data", "zero_offload": "offload",
              "zero_infinity": "offload", "megatron_tp": "tensor", "megatron_sp": "tensor",

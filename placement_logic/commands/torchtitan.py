@@ -26,6 +26,7 @@ from .framework_common import (
     _widths,
     dropped_keys,
     links_assumption,
+    near_misses,
     node_links,
     per_node_source,
 )
@@ -164,6 +165,7 @@ def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, pa
     report.assumed.extend(links_assumption(links, per, source, "in torchtitan's device mesh order, innermost first: "
                                            "tensor, context, data shard, data replicate, pipeline"))
     report.read += cfg.used
+    near_misses(doc, cfg.used, DROPPED, text, file, cfg.asked)
     report.dropped += dropped_keys(doc, cfg.used, DROPPED, _DEFAULT)
     spec_body = _mesh_and_plan(axes, "torchtitan", extra, links=links)
     local = ""

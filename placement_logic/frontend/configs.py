@@ -148,6 +148,7 @@ class Table:
     code: str
     path: tuple[str, ...] = ()
     used: list = field(default_factory=list)
+    asked: set = field(default_factory=set)  # every key name a getter asked for, present or not
 
     def error(self, key: str | None, message: str, notes: tuple[str, ...] = ()) -> DiagnosticError:
         line, col, width = position(self.text, self.path + ((key,) if key else ())) if key or self.path else (1, 1, 1)
@@ -157,6 +158,7 @@ class Table:
         return ".".join(self.path + (key,))
 
     def has(self, key: str) -> bool:
+        self.asked.add(key)
         return key in self.data and self.data[key] is not None
 
     def raw(self, key: str, default: Any = None) -> Any:
@@ -167,14 +169,15 @@ class Table:
 
     def table(self, key: str, *, allow_false: bool = False) -> "Table":
         """The table at ``key`` (empty when absent or null; with ``allow_false``, ``false`` too)."""
+        self.asked.add(key)
         v = self.data.get(key)
         if v is None or (allow_false and v is False):
             if v is False:
                 self.used.append(self.name(key))
-            return Table({}, self.text, self.file, self.code, self.path + (key,), self.used)
+            return Table({}, self.text, self.file, self.code, self.path + (key,), self.used, self.asked)
         if not isinstance(v, dict):
             raise self.error(key, f"{self.name(key)} must be a table (an object of keys), not {_show(v)}")
-        return Table(v, self.text, self.file, self.code, self.path + (key,), self.used)
+        return Table(v, self.text, self.file, self.code, self.path + (key,), self.used, self.asked)
 
     def integer(self, key: str, default: int | None = None, low: int | None = 1, high: int | None = None,
                 allowed: Iterable[int] = ()) -> int | None:
