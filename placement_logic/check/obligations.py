@@ -105,6 +105,9 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
         "dropout seeds are identical over axes where the region is replicated and distinct where it is split",
         lambda env: en.seed_negation(env), lambda w: rs.replay_seed(ctx, w),
         () if step.tensor_axes else ("vacuous: no tensor-parallel axis",)))
+    from .stepstate import state_obligations  # initial state, optimizer identity, RNG state
+
+    obs += state_obligations(step, ctx, Obligation)
     for a in step.data_axes + step.context_axes:
         where, groups = placed(step.params_span, (ir.State.PARAMS,), a,
                                lambda m: m[ir.State.PARAMS] in (ir.Mode.S, ir.Mode.O), a in step.unusable_axes)

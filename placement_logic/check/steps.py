@@ -20,6 +20,8 @@ from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
 from ..ir import collectives as sc
 from ..ir import folding, heads, views
 from ..ir import groups as pg
+from . import identity as _identity
+from . import rng as _rng
 from .dims import (  # noqa: F401  (the dimension vocabulary, used by the modules that read a StepModel)
     COPY_PART,
     DATA_ROLES,
@@ -62,6 +64,7 @@ class GroupModel:
     clip_filter_span: Span = NO_SPAN  # the stated filter's override
     objective: str = "mean"  # "mean": the global token mean; "sum": the sum over tokens (loss: sum)
     undecided: str = ""  # a fact the step model lacks to decide this group's gradient (its obligations: unknown)
+    replicated_params: tuple[str, ...] = ()  # mesh axes over which the group's params are whole copies
 
     def span_of(self, aspect: str) -> Span:
         return dict(self.spans).get(aspect, NO_SPAN)
@@ -127,6 +130,8 @@ class StepModel:
     # "gather", "usable"), reported at the group's line
     group_sources: tuple[tuple[str, str, str, Span], ...] = ()
     gather_unsharded: tuple[str, ...] = ()  # axes params are gathered over where they are not sharded
+    identity: _identity.IdentityModel = _identity.IdentityModel()  # initial params and the optimizer's tensors
+    rng: _rng.RngModel = _rng.RngModel()  # the RNG state per rank and region
 
     def size_aliases(self) -> dict[str, str]:
         """Symbols that name a size of the step: the model's microbatches symbol."""
@@ -331,7 +336,8 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
                                  clip_axes=tuple(clip_g.axes or ()) if clip_g is not None else None,
                                  clip_span=clip_g.span if clip_g is not None else NO_SPAN,
                                  objective="sum" if loss == "sum" else "mean",
-                                 undecided=heads.undecided(plan, g)))
+                                 undecided=heads.undecided(plan, g),
+                                 replicated_params=_identity.replicated(axes, dims, par_pl, role_of)))
 
     par_pl, opt_pl, grads_pl = plan_pls  # the plan's own placements again, for the plan-wide facts
     all_shard = tuple(dict.fromkeys(a for g in groups for a in g.shard_axes))
@@ -415,6 +421,8 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         equal_tokens=eq_o is not None,
         group_sources=tuple(dict.fromkeys(sources)),
         gather_unsharded=tuple(dict.fromkeys(a for p in parts for a in p.unsharded_gathers)),
+        identity=_identity.model(plan, {g.group: g.replicated_params for g in groups}),
+        rng=_rng.model(plan, tensor, _expert_axes(plan, expert), sp),
     )
 
 

@@ -27,8 +27,6 @@ Options = dict[ir.State, dict[str, object]]
 
 # targets a user may reach for that the step semantics leaves out: a located PL129, never a no-op
 NOT_MODELLED = {
-    "rng_state": "only the dropout seed of the replicated region is (override dropout_seed: vary over (...) or same)",
-    "rng": "only the dropout seed of the replicated region is (override dropout_seed: vary over (...) or same)",
     "aux_loss": "the step has one loss; an auxiliary loss with its own normalisation is out of scope",
     "mtp_loss": "the step has one loss; multi-token-prediction losses with their own normalisation are out of scope",
     "process_group": "every reduction is over whole mesh axes; a group over part of an axis is out of scope",
