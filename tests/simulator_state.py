@@ -58,7 +58,7 @@ def _init_violation(plan: ir.Plan, sizes: dict[str, int]) -> bool:
                 unb |= set(o.axes or ())
         copies = [a for a in plan.mesh.names if _holds_copy(plan, g, a)]
 
-        def value(d, unb=unb):
+        def value(d, unb=unb, g=g):
             # each device draws its element from its own seed: the base, offset by its coordinates on the
             # axes it is not broadcast over (a broadcast makes every device take rank 0's draw)
             key = tuple(d[a] if a in unb else 0 for a in plan.mesh.names)
