@@ -92,8 +92,8 @@ CATALOGUE = [
      spec("strategy t = date(R, R, R, R)\n")),
     ("bad-override", "PL122", 9, 18, "'grads' has no override 'sum'",
      spec("plan p { dp: ddp override grads: sum over (dp) }\n")),
-    ("not-modelled", "PL129", 9, 18, "'rng_state' is not modelled by the checker",
-     spec("plan p { dp: ddp override rng_state: same }\n")),
+    ("not-modelled", "PL129", 9, 18, "'aux_loss' is not modelled by the checker",
+     spec("plan p { dp: ddp override aux_loss: sum }\n")),
     ("impossible-shape", "PL130", 8, 10, "the attention heads (30) cannot be split evenly over tp (4)",
      "from std.tensor import megatron_tp\n"
      "model { transformer { hidden = 960  layers = 2  heads = 30  vocab = 128 } }\n"

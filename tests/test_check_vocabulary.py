@@ -71,7 +71,6 @@ def test_tokens_beside_a_sum_loss_change_nothing(tmp_path, capsys):
 @pytest.mark.parametrize("line,words", [
     ("override loss[aux]: per_microbatch_mean", "loss term of its own"),
     ("override tokens[mtp]: equal", "loss term of its own"),
-    ("override rng_state: same", "'rng_state' is not modelled"),
     ("override aux_loss: sum", "'aux_loss' is not modelled"),
     ("override process_group: reduce over (dp)", "'process_group' is not modelled"),
     ("override one_rank: clip", "'one_rank' is not modelled"),
