@@ -146,6 +146,40 @@ def _rng_violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
     return out
 
 
+def _synced_once(plan: ir.Plan, group: str) -> list[str]:
+    """The axes over which the once-per-step reduction sums the group's gradient, replicated there:
+    the group's contributions are partial over the axis, the plan reduces them there, and the
+    gradient is not sharded (reduce-scattered) over it."""
+    schedule = collectives.derive(plan)
+    red = sim.reductions(plan, group)
+    return [a for a in plan.mesh.names if sim.axis_type(plan, group, a) == sim.PARTIAL and red[a] >= 1
+            and sim._modes_on(plan, group, a, schedule)[2] is ir.Mode.R]
+
+
+def early_sync_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random) -> set:
+    """The sync armed on micro-step 1 of m: every rank of a synced axis ends the step with the reduced
+    gradient of micro-step 1 plus its own gradient of micro-steps 2..m. Keys: ("gi", group),
+    ("replica", group), ("clip",), ("overflow",)."""
+    from fractions import Fraction
+
+    out: set = set()
+    m = sizes["microbatches"]
+    for g in sim.groups_of(plan):
+        for a in _synced_once(plan, g):
+            n = sizes[a]
+            s = {(r, mu): Fraction(rng.randint(1, 99)) for r in range(n) for mu in range(m)}
+            tokens = {(r, mu): rng.randint(1, 5) for r in range(n) for mu in range(m)}
+            total = sum(tokens.values())
+            ref = sum(s.values()) / total
+            synced = sum(s[(r, 0)] for r in range(n)) / total
+            held = [synced + sum(s[(r, mu)] for mu in range(1, m)) / total for r in range(n)]
+            if any(h != ref for h in held):
+                out.add(("gi", g))
+            if len(set(held)) > 1:
+                out |= {("replica", g), ("clip",), ("overflow",)}
+    return out
+
+
 def state_violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
     out = set()
     if _init_violation(plan, sizes):

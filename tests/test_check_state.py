@@ -146,3 +146,96 @@ def test_refutations_replay_with_two_ranks_and_a_cause():
     rep = by["SC rng replicated region"].counterexample
     assert dict(rep.sizes)["tp"] >= 2 and "offset" in rep.diagnosis[0]
     assert dict(rep.values)["default state A"] != dict(rep.values)["default state B"]
+
+
+# --------------------------------------------------------------------------- the micro-step of the sync
+
+EARLY = ov("grads", "sync_before_last")
+SYNC_KEYS = ("GI grads[", "SC grads[", "SC clip_norm", "SC overflow")
+
+
+def sync_verdicts(report) -> dict[tuple, Verdict]:
+    out = {}
+    for o in report.obligations:
+        if o.name.startswith("GI grads[") and "] " not in o.name:
+            out[("gi", o.name[9:-1])] = o.verdict
+        elif o.name.startswith("SC grads["):
+            out[("replica", o.name[9:-1])] = o.verdict
+        elif o.name in ("SC clip_norm", "SC overflow"):
+            out[(o.name[3:].replace("clip_norm", "clip"),)] = o.verdict
+    return out
+
+
+def early_simulated(p: ir.Plan, seed: int) -> set:
+    import random
+
+    rng = random.Random(seed)
+    found: set = set()
+    for sizes in product((1, 2, 3), repeat=len(p.mesh.names)):
+        for m in (1, 2, 3):
+            found |= simulator_state.early_sync_violations(p, {**dict(zip(p.mesh.names, sizes)), "microbatches": m},
+                                                           rng)
+    return found
+
+
+@hs.composite
+def sync_plans(draw):
+    k = draw(hs.integers(1, 2))
+    axes = {}
+    for n in ["a", "b"][:k]:
+        params = draw(hs.sampled_from(("R", "S*")))
+        axes[n] = (draw(hs.sampled_from(ROLES)), f"{params},{draw(hs.sampled_from(('R', 'S')))},"
+                                                  f"{draw(hs.sampled_from(('R', 'S')))},R")
+    experts = 4 if any(r == "expert" for r, _ in axes.values()) else 1
+    return axes, experts
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@given(sync_plans(), hs.integers(0, 10**6))
+def test_early_sync_agrees_with_the_state_simulator(generated, seed):
+    """On plans whose gradient, replica, norm and overflow obligations are proved, the early sync
+    refutes exactly what the simulator's accumulation shows broken."""
+    axes, experts = generated
+    spec, p = _with(axes, experts=experts)
+    try:
+        base = sync_verdicts(check_plan(SESSION, spec, p, {}))
+        assume(all(v is Verdict.PROVED for v in base.values()))
+        spec, p = _with(axes, (EARLY,), experts=experts)
+        v = sync_verdicts(check_plan(SESSION, spec, p, {}))
+    except DiagnosticError:
+        assume(False)  # PL506: nothing is all-reduced once per step
+    found = early_simulated(p, seed)
+    bad = [(k, x.word) for k, x in v.items() if (x is Verdict.REFUTED) != (k in found)]
+    assert not bad, (bad, axes)
+
+
+@pytest.mark.parametrize("axes,expected", [
+    ({"dp": ("data", "R,R,R,R")}, {"dense", "norms", "biases", "embedding"}),
+    (DDP_TP, {"dense", "norms", "biases", "embedding"}),
+    ({"dp": ("data", "R,S,R,R")}, {"dense", "norms", "biases", "embedding"}),  # ZeRO-1: grads all-reduced
+])
+def test_early_sync_refutes_every_synced_group(axes, expected):
+    spec, p = _with(axes, (EARLY,))
+    report = check_plan(SESSION, spec, p, {})
+    v = sync_verdicts(report)
+    assert {k[1] for k, x in v.items() if k[0] == "gi" and x is Verdict.REFUTED} == expected
+    assert v[("clip",)] is Verdict.REFUTED and v[("overflow",)] is Verdict.REFUTED
+    ob = next(o for o in report.obligations if o.name == "GI grads[dense] over microbatches")
+    cex = ob.counterexample
+    assert cex is not None and dict(cex.sizes)["microbatches"] >= 2 and "micro-step 1" in cex.diagnosis[0]
+    assert simulator_state.early_sync_violations(p, {**{a: 2 for a in axes}, "microbatches": 2},
+                                                 __import__("random").Random(0)) >= {("gi", g) for g in expected}
+
+
+@pytest.mark.parametrize("axes,extra,group,words", [
+    ({"dp": ("data", "R,S,S,R")}, (), None, "every reduced gradient is sharded there"),  # ZeRO-2
+    ({"dp": ("data", "R,R,R,R")}, (ov("grads", "reduce_every_microbatch"),), None, "after every micro-step"),
+    ({"dp": ("data", "R,R,R,R")}, (), "dense", "for 'dense' alone"),
+])
+def test_early_sync_that_changes_nothing_is_pl506(axes, extra, group, words):
+    spec, p = _with(axes, extra + (ov("grads", "sync_before_last", group),))
+    with pytest.raises(DiagnosticError) as e:
+        check_plan(SESSION, spec, p, {})
+    assert e.value.diagnostics[0].code == "PL506" and words in e.value.diagnostics[0].message

@@ -196,7 +196,9 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
                                                                for a in step.pipeline_axes] if tie_applies else []),
                      lambda w: rs.replay_tie(ctx, w),
                      () if tie_applies else ("vacuous: no tied weights across pipeline stages",)))
-    return _undecided(obs, step, ctx.pinned)
+    from .timing import wrap  # the micro-step the gradient sync is armed on
+
+    return _undecided(wrap(obs, step, ctx, plan), step, ctx.pinned)
 
 
 def _undecided(obs: list[Obligation], step: steps.StepModel, pinned: dict[str, int]) -> list[Obligation]:

@@ -361,6 +361,8 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     if overrides:
         no_effect(plan, tuple(g.group for g in groups), bool(needed), offloaded_params)
         filter_no_effect(plan.overrides, groups)
+        from .timing import check_override  # (timing reads GroupModel)
+        check_override(plan, groups)
     rg_o = last("params", "no_regather")
     gather_o = last("params", "gather")
     fetch_o = last("params", "no_fetch")

@@ -11,6 +11,8 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "no_accumulation_buffer": (False, False),  # sharded grads with no full accumulator
         # the (replicated) gradient buffer reduced after every microbatch's backward, not once per step
         "reduce_every_microbatch": (False, False),
+        # the once-per-step reduction armed on a micro-step before the last (no_sync around the later ones)
+        "sync_before_last": (False, False),
     },
     "clip_norm": {
         "reduce": (True, False),  # squared norms summed over exactly these axes
