@@ -927,6 +927,14 @@ for name, b, lines, why in [
      "the RNG tracker shared over a data axis of HSDP: nothing there is split."),
 ]:
     with_base(f"harmless_state_{name}", b, why, lines)
+SYNC = "the gradient sync armed on the wrong micro-step (modelscope/FunASR#3472, karpathy/build-nanogpt#30)"
+for b, groups in [("ddp", ["dense", "norms", "biases", "embedding"]), ("zero1", ["dense", "norms", "biases", "embedding"]),
+                  ("tp", ["dense", "norms", "biases", "embedding"]), ("gpipe", ["dense", "norms", "biases", "embedding"])]:
+    mutant(f"state_sync_before_last_{b}", b, "the once-per-step gradient all-reduce armed on a micro-step before the "
+           "last (`grads: sync_before_last`): the later micro-steps' gradients are never reduced.",
+           ["override grads: sync_before_last"],
+           gi(groups, "over microbatches") + [f"SC grads[{g}]" for g in groups] + ["SC clip_norm", "SC overflow"],
+           root=gi_root(groups, "over microbatches"), mirrors=SYNC)
 equivalent("restated_recompute_preserved", BASES["tp"].title,
            "full recomputation replaying the forward's RNG state (preserve_rng_state, the tracker's states) is "
            "the derived step.", list(BASES["tp"].bind) + ["use full_recompute"], "tp", imports=REC)
