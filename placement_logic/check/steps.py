@@ -36,6 +36,7 @@ from .dims import (  # noqa: F401  (the dimension vocabulary, used by the module
     GradDim,
     axis_dims,
 )
+from .microsteps import check_override as check_microsteps
 from .parts import gather_counts as _gather_counts
 from .parts import own_sources as _own_sources
 from .parts import par_needed
@@ -361,8 +362,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     if overrides:
         no_effect(plan, tuple(g.group for g in groups), bool(needed), offloaded_params)
         filter_no_effect(plan.overrides, groups)
-        from .timing import check_override  # (timing reads GroupModel)
-        check_override(plan, groups)
+        check_microsteps(plan, groups)
     rg_o = last("params", "no_regather")
     gather_o = last("params", "gather")
     fetch_o = last("params", "no_fetch")

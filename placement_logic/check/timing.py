@@ -1,8 +1,8 @@
 """Time within a step: the micro-step on which the gradient synchronisation is armed.
 
-Input: an ``ir.Plan`` and its groups (``GroupModel``). Output: the axes over which each group's
-replicated gradient is synchronised by the once-per-step reduction (``early_axes``), and the
-obligations that read the reduced gradient wrapped so that an early sync refutes them.
+Input: the obligations of a plan, its step model and replay context. Output: the obligations that
+read a reduced gradient wrapped so that an early sync refutes them, with a concrete replay of the
+accumulation (the affected axes: ``microsteps.early_axes``).
 
 The derived step arms the reduction on the last micro-step: the first m - 1 backwards run under
 ``no_sync`` and the last one reduces the whole accumulated gradient. ``override grads:
@@ -22,49 +22,10 @@ from fractions import Fraction
 import z3
 
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError
-from ..ir import collectives as sc
-from ..ir import groups as pg
-from ..ir import views
 from . import steps
+from .microsteps import early_axes, early_override
 from .replay import Context, _frac, coords_text
 from .report import Counterexample
-
-VERB = "sync_before_last"
-
-
-def early_override(plan: ir.Plan) -> ir.Override | None:
-    return next((o for o in plan.overrides if o.target == "grads" and o.verb == VERB), None)
-
-
-def early_axes(plan: ir.Plan, g: steps.GroupModel) -> tuple[str, ...]:
-    """The axes the once-per-step reduction sums the group's gradient over where the gradient is
-    replicated (its effective grads mode R, ``ir.views``: not reduce-scattered per micro-step)."""
-    grads = views.class_view(plan, pg.class_of(plan.model, g.group), sc.derive(plan)).grads
-    return tuple(d.axis for d in g.dims if d.kind == steps.TOKEN and d.axis is not None and d.k >= 1
-                 and not d.implicit and grads.mode(d.axis) is ir.Mode.R)
-
-
-def check_override(plan: ir.Plan, groups) -> None:
-    """PL506 where ``sync_before_last`` changes nothing."""
-    o = early_override(plan)
-    if o is None:
-        return
-    why = None
-    every = next((x for x in plan.overrides if x.target == "grads" and x.verb == "reduce_every_microbatch"), None)
-    m = plan.model.microbatches
-    if o.group not in (None, "all"):
-        why = (f"the gradient buffer is synchronised as one; the sync cannot be armed early for '{o.group}' alone "
-               f"(write override grads: {VERB})")
-    elif isinstance(m, ir.Const) and m.value == 1:
-        why = "the model has one microbatch per step (microbatches = 1), so the first micro-step is the last"
-    elif every is not None:
-        why = (f"the buffer is reduced after every micro-step (override grads: reduce_every_microbatch, line "
-               f"{every.span.line}), so no micro-step runs under no_sync")
-    elif not any(early_axes(plan, g) for g in groups):
-        why = "no gradient is all-reduced once per step over an axis (every reduced gradient is sharded there)"
-    if why:
-        raise DiagnosticError([Diagnostic("PL506", f"override grads: {VERB} changes nothing: {why}", o.span)])
 
 
 def wrap(obs: list, step: steps.StepModel, ctx: Context, plan: ir.Plan | None) -> list:
