@@ -69,7 +69,6 @@ def test_tokens_beside_a_sum_loss_change_nothing(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("line,words", [
-    ("override rng_state: same", "'rng_state' is not modelled"),
     ("override process_group: reduce over (dp)", "'process_group' is not modelled"),
     ("override one_rank: clip", "'one_rank' is not modelled"),
     ("override expert_tensor: reduce over (tp)", "'expert_tensor' is not modelled"),

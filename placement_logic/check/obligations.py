@@ -88,6 +88,9 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
         "dropout seeds are identical over axes where the region is replicated and distinct where it is split",
         lambda env: en.seed_negation(env), lambda w: rs.replay_seed(ctx, w),
         () if step.tensor_axes else ("vacuous: no tensor-parallel axis",)))
+    from .stepstate import state_obligations  # initial state, optimizer identity, RNG state
+
+    obs += state_obligations(step, ctx, Obligation)
     for a in step.data_axes + step.context_axes:
         where, groups = placed(step.params_span, (ir.State.PARAMS,), a,
                                lambda m: m[ir.State.PARAMS] in (ir.Mode.S, ir.Mode.O), a in step.unusable_axes)
@@ -179,7 +182,9 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
     obs += checkpoint_check.obligations(step, ctx)  # only where the plan states a checkpoint
     if plan is not None and plan.model.loss_terms:  # loss terms besides the main loss (check.losses)
         obs += losses.obligations(plan, derived, ctx)
-    return _undecided(obs, step, ctx.pinned)
+    from .timing import wrap  # the micro-step the gradient sync is armed on
+
+    return _undecided(wrap(obs, step, ctx, plan), step, ctx.pinned)
 
 
 def _undecided(obs: list[Obligation], step: steps.StepModel, pinned: dict[str, int]) -> list[Obligation]:

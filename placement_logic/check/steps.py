@@ -22,6 +22,8 @@ from ..ir import folding, heads, views
 from ..ir import groups as pg
 from . import checkpoint as ckpt
 from . import clipagg
+from . import identity as _identity
+from . import rng as _rng
 from .dims import (  # noqa: F401  (the dimension vocabulary, used by the modules that read a StepModel)
     COPY_PART,
     DATA_ROLES,
@@ -36,6 +38,7 @@ from .dims import (  # noqa: F401  (the dimension vocabulary, used by the module
     GradDim,
     axis_dims,
 )
+from .microsteps import check_override as check_microsteps
 from .parts import gather_counts as _gather_counts
 from .parts import own_sources as _own_sources
 from .parts import par_needed
@@ -66,6 +69,7 @@ class GroupModel:
     clip_agg: str = "sum"  # how the ranks' squared norms are combined over clip_axes: sum | average | max (clipagg)
     clip_sqrt: bool = False  # each rank's root taken before the reduction (clip_norm: sqrt_before_reduce)
     undecided: str = ""  # a fact the step model lacks to decide this group's gradient (its obligations: unknown)
+    replicated_params: tuple[str, ...] = ()  # mesh axes over which the group's params are whole copies
 
     def span_of(self, aspect: str) -> Span:
         return dict(self.spans).get(aspect, NO_SPAN)
@@ -132,6 +136,8 @@ class StepModel:
     group_sources: tuple[tuple[str, str, str, Span], ...] = ()
     gather_unsharded: tuple[str, ...] = ()  # axes params are gathered over where they are not sharded
     checkpoint: ckpt.CheckpointModel | None = None  # save, load and reshard (``override checkpoint``), if stated
+    identity: _identity.IdentityModel = _identity.IdentityModel()  # initial params and the optimizer's tensors
+    rng: _rng.RngModel = _rng.RngModel()  # the RNG state per rank and region
 
     def size_aliases(self) -> dict[str, str]:
         """Symbols that name a size of the step: the model's microbatches symbol."""
@@ -335,7 +341,8 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
                                  clip_axes=tuple(clip_g.axes or ()) if clip_g is not None else None,
                                  clip_span=clip_g.span if clip_g is not None else NO_SPAN,
                                  objective="sum" if loss == "sum" else "mean",
-                                 undecided=heads.undecided(plan, g)))
+                                 undecided=heads.undecided(plan, g),
+                                 replicated_params=_identity.replicated(axes, dims, par_pl, role_of)))
 
     par_pl, opt_pl, grads_pl = plan_pls  # the plan's own placements again, for the plan-wide facts
     all_shard = tuple(dict.fromkeys(a for g in groups for a in g.shard_axes))
@@ -359,6 +366,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     if overrides:
         no_effect(plan, tuple(g.group for g in groups), bool(needed), offloaded_params)
         filter_no_effect(plan.overrides, groups)
+        check_microsteps(plan, groups)
     rg_o = last("params", "no_regather")
     gather_o = last("params", "gather")
     fetch_o = last("params", "no_fetch")
@@ -421,6 +429,8 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         group_sources=tuple(dict.fromkeys(sources)),
         gather_unsharded=tuple(dict.fromkeys(a for p in parts for a in p.unsharded_gathers)),
         checkpoint=ckpt.derive(plan, groups, colls, needed, seed_vary),
+        identity=_identity.model(plan, {g.group: g.replicated_params for g in groups}),
+        rng=_rng.model(plan, tensor, _expert_axes(plan, expert), sp),
     )
 
 

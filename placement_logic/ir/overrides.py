@@ -11,6 +11,8 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "no_accumulation_buffer": (False, False),  # sharded grads with no full accumulator
         # the (replicated) gradient buffer reduced after every microbatch's backward, not once per step
         "reduce_every_microbatch": (False, False),
+        # the once-per-step reduction armed on a micro-step before the last (no_sync around the later ones)
+        "sync_before_last": (False, False),
     },
     "clip_norm": {
         "reduce": (True, False),  # squared norms summed over exactly these axes
@@ -40,7 +42,16 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "no_regather": (False, False),  # sharded optimizer step, no re-gather of params
         "gather": (True, False),  # S* state gathered over these axes
         "no_fetch": (False, False),  # offloaded params never fetched to device
+        # params initialised on every rank (a per-rank seed) and never broadcast over these axes
+        "no_init_broadcast": (True, False),
     },
+    # the optimizer holds copies of the params made before the model was re-wrapped (FSDP, .to(device))
+    "optimizer": {"stale_params": (False, False)},
+    # the RNG state (generator seed and offset) per rank: the model-parallel tracker not forked per rank
+    # (same), offsets advanced differently (advance), one rank's state restored on every rank of the axes
+    # (restored_from_one), recomputation without the forward's RNG state (not_preserved)
+    "rng": {"same": (True, False), "advance": (True, False), "restored_from_one": (True, False),
+            "not_preserved": (False, False)},
     "embedding": {"tie_reduce": (True, False)},  # tied embedding grads summed over these axes
     # checkpoint save, load and reshard (check/checkpoint.py): any statement adds the transition to the step
     "checkpoint": {

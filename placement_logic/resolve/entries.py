@@ -28,8 +28,6 @@ Options = dict[ir.State, dict[str, object]]
 
 # targets a user may reach for that the step semantics leaves out: a located PL129, never a no-op
 NOT_MODELLED = {
-    "rng_state": "only the dropout seed of the replicated region is (override dropout_seed: vary over (...) or same)",
-    "rng": "only the dropout seed of the replicated region is (override dropout_seed: vary over (...) or same)",
     "process_group": "every reduction is over whole mesh axes; a group over part of an axis is out of scope",
     "rank": "every device of an axis runs the same step; an operation on one rank is out of scope",
     "one_rank": "every device of an axis runs the same step; an operation on one rank is out of scope",

@@ -999,6 +999,71 @@ with_base("clip_sqrt_filtered_copies_tp", "tp",
           "(the duplicate filter): one rank contributes, so the root of the sum is the sum of the roots.",
           ["override clip_norm: reduce over (tp)", "override clip_norm: dedupe over (tp)",
            "override clip_norm[norms]: sqrt_before_reduce", "override clip_norm[biases]: sqrt_before_reduce"])
+# -- initial state, optimizer identity and RNG state ------------------------------------
+
+INIT = "replicas never broadcast at init (pytorch/torchtitan#166, mosaicml/llm-foundry#830, allenai/OLMo-core#319)"
+STALE = "an optimizer built before FSDP wrapping (huggingface/accelerate#3256, intelligent-machine-learning/dlrover#585)"
+TRACKER = "dropout outside the model-parallel RNG tracker (NVIDIA/Megatron-LM#26)"
+RESTORED = "one rank's RNG state restored on every rank (NVIDIA/Megatron-LM#6858, NVIDIA-NeMo/Automodel#3437)"
+OFFSET = "a data loader drawing on tensor rank 0 only (bigscience-workshop/Megatron-DeepSpeed#276)"
+RECOMPUTE = "activation checkpointing with preserve_rng_state=False (allenai/OLMo-core#828)"
+REC = ("from std.recompute import full_recompute",)
+for name, b, lines, what, ob, mirrors, imports in [
+    ("init_no_broadcast_ddp", "ddp", ["override params: no_init_broadcast over (dp)"],
+     "every dp rank initialises its own params, never broadcast", "SC params initial", INIT, ()),
+    ("init_no_broadcast_hsdp_replicas", "hsdp", ["override params: no_init_broadcast over (nodes, gpus)"],
+     "per-rank init over both HSDP axes: the shards over gpus are distinct, the copies over nodes start apart",
+     "SC params initial", INIT, ()),
+    ("init_no_broadcast_norms_tp", "tp", ["override params[norms]: no_init_broadcast over (tp)"],
+     "the norm weights, whole on every tp rank, initialised per tp rank", "SC params initial", INIT, ()),
+    ("init_no_broadcast_dense_ep", "ep", ["override params[dense]: no_init_broadcast over (ep)"],
+     "the dense weights, whole on every expert rank, initialised per expert rank", "SC params initial", INIT, ()),
+    ("optimizer_stale_fsdp", "fsdp", ["override optimizer: stale_params"],
+     "the optimizer holds the params as they were before FSDP wrapping", "SC optimizer holds the params", STALE, ()),
+    ("optimizer_stale_experts_ep", "ep", ["override optimizer[experts]: stale_params"],
+     "the optimizer holds stale copies of the expert weights only", "SC optimizer holds the params", "", ()),
+    ("rng_same_tp", "tp", ["override rng: same over (tp)"],
+     "the model-parallel RNG tracker not forked over tp", "SC rng split regions", TRACKER, ()),
+    ("rng_same_sp", "sp", ["override rng: same over (tp)"],
+     "the tracker not forked over tp under sequence parallelism: every slice repeats one mask",
+     "SC rng split regions", TRACKER, ()),
+    ("rng_restored_ep", "ep", ["override rng: restored_from_one over (ep)"],
+     "expert ranks resume on one rank's tracker state", "SC rng split regions", RESTORED, ()),
+    ("rng_restored_3d", "3d", ["override rng: restored_from_one over (dp, tp, pp)"],
+     "every rank resumes on rank 0's RNG states", "SC rng split regions", RESTORED, ()),
+    ("rng_advance_tp", "tp", ["override rng: advance over (tp)"],
+     "the default generator advanced on some tp ranks only", "SC rng replicated region", OFFSET, ()),
+    ("rng_advance_moe_3d", "moe_3d", ["override rng: advance over (tp, ep)"],
+     "the default generator advanced apart over tp (and ep)", "SC rng replicated region", "", ()),
+    ("rng_not_preserved_ddp", "ddp", ["use full_recompute", "override rng: not_preserved"],
+     "full recomputation without the forward's RNG state", "SC rng recompute", RECOMPUTE, REC),
+]:
+    mutant(f"state_{name}", b, what + f" (`{lines[-1].removeprefix('override ')}`).", lines, [ob],
+           mirrors=mirrors, imports=imports)
+
+for name, b, lines, why in [
+    ("rng_same_dp_tp", "tp", ["override rng: same over (dp)"],
+     "data-parallel ranks may share the tracker's seed (Megatron-LM seeds them alike): they hold other samples."),
+    ("rng_advance_sp", "sp", ["override rng: advance over (tp)"],
+     "under sequence parallelism no dropout region is replicated over tp, so default offsets may differ there."),
+    ("rng_advance_restored_dp_ep", "ep", ["override rng: advance over (dp)", "override rng: restored_from_one over (dp)"],
+     "over the data axis the RNG states carry no condition: restored or advanced apart, dp ranks draw for "
+     "other samples."),
+    ("rng_same_nodes_hsdp", "hsdp", ["override rng: same over (nodes)"],
+     "the RNG tracker shared over a data axis of HSDP: nothing there is split."),
+]:
+    with_base(f"harmless_state_{name}", b, why, lines)
+SYNC = "the gradient sync armed on the wrong micro-step (modelscope/FunASR#3472, karpathy/build-nanogpt#30)"
+for b, groups in [("ddp", ["dense", "norms", "biases", "embedding"]), ("zero1", ["dense", "norms", "biases", "embedding"]),
+                  ("tp", ["dense", "norms", "biases", "embedding"]), ("gpipe", ["dense", "norms", "biases", "embedding"])]:
+    mutant(f"state_sync_before_last_{b}", b, "the once-per-step gradient all-reduce armed on a micro-step before the "
+           "last (`grads: sync_before_last`): the later micro-steps' gradients are never reduced.",
+           ["override grads: sync_before_last"],
+           gi(groups, "over microbatches") + [f"SC grads[{g}]" for g in groups] + ["SC clip_norm", "SC overflow"],
+           root=gi_root(groups, "over microbatches"), mirrors=SYNC)
+equivalent("restated_recompute_preserved", BASES["tp"].title,
+           "full recomputation replaying the forward's RNG state (preserve_rng_state, the tracker's states) is "
+           "the derived step.", list(BASES["tp"].bind) + ["use full_recompute"], "tp", imports=REC)
 
 # ---------------------------------------------------------------------------------------
 

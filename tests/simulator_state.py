@@ -1,0 +1,189 @@
+"""The concrete simulator of a step's initial state, optimizer identity and RNG state, written from
+docs/semantics.md ("Initial state and identity", "RNG state") without the checker's code.
+
+``state_violations(plan, sizes)`` enumerates every device of the mesh and returns the violated
+conditions as keys: ``("init",)`` (two devices holding the same parameter element start from
+different values), ``("stale",)`` (the optimizer steps a tensor the forward does not read),
+``("rng_split",)`` (two devices holding different slices of a split dropout region draw the same
+mask), ``("rng_replicated",)`` (two devices holding one replicated value draw different masks) and
+``("rng_recompute",)`` (a recomputed mask differs from the forward's).
+
+Generators here are ``random.Random`` streams keyed by (seed, offset): a device's state is where
+its stream stands. Seeds follow Megatron-LM's ``model_parallel_cuda_manual_seed``: the default
+generator takes the same seed on every device of a tensor group; the tracker adds 2718 and the
+device's rank over the tensor and expert axes.
+"""
+
+from __future__ import annotations
+
+import random
+from itertools import product
+
+import simulator as sim
+
+from placement_logic import ir
+from placement_logic.ir import collectives
+
+SEED = 42
+MASK_BITS = 64
+
+
+def _devices(plan: ir.Plan, sizes: dict[str, int]) -> list[dict[str, int]]:
+    names = plan.mesh.names
+    return [dict(zip(names, c)) for c in product(*[range(sizes[a]) for a in names])]
+
+
+def _neighbours(plan, sizes, axis):
+    """Pairs of devices that differ on ``axis`` only."""
+    for d in _devices(plan, sizes):
+        if d[axis] + 1 < sizes[axis]:
+            yield d, dict(d, **{axis: d[axis] + 1})
+
+
+def _holds_copy(plan: ir.Plan, group: str, axis: str) -> bool:
+    """Whether every device along ``axis`` holds the whole of the group's elements (a copy)."""
+    t = sim.axis_type(plan, group, axis)
+    if t in (sim.INVARIANT, sim.SPLIT, sim.HEADS):
+        return True
+    if t == sim.PARTIAL:  # on an expert axis a group it does not split takes the data axes' modes
+        return sim._modes_on(plan, group, axis, collectives.derive(plan))[0] is ir.Mode.R
+    return False  # sharded, complete experts, pipeline stages
+
+
+def _init_violation(plan: ir.Plan, sizes: dict[str, int]) -> bool:
+    for g in sim.groups_of(plan):
+        unb = set()
+        for o in plan.overrides:
+            if o.target == "params" and o.verb == "no_init_broadcast" and o.group in (None, "all", g):
+                unb |= set(o.axes or ())
+        copies = [a for a in plan.mesh.names if _holds_copy(plan, g, a)]
+
+        def value(d, unb=unb, g=g):
+            # each device draws its element from its own seed: the base, offset by its coordinates on the
+            # axes it is not broadcast over (a broadcast makes every device take rank 0's draw)
+            key = tuple(d[a] if a in unb else 0 for a in plan.mesh.names)
+            return random.Random(hash((SEED, g) + key)).random()
+
+        for a in copies:
+            if any(value(x) != value(y) for x, y in _neighbours(plan, sizes, a)):
+                return True
+    return False
+
+
+def _stale(plan: ir.Plan) -> bool:
+    """One SGD step: the optimizer steps the tensor it holds; the next forward reads the model's."""
+    for o in plan.overrides:
+        if o.target == "optimizer" and o.verb == "stale_params":
+            model_param = 1.0
+            optimizer_param = model_param  # a copy, made before re-wrapping
+            optimizer_param -= 0.1 * 0.5
+            if model_param != optimizer_param:
+                return True
+    return False
+
+
+def _axes_of(plan: ir.Plan, verbs: tuple[str, ...]) -> set[str]:
+    return {a for o in plan.overrides if o.target == "rng" and o.verb in verbs for a in (o.axes or ())}
+
+
+def _states(plan: ir.Plan, sizes: dict[str, int]) -> dict[tuple, dict[str, tuple[int, int]]]:
+    """Every device's generator states after the start of the step: {"default": (seed, offset),
+    "tracker": (seed, offset)}."""
+    tensor = [a for a in plan.mesh.names if plan.role(a) in sim.TENSOR]
+    expert = [a for a in plan.mesh.names if plan.role(a) is ir.Role.EXPERT]
+    unforked = _axes_of(plan, ("same",))
+    restored = _axes_of(plan, ("restored_from_one",))
+    advanced = _axes_of(plan, ("advance",))
+
+    def initial(d):
+        fork = SEED + 2718
+        for i, a in enumerate(tensor + expert):
+            if a not in unforked:
+                fork += (d[a] + 1) * 1000 ** (i + 1)
+        return {"default": (SEED, 0), "tracker": (fork, 0)}
+
+    out = {}
+    for d in _devices(plan, sizes):
+        # a resume restores the states saved by the device at coordinate 0 of every restored axis
+        src = {a: (0 if a in restored else c) for a, c in d.items()}
+        st = initial(src)
+        extra = sum(d[a] for a in advanced)  # a device that ran `extra` more random ops this step
+        st["default"] = (st["default"][0], st["default"][1] + extra)
+        out[tuple(d.values())] = st
+    return out
+
+
+def _mask(state: tuple[int, int]) -> tuple[int, ...]:
+    seed, offset = state
+    r = random.Random(seed)
+    for _ in range(offset):
+        r.getrandbits(MASK_BITS)
+    return tuple(int(b) for b in format(r.getrandbits(MASK_BITS), f"0{MASK_BITS}b"))
+
+
+def _rng_violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
+    out = set()
+    st = _states(plan, sizes)
+    sp = sim.sequence_parallel(plan)
+    key = lambda d: tuple(d.values())  # noqa: E731
+    for a in plan.mesh.names:
+        role = plan.role(a)
+        if role in sim.TENSOR or role is ir.Role.EXPERT:
+            # the split region (heads, SP slices, experts): different slices, different masks
+            if any(_mask(st[key(x)]["tracker"]) == _mask(st[key(y)]["tracker"]) for x, y in _neighbours(plan, sizes, a)):
+                out.add(("rng_split",))
+        if role in sim.TENSOR and not sp:
+            # the residual region after the row-parallel all-reduce: one replicated value, one mask
+            if any(_mask(st[key(x)]["default"]) != _mask(st[key(y)]["default"]) for x, y in _neighbours(plan, sizes, a)):
+                out.add(("rng_replicated",))
+    if plan.recompute is not ir.Recompute.NONE:
+        preserved = not any(o.target == "rng" and o.verb == "not_preserved" for o in plan.overrides)
+        forward_state = (SEED, 0)
+        after_forward = (SEED, 1)  # the forward's dropout advanced the stream
+        recompute_state = forward_state if preserved else after_forward
+        if _mask(forward_state) != _mask(recompute_state):
+            out.add(("rng_recompute",))
+    return out
+
+
+def _synced_once(plan: ir.Plan, group: str) -> list[str]:
+    """The axes over which the once-per-step reduction sums the group's gradient, replicated there:
+    the group's contributions are partial over the axis, the plan reduces them there, and the
+    gradient is not sharded (reduce-scattered) over it."""
+    schedule = collectives.derive(plan)
+    red = sim.reductions(plan, group)
+    return [a for a in plan.mesh.names if sim.axis_type(plan, group, a) == sim.PARTIAL and red[a] >= 1
+            and sim._modes_on(plan, group, a, schedule)[2] is ir.Mode.R]
+
+
+def early_sync_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random) -> set:
+    """The sync armed on micro-step 1 of m: every rank of a synced axis ends the step with the reduced
+    gradient of micro-step 1 plus its own gradient of micro-steps 2..m. Keys: ("gi", group),
+    ("replica", group), ("clip",), ("overflow",)."""
+    from fractions import Fraction
+
+    out: set = set()
+    m = sizes["microbatches"]
+    for g in sim.groups_of(plan):
+        for a in _synced_once(plan, g):
+            n = sizes[a]
+            s = {(r, mu): Fraction(rng.randint(1, 99)) for r in range(n) for mu in range(m)}
+            tokens = {(r, mu): rng.randint(1, 5) for r in range(n) for mu in range(m)}
+            total = sum(tokens.values())
+            ref = sum(s.values()) / total
+            synced = sum(s[(r, 0)] for r in range(n)) / total
+            held = [synced + sum(s[(r, mu)] for mu in range(1, m)) / total for r in range(n)]
+            if any(h != ref for h in held):
+                out.add(("gi", g))
+            if len(set(held)) > 1:
+                out |= {("replica", g), ("clip",), ("overflow",)}
+    return out
+
+
+def state_violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
+    out = set()
+    if _init_violation(plan, sizes):
+        out.add(("init",))
+    if _stale(plan):
+        out.add(("stale",))
+    return out | _rng_violations(plan, sizes)
