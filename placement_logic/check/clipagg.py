@@ -7,7 +7,8 @@ reduction, a nonlinear operation on a value whose sum over the axis is still pen
 (sqrt(a) + sqrt(b) != sqrt(a + b)): the local norm summed instead of the squared one.
 
 Input: the plan's overrides and the step's ``GroupModel`` records. Output: the records with
-their aggregation (``clip_agg``) and root-before-reduce flag (``clip_sqrt``) set. No solver here.
+their duplicate filter (``filters``: derived, or stated by ``clip_norm: dedupe over``), their
+aggregation (``clip_agg``) and root-before-reduce flag (``clip_sqrt``) set. No solver here.
 """
 
 from __future__ import annotations
@@ -59,3 +60,26 @@ def pending(g, sizes_ge2) -> list[str]:
     if g.clip_sqrt or g.clip_agg == "max":  # an average or a max of copies is the copy
         return [a for a in axes if a in g.shard_axes and sizes_ge2(a)]
     return []
+
+
+def filters(groups: list, plan_clip: tuple[str, ...], last) -> list:
+    """Each group's norm reduction and duplicate filter. A group no `clip_norm: reduce` override
+    applies to takes the derived reduction (``plan_clip``, the axes some group is sharded over)
+    with the filter on every axis of it the group is replicated on: its copies there are counted
+    on one rank only, as Megatron-LM counts tensor-parallel duplicates and a shared embedding
+    once. A stated reduction is a plain sum: a group's copies on a summed axis each count, unless
+    a `clip_norm: dedupe over (...)` override states the filter."""
+    out = []
+    for g in groups:
+        if g.clip_axes is None:
+            filt = tuple(a for a in dict.fromkeys(plan_clip) if a not in g.shard_axes)
+            out.append(replace(g, clip_axes=plan_clip, clip_filter=filt))
+            continue
+        o = last("clip_norm", "dedupe", g.group) or last("clip_norm", "dedupe", "all") \
+            or last("clip_norm", "dedupe", None)
+        if o is None:
+            out.append(g)
+            continue
+        filt = tuple(a for a in dict.fromkeys(o.axes or ()) if a in g.clip_axes and a not in g.shard_axes)
+        out.append(replace(g, clip_filter=filt, clip_filter_stated=True, clip_filter_span=o.span))
+    return out

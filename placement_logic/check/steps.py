@@ -348,7 +348,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     all_shard = tuple(dict.fromkeys(a for g in groups for a in g.shard_axes))
     clip_o = clipagg.stated(plan.overrides, "all")
     plan_clip = tuple(clip_o.axes or ()) if clip_o else all_shard
-    groups = clipagg.apply(_clip_filters(groups, plan_clip, last), plan.overrides)
+    groups = clipagg.apply(clipagg.filters(groups, plan_clip, last), plan.overrides)
     overflow_o = last("overflow", "reduce")
     seed_o = last("dropout_seed")
     if seed_o is None:
@@ -432,26 +432,3 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         identity=_identity.model(plan, {g.group: g.replicated_params for g in groups}),
         rng=_rng.model(plan, tensor, _expert_axes(plan, expert), sp),
     )
-
-
-def _clip_filters(groups: list[GroupModel], plan_clip: tuple[str, ...], last) -> list[GroupModel]:
-    """Each group's norm reduction and duplicate filter. A group no `clip_norm: reduce` override
-    applies to takes the derived reduction (``plan_clip``, the axes some group is sharded over)
-    with the filter on every axis of it the group is replicated on: its copies there are counted
-    on one rank only, as Megatron-LM counts tensor-parallel duplicates and a shared embedding
-    once. A stated reduction is a plain sum: a group's copies on a summed axis each count, unless
-    a `clip_norm: dedupe over (...)` override states the filter."""
-    out = []
-    for g in groups:
-        if g.clip_axes is None:
-            filt = tuple(a for a in dict.fromkeys(plan_clip) if a not in g.shard_axes)
-            out.append(replace(g, clip_axes=plan_clip, clip_filter=filt))
-            continue
-        o = last("clip_norm", "dedupe", g.group) or last("clip_norm", "dedupe", "all") \
-            or last("clip_norm", "dedupe", None)
-        if o is None:
-            out.append(g)
-            continue
-        filt = tuple(a for a in dict.fromkeys(o.axes or ()) if a in g.clip_axes and a not in g.shard_axes)
-        out.append(replace(g, clip_filter=filt, clip_filter_stated=True, clip_filter_span=o.span))
-    return out

@@ -226,6 +226,14 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
     if not takes_by and o.by is not None:
         error("PL122", f"'{o.target}: {o.verb}' takes no 'by' clause", o.span)
         return None
+    return _axes_and_divisor(vals, o, env, axes_allowed)
+
+
+def _axes_and_divisor(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
+                      axes_allowed: set[str]) -> ir.Override | None:
+    """The override with its axes (each one of ``axes_allowed``) and its divisor (a count, not
+    zero) checked; None after reporting an error."""
+    error = vals.cx.error
     for a in o.axes or ():
         if a not in axes_allowed:
             error("PL109", f"'{a}' is not an axis here", o.span, did_you_mean(a, axes_allowed))
@@ -267,19 +275,7 @@ def _term_override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Valu
             "takes no 'over' or 'by' clause"
         error("PL122", f"'{o.target}[{o.group}]: {o.verb}' {need}", o.span)
         return None
-    for a in o.axes or ():
-        if a not in axes_allowed:
-            error("PL109", f"'{a}' is not an axis here", o.span, did_you_mean(a, axes_allowed))
-            return None
-    by = None
-    if o.by is not None:
-        by = vals.count(o.by, env, "the divisor")
-        if by is None:
-            return None
-        if number(by, vals) == 0:
-            error("PL204", f"the divisor {ir.show(by)} is zero", o.span)
-            return None
-    return ir.Override(o.target, o.group, o.verb, o.axes, by, o.span)
+    return _axes_and_divisor(vals, o, env, axes_allowed)
 
 
 def rename_override(o: ir.Override, rename: dict[str, tuple[str, ...]]) -> ir.Override:
