@@ -15,15 +15,14 @@ from .mechanisms import (
     kept_whole_as_documented,
     measured_collectives,
     measured_records,
-    own_stage_prediction,
     params_per_tensor_rank,
     predicted_calls,
     stage_note,
     stage_shares,
-    tied_stage_excess,
+    stage_tensor_elements,
 )
 from .predict import Prediction
-from .realise import Realisation
+from .realise import Realisation, widths_of
 from .report import Row
 from .shape import TinyShape
 
@@ -44,8 +43,8 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
     per_rank = [measured_collectives(res, r.mesh) for res in results]
     shares = stage_shares(r, results, shape)
     psi = Fraction(shape.param_count())
-    grads_width = pred.widths["grads"]
-    boundary = shape.seq * shape.microbatch * shape.hidden * pred.widths["activations"]
+    grads_width = widths_of(r)["grads"]
+    boundary = shape.seq * shape.microbatch * shape.hidden * widths_of(r)["activations"]
     # predicted collectives first, so that a measured stand-in is paired before it is listed alone
     order = lambda k: (k[1], k[0])
     keys = sorted(predicted, key=order) + sorted({k for m in per_rank for k in m} - set(predicted), key=order)
@@ -69,29 +68,29 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
         if status == "differs" and r.pipeline_axis and kind in stage_kinds and data_axes:
             state = stage_kinds[kind]
             t = r.sizes[r.tensor_axis] if r.tensor_axis else 1
-            own = own_stage_prediction(pred, state, r, results)
             # zeropp: the engine's buffer is the stage's whole chunks on the first data axis (gathered,
             # reduce-scattered) and their shard of it on the second, once per predicted call
             excess = [0] * len(got)
             calls = sum((c.calls for c in pred.collectives if c.kind == kind and tuple(c.axes) == axes), Fraction(0))
             shard = r.sizes[r.data_axes[0]] if r.data == "zeropp" and axes != (r.data_axes[0],) else 1
+            w = widths_of(r)[state]
             if t == 1:
                 # the even split Ψ/p, at the state's width; each rank's buffer its stage's exact count
-                documented = p == calls * pred.widths[state] * psi / (r.stages * shard)
+                documented = p == calls * w * psi / (r.stages * shard)
                 measured_ok = all(g == p * f for g, f in zip(got, shares))
             else:
-                # under tensor parallelism the even split is of the bytes each tensor rank holds: the
-                # mean of the engine's stage predictions; each rank's buffer is its own stage's
-                by = pred.stages
-                total = by["first"][state] + by["last"][state] + (r.stages - 2) * by.get("interior", {}).get(state, 0)
-                # with tied embeddings the engine's even split is of Ψ, which leaves the last stage's copy out
-                copy = shape.vocab * shape.hidden * pred.widths[state] / t if shape.tied_embeddings else 0
-                documented = own is not None and p == (total - copy) / r.stages
-                # a tied embedding and its copy kept whole on the tensor axis: their excess in the buffer
-                excess = tied_stage_excess(pred, state, r, results, shape) \
-                    if own is not None and shape.tied_embeddings and r.chunks == 1 else [0] * len(got)
-                measured_ok = own is not None and excess is not None \
-                    and all(g == w + e for g, w, e in zip(got, own, excess))
+                # under tensor parallelism the even split is of the elements each tensor rank holds,
+                # counted from the shape (with tied embeddings less the last stage's copy, which Ψ
+                # leaves out); each rank's buffer is its own stage's, with the tied embedding and its
+                # copy kept whole on the tensor axis: (t-1)/t of V·h more on the first and last stage
+                per = [stage_tensor_elements(shape, k, r.stages, t, r.chunks) for k in range(r.stages)]
+                copy = Fraction(shape.vocab * shape.hidden, t) if shape.tied_embeddings else 0
+                tied = shape.tied_embeddings and r.chunks == 1
+                documented = None not in per and p == calls * w * (sum(per) - copy) / r.stages
+                excess = [calls * w * shape.vocab * shape.hidden * (t - 1) / t
+                          if tied and res["coords"][r.pipeline_axis] in (0, r.stages - 1) else 0 for res in results]
+                measured_ok = documented and all(g == calls * w * per[res["coords"][r.pipeline_axis]] + e
+                                                 for g, e, res in zip(got, excess, results))
             one_size = len(predicted_calls(pred, key)) == 1
             in_calls = all(equal_calls(measured_records(res, r.mesh, key), calls, carried_in_parts(r, key, shape))
                            for res in results)
@@ -137,7 +136,7 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
         if status == "differs" and shape.tied_embeddings and r.pipeline_axis and r.stages > 1 and kind == "all_reduce" \
                 and p == 0:
             # under ZeRO-2 the two copies' gradients are summed once reduce-scattered: their 1/dp shards
-            tie = shape.vocab * shape.hidden * pred.widths["grads"] / (r.data_size if r.data == "zero2" else 1)
+            tie = shape.vocab * shape.hidden * widths_of(r)["grads"] / (r.data_size if r.data == "zero2" else 1)
             # the clip over the stages' scalar, in its own phase, beside the tied copies' sum
             clip_scalar = bool(r.clip) and all(c == 4 for c in in_clip)
             got_tie = tuple(g - c for g, c in zip(got, in_clip)) if clip_scalar else got
@@ -159,19 +158,8 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
                              "traffic the cost model leaves out")
         t = r.sizes.get(r.tensor_axis, 1) if r.tensor_axis else 1
         if status == "differs" and r.tensor_axis and kind in ("all_reduce", "reduce_scatter", "all_gather") \
-                and data_axes and p and shape.tied_embeddings and not r.pipeline_axis and r.data == "ddp" \
-                and kept_whole_as_documented(r, results, shape):
-            # a buffer of parameters or their gradients: the elements each tensor rank holds, the tied
-            # embedding whole (the run) over the plan's shard of it, both counted from the shape
-            ratio = params_per_tensor_rank(shape, t, True) / params_per_tensor_rank(shape, t, False)
-            n = sum(predicted_calls(pred, key).values(), Fraction(0))
-            if all(g == p * ratio for g in got) and all(
-                    equal_calls(measured_records(res, r.mesh, key), n, carried_in_parts(r, key, shape)) for res in results):
-                status, mechanism, note = explained("tensor-replicated-params", (
-                    f"the tied embedding ({shape.vocab}·{shape.hidden}) is kept whole on '{r.tensor_axis}', which the "
-                    f"plan shards 1/{t}: this buffer of parameters or their gradients is the elements each tensor rank "
-                    f"holds, {params_per_tensor_rank(shape, t, True)} where the plan holds "
-                    f"{params_per_tensor_rank(shape, t, False)} (counted from the shape), in {n} calls"))
+                and data_axes and p:
+            status, mechanism, note = _tied_whole_buffer(pred, r, results, shape, key, got)
         if status == "differs" and r.clip == "global" and kind == "all_reduce" and p == 0 and not r.pipeline_axis \
                 and all(c == g == 4 * res["param_tensors"] for c, g, res in zip(in_clip, got, results)):
             status, mechanism, note = explained("clip-norm-scalars", (
@@ -198,6 +186,28 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
                         got if len(set(got)) > 1 else (), mechanism))
         used.add(key)
     return rows
+
+
+def _tied_whole_buffer(pred: Prediction, r: Realisation, results: list[dict], shape: TinyShape, key,
+                       got: tuple) -> tuple[str, str, str]:
+    """``tensor-replicated-params`` for a data-axis buffer of parameters or their gradients under
+    DDP: the elements each tensor rank holds with the tied embedding whole (the run) over those with
+    the plan's 1/t shard of it, both counted from the shape, times the engine's buffer, in the
+    engine's number of calls."""
+    t = r.sizes[r.tensor_axis]
+    if not (shape.tied_embeddings and not r.pipeline_axis and r.data == "ddp"
+            and kept_whole_as_documented(r, results, shape)):
+        return "differs", "", ""
+    p = sum((size * n for size, n in predicted_calls(pred, key).items()), Fraction(0))
+    run, plan = params_per_tensor_rank(shape, t, True), params_per_tensor_rank(shape, t, False)
+    n = sum(predicted_calls(pred, key).values(), Fraction(0))
+    if not all(g == p * run / plan for g in got) or not all(
+            equal_calls(measured_records(res, r.mesh, key), n, carried_in_parts(r, key, shape)) for res in results):
+        return "differs", "", ""
+    return explained("tensor-replicated-params", (
+        f"the tied embedding ({shape.vocab}·{shape.hidden}) is kept whole on '{r.tensor_axis}', which the plan "
+        f"shards 1/{t}: this buffer of parameters or their gradients is the elements each tensor rank holds, {run} "
+        f"where the plan holds {plan} (counted from the shape), in {n} calls"))
 
 
 def _match_calls(pred: Prediction, r: Realisation, results: list[dict], key, shape: TinyShape) -> tuple[str, str]:

@@ -289,6 +289,29 @@ def params_per_tensor_rank(shape: TinyShape, t: int, tied_whole: bool) -> Fracti
     return conv + (shape.param_count() - conv) / t
 
 
+def stage_tensor_elements(shape: TinyShape, rank: int, stages: int, t: int, chunks: int = 1) -> Fraction | None:
+    """Parameter elements pipeline rank ``rank`` holds per tensor rank under the plan (Megatron-LM's
+    convention, ``tensor_whole_elements``): its blocks' norms and row-parallel biases whole and the
+    rest 1/t, the embedding's V/t rows with virtual stage 0, the final norm whole and the head's
+    V/t rows (with tied embeddings and more than one stage, its own copy of the embedding) with
+    the last; counted like ``TinyShape.stage_param_count``. None for a mixture of experts."""
+    if shape.moe:
+        return None
+    per_norm = 2 if shape.norm == "layernorm" else 1
+    whole = per_norm * shape.hidden * 2 + (2 * shape.hidden if shape.bias else 0)
+    block = whole + Fraction(shape.block_params() - whole, t)
+    virtual = stages * chunks
+    rows = Fraction(shape.vocab * shape.hidden, t)
+    total = Fraction(0)
+    for c in range(chunks):
+        v = rank + c * stages
+        total += shape.layers // virtual * block
+        total += rows if v == 0 else 0
+        if v == virtual - 1:
+            total += per_norm * shape.hidden + (rows if not shape.tied_embeddings or virtual > 1 else 0)
+    return total
+
+
 def tied_stage_excess(pred: Prediction, state: str, r: Realisation, results: list[dict],
                       shape: TinyShape) -> list[Fraction] | None:
     """Per rank, the bytes of ``state`` beyond its stage's prediction when the tied embedding (first

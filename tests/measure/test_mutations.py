@@ -298,6 +298,7 @@ def _engine_splitting_norms(monkeypatch):
         for g in built(t)))
 
 
+@pytest.mark.slow
 def test_an_engine_that_splits_the_norms_over_tp_is_a_mismatch(runs, monkeypatch):
     """The explanation of a tied embedding kept whole on tp is computed from the shape, not from the
     engine's own figure of what is whole: the altered engine's held states are a mismatch, in the
@@ -320,6 +321,7 @@ def test_an_engine_that_splits_the_norms_over_tp_is_a_mismatch(runs, monkeypatch
     assert seen >= 4 and "tp_tied" in runs
 
 
+@pytest.mark.slow
 def test_twice_the_calls_of_half_the_size_is_named_in_the_row(runs):
     """A prediction with the right total in twice the calls: the row differs and says why."""
     p, results = runs["ddp"]
@@ -331,6 +333,7 @@ def test_twice_the_calls_of_half_the_size_is_named_in_the_row(runs):
     assert row.status == "differs" and "calls" in row.note
 
 
+@pytest.mark.slow
 def test_a_removed_activation_term_is_never_explained(runs):
     """Each term of the activation model the harness has no counterpart of (dropout masks, the
     attention core, the embedding mask) removed, its total less it: that row differs."""
