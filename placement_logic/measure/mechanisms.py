@@ -146,18 +146,20 @@ def measured_collectives(result: dict, mesh, phase: str | None = None) -> dict[t
 
 def carried_in_parts(r: Realisation, key, shape: TinyShape) -> int | None:
     """How many records carry one of the engine's calls of this row, by the harness's design: 1
-    (each call one record) but for FSDP's all-gathers and reduce-scatters without a pipeline (one
-    per wrapped unit, every block and the root: L + 1 records a call); None (any number, at least
-    one) for FSDP under a pipeline, the hand-written per-tensor all-reduces over an expert axis or
-    ZeroPP's second data axis, and the flat buffers of ZeRO under a pipeline or ZeroPP (one per
-    model chunk and the embedding)."""
+    (each call one record) but for FSDP and HSDP without a pipeline (one collective per wrapped
+    unit, every block and the root: L + 1 records a call, on the data axes and on a context axis
+    the parameters are replicated over); None (any number, at least one) for FSDP under a pipeline,
+    the data axes under a pipeline (one DDP, ZeRO flat buffer or FSDP unit per model chunk, and the
+    embedding's own buffer), ZeroPP's data axes, the hand-written per-tensor all-reduces over an
+    expert axis, and the loop's own per-tensor all-reduce of a gradient reduced twice."""
     kind, axes = key
     on_data = bool(axes) and set(axes) <= set(r.data_axes)
-    if on_data and r.data in ("fsdp", "hsdp") and kind in ("all_gather", "reduce_scatter"):
-        return None if r.pipeline_axis else shape.layers + 1
-    if (on_data and r.data in ("fsdp", "hsdp", "zeropp")) \
-            or (on_data and bool(r.pipeline_axis) and r.data in ("zero1", "zero2")) \
-            or (kind == "all_reduce" and r.expert_axis is not None and tuple(axes) == (r.expert_axis,)):
+    replicated = bool(axes) and set(axes) <= set(r.data_axes) | ({r.context_axis} if r.context_axis else set())
+    if r.data in ("fsdp", "hsdp") and replicated and not r.pipeline_axis:
+        return shape.layers + 1
+    if (on_data and (bool(r.pipeline_axis) or r.data == "zeropp")) \
+            or (kind == "all_reduce" and r.expert_axis is not None and tuple(axes) == (r.expert_axis,)) \
+            or (kind == "all_reduce" and r.grad_reduce == "twice" and on_data):
         return None
     return 1
 
