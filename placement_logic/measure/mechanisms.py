@@ -146,7 +146,7 @@ def measured_collectives(result: dict, mesh, phase: str | None = None) -> dict[t
 
 def carried_in_parts(r: Realisation, key, shape: TinyShape) -> int | None:
     """How many records carry one of the engine's calls of this row, by the harness's design: 1
-    (each call one record) but for FSDP and HSDP without a pipeline (one collective per wrapped
+    (each call one record) but for FSDP's and HSDP's collectives without a pipeline (one per wrapped
     unit, every block and the root: L + 1 records a call, on the data axes and on a context axis
     the parameters are replicated over); None (any number, at least one) for FSDP under a pipeline,
     the data axes under a pipeline (one DDP, ZeRO flat buffer or FSDP unit per model chunk, and the
@@ -155,7 +155,8 @@ def carried_in_parts(r: Realisation, key, shape: TinyShape) -> int | None:
     kind, axes = key
     on_data = bool(axes) and set(axes) <= set(r.data_axes)
     replicated = bool(axes) and set(axes) <= set(r.data_axes) | ({r.context_axis} if r.context_axis else set())
-    if r.data in ("fsdp", "hsdp") and replicated and not r.pipeline_axis:
+    if r.data in ("fsdp", "hsdp") and replicated and not r.pipeline_axis \
+            and kind in ("all_gather", "reduce_scatter", "all_reduce"):
         return shape.layers + 1
     if (on_data and (bool(r.pipeline_axis) or r.data == "zeropp")) \
             or (kind == "all_reduce" and r.expert_axis is not None and tuple(axes) == (r.expert_axis,)) \
