@@ -3,19 +3,26 @@ mechanisms that explain a collective's difference (``mechanisms.MECHANISMS``).""
 
 from __future__ import annotations
 
+from collections import Counter
 from fractions import Fraction
 
 from .mechanisms import (
     axes_of_group,
+    calls_fit,
+    carried_in_parts,
+    equal_calls,
     explained,
+    kept_whole_as_documented,
     measured_collectives,
-    own_stage_prediction,
+    measured_records,
+    params_per_tensor_rank,
+    predicted_calls,
     stage_note,
     stage_shares,
-    tied_stage_excess,
+    stage_tensor_elements,
 )
 from .predict import Prediction
-from .realise import Realisation
+from .realise import Realisation, widths_of
 from .report import Row
 from .shape import TinyShape
 
@@ -36,8 +43,8 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
     per_rank = [measured_collectives(res, r.mesh) for res in results]
     shares = stage_shares(r, results, shape)
     psi = Fraction(shape.param_count())
-    grads_width = pred.widths["grads"]
-    boundary = shape.seq * shape.microbatch * shape.hidden * pred.widths["activations"]
+    grads_width = widths_of(r)["grads"]
+    boundary = shape.seq * shape.microbatch * shape.hidden * widths_of(r)["activations"]
     # predicted collectives first, so that a measured stand-in is paired before it is listed alone
     order = lambda k: (k[1], k[0])
     keys = sorted(predicted, key=order) + sorted({k for m in per_rank for k in m} - set(predicted), key=order)
@@ -61,29 +68,33 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
         if status == "differs" and r.pipeline_axis and kind in stage_kinds and data_axes:
             state = stage_kinds[kind]
             t = r.sizes[r.tensor_axis] if r.tensor_axis else 1
-            own = own_stage_prediction(pred, state, r, results)
             # zeropp: the engine's buffer is the stage's whole chunks on the first data axis (gathered,
             # reduce-scattered) and their shard of it on the second, once per predicted call
             excess = [0] * len(got)
             calls = sum((c.calls for c in pred.collectives if c.kind == kind and tuple(c.axes) == axes), Fraction(0))
             shard = r.sizes[r.data_axes[0]] if r.data == "zeropp" and axes != (r.data_axes[0],) else 1
+            w = widths_of(r)[state]
             if t == 1:
                 # the even split Ψ/p, at the state's width; each rank's buffer its stage's exact count
-                documented = p == calls * pred.widths[state] * psi / (r.stages * shard)
+                documented = p == calls * w * psi / (r.stages * shard)
                 measured_ok = all(g == p * f for g, f in zip(got, shares))
             else:
-                # under tensor parallelism the even split is of the bytes each tensor rank holds: the
-                # mean of the engine's stage predictions; each rank's buffer is its own stage's
-                by = pred.stages
-                total = by["first"][state] + by["last"][state] + (r.stages - 2) * by.get("interior", {}).get(state, 0)
-                # with tied embeddings the engine's even split is of Ψ, which leaves the last stage's copy out
-                copy = shape.vocab * shape.hidden * pred.widths[state] / t if shape.tied_embeddings else 0
-                documented = own is not None and p == (total - copy) / r.stages
-                # a tied embedding and its copy kept whole on the tensor axis: their excess in the buffer
-                excess = tied_stage_excess(pred, state, r, results, shape) \
-                    if own is not None and shape.tied_embeddings and r.chunks == 1 else [0] * len(got)
-                measured_ok = own is not None and all(g == w + e for g, w, e in zip(got, own, excess))
-            if documented and measured_ok:
+                # under tensor parallelism the even split is of the elements each tensor rank holds,
+                # counted from the shape (with tied embeddings less the last stage's copy, which Ψ
+                # leaves out); each rank's buffer is its own stage's, with the tied embedding and its
+                # copy kept whole on the tensor axis: (t-1)/t of V·h more on the first and last stage
+                per = [stage_tensor_elements(shape, k, r.stages, t, r.chunks) for k in range(r.stages)]
+                copy = Fraction(shape.vocab * shape.hidden, t) if shape.tied_embeddings else 0
+                tied = shape.tied_embeddings and r.chunks == 1
+                documented = None not in per and p == calls * w * (sum(per) - copy) / r.stages
+                excess = [calls * w * shape.vocab * shape.hidden * (t - 1) / t
+                          if tied and res["coords"][r.pipeline_axis] in (0, r.stages - 1) else 0 for res in results]
+                measured_ok = documented and all(g == calls * w * per[res["coords"][r.pipeline_axis]] + e
+                                                 for g, e, res in zip(got, excess, results))
+            one_size = len(predicted_calls(pred, key)) == 1
+            in_calls = all(equal_calls(measured_records(res, r.mesh, key), calls, carried_in_parts(r, key, shape))
+                           for res in results)
+            if documented and measured_ok and one_size and in_calls:
                 what = "gradients" if state == "grads" else "parameters"
                 if calls != 1 or shard != 1:
                     what = (f"{calls} × the stage's {what}" + (f" (its 1/{shard} shard over '{r.data_axes[0]}')"
@@ -101,13 +112,20 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
         if status == "differs" and kind.startswith("p2p ") and r.pipeline_axis and axes == (r.pipeline_axis,) \
                 and p == boundary * shape.microbatches * r.chunks / sp_div:
             want = [p * edge_share(kind, res["coords"][r.pipeline_axis], r.stages, r.chunks) for res in results]
-            if all(g == w for g, w in zip(got, want)):
+            size = boundary / sp_div  # every transfer one boundary, as many as the rank makes
+            if all(g == w for g, w in zip(got, want)) \
+                    and predicted_calls(pred, key) == Counter({size: shape.microbatches * r.chunks}) \
+                    and all(calls_fit(measured_records(res, r.mesh, key), Counter({size: g / size}), 1)
+                            for g, res in zip(got, results)):
                 status, mechanism, note = explained("pipeline-edge-stages", _edge_note(kind, r))
         once = tuple(dict.fromkeys(axes))
         if status == "differs" and r.grad_reduce == "twice" and kind == "all_reduce" and len(once) < len(axes) \
                 and all(g == 0 for g in got) and p == grads_width * psi:
             alt = tuple(m.get((kind, once), 0) for m in per_rank)
-            if all(a == p * len(axes) / len(once) for a in alt):
+            twice = Fraction(len(axes), len(once))
+            if all(a == p * twice for a in alt) and predicted_calls(pred, key) == Counter({p: 1}) \
+                    and all(equal_calls(measured_records(res, r.mesh, (kind, once)), twice,
+                                        carried_in_parts(r, (kind, once), shape)) for res in results):
                 got = alt
                 used.add((kind, once))
                 label += f" (measured: {len(axes) // len(once)} all_reduce over {'×'.join(once)})"
@@ -118,7 +136,7 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
         if status == "differs" and shape.tied_embeddings and r.pipeline_axis and r.stages > 1 and kind == "all_reduce" \
                 and p == 0:
             # under ZeRO-2 the two copies' gradients are summed once reduce-scattered: their 1/dp shards
-            tie = shape.vocab * shape.hidden * pred.widths["grads"] / (r.data_size if r.data == "zero2" else 1)
+            tie = shape.vocab * shape.hidden * widths_of(r)["grads"] / (r.data_size if r.data == "zero2" else 1)
             # the clip over the stages' scalar, in its own phase, beside the tied copies' sum
             clip_scalar = bool(r.clip) and all(c == 4 for c in in_clip)
             got_tie = tuple(g - c for g, c in zip(got, in_clip)) if clip_scalar else got
@@ -139,15 +157,9 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
                     note += ("; and the clip over pipeline stages all-reduces one fp32 sum of squares (4 B), scalar "
                              "traffic the cost model leaves out")
         t = r.sizes.get(r.tensor_axis, 1) if r.tensor_axis else 1
-        replicated = [Fraction(res["tensor_replicated_param_bytes"]) for res in results]
         if status == "differs" and r.tensor_axis and kind in ("all_reduce", "reduce_scatter", "all_gather") \
-                and data_axes and p and pred.states["params"] \
-                and all(g * pred.states["params"] == p * res["held"]["params"]["storage"] for g, res in zip(got, results)) \
-                and all(rep > pred.tensor_whole_bytes for rep in replicated):
-            status, mechanism, note = explained("tensor-replicated-params", (
-                f"the same excess as the parameters held: {replicated[0]} B per rank belong to parameters PyTorch "
-                f"keeps replicated over '{r.tensor_axis}', which the plan shards 1/{t}, and this buffer is made of "
-                "parameters or their gradients"))
+                and data_axes and p:
+            status, mechanism, note = _tied_whole_buffer(pred, r, results, shape, key, got)
         if status == "differs" and r.clip == "global" and kind == "all_reduce" and p == 0 and not r.pipeline_axis \
                 and all(c == g == 4 * res["param_tensors"] for c, g, res in zip(in_clip, got, results)):
             status, mechanism, note = explained("clip-norm-scalars", (
@@ -162,19 +174,63 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
             # the clip over pipeline stages' scalar is set apart (its own phase), then the rest compared
             clip_scalar = bool(r.clip) and bool(r.pipeline_axis) and all(c == 4 for c in in_clip)
             status, mechanism, note = _tensor_axis_extras(kind, p, got, r, results, shape, boundary,
+                                                          predicted_calls(pred, key),
                                                           "clip" if clip_scalar else None)
             if status == "explained" and clip_scalar:
                 mechanism += " + clip-norm-scalars"
                 note += (f"; and the clip over each stage's norm all-reduces one fp32 sum of squares (4 B) over "
                          f"'{r.tensor_axis}', scalar traffic the cost model leaves out")
+        if status == "match" and p:
+            status, note = _match_calls(pred, r, results, key, shape)
         rows.append(Row("collectives", label + ", buffer bytes per step", p, Fraction(max(got)), status, note,
                         got if len(set(got)) > 1 else (), mechanism))
         used.add(key)
     return rows
 
 
+def _tied_whole_buffer(pred: Prediction, r: Realisation, results: list[dict], shape: TinyShape, key,
+                       got: tuple) -> tuple[str, str, str]:
+    """``tensor-replicated-params`` for a data-axis buffer of parameters or their gradients under
+    DDP: the elements each tensor rank holds with the tied embedding whole (the run) over those with
+    the plan's 1/t shard of it, both counted from the shape, times the engine's buffer, in the
+    engine's number of calls."""
+    t = r.sizes[r.tensor_axis]
+    if not (shape.tied_embeddings and not r.pipeline_axis and r.data == "ddp"
+            and kept_whole_as_documented(r, results, shape)):
+        return "differs", "", ""
+    p = sum((size * n for size, n in predicted_calls(pred, key).items()), Fraction(0))
+    run, plan = params_per_tensor_rank(shape, t, True), params_per_tensor_rank(shape, t, False)
+    n = sum(predicted_calls(pred, key).values(), Fraction(0))
+    if not all(g == p * run / plan for g in got) or not all(
+            equal_calls(measured_records(res, r.mesh, key), n, carried_in_parts(r, key, shape)) for res in results):
+        return "differs", "", ""
+    return explained("tensor-replicated-params", (
+        f"the tied embedding ({shape.vocab}·{shape.hidden}) is kept whole on '{r.tensor_axis}', which the plan "
+        f"shards 1/{t}: this buffer of parameters or their gradients is the elements each tensor rank holds, {run} "
+        f"where the plan holds {plan} (counted from the shape), in {n} calls"))
+
+
+def _match_calls(pred: Prediction, r: Realisation, results: list[dict], key, shape: TinyShape) -> tuple[str, str]:
+    """A row whose totals match is ``match`` only when every rank's records, in the order they ran,
+    make up the engine's calls (``calls_fit``): as many calls, each of its predicted size."""
+    want = predicted_calls(pred, key)
+    for res in results:
+        recs = measured_records(res, r.mesh, key)
+        if not calls_fit(recs, want, carried_in_parts(r, key, shape)):
+            calls = ", ".join(f"{n} × {size} B" for size, n in sorted(want.items()))
+            return "differs", (f"the totals agree, the calls do not: the engine predicts {calls}; rank {res['rank']} "
+                               f"made {len(recs)} call{'s' if len(recs) != 1 else ''} ({_sizes(recs)}), which do not "
+                               "make up those calls")
+    return "match", ""
+
+
+def _sizes(recs: list[int]) -> str:
+    counts = Counter(recs)
+    return ", ".join(f"{n} × {size} B" for size, n in sorted(counts.items())) or "none"
+
+
 def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, results: list[dict], shape: TinyShape,
-                        boundary: int, set_apart: str | None = None) -> tuple[str, str, str]:
+                        boundary: int, predicted: Counter, set_apart: str | None = None) -> tuple[str, str, str]:
     """Tensor-axis collectives that differ from the engine's figures by a documented mechanism.
 
     The engine predicts Megatron's per-layer collectives (2 forward + 2 backward per layer and
@@ -182,7 +238,8 @@ def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, resu
     embedding's, head's and cross entropy's per microbatch; with pipeline stages its figures
     are the last stage's (the head's and the loss's, not the first stage's embedding). Checked
     record by record on every rank: the prediction must be exactly that, and each rank's records
-    what its own stage holds."""
+    what its own stage holds. The engine's calls are checked as well as its total: every rule below
+    needs the calls Megatron-LM makes, each of its size (``predicted``)."""
     vocab = not shape.tied_embeddings
     calls = (6 if r.recompute == "full" else 4) * (shape.layers // r.stages) * shape.microbatches
     m, per_layer = shape.microbatches, calls * boundary
@@ -206,6 +263,12 @@ def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, resu
         c = res["coords"][r.pipeline_axis]
         return int(c == 0), int(c == r.stages - 1)
 
+    engine = {(False, "all_reduce"): Counter({boundary: calls + engine_ends * m}) + Counter({tokens: 3 * m}),
+              (True, "all_gather"): Counter({boundary: calls + engine_ends * m}),
+              (True, "reduce_scatter"): Counter({boundary: calls + engine_ends * m}),
+              (True, "all_reduce"): Counter({tokens: 3 * m})}.get((r.sequence_parallel, kind))
+    if engine is None or predicted != engine:
+        return "differs", "", ""
     tied_note = ("with tied embeddings the run keeps the embedding (the head) whole on "
                  f"'{r.tensor_axis}': no vocabulary-parallel collective, where the engine counts Megatron's")
     stage_note = ("the engine's figure is the last stage's (the head's and the loss's); the first stage makes "

@@ -20,9 +20,19 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .collective_rows import collective_rows, edge_share
-from .mechanisms import MECHANISMS, SETUP, STATES, axes_of_group, explained, own_stage_prediction, tied_stage_excess
+from .mechanisms import (
+    MECHANISMS,
+    SETUP,
+    STATES,
+    axes_of_group,
+    explained,
+    kept_whole_as_documented,
+    own_stage_prediction,
+    tied_excess,
+    tied_stage_excess,
+)
 from .predict import Prediction
-from .realise import Realisation
+from .realise import Realisation, widths_of
 from .report import GRAD_TOLERANCES, TOLERANCES, Equivalence, Row
 from .shape import TinyShape
 
@@ -32,7 +42,7 @@ __all__ = ["MECHANISMS", "SETUP", "activation_rows", "harness_layer_bytes", "har
 def _state_rows(pred: Prediction, r: Realisation, results: list[dict], shape: TinyShape) -> list[Row]:
     rows = []
     t = r.sizes.get(r.tensor_axis, 1) if r.tensor_axis else 1
-    width = pred.widths
+    width = widths_of(r)
     for state in STATES:
         per_rank = tuple(res["held"][state]["storage"] for res in results)
         p = pred.states[state]
@@ -44,10 +54,6 @@ def _state_rows(pred: Prediction, r: Realisation, results: list[dict], shape: Ti
                     + ", ".join(f"{stage} stage {int(v[state]):,}" for stage, v in pred.stages.items()))
         if any(m != w for m, w in zip(per_rank, want)):
             status, note = "differs", note
-            # bytes PyTorch keeps whole on the tensor axis that the plan splits: the embedding and the
-            # head (the norms, row-parallel biases and router the plan keeps whole too)
-            replicated = [(Fraction(res["tensor_replicated_param_bytes"]) - pred.tensor_whole_bytes) * width[state]
-                          / width["params"] for res in results]
             whole_grad = Fraction(shape.vocab * shape.hidden) * width["grads"] * (t - 1) / t
             embeds = [not r.pipeline_axis or res["coords"][r.pipeline_axis] == 0 for res in results]
             if state == "grads" and r.tensor_axis and r.data is None and not shape.tied_embeddings \
@@ -57,18 +63,21 @@ def _state_rows(pred: Prediction, r: Realisation, results: list[dict], shape: Ti
                     f"gradient on every rank, {whole_grad} B more than its 1/{t} shard (Megatron-LM keeps V/t rows); "
                     "with a data-parallel wrapper the gradient is reduced into the shard's own buffer"))
             elif r.tensor_axis and own is not None and shape.tied_embeddings and r.stages > 1 and r.chunks == 1 \
-                    and all(m == w + e for m, w, e in zip(per_rank, want, tied_stage_excess(
-                        pred, state, r, results, shape))):
+                    and (excess := tied_stage_excess(pred, state, r, results, shape)) is not None \
+                    and all(m == w + e for m, w, e in zip(per_rank, want, excess)):
                 status, mechanism, note = explained("tensor-replicated-params", note + (
                     f"; the first stage's tied embedding and the last stage's copy of it ({shape.vocab}·"
                     f"{shape.hidden}) are kept whole on '{r.tensor_axis}', which the plan shards 1/{t}: (t-1)/t of "
-                    "their bytes more on those ranks, in this state's proportion to the parameters"))
-            elif r.tensor_axis and own is None and all(rep > 0 for rep in replicated) \
-                    and all(m == w + rep * (t - 1) / t for m, w, rep in zip(per_rank, want, replicated)):
+                    "their elements more on those ranks, at the run's width of this state over its data shard"))
+            elif r.tensor_axis and own is None and shape.tied_embeddings and r.data in (None, "ddp") \
+                    and kept_whole_as_documented(r, results, shape) \
+                    and all(m == w + tied_excess(r, shape, state) for m, w in zip(per_rank, want)):
+                excess = tied_excess(r, shape, state)
                 status, mechanism, note = explained("tensor-replicated-params", (
-                    f"{replicated[0]} B per rank belong to parameters the harness keeps whole on "
-                    f"'{r.tensor_axis}' (the tied embedding, which is also the head; vocabulary-parallel in "
-                    f"Megatron-LM); the plan shards them 1/{t}"))
+                    f"the tied embedding, which is also the head ({shape.vocab}·{shape.hidden}), is kept whole on "
+                    f"'{r.tensor_axis}' (vocabulary-parallel in Megatron-LM), which the plan shards 1/{t}: "
+                    f"(t-1)/t of its elements at {width[state]} B each, {excess} B more per rank; the norms and "
+                    "row-parallel biases are whole in both"))
         rows.append(Row("memory", f"{state} held per rank", max(want), Fraction(max(per_rank)), status, note,
                         per_rank if len(set(per_rank)) > 1 or len(set(want)) > 1 else (), mechanism,
                         tuple(want) if len(set(want)) > 1 else ()))
@@ -99,6 +108,10 @@ def _norm_statistics(shape: TinyShape, tokens: Fraction, width: Fraction) -> lis
     return []
 
 
+# the activation model's per-layer terms the harness's blocks keep (compared through the row's total)
+KEPT_LAYER_TERMS = {"norm inputs", "norm outputs", "query", "keys and values", "projection input", "mlp"}
+
+
 def harness_layer_bytes(pred: Prediction, r: Realisation, shape: TinyShape) -> tuple[Fraction, list[tuple[str, Fraction]]] | None:
     """The bytes PyTorch keeps for one block of the harness's model, recomputed from the activation
     model's named terms (``Prediction.activation_layer_terms``) by the documented rules of the
@@ -108,12 +121,13 @@ def harness_layer_bytes(pred: Prediction, r: Realisation, shape: TinyShape) -> t
     terms = dict(pred.activation_layer_terms)
     if not terms or "layer" in terms or sum(terms.values(), Fraction(0)) != pred.activations_per_layer:
         return None
-    if "layer input" in terms:  # full recomputation: the block input only, as the model counts
-        return terms["layer input"], []
-    width = pred.widths["activations"]
+    width = widths_of(r)["activations"]
     t = r.sizes[r.tensor_axis] if r.tensor_axis else 1
     cp = r.sizes[r.context_axis] if r.context_axis else 1
     tokens = Fraction(shape.seq, cp) * shape.microbatch
+    if "layer input" in terms:  # full recomputation: the block input only, s·b·h (÷t under sequence parallelism)
+        block_input = tokens * shape.hidden * width / (t if r.sequence_parallel else 1)
+        return (block_input, []) if set(terms) == {"layer input"} and terms["layer input"] == block_input else None
     whole = tokens / (t if r.sequence_parallel else 1)  # tokens of the norms' (replicated or sequence) region
     # the terms the harness has no counterpart of must be the documented ones: two h-wide dropout
     # masks (1 byte per element at 16 bits), the attention core's 5·a·s per token (scores, their
@@ -122,6 +136,11 @@ def harness_layer_bytes(pred: Prediction, r: Realisation, shape: TinyShape) -> t
                   "attention core": tokens * Fraction(5 * shape.heads * shape.seq, cp * t) * width / 2,
                   "router logits": whole * 2 * shape.experts * width}
     if any(name in terms and terms[name] != v for name, v in documented.items()):
+        return None
+    # every term the model emits is one the harness keeps (compared through the total) or one of the
+    # documented terms it lacks; and those the convention emits must be there: a term removed from
+    # the model leaves no rule, not a smaller adjustment
+    if missing_terms(pred, r, shape)[0] or set(terms) - KEPT_LAYER_TERMS - set(documented):
         return None
     adj: list[tuple[str, Fraction]] = []
     if "dropout masks" in terms:
@@ -182,12 +201,14 @@ def harness_outside_bytes(pred: Prediction, r: Realisation, shape: TinyShape) ->
     if not terms or "output-layer inputs" not in terms or "logits" not in terms \
             or sum(terms.values(), Fraction(0)) != pred.activations_outside:
         return None
-    width = pred.widths["activations"]
+    width = widths_of(r)["activations"]
     t = r.sizes[r.tensor_axis] if r.tensor_axis else 1
     cp = r.sizes[r.context_axis] if r.context_axis else 1
     tokens = Fraction(shape.seq, cp) * shape.microbatch
-    # the embedding's dropout mask, which the harness has no counterpart of: 1 byte per element
-    if terms.get("embedding mask", 0) not in (0, tokens * shape.hidden / (t if r.sequence_parallel else 1)):
+    # the embedding's dropout mask, which the harness has no counterpart of: 1 byte per element, and
+    # required (the model always emits it); no term other than these three
+    if terms.get("embedding mask") != tokens * shape.hidden / (t if r.sequence_parallel else 1) \
+            or set(terms) != {"embedding mask", "output-layer inputs", "logits"}:
         return None
     stats = _norm_statistics(shape, tokens / (t if r.sequence_parallel else 1), width)
     if not stats:
@@ -209,7 +230,28 @@ def _bytes(v: Fraction) -> str:
     return f"{int(v):,}" if v.denominator == 1 else str(v)
 
 
-def _activation_status(measured: list[int], predicted: Fraction, harness, mechanism: str) -> tuple[str, str, str]:
+def missing_terms(pred: Prediction, r: Realisation, shape: TinyShape) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The named terms the activation model must emit for this run (its documented terms: those the
+    harness keeps and those it lacks) that the prediction lacks, per layer and outside; none where
+    the model gives no named terms."""
+    layer = set(dict(pred.activation_layer_terms))
+    if not layer or "layer" in layer:
+        want_layer: set[str] = set()
+    elif r.recompute == "full":
+        want_layer = {"layer input"}
+    else:
+        want_layer = KEPT_LAYER_TERMS | {"dropout masks"} | ({"router logits"} if shape.moe else set()) \
+            | (set() if pred.flash_attention or r.recompute == "selective" else {"attention core"})
+    outside = set(dict(pred.activation_outside_terms))
+    want_outside = {"embedding mask", "output-layer inputs", "logits"} if outside else set()
+    return tuple(sorted(want_layer - layer)), tuple(sorted(want_outside - outside))
+
+
+def _activation_status(measured: list[int], predicted: Fraction, harness, mechanism: str,
+                       missing: tuple[str, ...] = ()) -> tuple[str, str, str]:
+    if missing:  # a term removed from the model: never a match, never explained, whatever the total
+        return "differs", "", f"the activation model lacks its term{'s' if len(missing) > 1 else ''} " + \
+            ", ".join(missing) + " (docs/validation.md)"
     if all(m == predicted for m in measured):
         return "match", "", ""
     if harness is not None and all(m == harness[0] for m in measured):
@@ -236,8 +278,9 @@ def activation_rows(pred: Prediction, results: list[dict], r: Realisation | None
     lh = harness_layer_bytes(pred, r, shape) if r is not None and shape is not None else None
     oh = harness_outside_bytes(pred, r, shape) if r is not None and shape is not None else None
     blocks = [v for res in results for k, v in res["saved_activations"].items() if k != "outside"]  # every block
-    ls, lm, ln = _activation_status(blocks or [0], pred.activations_per_layer, lh, "eager-saved-activations")
-    os_, om, on = _activation_status(outside, pred.activations_outside, oh, "eager-saved-outside")
+    ml, mo = missing_terms(pred, r, shape) if r is not None and shape is not None else ((), ())
+    ls, lm, ln = _activation_status(blocks or [0], pred.activations_per_layer, lh, "eager-saved-activations", ml)
+    os_, om, on = _activation_status(outside, pred.activations_outside, oh, "eager-saved-outside", mo)
     lead = "distinct storages autograd saves in one block's forward (saved_tensors_hooks), parameters left out"
     return [
         Row("activations", "saved activations per layer per microbatch", pred.activations_per_layer,

@@ -60,6 +60,8 @@ class Prediction:
     # the engine's peak device bytes per rank (persistent states, activations and transients;
     # the maximum over stages), None when it is not a number at the run's sizes
     device_peak: Fraction | None = None
+    # the plan's flash-attention convention the activation model was asked under (not a figure)
+    flash_attention: bool = False
 
     @property
     def widths(self) -> dict[str, Fraction]:
@@ -183,4 +185,5 @@ def predict(spec: ir.Spec, plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, 
     return Prediction("placement_logic.costs", _number(pc.shape.psi, subs), states, tuple(colls), stage_bytes,
                       tensor_whole_bytes=whole, byte_widths=widths, activations_per_layer=per_layer,
                       activations_outside=outside, activation_layer_terms=layer_terms,
-                      activation_outside_terms=outside_terms, device_peak=device_peak)
+                      activation_outside_terms=outside_terms, device_peak=device_peak,
+                      flash_attention=bool(plan.flash_attention))

@@ -110,6 +110,23 @@ def test_every_perturbed_activation_prediction_differs():
     assert terms >= 10 and seen == 2 + 2 * terms  # the totals, and every term of both rows twice
 
 
+def test_a_removed_term_differs_even_where_the_totals_agree():
+    """Each named term removed from the model (the total less it): the row differs. Measured
+    exactly the new total as well, it is still not a match: the term is required."""
+    p = _ddp()
+    layer, outside = _ddp_saved(p)
+    for field, row in (("activation_layer_terms", 0), ("activation_outside_terms", 1)):
+        total_field = "activations_per_layer" if row == 0 else "activations_outside"
+        for name, _ in getattr(p.prediction, field):
+            rest = tuple((k, v) for k, v in getattr(p.prediction, field) if k != name)
+            wrong = dataclasses.replace(p.prediction, **{field: rest, total_field: sum((v for _, v in rest), Fraction(0))})
+            assert _status(p, wrong, _results(layer, outside))[row] == ("differs", ""), name
+            coincide = [layer, outside]
+            coincide[row] = int(getattr(wrong, total_field))
+            rows = activation_rows(wrong, _results(*coincide), p.realisation, p.shape)
+            assert rows[row].status == "differs" and name in rows[row].note, name
+
+
 def test_without_named_terms_a_difference_differs():
     p = _ddp()
     pred = dataclasses.replace(p.prediction, activation_layer_terms=(), activation_outside_terms=())
