@@ -827,16 +827,23 @@ LIBRARY_REPORTED = {
               "the same flat buffer as ZeRO-1 (its gradient averaged on every accumulated backward pass, which is "
               "one reduction of the summed gradient)"),
     "interleaved_1f1b": ([("send", "interleaved, virtual-stage schedules are not lifted"),
-                          ("recv", "interleaved, virtual-stage schedules are not lifted")],
-                         "two model chunks per rank: the last stage sends back to the first in forward"),
+                          ("recv", "interleaved, virtual-stage schedules are not lifted"),
+                          ("the optimizer over", "step different parameters"),
+                   ("the loss normalisation", "no cross-entropy")],
+                         "two model chunks per rank: the last stage sends back to the first in forward (the stages, "
+                         "not lifted as a pipeline, step different parameters along the axis)"),
     "zeropp_dp": ([("send", "interleaved, virtual-stage schedules are not lifted"),
-                   ("recv", "interleaved, virtual-stage schedules are not lifted")],
+                   ("recv", "interleaved, virtual-stage schedules are not lifted"),
+                   ("the optimizer over", "step different parameters"),
+                   ("the loss normalisation", "no cross-entropy")],
                   "two model chunks per rank (v = 2), breadth first: the last stage sends back to the first in "
                   "forward, as interleaved_1f1b"),
     "zeropp_zero1": ([("send", "interleaved, virtual-stage schedules are not lifted"),
                       ("recv", "interleaved, virtual-stage schedules are not lifted"),
+                      ("the loss normalisation", "no cross-entropy"),
                       ("1 of 1 optimizer parameters", "not held by any module")],
-                     "as zeropp_dp, and the ZeRO-1 flat buffer over the second data axis that no module holds"),
+                     "as zeropp_dp, and the ZeRO-1 flat buffer over the second data axis that no module holds; the "
+                     "loss, on the last stage, is not seen on rank 0 when the pipeline is not lifted"),
     "expert_parallel": ([("all_to_all", "all_to_all is not lifted")],
                         "tokens dispatched to the experts by all_to_all: no expert axis is lifted"),
 }

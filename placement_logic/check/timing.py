@@ -19,10 +19,9 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-import z3
-
 from .. import ir
 from . import steps
+from .encode_time import early_sync
 from .microsteps import early_axes, early_override
 from .replay import Context, _frac, coords_text
 from .report import Counterexample
@@ -44,28 +43,11 @@ def wrap(obs: list, step: steps.StepModel, ctx: Context, plan: ir.Plan | None) -
             axes, kind = every, "norm" if ob.name == "SC clip_norm" else "overflow"
         else:
             continue
-        ob.encode = _encode(ob.encode, axes, kind, ob.name)
+        ob.encode = early_sync(ob.encode, axes, ob.name)
         ob.replay = _replay(ob.replay, ctx, axes, kind, o.span.line, g)
         ob.span = o.span
     return obs
 
-
-def _encode(orig, axes, kind, name):
-    def encode(env):
-        cons, extract = orig(env)
-        early = env.sess.bool(f"early_sync_{abs(hash(name))}")
-        cond = z3.And(env.size(steps.MICROBATCHES) >= 2, z3.Or([env.size(a) >= 2 for a in axes]))
-        out = [z3.Implies(z3.Not(early), z3.And(cons)), z3.Implies(early, cond)]
-
-        def ex(model):
-            from ..solver.session import value_of
-
-            if value_of(model, early):
-                return {"kind": "early_sync", "sizes": env.size_values(model)}
-            return extract(model)
-
-        return out, ex
-    return encode
 
 
 def _replay(orig, ctx: Context, axes, kind, line: int, group):

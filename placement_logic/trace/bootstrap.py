@@ -29,6 +29,7 @@ def _install(rec) -> list:
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
     from .recorder import _reduce_op
+    from .recorder_events import _user_frames
 
     handles = [
         register_module_forward_pre_hook(lambda m, a: rec.on_forward(m, a)),
@@ -52,6 +53,33 @@ def _install(rec) -> list:
 
     torch.Tensor.backward = phased(torch.Tensor.backward)
     torch.autograd.backward = phased(torch.autograd.backward)
+
+    # a cross entropy over DTensors (vocabulary-parallel, under loss_parallel) never reaches the
+    # recorder's mode as nll_loss_forward: DTensor computes it from other ops. Read it where it is
+    # called instead; over plain tensors the mode records it.
+    import torch.nn.functional as F
+    from torch.distributed.tensor import DTensor, Replicate
+
+    cross_entropy = F.cross_entropy
+
+    @functools.wraps(cross_entropy)
+    def observed_cross_entropy(input, target, *args, **kwargs):
+        out = cross_entropy(input, target, *args, **kwargs)
+        if isinstance(input, DTensor) and rec.phase == "forward":
+            reduction = kwargs.get("reduction", "mean")
+            ignore = kwargs.get("ignore_index", -100)
+            local = target.to_local() if isinstance(target, DTensor) else target
+            value = out
+            if isinstance(out, DTensor):
+                value = out.to_local() if all(isinstance(p, Replicate) for p in out.placements) else None
+            if value is not None and reduction in ("mean", "sum"):
+                rec.step_record()["nll"].append({"reduction": reduction, "tokens": int((local != ignore).sum()),
+                                                 "positions": int(local.numel()),
+                                                 "value": float(value.detach().float().sum()),
+                                                 "stack": _user_frames()})
+        return out
+
+    F.cross_entropy = observed_cross_entropy
 
     def with_op(fn):
         position = list(inspect.signature(fn).parameters).index("op")
