@@ -223,3 +223,15 @@ def test_a_file_that_is_no_json_is_not_echoed(tmp_path):
     f.write_text(f'model from "{secret}"\n')
     status, out, err = _run(["inspect", f])
     assert status == 2 and "[PL140]" in err and "hunter2" not in err + out
+
+
+@pytest.mark.parametrize("args,words", [("v = 0.0, U = 4", "v (model chunks per pipeline rank) must be a positive "
+                                         "integer, not 0"),
+                                        ("v = 1.5, U = 4", "not 1.5"), ("v = 2, U = 0", "U (the scheduling unit)")])
+def test_schedule_arguments_are_positive_integers(tmp_path, args, words):
+    """A fuzzed ZeroPP spec with v = 0.0 once made compare divide by zero inside sympy (exit 70)."""
+    text = (ROOT / "examples" / "library" / "zeropp_zero1.place").read_text().replace("v = 2, U = 4", args)
+    f = tmp_path / "z.place"
+    f.write_text(text)
+    for command in ("cost", "compare", "check"):
+        _refused([command, f], "PL114", words)

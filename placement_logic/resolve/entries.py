@@ -178,6 +178,14 @@ def _schedule(vals: Values, value, env, span: Span) -> tuple | None:
         v = vals.count(kw.value, env, f"'{kw.name}'")
         if v is None:
             return None
+        n = number(v, vals)
+        if n is not None and (n.denominator != 1 or n < 1):
+            shown = str(n.numerator) if n.denominator == 1 else f"{float(n):g}"
+            what = "model chunks per pipeline rank" if kw.name == "v" else "the scheduling unit"
+            written = getattr(v, "span", None)  # where the number was written (a strategy's argument)
+            error("PL114", f"schedule '{name}': {kw.name} ({what}) must be a positive integer, not {shown}",
+                  written if written is not None and written.line else getattr(kw.value, "span", kw.span))
+            return None
         args[kw.name] = v
     return (SCHEDULES[name], args["v"], args["U"])
 
