@@ -136,6 +136,14 @@ CODES: dict[str, tuple[str, str]] = {
     "PL207": ("bytes-squared", "A product or power that would give bytes to a power other than 0 or 1."),
     "PL208": ("unknown-unit", "A unit name that is not a byte unit."),
     "PL209": ("number-too-large", "An exact value too large to hold (an exponent tower): over 12,000 bits."),
+    # optimizers: PL240-PL249
+    "PL240": ("unknown-optimizer", "An optimizer section entry that names no known algorithm (adamw, sgd, muon, ...)."),
+    "PL241": ("optimizer-argument", "An optimizer argument that is unknown, missing, positional or not a positive whole number."),
+    "PL242": ("optimizer-group", "An optimizer entry or optimizer[G] override naming a parameter group the model lacks."),
+    "PL243": ("optimizer-on-vectors", "A matrix-, block- or sharded-matrix algorithm on a group of vectors (norms, biases)."),
+    "PL244": ("optimizer-twice", "A parameter group given two optimizers in one section."),
+    "PL245": ("optimizer-gather-elementwise", "optimizer[G]: gather or round_robin where G's update is element-wise."),
+    "PL246": ("optimizer-gather-idle", "optimizer[G]: gather over an axis that cuts no matrix of G."),
     # usage: PL3xx
     "PL301": ("bad-set", "A --set option that is not NAME=NUMBER or names nothing in the spec."),
     "PL302": ("unknown-plan", "A --plan option that names no plan in the spec."),

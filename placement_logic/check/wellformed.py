@@ -71,7 +71,8 @@ def no_effect(plan: ir.Plan, groups: tuple[str, ...], needs_regather: bool, offl
             continue  # a loss term's path: check.losses reads it
         if o.target == "tokens" and summed:
             why = "the loss is a sum over tokens (loss: sum), so no token count normalises it"
-        elif o.group not in (None, "all") and o.group not in groups:
+        elif o.group not in (None, "all") and o.group not in groups and not (
+                o.target == "optimizer" and o.verb in ("gather", "round_robin")):  # resolve.optimizers checks these
             why = (f"the plan has no '{o.group}' parameter group (its groups: {', '.join(groups)})")
         elif o.target == "params" and o.verb == "no_fetch" and not offloaded:
             why = "params stay on the device, so there is nothing to fetch"

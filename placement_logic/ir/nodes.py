@@ -369,6 +369,8 @@ class Plan:
     overrides: tuple[Override, ...] = ()
     unobserved: tuple[tuple[str, Span], ...] = ()  # ``unobserved "..."``: facts of the step the plan does not state
     span: Span = _span()
+    # ``optimizer { GROUP = ALGORITHM(...) }``: (group, ir.optimizers.Choice); groups not named: AdamW
+    optimizers: tuple[tuple[str, object], ...] = ()
 
     def placement(self, state: State | str) -> Placement:
         state = State(state)

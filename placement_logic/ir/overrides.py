@@ -46,7 +46,9 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "no_init_broadcast": (True, False),
     },
     # the optimizer holds copies of the params made before the model was re-wrapped (FSDP, .to(device))
-    "optimizer": {"stale_params": (False, False)},
+    # a matrix-wise update (ir.optimizers): each whole gradient matrix gathered over these axes on every rank
+    # (gather), or each matrix updated whole by one owner rank of the axes and its shards sent back (round_robin)
+    "optimizer": {"stale_params": (False, False), "gather": (True, False), "round_robin": (True, False)},
     # the RNG state (generator seed and offset) per rank: the model-parallel tracker not forked per rank
     # (same), offsets advanced differently (advance), one rank's state restored on every rank of the axes
     # (restored_from_one), recomputation without the forward's RNG state (not_preserved)

@@ -15,6 +15,8 @@ from ..diagnostics import Span, did_you_mean
 from ..frontend import surface
 from ..ir.welltyped import ill_typed
 from .entries import override, placement_entry, rename_override, setting
+from .optimizers import check_overrides as check_optimizer_overrides
+from .optimizers import section as optimizer_section
 from .scopes import ModuleScope, lookup_strategy
 from .shapes import check_shapes
 from .strategies import Expanded, Expander
@@ -37,11 +39,13 @@ class PlanDraft:
     mode_src: dict[tuple[ir.State, str], Span] = field(default_factory=dict)  # where a mode was placed
     schedule_axis: str | None = None
     unobserved: list[tuple[str, Span]] = field(default_factory=list)  # facts of the step the plan does not state
+    optimizers: dict[str, object] = field(default_factory=dict)  # group -> ir.optimizers.Choice
 
     @classmethod
     def extending(cls, base: ir.Plan) -> "PlanDraft":
         """A draft that starts from everything the base plan holds."""
-        draft = cls(bindings=list(base.bindings), overrides=list(base.overrides), unobserved=list(base.unobserved))
+        draft = cls(bindings=list(base.bindings), overrides=list(base.overrides), unobserved=list(base.unobserved),
+                    optimizers=dict(base.optimizers))
         for b in base.bindings:
             for a in b.axes:
                 draft.bound[a] = b.span
@@ -111,8 +115,11 @@ class PlanAssembler:
                                   "normalisation\"", item.span)
                 else:
                     draft.unobserved.append((item.text.strip(), item.span))
+            elif isinstance(item, surface.SubBlock) and item.key == "optimizer":
+                draft.optimizers.update(optimizer_section(self.vals, item, self.model))
             elif isinstance(item, surface.SubBlock):
-                self.cx.error("PL113", f"a plan has no '{item.key}' section", item.span)
+                self.cx.error("PL113", f"a plan has no '{item.key}' section", item.span,
+                              ("a plan's sections: optimizer { GROUP = ALGORITHM(...) }",))
         for item in placement_items:
             before = {s: dict(m) for s, m in draft.modes.items()}
             placement_entry(self.vals, draft.modes, draft.options, item, axes, {}, formal=False)
@@ -173,8 +180,10 @@ class PlanAssembler:
             overrides=tuple(draft.overrides),
             unobserved=tuple(draft.unobserved),
             span=p.span,
+            optimizers=tuple(draft.optimizers.items()),
         )
         mark = self.cx.mark()
+        check_optimizer_overrides(self.vals, plan)
         check_shapes(plan, self.vals, self.cx.error)
         if not self.cx.failed_since(mark):
             found = ill_typed(plan, lambda s, a: draft.mode_src.get((s, a), draft.bound.get(a, p.span)))

@@ -1,0 +1,152 @@
+"""Optimizer algorithms per parameter group: what an update needs to see, what it keeps.
+
+Input: a plan's ``optimizer { GROUP = ALGORITHM(args) }`` section (resolved into
+``Plan.optimizers``). Output: for every parameter group the ``Choice`` that updates it (the
+model's element-wise default where the section names none), with its locality, the state it
+keeps per parameter and the arguments that size its update.
+
+Locality (docs/semantics.md, "Optimizers that need whole matrices"):
+
+| locality | algorithms | what one rank's update needs |
+|---|---|---|
+| element | adamw, adam, sgd, lion, adafactor | the elements it steps (any shard) |
+| matrix | muon(ns_steps = 5) | each whole weight matrix it steps |
+| block | shampoo(block = B), soap(block = B) | each whole B×B block |
+| sharded | dion(rank = r) | its own shard (the algorithm's collectives combine them) |
+
+State bytes per parameter, fp32 master weights included as in the model's 12-byte AdamW
+(``bytes { optimizer = 12 }``): adamw/adam the model's ``bytes.optimizer``; sgd and lion 8
+(master + momentum); adafactor 4 + 4·(m + n) per m×n matrix (factored second moment);
+muon 8 (master + momentum, Jordan et al. 2024); shampoo 28 (master, momentum, grafting
+accumulator, and the two B×B preconditioners with their inverse roots: 16 bytes per parameter
+when B divides the matrix); soap 28 (master, Adam's two moments in the rotated basis, the two
+preconditioners and their eigenbases); dion 8 + 4·r·n per m×n matrix (the n×r right factor).
+Nothing here imports sympy: costs/optimizer.py sizes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..diagnostics import NO_SPAN, Span
+
+ELEMENT, MATRIX, BLOCK, SHARDED = "element", "matrix", "block", "sharded"
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    name: str
+    locality: str
+    state: int | None  # bytes per parameter (None: the model's bytes.optimizer)
+    args: tuple[tuple[str, int | None], ...] = ()  # argument -> default (None: required)
+    per_dim: str = ""  # "rows+cols" (adafactor) or "rank*cols" (dion): 4 bytes per element of that
+
+
+ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
+    Algorithm("adamw", ELEMENT, None),
+    Algorithm("adam", ELEMENT, None),
+    Algorithm("sgd", ELEMENT, 8),
+    Algorithm("lion", ELEMENT, 8),
+    Algorithm("adafactor", ELEMENT, 4, per_dim="rows+cols"),
+    Algorithm("muon", MATRIX, 8, (("ns_steps", 5),)),
+    Algorithm("shampoo", BLOCK, 28, (("block", None),)),
+    Algorithm("soap", BLOCK, 28, (("block", None),)),
+    Algorithm("dion", SHARDED, 8, (("rank", None),), per_dim="rank*cols"),
+)}
+
+# groups whose parameters are vectors: a matrix-, block- or sharded-matrix update has no meaning there
+VECTOR_GROUPS = ("norms", "qk_norms", "final_norm", "biases", "mlp_biases", "expert_biases")
+# ``matrices``: the weight matrices inside the layers (Muon recipes keep the embedding and head on AdamW)
+MATRIX_GROUPS = ("attention", "kv", "mlp", "experts", "shared_experts", "router", "dense")
+
+
+@dataclass(frozen=True)
+class Choice:
+    algorithm: str
+    args: tuple[tuple[str, int], ...] = ()
+    span: Span = field(default=NO_SPAN, compare=False)
+
+    @property
+    def locality(self) -> str:
+        return ALGORITHMS[self.algorithm].locality
+
+    def arg(self, name: str) -> int | None:
+        return dict(self.args).get(name)
+
+    def text(self) -> str:
+        return self.algorithm + (f"({', '.join(f'{k} = {v}' for k, v in self.args)})" if self.args else "")
+
+
+DEFAULT = Choice("adamw")
+
+
+def choice(plan, group: str) -> Choice:
+    """The algorithm that updates ``group`` in ``plan``: its own entry, else ``all``, else AdamW."""
+    own = dict(plan.optimizers)
+    return own.get(group) or own.get("all") or DEFAULT
+
+
+def whole_needed(plan) -> tuple[tuple[str, Choice], ...]:
+    """(group, choice) for every parameter group of the plan whose update needs whole matrices or blocks."""
+    from .groups import param_groups
+
+    out = []
+    for g in param_groups(plan.model):
+        c = choice(plan, g.name)
+        if c.locality in (MATRIX, BLOCK) and g.name not in VECTOR_GROUPS:
+            out.append((g.name, c))
+    return tuple(out)
+
+
+def stated(plan, verb: str, group: str) -> tuple[tuple[str, ...], Span]:
+    """The axes of ``override optimizer[group]: VERB over (...)`` (group or ``all``), and where."""
+    axes: list[str] = []
+    span = NO_SPAN
+    for o in plan.overrides:
+        if o.target == "optimizer" and o.verb == verb and o.group in (group, "all", None):
+            axes += [a for a in (o.axes or ()) if a not in axes]
+            span = o.span if span == NO_SPAN else span
+    return tuple(axes), span
+
+
+def group_of(plan, name: str):
+    from .groups import param_groups
+
+    return next((g for g in param_groups(plan.model) if g.name == name), None)
+
+
+def cuts(plan, name: str) -> tuple[str, ...]:
+    """The mesh axes over which the update of group ``name`` sees a piece of each matrix, not the
+    whole: a tensor axis that splits its weights, or any non-pipeline axis over which its optimizer
+    state is sharded (``S``, ``S*``, ``O``: a flat ZeRO/FSDP shard), except an expert axis that
+    hands whole experts to its ranks. Gathers and owners stated by the plan are not applied."""
+    from .groups import HEADS, SPLIT
+    from .nodes import Const, Role, State
+    from .views import class_view
+
+    g = group_of(plan, name)
+    if g is None:
+        return ()
+    view = class_view(plan, g)
+    t = plan.model.transformer
+    one_kv = t is not None and isinstance(t.kv_heads, Const) and t.kv_heads.value == 1
+    out = []
+    for a in plan.mesh.names:
+        from .folding import role_of
+
+        role = role_of(plan, g, a)
+        sharded = view.placement(State.OPTIMIZER).mode(a).shards
+        if role is Role.PIPELINE:
+            continue
+        if role is Role.EXPERT and g.expert:
+            continue
+        if role is Role.TENSOR and (g.tensor == SPLIT or (g.tensor == HEADS and not one_kv)):
+            out.append(a)
+        elif sharded:
+            out.append(a)
+    return tuple(out)
+
+
+def uncut(plan, name: str) -> tuple[str, ...]:
+    """The axes over which the plan gives group ``name``'s update the whole matrix (a gather or an owner)."""
+    return tuple(dict.fromkeys(stated(plan, "gather", name)[0] + stated(plan, "round_robin", name)[0]))

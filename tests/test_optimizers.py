@@ -1,0 +1,245 @@
+"""Optimizers whose update needs whole matrices: the language, the checker against the
+concrete simulator (tests/sim_optimizer.py), and hand cases."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from fractions import Fraction
+from itertools import product
+
+import pytest
+import sim_optimizer
+from irkit import ov, plan
+
+from placement_logic.check.matrixwise import newton_schulz
+from placement_logic.check.plan import PlanChecker
+from placement_logic.check.run import check_plan, discharge
+from placement_logic.diagnostics import DiagnosticError
+from placement_logic.frontend.canonical import format_source
+from placement_logic.frontend.loader import load_string
+from placement_logic.ir.groups import param_groups
+from placement_logic.ir.optimizers import Choice
+from placement_logic.outcome import Verdict
+from placement_logic.solver.session import Session
+
+SESSION = Session(timeout=20)
+
+
+def muon(steps: int = 2) -> Choice:
+    return Choice("muon", (("ns_steps", steps),))
+
+
+def verdict(spec, p, group: str, pinned=None) -> Verdict | None:
+    checker = PlanChecker(spec, p, dict(pinned or {}))
+    for ob in checker.obligations():
+        if ob.name.startswith(f"SC optimizer[{group}] whole"):
+            return discharge(SESSION, ob, checker.step, checker.bindings, dict(pinned or {}), 8).verdict
+    return None
+
+
+# ---------------------------------------------------------------- Newton–Schulz
+
+
+def test_two_newton_schulz_implementations_agree_and_orthogonalise():
+    rng = random.Random(3)
+    for _ in range(5):
+        rows, cols = rng.choice([(2, 2), (2, 3), (3, 2)])
+        m = [[Fraction(rng.randint(-5, 5) or 1) for _ in range(cols)] for _ in range(rows)]
+        a, b = newton_schulz(m, 5), sim_optimizer.orthogonalise(m, 5)
+        assert a == b
+        # Muon's quintic drives every singular value into roughly [0.7, 1.2]: X·Xᵀ near the identity
+        x = a if rows <= cols else sim_optimizer.transpose(a)
+        g = sim_optimizer.matmul(x, sim_optimizer.transpose(x))
+        for i in range(len(g)):
+            assert 0.4 < float(g[i][i]) < 1.5
+            for j in range(len(g)):
+                if i != j:
+                    assert abs(float(g[i][j])) < 0.4
+
+
+def test_a_piece_orthogonalised_is_not_the_piece_of_the_orthogonalised_matrix():
+    m = [[Fraction(1), Fraction(2)], [Fraction(3), Fraction(4)]]
+    whole = sim_optimizer.orthogonalise(m, 5)
+    top = sim_optimizer.orthogonalise([m[0]], 5)
+    assert top[0] != whole[0]
+    # a 1×2 row orthogonalises towards its direction (1, 2)/√5; the whole matrix's row 0 does not
+    assert abs(float(top[0][1] / top[0][0]) - 2) < 1e-9
+    assert float(whole[0][0]) < 0
+
+
+# ---------------------------------------------------------------- checker against the simulator
+
+ROLES = ("data", "tensor", "pipeline", "expert", "context")
+MODES = ("R", "S", "S*", "O")
+
+
+def generated(seed: int):
+    rng = random.Random(seed)
+    names = ["a", "b"][:rng.randint(1, 2)]
+    axes = {}
+    for n in names:
+        role = rng.choice(ROLES)
+        pm, om, gm = rng.choice(MODES), rng.choice(MODES), rng.choice(("R", "S"))
+        if role in ("tensor", "pipeline"):  # the weights are split there: params and grads S
+            pm, gm = "S", "S"
+        axes[n] = (role, f"{pm},{om},{gm},R")
+    experts = rng.choice([1, 4])
+    spec, p = plan("p", axes, experts=experts)
+    have = [g.name for g in param_groups(p.model)]
+    group = rng.choice([g for g in ("dense", "mlp", "experts", "router", "kv", "attention") if g in have])
+    overrides = []
+    for _ in range(rng.randint(0, 2)):
+        verb = rng.choice(["gather", "round_robin"])
+        named = rng.choice([None, "all", group, rng.choice(have)])
+        overrides.append(ov("optimizer", verb, named, tuple(rng.sample(names, rng.randint(1, len(names))))))
+    spec, p = plan("p", axes, experts=experts, overrides=tuple(overrides))
+    p = replace(p, optimizers=((group, muon()),))
+    spec = replace(spec, plans=(p,))
+    return spec, p, group
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_checker_agrees_with_the_simulator(seed):
+    spec, p, group = generated(seed)
+    try:
+        v = verdict(spec, p, group)
+    except DiagnosticError:
+        pytest.skip("an input the checker rejects with a diagnostic")
+    names = p.mesh.names
+    rng = random.Random(seed)
+    found = any(sim_optimizer.violated(p, group, 2, dict(zip(names, sizes)), rng)
+                for sizes in product((1, 2), repeat=len(names)))
+    assert v in (Verdict.PROVED, Verdict.REFUTED), v
+    assert (v is Verdict.REFUTED) == found, (p.placements, p.overrides, group, sim_optimizer.layout(p, group))
+
+
+def test_the_generated_plans_reach_both_verdicts():
+    seen = set()
+    for seed in range(40):
+        spec, p, group = generated(seed)
+        try:
+            seen.add(verdict(spec, p, group))
+        except DiagnosticError:
+            continue
+    assert {Verdict.PROVED, Verdict.REFUTED} <= seen
+
+
+# ---------------------------------------------------------------- hand cases
+
+ZERO1_TP = {"dp": ("data", "R,S,R,R"), "tp": ("tensor", "S,S,S,S")}
+
+
+@pytest.mark.parametrize("axes,overrides,ok", [
+    ({"dp": ("data", "R,R,R,R")}, (), True),  # DDP: every rank holds and updates whole matrices
+    ({"dp": ("data", "R,S,R,R")}, (), False),  # ZeRO-1's flat shard cuts each matrix
+    ({"dp": ("data", "R,S,R,R")}, (ov("optimizer", "gather", "dense", ("dp",)),), True),
+    ({"dp": ("data", "R,S,R,R")}, (ov("optimizer", "round_robin", "dense", ("dp",)),), True),
+    ({"dp": ("data", "S*,S,S,R")}, (), False),  # FSDP
+    (ZERO1_TP, (ov("optimizer", "gather", None, ("dp",)),), False),  # the tensor split still cuts
+    (ZERO1_TP, (ov("optimizer", "gather", None, ("dp", "tp")),), True),
+    ({"pp": ("pipeline", "S,S,S,S")}, (), True),  # stages hold whole layers
+])
+def test_hand_cases(axes, overrides, ok):
+    spec, p = plan("p", axes, overrides=overrides)
+    p = replace(p, optimizers=(("dense", muon(5)),))
+    spec = replace(spec, plans=(p,))
+    assert verdict(spec, p, "dense") is (Verdict.PROVED if ok else Verdict.REFUTED)
+
+
+def test_experts_are_whole_on_the_expert_axis():
+    spec, p = plan("p", {"ep": ("expert", "S,S,S,R")}, experts=4)
+    p = replace(p, optimizers=(("experts", muon()),))
+    assert verdict(replace(spec, plans=(p,)), p, "experts") is Verdict.PROVED
+
+
+def test_dion_and_adamw_need_no_whole_matrix_and_shampoo_cut_is_unknown():
+    spec, p = plan("p", {"dp": ("data", "R,S,R,R")})
+    for c in (Choice("dion", (("rank", 64),)), Choice("adamw")):
+        q = replace(p, optimizers=(("dense", c),))
+        assert verdict(replace(spec, plans=(q,)), q, "dense") is None
+    q = replace(p, optimizers=(("dense", Choice("shampoo", (("block", 1024),))),))
+    assert verdict(replace(spec, plans=(q,)), q, "dense") is Verdict.UNKNOWN
+
+
+def test_counterexample_shows_the_two_updates():
+    spec, p = plan("p", {"dp": ("data", "R,S,R,R")})
+    p = replace(p, optimizers=(("dense", muon(5)),))
+    report = check_plan(SESSION, replace(spec, plans=(p,)), p, {})
+    r = next(o for o in report.obligations if o.name == "SC optimizer[dense] whole matrices")
+    assert r.verdict is Verdict.REFUTED
+    cx = r.counterexample
+    values = dict(cx.values)
+    whole = sim_optimizer.orthogonalise([[Fraction(1), Fraction(2)], [Fraction(3), Fraction(4)]], 5)
+    assert values["whole-matrix update (single device), row 0"] == ", ".join(f"{float(v):.4f}" for v in whole[0])
+    assert dict(cx.sizes)["dp"] == 2
+
+
+# ---------------------------------------------------------------- the language
+
+SPEC = """from std.data import zero1
+from std.tensor import megatron_tp
+
+model {
+  params = 7e9
+}
+
+mesh {
+  dp = 4
+  tp = 2
+}
+
+plan p {
+  dp: zero1
+  tp: megatron_tp
+  optimizer {
+    BODY
+  }
+  OVERRIDE
+}
+"""
+
+
+def spec_with(body: str, override: str = ""):
+    return SPEC.replace("BODY", body).replace("OVERRIDE", override)
+
+
+def test_optimizer_section_resolves_and_round_trips():
+    text = spec_with("dense = muon(ns_steps = 5)\n    all = adamw", "override optimizer[dense]: gather over (dp, tp)")
+    assert format_source(text, "<t>") == text
+    spec = load_string(text)
+    p = spec.plans[0]
+    assert dict(p.optimizers)["dense"] == Choice("muon", (("ns_steps", 5),))
+    assert dict(p.optimizers)["all"].algorithm == "adamw"
+
+
+@pytest.mark.parametrize("body,override,code,line", [
+    ("dense = muonn", "", "PL240", 17),
+    ("dense = 3", "", "PL240", 17),
+    ("dense = muon(steps = 5)", "", "PL241", 17),
+    ("dense = shampoo", "", "PL241", 17),
+    ("dense = muon(ns_steps = 0)", "", "PL241", 17),
+    ("attention = muon", "", "PL242", 17),
+    ("norms = muon", "", "PL242", 17),  # no shape: the model is one dense group
+    ("dense = muon\n    dense = dion(rank = 8)", "", "PL244", 18),
+    ("dense = adamw", "override optimizer[dense]: gather over (dp)", "PL245", 19),
+    ("dense = muon", "override optimizer[dense]: gather over (dp)\n  override optimizer: gather over (pp)", "PL109", 20),
+    ("dense = muon", "override optimizer[mlp]: gather over (dp)", "PL242", 19),
+])
+def test_misuse_is_a_located_diagnostic(body, override, code, line):
+    with pytest.raises(DiagnosticError) as e:
+        load_string(spec_with(body, override))
+    d = e.value.diagnostics[0]
+    assert (d.code, d.span.line) == (code, line), d
+
+
+def test_vectors_refuse_a_matrix_algorithm_and_an_idle_gather_is_an_error():
+    shaped = SPEC.replace("params = 7e9", "transformer {\n    hidden = 64\n    layers = 2\n    heads = 4\n"
+                          "    vocab = 100\n  }")
+    with pytest.raises(DiagnosticError) as e:
+        load_string(shaped.replace("BODY", "norms = muon").replace("OVERRIDE", ""))
+    assert e.value.diagnostics[0].code == "PL243"
+    with pytest.raises(DiagnosticError) as e:  # the router is whole on every tensor rank, replicated over dp
+        load_string(shaped.replace("BODY", "mlp = muon").replace("dp: zero1", "dp: ddp").replace(
+            "import zero1", "import ddp").replace("OVERRIDE", "override optimizer[mlp]: gather over (dp)"))
+    assert e.value.diagnostics[0].code == "PL246"
