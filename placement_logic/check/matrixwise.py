@@ -127,7 +127,7 @@ def replay(ctx: Context, plan, group: str, c: opt.Choice, w: dict) -> Counterexa
     return Counterexample(
         ctx.sizes_tuple(sizes), (("observer", f"({axis}=0)"),),
         (("momentum matrix", "[" + "; ".join(", ".join(str(v) for v in r) for r in m) + "]"),
-         (f"whole-matrix update (single device), row 0", ", ".join(_show(v) for v in whole[0])),
+         ("whole-matrix update (single device), row 0", ", ".join(_show(v) for v in whole[0])),
          (f"rank ({axis}=0)'s update of its piece", ", ".join(_show(v) for v in piece[0])),
          ("Newton–Schulz", f"{steps} quintic steps, exact rationals (shown to 4 places)")),
         f"update element {elem} on ({axis}=0) = {_show(got)}, single device = {_show(want)}",

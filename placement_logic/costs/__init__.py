@@ -98,7 +98,12 @@ def _derive(plan: ir.Plan, sized: bool) -> PlanCost:
     mem = memory(plan, sh, act, lay.split, sized)
     # a point-to-point transfer over an axis of one device has no peer (ring collectives over
     # it already cost (n − 1)/n = 0; their ZeRO volume is the paper's convention, kept)
-    comm = Communication(tuple(size(c, sh, lay) for c in schedule.derive(plan)
+    extra = ()
+    if plan.optimizers:  # the gathers and owners of whole-matrix updates (costs.optimizer)
+        from .optimizer import collectives as optimizer_collectives
+
+        extra = tuple(optimizer_collectives(plan))
+    comm = Communication(tuple(size(c, sh, lay) for c in schedule.derive(plan) + extra
                                if not (sized and c.kind is schedule.Kind.P2P and _one_device(plan, c.axes))))
     return PlanCost(plan, sh, lay, act, mem, comm)
 

@@ -164,7 +164,12 @@ def _persistent(plan: ir.Plan, sh: Shape, st: State, stage: str | None, split: S
         by_group = per_group(sh, (), split, stage=stage, p=p, axes_of=group_axes(plan, st, skip=(pipe,)))
     else:
         by_group = per_group(sh, (), split, axes_of=group_axes(plan, st))
-    by_group = {k: ZERO if k in transient else sh.bytes[st] * v for k, v in by_group.items()}
+    if st is State.OPTIMIZER and plan.optimizers:  # each group's own algorithm (costs.optimizer)
+        from .optimizer import state_bytes
+
+        by_group = {k: ZERO if k in transient else state_bytes(plan, sh, k, v) for k, v in by_group.items()}
+    else:
+        by_group = {k: ZERO if k in transient else sh.bytes[st] * v for k, v in by_group.items()}
     zero = {k: ZERO for k in by_group}
     return (zero, by_group) if is_offloaded(plan, st) else (by_group, zero)
 
@@ -214,6 +219,10 @@ def memory(plan: ir.Plan, sh: Shape, act: Activations, split: Split | None = Non
         notes.append(f"parameter group{'s' if len(own) > 1 else ''} {', '.join(own)}: the memory and the "
                      f"collectives of {'their' if len(own) > 1 else 'its'} buffers follow "
                      f"{'their' if len(own) > 1 else 'its'} own modes")
+    if plan.optimizers:
+        from .optimizer import notes as optimizer_notes
+
+        notes += optimizer_notes(plan, sh, split)
     device[State.ACTIVATIONS] = act.total
     host[State.ACTIVATIONS] = ZERO
     if not sh.has_shape:

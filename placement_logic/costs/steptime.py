@@ -232,6 +232,12 @@ def step_time(pc, hwr: ir.Hardware, causal: bool | None = None) -> StepTime | No
         t_mb, t_opt = _kernel_times(pc, hwr, plan.model.attention_flops == "causal" and causal is not False)
     else:
         t_mb, t_opt = mb_flops / (peak * mfu), ZERO
+    update = ZERO
+    if plan.optimizers:  # matrix-wise updates (Newton–Schulz) run at the compute rate (costs.optimizer)
+        from .optimizer import update_flops
+
+        update = update_flops(plan, sh, lay.split) / (peak * mfu)
+        t_opt = t_opt + update
     pipelined = schedule.pipeline_axis(plan) is not None
     slots = sh.m + (p - 1) / v if pipelined else sh.m
     compute = slots * t_mb
@@ -256,7 +262,8 @@ def step_time(pc, hwr: ir.Hardware, causal: bool | None = None) -> StepTime | No
         else "attention FLOPs counted in full",
         "data-parallel parameter and gradient traffic overlaps with compute" if hwr.overlap
         else "no communication overlaps with compute",
-    )
+    ) + (("the optimizer's matrix updates (Newton–Schulz, preconditioners) at the MFU rate: their FLOPs / "
+          "(peak × MFU)",) if update != 0 else ())
     return StepTime(tokens, model_flops, mb_flops * sh.m, compute, bubble, over, exposed, step, t_opt,
                     tokens / step, model_flops / (step * devices * peak), devices, peak, tuple(times), assumptions)
 

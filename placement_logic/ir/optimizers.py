@@ -103,7 +103,8 @@ def stated(plan, verb: str, group: str) -> tuple[tuple[str, ...], Span]:
     axes: list[str] = []
     span = NO_SPAN
     for o in plan.overrides:
-        if o.target == "optimizer" and o.verb == verb and o.group in (group, "all", None):
+        if o.target == "optimizer" and o.verb == verb and (
+                o.group in (group, "all", None) or (o.group == "matrices" and group in MATRIX_GROUPS)):
             axes += [a for a in (o.axes or ()) if a not in axes]
             span = o.span if span == NO_SPAN else span
     return tuple(axes), span

@@ -99,6 +99,7 @@ def plan_data(plan: ir.Plan) -> dict:
             "unit": ir.show(plan.schedule.unit),
         },
         "overrides": [_override_text(o) for o in plan.overrides],
+        **({"optimizers": {g: c.text() for g, c in plan.optimizers}} if plan.optimizers else {}),
         "notes": [n for n in (heads.copies_note(plan),) if n]
         + [f"unobserved: {t} (line {span.line}): not stated by the plan, so what the checker would prove of it is "
            "unknown" for t, span in plan.unobserved],
@@ -202,6 +203,8 @@ def spec_text(spec: ir.Spec, plans: tuple[str, ...] = (), sets: Collection[str] 
             s = p["schedule"]
             settings.append(f"schedule={s['kind']}(axis={s['axis']}, v={s['chunks']}, U={s['unit']})")
         lines.append("  settings: " + ", ".join(settings))
+        if p.get("optimizers"):
+            lines.append("  optimizer: " + ", ".join(f"{g} {a}" for g, a in p["optimizers"].items()))
         for o in p["overrides"]:
             lines.append(f"  override {o}")
         for n in p["notes"]:
@@ -258,6 +261,8 @@ def spec_markdown(spec: ir.Spec, plans: tuple[str, ...] = (), sets: Collection[s
             sch = p["schedule"]
             settings.append(f"schedule={sch['kind']}(axis={sch['axis']}, v={sch['chunks']}, U={sch['unit']})")
         out.append("Settings: " + ", ".join(f"`{x}`" for x in settings) + ".")
+        if p.get("optimizers"):
+            out.append("- optimizer: " + ", ".join(f"{g} `{a}`" for g, a in p["optimizers"].items()))
         for o in p["overrides"]:
             out.append(f"- override `{o}`")
         for n in p["notes"]:

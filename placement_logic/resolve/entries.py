@@ -221,7 +221,7 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
     if o.target == "optimizer":  # an optimizer section names the model's parameter groups (ir.groups)
         from ..ir.groups import BUILTIN
 
-        known = known + tuple(g for g in BUILTIN if g not in known)
+        known = known + tuple(g for g in BUILTIN if g not in known) + ("matrices",)
     if o.group is not None and o.group not in known:
         error("PL122", f"unknown parameter group '{o.group}'", o.span,
               did_you_mean(o.group, known) or (f"groups an override may name: {', '.join(known)}",))

@@ -118,14 +118,17 @@ def check_overrides(vals: Values, plan: ir.Plan) -> None:
     for o in plan.overrides:
         if o.target != "optimizer" or o.verb not in ("gather", "round_robin"):
             continue
-        groups = tuple(need) if o.group in (None, "all") else (o.group,) if o.group in need else ()
-        if o.group not in (None, "all") and o.group not in _groups(plan.model):
+        groups = (tuple(need) if o.group in (None, "all") else
+                  tuple(g for g in need if g in opt.MATRIX_GROUPS) if o.group == "matrices" else
+                  (o.group,) if o.group in need else ())
+        if o.group not in (None, "all", "matrices") and o.group not in _groups(plan.model):
             vals.cx.error("PL242", f"the model has no parameter group '{o.group}'", o.span,
                           did_you_mean(o.group, _groups(plan.model)))
             continue
         if not groups:
-            what = f"group '{o.group}'" if o.group not in (None, "all") else "no group"
-            alg = opt.choice(plan, o.group).text() if o.group not in (None, "all") else "element-wise algorithms"
+            one = o.group not in (None, "all", "matrices")
+            what = f"group '{o.group}'" if one else "every group it names"
+            alg = opt.choice(plan, o.group).text() if one else "element-wise algorithms"
             vals.cx.error("PL245", f"'optimizer: {o.verb}' reaches nothing: {what} is updated element-wise ({alg}), "
                           "which needs no whole matrix", o.span,
                           ("state a matrix-wise algorithm for it in the plan's optimizer section, e.g. "
