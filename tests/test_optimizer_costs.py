@@ -115,28 +115,39 @@ def test_gather_is_an_all_gather_of_the_stage_matrices():
     assert {c.collective.kind.value for c in _optimizer_phase(pc)} == {"all_gather"}
 
 
-@pytest.mark.parametrize("dp,ok", [("ddp", "all_gather"), ("zero1", "all_to_all")])
-def test_round_robin_owners(dp, ok):
+@pytest.mark.parametrize("dp", ["ddp", "zero1"])
+def test_round_robin_owners(dp):
     """round_robin over dp, matrices gathered over tp first. Replicated state (DDP): each of the
     2 owners updates half the matrices and all-gathers them: 1/2 of the buffer sent. Sharded
-    state (ZeRO-1): the pieces go to their owners and come back, two all-to-alls of the device's
-    half share: 2 × 1/2 × (buffer/2)."""
+    state (ZeRO-1): the shards are whole matrices, so ZeRO-1's own re-gather carries the
+    updates and nothing is added over dp."""
     extra = ("  override optimizer[matrices]: gather over (tp)\n"
              "  override optimizer[matrices]: round_robin over (dp)")
     pc = derive(spec_of(BODY.format(dp=dp, extra=extra)).plans[0])
     layer = [t for t in tensors() if t[1] in MATRIX and t[0].endswith("0")]
     full = sum(2 * r * c for _, _, r, c, _ in layer)  # whole over tp, the stage's layer
-    per_dp = full if dp == "ddp" else Fraction(full, 2)  # the flat dp shard under ZeRO-1
-    tp_gather = Fraction(1, 2) * per_dp
     owners = [c for c in _optimizer_phase(pc) if c.collective.axes == ("dp",)]
-    assert {c.collective.kind.value for c in owners} == {ok}
-    owner_bytes = sum(value(c.bytes_per_device) for c in owners)
     if dp == "ddp":
-        assert owner_bytes == Fraction(1, 2) * full
+        assert [c.collective.kind.value for c in owners] == ["all_gather"] * 3  # attention, kv, mlp
+        assert sum(value(c.bytes_per_device) for c in owners) == Fraction(1, 2) * full
     else:
-        assert owner_bytes == 2 * Fraction(1, 2) * Fraction(full, 2)
+        assert owners == []
+    per_dp = full if dp == "ddp" else Fraction(full, 2)  # the tp gather moves the device's dp share
     tp_bytes = sum(value(c.bytes_per_device) for c in _optimizer_phase(pc) if c.collective.axes == ("tp",))
-    assert tp_bytes == tp_gather
+    assert tp_bytes == Fraction(1, 2) * per_dp
+
+
+def test_round_robin_over_the_tensor_axis_moves_pieces_to_owners():
+    """DDP over dp, round_robin over tp: each matrix's two column pieces meet on its owner and
+    the updated pieces go back: two all-to-alls of the device's half pieces, each sending 1/2 of
+    the buffer (the matrices whole over tp, /2 per device)."""
+    extra = "  override optimizer[matrices]: round_robin over (tp)"
+    pc = derive(spec_of(BODY.format(dp="ddp", extra=extra)).plans[0])
+    layer = [t for t in tensors() if t[1] in MATRIX and t[0].endswith("0")]
+    full = sum(2 * r * c for _, _, r, c, _ in layer)
+    moves = _optimizer_phase(pc)
+    assert [c.collective.kind.value for c in moves] == ["all_to_all"] * 6  # two per group
+    assert sum(value(c.bytes_per_device) for c in moves) == 2 * Fraction(1, 2) * Fraction(full, 2)
 
 
 def counted_newton_schulz_flops(m: int, n: int, steps: int) -> int:

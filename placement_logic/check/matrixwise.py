@@ -131,7 +131,7 @@ def replay(ctx: Context, plan, group: str, c: opt.Choice, w: dict) -> Counterexa
          (f"rank ({axis}=0)'s update of its piece", ", ".join(_show(v) for v in piece[0])),
          ("Newton–Schulz", f"{steps} quintic steps, exact rationals (shown to 4 places)")),
         f"update element {elem} on ({axis}=0) = {_show(got)}, single device = {_show(want)}",
-        (f"{c.text()} orthogonalises each {group} matrix ({shape} here) as a whole, but {cut}: orthogonalising a "
+        (f"{c.text()} orthogonalises each {group} matrix as a whole (a {shape} one here), but {cut}: orthogonalising a "
          "piece is not the piece of the orthogonalised matrix",),
         ctx.command(sizes),
         (f"fix: override optimizer[{group}]: gather over ({axis}) (every rank gathers each matrix and keeps its part "

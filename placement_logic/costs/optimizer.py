@@ -12,11 +12,12 @@ sympy closed forms (docs/costs.md, "Optimizers"):
   ``gather over (A)``: an all-gather over A of the group's gradient matrices (the model's
   gradient element), of the buffer the device needs whole over A (the group's parameters on the
   device divided over every other axis that cuts them, the pipeline and the expert axes);
-  ``round_robin over (A)``, n = |A|, the group's matrices spread evenly over the n owners: where
-  A cuts the matrices, an all-to-all of the pieces to their owners and one of the updated
-  pieces back (each of buffer m/n); where it does not (replicated state), one all-gather of the
-  owners' updated matrices (buffer m). An owner scheme over axes some of which cut and some not
-  is left out, with a note.
+  ``round_robin over (A)``, the group's matrices spread evenly over the owners: over the tensor
+  axes T of A that split the matrices, an all-to-all of the pieces to their owners and one of
+  the updated pieces back (each of buffer m/|T|, m the device's matrices whole over T); over the
+  axes of A where the optimizer state is sharded, the shards are whole matrices (the derived
+  reduce-scatter and parameter re-gather move the same bytes: nothing added); over the axes of
+  A where it is replicated, one all-gather of the owners' updated matrices (buffer m).
 - ``update_flops(plan, sh)``: the FLOPs per device of the matrix-wise updates: Newton–Schulz,
   per m×n matrix with p = min(m, n), q = max(m, n), ns_steps × (4·p²·q + 2·p³) (each quintic step
   forms A = XXᵀ (2p²q), A² (2p³) and (bA + cA²)X (2p²q); Jordan et al. 2024,
@@ -124,28 +125,31 @@ def collectives(plan: ir.Plan, notes: list | None = None) -> list[Collective]:
                 ir.const(1), Payload(PAYLOAD + group, _divided_over(plan, group, gather), f"{group} gradient matrices"),
                 f"{c.text()} on {group}: every rank gathers each whole gradient matrix over ({', '.join(gather)})"))
         if owner:
-            owner = _in_mesh(plan, owner)
-            rest = tuple(a for a in owner if a not in gather)
-            split = [a for a in rest if a in cut]
-            if split and len(split) != len(rest):
-                if notes is not None:
-                    notes.append(f"optimizer[{group}]: round_robin over axes some of which cut its matrices and some "
-                                 "not: the owner scheme's traffic is not modelled")
-                continue
-            if not rest:
-                continue
-            pay = Payload(PAYLOAD + group, _divided_over(plan, group, gather + rest), f"{group} matrices")
-            if split:  # pieces to the owners and back: two all-to-alls of the device's 1/n share
-                share = Payload(pay.tensor, pay.divided_over + rest, pay.description)
-                for what in ("gradient pieces to each matrix's owner", "updated pieces back from the owners"):
-                    out.append(Collective(Kind.ALL_TO_ALL, ir.State.GRADS, rest, link_of(plan, rest), Phase.OPTIMIZER,
-                                          ir.const(1), share, f"{c.text()} on {group}, round_robin over "
-                                          f"({', '.join(rest)}): {what}"))
-            else:  # replicated state: each owner's updated matrices all-gathered
-                out.append(Collective(Kind.ALL_GATHER, ir.State.GRADS, rest, link_of(plan, rest), Phase.OPTIMIZER,
-                                      ir.const(1), pay, f"{c.text()} on {group}, round_robin over "
-                                      f"({', '.join(rest)}): the owners' updated matrices to every rank"))
+            _owners(plan, group, c, _in_mesh(plan, tuple(a for a in owner if a not in gather)), cut, gather, out)
     return out
+
+
+def _owners(plan: ir.Plan, group: str, c: opt.Choice, axes: tuple[str, ...], cut: tuple[str, ...],
+            gather: tuple[str, ...], out: list) -> None:
+    """round_robin over ``axes``: each matrix owned by one rank of them. A tensor axis that splits
+    the matrix sends the pieces to their owner and back (two all-to-alls); an axis over which the
+    optimizer state is sharded partitions it by whole matrices instead of flat pieces (its derived
+    reduce-scatter and re-gather move the same bytes: nothing is added); an axis over which the
+    state is replicated all-gathers the owners' updated matrices."""
+    tensor = tuple(a for a in axes if a in cut and plan.role(a) is Role.TENSOR)
+    replicated = tuple(a for a in axes if a not in cut)
+    rule = f"{c.text()} on {group}, round_robin over ({', '.join(axes)})"
+    if tensor:
+        whole = gather + tensor
+        share = Payload(PAYLOAD + group, _divided_over(plan, group, whole) + tensor, f"{group} matrix pieces")
+        for what in ("the pieces of each matrix to its owner", "the updated pieces back from the owners"):
+            out.append(Collective(Kind.ALL_TO_ALL, ir.State.GRADS, tensor, link_of(plan, tensor), Phase.OPTIMIZER,
+                                  ir.const(1), share, f"{rule}: {what} over ({', '.join(tensor)})"))
+    if replicated:
+        pay = Payload(PAYLOAD + group, _divided_over(plan, group, gather + tensor), f"{group} updated matrices")
+        out.append(Collective(Kind.ALL_GATHER, ir.State.GRADS, replicated, link_of(plan, replicated), Phase.OPTIMIZER,
+                              ir.const(1), pay, f"{rule}: the owners' updated matrices to every rank of "
+                              f"({', '.join(replicated)})"))
 
 
 def _in_mesh(plan: ir.Plan, axes: tuple[str, ...]) -> tuple[str, ...]:
@@ -199,6 +203,9 @@ def notes(plan: ir.Plan, sh: Shape, split) -> tuple[str, ...]:
     out: list[str] = []
     for g in sh.groups:
         state_bytes(plan, sh, g.name, g.count, out)
+        if opt.choice(plan, g.name).locality == opt.SHARDED:
+            out.append(f"optimizer[{g.name}]: Dion's own collectives (the reductions of its rank-r factors over the "
+                       "shards) are not counted")
     collectives(plan, out)
     update_flops(plan, sh, split, out)
     return tuple(dict.fromkeys(out))
