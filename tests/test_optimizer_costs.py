@@ -88,7 +88,7 @@ def test_optimizer_state_per_rank_by_enumeration():
 
     def on(stage):
         total = Fraction(0)
-        for name, group, r, c, split in stage:
+        for _name, group, r, c, split in stage:
             n = r * c
             if split is not None:
                 n = Fraction(n, 2)
