@@ -1,9 +1,10 @@
 """A concrete simulator of a matrix-wise optimizer step (Muon) on every device of a small mesh.
 
 Written from docs/semantics.md ("Optimizers that need whole matrices"), not from the checker:
-one weight matrix of a parameter group, its rows cut by every axis over which the group's
-optimizer state is flat-sharded (a ZeRO/FSDP shard of the row-major buffer), its columns cut by
-every tensor axis that splits the group's weights; an axis the plan gathers the matrix over
+one weight matrix of a parameter group, its rows cut by every data, context or expert axis over
+which the group's optimizer state is flat-sharded (a ZeRO/FSDP shard of the row-major buffer),
+its columns cut by every tensor axis that splits the group's weights (a tensor axis never cuts a
+group it holds whole, whatever the optimizer mode there); an axis the plan gathers the matrix over
 (``optimizer[G]: gather``) or hands it whole to an owner over (``round_robin``) cuts nothing.
 Each device orthogonalises the piece it holds with Muon's quintic Newton–Schulz (exact
 fractions) and keeps the elements it owns; the step is correct exactly when every device's
@@ -81,8 +82,9 @@ def layout(plan: ir.Plan, group: str) -> tuple[list[str], list[str]]:
         if role is ir.Role.EXPERT and a not in g.own_modes(ir.State.OPTIMIZER) and params in (ir.Mode.S, ir.Mode.O):
             mode = _data_mode(plan)  # a data-parallel replica over the expert axis
         splits_weights = g.tensor == pg.SPLIT or (g.tensor == pg.HEADS and not kv_one)
-        if role is ir.Role.TENSOR and splits_weights:
-            cols.append(a)
+        if role in (ir.Role.TENSOR, ir.Role.SEQUENCE):  # the tensor rule: whole weights are not cut
+            if splits_weights:
+                cols.append(a)
         elif mode in (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.O):
             rows.append(a)
     return rows, cols

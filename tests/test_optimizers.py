@@ -243,3 +243,12 @@ def test_vectors_refuse_a_matrix_algorithm_and_an_idle_gather_is_an_error():
         load_string(shaped.replace("BODY", "mlp = muon").replace("dp: zero1", "dp: ddp").replace(
             "import zero1", "import ddp").replace("OVERRIDE", "override optimizer[mlp]: gather over (dp)"))
     assert e.value.diagnostics[0].code == "PL246"
+
+
+def test_a_tensor_axis_cuts_split_weights_only():
+    """Megatron TP places every state S on the tensor axis, but the router is held whole there:
+    its update sees whole matrices; the experts' MLP matrices are split, so theirs do not."""
+    spec, p = plan("p", {"tp": ("tensor", "S,S,S,S")}, experts=4)
+    for group, ok in (("router", True), ("experts", False)):
+        q = replace(p, optimizers=((group, muon()),))
+        assert verdict(replace(spec, plans=(q,)), q, group) is (Verdict.PROVED if ok else Verdict.REFUTED)

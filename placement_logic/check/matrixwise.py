@@ -108,7 +108,7 @@ def replay(ctx: Context, plan, group: str, c: opt.Choice, w: dict) -> Counterexa
     g = opt.group_of(plan, group)
     from ..ir.folding import role_of
 
-    columns = role_of(plan, g, axis) is Role.TENSOR and g.tensor != "whole"
+    columns = role_of(plan, g, axis) in (Role.TENSOR, Role.SEQUENCE)
     rows, cols = (2, n) if columns else (n, 2)
     m = [[Fraction(i * cols + j + 1) for j in range(cols)] for i in range(rows)]
     whole = newton_schulz(m, steps)

@@ -41,6 +41,7 @@ from .sizes import Shape, per_group
 from .symbolic import symbol, to_sympy
 
 ZERO = sympy.Integer(0)
+_TENSOR = (Role.TENSOR, Role.SEQUENCE)
 
 
 def matrices(plan: ir.Plan, sh: Shape, group: str) -> list[tuple[sympy.Expr, sympy.Expr, sympy.Expr]] | None:
@@ -136,7 +137,7 @@ def _owners(plan: ir.Plan, group: str, c: opt.Choice, axes: tuple[str, ...], cut
     optimizer state is sharded partitions it by whole matrices instead of flat pieces (its derived
     reduce-scatter and re-gather move the same bytes: nothing is added); an axis over which the
     state is replicated all-gathers the owners' updated matrices."""
-    tensor = tuple(a for a in axes if a in cut and plan.role(a) is Role.TENSOR)
+    tensor = tuple(a for a in axes if a in cut and plan.role(a) in _TENSOR)
     replicated = tuple(a for a in axes if a not in cut)
     rule = f"{c.text()} on {group}, round_robin over ({', '.join(axes)})"
     if tensor:
@@ -190,8 +191,8 @@ def update_flops(plan: ir.Plan, sh: Shape, split, notes: list | None = None) -> 
         # a cut left in place: a flat shard cuts the rows (out) of the row-major buffer, a tensor split
         # the dimension that is not the hidden size (heads, MLP width, vocabulary)
         left = [a for a in opt.cuts(plan, name) if a not in whole]
-        flat = sympy.Mul(*(symbol(a) for a in left if plan.role(a) is not Role.TENSOR))
-        tp = sympy.Mul(*(symbol(a) for a in left if plan.role(a) is Role.TENSOR))
+        flat = sympy.Mul(*(symbol(a) for a in left if plan.role(a) not in _TENSOR))
+        tp = sympy.Mul(*(symbol(a) for a in left if plan.role(a) in _TENSOR))
         for n, r, k in mats:
             r, k = (r / tp, k) if r != sh.h else (r, k / tp)
             total += n * frac * _ns(c.arg("ns_steps"), r / flat, k)

@@ -118,9 +118,9 @@ def group_of(plan, name: str):
 
 def cuts(plan, name: str) -> tuple[str, ...]:
     """The mesh axes over which the update of group ``name`` sees a piece of each matrix, not the
-    whole: a tensor axis that splits its weights, or any non-pipeline axis over which its optimizer
-    state is sharded (``S``, ``S*``, ``O``: a flat ZeRO/FSDP shard), except an expert axis that
-    hands whole experts to its ranks. Gathers and owners stated by the plan are not applied."""
+    whole: a tensor (or sequence) axis that splits its weights, or a data, context or expert axis
+    over which its optimizer state is sharded (``S``, ``S*``, ``O``: a flat ZeRO/FSDP shard), except
+    an expert axis that hands whole experts to its ranks. Gathers and owners stated by the plan are not applied."""
     from .groups import HEADS, SPLIT
     from .nodes import Const, Role, State
     from .views import class_view
@@ -141,8 +141,9 @@ def cuts(plan, name: str) -> tuple[str, ...]:
             continue
         if role is Role.EXPERT and g.expert:
             continue
-        if role is Role.TENSOR and (g.tensor == SPLIT or (g.tensor == HEADS and not one_kv)):
-            out.append(a)
+        if role in (Role.TENSOR, Role.SEQUENCE):  # the tensor rule decides: split weights are cut, whole ones not
+            if g.tensor == SPLIT or (g.tensor == HEADS and not one_kv):
+                out.append(a)
         elif sharded:
             out.append(a)
     return tuple(out)
