@@ -182,3 +182,13 @@ def test_adamw_plans_cost_as_before():
     assert base.memory.device == same.memory.device
     assert [c.bytes_per_device for c in base.communication.collectives] == \
         [c.bytes_per_device for c in same.communication.collectives]
+
+
+@pytest.mark.parametrize("gathered,largest", [
+    ("dp, tp", F * H),  # the MLP's gate, up and down matrices, whole: 128 × 64
+    ("dp", F * H // 2),  # the tensor split left in place: each matrix's piece on a tp rank
+])
+def test_the_largest_gathered_matrix_is_transient(gathered, largest):
+    spec = spec_of(BODY.format(dp="zero1", extra=f"  override optimizer[matrices]: gather over ({gathered})"))
+    pc = derive(spec.plans[0])
+    assert value(pc.memory.transient["gathered gradient matrix (the largest, one at a time)"]) == 2 * largest

@@ -264,6 +264,10 @@ def memory(plan: ir.Plan, sh: Shape, act: Activations, split: Split | None = Non
             transient["gradient bucket (one layer, before reduce-scatter)"] = unit * sh.bytes[State.GRADS]
     if act.transient != 0:
         transient["recomputation working set (one layer)"] = act.transient
+    if plan.optimizers:  # a whole-matrix update assembles each gathered matrix (costs.optimizer)
+        from .optimizer import transient as optimizer_transient
+
+        transient.update(optimizer_transient(plan, sh))
     # accounting conventions (conventions { reserve, reserve_fraction }): what the runtime and the
     # allocator take beside the training state; 0 unless the spec states them
     frac = to_sympy(plan.model.reserve_fraction)
