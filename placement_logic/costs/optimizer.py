@@ -204,7 +204,7 @@ def transient(plan: ir.Plan, sh: Shape) -> dict[str, sympy.Expr]:
     round_robin over a tensor axis): the model's gradient element times its size, divided by the
     cuts left in place."""
     sizes = []
-    for group, c in opt.whole_needed(plan):
+    for group, _c in opt.whole_needed(plan):
         cut = opt.cuts(plan, group)
         owners = opt.stated(plan, "round_robin", group)[0]
         assembled = [a for a in opt.stated(plan, "gather", group)[0] if a in cut] + \
