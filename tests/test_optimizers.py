@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from pathlib import Path
 from fractions import Fraction
 from itertools import product
 
@@ -252,3 +253,56 @@ def test_a_tensor_axis_cuts_split_weights_only():
     for group, ok in (("router", True), ("experts", False)):
         q = replace(p, optimizers=((group, muon()),))
         assert verdict(replace(spec, plans=(q,)), q, group) is (Verdict.PROVED if ok else Verdict.REFUTED)
+
+
+# ---------------------------------------------------------------- Megatron-LM's Muon options
+
+MEGATRON = ("--tensor-model-parallel-size 2 --num-layers 4 --hidden-size 256 --num-attention-heads 8 "
+            "--ffn-hidden-size 1024 --swiglu --disable-bias-linear --normalization RMSNorm --padded-vocab-size 1024 "
+            "--seq-length 512 --micro-batch-size 1 --global-batch-size 8 --bf16 --optimizer muon ")
+
+
+@pytest.mark.parametrize("flags,verdicts", [
+    # whole matrices on every tensor rank, whole layers owned per data rank: proved
+    ("--muon-tp-mode duplicated --use-layer-wise-distributed-optimizer", {"tp": True, "dp": True}),
+    # blockwise (the default): each tensor rank orthogonalises its own block
+    ("", {"tp": False, "dp": True}),
+    # the standard distributed optimizer's flat shards over dp (Megatron-LM forbids it with Muon)
+    ("--muon-tp-mode distributed --use-distributed-optimizer", {"tp": True, "dp": False}),
+])
+def test_megatron_muon_options(flags, verdicts):
+    from placement_logic.commands.megatron_spec import megatron_to_spec
+
+    text = megatron_to_spec(MEGATRON + flags, "m.args", 8)
+    assert "matrices = muon(ns_steps = 5)" in text
+    spec = load_string(text)
+    p = spec.plans[0]
+    report = check_plan(SESSION, spec, p, {})
+    for group in ("attention", "mlp"):
+        r = next(o for o in report.obligations if o.name == f"SC optimizer[{group}] whole matrices")
+        ok = all(verdicts.values())
+        assert r.verdict is (Verdict.PROVED if ok else Verdict.REFUTED), (flags, r)
+        if not ok:
+            bad = next(a for a, v in verdicts.items() if not v)
+            assert dict(r.counterexample.sizes)[bad] >= 2
+
+
+def test_megatron_export_of_owners_round_trips_to_a_proved_plan(monkeypatch):
+    """muon_round_robin exports as Megatron-LM's layer-wise optimizer (no flat distributed
+    optimizer); importing those arguments gives a plan whose Muon update is proved."""
+    import io
+
+    from placement_logic.cli import main
+    from placement_logic.commands.megatron_spec import megatron_to_spec
+
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["export", "megatron", "examples/library/muon_round_robin.place", "--plan", "muon_round_robin"],
+                out=out, err=err) == 0
+    args = out.getvalue()
+    assert "--optimizer muon --muon-num-ns-steps 5" in args and "--use-layer-wise-distributed-optimizer" in args
+    assert "--use-distributed-optimizer" not in args.split()
+    spec = load_string(megatron_to_spec(args, "m.args", 8))
+    report = check_plan(SESSION, spec, spec.plans[0], {})
+    wm = [o for o in report.obligations if o.name.endswith("whole matrices")]
+    assert wm and all(o.verdict is Verdict.PROVED for o in wm)

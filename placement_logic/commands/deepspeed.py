@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..frontend.configs import Table, load_json
+from ..ir import optimizers as opt
 from .framework_common import (
     ImportReport,
     _err,
@@ -218,6 +219,7 @@ def plan_to_deepspeed(spec: ir.Spec, plan: ir.Plan) -> tuple[dict, list[str]]:
                         "(deepspeed.checkpointing), not in the DeepSpeed config")
     if plan.flash_attention:
         problems.append("flash_attention: the attention kernel is chosen in the model code, not in the config")
-    if plan.overrides:
+    if any(not opt.is_placement(o) for o in plan.overrides):  # not optimizer[G]: gather | round_robin
         problems.append("overrides describe what a system does wrong; a config cannot ask for them")
+    problems += opt.export_problems(plan, "DeepSpeed", "config")
     return cfg, problems

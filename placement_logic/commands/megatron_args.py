@@ -5,6 +5,7 @@ from __future__ import annotations
 from .. import ir
 from ..ir import folding
 from ..ir import groups as pg
+from ..ir import optimizers as opt
 from .framework_common import _MEGATRON_MODES, _modes, _number, _precision, _role_problems
 
 _FOLD_ORDER = {"dense": ((ir.Role.TENSOR, ir.Role.SEQUENCE), (ir.Role.CONTEXT,), (ir.Role.DATA,)),
@@ -128,8 +129,13 @@ def plan_to_megatron(spec: ir.Spec, plan: ir.Plan) -> tuple[list[str], list[str]
         out.append("--fp16")  # 16-bit gradients (no --accumulate-allreduce-grads-in-fp32)
     elif _precision(spec, model, 4, "Megatron-LM", problems) is None:
         problems[-1] = problems[-1].replace("or fp32", "(2, 2, 12, 2) with --fp16, or fp32")
-    if plan.overrides:
+    if any(not opt.is_placement(o) for o in plan.overrides):  # not optimizer[G]: gather | round_robin
         problems.append("overrides describe what a system does wrong; arguments cannot ask for them")
+    muon, not_said = opt.megatron_args(plan)
+    if "--use-layer-wise-distributed-optimizer" in muon and "--use-distributed-optimizer" in out:
+        out.remove("--use-distributed-optimizer")  # the state sharded by whole layers instead of flat shards
+    out += muon
+    problems += not_said
     return out, problems
 
 

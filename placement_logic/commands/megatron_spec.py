@@ -31,19 +31,23 @@ _MEGATRON_INT = {
     "--num-experts": "E", "--moe-router-topk": "k", "--kv-channels": "dh", "--moe-ffn-hidden-size": "ef",
     "--moe-shared-expert-intermediate-size": "sf", "--mtp-num-layers": "mtp", "--q-lora-rank": "qr",
     "--kv-lora-rank": "kvr", "--qk-head-dim": "qkd", "--qk-pos-emb-head-dim": "qkp", "--v-head-dim": "vd",
-    "--recompute-num-layers": "rnl",
+    "--recompute-num-layers": "rnl", "--muon-num-ns-steps": "ns",
 }
 _MEGATRON_FLAGS = {"--sequence-parallel": "sp", "--use-distributed-optimizer": "dist_opt", "--swiglu": "swiglu",
                    "--untie-embeddings-and-output-weights": "untie", "--disable-bias-linear": "no_bias",
                    "--group-query-attention": "gqa", "--bf16": "bf16", "--fp16": "fp16", "--add-qkv-bias": "qkv_bias",
                    "--qk-layernorm": "qk_norm", "--multi-latent-attention": "mla",
                    "--moe-router-enable-expert-bias": "router_bias", "--use-flash-attn": "flash",
-                   "--accumulate-allreduce-grads-in-fp32": "fp32_grads"}
+                   "--accumulate-allreduce-grads-in-fp32": "fp32_grads",
+                   "--use-layer-wise-distributed-optimizer": "layer_wise"}
 _MEGATRON_CHOICES = {"--recompute-granularity": ("recompute", {"selective": "selective", "full": "full"}),
                      "--recompute-method": ("method", {"uniform": "uniform", "block": "block"}),
                      "--normalization": ("norm", {"RMSNorm": "rmsnorm", "LayerNorm": "layernorm"}),
                      "--position-embedding-type": ("pos", {"rope": "rope", "learned_absolute": "learned",
-                                                           "none": "none"})}
+                                                           "none": "none"}),
+                     "--optimizer": ("optimizer", {"adam": "adam", "sgd": "sgd", "muon": "muon"}),
+                     "--muon-tp-mode": ("tp_mode", {"blockwise": "blockwise", "duplicated": "duplicated",
+                                                    "distributed": "distributed"})}
 
 
 def _moe_layer_freq(text: str, layers: int, file: str) -> list[bool]:
@@ -291,6 +295,34 @@ def _launch_devices(got: dict, text: str, file: str, devices: int | None) -> int
     return devices if devices is not None else launched
 
 
+def _optimizer_lines(got: dict, t: int, dp: int, folded: bool, problems: list[str], report: ImportReport) -> list[str]:
+    """--optimizer sgd | muon (Megatron-LM's Muon on the linear layers' matrices, Adam on the rest):
+    the plan's optimizer section; --muon-tp-mode duplicated or distributed gives each tensor rank the
+    whole matrix (a gather over tp), blockwise (the default) orthogonalises each rank's own block;
+    --use-layer-wise-distributed-optimizer shards the state by whole layers over dp (owners)."""
+    alg = got.get("optimizer")
+    if alg == "sgd":
+        return ["optimizer {\n    all = sgd\n  }"]
+    if alg != "muon":
+        return []
+    out = [f"optimizer {{\n    matrices = muon(ns_steps = {got.get('ns', 5)})\n  }}"]
+    mode = got.get("tp_mode", "blockwise")
+    if folded and (t > 1 or got.get("layer_wise")):
+        problems.append("Muon's tensor mode and layer-wise sharding under MoE parallel folding are not expressed")
+        return out
+    if t > 1 and mode in ("duplicated", "distributed"):
+        out.append("override optimizer[matrices]: gather over (tp)")
+        if mode == "distributed":
+            report.assumed.append("--muon-tp-mode distributed: Newton-Schulz computed jointly over tp, the whole "
+                                  "matrix's update; costed as every tensor rank gathering each matrix")
+    elif t > 1:
+        report.assumed.append("--muon-tp-mode blockwise: each tensor rank orthogonalises its own block of every "
+                              "matrix (no gather), which placement check refutes against single-device Muon")
+    if got.get("layer_wise") and dp > 1:
+        out.append("override optimizer[matrices]: round_robin over (dp)")
+    return out
+
+
 def megatron_to_spec(text: str, file: str, devices: int | None, problems: list[str] | None = None, *,
                      report: ImportReport | None = None, per_node: int | None = None) -> str:
     """The spec of Megatron-LM arguments; what the DSL cannot express is appended to ``problems``,
@@ -340,7 +372,7 @@ def megatron_to_spec(text: str, file: str, devices: int | None, problems: list[s
              + f"  microbatch = {mb}\n  microbatches = {m}\n" + roles + "}\n\n")
     v = got.get("v") or (got["L"] // (p * got["layers_per_chunk"]) if got.get("layers_per_chunk") else 1)
     pipe = f"interleaved_1f1b(v = {v})" if v > 1 else "one_f_one_b"
-    bind = {"dp": "zero1" if got.get("dist_opt") else "ddp", "cp": "context_parallel",
+    bind = {"dp": "zero1" if got.get("dist_opt") or got.get("layer_wise") else "ddp", "cp": "context_parallel",
             "tp": "megatron_sp" if got.get("sp") else "megatron_tp"}
     products: tuple[tuple[str, ...], ...] = ()
     if folded is None:
@@ -366,6 +398,7 @@ def megatron_to_spec(text: str, file: str, devices: int | None, problems: list[s
             extra.append("use full_recompute")
     if got.get("flash"):
         extra.append("flash_attention")
+    extra += _optimizer_lines(got, t, dp, folded is not None, problems, report)
     note = (" (the expert axis divides Megatron-LM's data-parallel devices: dense parameters are replicated over "
             "dp × ep, experts over dp)" if e > 1 and folded is None else "")
     if folded is not None:

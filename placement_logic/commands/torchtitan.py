@@ -14,6 +14,7 @@ import json
 from .. import ir
 from ..frontend.configs import Table, load_toml
 from ..ir import folding
+from ..ir import optimizers as opt
 from .framework_common import (
     ImportReport,
     _axis_line,
@@ -292,6 +293,7 @@ def plan_to_torchtitan(spec: ir.Spec, plan: ir.Plan) -> tuple[str, list[str]]:
     if not plan.flash_attention:
         problems.append("attention without flash_attention: torchtitan's models attend with "
                         "scaled_dot_product_attention, which keeps no score matrix")
-    if plan.overrides:
+    if any(not opt.is_placement(o) for o in plan.overrides):  # not optimizer[G]: gather | round_robin
         problems.append("overrides describe what a system does wrong; a job config cannot ask for them")
+    problems += opt.export_problems(plan, "torchtitan", "job config")
     return "\n".join(lines) + "\n", problems

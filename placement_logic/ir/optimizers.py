@@ -152,3 +152,51 @@ def cuts(plan, name: str) -> tuple[str, ...]:
 def uncut(plan, name: str) -> tuple[str, ...]:
     """The axes over which the plan gives group ``name``'s update the whole matrix (a gather or an owner)."""
     return tuple(dict.fromkeys(stated(plan, "gather", name)[0] + stated(plan, "round_robin", name)[0]))
+
+
+def is_placement(o) -> bool:
+    """An ``optimizer[G]: gather`` or ``round_robin`` override: how a correct system reaches whole matrices."""
+    return o.target == "optimizer" and o.verb in ("gather", "round_robin")
+
+
+def section_text(plan) -> str:
+    return ", ".join(f"{g} {c.text()}" for g, c in plan.optimizers)
+
+
+def export_problems(plan, framework: str, what: str) -> list[str]:
+    """What a framework's configuration cannot say of the plan's optimizer section."""
+    if all(c.algorithm in ("adamw", "adam") for _, c in plan.optimizers):
+        return []
+    return [f"optimizer {{ {section_text(plan)} }}: {framework}'s {what} names one element-wise optimizer for every "
+            "parameter; the algorithms per group (and how whole matrices reach them) are not expressed"]
+
+
+def megatron_args(plan) -> tuple[list[str], list[str]]:
+    """(arguments, problems) of Megatron-LM's Muon (--optimizer muon on the linear layers' matrices,
+    Adam on the rest): --muon-num-ns-steps, --muon-tp-mode duplicated for a gather over the tensor
+    axes, --use-layer-wise-distributed-optimizer for owners over the data axes."""
+    from .nodes import Role
+
+    own = {g: c for g, c in plan.optimizers if c.algorithm not in ("adamw", "adam")}
+    if not own:
+        return [], []
+    steps = {c.arg("ns_steps") for c in own.values()}
+    if any(c.algorithm != "muon" for c in own.values()) or len(steps) != 1 or \
+            not set(own) <= set(MATRIX_GROUPS) or "all" in dict(plan.optimizers):
+        return [], export_problems(plan, "Megatron-LM", "arguments")
+    out = ["--optimizer", "muon", "--muon-num-ns-steps", str(steps.pop())]
+    tensor = plan.axes_with_role(Role.TENSOR, Role.SEQUENCE)
+    data = plan.axes_with_role(Role.DATA)
+    groups = tuple(own)
+    if tensor and all(set(tensor) <= set(stated(plan, "gather", g)[0]) for g in groups):
+        out += ["--muon-tp-mode", "duplicated"]
+    elif tensor:
+        out += ["--muon-tp-mode", "blockwise"]
+    problems = []
+    if data and all(set(data) <= set(stated(plan, "round_robin", g)[0]) for g in groups):
+        out.append("--use-layer-wise-distributed-optimizer")
+    elif any(set(stated(plan, "gather", g)[0]) & set(data) for g in groups):
+        problems.append("optimizer[G]: gather over the data axes: Megatron-LM's Muon does not gather matrices over "
+                        "its distributed optimizer's flat shards (its layer-wise optimizer owns whole layers: "
+                        "round_robin over the data axes)")
+    return out, problems
