@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
-from pathlib import Path
 from fractions import Fraction
 from itertools import product
+from pathlib import Path
 
 import pytest
 import sim_optimizer
