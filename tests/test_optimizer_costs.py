@@ -188,7 +188,7 @@ def test_adamw_plans_cost_as_before():
     ("dp, tp", F * H),  # the MLP's gate, up and down matrices, whole: 128 × 64
     ("dp", F * H // 2),  # the tensor split left in place: each matrix's piece on a tp rank
 ])
-def test_the_largest_gathered_matrix_is_transient(gathered, largest):
+def test_the_largest_matrix_is_a_transient_working_copy(gathered, largest):
     spec = spec_of(BODY.format(dp="zero1", extra=f"  override optimizer[matrices]: gather over ({gathered})"))
     pc = derive(spec.plans[0])
-    assert value(pc.memory.transient["gathered gradient matrix (the largest, one at a time)"]) == 2 * largest
+    assert value(pc.memory.transient["Newton–Schulz working copy (the largest matrix, one at a time)"]) == 2 * largest

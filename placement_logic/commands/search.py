@@ -29,6 +29,7 @@ STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp", "offload")
 DEFAULT_STRATEGIES = STRATEGIES[:-1]
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "interleaved")
+OPTIMIZERS = ("adamw", "muon")
 
 
 def add_parser(subparsers) -> None:
@@ -57,6 +58,9 @@ def add_parser(subparsers) -> None:
                    help=f"recompute modes (default {','.join(RECOMPUTE)})")
     p.add_argument("--schedules", default=",".join(SCHEDULES), metavar="NAMES",
                    help=f"pipeline schedules (default {','.join(SCHEDULES)})")
+    p.add_argument("--optimizer", default="adamw", metavar="NAMES",
+                   help="algorithms on the weight matrices (adamw, muon; default adamw): muon with whole-matrix owners "
+                   "over the data axes and the tensor pieces gathered")
     p.add_argument("--mfu", default=None, metavar="X",
                    help="time compute by this one assumed MFU (default: each kernel timed, docs/time.md)")
     p.add_argument("--top", default="10", metavar="K", help="rows to show, re-derive and check (default 10)")
@@ -165,6 +169,7 @@ def space_of(args):
         strategies=name_list("--strategies", args.strategies, STRATEGIES),
         recompute=name_list("--recompute", args.recompute, RECOMPUTE),
         schedules=name_list("--schedules", args.schedules, SCHEDULES),
+        optimizers=name_list("--optimizer", args.optimizer, OPTIMIZERS),
         mfu=_fraction("--mfu", args.mfu) if args.mfu is not None else None,
         folding=(False,) if args.no_folding else (False, True),
         reserve=reserve_bytes(args.reserve, hardware.device(args.device).memory)
@@ -239,7 +244,7 @@ def rows(result) -> list[dict]:
         best = step if best is None else best
         out.append({"rank": i, "dp": z["dp"] * z["ds"], "shard": z["ds"], "tp": z["tp"], "pp": z["pp"],
                     "v": z["nv"] if s.schedule == "interleaved" else 1, "cp": z["cp"], "ep": z["ep"],
-                    "strategy": s.strategy, "recompute": s.recompute, "schedule": s.schedule,
+                    "strategy": s.strategy, "optimizer": s.optimizer, "recompute": s.recompute, "schedule": s.schedule,
                     "microbatch": z["mb"], "microbatches": z["nmb"], "memory": mem, "headroom": cap - mem,
                     "step": step, "tokens_per_s": tokens / step, "mfu": c.mfu, "frontier": c.frontier,
                     "check": c.verdict, "agrees": c.agrees, "folded": s.folded, "same_as": list(c.same),
@@ -273,7 +278,8 @@ def _header(result) -> str:
 def _strategy(r: dict) -> str:
     """The row's strategy, the strategies with the same figures beside it (``zero3/fsdp``)."""
     name = f"hsdp ({r['dp'] // r['shard']}x{r['shard']})" if r["strategy"] == "hsdp" else r["strategy"]
-    return "/".join([name] + r["same_as"]) + (" folded" if r["folded"] else "")
+    return ("/".join([name] + r["same_as"]) + ("" if r.get("optimizer", "adamw") == "adamw" else f" +{r['optimizer']}")
+            + (" folded" if r["folded"] else ""))
 
 
 def _layout(r: dict) -> str:
@@ -366,7 +372,8 @@ def render_csv(result) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(COLUMNS)
     for r in rows(result):
-        w.writerow([r["rank"], r["dp"], r["tp"], r["pp"], r["v"], r["cp"], r["ep"], "/".join([r["strategy"]] + r["same_as"]),
+        w.writerow([r["rank"], r["dp"], r["tp"], r["pp"], r["v"], r["cp"], r["ep"], "/".join([r["strategy"]] + r["same_as"])
+                    + ("" if r["optimizer"] == "adamw" else f" +{r['optimizer']}"),
                     r["recompute"],
                     r["microbatch"], r["microbatches"], _int_or(r["memory"]), _int_or(r["headroom"]),
                     f"{float(r['step']):.6f}", f"{float(r['tokens_per_s']):.1f}", f"{r['mfu']:.6f}",
@@ -390,6 +397,7 @@ def render_json(result, exit_status: int, file: str) -> str:
                   "tp": list(sp.tp), "pp": list(sp.pp), "cp": list(sp.cp), "ep": list(sp.ep),
                   "microbatch": list(sp.microbatch), "chunks": list(sp.chunks), "strategies": list(sp.strategies),
                   "recompute": list(sp.recompute), "schedules": list(sp.schedules), "folding": list(sp.folding),
+                  "optimizers": list(sp.optimizers),
                   "mfu": str(sp.mfu) if sp.mfu is not None else None, "reserve_bytes": _int_or(sp.reserve)},
         "candidates": result.candidates, "valid": result.valid, "fitting": result.fitting,
         "structures": result.structures, "error_band": str(error_band(result)),

@@ -200,25 +200,21 @@ def update_flops(plan: ir.Plan, sh: Shape, split, notes: list | None = None) -> 
 
 
 def transient(plan: ir.Plan, sh: Shape) -> dict[str, sympy.Expr]:
-    """The largest gradient matrix a device assembles at once for a gathered update (gather, or
-    round_robin over a tensor axis): the model's gradient element times its size, divided by the
-    cuts left in place."""
+    """Newton–Schulz's working copy of the largest matrix a device orthogonalises (one at a time):
+    the model's gradient element times the matrix's size, divided by the cuts left in place (a
+    gathered matrix, or an owned one, is whole)."""
     sizes = []
-    for group, _c in opt.whole_needed(plan):
-        cut = opt.cuts(plan, group)
-        owners = opt.stated(plan, "round_robin", group)[0]
-        assembled = [a for a in opt.stated(plan, "gather", group)[0] if a in cut] + \
-            [a for a in owners if a in cut and plan.role(a) in _TENSOR]
-        mats = matrices(plan, sh, group) if assembled else None
+    for group, c in opt.whole_needed(plan):
+        mats = matrices(plan, sh, group) if c.locality == opt.MATRIX else None
         if not mats:
             continue
-        left = [a for a in cut if a not in opt.uncut(plan, group)]
+        left = [a for a in opt.cuts(plan, group) if a not in opt.uncut(plan, group)]
         flat = sympy.Mul(*(symbol(a) for a in left if plan.role(a) not in _TENSOR))
         tp = sympy.Mul(*(symbol(a) for a in left if plan.role(a) in _TENSOR))
         sizes += [(r / tp if r != sh.h else r) * (k if r != sh.h else k / tp) / flat for _, r, k in mats]
     if not sizes:
         return {}
-    return {"gathered gradient matrix (the largest, one at a time)": sh.bytes[ir.State.GRADS] * sympy.Max(*sizes)}
+    return {"Newton–Schulz working copy (the largest matrix, one at a time)": sh.bytes[ir.State.GRADS] * sympy.Max(*sizes)}
 
 
 def notes(plan: ir.Plan, sh: Shape, split) -> tuple[str, ...]:

@@ -242,7 +242,8 @@ def _twins(parts, a: tuple, b: tuple) -> bool:
     vectorised memory and step time are equal (zero3 and fsdp, say): one row naming both,
     once their exact figures agree too."""
     (sa, za, va), (sb, zb, vb) = parts[a[0]], parts[b[0]]
-    same_shape = (sa.recompute, sa.schedule, sa.axes, sa.folded) == (sb.recompute, sb.schedule, sb.axes, sb.folded)
+    same_shape = (sa.recompute, sa.schedule, sa.axes, sa.folded, sa.optimizer) == \
+        (sb.recompute, sb.schedule, sb.axes, sb.folded, sb.optimizer)
     return (sa.strategy != sb.strategy and same_shape and bool((za[a[1]] == zb[b[1]]).all())
             and va[a[1], 0] == vb[b[1], 0] and va[a[1], 1] == vb[b[1], 1])
 

@@ -91,17 +91,17 @@ def enumerate_space(space: Space, t: ir.TransformerShape):
             # and reduces nothing, which ddp's closed forms give at size 1; ZeRO's do not), so
             # it is evaluated once, as ddp
             strategies = space.strategies + (() if "ddp" in space.strategies else ("ddp",))
-            for strat, rec in itertools.product(strategies, space.recompute):
+            for strat, rec, opt in itertools.product(strategies, space.recompute, space.optimizers):
                 if strat == "hsdp":
-                    out[Structure(strat, rec, sched, present)] = (hsizes, ok & (ds > 1) & (dp // ds > 1))
+                    out[Structure(strat, rec, sched, present, optimizer=opt)] = (hsizes, ok & (ds > 1) & (dp // ds > 1))
                     continue
                 for fold in (space.folding if moe and "ep" in present else (False,)):
-                    if fold and strat in ("offload", "hsdp"):
+                    if fold and (strat in ("offload", "hsdp") or opt != "adamw"):  # folded Muon: not searched
                         continue
                     mask = folded_ok if fold else ok
                     if strat != "ddp":
                         valid = mask & (dp > 1)
                     else:
                         valid = mask if "ddp" in space.strategies else mask & (dp == 1)
-                    out[Structure(strat, rec, sched, present, fold)] = (sizes, valid)
+                    out[Structure(strat, rec, sched, present, fold, opt)] = (sizes, valid)
     return out

@@ -10,6 +10,7 @@ STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp", "offload")
 DEFAULT_STRATEGIES = STRATEGIES[:-1]  # offload (ZeRO-Offload) only when asked for
 _LIBRARY = {"fsdp": "fsdp_full_shard", "hsdp": "hybrid_shard", "offload": "zero_offload"}  # search name -> library
 RECOMPUTE = ("none", "selective", "full")
+OPTIMIZERS = ("adamw", "muon")  # muon: on the matrices, with whole-matrix owners over the data axes
 SCHEDULES = ("1f1b", "interleaved")
 AXES = ("dp", "tp", "pp", "cp", "ep")
 COLLAPSED = ("tp", "ep")  # axes whose size-one case shares the structure of larger sizes
@@ -37,6 +38,7 @@ class Space:
     mfu: Fraction | None = None  # None: the kernel model; a figure: the MFU convention with it
     folding: tuple[bool, ...] = (False, True)  # MoE: plain expert parallelism, and parallel folding
     reserve: Fraction = Fraction(0)  # bytes per device kept free: a configuration fits in memory − reserve
+    optimizers: tuple[str, ...] = ("adamw",)  # OPTIMIZERS: the algorithm on the weight matrices
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class Structure:
     # MoE parallel folding: ep (more than one device) is a data axis of the dense layers, the experts
     # on ep × tp × cp (expert tensor size 1, whatever the dense tensor size)
     folded: bool = False
+    optimizer: str = "adamw"  # "muon": Muon on the matrices (ir.optimizers), AdamW on the rest
 
 
 @dataclass
@@ -76,6 +79,7 @@ class Candidate:
                 parts.append(f"{a}{z[a]}" + (f"v{z['nv']}" if a == "pp" and s.schedule == "interleaved" else ""))
         strat = f"hsdp({z['dp']}x{z['ds']})" if s.strategy == "hsdp" else s.strategy
         fold = f" experts on ep{z['ep'] * z['tp'] * z['cp']}" if s.folded else ""
+        strat += "" if s.optimizer == "adamw" else f"+{s.optimizer}"
         return " ".join(parts) + f" {strat}{fold} {s.recompute} mb{z['mb']}"
 
 

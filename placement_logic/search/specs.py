@@ -117,8 +117,23 @@ def spec_text(block: str, structure: Structure, sizes: dict, device: str, mfu: F
         roles = ", ".join(f"{a}: expert" for a in ("ep", "tp", "cp") if a in s.axes)
         cut = block.rstrip().rfind("}")
         block = block[:cut] + f"  group experts {{ role = {{{roles}}} }}\n" + block[cut:]
+    plan += _optimizer_lines(s)
     lets = f"let mb = {sizes['mb'] if literal else 1}\nlet nmb = {sizes['nmb'] if literal else 1}\n"
     if not literal and s.schedule == "interleaved":
         lets += "let nv = 2\n"
     return ("\n".join(imports) + "\n\n" + lets + "\n" + block + "\nmesh {\n" + "\n".join(mesh) + "\n}\n\n"
             + "plan searched {\n" + "\n".join(plan) + "\n" + _RECOMPUTE_USE[s.recompute] + "  flash_attention\n}\n")
+
+
+def _optimizer_lines(s: Structure) -> list[str]:
+    """Muon on the matrices: each matrix owned whole by one rank of the data axes (the state
+    partitioned by whole matrices; replicated under ddp, the owners' updates all-gathered), the
+    tensor axis's pieces gathered on every tensor rank (Megatron-LM's duplicated mode)."""
+    if s.optimizer == "adamw":
+        return []
+    data = ["dp"] + (["ds"] if s.strategy == "hsdp" else []) + [a for a in ("cp", "ep") if a in s.axes]
+    out = ["  optimizer {", "    matrices = muon(ns_steps = 5)", "  }",
+           f"  override optimizer[matrices]: round_robin over ({', '.join(data)})"]
+    if "tp" in s.axes:
+        out.append("  override optimizer[matrices]: gather over (tp)")
+    return out
