@@ -63,8 +63,8 @@ def spec_of(plan_body: str):
     return load_string(HEAD + "\nplan p {\n" + plan_body + "\n}\n")
 
 
-def value(expr, dp=2, tp=2, pp=2) -> Fraction:
-    v = sympy.nsimplify(expr.subs({symbol("dp"): dp, symbol("tp"): tp, symbol("pp"): pp}))
+def value(expr, dp=2, tp=2, pp=2, ep=2) -> Fraction:
+    v = sympy.nsimplify(expr.subs({symbol("dp"): dp, symbol("tp"): tp, symbol("pp"): pp, symbol("ep"): ep}))
     return Fraction(int(v.p), int(v.q))
 
 
@@ -192,3 +192,60 @@ def test_the_largest_matrix_is_a_transient_working_copy(gathered, largest):
     spec = spec_of(BODY.format(dp="zero1", extra=f"  override optimizer[matrices]: gather over ({gathered})"))
     pc = derive(spec.plans[0])
     assert value(pc.memory.transient["Newton–Schulz working copy (the largest matrix, one at a time)"]) == 2 * largest
+
+
+MOE = """from std.data import ddp
+from std.expert import expert_parallel
+
+model {
+  transformer {
+    hidden = 64
+    layers = 2
+    heads = 4
+    ffn = 128
+    vocab = 100
+    experts = 4
+    top_k = 2
+    norm = rmsnorm
+    gated_mlp
+    bias = false
+  }
+}
+
+mesh {
+  dp = 2
+  ep = 2
+}
+
+plan p {
+  dp: ddp
+  ep: expert_parallel
+  optimizer {
+    matrices = muon(ns_steps = 5)
+  }
+  override optimizer[matrices]: round_robin over (dp, ep)
+}
+"""
+
+
+def test_owners_over_an_expert_axis_leave_the_experts_where_they_are():
+    """DDP over dp, experts split over ep, owners over (dp, ep): a dense matrix (replicated on all 4
+    devices) has one owner of the 4, which all-gathers its update over dp×ep; an expert's matrices
+    already live on one ep rank, so their owner is one of the 2 dp ranks and the all-gather runs
+    over dp only; each device orthogonalises its 1/4 of the dense matrices and 1/2 of its own
+    experts'."""
+    from placement_logic.costs.optimizer import update_flops
+
+    pc = derive(load_string(MOE).plans[0])
+    h, f, E, L = 64, 128, 4, 2
+    gathers = {(c.collective.axes, c.collective.payload.tensor): c for c in _optimizer_phase(pc)}
+    attention = gathers[(("dp", "ep"), "grads:attention")]
+    assert value(attention.bytes_per_device, dp=2) == Fraction(3, 4) * 2 * L * 2 * h * h
+    experts = gathers[(("dp",), "grads:experts")]
+    assert value(experts.bytes_per_device, dp=2) == Fraction(1, 2) * 2 * L * (E // 2) * 3 * h * f
+    assert not any(k[1] == "grads:experts" and "ep" in k[0] for k in gathers)
+    want = (Fraction(1, 4) * L * (4 * counted_newton_schulz_flops(h, h, 5))  # q, o, k, v
+            + Fraction(1, 4) * L * counted_newton_schulz_flops(E, h, 5)  # the router
+            + Fraction(1, 2) * L * (E // 2) * 3 * counted_newton_schulz_flops(f, h, 5))
+    got = update_flops(pc.plan, pc.shape, pc.layout.split).subs({symbol("dp"): 2, symbol("ep"): 2})
+    assert Fraction(str(sympy.nsimplify(got))) == want

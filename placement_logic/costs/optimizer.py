@@ -36,7 +36,7 @@ from .. import ir
 from ..ir import optimizers as opt
 from ..ir.buffers import Collective, Kind, Payload, Phase, link_of
 from ..ir.heads import PAYLOAD
-from ..ir.nodes import Const, Role
+from ..ir.nodes import Role
 from .sizes import Shape, per_group
 from .symbolic import symbol, to_sympy
 
@@ -103,10 +103,6 @@ def state_bytes(plan: ir.Plan, sh: Shape, group: str, held: sympy.Expr, notes: l
     return out
 
 
-def _sized(plan: ir.Plan) -> dict[str, int]:
-    return {a.name: int(a.size.value) for a in plan.mesh.axes if isinstance(a.size, Const)}
-
-
 def _divided_over(plan: ir.Plan, group: str, whole: tuple[str, ...]) -> tuple[str, ...]:
     cut = opt.cuts(plan, group)
     return tuple(a for a in plan.mesh.names if a not in whole and (
@@ -119,7 +115,7 @@ def collectives(plan: ir.Plan, notes: list | None = None) -> list[Collective]:
     for group, c in opt.whole_needed(plan):
         cut = opt.cuts(plan, group)
         gather, _ = opt.stated(plan, "gather", group)
-        owner, _ = opt.stated(plan, "round_robin", group)
+        owner = opt.owners(plan, group)
         if gather:
             out.append(Collective(
                 Kind.ALL_GATHER, ir.State.GRADS, _in_mesh(plan, gather), link_of(plan, gather), Phase.OPTIMIZER,
@@ -171,7 +167,7 @@ def update_flops(plan: ir.Plan, sh: Shape, split, notes: list | None = None) -> 
         if c.locality == opt.ELEMENT or name in opt.VECTOR_GROUPS:
             continue
         whole = opt.uncut(plan, name)
-        owners = tuple(a for a in opt.stated(plan, "round_robin", name)[0] if a in plan.mesh.names)
+        owners = opt.owners(plan, name)
         # the device's share of the group's matrices: its stage's layers, its experts, its owned 1/n
         spread = tuple(a for a in plan.mesh.names if plan.role(a) in (Role.PIPELINE, Role.EXPERT))
         held = per_group(sh, spread, split).get(name, ZERO)

@@ -200,3 +200,22 @@ def megatron_args(plan) -> tuple[list[str], list[str]]:
                         "its distributed optimizer's flat shards (its layer-wise optimizer owns whole layers: "
                         "round_robin over the data axes)")
     return out, problems
+
+
+def owners(plan, name: str) -> tuple[str, ...]:
+    """The axes of ``optimizer[name]: round_robin`` that spread its matrices over owners: not a
+    pipeline axis (stages hold their own layers) nor an expert axis dividing the group (each
+    expert rank holds its own experts)."""
+    from .folding import role_of
+    from .nodes import Role
+
+    g = group_of(plan, name)
+    out = []
+    for a in plan.mesh.names:
+        if a not in stated(plan, "round_robin", name)[0] or g is None:
+            continue
+        role = role_of(plan, g, a)
+        if role is Role.PIPELINE or (role is Role.EXPERT and g.expert):
+            continue
+        out.append(a)
+    return tuple(out)
