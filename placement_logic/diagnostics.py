@@ -142,7 +142,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PL242": ("optimizer-group", "An optimizer entry or optimizer[G] override naming a parameter group the model lacks."),
     "PL243": ("optimizer-on-vectors", "A matrix-, block- or sharded-matrix algorithm on a group of vectors (norms, biases)."),
     "PL244": ("optimizer-twice", "A parameter group given two optimizers in one section."),
-    "PL245": ("optimizer-gather-elementwise", "optimizer[G]: gather or round_robin where G's update is element-wise."),
+    "PL245": ("optimizer-gather-elementwise", "optimizer[G]: gather or round_robin where G's update is element-wise or Dion's."),
     "PL246": ("optimizer-gather-idle", "optimizer[G]: gather over an axis that cuts no matrix of G."),
     # usage: PL3xx
     "PL301": ("bad-set", "A --set option that is not NAME=NUMBER or names nothing in the spec."),

@@ -127,10 +127,10 @@ def check_overrides(vals: Values, plan: ir.Plan) -> None:
             continue
         if not groups:
             one = o.group not in (None, "all", "matrices")
-            what = f"group '{o.group}'" if one else "every group it names"
-            alg = opt.choice(plan, o.group).text() if one else "element-wise algorithms"
-            vals.cx.error("PL245", f"'optimizer: {o.verb}' reaches nothing: {what} is updated element-wise ({alg}), "
-                          "which needs no whole matrix", o.span,
+            what = f"group '{o.group}' is updated by {opt.choice(plan, o.group).text()}" if one else \
+                "every group it names is updated element-wise or by a sharded-matrix algorithm"
+            vals.cx.error("PL245", f"'optimizer: {o.verb}' reaches nothing: {what}, which needs no whole matrix",
+                          o.span,
                           ("state a matrix-wise algorithm for it in the plan's optimizer section, e.g. "
                            "optimizer { matrices = muon(ns_steps = 5) }",))
             continue
