@@ -177,4 +177,8 @@ CATALOGUE = [
      spec("let x = 2 GB * 3 GB\n")),
     ("compare-bytes-with-count", "PL201", 10, 8, "cannot compare bytes with a plain count",
      spec("plan p { dp: ddp }\nassert memory(p) <= 80\n")),
+    ("unknown-optimizer", "PL240", 12, 13, "unknown optimizer algorithm 'muonn'",
+     spec("plan p {\n  dp: zero1\n  optimizer {\n    dense = muonn\n  }\n}\n")),
+    ("optimizer-gather-elementwise", "PL245", 11, 3, "reaches nothing",
+     spec("plan p {\n  dp: zero1\n  override optimizer: gather over (dp)\n}\n")),
 ]
