@@ -109,7 +109,7 @@ def predicted(r: Run, mesh_extra: str = "") -> Fraction:
 
 SETS = (("K22 T5", "Korthikanti et al. 2022, Table 5", "in sample: the two fitted factors"),
         ("N21 T1", "Narayanan et al. 2021, Table 1", "held out"),
-        ("N21 T2", "Narayanan et al. 2021, Table 2 (PTD-P)", "held out"))
+        ("N21 T2", "Narayanan et al. 2021, Table 2, PTD-P", "held out"))
 
 
 def errors(rs: list[Run], mesh_extra: str = "") -> list[Fraction]:
