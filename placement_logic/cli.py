@@ -31,7 +31,7 @@ EXIT_INTERNAL = int(Exit.INTERNAL)
 
 # Subcommands, in the order --help lists them.
 COMMANDS: tuple[str, ...] = ("fmt", "inspect", "cost", "compare", "check", "prove", "measure", "search", "trace", "lift", "convert",
-                              "export")
+                              "export", "calibrate")
 
 EPILOG = """\
 examples:
@@ -48,6 +48,7 @@ examples:
   placement trace --nproc 2 --check -- python examples/traced/ddp.py
                                                      trace your own script, lift it, prove it
   placement lift TRACE.json                          the plan a traced script really ran
+  placement calibrate --device h100_sxm -o h100.mesh  this machine's GEMM, memory and all-reduce sweeps
 
 exit status: 0 ok, 1 refuted / not formatted / failed, 2 input or usage error,
 3 unknown (a solver gave up) with nothing refuted, 4 (measure) plan not realisable,

@@ -152,6 +152,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PL312": ("plot-unavailable", "--plot without matplotlib (the optional plot extra)."),
     "PL313": ("bad-plot", "A --plot file that is not .png, .svg or .pdf, or a plot of a sweep over several names."),
     "PL314": ("sweep-option", "An option a sweep cannot honour (--format latex, --groups), or --exact without a sweep."),
+    "PL315": ("calibrate-unavailable", "placement calibrate without torch, or with too few GPUs or a count below 1."),
     # checker: PL500-PL549
     "PL500": ("bad-timeout", "A --timeout that is not a positive number of seconds."),
     "PL501": ("override-axis", "A check override that names an axis which is not on the plan's mesh."),

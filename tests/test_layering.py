@@ -102,7 +102,7 @@ STAGES = (
     ("frontend.loader",),
     ("costs", "solver"),
     ("check", "costreport"),
-    ("prove", "measure", "search", "trace"),
+    ("prove", "measure", "search", "trace", "calibrate"),
     ("commands", "cli", "__main__", "__init__"),
 )
 

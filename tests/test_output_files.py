@@ -106,7 +106,7 @@ def test_internal_error_has_its_own_status(command, monkeypatch, tmp_path):
                        "--devices", "8", "--global-batch", "64", "--seq", "4096"],
             "measure": ["measure", str(EXAMPLE), "--plan", "dp"],
             "trace": ["trace", "--nproc", "2", "--", "python", str(EXAMPLE)], "lift": ["lift", str(EXAMPLE)],
-            "export": ["export", "deepspeed", str(EXAMPLE), "--plan", "dp"]}.get(command, [command, str(EXAMPLE)])
+            "export": ["export", "deepspeed", str(EXAMPLE), "--plan", "dp"], "calibrate": ["calibrate", "--quick"]}.get(command, [command, str(EXAMPLE)])
     status, out, err = _run(argv)
     assert "usage" not in err, err
     assert status == int(Exit.INTERNAL) == 70

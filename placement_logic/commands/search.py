@@ -224,9 +224,9 @@ COLUMNS = ("rank", "dp", "tp", "pp", "v", "cp", "ep", "strategy", "recompute", "
 
 def error_band(result) -> Fraction:
     """The model's error band: a search with --mfu times compute by the MFU convention."""
-    from ..costs.steptime import MODEL_ERROR
+    from ..search import error_band as band
 
-    return MODEL_ERROR["mfu" if result.space.mfu is not None else "kernels"]
+    return band(result.space)
 
 
 def rows(result) -> list[dict]:
@@ -235,13 +235,13 @@ def rows(result) -> list[dict]:
     cap = hardware.device(result.space.device).memory - result.space.reserve
     out = []
     band = error_band(result)
-    best = None
+    # the fastest row: the ties (within the band of it) come first, ordered by robustness (search.by_robustness)
+    best = min((c.exact_step if c.exact_step is not None else Fraction(c.step) for c in result.ranked), default=None)
     for i, c in enumerate(result.ranked, 1):
         z, s = c.sizes, c.structure
         mem = c.exact_memory if c.exact_memory is not None else Fraction(c.memory)
         step = c.exact_step if c.exact_step is not None else Fraction(c.step)
         tokens = result.space.global_batch * result.space.seq
-        best = step if best is None else best
         out.append({"rank": i, "dp": z["dp"] * z["ds"], "shard": z["ds"], "tp": z["tp"], "pp": z["pp"],
                     "v": z["nv"] if s.schedule == "interleaved" else 1, "cp": z["cp"], "ep": z["ep"],
                     "strategy": s.strategy, "optimizer": s.optimizer, "recompute": s.recompute, "schedule": s.schedule,
@@ -249,6 +249,7 @@ def rows(result) -> list[dict]:
                     "step": step, "tokens_per_s": tokens / step, "mfu": c.mfu, "frontier": c.frontier,
                     "check": c.verdict, "agrees": c.agrees, "folded": s.folded, "same_as": list(c.same),
                     "stage_memory": dict(c.stage_memory), "link_bytes": dict(c.link_bytes),
+                    "exposed": c.exposed if c.exposed is not None else Fraction(0),
                     "tie": i > 1 and step <= best * (1 + band)})
     return out
 
@@ -259,7 +260,8 @@ def _ties_line(result, rs) -> str:
     if not ties:
         return f"no row within {band} of the fastest (the model's error on published runs, docs/validation_time.md)"
     return (f"ties (~): rows {', '.join(map(str, ties))} within {band} of the fastest, the model's error on "
-            "published runs (docs/validation_time.md): their order is not meaningful")
+            "published runs (docs/validation_time.md): the model cannot tell which is faster, so the tied rows "
+            "are ranked by robustness: less communication on the critical path, then more memory headroom")
 
 
 def _header(result) -> str:
@@ -403,7 +405,8 @@ def render_json(result, exit_status: int, file: str) -> str:
         "structures": result.structures, "error_band": str(error_band(result)),
         "timings_s": {k: round(v, 4) for k, v in result.timings.items()},
         "ranked": [{**{k: v for k, v in r.items() if k not in ("memory", "headroom", "step", "tokens_per_s",
-                                                                 "stage_memory", "link_bytes")},
+                                                                 "stage_memory", "link_bytes", "exposed")},
+                    "exposed_comm_s": float(r["exposed"]),
                     "stage_memory_bytes": {k: _int_or(v) for k, v in r["stage_memory"].items()},
                     "link_bytes": {k: _int_or(v) for k, v in r["link_bytes"].items()},
                     "memory_bytes": _int_or(r["memory"]), "headroom_bytes": _int_or(r["headroom"]),

@@ -53,7 +53,7 @@ ZERO = sympy.Integer(0)
 ONE = sympy.Integer(1)
 
 # The largest error of each compute model against the published measured runs of
-# docs/validation_time.md (8.1 % and 44.3 %), rounded up: the band within which ``search``
+# docs/validation_time.md (8.6 % and 44.3 %), rounded up: the band within which ``search``
 # calls two predicted step times a tie (tests/test_validation_time.py holds the kernel model to it).
 MODEL_ERROR = {"kernels": Fraction(9, 100), "mfu": Fraction(45, 100)}
 

@@ -70,6 +70,7 @@ class Candidate:
     stage_memory: dict = field(default_factory=dict)  # pipeline stage -> exact peak bytes per device (re-derived)
     link_bytes: dict = field(default_factory=dict)  # link class -> exact bytes per device per step (re-derived)
     same: list = field(default_factory=list)  # other strategies whose row is this one, figure for figure (exact)
+    exposed: Fraction | None = None  # seconds of communication on the critical path, exact (step − compute − optimizer)
 
     def label(self) -> str:
         s, z = self.structure, self.sizes
