@@ -91,6 +91,9 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
     from .stepstate import state_obligations  # initial state, optimizer identity, RNG state
 
     obs += state_obligations(step, ctx, Obligation)
+    from .actflow import act_obligations  # activations and activation gradients per layer region
+
+    obs += act_obligations(step, ctx, Obligation)
     for a in step.data_axes + step.context_axes:
         where, groups = placed(step.params_span, (ir.State.PARAMS,), a,
                                lambda m: m[ir.State.PARAMS] in (ir.Mode.S, ir.Mode.O), a in step.unusable_axes)
