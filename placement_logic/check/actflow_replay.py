@@ -119,6 +119,8 @@ def _show(v: Local) -> str:
     return "shapes that do not fit" if v is None else "[" + ", ".join(_frac(e) for e in v) + "]"
 
 
+NEEDED_TEXT = {"R": "the whole value (replicated)", "S": "its sequence slice of the whole value (sharded)",
+               "C": "its columns of the whole value", "V": "the value for its own samples"}
 SLOT_TEXT = {
     "fwd_entry": "the collective before the column-parallel linear",
     "fwd_exit": "the collective after the row-parallel linear",
@@ -164,8 +166,8 @@ def replay(ctx: Context, ty, w: dict) -> Counterexample | None:
     else:
         cause = f"{SLOT_TEXT.get(stage, stage)}, whose input an earlier stated collective left wrong"
     needed = dict(ty.needed)[axis]
-    diag = (f"the {what} of the {ty.flow.region} region is {type_text(result)} over {axis} where "
-            f"{type_text((needed, 0)).split(' (')[0]} is needed; the root cause is {cause}",)
+    diag = (f"the {what} of the {ty.flow.region} region is {type_text(result)} over {axis}, where every rank "
+            f"must hold {NEEDED_TEXT[needed]}; the root cause is {cause}",)
     if ty.direction == "backward":
         diag += ("every layer before it, and the weight gradients computed from it, receive the wrong gradient",)
     else:
