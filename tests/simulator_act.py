@@ -224,6 +224,7 @@ def region_violations(plan: ir.Plan, sizes: dict[str, int], region: str) -> set:
 
 
 def violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
-    if not any(plan.role(a) in (ir.Role.TENSOR, ir.Role.SEQUENCE) for a in plan.mesh.names):
-        return set()
+    tensor = [a for a in plan.mesh.names if plan.role(a) in (ir.Role.TENSOR, ir.Role.SEQUENCE)]
+    if not tensor or plan.placement(ir.State.PARAMS).mode(tensor[0]) not in (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.O):
+        return set()  # no tensor axis splits the layers: every rank runs them whole
     return set().union(*(region_violations(plan, sizes, r) for r in REGIONS))

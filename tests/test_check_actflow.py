@@ -210,3 +210,15 @@ def test_costs_under_sequence_parallelism_and_recompute():
     assert _acts(gone)[("all_gather", "forward", ("tp",))] == 30
     assert _acts(gone)[("all_gather", "backward", ("tp",))] == 90  # its recomputation is gone too
     assert _acts(gone)[("reduce_scatter", "backward", ("tp",))] == _acts(base)[("reduce_scatter", "backward", ("tp",))]
+
+
+def test_whole_layers_on_the_tensor_axis_have_no_region():
+    """Params replicated on a tensor axis: every rank runs the whole layer, no region is split, so
+    there are no region obligations and an activation override changes nothing (PL506)."""
+    axes = {"dp": DP_TP["dp"], "tp": ("tensor", "R,R,R,R")}
+    spec, p = _with(axes)
+    assert not verdicts(check_plan(SESSION, spec, p, {}))
+    spec, p = _with(axes, [ov(G, "no_reduce", "mlp")])
+    with pytest.raises(DiagnosticError) as e:
+        check_plan(SESSION, spec, p, {})
+    assert e.value.diagnostics[0].code == "PL506" and "whole on every rank" in e.value.diagnostics[0].message

@@ -122,11 +122,14 @@ def typed(flow: af.Flow, axes: tuple[str, ...], direction: str) -> Typed:
 
 def model(plan: ir.Plan, axes: tuple[str, ...], tensor: tuple[str, ...]) -> ActModel:
     stated = af.overrides(plan)
+    flows = af.flows(plan)
     for o in stated:
-        if not tensor:
+        if not flows:
+            why = ("the plan has no tensor-parallel axis" if not tensor else
+                   f"its params are whole on every rank of {', '.join(tensor)}")
             raise DiagnosticError([Diagnostic(
-                "PL506", f"override {o.target}{_grp(o)}: {o.verb} changes nothing: the plan has no tensor-parallel "
-                "axis, so no layer region splits its activations", o.span)])
+                "PL506", f"override {o.target}{_grp(o)}: {o.verb} changes nothing: {why}, so no layer region splits "
+                "its activations", o.span)])
         slot = af.SLOT_OF[(o.target, o.verb)]
         if o.group == "head" and slot not in ("fwd_entry", "bwd_entry"):
             raise DiagnosticError([Diagnostic(
@@ -141,7 +144,7 @@ def model(plan: ir.Plan, axes: tuple[str, ...], tensor: tuple[str, ...]) -> ActM
                     "activation's type is asserted over the tensor axes only "
                     f"({', '.join(tensor)}); over {', '.join(off) or 'no axis'} it is the samples of different "
                     "ranks, which no placement describes", o.span)])
-    return ActModel(tuple(typed(f, axes, d) for f in af.flows(plan) for d in ("forward", "backward")))
+    return ActModel(tuple(typed(f, axes, d) for f in flows for d in ("forward", "backward")))
 
 
 def _grp(o) -> str:

@@ -27,7 +27,7 @@ from fractions import Fraction
 
 from ..diagnostics import NO_SPAN, Span
 from .buffers import Collective, Kind, Payload, Phase, link_of
-from .nodes import Const, Op, Recompute, Role, State
+from .nodes import Const, Mode, Op, Recompute, Role, State
 
 REGIONS = ("attention", "mlp", "head")
 TARGETS = ("activations", "activation_grads")
@@ -125,7 +125,10 @@ def flows(plan) -> tuple[Flow, ...]:
     of a slot wins; a statement without a region states it in every region that has the slot)."""
     out = []
     sp = bool(plan.sequence_parallel or plan.axes_with_role(Role.SEQUENCE))
+    params = plan.placement(State.PARAMS)
     for t in plan.groups_with_role(Role.TENSOR, Role.SEQUENCE):
+        if params.mode(t[0]) not in (Mode.S, Mode.S_STAR, Mode.O):
+            continue  # the layers are whole on every rank of t: no region splits them
         for region in REGIONS:
             slots = derived_slots(region, tuple(t), sp)
             for o in overrides(plan):
