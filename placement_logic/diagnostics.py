@@ -126,6 +126,9 @@ CODES: dict[str, tuple[str, str]] = {
               "model's losses section does not declare."),
     "PL187": ("loss-term-reaches-nothing", "A loss term declared in the model whose parameter groups (the router for "
               "aux and z, the embedding and dense layers for mtp) the plan's model does not have."),
+    "PL190": ("activation-assert-off-tensor", "An activation's type asserted (override activations[R] / "
+              "activation_grads[R]: assert_replicate | assert_partial | assert_shard) over no axis or over an axis "
+              "that is not a tensor axis."),
     # types and units: PL2xx
     "PL201": ("unit-mismatch", "Bytes combined with a plain count by + or - (or compared with one)."),
     "PL202": ("unit-not-allowed", "A byte unit where a plain count is required (axis size, layer count, exponent)."),

@@ -20,6 +20,7 @@ from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
 from ..ir import collectives as sc
 from ..ir import folding, heads, views
 from ..ir import groups as pg
+from . import actflow as _actflow
 from . import checkpoint as ckpt
 from . import clipagg
 from . import identity as _identity
@@ -138,6 +139,7 @@ class StepModel:
     checkpoint: ckpt.CheckpointModel | None = None  # save, load and reshard (``override checkpoint``), if stated
     identity: _identity.IdentityModel = _identity.IdentityModel()  # initial params and the optimizer's tensors
     rng: _rng.RngModel = _rng.RngModel()  # the RNG state per rank and region
+    actflow: _actflow.ActModel = _actflow.ActModel()  # activations and their gradients per layer region
 
     def size_aliases(self) -> dict[str, str]:
         """Symbols that name a size of the step: the model's microbatches symbol."""
@@ -431,4 +433,5 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         checkpoint=ckpt.derive(plan, groups, colls, needed, seed_vary),
         identity=_identity.model(plan, {g.group: g.replicated_params for g in groups}),
         rng=_rng.model(plan, tensor, _expert_axes(plan, expert), sp),
+        actflow=_actflow.model(plan, axes, tensor),
     )

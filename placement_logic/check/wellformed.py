@@ -69,6 +69,8 @@ def no_effect(plan: ir.Plan, groups: tuple[str, ...], needs_regather: bool, offl
         why = None
         if o.target in ("loss", "tokens") and o.group is not None:
             continue  # a loss term's path: check.losses reads it
+        if o.target in ("activations", "activation_grads"):
+            continue  # a layer region's collectives: check.actflow reads them
         if o.target == "tokens" and summed:
             why = "the loss is a sum over tokens (loss: sum), so no token count normalises it"
         elif o.group not in (None, "all") and o.group not in groups and not (

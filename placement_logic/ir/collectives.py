@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import ir
-from . import folding, heads, sync, views
+from . import actflow, folding, heads, sync, views
 from . import groups as pg
 from .buffers import ONE, Collective, Kind, Payload, Phase, link_of, reduce_buffer, step_reduction
 from .buffers import uniq as _uniq
@@ -406,7 +406,7 @@ def derive(plan: ir.Plan) -> tuple[Collective, ...]:
     """Every collective one device takes part in during one training step; the model states'
     collectives once per buffer of parameter groups placed alike (``ir.views.buffers``)."""
     parts = views.buffers(plan)
-    return tuple(
+    return actflow.adjust(plan, tuple(
         _per_buffer(_param_gathers, parts)
         + _tensor_parallel(plan)
         + _vocab_parallel(plan)
@@ -417,4 +417,4 @@ def derive(plan: ir.Plan) -> tuple[Collective, ...]:
         + heads.grad_sums(plan)
         + _per_buffer(_offload, parts)
         + _per_buffer(_param_refresh, parts)
-    )
+    ), _mul(stage_layers(plan), plan.model.microbatches), plan.model.microbatches)

@@ -54,6 +54,16 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     # (restored_from_one), recomputation without the forward's RNG state (not_preserved)
     "rng": {"same": (True, False), "advance": (True, False), "restored_from_one": (True, False),
             "not_preserved": (False, False)},
+    # the activations of a tensor-parallel layer region (check/actflow.py; group: attention, mlp, head): the
+    # collective before the column-parallel linear (gather), the one after the row-parallel linear (reduce), or a
+    # DTensor.from_local-style type asserted at the region's output instead of derived (assert_*)
+    "activations": {"gather": (True, False), "reduce": (True, False), "assert_replicate": (True, False),
+                    "assert_partial": (True, False), "assert_shard": (True, False)},
+    # their gradients in backward: the input gradient's reduction (reduce, no_reduce, reduce_copy: applied to a
+    # copy), the gather of the output gradient before the row-parallel linear, or an asserted input-gradient type
+    "activation_grads": {"reduce": (True, False), "no_reduce": (False, False), "reduce_copy": (False, False),
+                         "gather": (True, False), "assert_replicate": (True, False),
+                         "assert_partial": (True, False), "assert_shard": (True, False)},
     "embedding": {"tie_reduce": (True, False)},  # tied embedding grads summed over these axes
     # checkpoint save, load and reshard (check/checkpoint.py): any statement adds the transition to the step
     "checkpoint": {

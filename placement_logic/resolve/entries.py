@@ -11,6 +11,7 @@ from __future__ import annotations
 from .. import ir
 from ..diagnostics import Span, did_you_mean
 from ..frontend import surface
+from ..ir import actflow
 from ..ir import losses as ir_losses
 from .shapes import number
 from .values import STATE_NAMES, Values
@@ -222,8 +223,11 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
         from ..ir.groups import BUILTIN
 
         known = known + tuple(g for g in BUILTIN if g not in known) + ("matrices",)
+    elif o.target in actflow.TARGETS:  # a layer region, not a parameter group
+        known = actflow.REGIONS
     if o.group is not None and o.group not in known:
-        error("PL122", f"unknown parameter group '{o.group}'", o.span,
+        error("PL122", f"unknown {'layer region' if o.target in actflow.TARGETS else 'parameter group'} "
+              f"'{o.group}'", o.span,
               did_you_mean(o.group, known) or (f"groups an override may name: {', '.join(known)}",))
         return None
     if takes_over and o.axes is None:

@@ -1065,6 +1065,58 @@ equivalent("restated_recompute_preserved", BASES["tp"].title,
            "full recomputation replaying the forward's RNG state (preserve_rng_state, the tracker's states) is "
            "the derived step.", list(BASES["tp"].bind) + ["use full_recompute"], "tp", imports=REC)
 
+# -- activations and activation gradients of tensor-parallel layer regions ---------------
+
+NO_DGRAD = "a column-parallel input gradient never all-reduced (pytorch/torchtitan#1805, NovaSky-AI/SkyRL#1886)"
+FULL_TENSOR = "full_tensor()'s gradient declared Replicate (NVIDIA-NeMo/Automodel#1260)"
+WORLD = "an all-gather on the world group under TP x DP (huggingface/transformers#43932)"
+for name, b, line, expect, what, mirror in [
+    ("act_grad_no_reduce_mlp_tp", "tp", "override activation_grads[mlp]: no_reduce", ["GI activation_grads[mlp]"],
+     "the MLP's input gradient (Megatron's f in backward) never all-reduced over tp: the layers before it get "
+     "one rank's summand.", NO_DGRAD),
+    ("act_grad_reduce_copy_head_tp", "tp", "override activation_grads[head]: reduce_copy",
+     ["GI activation_grads[head]"], "the output layer's input gradient all-reduced on a copy: the reduction runs "
+     "and the gradient that flows on stays partial.", NO_DGRAD),
+    ("act_grad_reduce_dp_attention_tp", "tp", "override activation_grads[attention]: reduce over (dp)",
+     ["GI activation_grads[attention]"], "the attention input gradient all-reduced over dp instead of tp: "
+     "different samples' gradients summed and the tp summands left apart.", WORLD),
+    ("act_grad_no_reduce_all_sp", "sp", "override activation_grads: no_reduce",
+     [f"GI activation_grads[{r}]" for r in ("attention", "mlp", "head")], "no reduce-scatter of any region's "
+     "input gradient under sequence parallelism.", NO_DGRAD),
+    ("act_grad_assert_replicate_mlp_sp", "sp", "override activation_grads[mlp]: assert_replicate over (tp)",
+     ["GI activation_grads[mlp]"], "the input all-gather's gradient declared Replicate: its backward slices the "
+     "partial gradient instead of reduce-scattering it.", FULL_TENSOR),
+    ("act_grad_gather_dp_mlp_sp", "sp", "override activation_grads[mlp]: gather over (dp)",
+     ["GI activation_grads[mlp]"], "the MLP's output gradient all-gathered over dp, not tp, before the "
+     "row-parallel linear's backward.", WORLD),
+    ("act_gather_world_mlp_sp", "sp", "override activations[mlp]: gather over (dp, tp)", ["GI activations[mlp]"],
+     "the all-gather before the column-parallel linear on the world group: other data ranks' samples gathered "
+     "in.", WORLD),
+    ("act_gather_missing_attention_sp", "sp", "override activations[attention]: gather over ()",
+     ["GI activations[attention]"], "no all-gather of the sequence slices before the QKV projection.", ""),
+    ("act_reduce_missing_mlp_sp", "sp", "override activations[mlp]: reduce over ()", ["GI activations[mlp]"],
+     "no reduce-scatter after the row-parallel linear: each rank keeps its partial sum.", ""),
+    ("act_reduce_twice_mlp_tp", "tp", "override activations[mlp]: reduce over (tp, tp)", ["GI activations[mlp]"],
+     "the row-parallel output all-reduced twice over tp: multiplied by tp.", ""),
+    ("act_assert_replicate_attention_tp", "tp", "override activations[attention]: assert_replicate over (tp)",
+     ["GI activations[attention]"], "the row-parallel output wrapped as DTensor.from_local(..., [Replicate()]) "
+     "while it is Partial: no all-reduce, each rank's summand taken for the value.", FULL_TENSOR),
+    ("act_assert_shard_mlp_sp", "sp", "override activations[mlp]: assert_shard over (tp)", ["GI activations[mlp]"],
+     "the row-parallel output declared Shard while it is Partial: no reduce-scatter.", FULL_TENSOR),
+]:
+    mutant(name, b, what, [line], expect, mirrors=mirror)
+with_base("act_restated_tp", "tp", "Megatron's f and g stated as they are: the row-parallel outputs all-reduced "
+          "and the column-parallel input gradients all-reduced over tp.",
+          ["override activations: reduce over (tp)", "override activation_grads: reduce over (tp)"])
+with_base("act_restated_sp", "sp", "sequence parallelism stated as it is: all-gather before the column-parallel "
+          "linears, reduce-scatter after the row-parallel ones, and their conjugates in backward.",
+          ["override activations: gather over (tp)", "override activations[mlp]: reduce over (tp)",
+           "override activation_grads: gather over (tp)", "override activation_grads: reduce over (tp)"])
+with_base("act_from_local_partial_sp", "sp", "the row-parallel output wrapped as DTensor.from_local(..., "
+          "[Partial()]) and the input gradient declared Partial: redistributing to the shard the next operation "
+          "needs is the reduce-scatter the derivation has.",
+          ["override activations: assert_partial over (tp)", "override activation_grads: assert_partial over (tp)"])
+
 # ---------------------------------------------------------------------------------------
 
 

@@ -1,0 +1,184 @@
+"""The typing of activations and activation gradients through a tensor-parallel layer region.
+
+Input: an ``ir.Plan`` and its axis roles. Output: an ``ActModel`` (plain frozen data): one
+``Typed`` per region (``ir.actflow``: attention, mlp, head) and tensor group, with the type its
+forward output and its input gradient have on every mesh axis, and the override that makes either
+wrong. ``act_obligations`` states two obligations per region, each with a z3 negation (some axis on
+which the type is wrong has two or more ranks) and a concrete replay (``check.actflow_replay``).
+
+Per mesh axis a value has one of the types of docs/semantics.md (DTensor's names): R replicated
+(with a multiplier n^k after k extra sums), P partial, S sharded along the sequence, C sharded along
+the hidden columns (a column-parallel linear's output), V varying (different samples: every
+non-tensor axis), W wrong (a collective that mixes elements that do not belong together), Q a partial value sliced along
+the sequence (DTensor's Replicate -> Shard applied to a value that is really Partial). A
+collective changes the type along its axes: all-reduce P -> R, R -> R·n; all-gather S -> R;
+reduce-scatter P -> S, R -> S·n; a local slice R -> S; anything else W. The column-parallel linear
+takes R to C, the row-parallel linear C to P; in backward the row-parallel linear's input gradient
+takes R to C and the column-parallel linear's C to P. A region is right on an axis when its
+forward output (input gradient) has the type the next operation needs there: R under tensor
+parallelism, S under sequence parallelism, C for the head's logits, V on every other axis. On an
+axis of one rank every type is the value itself, so a wrong type is a wrong value exactly when its
+axis has two or more ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import ir
+from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
+from ..ir import actflow as af
+
+Type = tuple[str, int]  # (kind, extra sums)
+
+
+@dataclass(frozen=True)
+class Typed:
+    flow: af.Flow
+    direction: str  # "forward" | "backward"
+    result: tuple[tuple[str, Type], ...]  # axis -> the type reached
+    needed: tuple[tuple[str, str], ...]  # axis -> the kind the next operation needs
+    bad: tuple[str, ...]  # axes whose type is wrong
+    cause: tuple[tuple[str, str, Span], ...]  # axis -> (slot, span) where it first departs from the derived flow
+
+    @property
+    def name(self) -> str:
+        target = "activations" if self.direction == "forward" else "activation_grads"
+        return f"{target}[{self.flow.region}]"
+
+
+@dataclass(frozen=True)
+class ActModel:
+    typed: tuple[Typed, ...] = ()
+
+
+_COLL = {
+    af.ALL_REDUCE: {"P": "R", "R": "R+"},
+    af.ALL_GATHER: {"S": "R"},
+    af.REDUCE_SCATTER: {"P": "S", "R": "S+"},
+    af.SLICE: {"R": "S", "P": "Q"},
+}
+_LOCAL = {"column": {"R": "C"}, "row": {"C": "P"}, "row_back": {"R": "C"}, "col_back": {"C": "P"}}
+
+
+def _coll(t: Type, kind: str) -> Type:
+    if kind == af.COPY:
+        return t
+    to = _COLL[kind].get(t[0])
+    if to is None:
+        return ("W", 0)
+    return (to[0], t[1] + (1 if to.endswith("+") else 0))
+
+
+def _local(t: Type, op: str, tensor: bool) -> Type:
+    if not tensor:
+        return t if t[0] == "V" else ("W", 0)
+    to = _LOCAL[op].get(t[0])
+    return (to, t[1]) if to else ("W", 0)
+
+
+def _run(flow: af.Flow, slots: dict[str, af.Slot], axes: tuple[str, ...], direction: str
+         ) -> list[tuple[str, dict[str, Type]]]:
+    """The types after each stage: (stage name, axis -> type)."""
+    t = flow.tensor
+    start = "S" if flow.sp else "R"
+    if direction == "forward":
+        plan = [("fwd_entry", None), ("column", "column")]
+        if flow.has_row:
+            plan += [("row", "row"), ("fwd_exit", None)]
+    else:
+        start = "C" if not flow.has_row else start
+        plan = [("bwd_exit", None), ("row_back", "row_back")] if flow.has_row else []
+        plan += [("col_back", "col_back"), ("bwd_entry", None)]
+    cur = {a: ((start, 0) if a in t else ("V", 0)) for a in axes}
+    out = []
+    for stage, op in plan:
+        if op is not None:
+            cur = {a: _local(x, op, a in t) for a, x in cur.items()}
+        else:
+            for s in slots[stage].steps:
+                for a in s.axes:
+                    if a in cur:
+                        cur[a] = _coll(cur[a], s.kind)
+        out.append((stage, dict(cur)))
+    return out
+
+
+def typed(flow: af.Flow, axes: tuple[str, ...], direction: str) -> Typed:
+    slots = dict(flow.slots)
+    derived = af.derived_slots(flow.region, flow.tensor, flow.sp)
+    got, ref = _run(flow, slots, axes, direction), _run(flow, derived, axes, direction)
+    want = ("C" if direction == "forward" and not flow.has_row else "S" if flow.sp else "R")
+    needed = {a: (want if a in flow.tensor else "V") for a in axes}
+    final = got[-1][1]
+    bad = tuple(a for a in axes if final[a] != (needed[a], 0))
+    cause = []
+    for a in bad:
+        stage = next((s for (s, g), (_, r) in zip(got, ref) if g[a] != r[a]), got[-1][0])
+        slot = slots.get(stage)
+        cause.append((a, stage, slot.span if slot is not None else NO_SPAN))
+    return Typed(flow, direction, tuple(final.items()), tuple(needed.items()), bad, tuple(cause))
+
+
+def model(plan: ir.Plan, axes: tuple[str, ...], tensor: tuple[str, ...]) -> ActModel:
+    stated = af.overrides(plan)
+    flows = af.flows(plan)
+    for o in stated:
+        if not flows:
+            why = ("the plan has no tensor-parallel axis" if not tensor else
+                   f"its params are whole on every rank of {', '.join(tensor)}")
+            raise DiagnosticError([Diagnostic(
+                "PL506", f"override {o.target}{_grp(o)}: {o.verb} changes nothing: {why}, so no layer region splits "
+                "its activations", o.span)])
+        slot = af.SLOT_OF[(o.target, o.verb)]
+        if o.group == "head" and slot not in ("fwd_entry", "bwd_entry"):
+            raise DiagnosticError([Diagnostic(
+                "PL506", f"override {o.target}[head]: {o.verb} changes nothing: the output layer has no "
+                "row-parallel linear, so its logits are neither reduced nor gathered after it (its slots: "
+                "activations: gather, activation_grads: reduce/no_reduce/reduce_copy/assert_*)", o.span)])
+        if o.verb in af.ASSERTS:
+            off = [a for a in o.axes or () if a not in tensor]
+            if off or not o.axes:
+                raise DiagnosticError([Diagnostic(
+                    "PL190", f"override {o.target}{_grp(o)}: {o.verb} over ({', '.join(o.axes or ())}): an "
+                    "activation's type is asserted over the tensor axes only "
+                    f"({', '.join(tensor)}); over {', '.join(off) or 'no axis'} it is the samples of different "
+                    "ranks, which no placement describes", o.span)])
+    return ActModel(tuple(typed(f, axes, d) for f in flows for d in ("forward", "backward")))
+
+
+def _grp(o) -> str:
+    return f"[{o.group}]" if o.group else ""
+
+
+KIND_TEXT = {"R": "replicated", "P": "partial (each rank holds a summand)", "S": "sharded along the sequence",
+             "C": "sharded along the hidden columns", "V": "each rank's own samples",
+             "Q": "partial and sliced (each rank holds a summand of its own sequence slice)",
+             "W": "wrong (elements that do not belong together were combined)"}
+
+
+def type_text(t: Type) -> str:
+    if t[1] and t[0] in ("R", "S"):
+        return f"{KIND_TEXT[t[0]]} but summed {t[1] + 1} times (multiplied by the axis size{'s' if t[1] > 1 else ''})"
+    return KIND_TEXT[t[0]]
+
+
+def act_obligations(step, ctx, obligation) -> list:
+    from . import encode as en
+    from .actflow_replay import replay
+    from .rules import GRADIENT_INTEGRITY
+
+    out = []
+    groups = {f.flow.tensor for f in step.actflow.typed}
+    for ty in step.actflow.typed:
+        span = next((s for _, _, s in ty.cause if s != NO_SPAN), step.sp_span)
+        what = ("the forward output of the region equals the single-device output on every rank (the type the "
+                "next operation needs: " if ty.direction == "forward" else
+                "the gradient the region passes to the layers before it is the full gradient on every rank (the "
+                "type they need: ") + ", ".join(f"{KIND_TEXT[k].split(' (')[0]} over {a}" for a, k in ty.needed) + ")"
+        suffix = f" over ({', '.join(ty.flow.tensor)})" if len(groups) > 1 else ""
+        out.append(obligation(
+            f"GI {ty.name}{suffix}", GRADIENT_INTEGRITY, span if span != NO_SPAN else step.plan_span, what,
+            lambda env, ty=ty: en.axes_negation(env, "actflow", [(a, env.sess.true()) for a in ty.bad]),
+            lambda w, ty=ty: replay(ctx, ty, w)))
+    return out

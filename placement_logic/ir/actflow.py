@@ -1,0 +1,194 @@
+"""The activation dataflow of a tensor-parallel layer region: which collectives its forward and
+backward apply, where, and over which axes (derived from the placements, or as an override states).
+
+Input: an ``ir.Plan``. Output: ``flows(plan)``, one ``Flow`` per region and tensor group (plain data,
+read by the checker's typing, ``check.actflow``), and ``adjust(plan, colls)``, the collective schedule
+with the activation collectives the overrides move, remove or add (the cost engine prices it).
+
+A region is Megatron-LM's pair of a column-parallel and a row-parallel linear (``attention``: QKV and
+the output projection; ``mlp``: fc1 and fc2) or the vocabulary-parallel output layer (``head``: one
+column-parallel linear whose sharded logits the vocabulary-parallel cross entropy reads). Each has
+four slots where a collective sits (Megatron's f and g and their conjugates):
+
+| slot | tensor parallelism | sequence parallelism |
+|---|---|---|
+| ``fwd_entry``: before the column-parallel linear | none (f: identity) | all-gather |
+| ``fwd_exit``: after the row-parallel linear | all-reduce (g) | reduce-scatter |
+| ``bwd_exit``: the output gradient, before the row-parallel linear's backward | none | all-gather |
+| ``bwd_entry``: the input gradient, after the column-parallel linear's backward | all-reduce (f's conjugate) | reduce-scatter |
+
+The head has no row-parallel linear: its slots are ``fwd_entry`` and ``bwd_entry``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from fractions import Fraction
+
+from ..diagnostics import NO_SPAN, Span
+from .buffers import Collective, Kind, Payload, Phase, link_of
+from .nodes import Const, Mode, Op, Recompute, Role, State
+
+REGIONS = ("attention", "mlp", "head")
+TARGETS = ("activations", "activation_grads")
+ASSERTS = {"assert_replicate": "R", "assert_partial": "P", "assert_shard": "S"}
+ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, SLICE, COPY = "all_reduce", "all_gather", "reduce_scatter", "slice", "copy"
+# the verb of each target -> the slot it states
+SLOT_OF = {("activations", "gather"): "fwd_entry", ("activations", "reduce"): "fwd_exit",
+           ("activation_grads", "gather"): "bwd_exit", ("activation_grads", "reduce"): "bwd_entry",
+           ("activation_grads", "no_reduce"): "bwd_entry", ("activation_grads", "reduce_copy"): "bwd_entry"}
+SLOT_OF.update({("activations", v): "fwd_exit" for v in ASSERTS})
+SLOT_OF.update({("activation_grads", v): "bwd_entry" for v in ASSERTS})
+SLOTS = ("fwd_entry", "fwd_exit", "bwd_exit", "bwd_entry")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One collective (or local slice) over ``axes``; ``kind`` COPY: a reduction applied to a copy of
+    the value (it moves ``moved`` bytes and leaves the value that flows on as it was)."""
+    kind: str
+    axes: tuple[str, ...]
+    moved: str = ""  # for COPY: the collective it performs
+
+
+@dataclass(frozen=True)
+class Slot:
+    steps: tuple[Step, ...]
+    span: Span = NO_SPAN  # the override that states it (NO_SPAN: derived)
+    verb: str = ""  # the override's verb ("": derived)
+    declared: str = ""  # R | P | S: the asserted type (assert_* verbs)
+
+
+@dataclass(frozen=True)
+class Flow:
+    region: str
+    tensor: tuple[str, ...]  # the tensor group (a product binding's axes)
+    sp: bool
+    slots: tuple[tuple[str, Slot], ...]
+
+    def slot(self, name: str) -> Slot | None:
+        return dict(self.slots).get(name)
+
+    @property
+    def has_row(self) -> bool:
+        return self.region != "head"
+
+
+def redistribute(declared: str, needed: str, axes: tuple[str, ...]) -> tuple[Step, ...]:
+    """What DTensor's redistribute does to a value declared ``declared`` to make it ``needed`` (R or S)."""
+    kind = {("P", "R"): ALL_REDUCE, ("S", "R"): ALL_GATHER, ("P", "S"): REDUCE_SCATTER, ("R", "S"): SLICE}
+    k = kind.get((declared, needed))
+    return (Step(k, axes),) if k and axes else ()
+
+
+def derived_slots(region: str, t: tuple[str, ...], sp: bool) -> dict[str, Slot]:
+    out = {"fwd_entry": Slot((Step(ALL_GATHER, t),) if sp else ()),
+           "bwd_entry": Slot((Step(REDUCE_SCATTER if sp else ALL_REDUCE, t),))}
+    if region != "head":
+        out["fwd_exit"] = Slot((Step(REDUCE_SCATTER if sp else ALL_REDUCE, t),))
+        out["bwd_exit"] = Slot((Step(ALL_GATHER, t),) if sp else ())
+    return out
+
+
+def _passes(axes: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """A written axis list as collectives: a repeated axis starts another one."""
+    out: list[list[str]] = []
+    for a in axes:
+        if not out or a in out[-1]:
+            out.append([])
+        out[-1].append(a)
+    return [tuple(p) for p in out]
+
+
+def stated_slot(o, region: str, t: tuple[str, ...], sp: bool) -> Slot:
+    axes = tuple(o.axes or ())
+    if o.verb in ASSERTS:
+        return Slot(redistribute(ASSERTS[o.verb], "S" if sp else "R", axes), o.span, o.verb, ASSERTS[o.verb])
+    if o.verb == "no_reduce":
+        return Slot((), o.span, o.verb)
+    if o.verb == "reduce_copy":
+        derived = derived_slots(region, t, sp)["bwd_entry"].steps
+        return Slot(tuple(Step(COPY, s.axes, s.kind) for s in derived), o.span, o.verb)
+    if o.verb == "gather":
+        kind = ALL_GATHER
+    else:
+        kind = REDUCE_SCATTER if sp else ALL_REDUCE
+    return Slot(tuple(Step(kind, p) for p in _passes(axes)), o.span, o.verb)
+
+
+def overrides(plan) -> list:
+    return [o for o in plan.overrides if o.target in TARGETS]
+
+
+def flows(plan) -> tuple[Flow, ...]:
+    """Every region on every tensor group, with its slots as derived or stated (the last statement
+    of a slot wins; a statement without a region states it in every region that has the slot)."""
+    out = []
+    sp = bool(plan.sequence_parallel or plan.axes_with_role(Role.SEQUENCE))
+    params = plan.placement(State.PARAMS)
+    for t in plan.groups_with_role(Role.TENSOR, Role.SEQUENCE):
+        if params.mode(t[0]) not in (Mode.S, Mode.S_STAR, Mode.O):
+            continue  # the layers are whole on every rank of t: no region splits them
+        for region in REGIONS:
+            slots = derived_slots(region, tuple(t), sp)
+            for o in overrides(plan):
+                slot = SLOT_OF[(o.target, o.verb)]
+                if o.group in (None, region) and slot in slots:
+                    slots[slot] = stated_slot(o, region, tuple(t), sp)
+            out.append(Flow(region, tuple(t), sp, tuple((s, slots[s]) for s in SLOTS if s in slots)))
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- costs
+
+
+def _moves(slot: Slot) -> list[tuple[str, tuple[str, ...]]]:
+    return [(s.moved if s.kind == COPY else s.kind, s.axes) for s in slot.steps if s.kind != SLICE]
+
+
+_KIND = {ALL_REDUCE: Kind.ALL_REDUCE, ALL_GATHER: Kind.ALL_GATHER, REDUCE_SCATTER: Kind.REDUCE_SCATTER}
+
+
+def adjust(plan, colls: tuple[Collective, ...], per_layer, per_microbatch) -> tuple[Collective, ...]:
+    """The schedule with each stated slot's collectives in place of the derived ones: a removed
+    collective's count drops by the region's share (one per layer per microbatch for attention and
+    mlp, one per microbatch for the head), a stated one is added on its own axes. Under full
+    recomputation a forward slot runs again in backward."""
+    if not overrides(plan):
+        return colls
+    out = list(colls)
+    again = plan.recompute is Recompute.FULL
+    mesh = plan.mesh.names
+    for f in flows(plan):
+        derived = derived_slots(f.region, f.tensor, f.sp)
+        per = per_microbatch if f.region == "head" else per_layer
+        for name, slot in f.slots:
+            if not slot.verb:
+                continue
+            if name.startswith("fwd"):
+                phases = [Phase.FORWARD, Phase.BACKWARD] if again else [Phase.FORWARD]
+            else:
+                phases = [Phase.BACKWARD]
+            for phase in phases:
+                for kind, axes in _moves(derived[name]):
+                    out = _take(out, _KIND[kind], phase, axes, per, f.region)
+                for kind, axes in _moves(slot):
+                    group = tuple(a for a in mesh if a in axes)
+                    out.append(Collective(_KIND[kind], State.ACTIVATIONS, group, link_of(plan, group), phase, per,
+                                          Payload("activation", (), "layer input/output activations (s·b·h)"),
+                                          f"override {('activations' if name.startswith('fwd') else 'activation_grads')}"
+                                          f"[{f.region}] (line {slot.span.line}): "
+                                          f"{kind.replace('_', '-')} over ({', '.join(axes)})"))
+    return tuple(out)
+
+
+def _take(colls: list, kind: Kind, phase: Phase, axes: tuple[str, ...], per, region: str) -> list:
+    """Lower the count of the derived activation collective that holds this slot's share."""
+    want = ("vocabulary-parallel head", "Megatron SP: the head") if region == "head" else ("Megatron TP", "Megatron SP: 2")
+    for i, c in enumerate(colls):
+        if c.kind is kind and c.phase is phase and c.axes == axes and c.state is State.ACTIVATIONS \
+                and c.rule.startswith(want):
+            count = Const(Fraction(0)) if c.count == per else Op("-", (c.count, per))
+            colls[i] = replace(c, count=count)
+            return colls
+    return colls

@@ -1,0 +1,230 @@
+"""A concrete simulator of the activations and activation gradients of a tensor-parallel layer
+region, written from docs/semantics.md ("Activations and their gradients") without the checker's
+code (it imports nothing from ``placement_logic.check`` or ``placement_logic.ir.actflow``).
+
+Every device of the mesh holds real matrices of exact fractions: its samples (one per coordinate of
+the non-tensor axes), its column block of the column-parallel weight A and its row block of the
+row-parallel weight B (the head: its column block of the vocabulary weight). The collectives the
+plan states run over the real device groups (every device that agrees with this one off the
+collective's axes, in mesh order): an all-reduce sums the matrices, an all-gather stacks their rows,
+a reduce-scatter sums and keeps the device's block of rows. A device whose matrices do not fit a
+collective or a product holds nothing (None). Each device's forward output and input gradient is
+compared with the single-device region's.
+
+``violations(plan, sizes)`` returns ``("act", region)`` (the forward output is wrong on some
+device) and ``("grad", region)`` (the input gradient is).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from itertools import product
+
+from placement_logic import ir
+
+REGIONS = ("attention", "mlp", "head")
+Mat = list[list[Fraction]] | None
+
+
+def _mm(x: Mat, y: Mat) -> Mat:
+    if x is None or y is None or not x or len(x[0]) != len(y):
+        return None
+    return [[sum((r[k] * y[k][j] for k in range(len(y))), Fraction(0)) for j in range(len(y[0]))] for r in x]
+
+
+def _t(x: Mat) -> Mat:
+    return None if x is None else [list(c) for c in zip(*x)]
+
+
+def _cols(x: list, lo: int, hi: int) -> list:
+    return [r[lo:hi] for r in x]
+
+
+class Mesh:
+    def __init__(self, plan: ir.Plan, sizes: dict[str, int]):
+        self.names = plan.mesh.names
+        self.sizes = sizes
+        self.tensor = [a for a in self.names if plan.role(a) in (ir.Role.TENSOR, ir.Role.SEQUENCE)]
+        self.devices = [dict(zip(self.names, c)) for c in product(*(range(sizes[a]) for a in self.names))]
+
+    def key(self, d: dict) -> tuple:
+        return tuple(d[a] for a in self.names)
+
+    def group(self, d: dict, axes: tuple[str, ...]) -> list[tuple]:
+        """The devices of d's group over axes, in mesh (row-major) order."""
+        ax = [a for a in self.names if a in axes]
+        return [self.key({**d, **dict(zip(ax, c))}) for c in product(*(range(self.sizes[a]) for a in ax))]
+
+    def tp(self, d: dict) -> tuple[int, int]:
+        """(the device's tensor rank, the tensor group's size) over every tensor axis together."""
+        r, n = 0, 1
+        for a in self.tensor:
+            r, n = r * self.sizes[a] + d[a], n * self.sizes[a]
+        return r, n
+
+    def sample(self, d: dict) -> int:
+        s = 0
+        for a in self.names:
+            if a not in self.tensor:
+                s = s * self.sizes[a] + d[a]
+        return s
+
+
+def collective(mesh: Mesh, kind: str, axes: tuple[str, ...], vals: dict) -> dict:
+    out = {}
+    for d in mesh.devices:
+        grp = mesh.group(d, axes)
+        mine = grp.index(mesh.key(d))
+        ms = [vals[k] for k in grp]
+        if kind == "copy" or len(grp) == 1:
+            out[mesh.key(d)] = vals[mesh.key(d)]
+            continue
+        if any(m is None for m in ms):
+            out[mesh.key(d)] = None
+            continue
+        if kind == "gather":
+            out[mesh.key(d)] = [row for m in ms for row in m]
+            continue
+        if kind == "chunk":
+            m = ms[mine]
+            k, rem = divmod(len(m), len(grp))
+            out[mesh.key(d)] = None if rem else m[mine * k:(mine + 1) * k]
+            continue
+        if len({(len(m), len(m[0])) for m in ms}) != 1:
+            out[mesh.key(d)] = None
+            continue
+        total = [[sum(c, Fraction(0)) for c in zip(*rows)] for rows in zip(*ms)]
+        if kind == "sum":
+            out[mesh.key(d)] = total
+        else:  # "sum_scatter"
+            k, rem = divmod(len(total), len(grp))
+            out[mesh.key(d)] = None if rem else total[mine * k:(mine + 1) * k]
+    return out
+
+
+def _stated(plan: ir.Plan, target: str, region: str, verbs: tuple[str, ...]):
+    found = None
+    for o in plan.overrides:
+        if o.target == target and o.group in (None, region) and o.verb in verbs:
+            found = o
+    return found
+
+
+def _ops(plan: ir.Plan, mesh: Mesh, region: str, where: str) -> list[tuple[str, tuple[str, ...]]]:
+    """The collectives at one point of the region, as docs/semantics.md's table and the overrides say."""
+    sp = plan.sequence_parallel or bool(plan.axes_with_role(ir.Role.SEQUENCE))
+    t = tuple(mesh.tensor)
+    reduce_kind = "sum_scatter" if sp else "sum"
+    need = "S" if sp else "R"
+    if where == "entry":
+        o = _stated(plan, "activations", region, ("gather",))
+        return _per_pass("gather", o.axes) if o else ([("gather", t)] if sp else [])
+    if where == "exit":
+        o = _stated(plan, "activations", region, ("reduce", "assert_replicate", "assert_partial", "assert_shard"))
+        if o is None:
+            return [(reduce_kind, t)]
+        if o.verb == "reduce":
+            return _per_pass(reduce_kind, o.axes)
+        return _redistribute(o.verb, need, o.axes)
+    if where == "grad_exit":
+        o = _stated(plan, "activation_grads", region, ("gather",))
+        return _per_pass("gather", o.axes) if o else ([("gather", t)] if sp else [])
+    o = _stated(plan, "activation_grads", region,
+                ("reduce", "no_reduce", "reduce_copy", "assert_replicate", "assert_partial", "assert_shard"))
+    if o is None:
+        return [(reduce_kind, t)]
+    if o.verb == "reduce":
+        return _per_pass(reduce_kind, o.axes)
+    if o.verb == "no_reduce":
+        return []
+    if o.verb == "reduce_copy":
+        return [("copy", t)]
+    return _redistribute(o.verb, need, o.axes)
+
+
+def _per_pass(kind: str, axes) -> list:
+    out, cur = [], []
+    for a in axes:
+        if a in cur:
+            out.append((kind, tuple(cur)))
+            cur = []
+        cur.append(a)
+    return out + ([(kind, tuple(cur))] if cur else [])
+
+
+def _redistribute(verb: str, need: str, axes) -> list:
+    declared = {"assert_replicate": "R", "assert_partial": "P", "assert_shard": "S"}[verb]
+    kind = {("P", "R"): "sum", ("S", "R"): "gather", ("P", "S"): "sum_scatter", ("R", "S"): "chunk"}.get(
+        (declared, need))
+    return [(kind, tuple(a for a in axes))] if kind else []
+
+
+def _apply(mesh: Mesh, ops, vals: dict) -> dict:
+    for kind, axes in ops:
+        vals = collective(mesh, kind, axes, vals)
+    return vals
+
+
+def _matrix(rows: int, cols: int, seed: int) -> list[list[Fraction]]:
+    return [[Fraction((seed * 31 + i * 7 + j * 13) % 17 + 1, 1 + (i + j) % 3) for j in range(cols)]
+            for i in range(rows)]
+
+
+def _rows(m: list, r: int, n: int) -> list:
+    k = len(m) // n
+    return m[r * k:(r + 1) * k]
+
+
+def region_violations(plan: ir.Plan, sizes: dict[str, int], region: str) -> set:
+    mesh = Mesh(plan, sizes)
+    sp = plan.sequence_parallel or bool(plan.axes_with_role(ir.Role.SEQUENCE))
+    n = mesh.tp(mesh.devices[0])[1]
+    seq, hid, per = 2 * n, 2, 2
+    A = _matrix(hid, per * n, 1)  # column-parallel: columns [r·per, (r+1)·per) on tensor rank r
+    B = _matrix(per * n, hid, 2)  # row-parallel: rows [r·per, (r+1)·per) on tensor rank r
+    found = set()
+    fwd_in, bwd_in, want_f, want_b = {}, {}, {}, {}
+    for d in mesh.devices:
+        r, _ = mesh.tp(d)
+        s = mesh.sample(d)
+        X, G = _matrix(seq, hid, 10 + s), _matrix(seq, per * n if region == "head" else hid, 50 + s)
+        if region == "head":
+            Y = _cols(_mm(X, A), r * per, (r + 1) * per)  # this rank's logits
+            dX = _mm(G, _t(A))
+            bwd_in[mesh.key(d)] = _cols(G, r * per, (r + 1) * per)
+        else:
+            Y, dX = _mm(_mm(X, A), B), _mm(_mm(G, _t(B)), _t(A))
+            bwd_in[mesh.key(d)] = _rows(G, r, n) if sp else G
+            Y = _rows(Y, r, n) if sp else Y
+        fwd_in[mesh.key(d)] = _rows(X, r, n) if sp else X
+        want_f[mesh.key(d)] = Y
+        want_b[mesh.key(d)] = _rows(dX, r, n) if sp else dX
+
+    def local(vals, fn):
+        return {mesh.key(d): fn(vals[mesh.key(d)], *mesh.tp(d)) for d in mesh.devices}
+
+    a_blk = lambda r: _cols(A, r * per, (r + 1) * per)  # noqa: E731
+    b_blk = lambda r: B[r * per:(r + 1) * per]  # noqa: E731
+    h = _apply(mesh, _ops(plan, mesh, region, "entry"), fwd_in)
+    h = local(h, lambda v, r, _n: _mm(v, a_blk(r)))
+    if region != "head":
+        h = local(h, lambda v, r, _n: _mm(v, b_blk(r)))
+        h = _apply(mesh, _ops(plan, mesh, region, "exit"), h)
+    if any(h[k] != want_f[k] for k in h):
+        found.add(("act", region))
+    g = bwd_in
+    if region != "head":
+        g = _apply(mesh, _ops(plan, mesh, region, "grad_exit"), g)
+        g = local(g, lambda v, r, _n: _mm(v, _t(b_blk(r))))
+    g = local(g, lambda v, r, _n: _mm(v, _t(a_blk(r))))
+    g = _apply(mesh, _ops(plan, mesh, region, "grad_entry"), g)
+    if any(g[k] != want_b[k] for k in g):
+        found.add(("grad", region))
+    return found
+
+
+def violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
+    tensor = [a for a in plan.mesh.names if plan.role(a) in (ir.Role.TENSOR, ir.Role.SEQUENCE)]
+    if not tensor or plan.placement(ir.State.PARAMS).mode(tensor[0]) not in (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.O):
+        return set()  # no tensor axis splits the layers: every rank runs them whole
+    return set().union(*(region_violations(plan, sizes, r) for r in REGIONS))
