@@ -91,16 +91,13 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
     from .stepstate import state_obligations  # initial state, optimizer identity, RNG state
 
     obs += state_obligations(step, ctx, Obligation)
-<<<<<<< HEAD
     if plan is not None and plan.optimizers:  # updates that need whole matrices (check.matrixwise)
         from .matrixwise import obligations as matrixwise
 
         obs += matrixwise(plan, ctx, Obligation)
-=======
     from .actflow import act_obligations  # activations and activation gradients per layer region
 
     obs += act_obligations(step, ctx, Obligation)
->>>>>>> h1
     for a in step.data_axes + step.context_axes:
         where, groups = placed(step.params_span, (ir.State.PARAMS,), a,
                                lambda m: m[ir.State.PARAMS] in (ir.Mode.S, ir.Mode.O), a in step.unusable_axes)
