@@ -156,5 +156,5 @@ def test_missing_matplotlib_is_pl312_before_any_work(tmp_path, monkeypatch):
     out, err = io.StringIO(), io.StringIO()
     path = tmp_path / "x.png"
     code = main(["cost", "examples/zero_paper.place", "--set", "dp=2,4", "--plot", str(path)], out, err)
-    assert code == 2 and "[PL312]" in err.getvalue() and "placement-logic[plot]" in err.getvalue()
+    assert code == 2 and "[PL312]" in err.getvalue() and "pip install '.[plot]' in a clone" in err.getvalue()
     assert out.getvalue() == "" and not path.exists() and not derived

@@ -15,7 +15,7 @@ def require_matplotlib() -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         raise DiagnosticError([Diagnostic(
-            "PL312", "--plot needs matplotlib, an optional dependency: pip install 'placement-logic[plot]'")]) \
+            "PL312", "--plot needs matplotlib, an optional dependency: pip install '.[plot]' in a clone of placement-logic")]) \
             from None
 
 
