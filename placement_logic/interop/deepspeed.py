@@ -1,4 +1,4 @@
-"""DeepSpeed ``ds_config.json`` <-> specs (see ``commands.frameworks``)."""
+"""DeepSpeed ``ds_config.json`` <-> specs (see ``interop.frameworks``)."""
 
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def deepspeed_to_spec(text: str, file: str, devices: int, model: str | None, par
     """The spec of a DeepSpeed config; what the DSL cannot express is appended to ``problems``
     (and written as comments at the top of the spec), what was assumed to ``report`` (with
     the keys read and dropped). ``trainer``: the Hugging Face Trainer's values for ``"auto"``
-    (``micro``, ``accum``, ``global_batch``, ``precision``; ``commands.trainer_auto``)."""
+    (``micro``, ``accum``, ``global_batch``, ``precision``; ``interop.trainer_auto``)."""
     problems = [] if problems is None else problems
     report = ImportReport() if report is None else report
     doc = load_json(text, file, "PL141", "a JSON config")
