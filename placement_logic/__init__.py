@@ -82,8 +82,8 @@ def prove_theorems(specs=(), timeout: float = 10.0):
 def import_hf(path):
     """A spec whose model is a Hugging Face ``config.json`` (no mesh, no plans): ``spec.model``
     is what ``model from "config.json"`` gives; costs need a mesh and a plan around it."""
-    from .commands.convert import hf_block
     from .frontend.loader import load_string as _load
+    from .interop.imports import hf_block
 
     return _load(hf_block(str(path)), str(path))
 
@@ -103,8 +103,8 @@ def import_deepspeed(config, devices: int, model=None, params=None, seq=None):
     import json
     from pathlib import Path
 
-    from .commands.frameworks import deepspeed_to_spec
     from .frontend.loader import load_string as _load
+    from .interop.frameworks import deepspeed_to_spec
 
     text, name = (json.dumps(config), "<dict>") if isinstance(config, dict) else (Path(config).read_text(), str(config))
     problems: list[str] = []
@@ -116,8 +116,8 @@ def import_megatron(args, devices: int):
     """The spec of Megatron-LM arguments (a string or a list of them) on ``devices`` devices."""
     import shlex
 
-    from .commands.frameworks import megatron_to_spec
     from .frontend.loader import load_string as _load
+    from .interop.frameworks import megatron_to_spec
 
     text = args if isinstance(args, str) else shlex.join(args)
     problems: list[str] = []
@@ -128,8 +128,8 @@ def import_torchtitan(config, devices: int, model=None, params=None):
     """The spec of a torchtitan job config (TOML text, or the path of a .toml file)."""
     from pathlib import Path
 
-    from .commands.torchtitan import torchtitan_to_spec
     from .frontend.loader import load_string as _load
+    from .interop.torchtitan import torchtitan_to_spec
 
     path = Path(config) if not str(config).lstrip().startswith("[") and Path(str(config)).is_file() else None
     text, name = (path.read_text(), str(path)) if path else (str(config), "<toml>")
@@ -141,8 +141,8 @@ def import_torchtitan(config, devices: int, model=None, params=None):
 def export_plan(spec, plan: str, framework: str):
     """A plan as ``framework``'s configuration (deepspeed: a dict; megatron: a list of
     arguments; torchtitan: TOML text) and the list of what that framework cannot express."""
-    from .commands import frameworks as fw
-    from .commands.torchtitan import plan_to_torchtitan
+    from .interop import frameworks as fw
+    from .interop.torchtitan import plan_to_torchtitan
 
     p = spec.plan(plan)
     if framework == "deepspeed":

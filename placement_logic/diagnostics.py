@@ -120,6 +120,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PL161": ("trainer-mismatch", "A DeepSpeed config value that a Trainer option given to the import contradicts "
               "(the Trainer's own mismatch error)."),
     "PL162": ("launch-line-devices", "A launch line whose --nnodes × --nproc_per_node is not the --devices given."),
+    "PL163": ("params-below-shape", "params = P beside a transformer shape below the parameters the shape counts."),
     "PL180": ("checkpoint-plan-wide", "A plan-wide checkpoint statement (resume, reshard, no_regather_after_load, "
               "rng_shared) given a parameter group: override checkpoint[g]: VERB."),
     "PL186": ("undeclared-loss-term", "An override of a loss term (loss[TERM], tokens[TERM], aux_loss, ...) that the "

@@ -25,11 +25,11 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from placement_logic import ir
-from placement_logic.commands.frameworks import deepspeed_to_spec, megatron_to_spec, plan_to_deepspeed, plan_to_megatron
-from placement_logic.commands.torchtitan import plan_to_torchtitan, torchtitan_to_spec
 from placement_logic.diagnostics import DiagnosticError
 from placement_logic.frontend.canonical import format_source
 from placement_logic.frontend.loader import load_string
+from placement_logic.interop.frameworks import deepspeed_to_spec, megatron_to_spec, plan_to_deepspeed, plan_to_megatron
+from placement_logic.interop.torchtitan import plan_to_torchtitan, torchtitan_to_spec
 from placement_logic.ir.walker import fold
 
 SETTINGS = settings(max_examples=60, deadline=None,

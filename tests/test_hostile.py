@@ -86,7 +86,7 @@ def test_prove_without_cvc5_says_so_and_uses_z3(monkeypatch, capsys):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "cvc5" else real(name, *a))
     assert main(["prove", "--only", "none"]) == 0
     captured = capsys.readouterr()
-    assert "cvc5 is not installed" in captured.err and "placement-logic[proofs]" in captured.err
+    assert "cvc5 is not installed" in captured.err and "pip install '.[proofs]' in a clone" in captured.err
     assert "Traceback" not in captured.err
 
 

@@ -17,6 +17,7 @@ import pytest
 import sympy
 
 from placement_logic.cli import main
+from placement_logic.costreport.latex import unwrap_source, wrap_source
 from placement_logic.costs.symbolic import LINE_POINTS, PlacementLatexPrinter, display_name, grouped, tex_width
 from tests.test_cost_cli import check_balanced
 
@@ -65,7 +66,7 @@ def _where_items(tex):
 
 def _equation_lines(tex):
     inside = False
-    for line in tex.splitlines():
+    for line in unwrap_source(tex).splitlines():
         if line.startswith(r"\begin{align*}"):
             inside = True
         elif line.startswith(r"\end{align*}"):
@@ -199,3 +200,54 @@ def test_width_estimate_against_tex_when_pdflatex_present(tmp_path):
     assert len(widths) == len(pieces)
     under = [(w, tex_width(p), p) for w, p in zip(widths, pieces) if tex_width(p) < w]
     assert not under, under[:3]
+
+
+def test_source_lines_wrapped_without_changing_the_tex():
+    long = "x &= " + " + ".join(rf"\frac{{{k}}}{{N_{{\mathrm{{dp}}}}}}" for k in range(200)) + r" \\"
+    glued = r"\frac{1}{2}" * 60  # no space anywhere: cut before a control word
+    comment = "% " + "word " * 80
+    text = "\n".join([long, glued, comment, "short"])
+    wrapped = wrap_source(text, 120)
+    assert max(map(len, wrapped.splitlines())) <= 120
+    lines = unwrap_source(wrapped).splitlines()
+    assert lines[:2] == [long, glued] and lines[-1] == "short"  # TeX reads the same tokens
+    comments = lines[2:-1]
+    assert all(line.startswith("% ") for line in comments)  # the comment stays a comment
+    assert " ".join(c[2:].strip() for c in comments).split() == comment[2:].split()
+
+
+def test_step_time_and_mfu_as_named_terms_every_line_short():
+    _, tex, _ = run("cost", "examples/llama70b_3d.place", "--device", "h100_sxm", "--format", "latex")
+    assert max(map(len, tex.splitlines())) <= 200
+    body = unwrap_source(tex)
+    step = next(line for line in body.splitlines() if line.startswith(r"T_{\mathrm{step}} &="))
+    assert step.startswith(r"T_{\mathrm{step}} &= \max\bigl(T_{\mathrm{compute}},\ T_{\mathrm{comm}}^{\mathrm{overlap}}"
+                           r"\bigr) + T_{\mathrm{comm}}^{\mathrm{exposed}} + T_{\mathrm{opt}} \quad = \text{")
+    mfu = next(line for line in body.splitlines() if line.startswith(r"\mathrm{MFU} &="))
+    assert r"\frac{F_{\mathrm{model}}}{N \cdot P_{\mathrm{peak}} \cdot T_{\mathrm{step}}}" in mfu and len(mfu) < 200
+    for term in (r"T_{\mathrm{compute}} &=", r"T_{\mathrm{bubble}} &=", r"T_{\mathrm{comm}}^{\mathrm{overlap}} &=",
+                 r"T_{\mathrm{comm}}^{\mathrm{exposed}} &=", r"T_{\mathrm{opt}} &=", r"F_{\mathrm{model}} &="):
+        assert any(line.startswith(term) for line in body.splitlines()), term  # each defined on its own
+    assert r"\item[$N$] the devices, $P_{\mathrm{peak}}$" in body
+
+
+def test_symbolic_keeps_the_shape_symbols(tmp_path):
+    status, tex, err = run("cost", "examples/llama70b_3d.place", "--symbolic", "--format", "latex")
+    assert status == 0, err
+    body = unwrap_source(tex)
+    params = next(line for line in body.splitlines() if line.startswith(r"M_{\mathrm{params}} &="))
+    assert " L " in params.replace("\\cdot", " ") and " h " in params.replace("\\cdot", " ") and "8192" not in params
+    for sym, value in (("h", r"8192"), ("L", "80"), ("a", "64"), ("f", r"28\,672"), ("V", r"32\,000"), ("s", "4096")):
+        assert rf"\item[${sym}$]" in body and rf"(\texttt{{{sym}}}), ${value}$" in body
+    # the same numbers either way: every value of the JSON report agrees
+    _, plain, _ = run("cost", "examples/llama70b_3d.place", "--format", "json")
+    _, symbolic, _ = run("cost", "examples/llama70b_3d.place", "--format", "json", "--symbolic")
+    a, b = json.loads(plain)["plans"], json.loads(symbolic)["plans"]
+    assert [p["memory"]["device"]["total"]["exact"] for p in a] == [p["memory"]["device"]["total"]["exact"] for p in b]
+    # a stated parameter count is Ψ: 2 bytes of weights over dp, by hand
+    f = tmp_path / "p.place"
+    f.write_text("from std.data import zero3\nmodel { params = 1000 }\nmesh { dp = 8 }\nplan p { dp: zero3 }\n")
+    _, tex, _ = run("cost", str(f), "--symbolic", "--format", "latex")
+    params = next(line for line in unwrap_source(tex).splitlines() if line.startswith(r"M_{\mathrm{params}} &="))
+    assert params.startswith(r"M_{\mathrm{params}} &= \frac{2 \cdot \Psi}{N_{\mathrm{dp}}}")
+    assert r"\item[$\Psi$] the model's parameter count (\texttt{psi}), $1000$" in tex

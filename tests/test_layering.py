@@ -25,6 +25,7 @@ PACKAGE_RULES = {
     "resolve": {"lark", "sympy", "z3", "torch"},
     "costreport": {"lark", "z3", "torch"},
     "costs": {"lark", "z3", "torch"},
+    "interop": {"lark", "z3", "torch"},  # configurations in and out: text and the IR only
 }
 
 
@@ -100,7 +101,7 @@ STAGES = (
      "frontend.hf", "frontend.configs"),
     ("resolve",),
     ("frontend.loader",),
-    ("costs", "solver"),
+    ("costs", "solver", "interop"),
     ("check", "costreport"),
     ("prove", "measure", "search", "trace", "calibrate"),
     ("commands", "cli", "__main__", "__init__"),

@@ -136,9 +136,10 @@ def test_psi_is_the_sum_of_the_groups_and_of_the_enumerated_tensors():
 
 
 def megatron_most_loaded_shard(shape: dict, t: int, p: int) -> Fraction:
-    """Megatron-LM's weight count on the most loaded model shard (its own formula: every
+    """Megatron-LM's 2024 weight count on the most loaded model shard (its formula then: every
     parameter, norms included, divided by the tensor size; the final norm counted with the
-    layers; layernorm weights and biases, no linear biases)."""
+    layers; every norm LayerNorm's weight and bias, 2h, whatever the normalization; no linear
+    biases). The current formula is ``megatron_current_most_loaded_shard`` below."""
     h, L, a, kv, f, V = (Fraction(shape[k]) for k in ("h", "L", "a", "kv", "f", "V"))
     gated = Fraction(3, 2) if shape["gated"] else 1
     layers = 2 * L * h * h * ((1 + kv / a) * 1 + f / h * gated + 2 / h + 1 / (L * h))
@@ -355,3 +356,76 @@ def test_bad_moe_patterns(tmp_path, capsys, fields, words):
     assert main(["cost", str(f)]) == 2
     err = capsys.readouterr().err
     assert words in err and "m.place:3:" in err and "Traceback" not in err
+
+
+def megatron_current_most_loaded_shard(shape: dict, t: int, p: int) -> Fraction:
+    """Megatron-LM's current ``compute_weight_and_optimizer_memory`` (theoretical_memory_usage.py,
+    NVIDIA/Megatron-LM 00caa53), restated for a dense model without MTP or MLA: per layer
+    2h·(f·swiglu + norm_size) + 2h²·(1 + kv/a), norm_size 1 for RMSNorm and 2 for LayerNorm; the
+    block adds the final norm (norm_size·h); the most loaded shard is (block/pp + embedding)/tp,
+    plus the untied output layer /tp when pp is 1."""
+    h, L, a, kv, f, V = (Fraction(shape[k]) for k in ("h", "L", "a", "kv", "f", "V"))
+    swiglu = Fraction(3, 2) if shape["gated"] else 1
+    norm_size = 1 if shape["norm"] == "rmsnorm" else 2
+    layer = 2 * h * (f * swiglu + norm_size) + 2 * h * h * (1 + kv / a)
+    block = layer * L + norm_size * h
+    embedding = h * V
+    shard = (block / p + embedding) / t
+    if not shape["tied"] and p == 1:
+        shard += embedding / t
+    return shard
+
+
+CURRENT = [(t, p, tied, norm, kv) for t in (1, 2, 4, 8) for p in (1, 2, 4) for tied in (False, True)
+           for norm in ("rmsnorm", "layernorm") for kv in (8, 2) if kv % t == 0]  # Megatron: groups divisible by tp
+
+
+@pytest.mark.parametrize("t,p,tied,norm,kv", CURRENT)
+def test_megatron_current_estimator_convention(t, p, tied, norm, kv):
+    """The documented statement reproduces the current formula on every configuration Megatron-LM
+    accepts (query groups divisible by the tensor size), RMSNorm and LayerNorm alike."""
+    shape = dict(h=64, L=8, a=8, kv=kv, f=256, V=128, E=1, gated=norm == "rmsnorm", norm=norm, bias=False,
+                 tied=tied)
+    pc = costs.derive(load_string(spec_text(shape, t, p, 1, MEGATRON)).plan("p"))
+    subs = {costs.symbol(a): n for a, n in (("dp", 2), ("tp", t), ("pp", p))}
+    got = (pc.memory.stages[0].device if pc.memory.stages else pc.memory.device)[State.PARAMS].subs(subs)
+    assert Fraction(int(got.p), int(got.q)) == megatron_current_most_loaded_shard(shape, t, p)
+    if norm == "rmsnorm":  # the 2024 formula counted every norm as LayerNorm's 2h: more than the current one
+        legacy = megatron_most_loaded_shard(shape, t, p)
+        assert legacy > megatron_current_most_loaded_shard(shape, t, p)
+
+
+def test_params_beside_a_shape_is_a_group_of_its_own():
+    """Ψ given beside a shape: the persistent shard grows by (P − Ψ_shape)/dp, the gathered layer of
+    ZeRO-3 and the gradient bucket do not grow at all (hand-derived: one layer of this shape)."""
+    h, f, V, L = 64, 256, 128, 4
+    layer = 4 * h * h + 2 * h * f + 2 * 2 * h  # attention, ungated MLP, two layernorms (no biases)
+    shape_psi = L * layer + 2 * V * h + 2 * h
+    extra = 10**6
+
+    def spec(params: str) -> str:
+        return ("from std.data import zero3\nmodel {\n" + params + f"  transformer {{ hidden = {h}  layers = {L}  "
+                f"heads = 4  ffn = {f}  vocab = {V}  bias = false }}\n  seq = 16\n  microbatch = 1\n}}\n"
+                "mesh { dp = 8 }\nplan p { dp: zero3 }\n")
+
+    plain = costs.derive(load_string(spec("")).plan("p"), sized=True).memory
+    more = costs.derive(load_string(spec(f"  params = {shape_psi + extra}\n")).plan("p"), sized=True).memory
+    dp = {costs.symbol("dp"): 8}
+    assert more.device[State.PARAMS].subs(dp) - plain.device[State.PARAMS].subs(dp) == 2 * Fraction(extra, 8)
+    gathered = [k for k in plain.transient if k.startswith("gathered params")]
+    assert gathered and all(more.transient[k].subs(dp) == plain.transient[k].subs(dp) == 2 * layer for k in gathered)
+    bucket = "gradient bucket (one layer, before reduce-scatter)"
+    assert more.transient[bucket].subs(dp) == plain.transient[bucket].subs(dp)
+
+
+def test_params_below_the_shape_is_located(tmp_path):
+    from placement_logic.cli import main
+
+    f = tmp_path / "p.place"
+    f.write_text("from std.data import zero3\nmodel {\n  params = 1000\n  transformer { hidden = 64  layers = 2  "
+                 "heads = 4  vocab = 100 }\n}\nmesh { dp = 8 }\nplan p { dp: zero3 }\n")
+    import io
+
+    err = io.StringIO()
+    assert main(["cost", str(f)], io.StringIO(), err) == 2
+    assert f"{f}:3:12: error: params = 1000 is below the" in err.getvalue() and "[PL163]" in err.getvalue()

@@ -14,7 +14,7 @@ from placement_logic.cli import main
 from placement_logic.costreport.sweep import build_sweep
 from placement_logic.frontend.loader import load_spec
 
-UNITS = ("GiB", "GB per step", "(s)")
+UNITS = ("GiB", "GB per step", "(s)", "(GB)")
 
 
 def png_size(path) -> tuple[int, int]:
@@ -71,15 +71,61 @@ def test_frontier_plot(tmp_path):
     fig = frontier_figure(points)
     labelled(fig)
     ax = fig.axes[0]
-    assert ax.get_xlabel() == "memory per device (GiB)" and ax.get_ylabel() == "step time (s)"
-    assert [t.get_text() for t in ax.texts] == ["a", "b", "c", "d"]
+    assert ax.get_xlabel() == "memory per device (GB)" and ax.get_ylabel() == "step time (s)"
+    assert [t.get_text() for t in ax.texts] == ["#1 a", "#2 b", "#3 c", "#4 d"]  # rank and layout
     front = ax.lines[0]
     assert list(front.get_ydata()) == [3.0, 2.0, 1.5]  # frontier points by memory
     for suffix in ("png", "svg", "pdf"):
         frontier_plot(points, tmp_path / f"f.{suffix}")
         assert (tmp_path / f"f.{suffix}").stat().st_size > 1000
     w, h = png_size(tmp_path / "f.png")
-    assert w >= 400 and h >= 300
+    assert w >= 1000 and h >= 600  # 7 × 4.5 inches at 150 dpi
+
+
+def _crowded(n: int = 60):
+    """Rows packed into a small region (labels would overprint) and many candidates."""
+    rows = [(f"dp{2 ** (k % 6)} tp{1 + k % 8} zero{k % 4} selective mb{1 + k % 4}", 50e9 + (k % 10) * 1e8,
+             2.0 + (k // 10) * 0.01, k % 9 == 0) for k in range(n)]
+    cand = ([20e9 + (k * 7919 % 1000) * 8e7 for k in range(3000)], [1 + (k * 104729 % 1000) / 200 for k in range(3000)])
+    return rows, cand
+
+
+def test_search_figure_budget_candidates_and_bounded_labels(tmp_path):
+    pytest.importorskip("matplotlib")
+    from placement_logic.costreport.frontier import label_boxes
+    from placement_logic.costreport.plot import frontier_figure, frontier_plot
+
+    rows, cand = _crowded()
+    fig = frontier_figure(rows, cand, budget=80e9, labels=10)
+    ax = fig.axes[0]
+    boxes = label_boxes(fig)
+    assert 1 <= len(boxes) <= 10  # the top rows only, fewer where they would overlap
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    frame = ax.get_window_extent(fig.canvas.get_renderer())
+    assert all(frame.x0 <= b.x0 and b.x1 <= frame.x1 and frame.y0 <= b.y0 and b.y1 <= frame.y1 for b in boxes)
+    texts = [t.get_text() for t in ax.texts if t.get_text().startswith("#")]
+    assert all(int(t.split()[0][1:]) <= 10 for t in texts)
+    assert [line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == "--"] == [80.0]  # the budget in GB
+    assert ax.collections[0].get_offsets().shape[0] == 3000  # every candidate drawn
+    for suffix in ("png", "svg", "pdf"):
+        frontier_plot(rows, tmp_path / f"s.{suffix}", cand, 80e9)
+        assert (tmp_path / f"s.{suffix}").stat().st_size > 1000
+    svg = (tmp_path / "s.svg").read_text()
+    assert "memory budget 80 GB" in svg  # text kept as text
+    assert "<image" in svg  # the candidates rasterised
+
+
+def test_search_plot_through_the_cli(tmp_path):
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("numpy")
+    model = tmp_path / "m.place"
+    model.write_text("model {\n  transformer { hidden = 2048  layers = 16  heads = 16  ffn = 5632  vocab = 32000 }\n}\n")
+    out = tmp_path / "search.svg"
+    code = main(["search", str(model), "--device", "l40s", "--devices", "16", "--global-batch", "64", "--seq", "4096",
+                 "--tp", "1,2", "--pp", "1,2", "--no-check", "--plot", str(out)], io.StringIO(), io.StringIO())
+    assert code == 0
+    svg = out.read_text()
+    assert "memory budget" in svg and "Pareto frontier" in svg and "#1 " in svg
 
 
 def test_plot_through_the_cli(tmp_path, monkeypatch):
@@ -110,5 +156,5 @@ def test_missing_matplotlib_is_pl312_before_any_work(tmp_path, monkeypatch):
     out, err = io.StringIO(), io.StringIO()
     path = tmp_path / "x.png"
     code = main(["cost", "examples/zero_paper.place", "--set", "dp=2,4", "--plot", str(path)], out, err)
-    assert code == 2 and "[PL312]" in err.getvalue() and "placement-logic[plot]" in err.getvalue()
+    assert code == 2 and "[PL312]" in err.getvalue() and "pip install '.[plot]' in a clone" in err.getvalue()
     assert out.getvalue() == "" and not path.exists() and not derived

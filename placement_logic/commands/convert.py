@@ -1,10 +1,11 @@
-"""``placement import {hf,deepspeed,megatron,torchtitan} FILE``: configurations in, as spec text.
+"""``placement import {hf,deepspeed,megatron,torchtitan} FILE``: the arguments parsed and checked,
+the spec printed (the logic is ``interop.imports``).
 
 ``hf``: a Hugging Face config.json as a formatted model block. ``deepspeed`` (a ds_config.json,
-a Hugging Face Trainer one with ``"auto"`` too: ``commands.trainer_auto``), ``megatron`` (a
+a Hugging Face Trainer one with ``"auto"`` too: ``interop.trainer_auto``), ``megatron`` (a
 file of Megatron-LM arguments, a torchrun launch line too) and ``torchtitan`` (a job.toml): a
 whole spec for ``--devices N`` devices (DeepSpeed and torchtitan need the model: ``--model
-CONFIG.json`` or ``--params N``); see ``commands.frameworks``. Each mesh axis gets a link
+CONFIG.json`` or ``--params N``); see ``interop.frameworks``. Each mesh axis gets a link
 class from the devices per node (``--gpus-per-node``, a launch line's ``--nproc_per_node``,
 else 8) and the framework's rank order. What was assumed is printed on standard error (and as
 ``# assumed:`` comments), with the count of keys read and dropped (``--verbose``: each, the
@@ -62,33 +63,9 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run)
 
 
-def hf_block(path: str, text: str | None = None, verbose_to: TextIO | None = None) -> str:
-    """The formatted model block of a Hugging Face config, with Ψ as a comment."""
-    from ..frontend import hf
-    from ..frontend.canonical import format_source
-    from ..frontend.loader import load_string, read_source
-    from ..ir.summary import parameter_counts
-
-    text = read_source(path) if text is None else text
-    shape = hf.parse_config(text, path)
-    block = format_source(hf.model_block_text(shape, path), "<import>")
-    counts = parameter_counts(load_string(block, "<import>"))
-    psi = counts["params"] if counts else None
-    if psi is not None:
-        note = f"# Ψ = {int(psi):,} parameters"
-        active = counts["active_params"]
-        if active is not None and active != psi:
-            note += f" ({int(active):,} active per token)"
-        block = block.replace("model {", note + "\nmodel {", 1)
-    if verbose_to is not None:
-        verbose_to.write("read: " + ", ".join(shape.used) + "\n")
-        verbose_to.write("ignored (no effect on memory or communication): " + (", ".join(shape.ignored) or "none")
-                         + "\n")
-    return block
-
-
 def run(args, out: TextIO, err: TextIO) -> int:
     from ..frontend.loader import read_source
+    from ..interop.imports import hf_block
 
     text = read_source(args.file)
     if args.source != "hf":
@@ -108,60 +85,33 @@ def _positive(args, name: str) -> None:
 
 
 def _framework(args, text: str, out: TextIO, err: TextIO) -> int:
-    from ..diagnostics import Diagnostic, DiagnosticError
-    from ..frontend.canonical import format_source
-    from ..frontend.loader import load_string
-    from .framework_common import ImportReport
-    from .frameworks import deepspeed_to_spec, megatron_to_spec
-    from .options import command_line_span
-    from .torchtitan import torchtitan_to_spec
+    import os
+    from pathlib import Path
 
-    problems: list[str] = []
-    report = ImportReport()
+    from ..diagnostics import Diagnostic, DiagnosticError
+    from ..interop.imports import framework_spec, report_lines
+    from .options import command_line_span
+
     for name in ("--devices", "--gpus-per-node", "--micro-batch", "--grad-accum", "--global-batch"):
         _positive(args, name)
     if args.devices is None and args.source != "megatron":
         raise DiagnosticError([Diagnostic("PL301", f"placement import {args.source} needs --devices N (N >= 1)",
                                           command_line_span("--devices"))])
-    per = args.gpus_per_node
     if args.source in ("deepspeed", "torchtitan"):
         if (args.model is None) == (args.params is None):
             raise DiagnosticError([Diagnostic("PL301", f"placement import {args.source} needs the model: --model "
                                               "CONFIG.json or --params N", command_line_span("--model"))])
         if args.model is not None and getattr(args, "output", None):
             # `model from` is read relative to the spec's own folder: from where the spec is written
-            import os
-
             args.model = os.path.relpath(os.path.abspath(args.model),
                                          os.path.dirname(os.path.abspath(args.output)))
-        if args.source == "deepspeed":
-            trainer = {"micro": args.micro_batch, "accum": args.grad_accum, "global_batch": args.global_batch,
-                       "precision": args.precision}
-            spec = deepspeed_to_spec(text, str(args.file), args.devices, args.model, args.params, args.seq, problems,
-                                     report=report, per_node=per, trainer=trainer)
-        else:
-            spec = torchtitan_to_spec(text, str(args.file), args.devices, args.model, args.params, problems,
-                                      report=report, per_node=per)
-    else:
-        spec = megatron_to_spec(text, str(args.file), args.devices, problems, report=report, per_node=per)
-    spec = format_source(spec, "<import>")
-    # what is printed reads back, from the folder it is written to (where its `model from` is read)
-    import os
-    from pathlib import Path
-
+    trainer = {"micro": args.micro_batch, "accum": args.grad_accum, "global_batch": args.global_batch,
+               "precision": args.precision}
     out_dir = Path(os.path.dirname(os.path.abspath(args.output))) if getattr(args, "output", None) else None
-    load_string(spec, "<import>", out_dir)
+    spec, report, problems = framework_spec(
+        args.source, text, str(args.file), args.devices, model=args.model, params=args.params, seq=args.seq,
+        per_node=args.gpus_per_node, trainer=trainer, base_dir=out_dir)
     out.write(spec)
-    for a in report.assumed:
-        err.write(f"assumed: {a}\n")
-    what = "arguments" if args.source == "megatron" else "keys"
-    read = list(dict.fromkeys(report.read))
-    err.write(f"read {len(read)} {what}, dropped {len(report.dropped)}"
-              + ("" if args.verbose or not report.dropped else " (--verbose lists them, each with why)") + "\n")
-    if args.verbose:
-        err.write("read: " + (", ".join(read) or "none") + "\n")
-        for key, why in report.dropped:
-            err.write(f"dropped: {key}: {why}\n")
-    for p in problems:
-        err.write(f"not expressed in the plan: {p}\n")
+    for line in report_lines(args.source, report, problems, args.verbose):
+        err.write(line + "\n")
     return 1 if problems else 0

@@ -74,6 +74,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--groups", action="store_true",
                    help="add a table of the parameter groups (size, tensor rule, bytes per device) to each plan")
     add_device(p)
+    p.add_argument("--symbolic", action="store_true",
+                   help="formulas in Ψ and the shape's symbols (h, L, a, f, V, s, b), each bound to the model's "
+                        "number, instead of the numbers (for --format latex in a paper)")
     p.add_argument("--no-cache", action="store_true",
                    help="derive again even when the same spec, imports and options were reported before")
     p.set_defaults(run=run)
@@ -116,6 +119,7 @@ def run(args, out: TextIO, err: TextIO) -> int:
                                         "format": args.format, "exact": args.exact,
                                         "sweeps": {n: [str(v) for v in vs] for n, vs in sweeps.items()},
                                         "groups": getattr(args, "groups", False),
+                                        "symbolic": getattr(args, "symbolic", False),
                                         "device": getattr(args, "device", None),
                                         "width": output_width(args, out), "colour": colour(out),
                                         "timeout": seconds})
@@ -134,7 +138,7 @@ def run(args, out: TextIO, err: TextIO) -> int:
         with budget(seconds):
             report = build(spec, plans=args.plans, sets=sets, command="cost",
                            show_groups=getattr(args, "groups", False), device=device_option(args),
-                           latex=args.format not in NO_LATEX)
+                           latex=args.format not in NO_LATEX, symbolic=getattr(args, "symbolic", False))
         text = render(report, args.format, output_width(args, out), colour(out))
         status = exit_status(report)
         if args.plot is not None:

@@ -27,9 +27,9 @@ def add_parser(subparsers) -> None:
 def run(args, out: TextIO, err: TextIO) -> int:
     from ..diagnostics import Diagnostic, DiagnosticError, did_you_mean
     from ..frontend.loader import load_spec
-    from .frameworks import plan_to_deepspeed, plan_to_megatron
+    from ..interop.frameworks import plan_to_deepspeed, plan_to_megatron
+    from ..interop.torchtitan import plan_to_torchtitan
     from .options import command_line_span
-    from .torchtitan import plan_to_torchtitan
 
     spec = load_spec(args.file)
     try:

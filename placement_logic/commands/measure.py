@@ -23,7 +23,7 @@ def add_parser(subparsers) -> None:
         help="run plans on PyTorch distributed (CPU processes) and compare with the predictions",
         description="Run plans of a spec on real PyTorch distributed (gloo on CPU, NCCL with GPUs), "
         "measure held bytes and collectives per rank, compare with the cost engine, and compare K "
-        "steps with one process. Needs the torch extra: pip install 'placement-logic[torch]'.",
+        "steps with one process. Needs the torch extra: pip install '.[torch]' in a clone of placement-logic.",
         epilog="exit status: 0 matched, 1 mismatch / diverged / failed, 2 input error, "
         "4 not realisable by PyTorch.",
     )
@@ -35,7 +35,7 @@ def add_parser(subparsers) -> None:
             f"is what is realised, predicted and checked; axis sizes 2 to {MAX_DEVICES} processes in all "
             "(one value per name)")
     p.add_argument("--steps", type=int, default=3, metavar="K", help="training steps (default 3)")
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text", help="output format (default: text)")
     p.add_argument("--no-check", action="store_true", help="do not ask the checker for its verdict")
     p.set_defaults(run=run)
 

@@ -26,7 +26,7 @@ def add_parser(subparsers) -> None:
         "composition, published claims) and the claims of the given specs with z3, and re-decide each "
         "from its SMT-LIB 2 text with cvc5.")
     p.add_argument("files", nargs="*", metavar="FILE", help="specs whose claim statements become obligations")
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text", help="output format (default: text)")
     add_timeout(p)
     p.add_argument("--only", action="append", choices=GROUPS + ("none",), metavar="GROUP",
                    help=f"run only these built-in groups ({', '.join(GROUPS)}, or none); repeatable")
@@ -47,7 +47,7 @@ def run(args, out, err) -> int:
     second = importlib.util.find_spec("cvc5") is not None
     if not second:
         err.write("note: cvc5 is not installed, so every obligation is decided by z3 alone (the second, "
-                  "independent solver is skipped); install it with: pip install 'placement-logic[proofs]'\n")
+                  "independent solver is skipped); install it with: pip install '.[proofs]' in a clone of placement-logic\n")
     from .progress import Progress
 
     with Progress(err, "prove", quiet=getattr(args, "quiet", False)) as bar:

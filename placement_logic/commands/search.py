@@ -202,9 +202,10 @@ def run(args, out: TextIO, err: TextIO) -> int:
         return int(Exit.OK)
     if args.plot:
         from ..costreport.plot import frontier_plot
+        from ..search.plotting import plot_inputs
 
-        points = [(c.label(), c.memory, c.step, c.frontier) for c in result.frontier + result.ranked]
-        frontier_plot(points, args.plot)
+        points, candidates, budget = plot_inputs(result)
+        frontier_plot(points, args.plot, candidates, budget)
     status = int(Exit.OK if result.ranked else Exit.FAILED)
     if args.format == "json":
         out.write(render_json(result, status, str(args.model)))

@@ -25,7 +25,7 @@ def add_options(p) -> None:
                    "compiled closed forms")
     p.add_argument("--plot", metavar="FILE", default=None,
                    help="draw memory per state, per pipeline stage and communication per link to FILE "
-                   "(.png, .svg or .pdf; needs the plot extra: pip install 'placement-logic[plot]')")
+                   "(.png, .svg or .pdf; needs the plot extra: pip install '.[plot]' in a clone of placement-logic)")
 
 
 def wanted(args, sweeps) -> bool:

@@ -24,7 +24,7 @@ def add_parser(subparsers) -> None:
         "MASTER_PORT; gloo on CPU) with a recorder installed through PyTorch's dispatch-mode, module and "
         "optimizer hooks, and write the merged trace. With --check, lift the trace into a plan and prove or "
         "refute it for every mesh size, pointing each finding at the script line behind it. Needs the torch "
-        "extra: pip install 'placement-logic[torch]'.",
+        "extra: pip install '.[torch]' in a clone of placement-logic.",
         epilog="example: placement trace --nproc 2 --check -- python examples/traced/ddp.py\n"
         "exit status: 0 traced / proved, 1 refuted, 2 input error or the script failed, 3 unknown or "
         "not everything lifted (with --check).",
@@ -59,7 +59,7 @@ def require_torch() -> None:
 
     if importlib.util.find_spec("torch") is None:
         raise DiagnosticError([Diagnostic(
-            "PL601", "placement trace needs PyTorch to run the script: pip install 'placement-logic[torch]'")])
+            "PL601", "placement trace needs PyTorch to run the script: pip install '.[torch]' in a clone of placement-logic")])
 
 
 def run(args, out, err) -> int:

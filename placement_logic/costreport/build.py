@@ -317,10 +317,15 @@ def _question(spec: ir.Spec, qn: ir.Question, q: _Q, sets: Mapping[str, Fraction
 
 def build(spec: ir.Spec, plans: Iterable[str] = (), sets: Mapping[str, Fraction] | None = None,
           baseline: str | None = None, command: str = "cost", show_groups: bool = False,
-          device: str | None = None, latex: bool = True) -> CostReport:
+          device: str | None = None, latex: bool = True, symbolic: bool = False) -> CostReport:
     """The report; with ``latex=False`` (a renderer that prints no LaTeX: text) the quantities'
-    ``latex`` and ``latex_lines`` are left empty."""
+    ``latex`` and ``latex_lines`` are left empty; with ``symbolic`` the formulas are in Ψ and
+    the shape's symbols, bound to the model's numbers (``costreport.symbolic_shape``)."""
     sets = dict(sets or {})
+    if symbolic:
+        from .symbolic_shape import symbolic_spec
+
+        spec = symbolic_spec(spec)
     names = list(plans) or [p.name for p in spec.plans]
     known = [p.name for p in spec.plans]
     for n in names + ([baseline] if baseline else []):

@@ -16,6 +16,7 @@ as columns up to three, past three transposed (plans as rows) on a landscape pag
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
@@ -27,12 +28,14 @@ if TYPE_CHECKING:  # the report model imports this renderer for _repr_latex_
 
 SHORT = {"optimizer": "optim.", "activations": "activ.", "transient": "trans.", "ZeRO volume": "ZeRO vol.",
          "peak stage": "peak"}  # column heads of the landscape table
+SOURCE_WIDTH = 200  # the longest line of LaTeX source printed (wrap_source)
 MAX_COLUMNS = 3  # plans side by side in a portrait table; past this the table is transposed, landscape
 
 # What a symbol a report can leave free stands for (the model's shape, docs/costs.md).
 SHAPE_SYMBOLS = {
     "psi": "the model's parameter count",
     "h": "the hidden size",
+    "f": "the MLP width",
     "a": "attention heads",
     "L": "transformer layers",
     "V": "the vocabulary size",
@@ -91,16 +94,86 @@ def _rows(p: PlanReport) -> list[tuple[str, Quantity]]:
 
 
 def _time_rows(p: PlanReport) -> list[tuple[str, Quantity, object]]:
-    """The step-time model's equations (docs/time.md), with a device."""
+    """The step-time model's named terms (docs/time.md), each with its own formula, with a device."""
     if p.time is None:
         return []
     t = p.time
-    return [(r"T_{\mathrm{step}}", t.step, units.seconds), (r"T_{\mathrm{compute}}", t.compute, units.seconds),
-            (r"\mathrm{MFU}", t.mfu, units.percent)]
+    rows = [(T_COMPUTE, t.compute, units.seconds), (T_BUBBLE, t.bubble, units.seconds),
+            (T_OVERLAP, t.overlapped, units.seconds), (T_EXPOSED, t.exposed, units.seconds)]
+    if t.optimizer is not None:
+        rows.append((T_OPT, t.optimizer, units.seconds))
+    return rows + [(F_MODEL, t.model_flops, _flops)]
+
+
+T_STEP, T_COMPUTE, T_BUBBLE = r"T_{\mathrm{step}}", r"T_{\mathrm{compute}}", r"T_{\mathrm{bubble}}"
+T_OVERLAP, T_EXPOSED, T_OPT = r"T_{\mathrm{comm}}^{\mathrm{overlap}}", r"T_{\mathrm{comm}}^{\mathrm{exposed}}", \
+    r"T_{\mathrm{opt}}"
+F_MODEL = r"F_{\mathrm{model}}"
+
+
+def _flops(x: Fraction | None) -> str:
+    return "--" if x is None else f"{float(x):.4g} FLOP"
+
+
+def _named(lhs: str, terms: str, q: Quantity, show) -> str:
+    """A row defined by named terms (their formulas on rows of their own), and its value."""
+    value = _value(q, show)
+    return rf"{lhs} &= {terms}" + (rf" \quad = {value}" if value else "")
+
+
+def _step_lines(p: PlanReport) -> list[str]:
+    """T_step and MFU from the named terms, then each term's formula (a formula too wide for a
+    line, such as the kernel model's efficiency cases, is named and valued, not printed)."""
+    if p.time is None:
+        return []
+    from ..costs.symbolic import LINE_POINTS, tex_width
+
+    t = p.time
+    # communication overlaps compute only where the mesh lets it (else it is all exposed, the overlap 0)
+    head = T_COMPUTE if t.overlapped.formula == "0" else rf"\max\bigl({T_COMPUTE},\ {T_OVERLAP}\bigr)"
+    terms = head + rf" + {T_EXPOSED}" + (rf" + {T_OPT}" if t.optimizer is not None else "")
+    lines = [_named(T_STEP, terms, t.step, units.seconds),
+             _named(r"\mathrm{MFU}", rf"\frac{{{F_MODEL}}}{{N \cdot P_{{\mathrm{{peak}}}} \cdot {T_STEP}}}", t.mfu,
+                    units.percent)]
+    for lhs, q, show in _time_rows(p):
+        if all(tex_width(x) <= 1.5 * LINE_POINTS for x in (q.latex_lines or (q.latex,))):
+            lines.append(_equation(lhs, q, show))
+        else:
+            lines.append(_named(lhs, r"\text{the kernel model (docs/time.md)}", q, show))
+    return lines
 
 
 def _lines(p: PlanReport) -> list[str]:
-    return [_equation(lhs, q) for lhs, q in _rows(p)] + [_equation(lhs, q, show) for lhs, q, show in _time_rows(p)]
+    return [_equation(lhs, q) for lhs, q in _rows(p)] + _step_lines(p)
+
+
+def wrap_source(text: str, width: int = SOURCE_WIDTH) -> str:
+    """Every source line cut to at most ``width`` characters where TeX sees no difference: after a
+    space or before a control word, the cut line ending in ``%`` (TeX drops the newline and the
+    next line's leading spaces); a comment's continuation is a comment. ``unwrap_source`` undoes it."""
+    out = []
+    for line in text.split("\n"):
+        lead = "% " if line.startswith("%") else ""
+        mark = "" if lead else "%"
+        while len(line) > width:
+            cut = line.rfind(" ", len(lead) + 1, width - 1)
+            if cut > len(lead):
+                out.append(line[:cut + 1] + mark)
+                line = lead + line[cut + 1:]
+                continue
+            cut = next((i for i in range(width - 1, len(lead), -1) if line[i] == "\\" and line[i - 1] != "\\"
+                        and line[i + 1:i + 2].isalpha()), None)
+            if cut is None:
+                break
+            out.append(line[:cut] + mark)
+            line = lead + line[cut:]
+        out.append(line)
+    return "\n".join(out)
+
+
+def unwrap_source(text: str) -> str:
+    """The lines ``wrap_source`` cut, joined again (comments aside)."""
+    return re.sub(r"(?<!\\)%\n", "", text)
 
 
 def render_equations(r: CostReport) -> str:
@@ -157,6 +230,10 @@ def _where(r: CostReport) -> list[str]:
         else:
             text += ", unbound (give it in the spec or with \\texttt{-{}-set})"
         out.append(rf"  \item[${display_name(n, axes)}$] {text}")
+    if any(p.time is not None for p in r.plans):
+        out += [r"  \item[$N$] the devices, $P_{\mathrm{peak}}$ the device's peak FLOP/s, $F_{\mathrm{model}}$ the "
+                r"model FLOPs of a step (three times the forward, without recompute); the $T$ terms are defined "
+                r"above, each by its own formula (docs/time.md)"]
     out.append(r"\end{description}")
     return out
 
@@ -280,7 +357,7 @@ def render(r: CostReport, fragment: bool = False) -> str:
     if fragment:
         head = [rf"% placement-logic cost report of {tex_text(r.file)}: equations and table, for \input",
                 rf"% needs \usepackage{{{','.join(packages(r))}}}"]
-        return "\n".join(head + _body(r, True)) + "\n"
+        return wrap_source("\n".join(head + _body(r, True))) + "\n"
     out = [r"\documentclass{article}"] + [rf"\usepackage{{{p}}}" for p in packages(r)]
     out += [r"\begin{document}", r"\section*{Cost report}", rf"{{\raggedright\noindent Spec: \texttt{{{_path(r.file)}}}\par}}"]
     names = ", ".join(rf"\texttt{{{tex_text(b.name)}}} = ${_thin(b.exact)}$" if b.exact is not None
@@ -289,4 +366,4 @@ def render(r: CostReport, fragment: bool = False) -> str:
         out.append(rf"Bindings: {names}.")
     out += _body(r, False)
     out.append(r"\end{document}")
-    return "\n".join(out) + "\n"
+    return wrap_source("\n".join(out)) + "\n"

@@ -10,8 +10,8 @@ written to a ``.png``, ``.svg`` or ``.pdf`` file.
   swept name is a mesh axis or its values grow geometrically.
 - One configuration (no sweep): per plan a bar of the device memory stacked by state (two
   bars, the first and the last stage, for a pipeline plan), and the bytes per link.
-- A search's points: memory per device against step time, each point labelled, the Pareto
-  frontier highlighted.
+- A search's points: memory per device against step time (``costreport.frontier``: every
+  candidate faint, the Pareto frontier highlighted, the memory budget, labels for the top rows).
 
 matplotlib is imported only here, lazily, and drawn with its Agg canvas (no window and no
 change to the user's pyplot state). Without it a command that was asked for a plot stops
@@ -21,27 +21,16 @@ with PL312 before any work (``require_matplotlib``).
 from __future__ import annotations
 
 from fractions import Fraction
-from pathlib import Path
 from typing import Iterable, Sequence
 
-from ..atomic import write_atomic
-from ..diagnostics import Diagnostic, DiagnosticError
+from . import frontier
+from .figsave import require_matplotlib, save_as  # noqa: F401 (require_matplotlib: callers import it from here)
 
 GIB = 2**30
 GB = 10**9
 STATES = ("params", "optimizer", "grads", "activations", "transient")
 PANEL = (5.0, 3.6)  # inches per panel
 DPI = 100
-
-
-def require_matplotlib() -> None:
-    """PL312 unless matplotlib can be imported."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise DiagnosticError([Diagnostic(
-            "PL312", "--plot needs matplotlib, an optional dependency: pip install 'placement-logic[plot]'")]) \
-            from None
 
 
 def _figure(panels: int, cols: int = 3):
@@ -60,15 +49,7 @@ def _figure(panels: int, cols: int = 3):
 def save(fig, path) -> None:
     """The figure written to ``path`` atomically, in the format its suffix names; a failure
     to write is a located PL700 and leaves ``path`` as it was."""
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, dpi=DPI, format=Path(path).suffix.lstrip(".").lower() or "png")
-    try:
-        write_atomic(path, buf.getvalue())
-    except OSError as exc:
-        raise DiagnosticError([Diagnostic("PL700", f"--plot {path}: cannot write: {exc.strerror or exc}")]) \
-            from None
+    save_as(fig, path, DPI)
 
 
 def _num(v) -> float:
@@ -168,30 +149,12 @@ def _bars(r):
     return fig
 
 
-def frontier_figure(points: Iterable[tuple[str, float, float, bool]]):
-    """Memory per device against step time: ``points`` are (label, memory in bytes, step time in
-    seconds, on the Pareto frontier). Frontier points are drawn larger, in colour, and joined."""
-    pts = [(str(label), float(m), float(t), bool(f)) for label, m, t, f in points]
-    fig, (ax,) = _figure(1)
-    rest = [p for p in pts if not p[3]]
-    front = sorted((p for p in pts if p[3]), key=lambda p: p[1])
-    if rest:
-        ax.scatter([p[1] / GIB for p in rest], [p[2] for p in rest], color="gray", s=16, label="candidates")
-    if front:
-        ax.plot([p[1] / GIB for p in front], [p[2] for p in front], color="tab:red", marker="o",
-                drawstyle="steps-post", label="Pareto frontier")
-    for label, m, t, on in pts:
-        ax.annotate(label, (m / GIB, t), textcoords="offset points", xytext=(4, 4),
-                    fontsize="x-small" if not on else "small", color="tab:red" if on else "dimgray")
-    ax.set_title("memory per device and step time")
-    ax.set_xlabel("memory per device (GiB)")
-    ax.set_ylabel("step time (s)")
-    ax.grid(True, alpha=0.3)
-    if pts:
-        ax.legend(fontsize="small")
-    return fig
+def frontier_figure(points: Iterable[tuple[str, float, float, bool]], candidates=None, budget=None, labels: int = 8):
+    """A search's figure (``costreport.frontier``)."""
+    return frontier.frontier_figure(points, candidates, budget, labels)
 
 
-def frontier_plot(points: Iterable[tuple[str, float, float, bool]], path) -> None:
-    """``frontier_figure(points)`` written to ``path`` (.png, .svg or .pdf)."""
-    save(frontier_figure(points), path)
+def frontier_plot(points: Iterable[tuple[str, float, float, bool]], path, candidates=None, budget=None,
+                  labels: int = 8) -> None:
+    """``frontier_figure`` written to ``path`` (.png, .svg or .pdf)."""
+    frontier.frontier_plot(points, path, candidates, budget, labels)

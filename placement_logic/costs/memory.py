@@ -28,6 +28,7 @@ from .. import ir
 from ..ir import Mode, Role, State, folding
 from ..ir import groups as pg
 from ..ir.collectives import axes_with_role, is_offloaded, pipeline_axis, sharded_axes
+from . import buckets
 from .activations import Activations
 from .sizes import Shape, SizedGroup, Split, divided, layer_divided, per_group
 from .symbolic import peak, symbol, to_sympy
@@ -248,7 +249,17 @@ def memory(plan: ir.Plan, sh: Shape, act: Activations, split: Split | None = Non
             skip = gathered + (pipe if th.unit != "model" else ())
             rest = tuple(a for a in sharded_axes(plan, State.PARAMS) if a not in skip)
             unit = _unit_params(plan, sh, th, split, rest, notes)
-            if unit is not None:
+            ds = buckets.settings(plan.model, True) if star else None
+            if unit is not None and ds is not None and th.unit in ("layer", "block"):
+                whole = tuple(a for a in sharded_axes(plan, State.PARAMS) if a not in gathered)
+                window = buckets.gathered_window(ds, unit, divided(sh, whole, split))
+                transient["gathered params (DeepSpeed's window: unit, reused and prefetched)"] = (
+                    window * sh.bytes[State.PARAMS])
+                kept, names = buckets.persisted(ds, sh, split, whole, gathered, notes)
+                if names:
+                    transient[f"persisted params ({', '.join(names)}: whole, param_persistence_threshold)"] = (
+                        kept * sh.bytes[State.PARAMS])
+            elif unit is not None:
                 label = "fetched" if is_offloaded(plan, State.PARAMS) and not star else "gathered"
                 transient[f"{label} params ({th.unit} × prefetch {th.prefetch})"] = (
                     unit * sh.bytes[State.PARAMS] * th.prefetch
@@ -257,7 +268,14 @@ def memory(plan: ir.Plan, sh: Shape, act: Activations, split: Split | None = Non
     reducing = axes_with_role(plan, Role.DATA, Role.CONTEXT)
     scattered = tuple(a for a in reducing if g.mode(a) in (Mode.S, Mode.S_STAR, Mode.M, Mode.O)
                       and not (sized and _one(plan, a)))
-    if scattered:
+    zero = [a for a in axes_with_role(plan, Role.DATA) if not (sized and _one(plan, a)) and any(
+        plan.placement(st).mode(a) is not Mode.R for st in (State.OPTIMIZER, State.GRADS))]
+    ds = buckets.settings(plan.model, bool(star)) if zero else None
+    if ds is not None:  # DeepSpeed's ZeRO optimizer (stages 1-3) reduces in buckets of its own
+        count = buckets.reduce_buffers(ds, bool(star))
+        transient[f"gradient reduction bucket (reduce_bucket_size{' × 2, overlap_comm' if count == 2 else ''})"] = (
+            count * ds["reduce_bucket_size"] * sh.bytes[State.PARAMS])
+    elif scattered:
         rest = tuple(a for a in sharded_axes(plan, State.GRADS) if a not in scattered + pipe)
         unit = _unit_params(plan, sh, ir.Placement(State.GRADS, g.modes, unit="layer"), split, rest, notes)
         if unit is not None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from .. import ir
+from ..diagnostics import Diagnostic, DiagnosticError
 from ..ir import groups as pg
 from .symbolic import peak, symbol, to_sympy
 
@@ -158,8 +159,16 @@ def shape_of(model: ir.Model) -> Shape:
              for g in pg.param_groups(model) if g.count is not None]
     if t is not None:
         rest = sympy.expand(psi - psi_t)
-        if rest != 0:  # Ψ given beside the shape: the layers hold what the shape does not count
-            sized.append(SizedGroup(pg.ParamGroup("layers_rest", None), rest, rest / L))
+        if rest.is_number and rest < 0:
+            where = getattr(model.params, "span", None) or model.span
+            raise DiagnosticError([Diagnostic(
+                "PL163", f"params = {psi} is below the {psi_t} parameters the transformer shape counts: give at "
+                "least that (the rest is what the shape does not describe) or leave params out", where)])
+        if rest != 0:
+            # Ψ given beside the shape: what the shape does not count is a group of its own (``rest``),
+            # placed as the plan places the parameters and spread evenly over the pipeline stages, but
+            # part of no layer: a gathered layer, a bucket or a recomputed layer does not hold it
+            sized.append(SizedGroup(pg.ParamGroup("rest", None), rest, None))
         layer = sympy.expand(sum((g.per_layer for g in sized if g.per_layer is not None), zero))
     return Shape(
         psi=psi,

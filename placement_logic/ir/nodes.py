@@ -220,6 +220,9 @@ class Model:
     # loss terms besides the main loss (``losses { aux = per_microbatch_mean }``, ``ir.losses``):
     # (term, objective normalisation, span of its line)
     loss_terms: tuple[tuple[str, str, Span], ...] = ()
+    # DeepSpeed's runtime buffers (``buckets { reduce_bucket_size = N ... }``, ``costs.buckets``): the
+    # stated settings by name (counts; flags as 0/1); None: no block, the engine's own working set
+    buckets: tuple[tuple[str, Value], ...] | None = None
 
 
 @dataclass(frozen=True)

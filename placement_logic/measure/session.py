@@ -33,7 +33,7 @@ def require_torch() -> None:
 
     if importlib.util.find_spec("torch") is None:
         raise DiagnosticError([Diagnostic(
-            "PL601", "placement measure needs PyTorch to run a plan: pip install 'placement-logic[torch]'")])
+            "PL601", "placement measure needs PyTorch to run a plan: pip install '.[torch]' in a clone of placement-logic")])
 
 
 def mesh_sizes(plan: ir.Plan, devices: int | None, pinned: Mapping[str, int] | None = None) -> dict[str, int]:

@@ -15,12 +15,17 @@ from ..frontend import hf, surface
 from ..frontend.files import read_source
 from ..ir import groups as pg
 from ..ir import losses as ir_losses
+from ..ir.walker import fold
 from .groups import check_groups, group_decl, props
 from .hardware import build_hardware, is_hardware_line
 from .shapes import number
 from .values import Values
 
 MODEL_PROPS = ("params", "seq", "microbatch", "microbatches")
+# DeepSpeed's bucket, prefetch and live-parameter settings (``costs.buckets``), under their config names
+BUCKET_COUNTS = ("reduce_bucket_size", "prefetch_bucket_size", "max_live_parameters", "max_reuse_distance",
+                 "param_persistence_threshold")
+BUCKET_FLAGS = ("overlap_comm", "contiguous_gradients")
 BYTES_PROPS = ("params", "grads", "optimizer", "activations", "logits")
 TRANSFORMER_NUMERIC = ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "experts", "top_k",
                        "capacity_factor", "head_dim", "position_embeddings", "q_lora_rank", "kv_lora_rank",
@@ -118,9 +123,11 @@ def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
                 _conventions(vals, item, fields)
             elif key == "losses":
                 _losses(vals, item, fields)
+            elif key == "buckets":
+                _buckets(vals, item, fields)
             else:
                 error("PL113", f"the model block has no '{key}' section", item.span,
-                      did_you_mean(key, ("bytes", "transformer", "conventions", "losses", "group")))
+                      did_you_mean(key, ("bytes", "transformer", "conventions", "losses", "buckets", "group")))
             continue
         if key not in MODEL_PROPS:
             error("PL113", f"the model block has no property '{key}'", item.span,
@@ -184,6 +191,30 @@ def _losses(vals: Values, block: surface.SubBlock, fields: dict) -> None:
             terms.append((p.key, w, p.span))
             vals.loss_terms[p.key] = w
     fields["loss_terms"] = tuple(terms)
+
+
+def _buckets(vals: Values, block: surface.SubBlock, fields: dict) -> None:
+    """``buckets { reduce_bucket_size = 500000000  overlap_comm = true ... }``: DeepSpeed's runtime
+    buffers (``costs.buckets``); sizes are element counts of at least 0, the flags true or false."""
+    stated = []
+    for p in props(vals, block.props, BUCKET_COUNTS + BUCKET_FLAGS, "buckets"):
+        if p.key in BUCKET_FLAGS:
+            f = vals.flag_value(p)
+            if f is not None:
+                stated.append((p.key, ir.const(int(f))))
+            continue
+        if p.value is None or isinstance(p.value, (surface.ModeMap, surface.Bool)):
+            vals.cx.error("PL114", f"'{p.key}' needs a number of elements", p.span)
+            continue
+        v = vals.count(p.value, {}, f"'{p.key}'")
+        if v is None:
+            continue
+        known = fold(v, {})
+        if known is not None and (known < 0 or known.denominator != 1):
+            vals.cx.error("PL107", f"'{p.key}' must be a whole number of elements, at least 0", p.value.span)
+            continue
+        stated.append((p.key, v))
+    fields["buckets"] = tuple(stated)
 
 
 def _conventions(vals: Values, block: surface.SubBlock, fields: dict) -> None:

@@ -1,6 +1,6 @@
 """What the framework configurations share: diagnostics, the spec text they produce (mesh,
 plan and imports), precision and the placement options a framework sets
-(``commands.frameworks``, ``commands.torchtitan``)."""
+(``interop.frameworks``, ``interop.torchtitan``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""torchtitan job configs (``job.toml``) in and out, beside ``commands.frameworks``.
+"""torchtitan job configs (``job.toml``) in and out, beside ``interop.frameworks``.
 
 ``[parallelism]``: data-parallel shard degree (FSDP; -1 takes the rest of the devices) and
 replicate degree (with a shard degree HSDP, alone DDP), tensor (with sequence parallelism),

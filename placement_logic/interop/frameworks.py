@@ -1,5 +1,5 @@
 """Framework configurations in and out: DeepSpeed JSON and Megatron-LM arguments <-> specs
-(torchtitan's job configs: ``commands.torchtitan``).
+(torchtitan's job configs: ``interop.torchtitan``).
 
 Input: a DeepSpeed ``ds_config.json`` or a Megatron-LM argument list, with the device
 count (and, for DeepSpeed, the model: a Hugging Face config or a parameter count). Output:
@@ -14,7 +14,7 @@ DeepSpeed: ``zero_optimization.stage`` 0-3 -> ddp, zero1, zero2, zero3;
 agree); ``bf16``/``fp16`` -> 2-byte weights and gradients with a 12-byte Adam state (fp32:
 4, 4 and 8). Megatron-LM: the tensor, pipeline (with virtual stages), context, expert and
 expert tensor sizes (MoE parallel folding as whole mesh axes with the expert group's roles,
-``commands.framework_common.fold_axes``), ``--sequence-parallel``,
+``interop.framework_common.fold_axes``), ``--sequence-parallel``,
 ``--use-distributed-optimizer``, ``--recompute-granularity`` and the model shape flags.
 """
 

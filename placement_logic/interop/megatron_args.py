@@ -1,4 +1,4 @@
-"""Plans -> Megatron-LM arguments (see ``commands.frameworks``)."""
+"""Plans -> Megatron-LM arguments (see ``interop.frameworks``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Megatron-LM arguments -> specs (see ``commands.frameworks``)."""
+"""Megatron-LM arguments -> specs (see ``interop.frameworks``)."""
 
 from __future__ import annotations
 

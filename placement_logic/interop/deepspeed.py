@@ -1,4 +1,4 @@
-"""DeepSpeed ``ds_config.json`` <-> specs (see ``commands.frameworks``)."""
+"""DeepSpeed ``ds_config.json`` <-> specs (see ``interop.frameworks``)."""
 
 from __future__ import annotations
 
@@ -22,26 +22,13 @@ from .framework_common import (
 )
 from .trainer_auto import resolve_auto
 
-_BUCKET = ("a transient buffer DeepSpeed fills before each collective; the plan prices whole collectives and holds "
-           "no bucket")
 _OFFLOAD_TUNING = "how offloaded state is staged (pinned or staging buffers); the plan prices the bytes moved"
 # why a key of a DeepSpeed config changes nothing the plan models (longest dotted prefix wins)
 DROPPED = {
-    "zero_optimization.reduce_bucket_size": "the gradient reduction bucket: " + _BUCKET,
-    "zero_optimization.allgather_bucket_size": "the stage 1-2 parameter all-gather bucket: " + _BUCKET,
-    "zero_optimization.stage3_prefetch_bucket_size": "the stage-3 prefetch bucket: the plan gathers one layer "
-                                                     "ahead (prefetch = 1), whatever the bucket",
-    "zero_optimization.stage3_max_live_parameters": "the cap on gathered parameters alive at once: the plan holds the "
-                                                    "gathered layer and the one prefetched",
-    "zero_optimization.stage3_max_reuse_distance": "when a gathered parameter is kept for reuse: the plan frees each "
-                                                   "layer after use and gathers it again in backward",
-    "zero_optimization.stage3_param_persistence_threshold": "parameters smaller than this kept whole on every "
-                                                            "device: the plan shards every parameter",
+    "zero_optimization.allgather_bucket_size": "the stage 1-2 parameter all-gather bucket: DeepSpeed gathers into "
+                                               "the flat parameter buffer in place (all_gather_into_tensor), no "
+                                               "buffer of this size",
     "zero_optimization.stage3_gather_16bit_weights_on_model_save": "checkpoint saving: not part of a training step",
-    "zero_optimization.overlap_comm": "overlap of communication with compute: the mesh's overlap (true unless "
-                                      "written) decides it in the step time",
-    "zero_optimization.contiguous_gradients": "the gradients' layout in one buffer: the plan counts bytes, not "
-                                              "fragmentation",
     "zero_optimization.reduce_scatter": "how the gradient reduction is issued: the same bytes reach each device",
     "zero_optimization.allgather_partitions": "how the parameter all-gather is issued: the same bytes",
     "zero_optimization.round_robin_gradients": "the order gradients are copied to the host: the same bytes",
@@ -67,7 +54,56 @@ DROPPED = {
     "dump_state": "logging",
 }
 _DEFAULT = ("not read: from a DeepSpeed config the plan takes the ZeRO stage, the offload devices, ZeRO++'s "
-            "secondary partition and quantization, the batch and the precision")
+            "secondary partition and quantization, the buckets, the batch and the precision")
+# the buffers DeepSpeed sizes (priced by costs.buckets): config key -> the buckets block's name
+BUCKET_KEYS = {"reduce_bucket_size": "reduce_bucket_size", "stage3_prefetch_bucket_size": "prefetch_bucket_size",
+               "stage3_max_live_parameters": "max_live_parameters", "stage3_max_reuse_distance": "max_reuse_distance",
+               "stage3_param_persistence_threshold": "param_persistence_threshold"}
+BUCKET_FLAGS = ("overlap_comm", "contiguous_gradients")
+_STAGE0 = "ZeRO stage 0: DeepSpeed's ZeRO optimizer, whose buffers this sizes, does not run"
+# the Hugging Face Trainer's "auto" for them, from the model's hidden size (integrations/deepspeed.py)
+_TRAINER_AUTO = {"reduce_bucket_size": (1, 1, "hidden²"), "stage3_prefetch_bucket_size": (9, 10, "0.9 hidden²"),
+                 "stage3_param_persistence_threshold": (10, 0, "10 hidden")}
+
+
+def _hidden(model: str | None) -> int | None:
+    """The hidden size of a Hugging Face config.json, if it can be read."""
+    import json
+    try:
+        with open(model or "", encoding="utf-8") as fh:
+            h = json.load(fh).get("hidden_size")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return h if isinstance(h, int) and not isinstance(h, bool) and h > 0 else None
+
+
+def _buckets(zero: Table, model: str | None, assumed: list[str]) -> str:
+    """The ``buckets`` block of the settings the config states ("auto" filled as the Trainer does
+    when the model's hidden size is known)."""
+    lines = []
+    for key, name in BUCKET_KEYS.items():
+        if zero.has(key) and zero.data[key] == "auto":
+            h = _hidden(model)
+            num, den, rule = _TRAINER_AUTO.get(key, (0, 0, ""))
+            zero.used.append(zero.name(key))
+            if h is None or not rule:
+                assumed.append(f"{zero.name(key)} \"auto\": " + (f"the Trainer sets {rule} from the model, whose "
+                               "hidden size is not known here" if rule else "no Trainer rule fills it")
+                               + "; DeepSpeed's default is priced")
+                continue
+            v = h * h * num // den if den else h * num
+            assumed.append(f'{zero.name(key)} "auto" = {v} ({rule}, hidden {h}, as the Trainer fills it)')
+        else:
+            v = zero.number(key, None, positive=False)
+            if v is None:
+                continue
+            if v < 0 or v.denominator != 1:
+                raise zero.error(key, f"{zero.name(key)} must be a whole number of elements, not {v}")
+        lines.append(f"    {name} = {int(v)}\n")
+    for key in BUCKET_FLAGS:
+        if zero.has(key):
+            lines.append(f"    {key} = {str(zero.flag(key, False)).lower()}\n")
+    return "  buckets {\n" + "".join(lines) + "  }\n"
 
 
 def _value(doc: dict, dotted: str):
@@ -83,7 +119,7 @@ def deepspeed_to_spec(text: str, file: str, devices: int, model: str | None, par
     """The spec of a DeepSpeed config; what the DSL cannot express is appended to ``problems``
     (and written as comments at the top of the spec), what was assumed to ``report`` (with
     the keys read and dropped). ``trainer``: the Hugging Face Trainer's values for ``"auto"``
-    (``micro``, ``accum``, ``global_batch``, ``precision``; ``commands.trainer_auto``)."""
+    (``micro``, ``accum``, ``global_batch``, ``precision``; ``interop.trainer_auto``)."""
     problems = [] if problems is None else problems
     report = ImportReport() if report is None else report
     doc = load_json(text, file, "PL141", "a JSON config")
@@ -133,6 +169,8 @@ def deepspeed_to_spec(text: str, file: str, devices: int, model: str | None, par
     if tb is not None and tb != mb * gas * devices:
         raise cfg.error("train_batch_size", f"train_batch_size {tb} is not micro batch {mb} × accumulation {gas} × "
                         f"{devices} devices = {mb * gas * devices}")
+    # DeepSpeed's ZeRO optimizer (stages 1-3) runs with its buffers whether or not the config sizes them
+    buckets = _buckets(zero, model, report.assumed) if stage >= 1 else ""
     bf16 = cfg.table("bf16", allow_false=True).flag("enabled", False)
     fp16 = cfg.table("fp16", allow_false=True).flag("enabled", False)  # read either way: --verbose lists it read
     half = bf16 or fp16
@@ -147,13 +185,15 @@ def deepspeed_to_spec(text: str, file: str, devices: int, model: str | None, par
                               "left unpriced (pass --seq N)")
     near_misses(original, cfg.used, DROPPED, text, file, cfg.asked)
     report.read += cfg.used
+    reasons = DROPPED if stage else {**DROPPED, **{f"zero_optimization.{k}": _STAGE0 for k in (*BUCKET_KEYS,
+                                                                                               *BUCKET_FLAGS)}}
     report.dropped += [(k, why + (' ("auto": the Trainer fills it at run time)' if _value(original, k) == "auto"
-                                  else "")) for k, why in dropped_keys(original, cfg.used, DROPPED, _DEFAULT)]
+                                  else "")) for k, why in dropped_keys(original, cfg.used, reasons, _DEFAULT)]
     head = f'model from "{model}" {{\n' if model else f"model {{\n  params = {params}\n"
     spec = (f"# from the DeepSpeed config {file} on {devices} devices\n" + report.comments()
             + "".join(f"# not expressed: {p}\n" for p in problems) + head
             + f"  bytes {{\n    {_widths(half)}\n  }}\n" + (f"  seq = {seq}\n" if seq else "")
-            + f"  microbatch = {mb}\n  microbatches = {gas}\n}}\n\n")
+            + f"  microbatch = {mb}\n  microbatches = {gas}\n" + buckets + "}\n\n")
     spec += local + _mesh_and_plan([("dp", devices, strategy)], "deepspeed", [], links=links)
     return _imports(spec) + "\n" + spec
 
