@@ -271,7 +271,7 @@ MEGATRON = ("--tensor-model-parallel-size 2 --num-layers 4 --hidden-size 256 --n
     ("--muon-tp-mode distributed --use-distributed-optimizer", {"tp": True, "dp": False}),
 ])
 def test_megatron_muon_options(flags, verdicts):
-    from placement_logic.commands.megatron_spec import megatron_to_spec
+    from placement_logic.interop.megatron_spec import megatron_to_spec
 
     text = megatron_to_spec(MEGATRON + flags, "m.args", 8)
     assert "matrices = muon(ns_steps = 5)" in text
@@ -293,7 +293,7 @@ def test_megatron_export_of_owners_round_trips_to_a_proved_plan(monkeypatch):
     import io
 
     from placement_logic.cli import main
-    from placement_logic.commands.megatron_spec import megatron_to_spec
+    from placement_logic.interop.megatron_spec import megatron_to_spec
 
     monkeypatch.chdir(Path(__file__).resolve().parent.parent)
     out, err = io.StringIO(), io.StringIO()

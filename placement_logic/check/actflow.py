@@ -149,36 +149,3 @@ def model(plan: ir.Plan, axes: tuple[str, ...], tensor: tuple[str, ...]) -> ActM
 
 def _grp(o) -> str:
     return f"[{o.group}]" if o.group else ""
-
-
-KIND_TEXT = {"R": "replicated", "P": "partial (each rank holds a summand)", "S": "sharded along the sequence",
-             "C": "sharded along the hidden columns", "V": "each rank's own samples",
-             "Q": "partial and sliced (each rank holds a summand of its own sequence slice)",
-             "W": "wrong (elements that do not belong together were combined)"}
-
-
-def type_text(t: Type) -> str:
-    if t[1] and t[0] in ("R", "S"):
-        return f"{KIND_TEXT[t[0]]} but summed {t[1] + 1} times (multiplied by the axis size{'s' if t[1] > 1 else ''})"
-    return KIND_TEXT[t[0]]
-
-
-def act_obligations(step, ctx, obligation) -> list:
-    from . import encode as en
-    from .actflow_replay import replay
-    from .rules import GRADIENT_INTEGRITY
-
-    out = []
-    groups = {f.flow.tensor for f in step.actflow.typed}
-    for ty in step.actflow.typed:
-        span = next((s for _, _, s in ty.cause if s != NO_SPAN), step.sp_span)
-        what = ("the forward output of the region equals the single-device output on every rank (the type the "
-                "next operation needs: " if ty.direction == "forward" else
-                "the gradient the region passes to the layers before it is the full gradient on every rank (the "
-                "type they need: ") + ", ".join(f"{KIND_TEXT[k].split(' (')[0]} over {a}" for a, k in ty.needed) + ")"
-        suffix = f" over ({', '.join(ty.flow.tensor)})" if len(groups) > 1 else ""
-        out.append(obligation(
-            f"GI {ty.name}{suffix}", GRADIENT_INTEGRITY, span if span != NO_SPAN else step.plan_span, what,
-            lambda env, ty=ty: en.axes_negation(env, "actflow", [(a, env.sess.true()) for a in ty.bad]),
-            lambda w, ty=ty: replay(ctx, ty, w)))
-    return out

@@ -16,6 +16,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from ..ir import actflow as af
+from ..ir.actflow import type_text
 from .replay import Context, _frac
 from .report import Counterexample
 
@@ -132,7 +133,6 @@ SLOT_TEXT = {
 
 
 def replay(ctx: Context, ty, w: dict) -> Counterexample | None:
-    from .actflow import type_text
 
     axis = w["axis"]
     sizes = {k: (v if k == axis or k in ctx.pinned else 1) for k, v in w["sizes"].items()}

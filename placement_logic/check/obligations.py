@@ -95,7 +95,7 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
         from .matrixwise import obligations as matrixwise
 
         obs += matrixwise(plan, ctx, Obligation)
-    from .actflow import act_obligations  # activations and activation gradients per layer region
+    from .actflow_obligations import act_obligations  # activations and activation gradients per layer region
 
     obs += act_obligations(step, ctx, Obligation)
     for a in step.data_axes + step.context_axes:

@@ -192,3 +192,15 @@ def _take(colls: list, kind: Kind, phase: Phase, axes: tuple[str, ...], per, reg
             colls[i] = replace(c, count=count)
             return colls
     return colls
+
+
+KIND_TEXT = {"R": "replicated", "P": "partial (each rank holds a summand)", "S": "sharded along the sequence",
+             "C": "sharded along the hidden columns", "V": "each rank's own samples",
+             "Q": "partial and sliced (each rank holds a summand of its own sequence slice)",
+             "W": "wrong (elements that do not belong together were combined)"}
+
+
+def type_text(t: tuple) -> str:
+    if t[1] and t[0] in ("R", "S"):
+        return f"{KIND_TEXT[t[0]]} but summed {t[1] + 1} times (multiplied by the axis size{'s' if t[1] > 1 else ''})"
+    return KIND_TEXT[t[0]]

@@ -13,6 +13,7 @@ from ..diagnostics import Span, did_you_mean
 from ..frontend import surface
 from ..ir import actflow
 from ..ir import losses as ir_losses
+from ..ir.groups import BUILTIN as BUILTIN_GROUPS
 from .shapes import number
 from .values import STATE_NAMES, Values
 
@@ -220,9 +221,7 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
     takes_over, takes_by = verbs[o.verb]
     known = ir.PARAM_GROUPS + tuple(sorted(vals.groups))
     if o.target == "optimizer":  # an optimizer section names the model's parameter groups (ir.groups)
-        from ..ir.groups import BUILTIN
-
-        known = known + tuple(g for g in BUILTIN if g not in known) + ("matrices",)
+        known = known + tuple(g for g in BUILTIN_GROUPS if g not in known) + ("matrices",)
     elif o.target in actflow.TARGETS:  # a layer region, not a parameter group
         known = actflow.REGIONS
     if o.group is not None and o.group not in known:

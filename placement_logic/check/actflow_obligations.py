@@ -1,0 +1,28 @@
+"""The obligations on activations and activation gradients per layer region (check.actflow
+types them; check.actflow_replay replays a witness)."""
+
+from __future__ import annotations
+
+from ..diagnostics import NO_SPAN
+from ..ir.actflow import KIND_TEXT
+
+
+def act_obligations(step, ctx, obligation) -> list:
+    from . import encode as en
+    from .actflow_replay import replay
+    from .rules import GRADIENT_INTEGRITY
+
+    out = []
+    groups = {f.flow.tensor for f in step.actflow.typed}
+    for ty in step.actflow.typed:
+        span = next((s for _, _, s in ty.cause if s != NO_SPAN), step.sp_span)
+        what = ("the forward output of the region equals the single-device output on every rank (the type the "
+                "next operation needs: " if ty.direction == "forward" else
+                "the gradient the region passes to the layers before it is the full gradient on every rank (the "
+                "type they need: ") + ", ".join(f"{KIND_TEXT[k].split(' (')[0]} over {a}" for a, k in ty.needed) + ")"
+        suffix = f" over ({', '.join(ty.flow.tensor)})" if len(groups) > 1 else ""
+        out.append(obligation(
+            f"GI {ty.name}{suffix}", GRADIENT_INTEGRITY, span if span != NO_SPAN else step.plan_span, what,
+            lambda env, ty=ty: en.axes_negation(env, "actflow", [(a, env.sess.true()) for a in ty.bad]),
+            lambda w, ty=ty: replay(ctx, ty, w)))
+    return out
