@@ -42,6 +42,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .lift_data import data_bindings
+from .lift_facts import overflow, split_by_values, unmodelled, unreduced_outputs
 from .lift_layout import (
     NOT_LIFTED_KINDS,
     Lifted,
@@ -53,7 +54,7 @@ from .lift_layout import (
     _layout,
     _placement_axes,
 )
-from .lift_pipeline import P2P_KINDS, _tied_across_stages, find_context_axes, find_pipeline
+from .lift_pipeline import P2P_KINDS, _tied_across_stages, find_context_axes, find_pipeline, tied_pairs
 from .lift_programs import Programs
 from .lift_render import _clip, _empty_spec, _loss, _quoted, _render, _unobserved_loss
 
@@ -133,6 +134,9 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                                 "not held by any module seen in forward, nor over the storage of a module's "
                                 "parameter (an optimizer over a flat buffer, as a hand-written ZeRO lays the "
                                 "parameters end to end): their groups and gradient programs are not lifted reliably", tuple(step[observer]["optimizer"].get("stack", []))))
+    first_no = steps[0]["step"]
+    initial = {r: {p["name"]: p for s in ranks[r]["steps"] if s["step"] == first_no
+                   for p in s.get("optimizer", {}).get("params", [])} for r in ranks}
     roles: dict[str, str] = {}
     for a in layout.names:
         if a == pp:
@@ -151,7 +155,7 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                         for c in ranks[observer]["collectives"] if c["step"] == steps[-1]["step"])
         if mine != theirs:
             roles[a] = "data"
-        elif sharded or exchanged:
+        elif sharded or exchanged or split_by_values(initial, layout, observer, a):
             roles[a] = "tensor"
         else:
             roles[a] = "data"
@@ -229,6 +233,16 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     items.extend(bad.values())
 
     step_colls = [c for c in ranks[observer]["collectives"] if c["step"] == step_no]
+    if tp:
+        items.extend(unreduced_outputs(ranks, step, layout, tp, stage_ranks, loss_rank, script))
+        rowwise = sorted({c["module"] for c in step_colls if c.get("module") and c["phase"] == "forward"
+                          and c["kind"] == "all_reduce" and axes(c) == (tp,)})
+        if rowwise:
+            notes.append(f"{tp}: the outputs of {', '.join(rowwise[:4])} all-reduced over {tp} in their forward "
+                         "(row-parallel), as megatron_tp derives")
+    overflow_line, nonlinear, overflow_items = overflow(step_colls, axes, observer, script)
+    items.extend(overflow_items)
+    items.extend(unmodelled(ranks, step_no, step, loss_rank))
     # strategies
     bindings, binding_frames, no_regather = data_bindings(data_axes, params, layout, step_colls, axes, cp, step,
                                                           observer, items, script)
@@ -248,12 +262,12 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     program, every_of = programs.of, programs.every_of
 
     grads_of = {r: {p["name"]: p for p in step[r].get("optimizer", {}).get("params", [])} for r in ranks}
-    first_no = steps[0]["step"]
-    initial = {r: {p["name"]: p for s in ranks[r]["steps"] if s["step"] == first_no
-                   for p in s.get("optimizer", {}).get("params", [])} for r in ranks}
     info = []
     disagree: dict[tuple, list[str]] = {}
     across: dict[int, list] = {}  # stage -> gradients reduced across the pipeline stages
+    ties = tied_pairs(stage_ranks, initial) if pipe else []
+    tied = {(s, n) for s0, n0, s1, n1 in ties for s, n in ((s0, n0), (s1, n1))}
+    summed: dict[tuple, list] = {}  # tied (stage, name) -> the stacks of its reduction across the stages
     for p in params:
         if p.get("grad") is None:
             notes.append(f"{p['name']}: no gradient at the optimizer step; counted in its layout's group")
@@ -263,7 +277,11 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
         numel = 1
         for d in p["shape"]:
             numel *= d
-        if pipe and pp in reds:
+        if pipe and (pipe.stage_of(layout, me), own) in tied:
+            if pp in reds:
+                summed[(pipe.stage_of(layout, me), own)] = frames
+            reds = tuple(a for a in reds if a != pp)  # the tie is stated as unobserved, its reduction with it
+        elif pipe and pp in reds:
             across.setdefault(pipe.stage_of(layout, me), []).append((own, me, frames))
         if tp:
             other = layout.neighbour(me, tp)
@@ -289,6 +307,8 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
             if pipe and pipe.stage_of(layout, r) != pipe.stage_of(layout, me):
                 continue  # another stage: other parameters
             r_reds, r_const, _ = program(theirs, r)
+            if pipe and (pipe.stage_of(layout, me), own) in tied:
+                r_reds = tuple(a for a in r_reds if a != pp)
             if (r_reds, r_const) != (reds, const):
                 disagree.setdefault((r_reds, r_const, r), []).append(p["name"])
 
@@ -299,7 +319,7 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                                 f"reduced across the pipeline stages over {pp} (weights shared by stages, such as a "
                                 "tied embedding): not lifted", tuple(frames[0] if frames else ())))
     if pipe:
-        items.extend(_tied_across_stages(pp, stage_ranks, initial, info, step, script))
+        items.extend(_tied_across_stages(pp, stage_ranks, ties, summed, step, script))
 
     for (r_reds, r_const, r), names in sorted(disagree.items(), key=lambda kv: kv[0][2]):
         mine = next(e for e in info if e[0]["name"] == names[0])
@@ -415,9 +435,11 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                 notes.append(f"grads[{gname}]: divided by {q}, which is no product of mesh sizes: lifted as a "
                              "constant, so the proof holds at these sizes only")
             lines.append((f"  override {target}: divide by {expr}", frames or opt_frames))
-    clip = _clip(step_colls, params, layout, axes, info, tp, data_axes, script, pp)
+    clip = _clip([c for c in step_colls if c["seq"] not in nonlinear], params, layout, axes, info, tp, data_axes, script, pp)
     if clip is not None:
         lines.append(clip)
+    if overflow_line is not None:
+        lines.append(overflow_line)
 
     # what was not lifted is stated in the plan itself, so `placement check` of the lifted spec proves nothing
     # about the script either (every obligation it would prove is unknown, naming these)
