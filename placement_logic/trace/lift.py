@@ -428,7 +428,8 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
             if accum > 1 and w != 1:
                 # the micro-steps' loss multiplier departs from 1 / k: stated over k, at the loss line
                 whole = _express(q * accum, layout, [tuple(sorted(set(reds)))] + [tuple(data_axes)])
-                expr = f"{whole} / {accum}" if whole not in (None, "1") else expr
+                # with a pipeline the departure is the microbatches' (its schedule scales them): 1 / k, not an axis
+                expr = f"{whole} / {accum}" if whole not in (None, "1") else (f"1 / {accum}" if whole and pipe else expr)
                 frames = loss_frames or frames
             if expr is None:
                 expr = str(q)

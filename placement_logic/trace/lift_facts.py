@@ -18,6 +18,7 @@ tensor axis, overflow-flag reductions, and what the script does that no plan sta
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 from .lift_layout import Unliftable, _frames, _Layout
@@ -104,7 +105,7 @@ def unmodelled(ranks: dict, step_no: int, step: dict, loss_rank: int) -> list[Un
                                     u.get("detail") or "not lifted", st)
     out = list(items.values())
     out.extend(_seeds(ranks, step_no))
-    out.extend(_auxiliary(step.get(loss_rank, {}), loss_rank))
+    out.extend(_auxiliary(ranks[loss_rank]["steps"], loss_rank))
     return out
 
 
@@ -131,24 +132,31 @@ def _seeds(ranks: dict, step_no: int) -> list[Unliftable]:
                        "(initial weights, dropout masks, data) is not lifted", stack)]
 
 
-def _auxiliary(mine: dict, rank: int) -> list[Unliftable]:
-    """The loss passed to backward is the cross-entropy times a constant, one cross-entropy per backward; else
-    another term (an auxiliary loss) is in it, whose normalisation is not read."""
-    nll, losses = mine.get("nll") or [], mine.get("losses") or []
-    if not nll or not losses:
-        return []
-    stack = tuple(losses[0].get("stack") or ())
-    if len(nll) != len(losses):
-        return [Unliftable((rank,), -1, "an auxiliary loss", f"{len(nll)} cross-entropies for {len(losses)} "
-                           "backward passes: the terms of the loss and their normalisations are not lifted", stack)]
-    for x, n in zip(losses, nll):
-        v, c = x.get("value"), n.get("value")
-        if not c or v is None:
+def _simple(x: float) -> bool:
+    """``x`` or its inverse is a fraction of small terms (a loss divided by the micro-steps, the ranks, a token
+    count), to fp32 rounding: a loss that adds another term to the cross-entropy almost never is."""
+    return any(abs(float(Fraction(y).limit_denominator(64)) - y) <= 1e-6 * abs(y) for y in (x, 1 / x))
+
+
+def _auxiliary(steps: list[dict], rank: int) -> list[Unliftable]:
+    """On every step, the loss passed to backward is the cross-entropy times a constant, one cross-entropy per
+    backward; else another term (an auxiliary loss) is in it, whose normalisation is not read."""
+    for mine in steps:
+        # a cross-entropy over no values (a schedule's shape inference runs the loss on empty tensors) is none
+        nll = [n for n in mine.get("nll") or [] if math.isfinite(n.get("value", 0.0))]
+        losses = mine.get("losses") or []
+        if not nll or not losses:
             continue
-        ratio = v / c
-        near = float(Fraction(ratio).limit_denominator(1 << 14))
-        if abs(near - ratio) > 1e-5 * abs(ratio):
-            return [Unliftable((rank,), -1, "an auxiliary loss",
-                               f"the loss passed to backward ({v:.6g}) is no constant multiple of the cross-entropy "
-                               f"({c:.6g}): another term is added, whose normalisation is not lifted", stack)]
+        stack = tuple(nll[0].get("stack") or losses[0].get("stack") or ())  # where the loss is formed
+        if len(nll) != len(losses):
+            return [Unliftable((rank,), -1, "an auxiliary loss", f"{len(nll)} cross-entropies for {len(losses)} "
+                               "backward passes: the terms of the loss and their normalisations are not lifted",
+                               stack)]
+        for x, n in zip(losses, nll):
+            v, c = x.get("value"), n.get("value")
+            if c and v and not _simple(v / c):
+                return [Unliftable((rank,), -1, "an auxiliary loss",
+                                   f"the loss passed to backward ({v:.6g}) is no constant multiple of the "
+                                   f"cross-entropy ({c:.6g}): another term is added, whose normalisation is not "
+                                   "lifted", stack)]
     return []
