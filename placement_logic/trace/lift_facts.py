@@ -101,8 +101,10 @@ def unmodelled(ranks: dict, step_no: int, step: dict, loss_rank: int) -> list[Un
             st = tuple(u.get("stack") or ())
             key = (u["what"], tuple((f["file"], f["line"]) for f in st[:1]))
             prev = items.get(key)
+            # a collective in a custom backward changes gradients through autograd, which no program follows
+            hides = ("reductions", "divisor") if u["what"].startswith("a collective (") else ()
             items[key] = Unliftable(tuple(sorted(set((prev.ranks if prev else ()) + (r,)))), -1, u["what"],
-                                    u.get("detail") or "not lifted", st)
+                                    u.get("detail") or "not lifted", st, hides=hides)
     out = list(items.values())
     out.extend(_seeds(ranks, step_no))
     out.extend(_auxiliary(ranks[loss_rank]["steps"], loss_rank))
@@ -151,12 +153,12 @@ def _auxiliary(steps: list[dict], rank: int) -> list[Unliftable]:
         if len(nll) != len(losses):
             return [Unliftable((rank,), -1, "an auxiliary loss", f"{len(nll)} cross-entropies for {len(losses)} "
                                "backward passes: the terms of the loss and their normalisations are not lifted",
-                               stack)]
+                               stack, hides=("divisor",))]
         for x, n in zip(losses, nll):
             v, c = x.get("value"), n.get("value")
             if c and v and not _simple(v / c):
                 return [Unliftable((rank,), -1, "an auxiliary loss",
                                    f"the loss passed to backward ({v:.6g}) is no constant multiple of the "
                                    f"cross-entropy ({c:.6g}): another term is added, whose normalisation is not "
-                                   "lifted", stack)]
+                                   "lifted", stack, hides=("divisor",))]
     return []
