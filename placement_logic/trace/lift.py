@@ -326,7 +326,7 @@ def facts_pass(st: Step, ax: Axes) -> tuple[tuple | None, set[int]]:
         if rowwise:
             st.notes.append(f"{ax.tp}: the outputs of {', '.join(rowwise[:4])} all-reduced over {ax.tp} in their "
                             "forward (row-parallel), as megatron_tp derives")
-    overflow_line, nonlinear, overflow_items = overflow(colls, st.axes, st.observer, st.script)
+    overflow_line, nonlinear, overflow_items = overflow(colls, st.axes, st.observer, st.script, ax.tp)
     st.items.extend(overflow_items)
     st.items.extend(unmodelled(st.ranks, st.step_no, st.step, ax.loss_rank))
     return overflow_line, nonlinear

@@ -10,7 +10,7 @@ tensor axis, overflow-flag reductions, and what the script does that no plan sta
   ``def forward``, since no plan statement drops a layer's activation reduction.
 - ``overflow``: a one-element all-reduce of a 0/1 flag with MAX after backward is the loss-scale overflow
   decision: ``override overflow: reduce over (...)`` on the axes it ran over; another MAX/MIN/product
-  reduction is reported.
+  reduction is reported, but for one over the tensor axis alone in forward (a vocabulary-parallel softmax).
 - ``unmodelled``: the recorder's unmodelled calls (checkpoint save and load, the RNG state set, a collective
   in a custom autograd function's backward), RNG seeds that differ between ranks, and a loss that is no
   constant multiple of the cross-entropy (an auxiliary term) are reported, each naming what is missing.
@@ -72,12 +72,15 @@ def unreduced_outputs(ranks: dict, step: dict, layout: _Layout, tp: str, stage_r
                        "which one is not lifted", frames)]
 
 
-def overflow(step_colls: list[dict], axes, observer: int, script: str) -> tuple[tuple | None, set[int],
-                                                                                  list[Unliftable]]:
-    """(the overflow line, the seqs of the non-linear reductions read here, reported items)."""
+def overflow(step_colls: list[dict], axes, observer: int, script: str, tp: str | None = None) -> tuple[
+        tuple | None, set[int], list[Unliftable]]:
+    """(the overflow line, the seqs of the non-linear reductions read here, reported items). A MAX over the tensor
+    axis alone in forward is a vocabulary-parallel softmax's (its logits' maximum), part of the loss."""
     line, seen, items = None, set(), []
     for c in step_colls:
         if c["kind"] != "all_reduce" or c.get("op", "sum") in LINEAR_OPS:
+            continue
+        if tp is not None and c["phase"] == "forward" and axes(c) == (tp,):
             continue
         seen.add(c["seq"])
         flag = c["numel"] == 1 and c.get("value_in") in (0.0, 1.0) and c["op"] == "max" \
