@@ -25,7 +25,7 @@ def _install(rec) -> list:
     import torch
     import torch.distributed as dist
     from torch.distributed import device_mesh as dm
-    from torch.nn.modules.module import register_module_forward_pre_hook
+    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
     from .recorder import _reduce_op
@@ -33,6 +33,7 @@ def _install(rec) -> list:
 
     handles = [
         register_module_forward_pre_hook(lambda m, a: rec.on_forward(m, a)),
+        register_module_forward_hook(lambda m, a, o: rec.pop_module(m, o), always_call=True),
         register_optimizer_step_pre_hook(lambda opt, a, k: rec.on_step_pre(opt)),
         register_optimizer_step_post_hook(lambda opt, a, k: rec.on_step_post(opt)),
     ]
@@ -127,7 +128,52 @@ def _install(rec) -> list:
 
     dm.init_device_mesh = init_device_mesh
     torch.distributed.device_mesh.init_device_mesh = init_device_mesh
+    _install_unmodelled(rec)
     return handles
+
+
+def _install_unmodelled(rec) -> None:
+    """Wrap the calls whose effect no lifted plan states: checkpoint save and load, the RNG seeded or its
+    state set. Each call from the user's code is recorded (``unmodelled``, ``seeds``)."""
+    import torch
+
+    from .recorder_modules import caller_is_user
+
+    def noted(owner, name: str, what: str, detail: str) -> None:
+        fn = getattr(owner, name, None)
+        if fn is None or getattr(fn, "_placement_noted", False):
+            return
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            if caller_is_user():
+                rec.note_unmodelled(what, detail)
+            return fn(*args, **kwargs)
+        wrapper._placement_noted = True
+        setattr(owner, name, wrapper)
+
+    for name in ("save", "load"):
+        noted(torch, name, f"torch.{name}", "checkpoint save and load are not lifted")
+    try:
+        import torch.distributed.checkpoint as dcp
+
+        for name in ("save", "load", "async_save", "save_state_dict", "load_state_dict"):
+            noted(dcp, name, f"torch.distributed.checkpoint.{name}",
+                  "distributed checkpoint save and load are not lifted")
+    except ImportError:  # a torch without distributed checkpointing
+        pass
+    for owner, prefix in ((torch, "torch"), (torch.random, "torch.random")):
+        noted(owner, "set_rng_state", f"{prefix}.set_rng_state", "an RNG state set by the script is not lifted")
+    seed = torch.manual_seed
+
+    @functools.wraps(seed)
+    def manual_seed(value):
+        if caller_is_user():
+            rec.note_seed(value)
+        return seed(value)
+
+    torch.manual_seed = manual_seed
+    torch.random.manual_seed = manual_seed
 
 
 def main(out_path: str, script: str, argv: list[str]) -> int:

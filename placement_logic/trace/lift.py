@@ -33,29 +33,82 @@ Steps, on the last step of the trace that reached the optimizer:
 6. Gradient accumulation: k backward passes before one optimizer step are ``microbatches = k``;
    the loss multiplier is taken relative to 1 / k, and a departure is stated over k at the loss line.
 
+The lift is a sequence of named passes over one typed input (``Step``: the trace read once, the
+step analysed, every rank's record of it), each adding what it cannot lift to ``Step.items``:
+``read_step``, ``pipeline_pass`` (stages or a context axis), ``params_pass``, ``axes_pass`` (roles),
+``calls_pass`` (every call on a set of mesh axes), ``facts_pass`` (``lift_facts``: layers left partial,
+overflow flags, what no plan statement reads), ``strategies_pass``; then, in ``lift_plan``,
+``gradients_pass``, ``loss_pass``, ``groups_pass`` and ``overrides_pass``.
+
 The layout and records live in ``lift_layout``, the gradient programs in ``lift_programs``, the
 pipeline in ``lift_pipeline``, the loss, clipping and rendering in ``lift_render``.
 """
 
 from __future__ import annotations
 
-from fractions import Fraction
+from dataclasses import dataclass, field
 
 from .lift_data import data_bindings
-from .lift_layout import (
-    NOT_LIFTED_KINDS,
-    Lifted,
-    Unliftable,
-    _express,
-    _frames,
-    _group_name,
-    _ident,
-    _layout,
-    _placement_axes,
-)
-from .lift_pipeline import P2P_KINDS, _tied_across_stages, find_context_axes, find_pipeline
-from .lift_programs import Programs
-from .lift_render import _clip, _empty_spec, _loss, _quoted, _render, _unobserved_loss
+from .lift_facts import overflow, split_by_values, unmodelled, unreduced_outputs
+from .lift_layout import NOT_LIFTED_KINDS, Lifted, Unliftable, _frames, _ident, _Layout, _layout, _placement_axes
+from .lift_pipeline import P2P_KINDS, Pipeline, find_context_axes, find_pipeline
+from .lift_render import _clip, _empty_spec, _quoted, _render
+
+
+@dataclass
+class Step:
+    """The typed input of every pass: the trace, the step analysed (the last that reached the optimizer on rank
+    0) on every rank, and what the passes found that cannot be lifted (``items``) or is assumed (``notes``)."""
+    trace: dict
+    script: str
+    ranks: dict[int, dict]
+    layout: _Layout
+    from_mesh: bool
+    by_seq: dict[int, dict[int, dict]]
+    steps: list[dict]  # rank 0's steps that reached the optimizer
+    step_no: int
+    step: dict[int, dict]  # rank -> its record of the step
+    initial: dict[int, dict[str, dict]]  # rank -> parameter name -> its view before the first update
+    micro: dict[int, dict[int, int]]  # rank -> call number -> accumulated micro-step
+    observer: int = 0
+    items: list[Unliftable] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def axes(self, c: dict, r: int | None = None) -> tuple[str, ...]:
+        return self.layout.axes_of(c["ranks"], self.observer if r is None else r) or ()
+
+    @property
+    def colls(self) -> list[dict]:
+        """The observer's collectives of the step."""
+        return [c for c in self.ranks[self.observer]["collectives"] if c["step"] == self.step_no]
+
+
+@dataclass
+class Strategies:
+    """The strategy bound to each axis, the script frames behind each binding, the axes whose updated optimizer
+    shards are never sent back, and whether the tensor axis is sequence parallel."""
+    bindings: dict[str, str]
+    frames: dict[str, list[dict]]
+    no_regather: list[tuple[str, list[dict]]]
+    sp: bool
+
+
+@dataclass
+class Axes:
+    """What each mesh axis is (``roles``), the pipeline or context axis, and the ranks read for each stage."""
+    pipe: Pipeline | None
+    pipe_why: str | None
+    context: list[str]
+    stage_ranks: list[int]  # the rank of each stage with the observer's other coordinates
+    roles: dict[str, str] = field(default_factory=dict)
+    data_axes: list[str] = field(default_factory=list)  # data and context axes
+    tp: str | None = None
+    pp: str | None = None
+    cp: str | None = None
+
+    @property
+    def loss_rank(self) -> int:
+        return self.stage_ranks[-1]
 
 
 def lift(trace: dict, plan_name: str = "traced", path: str = "<trace>") -> Lifted:
@@ -70,26 +123,45 @@ def lift(trace: dict, plan_name: str = "traced", path: str = "<trace>") -> Lifte
 
 
 def _lift(trace: dict, plan_name: str) -> Lifted:
-    script = str(trace.get("script", ""))
-    items: list[Unliftable] = []
-    notes: list[str] = []
+    from .lift_plan import gradients_pass, groups_pass, loss_pass, overrides_pass
+
+    st = read_step(trace, plan_name)
+    if isinstance(st, Lifted):
+        return st
+    ax = pipeline_pass(st)
+    params = params_pass(st, ax)
+    axes_pass(st, ax, params)
+    calls_pass(st, ax)
+    overflow_line, nonlinear = facts_pass(st, ax)
+    strategies = strategies_pass(st, ax, params)
+    grads = gradients_pass(st, ax, params)
+    loss = loss_pass(st, ax, grads)
+    named = groups_pass(st, grads)
+    lines = overrides_pass(st, ax, params, strategies, grads, loss, named)
+    clip = _clip([c for c in st.colls if c["seq"] not in nonlinear], params, st.layout, st.axes, grads.info, ax.tp,
+                 ax.data_axes, st.script, ax.pp)
+    lines.extend(x for x in (clip, overflow_line) if x is not None)
+    # what was not lifted is stated in the plan itself, so `placement check` of the lifted spec proves nothing
+    # about the script either (every obligation it would prove is unknown, naming these)
+    for what in dict.fromkeys(u.what for u in st.items):
+        lines.append((f'  unobserved "{_quoted(what)} (not lifted: see placement lift)"', []))
+    text, origins = _render(trace, plan_name, st.layout, ax.roles, strategies.bindings, named, lines, loss.kind,
+                            st.step[st.observer], st.notes, st.script, loss.accum, ax.pipe is not None)
+    return Lifted(text, plan_name, st.items, st.notes, origins,
+                  {g: [e[0]["name"] for e in members] for g, _, members in named})
+
+
+def read_step(trace: dict, plan_name: str) -> Step | Lifted:
+    """The step analysed and the micro-step of every call; a trace with no optimizer step lifts to no plan."""
     ranks = {r["rank"]: r for r in trace["ranks"]}
     layout, from_mesh = _layout(trace)
-    by_seq = {r: {c["seq"]: c for c in ranks[r]["collectives"]} for r in ranks}
-
-    # the step analysed: the last one that reached the optimizer on rank 0
     steps = [s for s in ranks[0]["steps"] if s.get("optimizer")]
     if not steps:
-        items.append(Unliftable((0,), -1, "optimizer step", "no optimizer step was recorded: the script never called "
-                                "step() on a torch.optim optimizer", ()))
-        return Lifted(_empty_spec(trace, plan_name, layout), plan_name, items, notes)
+        items = [Unliftable((0,), -1, "optimizer step", "no optimizer step was recorded: the script never called "
+                            "step() on a torch.optim optimizer", ())]
+        return Lifted(_empty_spec(trace, plan_name, layout), plan_name, items, [])
     step_no = steps[-1]["step"]
-    step = {r: next((s for s in ranks[r]["steps"] if s["step"] == step_no), {}) for r in ranks}
-    observer = 0
-
-    def coll(c_seq: int, r: int = observer) -> dict:
-        return by_seq[r][c_seq]
-
+    first_no = steps[0]["step"]
     # micro-steps: a forward after a backward within one step starts the next accumulated micro-step
     micro: dict[int, dict[int, int]] = {}
     for r in ranks:
@@ -103,328 +175,176 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
             # the recorder's count of backward passes where the trace has it (a step whose
             # collectives are all in backward, DDP's, shows no forward collective between them)
             micro[r][c["seq"]] = c.get("micro", k)
+    return Step(
+        trace, str(trace.get("script", "")), ranks, layout, from_mesh,
+        {r: {c["seq"]: c for c in ranks[r]["collectives"]} for r in ranks}, steps, step_no,
+        {r: next((s for s in ranks[r]["steps"] if s["step"] == step_no), {}) for r in ranks},
+        {r: {p["name"]: p for s in ranks[r]["steps"] if s["step"] == first_no
+             for p in s.get("optimizer", {}).get("params", [])} for r in ranks},
+        micro)
 
-    def axes(c: dict, r: int = observer) -> tuple[str, ...]:
-        return layout.axes_of(c["ranks"], r) or ()
 
-    # pipeline stages: point-to-point calls between neighbours along one axis
-    pipe, pipe_why = find_pipeline(ranks, layout, step_no, observer, script)
-    pp = pipe.axis if pipe else None
+def pipeline_pass(st: Step) -> Axes:
+    """Pipeline stages (point-to-point calls between neighbours along one axis), else a ring-attention axis."""
+    pipe, pipe_why = find_pipeline(st.ranks, st.layout, st.step_no, st.observer, st.script)
     # ring attention: sends and recvs along an axis on which every rank computes a loss (a context axis)
-    context = find_context_axes(ranks, layout, step_no) if pipe is None else []
-    if len(context) > 1:
-        for a in context[1:]:
-            items.append(Unliftable((observer,), -1, f"axis {a}", "a second axis of ring attention is not lifted "
-                                    "(one context axis)", ()))
-    # the rank of each stage with the observer's other coordinates (the observer itself without a pipeline)
-    stage_ranks = [pipe.rank_of(layout, observer, s) for s in range(pipe.size)] if pipe else [observer]
-    loss_rank = stage_ranks[-1]
+    context = find_context_axes(st.ranks, st.layout, st.step_no) if pipe is None else []
+    for a in context[1:]:
+        st.items.append(Unliftable((st.observer,), -1, f"axis {a}", "a second axis of ring attention is not lifted "
+                                   "(one context axis)", ()))
+    stage_ranks = [pipe.rank_of(st.layout, st.observer, s) for s in range(pipe.size)] if pipe else [st.observer]
+    return Axes(pipe, pipe_why, context, stage_ranks, pp=pipe.axis if pipe else None)
 
-    # roles
+
+def params_pass(st: Step, ax: Axes) -> list[dict]:
+    """Every stage's optimizer parameters, read on that stage's rank (named by stage under a pipeline)."""
     params = []
-    for s, r in enumerate(stage_ranks):
-        for p in (step[r].get("optimizer") or {}).get("params", []):
+    for s, r in enumerate(ax.stage_ranks):
+        for p in (st.step[r].get("optimizer") or {}).get("params", []):
             # stages hold different parameters (their names may repeat): named by stage, read on their rank
-            params.append(dict(p, name=f"stage{s}.{p['name']}", own=p["name"], rank=r) if pipe
+            params.append(dict(p, name=f"stage{s}.{p['name']}", own=p["name"], rank=r) if ax.pipe
                           else dict(p, own=p["name"], rank=r))
     unnamed = [p for p in params if p["own"].startswith("<unnamed")]
     if unnamed:
-        items.append(Unliftable((observer,), -1, f"{len(unnamed)} of {len(params)} optimizer parameters",
-                                "not held by any module seen in forward, nor over the storage of a module's "
-                                "parameter (an optimizer over a flat buffer, as a hand-written ZeRO lays the "
-                                "parameters end to end): their groups and gradient programs are not lifted reliably", tuple(step[observer]["optimizer"].get("stack", []))))
-    roles: dict[str, str] = {}
+        st.items.append(Unliftable(
+            (st.observer,), -1, f"{len(unnamed)} of {len(params)} optimizer parameters",
+            "not held by any module seen in forward, nor over the storage of a module's parameter (an optimizer "
+            "over a flat buffer, as a hand-written ZeRO lays the parameters end to end): their groups and gradient "
+            "programs are not lifted reliably", tuple(st.step[st.observer]["optimizer"].get("stack", []))))
+    return params
+
+
+def axes_pass(st: Step, ax: Axes, params: list[dict]) -> None:
+    """The role of every axis (data, tensor, pipeline, context), and the axes named by role without a mesh."""
+    layout, observer = st.layout, st.observer
+    roles = ax.roles
     for a in layout.names:
-        if a == pp:
+        if a == ax.pp:
             roles[a] = "pipeline"
             continue
-        if a in context[:1]:
+        if a in ax.context[:1]:
             roles[a] = "context"
             continue
         other = layout.neighbour(observer, a)
-        mine = [i["checksum"] for i in step[observer].get("inputs", [])]
-        theirs = [i["checksum"] for i in step.get(other, {}).get("inputs", [])] if other is not None else mine
+        mine = [i["checksum"] for i in st.step[observer].get("inputs", [])]
+        theirs = [i["checksum"] for i in st.step.get(other, {}).get("inputs", [])] if other is not None else mine
         sharded = any(a in _placement_axes(p, layout) for p in params)
         # activations exchanged over the axis in forward (no parameter carried): the weights are split
         exchanged = any(c["phase"] == "forward" and not c["carried"] and c["kind"] not in ("broadcast", *P2P_KINDS)
-                        and a in (layout.axes_of(c["ranks"], observer) or ())
-                        for c in ranks[observer]["collectives"] if c["step"] == steps[-1]["step"])
+                        and a in (layout.axes_of(c["ranks"], observer) or ()) for c in st.colls)
         if mine != theirs:
             roles[a] = "data"
-        elif sharded or exchanged:
+        elif sharded or exchanged or split_by_values(st.initial, layout, observer, a):
             roles[a] = "tensor"
         else:
             roles[a] = "data"
-            notes.append(f"axis {a}: the ranks along it saw the same inputs and hold whole parameters; lifted as a "
-                         "data axis")
+            st.notes.append(f"axis {a}: the ranks along it saw the same inputs and hold whole parameters; lifted as "
+                            "a data axis")
     # a context axis divides each sequence: its ranks' gradients and token counts are reduced as a data axis's
-    data_axes = [a for a in layout.names if roles[a] in ("data", "context")]
-    cp = next((a for a in layout.names if roles[a] == "context"), None)
+    ax.data_axes = [a for a in layout.names if roles[a] in ("data", "context")]
+    ax.cp = next((a for a in layout.names if roles[a] == "context"), None)
     tensor_axes = [a for a in layout.names if roles[a] == "tensor"]
-    if len(tensor_axes) > 1:
-        for a in tensor_axes[1:]:
-            items.append(Unliftable((observer,), -1, f"axis {a}", "a second axis that splits the weights is not "
-                                    "lifted (one tensor axis)", ()))
-    tp = tensor_axes[0] if tensor_axes else None
-    if not from_mesh:
+    for a in tensor_axes[1:]:
+        st.items.append(Unliftable((observer,), -1, f"axis {a}", "a second axis that splits the weights is not "
+                                   "lifted (one tensor axis)", ()))
+    ax.tp = tensor_axes[0] if tensor_axes else None
+    if not st.from_mesh:
         taken: set[str] = set()
         rename = {a: _ident({"data": "dp", "pipeline": "pp", "context": "cp"}.get(roles[a], "tp"), taken)
                   for a in layout.names}
         layout.names = [rename[a] for a in layout.names]
-        roles = {rename[a]: v for a, v in roles.items()}
-        data_axes = [rename[a] for a in data_axes]
-        tp = rename[tp] if tp else None
-        pp = rename[pp] if pp else None
-        cp = rename[cp] if cp else None
-        if pipe:
-            pipe.axis = pp
+        ax.roles = {rename[a]: v for a, v in roles.items()}
+        ax.data_axes = [rename[a] for a in ax.data_axes]
+        ax.tp, ax.pp, ax.cp = (rename[a] if a else None for a in (ax.tp, ax.pp, ax.cp))
+        if ax.pipe:
+            ax.pipe.axis = ax.pp
+    if ax.pipe:
+        st.notes.extend(n.replace("<axis>", ax.pp) for n in ax.pipe.notes)
+        for s, r in enumerate(ax.stage_ranks):
+            if not st.step[r].get("optimizer"):
+                st.items.append(Unliftable((r,), -1, f"stage {s} of {ax.pp}", "this stage never stepped an "
+                                           "optimizer in the step: its parameters are not lifted", ()))
 
-    if pipe:
-        notes.extend(n.replace("<axis>", pp) for n in pipe.notes)
-        for s, r in enumerate(stage_ranks):
-            if not step[r].get("optimizer"):
-                items.append(Unliftable((r,), -1, f"stage {s} of {pp}", "this stage never stepped an optimizer in "
-                                        "the step: its parameters are not lifted", ()))
 
-    # every collective must run over a set of mesh axes (a send or recv: between neighbouring stages of the
-    # pipeline axis); experts are not lifted
+def _call_reason(st: Step, ax: Axes, c: dict, r: int) -> str | None:
+    """Why a recorded call is not lifted, or None (lifted, or set-up before the first step)."""
+    layout, pipe = st.layout, ax.pipe
+    if c["step"] < 0 and c["kind"] not in ("send", "recv", "recv_any_source", "all_to_all"):
+        return None  # set-up before the first step (DDP's broadcast, distributing weights by scatter)
+    if c["kind"] in P2P_KINDS and ax.cp is not None and layout.along(*c["ranks"][:2]) == ax.cp \
+            and len(c["ranks"]) == 2:
+        return None  # ring attention over the context axis
+    if c["kind"] in P2P_KINDS and pipe is not None:
+        if layout.along(*c["ranks"][:2]) != ax.pp or len(c["ranks"]) != 2:
+            return (f"a {c['kind']} between ranks {c['ranks']}, which are not neighbouring stages along the "
+                    f"pipeline axis {ax.pp}")
+        return None
+    if c["kind"] in P2P_KINDS:
+        return (f"{c['kind']} is not lifted as a pipeline: " + (ax.pipe_why or "the step lifted (the last that "
+                "reached the optimizer) has no send or recv, so no pipeline axis is recognised"))
+    if c["kind"] in NOT_LIFTED_KINDS:
+        return f"{c['kind']} is not lifted (expert and gather/scatter schedules are not recognised)"
+    if layout.axes_of(c["ranks"], r) is None:
+        return (f"its group {c['ranks']} is no set of mesh axes of the layout "
+                + ", ".join(f"{n}={s}" for n, s in zip(layout.names, layout.sizes)))
+    return None
+
+
+def calls_pass(st: Step, ax: Axes) -> None:
+    """Every collective must run over a set of mesh axes (a send or recv: between neighbouring stages of the
+    pipeline axis); experts are not lifted. One report per call site and reason, with every rank and call."""
     bad: dict[tuple, Unliftable] = {}
-    for r, part in sorted(ranks.items()):
+
+    def report(key, r, seq, what, reason, stack):
+        prev = bad.get(key)
+        ranks_ = tuple(sorted(set((prev.ranks if prev else ()) + (r,))))
+        calls = (prev.calls if prev else ()) + (seq,)
+        bad[key] = Unliftable(ranks_, min(calls), what, reason, tuple(stack), calls)
+
+    for r, part in sorted(st.ranks.items()):
         for c in part["collectives"]:
-            if c["step"] < 0 and c["kind"] not in ("send", "recv", "recv_any_source", "all_to_all"):
-                continue  # set-up before the first step (DDP's broadcast, distributing weights by scatter)
-            reason = None
-            if c["kind"] in P2P_KINDS and cp is not None and layout.along(*c["ranks"][:2]) == cp \
-                    and len(c["ranks"]) == 2:
-                continue  # ring attention over the context axis
-            if c["kind"] in P2P_KINDS and pipe is not None:
-                if layout.along(*c["ranks"][:2]) != pp or len(c["ranks"]) != 2:
-                    reason = (f"a {c['kind']} between ranks {c['ranks']}, which are not neighbouring stages along "
-                              f"the pipeline axis {pp}")
-            elif c["kind"] in P2P_KINDS:
-                reason = (f"{c['kind']} is not lifted as a pipeline: " + (pipe_why or "the step lifted (the last "
-                          "that reached the optimizer) has no send or recv, so no pipeline axis is recognised"))
-            elif c["kind"] in NOT_LIFTED_KINDS:
-                reason = f"{c['kind']} is not lifted (expert and gather/scatter schedules are not recognised)"
-            elif layout.axes_of(c["ranks"], r) is None:
-                reason = (f"its group {c['ranks']} is no set of mesh axes of the layout "
-                          + ", ".join(f"{n}={s}" for n, s in zip(layout.names, layout.sizes)))
+            reason = _call_reason(st, ax, c, r)
             if reason:
-                # one report per call site and reason: the ranks and every call number it covers
                 where = tuple((f["file"], f["line"]) for f in c["stack"][:1])
-                key = (c["api"], where, reason)
-                prev = bad.get(key)
-                ranks_ = tuple(sorted(set((prev.ranks if prev else ()) + (r,))))
-                calls = (prev.calls if prev else ()) + (c["seq"],)
-                bad[key] = Unliftable(ranks_, min(calls), f"{c['kind']} ({c['api']})", reason, tuple(c["stack"]),
-                                      calls)
+                report((c["api"], where, reason), r, c["seq"], f"{c['kind']} ({c['api']})", reason, c["stack"])
         for u in part["unrecognised"]:
             where = tuple((f["file"], f["line"]) for f in u["stack"][:1])
-            key = (u["op"], where, "unrecognised")
-            prev = bad.get(key)
-            ranks_ = tuple(sorted(set((prev.ranks if prev else ()) + (r,))))
-            calls = (prev.calls if prev else ()) + (u["seq"],)
-            bad[key] = Unliftable(ranks_, min(calls), u["op"],
-                                  "an op of the c10d namespaces the recorder does not recognise", tuple(u["stack"]), calls)
-    items.extend(bad.values())
+            report((u["op"], where, "unrecognised"), r, u["seq"], u["op"],
+                   "an op of the c10d namespaces the recorder does not recognise", u["stack"])
+    st.items.extend(bad.values())
 
-    step_colls = [c for c in ranks[observer]["collectives"] if c["step"] == step_no]
-    # strategies
-    bindings, binding_frames, no_regather = data_bindings(data_axes, params, layout, step_colls, axes, cp, step,
-                                                          observer, items, script)
-    if pipe:
-        bindings[pp] = pipe.schedule
-        binding_frames[pp] = pipe.frames
+
+def facts_pass(st: Step, ax: Axes) -> tuple[tuple | None, set[int]]:
+    """Layers left partial over the tensor axis, overflow flags, and what no plan statement reads (``lift_facts``):
+    (the overflow line, the non-linear reductions read as flags)."""
+    colls = st.colls
+    if ax.tp:
+        st.items.extend(unreduced_outputs(st.ranks, st.step, st.layout, ax.tp, ax.stage_ranks, ax.loss_rank,
+                                          st.script))
+        rowwise = sorted({c["module"] for c in colls if c.get("module") and c["phase"] == "forward"
+                          and c["kind"] == "all_reduce" and st.axes(c) == (ax.tp,)})
+        if rowwise:
+            st.notes.append(f"{ax.tp}: the outputs of {', '.join(rowwise[:4])} all-reduced over {ax.tp} in their "
+                            "forward (row-parallel), as megatron_tp derives")
+    overflow_line, nonlinear, overflow_items = overflow(colls, st.axes, st.observer, st.script, ax.tp)
+    st.items.extend(overflow_items)
+    st.items.extend(unmodelled(st.ranks, st.step_no, st.step, ax.loss_rank))
+    return overflow_line, nonlinear
+
+
+def strategies_pass(st: Step, ax: Axes, params: list[dict]) -> Strategies:
+    """The strategy of every axis: data axes by ``data_bindings``, the pipeline's schedule, the tensor axis."""
+    colls = st.colls
+    bindings, binding_frames, no_regather = data_bindings(ax.data_axes, params, st.layout, colls, st.axes, ax.cp,
+                                                          st.step, st.observer, st.items, st.script)
+    if ax.pipe:
+        bindings[ax.pp] = ax.pipe.schedule
+        binding_frames[ax.pp] = ax.pipe.frames
     sp = False
-    if tp:
+    if ax.tp:
         sp = any(c["phase"] == "forward" and c["kind"] in ("reduce_scatter", "all_gather") and not c["carried"]
-                 and axes(c) == (tp,) for c in step_colls)
-        bindings[tp] = "megatron_sp" if sp else "megatron_tp"
-        binding_frames[tp] = _frames((c["stack"] for c in step_colls if tp in axes(c) and c["phase"] == "forward"),
-                                     script)
-
-    # gradient programs
-    programs = Programs(step, by_seq, micro, layout, tuple(data_axes), observer)
-    program, every_of = programs.of, programs.every_of
-
-    grads_of = {r: {p["name"]: p for p in step[r].get("optimizer", {}).get("params", [])} for r in ranks}
-    first_no = steps[0]["step"]
-    initial = {r: {p["name"]: p for s in ranks[r]["steps"] if s["step"] == first_no
-                   for p in s.get("optimizer", {}).get("params", [])} for r in ranks}
-    info = []
-    disagree: dict[tuple, list[str]] = {}
-    across: dict[int, list] = {}  # stage -> gradients reduced across the pipeline stages
-    for p in params:
-        if p.get("grad") is None:
-            notes.append(f"{p['name']}: no gradient at the optimizer step; counted in its layout's group")
-        me, own = p["rank"], p["own"]
-        reds, const, frames = program(p, me)
-        cls = "split"
-        numel = 1
-        for d in p["shape"]:
-            numel *= d
-        if pipe and pp in reds:
-            across.setdefault(pipe.stage_of(layout, me), []).append((own, me, frames))
-        if tp:
-            other = layout.neighbour(me, tp)
-            mine_plain = not p.get("placements")
-            # the values before the first update: replicas start equal, local shards differ
-            first_mine = initial.get(me, {}).get(own, {})
-            first_theirs = initial.get(other, {}).get(own, {})
-            if mine_plain and first_theirs and first_theirs.get("checksum") != first_mine.get("checksum"):
-                cls = "split"  # a plain local shard (DDP over tensor-parallel shards): different values per rank
-                numel *= layout.size((tp,))
-            elif tp in _placement_axes(p, layout):
-                cls = "split"
-            else:
-                theirs = grads_of.get(other, {}).get(own, {}).get("grad") or {}
-                differs = (theirs.get("checksum") != (p.get("grad") or {}).get("checksum"))
-                cls = "partial" if (tp in reds or differs) else "whole"
-        info.append((p, cls, reds, const, frames, numel))
-        # every rank must run the same program on this parameter's gradient
-        for r in sorted(ranks):
-            theirs = grads_of.get(r, {}).get(own)
-            if r == me or theirs is None or theirs.get("grad") is None or p.get("grad") is None:
-                continue
-            if pipe and pipe.stage_of(layout, r) != pipe.stage_of(layout, me):
-                continue  # another stage: other parameters
-            r_reds, r_const, _ = program(theirs, r)
-            if (r_reds, r_const) != (reds, const):
-                disagree.setdefault((r_reds, r_const, r), []).append(p["name"])
-
-    for s, grads in sorted(across.items()):
-        own, me, frames = grads[0]
-        items.append(Unliftable((me,), -1, f"the gradient of {own}" + (f" and {len(grads) - 1} more" if len(grads) > 1
-                                                                       else "") + f" on stage {s}",
-                                f"reduced across the pipeline stages over {pp} (weights shared by stages, such as a "
-                                "tied embedding): not lifted", tuple(frames[0] if frames else ())))
-    if pipe:
-        items.extend(_tied_across_stages(pp, stage_ranks, initial, info, step, script))
-
-    for (r_reds, r_const, r), names in sorted(disagree.items(), key=lambda kv: kv[0][2]):
-        mine = next(e for e in info if e[0]["name"] == names[0])
-        items.append(Unliftable((r,), -1, f"the gradient program of {names[0]}"
-                                + (f" and {len(names) - 1} more" if len(names) > 1 else ""),
-                                f"rank {r} reduces it over ({', '.join(r_reds)}) and scales it by {r_const}, rank "
-                                f"{mine[0]['rank']} over ({', '.join(mine[2])}) by {mine[3]}: ranks that disagree are not "
-                                "one plan", tuple(step[r]["optimizer"].get("stack", []))))
-
-    # loss convention
-    # gradient accumulation: k backward passes accumulate into one optimizer step; the loss
-    # multiplier is taken relative to the whole step (every micro-batch's tokens)
-    # (with a pipeline: on the last stage, which computes the loss; its backward passes are the microbatches)
-    accum = max(1, len(step[loss_rank].get("losses", [])))
-    loss_colls = [c for c in ranks[loss_rank]["collectives"] if c["step"] == step_no]
-    loss_kind, w, loss_frames, tokens_axes, tokens_equal = _loss(step, layout, data_axes, loss_rank, loss_colls,
-                                                                  tp, notes, script, accum)
-    items.extend(_unobserved_loss(step[loss_rank], loss_rank))
-    if pipe:
-        accum = pipe.microbatches
-    elif accum > 1:
-        notes.append(f"{accum} backward passes accumulate into each optimizer step: lifted as microbatches = {accum}")
-    if accum > 1:
-        repeated = [e for e in info if len(e[2]) != len(set(e[2]))]
-        if repeated:
-            # synchronised on more than one micro-step, not as one average each (averages are lifted as
-            # reduce_every_microbatch): the later reductions also carry the earlier micro-steps' already
-            # reduced part, which one program per gradient cannot state
-            first = repeated[0]
-            items.append(Unliftable((observer,), -1, "backward", f"{len(repeated)} gradients reduced on more than one "
-                                    f"of the {accum} accumulated backward passes (no no_sync), not each an average "
-                                    "over its group: the earlier micro-steps' reduced part is reduced again, and "
-                                    "the accumulated reductions are not lifted", tuple(first[4][0] if first[4] else ())))
-    data_size = layout.size(data_axes)
-    default_div = Fraction(data_size) if loss_kind == "per_device_mean" else Fraction(1)
-
-    # groups: by class, then by program
-    groups: dict[tuple, list] = {}
-    for entry in info:
-        p, cls, reds, const, frames, numel = entry
-        groups.setdefault((cls, reds, const), []).append(entry)
-    split_keys = sorted((k for k in groups if k[0] == "split"), key=lambda k: -sum(e[5] for e in groups[k]))
-    taken: set[str] = set(layout.names)
-    named: list[tuple[str, tuple, list]] = []
-    for k in sorted(groups, key=lambda k: (k != (split_keys[0] if split_keys else None), k[0], -len(groups[k]))):
-        members = groups[k]
-        if split_keys and k == split_keys[0]:
-            named.append(("dense", k, members))
-        else:
-            named.append((_group_name([e[0]["name"] for e in members], taken), k, members))
-
-    # the plan's lines, with the script lines behind them
-    lines: list[tuple[str, list[dict]]] = []
-    # replicate x shard over two data axes is HYBRID_SHARD: the library's two-axis strategy
-    hybrid = None
-    if len(data_axes) == 2 and [bindings[a] for a in data_axes] == ["ddp", "zero3"]:
-        hybrid = tuple(data_axes)
-    for a in layout.names:
-        if hybrid and a == hybrid[0]:
-            lines.append((f"  [{hybrid[0]}, {hybrid[1]}]: hybrid_shard",
-                          _frames([[f] for x in hybrid for f in binding_frames.get(x, [])], script)))
-        elif not (hybrid and a == hybrid[1]):
-            lines.append((f"  {a}: {bindings[a]}", binding_frames.get(a, [])))
-    if loss_kind == "per_device_mean":
-        lines.append(("  override loss: per_device_mean", loss_frames))
-    elif loss_kind == "sum":
-        lines.append(("  override loss: sum", loss_frames))
-    if tokens_equal and loss_kind != "sum":
-        lines.append(("  override tokens: equal  # observed: every rank held the same number of tokens, no padding",
-                      loss_frames))
-    elif tokens_axes is not None and loss_kind != "sum" and sorted(tokens_axes[0]) != sorted(data_axes):
-        lines.append((f"  override tokens: reduce over ({', '.join(tokens_axes[0])})", tokens_axes[1]))
-    if every_of:
-        # averaged on every accumulated micro-step (DDP without no_sync): one reduction per gradient,
-        # made once per microbatch
-        reduced = [e for e in info if e[2]]
-        stacks = [every_of[e[0]["name"]] for e in reduced if e[0]["name"] in every_of]
-        if len(stacks) == len(reduced):
-            lines.append(("  override grads: reduce_every_microbatch  # observed: the gradients all-reduced after "
-                          f"each of the {accum} backward passes", _frames(stacks[:1], script)))
-        else:
-            items.append(Unliftable((observer,), -1, "backward",
-                                    f"{len(stacks)} of {len(reduced)} reduced gradients are all-reduced after every "
-                                    "accumulated backward pass, the others once per step: one plan reduces its "
-                                    "gradient buffer one way", tuple(stacks[0])))
-    recomputed = step[observer].get("recomputed") or []
-    if recomputed:
-        kinds = sorted({x["module"] for x in recomputed})
-        lines.append((f"  use full_recompute  # observed: layers with weights ({', '.join(kinds[:4])}) ran their "
-                      "forward again during backward", _frames([x.get("stack", []) for x in recomputed[:1]], script)))
-        notes.append("layers ran their forward again during backward (activation checkpointing): lifted as "
-                     "full_recompute; a checkpointed function of no layer (selective recomputation of the "
-                     "attention scores) is not seen, which changes activations only")
-    for _axis, frames in no_regather[:1]:
-        lines.append(("  override params: no_regather  # the updated optimizer shards are never sent back", frames))
-    for gname, (cls, reds, const), members in named:
-        expected = sorted(data_axes + ([tp] if (tp and cls == "partial" and sp) else []))
-        target = "grads" if len(named) == 1 else f"grads[{gname}]"
-        frames = _frames((st for e in members for st in e[4]), script)
-        opt_frames = _frames([step[observer]["optimizer"].get("stack", [])], script)
-        if sorted(reds) != expected:
-            lines.append((f"  override {target}: reduce over ({', '.join(reds)})", frames or opt_frames))
-        q = (1 / const) / w
-        if q != default_div:
-            expr = _express(q, layout, [tuple(sorted(set(reds)))] + [tuple(data_axes)])
-            if accum > 1 and w != 1:
-                # the micro-steps' loss multiplier departs from 1 / k: stated over k, at the loss line
-                whole = _express(q * accum, layout, [tuple(sorted(set(reds)))] + [tuple(data_axes)])
-                expr = f"{whole} / {accum}" if whole not in (None, "1") else expr
-                frames = loss_frames or frames
-            if expr is None:
-                expr = str(q)
-                notes.append(f"grads[{gname}]: divided by {q}, which is no product of mesh sizes: lifted as a "
-                             "constant, so the proof holds at these sizes only")
-            lines.append((f"  override {target}: divide by {expr}", frames or opt_frames))
-    clip = _clip(step_colls, params, layout, axes, info, tp, data_axes, script, pp)
-    if clip is not None:
-        lines.append(clip)
-
-    # what was not lifted is stated in the plan itself, so `placement check` of the lifted spec proves nothing
-    # about the script either (every obligation it would prove is unknown, naming these)
-    for what in dict.fromkeys(u.what for u in items):
-        lines.append((f'  unobserved "{_quoted(what)} (not lifted: see placement lift)"', []))
-    text, origins = _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, step[observer], notes,
-                            script, accum, pipe is not None)
-    return Lifted(text, plan_name, items, notes, origins,
-                  {g: [e[0]["name"] for e in members] for g, _, members in named})
-
+                 and st.axes(c) == (ax.tp,) for c in colls)
+        bindings[ax.tp] = "megatron_sp" if sp else "megatron_tp"
+        binding_frames[ax.tp] = _frames((c["stack"] for c in colls if ax.tp in st.axes(c)
+                                         and c["phase"] == "forward"), st.script)
+    return Strategies(bindings, binding_frames, no_regather, sp)

@@ -23,6 +23,9 @@ class Unliftable:
     reason: str
     stack: tuple[dict, ...]
     calls: tuple[int, ...] = ()  # every call number (over the ranks) reported here
+    # lifted facts this makes unreliable, left out of the plan ("reductions", "divisor"): what the gradient
+    # programs or the loss multiplier read would otherwise become an override with a cause it does not have
+    hides: tuple[str, ...] = ()
 
     @property
     def where(self) -> str:

@@ -167,33 +167,42 @@ def find_pipeline(ranks: dict, layout: _Layout, step_no: int, observer: int, scr
     return pipe, None
 
 
-def _tied_across_stages(pp: str, stage_ranks: list[int], initial: dict, info: list, step: dict, script: str) -> list:
-    """Weights shared by two stages (a tied embedding: the first stage's input embedding and the last stage's
-    output layer), seen as matrices with the same values before the first update on two stages. Whether their
-    gradients are summed across the stages or not, a tied weight needs the model's transformer shape
-    (``tied_embeddings``), which the lift does not have: reported, never proved as two independent weights."""
+def tied_pairs(stage_ranks: list[int], initial: dict) -> list[tuple[int, str, int, str]]:
+    """(stage, name, later stage, name) of the matrices equal before the first update on two stages: weights
+    tied across the stages (a tied embedding: the first stage's input embedding, the last stage's head)."""
     out = []
     seen: dict[tuple, tuple[int, str]] = {}
-    by_name = {e[0]["name"]: e for e in info}
     for s, r in enumerate(stage_ranks):
         for own, p in initial.get(r, {}).items():
             if len(p.get("shape", [])) < 2 or not p.get("checksum"):
                 continue
             key = (tuple(p["shape"]), p["checksum"])
             if key in seen and seen[key][0] != s:
-                s0, own0 = seen[key]
-                entry = by_name.get(f"stage{s}.{own}")
-                summed = entry is not None and pp in entry[2]
-                how = ("its gradients are reduced across the stages" if summed else
-                       "its gradients are never summed across the stages, so each stage updates its copy with "
-                       "its own part of the gradient")
-                # where the copies are summed, else the step that updates them unsummed
-                stacks = entry[4] if summed else [(step[r].get("optimizer") or {}).get("stack", [])]
-                frames = tuple(_frames(stacks, script))
-                out.append(Unliftable((stage_ranks[s0], r), -1, f"{own0} (stage {s0}) and {own} (stage {s})",
-                                      f"equal before the first update: a weight tied across the stages of {pp}; "
-                                      f"{how}. Tied weights are not lifted (they need the model's transformer "
-                                      "shape, tied_embeddings)", frames))
+                out.append((*seen[key], s, own))
             else:
                 seen.setdefault(key, (s, own))
+    return out
+
+
+def _tied_across_stages(pp: str, stage_ranks: list[int], pairs: list, summed: dict, step: dict,
+                        script: str) -> list:
+    """Weights shared by two stages (``tied_pairs``). Whether their gradients are summed across the stages
+    (``summed``: (stage, name) -> the frames of that reduction) or not, a tied weight needs the model's
+    transformer shape (``tied_embeddings``), which the lift does not have: reported, never proved as two
+    independent weights, and the reduction across the stages is left out of the lifted programs (the plan
+    states the tie as unobserved instead of refuting a reduction the tie makes right)."""
+    out = []
+    for s0, own0, s, own in pairs:
+        r = stage_ranks[s]
+        frames_summed = summed.get((s, own))
+        how = ("its gradients are reduced across the stages" if frames_summed is not None else
+               "its gradients are never summed across the stages, so each stage updates its copy with "
+               "its own part of the gradient")
+        # where the copies are summed, else the step that updates them unsummed
+        stacks = frames_summed if frames_summed is not None else [(step[r].get("optimizer") or {}).get("stack", [])]
+        frames = tuple(_frames(stacks, script))
+        out.append(Unliftable((stage_ranks[s0], r), -1, f"{own0} (stage {s0}) and {own} (stage {s})",
+                              f"equal before the first update: a weight tied across the stages of {pp}; "
+                              f"{how}. Tied weights are not lifted (they need the model's transformer "
+                              "shape, tied_embeddings)", frames))
     return out

@@ -34,9 +34,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..measure.ranks.counter import _c10d, _functional, _ranks
 from .recorder_events import Events, _checksum, _fraction, _key, _reduce_op, _tensors, _user_frames  # noqa: F401
+from .recorder_modules import Modules
 
 
-class Recorder(Events, TorchDispatchMode):
+class Recorder(Events, Modules, TorchDispatchMode):
     """One rank's recorder; ``result()`` is the rank's part of the trace (docs/json.md)."""
 
     def __init__(self, rank: int, world: int) -> None:
@@ -57,6 +58,7 @@ class Recorder(Events, TorchDispatchMode):
         self._opt_depth = 0  # nested optimizer steps (an optimizer that steps another)
         self._inner: list = []  # one-element all-reduces, their result read at the step  # collectives issued between steps, numbered when the next one starts
         self._busy = False
+        self._init_modules()
 
     # ------------------------------------------------------------------ steps and phases
     def step_record(self) -> dict:
@@ -98,6 +100,7 @@ class Recorder(Events, TorchDispatchMode):
                 seen.append({"module": type(module).__name__, "stack": _user_frames()})
         rec = self.step_record()
         self.modules.setdefault(id(module), module)
+        self.push_module(module, args)
         if not rec["inputs"]:
             for a in args:
                 if isinstance(a, torch.Tensor):
@@ -305,6 +308,13 @@ class Recorder(Events, TorchDispatchMode):
                "carried": [], "stack": _user_frames()}
         if self.current is not None and not between:
             rec["micro"] = self.micro_step()
+        if self.running_module() is not None:
+            rec["_module"] = self.running_module()
+        if self.phase == "backward" and kind not in ("send", "recv"):  # a ring's or a pipeline's exchange is lifted
+            fn = self.custom_backward()
+            if fn is not None:
+                self.note_unmodelled(f"a collective ({kind}) in the backward of the custom autograd function {fn}",
+                                     "a collective a custom autograd function issues in its backward is not lifted")
         self._busy = True
         try:
             in_events: list[tuple] = []
@@ -360,6 +370,7 @@ class Recorder(Events, TorchDispatchMode):
 
     # ------------------------------------------------------------------ result
     def result(self) -> dict:
+        self.resolve_modules()
         return {
             "rank": self.rank,
             "world": self.world,
@@ -367,4 +378,6 @@ class Recorder(Events, TorchDispatchMode):
             "collectives": self.collectives,
             "unrecognised": self.unrecognised,
             "steps": self.steps,
+            "unmodelled": self.unmodelled,
+            "seeds": self.seeds,
         }

@@ -32,7 +32,8 @@ _COLLECTIVE = {"seq": (int, True), "step": (int, True), "phase": (str, True), "k
                "ranks": ([int], True), "stack": ([_FRAME], True), "dtype": (str, False), "bytes": (int, False),
                "numel": (int, False), "op": (str, False), "api": (str, False), "carried": ([str], False),
                "inputs_reduced": ([int], False), "value_in": (_NUM + (type(None),), False),
-               "value_out": (_NUM + (type(None),), False), "micro": (int, False)}
+               "value_out": (_NUM + (type(None),), False), "micro": (int, False),
+               "module": (str, False)}
 _UNRECOGNISED = {"seq": (int, True), "op": (str, True), "phase": (str, False), "stack": ([_FRAME], True)}
 _GRAD = {"checksum": ((str, type(None)), False), "placements": ([str], False), "collectives": ([int], False),
          "scales": (list, False), "dynamic_scales": ([str], False), "dynamic_at": (list, False)}
@@ -47,11 +48,17 @@ _STEP = {"step": (int, True), "seed": (int, False),
                    "value": (_NUM, False), "stack": ([_FRAME], False)}], False),
          "losses": ([{"value": (_NUM, False), "stack": ([_FRAME], False)}], False),
          "recomputed": ([{"module": (str, False), "stack": ([_FRAME], False)}], False),
-         "optimizer": ((_OPTIMIZER, type(None)), False)}
+         "optimizer": ((_OPTIMIZER, type(None)), False),
+         "modules": ([{"name": (str, False), "class": (str, False), "input": ((str, type(None)), False),
+                       "output": ((str, type(None)), False), "collectives": ([int], False),
+                       "stack": ([_FRAME], False), "at": (_FRAME, False)}], False)}
 _MESH = {"shape": ([int], True), "dim_names": ([str], False), "ranks": (list, True)}
 _RANK = {"rank": (int, True), "world": (int, True), "meshes": ([_MESH], True), "collectives": ([_COLLECTIVE], True),
          "unrecognised": ([_UNRECOGNISED], True), "steps": ([_STEP], True), "exit_status": (int, False),
-         "error": ({"message": (str, False), "file": (str, False), "line": (int, False)}, False)}
+         "error": ({"message": (str, False), "file": (str, False), "line": (int, False)}, False),
+         "unmodelled": ([{"what": (str, True), "detail": (str, False), "phase": (str, False), "step": (int, False),
+                          "stack": ([_FRAME], True)}], False),
+         "seeds": ([{"seed": (str, True), "step": (int, False), "stack": ([_FRAME], True)}], False)}
 
 
 def _type_name(t) -> str:

@@ -1,0 +1,167 @@
+"""Facts of a traced step beyond the gradient programs: split weights, layer outputs left partial over the
+tensor axis, overflow-flag reductions, and what the script does that no plan statement reads (no torch).
+
+- ``split_by_values``: ranks along an axis that see the same inputs and hold parameters of the same names
+  with different values before the first update hold slices of the weights (tensor parallelism written by
+  hand over plain tensors): the axis splits the weights.
+- ``unreduced_outputs``: on a tensor axis, a layer whose input and output both differ between the tensor
+  ranks, inside whose forward no collective ran over the axis, while the ranks compute different losses from
+  the same inputs, is a row-parallel layer whose partial sums are never all-reduced: reported at its
+  ``def forward``, since no plan statement drops a layer's activation reduction.
+- ``overflow``: a one-element all-reduce of a 0/1 flag with MAX after backward is the loss-scale overflow
+  decision: ``override overflow: reduce over (...)`` on the axes it ran over; another MAX/MIN/product
+  reduction is reported, but for one over the tensor axis alone in forward (a vocabulary-parallel softmax).
+- ``unmodelled``: the recorder's unmodelled calls (checkpoint save and load, the RNG state set, a collective
+  in a custom autograd function's backward), RNG seeds that differ between ranks, and a loss that is no
+  constant multiple of the cross-entropy (an auxiliary term) are reported, each naming what is missing.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+from .lift_layout import Unliftable, _frames, _Layout
+
+LINEAR_OPS = ("sum", "avg", "premul_sum", "")
+
+
+def split_by_values(initial: dict, layout: _Layout, observer: int, axis: str) -> bool:
+    """Plain parameters of the same name whose values differ between the observer and its neighbour along
+    ``axis`` before the first update (DTensor parameters carry their placements instead)."""
+    other = layout.neighbour(observer, axis)
+    mine, theirs = initial.get(observer, {}), initial.get(other, {}) if other is not None else {}
+    return any(not p.get("placements") and n in theirs and p.get("checksum")
+               and theirs[n].get("checksum") not in (None, p["checksum"]) for n, p in mine.items())
+
+
+def unreduced_outputs(ranks: dict, step: dict, layout: _Layout, tp: str, stage_ranks: list[int],
+                      loss_rank: int, script: str) -> list[Unliftable]:
+    def loss(r):
+        return [x.get("value") for x in step.get(r, {}).get("losses", [])]
+
+    other = layout.neighbour(loss_rank, tp)
+    if other is None or not loss(loss_rank) or loss(loss_rank) == loss(other):
+        return []
+    by_seq = {r: {c["seq"]: c for c in ranks[r]["collectives"]} for r in ranks}
+    out = []
+    for r in stage_ranks:
+        o = layout.neighbour(r, tp)
+        theirs = {m.get("name"): m for m in step.get(o, {}).get("modules", [])}
+        for m in step.get(r, {}).get("modules", []):
+            t = theirs.get(m.get("name"))
+            if t is None or None in (m.get("input"), m.get("output")):
+                continue
+            over_tp = [s for s in m.get("collectives", []) if s in by_seq[r]
+                       and tp in (layout.axes_of(by_seq[r][s]["ranks"], r) or ())]
+            if m["input"] != t.get("input") and m["output"] != t.get("output") and not over_tp:
+                where = [m["at"]] if m.get("at") else _frames([m.get("stack", [])], script)
+                out.append(Unliftable(
+                    (r, o), -1, f"the output of {m.get('name')} ({m.get('class')}) over {tp}",
+                    f"its input and its weights are split over {tp} (row-parallel) and its output differs between "
+                    f"the tensor ranks: a partial sum never all-reduced over {tp} in its forward, so the tensor "
+                    "ranks compute different losses from the same inputs. A layer's missing tensor-axis reduction "
+                    "is not expressible in a plan (megatron_tp derives it)", tuple(where)))
+                break
+        if out:
+            return out
+    frames = tuple((step[loss_rank].get("losses") or [{}])[0].get("stack") or ())
+    return [Unliftable((loss_rank, other), -1, f"the loss over {tp}",
+                       f"the tensor ranks along {tp} compute different losses ({loss(loss_rank)[0]:.6g} and "
+                       f"{loss(other)[0]:.6g}) from the same inputs: some forward output is never reduced over {tp}; "
+                       "which one is not lifted", frames)]
+
+
+def overflow(step_colls: list[dict], axes, observer: int, script: str, tp: str | None = None) -> tuple[
+        tuple | None, set[int], list[Unliftable]]:
+    """(the overflow line, the seqs of the non-linear reductions read here, reported items). A MAX over the tensor
+    axis alone in forward is a vocabulary-parallel softmax's (its logits' maximum), part of the loss."""
+    line, seen, items = None, set(), []
+    for c in step_colls:
+        if c["kind"] != "all_reduce" or c.get("op", "sum") in LINEAR_OPS:
+            continue
+        if tp is not None and c["phase"] == "forward" and axes(c) == (tp,):
+            continue
+        seen.add(c["seq"])
+        flag = c["numel"] == 1 and c.get("value_in") in (0.0, 1.0) and c["op"] == "max" \
+            and c["phase"] in ("backward", "after_backward", "optimizer")
+        if flag and line is None:
+            over = axes(c)
+            line = (f"  override overflow: reduce over ({', '.join(over)})  # observed: a found-inf flag "
+                    "all-reduced with MAX", _frames([c["stack"]], script))
+        elif not flag:
+            items.append(Unliftable((observer,), c["seq"], f"an all-reduce {c['op'].upper()} ({c['api']})",
+                                    f"a {c['op']} reduction of {c['numel']} element(s) in {c['phase']} that is no "
+                                    "loss-scale overflow flag: what the script does with it is not lifted",
+                                    tuple(c["stack"]), (c["seq"],)))
+    return line, seen, items
+
+
+def unmodelled(ranks: dict, step_no: int, step: dict, loss_rank: int) -> list[Unliftable]:
+    items: dict[tuple, Unliftable] = {}
+    for r, part in sorted(ranks.items()):
+        for u in part.get("unmodelled", []):
+            st = tuple(u.get("stack") or ())
+            key = (u["what"], tuple((f["file"], f["line"]) for f in st[:1]))
+            prev = items.get(key)
+            # a collective in a custom backward changes gradients through autograd, which no program follows
+            hides = ("reductions", "divisor") if u["what"].startswith("a collective (") else ()
+            items[key] = Unliftable(tuple(sorted(set((prev.ranks if prev else ()) + (r,)))), -1, u["what"],
+                                    u.get("detail") or "not lifted", st, hides=hides)
+    out = list(items.values())
+    out.extend(_seeds(ranks, step_no))
+    out.extend(_auxiliary(ranks[loss_rank]["steps"], loss_rank))
+    return out
+
+
+def _seeds(ranks: dict, step_no: int) -> list[Unliftable]:
+    """Ranks seeded apart: the seeds of their torch.manual_seed calls (or the step's initial seed) differ."""
+    called = {r: [s["seed"] for s in part.get("seeds", [])] for r, part in ranks.items()}
+    initial = {r: next((s.get("seed") for s in part["steps"] if s["step"] == step_no), None)
+               for r, part in ranks.items()}
+    if len({tuple(v) for v in called.values()}) <= 1 and len(set(initial.values())) <= 1:
+        return []
+    r0 = min(ranks)
+    diff = next((r for r in sorted(ranks) if called[r] != called[r0]), None)
+    stack = ()
+    if diff is not None:
+        i = next((i for i, (a, b) in enumerate(zip(called[r0], called[diff])) if a != b), 0)
+        calls = ranks[diff].get("seeds", []) or ranks[r0].get("seeds", [])
+        stack = tuple(calls[min(i, len(calls) - 1)].get("stack") or ()) if calls else ()
+        shown = f"rank {r0}: {', '.join(called[r0]) or 'none'}; rank {diff}: {', '.join(called[diff]) or 'none'}"
+    else:
+        diff = next(r for r in sorted(ranks) if initial[r] != initial[r0])
+        shown = f"rank {r0}: {initial[r0]}; rank {diff}: {initial[diff]}"
+    return [Unliftable((r0, diff), -1, "per-rank RNG seeding",
+                       f"the ranks seed the default generator differently ({shown}): what each rank then draws "
+                       "(initial weights, dropout masks, data) is not lifted", stack)]
+
+
+def _simple(x: float) -> bool:
+    """``x`` or its inverse is a fraction of small terms (a loss divided by the micro-steps, the ranks, a token
+    count), to fp32 rounding: a loss that adds another term to the cross-entropy almost never is."""
+    return any(abs(float(Fraction(y).limit_denominator(64)) - y) <= 1e-6 * abs(y) for y in (x, 1 / x))
+
+
+def _auxiliary(steps: list[dict], rank: int) -> list[Unliftable]:
+    """On every step, the loss passed to backward is the cross-entropy times a constant, one cross-entropy per
+    backward; else another term (an auxiliary loss) is in it, whose normalisation is not read."""
+    for mine in steps:
+        # a cross-entropy over no values (a schedule's shape inference runs the loss on empty tensors) is none
+        nll = [n for n in mine.get("nll") or [] if math.isfinite(n.get("value", 0.0))]
+        losses = mine.get("losses") or []
+        if not nll or not losses:
+            continue
+        stack = tuple(nll[0].get("stack") or losses[0].get("stack") or ())  # where the loss is formed
+        if len(nll) != len(losses):
+            return [Unliftable((rank,), -1, "an auxiliary loss", f"{len(nll)} cross-entropies for {len(losses)} "
+                               "backward passes: the terms of the loss and their normalisations are not lifted",
+                               stack, hides=("divisor",))]
+        for x, n in zip(losses, nll):
+            v, c = x.get("value"), n.get("value")
+            if c and v and not _simple(v / c):
+                return [Unliftable((rank,), -1, "an auxiliary loss",
+                                   f"the loss passed to backward ({v:.6g}) is no constant multiple of the "
+                                   f"cross-entropy ({c:.6g}): another term is added, whose normalisation is not "
+                                   "lifted", stack, hides=("divisor",))]
+    return []
