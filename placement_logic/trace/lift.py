@@ -46,69 +46,12 @@ pipeline in ``lift_pipeline``, the loss, clipping and rendering in ``lift_render
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from .lift_data import data_bindings
 from .lift_facts import overflow, split_by_values, unmodelled, unreduced_outputs
-from .lift_layout import NOT_LIFTED_KINDS, Lifted, Unliftable, _frames, _ident, _Layout, _layout, _placement_axes
-from .lift_pipeline import P2P_KINDS, Pipeline, find_context_axes, find_pipeline
+from .lift_layout import NOT_LIFTED_KINDS, Lifted, Unliftable, _frames, _ident, _layout, _placement_axes
+from .lift_pipeline import P2P_KINDS, find_context_axes, find_pipeline
 from .lift_render import _clip, _empty_spec, _quoted, _render
-
-
-@dataclass
-class Step:
-    """The typed input of every pass: the trace, the step analysed (the last that reached the optimizer on rank
-    0) on every rank, and what the passes found that cannot be lifted (``items``) or is assumed (``notes``)."""
-    trace: dict
-    script: str
-    ranks: dict[int, dict]
-    layout: _Layout
-    from_mesh: bool
-    by_seq: dict[int, dict[int, dict]]
-    steps: list[dict]  # rank 0's steps that reached the optimizer
-    step_no: int
-    step: dict[int, dict]  # rank -> its record of the step
-    initial: dict[int, dict[str, dict]]  # rank -> parameter name -> its view before the first update
-    micro: dict[int, dict[int, int]]  # rank -> call number -> accumulated micro-step
-    observer: int = 0
-    items: list[Unliftable] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def axes(self, c: dict, r: int | None = None) -> tuple[str, ...]:
-        return self.layout.axes_of(c["ranks"], self.observer if r is None else r) or ()
-
-    @property
-    def colls(self) -> list[dict]:
-        """The observer's collectives of the step."""
-        return [c for c in self.ranks[self.observer]["collectives"] if c["step"] == self.step_no]
-
-
-@dataclass
-class Strategies:
-    """The strategy bound to each axis, the script frames behind each binding, the axes whose updated optimizer
-    shards are never sent back, and whether the tensor axis is sequence parallel."""
-    bindings: dict[str, str]
-    frames: dict[str, list[dict]]
-    no_regather: list[tuple[str, list[dict]]]
-    sp: bool
-
-
-@dataclass
-class Axes:
-    """What each mesh axis is (``roles``), the pipeline or context axis, and the ranks read for each stage."""
-    pipe: Pipeline | None
-    pipe_why: str | None
-    context: list[str]
-    stage_ranks: list[int]  # the rank of each stage with the observer's other coordinates
-    roles: dict[str, str] = field(default_factory=dict)
-    data_axes: list[str] = field(default_factory=list)  # data and context axes
-    tp: str | None = None
-    pp: str | None = None
-    cp: str | None = None
-
-    @property
-    def loss_rank(self) -> int:
-        return self.stage_ranks[-1]
+from .lift_step import Axes, Step, Strategies
 
 
 def lift(trace: dict, plan_name: str = "traced", path: str = "<trace>") -> Lifted:

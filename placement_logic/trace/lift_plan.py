@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .lift import Axes, Step, Strategies
 from .lift_layout import Unliftable, _express, _frames, _group_name, _placement_axes
 from .lift_pipeline import _tied_across_stages, tied_pairs
 from .lift_programs import Programs
 from .lift_render import _loss, _unobserved_loss
+from .lift_step import Axes, Step, Strategies
 
 
 @dataclass
