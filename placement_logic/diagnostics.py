@@ -120,6 +120,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PL161": ("trainer-mismatch", "A DeepSpeed config value that a Trainer option given to the import contradicts "
               "(the Trainer's own mismatch error)."),
     "PL162": ("launch-line-devices", "A launch line whose --nnodes × --nproc_per_node is not the --devices given."),
+    "PL170": ("rank0-unreduced-axis", "A rank-0-only norm count (override clip_norm[g]: rank0_only over (...)) over an "
+              "axis the group's squared norm is not summed over: each rank there counts only its own value."),
     "PL180": ("checkpoint-plan-wide", "A plan-wide checkpoint statement (resume, reshard, no_regather_after_load, "
               "rng_shared) given a parameter group: override checkpoint[g]: VERB."),
     "PL186": ("undeclared-loss-term", "An override of a loss term (loss[TERM], tokens[TERM], aux_loss, ...) that the "

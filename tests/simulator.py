@@ -243,13 +243,17 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
     devices = list(product(*[range(n[a]) for a in axes]))
     pos = {a: i for i, a in enumerate(axes)}
     equal = bool(_overrides(plan, "tokens", "equal", None))
+    # each microbatch's local count clamped to >= 1 before it is summed and reduced: a piece may then hold no token
+    clamp = bool(_overrides(plan, "tokens", "clamp_before_reduce", None))
 
     # token counts: vary only along token axes and microbatches
     count: dict = {}
     c0 = rng.randint(1, 3)
     for tc in product(*[range(n[a]) for a in tokens]):
         for mu in range(m):
-            count[(tc, mu)] = c0 if equal else rng.randint(1, 3)
+            count[(tc, mu)] = c0 if equal else rng.randint(0 if clamp else 1, 3)
+    if not any(count.values()):  # the step holds a token
+        count[next(iter(count))] = 1
 
     def tcoord(dev) -> tuple:
         return tuple(dev[pos[a]] for a in tokens)
@@ -273,7 +277,8 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
 
     def draw(key: tuple, dev) -> Fraction:
         if key not in contrib:
-            holds = all(not (types[a] == TIE and 0 < dev[pos[a]] < n[a] - 1) for a in axes)
+            holds = all(not (types[a] == TIE and 0 < dev[pos[a]] < n[a] - 1) for a in axes) \
+                and count[(tcoord(dev), key[2])] > 0  # a piece without a token contributes nothing
             contrib[key] = Fraction(rng.randint(-4, 4), rng.randint(1, 3)) if holds else Fraction(0)
         return contrib[key]
 
@@ -294,7 +299,10 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
     norm_axes = list(tok_o[-1].axes or ()) if tok_o else list(tokens)
 
     # global mean: the device's count accumulated over microbatches, all-reduced over each listed axis in turn
-    reduced = {d: sum(count[(tcoord(d), u)] for u in range(m)) for d in devices}
+    def counted(c: int) -> int:
+        return max(c, 1) if clamp else c
+
+    reduced = {d: sum(counted(count[(tcoord(d), u)]) for u in range(m)) for d in devices}
     for a in norm_axes:
         reduced = _allreduce(reduced, pos[a])
 
@@ -302,9 +310,9 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
         if loss == "sum":
             return Fraction(1)
         if loss == "per_microbatch_mean":
-            return Fraction(count[(tcoord(dev), mu)])
+            return Fraction(counted(count[(tcoord(dev), mu)]) if clamp else count[(tcoord(dev), mu)])
         if loss == "per_device_mean":
-            return Fraction(sum(count[(tcoord(dev), u)] for u in range(m)))
+            return Fraction(sum(counted(count[(tcoord(dev), u)]) for u in range(m)))
         return Fraction(reduced[tuple(dev)])
 
     # local gradient of each device and microbatch (buffer position: the element it holds)
@@ -517,10 +525,13 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random) ->
             filtered = set(stated.axes or ()) if stated is not None else set()
         else:
             filtered = set(g_axes)
+        r0 = _last_for(plan, "clip_norm", "rank0_only", g)
+        rank0 = set(r0.axes or ()) if r0 is not None else set()
         part = {}
         for d in devices:
             s = tuple(d[pos[a]] for a in shard[g])
-            counted = all(d[pos[a]] == 0 for a in set(g_axes) if a not in shard[g] and a in filtered)
+            counted = all(d[pos[a]] == 0 for a in set(g_axes) if a not in shard[g] and a in filtered) \
+                and all(d[pos[a]] == 0 for a in rank0)  # rank0_only: only rank 0 of these axes contributes
             part[d] = q[(g, s)] * _twice(plan, g, sizes) if counted else Fraction(0)
         if root:  # each rank's norm, not its square
             part = {d: _exact_root(v) for d, v in part.items()}

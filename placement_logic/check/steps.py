@@ -23,6 +23,8 @@ from ..ir import groups as pg
 from . import checkpoint as ckpt
 from . import clipagg
 from . import identity as _identity
+from . import partial as _partial
+from . import perrank as _perrank
 from . import rng as _rng
 from .dims import (  # noqa: F401  (the dimension vocabulary, used by the modules that read a StepModel)
     COPY_PART,
@@ -68,6 +70,8 @@ class GroupModel:
     objective: str = "mean"  # "mean": the global token mean; "sum": the sum over tokens (loss: sum)
     clip_agg: str = "sum"  # how the ranks' squared norms are combined over clip_axes: sum | average | max (clipagg)
     clip_sqrt: bool = False  # each rank's root taken before the reduction (clip_norm: sqrt_before_reduce)
+    clip_rank0: tuple[str, ...] = ()  # axes of clip_axes where the group is counted on rank 0 only (perrank)
+    clip_rank0_span: Span = NO_SPAN
     undecided: str = ""  # a fact the step model lacks to decide this group's gradient (its obligations: unknown)
     replicated_params: tuple[str, ...] = ()  # mesh axes over which the group's params are whole copies
 
@@ -349,6 +353,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     clip_o = clipagg.stated(plan.overrides, "all")
     plan_clip = tuple(clip_o.axes or ()) if clip_o else all_shard
     groups = clipagg.apply(clipagg.filters(groups, plan_clip, last), plan.overrides)
+    groups = _perrank.apply(groups, plan.overrides)
     overflow_o = last("overflow", "reduce")
     seed_o = last("dropout_seed")
     if seed_o is None:
@@ -367,6 +372,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         no_effect(plan, tuple(g.group for g in groups), bool(needed), offloaded_params)
         filter_no_effect(plan.overrides, groups)
         check_microsteps(plan, groups)
+        _partial.check_override(plan, loss)
     rg_o = last("params", "no_regather")
     gather_o = last("params", "gather")
     fetch_o = last("params", "no_fetch")
@@ -389,7 +395,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         clip_axes=plan_clip,
         clip_span=(clip_o or last("clip_norm", "reduce") or last("clip_norm", "average") or last("clip_norm", "max")
                    or last("clip_norm", "double_count") or last("clip_norm", "dedupe")
-                   or last("clip_norm", "sqrt_before_reduce") or plan).span,
+                   or last("clip_norm", "sqrt_before_reduce") or last("clip_norm", _perrank.VERB) or plan).span,
         overflow_axes=tuple(overflow_o.axes or ()) if overflow_o else all_shard,
         overflow_span=overflow_o.span if overflow_o else plan.span,
         seed_vary=seed_vary,
