@@ -336,7 +336,24 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
     acc_o = _last_for(plan, "grads", "no_accumulation_buffer", group)
     final = ({d: sum((b[d] for b in bufs), Fraction(0)) for d in devices} if acc_o is None else dict(bufs[-1]))
     div_o = _last_for(plan, "grads", "divide", group)
-    if div_o is not None:
+    # nested accumulation: the step's m microbatches as m / M rounds of a pipeline schedule of M
+    nest = _overrides(plan, "accumulation", None, None)
+    per_round = _value(nest[-1].by, sizes, plan, bindings) if nest else None
+    if nest and (per_round.denominator != 1 or m % int(per_round)):
+        return True  # no such configuration: the microbatches are not whole rounds
+    if nest and nest[-1].verb == "rescaled_every_round":
+        M = int(per_round)
+        rounds = m // M
+        final = {d: Fraction(0) for d in devices}
+        for r in range(rounds):  # add this round's microbatches (each loss / rounds), then scale the buffer
+            final = {d: final[d] + sum((bufs[r * M + j][d] for j in range(M)), Fraction(0)) / rounds for d in devices}
+            final = {d: v / M for d, v in final.items()}
+        div = _prod(n[a] for a in tokens)
+    elif nest and nest[-1].verb == "outer_undivided":
+        div = _prod(n[a] for a in tokens) * per_round  # the schedule divides by M; the rounds are summed
+    elif nest and nest[-1].verb == "inner_undivided":
+        div = _prod(n[a] for a in tokens) * Fraction(m) / per_round  # the microbatches summed; / the rounds
+    elif div_o is not None:
         div = _value(div_o.by, sizes, plan, bindings)
     elif loss == "per_device_mean":
         div = _prod(n[a] for a in tokens)

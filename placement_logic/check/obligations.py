@@ -182,10 +182,11 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
     obs += checkpoint_check.obligations(step, ctx)  # only where the plan states a checkpoint
     if plan is not None and plan.model.loss_terms:  # loss terms besides the main loss (check.losses)
         obs += losses.obligations(plan, derived, ctx)
-    from . import partial  # the token count clamped before its reduction
+    from . import nested, partial  # rounds of a pipeline schedule; the token count clamped before its reduction
     from .timing import wrap  # the micro-step the gradient sync is armed on
 
-    return _undecided(partial.wrap(wrap(obs, step, ctx, plan), step, ctx, plan), step, ctx.pinned)
+    obs = nested.wrap(partial.wrap(wrap(obs, step, ctx, plan), step, ctx, plan), step, ctx, plan)
+    return _undecided(obs, step, ctx.pinned)
 
 
 def _undecided(obs: list[Obligation], step: steps.StepModel, pinned: dict[str, int]) -> list[Obligation]:

@@ -23,6 +23,7 @@ from ..ir import groups as pg
 from . import checkpoint as ckpt
 from . import clipagg
 from . import identity as _identity
+from . import nested as _nested
 from . import partial as _partial
 from . import perrank as _perrank
 from . import rng as _rng
@@ -354,6 +355,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     plan_clip = tuple(clip_o.axes or ()) if clip_o else all_shard
     groups = clipagg.apply(clipagg.filters(groups, plan_clip, last), plan.overrides)
     groups = _perrank.apply(groups, plan.overrides)
+    groups = _nested.apply(plan, groups)
     overflow_o = last("overflow", "reduce")
     seed_o = last("dropout_seed")
     if seed_o is None:
@@ -373,6 +375,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
         filter_no_effect(plan.overrides, groups)
         check_microsteps(plan, groups)
         _partial.check_override(plan, loss)
+        _nested.check_override(plan, loss)
     rg_o = last("params", "no_regather")
     gather_o = last("params", "gather")
     fetch_o = last("params", "no_fetch")

@@ -56,6 +56,12 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     # (restored_from_one), recomputation without the forward's RNG state (not_preserved)
     "rng": {"same": (True, False), "advance": (True, False), "restored_from_one": (True, False),
             "not_preserved": (False, False)},
+    # the step's microbatches as rounds of a pipeline schedule of M inside an outer accumulation (check.nested)
+    "accumulation": {
+        "outer_undivided": (False, True),  # the outer loop divides by nothing: the rounds summed
+        "inner_undivided": (False, True),  # the schedule sums its M microbatches, the outer loop divides by rounds
+        "rescaled_every_round": (False, True),  # the accumulated buffer scaled by 1/M after every round
+    },
     "embedding": {"tie_reduce": (True, False)},  # tied embedding grads summed over these axes
     # checkpoint save, load and reshard (check/checkpoint.py): any statement adds the transition to the step
     "checkpoint": {

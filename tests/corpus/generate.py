@@ -684,6 +684,23 @@ mutant("tokens_clamped_cp", "cp",
        "(`tokens: clamp_before_reduce`).", ["override tokens: clamp_before_reduce"],
        gi(["dense", "norms", "biases", "embedding"], "normalisation"), mirrors=CLAMP)
 
+# nested accumulation: rounds of a pipeline schedule inside an outer gradient accumulation
+RESCALED = "a pipeline schedule rescaling the accumulated buffer every run (pytorch/torchtitan#1733)"
+PIPE_SUMMED = "a pipeline engine summing its micro-batches under accumulation (deepspeedai/DeepSpeed#7773)"
+PMM = ["override loss: per_microbatch_mean", "override tokens: equal"]
+mutant("accumulation_rescaled_zero2_pp", "zero2_pp",
+       "the schedule's 1/M scale applied to the accumulated buffer after every round of 2 "
+       "(`accumulation: rescaled_every_round by 2`).", PMM + ["override accumulation: rescaled_every_round by 2"],
+       gi(["dense", "norms", "biases", "embedding"], "over microbatches"), mirrors=RESCALED)
+mutant("accumulation_inner_undivided_1f1b", "1f1b",
+       "the schedule sums its 2 microbatches and the outer loop divides by its rounds "
+       "(`accumulation: inner_undivided by 2`).", PMM + ["override accumulation: inner_undivided by 2"],
+       gi(["dense", "norms", "biases", "embedding"], "normalisation"), mirrors=PIPE_SUMMED)
+mutant("accumulation_outer_undivided_gpipe", "gpipe",
+       "the outer accumulation sums its rounds of 2 microbatches (`accumulation: outer_undivided by 2`).",
+       PMM + ["override accumulation: outer_undivided by 2"],
+       gi(["dense", "norms", "biases", "embedding"], "normalisation"))
+
 # ---------------------------------------------------------------------------------------
 # Equivalents
 
