@@ -102,3 +102,31 @@ def test_fmt_round_trips_the_accumulation_verbs():
     a, b = load_string(src, "n.place"), load_string(out, "n.place")
     assert [(o.target, o.verb, o.by) for o in a.plans[0].overrides] == \
         [(o.target, o.verb, o.by) for o in b.plans[0].overrides]
+
+
+def test_a_shrunk_witness_keeps_equal_token_counts():
+    """Cutting a size moves the other shards' share of a block sum onto one shard; a witness whose
+    counts are equal on every shard (a plan stating tokens: equal) stays equal, one token per shard."""
+    from placement_logic.check.witness import shrink
+
+    seen = []
+
+    def replay(w):
+        seen.append(w)
+        return "failed"  # every candidate fails: the shrink goes as far as it can
+
+    w = {"sizes": {"dp": 4, "microbatches": 4},
+         "counts": {frozenset(): 2, frozenset({"dp"}): 6, frozenset({"microbatches"}): 6,
+                    frozenset({"dp", "microbatches"}): 18}}
+    shrink(w, replay, {}, 10**6)
+    for c in seen:
+        own = c["counts"][frozenset()]
+        for b, v in c["counts"].items():
+            k = own
+            for n in b:
+                k *= c["sizes"][n] - 1
+            assert v == k, (c["sizes"], c["counts"])
+    unequal = {"sizes": {"dp": 4}, "counts": {frozenset(): 1, frozenset({"dp"}): 7}}
+    seen.clear()
+    shrink(unequal, replay, {}, 10**6)
+    assert seen[1]["counts"][frozenset({"dp"})] == 7  # not equal to begin with: the block sum is kept

@@ -136,6 +136,10 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
                         "with no duplicate filter: every copy is counted")
         if g.double_count:
             diag.append(f"{g.group} is counted twice in the norm (it is held on two devices and not de-duplicated)")
+        avg = [a for a in g.clip_rank0 if g.clip_agg == "average" and a not in g.shard_axes and sizes[a] >= 2]
+        if avg:
+            diag.append(f"{g.group} is counted in the norm on rank 0 of ({', '.join(avg)}) only and the ranks' "
+                        f"values are averaged there: its squared norm divided by {'·'.join(avg)}")
         lost = perrank.dropped(g, lambda a: sizes[a] >= 2)
         if lost:
             diag.append(f"{g.group} is counted in the norm on rank 0 of ({', '.join(lost)}) only (override at line "
