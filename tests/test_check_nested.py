@@ -1,4 +1,4 @@
-"""Nested accumulation (check.nested: ``accumulation: VERB by M``): the step's microbatches as
+"""Nested accumulation (check.nested, check.nested_replay: ``accumulation: VERB by M``): the step's microbatches as
 rounds of a pipeline schedule of M inside an outer gradient accumulation. The checker's verdicts
 against the independent simulator and hand-derived answers, the replayed weights, input errors
 and fmt."""
@@ -12,7 +12,7 @@ import pytest
 import simulator
 from irkit import const, ov, plan
 
-from placement_logic.check.nested import weights
+from placement_logic.check.nested_replay import weights
 from placement_logic.check.run import check_plan
 from placement_logic.cli import main
 from placement_logic.frontend.canonical import format_source
