@@ -121,6 +121,11 @@ CODES: dict[str, tuple[str, str]] = {
               "(the Trainer's own mismatch error)."),
     "PL162": ("launch-line-devices", "A launch line whose --nnodes × --nproc_per_node is not the --devices given."),
     "PL163": ("params-below-shape", "params = P beside a transformer shape below the parameters the shape counts."),
+    "PL170": ("rank0-unreduced-axis", "A rank-0-only norm count (override clip_norm[g]: rank0_only over (...)) over an "
+              "axis the group's squared norm is not summed over: each rank there counts only its own value."),
+    "PL171": ("nested-accumulation", "An accumulation override (override accumulation: VERB by M) the step cannot "
+              "read: no pipeline schedule, a loss that is not a per-microbatch mean, a divisor or no accumulation "
+              "buffer stated beside it, a group named, or microbatches that are not whole rounds of M."),
     "PL180": ("checkpoint-plan-wide", "A plan-wide checkpoint statement (resume, reshard, no_regather_after_load, "
               "rng_shared) given a parameter group: override checkpoint[g]: VERB."),
     "PL186": ("undeclared-loss-term", "An override of a loss term (loss[TERM], tokens[TERM], aux_loss, ...) that the "

@@ -243,13 +243,17 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
     devices = list(product(*[range(n[a]) for a in axes]))
     pos = {a: i for i, a in enumerate(axes)}
     equal = bool(_overrides(plan, "tokens", "equal", None))
+    # each microbatch's local count clamped to >= 1 before it is summed and reduced: a piece may then hold no token
+    clamp = bool(_overrides(plan, "tokens", "clamp_before_reduce", None))
 
     # token counts: vary only along token axes and microbatches
     count: dict = {}
     c0 = rng.randint(1, 3)
     for tc in product(*[range(n[a]) for a in tokens]):
         for mu in range(m):
-            count[(tc, mu)] = c0 if equal else rng.randint(1, 3)
+            count[(tc, mu)] = c0 if equal else rng.randint(0 if clamp else 1, 3)
+    if not any(count.values()):  # the step holds a token
+        count[next(iter(count))] = 1
 
     def tcoord(dev) -> tuple:
         return tuple(dev[pos[a]] for a in tokens)
@@ -273,7 +277,8 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
 
     def draw(key: tuple, dev) -> Fraction:
         if key not in contrib:
-            holds = all(not (types[a] == TIE and 0 < dev[pos[a]] < n[a] - 1) for a in axes)
+            holds = all(not (types[a] == TIE and 0 < dev[pos[a]] < n[a] - 1) for a in axes) \
+                and count[(tcoord(dev), key[2])] > 0  # a piece without a token contributes nothing
             contrib[key] = Fraction(rng.randint(-4, 4), rng.randint(1, 3)) if holds else Fraction(0)
         return contrib[key]
 
@@ -294,7 +299,10 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
     norm_axes = list(tok_o[-1].axes or ()) if tok_o else list(tokens)
 
     # global mean: the device's count accumulated over microbatches, all-reduced over each listed axis in turn
-    reduced = {d: sum(count[(tcoord(d), u)] for u in range(m)) for d in devices}
+    def counted(c: int) -> int:
+        return max(c, 1) if clamp else c
+
+    reduced = {d: sum(counted(count[(tcoord(d), u)]) for u in range(m)) for d in devices}
     for a in norm_axes:
         reduced = _allreduce(reduced, pos[a])
 
@@ -302,9 +310,9 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
         if loss == "sum":
             return Fraction(1)
         if loss == "per_microbatch_mean":
-            return Fraction(count[(tcoord(dev), mu)])
+            return Fraction(counted(count[(tcoord(dev), mu)]) if clamp else count[(tcoord(dev), mu)])
         if loss == "per_device_mean":
-            return Fraction(sum(count[(tcoord(dev), u)] for u in range(m)))
+            return Fraction(sum(counted(count[(tcoord(dev), u)]) for u in range(m)))
         return Fraction(reduced[tuple(dev)])
 
     # local gradient of each device and microbatch (buffer position: the element it holds)
@@ -328,7 +336,24 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
     acc_o = _last_for(plan, "grads", "no_accumulation_buffer", group)
     final = ({d: sum((b[d] for b in bufs), Fraction(0)) for d in devices} if acc_o is None else dict(bufs[-1]))
     div_o = _last_for(plan, "grads", "divide", group)
-    if div_o is not None:
+    # nested accumulation: the step's m microbatches as m / M rounds of a pipeline schedule of M
+    nest = _overrides(plan, "accumulation", None, None)
+    per_round = _value(nest[-1].by, sizes, plan, bindings) if nest else None
+    if nest and (per_round.denominator != 1 or m % int(per_round)):
+        return True  # no such configuration: the microbatches are not whole rounds
+    if nest and nest[-1].verb == "rescaled_every_round":
+        M = int(per_round)
+        rounds = m // M
+        final = {d: Fraction(0) for d in devices}
+        for r in range(rounds):  # add this round's microbatches (each loss / rounds), then scale the buffer
+            final = {d: final[d] + sum((bufs[r * M + j][d] for j in range(M)), Fraction(0)) / rounds for d in devices}
+            final = {d: v / M for d, v in final.items()}
+        div = _prod(n[a] for a in tokens)
+    elif nest and nest[-1].verb == "outer_undivided":
+        div = _prod(n[a] for a in tokens) * per_round  # the schedule divides by M; the rounds are summed
+    elif nest and nest[-1].verb == "inner_undivided":
+        div = _prod(n[a] for a in tokens) * Fraction(m) / per_round  # the microbatches summed; / the rounds
+    elif div_o is not None:
         div = _value(div_o.by, sizes, plan, bindings)
     elif loss == "per_device_mean":
         div = _prod(n[a] for a in tokens)
@@ -517,10 +542,13 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random) ->
             filtered = set(stated.axes or ()) if stated is not None else set()
         else:
             filtered = set(g_axes)
+        r0 = _last_for(plan, "clip_norm", "rank0_only", g)
+        rank0 = set(r0.axes or ()) if r0 is not None else set()
         part = {}
         for d in devices:
             s = tuple(d[pos[a]] for a in shard[g])
-            counted = all(d[pos[a]] == 0 for a in set(g_axes) if a not in shard[g] and a in filtered)
+            counted = all(d[pos[a]] == 0 for a in set(g_axes) if a not in shard[g] and a in filtered) \
+                and all(d[pos[a]] == 0 for a in rank0)  # rank0_only: only rank 0 of these axes contributes
             part[d] = q[(g, s)] * _twice(plan, g, sizes) if counted else Fraction(0)
         if root:  # each rank's norm, not its square
             part = {d: _exact_root(v) for d, v in part.items()}

@@ -90,6 +90,8 @@ def plans(draw):
         hs.builds(lambda g, a: ov("clip_norm", "dedupe", g, a), group, axis_lists),
         hs.builds(lambda g, a, v: ov("clip_norm", v, g, a), group, axis_lists, hs.sampled_from(["average", "max"])),
         hs.builds(lambda g: ov("clip_norm", "sqrt_before_reduce", g), group),
+        hs.builds(lambda g, a: ov("clip_norm", "rank0_only", g, a), group, axis_lists),
+        hs.just(ov("tokens", "clamp_before_reduce")),
         hs.builds(lambda a: ov("overflow", "reduce", None, a), axis_lists),
         hs.builds(lambda a: ov("params", "gather", None, a), axis_lists),
     )
@@ -111,6 +113,10 @@ def plans(draw):
 @example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("tensor", "S,S,S,S")}, sp=True,
               overrides=(ov("grads", "reduce", "norms", ("a",)),)), 6)
 @example(plan("p", {"a": ("pipeline", "R,R,R,R")}, overrides=(ov("tokens", "reduce", None, ("a",)),)), 7)
+@example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("context", "R,R,R,R")},
+              overrides=(ov("tokens", "clamp_before_reduce"),)), 8)
+@example(plan("p", {"a": ("data", "R,S,S,R"), "b": ("tensor", "S,S,S,S")},
+              overrides=(ov("clip_norm", "rank0_only", "norms", ("a", "b")),)), 9)
 def test_checker_agrees_with_the_simulator(generated, seed):
     spec, p = generated
     try:

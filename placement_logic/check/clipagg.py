@@ -54,7 +54,8 @@ def pending(g, sizes_ge2) -> list[str]:
     """The axes over which g's squared norm is still a partial value (distinct pieces, or copies
     counted on every rank) when a nonlinear aggregation reaches it: ``max`` over an axis g is
     sharded on; a root taken before a reduction over an axis where more than one rank contributes."""
-    axes = list(dict.fromkeys(g.clip_axes or ()))
+    # an axis where g is counted on rank 0 only (perrank) has one contributor: nothing pending there
+    axes = [a for a in dict.fromkeys(g.clip_axes or ()) if a not in g.clip_rank0]
     if g.clip_sqrt and g.clip_agg == "sum":  # roots of copies summed: (n·sqrt(x))² = n²·x
         return [a for a in axes if (a in g.shard_axes or a not in g.clip_filter) and sizes_ge2(a)]
     if g.clip_sqrt or g.clip_agg == "max":  # an average or a max of copies is the copy

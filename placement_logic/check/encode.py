@@ -307,7 +307,7 @@ def norm_negation(env: Env, prefix: str, boolean: bool) -> tuple[list, Callable[
                 u, v = env.sess.real(f"{prefix}_{g.group}_{a}_own"), env.sess.real(f"{prefix}_{g.group}_{a}_others")
                 cons += [u >= 0, v >= 0, z3.Implies(env.size(a) == 1, v == 0)]
                 exp = exp * (u + v)
-                comp = comp * ((u + v) if a in k else u)
+                comp = comp * ((u + v) if a in k and a not in g.clip_rank0 else u)  # rank0_only: rank 0's piece
             own[a], others[a] = u, v
         factors[g.group] = (own, others)
         if not boolean:
@@ -316,7 +316,7 @@ def norm_negation(env: Env, prefix: str, boolean: bool) -> tuple[list, Callable[
                 # reduced over an axis the group is sharded over, or one where its copies are counted
                 # once (the duplicate filter), the first reduction sums distinct values; otherwise every
                 # reduction sums copies of the same value and multiplies it
-                dedupe = a in shard or a in g.clip_filter
+                dedupe = a in shard or a in g.clip_filter or a in g.clip_rank0
                 if g.clip_agg != "max":  # the max of copies is the copy (of shards: ``nonlinear`` below)
                     factor = factor * _pow(env.size(a), times - 1 if dedupe else times, one)
             dc = one

@@ -189,9 +189,11 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
     obs += checkpoint_check.obligations(step, ctx)  # only where the plan states a checkpoint
     if plan is not None and plan.model.loss_terms:  # loss terms besides the main loss (check.losses)
         obs += losses.obligations(plan, derived, ctx)
+    from . import nested_replay, partial_replay  # rounds of a pipeline schedule; a count clamped before its sum
     from .timing import wrap  # the micro-step the gradient sync is armed on
 
-    return _undecided(wrap(obs, step, ctx, plan), step, ctx.pinned)
+    obs = nested_replay.wrap(partial_replay.wrap(wrap(obs, step, ctx, plan), step, ctx, plan), step, ctx, plan)
+    return _undecided(obs, step, ctx.pinned)
 
 
 def _undecided(obs: list[Obligation], step: steps.StepModel, pinned: dict[str, int]) -> list[Obligation]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from fractions import Fraction
 from itertools import product
 
-from . import clipagg
+from . import clipagg, perrank
 from .replay import Context, _frac, coords_text
 from .report import Counterexample
 
@@ -71,7 +71,8 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
                 v = placed.get((g.group, tuple(dev[pos[a]] for a in g.shard_axes)))
                 # the duplicate filter: a copy is counted on rank 0 of every filtered axis only
                 counted = bool(v) and all(dev[pos[a]] == 0 for a in set(g_axes)
-                                          if a not in g.shard_axes and a in g.clip_filter)
+                                          if a not in g.shard_axes and a in g.clip_filter) \
+                    and all(dev[pos[a]] == 0 for a in g.clip_rank0)  # rank0_only (perrank)
                 dc = 1
                 if counted and g.double_count:
                     tie = [d for d in g.dims if d.tie]
@@ -135,6 +136,15 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
                         "with no duplicate filter: every copy is counted")
         if g.double_count:
             diag.append(f"{g.group} is counted twice in the norm (it is held on two devices and not de-duplicated)")
+        avg = [a for a in g.clip_rank0 if g.clip_agg == "average" and a not in g.shard_axes and sizes[a] >= 2]
+        if avg:
+            diag.append(f"{g.group} is counted in the norm on rank 0 of ({', '.join(avg)}) only and the ranks' "
+                        f"values are averaged there: its squared norm divided by {'·'.join(avg)}")
+        lost = perrank.dropped(g, lambda a: sizes[a] >= 2)
+        if lost:
+            diag.append(f"{g.group} is counted in the norm on rank 0 of ({', '.join(lost)}) only (override at line "
+                        f"{g.clip_rank0_span.line}), but its gradient is sharded there: the squared norms of the "
+                        "other ranks' pieces are dropped")
     diag = _aggregation_causes(step, sizes) + diag
     return Counterexample(ctx.sizes_tuple(sizes), (("observer", coords_text(axes, dev)),), values, eq, tuple(diag),
                           ctx.command(sizes))
@@ -177,7 +187,8 @@ def _aggregated(g, g_axes, devices, pos, sizes, placed) -> dict | None:
     part: dict[Coord, tuple[Fraction, Fraction]] = {}
     for dev in devices:
         v = placed.get((g.group, tuple(dev[pos[a]] for a in g.shard_axes)))
-        counted = bool(v) and all(dev[pos[a]] == 0 for a in set(g_axes) if a not in g.shard_axes and a in g.clip_filter)
+        counted = bool(v) and all(dev[pos[a]] == 0 for a in set(g_axes) if a not in g.shard_axes and a in g.clip_filter) \
+            and all(dev[pos[a]] == 0 for a in g.clip_rank0)
         dc = 1
         if counted and g.double_count:
             tie = [d for d in g.dims if d.tie]

@@ -190,7 +190,9 @@ def check_plan(sess: Session, spec: ir.Spec, plan: ir.Plan, pinned: dict[str, in
         "deterministic, synchronous execution",
         (f"{', '.join(free)}: any positive integer" if free else "every size pinned"),
         f"loss: {step.loss.replace('_', ' ')}",
-        "every device and microbatch has >= 1 token; token counts otherwise arbitrary",
+        ("a device's microbatch may hold 0 tokens (its count is clamped before the reduction)"
+         if any(o.target == "tokens" and o.verb == "clamp_before_reduce" for o in plan.overrides)
+         else "every device and microbatch has >= 1 token") + "; token counts otherwise arbitrary",
         "gradient contributions and squared norms arbitrary",
     )
     if plan.unobserved:

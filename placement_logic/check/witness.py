@@ -84,6 +84,40 @@ def _equal_counts(w: dict) -> dict | None:
     return {**w, "counts": counts}
 
 
+def _equal_pattern(w: dict) -> int | None:
+    """The per-shard count c where the witness's counts are equal on every shard (each block
+    sum c times the number of shards in it), else None."""
+    counts = w.get("counts")
+    if not counts or frozenset() not in counts:
+        return None
+    c = counts[frozenset()]
+    for b, v in counts.items():
+        if not all(n in w["sizes"] for n in b):
+            return None
+        k = c
+        for n in b:
+            k *= w["sizes"][n] - 1
+        if v != k:
+            return None
+    return c
+
+
+def _still_equal(orig: dict, variant: dict) -> dict:
+    """A resized variant of a witness whose counts are equal on every shard, with its counts equal
+    again (a cut moves the other shards' share onto one shard, which would make them unequal: not
+    a run of a plan that states equal token counts)."""
+    c = _equal_pattern(orig)
+    if c is None or "counts" not in variant:
+        return variant
+    counts = {}
+    for b in variant["counts"]:
+        k = c
+        for n in b:
+            k *= variant["sizes"][n] - 1
+        counts[b] = k
+    return {**variant, "counts": counts}
+
+
 def shrink(w: dict, replay: Replay, pinned: dict[str, int], max_devices: int):
     """The smallest failing variant of witness ``w`` found by the steps above, with its
     counterexample; None when neither ``w`` nor its cut variant fails on replay."""
@@ -92,7 +126,7 @@ def shrink(w: dict, replay: Replay, pinned: dict[str, int], max_devices: int):
     cut = w
     for n in free:
         if cut["sizes"][n] > 2:
-            cut = _resize(cut, n, 2)
+            cut = _still_equal(w, _resize(cut, n, 2))
     cex = None
     if devices(w) <= max_devices:
         cex = replay(w)
@@ -109,7 +143,7 @@ def shrink(w: dict, replay: Replay, pinned: dict[str, int], max_devices: int):
         w = cut
     for n in free:
         if w["sizes"][n] > 1:
-            smaller = _resize(w, n, 1)
+            smaller = _still_equal(w, _resize(w, n, 1))
             c = replay(smaller)
             if c is not None:
                 w, cex = smaller, c

@@ -24,6 +24,8 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "max": (True, False),
         # each rank's square root taken before the reduction: local norms summed, not squared ones
         "sqrt_before_reduce": (False, False),
+        # a group's squared norm counted on rank 0 of these axes only (not marked model-parallel: check.perrank)
+        "rank0_only": (True, False),
     },
     "loss": {
         "per_device_mean": (False, False),
@@ -35,6 +37,8 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     "tokens": {
         "reduce": (True, False),  # token count summed over exactly these axes
         "equal": (False, False),  # every device and microbatch holds the same number of tokens
+        # each microbatch's local count clamped to >= 1 before it is summed and all-reduced (check.partial)
+        "clamp_before_reduce": (False, False),
     },
     "dropout_seed": {"vary": (True, False), "same": (False, False)},
     "overflow": {"reduce": (True, False)},  # overflow flag all-reduced over these axes
@@ -64,6 +68,12 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     "activation_grads": {"reduce": (True, False), "no_reduce": (False, False), "reduce_copy": (False, False),
                          "gather": (True, False), "assert_replicate": (True, False),
                          "assert_partial": (True, False), "assert_shard": (True, False)},
+    # the step's microbatches as rounds of a pipeline schedule of M inside an outer accumulation (check.nested)
+    "accumulation": {
+        "outer_undivided": (False, True),  # the outer loop divides by nothing: the rounds summed
+        "inner_undivided": (False, True),  # the schedule sums its M microbatches, the outer loop divides by rounds
+        "rescaled_every_round": (False, True),  # the accumulated buffer scaled by 1/M after every round
+    },
     "embedding": {"tie_reduce": (True, False)},  # tied embedding grads summed over these axes
     # checkpoint save, load and reshard (check/checkpoint.py): any statement adds the transition to the step
     "checkpoint": {

@@ -661,6 +661,46 @@ mutant("clip_sqrt_before_reduce_experts_ep", "ep",
        "(`clip_norm[experts]: sqrt_before_reduce`).", ["override clip_norm[experts]: sqrt_before_reduce"],
        ["SC clip_norm"], mirrors=CLIP_ROOT)
 
+# per-rank ownership in the norm; the token count clamped before its reduction (a partial value)
+SINKS = "attention sinks not marked tensor-parallel, counted on tp rank 0 (NVIDIA/Megatron-LM#7452, #7530)"
+EXPERT_TP = "expert weights split over tp counted on tp rank 0 only (NVIDIA/Megatron-LM#5916)"
+CLAMP = "a token count clamped to >= 1 per piece before its sum (radixark/miles#2796, redai-studio/Relax#205)"
+mutant("clip_rank0_dense_tp", "tp",
+       "the dense weights, sharded over tp, counted in the norm on tp rank 0 only (`clip_norm[dense]: rank0_only "
+       "over (tp)`): the other tp shards are missing.", ["override clip_norm[dense]: rank0_only over (tp)"],
+       ["SC clip_norm"], mirrors=SINKS)
+mutant("clip_rank0_experts_moe_3d", "moe_3d",
+       "the experts' tp slices counted in the norm on tp rank 0 only (`clip_norm[experts]: rank0_only over (tp)`).",
+       ["override clip_norm[experts]: rank0_only over (tp)"], ["SC clip_norm"], mirrors=EXPERT_TP)
+mutant("clip_rank0_zero2_dp", "zero2",
+       "every group's dp shard counted in the norm on dp rank 0 only under ZeRO-2 (`clip_norm: rank0_only over "
+       "(dp)`).", ["override clip_norm: rank0_only over (dp)"], ["SC clip_norm"])
+mutant("tokens_clamped_ddp", "ddp",
+       "each microbatch's token count clamped to >= 1 on its rank before the sum over microbatches and the "
+       "all-reduce over dp (`tokens: clamp_before_reduce`).", ["override tokens: clamp_before_reduce"],
+       gi(["dense", "norms", "biases", "embedding"], "normalisation"), mirrors=CLAMP)
+mutant("tokens_clamped_cp", "cp",
+       "each context rank's token count clamped to >= 1 before the all-reduce over dp and cp "
+       "(`tokens: clamp_before_reduce`).", ["override tokens: clamp_before_reduce"],
+       gi(["dense", "norms", "biases", "embedding"], "normalisation"), mirrors=CLAMP)
+
+# nested accumulation: rounds of a pipeline schedule inside an outer gradient accumulation
+RESCALED = "a pipeline schedule rescaling the accumulated buffer every run (pytorch/torchtitan#1733)"
+PIPE_SUMMED = "a pipeline engine summing its micro-batches under accumulation (deepspeedai/DeepSpeed#7773)"
+PMM = ["override loss: per_microbatch_mean", "override tokens: equal"]
+mutant("accumulation_rescaled_zero2_pp", "zero2_pp",
+       "the schedule's 1/M scale applied to the accumulated buffer after every round of 2 "
+       "(`accumulation: rescaled_every_round by 2`).", PMM + ["override accumulation: rescaled_every_round by 2"],
+       gi(["dense", "norms", "biases", "embedding"], "over microbatches"), mirrors=RESCALED)
+mutant("accumulation_inner_undivided_1f1b", "1f1b",
+       "the schedule sums its 2 microbatches and the outer loop divides by its rounds "
+       "(`accumulation: inner_undivided by 2`).", PMM + ["override accumulation: inner_undivided by 2"],
+       gi(["dense", "norms", "biases", "embedding"], "normalisation"), mirrors=PIPE_SUMMED)
+mutant("accumulation_outer_undivided_gpipe", "gpipe",
+       "the outer accumulation sums its rounds of 2 microbatches (`accumulation: outer_undivided by 2`).",
+       PMM + ["override accumulation: outer_undivided by 2"],
+       gi(["dense", "norms", "biases", "embedding"], "normalisation"))
+
 # ---------------------------------------------------------------------------------------
 # Equivalents
 
@@ -999,6 +1039,15 @@ with_base("clip_sqrt_filtered_copies_tp", "tp",
           "(the duplicate filter): one rank contributes, so the root of the sum is the sum of the roots.",
           ["override clip_norm: reduce over (tp)", "override clip_norm: dedupe over (tp)",
            "override clip_norm[norms]: sqrt_before_reduce", "override clip_norm[biases]: sqrt_before_reduce"])
+with_base("clip_rank0_filtered_copies_tp", "tp",
+          "the norms and biases, whole on every tp rank, counted on tp rank 0 only beside a written sum over tp "
+          "(`clip_norm[g]: rank0_only over (tp)`): the duplicate filter, so each is counted once.",
+          ["override clip_norm: reduce over (tp)", "override clip_norm[norms]: rank0_only over (tp)",
+           "override clip_norm[biases]: rank0_only over (tp)"])
+with_base("clip_rank0_copies_ddp", "ddp",
+          "DDP's squared norms summed over dp with every group counted on dp rank 0 only: each dp rank holds the "
+          "whole reduced gradient, so rank 0's copy is the norm.",
+          ["override clip_norm: reduce over (dp)", "override clip_norm: rank0_only over (dp)"])
 # -- initial state, optimizer identity and RNG state ------------------------------------
 
 INIT = "replicas never broadcast at init (pytorch/torchtitan#166, mosaicml/llm-foundry#830, allenai/OLMo-core#319)"
