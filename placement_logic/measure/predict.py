@@ -107,6 +107,8 @@ def scaled_plan(plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, int], optim
         params=None, bytes_params=_c(w["params"]), bytes_grads=_c(w["grads"]), bytes_optimizer=_c(w["optimizer"]),
         bytes_activations=_c(w["activations"]), seq=_c(shape.seq), microbatch=_c(shape.microbatch), microbatches=_c(shape.microbatches),
         transformer=tf,
+        # the spec's activation conventions: the prediction counts activations as the spec says
+        activation_count=plan.model.activation_count, activation_allowance=plan.model.activation_allowance,
     )
     mesh = ir.Mesh(tuple(dataclasses.replace(a, size=_c(sizes[a.name])) for a in plan.mesh.axes))
     return dataclasses.replace(plan, model=model, mesh=mesh)
