@@ -62,6 +62,8 @@ class Prediction:
     device_peak: Fraction | None = None
     # the plan's flash-attention convention the activation model was asked under (not a figure)
     flash_attention: bool = False
+    # the spec's activation count (``conventions { activations = ... }``; not a figure)
+    activation_count: str = "shape"
 
     @property
     def widths(self) -> dict[str, Fraction]:
@@ -188,4 +190,4 @@ def predict(spec: ir.Spec, plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, 
                       tensor_whole_bytes=whole, byte_widths=widths, activations_per_layer=per_layer,
                       activations_outside=outside, activation_layer_terms=layer_terms,
                       activation_outside_terms=outside_terms, device_peak=device_peak,
-                      flash_attention=bool(plan.flash_attention))
+                      flash_attention=bool(plan.flash_attention), activation_count=plan.model.activation_count)
