@@ -256,6 +256,11 @@ def override_constraints(d: Draft) -> None:
         d.impl.append("no no_sync: the buckets all-reduced after every microbatch")
     if ov.grad_reduce in ("none", "twice") and data != "ddp":
         r.append("skipping or repeating the gradient all-reduce is realised only with DistributedDataParallel")
+    if ov.clip == "global" and data == "ddp" and d.tensor_axis is not None:
+        # DDP over tensor parallelism runs on the local shards (PyTorch's DDP + TP path swaps the
+        # DTensor parameters for them), where clip_grad_norm_ would take each rank's own norm: the bug
+        r.append("a clip norm over the tensor axis with DistributedDataParallel is not realised by the harness "
+                 "(DDP runs on the local tensor-parallel shards, where clip_grad_norm_ takes each rank's own norm)")
     if ov.clip == "local" and data not in ("fsdp", "hsdp") and d.tensor_axis is None:
         r.append("a local-shard clip norm is realised only with FSDP or tensor parallelism "
                  "(replicated gradients have no shard)")
