@@ -178,6 +178,10 @@ CODES: dict[str, tuple[str, str]] = {
     "PL601": ("torch-missing", "placement measure and placement trace need PyTorch (the optional torch extra)."),
     "PL602": ("bad-devices", "A --devices count that does not fit the plan's mesh."),
     "PL604": ("bad-steps", "A --steps count below one."),
+    "PL620": ("torchrun-env", "placement measure --torchrun outside a torchrun job (RANK, WORLD_SIZE, LOCAL_RANK, "
+                              "MASTER_ADDR or MASTER_PORT missing or inconsistent)."),
+    "PL621": ("torchrun-devices", "placement measure --torchrun with a --devices count other than torchrun's "
+                                  "WORLD_SIZE."),
     "PL611": ("bad-trace-command", "placement trace: a --nproc outside 2-8, or no script after --."),
     "PL612": ("bad-trace", "A file that is not a trace placement lift reads (schema, version, ranks)."),
     "PL613": ("trace-failed", "The traced script failed or did not finish on a rank."),

@@ -37,6 +37,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--steps", type=int, default=3, metavar="K", help="training steps (default 3)")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text", help="output format (default: text)")
     p.add_argument("--no-check", action="store_true", help="do not ask the checker for its verdict")
+    p.add_argument("--torchrun", action="store_true",
+                   help="run as one rank of a torchrun job (torchrun --nproc-per-node N [--nnodes ...] -m "
+                   "placement_logic measure FILE --plan NAME --torchrun): ranks and rendezvous from torchrun's "
+                   "environment, cuda:LOCAL_RANK with NCCL where every local rank has a GPU, the report printed "
+                   "by rank 0")
     p.set_defaults(run=run)
 
 
@@ -84,8 +89,6 @@ def _pinned_sizes(args, spec, sets) -> dict[str, int]:
 
 def run(args, out, err) -> int:
     from ..frontend.loader import load_spec
-    from ..measure import render
-    from ..measure.report import Outcome
     from ..measure.session import measure
     from ..resolve.validate import rebound
     from .options import spec_single_sets
@@ -97,16 +100,70 @@ def run(args, out, err) -> int:
     spec = rebound(spec, sets)
     from .progress import Progress
 
+    if args.torchrun:
+        return _under_torchrun(args, spec, pinned, out, err)
     with Progress(err, "measure", quiet=getattr(args, "quiet", False)) as bar:
         reports = measure(spec, args.plan, devices=args.devices, steps=args.steps, with_checker=not args.no_check,
                           progress=bar.tick, pinned=pinned)
+    return _write(args, reports, out)
+
+
+def torchrun_env(args, environ):
+    """The torchrun environment (``--torchrun``), PL620 when it is missing or inconsistent and PL621 when
+    ``--devices`` is not torchrun's WORLD_SIZE."""
+    from ..diagnostics import Diagnostic, DiagnosticError
+    from ..measure.dist_env import EnvError, from_environ
+    from .options import command_line_span
+
+    try:
+        env = from_environ(environ)
+    except EnvError as exc:
+        raise DiagnosticError([Diagnostic("PL620", f"--torchrun: {exc}", command_line_span("--torchrun"))]) from None
+    if args.devices is not None and args.devices != env.world:
+        raise DiagnosticError([Diagnostic("PL621", f"--devices {args.devices}: torchrun started {env.world} processes "
+                                          "(WORLD_SIZE); the run is sized by torchrun",
+                                          command_line_span(f"--devices {args.devices}"))])
+    return env
+
+
+def _under_torchrun(args, spec, pinned, out, err) -> int:
+    """Every rank prepares the same plans, runs them in this process (``ranks.torchrun``) and compares;
+    rank 0 asks the checker and writes the report, the other ranks write nothing."""
+    import os
+
+    from ..measure.session import measure, require_torch
+
+    env = torchrun_env(args, os.environ)
+    require_torch()
+    from ..measure.ranks import torchrun
+
+    device = torchrun.start(env)
+    try:
+        reports = measure(spec, args.plan, devices=env.world, steps=args.steps,
+                          with_checker=not args.no_check and env.rank == 0,
+                          launcher=torchrun.launcher(env, device), pinned=pinned)
+    finally:
+        torchrun.stop()
+    if env.rank != 0:
+        return _status(reports)
+    return _write(args, reports, out)
+
+
+def _status(reports) -> int:
+    from ..measure.report import Outcome
+
     outcomes = {r.outcome for r in reports}
     if outcomes & {Outcome.MISMATCH, Outcome.DIVERGED, Outcome.FAILED}:
-        status = int(Exit.FAILED)
-    elif Outcome.UNREALISED in outcomes:
-        status = EXIT_UNREALISED
-    else:
-        status = int(Exit.OK)
+        return int(Exit.FAILED)
+    if Outcome.UNREALISED in outcomes:
+        return EXIT_UNREALISED
+    return int(Exit.OK)
+
+
+def _write(args, reports, out) -> int:
+    from ..measure import render
+
+    status = _status(reports)
     if args.format == "json":
         doc = render.to_json(reports)
         json.dump({**envelope("measure", status, file=str(args.file)), "plans": doc["plans"]}, out, indent=2)

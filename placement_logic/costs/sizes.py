@@ -115,7 +115,9 @@ class Shape:
     f_shared: sympy.Expr = sympy.Integer(0)  # the shared experts' widths together (count × width)
     gated: bool = False  # gated (SwiGLU-style) MLP
     logits_bytes: sympy.Expr = sympy.Integer(4)  # bytes per element of the logits kept for the loss
-    activation_count: str = "shape"  # the per-layer activation count: shape | korthikanti | megatron | llm_analysis
+    activation_count: str = "shape"  # the per-layer activation count: shape | korthikanti | megatron | llm_analysis | pytorch_eager
+    norm: str = "layernorm"  # the norms' kind (the pytorch_eager count keeps what each saves)
+    shared_gate: bool = False  # a sigmoid gate on the shared experts' output
     allowance: sympy.Expr = sympy.Integer(1)  # activations multiplied by this (an estimator's allowance)
 
 
@@ -191,6 +193,9 @@ def shape_of(model: ir.Model) -> Shape:
         f_shared=_shared_width(t),
         gated=bool(t is not None and t.gated_mlp),
         activation_count=model.activation_count,
+        norm=t.norm if t is not None else "layernorm",
+        shared_gate=bool(t is not None and t.shared_expert_gate and t.shared_experts is not None
+                         and not pg.is_zero(t.shared_experts)),
         logits_bytes=to_sympy(model.bytes_logits),
         allowance=to_sympy(model.activation_allowance),
     )

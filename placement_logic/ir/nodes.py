@@ -202,7 +202,7 @@ class Model:
     groups: tuple[GroupDecl, ...] = ()  # the model block's ``group`` declarations
     # accounting conventions (``conventions { ... }``): which per-layer activation count, and a
     # factor the activations are multiplied by (an estimator's allowance)
-    activation_count: str = "shape"  # shape | korthikanti | megatron | llm_analysis
+    activation_count: str = "shape"  # shape | korthikanti | megatron | llm_analysis | pytorch_eager
     activation_allowance: Value = field(default_factory=lambda: const(1))
     bytes_logits: Value = field(default_factory=lambda: const(4))  # the logits kept for the loss (fp32)
     reserve: Value = field(default_factory=lambda: const(0))  # bytes per device the runtime keeps (CUDA context)

@@ -51,6 +51,10 @@ MECHANISMS = {
                            "mask, plus the final norm's statistics, the cross entropy's fp32 total weight, under "
                            "sequence parallelism DTensor's all-gathered head input, and with tied embeddings under "
                            "tensor parallelism the whole logits",
+    "harness-hidden-dropout": "under the pytorch_eager count (dropout off), the bug plans' hidden dropout keeps "
+                              "two h-wide masks per block in the activations' dtype",
+    "harness-tied-head-whole": "under the pytorch_eager count, with tied embeddings under tensor parallelism the "
+                               "harness keeps the head whole: the loss's fp32 log-softmax is V wide, not V/t",
     "vocab-parallel-stage-ends": "with pipeline stages the embedding's tensor-axis collectives are on the first "
                                  "stage, the head's and the cross entropy's on the last; the engine's figure is "
                                  "the last stage's",

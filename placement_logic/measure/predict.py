@@ -62,6 +62,8 @@ class Prediction:
     device_peak: Fraction | None = None
     # the plan's flash-attention convention the activation model was asked under (not a figure)
     flash_attention: bool = False
+    # the spec's activation count (``conventions { activations = ... }``; not a figure)
+    activation_count: str = "shape"
 
     @property
     def widths(self) -> dict[str, Fraction]:
@@ -107,6 +109,8 @@ def scaled_plan(plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, int], optim
         params=None, bytes_params=_c(w["params"]), bytes_grads=_c(w["grads"]), bytes_optimizer=_c(w["optimizer"]),
         bytes_activations=_c(w["activations"]), seq=_c(shape.seq), microbatch=_c(shape.microbatch), microbatches=_c(shape.microbatches),
         transformer=tf,
+        # the spec's activation conventions: the prediction counts activations as the spec says
+        activation_count=plan.model.activation_count, activation_allowance=plan.model.activation_allowance,
     )
     mesh = ir.Mesh(tuple(dataclasses.replace(a, size=_c(sizes[a.name])) for a in plan.mesh.axes))
     return dataclasses.replace(plan, model=model, mesh=mesh)
@@ -186,4 +190,4 @@ def predict(spec: ir.Spec, plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, 
                       tensor_whole_bytes=whole, byte_widths=widths, activations_per_layer=per_layer,
                       activations_outside=outside, activation_layer_terms=layer_terms,
                       activation_outside_terms=outside_terms, device_peak=device_peak,
-                      flash_attention=bool(plan.flash_attention))
+                      flash_attention=bool(plan.flash_attention), activation_count=plan.model.activation_count)

@@ -176,7 +176,7 @@ def _from_config(vals: Values, block: surface.ModelBlock) -> ir.TransformerShape
     return ir.TransformerShape(span=block.source_span, **fields)
 
 
-ACTIVATION_COUNTS = ("shape", "korthikanti", "megatron", "llm_analysis")
+ACTIVATION_COUNTS = ("shape", "korthikanti", "megatron", "llm_analysis", "pytorch_eager")
 ATTENTION_FLOPS = ("causal", "full")
 COMPUTE_TIMES = ("kernels", "mfu")
 

@@ -17,7 +17,9 @@ import traceback
 import warnings
 from dataclasses import asdict
 from pathlib import Path
+from typing import Callable
 
+from ..dist_env import DistEnv, device_choice, local_env
 from ..realise import Realisation  # noqa: F401 - part of a Job
 from ..shape import TinyShape  # noqa: F401 - part of a Job
 from .training import (  # noqa: F401,E501
@@ -50,16 +52,21 @@ def _unsharded_on(trainer, axis: str | None) -> int:
     return total
 
 
-def _device(rank: int):
-    """CUDA when every rank has a GPU (NCCL), else the CPU (gloo)."""
+def _device(env: DistEnv):
+    """``cuda:LOCAL_RANK`` when the node has a GPU for every local rank (NCCL), else the CPU (gloo):
+    ``dist_env.device_choice``."""
     import torch
 
-    if torch.cuda.is_available() and torch.cuda.device_count() > rank:
-        return torch.device("cuda", rank)
-    return torch.device("cpu")
+    cuda = torch.cuda.is_available()
+    kind, index, _ = device_choice(env.local_rank, env.local_world, cuda, torch.cuda.device_count() if cuda else 0)
+    return torch.device(kind, index) if index is not None else torch.device(kind)
 
 
-def run_job(job: Job, rank: int) -> dict:
+def backend_of(device) -> str:
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def run_job(job: Job, rank: int, device) -> dict:
     from contextlib import nullcontext
 
     import torch.distributed as dist
@@ -74,7 +81,6 @@ def run_job(job: Job, rank: int) -> dict:
 
     r = job.realisation
     names = tuple(a for a, _ in r.mesh)
-    device = _device(rank)
     mesh = init_device_mesh(device.type, tuple(s for _, s in r.mesh), mesh_dim_names=names)
     coords = dict(zip(names, mesh.get_coordinate()))
     if r.pipeline_axis is not None:
@@ -209,8 +215,38 @@ def run_job(job: Job, rank: int) -> dict:
     }
 
 
+def run_jobs(jobs: list[Job], rank: int, device, write: Callable[[Job, dict], None]) -> None:
+    """Run every job as ``rank`` on ``device`` (the process group initialised), handing each result
+    (or the error of a job that failed on this rank) to ``write``; the allocator's peak is reset
+    before each job and read after it (CUDA)."""
+    import torch
+    import torch.distributed as dist
+
+    for job in jobs:
+        try:
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            result = run_job(job, rank, device)
+            result["allocator_peak"] = allocator_peak(device)
+        except Exception as exc:  # reported per job: one failing realisation must not hide the others
+            root = exc
+            while root.__cause__ is not None:
+                root = root.__cause__
+            where = traceback.extract_tb(root.__traceback__)[-1]
+            text = f"{type(exc).__name__}: {exc}"
+            if root is not exc:
+                text += f" caused by {type(root).__name__}: {root}"
+            result = {"key": job.key, "rank": rank, "error": f"{text} ({Path(where.filename).name}:{where.lineno})"}
+        write(job, result)
+        # free this job's DDP reducers, FSDP states and stage modules now, while the process
+        # group is alive (left to interpreter teardown, a reducer destroyed after the group
+        # aborts the process)
+        gc.collect()
+        dist.barrier()
+
+
 def main(rank: int, world: int, port: int, jobs: list[Job], outdir: str) -> None:
-    """Run every job as ``rank``, writing ``<outdir>/<key>.<rank>.json``."""
+    """Run every job as ``rank`` of the local launcher, writing ``<outdir>/<key>.<rank>.json``."""
     warnings.filterwarnings("ignore")
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -221,34 +257,14 @@ def main(rank: int, world: int, port: int, jobs: list[Job], outdir: str) -> None
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    device = _device(rank)
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    device = _device(local_env(rank, world, port))
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}",
+    dist.init_process_group(backend_of(device), rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}",
                             timeout=timedelta(seconds=TIMEOUT_S))
     try:
-        for job in jobs:
-            try:
-                if device.type == "cuda":
-                    torch.cuda.reset_peak_memory_stats(device)
-                result = run_job(job, rank)
-                result["allocator_peak"] = allocator_peak(device)
-            except Exception as exc:  # reported per job: one failing realisation must not hide the others
-                root = exc
-                while root.__cause__ is not None:
-                    root = root.__cause__
-                where = traceback.extract_tb(root.__traceback__)[-1]
-                text = f"{type(exc).__name__}: {exc}"
-                if root is not exc:
-                    text += f" caused by {type(root).__name__}: {root}"
-                result = {"key": job.key, "rank": rank, "error": f"{text} ({Path(where.filename).name}:{where.lineno})"}
-            Path(outdir, f"{job.key}.{rank}.json").write_text(json.dumps(result))
-            # free this job's DDP reducers, FSDP states and stage modules now, while the process
-            # group is alive (left to interpreter teardown, a reducer destroyed after the group
-            # aborts the process)
-            gc.collect()
-            dist.barrier()
+        run_jobs(jobs, rank, device, lambda job, result: Path(outdir, f"{job.key}.{rank}.json").write_text(
+            json.dumps(result)))
     finally:
         dist.destroy_process_group()
 

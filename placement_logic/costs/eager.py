@@ -1,0 +1,105 @@
+"""The ``pytorch_eager`` activation convention: what eager PyTorch's autograd keeps.
+
+Input: a ``Shape`` and the plan's ``Layout``. Output: the named terms of one layer's and of
+the output layer's saved activations for one microbatch (bytes), each derived from the ops
+eager PyTorch runs for a pre-norm transformer block (docs/costs.md, "Conventions"), with
+dropout off (no masks), attention by ``scaled_dot_product_attention`` and the loss by
+``cross_entropy`` on fp32 logits. Tokens of one microbatch T = (s/c)·b; the norms' region
+holds T/t of them under sequence parallelism (Tw), w = ``bytes.activations``:
+
+  norm inputs             LayerNorm 2·Tw·h·w; RMSNorm (a composite: the input upcast to fp32)
+                          2·Tw·h·4
+  norm statistics         LayerNorm its mean and reciprocal deviation, 2·2·Tw·w; RMSNorm its
+                          fp32 reciprocal root mean square, 2·Tw·4
+  normalised norm inputs  RMSNorm only: x·rstd in fp32, 2·Tw·h·4
+  norm outputs            the attention's and the MLP's inputs, 2·Tw·h·w
+  query, keys and values  T·h·w/t and 2·T·h·(kv/a)·w/t (SDPA saves q, k, v)
+  projection input        SDPA's output, T·h·w/t (saved by SDPA and by the projection)
+  attention log-sum-exp   SDPA's fp32 statistic, 4·(a/t)·T; not under selective recomputation
+                          (the core is checkpointed) nor a context axis (ring attention as the
+                          measure harness runs it recomputes the softmax in backward)
+  mlp                     ungated: the first projection's output (GELU's input) and GELU's
+                          output, 2·f·w/t; gated: the fused gate/up output 2f, SiLU(gate) f and
+                          the product f, 4·f·w/t
+  gathered inputs         sequence parallelism: the all-gathered inputs the column-parallel
+                          linears save (DTensor), 2·T·h·w·(t-1)/t
+  router, experts         mixture of experts (capacity-padded slots, T·capacity·top_k): the
+                          router's softmax, top-k gates and their sum T·(E + k + 1)·w; each
+                          slot's permuted input and MLP terms, its output, gate-weighted product
+                          and gate weight; the shared experts' terms and gate
+  layer input             full recomputation: the block input alone, T·h·w (÷t under SP)
+
+Outside the layers (one microbatch, the last stage): the final norm's input and statistics as
+above, the head's input T·h·w (÷t under SP; all-gathered under SP: + T·h·w·(t-1)/t), the fp32
+logits ``bytes.logits``·T·V/t (log-softmax's output) and cross entropy's 0-d fp32 total weight
+(4 bytes). No embedding dropout mask.
+"""
+
+from __future__ import annotations
+
+import sympy
+
+from .. import ir
+from .sizes import Shape
+
+EAGER = "pytorch_eager"
+
+
+def _common(sh: Shape, lay) -> tuple:
+    T = sh.s / lay.c * sh.b
+    Tw = T / lay.t if lay.sp else T
+    return T, Tw, sh.bytes[ir.State.ACTIVATIONS]
+
+
+def _norm_terms(sh: Shape, Tw, w, n) -> list[tuple[str, sympy.Expr]]:
+    """``n`` norms of ``Tw`` tokens: their inputs, statistics and (RMSNorm) normalised inputs."""
+    h = sh.h
+    if sh.norm == "rmsnorm":
+        return [("norm inputs", n * Tw * h * 4), ("norm statistics", n * Tw * 4), ("normalised norm inputs", n * Tw * h * 4)]
+    return [("norm inputs", n * Tw * h * w), ("norm statistics", 2 * n * Tw * w)]
+
+
+def layer_terms(sh: Shape, lay, recompute: ir.Recompute, moe: bool | None = None) -> tuple[tuple[str, sympy.Expr], ...]:
+    T, Tw, w = _common(sh, lay)
+    h, a, kv, t, f = sh.h, sh.a, sh.kv, lay.t, sh.f
+    if recompute is ir.Recompute.FULL:
+        return (("layer input", Tw * h * w),)
+    terms = _norm_terms(sh, Tw, w, 2) + [
+        ("norm outputs", 2 * Tw * h * w), ("query", T * h * w / t), ("keys and values", 2 * T * h * kv / a * w / t),
+        ("projection input", T * h * w / t)]
+    if recompute is not ir.Recompute.SELECTIVE and lay.c == 1:
+        terms.append(("attention log-sum-exp", 4 * a / t * T))
+    if (sh.experts != 1) if moe is None else moe:
+        terms += _moe_terms(sh, T, w)
+    else:
+        terms.append(("mlp", (4 if sh.gated else 2) * f * w / t * T))
+    if lay.sp:
+        terms.append(("gathered inputs", 2 * T * h * w * (t - 1) / t))
+    return tuple((name, sympy.expand(x)) for name, x in terms if x != 0)
+
+
+def _moe_terms(sh: Shape, T, w) -> list[tuple[str, sympy.Expr]]:
+    """A mixture-of-experts layer (no tensor axis): the router, and per capacity slot the permuted
+    input (h), the expert's MLP terms, its output, the gate-weighted product (h each) and the gate
+    weight (1); the shared experts' MLP terms and their sigmoid gate (its output and the output it
+    scales)."""
+    h, E, k = sh.h, sh.experts, sh.top_k
+    fe = sh.fe if sh.fe is not None else sh.f
+    per_width = 4 if sh.gated else 2
+    slots = T * sh.capacity * k
+    experts = slots * ((per_width * fe + h) + 2 * h + 1) * w + T * per_width * sh.f_shared * w
+    if sh.shared_gate:
+        experts += T * (h + 1) * w
+    return [("router", T * (E + k + 1) * w), ("experts", experts)]
+
+
+def outside_terms(sh: Shape, lay) -> tuple[tuple[str, sympy.Expr], ...]:
+    T, Tw, w = _common(sh, lay)
+    h, t = sh.h, lay.t
+    norm = dict(_norm_terms(sh, Tw, w, 1))
+    stats = norm["norm statistics"] + norm.get("normalised norm inputs", 0)
+    terms = [("output-layer inputs", norm["norm inputs"] + Tw * h * w), ("final norm statistics", stats),
+             ("logits", sh.logits_bytes * T * sh.V / t), ("loss total weight", sympy.Integer(4))]
+    if lay.sp:
+        terms.append(("gathered head input", T * h * w * (t - 1) / t))
+    return tuple((name, sympy.expand(x)) for name, x in terms if x != 0)
