@@ -21,6 +21,7 @@ from golden import check_golden
 from placement_logic.cli import main
 from placement_logic.trace.lift import lift
 from placement_logic.trace.lift_activations import region_of
+from placement_logic.trace.lift_facts import LOCAL_OVERFLOW
 
 ROOT = Path(__file__).resolve().parent.parent
 STORED = ROOT / "tests" / "data" / "traces" / "ddp_summed.json"
@@ -190,6 +191,28 @@ def test_an_input_gradient_never_reduced_before_two_column_layers_is_named():
     assert "activation_grads" not in lifted.text
 
 
+def _scaler(trace: dict) -> dict:
+    """GradScaler's unscale recorded on every rank (its found-inf flag set from the rank's own gradients)."""
+    for part in trace["ranks"]:
+        part["unmodelled"] = [{"what": LOCAL_OVERFLOW, "detail": "", "phase": "after_backward",
+                               "step": _last(part)["step"], "stack": [FRAME]}]
+    return trace
+
+
+@pytest.mark.parametrize("edit,named", [
+    (lambda t: t, False),  # DDP: every rank's gradients equal after the all-reduce, every rank decides alike
+    (_tensor_parallel, True),  # weight slices: each rank checks its own, and nothing reduces the flag
+    (lambda t: _flag(_tensor_parallel(t), 0.0), False),  # the flag all-reduced with MAX: override overflow
+])
+def test_a_local_overflow_check_is_named_where_the_gradients_differ_between_ranks(edit, named):
+    lifted = lift(edit(_scaler(stored())))
+    found = [u for u in lifted.unliftable if u.what == LOCAL_OVERFLOW]
+    assert bool(found) == named, lifted.unliftable
+    if named:
+        assert "tp (megatron_tp)" in found[0].reason and found[0].where == "examples/traced/ddp_summed.py:7"
+        assert f'unobserved "{LOCAL_OVERFLOW}' in lifted.text
+
+
 def _custom_backward(trace: dict, op: str = "sum", carried: tuple = ()) -> dict:
     """A custom autograd function's backward all-reduces an activation gradient over the tensor axis."""
     trace = _tensor_parallel(trace)
@@ -333,6 +356,7 @@ UNKNOWN = [
     ("manual_custom_backward.py", "a collective (all_reduce) in the backward of the custom autograd function "
      "SyncGrads", ("dist.all_reduce(grad)", None)),
     ("manual_aux_loss.py", "an auxiliary loss", ("loss = F.cross_entropy(", None)),
+    ("tp_column.py --scaler", "a loss-scale overflow check (GradScaler's unscale_)", ("scaler.step(opt)", None)),
 ]
 
 
@@ -345,8 +369,9 @@ def test_what_the_lift_does_not_model_is_unknown_at_its_line(script, what, where
     pytest.importorskip("torch")
     monkeypatch.chdir(ROOT)
     spec = tmp_path / "lifted.place"
+    script, *argv = script.split()
     status, out, err = run(["trace", "--nproc", "2", "--check", "--spec-file", str(spec), "--",
-                            "python", f"examples/traced/{script}"])
+                            "python", f"examples/traced/{script}", *argv])
     assert status == 3, out + err
     line = _line(script, *where)
     assert f"examples/traced/{script}:{line}:1: error: not lifted: {what} " in err, err
@@ -389,6 +414,8 @@ def test_a_missing_tensor_axis_reduction_is_refuted_at_its_layer(script, argv, o
     ("tp_rowwise.py", [], 0, "tp: megatron_tp"),
     ("tp_column.py", [], 0, "tp: megatron_tp"),
     ("manual_overflow.py", [], 0, "override overflow: reduce over (dp)"),
+    ("ddp_gradscaler.py", [], 0, "dp: ddp"),
+    ("ddp_gradscaler.py", ["--fsdp"], 0, "override overflow: reduce over (dp)"),
     ("pipeline_schedule.py", [], 0, "pp: gpipe"),
     ("pipeline_schedule.py", ["--1f1b"], 0, "pp: one_f_one_b"),
     ("pipeline_schedule.py", ["--unscaled"], 1, "override grads: divide by 1 / 2"),

@@ -3,8 +3,11 @@ column-parallel linear whose input passes through Megatron's copy-to-model-paral
 identity in forward, an all-reduce of the input gradient over the tensor ranks in backward), then a
 row-parallel linear whose partial outputs are all-reduced in its forward.
 
-Without the backward all-reduce (tp_column_unreduced.py) the input projection receives only each
-rank's share of its output gradient: its weight gradient differs between the tensor ranks.
+``--unreduced`` (bug): without the backward all-reduce the input projection receives only each rank's share
+of its output gradient, so its weight gradient differs between the tensor ranks. ``--scaler``: loss scaling by
+``torch.amp.GradScaler``, whose overflow check reads each rank's own weight slices and reduces the found-inf flag
+over no rank (a rank may skip a step the others take; Megatron-LM all-reduces it over the model-parallel ranks):
+named, the verdict unknown.
 """
 
 import sys
@@ -86,11 +89,17 @@ dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 model = MLP(rank, world)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cpu", init_scale=1024.0) if "--scaler" in sys.argv else None
 for step in range(2):
     g = torch.Generator().manual_seed(step)  # the same batch on every tensor rank
     x, y = torch.randn(BATCH, IN, generator=g), torch.randint(0, OUT, (BATCH,), generator=g)
     loss = F.cross_entropy(model(x), y)
-    loss.backward()
-    opt.step()
+    if scaler is None:
+        loss.backward()
+        opt.step()
+    else:
+        scaler.scale(loss).backward()
+        scaler.step(opt)  # the found-inf flag from this rank's own weight slices, never all-reduced over the ranks
+        scaler.update()
     opt.zero_grad()
 dist.destroy_process_group()

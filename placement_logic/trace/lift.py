@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from .lift_activations import input_grad_reductions, unreduced_input_grads, unreduced_outputs
 from .lift_data import data_bindings
-from .lift_facts import overflow, split_by_values, unmodelled
+from .lift_facts import local_overflow, overflow, split_by_values, unmodelled
 from .lift_layout import NOT_LIFTED_KINDS, Lifted, Unliftable, _frames, _ident, _layout, _placement_axes
 from .lift_pipeline import P2P_KINDS, find_context_axes, find_pipeline
 from .lift_render import _clip, _empty_spec, _quoted, _render
@@ -79,6 +79,7 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     calls_pass(st, ax)
     overflow_line, nonlinear = facts_pass(st, ax)
     strategies = strategies_pass(st, ax, params)
+    st.items[:] = local_overflow(st.items, overflow_line, strategies.bindings)
     grads = gradients_pass(st, ax, params)
     loss = loss_pass(st, ax, grads)
     named = groups_pass(st, grads)

@@ -21,6 +21,25 @@ from fractions import Fraction
 from .lift_layout import Unliftable, _frames, _Layout
 
 LINEAR_OPS = ("sum", "avg", "premul_sum", "")
+LOCAL_OVERFLOW = "a loss-scale overflow check (GradScaler's unscale_)"  # the recorder's name for it
+
+
+def local_overflow(items: list[Unliftable], overflow_line, bindings: dict[str, str]) -> list[Unliftable]:
+    """GradScaler's found-inf flag is set from each rank's own gradients. Where a flag reduction was read
+    (``override overflow``, which the checker checks) or every axis is DDP's (the gradients all-reduced first,
+    equal on every rank, so every rank decides alike) it is what the plan derives; over gradients that differ
+    between ranks (sharded: ZeRO, FSDP, tensor or pipeline parallelism) with no reduction of the flag, each rank
+    may decide alone: named, not assumed."""
+    out = []
+    for u in items:
+        if u.what != LOCAL_OVERFLOW:
+            out.append(u)
+        elif overflow_line is None and any(b != "ddp" for b in bindings.values()):
+            out.append(Unliftable(u.ranks, u.seq, u.what, "the found-inf flag is set from each rank's own gradients "
+                                  "and no collective reduces it, while the gradients differ between ranks along "
+                                  + ", ".join(f"{a} ({b})" for a, b in bindings.items() if b != "ddp")
+                                  + ": a rank may skip a step the others take; not lifted", u.stack, u.calls, u.hides))
+    return out
 
 
 def split_by_values(initial: dict, layout: _Layout, observer: int, axis: str) -> bool:
