@@ -268,9 +268,11 @@ def facts_pass(st: Step, ax: Axes) -> tuple[tuple | None, set[int]]:
     colls = st.colls
     custom_ok: set[str] = set()
     if ax.tp:
+        sp = any(c["phase"] == "forward" and c["kind"] in ("reduce_scatter", "all_gather") and not c["carried"]
+                 and st.axes(c) == (ax.tp,) for c in colls)
         items, lines = unreduced_outputs(st.ranks, st.step, st.layout, ax.tp, ax.stage_ranks, ax.loss_rank,
                                          st.script)
-        if not items and not lines and not ax.pipe:
+        if not items and not lines and not ax.pipe and not sp:  # sequence parallelism: norms' gradients partial
             first = {r: next((s for s in part["steps"] if s["step"] == st.steps[0]["step"]), {})
                      for r, part in st.ranks.items()}
             items, lines = unreduced_input_grads(st.ranks, first, st.step, st.layout, ax.tp, st.observer,
@@ -282,8 +284,6 @@ def facts_pass(st: Step, ax: Axes) -> tuple[tuple | None, set[int]]:
         if rowwise:
             st.notes.append(f"{ax.tp}: the outputs of {', '.join(rowwise[:4])} all-reduced over {ax.tp} in their "
                             "forward (row-parallel), as megatron_tp derives")
-        sp = any(c["phase"] == "forward" and c["kind"] in ("reduce_scatter", "all_gather") and not c["carried"]
-                 and st.axes(c) == (ax.tp,) for c in colls)
         custom_ok = input_grad_reductions(st.ranks, st.layout, ax.tp, sp)
         if custom_ok:
             st.notes.append(f"{ax.tp}: the input gradients all-reduced over {ax.tp} in the backward of "
