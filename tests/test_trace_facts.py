@@ -20,6 +20,8 @@ from golden import check_golden
 
 from placement_logic.cli import main
 from placement_logic.trace.lift import lift
+from placement_logic.trace.lift_activations import region_of
+from placement_logic.trace.lift_facts import LOCAL_OVERFLOW
 
 ROOT = Path(__file__).resolve().parent.parent
 STORED = ROOT / "tests" / "data" / "traces" / "ddp_summed.json"
@@ -94,12 +96,147 @@ def _layers(trace: dict, fc2_output_equal: bool, fc2_reduced: bool, losses_equal
     return trace
 
 
-def test_a_row_parallel_output_never_reduced_is_named_at_its_forward():
-    lifted = lift(_layers(stored(), fc2_output_equal=False, fc2_reduced=False, losses_equal=False))
-    found = [u for u in lifted.unliftable if u.what.startswith("the output of fc2 (RowLinear)")]
+def _named(trace: dict, name: str, cls: str) -> dict:
+    for part in trace["ranks"]:
+        m = _last(part)["modules"][1]
+        m["name"], m["class"] = name, cls
+    return trace
+
+
+@pytest.mark.parametrize("name,cls,region", [
+    ("fc2", "RowLinear", "mlp"),
+    ("layers.3.mlp.down_proj", "RowParallelLinear", "mlp"),
+    ("layers.0.self_attn.o_proj", "RowParallelLinear", "attention"),
+    ("h.1.attn.c_proj", "Conv1D", "attention"),
+])
+def test_a_row_parallel_output_never_reduced_is_lifted_as_its_region_left_partial(name, cls, region, tmp_path):
+    """The layer's region is read from its name; the plan then states the missing reduction (`reduce over ()`,
+    the slot emptied) at the layer's forward, and the checker refutes that region's activations there."""
+    lifted = lift(_named(_layers(stored(), fc2_output_equal=False, fc2_reduced=False, losses_equal=False), name, cls))
+    assert not [u for u in lifted.unliftable if "output of" in u.what or "the loss over" in u.what], lifted.unliftable
+    line = f"  override activations[{region}]: reduce over ()"
+    assert line in lifted.text
+    spec = tmp_path / "lifted.place"
+    spec.write_text(lifted.text)
+    status, out, _ = run(["check", str(spec)])
+    at = next(i for i, x in enumerate(lifted.text.splitlines(), 1) if x.startswith(line))
+    assert status == 1 and f"{spec}:{at}:3: refuted GI activations[{region}]" in out, out
+    assert "examples/traced/tp_rowwise_unreduced.py:49" in lifted.text.splitlines()[at - 1]
+
+
+def test_a_row_parallel_output_in_no_region_is_named_at_its_forward():
+    """A layer whose name places it in no region (`block.proj`) is not guessed: reported at its forward."""
+    lifted = lift(_named(_layers(stored(), False, False, False), "block.proj", "RowLinear"))
+    found = [u for u in lifted.unliftable if u.what.startswith("the output of block.proj (RowLinear)")]
     assert len(found) == 1 and found[0].where == "examples/traced/tp_rowwise_unreduced.py:49", lifted.unliftable
-    assert "never all-reduced" in found[0].reason
-    assert 'unobserved "the output of fc2 (RowLinear) over' in lifted.text
+    assert "never all-reduced" in found[0].reason and "activations[" not in lifted.text
+    assert 'unobserved "the output of block.proj (RowLinear) over' in lifted.text
+
+
+def test_regions_read_from_module_names():
+    assert [region_of(n, c) for n, c in [
+        ("blocks.0.mlp.fc1", "Linear"), ("model.layers.2.self_attn.qkv_proj", "Linear"), ("lm_head", "Linear"),
+        ("transformer.h.0.mlp.c_proj", "Conv1D"), ("block.proj", "MyAttention"), ("block.proj", "Linear"),
+        ("layers.0.feed_forward.w2", "Linear")]] == ["mlp", "attention", "head", "mlp", "attention", None, "mlp"]
+
+
+def _column(trace: dict, grads_differ: bool, columns: int = 1, reduced: bool = False) -> dict:
+    """Tensor parallelism with a layer before it: ``embed`` whole on both ranks (its initial values equal), then
+    ``columns`` column-parallel layers (the same input, different outputs on the two ranks) in every step; the
+    embedding's gradient differs between the ranks or not, reduced by the all-reduce (seq 6) or not."""
+    trace = _tensor_parallel(trace)
+    at = {"file": "examples/traced/tp_column.py", "line": 56, "code": "def forward(self, x):"}
+    whole = trace["ranks"][0]["steps"][0]["optimizer"]["params"][0]["checksum"]
+    for part in trace["ranks"]:
+        r = part["rank"]
+        for st, st0 in zip(part["steps"], trace["ranks"][0]["steps"]):
+            st["losses"], st["nll"] = copy.deepcopy(st0["losses"]), copy.deepcopy(st0["nll"])  # equal losses
+            emb = st["optimizer"]["params"][0]
+            assert emb["name"] == "embed.weight"
+            emb["checksum"] = whole
+            emb["grad"]["collectives"] = [6] if reduced else []
+            if grads_differ:
+                emb["grad"]["checksum"] = f"differs-{r}"
+            st["modules"] = [{"name": "embed", "class": "Embedding", "input": "x", "output": "e", "collectives": [],
+                              "stack": [FRAME]}] + [
+                {"name": f"blocks.{i}.mlp.fc1", "class": "ColumnLinear", "input": "e", "output": f"h{i}{r}",
+                 "collectives": [], "stack": [FRAME], "at": at} for i in range(columns)]
+    return trace
+
+
+def test_a_column_parallel_input_gradient_never_reduced_is_lifted_as_no_reduce(tmp_path):
+    lifted = lift(_column(stored(), grads_differ=True))
+    line = "  override activation_grads[mlp]: no_reduce"
+    assert line in lifted.text and not lifted.unliftable, lifted.unliftable
+    spec = tmp_path / "lifted.place"
+    spec.write_text(lifted.text)
+    status, out, _ = run(["check", str(spec)])
+    at = next(i for i, x in enumerate(lifted.text.splitlines(), 1) if x.startswith(line))
+    assert status == 1 and f"{spec}:{at}:3: refuted GI activation_grads[mlp]" in out, out
+    assert "examples/traced/tp_column.py:56" in lifted.text.splitlines()[at - 1]
+
+
+@pytest.mark.parametrize("differ,columns,reduced", [(False, 1, False), (True, 1, True)])
+def test_an_input_gradient_equal_or_reduced_is_not_blamed(differ, columns, reduced):
+    """The embedding's gradient equal on the tensor ranks, or reduced over the axis: no input gradient is wrong."""
+    lifted = lift(_column(stored(), differ, columns, reduced))
+    assert "activation_grads" not in lifted.text and not [u for u in lifted.unliftable if "input gradient" in u.what]
+
+
+def test_an_input_gradient_never_reduced_before_two_column_layers_is_named():
+    """Which of two column-parallel layers lost its reduction is not read from the gradients: named, not lifted."""
+    lifted = lift(_column(stored(), True, columns=2))
+    found = [u.what for u in lifted.unliftable]
+    assert found == ["the input gradient of blocks.0.mlp.fc1 (ColumnLinear), blocks.1.mlp.fc1 (ColumnLinear) over tp"]
+    assert "activation_grads" not in lifted.text
+
+
+def _scaler(trace: dict) -> dict:
+    """GradScaler's unscale recorded on every rank (its found-inf flag set from the rank's own gradients)."""
+    for part in trace["ranks"]:
+        part["unmodelled"] = [{"what": LOCAL_OVERFLOW, "detail": "", "phase": "after_backward",
+                               "step": _last(part)["step"], "stack": [FRAME]}]
+    return trace
+
+
+@pytest.mark.parametrize("edit,named", [
+    (lambda t: t, False),  # DDP: every rank's gradients equal after the all-reduce, every rank decides alike
+    (_tensor_parallel, True),  # weight slices: each rank checks its own, and nothing reduces the flag
+    (lambda t: _flag(_tensor_parallel(t), 0.0), False),  # the flag all-reduced with MAX: override overflow
+])
+def test_a_local_overflow_check_is_named_where_the_gradients_differ_between_ranks(edit, named):
+    lifted = lift(edit(_scaler(stored())))
+    found = [u for u in lifted.unliftable if u.what == LOCAL_OVERFLOW]
+    assert bool(found) == named, lifted.unliftable
+    if named:
+        assert "tp (megatron_tp)" in found[0].reason and found[0].where == "examples/traced/ddp_summed.py:7"
+        assert f'unobserved "{LOCAL_OVERFLOW}' in lifted.text
+
+
+def _custom_backward(trace: dict, op: str = "sum", carried: tuple = ()) -> dict:
+    """A custom autograd function's backward all-reduces an activation gradient over the tensor axis."""
+    trace = _tensor_parallel(trace)
+    for part in trace["ranks"]:
+        st = _last(part)
+        part["collectives"].append({"seq": 901, "step": st["step"], "phase": "backward", "kind": "all_reduce",
+                                    "ranks": [0, 1], "stack": [FRAME], "dtype": "float32", "bytes": 64, "numel": 16,
+                                    "op": op, "api": "c10d.allreduce_", "carried": list(carried),
+                                    "inputs_reduced": [], "custom_backward": "CopyToTensorRanks"})
+        part["unmodelled"] = [{"what": "a collective (all_reduce) in the backward of the custom autograd function "
+                               "CopyToTensorRanks", "detail": "not lifted", "phase": "backward", "step": st["step"],
+                               "stack": [FRAME]}]
+    return trace
+
+
+@pytest.mark.parametrize("op,carried,named", [("sum", (), False), ("max", (), True),
+                                              ("sum", ("embed.weight",), True)])
+def test_a_custom_backward_sum_over_the_tensor_axis_is_the_input_gradient_reduction(op, carried, named):
+    """Megatron's copy-to-tensor-parallel region (identity forward, all-reduce backward) is what megatron_tp
+    derives: not reported. Another reduction there, or one of a parameter's gradient, is still named."""
+    lifted = lift(_custom_backward(stored(), op, carried))
+    found = [u for u in lifted.unliftable if "custom autograd function CopyToTensorRanks" in u.what]
+    assert bool(found) == named
+    assert ("input gradients all-reduced over tp in the backward of CopyToTensorRanks" in lifted.text) != named
 
 
 @pytest.mark.parametrize("equal,reduced,losses_equal,named", [
@@ -212,7 +349,6 @@ def test_malformed_new_records_are_pl612(tmp_path, key, value):
 
 UNKNOWN = [
     # script, what is named, (text of its script line, the class whose block holds it)
-    ("tp_rowwise_unreduced.py", "the output of fc2 (RowLinear) over tp", ("def forward(self, x):", "class RowLinear")),
     ("pipeline_tied.py", "weight (stage 0) and weight (stage 1)", ("dist.all_reduce(tied.grad)", None)),
     ("pipeline_tied_unsummed.py", "weight (stage 0) and weight (stage 1)", ("opt.step()", None)),
     ("manual_checkpoint.py", "torch.save", ("torch.save(", None)),
@@ -220,6 +356,7 @@ UNKNOWN = [
     ("manual_custom_backward.py", "a collective (all_reduce) in the backward of the custom autograd function "
      "SyncGrads", ("dist.all_reduce(grad)", None)),
     ("manual_aux_loss.py", "an auxiliary loss", ("loss = F.cross_entropy(", None)),
+    ("tp_column.py --scaler", "a loss-scale overflow check (GradScaler's unscale_)", ("scaler.step(opt)", None)),
 ]
 
 
@@ -232,8 +369,9 @@ def test_what_the_lift_does_not_model_is_unknown_at_its_line(script, what, where
     pytest.importorskip("torch")
     monkeypatch.chdir(ROOT)
     spec = tmp_path / "lifted.place"
+    script, *argv = script.split()
     status, out, err = run(["trace", "--nproc", "2", "--check", "--spec-file", str(spec), "--",
-                            "python", f"examples/traced/{script}"])
+                            "python", f"examples/traced/{script}", *argv])
     assert status == 3, out + err
     line = _line(script, *where)
     assert f"examples/traced/{script}:{line}:1: error: not lifted: {what} " in err, err
@@ -243,11 +381,41 @@ def test_what_the_lift_does_not_model_is_unknown_at_its_line(script, what, where
     assert status == 3 and out.rstrip().endswith("UNKNOWN"), out
 
 
+REFUTED = [
+    # script, arguments, the refuted obligation, (text of its script line, the class whose block holds it)
+    ("tp_rowwise_unreduced.py", [], "GI activations[mlp]", ("def forward(self, x):", "class RowLinear")),
+    ("tp_column.py", ["--unreduced"], "GI activation_grads[mlp]", ("def forward(self, x):", "class ColumnLinear")),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("script,argv,obligation,where", REFUTED, ids=[r[0] for r in REFUTED])
+def test_a_missing_tensor_axis_reduction_is_refuted_at_its_layer(script, argv, obligation, where, tmp_path,
+                                                                  monkeypatch):
+    """A row-parallel output never all-reduced in forward, a column-parallel input gradient never all-reduced in
+    backward: lifted as the region's activation override and refuted at the layer's `def forward`, with that cause
+    alone (no data axis, no gradient reduction blamed)."""
+    pytest.importorskip("torch")
+    monkeypatch.chdir(ROOT)
+    spec = tmp_path / "lifted.place"
+    status, out, err = run(["trace", "--nproc", "2", "--check", "--spec-file", str(spec), "--",
+                            "python", f"examples/traced/{script}", *argv])
+    assert status == 1 and "[PL614]" not in err, out + err
+    line = _line(script, *where)
+    assert f"1 finding in examples/traced/{script}:" in out, out
+    assert f"examples/traced/{script}:{line}: refuted {obligation}: " in out, out
+    assert "dp" not in spec.read_text().split("mesh {")[1]
+
+
 @pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.parametrize("script,argv,status,binding", [
     ("tp_rowwise.py", [], 0, "tp: megatron_tp"),
+    ("tp_column.py", [], 0, "tp: megatron_tp"),
     ("manual_overflow.py", [], 0, "override overflow: reduce over (dp)"),
+    ("ddp_gradscaler.py", [], 0, "dp: ddp"),
+    ("ddp_gradscaler.py", ["--fsdp"], 0, "override overflow: reduce over (dp)"),
     ("pipeline_schedule.py", [], 0, "pp: gpipe"),
     ("pipeline_schedule.py", ["--1f1b"], 0, "pp: one_f_one_b"),
     ("pipeline_schedule.py", ["--unscaled"], 1, "override grads: divide by 1 / 2"),
@@ -270,5 +438,8 @@ def test_lifted_as_what_it_is(script, argv, status, binding, tmp_path, monkeypat
     else:
         line = _line(script, "return F.cross_entropy(")
         assert f"examples/traced/{script}:{line}: refuted GI grads[dense] normalisation:" in out, out
-    if script == "tp_rowwise.py":
+    if script in ("tp_rowwise.py", "tp_column.py"):
         assert "# note: tp: the outputs of fc2 all-reduced over tp in their forward (row-parallel)" in spec.read_text()
+    if script == "tp_column.py":
+        assert "# note: tp: the input gradients all-reduced over tp in the backward of CopyToTensorRanks " \
+            "(column-parallel)" in spec.read_text()

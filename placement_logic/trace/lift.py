@@ -36,8 +36,9 @@ Steps, on the last step of the trace that reached the optimizer:
 The lift is a sequence of named passes over one typed input (``Step``: the trace read once, the
 step analysed, every rank's record of it), each adding what it cannot lift to ``Step.items``:
 ``read_step``, ``pipeline_pass`` (stages or a context axis), ``params_pass``, ``axes_pass`` (roles),
-``calls_pass`` (every call on a set of mesh axes), ``facts_pass`` (``lift_facts``: layers left partial,
-overflow flags, what no plan statement reads), ``strategies_pass``; then, in ``lift_plan``,
+``calls_pass`` (every call on a set of mesh axes), ``facts_pass`` (``lift_activations``: layers left
+partial and input gradients never reduced over the tensor axis, as activation overrides; ``lift_facts``: overflow
+flags, what no plan statement reads), ``strategies_pass``; then, in ``lift_plan``,
 ``gradients_pass``, ``loss_pass``, ``groups_pass`` and ``overrides_pass``.
 
 The layout and records live in ``lift_layout``, the gradient programs in ``lift_programs``, the
@@ -46,8 +47,9 @@ pipeline in ``lift_pipeline``, the loss, clipping and rendering in ``lift_render
 
 from __future__ import annotations
 
+from .lift_activations import input_grad_reductions, unreduced_input_grads, unreduced_outputs
 from .lift_data import data_bindings
-from .lift_facts import overflow, split_by_values, unmodelled, unreduced_outputs
+from .lift_facts import local_overflow, overflow, split_by_values, unmodelled
 from .lift_layout import NOT_LIFTED_KINDS, Lifted, Unliftable, _frames, _ident, _layout, _placement_axes
 from .lift_pipeline import P2P_KINDS, find_context_axes, find_pipeline
 from .lift_render import _clip, _empty_spec, _quoted, _render
@@ -77,6 +79,7 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     calls_pass(st, ax)
     overflow_line, nonlinear = facts_pass(st, ax)
     strategies = strategies_pass(st, ax, params)
+    st.items[:] = local_overflow(st.items, overflow_line, strategies.bindings)
     grads = gradients_pass(st, ax, params)
     loss = loss_pass(st, ax, grads)
     named = groups_pass(st, grads)
@@ -84,6 +87,7 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     clip = _clip([c for c in st.colls if c["seq"] not in nonlinear], params, st.layout, st.axes, grads.info, ax.tp,
                  ax.data_axes, st.script, ax.pp)
     lines.extend(x for x in (clip, overflow_line) if x is not None)
+    lines.extend(st.activation_lines)
     # what was not lifted is stated in the plan itself, so `placement check` of the lifted spec proves nothing
     # about the script either (every obligation it would prove is unknown, naming these)
     for what in dict.fromkeys(u.what for u in st.items):
@@ -258,20 +262,36 @@ def calls_pass(st: Step, ax: Axes) -> None:
 
 
 def facts_pass(st: Step, ax: Axes) -> tuple[tuple | None, set[int]]:
-    """Layers left partial over the tensor axis, overflow flags, and what no plan statement reads (``lift_facts``):
-    (the overflow line, the non-linear reductions read as flags)."""
+    """Layers left partial and input gradients never reduced over the tensor axis (activation overrides, kept in
+    ``st.activation_lines``), a custom backward's input-gradient sum over it, overflow flags, and what no plan
+    statement reads: (the overflow line, the non-linear reductions read as flags)."""
     colls = st.colls
+    custom_ok: set[str] = set()
     if ax.tp:
-        st.items.extend(unreduced_outputs(st.ranks, st.step, st.layout, ax.tp, ax.stage_ranks, ax.loss_rank,
-                                          st.script))
+        sp = any(c["phase"] == "forward" and c["kind"] in ("reduce_scatter", "all_gather") and not c["carried"]
+                 and st.axes(c) == (ax.tp,) for c in colls)
+        items, lines = unreduced_outputs(st.ranks, st.step, st.layout, ax.tp, ax.stage_ranks, ax.loss_rank,
+                                         st.script)
+        if not items and not lines and not ax.pipe and not sp:  # sequence parallelism: norms' gradients partial
+            first = {r: next((s for s in part["steps"] if s["step"] == st.steps[0]["step"]), {})
+                     for r, part in st.ranks.items()}
+            items, lines = unreduced_input_grads(st.ranks, first, st.step, st.layout, ax.tp, st.observer,
+                                                    st.script)
+        st.items.extend(items)
+        st.activation_lines.extend(lines)
         rowwise = sorted({c["module"] for c in colls if c.get("module") and c["phase"] == "forward"
                           and c["kind"] == "all_reduce" and st.axes(c) == (ax.tp,)})
         if rowwise:
             st.notes.append(f"{ax.tp}: the outputs of {', '.join(rowwise[:4])} all-reduced over {ax.tp} in their "
                             "forward (row-parallel), as megatron_tp derives")
+        custom_ok = input_grad_reductions(st.ranks, st.layout, ax.tp, sp)
+        if custom_ok:
+            st.notes.append(f"{ax.tp}: the input gradients all-reduced over {ax.tp} in the backward of "
+                            f"{', '.join(sorted(custom_ok))} (column-parallel), as megatron_tp derives")
     overflow_line, nonlinear, overflow_items = overflow(colls, st.axes, st.observer, st.script, ax.tp)
     st.items.extend(overflow_items)
-    st.items.extend(unmodelled(st.ranks, st.step_no, st.step, ax.loss_rank))
+    lifted = {f"a collective (all_reduce) in the backward of the custom autograd function {fn}" for fn in custom_ok}
+    st.items.extend(u for u in unmodelled(st.ranks, st.step_no, st.step, ax.loss_rank) if u.what not in lifted)
     return overflow_line, nonlinear
 
 

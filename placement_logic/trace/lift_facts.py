@@ -1,13 +1,10 @@
-"""Facts of a traced step beyond the gradient programs: split weights, layer outputs left partial over the
-tensor axis, overflow-flag reductions, and what the script does that no plan statement reads (no torch).
+"""Facts of a traced step beyond the gradient programs: split weights, overflow-flag reductions, and what the
+script does that no plan statement reads (no torch).
 
 - ``split_by_values``: ranks along an axis that see the same inputs and hold parameters of the same names
   with different values before the first update hold slices of the weights (tensor parallelism written by
   hand over plain tensors): the axis splits the weights.
-- ``unreduced_outputs``: on a tensor axis, a layer whose input and output both differ between the tensor
-  ranks, inside whose forward no collective ran over the axis, while the ranks compute different losses from
-  the same inputs, is a row-parallel layer whose partial sums are never all-reduced: reported at its
-  ``def forward``, since no plan statement drops a layer's activation reduction.
+- (layers left partial over the tensor axis, input gradients never reduced: ``lift_activations``)
 - ``overflow``: a one-element all-reduce of a 0/1 flag with MAX after backward is the loss-scale overflow
   decision: ``override overflow: reduce over (...)`` on the axes it ran over; another MAX/MIN/product
   reduction is reported, but for one over the tensor axis alone in forward (a vocabulary-parallel softmax).
@@ -24,6 +21,25 @@ from fractions import Fraction
 from .lift_layout import Unliftable, _frames, _Layout
 
 LINEAR_OPS = ("sum", "avg", "premul_sum", "")
+LOCAL_OVERFLOW = "a loss-scale overflow check (GradScaler's unscale_)"  # the recorder's name for it
+
+
+def local_overflow(items: list[Unliftable], overflow_line, bindings: dict[str, str]) -> list[Unliftable]:
+    """GradScaler's found-inf flag is set from each rank's own gradients. Where a flag reduction was read
+    (``override overflow``, which the checker checks) or every axis is DDP's (the gradients all-reduced first,
+    equal on every rank, so every rank decides alike) it is what the plan derives; over gradients that differ
+    between ranks (sharded: ZeRO, FSDP, tensor or pipeline parallelism) with no reduction of the flag, each rank
+    may decide alone: named, not assumed."""
+    out = []
+    for u in items:
+        if u.what != LOCAL_OVERFLOW:
+            out.append(u)
+        elif overflow_line is None and any(b != "ddp" for b in bindings.values()):
+            out.append(Unliftable(u.ranks, u.seq, u.what, "the found-inf flag is set from each rank's own gradients "
+                                  "and no collective reduces it, while the gradients differ between ranks along "
+                                  + ", ".join(f"{a} ({b})" for a, b in bindings.items() if b != "ddp")
+                                  + ": a rank may skip a step the others take; not lifted", u.stack, u.calls, u.hides))
+    return out
 
 
 def split_by_values(initial: dict, layout: _Layout, observer: int, axis: str) -> bool:
@@ -33,43 +49,6 @@ def split_by_values(initial: dict, layout: _Layout, observer: int, axis: str) ->
     mine, theirs = initial.get(observer, {}), initial.get(other, {}) if other is not None else {}
     return any(not p.get("placements") and n in theirs and p.get("checksum")
                and theirs[n].get("checksum") not in (None, p["checksum"]) for n, p in mine.items())
-
-
-def unreduced_outputs(ranks: dict, step: dict, layout: _Layout, tp: str, stage_ranks: list[int],
-                      loss_rank: int, script: str) -> list[Unliftable]:
-    def loss(r):
-        return [x.get("value") for x in step.get(r, {}).get("losses", [])]
-
-    other = layout.neighbour(loss_rank, tp)
-    if other is None or not loss(loss_rank) or loss(loss_rank) == loss(other):
-        return []
-    by_seq = {r: {c["seq"]: c for c in ranks[r]["collectives"]} for r in ranks}
-    out = []
-    for r in stage_ranks:
-        o = layout.neighbour(r, tp)
-        theirs = {m.get("name"): m for m in step.get(o, {}).get("modules", [])}
-        for m in step.get(r, {}).get("modules", []):
-            t = theirs.get(m.get("name"))
-            if t is None or None in (m.get("input"), m.get("output")):
-                continue
-            over_tp = [s for s in m.get("collectives", []) if s in by_seq[r]
-                       and tp in (layout.axes_of(by_seq[r][s]["ranks"], r) or ())]
-            if m["input"] != t.get("input") and m["output"] != t.get("output") and not over_tp:
-                where = [m["at"]] if m.get("at") else _frames([m.get("stack", [])], script)
-                out.append(Unliftable(
-                    (r, o), -1, f"the output of {m.get('name')} ({m.get('class')}) over {tp}",
-                    f"its input and its weights are split over {tp} (row-parallel) and its output differs between "
-                    f"the tensor ranks: a partial sum never all-reduced over {tp} in its forward, so the tensor "
-                    "ranks compute different losses from the same inputs. A layer's missing tensor-axis reduction "
-                    "is not expressible in a plan (megatron_tp derives it)", tuple(where)))
-                break
-        if out:
-            return out
-    frames = tuple((step[loss_rank].get("losses") or [{}])[0].get("stack") or ())
-    return [Unliftable((loss_rank, other), -1, f"the loss over {tp}",
-                       f"the tensor ranks along {tp} compute different losses ({loss(loss_rank)[0]:.6g} and "
-                       f"{loss(other)[0]:.6g}) from the same inputs: some forward output is never reduced over {tp}; "
-                       "which one is not lifted", frames)]
 
 
 def overflow(step_colls: list[dict], axes, observer: int, script: str, tp: str | None = None) -> tuple[

@@ -77,7 +77,8 @@ def gradients_pass(st: Step, ax: Axes, params: list[dict]) -> Grads:
             elif tp not in _placement_axes(p, layout):
                 theirs = grads_of.get(other, {}).get(own, {}).get("grad") or {}
                 differs = (theirs.get("checksum") != (p.get("grad") or {}).get("checksum"))
-                cls = "partial" if (tp in reds or differs) else "whole"
+                # a gradient that differs only because a lifted activation override makes it wrong is whole
+                cls = "partial" if (tp in reds or (differs and not st.activation_lines)) else "whole"
         info.append((p, cls, reds, const, frames, numel))
         # every rank must run the same program on this parameter's gradient
         for r in sorted(st.ranks):

@@ -27,6 +27,9 @@ class Step:
     observer: int = 0
     items: list[Unliftable] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # the activation overrides lifted (``lift_activations``): the gradients that differ between the tensor ranks
+    # because of them are read as whole on the axis, not partial
+    activation_lines: list[tuple[str, list]] = field(default_factory=list)
 
     def axes(self, c: dict, r: int | None = None) -> tuple[str, ...]:
         return self.layout.axes_of(c["ranks"], self.observer if r is None else r) or ()

@@ -313,6 +313,7 @@ class Recorder(Events, Modules, TorchDispatchMode):
         if self.phase == "backward" and kind not in ("send", "recv"):  # a ring's or a pipeline's exchange is lifted
             fn = self.custom_backward()
             if fn is not None:
+                rec["custom_backward"] = fn
                 self.note_unmodelled(f"a collective ({kind}) in the backward of the custom autograd function {fn}",
                                      "a collective a custom autograd function issues in its backward is not lifted")
         self._busy = True

@@ -12,6 +12,8 @@ from fractions import Fraction
 
 import torch
 
+from .lift_facts import LOCAL_OVERFLOW
+
 TORCH_DIR = os.path.dirname(torch.__file__)
 PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STDLIB_DIRS = tuple({os.path.dirname(os.__file__)})
@@ -130,6 +132,13 @@ class Events:
             self.step_record()["nll"].append({"reduction": {0: "none", 1: "mean", 2: "sum"}.get(reduction, str(reduction)),
                                               "tokens": valid, "positions": int(target.numel()),
                                               "value": float(out[0].detach().float().sum()), "stack": _user_frames()})
+            return
+        if name == "_amp_foreach_non_finite_check_and_unscale_":
+            # GradScaler's unscale: every gradient multiplied by 1 / scale (a power of two, constant within the step)
+            # and a found-inf flag set from this rank's own gradients; whether a collective then reduces the flag
+            # is read from the collectives (``override overflow``), a check left local is named by the lift
+            self._scale("_foreach_mul_", (args[0], float(args[2])), kwargs, None)
+            self.note_unmodelled(LOCAL_OVERFLOW, "GradScaler's found-inf flag is set from each rank's own gradients")
             return
         if not self.events and name not in _SCALE:
             return
