@@ -239,7 +239,7 @@ def measure(spec: ir.Spec, plan: ir.Plan, sizes: dict[str, int], steps: int, wit
     except LaunchError as exc:
         return MeasureReport(spec.file, plan.name, Outcome.FAILED, mesh, steps, implementation=IMPLEMENTATION[name],
                              reasons=(str(exc),))
-    base = dict(file=spec.file, plan=plan.name, mesh=mesh, steps=steps, implementation=IMPLEMENTATION[name],
+    base = dict(file=spec.file, plan=plan.name, mesh=mesh, steps=1, implementation=IMPLEMENTATION[name],
                 prediction_source=prediction.source, shape=tuple(shape.as_dict().items()))
     errors = [f"rank {r['rank']}: {r['error']}" for r in results if "error" in r]
     if errors:
@@ -248,7 +248,8 @@ def measure(spec: ir.Spec, plan: ir.Plan, sizes: dict[str, int], steps: int, wit
     first = results[0]
     eq = Equivalence(steps=1, param_abs=first["update_abs"], param_rel=first["update_rel"],
                      param_worst=first["update_worst"], loss_abs=0.0, loss_rel=0.0,
-                     replicas_agree=all(r["digest"] == first["digest"] for r in results), tolerance=TOLERANCE)
+                     replicas_agree=all(r["digest"] == first["digest"] for r in results), tolerance=TOLERANCE,
+                     grad_unavailable="the Muon harness compares the first step's update, not the loss or gradients")
     checker = checker_view(spec, plan.name, sizes) if with_checker else None
     outcome = Outcome.DIVERGED if not eq.within else (
         Outcome.MISMATCH if any(r.status == "differs" for r in rows) else Outcome.MATCHED)
@@ -259,7 +260,7 @@ def measure(spec: ir.Spec, plan: ir.Plan, sizes: dict[str, int], steps: int, wit
                        "process's: the run did not run the plan as written; a refuted plan is never a match",)
     notes = ("first-step parameter update against one process's whole-matrix Muon (ns_steps "
              + ", ".join(f"{g} {s}" for g, s in muon) + f"; AdamW on the rest), within {TOLERANCE:g} relative "
-             "to the largest reference update; fp32; one step compared (the Muon update, not K steps)",
+             "to the largest reference update; fp32; one step run and compared, whatever --steps says",
              "the loss is not compared (the same forward on every scheme); memory rows are not compared for Muon")
     return MeasureReport(outcome=outcome, rows=tuple(rows), equivalence=eq, checker=checker, notes=notes,
                          reasons=out_reasons, **base)
