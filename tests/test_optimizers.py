@@ -255,6 +255,71 @@ def test_a_tensor_axis_cuts_split_weights_only():
         assert verdict(replace(spec, plans=(q,)), q, group) is (Verdict.PROVED if ok else Verdict.REFUTED)
 
 
+KV_SPEC = """
+from std.tensor import megatron_tp
+
+LETS
+
+model {
+  transformer {
+    hidden = 1024
+    layers = 4
+    heads = 16
+    kv_heads = KV
+    ffn = 4096
+    vocab = 32000
+  }
+}
+
+mesh {
+  tp = 4
+}
+
+plan muon_kv {
+  tp: megatron_tp
+  optimizer {
+    kv = muon(ns_steps = 5)
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("lets,kv,expected", [
+    ("", "1", Verdict.PROVED),  # one K/V head: copied whole on every tensor rank
+    ("let kvh = 1", "kvh", Verdict.PROVED),  # the same head count through a let name
+    ("let kvh = 4", "kvh", Verdict.REFUTED),  # four heads split over tp = 4: each rank orthogonalises one
+    ("let hd = 16\nlet kvh = hd / 16", "kvh", Verdict.UNKNOWN),  # not a number here: never refuted
+])
+def test_a_kv_head_count_given_by_name(lets, kv, expected):
+    spec = load_string(KV_SPEC.replace("LETS", lets).replace("KV", kv), "kv.place")
+    p = spec.plan("muon_kv")
+    assert verdict(spec, p, "kv") is expected
+
+
+def test_an_idle_library_gather_points_at_the_plans_use_site():
+    """std.optimizer.muon_zero1 in a plan with no matrix-wise algorithm: PL245 at the plan's line that
+    binds the strategy, with a note at the library's override."""
+    text = SPEC.replace("from std.data import zero1", "from std.optimizer import muon_zero1").replace(
+        "dp: zero1", "dp: muon_zero1").replace("BODY", "").replace("OVERRIDE", "")
+    text = text.replace("  optimizer {\n    \n  }\n", "")
+    with pytest.raises(DiagnosticError) as e:
+        load_string(text, "use.place")
+    d = e.value.diagnostics[0]
+    line = next(i for i, x in enumerate(text.splitlines(), 1) if "dp: muon_zero1" in x)
+    assert (d.code, d.span.file, d.span.line) == ("PL245", "use.place", line), d
+    assert any("<std.optimizer>:" in n and "muon_zero1" in n for n in d.notes), d.notes
+    # a strategy of the same file keeps pointing at its own override
+    own = text.replace("from std.optimizer import muon_zero1\n", "strategy mine over (d) {\n  role = data\n"
+                       "  params: R\n  optimizer: S\n  grads: R\n  activations: R\n"
+                       "  override optimizer: gather over (d)\n}\n").replace("dp: muon_zero1", "dp: mine")
+    with pytest.raises(DiagnosticError) as e:
+        load_string(own, "own.place")
+    d = e.value.diagnostics[0]
+    line = next(i for i, x in enumerate(own.splitlines(), 1) if "override optimizer: gather" in x)
+    assert (d.code, d.span.file, d.span.line) == ("PL245", "own.place", line)
+    assert not any("in strategy" in n for n in d.notes), d.notes
+
+
 # ---------------------------------------------------------------- Megatron-LM's Muon options
 
 MEGATRON = ("--tensor-model-parallel-size 2 --num-layers 4 --hidden-size 256 --num-attention-heads 8 "

@@ -61,9 +61,10 @@ def obligations(plan, ctx: Context, obligation) -> list:
     """``obligation``: the ``Obligation`` constructor (obligations.py owns it)."""
     obs = []
     for g, c in opt.whole_needed(plan):
-        cut = opt.cuts(plan, g)
+        cut = opt.cuts(plan, g, ctx.bindings)
         given = opt.uncut(plan, g)
-        bad = [a for a in cut if a not in given]
+        unsure = [a for a in opt.unsure_cuts(plan, g, ctx.bindings) if a not in given]
+        bad = [a for a in cut if a not in given and a not in unsure]
         what = "matrix" if c.locality == opt.MATRIX else f"{c.arg('block')}×{c.arg('block')} block"
         span = c.span if c.span != NO_SPAN else plan.span
         notes: tuple[str, ...] = ()
@@ -88,6 +89,12 @@ def obligations(plan, ctx: Context, obligation) -> list:
             ob.unknown = (f"{g} is cut over ({', '.join(bad)}); the missing fact: whether every shard boundary falls on "
                           f"a {c.arg('block')}×{c.arg('block')} block boundary (state 'override optimizer[{g}]: gather "
                           f"over ({', '.join(bad)})' if the implementation gathers)")
+            ob.encode = lambda env: ([env.sess.true()], lambda model: {})
+        if unsure and not bad:
+            ob.unknown = (f"{g} is split by heads over ({', '.join(unsure)}) unless the model has one K/V head, and "
+                          f"kv_heads is not a number here; the missing fact: whether it is 1 (each tensor rank then "
+                          f"holds the whole K/V matrices); state it as a number, or 'override optimizer[{g}]: gather "
+                          f"over ({', '.join(unsure)})' if the implementation gathers")
             ob.encode = lambda env: ([env.sess.true()], lambda model: {})
         obs.append(ob)
     return obs

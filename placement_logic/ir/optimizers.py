@@ -116,21 +116,37 @@ def group_of(plan, name: str):
     return next((g for g in param_groups(plan.model) if g.name == name), None)
 
 
-def cuts(plan, name: str) -> tuple[str, ...]:
+def single_kv(plan, bindings=None) -> bool | None:
+    """Whether the model has one K/V head (copied whole on every tensor rank): its ``kv_heads``, a
+    number or a ``let`` name bound to one in ``bindings`` (name -> value); None when it is not known."""
+    from .nodes import Const, Sym
+
+    t = plan.model.transformer
+    v = t.kv_heads if t is not None else None
+    for _ in range(8):
+        if isinstance(v, Sym) and bindings is not None and v.name in bindings:
+            v = bindings[v.name]
+    if isinstance(v, Const):
+        return v.value == 1
+    return None
+
+
+def cuts(plan, name: str, bindings=None) -> tuple[str, ...]:
     """The mesh axes over which the update of group ``name`` sees a piece of each matrix, not the
     whole: a tensor (or sequence) axis that splits its weights, or a data, context or expert axis
     over which its optimizer state is sharded (``S``, ``S*``, ``O``: a flat ZeRO/FSDP shard), except
-    an expert axis that hands whole experts to its ranks. Gathers and owners stated by the plan are not applied."""
+    an expert axis that hands whole experts to its ranks. Gathers and owners stated by the plan are
+    not applied. K/V weights (split by heads) count as cut by a tensor axis unless the model has one
+    K/V head (``single_kv``; a head count not known here counts as cut: ``unsure_cuts``)."""
     from .groups import HEADS, SPLIT
-    from .nodes import Const, Role, State
+    from .nodes import Role, State
     from .views import class_view
 
     g = group_of(plan, name)
     if g is None:
         return ()
     view = class_view(plan, g)
-    t = plan.model.transformer
-    one_kv = t is not None and isinstance(t.kv_heads, Const) and t.kv_heads.value == 1
+    one_kv = single_kv(plan, bindings) is True
     out = []
     for a in plan.mesh.names:
         from .folding import role_of
@@ -147,6 +163,19 @@ def cuts(plan, name: str) -> tuple[str, ...]:
         elif sharded:
             out.append(a)
     return tuple(out)
+
+
+def unsure_cuts(plan, name: str, bindings=None) -> tuple[str, ...]:
+    """The tensor axes ``cuts`` counts for a heads-split group only because the K/V head count is
+    not known (a symbol): with one K/V head they would not cut it."""
+    from .folding import role_of
+    from .groups import HEADS
+    from .nodes import Role
+
+    g = group_of(plan, name)
+    if g is None or g.tensor != HEADS or single_kv(plan, bindings) is not None:
+        return ()
+    return tuple(a for a in cuts(plan, name, bindings) if role_of(plan, g, a) in (Role.TENSOR, Role.SEQUENCE))
 
 
 def uncut(plan, name: str) -> tuple[str, ...]:

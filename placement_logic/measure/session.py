@@ -159,6 +159,11 @@ def measure_many(items: list[tuple[ir.Spec, str]], devices: int | None = None, s
     prepared: dict[int, list[tuple[ir.Spec, Prepared]]] = {}
     for spec, name in items:
         tick(0, f"preparing {name}")
+        muon = _matrix_wise(spec, name, devices, steps, with_checker, pinned)
+        if muon is not None:
+            reports[spec.file, name] = muon
+            tick(2, f"{name} done")
+            continue
         p = prepare(spec, name, devices, steps, pinned)
         if isinstance(p, MeasureReport):
             reports[spec.file, name] = p
@@ -185,6 +190,20 @@ def measure_many(items: list[tuple[ir.Spec, str]], devices: int | None = None, s
             reports[spec.file, p.plan.name] = _report(spec, p, results[job.key], steps, with_checker)
             tick(1, f"{p.plan.name} done")
     return [reports[spec.file, name] for spec, name in items]
+
+
+def _matrix_wise(spec: ir.Spec, name: str, devices: int | None, steps: int, with_checker: bool,
+                 pinned: Mapping[str, int] | None) -> MeasureReport | None:
+    """A plan with a matrix-wise optimizer runs as measure.optimizer_muon realises it (None: any other plan)."""
+    from . import optimizer_muon
+
+    plan = next((p for p in spec.plans if p.name == name), None)
+    if plan is None or not optimizer_muon.applies(plan):
+        return None
+    sizes = mesh_sizes(plan, devices, pinned)
+    if isinstance(optimizer_muon.scheme(plan), tuple):
+        require_torch()
+    return optimizer_muon.measure(spec, plan, sizes, steps, with_checker)
 
 
 def _report(spec: ir.Spec, p: Prepared, results: list[dict], steps: int, with_checker: bool) -> MeasureReport:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .. import ir
-from ..diagnostics import did_you_mean
+from ..diagnostics import Span, did_you_mean
 from ..frontend import surface
 from ..ir import groups as pg
 from ..ir import optimizers as opt
@@ -111,13 +111,26 @@ def _whole(vals: Values, kw: surface.Kwarg) -> int | None:
     return int(val)
 
 
-def check_overrides(vals: Values, plan: ir.Plan) -> None:
+def _located(plan: ir.Plan, o: ir.Override, sites: dict) -> tuple[Span, tuple[str, ...]]:
+    """Where a diagnostic on override ``o`` points: the override itself, or, for one a strategy of
+    another file (the library) brings, the plan's line that binds or uses the strategy, with a note
+    at the override."""
+    site = sites.get(id(o))
+    if site is None or not o.span.located or o.span.file == plan.span.file:
+        return o.span, ()
+    span, name = site
+    return span, (f"the override: {o.span.file}:{o.span.line}:{o.span.column}, in strategy '{name}'",)
+
+
+def check_overrides(vals: Values, plan: ir.Plan, sites: dict | None = None) -> None:
     """``optimizer[G]: gather`` / ``round_robin`` over an axis: G's update must need whole matrices
-    (PL245), and a gather must undo a cut there (PL246)."""
+    (PL245), and a gather must undo a cut there (PL246). ``sites``: id of an override a strategy
+    brings -> (where the plan binds or uses it, the strategy's name)."""
     need = dict(opt.whole_needed(plan))
     for o in plan.overrides:
         if o.target != "optimizer" or o.verb not in ("gather", "round_robin"):
             continue
+        span, where = _located(plan, o, sites or {})
         groups = (tuple(need) if o.group in (None, "all") else
                   tuple(g for g in need if g in opt.MATRIX_GROUPS) if o.group == "matrices" else
                   (o.group,) if o.group in need else ())
@@ -130,9 +143,9 @@ def check_overrides(vals: Values, plan: ir.Plan) -> None:
             what = f"group '{o.group}' is updated by {opt.choice(plan, o.group).text()}" if one else \
                 "every group it names is updated element-wise or by a sharded-matrix algorithm"
             vals.cx.error("PL245", f"'optimizer: {o.verb}' reaches nothing: {what}, which needs no whole matrix",
-                          o.span,
-                          ("state a matrix-wise algorithm for it in the plan's optimizer section, e.g. "
-                           "optimizer { matrices = muon(ns_steps = 5) }",))
+                          span,
+                          where + ("state a matrix-wise algorithm for it in the plan's optimizer section, e.g. "
+                                   "optimizer { matrices = muon(ns_steps = 5) }",))
             continue
         if o.verb == "gather":
             cut = set().union(*(opt.cuts(plan, g) for g in groups))
@@ -140,4 +153,4 @@ def check_overrides(vals: Values, plan: ir.Plan) -> None:
             if idle:
                 vals.cx.error("PL246", f"'optimizer: gather over ({', '.join(idle)})': no matrix of "
                               f"{', '.join(groups)} is cut over {', '.join(idle)}, so there is nothing to gather",
-                              o.span, ("a rank holds the whole matrix there already",))
+                              span, where + ("a rank holds the whole matrix there already",))

@@ -40,6 +40,8 @@ class PlanDraft:
     schedule_axis: str | None = None
     unobserved: list[tuple[str, Span]] = field(default_factory=list)  # facts of the step the plan does not state
     optimizers: dict[str, object] = field(default_factory=dict)  # group -> ir.optimizers.Choice
+    # id of an override taken from a strategy -> (where the plan binds or uses it, the strategy's name)
+    override_sites: dict[int, tuple[Span, str]] = field(default_factory=dict)
 
     @classmethod
     def extending(cls, base: ir.Plan) -> "PlanDraft":
@@ -183,7 +185,7 @@ class PlanAssembler:
             optimizers=tuple(draft.optimizers.items()),
         )
         mark = self.cx.mark()
-        check_optimizer_overrides(self.vals, plan)
+        check_optimizer_overrides(self.vals, plan, draft.override_sites)
         check_shapes(plan, self.vals, self.cx.error)
         if not self.cx.failed_since(mark):
             found = ill_typed(plan, lambda s, a: draft.mode_src.get((s, a), draft.bound.get(a, p.span)))
@@ -253,7 +255,9 @@ class PlanAssembler:
         for s, opts in ex.options.items():
             draft.options.setdefault(s, {}).update(opts)
         self._merge_settings(draft, ex, item.span)
-        draft.overrides.extend(rename_override(o, rename) for o in ex.overrides)
+        taken = [rename_override(o, rename) for o in ex.overrides]
+        draft.overrides.extend(taken)
+        draft.override_sites.update((id(o), (item.span, ex.name)) for o in taken)
         draft.bindings.append(ir.Binding(ex.name, tuple(item.lhs),
                                          tuple((a, ex.roles[fa]) for fa in ex.axes for a in rename[fa]), item.span,
                                          product))
@@ -284,3 +288,4 @@ class PlanAssembler:
             return
         self._merge_settings(draft, ex, item.span)
         draft.overrides.extend(ex.overrides)
+        draft.override_sites.update((id(o), (item.span, ex.name)) for o in ex.overrides)

@@ -1165,6 +1165,63 @@ with_base("act_from_local_partial_sp", "sp", "the row-parallel output wrapped as
           "[Partial()]) and the input gradient declared Partial: redistributing to the shard the next operation "
           "needs is the reduce-scatter the derivation has.",
           ["override activations: assert_partial over (tp)", "override activation_grads: assert_partial over (tp)"])
+# -- optimizers whose update needs whole matrices (Muon) ----------------------------------
+
+MUON = ["optimizer {", "  matrices = muon(ns_steps = 5)", "}"]
+SHARD_LOCAL = "Muon run on each rank's local shard of a matrix (examples/bugs/muon_zero1_local_shards.place)"
+TP_LOCAL = "Muon's blockwise tensor-parallel mode: each tensor rank orthogonalises its own block (Megatron-LM)"
+MATS = ("attention", "kv", "mlp")
+for name, b, lines, groups, mirrors in [
+    ("zero1", "zero1", [], ["dense"], SHARD_LOCAL),
+    ("zero3", "zero3", [], ["dense"], SHARD_LOCAL),
+    ("fsdp", "fsdp", [], ["dense"], SHARD_LOCAL),
+    ("tp", "tp", [], MATS, TP_LOCAL),
+    ("sp_gather_dp_only", "sp", ["override optimizer: gather over (dp)"], MATS, TP_LOCAL),
+    ("tp_gather_tp_only_fsdp", "fsdp_tp", ["override optimizer: gather over (tp)"], MATS, SHARD_LOCAL),
+]:
+    mutant(f"muon_cut_{name}", b,
+           f"Muon on the weight matrices with {', '.join(groups)} still cut where no gather or owner reaches: each "
+           "rank orthogonalises a piece, which is not the piece of the orthogonalised matrix.",
+           MUON + lines, [f"SC optimizer[{g}] whole matrices" for g in groups], mirrors=mirrors)
+mutant("muon_cut_experts_moe_3d", "moe_3d",
+       "Muon on the experts, whose matrices Megatron TP splits over tp (expert parallelism keeps each expert whole "
+       "on its ep rank, tensor parallelism does not).",
+       ["optimizer {", "  experts = muon(ns_steps = 5)", "}"], ["SC optimizer[experts] whole matrices"],
+       mirrors=TP_LOCAL)
+
+for name, b, lines, imports, why in [
+    ("ddp", "ddp", [], (), "every DDP rank holds each whole matrix and its whole gradient"),
+    ("zero1_gather", "zero1", ["override optimizer: gather over (dp)"], (),
+     "each whole gradient matrix all-gathered over dp before Newton–Schulz, each rank keeping its shard "
+     "(distributed Muon, ZeRO-1 style)"),
+    ("zero3_owners", "zero3", ["override optimizer: round_robin over (dp)"], (),
+     "each matrix's state held whole by one dp rank, which orthogonalises it"),
+    ("tp_gather", "tp", ["override optimizer: gather over (tp)"], (),
+     "each matrix's pieces gathered over tp, orthogonalised whole on every tensor rank (Megatron-LM's duplicated "
+     "mode)"),
+    ("sp_gather_both", "sp", ["override optimizer: gather over (dp, tp)"], (),
+     "each matrix gathered over both axes that cut it: the ZeRO-1 shard over dp and the tensor split over tp"),
+    ("sp_owners_tp_gather_dp", "sp", ["override optimizer: gather over (dp)", "override optimizer: round_robin over (tp)"],
+     (), "each matrix gathered over dp and owned whole by one tensor rank"),
+    ("fsdp_tp_owners", "fsdp_tp", ["override optimizer: round_robin over (dp, tp)"], (),
+     "each matrix owned by one rank of dp × tp, its pieces sent to it and the results back"),
+]:
+    bb = BASES[b]
+    equivalent(f"muon_{name}", f"{bb.title} with Muon on the weight matrices",
+               why + "; every update sees the whole matrix, as on one device.", list(bb.bind) + MUON + lines, b,
+               imports=imports)
+equivalent("muon_library_zero1", "ZeRO-1 with Muon on the weight matrices",
+           "std.optimizer's muon_zero1: ZeRO-1 whose whole-matrix update gathers each matrix over the data axis.",
+           ["dp: muon_zero1"] + MUON, "zero1", imports=("from std.optimizer import muon_zero1",))
+equivalent("muon_library_round_robin", "ZeRO-1 with Muon on the weight matrices",
+           "std.optimizer's muon_round_robin: each whole matrix owned by one data rank in turn.",
+           ["dp: muon_round_robin"] + MUON, "zero1", imports=("from std.optimizer import muon_round_robin",))
+equivalent("muon_one_kv_head_tp", "DDP x Megatron TP with Muon on the K/V weights",
+           "one K/V head copied whole on every tensor rank: its matrices are not cut by tp.",
+           list(BASES["mqa_tp"].bind) + ["optimizer {", "  kv = muon(ns_steps = 5)", "}"], "mqa_tp")
+equivalent("muon_experts_ep", "DDP x expert parallelism with Muon on the experts",
+           "expert parallelism hands each ep rank whole experts: their matrices are not cut.",
+           list(BASES["ep"].bind) + ["optimizer {", "  experts = muon(ns_steps = 5)", "}"], "ep")
 
 # ---------------------------------------------------------------------------------------
 
