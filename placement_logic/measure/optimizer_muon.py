@@ -213,8 +213,8 @@ def measure(spec: ir.Spec, plan: ir.Plan, sizes: dict[str, int], steps: int, wit
             launcher=None) -> MeasureReport:
     """Realise ``plan``'s distributed Muon at ``sizes``, run it, and compare (one first step)."""
     from .predict import UnboundPrediction, predict, scaled_plan
-    from .session import checker_view, run_bindings
     from .shape import ShapeError, scale_down
+    from .verdict import checker_view, run_bindings
 
     mesh = tuple((a, sizes[a]) for a in plan.mesh.names)
     decided = scheme(plan)

@@ -19,9 +19,10 @@ from .compare import SETUP, compare, peak_note
 from .job import Job
 from .predict import Prediction, UnboundPrediction, predict
 from .realise import Realisation, Unrealised, realise, widths_of
-from .report import DTYPE_NAMES, GRAD_TOLERANCES, TOLERANCES, CheckerView, CounterexampleView, MeasureReport, Outcome
+from .report import DTYPE_NAMES, GRAD_TOLERANCES, TOLERANCES, MeasureReport, Outcome
 from .runner import LaunchError, launch
 from .shape import ShapeError, TinyShape, scale_down
+from .verdict import checker_view, run_bindings
 from .widths import DTYPES
 
 DEFAULT_STEPS = 3
@@ -74,36 +75,6 @@ class Prepared:
     realisation: Realisation
     shape: TinyShape
     prediction: Prediction
-
-
-def run_bindings(spec: ir.Spec, sizes: dict[str, int]) -> dict[str, ir.Value]:
-    b = spec.binding_map
-    b.update({a: ir.const(n) for a, n in sizes.items()})
-    return b
-
-
-def checker_view(spec: ir.Spec, plan: str, sizes: dict[str, int]) -> CheckerView:
-    """The checker's verdict at the run's sizes, or ``available=False`` without the checker."""
-    try:
-        from ..check.run import check_spec
-    except ImportError:
-        return CheckerView(False)
-    report = check_spec(spec, [plan], pinned=dict(sizes))
-    pr = report.plans[0]
-    summary, full = [], []
-    for o in pr.obligations:
-        if o.verdict.word == "refuted":
-            line = f"{o.name}: refuted"
-            cex = o.counterexample
-            if cex is not None:
-                line += f" — {cex.equation}"
-                summary.extend([line] + [f"  {d}" for d in cex.diagnosis])
-                full.append(CounterexampleView(o.name, tuple(cex.sizes), tuple(cex.devices) + tuple(cex.values),
-                                               cex.equation, tuple(cex.diagnosis), cex.command,
-                                               tuple(cex.notes)))
-                continue
-            summary.append(line)
-    return CheckerView(True, pr.verdict.word, tuple(summary), tuple(full))
 
 
 def prepare(spec: ir.Spec, name: str, devices: int | None = None, steps: int = DEFAULT_STEPS,
