@@ -13,6 +13,7 @@ import pytest
 from corpus import ROOT
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as hs
+from tiers import examples
 from irkit import ov, plan
 
 from placement_logic.check.run import check_plan, check_spec
@@ -145,7 +146,7 @@ def plans(draw):
     return plan("p", axes, sp=sp, overrides=overrides)
 
 
-@settings(max_examples=100, deadline=None, derandomize=True,
+@settings(max_examples=examples(100), deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @given(plans())
 def test_checker_agrees_with_the_checkpoint_simulator(generated):

@@ -94,7 +94,7 @@ def test_resolution_does_not_reach_back_into_loading():
 # lower one, never a higher one, at module level or inside a function; and the import graph
 # has no cycle between modules (one package's modules may import each other, acyclically).
 STAGES = (
-    ("outcome", "diagnostics", "hardware", "atomic"),
+    ("outcome", "diagnostics", "hardware", "atomic", "cache"),
     ("ir",),
     ("frontend.surface", "frontend.lower", "frontend.parser", "frontend.canonical", "frontend.files",
      "frontend.hf", "frontend.configs"),

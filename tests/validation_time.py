@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from fractions import Fraction
 from pathlib import Path
 
@@ -72,6 +73,7 @@ def spec(r: Run, mesh_extra: str = "") -> str:
             + f"  tp: {tensor}\n{pipe}  use {recompute}\n}}\n")
 
 
+@lru_cache(maxsize=None)  # a pure function of the run, asked for by several tests
 def predicted(r: Run, mesh_extra: str = "") -> Fraction:
     src = spec(r, mesh_extra)
     if r.gpus > r.tp * r.pp:
