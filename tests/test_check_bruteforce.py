@@ -13,8 +13,8 @@ from itertools import product
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as hs
-from tiers import examples
 from irkit import ov, plan
+from tiers import examples
 
 from placement_logic import ir
 from placement_logic.check import steps

@@ -13,8 +13,8 @@ import pytest
 from corpus import ROOT
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as hs
-from tiers import examples
 from irkit import ov, plan
+from tiers import examples
 
 from placement_logic.check.run import check_plan, check_spec
 from placement_logic.cli import main

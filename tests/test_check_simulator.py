@@ -17,8 +17,8 @@ import pytest
 import simulator
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as hs
-from tiers import examples
 from irkit import ov, plan
+from tiers import examples
 
 from placement_logic import ir
 from placement_logic.check.run import check_plan

@@ -11,8 +11,8 @@ import pytest
 import simulator_state
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as hs
-from tiers import examples
 from irkit import ov, plan
+from tiers import examples
 
 from placement_logic import ir
 from placement_logic.check.run import check_plan

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 from hypothesis.extra.lark import from_lark
-from tiers import examples
 from strategies import modules
+from tiers import examples
 
 from placement_logic.diagnostics import DiagnosticError
 from placement_logic.frontend.canonical import format_module

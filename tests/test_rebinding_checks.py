@@ -14,8 +14,8 @@ from fractions import Fraction
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
-from tiers import examples
 from strategies import shape_values
+from tiers import examples
 
 import placement_logic as pl
 from placement_logic.cli import main
