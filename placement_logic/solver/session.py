@@ -29,6 +29,7 @@ class Session:
     timeout: float = 10.0
     ctx: z3.Context = field(default_factory=z3.Context)
     timings: list[tuple[str, float, str]] = field(default_factory=list)
+    remember: bool = False  # answer a repeated query from the first one (see ``check``)
     _decided: dict = field(default_factory=dict, repr=False)  # query key -> (its terms, its outcome)
 
     # ----------------------------------------------------------- term constructors
@@ -58,21 +59,24 @@ class Session:
     def check(self, label: str, constraints: list, timeout: float | None = None) -> Outcome:
         """One query; ``timeout`` (seconds) shortens the session's limit for this query.
 
-        A query identical to one this session has decided (the same constraints, in order,
-        under the same limit) gets that outcome again without calling the solver: z3 shares
-        structurally equal terms of a context as one node, so equal node ids are equal
-        constraints, and the session keeps the first query's terms alive so that no id is
-        reused. (The checker asks many such queries: an obligation that does not depend on
-        the rest of the plan is the same query in every plan that has it.)"""
+        In a session that remembers (``remember``), a query identical to one it has decided
+        (the same constraints, in order, under the same limit) gets that outcome again without
+        calling the solver: z3 shares structurally equal terms of a context as one node, so
+        equal node ids are equal constraints, and the session keeps the first query's terms
+        alive so that no id is reused. (Checking many plans asks many such queries: an
+        obligation that does not depend on the rest of the plan is the same query in every plan
+        that has it.) Off by default: a skipped solver call leaves z3's context in another
+        state, so a later query's model (a counterexample shown to the user) may be another
+        one, equally valid; ``prove``'s compositions, which read only verdicts, remember."""
         limit = self.timeout if timeout is None else min(timeout, self.timeout)
-        key = _key(constraints, limit)
+        key = _key(constraints, limit) if self.remember else None
         hit = self._decided.get(key) if key is not None else None
         if hit is not None:
             out = replace(hit[1], seconds=0.0)
             self.timings.append((label, 0.0, out.status))
             return out
         out = self._solve(label, constraints, limit)
-        if key is not None:
+        if key is not None and out.status != "unknown":  # a query z3 gave up on is asked again
             self._decided[key] = (list(constraints), out)
         return out
 
