@@ -3,8 +3,9 @@ exercises the derivation itself (tests/test_cost_cache.py tests the cache, in a 
 and text output is laid out as it is for a pipe (no $COLUMNS from the terminal the suite runs
 in), so golden files and document examples compare alike everywhere.
 
-Tiers: ``pytest`` alone runs the quick tier (no real PyTorch runs, no solver-heavy sweeps:
-feedback in about a minute on 2 cores, and it passes without the torch extra);
+Tiers: ``pytest`` alone runs the quick tier (no real PyTorch runs, no solver-heavy sweeps,
+pdflatex on one example only, property tests with a fifth of their examples: tests/tiers.py;
+it passes without the torch extra; about 80 s of CPU on a heavily loaded 2-core machine);
 ``pytest --tier all`` (the README's command, and CI's) runs everything. A test is in the slow
 tier when it is marked ``slow`` or ``torch``, or named in ``SLOW`` below (tests measured among
 the slowest of the quick tier, kept whole rather than trimmed). ``-m EXPR`` selects by marker
