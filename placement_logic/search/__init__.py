@@ -78,9 +78,11 @@ _COMPILED: dict = {}  # structure key -> its evaluator, for this process
 def _evaluator(text: str) -> Callable:
     """The structure's forms compiled, over size columns in ``SIZE_SYMBOLS`` order: read from
     this process's table or the on-disk cache when the same spec text was compiled by the same
-    tool before (content-addressed), else derived, built as a program (``search.program``) and
-    stored; a form the program does not cover is compiled with ``lambdify`` (not stored)."""
-    k = hashlib.sha256((store.source_hash() + "\0" + ",".join(SIZE_SYMBOLS) + "\0" + text).encode()).hexdigest()
+    tool (its source) with the same sympy before (content-addressed), else derived, built as a
+    program (``search.program``) and stored; a form the program does not cover is compiled with
+    ``lambdify`` (not stored)."""
+    k = hashlib.sha256("\0".join((store.source_hash(), sympy.__version__, ",".join(SIZE_SYMBOLS), text)).encode()
+                       ).hexdigest()
     if k in _COMPILED:
         return _COMPILED[k]
     prog = program.load(store.read("structures", k)) if store.enabled() else None
