@@ -1,30 +1,55 @@
-"""`placement search` at scale: Llama-3-70B on 1,024 GPUs, a space of over a million candidate
-configurations. Records the candidates, the cold wall time (a fresh process: imports,
-derivations, compilation, evaluation, exact re-derivation of the winners), the vectorised
-evaluation rate, and beside it the naive figure: one configuration derived exactly on its own.
+"""`placement search` at scale, paired with llm-analysis: Llama-3-70B on 1,024 GPUs, 2.2 M
+candidate configurations.
 
-Usage: python benchmarks/bench_search.py [--top K]
+Usage: python benchmarks/bench_search.py [--top K] [--llm-analysis PYTHON]
+
+Figures, each a CPU time (user + system of a fresh process, or ``time.process_time`` inside
+one), which a shared machine disturbs less than wall time:
+
+- the whole search in a fresh process (imports, enumeration, derivation and compilation of
+  every structure, evaluation, exact re-derivation of the top rows), first with an empty
+  structure cache (a first run) and then with the structures cached by that run (every later
+  run of the same structures, by the same tool);
+- grid rows per CPU second: the candidates over the whole search's CPU time, and over the
+  evaluation step alone;
+- the exact per-configuration path: one configuration written as a spec with literal sizes
+  and derived on its own in exact arithmetic (what the search does for each winner);
+- with llm-analysis (``--llm-analysis``, ``$LLM_ANALYSIS_PYTHON`` or ``/work/llmvenv/bin/python``):
+  its API (``LLMAnalysis.training``) on the 18 configurations of
+  benchmarks/llm_analysis_reference.py, per configuration, measured in the same run; each figure
+  above is printed as a ratio to it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_cold import llm_python, version  # noqa: E402
+from machine import cores, cpu_name  # noqa: E402
+
 MODEL = ROOT / "examples" / "models" / "llama3_70b.place"
 SPACE = dict(devices=1024, global_batch=2048, seq=8192, device="h100_sxm", tp=(1, 2, 4, 8),
              pp=(1, 2, 4, 5, 8, 10, 16, 20), cp=(1, 2, 4, 8), microbatch=tuple(range(1, 65)),
              chunks=tuple(range(1, 17)))
 
 _CHILD = """
-import sys, time, json
+import sys, time, json, types
 t0 = time.perf_counter()
 sys.path.insert(0, {root!r})
 from placement_logic import search
+search.time = types.SimpleNamespace(perf_counter=time.process_time)  # its step timings in CPU seconds
 space = search.Space(**{space!r})
 r = search.run({model!r}, space, top={top}, check=False)
 wall = time.perf_counter() - t0
@@ -33,37 +58,97 @@ print(json.dumps({{"wall": wall, "candidates": r.candidates, "valid": r.valid, "
                   "agree": all(c.agrees for c in r.ranked)}}))
 """
 
+_LLM_CHILD = """
+import logging, sys, time
+sys.path.insert(0, {bench!r})
+import llm_analysis_reference as ref
+logging.getLogger("llm_analysis").setLevel(logging.ERROR)
+logging.disable(logging.WARNING)
+for row in ref.GRID:
+    ref.run(*row)
+n, t0 = 0, time.process_time()
+while time.process_time() - t0 < 2.0:
+    for row in ref.GRID:
+        ref.run(*row)
+        n += 1
+print((time.process_time() - t0) / n)
+"""
 
-def main(argv: list[str] | None = None) -> int:
-    import json
 
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--top", type=int, default=10)
-    args = ap.parse_args(argv)
-    code = _CHILD.format(root=str(ROOT), space=SPACE, model=str(MODEL), top=args.top)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    r = json.loads(out.strip().splitlines()[-1])
-    t = r["timings"]
-    rate = r["candidates"] / t["evaluate"] if t["evaluate"] > 0 else float("inf")  # every grid point is evaluated
-    # the naive figure: one configuration written as a spec and derived exactly on its own
-    sys.path.insert(0, str(ROOT))
+def child_cpu(cmd: list[str], env: dict) -> tuple[float, str]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), out
+
+
+def exact_per_configuration() -> float:
+    """CPU seconds of one configuration derived exactly on its own (median of 5)."""
     from placement_logic import search
+    from placement_logic.costs import _derive
 
     space = search.Space(**SPACE)
     res = search.run(str(MODEL), search.Space(**{**SPACE, "microbatch": (1,), "chunks": (2,)}), top=1, check=False)
     c = res.ranked[0]
-    n, t0 = 5, time.perf_counter()
-    for _ in range(n):
-        from placement_logic.costs import _derive
-
+    times = []
+    for _ in range(5):
         _derive.cache_clear()
+        search._EXACT.clear()  # derived again, as a configuration met for the first time
+        t0 = time.process_time()
         search.exact(c, res.block, space, check=False)
-    naive = (time.perf_counter() - t0) / n
-    print("| model | devices | candidates | valid | fit | structures | cold wall (s) | derive+compile (s) | "
-          "vectorised evaluation (configs/s) | naive exact (configs/s) | winners agree |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    print(f"| Llama-3-70B | 1,024 | {r['candidates']:,} | {r['valid']:,} | {r['fitting']:,} | {r['structures']} | "
-          f"{r['wall']:.2f} | {t['derive_and_compile']:.2f} | {rate:,.0f} | {1 / naive:,.1f} | {r['agree']} |")
+        times.append(time.process_time() - t0)
+    return sorted(times)[2]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--top", type=int, default=10)
+    ap.add_argument("--llm-analysis", metavar="PYTHON", default=None)
+    args = ap.parse_args(argv)
+    code = _CHILD.format(root=str(ROOT), space=SPACE, model=str(MODEL), top=args.top)
+    with tempfile.TemporaryDirectory() as cache:
+        env = {k: v for k, v in os.environ.items() if k != "PLACEMENT_NO_CACHE"}
+        env["XDG_CACHE_HOME"] = cache  # an empty cache, then the one the first run filled
+        first_cpu, out = child_cpu([sys.executable, "-c", code], env)
+        first = json.loads(out.strip().splitlines()[-1])
+        cached_cpu, out = child_cpu([sys.executable, "-c", code], env)
+        cached = json.loads(out.strip().splitlines()[-1])
+    naive = exact_per_configuration()
+    other = llm_python(args.llm_analysis)
+    llm = None
+    if other:
+        clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        llm = float(subprocess.run([other, "-c", _LLM_CHILD.format(bench=str(ROOT / "benchmarks"))], cwd=ROOT,
+                                   env=clean, capture_output=True, text=True, check=True).stdout.split()[-1])
+    n = cached["candidates"]
+    rows = {
+        "search, fresh process, empty structure cache (CPU s)": first_cpu,
+        "search, fresh process, structures cached (CPU s)": cached_cpu,
+        "grid rows per CPU second, whole cached search": n / cached_cpu,
+        "grid rows per CPU second, evaluation step": n / cached["timings"]["evaluate"],
+        "exact per configuration (CPU s)": naive,
+    }
+    print(f"machine: {cpu_name()}, {cores()} cores, load average {os.getloadavg()[0]:.1f} at the end, "
+          f"Python {sys.version.split()[0]}" + (f", llm-analysis {version(other, 'llm-analysis')}" if other else ""))
+    print(f"space: {n:,} candidates, {cached['valid']:,} valid, {cached['fitting']:,} fit, "
+          f"{cached['structures']} structures; winners agree to the byte: {first['agree'] and cached['agree']}")
+    print("steps of the cached run (CPU s): " + ", ".join(f"{k} {v:.2f}" for k, v in cached["timings"].items()))
+    print("steps of the first run (CPU s): " + ", ".join(f"{k} {v:.2f}" for k, v in first["timings"].items()))
+    if llm:
+        print(f"llm-analysis LLMAnalysis.training: {llm * 1e3:.2f} ms CPU per configuration "
+              f"({1 / llm:,.0f} configurations per CPU second)")
+    print("| figure | value | against llm-analysis (same run) |")
+    print("|---|---:|---:|")
+    for name, v in rows.items():
+        if "per CPU second" in name:
+            ratio = f"{v * llm:,.0f}× its configurations per CPU second" if llm else ""
+            print(f"| {name} | {v:,.0f} | {ratio} |")
+        elif name.startswith("exact"):
+            print(f"| {name} | {v:.3f} | {v / llm:,.1f}× its time per configuration |" if llm else
+                  f"| {name} | {v:.3f} | |")
+        else:
+            print(f"| {name} | {v:.2f} | {v / llm:,.0f} configurations of its API |" if llm else
+                  f"| {name} | {v:.2f} | |")
     return 0
 
 

@@ -119,6 +119,16 @@ def sweep() -> dict:
 
 
 def main() -> int:
+    import argparse
+    import os
+
+    ap = argparse.ArgumentParser(description="every benchmark, one after the other")
+    ap.add_argument("--llm-analysis", metavar="PYTHON", default=None,
+                    help="the Python of a virtual environment with llm-analysis: the benchmarks that pair "
+                         "their figures with it run it in the same run (else $LLM_ANALYSIS_PYTHON)")
+    args = ap.parse_args()
+    if args.llm_analysis:
+        os.environ["LLM_ANALYSIS_PYTHON"] = args.llm_analysis
     info = machine()
     print("machine:", json.dumps(info))
     c = cold()

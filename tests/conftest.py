@@ -3,8 +3,9 @@ exercises the derivation itself (tests/test_cost_cache.py tests the cache, in a 
 and text output is laid out as it is for a pipe (no $COLUMNS from the terminal the suite runs
 in), so golden files and document examples compare alike everywhere.
 
-Tiers: ``pytest`` alone runs the quick tier (no real PyTorch runs, no solver-heavy sweeps:
-feedback in about a minute on 2 cores, and it passes without the torch extra);
+Tiers: ``pytest`` alone runs the quick tier (no real PyTorch runs, no solver-heavy sweeps,
+pdflatex on one example only, property tests with a fifth of their examples: tests/tiers.py;
+it passes without the torch extra; about 80 s of CPU on a heavily loaded 2-core machine);
 ``pytest --tier all`` (the README's command, and CI's) runs everything. A test is in the slow
 tier when it is marked ``slow`` or ``torch``, or named in ``SLOW`` below (tests measured among
 the slowest of the quick tier, kept whole rather than trimmed). ``-m EXPR`` selects by marker
@@ -47,6 +48,7 @@ SLOW = (
     "tests/test_json_schema.py::test_inspect_cost_and_compare_of_every_example",
     "tests/test_latex.py::test_every_example_for_papers",
     "tests/test_latex.py::test_wide_comparisons_turn_sideways_with_plans_as_rows",
+    "tests/test_latex.py::test_width_estimate_against_tex_when_pdflatex_present",  # every example set by TeX
     "tests/test_docs.py::test_document_examples",
     "tests/test_sweep.py::test_compiled_and_exact_rows_agree_with_literal_specs_to_the_byte",
     "tests/test_sweep.py::test_asserts_are_evaluated_per_configuration",
@@ -79,13 +81,22 @@ def pytest_addoption(parser):
                      help="quick (default): leave out the tests marked slow or torch; all: run every test")
 
 
+def full_tier(config) -> bool:
+    return config.getoption("--tier") == "all" or bool(config.getoption("-m"))
+
+
+def pytest_configure(config):
+    # read by tests/tiers.py when the test modules are imported (property tests' example counts)
+    os.environ["PLACEMENT_TEST_TIER_RUNNING"] = "all" if full_tier(config) else "quick"
+
+
 def pytest_collection_modifyitems(config, items):
     import pytest
 
     for item in items:
         if item.nodeid.startswith(SLOW):
             item.add_marker(pytest.mark.slow)
-    if config.getoption("--tier") == "all" or config.getoption("-m"):
+    if full_tier(config):
         return
     keep, drop = [], []
     for item in items:

@@ -13,6 +13,7 @@ case MHA, ungated, ffn = 4h (tests/test_cost_model.py).
 from __future__ import annotations
 
 from fractions import Fraction
+from functools import lru_cache
 from itertools import product
 
 import pytest
@@ -89,6 +90,12 @@ def spec(sh: dict, t: int, sp: bool, recompute: str) -> str:
             f"mesh {{\n  dp = 2\n  tp = {t}\n}}\nplan p {{\n  dp: ddp\n  tp: {tensor}\n  {use}\n}}\n")
 
 
+@lru_cache(maxsize=None)
+def _derived(text: str):
+    """The costs of the spec's plan ``p``, derived once for the tests that read them."""
+    return costs.derive(load_string(text).plan("p"))
+
+
 SHAPES = [
     dict(s=16, b=2, h=64, a=8, kv=8, f=256, gated=False, E=1, k=1, cf=1),  # Korthikanti's case
     dict(s=16, b=1, h=64, a=8, kv=2, f=224, gated=True, E=1, k=1, cf=1),  # Llama-like GQA, SwiGLU
@@ -105,7 +112,7 @@ SHAPES = [
                                                                                  (4, True)],
                                                                         ["none", "selective", "full"])])
 def test_per_layer_bytes_equal_the_saved_tensors(shape, t, sp, recompute):
-    pc = costs.derive(load_string(spec(shape, t, sp, recompute)).plan("p"))
+    pc = _derived(spec(shape, t, sp, recompute))
     got = pc.activations.per_layer.subs({costs.symbol("tp"): t})
     want = device_bytes(shape, t, sp, recompute)
     assert Fraction(int(got.p), int(got.q)) == want
@@ -127,7 +134,7 @@ def test_named_terms_are_the_saved_tensors_grouped(shape, t, sp, recompute):
     permuted tokens' and the shared experts' under ``mlp``), and they add up to ``per_layer``."""
     from placement_logic.costs.activations import named_terms
 
-    pc = costs.derive(load_string(spec(shape, t, sp, recompute)).plan("p"))
+    pc = _derived(spec(shape, t, sp, recompute))
     act = pc.activations
     sub = {costs.symbol("tp"): t}
     got = {name: Fraction(str(x.subs(sub))) for name, x in named_terms(pc.shape, pc.layout)[0]}

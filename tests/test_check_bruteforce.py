@@ -14,6 +14,7 @@ from itertools import product
 from hypothesis import example, given, settings
 from hypothesis import strategies as hs
 from irkit import ov, plan
+from tiers import examples
 
 from placement_logic import ir
 from placement_logic.check import steps
@@ -70,7 +71,7 @@ def build(loss, k, divisor, accumulate):
     return plan("p", {"dp": ("data", "R,R,R,R")}, overrides=tuple(overrides))
 
 
-@settings(max_examples=60, deadline=None, derandomize=True)
+@settings(max_examples=examples(60), deadline=None, derandomize=True)
 @given(hs.sampled_from(LOSSES), hs.integers(0, 2), hs.sampled_from(DIVISORS), hs.booleans(),
        hs.integers(1, 3), hs.integers(1, 2))
 @example("global_mean", 1, None, True, 3, 2)  # correct: proved
@@ -138,7 +139,7 @@ def brute_force_norms_ok(sp: bool, k_dp: int, k_tp: int, n: int, t: int, m: int)
     return True
 
 
-@settings(max_examples=40, deadline=None, derandomize=True)
+@settings(max_examples=examples(40), deadline=None, derandomize=True)
 @given(hs.booleans(), hs.integers(0, 2), hs.integers(0, 2), hs.integers(1, 2), hs.integers(1, 3), hs.integers(1, 2))
 @example(True, 1, 1, 2, 2, 1)  # sequence parallel, reduced over both: proved
 @example(True, 1, 0, 2, 2, 1)  # sequence parallel, tp reduction missing: refuted
@@ -201,7 +202,7 @@ def brute_force_clip_ok(zero: bool, clip_axes: tuple[str, ...], filtered: tuple[
     return True
 
 
-@settings(max_examples=40, deadline=None, derandomize=True)
+@settings(max_examples=examples(40), deadline=None, derandomize=True)
 @given(hs.booleans(), hs.sampled_from([(), ("dp",), ("tp",), ("dp", "tp"), ("tp", "tp")]), hs.booleans(),
        hs.integers(1, 2), hs.integers(1, 3))
 @example(True, ("dp", "tp"), True, 2, 2)  # ZeRO-2 + TP, summed over both, norms filtered over tp: proved

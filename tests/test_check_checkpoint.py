@@ -14,6 +14,7 @@ from corpus import ROOT
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as hs
 from irkit import ov, plan
+from tiers import examples
 
 from placement_logic.check.run import check_plan, check_spec
 from placement_logic.cli import main
@@ -145,7 +146,7 @@ def plans(draw):
     return plan("p", axes, sp=sp, overrides=overrides)
 
 
-@settings(max_examples=100, deadline=None, derandomize=True,
+@settings(max_examples=examples(100), deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @given(plans())
 def test_checker_agrees_with_the_checkpoint_simulator(generated):

@@ -18,6 +18,7 @@ import simulator
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as hs
 from irkit import ov, plan
+from tiers import examples
 
 from placement_logic import ir
 from placement_logic.check.run import check_plan
@@ -100,7 +101,7 @@ def plans(draw):
 
 
 @pytest.mark.slow
-@settings(max_examples=150, deadline=None, derandomize=True,
+@settings(max_examples=examples(150), deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @given(plans(), hs.integers(0, 10**6))
 @example(plan("p", {"a": ("data", "S*,S,S,R")}, overrides=(ov("params", "gather", None, ("a", "a")),)), 1)

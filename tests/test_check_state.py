@@ -12,6 +12,7 @@ import simulator_state
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as hs
 from irkit import ov, plan
+from tiers import examples
 
 from placement_logic import ir
 from placement_logic.check.run import check_plan
@@ -69,7 +70,7 @@ def state_plans(draw):
 
 
 @pytest.mark.slow
-@settings(max_examples=120, deadline=None, derandomize=True,
+@settings(max_examples=examples(120), deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @given(state_plans())
 def test_checker_agrees_with_the_state_simulator(generated):
@@ -191,7 +192,7 @@ def sync_plans(draw):
 
 
 @pytest.mark.slow
-@settings(max_examples=60, deadline=None, derandomize=True,
+@settings(max_examples=examples(60), deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @given(sync_plans(), hs.integers(0, 10**6))
 def test_early_sync_agrees_with_the_state_simulator(generated, seed):

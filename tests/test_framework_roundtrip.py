@@ -23,6 +23,7 @@ import shlex
 
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
+from tiers import examples
 
 from placement_logic import ir
 from placement_logic.diagnostics import DiagnosticError
@@ -32,7 +33,7 @@ from placement_logic.interop.frameworks import deepspeed_to_spec, megatron_to_sp
 from placement_logic.interop.torchtitan import plan_to_torchtitan, torchtitan_to_spec
 from placement_logic.ir.walker import fold
 
-SETTINGS = settings(max_examples=60, deadline=None,
+SETTINGS = settings(max_examples=examples(60), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 NAMES = st.sampled_from(["dp", "data", "d", "rep", "x", "y", "z", "w", "tp", "pp", "cp", "ep", "u", "v2"])
 HALF, FP32 = (2, 2, 12, 2), (4, 4, 8, 4)

@@ -157,7 +157,13 @@ def test_file_names_cannot_break_the_document(tmp_path):
     assert "\n" not in tex_text("a\nb\r\nc") and tex_text("50%_x") == r"50\%\_x"
 
 
-@pytest.mark.parametrize("path", [p for p in EXAMPLES if "/library/" not in p or p.endswith("zero3.place")],
+# pdflatex takes about a second a document: the quick tier compiles the 3D example's document
+# and fragment, the full tier every example's
+QUICK_COMPILE = "llama70b_3d"
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=() if Path(p).stem == QUICK_COMPILE else pytest.mark.slow)
+                                  for p in EXAMPLES if "/library/" not in p or p.endswith("zero3.place")],
                          ids=lambda p: Path(p).stem)
 def test_documents_and_fragments_compile_when_pdflatex_present(tmp_path, path):
     if shutil.which("pdflatex") is None:

@@ -4,6 +4,7 @@ know nothing of z3 or lark. Checked on the source, module by module."""
 from __future__ import annotations
 
 import ast
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -29,8 +30,14 @@ PACKAGE_RULES = {
 }
 
 
+@lru_cache(maxsize=None)
+def _tree(path: Path) -> ast.Module:
+    """A source file's syntax tree, parsed once for every test of this file (none changes it)."""
+    return ast.parse(path.read_text())
+
+
 def imported_roots(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
+    tree = _tree(path)
     roots = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -60,14 +67,14 @@ def test_only_the_cli_layer_prints():
             continue
         if "measure" in rel.parts and rel.name in ("worker.py", "validate.py"):
             continue  # measurement workers report through their own stdout pipe
-        tree = ast.parse(path.read_text())
+        tree = _tree(path)
         calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "print"]
         assert not calls, f"{rel} calls print()"
 
 
 def test_no_evaluation_of_user_text():
     for path in PKG.rglob("*.py"):
-        tree = ast.parse(path.read_text())
+        tree = _tree(path)
         for n in ast.walk(tree):
             if isinstance(n, ast.Call):
                 name = getattr(n.func, "id", None) or getattr(n.func, "attr", None)
@@ -77,7 +84,7 @@ def test_no_evaluation_of_user_text():
 def test_resolution_does_not_reach_back_into_loading():
     """The loader calls the resolver, never the reverse; every import is at module level."""
     for path in (PKG / "resolve").rglob("*.py"):
-        tree = ast.parse(path.read_text())
+        tree = _tree(path)
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 nested = [n for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))]
@@ -95,7 +102,7 @@ def test_resolution_does_not_reach_back_into_loading():
 # lower one, never a higher one, at module level or inside a function; and the import graph
 # has no cycle between modules (one package's modules may import each other, acyclically).
 STAGES = (
-    ("outcome", "diagnostics", "hardware", "atomic"),
+    ("outcome", "diagnostics", "hardware", "atomic", "cache"),
     ("ir",),
     ("frontend.surface", "frontend.lower", "frontend.parser", "frontend.canonical", "frontend.files",
      "frontend.hf", "frontend.configs"),
@@ -132,7 +139,7 @@ def _internal_imports(path: Path) -> set[str]:
     if mod == "__init__":
         pkg = []
     out = set()
-    for node in _runtime_nodes(ast.parse(path.read_text())):
+    for node in _runtime_nodes(_tree(path)):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = pkg[: len(pkg) - (node.level - 1)] if node.level > 1 else list(pkg)
@@ -170,7 +177,12 @@ def _exists(module: str) -> bool:
 
 
 def _graph() -> dict[str, set[str]]:
-    return {_module_name(p): _internal_imports(p) for p in PKG.rglob("*.py")}
+    return {m: set(deps) for m, deps in _graph_once().items()}  # a copy: a test may change it
+
+
+@lru_cache(maxsize=1)
+def _graph_once() -> dict[str, frozenset[str]]:
+    return {_module_name(p): frozenset(_internal_imports(p)) for p in PKG.rglob("*.py")}
 
 
 def test_no_upward_import():

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 from strategies import shape_values
+from tiers import examples
 
 import placement_logic as pl
 from placement_logic.cli import main
@@ -85,7 +86,7 @@ def run(*argv):
     return code, out.getvalue(), err.getvalue()
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(values=shape_values, sp=hs.booleans())
 def test_set_gives_the_diagnostics_of_the_written_value(values, sp):
     tensor = "megatron_sp" if sp else "megatron_tp"

@@ -5,6 +5,7 @@ widths) come out byte for byte as rich's console prints them."""
 from __future__ import annotations
 
 import random
+from functools import lru_cache
 
 import pytest
 
@@ -52,6 +53,12 @@ def test_random_tables_print_as_rich_prints_them(seed):
         assert _outcome(tables.render, items, width, False) == _outcome(tables._rich, items, width, False)
 
 
+@lru_cache(maxsize=None)
+def _report(spec: str, kwargs: tuple):
+    """One report per spec and options, printed at every width (rendering does not change it)."""
+    return build(load_spec(spec), latex=False, **dict(kwargs))
+
+
 @pytest.mark.parametrize("spec, kwargs", [
     ("examples/llama70b_3d.place", {}),
     ("examples/mixtral_4d.place", {"device": "h100_sxm"}),
@@ -60,7 +67,7 @@ def test_random_tables_print_as_rich_prints_them(seed):
 ])
 @pytest.mark.parametrize("width", [60, 120, 200])
 def test_reports_print_as_rich_prints_them(spec, kwargs, width, monkeypatch):
-    report = build(load_spec(spec), latex=False, **kwargs)
+    report = _report(spec, tuple(sorted(kwargs.items())))
     plain = text.render(report, width=width)
     monkeypatch.setattr(tables, "_plain_item", lambda item, width: (_ for _ in ()).throw(tables._NotPlain()))
     assert plain == text.render(report, width=width)

@@ -99,7 +99,7 @@ def spec(r: Run, mesh_extra: str = "") -> str:
             + f"  tp: {tensor}\n{pipe}  use {recompute}\n}}\n")
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=None)  # a pure function of the run, asked for by several tests
 def predicted(r: Run, mesh_extra: str = "") -> Fraction:
     plan = load_string(spec(r, mesh_extra)).plans[0]
     st = step_time(derive(plan), plan.mesh.hardware)

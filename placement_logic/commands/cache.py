@@ -5,38 +5,27 @@ reads a stale entry).
 
 Entries live in ``$XDG_CACHE_HOME/placement-logic/results`` (default ``~/.cache``); a
 folder that cannot be written means no cache, never an error. ``PLACEMENT_NO_CACHE=1`` or a
-command's ``--no-cache`` turns it off.
+command's ``--no-cache`` turns it off. The storage is ``placement_logic.cache``'s, which the
+search's compiled structures share.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from functools import lru_cache
-from pathlib import Path
 
 from .. import __version__
+from .. import cache as store
+from ..cache import enabled, folder
 
-
-def enabled(flag_off: bool = False) -> bool:
-    return not flag_off and os.environ.get("PLACEMENT_NO_CACHE", "") in ("", "0")
-
-
-def folder() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "placement-logic" / "results"
+__all__ = ["enabled", "folder", "get", "key", "put", "tool_hash"]
 
 
 @lru_cache(maxsize=1)
 def tool_hash() -> str:
-    """The hash of the tool's own source (its Python files, grammar and library modules)."""
-    root = Path(__file__).resolve().parents[1]
-    h = hashlib.sha256(__version__.encode())
-    for path in sorted(root.rglob("*")):
-        if path.suffix in (".py", ".place", ".lark") and path.is_file():
-            h.update(str(path.relative_to(root)).encode())
-            h.update(path.read_bytes())
-    return h.hexdigest()
+    """The hash of the tool's version and its own source."""
+    return hashlib.sha256((__version__ + store.source_hash()).encode()).hexdigest()
 
 
 def key(command: str, sources: dict[str, str], options: dict) -> str:
@@ -49,19 +38,12 @@ def key(command: str, sources: dict[str, str], options: dict) -> str:
 
 
 def get(k: str) -> tuple[str, int] | None:
+    data = store.read("results", k)
     try:
-        data = json.loads((folder() / f"{k}.json").read_text(encoding="utf-8"))
         return data["out"], int(data["status"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError, ValueError):
         return None
 
 
 def put(k: str, out: str, status: int) -> None:
-    try:
-        d = folder()
-        d.mkdir(parents=True, exist_ok=True)
-        tmp = d / f"{k}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({"out": out, "status": status}), encoding="utf-8")
-        tmp.replace(d / f"{k}.json")
-    except OSError:
-        pass
+    store.write("results", k, {"out": out, "status": status})

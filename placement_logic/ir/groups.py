@@ -267,10 +267,26 @@ def transformer_groups(t: TransformerShape) -> tuple[ParamGroup, ...]:
     return tuple(groups)
 
 
+_RECENT: list = []  # (model, its groups) for the last models asked about, by identity
+
+
 def param_groups(model: Model) -> tuple[ParamGroup, ...]:
     """The model's groups: the built-in ones (restated where the model block says so), then
     the user's own. With a transformer shape a user group adds its parameters to Ψ; with
-    ``params`` given, user groups are carved out of Ψ and ``dense`` holds the rest."""
+    ``params`` given, user groups are carved out of Ψ and ``dense`` holds the rest.
+
+    The checker asks this of one model object many times: the answer is kept for the last few
+    model objects, by identity (an equal model from another file has other source locations)."""
+    for m, groups in _RECENT:
+        if m is model:
+            return groups
+    groups = _param_groups(model)
+    _RECENT.insert(0, (model, groups))
+    del _RECENT[8:]
+    return groups
+
+
+def _param_groups(model: Model) -> tuple[ParamGroup, ...]:
     t = model.transformer
     psi: Value = model.params if model.params is not None else Sym("psi")
     if t is not None:

@@ -55,7 +55,9 @@ def builtin(timeout: float = 10.0, only: tuple[str, ...] = GROUPS, progress: Pro
         obs += [sufficiency()] + necessity(sess)
     if "composition" in only:
         preparing("composition")
-        obs += family_obligations(compositions(sess)) + breaker_obligations(sess)
+        # the compositions are read for their verdicts only: their own session answers a query
+        # repeated across plans from its first answer
+        obs += family_obligations(compositions(Session(timeout=timeout, remember=True))) + breaker_obligations(sess)
     claims: list[ClaimResult] = []
     if "claims" in only:
         preparing("claims")

@@ -8,9 +8,10 @@ and checked.
 
 How: candidates share a few *structures* (data strategy × recompute × schedule × which axes
 have more than one device). Each structure is written as a spec with its sizes as symbols,
-derived once (exact closed forms: peak memory per device, step time, MFU), compiled with
-``sympy.lambdify`` and evaluated over every size assignment at once (numpy when installed,
-else value by value). Every size assignment honours divisibility: heads, kv heads and the
+derived once (exact closed forms: peak memory per device, step time, MFU), compiled to a
+straight-line program over numpy arrays (``search.program``; cached by the structure's spec
+text, in the process and on disk, so a repeated structure is neither derived nor compiled
+again) and evaluated over every size assignment the divisibility mask keeps. Every size assignment honours divisibility: heads, kv heads and the
 vocabulary over tp, layers over pp × chunks, experts over ep, the sequence over cp, the global
 batch over dp × ep × microbatch; a row is ranked or put on the frontier only after the check
 every re-bound value meets (``resolve.validate``) accepts its sizes. Winners are then written as specs with literal sizes, derived again in
@@ -19,6 +20,8 @@ exact arithmetic (bytes to the byte, seconds as rationals) and checked with ``ch
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 import time
 from fractions import Fraction
@@ -26,6 +29,7 @@ from typing import Callable
 
 import sympy
 
+from .. import cache as store
 from .. import hardware as hw
 from ..costs import derive, steptime, with_sizes
 from ..costs.compiled import cost_exprs
@@ -33,6 +37,7 @@ from ..costs.symbolic import symbol
 from ..diagnostics import Diagnostic, DiagnosticError, Span, did_you_mean
 from ..frontend.loader import load_string
 from ..resolve.validate import rebinding_diagnostics
+from . import program
 from .enumeration import enumerate_space
 from .space import (
     AXES,
@@ -57,15 +62,45 @@ __all__ = ["AXES", "COLLAPSED", "DEFAULT_STRATEGIES", "RECOMPUTE", "SCHEDULES", 
 # --------------------------------------------------------------------------- evaluation
 
 
-def _forms(block: str, s: Structure, space: Space):
+def _forms(text: str):
     """The structure's spec (sizes as placeholders) and its closed forms: peak memory per
     device, step time, MFU and bytes sent."""
-    text = spec_text(block, s, {}, space.device, space.mfu)
     spec = load_string(text, "<search>", None)
     plan = spec.plans[0]
     pc = derive(plan)
     st = steptime.step_time(pc, plan.mesh.hardware)
     return spec, (pc.memory.device_total, st.step, st.mfu, pc.communication.total_bytes)
+
+
+_COMPILED: dict = {}  # structure key -> its evaluator, for this process
+
+
+def _evaluator(text: str) -> Callable:
+    """The structure's forms compiled, over size columns in ``SIZE_SYMBOLS`` order: read from
+    this process's table or the on-disk cache when the same spec text was compiled by the same
+    tool (its source) with the same sympy before (content-addressed), else derived, built as a
+    program (``search.program``) and stored; a form the program does not cover is compiled with
+    ``lambdify`` (not stored)."""
+    k = hashlib.sha256("\0".join((store.source_hash(), sympy.__version__, ",".join(SIZE_SYMBOLS), text)).encode()
+                       ).hexdigest()
+    if k in _COMPILED:
+        return _COMPILED[k]
+    prog = program.load(store.read("structures", k)) if store.enabled() else None
+    if prog is None or tuple(prog["names"]) != SIZE_SYMBOLS or len(prog["outputs"]) != 4:
+        _, forms = _forms(text)
+        prog = program.build(forms, SIZE_SYMBOLS)
+        if prog is None:
+            fn = _compile(list(forms))
+            _COMPILED[k] = fn
+            return fn
+        if store.enabled():
+            store.write("structures", k, prog)
+    _COMPILED[k] = fn = functools.partial(_run, prog)
+    return fn
+
+
+def _run(prog: dict, *columns):
+    return program.run(prog, list(columns))
 
 
 def _valid(spec, sizes: dict) -> bool:
@@ -138,7 +173,8 @@ def run(model: str, space: Space, top: int = 10, check: bool = True,
     derive_s = 0.0
     evaluate_s = 0.0
     total = len(groups) + max(top, 0)
-    specs: dict = {}  # structure -> its spec, sizes as placeholders
+    texts: dict = {}  # structure -> its spec text, sizes as placeholders
+    specs: dict = {}  # structure -> its spec, loaded when a row of it is validated
 
     def tick(done: int, label: str) -> None:
         if progress is not None:
@@ -147,19 +183,22 @@ def run(model: str, space: Space, top: int = 10, check: bool = True,
     for n, (s, (sizes, valid)) in enumerate(groups.items()):
         tick(n, f"deriving {s.strategy}, recompute {s.recompute}" + (f", {s.schedule}" if s.schedule else ""))
         d0 = time.perf_counter()
-        specs[s], forms = _forms(block, s, space)
-        fn = _compile(list(forms))
+        texts[s] = spec_text(block, s, {}, space.device, space.mfu)
+        fn = _evaluator(texts[s])
         d1 = time.perf_counter()
         derive_s += d1 - d0
+        # only the rows the divisibility mask keeps are evaluated (every operation is elementwise:
+        # a row's figures do not depend on the rows beside it)
+        sizes = sizes[valid]
         cols = [sizes[:, i].astype(np.float64) for i in range(len(SIZE_SYMBOLS))]
         vals = np.empty((len(sizes), 4))
         # in blocks that stay in the cache (temporaries above ~128 KiB are fresh pages every time)
-        with np.errstate(all="ignore"):  # rows that break divisibility are evaluated too, then dropped
+        with np.errstate(all="ignore"):  # a piecewise form evaluates every branch, a refused one too
             for a in range(0, len(sizes), EVAL_BLOCK):
                 for k, x in enumerate(fn(*(c[a:a + EVAL_BLOCK] for c in cols))):
                     vals[a:a + EVAL_BLOCK, k] = x
         evaluate_s += time.perf_counter() - d1
-        parts.append((s, sizes[valid], vals[valid]))
+        parts.append((s, sizes, vals))
     t2 = time.perf_counter()
     result.valid = sum(len(p[1]) for p in parts)
     result.parts = parts
@@ -185,6 +224,8 @@ def run(model: str, space: Space, top: int = 10, check: bool = True,
     def valid(i, j) -> bool:  # the numpy mask is the fast filter; no row is ranked that this refuses
         if (i, j) not in judged:
             s, sizes, _ = parts[i]
+            if s not in specs:
+                specs[s] = load_string(texts[s], "<search>", None)
             judged[i, j] = _valid(specs[s], {n: int(sizes[j, c]) for c, n in enumerate(SIZE_SYMBOLS)})
         return judged[i, j]
 
@@ -272,25 +313,21 @@ def concrete_spec(c: Candidate, block: str, space: Space) -> str:
     return text
 
 
+_EXACT: dict = {}  # (concrete spec text, sizes) -> the exact figures, for this process
+
+
 def exact(c: Candidate, block: str, space: Space, check: bool = True) -> None:
-    """Re-derive a candidate in exact arithmetic (and check it): the figures the report prints."""
+    """Re-derive a candidate in exact arithmetic (and check it): the figures the report prints.
+    The figures of a concrete spec already derived in this process are read back (a row ranked
+    again by another search of the same space, or another output format of it)."""
     text = concrete_spec(c, block, space)
     spec = load_string(text, "<search>", None)
     plan = spec.plans[0]
-    subs = {symbol(n): sympy.Integer(v) for n, v in c.sizes.items()}
-    pc = derive(with_sizes(plan, subs), sized=True)
-    st = steptime.step_time(pc, plan.mesh.hardware)
-    mem = pc.memory.device_total.xreplace(subs)
-    stp = st.step.xreplace(subs)
-    if not (mem.is_Rational and stp.is_Rational):  # every size is bound: a number, or a bug
-        raise AssertionError(f"{c.label()}: the exact figures are not numbers: {mem}, {stp}")
-    c.exact_memory = Fraction(int(mem.p), int(mem.q))
-    c.exact_step = Fraction(int(stp.p), int(stp.q))
-    c.exposed = c.exact_step - _fraction((st.compute + st.optimizer).xreplace(subs))
-    exprs = cost_exprs(pc, subs)
-    c.stage_memory = {k.split(".")[1]: _fraction(v) for k, v in exprs.items()
-                      if k.startswith("stage.") and k.endswith(".total")}
-    c.link_bytes = {k[len("comm.link."):]: _fraction(v) for k, v in exprs.items() if k.startswith("comm.link.")}
+    key = (text, tuple(sorted(c.sizes.items())))
+    if key not in _EXACT:
+        _EXACT[key] = _exact_figures(plan, c)
+    c.exact_memory, c.exact_step, stage, link, c.exposed = _EXACT[key]
+    c.stage_memory, c.link_bytes = dict(stage), dict(link)
     c.agrees = abs(float(c.exact_memory) - c.memory) < 0.5 and \
         abs(float(c.exact_step) - c.step) <= 1e-9 * max(1.0, float(c.exact_step))
     if check:
@@ -300,6 +337,22 @@ def exact(c: Candidate, block: str, space: Space, check: bool = True) -> None:
         pinned = {a: c.sizes[a] for a in plan.mesh.names}
         report = check_plan(Session(timeout=20), spec, plan, pinned)
         c.verdict = report.verdict.word
+
+
+def _exact_figures(plan, c: Candidate) -> tuple:
+    subs = {symbol(n): sympy.Integer(v) for n, v in c.sizes.items()}
+    pc = derive(with_sizes(plan, subs), sized=True)
+    st = steptime.step_time(pc, plan.mesh.hardware)
+    mem = pc.memory.device_total.xreplace(subs)
+    stp = st.step.xreplace(subs)
+    if not (mem.is_Rational and stp.is_Rational):  # every size is bound: a number, or a bug
+        raise AssertionError(f"{c.label()}: the exact figures are not numbers: {mem}, {stp}")
+    exprs = cost_exprs(pc, subs)
+    stage = {k.split(".")[1]: _fraction(v) for k, v in exprs.items() if k.startswith("stage.") and k.endswith(".total")}
+    link = {k[len("comm.link."):]: _fraction(v) for k, v in exprs.items() if k.startswith("comm.link.")}
+    step = Fraction(int(stp.p), int(stp.q))
+    exposed = step - _fraction((st.compute + st.optimizer).xreplace(subs))
+    return Fraction(int(mem.p), int(mem.q)), step, stage, link, exposed
 
 
 def _fraction(v) -> Fraction:

@@ -8,7 +8,7 @@ term is created in ``Session.ctx`` and every query gets a fresh solver.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import z3
@@ -29,6 +29,8 @@ class Session:
     timeout: float = 10.0
     ctx: z3.Context = field(default_factory=z3.Context)
     timings: list[tuple[str, float, str]] = field(default_factory=list)
+    remember: bool = False  # answer a repeated query from the first one (see ``check``)
+    _decided: dict = field(default_factory=dict, repr=False)  # query key -> (its terms, its outcome)
 
     # ----------------------------------------------------------- term constructors
     def int(self, name: str) -> z3.ArithRef:
@@ -55,9 +57,31 @@ class Session:
         return solver.check()
 
     def check(self, label: str, constraints: list, timeout: float | None = None) -> Outcome:
-        """One query; ``timeout`` (seconds) shortens the session's limit for this query."""
-        solver = z3.Solver(ctx=self.ctx)
+        """One query; ``timeout`` (seconds) shortens the session's limit for this query.
+
+        In a session that remembers (``remember``), a query identical to one it has decided
+        (the same constraints, in order, under the same limit) gets that outcome again without
+        calling the solver: z3 shares structurally equal terms of a context as one node, so
+        equal node ids are equal constraints, and the session keeps the first query's terms
+        alive so that no id is reused. (Checking many plans asks many such queries: an
+        obligation that does not depend on the rest of the plan is the same query in every plan
+        that has it.) Off by default: a skipped solver call leaves z3's context in another
+        state, so a later query's model (a counterexample shown to the user) may be another
+        one, equally valid; ``prove``'s compositions, which read only verdicts, remember."""
         limit = self.timeout if timeout is None else min(timeout, self.timeout)
+        key = _key(constraints, limit) if self.remember else None
+        hit = self._decided.get(key) if key is not None else None
+        if hit is not None:
+            out = replace(hit[1], seconds=0.0)
+            self.timings.append((label, 0.0, out.status))
+            return out
+        out = self._solve(label, constraints, limit)
+        if key is not None and out.status != "unknown":  # a query z3 gave up on is asked again
+            self._decided[key] = (list(constraints), out)
+        return out
+
+    def _solve(self, label: str, constraints: list, limit: float) -> Outcome:
+        solver = z3.Solver(ctx=self.ctx)
         solver.set("timeout", max(1, int(limit * 1000)))
         solver.add(*constraints)
         start = time.perf_counter()
@@ -72,6 +96,15 @@ class Session:
             out = Outcome("unknown", reason=reason or "unknown", seconds=seconds)
         self.timings.append((label, seconds, out.status))
         return out
+
+
+def _key(constraints: list, limit: float) -> tuple | None:
+    """The identity of a query in its context: its terms' node ids, in order, and its limit
+    (``None`` when a constraint is not a z3 term: such a query is not remembered)."""
+    try:
+        return tuple(c.get_id() for c in constraints), limit
+    except AttributeError:
+        return None
 
 
 def value_of(model: Any, term: Any) -> Any:

@@ -1,0 +1,166 @@
+"""A structure's closed forms as a straight-line program over numpy arrays: data, not code.
+
+``build`` walks the sympy forms once and lists each distinct subexpression once (a DAG in
+evaluation order: a shared subterm is computed once per block of rows); ``run`` evaluates the
+list over columns of sizes. The program is plain JSON-able lists, so it is stored in the
+result cache as it is (content-addressed by the structure's spec text and the tool's source)
+and read back without evaluating any text; a repeated structure then costs neither the
+derivation nor a compilation. A form with a node this does not know (none of the search's
+forms have one today) gives ``None``: the caller compiles that structure with ``lambdify``.
+
+Operations: ``("sym", i)`` the i-th size column, ``("num", p, q)`` the rational p/q, ``("float", x)``,
+``("add"|"mul"|"max"|"min", args)``, ``("pow", base, p, q)`` a rational power,
+``("ge"|"gt"|"le"|"lt"|"eq"|"ne", a, b)``, ``("and"|"or", args)``, ``("not", a)``,
+``("true",)``, ``("false",)`` and ``("select", conds, values)`` for a piecewise form (the
+value of its first true condition; NaN when none is). Argument lists are indices of earlier
+operations.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+_REL = {"GreaterThan": "ge", "StrictGreaterThan": "gt", "LessThan": "le", "StrictLessThan": "lt",
+        "Equality": "eq", "Unequality": "ne"}
+_NARY = {"Add": "add", "Mul": "mul", "Max": "max", "Min": "min", "And": "and", "Or": "or"}
+
+
+class _Unknown(Exception):
+    pass
+
+
+def build(forms, names: tuple[str, ...]) -> dict | None:
+    """The program of ``forms`` over the size symbols ``names`` (in column order), or ``None``."""
+    ops: list = []
+    index: dict = {}
+    column = {n: i for i, n in enumerate(names)}
+
+    def add(op: tuple) -> int:
+        if op not in index:
+            index[op] = len(ops)
+            ops.append(op)
+        return index[op]
+
+    def visit(e) -> int:
+        key = ("expr", e)
+        if key in index:
+            return index[key]
+        kind = type(e).__name__
+        if e.is_Symbol:
+            if e.name not in column:
+                raise _Unknown(e.name)
+            out = add(("sym", column[e.name]))
+        elif e.is_Rational:
+            out = add(("num", int(e.p), int(e.q)))
+        elif e.is_Float:
+            out = add(("float", float(e)))
+        elif kind in _NARY:
+            out = add((_NARY[kind], tuple(visit(a) for a in e.args)))
+        elif e.is_Pow and e.exp.is_Rational:
+            out = add(("pow", visit(e.base), int(e.exp.p), int(e.exp.q)))
+        elif kind in _REL:
+            out = add((_REL[kind], visit(e.lhs), visit(e.rhs)))
+        elif kind == "Not":
+            out = add(("not", visit(e.args[0])))
+        elif kind == "BooleanTrue":
+            out = add(("true",))
+        elif kind == "BooleanFalse":
+            out = add(("false",))
+        elif kind == "Piecewise":
+            out = add(("select", tuple(visit(c) for _, c in e.args), tuple(visit(v) for v, _ in e.args)))
+        else:
+            raise _Unknown(kind)
+        index[key] = out
+        return out
+
+    try:
+        outputs = [visit(f) for f in forms]
+    except _Unknown:
+        return None
+    return {"names": list(names), "ops": [list(o) for o in ops], "outputs": outputs}
+
+
+def _tuple(x):
+    return tuple(_tuple(v) for v in x) if isinstance(x, list) else x
+
+
+def load(data) -> dict | None:
+    """A program read back from JSON, checked for shape (``None`` when it is not one)."""
+    try:
+        ops = [_tuple(o) for o in data["ops"]]
+        outputs = [int(i) for i in data["outputs"]]
+        names = tuple(data["names"])
+        for n, op in enumerate(ops):
+            refs = [r for a in op[1:] if isinstance(a, tuple) for r in a] if op[0] in ("add", "mul", "max", "min",
+                                                                                      "and", "or", "select") else \
+                [op[1]] if op[0] in ("pow", "not") else list(op[1:3]) if op[0] in _REL.values() else []
+            if op[0] not in _OPS or not all(isinstance(r, int) and 0 <= r < n for r in refs):
+                return None
+        if not all(0 <= i < len(ops) for i in outputs):
+            return None
+        return {"names": list(names), "ops": ops, "outputs": outputs}
+    except (KeyError, TypeError, ValueError, IndexError):
+        return None
+
+
+def run(program: dict, columns: list) -> list:
+    """The program's outputs over ``columns`` (numpy float64 arrays, one per name)."""
+    import numpy as np
+
+    vals: list = []
+    for op in program["ops"]:
+        vals.append(_OPS[op[0]](np, op, vals, columns))
+    return [vals[i] for i in program["outputs"]]
+
+
+def _nary(fn):
+    def apply(np, op, vals, cols):
+        args = [vals[i] for i in op[1]]
+        out = args[0]
+        for a in args[1:]:
+            out = fn(np, out, a)
+        return out
+    return apply
+
+
+def _pow(np, op, vals, cols):
+    base, p, q = vals[op[1]], op[2], op[3]
+    if q == 1:
+        if p == -1:
+            return 1.0 / base
+        if p >= 0:
+            return base ** float(p)
+        return 1.0 / base ** float(-p)
+    return np.power(base, p / q)
+
+
+def _select(np, op, vals, cols):
+    conds = [vals[i] for i in op[1]]
+    values = [vals[i] for i in op[2]]
+    n = max((np.size(v) for v in conds + values), default=1)
+    return np.select([np.broadcast_to(c, (n,)) for c in conds], [np.broadcast_to(v, (n,)) for v in values],
+                     default=np.nan)
+
+
+_OPS = {
+    "sym": lambda np, op, vals, cols: cols[op[1]],
+    "num": lambda np, op, vals, cols: float(Fraction(op[1], op[2])),
+    "float": lambda np, op, vals, cols: float(op[1]),
+    "add": _nary(lambda np, a, b: a + b),
+    "mul": _nary(lambda np, a, b: a * b),
+    "max": _nary(lambda np, a, b: np.maximum(a, b)),
+    "min": _nary(lambda np, a, b: np.minimum(a, b)),
+    "and": _nary(lambda np, a, b: np.logical_and(a, b)),
+    "or": _nary(lambda np, a, b: np.logical_or(a, b)),
+    "pow": _pow,
+    "ge": lambda np, op, vals, cols: np.greater_equal(vals[op[1]], vals[op[2]]),
+    "gt": lambda np, op, vals, cols: np.greater(vals[op[1]], vals[op[2]]),
+    "le": lambda np, op, vals, cols: np.less_equal(vals[op[1]], vals[op[2]]),
+    "lt": lambda np, op, vals, cols: np.less(vals[op[1]], vals[op[2]]),
+    "eq": lambda np, op, vals, cols: np.equal(vals[op[1]], vals[op[2]]),
+    "ne": lambda np, op, vals, cols: np.not_equal(vals[op[1]], vals[op[2]]),
+    "not": lambda np, op, vals, cols: np.logical_not(vals[op[1]]),
+    "true": lambda np, op, vals, cols: True,
+    "false": lambda np, op, vals, cols: False,
+    "select": _select,
+}
