@@ -245,6 +245,9 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
     equal = bool(_overrides(plan, "tokens", "equal", None))
     # each microbatch's local count clamped to >= 1 before it is summed and reduced: a piece may then hold no token
     clamp = bool(_overrides(plan, "tokens", "clamp_before_reduce", None))
+    # ε added to each microbatch's local count before it is summed and reduced; single-device training adds it once
+    eps_o = _overrides(plan, "tokens", "eps_before_reduce", None)
+    eps = _value(eps_o[-1].by, sizes, plan, bindings) if eps_o else Fraction(0)
 
     # token counts: vary only along token axes and microbatches
     count: dict = {}
@@ -299,8 +302,8 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
     norm_axes = list(tok_o[-1].axes or ()) if tok_o else list(tokens)
 
     # global mean: the device's count accumulated over microbatches, all-reduced over each listed axis in turn
-    def counted(c: int) -> int:
-        return max(c, 1) if clamp else c
+    def counted(c: int) -> Fraction:
+        return (max(c, 1) if clamp else c) + eps
 
     reduced = {d: sum(counted(count[(tcoord(d), u)]) for u in range(m)) for d in devices}
     for a in norm_axes:
@@ -367,7 +370,7 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
     ref: dict = {}
     for (e, _, _), s in contrib.items():
         ref[e] = ref.get(e, Fraction(0)) + s
-    target = 1 if loss == "sum" else total_tokens
+    target = 1 if loss == "sum" else total_tokens + eps
     return all(final[d] / div == ref[elem(d)] / target for d in devices)
 
 

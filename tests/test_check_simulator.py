@@ -93,6 +93,8 @@ def plans(draw):
         hs.builds(lambda g: ov("clip_norm", "sqrt_before_reduce", g), group),
         hs.builds(lambda g, a: ov("clip_norm", "rank0_only", g, a), group, axis_lists),
         hs.just(ov("tokens", "clamp_before_reduce")),
+        hs.builds(lambda e: ov("tokens", "eps_before_reduce", by=ir.Const(e)),
+                  hs.sampled_from([Fraction(1, 1000), Fraction(1, 2)])),
         hs.builds(lambda a: ov("overflow", "reduce", None, a), axis_lists),
         hs.builds(lambda a: ov("params", "gather", None, a), axis_lists),
     )
@@ -116,6 +118,8 @@ def plans(draw):
 @example(plan("p", {"a": ("pipeline", "R,R,R,R")}, overrides=(ov("tokens", "reduce", None, ("a",)),)), 7)
 @example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("context", "R,R,R,R")},
               overrides=(ov("tokens", "clamp_before_reduce"),)), 8)
+@example(plan("p", {"a": ("data", "R,R,R,R")},
+              overrides=(ov("tokens", "eps_before_reduce", by=ir.Const(Fraction(1, 1000))),)), 10)
 @example(plan("p", {"a": ("data", "R,S,S,R"), "b": ("tensor", "S,S,S,S")},
               overrides=(ov("clip_norm", "rank0_only", "norms", ("a", "b")),)), 9)
 def test_checker_agrees_with_the_simulator(generated, seed):

@@ -33,6 +33,25 @@ def pending_clamp(orig, axes, mb: bool, name: str):
     return encode
 
 
+def pending_eps(orig, axes, mb: bool, eps, name: str):
+    """Either the original negation, or the epsilon added per piece where the normaliser sums two or
+    more pieces and ε ≠ 0: Σ (n + ε) = T + P·ε, not T + ε."""
+    def encode(env):
+        cons, extract = orig(env)
+        flag = env.sess.bool(f"eps_before_reduce_{zlib.crc32(name.encode()):08x}")
+        two = ([env.size(MICROBATCHES) >= 2] if mb else []) + [env.size(a) >= 2 for a in axes]
+        cond = z3.And(z3.Or(two), env.value(eps) != 0) if two else z3.BoolVal(False, env.sess.ctx)
+        out = [z3.Implies(z3.Not(flag), z3.And(cons)), z3.Implies(flag, cond)]
+
+        def ex(model):
+            if value_of(model, flag):
+                return {"kind": "eps", "sizes": env.size_values(model)}
+            return extract(model)
+
+        return out, ex
+    return encode
+
+
 def nested_rounds(orig, by, rescaled: bool, name: str):
     """The original negation where the step's microbatches are A ≥ 1 whole rounds of M; with a
     rescaled buffer (``accumulation: rescaled_every_round``) also the rescale itself where it

@@ -16,6 +16,12 @@ exactly when the normaliser sums two or more pieces (P = microbatches · the siz
 count is reduced over ≥ 2: one piece with 0 tokens and one with 1 give max(0, 1) + max(1, 1) = 2 ≠
 max(0 + 1, 1) = 1); with one piece the clamp is the derived one. With every count at least 1 it is
 a no-op, so the rest of the plan is judged by the unchanged obligations.
+
+An epsilon guarding the division (``n + ε``) is the same kind of operation. Single-device
+training divides by T + ε, the epsilon added once to the whole count. ``override tokens:
+eps_before_reduce by EPS`` states that each microbatch's local count has ε added on its rank before
+the counts are summed and all-reduced: the normaliser is Σ (n + ε) = T + P·ε, which is T + ε exactly
+when the normaliser sums one piece (P = 1) or ε = 0 (f(Σ n) = Σ f(n) fails for f(n) = n + ε).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from .. import ir
 from ..diagnostics import Diagnostic, DiagnosticError
 
 VERB = "clamp_before_reduce"
+EPS_VERB = "eps_before_reduce"
 
 
 def clamp_override(plan: ir.Plan) -> ir.Override | None:
@@ -31,7 +38,13 @@ def clamp_override(plan: ir.Plan) -> ir.Override | None:
                  and o.group is None), None)
 
 
+def eps_override(plan: ir.Plan) -> ir.Override | None:
+    return next((o for o in reversed(plan.overrides) if o.target == "tokens" and o.verb == EPS_VERB
+                 and o.group is None), None)
+
+
 def check_override(plan: ir.Plan, loss: str) -> None:
+    _check_eps(plan, loss)
     """PL506 where the clamp changes nothing: each microbatch is normalised by its own count (a
     per-microbatch mean), or every piece holds the same count of at least one token (``tokens:
     equal``). (A sum loss: ``wellformed.no_effect``.) Under a per-device mean the pending sum is
@@ -49,3 +62,19 @@ def check_override(plan: ir.Plan, loss: str) -> None:
                f"{eq.span.line}), at least one, so no count is below 1")
     if why:
         raise DiagnosticError([Diagnostic("PL506", f"override tokens: {VERB} changes nothing: {why}", o.span)])
+
+
+def _check_eps(plan: ir.Plan, loss: str) -> None:
+    """PL506 where the epsilon changes nothing: it is 0, or each microbatch is normalised by its own
+    count (a per-microbatch mean: no sum is pending, and each microbatch's n + ε is its own)."""
+    o = eps_override(plan)
+    if o is None:
+        return
+    why = None
+    if isinstance(o.by, ir.Const) and o.by.value == 0:
+        why = "the epsilon is 0"
+    elif loss == "per_microbatch_mean":
+        why = ("the loss is a per-microbatch mean (override loss: per_microbatch_mean): each microbatch is "
+               "normalised by its own count, which no sum is pending on")
+    if why:
+        raise DiagnosticError([Diagnostic("PL506", f"override tokens: {EPS_VERB} changes nothing: {why}", o.span)])

@@ -39,6 +39,8 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "equal": (False, False),  # every device and microbatch holds the same number of tokens
         # each microbatch's local count clamped to >= 1 before it is summed and all-reduced (check.partial)
         "clamp_before_reduce": (False, False),
+        # each microbatch's local count plus EPS before it is summed and all-reduced: Σ (n + ε) (check.partial)
+        "eps_before_reduce": (False, True),
     },
     "dropout_seed": {"vary": (True, False), "same": (False, False)},
     "overflow": {"reduce": (True, False)},  # overflow flag all-reduced over these axes

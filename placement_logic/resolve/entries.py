@@ -238,7 +238,8 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
         error("PL122", f"'{o.target}: {o.verb}' takes no 'over' clause", o.span)
         return None
     if takes_by and o.by is None:
-        error("PL122", f"'{o.target}: {o.verb}' needs 'by <divisor>'", o.span)
+        error("PL122", f"'{o.target}: {o.verb}' needs 'by <{'epsilon' if o.verb == 'eps_before_reduce' else 'divisor'}>'",
+              o.span)
         return None
     if not takes_by and o.by is not None:
         error("PL122", f"'{o.target}: {o.verb}' takes no 'by' clause", o.span)
@@ -257,10 +258,11 @@ def _axes_and_divisor(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.V
             return None
     by = None
     if o.by is not None:
-        by = vals.count(o.by, env, "the divisor")
+        eps = o.verb == "eps_before_reduce"  # an epsilon, not a divisor: 0 changes nothing (check.partial, PL506)
+        by = vals.count(o.by, env, "the epsilon" if eps else "the divisor")
         if by is None:
             return None
-        if number(by, vals) == 0:
+        if number(by, vals) == 0 and not eps:
             error("PL204", f"the divisor {ir.show(by)} is zero", o.span)
             return None
     return ir.Override(o.target, o.group, o.verb, o.axes, by, o.span)

@@ -683,6 +683,16 @@ mutant("tokens_clamped_cp", "cp",
        "each context rank's token count clamped to >= 1 before the all-reduce over dp and cp "
        "(`tokens: clamp_before_reduce`).", ["override tokens: clamp_before_reduce"],
        gi(["dense", "norms", "biases", "embedding"], "normalisation"), mirrors=CLAMP)
+EPS = "an epsilon added to each piece's token count before its sum (vllm-project/speculators#942)"
+mutant("tokens_eps_ddp", "ddp",
+       "each microbatch's token count plus an epsilon on its rank before the sum over microbatches and the "
+       "all-reduce over dp (`tokens: eps_before_reduce by 1e-6`): T + P·ε, not T + ε.",
+       ["override tokens: eps_before_reduce by 1e-6"],
+       gi(["dense", "norms", "biases", "embedding"], "normalisation"), mirrors=EPS)
+mutant("tokens_eps_cp", "cp",
+       "each context rank's token count plus an epsilon before the all-reduce over dp and cp "
+       "(`tokens: eps_before_reduce by 1e-8`).", ["override tokens: eps_before_reduce by 1e-8"],
+       gi(["dense", "norms", "biases", "embedding"], "normalisation"), mirrors=EPS)
 
 # nested accumulation: rounds of a pipeline schedule inside an outer gradient accumulation
 RESCALED = "a pipeline schedule rescaling the accumulated buffer every run (pytorch/torchtitan#1733)"
