@@ -116,6 +116,8 @@ CODES: dict[str, tuple[str, str]] = {
                                   "over the tensor axes itself: only a weight kept whole there has partial gradients."),
     "PL150": ("filter-on-shards", "A duplicate filter (override clip_norm[g]: dedupe over (...)) over an axis where the "
               "group's gradient is sharded: its pieces there are distinct values, not copies of one."),
+    "PL151": ("search-input", "A spec placement search cannot search (no model block, no transformer shape), or "
+              "numpy (the search extra) missing."),
     "PL160": ("unresolved-auto", "A Hugging Face Trainer DeepSpeed config whose \"auto\" values (among those the "
               "import reads) the options do not fill; every such key is listed at once, each located."),
     "PL161": ("trainer-mismatch", "A DeepSpeed config value that a Trainer option given to the import contradicts "
@@ -170,6 +172,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PL503": ("check-value", "An override value the checker cannot evaluate (a cost query or an unknown operator)."),
     "PL504": ("unbound-check-symbol", "An override value that uses a symbol with no value and no mesh size."),
     "PL505": ("transient-persistent-state", "Params or optimizer state placed M: they persist across steps, M is for gradients and activations."),
+    "PL506": ("override-no-effect", "An override the step it modifies cannot read: a statement that would change "
+              "nothing (docs/diagnostics.md lists the cases)."),
     # cost engine: PL400-PL449
     "PL400": ("bad-value-expression", "A value expression the cost engine cannot translate (unknown operator or node)."),
     "PL401": ("query-not-allowed", "A cost query (memory(...), comm(...)) where only plain values are allowed."),
@@ -241,6 +245,7 @@ class Code(StrEnum):
     BAD_FRAMEWORK_CONFIG = "PL141"
     SEES_HEADS_SPLIT = "PL142"
     FILTER_ON_SHARDS = "PL150"
+    SEARCH_INPUT = "PL151"
     UNRESOLVED_AUTO = "PL160"
     TRAINER_MISMATCH = "PL161"
     LAUNCH_LINE_DEVICES = "PL162"
@@ -281,6 +286,7 @@ class Code(StrEnum):
     CHECK_VALUE = "PL503"
     UNBOUND_CHECK_SYMBOL = "PL504"
     TRANSIENT_PERSISTENT_STATE = "PL505"
+    OVERRIDE_NO_EFFECT = "PL506"
     BAD_VALUE_EXPRESSION = "PL400"
     QUERY_NOT_ALLOWED = "PL401"
     BAD_QUERY_ARGUMENT = "PL402"

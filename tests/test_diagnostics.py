@@ -53,6 +53,11 @@ def test_every_code_is_documented():
         assert name in doc
 
 
+def test_every_documented_code_is_catalogued():
+    documented = re.findall(r"^## `(PL\d{3})`", DOCS.read_text(), re.M)
+    assert sorted(set(documented) - set(CODES)) == []
+
+
 def test_code_names_agree_with_the_catalogue_one_to_one():
     # every catalogued code has exactly one member, named from its short name, and no other member exists
     assert [member.value for member in Code] == list(CODES)
