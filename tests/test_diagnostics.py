@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,21 @@ def test_a_code_member_reads_as_its_string():
     diag = Diagnostic(code, "a message", Span.point("x.place", 1, 1))
     assert diag.one_line() == "x.place:1:1: error: a message [PL114]"
     assert diag.to_json()["name"] == "bad-property-value"
+
+
+def test_the_package_names_its_codes():
+    # a code is written Code.NAME, never as a "PLnnn" literal (CODES itself aside)
+    package = DOCS.parent.parent / "placement_logic"
+    literal = re.compile(r"""^(['"])PL\d{3}\1$""")
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path == package / "diagnostics.py":
+            continue
+        with tokenize.open(path) as f:
+            for tok in tokenize.generate_tokens(f.readline):
+                if tok.type == tokenize.STRING and literal.match(tok.string):
+                    found.append(f"{path.relative_to(package)}:{tok.start[0]}: {tok.string}")
+    assert found == []
 
 
 def test_did_you_mean_suggestion():

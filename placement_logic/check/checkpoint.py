@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
-from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
+from ..diagnostics import NO_SPAN, Code, Diagnostic, DiagnosticError, Span
 from ..ir import groups as pg
 from ..ir import views
 from .dims import SHARDED, TENSOR_ROLES
@@ -104,7 +104,7 @@ def derive(plan: ir.Plan, groups, colls, regather_needed: tuple[str, ...],
         return None
     for o in ovs:
         if o.verb in PLAN_WIDE and o.group is not None:
-            raise _err("PL180", f"override checkpoint[{o.group}]: {o.verb} is plan-wide: it takes no [group]", o.span)
+            raise _err(Code.CHECKPOINT_PLAN_WIDE, f"override checkpoint[{o.group}]: {o.verb} is plan-wide: it takes no [group]", o.span)
     layouts = []
     for g in groups:
         cls = pg.class_of(plan.model, g.group)
@@ -178,4 +178,4 @@ def _no_effect(model: CheckpointModel, ovs: list[ir.Override]) -> None:
                 why = ("every state it applies to is already written this way over "
                        f"({', '.join(o.axes or ())}) (sharded states by every rank, replicated ones by rank 0)")
         if why:
-            raise _err("PL506", f"{head} changes nothing: {why}", o.span)
+            raise _err(Code.OVERRIDE_NO_EFFECT, f"{head} changes nothing: {why}", o.span)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError
+from ..diagnostics import Code, Diagnostic, DiagnosticError
 
 AGG_VERBS = ("reduce", "average", "max")  # a stated norm reduction and how it combines the ranks' values
 AGG_OF = {"reduce": "sum", "average": "average", "max": "max"}
@@ -45,7 +45,7 @@ def apply(groups: list, overrides: tuple[ir.Override, ...]) -> list:
         hit = [g for g in out if o.group in (None, "all", g.group)]
         if hit and not any(g.clip_axes for g in hit):
             raise DiagnosticError([Diagnostic(
-                "PL506", f"override clip_norm{f'[{o.group}]' if o.group else ''}: sqrt_before_reduce changes "
+                Code.OVERRIDE_NO_EFFECT, f"override clip_norm{f'[{o.group}]' if o.group else ''}: sqrt_before_reduce changes "
                 "nothing: the norm is reduced over no axis, so every rank's root is of its whole value", o.span)])
     return out
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError, Span
+from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 from .dims import INVARIANT, SHARDED, SPLIT, TENSOR_ROLES
 
 
@@ -70,7 +70,7 @@ def model(plan: ir.Plan, replicated: dict[str, tuple[str, ...]]) -> IdentityMode
             if not found:
                 who = f"'{o.group}'" if o.group not in (None, "all") else "no group"
                 raise DiagnosticError([Diagnostic(
-                    "PL506", f"override params{f'[{o.group}]' if o.group else ''}: no_init_broadcast changes "
+                    Code.OVERRIDE_NO_EFFECT, f"override params{f'[{o.group}]' if o.group else ''}: no_init_broadcast changes "
                     f"nothing: {who} holds copies over ({', '.join(o.axes or ())}): its params are split or "
                     "sharded there, so every rank initialises different elements anyway", o.span)])
             unb += [(g, axes, o.span) for g, axes in found]

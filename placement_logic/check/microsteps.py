@@ -9,7 +9,7 @@ the once-per-step reduction it moves (``early_axes``), and PL506 where it affect
 from __future__ import annotations
 
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError
+from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir import collectives as sc
 from ..ir import groups as pg
 from ..ir import views
@@ -49,4 +49,4 @@ def check_override(plan: ir.Plan, groups) -> None:
     elif not any(early_axes(plan, g) for g in groups):
         why = "no gradient is all-reduced once per step over an axis (every reduced gradient is sharded there)"
     if why:
-        raise DiagnosticError([Diagnostic("PL506", f"override grads: {VERB} changes nothing: {why}", o.span)])
+        raise DiagnosticError([Diagnostic(Code.OVERRIDE_NO_EFFECT, f"override grads: {VERB} changes nothing: {why}", o.span)])

@@ -21,7 +21,7 @@ a no-op, so the rest of the plan is judged by the unchanged obligations.
 from __future__ import annotations
 
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError
+from ..diagnostics import Code, Diagnostic, DiagnosticError
 
 VERB = "clamp_before_reduce"
 
@@ -48,4 +48,4 @@ def check_override(plan: ir.Plan, loss: str) -> None:
         why = (f"every device and microbatch holds the same number of tokens (override tokens: equal, line "
                f"{eq.span.line}), at least one, so no count is below 1")
     if why:
-        raise DiagnosticError([Diagnostic("PL506", f"override tokens: {VERB} changes nothing: {why}", o.span)])
+        raise DiagnosticError([Diagnostic(Code.OVERRIDE_NO_EFFECT, f"override tokens: {VERB} changes nothing: {why}", o.span)])

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError, Span
+from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def model(plan: ir.Plan, tensor: tuple[str, ...], expert: tuple[str, ...], sp: b
             continue
         if o.group is not None:
             raise DiagnosticError([Diagnostic(
-                "PL506", f"override rng[{o.group}]: {o.verb} changes nothing: the RNG state is a rank's, "
+                Code.OVERRIDE_NO_EFFECT, f"override rng[{o.group}]: {o.verb} changes nothing: the RNG state is a rank's, "
                 "not a parameter group's (write override rng: ...)", o.span)])
         if o.verb in ("same", "restored_from_one"):
             same += [(a, o.span, o.verb) for a in dict.fromkeys(o.axes or ())]
@@ -83,12 +83,12 @@ def model(plan: ir.Plan, tensor: tuple[str, ...], expert: tuple[str, ...], sp: b
         elif o.verb == "not_preserved":
             if not recompute:
                 raise DiagnosticError([Diagnostic(
-                    "PL506", "override rng: not_preserved changes nothing: the plan recomputes no activations "
+                    Code.OVERRIDE_NO_EFFECT, "override rng: not_preserved changes nothing: the plan recomputes no activations "
                     "(recompute = none), so no forward is replayed", o.span)])
             not_preserved = not_preserved or o.span
         if o.verb != "not_preserved" and not o.axes:
             raise DiagnosticError([Diagnostic(
-                "PL506", f"override rng: {o.verb} over () changes nothing: it names no axis", o.span)])
+                Code.OVERRIDE_NO_EFFECT, f"override rng: {o.verb} over () changes nothing: it names no axis", o.span)])
     return RngModel(tensor, expert, sp, recompute, tuple(same), tuple(advance), not_preserved)
 
 

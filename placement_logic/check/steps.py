@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from .. import ir
-from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
+from ..diagnostics import NO_SPAN, Code, Diagnostic, DiagnosticError, Span
 from ..ir import collectives as sc
 from ..ir import folding, heads, views
 from ..ir import groups as pg
@@ -142,7 +142,7 @@ def _read(plan: ir.Plan) -> _Read:
     for o in plan.overrides:
         for a in o.axes or ():
             if a not in axes:
-                raise _err("PL501", f"override names axis '{a}', which is not on the mesh", o.span)
+                raise _err(Code.OVERRIDE_AXIS, f"override names axis '{a}', which is not on the mesh", o.span)
     loss_o = None
     for o in plan.overrides:  # loss[TERM] overrides are loss terms' paths (check.losses)
         if o.target == "loss" and o.group is None:
@@ -194,7 +194,7 @@ def _dims(r: _Read, g: str, cls: pg.ParamGroup, role_of, pls) -> tuple[list[Grad
     if cls.checks_as == "embedding" and tie_o is not None:
         for a in tie_o.axes or ():
             if a not in r.pipeline:
-                raise _err("PL502", f"tie_reduce over '{a}', which is not a pipeline axis", tie_o.span)
+                raise _err(Code.TIE_AXIS, f"tie_reduce over '{a}', which is not a pipeline axis", tie_o.span)
         counts = Counter(tie_o.axes or ())
         dims = [replace(d, k=counts.get(d.axis, 0)) if d.tie else d for d in dims]
         span = tie_o.span

@@ -8,7 +8,7 @@ which every rank's update covers whole parameters, which the optimizer-step cond
 from __future__ import annotations
 
 from .. import ir
-from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
+from ..diagnostics import NO_SPAN, Code, Diagnostic, DiagnosticError, Span
 from ..ir.welltyped import ill_typed
 
 # params modes under which a tensor or expert axis splits the computation itself; under S* every
@@ -43,7 +43,7 @@ def persistent_modes(plan: ir.Plan) -> None:
         pl = plan.placement(state)
         bad = pl.axes_with(ir.Mode.M)
         if bad:
-            raise _err("PL505", f"{state.value} are placed M (materialized only transiently) over "
+            raise _err(Code.TRANSIENT_PERSISTENT_STATE, f"{state.value} are placed M (materialized only transiently) over "
                        f"({', '.join(bad)}), but {state.value} persist from one step to the next; M applies to "
                        "gradients and activations", pl.span if pl.span != NO_SPAN else plan.span)
 
@@ -91,7 +91,7 @@ def no_effect(plan: ir.Plan, groups: tuple[str, ...], needs_regather: bool, offl
                 why = (f"every microbatch's gradient is reduced before the next backward (override grads: "
                        f"reduce_every_microbatch, line {every.span.line}), so no accumulation buffer is needed")
         if why:
-            raise _err("PL506", f"override {o.target}{f'[{o.group}]' if o.group else ''}: {o.verb} changes "
+            raise _err(Code.OVERRIDE_NO_EFFECT, f"override {o.target}{f'[{o.group}]' if o.group else ''}: {o.verb} changes "
                        f"nothing: {why}", o.span)
 
 
@@ -108,23 +108,23 @@ def filter_no_effect(overrides: tuple[ir.Override, ...], groups) -> None:
         targets = [g for g in groups if o.group in (None, "all") or g.group == o.group]
         named = o.group not in (None, "all")
         if not o.axes:
-            raise _err("PL506", f"{head} changes nothing: it names no axis", o.span)
+            raise _err(Code.OVERRIDE_NO_EFFECT, f"{head} changes nothing: it names no axis", o.span)
         for a in dict.fromkeys(o.axes):
             if o.axes.count(a) > 1:
-                raise _err("PL506", f"{head} changes nothing the second time it names {a}: a filter counts each "
+                raise _err(Code.OVERRIDE_NO_EFFECT, f"{head} changes nothing the second time it names {a}: a filter counts each "
                            "copy once however often it is stated", o.span)
             copies = [g for g in targets if a not in g.shard_axes]
             if not copies:
-                raise _err("PL150", f"{head}: the gradient of {o.group if named else 'every group'} is sharded over "
+                raise _err(Code.FILTER_ON_SHARDS, f"{head}: the gradient of {o.group if named else 'every group'} is sharded over "
                            f"{a}, so its pieces there are distinct values, not copies of one; a duplicate filter "
                            "applies to a group replicated on the axis", o.span)
             who = o.group if named else f"every group replicated on {a} ({', '.join(g.group for g in copies)})"
             summed = [g for g in copies if a in g.clip_axes]
             if not summed:
-                raise _err("PL506", f"{head} changes nothing: the squared norm of {who} is not summed over {a}, so "
+                raise _err(Code.OVERRIDE_NO_EFFECT, f"{head} changes nothing: the squared norm of {who} is not summed over {a}, so "
                            f"its copies on {a} are counted once already", o.span)
             if all(not g.clip_filter_stated and a in g.clip_filter for g in summed):
-                raise _err("PL506", f"{head} changes nothing: no `clip_norm: reduce` override states the norm "
+                raise _err(Code.OVERRIDE_NO_EFFECT, f"{head} changes nothing: no `clip_norm: reduce` override states the norm "
                            f"reduction of {who}, and the derived one counts its copies on {a} once already", o.span)
 
 
