@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
+from ..ir.overrides import OverrideTarget, OverrideVerb
 from .dims import INVARIANT, SHARDED, SPLIT, TENSOR_ROLES
 
 
@@ -63,7 +64,7 @@ def model(plan: ir.Plan, replicated: dict[str, tuple[str, ...]]) -> IdentityMode
     stale: list[tuple[str, Span]] = []
     init_span = stale_span = None
     for o in plan.overrides:
-        if o.target == "params" and o.verb == "no_init_broadcast":
+        if o.target == OverrideTarget.PARAMS and o.verb == OverrideVerb.NO_INIT_BROADCAST:
             found = [(g, tuple(a for a in dict.fromkeys(o.axes or ()) if a in replicated[g]))
                      for g in _targets(o, replicated)]
             found = [(g, axes) for g, axes in found if axes]
@@ -75,7 +76,7 @@ def model(plan: ir.Plan, replicated: dict[str, tuple[str, ...]]) -> IdentityMode
                     "sharded there, so every rank initialises different elements anyway", o.span)])
             unb += [(g, axes, o.span) for g, axes in found]
             init_span = init_span or o.span
-        elif o.target == "optimizer" and o.verb == "stale_params":
+        elif o.target == OverrideTarget.OPTIMIZER and o.verb == OverrideVerb.STALE_PARAMS:
             stale += [(g, o.span) for g in _targets(o, replicated)]
             stale_span = stale_span or o.span
     return IdentityModel(tuple(unb), tuple(dict.fromkeys(stale)), init_span, stale_span)

@@ -35,6 +35,7 @@ from fractions import Fraction
 
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
+from ..ir.overrides import OverrideTarget, OverrideVerb
 from .dims import MICROBATCHES, NORMALISATION
 
 TARGET = "accumulation"
@@ -67,18 +68,18 @@ def check_override(plan: ir.Plan, loss: str) -> None:
     if loss != "per_microbatch_mean":
         raise bad(Code.NESTED_ACCUMULATION, "the levels divide a per-microbatch mean loss (write override loss: per_microbatch_mean; "
                   "a token-normalised loss is divided by the step's tokens, not by the rounds)")
-    div = next((x for x in plan.overrides if x.target == "grads" and x.verb == "divide"), None)
+    div = next((x for x in plan.overrides if x.target == OverrideTarget.GRADS and x.verb == OverrideVerb.DIVIDE), None)
     if div is not None:
         raise bad(Code.NESTED_ACCUMULATION, f"the divisor is stated at line {div.span.line} as well (override grads: divide by); "
                   "state it once")
-    if any(x.target == "grads" and x.verb == "no_accumulation_buffer" for x in plan.overrides):
+    if any(x.target == OverrideTarget.GRADS and x.verb == OverrideVerb.NO_ACCUMULATION_BUFFER for x in plan.overrides):
         raise bad(Code.NESTED_ACCUMULATION, "without an accumulation buffer no round is accumulated into the next")
     mv, m = _const(o.by), plan.model.microbatches
     if mv is not None and (mv.denominator != 1 or mv < 1):
         raise bad(Code.NESTED_ACCUMULATION, "M, the schedule's microbatches per round, is a positive integer")
     if mv is not None and isinstance(m, ir.Const) and m.value % mv != 0:
         raise bad(Code.NESTED_ACCUMULATION, f"the step's microbatches ({m.value}) are not a whole number of rounds of {mv}")
-    if mv == 1 and o.verb != "outer_undivided":
+    if mv == 1 and o.verb != OverrideVerb.OUTER_UNDIVIDED:
         raise DiagnosticError([Diagnostic(Code.OVERRIDE_NO_EFFECT, f"{head} changes nothing: a schedule of one microbatch has "
                                           "nothing to divide or rescale", o.span)])
 
@@ -92,7 +93,7 @@ def apply(plan: ir.Plan, groups: list) -> list:
     out = []
     for g in groups:
         axes = [ir.Sym(a) for a in g.divisor_axes if a != MICROBATCHES]
-        extra = [ir.Op("/", (ir.Sym(MICROBATCHES), o.by))] if o.verb == "inner_undivided" else [o.by]
+        extra = [ir.Op("/", (ir.Sym(MICROBATCHES), o.by))] if o.verb == OverrideVerb.INNER_UNDIVIDED else [o.by]
         terms = axes + extra
         value = terms[0] if len(terms) == 1 else ir.Op("*", tuple(terms))
         out.append(replace(g, divisor_value=value, span=o.span,

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
+from ..ir.overrides import OverrideTarget, OverrideVerb
 
 VERB = "clamp_before_reduce"
 
 
 def clamp_override(plan: ir.Plan) -> ir.Override | None:
-    return next((o for o in reversed(plan.overrides) if o.target == "tokens" and o.verb == VERB
+    return next((o for o in reversed(plan.overrides) if o.target == OverrideTarget.TOKENS and o.verb == VERB
                  and o.group is None), None)
 
 
@@ -40,7 +41,7 @@ def check_override(plan: ir.Plan, loss: str) -> None:
     if o is None:
         return
     why = None
-    eq = next((x for x in plan.overrides if x.target == "tokens" and x.verb == "equal" and x.group is None), None)
+    eq = next((x for x in plan.overrides if x.target == OverrideTarget.TOKENS and x.verb == OverrideVerb.EQUAL and x.group is None), None)
     if loss == "per_microbatch_mean":
         why = ("the loss is a per-microbatch mean (override loss: per_microbatch_mean): each microbatch is "
                "normalised by its own count, which no sum is pending on")

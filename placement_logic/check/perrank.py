@@ -26,6 +26,7 @@ from dataclasses import replace
 
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
+from ..ir.overrides import OverrideTarget
 
 VERB = "rank0_only"
 
@@ -37,7 +38,7 @@ def _err(code: str, msg: str, o: ir.Override) -> DiagnosticError:
 def stated(overrides: tuple[ir.Override, ...], group: str) -> ir.Override | None:
     """The rank-0 statement of ``group``: its own, else the plan's (``all``, then no group)."""
     for who in (group, "all", None):
-        found = [o for o in overrides if o.target == "clip_norm" and o.verb == VERB and o.group == who]
+        found = [o for o in overrides if o.target == OverrideTarget.CLIP_NORM and o.verb == VERB and o.group == who]
         if found:
             return found[-1]
     return None
@@ -47,7 +48,7 @@ def apply(groups: list, overrides: tuple[ir.Override, ...]) -> list:
     """Each group's rank-0 axes, with PL170 and PL506 where the statement cannot be read."""
     out = [_one(g, stated(overrides, g.group)) for g in groups]
     for o in overrides:
-        if o.target != "clip_norm" or o.verb != VERB:
+        if o.target != OverrideTarget.CLIP_NORM or o.verb != VERB:
             continue
         head = f"override clip_norm{f'[{o.group}]' if o.group else ''}: {VERB} over ({', '.join(o.axes or ())})"
         if not o.axes:

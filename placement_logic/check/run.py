@@ -19,6 +19,7 @@ from typing import Callable
 
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
+from ..ir.overrides import OverrideTarget, OverrideVerb
 from ..resolve.validate import check_rebinding
 from ..solver.session import Session
 from . import encode as en
@@ -191,7 +192,7 @@ def check_plan(sess: Session, spec: ir.Spec, plan: ir.Plan, pinned: dict[str, in
         (f"{', '.join(free)}: any positive integer" if free else "every size pinned"),
         f"loss: {step.loss.replace('_', ' ')}",
         ("a device's microbatch may hold 0 tokens (its count is clamped before the reduction)"
-         if any(o.target == "tokens" and o.verb == "clamp_before_reduce" for o in plan.overrides)
+         if any(o.target == OverrideTarget.TOKENS and o.verb == OverrideVerb.CLAMP_BEFORE_REDUCE for o in plan.overrides)
          else "every device and microbatch has >= 1 token") + "; token counts otherwise arbitrary",
         "gradient contributions and squared norms arbitrary",
     )

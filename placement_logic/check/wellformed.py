@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..diagnostics import NO_SPAN, Code, Diagnostic, DiagnosticError, Span
+from ..ir.overrides import OverrideTarget, OverrideVerb
 from ..ir.welltyped import ill_typed
 
 # params modes under which a tensor or expert axis splits the computation itself; under S* every
@@ -63,29 +64,29 @@ def tied(plan: ir.Plan) -> bool:
 
 def no_effect(plan: ir.Plan, groups: tuple[str, ...], needs_regather: bool, offloaded: bool) -> None:
     """Overrides the step cannot read are errors, not silent no-ops (PL506)."""
-    losses = [o for o in plan.overrides if o.target == "loss" and o.group is None]
-    summed = bool(losses) and losses[-1].verb == "sum"
+    losses = [o for o in plan.overrides if o.target == OverrideTarget.LOSS and o.group is None]
+    summed = bool(losses) and losses[-1].verb == OverrideVerb.SUM
     for o in plan.overrides:
         why = None
-        if o.target in ("loss", "tokens") and o.group is not None:
+        if o.target in (OverrideTarget.LOSS, OverrideTarget.TOKENS) and o.group is not None:
             continue  # a loss term's path: check.losses reads it
-        if o.target in ("activations", "activation_grads"):
+        if o.target in (OverrideTarget.ACTIVATIONS, OverrideTarget.ACTIVATION_GRADS):
             continue  # a layer region's collectives: check.actflow reads them
-        if o.target == "tokens" and summed:
+        if o.target == OverrideTarget.TOKENS and summed:
             why = "the loss is a sum over tokens (loss: sum), so no token count normalises it"
         elif o.group not in (None, "all") and o.group not in groups and not (
-                o.target == "optimizer" and o.verb in ("gather", "round_robin")):  # resolve.optimizers checks these
+                o.target == OverrideTarget.OPTIMIZER and o.verb in (OverrideVerb.GATHER, OverrideVerb.ROUND_ROBIN)):  # resolve.optimizers checks these
             why = (f"the plan has no '{o.group}' parameter group (its groups: {', '.join(groups)})")
-        elif o.target == "params" and o.verb == "no_fetch" and not offloaded:
+        elif o.target == OverrideTarget.PARAMS and o.verb == OverrideVerb.NO_FETCH and not offloaded:
             why = "params stay on the device, so there is nothing to fetch"
-        elif o.target == "params" and o.verb == "no_regather" and not needs_regather:
+        elif o.target == OverrideTarget.PARAMS and o.verb == OverrideVerb.NO_REGATHER and not needs_regather:
             why = "no axis has replicated params with a sharded optimizer, so nothing is re-gathered"
-        elif o.target == "embedding" and not (tied(plan) and plan.axes_with_role(ir.Role.PIPELINE)):
+        elif o.target == OverrideTarget.EMBEDDING and not (tied(plan) and plan.axes_with_role(ir.Role.PIPELINE)):
             why = "the embedding is not tied across pipeline stages (no tied embeddings or no pipeline axis)"
-        elif o.target == "grads" and o.verb == "reduce_every_microbatch":
+        elif o.target == OverrideTarget.GRADS and o.verb == OverrideVerb.REDUCE_EVERY_MICROBATCH:
             why = _every_microbatch_no_effect(plan, o)
-        elif o.target == "grads" and o.verb == "no_accumulation_buffer":
-            every = next((x for x in plan.overrides if x.target == "grads" and x.verb == "reduce_every_microbatch"
+        elif o.target == OverrideTarget.GRADS and o.verb == OverrideVerb.NO_ACCUMULATION_BUFFER:
+            every = next((x for x in plan.overrides if x.target == OverrideTarget.GRADS and x.verb == OverrideVerb.REDUCE_EVERY_MICROBATCH
                           and x.group in (None, "all")), None)
             if every is not None:
                 why = (f"every microbatch's gradient is reduced before the next backward (override grads: "
@@ -102,7 +103,7 @@ def filter_no_effect(overrides: tuple[ir.Override, ...], groups) -> None:
     the derived reduction filters already, it changes nothing (PL506). ``groups``: the step's
     ``GroupModel`` records, with their norm reductions and filters."""
     for o in overrides:
-        if o.target != "clip_norm" or o.verb != "dedupe":
+        if o.target != OverrideTarget.CLIP_NORM or o.verb != OverrideVerb.DEDUPE:
             continue
         head = f"override clip_norm{f'[{o.group}]' if o.group else ''}: dedupe over ({', '.join(o.axes or ())})"
         targets = [g for g in groups if o.group in (None, "all") or g.group == o.group]

@@ -40,6 +40,7 @@ from fractions import Fraction
 from typing import Mapping
 
 from .. import ir
+from ..ir.overrides import OverrideTarget, OverrideVerb
 from .realise_overrides import RunAxes, read_overrides
 from .shape import ShapeError, value_of
 from .widths import Widths, realised_widths
@@ -400,7 +401,7 @@ PIPELINE_CLASSES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleav
 
 
 def divisor_given(plan: ir.Plan) -> bool:
-    return any(o.target == "grads" and o.verb == "divide" for o in plan.overrides)
+    return any(o.target == OverrideTarget.GRADS and o.verb == OverrideVerb.DIVIDE for o in plan.overrides)
 
 
 def _product(sizes: Mapping[str, int], axes) -> int:

@@ -14,6 +14,7 @@ from ..frontend import surface
 from ..ir import actflow
 from ..ir import losses as ir_losses
 from ..ir.groups import BUILTIN as BUILTIN_GROUPS
+from ..ir.overrides import OverrideTarget, OverrideVerb
 from .shapes import number
 from .values import STATE_NAMES, Values
 
@@ -207,9 +208,9 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
               f"with '{TERM_ALIASES[o.target]}' in the model's losses section", o.span,
               (f"e.g. model {{ losses {{ {TERM_ALIASES[o.target]} = per_microbatch_mean }} }}",))
         return None
-    if o.target in ("loss", "tokens") and o.group is not None:
+    if o.target in (OverrideTarget.LOSS, OverrideTarget.TOKENS) and o.group is not None:
         return _term_override(vals, o, env, axes_allowed)
-    if o.target == "loss" and o.verb == "divide":
+    if o.target == OverrideTarget.LOSS and o.verb == OverrideVerb.DIVIDE:
         error(Code.BAD_OVERRIDE, "'loss: divide' applies to a loss term (loss[TERM]: divide by ...); the main loss's "
               "divisor is override grads: divide by ...", o.span)
         return None
@@ -222,7 +223,7 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
         return None
     takes_over, takes_by = verbs[o.verb]
     known = ir.PARAM_GROUPS + tuple(sorted(vals.groups))
-    if o.target == "optimizer":  # an optimizer section names the model's parameter groups (ir.groups)
+    if o.target == OverrideTarget.OPTIMIZER:  # an optimizer section names the model's parameter groups (ir.groups)
         known = known + tuple(g for g in BUILTIN_GROUPS if g not in known) + ("matrices",)
     elif o.target in actflow.TARGETS:  # a layer region, not a parameter group
         known = actflow.REGIONS
@@ -281,12 +282,12 @@ def _term_override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Valu
               did_you_mean(o.group, tuple(vals.loss_terms)) or
               (f"terms: {', '.join(ir_losses.TERMS)}, declared as model {{ losses {{ TERM = NORMALISATION }} }}",))
         return None
-    verbs = ir_losses.PATH_VERBS if o.target == "loss" else ("reduce",)
+    verbs = ir_losses.PATH_VERBS if o.target == OverrideTarget.LOSS else ("reduce",)
     if o.verb not in verbs:
         error(Code.BAD_OVERRIDE, f"'{o.target}[{o.group}]' has no override '{o.verb}'", o.span,
               did_you_mean(o.verb, verbs) or (f"accepted: {', '.join(verbs)}",))
         return None
-    takes_over, takes_by = o.verb == "reduce", o.verb == "divide"
+    takes_over, takes_by = o.verb == OverrideVerb.REDUCE, o.verb == OverrideVerb.DIVIDE
     if takes_over != (o.axes is not None) or takes_by != (o.by is not None):
         need = "needs 'over (axes...)'" if takes_over else "needs 'by <divisor>'" if takes_by else \
             "takes no 'over' or 'by' clause"

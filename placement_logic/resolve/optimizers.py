@@ -18,6 +18,7 @@ from ..diagnostics import Code, did_you_mean
 from ..frontend import surface
 from ..ir import groups as pg
 from ..ir import optimizers as opt
+from ..ir.overrides import OverrideTarget, OverrideVerb
 from .values import Values
 
 
@@ -116,7 +117,7 @@ def check_overrides(vals: Values, plan: ir.Plan) -> None:
     (PL245), and a gather must undo a cut there (PL246)."""
     need = dict(opt.whole_needed(plan))
     for o in plan.overrides:
-        if o.target != "optimizer" or o.verb not in ("gather", "round_robin"):
+        if o.target != OverrideTarget.OPTIMIZER or o.verb not in (OverrideVerb.GATHER, OverrideVerb.ROUND_ROBIN):
             continue
         groups = (tuple(need) if o.group in (None, "all") else
                   tuple(g for g in need if g in opt.MATRIX_GROUPS) if o.group == "matrices" else
@@ -134,7 +135,7 @@ def check_overrides(vals: Values, plan: ir.Plan) -> None:
                           ("state a matrix-wise algorithm for it in the plan's optimizer section, e.g. "
                            "optimizer { matrices = muon(ns_steps = 5) }",))
             continue
-        if o.verb == "gather":
+        if o.verb == OverrideVerb.GATHER:
             cut = set().union(*(opt.cuts(plan, g) for g in groups))
             idle = [a for a in (o.axes or ()) if a not in cut]
             if idle:
