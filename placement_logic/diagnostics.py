@@ -3,13 +3,14 @@
 Input: a code, a message and a source span. Output: the stable one-line form
 ``file:line:col: error: message [PL123]``, a source snippet with a caret under the
 span, or a JSON-ready dict. Every code is catalogued in ``CODES`` with a one-line
-description; ``docs/diagnostics.md`` documents each one.
+description and named in ``Code`` (``Code.BAD_PROPERTY_VALUE`` is ``"PL114"``);
+``docs/diagnostics.md`` documents each one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Iterable
 
 
@@ -115,6 +116,8 @@ CODES: dict[str, tuple[str, str]] = {
                                   "over the tensor axes itself: only a weight kept whole there has partial gradients."),
     "PL150": ("filter-on-shards", "A duplicate filter (override clip_norm[g]: dedupe over (...)) over an axis where the "
               "group's gradient is sharded: its pieces there are distinct values, not copies of one."),
+    "PL151": ("search-input", "A spec placement search cannot search (no model block, no transformer shape), or "
+              "numpy (the search extra) missing."),
     "PL160": ("unresolved-auto", "A Hugging Face Trainer DeepSpeed config whose \"auto\" values (among those the "
               "import reads) the options do not fill; every such key is listed at once, each located."),
     "PL161": ("trainer-mismatch", "A DeepSpeed config value that a Trainer option given to the import contradicts "
@@ -169,6 +172,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PL503": ("check-value", "An override value the checker cannot evaluate (a cost query or an unknown operator)."),
     "PL504": ("unbound-check-symbol", "An override value that uses a symbol with no value and no mesh size."),
     "PL505": ("transient-persistent-state", "Params or optimizer state placed M: they persist across steps, M is for gradients and activations."),
+    "PL506": ("override-no-effect", "An override the step it modifies cannot read: a statement that would change "
+              "nothing (docs/diagnostics.md lists the cases)."),
     # cost engine: PL400-PL449
     "PL400": ("bad-value-expression", "A value expression the cost engine cannot translate (unknown operator or node)."),
     "PL401": ("query-not-allowed", "A cost query (memory(...), comm(...)) where only plain values are allowed."),
@@ -189,6 +194,117 @@ CODES: dict[str, tuple[str, str]] = {
     # proofs: PL700-PL749
     "PL700": ("export-failed", "An output file that cannot be written, or would replace an input of the command."),
 }
+
+
+class Code(StrEnum):
+    """The diagnostic codes by name: ``Code.UNEXPECTED_TOKEN == "PL002"``.
+
+    A member is the code's string itself (``str``, f-strings, ``==``, JSON and dict keys read
+    ``"PL002"``); each is named from its short name in ``CODES`` and the two agree one to one.
+    """
+
+    UNEXPECTED_CHARACTER = "PL001"
+    UNEXPECTED_TOKEN = "PL002"
+    UNEXPECTED_END = "PL003"
+    UNTERMINATED_STRING = "PL004"
+    BAD_NUMBER = "PL005"
+    UNREADABLE_FILE = "PL006"
+    TOO_DEEP = "PL007"
+    UNDEFINED_NAME = "PL101"
+    DUPLICATE_DEFINITION = "PL102"
+    UNKNOWN_STATE = "PL103"
+    UNKNOWN_MODE = "PL104"
+    MISSING_STATE = "PL105"
+    DUPLICATE_AXIS = "PL106"
+    BAD_AXIS_SIZE = "PL107"
+    AXIS_REUSED = "PL108"
+    UNDEFINED_AXIS = "PL109"
+    STRATEGY_CYCLE = "PL110"
+    UNKNOWN_MODULE = "PL111"
+    IMPORT_CYCLE = "PL112"
+    UNKNOWN_PROPERTY = "PL113"
+    BAD_PROPERTY_VALUE = "PL114"
+    ARITY_MISMATCH = "PL115"
+    NOT_A_STRATEGY = "PL116"
+    NOT_A_PLAN = "PL117"
+    MISSING_SECTION = "PL118"
+    DUPLICATE_PROPERTY = "PL119"
+    BAD_TUPLE = "PL120"
+    UNKNOWN_ROLE = "PL121"
+    BAD_OVERRIDE = "PL122"
+    UNKNOWN_PARAMETER = "PL123"
+    MODE_OPTION = "PL124"
+    UNBOUND_AXIS = "PL125"
+    DEFINITION_CYCLE = "PL126"
+    AXIS_LESS_STRATEGY = "PL127"
+    CONFLICTING_SETTING = "PL128"
+    NOT_MODELLED = "PL129"
+    IMPOSSIBLE_SHAPE = "PL130"
+    IMPOSSIBLE_FOLD = "PL131"
+    PRODUCT_BINDING = "PL132"
+    FOLD_NEEDS_SEQUENCE_PARALLEL = "PL133"
+    SPLIT_WEIGHT_REPLICATED_GRADS = "PL136"
+    PIPELINE_REPLICATED_PARAMS = "PL137"
+    BAD_CONFIG = "PL140"
+    BAD_FRAMEWORK_CONFIG = "PL141"
+    SEES_HEADS_SPLIT = "PL142"
+    FILTER_ON_SHARDS = "PL150"
+    SEARCH_INPUT = "PL151"
+    UNRESOLVED_AUTO = "PL160"
+    TRAINER_MISMATCH = "PL161"
+    LAUNCH_LINE_DEVICES = "PL162"
+    PARAMS_BELOW_SHAPE = "PL163"
+    RANK0_UNREDUCED_AXIS = "PL170"
+    NESTED_ACCUMULATION = "PL171"
+    CHECKPOINT_PLAN_WIDE = "PL180"
+    UNDECLARED_LOSS_TERM = "PL186"
+    LOSS_TERM_REACHES_NOTHING = "PL187"
+    ACTIVATION_ASSERT_OFF_TENSOR = "PL190"
+    UNIT_MISMATCH = "PL201"
+    UNIT_NOT_ALLOWED = "PL202"
+    BAD_EXPONENT = "PL203"
+    DIVISION_BY_ZERO = "PL204"
+    UNKNOWN_FUNCTION = "PL205"
+    BAD_ARGUMENTS = "PL206"
+    BYTES_SQUARED = "PL207"
+    UNKNOWN_UNIT = "PL208"
+    NUMBER_TOO_LARGE = "PL209"
+    UNKNOWN_OPTIMIZER = "PL240"
+    OPTIMIZER_ARGUMENT = "PL241"
+    OPTIMIZER_GROUP = "PL242"
+    OPTIMIZER_ON_VECTORS = "PL243"
+    OPTIMIZER_TWICE = "PL244"
+    OPTIMIZER_GATHER_ELEMENTWISE = "PL245"
+    OPTIMIZER_GATHER_IDLE = "PL246"
+    BAD_SET = "PL301"
+    UNKNOWN_PLAN = "PL302"
+    SWEEP_TOO_LARGE = "PL310"
+    SWEEP_UNBOUND = "PL311"
+    PLOT_UNAVAILABLE = "PL312"
+    BAD_PLOT = "PL313"
+    SWEEP_OPTION = "PL314"
+    CALIBRATE_UNAVAILABLE = "PL315"
+    BAD_TIMEOUT = "PL500"
+    OVERRIDE_AXIS = "PL501"
+    TIE_AXIS = "PL502"
+    CHECK_VALUE = "PL503"
+    UNBOUND_CHECK_SYMBOL = "PL504"
+    TRANSIENT_PERSISTENT_STATE = "PL505"
+    OVERRIDE_NO_EFFECT = "PL506"
+    BAD_VALUE_EXPRESSION = "PL400"
+    QUERY_NOT_ALLOWED = "PL401"
+    BAD_QUERY_ARGUMENT = "PL402"
+    UNKNOWN_QUERY = "PL403"
+    TORCH_MISSING = "PL601"
+    BAD_DEVICES = "PL602"
+    BAD_STEPS = "PL604"
+    TORCHRUN_ENV = "PL620"
+    TORCHRUN_DEVICES = "PL621"
+    BAD_TRACE_COMMAND = "PL611"
+    BAD_TRACE = "PL612"
+    TRACE_FAILED = "PL613"
+    NOT_LIFTABLE = "PL614"
+    EXPORT_FAILED = "PL700"
 
 
 @dataclass(frozen=True)

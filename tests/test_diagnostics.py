@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import io
+import json
 import re
+import tokenize
 from pathlib import Path
 
 import pytest
 from bad_snippets import CATALOGUE
 
 from placement_logic.cli import main
-from placement_logic.diagnostics import CODES, Diagnostic, DiagnosticError, Span, render
+from placement_logic.diagnostics import CODES, Code, Diagnostic, DiagnosticError, Span, render
 from placement_logic.frontend.loader import load_string
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "diagnostics.md"
@@ -50,6 +52,43 @@ def test_every_code_is_documented():
     for code, (name, _description) in CODES.items():
         assert f"`{code}`" in doc, f"{code} missing from docs/diagnostics.md"
         assert name in doc
+
+
+def test_every_documented_code_is_catalogued():
+    documented = re.findall(r"^## `(PL\d{3})`", DOCS.read_text(), re.M)
+    assert sorted(set(documented) - set(CODES)) == []
+
+
+def test_code_names_agree_with_the_catalogue_one_to_one():
+    # every catalogued code has exactly one member, named from its short name, and no other member exists
+    assert [member.value for member in Code] == list(CODES)
+    for member in Code:
+        assert member.name == CODES[member.value][0].upper().replace("-", "_")
+
+
+def test_a_code_member_reads_as_its_string():
+    code = Code.BAD_PROPERTY_VALUE
+    assert code == "PL114" and str(code) == "PL114" and f"[{code}]" == "[PL114]"
+    assert json.dumps({code: code}) == '{"PL114": "PL114"}'
+    assert {"PL114": 1}[code] == 1
+    diag = Diagnostic(code, "a message", Span.point("x.place", 1, 1))
+    assert diag.one_line() == "x.place:1:1: error: a message [PL114]"
+    assert diag.to_json()["name"] == "bad-property-value"
+
+
+def test_the_package_names_its_codes():
+    # a code is written Code.NAME, never as a "PLnnn" literal (CODES itself aside)
+    package = DOCS.parent.parent / "placement_logic"
+    literal = re.compile(r"""^(['"])PL\d{3}\1$""")
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path == package / "diagnostics.py":
+            continue
+        with tokenize.open(path) as f:
+            for tok in tokenize.generate_tokens(f.readline):
+                if tok.type == tokenize.STRING and literal.match(tok.string):
+                    found.append(f"{path.relative_to(package)}:{tok.start[0]}: {tok.string}")
+    assert found == []
 
 
 def test_did_you_mean_suggestion():

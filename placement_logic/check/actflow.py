@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
-from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
+from ..diagnostics import NO_SPAN, Code, Diagnostic, DiagnosticError, Span
 from ..ir import actflow as af
 
 Type = tuple[str, int]  # (kind, extra sums)
@@ -128,19 +128,19 @@ def model(plan: ir.Plan, axes: tuple[str, ...], tensor: tuple[str, ...]) -> ActM
             why = ("the plan has no tensor-parallel axis" if not tensor else
                    f"its params are whole on every rank of {', '.join(tensor)}")
             raise DiagnosticError([Diagnostic(
-                "PL506", f"override {o.target}{_grp(o)}: {o.verb} changes nothing: {why}, so no layer region splits "
+                Code.OVERRIDE_NO_EFFECT, f"override {o.target}{_grp(o)}: {o.verb} changes nothing: {why}, so no layer region splits "
                 "its activations", o.span)])
         slot = af.SLOT_OF[(o.target, o.verb)]
         if o.group == "head" and slot not in ("fwd_entry", "bwd_entry"):
             raise DiagnosticError([Diagnostic(
-                "PL506", f"override {o.target}[head]: {o.verb} changes nothing: the output layer has no "
+                Code.OVERRIDE_NO_EFFECT, f"override {o.target}[head]: {o.verb} changes nothing: the output layer has no "
                 "row-parallel linear, so its logits are neither reduced nor gathered after it (its slots: "
                 "activations: gather, activation_grads: reduce/no_reduce/reduce_copy/assert_*)", o.span)])
         if o.verb in af.ASSERTS:
             off = [a for a in o.axes or () if a not in tensor]
             if off or not o.axes:
                 raise DiagnosticError([Diagnostic(
-                    "PL190", f"override {o.target}{_grp(o)}: {o.verb} over ({', '.join(o.axes or ())}): an "
+                    Code.ACTIVATION_ASSERT_OFF_TENSOR, f"override {o.target}{_grp(o)}: {o.verb} over ({', '.join(o.axes or ())}): an "
                     "activation's type is asserted over the tensor axes only "
                     f"({', '.join(tensor)}); over {', '.join(off) or 'no axis'} it is the samples of different "
                     "ranks, which no placement describes", o.span)])

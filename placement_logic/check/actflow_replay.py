@@ -17,6 +17,7 @@ from fractions import Fraction
 
 from ..ir import actflow as af
 from ..ir.actflow import type_text
+from ..ir.overrides import OverrideVerb
 from .replay import Context, _frac
 from .report import Counterexample
 
@@ -154,10 +155,10 @@ def replay(ctx: Context, ty, w: dict) -> Counterexample | None:
     if slot is not None and slot.verb:
         target = "activations" if stage.startswith("fwd") else "activation_grads"
         how = (f"override {target}[{ty.flow.region}]: {slot.verb}" + (f" over ({', '.join(_axes(slot))})"
-                                                                          if slot.verb not in ("no_reduce",
-                                                                                               "reduce_copy") else "")
+                                                                          if slot.verb not in (OverrideVerb.NO_REDUCE,
+                                                                                               OverrideVerb.REDUCE_COPY) else "")
                + f" at line {span.line}")
-        if slot.verb == "reduce_copy":
+        if slot.verb == OverrideVerb.REDUCE_COPY:
             how += ": the reduction sums a copy and the gradient that flows on is the rank's own summand"
         elif slot.declared:
             how += f": the value is declared {dict(R='Replicate', P='Partial', S='Shard').get(slot.declared)} " \

@@ -19,9 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
-from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
+from ..diagnostics import NO_SPAN, Code, Diagnostic, DiagnosticError, Span
 from ..ir import groups as pg
 from ..ir import views
+from ..ir.overrides import OverrideVerb
 from .dims import SHARDED, TENSOR_ROLES
 
 TARGET = "checkpoint"
@@ -104,7 +105,7 @@ def derive(plan: ir.Plan, groups, colls, regather_needed: tuple[str, ...],
         return None
     for o in ovs:
         if o.verb in PLAN_WIDE and o.group is not None:
-            raise _err("PL180", f"override checkpoint[{o.group}]: {o.verb} is plan-wide: it takes no [group]", o.span)
+            raise _err(Code.CHECKPOINT_PLAN_WIDE, f"override checkpoint[{o.group}]: {o.verb} is plan-wide: it takes no [group]", o.span)
     layouts = []
     for g in groups:
         cls = pg.class_of(plan.model, g.group)
@@ -114,14 +115,14 @@ def derive(plan: ir.Plan, groups, colls, regather_needed: tuple[str, ...],
                 sh = sharded(plan, g, m, a)
                 save = next((o for o in reversed(ovs) if o.verb in SAVE_VERBS and _applies(o, g.group)
                              and a in (o.axes or ())), None)
-                writes = sh if save is None else save.verb == "save_from"
+                writes = sh if save is None else save.verb == OverrideVerb.SAVE_FROM
                 layouts.append(Layout(g.group, state, a, sh, writes, save.span if save else NO_SPAN))
     undecided = _copied_heads(groups, ovs)
     skipped = tuple((g.group, o.span) for g in groups for o in ovs
-                    if o.verb == "skip_optimizer" and _applies(o, g.group))
+                    if o.verb == OverrideVerb.SKIP_OPTIMIZER and _applies(o, g.group))
     last = {o.verb: o for o in ovs}
     reshard = last.get("reshard")
-    by_rank = tuple((g.group, a, o.span) for o in ovs if o.verb == "load_by_rank" for g in groups
+    by_rank = tuple((g.group, a, o.span) for o in ovs if o.verb == OverrideVerb.LOAD_BY_RANK for g in groups
                     if _applies(o, g.group) for a in o.axes or ())
     model = CheckpointModel(
         span=ovs[0].span, layouts=tuple(layouts), skipped=tuple(dict.fromkeys(skipped)),
@@ -157,11 +158,11 @@ def _no_effect(model: CheckpointModel, ovs: list[ir.Override]) -> None:
     for o in ovs:
         head = f"override checkpoint{f'[{o.group}]' if o.group else ''}: {o.verb}"
         why = ""
-        if o.verb == "no_regather_after_load" and not model.regather_needed:
+        if o.verb == OverrideVerb.NO_REGATHER_AFTER_LOAD and not model.regather_needed:
             why = "no axis holds replicated params over a sharded optimizer, so a load has nothing to re-gather"
-        elif o.verb == "rng_shared" and not model.rng_vary:
+        elif o.verb == OverrideVerb.RNG_SHARED and not model.rng_vary:
             why = "the dropout seed varies over no axis, so every rank's RNG state is the same"
-        elif o.verb == "load_by_rank":
+        elif o.verb == OverrideVerb.LOAD_BY_RANK:
             off = [a for a in o.axes or () if a not in model.reshard_axes]
             whole = [a for a in o.axes or () if not any(lay.sharded and lay.axis == a and (lay.group, a, o.span)
                                                         in model.by_rank for lay in model.layouts)]
@@ -178,4 +179,4 @@ def _no_effect(model: CheckpointModel, ovs: list[ir.Override]) -> None:
                 why = ("every state it applies to is already written this way over "
                        f"({', '.join(o.axes or ())}) (sharded states by every rank, replicated ones by rank 0)")
         if why:
-            raise _err("PL506", f"{head} changes nothing: {why}", o.span)
+            raise _err(Code.OVERRIDE_NO_EFFECT, f"{head} changes nothing: {why}", o.span)

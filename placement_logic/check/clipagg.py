@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError
+from ..diagnostics import Code, Diagnostic, DiagnosticError
+from ..ir.overrides import OverrideTarget, OverrideVerb
 
 AGG_VERBS = ("reduce", "average", "max")  # a stated norm reduction and how it combines the ranks' values
 AGG_OF = {"reduce": "sum", "average": "average", "max": "max"}
@@ -25,7 +26,7 @@ AGG_OF = {"reduce": "sum", "average": "average", "max": "max"}
 def stated(overrides: tuple[ir.Override, ...], group: str) -> ir.Override | None:
     """The stated norm reduction of ``group``: its own, else the plan's (``all``, then no group)."""
     for who in (group, "all", None):
-        found = [o for o in overrides if o.target == "clip_norm" and o.verb in AGG_VERBS and o.group == who]
+        found = [o for o in overrides if o.target == OverrideTarget.CLIP_NORM and o.verb in AGG_VERBS and o.group == who]
         if found:
             return found[-1]
     return None
@@ -34,7 +35,7 @@ def stated(overrides: tuple[ir.Override, ...], group: str) -> ir.Override | None
 def apply(groups: list, overrides: tuple[ir.Override, ...]) -> list:
     """Each group's aggregation and root-before-reduce flag; ``sqrt_before_reduce`` over no
     reduction changes nothing (PL506)."""
-    sq = [o for o in overrides if o.target == "clip_norm" and o.verb == "sqrt_before_reduce"]
+    sq = [o for o in overrides if o.target == OverrideTarget.CLIP_NORM and o.verb == OverrideVerb.SQRT_BEFORE_REDUCE]
     out = []
     for g in groups:
         o = stated(overrides, g.group)
@@ -45,7 +46,7 @@ def apply(groups: list, overrides: tuple[ir.Override, ...]) -> list:
         hit = [g for g in out if o.group in (None, "all", g.group)]
         if hit and not any(g.clip_axes for g in hit):
             raise DiagnosticError([Diagnostic(
-                "PL506", f"override clip_norm{f'[{o.group}]' if o.group else ''}: sqrt_before_reduce changes "
+                Code.OVERRIDE_NO_EFFECT, f"override clip_norm{f'[{o.group}]' if o.group else ''}: sqrt_before_reduce changes "
                 "nothing: the norm is reduced over no axis, so every rank's root is of its whole value", o.span)])
     return out
 
@@ -76,8 +77,8 @@ def filters(groups: list, plan_clip: tuple[str, ...], last) -> list:
             filt = tuple(a for a in dict.fromkeys(plan_clip) if a not in g.shard_axes)
             out.append(replace(g, clip_axes=plan_clip, clip_filter=filt))
             continue
-        o = last("clip_norm", "dedupe", g.group) or last("clip_norm", "dedupe", "all") \
-            or last("clip_norm", "dedupe", None)
+        o = last(OverrideTarget.CLIP_NORM, OverrideVerb.DEDUPE, g.group) or last(OverrideTarget.CLIP_NORM, OverrideVerb.DEDUPE, "all") \
+            or last(OverrideTarget.CLIP_NORM, OverrideVerb.DEDUPE, None)
         if o is None:
             out.append(g)
             continue

@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError, Span
+from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
+from ..ir.overrides import OverrideTarget, OverrideVerb
 from .dims import INVARIANT, SHARDED, SPLIT, TENSOR_ROLES
 
 
@@ -63,19 +64,19 @@ def model(plan: ir.Plan, replicated: dict[str, tuple[str, ...]]) -> IdentityMode
     stale: list[tuple[str, Span]] = []
     init_span = stale_span = None
     for o in plan.overrides:
-        if o.target == "params" and o.verb == "no_init_broadcast":
+        if o.target == OverrideTarget.PARAMS and o.verb == OverrideVerb.NO_INIT_BROADCAST:
             found = [(g, tuple(a for a in dict.fromkeys(o.axes or ()) if a in replicated[g]))
                      for g in _targets(o, replicated)]
             found = [(g, axes) for g, axes in found if axes]
             if not found:
                 who = f"'{o.group}'" if o.group not in (None, "all") else "no group"
                 raise DiagnosticError([Diagnostic(
-                    "PL506", f"override params{f'[{o.group}]' if o.group else ''}: no_init_broadcast changes "
+                    Code.OVERRIDE_NO_EFFECT, f"override params{f'[{o.group}]' if o.group else ''}: no_init_broadcast changes "
                     f"nothing: {who} holds copies over ({', '.join(o.axes or ())}): its params are split or "
                     "sharded there, so every rank initialises different elements anyway", o.span)])
             unb += [(g, axes, o.span) for g, axes in found]
             init_span = init_span or o.span
-        elif o.target == "optimizer" and o.verb == "stale_params":
+        elif o.target == OverrideTarget.OPTIMIZER and o.verb == OverrideVerb.STALE_PARAMS:
             stale += [(g, o.span) for g in _targets(o, replicated)]
             stale_span = stale_span or o.span
     return IdentityModel(tuple(unb), tuple(dict.fromkeys(stale)), init_span, stale_span)

@@ -27,8 +27,9 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError, Span
+from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 from ..ir import losses as terms
+from ..ir.overrides import OverrideTarget, OverrideVerb
 from . import encode as en
 from . import replay as rp
 from . import steps
@@ -78,21 +79,21 @@ def views(plan: ir.Plan, derived: steps.StepModel) -> list[TermView]:
     out = []
     declared = {name for name, _, _ in plan.model.loss_terms}
     for o in plan.overrides:
-        if o.target in ("loss", "tokens") and o.group is not None and o.group not in declared:
-            raise _err("PL186", f"'{o.target}[{o.group}]' names a loss term the model's losses section does not "
+        if o.target in (OverrideTarget.LOSS, OverrideTarget.TOKENS) and o.group is not None and o.group not in declared:
+            raise _err(Code.UNDECLARED_LOSS_TERM, f"'{o.target}[{o.group}]' names a loss term the model's losses section does not "
                        "declare", o.span)
     for name, objective, span in plan.model.loss_terms:
-        mine = [o for o in plan.overrides if o.target in ("loss", "tokens") and o.group == name]
-        path_o = next((o for o in reversed(mine) if o.target == "loss" and o.verb != "divide"), None)
-        div_o = next((o for o in reversed(mine) if o.target == "loss" and o.verb == "divide"), None)
-        tok_o = next((o for o in reversed(mine) if o.target == "tokens"), None)
+        mine = [o for o in plan.overrides if o.target in (OverrideTarget.LOSS, OverrideTarget.TOKENS) and o.group == name]
+        path_o = next((o for o in reversed(mine) if o.target == OverrideTarget.LOSS and o.verb != OverrideVerb.DIVIDE), None)
+        div_o = next((o for o in reversed(mine) if o.target == OverrideTarget.LOSS and o.verb == OverrideVerb.DIVIDE), None)
+        tok_o = next((o for o in reversed(mine) if o.target == OverrideTarget.TOKENS), None)
         path = path_o.verb if path_o else NATURAL_PATH[objective]
         reach = [g for g in terms.TERMS[name] if g in present]
         if not reach:
-            raise _err("PL187", f"loss term '{name}' reaches {', '.join(terms.TERMS[name])}, which this plan's model "
+            raise _err(Code.LOSS_TERM_REACHES_NOTHING, f"loss term '{name}' reaches {', '.join(terms.TERMS[name])}, which this plan's model "
                        f"does not have (its groups: {', '.join(present)}): there is no gradient to check", span)
         if tok_o is not None and path != "global_mean":
-            raise _err("PL506", f"override tokens[{name}]: reduce changes nothing: the {name} term's path is {path}, "
+            raise _err(Code.OVERRIDE_NO_EFFECT, f"override tokens[{name}]: reduce changes nothing: the {name} term's path is {path}, "
                        "which divides by no global token count", tok_o.span)
         # a value per microbatch: the context ranks' slices of a sequence are parts of one value, not values
         unit = objective == "per_microbatch_mean"

@@ -9,17 +9,18 @@ the once-per-step reduction it moves (``early_axes``), and PL506 where it affect
 from __future__ import annotations
 
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError
+from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir import collectives as sc
 from ..ir import groups as pg
 from ..ir import views
+from ..ir.overrides import OverrideTarget, OverrideVerb
 from .dims import TOKEN
 
 VERB = "sync_before_last"
 
 
 def early_override(plan: ir.Plan) -> ir.Override | None:
-    return next((o for o in plan.overrides if o.target == "grads" and o.verb == VERB), None)
+    return next((o for o in plan.overrides if o.target == OverrideTarget.GRADS and o.verb == VERB), None)
 
 
 def early_axes(plan: ir.Plan, g) -> tuple[str, ...]:
@@ -36,7 +37,7 @@ def check_override(plan: ir.Plan, groups) -> None:
     if o is None:
         return
     why = None
-    every = next((x for x in plan.overrides if x.target == "grads" and x.verb == "reduce_every_microbatch"), None)
+    every = next((x for x in plan.overrides if x.target == OverrideTarget.GRADS and x.verb == OverrideVerb.REDUCE_EVERY_MICROBATCH), None)
     m = plan.model.microbatches
     if o.group not in (None, "all"):
         why = (f"the gradient buffer is synchronised as one; the sync cannot be armed early for '{o.group}' alone "
@@ -49,4 +50,4 @@ def check_override(plan: ir.Plan, groups) -> None:
     elif not any(early_axes(plan, g) for g in groups):
         why = "no gradient is all-reduced once per step over an axis (every reduced gradient is sharded there)"
     if why:
-        raise DiagnosticError([Diagnostic("PL506", f"override grads: {VERB} changes nothing: {why}", o.span)])
+        raise DiagnosticError([Diagnostic(Code.OVERRIDE_NO_EFFECT, f"override grads: {VERB} changes nothing: {why}", o.span)])

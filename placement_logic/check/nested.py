@@ -34,7 +34,8 @@ from dataclasses import replace
 from fractions import Fraction
 
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError
+from ..diagnostics import Code, Diagnostic, DiagnosticError
+from ..ir.overrides import OverrideTarget, OverrideVerb
 from .dims import MICROBATCHES, NORMALISATION
 
 TARGET = "accumulation"
@@ -60,26 +61,26 @@ def check_override(plan: ir.Plan, loss: str) -> None:
     def bad(code: str, why: str) -> DiagnosticError:
         return DiagnosticError([Diagnostic(code, f"{head}: {why}", o.span)])
     if o.group is not None:
-        raise bad("PL171", "the accumulation is the whole step's; it names no parameter group")
+        raise bad(Code.NESTED_ACCUMULATION, "the accumulation is the whole step's; it names no parameter group")
     if not plan.axes_with_role(ir.Role.PIPELINE) and plan.schedule is None:
-        raise bad("PL171", "the plan has no pipeline schedule, so there is no inner accumulation (its "
+        raise bad(Code.NESTED_ACCUMULATION, "the plan has no pipeline schedule, so there is no inner accumulation (its "
                   "microbatches are the step's gradient accumulation: state a divisor with grads: divide by)")
     if loss != "per_microbatch_mean":
-        raise bad("PL171", "the levels divide a per-microbatch mean loss (write override loss: per_microbatch_mean; "
+        raise bad(Code.NESTED_ACCUMULATION, "the levels divide a per-microbatch mean loss (write override loss: per_microbatch_mean; "
                   "a token-normalised loss is divided by the step's tokens, not by the rounds)")
-    div = next((x for x in plan.overrides if x.target == "grads" and x.verb == "divide"), None)
+    div = next((x for x in plan.overrides if x.target == OverrideTarget.GRADS and x.verb == OverrideVerb.DIVIDE), None)
     if div is not None:
-        raise bad("PL171", f"the divisor is stated at line {div.span.line} as well (override grads: divide by); "
+        raise bad(Code.NESTED_ACCUMULATION, f"the divisor is stated at line {div.span.line} as well (override grads: divide by); "
                   "state it once")
-    if any(x.target == "grads" and x.verb == "no_accumulation_buffer" for x in plan.overrides):
-        raise bad("PL171", "without an accumulation buffer no round is accumulated into the next")
+    if any(x.target == OverrideTarget.GRADS and x.verb == OverrideVerb.NO_ACCUMULATION_BUFFER for x in plan.overrides):
+        raise bad(Code.NESTED_ACCUMULATION, "without an accumulation buffer no round is accumulated into the next")
     mv, m = _const(o.by), plan.model.microbatches
     if mv is not None and (mv.denominator != 1 or mv < 1):
-        raise bad("PL171", "M, the schedule's microbatches per round, is a positive integer")
+        raise bad(Code.NESTED_ACCUMULATION, "M, the schedule's microbatches per round, is a positive integer")
     if mv is not None and isinstance(m, ir.Const) and m.value % mv != 0:
-        raise bad("PL171", f"the step's microbatches ({m.value}) are not a whole number of rounds of {mv}")
-    if mv == 1 and o.verb != "outer_undivided":
-        raise DiagnosticError([Diagnostic("PL506", f"{head} changes nothing: a schedule of one microbatch has "
+        raise bad(Code.NESTED_ACCUMULATION, f"the step's microbatches ({m.value}) are not a whole number of rounds of {mv}")
+    if mv == 1 and o.verb != OverrideVerb.OUTER_UNDIVIDED:
+        raise DiagnosticError([Diagnostic(Code.OVERRIDE_NO_EFFECT, f"{head} changes nothing: a schedule of one microbatch has "
                                           "nothing to divide or rescale", o.span)])
 
 
@@ -92,7 +93,7 @@ def apply(plan: ir.Plan, groups: list) -> list:
     out = []
     for g in groups:
         axes = [ir.Sym(a) for a in g.divisor_axes if a != MICROBATCHES]
-        extra = [ir.Op("/", (ir.Sym(MICROBATCHES), o.by))] if o.verb == "inner_undivided" else [o.by]
+        extra = [ir.Op("/", (ir.Sym(MICROBATCHES), o.by))] if o.verb == OverrideVerb.INNER_UNDIVIDED else [o.by]
         terms = axes + extra
         value = terms[0] if len(terms) == 1 else ir.Op("*", tuple(terms))
         out.append(replace(g, divisor_value=value, span=o.span,

@@ -27,19 +27,20 @@ when the normaliser sums one piece (P = 1) or ε = 0 (f(Σ n) = Σ f(n) fails fo
 from __future__ import annotations
 
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError
+from ..diagnostics import Code, Diagnostic, DiagnosticError
+from ..ir.overrides import OverrideTarget, OverrideVerb
 
 VERB = "clamp_before_reduce"
 EPS_VERB = "eps_before_reduce"
 
 
 def clamp_override(plan: ir.Plan) -> ir.Override | None:
-    return next((o for o in reversed(plan.overrides) if o.target == "tokens" and o.verb == VERB
+    return next((o for o in reversed(plan.overrides) if o.target == OverrideTarget.TOKENS and o.verb == VERB
                  and o.group is None), None)
 
 
 def eps_override(plan: ir.Plan) -> ir.Override | None:
-    return next((o for o in reversed(plan.overrides) if o.target == "tokens" and o.verb == EPS_VERB
+    return next((o for o in reversed(plan.overrides) if o.target == OverrideTarget.TOKENS and o.verb == EPS_VERB
                  and o.group is None), None)
 
 
@@ -53,7 +54,7 @@ def check_override(plan: ir.Plan, loss: str) -> None:
     if o is None:
         return
     why = None
-    eq = next((x for x in plan.overrides if x.target == "tokens" and x.verb == "equal" and x.group is None), None)
+    eq = next((x for x in plan.overrides if x.target == OverrideTarget.TOKENS and x.verb == OverrideVerb.EQUAL and x.group is None), None)
     if loss == "per_microbatch_mean":
         why = ("the loss is a per-microbatch mean (override loss: per_microbatch_mean): each microbatch is "
                "normalised by its own count, which no sum is pending on")
@@ -61,7 +62,7 @@ def check_override(plan: ir.Plan, loss: str) -> None:
         why = (f"every device and microbatch holds the same number of tokens (override tokens: equal, line "
                f"{eq.span.line}), at least one, so no count is below 1")
     if why:
-        raise DiagnosticError([Diagnostic("PL506", f"override tokens: {VERB} changes nothing: {why}", o.span)])
+        raise DiagnosticError([Diagnostic(Code.OVERRIDE_NO_EFFECT, f"override tokens: {VERB} changes nothing: {why}", o.span)])
 
 
 def _check_eps(plan: ir.Plan, loss: str) -> None:
@@ -77,4 +78,4 @@ def _check_eps(plan: ir.Plan, loss: str) -> None:
         why = ("the loss is a per-microbatch mean (override loss: per_microbatch_mean): each microbatch is "
                "normalised by its own count, which no sum is pending on")
     if why:
-        raise DiagnosticError([Diagnostic("PL506", f"override tokens: {EPS_VERB} changes nothing: {why}", o.span)])
+        raise DiagnosticError([Diagnostic(Code.OVERRIDE_NO_EFFECT, f"override tokens: {EPS_VERB} changes nothing: {why}", o.span)])

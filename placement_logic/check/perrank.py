@@ -25,7 +25,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError
+from ..diagnostics import Code, Diagnostic, DiagnosticError
+from ..ir.overrides import OverrideTarget
 
 VERB = "rank0_only"
 
@@ -37,7 +38,7 @@ def _err(code: str, msg: str, o: ir.Override) -> DiagnosticError:
 def stated(overrides: tuple[ir.Override, ...], group: str) -> ir.Override | None:
     """The rank-0 statement of ``group``: its own, else the plan's (``all``, then no group)."""
     for who in (group, "all", None):
-        found = [o for o in overrides if o.target == "clip_norm" and o.verb == VERB and o.group == who]
+        found = [o for o in overrides if o.target == OverrideTarget.CLIP_NORM and o.verb == VERB and o.group == who]
         if found:
             return found[-1]
     return None
@@ -47,25 +48,25 @@ def apply(groups: list, overrides: tuple[ir.Override, ...]) -> list:
     """Each group's rank-0 axes, with PL170 and PL506 where the statement cannot be read."""
     out = [_one(g, stated(overrides, g.group)) for g in groups]
     for o in overrides:
-        if o.target != "clip_norm" or o.verb != VERB:
+        if o.target != OverrideTarget.CLIP_NORM or o.verb != VERB:
             continue
         head = f"override clip_norm{f'[{o.group}]' if o.group else ''}: {VERB} over ({', '.join(o.axes or ())})"
         if not o.axes:
-            raise _err("PL506", f"{head} changes nothing: it names no axis", o)
+            raise _err(Code.OVERRIDE_NO_EFFECT, f"{head} changes nothing: it names no axis", o)
         twice = next((a for a in o.axes if o.axes.count(a) > 1), None)
         if twice is not None:
-            raise _err("PL506", f"{head} changes nothing the second time it names {twice}: one rank counts the "
+            raise _err(Code.OVERRIDE_NO_EFFECT, f"{head} changes nothing the second time it names {twice}: one rank counts the "
                        "group however often it is stated", o)
         hit = [g for g in groups if o.group in (None, "all", g.group)]
         for a in o.axes:
             summed = [g for g in hit if a in (g.clip_axes or ())]
             if hit and not summed:
                 who = o.group if o.group not in (None, "all") else "any group"
-                raise _err("PL170", f"{head}: the squared norm of {who} is not summed over {a}, so each rank of "
+                raise _err(Code.RANK0_UNREDUCED_AXIS, f"{head}: the squared norm of {who} is not summed over {a}, so each rank of "
                            f"{a} counts only its own value there; a rank-0-only count applies to an axis the norm "
                            "is all-reduced over", o)
             if summed and all(a not in g.shard_axes and a in g.clip_filter for g in summed):
-                raise _err("PL506", f"{head} changes nothing: the copies of "
+                raise _err(Code.OVERRIDE_NO_EFFECT, f"{head} changes nothing: the copies of "
                            f"{', '.join(g.group for g in summed)} on {a} are counted on one rank already (the "
                            "duplicate filter)", o)
     return out

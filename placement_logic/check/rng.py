@@ -29,7 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError, Span
+from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
+from ..ir.overrides import OverrideTarget, OverrideVerb
 
 
 @dataclass(frozen=True)
@@ -70,25 +71,25 @@ def model(plan: ir.Plan, tensor: tuple[str, ...], expert: tuple[str, ...], sp: b
     not_preserved = None
     recompute = plan.recompute is not ir.Recompute.NONE
     for o in plan.overrides:
-        if o.target != "rng":
+        if o.target != OverrideTarget.RNG:
             continue
         if o.group is not None:
             raise DiagnosticError([Diagnostic(
-                "PL506", f"override rng[{o.group}]: {o.verb} changes nothing: the RNG state is a rank's, "
+                Code.OVERRIDE_NO_EFFECT, f"override rng[{o.group}]: {o.verb} changes nothing: the RNG state is a rank's, "
                 "not a parameter group's (write override rng: ...)", o.span)])
-        if o.verb in ("same", "restored_from_one"):
+        if o.verb in (OverrideVerb.SAME, OverrideVerb.RESTORED_FROM_ONE):
             same += [(a, o.span, o.verb) for a in dict.fromkeys(o.axes or ())]
-        elif o.verb == "advance":
+        elif o.verb == OverrideVerb.ADVANCE:
             advance += [(a, o.span) for a in dict.fromkeys(o.axes or ())]
-        elif o.verb == "not_preserved":
+        elif o.verb == OverrideVerb.NOT_PRESERVED:
             if not recompute:
                 raise DiagnosticError([Diagnostic(
-                    "PL506", "override rng: not_preserved changes nothing: the plan recomputes no activations "
+                    Code.OVERRIDE_NO_EFFECT, "override rng: not_preserved changes nothing: the plan recomputes no activations "
                     "(recompute = none), so no forward is replayed", o.span)])
             not_preserved = not_preserved or o.span
-        if o.verb != "not_preserved" and not o.axes:
+        if o.verb != OverrideVerb.NOT_PRESERVED and not o.axes:
             raise DiagnosticError([Diagnostic(
-                "PL506", f"override rng: {o.verb} over () changes nothing: it names no axis", o.span)])
+                Code.OVERRIDE_NO_EFFECT, f"override rng: {o.verb} over () changes nothing: it names no axis", o.span)])
     return RngModel(tensor, expert, sp, recompute, tuple(same), tuple(advance), not_preserved)
 
 

@@ -18,7 +18,8 @@ from fractions import Fraction
 from typing import Callable
 
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError, Span
+from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
+from ..ir.overrides import OverrideTarget, OverrideVerb
 from ..resolve.validate import check_rebinding
 from ..solver.session import Session
 from . import encode as en
@@ -191,7 +192,7 @@ def check_plan(sess: Session, spec: ir.Spec, plan: ir.Plan, pinned: dict[str, in
         (f"{', '.join(free)}: any positive integer" if free else "every size pinned"),
         f"loss: {step.loss.replace('_', ' ')}",
         ("a device's microbatch may hold 0 tokens (its count is clamped before the reduction)"
-         if any(o.target == "tokens" and o.verb == "clamp_before_reduce" for o in plan.overrides)
+         if any(o.target == OverrideTarget.TOKENS and o.verb == OverrideVerb.CLAMP_BEFORE_REDUCE for o in plan.overrides)
          else "every device and microbatch has >= 1 token") + "; token counts otherwise arbitrary",
         "gradient contributions and squared norms arbitrary",
     )
@@ -304,21 +305,21 @@ def check_spec(spec: ir.Spec, plans: list[str] | None = None, pinned: dict[str, 
             selected.append(spec.plan(name))
         except KeyError:
             known = ", ".join(p.name for p in spec.plans) or "none"
-            raise DiagnosticError([Diagnostic("PL302", f"no plan named '{name}' (plans: {known})")]) from None
+            raise DiagnosticError([Diagnostic(Code.UNKNOWN_PLAN, f"no plan named '{name}' (plans: {known})")]) from None
     sizes: dict[str, int] = {}
     rebound: dict[str, ir.Value] = {}
     names = {a for p in selected for a in p.mesh.names} | {steps.MICROBATCHES}
     bindings = spec.binding_map
     for k, v in pinned.items():
         if v < 1:
-            raise DiagnosticError([Diagnostic("PL301", f"--set {k}={v}: sizes must be positive integers")])
+            raise DiagnosticError([Diagnostic(Code.BAD_SET, f"--set {k}={v}: sizes must be positive integers")])
         if k in names:
             sizes[k] = v
         elif k in bindings:
             rebound[k] = ir.const(v)
         else:
             known = ", ".join(sorted(names | set(bindings)))
-            raise DiagnosticError([Diagnostic("PL301", f"--set {k}: names no mesh axis, microbatches or let "
+            raise DiagnosticError([Diagnostic(Code.BAD_SET, f"--set {k}: names no mesh axis, microbatches or let "
                                                        f"symbol (known: {known})")])
     for p in selected:
         m = p.model.microbatches

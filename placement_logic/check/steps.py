@@ -21,10 +21,11 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from .. import ir
-from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
+from ..diagnostics import NO_SPAN, Code, Diagnostic, DiagnosticError, Span
 from ..ir import collectives as sc
 from ..ir import folding, heads, views
 from ..ir import groups as pg
+from ..ir.overrides import OverrideTarget, OverrideVerb
 from . import actflow as _actflow
 from . import checkpoint as ckpt
 from . import clipagg
@@ -142,14 +143,14 @@ def _read(plan: ir.Plan) -> _Read:
     for o in plan.overrides:
         for a in o.axes or ():
             if a not in axes:
-                raise _err("PL501", f"override names axis '{a}', which is not on the mesh", o.span)
+                raise _err(Code.OVERRIDE_AXIS, f"override names axis '{a}', which is not on the mesh", o.span)
     loss_o = None
     for o in plan.overrides:  # loss[TERM] overrides are loss terms' paths (check.losses)
-        if o.target == "loss" and o.group is None:
+        if o.target == OverrideTarget.LOSS and o.group is None:
             loss_o = o
     tok_o = None
     for o in plan.overrides:
-        if o.target == "tokens" and o.verb == "reduce" and o.group is None:
+        if o.target == OverrideTarget.TOKENS and o.verb == OverrideVerb.REDUCE and o.group is None:
             tok_o = o
     return _Read(plan, axes, plan.axes_with_role(*DATA_ROLES), plan.axes_with_role(ir.Role.CONTEXT),
                  plan.axes_with_role(*TENSOR_ROLES), plan.axes_with_role(ir.Role.PIPELINE),
@@ -183,23 +184,23 @@ def _dims(r: _Read, g: str, cls: pg.ParamGroup, role_of, pls) -> tuple[list[Grad
     own_axes = {a for st in views.MODEL_STATES for a in cls.own_modes(st)}
     if cls.span != NO_SPAN:  # a dimension on an axis the group places itself: the group's line
         spans.update({d.name: cls.span for d in dims if d.axis in own_axes})
-    red = r.group_last("grads", "reduce", g)
+    red = r.group_last(OverrideTarget.GRADS, OverrideVerb.REDUCE, g)
     if red is not None:
         counts = Counter(red.axes or ())
         span = red.span
         spans.update({d.name: red.span for d in dims if d.name != MICROBATCHES})
         # a tie or a part of an axis (K/V copies) is reduced by a reduction over its axis
         dims = [d if d.name == MICROBATCHES else replace(d, k=counts.get(d.axis, 0)) for d in dims]
-    tie_o = r.last("embedding", "tie_reduce")
+    tie_o = r.last(OverrideTarget.EMBEDDING, OverrideVerb.TIE_REDUCE)
     if cls.checks_as == "embedding" and tie_o is not None:
         for a in tie_o.axes or ():
             if a not in r.pipeline:
-                raise _err("PL502", f"tie_reduce over '{a}', which is not a pipeline axis", tie_o.span)
+                raise _err(Code.TIE_AXIS, f"tie_reduce over '{a}', which is not a pipeline axis", tie_o.span)
         counts = Counter(tie_o.axes or ())
         dims = [replace(d, k=counts.get(d.axis, 0)) if d.tie else d for d in dims]
         span = tie_o.span
         spans.update({d.name: tie_o.span for d in dims if d.tie})
-    acc_o = r.last("grads", "no_accumulation_buffer")
+    acc_o = r.last(OverrideTarget.GRADS, OverrideVerb.NO_ACCUMULATION_BUFFER)
     if acc_o is not None and acc_o.group in (None, "all", g):
         dims = [replace(d, k=0) if d.name == MICROBATCHES else d for d in dims]
         span = acc_o.span
@@ -218,7 +219,7 @@ def _normalisation(r: _Read, g: str) -> tuple[tuple[str, ...], tuple[str, ...], 
         norm, div_axes = (), ()
     else:
         norm, div_axes = (), r.token_axes + (MICROBATCHES,)
-    return norm, div_axes, r.group_last("grads", "divide", g)
+    return norm, div_axes, r.group_last(OverrideTarget.GRADS, OverrideVerb.DIVIDE, g)
 
 
 def _group(r: _Read, g: str, facts: _Facts) -> GroupModel:
@@ -249,7 +250,7 @@ def _group(r: _Read, g: str, facts: _Facts) -> GroupModel:
     shard_axes = tuple(d.axis for d in dims if d.kind == SHARDED and not d.tie) + grads_sharded_g
     if cls.checks_as == "experts":
         shard_axes += folding.group_axes(plan, cls, ir.Role.EXPERT)
-    dc = r.group_last("clip_norm", "double_count", g)
+    dc = r.group_last(OverrideTarget.CLIP_NORM, OverrideVerb.DOUBLE_COUNT, g)
     clip_g = clipagg.stated(plan.overrides, g)  # a stated reduction: a sum, an average or a max
     return GroupModel(g, tuple(dims), norm, div_axes, div_o.by if div_o is not None else None,
                       tuple(dict.fromkeys(shard_axes)), double_count=dc is not None, span=span,
@@ -273,10 +274,10 @@ def _norms(r: _Read, groups: list) -> tuple[list, tuple[str, ...], ir.Override |
 
 def _seed(r: _Read) -> tuple[tuple[str, ...], ir.Override | None]:
     """The axes the dropout seed of the residual region varies over, and its override."""
-    seed_o = r.last("dropout_seed")
+    seed_o = r.last(OverrideTarget.DROPOUT_SEED)
     if seed_o is None:
         return (r.tensor if r.sp else ()), None
-    return (() if seed_o.verb == "same" else tuple(seed_o.axes or ())), seed_o
+    return (() if seed_o.verb == OverrideVerb.SAME else tuple(seed_o.axes or ())), seed_o
 
 
 def _no_effect(r: _Read, groups: list, needed: tuple[str, ...]) -> None:
@@ -293,7 +294,7 @@ def _no_effect(r: _Read, groups: list, needed: tuple[str, ...]) -> None:
 def _clip_span(r: _Read, clip_o: ir.Override | None) -> Span:
     found = clip_o
     for verb in ("reduce", "average", "max", "double_count", "dedupe", "sqrt_before_reduce", _perrank.VERB):
-        found = found or r.last("clip_norm", verb)
+        found = found or r.last(OverrideTarget.CLIP_NORM, verb)
     return (found or r.plan).span
 
 
@@ -312,7 +313,7 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     groups, plan_clip, clip_o = _norms(r, groups)
     parts = _parts(plan, list(r.colls))
     needed = tuple(a for a in r.axes if any(a in p.needed for p in parts))
-    if r.last("params", "no_regather") is None:  # else the override is the cause, at its own line
+    if r.last(OverrideTarget.PARAMS, OverrideVerb.NO_REGATHER) is None:  # else the override is the cause, at its own line
         facts.sources += [("regather", a, n, sp) for p in parts if p.names for a in p.needed
                           if a not in par_needed(plan) for n, sp in p.names[:1]]
     if overrides:
@@ -329,8 +330,8 @@ def _model(r: _Read, groups: list, facts: _Facts, parts, needed, plan_clip, clip
     phase = {c: [x for x in r.colls if x.kind is sc.Kind.ALL_GATHER and x.state is ir.State.PARAMS and x.phase is c]
              for c in (sc.Phase.FORWARD, sc.Phase.REFRESH)}
     all_shard = tuple(dict.fromkeys(a for g in groups for a in g.shard_axes))
-    overflow_o, rg_o, gather_o = last("overflow", "reduce"), last("params", "no_regather"), last("params", "gather")
-    fetch_o, acc_o = last("params", "no_fetch"), last("grads", "no_accumulation_buffer")
+    overflow_o, rg_o, gather_o = last(OverrideTarget.OVERFLOW, OverrideVerb.REDUCE), last(OverrideTarget.PARAMS, OverrideVerb.NO_REGATHER), last(OverrideTarget.PARAMS, OverrideVerb.GATHER)
+    fetch_o, acc_o = last(OverrideTarget.PARAMS, OverrideVerb.NO_FETCH), last(OverrideTarget.GRADS, OverrideVerb.NO_ACCUMULATION_BUFFER)
     seed_vary, seed_o = _seed(r)
     loss_o, tok_o = r.loss_o, r.tok_o
     return StepModel(
@@ -377,7 +378,7 @@ def _model(r: _Read, groups: list, facts: _Facts, parts, needed, plan_clip, clip
         grads_span=grads_pl.span,
         optimizer_span=opt_pl.span,
         params_span=(gather_o.span if gather_o else par_pl.span),
-        equal_tokens=last("tokens", "equal", group=None) is not None,
+        equal_tokens=last(OverrideTarget.TOKENS, OverrideVerb.EQUAL, group=None) is not None,
         group_sources=tuple(dict.fromkeys(facts.sources)),
         gather_unsharded=tuple(dict.fromkeys(a for p in parts for a in p.unsharded_gathers)),
         checkpoint=ckpt.derive(plan, groups, list(r.colls), needed, seed_vary),

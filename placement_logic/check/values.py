@@ -12,7 +12,7 @@ from fractions import Fraction
 from typing import Any, Callable
 
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError
+from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir.walker import ARITHMETIC, Target, evaluate
 
 
@@ -24,18 +24,18 @@ def _power(node: ir.Op, args: list[Any]) -> Any:
     try:
         return ARITHMETIC["^"](node, args)
     except ValueError:
-        raise _check_error("PL203", "an exponent must be an integer constant", node) from None
+        raise _check_error(Code.BAD_EXPONENT, "an exponent must be an integer constant", node) from None
 
 
 CHECK_OPS = {**ARITHMETIC, "^": _power}
 
 
 def _query(node) -> Any:
-    raise _check_error("PL503", "a cost query cannot be used in a check override", node)
+    raise _check_error(Code.CHECK_VALUE, "a cost query cannot be used in a check override", node)
 
 
 def _unknown(node: ir.Op) -> Any:
-    raise _check_error("PL503", f"operator '{node.op}' is not understood by the checker", node)
+    raise _check_error(Code.CHECK_VALUE, f"operator '{node.op}' is not understood by the checker", node)
 
 
 def fold(value: ir.Value, leaf: Callable[[str], Any], const: Callable[[Fraction], Any] = lambda c: c) -> Any:
@@ -56,7 +56,7 @@ def resolver(bindings: dict[str, ir.Value], sizes: dict[str, Any]) -> Callable[[
         if name in memo:
             return memo[name]
         if name not in bindings or name in active:
-            raise DiagnosticError([Diagnostic("PL504", f"'{name}' has no value the checker can use")])
+            raise DiagnosticError([Diagnostic(Code.UNBOUND_CHECK_SYMBOL, f"'{name}' has no value the checker can use")])
         active.add(name)
         memo[name] = fold(bindings[name], leaf)
         active.discard(name)

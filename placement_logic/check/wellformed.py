@@ -8,7 +8,8 @@ which every rank's update covers whole parameters, which the optimizer-step cond
 from __future__ import annotations
 
 from .. import ir
-from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
+from ..diagnostics import NO_SPAN, Code, Diagnostic, DiagnosticError, Span
+from ..ir.overrides import OverrideTarget, OverrideVerb
 from ..ir.welltyped import ill_typed
 
 # params modes under which a tensor or expert axis splits the computation itself; under S* every
@@ -43,7 +44,7 @@ def persistent_modes(plan: ir.Plan) -> None:
         pl = plan.placement(state)
         bad = pl.axes_with(ir.Mode.M)
         if bad:
-            raise _err("PL505", f"{state.value} are placed M (materialized only transiently) over "
+            raise _err(Code.TRANSIENT_PERSISTENT_STATE, f"{state.value} are placed M (materialized only transiently) over "
                        f"({', '.join(bad)}), but {state.value} persist from one step to the next; M applies to "
                        "gradients and activations", pl.span if pl.span != NO_SPAN else plan.span)
 
@@ -63,35 +64,35 @@ def tied(plan: ir.Plan) -> bool:
 
 def no_effect(plan: ir.Plan, groups: tuple[str, ...], needs_regather: bool, offloaded: bool) -> None:
     """Overrides the step cannot read are errors, not silent no-ops (PL506)."""
-    losses = [o for o in plan.overrides if o.target == "loss" and o.group is None]
-    summed = bool(losses) and losses[-1].verb == "sum"
+    losses = [o for o in plan.overrides if o.target == OverrideTarget.LOSS and o.group is None]
+    summed = bool(losses) and losses[-1].verb == OverrideVerb.SUM
     for o in plan.overrides:
         why = None
-        if o.target in ("loss", "tokens") and o.group is not None:
+        if o.target in (OverrideTarget.LOSS, OverrideTarget.TOKENS) and o.group is not None:
             continue  # a loss term's path: check.losses reads it
-        if o.target in ("activations", "activation_grads"):
+        if o.target in (OverrideTarget.ACTIVATIONS, OverrideTarget.ACTIVATION_GRADS):
             continue  # a layer region's collectives: check.actflow reads them
-        if o.target == "tokens" and summed:
+        if o.target == OverrideTarget.TOKENS and summed:
             why = "the loss is a sum over tokens (loss: sum), so no token count normalises it"
         elif o.group not in (None, "all") and o.group not in groups and not (
-                o.target == "optimizer" and o.verb in ("gather", "round_robin")):  # resolve.optimizers checks these
+                o.target == OverrideTarget.OPTIMIZER and o.verb in (OverrideVerb.GATHER, OverrideVerb.ROUND_ROBIN)):  # resolve.optimizers checks these
             why = (f"the plan has no '{o.group}' parameter group (its groups: {', '.join(groups)})")
-        elif o.target == "params" and o.verb == "no_fetch" and not offloaded:
+        elif o.target == OverrideTarget.PARAMS and o.verb == OverrideVerb.NO_FETCH and not offloaded:
             why = "params stay on the device, so there is nothing to fetch"
-        elif o.target == "params" and o.verb == "no_regather" and not needs_regather:
+        elif o.target == OverrideTarget.PARAMS and o.verb == OverrideVerb.NO_REGATHER and not needs_regather:
             why = "no axis has replicated params with a sharded optimizer, so nothing is re-gathered"
-        elif o.target == "embedding" and not (tied(plan) and plan.axes_with_role(ir.Role.PIPELINE)):
+        elif o.target == OverrideTarget.EMBEDDING and not (tied(plan) and plan.axes_with_role(ir.Role.PIPELINE)):
             why = "the embedding is not tied across pipeline stages (no tied embeddings or no pipeline axis)"
-        elif o.target == "grads" and o.verb == "reduce_every_microbatch":
+        elif o.target == OverrideTarget.GRADS and o.verb == OverrideVerb.REDUCE_EVERY_MICROBATCH:
             why = _every_microbatch_no_effect(plan, o)
-        elif o.target == "grads" and o.verb == "no_accumulation_buffer":
-            every = next((x for x in plan.overrides if x.target == "grads" and x.verb == "reduce_every_microbatch"
+        elif o.target == OverrideTarget.GRADS and o.verb == OverrideVerb.NO_ACCUMULATION_BUFFER:
+            every = next((x for x in plan.overrides if x.target == OverrideTarget.GRADS and x.verb == OverrideVerb.REDUCE_EVERY_MICROBATCH
                           and x.group in (None, "all")), None)
             if every is not None:
                 why = (f"every microbatch's gradient is reduced before the next backward (override grads: "
                        f"reduce_every_microbatch, line {every.span.line}), so no accumulation buffer is needed")
         if why:
-            raise _err("PL506", f"override {o.target}{f'[{o.group}]' if o.group else ''}: {o.verb} changes "
+            raise _err(Code.OVERRIDE_NO_EFFECT, f"override {o.target}{f'[{o.group}]' if o.group else ''}: {o.verb} changes "
                        f"nothing: {why}", o.span)
 
 
@@ -102,29 +103,29 @@ def filter_no_effect(overrides: tuple[ir.Override, ...], groups) -> None:
     the derived reduction filters already, it changes nothing (PL506). ``groups``: the step's
     ``GroupModel`` records, with their norm reductions and filters."""
     for o in overrides:
-        if o.target != "clip_norm" or o.verb != "dedupe":
+        if o.target != OverrideTarget.CLIP_NORM or o.verb != OverrideVerb.DEDUPE:
             continue
         head = f"override clip_norm{f'[{o.group}]' if o.group else ''}: dedupe over ({', '.join(o.axes or ())})"
         targets = [g for g in groups if o.group in (None, "all") or g.group == o.group]
         named = o.group not in (None, "all")
         if not o.axes:
-            raise _err("PL506", f"{head} changes nothing: it names no axis", o.span)
+            raise _err(Code.OVERRIDE_NO_EFFECT, f"{head} changes nothing: it names no axis", o.span)
         for a in dict.fromkeys(o.axes):
             if o.axes.count(a) > 1:
-                raise _err("PL506", f"{head} changes nothing the second time it names {a}: a filter counts each "
+                raise _err(Code.OVERRIDE_NO_EFFECT, f"{head} changes nothing the second time it names {a}: a filter counts each "
                            "copy once however often it is stated", o.span)
             copies = [g for g in targets if a not in g.shard_axes]
             if not copies:
-                raise _err("PL150", f"{head}: the gradient of {o.group if named else 'every group'} is sharded over "
+                raise _err(Code.FILTER_ON_SHARDS, f"{head}: the gradient of {o.group if named else 'every group'} is sharded over "
                            f"{a}, so its pieces there are distinct values, not copies of one; a duplicate filter "
                            "applies to a group replicated on the axis", o.span)
             who = o.group if named else f"every group replicated on {a} ({', '.join(g.group for g in copies)})"
             summed = [g for g in copies if a in g.clip_axes]
             if not summed:
-                raise _err("PL506", f"{head} changes nothing: the squared norm of {who} is not summed over {a}, so "
+                raise _err(Code.OVERRIDE_NO_EFFECT, f"{head} changes nothing: the squared norm of {who} is not summed over {a}, so "
                            f"its copies on {a} are counted once already", o.span)
             if all(not g.clip_filter_stated and a in g.clip_filter for g in summed):
-                raise _err("PL506", f"{head} changes nothing: no `clip_norm: reduce` override states the norm "
+                raise _err(Code.OVERRIDE_NO_EFFECT, f"{head} changes nothing: no `clip_norm: reduce` override states the norm "
                            f"reduction of {who}, and the derived one counts its copies on {a} once already", o.span)
 
 

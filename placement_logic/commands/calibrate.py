@@ -4,7 +4,7 @@ all-reduce with torch and write the mesh lines a spec uses for them (placement_l
 from __future__ import annotations
 
 from .. import hardware as hw
-from ..diagnostics import Diagnostic, DiagnosticError, did_you_mean
+from ..diagnostics import Code, Diagnostic, DiagnosticError, did_you_mean
 from .options import command_line_span
 
 
@@ -27,12 +27,12 @@ def add_parser(sub) -> None:
 
 
 def _refuse(message: str, option: str, notes: tuple = ()) -> DiagnosticError:
-    return DiagnosticError([Diagnostic("PL315", message, command_line_span(option), notes=notes)])
+    return DiagnosticError([Diagnostic(Code.CALIBRATE_UNAVAILABLE, message, command_line_span(option), notes=notes)])
 
 
 def run(args, out, err) -> int:
     if args.device is not None and hw.device(args.device) is None:
-        raise DiagnosticError([Diagnostic("PL150", f"--device {args.device}: not a device of the catalogue",
+        raise DiagnosticError([Diagnostic(Code.FILTER_ON_SHARDS, f"--device {args.device}: not a device of the catalogue",
                                           command_line_span(f"--device {args.device}"),
                                           notes=did_you_mean(args.device, tuple(hw.DEVICES)))])
     if args.ranks < 1 or args.repeats < 1:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
+from ..diagnostics import Code
 from .options import (
     add_file,
     add_format,
@@ -50,7 +51,7 @@ def run(args, out: TextIO, err: TextIO) -> int:
     if not spec.plans:
         from ..diagnostics import Diagnostic, DiagnosticError, Span
 
-        raise DiagnosticError([Diagnostic("PL118", "nothing to check: the spec defines no plan",
+        raise DiagnosticError([Diagnostic(Code.MISSING_SECTION, "nothing to check: the spec defines no plan",
                                           Span.point(str(args.file), 1, 1))])
     from .progress import Progress
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import TextIO
 
+from ..diagnostics import Code
+
 IMPORTERS = ("hf: a Hugging Face config.json, printed as a model block; deepspeed: a DeepSpeed ds_config.json "
              "(Hugging Face Trainer configs with \"auto\" too); megatron: a file of Megatron-LM arguments (a "
              "torchrun launch line too); torchtitan: a torchtitan job.toml. The last three print a whole spec "
@@ -80,7 +82,7 @@ def _positive(args, name: str) -> None:
 
     v = getattr(args, name.lstrip("-").replace("-", "_"), None)
     if v is not None and v < 1:
-        raise DiagnosticError([Diagnostic("PL301", f"{name} needs a positive integer, not {v}",
+        raise DiagnosticError([Diagnostic(Code.BAD_SET, f"{name} needs a positive integer, not {v}",
                                           command_line_span(f"{name} {v}"))])
 
 
@@ -95,11 +97,11 @@ def _framework(args, text: str, out: TextIO, err: TextIO) -> int:
     for name in ("--devices", "--gpus-per-node", "--micro-batch", "--grad-accum", "--global-batch"):
         _positive(args, name)
     if args.devices is None and args.source != "megatron":
-        raise DiagnosticError([Diagnostic("PL301", f"placement import {args.source} needs --devices N (N >= 1)",
+        raise DiagnosticError([Diagnostic(Code.BAD_SET, f"placement import {args.source} needs --devices N (N >= 1)",
                                           command_line_span("--devices"))])
     if args.source in ("deepspeed", "torchtitan"):
         if (args.model is None) == (args.params is None):
-            raise DiagnosticError([Diagnostic("PL301", f"placement import {args.source} needs the model: --model "
+            raise DiagnosticError([Diagnostic(Code.BAD_SET, f"placement import {args.source} needs the model: --model "
                                               "CONFIG.json or --params N", command_line_span("--model"))])
         if args.model is not None and getattr(args, "output", None):
             # `model from` is read relative to the spec's own folder: from where the spec is written

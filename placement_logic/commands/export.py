@@ -11,6 +11,7 @@ import json
 import shlex
 from typing import TextIO
 
+from ..diagnostics import Code
 from .options import add_file
 
 
@@ -35,7 +36,7 @@ def run(args, out: TextIO, err: TextIO) -> int:
     try:
         plan = spec.plan(args.plan)
     except KeyError:
-        raise DiagnosticError([Diagnostic("PL302", f"no plan named '{args.plan}' in {spec.file}",
+        raise DiagnosticError([Diagnostic(Code.UNKNOWN_PLAN, f"no plan named '{args.plan}' in {spec.file}",
                                           command_line_span(f"--plan {args.plan}"),
                                           notes=did_you_mean(args.plan, [p.name for p in spec.plans]))]) from None
     if args.target == "deepspeed":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..diagnostics import Diagnostic, DiagnosticError, did_you_mean
+from ..diagnostics import Code, Diagnostic, DiagnosticError, did_you_mean
 from ..outcome import envelope
 from .options import add_file, add_format, add_plan, add_set, spec_single_sets
 
@@ -32,7 +32,7 @@ def run(args, out, err) -> int:
     known = [p.name for p in spec.plans]
     for name in args.plans:
         if name not in known:
-            raise DiagnosticError([Diagnostic("PL302", f"no plan named '{name}' in {spec.file}",
+            raise DiagnosticError([Diagnostic(Code.UNKNOWN_PLAN, f"no plan named '{name}' in {spec.file}",
                                               notes=did_you_mean(name, known))])
     plans = tuple(args.plans)
     if args.format == "json":

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 
-from ..diagnostics import Diagnostic, DiagnosticError
+from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..outcome import Exit
 from .options import command_line_span
 
@@ -41,7 +41,7 @@ def report_unliftable(lifted, err) -> None:
         ranks = ", ".join(str(r) for r in u.ranks)
         others = len(set(u.calls) - {u.seq})
         call = (f"call {u.seq}" + (f" and {others} more" if others else "")) if u.seq >= 0 else "the step"
-        diag = Diagnostic("PL614", f"not lifted: {u.what} ({call}, rank{'s' if len(u.ranks) > 1 else ''} {ranks}): "
+        diag = Diagnostic(Code.NOT_LIFTABLE, f"not lifted: {u.what} ({call}, rank{'s' if len(u.ranks) > 1 else ''} {ranks}): "
                           f"{u.reason}", span)
         source = None
         if frame:
@@ -78,7 +78,7 @@ def run(args, out, err) -> int:
     from ..trace.schema import load_trace
 
     if not _plan_name(args.plan_name or ""):
-        raise DiagnosticError([Diagnostic("PL301", f"--plan-name {args.plan_name!r}: a plan name is a letter or "
+        raise DiagnosticError([Diagnostic(Code.BAD_SET, f"--plan-name {args.plan_name!r}: a plan name is a letter or "
                                           "underscore followed by letters, digits or underscores",
                                           command_line_span(f"--plan-name {args.plan_name}"))])
     trace = load_trace(args.file)

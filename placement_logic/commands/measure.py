@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+from ..diagnostics import Code
 from ..outcome import Exit, envelope
 from .options import add_set
 
@@ -56,7 +57,7 @@ def _check_counts(args) -> None:
 
     for flag, value, top in (("--devices", args.devices, MAX_DEVICES), ("--steps", args.steps, MAX_STEPS)):
         if value is not None and not 1 <= value <= top:
-            raise DiagnosticError([Diagnostic("PL301", f"{flag} {value}: expected 1 to {top}",
+            raise DiagnosticError([Diagnostic(Code.BAD_SET, f"{flag} {value}: expected 1 to {top}",
                                               command_line_span(f"{flag} {value}"))])
 
 
@@ -71,7 +72,7 @@ def _pinned_sizes(args, spec, sets) -> dict[str, int]:
     pinned = {a: int(v) for a, v in sets.items() if a in axes}
     for a, n in pinned.items():
         if not 2 <= n <= MAX_DEVICES:
-            raise DiagnosticError([Diagnostic("PL301", f"--set {a}={n}: a measured axis runs on 2 to {MAX_DEVICES} "
+            raise DiagnosticError([Diagnostic(Code.BAD_SET, f"--set {a}={n}: a measured axis runs on 2 to {MAX_DEVICES} "
                                               "devices", command_line_span(f"--set {a}={n}"))])
     for name in args.plan:
         plan = next((p for p in spec.plans if p.name == name), None)
@@ -82,7 +83,7 @@ def _pinned_sizes(args, spec, sets) -> dict[str, int]:
             world *= pinned.get(a, 2)
         if world > MAX_DEVICES:
             given = " ".join(f"--set {a}={n}" for a, n in pinned.items() if a in plan.mesh.names)
-            raise DiagnosticError([Diagnostic("PL301", f"{given}: plan '{name}' would run {world} processes; at most "
+            raise DiagnosticError([Diagnostic(Code.BAD_SET, f"{given}: plan '{name}' would run {world} processes; at most "
                                               f"{MAX_DEVICES}", command_line_span(given))])
     return pinned
 
@@ -118,9 +119,9 @@ def torchrun_env(args, environ):
     try:
         env = from_environ(environ)
     except EnvError as exc:
-        raise DiagnosticError([Diagnostic("PL620", f"--torchrun: {exc}", command_line_span("--torchrun"))]) from None
+        raise DiagnosticError([Diagnostic(Code.TORCHRUN_ENV, f"--torchrun: {exc}", command_line_span("--torchrun"))]) from None
     if args.devices is not None and args.devices != env.world:
-        raise DiagnosticError([Diagnostic("PL621", f"--devices {args.devices}: torchrun started {env.world} processes "
+        raise DiagnosticError([Diagnostic(Code.TORCHRUN_DEVICES, f"--devices {args.devices}: torchrun started {env.world} processes "
                                           "(WORLD_SIZE); the run is sized by torchrun",
                                           command_line_span(f"--devices {args.devices}"))])
     return env

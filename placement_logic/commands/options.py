@@ -10,7 +10,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Iterable
 
-from ..diagnostics import COMMAND_LINE, Diagnostic, DiagnosticError, Span, did_you_mean
+from ..diagnostics import COMMAND_LINE, Code, Diagnostic, DiagnosticError, Span, did_you_mean
 
 
 def command_line_span(text: str) -> Span:
@@ -48,7 +48,7 @@ def output_width(args, out) -> int:
     asked = getattr(args, "width", None)
     if asked is not None:
         if asked < MIN_WIDTH:
-            raise DiagnosticError([Diagnostic("PL301", f"--width {asked}: at least {MIN_WIDTH} columns",
+            raise DiagnosticError([Diagnostic(Code.BAD_SET, f"--width {asked}: at least {MIN_WIDTH} columns",
                                               command_line_span(f"--width {asked}"))])
         return asked
     env = os.environ.get("COLUMNS", "")
@@ -116,7 +116,7 @@ def parse_timeout(text: str, option: str = "--timeout") -> float:
     except (ValueError, OverflowError):
         value = -1.0
     if not 0 < value <= MAX_TIMEOUT:
-        raise DiagnosticError([Diagnostic("PL500", f"{option} {text}: expected a positive number of seconds, at "
+        raise DiagnosticError([Diagnostic(Code.BAD_TIMEOUT, f"{option} {text}: expected a positive number of seconds, at "
                                           f"most {MAX_TIMEOUT} (a day)", command_line_span(f"{option} {text}"))])
     return value
 
@@ -144,19 +144,19 @@ def parse_sets(items: Iterable[str], known: Iterable[str] | None = None, axes: I
             value = None
         if integers:
             if not name or value is None or value.denominator != 1 or value < 1:
-                raise DiagnosticError([Diagnostic("PL301", f"--set {item}: expected NAME=N with N a positive integer",
+                raise DiagnosticError([Diagnostic(Code.BAD_SET, f"--set {item}: expected NAME=N with N a positive integer",
                                                   span)])
             out[name] = value
             continue
         if not eq or not name or not text:
-            raise DiagnosticError([Diagnostic("PL301", f"--set expects NAME=NUMBER, got '{item}'", span)])
+            raise DiagnosticError([Diagnostic(Code.BAD_SET, f"--set expects NAME=NUMBER, got '{item}'", span)])
         if known is not None and name not in known:
-            raise DiagnosticError([Diagnostic("PL301", f"--set names '{name}', which is not a let or an axis of the spec",
+            raise DiagnosticError([Diagnostic(Code.BAD_SET, f"--set names '{name}', which is not a let or an axis of the spec",
                                               span, notes=did_you_mean(name, known))])
         if value is None:
-            raise DiagnosticError([Diagnostic("PL301", f"--set {name}: '{text}' is not an exact number", span)])
+            raise DiagnosticError([Diagnostic(Code.BAD_SET, f"--set {name}: '{text}' is not an exact number", span)])
         if name in axes and (value.denominator != 1 or value < 1):
-            raise DiagnosticError([Diagnostic("PL301", f"--set {name}: an axis size must be a positive integer", span)])
+            raise DiagnosticError([Diagnostic(Code.BAD_SET, f"--set {name}: an axis size must be a positive integer", span)])
         out[name] = value
     return out
 
@@ -171,7 +171,7 @@ def parse_single_sets(items: Iterable[str], known: Iterable[str] | None = None, 
             raw_name, _, raw = item.partition("=")
             offset = len(raw_name) + 1 + (len(raw) - len(raw.lstrip()))
             raise DiagnosticError([Diagnostic(
-                "PL301", f"--set {item.strip()}: {command} takes one value per name; a list or a range sweeps "
+                Code.BAD_SET, f"--set {item.strip()}: {command} takes one value per name; a list or a range sweeps "
                 "in cost and compare (docs/sweeps.md)", _item_span(item, offset, raw.strip()))])
     return parse_sets(items, known=known, axes=axes)
 
@@ -197,7 +197,7 @@ def device_option(args) -> str | None:
     from .. import hardware
 
     if hardware.device(name) is None:
-        raise DiagnosticError([Diagnostic("PL150", f"--device {name}: not a device of the catalogue",
+        raise DiagnosticError([Diagnostic(Code.FILTER_ON_SHARDS, f"--device {name}: not a device of the catalogue",
                                           command_line_span(f"--device {name}"),
                                           notes=did_you_mean(name, tuple(hardware.DEVICES))
                                           + ("catalogue devices: " + ", ".join(hardware.DEVICES),))])
@@ -217,7 +217,7 @@ def _sweep_values(item: str, name: str, text: str, offset: int, axis: bool) -> t
     up to B). Every value is positive; an axis size is a positive integer."""
 
     def bad(message: str, start: int = 0, part: str = text) -> DiagnosticError:
-        return DiagnosticError([Diagnostic("PL301", f"--set {name}={text}: {message}",
+        return DiagnosticError([Diagnostic(Code.BAD_SET, f"--set {name}={text}: {message}",
                                            _item_span(item, offset + start, part))])
 
     if ".." in text:
@@ -248,7 +248,7 @@ def _sweep_values(item: str, name: str, text: str, offset: int, axis: bool) -> t
         if kind == "+":
             count = (hi - lo) // k + 1
             if count > MAX_SWEEP_ROWS:
-                raise DiagnosticError([Diagnostic("PL310", f"--set {name}={text}: {count:,} values; a sweep takes at "
+                raise DiagnosticError([Diagnostic(Code.SWEEP_TOO_LARGE, f"--set {name}={text}: {count:,} values; a sweep takes at "
                                                   f"most {MAX_SWEEP_ROWS:,} configurations", _item_span(item, offset, text))])
             return tuple(Fraction(v) for v in range(lo, hi + 1, k))
         out, v = [], lo
@@ -301,10 +301,10 @@ def parse_sweep_sets(items: Iterable[str], known: Iterable[str] | None = None, a
         raw_name, _, raw = item.partition("=")
         name = raw_name.strip()
         if not name:
-            raise DiagnosticError([Diagnostic("PL301", f"--set expects NAME=VALUES, got '{item}'",
+            raise DiagnosticError([Diagnostic(Code.BAD_SET, f"--set expects NAME=VALUES, got '{item}'",
                                               command_line_span(f"--set {item}"))])
         if known is not None and name not in known:
-            raise DiagnosticError([Diagnostic("PL301", f"--set names '{name}', which is not a let or an axis of the spec",
+            raise DiagnosticError([Diagnostic(Code.BAD_SET, f"--set names '{name}', which is not a let or an axis of the spec",
                                               _item_span(item, 0, raw_name), notes=did_you_mean(name, known))])
         offset = len(raw_name) + 1 + (len(raw) - len(raw.lstrip()))
         text = raw.strip().replace("_", "")
@@ -316,7 +316,7 @@ def parse_sweep_sets(items: Iterable[str], known: Iterable[str] | None = None, a
         total *= len(values)
         if total > MAX_SWEEP_ROWS:
             raise DiagnosticError([Diagnostic(
-                "PL310", f"the sweep over {', '.join(sweeps)} has {_product(sweeps):,} configurations; at most "
+                Code.SWEEP_TOO_LARGE, f"the sweep over {', '.join(sweeps)} has {_product(sweeps):,} configurations; at most "
                 f"{MAX_SWEEP_ROWS:,} are evaluated at once", spans[name])])
     return single, sweeps
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..atomic import write_atomic
-from ..diagnostics import Diagnostic, DiagnosticError
+from ..diagnostics import Code, Diagnostic, DiagnosticError
 from .options import command_line_span
 
 
@@ -43,7 +43,7 @@ def refuse_inputs(target: str, inputs: Iterable[str], option: str = "-o") -> Non
     for path in inputs:
         if same_file(target, path):
             raise DiagnosticError([Diagnostic(
-                "PL700", f"{option} {target}: would replace the input file {path}; write the output elsewhere",
+                Code.EXPORT_FAILED, f"{option} {target}: would replace the input file {path}; write the output elsewhere",
                 command_line_span(f"{option} {target}"))])
 
 
@@ -60,7 +60,7 @@ def check_writable(target: str, option: str = "-o") -> None:
     elif not os.access(folder, os.W_OK | os.X_OK):
         why = f"the folder {folder} is not writable"
     if why:
-        raise DiagnosticError([Diagnostic("PL700", f"{option} {target}: cannot write: {why}",
+        raise DiagnosticError([Diagnostic(Code.EXPORT_FAILED, f"{option} {target}: cannot write: {why}",
                                           command_line_span(f"{option} {target}"))])
 
 
@@ -69,5 +69,5 @@ def write_output(target: str, text: str, option: str = "-o") -> None:
     try:
         write_atomic(target, text)
     except OSError as exc:
-        raise DiagnosticError([Diagnostic("PL700", f"{option} {target}: cannot write: {exc.strerror or exc}",
+        raise DiagnosticError([Diagnostic(Code.EXPORT_FAILED, f"{option} {target}: cannot write: {exc.strerror or exc}",
                                           command_line_span(f"{option} {target}"))]) from None

@@ -12,7 +12,7 @@ import json
 import re
 from pathlib import Path
 
-from ..diagnostics import Diagnostic, DiagnosticError
+from ..diagnostics import Code, Diagnostic, DiagnosticError
 from .options import add_timeout, parse_timeout
 
 # the built-in theorem groups (``prove.GROUPS``), named here so --help costs no solver import
@@ -60,7 +60,7 @@ def run(args, out, err) -> int:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text)
             except OSError as exc:
-                raise DiagnosticError([Diagnostic("PL700", f"cannot write {path}: {exc.strerror or exc}")]) from None
+                raise DiagnosticError([Diagnostic(Code.EXPORT_FAILED, f"cannot write {path}: {exc.strerror or exc}")]) from None
     if args.format == "json":
         json.dump(render.to_json(report), out, indent=2, ensure_ascii=False)
         out.write("\n")

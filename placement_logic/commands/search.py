@@ -18,7 +18,7 @@ import json
 from fractions import Fraction
 from typing import TextIO
 
-from ..diagnostics import Diagnostic, DiagnosticError
+from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..outcome import Exit
 from .options import add_width, command_line_span, output_width
 
@@ -76,7 +76,7 @@ def add_parser(subparsers) -> None:
 
 
 def _bad(option: str, value: str, message: str) -> DiagnosticError:
-    return DiagnosticError([Diagnostic("PL301", f"{option} {value}: {message}", command_line_span(f"{option} {value}"))])
+    return DiagnosticError([Diagnostic(Code.BAD_SET, f"{option} {value}: {message}", command_line_span(f"{option} {value}"))])
 
 
 def positive(option: str, text: str, cap: int = 10**7) -> int:
@@ -114,7 +114,7 @@ def name_list(option: str, text: str, allowed: tuple[str, ...]) -> tuple[str, ..
     out = []
     for part in (x.strip() for x in text.split(",")):
         if part not in allowed:
-            raise DiagnosticError([Diagnostic("PL301", f"{option} {text}: '{part}' is not one of "
+            raise DiagnosticError([Diagnostic(Code.BAD_SET, f"{option} {text}: '{part}' is not one of "
                                               f"{', '.join(allowed)}", command_line_span(f"{option} {text}"),
                                               notes=did_you_mean(part, allowed))])
         if part not in out:

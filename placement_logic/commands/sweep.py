@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TextIO
 
-from ..diagnostics import Diagnostic, DiagnosticError
+from ..diagnostics import Code, Diagnostic, DiagnosticError
 from .options import command_line_span
 
 PLOT_TYPES = (".png", ".svg", ".pdf")
@@ -36,14 +36,14 @@ def wanted(args, sweeps) -> bool:
 def check_options(args, sweeps) -> None:
     """Options a sweep cannot honour, and the plot's file type and library, before any work."""
     if args.format == "latex" and sweeps:
-        raise DiagnosticError([Diagnostic("PL314", "--format latex prints formulas; a sweep prints rows: "
+        raise DiagnosticError([Diagnostic(Code.SWEEP_OPTION, "--format latex prints formulas; a sweep prints rows: "
                                           "use text, markdown, json or csv", command_line_span("--format latex"))])
     if getattr(args, "groups", False) and wanted(args, sweeps):
-        raise DiagnosticError([Diagnostic("PL314", "--groups adds the parameter-group table to a report; a sweep "
+        raise DiagnosticError([Diagnostic(Code.SWEEP_OPTION, "--groups adds the parameter-group table to a report; a sweep "
                                           "prints rows (drop --groups, or give single values)",
                                           command_line_span("--groups"))])
     if getattr(args, "exact", False) and not wanted(args, sweeps):
-        raise DiagnosticError([Diagnostic("PL314", "--exact applies to a sweep (a list or range in --set, or "
+        raise DiagnosticError([Diagnostic(Code.SWEEP_OPTION, "--exact applies to a sweep (a list or range in --set, or "
                                           "--format csv); one configuration is always derived exactly",
                                           command_line_span("--exact"))])
     plot = getattr(args, "plot", None)
@@ -51,10 +51,10 @@ def check_options(args, sweeps) -> None:
         return
     span = command_line_span(f"--plot {plot}")
     if Path(plot).suffix.lower() not in PLOT_TYPES:
-        raise DiagnosticError([Diagnostic("PL313", f"--plot {plot}: the file name must end in "
+        raise DiagnosticError([Diagnostic(Code.BAD_PLOT, f"--plot {plot}: the file name must end in "
                                           f"{', '.join(PLOT_TYPES)}", span)])
     if len(sweeps) > 1:
-        raise DiagnosticError([Diagnostic("PL313", f"--plot draws a sweep over one name, not {len(sweeps)} "
+        raise DiagnosticError([Diagnostic(Code.BAD_PLOT, f"--plot draws a sweep over one name, not {len(sweeps)} "
                                           f"({', '.join(sweeps)}): sweep one and --set the others", span)])
     from ..costreport.plot import require_matplotlib
 

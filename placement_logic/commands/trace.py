@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..diagnostics import Code
 from ..outcome import Exit
 from .output import check_writable, write_output
 
@@ -48,7 +49,7 @@ def _nproc(n: int) -> None:
     from .options import command_line_span
 
     if not MIN_PROCS <= n <= MAX_PROCS:
-        raise DiagnosticError([Diagnostic("PL611", f"--nproc {n}: expected {MIN_PROCS} to {MAX_PROCS} processes",
+        raise DiagnosticError([Diagnostic(Code.BAD_TRACE_COMMAND, f"--nproc {n}: expected {MIN_PROCS} to {MAX_PROCS} processes",
                                           command_line_span(f"--nproc {n}"))])
 
 
@@ -59,7 +60,7 @@ def require_torch() -> None:
 
     if importlib.util.find_spec("torch") is None:
         raise DiagnosticError([Diagnostic(
-            "PL601", "placement trace needs PyTorch to run the script: pip install '.[torch]' in a clone of placement-logic")])
+            Code.TORCH_MISSING, "placement trace needs PyTorch to run the script: pip install '.[torch]' in a clone of placement-logic")])
 
 
 def run(args, out, err) -> int:

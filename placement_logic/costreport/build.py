@@ -31,7 +31,7 @@ from ..costs.symbolic import (
     tex_width,
     to_sympy,
 )
-from ..diagnostics import Diagnostic, DiagnosticError, Span, did_you_mean
+from ..diagnostics import Code, Diagnostic, DiagnosticError, Span, did_you_mean
 from ..ir import State, heads
 from ..resolve.validate import check_rebinding
 from . import checkpoint, units
@@ -330,10 +330,10 @@ def build(spec: ir.Spec, plans: Iterable[str] = (), sets: Mapping[str, Fraction]
     known = [p.name for p in spec.plans]
     for n in names + ([baseline] if baseline else []):
         if n not in known:
-            raise DiagnosticError([Diagnostic("PL302", f"no plan named '{n}' in {spec.file}",
+            raise DiagnosticError([Diagnostic(Code.UNKNOWN_PLAN, f"no plan named '{n}' in {spec.file}",
                                               notes=did_you_mean(n, known))])
     if command == "compare" and not names:
-        raise DiagnosticError([Diagnostic("PL118", "nothing to compare: the spec defines no plan",
+        raise DiagnosticError([Diagnostic(Code.MISSING_SECTION, "nothing to compare: the spec defines no plan",
                                           Span.point(spec.file, 1, 1))])
     check_rebinding(spec, sets)  # a re-bound value is held to what the same value written in the file is
     subs = resolve_bindings(spec.bindings, sets)

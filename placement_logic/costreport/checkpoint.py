@@ -16,10 +16,11 @@ import sympy
 
 from .. import costs, ir
 from ..ir import State
+from ..ir.overrides import OverrideTarget, OverrideVerb
 
 
 def _skipped(plan: ir.Plan, name: str, checks_as: str) -> bool:
-    return any(o.target == "checkpoint" and o.verb == "skip_optimizer" and o.group in (None, "all", name, checks_as)
+    return any(o.target == OverrideTarget.CHECKPOINT and o.verb == OverrideVerb.SKIP_OPTIMIZER and o.group in (None, "all", name, checks_as)
                for o in plan.overrides)
 
 
@@ -35,13 +36,13 @@ def written_per_rank(pc: costs.PlanCost) -> sympy.Expr:
 
 
 def notes(pc: costs.PlanCost, q) -> list[str]:
-    ovs = [o for o in pc.plan.overrides if o.target == "checkpoint"]
+    ovs = [o for o in pc.plan.overrides if o.target == OverrideTarget.CHECKPOINT]
     if not ovs:
         return []
     w = q(written_per_rank(pc))
     shown = f"{int(w.exact):,} B" if w.exact is not None and w.exact.denominator == 1 else w.value
     out = [f"checkpoint: bytes written per rank (rank 0, one file per writing rank) = {shown} = {w.formula}"]
-    reshard = [a for o in ovs if o.verb == "reshard" for a in o.axes or ()]
+    reshard = [a for o in ovs if o.verb == OverrideVerb.RESHARD for a in o.axes or ()]
     if reshard:
         out.append(f"checkpoint: loaded on new sizes of ({', '.join(dict.fromkeys(reshard))}), every rank reads "
                    f"{w.formula} at the new sizes from the files, remapped by offset (storage reads, no collective)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..atomic import write_atomic
-from ..diagnostics import Diagnostic, DiagnosticError
+from ..diagnostics import Code, Diagnostic, DiagnosticError
 
 
 def require_matplotlib() -> None:
@@ -15,7 +15,7 @@ def require_matplotlib() -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         raise DiagnosticError([Diagnostic(
-            "PL312", "--plot needs matplotlib, an optional dependency: pip install '.[plot]' in a clone of placement-logic")]) \
+            Code.PLOT_UNAVAILABLE, "--plot needs matplotlib, an optional dependency: pip install '.[plot]' in a clone of placement-logic")]) \
             from None
 
 
@@ -31,5 +31,5 @@ def save_as(fig, path, dpi: int) -> None:
     try:
         write_atomic(path, buf.getvalue())
     except OSError as exc:
-        raise DiagnosticError([Diagnostic("PL700", f"--plot {path}: cannot write: {exc.strerror or exc}")]) \
+        raise DiagnosticError([Diagnostic(Code.EXPORT_FAILED, f"--plot {path}: cannot write: {exc.strerror or exc}")]) \
             from None

@@ -34,7 +34,7 @@ import sympy
 from .. import costs, ir
 from ..costs.compiled import CompiledCost, agrees, compile_exprs, cost_exprs, exact_value, numpy_or_none
 from ..costs.symbolic import rational, resolve_bindings, symbol, to_sympy
-from ..diagnostics import Diagnostic, DiagnosticError, did_you_mean
+from ..diagnostics import Code, Diagnostic, DiagnosticError, did_you_mean
 from ..ir.walker import fold
 from ..resolve.validate import check_rebinding, rebinding_diagnostics, shape_names, sources
 
@@ -154,13 +154,13 @@ def _check_plans(spec: ir.Spec, names: list[str], baseline: str | None) -> None:
     known = [p.name for p in spec.plans]
     for n in names + ([baseline] if baseline else []):
         if n not in known:
-            raise DiagnosticError([Diagnostic("PL302", f"no plan named '{n}' in {spec.file}",
+            raise DiagnosticError([Diagnostic(Code.UNKNOWN_PLAN, f"no plan named '{n}' in {spec.file}",
                                               notes=did_you_mean(n, known))])
 
 
 def _unbound(free: set[str]) -> DiagnosticError:
     return DiagnosticError([Diagnostic(
-        "PL311", f"a sweep evaluates numbers, but {', '.join(sorted(free))} "
+        Code.SWEEP_UNBOUND, f"a sweep evaluates numbers, but {', '.join(sorted(free))} "
         f"{'is' if len(free) == 1 else 'are'} not bound: give {'it' if len(free) == 1 else 'them'} with --set "
         "or in the spec")])
 

@@ -18,7 +18,7 @@ from functools import lru_cache
 import sympy
 
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError, did_you_mean
+from ..diagnostics import Code, Diagnostic, DiagnosticError, did_you_mean
 from ..ir import Role, State
 from ..ir import collectives as schedule
 from .activations import Activations, InFlight, Layout, StageActivations, activations
@@ -147,7 +147,7 @@ def query_value(spec: ir.Spec, q: ir.Query, subs=None) -> sympy.Expr:
     try:
         plan = spec.plan(q.plan)
     except KeyError:
-        raise DiagnosticError([Diagnostic("PL117", f"'{q.plan}' is not a plan", q.span,
+        raise DiagnosticError([Diagnostic(Code.NOT_A_PLAN, f"'{q.plan}' is not a plan", q.span,
                                           notes=did_you_mean(q.plan, [p.name for p in spec.plans]))]) from None
     pc = derive(with_sizes(plan, subs), sized=True) if subs else derive(plan)
     mem, comm = pc.memory, pc.communication
@@ -164,7 +164,7 @@ def query_value(spec: ir.Spec, q: ir.Query, subs=None) -> sympy.Expr:
             return mem.transient_total
         if q.arg in {s.value for s in ir.STATES}:
             return mem.device[State(q.arg)]
-        raise DiagnosticError([Diagnostic("PL402", f"memory() takes a state, 'transient' or nothing, not '{q.arg}'",
+        raise DiagnosticError([Diagnostic(Code.BAD_QUERY_ARGUMENT, f"memory() takes a state, 'transient' or nothing, not '{q.arg}'",
                                           q.span)])
     if q.kind == "host_memory":
         if q.arg in {s.value for s in ir.STATES}:
@@ -176,11 +176,11 @@ def query_value(spec: ir.Spec, q: ir.Query, subs=None) -> sympy.Expr:
         if q.arg is None:
             return comm.total_bytes if q.kind == "comm" else comm.total_volume
         if q.arg not in plan.mesh.names and q.arg != "host":
-            raise DiagnosticError([Diagnostic("PL109", f"'{q.arg}' is not an axis of the mesh", q.span,
+            raise DiagnosticError([Diagnostic(Code.UNDEFINED_AXIS, f"'{q.arg}' is not an axis of the mesh", q.span,
                                               notes=did_you_mean(q.arg, plan.mesh.names))])
         ring, vol = comm.on_axis(q.arg)
         return ring if q.kind == "comm" else vol
-    raise DiagnosticError([Diagnostic("PL403", f"unknown cost query '{q.kind}'", q.span)])
+    raise DiagnosticError([Diagnostic(Code.UNKNOWN_QUERY, f"unknown cost query '{q.kind}'", q.span)])
 
 
 def value_of(spec: ir.Spec, value: ir.Value, subs=None) -> sympy.Expr:

@@ -37,6 +37,7 @@ from ..ir import optimizers as opt
 from ..ir.buffers import Collective, Kind, Payload, Phase, link_of
 from ..ir.heads import PAYLOAD
 from ..ir.nodes import Role
+from ..ir.overrides import OverrideVerb
 from .sizes import Shape, per_group
 from .symbolic import symbol, to_sympy
 
@@ -114,7 +115,7 @@ def collectives(plan: ir.Plan, notes: list | None = None) -> list[Collective]:
     out: list[Collective] = []
     for group, c in opt.whole_needed(plan):
         cut = opt.cuts(plan, group)
-        gather, _ = opt.stated(plan, "gather", group)
+        gather, _ = opt.stated(plan, OverrideVerb.GATHER, group)
         owner = opt.owners(plan, group)
         if gather:
             out.append(Collective(

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError
+from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir import groups as pg
 from .symbolic import peak, symbol, to_sympy
 
@@ -164,7 +164,7 @@ def shape_of(model: ir.Model) -> Shape:
         if rest.is_number and rest < 0:
             where = getattr(model.params, "span", None) or model.span
             raise DiagnosticError([Diagnostic(
-                "PL163", f"params = {psi} is below the {psi_t} parameters the transformer shape counts: give at "
+                Code.PARAMS_BELOW_SHAPE, f"params = {psi} is below the {psi_t} parameters the transformer shape counts: give at "
                 "least that (the rest is what the shape does not describe) or leave params out", where)])
         if rest != 0:
             # Ψ given beside the shape: what the shape does not count is a group of its own (``rest``),

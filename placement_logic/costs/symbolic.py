@@ -19,7 +19,7 @@ import sympy
 from sympy.printing.latex import LatexPrinter
 
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError
+from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir.walker import Target, evaluate
 
 QueryFn = Callable[[ir.Query], sympy.Expr]
@@ -43,12 +43,12 @@ def rational(x: Fraction | int) -> sympy.Rational:
 
 
 def _no_query(q: ir.Query) -> sympy.Expr:
-    raise DiagnosticError([Diagnostic("PL401", f"cost query '{q.kind}({q.plan})' is not allowed here", q.span)])
+    raise DiagnosticError([Diagnostic(Code.QUERY_NOT_ALLOWED, f"cost query '{q.kind}({q.plan})' is not allowed here", q.span)])
 
 
 def _div(node: ir.Op, args: list[sympy.Expr]) -> sympy.Expr:
     if args[1] == 0:
-        raise DiagnosticError([Diagnostic("PL204", "division by zero", node.span)])
+        raise DiagnosticError([Diagnostic(Code.DIVISION_BY_ZERO, "division by zero", node.span)])
     return args[0] / args[1]
 
 
@@ -68,11 +68,11 @@ SYMPY_OPS = {
 
 
 def _unknown_op(node: ir.Op) -> sympy.Expr:
-    raise DiagnosticError([Diagnostic("PL400", f"unknown operator '{node.op}' in a value expression", node.span)])
+    raise DiagnosticError([Diagnostic(Code.BAD_VALUE_EXPRESSION, f"unknown operator '{node.op}' in a value expression", node.span)])
 
 
 def _not_a_value(node) -> sympy.Expr:
-    raise DiagnosticError([Diagnostic("PL400", f"not a value expression: {type(node).__name__}")])
+    raise DiagnosticError([Diagnostic(Code.BAD_VALUE_EXPRESSION, f"not a value expression: {type(node).__name__}")])
 
 
 def to_sympy(value: ir.Value, query: QueryFn | None = None) -> sympy.Expr:

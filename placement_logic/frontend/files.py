@@ -10,7 +10,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from ..diagnostics import Diagnostic, DiagnosticError, Span
+from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 
 MAX_SOURCE_BYTES = 8 * 1024 * 1024  # a spec larger than this is not a spec
 
@@ -47,26 +47,26 @@ def read_source(path: str | Path) -> str:
         data = sys.stdin.buffer.read(MAX_SOURCE_BYTES + 1) if hasattr(sys.stdin, "buffer") else \
             sys.stdin.read().encode("utf-8")
         if len(data) > MAX_SOURCE_BYTES:
-            raise DiagnosticError([Diagnostic("PL006", "standard input is larger than 8 MiB",
+            raise DiagnosticError([Diagnostic(Code.UNREADABLE_FILE, "standard input is larger than 8 MiB",
                                               Span.point("<stdin>", 1, 1))])
         try:
             return normalise_text(data.decode("utf-8"))
         except UnicodeDecodeError as exc:
-            raise DiagnosticError([Diagnostic("PL006", f"not UTF-8 text (byte {exc.start})",
+            raise DiagnosticError([Diagnostic(Code.UNREADABLE_FILE, f"not UTF-8 text (byte {exc.start})",
                                               Span.point("<stdin>", 1, 1))]) from None
     p = Path(path)
     try:
         data = read_regular(p)
     except ValueError:  # a name the operating system cannot take (a NUL byte)
-        raise DiagnosticError([Diagnostic("PL006", "cannot read file: the name is not a valid path",
+        raise DiagnosticError([Diagnostic(Code.UNREADABLE_FILE, "cannot read file: the name is not a valid path",
                                           Span.point(str(path).replace("\x00", "\\x00"), 1, 1))]) from None
     except OSError as exc:
-        raise DiagnosticError([Diagnostic("PL006", f"cannot read file: {exc.strerror or exc}",
+        raise DiagnosticError([Diagnostic(Code.UNREADABLE_FILE, f"cannot read file: {exc.strerror or exc}",
                                           Span.point(str(path), 1, 1))]) from None
     try:
         return normalise_text(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
-        raise DiagnosticError([Diagnostic("PL006", f"not UTF-8 text (byte {exc.start})",
+        raise DiagnosticError([Diagnostic(Code.UNREADABLE_FILE, f"not UTF-8 text (byte {exc.start})",
                                           Span.point(str(path), 1, 1))]) from None
 
 

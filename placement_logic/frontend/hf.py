@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from ..diagnostics import Diagnostic, DiagnosticError, Span
+from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 from .configs import load_json
 
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
@@ -48,7 +48,7 @@ class _Reader:
 
     def error(self, key: str | None, message: str, notes: tuple[str, ...] = ()) -> DiagnosticError:
         line, col = _position(self.text, key) if key else (1, 1)
-        return DiagnosticError([Diagnostic("PL140", message, Span(self.file, line, col, line,
+        return DiagnosticError([Diagnostic(Code.BAD_CONFIG, message, Span(self.file, line, col, line,
                                                                      col + (len(key) + 2 if key else 1)),
                                            notes=notes)], {self.file: self.text})
 
@@ -86,9 +86,9 @@ class _Reader:
 
 
 def parse_config(text: str, file: str) -> HFShape:
-    cfg = load_json(text, file, "PL140")
+    cfg = load_json(text, file, Code.BAD_CONFIG)
     if not isinstance(cfg, dict):
-        raise DiagnosticError([Diagnostic("PL140", "a config.json holds one JSON object", Span.point(file, 1, 1))],
+        raise DiagnosticError([Diagnostic(Code.BAD_CONFIG, "a config.json holds one JSON object", Span.point(file, 1, 1))],
                               {file: text})
     r = _Reader(cfg, text, file)
     kind = cfg.get("model_type")

@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError, Span
+from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 from ..resolve import ModuleScope, collect_scope, resolve_module
 from . import surface
 from .files import normalise_text, read_regular, read_source  # noqa: F401 - read_source re-exported
@@ -70,7 +70,7 @@ class Loader:
             return self.cache[path]
         if path in self.loading:
             cycle = " -> ".join(".".join(p) for p in self.loading[self.loading.index(path):] + [path])
-            self.error("PL112", f"modules import each other in a cycle: {cycle}", span)
+            self.error(Code.IMPORT_CYCLE, f"modules import each other in a cycle: {cycle}", span)
             return None
         text, file = self._source(path, span)
         if text is None:
@@ -96,7 +96,7 @@ class Loader:
                 from ..diagnostics import did_you_mean
 
                 name = ".".join(path)
-                self.error("PL111", f"no library module '{name}'", span,
+                self.error(Code.UNKNOWN_MODULE, f"no library module '{name}'", span,
                            did_you_mean(name, [f"std.{m}" for m in libs]) or
                            (f"library modules: {', '.join('std.' + m for m in sorted(libs))}",))
                 return None, ""
@@ -109,7 +109,7 @@ class Loader:
             try:
                 text = normalise_text(read_regular(target).decode("utf-8"))
             except (OSError, UnicodeDecodeError, ValueError):
-                self.error("PL111", f"cannot import '{'.'.join(path)}': no readable file {target}", span)
+                self.error(Code.UNKNOWN_MODULE, f"cannot import '{'.'.join(path)}': no readable file {target}", span)
                 return None, ""
         self.sources[file] = text
         return text, file

@@ -12,7 +12,7 @@ from fractions import Fraction
 from lark import Token, Transformer, v_args
 from lark.tree import Meta
 
-from ..diagnostics import NO_SPAN, Diagnostic, DiagnosticError, Span
+from ..diagnostics import NO_SPAN, Code, Diagnostic, DiagnosticError, Span
 from . import surface
 
 
@@ -45,7 +45,7 @@ class Lower(Transformer):
         depth = 1 + max((self.depths.get(id(c), 0) for c in children), default=0)
         if depth > self.MAX_DEPTH:
             raise DiagnosticError([Diagnostic(
-                "PL007", f"expression nested more than {self.MAX_DEPTH} levels deep", node.span)])
+                Code.TOO_DEEP, f"expression nested more than {self.MAX_DEPTH} levels deep", node.span)])
         self.depths[id(node)] = depth
         return node
 
@@ -148,11 +148,11 @@ class Lower(Transformer):
         kwargs = [a for a in args if isinstance(a, surface.Kwarg)]
         if modes and kwargs:
             raise DiagnosticError([Diagnostic(
-                "PL120", "a placement shorthand takes modes only, not named arguments", kwargs[0].span)])
+                Code.BAD_TUPLE, "a placement shorthand takes modes only, not named arguments", kwargs[0].span)])
         if modes:
             if len(path) != 1:
                 raise DiagnosticError([Diagnostic(
-                    "PL120", "a shorthand's prefix must be a role such as 'data' or 'tensor'", self.span(meta))])
+                    Code.BAD_TUPLE, "a shorthand's prefix must be a role such as 'data' or 'tensor'", self.span(meta))])
             return surface.Shorthand(path[0], tuple(modes), self.span(meta))
         return surface.StrategyRef(path, tuple(kwargs), self.span(meta))
 
@@ -160,7 +160,7 @@ class Lower(Transformer):
         for a in ch:
             if isinstance(a, surface.Kwarg):
                 raise DiagnosticError([Diagnostic(
-                    "PL120", "a placement shorthand takes modes only, not named arguments", a.span)])
+                    Code.BAD_TUPLE, "a placement shorthand takes modes only, not named arguments", a.span)])
         return surface.Shorthand(None, tuple(ch), self.span(meta))
 
     def mode(self, meta, ch):
@@ -194,7 +194,7 @@ class Lower(Transformer):
         if star is not None:
             if len(path) != 1:
                 raise DiagnosticError([Diagnostic(
-                    "PL104", f"unknown mode '{'.'.join(path)}*'", self.span(meta))])
+                    Code.UNKNOWN_MODE, f"unknown mode '{'.'.join(path)}*'", self.span(meta))])
             return surface.ModeRef(path[0], True, self.span(meta))
         return surface.StrategyRef(path, (), self.span(meta))
 
@@ -277,7 +277,7 @@ class Lower(Transformer):
             value = read_number(str(tok))
         except ValueError:
             raise DiagnosticError([Diagnostic(
-                "PL005", f"cannot read '{tok}' as an exact number", self.tspan(tok))]) from None
+                Code.BAD_NUMBER, f"cannot read '{tok}' as an exact number", self.tspan(tok))]) from None
         return surface.Num(value, str(unit) if unit else None, str(tok), self.span(meta))
 
     def name(self, meta, ch):

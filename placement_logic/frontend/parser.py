@@ -14,7 +14,7 @@ from pathlib import Path
 from lark import Lark
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
-from ..diagnostics import Diagnostic, DiagnosticError, Span
+from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 from . import surface
 from .lower import Lower
 
@@ -120,11 +120,11 @@ def _error_to_diagnostic(exc: UnexpectedInput, text: str, file: str) -> Diagnost
         ch = text[exc.pos_in_stream] if exc.pos_in_stream < len(text) else ""
         span = Span.point(file, line, column)
         if ch == '"':
-            return Diagnostic("PL004", "unterminated string: no closing '\"' on this line", span)
-        return Diagnostic("PL001", f"unexpected character {ch!r}", span)
+            return Diagnostic(Code.UNTERMINATED_STRING, "unterminated string: no closing '\"' on this line", span)
+        return Diagnostic(Code.UNEXPECTED_CHARACTER, f"unexpected character {ch!r}", span)
     if isinstance(exc, UnexpectedEOF):
         lines = text.splitlines() or [""]
-        return Diagnostic("PL003", "unexpected end of file" + _describe_expected(exc.expected),
+        return Diagnostic(Code.UNEXPECTED_END, "unexpected end of file" + _describe_expected(exc.expected),
                           Span.point(file, len(lines), len(lines[-1]) + 1))
     if isinstance(exc, UnexpectedToken):
         tok = exc.token
@@ -137,7 +137,7 @@ def _error_to_diagnostic(exc: UnexpectedInput, text: str, file: str) -> Diagnost
             if opened:
                 msg = "unterminated block: '{' is never closed"
                 notes = (f"the block opened at line {opened[0]}, column {opened[1]}",)
-            return Diagnostic("PL003", msg, Span.point(file, len(lines), len(lines[-1]) + 1), notes=notes)
+            return Diagnostic(Code.UNEXPECTED_END, msg, Span.point(file, len(lines), len(lines[-1]) + 1), notes=notes)
         width = len(str(tok)) or 1
         span = Span(file, tok.line, tok.column, tok.end_line or tok.line, tok.end_column or tok.column + width)
         notes: tuple[str, ...] = ()
@@ -148,8 +148,8 @@ def _error_to_diagnostic(exc: UnexpectedInput, text: str, file: str) -> Diagnost
             if opened:
                 notes = (f"the block opened at line {opened[0]}, column {opened[1]} is still open: "
                          "is its '}' missing?",)
-        return Diagnostic("PL002", f"unexpected {_token_text(tok)}" + expected, span, notes=notes)
-    return Diagnostic("PL002", str(exc).splitlines()[0], Span.point(file, line, column))
+        return Diagnostic(Code.UNEXPECTED_TOKEN, f"unexpected {_token_text(tok)}" + expected, span, notes=notes)
+    return Diagnostic(Code.UNEXPECTED_TOKEN, str(exc).splitlines()[0], Span.point(file, line, column))
 
 
 TOP_LEVEL = ("model", "mesh", "plan", "strategy", "let", "import", "from", "assert", "claim")
@@ -187,19 +187,19 @@ def parse(text: str, file: str = "<string>") -> surface.Module:
     try:
         tree = parser().parse(text)
     except RecursionError:
-        raise DiagnosticError([Diagnostic("PL007", "nested too deeply to read", Span.point(file, 1, 1))],
+        raise DiagnosticError([Diagnostic(Code.TOO_DEEP, "nested too deeply to read", Span.point(file, 1, 1))],
                               {file: text}) from None
     except UnexpectedInput as exc:
         raise DiagnosticError([_error_to_diagnostic(exc, text, file)], {file: text}) from None
     try:
         return Lower(file).transform(tree)
     except RecursionError:
-        raise DiagnosticError([Diagnostic("PL007", "nested too deeply to read", Span.point(file, 1, 1))],
+        raise DiagnosticError([Diagnostic(Code.TOO_DEEP, "nested too deeply to read", Span.point(file, 1, 1))],
                               {file: text}) from None
     except VisitError as exc:
         if isinstance(exc.orig_exc, DiagnosticError):
             raise DiagnosticError(exc.orig_exc.diagnostics, {file: text}) from None
         if isinstance(exc.orig_exc, RecursionError):
-            raise DiagnosticError([Diagnostic("PL007", "nested too deeply to read", Span.point(file, 1, 1))],
+            raise DiagnosticError([Diagnostic(Code.TOO_DEEP, "nested too deeply to read", Span.point(file, 1, 1))],
                                   {file: text}) from None
         raise

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .. import ir
+from ..diagnostics import Code
 from ..frontend.configs import Table, load_json
 from ..ir import optimizers as opt
 from .framework_common import (
@@ -122,14 +123,14 @@ def deepspeed_to_spec(text: str, file: str, devices: int, model: str | None, par
     (``micro``, ``accum``, ``global_batch``, ``precision``; ``interop.trainer_auto``)."""
     problems = [] if problems is None else problems
     report = ImportReport() if report is None else report
-    doc = load_json(text, file, "PL141", "a JSON config")
+    doc = load_json(text, file, Code.BAD_FRAMEWORK_CONFIG, "a JSON config")
     if not isinstance(doc, dict):
         raise _err(file, "a DeepSpeed config is one JSON object")
     original = {k: v for k, v in doc.items()}
     trainer = trainer or {}
     resolve_auto(doc, text, file, devices, trainer.get("micro"), trainer.get("accum"), trainer.get("global_batch"),
                  trainer.get("precision"), report.assumed)
-    cfg = Table(doc, text, file, "PL141")
+    cfg = Table(doc, text, file, Code.BAD_FRAMEWORK_CONFIG)
     zero = cfg.table("zero_optimization", allow_false=True)
     stage = zero.integer("stage", 0, low=0, high=3)
     off_opt = zero.table("offload_optimizer").choice("device", ("none", "cpu", "nvme"), "none")

@@ -9,12 +9,12 @@ from fractions import Fraction
 from typing import Any
 
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError, Span
+from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 from ..ir.walker import fold
 
 
 def _err(file: str, message: str, notes: tuple[str, ...] = ()) -> DiagnosticError:
-    return DiagnosticError([Diagnostic("PL141", message, Span.point(file, 1, 1), notes=notes)])
+    return DiagnosticError([Diagnostic(Code.BAD_FRAMEWORK_CONFIG, message, Span.point(file, 1, 1), notes=notes)])
 
 
 def _mesh_and_plan(axes: list[tuple[str, int, str]], plan: str, extra: list[str],
@@ -135,7 +135,7 @@ def near_misses(doc: Any, used: list[str], reasons: dict[str, str], text: str, f
             close = difflib.get_close_matches(part, sorted(known), n=1, cutoff=0.85) or [
                 k for k in sorted(known) if len(k) > 3 and sorted(k) == sorted(part)][:1]  # letters swapped
             if close:
-                table = Table({}, text, file, "PL141", tuple(parts[:i]))
+                table = Table({}, text, file, Code.BAD_FRAMEWORK_CONFIG, tuple(parts[:i]))
                 raise DiagnosticError(table.error(part, f"unknown key {'.'.join(parts[:i + 1])}",
                                                   (f"did you mean {close[0]}?",)).diagnostics, {file: text})
             break

@@ -6,7 +6,7 @@ import difflib
 import re
 import shlex
 
-from ..diagnostics import Diagnostic, DiagnosticError, Span
+from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 from ..frontend.configs import MAX_INT_DIGITS
 from .framework_common import (
     ImportReport,
@@ -95,7 +95,7 @@ def _fit_moe_pattern(moe: list[bool], file: str) -> dict[str, int]:
 
 
 def _arg_error(text: str, file: str, word: str, message: str, notes: tuple[str, ...] = (),
-               code: str = "PL141") -> DiagnosticError:
+               code: str = Code.BAD_FRAMEWORK_CONFIG) -> DiagnosticError:
     """A PL141 (or ``code``) located at the first occurrence of ``word`` in the arguments' text."""
     at = text.find(word) if word else -1
     if at < 0:
@@ -212,7 +212,7 @@ def _folding_without_sp(text: str, file: str, t: int, etp: int) -> DiagnosticErr
     column = at - (text.rfind("\n", 0, at) + 1) + 1
     span = Span(file, line, column, line, column + length)
     return DiagnosticError([Diagnostic(
-        "PL133", f"--expert-tensor-parallel-size {etp} folds the experts over the tensor ranks of "
+        Code.FOLD_NEEDS_SEQUENCE_PARALLEL, f"--expert-tensor-parallel-size {etp} folds the experts over the tensor ranks of "
         f"--tensor-model-parallel-size {t} without --sequence-parallel: every tensor rank holds the whole sequence, "
         "so each token would reach the experts once per tensor rank", span,
         notes=("Megatron-LM asserts it: \"When using expert parallelism and tensor parallelism, sequence "
@@ -285,11 +285,11 @@ def _launch_devices(got: dict, text: str, file: str, devices: int | None) -> int
     if devices is not None and launched is not None and devices != launched:
         raise _arg_error(text, file, "--nnodes", f"the launch line starts --nnodes {got['nnodes']} × "
                          f"--nproc_per_node {got['nproc']} = {launched} processes, not --devices {devices}",
-                         code="PL162")
+                         code=Code.LAUNCH_LINE_DEVICES)
     if devices is None and launched is None:
         from ..diagnostics import COMMAND_LINE
 
-        raise DiagnosticError([Diagnostic("PL301", "placement import megatron needs --devices N (N >= 1), or a "
+        raise DiagnosticError([Diagnostic(Code.BAD_SET, "placement import megatron needs --devices N (N >= 1), or a "
                                           "launch line with --nnodes and --nproc_per_node",
                                           Span(COMMAND_LINE, 1, 1, 1, 10, "--devices"))])
     return devices if devices is not None else launched

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 from .. import ir
+from ..diagnostics import Code
 from ..frontend.configs import Table, load_toml
 from ..ir import folding
 from ..ir import optimizers as opt
@@ -68,8 +69,8 @@ def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, pa
     what was assumed and the keys read and dropped to ``report``."""
     problems = [] if problems is None else problems
     report = ImportReport() if report is None else report
-    doc = load_toml(text, file, "PL141")
-    cfg = Table(doc, text, file, "PL141")
+    doc = load_toml(text, file, Code.BAD_FRAMEWORK_CONFIG)
+    cfg = Table(doc, text, file, Code.BAD_FRAMEWORK_CONFIG)
     par = cfg.table("parallelism")
     training = cfg.table("training")
 

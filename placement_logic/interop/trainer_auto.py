@@ -18,7 +18,7 @@ Trainer's own mismatch error (PL161)."""
 
 from __future__ import annotations
 
-from ..diagnostics import Diagnostic, DiagnosticError, Span
+from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 from ..frontend.configs import position
 
 AUTO = "auto"
@@ -52,7 +52,7 @@ def resolve_auto(doc: dict, text: str, file: str, devices: int, micro: int | Non
         v = doc.get(key)
         if opt is not None and v not in (None, AUTO) and v != opt:
             span = _span(text, file, (key,))
-            mismatches.append(Diagnostic("PL161", f"{key} is {v} in the config but {opt} from "
+            mismatches.append(Diagnostic(Code.TRAINER_MISMATCH, f"{key} is {v} in the config but {opt} from "
                                          f"{_BATCH[key][1].split(' N')[0]}", span,
                                          notes=('the Trainer stops on the same mismatch; write "auto" in the config '
                                                 "or drop the option",)))
@@ -103,6 +103,6 @@ def resolve_auto(doc: dict, text: str, file: str, devices: int, micro: int | Non
         names = ", ".join(".".join(p) for _, p, _ in spans)
         notes = tuple(f'{_where(s)}: {".".join(p)} = "auto": {why}' for s, p, why in spans)
         raise DiagnosticError([Diagnostic(
-            "PL160", f'{len(spans)} "auto" value{"s" if len(spans) > 1 else ""} the options do not fill: {names}',
+            Code.UNRESOLVED_AUTO, f'{len(spans)} "auto" value{"s" if len(spans) > 1 else ""} the options do not fill: {names}',
             spans[0][0], notes=notes + ("the Hugging Face Trainer fills them at run time from its own arguments; "
                                         "give the same values here",))], {file: text})

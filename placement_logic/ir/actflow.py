@@ -28,6 +28,7 @@ from fractions import Fraction
 from ..diagnostics import NO_SPAN, Span
 from .buffers import Collective, Kind, Payload, Phase, link_of
 from .nodes import Const, Mode, Op, Recompute, Role, State
+from .overrides import OverrideVerb
 
 REGIONS = ("attention", "mlp", "head")
 TARGETS = ("activations", "activation_grads")
@@ -104,12 +105,12 @@ def stated_slot(o, region: str, t: tuple[str, ...], sp: bool) -> Slot:
     axes = tuple(o.axes or ())
     if o.verb in ASSERTS:
         return Slot(redistribute(ASSERTS[o.verb], "S" if sp else "R", axes), o.span, o.verb, ASSERTS[o.verb])
-    if o.verb == "no_reduce":
+    if o.verb == OverrideVerb.NO_REDUCE:
         return Slot((), o.span, o.verb)
-    if o.verb == "reduce_copy":
+    if o.verb == OverrideVerb.REDUCE_COPY:
         derived = derived_slots(region, t, sp)["bwd_entry"].steps
         return Slot(tuple(Step(COPY, s.axes, s.kind) for s in derived), o.span, o.verb)
-    if o.verb == "gather":
+    if o.verb == OverrideVerb.GATHER:
         kind = ALL_GATHER
     else:
         kind = REDUCE_SCATTER if sp else ALL_REDUCE

@@ -9,6 +9,7 @@ from enum import Enum
 
 from .. import ir
 from .nodes import Mode, State, Value
+from .overrides import OverrideTarget, OverrideVerb
 
 ONE = ir.const(1)
 
@@ -115,4 +116,4 @@ def step_reduction(plan: ir.Plan, per_mb: Value) -> tuple[Value, str]:
 def reduces_every_microbatch(plan: ir.Plan) -> bool:
     """``override grads: reduce_every_microbatch``: the gradient buffer is reduced after every
     microbatch's backward instead of once per step."""
-    return any(o.verb == "reduce_every_microbatch" and o.group in (None, "all") for o in plan.overrides_for("grads"))
+    return any(o.verb == OverrideVerb.REDUCE_EVERY_MICROBATCH and o.group in (None, "all") for o in plan.overrides_for(OverrideTarget.GRADS))

@@ -38,6 +38,7 @@ from . import groups as pg
 from .buffers import ONE, Collective, Kind, Payload, Phase, link_of, reduce_buffer, step_reduction
 from .buffers import uniq as _uniq
 from .nodes import Const, Mode, Op, Role, ScheduleKind, State, Sym, Value
+from .overrides import OverrideTarget, OverrideVerb
 
 HOST_LINK = "pcie"
 LAYERS_SYMBOL = "L"
@@ -127,7 +128,7 @@ def _grad_sync(plan: ir.Plan) -> list[Collective]:
     opt = plan.placement(State.OPTIMIZER)
     m = plan.model.microbatches
     per_mb = _div(m, gather_unit_value(plan))
-    given = _overrides(plan, "grads", "reduce")
+    given = _overrides(plan, OverrideTarget.GRADS, OverrideVerb.REDUCE)
     if given:
         groups = [tuple(o.axes or ()) for o in given]
         reduce_axes = [a for grp in groups for a in grp]
@@ -168,7 +169,7 @@ def _param_gathers(plan: ir.Plan) -> list[Collective]:
     th = plan.placement(State.PARAMS)
     m = plan.model.microbatches
     per_unit = _div(m, gather_unit_value(plan))
-    given = _overrides(plan, "params", "gather")
+    given = _overrides(plan, OverrideTarget.PARAMS, OverrideVerb.GATHER)
     star = tuple(given[0].axes or ()) if given else th.axes_with(Mode.S_STAR)
     if not star:
         return []
@@ -186,7 +187,7 @@ def _param_gathers(plan: ir.Plan) -> list[Collective]:
 def _param_refresh(plan: ir.Plan) -> list[Collective]:
     th = plan.placement(State.PARAMS)
     opt = plan.placement(State.OPTIMIZER)
-    if _overrides(plan, "params", "no_regather") or is_offloaded(plan, State.PARAMS):
+    if _overrides(plan, OverrideTarget.PARAMS, OverrideVerb.NO_REGATHER) or is_offloaded(plan, State.PARAMS):
         return []
     if sync.applies(plan):
         return sync.refresh(plan)
@@ -363,7 +364,7 @@ def _offload(plan: ir.Plan) -> list[Collective]:
     out: list[Collective] = []
     m = plan.model.microbatches
     params_off = is_offloaded(plan, State.PARAMS)
-    if params_off and not _overrides(plan, "params", "no_fetch"):
+    if params_off and not _overrides(plan, OverrideTarget.PARAMS, OverrideVerb.NO_FETCH):
         th = plan.placement(State.PARAMS)
         n = _mul(ir.const(2), m) if th.reshard_after_forward else m
         out.append(Collective(Kind.HOST_TO_DEVICE, State.PARAMS, (), HOST_LINK, Phase.FORWARD, n,

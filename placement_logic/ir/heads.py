@@ -25,6 +25,7 @@ from . import folding
 from . import groups as pg
 from .buffers import Collective, Kind, Payload, Phase, link_of, step_reduction
 from .nodes import Const, Mode, Op, Plan, Role, State, Sym, Value, const
+from .overrides import OverrideTarget, OverrideVerb
 
 _TENSOR = (Role.TENSOR, Role.SEQUENCE)
 _SPLIT = (Mode.S, Mode.O)
@@ -91,7 +92,7 @@ def copies_note(plan: Plan) -> str | None:
 
 def _given(plan: Plan, name: str) -> bool:
     """Whether an override states this group's gradient reductions (then it says what is done)."""
-    return any(o.verb == "reduce" and o.group in (None, "all", name) for o in plan.overrides_for("grads"))
+    return any(o.verb == OverrideVerb.REDUCE and o.group in (None, "all", name) for o in plan.overrides_for(OverrideTarget.GRADS))
 
 
 def grad_sums(plan: Plan) -> list[Collective]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..diagnostics import NO_SPAN, Span
+from .overrides import OverrideTarget, OverrideVerb
 
 ELEMENT, MATRIX, BLOCK, SHARDED = "element", "matrix", "block", "sharded"
 
@@ -103,7 +104,7 @@ def stated(plan, verb: str, group: str) -> tuple[tuple[str, ...], Span]:
     axes: list[str] = []
     span = NO_SPAN
     for o in plan.overrides:
-        if o.target == "optimizer" and o.verb == verb and (
+        if o.target == OverrideTarget.OPTIMIZER and o.verb == verb and (
                 o.group in (group, "all", None) or (o.group == "matrices" and group in MATRIX_GROUPS)):
             axes += [a for a in (o.axes or ()) if a not in axes]
             span = o.span if span == NO_SPAN else span
@@ -180,12 +181,12 @@ def unsure_cuts(plan, name: str, bindings=None) -> tuple[str, ...]:
 
 def uncut(plan, name: str) -> tuple[str, ...]:
     """The axes over which the plan gives group ``name``'s update the whole matrix (a gather or an owner)."""
-    return tuple(dict.fromkeys(stated(plan, "gather", name)[0] + stated(plan, "round_robin", name)[0]))
+    return tuple(dict.fromkeys(stated(plan, OverrideVerb.GATHER, name)[0] + stated(plan, OverrideVerb.ROUND_ROBIN, name)[0]))
 
 
 def is_placement(o) -> bool:
     """An ``optimizer[G]: gather`` or ``round_robin`` override: how a correct system reaches whole matrices."""
-    return o.target == "optimizer" and o.verb in ("gather", "round_robin")
+    return o.target == OverrideTarget.OPTIMIZER and o.verb in (OverrideVerb.GATHER, OverrideVerb.ROUND_ROBIN)
 
 
 def section_text(plan) -> str:
@@ -217,14 +218,14 @@ def megatron_args(plan) -> tuple[list[str], list[str]]:
     tensor = plan.axes_with_role(Role.TENSOR, Role.SEQUENCE)
     data = plan.axes_with_role(Role.DATA)
     groups = tuple(own)
-    if tensor and all(set(tensor) <= set(stated(plan, "gather", g)[0]) for g in groups):
+    if tensor and all(set(tensor) <= set(stated(plan, OverrideVerb.GATHER, g)[0]) for g in groups):
         out += ["--muon-tp-mode", "duplicated"]
     elif tensor:
         out += ["--muon-tp-mode", "blockwise"]
     problems = []
-    if data and all(set(data) <= set(stated(plan, "round_robin", g)[0]) for g in groups):
+    if data and all(set(data) <= set(stated(plan, OverrideVerb.ROUND_ROBIN, g)[0]) for g in groups):
         out.append("--use-layer-wise-distributed-optimizer")
-    elif any(set(stated(plan, "gather", g)[0]) & set(data) for g in groups):
+    elif any(set(stated(plan, OverrideVerb.GATHER, g)[0]) & set(data) for g in groups):
         problems.append("optimizer[G]: gather over the data axes: Megatron-LM's Muon does not gather matrices over "
                         "its distributed optimizer's flat shards (its layer-wise optimizer owns whole layers: "
                         "round_robin over the data axes)")
@@ -241,7 +242,7 @@ def owners(plan, name: str) -> tuple[str, ...]:
     g = group_of(plan, name)
     out = []
     for a in plan.mesh.names:
-        if a not in stated(plan, "round_robin", name)[0] or g is None:
+        if a not in stated(plan, OverrideVerb.ROUND_ROBIN, name)[0] or g is None:
             continue
         role = role_of(plan, g, a)
         if role is Role.PIPELINE or (role is Role.EXPERT and g.expert):

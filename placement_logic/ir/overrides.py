@@ -3,6 +3,8 @@ the checker reads it). Re-exported by ``ir.nodes`` and ``ir``."""
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 # target -> verbs accepted by resolve; each verb says whether it takes `over` / `by`.
 OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     "grads": {
@@ -89,5 +91,75 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "rng_shared": (False, False),  # one RNG state (rank 0's) saved and restored on every rank
     },
 }
+
+
+class OverrideTarget(StrEnum):
+    """The targets of ``OVERRIDE_VERBS`` by name; a member is its string (``OverrideTarget.GRADS == "grads"``)."""
+
+    GRADS = "grads"
+    CLIP_NORM = "clip_norm"
+    LOSS = "loss"
+    TOKENS = "tokens"
+    DROPOUT_SEED = "dropout_seed"
+    OVERFLOW = "overflow"
+    PARAMS = "params"
+    OPTIMIZER = "optimizer"
+    RNG = "rng"
+    ACTIVATIONS = "activations"
+    ACTIVATION_GRADS = "activation_grads"
+    ACCUMULATION = "accumulation"
+    EMBEDDING = "embedding"
+    CHECKPOINT = "checkpoint"
+
+
+class OverrideVerb(StrEnum):
+    """Every verb of ``OVERRIDE_VERBS`` by name (one member per spelling, whatever its target)."""
+
+    REDUCE = "reduce"
+    DIVIDE = "divide"
+    NO_ACCUMULATION_BUFFER = "no_accumulation_buffer"
+    REDUCE_EVERY_MICROBATCH = "reduce_every_microbatch"
+    SYNC_BEFORE_LAST = "sync_before_last"
+    DOUBLE_COUNT = "double_count"
+    DEDUPE = "dedupe"
+    AVERAGE = "average"
+    MAX = "max"
+    SQRT_BEFORE_REDUCE = "sqrt_before_reduce"
+    RANK0_ONLY = "rank0_only"
+    PER_DEVICE_MEAN = "per_device_mean"
+    PER_MICROBATCH_MEAN = "per_microbatch_mean"
+    GLOBAL_MEAN = "global_mean"
+    SUM = "sum"
+    EQUAL = "equal"
+    CLAMP_BEFORE_REDUCE = "clamp_before_reduce"
+    VARY = "vary"
+    SAME = "same"
+    NO_REGATHER = "no_regather"
+    GATHER = "gather"
+    NO_FETCH = "no_fetch"
+    NO_INIT_BROADCAST = "no_init_broadcast"
+    STALE_PARAMS = "stale_params"
+    ROUND_ROBIN = "round_robin"
+    ADVANCE = "advance"
+    RESTORED_FROM_ONE = "restored_from_one"
+    NOT_PRESERVED = "not_preserved"
+    ASSERT_REPLICATE = "assert_replicate"
+    ASSERT_PARTIAL = "assert_partial"
+    ASSERT_SHARD = "assert_shard"
+    NO_REDUCE = "no_reduce"
+    REDUCE_COPY = "reduce_copy"
+    OUTER_UNDIVIDED = "outer_undivided"
+    INNER_UNDIVIDED = "inner_undivided"
+    RESCALED_EVERY_ROUND = "rescaled_every_round"
+    TIE_REDUCE = "tie_reduce"
+    RESUME = "resume"
+    RESHARD = "reshard"
+    SAVE_FROM = "save_from"
+    SAVE_RANK0 = "save_rank0"
+    SKIP_OPTIMIZER = "skip_optimizer"
+    NO_REGATHER_AFTER_LOAD = "no_regather_after_load"
+    LOAD_BY_RANK = "load_by_rank"
+    RNG_SHARED = "rng_shared"
+
 
 PARAM_GROUPS: tuple[str, ...] = ("all", "dense", "kv", "norms", "qk_norms", "biases", "experts", "router", "embedding")

@@ -16,7 +16,7 @@ checker gives them a meaning of their own:
 
 from __future__ import annotations
 
-from ..diagnostics import NO_SPAN, Diagnostic, Span
+from ..diagnostics import NO_SPAN, Code, Diagnostic, Span
 from . import groups as pg
 from .nodes import Mode, Plan, Role, State
 
@@ -30,14 +30,14 @@ def _problems(plan: Plan, modes) -> list[tuple[str, str, State]]:
     for a in plan.mesh.names:
         role = plan.role(a)
         if role in TENSOR_ROLES and modes[State.PARAMS][a] in SPLIT and modes[State.GRADS][a] is Mode.R:
-            out.append(("PL136", a, State.GRADS))
+            out.append((Code.SPLIT_WEIGHT_REPLICATED_GRADS, a, State.GRADS))
         if role is Role.PIPELINE and modes[State.PARAMS][a] in (Mode.R, Mode.S_STAR):
-            out.append(("PL137", a, State.PARAMS))
+            out.append((Code.PIPELINE_REPLICATED_PARAMS, a, State.PARAMS))
     return out
 
 
 def _message(code: str, axis: str, mode: Mode, role: Role, where: str) -> tuple[str, tuple[str, ...]]:
-    if code == "PL136":
+    if code == Code.SPLIT_WEIGHT_REPLICATED_GRADS:
         return (f"gradients R on {role.value} axis '{axis}'{where}, whose params are split there ({mode.value}): a "
                 f"replicated gradient of a split weight is meaningless",
                 (f"each {axis} rank computes the gradient of its own piece: place the gradients S on {axis} "
@@ -70,7 +70,7 @@ def ill_typed(plan: Plan, span_of=None) -> list[Diagnostic]:
         for code, a, _st in _problems(plan, modes):
             if a not in own[State.PARAMS] and a not in own[State.GRADS]:
                 continue
-            if code == "PL136" and g.tensor == pg.WHOLE:
+            if code == Code.SPLIT_WEIGHT_REPLICATED_GRADS and g.tensor == pg.WHOLE:
                 continue  # the tensor axis keeps this group whole: nothing of it is split
             msg, notes = _message(code, a, modes[State.PARAMS][a], plan.role(a), f" for group '{g.name}'")
             out.append(Diagnostic(code, msg, g.span if g.span != NO_SPAN else plan.span, notes=notes))

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from .. import ir
 from ..ir import optimizers as opt
+from ..ir.overrides import OverrideVerb
 from .report import Equivalence, MeasureReport, Outcome, Row
 
 M = ir.Mode
@@ -174,7 +175,7 @@ def scheme(plan: ir.Plan) -> tuple[str, tuple[tuple[str, int], ...]] | list[str]
         reasons.append(f"override {other[0].target}: {other[0].verb} is not realised beside Muon")
     verbs = set()
     for g, _ in muon:
-        gather, owner = opt.stated(plan, "gather", g)[0], opt.stated(plan, "round_robin", g)[0]
+        gather, owner = opt.stated(plan, OverrideVerb.GATHER, g)[0], opt.stated(plan, OverrideVerb.ROUND_ROBIN, g)[0]
         if (gather and gather != (d,)) or (owner and owner != (d,)) or (gather and owner):
             reasons.append(f"optimizer[{g}]: only one gather or round_robin over ({d}) is realised")
         verbs.add("gather" if gather else "round_robin" if owner else "")

@@ -16,6 +16,7 @@ from typing import Mapping, NamedTuple
 
 from .. import ir
 from ..ir import groups as pg
+from ..ir.overrides import OverrideTarget, OverrideVerb
 from .shape import ShapeError, value_of
 
 TENSOR_WHOLE_GROUPS = ("norms", "biases")  # kept whole on a tensor axis: norm weights and biases, row-parallel biases
@@ -54,12 +55,12 @@ def read_overrides(plan: ir.Plan, axes: RunAxes, bindings: Mapping, reasons: lis
     clip_sum: tuple[str, ...] | None = None  # the axes of a plan-wide `clip_norm: reduce`
     filters: list[ir.Override] = []  # `clip_norm: dedupe` overrides
     for o in plan.overrides:
-        if o.target == "clip_norm" and o.verb == "reduce" and o.group in (None, "all"):
+        if o.target == OverrideTarget.CLIP_NORM and o.verb == OverrideVerb.REDUCE and o.group in (None, "all"):
             clip_sum = tuple(o.axes or ())
-        if o.target == "clip_norm" and o.verb == "dedupe":
+        if o.target == OverrideTarget.CLIP_NORM and o.verb == OverrideVerb.DEDUPE:
             filters.append(o)
             continue
-        if o.target == "grads" and o.verb == "reduce" and o.group in (None, "all"):
+        if o.target == OverrideTarget.GRADS and o.verb == OverrideVerb.REDUCE and o.group in (None, "all"):
             if not o.axes:
                 ov.grad_reduce = "none"
             elif len(data_axes) == 1 and list(o.axes) == [data_axes[0]] * 2:
@@ -67,7 +68,7 @@ def read_overrides(plan: ir.Plan, axes: RunAxes, bindings: Mapping, reasons: lis
             elif set(o.axes) != set(data_axes) or len(o.axes) != len(set(o.axes)):
                 reasons.append(f"override grads: reduce over ({', '.join(o.axes)}) is realised only as (), the data "
                                "axes, or one data axis twice")
-        elif o.target == "grads" and o.verb == "reduce" and o.group in TENSOR_WHOLE_GROUPS and tensor_axis \
+        elif o.target == OverrideTarget.GRADS and o.verb == OverrideVerb.REDUCE and o.group in TENSOR_WHOLE_GROUPS and tensor_axis \
                 and len(data_axes) == 1 and set(o.axes) in ({data_axes[0]}, {data_axes[0], tensor_axis}) \
                 and len(o.axes) == len(set(o.axes)):
             # the group's whole copies on the tensor axis: under sequence parallelism each holds a partial
@@ -77,38 +78,38 @@ def read_overrides(plan: ir.Plan, axes: RunAxes, bindings: Mapping, reasons: lis
                 ov.unreduced.append(o.group)
             elif not plan.sequence_parallel and over_tensor:
                 ov.reduced_again.append(o.group)
-        elif o.target == "grads" and o.verb == "divide" and o.group in (None, "all"):
+        elif o.target == OverrideTarget.GRADS and o.verb == OverrideVerb.DIVIDE and o.group in (None, "all"):
             try:
                 ov.divide_by = value_of(o.by, bindings) if o.by is not None else None
             except ShapeError as exc:
                 reasons.append(f"override grads: divide has no value: {exc}")
-        elif o.target == "loss" and o.group is None and o.verb in ("global_mean", "per_device_mean", "per_microbatch_mean"):
+        elif o.target == OverrideTarget.LOSS and o.group is None and o.verb in (OverrideVerb.GLOBAL_MEAN, OverrideVerb.PER_DEVICE_MEAN, OverrideVerb.PER_MICROBATCH_MEAN):
             ov.loss = o.verb
-        elif o.target == "grads" and o.verb == "divide" and o.group == "experts" and expert_axis is not None:
+        elif o.target == OverrideTarget.GRADS and o.verb == OverrideVerb.DIVIDE and o.group == "experts" and expert_axis is not None:
             try:
                 ov.expert_divide_by = value_of(o.by, bindings)
             except ShapeError as exc:
                 reasons.append(f"override grads[experts]: divide has no value: {exc}")
-        elif o.target == "dropout_seed" and o.verb == "vary" and tensor_axis and list(o.axes or ()) == [tensor_axis] \
+        elif o.target == OverrideTarget.DROPOUT_SEED and o.verb == OverrideVerb.VARY and tensor_axis and list(o.axes or ()) == [tensor_axis] \
                 and not plan.sequence_parallel:
             ov.dropout = "vary"
-        elif o.target == "dropout_seed" and o.verb == "same" and tensor_axis and plan.sequence_parallel:
+        elif o.target == OverrideTarget.DROPOUT_SEED and o.verb == OverrideVerb.SAME and tensor_axis and plan.sequence_parallel:
             ov.dropout = "same"
-        elif o.target == "tokens" and o.verb == "reduce" and o.group is None and context_axis is not None \
+        elif o.target == OverrideTarget.TOKENS and o.verb == OverrideVerb.REDUCE and o.group is None and context_axis is not None \
                 and o.axes and set(o.axes) <= set(data_axes) | {context_axis}:
             ov.tokens_over = tuple(o.axes)
-        elif o.target == "embedding" and o.verb == "tie_reduce" and o.group is None:
+        elif o.target == OverrideTarget.EMBEDDING and o.verb == OverrideVerb.TIE_REDUCE and o.group is None:
             if not o.axes:
                 ov.tie_reduce = False
             elif list(o.axes) != [pipeline_axis]:
                 reasons.append(f"override embedding: tie_reduce over ({', '.join(o.axes)}) is realised only as () or "
                                "the pipeline axis")
-        elif o.target == "params" and o.verb == "no_regather" and o.group in (None, "all"):
+        elif o.target == OverrideTarget.PARAMS and o.verb == OverrideVerb.NO_REGATHER and o.group in (None, "all"):
             ov.regather = False
-        elif o.target == "clip_norm" and o.verb == "double_count" and o.group == "embedding" \
+        elif o.target == OverrideTarget.CLIP_NORM and o.verb == OverrideVerb.DOUBLE_COUNT and o.group == "embedding" \
                 and pipeline_axis is not None and tf is not None and tf.tied_embeddings:
             ov.clip, ov.double_count = ov.clip or "global", True
-        elif o.target == "clip_norm" and o.verb == "reduce" and o.group in (None, "all") and pipeline_axis:
+        elif o.target == OverrideTarget.CLIP_NORM and o.verb == OverrideVerb.REDUCE and o.group in (None, "all") and pipeline_axis:
             # under a pipeline: the norm over every stage (the pipeline axis and a tensor axis), or
             # each stage's own (the tensor axis alone)
             model_axes = {pipeline_axis} | ({tensor_axis} if tensor_axis else set())
@@ -121,9 +122,9 @@ def read_overrides(plan: ir.Plan, axes: RunAxes, bindings: Mapping, reasons: lis
                 ov.clip = "stage"
             else:
                 reasons.append(f"override clip_norm: reduce over ({', '.join(o.axes)}) is not realised")
-        elif o.target == "grads" and o.verb == "reduce_every_microbatch" and o.group in (None, "all"):
+        elif o.target == OverrideTarget.GRADS and o.verb == OverrideVerb.REDUCE_EVERY_MICROBATCH and o.group in (None, "all"):
             ov.every = True
-        elif o.target == "clip_norm" and o.verb == "reduce" and o.group in (None, "all"):
+        elif o.target == OverrideTarget.CLIP_NORM and o.verb == OverrideVerb.REDUCE and o.group in (None, "all"):
             # the global norm: summed at least over the axes the gradients are sharded on (the tensor
             # axis, data axes with sharded gradients), each axis once; copies summed over a replicated
             # axis ask for a stated filter (_filters_realised)

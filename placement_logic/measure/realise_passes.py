@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import Mapping
 
 from .. import ir
+from ..ir.overrides import OverrideTarget, OverrideVerb
 from .realise_overrides import HarnessOverrides, RunAxes, read_overrides
 from .shape import ShapeError, value_of
 from .widths import Widths, realised_widths
@@ -75,7 +76,7 @@ def product(sizes: Mapping[str, int], axes) -> int:
 
 
 def divisor_given(plan: ir.Plan) -> bool:
-    return any(o.target == "grads" and o.verb == "divide" for o in plan.overrides)
+    return any(o.target == OverrideTarget.GRADS and o.verb == OverrideVerb.DIVIDE for o in plan.overrides)
 
 
 def offload(d: Draft) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError
+from ..diagnostics import Code, Diagnostic, DiagnosticError
 from .compare import SETUP, compare, peak_note
 from .job import Job
 from .predict import Prediction, UnboundPrediction, predict
@@ -34,7 +34,7 @@ def require_torch() -> None:
 
     if importlib.util.find_spec("torch") is None:
         raise DiagnosticError([Diagnostic(
-            "PL601", "placement measure needs PyTorch to run a plan: pip install '.[torch]' in a clone of placement-logic")])
+            Code.TORCH_MISSING, "placement measure needs PyTorch to run a plan: pip install '.[torch]' in a clone of placement-logic")])
 
 
 def mesh_sizes(plan: ir.Plan, devices: int | None, pinned: Mapping[str, int] | None = None) -> dict[str, int]:
@@ -45,16 +45,16 @@ def mesh_sizes(plan: ir.Plan, devices: int | None, pinned: Mapping[str, int] | N
     pinned = {a: int(n) for a, n in (pinned or {}).items() if a in names}
     for a, n in pinned.items():
         if n < 2:
-            raise DiagnosticError([Diagnostic("PL602", f"--set {a}={n}: a measurement needs at least 2 devices on "
+            raise DiagnosticError([Diagnostic(Code.BAD_DEVICES, f"--set {a}={n}: a measurement needs at least 2 devices on "
                                               "each axis", plan.span)])
     if len(names) == 1:
         n = pinned.get(names[0], devices if devices is not None else 2)
         if devices is not None and devices != n:
-            raise DiagnosticError([Diagnostic("PL602", f"--devices {devices} and --set {names[0]}={n} disagree: the "
+            raise DiagnosticError([Diagnostic(Code.BAD_DEVICES, f"--devices {devices} and --set {names[0]}={n} disagree: the "
                                               f"mesh of plan '{plan.name}' has one axis, run with {n} devices",
                                               plan.span)])
         if n < 2:
-            raise DiagnosticError([Diagnostic("PL602", f"--devices {n}: a measurement needs at least 2 devices", plan.span)])
+            raise DiagnosticError([Diagnostic(Code.BAD_DEVICES, f"--devices {n}: a measurement needs at least 2 devices", plan.span)])
         return {names[0]: n}
     sizes = {a: pinned.get(a, 2) for a in names}
     want = 1
@@ -64,7 +64,7 @@ def mesh_sizes(plan: ir.Plan, devices: int | None, pinned: Mapping[str, int] | N
         each = "each run with 2 devices" if not pinned else \
             "run with " + ", ".join(f"{a}={n}" for a, n in sizes.items())
         raise DiagnosticError([Diagnostic(
-            "PL602", f"--devices {devices}: the mesh of plan '{plan.name}' has {len(names)} axes, {each}, "
+            Code.BAD_DEVICES, f"--devices {devices}: the mesh of plan '{plan.name}' has {len(names)} axes, {each}, "
             f"so it needs {want}", plan.span)])
     return sizes
 
@@ -86,7 +86,7 @@ def prepare(spec: ir.Spec, name: str, devices: int | None = None, steps: int = D
         plan = spec.plan(name)
     except KeyError:
         known = ", ".join(p.name for p in spec.plans) or "none"
-        raise DiagnosticError([Diagnostic("PL302", f"no plan named '{name}' (plans: {known})")]) from None
+        raise DiagnosticError([Diagnostic(Code.UNKNOWN_PLAN, f"no plan named '{name}' (plans: {known})")]) from None
     sizes = mesh_sizes(plan, devices, pinned)
     mesh = tuple((a, sizes[a]) for a in plan.mesh.names)
     r = realise(plan, sizes, run_bindings(spec, sizes))
@@ -125,7 +125,7 @@ def measure_many(items: list[tuple[ir.Spec, str]], devices: int | None = None, s
             progress(done, total, what)
 
     if steps < 1:
-        raise DiagnosticError([Diagnostic("PL604", f"--steps {steps}: at least one step is needed")])
+        raise DiagnosticError([Diagnostic(Code.BAD_STEPS, f"--steps {steps}: at least one step is needed")])
     reports: dict[tuple[str, str], MeasureReport] = {}
     prepared: dict[int, list[tuple[ir.Spec, Prepared]]] = {}
     for spec, name in items:

@@ -9,11 +9,12 @@ table (recompute, flash attention, sequence parallelism, a pipeline schedule).
 from __future__ import annotations
 
 from .. import ir
-from ..diagnostics import Span, did_you_mean
+from ..diagnostics import Code, Span, did_you_mean
 from ..frontend import surface
 from ..ir import actflow
 from ..ir import losses as ir_losses
 from ..ir.groups import BUILTIN as BUILTIN_GROUPS
+from ..ir.overrides import OverrideTarget, OverrideVerb
 from .shapes import number
 from .values import STATE_NAMES, Values
 
@@ -46,7 +47,7 @@ def mode(ref: surface.ModeRef, vals: Values) -> ir.Mode | None:
     text = ref.text
     if text in MODE_NAMES:
         return ir.Mode(text)
-    vals.cx.error("PL104", f"unknown mode '{text}'", ref.span,
+    vals.cx.error(Code.UNKNOWN_MODE, f"unknown mode '{text}'", ref.span,
                   did_you_mean(text, MODE_NAMES) or ("modes are R, S, S*, M and O",))
     return None
 
@@ -64,7 +65,7 @@ def placement_entry(vals: Values, modes: Modes, options: Options, item: surface.
         if len(rhs.path) == 1 and not rhs.args:
             rhs = surface.ModeRef(rhs.path[0], False, rhs.span)
         else:
-            error("PL104", f"unknown mode '{rhs.dotted}'", rhs.span, ("modes are R, S, S*, M and O",))
+            error(Code.UNKNOWN_MODE, f"unknown mode '{rhs.dotted}'", rhs.span, ("modes are R, S, S*, M and O",))
             return
     if isinstance(rhs, surface.ModeRef):
         m = mode(rhs, vals)
@@ -76,11 +77,11 @@ def placement_entry(vals: Values, modes: Modes, options: Options, item: surface.
         for entry in rhs.entries:
             if entry.key not in axes:
                 what = "formal axes" if formal else "mesh axes"
-                error("PL109", f"'{entry.key}' is not one of the {what} ({', '.join(axes)})",
+                error(Code.UNDEFINED_AXIS, f"'{entry.key}' is not one of the {what} ({', '.join(axes)})",
                       entry.span, did_you_mean(entry.key, axes))
                 continue
             if entry.key in new:
-                error("PL106", f"axis '{entry.key}' appears twice in this placement", entry.span)
+                error(Code.DUPLICATE_AXIS, f"axis '{entry.key}' appears twice in this placement", entry.span)
                 continue
             m = mode(entry.value, vals)
             if m is not None:
@@ -88,7 +89,7 @@ def placement_entry(vals: Values, modes: Modes, options: Options, item: surface.
         if formal:
             missing = [a for a in axes if a not in new]
             if missing and not modes.get(state):
-                error("PL105", f"the placement of {state.value} leaves {', '.join(missing)} without a mode",
+                error(Code.MISSING_STATE, f"the placement of {state.value} leaves {', '.join(missing)} without a mode",
                       rhs.span)
                 return
     modes[state] = {**modes.get(state, {}), **new}
@@ -103,15 +104,15 @@ def _options(vals: Values, opts: dict[str, object], kwargs, modes_used, env) -> 
     seen = set()
     for kw in kwargs:
         if kw.name not in OPTION_NAMES:
-            error("PL113", f"a placement has no option '{kw.name}'", kw.span,
+            error(Code.UNKNOWN_PROPERTY, f"a placement has no option '{kw.name}'", kw.span,
                   did_you_mean(kw.name, OPTION_NAMES))
             continue
         if kw.name in seen:
-            error("PL119", f"option '{kw.name}' is given twice", kw.span)
+            error(Code.DUPLICATE_PROPERTY, f"option '{kw.name}' is given twice", kw.span)
             continue
         seen.add(kw.name)
         if kw.name in ("unit", "prefetch", "reshard_after_forward") and ir.Mode.S_STAR not in modes_used:
-            error("PL124", f"'{kw.name}' applies to a sharded-with-gather (S*) state only", kw.span)
+            error(Code.MODE_OPTION, f"'{kw.name}' applies to a sharded-with-gather (S*) state only", kw.span)
             continue
         if kw.name == "unit":
             w = vals.word(kw.value, UNITS_OF_RECONSTRUCTION, "the reconstruction unit")
@@ -125,13 +126,13 @@ def _options(vals: Values, opts: dict[str, object], kwargs, modes_used, env) -> 
             if isinstance(kw.value, surface.Bool):
                 opts["reshard_after_forward"] = kw.value.value
             else:
-                error("PL114", "'reshard_after_forward' is true or false", kw.value.span)
+                error(Code.BAD_PROPERTY_VALUE, "'reshard_after_forward' is true or false", kw.value.span)
         else:
             v = vals.count(kw.value, env, "prefetch")
             if v is None:
                 continue
             if not (isinstance(v, ir.Const) and v.value.denominator == 1 and v.value >= 1):
-                error("PL114", "prefetch depth must be a whole number of at least 1", kw.value.span)
+                error(Code.BAD_PROPERTY_VALUE, "prefetch depth must be a whole number of at least 1", kw.value.span)
                 continue
             opts["prefetch"] = int(v.value)
 
@@ -142,7 +143,7 @@ def setting(vals: Values, settings: dict[str, object], prop: surface.Prop, env: 
     accepts; a strategy's ``role`` is handled by the strategy itself."""
     key = prop.key
     if key not in allowed:
-        vals.cx.error("PL113", f"{where} has no setting '{key}'", prop.span,
+        vals.cx.error(Code.UNKNOWN_PROPERTY, f"{where} has no setting '{key}'", prop.span,
                       did_you_mean(key, allowed + STATE_NAMES))
         return
     value = prop.value
@@ -167,17 +168,17 @@ def _schedule(vals: Values, value, env, span: Span) -> tuple | None:
     elif isinstance(value, surface.Call) and not value.args:
         name, kwargs = value.func, value.kwargs
     else:
-        error("PL114", "a schedule is gpipe, one_f_one_b, interleaved(v = ...) or zeropp(v = ..., U = ...)",
+        error(Code.BAD_PROPERTY_VALUE, "a schedule is gpipe, one_f_one_b, interleaved(v = ...) or zeropp(v = ..., U = ...)",
               getattr(value, "span", span))
         return None
     if name not in SCHEDULES:
-        error("PL114", f"unknown schedule '{name}'", getattr(value, "span", span),
+        error(Code.BAD_PROPERTY_VALUE, f"unknown schedule '{name}'", getattr(value, "span", span),
               did_you_mean(name, SCHEDULES))
         return None
     args = {"v": ir.const(1), "U": ir.const(1)}
     for kw in kwargs:
         if kw.name not in SCHEDULE_ARGS[name]:
-            error("PL206", f"schedule '{name}' takes no argument '{kw.name}'", kw.span)
+            error(Code.BAD_ARGUMENTS, f"schedule '{name}' takes no argument '{kw.name}'", kw.span)
             return None
         v = vals.count(kw.value, env, f"'{kw.name}'")
         if v is None:
@@ -187,7 +188,7 @@ def _schedule(vals: Values, value, env, span: Span) -> tuple | None:
             shown = str(n.numerator) if n.denominator == 1 else f"{float(n):g}"
             what = "model chunks per pipeline rank" if kw.name == "v" else "the scheduling unit"
             written = getattr(v, "span", None)  # where the number was written (a strategy's argument)
-            error("PL114", f"schedule '{name}': {kw.name} ({what}) must be a positive integer, not {shown}",
+            error(Code.BAD_PROPERTY_VALUE, f"schedule '{name}': {kw.name} ({what}) must be a positive integer, not {shown}",
                   written if written is not None and written.line else getattr(kw.value, "span", kw.span))
             return None
         args[kw.name] = v
@@ -199,50 +200,50 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
     error = vals.cx.error
     verbs = ir.OVERRIDE_VERBS.get(o.target)
     if o.target in NOT_MODELLED:
-        error("PL129", f"'{o.target}' is not modelled by the checker: {NOT_MODELLED[o.target]}", o.span,
+        error(Code.NOT_MODELLED, f"'{o.target}' is not modelled by the checker: {NOT_MODELLED[o.target]}", o.span,
               ("docs/checker.md, 'Out of scope', lists what the step semantics leaves out",))
         return None
     if o.target in TERM_ALIASES:
-        error("PL186", f"a loss term is not a target of its own: write override loss[{TERM_ALIASES[o.target]}]: ... "
+        error(Code.UNDECLARED_LOSS_TERM, f"a loss term is not a target of its own: write override loss[{TERM_ALIASES[o.target]}]: ... "
               f"with '{TERM_ALIASES[o.target]}' in the model's losses section", o.span,
               (f"e.g. model {{ losses {{ {TERM_ALIASES[o.target]} = per_microbatch_mean }} }}",))
         return None
-    if o.target in ("loss", "tokens") and o.group is not None:
+    if o.target in (OverrideTarget.LOSS, OverrideTarget.TOKENS) and o.group is not None:
         return _term_override(vals, o, env, axes_allowed)
-    if o.target == "loss" and o.verb == "divide":
-        error("PL122", "'loss: divide' applies to a loss term (loss[TERM]: divide by ...); the main loss's "
+    if o.target == OverrideTarget.LOSS and o.verb == OverrideVerb.DIVIDE:
+        error(Code.BAD_OVERRIDE, "'loss: divide' applies to a loss term (loss[TERM]: divide by ...); the main loss's "
               "divisor is override grads: divide by ...", o.span)
         return None
     if verbs is None:
-        error("PL122", f"cannot override '{o.target}'", o.span, did_you_mean(o.target, ir.OVERRIDE_VERBS))
+        error(Code.BAD_OVERRIDE, f"cannot override '{o.target}'", o.span, did_you_mean(o.target, ir.OVERRIDE_VERBS))
         return None
     if o.verb not in verbs:
-        error("PL122", f"'{o.target}' has no override '{o.verb}'", o.span,
+        error(Code.BAD_OVERRIDE, f"'{o.target}' has no override '{o.verb}'", o.span,
               did_you_mean(o.verb, verbs) or (f"accepted: {', '.join(verbs)}",))
         return None
     takes_over, takes_by = verbs[o.verb]
     known = ir.PARAM_GROUPS + tuple(sorted(vals.groups))
-    if o.target == "optimizer":  # an optimizer section names the model's parameter groups (ir.groups)
+    if o.target == OverrideTarget.OPTIMIZER:  # an optimizer section names the model's parameter groups (ir.groups)
         known = known + tuple(g for g in BUILTIN_GROUPS if g not in known) + ("matrices",)
     elif o.target in actflow.TARGETS:  # a layer region, not a parameter group
         known = actflow.REGIONS
     if o.group is not None and o.group not in known:
-        error("PL122", f"unknown {'layer region' if o.target in actflow.TARGETS else 'parameter group'} "
+        error(Code.BAD_OVERRIDE, f"unknown {'layer region' if o.target in actflow.TARGETS else 'parameter group'} "
               f"'{o.group}'", o.span,
               did_you_mean(o.group, known) or (f"groups an override may name: {', '.join(known)}",))
         return None
     if takes_over and o.axes is None:
-        error("PL122", f"'{o.target}: {o.verb}' needs 'over (axes...)'", o.span)
+        error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' needs 'over (axes...)'", o.span)
         return None
     if not takes_over and o.axes is not None:
-        error("PL122", f"'{o.target}: {o.verb}' takes no 'over' clause", o.span)
+        error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' takes no 'over' clause", o.span)
         return None
     if takes_by and o.by is None:
-        error("PL122", f"'{o.target}: {o.verb}' needs 'by <{'epsilon' if o.verb == 'eps_before_reduce' else 'divisor'}>'",
+        error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' needs 'by <{'epsilon' if o.verb == 'eps_before_reduce' else 'divisor'}>'",
               o.span)
         return None
     if not takes_by and o.by is not None:
-        error("PL122", f"'{o.target}: {o.verb}' takes no 'by' clause", o.span)
+        error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' takes no 'by' clause", o.span)
         return None
     return _axes_and_divisor(vals, o, env, axes_allowed)
 
@@ -254,7 +255,7 @@ def _axes_and_divisor(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.V
     error = vals.cx.error
     for a in o.axes or ():
         if a not in axes_allowed:
-            error("PL109", f"'{a}' is not an axis here", o.span, did_you_mean(a, axes_allowed))
+            error(Code.UNDEFINED_AXIS, f"'{a}' is not an axis here", o.span, did_you_mean(a, axes_allowed))
             return None
     by = None
     if o.by is not None:
@@ -263,7 +264,7 @@ def _axes_and_divisor(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.V
         if by is None:
             return None
         if number(by, vals) == 0 and not eps:
-            error("PL204", f"the divisor {ir.show(by)} is zero", o.span)
+            error(Code.DIVISION_BY_ZERO, f"the divisor {ir.show(by)} is zero", o.span)
             return None
     return ir.Override(o.target, o.group, o.verb, o.axes, by, o.span)
 
@@ -278,21 +279,21 @@ def _term_override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Valu
     error = vals.cx.error
     if o.group not in vals.loss_terms:
         declared = ", ".join(vals.loss_terms) or "none"
-        error("PL186", f"'{o.target}[{o.group}]' names a loss term the model's losses section does not declare "
+        error(Code.UNDECLARED_LOSS_TERM, f"'{o.target}[{o.group}]' names a loss term the model's losses section does not declare "
               f"(declared: {declared})", o.span,
               did_you_mean(o.group, tuple(vals.loss_terms)) or
               (f"terms: {', '.join(ir_losses.TERMS)}, declared as model {{ losses {{ TERM = NORMALISATION }} }}",))
         return None
-    verbs = ir_losses.PATH_VERBS if o.target == "loss" else ("reduce",)
+    verbs = ir_losses.PATH_VERBS if o.target == OverrideTarget.LOSS else ("reduce",)
     if o.verb not in verbs:
-        error("PL122", f"'{o.target}[{o.group}]' has no override '{o.verb}'", o.span,
+        error(Code.BAD_OVERRIDE, f"'{o.target}[{o.group}]' has no override '{o.verb}'", o.span,
               did_you_mean(o.verb, verbs) or (f"accepted: {', '.join(verbs)}",))
         return None
-    takes_over, takes_by = o.verb == "reduce", o.verb == "divide"
+    takes_over, takes_by = o.verb == OverrideVerb.REDUCE, o.verb == OverrideVerb.DIVIDE
     if takes_over != (o.axes is not None) or takes_by != (o.by is not None):
         need = "needs 'over (axes...)'" if takes_over else "needs 'by <divisor>'" if takes_by else \
             "takes no 'over' or 'by' clause"
-        error("PL122", f"'{o.target}[{o.group}]: {o.verb}' {need}", o.span)
+        error(Code.BAD_OVERRIDE, f"'{o.target}[{o.group}]: {o.verb}' {need}", o.span)
         return None
     return _axes_and_divisor(vals, o, env, axes_allowed)
 

@@ -26,7 +26,7 @@ from fractions import Fraction
 
 from .. import hardware as hw
 from .. import ir
-from ..diagnostics import did_you_mean
+from ..diagnostics import Code, did_you_mean
 from ..frontend import surface
 from .values import Values
 
@@ -51,14 +51,14 @@ def build_hardware(lines: list[surface.AxisDecl], axes: list[ir.Axis], vals: Val
     by_name: dict[str, surface.AxisDecl] = {}
     for d in lines:
         if d.name in by_name:
-            error("PL106", f"'{d.name}' is given twice in the mesh block", d.span,
+            error(Code.DUPLICATE_AXIS, f"'{d.name}' is given twice in the mesh block", d.span,
                   (f"first given at line {by_name[d.name].span.line}",))
             continue
         by_name[d.name] = d
     dev_line = by_name.get("device")
     if dev_line is None:
         first = lines[0]
-        error("PL150", "the mesh's hardware needs its device: add e.g. 'device = h100_sxm'", first.span,
+        error(Code.FILTER_ON_SHARDS, "the mesh's hardware needs its device: add e.g. 'device = h100_sxm'", first.span,
               ("catalogue devices: " + ", ".join(hw.DEVICES),))
         return None
     device = _device(dev_line.size, vals)
@@ -71,7 +71,7 @@ def build_hardware(lines: list[surface.AxisDecl], axes: list[ir.Axis], vals: Val
         v = _number(by_name["mfu"].size, vals, "'mfu'", bytes_=False)
         if v is not None:
             if isinstance(v, ir.Const) and not 0 < v.value <= 1:
-                error("PL107", "'mfu' must lie in (0, 1]", by_name["mfu"].size.span)
+                error(Code.BAD_AXIS_SIZE, "'mfu' must lie in (0, 1]", by_name["mfu"].size.span)
             else:
                 mfu = v
     overlap = True
@@ -80,13 +80,13 @@ def build_hardware(lines: list[surface.AxisDecl], axes: list[ir.Axis], vals: Val
         if isinstance(e, surface.Bool):
             overlap = e.value
         else:
-            error("PL114", "'overlap' is true or false", e.span)
+            error(Code.BAD_PROPERTY_VALUE, "'overlap' is true or false", e.span)
     if device is None or vals.cx.failed_since(mark):
         return None
     name, title, memory, flops_by_precision, hbm, matmul = device
     flops = flops_by_precision.get(precision)
     if flops is None:
-        error("PL150", f"{title} has no {precision} peak in the catalogue", by_name.get("precision", dev_line).span,
+        error(Code.FILTER_ON_SHARDS, f"{title} has no {precision} peak in the catalogue", by_name.get("precision", dev_line).span,
               (f"it has: {', '.join(flops_by_precision) or 'none'}; or give flops = ... with the device",))
         return None
     links = []
@@ -103,7 +103,7 @@ def build_hardware(lines: list[surface.AxisDecl], axes: list[ir.Axis], vals: Val
             k = _catalogue_link(ln, hw.link(own), span)
         else:
             axis = next(a for a in axes if a.link == ln)
-            error("PL150", f"link class '{ln}' has no bandwidth: define it in the mesh block "
+            error(Code.FILTER_ON_SHARDS, f"link class '{ln}' has no bandwidth: define it in the mesh block "
                   f"(e.g. '{ln} = ib_ndr' or '{ln} = link(bandwidth = 50 GB, latency = 5e-6)')", axis.span,
                   did_you_mean(ln, tuple(hw.LINKS) + hw.NODE_LINKS) + ("catalogue links: " + ", ".join(hw.LINKS),))
             continue
@@ -130,13 +130,13 @@ def _catalogue_link(name: str, k: hw.Link, span) -> ir.LinkClass:
 
 def _kwargs(call: surface.Call, allowed: tuple[str, ...], vals: Values, what: str) -> dict | None:
     if call.args:
-        vals.cx.error("PL114", f"{what} takes named figures ({', '.join(a + ' = ...' for a in allowed)})",
+        vals.cx.error(Code.BAD_PROPERTY_VALUE, f"{what} takes named figures ({', '.join(a + ' = ...' for a in allowed)})",
                       call.args[0].span)
         return None
     out = {}
     for kw in call.kwargs:
         if kw.name not in allowed:
-            vals.cx.error("PL113", f"{what} has no figure '{kw.name}'", kw.span, did_you_mean(kw.name, allowed))
+            vals.cx.error(Code.UNKNOWN_PROPERTY, f"{what} has no figure '{kw.name}'", kw.span, did_you_mean(kw.name, allowed))
             return None
         out[kw.name] = kw.value
     return out
@@ -149,7 +149,7 @@ def _device(e: surface.Expr, vals: Values):
     if isinstance(e, surface.Name):
         d = hw.device(e.id)
         if d is None:
-            error("PL150", f"'{e.id}' is not a device of the catalogue", e.span,
+            error(Code.FILTER_ON_SHARDS, f"'{e.id}' is not a device of the catalogue", e.span,
                   did_you_mean(e.id, tuple(hw.DEVICES)) + ("or give its figures: "
                                                            f"{e.id}(memory = 24 GiB, flops = 165e12)",))
             return None
@@ -161,7 +161,7 @@ def _device(e: surface.Expr, vals: Values):
         if given is None:
             return None
         if d is None and not {"memory", "flops"} <= set(given):
-            error("PL150", f"'{e.func}' is not a device of the catalogue: give both its memory and its flops",
+            error(Code.FILTER_ON_SHARDS, f"'{e.func}' is not a device of the catalogue: give both its memory and its flops",
                   e.span, did_you_mean(e.func, tuple(hw.DEVICES)))
             return None
         memory = _number(given["memory"], vals, "'memory'", bytes_=True) if "memory" in given else None
@@ -173,13 +173,13 @@ def _device(e: surface.Expr, vals: Values):
             return None
         if matmul is not None:
             if not isinstance(matmul, ir.Const) or not 0 < matmul.value <= 1:
-                error("PL107", "'matmul' (the best-shape matmul FLOP/s over the peak) must be a number in (0, 1]",
+                error(Code.BAD_AXIS_SIZE, "'matmul' (the best-shape matmul FLOP/s over the peak) must be a number in (0, 1]",
                       given["matmul"].span)
                 return None
             matmul = matmul.value
         for v, w in ((memory, "memory"), (flops, "flops"), (hbm, "hbm")):
             if isinstance(v, ir.Const) and v.value <= 0:
-                error("PL107", f"'{w}' must be positive", given[w].span)
+                error(Code.BAD_AXIS_SIZE, f"'{w}' must be positive", given[w].span)
                 return None
         if d is None:
             return e.func, f"{e.func} (given figures)", memory, {p: flops for p in hw.PRECISIONS}, hbm, matmul
@@ -189,7 +189,7 @@ def _device(e: surface.Expr, vals: Values):
         return d.name, d.title + (" (figures changed)" if given else ""), \
             memory if memory is not None else ir.Const(Fraction(d.memory)), peaks, \
             hbm if hbm is not None else ir.Const(d.hbm_bandwidth), matmul
-    error("PL150", "'device' names a catalogue device or gives one's figures, e.g. device = h100_sxm", e.span,
+    error(Code.FILTER_ON_SHARDS, "'device' names a catalogue device or gives one's figures, e.g. device = h100_sxm", e.span,
           ("catalogue devices: " + ", ".join(hw.DEVICES),))
     return None
 
@@ -200,7 +200,7 @@ def _link(name: str, e: surface.Expr, vals: Values) -> ir.LinkClass | None:
     if isinstance(e, surface.Name):
         k = hw.link(e.id)
         if k is None:
-            error("PL150", f"'{e.id}' is not a link of the catalogue", e.span,
+            error(Code.FILTER_ON_SHARDS, f"'{e.id}' is not a link of the catalogue", e.span,
                   did_you_mean(e.id, tuple(hw.LINKS)) + ("or give its figures: "
                                                          f"{name} = link(bandwidth = 50 GB, latency = 5e-6)",))
             return None
@@ -208,30 +208,30 @@ def _link(name: str, e: surface.Expr, vals: Values) -> ir.LinkClass | None:
     if isinstance(e, surface.Call):
         base = hw.link(e.func)
         if base is None and e.func != "link":
-            error("PL150", f"'{e.func}' is not a link of the catalogue", e.span,
+            error(Code.FILTER_ON_SHARDS, f"'{e.func}' is not a link of the catalogue", e.span,
                   did_you_mean(e.func, tuple(hw.LINKS) + ("link",)))
             return None
         given = _kwargs(e, LINK_ARGS, vals, f"link '{name}'")
         if given is None:
             return None
         if base is None and set(given) != set(LINK_ARGS):
-            error("PL150", f"link '{name}' needs its bandwidth and its latency", e.span)
+            error(Code.FILTER_ON_SHARDS, f"link '{name}' needs its bandwidth and its latency", e.span)
             return None
         bw = _number(given["bandwidth"], vals, "'bandwidth'", bytes_=True) if "bandwidth" in given else None
         lat = _number(given["latency"], vals, "'latency'", bytes_=False) if "latency" in given else None
         if ("bandwidth" in given and bw is None) or ("latency" in given and lat is None):
             return None
         if isinstance(bw, ir.Const) and bw.value <= 0:
-            error("PL107", "'bandwidth' must be positive", given["bandwidth"].span)
+            error(Code.BAD_AXIS_SIZE, "'bandwidth' must be positive", given["bandwidth"].span)
             return None
         if isinstance(lat, ir.Const) and lat.value < 0:
-            error("PL107", "'latency' must not be negative", given["latency"].span)
+            error(Code.BAD_AXIS_SIZE, "'latency' must not be negative", given["latency"].span)
             return None
         title = "given figures" if base is None else f"{base.name} (figures changed)"
         return ir.LinkClass(name, title, bw if bw is not None else ir.Const(base.bandwidth),
                             lat if lat is not None else ir.Const(base.latency), e.span,
                             ir.Const(base.efficiency if base is not None and bw is None else Fraction(1)))
-    error("PL150", f"link class '{name}' is a catalogue link or link(bandwidth = ..., latency = ...)", e.span)
+    error(Code.FILTER_ON_SHARDS, f"link class '{name}' is a catalogue link or link(bandwidth = ..., latency = ...)", e.span)
     return None
 
 
@@ -240,9 +240,9 @@ def _number(e: surface.Expr, vals: Values, what: str, bytes_: bool) -> ir.Value 
     if r is None:
         return None
     if bytes_ and r[1] is not ir.Dim.BYTES:
-        vals.cx.error("PL114", f"{what} needs bytes, e.g. 80 GiB (bandwidth: bytes per second)", e.span)
+        vals.cx.error(Code.BAD_PROPERTY_VALUE, f"{what} needs bytes, e.g. 80 GiB (bandwidth: bytes per second)", e.span)
         return None
     if not bytes_ and r[1] is ir.Dim.BYTES:
-        vals.cx.error("PL202", f"{what} is a plain number; a byte unit does not fit here", e.span)
+        vals.cx.error(Code.UNIT_NOT_ALLOWED, f"{what} is a plain number; a byte unit does not fit here", e.span)
         return None
     return r[0]

@@ -10,7 +10,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from .. import ir
-from ..diagnostics import DiagnosticError, did_you_mean
+from ..diagnostics import Code, DiagnosticError, did_you_mean
 from ..frontend import hf, surface
 from ..frontend.files import read_source
 from ..ir import groups as pg
@@ -46,21 +46,21 @@ def build_mesh(block: surface.MeshBlock, vals: Values) -> ir.Mesh:
         if is_hardware_line(decl, used_links):
             continue
         if decl.name in vals.axes:
-            error("PL106", f"axis '{decl.name}' is declared twice", decl.span,
+            error(Code.DUPLICATE_AXIS, f"axis '{decl.name}' is declared twice", decl.span,
                   (f"first declared at line {vals.axes[decl.name].span.line}",))
             continue
         if decl.name in vals.lets:
-            error("PL102", f"'{decl.name}' is both a let binding and a mesh axis", decl.span)
+            error(Code.DUPLICATE_DEFINITION, f"'{decl.name}' is both a let binding and a mesh axis", decl.span)
             continue
         size = vals.count(decl.size, {}, f"the size of axis '{decl.name}'")
         if size is None:
             continue
         if isinstance(size, ir.Const) and (size.value.denominator != 1 or size.value < 1):
-            error("PL107", f"the size of axis '{decl.name}' must be a positive integer, "
+            error(Code.BAD_AXIS_SIZE, f"the size of axis '{decl.name}' must be a positive integer, "
                   f"not {_show(size.value)}", decl.size.span)
             continue
         if isinstance(size, ir.Op) and not ir.symbols(size):
-            error("PL107", f"write the size of axis '{decl.name}' as a number or a name",
+            error(Code.BAD_AXIS_SIZE, f"write the size of axis '{decl.name}' as a number or a name",
                   decl.size.span)
             continue
         axis = ir.Axis(decl.name, size, decl.link, decl.span)
@@ -91,7 +91,7 @@ def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
         if transformer is None:
             return None
         if any(isinstance(i, surface.SubBlock) and i.key == "transformer" for i in block.items):
-            error("PL119", "the transformer shape comes from the config; remove the 'transformer' section or "
+            error(Code.DUPLICATE_PROPERTY, "the transformer shape comes from the config; remove the 'transformer' section or "
                   "the 'from' clause", block.span)
             return None
         seen.add("transformer")
@@ -99,7 +99,7 @@ def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
         key = item.key
         if isinstance(item, surface.SubBlock) and item.name is not None:
             if item.name in {g.name for g in groups}:
-                error("PL119", f"group '{item.name}' is declared twice in the model block", item.span)
+                error(Code.DUPLICATE_PROPERTY, f"group '{item.name}' is declared twice in the model block", item.span)
                 continue
             g = group_decl(vals, item)
             if g is not None:
@@ -107,7 +107,7 @@ def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
                 vals.groups.add(g.name)
             continue
         if key in seen:
-            error("PL119", f"'{key}' is given twice in the model block", item.span)
+            error(Code.DUPLICATE_PROPERTY, f"'{key}' is given twice in the model block", item.span)
             continue
         seen.add(key)
         if isinstance(item, surface.SubBlock):
@@ -126,15 +126,15 @@ def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
             elif key == "buckets":
                 _buckets(vals, item, fields)
             else:
-                error("PL113", f"the model block has no '{key}' section", item.span,
+                error(Code.UNKNOWN_PROPERTY, f"the model block has no '{key}' section", item.span,
                       did_you_mean(key, ("bytes", "transformer", "conventions", "losses", "buckets", "group")))
             continue
         if key not in MODEL_PROPS:
-            error("PL113", f"the model block has no property '{key}'", item.span,
+            error(Code.UNKNOWN_PROPERTY, f"the model block has no property '{key}'", item.span,
                   did_you_mean(key, MODEL_PROPS + ("bytes", "transformer")))
             continue
         if not isinstance(item.value, (surface.Num, surface.Name, surface.BinOp, surface.Neg, surface.Call, surface.Bool)):
-            error("PL114", f"'{key}' needs a number", item.span)
+            error(Code.BAD_PROPERTY_VALUE, f"'{key}' needs a number", item.span)
             continue
         v = vals.count(item.value, {}, f"'{key}'")
         if v is not None:
@@ -142,7 +142,7 @@ def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
     if vals.cx.failed_since(mark):
         return None
     if fields["params"] is None and transformer is None:
-        error("PL118", "the model needs 'params' (the parameter count Ψ) or a transformer shape",
+        error(Code.MISSING_SECTION, "the model needs 'params' (the parameter count Ψ) or a transformer shape",
               block.span)
         return None
     model = ir.Model(transformer=transformer, span=block.span, groups=tuple(groups), **fields)
@@ -163,7 +163,7 @@ def _from_config(vals: Values, block: surface.ModelBlock) -> ir.TransformerShape
         for d in exc.diagnostics:
             vals.cx.diags.append(d)
         vals.cx.sources.update(exc.sources)
-        vals.cx.error("PL140", f"cannot take the model from {block.source}", block.source_span)
+        vals.cx.error(Code.BAD_CONFIG, f"cannot take the model from {block.source}", block.source_span)
         return None
     vals.cx.sources[str(path)] = text
     fields: dict = {}
@@ -204,14 +204,14 @@ def _buckets(vals: Values, block: surface.SubBlock, fields: dict) -> None:
                 stated.append((p.key, ir.const(int(f))))
             continue
         if p.value is None or isinstance(p.value, (surface.ModeMap, surface.Bool)):
-            vals.cx.error("PL114", f"'{p.key}' needs a number of elements", p.span)
+            vals.cx.error(Code.BAD_PROPERTY_VALUE, f"'{p.key}' needs a number of elements", p.span)
             continue
         v = vals.count(p.value, {}, f"'{p.key}'")
         if v is None:
             continue
         known = fold(v, {})
         if known is not None and (known < 0 or known.denominator != 1):
-            vals.cx.error("PL107", f"'{p.key}' must be a whole number of elements, at least 0", p.value.span)
+            vals.cx.error(Code.BAD_AXIS_SIZE, f"'{p.key}' must be a whole number of elements, at least 0", p.value.span)
             continue
         stated.append((p.key, v))
     fields["buckets"] = tuple(stated)
@@ -229,7 +229,7 @@ def _conventions(vals: Values, block: surface.SubBlock, fields: dict) -> None:
             r = None if p.value is None or isinstance(p.value, (surface.ModeMap, surface.Bool)) else \
                 vals.expr(p.value, {})
             if r is None or r[1] is not ir.Dim.BYTES:
-                vals.cx.error("PL114", "'host_construction' needs bytes (what one process builds at once, e.g. "
+                vals.cx.error(Code.BAD_PROPERTY_VALUE, "'host_construction' needs bytes (what one process builds at once, e.g. "
                               "4 B * 16449536) or 'model' (the whole model in fp32)", p.span)
             else:
                 fields["host_construction"] = r[0]
@@ -250,29 +250,29 @@ def _conventions(vals: Values, block: surface.SubBlock, fields: dict) -> None:
             r = None if p.value is None or isinstance(p.value, (surface.ModeMap, surface.Bool)) else \
                 vals.expr(p.value, {})
             if r is None or r[1] is not ir.Dim.BYTES:
-                vals.cx.error("PL114", "'reserve' needs bytes, e.g. reserve = 1 GiB", p.span)
+                vals.cx.error(Code.BAD_PROPERTY_VALUE, "'reserve' needs bytes, e.g. reserve = 1 GiB", p.span)
             else:
                 fields["reserve"] = r[0]
         elif p.value is None or isinstance(p.value, (surface.ModeMap, surface.Bool)):
-            vals.cx.error("PL114", f"'{p.key}' needs a number", p.span)
+            vals.cx.error(Code.BAD_PROPERTY_VALUE, f"'{p.key}' needs a number", p.span)
         else:
             v = vals.count(p.value, {}, f"'{p.key}'")
             if v is not None:
                 if p.key == "reserve_fraction":
                     if isinstance(v, ir.Const) and not 0 <= v.value < 1:
-                        vals.cx.error("PL107", "'reserve_fraction' must lie in [0, 1)", p.value.span)
+                        vals.cx.error(Code.BAD_AXIS_SIZE, "'reserve_fraction' must lie in [0, 1)", p.value.span)
                         continue
                     fields["reserve_fraction"] = v
                     continue
                 if isinstance(v, ir.Const) and v.value <= 0:
-                    vals.cx.error("PL107", f"'{p.key}' must be positive", p.value.span)
+                    vals.cx.error(Code.BAD_AXIS_SIZE, f"'{p.key}' must be positive", p.value.span)
                     continue
                 fields["host_buffer_factor" if p.key == "host_buffer_factor" else "activation_allowance"] = v
 
 
 def _width(vals: Values, p: surface.Prop) -> ir.Value | None:
     if p.value is None or isinstance(p.value, (surface.ModeMap, surface.Bool)):
-        vals.cx.error("PL114", f"the byte width of {p.key} needs a number", p.span)
+        vals.cx.error(Code.BAD_PROPERTY_VALUE, f"the byte width of {p.key} needs a number", p.span)
         return None
     r = vals.expr(p.value, {})
     return None if r is None else r[0]  # bytes per element: a count or a byte quantity
@@ -291,7 +291,7 @@ def _transformer(vals: Values, block: surface.SubBlock) -> ir.TransformerShape |
             if w:
                 found["norm"] = w
         elif p.value is None or isinstance(p.value, surface.ModeMap):
-            vals.cx.error("PL114", f"'{p.key}' needs a number", p.span)
+            vals.cx.error(Code.BAD_PROPERTY_VALUE, f"'{p.key}' needs a number", p.span)
         else:
             v = vals.count(p.value, {}, f"'{p.key}'")
             if v is not None:
@@ -299,34 +299,34 @@ def _transformer(vals: Values, block: surface.SubBlock) -> ir.TransformerShape |
     required = ("hidden", "layers", "heads", "vocab")
     missing = [k for k in required if k not in found]
     if missing:
-        vals.cx.error("PL118", f"the transformer shape needs {', '.join(missing)}", block.span)
+        vals.cx.error(Code.MISSING_SECTION, f"the transformer shape needs {', '.join(missing)}", block.span)
         return None
     found.setdefault("kv_heads", found["heads"])
     found.setdefault("ffn", ir.Op("*", (ir.const(4), found["hidden"])))
     if "vocab_multiple" in found:
         mult, vocab = number(found["vocab_multiple"], vals), number(found["vocab"], vals)
         if mult is None or vocab is None or mult.denominator != 1 or vocab.denominator != 1:
-            vals.cx.error("PL114", "vocab_multiple pads a vocabulary given as whole numbers", block.span)
+            vals.cx.error(Code.BAD_PROPERTY_VALUE, "vocab_multiple pads a vocabulary given as whole numbers", block.span)
             return None
         found["vocab_multiple"], found["vocab"] = ir.const(mult), ir.const(vocab)
     given = [k for k in MLA_FIELDS if k in found]
     if given and "kv_lora_rank" not in found:
-        vals.cx.error("PL118", f"multi-head latent attention needs kv_lora_rank ({', '.join(given)} given)", block.span)
+        vals.cx.error(Code.MISSING_SECTION, f"multi-head latent attention needs kv_lora_rank ({', '.join(given)} given)", block.span)
         return None
     if "kv_lora_rank" in found:
         missing = [k for k in ("qk_rope_dim", "qk_nope_dim", "v_head_dim") if k not in found]
         if missing:
-            vals.cx.error("PL118", f"multi-head latent attention needs {', '.join(missing)}", block.span)
+            vals.cx.error(Code.MISSING_SECTION, f"multi-head latent attention needs {', '.join(missing)}", block.span)
             return None
         if "head_dim" in found:
-            vals.cx.error("PL119", "with multi-head latent attention the head width is qk_nope_dim + qk_rope_dim "
+            vals.cx.error(Code.DUPLICATE_PROPERTY, "with multi-head latent attention the head width is qk_nope_dim + qk_rope_dim "
                           "(and v_head_dim); head_dim does not apply", block.span)
             return None
     moe_only = [k for k in ("expert_ffn", "shared_experts", "shared_expert_ffn", "dense_layers", "shared_expert_gate",
                             "router_bias", "moe_every", "moe_offset") if k in found]
     experts = found.get("experts")
     if moe_only and (experts is None or (isinstance(experts, ir.Const) and experts.value == 1)):
-        vals.cx.error("PL118", f"{', '.join(moe_only)} describe a mixture of experts; give 'experts' too", block.span)
+        vals.cx.error(Code.MISSING_SECTION, f"{', '.join(moe_only)} describe a mixture of experts; give 'experts' too", block.span)
         return None
     if ("moe_every" in found or "moe_offset" in found) and not _moe_pattern(vals, found, block):
         return None
@@ -363,12 +363,12 @@ def check_shape_values(shape: ir.TransformerShape, vals, error, fallback) -> Non
             continue  # a value derived from others (ffn = 4h) is judged where they were given
         if n < 0 or (n == 0 and name not in _MAY_BE_ZERO):
             least = "at least 0" if name in _MAY_BE_ZERO else "positive"
-            error("PL114", f"{name} must be {least}, not {_show(n)}", _where(v, fallback))
+            error(Code.BAD_PROPERTY_VALUE, f"{name} must be {least}, not {_show(n)}", _where(v, fallback))
     for small, large, why in _AT_MOST:
         a, b = (number(getattr(shape, f, None), vals) if getattr(shape, f, None) is not None else None
                 for f in (small, large))
         if a is not None and b is not None and a > b:
-            error("PL114", f"{small} ({_show(a)}) cannot exceed {large} ({_show(b)}): {why}",
+            error(Code.BAD_PROPERTY_VALUE, f"{small} ({_show(a)}) cannot exceed {large} ({_show(b)}): {why}",
                   _where(getattr(shape, small), fallback))
 
 
@@ -379,7 +379,7 @@ def check_model_values(model: ir.Model, vals, error) -> None:
         v = getattr(model, name, None)
         n = number(v, vals) if v is not None else None
         if n is not None and n <= 0:
-            error("PL114", f"'{name}' must be positive, not {_show(n)}", _where(v, model.span))
+            error(Code.BAD_PROPERTY_VALUE, f"'{name}' must be positive, not {_show(n)}", _where(v, model.span))
     if model.transformer is not None:
         check_shape_values(model.transformer, vals, error, model.span)
 
@@ -389,20 +389,20 @@ def _moe_pattern(vals: Values, found: dict, block: surface.SubBlock) -> bool:
     MoE layer; made constants so each stage's share of both kinds of layer is exact."""
     error = vals.cx.error
     if "moe_every" not in found:
-        error("PL118", "moe_offset picks the MoE layer within each moe_every layers; give moe_every too", block.span)
+        error(Code.MISSING_SECTION, "moe_offset picks the MoE layer within each moe_every layers; give moe_every too", block.span)
         return False
     keys = [k for k in ("layers", "dense_layers", "moe_every", "moe_offset") if k in found]
     got = {k: number(found[k], vals) for k in keys}
     bad = [k for k in keys if got[k] is None or got[k].denominator != 1 or got[k] < 0]
     if bad:
-        error("PL114", f"moe_every places MoE layers by index: {', '.join(bad)} must be whole numbers", block.span)
+        error(Code.BAD_PROPERTY_VALUE, f"moe_every places MoE layers by index: {', '.join(bad)} must be whole numbers", block.span)
         return False
     L, d, k, r = (int(got.get(x, 0)) for x in ("layers", "dense_layers", "moe_every", "moe_offset"))
     if k < 1 or r >= k:
-        error("PL114", f"moe_every must be at least 1 and moe_offset below it (every {k}, offset {r})", block.span)
+        error(Code.BAD_PROPERTY_VALUE, f"moe_every must be at least 1 and moe_offset below it (every {k}, offset {r})", block.span)
         return False
     if pg.moe_layers_below(L, d, k, r) == 0:
-        error("PL114", f"no layer is an MoE layer: of {L} layers, none from layer {d} on has index ≡ {r} (mod {k})",
+        error(Code.BAD_PROPERTY_VALUE, f"no layer is an MoE layer: of {L} layers, none from layer {d} on has index ≡ {r} (mod {k})",
               block.span)
         return False
     for x in keys:

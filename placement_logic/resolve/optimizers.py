@@ -14,10 +14,11 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .. import ir
-from ..diagnostics import Span, did_you_mean
+from ..diagnostics import Code, Span, did_you_mean
 from ..frontend import surface
 from ..ir import groups as pg
 from ..ir import optimizers as opt
+from ..ir.overrides import OverrideTarget, OverrideVerb
 from .values import Values
 
 
@@ -38,19 +39,19 @@ def section(vals: Values, block: surface.SubBlock, model: ir.Model) -> dict[str,
         elif p.key == "all" or p.key in names:
             targets = (p.key,)
         else:
-            err("PL242", f"the model has no parameter group '{p.key}'", p.span,
+            err(Code.OPTIMIZER_GROUP, f"the model has no parameter group '{p.key}'", p.span,
                 did_you_mean(p.key, names + ("all", "matrices")) or (f"groups: {', '.join(names)}, all, matrices",))
             continue
         if c.locality != opt.ELEMENT:
             vec = [g for g in targets if g in opt.VECTOR_GROUPS]
             if vec:
-                err("PL243", f"{c.algorithm} updates matrices; group '{vec[0]}' holds vectors (norm weights or "
+                err(Code.OPTIMIZER_ON_VECTORS, f"{c.algorithm} updates matrices; group '{vec[0]}' holds vectors (norm weights or "
                     "biases)", p.span, ("Muon recipes keep vectors, the embedding and the head on AdamW: name the "
                                         "matrix groups (attention, kv, mlp, experts, ...) or 'matrices'",))
                 continue
         for g in targets:
             if g in out and p.key != "all":
-                err("PL244", f"parameter group '{g}' is given two optimizers", p.span,
+                err(Code.OPTIMIZER_TWICE, f"parameter group '{g}' is given two optimizers", p.span,
                     (f"first: {out[g].text()} at line {out[g].span.line}",))
                 continue
             out[g] = c
@@ -65,23 +66,23 @@ def _algorithm(vals: Values, p: surface.Prop) -> opt.Choice | None:
     elif isinstance(v, surface.Call):
         name, kwargs, args, span = v.func, v.kwargs, v.args, v.span
     else:
-        err("PL240", f"'{p.key}' needs an optimizer algorithm, e.g. {p.key} = muon(ns_steps = 5)", p.span,
+        err(Code.UNKNOWN_OPTIMIZER, f"'{p.key}' needs an optimizer algorithm, e.g. {p.key} = muon(ns_steps = 5)", p.span,
             (f"algorithms: {', '.join(opt.ALGORITHMS)}",))
         return None
     alg = opt.ALGORITHMS.get(name)
     if alg is None:
-        err("PL240", f"unknown optimizer algorithm '{name}'", span,
+        err(Code.UNKNOWN_OPTIMIZER, f"unknown optimizer algorithm '{name}'", span,
             did_you_mean(name, tuple(opt.ALGORITHMS)) or (f"algorithms: {', '.join(opt.ALGORITHMS)}",))
         return None
     if args:
-        err("PL241", f"{name} takes its arguments by name, e.g. {name}({', '.join(f'{k} = ...' for k, _ in alg.args) or ''})",
+        err(Code.OPTIMIZER_ARGUMENT, f"{name} takes its arguments by name, e.g. {name}({', '.join(f'{k} = ...' for k, _ in alg.args) or ''})",
             span)
         return None
     allowed = dict(alg.args)
     got: dict[str, int] = {}
     for kw in kwargs:
         if kw.name not in allowed:
-            err("PL241", f"{name} has no argument '{kw.name}'", kw.span,
+            err(Code.OPTIMIZER_ARGUMENT, f"{name} has no argument '{kw.name}'", kw.span,
                 did_you_mean(kw.name, tuple(allowed)) or ((f"arguments: {', '.join(allowed)}",) if allowed else
                                                           (f"{name} takes no arguments",)))
             return None
@@ -92,7 +93,7 @@ def _algorithm(vals: Values, p: surface.Prop) -> opt.Choice | None:
     for k, default in alg.args:
         if k not in got:
             if default is None:
-                err("PL241", f"{name} needs '{k} = ...'", span)
+                err(Code.OPTIMIZER_ARGUMENT, f"{name} needs '{k} = ...'", span)
                 return None
             got[k] = default
     return opt.Choice(name, tuple((k, got[k]) for k, _ in alg.args), p.span)
@@ -106,7 +107,7 @@ def _whole(vals: Values, kw: surface.Kwarg) -> int | None:
         v = vals.let_value(v.name, []) or v
     val = v.value if isinstance(v, ir.Const) else None
     if not isinstance(val, (int, Fraction)) or val != int(val) or val < 1:
-        vals.cx.error("PL241", f"'{kw.name}' is a positive whole number", kw.span)
+        vals.cx.error(Code.OPTIMIZER_ARGUMENT, f"'{kw.name}' is a positive whole number", kw.span)
         return None
     return int(val)
 
@@ -128,29 +129,29 @@ def check_overrides(vals: Values, plan: ir.Plan, sites: dict | None = None) -> N
     brings -> (where the plan binds or uses it, the strategy's name)."""
     need = dict(opt.whole_needed(plan))
     for o in plan.overrides:
-        if o.target != "optimizer" or o.verb not in ("gather", "round_robin"):
+        if o.target != OverrideTarget.OPTIMIZER or o.verb not in (OverrideVerb.GATHER, OverrideVerb.ROUND_ROBIN):
             continue
         span, where = _located(plan, o, sites or {})
         groups = (tuple(need) if o.group in (None, "all") else
                   tuple(g for g in need if g in opt.MATRIX_GROUPS) if o.group == "matrices" else
                   (o.group,) if o.group in need else ())
         if o.group not in (None, "all", "matrices") and o.group not in _groups(plan.model):
-            vals.cx.error("PL242", f"the model has no parameter group '{o.group}'", o.span,
+            vals.cx.error(Code.OPTIMIZER_GROUP, f"the model has no parameter group '{o.group}'", o.span,
                           did_you_mean(o.group, _groups(plan.model)))
             continue
         if not groups:
             one = o.group not in (None, "all", "matrices")
             what = f"group '{o.group}' is updated by {opt.choice(plan, o.group).text()}" if one else \
                 "every group it names is updated element-wise or by a sharded-matrix algorithm"
-            vals.cx.error("PL245", f"'optimizer: {o.verb}' reaches nothing: {what}, which needs no whole matrix",
+            vals.cx.error(Code.OPTIMIZER_GATHER_ELEMENTWISE, f"'optimizer: {o.verb}' reaches nothing: {what}, which needs no whole matrix",
                           span,
                           where + ("state a matrix-wise algorithm for it in the plan's optimizer section, e.g. "
                                    "optimizer { matrices = muon(ns_steps = 5) }",))
             continue
-        if o.verb == "gather":
+        if o.verb == OverrideVerb.GATHER:
             cut = set().union(*(opt.cuts(plan, g) for g in groups))
             idle = [a for a in (o.axes or ()) if a not in cut]
             if idle:
-                vals.cx.error("PL246", f"'optimizer: gather over ({', '.join(idle)})': no matrix of "
+                vals.cx.error(Code.OPTIMIZER_GATHER_IDLE, f"'optimizer: gather over ({', '.join(idle)})': no matrix of "
                               f"{', '.join(groups)} is cut over {', '.join(idle)}, so there is nothing to gather",
                               span, where + ("a rank holds the whole matrix there already",))

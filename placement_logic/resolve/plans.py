@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import ir
-from ..diagnostics import Span, did_you_mean
+from ..diagnostics import Code, Span, did_you_mean
 from ..frontend import surface
 from ..ir.welltyped import ill_typed
 from .entries import override, placement_entry, rename_override, setting
@@ -80,7 +80,7 @@ class PlanAssembler:
         """The plan, or None after errors; ``stack``: the plans extending it, for cycles."""
         if p.name in stack:
             cycle = " -> ".join(stack[stack.index(p.name):] + [p.name])
-            self.cx.error("PL110", f"plans extend each other in a cycle: {cycle}", p.span)
+            self.cx.error(Code.STRATEGY_CYCLE, f"plans extend each other in a cycle: {cycle}", p.span)
             return None
         axes = self.mesh.names
         mark = self.cx.mark()
@@ -89,7 +89,7 @@ class PlanAssembler:
             base_name = p.extends.dotted
             base_syntax = self.vals.plans.get(base_name)
             if base_syntax is None:
-                self.cx.error("PL117", f"'{base_name}' is not a plan", p.extends.span,
+                self.cx.error(Code.NOT_A_PLAN, f"'{base_name}' is not a plan", p.extends.span,
                               did_you_mean(base_name, self.vals.plans))
                 return None
             base = self.build(base_syntax, stack + [p.name])
@@ -113,14 +113,14 @@ class PlanAssembler:
                     draft.overrides.append(o)
             elif isinstance(item, surface.Unobserved):
                 if not item.text.strip():
-                    self.cx.error("PL114", "unobserved needs the fact it names, e.g. unobserved \"the loss "
+                    self.cx.error(Code.BAD_PROPERTY_VALUE, "unobserved needs the fact it names, e.g. unobserved \"the loss "
                                   "normalisation\"", item.span)
                 else:
                     draft.unobserved.append((item.text.strip(), item.span))
             elif isinstance(item, surface.SubBlock) and item.key == "optimizer":
                 draft.optimizers.update(optimizer_section(self.vals, item, self.model))
             elif isinstance(item, surface.SubBlock):
-                self.cx.error("PL113", f"a plan has no '{item.key}' section", item.span,
+                self.cx.error(Code.UNKNOWN_PROPERTY, f"a plan has no '{item.key}' section", item.span,
                               ("a plan's sections: optimizer { GROUP = ALGORITHM(...) }",))
         for item in placement_items:
             before = {s: dict(m) for s, m in draft.modes.items()}
@@ -136,7 +136,7 @@ class PlanAssembler:
         modes, options, settings = draft.modes, draft.options, draft.settings
         unbound = [a for a in axes if a not in draft.bound]
         if unbound:
-            self.cx.error("PL125", f"plan '{p.name}' binds no strategy to axis {', '.join(unbound)}", p.span,
+            self.cx.error(Code.UNBOUND_AXIS, f"plan '{p.name}' binds no strategy to axis {', '.join(unbound)}", p.span,
                           ("bind every mesh axis, e.g. 'dp: ddp' for plain data parallelism",))
             return None
         if any(s not in modes or set(modes[s]) != set(axes) for s in ir.STATES):
@@ -144,7 +144,7 @@ class PlanAssembler:
         for b in draft.bindings:
             differ = [s.value for s in ir.STATES if b.product and len({modes[s][a] for a in b.axes}) > 1]
             if differ:
-                self.cx.error("PL132", f"the axes of the product [{', '.join(b.axes)}] are placed differently "
+                self.cx.error(Code.PRODUCT_BINDING, f"the axes of the product [{', '.join(b.axes)}] are placed differently "
                               f"({', '.join(differ)}): a product of axes acts as one axis", b.span,
                               tuple(f"{s}: " + ", ".join(f"{a} {modes[ir.State(s)][a].value}" for a in b.axes)
                                     for s in differ))
@@ -166,7 +166,7 @@ class PlanAssembler:
             pipeline_axes = [a for b in draft.bindings for a, r in b.roles if r is ir.Role.PIPELINE]
             axis = draft.schedule_axis or (pipeline_axes[0] if pipeline_axes else None)
             if axis is None:
-                self.cx.error("PL114", f"plan '{p.name}' has a pipeline schedule but no pipeline axis", p.span)
+                self.cx.error(Code.BAD_PROPERTY_VALUE, f"plan '{p.name}' has a pipeline schedule but no pipeline axis", p.span)
                 return None
             schedule = ir.Schedule(kind, axis, v, u)
         plan = ir.Plan(
@@ -200,24 +200,24 @@ class PlanAssembler:
         for a in item.lhs:
             if a not in axes:
                 if a in STATE_NAMES:
-                    error("PL114", f"state '{a}' cannot be bound together with axes", item.span)
+                    error(Code.BAD_PROPERTY_VALUE, f"state '{a}' cannot be bound together with axes", item.span)
                 else:
                     notes = did_you_mean(a, tuple(axes) + STATE_NAMES)
-                    error("PL109", f"'{a}' is neither a mesh axis nor a state", item.span,
+                    error(Code.UNDEFINED_AXIS, f"'{a}' is neither a mesh axis nor a state", item.span,
                           notes or (f"mesh axes: {', '.join(axes)}",))
                 ok = False
             elif a in draft.bound:
-                error("PL108", f"axis '{a}' is bound twice in one plan", item.span,
+                error(Code.AXIS_REUSED, f"axis '{a}' is bound twice in one plan", item.span,
                       (f"first bound at line {draft.bound[a].line}",))
                 ok = False
         if len(set(item.lhs)) != len(item.lhs):
-            error("PL108", "an axis appears twice in this binding", item.span)
+            error(Code.AXIS_REUSED, "an axis appears twice in this binding", item.span)
             ok = False
         if not ok:
             return
         rhs = item.rhs
         if not isinstance(rhs, surface.StrategyRef):
-            error("PL116", "an axis is bound to a strategy, not to a mode", rhs.span,
+            error(Code.NOT_A_STRATEGY, "an axis is bound to a strategy, not to a mode", rhs.span,
                   ("write e.g. 'dp: zero3', or place a state: 'params: {dp: S*}'",))
             return
         ref = surface.StrategyRef(rhs.path, item.options, rhs.span)
@@ -228,18 +228,18 @@ class PlanAssembler:
         if ex is None:
             return
         if not ex.placed:
-            error("PL127", f"strategy '{ref.dotted}' places no state; add it with 'use {ref.dotted}'",
+            error(Code.AXIS_LESS_STRATEGY, f"strategy '{ref.dotted}' places no state; add it with 'use {ref.dotted}'",
                   item.span)
             return
         product = len(ex.axes) == 1 and len(item.lhs) > 1
         if len(ex.axes) != len(item.lhs) and not product:
-            error("PL115", f"strategy '{ref.dotted}' spans {len(ex.axes)} axes "
+            error(Code.ARITY_MISMATCH, f"strategy '{ref.dotted}' spans {len(ex.axes)} axes "
                   f"({', '.join(a for a in ex.axes if a != '_') or 'one'}) but is bound to {len(item.lhs)}",
                   item.span, ("a strategy over several axes is bound to as many axes, in the order of its 'over' "
                               "axes; a one-axis strategy to one axis or to a product of axes, [a, b]",))
             return
         if product and ex.roles[ex.axes[0]] is ir.Role.PIPELINE:
-            error("PL132", f"pipeline strategy '{ref.dotted}' is bound to a product of axes "
+            error(Code.PRODUCT_BINDING, f"pipeline strategy '{ref.dotted}' is bound to a product of axes "
                   f"[{', '.join(item.lhs)}]: its schedule runs over one axis", item.span,
                   ("declare the pipeline stages as one mesh axis",))
             return
@@ -269,7 +269,7 @@ class PlanAssembler:
         settings, src = draft.settings, draft.setting_src
         for key, value in ex.settings.items():
             if key in settings and settings[key] != value and key in src:
-                self.cx.error("PL128", f"'{ex.name}' sets {key} differently from '{src[key]}'", span)
+                self.cx.error(Code.CONFLICTING_SETTING, f"'{ex.name}' sets {key} differently from '{src[key]}'", span)
                 continue
             settings[key] = value
             src[key] = ex.name
@@ -283,7 +283,7 @@ class PlanAssembler:
         if ex is None:
             return
         if ex.placed:
-            self.cx.error("PL127", f"strategy '{item.ref.dotted}' places states; bind it to mesh axes "
+            self.cx.error(Code.AXIS_LESS_STRATEGY, f"strategy '{item.ref.dotted}' places states; bind it to mesh axes "
                           "instead of 'use'", item.span)
             return
         self._merge_settings(draft, ex, item.span)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..diagnostics import Span, did_you_mean
+from ..diagnostics import Code, Span, did_you_mean
 from ..frontend import surface
 from .context import Context
 
@@ -37,23 +37,23 @@ def collect_scope(scope: ModuleScope, module: surface.Module, load_module: Modul
             if item.names is None:
                 alias = item.alias or item.module[-1]
                 if alias in scope.namespaces:
-                    error("PL102", f"'{alias}' is imported twice", item.span)
+                    error(Code.DUPLICATE_DEFINITION, f"'{alias}' is imported twice", item.span)
                 scope.namespaces[alias] = imported
             else:
                 for name, alias in item.names:
                     if name not in imported.strategies:
-                        error("PL101", f"module '{'.'.join(item.module)}' has no strategy '{name}'", item.span,
+                        error(Code.UNDEFINED_NAME, f"module '{'.'.join(item.module)}' has no strategy '{name}'", item.span,
                               did_you_mean(name, imported.strategies))
                         continue
                     local = alias or name
                     if local in scope.strategies:
-                        error("PL102", f"strategy '{local}' is defined twice", item.span)
+                        error(Code.DUPLICATE_DEFINITION, f"strategy '{local}' is defined twice", item.span)
                         continue
                     scope.strategies[local] = imported.strategies[name]
     for item in module.items:
         if isinstance(item, surface.StrategyDef):
             if item.name in scope.strategies:
-                error("PL102", f"strategy '{item.name}' is defined twice", item.span)
+                error(Code.DUPLICATE_DEFINITION, f"strategy '{item.name}' is defined twice", item.span)
                 continue
             scope.strategies[item.name] = (item, scope)
 
@@ -72,7 +72,7 @@ def lookup_strategy(ref: surface.StrategyRef, scope: ModuleScope,
         if ns is not None and len(path) == 2 and path[1] in ns.strategies:
             return ns.strategies[path[1]]
         candidates = [f"{n}.{s}" for n, m in scope.namespaces.items() for s in m.strategies]
-    cx.error("PL101", f"undefined strategy '{ref.dotted}'", ref.span,
+    cx.error(Code.UNDEFINED_NAME, f"undefined strategy '{ref.dotted}'", ref.span,
              did_you_mean(ref.dotted, candidates) or _import_hint(ref.dotted, cx))
     return None
 

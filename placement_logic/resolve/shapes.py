@@ -14,7 +14,7 @@ from fractions import Fraction
 from typing import Callable
 
 from .. import ir
-from ..diagnostics import Span
+from ..diagnostics import Code, Span
 from ..ir.walker import fold
 from .values import Values
 
@@ -53,7 +53,7 @@ def check_sizes(mesh: ir.Mesh, vals: Values) -> None:
         n = number(axis.size, vals)
         if n is not None and (n.denominator != 1 or n < 1):
             shown = str(n.numerator) if n.denominator == 1 else str(n)
-            vals.cx.error("PL107", f"the size of axis '{axis.name}' must be a positive integer, not {shown} "
+            vals.cx.error(Code.BAD_AXIS_SIZE, f"the size of axis '{axis.name}' must be a positive integer, not {shown} "
                           f"(the value of {ir.show(axis.size)})", axis.span)
 
 
@@ -82,7 +82,7 @@ def check_shapes(plan: ir.Plan, vals: Values, error: Callable[..., None]) -> Non
                  f"{what}: derived from the transformer shape"]
         if hint:
             notes.append(hint)
-        error("PL130", f"{what} ({_show(v)}) cannot be split evenly over {over or '×'.join(axes)} ({n}): {why}",
+        error(Code.IMPOSSIBLE_SHAPE, f"{what} ({_show(v)}) cannot be split evenly over {over or '×'.join(axes)} ({n}): {why}",
               where(axes), tuple(notes))
 
     tensor = tuple(a for a in plan.axes_with_role(ir.Role.TENSOR, ir.Role.SEQUENCE)
@@ -117,7 +117,7 @@ def check_shapes(plan: ir.Plan, vals: Values, error: Callable[..., None]) -> Non
     for d in plan.model.groups:
         for a, r in d.roles:
             if plan.role(a) is ir.Role.PIPELINE or r is ir.Role.PIPELINE:
-                error("PL131", f"group {d.name} gives the pipeline axis {a} the role {r.value}: every group's "
+                error(Code.IMPOSSIBLE_FOLD, f"group {d.name} gives the pipeline axis {a} the role {r.value}: every group's "
                       "layers are split over the same pipeline stages", d.span,
                       ("parallel foldeding regroups the data, context, tensor and expert devices of one stage",))
     experts = tuple(a.name for a in plan.mesh.axes if own.get(a.name, plan.role(a.name)) is ir.Role.EXPERT)
@@ -128,7 +128,7 @@ def check_shapes(plan: ir.Plan, vals: Values, error: Callable[..., None]) -> Non
         elif n not in (None, 1):
             v = number(t.experts, vals)
             if v is not None and (v.denominator != 1 or int(v) % n):
-                error("PL131", f"the expert count ({_show(v)}) cannot be split evenly over the expert group's "
+                error(Code.IMPOSSIBLE_FOLD, f"the expert count ({_show(v)}) cannot be split evenly over the expert group's "
                       f"expert axes {'×'.join(experts)} ({n}): every expert rank holds whole experts", folded.span)
     if folded is not None:  # the expert tensor axes split each expert's width
         etp = tuple(a.name for a in plan.mesh.axes if own.get(a.name, plan.role(a.name)) in
@@ -137,7 +137,7 @@ def check_shapes(plan: ir.Plan, vals: Values, error: Callable[..., None]) -> Non
         width = t.expert_ffn if t.expert_ffn is not None else t.ffn
         v = number(width, vals)
         if n not in (None, 1) and v is not None and (v.denominator != 1 or int(v) % n):
-            error("PL131", f"the expert width ({_show(v)}) cannot be split evenly over the expert group's tensor "
+            error(Code.IMPOSSIBLE_FOLD, f"the expert width ({_show(v)}) cannot be split evenly over the expert group's tensor "
                   f"axes {'×'.join(etp)} ({n}): each expert's columns are split over its tensor ranks", folded.span)
     if folded is not None:
         _folding_needs_sp(plan, own, vals, folded.span, where, error)
@@ -162,7 +162,7 @@ def _folding_needs_sp(plan: ir.Plan, own: dict, vals: Values, group: Span, where
     if n is None or n <= 1:
         return
     roles = ", ".join(f"{a}: {own[a].value}" for a in moved)
-    error("PL133", f"the expert group folds the tensor axis {'×'.join(moved)} ({n}) into other roles ({roles}) "
+    error(Code.FOLD_NEEDS_SEQUENCE_PARALLEL, f"the expert group folds the tensor axis {'×'.join(moved)} ({n}) into other roles ({roles}) "
           "without sequence parallelism: every tensor rank holds the whole sequence, so each token would reach "
           "the experts once per tensor rank", where(moved),
           (f"the expert group's roles: line {group.line}" if group.line else "the expert group's roles",

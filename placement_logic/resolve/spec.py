@@ -9,7 +9,7 @@ pass are raised together, in source order.
 from __future__ import annotations
 
 from .. import ir
-from ..diagnostics import did_you_mean
+from ..diagnostics import Code, did_you_mean
 from ..frontend import surface
 from .context import Context, LibraryIndex
 from .model import build_mesh, build_model
@@ -39,7 +39,7 @@ def resolve_module(module: surface.Module, load_module: ModuleLoader, library_in
     mesh = None
     meshes = [i for i in items if isinstance(i, surface.MeshBlock)]
     for extra in meshes[1:]:
-        cx.error("PL102", "a spec has one mesh; this is a second one", extra.span)
+        cx.error(Code.DUPLICATE_DEFINITION, "a spec has one mesh; this is a second one", extra.span)
     if meshes:
         mesh = build_mesh(meshes[0], vals)
     for name in vals.lets:
@@ -48,12 +48,12 @@ def resolve_module(module: surface.Module, load_module: ModuleLoader, library_in
         check_sizes(mesh, vals)
     models = [i for i in items if isinstance(i, surface.ModelBlock)]
     for extra in models[1:]:
-        cx.error("PL102", "a spec has one model; this is a second one", extra.span)
+        cx.error(Code.DUPLICATE_DEFINITION, "a spec has one model; this is a second one", extra.span)
     model = build_model(models[0], vals) if models else None
     for item in items:
         if isinstance(item, surface.PlanDef):
             if item.name in vals.plans:
-                cx.error("PL102", f"plan '{item.name}' is defined twice", item.span,
+                cx.error(Code.DUPLICATE_DEFINITION, f"plan '{item.name}' is defined twice", item.span,
                          (f"first defined at line {vals.plans[item.name].span.line}",))
             else:
                 vals.plans[item.name] = item
@@ -62,7 +62,7 @@ def resolve_module(module: surface.Module, load_module: ModuleLoader, library_in
     if vals.plans and (not meshes or not models):
         missing = "mesh" if not meshes else "model"
         first = next(iter(vals.plans.values()))
-        cx.error("PL118", f"plans need a {missing} block, and this spec has none", first.span)
+        cx.error(Code.MISSING_SECTION, f"plans need a {missing} block, and this spec has none", first.span)
     elif vals.plans and (mesh is None or model is None):
         pass  # the mesh or model block failed and said why: its plans are not built (no cascade)
     elif vals.plans:
@@ -98,7 +98,7 @@ def _question(item: surface.AssertStmt | surface.ClaimStmt, vals: Values) -> ir.
     if left is None or right is None:
         return None
     if left[1] is not right[1]:
-        vals.cx.error("PL201", "cannot compare bytes with a plain count", test.span,
+        vals.cx.error(Code.UNIT_MISMATCH, "cannot compare bytes with a plain count", test.span,
                       ("give both sides a byte unit, or compare a ratio with a number",))
         return None
     if isinstance(item, surface.ClaimStmt) and item.expect is not None:
@@ -117,12 +117,12 @@ def _pins(expect: surface.Expect, vals: Values) -> tuple[tuple[str, ir.Value], .
     for name, e in expect.pins:
         span = getattr(e, "span", expect.span)
         if name not in vals.lets and name not in vals.axes:
-            vals.cx.error("PL101", f"'unless {name} = ...' names no let or mesh axis of the spec", expect.span,
+            vals.cx.error(Code.UNDEFINED_NAME, f"'unless {name} = ...' names no let or mesh axis of the spec", expect.span,
                           did_you_mean(name, list(vals.lets) + list(vals.axes)))
             ok = False
             continue
         if name in out:
-            vals.cx.error("PL119", f"'{name}' is given twice after 'unless'", span)
+            vals.cx.error(Code.DUPLICATE_PROPERTY, f"'{name}' is given twice after 'unless'", span)
             ok = False
             continue
         r = vals.expr(e, {})
@@ -131,14 +131,14 @@ def _pins(expect: surface.Expect, vals: Values) -> tuple[tuple[str, ir.Value], .
             continue
         n = number(r[0], vals)
         if n is None:
-            vals.cx.error("PL114", f"'unless {name} = {ir.show(r[0])}': the value must be a number", span)
+            vals.cx.error(Code.BAD_PROPERTY_VALUE, f"'unless {name} = {ir.show(r[0])}': the value must be a number", span)
             ok = False
         elif name in vals.axes and (n.denominator != 1 or n < 1):
-            vals.cx.error("PL107", f"'unless {name} = {ir.show(r[0])}': the size of axis '{name}' must be a "
+            vals.cx.error(Code.BAD_AXIS_SIZE, f"'unless {name} = {ir.show(r[0])}': the size of axis '{name}' must be a "
                           "positive integer", span)
             ok = False
         elif r[1] is not vals.dims.get(name, ir.Dim.COUNT):
-            vals.cx.error("PL201", f"'unless {name} = ...': {name} is {vals.dims.get(name, ir.Dim.COUNT).value}, "
+            vals.cx.error(Code.UNIT_MISMATCH, f"'unless {name} = ...': {name} is {vals.dims.get(name, ir.Dim.COUNT).value}, "
                           f"the value is {r[1].value}", span)
             ok = False
         else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
-from ..diagnostics import Span, did_you_mean
+from ..diagnostics import Code, Span, did_you_mean
 from ..frontend import surface
 from .entries import mode, override, placement_entry, rename_override, setting
 from .scopes import ModuleScope, lookup_strategy
@@ -51,7 +51,7 @@ class Expander:
         qual = f"{scope.name}.{sdef.name}"
         if qual in self.expanding:
             cycle = " -> ".join(self.expanding[self.expanding.index(qual):] + [qual])
-            self.cx.error("PL110", f"strategies refer to each other in a cycle: {cycle}", sdef.span)
+            self.cx.error(Code.STRATEGY_CYCLE, f"strategies refer to each other in a cycle: {cycle}", sdef.span)
             return None
         self.expanding.append(qual)
         try:
@@ -66,7 +66,7 @@ class Expander:
         ok = True
         for a in args:
             if a.name not in declared:
-                error("PL123", f"strategy '{sdef.name}' has no parameter '{a.name}'", a.span,
+                error(Code.UNKNOWN_PARAMETER, f"strategy '{sdef.name}' has no parameter '{a.name}'", a.span,
                       did_you_mean(a.name, declared))
                 ok = False
                 continue
@@ -79,7 +79,7 @@ class Expander:
             if p.name in env:
                 continue
             if p.default is None:
-                error("PL206", f"strategy '{sdef.name}' needs a value for parameter '{p.name}'", span)
+                error(Code.BAD_ARGUMENTS, f"strategy '{sdef.name}' needs a value for parameter '{p.name}'", span)
                 ok = False
                 continue
             v = count(p.default, {}, f"parameter '{p.name}'")
@@ -98,7 +98,7 @@ class Expander:
         qual = f"{scope.name}.{sdef.name}"
         axes = sdef.axes or ("_",)
         if len(set(axes)) != len(axes):
-            error("PL106", f"strategy '{sdef.name}' names an axis twice", sdef.span)
+            error(Code.DUPLICATE_AXIS, f"strategy '{sdef.name}' names an axis twice", sdef.span)
             return None
         ex = Expanded(qual, axes, {}, {}, {}, {}, [], sdef.span, False)
         if sdef.extends is not None:
@@ -110,7 +110,7 @@ class Expander:
                 return None
             if parent.placed and parent.axes != axes and sdef.body is not None:
                 if len(parent.axes) != len(axes):
-                    error("PL115", f"strategy '{sdef.name}' has {len(axes)} axes but extends "
+                    error(Code.ARITY_MISMATCH, f"strategy '{sdef.name}' has {len(axes)} axes but extends "
                           f"'{sdef.extends.dotted}' with {len(parent.axes)}", sdef.extends.span)
                     return None
             if sdef.body is None and not sdef.axes:
@@ -132,7 +132,7 @@ class Expander:
         if ex.placed:
             missing = [s.value for s in ir.STATES if s not in ex.modes]
             if missing:
-                error("PL105", f"strategy '{sdef.name}' does not place {', '.join(missing)}", sdef.span,
+                error(Code.MISSING_STATE, f"strategy '{sdef.name}' does not place {', '.join(missing)}", sdef.span,
                       ("every strategy bound to an axis places all four states: "
                        "params, optimizer, grads, activations",))
                 return None
@@ -142,13 +142,13 @@ class Expander:
 
     def _apply_shorthand(self, ex: Expanded, sh: surface.Shorthand) -> None:
         if len(sh.modes) != 4:
-            self.cx.error("PL120", f"the shorthand needs 4 modes (params, optimizer, grads, activations), "
+            self.cx.error(Code.BAD_TUPLE, f"the shorthand needs 4 modes (params, optimizer, grads, activations), "
                           f"not {len(sh.modes)}", sh.span)
             return
         role = ir.Role.DATA
         if sh.role is not None:
             if sh.role not in ROLE_NAMES:
-                self.cx.error("PL121", f"unknown role '{sh.role}'", sh.span, did_you_mean(sh.role, ROLE_NAMES))
+                self.cx.error(Code.UNKNOWN_ROLE, f"unknown role '{sh.role}'", sh.span, did_you_mean(sh.role, ROLE_NAMES))
                 return
             role = ir.Role(sh.role)
         for state, ref in zip(ir.STATES, sh.modes):
@@ -165,7 +165,7 @@ class Expander:
         if isinstance(item, surface.Entry):
             if len(item.lhs) != 1 or item.lhs[0] not in STATE_NAMES:
                 name = ".".join(item.lhs)
-                error("PL103", f"unknown state '{name}'", item.span,
+                error(Code.UNKNOWN_STATE, f"unknown state '{name}'", item.span,
                       did_you_mean(name, STATE_NAMES) or ("states are params, optimizer, grads, activations",))
                 return
             placement_entry(self.vals, ex.modes, ex.options, item, ex.axes, env, formal=True)
@@ -180,23 +180,23 @@ class Expander:
             if o is not None:
                 ex.overrides.append(o)
         elif isinstance(item, surface.SubBlock):
-            error("PL113", f"a strategy has no '{item.key}' section", item.span)
+            error(Code.UNKNOWN_PROPERTY, f"a strategy has no '{item.key}' section", item.span)
         elif isinstance(item, surface.Use):
-            error("PL113", "'use' belongs in a plan, not in a strategy", item.span)
+            error(Code.UNKNOWN_PROPERTY, "'use' belongs in a plan, not in a strategy", item.span)
         elif isinstance(item, surface.Unobserved):
-            error("PL113", "'unobserved' belongs in a plan, not in a strategy", item.span)
+            error(Code.UNKNOWN_PROPERTY, "'unobserved' belongs in a plan, not in a strategy", item.span)
 
     def _role(self, ex: Expanded, prop: surface.Prop) -> None:
         value = prop.value
         if isinstance(value, surface.ModeMap):
             for entry in value.entries:
                 if entry.key not in ex.axes:
-                    self.cx.error("PL109", f"'{entry.key}' is not one of the strategy's axes", entry.span,
+                    self.cx.error(Code.UNDEFINED_AXIS, f"'{entry.key}' is not one of the strategy's axes", entry.span,
                                   did_you_mean(entry.key, ex.axes))
                     continue
                 r = entry.value.text
                 if r not in ROLE_NAMES:
-                    self.cx.error("PL121", f"unknown role '{r}'", entry.value.span, did_you_mean(r, ROLE_NAMES))
+                    self.cx.error(Code.UNKNOWN_ROLE, f"unknown role '{r}'", entry.value.span, did_you_mean(r, ROLE_NAMES))
                     continue
                 ex.roles[entry.key] = ir.Role(r)
         else:

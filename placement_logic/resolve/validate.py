@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError
+from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir.rebinding import rebind
 from .context import Context
 from .model import check_model_values
@@ -51,7 +51,7 @@ def rebinding_diagnostics(spec: ir.Spec, sets: Mapping[str, Fraction], origin: s
         if name in axes and (v.denominator != 1 or v < 1):
             axis = spec.mesh.axis(name)
             span = axis.size.span if isinstance(axis.size, ir.Const) and axis.size.span.line else axis.span
-            cx.error("PL107", f"the size of axis '{name}' must be a positive integer, not {_shown(v)}", span)
+            cx.error(Code.BAD_AXIS_SIZE, f"the size of axis '{name}' must be a positive integer, not {_shown(v)}", span)
     if cx.diags:  # sizes that are no sizes: the shapes are not judged over them
         return _finish(cx.diags, sets, origin)
     if rebound.mesh is not None:

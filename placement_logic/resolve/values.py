@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import ir
-from ..diagnostics import NO_SPAN, Span, did_you_mean
+from ..diagnostics import NO_SPAN, Code, Span, did_you_mean
 from ..frontend import surface
 from ..ir.walker import MAX_BITS, TooLarge, fold_strict
 from .context import Context
@@ -58,7 +58,7 @@ class Values:
 
     def declare(self, name: str, span: Span) -> bool:
         if name in self.lets or name in self.axes:
-            self.cx.error("PL102", f"'{name}' is defined twice", span)
+            self.cx.error(Code.DUPLICATE_DEFINITION, f"'{name}' is defined twice", span)
             return False
         return True
 
@@ -67,7 +67,7 @@ class Values:
             return self.values[name]
         if name in stack:
             cycle = " -> ".join(stack[stack.index(name):] + [name])
-            self.cx.error("PL126", f"definitions refer to each other in a cycle: {cycle}", self.lets[name].span)
+            self.cx.error(Code.DEFINITION_CYCLE, f"definitions refer to each other in a cycle: {cycle}", self.lets[name].span)
             return None
         let = self.lets[name]
         result = self.expr(let.value, env={}, stack=stack + [name])
@@ -93,11 +93,11 @@ class Values:
             try:
                 fold_strict(result[0], {**self.values, **env})
             except ZeroDivisionError:
-                self.cx.error("PL204", f"division by zero: {ir.show(result[0])} divides by zero with the values "
+                self.cx.error(Code.DIVISION_BY_ZERO, f"division by zero: {ir.show(result[0])} divides by zero with the values "
                               "given", getattr(e, "span", NO_SPAN))
                 return None
             except TooLarge:
-                self.cx.error("PL209", f"a number too large to hold exactly (over {MAX_BITS:,} bits): "
+                self.cx.error(Code.NUMBER_TOO_LARGE, f"a number too large to hold exactly (over {MAX_BITS:,} bits): "
                               f"{ir.show(result[0])}", getattr(e, "span", NO_SPAN))
                 return None
         return result
@@ -110,7 +110,7 @@ class Values:
             if e.unit is None:
                 return ir.Const(e.value, e.span), ir.Dim.COUNT
             if e.unit not in BYTE_UNITS:
-                error("PL208", f"unknown unit '{e.unit}'", e.span)
+                error(Code.UNKNOWN_UNIT, f"unknown unit '{e.unit}'", e.span)
                 return None
             return ir.Const(e.value * BYTE_UNITS[e.unit], e.span), ir.Dim.BYTES
         if isinstance(e, surface.Name):
@@ -122,11 +122,11 @@ class Values:
                 if self.let_value(e.id, stack) is None and e.id not in self.values:
                     return None
                 return ir.Sym(e.id, e.span), self.dims.get(e.id, ir.Dim.COUNT)
-            error("PL101", f"undefined name '{e.id}'", e.span,
+            error(Code.UNDEFINED_NAME, f"undefined name '{e.id}'", e.span,
                   did_you_mean(e.id, list(self.lets) + list(self.axes) + list(env)))
             return None
         if isinstance(e, surface.Bool):
-            error("PL114", f"'{'true' if e.value else 'false'}' is not a number", e.span)
+            error(Code.BAD_PROPERTY_VALUE, f"'{'true' if e.value else 'false'}' is not a number", e.span)
             return None
         if isinstance(e, surface.Neg):
             r = self.expr(e.operand, env, stack, allow_queries)
@@ -137,9 +137,9 @@ class Values:
             if allow_queries and e.func in QUERY_KINDS:
                 return self._query(e)
             if e.func in QUERY_KINDS:
-                error("PL205", f"'{e.func}(...)' is only allowed in assert and claim statements", e.span)
+                error(Code.UNKNOWN_FUNCTION, f"'{e.func}(...)' is only allowed in assert and claim statements", e.span)
             else:
-                error("PL205", f"unknown function '{e.func}'", e.span,
+                error(Code.UNKNOWN_FUNCTION, f"unknown function '{e.func}'", e.span,
                       did_you_mean(e.func, QUERY_KINDS) if allow_queries else ())
             return None
         raise TypeError(f"unexpected expression node {type(e).__name__}")
@@ -154,38 +154,38 @@ class Values:
         B, C = ir.Dim.BYTES, ir.Dim.COUNT
         if e.op in "+-":
             if ld is not rd:
-                error("PL201", f"cannot {'add' if e.op == '+' else 'subtract'} bytes and a plain count",
+                error(Code.UNIT_MISMATCH, f"cannot {'add' if e.op == '+' else 'subtract'} bytes and a plain count",
                       e.span, ("give both sides a byte unit, or neither",))
                 return None
             dim = ld
         elif e.op == "*":
             if ld is B and rd is B:
-                error("PL207", "bytes times bytes has no meaning here", e.span)
+                error(Code.BYTES_SQUARED, "bytes times bytes has no meaning here", e.span)
                 return None
             dim = B if B in (ld, rd) else C
         elif e.op == "/":
             if ld is C and rd is B:
-                error("PL207", "a count divided by bytes has no meaning here", e.span)
+                error(Code.BYTES_SQUARED, "a count divided by bytes has no meaning here", e.span)
                 return None
             if isinstance(rv, ir.Const) and rv.value == 0:
-                error("PL204", "division by zero", e.right.span)
+                error(Code.DIVISION_BY_ZERO, "division by zero", e.right.span)
                 return None
             dim = C if ld is rd else B
         elif e.op == "^":
             if rd is B:
-                error("PL202", "an exponent cannot carry a byte unit", e.right.span)
+                error(Code.UNIT_NOT_ALLOWED, "an exponent cannot carry a byte unit", e.right.span)
                 return None
             if not (isinstance(rv, ir.Const) and rv.value.denominator == 1):
-                error("PL203", "an exponent must be a whole-number constant", e.right.span)
+                error(Code.BAD_EXPONENT, "an exponent must be a whole-number constant", e.right.span)
                 return None
             if abs(rv.value) > 64:
-                error("PL203", "an exponent must be between -64 and 64", e.right.span)
+                error(Code.BAD_EXPONENT, "an exponent must be between -64 and 64", e.right.span)
                 return None
             if ld is B and rv.value != 1:
-                error("PL207", "bytes raised to a power has no meaning here", e.span)
+                error(Code.BYTES_SQUARED, "bytes raised to a power has no meaning here", e.span)
                 return None
             if isinstance(lv, ir.Const) and lv.value == 0 and rv.value < 0:
-                error("PL204", "division by zero", e.span)
+                error(Code.DIVISION_BY_ZERO, "division by zero", e.span)
                 return None
             dim = ld
         else:  # pragma: no cover - the grammar has no other operators
@@ -196,20 +196,20 @@ class Values:
         kind = e.func
         error = self.cx.error
         if e.kwargs:
-            error("PL206", f"'{kind}' takes no named arguments", e.kwargs[0].span)
+            error(Code.BAD_ARGUMENTS, f"'{kind}' takes no named arguments", e.kwargs[0].span)
             return None
         second = QUERY_KINDS[kind]
         max_args = 2 if second else 1
         if not (1 <= len(e.args) <= max_args):
             what = f"a plan and optionally a {second}" if second else "one plan"
-            error("PL206", f"'{kind}' takes {what}", e.span)
+            error(Code.BAD_ARGUMENTS, f"'{kind}' takes {what}", e.span)
             return None
         plan_arg = e.args[0]
         if not isinstance(plan_arg, surface.Name):
-            error("PL206", f"the first argument of '{kind}' must be a plan name", plan_arg.span)
+            error(Code.BAD_ARGUMENTS, f"the first argument of '{kind}' must be a plan name", plan_arg.span)
             return None
         if plan_arg.id not in self.plans:
-            error("PL117", f"'{plan_arg.id}' is not a plan", plan_arg.span,
+            error(Code.NOT_A_PLAN, f"'{plan_arg.id}' is not a plan", plan_arg.span,
                   did_you_mean(plan_arg.id, self.plans))
             return None
         arg = None
@@ -223,7 +223,7 @@ class Values:
                 allowed = tuple(self.axes)
             if not isinstance(a, surface.Name) or a.id not in allowed:
                 shown = a.id if isinstance(a, surface.Name) else "this argument"
-                code = {"state": "PL103", "group": "PL122"}.get(second, "PL109")
+                code = {"state": Code.UNKNOWN_STATE, "group": Code.BAD_OVERRIDE}.get(second, Code.UNDEFINED_AXIS)
                 error(code, f"'{shown}' is not a {second} of plan '{plan_arg.id}'", a.span,
                       did_you_mean(shown, allowed))
                 return None
@@ -236,7 +236,7 @@ class Values:
         if r is None:
             return None
         if r[1] is ir.Dim.BYTES:
-            self.cx.error("PL202", f"{what} is a plain count; a byte unit does not fit here", e.span)
+            self.cx.error(Code.UNIT_NOT_ALLOWED, f"{what} is a plain count; a byte unit does not fit here", e.span)
             return None
         return r[0]
 
@@ -247,7 +247,7 @@ class Values:
         shown = e.id if isinstance(e, surface.Name) else None
         span = getattr(e, "span", None) or Span.point(self.cx.file, 1, 1)
         notes = did_you_mean(shown, allowed) if shown else ()
-        self.cx.error("PL114", f"{what} must be one of {', '.join(allowed)}", span, notes)
+        self.cx.error(Code.BAD_PROPERTY_VALUE, f"{what} must be one of {', '.join(allowed)}", span, notes)
         return None
 
     def flag_value(self, prop: surface.Prop) -> bool | None:
@@ -256,5 +256,5 @@ class Values:
             return True
         if isinstance(prop.value, surface.Bool):
             return prop.value.value
-        self.cx.error("PL114", f"'{prop.key}' is true or false", prop.span)
+        self.cx.error(Code.BAD_PROPERTY_VALUE, f"'{prop.key}' is true or false", prop.span)
         return None

@@ -34,7 +34,7 @@ from .. import hardware as hw
 from ..costs import derive, steptime, with_sizes
 from ..costs.compiled import cost_exprs
 from ..costs.symbolic import symbol
-from ..diagnostics import Diagnostic, DiagnosticError, Span, did_you_mean
+from ..diagnostics import Code, Diagnostic, DiagnosticError, Span, did_you_mean
 from ..frontend.loader import load_string
 from ..resolve.validate import rebinding_diagnostics
 from . import program
@@ -144,7 +144,7 @@ def needs_numpy() -> None:
         import numpy  # noqa: F401
     except ImportError:
         raise DiagnosticError([Diagnostic(
-            "PL151", "placement search evaluates its candidates with numpy, which is not installed",
+            Code.SEARCH_INPUT, "placement search evaluates its candidates with numpy, which is not installed",
             Span("<command line>", 1, 1, 1, 2),
             notes=("install it with: pip install 'placement-logic[search]'",))]) from None
 
@@ -158,7 +158,7 @@ def run(model: str, space: Space, top: int = 10, check: bool = True,
     import numpy as np
 
     if hw.device(space.device) is None:
-        raise DiagnosticError([Diagnostic("PL150", f"--device {space.device}: not a device of the catalogue",
+        raise DiagnosticError([Diagnostic(Code.FILTER_ON_SHARDS, f"--device {space.device}: not a device of the catalogue",
                                           Span("<command line>", 1, 1, 1, 2),
                                           notes=did_you_mean(space.device, tuple(hw.DEVICES)))])
     t0 = time.perf_counter()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .. import hardware as hw
 from .. import ir
-from ..diagnostics import Diagnostic, DiagnosticError, Span
+from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 from ..frontend import surface
 from ..frontend.loader import load_string
 from ..frontend.parser import parse
@@ -32,7 +32,7 @@ def model_text(path: str, seq: int) -> tuple[str, ir.TransformerShape, str]:
     lines = text.splitlines(keepends=True)
     blocks = [i for i in module.items if isinstance(i, surface.ModelBlock)]
     if not blocks:
-        raise DiagnosticError([Diagnostic("PL151", f"{path} has no model block to search for",
+        raise DiagnosticError([Diagnostic(Code.SEARCH_INPUT, f"{path} has no model block to search for",
                                           Span.point(str(p), 1, 1))])
     mb = blocks[0]
     lets = "".join(_slice(lines, i.span) + "\n" for i in module.items if isinstance(i, surface.LetStmt)
@@ -47,7 +47,7 @@ def model_text(path: str, seq: int) -> tuple[str, ir.TransformerShape, str]:
     block = f"{lets}{head} {{\n{body}\n}}\n"
     spec = load_string(_lets(1, 1) + block, str(p), p.resolve().parent)
     if spec.model is None or spec.model.transformer is None:
-        raise DiagnosticError([Diagnostic("PL151", "the search needs a transformer shape (FLOPs and divisibility "
+        raise DiagnosticError([Diagnostic(Code.SEARCH_INPUT, "the search needs a transformer shape (FLOPs and divisibility "
                                           "come from it)", mb.span)])
     return block, spec.model.transformer, block
 

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..diagnostics import Diagnostic, DiagnosticError, Span
+from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 from ..measure.runner import free_port
 from .schema import TRACE_SCHEMA, VERSION
 
@@ -37,10 +37,10 @@ def script_of(command: list[str]) -> tuple[str, list[str]]:
         rest = rest[1:]
     if not rest or rest[0].startswith("-"):
         text = " ".join(command) or "(nothing after --)"
-        raise DiagnosticError([Diagnostic("PL611", f"expected '-- python SCRIPT.py ARGS...', got {text}",
+        raise DiagnosticError([Diagnostic(Code.BAD_TRACE_COMMAND, f"expected '-- python SCRIPT.py ARGS...', got {text}",
                                           command_line_span(text))])
     if not Path(rest[0]).is_file():
-        raise DiagnosticError([Diagnostic("PL611", f"no script {rest[0]}", command_line_span(rest[0]))])
+        raise DiagnosticError([Diagnostic(Code.BAD_TRACE_COMMAND, f"no script {rest[0]}", command_line_span(rest[0]))])
     return rest[0], rest[1:]
 
 
@@ -118,7 +118,7 @@ def run_traced(command: list[str], nproc: int, timeout: float = RUN_TIMEOUT_S) -
                     proc.wait(timeout=max(0.0, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     raise DiagnosticError([Diagnostic(
-                        "PL613", f"rank {rank} of {script} did not finish within {timeout:g} s (every rank and "
+                        Code.TRACE_FAILED, f"rank {rank} of {script} did not finish within {timeout:g} s (every rank and "
                         "the processes it started were stopped; --rank-timeout sets the limit)")]) from None
         finally:
             for proc in procs:
@@ -149,7 +149,7 @@ def run_traced(command: list[str], nproc: int, timeout: float = RUN_TIMEOUT_S) -
 def _failure(script: str, rank: int, status: int, part: dict | None, stderr: str) -> Diagnostic:
     error = (part or {}).get("error")
     if error:
-        return Diagnostic("PL613", f"rank {rank} of the traced script failed: {error['message']}",
+        return Diagnostic(Code.TRACE_FAILED, f"rank {rank} of the traced script failed: {error['message']}",
                           Span.point(error["file"], error["line"], 1))
     last = [line for line in (stderr or "").strip().splitlines() if line.strip()][-1:] or ["no output"]
-    return Diagnostic("PL613", f"rank {rank} of {script} exited with status {status}: {last[0]}")
+    return Diagnostic(Code.TRACE_FAILED, f"rank {rank} of {script} exited with status {status}: {last[0]}")

@@ -47,6 +47,7 @@ pipeline in ``lift_pipeline``, the loss, clipping and rendering in ``lift_render
 
 from __future__ import annotations
 
+from ..diagnostics import Code
 from .lift_activations import input_grad_reductions, unreduced_input_grads, unreduced_outputs
 from .lift_data import data_bindings
 from .lift_facts import local_overflow, overflow, split_by_values, unmodelled
@@ -63,7 +64,7 @@ def lift(trace: dict, plan_name: str = "traced", path: str = "<trace>") -> Lifte
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError) as exc:
         from ..diagnostics import Diagnostic, DiagnosticError, Span
 
-        raise DiagnosticError([Diagnostic("PL612", f"a record of the trace does not fit the schema "
+        raise DiagnosticError([Diagnostic(Code.BAD_TRACE, f"a record of the trace does not fit the schema "
                                           f"({type(exc).__name__}: {exc})", Span.point(path, 1, 1))]) from None
 
 

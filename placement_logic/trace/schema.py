@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from ..diagnostics import Diagnostic, DiagnosticError, Span
+from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 
 TRACE_SCHEMA = "placement-trace"
 VERSION = 1
@@ -21,7 +21,7 @@ RANK_KEYS = ("rank", "world", "meshes", "collectives", "unrecognised", "steps")
 
 
 def _bad(path: str, message: str, line: int = 1) -> DiagnosticError:
-    return DiagnosticError([Diagnostic("PL612", f"{message}", Span.point(path, line, 1))])
+    return DiagnosticError([Diagnostic(Code.BAD_TRACE, f"{message}", Span.point(path, line, 1))])
 
 
 # The types of a trace's entries (docs/json.md, "Trace files"): a key -> (type, required). A type
@@ -146,9 +146,9 @@ def load_trace(path: str) -> dict:
         if len(text) > MAX_TRACE_BYTES:
             raise OSError(0, f"larger than {MAX_TRACE_BYTES // (1024 * 1024)} MiB")
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise DiagnosticError([Diagnostic("PL006", f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}",
+        raise DiagnosticError([Diagnostic(Code.UNREADABLE_FILE, f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}",
                                           Span.point(path, 1, 1))]) from None
     from ..frontend.configs import load_json
 
-    trace = load_json(text, path, "PL612", "JSON")
+    trace = load_json(text, path, Code.BAD_TRACE, "JSON")
     return validate(trace, path)
