@@ -132,6 +132,7 @@ class OverrideVerb(StrEnum):
     SUM = "sum"
     EQUAL = "equal"
     CLAMP_BEFORE_REDUCE = "clamp_before_reduce"
+    EPS_BEFORE_REDUCE = "eps_before_reduce"
     VARY = "vary"
     SAME = "same"
     NO_REGATHER = "no_regather"

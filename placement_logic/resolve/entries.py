@@ -259,7 +259,7 @@ def _axes_and_divisor(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.V
             return None
     by = None
     if o.by is not None:
-        eps = o.verb == "eps_before_reduce"  # an epsilon, not a divisor: 0 changes nothing (check.partial, PL506)
+        eps = o.verb == OverrideVerb.EPS_BEFORE_REDUCE  # an epsilon, not a divisor: 0 changes nothing (check.partial, PL506)
         by = vals.count(o.by, env, "the epsilon" if eps else "the divisor")
         if by is None:
             return None
