@@ -123,6 +123,7 @@ def test_entries_cover_each_group_once():
 
 def test_uneven_owners_are_unrealised():
     """Round robin over 4 ranks of a gated MLP's 6 matrices (2 layers × 3): owners of 2, 2, 1, 1."""
+    pytest.importorskip("torch")  # measure asks for torch before it scales a runnable scheme down
     from placement_logic.frontend.loader import load_string
     from placement_logic.measure.session import measure_many
 
