@@ -18,6 +18,8 @@ def act_obligations(step, ctx, obligation) -> list:
         span = next((s for _, _, s in ty.cause if s != NO_SPAN), step.sp_span)
         what = ("the forward output of the region equals the single-device output on every rank (the type the "
                 "next operation needs: " if ty.direction == "forward" else
+                "the output gradient the embedding's weight gradient reads is the full gradient on every rank (the "
+                "type it needs: " if ty.flow.region == "embedding" else
                 "the gradient the region passes to the layers before it is the full gradient on every rank (the "
                 "type they need: ") + ", ".join(f"{KIND_TEXT[k].split(' (')[0]} over {a}" for a, k in ty.needed) + ")"
         suffix = f" over ({', '.join(ty.flow.tensor)})" if len(groups) > 1 else ""

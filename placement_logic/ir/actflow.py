@@ -17,7 +17,12 @@ four slots where a collective sits (Megatron's f and g and their conjugates):
 | ``bwd_exit``: the output gradient, before the row-parallel linear's backward | none | all-gather |
 | ``bwd_entry``: the input gradient, after the column-parallel linear's backward | all-reduce (f's conjugate) | reduce-scatter |
 
-The head has no row-parallel linear: its slots are ``fwd_entry`` and ``bwd_entry``.
+The head has no row-parallel linear: its slots are ``fwd_entry`` and ``bwd_entry``. The
+vocabulary-parallel input embedding (``embedding``: each tensor rank holds a slice of the vocabulary
+and looks up the tokens in it, zero rows for the others: a partial output) has ``fwd_exit`` (its
+output's all-reduce, a reduce-scatter under sequence parallelism) and ``bwd_exit`` (the output
+gradient its weight gradient reads: nothing, an all-gather under sequence parallelism); its input
+(token ids) has no gradient.
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ from ..diagnostics import NO_SPAN, Span
 from .buffers import Collective, Kind, Payload, Phase, link_of
 from .nodes import Const, Mode, Op, Recompute, Role, State
 
-REGIONS = ("attention", "mlp", "head")
+REGIONS = ("attention", "mlp", "head", "embedding")
+# the slots each region has (the others: every slot)
+REGION_SLOTS = {"head": ("fwd_entry", "bwd_entry"), "embedding": ("fwd_exit", "bwd_exit")}
 TARGETS = ("activations", "activation_grads")
 ASSERTS = {"assert_replicate": "R", "assert_partial": "P", "assert_shard": "S"}
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, SLICE, COPY = "all_reduce", "all_gather", "reduce_scatter", "slice", "copy"
@@ -57,6 +64,7 @@ class Slot:
     span: Span = NO_SPAN  # the override that states it (NO_SPAN: derived)
     verb: str = ""  # the override's verb ("": derived)
     declared: str = ""  # R | P | S: the asserted type (assert_* verbs)
+    axes: tuple[str, ...] = ()  # the axes an assert_* verb names
 
 
 @dataclass(frozen=True)
@@ -71,7 +79,7 @@ class Flow:
 
     @property
     def has_row(self) -> bool:
-        return self.region != "head"
+        return self.region not in ("head", "embedding")
 
 
 def redistribute(declared: str, needed: str, axes: tuple[str, ...]) -> tuple[Step, ...]:
@@ -83,11 +91,10 @@ def redistribute(declared: str, needed: str, axes: tuple[str, ...]) -> tuple[Ste
 
 def derived_slots(region: str, t: tuple[str, ...], sp: bool) -> dict[str, Slot]:
     out = {"fwd_entry": Slot((Step(ALL_GATHER, t),) if sp else ()),
-           "bwd_entry": Slot((Step(REDUCE_SCATTER if sp else ALL_REDUCE, t),))}
-    if region != "head":
-        out["fwd_exit"] = Slot((Step(REDUCE_SCATTER if sp else ALL_REDUCE, t),))
-        out["bwd_exit"] = Slot((Step(ALL_GATHER, t),) if sp else ())
-    return out
+           "bwd_entry": Slot((Step(REDUCE_SCATTER if sp else ALL_REDUCE, t),)),
+           "fwd_exit": Slot((Step(REDUCE_SCATTER if sp else ALL_REDUCE, t),)),
+           "bwd_exit": Slot((Step(ALL_GATHER, t),) if sp else ())}
+    return {k: v for k, v in out.items() if k in REGION_SLOTS.get(region, SLOTS)}
 
 
 def _passes(axes: tuple[str, ...]) -> list[tuple[str, ...]]:
@@ -103,7 +110,7 @@ def _passes(axes: tuple[str, ...]) -> list[tuple[str, ...]]:
 def stated_slot(o, region: str, t: tuple[str, ...], sp: bool) -> Slot:
     axes = tuple(o.axes or ())
     if o.verb in ASSERTS:
-        return Slot(redistribute(ASSERTS[o.verb], "S" if sp else "R", axes), o.span, o.verb, ASSERTS[o.verb])
+        return Slot(redistribute(ASSERTS[o.verb], "S" if sp else "R", axes), o.span, o.verb, ASSERTS[o.verb], axes)
     if o.verb == "no_reduce":
         return Slot((), o.span, o.verb)
     if o.verb == "reduce_copy":
@@ -161,7 +168,7 @@ def adjust(plan, colls: tuple[Collective, ...], per_layer, per_microbatch) -> tu
     mesh = plan.mesh.names
     for f in flows(plan):
         derived = derived_slots(f.region, f.tensor, f.sp)
-        per = per_microbatch if f.region == "head" else per_layer
+        per = per_microbatch if f.region in ("head", "embedding") else per_layer
         for name, slot in f.slots:
             if not slot.verb:
                 continue
@@ -184,7 +191,9 @@ def adjust(plan, colls: tuple[Collective, ...], per_layer, per_microbatch) -> tu
 
 def _take(colls: list, kind: Kind, phase: Phase, axes: tuple[str, ...], per, region: str) -> list:
     """Lower the count of the derived activation collective that holds this slot's share."""
-    want = ("vocabulary-parallel head", "Megatron SP: the head") if region == "head" else ("Megatron TP", "Megatron SP: 2")
+    want = {"head": ("vocabulary-parallel head", "Megatron SP: the head"),
+            "embedding": ("vocabulary-parallel embedding", "Megatron SP: the embedding")}.get(
+        region, ("Megatron TP", "Megatron SP: 2"))
     for i, c in enumerate(colls):
         if c.kind is kind and c.phase is phase and c.axes == axes and c.state is State.ACTIVATIONS \
                 and c.rule.startswith(want):

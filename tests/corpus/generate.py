@@ -1175,6 +1175,36 @@ with_base("act_from_local_partial_sp", "sp", "the row-parallel output wrapped as
           "[Partial()]) and the input gradient declared Partial: redistributing to the shard the next operation "
           "needs is the reduce-scatter the derivation has.",
           ["override activations: assert_partial over (tp)", "override activation_grads: assert_partial over (tp)"])
+# -- the vocabulary-parallel embedding's output reduction --------------------------------
+
+EMB_REPL = "a masked vocabulary-parallel lookup wrapped as Replicate, not Partial (pytorch/pytorch#130725)"
+EMB_SLICE = "the embedding's output gradient left in sequence slices (NVIDIA/Megatron-LM#1635)"
+for name, b, line, expect, what, mirror in [
+    ("emb_reduce_missing_tp", "tp", "override activations[embedding]: reduce over ()", ["GI activations[embedding]"],
+     "the vocabulary-parallel embedding's masked lookup never all-reduced: each tensor rank reads the rows of its "
+     "own vocabulary slice and zeros elsewhere.", "rank-local soft embeddings not summed (vllm-project/vllm#46212)"),
+    ("emb_reduce_world_tp", "tp", "override activations[embedding]: reduce over (dp, tp)",
+     ["GI activations[embedding]"], "the embedding's output all-reduced over dp and tp: it adds other samples' "
+     "embeddings.", EMB_REPL),
+    ("emb_reduce_scatter_missing_sp", "sp", "override activations[embedding]: reduce over ()",
+     ["GI activations[embedding]"], "no reduce-scatter of the embedding's partial output into sequence slices.",
+     EMB_REPL),
+    ("emb_assert_replicate_tp", "tp", "override activations[embedding]: assert_replicate over (tp)",
+     ["GI activations[embedding]"], "the masked lookup declared Replicate: no all-reduce.", EMB_REPL),
+    ("emb_grad_gather_missing_sp", "sp", "override activation_grads[embedding]: gather over ()",
+     ["GI activation_grads[embedding]"], "the output gradient's sequence slices never all-gathered before the "
+     "embedding's weight gradient, which reads every position.", EMB_SLICE),
+    ("emb_grad_gather_tp", "tp", "override activation_grads[embedding]: gather over (tp)",
+     ["GI activation_grads[embedding]"], "an all-gather of the embedding's replicated output gradient under plain "
+     "tensor parallelism: n copies of the sequence.", EMB_SLICE),
+]:
+    mutant(name, b, what, [line], expect, mirrors=mirror)
+with_base("emb_from_local_partial_tp", "tp", "the masked lookup wrapped as DTensor.from_local(..., [Partial()]): "
+          "redistributing to Replicate is the all-reduce the derivation has.",
+          ["override activations[embedding]: assert_partial over (tp)"])
+with_base("emb_restated_sp", "sp", "the embedding's reduce-scatter and its gradient's all-gather stated as they are.",
+          ["override activations[embedding]: reduce over (tp)",
+           "override activation_grads[embedding]: gather over (tp)"])
 # -- optimizers whose update needs whole matrices (Muon) ----------------------------------
 
 MUON = ["optimizer {", "  matrices = muon(ns_steps = 5)", "}"]
