@@ -19,6 +19,14 @@ collectives before the weight gradient, then rank r's gradient of its rows: the 
 gradient's rows over the positions holding each of its words (an output gradient without one row
 per position does not fit). The embedding's ``("grad", "embedding")`` is its weight gradient.
 
+The vocabulary-parallel cross entropy (``loss``): each device holds, per token of its samples,
+the integer logits of its vocabulary block; it takes its local max logit, runs the stated all-reduce
+MAX passes (``activations[loss]: reduce_max``), subtracts, and all-reduces (sum) the shifted target
+logit (zero on a device whose block lacks the target; ``reduce_target``) and the sum of base-2
+exponentials (``reduce_sumexp``), each derived over the tensor axes. Its ``("act", "loss")`` compares
+2^loss = S·2^-t per token with the single-device value (base 2 keeps every number a fraction), its
+``("grad", "loss")`` the device's softmax-minus-one-hot entries.
+
 ``violations(plan, sizes)`` returns ``("act", region)`` (the forward output is wrong on some
 device) and ``("grad", region)`` (the input gradient is).
 """
@@ -30,7 +38,7 @@ from itertools import product
 
 from placement_logic import ir
 
-REGIONS = ("attention", "mlp", "head", "embedding")
+REGIONS = ("attention", "mlp", "head", "embedding", "loss")
 Mat = list[list[Fraction]] | None
 
 
@@ -222,7 +230,55 @@ def embedding_violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
     return found
 
 
+def loss_violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
+    mesh = Mesh(plan, sizes)
+    n = mesh.tp(mesh.devices[0])[1]
+    seq, per = 2, 2
+    V = per * n
+    t_axes = tuple(mesh.tensor)
+
+    def passes(verb):
+        o = _stated(plan, "activations", "loss", (verb,))
+        return _per_pass("x", o.axes) if o else [("x", t_axes)]
+
+    def reduce(vals, verb, op):
+        for _, axes in passes(verb):
+            out = {}
+            for d in mesh.devices:
+                grp = mesh.group(d, axes)
+                out[mesh.key(d)] = [op(col) for col in zip(*(vals[k] for k in grp))]
+            vals = out
+        return vals
+
+    logits, target = {}, {}
+    for d in mesh.devices:
+        s = mesh.sample(d)
+        logits[mesh.key(d)] = [[(3 * i + 5 * w + 7 * s) % 7 - 3 for w in range(V)] for i in range(seq)]
+        target[mesh.key(d)] = [(i + 2 * s) % V for i in range(seq)]
+    block = {mesh.key(d): range(mesh.tp(d)[0] * per, (mesh.tp(d)[0] + 1) * per) for d in mesh.devices}
+    two = Fraction(2)
+    m = reduce({k: [max(z[i][w] for w in block[k]) for i in range(seq)] for k, z in logits.items()}, "reduce_max", max)
+    t = reduce({k: [z[i][target[k][i]] - m[k][i] if target[k][i] in block[k] else 0 for i in range(seq)]
+                for k, z in logits.items()}, "reduce_target", sum)
+    S = reduce({k: [sum((two ** (z[i][w] - m[k][i]) for w in block[k]), Fraction(0)) for i in range(seq)]
+                for k, z in logits.items()}, "reduce_sumexp", sum)
+    found = set()
+    for k, z in logits.items():
+        full = [sum((two ** v for v in z[i]), Fraction(0)) for i in range(seq)]
+        if any(S[k][i] * two ** -t[k][i] != full[i] * two ** -z[i][target[k][i]] for i in range(seq)):
+            found.add(("act", "loss"))
+        for i in range(seq):
+            hot = [1 if w == target[k][i] else 0 for w in block[k]]
+            got = [two ** (z[i][w] - m[k][i]) / S[k][i] - h for w, h in zip(block[k], hot)]
+            want = [two ** z[i][w] / full[i] - h for w, h in zip(block[k], hot)]
+            if got != want:
+                found.add(("grad", "loss"))
+    return found
+
+
 def region_violations(plan: ir.Plan, sizes: dict[str, int], region: str) -> set:
+    if region == "loss":
+        return loss_violations(plan, sizes)
     if region == "embedding":
         return embedding_violations(plan, sizes)
     mesh = Mesh(plan, sizes)

@@ -22,7 +22,7 @@ from placement_logic.outcome import Verdict
 from placement_logic.solver.session import Session
 
 SESSION = Session(timeout=20)
-REGIONS = ("attention", "mlp", "head", "embedding")
+REGIONS = ("attention", "mlp", "head", "embedding", "loss")
 LAYERS = ("attention", "mlp", "head")  # the regions with an input gradient (bwd_entry)
 KEYS = {f"GI activations[{r}]": ("act", r) for r in REGIONS}
 KEYS.update({f"GI activation_grads[{r}]": ("grad", r) for r in REGIONS})
@@ -90,12 +90,22 @@ HAND = [
     ({G: ("gather", "embedding", ("tp",))}, False, {("grad", "embedding")}),  # gathering a replicated gradient
     ({G: ("gather", "embedding", ("dp",))}, True, {("grad", "embedding")}),
     ({G: ("gather", None, ())}, True, {("grad", r) for r in ("attention", "mlp", "embedding")}),
+    # the vocabulary-parallel cross entropy: one constant subtracted per tensor group, two sums over it
+    ({A: ("reduce_max", "loss", ("tp",)), "x": ("reduce_sumexp", None, ("tp",))}, True, ()),
+    ({A: ("reduce_max", "loss", ("dp", "tp"))}, False, ()),  # a larger group: still one constant per group
+    ({A: ("reduce_max", "loss", ("tp", "tp"))}, False, ()),  # MAX is idempotent
+    ({A: ("reduce_max", "loss", ())}, False, {("act", "loss"), ("grad", "loss")}),  # each rank its local max
+    ({A: ("reduce_max", "loss", ("dp",))}, True, {("act", "loss"), ("grad", "loss")}),
+    ({A: ("reduce_target", "loss", ())}, False, {("act", "loss")}),  # the loss value only: the one-hot is local
+    ({A: ("reduce_target", "loss", ("dp", "tp"))}, False, {("act", "loss")}),
+    ({A: ("reduce_sumexp", "loss", ())}, False, {("act", "loss"), ("grad", "loss")}),
+    ({A: ("reduce_sumexp", "loss", ("tp", "tp"))}, True, {("act", "loss"), ("grad", "loss")}),
 ]
 
 
 @pytest.mark.parametrize("stated,sp,expected", HAND)
 def test_hand_cases_checker_and_simulator(stated, sp, expected):
-    spec, p = _with(DP_TP, [ov(t, v, g, a) for t, (v, g, a) in stated.items()], sp)
+    spec, p = _with(DP_TP, [ov(A if t == "x" else t, v, g, a) for t, (v, g, a) in stated.items()], sp)
     assert simulated(p) == set(expected)
     v = verdicts(check_plan(SESSION, spec, p, {}))
     assert set(v) == set(KEYS.values())
@@ -110,13 +120,15 @@ def act_plans(draw):
     sp = draw(hs.booleans())
     lists = hs.lists(hs.sampled_from(names), max_size=2).map(tuple)
     asserted = hs.lists(hs.just("tp"), min_size=1, max_size=1).map(tuple)
-    region = hs.sampled_from([None, "attention", "mlp", "head", "embedding"])
+    region = hs.sampled_from([None, "attention", "mlp", "head", "embedding", "loss"])
     cands = hs.one_of(
         hs.builds(lambda v, g, a: ov(A, v, g, a), hs.sampled_from(("gather", "reduce")), region, lists),
         hs.builds(lambda v, g, a: ov(A, v, g, a), hs.sampled_from(("assert_replicate", "assert_partial",
                                                                    "assert_shard")), region, asserted),
         hs.builds(lambda v, g, a: ov(G, v, g, a), hs.sampled_from(("gather", "reduce")), region, lists),
         hs.builds(lambda v, g: ov(G, v, g), hs.sampled_from(("no_reduce", "reduce_copy")), region),
+        hs.builds(lambda v, a: ov(A, v, "loss", a), hs.sampled_from(("reduce_max", "reduce_target", "reduce_sumexp")),
+                  lists),
         hs.builds(lambda v, g, a: ov(G, v, g, a), hs.sampled_from(("assert_replicate", "assert_partial",
                                                                    "assert_shard")), region, asserted),
     )
@@ -167,6 +179,9 @@ def test_from_local_replicate_names_the_assertion():
     (ov(G, "reduce", "embedding", ("tp",)), "PL506", "no gradient"),
     (ov(G, "no_reduce", "embedding"), "PL506", "no gradient"),
     (ov(A, "gather", "embedding", ("tp",)), "PL506", "no column-parallel linear"),
+    (ov(A, "reduce", "loss", ("tp",)), "PL506", "three all-reduces"),
+    (ov(G, "no_reduce", "loss"), "PL506", "backward needs none"),
+    (ov(A, "reduce_max", "mlp", ("tp",)), "PL506", "only the vocabulary-parallel cross entropy"),
 ])
 def test_diagnostics(o, code, words):
     spec, p = _with(DP_TP, [o])
@@ -321,6 +336,7 @@ def test_embedding_costs_follow_the_overrides():
 @pytest.mark.parametrize("stmt", [
     "override activations[embedding]: reduce over (tp)", "override activations[embedding]: reduce over ()",
     "override activations[embedding]: assert_partial over (tp)", "override activation_grads[embedding]: gather over (tp)",
+    "override activations[loss]: reduce_max over (tp)", "override activations[loss]: reduce_sumexp over ()",
 ])
 def test_embedding_statements_format_round_trip(stmt):
     from placement_logic.frontend.canonical import format_source
@@ -329,3 +345,46 @@ def test_embedding_statements_format_round_trip(stmt):
     assert format_source(src, "x.place") == src
     messy = src.replace(f"  {stmt}", "  " + stmt.replace(": ", " :  ").replace("(tp)", "( tp )"))
     assert format_source(messy, "x.place") == src
+
+
+# --------------------------------------------------------------------------- the vocabulary-parallel cross entropy
+
+
+def test_loss_replay_each_rank_its_local_max():
+    spec, p = _with(DP_TP, [ov(A, "reduce_max", "loss", ())])
+    obs = {o.name: o for o in check_plan(SESSION, spec, p, {}).obligations}
+    cex = obs["GI activations[loss]"].counterexample
+    # by hand: logits [0, 1] (word j on rank j), target 0; the local maxima 0 and 1 give t = 0 and
+    # S = 2^0 + 2^(1-1) = 2, so 2^loss = 2; single-device: (2^0 + 2^1) / 2^0 = 3
+    assert "on rank 0 of tp = [2], single-device = [3]" in cex.equation
+    assert "local max" in cex.diagnosis[0] and "reduce_max over ()" in cex.diagnosis[0]
+    assert obs["GI activation_grads[loss]"].verdict is Verdict.REFUTED
+
+
+def test_loss_target_missing_breaks_the_value_not_the_gradient():
+    spec, p = _with(DP_TP, [ov(A, "reduce_target", "loss", ())])
+    obs = {o.name: o for o in check_plan(SESSION, spec, p, {}).obligations}
+    assert obs["GI activation_grads[loss]"].verdict is Verdict.PROVED
+    cex = obs["GI activations[loss]"].counterexample
+    # rank 1 holds no target: t = 0 there, S = 2^(0-1) + 2^(1-1) = 3/2 after the global max 1: 2^loss = 3/2,
+    # single-device 3; rank 0 has t = 0 - 1 = -1: 2^loss = 3
+    assert "on rank 1 of tp = [3/2], single-device = [3]" in cex.equation
+    assert "target's logit" in cex.diagnosis[0]
+
+
+def test_loss_costs_follow_the_overrides():
+    def scalars(lines):
+        from placement_logic.frontend.loader import load_string
+
+        p = load_string(EMB.format(lines=lines, tp="megatron_tp")).plan("p")
+        out: dict = {}
+        for c in collectives.derive(p):
+            if c.payload.tensor == "token_scalars":
+                key = (c.kind.value, c.axes)
+                out[key] = out.get(key, 0) + _num(c.count)
+        return out
+
+    assert scalars("") == {("all_reduce", ("tp",)): 3}  # three per microbatch (m = 1)
+    assert scalars("  override activations[loss]: reduce_max over ()\n") == {("all_reduce", ("tp",)): 2}
+    assert scalars("  override activations[loss]: reduce_target over (dp, tp)\n") == {
+        ("all_reduce", ("tp",)): 2, ("all_reduce", ("dp", "tp")): 1}

@@ -123,6 +123,10 @@ def needed_kind(flow: af.Flow, direction: str) -> str:
 
 
 def typed(flow: af.Flow, axes: tuple[str, ...], direction: str) -> Typed:
+    if flow.region == "loss":
+        from .actflow_loss import typed as loss_typed
+
+        return loss_typed(flow, axes, direction, _coll, Typed)
     slots = dict(flow.slots)
     derived = af.derived_slots(flow.region, flow.tensor, flow.sp)
     got, ref = _run(flow, slots, axes, direction), _run(flow, derived, axes, direction)
@@ -155,6 +159,16 @@ def model(plan: ir.Plan, axes: tuple[str, ...], tensor: tuple[str, ...]) -> ActM
                 "embedding has no column-parallel linear and its input (token ids) no gradient, so nothing is "
                 "gathered before it or reduced after its backward (its slots: activations: reduce/assert_*, "
                 "activation_grads: gather)", o.span)])
+        if o.group == "loss" and slot not in af.LOSS_SLOTS:
+            raise DiagnosticError([Diagnostic(
+                "PL506", f"override {o.target}[loss]: {o.verb} changes nothing: the vocabulary-parallel cross "
+                "entropy's collectives are its three all-reduces (activations[loss]: reduce_max, reduce_target, "
+                "reduce_sumexp); its backward needs none", o.span)])
+        if o.verb in af.LOSS_VERBS and o.group not in (None, "loss"):
+            raise DiagnosticError([Diagnostic(
+                "PL506", f"override {o.target}[{o.group}]: {o.verb} changes nothing: only the vocabulary-parallel "
+                "cross entropy (activations[loss]) reduces the max logit, the target's logit and the sum of "
+                "exponentials", o.span)])
         if o.group == "head" and slot not in ("fwd_entry", "bwd_entry"):
             raise DiagnosticError([Diagnostic(
                 "PL506", f"override {o.target}[head]: {o.verb} changes nothing: the output layer has no "

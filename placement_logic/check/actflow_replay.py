@@ -179,11 +179,18 @@ def replay(ctx: Context, ty, w: dict) -> Counterexample | None:
     for _, slot in ty.flow.slots:  # a collective over another axis with several ranks: not replayed here
         if any(sizes.get(a, 1) > 1 and a != axis for s in slot.steps for a in s.axes):
             return None
-    got, want, inputs = run(ty.flow, ty.direction, axis, n)
+    if ty.flow.region == "loss":
+        from . import actflow_loss
+
+        got, want, inputs = actflow_loss.run(ty.flow, ty.direction, axis, n)
+    else:
+        got, want, inputs = run(ty.flow, ty.direction, axis, n)
     r = next((i for i in range(n) if got[i] != want[i]), None)
     if r is None:
         return None
     stage, span = next((s, sp) for a, s, sp in ty.cause if a == axis)
+    if ty.flow.region == "loss":
+        return actflow_loss.counterexample(ctx, ty, sizes, axis, r, got, want, inputs, stage, span, _show, _axes)
     if ty.flow.region == "embedding":
         return _embedding_cex(ctx, ty, sizes, axis, r, got, want, inputs, stage, span)
     result = dict(ty.result)[axis]

@@ -1205,6 +1205,34 @@ with_base("emb_from_local_partial_tp", "tp", "the masked lookup wrapped as DTens
 with_base("emb_restated_sp", "sp", "the embedding's reduce-scatter and its gradient's all-gather stated as they are.",
           ["override activations[embedding]: reduce over (tp)",
            "override activation_grads[embedding]: gather over (tp)"])
+# -- the vocabulary-parallel cross entropy's all-reduces ----------------------------------
+
+LOSS_BOTH = ["GI activations[loss]", "GI activation_grads[loss]"]
+GATHERED = "gathered logits fed to the vocabulary-parallel cross entropy (NVIDIA/Megatron-LM#7452)"
+for name, line, expect, what, mirror in [
+    ("loss_local_max_tp", "override activations[loss]: reduce_max over ()", LOSS_BOTH,
+     "each tensor rank subtracts its own slice's max logit before the sum of exponentials is summed.",
+     "the logits_max all-reduce of c_softmax_with_cross_entropy (PaddlePaddle/Paddle#70351)"),
+    ("loss_max_dp_only_tp", "override activations[loss]: reduce_max over (dp)", LOSS_BOTH,
+     "the max logit all-reduced over dp, not tp: still one local max per tensor rank.",
+     "the loss's all-reduces on a group other than the model's tensor group (NVIDIA/Megatron-LM#5128)"),
+    ("loss_target_missing_tp", "override activations[loss]: reduce_target over ()", ["GI activations[loss]"],
+     "the target's logit never summed: the ranks without the target report a loss from 0; the gradient (softmax "
+     "minus the one-hot target, local) is right.", GATHERED),
+    ("loss_sumexp_twice_tp", "override activations[loss]: reduce_sumexp over (tp, tp)", LOSS_BOTH,
+     "the sum of exponentials summed twice over tp: the loss plus log(tp), the softmax divided by tp.", GATHERED),
+    ("loss_sumexp_world_tp", "override activations[loss]: reduce_sumexp over (dp, tp)", LOSS_BOTH,
+     "the sum of exponentials all-reduced over dp and tp: other samples' tokens added in.",
+     "the loss's all-reduces on a group other than the model's tensor group (NVIDIA/Megatron-LM#5128)"),
+]:
+    mutant(name, "tp", what, [line], expect, mirrors=mirror)
+with_base("loss_max_world_tp", "tp", "the max logit all-reduced over dp and tp: a larger maximum, but one constant "
+          "per tensor group, which the cross entropy does not depend on.",
+          ["override activations[loss]: reduce_max over (dp, tp)"])
+with_base("loss_max_twice_sp", "sp", "the max logit all-reduced twice over tp (MAX is idempotent); the loss's "
+          "all-reduces stay all-reduces under sequence parallelism.",
+          ["override activations[loss]: reduce_max over (tp, tp)",
+           "override activations[loss]: reduce_target over (tp)", "override activations[loss]: reduce_sumexp over (tp)"])
 # -- optimizers whose update needs whole matrices (Muon) ----------------------------------
 
 MUON = ["optimizer {", "  matrices = muon(ns_steps = 5)", "}"]
