@@ -11,6 +11,22 @@ a reduce-scatter sums and keeps the device's block of rows. A device whose matri
 collective or a product holds nothing (None). Each device's forward output and input gradient is
 compared with the single-device region's.
 
+The vocabulary-parallel embedding: a table E of per·n words (rows), rows [r·per, (r+1)·per) on
+tensor rank r; each sample is a sequence of token ids, whole on every tensor rank. Forward: each
+rank looks up the tokens of its rows (a zero row for the others), then the collectives after it.
+Backward: the output gradient (the device's sequence block under sequence parallelism) through the
+collectives before the weight gradient, then rank r's gradient of its rows: the sum of the output
+gradient's rows over the positions holding each of its words (an output gradient without one row
+per position does not fit). The embedding's ``("grad", "embedding")`` is its weight gradient.
+
+The vocabulary-parallel cross entropy (``loss``): each device holds, per token of its samples,
+the integer logits of its vocabulary block; it takes its local max logit, runs the stated all-reduce
+MAX passes (``activations[loss]: reduce_max``), subtracts, and all-reduces (sum) the shifted target
+logit (zero on a device whose block lacks the target; ``reduce_target``) and the sum of base-2
+exponentials (``reduce_sumexp``), each derived over the tensor axes. Its ``("act", "loss")`` compares
+2^loss = S·2^-t per token with the single-device value (base 2 keeps every number a fraction), its
+``("grad", "loss")`` the device's softmax-minus-one-hot entries.
+
 ``violations(plan, sizes)`` returns ``("act", region)`` (the forward output is wrong on some
 device) and ``("grad", region)`` (the input gradient is).
 """
@@ -22,7 +38,7 @@ from itertools import product
 
 from placement_logic import ir
 
-REGIONS = ("attention", "mlp", "head")
+REGIONS = ("attention", "mlp", "head", "embedding", "loss")
 Mat = list[list[Fraction]] | None
 
 
@@ -175,7 +191,96 @@ def _rows(m: list, r: int, n: int) -> list:
     return m[r * k:(r + 1) * k]
 
 
+def embedding_violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
+    mesh = Mesh(plan, sizes)
+    sp = plan.sequence_parallel or bool(plan.axes_with_role(ir.Role.SEQUENCE))
+    n = mesh.tp(mesh.devices[0])[1]
+    seq, hid, per = 2 * n, 2, 2
+    E = _matrix(per * n, hid, 3)
+    found = set()
+    fwd, want_f, bwd, want_b = {}, {}, {}, {}
+    for d in mesh.devices:
+        r, _ = mesh.tp(d)
+        s = mesh.sample(d)
+        toks = [(5 * i + 3 * s + 1) % (per * n) for i in range(seq)]
+        mine = range(r * per, (r + 1) * per)
+        k = mesh.key(d)
+        fwd[k] = [list(E[w]) if w in mine else [Fraction(0)] * hid for w in toks]
+        full = [list(E[w]) for w in toks]
+        want_f[k] = _rows(full, r, n) if sp else full
+        G = _matrix(seq, hid, 70 + s)
+        bwd[k] = (_rows(G, r, n) if sp else G, toks)
+        want_b[k] = [[sum((G[i][j] for i in range(seq) if toks[i] == w), Fraction(0)) for j in range(hid)]
+                     for w in mine]
+    h = _apply(mesh, _ops(plan, mesh, "embedding", "exit"), fwd)
+    if any(h[k] != want_f[k] for k in h):
+        found.add(("act", "embedding"))
+    g = _apply(mesh, _ops(plan, mesh, "embedding", "grad_exit"), {k: v[0] for k, v in bwd.items()})
+    for d in mesh.devices:
+        k = mesh.key(d)
+        r, _ = mesh.tp(d)
+        toks, v = bwd[k][1], g[k]
+        if v is None or len(v) != len(toks):
+            dW = None
+        else:
+            dW = [[sum((v[i][j] for i in range(len(toks)) if toks[i] == w), Fraction(0)) for j in range(hid)]
+                  for w in range(r * per, (r + 1) * per)]
+        if dW != want_b[k]:
+            found.add(("grad", "embedding"))
+    return found
+
+
+def loss_violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
+    mesh = Mesh(plan, sizes)
+    n = mesh.tp(mesh.devices[0])[1]
+    seq, per = 2, 2
+    V = per * n
+    t_axes = tuple(mesh.tensor)
+
+    def passes(verb):
+        o = _stated(plan, "activations", "loss", (verb,))
+        return _per_pass("x", o.axes) if o else [("x", t_axes)]
+
+    def reduce(vals, verb, op):
+        for _, axes in passes(verb):
+            out = {}
+            for d in mesh.devices:
+                grp = mesh.group(d, axes)
+                out[mesh.key(d)] = [op(col) for col in zip(*(vals[k] for k in grp))]
+            vals = out
+        return vals
+
+    logits, target = {}, {}
+    for d in mesh.devices:
+        s = mesh.sample(d)
+        logits[mesh.key(d)] = [[(3 * i + 5 * w + 7 * s) % 7 - 3 for w in range(V)] for i in range(seq)]
+        target[mesh.key(d)] = [(i + 2 * s) % V for i in range(seq)]
+    block = {mesh.key(d): range(mesh.tp(d)[0] * per, (mesh.tp(d)[0] + 1) * per) for d in mesh.devices}
+    two = Fraction(2)
+    m = reduce({k: [max(z[i][w] for w in block[k]) for i in range(seq)] for k, z in logits.items()}, "reduce_max", max)
+    t = reduce({k: [z[i][target[k][i]] - m[k][i] if target[k][i] in block[k] else 0 for i in range(seq)]
+                for k, z in logits.items()}, "reduce_target", sum)
+    S = reduce({k: [sum((two ** (z[i][w] - m[k][i]) for w in block[k]), Fraction(0)) for i in range(seq)]
+                for k, z in logits.items()}, "reduce_sumexp", sum)
+    found = set()
+    for k, z in logits.items():
+        full = [sum((two ** v for v in z[i]), Fraction(0)) for i in range(seq)]
+        if any(S[k][i] * two ** -t[k][i] != full[i] * two ** -z[i][target[k][i]] for i in range(seq)):
+            found.add(("act", "loss"))
+        for i in range(seq):
+            hot = [1 if w == target[k][i] else 0 for w in block[k]]
+            got = [two ** (z[i][w] - m[k][i]) / S[k][i] - h for w, h in zip(block[k], hot)]
+            want = [two ** z[i][w] / full[i] - h for w, h in zip(block[k], hot)]
+            if got != want:
+                found.add(("grad", "loss"))
+    return found
+
+
 def region_violations(plan: ir.Plan, sizes: dict[str, int], region: str) -> set:
+    if region == "loss":
+        return loss_violations(plan, sizes)
+    if region == "embedding":
+        return embedding_violations(plan, sizes)
     mesh = Mesh(plan, sizes)
     sp = plan.sequence_parallel or bool(plan.axes_with_role(ir.Role.SEQUENCE))
     n = mesh.tp(mesh.devices[0])[1]

@@ -22,7 +22,8 @@ from placement_logic.outcome import Verdict
 from placement_logic.solver.session import Session
 
 SESSION = Session(timeout=20)
-REGIONS = ("attention", "mlp", "head")
+REGIONS = ("attention", "mlp", "head", "embedding", "loss")
+LAYERS = ("attention", "mlp", "head")  # the regions with an input gradient (bwd_entry)
 KEYS = {f"GI activations[{r}]": ("act", r) for r in REGIONS}
 KEYS.update({f"GI activation_grads[{r}]": ("grad", r) for r in REGIONS})
 DP_TP = {"dp": ("data", "R,R,R,R"), "tp": ("tensor", "S,S,S,S")}
@@ -56,7 +57,7 @@ HAND = [
     ({G: ("assert_partial", "head", ("tp",))}, False, ()),
     # the input gradient of the column-parallel linear never reduced (to_local without grad_placements)
     ({G: ("no_reduce", "mlp", None)}, False, {("grad", "mlp")}),
-    ({G: ("no_reduce", None, None)}, True, {("grad", r) for r in REGIONS}),
+    ({G: ("no_reduce", None, None)}, True, {("grad", r) for r in LAYERS}),
     # reduced on a copy: the same for the value, the bytes still move
     ({G: ("reduce_copy", "head", None)}, False, {("grad", "head")}),
     # over the wrong group, or twice
@@ -73,13 +74,38 @@ HAND = [
     ({A: ("assert_replicate", "attention", ("tp",))}, True, {("act", "attention")}),
     ({A: ("assert_shard", "mlp", ("tp",))}, False, {("act", "mlp")}),
     ({G: ("assert_replicate", "mlp", ("tp",))}, True, {("grad", "mlp")}),
-    ({G: ("assert_shard", None, ("tp",))}, False, {("grad", r) for r in REGIONS}),
+    ({G: ("assert_shard", None, ("tp",))}, False, {("grad", r) for r in LAYERS}),
+    # the vocabulary-parallel embedding: its masked lookup is partial, its weight gradient reads every position
+    ({A: ("reduce", "embedding", ("tp",)), G: ("gather", "embedding", ("tp",))}, True, ()),
+    ({A: ("assert_partial", "embedding", ("tp",))}, False, ()),
+    ({A: ("assert_partial", None, ("tp",))}, True, ()),
+    ({A: ("reduce", "embedding", ())}, False, {("act", "embedding")}),  # no all-reduce of the lookup
+    ({A: ("reduce", "embedding", ())}, True, {("act", "embedding")}),  # no reduce-scatter
+    ({A: ("reduce", "embedding", ("dp", "tp"))}, False, {("act", "embedding")}),  # over the world: mixes samples
+    ({A: ("reduce", "embedding", ("tp", "tp"))}, False, {("act", "embedding")}),
+    ({A: ("assert_replicate", "embedding", ("tp",))}, False, {("act", "embedding")}),
+    ({A: ("assert_replicate", None, ("tp",))}, False, {("act", r) for r in ("attention", "mlp", "embedding")}),
+    ({A: ("assert_shard", "embedding", ("tp",))}, True, {("act", "embedding")}),
+    ({G: ("gather", "embedding", ())}, True, {("grad", "embedding")}),  # each rank's weight gradient: its slice
+    ({G: ("gather", "embedding", ("tp",))}, False, {("grad", "embedding")}),  # gathering a replicated gradient
+    ({G: ("gather", "embedding", ("dp",))}, True, {("grad", "embedding")}),
+    ({G: ("gather", None, ())}, True, {("grad", r) for r in ("attention", "mlp", "embedding")}),
+    # the vocabulary-parallel cross entropy: one constant subtracted per tensor group, two sums over it
+    ({A: ("reduce_max", "loss", ("tp",)), "x": ("reduce_sumexp", None, ("tp",))}, True, ()),
+    ({A: ("reduce_max", "loss", ("dp", "tp"))}, False, ()),  # a larger group: still one constant per group
+    ({A: ("reduce_max", "loss", ("tp", "tp"))}, False, ()),  # MAX is idempotent
+    ({A: ("reduce_max", "loss", ())}, False, {("act", "loss"), ("grad", "loss")}),  # each rank its local max
+    ({A: ("reduce_max", "loss", ("dp",))}, True, {("act", "loss"), ("grad", "loss")}),
+    ({A: ("reduce_target", "loss", ())}, False, {("act", "loss")}),  # the loss value only: the one-hot is local
+    ({A: ("reduce_target", "loss", ("dp", "tp"))}, False, {("act", "loss")}),
+    ({A: ("reduce_sumexp", "loss", ())}, False, {("act", "loss"), ("grad", "loss")}),
+    ({A: ("reduce_sumexp", "loss", ("tp", "tp"))}, True, {("act", "loss"), ("grad", "loss")}),
 ]
 
 
 @pytest.mark.parametrize("stated,sp,expected", HAND)
 def test_hand_cases_checker_and_simulator(stated, sp, expected):
-    spec, p = _with(DP_TP, [ov(t, v, g, a) for t, (v, g, a) in stated.items()], sp)
+    spec, p = _with(DP_TP, [ov(A if t == "x" else t, v, g, a) for t, (v, g, a) in stated.items()], sp)
     assert simulated(p) == set(expected)
     v = verdicts(check_plan(SESSION, spec, p, {}))
     assert set(v) == set(KEYS.values())
@@ -94,13 +120,15 @@ def act_plans(draw):
     sp = draw(hs.booleans())
     lists = hs.lists(hs.sampled_from(names), max_size=2).map(tuple)
     asserted = hs.lists(hs.just("tp"), min_size=1, max_size=1).map(tuple)
-    region = hs.sampled_from([None, "attention", "mlp", "head"])
+    region = hs.sampled_from([None, "attention", "mlp", "head", "embedding", "loss"])
     cands = hs.one_of(
         hs.builds(lambda v, g, a: ov(A, v, g, a), hs.sampled_from(("gather", "reduce")), region, lists),
         hs.builds(lambda v, g, a: ov(A, v, g, a), hs.sampled_from(("assert_replicate", "assert_partial",
                                                                    "assert_shard")), region, asserted),
         hs.builds(lambda v, g, a: ov(G, v, g, a), hs.sampled_from(("gather", "reduce")), region, lists),
         hs.builds(lambda v, g: ov(G, v, g), hs.sampled_from(("no_reduce", "reduce_copy")), region),
+        hs.builds(lambda v, a: ov(A, v, "loss", a), hs.sampled_from(("reduce_max", "reduce_target", "reduce_sumexp")),
+                  lists),
         hs.builds(lambda v, g, a: ov(G, v, g, a), hs.sampled_from(("assert_replicate", "assert_partial",
                                                                    "assert_shard")), region, asserted),
     )
@@ -115,7 +143,7 @@ def test_checker_agrees_with_the_matrix_simulator(generated):
     try:
         report = check_plan(SESSION, spec, p, {})
     except DiagnosticError:
-        assume(False)  # a head slot the output layer does not have (PL506)
+        assume(False)  # a head or embedding slot the region does not have (PL506)
     v = verdicts(report)
     found = simulated(p)
     bad = [(k, x.word) for k, x in v.items() if (x is Verdict.REFUTED) != (k in found)]
@@ -148,6 +176,12 @@ def test_from_local_replicate_names_the_assertion():
     (ov(G, "assert_shard", None, ()), "PL190", "no axis"),
     (ov(A, "reduce", "head", ("tp",)), "PL506", "no row-parallel linear"),
     (ov(G, "gather", "head", ("tp",)), "PL506", "no row-parallel linear"),
+    (ov(G, "reduce", "embedding", ("tp",)), "PL506", "no gradient"),
+    (ov(G, "no_reduce", "embedding"), "PL506", "no gradient"),
+    (ov(A, "gather", "embedding", ("tp",)), "PL506", "no column-parallel linear"),
+    (ov(A, "reduce", "loss", ("tp",)), "PL506", "three all-reduces"),
+    (ov(G, "no_reduce", "loss"), "PL506", "backward needs none"),
+    (ov(A, "reduce_max", "mlp", ("tp",)), "PL506", "only the vocabulary-parallel cross entropy"),
 ])
 def test_diagnostics(o, code, words):
     spec, p = _with(DP_TP, [o])
@@ -222,3 +256,135 @@ def test_whole_layers_on_the_tensor_axis_have_no_region():
     with pytest.raises(DiagnosticError) as e:
         check_plan(SESSION, spec, p, {})
     assert e.value.diagnostics[0].code == "PL506" and "whole on every rank" in e.value.diagnostics[0].message
+
+
+# --------------------------------------------------------------------------- the vocabulary-parallel embedding
+
+
+def test_embedding_replay_names_the_missing_all_reduce():
+    spec, p = _with(DP_TP, [ov(A, "reduce", "embedding", ())])
+    ob = next(o for o in check_plan(SESSION, spec, p, {}).obligations if o.name == "GI activations[embedding]")
+    cex = ob.counterexample
+    n = dict(cex.sizes)["tp"]
+    assert ob.verdict is Verdict.REFUTED and n == 2
+    # by hand: tokens [1, 0], word j's row e_j = j + 2 on rank j; rank 0 keeps e_0 at position 1 only
+    assert "on rank 0 of tp = [0, 2], single-device = [3, 2]" in cex.equation
+    assert "partial" in cex.diagnosis[0] and "reduce over ()" in cex.diagnosis[0]
+
+
+def test_embedding_replay_names_the_missing_gradient_gather():
+    spec, p = _with(DP_TP, [ov(G, "gather", "embedding", ())], sp=True)
+    ob = next(o for o in check_plan(SESSION, spec, p, {}).obligations if o.name == "GI activation_grads[embedding]")
+    cex = ob.counterexample
+    assert ob.verdict is Verdict.REFUTED and dict(cex.sizes)["tp"] == 2
+    # dy = [3, 5] at the positions of tokens [1, 0]: word 0's gradient is 5; rank 0 holds only dy[0]
+    assert "on rank 0 of tp = shapes that do not fit, single-device = [5]" in cex.equation
+    assert "sharded along the sequence" in cex.diagnosis[0] and "weight gradient" in cex.diagnosis[0]
+
+
+EMB = """from std.data import ddp
+from std.tensor import megatron_tp, megatron_sp
+
+model {{
+  transformer {{
+    hidden = 1024
+    layers = 4
+    heads = 8
+    ffn = 4096
+    vocab = 32000
+  }}
+  seq = 2048
+  microbatch = 1
+}}
+
+mesh {{
+  dp = 2
+  tp = 2
+}}
+
+plan p {{
+  dp: ddp
+  tp: {tp}
+{lines}}}
+"""
+
+
+def _emb_acts(lines: str, sp: bool = False) -> dict:
+    from placement_logic.frontend.loader import load_string
+
+    p = load_string(EMB.format(lines=lines, tp="megatron_sp" if sp else "megatron_tp")).plan("p")
+    out: dict = {}
+    for c in collectives.derive(p):
+        if c.state is ir.State.ACTIVATIONS and c.payload.tensor == "activation" and "embedding" in c.rule:
+            key = (c.kind.value, c.phase.value, c.axes)
+            out[key] = out.get(key, 0) + _num(c.count)
+    return out
+
+
+def test_embedding_costs_follow_the_overrides():
+    base = _emb_acts("")
+    assert base == {("all_reduce", "forward", ("tp",)): 1}  # one all-reduce of the lookup per microbatch
+    assert _emb_acts("  override activations[embedding]: reduce over ()\n") == {("all_reduce", "forward", ("tp",)): 0}
+    moved = _emb_acts("  override activations[embedding]: reduce over (dp, tp)\n")
+    assert moved == {("all_reduce", "forward", ("tp",)): 0, ("all_reduce", "forward", ("dp", "tp")): 1}
+    sp = _emb_acts("", sp=True)
+    assert sp == {("reduce_scatter", "forward", ("tp",)): 1, ("all_gather", "backward", ("tp",)): 1}
+    gone = _emb_acts("  override activation_grads[embedding]: gather over ()\n", sp=True)
+    assert gone == {("reduce_scatter", "forward", ("tp",)): 1, ("all_gather", "backward", ("tp",)): 0}
+
+
+@pytest.mark.parametrize("stmt", [
+    "override activations[embedding]: reduce over (tp)", "override activations[embedding]: reduce over ()",
+    "override activations[embedding]: assert_partial over (tp)", "override activation_grads[embedding]: gather over (tp)",
+    "override activations[loss]: reduce_max over (tp)", "override activations[loss]: reduce_sumexp over ()",
+])
+def test_embedding_statements_format_round_trip(stmt):
+    from placement_logic.frontend.canonical import format_source
+
+    src = EMB.format(lines=f"  {stmt}\n", tp="megatron_tp")
+    assert format_source(src, "x.place") == src
+    messy = src.replace(f"  {stmt}", "  " + stmt.replace(": ", " :  ").replace("(tp)", "( tp )"))
+    assert format_source(messy, "x.place") == src
+
+
+# --------------------------------------------------------------------------- the vocabulary-parallel cross entropy
+
+
+def test_loss_replay_each_rank_its_local_max():
+    spec, p = _with(DP_TP, [ov(A, "reduce_max", "loss", ())])
+    obs = {o.name: o for o in check_plan(SESSION, spec, p, {}).obligations}
+    cex = obs["GI activations[loss]"].counterexample
+    # by hand: logits [0, 1] (word j on rank j), target 0; the local maxima 0 and 1 give t = 0 and
+    # S = 2^0 + 2^(1-1) = 2, so 2^loss = 2; single-device: (2^0 + 2^1) / 2^0 = 3
+    assert "on rank 0 of tp = [2], single-device = [3]" in cex.equation
+    assert "local max" in cex.diagnosis[0] and "reduce_max over ()" in cex.diagnosis[0]
+    assert obs["GI activation_grads[loss]"].verdict is Verdict.REFUTED
+
+
+def test_loss_target_missing_breaks_the_value_not_the_gradient():
+    spec, p = _with(DP_TP, [ov(A, "reduce_target", "loss", ())])
+    obs = {o.name: o for o in check_plan(SESSION, spec, p, {}).obligations}
+    assert obs["GI activation_grads[loss]"].verdict is Verdict.PROVED
+    cex = obs["GI activations[loss]"].counterexample
+    # rank 1 holds no target: t = 0 there, S = 2^(0-1) + 2^(1-1) = 3/2 after the global max 1: 2^loss = 3/2,
+    # single-device 3; rank 0 has t = 0 - 1 = -1: 2^loss = 3
+    assert "on rank 1 of tp = [3/2], single-device = [3]" in cex.equation
+    assert "target's logit" in cex.diagnosis[0]
+
+
+def test_loss_costs_follow_the_overrides():
+    def scalars(lines):
+        from placement_logic.frontend.loader import load_string
+
+        p = load_string(EMB.format(lines=lines, tp="megatron_tp")).plan("p")
+        out: dict = {}
+        for c in collectives.derive(p):
+            if c.payload.tensor == "token_scalars":
+                key = (c.kind.value, c.axes)
+                out[key] = out.get(key, 0) + _num(c.count)
+        return out
+
+    assert scalars("") == {("all_reduce", ("tp",)): 3}  # three per microbatch (m = 1)
+    assert scalars("  override activations[loss]: reduce_max over ()\n") == {("all_reduce", ("tp",)): 2}
+    assert scalars("  override activations[loss]: reduce_target over (dp, tp)\n") == {
+        ("all_reduce", ("tp",)): 2, ("all_reduce", ("dp", "tp")): 1}

@@ -1,7 +1,7 @@
 """The typing of activations and activation gradients through a tensor-parallel layer region.
 
 Input: an ``ir.Plan`` and its axis roles. Output: an ``ActModel`` (plain frozen data): one
-``Typed`` per region (``ir.actflow``: attention, mlp, head) and tensor group, with the type its
+``Typed`` per region (``ir.actflow``: attention, mlp, head, embedding) and tensor group, with the type its
 forward output and its input gradient have on every mesh axis, and the override that makes either
 wrong. ``act_obligations`` states two obligations per region, each with a z3 negation (some axis on
 which the type is wrong has two or more ranks) and a concrete replay (``check.actflow_replay``).
@@ -14,9 +14,11 @@ the sequence (DTensor's Replicate -> Shard applied to a value that is really Par
 collective changes the type along its axes: all-reduce P -> R, R -> R·n; all-gather S -> R;
 reduce-scatter P -> S, R -> S·n; a local slice R -> S; anything else W. The column-parallel linear
 takes R to C, the row-parallel linear C to P; in backward the row-parallel linear's input gradient
-takes R to C and the column-parallel linear's C to P. A region is right on an axis when its
+takes R to C and the column-parallel linear's C to P; the embedding's masked lookup takes R (the
+token ids) to P. A region is right on an axis when its
 forward output (input gradient) has the type the next operation needs there: R under tensor
-parallelism, S under sequence parallelism, C for the head's logits, V on every other axis. On an
+parallelism, S under sequence parallelism, C for the head's logits, R for the output gradient the
+embedding's weight gradient reads, V on every other axis. On an
 axis of one rank every type is the value itself, so a wrong type is a wrong value exactly when its
 axis has two or more ranks.
 """
@@ -58,7 +60,8 @@ _COLL = {
     af.REDUCE_SCATTER: {"P": "S", "R": "S+"},
     af.SLICE: {"R": "S", "P": "Q"},
 }
-_LOCAL = {"column": {"R": "C"}, "row": {"C": "P"}, "row_back": {"R": "C"}, "col_back": {"C": "P"}}
+_LOCAL = {"column": {"R": "C"}, "row": {"C": "P"}, "row_back": {"R": "C"}, "col_back": {"C": "P"},
+          "lookup": {"R": "P"}}
 
 
 def _coll(t: Type, kind: str) -> Type:
@@ -82,7 +85,10 @@ def _run(flow: af.Flow, slots: dict[str, af.Slot], axes: tuple[str, ...], direct
     """The types after each stage: (stage name, axis -> type)."""
     t = flow.tensor
     start = "S" if flow.sp else "R"
-    if direction == "forward":
+    if flow.region == "embedding":  # the token ids are whole on every tensor rank; the lookup is masked
+        plan = [("lookup", "lookup"), ("fwd_exit", None)] if direction == "forward" else [("bwd_exit", None)]
+        start = "R" if direction == "forward" else start
+    elif direction == "forward":
         plan = [("fwd_entry", None), ("column", "column")]
         if flow.has_row:
             plan += [("row", "row"), ("fwd_exit", None)]
@@ -104,11 +110,27 @@ def _run(flow: af.Flow, slots: dict[str, af.Slot], axes: tuple[str, ...], direct
     return out
 
 
+def needed_kind(flow: af.Flow, direction: str) -> str:
+    """What the next operation needs on the tensor axes: the head's logits column-sharded, the
+    embedding's weight gradient the whole output gradient (it picks the rows of its vocabulary slice
+    from every position), every other region's output and input gradient replicated (sharded under
+    sequence parallelism)."""
+    if flow.region == "head" and direction == "forward":
+        return "C"
+    if flow.region == "embedding" and direction == "backward":
+        return "R"
+    return "S" if flow.sp else "R"
+
+
 def typed(flow: af.Flow, axes: tuple[str, ...], direction: str) -> Typed:
+    if flow.region == "loss":
+        from .actflow_loss import typed as loss_typed
+
+        return loss_typed(flow, axes, direction, _coll, Typed)
     slots = dict(flow.slots)
     derived = af.derived_slots(flow.region, flow.tensor, flow.sp)
     got, ref = _run(flow, slots, axes, direction), _run(flow, derived, axes, direction)
-    want = ("C" if direction == "forward" and not flow.has_row else "S" if flow.sp else "R")
+    want = needed_kind(flow, direction)
     needed = {a: (want if a in flow.tensor else "V") for a in axes}
     final = got[-1][1]
     bad = tuple(a for a in axes if final[a] != (needed[a], 0))
@@ -131,6 +153,22 @@ def model(plan: ir.Plan, axes: tuple[str, ...], tensor: tuple[str, ...]) -> ActM
                 Code.OVERRIDE_NO_EFFECT, f"override {o.target}{_grp(o)}: {o.verb} changes nothing: {why}, so no layer region splits "
                 "its activations", o.span)])
         slot = af.SLOT_OF[(o.target, o.verb)]
+        if o.group == "embedding" and slot not in af.REGION_SLOTS["embedding"]:
+            raise DiagnosticError([Diagnostic(
+                Code.OVERRIDE_NO_EFFECT, f"override {o.target}[embedding]: {o.verb} changes nothing: the vocabulary-parallel "
+                "embedding has no column-parallel linear and its input (token ids) no gradient, so nothing is "
+                "gathered before it or reduced after its backward (its slots: activations: reduce/assert_*, "
+                "activation_grads: gather)", o.span)])
+        if o.group == "loss" and slot not in af.LOSS_SLOTS:
+            raise DiagnosticError([Diagnostic(
+                Code.OVERRIDE_NO_EFFECT, f"override {o.target}[loss]: {o.verb} changes nothing: the vocabulary-parallel cross "
+                "entropy's collectives are its three all-reduces (activations[loss]: reduce_max, reduce_target, "
+                "reduce_sumexp); its backward needs none", o.span)])
+        if o.verb in af.LOSS_VERBS and o.group not in (None, "loss"):
+            raise DiagnosticError([Diagnostic(
+                Code.OVERRIDE_NO_EFFECT, f"override {o.target}[{o.group}]: {o.verb} changes nothing: only the vocabulary-parallel "
+                "cross entropy (activations[loss]) reduces the max logit, the target's logit and the sum of "
+                "exponentials", o.span)])
         if o.group == "head" and slot not in ("fwd_entry", "bwd_entry"):
             raise DiagnosticError([Diagnostic(
                 Code.OVERRIDE_NO_EFFECT, f"override {o.target}[head]: {o.verb} changes nothing: the output layer has no "

@@ -16,8 +16,16 @@ def act_obligations(step, ctx, obligation) -> list:
     groups = {f.flow.tensor for f in step.actflow.typed}
     for ty in step.actflow.typed:
         span = next((s for _, _, s in ty.cause if s != NO_SPAN), step.sp_span)
-        what = ("the forward output of the region equals the single-device output on every rank (the type the "
+        what = ("the loss of every token equals the single-device cross entropy on every rank: every rank of the "
+                "tensor group subtracts the same max logit, the target's logit and the sum of exponentials are "
+                "summed over it once (" if ty.flow.region == "loss" and ty.direction == "forward" else
+                "the logits' gradient (softmax minus the one-hot target) equals the single-device one on every "
+                "rank's vocabulary slice: the same max logit subtracted, the sum of exponentials summed once ("
+                if ty.flow.region == "loss" else
+                "the forward output of the region equals the single-device output on every rank (the type the "
                 "next operation needs: " if ty.direction == "forward" else
+                "the output gradient the embedding's weight gradient reads is the full gradient on every rank (the "
+                "type it needs: " if ty.flow.region == "embedding" else
                 "the gradient the region passes to the layers before it is the full gradient on every rank (the "
                 "type they need: ") + ", ".join(f"{KIND_TEXT[k].split(' (')[0]} over {a}" for a, k in ty.needed) + ")"
         suffix = f" over ({', '.join(ty.flow.tensor)})" if len(groups) > 1 else ""

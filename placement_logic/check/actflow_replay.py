@@ -60,8 +60,45 @@ def _numbers(n: int) -> tuple[list[Fraction], list[Fraction], list[Fraction]]:
     return x, a, b
 
 
+def _embedding(flow: af.Flow, direction: str, axis: str, n: int) -> tuple[list[Local], list[Local], dict[str, str]]:
+    """The vocabulary-parallel embedding along ``axis``: n words, word j's (one-number) row e_j on
+    tensor rank j; n positions holding the tokens n-1, ..., 0. Forward: each rank looks up the tokens
+    in its slice (zero elsewhere), then the plan's fwd_exit. Backward: the output gradient dy (whole,
+    or the rank's sequence slice under sequence parallelism) through bwd_exit, then rank j's weight
+    gradient for word j, the sum of dy over the positions holding token j, which reads one number
+    per position (another length: shapes that do not fit). Along a non-tensor axis every rank holds
+    its own one-token sample and the whole vocabulary."""
+    x, e, _ = _numbers(n)
+    slots = dict(flow.slots)
+    if axis not in flow.tensor:
+        if direction == "forward":
+            got = _apply(slots["fwd_exit"], axis, [[x[r]] for r in range(n)])
+            want = [[x[r]] for r in range(n)]
+            return got, want, {"e(token) on rank r": "2r + 3 (its own sample's token)"}
+        got = _apply(slots["bwd_exit"], axis, [[x[r]] for r in range(n)])
+        got = [None if v is None or len(v) != 1 else list(v) for v in got]
+        return got, [[x[r]] for r in range(n)], {"dy on rank r": "2r + 3 (its own sample)"}
+    tok = [n - 1 - i for i in range(n)]
+    if direction == "forward":
+        got = [[e[j] if j == r else Fraction(0) for j in tok] for r in range(n)]
+        got = _apply(slots["fwd_exit"], axis, got)
+        full = [e[j] for j in tok]
+        want = [[full[r]] for r in range(n)] if flow.sp else [list(full) for _ in range(n)]
+        return got, want, {"tokens": "[" + ", ".join(str(j) for j in tok) + "]",
+                           "e (row j on rank j)": "[" + ", ".join(_frac(v) for v in e) + "]"}
+    start = [[x[r]] for r in range(n)] if flow.sp else [list(x) for _ in range(n)]
+    got = _apply(slots["bwd_exit"], axis, start)
+    got = [None if v is None or len(v) != n else [sum((v[i] for i in range(n) if tok[i] == r), Fraction(0))]
+           for r, v in enumerate(got)]
+    want = [[sum((x[i] for i in range(n) if tok[i] == r), Fraction(0))] for r in range(n)]
+    return got, want, {"tokens": "[" + ", ".join(str(j) for j in tok) + "]",
+                       "dy": "[" + ", ".join(_frac(v) for v in x) + "]"}
+
+
 def run(flow: af.Flow, direction: str, axis: str, n: int) -> tuple[list[Local], list[Local], dict[str, str]]:
     """(what each rank holds, what it should hold, the inputs) for the region along ``axis``."""
+    if flow.region == "embedding":
+        return _embedding(flow, direction, axis, n)
     tensor = axis in flow.tensor
     x, a, b = _numbers(n)
     slots = dict(flow.slots)
@@ -143,11 +180,20 @@ def replay(ctx: Context, ty, w: dict) -> Counterexample | None:
     for _, slot in ty.flow.slots:  # a collective over another axis with several ranks: not replayed here
         if any(sizes.get(a, 1) > 1 and a != axis for s in slot.steps for a in s.axes):
             return None
-    got, want, inputs = run(ty.flow, ty.direction, axis, n)
+    if ty.flow.region == "loss":
+        from . import actflow_loss
+
+        got, want, inputs = actflow_loss.run(ty.flow, ty.direction, axis, n)
+    else:
+        got, want, inputs = run(ty.flow, ty.direction, axis, n)
     r = next((i for i in range(n) if got[i] != want[i]), None)
     if r is None:
         return None
     stage, span = next((s, sp) for a, s, sp in ty.cause if a == axis)
+    if ty.flow.region == "loss":
+        return actflow_loss.counterexample(ctx, ty, sizes, axis, r, got, want, inputs, stage, span, _show, _axes)
+    if ty.flow.region == "embedding":
+        return _embedding_cex(ctx, ty, sizes, axis, r, got, want, inputs, stage, span)
     result = dict(ty.result)[axis]
     what = "forward output" if ty.direction == "forward" else "input gradient"
     eq = (f"{what} of {ty.flow.region} on rank {r} of {axis} = {_show(got[r])}, single-device = {_show(want[r])}")
@@ -178,4 +224,37 @@ def replay(ctx: Context, ty, w: dict) -> Counterexample | None:
 
 
 def _axes(slot: af.Slot) -> tuple[str, ...]:
-    return tuple(a for s in slot.steps for a in s.axes)
+    return slot.axes or tuple(a for s in slot.steps for a in s.axes)
+
+
+EMBEDDING_SLOT = {"fwd_exit": "the collective after the vocabulary-parallel embedding's masked lookup",
+                  "bwd_exit": "the output gradient's collective before the embedding's weight gradient",
+                  "lookup": "the vocabulary-parallel lookup"}
+
+
+def _embedding_cex(ctx: Context, ty, sizes, axis, r, got, want, inputs, stage, span) -> Counterexample:
+    fwd = ty.direction == "forward"
+    what = "forward output" if fwd else "weight gradient (its vocabulary row)"
+    eq = f"{what} of the embedding on rank {r} of {axis} = {_show(got[r])}, single-device = {_show(want[r])}"
+    slot = dict(ty.flow.slots).get(stage)
+    if slot is not None and slot.verb:
+        target = "activations" if fwd else "activation_grads"
+        how = f"override {target}[embedding]: {slot.verb} over ({', '.join(_axes(slot))}) at line {span.line}"
+        if slot.declared:
+            how += f": the output is declared {dict(R='Replicate', P='Partial', S='Shard').get(slot.declared)} " \
+                   "and redistributed from that, while the masked lookup makes it Partial"
+        cause = f"{EMBEDDING_SLOT.get(stage, stage)} ({how})"
+    else:
+        cause = f"{EMBEDDING_SLOT.get(stage, stage)}, whose input an earlier stated collective left wrong"
+    result = dict(ty.result)[axis]
+    needed = dict(ty.needed)[axis]
+    if fwd:
+        diag = (f"the embedding's output is {type_text(result)} over {axis}, where every rank must hold "
+                f"{NEEDED_TEXT[needed]}; the root cause is {cause}",
+                "every layer after it, the loss and so every gradient of the step, are computed from it")
+    else:
+        diag = (f"the output gradient the embedding's weight gradient reads is {type_text(result)} over {axis}, "
+                f"where every rank must hold {NEEDED_TEXT[needed]}; the root cause is {cause}",
+                "the embedding's weight gradient misses the contributions of the positions the rank does not hold")
+    devices = ((f"rank {r}", f"{axis}={r}"),)
+    return Counterexample(ctx.sizes_tuple(sizes), devices, tuple(inputs.items()), eq, diag, ctx.command(sizes))

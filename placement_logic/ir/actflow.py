@@ -17,7 +17,16 @@ four slots where a collective sits (Megatron's f and g and their conjugates):
 | ``bwd_exit``: the output gradient, before the row-parallel linear's backward | none | all-gather |
 | ``bwd_entry``: the input gradient, after the column-parallel linear's backward | all-reduce (f's conjugate) | reduce-scatter |
 
-The head has no row-parallel linear: its slots are ``fwd_entry`` and ``bwd_entry``.
+The head has no row-parallel linear: its slots are ``fwd_entry`` and ``bwd_entry``. The
+vocabulary-parallel input embedding (``embedding``: each tensor rank holds a slice of the vocabulary
+and looks up the tokens in it, zero rows for the others: a partial output) has ``fwd_exit`` (its
+output's all-reduce, a reduce-scatter under sequence parallelism) and ``bwd_exit`` (the output
+gradient its weight gradient reads: nothing, an all-gather under sequence parallelism); its input
+(token ids) has no gradient. The vocabulary-parallel cross entropy (``loss``: each tensor rank holds the
+logits of its vocabulary slice) has three all-reduces over the tensor group, one per slot: ``max``
+(the max logit, an all-reduce MAX: every rank must subtract the same constant), ``target`` (the
+target's logit, on the rank whose slice holds it) and ``sumexp`` (the sum of exponentials); its
+backward (softmax minus the one-hot target, on each rank's slice) needs none.
 """
 
 from __future__ import annotations
@@ -30,7 +39,11 @@ from .buffers import Collective, Kind, Payload, Phase, link_of
 from .nodes import Const, Mode, Op, Recompute, Role, State
 from .overrides import OverrideVerb
 
-REGIONS = ("attention", "mlp", "head")
+REGIONS = ("attention", "mlp", "head", "embedding", "loss")
+LOSS_SLOTS = ("max", "target", "sumexp")
+LOSS_VERBS = {"reduce_max": "max", "reduce_target": "target", "reduce_sumexp": "sumexp"}
+# the slots each region has (the others: the four of a column/row-parallel pair)
+REGION_SLOTS = {"head": ("fwd_entry", "bwd_entry"), "embedding": ("fwd_exit", "bwd_exit"), "loss": LOSS_SLOTS}
 TARGETS = ("activations", "activation_grads")
 ASSERTS = {"assert_replicate": "R", "assert_partial": "P", "assert_shard": "S"}
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, SLICE, COPY = "all_reduce", "all_gather", "reduce_scatter", "slice", "copy"
@@ -40,7 +53,9 @@ SLOT_OF = {("activations", "gather"): "fwd_entry", ("activations", "reduce"): "f
            ("activation_grads", "no_reduce"): "bwd_entry", ("activation_grads", "reduce_copy"): "bwd_entry"}
 SLOT_OF.update({("activations", v): "fwd_exit" for v in ASSERTS})
 SLOT_OF.update({("activation_grads", v): "bwd_entry" for v in ASSERTS})
+SLOT_OF.update({("activations", v): slot for v, slot in LOSS_VERBS.items()})
 SLOTS = ("fwd_entry", "fwd_exit", "bwd_exit", "bwd_entry")
+ALL_SLOTS = SLOTS + LOSS_SLOTS
 
 
 @dataclass(frozen=True)
@@ -58,6 +73,7 @@ class Slot:
     span: Span = NO_SPAN  # the override that states it (NO_SPAN: derived)
     verb: str = ""  # the override's verb ("": derived)
     declared: str = ""  # R | P | S: the asserted type (assert_* verbs)
+    axes: tuple[str, ...] = ()  # the axes an assert_* verb names
 
 
 @dataclass(frozen=True)
@@ -72,7 +88,7 @@ class Flow:
 
     @property
     def has_row(self) -> bool:
-        return self.region != "head"
+        return self.region not in ("head", "embedding")
 
 
 def redistribute(declared: str, needed: str, axes: tuple[str, ...]) -> tuple[Step, ...]:
@@ -83,12 +99,13 @@ def redistribute(declared: str, needed: str, axes: tuple[str, ...]) -> tuple[Ste
 
 
 def derived_slots(region: str, t: tuple[str, ...], sp: bool) -> dict[str, Slot]:
+    if region == "loss":
+        return {s: Slot((Step(ALL_REDUCE, t),)) for s in LOSS_SLOTS}
     out = {"fwd_entry": Slot((Step(ALL_GATHER, t),) if sp else ()),
-           "bwd_entry": Slot((Step(REDUCE_SCATTER if sp else ALL_REDUCE, t),))}
-    if region != "head":
-        out["fwd_exit"] = Slot((Step(REDUCE_SCATTER if sp else ALL_REDUCE, t),))
-        out["bwd_exit"] = Slot((Step(ALL_GATHER, t),) if sp else ())
-    return out
+           "bwd_entry": Slot((Step(REDUCE_SCATTER if sp else ALL_REDUCE, t),)),
+           "fwd_exit": Slot((Step(REDUCE_SCATTER if sp else ALL_REDUCE, t),)),
+           "bwd_exit": Slot((Step(ALL_GATHER, t),) if sp else ())}
+    return {k: v for k, v in out.items() if k in REGION_SLOTS.get(region, SLOTS)}
 
 
 def _passes(axes: tuple[str, ...]) -> list[tuple[str, ...]]:
@@ -104,7 +121,7 @@ def _passes(axes: tuple[str, ...]) -> list[tuple[str, ...]]:
 def stated_slot(o, region: str, t: tuple[str, ...], sp: bool) -> Slot:
     axes = tuple(o.axes or ())
     if o.verb in ASSERTS:
-        return Slot(redistribute(ASSERTS[o.verb], "S" if sp else "R", axes), o.span, o.verb, ASSERTS[o.verb])
+        return Slot(redistribute(ASSERTS[o.verb], "S" if sp else "R", axes), o.span, o.verb, ASSERTS[o.verb], axes)
     if o.verb == OverrideVerb.NO_REDUCE:
         return Slot((), o.span, o.verb)
     if o.verb == OverrideVerb.REDUCE_COPY:
@@ -112,6 +129,8 @@ def stated_slot(o, region: str, t: tuple[str, ...], sp: bool) -> Slot:
         return Slot(tuple(Step(COPY, s.axes, s.kind) for s in derived), o.span, o.verb)
     if o.verb == OverrideVerb.GATHER:
         kind = ALL_GATHER
+    elif o.verb in LOSS_VERBS:  # per-token scalars: all-reduced under sequence parallelism too
+        kind = ALL_REDUCE
     else:
         kind = REDUCE_SCATTER if sp else ALL_REDUCE
     return Slot(tuple(Step(kind, p) for p in _passes(axes)), o.span, o.verb)
@@ -136,7 +155,7 @@ def flows(plan) -> tuple[Flow, ...]:
                 slot = SLOT_OF[(o.target, o.verb)]
                 if o.group in (None, region) and slot in slots:
                     slots[slot] = stated_slot(o, region, tuple(t), sp)
-            out.append(Flow(region, tuple(t), sp, tuple((s, slots[s]) for s in SLOTS if s in slots)))
+            out.append(Flow(region, tuple(t), sp, tuple((s, slots[s]) for s in ALL_SLOTS if s in slots)))
     return tuple(out)
 
 
@@ -153,7 +172,7 @@ _KIND = {ALL_REDUCE: Kind.ALL_REDUCE, ALL_GATHER: Kind.ALL_GATHER, REDUCE_SCATTE
 def adjust(plan, colls: tuple[Collective, ...], per_layer, per_microbatch) -> tuple[Collective, ...]:
     """The schedule with each stated slot's collectives in place of the derived ones: a removed
     collective's count drops by the region's share (one per layer per microbatch for attention and
-    mlp, one per microbatch for the head), a stated one is added on its own axes. Under full
+    mlp, one per microbatch for the head, the embedding and each of the loss's three), a stated one is added on its own axes. Under full
     recomputation a forward slot runs again in backward."""
     if not overrides(plan):
         return colls
@@ -162,12 +181,16 @@ def adjust(plan, colls: tuple[Collective, ...], per_layer, per_microbatch) -> tu
     mesh = plan.mesh.names
     for f in flows(plan):
         derived = derived_slots(f.region, f.tensor, f.sp)
-        per = per_microbatch if f.region == "head" else per_layer
+        per = per_microbatch if f.region in ("head", "embedding", "loss") else per_layer
+        pay = (Payload("token_scalars", (), "one fp32 value per token (s·b·4)") if f.region == "loss" else
+               Payload("activation", (), "layer input/output activations (s·b·h)"))
         for name, slot in f.slots:
             if not slot.verb:
                 continue
-            if name.startswith("fwd"):
-                phases = [Phase.FORWARD, Phase.BACKWARD] if again else [Phase.FORWARD]
+            if name.startswith("fwd") or name in LOSS_SLOTS:
+                # the embedding and the loss lie outside the recomputed layers
+                phases = [Phase.FORWARD, Phase.BACKWARD] if again and f.region not in ("embedding", "loss") \
+                    else [Phase.FORWARD]
             else:
                 phases = [Phase.BACKWARD]
             for phase in phases:
@@ -176,8 +199,7 @@ def adjust(plan, colls: tuple[Collective, ...], per_layer, per_microbatch) -> tu
                 for kind, axes in _moves(slot):
                     group = tuple(a for a in mesh if a in axes)
                     out.append(Collective(_KIND[kind], State.ACTIVATIONS, group, link_of(plan, group), phase, per,
-                                          Payload("activation", (), "layer input/output activations (s·b·h)"),
-                                          f"override {('activations' if name.startswith('fwd') else 'activation_grads')}"
+                                          pay, f"override {('activation_grads' if name.startswith('bwd') else 'activations')}"
                                           f"[{f.region}] (line {slot.span.line}): "
                                           f"{kind.replace('_', '-')} over ({', '.join(axes)})"))
     return tuple(out)
@@ -185,7 +207,10 @@ def adjust(plan, colls: tuple[Collective, ...], per_layer, per_microbatch) -> tu
 
 def _take(colls: list, kind: Kind, phase: Phase, axes: tuple[str, ...], per, region: str) -> list:
     """Lower the count of the derived activation collective that holds this slot's share."""
-    want = ("vocabulary-parallel head", "Megatron SP: the head") if region == "head" else ("Megatron TP", "Megatron SP: 2")
+    want = {"head": ("vocabulary-parallel head", "Megatron SP: the head"),
+            "embedding": ("vocabulary-parallel embedding", "Megatron SP: the embedding"),
+            "loss": ("vocabulary-parallel cross entropy",)}.get(
+        region, ("Megatron TP", "Megatron SP: 2"))
     for i, c in enumerate(colls):
         if c.kind is kind and c.phase is phase and c.axes == axes and c.state is State.ACTIVATIONS \
                 and c.rule.startswith(want):
@@ -198,7 +223,8 @@ def _take(colls: list, kind: Kind, phase: Phase, axes: tuple[str, ...], per, reg
 KIND_TEXT = {"R": "replicated", "P": "partial (each rank holds a summand)", "S": "sharded along the sequence",
              "C": "sharded along the hidden columns", "V": "each rank's own samples",
              "Q": "partial and sliced (each rank holds a summand of its own sequence slice)",
-             "W": "wrong (elements that do not belong together were combined)"}
+             "W": "wrong (elements that do not belong together were combined)",
+             "L": "shifted by a different constant on each rank (each subtracted its own local max logit)"}
 
 
 def type_text(t: tuple) -> str:

@@ -62,11 +62,15 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     # (restored_from_one), recomputation without the forward's RNG state (not_preserved)
     "rng": {"same": (True, False), "advance": (True, False), "restored_from_one": (True, False),
             "not_preserved": (False, False)},
-    # the activations of a tensor-parallel layer region (check/actflow.py; group: attention, mlp, head): the
-    # collective before the column-parallel linear (gather), the one after the row-parallel linear (reduce), or a
+    # the activations of a tensor-parallel layer region (check/actflow.py; group: attention, mlp, head, embedding):
+    # the collective before the column-parallel linear (gather), the one after the row-parallel linear or the
+    # embedding's masked lookup (reduce), or a
     # DTensor.from_local-style type asserted at the region's output instead of derived (assert_*)
+    # (the vocabulary-parallel cross entropy, group loss: its all-reduces of the max logit, the target's logit and the
+    # sum of exponentials)
     "activations": {"gather": (True, False), "reduce": (True, False), "assert_replicate": (True, False),
-                    "assert_partial": (True, False), "assert_shard": (True, False)},
+                    "assert_partial": (True, False), "assert_shard": (True, False), "reduce_max": (True, False),
+                    "reduce_target": (True, False), "reduce_sumexp": (True, False)},
     # their gradients in backward: the input gradient's reduction (reduce, no_reduce, reduce_copy: applied to a
     # copy), the gather of the output gradient before the row-parallel linear, or an asserted input-gradient type
     "activation_grads": {"reduce": (True, False), "no_reduce": (False, False), "reduce_copy": (False, False),
@@ -133,6 +137,9 @@ class OverrideVerb(StrEnum):
     EQUAL = "equal"
     CLAMP_BEFORE_REDUCE = "clamp_before_reduce"
     EPS_BEFORE_REDUCE = "eps_before_reduce"
+    REDUCE_MAX = "reduce_max"
+    REDUCE_TARGET = "reduce_target"
+    REDUCE_SUMEXP = "reduce_sumexp"
     VARY = "vary"
     SAME = "same"
     NO_REGATHER = "no_regather"

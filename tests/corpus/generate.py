@@ -1175,6 +1175,64 @@ with_base("act_from_local_partial_sp", "sp", "the row-parallel output wrapped as
           "[Partial()]) and the input gradient declared Partial: redistributing to the shard the next operation "
           "needs is the reduce-scatter the derivation has.",
           ["override activations: assert_partial over (tp)", "override activation_grads: assert_partial over (tp)"])
+# -- the vocabulary-parallel embedding's output reduction --------------------------------
+
+EMB_REPL = "a masked vocabulary-parallel lookup wrapped as Replicate, not Partial (pytorch/pytorch#130725)"
+EMB_SLICE = "the embedding's output gradient left in sequence slices (NVIDIA/Megatron-LM#1635)"
+for name, b, line, expect, what, mirror in [
+    ("emb_reduce_missing_tp", "tp", "override activations[embedding]: reduce over ()", ["GI activations[embedding]"],
+     "the vocabulary-parallel embedding's masked lookup never all-reduced: each tensor rank reads the rows of its "
+     "own vocabulary slice and zeros elsewhere.", "rank-local soft embeddings not summed (vllm-project/vllm#46212)"),
+    ("emb_reduce_world_tp", "tp", "override activations[embedding]: reduce over (dp, tp)",
+     ["GI activations[embedding]"], "the embedding's output all-reduced over dp and tp: it adds other samples' "
+     "embeddings.", EMB_REPL),
+    ("emb_reduce_scatter_missing_sp", "sp", "override activations[embedding]: reduce over ()",
+     ["GI activations[embedding]"], "no reduce-scatter of the embedding's partial output into sequence slices.",
+     EMB_REPL),
+    ("emb_assert_replicate_tp", "tp", "override activations[embedding]: assert_replicate over (tp)",
+     ["GI activations[embedding]"], "the masked lookup declared Replicate: no all-reduce.", EMB_REPL),
+    ("emb_grad_gather_missing_sp", "sp", "override activation_grads[embedding]: gather over ()",
+     ["GI activation_grads[embedding]"], "the output gradient's sequence slices never all-gathered before the "
+     "embedding's weight gradient, which reads every position.", EMB_SLICE),
+    ("emb_grad_gather_tp", "tp", "override activation_grads[embedding]: gather over (tp)",
+     ["GI activation_grads[embedding]"], "an all-gather of the embedding's replicated output gradient under plain "
+     "tensor parallelism: n copies of the sequence.", EMB_SLICE),
+]:
+    mutant(name, b, what, [line], expect, mirrors=mirror)
+with_base("emb_from_local_partial_tp", "tp", "the masked lookup wrapped as DTensor.from_local(..., [Partial()]): "
+          "redistributing to Replicate is the all-reduce the derivation has.",
+          ["override activations[embedding]: assert_partial over (tp)"])
+with_base("emb_restated_sp", "sp", "the embedding's reduce-scatter and its gradient's all-gather stated as they are.",
+          ["override activations[embedding]: reduce over (tp)",
+           "override activation_grads[embedding]: gather over (tp)"])
+# -- the vocabulary-parallel cross entropy's all-reduces ----------------------------------
+
+LOSS_BOTH = ["GI activations[loss]", "GI activation_grads[loss]"]
+GATHERED = "gathered logits fed to the vocabulary-parallel cross entropy (NVIDIA/Megatron-LM#7452)"
+for name, line, expect, what, mirror in [
+    ("loss_local_max_tp", "override activations[loss]: reduce_max over ()", LOSS_BOTH,
+     "each tensor rank subtracts its own slice's max logit before the sum of exponentials is summed.",
+     "the logits_max all-reduce of c_softmax_with_cross_entropy (PaddlePaddle/Paddle#70351)"),
+    ("loss_max_dp_only_tp", "override activations[loss]: reduce_max over (dp)", LOSS_BOTH,
+     "the max logit all-reduced over dp, not tp: still one local max per tensor rank.",
+     "the loss's all-reduces on a group other than the model's tensor group (NVIDIA/Megatron-LM#5128)"),
+    ("loss_target_missing_tp", "override activations[loss]: reduce_target over ()", ["GI activations[loss]"],
+     "the target's logit never summed: the ranks without the target report a loss from 0; the gradient (softmax "
+     "minus the one-hot target, local) is right.", GATHERED),
+    ("loss_sumexp_twice_tp", "override activations[loss]: reduce_sumexp over (tp, tp)", LOSS_BOTH,
+     "the sum of exponentials summed twice over tp: the loss plus log(tp), the softmax divided by tp.", GATHERED),
+    ("loss_sumexp_world_tp", "override activations[loss]: reduce_sumexp over (dp, tp)", LOSS_BOTH,
+     "the sum of exponentials all-reduced over dp and tp: other samples' tokens added in.",
+     "the loss's all-reduces on a group other than the model's tensor group (NVIDIA/Megatron-LM#5128)"),
+]:
+    mutant(name, "tp", what, [line], expect, mirrors=mirror)
+with_base("loss_max_world_tp", "tp", "the max logit all-reduced over dp and tp: a larger maximum, but one constant "
+          "per tensor group, which the cross entropy does not depend on.",
+          ["override activations[loss]: reduce_max over (dp, tp)"])
+with_base("loss_max_twice_sp", "sp", "the max logit all-reduced twice over tp (MAX is idempotent); the loss's "
+          "all-reduces stay all-reduces under sequence parallelism.",
+          ["override activations[loss]: reduce_max over (tp, tp)",
+           "override activations[loss]: reduce_target over (tp)", "override activations[loss]: reduce_sumexp over (tp)"])
 # -- optimizers whose update needs whole matrices (Muon) ----------------------------------
 
 MUON = ["optimizer {", "  matrices = muon(ns_steps = 5)", "}"]
