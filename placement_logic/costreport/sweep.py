@@ -101,7 +101,7 @@ class SweepReport:
 
     @property
     def failed_asserts(self) -> int:
-        return sum(1 for r in self.rows for q, v in zip(self.questions, r.verdicts)
+        return sum(1 for r in self.iter_rows() for q, v in zip(self.questions, r.verdicts)
                    if q.kind == "assert" and v == "fails")
 
     @property
