@@ -29,7 +29,7 @@ from .. import costs
 from ..costs.compiled import CompiledCost, cost_exprs, exact_value
 from ..costs.symbolic import symbol
 
-CHUNK = 4096  # configurations evaluated in one vectorised call
+CHUNK = 1024  # configurations evaluated in one vectorised call (their rows are what a sweep holds at once)
 
 
 def _chunks(sweeps: dict, swept: tuple[str, ...]) -> Iterator[list[tuple]]:
