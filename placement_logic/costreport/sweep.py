@@ -18,6 +18,9 @@ Two evaluations, the same numbers:
   (``costs.compiled.agrees``); a class that disagreed is re-derived exactly row by row, with
   a note. A comparison of an assert whose two sides are within rounding of each other is
   decided exactly.
+  The rows are produced a chunk of configurations at a time (``costreport.sweeprows``;
+  ``plan_sweep`` leaves them to stream, ``build_sweep`` keeps them), so that a long sweep's
+  memory does not grow with its rows.
 - *exact* (``--exact``): every configuration is bound with ``--set`` semantics and derived
   as a single ``placement cost`` would (``with_sizes``, ``derive``), in exact rationals.
 """
