@@ -122,18 +122,25 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
         parser.print_help(out)
         return EXIT_INPUT
     if getattr(args, "quiet", False):
-        out = io.StringIO()
+        out = _Nowhere()
     target = getattr(args, "output", None)
     if target and not getattr(args, "quiet", False):
         return _run_to_file(args, target, err)
     return _run(args, out, err)
 
 
+class _Nowhere(io.TextIOBase):
+    """Standard output under --quiet: what is written is dropped (never kept: a sweep's rows can be many)."""
+
+    def write(self, s: str) -> int:
+        return len(s)
+
+
 def _run_to_file(args, target: str, err: TextIO) -> int:
     """Run with the report going to ``target``: refused when it names an input (except for
     ``fmt``), written atomically, and not written at all when the run ends in an input error
     or an internal error (the target keeps what it had)."""
-    from .commands.output import check_writable, input_paths, refuse_inputs, write_output
+    from .commands.output import check_writable, input_paths, refuse_inputs, streamed_output
 
     try:
         if args.command != "fmt":
@@ -141,12 +148,14 @@ def _run_to_file(args, target: str, err: TextIO) -> int:
         check_writable(target)
     except DiagnosticError as exc:
         return _diagnostics(exc, args, io.StringIO(), err)
-    buffer = io.StringIO()
-    status = _run(args, buffer, err)
-    if status in (EXIT_INPUT, EXIT_INTERNAL):
-        return status
+    from .atomic import Discard
+
+    status = EXIT_INTERNAL
     try:
-        write_output(target, buffer.getvalue())
+        with streamed_output(target) as fh:  # the report streams into a temporary file, renamed when whole
+            status = _run(args, fh, err)
+            if status in (EXIT_INPUT, EXIT_INTERNAL):
+                raise Discard
     except DiagnosticError as exc:
         for diag in exc.diagnostics:
             err.write(render(diag, None) + "\n")

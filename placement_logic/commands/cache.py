@@ -47,3 +47,33 @@ def get(k: str) -> tuple[str, int] | None:
 
 def put(k: str, out: str, status: int) -> None:
     store.write("results", k, {"out": out, "status": status})
+
+
+class Recorder:
+    """A stream that passes what is written on to ``out`` and keeps a copy for the cache while it
+    is at most ``limit`` characters (a longer output, a large sweep's, is not cached: ``text`` is
+    None then, and memory does not grow with it)."""
+
+    def __init__(self, out, limit: int = 1 << 22):
+        self.out = out
+        self.limit = limit
+        self._parts: list[str] | None = []
+        self._size = 0
+
+    def write(self, s: str) -> int:
+        self.out.write(s)
+        if self._parts is not None:
+            self._size += len(s)
+            if self._size > self.limit:
+                self._parts = None
+            else:
+                self._parts.append(s)
+        return len(s)
+
+    def isatty(self) -> bool:
+        isatty = getattr(self.out, "isatty", None)
+        return bool(isatty and isatty())
+
+    @property
+    def text(self) -> str | None:
+        return None if self._parts is None else "".join(self._parts)

@@ -8,7 +8,6 @@ the chosen format, or with a list or range in ``--set`` one row per configuratio
 
 from __future__ import annotations
 
-import io
 from typing import TextIO
 
 from .options import (
@@ -127,10 +126,12 @@ def run(args, out: TextIO, err: TextIO) -> int:
         if hit is not None:
             out.write(hit[0])
             return hit[1]
-    if sweep.wanted(args, sweeps):
-        buf = io.StringIO()
-        status = sweep.run(args, spec, sets, sweeps, "cost", buf, output_width(args, out), colour(out))
-        text = buf.getvalue()
+    if sweep.wanted(args, sweeps):  # the rows go out as they are made; a copy is kept for the cache while short
+        sink = cache.Recorder(out)
+        status = sweep.run(args, spec, sets, sweeps, "cost", sink, output_width(args, out), colour(out))
+        if use_cache and sink.text is not None:
+            cache.put(k, sink.text, status)
+        return status
     else:
         from ..costreport import build
         from ..costs.budget import budget

@@ -8,11 +8,12 @@ of the command's input files is refused before anything is written.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator, TextIO
 
-from ..atomic import write_atomic
+from ..atomic import open_atomic, write_atomic
 from ..diagnostics import Code, Diagnostic, DiagnosticError
 from .options import command_line_span
 
@@ -62,6 +63,56 @@ def check_writable(target: str, option: str = "-o") -> None:
     if why:
         raise DiagnosticError([Diagnostic(Code.EXPORT_FAILED, f"{option} {target}: cannot write: {why}",
                                           command_line_span(f"{option} {target}"))])
+
+
+@contextlib.contextmanager
+def streamed_output(target: str, option: str = "-o") -> Iterator[TextIO]:
+    """``atomic.open_atomic`` with a failure to create, write or rename the file reported as a
+    located PL700 (exit 2); an error of the command inside leaves the target as it was."""
+    try:
+        with open_atomic(target) as fh:
+            yield _Checked(fh)
+    except _WriteFailed as exc:
+        raise _pl700(target, exc.error, option) from None
+    except OSError as exc:
+        raise _pl700(target, exc, option) from None
+
+
+class _WriteFailed(BaseException):  # not an error of the command: passes its handlers by
+    def __init__(self, error: OSError):
+        self.error = error
+
+
+class _Checked:
+    """The file, its write failures told apart from the command's own errors (which are reported as
+    the command's, not as a PL700)."""
+
+    def __init__(self, fh):
+        self.fh = fh
+
+    def write(self, s: str) -> int:
+        try:
+            return self.fh.write(s)
+        except OSError as exc:
+            raise _WriteFailed(exc) from None
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        try:
+            self.fh.flush()
+        except OSError as exc:
+            raise _WriteFailed(exc) from None
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _pl700(target: str, exc: OSError, option: str) -> DiagnosticError:
+    return DiagnosticError([Diagnostic(Code.EXPORT_FAILED, f"{option} {target}: cannot write: {exc.strerror or exc}",
+                                       command_line_span(f"{option} {target}"))])
 
 
 def write_output(target: str, text: str, option: str = "-o") -> None:

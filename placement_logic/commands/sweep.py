@@ -10,6 +10,7 @@ ordinary report draws that configuration.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import TextIO
 
@@ -62,19 +63,25 @@ def check_options(args, sweeps) -> None:
 
 
 def run(args, spec, sets, sweeps, command: str, out: TextIO, width: int, color: bool) -> int:
-    from ..costreport.sweep import build_sweep
-    from ..costreport.sweepout import render
+    """The sweep's rows written to ``out`` as they are produced (``costreport.sweepout.write``),
+    in memory that does not grow with them; with ``--plot`` every row is kept for the figure."""
+    from ..costreport.sweep import plan_sweep
+    from ..costreport.sweepout import write
     from ..outcome import Exit
 
-    report = build_sweep(spec, plans=getattr(args, "plans", None) or (), sets=sets, sweeps=sweeps, command=command,
-                         baseline=getattr(args, "baseline", None), exact=getattr(args, "exact", False))
-    text = render(report, args.format, width, color)
+    report = plan_sweep(spec, plans=getattr(args, "plans", None) or (), sets=sets, sweeps=sweeps, command=command,
+                        baseline=getattr(args, "baseline", None), exact=getattr(args, "exact", False))
+    if getattr(args, "plot", None) is not None:
+        report = report.materialised()
+    buf = io.StringIO() if report.source is None else None  # kept rows: written whole after the figure, as before
+    tally = write(report, args.format, buf or out, width, color)
     if getattr(args, "plot", None) is not None:
         from ..costreport.plot import sweep_plot
 
         sweep_plot(report, args.plot)
-    out.write(text)
-    return int(Exit(report.exit_status))
+    if buf is not None:
+        out.write(buf.getvalue())
+    return int(Exit(tally.exit_status))
 
 
 def plot_only(args, spec, sets, command: str) -> None:

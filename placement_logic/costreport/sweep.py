@@ -18,6 +18,9 @@ Two evaluations, the same numbers:
   (``costs.compiled.agrees``); a class that disagreed is re-derived exactly row by row, with
   a note. A comparison of an assert whose two sides are within rounding of each other is
   decided exactly.
+  The rows are produced a chunk of configurations at a time (``costreport.sweeprows``;
+  ``plan_sweep`` leaves them to stream, ``build_sweep`` keeps them), so that a long sweep's
+  memory does not grow with its rows.
 - *exact* (``--exact``): every configuration is bound with ``--set`` semantics and derived
   as a single ``placement cost`` would (``with_sizes``, ``derive``), in exact rationals.
 """
@@ -27,12 +30,19 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Mapping
+from typing import Callable, Iterator, Mapping
 
 import sympy
 
 from .. import costs, ir
-from ..costs.compiled import CompiledCost, agrees, compile_exprs, cost_exprs, exact_value, numpy_or_none
+from ..costs.compiled import (  # noqa: F401 - compile_exprs, numpy_or_none: sweeprows calls them from here
+    CompiledCost,
+    agrees,
+    compile_exprs,
+    cost_exprs,
+    exact_value,
+    numpy_or_none,
+)
 from ..costs.symbolic import rational, resolve_bindings, symbol, to_sympy
 from ..diagnostics import Code, Diagnostic, DiagnosticError, did_you_mean
 from ..ir.walker import fold
@@ -81,10 +91,20 @@ class SweepReport:
     baseline: str | None = None
     notes: tuple[str, ...] = field(default=())
     quantities: tuple[str, ...] = ()  # every quantity name some row carries
+    count: int | None = None  # configurations (the product of the sweeps' lengths)
+    source: Callable[[], Iterator[SweepRow]] | None = field(default=None, repr=False, compare=False)
+
+    def iter_rows(self) -> Iterator[SweepRow]:
+        """The rows, in order: those kept, or (a streamed report) produced again from its source."""
+        return iter(self.rows) if self.source is None else self.source()
+
+    def materialised(self) -> SweepReport:
+        """The report with every row kept (``rows``), for callers that need them all (a plot)."""
+        return self if self.source is None else replace(self, rows=tuple(self.source()), source=None)
 
     @property
     def failed_asserts(self) -> int:
-        return sum(1 for r in self.rows for q, v in zip(self.questions, r.verdicts)
+        return sum(1 for r in self.iter_rows() for q, v in zip(self.questions, r.verdicts)
                    if q.kind == "assert" and v == "fails")
 
     @property
@@ -97,7 +117,7 @@ class SweepReport:
         return 0  # every symbol is bound in a sweep
 
     def configurations(self) -> int:
-        return len({r.values for r in self.rows})
+        return self.count if self.count is not None else len({r.values for r in self.rows})
 
 
 def _fixed_bindings(spec: ir.Spec, sets: Mapping[str, Fraction], swept: tuple[str, ...]) -> dict:
@@ -168,6 +188,16 @@ def _unbound(free: set[str]) -> DiagnosticError:
 def build_sweep(spec: ir.Spec, plans=(), sets: Mapping[str, Fraction] | None = None,
                 sweeps: Mapping[str, tuple[Fraction, ...]] | None = None, command: str = "cost",
                 baseline: str | None = None, exact: bool = False) -> SweepReport:
+    """The sweep with every row kept (``SweepReport.rows``)."""
+    return plan_sweep(spec, plans, sets, sweeps, command, baseline, exact).materialised()
+
+
+def plan_sweep(spec: ir.Spec, plans=(), sets: Mapping[str, Fraction] | None = None,
+               sweeps: Mapping[str, tuple[Fraction, ...]] | None = None, command: str = "cost",
+               baseline: str | None = None, exact: bool = False) -> SweepReport:
+    """The sweep checked, derived and compiled, its rows left to stream (``SweepReport.iter_rows``):
+    every error is raised here, before a row is produced. An ``--exact`` sweep keeps its rows (each
+    is derived in sympy: which quantities and links the rows carry is known only once every row is)."""
     sets = dict(sets or {})
     sweeps = dict(sweeps or {})
     names = list(plans) or [p.name for p in spec.plans]
@@ -177,51 +207,60 @@ def build_sweep(spec: ir.Spec, plans=(), sets: Mapping[str, Fraction] | None = N
         if baseline and baseline not in names:
             names.insert(0, baseline)
     swept = tuple(sweeps)
-    grid = list(itertools.product(*(sweeps[n] for n in swept)))
-    check_points(spec, sets, swept, grid)
+    count = 1
+    for n in swept:
+        count *= len(sweeps[n])
+    check_points(spec, sets, swept, lambda: itertools.product(*(sweeps[n] for n in swept)), count)
     questions = _questions(spec)
     keys: dict[str, dict] = {n: {} for n in names}  # plan -> the quantity names its rows carry
+    source = None
     if exact:
-        rows, backend, notes = _exact_rows(spec, names, sets, swept, grid, keys), "sympy", []
+        grid = itertools.product(*(sweeps[n] for n in swept))
+        rows, backend, notes = tuple(_exact_rows(spec, names, sets, swept, grid, keys)), "sympy", []
     else:
-        rows, backend, notes = _compiled_rows(spec, names, sets, swept, grid, keys)
+        from .sweeprows import compiled_source
+
+        rows = ()
+        source, backend, notes = compiled_source(spec, names, sets, swept, sweeps, keys)
     staged = tuple(n for n in names if any(k.startswith("stage.") for k in keys[n]))
     every = dict.fromkeys(k for n in names for k in keys[n])
     links = tuple(k[len("comm.link."):] for k in every if k.startswith("comm.link."))
-    return SweepReport(command, spec.file, swept, tuple(sets.items()), tuple(names), tuple(rows), questions,
+    return SweepReport(command, spec.file, swept, tuple(sets.items()), tuple(names), rows, questions,
                        "exact" if exact else "compiled", backend, staged, links,
                        spec.mesh.names if spec.mesh else (), baseline if command == "compare" else None,
-                       tuple(notes), tuple(every))
+                       tuple(notes), tuple(every), count, source)
 
 
-def check_points(spec: ir.Spec, sets: Mapping[str, Fraction], swept: tuple[str, ...], grid: list) -> None:
+def check_points(spec: ir.Spec, sets: Mapping[str, Fraction], swept: tuple[str, ...], grid: Callable[[], Iterator],
+                 count: int) -> None:
     """Every configuration of the sweep is held to what its values written in the file are
     (``resolve.validate``): an invalid one is an error of the whole sweep (exit 2), never a row
     of numbers. The diagnostics are those of the first invalid configuration; a note lists
-    every invalid one."""
+    every invalid one. ``grid()`` yields the configurations (again at each call); ``count``: how many."""
     check_rebinding(spec, sets)
     if not swept:
         return
     relevant = shape_names(spec)
     judged: dict[tuple, bool] = {}  # the values of the names the checks read -> whether they hold
     first, bad = None, []
-    for values in grid:
+    for values in grid():
         point = dict(zip(swept, values))
         key = tuple(v if n in relevant or v.denominator != 1 or v < 1 else None for n, v in point.items())
         if judged.get(key, False):
             continue
         shown = ", ".join(f"{n}={_fraction_text(v)}" for n, v in point.items())
         diags = rebinding_diagnostics(spec, {**sets, **point}, f"swept by --set: the sweep point {shown}")
-        judged[key] = not diags
+        if None in key or diags:  # a key of every swept value is never met again: not kept
+            judged[key] = not diags
         if diags:
             bad.append(shown)
             first = first or diags
     if first is None:
         return
     listed = "; ".join(bad[:20]) + (f"; and {len(bad) - 20} more" if len(bad) > 20 else "")
-    notes = (f"{len(bad)} of the {len(grid)} configurations of the sweep are invalid: {listed}",)
+    notes = (f"{len(bad)} of the {count} configurations of the sweep are invalid: {listed}",)
     if len(swept) == 1:
-        good = [_fraction_text(v[0]) for v in grid if f"{swept[0]}={_fraction_text(v[0])}" not in bad]
+        good = [_fraction_text(v[0]) for v in grid() if f"{swept[0]}={_fraction_text(v[0])}" not in bad]
         if good:
             notes += (f"sweep the valid values only: --set {swept[0]}={','.join(good)}",)
     d = first[0]
@@ -237,8 +276,7 @@ def _fraction_text(v: Fraction) -> str:
 # --------------------------------------------------------------------------- exact, row by row
 
 
-def _exact_rows(spec, names, sets, swept, grid, keys: dict) -> list[SweepRow]:
-    rows = []
+def _exact_rows(spec, names, sets, swept, grid, keys: dict) -> Iterator[SweepRow]:
     for values in grid:
         row_sets = {**sets, **dict(zip(swept, values))}
         subs = resolve_bindings(spec.bindings, row_sets)
@@ -258,90 +296,7 @@ def _exact_rows(spec, names, sets, swept, grid, keys: dict) -> list[SweepRow]:
             if free:
                 raise _unbound(free)
             keys[name].update(dict.fromkeys(exprs))
-            rows.append(SweepRow(values, name, {k: exact_value(e, {}) for k, e in exprs.items()}, tuple(verdicts)))
-    return rows
-
-
-# --------------------------------------------------------------------------- compiled, class by class
-
-
-def _compiled_rows(spec, names, sets, swept, grid, keys: dict) -> tuple[list[SweepRow], str, list[str]]:
-    fixed = _fixed_bindings(spec, sets, swept)
-    syms = [symbol(n) for n in swept]
-    mesh = spec.mesh.names if spec.mesh else ()
-    # each axis size in terms of the swept symbols: which configurations give it one device
-    sizes = {a: fixed.get(symbol(a), symbol(a)) for a in mesh}
-    free = {s.name for e in sizes.values() for s in e.free_symbols} - set(swept)
-    if free:
-        raise _unbound(free)
-    classes: dict[frozenset, list[int]] = {}
-    varying = [a for a in mesh if sizes[a].free_symbols]
-    constant = frozenset(a for a in mesh if not sizes[a].free_symbols and exact_value(sizes[a], {}) == 1)
-    got = {}
-    if varying and grid:
-        size_fn = compile_exprs({a: sizes[a] for a in varying}, syms)
-        got = size_fn.evaluate(**{n: [float(v[k]) for v in grid] for k, n in enumerate(swept)})
-    # a tensor axis wider than the kv heads copies each head: the schedule then sums the copies' gradients,
-    # a structure of its own, so such an axis is derived at its number (``ir.heads``)
-    kv = _kv_heads(spec)
-    tensor = [a for a in varying if kv is not None and any(
-        p.role(a) in (ir.Role.TENSOR, ir.Role.SEQUENCE) for p in spec.plans)]
-    for i in range(len(grid)):
-        ones = constant | frozenset(a for a in varying if abs(float(got[a][i]) - 1) < 1e-9)
-        wide = frozenset((a, round(float(got[a][i]))) for a in tensor if float(got[a][i]) > kv + 1e-9)
-        classes.setdefault(ones | wide, []).append(i)
-    by_row: dict[int, dict] = {}
-    backend = "numpy" if numpy_or_none() is not None else "math"
-    notes: list[str] = []
-    for ones, idx in classes.items():
-        spec_c = replace(spec, plans=tuple(_class_plan(p, ones, fixed) for p in spec.plans))
-        exprs: dict[str, sympy.Expr] = {}
-        for name in names:
-            pc = costs.derive(spec_c.plan(name), sized=True)
-            for k, e in cost_exprs(pc, fixed).items():
-                exprs[f"{name}\0{k}"] = e
-        for j, qn in enumerate(spec.questions):
-            q_subs = fixed or {_NO_SUBS: 0}
-            exprs[f"\0q{j}\0left"] = costs.value_of(spec_c, qn.left, q_subs).xreplace(fixed)
-            exprs[f"\0q{j}\0right"] = costs.value_of(spec_c, qn.right, q_subs).xreplace(fixed)
-        free = {s.name for e in exprs.values() for s in e.free_symbols} - set(swept)
-        if free:
-            raise _unbound(free)
-        fn = compile_exprs(exprs, syms, backend)
-        columns = {n: [grid[i][k] for i in idx] for k, n in enumerate(swept)}
-        np = numpy_or_none() if backend == "numpy" else None
-        arrays = {n: (np.array([float(v) for v in col]) if np is not None else [float(v) for v in col])
-                  for n, col in columns.items()}
-        out = fn.evaluate(**arrays)
-        if not swept:  # no symbol: one configuration, scalars
-            out = {k: [float(v)] for k, v in out.items()}
-        bad = []
-        for pos in sorted({0, len(idx) - 1}):
-            bad += fn.check(pos, out, **{n: columns[n][pos] for n in swept})
-        if bad:
-            notes.append(f"the compiled evaluation disagreed with the exact one on "
-                         f"{', '.join(_display(k) for k in dict.fromkeys(bad))}; "
-                         f"{len(idx)} configuration(s) re-derived exactly")
-            lists = {k: [] for k in fn.names}
-            for pos in range(len(idx)):
-                for k, v in fn.exact(**{n: columns[n][pos] for n in swept}).items():
-                    lists[k].append(v)
-        else:
-            lists = {k: (v.tolist() if hasattr(v, "tolist") else list(v)) for k, v in out.items()}
-        per_plan = []
-        for name in names:
-            prefix = f"{name}\0"
-            pairs = [(k[len(prefix):], lists[k]) for k in fn.names if k.startswith(prefix)]
-            keys[name].update(dict.fromkeys(short for short, _ in pairs))
-            per_plan.append((name, pairs))
-        questions = [(lists[f"\0q{j}\0left"], lists[f"\0q{j}\0right"]) for j in range(len(spec.questions))]
-        for pos, i in enumerate(idx):
-            verdicts = _verdicts(spec, fn, [(left[pos], right[pos]) for left, right in questions],
-                                 lambda pos=pos, columns=columns: {n: columns[n][pos] for n in swept})
-            by_row[i] = [SweepRow(grid[i], name, {short: col[pos] for short, col in pairs}, verdicts)
-                         for name, pairs in per_plan]
-    rows = [row for i in range(len(grid)) for row in by_row[i]]
-    return rows, backend, notes
+            yield SweepRow(values, name, {k: exact_value(e, {}) for k, e in exprs.items()}, tuple(verdicts))
 
 
 def _display(key: str) -> str:

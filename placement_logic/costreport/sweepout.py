@@ -1,7 +1,13 @@
 """Rendering of a sweep (``SweepReport``): text, Markdown, JSON and CSV, one row per
 configuration and plan.
 
-Input: a ``SweepReport``. Output: a string. Text and Markdown show the swept values, the
+Input: a ``SweepReport``. Output: the rendering written to a stream (``write``, which returns
+the ``Tally`` of the verdicts: the footer and the exit status) or a string (``render``). The
+rows are read once, as the report produces them (``SweepReport.iter_rows``), and written as
+they come: CSV and Markdown line by line; JSON and a text table longer than ``TEXT_ROWS``
+rows through a temporary file (JSON's exit status and a table's column widths come before the
+rows but are known only after them), so that memory does not grow with the rows. Text and
+Markdown show the swept values, the
 device memory (total in GB and GiB, each state and the transient terms in GiB, the total
 of each pipeline stage), the ring bytes sent per device per step (total and per link, in
 GB) and the asserts that fail; with ``compare`` the ratio of the total to the baseline's.
@@ -14,7 +20,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import tempfile
 from fractions import Fraction
+from typing import Iterator, TextIO
 
 from ..outcome import envelope
 from . import units
@@ -40,8 +48,45 @@ def _bytes(v) -> Fraction:
     return Fraction(v)
 
 
-def _ratio(r: SweepReport, row: SweepRow) -> str:
-    base = next((b for b in r.rows if b.values == row.values and b.plan == r.baseline), None)
+class Tally:
+    """The verdicts counted as the rows go by: per question, the configurations where it fails
+    (each configuration's verdicts are those of its first row), and the asserts that fail
+    over every row."""
+
+    def __init__(self, r: SweepReport):
+        self.asserts = [q.kind == "assert" for q in r.questions]
+        self.fails = [0] * len(r.questions)
+        self.configurations = 0
+        self.rows = 0
+        self.failed_asserts = 0
+
+    def add(self, group: list[SweepRow]) -> None:
+        self.configurations += 1
+        for j, v in enumerate(group[0].verdicts):
+            self.fails[j] += v == "fails"
+        for row in group:
+            self.rows += 1
+            self.failed_asserts += sum(1 for a, v in zip(self.asserts, row.verdicts) if a and v == "fails")
+
+    @property
+    def exit_status(self) -> int:
+        """1 when an ``assert`` fails on some row, else 0 (every symbol is bound: nothing is unknown)."""
+        return 1 if self.failed_asserts else 0
+
+
+def configurations(r: SweepReport, tally: Tally) -> Iterator[list[SweepRow]]:
+    """The report's rows, one configuration (one row per plan) at a time, counted into ``tally``."""
+    group: list[SweepRow] = []
+    for row in r.iter_rows():
+        group.append(row)
+        if len(group) == len(r.plans):
+            tally.add(group)
+            yield group
+            group = []
+
+
+def _ratio(r: SweepReport, row: SweepRow, group: list[SweepRow]) -> str:
+    base = next((b for b in group if b.plan == r.baseline), None)
     if base is None or _bytes(base.get("memory.total")) == 0:
         return "—"
     x = _bytes(row.get("memory.total")) / _bytes(base.get("memory.total"))
@@ -65,11 +110,10 @@ def _gb(v) -> str:
     return units.decimal_string(_bytes(v) / 10**9, 2)
 
 
-def table(r: SweepReport) -> tuple[list[str], list[list[str]]]:
-    """The human table: headers (with their units) and rows of cells (numbers in those units)."""
+def header(r: SweepReport) -> list[str]:
+    """The human table's headers (with their units)."""
     head = list(r.swept)
-    many = len(r.plans) > 1
-    if many:
+    if len(r.plans) > 1:
         head.append("plan")
     head += ["memory GiB", *(f"{s} GiB" for s in STATES)]
     if r.staged:
@@ -77,27 +121,30 @@ def table(r: SweepReport) -> tuple[list[str], list[list[str]]]:
     head += ["comm GB", *(f"{k} GB" for k in r.links)]
     if r.command == "compare":
         head.append(f"× {r.baseline}")
-    asserts = any(q.kind == "assert" for q in r.questions)
-    if asserts:
+    if any(q.kind == "assert" for q in r.questions):
         head.append("asserts")
-    rows = []
-    for row in r.rows:
-        cells = [units.number(v) for v in row.values]
+    return head
+
+
+def cells(r: SweepReport, group: list[SweepRow]) -> Iterator[list[str]]:
+    """The human table's rows of one configuration: cells in the units of ``header``."""
+    many = len(r.plans) > 1
+    asserts = any(q.kind == "assert" for q in r.questions)
+    for row in group:
+        out = [units.number(v) for v in row.values]
         if many:
-            cells.append(row.plan)
-        cells.append(_gib(row.get("memory.total")))
-        cells += [_gib(row.get(f"memory.{s}")) for s in STATES]
+            out.append(row.plan)
+        out.append(_gib(row.get("memory.total")))
+        out += [_gib(row.get(f"memory.{s}")) for s in STATES]
         if r.staged:
-            cells += [_gib(row.get(f"stage.{st}.total")) if row.plan in r.staged else "—"
-                      for st in ("first", "last")]
-        cells.append(_gb(row.get("comm.total")))
-        cells += [_gb(row.get(f"comm.link.{k}")) for k in r.links]
+            out += [_gib(row.get(f"stage.{st}.total")) if row.plan in r.staged else "—" for st in ("first", "last")]
+        out.append(_gb(row.get("comm.total")))
+        out += [_gb(row.get(f"comm.link.{k}")) for k in r.links]
         if r.command == "compare":
-            cells.append(_ratio(r, row))
+            out.append(_ratio(r, row, group))
         if asserts:
-            cells.append(_failed(r, row))
-        rows.append(cells)
-    return head, rows
+            out.append(_failed(r, row))
+        yield out
 
 
 _SHORT = {"memory": "total", "optimizer": "optim.", "activations": "activ.", "transient": "trans.",
@@ -116,86 +163,32 @@ def _summary(r: SweepReport) -> list[str]:
     return out
 
 
-def _footer(r: SweepReport) -> list[str]:
+def _footer(r: SweepReport, tally: Tally) -> list[str]:
     out = []
     for j, q in enumerate(r.questions):
-        verdicts = [row.verdicts[j] for row in r.rows[::max(1, len(r.plans))]]
-        fails = verdicts.count("fails")
+        fails = tally.fails[j]
         label = f' "{q.label}"' if q.label else ""
-        out.append(f"{q.where}: [{j + 1}] {q.kind}{label}: holds in {len(verdicts) - fails}, fails in {fails} "
-                   f"of {len(verdicts)} configuration(s)")
+        out.append(f"{q.where}: [{j + 1}] {q.kind}{label}: holds in {tally.configurations - fails}, fails in {fails} "
+                   f"of {tally.configurations} configuration(s)")
     if any(q.kind == "assert" for q in r.questions):
-        out.append("FAILED" if r.failed_asserts else "ok")
+        out.append("FAILED" if tally.failed_asserts else "ok")
     return out
 
 
-# columns a narrow text table leaves out first (the last of this list goes first)
-_KEEP = ("plan", "memory GiB", "comm GB", "asserts", "× ", "first stage GiB", "last stage GiB", "params GiB",
-         "optimizer GiB", "grads GiB", "activations GiB", "transient GiB")
-
-
-def _rank(r: SweepReport, h: str) -> int:
-    if h in r.swept:
-        return -1
-    for k, key in enumerate(_KEEP):
-        if h == key or (key == "× " and h.startswith(key)):
-            return k
-    return len(_KEEP)  # per-link columns
-
-
-def _text_table(r: SweepReport, head: list[str], rows: list[list[str]], keep: list[int]):
-    from rich.table import Table
-
-    t = Table()
-    for k in keep:
-        h = head[k]
-        words = h.rsplit(" ", 1)
-        short = _SHORT.get(words[0], words[0])
-        label = f"{short}\n{words[1]}" if len(words) == 2 and words[1] in ("GiB", "GB") else h
-        t.add_column(label, justify="left" if h in ("asserts", "plan") else "right", no_wrap=h != "asserts")
-    for cells in rows:
-        t.add_row(*(cells[k] for k in keep))
-    return t
-
-
-def render_text(r: SweepReport, width: int = 120, color: bool = False) -> str:
-    """The rows as a table ``width`` columns wide: columns that do not fit are left out (the
-    per-link ones first, then the states), and a note names them."""
-    from rich.console import Console
-
-    buf = io.StringIO()
-    con = Console(file=buf, width=width, force_terminal=color, no_color=not color, highlight=False,
-                  color_system="standard" if color else None)
-    for line in _summary(r):
-        con.print(line)
-    for line in UNITS:
-        con.print(line)
-    head, rows = table(r)
-    keep = list(range(len(head)))
-    wide = Console(file=io.StringIO(), width=10_000)
-    while True:
-        t = _text_table(r, head, rows, keep)
-        if wide.measure(t).maximum <= width or len(keep) <= len(r.swept) + 2:
-            break
-        keep.remove(max(keep, key=lambda k: (_rank(r, head[k]), k)))
-    con.print(t)
-    left = [head[k] for k in range(len(head)) if k not in keep]
-    if left:
-        con.print(f"note: {width} columns leave out {', '.join(left)} (--width, --format csv or json show them)")
-    for line in _footer(r):
-        con.print(line)
-    return buf.getvalue()
-
-
-def render_markdown(r: SweepReport) -> str:
-    head, rows = table(r)
-    out = [f"# Sweep of `{r.file}`", "", *(line + "  " for line in _summary(r)), "", *(line + ".  " for line in UNITS), "",
-           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    out += ["| " + " | ".join(c.replace("|", r"\|") for c in cells) + " |" for cells in rows]
-    footer = _footer(r)
+def write_markdown(r: SweepReport, out: TextIO) -> Tally:
+    tally = Tally(r)
+    head = header(r)
+    lines = [f"# Sweep of `{r.file}`", "", *(line + "  " for line in _summary(r)), "", *(line + ".  " for line in UNITS),
+             "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out.write("\n".join(lines))
+    for group in configurations(r, tally):
+        for row in cells(r, group):
+            out.write("\n| " + " | ".join(c.replace("|", r"\|") for c in row) + " |")
+    footer = _footer(r, tally)
     if footer:
-        out += [""] + [f"- {line}" for line in footer]
-    return "\n".join(out) + "\n"
+        out.write("\n" + "\n".join([""] + [f"- {line}" for line in footer]))
+    out.write("\n")
+    return tally
 
 
 def _json_number(v):
@@ -205,55 +198,84 @@ def _json_number(v):
     return v.numerator if v.denominator == 1 else str(v)
 
 
-def to_json(r: SweepReport) -> dict:
+_ROWS = "\0rows\0"  # where the rows go in the JSON document written around them
+
+
+def write_json(r: SweepReport, out: TextIO) -> Tally:
+    """The document ``json.dumps(..., indent=2)`` writes, its rows spooled to a temporary file
+    first (the exit status, at its top, is known only once every row is)."""
     keys = quantity_keys(r)
-    return {
-        **envelope(r.command, r.exit_status),
-        "file": r.file,
-        "evaluation": r.evaluation,
-        "backend": r.backend,
-        "swept": list(r.swept),
-        "fixed": {n: str(v) for n, v in r.fixed},
-        "plans": [{"plan": p} for p in r.plans],
-        "baseline": r.baseline,
-        "questions": [{"kind": q.kind, "label": q.label, "op": q.op, "where": q.where} for q in r.questions],
-        "rows": [
-            {"values": {n: _json_number(v) for n, v in zip(r.swept, row.values)}, "plan": row.plan,
-             "bytes": {k: _json_number(row.numbers[k]) for k in keys if k in row.numbers},
-             "verdicts": list(row.verdicts)}
-            for row in r.rows
-        ],
-        "notes": list(r.notes),
-        "summary": {"configurations": r.configurations(), "rows": len(r.rows), "asserts_failed": r.failed_asserts},
-    }
+    tally = Tally(r)
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as spool:
+        first = True
+        for group in configurations(r, tally):
+            for row in group:
+                item = {"values": {n: _json_number(v) for n, v in zip(r.swept, row.values)}, "plan": row.plan,
+                        "bytes": {k: _json_number(row.numbers[k]) for k in keys if k in row.numbers},
+                        "verdicts": list(row.verdicts)}
+                text = json.dumps(item, indent=2, ensure_ascii=False).replace("\n", "\n    ")
+                spool.write(("" if first else ",\n") + "    " + text)
+                first = False
+        doc = {
+            **envelope(r.command, tally.exit_status),
+            "file": r.file,
+            "evaluation": r.evaluation,
+            "backend": r.backend,
+            "swept": list(r.swept),
+            "fixed": {n: str(v) for n, v in r.fixed},
+            "plans": [{"plan": p} for p in r.plans],
+            "baseline": r.baseline,
+            "questions": [{"kind": q.kind, "label": q.label, "op": q.op, "where": q.where} for q in r.questions],
+            "rows": [] if first else [_ROWS],
+            "notes": list(r.notes),
+            "summary": {"configurations": r.configurations(), "rows": tally.rows,
+                        "asserts_failed": tally.failed_asserts},
+        }
+        text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+        if first:
+            out.write(text)
+            return tally
+        before, after = text.split("    " + json.dumps(_ROWS), 1)
+        out.write(before)
+        spool.seek(0)
+        while block := spool.read(1 << 16):
+            out.write(block)
+        out.write(after)
+    return tally
 
 
-def render_json(r: SweepReport) -> str:
-    return json.dumps(to_json(r), indent=2, ensure_ascii=False) + "\n"
-
-
-def render_csv(r: SweepReport) -> str:
+def write_csv(r: SweepReport, out: TextIO) -> Tally:
     """One line per configuration and plan; quantities in bytes, named ``<quantity>_bytes``."""
     keys = quantity_keys(r)
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
+    tally = Tally(r)
+    w = csv.writer(out, lineterminator="\n")
     labels = [q.label or q.where for q in r.questions]
     w.writerow([*r.swept, "plan", *(k.replace(".", "_") + "_bytes" for k in keys), *labels])
     compiled = r.evaluation == "compiled"  # every number a float: rounded to the byte
-    for row in r.rows:
-        get = row.numbers.get
-        numbers = [round(get(k, 0.0)) for k in keys] if compiled else [_json_number(get(k, 0)) for k in keys]
-        w.writerow([*(_json_number(v) for v in row.values), row.plan, *numbers, *row.verdicts])
-    return buf.getvalue()
+    for group in configurations(r, tally):
+        for row in group:
+            get = row.numbers.get
+            numbers = [round(get(k, 0.0)) for k in keys] if compiled else [_json_number(get(k, 0)) for k in keys]
+            w.writerow([*(_json_number(v) for v in row.values), row.plan, *numbers, *row.verdicts])
+    return tally
+
+
+def write(r: SweepReport, fmt: str, out: TextIO, width: int = 120, color: bool = False) -> Tally:
+    """The report in ``fmt`` written to ``out`` as its rows are produced; the verdicts' tally back."""
+    if fmt == "text":
+        from .sweeptext import write_text
+
+        return write_text(r, out, width, color)
+    if fmt == "markdown":
+        return write_markdown(r, out)
+    if fmt == "json":
+        return write_json(r, out)
+    if fmt == "csv":
+        return write_csv(r, out)
+    raise ValueError(f"a sweep has no {fmt} rendering")
 
 
 def render(r: SweepReport, fmt: str, width: int = 120, color: bool = False) -> str:
-    if fmt == "text":
-        return render_text(r, width, color)
-    if fmt == "markdown":
-        return render_markdown(r)
-    if fmt == "json":
-        return render_json(r)
-    if fmt == "csv":
-        return render_csv(r)
-    raise ValueError(f"a sweep has no {fmt} rendering")
+    buf = io.StringIO()
+    write(r, fmt, buf, width, color)
+    return buf.getvalue()

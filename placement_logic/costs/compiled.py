@@ -75,9 +75,10 @@ def exact_value(expr: sympy.Expr, subs: Mapping[sympy.Symbol, sympy.Expr]) -> Fr
     return Fraction(int(v.p), int(v.q))
 
 
-def _rational(x) -> sympy.Rational:
-    f = Fraction(x) if not isinstance(x, float) else Fraction(x).limit_denominator(10**12)
-    return sympy.Rational(f.numerator, f.denominator)
+def _fraction(x) -> Fraction:
+    if isinstance(x, sympy.Basic):
+        x = Fraction(int(x.p), int(x.q))
+    return Fraction(x) if not isinstance(x, float) else Fraction(x).limit_denominator(10**12)
 
 
 @dataclass
@@ -89,6 +90,7 @@ class CompiledCost:
     symbols: tuple[sympy.Symbol, ...]
     backend: str  # "numpy" | "math"
     _fn: Callable = field(repr=False)
+    _exact_fn: object = field(default=None, repr=False)  # costs.exactfn.ExactFunction, built on first use
 
     @property
     def symbol_names(self) -> tuple[str, ...]:
@@ -128,9 +130,19 @@ class CompiledCost:
 
     def exact(self, **values) -> dict[str, Fraction]:
         """Every expression's exact value at one point (values exact: int, ``Fraction``, or a
-        float read as the nearest fraction with a denominator up to 10¹²)."""
-        args = self._args(values)
-        subs = {s: _rational(v) for s, v in zip(self.symbols, args)}
+        float read as the nearest fraction with a denominator up to 10¹²): by the exact-rational
+        function compiled once (``costs.exactfn``), or by substitution in sympy where it has none."""
+        args = [_fraction(v) for v in self._args(values)]
+        if self._exact_fn is None:
+            from .exactfn import compile_exact
+
+            self._exact_fn = compile_exact(self.names, self.exprs, self.symbols) or False
+        if self._exact_fn:
+            try:
+                return self._exact_fn(*args)
+            except ValueError:
+                pass  # a point the exact function cannot take: substitute in sympy
+        subs = {s: sympy.Rational(v.numerator, v.denominator) for s, v in zip(self.symbols, args)}
         return {n: exact_value(e, subs) for n, e in zip(self.names, self.exprs)}
 
     def check(self, index: int, evaluated: Mapping[str, object], **values) -> list[str]:
