@@ -113,7 +113,7 @@ def test_quiet_keeps_nothing_and_keeps_the_exit_status():
 def _peak(n: int) -> int:
     from placement_logic.commands.options import parse_sweep_sets
     from placement_logic.costreport.sweep import plan_sweep
-    from placement_logic.costreport.sweepout import write
+    from placement_logic.costreport.sweeptext import write
     from placement_logic.frontend.loader import load_spec
 
     class Nowhere(io.TextIOBase):

@@ -63,10 +63,10 @@ def check_options(args, sweeps) -> None:
 
 
 def run(args, spec, sets, sweeps, command: str, out: TextIO, width: int, color: bool) -> int:
-    """The sweep's rows written to ``out`` as they are produced (``costreport.sweepout.write``),
+    """The sweep's rows written to ``out`` as they are produced (``costreport.sweeptext.write``),
     in memory that does not grow with them; with ``--plot`` every row is kept for the figure."""
     from ..costreport.sweep import plan_sweep
-    from ..costreport.sweepout import write
+    from ..costreport.sweeptext import write
     from ..outcome import Exit
 
     report = plan_sweep(spec, plans=getattr(args, "plans", None) or (), sets=sets, sweeps=sweeps, command=command,

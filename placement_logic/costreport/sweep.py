@@ -28,6 +28,7 @@ Two evaluations, the same numbers:
 from __future__ import annotations
 
 import itertools
+import sys
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Callable, Iterator, Mapping
@@ -221,7 +222,7 @@ def plan_sweep(spec: ir.Spec, plans=(), sets: Mapping[str, Fraction] | None = No
         from .sweeprows import compiled_source
 
         rows = ()
-        source, backend, notes = compiled_source(spec, names, sets, swept, sweeps, keys)
+        source, backend, notes = compiled_source(sys.modules[__name__], spec, names, sets, swept, sweeps, keys)
     staged = tuple(n for n in names if any(k.startswith("stage.") for k in keys[n]))
     every = dict.fromkeys(k for n in names for k in keys[n])
     links = tuple(k[len("comm.link."):] for k in every if k.startswith("comm.link."))

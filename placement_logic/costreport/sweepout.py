@@ -18,7 +18,6 @@ evaluation, float64 rounded to the byte from a compiled one (``evaluation`` says
 from __future__ import annotations
 
 import csv
-import io
 import json
 import tempfile
 from fractions import Fraction
@@ -258,24 +257,3 @@ def write_csv(r: SweepReport, out: TextIO) -> Tally:
             numbers = [round(get(k, 0.0)) for k in keys] if compiled else [_json_number(get(k, 0)) for k in keys]
             w.writerow([*(_json_number(v) for v in row.values), row.plan, *numbers, *row.verdicts])
     return tally
-
-
-def write(r: SweepReport, fmt: str, out: TextIO, width: int = 120, color: bool = False) -> Tally:
-    """The report in ``fmt`` written to ``out`` as its rows are produced; the verdicts' tally back."""
-    if fmt == "text":
-        from .sweeptext import write_text
-
-        return write_text(r, out, width, color)
-    if fmt == "markdown":
-        return write_markdown(r, out)
-    if fmt == "json":
-        return write_json(r, out)
-    if fmt == "csv":
-        return write_csv(r, out)
-    raise ValueError(f"a sweep has no {fmt} rendering")
-
-
-def render(r: SweepReport, fmt: str, width: int = 120, color: bool = False) -> str:
-    buf = io.StringIO()
-    write(r, fmt, buf, width, color)
-    return buf.getvalue()

@@ -44,10 +44,14 @@ def _columns(np, chunk: list[tuple], swept: tuple[str, ...]) -> dict:
             for k, n in enumerate(swept)}
 
 
-def compiled_source(spec, names, sets, swept, sweeps, keys: dict) -> tuple[Callable[[], Iterator], str, list[str]]:
+def compiled_source(sweep, spec, names, sets, swept, sweeps, keys: dict) -> tuple[Callable[[], Iterator], str, list[str]]:
+    """``sweep``: the module ``costreport.sweep`` itself, passed by it (its row type and helpers; its compile_exprs
+    and numpy_or_none as they are at the call, what a test replaces there)."""
     from .. import ir
-    from . import sweep  # its compile_exprs and numpy_or_none: what a test replaces there, used here
-    from .sweep import _NO_SUBS, SweepRow, _class_plan, _display, _fixed_bindings, _kv_heads, _unbound, _verdicts
+
+    _NO_SUBS, SweepRow, _class_plan, _display = sweep._NO_SUBS, sweep.SweepRow, sweep._class_plan, sweep._display
+    _fixed_bindings, _kv_heads, _unbound, _verdicts = sweep._fixed_bindings, sweep._kv_heads, sweep._unbound, \
+        sweep._verdicts
 
     compile_exprs, numpy_or_none = sweep.compile_exprs, sweep.numpy_or_none
 

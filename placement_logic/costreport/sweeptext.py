@@ -20,7 +20,19 @@ import tempfile
 from typing import TextIO
 
 from .sweep import SweepReport
-from .sweepout import _SHORT, UNITS, Tally, _footer, _summary, cells, configurations, header
+from .sweepout import (
+    _SHORT,
+    UNITS,
+    Tally,
+    _footer,
+    _summary,
+    cells,
+    configurations,
+    header,
+    write_csv,
+    write_json,
+    write_markdown,
+)
 
 TEXT_ROWS = 2000  # a table laid out whole up to this many rows
 BLOCK = 1000  # rows laid out at a time beyond it
@@ -173,3 +185,22 @@ def _plain(head: list[str], block: list[list[str]], keep: list[int], widths: dic
             parts.append(f" {row[k]}{pad} " if k in left else f" {pad}{row[k]} ")
         out.append("│" + "│".join(parts) + "│\n")
     return out
+
+
+def write(r: SweepReport, fmt: str, out: TextIO, width: int = 120, color: bool = False) -> Tally:
+    """The report in ``fmt`` written to ``out`` as its rows are produced; the verdicts' tally back."""
+    if fmt == "text":
+        return write_text(r, out, width, color)
+    if fmt == "markdown":
+        return write_markdown(r, out)
+    if fmt == "json":
+        return write_json(r, out)
+    if fmt == "csv":
+        return write_csv(r, out)
+    raise ValueError(f"a sweep has no {fmt} rendering")
+
+
+def render(r: SweepReport, fmt: str, width: int = 120, color: bool = False) -> str:
+    buf = io.StringIO()
+    write(r, fmt, buf, width, color)
+    return buf.getvalue()

@@ -6,8 +6,8 @@ expression's exact value as a ``Fraction``; the same numbers as substituting the
 into the expressions in sympy (``compiled.exact_value``), at a small fraction of the cost,
 which is what a sweep of many configurations needs.
 
-The expressions are split into common subexpressions once (``sympy.cse``) and written as
-one Python function over ``Fraction`` arithmetic: sums, products, integer powers, ``Max``
+The expressions are split into common subexpressions once (``sympy.cse``) and turned into a
+tree of Python closures over ``Fraction`` arithmetic (no source text is written or run): sums, products, integer powers, ``Max``
 and ``Min``, ``floor`` and ``ceiling``, ``Mod``, ``Abs``, and ``Piecewise`` with relational
 conditions. An expression with anything else (an irrational power, a function without an
 exact rational meaning) is not compiled: ``compile_exact`` returns None and the caller
@@ -19,6 +19,7 @@ there too.
 from __future__ import annotations
 
 import math
+import operator
 from fractions import Fraction
 from typing import Callable, Mapping, Sequence
 
@@ -37,65 +38,82 @@ def _no_branch():
     raise ValueError("no Piecewise branch applies")
 
 
-_RELATIONS = {sympy.StrictGreaterThan: ">", sympy.GreaterThan: ">=", sympy.StrictLessThan: "<",
-              sympy.LessThan: "<=", sympy.Equality: "==", sympy.Unequality: "!="}
+_RELATIONS = {sympy.StrictGreaterThan: operator.gt, sympy.GreaterThan: operator.ge, sympy.StrictLessThan: operator.lt,
+              sympy.LessThan: operator.le, sympy.Equality: operator.eq, sympy.Unequality: operator.ne}
+
+Node = Callable[[list], object]  # the values of the symbols and subexpressions so far -> the node's value
 
 
-class _Writer:
-    """Python source of an expression over the names of symbols and of the subexpressions."""
+def _constant(c) -> Node:
+    return lambda v: c
 
-    def __init__(self, names: Mapping[sympy.Symbol, str]):
-        self.names = dict(names)
-        self.constants: list[Fraction] = []
 
-    def constant(self, value: Fraction) -> str:
-        self.constants.append(value)
-        return f"_c[{len(self.constants) - 1}]"
+def _fold(op, fs: list[Node]) -> Node:
+    first, rest = fs[0], fs[1:]
 
-    def __call__(self, e) -> str:  # noqa: C901 - one branch per sympy form
-        if e in self.names:
-            return self.names[e]
-        if e is sympy.true:
-            return "True"
-        if e is sympy.false:
-            return "False"
+    def f(v):
+        t = first(v)
+        for g in rest:
+            t = op(t, g(v))
+        return t
+    return f
+
+
+def _piecewise(pairs: list[tuple[Node, Node]]) -> Node:
+    def f(v):
+        for value, cond in pairs:
+            if cond(v):
+                return value(v)
+        return _no_branch()
+    return f
+
+
+class _Compiler:
+    """An expression as a tree of Python closures over the positions of symbols and subexpressions
+    (no source text is written or run)."""
+
+    def __init__(self, slots: Mapping[sympy.Symbol, int]):
+        self.slots = dict(slots)
+
+    def __call__(self, e) -> Node:  # noqa: C901 - one branch per sympy form
+        if e in self.slots:
+            return operator.itemgetter(self.slots[e])
+        if e is sympy.true or e is sympy.false:
+            return _constant(e is sympy.true)
         if e.is_Integer:
-            return f"({int(e)})"
+            return _constant(int(e))
         if e.is_Rational:
-            return self.constant(Fraction(int(e.p), int(e.q)))
+            return _constant(Fraction(int(e.p), int(e.q)))
         if e.is_Symbol:
             raise Unsupported(f"free symbol {e}")
         if e.is_Add:
-            return "(" + " + ".join(self(a) for a in e.args) + ")"
+            return _fold(operator.add, [self(a) for a in e.args])
         if e.is_Mul:
-            return "(" + " * ".join(self(a) for a in e.args) + ")"
+            return _fold(operator.mul, [self(a) for a in e.args])
         if e.is_Pow:
             if not e.exp.is_Integer:
                 raise Unsupported(f"power {e.exp}")
-            return f"_pow({self(e.base)}, {int(e.exp)})"
+            base, n = self(e.base), int(e.exp)
+            return lambda v: _pow(base(v), n)
         if isinstance(e, (sympy.Max, sympy.Min)):
-            return f"{'max' if isinstance(e, sympy.Max) else 'min'}({', '.join(self(a) for a in e.args)})"
-        if isinstance(e, sympy.ceiling):
-            return f"_ceil({self(e.args[0])})"
-        if isinstance(e, sympy.floor):
-            return f"_floor({self(e.args[0])})"
+            pick, fs = (max if isinstance(e, sympy.Max) else min), [self(a) for a in e.args]
+            return lambda v: pick(f(v) for f in fs)
+        if isinstance(e, (sympy.ceiling, sympy.floor, sympy.Abs)):
+            one = {sympy.ceiling: math.ceil, sympy.floor: math.floor, sympy.Abs: abs}[type(e)]
+            arg = self(e.args[0])
+            return lambda v: one(arg(v))
         if isinstance(e, sympy.Mod):
-            return f"({self(e.args[0])} % {self(e.args[1])})"
-        if isinstance(e, sympy.Abs):
-            return f"abs({self(e.args[0])})"
+            return _fold(operator.mod, [self(e.args[0]), self(e.args[1])])
         if isinstance(e, sympy.Piecewise):
-            out = "_no_branch()"
-            for value, cond in reversed(e.args):
-                out = f"({self(value)} if {self(cond)} else {out})"
-            return out
+            return _piecewise([(self(value), self(cond)) for value, cond in e.args])
         if type(e) in _RELATIONS:
-            return f"({self(e.lhs)} {_RELATIONS[type(e)]} {self(e.rhs)})"
-        if isinstance(e, sympy.And):
-            return "(" + " and ".join(self(a) for a in e.args) + ")"
-        if isinstance(e, sympy.Or):
-            return "(" + " or ".join(self(a) for a in e.args) + ")"
+            return _fold(_RELATIONS[type(e)], [self(e.lhs), self(e.rhs)])
+        if isinstance(e, (sympy.And, sympy.Or)):
+            test, fs = (all if isinstance(e, sympy.And) else any), [self(a) for a in e.args]
+            return lambda v: test(f(v) for f in fs)
         if isinstance(e, sympy.Not):
-            return f"(not {self(e.args[0])})"
+            arg = self(e.args[0])
+            return lambda v: not arg(v)
         raise Unsupported(type(e).__name__)
 
 
@@ -118,18 +136,20 @@ def compile_exact(names: Sequence[str], exprs: Sequence[sympy.Expr],
                   symbols: Sequence[sympy.Symbol]) -> ExactFunction | None:
     """One exact-rational function of ``symbols`` for every expression, or None when one of them
     has a form it cannot write (the caller substitutes in sympy then)."""
-    args = {s: f"a{k}" for k, s in enumerate(symbols)}
+    compiler = _Compiler({s: k for k, s in enumerate(symbols)})
     try:
         subexprs, reduced = sympy.cse(list(exprs), symbols=sympy.numbered_symbols("_x"))
-        writer = _Writer(args)
-        lines = [f"def _f({', '.join(args.values())}):"]
+        temps = []
         for k, (sym, e) in enumerate(subexprs):
-            lines.append(f"    t{k} = {writer(e)}")
-            writer.names[sym] = f"t{k}"
-        lines.append(f"    return ({', '.join(writer(e) for e in reduced)}{',' if len(reduced) == 1 else ''})")
+            temps.append(compiler(e))
+            compiler.slots[sym] = len(symbols) + k
+        outs = [compiler(e) for e in reduced]
     except Unsupported:
         return None
-    scope = {"_pow": _pow, "_ceil": math.ceil, "_floor": math.floor, "_no_branch": _no_branch,
-             "_c": tuple(writer.constants)}
-    exec(compile("\n".join(lines), "<exact closed forms>", "exec"), scope)  # noqa: S102 - source written above
-    return ExactFunction(tuple(names), scope["_f"])
+
+    def fn(*values):
+        v = list(values)
+        for t in temps:
+            v.append(t(v))
+        return tuple(f(v) for f in outs)
+    return ExactFunction(tuple(names), fn)
