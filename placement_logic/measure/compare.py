@@ -20,7 +20,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .collective_rows import collective_rows, edge_share
-from .eager_rows import EAGER, eager_status
+from .eager_rows import EAGER, eager_status, stage_rows
 from .mechanisms import (
     MECHANISMS,
     SETUP,
@@ -320,6 +320,7 @@ def compare(pred: Prediction, r: Realisation, results: list[dict], shape: TinySh
     rows += _state_rows(pred, r, results, shape)
     rows += collective_rows(pred, r, results, shape)
     rows += activation_rows(pred, results, r, shape)
+    rows += stage_rows(pred, r, shape, results)
     rows += peak_rows(pred, results)
     eq = Equivalence(
         steps=len(results[0]["losses"]),

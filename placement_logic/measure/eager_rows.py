@@ -15,6 +15,7 @@ from fractions import Fraction
 from .mechanisms import explained
 from .predict import Prediction
 from .realise import Realisation, widths_of
+from .report import Row
 from .shape import TinyShape
 
 EAGER = "pytorch_eager"
@@ -90,3 +91,84 @@ def eager_status(pred: Prediction, r: Realisation, shape: TinyShape, blocks: lis
     out = _status(outside, pred.activations_outside, pred.activation_outside_terms, outside_req,
                   outside_deviation(r, shape), "harness-tied-head-whole")
     return layer, out
+
+
+def _stage_of(r: Realisation, res: dict) -> str:
+    """The engine's name of a rank's pipeline stage: ``first``, ``last`` or ``interior``."""
+    k = res["coords"][r.pipeline_axis]
+    return "first" if k == 0 else "last" if k == r.stages - 1 else "interior"
+
+
+def harness_in_flight(r: Realisation, m: int, rank: int) -> tuple[int, int]:
+    """(chunk-microbatches, output-layer microbatches) the harness's schedule keeps at stage
+    ``rank``'s peak, from torch's schedule order alone (not the engine): GPipe runs every forward
+    first (m); 1F1B runs p − rank − 1 warm-up forwards and one more before its first backward
+    (min(m, p − rank)); interleaved 1F1B (v chunks) (v − 1)·p + 2·(p − rank − 1) warm-up forwards
+    and one more (at most m·v). The last stage keeps the output layer of every microbatch in flight
+    of its last chunk: m under GPipe, else one. None for ZeroPP (breadth-first)."""
+    p, v = r.stages, r.chunks
+    last = rank == p - 1
+    if r.schedule == "gpipe":
+        return m, m if last else 0
+    if r.schedule == "1f1b":
+        return min(m, p - rank), int(last)
+    if r.schedule == "interleaved":
+        return min(m * v, (v - 1) * p + 2 * (p - rank - 1) + 1), int(last)
+    return None  # ZeroPP: torch's breadth-first order, one scheduling unit per step
+
+
+def stage_rows(pred: Prediction, r: Realisation, shape: TinyShape, results: list[dict]) -> list[Row]:
+    """A pipeline's saved activations under ``pytorch_eager``: each first- and last-stage rank's peak
+    of the bytes autograd keeps at once over the last step's schedule (``saved_activation_peak``)
+    against the engine's stage total (its per-microbatch terms times the microbatches it counts in
+    flight). ``match`` when every compared rank measured its stage's total; the hidden dropout and
+    the tied head kept whole are explained per microbatch in flight of the harness's schedule
+    (``harness_in_flight``); a term missing or extra, or a total that is not the terms times the
+    counts in flight, differs. Interior stages (the engine predicts the first and the last) are not
+    compared and the note says so."""
+    if not r.pipeline_axis or pred.activation_count != EAGER or not pred.stage_activations \
+            or any(res.get("saved_activation_peak") is None for res in results):
+        return []
+    per_stage = {name: (total, lm, om) for name, total, lm, om in pred.stage_activations}
+    compared = [res for res in results if _stage_of(r, res) in per_stage]
+    want = [per_stage[_stage_of(r, res)][0] for res in compared]
+    got = [res["saved_activation_peak"] for res in compared]
+    layer_req, outside_req = required_terms(r, shape)
+    layer = sum((v for _, v in pred.activation_layer_terms), Fraction(0))
+    outside = sum((v for _, v in pred.activation_outside_terms), Fraction(0))
+    names = ({n for n, _ in pred.activation_layer_terms}, {n for n, _ in pred.activation_outside_terms})
+    status, mechanism, note = "match", "", ""
+    if names != (layer_req, outside_req):
+        lacks = sorted((layer_req - names[0]) | (outside_req - names[1]))
+        extra = sorted((names[0] - layer_req) | (names[1] - outside_req))
+        status, note = "differs", "the pytorch_eager count " + "; ".join(
+            x for x in (f"lacks {', '.join(lacks)}" if lacks else "",
+                        f"emits {', '.join(extra)}, which eager PyTorch does not keep here" if extra else "") if x)
+    elif any(total != layer * lm + outside * om for total, lm, om in per_stage.values()):
+        status, note = "differs", "a stage's total is not its terms times the microbatches the engine counts in flight"
+    elif got != want:
+        ld, od = layer_deviation(r, shape), outside_deviation(r, shape)
+        excess = []
+        for res in compared:
+            k = res["coords"][r.pipeline_axis]
+            flight = harness_in_flight(r, shape.microbatches, k)
+            if flight is None or not (ld or od):
+                excess = None
+                break
+            excess.append((ld[1] * flight[0] * (shape.layers // (r.stages * r.chunks)) if ld else 0)
+                          + (od[1] * flight[1] if od else 0))
+        if excess is not None and all(g == w + e for g, w, e in zip(got, want, excess)):
+            dev = ld or od
+            status, mechanism, note = explained("harness-hidden-dropout" if ld else "harness-tied-head-whole",
+                                                f"{dev[0]}, per microbatch in flight of the harness's schedule")
+        else:
+            status, note = "differs", "the stage's peak of kept saved activations differs from the engine's stage total"
+    skipped = len(results) - len(compared)
+    lead = ("the peak of the bytes autograd keeps at once over the last step's schedule, every microbatch in flight "
+            "(saved_tensors_hooks), against the engine's stage total: "
+            + ", ".join(f"{name} {int(t):,} = {lm}·{layer} + {om}·{outside}" for name, (t, lm, om) in per_stage.items()))
+    if skipped:
+        lead += f"; {skipped} interior-stage rank(s) not compared (the engine predicts the first and the last stage)"
+    return [Row("activations", "saved activations per stage at the schedule's peak", max(want), Fraction(max(got)),
+                status, f"{note}; {lead}" if note else lead, tuple(got) if len(set(got)) > 1 else (), mechanism,
+                tuple(want) if len(set(want)) > 1 else ())]

@@ -64,6 +64,11 @@ class Prediction:
     flash_attention: bool = False
     # the spec's activation count (``conventions { activations = ... }``; not a figure)
     activation_count: str = "shape"
+    # with a pipeline, per stage the engine gives ("first", "last"): its saved-activation total at
+    # the schedule's peak, the layer-microbatches (chunk-microbatches times layers per chunk) and the
+    # microbatches of the output layer it counts in flight; the per-microbatch terms are
+    # ``activation_layer_terms`` and ``activation_outside_terms``
+    stage_activations: tuple[tuple[str, Fraction, Fraction, Fraction], ...] = ()
 
     @property
     def widths(self) -> dict[str, Fraction]:
@@ -182,6 +187,15 @@ def predict(spec: ir.Spec, plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, 
         named_layer, named_outside = named_terms(pc.shape, pc.layout)
         layer_terms = tuple((name, _number(x, subs)) for name, x in named_layer)
         outside_terms = tuple((name, _number(x, subs)) for name, x in named_outside)
+    stage_acts: tuple = ()
+    if act.stages and plan.model.activation_count == "pytorch_eager":
+        # a pipeline under the eager convention: each stage's total with its in-flight counts, and
+        # the per-microbatch terms they multiply (one microbatch of one layer, of the output layer)
+        named_layer, named_outside = named_terms(pc.shape, pc.layout)
+        layer_terms = tuple((name, _number(x, subs)) for name, x in named_layer)
+        outside_terms = tuple((name, _number(x, subs)) for name, x in named_outside)
+        stage_acts = tuple((st.stage, _number(st.total, subs), _number(st.in_flight.layer_microbatches, subs),
+                            _number(st.in_flight.output, subs)) for st in act.stages)
     try:
         device_peak = _number(pc.memory.device_total, subs)
     except UnboundPrediction:
@@ -190,4 +204,5 @@ def predict(spec: ir.Spec, plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, 
                       tensor_whole_bytes=whole, byte_widths=widths, activations_per_layer=per_layer,
                       activations_outside=outside, activation_layer_terms=layer_terms,
                       activation_outside_terms=outside_terms, device_peak=device_peak,
-                      flash_attention=bool(plan.flash_attention), activation_count=plan.model.activation_count)
+                      flash_attention=bool(plan.flash_attention), activation_count=plan.model.activation_count,
+                      stage_activations=stage_acts)

@@ -24,9 +24,10 @@ def eager_spec(path: str):
     """The spec at ``path`` with the pytorch_eager convention stated in its model block."""
     with open(path) as f:
         text = f.read()
-    text, n = re.subn(r"(\n  microbatch = [^\n]*\n)", r"\1  conventions { activations = pytorch_eager }\n", text,
-                      count=1)
-    assert n == 1, path
+    if "activations = pytorch_eager" not in text:  # the shipped measure examples state it themselves
+        text, n = re.subn(r"(\n  microbatch = [^\n]*\n)", r"\1  conventions { activations = pytorch_eager }\n",
+                          text, count=1)
+        assert n == 1, path
     return load_string(text, file=path)
 
 

@@ -103,3 +103,75 @@ class SavedActivations:
     def bytes(self) -> dict[str, int]:
         """Distinct saved bytes per block name (and ``outside``)."""
         return {k: sum(v.values()) for k, v in self.per_block.items()}
+
+
+class _Held:
+    """A tensor autograd keeps for backward, as the pack hook hands it over: autograd drops it
+    when it frees the saved tensor (after the backward that used it)."""
+
+    __slots__ = ("t", "__weakref__")
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t = t
+
+
+def _unpack(x):
+    return x.t if isinstance(x, _Held) else x
+
+
+class LiveSavedPeak(SavedActivations):
+    """The peak of the bytes autograd keeps for backward at once while active (``with
+    peak.recording(models)``): what a pipeline stage keeps over its schedule, every microbatch in
+    flight. A storage counts (once, however many saved tensors view it) while some tensor of it
+    packed by autograd (floating point, not a parameter: as ``SavedActivations``) is still kept:
+    the pack hook hands autograd a holder, and ``weakref.finalize`` on the holder sees autograd
+    drop it. A storage that outlives its saved tensors (the pipeline runtime's receive buffers,
+    reused every step) stops counting when they are dropped. The kept total only grows at a pack,
+    so the largest total right after a pack is the peak."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live: dict[int, list[int]] = {}  # storage address -> [bytes, saved tensors kept of it]
+        self.total = 0
+        self.peak = 0
+        self.models: list[nn.Module] = []
+
+    def _param_storages(self) -> set[int]:
+        return {_local(p).untyped_storage().data_ptr() for m in self.models for p in m.parameters()}
+
+    def _dropped(self, ptr: int) -> None:
+        entry = self.live[ptr]
+        entry[1] -= 1
+        if entry[1] == 0:
+            self.total -= entry[0]
+            del self.live[ptr]
+
+    def _pack(self, t):
+        if not (isinstance(t, torch.Tensor) and t.is_floating_point() and not self._is_parameter(t)):
+            return t
+        loc = _local(t)
+        while type(loc) is not torch.Tensor and isinstance(getattr(loc, "elem", None), torch.Tensor):
+            loc = loc.elem
+        st = loc.untyped_storage()
+        ptr = st.data_ptr()
+        if not st.nbytes() or ptr in self._param_storages():
+            return t
+        import weakref
+
+        held = _Held(t)
+        entry = self.live.setdefault(ptr, [st.nbytes(), 0])
+        if entry[1] == 0:
+            self.total += entry[0]
+            self.peak = max(self.peak, self.total)
+        entry[1] += 1
+        weakref.finalize(held, self._dropped, ptr)
+        return held
+
+    @contextmanager
+    def recording(self, models):  # type: ignore[override]
+        self.models = list(models)
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack):
+                yield self
+        finally:
+            self.models = []

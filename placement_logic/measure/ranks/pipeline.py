@@ -29,6 +29,7 @@ from . import model as tiny
 from .common import MAX_NORM, local, make_optimizer
 from .counter import CollectiveCounter
 from .flat_zero import FlatZero
+from .pipeline_schedules import ZeroParts, _then, unit_lowering, zeropp_schedule  # noqa: F401
 from .tensor_parallel import tensor_parallel
 
 _SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B"}
@@ -101,96 +102,6 @@ class _Tagger:
             setattr(stage, name, tagged)
 
 
-def _then(f, g):
-    """``f``, then ``g()``; ``f``'s result."""
-
-    def run(*args, **kwargs):
-        out = f(*args, **kwargs)
-        g()
-        return out
-
-    return run
-
-
-class ZeroParts:
-    """Several ``FlatZero`` buffers over the same group, stepped as one optimizer."""
-
-    def __init__(self, parts) -> None:
-        self.parts = parts
-        self.param_groups = [g for z in parts for g in z.param_groups]
-        self.stage = parts[0].stage
-
-    @property
-    def state(self) -> dict:
-        out = {}
-        for z in self.parts:
-            out.update(z.state)
-        return out
-
-    def reduce_gradients(self) -> None:
-        for z in self.parts:
-            z.reduce_gradients()
-
-    def held_gradients(self) -> list:
-        return [g for z in self.parts for g in z.held_gradients()]
-
-    def step(self) -> None:
-        for z in self.parts:
-            z.step()
-
-    def zero_grad(self) -> None:
-        for z in self.parts:
-            z.zero_grad()
-
-
-def unit_lowering(actions: list, unit: int) -> list:
-    """A compute-only schedule with the gathers of ZeroPP: each chunk (an FSDP unit) unsharded
-    before the first forward of a scheduling unit of ``unit`` microbatches and resharded after
-    its last, the same for the backward; the gradient reduction after the chunk's last backward,
-    before it is resharded."""
-    from torch.distributed.pipelining.schedules import _Action
-    from torch.distributed.pipelining.schedules import _ComputationType as C
-
-    out, active, done = [], set(), {}
-    total = {}
-    for a in actions:
-        if a is not None and a.computation_type in (C.FORWARD, C.FULL_BACKWARD):
-            key = (a.stage_index, a.computation_type)
-            total[key] = total.get(key, 0) + 1
-    for a in actions:
-        if a is None:
-            continue
-        key = (a.stage_index, a.computation_type)
-        if a.stage_index not in active:
-            out.append(_Action(a.stage_index, C.UNSHARD, None))
-            active.add(a.stage_index)
-        out.append(a)
-        done[key] = done.get(key, 0) + 1
-        if done[key] % unit == 0 or done[key] == total[key]:
-            if a.computation_type == C.FULL_BACKWARD and done[key] == total[key]:
-                out.append(_Action(a.stage_index, C.REDUCE_GRAD, None))
-            out.append(_Action(a.stage_index, C.RESHARD, None))
-            active.discard(a.stage_index)
-    return out
-
-
-def zeropp_schedule(stages, m: int, loss_fn, unit: int):
-    """ZeroPP's schedule with one scheduling unit per step: breadth-first (torch's
-    ScheduleLoopedBFS: every chunk runs its unit's microbatches in a row, forward then, in
-    reverse chunk order, backward), each chunk gathered once for the unit's forwards and once
-    for its backwards (``unit_lowering``) in place of the runtime's prefetch-window policy."""
-    from torch.distributed.pipelining import schedules
-
-    class ZeroPPSchedule(schedules.ScheduleLoopedBFS):
-        def _prepare_schedule_with_comms(self, actions, format="compute_only"):
-            schedules.PipelineScheduleMulti._validate_and_set_stage_mapping(self, actions)
-            lowered = {rank: unit_lowering(ops, unit) for rank, ops in actions.items()}
-            self.pipeline_order_with_comms = schedules._add_send_recv(
-                lowered, stage_to_rank=lambda s: self.stage_index_to_group_rank[s], num_stages=self._num_stages)
-
-    return ZeroPPSchedule(stages, n_microbatches=m, loss_fn=loss_fn)
-
-
 def pipeline_clip(r, named, mesh, max_norm: float, tied: bool):
     """Gradient clipping over pipeline stages (Megatron-LM's): each rank's sum of squares of its
     gradients — a parameter whole on the tensor axis counted once over it, the last stage's copy
@@ -250,23 +161,14 @@ def _whole_gradients(named, copy: list) -> list:
     return [(n, g.full_tensor() if hasattr(g, "full_tensor") else g) for n, g in pairs]
 
 
-def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
-    from contextlib import nullcontext
-
-    from torch.distributed.pipelining import PipelineStage, schedules
-    from torch.distributed.tensor.parallel import loss_parallel
-
-    from .training import _batch, _loss_sum, _reference, gradient_difference, held_bytes, loss_normaliser, tokens_of
+def _build_stages(job, mesh, device, pp_rank: int):
+    """This rank's model chunks (virtual stages rank, rank + p, ...), each tensor-parallel and
+    wrapped for its data axis as the realisation says, and their ``PipelineStage``s, tagged."""
+    from torch.distributed.pipelining import PipelineStage
 
     r, shape = job.realisation, job.shape
     p, v = r.stages, r.chunks
-    pp_rank = coords[r.pipeline_axis]
     pp_group = mesh[r.pipeline_axis].get_group()
-    dp_index = 0
-    for a in r.data_axes:
-        dp_index = dp_index * r.sizes[a] + coords[a]
-    m = shape.microbatches
-    tp = r.sizes[r.tensor_axis] if r.tensor_axis else 1
     inner, stages = [], []
     tagger = _Tagger()
     vocab_parallel = False
@@ -289,11 +191,12 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
         stage = PipelineStage(sub, index, p * v, device, group=pp_group)
         tagger.wrap(stage)
         stages.append(stage)
-    named = [(n, q) for sub in inner for n, q in sub.named_parameters()]
-    params = [q for _, q in named]
-    tied = [q for sub in inner for q in ((sub.embed.weight,) if sub.embed is not None else ())
-            + ((sub.head.weight,) if sub.head is not None else ())] if shape.tied_embeddings and p > 1 else []
-    tie_group = embedding_groups(mesh, r) if shape.tied_embeddings and p > 1 else None
+    return inner, stages, tagger, vocab_parallel
+
+
+def _optimizer(r, mesh, params: list, tied: list):
+    """(zero, optimizer, outer_sync, tied_zero): how this rank's stage parameters are reduced
+    over the data axes and stepped."""
     zero, outer_sync, tied_zero = None, None, None
     if r.data == "zero2":
         # ZeRO-2: no whole gradient to accumulate in, every microbatch's gradients reduce-scattered
@@ -332,8 +235,15 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
                         g = local(q.grad)
                         dist.all_reduce(g, group=outer_group)
                         g.div_(outer_n)
-    norm_box = [1.0]
-    clip = pipeline_clip(r, named, mesh, MAX_NORM, shape.tied_embeddings and p > 1) if r.clip else None
+    return zero, opt, outer_sync, tied_zero
+
+
+def _schedule(r, stages: list, m: int, zero, norm_box: list):
+    """The realisation's schedule over ``stages`` and whether gradients are reduced per microbatch
+    (ZeRO-2): the loss function's scale follows from it."""
+    from torch.distributed.pipelining import schedules
+
+    from .training import _loss_sum
 
     per_microbatch = r.data == "zero2"
     scale = 1 if per_microbatch else m
@@ -347,17 +257,40 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
         for stage in stages:
             stage.backward_one_chunk = _then(stage.backward_one_chunk, zero.reduce_gradients)
     if r.schedule == "zeropp":
-        schedule = zeropp_schedule(stages, m, loss_fn, r.unit)
-    else:
-        cls = getattr(schedules, _SCHEDULES[r.schedule])
-        schedule = cls(stages if v > 1 else stages[0], n_microbatches=m, loss_fn=loss_fn,
-                       scale_grads=not per_microbatch)
+        return zeropp_schedule(stages, m, loss_fn, r.unit), scale
+    cls = getattr(schedules, _SCHEDULES[r.schedule])
+    return cls(stages if r.chunks > 1 else stages[0], n_microbatches=m, loss_fn=loss_fn,
+               scale_grads=not per_microbatch), scale
+
+
+def _train(job, mesh, device, coords: dict, parts: dict) -> dict:
+    """The measured steps: each step's collectives, the reported losses, the tokens, the held
+    bytes and the peak of live saved activations of the last step, the first step's whole
+    gradients."""
+    from contextlib import nullcontext
+
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    from .activations import LiveSavedPeak
+    from .training import _batch, held_bytes, loss_normaliser, tokens_of
+
+    r, shape = job.realisation, job.shape
+    p, m = r.stages, shape.microbatches
+    pp_rank = coords[r.pipeline_axis]
+    dp_index = 0
+    for a in r.data_axes:
+        dp_index = dp_index * r.sizes[a] + coords[a]
+    tp = r.sizes[r.tensor_axis] if r.tensor_axis else 1
+    named, zero, opt, schedule, tagger = parts["named"], parts["zero"], parts["opt"], parts["schedule"], parts["tagger"]
+    tied, tied_zero, tie_group, clip = parts["tied"], parts["tied_zero"], parts["tie_group"], parts["clip"]
+    norm_box, scale, per_microbatch = parts["norm_box"], parts["scale"], r.data == "zero2"
     first, last = pp_rank == 0, pp_rank == p - 1
     dp = r.data_size
     rows = shape.microbatch * m
     global_batch = rows * dp
     steps, losses, tokens = [], [], []
     held: dict = {}
+    saved_peak = 0
     grads0, whole0 = None, None
     for step in range(job.steps):
         x, y = _batch(shape, global_batch, job.seed, step)
@@ -367,11 +300,14 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
         counter = CollectiveCounter()
         tagger.counter = counter
         mb_losses: list = []
-        with counter, (loss_parallel() if vocab_parallel else nullcontext()):
+        peak = LiveSavedPeak()
+        recording = peak.recording(parts["inner"]) if step == job.steps - 1 and job.steps > 1 else nullcontext()
+        with counter, (loss_parallel() if parts["vocab_parallel"] else nullcontext()):
             counter.phase = "schedule"
             args = (x[lo:hi].to(device),) if first else ()
             kwargs = {"target": y[lo:hi].to(device), "losses": mb_losses} if last else {}
-            schedule.step(*args, **kwargs)
+            with recording:  # the last step's schedule: every microbatch the stage keeps in flight
+                schedule.step(*args, **kwargs)
             if tie_group is not None and r.tie_reduce:
                 counter.phase = "backward"
                 if tied_zero is not None:  # ZeRO-2: the two copies' reduced shards summed
@@ -382,9 +318,9 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
             if clip is not None:
                 counter.phase = "clip"
                 clip()
-            if outer_sync is not None:
+            if parts["outer_sync"] is not None:
                 counter.phase = "backward"
-                outer_sync()
+                parts["outer_sync"]()
             if zero is not None and not per_microbatch:
                 counter.phase = "backward"
                 zero.reduce_gradients()
@@ -405,10 +341,22 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
         dist.all_reduce(loss)  # only the last stage's ranks (one per data-parallel and tensor rank) hold a loss
         losses.append(loss.item() / (dp * tp))
         if step == job.steps - 1:
-            held = held_bytes(params, opt.state, zero.held_gradients() if zero is not None else None)
+            held = held_bytes(parts["params"], opt.state, zero.held_gradients() if zero is not None else None)
+            saved_peak = peak.peak if job.steps > 1 else None
         opt.zero_grad()
-    ref, ref_losses, ref_grads = _reference(job, global_batch)
-    grad_diff = gradient_difference(whole0, ref_grads, "no step ran", partial=True)
+    return {"collectives": steps, "losses": losses, "tokens": tokens, "held": held, "whole0": whole0,
+            "saved_peak": saved_peak, "global_batch": global_batch}
+
+
+def _equivalence(job, named, pp_group, trained: dict) -> dict:
+    """The run against one process: parameters, losses and first-step gradients; the whole
+    model's parameter count and fingerprint (this stage's part summed over the pipeline axis)."""
+    from .training import _reference, gradient_difference
+
+    shape = job.shape
+    losses = trained["losses"]
+    ref, ref_losses, ref_grads = _reference(job, trained["global_batch"])
+    grad_diff = gradient_difference(trained["whole0"], ref_grads, "no step ran", partial=True)
     worst_abs, worst_name, scale = 0.0, "", max(t.abs().max().item() for t in ref.values())
     whole = [(name, q.full_tensor() if hasattr(q, "full_tensor") else q) for name, q in named]  # TP shards gathered
     for name, q in whole:
@@ -423,17 +371,8 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
                            float(sum(q.numel() for _, q in once))], dtype=torch.float64)
     dist.all_reduce(totals, group=pp_group)
     return {
-        "key": job.key,
-        "coords": coords,
-        "collectives": steps,
-        "held": {k: {"storage": a, "elements": b} for k, (a, b) in held.items()},
-        "tensor_replicated_param_bytes": 0,
         "param_count": int(totals[1].item()),
-        "param_tensors": len(named),
-        "optimizer_param_tensors": sum(len(g["params"]) for g in opt.param_groups),
         "fingerprint": totals[0].item(),
-        "losses": losses,
-        "tokens": tokens,
         "reference_losses": ref_losses,
         "param_abs_diff": worst_abs,
         "param_rel_diff": worst_abs / max(scale, 1e-30),
@@ -441,4 +380,42 @@ def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
         "loss_abs_diff": max(abs(a - b) for a, b in zip(losses, ref_losses)),
         "loss_rel_diff": max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(losses, ref_losses)),
         **grad_diff,
+    }
+
+
+def run_pipeline_job(job, mesh, device, coords: dict) -> dict:
+    """Build the stages (``_build_stages``), the optimizer (``_optimizer``) and the schedule
+    (``_schedule``), train (``_train``), compare with one process (``_equivalence``)."""
+    r, shape = job.realisation, job.shape
+    p = r.stages
+    pp_rank = coords[r.pipeline_axis]
+    pp_group = mesh[r.pipeline_axis].get_group()
+    inner, stages, tagger, vocab_parallel = _build_stages(job, mesh, device, pp_rank)
+    named = [(n, q) for sub in inner for n, q in sub.named_parameters()]
+    params = [q for _, q in named]
+    tied = [q for sub in inner for q in ((sub.embed.weight,) if sub.embed is not None else ())
+            + ((sub.head.weight,) if sub.head is not None else ())] if shape.tied_embeddings and p > 1 else []
+    tie_group = embedding_groups(mesh, r) if shape.tied_embeddings and p > 1 else None
+    zero, opt, outer_sync, tied_zero = _optimizer(r, mesh, params, tied)
+    norm_box = [1.0]
+    clip = pipeline_clip(r, named, mesh, MAX_NORM, shape.tied_embeddings and p > 1) if r.clip else None
+    schedule, scale = _schedule(r, stages, shape.microbatches, zero, norm_box)
+    parts = {"inner": inner, "named": named, "params": params, "tied": tied, "tie_group": tie_group, "zero": zero,
+             "opt": opt, "outer_sync": outer_sync, "tied_zero": tied_zero, "clip": clip, "schedule": schedule,
+             "scale": scale, "norm_box": norm_box, "tagger": tagger, "vocab_parallel": vocab_parallel}
+    trained = _train(job, mesh, device, coords, parts)
+    held = trained["held"]
+    return {
+        "key": job.key,
+        "coords": coords,
+        "collectives": trained["collectives"],
+        "held": {k: {"storage": a, "elements": b} for k, (a, b) in held.items()},
+        "tensor_replicated_param_bytes": 0,
+        "param_tensors": len(named),
+        "optimizer_param_tensors": sum(len(g["params"]) for g in opt.param_groups),
+        "losses": trained["losses"],
+        "tokens": trained["tokens"],
+        # the peak of the saved storages alive at once over the last step's schedule (``LiveSavedPeak``)
+        "saved_activation_peak": trained["saved_peak"],
+        **_equivalence(job, named, pp_group, trained),
     }

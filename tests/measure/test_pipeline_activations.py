@@ -1,0 +1,264 @@
+"""Saved activations of pipeline stages under ``conventions { activations = pytorch_eager }``.
+
+Oracles, none of them the engine: the bytes of one block and of the output layer for one
+microbatch written by hand from the tiny shape (what eager PyTorch saves for each op, as
+tests/measure/test_eager_rows.py writes them), and the microbatches each stage keeps in flight
+derived here by running the schedule's order (GPipe: every forward, then every backward; 1F1B:
+p − s − 1 warm-up forwards, then one forward and one backward in turn, then the cool-down
+backwards; interleaved 1F1B: Megatron's order of chunk forwards and backwards) and counting the
+microbatches whose forward has run and backward has not. The stage's peak is then the hand bytes
+times those counts. The engine's prediction must equal it, the real gloo runs must measure it
+(``match``), and every perturbation (a term removed, an in-flight count off by one, a total off
+by a byte) must make the row differ, never match.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from fractions import Fraction
+
+import pytest
+
+from placement_logic.frontend.loader import load_string
+from placement_logic.measure.eager_rows import stage_rows
+from placement_logic.measure.session import Prepared, measure_many, prepare
+
+SPEC = """from std.pipeline import {imp}
+model {{
+  transformer {{
+    hidden = 4096
+    layers = 32
+    heads = 32
+    ffn = 16384
+    vocab = 50304
+  }}
+  seq = 2048
+  microbatch = 4
+  microbatches = 8
+  conventions {{ activations = pytorch_eager }}
+}}
+mesh {{
+  pp = 2
+}}
+plan p {{
+  pp: {use}
+}}
+"""
+
+SCHEDULES = {"gpipe": ("gpipe", "gpipe"), "1f1b": ("one_f_one_b", "one_f_one_b"),
+             "interleaved": ("interleaved_1f1b", "interleaved_1f1b(v = 2)")}
+
+
+def _spec(kind: str):
+    imp, use = SCHEDULES[kind]
+    return load_string(SPEC.format(imp=imp, use=use), file=f"<{kind}>")
+
+
+def _prepared(kind: str) -> Prepared:
+    p = prepare(_spec(kind), "p")
+    assert isinstance(p, Prepared)
+    return p
+
+
+def _by_hand(p: Prepared) -> tuple[int, int]:
+    """One block and the output layer of one microbatch (fp32, LayerNorm, ungated MLP, MHA): per
+    token two norms with input, mean, rstd and output, Q, K, V, SDPA's fp32 log-sum-exp per head,
+    its output, the MLP's first output and GELU's output; outside, the final norm's input, mean and
+    rstd, the head's input, the fp32 log-softmax (V wide) and the cross entropy's 0-d total weight."""
+    sh = p.shape
+    n, h, a, f, V = sh.seq * sh.microbatch, sh.hidden, sh.heads, sh.ffn, sh.vocab
+    return n * (2 * (h + 2 + h) * 4 + 3 * h * 4 + 4 * a + h * 4 + 2 * f * 4), n * ((h + 2) * 4 + h * 4 + V * 4) + 4
+
+
+def _order(kind: str, p: int, m: int, s: int, v: int = 1) -> list[tuple[str, int, int]]:
+    """Stage ``s``'s actions (F or B, chunk, microbatch) in the schedule's order."""
+    if kind == "gpipe":
+        return [("F", 0, i) for i in range(m)] + [("B", 0, i) for i in range(m)]
+    if kind == "1f1b":
+        warm = min(m, p - s - 1)
+        out = [("F", 0, i) for i in range(warm)]
+        f = b = 0
+        f = warm
+        while f < m:
+            out.append(("F", 0, f))
+            f += 1
+            out.append(("B", 0, b))
+            b += 1
+        return out + [("B", 0, i) for i in range(b, m)]
+    # interleaved (Megatron): forwards by groups of p microbatches per chunk, backwards from the last chunk
+    fwd = [("F", (k // p) % v, (k // (p * v)) * p + k % p) for k in range(m * v)]
+    bwd = [("B", v - 1 - (k // p) % v, (k // (p * v)) * p + k % p) for k in range(m * v)]
+    warm = min(m * v, (v - 1) * p + 2 * (p - s - 1))
+    out = fwd[:warm]
+    fi, bi = warm, 0
+    while fi < m * v:
+        out.append(fwd[fi])
+        fi += 1
+        out.append(bwd[bi])
+        bi += 1
+    return out + bwd[bi:]
+
+
+def _peak_in_flight(actions, last_chunk: int | None) -> tuple[int, int]:
+    """(chunk-microbatches, microbatches of chunk ``last_chunk``) alive at the peak of the first."""
+    alive: set = set()
+    best = (0, 0)
+    for op, c, i in actions:
+        if op == "F":
+            alive.add((c, i))
+        else:
+            alive.discard((c, i))
+        if len(alive) > best[0]:
+            best = (len(alive), sum(1 for cc, _ in alive if cc == last_chunk))
+    return best
+
+
+def _hand_stages(kind: str, p: Prepared) -> list[int]:
+    """Each stage's peak: the hand bytes times what the schedule's order keeps in flight."""
+    layer, outside = _by_hand(p)
+    sh, r = p.shape, p.realisation
+    stages, v = r.stages, r.chunks
+    per_chunk = sh.layers // (stages * v)
+    out = []
+    for s in range(stages):
+        last = s == stages - 1
+        chunks, outs = _peak_in_flight(_order(kind, stages, sh.microbatches, s, v), v - 1 if last else None)
+        out.append(chunks * per_chunk * layer + outs * outside)
+    return out
+
+
+def _results(values: list[int]) -> list[dict]:
+    return [{"coords": {"pp": k}, "saved_activation_peak": v} for k, v in enumerate(values)]
+
+
+def _row(p: Prepared, pred, results):
+    rows = stage_rows(pred, p.realisation, p.shape, results)
+    assert len(rows) == 1
+    return rows[0]
+
+
+@pytest.mark.parametrize("kind", ["gpipe", "1f1b", "interleaved"])
+def test_the_engine_stage_totals_are_the_hand_bytes_times_the_schedule_in_flight(kind):
+    p = _prepared(kind)
+    want = _hand_stages(kind, p)
+    got = dict((name, total) for name, total, _, _ in p.prediction.stage_activations)
+    assert [got["first"], got["last"]] == want
+    row = _row(p, p.prediction, _results(want))
+    assert (row.status, row.mechanism) == ("match", "")
+
+
+def test_the_in_flight_counts_differ_by_schedule():
+    """The independent order gives GPipe all m, 1F1B p − s, interleaved (v − 1)·p + 2·(p − s − 1) + 1."""
+    assert [_peak_in_flight(_order("gpipe", 2, 4, s), 0)[0] for s in (0, 1)] == [4, 4]
+    assert [_peak_in_flight(_order("1f1b", 2, 4, s), 0)[0] for s in (0, 1)] == [2, 1]
+    assert [_peak_in_flight(_order("1f1b", 4, 8, s), 0)[0] for s in range(4)] == [4, 3, 2, 1]
+    assert [_peak_in_flight(_order("interleaved", 2, 4, s, 2), 1) for s in (0, 1)] == [(5, 2), (3, 1)]
+
+
+def _with_layer_terms(pred, terms):
+    """``pred`` with other per-microbatch layer terms, every stage total made consistent with them."""
+    layer = sum((v for _, v in terms), Fraction(0))
+    outside = sum((v for _, v in pred.activation_outside_terms), Fraction(0))
+    stages = tuple((n, layer * lm + outside * om, lm, om) for n, _, lm, om in pred.stage_activations)
+    return dataclasses.replace(pred, activation_layer_terms=tuple(terms), stage_activations=stages)
+
+
+def mutations(pred):
+    """(label, perturbed prediction): each layer and outside term removed (totals consistent), each
+    stage's in-flight count ± 1 (totals consistent, and the count alone), each total + 1 byte."""
+    terms = list(pred.activation_layer_terms)
+    for i, (name, _) in enumerate(terms):
+        yield f"layer term {name} removed", _with_layer_terms(pred, terms[:i] + terms[i + 1:])
+    layer = sum((v for _, v in pred.activation_layer_terms), Fraction(0))
+    outside_terms = list(pred.activation_outside_terms)
+    for i, (name, v) in enumerate(outside_terms):
+        stages = tuple((n, t - v * om, lm, om) for n, t, lm, om in pred.stage_activations)
+        yield f"outside term {name} removed", dataclasses.replace(
+            pred, activation_outside_terms=tuple(outside_terms[:i] + outside_terms[i + 1:]), stage_activations=stages)
+    outside = sum((v for _, v in outside_terms), Fraction(0))
+    for j, (n, t, lm, om) in enumerate(pred.stage_activations):
+        for d in (-1, 1):
+            st = list(pred.stage_activations)
+            st[j] = (n, layer * (lm + d) + outside * om, lm + d, om)
+            yield f"{n} layer-microbatches {d:+}", dataclasses.replace(pred, stage_activations=tuple(st))
+            st[j] = (n, t, lm + d, om)
+            yield f"{n} layer-microbatches {d:+}, total kept", dataclasses.replace(pred, stage_activations=tuple(st))
+            if om:
+                st[j] = (n, layer * lm + outside * (om + d), lm, om + d)
+                yield f"{n} output microbatches {d:+}", dataclasses.replace(pred, stage_activations=tuple(st))
+        st = list(pred.stage_activations)
+        st[j] = (n, t + 1, lm, om)
+        yield f"{n} total + 1", dataclasses.replace(pred, stage_activations=tuple(st))
+
+
+@pytest.mark.parametrize("kind", ["gpipe", "1f1b"])
+def test_every_perturbation_differs(kind):
+    """Against what the run measures: a term removed, a count in flight off by one, a total off by a
+    byte — every one differs, none matches or is explained."""
+    p = _prepared(kind)
+    real = _results(_hand_stages(kind, p))
+    labels = []
+    for label, wrong in mutations(p.prediction):
+        labels.append(label)
+        row = _row(p, wrong, real)
+        assert (row.status, row.mechanism) == ("differs", ""), label
+    # a term removed even where the measurement coincides with the perturbed totals: still differs
+    for label, wrong in mutations(p.prediction):
+        if "removed" in label:
+            coincide = [int(dict((n, t) for n, t, _, _ in wrong.stage_activations)[s]) for s in ("first", "last")]
+            assert _row(p, wrong, _results(coincide)).status == "differs", label
+    assert len(labels) == len(p.prediction.activation_layer_terms) + len(p.prediction.activation_outside_terms) \
+        + 2 * 4 + 2 + 2
+
+
+def test_no_row_without_the_convention_or_a_measured_peak():
+    p = _prepared("gpipe")
+    real = _results(_hand_stages("gpipe", p))
+    other = dataclasses.replace(p.prediction, activation_count="shape")
+    assert stage_rows(other, p.realisation, p.shape, real) == []
+    # a one-step run measures no peak (its schedule also runs torch's shape-inference forward)
+    assert stage_rows(p.prediction, p.realisation, p.shape, _results([None, None])) == []
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_real_pipeline_runs_match_the_hand_count():
+    """GPipe, 1F1B and interleaved 1F1B over two stages on gloo: each stage's peak of kept saved
+    activations is the hand count, and the row matches."""
+    pytest.importorskip("torch")
+    kinds = ["gpipe", "1f1b", "interleaved"]
+    reports = measure_many([(_spec(k), "p") for k in kinds], steps=2, with_checker=False)
+    for kind, rep in zip(kinds, reports):
+        rows = [r for r in rep.rows if r.quantity == "saved activations per stage at the schedule's peak"]
+        assert len(rows) == 1, (kind, [r.quantity for r in rep.rows])
+        want = _hand_stages(kind, _prepared(kind))
+        assert rows[0].status == "match", (kind, rows[0].note)
+        assert list(rows[0].per_rank) == want, kind
+
+
+@pytest.mark.torch
+def test_the_peak_counts_kept_saved_tensors_not_surviving_buffers():
+    """Two forwards of a small MLP kept at once, then their backwards, then a third forward: the
+    peak is the two graphs' distinct saved storages, counted from their saved tensors (an input
+    buffer kept alive by its owner after the backward does not count any more)."""
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    from placement_logic.measure.ranks.activations import LiveSavedPeak
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+    buffers = [torch.randn(3, 8, requires_grad=True) for _ in range(3)]  # outlive every graph
+    # by hand: per forward the first linear's input (3·8), GELU's input (3·16), the second linear's
+    # input (3·16), in fp32; the inputs are leaves that accumulate a gradient, as the pipeline's
+    # received activations, and are saved (not parameters: they belong to no module)
+    one = 4 * (3 * 8 + 3 * 16 + 3 * 16)
+    peak = LiveSavedPeak()
+    with peak.recording([net]):
+        a = net(buffers[0]).sum()
+        b = net(buffers[1]).sum()
+        a.backward()
+        b.backward()
+        net(buffers[2]).sum().backward()
+    assert peak.peak == 2 * one
+    assert peak.total == 0 and not peak.live
