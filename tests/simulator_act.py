@@ -368,7 +368,7 @@ def experts_violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
     found = set()
     for tag, target, order in (("act", "activations", ("dispatch", "combine")),
                                ("grad", "activation_grads", ("combine", "dispatch"))):
-        def passes(verb):
+        def passes(verb, target=target):
             o = _stated(plan, target, "experts", (verb,))
             return _per_pass("a2a", derived if o is None else tuple(o.axes or ()))
         x = {d: {c: Fraction(1000 * (len(keys) * n + m) + 1) for m, c in enumerate(keys)} for n, d in enumerate(keys)}
