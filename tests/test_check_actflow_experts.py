@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from itertools import product
+from pathlib import Path
 
 import pytest
 import simulator_act
@@ -140,3 +141,18 @@ def test_costs_follow_the_overrides():
     assert _a2a(base) == {("forward", ("ep",)): 24, ("backward", ("ep",)): 24}
     assert _a2a(gone) == {("forward", ("ep",)): 12, ("backward", ("ep",)): 24}  # the dispatch's bytes gone
     assert _a2a(moved) == {("forward", ("ep",)): 24, ("backward", ("ep",)): 12, ("backward", ("dp",)): 12}
+
+
+@pytest.mark.parametrize("stmt", [
+    "override activations[experts]: dispatch over (ep)", "override activations[experts]: combine over ()",
+    "override activation_grads[experts]: combine over (dp, ep)", "override activation_grads[experts]: dispatch over (ep)",
+])
+def test_statements_format_round_trip(stmt):
+    from placement_logic.frontend.canonical import format_source
+
+    src = (Path(__file__).parent.parent / "examples/safe/moe_all_to_all_group.place").read_text()
+    body = [ln for ln in src.splitlines() if not ln.startswith("  override")]
+    src = "\n".join(body[:-1] + [f"  {stmt}", "}"]) + "\n"
+    assert format_source(src, "x.place") == src
+    messy = src.replace(f"  {stmt}", "  " + stmt.replace(": ", " :  ").replace("(ep)", "( ep )"))
+    assert format_source(messy, "x.place") == src

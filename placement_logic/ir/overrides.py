@@ -62,7 +62,7 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     # (restored_from_one), recomputation without the forward's RNG state (not_preserved)
     "rng": {"same": (True, False), "advance": (True, False), "restored_from_one": (True, False),
             "not_preserved": (False, False)},
-    # the activations of a tensor-parallel layer region (check/actflow.py; group: attention, mlp, head, embedding):
+    # the activations of a layer region (check/actflow.py; group: attention, mlp, head, embedding, loss, experts):
     # the collective before the column-parallel linear (gather), the one after the row-parallel linear or the
     # embedding's masked lookup (reduce), or a
     # DTensor.from_local-style type asserted at the region's output instead of derived (assert_*)
