@@ -27,6 +27,16 @@ exponentials (``reduce_sumexp``), each derived over the tensor axes. Its ``("act
 2^loss = S·2^-t per token with the single-device value (base 2 keeps every number a fraction), its
 ``("grad", "loss")`` the device's softmax-minus-one-hot entries.
 
+The MoE layer (``experts``): every device holds one token per block, a block for every mesh
+coordinate c (its value unique over the mesh), bound for the expert given by c's coordinates on the
+expert axes; a device's local expert is given by its own coordinates there, and expert j multiplies
+by j + 2. An all-to-all over axes G sends the device's block c to the device whose G-coordinates are
+c's, into the block named by the sender's G-coordinates (all_to_all_single over equal chunks). The
+forward runs the dispatch all-to-alls, the local expert and the combine all-to-alls, the backward
+combine's conjugates, the expert, dispatch's conjugates, each derived over the expert axes and
+replaced by ``activations[experts]`` / ``activation_grads[experts]: dispatch | combine over (AXES)``;
+every block is compared with its token times the single-device expert's factor.
+
 ``violations(plan, sizes)`` returns ``("act", region)`` (the forward output is wrong on some
 device) and ``("grad", region)`` (the input gradient is).
 """
@@ -328,8 +338,54 @@ def region_violations(plan: ir.Plan, sizes: dict[str, int], region: str) -> set:
     return found
 
 
+def _all_to_all(mesh: Mesh, axes: tuple[str, ...], bufs: dict) -> dict:
+    out: dict = {k: {} for k in bufs}
+    g = [i for i, a in enumerate(mesh.names) if a in axes]
+    for d, buf in bufs.items():
+        for c, v in buf.items():
+            dest, slot = list(d), list(c)
+            for i in g:
+                dest[i], slot[i] = c[i], d[i]
+            out[tuple(dest)][tuple(slot)] = v
+    return out
+
+
+def experts_violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
+    names = plan.mesh.names
+    experts = [i for i, a in enumerate(names) if plan.role(a) is ir.Role.EXPERT]
+    if not experts:
+        return set()
+    mesh = Mesh(plan, sizes)
+    keys = [mesh.key(d) for d in mesh.devices]
+
+    def expert(c: tuple) -> int:
+        j = 0
+        for i in experts:
+            j = j * sizes[names[i]] + c[i]
+        return j
+
+    derived = tuple(names[i] for i in experts)
+    found = set()
+    for tag, target, order in (("act", "activations", ("dispatch", "combine")),
+                               ("grad", "activation_grads", ("combine", "dispatch"))):
+        def passes(verb, target=target):
+            o = _stated(plan, target, "experts", (verb,))
+            return _per_pass("a2a", derived if o is None else tuple(o.axes or ()))
+        x = {d: {c: Fraction(1000 * (len(keys) * n + m) + 1) for m, c in enumerate(keys)} for n, d in enumerate(keys)}
+        bufs = x
+        for _, axes in passes(order[0]):
+            bufs = _all_to_all(mesh, axes, bufs)
+        bufs = {d: {c: v * (expert(d) + 2) for c, v in buf.items()} for d, buf in bufs.items()}
+        for _, axes in passes(order[1]):
+            bufs = _all_to_all(mesh, axes, bufs)
+        if any(bufs[d][c] != x[d][c] * (expert(c) + 2) for d in keys for c in keys):
+            found.add((tag, "experts"))
+    return found
+
+
 def violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
+    found = experts_violations(plan, sizes)
     tensor = [a for a in plan.mesh.names if plan.role(a) in (ir.Role.TENSOR, ir.Role.SEQUENCE)]
     if not tensor or plan.placement(ir.State.PARAMS).mode(tensor[0]) not in (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.O):
-        return set()  # no tensor axis splits the layers: every rank runs them whole
-    return set().union(*(region_violations(plan, sizes, r) for r in REGIONS))
+        return found  # no tensor axis splits the layers: every rank runs them whole
+    return found.union(*(region_violations(plan, sizes, r) for r in REGIONS))

@@ -127,6 +127,10 @@ def typed(flow: af.Flow, axes: tuple[str, ...], direction: str) -> Typed:
         from .actflow_loss import typed as loss_typed
 
         return loss_typed(flow, axes, direction, _coll, Typed)
+    if flow.region == "experts":
+        from .actflow_experts import typed as experts_typed
+
+        return experts_typed(flow, axes, direction, Typed)
     slots = dict(flow.slots)
     derived = af.derived_slots(flow.region, flow.tensor, flow.sp)
     got, ref = _run(flow, slots, axes, direction), _run(flow, derived, axes, direction)
@@ -146,7 +150,9 @@ def model(plan: ir.Plan, axes: tuple[str, ...], tensor: tuple[str, ...]) -> ActM
     stated = af.overrides(plan)
     flows = af.flows(plan)
     for o in stated:
-        if not flows:
+        if _experts_misfit(o, flows):
+            continue
+        if not [f for f in flows if f.region != "experts"]:
             why = ("the plan has no tensor-parallel axis" if not tensor else
                    f"its params are whole on every rank of {', '.join(tensor)}")
             raise DiagnosticError([Diagnostic(
@@ -183,6 +189,24 @@ def model(plan: ir.Plan, axes: tuple[str, ...], tensor: tuple[str, ...]) -> ActM
                     f"({', '.join(tensor)}); over {', '.join(off) or 'no axis'} it is the samples of different "
                     "ranks, which no placement describes", o.span)])
     return ActModel(tuple(typed(f, axes, d) for f in flows for d in ("forward", "backward")))
+
+
+def _experts_misfit(o, flows) -> bool:
+    """True for a statement on the MoE layer's all-to-alls that fits (raises PL506 for one that
+    changes nothing); False for every other statement."""
+    if o.verb not in af.EXPERT_VERBS and o.group != "experts":
+        return False
+    if o.verb not in af.EXPERT_VERBS:
+        why = ("the MoE layer's collectives are its dispatch and combine all-to-alls (activations[experts], "
+               "activation_grads[experts]: dispatch, combine)")
+    elif o.group not in (None, "experts"):
+        why = f"only the MoE layer (experts) dispatches and combines tokens, not {o.group}"
+    elif not any(f.region == "experts" for f in flows):
+        why = "the plan has no expert axis, so every rank holds every expert and no token is sent anywhere"
+    else:
+        return True
+    raise DiagnosticError([Diagnostic(
+        Code.OVERRIDE_NO_EFFECT, f"override {o.target}{_grp(o)}: {o.verb} changes nothing: {why}", o.span)])
 
 
 def _grp(o) -> str:

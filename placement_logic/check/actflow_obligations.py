@@ -13,10 +13,16 @@ def act_obligations(step, ctx, obligation) -> list:
     from .rules import GRADIENT_INTEGRITY
 
     out = []
-    groups = {f.flow.tensor for f in step.actflow.typed}
+    groups = {f.flow.tensor for f in step.actflow.typed if f.flow.region != "experts"}
     for ty in step.actflow.typed:
         span = next((s for _, _, s in ty.cause if s != NO_SPAN), step.sp_span)
-        what = ("the loss of every token equals the single-device cross entropy on every rank: every rank of the "
+        what = ("the output on every rank equals the single-device output: every token is dispatched to the rank "
+                "holding its expert and its output combined back to it (the all-to-alls range over exactly the expert "
+                f"axes {', '.join(ty.flow.tensor)})" if ty.flow.region == "experts" and ty.direction == "forward" else
+                "the input gradient on every rank equals the single-device one: every token's output gradient reaches "
+                "its expert and the input gradient comes back to it (the conjugate all-to-alls range over exactly the "
+                f"expert axes {', '.join(ty.flow.tensor)})" if ty.flow.region == "experts" else
+                "the loss of every token equals the single-device cross entropy on every rank: every rank of the "
                 "tensor group subtracts the same max logit, the target's logit and the sum of exponentials are "
                 "summed over it once (" if ty.flow.region == "loss" and ty.direction == "forward" else
                 "the logits' gradient (softmax minus the one-hot target) equals the single-device one on every "
@@ -27,8 +33,9 @@ def act_obligations(step, ctx, obligation) -> list:
                 "the output gradient the embedding's weight gradient reads is the full gradient on every rank (the "
                 "type it needs: " if ty.flow.region == "embedding" else
                 "the gradient the region passes to the layers before it is the full gradient on every rank (the "
-                "type they need: ") + ", ".join(f"{KIND_TEXT[k].split(' (')[0]} over {a}" for a, k in ty.needed) + ")"
-        suffix = f" over ({', '.join(ty.flow.tensor)})" if len(groups) > 1 else ""
+                "type they need: ") + ("" if ty.flow.region == "experts" else
+                   ", ".join(f"{KIND_TEXT[k].split(' (')[0]} over {a}" for a, k in ty.needed) + ")")
+        suffix = f" over ({', '.join(ty.flow.tensor)})" if len(groups) > 1 and ty.flow.region != "experts" else ""
         out.append(obligation(
             f"GI {ty.name}{suffix}", GRADIENT_INTEGRITY, span if span != NO_SPAN else step.plan_span, what,
             lambda env, ty=ty: en.axes_negation(env, "actflow", [(a, env.sess.true()) for a in ty.bad]),

@@ -184,6 +184,10 @@ def replay(ctx: Context, ty, w: dict) -> Counterexample | None:
         from . import actflow_loss
 
         got, want, inputs = actflow_loss.run(ty.flow, ty.direction, axis, n)
+    elif ty.flow.region == "experts":
+        from . import actflow_experts
+
+        got, want, inputs = actflow_experts.run(ty.flow, ty.direction, axis, n)
     else:
         got, want, inputs = run(ty.flow, ty.direction, axis, n)
     r = next((i for i in range(n) if got[i] != want[i]), None)
@@ -192,6 +196,8 @@ def replay(ctx: Context, ty, w: dict) -> Counterexample | None:
     stage, span = next((s, sp) for a, s, sp in ty.cause if a == axis)
     if ty.flow.region == "loss":
         return actflow_loss.counterexample(ctx, ty, sizes, axis, r, got, want, inputs, stage, span, _show, _axes)
+    if ty.flow.region == "experts":
+        return actflow_experts.counterexample(ctx, ty, sizes, axis, r, got, want, inputs, stage, span, _show, _axes)
     if ty.flow.region == "embedding":
         return _embedding_cex(ctx, ty, sizes, axis, r, got, want, inputs, stage, span)
     result = dict(ty.result)[axis]

@@ -26,7 +26,11 @@ gradient its weight gradient reads: nothing, an all-gather under sequence parall
 logits of its vocabulary slice) has three all-reduces over the tensor group, one per slot: ``max``
 (the max logit, an all-reduce MAX: every rank must subtract the same constant), ``target`` (the
 target's logit, on the rank whose slice holds it) and ``sumexp`` (the sum of exponentials); its
-backward (softmax minus the one-hot target, on each rank's slice) needs none.
+backward (softmax minus the one-hot target, on each rank's slice) needs none. The MoE layer
+(``experts``: each rank of the expert group holds its own tokens and its own experts) has a dispatch
+all-to-all over the expert axes before the expert MLPs (``fwd_entry``) and a combine all-to-all back
+after them (``fwd_exit``); in backward the output gradient goes to the experts by combine's conjugate
+(``bwd_exit``) and the input gradient back to its tokens by dispatch's (``bwd_entry``).
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ from .buffers import Collective, Kind, Payload, Phase, link_of
 from .nodes import Const, Mode, Op, Recompute, Role, State
 from .overrides import OverrideVerb
 
-REGIONS = ("attention", "mlp", "head", "embedding", "loss")
+REGIONS = ("attention", "mlp", "head", "embedding", "loss", "experts")
+EXPERT_VERBS = ("dispatch", "combine")
 LOSS_SLOTS = ("max", "target", "sumexp")
 LOSS_VERBS = {"reduce_max": "max", "reduce_target": "target", "reduce_sumexp": "sumexp"}
 # the slots each region has (the others: the four of a column/row-parallel pair)
@@ -47,6 +52,7 @@ REGION_SLOTS = {"head": ("fwd_entry", "bwd_entry"), "embedding": ("fwd_exit", "b
 TARGETS = ("activations", "activation_grads")
 ASSERTS = {"assert_replicate": "R", "assert_partial": "P", "assert_shard": "S"}
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, SLICE, COPY = "all_reduce", "all_gather", "reduce_scatter", "slice", "copy"
+ALL_TO_ALL = "all_to_all"
 # the verb of each target -> the slot it states
 SLOT_OF = {("activations", "gather"): "fwd_entry", ("activations", "reduce"): "fwd_exit",
            ("activation_grads", "gather"): "bwd_exit", ("activation_grads", "reduce"): "bwd_entry",
@@ -54,6 +60,8 @@ SLOT_OF = {("activations", "gather"): "fwd_entry", ("activations", "reduce"): "f
 SLOT_OF.update({("activations", v): "fwd_exit" for v in ASSERTS})
 SLOT_OF.update({("activation_grads", v): "bwd_entry" for v in ASSERTS})
 SLOT_OF.update({("activations", v): slot for v, slot in LOSS_VERBS.items()})
+SLOT_OF.update({("activations", "dispatch"): "fwd_entry", ("activations", "combine"): "fwd_exit",
+                ("activation_grads", "combine"): "bwd_exit", ("activation_grads", "dispatch"): "bwd_entry"})
 SLOTS = ("fwd_entry", "fwd_exit", "bwd_exit", "bwd_entry")
 ALL_SLOTS = SLOTS + LOSS_SLOTS
 
@@ -88,7 +96,7 @@ class Flow:
 
     @property
     def has_row(self) -> bool:
-        return self.region not in ("head", "embedding")
+        return self.region not in ("head", "embedding", "experts")
 
 
 def redistribute(declared: str, needed: str, axes: tuple[str, ...]) -> tuple[Step, ...]:
@@ -101,6 +109,8 @@ def redistribute(declared: str, needed: str, axes: tuple[str, ...]) -> tuple[Ste
 def derived_slots(region: str, t: tuple[str, ...], sp: bool) -> dict[str, Slot]:
     if region == "loss":
         return {s: Slot((Step(ALL_REDUCE, t),)) for s in LOSS_SLOTS}
+    if region == "experts":  # t: the expert axes; every slot one all-to-all over them
+        return {s: Slot((Step(ALL_TO_ALL, t),)) for s in SLOTS}
     out = {"fwd_entry": Slot((Step(ALL_GATHER, t),) if sp else ()),
            "bwd_entry": Slot((Step(REDUCE_SCATTER if sp else ALL_REDUCE, t),)),
            "fwd_exit": Slot((Step(REDUCE_SCATTER if sp else ALL_REDUCE, t),)),
@@ -127,7 +137,9 @@ def stated_slot(o, region: str, t: tuple[str, ...], sp: bool) -> Slot:
     if o.verb == OverrideVerb.REDUCE_COPY:
         derived = derived_slots(region, t, sp)["bwd_entry"].steps
         return Slot(tuple(Step(COPY, s.axes, s.kind) for s in derived), o.span, o.verb)
-    if o.verb == OverrideVerb.GATHER:
+    if o.verb in EXPERT_VERBS:
+        kind = ALL_TO_ALL
+    elif o.verb == OverrideVerb.GATHER:
         kind = ALL_GATHER
     elif o.verb in LOSS_VERBS:  # per-token scalars: all-reduced under sequence parallelism too
         kind = ALL_REDUCE
@@ -149,14 +161,32 @@ def flows(plan) -> tuple[Flow, ...]:
     for t in plan.groups_with_role(Role.TENSOR, Role.SEQUENCE):
         if params.mode(t[0]) not in (Mode.S, Mode.S_STAR, Mode.O):
             continue  # the layers are whole on every rank of t: no region splits them
-        for region in REGIONS:
+        for region in REGIONS[:-1]:
             slots = derived_slots(region, tuple(t), sp)
             for o in overrides(plan):
                 slot = SLOT_OF[(o.target, o.verb)]
-                if o.group in (None, region) and slot in slots:
+                if o.group in (None, region) and slot in slots and o.verb not in EXPERT_VERBS:
                     slots[slot] = stated_slot(o, region, tuple(t), sp)
             out.append(Flow(region, tuple(t), sp, tuple((s, slots[s]) for s in ALL_SLOTS if s in slots)))
+    e = expert_axes(plan)
+    if e:
+        slots = derived_slots("experts", e, sp)
+        for o in overrides(plan):
+            if o.group in (None, "experts") and o.verb in EXPERT_VERBS:
+                slots[SLOT_OF[(o.target, o.verb)]] = stated_slot(o, "experts", e, sp)
+        out.append(Flow("experts", e, sp, tuple((s, slots[s]) for s in SLOTS)))
     return tuple(out)
+
+
+def expert_axes(plan) -> tuple[str, ...]:
+    """The axes the dispatch and combine all-to-alls range over: the expert axes (under parallel
+    folding, the expert group's own expert axes)."""
+    from . import folding
+
+    fold = folding.expert_group(plan)
+    if fold is not None:
+        return tuple(folding.group_axes(plan, fold, Role.EXPERT))
+    return tuple(a for g in plan.groups_with_role(Role.EXPERT) for a in g)
 
 
 # --------------------------------------------------------------------------- costs
@@ -166,7 +196,8 @@ def _moves(slot: Slot) -> list[tuple[str, tuple[str, ...]]]:
     return [(s.moved if s.kind == COPY else s.kind, s.axes) for s in slot.steps if s.kind != SLICE]
 
 
-_KIND = {ALL_REDUCE: Kind.ALL_REDUCE, ALL_GATHER: Kind.ALL_GATHER, REDUCE_SCATTER: Kind.REDUCE_SCATTER}
+_KIND = {ALL_REDUCE: Kind.ALL_REDUCE, ALL_GATHER: Kind.ALL_GATHER, REDUCE_SCATTER: Kind.REDUCE_SCATTER,
+         ALL_TO_ALL: Kind.ALL_TO_ALL}
 
 
 def adjust(plan, colls: tuple[Collective, ...], per_layer, per_microbatch) -> tuple[Collective, ...]:
@@ -183,13 +214,14 @@ def adjust(plan, colls: tuple[Collective, ...], per_layer, per_microbatch) -> tu
         derived = derived_slots(f.region, f.tensor, f.sp)
         per = per_microbatch if f.region in ("head", "embedding", "loss") else per_layer
         pay = (Payload("token_scalars", (), "one fp32 value per token (s·b·4)") if f.region == "loss" else
+               Payload("tokens", (), "routed tokens (s·b·h·top_k·capacity_factor)") if f.region == "experts" else
                Payload("activation", (), "layer input/output activations (s·b·h)"))
         for name, slot in f.slots:
             if not slot.verb:
                 continue
             if name.startswith("fwd") or name in LOSS_SLOTS:
                 # the embedding and the loss lie outside the recomputed layers
-                phases = [Phase.FORWARD, Phase.BACKWARD] if again and f.region not in ("embedding", "loss") \
+                phases = [Phase.FORWARD, Phase.BACKWARD] if again and f.region not in ("embedding", "loss", "experts") \
                     else [Phase.FORWARD]
             else:
                 phases = [Phase.BACKWARD]
@@ -209,7 +241,7 @@ def _take(colls: list, kind: Kind, phase: Phase, axes: tuple[str, ...], per, reg
     """Lower the count of the derived activation collective that holds this slot's share."""
     want = {"head": ("vocabulary-parallel head", "Megatron SP: the head"),
             "embedding": ("vocabulary-parallel embedding", "Megatron SP: the embedding"),
-            "loss": ("vocabulary-parallel cross entropy",)}.get(
+            "loss": ("vocabulary-parallel cross entropy",), "experts": ("expert parallel",)}.get(
         region, ("Megatron TP", "Megatron SP: 2"))
     for i, c in enumerate(colls):
         if c.kind is kind and c.phase is phase and c.axes == axes and c.state is State.ACTIVATIONS \
@@ -224,7 +256,8 @@ KIND_TEXT = {"R": "replicated", "P": "partial (each rank holds a summand)", "S":
              "C": "sharded along the hidden columns", "V": "each rank's own samples",
              "Q": "partial and sliced (each rank holds a summand of its own sequence slice)",
              "W": "wrong (elements that do not belong together were combined)",
-             "L": "shifted by a different constant on each rank (each subtracted its own local max logit)"}
+             "L": "shifted by a different constant on each rank (each subtracted its own local max logit)",
+             "X": "routed to the wrong expert or returned to the wrong token"}
 
 
 def type_text(t: tuple) -> str:

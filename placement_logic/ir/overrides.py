@@ -62,7 +62,7 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     # (restored_from_one), recomputation without the forward's RNG state (not_preserved)
     "rng": {"same": (True, False), "advance": (True, False), "restored_from_one": (True, False),
             "not_preserved": (False, False)},
-    # the activations of a tensor-parallel layer region (check/actflow.py; group: attention, mlp, head, embedding):
+    # the activations of a layer region (check/actflow.py; group: attention, mlp, head, embedding, loss, experts):
     # the collective before the column-parallel linear (gather), the one after the row-parallel linear or the
     # embedding's masked lookup (reduce), or a
     # DTensor.from_local-style type asserted at the region's output instead of derived (assert_*)
@@ -70,12 +70,15 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     # sum of exponentials)
     "activations": {"gather": (True, False), "reduce": (True, False), "assert_replicate": (True, False),
                     "assert_partial": (True, False), "assert_shard": (True, False), "reduce_max": (True, False),
-                    "reduce_target": (True, False), "reduce_sumexp": (True, False)},
+                    "reduce_target": (True, False), "reduce_sumexp": (True, False),
+                    # the MoE layer (group experts): the token dispatch and combine all-to-alls
+                    "dispatch": (True, False), "combine": (True, False)},
     # their gradients in backward: the input gradient's reduction (reduce, no_reduce, reduce_copy: applied to a
     # copy), the gather of the output gradient before the row-parallel linear, or an asserted input-gradient type
     "activation_grads": {"reduce": (True, False), "no_reduce": (False, False), "reduce_copy": (False, False),
                          "gather": (True, False), "assert_replicate": (True, False),
-                         "assert_partial": (True, False), "assert_shard": (True, False)},
+                         "assert_partial": (True, False), "assert_shard": (True, False),
+                         "dispatch": (True, False), "combine": (True, False)},
     # the step's microbatches as rounds of a pipeline schedule of M inside an outer accumulation (check.nested)
     "accumulation": {
         "outer_undivided": (False, True),  # the outer loop divides by nothing: the rounds summed
@@ -168,6 +171,8 @@ class OverrideVerb(StrEnum):
     NO_REGATHER_AFTER_LOAD = "no_regather_after_load"
     LOAD_BY_RANK = "load_by_rank"
     RNG_SHARED = "rng_shared"
+    DISPATCH = "dispatch"
+    COMBINE = "combine"
 
 
 PARAM_GROUPS: tuple[str, ...] = ("all", "dense", "kv", "norms", "qk_norms", "biases", "experts", "router", "embedding")

@@ -1233,6 +1233,33 @@ with_base("loss_max_twice_sp", "sp", "the max logit all-reduced twice over tp (M
           "all-reduces stay all-reduces under sequence parallelism.",
           ["override activations[loss]: reduce_max over (tp, tp)",
            "override activations[loss]: reduce_target over (tp)", "override activations[loss]: reduce_sumexp over (tp)"])
+# -- the MoE token dispatch and combine all-to-alls ---------------------------------------
+
+WRONG_EP = "the MoE all-to-all on a wrongly built expert group (deepspeedai/DeepSpeed#1942)"
+for name, b, lines, expect, what in [
+    ("moe_dispatch_dp_ep", "ep", ["override activations[experts]: dispatch over (dp)",
+                                  "override activations[experts]: combine over (dp)"], ["GI activations[experts]"],
+     "the dispatch and combine all-to-alls over dp, not ep: each token meets its own rank's expert."),
+    ("moe_dispatch_missing_ep", "ep", ["override activations[experts]: dispatch over ()"], ["GI activations[experts]"],
+     "no dispatch all-to-all: each token runs through its own rank's expert and the combine scatters the outputs."),
+    ("moe_combine_world_ep", "ep", ["override activations[experts]: combine over (dp, ep)"],
+     ["GI activations[experts]"], "the combine over dp and ep, the dispatch over ep: outputs return to another "
+     "data rank's tokens."),
+    ("moe_grads_dp_moe_3d", "moe_3d", ["override activation_grads[experts]: combine over (dp)",
+                                       "override activation_grads[experts]: dispatch over (dp)"],
+     ["GI activation_grads[experts]"], "the backward all-to-alls over dp: the output gradients never reach their "
+     "experts."),
+]:
+    mutant(name, b, what, lines, expect, mirrors=WRONG_EP)
+with_base("moe_restated_ep", "ep", "the dispatch and combine all-to-alls and their conjugates stated as derived, "
+          "over ep.", ["override activations[experts]: dispatch over (ep)",
+                       "override activations[experts]: combine over (ep)",
+                       "override activation_grads[experts]: combine over (ep)",
+                       "override activation_grads[experts]: dispatch over (ep)"])
+with_base("moe_all_to_all_world_ep", "ep", "both all-to-alls over dp and ep: each token goes to a data-parallel "
+          "replica of its expert and back (more bytes, the same values).",
+          ["override activations[experts]: dispatch over (dp, ep)",
+           "override activations[experts]: combine over (dp, ep)"])
 # -- optimizers whose update needs whole matrices (Muon) ----------------------------------
 
 MUON = ["optimizer {", "  matrices = muon(ns_steps = 5)", "}"]
