@@ -51,6 +51,12 @@ MECHANISMS = {
                            "mask, plus the final norm's statistics, the cross entropy's fp32 total weight, under "
                            "sequence parallelism DTensor's all-gathered head input, and with tied embeddings under "
                            "tensor parallelism the whole logits",
+    "sp-input-regather": "under sequence parallelism Megatron-LM all-gathers the column-parallel inputs again in "
+                         "backward for the weight gradients (2 per layer and microbatch, and the head's); DTensor "
+                         "keeps the gathered input",
+    "pipeline-scatter-gather": "with tensor parallelism and no sequence parallelism Megatron-LM sends 1/t of each "
+                               "stage boundary and all-gathers the chunks over the tensor axis after the receive; "
+                               "the engine sends whole boundaries",
     "vocab-parallel-stage-ends": "with pipeline stages the embedding's tensor-axis collectives are on the first "
                                  "stage, the head's and the cross entropy's on the last; the engine's figure is "
                                  "the last stage's",
