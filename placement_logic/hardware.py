@@ -37,6 +37,10 @@ class Link:
     latency: Fraction  # seconds per step of a ring (α)
     sources: tuple[str, ...] = ()
     efficiency: Fraction = Fraction(1)  # the fraction of the bandwidth NCCL's bus bandwidth reaches
+    # NCCL's own latency model (kernel model only): seconds per collective call, and per ring step
+    # in place of ``latency`` (None: ``latency``)
+    call_latency: Fraction = Fraction(0)
+    step_latency: Fraction | None = None
 
 
 @dataclass(frozen=True)
@@ -97,8 +101,10 @@ _MAMF = ("Bekman, Machine Learning Engineering, 'Maximum Achievable Matmul FLOPS
 _NVMM = ("NVIDIA, Matrix Multiplication Background User's Guide (DU-09799-001, 2023): GEMM throughput grows "
          "with size until the math-limited regime; small GEMMs are memory- or wave-quantisation-limited")
 _FIT = ("fitted on docs/validation_time.md (Korthikanti et al. 2022, A100): transformer-shaped products reach "
-        "17/18 of the best-shape figure; the memory-bound kernels 7/10 of Calculon's fractions (the traffic the "
-        "kernel count leaves out: casts, bias gradients, gradient accumulation)")
+        "14/15 of the best-shape figure (refitted with the communication model of Megatron-LM's sequence-parallel "
+        "re-gather and pipeline scatter/gather: the value that leaves those rows unbiased); the memory-bound "
+        "kernels 7/10 of Calculon's fractions (the traffic the kernel count leaves out: casts, bias gradients, "
+        "gradient accumulation)")
 _FA2_A100 = ("Dao, FlashAttention-2 (2023): 50-73 % of the A100's 312 TFLOPS forward, lower backward; "
              "taken as 3/5 forward and backward together")
 _FA_H100 = ("Dao, FlashAttention-2 (2023) about 35 % and Shah et al., FlashAttention-3 (2024) up to 75 % "
@@ -107,7 +113,7 @@ _ASSUMED = "no published matmul sweep at hand for this device: the H100's fracti
 
 GIGA = 10**9
 MB = 10**6
-SHAPE_FACTOR = Fraction(17, 18)  # transformer-shaped products against the best shape (fitted, _FIT)
+SHAPE_FACTOR = Fraction(14, 15)  # transformer-shaped products against the best shape (fitted, _FIT)
 MEMORY_FACTOR = Fraction(7, 10)  # the memory-bound kernels against Calculon's fractions (fitted, _FIT)
 
 
@@ -116,7 +122,7 @@ def _table(*pairs) -> tuple[tuple[Fraction, Fraction], ...]:
 
 
 def gemm_table(ceiling: Fraction) -> tuple[tuple[Fraction, Fraction], ...]:
-    """A device's matrix-product fractions: its best-shape fraction (MAMF / peak) × 17/18 from
+    """A device's matrix-product fractions: its best-shape fraction (MAMF / peak) × 14/15 from
     128 GFLOP, × 9/10 of that from 16 GFLOP, × 3/5 of that from 1 GFLOP, 1/10 below (Calculon's
     classes and steps)."""
     top = ceiling * SHAPE_FACTOR
@@ -172,31 +178,45 @@ _NV3_BUS = ("NCCL tests on 8 x A100-SXM4-80GB over NVLink 3: all_reduce busbw ab
 _HDR_BUS = ("NCCL tests across 3 nodes of 8 x A100 with 4 HDR NICs each: all_reduce busbw 84.8 GB/s on average "
             "and 96 at best of 100 (github.com/NVIDIA/nccl-tests issue 119): 9/10")
 _BUS_ASSUMED = "bus bandwidth efficiency: no NCCL-tests figure at hand for this link; 1 (the line rate) assumed"
+_NCCL_LAT = ("NCCL's tuning model, src/graph/tuning.cc of github.com/NVIDIA/nccl (commit 01afd20, the 2.9 "
+             "series of 2021): ring, Simple protocol, baseLat 8.4 us per call, hwLat per ring step 3.4 us "
+             "on NVLink, 5.7 on PCI, 9.6 across the network (kernel model)")
+_NV4_BUS = ("NCCL's maintainer on 8 x H100 (github.com/NVIDIA/nccl-tests issue 212): 'NCCL can get an effective "
+            "NVLink bandwidth of 370GB/s' of the 450 line rate, the ring busbw: 37/45")
 _ALPHA = ("latency: an assumption of the order of NCCL's tuning model (per-step hardware latency "
           "about 1 µs on NVLink, 2 µs on PCIe, 5 µs across the network); measure and override")
 
+# (call, per-step) latency of NCCL's ring with the Simple protocol (_NCCL_LAT), seconds
+_NV = (Fraction(84, 10**7), Fraction(34, 10**7))
+_PCI = (Fraction(84, 10**7), Fraction(57, 10**7))
+_NET = (Fraction(84, 10**7), Fraction(96, 10**7))
+
 LINKS: dict[str, Link] = {k.name: k for k in (
     Link("nvlink3", "NVLink 3 (A100): 12 links, 600 GB/s bidirectional", _f(300 * GB), _f("1e-6"),
-         (_A100, _ALPHA, _NV3_BUS), Fraction(2, 3)),
+         (_A100, _ALPHA, _NV3_BUS, _NCCL_LAT), Fraction(2, 3), *_NV),
     Link("nvlink4", "NVLink 4 (H100, H200): 18 links, 900 GB/s bidirectional", _f(450 * GB), _f("1e-6"),
-         (_H100, _ALPHA)),
-    Link("nvlink5", "NVLink 5 (B200): 18 links, 1.8 TB/s bidirectional", _f(900 * GB), _f("1e-6"), (_B200, _ALPHA)),
+         (_H100, _ALPHA, _NV4_BUS, _NCCL_LAT), Fraction(37, 45), *_NV),
+    Link("nvlink5", "NVLink 5 (B200): 18 links, 1.8 TB/s bidirectional", _f(900 * GB), _f("1e-6"),
+         (_B200, _ALPHA, _NCCL_LAT), Fraction(1), *_NV),
     Link("pcie4", "PCIe Gen4 x16: 64 GB/s bidirectional", _f(32 * GB), _f("2e-6"),
-         ("PCI-SIG PCIe 4.0 x16, 16 GT/s per lane (nominal 32 GB/s per direction)", _ALPHA)),
+         ("PCI-SIG PCIe 4.0 x16, 16 GT/s per lane (nominal 32 GB/s per direction)", _ALPHA, _NCCL_LAT),
+         Fraction(1), *_PCI),
     Link("pcie5", "PCIe Gen5 x16: 128 GB/s bidirectional", _f(64 * GB), _f("2e-6"),
-         ("PCI-SIG PCIe 5.0 x16, 32 GT/s per lane (nominal 64 GB/s per direction)", _ALPHA)),
+         ("PCI-SIG PCIe 5.0 x16, 32 GT/s per lane (nominal 64 GB/s per direction)", _ALPHA, _NCCL_LAT),
+         Fraction(1), *_PCI),
     Link("infinity_fabric", "AMD Infinity Fabric (MI300X): 7 links, 896 GB/s aggregate bidirectional",
          _f(448 * GB), _f("1e-6"), (_MI300X, _ALPHA)),
     Link("ib_hdr", "InfiniBand HDR, 200 Gb/s per device", _f(25 * GB), _f("5e-6"),
-         ("NVIDIA ConnectX-6 / Quantum HDR: 200 Gb/s per port", _ALPHA, _HDR_BUS), Fraction(9, 10)),
+         ("NVIDIA ConnectX-6 / Quantum HDR: 200 Gb/s per port", _ALPHA, _HDR_BUS, _NCCL_LAT), Fraction(9, 10),
+         *_NET),
     Link("ib_ndr", "InfiniBand NDR, 400 Gb/s per device", _f(50 * GB), _f("5e-6"),
-         ("NVIDIA ConnectX-7 / Quantum-2 NDR: 400 Gb/s per port", _ALPHA)),
+         ("NVIDIA ConnectX-7 / Quantum-2 NDR: 400 Gb/s per port", _ALPHA, _NCCL_LAT), Fraction(1), *_NET),
     Link("ib_xdr", "InfiniBand XDR, 800 Gb/s per device", _f(100 * GB), _f("5e-6"),
-         ("NVIDIA ConnectX-8 / Quantum-X800 XDR: 800 Gb/s per port", _ALPHA)),
+         ("NVIDIA ConnectX-8 / Quantum-X800 XDR: 800 Gb/s per port", _ALPHA, _NCCL_LAT), Fraction(1), *_NET),
     Link("roce_200", "RoCE, 200 Gb/s Ethernet per device", _f(25 * GB), _f("5e-6"),
-         ("IEEE 802.3 200GbE line rate", _ALPHA)),
+         ("IEEE 802.3 200GbE line rate", _ALPHA, _NCCL_LAT), Fraction(1), *_NET),
     Link("roce_400", "RoCE, 400 Gb/s Ethernet per device", _f(50 * GB), _f("5e-6"),
-         ("IEEE 802.3 400GbE line rate", _ALPHA)),
+         ("IEEE 802.3 400GbE line rate", _ALPHA, _NCCL_LAT), Fraction(1), *_NET),
 )}
 
 # The link classes an axis may name without defining them: a device's own node links.

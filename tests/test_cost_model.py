@@ -103,11 +103,13 @@ def test_zeropp_moves_less_than_megatron_tp_when_u_is_large():
     # gradients, once per U microbatches, for the stage's Ψ/p parameters of 2 bytes
     zeropp_hand = 3 * ring * 2 * psi / pp * mb / U
     # Megatron SP: 2 all-gathers + 2 reduce-scatters of s·b·h 2-byte activations per layer,
-    # forward and backward, for the stage's L/p layers and every microbatch; on the last stage
-    # the head's input all-gathered (forward) and its gradient reduce-scattered (backward), and
-    # the vocabulary-parallel cross entropy's 3 all-reduces of one fp32 value per token
+    # forward and backward, and the 2 column-parallel inputs gathered again in backward for the
+    # weight gradient, for the stage's L/p layers and every microbatch; on the last stage the
+    # head's input all-gathered (forward, and again in backward) and its gradient
+    # reduce-scattered (backward), and the vocabulary-parallel cross entropy's 3 all-reduces of
+    # one fp32 value per token
     sb = 2048 * 1
-    megatron_hand = (8 * ring * 2 * sbh * sympy.Rational(layers, pp) * mb + 2 * ring * 2 * sbh * mb
+    megatron_hand = (10 * ring * 2 * sbh * sympy.Rational(layers, pp) * mb + 3 * ring * 2 * sbh * mb
                      + 3 * 2 * ring * 4 * sb * mb)
     assert sympy.simplify(zpp - zeropp_hand) == 0
     assert sympy.simplify(meg - megatron_hand) == 0
@@ -139,7 +141,9 @@ def test_tensor_axis_traffic_per_microbatch_by_hand(sp, pp):
     """Megatron-LM's tensor-axis traffic of one microbatch, written out call by call: each layer
     2 forward + 2 backward s·b·h exchanges (all-reduce, or all-gather + reduce-scatter under SP);
     the vocabulary-parallel embedding's output (first stage) and head's input gradient (last
-    stage), one exchange each way under SP; the cross entropy's 3 all-reduces of s·b fp32."""
+    stage), one exchange each way under SP; the cross entropy's 3 all-reduces of s·b fp32; under SP
+    the column-parallel inputs (QKV, MLP up, head) gathered again in backward; without SP and
+    with a pipeline, the boundary's 1/t chunks gathered after each receive (scatter/gather)."""
     from placement_logic.frontend.loader import load_string
 
     plan = load_string(_tp_spec(sp, pp), "tp.place").plans[0]
@@ -149,11 +153,13 @@ def test_tensor_axis_traffic_per_microbatch_by_hand(sp, pp):
     tokens = 512 * 2 * 4  # one fp32 per token
     ar, half = sympy.Rational(2 * (tpn - 1), tpn), sympy.Rational(tpn - 1, tpn)
     calls = []  # (ring factor, bytes) of every call one device of the last stage makes per microbatch
-    for _layer in range(layers_here):
-        calls += [(half, sbh)] * 8 if sp else [(ar, sbh)] * 4
+    for _layer in range(layers_here):  # under SP the QKV and MLP-up inputs are gathered again in backward
+        calls += [(half, sbh)] * (8 + 2) if sp else [(ar, sbh)] * 4
     ends = ["head"] + (["embedding"] if pp == 1 else [])
-    for _end in ends:
-        calls += [(half, sbh)] * 2 if sp else [(ar, sbh)]
+    for end in ends:
+        calls += [(half, sbh)] * (2 + (end == "head")) if sp else [(ar, sbh)]
     calls += [(ar, tokens)] * 3
+    if pp > 1 and not sp:  # the pipeline's scatter/gather: the received chunks gathered, both directions
+        calls += [(half, sbh)] * 2
     want = mb * sum(f * n for f, n in calls)
     assert comm.on_axis("tp")[0].subs(symbol("tp"), tpn).subs(symbol("pp"), pp) == want

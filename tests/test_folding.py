@@ -314,10 +314,11 @@ def test_expert_tensor_collectives_over_their_own_axis_counted_by_hand():
         ("all_gather", ("d",), "forward", "expert_tokens"): L, ("reduce_scatter", ("d",), "forward", "expert_tokens"): L,
         ("all_gather", ("d",), "backward", "expert_tokens"): L,
         ("reduce_scatter", ("d",), "backward", "expert_tokens"): L,
-        # and one more of each per phase: the embedding's and the head's sequence-parallel ends
+        # and one more of each per phase: the embedding's and the head's sequence-parallel ends;
+        # in backward the column-parallel inputs (2 per layer and the head's) gathered again
         ("all_gather", ("t",), "forward", "activation"): 2 * L + 1,
         ("reduce_scatter", ("t",), "forward", "activation"): 2 * L + 1,
-        ("all_gather", ("t",), "backward", "activation"): 2 * L + 1,
+        ("all_gather", ("t",), "backward", "activation"): 2 * L + 1 + 2 * L + 1,
         ("reduce_scatter", ("t",), "backward", "activation"): 2 * L + 1,
     }
     # the gathered buffer: each d rank's routed tokens (its sequence shard over t, top_k copies, bf16) × d

@@ -199,9 +199,10 @@ def test_megatron_tensor_group_cut_by_the_folding_is_one_ring(tmp_path):
     for n = 4 (two over 2 ranks would send 2 × 0.5·B). With s = 64, b = 1, h = 64 and bf16,
     B = 64·64·2 = 8192: 2 layers × 1 microbatch × (2 all-gathers + 2 reduce-scatters) in each of
     forward and backward, the embedding's reduce-scatter and its gradient's all-gather, the head's
-    all-gather and its gradient's reduce-scatter, each of B; the cross entropy's 3 all-reduces of
-    s·b·4 = 256 bytes (2·(n−1)/n each), every one over the 4 ranks:
-    0.75 × (16·8192 + 4·8192) + 1.5 × 3·256 = 124032 bytes."""
+    all-gather and its gradient's reduce-scatter, and in backward the two column-parallel inputs
+    of each layer and the head's gathered again for the weight gradients, each of B; the cross
+    entropy's 3 all-reduces of s·b·4 = 256 bytes (2·(n−1)/n each), every one over the 4 ranks:
+    0.75 × (16·8192 + 4·8192 + 5·8192) + 1.5 × 3·256 = 154752 bytes."""
     f, text = _import(tmp_path, "megatron", "--tensor-model-parallel-size 4 --expert-model-parallel-size 2 "
                       "--expert-tensor-parallel-size 2 " + MODEL, 16)
     assert "  [tp_ep, tp_etp]: megatron_sp\n" in text and "role = {tp_ep: expert}" in text
@@ -215,7 +216,7 @@ def test_megatron_tensor_group_cut_by_the_folding_is_one_ring(tmp_path):
     layers = [c for c in tensor if c["rule"].startswith("Megatron SP: 2 all-gather")]
     assert sorted((c["kind"], c["phase"], c["count"], c["bytes_per_device"]) for c in layers) == \
         sorted((k, p, 4, 4 * B * 3 // 4) for k in ("all_gather", "reduce_scatter") for p in ("forward", "backward"))
-    assert sum(c["bytes_per_device"] for c in tensor) == Fraction(3, 4) * 20 * B + Fraction(3, 2) * 3 * 64 * 4 == 124032
+    assert sum(c["bytes_per_device"] for c in tensor) == Fraction(3, 4) * 25 * B + Fraction(3, 2) * 3 * 64 * 4 == 154752
     plan = load_string(text).plan("megatron")
     assert plan.groups_with_role(ir.Role.TENSOR) == (("tp_ep", "tp_etp"),)
 

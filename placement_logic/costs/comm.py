@@ -82,6 +82,8 @@ def buffer_bytes(c: Collective, sh: Shape, lay: Layout) -> sympy.Expr:
         return s * sh.b * sh.h * ba
     if tensor == "boundary":
         return s * sh.b * sh.h * ba / tsp
+    if tensor == "boundary_chunk":  # split over the tensor axes the payload names (no sequence parallelism)
+        return _divide(s * sh.b * sh.h * ba, c.payload.divided_over)
     if tensor == "tokens":
         return s * sh.b * sh.h * sh.top_k * sh.capacity * ba / tsp
     if tensor == "expert_tokens":  # the routed tokens of the whole expert tensor group

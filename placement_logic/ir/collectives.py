@@ -227,6 +227,11 @@ def _tensor_parallel(plan: ir.Plan) -> list[Collective]:
                                       _mul(ir.const(fwd_n), per), pay,
                                       "Megatron SP: 2 all-gather + 2 reduce-scatter per layer in backward"
                                       + (" (+2 recomputed forward)" if fwd_n == 4 else "")))
+            # Megatron-LM's column-parallel linears (QKV, MLP up) keep only their sequence shard
+            # of the input and all-gather it again in backward for the weight gradient
+            out.append(Collective(Kind.ALL_GATHER, State.ACTIVATIONS, t, link, Phase.BACKWARD,
+                                  _mul(ir.const(2), per), pay, "Megatron SP (weight gradient): the 2 column-parallel "
+                                  "inputs all-gathered again per layer in backward"))
         else:
             out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, t, link, Phase.FORWARD, _mul(ir.const(2), per),
                                   pay, "Megatron TP: 2 all-reduces per layer per microbatch in forward"))
@@ -279,6 +284,9 @@ def _vocab_parallel(plan: ir.Plan) -> list[Collective]:
                 out.append(Collective(bwd, State.ACTIVATIONS, t, link, Phase.BACKWARD, m, pay,
                                       f"Megatron SP: the {what}'s gradient {bwd.value.replace('_', '-')} per "
                                       "microbatch in backward"))
+            out.append(Collective(Kind.ALL_GATHER, State.ACTIVATIONS, t, link, Phase.BACKWARD, m, pay,
+                                  "Megatron SP (weight gradient): the head's input all-gathered again per "
+                                  "microbatch in backward"))
         else:
             if emb:
                 out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, t, link, Phase.FORWARD, m, pay,
@@ -303,12 +311,27 @@ def _pipeline(plan: ir.Plan) -> list[Collective]:
     cnt = _mul(plan.model.microbatches, chunks_value(plan))
     pay = Payload("boundary", (), "stage-boundary activations (s·b·h)")
     link = link_of(plan, (pp,))
-    return [
+    # Megatron-LM's scatter/gather (Narayanan et al. 2021, §4.1; --scatter-gather-tensors-in-pipeline,
+    # on by default): without sequence parallelism each tensor rank sends 1/t of the boundary and
+    # the receiving stage all-gathers it over the tensor group
+    size = plan.mesh.axis(pp).size
+    one = isinstance(size, Const) and size.value == 1
+    tp = () if plan.sequence_parallel or one else \
+        tuple(a for g in plan.groups_with_role(Role.TENSOR, Role.SEQUENCE) for a in g)
+    if tp:
+        pay = Payload("boundary_chunk", tp, "1/t of the stage-boundary activations (s·b·h/t)")
+    out = [
         Collective(Kind.P2P, State.ACTIVATIONS, (pp,), link, Phase.FORWARD, cnt, pay,
                    "pipeline: send activations to the next stage per microbatch per chunk"),
         Collective(Kind.P2P, State.ACTIVATIONS, (pp,), link, Phase.BACKWARD, cnt, pay,
                    "pipeline: send activation gradients to the previous stage per microbatch per chunk"),
     ]
+    if tp:
+        whole = Payload("activation", (), "stage-boundary activations (s·b·h)")
+        out += [Collective(Kind.ALL_GATHER, State.ACTIVATIONS, tp, link_of(plan, tp), ph, cnt, whole,
+                           f"pipeline scatter/gather: the received 1/t chunks all-gathered over the tensor group "
+                           f"per microbatch per chunk in {ph.value}") for ph in (Phase.FORWARD, Phase.BACKWARD)]
+    return out
 
 
 def _experts(plan: ir.Plan) -> list[Collective]:

@@ -243,6 +243,9 @@ class LinkClass:
     latency: Value  # seconds per ring step (α)
     span: Span = _span()
     efficiency: Value = field(default_factory=lambda: Const(Fraction(1)))  # achieved bus bandwidth / bandwidth
+    # NCCL's latency model (kernel model): seconds per collective call, and per ring step in place of latency
+    call_latency: Value = field(default_factory=lambda: Const(Fraction(0)))
+    step_latency: Value | None = None
 
 
 @dataclass(frozen=True)

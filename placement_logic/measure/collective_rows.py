@@ -108,7 +108,8 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
                              f"them 1/{t}), {max(excess)} B more in the first and last stage's buffer")
         # pipeline-edge-stages: the engine's interior stage sends and receives m·v boundaries of s·b·h
         # under sequence parallelism each tensor rank sends its own sequence shard, s·b·h/t
-        sp_div = r.sizes[r.tensor_axis] if r.sequence_parallel else 1
+        # (and without it, Megatron-LM's scatter/gather sends s·b·h/t: pipeline-scatter-gather)
+        sp_div = r.sizes[r.tensor_axis] if r.tensor_axis and (r.sequence_parallel or r.stages > 1) else 1
         if status == "differs" and kind.startswith("p2p ") and r.pipeline_axis and axes == (r.pipeline_axis,) \
                 and p == boundary * shape.microbatches * r.chunks / sp_div:
             want = [p * edge_share(kind, res["coords"][r.pipeline_axis], r.stages, r.chunks) for res in results]
@@ -118,6 +119,8 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
                     and all(calls_fit(measured_records(res, r.mesh, key), Counter({size: g / size}), 1)
                             for g, res in zip(got, results)):
                 status, mechanism, note = explained("pipeline-edge-stages", _edge_note(kind, r))
+        status, mechanism, note = _scatter_gather(status, mechanism, note, kind, axes, p, got, r, results, shape,
+                                                  boundary, pred)
         once = tuple(dict.fromkeys(axes))
         if status == "differs" and r.grad_reduce == "twice" and kind == "all_reduce" and len(once) < len(axes) \
                 and all(g == 0 for g in got) and p == grads_width * psi:
@@ -224,6 +227,32 @@ def _match_calls(pred: Prediction, r: Realisation, results: list[dict], key, sha
     return "match", ""
 
 
+def _scatter_gather(status, mechanism, note, kind, axes, p, got, r, results, shape, boundary, pred):
+    """pipeline-scatter-gather: the plan's stage sends are Megatron-LM's 1/t chunks, all-gathered over
+    the tensor axis after each receive (both directions); the engine sends whole boundaries. Checked
+    call by call: the plan's m·v transfers of s·b·h/t (gathers of s·b·h), the engine's of s·b·h."""
+    t = r.sizes[r.tensor_axis] if r.tensor_axis and not r.sequence_parallel and r.stages > 1 else 1
+    if status != "differs" or t == 1:
+        return status, mechanism, note
+    mv = shape.microbatches * r.chunks
+    sends = boundary * mv
+    key = (kind, axes)
+    if kind.startswith("p2p ") and axes == (r.pipeline_axis,) and p == sends / t \
+            and predicted_calls(pred, key) == Counter({Fraction(boundary, t): mv}) \
+            and all(g == sends * edge_share(kind, res["coords"][r.pipeline_axis], r.stages, r.chunks)
+                    and calls_fit(measured_records(res, r.mesh, key), Counter({boundary: g / boundary}), 1)
+                    for g, res in zip(got, results)):
+        return explained("pipeline-scatter-gather", (
+            f"the plan sends 1/{t} of each s·b·h = {boundary} B boundary from each tensor rank (Megatron-LM's "
+            f"scatter/gather); the engine sends it whole, as many transfers as its stage makes"))
+    if kind == "all_gather" and axes == (r.tensor_axis,) and p == 2 * sends and all(g == 0 for g in got) \
+            and predicted_calls(pred, key) == Counter({boundary: 2 * mv}):
+        return explained("pipeline-scatter-gather", (
+            f"Megatron-LM all-gathers the received 1/{t} chunks over '{r.tensor_axis}' (s·b·h = {boundary} B per "
+            "microbatch and chunk, forward and backward); the engine receives whole boundaries and gathers nothing"))
+    return status, mechanism, note
+
+
 def _sizes(recs: list[int]) -> str:
     counts = Counter(recs)
     return ", ".join(f"{n} × {size} B" for size, n in sorted(counts.items())) or "none"
@@ -263,8 +292,9 @@ def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, resu
         c = res["coords"][r.pipeline_axis]
         return int(c == 0), int(c == r.stages - 1)
 
+    regather = 2 * (shape.layers // r.stages) * m + m  # Megatron-LM's backward re-gathers (sp-input-regather)
     engine = {(False, "all_reduce"): Counter({boundary: calls + engine_ends * m}) + Counter({tokens: 3 * m}),
-              (True, "all_gather"): Counter({boundary: calls + engine_ends * m}),
+              (True, "all_gather"): Counter({boundary: calls + engine_ends * m + regather}),
               (True, "reduce_scatter"): Counter({boundary: calls + engine_ends * m}),
               (True, "all_reduce"): Counter({tokens: 3 * m})}.get((r.sequence_parallel, kind))
     if engine is None or predicted != engine:
@@ -301,12 +331,22 @@ def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, resu
             and all(records(res) == [boundary] * calls for res in results):
         return explained("tensor-replicated-params", tied_note + "; the sequence-parallel embedding output is "
                          "split locally, with no reduce-scatter")
+    again = regather * boundary if kind == "all_gather" else 0
     if r.sequence_parallel and kind in ("all_gather", "reduce_scatter") \
-            and p == per_layer + engine_ends * m * boundary \
+            and p == per_layer + engine_ends * m * boundary + again \
             and all(records(res) == [boundary] * (calls + m * sum(ends(res))) for res in results):
-        return explained("vocab-parallel-stage-ends", (
-            f"one {kind.replace('_', '-')} of s·b·h = {boundary} B per microbatch where the sequence-parallel "
-            "region meets the embedding (first stage) and one where it meets the head (last stage); " + stage_note))
+        note = (f"one {kind.replace('_', '-')} of s·b·h = {boundary} B per microbatch where the sequence-parallel "
+                "region meets the embedding (first stage) and one where it meets the head (last stage); " + stage_note)
+        if not again:
+            return explained("vocab-parallel-stage-ends", note)
+        note = (f"the plan counts Megatron-LM's {regather} backward re-gathers of the column-parallel inputs "
+                f"({boundary} B each: 2 per layer and microbatch, and the head's), which DTensor does not make "
+                "(it keeps the gathered input)")
+        if staged or not all(records(res) == [boundary] * (calls + 2 * m) for res in results):
+            return "explained", "sp-input-regather + vocab-parallel-stage-ends", note + "; and " + \
+                f"one all-gather of s·b·h = {boundary} B per microbatch at each end of the sequence-parallel region; " \
+                + stage_note
+        return explained("sp-input-regather", note)
     if r.sequence_parallel and kind == "all_reduce" and p == loss:
         def split(res) -> tuple[list[int], list[int]]:
             """(the cross entropy's records, the norm gradients' records) of one rank: by size when

@@ -55,6 +55,12 @@ MECHANISMS = {
                               "two h-wide masks per block in the activations' dtype",
     "harness-tied-head-whole": "under the pytorch_eager count, with tied embeddings under tensor parallelism the "
                                "harness keeps the head whole: the loss's fp32 log-softmax is V wide, not V/t",
+    "sp-input-regather": "under sequence parallelism Megatron-LM all-gathers the column-parallel inputs again in "
+                         "backward for the weight gradients (2 per layer and microbatch, and the head's); DTensor "
+                         "keeps the gathered input",
+    "pipeline-scatter-gather": "with tensor parallelism and no sequence parallelism Megatron-LM sends 1/t of each "
+                               "stage boundary and all-gathers the chunks over the tensor axis after the receive; "
+                               "the engine sends whole boundaries",
     "vocab-parallel-stage-ends": "with pipeline stages the embedding's tensor-axis collectives are on the first "
                                  "stage, the head's and the cross entropy's on the last; the engine's figure is "
                                  "the last stage's",

@@ -125,7 +125,8 @@ def build_hardware(lines: list[surface.AxisDecl], axes: list[ir.Axis], vals: Val
 
 def _catalogue_link(name: str, k: hw.Link, span) -> ir.LinkClass:
     return ir.LinkClass(name, k.title if name == k.name else f"{k.name}: {k.title}",
-                        ir.Const(k.bandwidth), ir.Const(k.latency), span, ir.Const(k.efficiency))
+                        ir.Const(k.bandwidth), ir.Const(k.latency), span, ir.Const(k.efficiency),
+                        ir.Const(k.call_latency), None if k.step_latency is None else ir.Const(k.step_latency))
 
 
 def _kwargs(call: surface.Call, allowed: tuple[str, ...], vals: Values, what: str) -> dict | None:
@@ -230,9 +231,17 @@ def _link(name: str, e: surface.Expr, vals: Values) -> ir.LinkClass | None:
         title = "given figures" if base is None else f"{base.name} (figures changed)"
         return ir.LinkClass(name, title, bw if bw is not None else ir.Const(base.bandwidth),
                             lat if lat is not None else ir.Const(base.latency), e.span,
-                            ir.Const(base.efficiency if base is not None and bw is None else Fraction(1)))
+                            ir.Const(base.efficiency if base is not None and bw is None else Fraction(1)),
+                            *_nccl_latency(base if lat is None else None))
     error(Code.FILTER_ON_SHARDS, f"link class '{name}' is a catalogue link or link(bandwidth = ..., latency = ...)", e.span)
     return None
+
+
+def _nccl_latency(base: hw.Link | None) -> tuple:
+    """A catalogue link's NCCL latencies, kept while its latency is not given."""
+    if base is None:
+        return ir.Const(Fraction(0)), None
+    return ir.Const(base.call_latency), None if base.step_latency is None else ir.Const(base.step_latency)
 
 
 def _number(e: surface.Expr, vals: Values, what: str, bytes_: bool) -> ir.Value | None:
