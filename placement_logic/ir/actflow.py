@@ -234,12 +234,28 @@ def adjust(plan, colls: tuple[Collective, ...], per_layer, per_microbatch) -> tu
                                           pay, f"override {('activation_grads' if name.startswith('bwd') else 'activations')}"
                                           f"[{f.region}] (line {slot.span.line}): "
                                           f"{kind.replace('_', '-')} over ({', '.join(axes)})"))
+            if name == "fwd_entry" and f.sp and f.region in ("attention", "mlp", "head"):
+                # Megatron-LM gathers a column-parallel input again in backward for the weight gradient,
+                # as the forward gathered it (ir.collectives): the re-gather follows the stated slot
+                for kind, axes in _moves(derived[name]):
+                    out = _take(out, _KIND[kind], Phase.BACKWARD, axes, per, f.region,
+                                (REGATHER + (': the head' if f.region == 'head' else ': the 2'),))
+                for kind, axes in _moves(slot):
+                    group = tuple(a for a in mesh if a in axes)
+                    out.append(Collective(_KIND[kind], State.ACTIVATIONS, group, link_of(plan, group), Phase.BACKWARD,
+                                          per, pay, f"override activations[{f.region}] (line {slot.span.line}): "
+                                          f"{kind.replace('_', '-')} over ({', '.join(axes)}), again in backward "
+                                          "for the weight gradient"))
     return tuple(out)
 
 
-def _take(colls: list, kind: Kind, phase: Phase, axes: tuple[str, ...], per, region: str) -> list:
+REGATHER = "Megatron SP (weight gradient)"  # the rule of the derived backward re-gathers (ir.collectives)
+
+
+def _take(colls: list, kind: Kind, phase: Phase, axes: tuple[str, ...], per, region: str,
+          rules: tuple[str, ...] = ()) -> list:
     """Lower the count of the derived activation collective that holds this slot's share."""
-    want = {"head": ("vocabulary-parallel head", "Megatron SP: the head"),
+    want = rules or {"head": ("vocabulary-parallel head", "Megatron SP: the head"),
             "embedding": ("vocabulary-parallel embedding", "Megatron SP: the embedding"),
             "loss": ("vocabulary-parallel cross entropy",), "experts": ("expert parallel",)}.get(
         region, ("Megatron TP", "Megatron SP: 2"))
