@@ -39,20 +39,9 @@ def _span(span: Span, fallback: Span) -> Span:
     return fallback if span == NO_SPAN else span
 
 
-def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context,
-                plan: ir.Plan | None = None) -> list[Obligation]:
-    """``plan``: when given, a placement-caused obligation points at its source (the binding of
-    the axis, or the block of the group whose own mode causes it) and names its groups."""
+def _gradient_obligations(step: steps.StepModel, ctx: rp.Context, P: Span) -> list[Obligation]:
+    """Each group's gradient: whole (GI grads[g]), each aspect of it, and its replicas' agreement (SC grads[g])."""
     obs: list[Obligation] = []
-    P = step.plan_span
-
-    def placed(span: Span, states: tuple[ir.State, ...], axis: str | None, bad, defect: bool
-               ) -> tuple[Span, tuple[str, ...]]:
-        if plan is None or not defect or span != NO_SPAN or axis is None:  # an override (or the placement) gave it
-            return _span(span, P), ()
-        src = sources.placement_source(plan, tuple(g.group for g in step.groups), states, axis, bad)
-        every = len(src.groups) == len(step.groups)
-        return src.span, () if every else src.groups
     for g in step.groups:
         obs.append(Obligation(
             f"GI grads[{g.group}]", GRADIENT_INTEGRITY, _span(g.span, P),
@@ -73,6 +62,24 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
             f"replicas that update the same {g.group} elements receive identical reduced gradients",
             lambda env, g=g: en.gi_replica_negation(env, g, f"sc_{g.group}"),
             lambda w: rp.replay_replica(ctx, w)))
+    return obs
+
+
+def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context,
+                plan: ir.Plan | None = None) -> list[Obligation]:
+    """``plan``: when given, a placement-caused obligation points at its source (the binding of
+    the axis, or the block of the group whose own mode causes it) and names its groups."""
+    obs: list[Obligation] = []
+    P = step.plan_span
+
+    def placed(span: Span, states: tuple[ir.State, ...], axis: str | None, bad, defect: bool
+               ) -> tuple[Span, tuple[str, ...]]:
+        if plan is None or not defect or span != NO_SPAN or axis is None:  # an override (or the placement) gave it
+            return _span(span, P), ()
+        src = sources.placement_source(plan, tuple(g.group for g in step.groups), states, axis, bad)
+        every = len(src.groups) == len(step.groups)
+        return src.span, () if every else src.groups
+    obs += _gradient_obligations(step, ctx, P)
     obs.append(Obligation(
         "SC clip_norm", STATE_CONSISTENCY, _span(step.clip_span, P),
         "every device's grad norm (and so its clip coefficient) equals the global norm over all shards and "

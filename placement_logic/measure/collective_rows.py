@@ -38,6 +38,12 @@ def _predicted_collectives(pred: Prediction) -> dict[tuple[str, tuple[str, ...]]
     return predicted
 
 
+# the collectives a data strategy runs per pipeline stage, and the state each carries
+_STAGE_KINDS = {"ddp": {"all_reduce": "grads"}, "zero1": {"reduce_scatter": "grads", "all_gather": "params"},
+                "zero2": {"reduce_scatter": "grads", "all_gather": "params"},
+                "zeropp": {"all_gather": "params", "reduce_scatter": "grads", "all_reduce": "grads"}}
+
+
 def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape: TinyShape) -> list[Row]:
     predicted = _predicted_collectives(pred)
     per_rank = [measured_collectives(res, r.mesh) for res in results]
@@ -61,10 +67,7 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
         data_axes = bool(axes) and set(axes) <= set(r.data_axes)
         # pipeline-stage-share: DDP/replicate all-reduces each stage's own gradients; the engine's
         # buffer is the uniform Ψ/p of gradient bytes
-        stage_kinds = {"ddp": {"all_reduce": "grads"}, "zero1": {"reduce_scatter": "grads", "all_gather": "params"},
-                       "zero2": {"reduce_scatter": "grads", "all_gather": "params"},
-                       "zeropp": {"all_gather": "params", "reduce_scatter": "grads", "all_reduce": "grads"},
-                       }.get(r.data, {})
+        stage_kinds = _STAGE_KINDS.get(r.data, {})
         if status == "differs" and r.pipeline_axis and kind in stage_kinds and data_axes:
             state = stage_kinds[kind]
             t = r.sizes[r.tensor_axis] if r.tensor_axis else 1
