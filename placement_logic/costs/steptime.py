@@ -256,7 +256,10 @@ def step_time(pc, hwr: ir.Hardware, causal: bool | None = None) -> StepTime | No
             name, bw, lat, call = _slowest(hwr, plan, col.axes, mode == "kernels")
         else:
             name, bw, lat, call = _host(hwr)
-        secs = c.count * (call + _STEPS[col.kind](c.group) * lat) + c.bytes_per_device / bw
+        steps = _STEPS[col.kind](c.group)
+        # a group of one device runs no collective: no call to pay for (min(1, steps) is 0 there, else 1)
+        secs = c.count * ((call * sympy.Min(ONE, steps) if call != ZERO else ZERO) + steps * lat) \
+            + c.bytes_per_device / bw
         times.append(CollectiveTime(c, secs, name, hwr.overlap and _overlappable(c, plan)))
     over = sympy.Add(*(x.seconds for x in times if x.overlapped))
     exposed = sympy.Add(*(x.seconds for x in times if not x.overlapped))
