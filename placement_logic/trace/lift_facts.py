@@ -89,7 +89,9 @@ def unmodelled(ranks: dict, step_no: int, step: dict, loss_rank: int) -> list[Un
                                     u.get("detail") or "not lifted", st, hides=hides)
     out = list(items.values())
     out.extend(_seeds(ranks, step_no))
-    out.extend(_auxiliary(ranks[loss_rank]["steps"], loss_rank))
+    # the step analysed only: a pipelining schedule's shape inference runs the loss once more in its first step,
+    # on tensors whose values are arbitrary (a cross-entropy that may even come out finite)
+    out.extend(_auxiliary([s for s in ranks[loss_rank]["steps"] if s["step"] == step_no], loss_rank))
     return out
 
 
@@ -123,7 +125,7 @@ def _simple(x: float) -> bool:
 
 
 def _auxiliary(steps: list[dict], rank: int) -> list[Unliftable]:
-    """On every step, the loss passed to backward is the cross-entropy times a constant, one cross-entropy per
+    """On the steps given, the loss passed to backward is the cross-entropy times a constant, one cross-entropy per
     backward; else another term (an auxiliary loss) is in it, whose normalisation is not read."""
     for mine in steps:
         # a cross-entropy over no values (a schedule's shape inference runs the loss on empty tensors) is none
