@@ -318,7 +318,7 @@ def collective_rows(prediction, results: list[dict]) -> list[Row]:
 
 def launch(job: MuonJob) -> list[dict]:
     """Run ``job`` on ``job.world`` rank processes (``python -m placement_logic.measure.ranks.muon``)."""
-    from .runner import RUN_TIMEOUT_S, LaunchError, free_port
+    from .runner import LaunchError, free_port, wait_for
 
     package_root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
@@ -330,19 +330,7 @@ def launch(job: MuonJob) -> list[dict]:
         procs = [subprocess.Popen([sys.executable, "-m", "placement_logic.measure.ranks.muon", outdir, str(rank),
                                    str(job.world), str(port)], env=env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True) for rank in range(job.world)]
-        errors = []
-        for rank, proc in enumerate(procs):
-            try:
-                _, stderr = proc.communicate(timeout=RUN_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                for p in procs:
-                    p.kill()
-                raise LaunchError(f"rank {rank} did not finish within {RUN_TIMEOUT_S} s") from None
-            if proc.returncode != 0:
-                last = [x for x in stderr.strip().splitlines() if x.strip()][-1:] or ["no output"]
-                errors.append(f"rank {rank} exited with status {proc.returncode}: {last[0]}")
-        if errors:
-            raise LaunchError("; ".join(errors))
+        wait_for(procs, outdir)
         out = []
         for rank in range(job.world):
             path = Path(outdir, f"muon.{rank}.json")

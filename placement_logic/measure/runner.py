@@ -33,6 +33,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_for(procs: list[subprocess.Popen], outdir: str) -> None:
+    """Wait for every rank; raise ``LaunchError`` naming each rank that failed. A rank that exits
+    abnormally after *every* rank marked its results complete (``ranks/shutdown.py``: the
+    marker follows a barrier that every rank passed after writing) died in teardown: its
+    results are whole and stand."""
+    errors = []
+    for rank, proc in enumerate(procs):
+        try:
+            _, stderr = proc.communicate(timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise LaunchError(f"rank {rank} did not finish within {RUN_TIMEOUT_S} s") from None
+        if proc.returncode != 0:
+            last = [line for line in stderr.strip().splitlines() if line.strip()][-1:] or ["no output"]
+            errors.append(f"rank {rank} exited with status {proc.returncode}: {last[0]}")
+    if errors and not all(Path(outdir, f"done.{rank}").exists() for rank in range(len(procs))):
+        raise LaunchError("; ".join(errors))
+
+
 def launch(jobs: list[Job], world: int) -> dict[str, list[dict]]:
     package_root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
@@ -48,19 +68,7 @@ def launch(jobs: list[Job], world: int) -> dict[str, list[dict]]:
             )
             for rank in range(world)
         ]
-        errors = []
-        for rank, proc in enumerate(procs):
-            try:
-                _, stderr = proc.communicate(timeout=RUN_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                for p in procs:
-                    p.kill()
-                raise LaunchError(f"rank {rank} did not finish within {RUN_TIMEOUT_S} s") from None
-            if proc.returncode != 0:
-                last = [line for line in stderr.strip().splitlines() if line.strip()][-1:] or ["no output"]
-                errors.append(f"rank {rank} exited with status {proc.returncode}: {last[0]}")
-        if errors:
-            raise LaunchError("; ".join(errors))
+        wait_for(procs, outdir)
         results: dict[str, list[dict]] = {}
         for job in jobs:
             ranks = []

@@ -27,6 +27,7 @@ from ...check.matrixwise import NS_COEFFS
 from ..optimizer_muon import LR, group_order, owned, row_block, size
 from .counter import CollectiveCounter
 from .model import build
+from .shutdown import finish
 
 ADAM_LR, EPS, B1, B2 = 1e-3, 1e-8, 0.9, 0.999
 
@@ -247,13 +248,11 @@ def main(outdir: str, rank: int, world: int, port: int) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}",
                             timeout=timedelta(seconds=120))
     try:
-        try:
-            result = run(job, rank)
-        except Exception as exc:  # reported as the run's failure, not a traceback of the tool
-            result = {"rank": rank, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
-        Path(outdir, f"muon.{rank}.json").write_text(json.dumps(result))
-    finally:
-        dist.destroy_process_group()
+        result = run(job, rank)
+    except Exception as exc:  # reported as the run's failure, not a traceback of the tool
+        result = {"rank": rank, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
+    Path(outdir, f"muon.{rank}.json").write_text(json.dumps(result))
+    finish(outdir, rank)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from typing import Callable
 from ..dist_env import DistEnv, device_choice, local_env
 from ..realise import Realisation  # noqa: F401 - part of a Job
 from ..shape import TinyShape  # noqa: F401 - part of a Job
+from .shutdown import finish
 from .training import (  # noqa: F401,E501
     IGNORE,
     Job,
@@ -265,8 +266,10 @@ def main(rank: int, world: int, port: int, jobs: list[Job], outdir: str) -> None
     try:
         run_jobs(jobs, rank, device, lambda job, result: Path(outdir, f"{job.key}.{rank}.json").write_text(
             json.dumps(result)))
-    finally:
+    except BaseException:
         dist.destroy_process_group()
+        raise
+    finish(outdir, rank)
 
 
 def allocator_peak(device) -> int | None:
