@@ -72,6 +72,7 @@ def test_inspect_re_binds_lets_that_axis_sizes_and_later_lets_refer_to(tmp_path)
     ("dp=2.5", "positive integer", (0, len("--set dp=2.5"))),
     ("dp", "NAME=NUMBER", (0, len("--set dp"))),
     ("psi=abc", "not an exact number", (0, len("--set psi=abc"))),
+    ("psi=__x__", "'__x__' is not an exact number", (0, len("--set psi=__x__"))),  # quoted as written
     ("dp=4,8", "one value per name", (len("--set dp="), 3)),
     ("dp=1..4", "one value per name", (len("--set dp="), 4)),
 ])

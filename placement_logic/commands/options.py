@@ -137,7 +137,8 @@ def parse_sets(items: Iterable[str], known: Iterable[str] | None = None, axes: I
     for item in items:
         span = command_line_span(f"--set {item}")
         name, eq, text = item.partition("=")
-        name, text = name.strip(), text.strip().replace("_", "")
+        name, raw = name.strip(), text.strip()
+        text = raw.replace("_", "")  # digit grouping: 1_000
         try:
             value = exact_number(text) if eq and text else None
         except ValueError:
@@ -154,7 +155,7 @@ def parse_sets(items: Iterable[str], known: Iterable[str] | None = None, axes: I
             raise DiagnosticError([Diagnostic(Code.BAD_SET, f"--set names '{name}', which is not a let or an axis of the spec",
                                               span, notes=did_you_mean(name, known))])
         if value is None:
-            raise DiagnosticError([Diagnostic(Code.BAD_SET, f"--set {name}: '{text}' is not an exact number", span)])
+            raise DiagnosticError([Diagnostic(Code.BAD_SET, f"--set {name}: '{raw}' is not an exact number", span)])
         if name in axes and (value.denominator != 1 or value < 1):
             raise DiagnosticError([Diagnostic(Code.BAD_SET, f"--set {name}: an axis size must be a positive integer", span)])
         out[name] = value
