@@ -214,3 +214,14 @@ def test_fmt_splits_lines_where_the_parser_does(sep):
     once = format_source(src, "f.place")
     assert format_source(once, "f.place") == once
     assert once.count('# c"') == 1 and once.count("# kept") == 1
+
+
+@pytest.mark.parametrize("size, code", [("2^99999999", "PL203"), ("0", "PL107"), ("1/2", "PL107"), ("nowhere", "PL101")])
+def test_a_bad_axis_size_is_one_error_not_a_cascade(tmp_path, capsys, size, code):
+    # the axis keeps existing after its size is refused: the plans that bind it report nothing more
+    spec = tmp_path / "s.place"
+    spec.write_text("from std.data import ddp\nmodel {\n  params = 1e9\n}\nmesh {\n"
+                    f"  dp = {size}\n}}\nplan p {{\n  dp: ddp\n  params: {{dp: R}}\n}}\n")
+    assert main(["cost", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and f"[{code}]" in err and ":6:" in err, err

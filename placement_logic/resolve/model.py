@@ -53,16 +53,18 @@ def build_mesh(block: surface.MeshBlock, vals: Values) -> ir.Mesh:
             error(Code.DUPLICATE_DEFINITION, f"'{decl.name}' is both a let binding and a mesh axis", decl.span)
             continue
         size = vals.count(decl.size, {}, f"the size of axis '{decl.name}'")
-        if size is None:
-            continue
         if isinstance(size, ir.Const) and (size.value.denominator != 1 or size.value < 1):
             error(Code.BAD_AXIS_SIZE, f"the size of axis '{decl.name}' must be a positive integer, "
                   f"not {_show(size.value)}", decl.size.span)
-            continue
-        if isinstance(size, ir.Op) and not ir.symbols(size):
+            size = None
+        elif isinstance(size, ir.Op) and not ir.symbols(size):
             error(Code.BAD_AXIS_SIZE, f"write the size of axis '{decl.name}' as a number or a name",
                   decl.size.span)
-            continue
+            size = None
+        if size is None:
+            # the size's error is reported; the axis still exists (size 1) so that the plans
+            # naming it do not report it as undeclared as well
+            size = ir.const(1)
         axis = ir.Axis(decl.name, size, decl.link, decl.span)
         vals.axes[decl.name] = axis
         vals.values[decl.name] = size
