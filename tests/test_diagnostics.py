@@ -114,6 +114,24 @@ def test_snippet_points_at_the_span():
     assert lines[2] == "     |         ^~~~~~~~~~"
 
 
+@pytest.mark.parametrize("column, width", [(1, 3), (60, 5), (3000, 7), (4995, 6), (4990, 400)])
+def test_a_long_line_is_shown_as_a_window_with_the_caret_under_the_span(column, width):
+    # random letters: a caret one or more places off stands under a different run of text
+    import random
+    import string
+    rng = random.Random(0)
+    line = "".join(rng.choice(string.ascii_letters) for _ in range(5000))
+    d = Diagnostic("PL201", "m", Span("f", 1, column, 1, min(column + width, 5001)))
+    _, text, caret = render(d, line + "\n").splitlines()
+    assert len(text) <= 7 + 120 + 2 and text.startswith("   1 | ")
+    shown, marks = text[7:], caret[7:]
+    at = marks.index("^")
+    assert shown[at] == line[column - 1]  # the caret stands under the span's first character
+    run = len(marks.rstrip()) - at
+    assert 1 <= run <= min(width, 5001 - column) and shown[at:at + run].strip("…") == line[column - 1:column - 1 + run]
+    assert shown.startswith("…") == (column > 41) and shown.endswith("…") == (column - 1 - 40 + 120 < 5000)
+
+
 def test_all_errors_of_a_file_are_reported_together():
     source = ("from std.data import ddp\nmodel { params = 1e9 }\nmesh { dp = 8 }\n"
               "let a = 1 GB + 1\nlet b = sqrt(2)\n")
