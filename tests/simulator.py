@@ -71,11 +71,30 @@ def kind_of(plan: ir.Plan, group: str) -> str:
     return group if group in BUILTIN_CLASSES or d is None else (d.like or "dense")
 
 
+def group_role(plan: ir.Plan, group: str, axis: str) -> ir.Role:
+    """The role ``axis`` plays for ``group``: the group's own (``role = {AXIS: ...}``, MoE
+    parallel folding) where it gives one, else the plan's."""
+    d = _decl(plan, group)
+    own = dict(d.roles) if d is not None and getattr(d, "roles", None) else {}
+    return own.get(axis, plan.role(axis))
+
+
 def mode(plan: ir.Plan, group: str, state: ir.State, axis: str) -> ir.Mode:
-    """The group's mode for ``state`` on ``axis``: its own where it gives one, else the plan's."""
+    """The group's mode for ``state`` on ``axis``: its own where it gives one; on an axis whose
+    role the group changes, S for an expert or tensor role (each rank holds its own experts or
+    slices) and, for a data role, the mode the plan's data axes give the state; else the plan's."""
     d = _decl(plan, group)
     own = dict(dict(d.modes).get(state, ())) if d is not None else {}
-    return own[axis] if axis in own else plan.placement(state).mode(axis)
+    if axis in own:
+        return own[axis]
+    r = group_role(plan, group, axis)
+    if r is not plan.role(axis):
+        if r in (ir.Role.EXPERT,) + TENSOR:
+            return ir.Mode.S
+        data = [a for a in plan.mesh.names if plan.role(a) is ir.Role.DATA]
+        m = plan.placement(state).mode(data[0]) if data else ir.Mode.R
+        return ir.Mode.R if m is ir.Mode.M and state is not ir.State.GRADS else m
+    return plan.placement(state).mode(axis)
 
 
 def own_mode(plan: ir.Plan, group: str, state: ir.State, axis: str) -> bool:
@@ -145,8 +164,9 @@ def sequence_parallel(plan: ir.Plan) -> bool:
 
 
 def axis_type(plan: ir.Plan, group: str, axis: str) -> str:
-    """The type of group's gradient contribution along ``axis`` (semantics.md's table)."""
-    role = plan.role(axis)
+    """The type of group's gradient contribution along ``axis`` (semantics.md's table), by the
+    role the axis plays for the group."""
+    role = group_role(plan, group, axis)
     params = mode(plan, group, ir.State.PARAMS, axis)
     group = kind_of(plan, group)
     if role in DATA_LIKE:
@@ -441,7 +461,7 @@ def _axis_violations(plan: ir.Plan, group: str, a: str, n: int, modes, gathers: 
     out = set()
     par, opt, grads = modes
     weights = [Fraction(i + 1) for i in range(n)]  # element i lives on rank i
-    role = plan.role(a)
+    role = group_role(plan, group, a)
     if role in DATA_LIKE and par in SPLIT_PARAMS and sum(weights[:1]) != sum(weights):
         out.add(("usable", a))  # the forward of rank 0 runs on its piece only
     if par is ir.Mode.S_STAR and gathers != 1:
