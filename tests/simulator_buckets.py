@@ -65,7 +65,7 @@ def _tie_wrong(n: int, rng: random.Random) -> bool:
                 buf[o] = sum(g[(s, x)][lay[o]] for x in range(n))
             held[(s, d)] = buf
     true = {("E", i): sum(g[(s, d)][("E", i)] for s in stages for d in range(n)) for i in range(e_len)}
-    for s, lay in stages.items():
+    for lay in stages.values():
         for d in range(n):
             for o in range(d * chunk, (d + 1) * chunk):
                 if lay[o][0] != "E":
