@@ -102,6 +102,9 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
         from .matrixwise import obligations as matrixwise
 
         obs += matrixwise(plan, ctx, Obligation)
+    from .buckets_check import obligation as bucket_layout  # the flat gradient buffers' layout per rank
+
+    obs.append(bucket_layout(step, ctx, Obligation))
     from .actflow_obligations import act_obligations  # activations and activation gradients per layer region
 
     obs += act_obligations(step, ctx, Obligation)

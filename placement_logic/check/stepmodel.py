@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from .. import ir
 from ..diagnostics import NO_SPAN, Span
 from . import actflow as _actflow
+from . import buckets as _buckets
 from . import checkpoint as ckpt
 from . import identity as _identity
 from . import rng as _rng
@@ -111,6 +112,7 @@ class StepModel:
     identity: _identity.IdentityModel = _identity.IdentityModel()  # initial params and the optimizer's tensors
     rng: _rng.RngModel = _rng.RngModel()  # the RNG state per rank and region
     actflow: _actflow.ActModel = _actflow.ActModel()  # activations and their gradients per layer region
+    buckets: _buckets.BucketModel = _buckets.BucketModel()  # flat gradient buffers laid out differently per rank
 
     def size_aliases(self) -> dict[str, str]:
         """Symbols that name a size of the step: the model's microbatches symbol."""

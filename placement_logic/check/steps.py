@@ -27,6 +27,7 @@ from ..ir import folding, heads, views
 from ..ir import groups as pg
 from ..ir.overrides import OverrideTarget, OverrideVerb
 from . import actflow as _actflow
+from . import buckets as _buckets
 from . import checkpoint as ckpt
 from . import clipagg
 from . import identity as _identity
@@ -385,4 +386,5 @@ def _model(r: _Read, groups: list, facts: _Facts, parts, needed, plan_clip, clip
         identity=_identity.model(plan, {g.group: g.replicated_params for g in groups}),
         rng=_rng.model(plan, tensor, _expert_axes(plan, r.expert), sp),
         actflow=_actflow.model(plan, r.axes, tensor),
+        buckets=_buckets.model(plan, groups),
     )

@@ -15,6 +15,8 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "reduce_every_microbatch": (False, False),
         # the once-per-step reduction armed on a micro-step before the last (no_sync around the later ones)
         "sync_before_last": (False, False),
+        # the flat gradient buffer laid out in a different parameter order on some ranks of these axes (check.buckets)
+        "bucket_order": (True, False),
     },
     "clip_norm": {
         "reduce": (True, False),  # squared norms summed over exactly these axes
@@ -127,6 +129,7 @@ class OverrideVerb(StrEnum):
     NO_ACCUMULATION_BUFFER = "no_accumulation_buffer"
     REDUCE_EVERY_MICROBATCH = "reduce_every_microbatch"
     SYNC_BEFORE_LAST = "sync_before_last"
+    BUCKET_ORDER = "bucket_order"
     DOUBLE_COUNT = "double_count"
     DEDUPE = "dedupe"
     AVERAGE = "average"

@@ -1124,6 +1124,37 @@ equivalent("restated_recompute_preserved", BASES["tp"].title,
            "full recomputation replaying the forward's RNG state (preserve_rng_state, the tracker's states) is "
            "the derived step.", list(BASES["tp"].bind) + ["use full_recompute"], "tp", imports=REC)
 
+# -- gradient bucket layout per rank (check.buckets) --------------------------------------
+
+ORDER = "gradients bucketed in a rank-dependent order (deepspeedai/DeepSpeed#2343, pytorch/pytorch#64629)"
+TIE_OFFSETS = "the tied embedding at different buffer offsets on its stages (NVIDIA/Megatron-LM#844)"
+for name, b, line, what, mirrors in [
+    ("ddp", "ddp", "override grads: bucket_order over (dp)", "DDP buckets in another parameter order on dp ranks "
+     "other than 0: every bucket's all-reduce sums elements of different parameters", ORDER),
+    ("zero2_dense", "zero2", "override grads[dense]: bucket_order over (dp)", "ZeRO-2's reduce-scatter of the "
+     "dense weights' flat buffer, laid out differently per dp rank", ORDER),
+    ("hsdp_gpus", "hsdp", "override grads: bucket_order over (gpus)", "HSDP's flat parameters laid out "
+     "differently over the shard group", ORDER),
+    ("hsdp_nodes", "hsdp", "override grads: bucket_order over (nodes)", "HSDP's replica all-reduce over nodes "
+     "pairing shards laid out differently on each node", ORDER),
+    ("sp_norms", "sp", "override grads[norms]: bucket_order over (tp)", "the sequence-parallel all-reduce of the "
+     "norm weights over tp, bucketed in a different order per tp rank", ORDER),
+    ("cp", "cp", "override grads: bucket_order over (cp)", "the gradient reduction over the context ranks, "
+     "bucketed in a different order per cp rank", ORDER),
+    ("tied_fsdp_4d", "fsdp_4d", "override grads[embedding]: bucket_order over (pp)", "the tied embedding first in "
+     "the first stage's buffer and last in the last stage's, reduce-scattered over dp before the tie's all-reduce",
+     TIE_OFFSETS),
+]:
+    mutant(f"buckets_{name}", b, what + f" (`{line.removeprefix('override ')}`).", [line],
+           ["GI grads bucket layout"], mirrors=mirrors)
+with_base("harmless_buckets_tie_restated_fsdp_4d", "fsdp_4d",
+          "the tied embedding's gradient all-reduced over the stages as derived, on the same elements of every "
+          "data rank before the reduce-scatter: Megatron-LM's fix (NVIDIA/Megatron-LM#844).",
+          ["override embedding: tie_reduce over (pp)"])
+with_base("harmless_buckets_restated_reduce_zero2", "zero2",
+          "the reduce-scatter over dp restated, every rank's flat buffer in registration order "
+          "(deepspeedai/DeepSpeed#2343's fix).", ["override grads: reduce over (dp)"])
+
 # -- activations and activation gradients of tensor-parallel layer regions ---------------
 
 NO_DGRAD = "a column-parallel input gradient never all-reduced (pytorch/torchtitan#1805, NovaSky-AI/SkyRL#1886)"
