@@ -10,10 +10,11 @@ Three statements, each a departure of a real system from the derived step (docs/
 * ``override grads[g]: clip_rank0_only over (AXES)`` -- the clip coefficient max_norm / ‖grad‖ is
   applied to g's gradient on rank 0 of each axis of AXES only (the clip under ``if rank == 0``);
   the other ranks step with the unclipped gradient. ``override grads[g]: divide_rank0_only over
-  (AXES) by X`` -- a divisor every rank applies (the loss scale's unscale, a division by the
-  microbatches) applied on rank 0 of AXES only. Either way the update differs between the ranks of
-  an axis with two or more ranks: the replicas of g drift apart, or g's shards held off rank 0 are
-  updated with the wrong coefficient (``SC update[g]``).
+  (AXES) by X`` -- g's gradient divided by X on rank 0 of AXES and not on the others (a divisor
+  every rank should apply that the others skip, or one too many on rank 0: a pipeline's first
+  stage dividing again what the last already divided). Either way the update differs between the
+  ranks of an axis with two or more ranks: the replicas of g drift apart, or g's shards are scaled
+  unlike one another (``SC update[g]``).
 * ``override clip_norm: eps_before_reduce by EPS`` -- each rank adds ε to its squared norm before
   the norm's all-reduce over the plan's norm axes: a sum reduction gives S + P·ε (P the ranks it
   sums) where single-device training takes S + ε once (``SC clip_norm``).

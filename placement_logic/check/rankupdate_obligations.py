@@ -97,15 +97,18 @@ def replay_update(ctx, w, g, stated):
     r0 = coords_text(names, [0] * len(names))
     r1 = coords_text(names, [1 if a == axis else 0 for a in names])
     sharded = axis in g.shard_axes
-    held = (f"its own shard of {g.group} (sharded over {axis})" if sharded else f"a copy of every {g.group} element "
-            f"(replicated over {axis})")
-    eq = (f"the {g.group} update on {r1} is -1 per element, on {r0} -{_frac(coef)}; single-device training updates "
-          f"every element by -{_frac(coef)}")
+    if o.verb == ru.CLIP:
+        eq = (f"the {g.group} update on {r1} is -1 per element, on {r0} -{_frac(coef)}; single-device training clips "
+              f"every element alike, by -{_frac(coef)}")
+        whom = "the other ranks step with the unclipped gradient"
+    else:
+        eq = (f"the {g.group} update on {r1} is -1 per element, on {r0} -{_frac(coef)}: two ranks of {axis} step "
+              f"{g.group} by different coefficients, where single-device training applies one to every element")
+        whom = "a division the other ranks skip, or one too many there"
     diag = (f"{what} is applied to the {g.group} gradient on rank 0 of ({', '.join(o.axes)}) only (override "
-            f"{o.verb} at line {o.span.line}); each rank holds {held}, so "
-            + (f"the shards off rank 0 are stepped with the gradient {'unclipped' if o.verb == ru.CLIP else 'undivided'}"
-               if sharded else
-               f"the replicas of {g.group} over {axis} drift apart from this step on"),)
+            f"{o.verb} at line {o.span.line}), {whom}: "
+            + (f"{g.group} is sharded over {axis}, so its shards are scaled unlike one another" if sharded else
+               f"{g.group} is replicated over {axis}, so its replicas drift apart from this step on"),)
     return Counterexample(ctx.sizes_tuple(sizes), (("rank 0", r0), ("rank B", r1)),
                           (("per-element gradient", "1 on every rank (after the reductions)"), ("learning rate", "1"),
                            ("coefficient applied", f"{_frac(coef)} on {r0}, 1 on {r1}")),

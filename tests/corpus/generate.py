@@ -705,6 +705,11 @@ mutant("update_divide_rank0_tp", "tp",
        "the dense gradient divided by 2 on tp rank 0 only (`grads[dense]: divide_rank0_only over (tp) by 2`): the "
        "other tp shards are stepped undivided.", ["override grads[dense]: divide_rank0_only over (tp) by 2"],
        ["SC update[dense]"])
+STAGE_SCALED = "gradient accumulation scaling applied again at every earlier pipeline stage (deepspeedai/DeepSpeed#8152)"
+mutant("update_divide_rank0_pp", "1f1b",
+       "the first pipeline stage dividing its gradient by the microbatches again (`grads: divide_rank0_only over "
+       "(pp) by 4`): the stages' gradients are scaled unlike one another.",
+       ["override grads: divide_rank0_only over (pp) by 4"], [f"SC update[{g}]" for g in ALL4], mirrors=STAGE_SCALED)
 mutant("clip_eps_tp", "tp",
        "each rank's squared norm plus an epsilon before the all-reduce over tp (`clip_norm: eps_before_reduce by "
        "1e-6`): S + tp·ε, not S + ε.", ["override clip_norm: eps_before_reduce by 1e-6"], ["SC clip_norm"])
