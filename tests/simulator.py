@@ -529,7 +529,7 @@ def _exact_root(v: Fraction) -> Fraction:
     return Fraction(n, m)
 
 
-def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random) -> set:
+def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bindings: dict | None = None) -> set:
     out = set()
     axes = list(plan.mesh.names)
     pos = {a: i for i, a in enumerate(axes)}
@@ -584,6 +584,14 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random) ->
                     part = {d: v / sizes[a] for d, v in part.items()}
         for d in devices:
             total[d] += part[d] ** 2 if root else part[d]
+    eps_o = _overrides(plan, "clip_norm", "eps_before_reduce")
+    if eps_o:  # ε on each rank's squared norm before the plan's reduction (simulator_perrank); single device: S + ε
+        import simulator_perrank
+
+        how = plan_clip[-1].verb if plan_clip else "reduce"
+        eps, part = simulator_perrank.eps_part(plan, sizes, eps_o[-1], default_axes, how, bindings or {})
+        total = {d: v + part[d] for d, v in total.items()}
+        expected += eps
     if any(v != expected for v in total.values()):
         out.add(("clip",))
     ovf_o = _overrides(plan, "overflow", "reduce")
@@ -609,6 +617,7 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random) ->
 def violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bindings: dict | None = None,
                trials: int = 3) -> set:
     import simulator_losses  # the loss terms' section, which reads this module's helpers
+    import simulator_perrank  # per-rank operations on the update and the loss scale
 
     bindings = bindings or {}
     out = placement_violations(plan, sizes)
@@ -616,6 +625,8 @@ def violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, binding
         for g in groups_of(plan):
             if ("gi", g) not in out and not gi_ok(plan, g, sizes, rng, bindings):
                 out.add(("gi", g))
-        out |= norm_violations(plan, sizes, rng)
+        out |= norm_violations(plan, sizes, rng, bindings)
         out |= simulator_losses.term_violations(plan, sizes, rng, bindings)
+        out |= simulator_perrank.update_violations(plan, sizes, rng, bindings)
+        out |= simulator_perrank.scale_violations(plan, sizes, rng)
     return out

@@ -50,6 +50,10 @@ def checker_keys(report) -> dict[tuple, Verdict]:
             out[("clip",)] = o.verdict
         elif name == "SC overflow":
             out[("overflow",)] = o.verdict
+        elif name.startswith("SC update["):
+            out[("update", name[len("SC update["):-1])] = o.verdict
+        elif name == "SC loss_scale":
+            out[("loss_scale",)] = o.verdict
         elif name.startswith("GI loss[") and "] grads[" in name:
             term, group = name[len("GI loss["):-1].split("] grads[")
             out[("term", term, group)] = o.verdict
@@ -96,6 +100,12 @@ def plans(draw):
         hs.builds(lambda e: ov("tokens", "eps_before_reduce", by=ir.Const(e)),
                   hs.sampled_from([Fraction(1, 1000), Fraction(1, 2)])),
         hs.builds(lambda a: ov("overflow", "reduce", None, a), axis_lists),
+        hs.builds(lambda g, a: ov("grads", "clip_rank0_only", g, a), group, axis_lists),
+        hs.builds(lambda g, a, x: ov("grads", "divide_rank0_only", g, a, by=x), group, axis_lists,
+                  hs.sampled_from([ir.Const(Fraction(2)), ir.Sym("a")])),
+        hs.builds(lambda e: ov("clip_norm", "eps_before_reduce", by=ir.Const(e)),
+                  hs.sampled_from([Fraction(1, 1000), Fraction(1, 2)])),
+        hs.builds(lambda a: ov("loss_scale", "local", None, a), axis_lists),
         hs.builds(lambda a: ov("params", "gather", None, a), axis_lists),
     )
     overrides = tuple(draw(hs.lists(candidates, max_size=2)))
@@ -122,6 +132,15 @@ def plans(draw):
               overrides=(ov("tokens", "eps_before_reduce", by=ir.Const(Fraction(1, 1000))),)), 10)
 @example(plan("p", {"a": ("data", "R,S,S,R"), "b": ("tensor", "S,S,S,S")},
               overrides=(ov("clip_norm", "rank0_only", "norms", ("a", "b")),)), 9)
+@example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("tensor", "S,S,S,S")},
+              overrides=(ov("grads", "clip_rank0_only", "norms", ("b",)),)), 11)
+@example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("tensor", "S,S,S,S")},
+              overrides=(ov("clip_norm", "eps_before_reduce", by=ir.Const(Fraction(1, 1000))),)), 12)
+@example(plan("p", {"a": ("data", "R,S,S,R"), "b": ("tensor", "S,S,S,S")},
+              overrides=(ov("loss_scale", "local", None, ("a",)),)), 13)
+@example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("tensor", "S,S,S,S")},
+              overrides=(ov("clip_norm", "average", None, ("a", "b")),
+                         ov("clip_norm", "eps_before_reduce", by=ir.Const(Fraction(1, 2))))), 14)
 def test_checker_agrees_with_the_simulator(generated, seed):
     spec, p = generated
     try:

@@ -203,6 +203,9 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
     from .timing import wrap  # the micro-step the gradient sync is armed on
 
     obs = nested_replay.wrap(partial_replay.wrap(wrap(obs, step, ctx, plan), step, ctx, plan), step, ctx, plan)
+    from .rankupdate_obligations import extend  # a clip or a divisor on rank 0 only, the loss scale, ε on the norm
+
+    obs = extend(obs, step, ctx, plan, Obligation)
     return _undecided(obs, step, ctx.pinned)
 
 

@@ -34,6 +34,7 @@ from . import identity as _identity
 from . import nested as _nested
 from . import partial as _partial
 from . import perrank as _perrank
+from . import rankupdate as _rankupdate
 from . import rng as _rng
 from .dims import (  # noqa: F401  (the dimension vocabulary, used by the modules that read a StepModel)
     COPY_PART,
@@ -289,6 +290,7 @@ def _no_effect(r: _Read, groups: list, needed: tuple[str, ...]) -> None:
     filter_no_effect(r.plan.overrides, groups)
     check_microsteps(r.plan, groups)
     _partial.check_override(r.plan, r.loss)
+    _rankupdate.check_override(r.plan, groups)
     _nested.check_override(r.plan, r.loss)
 
 

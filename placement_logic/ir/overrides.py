@@ -17,6 +17,9 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "sync_before_last": (False, False),
         # the flat gradient buffer laid out in a different parameter order on some ranks of these axes (check.buckets)
         "bucket_order": (True, False),
+        # a clip coefficient, or a divisor every rank applies, applied on rank 0 of these axes only (check.rankupdate)
+        "clip_rank0_only": (True, False),
+        "divide_rank0_only": (True, True),
     },
     "clip_norm": {
         "reduce": (True, False),  # squared norms summed over exactly these axes
@@ -30,6 +33,8 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "sqrt_before_reduce": (False, False),
         # a group's squared norm counted on rank 0 of these axes only (not marked model-parallel: check.perrank)
         "rank0_only": (True, False),
+        # each rank's squared norm plus EPS before the reduction: Σ (s + ε), not Σ s + ε (check.rankupdate)
+        "eps_before_reduce": (False, True),
     },
     "loss": {
         "per_device_mean": (False, False),
@@ -48,6 +53,8 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     },
     "dropout_seed": {"vary": (True, False), "same": (False, False)},
     "overflow": {"reduce": (True, False)},  # overflow flag all-reduced over these axes
+    # the dynamic loss scale updated from each rank's own found-inf flag over these axes (check.rankupdate)
+    "loss_scale": {"local": (True, False)},
     "params": {
         "no_regather": (False, False),  # sharded optimizer step, no re-gather of params
         "gather": (True, False),  # S* state gathered over these axes
@@ -111,6 +118,7 @@ class OverrideTarget(StrEnum):
     TOKENS = "tokens"
     DROPOUT_SEED = "dropout_seed"
     OVERFLOW = "overflow"
+    LOSS_SCALE = "loss_scale"
     PARAMS = "params"
     OPTIMIZER = "optimizer"
     RNG = "rng"
@@ -136,6 +144,9 @@ class OverrideVerb(StrEnum):
     MAX = "max"
     SQRT_BEFORE_REDUCE = "sqrt_before_reduce"
     RANK0_ONLY = "rank0_only"
+    CLIP_RANK0_ONLY = "clip_rank0_only"
+    DIVIDE_RANK0_ONLY = "divide_rank0_only"
+    LOCAL = "local"
     PER_DEVICE_MEAN = "per_device_mean"
     PER_MICROBATCH_MEAN = "per_microbatch_mean"
     GLOBAL_MEAN = "global_mean"

@@ -694,6 +694,33 @@ mutant("tokens_eps_cp", "cp",
        "(`tokens: eps_before_reduce by 1e-8`).", ["override tokens: eps_before_reduce by 1e-8"],
        gi(["dense", "norms", "biases", "embedding"], "normalisation"), mirrors=EPS)
 
+# per-rank operations on the update and the loss scale; an epsilon on each rank's squared norm (check.rankupdate)
+SCALERS = "per-module loss scalers updated before the world-wide found-inf consensus (NVIDIA-NeMo/Megatron-Bridge#5591)"
+ALL4 = ["dense", "norms", "biases", "embedding"]
+mutant("update_clip_rank0_ddp", "ddp",
+       "the clip coefficient applied on dp rank 0 only (`grads: clip_rank0_only over (dp)`): the other replicas "
+       "step with the unclipped gradient.", ["override grads: clip_rank0_only over (dp)"],
+       [f"SC update[{g}]" for g in ALL4])
+mutant("update_divide_rank0_tp", "tp",
+       "the dense gradient divided by 2 on tp rank 0 only (`grads[dense]: divide_rank0_only over (tp) by 2`): the "
+       "other tp shards are stepped undivided.", ["override grads[dense]: divide_rank0_only over (tp) by 2"],
+       ["SC update[dense]"])
+STAGE_SCALED = "gradient accumulation scaling applied again at every earlier pipeline stage (deepspeedai/DeepSpeed#8152)"
+mutant("update_divide_rank0_pp", "1f1b",
+       "the first pipeline stage dividing its gradient by the microbatches again (`grads: divide_rank0_only over "
+       "(pp) by 4`): the stages' gradients are scaled unlike one another.",
+       ["override grads: divide_rank0_only over (pp) by 4"], [f"SC update[{g}]" for g in ALL4], mirrors=STAGE_SCALED)
+mutant("clip_eps_tp", "tp",
+       "each rank's squared norm plus an epsilon before the all-reduce over tp (`clip_norm: eps_before_reduce by "
+       "1e-6`): S + tp·ε, not S + ε.", ["override clip_norm: eps_before_reduce by 1e-6"], ["SC clip_norm"])
+mutant("loss_scale_local_zero2", "zero2",
+       "the loss scale updated from each dp rank's own found-inf flag under ZeRO-2 (`loss_scale: local over (dp)`): "
+       "the rank whose shard overflows halves its scale alone.", ["override loss_scale: local over (dp)"],
+       ["SC loss_scale"])
+mutant("loss_scale_local_pp", "zero2_pp",
+       "the loss scale updated from each pipeline stage's own found-inf flag (`loss_scale: local over (pp)`).",
+       ["override loss_scale: local over (pp)"], ["SC loss_scale"], mirrors=SCALERS)
+
 # nested accumulation: rounds of a pipeline schedule inside an outer gradient accumulation
 RESCALED = "a pipeline schedule rescaling the accumulated buffer every run (pytorch/torchtitan#1733)"
 PIPE_SUMMED = "a pipeline engine summing its micro-batches under accumulation (deepspeedai/DeepSpeed#7773)"
@@ -1058,6 +1085,13 @@ with_base("clip_rank0_copies_ddp", "ddp",
           "DDP's squared norms summed over dp with every group counted on dp rank 0 only: each dp rank holds the "
           "whole reduced gradient, so rank 0's copy is the norm.",
           ["override clip_norm: reduce over (dp)", "override clip_norm: rank0_only over (dp)"])
+with_base("clip_eps_averaged_ddp", "ddp",
+          "each rank's squared norm plus an epsilon before an all-reduce with AVG over dp: the average of "
+          "s + ε over copies is s + ε, single-device training's value.",
+          ["override clip_norm: average over (dp)", "override clip_norm: eps_before_reduce by 1e-6"])
+with_base("clip_eps_max_ddp", "ddp",
+          "each rank's squared norm plus an epsilon before a MAX all-reduce over dp: max(s + ε) = max(s) + ε.",
+          ["override clip_norm: max over (dp)", "override clip_norm: eps_before_reduce by 1e-6"])
 # -- initial state, optimizer identity and RNG state ------------------------------------
 
 INIT = "replicas never broadcast at init (pytorch/torchtitan#166, mosaicml/llm-foundry#830, allenai/OLMo-core#319)"

@@ -1,0 +1,140 @@
+"""Per-rank operations on the update and on the loss scale, and an epsilon on the norm's pieces.
+
+Input: a plan and the step's ``GroupModel`` records. Output: the located errors of a statement the
+step cannot read (``check_override``: PL506), and the statements themselves for the obligations
+(``check.rankupdate_obligations``). No solver here.
+
+Three statements, each a departure of a real system from the derived step (docs/semantics.md,
+"Per-rank operations and partial values"):
+
+* ``override grads[g]: clip_rank0_only over (AXES)`` -- the clip coefficient max_norm / ‖grad‖ is
+  applied to g's gradient on rank 0 of each axis of AXES only (the clip under ``if rank == 0``);
+  the other ranks step with the unclipped gradient. ``override grads[g]: divide_rank0_only over
+  (AXES) by X`` -- g's gradient divided by X on rank 0 of AXES and not on the others (a divisor
+  every rank should apply that the others skip, or one too many on rank 0: a pipeline's first
+  stage dividing again what the last already divided). Either way the update differs between the
+  ranks of an axis with two or more ranks: the replicas of g drift apart, or g's shards are scaled
+  unlike one another (``SC update[g]``).
+* ``override clip_norm: eps_before_reduce by EPS`` -- each rank adds ε to its squared norm before
+  the norm's all-reduce over the plan's norm axes: a sum reduction gives S + P·ε (P the ranks it
+  sums) where single-device training takes S + ε once (``SC clip_norm``).
+* ``override loss_scale: local over (AXES)`` -- the dynamic loss scale is updated (halved after an
+  overflow, grown after a run of clean steps) from each rank's own found-inf flag, not reduced over
+  AXES: over an axis where the ranks' gradients differ (sharded there) one rank halves its scale
+  while the others keep theirs (``SC loss_scale``), and the next step's gradient all-reduce then
+  sums pieces scaled by different factors.
+"""
+
+from __future__ import annotations
+
+from .. import ir
+from ..diagnostics import Code, Diagnostic, DiagnosticError
+from ..ir.overrides import OverrideTarget, OverrideVerb
+from . import clipagg
+
+CLIP = OverrideVerb.CLIP_RANK0_ONLY
+DIVIDE = OverrideVerb.DIVIDE_RANK0_ONLY
+RANK0_VERBS = (CLIP, DIVIDE)
+AGG_OF = clipagg.AGG_OF
+
+
+def _err(msg: str, o: ir.Override) -> DiagnosticError:
+    return DiagnosticError([Diagnostic(Code.OVERRIDE_NO_EFFECT, msg, o.span)])
+
+
+def head(o: ir.Override) -> str:
+    """The statement as written, for messages."""
+    text = f"override {o.target}{f'[{o.group}]' if o.group else ''}: {o.verb}"
+    if o.axes is not None:
+        text += f" over ({', '.join(o.axes)})"
+    return text + (f" by {ir.show(o.by)}" if o.by is not None else "")
+
+
+def rank0_stated(plan: ir.Plan, group: str) -> list[ir.Override]:
+    """The rank-0-only operations on ``group``'s update, one per verb: its own, else the plan's
+    (``all``, then no group)."""
+    out = []
+    for verb in RANK0_VERBS:
+        for who in (group, "all", None):
+            found = [o for o in plan.overrides if o.target == OverrideTarget.GRADS and o.verb == verb and o.group == who]
+            if found:
+                out.append(found[-1])
+                break
+    return out
+
+
+def eps_override(plan: ir.Plan) -> ir.Override | None:
+    return next((o for o in reversed(plan.overrides) if o.target == OverrideTarget.CLIP_NORM
+                 and o.verb == OverrideVerb.EPS_BEFORE_REDUCE), None)
+
+
+def scale_override(plan: ir.Plan) -> ir.Override | None:
+    return next((o for o in reversed(plan.overrides) if o.target == OverrideTarget.LOSS_SCALE
+                 and o.verb == OverrideVerb.LOCAL), None)
+
+
+def plan_norm(plan: ir.Plan, groups) -> tuple[tuple[str, ...], str]:
+    """The plan's norm reduction (its axes, an axis twice when stated twice) and how it combines
+    the ranks' values (sum, average or max): where each rank's ε goes."""
+    o = clipagg.stated(plan.overrides, "all")
+    if o is not None:
+        return tuple(o.axes or ()), AGG_OF[o.verb]
+    return tuple(dict.fromkeys(a for g in groups for a in g.shard_axes)), "sum"
+
+
+def overflow_axes(plan: ir.Plan, groups) -> tuple[str, ...]:
+    o = next((x for x in reversed(plan.overrides) if x.target == OverrideTarget.OVERFLOW
+              and x.verb == OverrideVerb.REDUCE), None)
+    return tuple(o.axes or ()) if o is not None else tuple(dict.fromkeys(a for g in groups for a in g.shard_axes))
+
+
+def scale_pending(groups, reduced: tuple[str, ...], local: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(group, axis) pairs over which the flag the loss scale reads is still partial: the group's
+    gradient differs between the axis's ranks (sharded there) and the flag is not reduced over it
+    (not in the overflow reduction, or named local)."""
+    read = [a for a in reduced if a not in local]
+    return [(g.group, a) for g in groups for a in g.shard_axes if a not in read]
+
+
+def check_override(plan: ir.Plan, groups) -> None:
+    """PL506 where a statement changes nothing."""
+    for o in plan.overrides:
+        if o.target == OverrideTarget.GRADS and o.verb in RANK0_VERBS:
+            _check_axes(o)
+            if o.verb == DIVIDE and isinstance(o.by, ir.Const) and o.by.value == 1:
+                raise _err(f"{head(o)} changes nothing: a division by 1 is the same on every rank", o)
+    o = eps_override(plan)
+    if o is not None:
+        if o.group is not None:
+            raise _err(f"{head(o)} changes nothing for the group alone: the epsilon is added to each rank's whole "
+                       "squared norm; state it without a group", o)
+        if isinstance(o.by, ir.Const) and o.by.value == 0:
+            raise _err(f"{head(o)} changes nothing: the epsilon is 0", o)
+        axes, _ = plan_norm(plan, groups)
+        if not axes:
+            raise _err(f"{head(o)} changes nothing: the norm is reduced over no axis, so each rank's norm holds its "
+                       "epsilon once, as single-device training's does", o)
+    o = scale_override(plan)
+    if o is not None:
+        if o.group is not None:
+            raise _err(f"{head(o)} changes nothing for the group alone: the loss scale is one value per rank; state it "
+                       "without a group", o)
+        _check_axes(o)
+        reduced = overflow_axes(plan, groups)
+        for a in o.axes or ():
+            if not any(a in g.shard_axes for g in groups):
+                raise _err(f"{head(o)} changes nothing over {a}: every rank of {a} holds the same reduced gradients, "
+                           "so its own found-inf flag is the reduced one", o)
+            if a not in reduced:
+                raise _err(f"{head(o)} changes nothing over {a}: the found-inf flag is not all-reduced over {a} (its "
+                           f"reduction: ({', '.join(reduced)})), so the loss scale reads the rank's own flag there "
+                           "already", o)
+
+
+def _check_axes(o: ir.Override) -> None:
+    if not o.axes:
+        raise _err(f"{head(o)} changes nothing: it names no axis", o)
+    twice = next((a for a in o.axes if o.axes.count(a) > 1), None)
+    if twice is not None:
+        raise _err(f"{head(o)} changes nothing the second time it names {twice}: rank 0 of an axis is one rank "
+                   "however often it is named", o)
