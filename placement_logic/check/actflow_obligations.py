@@ -13,10 +13,17 @@ def act_obligations(step, ctx, obligation) -> list:
     from .rules import GRADIENT_INTEGRITY
 
     out = []
-    groups = {f.flow.tensor for f in step.actflow.typed if f.flow.region != "experts"}
+    groups = {f.flow.tensor for f in step.actflow.typed if f.flow.region not in ("experts", "context")}
+    cgroups = {f.flow.tensor for f in step.actflow.typed if f.flow.region == "context"}
     for ty in step.actflow.typed:
         span = next((s for _, _, s in ty.cause if s != NO_SPAN), step.sp_span)
-        what = ("the output on every rank equals the single-device output: every token is dispatched to the rank "
+        what = ("every query's attention output equals the single-device one: it meets every key/value block of its "
+                "sequence, exchanged over exactly the context axes "
+                f"{', '.join(ty.flow.tensor)}" if ty.flow.region == "context" and ty.direction == "forward" else
+                "every key/value block's gradient equals the single-device one on the rank that owns it: the blocks "
+                "exchanged again in backward and their gradients reduce-scattered over exactly the context axes "
+                f"{', '.join(ty.flow.tensor)}" if ty.flow.region == "context" else
+                "the output on every rank equals the single-device output: every token is dispatched to the rank "
                 "holding its expert and its output combined back to it (the all-to-alls range over exactly the expert "
                 f"axes {', '.join(ty.flow.tensor)})" if ty.flow.region == "experts" and ty.direction == "forward" else
                 "the input gradient on every rank equals the single-device one: every token's output gradient reaches "
@@ -33,9 +40,10 @@ def act_obligations(step, ctx, obligation) -> list:
                 "the output gradient the embedding's weight gradient reads is the full gradient on every rank (the "
                 "type it needs: " if ty.flow.region == "embedding" else
                 "the gradient the region passes to the layers before it is the full gradient on every rank (the "
-                "type they need: ") + ("" if ty.flow.region == "experts" else
+                "type they need: ") + ("" if ty.flow.region in ("experts", "context") else
                    ", ".join(f"{KIND_TEXT[k].split(' (')[0]} over {a}" for a, k in ty.needed) + ")")
-        suffix = f" over ({', '.join(ty.flow.tensor)})" if len(groups) > 1 and ty.flow.region != "experts" else ""
+        suffix = f" over ({', '.join(ty.flow.tensor)})" if len(groups) > 1 and ty.flow.region not in (
+            "experts", "context") or len(cgroups) > 1 and ty.flow.region == "context" else ""
         out.append(obligation(
             f"GI {ty.name}{suffix}", GRADIENT_INTEGRITY, span if span != NO_SPAN else step.plan_span, what,
             lambda env, ty=ty: en.axes_negation(env, "actflow", [(a, env.sess.true()) for a in ty.bad]),

@@ -188,6 +188,10 @@ def replay(ctx: Context, ty, w: dict) -> Counterexample | None:
         from . import actflow_experts
 
         got, want, inputs = actflow_experts.run(ty.flow, ty.direction, axis, n)
+    elif ty.flow.region == "context":
+        from . import actflow_context
+
+        got, want, inputs = actflow_context.run(ty.flow, ty.direction, axis, n, _apply)
     else:
         got, want, inputs = run(ty.flow, ty.direction, axis, n)
     r = next((i for i in range(n) if got[i] != want[i]), None)
@@ -198,6 +202,8 @@ def replay(ctx: Context, ty, w: dict) -> Counterexample | None:
         return actflow_loss.counterexample(ctx, ty, sizes, axis, r, got, want, inputs, stage, span, _show, _axes)
     if ty.flow.region == "experts":
         return actflow_experts.counterexample(ctx, ty, sizes, axis, r, got, want, inputs, stage, span, _show, _axes)
+    if ty.flow.region == "context":
+        return actflow_context.counterexample(ctx, ty, sizes, axis, r, got, want, inputs, stage, span, _show, _axes)
     if ty.flow.region == "embedding":
         return _embedding_cex(ctx, ty, sizes, axis, r, got, want, inputs, stage, span)
     result = dict(ty.result)[axis]

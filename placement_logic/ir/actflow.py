@@ -30,7 +30,11 @@ backward (softmax minus the one-hot target, on each rank's slice) needs none. Th
 (``experts``: each rank of the expert group holds its own tokens and its own experts) has a dispatch
 all-to-all over the expert axes before the expert MLPs (``fwd_entry``) and a combine all-to-all back
 after them (``fwd_exit``); in backward the output gradient goes to the experts by combine's conjugate
-(``bwd_exit``) and the input gradient back to its tokens by dispatch's (``bwd_entry``).
+(``bwd_exit``) and the input gradient back to its tokens by dispatch's (``bwd_entry``). Context
+parallelism's attention (``context``, on each context-parallel group: ``ir.actflow_context``) has the
+exchange of the key/value blocks before the attention (``fwd_entry``, a ring or an all-gather over the
+context axes), the same exchange again in backward (``bwd_exit``) and the reduce-scatter of the
+key/value gradients back to their owners (``bwd_entry``).
 """
 
 from __future__ import annotations
@@ -43,12 +47,14 @@ from .buffers import Collective, Kind, Payload, Phase, link_of
 from .nodes import Const, Mode, Op, Recompute, Role, State
 from .overrides import OverrideVerb
 
-REGIONS = ("attention", "mlp", "head", "embedding", "loss", "experts")
+REGIONS = ("attention", "mlp", "head", "embedding", "loss", "experts", "context")
+TP_REGIONS = REGIONS[:5]  # the regions of a tensor-parallel group
 EXPERT_VERBS = ("dispatch", "combine")
 LOSS_SLOTS = ("max", "target", "sumexp")
 LOSS_VERBS = {"reduce_max": "max", "reduce_target": "target", "reduce_sumexp": "sumexp"}
 # the slots each region has (the others: the four of a column/row-parallel pair)
-REGION_SLOTS = {"head": ("fwd_entry", "bwd_entry"), "embedding": ("fwd_exit", "bwd_exit"), "loss": LOSS_SLOTS}
+REGION_SLOTS = {"head": ("fwd_entry", "bwd_entry"), "embedding": ("fwd_exit", "bwd_exit"), "loss": LOSS_SLOTS,
+                "context": ("fwd_entry", "bwd_exit", "bwd_entry")}
 TARGETS = ("activations", "activation_grads")
 ASSERTS = {"assert_replicate": "R", "assert_partial": "P", "assert_shard": "S"}
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, SLICE, COPY = "all_reduce", "all_gather", "reduce_scatter", "slice", "copy"
@@ -96,7 +102,7 @@ class Flow:
 
     @property
     def has_row(self) -> bool:
-        return self.region not in ("head", "embedding", "experts")
+        return self.region not in ("head", "embedding", "experts", "context")
 
 
 def redistribute(declared: str, needed: str, axes: tuple[str, ...]) -> tuple[Step, ...]:
@@ -111,6 +117,9 @@ def derived_slots(region: str, t: tuple[str, ...], sp: bool) -> dict[str, Slot]:
         return {s: Slot((Step(ALL_REDUCE, t),)) for s in LOSS_SLOTS}
     if region == "experts":  # t: the expert axes; every slot one all-to-all over them
         return {s: Slot((Step(ALL_TO_ALL, t),)) for s in SLOTS}
+    if region == "context":  # t: the context axes; K/V gathered in forward and backward, dK/dV reduce-scattered
+        return {"fwd_entry": Slot((Step(ALL_GATHER, t),)), "bwd_exit": Slot((Step(ALL_GATHER, t),)),
+                "bwd_entry": Slot((Step(REDUCE_SCATTER, t),))}
     out = {"fwd_entry": Slot((Step(ALL_GATHER, t),) if sp else ()),
            "bwd_entry": Slot((Step(REDUCE_SCATTER if sp else ALL_REDUCE, t),)),
            "fwd_exit": Slot((Step(REDUCE_SCATTER if sp else ALL_REDUCE, t),)),
@@ -143,6 +152,8 @@ def stated_slot(o, region: str, t: tuple[str, ...], sp: bool) -> Slot:
         kind = ALL_GATHER
     elif o.verb in LOSS_VERBS:  # per-token scalars: all-reduced under sequence parallelism too
         kind = ALL_REDUCE
+    elif region == "context":  # the key/value gradients go back to the rank that owns their block
+        kind = REDUCE_SCATTER
     else:
         kind = REDUCE_SCATTER if sp else ALL_REDUCE
     return Slot(tuple(Step(kind, p) for p in _passes(axes)), o.span, o.verb)
@@ -161,7 +172,7 @@ def flows(plan) -> tuple[Flow, ...]:
     for t in plan.groups_with_role(Role.TENSOR, Role.SEQUENCE):
         if params.mode(t[0]) not in (Mode.S, Mode.S_STAR, Mode.O):
             continue  # the layers are whole on every rank of t: no region splits them
-        for region in REGIONS[:-1]:
+        for region in TP_REGIONS:
             slots = derived_slots(region, tuple(t), sp)
             for o in overrides(plan):
                 slot = SLOT_OF[(o.target, o.verb)]
@@ -175,6 +186,13 @@ def flows(plan) -> tuple[Flow, ...]:
             if o.group in (None, "experts") and o.verb in EXPERT_VERBS:
                 slots[SLOT_OF[(o.target, o.verb)]] = stated_slot(o, "experts", e, sp)
         out.append(Flow("experts", e, sp, tuple((s, slots[s]) for s in SLOTS)))
+    for c in plan.groups_with_role(Role.CONTEXT):  # stated only with the region named: [context]
+        slots = derived_slots("context", tuple(c), sp)
+        for o in overrides(plan):
+            slot = SLOT_OF[(o.target, o.verb)]
+            if o.group == "context" and slot in slots:
+                slots[slot] = stated_slot(o, "context", tuple(c), sp)
+        out.append(Flow("context", tuple(c), sp, tuple((s, slots[s]) for s in SLOTS if s in slots)))
     return tuple(out)
 
 
@@ -211,6 +229,11 @@ def adjust(plan, colls: tuple[Collective, ...], per_layer, per_microbatch) -> tu
     again = plan.recompute is Recompute.FULL
     mesh = plan.mesh.names
     for f in flows(plan):
+        if f.region == "context":
+            from . import actflow_context
+
+            out = actflow_context.adjust(plan, out, f, per_layer)
+            continue
         derived = derived_slots(f.region, f.tensor, f.sp)
         per = per_microbatch if f.region in ("head", "embedding", "loss") else per_layer
         pay = (Payload("token_scalars", (), "one fp32 value per token (s·b·4)") if f.region == "loss" else
