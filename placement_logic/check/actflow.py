@@ -46,7 +46,7 @@ class Typed:
     @property
     def name(self) -> str:
         target = "activations" if self.direction == "forward" else "activation_grads"
-        return f"{target}[{self.flow.region}]"
+        return f"{target}[{self.flow.shown}]"
 
 
 @dataclass(frozen=True)
@@ -200,9 +200,15 @@ def _experts_misfit(o, flows) -> bool:
     changes nothing); False for every other statement."""
     if o.verb not in af.EXPERT_VERBS and o.group != "experts":
         return False
+    if o.verb not in af.EXPERT_VERBS and (o.target, o.verb) in af.ETP_VERBS and \
+            any(f.region == "expert_tensor" for f in flows):
+        return True
     if o.verb not in af.EXPERT_VERBS:
         why = ("the MoE layer's collectives are its dispatch and combine all-to-alls (activations[experts], "
-               "activation_grads[experts]: dispatch, combine)")
+               "activation_grads[experts]: dispatch, combine)" + (
+                   ", and the all-gather and reduce-scatter of the routed tokens over an expert tensor group of its "
+                   "own (gather, reduce), which this plan does not have: no axis is tensor for the experts only "
+                   "(group experts { role = {AXIS: tensor} })" if (o.target, o.verb) in af.ETP_VERBS else ""))
     elif o.group not in (None, "experts"):
         why = f"only the MoE layer (experts) dispatches and combines tokens, not {o.group}"
     elif not any(f.region == "experts" for f in flows):

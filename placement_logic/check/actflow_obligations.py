@@ -13,11 +13,18 @@ def act_obligations(step, ctx, obligation) -> list:
     from .rules import GRADIENT_INTEGRITY
 
     out = []
-    groups = {f.flow.tensor for f in step.actflow.typed if f.flow.region not in ("experts", "context")}
+    groups = {f.flow.tensor for f in step.actflow.typed if f.flow.region not in ("experts", "context", "expert_tensor")}
     cgroups = {f.flow.tensor for f in step.actflow.typed if f.flow.region == "context"}
     for ty in step.actflow.typed:
         span = next((s for _, _, s in ty.cause if s != NO_SPAN), step.sp_span)
-        what = ("every query's attention output equals the single-device one: it meets every key/value block of its "
+        what = ("each rank's routed tokens come out of the expert MLPs as on a single device: gathered over the "
+                f"expert tensor group {', '.join(ty.flow.tensor)} before them and their partial outputs "
+                "reduce-scattered after them (the type the combine needs: " if ty.flow.region == "expert_tensor" and
+                ty.direction == "forward" else
+                "each rank's routed tokens receive their full input gradient from the expert MLPs: the output "
+                f"gradient gathered over the expert tensor group {', '.join(ty.flow.tensor)} and the input gradient "
+                "reduce-scattered (the type dispatch's conjugate needs: " if ty.flow.region == "expert_tensor" else
+                "every query's attention output equals the single-device one: it meets every key/value block of its "
                 "sequence, exchanged over exactly the context axes "
                 f"{', '.join(ty.flow.tensor)}" if ty.flow.region == "context" and ty.direction == "forward" else
                 "every key/value block's gradient equals the single-device one on the rank that owns it: the blocks "
@@ -43,7 +50,8 @@ def act_obligations(step, ctx, obligation) -> list:
                 "type they need: ") + ("" if ty.flow.region in ("experts", "context") else
                    ", ".join(f"{KIND_TEXT[k].split(' (')[0]} over {a}" for a, k in ty.needed) + ")")
         suffix = f" over ({', '.join(ty.flow.tensor)})" if len(groups) > 1 and ty.flow.region not in (
-            "experts", "context") or len(cgroups) > 1 and ty.flow.region == "context" else ""
+            "experts", "context", "expert_tensor") or len(cgroups) > 1 and ty.flow.region == "context" \
+            or ty.flow.region == "expert_tensor" else ""
         out.append(obligation(
             f"GI {ty.name}{suffix}", GRADIENT_INTEGRITY, span if span != NO_SPAN else step.plan_span, what,
             lambda env, ty=ty: en.axes_negation(env, "actflow", [(a, env.sess.true()) for a in ty.bad]),

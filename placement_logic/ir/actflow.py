@@ -34,7 +34,13 @@ after them (``fwd_exit``); in backward the output gradient goes to the experts b
 parallelism's attention (``context``, on each context-parallel group: ``ir.actflow_context``) has the
 exchange of the key/value blocks before the attention (``fwd_entry``, a ring or an all-gather over the
 context axes), the same exchange again in backward (``bwd_exit``) and the reduce-scatter of the
-key/value gradients back to their owners (``bwd_entry``).
+key/value gradients back to their owners (``bwd_entry``). An expert tensor group of its own (MoE
+parallel folding: axes the experts split and the dense layers do not) adds ``expert_tensor``: the
+routed tokens all-gathered over it before the expert MLPs (``fwd_entry``), the partial outputs
+reduce-scattered after them (``fwd_exit``), and in backward the output gradient all-gathered
+(``bwd_exit``) and the input gradient reduce-scattered (``bwd_entry``): a column/row-parallel pair
+under sequence parallelism, stated as ``activations[experts]: gather | reduce`` and
+``activation_grads[experts]: gather | reduce | no_reduce | reduce_copy``.
 """
 
 from __future__ import annotations
@@ -69,6 +75,9 @@ SLOT_OF.update({("activations", v): slot for v, slot in LOSS_VERBS.items()})
 SLOT_OF.update({("activations", "dispatch"): "fwd_entry", ("activations", "combine"): "fwd_exit",
                 ("activation_grads", "combine"): "bwd_exit", ("activation_grads", "dispatch"): "bwd_entry"})
 SLOTS = ("fwd_entry", "fwd_exit", "bwd_exit", "bwd_entry")
+# the expert tensor group's statements (group experts, not the all-to-alls)
+ETP_VERBS = {("activations", "gather"), ("activations", "reduce"), ("activation_grads", "gather"),
+             ("activation_grads", "reduce"), ("activation_grads", "no_reduce"), ("activation_grads", "reduce_copy")}
 ALL_SLOTS = SLOTS + LOSS_SLOTS
 
 
@@ -99,6 +108,11 @@ class Flow:
 
     def slot(self, name: str) -> Slot | None:
         return dict(self.slots).get(name)
+
+    @property
+    def shown(self) -> str:
+        """The region as an override names it."""
+        return "experts" if self.region == "expert_tensor" else self.region
 
     @property
     def has_row(self) -> bool:
@@ -186,6 +200,13 @@ def flows(plan) -> tuple[Flow, ...]:
             if o.group in (None, "experts") and o.verb in EXPERT_VERBS:
                 slots[SLOT_OF[(o.target, o.verb)]] = stated_slot(o, "experts", e, sp)
         out.append(Flow("experts", e, sp, tuple((s, slots[s]) for s in SLOTS)))
+    etp = expert_tensor_axes(plan)
+    if etp:  # a column/row-parallel pair whose input is each rank's own tokens: sequence-parallel typing
+        slots = derived_slots("expert_tensor", etp, True)
+        for o in overrides(plan):
+            if o.group == "experts" and (o.target, o.verb) in ETP_VERBS:
+                slots[SLOT_OF[(o.target, o.verb)]] = stated_slot(o, "expert_tensor", etp, True)
+        out.append(Flow("expert_tensor", etp, True, tuple((s, slots[s]) for s in SLOTS)))
     for c in plan.groups_with_role(Role.CONTEXT):  # stated only with the region named: [context]
         slots = derived_slots("context", tuple(c), sp)
         for o in overrides(plan):
@@ -205,6 +226,18 @@ def expert_axes(plan) -> tuple[str, ...]:
     if fold is not None:
         return tuple(folding.group_axes(plan, fold, Role.EXPERT))
     return tuple(a for g in plan.groups_with_role(Role.EXPERT) for a in g)
+
+
+def expert_tensor_axes(plan) -> tuple[str, ...]:
+    """The expert tensor group's own axes (parallel folding: tensor for the experts, not for the dense
+    layers), over which the routed tokens are all-gathered and reduce-scattered (ir.collectives)."""
+    from . import folding
+
+    fold = folding.expert_group(plan)
+    if fold is None:
+        return ()
+    return tuple(a for a in folding.group_axes(plan, fold, Role.TENSOR)
+                 if plan.role(a) not in (Role.TENSOR, Role.SEQUENCE))
 
 
 # --------------------------------------------------------------------------- costs
@@ -238,13 +271,16 @@ def adjust(plan, colls: tuple[Collective, ...], per_layer, per_microbatch) -> tu
         per = per_microbatch if f.region in ("head", "embedding", "loss") else per_layer
         pay = (Payload("token_scalars", (), "one fp32 value per token (s·b·4)") if f.region == "loss" else
                Payload("tokens", (), "routed tokens (s·b·h·top_k·capacity_factor)") if f.region == "experts" else
+               Payload("expert_tokens", f.tensor, "routed tokens gathered over the expert tensor group "
+                       "(s·b·h·top_k·capacity_factor × its size)") if f.region == "expert_tensor" else
                Payload("activation", (), "layer input/output activations (s·b·h)"))
         for name, slot in f.slots:
             if not slot.verb:
                 continue
             if name.startswith("fwd") or name in LOSS_SLOTS:
                 # the embedding and the loss lie outside the recomputed layers
-                phases = [Phase.FORWARD, Phase.BACKWARD] if again and f.region not in ("embedding", "loss", "experts") \
+                phases = [Phase.FORWARD, Phase.BACKWARD] if again and f.region not in (
+                    "embedding", "loss", "experts", "expert_tensor") \
                     else [Phase.FORWARD]
             else:
                 phases = [Phase.BACKWARD]
@@ -255,7 +291,7 @@ def adjust(plan, colls: tuple[Collective, ...], per_layer, per_microbatch) -> tu
                     group = tuple(a for a in mesh if a in axes)
                     out.append(Collective(_KIND[kind], State.ACTIVATIONS, group, link_of(plan, group), phase, per,
                                           pay, f"override {('activation_grads' if name.startswith('bwd') else 'activations')}"
-                                          f"[{f.region}] (line {slot.span.line}): "
+                                          f"[{f.shown}] (line {slot.span.line}): "
                                           f"{kind.replace('_', '-')} over ({', '.join(axes)})"))
             if name == "fwd_entry" and f.sp and f.region in ("attention", "mlp", "head"):
                 # Megatron-LM gathers a column-parallel input again in backward for the weight gradient,
@@ -280,7 +316,8 @@ def _take(colls: list, kind: Kind, phase: Phase, axes: tuple[str, ...], per, reg
     """Lower the count of the derived activation collective that holds this slot's share."""
     want = rules or {"head": ("vocabulary-parallel head", "Megatron SP: the head"),
             "embedding": ("vocabulary-parallel embedding", "Megatron SP: the embedding"),
-            "loss": ("vocabulary-parallel cross entropy",), "experts": ("expert parallel",)}.get(
+            "loss": ("vocabulary-parallel cross entropy",), "experts": ("expert parallel",),
+            "expert_tensor": ("expert tensor parallel",)}.get(
         region, ("Megatron TP", "Megatron SP: 2"))
     for i, c in enumerate(colls):
         if c.kind is kind and c.phase is phase and c.axes == axes and c.state is State.ACTIVATIONS \
