@@ -13,7 +13,9 @@ one all-gather over the expert tensor axes; ``activations[experts]: gather over 
 multiplied by a_j then b_j, and goes through the reductions after them (derived: a reduce-scatter
 over the expert tensor axes; ``activations[experts]: reduce over (AXES)`` one per pass). Backward
 the same with the output gradient, ``activation_grads[experts]: gather`` before the weights and
-``reduce`` (``no_reduce``, ``reduce_copy``: nothing on the value) after them. Collectives run over
+``reduce`` (``no_reduce``, ``reduce_copy``: nothing on the value) after them; an ``assert_*`` verb
+after them redistributes from the asserted type to the rank's own tokens (DTensor: Partial ->
+reduce-scatter, Replicate -> the rank's slice, Shard -> nothing). Collectives run over
 the real device groups (simulator_act.collective). ``violations(plan, sizes)`` returns
 ``("act", "expert_tensor")`` and ``("grad", "expert_tensor")`` for a device whose result differs.
 """
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from simulator_act import Mesh, _per_pass, collective
+from simulator_act import Mesh, _per_pass, _redistribute, collective
 
 from placement_logic import ir
 
@@ -64,13 +66,15 @@ def violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
         g = _stated(plan, target, (verb_gather,))
         first = _per_pass("gather", g.axes or ()) if g else default_first
         r = _stated(plan, target, verbs_reduce)
-        last = default_last if r is None else (_per_pass("sum_scatter", r.axes or ()) if r.verb == "reduce" else [])
+        last = (default_last if r is None else _per_pass("sum_scatter", r.axes or ()) if r.verb == "reduce" else
+                _redistribute(r.verb, "S", r.axes) if r.verb.startswith("assert_") else [])
         return first, last
 
     found = set()
     devices = {mesh.key(d): (i, rank(d)) for i, d in enumerate(mesh.devices)}
-    for tag, target, reduce_verbs in (("act", "activations", ("reduce",)),
-                                      ("grad", "activation_grads", ("reduce", "no_reduce", "reduce_copy"))):
+    asserts = ("assert_replicate", "assert_partial", "assert_shard")
+    for tag, target, reduce_verbs in (("act", "activations", ("reduce",) + asserts),
+                                      ("grad", "activation_grads", ("reduce", "no_reduce", "reduce_copy") + asserts)):
         first, last = ops(target, "gather", reduce_verbs, [("gather", t)], [("sum_scatter", t)])
         vals = {k: [[Fraction(10 * i + 3)]] for k, (i, _) in devices.items()}
         for kind, axes in first:

@@ -75,6 +75,10 @@ HAND = [
     # the expert tensor collectives over the dense tensor group t instead of d
     ((f"{A}[experts]: gather over (t)", f"{A}[experts]: reduce over (t)"), {ACT}),
     ((f"{G}[experts]: gather over (t)", f"{G}[experts]: reduce over (t)"), {GRAD}),
+    # the input gradient declared Replicate (full_tensor without grad placements): sliced, not summed
+    ((f"{G}[experts]: assert_replicate over (d)",), {GRAD}),
+    ((f"{G}[experts]: assert_partial over (d)",), ()),
+    ((f"{A}[experts]: assert_shard over (d)",), {ACT}),
 ]
 
 
@@ -93,7 +97,9 @@ def etp_plans(draw):
     cands = hs.one_of(
         hs.builds(lambda t, v, a: f"{t}[experts]: {v} over ({a})", hs.sampled_from((A, G)),
                   hs.sampled_from(("gather", "reduce")), lists),
-        hs.sampled_from((f"{G}[experts]: no_reduce", f"{G}[experts]: reduce_copy")))
+        hs.sampled_from((f"{G}[experts]: no_reduce", f"{G}[experts]: reduce_copy")),
+        hs.builds(lambda t, v: f"{t}[experts]: {v} over (d)", hs.sampled_from((A, G)),
+                  hs.sampled_from(("assert_replicate", "assert_partial", "assert_shard"))))
     return _spec(draw(hs.lists(cands, max_size=3)))
 
 
@@ -123,6 +129,14 @@ def test_gather_without_an_expert_tensor_axis_is_pl506():
         check_plan(SESSION, spec, spec.plan("p"), {})
     d = e.value.diagnostics[0]
     assert d.code == Code.OVERRIDE_NO_EFFECT and "no axis is tensor for the experts only" in d.message
+
+
+def test_an_assert_off_the_expert_tensor_axes_is_refused():
+    spec, p, _ = _spec([f"{G}[experts]: assert_replicate over (t)"])
+    with pytest.raises(DiagnosticError) as e:
+        check_plan(SESSION, spec, p, {})
+    d = e.value.diagnostics[0]
+    assert d.code == Code.ACTIVATION_ASSERT_OFF_TENSOR and "expert tensor axes only (d)" in d.message
 
 
 def _counts(text: str) -> dict:

@@ -200,8 +200,15 @@ def _experts_misfit(o, flows) -> bool:
     changes nothing); False for every other statement."""
     if o.verb not in af.EXPERT_VERBS and o.group != "experts":
         return False
-    if o.verb not in af.EXPERT_VERBS and (o.target, o.verb) in af.ETP_VERBS and \
-            any(f.region == "expert_tensor" for f in flows):
+    etp = next((f.tensor for f in flows if f.region == "expert_tensor"), ())
+    if o.verb not in af.EXPERT_VERBS and (o.target, o.verb) in af.ETP_VERBS and etp:
+        off = [a for a in o.axes or () if a not in etp]
+        if o.verb in af.ASSERTS and (off or not o.axes):
+            raise DiagnosticError([Diagnostic(
+                Code.ACTIVATION_ASSERT_OFF_TENSOR, f"override {o.target}[experts]: {o.verb} over ({', '.join(o.axes or ())}): "
+                f"the routed tokens' type is asserted over the expert tensor axes only ({', '.join(etp)}); over "
+                f"{', '.join(off) or 'no axis'} they are the tokens of different ranks, which no placement describes",
+                o.span)])
         return True
     if o.verb not in af.EXPERT_VERBS:
         why = ("the MoE layer's collectives are its dispatch and combine all-to-alls (activations[experts], "

@@ -78,6 +78,7 @@ SLOTS = ("fwd_entry", "fwd_exit", "bwd_exit", "bwd_entry")
 # the expert tensor group's statements (group experts, not the all-to-alls)
 ETP_VERBS = {("activations", "gather"), ("activations", "reduce"), ("activation_grads", "gather"),
              ("activation_grads", "reduce"), ("activation_grads", "no_reduce"), ("activation_grads", "reduce_copy")}
+ETP_VERBS |= {(t, v) for t in ("activations", "activation_grads") for v in ASSERTS}
 ALL_SLOTS = SLOTS + LOSS_SLOTS
 
 
@@ -105,6 +106,7 @@ class Flow:
     tensor: tuple[str, ...]  # the tensor group (a product binding's axes)
     sp: bool
     slots: tuple[tuple[str, Slot], ...]
+    layers: tuple[str, ...] = ()  # axes whose ranks hold other layers (pipeline stages): experts only
 
     def slot(self, name: str) -> Slot | None:
         return dict(self.slots).get(name)
@@ -199,7 +201,7 @@ def flows(plan) -> tuple[Flow, ...]:
         for o in overrides(plan):
             if o.group in (None, "experts") and o.verb in EXPERT_VERBS:
                 slots[SLOT_OF[(o.target, o.verb)]] = stated_slot(o, "experts", e, sp)
-        out.append(Flow("experts", e, sp, tuple((s, slots[s]) for s in SLOTS)))
+        out.append(Flow("experts", e, sp, tuple((s, slots[s]) for s in SLOTS), plan.axes_with_role(Role.PIPELINE)))
     etp = expert_tensor_axes(plan)
     if etp:  # a column/row-parallel pair whose input is each rank's own tokens: sequence-parallel typing
         slots = derived_slots("expert_tensor", etp, True)
