@@ -52,8 +52,15 @@ def act_obligations(step, ctx, obligation) -> list:
         suffix = f" over ({', '.join(ty.flow.tensor)})" if len(groups) > 1 and ty.flow.region not in (
             "experts", "context", "expert_tensor") or len(cgroups) > 1 and ty.flow.region == "context" \
             or ty.flow.region == "expert_tensor" else ""
+        # the MoE layer as a whole is wrong where its expert tensor group's collectives are (their own
+        # obligation is the aspect "... over (AXES)")
+        etp = next((t for t in step.actflow.typed if t.flow.region == "expert_tensor" and t.direction == ty.direction
+                    ), None) if ty.flow.region == "experts" else None
+        bad = tuple(dict.fromkeys(ty.bad + (etp.bad if etp is not None else ())))
+        if etp is not None and etp.bad and not ty.bad:
+            span = next((s for _, _, s in etp.cause if s != NO_SPAN), span)
         out.append(obligation(
             f"GI {ty.name}{suffix}", GRADIENT_INTEGRITY, span if span != NO_SPAN else step.plan_span, what,
-            lambda env, ty=ty: en.axes_negation(env, "actflow", [(a, env.sess.true()) for a in ty.bad]),
-            lambda w, ty=ty: replay(ctx, ty, w)))
+            lambda env, bad=bad: en.axes_negation(env, "actflow", [(a, env.sess.true()) for a in bad]),
+            lambda w, ty=ty, etp=etp: replay(ctx, ty, w) or (replay(ctx, etp, w) if etp is not None else None)))
     return out
