@@ -34,10 +34,19 @@ def _times(x, per):
     return x if isinstance(per, Const) and per.value == 1 else Op("*", (x, per))
 
 
-def adjust(plan, out: list, flow, per) -> list:
-    """``out`` (the schedule so far) with every stated slot of ``flow`` in place of its derived ring."""
-    from .actflow import COPY, _passes
+def _passes(axes: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """A written axis list as rings: a repeated axis starts another one (as ``ir.actflow``)."""
+    out: list[list[str]] = []
+    for a in axes:
+        if not out or a in out[-1]:
+            out.append([])
+        out[-1].append(a)
+    return [tuple(p) for p in out]
 
+
+def adjust(plan, out: list, flow, per) -> list:
+    """``out`` (the schedule so far) with every stated slot of ``flow`` (an ``ir.actflow.Flow``) in
+    place of its derived ring."""
     mesh = plan.mesh.names
     pay = Payload("kv", (), "one key/value block (2·s/cp·b·h·kv_heads/heads)")
     for name, slot in flow.slots:
@@ -50,7 +59,7 @@ def adjust(plan, out: list, flow, per) -> list:
                 out[i] = replace(c, count=Op("-", (c.count, share)))
                 break
         axes = [s.axes for s in slot.steps if s.axes]
-        if any(s.kind == COPY for s in slot.steps):
+        if any(s.kind == "copy" for s in slot.steps):  # ir.actflow.COPY: the derived bytes, moved on a copy
             axes = [s.axes for s in slot.steps]
         for p in (q for a in axes for q in _passes(a)):
             group = tuple(a for a in mesh if a in p)
