@@ -30,8 +30,8 @@ exponentials (``reduce_sumexp``), each derived over the tensor axes. Its ``("act
 The MoE layer (``experts``): every device holds one token per block, a block for every mesh
 coordinate c (its value unique over the mesh), bound for the expert given by c's coordinates on the
 expert axes; a device's local expert is given by its own coordinates there, and expert j multiplies
-by j + 2. An all-to-all over axes G sends the device's block c to the device whose G-coordinates are
-c's, into the block named by the sender's G-coordinates (all_to_all_single over equal chunks). The
+by j + 2 (times 2s + 1 on pipeline stage s, whose layers are others). An all-to-all over axes G
+sends the device's block c to the device whose G-coordinates are c's, into the block named by the sender's G-coordinates (all_to_all_single over equal chunks). The
 forward runs the dispatch all-to-alls, the local expert and the combine all-to-alls, the backward
 combine's conjugates, the expert, dispatch's conjugates, each derived over the expert axes and
 replaced by ``activations[experts]`` / ``activation_grads[experts]: dispatch | combine over (AXES)``;
@@ -364,6 +364,13 @@ def experts_violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
             j = j * sizes[names[i]] + c[i]
         return j
 
+    def stage(c: tuple) -> int:  # the layers of a pipeline stage: their experts are other experts
+        j = 0
+        for i, a in enumerate(names):
+            if plan.role(a) is ir.Role.PIPELINE:
+                j = j * sizes[a] + c[i]
+        return 2 * j + 1
+
     derived = tuple(names[i] for i in experts)
     found = set()
     for tag, target, order in (("act", "activations", ("dispatch", "combine")),
@@ -375,10 +382,10 @@ def experts_violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
         bufs = x
         for _, axes in passes(order[0]):
             bufs = _all_to_all(mesh, axes, bufs)
-        bufs = {d: {c: v * (expert(d) + 2) for c, v in buf.items()} for d, buf in bufs.items()}
+        bufs = {d: {c: v * (expert(d) + 2) * stage(d) for c, v in buf.items()} for d, buf in bufs.items()}
         for _, axes in passes(order[1]):
             bufs = _all_to_all(mesh, axes, bufs)
-        if any(bufs[d][c] != x[d][c] * (expert(c) + 2) for d in keys for c in keys):
+        if any(bufs[d][c] != x[d][c] * (expert(c) + 2) * stage(d) for d in keys for c in keys):
             found.add((tag, "experts"))
     return found
 

@@ -27,6 +27,7 @@ A, G = "activations", "activation_grads"
 KEYS = {f"GI {A}[experts]": ("act", "experts"), f"GI {G}[experts]": ("grad", "experts")}
 DP_EP = {"dp": ("data", "R,R,R,R"), "ep": ("expert", "S,S,S,R")}
 DP_EP_CP = {**DP_EP, "cp": ("context", "R,R,R,R")}
+PP_EP = {"pp": ("pipeline", "S,S,S,S"), "ep": ("expert", "S,S,S,R")}
 
 
 def _with(axes, overrides=()):
@@ -65,9 +66,18 @@ HAND = [
 ]
 
 
-@pytest.mark.parametrize("stated,expected", HAND)
-def test_hand_cases_checker_and_simulator(stated, expected):
-    spec, p = _with(DP_EP, stated)
+PP_HAND = [
+    ((), ()),
+    # the all-to-alls over the whole world, pipeline stages included: a stage's tokens reach the
+    # experts of another stage's layers, even when the combine brings them back
+    ((ov(A, "dispatch", "experts", ("pp", "ep")), ov(A, "combine", "experts", ("pp", "ep"))), {ACT}),
+    ((ov(G, "combine", "experts", ("pp", "ep")), ov(G, "dispatch", "experts", ("pp", "ep"))), {GRAD}),
+]
+
+
+@pytest.mark.parametrize("axes,stated,expected", [(DP_EP, s, e) for s, e in HAND] + [(PP_EP, s, e) for s, e in PP_HAND])
+def test_hand_cases_checker_and_simulator(axes, stated, expected):
+    spec, p = _with(axes, stated)
     assert simulated(p) == set(expected)
     v = verdicts(check_plan(SESSION, spec, p, {}))
     assert set(v) == set(KEYS.values())
@@ -77,7 +87,7 @@ def test_hand_cases_checker_and_simulator(stated, expected):
 
 @hs.composite
 def expert_plans(draw):
-    axes = DP_EP_CP if draw(hs.booleans()) else DP_EP
+    axes = draw(hs.sampled_from((DP_EP_CP, DP_EP, PP_EP)))
     lists = hs.lists(hs.sampled_from(list(axes)), max_size=3).map(tuple)
     cands = hs.builds(lambda t, v, g, a: ov(t, v, g, a), hs.sampled_from((A, G)),
                       hs.sampled_from(("dispatch", "combine")), hs.sampled_from((None, "experts")), lists)

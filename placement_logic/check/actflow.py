@@ -46,7 +46,7 @@ class Typed:
     @property
     def name(self) -> str:
         target = "activations" if self.direction == "forward" else "activation_grads"
-        return f"{target}[{self.flow.region}]"
+        return f"{target}[{self.flow.shown}]"
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,10 @@ def typed(flow: af.Flow, axes: tuple[str, ...], direction: str) -> Typed:
         from .actflow_experts import typed as experts_typed
 
         return experts_typed(flow, axes, direction, Typed)
+    if flow.region == "context":
+        from .actflow_context import typed as context_typed
+
+        return context_typed(flow, axes, direction, _coll, Typed)
     slots = dict(flow.slots)
     derived = af.derived_slots(flow.region, flow.tensor, flow.sp)
     got, ref = _run(flow, slots, axes, direction), _run(flow, derived, axes, direction)
@@ -150,9 +154,9 @@ def model(plan: ir.Plan, axes: tuple[str, ...], tensor: tuple[str, ...]) -> ActM
     stated = af.overrides(plan)
     flows = af.flows(plan)
     for o in stated:
-        if _experts_misfit(o, flows):
+        if _context_misfit(o, flows) or _experts_misfit(o, flows):
             continue
-        if not [f for f in flows if f.region != "experts"]:
+        if not [f for f in flows if f.region not in ("experts", "context")]:
             why = ("the plan has no tensor-parallel axis" if not tensor else
                    f"its params are whole on every rank of {', '.join(tensor)}")
             raise DiagnosticError([Diagnostic(
@@ -196,9 +200,22 @@ def _experts_misfit(o, flows) -> bool:
     changes nothing); False for every other statement."""
     if o.verb not in af.EXPERT_VERBS and o.group != "experts":
         return False
+    etp = next((f.tensor for f in flows if f.region == "expert_tensor"), ())
+    if o.verb not in af.EXPERT_VERBS and (o.target, o.verb) in af.ETP_VERBS and etp:
+        off = [a for a in o.axes or () if a not in etp]
+        if o.verb in af.ASSERTS and (off or not o.axes):
+            raise DiagnosticError([Diagnostic(
+                Code.ACTIVATION_ASSERT_OFF_TENSOR, f"override {o.target}[experts]: {o.verb} over ({', '.join(o.axes or ())}): "
+                f"the routed tokens' type is asserted over the expert tensor axes only ({', '.join(etp)}); over "
+                f"{', '.join(off) or 'no axis'} they are the tokens of different ranks, which no placement describes",
+                o.span)])
+        return True
     if o.verb not in af.EXPERT_VERBS:
         why = ("the MoE layer's collectives are its dispatch and combine all-to-alls (activations[experts], "
-               "activation_grads[experts]: dispatch, combine)")
+               "activation_grads[experts]: dispatch, combine)" + (
+                   ", and the all-gather and reduce-scatter of the routed tokens over an expert tensor group of its "
+                   "own (gather, reduce), which this plan does not have: no axis is tensor for the experts only "
+                   "(group experts { role = {AXIS: tensor} })" if (o.target, o.verb) in af.ETP_VERBS else ""))
     elif o.group not in (None, "experts"):
         why = f"only the MoE layer (experts) dispatches and combines tokens, not {o.group}"
     elif not any(f.region == "experts" for f in flows):
@@ -207,6 +224,27 @@ def _experts_misfit(o, flows) -> bool:
         return True
     raise DiagnosticError([Diagnostic(
         Code.OVERRIDE_NO_EFFECT, f"override {o.target}{_grp(o)}: {o.verb} changes nothing: {why}", o.span)])
+
+
+CONTEXT_VERBS = {("activations", "gather"), ("activation_grads", "gather"), ("activation_grads", "reduce"),
+                 ("activation_grads", "no_reduce"), ("activation_grads", "reduce_copy")}
+
+
+def _context_misfit(o, flows) -> bool:
+    """True for a statement on context parallelism's attention exchange that fits (raises PL506 for
+    one that changes nothing); False for every other statement."""
+    if o.group != "context":
+        return False
+    if (o.target, o.verb) not in CONTEXT_VERBS:
+        why = ("context parallelism's collectives are the key/value exchange (activations[context]: gather, "
+               "activation_grads[context]: gather) and the key/value gradients' reduce-scatter "
+               "(activation_grads[context]: reduce, no_reduce, reduce_copy)")
+    elif not any(f.region == "context" for f in flows):
+        why = "the plan has no context-parallel axis, so every rank holds the whole sequence and exchanges nothing"
+    else:
+        return True
+    raise DiagnosticError([Diagnostic(
+        Code.OVERRIDE_NO_EFFECT, f"override {o.target}[context]: {o.verb} changes nothing: {why}", o.span)])
 
 
 def _grp(o) -> str:

@@ -12,8 +12,10 @@ Per axis a with p dispatch passes and q combine passes (the backward: combine's 
 dispatch's): on an expert axis the token meets its expert exactly when p is odd, and comes back to
 its own place exactly when p + q is even, so the layer is right there iff p and q are both odd; on
 another axis every rank has the same experts and the token is right iff p + q is even (a dispatch
-and a combine over it both: an all-to-all to a replica of the same expert and back). Distinct
-token values make every other case a wrong value when a has two or more ranks.
+and a combine over it both: an all-to-all to a replica of the same expert and back), except on a
+pipeline axis, whose ranks hold the experts of other layers: there the token meets its own
+layer's expert exactly when p is even, so the layer is right iff p and q are both even. Distinct token values make every other case a wrong value when a has two or
+more ranks.
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ def typed(flow: af.Flow, axes: tuple[str, ...], direction: str, Typed):
     final, bad, cause = {}, [], []
     for a in axes:
         p, q = passes(slots[first], a), passes(slots[second], a)
-        if a in flow.tensor:
+        if a in flow.layers:
+            wrong = first if p % 2 else (second if q % 2 else "")
+        elif a in flow.tensor:
             wrong = first if p % 2 == 0 else (second if q % 2 == 0 else "")
         else:
             wrong = "" if (p + q) % 2 == 0 else (first if p % 2 else second)
@@ -67,11 +71,13 @@ def run(flow: af.Flow, direction: str, axis: str, n: int):
     expert = axis in flow.tensor
     x = [[Fraction(1000 * (n * r + k) + 1) for k in range(n)] for r in range(n)]
     mid = _transpose(x, passes(slots[first], axis))
-    mid = [[v * ((r + 2) if expert else 2) for v in row] for r, row in enumerate(mid)]
+    layer = axis in flow.layers
+    mid = [[v * ((r + 2) if expert or layer else 2) for v in row] for r, row in enumerate(mid)]
     got = _transpose(mid, passes(slots[second], axis))
-    want = [[x[r][k] * ((k + 2) if expert else 2) for k in range(n)] for r in range(n)]
+    want = [[x[r][k] * ((k + 2) if expert else (r + 2) if layer else 2) for k in range(n)] for r in range(n)]
     inputs = {"token in block k of rank r": "1000·(n·r + k) + 1",
               "its expert": "k (rank k's local expert, which multiplies by k + 2)" if expert else
+              "its own stage's expert (stage r's layer multiplies by r + 2)" if layer else
               "expert 0 (every rank of the axis holds it; it multiplies by 2)"}
     return got, want, inputs
 
@@ -86,7 +92,7 @@ def counterexample(ctx, ty, sizes, axis, r, got, want, inputs, stage, span, show
         how = f"override {target}[experts]: {slot.verb} over ({', '.join(axes_of(slot))}) at line {span.line}"
     else:
         how = "derived, while the other all-to-all is stated elsewhere"
-    kind = "expert" if axis in ty.flow.tensor else "non-expert"
+    kind = "expert" if axis in ty.flow.tensor else "pipeline" if axis in ty.flow.layers else "non-expert"
     diag = (f"the MoE layer's {'output' if fwd else 'input gradient'} over the {kind} axis {axis} is "
             f"{af.KIND_TEXT['X']}; the all-to-alls must range over the expert axes "
             f"({', '.join(ty.flow.tensor)}); the root cause is {TEXT[stage]} ({how})",)

@@ -13,10 +13,24 @@ def act_obligations(step, ctx, obligation) -> list:
     from .rules import GRADIENT_INTEGRITY
 
     out = []
-    groups = {f.flow.tensor for f in step.actflow.typed if f.flow.region != "experts"}
+    groups = {f.flow.tensor for f in step.actflow.typed if f.flow.region not in ("experts", "context", "expert_tensor")}
+    cgroups = {f.flow.tensor for f in step.actflow.typed if f.flow.region == "context"}
     for ty in step.actflow.typed:
         span = next((s for _, _, s in ty.cause if s != NO_SPAN), step.sp_span)
-        what = ("the output on every rank equals the single-device output: every token is dispatched to the rank "
+        what = ("each rank's routed tokens come out of the expert MLPs as on a single device: gathered over the "
+                f"expert tensor group {', '.join(ty.flow.tensor)} before them and their partial outputs "
+                "reduce-scattered after them (the type the combine needs: " if ty.flow.region == "expert_tensor" and
+                ty.direction == "forward" else
+                "each rank's routed tokens receive their full input gradient from the expert MLPs: the output "
+                f"gradient gathered over the expert tensor group {', '.join(ty.flow.tensor)} and the input gradient "
+                "reduce-scattered (the type dispatch's conjugate needs: " if ty.flow.region == "expert_tensor" else
+                "every query's attention output equals the single-device one: it meets every key/value block of its "
+                "sequence, exchanged over exactly the context axes "
+                f"{', '.join(ty.flow.tensor)}" if ty.flow.region == "context" and ty.direction == "forward" else
+                "every key/value block's gradient equals the single-device one on the rank that owns it: the blocks "
+                "exchanged again in backward and their gradients reduce-scattered over exactly the context axes "
+                f"{', '.join(ty.flow.tensor)}" if ty.flow.region == "context" else
+                "the output on every rank equals the single-device output: every token is dispatched to the rank "
                 "holding its expert and its output combined back to it (the all-to-alls range over exactly the expert "
                 f"axes {', '.join(ty.flow.tensor)})" if ty.flow.region == "experts" and ty.direction == "forward" else
                 "the input gradient on every rank equals the single-device one: every token's output gradient reaches "
@@ -33,11 +47,20 @@ def act_obligations(step, ctx, obligation) -> list:
                 "the output gradient the embedding's weight gradient reads is the full gradient on every rank (the "
                 "type it needs: " if ty.flow.region == "embedding" else
                 "the gradient the region passes to the layers before it is the full gradient on every rank (the "
-                "type they need: ") + ("" if ty.flow.region == "experts" else
+                "type they need: ") + ("" if ty.flow.region in ("experts", "context") else
                    ", ".join(f"{KIND_TEXT[k].split(' (')[0]} over {a}" for a, k in ty.needed) + ")")
-        suffix = f" over ({', '.join(ty.flow.tensor)})" if len(groups) > 1 and ty.flow.region != "experts" else ""
+        suffix = f" over ({', '.join(ty.flow.tensor)})" if len(groups) > 1 and ty.flow.region not in (
+            "experts", "context", "expert_tensor") or len(cgroups) > 1 and ty.flow.region == "context" \
+            or ty.flow.region == "expert_tensor" else ""
+        # the MoE layer as a whole is wrong where its expert tensor group's collectives are (their own
+        # obligation is the aspect "... over (AXES)")
+        etp = next((t for t in step.actflow.typed if t.flow.region == "expert_tensor" and t.direction == ty.direction
+                    ), None) if ty.flow.region == "experts" else None
+        bad = tuple(dict.fromkeys(ty.bad + (etp.bad if etp is not None else ())))
+        if etp is not None and etp.bad and not ty.bad:
+            span = next((s for _, _, s in etp.cause if s != NO_SPAN), span)
         out.append(obligation(
             f"GI {ty.name}{suffix}", GRADIENT_INTEGRITY, span if span != NO_SPAN else step.plan_span, what,
-            lambda env, ty=ty: en.axes_negation(env, "actflow", [(a, env.sess.true()) for a in ty.bad]),
-            lambda w, ty=ty: replay(ctx, ty, w)))
+            lambda env, bad=bad: en.axes_negation(env, "actflow", [(a, env.sess.true()) for a in bad]),
+            lambda w, ty=ty, etp=etp: replay(ctx, ty, w) or (replay(ctx, etp, w) if etp is not None else None)))
     return out

@@ -188,6 +188,10 @@ def replay(ctx: Context, ty, w: dict) -> Counterexample | None:
         from . import actflow_experts
 
         got, want, inputs = actflow_experts.run(ty.flow, ty.direction, axis, n)
+    elif ty.flow.region == "context":
+        from . import actflow_context
+
+        got, want, inputs = actflow_context.run(ty.flow, ty.direction, axis, n, _apply)
     else:
         got, want, inputs = run(ty.flow, ty.direction, axis, n)
     r = next((i for i in range(n) if got[i] != want[i]), None)
@@ -198,15 +202,18 @@ def replay(ctx: Context, ty, w: dict) -> Counterexample | None:
         return actflow_loss.counterexample(ctx, ty, sizes, axis, r, got, want, inputs, stage, span, _show, _axes)
     if ty.flow.region == "experts":
         return actflow_experts.counterexample(ctx, ty, sizes, axis, r, got, want, inputs, stage, span, _show, _axes)
+    if ty.flow.region == "context":
+        return actflow_context.counterexample(ctx, ty, sizes, axis, r, got, want, inputs, stage, span, _show, _axes)
     if ty.flow.region == "embedding":
         return _embedding_cex(ctx, ty, sizes, axis, r, got, want, inputs, stage, span)
     result = dict(ty.result)[axis]
     what = "forward output" if ty.direction == "forward" else "input gradient"
-    eq = (f"{what} of {ty.flow.region} on rank {r} of {axis} = {_show(got[r])}, single-device = {_show(want[r])}")
+    region = "the expert MLPs (expert tensor parallel)" if ty.flow.region == "expert_tensor" else ty.flow.region
+    eq = (f"{what} of {region} on rank {r} of {axis} = {_show(got[r])}, single-device = {_show(want[r])}")
     slot = dict(ty.flow.slots).get(stage)
     if slot is not None and slot.verb:
         target = "activations" if stage.startswith("fwd") else "activation_grads"
-        how = (f"override {target}[{ty.flow.region}]: {slot.verb}" + (f" over ({', '.join(_axes(slot))})"
+        how = (f"override {target}[{ty.flow.shown}]: {slot.verb}" + (f" over ({', '.join(_axes(slot))})"
                                                                           if slot.verb not in (OverrideVerb.NO_REDUCE,
                                                                                                OverrideVerb.REDUCE_COPY) else "")
                + f" at line {span.line}")
@@ -219,7 +226,7 @@ def replay(ctx: Context, ty, w: dict) -> Counterexample | None:
     else:
         cause = f"{SLOT_TEXT.get(stage, stage)}, whose input an earlier stated collective left wrong"
     needed = dict(ty.needed)[axis]
-    diag = (f"the {what} of the {ty.flow.region} region is {type_text(result)} over {axis}, where every rank "
+    diag = (f"the {what} of {region if ty.flow.region == 'expert_tensor' else 'the ' + region + ' region'} is {type_text(result)} over {axis}, where every rank "
             f"must hold {NEEDED_TEXT[needed]}; the root cause is {cause}",)
     if ty.direction == "backward":
         diag += ("every layer before it, and the weight gradients computed from it, receive the wrong gradient",)

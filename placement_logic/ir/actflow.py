@@ -30,7 +30,17 @@ backward (softmax minus the one-hot target, on each rank's slice) needs none. Th
 (``experts``: each rank of the expert group holds its own tokens and its own experts) has a dispatch
 all-to-all over the expert axes before the expert MLPs (``fwd_entry``) and a combine all-to-all back
 after them (``fwd_exit``); in backward the output gradient goes to the experts by combine's conjugate
-(``bwd_exit``) and the input gradient back to its tokens by dispatch's (``bwd_entry``).
+(``bwd_exit``) and the input gradient back to its tokens by dispatch's (``bwd_entry``). Context
+parallelism's attention (``context``, on each context-parallel group: ``ir.actflow_context``) has the
+exchange of the key/value blocks before the attention (``fwd_entry``, a ring or an all-gather over the
+context axes), the same exchange again in backward (``bwd_exit``) and the reduce-scatter of the
+key/value gradients back to their owners (``bwd_entry``). An expert tensor group of its own (MoE
+parallel folding: axes the experts split and the dense layers do not) adds ``expert_tensor``: the
+routed tokens all-gathered over it before the expert MLPs (``fwd_entry``), the partial outputs
+reduce-scattered after them (``fwd_exit``), and in backward the output gradient all-gathered
+(``bwd_exit``) and the input gradient reduce-scattered (``bwd_entry``): a column/row-parallel pair
+under sequence parallelism, stated as ``activations[experts]: gather | reduce`` and
+``activation_grads[experts]: gather | reduce | no_reduce | reduce_copy``.
 """
 
 from __future__ import annotations
@@ -43,12 +53,14 @@ from .buffers import Collective, Kind, Payload, Phase, link_of
 from .nodes import Const, Mode, Op, Recompute, Role, State
 from .overrides import OverrideVerb
 
-REGIONS = ("attention", "mlp", "head", "embedding", "loss", "experts")
+REGIONS = ("attention", "mlp", "head", "embedding", "loss", "experts", "context")
+TP_REGIONS = REGIONS[:5]  # the regions of a tensor-parallel group
 EXPERT_VERBS = ("dispatch", "combine")
 LOSS_SLOTS = ("max", "target", "sumexp")
 LOSS_VERBS = {"reduce_max": "max", "reduce_target": "target", "reduce_sumexp": "sumexp"}
 # the slots each region has (the others: the four of a column/row-parallel pair)
-REGION_SLOTS = {"head": ("fwd_entry", "bwd_entry"), "embedding": ("fwd_exit", "bwd_exit"), "loss": LOSS_SLOTS}
+REGION_SLOTS = {"head": ("fwd_entry", "bwd_entry"), "embedding": ("fwd_exit", "bwd_exit"), "loss": LOSS_SLOTS,
+                "context": ("fwd_entry", "bwd_exit", "bwd_entry")}
 TARGETS = ("activations", "activation_grads")
 ASSERTS = {"assert_replicate": "R", "assert_partial": "P", "assert_shard": "S"}
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, SLICE, COPY = "all_reduce", "all_gather", "reduce_scatter", "slice", "copy"
@@ -63,6 +75,10 @@ SLOT_OF.update({("activations", v): slot for v, slot in LOSS_VERBS.items()})
 SLOT_OF.update({("activations", "dispatch"): "fwd_entry", ("activations", "combine"): "fwd_exit",
                 ("activation_grads", "combine"): "bwd_exit", ("activation_grads", "dispatch"): "bwd_entry"})
 SLOTS = ("fwd_entry", "fwd_exit", "bwd_exit", "bwd_entry")
+# the expert tensor group's statements (group experts, not the all-to-alls)
+ETP_VERBS = {("activations", "gather"), ("activations", "reduce"), ("activation_grads", "gather"),
+             ("activation_grads", "reduce"), ("activation_grads", "no_reduce"), ("activation_grads", "reduce_copy")}
+ETP_VERBS |= {(t, v) for t in ("activations", "activation_grads") for v in ASSERTS}
 ALL_SLOTS = SLOTS + LOSS_SLOTS
 
 
@@ -90,13 +106,19 @@ class Flow:
     tensor: tuple[str, ...]  # the tensor group (a product binding's axes)
     sp: bool
     slots: tuple[tuple[str, Slot], ...]
+    layers: tuple[str, ...] = ()  # axes whose ranks hold other layers (pipeline stages): experts only
 
     def slot(self, name: str) -> Slot | None:
         return dict(self.slots).get(name)
 
     @property
+    def shown(self) -> str:
+        """The region as an override names it."""
+        return "experts" if self.region == "expert_tensor" else self.region
+
+    @property
     def has_row(self) -> bool:
-        return self.region not in ("head", "embedding", "experts")
+        return self.region not in ("head", "embedding", "experts", "context")
 
 
 def redistribute(declared: str, needed: str, axes: tuple[str, ...]) -> tuple[Step, ...]:
@@ -111,6 +133,9 @@ def derived_slots(region: str, t: tuple[str, ...], sp: bool) -> dict[str, Slot]:
         return {s: Slot((Step(ALL_REDUCE, t),)) for s in LOSS_SLOTS}
     if region == "experts":  # t: the expert axes; every slot one all-to-all over them
         return {s: Slot((Step(ALL_TO_ALL, t),)) for s in SLOTS}
+    if region == "context":  # t: the context axes; K/V gathered in forward and backward, dK/dV reduce-scattered
+        return {"fwd_entry": Slot((Step(ALL_GATHER, t),)), "bwd_exit": Slot((Step(ALL_GATHER, t),)),
+                "bwd_entry": Slot((Step(REDUCE_SCATTER, t),))}
     out = {"fwd_entry": Slot((Step(ALL_GATHER, t),) if sp else ()),
            "bwd_entry": Slot((Step(REDUCE_SCATTER if sp else ALL_REDUCE, t),)),
            "fwd_exit": Slot((Step(REDUCE_SCATTER if sp else ALL_REDUCE, t),)),
@@ -143,6 +168,8 @@ def stated_slot(o, region: str, t: tuple[str, ...], sp: bool) -> Slot:
         kind = ALL_GATHER
     elif o.verb in LOSS_VERBS:  # per-token scalars: all-reduced under sequence parallelism too
         kind = ALL_REDUCE
+    elif region == "context":  # the key/value gradients go back to the rank that owns their block
+        kind = REDUCE_SCATTER
     else:
         kind = REDUCE_SCATTER if sp else ALL_REDUCE
     return Slot(tuple(Step(kind, p) for p in _passes(axes)), o.span, o.verb)
@@ -161,7 +188,7 @@ def flows(plan) -> tuple[Flow, ...]:
     for t in plan.groups_with_role(Role.TENSOR, Role.SEQUENCE):
         if params.mode(t[0]) not in (Mode.S, Mode.S_STAR, Mode.O):
             continue  # the layers are whole on every rank of t: no region splits them
-        for region in REGIONS[:-1]:
+        for region in TP_REGIONS:
             slots = derived_slots(region, tuple(t), sp)
             for o in overrides(plan):
                 slot = SLOT_OF[(o.target, o.verb)]
@@ -174,7 +201,21 @@ def flows(plan) -> tuple[Flow, ...]:
         for o in overrides(plan):
             if o.group in (None, "experts") and o.verb in EXPERT_VERBS:
                 slots[SLOT_OF[(o.target, o.verb)]] = stated_slot(o, "experts", e, sp)
-        out.append(Flow("experts", e, sp, tuple((s, slots[s]) for s in SLOTS)))
+        out.append(Flow("experts", e, sp, tuple((s, slots[s]) for s in SLOTS), plan.axes_with_role(Role.PIPELINE)))
+    etp = expert_tensor_axes(plan)
+    if etp:  # a column/row-parallel pair whose input is each rank's own tokens: sequence-parallel typing
+        slots = derived_slots("expert_tensor", etp, True)
+        for o in overrides(plan):
+            if o.group == "experts" and (o.target, o.verb) in ETP_VERBS:
+                slots[SLOT_OF[(o.target, o.verb)]] = stated_slot(o, "expert_tensor", etp, True)
+        out.append(Flow("expert_tensor", etp, True, tuple((s, slots[s]) for s in SLOTS)))
+    for c in plan.groups_with_role(Role.CONTEXT):  # stated only with the region named: [context]
+        slots = derived_slots("context", tuple(c), sp)
+        for o in overrides(plan):
+            slot = SLOT_OF[(o.target, o.verb)]
+            if o.group == "context" and slot in slots:
+                slots[slot] = stated_slot(o, "context", tuple(c), sp)
+        out.append(Flow("context", tuple(c), sp, tuple((s, slots[s]) for s in SLOTS if s in slots)))
     return tuple(out)
 
 
@@ -187,6 +228,18 @@ def expert_axes(plan) -> tuple[str, ...]:
     if fold is not None:
         return tuple(folding.group_axes(plan, fold, Role.EXPERT))
     return tuple(a for g in plan.groups_with_role(Role.EXPERT) for a in g)
+
+
+def expert_tensor_axes(plan) -> tuple[str, ...]:
+    """The expert tensor group's own axes (parallel folding: tensor for the experts, not for the dense
+    layers), over which the routed tokens are all-gathered and reduce-scattered (ir.collectives)."""
+    from . import folding
+
+    fold = folding.expert_group(plan)
+    if fold is None:
+        return ()
+    return tuple(a for a in folding.group_axes(plan, fold, Role.TENSOR)
+                 if plan.role(a) not in (Role.TENSOR, Role.SEQUENCE))
 
 
 # --------------------------------------------------------------------------- costs
@@ -211,17 +264,25 @@ def adjust(plan, colls: tuple[Collective, ...], per_layer, per_microbatch) -> tu
     again = plan.recompute is Recompute.FULL
     mesh = plan.mesh.names
     for f in flows(plan):
+        if f.region == "context":
+            from . import actflow_context
+
+            out = actflow_context.adjust(plan, out, f, per_layer)
+            continue
         derived = derived_slots(f.region, f.tensor, f.sp)
         per = per_microbatch if f.region in ("head", "embedding", "loss") else per_layer
         pay = (Payload("token_scalars", (), "one fp32 value per token (s·b·4)") if f.region == "loss" else
                Payload("tokens", (), "routed tokens (s·b·h·top_k·capacity_factor)") if f.region == "experts" else
+               Payload("expert_tokens", f.tensor, "routed tokens gathered over the expert tensor group "
+                       "(s·b·h·top_k·capacity_factor × its size)") if f.region == "expert_tensor" else
                Payload("activation", (), "layer input/output activations (s·b·h)"))
         for name, slot in f.slots:
             if not slot.verb:
                 continue
             if name.startswith("fwd") or name in LOSS_SLOTS:
                 # the embedding and the loss lie outside the recomputed layers
-                phases = [Phase.FORWARD, Phase.BACKWARD] if again and f.region not in ("embedding", "loss", "experts") \
+                phases = [Phase.FORWARD, Phase.BACKWARD] if again and f.region not in (
+                    "embedding", "loss", "experts", "expert_tensor") \
                     else [Phase.FORWARD]
             else:
                 phases = [Phase.BACKWARD]
@@ -232,7 +293,7 @@ def adjust(plan, colls: tuple[Collective, ...], per_layer, per_microbatch) -> tu
                     group = tuple(a for a in mesh if a in axes)
                     out.append(Collective(_KIND[kind], State.ACTIVATIONS, group, link_of(plan, group), phase, per,
                                           pay, f"override {('activation_grads' if name.startswith('bwd') else 'activations')}"
-                                          f"[{f.region}] (line {slot.span.line}): "
+                                          f"[{f.shown}] (line {slot.span.line}): "
                                           f"{kind.replace('_', '-')} over ({', '.join(axes)})"))
             if name == "fwd_entry" and f.sp and f.region in ("attention", "mlp", "head"):
                 # Megatron-LM gathers a column-parallel input again in backward for the weight gradient,
@@ -257,7 +318,8 @@ def _take(colls: list, kind: Kind, phase: Phase, axes: tuple[str, ...], per, reg
     """Lower the count of the derived activation collective that holds this slot's share."""
     want = rules or {"head": ("vocabulary-parallel head", "Megatron SP: the head"),
             "embedding": ("vocabulary-parallel embedding", "Megatron SP: the embedding"),
-            "loss": ("vocabulary-parallel cross entropy",), "experts": ("expert parallel",)}.get(
+            "loss": ("vocabulary-parallel cross entropy",), "experts": ("expert parallel",),
+            "expert_tensor": ("expert tensor parallel",)}.get(
         region, ("Megatron TP", "Megatron SP: 2"))
     for i, c in enumerate(colls):
         if c.kind is kind and c.phase is phase and c.axes == axes and c.state is State.ACTIVATIONS \

@@ -71,7 +71,9 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     # (restored_from_one), recomputation without the forward's RNG state (not_preserved)
     "rng": {"same": (True, False), "advance": (True, False), "restored_from_one": (True, False),
             "not_preserved": (False, False)},
-    # the activations of a layer region (check/actflow.py; group: attention, mlp, head, embedding, loss, experts):
+    # the activations of a layer region (check/actflow.py; group: attention, mlp, head, embedding, loss, experts,
+    # context: context parallelism's key/value exchange (gather) and their gradients' reduce-scatter; experts with an
+    # expert tensor group of its own: the routed tokens' gather and reduce-scatter over it):
     # the collective before the column-parallel linear (gather), the one after the row-parallel linear or the
     # embedding's masked lookup (reduce), or a
     # DTensor.from_local-style type asserted at the region's output instead of derived (assert_*)

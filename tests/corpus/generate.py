@@ -69,6 +69,9 @@ MODELS.update({
 # models with loss terms besides the main loss (docs/language.md, "Loss terms")
 MODELS.update({
     "moe_aux": MODELS["moe"] + ("losses {\n    aux = per_microbatch_mean\n  }",),
+    # MoE parallel folding with an expert tensor group of its own: the experts split over x, a data axis
+    # of the dense layers (examples/bugs/etp_*.place)
+    "moe_etp": MODELS["moe"] + ("group experts {\n    role = {ep: expert, x: tensor}\n  }",),
     "dense_mtp": MODELS["dense"] + ("losses {\n    mtp = global_mean\n  }",),
     "plain_mtp": MODELS["plain"] + ("losses {\n    mtp = global_mean\n  }",),
 })
@@ -79,6 +82,7 @@ GROUPS = {
     "dense": ("dense", "norms", "biases", "embedding"),
     "tied": ("dense", "norms", "biases", "embedding"),
     "moe": ("dense", "norms", "biases", "experts", "embedding"),
+    "moe_etp": ("dense", "norms", "biases", "experts", "embedding"),
     "mqa": ("dense", "kv", "norms", "qk_norms", "biases", "embedding"),
 }
 
@@ -166,6 +170,9 @@ BASES = {b.name: b for b in [
     base("moe_3d", "MoE 3D: DDP x Megatron TP x expert parallelism",
          [D + "ddp", "from std.tensor import megatron_tp", "from std.expert import expert_parallel"], "moe",
          [("dp", 4), ("tp", 4), ("ep", 8)], ["dp: ddp", "tp: megatron_tp", "ep: expert_parallel"]),
+    base("moe_etp", "MoE folding: ZeRO-1 x Megatron TP with SP, experts on expert ep x expert tensor x",
+         [D + "zero1", "from std.tensor import megatron_sp"], "moe_etp",
+         [("dp", 4), ("x", 2), ("ep", 4), ("tp", 2)], ["dp: zero1", "x: zero1", "ep: zero1", "tp: megatron_sp"]),
 ]}
 
 
@@ -1325,6 +1332,64 @@ with_base("moe_all_to_all_world_ep", "ep", "both all-to-alls over dp and ep: eac
           "replica of its expert and back (more bytes, the same values).",
           ["override activations[experts]: dispatch over (dp, ep)",
            "override activations[experts]: combine over (dp, ep)"])
+# -- context parallelism's key/value exchange and the reduce-scatter of their gradients ---
+
+RING_DKV = "the ring attention's dK, dV not returned summed to their owners (NVIDIA/Megatron-LM#1464)"
+STALE_KV = "the ring attention backward on the first step's saved K, V (huggingface/diffusers#14265)"
+RING_GROUP = "the ring built over the wrong ranks with tp > 1 (hpcaitech/ColossalAI#6071)"
+for name, b, lines, expect, what, mirror in [
+    ("cp_dkv_no_reduce", "cp", ["override activation_grads[context]: no_reduce"], ["GI activation_grads[context]"],
+     "the key/value gradients never summed over cp: each block's gradient from one rank's queries only.", RING_DKV),
+    ("cp_dkv_reduce_copy", "cp", ["override activation_grads[context]: reduce_copy"],
+     ["GI activation_grads[context]"], "the key/value gradients summed into a copy; the gradient that flows on is "
+     "the rank's own contribution.", RING_DKV),
+    ("cp_kv_backward_local", "cp", ["override activation_grads[context]: gather over ()"],
+     ["GI activation_grads[context]"], "the backward reads only the rank's own key/value block.", STALE_KV),
+    ("cp_kv_forward_local", "cp_zero3", ["override activations[context]: gather over ()"],
+     ["GI activations[context]"], "no key/value exchange in forward: each query attends to its own block only.",
+     STALE_KV),
+    ("cp_ring_over_tp", "4d", ["override activations[context]: gather over (cp, tp)",
+                               "override activation_grads[context]: reduce over (cp, tp)"],
+     ["GI activations[context]", "GI activation_grads[context]"], "the ring over cp and tp: other heads' key/value "
+     "blocks attended to and their gradients summed in.", RING_GROUP),
+    ("cp_ring_over_dp", "cp", ["override activations[context]: gather over (dp)"], ["GI activations[context]"],
+     "the key/value ring over dp: other samples' blocks.", RING_GROUP),
+]:
+    mutant(name, b, what, lines, expect, mirrors=mirror)
+with_base("cp_restated", "cp", "the key/value exchange in forward and backward and the gradients' reduce-scatter "
+          "stated as derived, over cp.", ["override activations[context]: gather over (cp)",
+                                          "override activation_grads[context]: gather over (cp)",
+                                          "override activation_grads[context]: reduce over (cp)"])
+with_base("cp_restated_4d", "4d", "context parallelism's exchange stated over cp in a 4D plan; the statements "
+          "without a region state the tensor-parallel regions only.",
+          ["override activations[context]: gather over (cp)", "override activation_grads[context]: reduce over (cp)",
+           "override activation_grads: reduce over (tp)"])
+# -- the expert tensor group's all-gather and reduce-scatter of the routed tokens ---------
+
+ETP_NO_RS = "the gathered tokens' backward without a reduce-scatter (pytorch/torchtitan#1805)"
+ETP_SLICE = "full_tensor()'s gradient declared Replicate over the expert group (NVIDIA-NeMo/Automodel#1260)"
+ETP_PSUM = "partial outputs of unrelated tokens summed (vllm-project/tpu-inference#2248)"
+for name, lines, expect, what, mirror in [
+    ("etp_grad_no_reduce", ["override activation_grads[experts]: no_reduce"], ["GI activation_grads[experts] over (x)"],
+     "the routed tokens' input gradient never reduce-scattered over the expert tensor group x.", ETP_NO_RS),
+    ("etp_grad_assert_replicate", ["override activation_grads[experts]: assert_replicate over (x)"],
+     ["GI activation_grads[experts] over (x)"], "the input gradient declared Replicate: sliced, not summed, over x.",
+     ETP_SLICE),
+    ("etp_tokens_not_gathered", ["override activations[experts]: gather over ()"], ["GI activations[experts] over (x)"],
+     "the routed tokens never gathered over x: each expert slice sees its own rank's tokens.", ETP_PSUM),
+    ("etp_gather_dense_tp", ["override activations[experts]: gather over (tp)",
+                             "override activations[experts]: reduce over (tp)"],
+     ["GI activations[experts] over (x)"], "the tokens gathered and reduce-scattered over the dense tensor group tp, "
+     "not the expert tensor group x.", ETP_PSUM),
+]:
+    mutant(name, "moe_etp", what, lines, expect, mirrors=mirror)
+with_base("etp_restated", "moe_etp", "the expert tensor group's all-gather and reduce-scatter, forward and "
+          "backward, stated as derived over x.", ["override activations[experts]: gather over (x)",
+                                                  "override activations[experts]: reduce over (x)",
+                                                  "override activation_grads[experts]: gather over (x)",
+                                                  "override activation_grads[experts]: reduce over (x)"])
+with_base("etp_from_local_partial", "moe_etp", "the input gradient declared Partial over x: the redistribution is "
+          "the derived reduce-scatter.", ["override activation_grads[experts]: assert_partial over (x)"])
 # -- optimizers whose update needs whole matrices (Muon) ----------------------------------
 
 MUON = ["optimizer {", "  matrices = muon(ns_steps = 5)", "}"]
