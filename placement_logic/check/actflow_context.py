@@ -18,6 +18,7 @@ keys k_j and then the value-gradient contributions k_j · dy_r q_r of rank r.
 
 from __future__ import annotations
 
+from ..ir.overrides import OverrideVerb
 from fractions import Fraction
 
 from ..ir import actflow as af
@@ -107,7 +108,7 @@ def counterexample(ctx, ty, sizes, axis, r, got, want, inputs, stage, span, show
         target = "activations" if stage == "fwd_entry" else "activation_grads"
         over = "" if not slot.steps and not slot.axes else f" over ({', '.join(axes_of(slot))})"
         how = f"override {target}[context]: {slot.verb}{over} at line {span.line}"
-        if slot.verb == "reduce_copy":
+        if slot.verb == OverrideVerb.REDUCE_COPY:
             how += ": the gradients are summed into a copy and each rank keeps its own queries' contributions"
         cause = f"{TEXT[stage]} ({how})"
     else:
