@@ -112,7 +112,9 @@ def test_refutation_replays_the_missing_gradient_sum():
 
 def test_refutation_replays_the_wrong_ring():
     spec, p = _with(DP_CP, [ov(A, "gather", "context", ("dp",))])
-    ob = next(o for o in check_plan(SESSION, spec, p, {}).obligations if o.name == f"GI {A}[context]")
+    # sizes pinned: the solver may otherwise pick dp = 1, cp = 2 (rank 0 of cp then sees its own block only)
+    ob = next(o for o in check_plan(SESSION, spec, p, {"dp": 2, "cp": 1, "microbatches": 1}).obligations
+              if o.name == f"GI {A}[context]")
     # dp = 2 (cp = 1): rank r holds sample r with k·v = [1·2, 3·5] = [2, 15]; rank 0 sums both
     # samples' blocks: y = 2 · 17 = 34, its own sample alone 2 · 2 = 4
     assert "on rank 0 of dp = [34], single-device = [4]" in ob.counterexample.equation

@@ -18,10 +18,10 @@ keys k_j and then the value-gradient contributions k_j · dy_r q_r of rank r.
 
 from __future__ import annotations
 
-from ..ir.overrides import OverrideVerb
 from fractions import Fraction
 
 from ..ir import actflow as af
+from ..ir.overrides import OverrideVerb
 from .report import Counterexample
 
 TEXT = {"fwd_entry": "the key/value exchange before the attention (ring or all-gather)",
