@@ -174,6 +174,21 @@ def _install_unmodelled(rec) -> None:
 
     torch.manual_seed = manual_seed
     torch.random.manual_seed = manual_seed
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # a torch without DTensor
+        return
+    from_local = DTensor.from_local
+    if getattr(from_local, "_placement_noted", False):
+        return
+
+    @functools.wraps(from_local)
+    def asserted_from_local(local_tensor, device_mesh=None, placements=None, *args, **kwargs):
+        if caller_is_user() and device_mesh is not None and placements is not None:
+            rec.note_from_local(local_tensor, device_mesh, placements)
+        return from_local(local_tensor, device_mesh, placements, *args, **kwargs)
+    asserted_from_local._placement_noted = True
+    DTensor.from_local = staticmethod(asserted_from_local)
 
 
 def main(out_path: str, script: str, argv: list[str]) -> int:

@@ -71,6 +71,7 @@ class Modules:
         self.module_stack: list[tuple[int, dict | None, int]] = []  # (module id, layer record, first call seq)
         self.unmodelled: list[dict] = []
         self.seeds: list[dict] = []
+        self.asserted: list[dict] = []  # DTensor.from_local calls: the placements asserted, the local values
         self._class_of: dict[int, str] = {}
 
     @staticmethod
@@ -117,6 +118,25 @@ class Modules:
             self.seeds.append({"seed": str(seed), "step": self.current["step"] if self.current is not None else -1,
                                "stack": _user_frames()})
 
+    def note_from_local(self, local, mesh, placements) -> None:
+        """A ``DTensor.from_local`` from the user's code: the placements it asserts, the ranks of each mesh
+        dimension's group, and a checksum of this rank's local values (compared between the ranks by the lift)."""
+        import torch.distributed as dist
+
+        if len(self.asserted) >= 64:
+            return
+        groups = []
+        for i in range(mesh.ndim):
+            try:
+                groups.append([int(r) for r in dist.get_process_group_ranks(mesh.get_group(i))])
+            except (RuntimeError, ValueError, AttributeError):  # a mesh dimension without a group here
+                groups.append([])
+        mid = self.running_module()
+        self.asserted.append({"placements": [str(p) for p in placements], "groups": groups,
+                              "checksum": _sum_of(local), "phase": self.phase,
+                              "step": self.current["step"] if self.current is not None else -1,
+                              "_module": mid, "stack": _user_frames()})
+
     def custom_backward(self) -> str | None:
         """The custom autograd function whose ``backward`` (user code) is running, if any."""
         f = sys._getframe(1)
@@ -148,6 +168,10 @@ class Modules:
             mid = c.pop("_module", None)
             if mid is not None:
                 c["module"] = names.get(mid, self._class_of.get(mid, "<module>"))
+        for a in self.asserted:
+            mid = a.pop("_module", None)
+            if mid is not None:
+                a["module"] = names.get(mid, self._class_of.get(mid, "<module>"))
         for st in self.steps:
             for m in st.get("modules", []):
                 mid = m.pop("_id", None)
