@@ -1,6 +1,7 @@
 """Ties across pipeline stages and replicas seeded apart, lifted as what they are (``tied_embeddings`` with
 ``override embedding: tie_reduce``; ``override params: no_init_broadcast``) so the checker decides, and
-``DTensor.from_local``'s asserted placements compared with the values each rank passed.
+``DTensor.from_local``'s asserted placements and dropout masks compared between the ranks (a false
+Replicate: the region's ``assert_replicate``; masks that differ in a replicated region: ``dropout_seed: vary``).
 
 The fast tests edit the stored DDP trace by hand (each edit an independent statement of what a script did); the
 slow ones run the scripts of examples/traced/ on gloo and require each verdict at its script line.
@@ -138,6 +139,40 @@ def test_other_assertions_are_named_never_proved(placement, differ, module, what
     assert "assert_replicate" not in lifted.text and f'unobserved "{what}' in lifted.text
 
 
+def _dropout(inputs_equal: bool, masks_equal: bool, seeds=("0", "0")) -> dict:
+    """The hand-written tensor-parallel trace with one dropout per rank in the first step: its input checksum equal
+    on the two tensor ranks or not (a replicated or a split region), its output equal or not (the same mask or
+    not); each rank's torch.manual_seed call ``seeds``."""
+    from test_trace_facts import _tensor_parallel
+
+    trace = _tensor_parallel(json.loads(STORED.read_text()))
+    first = min(st["step"] for st in trace["ranks"][0]["steps"])
+    for part, seed in zip(trace["ranks"], seeds):
+        r = part["rank"]
+        part["seeds"] = [{"seed": seed, "step": -1, "stack": [FRAME]}]
+        part["dropouts"] = [{"p": 0.5, "step": first, "module": "drop", "stack": [FRAME],
+                             "input": "in-0" if inputs_equal else f"in-{r}",
+                             "output": "out-0" if masks_equal else f"out-{r}"}]
+    return trace
+
+
+@pytest.mark.parametrize("inputs_equal,masks_equal,seeds,line,named", [
+    (True, True, ("0", "0"), None, None),  # the same mask on a replicated input: the derivation
+    (True, False, ("0", "1"), "  override dropout_seed: vary over (tp)", None),  # seeded apart
+    (False, False, ("0", "0"), None, "a dropout in a region split over tp"),  # masks there not read
+])
+def test_dropout_masks_are_compared_between_the_tensor_ranks(inputs_equal, masks_equal, seeds, line, named, tmp_path):
+    lifted = lift(_dropout(inputs_equal, masks_equal, seeds))
+    got = [x.split("  #")[0] for x in lifted.text.splitlines() if "dropout_seed" in x]
+    assert got == ([line] if line else [])
+    assert [u.what for u in lifted.unliftable if "dropout" in u.what or "seed" in u.what] == \
+        ([named] if named else [])
+    if line:
+        assert lifted.text.split(line)[1].splitlines()[0].endswith("examples/traced/ddp_summed.py:7")
+        status, out = _check(lifted.text, tmp_path)
+        assert status == 1 and "refuted SC dropout_seed" in out, out
+
+
 # --------------------------------------------------------------------------- slow: the examples
 
 LIFTED = [
@@ -147,6 +182,9 @@ LIFTED = [
      ("GI grads[embedding] over pp", "    opt.step()")),
     ("manual_seed_per_rank.py", 1, "  override params: no_init_broadcast over (dp)",
      ("SC params initial", "torch.manual_seed(rank)")),
+    ("tp_dropout.py", 0, "  tp: megatron_tp", None),
+    ("tp_dropout.py --seed-per-rank", 1, "  override dropout_seed: vary over (tp)",
+     ("SC dropout_seed", "return self.drop(")),
     ("tp_from_local.py --replicate", 1, "  override activations[mlp]: assert_replicate over (tp)",
      ("GI activations[mlp]", "out = DTensor.from_local(")),
 ]
@@ -168,7 +206,7 @@ def test_ties_and_seeds_are_lifted_and_decided(script, status, lifted, refuted, 
     assert lifted in spec.read_text()
     if refuted is None:
         assert "proved for all mesh sizes" in out
-        assert "tie_reduce" not in spec.read_text()
+        assert "tie_reduce" not in spec.read_text() and "dropout_seed" not in spec.read_text()
     else:
         obligation, text = refuted
         line = _line(script, text)

@@ -49,9 +49,9 @@ from __future__ import annotations
 
 from ..diagnostics import Code
 from .lift_activations import input_grad_reductions, unreduced_input_grads, unreduced_outputs
-from .lift_asserted import asserted
+from .lift_asserted import asserted, dropout_seeds
 from .lift_data import data_bindings
-from .lift_facts import init_apart, local_overflow, overflow, split_by_values, unmodelled
+from .lift_facts import SEEDING, init_apart, local_overflow, overflow, split_by_values, unmodelled
 from .lift_layout import NOT_LIFTED_KINDS, Lifted, Unliftable, _frames, _ident, _layout, _placement_axes
 from .lift_pipeline import P2P_KINDS, find_context_axes, find_pipeline
 from .lift_render import _clip, _empty_spec, _quoted, _render
@@ -301,6 +301,12 @@ def facts_pass(st: Step, ax: Axes) -> tuple[tuple | None, set[int]]:
     lifted = {f"a collective (all_reduce) in the backward of the custom autograd function {fn}" for fn in custom_ok}
     st.items.extend(u for u in unmodelled(st.ranks, st.step_no, st.step, ax.loss_rank) if u.what not in lifted)
     items, lines = asserted(st.ranks, st.step_no, st.layout, ax.tp, st.script)  # DTensor.from_local's placements
+    seed_line, seed_items = dropout_seeds(st.ranks, st.layout, ax.tp, st.script)
+    items += seed_items
+    if seed_line is not None:  # the ranks seeded apart, seen in the masks of a replicated region: a refutation
+        lines.append(seed_line)
+        # the losses that differ between the tensor ranks differ by those masks
+        st.items[:] = [u for u in st.items if u.what not in (SEEDING, f"the loss over {ax.tp}")]
     st.items.extend(items)
     # a region's output asserted Replicate: the cause of its partial sums never reduced, lifted at the assertion
     regions = {t.split("]")[0] for t, _ in lines}

@@ -382,4 +382,5 @@ class Recorder(Events, Modules, TorchDispatchMode):
             "unmodelled": self.unmodelled,
             "seeds": self.seeds,
             "asserted": self.asserted,
+            "dropouts": self.dropouts,
         }

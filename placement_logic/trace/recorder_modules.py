@@ -72,6 +72,7 @@ class Modules:
         self.unmodelled: list[dict] = []
         self.seeds: list[dict] = []
         self.asserted: list[dict] = []  # DTensor.from_local calls: the placements asserted, the local values
+        self.dropouts: list[dict] = []  # dropouts in forward: their input and output checksums
         self._class_of: dict[int, str] = {}
 
     @staticmethod
@@ -137,6 +138,17 @@ class Modules:
                               "step": self.current["step"] if self.current is not None else -1,
                               "_module": mid, "stack": _user_frames()})
 
+    def dropout_input(self, t, p, training) -> str | None:
+        """The checksum of a dropout's input where it draws a mask in a step's forward, else None."""
+        if not training or not p or self.current is None or self.phase != "forward" or len(self.dropouts) >= 64:
+            return None
+        return _sum_of(t) or ""
+
+    def note_dropout(self, before: str, out, p) -> None:
+        self.dropouts.append({"p": float(p), "input": before, "output": _sum_of(out) or "",
+                              "step": self.current["step"], "_module": self.running_module(),
+                              "stack": _user_frames()})
+
     def custom_backward(self) -> str | None:
         """The custom autograd function whose ``backward`` (user code) is running, if any."""
         f = sys._getframe(1)
@@ -168,7 +180,7 @@ class Modules:
             mid = c.pop("_module", None)
             if mid is not None:
                 c["module"] = names.get(mid, self._class_of.get(mid, "<module>"))
-        for a in self.asserted:
+        for a in self.asserted + self.dropouts:
             mid = a.pop("_module", None)
             if mid is not None:
                 a["module"] = names.get(mid, self._class_of.get(mid, "<module>"))
