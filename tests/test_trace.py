@@ -495,6 +495,20 @@ def test_a_tie_whose_copies_are_reduced_differently_is_named():
     assert len(tied) == 1 and "reduced across the stages 0 and 1 times" in tied[0].reason, tied
 
 
+def test_zero_matrices_equal_on_two_stages_are_no_tie():
+    """Two matrices of zeros (zero-initialised adapters) are equal without being one weight: no tie is lifted."""
+    import hashlib
+
+    trace = _tied(0)
+    for part in trace["ranks"]:
+        for step in part["steps"]:
+            for p in step["optimizer"]["params"]:
+                if p["shape"] == [64, 32] and step is part["steps"][0]:
+                    p["checksum"] = hashlib.sha1(bytes(64 * 32 * 4)).hexdigest()[:16]  # the recorder's checksum
+    lifted = lift(trace)
+    assert "tied_embeddings" not in lifted.text and "tie_reduce" not in lifted.text
+
+
 def test_a_tie_with_clipping_is_named():
     """A clipped step: whether the norm counts the tied weight once or twice is not read, so the tie is named."""
     trace = _tied(1)

@@ -21,6 +21,7 @@ they are ring attention over a context axis (``find_context_axes``), lifted as `
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -167,6 +168,19 @@ def find_pipeline(ranks: dict, layout: _Layout, step_no: int, observer: int, scr
     return pipe, None
 
 
+_ITEMSIZE = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
+
+
+def _zeros(p: dict) -> bool:
+    """The parameter's values are all zero (the recorder's checksum of that many zero bytes): two such matrices
+    are equal without being one weight (zero-initialised adapters), so they are no evidence of a tie."""
+    numel = 1
+    for d in p.get("local_shape") or p["shape"]:
+        numel *= d
+    size = _ITEMSIZE.get(p.get("dtype", "float32"))
+    return size is not None and p["checksum"] == hashlib.sha1(bytes(numel * size)).hexdigest()[:16]
+
+
 def tied_pairs(stage_ranks: list[int], initial: dict) -> list[tuple[int, str, int, str]]:
     """(stage, name, later stage, name) of the matrices equal before the first update on two stages: weights
     tied across the stages (a tied embedding: the first stage's input embedding, the last stage's head)."""
@@ -174,7 +188,7 @@ def tied_pairs(stage_ranks: list[int], initial: dict) -> list[tuple[int, str, in
     seen: dict[tuple, tuple[int, str]] = {}
     for s, r in enumerate(stage_ranks):
         for own, p in initial.get(r, {}).items():
-            if len(p.get("shape", [])) < 2 or not p.get("checksum"):
+            if len(p.get("shape", [])) < 2 or not p.get("checksum") or _zeros(p):
                 continue
             key = (tuple(p["shape"]), p["checksum"])
             if key in seen and seen[key][0] != s:
