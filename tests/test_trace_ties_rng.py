@@ -14,12 +14,14 @@ import json
 from pathlib import Path
 
 import pytest
+from golden import check_golden
 
 from placement_logic.cli import main
 from placement_logic.trace.lift import lift
 
 ROOT = Path(__file__).resolve().parent.parent
 STORED = ROOT / "tests" / "data" / "traces" / "ddp_summed.json"
+GOLDEN = ROOT / "tests" / "golden" / "traced"
 FRAME = {"file": "examples/traced/ddp_summed.py", "line": 7, "function": "<module>", "code": "x"}
 
 
@@ -207,6 +209,7 @@ def test_ties_and_seeds_are_lifted_and_decided(script, status, lifted, refuted, 
     if refuted is None:
         assert "proved for all mesh sizes" in out
         assert "tie_reduce" not in spec.read_text() and "dropout_seed" not in spec.read_text()
+        check_golden(GOLDEN / script.replace(".py", ".place"), spec.read_text())
     else:
         obligation, text = refuted
         line = _line(script, text)
