@@ -441,20 +441,83 @@ def test_gradient_reduced_across_stages_is_reported():
     assert "reduced across the pipeline stages over pp" in lifted.unliftable[0].reason
 
 
-def test_weights_tied_across_stages_are_reported():
-    """The last stage's head made equal to the first stage's embedding before the first update (a tied embedding,
-    [vocab, hidden] on both): its gradients are never summed across the stages, which the lift reports at the
-    optimizer step instead of proving two independent weights."""
+def _tied(times: int, stages=(0, 1)) -> dict:
+    """The stored pipeline trace with the last stage's head made equal to the first stage's embedding before the
+    first update (a tied embedding, [vocab, hidden] on both), each copy's gradient all-reduced ``times`` times over
+    the pair of stages of its replica (pp is the inner axis: ranks 2i and 2i + 1)."""
     trace = stored_pipeline()
     first = trace["ranks"][0]["steps"][0]["optimizer"]["params"]
     embed = next(p for p in first if p["shape"] == [64, 32])  # nn.Embedding(64, 32): vocab x hidden
-    for part in trace["ranks"][1::2]:
-        head = next(p for p in part["steps"][0]["optimizer"]["params"] if p["shape"] == [64, 32])  # Linear(32, 64)
-        head["checksum"] = embed["checksum"]
-    tied = [u for u in lift(trace).unliftable if "tied across the stages" in u.reason]
-    assert len(tied) == 1 and tied[0].ranks == (0, 1), tied
-    assert "never summed across the stages" in tied[0].reason
-    assert tied[0].where == f"examples/traced/pipeline_dp.py:{_line('pipeline_dp.py', 'opt.step()')}"
+    for part in trace["ranks"]:
+        rank = part["rank"]
+        stage = rank % 2
+        for step in part["steps"]:
+            mine = next(p for p in step["optimizer"]["params"] if p["shape"] == [64, 32])  # Linear(32, 64) on stage 1
+            if stage == 1 and step is part["steps"][0]:
+                mine["checksum"] = embed["checksum"]
+            if stage not in stages:
+                continue
+            for _ in range(times):
+                seq = max(c["seq"] for c in part["collectives"]) + 1
+                model = next(c for c in part["collectives"] if c["step"] == step["step"] and c["kind"] == "all_reduce")
+                part["collectives"].append(dict(model, seq=seq, ranks=[rank - stage, rank - stage + 1]))
+                mine["grad"]["collectives"].append(seq)
+    return trace
+
+
+@pytest.mark.parametrize("times,line,verdict", [
+    (0, "  override embedding: tie_reduce over ()", "REFUTED"),  # each stage updates its copy with its own part
+    (1, None, "PROVED"),  # Megatron's embedding group
+    (2, "  override embedding: tie_reduce over (pp, pp)", "REFUTED"),
+])
+def test_weights_tied_across_stages_are_lifted(times, line, verdict, tmp_path):
+    """A weight tied across the first and last stage is the model's tied embedding (`tied_embeddings = true`); its
+    copies' gradients summed once over the stages are what the derivation does, never or twice the override the
+    checker refutes (GI grads[embedding] over pp), at the optimizer step or at the extra reduction."""
+    lifted = lift(_tied(times))
+    assert not lifted.unliftable, lifted.unliftable
+    assert "  tied_embeddings = true  # observed: " in lifted.text
+    overrides = [x for x in lifted.text.splitlines() if x.startswith("  override embedding")]
+    assert [x.split("  #")[0] for x in overrides] == ([line] if line else [])
+    if times == 0:
+        assert overrides[0].endswith(f"examples/traced/pipeline_dp.py:{_line('pipeline_dp.py', 'opt.step()')}")
+    spec = tmp_path / "lifted.place"
+    spec.write_text(lifted.text)
+    status, out, _ = run(["check", str(spec)])
+    assert out.rstrip().endswith(verdict) and status == (0 if verdict == "PROVED" else 1), out
+    if verdict == "REFUTED":
+        assert "root cause: GI grads[embedding] over pp" in out
+
+
+def test_a_tie_whose_copies_are_reduced_differently_is_named():
+    """Only the last stage's copy all-reduced over the stages (the first stage's never): no plan states it."""
+    tied = [u for u in lift(_tied(1, stages=(1,))).unliftable if "tied across the stages" in u.reason]
+    assert len(tied) == 1 and "reduced across the stages 0 and 1 times" in tied[0].reason, tied
+
+
+def test_zero_matrices_equal_on_two_stages_are_no_tie():
+    """Two matrices of zeros (zero-initialised adapters) are equal without being one weight: no tie is lifted."""
+    import hashlib
+
+    trace = _tied(0)
+    for part in trace["ranks"]:
+        for step in part["steps"]:
+            for p in step["optimizer"]["params"]:
+                if p["shape"] == [64, 32] and step is part["steps"][0]:
+                    p["checksum"] = hashlib.sha1(bytes(64 * 32 * 4)).hexdigest()[:16]  # the recorder's checksum
+    lifted = lift(trace)
+    assert "tied_embeddings" not in lifted.text and "tie_reduce" not in lifted.text
+
+
+def test_a_tie_with_clipping_is_named():
+    """A clipped step: whether the norm counts the tied weight once or twice is not read, so the tie is named."""
+    trace = _tied(1)
+    for part in trace["ranks"]:
+        for step in part["steps"]:
+            for p in step["optimizer"]["params"]:
+                p["grad"]["dynamic_scales"] = ["after_backward"]
+    found = [u for u in lift(trace).unliftable if u.what == "a weight tied across the pipeline stages"]
+    assert found and "clipped" in found[0].reason
 
 
 def _every_rank_a_loss(trace: dict) -> dict:

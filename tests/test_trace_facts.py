@@ -349,14 +349,12 @@ def test_malformed_new_records_are_pl612(tmp_path, key, value):
 
 UNKNOWN = [
     # script, what is named, (text of its script line, the class whose block holds it)
-    ("pipeline_tied.py", "weight (stage 0) and weight (stage 1)", ("dist.all_reduce(tied.grad)", None)),
-    ("pipeline_tied_unsummed.py", "weight (stage 0) and weight (stage 1)", ("opt.step()", None)),
     ("manual_checkpoint.py", "torch.save", ("torch.save(", None)),
-    ("manual_seed_per_rank.py", "per-rank RNG seeding", ("torch.manual_seed(rank)", None)),
     ("manual_custom_backward.py", "a collective (all_reduce) in the backward of the custom autograd function "
      "SyncGrads", ("dist.all_reduce(grad)", None)),
     ("manual_aux_loss.py", "an auxiliary loss", ("loss = F.cross_entropy(", None)),
     ("tp_column.py --scaler", "a loss-scale overflow check (GradScaler's unscale_)", ("scaler.step(opt)", None)),
+    ("tp_from_local.py", "DTensor.from_local", ("out = DTensor.from_local(", None)),
 ]
 
 

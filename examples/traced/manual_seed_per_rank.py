@@ -1,8 +1,9 @@
 """Bug: data parallelism by hand (manual.py) whose ranks seed the generator with their rank before building
 the model and never broadcast the weights, so the replicas start apart and stay apart.
 
-The lift names the per-rank seeding at the torch.manual_seed line: what each rank draws from it is not
-lifted, so the verdict is unknown (exit 3), never proved.
+The lift sees the replicas' weights differ before the first update and the ranks seeded apart: lifted as
+`override params: no_init_broadcast over (dp)` at the torch.manual_seed line, where the checker refutes it
+(SC params initial).
 """
 
 import tiny

@@ -5,7 +5,8 @@ the head, whose weight starts as a copy of the embedding's ([vocab, hidden] on b
 tie is kept by all-reducing the two copies' gradients over the stages after backward, so both
 copies take the same update (Megatron's embedding group). GPipe order, two microbatches, each
 microbatch's loss divided by their number. The lift sees the tie (the two matrices equal before
-the first update) and reports it: a tied weight is not lifted, so the verdict is unknown (exit 3).
+the first update, on the first and the last stage) and the all-reduce of the copies' gradients
+over the stages: lifted as `tied_embeddings = true`, which the checker proves.
 """
 
 import tiny

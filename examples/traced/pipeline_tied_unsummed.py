@@ -5,7 +5,8 @@ the head, whose weight starts as a copy of the embedding's ([vocab, hidden] on b
 tie should be kept by all-reducing the two copies' gradients over the stages after backward, so both
 copies take the same update (Megatron's embedding group). GPipe order, two microbatches, each
 microbatch's loss divided by their number. The lift sees the tie (the two matrices equal before
-the first update) and reports it: a tied weight is not lifted, so the verdict is unknown (exit 3).
+the first update, on the first and the last stage) and no reduction of the copies' gradients:
+lifted as `override embedding: tie_reduce over ()` at `opt.step()`, where the checker refutes it.
 Here each copy takes only its own stage's part of the gradient, and the two copies drift apart.
 """
 

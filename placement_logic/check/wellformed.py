@@ -59,7 +59,7 @@ def well_typed(plan: ir.Plan) -> None:
 
 def tied(plan: ir.Plan) -> bool:
     t = plan.model.transformer
-    return t is not None and bool(t.tied_embeddings)
+    return bool(t.tied_embeddings) if t is not None else plan.model.tied_embeddings
 
 
 def no_effect(plan: ir.Plan, groups: tuple[str, ...], needs_regather: bool, offloaded: bool) -> None:

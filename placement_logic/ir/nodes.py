@@ -200,6 +200,7 @@ class Model:
     transformer: TransformerShape | None = None
     span: Span = _span()
     groups: tuple[GroupDecl, ...] = ()  # the model block's ``group`` declarations
+    tied_embeddings: bool = False  # without a transformer shape: the embedding tied across the pipeline stages
     # accounting conventions (``conventions { ... }``): which per-layer activation count, and a
     # factor the activations are multiplied by (an estimator's allowance)
     activation_count: str = "shape"  # shape | korthikanti | megatron | llm_analysis | pytorch_eager

@@ -131,9 +131,14 @@ def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
                 error(Code.UNKNOWN_PROPERTY, f"the model block has no '{key}' section", item.span,
                       did_you_mean(key, ("bytes", "transformer", "conventions", "losses", "buckets", "group")))
             continue
+        if key == "tied_embeddings":  # a model without a shape: the embedding class tied across the stages
+            f = vals.flag_value(item)
+            if f is not None:
+                fields["tied_embeddings"] = f
+            continue
         if key not in MODEL_PROPS:
             error(Code.UNKNOWN_PROPERTY, f"the model block has no property '{key}'", item.span,
-                  did_you_mean(key, MODEL_PROPS + ("bytes", "transformer")))
+                  did_you_mean(key, MODEL_PROPS + ("bytes", "transformer", "tied_embeddings")))
             continue
         if not isinstance(item.value, (surface.Num, surface.Name, surface.BinOp, surface.Neg, surface.Call, surface.Bool)):
             error(Code.BAD_PROPERTY_VALUE, f"'{key}' needs a number", item.span)
@@ -146,6 +151,10 @@ def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
     if fields["params"] is None and transformer is None:
         error(Code.MISSING_SECTION, "the model needs 'params' (the parameter count Ψ) or a transformer shape",
               block.span)
+        return None
+    if "tied_embeddings" in fields and transformer is not None:
+        error(Code.DUPLICATE_PROPERTY, "with a transformer shape, state 'tied_embeddings' in its 'transformer' section",
+              next(i.span for i in block.items if i.key == "tied_embeddings"))
         return None
     model = ir.Model(transformer=transformer, span=block.span, groups=tuple(groups), **fields)
     check_model_values(model, vals, error)

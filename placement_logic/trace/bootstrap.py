@@ -174,6 +174,42 @@ def _install_unmodelled(rec) -> None:
 
     torch.manual_seed = manual_seed
     torch.random.manual_seed = manual_seed
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # a torch without DTensor
+        return
+    from_local = DTensor.from_local
+    if getattr(from_local, "_placement_noted", False):
+        return
+
+    @functools.wraps(from_local)
+    def asserted_from_local(local_tensor, device_mesh=None, placements=None, *args, **kwargs):
+        if caller_is_user() and device_mesh is not None and placements is not None:
+            rec.note_from_local(local_tensor, device_mesh, placements)
+        return from_local(local_tensor, device_mesh, placements, *args, **kwargs)
+    asserted_from_local._placement_noted = True
+    DTensor.from_local = staticmethod(asserted_from_local)
+    _install_dropout(rec)
+
+
+def _install_dropout(rec) -> None:
+    """Every dropout in forward (``nn.Dropout`` calls ``F.dropout``): checksums of its input and output on each
+    rank, which the lift compares between the tensor ranks (the masks drawn from each rank's generator)."""
+    import torch.nn.functional as F
+
+    dropout = F.dropout
+    if getattr(dropout, "_placement_noted", False):
+        return
+
+    @functools.wraps(dropout)
+    def recorded_dropout(input, p=0.5, training=True, inplace=False):
+        before = rec.dropout_input(input, p, training)
+        out = dropout(input, p, training, inplace)
+        if before is not None:
+            rec.note_dropout(before, out, p)
+        return out
+    recorded_dropout._placement_noted = True
+    F.dropout = recorded_dropout
 
 
 def main(out_path: str, script: str, argv: list[str]) -> int:

@@ -49,8 +49,9 @@ from __future__ import annotations
 
 from ..diagnostics import Code
 from .lift_activations import input_grad_reductions, unreduced_input_grads, unreduced_outputs
+from .lift_asserted import asserted, dropout_seeds
 from .lift_data import data_bindings
-from .lift_facts import local_overflow, overflow, split_by_values, unmodelled
+from .lift_facts import SEEDING, init_apart, local_overflow, overflow, split_by_values, unmodelled
 from .lift_layout import NOT_LIFTED_KINDS, Lifted, Unliftable, _frames, _ident, _layout, _placement_axes
 from .lift_pipeline import P2P_KINDS, find_context_axes, find_pipeline
 from .lift_render import _clip, _empty_spec, _quoted, _render
@@ -69,7 +70,7 @@ def lift(trace: dict, plan_name: str = "traced", path: str = "<trace>") -> Lifte
 
 
 def _lift(trace: dict, plan_name: str) -> Lifted:
-    from .lift_plan import gradients_pass, groups_pass, loss_pass, overrides_pass
+    from .lift_plan import gradients_pass, groups_pass, loss_pass, overrides_pass, tie_pass
 
     st = read_step(trace, plan_name)
     if isinstance(st, Lifted):
@@ -81,20 +82,26 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     overflow_line, nonlinear = facts_pass(st, ax)
     strategies = strategies_pass(st, ax, params)
     st.items[:] = local_overflow(st.items, overflow_line, strategies.bindings)
+    first = next((s for s in st.ranks[st.observer]["steps"] if s.get("optimizer")), {})
+    init_line, st.items[:] = init_apart(st.items, st.initial, st.layout, st.observer, strategies.bindings,
+                                        first.get("optimizer", {}).get("stack", []), st.script)
     grads = gradients_pass(st, ax, params)
     loss = loss_pass(st, ax, grads)
     named = groups_pass(st, grads)
     lines = overrides_pass(st, ax, params, strategies, grads, loss, named)
+    tied = tie_pass(st, grads, named)
+    if grads.tie is not None and grads.tie.line is not None:
+        lines.append(grads.tie.line)
     clip = _clip([c for c in st.colls if c["seq"] not in nonlinear], params, st.layout, st.axes, grads.info, ax.tp,
                  ax.data_axes, st.script, ax.pp)
-    lines.extend(x for x in (clip, overflow_line) if x is not None)
+    lines.extend(x for x in (clip, overflow_line, init_line) if x is not None)
     lines.extend(st.activation_lines)
     # what was not lifted is stated in the plan itself, so `placement check` of the lifted spec proves nothing
     # about the script either (every obligation it would prove is unknown, naming these)
     for what in dict.fromkeys(u.what for u in st.items):
         lines.append((f'  unobserved "{_quoted(what)} (not lifted: see placement lift)"', []))
     text, origins = _render(trace, plan_name, st.layout, ax.roles, strategies.bindings, named, lines, loss.kind,
-                            st.step[st.observer], st.notes, st.script, loss.accum, ax.pipe is not None)
+                            st.step[st.observer], st.notes, st.script, loss.accum, ax.pipe is not None, tied)
     return Lifted(text, plan_name, st.items, st.notes, origins,
                   {g: [e[0]["name"] for e in members] for g, _, members in named})
 
@@ -293,6 +300,18 @@ def facts_pass(st: Step, ax: Axes) -> tuple[tuple | None, set[int]]:
     st.items.extend(overflow_items)
     lifted = {f"a collective (all_reduce) in the backward of the custom autograd function {fn}" for fn in custom_ok}
     st.items.extend(u for u in unmodelled(st.ranks, st.step_no, st.step, ax.loss_rank) if u.what not in lifted)
+    items, lines = asserted(st.ranks, st.step_no, st.layout, ax.tp, st.script)  # DTensor.from_local's placements
+    seed_line, seed_items = dropout_seeds(st.ranks, st.layout, ax.tp, st.script)
+    items += seed_items
+    if seed_line is not None:  # the ranks seeded apart, seen in the masks of a replicated region: a refutation
+        lines.append(seed_line)
+        # the losses that differ between the tensor ranks differ by those masks
+        st.items[:] = [u for u in st.items if u.what not in (SEEDING, f"the loss over {ax.tp}")]
+    st.items.extend(items)
+    # a region's output asserted Replicate: the cause of its partial sums never reduced, lifted at the assertion
+    regions = {t.split("]")[0] for t, _ in lines}
+    st.activation_lines[:] = [x for x in st.activation_lines if not (x[0].split("]")[0] in regions
+                                                                     and ": reduce over ()" in x[0])] + lines
     return overflow_line, nonlinear
 
 

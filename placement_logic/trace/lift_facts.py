@@ -113,7 +113,7 @@ def _seeds(ranks: dict, step_no: int) -> list[Unliftable]:
     else:
         diff = next(r for r in sorted(ranks) if initial[r] != initial[r0])
         shown = f"rank {r0}: {initial[r0]}; rank {diff}: {initial[diff]}"
-    return [Unliftable((r0, diff), -1, "per-rank RNG seeding",
+    return [Unliftable((r0, diff), -1, SEEDING,
                        f"the ranks seed the default generator differently ({shown}): what each rank then draws "
                        "(initial weights, dropout masks, data) is not lifted", stack)]
 
@@ -146,3 +146,27 @@ def _auxiliary(steps: list[dict], rank: int) -> list[Unliftable]:
                                    f"cross-entropy ({c:.6g}): another term is added, whose normalisation is not "
                                    "lifted", stack, hides=("divisor",))]
     return []
+
+
+SEEDING = "per-rank RNG seeding"
+
+
+def init_apart(items: list[Unliftable], initial: dict, layout: _Layout, observer: int, bindings: dict[str, str],
+               first_update: list, script: str) -> tuple[tuple | None, list[Unliftable]]:
+    """Replicas that start apart: along an axis bound to ``ddp`` (whole copies of every weight) plain parameters of
+    one name hold different values before the first update, so nothing broadcast them (a seed per rank, a
+    hand-written data-parallel loop): ``override params: no_init_broadcast over (...)`` at the seed line that set
+    them apart (else at the first update). The seeding is then lifted by that override where every axis holds
+    data replicas (dropout masks and batches differ between data ranks anyway; the inputs are observed); where the
+    replicas start equal, or with a tensor or pipeline axis, what else each rank draws (a buffer, a mask in a
+    replicated region) is not read, and the seeding stays named. (the line or None, the items left)"""
+    apart = [a for a, b in bindings.items() if b == "ddp" and split_by_values(initial, layout, observer, a)]
+    seeding = next((u for u in items if u.what == SEEDING), None)
+    data_only = all(b == "ddp" for b in bindings.values())
+    left = [u for u in items if not (u is seeding and data_only and apart)]
+    if not apart:
+        return None, left
+    frames = _frames([seeding.stack] if seeding is not None and seeding.stack else [first_update], script)
+    cause = "the ranks seeded apart" if seeding is not None else "no broadcast observed"
+    return (f"  override params: no_init_broadcast over ({', '.join(apart)})  # observed: the replicas' weights "
+            f"differ before the first update ({cause})", frames), left

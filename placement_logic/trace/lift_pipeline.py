@@ -21,6 +21,7 @@ they are ring attention over a context axis (``find_context_axes``), lifted as `
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -167,6 +168,19 @@ def find_pipeline(ranks: dict, layout: _Layout, step_no: int, observer: int, scr
     return pipe, None
 
 
+_ITEMSIZE = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
+
+
+def _zeros(p: dict) -> bool:
+    """The parameter's values are all zero (the recorder's checksum of that many zero bytes): two such matrices
+    are equal without being one weight (zero-initialised adapters), so they are no evidence of a tie."""
+    numel = 1
+    for d in p.get("local_shape") or p["shape"]:
+        numel *= d
+    size = _ITEMSIZE.get(p.get("dtype", "float32"))
+    return size is not None and p["checksum"] == hashlib.sha1(bytes(numel * size)).hexdigest()[:16]
+
+
 def tied_pairs(stage_ranks: list[int], initial: dict) -> list[tuple[int, str, int, str]]:
     """(stage, name, later stage, name) of the matrices equal before the first update on two stages: weights
     tied across the stages (a tied embedding: the first stage's input embedding, the last stage's head)."""
@@ -174,7 +188,7 @@ def tied_pairs(stage_ranks: list[int], initial: dict) -> list[tuple[int, str, in
     seen: dict[tuple, tuple[int, str]] = {}
     for s, r in enumerate(stage_ranks):
         for own, p in initial.get(r, {}).items():
-            if len(p.get("shape", [])) < 2 or not p.get("checksum"):
+            if len(p.get("shape", [])) < 2 or not p.get("checksum") or _zeros(p):
                 continue
             key = (tuple(p["shape"]), p["checksum"])
             if key in seen and seen[key][0] != s:
@@ -184,25 +198,48 @@ def tied_pairs(stage_ranks: list[int], initial: dict) -> list[tuple[int, str, in
     return out
 
 
+@dataclass
+class Tie:
+    """A weight tied across the first and last stage, lifted: the model's ``tied_embeddings`` and, where its
+    copies' gradients are not summed exactly once across the stages, ``override embedding: tie_reduce``."""
+    names: set  # the tied copies' parameter names (rank-qualified), which must share the dense program
+    comment: str  # the model line's comment: what was observed
+    line: tuple | None  # the override line and its frames, or None (summed once: the derivation)
+
+
 def _tied_across_stages(pp: str, stage_ranks: list[int], pairs: list, summed: dict, step: dict,
-                        script: str) -> list:
-    """Weights shared by two stages (``tied_pairs``). Whether their gradients are summed across the stages
-    (``summed``: (stage, name) -> the frames of that reduction) or not, a tied weight needs the model's
-    transformer shape (``tied_embeddings``), which the lift does not have: reported, never proved as two
-    independent weights, and the reduction across the stages is left out of the lifted programs (the plan
-    states the tie as unobserved instead of refuting a reduction the tie makes right)."""
-    out = []
+                        script: str) -> tuple[Tie | None, list]:
+    """Weights shared by two stages (``tied_pairs``), with ``summed``: (stage, name) -> (the stacks of its
+    reductions across the stages, how many). A tie of the first and last stage whose copies are all summed the
+    same number of times is lifted (``Tie``: once is the derivation; never or twice is ``tie_reduce over ()`` or
+    ``over (pp, pp)`` at the line that updates them unsummed or reduces them again); any other tie (between
+    inner stages, copies reduced differently) is reported, never proved as two independent weights."""
+    out, counts, stacks = [], set(), []
+    last = len(stage_ranks) - 1
     for s0, own0, s, own in pairs:
-        r = stage_ranks[s]
-        frames_summed = summed.get((s, own))
-        how = ("its gradients are reduced across the stages" if frames_summed is not None else
-               "its gradients are never summed across the stages, so each stage updates its copy with "
-               "its own part of the gradient")
-        # where the copies are summed, else the step that updates them unsummed
-        stacks = frames_summed if frames_summed is not None else [(step[r].get("optimizer") or {}).get("stack", [])]
-        frames = tuple(_frames(stacks, script))
-        out.append(Unliftable((stage_ranks[s0], r), -1, f"{own0} (stage {s0}) and {own} (stage {s})",
-                              f"equal before the first update: a weight tied across the stages of {pp}; "
-                              f"{how}. Tied weights are not lifted (they need the model's transformer "
-                              "shape, tied_embeddings)", frames))
-    return out
+        k0, k = (summed.get(key, ([], 0))[1] for key in ((s0, own0), (s, own)))
+        counts |= {k0, k}
+        stacks.extend(summed.get((s, own), ([], 0))[0])
+        if (s0, s) == (0, last) and k0 == k:
+            continue
+        how = (f"its copies' gradients are reduced across the stages {k0} and {k} times" if k0 != k else
+               f"stages {s0} and {s} are not the first and last")
+        out.append(Unliftable((stage_ranks[s0], stage_ranks[s]), -1, f"{own0} (stage {s0}) and {own} (stage {s})",
+                              f"equal before the first update: a weight tied across the stages of {pp}; {how}, "
+                              "which no plan states (a tied embedding lives on the first and last stage)",
+                              tuple(_frames([step[stage_ranks[s]].get("optimizer", {}).get("stack", [])], script))))
+    if out or not pairs:
+        return None, out
+    (k,) = counts
+    names = ", ".join(f"{a} (stage {x}) and {b} (stage {y})" for x, a, y, b in pairs)
+    comment = (f"observed: {names} equal before the first update, their gradients "
+               + ("never summed across the stages" if k == 0 else f"all-reduced {k} time(s) over {pp}"))
+    line = None
+    if k == 0:  # each stage updates its copy with its own part of the gradient
+        line = (f"  override embedding: tie_reduce over ()  # observed: the tied copies' gradients are never summed "
+                f"across the stages of {pp}", _frames([step[stage_ranks[-1]].get("optimizer", {}).get("stack", [])],
+                                                      script))
+    elif k > 1:
+        line = (f"  override embedding: tie_reduce over ({', '.join([pp] * k)})  # observed: the tied copies' "
+                f"gradients all-reduced {k} times across the stages", _frames(stacks, script))
+    return Tie(set(), comment, line), []

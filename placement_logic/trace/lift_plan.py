@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from .lift_layout import Unliftable, _express, _frames, _group_name, _placement_axes
-from .lift_pipeline import _tied_across_stages, tied_pairs
+from .lift_pipeline import Tie, _tied_across_stages, tied_pairs
 from .lift_programs import Programs
 from .lift_render import _loss, _unobserved_loss
 from .lift_step import Axes, Step, Strategies
@@ -26,6 +26,7 @@ class Grads:
     reductions made on every accumulated micro-step (``reduce_every_microbatch``) by parameter name."""
     info: list[tuple]
     every_of: dict[str, list]
+    tie: Tie | None = None  # a weight tied across the first and last stage, lifted
 
 
 @dataclass
@@ -49,7 +50,8 @@ def gradients_pass(st: Step, ax: Axes, params: list[dict]) -> Grads:
     across: dict[int, list] = {}  # stage -> gradients reduced across the pipeline stages
     ties = tied_pairs(ax.stage_ranks, st.initial) if pipe else []
     tied = {(s, n) for s0, n0, s1, n1 in ties for s, n in ((s0, n0), (s1, n1))}
-    summed: dict[tuple, list] = {}  # tied (stage, name) -> the stacks of its reduction across the stages
+    summed: dict[tuple, tuple] = {}  # tied (stage, name) -> (the stacks of its reductions across the stages, how many)
+    tied_names: set[str] = set()
     for p in params:
         if p.get("grad") is None:
             st.notes.append(f"{p['name']}: no gradient at the optimizer step; counted in its layout's group")
@@ -60,9 +62,9 @@ def gradients_pass(st: Step, ax: Axes, params: list[dict]) -> Grads:
             numel *= d
         is_tied = bool(pipe) and (pipe.stage_of(layout, me), own) in tied
         if is_tied:
-            if pp in reds:
-                summed[(pipe.stage_of(layout, me), own)] = frames
-            reds = tuple(a for a in reds if a != pp)  # the tie is stated as unobserved, its reduction with it
+            summed[(pipe.stage_of(layout, me), own)] = (frames if pp in reds else [], reds.count(pp))
+            tied_names.add(p["name"])
+            reds = tuple(a for a in reds if a != pp)  # the tie's reduction is stated by the tie (Tie)
         elif pipe and pp in reds:
             across.setdefault(pipe.stage_of(layout, me), []).append((own, me, frames))
         cls = "split"
@@ -99,8 +101,12 @@ def gradients_pass(st: Step, ax: Axes, params: list[dict]) -> Grads:
             f" and {len(grads) - 1} more" if len(grads) > 1 else "") + f" on stage {s}",
             f"reduced across the pipeline stages over {pp} (weights shared by stages, such as a tied embedding): "
             "not lifted", tuple(frames[0] if frames else ())))
+    tie = None
     if pipe:
-        st.items.extend(_tied_across_stages(pp, ax.stage_ranks, ties, summed, st.step, st.script))
+        tie, items = _tied_across_stages(pp, ax.stage_ranks, ties, summed, st.step, st.script)
+        st.items.extend(items)
+        if tie is not None:
+            tie.names = tied_names
     for (r_reds, r_const, r), names in sorted(disagree.items(), key=lambda kv: kv[0][2]):
         mine = next(e for e in info if e[0]["name"] == names[0])
         st.items.append(Unliftable(
@@ -109,7 +115,7 @@ def gradients_pass(st: Step, ax: Axes, params: list[dict]) -> Grads:
             f"rank {r} reduces it over ({', '.join(r_reds)}) and scales it by {r_const}, rank {mine[0]['rank']} over "
             f"({', '.join(mine[2])}) by {mine[3]}: ranks that disagree are not one plan",
             tuple(st.step[r]["optimizer"].get("stack", []))))
-    return Grads(info, programs.every_of)
+    return Grads(info, programs.every_of, tie)
 
 
 def loss_pass(st: Step, ax: Axes, grads: Grads) -> Loss:
@@ -254,3 +260,26 @@ def overrides_pass(st: Step, ax: Axes, params: list[dict], strategies: Strategie
     for _axis, frames in strategies.no_regather[:1]:
         lines.append(("  override params: no_regather  # the updated optimizer shards are never sent back", frames))
     return lines + _group_lines(st, ax, strategies, loss, named)
+
+
+def tie_pass(st: Step, grads: Grads, named: list) -> str | None:
+    """The lifted tie's model comment (``tied_embeddings = true``), its override line appended to ``lines`` by the
+    caller; None where no tie was lifted. The tie states the embedding class's program: its copies must share the
+    one gradient program of every other weight (the plan's ``grads`` lines reach them), and a clipping norm's count
+    of the two copies is not read (the derivation counts the tied weight once): else it is named, not lifted."""
+    tie = grads.tie
+    if tie is None:
+        return None
+    dense = {e[0]["name"] for g, _, members in named if g == "dense" for e in members}
+    clipped = any((e[0].get("grad") or {}).get("dynamic_scales") for e in grads.info)
+    why = ("its copies' gradients go through another program than the other weights'" if len(named) != 1
+           or not tie.names <= dense else
+           "the gradients are clipped, and whether the norm counts the tied weight once or twice is not read"
+           if clipped else None)
+    if why is None:
+        return tie.comment
+    stack = tuple(st.step[st.observer].get("optimizer", {}).get("stack", []))
+    st.items.append(Unliftable((st.observer,), -1, "a weight tied across the pipeline stages",
+                               f"{tie.comment[len('observed: '):]}; {why}: not lifted", stack))
+    grads.tie = None
+    return None

@@ -90,7 +90,7 @@ def _clip(step_colls, params, layout, axes, info, tp, data_axes, script="", pp=N
 
 
 def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, step, notes, script="",
-            accum=1, pipelined=False):
+            accum=1, pipelined=False, tied=None):
     opt = step.get("optimizer", {})
     params = opt.get("params", [])
     total = sum(e[5] for _, _, members in named for e in members)
@@ -124,6 +124,8 @@ def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, 
     out.append("")
     out.append("model {")
     out.append(f"  params = {total}")
+    if tied is not None:  # a weight tied across the first and last pipeline stage (its copy counted in params)
+        out.append(f"  tied_embeddings = true  # {tied}")
     if pipelined:
         out.append(f"  microbatches = {accum}  # activations the first pipeline stage sends forward in each step")
     elif accum > 1:

@@ -381,4 +381,6 @@ class Recorder(Events, Modules, TorchDispatchMode):
             "steps": self.steps,
             "unmodelled": self.unmodelled,
             "seeds": self.seeds,
+            "asserted": self.asserted,
+            "dropouts": self.dropouts,
         }

@@ -71,6 +71,8 @@ class Modules:
         self.module_stack: list[tuple[int, dict | None, int]] = []  # (module id, layer record, first call seq)
         self.unmodelled: list[dict] = []
         self.seeds: list[dict] = []
+        self.asserted: list[dict] = []  # DTensor.from_local calls: the placements asserted, the local values
+        self.dropouts: list[dict] = []  # dropouts in forward: their input and output checksums
         self._class_of: dict[int, str] = {}
 
     @staticmethod
@@ -117,6 +119,36 @@ class Modules:
             self.seeds.append({"seed": str(seed), "step": self.current["step"] if self.current is not None else -1,
                                "stack": _user_frames()})
 
+    def note_from_local(self, local, mesh, placements) -> None:
+        """A ``DTensor.from_local`` from the user's code: the placements it asserts, the ranks of each mesh
+        dimension's group, and a checksum of this rank's local values (compared between the ranks by the lift)."""
+        import torch.distributed as dist
+
+        if len(self.asserted) >= 64:
+            return
+        groups = []
+        for i in range(mesh.ndim):
+            try:
+                groups.append([int(r) for r in dist.get_process_group_ranks(mesh.get_group(i))])
+            except (RuntimeError, ValueError, AttributeError):  # a mesh dimension without a group here
+                groups.append([])
+        mid = self.running_module()
+        self.asserted.append({"placements": [str(p) for p in placements], "groups": groups,
+                              "checksum": _sum_of(local), "phase": self.phase,
+                              "step": self.current["step"] if self.current is not None else -1,
+                              "_module": mid, "stack": _user_frames()})
+
+    def dropout_input(self, t, p, training) -> str | None:
+        """The checksum of a dropout's input where it draws a mask in a step's forward, else None."""
+        if not training or not p or self.current is None or self.phase != "forward" or len(self.dropouts) >= 64:
+            return None
+        return _sum_of(t) or ""
+
+    def note_dropout(self, before: str, out, p) -> None:
+        self.dropouts.append({"p": float(p), "input": before, "output": _sum_of(out) or "",
+                              "step": self.current["step"], "_module": self.running_module(),
+                              "stack": _user_frames()})
+
     def custom_backward(self) -> str | None:
         """The custom autograd function whose ``backward`` (user code) is running, if any."""
         f = sys._getframe(1)
@@ -148,6 +180,10 @@ class Modules:
             mid = c.pop("_module", None)
             if mid is not None:
                 c["module"] = names.get(mid, self._class_of.get(mid, "<module>"))
+        for a in self.asserted + self.dropouts:
+            mid = a.pop("_module", None)
+            if mid is not None:
+                a["module"] = names.get(mid, self._class_of.get(mid, "<module>"))
         for st in self.steps:
             for m in st.get("modules", []):
                 mid = m.pop("_id", None)

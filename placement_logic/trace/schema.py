@@ -58,7 +58,12 @@ _RANK = {"rank": (int, True), "world": (int, True), "meshes": ([_MESH], True), "
          "error": ({"message": (str, False), "file": (str, False), "line": (int, False)}, False),
          "unmodelled": ([{"what": (str, True), "detail": (str, False), "phase": (str, False), "step": (int, False),
                           "stack": ([_FRAME], True)}], False),
-         "seeds": ([{"seed": (str, True), "step": (int, False), "stack": ([_FRAME], True)}], False)}
+         "seeds": ([{"seed": (str, True), "step": (int, False), "stack": ([_FRAME], True)}], False),
+         "asserted": ([{"placements": ([str], True), "groups": ([[int]], True), "checksum": ((str, type(None)), False),
+                        "phase": (str, False), "step": (int, False), "module": (str, False),
+                        "stack": ([_FRAME], True)}], False),
+         "dropouts": ([{"p": (_NUM, False), "input": (str, True), "output": (str, True), "step": (int, False),
+                        "module": (str, False), "stack": ([_FRAME], True)}], False)}
 
 
 def _type_name(t) -> str:
