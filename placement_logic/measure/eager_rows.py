@@ -94,9 +94,9 @@ def eager_status(pred: Prediction, r: Realisation, shape: TinyShape, blocks: lis
 
 
 def _stage_of(r: Realisation, res: dict) -> str:
-    """The engine's name of a rank's pipeline stage: ``first``, ``last`` or ``interior``."""
+    """The engine's name of a rank's pipeline stage: ``first``, ``last`` or ``stage k`` between them."""
     k = res["coords"][r.pipeline_axis]
-    return "first" if k == 0 else "last" if k == r.stages - 1 else "interior"
+    return "first" if k == 0 else "last" if k == r.stages - 1 else f"stage {k}"
 
 
 def harness_in_flight(r: Realisation, m: int, rank: int) -> tuple[int, int]:
@@ -118,14 +118,15 @@ def harness_in_flight(r: Realisation, m: int, rank: int) -> tuple[int, int]:
 
 
 def stage_rows(pred: Prediction, r: Realisation, shape: TinyShape, results: list[dict]) -> list[Row]:
-    """A pipeline's saved activations under ``pytorch_eager``: each first- and last-stage rank's peak
-    of the bytes autograd keeps at once over the last step's schedule (``saved_activation_peak``)
-    against the engine's stage total (its per-microbatch terms times the microbatches it counts in
-    flight). ``match`` when every compared rank measured its stage's total; the hidden dropout and
-    the tied head kept whole are explained per microbatch in flight of the harness's schedule
-    (``harness_in_flight``); a term missing or extra, or a total that is not the terms times the
-    counts in flight, differs. Interior stages (the engine predicts the first and the last) are not
-    compared and the note says so."""
+    """A pipeline's saved activations under ``pytorch_eager``: every rank's peak of the bytes
+    autograd keeps at once over the last step's schedule (``saved_activation_peak``) against the
+    engine's total for its stage — the first, each interior one, the last — (its per-microbatch
+    terms times the microbatches it counts in flight). ``match`` when every compared rank measured
+    its stage's total; the hidden dropout and the tied head kept whole are explained per
+    microbatch in flight of the harness's schedule (``harness_in_flight``); a term missing or
+    extra, or a total that is not the terms times the counts in flight, differs. A stage the
+    engine gives no total for (none where its layers are of two kinds) is not compared and the
+    note says so."""
     if not r.pipeline_axis or pred.activation_count != EAGER or not pred.stage_activations \
             or any(res.get("saved_activation_peak") is None for res in results):
         return []
@@ -168,7 +169,7 @@ def stage_rows(pred: Prediction, r: Realisation, shape: TinyShape, results: list
             "(saved_tensors_hooks), against the engine's stage total: "
             + ", ".join(f"{name} {int(t):,} = {lm}·{layer} + {om}·{outside}" for name, (t, lm, om) in per_stage.items()))
     if skipped:
-        lead += f"; {skipped} interior-stage rank(s) not compared (the engine predicts the first and the last stage)"
+        lead += f"; {skipped} interior-stage rank(s) not compared (the engine gives no total for their stage)"
     return [Row("activations", "saved activations per stage at the schedule's peak", max(want), Fraction(max(got)),
                 status, f"{note}; {lead}" if note else lead, tuple(got) if len(set(got)) > 1 else (), mechanism,
                 tuple(want) if len(set(want)) > 1 else ())]

@@ -49,14 +49,18 @@ SCHEDULES = {"gpipe": ("gpipe", "gpipe"), "1f1b": ("one_f_one_b", "one_f_one_b")
              "interleaved": ("interleaved_1f1b", "interleaved_1f1b(v = 2)")}
 
 
-def _spec(kind: str):
+def _spec(kind: str, stages: int = 2):
     imp, use = SCHEDULES[kind]
-    return load_string(SPEC.format(imp=imp, use=use), file=f"<{kind}>")
+    text = SPEC.format(imp=imp, use=use).replace("pp = 2", f"pp = {stages}")
+    if stages == 3:  # whole layers on every stage (and chunk)
+        text = text.replace("layers = 32", "layers = 48")
+    return load_string(text, file=f"<{kind} {stages}>")
 
 
-def _prepared(kind: str) -> Prepared:
-    p = prepare(_spec(kind), "p")
+def _prepared(kind: str, stages: int = 2) -> Prepared:
+    p = prepare(_spec(kind, stages), "p", devices=stages)
     assert isinstance(p, Prepared)
+    assert p.realisation.stages == stages
     return p
 
 
@@ -137,14 +141,21 @@ def _row(p: Prepared, pred, results):
     return rows[0]
 
 
+def _stage_names(stages: int) -> list[str]:
+    return ["first"] + [f"stage {s}" for s in range(1, stages - 1)] + ["last"]
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
 @pytest.mark.parametrize("kind", ["gpipe", "1f1b", "interleaved"])
-def test_the_engine_stage_totals_are_the_hand_bytes_times_the_schedule_in_flight(kind):
-    p = _prepared(kind)
+def test_the_engine_stage_totals_are_the_hand_bytes_times_the_schedule_in_flight(kind, stages):
+    """Every stage, the interior ones included, in the order first, stage 1 … stage p − 2, last."""
+    p = _prepared(kind, stages)
     want = _hand_stages(kind, p)
-    got = dict((name, total) for name, total, _, _ in p.prediction.stage_activations)
-    assert [got["first"], got["last"]] == want
+    assert [name for name, _, _, _ in p.prediction.stage_activations] == _stage_names(stages)
+    assert [total for _, total, _, _ in p.prediction.stage_activations] == want
     row = _row(p, p.prediction, _results(want))
     assert (row.status, row.mechanism) == ("match", "")
+    assert "not compared" not in row.note
 
 
 def test_the_in_flight_counts_differ_by_schedule():
@@ -153,6 +164,8 @@ def test_the_in_flight_counts_differ_by_schedule():
     assert [_peak_in_flight(_order("1f1b", 2, 4, s), 0)[0] for s in (0, 1)] == [2, 1]
     assert [_peak_in_flight(_order("1f1b", 4, 8, s), 0)[0] for s in range(4)] == [4, 3, 2, 1]
     assert [_peak_in_flight(_order("interleaved", 2, 4, s, 2), 1) for s in (0, 1)] == [(5, 2), (3, 1)]
+    assert [_peak_in_flight(_order("gpipe", 4, 8, s), 0)[0] for s in range(4)] == [8] * 4
+    assert [_peak_in_flight(_order("interleaved", 4, 8, s, 2), 0)[0] for s in range(4)] == [11, 9, 7, 5]
 
 
 def _with_layer_terms(pred, terms):
@@ -191,11 +204,12 @@ def mutations(pred):
         yield f"{n} total + 1", dataclasses.replace(pred, stage_activations=tuple(st))
 
 
+@pytest.mark.parametrize("stages", [2, 4])
 @pytest.mark.parametrize("kind", ["gpipe", "1f1b"])
-def test_every_perturbation_differs(kind):
-    """Against what the run measures: a term removed, a count in flight off by one, a total off by a
-    byte — every one differs, none matches or is explained."""
-    p = _prepared(kind)
+def test_every_perturbation_differs(kind, stages):
+    """Against what the run measures: a term removed, a count in flight off by one (an interior
+    stage's too), a total off by a byte — every one differs, none matches or is explained."""
+    p = _prepared(kind, stages)
     real = _results(_hand_stages(kind, p))
     labels = []
     for label, wrong in mutations(p.prediction):
@@ -205,10 +219,39 @@ def test_every_perturbation_differs(kind):
     # a term removed even where the measurement coincides with the perturbed totals: still differs
     for label, wrong in mutations(p.prediction):
         if "removed" in label:
-            coincide = [int(dict((n, t) for n, t, _, _ in wrong.stage_activations)[s]) for s in ("first", "last")]
+            coincide = [int(t) for _, t, _, _ in wrong.stage_activations]
             assert _row(p, wrong, _results(coincide)).status == "differs", label
+    # each stage: the layer count ± 1, twice (total consistent, total kept), and its total + 1; the
+    # last stage's output count ± 1 besides
     assert len(labels) == len(p.prediction.activation_layer_terms) + len(p.prediction.activation_outside_terms) \
-        + 2 * 4 + 2 + 2
+        + stages * 5 + 2
+
+
+def test_an_interior_stage_counted_as_an_edge_stage_differs():
+    """1F1B over four stages: an interior stage predicted with the first stage's count (p) or the
+    last's (1) in flight, totals consistent with the count, differs from what the schedule keeps."""
+    p = _prepared("1f1b", 4)
+    real = _results(_hand_stages("1f1b", p))
+    st = p.prediction.stage_activations
+    layer = sum((v for _, v in p.prediction.activation_layer_terms), Fraction(0))
+    for j in (1, 2):
+        for lm in (st[0][2], st[-1][2]):
+            wrong = list(st)
+            wrong[j] = (st[j][0], layer * lm, lm, Fraction(0))
+            row = _row(p, dataclasses.replace(p.prediction, stage_activations=tuple(wrong)), real)
+            assert (row.status, row.mechanism) == ("differs", ""), (j, lm)
+
+
+def test_a_stage_the_prediction_lacks_is_not_compared_and_said_so():
+    """Without the interior stages' totals only the first and the last are compared, and the
+    note names the ranks left out."""
+    p = _prepared("1f1b", 4)
+    real = _results(_hand_stages("1f1b", p))
+    st = p.prediction.stage_activations
+    edges = dataclasses.replace(p.prediction, stage_activations=(st[0], st[-1]))
+    row = _row(p, edges, real)
+    assert row.status == "match"
+    assert "2 interior-stage rank(s) not compared" in row.note
 
 
 def test_no_row_without_the_convention_or_a_measured_peak():
@@ -218,6 +261,27 @@ def test_no_row_without_the_convention_or_a_measured_peak():
     assert stage_rows(other, p.realisation, p.shape, real) == []
     # a one-step run measures no peak (its schedule also runs torch's shape-inference forward)
     assert stage_rows(p.prediction, p.realisation, p.shape, _results([None, None])) == []
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_real_four_stage_pipelines_match_the_hand_count_on_every_stage():
+    """GPipe, 1F1B and interleaved 1F1B over four stages (4 ranks on gloo): each rank's peak of kept
+    saved activations, the two interior stages' included, is the hand count, and the row matches."""
+    pytest.importorskip("torch")
+    kinds = ["gpipe", "1f1b", "interleaved"]
+    reports = measure_many([(_spec(k, 4), "p") for k in kinds], devices=4, steps=2, with_checker=False)
+    seen = set()
+    for kind, rep in zip(kinds, reports):
+        rows = [r for r in rep.rows if r.quantity == "saved activations per stage at the schedule's peak"]
+        assert len(rows) == 1, (kind, [r.quantity for r in rep.rows])
+        want = _hand_stages(kind, _prepared(kind, 4))
+        assert len(set(want)) > 1 or kind == "gpipe"  # the interior stages differ from the edges
+        assert rows[0].status == "match", (kind, rows[0].note)
+        assert "not compared" not in rows[0].note, kind
+        assert list(rows[0].per_rank) == want, kind
+        seen.add(tuple(rows[0].per_rank))
+    assert len(seen) == 3  # three runs, not one report thrice
 
 
 @pytest.mark.torch
