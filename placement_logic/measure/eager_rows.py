@@ -104,8 +104,9 @@ def harness_in_flight(r: Realisation, m: int, rank: int) -> tuple[int, int]:
     ``rank``'s peak, from torch's schedule order alone (not the engine): GPipe runs every forward
     first (m); 1F1B runs p − rank − 1 warm-up forwards and one more before its first backward
     (min(m, p − rank)); interleaved 1F1B (v chunks) (v − 1)·p + 2·(p − rank − 1) warm-up forwards
-    and one more (at most m·v). The last stage keeps the output layer of every microbatch in flight
-    of its last chunk: m under GPipe, else one. None for ZeroPP (breadth-first)."""
+    and one more (at most m·v); ZeroPP, run as torch's breadth-first ``ScheduleLoopedBFS``, every
+    chunk's forwards of every microbatch before any backward (m·v). The last stage keeps the output
+    layer of every microbatch in flight of its last chunk: m under GPipe and ZeroPP, else one."""
     p, v = r.stages, r.chunks
     last = rank == p - 1
     if r.schedule == "gpipe":
@@ -114,7 +115,42 @@ def harness_in_flight(r: Realisation, m: int, rank: int) -> tuple[int, int]:
         return min(m, p - rank), int(last)
     if r.schedule == "interleaved":
         return min(m * v, (v - 1) * p + 2 * (p - rank - 1) + 1), int(last)
-    return None  # ZeroPP: torch's breadth-first order, one scheduling unit per step
+    if r.schedule == "zeropp":
+        return m * v, m if last else 0
+    return None
+
+
+def _explained_peak(r: Realisation, shape: TinyShape, compared: list[dict], got: list[int], want: list[Fraction],
+                    layer: Fraction, outside: Fraction) -> tuple[str, str, str]:
+    """A stage peak that is not the engine's stage total, explained or not. The hidden dropout and
+    the tied head kept whole add their shape-derived bytes per microbatch in flight of the
+    harness's schedule (``harness_in_flight``) to the engine's total. ZeroPP
+    (``zeropp-breadth-first``): the harness runs torch's breadth-first order, not the interleaved
+    order the engine counts, so each rank must measure the engine's per-microbatch terms (with
+    those deviations) times the breadth-first counts; the engine's own ZeroPP counts are then not
+    checked by the run, and the note says so."""
+    ld, od = layer_deviation(r, shape), outside_deviation(r, shape)
+    per_chunk = shape.layers // (r.stages * r.chunks)
+    flights = [harness_in_flight(r, shape.microbatches, res["coords"][r.pipeline_axis]) for res in compared]
+    extra_layer, extra_outside = (ld[1] if ld else 0), (od[1] if od else 0)
+    devs = "".join(f"; and {d[0]}" for d in (ld, od) if d)
+    if r.schedule == "zeropp" and None not in flights:
+        expect = [(layer + extra_layer) * f[0] * per_chunk + (outside + extra_outside) * f[1] for f in flights]
+        if got == expect:
+            return explained("zeropp-breadth-first", (
+                "the harness runs ZeroPP as torch's breadth-first ScheduleLoopedBFS (every chunk's forwards of the "
+                f"step's {shape.microbatches} microbatches before any backward: {r.chunks}·{shape.microbatches} "
+                "chunk-microbatches in flight, the last stage every microbatch's output layer), where the engine "
+                "counts the interleaved 1F1B order: each rank measured the engine's per-microbatch terms times the "
+                "breadth-first counts; the engine's own ZeroPP counts in flight are not checked by this run"
+                + devs))
+    elif None not in flights and (ld or od):
+        excess = [extra_layer * f[0] * per_chunk + extra_outside * f[1] for f in flights]
+        if all(g == w + e for g, w, e in zip(got, want, excess)):
+            dev = ld or od
+            return explained("harness-hidden-dropout" if ld else "harness-tied-head-whole",
+                             f"{dev[0]}, per microbatch in flight of the harness's schedule")
+    return "differs", "", "the stage's peak of kept saved activations differs from the engine's stage total"
 
 
 def stage_rows(pred: Prediction, r: Realisation, shape: TinyShape, results: list[dict]) -> list[Row]:
@@ -148,22 +184,7 @@ def stage_rows(pred: Prediction, r: Realisation, shape: TinyShape, results: list
     elif any(total != layer * lm + outside * om for total, lm, om in per_stage.values()):
         status, note = "differs", "a stage's total is not its terms times the microbatches the engine counts in flight"
     elif got != want:
-        ld, od = layer_deviation(r, shape), outside_deviation(r, shape)
-        excess = []
-        for res in compared:
-            k = res["coords"][r.pipeline_axis]
-            flight = harness_in_flight(r, shape.microbatches, k)
-            if flight is None or not (ld or od):
-                excess = None
-                break
-            excess.append((ld[1] * flight[0] * (shape.layers // (r.stages * r.chunks)) if ld else 0)
-                          + (od[1] * flight[1] if od else 0))
-        if excess is not None and all(g == w + e for g, w, e in zip(got, want, excess)):
-            dev = ld or od
-            status, mechanism, note = explained("harness-hidden-dropout" if ld else "harness-tied-head-whole",
-                                                f"{dev[0]}, per microbatch in flight of the harness's schedule")
-        else:
-            status, note = "differs", "the stage's peak of kept saved activations differs from the engine's stage total"
+        status, mechanism, note = _explained_peak(r, shape, compared, got, want, layer, outside)
     skipped = len(results) - len(compared)
     lead = ("the peak of the bytes autograd keeps at once over the last step's schedule, every microbatch in flight "
             "(saved_tensors_hooks), against the engine's stage total: "

@@ -78,6 +78,8 @@ def _order(kind: str, p: int, m: int, s: int, v: int = 1) -> list[tuple[str, int
     """Stage ``s``'s actions (F or B, chunk, microbatch) in the schedule's order."""
     if kind == "gpipe":
         return [("F", 0, i) for i in range(m)] + [("B", 0, i) for i in range(m)]
+    if kind == "bfs":  # breadth-first (torch's ScheduleLoopedBFS): each chunk's forwards in turn, then backwards in reverse
+        return [("F", c, i) for c in range(v) for i in range(m)] + [("B", c, i) for c in reversed(range(v)) for i in range(m)]
     if kind == "1f1b":
         warm = min(m, p - s - 1)
         out = [("F", 0, i) for i in range(warm)]
@@ -326,3 +328,103 @@ def test_the_peak_counts_kept_saved_tensors_not_surviving_buffers():
         net(buffers[2]).sum().backward()
     assert peak.peak == 2 * one
     assert peak.total == 0 and not peak.live
+
+
+# ZeroPP: the harness runs torch's breadth-first order; the engine counts the interleaved one
+
+ZEROPP = """from std.zeropp import zeropp_dp
+model {
+  transformer { hidden = 4096 layers = 32 heads = 32 ffn = 16384 vocab = 50304 }
+  seq = 2048
+  microbatch = 4
+  microbatches = 1
+  conventions { activations = pytorch_eager }
+}
+mesh { stage = 4  intra = 8  inter = 2 }
+plan z { [stage, intra, inter]: zeropp_dp(v = 2, U = 4) }
+"""
+
+
+def _zeropp() -> tuple:
+    spec = load_string(ZEROPP, file="<zeropp eager>")
+    p = prepare(spec, "z")
+    assert isinstance(p, Prepared)
+    return spec, p
+
+
+def _bfs_stages(p: Prepared) -> list[int]:
+    """Each stage's peak under the breadth-first order, from the hand bytes."""
+    layer, outside = _by_hand(p)
+    sh, r = p.shape, p.realisation
+    per_chunk = sh.layers // (r.stages * r.chunks)
+    out = []
+    for s in range(r.stages):
+        last = s == r.stages - 1
+        chunks, outs = _peak_in_flight(_order("bfs", r.stages, sh.microbatches, s, r.chunks),
+                                       r.chunks - 1 if last else None)
+        out.append(chunks * per_chunk * layer + outs * outside)
+    return out
+
+
+def _stage_results(p: Prepared, values: list[int]) -> list[dict]:
+    return [{"coords": {p.realisation.pipeline_axis: k}, "saved_activation_peak": v} for k, v in enumerate(values)]
+
+
+def test_zeropp_breadth_first_counts_explain_the_peak_with_the_engines_terms():
+    """2 stages, 2 chunks, 4 microbatches: breadth-first keeps all 8 chunk-microbatches and, on the
+    last stage, all 4 output layers (the independent order), where the engine counts interleaved
+    1F1B's 5 and 3 + 1. The hand bytes times those counts are explained, naming the schedule and
+    that the engine's ZeroPP counts are not checked; the engine's own totals match outright."""
+    _, p = _zeropp()
+    r, sh = p.realisation, p.shape
+    assert (r.schedule, r.stages, r.chunks, sh.microbatches) == ("zeropp", 2, 2, 4)
+    assert [_peak_in_flight(_order("bfs", 2, 4, s, 2), 1) for s in (0, 1)] == [(8, 4), (8, 4)]
+    bfs = _bfs_stages(p)
+    row = _row(p, p.prediction, _stage_results(p, bfs))
+    assert (row.status, row.mechanism) == ("explained", "zeropp-breadth-first"), row.note
+    assert "not checked" in row.note
+    engine = [int(t) for _, t, _, _ in p.prediction.stage_activations]
+    assert engine != bfs
+    assert _row(p, p.prediction, _stage_results(p, engine)).status == "match"
+
+
+def test_zeropp_perturbations_are_not_explained():
+    """A measured byte more, a layer or outside term removed or one byte more (the engine's totals
+    kept consistent), a breadth-first count off by one: each differs."""
+    _, p = _zeropp()
+    bfs = _bfs_stages(p)
+    real = _stage_results(p, bfs)
+    for k in range(2):
+        off = list(bfs)
+        off[k] += 1
+        assert _row(p, p.prediction, _stage_results(p, off)).status == "differs", k
+    layer, _ = _by_hand(p)
+    fewer = list(bfs)
+    fewer[0] -= layer  # one chunk-microbatch less on the first stage
+    assert _row(p, p.prediction, _stage_results(p, fewer)).status == "differs"
+    for label, wrong in mutations(p.prediction):
+        if "removed" in label:
+            assert _row(p, wrong, real).status == "differs", label
+    terms = list(p.prediction.activation_layer_terms)
+    for i, (name, v) in enumerate(terms):
+        bumped = terms[:i] + [(name, v + 1)] + terms[i + 1:]
+        assert _row(p, _with_layer_terms(p.prediction, bumped), real).status == "differs", name
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_real_zeropp_run_is_the_breadth_first_count():
+    """ZeroPP on 8 ranks (stage × intra × inter, gloo): every rank's peak is its stage's hand bytes
+    times the breadth-first counts, and the row is explained by ``zeropp-breadth-first``."""
+    pytest.importorskip("torch")
+    spec, p = _zeropp()
+    (rep,) = measure_many([(spec, "z")], steps=2, with_checker=False)
+    rows = [r for r in rep.rows if r.quantity == "saved activations per stage at the schedule's peak"]
+    assert len(rows) == 1, [r.quantity for r in rep.rows]
+    assert (rows[0].status, rows[0].mechanism) == ("explained", "zeropp-breadth-first"), rows[0].note
+    bfs = _bfs_stages(p)
+    stage_axis = p.realisation.pipeline_axis
+    per_rank = list(rows[0].per_rank) or [int(rows[0].measured)] * p.realisation.world
+    # every rank of a stage measured that stage's count (ranks are row-major over stage, intra, inter)
+    inner = p.realisation.world // p.realisation.sizes[stage_axis]
+    assert per_rank == [bfs[k // inner] for k in range(p.realisation.world)]
