@@ -137,13 +137,16 @@ def _explained_peak(r: Realisation, shape: TinyShape, compared: list[dict], got:
     if r.schedule == "zeropp" and None not in flights:
         expect = [(layer + extra_layer) * f[0] * per_chunk + (outside + extra_outside) * f[1] for f in flights]
         if got == expect:
-            return explained("zeropp-breadth-first", (
+            also = "".join(f" + {name}" for name, d in (("harness-hidden-dropout", ld), ("harness-tied-head-whole", od))
+                           if d)
+            status, mechanism, note = explained("zeropp-breadth-first", (
                 "the harness runs ZeroPP as torch's breadth-first ScheduleLoopedBFS (every chunk's forwards of the "
                 f"step's {shape.microbatches} microbatches before any backward: {r.chunks}·{shape.microbatches} "
                 "chunk-microbatches in flight, the last stage every microbatch's output layer), where the engine "
                 "counts the interleaved 1F1B order: each rank measured the engine's per-microbatch terms times the "
                 "breadth-first counts; the engine's own ZeroPP counts in flight are not checked by this run"
                 + devs))
+            return status, mechanism + also, note
     elif None not in flights and (ld or od):
         excess = [extra_layer * f[0] * per_chunk + extra_outside * f[1] for f in flights]
         if all(g == w + e for g, w, e in zip(got, want, excess)):
@@ -159,8 +162,9 @@ def stage_rows(pred: Prediction, r: Realisation, shape: TinyShape, results: list
     engine's total for its stage — the first, each interior one, the last — (its per-microbatch
     terms times the microbatches it counts in flight). ``match`` when every compared rank measured
     its stage's total; the hidden dropout and the tied head kept whole are explained per
-    microbatch in flight of the harness's schedule (``harness_in_flight``); a term missing or
-    extra, or a total that is not the terms times the counts in flight, differs. A stage the
+    microbatch in flight of the harness's schedule (``harness_in_flight``), and ZeroPP's
+    breadth-first order as ``_explained_peak`` states; a term missing or extra, or a total that is
+    not the terms times the counts in flight, differs. A stage the
     engine gives no total for (none where its layers are of two kinds) is not compared and the
     note says so."""
     if not r.pipeline_axis or pred.activation_count != EAGER or not pred.stage_activations \

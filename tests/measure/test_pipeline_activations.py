@@ -428,3 +428,19 @@ def test_real_zeropp_run_is_the_breadth_first_count():
     # every rank of a stage measured that stage's count (ranks are row-major over stage, intra, inter)
     inner = p.realisation.world // p.realisation.sizes[stage_axis]
     assert per_rank == [bfs[k // inner] for k in range(p.realisation.world)]
+
+
+def test_zeropp_with_the_hidden_dropout_names_both_mechanisms():
+    """A run that also keeps the hidden dropout's two fp32 h-wide masks per block (hand: 2·N·h·4 B
+    per block and microbatch): the breadth-first counts times the terms and the masks explain it,
+    naming both; without the masks' bytes it differs."""
+    _, p = _zeropp()
+    r = dataclasses.replace(p.realisation, dropout="same")
+    sh = p.shape
+    masks = 2 * sh.seq * sh.microbatch * sh.hidden * 4
+    per_chunk = sh.layers // (r.stages * r.chunks)
+    with_masks = [b + masks * 8 * per_chunk for b in _bfs_stages(p)]  # 8 chunk-microbatches on each stage
+    rows = stage_rows(p.prediction, r, sh, _stage_results(p, with_masks))
+    assert (rows[0].status, rows[0].mechanism) == ("explained", "zeropp-breadth-first + harness-hidden-dropout")
+    rows = stage_rows(p.prediction, r, sh, _stage_results(p, _bfs_stages(p)))
+    assert rows[0].status == "differs"
