@@ -20,7 +20,7 @@ import sympy
 
 from placement_logic import costs, ir
 from placement_logic.costreport import build, jsonout, markdown, text
-from placement_logic.costs.activations import Layout, activations, in_flight
+from placement_logic.costs.activations import Layout, activations, in_flight, interior_in_flight, interior_stage
 from placement_logic.costs.sizes import shape_of
 from placement_logic.costs.symbolic import symbol
 from placement_logic.frontend.loader import load_string
@@ -125,12 +125,17 @@ def test_simulator_counts_known_cases():
 m_ = symbol("m")
 
 
-def _engine(kind: ir.ScheduleKind, p: int, m: int, v: int = 1, U: int = 1):
+def _shape_and_layout(kind: ir.ScheduleKind, p: int, v: int = 1, U: int = 1):
     tr = ir.TransformerShape(hidden=ir.Sym("h"), layers=ir.Sym("L"), heads=ir.Sym("a"), kv_heads=ir.Sym("a"),
                         ffn=ir.Sym("f"), vocab=ir.Sym("V"))
     sh = shape_of(model(None, seq=ir.Sym("s"), mb=ir.Sym("b"), m=ir.Sym("m"), transformer=tr))
     lay = Layout(t=sympy.Integer(1), c=sympy.Integer(1), p=sympy.Integer(p), v=sympy.Integer(v),
                  U=sympy.Integer(U), schedule=kind, sp=False, recompute=ir.Recompute.NONE, flash=False)
+    return sh, lay
+
+
+def _engine(kind: ir.ScheduleKind, p: int, m: int, v: int = 1, U: int = 1):
+    sh, lay = _shape_and_layout(kind, p, v, U)
     fl = in_flight(sh, lay)
     sub = {m_: m}
     return {stage: (f.chunks.subs(sub), f.embedding.subs(sub), f.output.subs(sub), f.layers_per_chunk)
@@ -162,6 +167,56 @@ def test_interleaved_in_flight_matches_simulation(p, m, v):
     assert (first[0], first[1]) == (sim[0][0], sim[0][1])
     assert (last[0], last[2]) == (sim[-1][0], sim[-1][2])
     assert first[3] == symbol("L") / (p * v)
+
+
+def _interior(kind: ir.ScheduleKind, p: int, m: int, v: int = 1):
+    """The engine's (chunks, embedding, output, layers per chunk) of every interior stage 1 … p − 2."""
+    sh, lay = _shape_and_layout(kind, p, v)
+    sub = {m_: m}
+    out = []
+    for r in range(1, p - 1):
+        f = interior_in_flight(sh, lay, sympy.Integer(r))
+        out.append((f.chunks.subs(sub), f.embedding, f.output, f.layers_per_chunk))
+    return out
+
+
+@pytest.mark.parametrize("p,m", GRID_1F1B)
+@pytest.mark.parametrize("kind", ["gpipe", "1f1b"])
+def test_interior_in_flight_matches_simulation(kind, p, m):
+    """Every stage between the first and the last: the simulator's count, no embedding mask and no
+    output layer (1F1B stage r keeps min(p − r, m), GPipe m)."""
+    sim = run_and_count(schedule_orders(kind, p, m), p, 1)
+    eng = _interior(ir.ScheduleKind.GPIPE if kind == "gpipe" else ir.ScheduleKind.ONE_F_ONE_B, p, m)
+    assert [e[0] for e in eng] == [c_[0] for c_ in sim[1:-1]]
+    assert all(e[1] == e[2] == 0 and e[3] == symbol("L") / p for e in eng)
+
+
+@pytest.mark.parametrize("p,m,v", GRID_INTERLEAVED)
+def test_interior_interleaved_in_flight_matches_simulation(p, m, v):
+    sim = run_and_count(schedule_orders("interleaved", p, m, v), p, v)
+    eng = _interior(ir.ScheduleKind.INTERLEAVED, p, m, v)
+    assert [e[0] for e in eng] == [c_[0] for c_ in sim[1:-1]]
+    assert all(e[1] == e[2] == 0 and e[3] == symbol("L") / (p * v) for e in eng)
+
+
+def test_the_interior_formula_gives_the_edge_stages_counts_at_its_ends():
+    """At r = 0 and r = p − 1 the interior formula's chunk count is the first and the last stage's
+    (the same schedule order; only the embedding and output terms are the edges' own)."""
+    for kind, v in ((ir.ScheduleKind.GPIPE, 1), (ir.ScheduleKind.ONE_F_ONE_B, 1), (ir.ScheduleKind.INTERLEAVED, 2)):
+        for p in (2, 3, 4):
+            sh, lay = _shape_and_layout(kind, p, v)
+            edges = in_flight(sh, lay)
+            sub = {m_: 3 * p}
+            assert interior_in_flight(sh, lay, sympy.Integer(0)).chunks.subs(sub) == edges["first"].chunks.subs(sub)
+            assert interior_in_flight(sh, lay, sympy.Integer(p - 1)).chunks.subs(sub) == edges["last"].chunks.subs(sub)
+
+
+def test_an_interior_stage_keeps_its_layers_only():
+    sh, lay = _shape_and_layout(ir.ScheduleKind.ONE_F_ONE_B, 4, 1)
+    st = interior_stage(sh, lay, sympy.Integer(1))
+    acts = activations(sh, lay)
+    assert st.embedding == st.output == 0
+    assert sympy.simplify(st.total - st.in_flight.chunks * (symbol("L") / 4) * acts.per_layer) == 0
 
 
 @pytest.mark.parametrize("U", [1, 2, 4, 8])

@@ -38,6 +38,9 @@ in chunk-microbatches (docs/costs.md derives them from each schedule's order):
                     2·(p − r − 1) + (v − 1)·p forwards on stage r, then one more before its
                     first backward); the first stage's chunk 0 holds min(m, 2p) microbatches
                     (min(m, 2p − 1) when v = 1), the last stage's last chunk one.
+An interior stage s (``interior_stage``, asked for by index) keeps GPipe's m, 1F1B's
+min(m, p − s), interleaved 1F1B's min(m·v, (v − 1)·p + 2·(p − s − 1) + 1) chunk-microbatches
+and no embedding or output layer; the peak over stages is the first's or the last's.
 """
 
 from __future__ import annotations
@@ -237,6 +240,35 @@ def in_flight(sh: Shape, lay: Layout) -> dict[str, InFlight]:
     last = (v - 1) * p + 1
     chunk0 = extremum(sympy.Min, m, 2 * p - 1) if v == 1 else extremum(sympy.Min, m, 2 * p)
     return {FIRST: InFlight(first, L / (p * v), chunk0, zero), LAST: InFlight(last, L / (p * v), zero, one)}
+
+
+def interior_in_flight(sh: Shape, lay: Layout, s: sympy.Expr) -> InFlight:
+    """What interior stage ``s`` (0 < s < p − 1) keeps at its peak, from the same schedule orders as
+    ``in_flight`` (m ≥ p): GPipe m; 1F1B min(m, p − s) (p − s − 1 warm-up forwards and one more
+    before its first backward); interleaved 1F1B and ZeroPP min(m·v, (v − 1)·p + 2·(p − s − 1) + 1).
+    An interior stage holds neither the embedding nor the output layer. At s = 0 and s = p − 1 the
+    chunk counts are ``in_flight``'s first and last stage's."""
+    L, p, v, m = sh.L, lay.p, lay.v, sh.m
+    zero = sympy.Integer(0)
+    k = lay.schedule
+    if k is ir.ScheduleKind.GPIPE:
+        return InFlight(m, L / p, zero, zero)
+    if k is ir.ScheduleKind.ONE_F_ONE_B:
+        return InFlight(extremum(sympy.Min, m, p - s), L / p, zero, zero)
+    return InFlight(extremum(sympy.Min, m * v, (v - 1) * p + 2 * (p - s - 1) + 1), L / (p * v), zero, zero)
+
+
+def interior_stage(sh: Shape, lay: Layout, s: sympy.Expr) -> StageActivations | None:
+    """Interior stage ``s``'s kept activations: its layer-microbatches in flight
+    (``interior_in_flight``) times the per-layer bytes; None without a pipeline, without a shape
+    or where the layers are of two kinds (dense and MoE: which of them a stage holds is counted
+    for the first and the last stage only)."""
+    if not sh.has_shape or not has_pipeline(lay) or _moe_layers(sh) is not None:
+        return None
+    f = interior_in_flight(sh, lay, s)
+    zero = sympy.Integer(0)
+    per = per_layer(sh, lay, lay.recompute, lay.flash) * sh.allowance
+    return StageActivations(f"stage {s}", f, f.layer_microbatches * per, zero, zero)
 
 
 def embedding_mask(sh: Shape, lay: Layout) -> sympy.Expr:

@@ -94,9 +94,9 @@ def eager_status(pred: Prediction, r: Realisation, shape: TinyShape, blocks: lis
 
 
 def _stage_of(r: Realisation, res: dict) -> str:
-    """The engine's name of a rank's pipeline stage: ``first``, ``last`` or ``interior``."""
+    """The engine's name of a rank's pipeline stage: ``first``, ``last`` or ``stage k`` between them."""
     k = res["coords"][r.pipeline_axis]
-    return "first" if k == 0 else "last" if k == r.stages - 1 else "interior"
+    return "first" if k == 0 else "last" if k == r.stages - 1 else f"stage {k}"
 
 
 def harness_in_flight(r: Realisation, m: int, rank: int) -> tuple[int, int]:
@@ -104,8 +104,9 @@ def harness_in_flight(r: Realisation, m: int, rank: int) -> tuple[int, int]:
     ``rank``'s peak, from torch's schedule order alone (not the engine): GPipe runs every forward
     first (m); 1F1B runs p − rank − 1 warm-up forwards and one more before its first backward
     (min(m, p − rank)); interleaved 1F1B (v chunks) (v − 1)·p + 2·(p − rank − 1) warm-up forwards
-    and one more (at most m·v). The last stage keeps the output layer of every microbatch in flight
-    of its last chunk: m under GPipe, else one. None for ZeroPP (breadth-first)."""
+    and one more (at most m·v); ZeroPP, run as torch's breadth-first ``ScheduleLoopedBFS``, every
+    chunk's forwards of every microbatch before any backward (m·v). The last stage keeps the output
+    layer of every microbatch in flight of its last chunk: m under GPipe and ZeroPP, else one."""
     p, v = r.stages, r.chunks
     last = rank == p - 1
     if r.schedule == "gpipe":
@@ -114,18 +115,58 @@ def harness_in_flight(r: Realisation, m: int, rank: int) -> tuple[int, int]:
         return min(m, p - rank), int(last)
     if r.schedule == "interleaved":
         return min(m * v, (v - 1) * p + 2 * (p - rank - 1) + 1), int(last)
-    return None  # ZeroPP: torch's breadth-first order, one scheduling unit per step
+    if r.schedule == "zeropp":
+        return m * v, m if last else 0
+    return None
+
+
+def _explained_peak(r: Realisation, shape: TinyShape, compared: list[dict], got: list[int], want: list[Fraction],
+                    layer: Fraction, outside: Fraction) -> tuple[str, str, str]:
+    """A stage peak that is not the engine's stage total, explained or not. The hidden dropout and
+    the tied head kept whole add their shape-derived bytes per microbatch in flight of the
+    harness's schedule (``harness_in_flight``) to the engine's total. ZeroPP
+    (``zeropp-breadth-first``): the harness runs torch's breadth-first order, not the interleaved
+    order the engine counts, so each rank must measure the engine's per-microbatch terms (with
+    those deviations) times the breadth-first counts; the engine's own ZeroPP counts are then not
+    checked by the run, and the note says so."""
+    ld, od = layer_deviation(r, shape), outside_deviation(r, shape)
+    per_chunk = shape.layers // (r.stages * r.chunks)
+    flights = [harness_in_flight(r, shape.microbatches, res["coords"][r.pipeline_axis]) for res in compared]
+    extra_layer, extra_outside = (ld[1] if ld else 0), (od[1] if od else 0)
+    devs = "".join(f"; and {d[0]}" for d in (ld, od) if d)
+    if r.schedule == "zeropp" and None not in flights:
+        expect = [(layer + extra_layer) * f[0] * per_chunk + (outside + extra_outside) * f[1] for f in flights]
+        if got == expect:
+            also = "".join(f" + {name}" for name, d in (("harness-hidden-dropout", ld), ("harness-tied-head-whole", od))
+                           if d)
+            status, mechanism, note = explained("zeropp-breadth-first", (
+                "the harness runs ZeroPP as torch's breadth-first ScheduleLoopedBFS (every chunk's forwards of the "
+                f"step's {shape.microbatches} microbatches before any backward: {r.chunks}·{shape.microbatches} "
+                "chunk-microbatches in flight, the last stage every microbatch's output layer), where the engine "
+                "counts the interleaved 1F1B order: each rank measured the engine's per-microbatch terms times the "
+                "breadth-first counts; the engine's own ZeroPP counts in flight are not checked by this run"
+                + devs))
+            return status, mechanism + also, note
+    elif None not in flights and (ld or od):
+        excess = [extra_layer * f[0] * per_chunk + extra_outside * f[1] for f in flights]
+        if all(g == w + e for g, w, e in zip(got, want, excess)):
+            dev = ld or od
+            return explained("harness-hidden-dropout" if ld else "harness-tied-head-whole",
+                             f"{dev[0]}, per microbatch in flight of the harness's schedule")
+    return "differs", "", "the stage's peak of kept saved activations differs from the engine's stage total"
 
 
 def stage_rows(pred: Prediction, r: Realisation, shape: TinyShape, results: list[dict]) -> list[Row]:
-    """A pipeline's saved activations under ``pytorch_eager``: each first- and last-stage rank's peak
-    of the bytes autograd keeps at once over the last step's schedule (``saved_activation_peak``)
-    against the engine's stage total (its per-microbatch terms times the microbatches it counts in
-    flight). ``match`` when every compared rank measured its stage's total; the hidden dropout and
-    the tied head kept whole are explained per microbatch in flight of the harness's schedule
-    (``harness_in_flight``); a term missing or extra, or a total that is not the terms times the
-    counts in flight, differs. Interior stages (the engine predicts the first and the last) are not
-    compared and the note says so."""
+    """A pipeline's saved activations under ``pytorch_eager``: every rank's peak of the bytes
+    autograd keeps at once over the last step's schedule (``saved_activation_peak``) against the
+    engine's total for its stage — the first, each interior one, the last — (its per-microbatch
+    terms times the microbatches it counts in flight). ``match`` when every compared rank measured
+    its stage's total; the hidden dropout and the tied head kept whole are explained per
+    microbatch in flight of the harness's schedule (``harness_in_flight``), and ZeroPP's
+    breadth-first order as ``_explained_peak`` states; a term missing or extra, or a total that is
+    not the terms times the counts in flight, differs. A stage the
+    engine gives no total for (none where its layers are of two kinds) is not compared and the
+    note says so."""
     if not r.pipeline_axis or pred.activation_count != EAGER or not pred.stage_activations \
             or any(res.get("saved_activation_peak") is None for res in results):
         return []
@@ -147,28 +188,13 @@ def stage_rows(pred: Prediction, r: Realisation, shape: TinyShape, results: list
     elif any(total != layer * lm + outside * om for total, lm, om in per_stage.values()):
         status, note = "differs", "a stage's total is not its terms times the microbatches the engine counts in flight"
     elif got != want:
-        ld, od = layer_deviation(r, shape), outside_deviation(r, shape)
-        excess = []
-        for res in compared:
-            k = res["coords"][r.pipeline_axis]
-            flight = harness_in_flight(r, shape.microbatches, k)
-            if flight is None or not (ld or od):
-                excess = None
-                break
-            excess.append((ld[1] * flight[0] * (shape.layers // (r.stages * r.chunks)) if ld else 0)
-                          + (od[1] * flight[1] if od else 0))
-        if excess is not None and all(g == w + e for g, w, e in zip(got, want, excess)):
-            dev = ld or od
-            status, mechanism, note = explained("harness-hidden-dropout" if ld else "harness-tied-head-whole",
-                                                f"{dev[0]}, per microbatch in flight of the harness's schedule")
-        else:
-            status, note = "differs", "the stage's peak of kept saved activations differs from the engine's stage total"
+        status, mechanism, note = _explained_peak(r, shape, compared, got, want, layer, outside)
     skipped = len(results) - len(compared)
     lead = ("the peak of the bytes autograd keeps at once over the last step's schedule, every microbatch in flight "
             "(saved_tensors_hooks), against the engine's stage total: "
             + ", ".join(f"{name} {int(t):,} = {lm}·{layer} + {om}·{outside}" for name, (t, lm, om) in per_stage.items()))
     if skipped:
-        lead += f"; {skipped} interior-stage rank(s) not compared (the engine predicts the first and the last stage)"
+        lead += f"; {skipped} interior-stage rank(s) not compared (the engine gives no total for their stage)"
     return [Row("activations", "saved activations per stage at the schedule's peak", max(want), Fraction(max(got)),
                 status, f"{note}; {lead}" if note else lead, tuple(got) if len(set(got)) > 1 else (), mechanism,
                 tuple(want) if len(set(want)) > 1 else ())]

@@ -55,6 +55,9 @@ MECHANISMS = {
                               "two h-wide masks per block in the activations' dtype",
     "harness-tied-head-whole": "under the pytorch_eager count, with tied embeddings under tensor parallelism the "
                                "harness keeps the head whole: the loss's fp32 log-softmax is V wide, not V/t",
+    "zeropp-breadth-first": "under the pytorch_eager count, the harness runs ZeroPP as torch's breadth-first "
+                            "schedule (every chunk-microbatch of the step in flight), not the interleaved 1F1B "
+                            "order the engine counts; the engine's per-microbatch terms are checked, its counts not",
     "sp-input-regather": "under sequence parallelism Megatron-LM all-gathers the column-parallel inputs again in "
                          "backward for the weight gradients (2 per layer and microbatch, and the head's); DTensor "
                          "keeps the gathered input",

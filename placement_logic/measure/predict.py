@@ -64,7 +64,7 @@ class Prediction:
     flash_attention: bool = False
     # the spec's activation count (``conventions { activations = ... }``; not a figure)
     activation_count: str = "shape"
-    # with a pipeline, per stage the engine gives ("first", "last"): its saved-activation total at
+    # with a pipeline, per stage ("first", "stage 1" … "stage p−2" between them, "last"): its saved-activation total at
     # the schedule's peak, the layer-microbatches (chunk-microbatches times layers per chunk) and the
     # microbatches of the output layer it counts in flight; the per-microbatch terms are
     # ``activation_layer_terms`` and ``activation_outside_terms``
@@ -134,6 +134,25 @@ def _number(expr, subs: dict) -> Fraction:
     return Fraction(int(value.p), int(value.q))
 
 
+def _interior_stages(pc, subs: dict) -> tuple[tuple[str, Fraction, Fraction, Fraction], ...]:
+    """Every interior stage's (``stage s``, total, layer-microbatches, output microbatches) at the
+    run's pipeline size (``costs.activations.interior_stage``); () where the engine gives none."""
+    from ..costs.activations import interior_stage
+
+    try:
+        p = _number(pc.layout.p, subs)
+    except UnboundPrediction:
+        return ()
+    out = []
+    for s in range(1, int(p) - 1):
+        st = interior_stage(pc.shape, pc.layout, sympy.Integer(s))
+        if st is None:
+            return ()
+        out.append((st.stage, _number(st.total, subs), _number(st.in_flight.layer_microbatches, subs),
+                    _number(st.in_flight.output, subs)))
+    return tuple(out)
+
+
 def predict(spec: ir.Spec, plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, int], optimizer: str,
             widths: Mapping[str, Fraction] | None = None) -> Prediction:
     """The engine's prediction at ``widths`` (``realise.widths_of`` of the run's realisation;
@@ -196,6 +215,7 @@ def predict(spec: ir.Spec, plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, 
         outside_terms = tuple((name, _number(x, subs)) for name, x in named_outside)
         stage_acts = tuple((st.stage, _number(st.total, subs), _number(st.in_flight.layer_microbatches, subs),
                             _number(st.in_flight.output, subs)) for st in act.stages)
+        stage_acts = stage_acts[:1] + _interior_stages(pc, subs) + stage_acts[1:]
     try:
         device_peak = _number(pc.memory.device_total, subs)
     except UnboundPrediction:

@@ -82,8 +82,11 @@ def divisor_given(plan: ir.Plan) -> bool:
 def offload(d: Draft) -> None:
     for p in d.plan.placements:
         if p.offloaded:
-            d.reasons.append(f"{p.state.value} is offloaded to {p.residency.value}: CPU runs have no separate device "
-                             "memory to offload from")
+            # not realised on any device: the harness moves no state to the host (on CUDA it could
+            # be; on the CPU, the local launcher's device, an offload is indistinguishable)
+            d.reasons.append(f"{p.state.value} is offloaded to {p.residency.value}: not realised, the harness keeps "
+                             "every state on the device the run computes on (a CPU run has no separate device "
+                             "memory to offload from)")
 
 
 def schedule(d: Draft) -> None:

@@ -126,41 +126,41 @@ def measure_many(items: list[tuple[ir.Spec, str]], devices: int | None = None, s
 
     if steps < 1:
         raise DiagnosticError([Diagnostic(Code.BAD_STEPS, f"--steps {steps}: at least one step is needed")])
-    reports: dict[tuple[str, str], MeasureReport] = {}
-    prepared: dict[int, list[tuple[ir.Spec, Prepared]]] = {}
-    for spec, name in items:
+    reports: dict[int, MeasureReport] = {}  # by the item's index: two specs may share a file name
+    prepared: dict[int, list[tuple[int, ir.Spec, Prepared]]] = {}
+    for i, (spec, name) in enumerate(items):
         tick(0, f"preparing {name}")
         muon = _matrix_wise(spec, name, devices, steps, with_checker, pinned)
         if muon is not None:
-            reports[spec.file, name] = muon
+            reports[i] = muon
             tick(2, f"{name} done")
             continue
         p = prepare(spec, name, devices, steps, pinned)
         if isinstance(p, MeasureReport):
-            reports[spec.file, name] = p
+            reports[i] = p
             tick(2, f"{name}: not realisable" if not p.implementation else f"{name}: no prediction")
         else:
-            prepared.setdefault(p.realisation.world, []).append((spec, p))
+            prepared.setdefault(p.realisation.world, []).append((i, spec, p))
             tick(1, f"{name} prepared")
     if prepared:
         require_torch()
     for world, group in prepared.items():
-        jobs = [Job(f"job{i}", p.realisation, p.shape, steps) for i, (_, p) in enumerate(group)]
-        tick(0, f"running {world} ranks: " + ", ".join(p.plan.name for _, p in group))
+        jobs = [Job(f"job{i}", p.realisation, p.shape, steps) for i, (_, _, p) in enumerate(group)]
+        tick(0, f"running {world} ranks: " + ", ".join(p.plan.name for _, _, p in group))
         try:
             results = launcher(jobs, world)
         except LaunchError as exc:
-            for spec, p in group:
-                reports[spec.file, p.plan.name] = MeasureReport(
+            for i, spec, p in group:
+                reports[i] = MeasureReport(
                     spec.file, p.plan.name, Outcome.FAILED, p.realisation.mesh, steps,
                     implementation=p.realisation.implementation, reasons=(str(exc),))
             tick(len(group), "launch failed")
             continue
-        for job, (spec, p) in zip(jobs, group):
+        for job, (i, spec, p) in zip(jobs, group):
             tick(0, f"comparing {p.plan.name}")
-            reports[spec.file, p.plan.name] = _report(spec, p, results[job.key], steps, with_checker)
+            reports[i] = _report(spec, p, results[job.key], steps, with_checker)
             tick(1, f"{p.plan.name} done")
-    return [reports[spec.file, name] for spec, name in items]
+    return [reports[i] for i in range(len(items))]
 
 
 def _matrix_wise(spec: ir.Spec, name: str, devices: int | None, steps: int, with_checker: bool,

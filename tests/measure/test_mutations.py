@@ -332,6 +332,34 @@ def _splitting_engine_differs(runs):
     assert seen >= 4 and "tp_tied" in runs
 
 
+def _own_rows(c) -> set[str]:
+    """The rows a predicted collective is compared in: its (kind, axes) row, or for a transfer the
+    rows of what is sent and what is received in its phase."""
+    where = "×".join(c.axes) or "one rank"
+    kinds = [f"p2p {way}, {c.phase}" for way in ("sent", "received")] if c.kind == "p2p" else [c.kind]
+    return {f"{k} over {where}, buffer bytes per step" for k in kinds}
+
+
+@pytest.mark.slow
+def test_a_call_count_perturbation_makes_that_collectives_own_row_differ(runs):
+    """Per collective, not only somewhere in the report: each predicted collective of every run
+    given twice the calls of half the size (or half the calls of twice the size), its total kept,
+    leaves its own row (or both of a transfer's rows) ``differs`` — never matched, never explained."""
+    survivors, total = [], 0
+    for name, (p, results) in runs.items():
+        for i, c in enumerate(p.prediction.collectives):
+            for label, calls in (("twice the calls", c.calls * 2), ("half the calls", c.calls / 2)):
+                if label == "half the calls" and c.calls <= 1:
+                    continue
+                total += 1
+                rows, _ = compare(_with_collective(p.prediction, i, calls=calls), p.realisation, results, p.shape)
+                own = [row for row in rows if row.quantity in _own_rows(c)]
+                if len(own) != len(_own_rows(c)) or any(row.status != "differs" for row in own):
+                    survivors.append(f"{name}: {c.kind} over {c.axes} ({c.phase}) {label}")
+    assert total > 100
+    assert survivors == []
+
+
 @pytest.mark.slow
 def test_twice_the_calls_of_half_the_size_is_named_in_the_row(runs):
     """A prediction with the right total in twice the calls: the row differs and says why."""

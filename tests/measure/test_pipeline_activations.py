@@ -49,14 +49,18 @@ SCHEDULES = {"gpipe": ("gpipe", "gpipe"), "1f1b": ("one_f_one_b", "one_f_one_b")
              "interleaved": ("interleaved_1f1b", "interleaved_1f1b(v = 2)")}
 
 
-def _spec(kind: str):
+def _spec(kind: str, stages: int = 2):
     imp, use = SCHEDULES[kind]
-    return load_string(SPEC.format(imp=imp, use=use), file=f"<{kind}>")
+    text = SPEC.format(imp=imp, use=use).replace("pp = 2", f"pp = {stages}")
+    if stages == 3:  # whole layers on every stage (and chunk)
+        text = text.replace("layers = 32", "layers = 48")
+    return load_string(text, file=f"<{kind} {stages}>")
 
 
-def _prepared(kind: str) -> Prepared:
-    p = prepare(_spec(kind), "p")
+def _prepared(kind: str, stages: int = 2) -> Prepared:
+    p = prepare(_spec(kind, stages), "p", devices=stages)
     assert isinstance(p, Prepared)
+    assert p.realisation.stages == stages
     return p
 
 
@@ -74,6 +78,8 @@ def _order(kind: str, p: int, m: int, s: int, v: int = 1) -> list[tuple[str, int
     """Stage ``s``'s actions (F or B, chunk, microbatch) in the schedule's order."""
     if kind == "gpipe":
         return [("F", 0, i) for i in range(m)] + [("B", 0, i) for i in range(m)]
+    if kind == "bfs":  # breadth-first (torch's ScheduleLoopedBFS): each chunk's forwards in turn, then backwards in reverse
+        return [("F", c, i) for c in range(v) for i in range(m)] + [("B", c, i) for c in reversed(range(v)) for i in range(m)]
     if kind == "1f1b":
         warm = min(m, p - s - 1)
         out = [("F", 0, i) for i in range(warm)]
@@ -137,14 +143,21 @@ def _row(p: Prepared, pred, results):
     return rows[0]
 
 
+def _stage_names(stages: int) -> list[str]:
+    return ["first"] + [f"stage {s}" for s in range(1, stages - 1)] + ["last"]
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
 @pytest.mark.parametrize("kind", ["gpipe", "1f1b", "interleaved"])
-def test_the_engine_stage_totals_are_the_hand_bytes_times_the_schedule_in_flight(kind):
-    p = _prepared(kind)
+def test_the_engine_stage_totals_are_the_hand_bytes_times_the_schedule_in_flight(kind, stages):
+    """Every stage, the interior ones included, in the order first, stage 1 … stage p − 2, last."""
+    p = _prepared(kind, stages)
     want = _hand_stages(kind, p)
-    got = dict((name, total) for name, total, _, _ in p.prediction.stage_activations)
-    assert [got["first"], got["last"]] == want
+    assert [name for name, _, _, _ in p.prediction.stage_activations] == _stage_names(stages)
+    assert [total for _, total, _, _ in p.prediction.stage_activations] == want
     row = _row(p, p.prediction, _results(want))
     assert (row.status, row.mechanism) == ("match", "")
+    assert "not compared" not in row.note
 
 
 def test_the_in_flight_counts_differ_by_schedule():
@@ -153,6 +166,8 @@ def test_the_in_flight_counts_differ_by_schedule():
     assert [_peak_in_flight(_order("1f1b", 2, 4, s), 0)[0] for s in (0, 1)] == [2, 1]
     assert [_peak_in_flight(_order("1f1b", 4, 8, s), 0)[0] for s in range(4)] == [4, 3, 2, 1]
     assert [_peak_in_flight(_order("interleaved", 2, 4, s, 2), 1) for s in (0, 1)] == [(5, 2), (3, 1)]
+    assert [_peak_in_flight(_order("gpipe", 4, 8, s), 0)[0] for s in range(4)] == [8] * 4
+    assert [_peak_in_flight(_order("interleaved", 4, 8, s, 2), 0)[0] for s in range(4)] == [11, 9, 7, 5]
 
 
 def _with_layer_terms(pred, terms):
@@ -191,11 +206,12 @@ def mutations(pred):
         yield f"{n} total + 1", dataclasses.replace(pred, stage_activations=tuple(st))
 
 
+@pytest.mark.parametrize("stages", [2, 4])
 @pytest.mark.parametrize("kind", ["gpipe", "1f1b"])
-def test_every_perturbation_differs(kind):
-    """Against what the run measures: a term removed, a count in flight off by one, a total off by a
-    byte — every one differs, none matches or is explained."""
-    p = _prepared(kind)
+def test_every_perturbation_differs(kind, stages):
+    """Against what the run measures: a term removed, a count in flight off by one (an interior
+    stage's too), a total off by a byte — every one differs, none matches or is explained."""
+    p = _prepared(kind, stages)
     real = _results(_hand_stages(kind, p))
     labels = []
     for label, wrong in mutations(p.prediction):
@@ -205,10 +221,39 @@ def test_every_perturbation_differs(kind):
     # a term removed even where the measurement coincides with the perturbed totals: still differs
     for label, wrong in mutations(p.prediction):
         if "removed" in label:
-            coincide = [int(dict((n, t) for n, t, _, _ in wrong.stage_activations)[s]) for s in ("first", "last")]
+            coincide = [int(t) for _, t, _, _ in wrong.stage_activations]
             assert _row(p, wrong, _results(coincide)).status == "differs", label
+    # each stage: the layer count ± 1, twice (total consistent, total kept), and its total + 1; the
+    # last stage's output count ± 1 besides
     assert len(labels) == len(p.prediction.activation_layer_terms) + len(p.prediction.activation_outside_terms) \
-        + 2 * 4 + 2 + 2
+        + stages * 5 + 2
+
+
+def test_an_interior_stage_counted_as_an_edge_stage_differs():
+    """1F1B over four stages: an interior stage predicted with the first stage's count (p) or the
+    last's (1) in flight, totals consistent with the count, differs from what the schedule keeps."""
+    p = _prepared("1f1b", 4)
+    real = _results(_hand_stages("1f1b", p))
+    st = p.prediction.stage_activations
+    layer = sum((v for _, v in p.prediction.activation_layer_terms), Fraction(0))
+    for j in (1, 2):
+        for lm in (st[0][2], st[-1][2]):
+            wrong = list(st)
+            wrong[j] = (st[j][0], layer * lm, lm, Fraction(0))
+            row = _row(p, dataclasses.replace(p.prediction, stage_activations=tuple(wrong)), real)
+            assert (row.status, row.mechanism) == ("differs", ""), (j, lm)
+
+
+def test_a_stage_the_prediction_lacks_is_not_compared_and_said_so():
+    """Without the interior stages' totals only the first and the last are compared, and the
+    note names the ranks left out."""
+    p = _prepared("1f1b", 4)
+    real = _results(_hand_stages("1f1b", p))
+    st = p.prediction.stage_activations
+    edges = dataclasses.replace(p.prediction, stage_activations=(st[0], st[-1]))
+    row = _row(p, edges, real)
+    assert row.status == "match"
+    assert "2 interior-stage rank(s) not compared" in row.note
 
 
 def test_no_row_without_the_convention_or_a_measured_peak():
@@ -218,6 +263,27 @@ def test_no_row_without_the_convention_or_a_measured_peak():
     assert stage_rows(other, p.realisation, p.shape, real) == []
     # a one-step run measures no peak (its schedule also runs torch's shape-inference forward)
     assert stage_rows(p.prediction, p.realisation, p.shape, _results([None, None])) == []
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_real_four_stage_pipelines_match_the_hand_count_on_every_stage():
+    """GPipe, 1F1B and interleaved 1F1B over four stages (4 ranks on gloo): each rank's peak of kept
+    saved activations, the two interior stages' included, is the hand count, and the row matches."""
+    pytest.importorskip("torch")
+    kinds = ["gpipe", "1f1b", "interleaved"]
+    reports = measure_many([(_spec(k, 4), "p") for k in kinds], devices=4, steps=2, with_checker=False)
+    seen = set()
+    for kind, rep in zip(kinds, reports):
+        rows = [r for r in rep.rows if r.quantity == "saved activations per stage at the schedule's peak"]
+        assert len(rows) == 1, (kind, [r.quantity for r in rep.rows])
+        want = _hand_stages(kind, _prepared(kind, 4))
+        assert len(set(want)) > 1 or kind == "gpipe"  # the interior stages differ from the edges
+        assert rows[0].status == "match", (kind, rows[0].note)
+        assert "not compared" not in rows[0].note, kind
+        assert list(rows[0].per_rank) == want, kind
+        seen.add(tuple(rows[0].per_rank))
+    assert len(seen) == 3  # three runs, not one report thrice
 
 
 @pytest.mark.torch
@@ -262,3 +328,119 @@ def test_the_peak_counts_kept_saved_tensors_not_surviving_buffers():
         net(buffers[2]).sum().backward()
     assert peak.peak == 2 * one
     assert peak.total == 0 and not peak.live
+
+
+# ZeroPP: the harness runs torch's breadth-first order; the engine counts the interleaved one
+
+ZEROPP = """from std.zeropp import zeropp_dp
+model {
+  transformer { hidden = 4096 layers = 32 heads = 32 ffn = 16384 vocab = 50304 }
+  seq = 2048
+  microbatch = 4
+  microbatches = 1
+  conventions { activations = pytorch_eager }
+}
+mesh { stage = 4  intra = 8  inter = 2 }
+plan z { [stage, intra, inter]: zeropp_dp(v = 2, U = 4) }
+"""
+
+
+def _zeropp() -> tuple:
+    spec = load_string(ZEROPP, file="<zeropp eager>")
+    p = prepare(spec, "z")
+    assert isinstance(p, Prepared)
+    return spec, p
+
+
+def _bfs_stages(p: Prepared) -> list[int]:
+    """Each stage's peak under the breadth-first order, from the hand bytes."""
+    layer, outside = _by_hand(p)
+    sh, r = p.shape, p.realisation
+    per_chunk = sh.layers // (r.stages * r.chunks)
+    out = []
+    for s in range(r.stages):
+        last = s == r.stages - 1
+        chunks, outs = _peak_in_flight(_order("bfs", r.stages, sh.microbatches, s, r.chunks),
+                                       r.chunks - 1 if last else None)
+        out.append(chunks * per_chunk * layer + outs * outside)
+    return out
+
+
+def _stage_results(p: Prepared, values: list[int]) -> list[dict]:
+    return [{"coords": {p.realisation.pipeline_axis: k}, "saved_activation_peak": v} for k, v in enumerate(values)]
+
+
+def test_zeropp_breadth_first_counts_explain_the_peak_with_the_engines_terms():
+    """2 stages, 2 chunks, 4 microbatches: breadth-first keeps all 8 chunk-microbatches and, on the
+    last stage, all 4 output layers (the independent order), where the engine counts interleaved
+    1F1B's 5 and 3 + 1. The hand bytes times those counts are explained, naming the schedule and
+    that the engine's ZeroPP counts are not checked; the engine's own totals match outright."""
+    _, p = _zeropp()
+    r, sh = p.realisation, p.shape
+    assert (r.schedule, r.stages, r.chunks, sh.microbatches) == ("zeropp", 2, 2, 4)
+    assert [_peak_in_flight(_order("bfs", 2, 4, s, 2), 1) for s in (0, 1)] == [(8, 4), (8, 4)]
+    bfs = _bfs_stages(p)
+    row = _row(p, p.prediction, _stage_results(p, bfs))
+    assert (row.status, row.mechanism) == ("explained", "zeropp-breadth-first"), row.note
+    assert "not checked" in row.note
+    engine = [int(t) for _, t, _, _ in p.prediction.stage_activations]
+    assert engine != bfs
+    assert _row(p, p.prediction, _stage_results(p, engine)).status == "match"
+
+
+def test_zeropp_perturbations_are_not_explained():
+    """A measured byte more, a layer or outside term removed or one byte more (the engine's totals
+    kept consistent), a breadth-first count off by one: each differs."""
+    _, p = _zeropp()
+    bfs = _bfs_stages(p)
+    real = _stage_results(p, bfs)
+    for k in range(2):
+        off = list(bfs)
+        off[k] += 1
+        assert _row(p, p.prediction, _stage_results(p, off)).status == "differs", k
+    layer, _ = _by_hand(p)
+    fewer = list(bfs)
+    fewer[0] -= layer  # one chunk-microbatch less on the first stage
+    assert _row(p, p.prediction, _stage_results(p, fewer)).status == "differs"
+    for label, wrong in mutations(p.prediction):
+        if "removed" in label:
+            assert _row(p, wrong, real).status == "differs", label
+    terms = list(p.prediction.activation_layer_terms)
+    for i, (name, v) in enumerate(terms):
+        bumped = terms[:i] + [(name, v + 1)] + terms[i + 1:]
+        assert _row(p, _with_layer_terms(p.prediction, bumped), real).status == "differs", name
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_real_zeropp_run_is_the_breadth_first_count():
+    """ZeroPP on 8 ranks (stage × intra × inter, gloo): every rank's peak is its stage's hand bytes
+    times the breadth-first counts, and the row is explained by ``zeropp-breadth-first``."""
+    pytest.importorskip("torch")
+    spec, p = _zeropp()
+    (rep,) = measure_many([(spec, "z")], steps=2, with_checker=False)
+    rows = [r for r in rep.rows if r.quantity == "saved activations per stage at the schedule's peak"]
+    assert len(rows) == 1, [r.quantity for r in rep.rows]
+    assert (rows[0].status, rows[0].mechanism) == ("explained", "zeropp-breadth-first"), rows[0].note
+    bfs = _bfs_stages(p)
+    stage_axis = p.realisation.pipeline_axis
+    per_rank = list(rows[0].per_rank) or [int(rows[0].measured)] * p.realisation.world
+    # every rank of a stage measured that stage's count (ranks are row-major over stage, intra, inter)
+    inner = p.realisation.world // p.realisation.sizes[stage_axis]
+    assert per_rank == [bfs[k // inner] for k in range(p.realisation.world)]
+
+
+def test_zeropp_with_the_hidden_dropout_names_both_mechanisms():
+    """A run that also keeps the hidden dropout's two fp32 h-wide masks per block (hand: 2·N·h·4 B
+    per block and microbatch): the breadth-first counts times the terms and the masks explain it,
+    naming both; without the masks' bytes it differs."""
+    _, p = _zeropp()
+    r = dataclasses.replace(p.realisation, dropout="same")
+    sh = p.shape
+    masks = 2 * sh.seq * sh.microbatch * sh.hidden * 4
+    per_chunk = sh.layers // (r.stages * r.chunks)
+    with_masks = [b + masks * 8 * per_chunk for b in _bfs_stages(p)]  # 8 chunk-microbatches on each stage
+    rows = stage_rows(p.prediction, r, sh, _stage_results(p, with_masks))
+    assert (rows[0].status, rows[0].mechanism) == ("explained", "zeropp-breadth-first + harness-hidden-dropout")
+    rows = stage_rows(p.prediction, r, sh, _stage_results(p, _bfs_stages(p)))
+    assert rows[0].status == "differs"

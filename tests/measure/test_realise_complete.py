@@ -140,14 +140,48 @@ def test_gather_options_the_harness_does_not_run_are_unrealised(option, reason):
     assert isinstance(r, Unrealised) and any(reason in x for x in r.reasons), r
 
 
-def test_offloaded_states_are_unrealised():
-    spec = load_string("from std.data import zero3\nmodel {\n  transformer { hidden = 64  layers = 4  heads = 4  "
-                       "vocab = 128 }\n  seq = 32\n  microbatch = 2\n}\nmesh { dp = 2 }\nplan p {\n  dp: zero3\n"
-                       "  optimizer: O (residency = host)\n}\n", file="<t>")
+OFFLOAD = ("from std.data import zero3\nmodel {{\n  transformer {{ hidden = 64  layers = 4  heads = 4  "
+           "vocab = 128 }}\n  seq = 32\n  microbatch = 2\n}}\nmesh {{ dp = 2 }}\nplan p {{\n  dp: zero3\n{body}}}\n")
+
+
+def _offload_realisation(body: str):
+    spec = load_string(OFFLOAD.format(body=body), file="<t>")
     plan = spec.plan("p")
     sizes = mesh_sizes(plan, None)
-    r = realise(plan, sizes, run_bindings(spec, sizes))
-    assert isinstance(r, Unrealised) and any("offloaded to host" in x for x in r.reasons), r
+    return realise(plan, sizes, run_bindings(spec, sizes))
+
+
+def test_the_plan_without_offload_is_realised():
+    assert isinstance(_offload_realisation(""), Realisation)
+
+
+@pytest.mark.parametrize("state,body", [
+    ("optimizer", "  optimizer: O (residency = host)\n"),
+    ("params", "  params: S* (residency = host)\n"),
+    ("optimizer", "  optimizer: O (residency = nvme)\n"),
+])
+def test_offloaded_states_are_unrealised_naming_the_offload(state, body):
+    """An offloaded parameter or optimizer state is never run as if it stayed on the device: the
+    plan is unrealised, the reason names the state, where it goes, and why (the harness moves no
+    state off the device it computes on; a CPU run has no separate device memory)."""
+    r = _offload_realisation(body)
+    assert isinstance(r, Unrealised), r
+    mine = [x for x in r.reasons if x.startswith(f"{state} is offloaded to ")]
+    assert len(mine) == 1, r.reasons
+    assert "not realised" in mine[0] and "no separate device memory" in mine[0]
+
+
+def test_two_specs_sharing_a_file_name_get_their_own_reports():
+    """measure_many reports each (spec, plan) it is given, even where two specs carry one file name."""
+    from placement_logic.measure.session import measure_many
+
+    specs = [load_string(OFFLOAD.format(body=body), file="<same>")
+             for body in ("  optimizer: O (residency = host)\n", "  params: S* (residency = host)\n")]
+    reports = measure_many([(sp, "p") for sp in specs], with_checker=False)
+    assert [rep.outcome.value for rep in reports] == ["unrealised", "unrealised"]
+    assert any(x.startswith("optimizer is offloaded") for x in reports[0].reasons)
+    assert any(x.startswith("params is offloaded") for x in reports[1].reasons)
+    assert not any(x.startswith("params is offloaded") for x in reports[0].reasons)
 
 
 # overrides that restate what the plain dp × tp plan already does (realised by running the plan as is)
