@@ -16,7 +16,7 @@ or expert axis the group is reduced over, or a sequence-parallel axis its norms 
 over: every such collective is misaligned) or the tied embedding's reduction over a pipeline axis
 (misaligned only after a reduce-scatter over the data axes the gradient is sharded over: the rank
 owning an element's reduced shard on the first stage holds an unreduced copy on the last). The
-obligation, its negation and replay are ``check.buckets_check``. Nothing here moves bytes: a
+obligation, its negation and replay are ``check.encode_buckets``. Nothing here moves bytes: a
 layout changes what is summed, not how much is sent (no cost).
 """
 

@@ -102,7 +102,7 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
         from .matrixwise import obligations as matrixwise
 
         obs += matrixwise(plan, ctx, Obligation)
-    from .buckets_check import obligation as bucket_layout  # the flat gradient buffers' layout per rank
+    from .encode_buckets import obligation as bucket_layout  # the flat gradient buffers' layout per rank
 
     obs.append(bucket_layout(step, ctx, Obligation))
     from .actflow_obligations import act_obligations  # activations and activation gradients per layer region
@@ -203,7 +203,7 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
     from .timing import wrap  # the micro-step the gradient sync is armed on
 
     obs = nested_replay.wrap(partial_replay.wrap(wrap(obs, step, ctx, plan), step, ctx, plan), step, ctx, plan)
-    from .rankupdate_obligations import extend  # a clip or a divisor on rank 0 only, the loss scale, ε on the norm
+    from .encode_rankupdate import extend  # a clip or a divisor on rank 0 only, the loss scale, ε on the norm
 
     obs = extend(obs, step, ctx, plan, Obligation)
     return _undecided(obs, step, ctx.pinned)

@@ -2,7 +2,7 @@
 
 Input: a plan and the step's ``GroupModel`` records. Output: the located errors of a statement the
 step cannot read (``check_override``: PL506), and the statements themselves for the obligations
-(``check.rankupdate_obligations``). No solver here.
+(``check.encode_rankupdate``). No solver here.
 
 Three statements, each a departure of a real system from the derived step (docs/semantics.md,
 "Per-rank operations and partial values"):
