@@ -13,8 +13,8 @@ m the buffer (the whole gathered or reduced buffer) and B the link's sustained b
              effect of ring"); time latency + (steps/n)·m / bus bandwidth
   tree       all-reduce only: latency baseLat + 2((ppn − 1)·node hwLat + ⌊log₂ nodes⌋·network
              hwLat); time latency + m / (bus bandwidth / 2 × NCCL's tree correction at m)
-  bus bw     ring Simple B; ring LL B/4
-             (B/3 for reduce-scatter and all-gather on one node), ring LL128 0.92·B (0.7·B with
+  bus bw     ring Simple B; ring LL B/4 (B/3 for reduce-scatter and all-gather on one
+             node), ring LL128 0.92·B (0.7·B with
              one rank a node); tree 0.92·B, its LL 1/3.8 and its LL128 7/9 (one node) or 0.915
              of that. LL128 runs only where the node link is NVLink (NCCL enables it there).
   curve      NCCL's model is a floor: where the link has a published curve of the bus
