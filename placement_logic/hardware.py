@@ -41,6 +41,13 @@ class Link:
     # in place of ``latency`` (None: ``latency``)
     call_latency: Fraction = Fraction(0)
     step_latency: Fraction | None = None
+    # NCCL's hardware class of the link in its tuning model ("nvlink", "pci", "net"; None: not an
+    # NCCL link), which picks the algorithm and protocol of each collective (costs/nccl.py)
+    nccl: str | None = None
+    # the fraction of the sustained bus bandwidth published nccl-tests runs reach by message size (the
+    # bus bandwidth at most; NCCL's latency model is the floor): (lower bound in bytes, fraction) rows,
+    # bounds decreasing, the last 0 (empty: no curve at hand, NCCL's latency-bandwidth model alone)
+    bus_curve: tuple[tuple[Fraction, Fraction], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -173,18 +180,35 @@ DEVICES: dict[str, Device] = {d.name: d for d in (
            _f(864 * GB), "pcie4", "roce_200", 8, (_L40S,), _EFF_OTHER),
 )}
 
-_NV3_BUS = ("NCCL tests on 8 x A100-SXM4-80GB over NVLink 3: all_reduce busbw about 200 GB/s of 300 "
-            "(github.com/NVIDIA/nccl-tests issue 149; 208 GB/s in issue 178): 2/3")
+_NV3_BUS = ("NCCL tests on other 8 x A100-SXM4-80GB systems over NVLink 3: all_reduce busbw about 200 GB/s "
+            "(github.com/NVIDIA/nccl-tests issue 149) and 208 GB/s (issue 178): lower plateaus than _NV3_CURVE's")
 _HDR_BUS = ("NCCL tests across 3 nodes of 8 x A100 with 4 HDR NICs each: all_reduce busbw 84.8 GB/s on average "
             "and 96 at best of 100 (github.com/NVIDIA/nccl-tests issue 119): 9/10")
 _BUS_ASSUMED = "bus bandwidth efficiency: no NCCL-tests figure at hand for this link; 1 (the line rate) assumed"
-_NCCL_LAT = ("NCCL's tuning model, src/graph/tuning.cc of github.com/NVIDIA/nccl (commit 01afd20, the 2.9 "
-             "series of 2021): ring, Simple protocol, baseLat 8.4 us per call, hwLat per ring step 3.4 us "
-             "on NVLink, 5.7 on PCI, 9.6 across the network (kernel model)")
+_NCCL_LAT = ("NCCL's tuning model, src/graph/tuning.cc of github.com/NVIDIA/nccl (v2.9.9-1, commit 3fec2fa5, "
+             "2021): ring, Simple protocol, baseLat 8.4 us per call, hwLat per ring step 3.4 us "
+             "on NVLink, 5.7 on PCI, 9.6 across the network; the other algorithms and protocols: NCCL_TUNING "
+             "(kernel model)")
+_NV3_CURVE = ("nccl-tests all_reduce_perf -g 8 on one OCI BM.GPU4.8 (8 x A100-SXM4-40GB, NVLink 3 and NVSwitch), "
+              "github.com/oracle-japan/ocitutorials, tutorials/_hpc/spinup-gpu-cluster.md (its 2022 revision, "
+              "section 4-2): busbw 23.92 GB/s at 1 MiB, 54.57 at 4, 119.81 at 16, 199.23 at 64, 221.38 at 256 MiB, "
+              "230.08 at 1 GiB, 235.14 at 8 GiB; the sustained figure 47/60 of 300 (235 GB/s: that run's plateau, "
+              "and the 235 GB/s NCCL's own tuning model caps an A100 at); the curve: each size class at the fraction "
+              "of the plateau its smallest size reaches, rounded down")
+_NO_CURVE = ("bus bandwidth by message size: no published nccl-tests curve with a stated setup at hand for this "
+             "link; the sustained figure at every size, NCCL's latency paid apart")
 _NV4_BUS = ("NCCL's maintainer on 8 x H100 (github.com/NVIDIA/nccl-tests issue 212): 'NCCL can get an effective "
             "NVLink bandwidth of 370GB/s' of the 450 line rate, the ring busbw: 37/45")
 _ALPHA = ("latency: an assumption of the order of NCCL's tuning model (per-step hardware latency "
           "about 1 µs on NVLink, 2 µs on PCIe, 5 µs across the network); measure and override")
+
+MiB = 2**20
+KiB = 2**10
+# the fraction of the sustained bus bandwidth an 8-GPU all-reduce reaches by message size (_NV3_CURVE)
+NV3_CURVE = tuple((Fraction(b), Fraction(f)) for b, f in (
+    (4096 * MiB, 1), (1024 * MiB, "39/40"), (256 * MiB, "47/50"), (64 * MiB, "5/6"), (32 * MiB, "5/8"),
+    (16 * MiB, "1/2"), (8 * MiB, "1/3"), (4 * MiB, "23/100"), (2 * MiB, "13/100"), (MiB, "1/10"),
+    (512 * KiB, "1/16"), (256 * KiB, "1/25"), (128 * KiB, "1/40"), (0, "1/80")))
 
 # (call, per-step) latency of NCCL's ring with the Simple protocol (_NCCL_LAT), seconds
 _NV = (Fraction(84, 10**7), Fraction(34, 10**7))
@@ -193,30 +217,30 @@ _NET = (Fraction(84, 10**7), Fraction(96, 10**7))
 
 LINKS: dict[str, Link] = {k.name: k for k in (
     Link("nvlink3", "NVLink 3 (A100): 12 links, 600 GB/s bidirectional", _f(300 * GB), _f("1e-6"),
-         (_A100, _ALPHA, _NV3_BUS, _NCCL_LAT), Fraction(2, 3), *_NV),
+         (_A100, _ALPHA, _NV3_CURVE, _NV3_BUS, _NCCL_LAT), Fraction(47, 60), *_NV, "nvlink", NV3_CURVE),
     Link("nvlink4", "NVLink 4 (H100, H200): 18 links, 900 GB/s bidirectional", _f(450 * GB), _f("1e-6"),
-         (_H100, _ALPHA, _NV4_BUS, _NCCL_LAT), Fraction(37, 45), *_NV),
+         (_H100, _ALPHA, _NV4_BUS, _NCCL_LAT, _NO_CURVE), Fraction(37, 45), *_NV, "nvlink"),
     Link("nvlink5", "NVLink 5 (B200): 18 links, 1.8 TB/s bidirectional", _f(900 * GB), _f("1e-6"),
-         (_B200, _ALPHA, _NCCL_LAT), Fraction(1), *_NV),
+         (_B200, _ALPHA, _NCCL_LAT, _NO_CURVE), Fraction(1), *_NV, "nvlink"),
     Link("pcie4", "PCIe Gen4 x16: 64 GB/s bidirectional", _f(32 * GB), _f("2e-6"),
-         ("PCI-SIG PCIe 4.0 x16, 16 GT/s per lane (nominal 32 GB/s per direction)", _ALPHA, _NCCL_LAT),
-         Fraction(1), *_PCI),
+         ("PCI-SIG PCIe 4.0 x16, 16 GT/s per lane (nominal 32 GB/s per direction)", _ALPHA, _NCCL_LAT, _NO_CURVE),
+         Fraction(1), *_PCI, "pci"),
     Link("pcie5", "PCIe Gen5 x16: 128 GB/s bidirectional", _f(64 * GB), _f("2e-6"),
-         ("PCI-SIG PCIe 5.0 x16, 32 GT/s per lane (nominal 64 GB/s per direction)", _ALPHA, _NCCL_LAT),
-         Fraction(1), *_PCI),
+         ("PCI-SIG PCIe 5.0 x16, 32 GT/s per lane (nominal 64 GB/s per direction)", _ALPHA, _NCCL_LAT, _NO_CURVE),
+         Fraction(1), *_PCI, "pci"),
     Link("infinity_fabric", "AMD Infinity Fabric (MI300X): 7 links, 896 GB/s aggregate bidirectional",
          _f(448 * GB), _f("1e-6"), (_MI300X, _ALPHA)),
     Link("ib_hdr", "InfiniBand HDR, 200 Gb/s per device", _f(25 * GB), _f("5e-6"),
-         ("NVIDIA ConnectX-6 / Quantum HDR: 200 Gb/s per port", _ALPHA, _HDR_BUS, _NCCL_LAT), Fraction(9, 10),
-         *_NET),
+         ("NVIDIA ConnectX-6 / Quantum HDR: 200 Gb/s per port", _ALPHA, _HDR_BUS, _NCCL_LAT, _NO_CURVE),
+         Fraction(9, 10), *_NET, "net"),
     Link("ib_ndr", "InfiniBand NDR, 400 Gb/s per device", _f(50 * GB), _f("5e-6"),
-         ("NVIDIA ConnectX-7 / Quantum-2 NDR: 400 Gb/s per port", _ALPHA, _NCCL_LAT), Fraction(1), *_NET),
+         ("NVIDIA ConnectX-7 / Quantum-2 NDR: 400 Gb/s per port", _ALPHA, _NCCL_LAT, _NO_CURVE), Fraction(1), *_NET, "net"),
     Link("ib_xdr", "InfiniBand XDR, 800 Gb/s per device", _f(100 * GB), _f("5e-6"),
-         ("NVIDIA ConnectX-8 / Quantum-X800 XDR: 800 Gb/s per port", _ALPHA, _NCCL_LAT), Fraction(1), *_NET),
+         ("NVIDIA ConnectX-8 / Quantum-X800 XDR: 800 Gb/s per port", _ALPHA, _NCCL_LAT, _NO_CURVE), Fraction(1), *_NET, "net"),
     Link("roce_200", "RoCE, 200 Gb/s Ethernet per device", _f(25 * GB), _f("5e-6"),
-         ("IEEE 802.3 200GbE line rate", _ALPHA, _NCCL_LAT), Fraction(1), *_NET),
+         ("IEEE 802.3 200GbE line rate", _ALPHA, _NCCL_LAT, _NO_CURVE), Fraction(1), *_NET, "net"),
     Link("roce_400", "RoCE, 400 Gb/s Ethernet per device", _f(50 * GB), _f("5e-6"),
-         ("IEEE 802.3 400GbE line rate", _ALPHA, _NCCL_LAT), Fraction(1), *_NET),
+         ("IEEE 802.3 400GbE line rate", _ALPHA, _NCCL_LAT, _NO_CURVE), Fraction(1), *_NET, "net"),
 )}
 
 # The link classes an axis may name without defining them: a device's own node links.

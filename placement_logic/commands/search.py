@@ -257,7 +257,7 @@ def rows(result) -> list[dict]:
 
 def _ties_line(result, rs) -> str:
     ties = [r["rank"] for r in rs if r["tie"]]
-    band = f"{float(error_band(result)):.0%}"
+    band = f"{100 * float(error_band(result)):g}%"
     if not ties:
         return f"no row within {band} of the fastest (the model's error on published runs, docs/validation_time.md)"
     return (f"ties (~): rows {', '.join(map(str, ties))} within {band} of the fastest, the model's error on "

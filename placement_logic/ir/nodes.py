@@ -247,6 +247,10 @@ class LinkClass:
     # NCCL's latency model (kernel model): seconds per collective call, and per ring step in place of latency
     call_latency: Value = field(default_factory=lambda: Const(Fraction(0)))
     step_latency: Value | None = None
+    # NCCL's hardware class of a catalogue link ("nvlink", "pci", "net"; None: a link of one's own latency,
+    # timed by α–β alone) and its bus bandwidth curve by message size (hardware.Link.bus_curve)
+    nccl: str | None = None
+    bus_curve: tuple = ()
 
 
 @dataclass(frozen=True)

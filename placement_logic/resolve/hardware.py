@@ -126,7 +126,8 @@ def build_hardware(lines: list[surface.AxisDecl], axes: list[ir.Axis], vals: Val
 def _catalogue_link(name: str, k: hw.Link, span) -> ir.LinkClass:
     return ir.LinkClass(name, k.title if name == k.name else f"{k.name}: {k.title}",
                         ir.Const(k.bandwidth), ir.Const(k.latency), span, ir.Const(k.efficiency),
-                        ir.Const(k.call_latency), None if k.step_latency is None else ir.Const(k.step_latency))
+                        ir.Const(k.call_latency), None if k.step_latency is None else ir.Const(k.step_latency),
+                        k.nccl, k.bus_curve)
 
 
 def _kwargs(call: surface.Call, allowed: tuple[str, ...], vals: Values, what: str) -> dict | None:
@@ -232,7 +233,9 @@ def _link(name: str, e: surface.Expr, vals: Values) -> ir.LinkClass | None:
         return ir.LinkClass(name, title, bw if bw is not None else ir.Const(base.bandwidth),
                             lat if lat is not None else ir.Const(base.latency), e.span,
                             ir.Const(base.efficiency if base is not None and bw is None else Fraction(1)),
-                            *_nccl_latency(base if lat is None else None))
+                            *_nccl_latency(base if lat is None else None),
+                            base.nccl if base is not None and lat is None else None,
+                            base.bus_curve if base is not None and bw is None else ())
     error(Code.FILTER_ON_SHARDS, f"link class '{name}' is a catalogue link or link(bandwidth = ..., latency = ...)", e.span)
     return None
 
