@@ -1,4 +1,4 @@
-"""``costs.symbolic.extremum``: the same maximum or minimum as sympy's, with or without its
+"""``costs.extrema.extremum``: the same maximum or minimum as sympy's, with or without its
 search for an order; ``exact_at``: the value ``xreplace`` gives, in ``Fraction``."""
 
 from fractions import Fraction
@@ -6,7 +6,8 @@ from fractions import Fraction
 import pytest
 import sympy
 
-from placement_logic.costs.symbolic import exact_at, extremum, symbol, unordered
+from placement_logic.costs.extrema import exact_at, extremum, unordered
+from placement_logic.costs.symbolic import symbol
 
 pp, tp, dp, m = (symbol(n) for n in ("pp", "tp", "dp", "m"))
 

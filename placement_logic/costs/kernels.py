@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import sympy
 
 from .. import ir
+from .extrema import extremum
 from .symbolic import to_sympy
 
 ZERO = sympy.Integer(0)
@@ -58,7 +59,8 @@ def gemm(dev: Device, m, n, k, batch=1) -> sympy.Expr:
     """Seconds of a (batched) matrix product: its roofline time over the tabulated efficiency."""
     flops = 2 * m * n * k * batch
     moved = dev.e * (m * k + k * n + m * n) * batch
-    return sympy.Max(flops / dev.peak, moved / dev.hbm) / _tabulated(flops, dev.eff.gemm)
+    # sympy's maximum, without its search for an order where the two are ordered both ways
+    return extremum(sympy.Max, flops / dev.peak, moved / dev.hbm) / _tabulated(flops, dev.eff.gemm)
 
 
 def memory_bound(dev: Device, moved) -> sympy.Expr:
