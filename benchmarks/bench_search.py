@@ -132,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
           f"Python {sys.version.split()[0]}" + (f", llm-analysis {version(other, 'llm-analysis')}" if other else ""))
     print(f"space: {n:,} candidates, {cached['valid']:,} valid, {cached['fitting']:,} fit, "
           f"{cached['structures']} structures; winners agree to the byte: {first['agree'] and cached['agree']}")
+    print(f"wall (in the child, imports included): first run {first['wall']:.2f} s, cached run {cached['wall']:.2f} s")
     print("steps of the cached run (CPU s): " + ", ".join(f"{k} {v:.2f}" for k, v in cached["timings"].items()))
     print("steps of the first run (CPU s): " + ", ".join(f"{k} {v:.2f}" for k, v in first["timings"].items()))
     if llm:
