@@ -30,6 +30,7 @@ optimizer step moves its states, the parameters and the gradients in and out onc
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import sympy
 
@@ -48,8 +49,12 @@ class Device:
     e: sympy.Expr  # bytes per activation element
 
 
+@lru_cache(maxsize=4096)
 def _tabulated(x: sympy.Expr, table) -> sympy.Expr:
-    """The fraction of the first (bound, fraction) row whose bound ``x`` reaches."""
+    """The fraction of the first (bound, fraction) row whose bound ``x`` reaches. Kept per
+    (size, table) in the process: sympy's piecewise construction (it puts each condition in
+    canonical form) is most of a kernel's time, and the same sizes come back in every
+    configuration of a structure and in structures alike."""
     rows = [(sympy.Rational(f), x >= sympy.Rational(b)) for b, f in table[:-1]]
     rows.append((sympy.Rational(table[-1][1]), True))
     return sympy.Piecewise(*rows)
