@@ -9,7 +9,8 @@ each run compiled this tool's modules again: about 0.03-0.07 s more). With the P
 llm-analysis``; found at ``--llm-analysis``, ``$LLM_ANALYSIS_PYTHON`` or
 ``/work/llmvenv/bin/python``), its command line on a comparable configuration runs too,
 alternating with ``placement cost`` (paired), and the ratio of the medians is printed.
-Prints JSON: the machine, the versions and per command the median and every run.
+Prints JSON: the machine, the versions and per command the median CPU and wall time and every
+run's CPU time.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,10 +47,15 @@ LLM_NAME = "llm-analysis train (Llama-2-70B, TP 8, PP 4, DP 4)"
 
 def cpu(cmd: list[str], env: dict | None = None) -> float:
     """User + system CPU seconds of one fresh process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return timed(cmd, env)[0]
+
+
+def timed(cmd: list[str], env: dict | None = None) -> tuple[float, float]:
+    """(user + system CPU seconds, wall seconds) of one fresh process."""
+    before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    after, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter() - t0
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
 
 
 def llm_python(given: str | None) -> str | None:
@@ -79,14 +86,19 @@ def main() -> int:
                        stdout=subprocess.DEVNULL, check=True)
     other = llm_python(args.llm_analysis)
     runs: dict[str, list[float]] = {name: [] for name in PLACEMENT}
+    walls: dict[str, list[float]] = {name: [] for name in PLACEMENT}
     if other:
-        runs[LLM_NAME] = []
+        runs[LLM_NAME], walls[LLM_NAME] = [], []
         subprocess.run([other, *LLM_ANALYSIS], cwd=ROOT, env=clean, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(args.repeat):
         for name, argv in PLACEMENT.items():
-            runs[name].append(cpu([sys.executable, "-m", "placement_logic", *argv], env))
+            c, w = timed([sys.executable, "-m", "placement_logic", *argv], env)
+            runs[name].append(c)
+            walls[name].append(w)
             if other and name == COST:  # paired: each cost run next to one llm-analysis run
-                runs[LLM_NAME].append(cpu([other, *LLM_ANALYSIS], clean))
+                c, w = timed([other, *LLM_ANALYSIS], clean)
+                runs[LLM_NAME].append(c)
+                walls[LLM_NAME].append(w)
     medians = {name: statistics.median(xs) for name, xs in runs.items()}
     import sympy
 
@@ -95,11 +107,15 @@ def main() -> int:
                     "python": platform.python_version(), "sympy": sympy.__version__,
                     "llm_analysis": version(other, "llm-analysis") if other else None},
         "repeat": args.repeat,
+        "load_average": round(os.getloadavg()[0], 1),
         "median_cpu_s": {k: round(v, 3) for k, v in medians.items()},
+        "median_wall_s": {k: round(statistics.median(v), 3) for k, v in walls.items()},
         "runs_cpu_s": {k: [round(x, 3) for x in xs] for k, xs in runs.items()},
     }
     if other:
         result["ratio_cost_to_llm_analysis"] = round(medians[COST] / medians[LLM_NAME], 2)
+        result["ratio_cost_to_llm_analysis_wall"] = round(statistics.median(walls[COST]) /
+                                                          statistics.median(walls[LLM_NAME]), 2)
     print(json.dumps(result, indent=2))
     return 0
 

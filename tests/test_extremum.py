@@ -1,12 +1,14 @@
-"""``costs.symbolic.extremum``: the same maximum or minimum as sympy's, with or without its
+"""``costs.extrema.extremum``: the same maximum or minimum as sympy's, with or without its
 search for an order; ``exact_at``: the value ``xreplace`` gives, in ``Fraction``."""
 
+import itertools
 from fractions import Fraction
 
 import pytest
 import sympy
 
-from placement_logic.costs.symbolic import exact_at, extremum, symbol, unordered
+from placement_logic.costs.extrema import exact_at, extremum, unordered
+from placement_logic.costs.symbolic import symbol
 
 pp, tp, dp, m = (symbol(n) for n in ("pp", "tp", "dp", "m"))
 
@@ -54,3 +56,35 @@ def test_exact_at_matches_xreplace():
     assert exact_at(1 / (pp - 4), values) is None  # sympy's zoo
     assert exact_at(sympy.sqrt(pp), values) is None
     assert exact_at(sympy.Float(1.5) * pp, values) is None
+
+
+# piecewise forms as the kernel model writes them (the first row whose bound is reached), with
+# conjunctions, disjunctions and negations, floors and ceilings
+PIECEWISE = [
+    sympy.Piecewise((sympy.Rational(9, 10), pp * tp >= 64), (sympy.Rational(1, 2), pp * tp >= 8), (sympy.Rational(1, 5), True)),
+    sympy.Piecewise((pp / tp, sympy.And(pp > 2, tp < 8)), (tp - pp, sympy.Or(sympy.Eq(pp, 4), tp <= 2)), (dp, True)),
+    sympy.Piecewise((1 / (tp - 8), sympy.Ne(tp, 8)), (pp, True)),  # the skipped branch divides by zero at tp = 8
+    sympy.Piecewise((pp, sympy.Not(tp > pp)), (2 * tp, True)),
+    sympy.ceiling(pp * dp / 3) + sympy.floor(tp / pp - dp),
+    sympy.Max(0, sympy.ceiling((pp - 3) / dp)) * sympy.Min(tp, 3 * pp - 1),
+]
+
+
+@pytest.mark.parametrize("expr", PIECEWISE)
+def test_exact_at_of_piecewise_floor_and_ceiling_matches_xreplace(expr):
+    """At every point of a small grid, the value sympy's substitution evaluates to."""
+    seen = 0
+    for p, t, d in itertools.product((1, 2, 3, 4, 8), (1, 2, 4, 8, 16), (Fraction(1, 2), 1, 3)):
+        subs = {pp: sympy.Integer(p), tp: sympy.Integer(t), dp: sympy.Rational(d.numerator, d.denominator)}
+        want = expr.xreplace(subs)
+        got = exact_at(expr, {s: Fraction(int(v.p), int(v.q)) for s, v in subs.items()})
+        assert want.is_Rational and got == Fraction(int(want.p), int(want.q)), (expr, subs, got, want)
+        seen += 1
+    assert seen == 75
+
+
+def test_exact_at_without_an_applying_branch_or_a_bound_condition():
+    values = {pp: Fraction(4), tp: Fraction(8)}
+    assert exact_at(sympy.Piecewise((pp, tp > 8), (tp, pp > 4)), values) is None  # no branch holds
+    assert exact_at(sympy.Piecewise((pp, dp > 1), (tp, True)), values) is None  # dp unbound
+    assert exact_at(sympy.Piecewise((pp, tp > 4), (dp, True)), values) == 4  # the branch taken is bound

@@ -17,14 +17,12 @@ import sympy
 
 from .. import costs, ir
 from ..costs.budget import OutOfTime, bounded
+from ..costs.extrema import exact_at, extremum, rational_values
 from ..costs.symbolic import (
     LINE_WIDTH,
     PlacementLatexPrinter,
-    exact_at,
-    extremum,
     latex_lines,
     rational,
-    rational_values,
     resolve_bindings,
     symbol,
     symbol_names,

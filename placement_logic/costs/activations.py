@@ -51,8 +51,9 @@ import sympy
 
 from .. import ir
 from . import eager
+from .extrema import extremum
 from .sizes import FIRST, LAST, Shape, Split, layers_on
-from .symbolic import extremum, peak
+from .symbolic import peak
 
 
 @dataclass(frozen=True)

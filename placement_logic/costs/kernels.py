@@ -30,10 +30,12 @@ optimizer step moves its states, the parameters and the gradients in and out onc
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import sympy
 
 from .. import ir
+from .extrema import extremum
 from .symbolic import to_sympy
 
 ZERO = sympy.Integer(0)
@@ -47,8 +49,12 @@ class Device:
     e: sympy.Expr  # bytes per activation element
 
 
+@lru_cache(maxsize=4096)
 def _tabulated(x: sympy.Expr, table) -> sympy.Expr:
-    """The fraction of the first (bound, fraction) row whose bound ``x`` reaches."""
+    """The fraction of the first (bound, fraction) row whose bound ``x`` reaches. Kept per
+    (size, table) in the process: sympy's piecewise construction (it puts each condition in
+    canonical form) is most of a kernel's time, and the same sizes come back in every
+    configuration of a structure and in structures alike."""
     rows = [(sympy.Rational(f), x >= sympy.Rational(b)) for b, f in table[:-1]]
     rows.append((sympy.Rational(table[-1][1]), True))
     return sympy.Piecewise(*rows)
@@ -58,7 +64,8 @@ def gemm(dev: Device, m, n, k, batch=1) -> sympy.Expr:
     """Seconds of a (batched) matrix product: its roofline time over the tabulated efficiency."""
     flops = 2 * m * n * k * batch
     moved = dev.e * (m * k + k * n + m * n) * batch
-    return sympy.Max(flops / dev.peak, moved / dev.hbm) / _tabulated(flops, dev.eff.gemm)
+    # sympy's maximum, without its search for an order where the two are ordered both ways
+    return extremum(sympy.Max, flops / dev.peak, moved / dev.hbm) / _tabulated(flops, dev.eff.gemm)
 
 
 def memory_bound(dev: Device, moved) -> sympy.Expr:

@@ -23,6 +23,7 @@ import sympy
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir import groups as pg
+from .extrema import extremum
 from .symbolic import peak, symbol, to_sympy
 
 FIRST, LAST = "first", "last"  # the pipeline stages the engine accounts for
@@ -82,7 +83,7 @@ class Split:
                         size *= known[a]
                     t = t if kv >= size else kv  # fewer kv heads than ranks: each rank keeps one head
                 elif not kv.is_number or kv != 1:
-                    t = sympy.Min(t, kv)
+                    t = extremum(sympy.Min, t, kv)  # sympy's minimum, without its search for an order
                 else:
                     t = sympy.Integer(1)
             f = f / t

@@ -53,6 +53,7 @@ from ..ir.collectives import Kind, Phase
 from ..ir.groups import padded_vocab
 from . import kernels, nccl
 from .comm import SizedCollective
+from .extrema import extremum
 from .symbolic import symbol, to_sympy
 
 ZERO = sympy.Integer(0)
@@ -292,7 +293,7 @@ def step_time(pc, hwr: ir.Hardware, causal: bool | None = None) -> StepTime | No
         else:
             steps = _STEPS[col.kind](c.group)
             # a group of one device runs no collective: no call to pay for (min(1, steps) is 0 there, else 1)
-            secs = c.count * ((call * sympy.Min(ONE, steps) if call != ZERO else ZERO) + steps * lat) \
+            secs = c.count * ((call * extremum(sympy.Min, ONE, steps) if call != ZERO else ZERO) + steps * lat) \
                 + c.bytes_per_device / bw
         times.append(CollectiveTime(c, secs, name, hwr.overlap and _overlappable(c, plan)))
     over = sympy.Add(*(x.seconds for x in times if x.overlapped))

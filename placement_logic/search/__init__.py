@@ -33,6 +33,7 @@ from .. import cache as store
 from .. import hardware as hw
 from ..costs import derive, steptime, with_sizes
 from ..costs.compiled import cost_exprs
+from ..costs.extrema import exact_at, rational_values
 from ..costs.symbolic import symbol
 from ..diagnostics import Code, Diagnostic, DiagnosticError, Span, did_you_mean
 from ..frontend.loader import load_string
@@ -341,18 +342,19 @@ def exact(c: Candidate, block: str, space: Space, check: bool = True) -> None:
 
 def _exact_figures(plan, c: Candidate) -> tuple:
     subs = {symbol(n): sympy.Integer(v) for n, v in c.sizes.items()}
+    values = rational_values(subs)
     pc = derive(with_sizes(plan, subs), sized=True)
     st = steptime.step_time(pc, plan.mesh.hardware)
-    mem = pc.memory.device_total.xreplace(subs)
-    stp = st.step.xreplace(subs)
-    if not (mem.is_Rational and stp.is_Rational):  # every size is bound: a number, or a bug
-        raise AssertionError(f"{c.label()}: the exact figures are not numbers: {mem}, {stp}")
-    exprs = cost_exprs(pc, subs)
-    stage = {k.split(".")[1]: _fraction(v) for k, v in exprs.items() if k.startswith("stage.") and k.endswith(".total")}
-    link = {k[len("comm.link."):]: _fraction(v) for k, v in exprs.items() if k.startswith("comm.link.")}
-    step = Fraction(int(stp.p), int(stp.q))
-    exposed = step - _fraction((st.compute + st.optimizer).xreplace(subs))
-    return Fraction(int(mem.p), int(mem.q)), step, stage, link, exposed
+
+    def exact(form) -> Fraction:  # the value xreplace gives, computed over the tree (exact_at) where it can be
+        v = exact_at(form, values)
+        return v if v is not None else _fraction(form.xreplace(subs))
+
+    exprs = cost_exprs(pc)
+    stage = {k.split(".")[1]: exact(v) for k, v in exprs.items() if k.startswith("stage.") and k.endswith(".total")}
+    link = {k[len("comm.link."):]: exact(v) for k, v in exprs.items() if k.startswith("comm.link.")}
+    step = exact(st.step)
+    return exact(pc.memory.device_total), step, stage, link, step - exact(st.compute + st.optimizer)
 
 
 def _fraction(v) -> Fraction:
