@@ -3,6 +3,8 @@ JSON envelope with its schema version. Imports nothing heavy.
 
 - ``Verdict``: three-valued and ordered, refuted < unknown < proved; a collection's verdict
   is its weakest member's. Unknown is never a pass.
+- ``QuestionVerdict``: an assert's or claim's verdict at a report's values (holds, fails,
+  unknown), as text and JSON show it.
 - ``Exit``: the process exit statuses (mypy's convention, with unknown and unrealised
   given their own codes).
 - ``envelope(command, **fields)``: the top-level JSON object every command emits.
@@ -10,7 +12,7 @@ JSON envelope with its schema version. Imports nothing heavy.
 
 from __future__ import annotations
 
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 
 SCHEMA_VERSION = 2  # 2: plans a list everywhere, command and exit_status in every envelope
 TOOL = "placement-logic"
@@ -24,6 +26,14 @@ class Verdict(IntEnum):
     @property
     def word(self) -> str:
         return self.name.lower()
+
+
+class QuestionVerdict(StrEnum):
+    """An assert's or a claim's verdict at a report's values (``cost``, ``compare``, ``sweep``)."""
+
+    HOLDS = "holds"
+    FAILS = "fails"
+    UNKNOWN = "unknown"  # a side has no exact value
 
 
 class Exit(IntEnum):

@@ -5,7 +5,7 @@ in), so golden files and document examples compare alike everywhere.
 
 Tiers: ``pytest`` alone runs the quick tier (no real PyTorch runs, no solver-heavy sweeps,
 pdflatex on one example only, property tests with a fifth of their examples: tests/tiers.py;
-it passes without the torch extra; about 80 s of CPU on a heavily loaded 2-core machine);
+it passes without the torch extra; about 125 s of CPU, user + sys, on a 2-core machine);
 ``pytest --tier all`` (the README's command, and CI's) runs everything. A test is in the slow
 tier when it is marked ``slow`` or ``torch``, or named in ``SLOW`` below (tests measured among
 the slowest of the quick tier, kept whole rather than trimmed). ``-m EXPR`` selects by marker
@@ -73,6 +73,9 @@ SLOW = (
     "tests/test_product_binding.py::test_product_verdicts_are_the_one_axis_verdicts",
     "tests/test_framework_roundtrip.py::test_megatron_states_what_it_drops",
     "tests/test_framework_roundtrip.py::test_deepspeed_round_trip",
+    # the same `cost --format latex` run as tests/test_latex.py::test_step_time_and_mfu_as_named_terms_every_line_short
+    # (quick), which asserts all this test does and more
+    "tests/test_steptime.py::test_latex_carries_the_time_equations",
 )
 
 

@@ -13,6 +13,7 @@ import simulator_act
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as hs
 from irkit import ov, plan
+from tiers import examples
 
 from placement_logic import ir
 from placement_logic.check.run import check_plan
@@ -135,7 +136,7 @@ def act_plans(draw):
     return _with(axes, draw(hs.lists(cands, max_size=3)), sp)
 
 
-@settings(max_examples=40, deadline=None, derandomize=True,
+@settings(max_examples=examples(40), deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @given(act_plans())
 def test_checker_agrees_with_the_matrix_simulator(generated):

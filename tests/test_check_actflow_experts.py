@@ -14,6 +14,7 @@ import simulator_act
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 from irkit import ov, plan
+from tiers import examples
 
 from placement_logic import ir
 from placement_logic.check.run import check_plan
@@ -94,7 +95,7 @@ def expert_plans(draw):
     return _with(axes, draw(hs.lists(cands, max_size=3)))
 
 
-@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(expert_plans())
 def test_checker_agrees_with_the_all_to_all_simulator(generated):
     spec, p = generated

@@ -250,3 +250,62 @@ def test_no_submodule_shadows_a_name_of_its_package():
     assert callable(ir.walk) and callable(ir.show)
     for name in placement_logic.__all__:
         assert not isinstance(getattr(placement_logic, name), type(placement_logic)), name
+
+
+# --------------------------------------------------------------------------- private names
+
+
+def _subpackage(module: str) -> str:
+    """The first-level package a module belongs to (a top-level module is its own)."""
+    return module.split(".")[0]
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_names_across_packages(path: Path, tree: ast.AST) -> list[str]:
+    """``from X import _name`` (and ``mod._name`` on a module so imported) where X lies in another
+    first-level package of placement_logic than ``path``."""
+    mod = _module_name(path)
+    pkg = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
+    if mod == "__init__":
+        pkg = []
+    own = _subpackage(mod)
+    foreign: dict[str, str] = {}  # local name -> the module (or object) it names, in another package
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = pkg[: len(pkg) - (node.level - 1)] if node.level > 1 else list(pkg)
+            base = base + (node.module.split(".") if node.module else [])
+        elif node.module and node.module.startswith("placement_logic"):
+            base = node.module.split(".")[1:]
+        else:
+            continue
+        for alias in node.names:
+            full = ".".join(base + [alias.name])
+            if _subpackage(full) == own:
+                continue
+            if _private(alias.name):
+                found.append(f"{mod}:{node.lineno}: from {'.'.join(base)} import {alias.name}")
+            foreign[alias.asname or alias.name] = full
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in foreign \
+                and _private(node.attr):
+            found.append(f"{mod}:{node.lineno}: {foreign[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_no_private_name_crosses_a_package_boundary():
+    found = [hit for p in sorted(PKG.rglob("*.py")) for hit in private_names_across_packages(p, _tree(p))]
+    assert found == []
+
+
+def test_the_private_name_scan_sees_both_forms():
+    # a module of check/ taking a private name of ir/, both ways; one of its own package is fine
+    src = ("from ..ir.groups import _mul\nfrom ..ir import folding\nfrom .dims import _own\n"
+           "x = folding._role(1)\ny = folding.role_of(1)\n")
+    found = private_names_across_packages(PKG / "check" / "steps.py", ast.parse(src))
+    assert found == ["check.steps:1: from ir.groups import _mul", "check.steps:4: ir.folding._role"]

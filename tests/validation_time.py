@@ -99,8 +99,12 @@ def spec(r: Run, mesh_extra: str = "") -> str:
             + f"  tp: {tensor}\n{pipe}  use {recompute}\n}}\n")
 
 
-@lru_cache(maxsize=None)  # a pure function of the run, asked for by several tests
 def predicted(r: Run, mesh_extra: str = "") -> Fraction:
+    return _predicted(r, mesh_extra)  # one cache key however it is called (lru_cache keys f(r) and f(r, "") apart)
+
+
+@lru_cache(maxsize=None)  # a pure function of the run, asked for by several tests
+def _predicted(r: Run, mesh_extra: str) -> Fraction:
     plan = load_string(spec(r, mesh_extra)).plans[0]
     st = step_time(derive(plan), plan.mesh.hardware)
     sizes = {symbol("tp"): r.tp, symbol("pp"): r.pp, symbol("dp"): r.dp}

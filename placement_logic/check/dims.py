@@ -96,7 +96,7 @@ def axis_dims(plan: ir.Plan, axes, cls: pg.ParamGroup, role_of, pls, k, sp: bool
         elif role in TENSOR_ROLES and a in partial:  # a whole weight on head-split activations
             dims.append(GradDim(a, a, SPLIT, k[a], replica=True, why=(
                 f"one K/V head is copied on every {a} rank: each copy's gradient comes from its rank's query heads "
-                f"only and is summed over {a}" if cls.checks_as == "kv" else
+                f"only and is summed over {a}" if cls.checks_as == pg.GradClass.KV else
                 f"{g} are whole on every {a} rank but see only its heads: each rank's gradient is the part from its "
                 f"heads, summed over {a}")))
         elif role in TENSOR_ROLES:

@@ -166,7 +166,7 @@ def to_json(report: CheckReport) -> dict:
             }
             for p in report.plans
         ],
-        summary={"proved": c[Verdict.PROVED], "refuted": c[Verdict.REFUTED], "unknown": c[Verdict.UNKNOWN]},
+        summary={v.word: c[v] for v in (Verdict.PROVED, Verdict.REFUTED, Verdict.UNKNOWN)},
         verdict=report.verdict.word,
     )
 

@@ -21,7 +21,7 @@ from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 from ..ir.overrides import OverrideTarget, OverrideVerb
 from ..resolve.validate import check_rebinding
-from ..solver.session import Session
+from ..solver.session import Session, SolverStatus
 from . import encode as en
 from . import (
     render,  # noqa: F401 - gives CheckReport its Markdown view in a notebook
@@ -94,46 +94,46 @@ def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: di
     # the for-all query, first with a short limit: a query that z3 does not decide at once is
     # left while the cheap guesses run, and asked again with the full limit only if they fail
     first, extract = query(FORALL, QUICK_SECONDS)
-    quick = first.status == "unknown" and sess.timeout > QUICK_SECONDS
-    if first.status == "unsat":
+    quick = first.status == SolverStatus.UNKNOWN and sess.timeout > QUICK_SECONDS
+    if first.status == SolverStatus.UNSAT:
         return result(Verdict.PROVED, _scope(pinned, step))
-    if first.status == "sat":  # the witness already found goes first: one replay per candidate, no search
+    if first.status == SolverStatus.SAT:  # the witness already found goes first: one replay per candidate, no search
         cex = _shrunk(ob, first, extract, pinned, "for-all witness", reasons)
         if cex is not None:
             return _refuted(ob, result, _scope(pinned, step), cex)
     devices = _pinned_devices(step, pinned)
     if devices > MAX_REPLAY_DEVICES:
         # every witness keeps the pinned sizes, so none can be replayed: no search can end otherwise
-        found = "found a counterexample" if first.status == "sat" else f"gave no answer ({first.reason})"
+        found = "found a counterexample" if first.status == SolverStatus.SAT else f"gave no answer ({first.reason})"
         return result(Verdict.UNKNOWN, _scope(pinned, step),
                       reason=f"at the pinned sizes the solver {found}, but a mesh of {devices:,} devices is too large "
                              f"to replay concretely (at most {MAX_REPLAY_DEVICES:,}), and a counterexample is shown "
                              "only once replayed: pin smaller sizes, or none, to see it")
     for tier in GUESSES:
         out, guess_extract = query(tier)
-        if out.status == "sat":
+        if out.status == SolverStatus.SAT:
             cex = _shrunk(ob, out, guess_extract, pinned, tier.label, reasons)
             if cex is not None:
                 return _refuted(ob, result, _scope(pinned, step), cex)
-        elif out.status == "unknown":
+        elif out.status == SolverStatus.UNKNOWN:
             reasons.append(f"{tier.label}: {out.reason}")
     if quick:
         first, extract = query(FORALL)
-        if first.status == "unsat":
+        if first.status == SolverStatus.UNSAT:
             return result(Verdict.PROVED, _scope(pinned, step))
-        if first.status == "sat":
+        if first.status == SolverStatus.SAT:
             cex = _shrunk(ob, first, extract, pinned, "for-all witness", reasons)
             if cex is not None:
                 return _refuted(ob, result, _scope(pinned, step), cex)
-    if first.status == "unknown":
+    if first.status == SolverStatus.UNKNOWN:
         reasons.insert(0, f"for-all query: {first.reason}")
     bounded_unsat = False
     for tier in SEARCH + (Tier(f"sizes <= {bound}", bound, True, False),):
         out, extract = query(tier)
-        if out.status == "unknown":
+        if out.status == SolverStatus.UNKNOWN:
             reasons.append(f"{tier.label}: {out.reason}")
             continue
-        if out.status == "unsat":
+        if out.status == SolverStatus.UNSAT:
             bounded_unsat = tier.bound == bound
             continue
         try:
@@ -148,7 +148,7 @@ def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: di
         reasons.append(f"{tier.label}: the solver's witness did not survive concrete replay")
     if bounded_unsat:  # a bounded search is not a proof: unknown, saying how far it looked
         reasons.append(f"no counterexample with mesh sizes and microbatches <= {bound}, but the for-all query "
-                       + ("timed out" if first.status == "unknown" else "found only witnesses that need real-valued "
+                       + ("timed out" if first.status == SolverStatus.UNKNOWN else "found only witnesses that need real-valued "
                           "token counts or larger meshes") + ": a bounded search, not a proof")
     return result(Verdict.UNKNOWN, _scope(pinned, step), reason="; ".join(reasons) or "no verdict")
 

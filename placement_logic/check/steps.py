@@ -25,6 +25,7 @@ from ..diagnostics import NO_SPAN, Code, Diagnostic, DiagnosticError, Span
 from ..ir import collectives as sc
 from ..ir import folding, heads, views
 from ..ir import groups as pg
+from ..ir.buffers import PayloadTensor, group_grads
 from ..ir.overrides import OverrideTarget, OverrideVerb
 from . import actflow as _actflow
 from . import buckets as _buckets
@@ -167,11 +168,12 @@ def _scheduled(r: _Read, cls: pg.ParamGroup) -> Counter:
     sync = [c for c in r.colls if c.phase is sc.Phase.GRAD_SYNC and c.state is ir.State.GRADS]
     key = views.member_key(r.plan.model, cls)
     return Counter(a if c.size is None else (a, "copies") for c in sync if (
-                   c.payload.tensor == heads.PAYLOAD + cls.name
+                   c.payload.tensor == group_grads(cls.name)
                    or (views.carries(c.payload, key) and (
-                       c.payload.tensor == "grads"
-                       or (c.payload.tensor == "dense_grads" and cls.checks_as != "experts")
-                       or (c.payload.tensor == "expert_grads" and cls.checks_as == "experts")))) for a in c.axes)
+                       c.payload.tensor == PayloadTensor.GRADS
+                       or (c.payload.tensor == PayloadTensor.DENSE_GRADS and cls.checks_as != pg.GradClass.EXPERTS)
+                       or (c.payload.tensor == PayloadTensor.EXPERT_GRADS and cls.checks_as == pg.GradClass.EXPERTS))))
+                   for a in c.axes)
 
 
 def _dims(r: _Read, g: str, cls: pg.ParamGroup, role_of, pls) -> tuple[list[GradDim], Span, dict[str, Span]]:
@@ -194,7 +196,7 @@ def _dims(r: _Read, g: str, cls: pg.ParamGroup, role_of, pls) -> tuple[list[Grad
         # a tie or a part of an axis (K/V copies) is reduced by a reduction over its axis
         dims = [d if d.name == MICROBATCHES else replace(d, k=counts.get(d.axis, 0)) for d in dims]
     tie_o = r.last(OverrideTarget.EMBEDDING, OverrideVerb.TIE_REDUCE)
-    if cls.checks_as == "embedding" and tie_o is not None:
+    if cls.checks_as == pg.GradClass.EMBEDDING and tie_o is not None:
         for a in tie_o.axes or ():
             if a not in r.pipeline:
                 raise _err(Code.TIE_AXIS, f"tie_reduce over '{a}', which is not a pipeline axis", tie_o.span)
@@ -250,7 +252,7 @@ def _group(r: _Read, g: str, facts: _Facts) -> GroupModel:
     if norm_src is not None:
         spans[NORMALISATION] = norm_src.span
     shard_axes = tuple(d.axis for d in dims if d.kind == SHARDED and not d.tie) + grads_sharded_g
-    if cls.checks_as == "experts":
+    if cls.checks_as == pg.GradClass.EXPERTS:
         shard_axes += folding.group_axes(plan, cls, ir.Role.EXPERT)
     dc = r.group_last(OverrideTarget.CLIP_NORM, OverrideVerb.DOUBLE_COUNT, g)
     clip_g = clipagg.stated(plan.overrides, g)  # a stated reduction: a sum, an average or a max

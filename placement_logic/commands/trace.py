@@ -14,7 +14,7 @@ import argparse
 import json
 
 from ..diagnostics import Code
-from ..outcome import Exit
+from ..outcome import Exit, Verdict
 from .output import check_writable, write_output
 
 
@@ -136,7 +136,7 @@ def check_trace(trace: dict, out, err, timeout: float, spec_file: str | None = N
                 out.write(f"    also at {other['file']}:{other['line']}\n")
             out.write(f"    breaks: {', '.join(f.breaks)}\n")
         out.write("\n")
-    elif verdict == "proved" and not lifted.unliftable:
+    elif verdict == Verdict.PROVED.word and not lifted.unliftable:
         out.write(f"proved for all mesh sizes: the traced step of {trace['script']} computes single-device "
                   "training's step\n\n")
     out.write(render(report, "text", None))

@@ -31,6 +31,7 @@ from ..costs.symbolic import (
 )
 from ..diagnostics import Code, Diagnostic, DiagnosticError, Span, did_you_mean
 from ..ir import State, heads
+from ..outcome import QuestionVerdict
 from ..resolve.validate import check_rebinding
 from . import checkpoint, units
 from .model import (
@@ -263,34 +264,34 @@ def symbolic_value(spec: ir.Spec, value: ir.Value) -> sympy.Expr:
     return costs.value_of(spec, value)
 
 
-def _verdict(spec: ir.Spec, qn: ir.Question, q: _Q) -> tuple[sympy.Expr, sympy.Expr, Quantity, Quantity, str]:
+def _verdict(spec: ir.Spec, qn: ir.Question, q: _Q) -> tuple[sympy.Expr, sympy.Expr, Quantity, Quantity, QuestionVerdict]:
     left, right = costs.value_of(spec, qn.left, q.subs), costs.value_of(spec, qn.right, q.subs)
     lq, rq = q(left), q(right)
     if lq.exact is not None and rq.exact is not None:
-        verdict = "holds" if _OPS[qn.op](lq.exact, rq.exact) else "fails"
+        verdict = QuestionVerdict.HOLDS if _OPS[qn.op](lq.exact, rq.exact) else QuestionVerdict.FAILS
     else:
-        verdict = "unknown"
+        verdict = QuestionVerdict.UNKNOWN
     return left, right, lq, rq, verdict
 
 
-def _expectation(spec: ir.Spec, qn: ir.Question, verdict: str, q: _Q, sets: Mapping[str, Fraction]
+def _expectation(spec: ir.Spec, qn: ir.Question, verdict: QuestionVerdict, q: _Q, sets: Mapping[str, Fraction]
                  ) -> tuple[str | None, bool | None]:
     """A claim marked ``expect fails [unless ...]``: what was expected, and whether it came true:
     it fails at the report's values and, with the ``unless`` names re-bound, holds (when the
     report's values are the ``unless`` values, as with ``--set dp=8``, it is expected to hold)."""
-    if qn.expect != "fails":
+    if qn.expect != QuestionVerdict.FAILS:
         return None, None
     pins = {n: v.value for n, v in qn.unless if isinstance(v, ir.Const)}
     shown = ", ".join(f"{n} = {units.number(v)}" for n, v in pins.items())
-    expected = f"holds only when {shown}" if pins else "fails"
+    expected = f"holds only when {shown}" if pins else QuestionVerdict.FAILS
     if pins and all(q.subs.get(symbol(n)) == rational(v) for n, v in pins.items()):
-        return expected, None if verdict == "unknown" else verdict == "holds"
-    if verdict != "fails":
-        return expected, None if verdict == "unknown" else False
+        return expected, None if verdict is QuestionVerdict.UNKNOWN else verdict is QuestionVerdict.HOLDS
+    if verdict is not QuestionVerdict.FAILS:
+        return expected, None if verdict is QuestionVerdict.UNKNOWN else False
     if not pins:
         return expected, True
     there = _verdict(spec, qn, _Q(resolve_bindings(spec.bindings, {**sets, **pins}), ()))[4]
-    return expected, None if there == "unknown" else there == "holds"
+    return expected, None if there is QuestionVerdict.UNKNOWN else there is QuestionVerdict.HOLDS
 
 
 def _question(spec: ir.Spec, qn: ir.Question, q: _Q, sets: Mapping[str, Fraction] | None = None) -> QuestionResult:

@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable
 
-from ..outcome import SCHEMA_VERSION  # noqa: F401 - re-exported by the package
+from ..outcome import (
+    SCHEMA_VERSION,  # noqa: F401 - re-exported by the package
+    QuestionVerdict,
+)
 from .rows import DEVICE_ROWS, HOST_ROWS, stage_title, tex_text  # noqa: F401 - part of the model's API
 
 
@@ -153,7 +156,7 @@ class QuestionResult:
     op: str
     left: Quantity
     right: Quantity
-    verdict: str  # holds | fails | unknown
+    verdict: QuestionVerdict
     identity: bool | None  # the comparison holds symbolically for every value (None: not decided)
     where: str  # file:line:col
     expected: str | None = None  # a claim marked `expect fails`: "fails", or "holds only when dp = 8"
@@ -165,13 +168,13 @@ class QuestionResult:
         if self.expected is None:
             return self.verdict
         if self.met:
-            return f"{self.verdict} (expected)" if self.expected == "fails" else \
+            return f"{self.verdict} (expected)" if self.expected == QuestionVerdict.FAILS else \
                 f"{self.verdict} (expected: {self.expected})"
         if self.met is None:
             return f"{self.verdict} (expected: {self.expected}; not decided)"
         pins = self.expected.removeprefix("holds only when ")
-        if self.verdict == "holds":
-            return "holds (UNEXPECTED: expected it to fail" + ("" if self.expected == "fails" else f" unless {pins}") + ")"
+        if self.verdict is QuestionVerdict.HOLDS:
+            return "holds (UNEXPECTED: expected it to fail" + ("" if self.expected == QuestionVerdict.FAILS else f" unless {pins}") + ")"
         return f"fails (UNEXPECTED: expected it to hold when {pins}, but it fails there too)"
 
 
@@ -199,7 +202,7 @@ class CostReport:
 
     @property
     def failed_asserts(self) -> int:
-        return sum(1 for q in self.questions if q.kind == "assert" and q.verdict == "fails")
+        return sum(1 for q in self.questions if q.kind == "assert" and q.verdict is QuestionVerdict.FAILS)
 
     @property
     def unfit(self) -> tuple[str, ...]:
@@ -223,7 +226,7 @@ class CostReport:
 
     @property
     def unknown_asserts(self) -> int:
-        return sum(1 for q in self.questions if q.kind == "assert" and q.verdict == "unknown")
+        return sum(1 for q in self.questions if q.kind == "assert" and q.verdict is QuestionVerdict.UNKNOWN)
 
 
 def compare_rows(r: CostReport) -> list[tuple[str, Callable[[PlanReport], Quantity]]]:

@@ -47,6 +47,7 @@ from ..costs.compiled import (  # noqa: F401 - compile_exprs, numpy_or_none: swe
 from ..costs.symbolic import rational, resolve_bindings, symbol, to_sympy
 from ..diagnostics import Code, Diagnostic, DiagnosticError, did_you_mean
 from ..ir.walker import fold
+from ..outcome import QuestionVerdict
 from ..resolve.validate import check_rebinding, rebinding_diagnostics, shape_names, sources
 
 _OPS = {
@@ -69,7 +70,7 @@ class SweepRow:
     values: tuple[Fraction, ...]  # the swept values, in ``SweepReport.swept`` order
     plan: str
     numbers: dict  # quantity name (costs.compiled.cost_exprs) -> Fraction (exact) or float (compiled)
-    verdicts: tuple[str, ...]  # per question: holds | fails
+    verdicts: tuple[QuestionVerdict, ...]  # per question: holds | fails
 
     def get(self, name: str):
         return self.numbers.get(name, 0)
@@ -106,7 +107,7 @@ class SweepReport:
     @property
     def failed_asserts(self) -> int:
         return sum(1 for r in self.iter_rows() for q, v in zip(self.questions, r.verdicts)
-                   if q.kind == "assert" and v == "fails")
+                   if q.kind == "assert" and v == QuestionVerdict.FAILS)
 
     @property
     def exit_status(self) -> int:
@@ -289,7 +290,7 @@ def _exact_rows(spec, names, sets, swept, grid, keys: dict) -> Iterator[SweepRow
                 lv, rv = exact_value(left, subs), exact_value(right, subs)
             except ValueError:
                 raise _unbound({s.name for s in (left - right).xreplace(subs).free_symbols}) from None
-            verdicts.append("holds" if _OPS[qn.op](lv, rv) else "fails")
+            verdicts.append(QuestionVerdict.HOLDS if _OPS[qn.op](lv, rv) else QuestionVerdict.FAILS)
         for name in names:
             pc = costs.derive(costs.with_sizes(spec.plan(name), subs), sized=True)
             exprs = cost_exprs(pc, subs)
@@ -309,7 +310,7 @@ def _display(key: str) -> str:
     return f"{head}: {rest}"
 
 
-def _verdicts(spec, fn: CompiledCost, sides: list, point) -> tuple[str, ...]:
+def _verdicts(spec, fn: CompiledCost, sides: list, point) -> tuple[QuestionVerdict, ...]:
     """Each question's verdict from its two sides; floats too close to call are decided exactly
     (``point()``: the configuration's exact values)."""
     out = []
@@ -320,7 +321,7 @@ def _verdicts(spec, fn: CompiledCost, sides: list, point) -> tuple[str, ...]:
             if abs(left - right) <= 1e-9 * scale or left != left or right != right:
                 exact = exact or fn.exact(**point())
                 left, right = exact[f"\0q{j}\0left"], exact[f"\0q{j}\0right"]
-        out.append("holds" if _OPS[qn.op](left, right) else "fails")
+        out.append(QuestionVerdict.HOLDS if _OPS[qn.op](left, right) else QuestionVerdict.FAILS)
     return tuple(out)
 
 

@@ -23,7 +23,7 @@ import tempfile
 from fractions import Fraction
 from typing import Iterator, TextIO
 
-from ..outcome import envelope
+from ..outcome import QuestionVerdict, envelope
 from . import units
 from .sweep import SweepReport, SweepRow
 
@@ -62,10 +62,10 @@ class Tally:
     def add(self, group: list[SweepRow]) -> None:
         self.configurations += 1
         for j, v in enumerate(group[0].verdicts):
-            self.fails[j] += v == "fails"
+            self.fails[j] += v == QuestionVerdict.FAILS
         for row in group:
             self.rows += 1
-            self.failed_asserts += sum(1 for a, v in zip(self.asserts, row.verdicts) if a and v == "fails")
+            self.failed_asserts += sum(1 for a, v in zip(self.asserts, row.verdicts) if a and v == QuestionVerdict.FAILS)
 
     @property
     def exit_status(self) -> int:
@@ -95,7 +95,7 @@ def _ratio(r: SweepReport, row: SweepRow, group: list[SweepRow]) -> str:
 def _failed(r: SweepReport, row: SweepRow) -> str:
     """``ok``, or ``fails`` with the numbers of the failing asserts (the footer lists them)."""
     bad = [str(k + 1) for k, (q, v) in enumerate(zip(r.questions, row.verdicts))
-           if v == "fails" and q.kind == "assert"]
+           if v == QuestionVerdict.FAILS and q.kind == "assert"]
     if bad:
         return "fails " + ",".join(bad)
     return "ok"

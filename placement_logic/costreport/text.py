@@ -9,6 +9,7 @@ collective with totals per axis, then the asserts and claims and a summary line.
 
 from __future__ import annotations
 
+from ..outcome import QuestionVerdict
 from . import units
 from .model import DEVICE_ROWS, CostReport, PlanReport, Quantity, compare_rows, stage_title
 from .tables import Table
@@ -134,7 +135,7 @@ def _params_line(r: CostReport) -> str:
     return text
 
 
-VERDICT_STYLE = {"holds": "green", "fails": "bold red", "unknown": "yellow"}
+VERDICT_STYLE = {QuestionVerdict.HOLDS: "green", QuestionVerdict.FAILS: "bold red", QuestionVerdict.UNKNOWN: "yellow"}
 
 
 def render(r: CostReport, width: int = 120, color: bool = False) -> str:
@@ -169,7 +170,7 @@ def render(r: CostReport, width: int = 120, color: bool = False) -> str:
 
 
 def _questions(out: list[str | Table], r: CostReport, color: bool) -> None:
-    counts = {"holds": 0, "fails": 0, "unknown": 0}
+    counts = dict.fromkeys(QuestionVerdict, 0)
     for q in r.questions:
         counts[q.verdict] += 1
         label = f' "{q.label}"' if q.label else ""
@@ -183,6 +184,6 @@ def _questions(out: list[str | Table], r: CostReport, color: bool) -> None:
         if color:
             word = f"[{ {'FAILED': 'bold red', 'ok': 'green', 'UNKNOWN': 'yellow'}[word] }]{word}[/]"
         expected = sum(1 for q in r.questions if q.met)
-        fails = f"{counts['fails']} fail" + (f" ({expected} as expected)" if expected else "")
+        fails = f"{counts[QuestionVerdict.FAILS]} fail" + (f" ({expected} as expected)" if expected else "")
         unmet = f", {r.unmet_expectations} not as expected" if r.unmet_expectations else ""
-        out.append(f"{counts['holds']} hold, {fails}, {counts['unknown']} unknown{unmet}; " + word)
+        out.append(f"{counts[QuestionVerdict.HOLDS]} hold, {fails}, {counts[QuestionVerdict.UNKNOWN]} unknown{unmet}; " + word)

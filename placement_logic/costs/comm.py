@@ -17,8 +17,9 @@ import sympy
 
 from .. import ir
 from ..ir import views
+from ..ir.buffers import DENSE_BUFFERS, EXPERT_BUFFERS, grads_group
+from ..ir.buffers import PayloadTensor as PT
 from ..ir.collectives import Collective, Kind
-from ..ir.heads import PAYLOAD
 from .activations import Layout
 from .sizes import Shape, per_group
 from .symbolic import symbol, to_sympy
@@ -66,32 +67,33 @@ def buffer_bytes(c: Collective, sh: Shape, lay: Layout) -> sympy.Expr:
     ba = sh.bytes[ir.State.ACTIVATIONS]
     s = sh.s / lay.c
     tsp = lay.t if lay.sp else 1
-    if tensor in ("params", "params_shard"):
+    if tensor in (PT.PARAMS, PT.PARAMS_SHARD):
         return sh.bytes[ir.State.PARAMS] * _members(sh, c, per_group(sh, c.payload.divided_over, lay.split))
-    if tensor in ("grads", "grads_shard"):
+    if tensor in (PT.GRADS, PT.GRADS_SHARD):
         return sh.bytes[ir.State.GRADS] * _members(sh, c, per_group(sh, c.payload.divided_over, lay.split))
-    if tensor in ("dense_grads", "expert_grads", "dense_params", "expert_params"):
+    if tensor in DENSE_BUFFERS + EXPERT_BUFFERS:
         # one buffer of the non-expert parameters or of the experts, divided over the axes that divide it
-        st = ir.State.GRADS if tensor.endswith("grads") else ir.State.PARAMS
+        st = ir.State.GRADS if tensor in (PT.DENSE_GRADS, PT.EXPERT_GRADS) else ir.State.PARAMS
         split = replace(lay.split, dense_data=True)
         return sh.bytes[st] * _members(sh, c, per_group(sh, c.payload.divided_over, split,
-                                                        experts_only=tensor.startswith("expert")))
-    if tensor.startswith(PAYLOAD):  # one group's own gradient (a whole weight that sees heads, K/V copies)
-        return sh.bytes[ir.State.GRADS] * per_group(sh, c.payload.divided_over, lay.split)[tensor[len(PAYLOAD):]]
-    if tensor == "activation":
+                                                        experts_only=tensor in EXPERT_BUFFERS))
+    group = grads_group(tensor)
+    if group is not None:  # one group's own gradient (a whole weight that sees heads, K/V copies)
+        return sh.bytes[ir.State.GRADS] * per_group(sh, c.payload.divided_over, lay.split)[group]
+    if tensor == PT.ACTIVATION:
         return s * sh.b * sh.h * ba
-    if tensor == "boundary":
+    if tensor == PT.BOUNDARY:
         return s * sh.b * sh.h * ba / tsp
-    if tensor == "boundary_chunk":  # split over the tensor axes the payload names (no sequence parallelism)
+    if tensor == PT.BOUNDARY_CHUNK:  # split over the tensor axes the payload names (no sequence parallelism)
         return _divide(s * sh.b * sh.h * ba, c.payload.divided_over)
-    if tensor == "tokens":
+    if tensor == PT.TOKENS:
         return s * sh.b * sh.h * sh.top_k * sh.capacity * ba / tsp
-    if tensor == "expert_tokens":  # the routed tokens of the whole expert tensor group
+    if tensor == PT.EXPERT_TOKENS:  # the routed tokens of the whole expert tensor group
         n = sympy.Mul(*(symbol(a) for a in c.payload.divided_over))
         return s * sh.b * sh.h * sh.top_k * sh.capacity * ba / tsp * n
-    if tensor == "token_scalars":
+    if tensor == PT.TOKEN_SCALARS:
         return s * sh.b * 4  # one fp32 value per token (the cross entropy's reductions)
-    if tensor == "kv":
+    if tensor == PT.KV:
         return 2 * s * sh.b * sh.h * sh.kv / sh.a * ba
     raise ValueError(f"unknown payload tensor {tensor!r}")
 

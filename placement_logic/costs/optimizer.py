@@ -34,8 +34,7 @@ import sympy
 
 from .. import ir
 from ..ir import optimizers as opt
-from ..ir.buffers import Collective, Kind, Payload, Phase, link_of
-from ..ir.heads import PAYLOAD
+from ..ir.buffers import Collective, Kind, Payload, Phase, group_grads, link_of
 from ..ir.nodes import Role
 from ..ir.overrides import OverrideVerb
 from .sizes import Shape, per_group
@@ -120,7 +119,7 @@ def collectives(plan: ir.Plan, notes: list | None = None) -> list[Collective]:
         if gather:
             out.append(Collective(
                 Kind.ALL_GATHER, ir.State.GRADS, _in_mesh(plan, gather), link_of(plan, gather), Phase.OPTIMIZER,
-                ir.const(1), Payload(PAYLOAD + group, _divided_over(plan, group, gather), f"{group} gradient matrices"),
+                ir.const(1), Payload(group_grads(group), _divided_over(plan, group, gather), f"{group} gradient matrices"),
                 f"{c.text()} on {group}: every rank gathers each whole gradient matrix over ({', '.join(gather)})"))
         if owner:
             _owners(plan, group, c, _in_mesh(plan, tuple(a for a in owner if a not in gather)), cut, gather, out)
@@ -139,12 +138,12 @@ def _owners(plan: ir.Plan, group: str, c: opt.Choice, axes: tuple[str, ...], cut
     rule = f"{c.text()} on {group}, round_robin over ({', '.join(axes)})"
     if tensor:
         whole = gather + tensor
-        share = Payload(PAYLOAD + group, _divided_over(plan, group, whole) + tensor, f"{group} matrix pieces")
+        share = Payload(group_grads(group), _divided_over(plan, group, whole) + tensor, f"{group} matrix pieces")
         for what in ("the pieces of each matrix to its owner", "the updated pieces back from the owners"):
             out.append(Collective(Kind.ALL_TO_ALL, ir.State.GRADS, tensor, link_of(plan, tensor), Phase.OPTIMIZER,
                                   ir.const(1), share, f"{rule}: {what} over ({', '.join(tensor)})"))
     if replicated:
-        pay = Payload(PAYLOAD + group, _divided_over(plan, group, gather + tensor), f"{group} updated matrices")
+        pay = Payload(group_grads(group), _divided_over(plan, group, gather + tensor), f"{group} updated matrices")
         out.append(Collective(Kind.ALL_GATHER, ir.State.GRADS, replicated, link_of(plan, replicated), Phase.OPTIMIZER,
                               ir.const(1), pay, f"{rule}: the owners' updated matrices to every rank of "
                               f"({', '.join(replicated)})"))

@@ -26,7 +26,7 @@ from ..ir import groups as pg
 from .extrema import extremum
 from .symbolic import peak, symbol, to_sympy
 
-FIRST, LAST = "first", "last"  # the pipeline stages the engine accounts for
+FIRST, LAST = "first", "last"  # the pipeline stages the engine accounts for (report words, not groups.Stage)
 
 
 @dataclass(frozen=True)
@@ -259,23 +259,23 @@ def stage_divided(sh: Shape, stage: str, p: sympy.Expr, axes, split: Split | Non
     return sum(per_group(sh, axes, split, stage=stage, p=p, axes_of=axes_of).values(), sympy.Integer(0))
 
 
-def layers_on(sh: Shape, rng: tuple, stage: str, p: sympy.Expr) -> sympy.Expr:
+def layers_on(sh: Shape, rng: pg.LayerRange, stage: str, p: sympy.Expr) -> sympy.Expr:
     """How many of the layers a ranged group lives in (the first k, or the rest; or the dense or
     the MoE layers of a periodic pattern) the first or the last of p stages holds (each holds
     L/p consecutive layers)."""
     per = sh.L / p
-    if rng[0] in ("dense_of", "moe_of"):  # a periodic pattern: count the MoE layers below a bound
-        _, d, every, offset = rng
+    if rng.pattern is not None:  # a periodic pattern: count the MoE layers below a bound
+        d, every, offset = rng.pattern
         first = d + (offset - d) % every  # the first MoE layer
 
         def moe_below(n: sympy.Expr) -> sympy.Expr:
             return sympy.Max(0, sympy.ceiling((n - first) / every))
 
         moe = moe_below(per) if stage == FIRST else moe_below(sh.L) - moe_below(sh.L - per)
-        return moe if rng[0] == "moe_of" else per - moe
-    which, k = rng[0], to_sympy(rng[1])
+        return moe if rng.moe else per - moe
+    k = to_sympy(rng.k)
     first_k = sympy.Min(k, per) if stage == FIRST else sympy.Max(0, k - (sh.L - per))
-    return first_k if which == "first" else per - first_k
+    return per - first_k if rng.moe else first_k
 
 
 def layer_divided(sh: Shape, axes, split: Split | None = None) -> sympy.Expr | None:
@@ -286,9 +286,9 @@ def layer_divided(sh: Shape, axes, split: Split | None = None) -> sympy.Expr | N
     split = split or Split()
     if any(g.group.layers is not None for g in sh.groups):
         kinds = []
-        for kind in (("first", "dense_of"), ("after", "moe_of")):
+        for moe in (False, True):  # the dense layers, the MoE layers
             kinds.append(sum((g.per_layer * split.share(g, axes, sh.kv) for g in sh.groups
-                              if g.per_layer is not None and (g.group.layers is None or g.group.layers[0] in kind)),
+                              if g.per_layer is not None and (g.group.layers is None or g.group.layers.moe == moe)),
                              sympy.Integer(0)))
         return peak(*kinds)
     return sum((g.per_layer * split.share(g, axes, sh.kv) for g in sh.groups if g.per_layer is not None),

@@ -49,7 +49,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from ..diagnostics import NO_SPAN, Span
-from .buffers import Collective, Kind, Payload, Phase, link_of
+from .buffers import Collective, Kind, Payload, PayloadTensor, Phase, link_of
 from .nodes import Const, Mode, Op, Recompute, Role, State
 from .overrides import OverrideVerb
 
@@ -271,11 +271,11 @@ def adjust(plan, colls: tuple[Collective, ...], per_layer, per_microbatch) -> tu
             continue
         derived = derived_slots(f.region, f.tensor, f.sp)
         per = per_microbatch if f.region in ("head", "embedding", "loss") else per_layer
-        pay = (Payload("token_scalars", (), "one fp32 value per token (s·b·4)") if f.region == "loss" else
-               Payload("tokens", (), "routed tokens (s·b·h·top_k·capacity_factor)") if f.region == "experts" else
-               Payload("expert_tokens", f.tensor, "routed tokens gathered over the expert tensor group "
+        pay = (Payload(PayloadTensor.TOKEN_SCALARS, (), "one fp32 value per token (s·b·4)") if f.region == "loss" else
+               Payload(PayloadTensor.TOKENS, (), "routed tokens (s·b·h·top_k·capacity_factor)") if f.region == "experts" else
+               Payload(PayloadTensor.EXPERT_TOKENS, f.tensor, "routed tokens gathered over the expert tensor group "
                        "(s·b·h·top_k·capacity_factor × its size)") if f.region == "expert_tensor" else
-               Payload("activation", (), "layer input/output activations (s·b·h)"))
+               Payload(PayloadTensor.ACTIVATION, (), "layer input/output activations (s·b·h)"))
         for name, slot in f.slots:
             if not slot.verb:
                 continue

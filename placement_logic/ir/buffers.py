@@ -5,7 +5,7 @@ count, payload) and the reduction of one gradient buffer over a set of axes, sha
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import Enum, StrEnum
 
 from .. import ir
 from .nodes import Mode, State, Value
@@ -32,9 +32,46 @@ class Phase(str, Enum):
     REFRESH = "refresh"
 
 
+class PayloadTensor(StrEnum):
+    """What a collective moves (``Payload.tensor``); ``costs.comm`` sizes each. One group's own
+    gradient sum is ``group_grads(name)``, "grads:<group>", outside this closed set."""
+
+    PARAMS = "params"
+    GRADS = "grads"
+    DENSE_PARAMS = "dense_params"  # the non-expert parameters' buffer (``ir.sync``)
+    EXPERT_PARAMS = "expert_params"
+    DENSE_GRADS = "dense_grads"
+    EXPERT_GRADS = "expert_grads"
+    PARAMS_SHARD = "params_shard"  # offload traffic
+    GRADS_SHARD = "grads_shard"
+    ACTIVATION = "activation"
+    BOUNDARY = "boundary"
+    BOUNDARY_CHUNK = "boundary_chunk"
+    TOKENS = "tokens"
+    EXPERT_TOKENS = "expert_tokens"
+    TOKEN_SCALARS = "token_scalars"
+    KV = "kv"
+
+
+# the buffers of the non-expert parameters and of the experts (``ir.sync``), by state
+DENSE_BUFFERS = (PayloadTensor.DENSE_GRADS, PayloadTensor.DENSE_PARAMS)
+EXPERT_BUFFERS = (PayloadTensor.EXPERT_GRADS, PayloadTensor.EXPERT_PARAMS)
+GROUP_GRADS = "grads:"  # the payload of one group's own gradient sum: "grads:<group>"
+
+
+def group_grads(group: str) -> str:
+    """The payload tensor of the gradient sum of the group named ``group``."""
+    return GROUP_GRADS + group
+
+
+def grads_group(tensor: str) -> str | None:
+    """The group whose own gradient sum the payload ``tensor`` is, or None."""
+    return tensor[len(GROUP_GRADS):] if tensor.startswith(GROUP_GRADS) else None
+
+
 @dataclass(frozen=True)
 class Payload:
-    tensor: str
+    tensor: PayloadTensor | str  # a PayloadTensor, or group_grads(name)
     divided_over: tuple[str, ...] = ()
     description: str = ""
     # the parameter groups whose buffer it is (``ir.views``): these only, or (None) every group
@@ -71,9 +108,10 @@ def link_of(plan: ir.Plan, axes: tuple[str, ...]) -> str | None:
 
 
 def reduce_buffer(plan: ir.Plan, reduce_axes, g: ir.Placement, opt: ir.Placement, g_sharded: tuple[str, ...],
-            per_mb: Value, tensor: str, note: str) -> list[Collective]:
+            per_mb: Value, tensor: PayloadTensor, note: str) -> list[Collective]:
     """Reduce-scatter, reduce-to-owner and all-reduce of one gradient buffer over ``reduce_axes``."""
-    what = {"grads": "gradients", "dense_grads": "non-expert gradients", "expert_grads": "expert gradients"}[tensor]
+    what = {PayloadTensor.GRADS: "gradients", PayloadTensor.DENSE_GRADS: "non-expert gradients",
+            PayloadTensor.EXPERT_GRADS: "expert gradients"}[tensor]
     scatter = tuple(a for a in reduce_axes if g.mode(a) in (Mode.S, Mode.S_STAR, Mode.M, Mode.O))
     plain = tuple(a for a in reduce_axes if a not in scatter)
     # replicated grads feeding a sharded optimizer only need the owner's piece (ZeRO-1)

@@ -17,7 +17,7 @@ API (stable):
     Collective.link     link class of the group (the axis link; "pcie" for host traffic)
     Collective.phase    Phase: forward, backward, grad_sync, optimizer, refresh
     Collective.count    ir.Value: how many times per step one device takes part
-    Collective.payload  Payload: tensor (params, grads, dense_grads, activation, boundary,
+    Collective.payload  Payload: tensor (a PayloadTensor: params, grads, dense_grads, activation, boundary,
                         tokens, kv, params_shard, grads_shard), divided_over (mesh axes whose shards the
                         buffer already excludes), description (human text)
     Collective.rule     which derivation rule produced it (one short sentence)
@@ -35,7 +35,19 @@ from dataclasses import replace
 from .. import ir
 from . import actflow, folding, heads, sync, views
 from . import groups as pg
-from .buffers import ONE, Collective, Kind, Payload, Phase, link_of, reduce_buffer, step_reduction
+from .buffers import (
+    DENSE_BUFFERS,
+    EXPERT_BUFFERS,
+    ONE,
+    Collective,
+    Kind,
+    Payload,
+    Phase,
+    link_of,
+    reduce_buffer,
+    step_reduction,
+)
+from .buffers import PayloadTensor as PT
 from .buffers import uniq as _uniq
 from .nodes import Const, Mode, Op, Role, ScheduleKind, State, Sym, Value
 from .overrides import OverrideTarget, OverrideVerb
@@ -142,7 +154,7 @@ def _grad_sync(plan: ir.Plan) -> list[Collective]:
     if not given and sync.applies(plan):
         return sync.grad_sync(plan, per_mb)
     g_sharded = sharded_axes(plan, State.GRADS)
-    out = reduce_buffer(plan, reduce_axes, g, opt, g_sharded, per_mb, "grads", "")
+    out = reduce_buffer(plan, reduce_axes, g, opt, g_sharded, per_mb, PT.GRADS, "")
     done = _uniq(a for c in out if c.kind is Kind.REDUCE_SCATTER for a in c.axes)
     if not given:
         experts = axes_with_role(plan, Role.EXPERT)  # they do not divide the non-expert gradients
@@ -156,7 +168,7 @@ def _grad_sync(plan: ir.Plan) -> list[Collective]:
             out.append(Collective(
                 Kind.REDUCE_SCATTER if shard else Kind.ALL_REDUCE, State.GRADS, e, link_of(plan, e),
                 Phase.GRAD_SYNC, count,
-                Payload("dense_grads", _uniq(a for a in g_sharded + done if a not in experts),
+                Payload(PT.DENSE_GRADS, _uniq(a for a in g_sharded + done if a not in experts),
                         "non-expert gradients (expert parameters are split over the axis)"),
                 ("expert axis: non-expert gradients reduce-scattered to the distributed optimizer's shards"
                  if shard else "expert axis: non-expert gradients all-reduced over it")
@@ -175,7 +187,7 @@ def _param_gathers(plan: ir.Plan) -> list[Collective]:
         return []
     link = link_of(plan, star)
     rest = tuple(a for a in sharded_axes(plan, State.PARAMS) if a not in star)
-    pay = Payload("params", rest, f"parameters, one {th.unit} at a time")
+    pay = Payload(PT.PARAMS, rest, f"parameters, one {th.unit} at a time")
     out = [Collective(Kind.ALL_GATHER, State.PARAMS, star, link, Phase.FORWARD, per_unit, pay,
                       "params S*: all-gather before forward")]
     if th.reshard_after_forward:
@@ -202,12 +214,12 @@ def _param_refresh(plan: ir.Plan) -> list[Collective]:
             if any(a in axes or th.mode(a) not in (Mode.S, Mode.O) for a in e):
                 continue
             out.append(Collective(Kind.ALL_GATHER, State.PARAMS, e, link_of(plan, e), Phase.REFRESH, _ONE,
-                                  Payload("dense_params", _uniq(axes + tuple(a for a in rest if a not in experts)),
+                                  Payload(PT.DENSE_PARAMS, _uniq(axes + tuple(a for a in rest if a not in experts)),
                                           "updated non-expert parameters"),
                                   "distributed optimizer over an expert axis: all-gather the updated non-expert "
                                   "parameters after the step"))
     return [Collective(Kind.ALL_GATHER, State.PARAMS, axes, link_of(plan, axes), Phase.REFRESH, _ONE,
-                       Payload("params", rest, "updated parameters"),
+                       Payload(PT.PARAMS, rest, "updated parameters"),
                        "params R with optimizer S: all-gather the updated parameters after the step")] + out
 
 
@@ -217,7 +229,7 @@ def _tensor_parallel(plan: ir.Plan) -> list[Collective]:
     per = _mul(stage_layers(plan), m)
     for t in plan.groups_with_role(Role.TENSOR, Role.SEQUENCE):  # a product binding's axes form one group
         link = link_of(plan, t)
-        pay = Payload("activation", (), "layer input/output activations (s·b·h)")
+        pay = Payload(PT.ACTIVATION, (), "layer input/output activations (s·b·h)")
         fwd_n = 2 if plan.recompute is not ir.Recompute.FULL else 4  # full recompute reruns forward
         if plan.sequence_parallel:
             for kind in (Kind.ALL_GATHER, Kind.REDUCE_SCATTER):
@@ -269,7 +281,7 @@ def _vocab_parallel(plan: ir.Plan) -> list[Collective]:
         return g is not None and g.tensor == pg.SPLIT and pg.effective(params, g).mode(t[0]) in (Mode.S, Mode.S_STAR)
 
     out: list[Collective] = []
-    pay = Payload("activation", (), "embedding output / head input (s·b·h)")
+    pay = Payload(PT.ACTIVATION, (), "embedding output / head input (s·b·h)")
     for t in plan.groups_with_role(Role.TENSOR, Role.SEQUENCE):
         link = link_of(plan, t)
         emb, head = split("embedding", t) and first_too, split("head", t)
@@ -298,7 +310,7 @@ def _vocab_parallel(plan: ir.Plan) -> list[Collective]:
                                       "microbatch in backward"))
         if head:
             out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, t, link, Phase.FORWARD,
-                                  _mul(ir.const(3), m), Payload("token_scalars", (), "one fp32 value per token (s·b·4)"),
+                                  _mul(ir.const(3), m), Payload(PT.TOKEN_SCALARS, (), "one fp32 value per token (s·b·4)"),
                                   "vocabulary-parallel cross entropy: all-reduce of the max logit, the target's "
                                   "logit and the sum of exponentials per microbatch"))
     return out
@@ -309,7 +321,7 @@ def _pipeline(plan: ir.Plan) -> list[Collective]:
     if pp is None:
         return []
     cnt = _mul(plan.model.microbatches, chunks_value(plan))
-    pay = Payload("boundary", (), "stage-boundary activations (s·b·h)")
+    pay = Payload(PT.BOUNDARY, (), "stage-boundary activations (s·b·h)")
     link = link_of(plan, (pp,))
     # Megatron-LM's scatter/gather (Narayanan et al. 2021, §4.1; --scatter-gather-tensors-in-pipeline,
     # on by default): without sequence parallelism each tensor rank sends 1/t of the boundary and
@@ -319,7 +331,7 @@ def _pipeline(plan: ir.Plan) -> list[Collective]:
     tp = () if plan.sequence_parallel or one else \
         tuple(a for g in plan.groups_with_role(Role.TENSOR, Role.SEQUENCE) for a in g)
     if tp:
-        pay = Payload("boundary_chunk", tp, "1/t of the stage-boundary activations (s·b·h/t)")
+        pay = Payload(PT.BOUNDARY_CHUNK, tp, "1/t of the stage-boundary activations (s·b·h/t)")
     out = [
         Collective(Kind.P2P, State.ACTIVATIONS, (pp,), link, Phase.FORWARD, cnt, pay,
                    "pipeline: send activations to the next stage per microbatch per chunk"),
@@ -327,7 +339,7 @@ def _pipeline(plan: ir.Plan) -> list[Collective]:
                    "pipeline: send activation gradients to the previous stage per microbatch per chunk"),
     ]
     if tp:
-        whole = Payload("activation", (), "stage-boundary activations (s·b·h)")
+        whole = Payload(PT.ACTIVATION, (), "stage-boundary activations (s·b·h)")
         out += [Collective(Kind.ALL_GATHER, State.ACTIVATIONS, tp, link_of(plan, tp), ph, cnt, whole,
                            f"pipeline scatter/gather: the received 1/t chunks all-gathered over the tensor group "
                            f"per microbatch per chunk in {ph.value}") for ph in (Phase.FORWARD, Phase.BACKWARD)]
@@ -337,7 +349,7 @@ def _pipeline(plan: ir.Plan) -> list[Collective]:
 def _experts(plan: ir.Plan) -> list[Collective]:
     out: list[Collective] = []
     per = _mul(ir.const(2), stage_layers(plan), plan.model.microbatches)
-    pay = Payload("tokens", (), "routed tokens (s·b·h·top_k·capacity_factor)")
+    pay = Payload(PT.TOKENS, (), "routed tokens (s·b·h·top_k·capacity_factor)")
     fold = folding.expert_group(plan)
     if fold is not None:  # parallel folding: one all-to-all over the expert group's own expert axes
         axes = folding.group_axes(plan, fold, Role.EXPERT)
@@ -351,7 +363,7 @@ def _experts(plan: ir.Plan) -> list[Collective]:
                     if plan.role(a) not in (Role.TENSOR, Role.SEQUENCE))
         if etp:
             once = _mul(stage_layers(plan), plan.model.microbatches)
-            gathered = Payload("expert_tokens", etp, "routed tokens gathered over the expert tensor group "
+            gathered = Payload(PT.EXPERT_TOKENS, etp, "routed tokens gathered over the expert tensor group "
                                "(s·b·h·top_k·capacity_factor × its size)")
             for ph in (Phase.FORWARD, Phase.BACKWARD):
                 for kind in (Kind.ALL_GATHER, Kind.REDUCE_SCATTER):
@@ -374,7 +386,7 @@ def _context(plan: ir.Plan) -> list[Collective]:
     for c in plan.groups_with_role(Role.CONTEXT):
         link = link_of(plan, c)
         ring = Op("-", (_mul(*(Sym(a) for a in c)), _ONE))
-        pay = Payload("kv", (), "one key/value block (2·s/cp·b·h·kv_heads/heads)")
+        pay = Payload(PT.KV, (), "one key/value block (2·s/cp·b·h·kv_heads/heads)")
         out.append(Collective(Kind.P2P, State.ACTIVATIONS, c, link, Phase.FORWARD, _mul(ring, per), pay,
                               "context parallel: ring-pass K,V blocks (cp-1 steps) per layer in forward"))
         out.append(Collective(Kind.P2P, State.ACTIVATIONS, c, link, Phase.BACKWARD,
@@ -391,15 +403,15 @@ def _offload(plan: ir.Plan) -> list[Collective]:
         th = plan.placement(State.PARAMS)
         n = _mul(ir.const(2), m) if th.reshard_after_forward else m
         out.append(Collective(Kind.HOST_TO_DEVICE, State.PARAMS, (), HOST_LINK, Phase.FORWARD, n,
-                              Payload("params_shard", sharded_axes(plan, State.PARAMS), "parameter shard"),
+                              Payload(PT.PARAMS_SHARD, sharded_axes(plan, State.PARAMS), "parameter shard"),
                               "params offloaded: fetched to the device for forward and backward"))
     if is_offloaded(plan, State.GRADS) or is_offloaded(plan, State.OPTIMIZER):
         out.append(Collective(Kind.DEVICE_TO_HOST, State.GRADS, (), HOST_LINK, Phase.OPTIMIZER, _ONE,
-                              Payload("grads_shard", sharded_axes(plan, State.GRADS), "reduced gradient shard"),
+                              Payload(PT.GRADS_SHARD, sharded_axes(plan, State.GRADS), "reduced gradient shard"),
                               "optimizer or grads on the host: gradients copied to the host for the step"))
     if is_offloaded(plan, State.OPTIMIZER) and not params_off:
         out.append(Collective(Kind.HOST_TO_DEVICE, State.PARAMS, (), HOST_LINK, Phase.OPTIMIZER, _ONE,
-                              Payload("params_shard", sharded_axes(plan, State.OPTIMIZER), "updated parameter shard"),
+                              Payload(PT.PARAMS_SHARD, sharded_axes(plan, State.OPTIMIZER), "updated parameter shard"),
                               "optimizer on the host: updated parameters copied back to the device"))
     return out
 
@@ -416,8 +428,8 @@ def _per_buffer(rule, parts: tuple[views.Part, ...]) -> list[Collective]:
             if c.state is State.ACTIVATIONS:
                 continue
             kinds = {expert.get(n, False) for n in part.groups or ()}
-            if part.groups is not None and c.payload.tensor.split("_")[0] in ("dense", "expert") \
-                    and (c.payload.tensor.startswith("expert")) not in kinds:
+            if part.groups is not None and c.payload.tensor in DENSE_BUFFERS + EXPERT_BUFFERS \
+                    and (c.payload.tensor in EXPERT_BUFFERS) not in kinds:
                 continue  # the non-expert (expert) part of a buffer of expert (non-expert) groups only
             named = part.groups is not None
             desc = c.payload.description + (f" (group {', '.join(part.groups)})" if named else "")

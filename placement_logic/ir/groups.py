@@ -37,20 +37,72 @@ rank) computes on each rank the part from its own heads, summed over the axis (p
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 
 from ..diagnostics import NO_SPAN, Span
 from .nodes import Const, GroupDecl, Mode, Model, Op, Placement, State, Sym, TransformerShape, Value, const
 
-# pipeline stages
-LAYERS, FIRST, LAST = "layers", "first", "last"
-# how a tensor (or sequence) axis holds a group
-SPLIT, WHOLE, HEADS = "split", "whole", "heads"  # HEADS: split over at most kv heads, then copied
-# what a tensor axis gives a group to see (``sees``): WHOLE activations, or HEADS (head-split ones)
+
+class Stage(StrEnum):
+    """Which pipeline stages hold a group (``ParamGroup.where``, ``stage = ...``)."""
+
+    LAYERS = "layers"  # L/p layers on every stage
+    FIRST = "first"
+    LAST = "last"
+
+
+class Holding(StrEnum):
+    """How a tensor (or sequence) axis holds a group (``ParamGroup.tensor``), and what it gives
+    the group to see (``ParamGroup.sees``: WHOLE activations, or HEADS, head-split ones)."""
+
+    SPLIT = "split"
+    WHOLE = "whole"
+    HEADS = "heads"  # split over at most kv heads, then copied
+
+
+class GradClass(StrEnum):
+    """The checker's gradient classes (``ParamGroup.checks_as``), in report order: kv with a single
+    K/V head copied on every tensor rank, qk_norms (norms shared by the heads) have partial gradients
+    over the tensor axes."""
+
+    DENSE = "dense"
+    KV = "kv"
+    NORMS = "norms"
+    QK_NORMS = "qk_norms"
+    BIASES = "biases"
+    EXPERTS = "experts"
+    ROUTER = "router"
+    EMBEDDING = "embedding"
+
+
+class LayerKind(StrEnum):
+    """Which of the layers a ranged group lives in (``LayerRange``)."""
+
+    FIRST = "first"  # the first k (dense) layers
+    AFTER = "after"  # the layers after them
+    DENSE_OF = "dense_of"  # the dense layers of a periodic pattern (``moe_pattern``)
+    MOE_OF = "moe_of"  # its MoE layers
+
+
+@dataclass(frozen=True)
+class LayerRange:
+    """The layers a group lives in when not every layer holds it (``ParamGroup.layers``)."""
+
+    kind: LayerKind
+    k: Value | None = None  # FIRST, AFTER: the number of leading (dense) layers
+    pattern: tuple[int, int, int] | None = None  # DENSE_OF, MOE_OF: (dense_layers, every, offset)
+
+    @property
+    def moe(self) -> bool:
+        """Whether the range is the MoE layers (the rest are the dense ones)."""
+        return self.kind in (LayerKind.AFTER, LayerKind.MOE_OF)
+
+
+LAYERS, FIRST, LAST = Stage.LAYERS, Stage.FIRST, Stage.LAST
+SPLIT, WHOLE, HEADS = Holding.SPLIT, Holding.WHOLE, Holding.HEADS
 # the classes a user group may follow (``like``)
-LIKE = ("dense", "norms", "biases", "experts", "router", "embedding")
-# the checker's gradient classes, in report order: kv with a single K/V head copied on every tensor
-# rank, qk_norms (norms shared by the heads) have partial gradients over the tensor axes
-CLASSES = ("dense", "kv", "norms", "qk_norms", "biases", "experts", "router", "embedding")
+LIKE = (GradClass.DENSE, GradClass.NORMS, GradClass.BIASES, GradClass.EXPERTS, GradClass.ROUTER, GradClass.EMBEDDING)
+CLASSES = tuple(GradClass)
 BUILTIN = ("embedding", "attention", "kv", "attention_latent", "mlp", "mlp_biases", "experts", "shared_experts",
            "expert_biases", "router", "biases", "norms", "qk_norms", "final_norm", "head", "mtp", "dense")
 
@@ -59,20 +111,18 @@ BUILTIN = ("embedding", "attention", "kv", "attention_latent", "mlp", "mlp_biase
 class ParamGroup:
     name: str
     count: Value | None  # parameters of the group in the whole model (None: size unknown)
-    where: str = LAYERS  # LAYERS (L/p per stage), FIRST or LAST stage
-    tensor: str = SPLIT  # SPLIT, WHOLE or HEADS
+    where: Stage = LAYERS  # LAYERS (L/p per stage), FIRST or LAST stage
+    tensor: Holding = SPLIT  # SPLIT, WHOLE or HEADS
     expert: bool = False  # an expert axis divides it
-    checks_as: str = "dense"  # the checker's gradient class
-    sees: str = WHOLE  # WHOLE or HEADS: the activations a tensor axis gives it (HEADS: partial gradients)
+    checks_as: GradClass = GradClass.DENSE  # the checker's gradient class
+    sees: Holding = WHOLE  # WHOLE or HEADS: the activations a tensor axis gives it (HEADS: partial gradients)
     copy: bool = False  # a copy outside Ψ (the tied output head on the last stage)
     modes: tuple[tuple[State, tuple[tuple[str, Mode], ...]], ...] = ()  # replace the plan's modes
     roles: tuple[tuple[str, object], ...] = ()  # folding: (axis, ir.Role) the axis plays for this group
     user: bool = False  # declared by the user
     per_layer: Value | None = None  # parameters per layer, for groups inside the layers
     restated: bool = False  # a built-in group the model block restates
-    # ("first", k): only the first k layers hold it; ("after", k): the rest; ("dense_of" | "moe_of", d, every,
-    # offset): the dense or the MoE layers of a periodic pattern (``moe_pattern``)
-    layers: tuple | None = None
+    layers: LayerRange | None = None  # the layers holding it, when not every layer does
     span: Span = field(default=NO_SPAN, compare=False, repr=False)
 
     def own_modes(self, state: State) -> dict[str, Mode]:
@@ -187,11 +237,12 @@ def transformer_groups(t: TransformerShape) -> tuple[ParamGroup, ...]:
     per_layer: list[ParamGroup] = [ParamGroup("attention", None, per_layer=attn)]
     if kvp is not None:  # one K/V head is copied on every tensor rank: each copy sees its rank's query heads
         single = isinstance(kv, Const) and kv.value == 1
-        per_layer.append(ParamGroup("kv", None, tensor=HEADS, per_layer=kvp, checks_as="kv" if single else "dense",
+        per_layer.append(ParamGroup("kv", None, tensor=HEADS, per_layer=kvp,
+                                    checks_as=GradClass.KV if single else GradClass.DENSE,
                                     sees=HEADS if single else WHOLE))
     if latent is not None:  # MLA's down-projections and their norms: whole on every tensor rank
-        per_layer.append(ParamGroup("attention_latent", None, tensor=WHOLE, checks_as="norms", per_layer=latent))
-    ranged: list[tuple[ParamGroup, Value, str]] = []  # (group, count, which layers)
+        per_layer.append(ParamGroup("attention_latent", None, tensor=WHOLE, checks_as=GradClass.NORMS, per_layer=latent))
+    ranged: list[tuple[ParamGroup, Value, LayerKind | None]] = []  # (group, count, which layers: None for all)
     pattern = moe_pattern(t) if moe else None
     if pattern is not None:  # MoE on every k-th layer: counts of each kind are whole numbers
         n_moe_int = moe_layers_below(*pattern)
@@ -202,66 +253,67 @@ def transformer_groups(t: TransformerShape) -> tuple[ParamGroup, ...]:
         k = t.dense_layers
         n_moe = n_moe if pattern is not None else L if k is None else _sub(L, k)
         fe = t.expert_ffn if t.expert_ffn is not None else f
-        where_moe = "after" if mixed else "all"
-        ranged.append((ParamGroup("experts", None, expert=True, checks_as="experts"), _mul(n_moe, E, mlp_of(fe)),
+        where_moe = LayerKind.AFTER if mixed else None
+        ranged.append((ParamGroup("experts", None, expert=True, checks_as=GradClass.EXPERTS), _mul(n_moe, E, mlp_of(fe)),
                        where_moe))
         if t.shared_experts is not None and not (isinstance(t.shared_experts, Const) and t.shared_experts.value == 0):
             fs = t.shared_expert_ffn if t.shared_expert_ffn is not None else fe
             ranged.append((ParamGroup("shared_experts", None), _mul(n_moe, t.shared_experts, mlp_of(fs)), where_moe))
         if t.bias:
-            ranged.append((ParamGroup("expert_biases", None, tensor=WHOLE, expert=True, checks_as="experts"),
+            ranged.append((ParamGroup("expert_biases", None, tensor=WHOLE, expert=True, checks_as=GradClass.EXPERTS),
                            _mul(n_moe, E, h), where_moe))
         router = _mul(h, E)
         if t.bias or t.router_bias:
             router = _add(router, E)
         if t.shared_expert_gate:
             router = _add(router, h)  # the shared experts' gate: one more output row of the router's kind
-        ranged.append((ParamGroup("router", None, tensor=WHOLE, checks_as="router"), _mul(n_moe, router), where_moe))
+        ranged.append((ParamGroup("router", None, tensor=WHOLE, checks_as=GradClass.ROUTER), _mul(n_moe, router),
+                       where_moe))
         if mixed:
             n_dense = n_dense if pattern is not None else k
-            ranged.append((ParamGroup("mlp", None), _mul(n_dense, mlp_of(f)), "first"))
+            ranged.append((ParamGroup("mlp", None), _mul(n_dense, mlp_of(f)), LayerKind.FIRST))
             if t.bias:
-                ranged.append((ParamGroup("biases", None, tensor=WHOLE, checks_as="biases"), _mul(L, h), "all"))
-                ranged.append((ParamGroup("mlp_biases", None, tensor=WHOLE, checks_as="biases"), _mul(n_dense, h),
-                               "first"))
+                ranged.append((ParamGroup("biases", None, tensor=WHOLE, checks_as=GradClass.BIASES), _mul(L, h), None))
+                ranged.append((ParamGroup("mlp_biases", None, tensor=WHOLE, checks_as=GradClass.BIASES), _mul(n_dense, h),
+                               LayerKind.FIRST))
     else:
         per_layer.append(ParamGroup("mlp", None, per_layer=mlp_of(f)))
     if t.bias and not mixed:
-        per_layer.append(ParamGroup("biases", None, tensor=WHOLE, checks_as="biases",
+        per_layer.append(ParamGroup("biases", None, tensor=WHOLE, checks_as=GradClass.BIASES,
                                     per_layer=h if moe else _mul(_n(2), h)))
     norms = _mul(t.norms_per_layer if t.norms_per_layer is not None else _n(2), norm)
-    per_layer.append(ParamGroup("norms", None, tensor=WHOLE, checks_as="norms", per_layer=norms))
+    per_layer.append(ParamGroup("norms", None, tensor=WHOLE, checks_as=GradClass.NORMS, per_layer=norms))
     if t.qk_norm:  # one norm of head_dim for the queries and one for the keys, shared by the heads
-        per_layer.append(ParamGroup("qk_norms", None, tensor=WHOLE, checks_as="qk_norms", sees=HEADS,
+        per_layer.append(ParamGroup("qk_norms", None, tensor=WHOLE, checks_as=GradClass.QK_NORMS, sees=HEADS,
                                     per_layer=_mul(_n(2), one_norm, dh)))
     emb = _mul(V, h)
     if t.position_embeddings is not None:
         emb = _add(emb, _mul(t.position_embeddings, h))
-    groups.append(ParamGroup("embedding", emb, where=FIRST, checks_as="embedding"))
+    groups.append(ParamGroup("embedding", emb, where=FIRST, checks_as=GradClass.EMBEDDING))
     groups += [replace(g, count=_mul(L, g.per_layer)) for g in per_layer[:2]]
     rest = per_layer[2:]
     groups += [replace(g, count=_mul(L, g.per_layer)) for g in rest if g.name == "attention_latent"]
     for g, count, which in ranged:
-        if which == "all":
+        if which is None:
             groups.append(replace(g, count=count, per_layer=_div(count, L)))
-        elif pattern is not None:  # ("dense_of" | "moe_of", dense_layers, every, offset)
-            n = n_dense if which == "first" else n_moe
-            rng = ("dense_of" if which == "first" else "moe_of",) + pattern[1:]
+        elif pattern is not None:  # the dense or the MoE layers of the pattern (dense_layers, every, offset)
+            n = n_dense if which is LayerKind.FIRST else n_moe
+            rng = LayerRange(LayerKind.DENSE_OF if which is LayerKind.FIRST else LayerKind.MOE_OF, pattern=pattern[1:])
             groups.append(replace(g, count=count, per_layer=_div(count, n), layers=rng))
         else:
             k = t.dense_layers
-            n = k if which == "first" else _sub(L, k)
-            groups.append(replace(g, count=count, per_layer=_div(count, n), layers=(which, k)))
+            n = k if which is LayerKind.FIRST else _sub(L, k)
+            groups.append(replace(g, count=count, per_layer=_div(count, n), layers=LayerRange(which, k)))
     groups += [replace(g, count=_mul(L, g.per_layer)) for g in rest if g.name != "attention_latent"]
-    groups.append(ParamGroup("final_norm", norm, where=LAST, tensor=WHOLE, checks_as="norms"))
+    groups.append(ParamGroup("final_norm", norm, where=LAST, tensor=WHOLE, checks_as=GradClass.NORMS))
     tied = bool(t.tied_embeddings)
     groups.append(ParamGroup("head", _mul(V, h), where=LAST, copy=tied,
-                             checks_as="embedding" if tied else "dense"))
+                             checks_as=GradClass.EMBEDDING if tied else GradClass.DENSE))
     if t.mtp_layers is not None and not (isinstance(t.mtp_layers, Const) and t.mtp_layers.value == 0):
         # each module: two norms, a 2h -> h projection and one more layer (of the model's last kind),
         # sharing the embedding and the output head
         layer_params = _add(*(g.per_layer for g in groups if g.per_layer is not None and
-                              (g.layers is None or g.layers[0] in ("after", "moe_of") or not moe)))
+                              (g.layers is None or g.layers.moe or not moe)))
         module = _add(_mul(_n(2), norm), _mul(_n(2), h, h), layer_params)
         groups.append(ParamGroup("mtp", _mul(t.mtp_layers, module), where=LAST))
     return tuple(groups)
@@ -309,7 +361,7 @@ def _param_groups(model: Model) -> tuple[ParamGroup, ...]:
         count = d.count if d.count is not None else _mul(d.fraction, base) if d.fraction is not None else None
         own.append(ParamGroup(
             d.name, count, where=d.stage or LAYERS, tensor=d.tensor or SPLIT, expert=bool(d.experts),
-            checks_as=d.like or "dense", sees=d.sees or WHOLE, modes=d.modes, roles=d.roles, user=True, span=d.span,
+            checks_as=d.like or GradClass.DENSE, sees=d.sees or WHOLE, modes=d.modes, roles=d.roles, user=True, span=d.span,
             per_layer=_div(count, t.layers) if (t is not None and count is not None and (d.stage or LAYERS) == LAYERS)
             else None))
     if t is None and own:
@@ -336,15 +388,15 @@ def check_groups(model: Model, has_expert_axis: bool) -> tuple[str, ...]:
     present in the model, then every user group under its own name."""
     t = model.transformer
     if t is None:
-        classes = ["dense", "norms", "biases"]
+        classes = [GradClass.DENSE, GradClass.NORMS, GradClass.BIASES]
         if has_expert_axis:
-            classes.append("experts")
-        classes.append("embedding")
+            classes.append(GradClass.EXPERTS)
+        classes.append(GradClass.EMBEDDING)
     else:
         groups = param_groups(model)
         present = {g.checks_as for g in groups if not g.user}
         if has_expert_axis:
-            present.add("experts")
+            present.add(GradClass.EXPERTS)
         classes = [c for c in CLASSES if c in present]
     return tuple(classes) + tuple(g.name for g in param_groups(model) if g.user)
 
@@ -355,13 +407,13 @@ def class_of(model: Model, name: str) -> ParamGroup:
     for g in param_groups(model):
         if g.user and g.name == name:
             return g
-    tensor = WHOLE if name in ("norms", "biases", "router") else SPLIT
+    tensor = WHOLE if name in (GradClass.NORMS, GradClass.BIASES, GradClass.ROUTER) else SPLIT
     for g in param_groups(model):
-        if not g.user and g.checks_as == name and (g.restated or name in ("kv", "qk_norms")):
+        if not g.user and g.checks_as == name and (g.restated or name in (GradClass.KV, GradClass.QK_NORMS)):
             return replace(g, name=name)
-    if name == "kv":  # several K/V heads, copied at the plan's sizes (``ir.heads``)
-        return next(replace(g, checks_as="kv") for g in param_groups(model) if g.name == "kv")
-    return ParamGroup(name, None, tensor=tensor, expert=name == "experts", checks_as=name)
+    if name == GradClass.KV:  # several K/V heads, copied at the plan's sizes (``ir.heads``)
+        return next(replace(g, checks_as=GradClass.KV) for g in param_groups(model) if g.name == "kv")
+    return ParamGroup(name, None, tensor=tensor, expert=name == GradClass.EXPERTS, checks_as=GradClass(name) if name in CLASSES else name)
 
 
 def effective(pl: Placement, group: ParamGroup) -> Placement:

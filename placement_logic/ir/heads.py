@@ -23,13 +23,12 @@ from __future__ import annotations
 
 from . import folding
 from . import groups as pg
-from .buffers import Collective, Kind, Payload, Phase, link_of, step_reduction
+from .buffers import Collective, Kind, Payload, Phase, group_grads, link_of, step_reduction
 from .nodes import Const, Mode, Op, Plan, Role, State, Sym, Value, const
 from .overrides import OverrideTarget, OverrideVerb
 
 _TENSOR = (Role.TENSOR, Role.SEQUENCE)
 _SPLIT = (Mode.S, Mode.O)
-PAYLOAD = "grads:"  # payload tensor of a group's own gradient sum: "grads:<group>"
 
 
 def _number(v: Value | None) -> int | None:
@@ -84,7 +83,7 @@ def copies_note(plan: Plan) -> str | None:
                 f"gradient comes from its rank's query heads and is summed over its copy group ({n // k} ranks)")
     kv = next((g for g in pg.param_groups(plan.model) if g.name == "kv"), None)
     axes = partial_axes(plan, kv) if kv is not None else ()
-    if axes and kv.checks_as == "kv":
+    if axes and kv.checks_as == pg.GradClass.KV:
         return (f"the single kv head is copied on every rank of {'×'.join(axes)}: every copy's gradient comes from "
                 f"its rank's query heads and is summed over {'×'.join(axes)}")
     return None
@@ -121,7 +120,7 @@ def grad_sums(plan: Plan) -> list[Collective]:
             continue
         divided = tuple(a for a in plan.mesh.names if a in pipe or a in axes)
         out.append(Collective(Kind.ALL_REDUCE, State.GRADS, axes, link_of(plan, axes), Phase.GRAD_SYNC, count,
-                              Payload(PAYLOAD + g.name, divided, f"{g.name} gradients"), why + " " + when, size=size))
+                              Payload(group_grads(g.name), divided, f"{g.name} gradients"), why + " " + when, size=size))
     return out
 
 

@@ -175,11 +175,11 @@ class GroupDecl:
     name: str
     count: Value | None = None  # parameters in the group
     fraction: Value | None = None  # ... or this fraction of Ψ
-    tensor: str | None = None  # "split" | "whole": how a tensor axis holds it
-    stage: str | None = None  # "layers" | "first" | "last": which pipeline stages hold it
+    tensor: str | None = None  # groups.Holding SPLIT | WHOLE: how a tensor axis holds it
+    stage: str | None = None  # groups.Stage LAYERS | FIRST | LAST: which pipeline stages hold it
     experts: bool | None = None  # divided over expert axes
-    like: str | None = None  # the built-in gradient class it follows in the checker
-    sees: str | None = None  # "whole" | "heads": the activations a tensor axis gives it (heads: partial gradients)
+    like: str | None = None  # the built-in gradient class (groups.GradClass) it follows in the checker
+    sees: str | None = None  # groups.Holding WHOLE | HEADS: the activations a tensor axis gives it (HEADS: partial)
     modes: tuple[tuple[State, tuple[tuple[str, Mode], ...]], ...] = ()
     roles: tuple[tuple[str, "Role"], ...] = ()  # folding: the role an axis plays for this group
     span: Span = _span()
@@ -426,7 +426,7 @@ class Question:
     dim: Dim
     label: str | None = None
     span: Span = _span()
-    expect: str | None = None  # "fails": a claim the spec expects to fail (``expect fails``)
+    expect: str | None = None  # outcome.QuestionVerdict.FAILS: a claim the spec expects to fail (``expect fails``)
     unless: tuple[tuple[str, Value], ...] = ()  # ... and to hold with these names re-bound
 
 

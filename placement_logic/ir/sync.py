@@ -27,11 +27,12 @@ def _has_experts(plan: Plan) -> bool:
 
 
 def _parts(plan: Plan):
-    """(group, payload suffix, note) for the dense parameters and, when the model has them, the experts."""
-    out = [(DENSE, "dense", " (the non-expert parameters: data and expert axes)")]
+    """(group, its (gradient, parameter) buffers, note) for the dense parameters and, when the model has them,
+    the experts."""
+    out = [(DENSE, sc.DENSE_BUFFERS, " (the non-expert parameters: data and expert axes)")]
     if _has_experts(plan):
         experts = folding.expert_group(plan) or pg.class_of(plan.model, "experts")
-        out.append((experts, "expert", " (the experts: their expert-data axes)"))
+        out.append((experts, sc.EXPERT_BUFFERS, " (the experts: their expert-data axes)"))
     return out
 
 
@@ -50,17 +51,17 @@ def _reducing(plan: Plan, group, par) -> list[str]:
 def grad_sync(plan: Plan, per_mb) -> list[sc.Collective]:
     g, opt, th = (plan.placement(s) for s in (State.GRADS, State.OPTIMIZER, State.PARAMS))
     out: list[sc.Collective] = []
-    for group, name, note in _parts(plan):
+    for group, (grads, _), note in _parts(plan):
         eg, eo, ep = (folding.effective(plan, pl, group, dense_as_data=True) for pl in (g, opt, th))
         sharded = tuple(a for a, m in eg.modes if m in (Mode.S, Mode.S_STAR, Mode.O))
-        out += sc.reduce_buffer(plan, _reducing(plan, group, ep), eg, eo, sharded, per_mb, f"{name}_grads", note)
+        out += sc.reduce_buffer(plan, _reducing(plan, group, ep), eg, eo, sharded, per_mb, grads, note)
     return out
 
 
 def refresh(plan: Plan) -> list[sc.Collective]:
     th, opt = plan.placement(State.PARAMS), plan.placement(State.OPTIMIZER)
     out: list[sc.Collective] = []
-    for group, name, note in _parts(plan):
+    for group, (_, params), note in _parts(plan):
         ep, eo = (folding.effective(plan, pl, group, dense_as_data=True) for pl in (th, opt))
         axes = tuple(a for a in plan.mesh.names if ep.mode(a) is Mode.R and eo.mode(a).shards)
         if not axes:
@@ -68,6 +69,6 @@ def refresh(plan: Plan) -> list[sc.Collective]:
         rest = ep.axes_with(Mode.S, Mode.S_STAR, Mode.O)
         out.append(sc.Collective(
             sc.Kind.ALL_GATHER, State.PARAMS, axes, sc.link_of(plan, axes), sc.Phase.REFRESH, sc.ONE,
-            sc.Payload(f"{name}_params", rest, "updated parameters"),
+            sc.Payload(params, rest, "updated parameters"),
             "params R with optimizer S: all-gather the updated parameters after the step" + note))
     return out

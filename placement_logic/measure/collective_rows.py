@@ -23,7 +23,7 @@ from .mechanisms import (
 )
 from .predict import Prediction
 from .realise import Realisation, widths_of
-from .report import Row
+from .report import Row, RowStatus
 from .shape import TinyShape
 
 
@@ -63,12 +63,12 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
         label = f"{kind} over {'×'.join(axes) or 'one rank'}"
         got = tuple(m.get(key, 0) for m in per_rank)
         p = predicted.get(key, Fraction(0))
-        status, mechanism, note = ("match" if all(g == p for g in got) else "differs"), "", ""
+        status, mechanism, note = (RowStatus.MATCH if all(g == p for g in got) else RowStatus.DIFFERS), "", ""
         data_axes = bool(axes) and set(axes) <= set(r.data_axes)
         # pipeline-stage-share: DDP/replicate all-reduces each stage's own gradients; the engine's
         # buffer is the uniform Ψ/p of gradient bytes
         stage_kinds = _STAGE_KINDS.get(r.data, {})
-        if status == "differs" and r.pipeline_axis and kind in stage_kinds and data_axes:
+        if status == RowStatus.DIFFERS and r.pipeline_axis and kind in stage_kinds and data_axes:
             state = stage_kinds[kind]
             t = r.sizes[r.tensor_axis] if r.tensor_axis else 1
             # zeropp: the engine's buffer is the stage's whole chunks on the first data axis (gathered,
@@ -113,7 +113,7 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
         # under sequence parallelism each tensor rank sends its own sequence shard, s·b·h/t
         # (and without it, Megatron-LM's scatter/gather sends s·b·h/t: pipeline-scatter-gather)
         sp_div = r.sizes[r.tensor_axis] if r.tensor_axis and (r.sequence_parallel or r.stages > 1) else 1
-        if status == "differs" and kind.startswith("p2p ") and r.pipeline_axis and axes == (r.pipeline_axis,) \
+        if status == RowStatus.DIFFERS and kind.startswith("p2p ") and r.pipeline_axis and axes == (r.pipeline_axis,) \
                 and p == boundary * shape.microbatches * r.chunks / sp_div:
             want = [p * edge_share(kind, res["coords"][r.pipeline_axis], r.stages, r.chunks) for res in results]
             size = boundary / sp_div  # every transfer one boundary, as many as the rank makes
@@ -125,7 +125,7 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
         status, mechanism, note = _scatter_gather(status, mechanism, note, kind, axes, p, got, r, results, shape,
                                                   boundary, pred)
         once = tuple(dict.fromkeys(axes))
-        if status == "differs" and r.grad_reduce == "twice" and kind == "all_reduce" and len(once) < len(axes) \
+        if status == RowStatus.DIFFERS and r.grad_reduce == "twice" and kind == "all_reduce" and len(once) < len(axes) \
                 and all(g == 0 for g in got) and p == grads_width * psi:
             alt = tuple(m.get((kind, once), 0) for m in per_rank)
             twice = Fraction(len(axes), len(once))
@@ -139,7 +139,7 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
                     f"the plan reduces over ({', '.join(axes)}): DDP's all-reduce and the loop's own, each of the "
                     f"whole gradient over {'×'.join(once)}; the cost engine sizes one all-reduce of that buffer"))
         in_clip = tuple(measured_collectives(res, r.mesh, "clip").get(key, 0) for res in results)
-        if status == "differs" and shape.tied_embeddings and r.pipeline_axis and r.stages > 1 and kind == "all_reduce" \
+        if status == RowStatus.DIFFERS and shape.tied_embeddings and r.pipeline_axis and r.stages > 1 and kind == "all_reduce" \
                 and p == 0:
             # under ZeRO-2 the two copies' gradients are summed once reduce-scattered: their 1/dp shards
             tie = shape.vocab * shape.hidden * widths_of(r)["grads"] / (r.data_size if r.data == "zero2" else 1)
@@ -163,30 +163,30 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
                     note += ("; and the clip over pipeline stages all-reduces one fp32 sum of squares (4 B), scalar "
                              "traffic the cost model leaves out")
         t = r.sizes.get(r.tensor_axis, 1) if r.tensor_axis else 1
-        if status == "differs" and r.tensor_axis and kind in ("all_reduce", "reduce_scatter", "all_gather") \
+        if status == RowStatus.DIFFERS and r.tensor_axis and kind in ("all_reduce", "reduce_scatter", "all_gather") \
                 and data_axes and p:
             status, mechanism, note = _tied_whole_buffer(pred, r, results, shape, key, got)
-        if status == "differs" and r.clip == "global" and kind == "all_reduce" and p == 0 and not r.pipeline_axis \
+        if status == RowStatus.DIFFERS and r.clip == "global" and kind == "all_reduce" and p == 0 and not r.pipeline_axis \
                 and all(c == g == 4 * res["param_tensors"] for c, g, res in zip(in_clip, got, results)):
             status, mechanism, note = explained("clip-norm-scalars", (
                 f"clip_grad_norm_ all-reduces one partial fp32 norm per parameter tensor "
                 f"({results[0]['param_tensors']} × 4 B); the cost model leaves this scalar traffic out"))
-        if status == "differs" and r.clip in ("global", "stage") and r.pipeline_axis and kind == "all_reduce" \
+        if status == RowStatus.DIFFERS and r.clip in ("global", "stage") and r.pipeline_axis and kind == "all_reduce" \
                 and p == 0 and all(c == g == 4 for c, g in zip(in_clip, got)):
             status, mechanism, note = explained("clip-norm-scalars", (
                 "the clip over pipeline stages all-reduces one fp32 sum of squares (4 B) over "
                 f"{'×'.join(axes)}; the cost model leaves this scalar traffic out"))
-        if status == "differs" and r.tensor_axis and axes == (r.tensor_axis,):
+        if status == RowStatus.DIFFERS and r.tensor_axis and axes == (r.tensor_axis,):
             # the clip over pipeline stages' scalar is set apart (its own phase), then the rest compared
             clip_scalar = bool(r.clip) and bool(r.pipeline_axis) and all(c == 4 for c in in_clip)
             status, mechanism, note = _tensor_axis_extras(kind, p, got, r, results, shape, boundary,
                                                           predicted_calls(pred, key),
                                                           "clip" if clip_scalar else None)
-            if status == "explained" and clip_scalar:
+            if status == RowStatus.EXPLAINED and clip_scalar:
                 mechanism += " + clip-norm-scalars"
                 note += (f"; and the clip over each stage's norm all-reduces one fp32 sum of squares (4 B) over "
                          f"'{r.tensor_axis}', scalar traffic the cost model leaves out")
-        if status == "match" and p:
+        if status == RowStatus.MATCH and p:
             status, note = _match_calls(pred, r, results, key, shape)
         rows.append(Row("collectives", label + ", buffer bytes per step", p, Fraction(max(got)), status, note,
                         got if len(set(got)) > 1 else (), mechanism))
@@ -203,13 +203,13 @@ def _tied_whole_buffer(pred: Prediction, r: Realisation, results: list[dict], sh
     t = r.sizes[r.tensor_axis]
     if not (shape.tied_embeddings and not r.pipeline_axis and r.data == "ddp"
             and kept_whole_as_documented(r, results, shape)):
-        return "differs", "", ""
+        return RowStatus.DIFFERS, "", ""
     p = sum((size * n for size, n in predicted_calls(pred, key).items()), Fraction(0))
     run, plan = params_per_tensor_rank(shape, t, True), params_per_tensor_rank(shape, t, False)
     n = sum(predicted_calls(pred, key).values(), Fraction(0))
     if not all(g == p * run / plan for g in got) or not all(
             equal_calls(measured_records(res, r.mesh, key), n, carried_in_parts(r, key, shape)) for res in results):
-        return "differs", "", ""
+        return RowStatus.DIFFERS, "", ""
     return explained("tensor-replicated-params", (
         f"the tied embedding ({shape.vocab}·{shape.hidden}) is kept whole on '{r.tensor_axis}', which the plan "
         f"shards 1/{t}: this buffer of parameters or their gradients is the elements each tensor rank holds, {run} "
@@ -224,10 +224,10 @@ def _match_calls(pred: Prediction, r: Realisation, results: list[dict], key, sha
         recs = measured_records(res, r.mesh, key)
         if not calls_fit(recs, want, carried_in_parts(r, key, shape)):
             calls = ", ".join(f"{n} × {size} B" for size, n in sorted(want.items()))
-            return "differs", (f"the totals agree, the calls do not: the engine predicts {calls}; rank {res['rank']} "
+            return RowStatus.DIFFERS, (f"the totals agree, the calls do not: the engine predicts {calls}; rank {res['rank']} "
                                f"made {len(recs)} call{'s' if len(recs) != 1 else ''} ({_sizes(recs)}), which do not "
                                "make up those calls")
-    return "match", ""
+    return RowStatus.MATCH, ""
 
 
 def _scatter_gather(status, mechanism, note, kind, axes, p, got, r, results, shape, boundary, pred):
@@ -235,7 +235,7 @@ def _scatter_gather(status, mechanism, note, kind, axes, p, got, r, results, sha
     the tensor axis after each receive (both directions); the engine sends whole boundaries. Checked
     call by call: the plan's m·v transfers of s·b·h/t (gathers of s·b·h), the engine's of s·b·h."""
     t = r.sizes[r.tensor_axis] if r.tensor_axis and not r.sequence_parallel and r.stages > 1 else 1
-    if status != "differs" or t == 1:
+    if status != RowStatus.DIFFERS or t == 1:
         return status, mechanism, note
     mv = shape.microbatches * r.chunks
     sends = boundary * mv
@@ -301,7 +301,7 @@ def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, resu
               (True, "reduce_scatter"): Counter({boundary: calls + engine_ends * m}),
               (True, "all_reduce"): Counter({tokens: 3 * m})}.get((r.sequence_parallel, kind))
     if engine is None or predicted != engine:
-        return "differs", "", ""
+        return RowStatus.DIFFERS, "", ""
     tied_note = ("with tied embeddings the run keeps the embedding (the head) whole on "
                  f"'{r.tensor_axis}': no vocabulary-parallel collective, where the engine counts Megatron's")
     stage_note = ("the engine's figure is the last stage's (the head's and the loss's); the first stage makes "
@@ -346,7 +346,7 @@ def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, resu
                 f"({boundary} B each: 2 per layer and microbatch, and the head's), which DTensor does not make "
                 "(it keeps the gathered input)")
         if staged or not all(records(res) == [boundary] * (calls + 2 * m) for res in results):
-            return "explained", "sp-input-regather + vocab-parallel-stage-ends", note + "; and " + \
+            return RowStatus.EXPLAINED, "sp-input-regather + vocab-parallel-stage-ends", note + "; and " + \
                 f"one all-gather of s·b·h = {boundary} B per microbatch at each end of the sequence-parallel region; " \
                 + stage_note
         return explained("sp-input-regather", note)
@@ -388,8 +388,8 @@ def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, resu
             elif staged:
                 mechanisms.append("vocab-parallel-stage-ends")
                 note += f"; the cross entropy's 3 × {tokens} B per microbatch on the last stage only"
-            return "explained", " + ".join(mechanisms), note
-    return "differs", "", ""
+            return RowStatus.EXPLAINED, " + ".join(mechanisms), note
+    return RowStatus.DIFFERS, "", ""
 
 
 def whole_copies(shape: TinyShape, groups) -> int:

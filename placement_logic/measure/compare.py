@@ -34,7 +34,7 @@ from .mechanisms import (
 )
 from .predict import Prediction
 from .realise import Realisation, widths_of
-from .report import GRAD_TOLERANCES, TOLERANCES, Equivalence, Row
+from .report import GRAD_TOLERANCES, TOLERANCES, Equivalence, Row, RowStatus
 from .shape import TinyShape
 
 __all__ = ["MECHANISMS", "SETUP", "activation_rows", "harness_layer_bytes", "harness_outside_bytes", "axes_of_group", "compare", "edge_share", "peak_note", "peak_rows"]
@@ -49,12 +49,12 @@ def _state_rows(pred: Prediction, r: Realisation, results: list[dict], shape: Ti
         p = pred.states[state]
         own = own_stage_prediction(pred, state, r, results)
         want = own if own is not None else [p] * len(results)
-        status, mechanism, note = "match", "", ""
+        status, mechanism, note = RowStatus.MATCH, "", ""
         if own is not None:
             note = ("each rank against its own pipeline stage's prediction: "
                     + ", ".join(f"{stage} stage {int(v[state]):,}" for stage, v in pred.stages.items()))
         if any(m != w for m, w in zip(per_rank, want)):
-            status, note = "differs", note
+            status, note = RowStatus.DIFFERS, note
             whole_grad = Fraction(shape.vocab * shape.hidden) * width["grads"] * (t - 1) / t
             embeds = [not r.pipeline_axis or res["coords"][r.pipeline_axis] == 0 for res in results]
             if state == "grads" and r.tensor_axis and r.data is None and not shape.tied_embeddings \
@@ -91,7 +91,7 @@ def _state_rows(pred: Prediction, r: Realisation, results: list[dict], shape: Ti
                 f"one 0-d fp32 step count per parameter tensor Adam updates ({results[0].get('optimizer_param_tensors')} "
                 "× 4 B); the cost model counts per-element state only"))
         else:
-            status, mechanism, note = "differs", "", "step counters other than one 4-byte count per updated tensor"
+            status, mechanism, note = RowStatus.DIFFERS, "", "step counters other than one 4-byte count per updated tensor"
         rows.append(Row("memory", "optimizer step counters per rank", Fraction(0), Fraction(max(counters)), status,
                         note, counters if len(set(counters)) > 1 else (), mechanism))
     return rows
@@ -251,17 +251,17 @@ def missing_terms(pred: Prediction, r: Realisation, shape: TinyShape) -> tuple[t
 def _activation_status(measured: list[int], predicted: Fraction, harness, mechanism: str,
                        missing: tuple[str, ...] = ()) -> tuple[str, str, str]:
     if missing:  # a term removed from the model: never a match, never explained, whatever the total
-        return "differs", "", f"the activation model lacks its term{'s' if len(missing) > 1 else ''} " + \
+        return RowStatus.DIFFERS, "", f"the activation model lacks its term{'s' if len(missing) > 1 else ''} " + \
             ", ".join(missing) + " (docs/validation.md)"
     if all(m == predicted for m in measured):
-        return "match", "", ""
+        return RowStatus.MATCH, "", ""
     if harness is not None and all(m == harness[0] for m in measured):
         return explained(mechanism, "the model's terms less what the harness lacks, plus what eager PyTorch keeps: "
                          + "; ".join(f"{name} {'+' if v >= 0 else '-'}{_bytes(abs(v))}" for name, v in harness[1])
                          + f" = {_bytes(harness[0])}")
     note = "no documented rule applies (docs/validation.md)" if harness is None else \
         f"the documented rules give {_bytes(harness[0])}"
-    return "differs", "", note
+    return RowStatus.DIFFERS, "", note
 
 
 def activation_rows(pred: Prediction, results: list[dict], r: Realisation | None = None,
@@ -301,7 +301,7 @@ def peak_rows(pred: Prediction, results: list[dict]) -> list[Row]:
     peaks = [res.get("allocator_peak") for res in results]
     if pred.device_peak is None or any(v is None for v in peaks):
         return []
-    return [Row("peak", "allocator peak per rank", pred.device_peak, Fraction(max(peaks)), "reported",
+    return [Row("peak", "allocator peak per rank", pred.device_peak, Fraction(max(peaks)), RowStatus.REPORTED,
                 "torch.cuda.max_memory_allocated over the whole job (reference run excluded); the engine's peak is "
                 "persistent states + activations + transients", tuple(peaks) if len(set(peaks)) > 1 else ())]
 
@@ -316,7 +316,7 @@ def peak_note(results: list[dict]) -> tuple[str, ...]:
 
 def compare(pred: Prediction, r: Realisation, results: list[dict], shape: TinyShape) -> tuple[list[Row], Equivalence]:
     rows = [Row("parameters", "parameter count Ψ of the tiny model", pred.psi, Fraction(results[0]["param_count"]),
-                "match" if pred.psi == results[0]["param_count"] else "differs")]
+                RowStatus.MATCH if pred.psi == results[0]["param_count"] else RowStatus.DIFFERS)]
     rows += _state_rows(pred, r, results, shape)
     rows += collective_rows(pred, r, results, shape)
     rows += activation_rows(pred, results, r, shape)

@@ -15,7 +15,7 @@ from fractions import Fraction
 from .mechanisms import explained
 from .predict import Prediction
 from .realise import Realisation, widths_of
-from .report import Row
+from .report import Row, RowStatus
 from .shape import TinyShape
 
 EAGER = "pytorch_eager"
@@ -70,16 +70,16 @@ def _status(measured: list[int], pred_total: Fraction, terms: tuple, required: s
     names = {n for n, _ in terms}
     if names != required:
         lacks, extra = sorted(required - names), sorted(names - required)
-        return "differs", "", "the pytorch_eager count " + "; ".join(
+        return RowStatus.DIFFERS, "", "the pytorch_eager count " + "; ".join(
             x for x in (f"lacks {', '.join(lacks)}" if lacks else "",
                         f"emits {', '.join(extra)}, which eager PyTorch does not keep here" if extra else "") if x)
     if sum((v for _, v in terms), Fraction(0)) != pred_total:
-        return "differs", "", "the pytorch_eager terms do not add up to the predicted figure"
+        return RowStatus.DIFFERS, "", "the pytorch_eager terms do not add up to the predicted figure"
     if all(m == pred_total for m in measured):
-        return "match", "", ""
+        return RowStatus.MATCH, "", ""
     if deviation is not None and all(m == pred_total + deviation[1] for m in measured):
         return explained(mechanism, f"{deviation[0]}: +{deviation[1]} = {pred_total + deviation[1]}")
-    return "differs", "", "the pytorch_eager count differs from what autograd saved (docs/costs.md, \"Conventions\")"
+    return RowStatus.DIFFERS, "", "the pytorch_eager count differs from what autograd saved (docs/costs.md, \"Conventions\")"
 
 
 def eager_status(pred: Prediction, r: Realisation, shape: TinyShape, blocks: list[int],
@@ -153,7 +153,7 @@ def _explained_peak(r: Realisation, shape: TinyShape, compared: list[dict], got:
             dev = ld or od
             return explained("harness-hidden-dropout" if ld else "harness-tied-head-whole",
                              f"{dev[0]}, per microbatch in flight of the harness's schedule")
-    return "differs", "", "the stage's peak of kept saved activations differs from the engine's stage total"
+    return RowStatus.DIFFERS, "", "the stage's peak of kept saved activations differs from the engine's stage total"
 
 
 def stage_rows(pred: Prediction, r: Realisation, shape: TinyShape, results: list[dict]) -> list[Row]:
@@ -178,15 +178,15 @@ def stage_rows(pred: Prediction, r: Realisation, shape: TinyShape, results: list
     layer = sum((v for _, v in pred.activation_layer_terms), Fraction(0))
     outside = sum((v for _, v in pred.activation_outside_terms), Fraction(0))
     names = ({n for n, _ in pred.activation_layer_terms}, {n for n, _ in pred.activation_outside_terms})
-    status, mechanism, note = "match", "", ""
+    status, mechanism, note = RowStatus.MATCH, "", ""
     if names != (layer_req, outside_req):
         lacks = sorted((layer_req - names[0]) | (outside_req - names[1]))
         extra = sorted((names[0] - layer_req) | (names[1] - outside_req))
-        status, note = "differs", "the pytorch_eager count " + "; ".join(
+        status, note = RowStatus.DIFFERS, "the pytorch_eager count " + "; ".join(
             x for x in (f"lacks {', '.join(lacks)}" if lacks else "",
                         f"emits {', '.join(extra)}, which eager PyTorch does not keep here" if extra else "") if x)
     elif any(total != layer * lm + outside * om for total, lm, om in per_stage.values()):
-        status, note = "differs", "a stage's total is not its terms times the microbatches the engine counts in flight"
+        status, note = RowStatus.DIFFERS, "a stage's total is not its terms times the microbatches the engine counts in flight"
     elif got != want:
         status, mechanism, note = _explained_peak(r, shape, compared, got, want, layer, outside)
     skipped = len(results) - len(compared)

@@ -14,6 +14,7 @@ from itertools import combinations
 
 from .predict import Prediction
 from .realise import Realisation, widths_of
+from .report import RowStatus
 from .shape import TinyShape
 
 STATES = ("params", "grads", "optimizer")
@@ -72,7 +73,7 @@ MECHANISMS = {
 
 def explained(mechanism: str, note: str) -> tuple[str, str, str]:
     assert mechanism in MECHANISMS, mechanism
-    return "explained", mechanism, note
+    return RowStatus.EXPLAINED, mechanism, note
 
 
 def _rank_of(coords: tuple[int, ...], sizes: tuple[int, ...]) -> int:

@@ -39,7 +39,8 @@ from pathlib import Path
 from .. import ir
 from ..ir import optimizers as opt
 from ..ir.overrides import OverrideVerb
-from .report import Equivalence, MeasureReport, Outcome, Row
+from ..outcome import Verdict
+from .report import Equivalence, MeasureReport, Outcome, Row, RowStatus
 
 M = ir.Mode
 GROUPS = ("attention", "kv", "mlp", "embedding", "head")  # groups the harness lays out as matrices
@@ -253,9 +254,9 @@ def measure(spec: ir.Spec, plan: ir.Plan, sizes: dict[str, int], steps: int, wit
                      grad_unavailable="the Muon harness compares the first step's update, not the loss or gradients")
     checker = checker_view(spec, plan.name, sizes) if with_checker else None
     outcome = Outcome.DIVERGED if not eq.within else (
-        Outcome.MISMATCH if any(r.status == "differs" for r in rows) else Outcome.MATCHED)
+        Outcome.MISMATCH if any(r.status == RowStatus.DIFFERS for r in rows) else Outcome.MATCHED)
     out_reasons: tuple[str, ...] = ()
-    if outcome is Outcome.MATCHED and checker is not None and checker.available and checker.verdict == "refuted":
+    if outcome is Outcome.MATCHED and checker is not None and checker.available and checker.verdict == Verdict.REFUTED.word:
         outcome = Outcome.MISMATCH
         out_reasons = ("the checker refutes this plan at the run's sizes, yet its first Muon update equals one "
                        "process's: the run did not run the plan as written; a refuted plan is never a match",)
@@ -305,13 +306,13 @@ def collective_rows(prediction, results: list[dict]) -> list[Row]:
         key = (c.kind, c.phase, c.description)
         seen.add(key)
         got = measured.get(key)
-        status = "match" if got is not None and Fraction(got) == c.buffer_bytes else "differs"
+        status = RowStatus.MATCH if got is not None and Fraction(got) == c.buffer_bytes else RowStatus.DIFFERS
         rows.append(Row("collectives", f"{c.kind} over ({', '.join(c.axes)}), {c.phase}: {c.description}",
                         c.buffer_bytes, None if got is None else Fraction(got), status,
                         "" if got is not None else "not issued by the run"))
     for key, got in measured.items():
         if key not in seen:
-            rows.append(Row("collectives", f"{key[0]}, {key[1]}: {key[2]}", None, Fraction(got), "differs",
+            rows.append(Row("collectives", f"{key[0]}, {key[1]}: {key[2]}", None, Fraction(got), RowStatus.DIFFERS,
                             "issued by the run, not predicted"))
     return rows
 

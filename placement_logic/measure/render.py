@@ -8,7 +8,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from ..outcome import SCHEMA_VERSION, envelope  # noqa: F401 - SCHEMA_VERSION re-exported for readers
-from .report import CounterexampleView, MeasureReport, Outcome, Row
+from .report import CounterexampleView, MeasureReport, Outcome, Row, RowStatus
 
 
 def _num(x: Fraction | None) -> str:
@@ -112,7 +112,7 @@ def text(reports: list[MeasureReport]) -> str:
             out.extend(_checker_text(rep))
         if rep.rows:
             c = rep.counts()
-            out.append(f"  {c['match']} match, {c['explained']} explained, {c['differs']} differ")
+            out.append(f"  {c[RowStatus.MATCH]} match, {c[RowStatus.EXPLAINED]} explained, {c[RowStatus.DIFFERS]} differ")
         out.append("")
     counts = {o.value: sum(1 for r in reports if r.outcome is o) for o in Outcome}
     out.append(", ".join(f"{n} {o}" for o, n in counts.items()))

@@ -39,6 +39,15 @@ class Outcome(StrEnum):
 OUTCOMES = tuple(Outcome)
 
 
+class RowStatus(StrEnum):
+    """How one compared quantity came out (``Row.status``; its value is what text and JSON show)."""
+
+    MATCH = "match"
+    EXPLAINED = "explained"  # differs by what a documented mechanism (compare.MECHANISMS) accounts for
+    DIFFERS = "differs"
+    REPORTED = "reported"  # shown, not part of the outcome (the allocator's peak)
+
+
 @dataclass(frozen=True)
 class Row:
     """One compared quantity. Bytes are per rank (the largest over ranks) or per step."""
@@ -47,7 +56,7 @@ class Row:
     quantity: str
     predicted: Fraction | None
     measured: Fraction | None
-    status: str  # match | explained | differs | reported (allocator peak: shown, not part of the outcome)
+    status: RowStatus
     note: str = ""
     per_rank: tuple[int, ...] = ()  # measured on every rank, when ranks differ
     mechanism: str = ""  # an explained row: the documented mechanism (compare.MECHANISMS) that accounts for it
@@ -146,7 +155,7 @@ class MeasureReport:
         return n
 
     def counts(self) -> dict[str, int]:
-        out = {"match": 0, "explained": 0, "differs": 0}
+        out = {RowStatus.MATCH: 0, RowStatus.EXPLAINED: 0, RowStatus.DIFFERS: 0}
         for r in self.rows:
             if r.status in out:
                 out[r.status] += 1

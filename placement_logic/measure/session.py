@@ -15,11 +15,12 @@ from typing import Callable, Mapping
 
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
+from ..outcome import Verdict
 from .compare import SETUP, compare, peak_note
 from .job import Job
 from .predict import Prediction, UnboundPrediction, predict
 from .realise import Realisation, Unrealised, realise, widths_of
-from .report import DTYPE_NAMES, GRAD_TOLERANCES, TOLERANCES, MeasureReport, Outcome
+from .report import DTYPE_NAMES, GRAD_TOLERANCES, TOLERANCES, MeasureReport, Outcome, RowStatus
 from .runner import LaunchError, launch
 from .shape import ShapeError, TinyShape, scale_down
 from .verdict import checker_view, run_bindings
@@ -189,12 +190,12 @@ def _report(spec: ir.Spec, p: Prepared, results: list[dict], steps: int, with_ch
     checker = checker_view(spec, p.plan.name, r.sizes) if with_checker else None
     if not eq.within:
         outcome = Outcome.DIVERGED
-    elif any(row.status == "differs" for row in rows):
+    elif any(row.status == RowStatus.DIFFERS for row in rows):
         outcome = Outcome.MISMATCH
     else:
         outcome = Outcome.MATCHED
     reasons: tuple[str, ...] = ()
-    if outcome is Outcome.MATCHED and checker is not None and checker.available and checker.verdict == "refuted":
+    if outcome is Outcome.MATCHED and checker is not None and checker.available and checker.verdict == Verdict.REFUTED.word:
         # the run agreed with single-device training and with the prediction, but the checker refutes the plan at
         # these very sizes: the run did not exercise the failure, or did not run what the spec says
         outcome = Outcome.MISMATCH

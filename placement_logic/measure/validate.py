@@ -16,7 +16,7 @@ from pathlib import Path
 from ..diagnostics import DiagnosticError
 from ..frontend.loader import load_spec
 from . import render
-from .report import MeasureReport, Outcome
+from .report import MeasureReport, Outcome, RowStatus
 from .session import DEFAULT_STEPS, measure_many
 
 
@@ -33,7 +33,7 @@ def summary(reports: list[MeasureReport]) -> str:
         else:
             how = rep.implementation
         c = rep.counts()
-        rows = f"{c['match']} / {c['explained']} / {c['differs']}" if rep.rows else "—"
+        rows = f"{c[RowStatus.MATCH]} / {c[RowStatus.EXPLAINED]} / {c[RowStatus.DIFFERS]}" if rep.rows else "—"
         eq = rep.equivalence
         grads = "—" if eq is None or eq.grad_rel is None else f"{eq.grad_rel:.2g}"
         bound = "" if eq is None else f"{eq.tolerance:g}" if eq.grad_tolerance == eq.tolerance else \
@@ -75,7 +75,7 @@ def table(paths: list[Path], steps: int = DEFAULT_STEPS) -> str:
         items.extend((spec, p.name) for p in spec.plans)
     reports = measure_many(items, steps=steps)
     counts = {o.value: sum(1 for r in reports if r.outcome is o) for o in Outcome}
-    rows = {k: sum(r.counts()[k] for r in reports) for k in ("match", "explained", "differs")}
+    rows = {k: sum(r.counts()[k] for r in reports) for k in (RowStatus.MATCH, RowStatus.EXPLAINED, RowStatus.DIFFERS)}
     head = [
         "# Validation table",
         "",
@@ -87,8 +87,8 @@ def table(paths: list[Path], steps: int = DEFAULT_STEPS) -> str:
         "",
         coverage(reports),
         "",
-        f"Compared rows: {rows['match']} match, {rows['explained']} explained (each by a documented mechanism, "
-        f"docs/validation.md), {rows['differs']} differ.",
+        f"Compared rows: {rows[RowStatus.MATCH]} match, {rows[RowStatus.EXPLAINED]} explained (each by a documented mechanism, "
+        f"docs/validation.md), {rows[RowStatus.DIFFERS]} differ.",
         "",
         peak_line(reports),
         "",

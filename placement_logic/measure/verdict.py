@@ -4,6 +4,7 @@ checker's verdict there (``measure.session`` and ``measure.optimizer_muon`` read
 from __future__ import annotations
 
 from .. import ir
+from ..outcome import Verdict
 from .report import CheckerView, CounterexampleView
 
 
@@ -23,7 +24,7 @@ def checker_view(spec: ir.Spec, plan: str, sizes: dict[str, int]) -> CheckerView
     pr = report.plans[0]
     summary, full = [], []
     for o in pr.obligations:
-        if o.verdict.word == "refuted":
+        if o.verdict is Verdict.REFUTED:
             line = f"{o.name}: refuted"
             cex = o.counterexample
             if cex is not None:

@@ -27,7 +27,7 @@ _UNDECIDED = (NotImplementedError, ValueError, TypeError, OutOfTime, sympy.polys
 from ..costs.symbolic import resolve_bindings, symbol
 from ..solver.query import Obligation
 from ..solver.tosmt import as_expr
-from .report import ClaimResult
+from .report import ClaimHolds, ClaimResult
 from .symbolic_ob import INT, POS, Domain, equivalence
 
 CLAIMS = "Claims"
@@ -210,13 +210,13 @@ def analyse(spec: ir.Spec, q: ir.Question, index: int) -> ClaimAnalysis:
             "cost engine: the claim's cost queries, symbols free",
             detail=(("closed form", f"{sympy.sstr(_simplified(l1))} {q.op} {sympy.sstr(_simplified(r1))}"),)))
     if not conditions:
-        holds, condition = "unknown", "no closed-form condition found"
+        holds, condition = ClaimHolds.UNKNOWN, "no closed-form condition found"
     elif all(c is sympy.true for c, *_ in conditions):
-        holds, condition = "always", "; ".join(p for p in parts if p != "always")
+        holds, condition = ClaimHolds.ALWAYS, "; ".join(p for p in parts if p != "always")
     elif all(c is sympy.false for c, *_ in conditions):
-        holds, condition = "never", ""
+        holds, condition = ClaimHolds.NEVER, ""
     else:
-        holds, condition = "conditional", "; ".join(parts)
+        holds, condition = ClaimHolds.CONDITIONAL, "; ".join(parts)
     result = ClaimResult(spec.file, label, text, holds, condition, at_values, tuple(o.key for o in obligations))
     return ClaimAnalysis(result, tuple(obligations))
 

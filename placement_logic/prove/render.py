@@ -7,7 +7,7 @@ solver, no parser: only the report data.
 from __future__ import annotations
 
 from ..outcome import SCHEMA_VERSION, envelope  # noqa: F401 - SCHEMA_VERSION re-exported for readers
-from .report import ClaimResult, ProveReport, Result
+from .report import ClaimHolds, ClaimResult, ProveReport, ProveStatus, Result
 
 SMT2_DIR = "proofs/smt2"
 
@@ -19,16 +19,16 @@ def _solvers(r: Result) -> str:
 def _summary(rep: ProveReport) -> str:
     c = rep.counts()
     n = len(rep.results)
-    return (f"{n} obligations: {c['proved']} proved, {c['witness found']} witnesses found, "
-            f"{c['refuted']} refuted, {c['unknown']} unknown, {c['error']} errors")
+    return (f"{n} obligations: {c[ProveStatus.PROVED]} proved, {c[ProveStatus.WITNESS_FOUND]} witnesses found, "
+            f"{c[ProveStatus.REFUTED]} refuted, {c[ProveStatus.UNKNOWN]} unknown, {c[ProveStatus.ERROR]} errors")
 
 
 def _claim_line(c: ClaimResult) -> str:
-    if c.holds == "conditional":
+    if c.holds == ClaimHolds.CONDITIONAL:
         return f"holds exactly when {c.condition}"
-    if c.holds == "always":
+    if c.holds == ClaimHolds.ALWAYS:
         return "holds for all values" + (f" — {c.condition}" if c.condition else "")
-    if c.holds == "never":
+    if c.holds == ClaimHolds.NEVER:
         return "holds for no values"
     return c.condition
 
@@ -51,7 +51,7 @@ def text(rep: ProveReport) -> str:
         out.append(f"  {r.status:<14} {r.name}  [{_solvers(r)}; {r.seconds:.2f} s]")
         if r.error:
             out.append(f"      error: {r.error}")
-        if r.status in ("witness found", "refuted"):
+        if r.status in (ProveStatus.WITNESS_FOUND, ProveStatus.REFUTED):
             for label, value in r.detail:
                 out.append(f"      {label}: {value}")
             for label, value in r.witness:

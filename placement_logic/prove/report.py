@@ -8,8 +8,29 @@ renderers show. Nothing here knows of z3, cvc5 or lark.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from ..outcome import Exit, Verdict
+
+
+class ProveStatus(StrEnum):
+    """What the report shows for an obligation (``Result.status``)."""
+
+    PROVED = "proved"  # a theorem proved
+    WITNESS_FOUND = "witness found"  # a witness obligation: its witness exists
+    NO_WITNESS = "no witness (proved)"  # a witness obligation whose negation was proved
+    REFUTED = "refuted"  # a theorem refuted
+    UNKNOWN = "unknown"
+    ERROR = "error"  # the solvers disagree, or a witness did not replay
+
+
+class ClaimHolds(StrEnum):
+    """Where a spec's claim holds (``ClaimResult.holds``)."""
+
+    ALWAYS = "always"
+    NEVER = "never"
+    CONDITIONAL = "conditional"
+    UNKNOWN = "unknown"  # no closed-form condition found
 
 
 @dataclass(frozen=True)
@@ -43,15 +64,15 @@ class Result:
         return not self.error and self.verdict is self.expect
 
     @property
-    def status(self) -> str:
+    def status(self) -> ProveStatus:
         """What the report shows: proved / witness found / refuted / unknown / disagreement."""
         if self.error:
-            return "error"
+            return ProveStatus.ERROR
         if self.verdict is Verdict.UNKNOWN:
-            return "unknown"
+            return ProveStatus.UNKNOWN
         if self.expect is Verdict.REFUTED:
-            return "witness found" if self.verdict is Verdict.REFUTED else "no witness (proved)"
-        return self.verdict.word
+            return ProveStatus.WITNESS_FOUND if self.verdict is Verdict.REFUTED else ProveStatus.NO_WITNESS
+        return ProveStatus.PROVED if self.verdict is Verdict.PROVED else ProveStatus.REFUTED
 
     @property
     def seconds(self) -> float:
@@ -65,7 +86,7 @@ class ClaimResult:
     file: str
     label: str
     text: str  # the claim as written
-    holds: str  # always | never | conditional
+    holds: ClaimHolds
     condition: str  # e.g. "dp = 8" (empty when always/never)
     at_values: str  # "true" / "false" at the spec's bound values, with the values
     keys: tuple[str, ...]  # the obligations that confirm the condition
@@ -79,9 +100,10 @@ class ProveReport:
     exported: str = ""  # folder the .smt2 files were written to, if any
 
     def counts(self) -> dict[str, int]:
-        out = {"proved": 0, "witness found": 0, "refuted": 0, "unknown": 0, "error": 0}
+        out = dict.fromkeys((ProveStatus.PROVED, ProveStatus.WITNESS_FOUND, ProveStatus.REFUTED, ProveStatus.UNKNOWN,
+                             ProveStatus.ERROR), 0)
         for r in self.results:
-            key = r.status if r.status in out else "refuted"
+            key = r.status if r.status in out else ProveStatus.REFUTED
             out[key] += 1
         return out
 
@@ -96,7 +118,7 @@ class ProveReport:
     @property
     def false_claims(self) -> tuple[ClaimResult, ...]:
         """Claims that hold for no values of their symbols."""
-        return tuple(c for c in self.claims if c.holds == "never")
+        return tuple(c for c in self.claims if c.holds == ClaimHolds.NEVER)
 
     @property
     def exit_status(self) -> int:
@@ -108,4 +130,4 @@ class ProveReport:
 
     @property
     def verdict_word(self) -> str:
-        return {0: "proved", 1: "failed", 3: "unknown"}[self.exit_status]
+        return {Exit.OK: ProveStatus.PROVED, Exit.FAILED: "failed", Exit.UNKNOWN: ProveStatus.UNKNOWN}[self.exit_status]

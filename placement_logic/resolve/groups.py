@@ -69,13 +69,13 @@ def group_decl(vals: Values, block: surface.SubBlock) -> ir.GroupDecl | None:
                 for st in MODE_KEYS[p.key]:
                     modes.setdefault(st, {})[e.key] = m
         elif p.key == "tensor":
-            found["tensor"] = vals.word(p.value, (pg.SPLIT, pg.WHOLE), "'tensor'")
+            found["tensor"] = _member(pg.Holding, vals.word(p.value, (pg.SPLIT, pg.WHOLE), "'tensor'"))
         elif p.key == "sees":
-            found["sees"] = vals.word(p.value, (pg.WHOLE, pg.HEADS), "'sees'")
+            found["sees"] = _member(pg.Holding, vals.word(p.value, (pg.WHOLE, pg.HEADS), "'sees'"))
         elif p.key == "stage":
-            found["stage"] = vals.word(p.value, (pg.LAYERS, pg.FIRST, pg.LAST), "'stage'")
+            found["stage"] = _member(pg.Stage, vals.word(p.value, (pg.LAYERS, pg.FIRST, pg.LAST), "'stage'"))
         elif p.key == "like":
-            found["like"] = vals.word(p.value, pg.LIKE, "'like'")
+            found["like"] = _member(pg.GradClass, vals.word(p.value, pg.LIKE, "'like'"))
         elif p.key == "experts":
             found["experts"] = vals.flag_value(p)
         elif p.value is None or isinstance(p.value, (surface.ModeMap, surface.Bool)):
@@ -97,6 +97,11 @@ def group_decl(vals: Values, block: surface.SubBlock) -> ir.GroupDecl | None:
         tensor=found.get("tensor"), stage=found.get("stage"), experts=found.get("experts"), like=found.get("like"),
         sees=found.get("sees"), modes=tuple((st, tuple(m.items())) for st, m in modes.items()), roles=tuple(roles.items()),
         span=block.span)
+
+
+def _member(vocabulary, word: str | None):
+    """The member of a vocabulary (a StrEnum) a checked word names, or None."""
+    return None if word is None else vocabulary(word)
 
 
 def _roles(vals: Values, p: surface.Prop, roles: dict[str, ir.Role]) -> None:

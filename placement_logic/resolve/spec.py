@@ -11,6 +11,7 @@ from __future__ import annotations
 from .. import ir
 from ..diagnostics import Code, did_you_mean
 from ..frontend import surface
+from ..outcome import QuestionVerdict
 from .context import Context, LibraryIndex
 from .model import build_mesh, build_model
 from .plans import PlanAssembler
@@ -105,7 +106,7 @@ def _question(item: surface.AssertStmt | surface.ClaimStmt, vals: Values) -> ir.
         pins = _pins(item.expect, vals)
         if pins is None:
             return None
-        return ir.Question(kind, test.op, left[0], right[0], left[1], item.label, item.span, "fails", pins)
+        return ir.Question(kind, test.op, left[0], right[0], left[1], item.label, item.span, QuestionVerdict.FAILS, pins)
     return ir.Question(kind, test.op, left[0], right[0], left[1], item.label, item.span)
 
 

@@ -18,8 +18,9 @@ import z3
 
 from ..outcome import Verdict
 from .query import Obligation, Query
+from .session import SolverStatus
 
-_STATUS = {"unsat": Verdict.PROVED, "sat": Verdict.REFUTED}
+_STATUS = {SolverStatus.UNSAT: Verdict.PROVED, SolverStatus.SAT: Verdict.REFUTED}
 
 
 @dataclass
@@ -47,7 +48,7 @@ def smt2_text(ob: Obligation, query: Query, ctx: z3.Context) -> str:
     solver.add(*query.constraints)
     body = solver.to_smt2()
     lines = [ln for ln in body.splitlines() if not ln.startswith(("; benchmark", "(set-info :status", "(check-sat"))]
-    expected = "unsat" if ob.expect is Verdict.PROVED else "sat"
+    expected = SolverStatus.UNSAT if ob.expect is Verdict.PROVED else SolverStatus.SAT
     head = [
         f"; placement-logic proof obligation: {_comment(ob.key)}",
         f"; theorem: {_comment(ob.theorem)}",
@@ -56,7 +57,7 @@ def smt2_text(ob: Obligation, query: Query, ctx: z3.Context) -> str:
     head += [f";   {_comment(ln)}" for ln in ob.statement.splitlines()]
     head += [
         "; the assertions are the NEGATION of the statement:",
-        f";   expected {expected} ({'statement proved' if expected == 'unsat' else 'witness exists'})",
+        f";   expected {expected} ({'statement proved' if expected is SolverStatus.UNSAT else 'witness exists'})",
         "(set-logic ALL)",
         f"(set-info :status {expected})",
     ]

@@ -9,14 +9,23 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
 import z3
 
 
+class SolverStatus(StrEnum):
+    """A solver's answer to a query (the SMT-LIB words)."""
+
+    SAT = "sat"
+    UNSAT = "unsat"
+    UNKNOWN = "unknown"
+
+
 @dataclass
 class Outcome:
-    status: str  # sat | unsat | unknown
+    status: SolverStatus
     model: Any = None  # z3.ModelRef when sat
     reason: str = ""
     seconds: float = 0.0
@@ -76,7 +85,7 @@ class Session:
             self.timings.append((label, 0.0, out.status))
             return out
         out = self._solve(label, constraints, limit)
-        if key is not None and out.status != "unknown":  # a query z3 gave up on is asked again
+        if key is not None and out.status != SolverStatus.UNKNOWN:  # a query z3 gave up on is asked again
             self._decided[key] = (list(constraints), out)
         return out
 
@@ -88,12 +97,12 @@ class Session:
         result = self.raw_check(solver)
         seconds = time.perf_counter() - start
         if result == z3.sat:
-            out = Outcome("sat", solver.model(), seconds=seconds)
+            out = Outcome(SolverStatus.SAT, solver.model(), seconds=seconds)
         elif result == z3.unsat:
-            out = Outcome("unsat", seconds=seconds)
+            out = Outcome(SolverStatus.UNSAT, seconds=seconds)
         else:
             reason = solver.reason_unknown() if result == z3.unknown else str(result)
-            out = Outcome("unknown", reason=reason or "unknown", seconds=seconds)
+            out = Outcome(SolverStatus.UNKNOWN, reason=reason or "unknown", seconds=seconds)
         self.timings.append((label, seconds, out.status))
         return out
 

@@ -55,7 +55,7 @@ from .lift_facts import SEEDING, init_apart, local_overflow, overflow, split_by_
 from .lift_layout import NOT_LIFTED_KINDS, Lifted, Unliftable, _frames, _ident, _layout, _placement_axes
 from .lift_pipeline import P2P_KINDS, find_context_axes, find_pipeline
 from .lift_render import _clip, _empty_spec, _quoted, _render
-from .lift_step import Axes, Step, Strategies
+from .lift_step import AXIS_NAMES, Axes, LiftRole, Step, Strategies
 
 
 def lift(trace: dict, plan_name: str = "traced", path: str = "<trace>") -> Lifted:
@@ -175,10 +175,10 @@ def axes_pass(st: Step, ax: Axes, params: list[dict]) -> None:
     roles = ax.roles
     for a in layout.names:
         if a == ax.pp:
-            roles[a] = "pipeline"
+            roles[a] = LiftRole.PIPELINE
             continue
         if a in ax.context[:1]:
-            roles[a] = "context"
+            roles[a] = LiftRole.CONTEXT
             continue
         other = layout.neighbour(observer, a)
         mine = [i["checksum"] for i in st.step[observer].get("inputs", [])]
@@ -188,24 +188,24 @@ def axes_pass(st: Step, ax: Axes, params: list[dict]) -> None:
         exchanged = any(c["phase"] == "forward" and not c["carried"] and c["kind"] not in ("broadcast", *P2P_KINDS)
                         and a in (layout.axes_of(c["ranks"], observer) or ()) for c in st.colls)
         if mine != theirs:
-            roles[a] = "data"
+            roles[a] = LiftRole.DATA
         elif sharded or exchanged or split_by_values(st.initial, layout, observer, a):
-            roles[a] = "tensor"
+            roles[a] = LiftRole.TENSOR
         else:
-            roles[a] = "data"
+            roles[a] = LiftRole.DATA
             st.notes.append(f"axis {a}: the ranks along it saw the same inputs and hold whole parameters; lifted as "
                             "a data axis")
     # a context axis divides each sequence: its ranks' gradients and token counts are reduced as a data axis's
-    ax.data_axes = [a for a in layout.names if roles[a] in ("data", "context")]
-    ax.cp = next((a for a in layout.names if roles[a] == "context"), None)
-    tensor_axes = [a for a in layout.names if roles[a] == "tensor"]
+    ax.data_axes = [a for a in layout.names if roles[a] in (LiftRole.DATA, LiftRole.CONTEXT)]
+    ax.cp = next((a for a in layout.names if roles[a] is LiftRole.CONTEXT), None)
+    tensor_axes = [a for a in layout.names if roles[a] is LiftRole.TENSOR]
     for a in tensor_axes[1:]:
         st.items.append(Unliftable((observer,), -1, f"axis {a}", "a second axis that splits the weights is not "
                                    "lifted (one tensor axis)", ()))
     ax.tp = tensor_axes[0] if tensor_axes else None
     if not st.from_mesh:
         taken: set[str] = set()
-        rename = {a: _ident({"data": "dp", "pipeline": "pp", "context": "cp"}.get(roles[a], "tp"), taken)
+        rename = {a: _ident(AXIS_NAMES[roles[a]], taken)
                   for a in layout.names}
         layout.names = [rename[a] for a in layout.names]
         ax.roles = {rename[a]: v for a, v in roles.items()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
+from ..ir.groups import GradClass, Holding
 from .lift_layout import Unliftable, _frames, _Layout, _placement_axes
 
 
@@ -139,8 +140,8 @@ def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, 
         if gname == "dense":
             continue
         count = sum(e[5] for e in members)
-        like = "norms" if cls == "partial" else "dense"
-        tensor_word = "whole" if cls in ("partial", "whole") else "split"
+        like = GradClass.NORMS if cls == "partial" else GradClass.DENSE
+        tensor_word = Holding.WHOLE if cls in ("partial", "whole") else Holding.SPLIT
         names = ", ".join(e[0]["name"] for e in members[:4]) + (", ..." if len(members) > 4 else "")
         out.append(f"  group {gname} {{ count = {count}  like = {like}  tensor = {tensor_word} }}  # {names}")
     out.append("}")

@@ -4,6 +4,7 @@ is (``Axes``) and the strategies bound (``Strategies``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from .lift_layout import Unliftable, _Layout
 from .lift_pipeline import Pipeline
@@ -50,6 +51,19 @@ class Strategies:
     sp: bool
 
 
+class LiftRole(StrEnum):
+    """What the lift reads a mesh axis as (``axes_pass``; the comment beside each axis of the lifted mesh)."""
+
+    DATA = "data"
+    TENSOR = "tensor"
+    PIPELINE = "pipeline"
+    CONTEXT = "context"
+
+
+# the name an axis read as each role is given when the trace has no mesh of its own
+AXIS_NAMES = {LiftRole.DATA: "dp", LiftRole.TENSOR: "tp", LiftRole.PIPELINE: "pp", LiftRole.CONTEXT: "cp"}
+
+
 @dataclass
 class Axes:
     """What each mesh axis is (``roles``), the pipeline or context axis, and the ranks read for each stage."""
@@ -57,7 +71,7 @@ class Axes:
     pipe_why: str | None
     context: list[str]
     stage_ranks: list[int]  # the rank of each stage with the observer's other coordinates
-    roles: dict[str, str] = field(default_factory=dict)
+    roles: dict[str, LiftRole] = field(default_factory=dict)
     data_axes: list[str] = field(default_factory=list)  # data and context axes
     tp: str | None = None
     pp: str | None = None

@@ -32,7 +32,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..measure.ranks.counter import _c10d, _functional, _ranks
+from ..measure.ranks.counter import c10d_collective, functional_collective, group_ranks
 from .recorder_events import Events, _checksum, _fraction, _key, _reduce_op, _tensors, _user_frames  # noqa: F401
 from .recorder_modules import Modules
 
@@ -277,7 +277,7 @@ class Recorder(Events, Modules, TorchDispatchMode):
         return out
 
     def _collective(self, func, namespace: str, name: str, args, kwargs):
-        found = _c10d(name, args) if namespace == "c10d" else _functional(name, args, kwargs)
+        found = c10d_collective(name, args) if namespace == "c10d" else functional_collective(name, args, kwargs)
         if found is None:
             if name not in ("wait_tensor", "barrier", "monitored_barrier_", "_wrap_tensor_autograd"):
                 self.unrecognised.append({"seq": len(self.collectives) + len(self.unrecognised), "op": f"{namespace}.{name}",
@@ -289,7 +289,7 @@ class Recorder(Events, Modules, TorchDispatchMode):
                 dist.ProcessGroup.unbox(group) if isinstance(group, torch.ScriptObject) else group, int(args[2]))
             ranks = (me, peer) if kind == "send" else (peer, me)
         else:
-            ranks = _ranks(group)
+            ranks = group_ranks(group)
         if namespace == "_c10d_functional" and name.startswith(("all_reduce", "reduce_scatter")):
             op = str(args[1]).lower()
         elif kind in ("all_reduce", "reduce_scatter", "reduce"):

@@ -54,7 +54,7 @@ def _nbytes(t) -> int:
     return 0
 
 
-def _ranks(group) -> tuple[int, ...]:
+def group_ranks(group) -> tuple[int, ...]:
     if isinstance(group, str):
         from torch.distributed.distributed_c10d import _resolve_process_group
 
@@ -64,7 +64,7 @@ def _ranks(group) -> tuple[int, ...]:
     return tuple(dist.get_process_group_ranks(group))
 
 
-def _c10d(name: str, args) -> tuple[str, int, object] | None:
+def c10d_collective(name: str, args) -> tuple[str, int, object] | None:
     """(kind, bytes, group) of a c10d op's arguments, or None for non-collectives."""
     if name in ("allreduce_", "allreduce_coalesced_"):
         return "all_reduce", _nbytes(args[0]), args[1]
@@ -124,7 +124,7 @@ def _peer(group, group_rank: int) -> int:
     return dist.get_global_rank(group, group_rank)
 
 
-def _functional(name: str, args, kwargs) -> tuple[str, int, object] | None:
+def functional_collective(name: str, args, kwargs) -> tuple[str, int, object] | None:
     if name in ("all_reduce", "all_reduce_", "all_reduce_coalesced", "all_reduce_coalesced_"):
         return "all_reduce", _nbytes(args[0]), args[2]
     if name in ("all_gather_into_tensor", "all_gather_into_tensor_out", "all_gather_into_tensor_coalesced"):
@@ -188,9 +188,9 @@ class CollectiveCounter(TorchDispatchMode):
         name = packet.__name__
         found = None
         if namespace == "c10d":
-            found = _c10d(name, args)
+            found = c10d_collective(name, args)
         elif namespace in ("_c10d_functional", "_c10d_functional_autograd"):
-            found = _functional(name, args, kwargs)
+            found = functional_collective(name, args, kwargs)
         qualified = f"{namespace}.{name}"
         if found is None and namespace in NAMESPACES and qualified not in NOT_COLLECTIVES:
             self.unknown.append(qualified)
@@ -205,6 +205,6 @@ class CollectiveCounter(TorchDispatchMode):
                 ranks = (me, peer) if kind == "send" else (peer, me)
                 phase = self.tags.get(args[0][0].data_ptr(), phase)
             else:
-                ranks = _ranks(group)
+                ranks = group_ranks(group)
             self.records.append(CollectiveRecord(kind, ranks, nbytes, f"{namespace}.{name}", phase))
         return func(*args, **kwargs)
