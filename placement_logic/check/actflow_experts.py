@@ -97,7 +97,9 @@ def run(flow: af.Flow, direction: str, axis: str, n: int):
 
 def counterexample(ctx, ty, sizes, axis, r, got, want, inputs, stage, span, show, axes_of) -> Counterexample:
     fwd = ty.direction == "forward"
-    what = "expert output per block" if fwd else "input gradient per block (output gradient 1000·(n·r + k) + 1)"
+    summed = axis in ty.flow.summed
+    what = "expert output per block" if fwd else \
+        f"input gradient per block (output gradient {'1000·k + 1' if summed else '1000·(n·r + k) + 1'})"
     eq = f"{what} on rank {r} of {axis} = {show(got[r])}, single-device = {show(want[r])}"
     slot = dict(ty.flow.slots).get(stage)
     if slot is not None and slot.verb:
@@ -105,11 +107,12 @@ def counterexample(ctx, ty, sizes, axis, r, got, want, inputs, stage, span, show
         how = f"override {target}[experts]: {slot.verb} over ({', '.join(axes_of(slot))}) at line {span.line}"
     else:
         how = "derived, while the other all-to-all is stated elsewhere"
-    kind = ("expert" if axis in ty.flow.tensor else "pipeline" if axis in ty.flow.layers else
-            "tensor (every rank holds the same tokens and a shard of each expert)" if axis in ty.flow.summed
-            else "non-expert")
+    kind = "expert" if axis in ty.flow.tensor else "pipeline" if axis in ty.flow.layers else \
+        "tensor" if summed else "non-expert"
+    wrong = ("the sum over its ranks of the experts' shards applied to different tokens (its ranks hold the same "
+             "tokens, an all-to-all over it gives each another one)" if summed else af.KIND_TEXT["X"])
     diag = (f"the MoE layer's {'output' if fwd else 'input gradient'} over the {kind} axis {axis} is "
-            f"{af.KIND_TEXT['X']}; the all-to-alls must range over the expert axes "
+            f"{wrong}; the all-to-alls must range over the expert axes "
             f"({', '.join(ty.flow.tensor)}); the root cause is {TEXT[stage]} ({how})",)
     diag += (("every layer after it, the loss and so every gradient of the step, are computed from it",) if fwd
              else ("every layer before it, and the weight gradients computed from it, receive the wrong gradient",))
