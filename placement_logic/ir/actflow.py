@@ -107,6 +107,7 @@ class Flow:
     sp: bool
     slots: tuple[tuple[str, Slot], ...]
     layers: tuple[str, ...] = ()  # axes whose ranks hold other layers (pipeline stages): experts only
+    summed: tuple[str, ...] = ()  # experts only: axes whose ranks hold the same tokens and sum the experts' shards
 
     def slot(self, name: str) -> Slot | None:
         return dict(self.slots).get(name)
@@ -201,7 +202,8 @@ def flows(plan) -> tuple[Flow, ...]:
         for o in overrides(plan):
             if o.group in (None, "experts") and o.verb in EXPERT_VERBS:
                 slots[SLOT_OF[(o.target, o.verb)]] = stated_slot(o, "experts", e, sp)
-        out.append(Flow("experts", e, sp, tuple((s, slots[s]) for s in SLOTS), plan.axes_with_role(Role.PIPELINE)))
+        out.append(Flow("experts", e, sp, tuple((s, slots[s]) for s in SLOTS), plan.axes_with_role(Role.PIPELINE),
+                        summed_axes(plan)))
     etp = expert_tensor_axes(plan)
     if etp:  # a column/row-parallel pair whose input is each rank's own tokens: sequence-parallel typing
         slots = derived_slots("expert_tensor", etp, True)
@@ -228,6 +230,20 @@ def expert_axes(plan) -> tuple[str, ...]:
     if fold is not None:
         return tuple(folding.group_axes(plan, fold, Role.EXPERT))
     return tuple(a for g in plan.groups_with_role(Role.EXPERT) for a in g)
+
+
+def summed_axes(plan) -> tuple[str, ...]:
+    """The tensor axes (Megatron TP without sequence parallelism) that split the experts too: every rank
+    holds the same tokens and a shard of each expert, whose partial products are all-reduced over the
+    axis, so the ranks must hold the same tokens when the experts run."""
+    from . import folding
+
+    if plan.sequence_parallel or plan.axes_with_role(Role.SEQUENCE):
+        return ()
+    fold = folding.expert_group(plan)
+    params = plan.placement(State.PARAMS)
+    return tuple(a for a in plan.axes_with_role(Role.TENSOR) if params.mode(a) in (Mode.S, Mode.S_STAR, Mode.O)
+                 and (fold is None or folding.role_of(plan, fold, a) is Role.TENSOR))
 
 
 def expert_tensor_axes(plan) -> tuple[str, ...]:

@@ -1323,6 +1323,16 @@ for name, b, lines, expect, what in [
      "experts."),
 ]:
     mutant(name, b, what, lines, expect, mirrors=WRONG_EP)
+mutant("moe_all_to_all_tensor_ranks", "moe_3d", "both forward all-to-alls over tp and ep, tp without sequence "
+       "parallelism: the tensor ranks hold the same tokens, the exchange gives each another one, and the experts' "
+       "shards summed over tp add up different tokens.",
+       ["override activations[experts]: dispatch over (tp, ep)", "override activations[experts]: combine over (tp, ep)"],
+       ["GI activations[experts]"],
+       mirrors="the MoE token exchange widened to the tensor ranks before their psum (vllm-project/tpu-inference#2248)")
+with_base("moe_all_to_all_tensor_twice", "moe_3d", "the dispatch and the combine each pass twice over tp (and once "
+          "over ep): the tensor ranks hold their own tokens again before the experts' shards are summed.",
+          ["override activations[experts]: dispatch over (tp, ep, tp)",
+           "override activations[experts]: combine over (tp, ep, tp)"])
 with_base("moe_restated_ep", "ep", "the dispatch and combine all-to-alls and their conjugates stated as derived, "
           "over ep.", ["override activations[experts]: dispatch over (ep)",
                        "override activations[experts]: combine over (ep)",
