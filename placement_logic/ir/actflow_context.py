@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 from fractions import Fraction
 
-from .buffers import Collective, Kind, Payload, Phase, link_of
+from .buffers import Collective, Kind, Payload, PayloadTensor, Phase, link_of
 from .nodes import Const, Op, State, Sym
 
 RULE = "context parallel"
@@ -48,7 +48,7 @@ def adjust(plan, out: list, flow, per) -> list:
     """``out`` (the schedule so far) with every stated slot of ``flow`` (an ``ir.actflow.Flow``) in
     place of its derived ring."""
     mesh = plan.mesh.names
-    pay = Payload("kv", (), "one key/value block (2·s/cp·b·h·kv_heads/heads)")
+    pay = Payload(PayloadTensor.KV, (), "one key/value block (2·s/cp·b·h·kv_heads/heads)")
     for name, slot in flow.slots:
         if not slot.verb:
             continue
