@@ -145,7 +145,7 @@ def _every_microbatch_no_effect(plan: ir.Plan, o: ir.Override) -> str | None:
     if isinstance(m, ir.Const) and m.value == 1:
         return "the model has one microbatch per step (microbatches = 1), so nothing is accumulated"
     without = replace(plan, overrides=tuple(x for x in plan.overrides if x is not o))
-    if collectives.derive(without) == collectives.derive(plan):
+    if collectives.derive(without) == collectives.schedule(plan):
         return ("every gradient reduction of the plan is made after each microbatch already (gradients sharded "
                 "S/M over each reducing axis are reduce-scattered per microbatch)")
     return None

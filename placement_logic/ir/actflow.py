@@ -222,23 +222,23 @@ def flows(plan) -> tuple[Flow, ...]:
 def expert_axes(plan) -> tuple[str, ...]:
     """The axes the dispatch and combine all-to-alls range over: the expert axes (under parallel
     folding, the expert group's own expert axes)."""
-    from . import folding
+    from . import views
 
-    fold = folding.expert_group(plan)
+    fold = views.expert_group(plan)
     if fold is not None:
-        return tuple(folding.group_axes(plan, fold, Role.EXPERT))
+        return tuple(views.group_axes(plan, fold, Role.EXPERT))
     return tuple(a for g in plan.groups_with_role(Role.EXPERT) for a in g)
 
 
 def expert_tensor_axes(plan) -> tuple[str, ...]:
     """The expert tensor group's own axes (parallel folding: tensor for the experts, not for the dense
     layers), over which the routed tokens are all-gathered and reduce-scattered (ir.collectives)."""
-    from . import folding
+    from . import views
 
-    fold = folding.expert_group(plan)
+    fold = views.expert_group(plan)
     if fold is None:
         return ()
-    return tuple(a for a in folding.group_axes(plan, fold, Role.TENSOR)
+    return tuple(a for a in views.group_axes(plan, fold, Role.TENSOR)
                  if plan.role(a) not in (Role.TENSOR, Role.SEQUENCE))
 
 

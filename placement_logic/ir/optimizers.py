@@ -150,7 +150,7 @@ def cuts(plan, name: str, bindings=None) -> tuple[str, ...]:
     one_kv = single_kv(plan, bindings) is True
     out = []
     for a in plan.mesh.names:
-        from .folding import role_of
+        from .views import role_of
 
         role = role_of(plan, g, a)
         sharded = view.placement(State.OPTIMIZER).mode(a).shards
@@ -169,9 +169,9 @@ def cuts(plan, name: str, bindings=None) -> tuple[str, ...]:
 def unsure_cuts(plan, name: str, bindings=None) -> tuple[str, ...]:
     """The tensor axes ``cuts`` counts for a heads-split group only because the K/V head count is
     not known (a symbol): with one K/V head they would not cut it."""
-    from .folding import role_of
     from .groups import HEADS
     from .nodes import Role
+    from .views import role_of
 
     g = group_of(plan, name)
     if g is None or g.tensor != HEADS or single_kv(plan, bindings) is not None:
@@ -236,8 +236,8 @@ def owners(plan, name: str) -> tuple[str, ...]:
     """The axes of ``optimizer[name]: round_robin`` that spread its matrices over owners: not a
     pipeline axis (stages hold their own layers) nor an expert axis dividing the group (each
     expert rank holds its own experts)."""
-    from .folding import role_of
     from .nodes import Role
+    from .views import role_of
 
     g = group_of(plan, name)
     out = []
