@@ -62,7 +62,7 @@ from .wellformed import SPLIT_MODES, filter_no_effect, no_effect, persistent_mod
 
 def _groups_present(plan: ir.Plan) -> tuple[str, ...]:
     """The gradient groups of the plan's parameter-group model (``ir.groups``), shared with costs."""
-    has_experts = bool(plan.axes_with_role(ir.Role.EXPERT))
+    has_experts = bool(views.view(plan).axes_with_role(ir.Role.EXPERT))
     return heads.checker_groups(plan, pg.check_groups(plan.model, has_experts))
 
 
@@ -73,7 +73,7 @@ def _expert_axes(plan: ir.Plan, expert: tuple[str, ...]) -> tuple[str, ...]:
     if fold is None:
         return expert
     return tuple(a for a in views.group_axes(plan, fold, ir.Role.EXPERT)
-                 if plan.role(a) in (ir.Role.DATA, ir.Role.CONTEXT, ir.Role.EXPERT))
+                 if views.view(plan).role(a) in (ir.Role.DATA, ir.Role.CONTEXT, ir.Role.EXPERT))
 
 
 def _tied(plan: ir.Plan) -> bool:
@@ -155,9 +155,9 @@ def _read(plan: ir.Plan) -> _Read:
     for o in plan.overrides:
         if o.target == OverrideTarget.TOKENS and o.verb == OverrideVerb.REDUCE and o.group is None:
             tok_o = o
-    return _Read(plan, axes, plan.axes_with_role(*DATA_ROLES), plan.axes_with_role(ir.Role.CONTEXT),
-                 plan.axes_with_role(*TENSOR_ROLES), plan.axes_with_role(ir.Role.PIPELINE),
-                 plan.axes_with_role(ir.Role.EXPERT), plan.sequence_parallel or bool(plan.axes_with_role(ir.Role.SEQUENCE)),
+    return _Read(plan, axes, views.view(plan).axes_with_role(*DATA_ROLES), views.view(plan).axes_with_role(ir.Role.CONTEXT),
+                 views.view(plan).axes_with_role(*TENSOR_ROLES), views.view(plan).axes_with_role(ir.Role.PIPELINE),
+                 views.view(plan).axes_with_role(ir.Role.EXPERT), plan.sequence_parallel or bool(views.view(plan).axes_with_role(ir.Role.SEQUENCE)),
                  _tied(plan), sc.schedule(plan), loss_o.verb if loss_o else "global_mean", loss_o, tok_o)
 
 
@@ -378,7 +378,7 @@ def _model(r: _Read, groups: list, facts: _Facts, parts, needed, plan_clip, clip
     return StepModel(
         plan=plan.name,
         axes=r.axes,
-        roles=tuple((a, plan.role(a).value) for a in r.axes),
+        roles=tuple((a, views.view(plan).role(a).value) for a in r.axes),
         groups=tuple(groups),
         loss=r.loss,
         loss_span=(loss_o or tok_o).span if (loss_o or tok_o) else plan.span,

@@ -40,7 +40,7 @@ def plan_to_megatron(spec: ir.Spec, plan: ir.Plan) -> tuple[list[str], list[str]
     problems: list[str] = []
     out: list[str] = []
     size = {a.name: int(_number(a.size, spec) or 1) for a in plan.mesh.axes}
-    roles = {a: plan.role(a) for a in plan.mesh.names if size[a] > 1}
+    roles = {a: views.view(plan).role(a) for a in plan.mesh.names if size[a] > 1}
     _role_problems(plan, list(roles), _MEGATRON_MODES, "Megatron-LM", problems)
 
     def groups(*rs: ir.Role) -> list[tuple[str, ...]]:

@@ -234,7 +234,7 @@ def _titan_folded(plan: ir.Plan, fold, roles: dict, size: dict, problems: list[s
 def plan_to_torchtitan(spec: ir.Spec, plan: ir.Plan) -> tuple[str, list[str]]:
     problems: list[str] = []
     size = {a.name: int(_number(a.size, spec) or 1) for a in plan.mesh.axes}
-    roles = {a: plan.role(a) for a in plan.mesh.names if size[a] > 1}
+    roles = {a: views.view(plan).role(a) for a in plan.mesh.names if size[a] > 1}
     _role_problems(plan, list(roles), _TITAN_MODES, "torchtitan", problems)
     par: dict[str, object] = {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 1}
     seen: dict[str, str] = {}

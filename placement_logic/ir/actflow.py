@@ -49,6 +49,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from ..diagnostics import NO_SPAN, Span
+from . import views
 from .buffers import Collective, Kind, Payload, Phase, link_of
 from .nodes import Const, Mode, Op, Recompute, Role, State
 from .overrides import OverrideVerb
@@ -183,7 +184,7 @@ def flows(plan) -> tuple[Flow, ...]:
     """Every region on every tensor group, with its slots as derived or stated (the last statement
     of a slot wins; a statement without a region states it in every region that has the slot)."""
     out = []
-    sp = bool(plan.sequence_parallel or plan.axes_with_role(Role.SEQUENCE))
+    sp = bool(plan.sequence_parallel or views.view(plan).axes_with_role(Role.SEQUENCE))
     params = plan.placement(State.PARAMS)
     for t in plan.groups_with_role(Role.TENSOR, Role.SEQUENCE):
         if params.mode(t[0]) not in (Mode.S, Mode.S_STAR, Mode.O):
@@ -201,7 +202,7 @@ def flows(plan) -> tuple[Flow, ...]:
         for o in overrides(plan):
             if o.group in (None, "experts") and o.verb in EXPERT_VERBS:
                 slots[SLOT_OF[(o.target, o.verb)]] = stated_slot(o, "experts", e, sp)
-        out.append(Flow("experts", e, sp, tuple((s, slots[s]) for s in SLOTS), plan.axes_with_role(Role.PIPELINE)))
+        out.append(Flow("experts", e, sp, tuple((s, slots[s]) for s in SLOTS), views.view(plan).axes_with_role(Role.PIPELINE)))
     etp = expert_tensor_axes(plan)
     if etp:  # a column/row-parallel pair whose input is each rank's own tokens: sequence-parallel typing
         slots = derived_slots("expert_tensor", etp, True)
@@ -239,7 +240,7 @@ def expert_tensor_axes(plan) -> tuple[str, ...]:
     if fold is None:
         return ()
     return tuple(a for a in views.group_axes(plan, fold, Role.TENSOR)
-                 if plan.role(a) not in (Role.TENSOR, Role.SEQUENCE))
+                 if views.view(plan).role(a) not in (Role.TENSOR, Role.SEQUENCE))
 
 
 # --------------------------------------------------------------------------- costs

@@ -337,7 +337,7 @@ def _experts(plan: ir.Plan) -> list[Collective]:
         # dispatcher all-gathers the routed tokens over it before the experts and reduce-scatters
         # their partial outputs after them; backward mirrors both
         etp = tuple(a for a in views.group_axes(plan, fold, Role.TENSOR)
-                    if plan.role(a) not in (Role.TENSOR, Role.SEQUENCE))
+                    if views.view(plan).role(a) not in (Role.TENSOR, Role.SEQUENCE))
         if etp:
             once = _mul(stage_layers(plan), plan.model.microbatches)
             gathered = Payload("expert_tokens", etp, "routed tokens gathered over the expert tensor group "

@@ -46,7 +46,7 @@ def partial_axes(plan: Plan, group: pg.ParamGroup) -> tuple[str, ...]:
         return ()
     par = views.effective(plan, plan.placement(State.PARAMS), group)
     return tuple(a for a in plan.mesh.names
-                 if plan.role(a) in _TENSOR and views.role_of(plan, group, a) in _TENSOR
+                 if views.view(plan).role(a) in _TENSOR and views.role_of(plan, group, a) in _TENSOR
                  and (group.tensor == pg.WHOLE or par.mode(a) in _SPLIT))
 
 
@@ -62,7 +62,7 @@ def kv_copies(plan: Plan) -> tuple[int, int, tuple[str, ...]] | None:
     if k is None or k < 2 or kv is None:
         return None
     par = views.effective(plan, plan.placement(State.PARAMS), kv)
-    axes = tuple(a for a in plan.mesh.names if plan.role(a) in _TENSOR and par.mode(a) in _SPLIT)
+    axes = tuple(a for a in plan.mesh.names if views.view(plan).role(a) in _TENSOR and par.mode(a) in _SPLIT)
     n = 1
     for a in axes:
         size = _number(plan.mesh.axis(a).size)
@@ -100,7 +100,7 @@ def grad_sums(plan: Plan) -> list[Collective]:
     axes, or, for copied K/V heads, over each copy group (a part of the axes, ``size`` devices)."""
     per_mb = plan.model.microbatches
     count, when = step_reduction(plan, per_mb)
-    pipe = tuple(a for a in plan.mesh.names if plan.role(a) is Role.PIPELINE)
+    pipe = tuple(a for a in plan.mesh.names if views.view(plan).role(a) is Role.PIPELINE)
     out: list[Collective] = []
     copies = kv_copies(plan)
     for g in pg.param_groups(plan.model):

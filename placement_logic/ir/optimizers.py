@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..diagnostics import NO_SPAN, Span
+from . import views
 from .overrides import OverrideTarget, OverrideVerb
 
 ELEMENT, MATRIX, BLOCK, SHARDED = "element", "matrix", "block", "sharded"
@@ -215,8 +216,8 @@ def megatron_args(plan) -> tuple[list[str], list[str]]:
             not set(own) <= set(MATRIX_GROUPS) or "all" in dict(plan.optimizers):
         return [], export_problems(plan, "Megatron-LM", "arguments")
     out = ["--optimizer", "muon", "--muon-num-ns-steps", str(steps.pop())]
-    tensor = plan.axes_with_role(Role.TENSOR, Role.SEQUENCE)
-    data = plan.axes_with_role(Role.DATA)
+    tensor = views.view(plan).axes_with_role(Role.TENSOR, Role.SEQUENCE)
+    data = views.view(plan).axes_with_role(Role.DATA)
     groups = tuple(own)
     if tensor and all(set(tensor) <= set(stated(plan, OverrideVerb.GATHER, g)[0]) for g in groups):
         out += ["--muon-tp-mode", "duplicated"]
