@@ -257,8 +257,8 @@ def test_schedule_reductions_match_the_roles(path):
     where its contributions are partial: data and context axes, and expert axes for
     non-expert parameters."""
     from placement_logic.check import steps
-    from placement_logic.ir import folding
     from placement_logic.ir import groups as pg
+    from placement_logic.ir import views
 
     for p in load_spec(path).plans:
         step = steps.derive(p)
@@ -266,7 +266,7 @@ def test_schedule_reductions_match_the_roles(path):
             for d in g.dims:
                 if d.name == steps.MICROBATCHES or d.tie:
                     continue
-                role = folding.role_of(p, pg.class_of(p.model, g.group), d.axis).value  # folding: the group's own
+                role = views.role_of(p, pg.class_of(p.model, g.group), d.axis).value  # folding: the group's own
                 partial = role in ("data", "context") or (role == "expert" and g.group != "experts")
                 sp_split = (step.role(d.axis) in ("tensor", "sequence") and step.sequence_parallel
                             and (g.group in ("norms", "biases", "router") or role == "expert"))

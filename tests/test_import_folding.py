@@ -19,7 +19,7 @@ import pytest
 from placement_logic import ir
 from placement_logic.cli import main
 from placement_logic.frontend.loader import load_string
-from placement_logic.ir import folding
+from placement_logic.ir import views
 
 HF = Path(__file__).resolve().parent / "data" / "hf"
 
@@ -159,7 +159,7 @@ def test_megatron_folding_forms_megatron_groups_and_its_expert_bytes(tmp_path, n
     _, text = _import(tmp_path, "megatron", args, n)
     spec = load_string(text)
     plan = spec.plan("megatron")
-    group = folding.expert_group(plan)
+    group = views.expert_group(plan)
     assert group is not None
     dp, edp = n // (t * c), n // (etp * e)
 
@@ -168,7 +168,7 @@ def test_megatron_folding_forms_megatron_groups_and_its_expert_bytes(tmp_path, n
 
     dense = [("tp", t), ("cp", c), ("dp", dp)]
     expert = [("etp", etp), ("ep", e), ("edp", edp)]
-    expert_role = folding.role_getter(plan, group)
+    expert_role = (lambda a: views.role_of(plan, group, a))
     for which, roles in (("tp", (ir.Role.TENSOR, ir.Role.SEQUENCE)), ("cp", (ir.Role.CONTEXT,)),
                          ("dp", (ir.Role.DATA,))):
         assert _groups(plan, n, axes(plan.role, *roles)) == _megatron_groups(n, dense, which), which
@@ -248,7 +248,7 @@ def test_megatron_plain_expert_parallel_is_unchanged(tmp_path):
     """The expert tensor size the dense one and no context: the expert axis of plain expert parallelism."""
     _, text = _import(tmp_path, "megatron", "--tensor-model-parallel-size 2 --expert-model-parallel-size 2 " + MODEL, 8)
     plan = load_string(text).plan("megatron")
-    assert folding.expert_group(plan) is None
+    assert views.expert_group(plan) is None
     assert [(a.name, a.size.value, plan.role(a.name)) for a in plan.mesh.axes] == [
         ("dp", 2, ir.Role.DATA), ("ep", 2, ir.Role.EXPERT), ("tp", 2, ir.Role.TENSOR)]
 
@@ -322,7 +322,7 @@ def test_torchtitan_folding_forms_its_groups_and_expert_bytes(tmp_path, n, t, c,
     _, text = _import(tmp_path, "torchtitan", TITAN.format(t=t, c=c, e=e, etp=etp), n, "--model",
                       str(HF / "mixtral_8x7b.json"))
     plan = load_string(text).plan("torchtitan")
-    group = folding.expert_group(plan)
+    group = views.expert_group(plan)
     in_ep = e // (c * (t if etp == 1 else 1))
     mod_ep = n // (t * c * in_ep)
     sizes = [("dp_shard_mod_ep", mod_ep), ("dp_shard_in_ep", in_ep), ("cp", c), ("tp", t)]
@@ -334,7 +334,7 @@ def test_torchtitan_folding_forms_its_groups_and_expert_bytes(tmp_path, n, t, c,
             coord[k], x = x % s, x // s
         keys.setdefault(tuple(v for k, v in coord.items() if k not in ep_dims), set()).add(r)
     want_ep = sorted(map(sorted, keys.values()))
-    got_ep = _groups(plan, n, {a for a in plan.mesh.names if folding.role_of(plan, group, a) is ir.Role.EXPERT})
+    got_ep = _groups(plan, n, {a for a in plan.mesh.names if views.role_of(plan, group, a) is ir.Role.EXPERT})
     assert got_ep == want_ep
 
     h, f, L, E = 4096, 14336, 32, 8

@@ -92,7 +92,7 @@ def _applies(o: ir.Override, group: str) -> bool:
 def sharded(plan: ir.Plan, g, mode: ir.Mode, axis: str) -> bool:
     """Whether a group's state with ``mode`` over ``axis`` is split there: on a tensor axis the
     group's own dimension says (a norm or bias is a replica on every tensor rank), elsewhere the mode."""
-    if plan.role(axis) in TENSOR_ROLES:
+    if views.view(plan).role(axis) in TENSOR_ROLES:
         return any(d.axis == axis and d.kind == SHARDED and not d.part for d in g.dims)
     return mode.shards
 

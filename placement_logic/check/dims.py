@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..ir import groups as pg
-from ..ir import heads
+from ..ir import heads, views
 from .wellformed import SPLIT_MODES
 
 MICROBATCHES = "microbatches"  # the size name of the gradient-accumulation (time) dimension
@@ -55,14 +55,14 @@ def axis_dims(plan: ir.Plan, axes, cls: pg.ParamGroup, role_of, pls, k, sp: bool
     copy_axis = copied[2][0] if copied is not None and len(copied[2]) == 1 else None
     for a in axes:
         role = role_of(a)
-        if role in DATA_ROLES and plan.role(a) in TENSOR_ROLES:  # folding: expert data over a tensor axis
+        if role in DATA_ROLES and views.view(plan).role(a) in TENSOR_ROLES:  # folding: expert data over a tensor axis
             if sp:
                 dims.append(GradDim(a, a, SPLIT, k[a], replica=True,
                                     why=f"{g} take {a} as expert data: each rank routes its own sequence slice"))
             else:
                 dims.append(GradDim(a, a, INVARIANT, k[a], replica=True,
                                     why=f"{g} take {a} as expert data, but every {a} rank sees the same tokens"))
-        elif role in TENSOR_ROLES and plan.role(a) not in TENSOR_ROLES:  # folding: expert tensor over data devices
+        elif role in TENSOR_ROLES and views.view(plan).role(a) not in TENSOR_ROLES:  # folding: expert tensor over data devices
             dims.append(GradDim(a, a, TOKEN, k[a], implicit=True,
                                 why=f"{g} are split over {a} (expert tensor) and the dispatch brings every {a} rank's "
                                     "tokens to each shard"))
@@ -73,7 +73,7 @@ def axis_dims(plan: ir.Plan, axes, cls: pg.ParamGroup, role_of, pls, k, sp: bool
             dims.append(GradDim(a, a, TOKEN, k[a], replica=True,
                                 why=f"{a} is a context axis: each device holds a slice of the sequence"))
         elif role is ir.Role.EXPERT:
-            if kind == "experts" and par_pl.mode(a) in SPLIT_MODES and plan.role(a) in TENSOR_ROLES and sp:
+            if kind == "experts" and par_pl.mode(a) in SPLIT_MODES and views.view(plan).role(a) in TENSOR_ROLES and sp:
                 dims.append(GradDim(a, a, SPLIT, 1 + k[a], why=f"experts folded over {a}: each rank's sequence "
                                     "slice reaches its experts through the all-to-all"))
             elif kind == "experts" and par_pl.mode(a) in SPLIT_MODES:

@@ -29,6 +29,7 @@ from fractions import Fraction
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 from ..ir import losses as terms
+from ..ir import views as plan_views
 from ..ir.overrides import OverrideTarget, OverrideVerb
 from . import encode as en
 from . import replay as rp
@@ -73,8 +74,8 @@ def _normalisation(path: str, token_axes: tuple[str, ...], tok_axes: tuple[str, 
 
 def views(plan: ir.Plan, derived: steps.StepModel) -> list[TermView]:
     """One view per (term the model declares, group it reaches that the plan has)."""
-    context = plan.axes_with_role(ir.Role.CONTEXT)
-    token_axes = plan.axes_with_role(ir.Role.DATA) + context + plan.axes_with_role(ir.Role.EXPERT)
+    context = plan_views.view(plan).axes_with_role(ir.Role.CONTEXT)
+    token_axes = plan_views.view(plan).axes_with_role(ir.Role.DATA) + context + plan_views.view(plan).axes_with_role(ir.Role.EXPERT)
     present = [g.group for g in derived.groups]
     out = []
     declared = {name for name, _, _ in plan.model.loss_terms}

@@ -113,7 +113,7 @@ def replay(ctx: Context, plan, group: str, c: opt.Choice, w: dict) -> Counterexa
         return None
     steps = c.arg("ns_steps") or 5
     g = opt.group_of(plan, group)
-    from ..ir.folding import role_of
+    from ..ir.views import role_of
 
     columns = role_of(plan, g, axis) in (Role.TENSOR, Role.SEQUENCE)
     rows, cols = (2, n) if columns else (n, 2)

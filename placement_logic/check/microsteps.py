@@ -26,7 +26,7 @@ def early_override(plan: ir.Plan) -> ir.Override | None:
 def early_axes(plan: ir.Plan, g) -> tuple[str, ...]:
     """The axes the once-per-step reduction sums the group's gradient over where the gradient is
     replicated (its effective grads mode R, ``ir.views``: not reduce-scattered per micro-step)."""
-    grads = views.class_view(plan, pg.class_of(plan.model, g.group), sc.derive(plan)).grads
+    grads = views.class_view(plan, pg.class_of(plan.model, g.group), sc.schedule(plan)).grads
     return tuple(d.axis for d in g.dims if d.kind == TOKEN and d.axis is not None and d.k >= 1
                  and not d.implicit and grads.mode(d.axis) is ir.Mode.R)
 

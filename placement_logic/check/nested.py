@@ -35,6 +35,7 @@ from fractions import Fraction
 
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
+from ..ir import views
 from ..ir.overrides import OverrideTarget, OverrideVerb
 from .dims import MICROBATCHES, NORMALISATION
 
@@ -62,7 +63,7 @@ def check_override(plan: ir.Plan, loss: str) -> None:
         return DiagnosticError([Diagnostic(code, f"{head}: {why}", o.span)])
     if o.group is not None:
         raise bad(Code.NESTED_ACCUMULATION, "the accumulation is the whole step's; it names no parameter group")
-    if not plan.axes_with_role(ir.Role.PIPELINE) and plan.schedule is None:
+    if not views.view(plan).axes_with_role(ir.Role.PIPELINE) and plan.schedule is None:
         raise bad(Code.NESTED_ACCUMULATION, "the plan has no pipeline schedule, so there is no inner accumulation (its "
                   "microbatches are the step's gradient accumulation: state a divisor with grads: divide by)")
     if loss != "per_microbatch_mean":

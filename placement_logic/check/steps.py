@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, replace
+from functools import partial
 
 from .. import ir
 from ..diagnostics import NO_SPAN, Code, Diagnostic, DiagnosticError, Span
 from ..ir import collectives as sc
-from ..ir import folding, heads, views
 from ..ir import groups as pg
+from ..ir import heads, views
 from ..ir.buffers import PayloadTensor, group_grads
 from ..ir.overrides import OverrideTarget, OverrideVerb
 from . import actflow as _actflow
@@ -62,18 +63,18 @@ from .wellformed import SPLIT_MODES, filter_no_effect, no_effect, persistent_mod
 
 def _groups_present(plan: ir.Plan) -> tuple[str, ...]:
     """The gradient groups of the plan's parameter-group model (``ir.groups``), shared with costs."""
-    has_experts = bool(plan.axes_with_role(ir.Role.EXPERT))
+    has_experts = bool(views.view(plan).axes_with_role(ir.Role.EXPERT))
     return heads.checker_groups(plan, pg.check_groups(plan.model, has_experts))
 
 
 def _expert_axes(plan: ir.Plan, expert: tuple[str, ...]) -> tuple[str, ...]:
     """The axes the experts are split over while the other groups are reduced there: the plan's
     expert axes, or under folding the experts' own expert axes over data or context devices."""
-    fold = folding.expert_group(plan)
+    fold = views.expert_group(plan)
     if fold is None:
         return expert
-    return tuple(a for a in folding.group_axes(plan, fold, ir.Role.EXPERT)
-                 if plan.role(a) in (ir.Role.DATA, ir.Role.CONTEXT, ir.Role.EXPERT))
+    return tuple(a for a in views.group_axes(plan, fold, ir.Role.EXPERT)
+                 if views.view(plan).role(a) in (ir.Role.DATA, ir.Role.CONTEXT, ir.Role.EXPERT))
 
 
 def _tied(plan: ir.Plan) -> bool:
@@ -155,10 +156,10 @@ def _read(plan: ir.Plan) -> _Read:
     for o in plan.overrides:
         if o.target == OverrideTarget.TOKENS and o.verb == OverrideVerb.REDUCE and o.group is None:
             tok_o = o
-    return _Read(plan, axes, plan.axes_with_role(*DATA_ROLES), plan.axes_with_role(ir.Role.CONTEXT),
-                 plan.axes_with_role(*TENSOR_ROLES), plan.axes_with_role(ir.Role.PIPELINE),
-                 plan.axes_with_role(ir.Role.EXPERT), plan.sequence_parallel or bool(plan.axes_with_role(ir.Role.SEQUENCE)),
-                 _tied(plan), tuple(sc.derive(plan)), loss_o.verb if loss_o else "global_mean", loss_o, tok_o)
+    return _Read(plan, axes, views.view(plan).axes_with_role(*DATA_ROLES), views.view(plan).axes_with_role(ir.Role.CONTEXT),
+                 views.view(plan).axes_with_role(*TENSOR_ROLES), views.view(plan).axes_with_role(ir.Role.PIPELINE),
+                 views.view(plan).axes_with_role(ir.Role.EXPERT), plan.sequence_parallel or bool(views.view(plan).axes_with_role(ir.Role.SEQUENCE)),
+                 _tied(plan), sc.schedule(plan), loss_o.verb if loss_o else "global_mean", loss_o, tok_o)
 
 
 def _scheduled(r: _Read, cls: pg.ParamGroup) -> Counter:
@@ -231,9 +232,9 @@ def _group(r: _Read, g: str, facts: _Facts) -> GroupModel:
     plan, axes = r.plan, r.axes
     cls = pg.class_of(plan.model, g)
     # the group's effective placements (``ir.views``): its roles and own modes in place
-    cv = views.class_view(plan, cls, list(r.colls))
+    cv = views.class_view(plan, cls, r.colls)
     par_pl, opt_pl, grads_pl = cv.params, cv.optimizer, cv.grads
-    role_of = folding.role_getter(plan, cls)
+    role_of = partial(views.view(plan).group_role, cls)
     g_whole = tuple(a for a in axes if role_of(a) in (ir.Role.DATA, ir.Role.CONTEXT)
                     or (role_of(a) in TENSOR_ROLES + (ir.Role.EXPERT,) and par_pl.mode(a) not in SPLIT_MODES))
     unusable_g = [a for a in axes if role_of(a) in (ir.Role.DATA, ir.Role.CONTEXT) and par_pl.mode(a) in SPLIT_MODES]
@@ -253,7 +254,7 @@ def _group(r: _Read, g: str, facts: _Facts) -> GroupModel:
         spans[NORMALISATION] = norm_src.span
     shard_axes = tuple(d.axis for d in dims if d.kind == SHARDED and not d.tie) + grads_sharded_g
     if cls.checks_as == pg.GradClass.EXPERTS:
-        shard_axes += folding.group_axes(plan, cls, ir.Role.EXPERT)
+        shard_axes += views.group_axes(plan, cls, ir.Role.EXPERT)
     dc = r.group_last(OverrideTarget.CLIP_NORM, OverrideVerb.DOUBLE_COUNT, g)
     clip_g = clipagg.stated(plan.overrides, g)  # a stated reduction: a sum, an average or a max
     return GroupModel(g, tuple(dims), norm, div_axes, div_o.by if div_o is not None else None,
@@ -305,9 +306,36 @@ def _clip_span(r: _Read, clip_o: ir.Override | None) -> Span:
 
 def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) -> StepModel:
     """The step model of ``plan``; with ``overrides=False`` the correct derivation only
-    (keeping the overrides whose target is in ``keep``)."""
+    (keeping the overrides whose target is in ``keep``). Each derivation is made once per plan
+    (``ir.views``): the plan restricted to its kept overrides is one object per set of overrides,
+    the plan itself when there is none to drop, so a plan without overrides is derived once."""
     if not overrides:
-        plan = replace(plan, overrides=tuple(o for o in plan.overrides if o.target in keep))
+        kept = tuple(o for o in plan.overrides if o.target in keep)
+        plan = views.view(plan).once(_with_overrides, kept)
+    v = views.view(plan)
+    if overrides:
+        v.once(_checked)
+    return v.once(_stepmodel)
+
+
+def _with_overrides(plan: ir.Plan, kept: tuple) -> ir.Plan:
+    return plan if kept == plan.overrides else replace(plan, overrides=kept)
+
+
+@dataclass(frozen=True, eq=False)
+class _Groups:
+    """The passes' results before the plan-wide model: the groups' records and the buffers."""
+
+    r: _Read
+    groups: list
+    facts: _Facts
+    parts: tuple
+    needed: tuple[str, ...]
+    plan_clip: tuple[str, ...]
+    clip_o: ir.Override | None
+
+
+def _passes(plan: ir.Plan) -> _Groups:
     persistent_modes(plan)
     well_typed(plan)
     r = _read(plan)
@@ -321,11 +349,21 @@ def derive(plan: ir.Plan, overrides: bool = True, keep: tuple[str, ...] = ()) ->
     if r.last(OverrideTarget.PARAMS, OverrideVerb.NO_REGATHER) is None:  # else the override is the cause, at its own line
         facts.sources += [("regather", a, n, sp) for p in parts if p.names for a in p.needed
                           if a not in par_needed(plan) for n, sp in p.names[:1]]
-    if overrides:
-        _no_effect(r, groups, needed)
     facts.sources += [("gather", a, n, sp) for p in parts if p.names for a, _ in p.gather_counts
                       for n, sp in p.names[:1]]
-    return _model(r, groups, facts, parts, needed, plan_clip, clip_o)
+    return _Groups(r, groups, facts, tuple(parts), needed, plan_clip, clip_o)
+
+
+def _checked(plan: ir.Plan) -> bool:
+    """The plan's overrides are read by the step (``_no_effect``), else an error."""
+    g = views.view(plan).once(_passes)
+    _no_effect(g.r, g.groups, g.needed)
+    return True
+
+
+def _stepmodel(plan: ir.Plan) -> StepModel:
+    g = views.view(plan).once(_passes)
+    return _model(g.r, g.groups, g.facts, list(g.parts), g.needed, g.plan_clip, g.clip_o)
 
 
 def _model(r: _Read, groups: list, facts: _Facts, parts, needed, plan_clip, clip_o) -> StepModel:
@@ -342,7 +380,7 @@ def _model(r: _Read, groups: list, facts: _Facts, parts, needed, plan_clip, clip
     return StepModel(
         plan=plan.name,
         axes=r.axes,
-        roles=tuple((a, plan.role(a).value) for a in r.axes),
+        roles=tuple((a, views.view(plan).role(a).value) for a in r.axes),
         groups=tuple(groups),
         loss=r.loss,
         loss_span=(loss_o or tok_o).span if (loss_o or tok_o) else plan.span,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..diagnostics import NO_SPAN, Code, Diagnostic, DiagnosticError, Span
+from ..ir import views
 from ..ir.overrides import OverrideTarget, OverrideVerb
 from ..ir.welltyped import ill_typed
 
@@ -29,7 +30,7 @@ def whole_update_axes(plan: ir.Plan) -> tuple[str, ...]:
     par = plan.placement(ir.State.PARAMS)
     out = []
     for a in plan.mesh.names:
-        role = plan.role(a)
+        role = views.view(plan).role(a)
         if role in (ir.Role.DATA, ir.Role.CONTEXT):
             out.append(a)
         elif role in TENSOR_ROLES + (ir.Role.EXPERT,) and par.mode(a) not in SPLIT_MODES:
@@ -81,7 +82,7 @@ def no_effect(plan: ir.Plan, groups: tuple[str, ...], needs_regather: bool, offl
             why = "params stay on the device, so there is nothing to fetch"
         elif o.target == OverrideTarget.PARAMS and o.verb == OverrideVerb.NO_REGATHER and not needs_regather:
             why = "no axis has replicated params with a sharded optimizer, so nothing is re-gathered"
-        elif o.target == OverrideTarget.EMBEDDING and not (tied(plan) and plan.axes_with_role(ir.Role.PIPELINE)):
+        elif o.target == OverrideTarget.EMBEDDING and not (tied(plan) and views.view(plan).axes_with_role(ir.Role.PIPELINE)):
             why = "the embedding is not tied across pipeline stages (no tied embeddings or no pipeline axis)"
         elif o.target == OverrideTarget.GRADS and o.verb == OverrideVerb.REDUCE_EVERY_MICROBATCH:
             why = _every_microbatch_no_effect(plan, o)
@@ -145,7 +146,7 @@ def _every_microbatch_no_effect(plan: ir.Plan, o: ir.Override) -> str | None:
     if isinstance(m, ir.Const) and m.value == 1:
         return "the model has one microbatch per step (microbatches = 1), so nothing is accumulated"
     without = replace(plan, overrides=tuple(x for x in plan.overrides if x is not o))
-    if collectives.derive(without) == collectives.derive(plan):
+    if collectives.derive(without) == collectives.schedule(plan):
         return ("every gradient reduction of the plan is made after each microbatch already (gradients sharded "
                 "S/M over each reducing axis are reduce-scattered per microbatch)")
     return None

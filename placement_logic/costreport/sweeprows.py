@@ -48,6 +48,7 @@ def compiled_source(sweep, spec, names, sets, swept, sweeps, keys: dict) -> tupl
     """``sweep``: the module ``costreport.sweep`` itself, passed by it (its row type and helpers; its compile_exprs
     and numpy_or_none as they are at the call, what a test replaces there)."""
     from .. import ir
+    from ..ir import views
 
     _NO_SUBS, SweepRow, _class_plan, _display = sweep._NO_SUBS, sweep.SweepRow, sweep._class_plan, sweep._display
     _fixed_bindings, _kv_heads, _unbound, _verdicts = sweep._fixed_bindings, sweep._kv_heads, sweep._unbound, \
@@ -70,7 +71,7 @@ def compiled_source(sweep, spec, names, sets, swept, sweeps, keys: dict) -> tupl
     # a structure of its own, so such an axis is derived at its number (``ir.heads``)
     kv = _kv_heads(spec)
     tensor = [a for a in varying if kv is not None and any(
-        p.role(a) in (ir.Role.TENSOR, ir.Role.SEQUENCE) for p in spec.plans)]
+        views.view(p).role(a) in (ir.Role.TENSOR, ir.Role.SEQUENCE) for p in spec.plans)]
 
     def classify(chunk: list[tuple]) -> list[frozenset]:
         if size_fn is None:

@@ -19,7 +19,7 @@ import sympy
 
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError, did_you_mean
-from ..ir import Role, State
+from ..ir import Role, State, views
 from ..ir import collectives as schedule
 from .activations import Activations, InFlight, Layout, StageActivations, activations
 from .comm import Communication, size
@@ -58,8 +58,8 @@ def layout_of(plan: ir.Plan, sized: bool = False) -> Layout:
     if recompute is ir.Recompute.NONE and plan.placement(State.ACTIVATIONS).axes_with(ir.Mode.M):
         recompute = ir.Recompute.FULL  # activations materialized: only layer inputs kept
     return Layout(
-        t=_product(schedule.axes_with_role(plan, Role.TENSOR, Role.SEQUENCE)),
-        c=_product(schedule.axes_with_role(plan, Role.CONTEXT)),
+        t=_product(views.view(plan).axes_with_role(Role.TENSOR, Role.SEQUENCE)),
+        c=_product(views.view(plan).axes_with_role(Role.CONTEXT)),
         p=symbol(pp) if pp else sympy.Integer(1),
         v=to_sympy(schedule.chunks_value(plan)),
         U=to_sympy(schedule.gather_unit_value(plan)),
@@ -67,7 +67,7 @@ def layout_of(plan: ir.Plan, sized: bool = False) -> Layout:
         sp=plan.sequence_parallel,
         recompute=recompute,
         flash=plan.flash_attention,
-        expert_axes=schedule.axes_with_role(plan, Role.EXPERT),
+        expert_axes=views.view(plan).axes_with_role(Role.EXPERT),
         split=split_of(plan, sized),
     )
 
@@ -77,8 +77,8 @@ def split_of(plan: ir.Plan, sized: bool = False) -> Split:
     the mesh's numeric sizes decide what depends on a size (K/V heads per tensor rank)."""
     sizes = tuple((a.name, int(a.size.value)) for a in plan.mesh.axes
                   if sized and isinstance(a.size, ir.Const) and a.size.value.denominator == 1)
-    return Split(schedule.axes_with_role(plan, Role.EXPERT),
-                 schedule.axes_with_role(plan, Role.TENSOR, Role.SEQUENCE), sizes)
+    return Split(views.view(plan).axes_with_role(Role.EXPERT),
+                 views.view(plan).axes_with_role(Role.TENSOR, Role.SEQUENCE), sizes)
 
 
 def derive(plan: ir.Plan, sized: bool = False) -> PlanCost:
@@ -103,7 +103,7 @@ def _derive(plan: ir.Plan, sized: bool) -> PlanCost:
         from .optimizer import collectives as optimizer_collectives
 
         extra = tuple(optimizer_collectives(plan))
-    comm = Communication(tuple(size(c, sh, lay) for c in schedule.derive(plan) + extra
+    comm = Communication(tuple(size(c, sh, lay) for c in schedule.schedule(plan) + extra
                                if not (sized and c.kind is schedule.Kind.P2P and _one_device(plan, c.axes))))
     return PlanCost(plan, sh, lay, act, mem, comm)
 

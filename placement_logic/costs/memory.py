@@ -25,9 +25,9 @@ from dataclasses import dataclass, field, replace
 import sympy
 
 from .. import ir
-from ..ir import Mode, Role, State, folding
+from ..ir import Mode, Role, State, views
 from ..ir import groups as pg
-from ..ir.collectives import axes_with_role, is_offloaded, pipeline_axis, sharded_axes
+from ..ir.collectives import is_offloaded, pipeline_axis, sharded_axes
 from . import buckets
 from .activations import Activations
 from .sizes import Shape, SizedGroup, Split, divided, layer_divided, per_group
@@ -128,7 +128,7 @@ def group_axes(plan: ir.Plan, st: State, skip: tuple[str, ...] = ()):
     pl = plan.placement(st)
 
     def axes_of(g: SizedGroup) -> tuple[str, ...]:
-        eff = folding.effective(plan, pl, g.group, dense_as_data=True)
+        eff = views.effective(plan, pl, g.group, dense_as_data=True)
         return tuple(a for a, m in eff.modes if m.shards and a not in skip)
     return axes_of
 
@@ -234,7 +234,7 @@ def memory(plan: ir.Plan, sh: Shape, act: Activations, split: Split | None = Non
 
     th = plan.placement(State.PARAMS)
     star = th.axes_with(Mode.S_STAR)
-    pipe = axes_with_role(plan, Role.PIPELINE)
+    pipe = views.view(plan).axes_with_role(Role.PIPELINE)
     star = tuple(a for a in star if not (sized and _one(plan, a)))
     if star or is_offloaded(plan, State.PARAMS):
         # the gathered (or fetched) unit is full size on the gathered axes only; a layer or
@@ -265,10 +265,10 @@ def memory(plan: ir.Plan, sh: Shape, act: Activations, split: Split | None = Non
                     unit * sh.bytes[State.PARAMS] * th.prefetch
                 )
     g = plan.placement(State.GRADS)
-    reducing = axes_with_role(plan, Role.DATA, Role.CONTEXT)
+    reducing = views.view(plan).axes_with_role(Role.DATA, Role.CONTEXT)
     scattered = tuple(a for a in reducing if g.mode(a) in (Mode.S, Mode.S_STAR, Mode.M, Mode.O)
                       and not (sized and _one(plan, a)))
-    zero = [a for a in axes_with_role(plan, Role.DATA) if not (sized and _one(plan, a)) and any(
+    zero = [a for a in views.view(plan).axes_with_role(Role.DATA) if not (sized and _one(plan, a)) and any(
         plan.placement(st).mode(a) is not Mode.R for st in (State.OPTIMIZER, State.GRADS))]
     ds = buckets.settings(plan.model, bool(star)) if zero else None
     if ds is not None:  # DeepSpeed's ZeRO optimizer (stages 1-3) reduces in buckets of its own

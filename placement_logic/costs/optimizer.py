@@ -34,6 +34,7 @@ import sympy
 
 from .. import ir
 from ..ir import optimizers as opt
+from ..ir import views
 from ..ir.buffers import Collective, Kind, Payload, Phase, group_grads, link_of
 from ..ir.nodes import Role
 from ..ir.overrides import OverrideVerb
@@ -106,7 +107,7 @@ def state_bytes(plan: ir.Plan, sh: Shape, group: str, held: sympy.Expr, notes: l
 def _divided_over(plan: ir.Plan, group: str, whole: tuple[str, ...]) -> tuple[str, ...]:
     cut = opt.cuts(plan, group)
     return tuple(a for a in plan.mesh.names if a not in whole and (
-        a in cut or plan.role(a) in (Role.PIPELINE, Role.EXPERT)))
+        a in cut or views.view(plan).role(a) in (Role.PIPELINE, Role.EXPERT)))
 
 
 def collectives(plan: ir.Plan, notes: list | None = None) -> list[Collective]:
@@ -133,7 +134,7 @@ def _owners(plan: ir.Plan, group: str, c: opt.Choice, axes: tuple[str, ...], cut
     optimizer state is sharded partitions it by whole matrices instead of flat pieces (its derived
     reduce-scatter and re-gather move the same bytes: nothing is added); an axis over which the
     state is replicated all-gathers the owners' updated matrices."""
-    tensor = tuple(a for a in axes if a in cut and plan.role(a) in _TENSOR)
+    tensor = tuple(a for a in axes if a in cut and views.view(plan).role(a) in _TENSOR)
     replicated = tuple(a for a in axes if a not in cut)
     rule = f"{c.text()} on {group}, round_robin over ({', '.join(axes)})"
     if tensor:
@@ -169,7 +170,7 @@ def update_flops(plan: ir.Plan, sh: Shape, split, notes: list | None = None) -> 
         whole = opt.uncut(plan, name)
         owners = opt.owners(plan, name)
         # the device's share of the group's matrices: its stage's layers, its experts, its owned 1/n
-        spread = tuple(a for a in plan.mesh.names if plan.role(a) in (Role.PIPELINE, Role.EXPERT))
+        spread = tuple(a for a in plan.mesh.names if views.view(plan).role(a) in (Role.PIPELINE, Role.EXPERT))
         held = per_group(sh, spread, split).get(name, ZERO)
         frac = held / group.count if group.count != 0 else ZERO
         for a in owners:
@@ -187,8 +188,8 @@ def update_flops(plan: ir.Plan, sh: Shape, split, notes: list | None = None) -> 
         # a cut left in place: a flat shard cuts the rows (out) of the row-major buffer, a tensor split
         # the dimension that is not the hidden size (heads, MLP width, vocabulary)
         left = [a for a in opt.cuts(plan, name) if a not in whole]
-        flat = sympy.Mul(*(symbol(a) for a in left if plan.role(a) not in _TENSOR))
-        tp = sympy.Mul(*(symbol(a) for a in left if plan.role(a) in _TENSOR))
+        flat = sympy.Mul(*(symbol(a) for a in left if views.view(plan).role(a) not in _TENSOR))
+        tp = sympy.Mul(*(symbol(a) for a in left if views.view(plan).role(a) in _TENSOR))
         for n, r, k in mats:
             r, k = (r / tp, k) if r != sh.h else (r, k / tp)
             total += n * frac * _ns(c.arg("ns_steps"), r / flat, k)
@@ -205,8 +206,8 @@ def transient(plan: ir.Plan, sh: Shape) -> dict[str, sympy.Expr]:
         if not mats:
             continue
         left = [a for a in opt.cuts(plan, group) if a not in opt.uncut(plan, group)]
-        flat = sympy.Mul(*(symbol(a) for a in left if plan.role(a) not in _TENSOR))
-        tp = sympy.Mul(*(symbol(a) for a in left if plan.role(a) in _TENSOR))
+        flat = sympy.Mul(*(symbol(a) for a in left if views.view(plan).role(a) not in _TENSOR))
+        tp = sympy.Mul(*(symbol(a) for a in left if views.view(plan).role(a) in _TENSOR))
         sizes += [(r / tp if r != sh.h else r) * (k if r != sh.h else k / tp) / flat for _, r, k in mats]
     if not sizes:
         return {}

@@ -47,7 +47,7 @@ import sympy
 
 from .. import hardware as hw
 from .. import ir
-from ..ir import Role
+from ..ir import Role, views
 from ..ir import collectives as schedule
 from ..ir.collectives import Kind, Phase
 from ..ir.groups import padded_vocab
@@ -238,7 +238,7 @@ def _overlappable(c: SizedCollective, plan: ir.Plan) -> bool:
         return False
     if col.phase not in (Phase.FORWARD, Phase.BACKWARD, Phase.GRAD_SYNC):
         return False
-    return all(schedule.role_of(plan, a) in (Role.DATA, Role.EXPERT) for a in col.axes)
+    return all(views.view(plan).role(a) in (Role.DATA, Role.EXPERT) for a in col.axes)
 
 
 def step_time(pc, hwr: ir.Hardware, causal: bool | None = None) -> StepTime | None:
@@ -249,7 +249,7 @@ def step_time(pc, hwr: ir.Hardware, causal: bool | None = None) -> StepTime | No
     if t is None:
         return None
     fl = flops_per_token(t, sh.s, causal if causal is not None else plan.model.attention_flops == "causal")
-    data = _product(schedule.axes_with_role(plan, Role.DATA) + schedule.axes_with_role(plan, Role.EXPERT))
+    data = _product(views.view(plan).axes_with_role(Role.DATA) + views.view(plan).axes_with_role(Role.EXPERT))
     devices = _product(plan.mesh.names)
     mb_tokens = sh.b * sh.s
     tokens = mb_tokens * sh.m * data

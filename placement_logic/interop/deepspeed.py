@@ -6,6 +6,7 @@ from .. import ir
 from ..diagnostics import Code
 from ..frontend.configs import Table, load_json
 from ..ir import optimizers as opt
+from ..ir import views
 from .framework_common import (
     ImportReport,
     _err,
@@ -202,10 +203,10 @@ def deepspeed_to_spec(text: str, file: str, devices: int, model: str | None, par
 def plan_to_deepspeed(spec: ir.Spec, plan: ir.Plan) -> tuple[dict, list[str]]:
     problems: list[str] = []
     size = {a.name: int(_number(a.size, spec) or 1) for a in plan.mesh.axes}
-    data = [a for a in plan.axes_with_role(ir.Role.DATA) if size[a] > 1]
-    others = [a for a in plan.mesh.names if a not in plan.axes_with_role(ir.Role.DATA) and size[a] > 1]
+    data = [a for a in views.view(plan).axes_with_role(ir.Role.DATA) if size[a] > 1]
+    others = [a for a in plan.mesh.names if a not in views.view(plan).axes_with_role(ir.Role.DATA) and size[a] > 1]
     if others:
-        problems.append(f"axes {', '.join(others)} ({', '.join(plan.role(a).value for a in others)}): DeepSpeed's "
+        problems.append(f"axes {', '.join(others)} ({', '.join(views.view(plan).role(a).value for a in others)}): DeepSpeed's "
                         "config describes data parallelism only (tensor and pipeline parallelism come from the "
                         "model code or Megatron-DeepSpeed)")
     if len(data) > 1:

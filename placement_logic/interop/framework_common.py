@@ -10,6 +10,7 @@ from typing import Any
 
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
+from ..ir import views
 from ..ir.walker import fold
 
 
@@ -213,7 +214,7 @@ def _modes(plan: ir.Plan, a: str) -> tuple[ir.Mode, ...]:
 def _role_problems(plan: ir.Plan, axes: list[str], allowed: dict, framework: str, problems: list[str]) -> None:
     for a in axes:
         got = _modes(plan, a)
-        role = plan.role(a)
+        role = views.view(plan).role(a)
         if role not in allowed:
             why = {ir.Role.EXPERT: f"{framework} borrows its expert devices from the data-shard and context devices "
                                    "(parallel folding); an expert axis of its own has no degree there"}

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from .. import ir
-from ..ir import folding
 from ..ir import groups as pg
 from ..ir import optimizers as opt
+from ..ir import views
 from .framework_common import _MEGATRON_MODES, _modes, _number, _precision, _role_problems
 
 _FOLD_ORDER = {"dense": ((ir.Role.TENSOR, ir.Role.SEQUENCE), (ir.Role.CONTEXT,), (ir.Role.DATA,)),
@@ -20,7 +22,7 @@ def _folded_sizes(plan: ir.Plan, fold, roles: dict, size: dict, problems: list[s
     inner = [a for a in reversed(plan.mesh.names) if a in roles and roles[a] is not ir.Role.PIPELINE]
     out = {"tp": 1, "cp": 1, "dp": 1, "ep": 1, "etp": 1}
     for which, role_of, keys in (("dense", plan.role, ("tp", "cp", "dp")),
-                                 ("expert", folding.role_getter(plan, fold), ("etp", "ep", "edp"))):
+                                 ("expert", partial(views.view(plan).group_role, fold), ("etp", "ep", "edp"))):
         rank = [next((i for i, rs in enumerate(_FOLD_ORDER[which]) if role_of(a) in rs), None) for a in inner]
         if None in rank or rank != sorted(rank):
             got = ", ".join(f"{a} ({role_of(a).value})" for a in inner)
@@ -38,7 +40,7 @@ def plan_to_megatron(spec: ir.Spec, plan: ir.Plan) -> tuple[list[str], list[str]
     problems: list[str] = []
     out: list[str] = []
     size = {a.name: int(_number(a.size, spec) or 1) for a in plan.mesh.axes}
-    roles = {a: plan.role(a) for a in plan.mesh.names if size[a] > 1}
+    roles = {a: views.view(plan).role(a) for a in plan.mesh.names if size[a] > 1}
     _role_problems(plan, list(roles), _MEGATRON_MODES, "Megatron-LM", problems)
 
     def groups(*rs: ir.Role) -> list[tuple[str, ...]]:
@@ -59,7 +61,7 @@ def plan_to_megatron(spec: ir.Spec, plan: ir.Plan) -> tuple[list[str], list[str]
             out.extend([flag, str(product(found[0]))])
 
     tensor = groups(ir.Role.TENSOR, ir.Role.SEQUENCE)
-    fold = folding.expert_group(plan)
+    fold = views.expert_group(plan)
     folded = _folded_sizes(plan, fold, roles, size, problems) if fold is not None else None
     tp = product(tensor[0]) if tensor else 1
     if folded is not None:  # several axes per factor, in Megatron-LM's rank order

@@ -10,12 +10,13 @@ length, mixed precision; ``[activation_checkpoint] mode``. Errors are PL141.
 from __future__ import annotations
 
 import json
+from functools import partial
 
 from .. import ir
 from ..diagnostics import Code
 from ..frontend.configs import Table, load_toml
-from ..ir import folding
 from ..ir import optimizers as opt
+from ..ir import views
 from .framework_common import (
     ImportReport,
     _axis_line,
@@ -204,7 +205,7 @@ def _titan_folded(plan: ir.Plan, fold, roles: dict, size: dict, problems: list[s
     roles must be expert on the context axes, expert or tensor on the tensor axes, and expert
     on data-shard axes inside the others, which stay data."""
     inner = [a for a in reversed(plan.mesh.names) if a in roles and roles[a] is not ir.Role.PIPELINE]
-    role_of = folding.role_getter(plan, fold)
+    role_of = partial(views.view(plan).group_role, fold)
     order = {ir.Role.TENSOR: 0, ir.Role.SEQUENCE: 0, ir.Role.CONTEXT: 1, ir.Role.DATA: 2}
     dense = [order.get(roles[a], 3) for a in inner]
     tensor = [a for a in inner if roles[a] in (ir.Role.TENSOR, ir.Role.SEQUENCE)]
@@ -233,11 +234,11 @@ def _titan_folded(plan: ir.Plan, fold, roles: dict, size: dict, problems: list[s
 def plan_to_torchtitan(spec: ir.Spec, plan: ir.Plan) -> tuple[str, list[str]]:
     problems: list[str] = []
     size = {a.name: int(_number(a.size, spec) or 1) for a in plan.mesh.axes}
-    roles = {a: plan.role(a) for a in plan.mesh.names if size[a] > 1}
+    roles = {a: views.view(plan).role(a) for a in plan.mesh.names if size[a] > 1}
     _role_problems(plan, list(roles), _TITAN_MODES, "torchtitan", problems)
     par: dict[str, object] = {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 1}
     seen: dict[str, str] = {}
-    fold = folding.expert_group(plan)
+    fold = views.expert_group(plan)
     experts = _titan_folded(plan, fold, roles, size, problems) if fold is not None else None
     for a, r in roles.items():
         pm = plan.placement(ir.State.PARAMS).mode(a)

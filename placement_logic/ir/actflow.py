@@ -49,6 +49,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from ..diagnostics import NO_SPAN, Span
+from . import views
 from .buffers import Collective, Kind, Payload, PayloadTensor, Phase, link_of
 from .nodes import Const, Mode, Op, Recompute, Role, State
 from .overrides import OverrideVerb
@@ -184,7 +185,7 @@ def flows(plan) -> tuple[Flow, ...]:
     """Every region on every tensor group, with its slots as derived or stated (the last statement
     of a slot wins; a statement without a region states it in every region that has the slot)."""
     out = []
-    sp = bool(plan.sequence_parallel or plan.axes_with_role(Role.SEQUENCE))
+    sp = bool(plan.sequence_parallel or views.view(plan).axes_with_role(Role.SEQUENCE))
     params = plan.placement(State.PARAMS)
     for t in plan.groups_with_role(Role.TENSOR, Role.SEQUENCE):
         if params.mode(t[0]) not in (Mode.S, Mode.S_STAR, Mode.O):
@@ -224,11 +225,9 @@ def flows(plan) -> tuple[Flow, ...]:
 def expert_axes(plan) -> tuple[str, ...]:
     """The axes the dispatch and combine all-to-alls range over: the expert axes (under parallel
     folding, the expert group's own expert axes)."""
-    from . import folding
-
-    fold = folding.expert_group(plan)
+    fold = views.expert_group(plan)
     if fold is not None:
-        return tuple(folding.group_axes(plan, fold, Role.EXPERT))
+        return tuple(views.group_axes(plan, fold, Role.EXPERT))
     return tuple(a for g in plan.groups_with_role(Role.EXPERT) for a in g)
 
 
@@ -236,26 +235,22 @@ def summed_axes(plan) -> tuple[str, ...]:
     """The tensor axes (Megatron TP without sequence parallelism) that split the experts too: every rank
     holds the same tokens and a shard of each expert, whose partial products are all-reduced over the
     axis, so the ranks must hold the same tokens when the experts run."""
-    from . import folding
-
     if plan.sequence_parallel or plan.axes_with_role(Role.SEQUENCE):
         return ()
-    fold = folding.expert_group(plan)
+    fold = views.expert_group(plan)
     params = plan.placement(State.PARAMS)
     return tuple(a for a in plan.axes_with_role(Role.TENSOR) if params.mode(a) in (Mode.S, Mode.S_STAR, Mode.O)
-                 and (fold is None or folding.role_of(plan, fold, a) is Role.TENSOR))
+                 and (fold is None or views.role_of(plan, fold, a) is Role.TENSOR))
 
 
 def expert_tensor_axes(plan) -> tuple[str, ...]:
     """The expert tensor group's own axes (parallel folding: tensor for the experts, not for the dense
     layers), over which the routed tokens are all-gathered and reduce-scattered (ir.collectives)."""
-    from . import folding
-
-    fold = folding.expert_group(plan)
+    fold = views.expert_group(plan)
     if fold is None:
         return ()
-    return tuple(a for a in folding.group_axes(plan, fold, Role.TENSOR)
-                 if plan.role(a) not in (Role.TENSOR, Role.SEQUENCE))
+    return tuple(a for a in views.group_axes(plan, fold, Role.TENSOR)
+                 if views.view(plan).role(a) not in (Role.TENSOR, Role.SEQUENCE))
 
 
 # --------------------------------------------------------------------------- costs

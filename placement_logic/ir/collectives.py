@@ -8,7 +8,7 @@ reductions and gathers a plan performs.
 
 API (stable):
 
-    derive(plan) -> tuple[Collective, ...]
+    schedule(plan) -> tuple[Collective, ...]   (derive(plan), once per plan: ir.views)
 
     Collective.kind     Kind: all_reduce, reduce_scatter, all_gather, all_to_all, p2p,
                         host_to_device, device_to_host
@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import ir
-from . import actflow, folding, heads, sync, views
+from . import actflow, heads, sync, views
 from . import groups as pg
 from .buffers import (
     DENSE_BUFFERS,
@@ -81,21 +81,10 @@ def layers_value(plan: ir.Plan) -> Value:
     return t.layers if t is not None else Sym(LAYERS_SYMBOL)
 
 
-def role_of(plan: ir.Plan, axis: str) -> Role | None:
-    try:
-        return plan.role(axis)
-    except KeyError:
-        return None
-
-
-def axes_with_role(plan: ir.Plan, *roles: Role) -> tuple[str, ...]:
-    return tuple(a for a in plan.mesh.names if role_of(plan, a) in roles)
-
-
 def pipeline_axis(plan: ir.Plan) -> str | None:
     if plan.schedule is not None:
         return plan.schedule.axis
-    pp = axes_with_role(plan, Role.PIPELINE)
+    pp = views.view(plan).axes_with_role(Role.PIPELINE)
     return pp[0] if pp else None
 
 
@@ -145,10 +134,10 @@ def _grad_sync(plan: ir.Plan) -> list[Collective]:
         groups = [tuple(o.axes or ()) for o in given]
         reduce_axes = [a for grp in groups for a in grp]
     else:
-        reduce_axes = list(axes_with_role(plan, *_REDUCING_ROLES))
+        reduce_axes = list(views.view(plan).axes_with_role(*_REDUCING_ROLES))
         # expert axes carry data for the dense parameters: reduce every gradient there when grads are
         # R, or when the experts are not split over the axis (params gathered or replicated there)
-        reduce_axes += [a for a in axes_with_role(plan, Role.EXPERT) if g.mode(a) is Mode.R
+        reduce_axes += [a for a in views.view(plan).axes_with_role(Role.EXPERT) if g.mode(a) is Mode.R
                         or plan.placement(State.PARAMS).mode(a) not in (Mode.S, Mode.O)]
         reduce_axes = [a for a in plan.mesh.names if a in reduce_axes]
     if not given and sync.applies(plan):
@@ -157,10 +146,10 @@ def _grad_sync(plan: ir.Plan) -> list[Collective]:
     out = reduce_buffer(plan, reduce_axes, g, opt, g_sharded, per_mb, PT.GRADS, "")
     done = _uniq(a for c in out if c.kind is Kind.REDUCE_SCATTER for a in c.axes)
     if not given:
-        experts = axes_with_role(plan, Role.EXPERT)  # they do not divide the non-expert gradients
+        experts = views.view(plan).axes_with_role(Role.EXPERT)  # they do not divide the non-expert gradients
         # a distributed optimizer shards the non-expert state over the expert axes too (its
         # replicas there are data-parallel replicas): reduce-scatter to those shards
-        shard = folding.data_mode(plan, State.OPTIMIZER).shards
+        shard = views.data_mode(plan, State.OPTIMIZER).shards
         count, when = step_reduction(plan, per_mb)
         for e in plan.groups_with_role(Role.EXPERT):  # a product binding's axes: one group
             if any(a in reduce_axes for a in e):
@@ -208,8 +197,8 @@ def _param_refresh(plan: ir.Plan) -> list[Collective]:
         return []
     rest = sharded_axes(plan, State.PARAMS)
     out = []
-    experts = axes_with_role(plan, Role.EXPERT)
-    if folding.data_mode(plan, State.OPTIMIZER).shards:  # the non-expert shards over the expert axes first
+    experts = views.view(plan).axes_with_role(Role.EXPERT)
+    if views.data_mode(plan, State.OPTIMIZER).shards:  # the non-expert shards over the expert axes first
         for e in plan.groups_with_role(Role.EXPERT):  # a product binding's axes: one group
             if any(a in axes or th.mode(a) not in (Mode.S, Mode.O) for a in e):
                 continue
@@ -350,17 +339,17 @@ def _experts(plan: ir.Plan) -> list[Collective]:
     out: list[Collective] = []
     per = _mul(ir.const(2), stage_layers(plan), plan.model.microbatches)
     pay = Payload(PT.TOKENS, (), "routed tokens (s·b·h·top_k·capacity_factor)")
-    fold = folding.expert_group(plan)
+    fold = views.expert_group(plan)
     if fold is not None:  # parallel folding: one all-to-all over the expert group's own expert axes
-        axes = folding.group_axes(plan, fold, Role.EXPERT)
+        axes = views.group_axes(plan, fold, Role.EXPERT)
         out = [Collective(Kind.ALL_TO_ALL, State.ACTIVATIONS, axes, link_of(plan, axes), ph, per, pay,
                           f"expert parallel (folded): all-to-all before and after each MoE layer in {ph.value}")
                for ph in (Phase.FORWARD, Phase.BACKWARD)] if axes else []
         # an expert tensor group of its own (axes the dense layers do not split): Megatron-LM's
         # dispatcher all-gathers the routed tokens over it before the experts and reduce-scatters
         # their partial outputs after them; backward mirrors both
-        etp = tuple(a for a in folding.group_axes(plan, fold, Role.TENSOR)
-                    if plan.role(a) not in (Role.TENSOR, Role.SEQUENCE))
+        etp = tuple(a for a in views.group_axes(plan, fold, Role.TENSOR)
+                    if views.view(plan).role(a) not in (Role.TENSOR, Role.SEQUENCE))
         if etp:
             once = _mul(stage_layers(plan), plan.model.microbatches)
             gathered = Payload(PT.EXPERT_TOKENS, etp, "routed tokens gathered over the expert tensor group "
@@ -438,9 +427,15 @@ def _per_buffer(rule, parts: tuple[views.Part, ...]) -> list[Collective]:
     return out
 
 
+def schedule(plan: ir.Plan) -> tuple[Collective, ...]:
+    """``derive(plan)``, derived once per plan and then read from its view (``ir.views``)."""
+    return views.view(plan).once(derive)
+
+
 def derive(plan: ir.Plan) -> tuple[Collective, ...]:
     """Every collective one device takes part in during one training step; the model states'
-    collectives once per buffer of parameter groups placed alike (``ir.views.buffers``)."""
+    collectives once per buffer of parameter groups placed alike (``ir.views.buffers``).
+    Readers take it from ``schedule(plan)``: one derivation per plan."""
     parts = views.buffers(plan)
     return actflow.adjust(plan, tuple(
         _per_buffer(_param_gathers, parts)

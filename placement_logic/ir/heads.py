@@ -21,8 +21,8 @@ engine with the group's own bytes and the copy group's size.
 
 from __future__ import annotations
 
-from . import folding
 from . import groups as pg
+from . import views
 from .buffers import Collective, Kind, Payload, Phase, group_grads, link_of, step_reduction
 from .nodes import Const, Mode, Op, Plan, Role, State, Sym, Value, const
 from .overrides import OverrideTarget, OverrideVerb
@@ -43,9 +43,9 @@ def partial_axes(plan: Plan, group: pg.ParamGroup) -> tuple[str, ...]:
     the parameters (the head is copied there)."""
     if group.sees != pg.HEADS:
         return ()
-    par = folding.effective(plan, plan.placement(State.PARAMS), group)
+    par = views.effective(plan, plan.placement(State.PARAMS), group)
     return tuple(a for a in plan.mesh.names
-                 if plan.role(a) in _TENSOR and folding.role_of(plan, group, a) in _TENSOR
+                 if views.view(plan).role(a) in _TENSOR and views.role_of(plan, group, a) in _TENSOR
                  and (group.tensor == pg.WHOLE or par.mode(a) in _SPLIT))
 
 
@@ -60,8 +60,8 @@ def kv_copies(plan: Plan) -> tuple[int, int, tuple[str, ...]] | None:
     kv = next((g for g in pg.param_groups(plan.model) if g.name == "kv"), None)
     if k is None or k < 2 or kv is None:
         return None
-    par = folding.effective(plan, plan.placement(State.PARAMS), kv)
-    axes = tuple(a for a in plan.mesh.names if plan.role(a) in _TENSOR and par.mode(a) in _SPLIT)
+    par = views.effective(plan, plan.placement(State.PARAMS), kv)
+    axes = tuple(a for a in plan.mesh.names if views.view(plan).role(a) in _TENSOR and par.mode(a) in _SPLIT)
     n = 1
     for a in axes:
         size = _number(plan.mesh.axis(a).size)
@@ -99,7 +99,7 @@ def grad_sums(plan: Plan) -> list[Collective]:
     axes, or, for copied K/V heads, over each copy group (a part of the axes, ``size`` devices)."""
     per_mb = plan.model.microbatches
     count, when = step_reduction(plan, per_mb)
-    pipe = tuple(a for a in plan.mesh.names if plan.role(a) is Role.PIPELINE)
+    pipe = tuple(a for a in plan.mesh.names if views.view(plan).role(a) is Role.PIPELINE)
     out: list[Collective] = []
     copies = kv_copies(plan)
     for g in pg.param_groups(plan.model):

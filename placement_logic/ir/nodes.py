@@ -414,6 +414,10 @@ class Plan:
     def overrides_for(self, target: str) -> tuple[Override, ...]:
         return tuple(o for o in self.overrides if o.target == target)
 
+    def __getstate__(self) -> dict:
+        """The fields alone: the plan's view (``ir.views``) is rebuilt where it is read."""
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
 
 @dataclass(frozen=True)
 class Question:

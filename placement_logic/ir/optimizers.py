@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..diagnostics import NO_SPAN, Span
+from . import views
 from .overrides import OverrideTarget, OverrideVerb
 
 ELEMENT, MATRIX, BLOCK, SHARDED = "element", "matrix", "block", "sharded"
@@ -150,7 +151,7 @@ def cuts(plan, name: str, bindings=None) -> tuple[str, ...]:
     one_kv = single_kv(plan, bindings) is True
     out = []
     for a in plan.mesh.names:
-        from .folding import role_of
+        from .views import role_of
 
         role = role_of(plan, g, a)
         sharded = view.placement(State.OPTIMIZER).mode(a).shards
@@ -169,9 +170,9 @@ def cuts(plan, name: str, bindings=None) -> tuple[str, ...]:
 def unsure_cuts(plan, name: str, bindings=None) -> tuple[str, ...]:
     """The tensor axes ``cuts`` counts for a heads-split group only because the K/V head count is
     not known (a symbol): with one K/V head they would not cut it."""
-    from .folding import role_of
     from .groups import HEADS
     from .nodes import Role
+    from .views import role_of
 
     g = group_of(plan, name)
     if g is None or g.tensor != HEADS or single_kv(plan, bindings) is not None:
@@ -215,8 +216,8 @@ def megatron_args(plan) -> tuple[list[str], list[str]]:
             not set(own) <= set(MATRIX_GROUPS) or "all" in dict(plan.optimizers):
         return [], export_problems(plan, "Megatron-LM", "arguments")
     out = ["--optimizer", "muon", "--muon-num-ns-steps", str(steps.pop())]
-    tensor = plan.axes_with_role(Role.TENSOR, Role.SEQUENCE)
-    data = plan.axes_with_role(Role.DATA)
+    tensor = views.view(plan).axes_with_role(Role.TENSOR, Role.SEQUENCE)
+    data = views.view(plan).axes_with_role(Role.DATA)
     groups = tuple(own)
     if tensor and all(set(tensor) <= set(stated(plan, OverrideVerb.GATHER, g)[0]) for g in groups):
         out += ["--muon-tp-mode", "duplicated"]
@@ -236,8 +237,8 @@ def owners(plan, name: str) -> tuple[str, ...]:
     """The axes of ``optimizer[name]: round_robin`` that spread its matrices over owners: not a
     pipeline axis (stages hold their own layers) nor an expert axis dividing the group (each
     expert rank holds its own experts)."""
-    from .folding import role_of
     from .nodes import Role
+    from .views import role_of
 
     g = group_of(plan, name)
     out = []

@@ -10,7 +10,7 @@ from typing import Collection
 
 from .. import ir
 from . import groups as pg
-from . import heads
+from . import heads, views
 from .walker import fold
 
 
@@ -74,7 +74,7 @@ def plan_data(plan: ir.Plan) -> dict:
     return {
         "plan": plan.name,
         "location": f"{plan.span.file}:{plan.span.line}:{plan.span.column}",
-        "mesh": [{"axis": a.name, "size": ir.show(a.size), "link": a.link, "role": plan.role(a.name).value}
+        "mesh": [{"axis": a.name, "size": ir.show(a.size), "link": a.link, "role": views.view(plan).role(a.name).value}
                  for a in plan.mesh.axes],
         "bindings": [{"axes": list(b.axes), "strategy": b.strategy, **({"product": True} if b.product else {})}
                      for b in plan.bindings],

@@ -8,8 +8,8 @@ and, under a distributed optimizer, its own all-gather of the updated parameters
 from __future__ import annotations
 
 from . import buffers as sc
-from . import folding
 from . import groups as pg
+from . import views
 from .nodes import Mode, Plan, Role, State
 
 DENSE = pg.ParamGroup("dense", None)
@@ -19,7 +19,7 @@ _REDUCING = (Role.DATA, Role.CONTEXT)
 def applies(plan: Plan) -> bool:
     """Whether the expert group has roles of its own (plain expert parallelism keeps one
     gradient buffer over the data axes and reduces the non-expert part over each expert axis)."""
-    return folding.expert_group(plan) is not None
+    return views.expert_group(plan) is not None
 
 
 def _has_experts(plan: Plan) -> bool:
@@ -31,7 +31,7 @@ def _parts(plan: Plan):
     the experts."""
     out = [(DENSE, sc.DENSE_BUFFERS, " (the non-expert parameters: data and expert axes)")]
     if _has_experts(plan):
-        experts = folding.expert_group(plan) or pg.class_of(plan.model, "experts")
+        experts = views.expert_group(plan) or pg.class_of(plan.model, "experts")
         out.append((experts, sc.EXPERT_BUFFERS, " (the experts: their expert-data axes)"))
     return out
 
@@ -42,7 +42,7 @@ def _reducing(plan: Plan, group, par) -> list[str]:
     does not split them."""
     out = []
     for a in plan.mesh.names:
-        role = folding.role_of(plan, group, a)
+        role = views.role_of(plan, group, a)
         if role in _REDUCING or (role is Role.EXPERT and (not group.expert or par.mode(a) not in (Mode.S, Mode.O))):
             out.append(a)
     return out
@@ -52,7 +52,7 @@ def grad_sync(plan: Plan, per_mb) -> list[sc.Collective]:
     g, opt, th = (plan.placement(s) for s in (State.GRADS, State.OPTIMIZER, State.PARAMS))
     out: list[sc.Collective] = []
     for group, (grads, _), note in _parts(plan):
-        eg, eo, ep = (folding.effective(plan, pl, group, dense_as_data=True) for pl in (g, opt, th))
+        eg, eo, ep = (views.effective(plan, pl, group, dense_as_data=True) for pl in (g, opt, th))
         sharded = tuple(a for a, m in eg.modes if m in (Mode.S, Mode.S_STAR, Mode.O))
         out += sc.reduce_buffer(plan, _reducing(plan, group, ep), eg, eo, sharded, per_mb, grads, note)
     return out
@@ -62,7 +62,7 @@ def refresh(plan: Plan) -> list[sc.Collective]:
     th, opt = plan.placement(State.PARAMS), plan.placement(State.OPTIMIZER)
     out: list[sc.Collective] = []
     for group, (_, params), note in _parts(plan):
-        ep, eo = (folding.effective(plan, pl, group, dense_as_data=True) for pl in (th, opt))
+        ep, eo = (views.effective(plan, pl, group, dense_as_data=True) for pl in (th, opt))
         axes = tuple(a for a in plan.mesh.names if ep.mode(a) is Mode.R and eo.mode(a).shards)
         if not axes:
             continue

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from ..diagnostics import NO_SPAN, Code, Diagnostic, Span
 from . import groups as pg
+from . import views
 from .nodes import Mode, Plan, Role, State
 
 TENSOR_ROLES = (Role.TENSOR, Role.SEQUENCE)
@@ -28,7 +29,7 @@ def _problems(plan: Plan, modes) -> list[tuple[str, str, State]]:
     """(code, axis, state) of each ill-typed combination in ``modes`` (state -> axis -> mode)."""
     out = []
     for a in plan.mesh.names:
-        role = plan.role(a)
+        role = views.view(plan).role(a)
         if role in TENSOR_ROLES and modes[State.PARAMS][a] in SPLIT and modes[State.GRADS][a] is Mode.R:
             out.append((Code.SPLIT_WEIGHT_REPLICATED_GRADS, a, State.GRADS))
         if role is Role.PIPELINE and modes[State.PARAMS][a] in (Mode.R, Mode.S_STAR):
@@ -58,7 +59,7 @@ def ill_typed(plan: Plan, span_of=None) -> list[Diagnostic]:
     base = {s: dict(plan.placement(s).modes) for s in (State.PARAMS, State.GRADS)}
     out = []
     for code, a, st in _problems(plan, base):
-        msg, notes = _message(code, a, base[State.PARAMS][a], plan.role(a), "")
+        msg, notes = _message(code, a, base[State.PARAMS][a], views.view(plan).role(a), "")
         out.append(Diagnostic(code, msg, at(st, a), notes=notes))
     if out:
         return out
@@ -72,6 +73,6 @@ def ill_typed(plan: Plan, span_of=None) -> list[Diagnostic]:
                 continue
             if code == Code.SPLIT_WEIGHT_REPLICATED_GRADS and g.tensor == pg.WHOLE:
                 continue  # the tensor axis keeps this group whole: nothing of it is split
-            msg, notes = _message(code, a, modes[State.PARAMS][a], plan.role(a), f" for group '{g.name}'")
+            msg, notes = _message(code, a, modes[State.PARAMS][a], views.view(plan).role(a), f" for group '{g.name}'")
             out.append(Diagnostic(code, msg, g.span if g.span != NO_SPAN else plan.span, notes=notes))
     return out

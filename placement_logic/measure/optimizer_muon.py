@@ -38,6 +38,7 @@ from pathlib import Path
 
 from .. import ir
 from ..ir import optimizers as opt
+from ..ir import views
 from ..ir.overrides import OverrideVerb
 from ..outcome import Verdict
 from .report import Equivalence, MeasureReport, Outcome, Row, RowStatus
@@ -163,7 +164,7 @@ def scheme(plan: ir.Plan) -> tuple[str, tuple[tuple[str, int], ...]] | list[str]
     t = plan.model.transformer
     if t is None or t.mla or (t.experts is not None and not (isinstance(t.experts, ir.Const) and t.experts.value == 1)):
         reasons.append("Muon is realised on a dense transformer without latent attention")
-    roles = {a: plan.role(a) for a in plan.mesh.names}
+    roles = {a: views.view(plan).role(a) for a in plan.mesh.names}
     data = [a for a, r in roles.items() if r is ir.Role.DATA]
     if len(roles) != 1 or len(data) != 1:
         reasons.append("distributed Muon is realised on one data axis (the mesh has " +

@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import Mapping
 
 from .. import ir
+from ..ir import views
 from ..ir.overrides import OverrideTarget, OverrideVerb
 from .realise_overrides import HarnessOverrides, RunAxes, read_overrides
 from .shape import ShapeError, value_of
@@ -117,7 +118,7 @@ def experts(d: Draft) -> None:
 
 def axes(d: Draft) -> None:
     for axis in d.plan.mesh.names:
-        role = d.plan.role(axis)
+        role = views.view(d.plan).role(axis)
         if role is ir.Role.DATA:
             d.data_axes.append(axis)
         elif role is ir.Role.CONTEXT and d.context_axis is None:

@@ -18,6 +18,7 @@ from ..check.report import PlanReport, Verdict
 from ..check.rules import RULES
 from ..diagnostics import DiagnosticError
 from ..frontend.loader import library_index, load_string
+from ..ir import views
 from ..solver.session import Session
 
 AXES = ("x", "y", "z")
@@ -106,7 +107,7 @@ def library_strategies() -> tuple[Strategy, ...]:
                 except DiagnosticError:
                     continue
                 plan = spec.plan("p")
-                out.append(Strategy(module, name, arity, tuple(plan.role(a).value for a in AXES[:arity])))
+                out.append(Strategy(module, name, arity, tuple(views.view(plan).role(a).value for a in AXES[:arity])))
                 break
     return tuple(out)
 
