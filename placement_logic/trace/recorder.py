@@ -383,4 +383,5 @@ class Recorder(Events, Modules, TorchDispatchMode):
             "seeds": self.seeds,
             "asserted": self.asserted,
             "dropouts": self.dropouts,
+            "registration": self.registration(),
         }

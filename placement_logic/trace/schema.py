@@ -63,7 +63,8 @@ _RANK = {"rank": (int, True), "world": (int, True), "meshes": ([_MESH], True), "
                         "phase": (str, False), "step": (int, False), "module": (str, False),
                         "stack": ([_FRAME], True)}], False),
          "dropouts": ([{"p": (_NUM, False), "input": (str, True), "output": (str, True), "step": (int, False),
-                        "module": (str, False), "stack": ([_FRAME], True)}], False)}
+                        "module": (str, False), "stack": ([_FRAME], True)}], False),
+         "registration": ([{"params": ([list], True)}], False)}
 
 
 def _type_name(t) -> str:
