@@ -357,7 +357,6 @@ UNKNOWN = [
     ("manual_custom_backward.py", "a collective (all_reduce) in the backward of the custom autograd function "
      "SyncGrads", ("dist.all_reduce(grad)", None)),
     ("manual_aux_loss.py", "an auxiliary loss", ("loss = F.cross_entropy(", None)),
-    ("tp_column.py --scaler", "a loss-scale overflow check (GradScaler's unscale_)", ("scaler.step(opt)", None)),
     ("tp_from_local.py", "DTensor.from_local", ("out = DTensor.from_local(", None)),
 ]
 

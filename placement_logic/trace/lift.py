@@ -53,7 +53,7 @@ from .lift_asserted import asserted, dropout_seeds
 from .lift_data import data_bindings
 from .lift_facts import SEEDING, init_apart, local_overflow, overflow, split_by_values, unmodelled
 from .lift_layout import NOT_LIFTED_KINDS, Lifted, Unliftable, _frames, _ident, _layout, _placement_axes
-from .lift_perrank import bucket_order, per_rank_pass, rank0_lines
+from .lift_perrank import bucket_order, norm_epsilon, per_rank_pass, rank0_lines
 from .lift_pipeline import P2P_KINDS, find_context_axes, find_pipeline
 from .lift_render import _clip, _empty_spec, _quoted, _render
 from .lift_step import Axes, Step, Strategies
@@ -99,7 +99,8 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
         lines.append(grads.tie.line)
     clip = _clip([c for c in st.colls if c["seq"] not in nonlinear], params, st.layout, st.axes, grads.info, ax.tp,
                  ax.data_axes, st.script, ax.pp)
-    lines.extend(x for x in (clip, overflow_line, scale_line, order_line, init_line) if x is not None)
+    eps = norm_epsilon(st.colls, grads.info, st.script)
+    lines.extend(x for x in (clip, eps, overflow_line, scale_line, order_line, init_line) if x is not None)
     lines.extend(st.activation_lines)
     # what was not lifted is stated in the plan itself, so `placement check` of the lifted spec proves nothing
     # about the script either (every obligation it would prove is unknown, naming these)

@@ -174,3 +174,19 @@ def bucket_order(st, bindings: dict[str, str]) -> tuple[tuple | None, list[Unlif
            "pair their elements by offset")
     return (f"  override grads: bucket_order over ({', '.join(axes)})  # observed: {why}",
             _frames(setup[:1], st.script)), items
+
+
+def norm_epsilon(step_colls: list[dict], info: list, script: str) -> tuple | None:
+    """``override clip_norm: eps_before_reduce by EPS`` where the gradients are clipped and a constant was added to
+    the one-element value a norm all-reduce (after backward, carrying no gradient) then summed: each rank's
+    squared norm plus an epsilon before the reduction (the recorder's ``offset``, read on the observer)."""
+    if not any((e[0].get("grad") or {}).get("dynamic_scales") for e in info):
+        return None
+    in_programs = {s for e in info for s in ((e[0].get("grad") or {}).get("collectives") or [])}
+    for c in step_colls:
+        off = c.get("offset")
+        if off and c["phase"] == "after_backward" and c["kind"] == "all_reduce" and c.get("op", "sum") == "sum" \
+                and c["seq"] not in in_programs and off.get("value"):
+            return (f"  override clip_norm: eps_before_reduce by {off['value']:g}  # observed: {off['value']:g} added "
+                    "to each rank's norm piece before its all-reduce", _frames([[off["at"]]], script))
+    return None
