@@ -30,7 +30,12 @@ Steps, on the last step of the trace that reached the optimizer:
    (``grads[G]: divide by``, as a product of axis sizes where the numbers allow), the loss
    (``per_device_mean`` from a mean cross-entropy, ``sum``), the token count's reduction,
    the clip-norm reduction.
-6. Gradient accumulation: k backward passes before one optimizer step are ``microbatches = k``;
+6. Per-rank departures (``lift_perrank``): a clip coefficient or a divisor on rank 0 of an axis only
+   (``grads: clip_rank0_only`` / ``divide_rank0_only``), a DDP module registered in another parameter order on
+   some ranks (``grads: bucket_order``), an epsilon on each rank's norm piece before its all-reduce
+   (``clip_norm: eps_before_reduce``); a loss scale updated from each rank's own found-inf flag
+   (``loss_scale: local``, ``lift_facts``).
+7. Gradient accumulation: k backward passes before one optimizer step are ``microbatches = k``;
    the loss multiplier is taken relative to 1 / k, and a departure is stated over k at the loss line.
 
 The lift is a sequence of named passes over one typed input (``Step``: the trace read once, the

@@ -136,7 +136,7 @@ class Events:
         if name == "_amp_foreach_non_finite_check_and_unscale_":
             # GradScaler's unscale: every gradient multiplied by 1 / scale (a power of two, constant within the step)
             # and a found-inf flag set from this rank's own gradients; whether a collective then reduces the flag
-            # is read from the collectives (``override overflow``), a check left local is named by the lift
+            # is read from the collectives (``override overflow``), a check left local is lifted as ``loss_scale: local``
             self._scale("_foreach_mul_", (args[0], float(args[2])), kwargs, None)
             self.note_unmodelled(LOCAL_OVERFLOW, "GradScaler's found-inf flag is set from each rank's own gradients")
             return
