@@ -1,15 +1,16 @@
 """Operations a traced step runs on some ranks of an axis only, and buckets laid out in another order (no torch).
 
-- ``per_rank_pass``: rank 0 of an axis and its neighbour along it hold the same parameter; where rank 0's gradient
+- ``per_rank_pass``: rank 0 of an axis and the other ranks along it hold the same parameter; where rank 0's gradient
   went through a data-dependent scale (a clip coefficient: ``clip_grad_norm_``, ``p.grad.mul_(coef)``) the
   neighbour's did not, that is ``override grads[g]: clip_rank0_only over (axis)``; where the product of their
   constant scales differs (``p.grad.div_(2)`` under ``if rank == 0``), ``override grads[g]: divide_rank0_only over
   (axis) by X`` with X the neighbour's product over rank 0's. The gradient programs are then read with the
   neighbour's constant scales (what the plan's derivation applies everywhere, rank 0's departure stated by the
-  override). A clip or a scale on the neighbour only (not rank 0) has no statement: named, never proved.
+  override). A clip or a scale on another rank only (not rank 0), or other ranks that disagree among themselves,
+  have no statement: named, never proved.
 - ``rank0_lines``: those departures as plan lines, per group (``grads`` where they cover every parameter).
-- ``bucket_order``: the parameters of a DistributedDataParallel module registered in another order on the
-  neighbour than on rank 0 along a data axis (names and shapes alike, the order not): DDP pairs its buckets'
+- ``bucket_order``: the parameters of a DistributedDataParallel module registered in another order on another
+  rank than on rank 0 along a data axis (names and shapes alike, the order not): DDP pairs its buckets'
   elements by offset, so ``override grads: bucket_order over (axis)`` at the DDP construction line.
 """
 
@@ -49,6 +50,14 @@ def _at(entries, other) -> list[dict]:
     return mine or list(entries)
 
 
+def _along(layout, rank: int, axis: str) -> list[int]:
+    """Every other rank that differs from ``rank`` along ``axis`` only."""
+    i = layout.names.index(axis)
+    me = layout.coords[rank]
+    return sorted(r for r, c in layout.coords.items()
+                  if c[i] != me[i] and all(c[j] == me[j] for j in range(len(me)) if j != i))
+
+
 def per_rank_pass(st, ax, params: list[dict]) -> list[Departure]:
     """The rank-0-only clips and divisors between rank 0 of each non-pipeline axis and its neighbour; rewrites the
     departing gradients' constant scales in ``params`` and the observer's record to the neighbour's. A departure
@@ -61,11 +70,20 @@ def per_rank_pass(st, ax, params: list[dict]) -> list[Departure]:
         if g is None:
             continue
         for a in st.layout.names:
-            other = st.layout.neighbour(me, a)
-            if a == ax.pp or other is None:
+            others = _along(st.layout, me, a)
+            if a == ax.pp or not others:
                 continue
-            theirs = (views.get(other, {}).get(own) or {}).get("grad")
-            if theirs is None:
+            held = [(r, (views.get(r, {}).get(own) or {}).get("grad")) for r in others]
+            held = [(r, x) for r, x in held if x is not None]
+            if not held:
+                continue
+            other, theirs = held[0]
+            alike = {(len(x.get("dynamic_scales") or []), _product(x)) for _, x in held}
+            if len(alike) > 1:  # the other ranks disagree among themselves: no rank-0-only statement
+                st.items.append(Unliftable(tuple(r for r, _ in held), -1, f"the per-rank scaling of {own} over {a}",
+                                           f"the ranks of {a} other than rank {me} apply different clip coefficients "
+                                           "or constant scales to its gradient: an operation on a rank other than "
+                                           "rank 0 of an axis is not lifted", ()))
                 continue
             n0, n1 = len(g.get("dynamic_scales") or []), len(theirs.get("dynamic_scales") or [])
             c0, c1 = _product(g), _product(theirs)
@@ -145,7 +163,7 @@ def rank0_lines(st, departures: list[Departure], named: list) -> list[tuple[str,
 
 def bucket_order(st, bindings: dict[str, str]) -> tuple[tuple | None, list[Unliftable]]:
     """``override grads: bucket_order over (AXES)`` where a DDP module's parameters are registered in another order
-    on the neighbour along a ddp axis than on the observer (same names and shapes); other differences between the
+    on another rank along a ddp axis than on the observer (same names and shapes); other differences between the
     ranks' registrations (other names or shapes) are named."""
     regs = {r: [tuple((n, tuple(s)) for n, s in m["params"]) for m in part.get("registration") or []]
             for r, part in st.ranks.items()}
@@ -153,24 +171,29 @@ def bucket_order(st, bindings: dict[str, str]) -> tuple[tuple | None, list[Unlif
     if not mine:
         return None, []
     axes, items = [], []
+    second = None
     for a, b in bindings.items():
-        other = st.layout.neighbour(st.observer, a)
-        if b != "ddp" or other is None or regs.get(other) == mine:
+        if b != "ddp" or a not in st.layout.names:
             continue
-        theirs = regs.get(other) or []
-        if len(theirs) == len(mine) and all(sorted(x) == sorted(y) for x, y in zip(mine, theirs)):
-            axes.append(a)
-        else:
-            items.append(Unliftable((other,), -1, f"the parameters DDP holds over {a}",
-                                    f"rank {other} registers other parameters (names or shapes) in its DDP module than "
-                                    f"rank {st.observer}: its buckets are not lifted", ()))
+        for other in _along(st.layout, st.observer, a):
+            theirs = regs.get(other) or []
+            if theirs == mine:
+                continue
+            if len(theirs) == len(mine) and all(sorted(x) == sorted(y) for x, y in zip(mine, theirs)):
+                axes.append(a)
+                second = second or theirs[0]
+            else:
+                items.append(Unliftable((other,), -1, f"the parameters DDP holds over {a}",
+                                        f"rank {other} registers other parameters (names or shapes) in its DDP module "
+                                        f"than rank {st.observer}: its buckets are not lifted", ()))
+            break
     if not axes:
         return None, items
     # the DDP constructor's set-up collectives (its parameter shape check and broadcast) give its line
     setup = [c["stack"] for c in st.ranks[st.observer]["collectives"] if c.get("phase") == "setup" and c["stack"]]
-    first, second = mine[0], regs[st.layout.neighbour(st.observer, axes[0])][0]
-    i = next(i for i, (x, y) in enumerate(zip(first, second)) if x != y)
-    why = (f"rank {st.observer} registers {first[i][0]} where its neighbour registers {second[i][0]}: DDP's buckets "
+    first = mine[0]
+    i = next((i for i, (x, y) in enumerate(zip(first, second)) if x != y), 0)
+    why = (f"rank {st.observer} registers {first[i][0]} where another rank registers {second[i][0]}: DDP's buckets "
            "pair their elements by offset")
     return (f"  override grads: bucket_order over ({', '.join(axes)})  # observed: {why}",
             _frames(setup[:1], st.script)), items
