@@ -227,3 +227,31 @@ def test_per_rank_operations_are_lifted_and_judged(script, argv, status, lifted,
         assert "proved for all mesh sizes" in out
     else:
         assert f"examples/traced/{script}:{_line(script, where)}: refuted {obligation}: " in out, out
+
+
+def _three(trace: dict) -> dict:
+    """The stored trace on three data ranks: rank 2 a copy of rank 1, every collective over the three."""
+    third = copy.deepcopy(trace["ranks"][1])
+    third["rank"] = 2
+    trace["ranks"].append(third)
+    trace["world"] = 3
+    for part in trace["ranks"]:
+        for c in part["collectives"]:
+            if sorted(c["ranks"]) == [0, 1]:
+                c["ranks"] = [0, 1, 2]
+    return trace
+
+
+@pytest.mark.parametrize("clipped,stated,named", [
+    ((0,), True, False),     # rank 0 alone: clip_rank0_only
+    ((0, 1), False, True),   # rank 0 and rank 1, not rank 2: no rank-0-only statement, named
+    ((1,), False, True),     # rank 1 alone
+])
+def test_on_three_ranks_only_a_rank_0_departure_is_stated(clipped, stated, named):
+    trace = _three(stored())
+    for r in clipped:
+        _clipped(trace, r)
+    lifted = lift(trace)
+    assert ("override grads: clip_rank0_only over (dp)" in lifted.text) == stated, lifted.text
+    assert bool([u for u in lifted.unliftable if u.what.startswith(("the per-rank scaling of ", "a clip coefficient"))]
+                ) == named, lifted.unliftable
