@@ -713,17 +713,17 @@ opt.step()
 
 @pytest.mark.slow
 @pytest.mark.torch
-def test_ranks_that_disagree_are_reported(tmp_path, monkeypatch):
-    """Rank 1 skips the division: no single plan describes both ranks, so nothing is proved (exit 3)."""
+def test_ranks_that_disagree_on_a_divisor_are_divide_rank0_only(tmp_path, monkeypatch):
+    """Rank 0 alone divides by the world size: lifted as `divide_rank0_only over (dp) by 2` at the division (the
+    plan's programs read as rank 1 runs them) and refuted there, never proved."""
     pytest.importorskip("torch")
     (tmp_path / "tiny.py").write_text((ROOT / "examples" / "traced" / "tiny.py").read_text())
     (tmp_path / "ranks.py").write_text(RANK_DEPENDENT)
     monkeypatch.chdir(tmp_path)
     status, out, err = run(["trace", "--nproc", "2", "--check", "--", "python", "ranks.py"])
-    assert status == 3, out + err
-    assert re.search(r"ranks\.py:16:1: error: not lifted: the gradient program of embed\.weight and 35 more "
-                     r"\(the step, rank 1\): rank 1 reduces it over \(dp\) and scales it by 1, rank 0 over \(dp\) by "
-                     r"1/2", err), err
+    assert status == 1 and "[PL614]" not in err, out + err
+    assert "  override grads: divide_rank0_only over (dp) by 2" in out, out
+    assert re.search(r"ranks\.py:15: refuted SC update\[dense\]: ", out), out
 
 
 # --------------------------------------------------------------------------- slow: the property

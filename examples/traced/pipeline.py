@@ -1,14 +1,14 @@
 """Two pipeline stages written by hand with send and recv, GPipe order, global clipping.
 
-Stage 0 holds the embedding and the first block, stage 1 the second block, the final norm
-and the head. Each step splits the batch into two microbatches: stage 0 sends both
-microbatches' activations forward, then receives both gradients back (all forwards before
-any backward: GPipe). Each microbatch's loss is divided by their number, so the
-accumulated gradient is the step's mean. The gradients are clipped by the global norm:
-each stage's squared norm is all-reduced over the two stages before the coefficient is
-taken. `placement trace --nproc 2 --check` lifts it as `pp: gpipe` with `microbatches = 2`
-and proves it.
+Stage 0 holds the embedding and the first block, stage 1 the second block, the final norm and the head. Each
+step's two microbatches: stage 0 sends both activations forward, then receives both gradients back (GPipe); each
+microbatch's loss is divided by their number. The gradients are clipped by the global norm, each stage's squared
+norm all-reduced over the two stages first: lifted as `pp: gpipe`, `microbatches = 2`, and proved. ``--eps``
+(bug): each stage adds 1e-6 to its squared norm before the all-reduce (the sum holds 2e-6): lifted as
+`override clip_norm: eps_before_reduce by 1e-06` at the norm line and refuted (`SC clip_norm`).
 """
+
+import sys
 
 import tiny
 import torch
@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-MICROBATCHES = 2
+MICROBATCHES, EPS = 2, (1e-6 if "--eps" in sys.argv else 0.0)  # the bug: an epsilon per stage
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 model = tiny.build()
@@ -51,7 +51,7 @@ for step in range(2):
             loss.backward()
             dist.send(h.grad, dst=0)
     # global-norm clipping: the squared norm summed over both stages
-    sq = torch.stack([p.grad.pow(2).sum() for p in stage.parameters()]).sum()
+    sq = torch.stack([p.grad.pow(2).sum() for p in stage.parameters()]).sum() + EPS
     dist.all_reduce(sq)
     coef = torch.clamp(1.0 / (sq.sqrt() + 1e-6), max=1.0)
     for p in stage.parameters():

@@ -7,7 +7,8 @@ row-parallel linear whose partial outputs are all-reduced in its forward.
 of its output gradient, so its weight gradient differs between the tensor ranks. ``--scaler``: loss scaling by
 ``torch.amp.GradScaler``, whose overflow check reads each rank's own weight slices and reduces the found-inf flag
 over no rank (a rank may skip a step the others take; Megatron-LM all-reduces it over the model-parallel ranks):
-named, the verdict unknown.
+lifted as `override loss_scale: local over (tp)` at `scaler.step(opt)` and refuted (`SC loss_scale`).
+``--scaler --reduce-flag``: the found-inf flags all-reduced with MAX after `unscale_` (the fix), proved.
 """
 
 import sys
@@ -99,6 +100,10 @@ for step in range(2):
         opt.step()
     else:
         scaler.scale(loss).backward()
+        if "--reduce-flag" in sys.argv:
+            scaler.unscale_(opt)
+            for found_inf in scaler._found_inf_per_device(opt).values():
+                dist.all_reduce(found_inf, op=dist.ReduceOp.MAX)  # every rank skips, and updates its scale, alike
         scaler.step(opt)  # the found-inf flag from this rank's own weight slices, never all-reduced over the ranks
         scaler.update()
     opt.zero_grad()

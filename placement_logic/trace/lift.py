@@ -30,7 +30,12 @@ Steps, on the last step of the trace that reached the optimizer:
    (``grads[G]: divide by``, as a product of axis sizes where the numbers allow), the loss
    (``per_device_mean`` from a mean cross-entropy, ``sum``), the token count's reduction,
    the clip-norm reduction.
-6. Gradient accumulation: k backward passes before one optimizer step are ``microbatches = k``;
+6. Per-rank departures (``lift_perrank``): a clip coefficient or a divisor on rank 0 of an axis only
+   (``grads: clip_rank0_only`` / ``divide_rank0_only``), a DDP module registered in another parameter order on
+   some ranks (``grads: bucket_order``), an epsilon on each rank's norm piece before its all-reduce
+   (``clip_norm: eps_before_reduce``); a loss scale updated from each rank's own found-inf flag
+   (``loss_scale: local``, ``lift_facts``).
+7. Gradient accumulation: k backward passes before one optimizer step are ``microbatches = k``;
    the loss multiplier is taken relative to 1 / k, and a departure is stated over k at the loss line.
 
 The lift is a sequence of named passes over one typed input (``Step``: the trace read once, the
@@ -53,6 +58,7 @@ from .lift_asserted import asserted, dropout_seeds
 from .lift_data import data_bindings
 from .lift_facts import SEEDING, init_apart, local_overflow, overflow, split_by_values, unmodelled
 from .lift_layout import NOT_LIFTED_KINDS, Lifted, Unliftable, _frames, _ident, _layout, _placement_axes
+from .lift_perrank import bucket_order, norm_epsilon, per_rank_pass, rank0_lines
 from .lift_pipeline import P2P_KINDS, find_context_axes, find_pipeline
 from .lift_render import _clip, _empty_spec, _quoted, _render
 from .lift_step import AXIS_NAMES, Axes, LiftRole, Step, Strategies
@@ -81,7 +87,10 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     calls_pass(st, ax)
     overflow_line, nonlinear = facts_pass(st, ax)
     strategies = strategies_pass(st, ax, params)
-    st.items[:] = local_overflow(st.items, overflow_line, strategies.bindings)
+    scale_line, st.items[:] = local_overflow(st.items, overflow_line, strategies.bindings, st.script, st.notes)
+    departures = per_rank_pass(st, ax, params)  # clips and divisors on rank 0 of an axis only
+    order_line, order_items = bucket_order(st, strategies.bindings)
+    st.items.extend(order_items)
     first = next((s for s in st.ranks[st.observer]["steps"] if s.get("optimizer")), {})
     init_line, st.items[:] = init_apart(st.items, st.initial, st.layout, st.observer, strategies.bindings,
                                         first.get("optimizer", {}).get("stack", []), st.script)
@@ -89,12 +98,14 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     loss = loss_pass(st, ax, grads)
     named = groups_pass(st, grads)
     lines = overrides_pass(st, ax, params, strategies, grads, loss, named)
+    lines.extend(rank0_lines(st, departures, named))
     tied = tie_pass(st, grads, named)
     if grads.tie is not None and grads.tie.line is not None:
         lines.append(grads.tie.line)
     clip = _clip([c for c in st.colls if c["seq"] not in nonlinear], params, st.layout, st.axes, grads.info, ax.tp,
                  ax.data_axes, st.script, ax.pp)
-    lines.extend(x for x in (clip, overflow_line, init_line) if x is not None)
+    eps = norm_epsilon(st.colls, grads.info, st.script)
+    lines.extend(x for x in (clip, eps, overflow_line, scale_line, order_line, init_line) if x is not None)
     lines.extend(st.activation_lines)
     # what was not lifted is stated in the plan itself, so `placement check` of the lifted spec proves nothing
     # about the script either (every obligation it would prove is unknown, naming these)

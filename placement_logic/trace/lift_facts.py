@@ -8,6 +8,8 @@ script does that no plan statement reads (no torch).
 - ``overflow``: a one-element all-reduce of a 0/1 flag with MAX after backward is the loss-scale overflow
   decision: ``override overflow: reduce over (...)`` on the axes it ran over; another MAX/MIN/product
   reduction is reported, but for one over the tensor axis alone in forward (a vocabulary-parallel softmax).
+- ``local_overflow``: GradScaler's found-inf flag, set from each rank's own gradients and never reduced while they
+  differ between ranks, is ``override loss_scale: local over (...)``.
 - ``unmodelled``: the recorder's unmodelled calls (checkpoint save and load, the RNG state set, a collective
   in a custom autograd function's backward), RNG seeds that differ between ranks, and a loss that is no
   constant multiple of the cross-entropy (an auxiliary term) are reported, each naming what is missing.
@@ -24,22 +26,27 @@ LINEAR_OPS = ("sum", "avg", "premul_sum", "")
 LOCAL_OVERFLOW = "a loss-scale overflow check (GradScaler's unscale_)"  # the recorder's name for it
 
 
-def local_overflow(items: list[Unliftable], overflow_line, bindings: dict[str, str]) -> list[Unliftable]:
+def local_overflow(items: list[Unliftable], overflow_line, bindings: dict[str, str], script: str = "",
+                   notes: list[str] | None = None) -> tuple[tuple | None, list[Unliftable]]:
     """GradScaler's found-inf flag is set from each rank's own gradients. Where a flag reduction was read
-    (``override overflow``, which the checker checks) or every axis is DDP's (the gradients all-reduced first,
+    (``override overflow``, which the checker checks) or every axis holds whole reduced gradients (DDP's, ZeRO-1's:
     equal on every rank, so every rank decides alike) it is what the plan derives; over gradients that differ
-    between ranks (sharded: ZeRO, FSDP, tensor or pipeline parallelism) with no reduction of the flag, each rank
-    may decide alone: named, not assumed."""
-    out = []
+    between ranks (sharded: ZeRO-2/3, FSDP, tensor or pipeline parallelism) with no reduction of the flag, each rank
+    updates its loss scale from its own flag: ``override loss_scale: local over (...)`` at the scaler's line (the
+    step skipped per rank too, in a note). (the line or None, the items left)"""
+    out, line = [], None
+    apart = [a for a, b in bindings.items() if b not in ("ddp", "zero1")]
     for u in items:
         if u.what != LOCAL_OVERFLOW:
             out.append(u)
-        elif overflow_line is None and any(b != "ddp" for b in bindings.values()):
-            out.append(Unliftable(u.ranks, u.seq, u.what, "the found-inf flag is set from each rank's own gradients "
-                                  "and no collective reduces it, while the gradients differ between ranks along "
-                                  + ", ".join(f"{a} ({b})" for a, b in bindings.items() if b != "ddp")
-                                  + ": a rank may skip a step the others take; not lifted", u.stack, u.calls, u.hides))
-    return out
+        elif overflow_line is None and apart and line is None:
+            line = (f"  override loss_scale: local over ({', '.join(apart)})  # observed: GradScaler's found-inf "
+                    "flag set from each rank's own gradients and never all-reduced, while the gradients differ "
+                    "along " + ", ".join(f"{a} ({bindings[a]})" for a in apart), _frames([u.stack], script))
+            if notes is not None:
+                notes.append("the loss scale's found-inf flag is never all-reduced: each rank also decides alone "
+                             "whether to skip the step (lifted as loss_scale: local, which the checker refutes)")
+    return line, out
 
 
 def split_by_values(initial: dict, layout: _Layout, observer: int, axis: str) -> bool:

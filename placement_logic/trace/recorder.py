@@ -328,6 +328,11 @@ class Recorder(Events, Modules, TorchDispatchMode):
             rec["inputs_reduced"] = sorted({ev[1] for ev in in_events if ev[0] == "collective"})
             if rec["numel"] == 1 and first is not None:
                 rec["value_in"] = float(first.detach().float().sum())
+                offsets = [ev for ev in in_events if ev[0] == "offset"]
+                if offsets:  # constants added to the value before this collective (an epsilon per rank)
+                    rec["offset"] = {"value": sum(ev[1] for ev in offsets),
+                                     "at": {"file": offsets[0][2][0], "line": offsets[0][2][1],
+                                            "code": offsets[0][2][2]}}
         finally:
             self._busy = False
         out = func(*args, **kwargs)
@@ -383,4 +388,5 @@ class Recorder(Events, Modules, TorchDispatchMode):
             "seeds": self.seeds,
             "asserted": self.asserted,
             "dropouts": self.dropouts,
+            "registration": self.registration(),
         }

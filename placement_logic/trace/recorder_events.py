@@ -136,10 +136,16 @@ class Events:
         if name == "_amp_foreach_non_finite_check_and_unscale_":
             # GradScaler's unscale: every gradient multiplied by 1 / scale (a power of two, constant within the step)
             # and a found-inf flag set from this rank's own gradients; whether a collective then reduces the flag
-            # is read from the collectives (``override overflow``), a check left local is named by the lift
+            # is read from the collectives (``override overflow``), a check left local is lifted as ``loss_scale: local``
             self._scale("_foreach_mul_", (args[0], float(args[2])), kwargs, None)
             self.note_unmodelled(LOCAL_OVERFLOW, "GradScaler's found-inf flag is set from each rank's own gradients")
             return
+        if name in ("add", "add_") and self.phase == "after_backward" and len(args) > 1 \
+                and isinstance(args[1], float) and args[1] != 0.0 and isinstance(args[0], torch.Tensor) \
+                and args[0].numel() == 1 and args[0].is_floating_point():
+            # a constant added to a one-element value after backward (an epsilon on a squared norm): read where
+            # the value is then all-reduced (``offset`` on the collective's record)
+            self._add(args[0] if name == "add_" else out, ("offset", float(args[1]), self._at()))
         if not self.events and name not in _SCALE:
             return
         if name in _COPY:

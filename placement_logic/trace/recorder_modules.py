@@ -173,6 +173,14 @@ class Modules:
                     best[id(sub)] = name
         return best
 
+    def registration(self) -> list[dict]:
+        """Every DistributedDataParallel module seen: its parameters' names and shapes in registration order (the
+        order DDP lays its gradient buckets out from, and pairs by index across the ranks)."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        return [{"params": [[n, list(p.shape)] for n, p in m.module.named_parameters()]}
+                for m in self.modules.values() if isinstance(m, DistributedDataParallel)][:4]
+
     def resolve_modules(self) -> None:
         """Replace the recorded module ids by their names (at the end of the run)."""
         names = self.module_names()

@@ -33,7 +33,8 @@ _COLLECTIVE = {"seq": (int, True), "step": (int, True), "phase": (str, True), "k
                "numel": (int, False), "op": (str, False), "api": (str, False), "carried": ([str], False),
                "inputs_reduced": ([int], False), "value_in": (_NUM + (type(None),), False),
                "value_out": (_NUM + (type(None),), False), "micro": (int, False),
-               "module": (str, False), "custom_backward": (str, False)}
+               "module": (str, False), "custom_backward": (str, False),
+               "offset": ({"value": (_NUM, True), "at": (_FRAME, True)}, False)}
 _UNRECOGNISED = {"seq": (int, True), "op": (str, True), "phase": (str, False), "stack": ([_FRAME], True)}
 _GRAD = {"checksum": ((str, type(None)), False), "placements": ([str], False), "collectives": ([int], False),
          "scales": (list, False), "dynamic_scales": ([str], False), "dynamic_at": (list, False)}
@@ -63,7 +64,8 @@ _RANK = {"rank": (int, True), "world": (int, True), "meshes": ([_MESH], True), "
                         "phase": (str, False), "step": (int, False), "module": (str, False),
                         "stack": ([_FRAME], True)}], False),
          "dropouts": ([{"p": (_NUM, False), "input": (str, True), "output": (str, True), "step": (int, False),
-                        "module": (str, False), "stack": ([_FRAME], True)}], False)}
+                        "module": (str, False), "stack": ([_FRAME], True)}], False),
+         "registration": ([{"params": ([list], True)}], False)}
 
 
 def _type_name(t) -> str:

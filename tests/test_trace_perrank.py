@@ -1,0 +1,257 @@
+"""Operations a traced step runs on rank 0 of an axis only, and DDP buckets laid out in a rank-dependent order.
+
+The fast tests edit the stored DDP trace (tests/data/traces/ddp_summed.json) by hand, each edit an independent
+statement of what one rank did (a clip coefficient or a division on its gradients alone, its parameters registered
+in another order); the slow ones run the scripts of examples/traced/ on 2 ranks and require each verdict and the
+script line it names. A departure the plan cannot state (a clip on a rank other than rank 0) is named, never proved.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from placement_logic.cli import main
+from placement_logic.trace.lift import lift
+
+ROOT = Path(__file__).resolve().parent.parent
+STORED = ROOT / "tests" / "data" / "traces" / "ddp_summed.json"
+AT = {"file": "examples/traced/ddp_summed.py", "line": 31, "code": "clip"}
+
+
+def run(argv):
+    out, err = io.StringIO(), io.StringIO()
+    status = main(argv, out=out, err=err)
+    return status, out.getvalue(), err.getvalue()
+
+
+def stored() -> dict:
+    return json.loads(STORED.read_text())
+
+
+def _params(trace: dict, rank: int) -> list[dict]:
+    return [p for st in trace["ranks"][rank]["steps"] for p in (st.get("optimizer") or {}).get("params", [])]
+
+
+def _clipped(trace: dict, rank: int, only=None) -> dict:
+    """``rank`` scaled its gradients (those named in ``only``, else all) by a data-dependent coefficient."""
+    for p in _params(trace, rank):
+        if p.get("grad") is not None and (only is None or p["name"] in only):
+            p["grad"]["dynamic_scales"].append("after_backward")
+            p["grad"]["dynamic_at"].append(dict(AT))
+    return trace
+
+
+def _divided(trace: dict, rank: int, factor: str) -> dict:
+    for p in _params(trace, rank):
+        if p.get("grad") is not None:
+            p["grad"]["scales"].append({"factor": factor, "at": dict(AT, code="p.grad.div_(2)"), "micro": 0})
+    return trace
+
+
+def _plan_lines(text: str) -> list[str]:
+    return [x.split("  #")[0] for x in text.split("plan ")[1].splitlines()[1:-1]]
+
+
+def test_a_clip_on_rank_0_alone_is_clip_rank0_only_at_its_line():
+    base, lifted = lift(stored()), lift(_clipped(stored(), 0))
+    added = [x for x in lifted.text.splitlines() if "clip_rank0_only" in x]
+    assert [x.split("  #")[0] for x in added] == ["  override grads: clip_rank0_only over (dp)"], lifted.text
+    assert added[0].endswith("examples/traced/ddp_summed.py:31")
+    # nothing else of the plan changes (the unclipped rank's gradient program is the plan's)
+    assert [x for x in _plan_lines(lifted.text) if "clip_rank0_only" not in x] == _plan_lines(base.text)
+
+
+def test_a_clip_on_every_rank_is_no_departure():
+    lifted = lift(_clipped(_clipped(stored(), 0), 1))
+    assert "rank0_only" not in lifted.text and not lifted.unliftable
+
+
+def test_a_clip_on_another_rank_than_rank_0_is_named_never_proved():
+    lifted = lift(_clipped(stored(), 1))
+    assert "rank0_only" not in lifted.text
+    named = [u for u in lifted.unliftable if u.what.startswith("a clip coefficient on ")]
+    assert named and named[0].where == "examples/traced/ddp_summed.py:31"
+    assert 'unobserved "a clip coefficient on ' in lifted.text
+
+
+def test_a_clip_on_some_parameters_of_a_group_is_named():
+    trace = stored()
+    first = _params(trace, 0)[-1]["name"]
+    lifted = lift(_clipped(trace, 0, only={first}))
+    stated = [x for x in lifted.text.splitlines() if "clip_rank0_only" in x]
+    named = [u for u in lifted.unliftable if u.what.startswith("a per-rank clip of group ")]
+    # the clipped parameter is either a group of its own (stated for it) or part of a group (named)
+    assert bool(stated) != bool(named), (lifted.text, lifted.unliftable)
+    if stated:
+        assert stated[0].startswith("  override grads[")
+
+
+@pytest.mark.parametrize("factor,by", [("1/2", "2"), ("2", "1 / 2")])
+def test_a_division_on_rank_0_alone_is_divide_rank0_only(factor, by):
+    base, lifted = lift(stored()), lift(_divided(stored(), 0, factor))
+    added = [x for x in lifted.text.splitlines() if "divide_rank0_only" in x]
+    assert [x.split("  #")[0] for x in added] == [f"  override grads: divide_rank0_only over (dp) by {by}"]
+    # the divisor stated once: the gradient programs are read as the other ranks run them, and the ranks are one
+    # plan (no disagreement named)
+    assert [x for x in _plan_lines(lifted.text) if "divide_rank0_only" not in x] == _plan_lines(base.text)
+    assert not [u for u in lifted.unliftable if u.what.startswith("the gradient program of")]
+
+
+def test_the_trace_is_left_as_given():
+    trace = _divided(stored(), 0, "1/2")
+    before = copy.deepcopy(trace)
+    lift(trace)
+    assert trace == before
+
+
+def _registered(trace: dict, swap: bool, rename: bool = False) -> dict:
+    names = [[p["name"], p["shape"]] for p in trace["ranks"][0]["steps"][-1]["optimizer"]["params"]]
+    for part in trace["ranks"]:
+        mine = copy.deepcopy(names)
+        if part["rank"] == 1 and swap:
+            mine[1], mine[2] = mine[2], mine[1]
+        if part["rank"] == 1 and rename:
+            mine[0][0] = "other.weight"
+        part["registration"] = [{"params": mine}]
+    return trace
+
+
+@pytest.mark.parametrize("swap,rename,stated,named", [
+    (False, False, False, False),  # one order on every rank
+    (True, False, True, False),    # the same parameters, another order on rank 1
+    (False, True, False, True),    # another parameter on rank 1: not one plan's buckets
+])
+def test_a_rank_dependent_registration_order_is_bucket_order(swap, rename, stated, named):
+    lifted = lift(_registered(stored(), swap, rename))
+    lines = [x for x in lifted.text.splitlines() if "bucket_order" in x]
+    assert bool(lines) == stated, lifted.text
+    if stated:
+        assert lines[0].startswith("  override grads: bucket_order over (dp)  # observed: rank 0 registers ")
+        assert lines[0].endswith("examples/traced/ddp_summed.py:22")  # `model = DDP(tiny.build())`
+    assert bool([u for u in lifted.unliftable if u.what.startswith("the parameters DDP holds")]) == named
+
+
+def _norm_reduced(trace: dict, offset: float | None, clipped: bool = True, op: str = "sum") -> dict:
+    """Every rank all-reduces a one-element squared norm after backward (``offset`` added to it first), then
+    clips its gradients (or not)."""
+    for part in trace["ranks"]:
+        step = part["steps"][-1]["step"]
+        rec = {"seq": 900, "step": step, "phase": "after_backward", "kind": "all_reduce", "ranks": [0, 1],
+               "stack": [dict(AT, function="<module>", code="dist.all_reduce(sq)")], "dtype": "float32",
+               "bytes": 4, "numel": 1, "op": op, "api": "c10d.allreduce_", "carried": [], "inputs_reduced": [],
+               "value_in": 2.5}
+        if offset is not None:
+            rec["offset"] = {"value": offset, "at": dict(AT, line=30, code="sq = sq + eps")}
+        part["collectives"].append(rec)
+    if clipped:
+        _clipped(_clipped(trace, 0), 1)
+    return trace
+
+
+@pytest.mark.parametrize("offset,clipped,op,stated", [
+    (1e-6, True, "sum", True),     # each rank's squared norm plus an epsilon, then summed
+    (None, True, "sum", False),    # the plain squared norm
+    (1e-6, False, "sum", False),   # no clipping: a value the step does not use
+    (1e-6, True, "max", False),    # a maximum is no norm sum (reported as a non-linear reduction)
+])
+def test_an_epsilon_before_the_norm_all_reduce_is_eps_before_reduce(offset, clipped, op, stated):
+    lifted = lift(_norm_reduced(stored(), offset, clipped, op))
+    lines = [x for x in lifted.text.splitlines() if "eps_before_reduce" in x]
+    assert bool(lines) == stated, lifted.text
+    if stated:
+        assert lines[0].startswith("  override clip_norm: eps_before_reduce by 1e-06  # observed: ")
+        assert lines[0].endswith("examples/traced/ddp_summed.py:30")
+
+
+def test_a_malformed_registration_is_pl612(tmp_path):
+    trace = stored()
+    trace["ranks"][0]["registration"] = [{"params": 3}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace))
+    status, _, err = run(["lift", str(path)])
+    assert status == 2 and "[PL612]" in err and "registration" in err, err
+
+
+# --------------------------------------------------------------------------- slow: the examples
+
+def _line(script: str, text: str) -> int:
+    lines = (ROOT / "examples" / "traced" / script).read_text().splitlines()
+    return next(i for i, x in enumerate(lines, 1) if text in x)
+
+
+SCRIPTS = [
+    # script, arguments, exit, the lifted line, the refuted obligation, the text of the script line it names
+    ("ddp_rank0_only.py", [], 1, "override grads: clip_rank0_only over (dp)", "SC update[dense]",
+     "clip_grad_norm_(model.parameters(), 1.0)  # the bug"),
+    ("ddp_rank0_only.py", ["--divide"], 1, "override grads: divide_rank0_only over (dp) by 2", "SC update[dense]",
+     "p.grad.div_(2)"),
+    ("ddp_rank0_only.py", ["--every-rank"], 0, None, None, None),
+    ("ddp_bucket_order.py", [], 1, "override grads: bucket_order over (dp)", "GI grads bucket layout",
+     "model = DDP(model)"),
+    ("ddp_bucket_order.py", ["--same-order"], 0, None, None, None),
+    ("tp_column.py", ["--scaler"], 1, "override loss_scale: local over (tp)", "SC loss_scale",
+     "scaler.step(opt)  #"),
+    ("tp_column.py", ["--scaler", "--reduce-flag"], 0, "override overflow: reduce over (tp)", None, None),
+    ("pipeline.py", ["--eps"], 1, "override clip_norm: eps_before_reduce by 1e-06", "SC clip_norm",
+     "for p in stage.parameters()]).sum() + EPS"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("script,argv,status,lifted,obligation,where", SCRIPTS,
+                         ids=[" ".join([s[0], *s[1]]) for s in SCRIPTS])
+def test_per_rank_operations_are_lifted_and_judged(script, argv, status, lifted, obligation, where, tmp_path,
+                                                   monkeypatch):
+    """A clip or a division on rank 0 alone, parameters registered in a rank-dependent order under DDP, a loss
+    scale updated from each rank's own found-inf flag: each lifted as its statement and refuted at its script line
+    with that cause; the fixed variants proved with no such statement."""
+    pytest.importorskip("torch")
+    monkeypatch.chdir(ROOT)
+    spec = tmp_path / "lifted.place"
+    got, out, err = run(["trace", "--nproc", "2", "--check", "--spec-file", str(spec), "--",
+                         "python", f"examples/traced/{script}", *argv])
+    assert got == status and "[PL614]" not in err, out + err
+    text = spec.read_text()
+    overrides = " ".join(x.split("  #")[0] for x in text.splitlines() if x.startswith("  override "))
+    for verb in ("rank0_only", "bucket_order", "loss_scale", "eps_before_reduce"):
+        assert (verb in overrides) == bool(lifted and verb in lifted), text
+    if lifted:
+        assert f"  {lifted}" in text
+    if status == 0:
+        assert "proved for all mesh sizes" in out
+    else:
+        assert f"examples/traced/{script}:{_line(script, where)}: refuted {obligation}: " in out, out
+
+
+def _three(trace: dict) -> dict:
+    """The stored trace on three data ranks: rank 2 a copy of rank 1, every collective over the three."""
+    third = copy.deepcopy(trace["ranks"][1])
+    third["rank"] = 2
+    trace["ranks"].append(third)
+    trace["world"] = 3
+    for part in trace["ranks"]:
+        for c in part["collectives"]:
+            if sorted(c["ranks"]) == [0, 1]:
+                c["ranks"] = [0, 1, 2]
+    return trace
+
+
+@pytest.mark.parametrize("clipped,stated,named", [
+    ((0,), True, False),     # rank 0 alone: clip_rank0_only
+    ((0, 1), False, True),   # rank 0 and rank 1, not rank 2: no rank-0-only statement, named
+    ((1,), False, True),     # rank 1 alone
+])
+def test_on_three_ranks_only_a_rank_0_departure_is_stated(clipped, stated, named):
+    trace = _three(stored())
+    for r in clipped:
+        _clipped(trace, r)
+    lifted = lift(trace)
+    assert ("override grads: clip_rank0_only over (dp)" in lifted.text) == stated, lifted.text
+    assert bool([u for u in lifted.unliftable if u.what.startswith(("the per-rank scaling of ", "a clip coefficient"))]
+                ) == named, lifted.unliftable
