@@ -136,6 +136,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PL182": ("norm-blocks-axis", "A grad-norm reduction run in blocks (override clip_norm: reduce_blocks over (...) "
               "by B) with a group, or over an axis the norm is not reduced over or no group's gradient is sharded on."),
     "PL183": ("block-size", "A block size (override ...: reduce_blocks ... by B) that is not a positive integer."),
+    "PL184": ("rank-set-divisors", "Two divisors on sets of an axis's ranks (divide_rank0_only, divide_except_last, "
+              "divide_last_only) stated for one parameter group."),
     "PL186": ("undeclared-loss-term", "An override of a loss term (loss[TERM], tokens[TERM], aux_loss, ...) that the "
               "model's losses section does not declare."),
     "PL187": ("loss-term-reaches-nothing", "A loss term declared in the model whose parameter groups (the router for "
@@ -265,6 +267,7 @@ class Code(StrEnum):
     BLOCKS_UNREDUCED_AXIS = "PL181"
     NORM_BLOCKS_AXIS = "PL182"
     BLOCK_SIZE = "PL183"
+    RANK_SET_DIVISORS = "PL184"
     UNDECLARED_LOSS_TERM = "PL186"
     LOSS_TERM_REACHES_NOTHING = "PL187"
     ACTIVATION_ASSERT_OFF_TENSOR = "PL190"

@@ -135,8 +135,7 @@ def test_four_stages_every_stage_but_last_divides_again():
 
 def _place(body: str, mesh: str = "dp = 4\n  tp = 2", extra: str = "") -> str:
     return (f"from std.data import ddp, zero2\nfrom std.tensor import megatron_tp\nmodel {{ params = 1e9 }}\n"
-            f"mesh {{\n  {mesh}\n}}\nplan p {{\n  dp: {'zero2' if 'zero2' in extra else 'ddp'}\n  tp: megatron_tp\n"
-            f"  {body}\n}}\n")
+            f"mesh {{\n  {mesh}\n}}\nplan p {{\n  dp: ddp\n  tp: megatron_tp\n{extra}  {body}\n}}\n")
 
 
 @pytest.mark.parametrize("body,extra,code,words", [
@@ -150,6 +149,8 @@ def _place(body: str, mesh: str = "dp = 4\n  tp = 2", extra: str = "") -> str:
     ("override grads: divide_except_last over (tp) by 1", "", "PL506", "division by 1"),
     ("override grads: divide_last_only by 8", "", "PL122", "needs 'over (axes...)'"),
     ("override grads: divide_last_only over () by 8", "", "PL506", "names no axis"),
+    ("override grads[dense]: divide_last_only over (tp) by 2", "  override grads: divide_except_last over (tp) by 2\n",
+     "PL184", "another divisor on a set of ranks (divide_except_last)"),
 ])
 def test_errors_are_located(tmp_path, capsys, body, extra, code, words):
     f = tmp_path / "bad.place"

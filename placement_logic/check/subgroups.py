@@ -106,8 +106,29 @@ def _block_size(o: ir.Override, plan: ir.Plan) -> None:
                    "whole of every axis it names, so the reduction is over the whole axis as derived", o)
 
 
+def _divisors(plan: ir.Plan, groups) -> None:
+    """PL184 where a group has two divisors on sets of ranks: together they may divide every rank once
+    (the last rank and every rank but it), which the step does not add up."""
+    verbs = (OverrideVerb.DIVIDE_RANK0_ONLY,) + SUBSET_VERBS
+    for g in groups:
+        stated = []
+        for verb in verbs:
+            for who in (g.group, "all", None):
+                found = [o for o in plan.overrides if o.target == OverrideTarget.GRADS and o.verb == verb
+                         and o.group == who]
+                if found:
+                    stated.append(found[-1])
+                    break
+        if len(stated) > 1:
+            later = max(stated, key=lambda o: (o.span.line, o.span.column))
+            raise _err(Code.RANK_SET_DIVISORS, f"{head(later)}: the {g.group} gradient has another divisor on a set of "
+                       f"ranks ({', '.join(o.verb for o in stated if o is not later)}); state one per group (two may "
+                       "add up to a division on every rank: state that as grads: divide by)", later)
+
+
 def check_override(plan: ir.Plan, groups) -> None:
     """The located errors of the statements the step cannot read."""
+    _divisors(plan, groups)
     for o in plan.overrides:
         if o.verb != BLOCKS or o.target not in (OverrideTarget.GRADS, OverrideTarget.CLIP_NORM):
             continue
