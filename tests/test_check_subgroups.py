@@ -187,3 +187,12 @@ def test_fmt_round_trips_the_new_verbs():
     assert key == [(o.target, o.group, o.verb, o.axes) for o in b.plans[0].overrides] == [
         ("grads", "norms", "reduce_blocks", ("dp",)), ("clip_norm", None, "reduce_blocks", ("dp",)),
         ("grads", None, "divide_except_last", ("pp",)), ("grads", "dense", "divide_last_only", ("pp",))]
+
+
+def test_other_process_groups_stay_out_of_scope_and_name_the_blocks(tmp_path, capsys):
+    """`process_group` stays PL129 and points at the blocks the checker models."""
+    f = tmp_path / "o.place"
+    f.write_text(_place("override process_group: reduce over (dp)"))
+    assert main(["check", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "[PL129]" in err and "reduce_blocks" in err and f"{f}:11:3" in err, err

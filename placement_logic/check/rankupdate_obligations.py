@@ -17,10 +17,10 @@ import z3
 
 from ..solver.session import value_of
 from . import rankupdate as ru
-from .subgroups import LAST_ONLY, SUBSET_VERBS, where
 from .replay import _frac, coords_text
 from .report import Counterexample
 from .rules import STATE_CONSISTENCY
+from .subgroups import LAST_ONLY, SUBSET_VERBS, where
 from .values import fold, resolver
 
 SCALE = 65536  # the loss scale before the replayed step (PyTorch's and DeepSpeed's default initial scale, 2**16)
