@@ -6,7 +6,7 @@ A block of an axis: rank i of the axis is in block i // B, B consecutive ranks (
 shorter where B does not divide the axis). ``block_reduce``: a sum (or a maximum) over each
 block. ``grad_block_violations``: every device's contribution to a group's gradient drawn at
 random, reduced over each named axis within its blocks, against the sum over every device of those
-axes: ``("blocks", group)`` where some device holds another value. ``update_violations``: a
+axes: ``("blocks", group)`` and ``("gi", group)`` where some device holds another value. ``update_violations``: a
 division by X on every rank of the named axes but the last (the coordinate n - 1 on each), or on
 that last rank only: ``("update", group)`` where two devices step the group by different
 coefficients (single-device training applies one coefficient to every element; a divisor no rank
@@ -80,7 +80,9 @@ def grad_block_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Rand
             whole = block_reduce(whole, pos[a], sizes[a])  # one block holding the whole axis
             blocks = block_reduce(blocks, pos[a], b)
         if any(whole[d] != blocks[d] for d in devices):
-            out.add(("blocks", g))
+            # the blocks hold different sums, so some device's gradient is not the global one: the
+            # gradient entering the update is wrong whatever the rest of the plan does
+            out |= {("blocks", g), ("gi", g)}
     return out
 
 

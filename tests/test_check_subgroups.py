@@ -196,3 +196,58 @@ def test_other_process_groups_stay_out_of_scope_and_name_the_blocks(tmp_path, ca
     assert main(["check", str(f)]) == 2
     err = capsys.readouterr().err
     assert "[PL129]" in err and "reduce_blocks" in err and f"{f}:11:3" in err, err
+
+
+# ---------------------------------------------------------------------------------------------------
+# random plans: roles, modes, statements, groups, axes and block sizes drawn at random
+
+
+AXIS_KINDS = [("data", DDP), ("data", "R,S,S,R"), ("tensor", "S,S,S,S"), ("pipeline", "S,S,S,S")]
+
+
+def _random_plan(rng: random.Random):
+    from placement_logic import ir
+
+    names = ["a", "b"][:rng.randint(1, 2)]
+    axes = {n: rng.choice(AXIS_KINDS) for n in names}
+    block = rng.choice([const(1), const(2), ir.Sym("a")])  # sizes 1 to 3 decide each of these
+    named = tuple(rng.sample(names, rng.randint(1, len(names))))
+    group = rng.choice([None, "dense", "norms", "all"])
+    stmt = rng.choice([ov("grads", "reduce_blocks", group, named, block),
+                       ov("clip_norm", "reduce_blocks", None, named, block),
+                       ov("grads", rng.choice(["divide_except_last", "divide_last_only"]), group, named,
+                          rng.choice([const(2), ir.Sym("a")]))])
+    return plan("p", axes, overrides=(stmt,)), stmt
+
+
+def _keys(report, stmt) -> dict:
+    out = {}
+    for o in report.obligations:
+        if o.name.startswith("GI grads[") and o.name.endswith("] blocks"):
+            out[("blocks", o.name[len("GI grads["):-len("] blocks")])] = o.verdict
+        elif o.name.startswith("SC update["):
+            out[("update", o.name[len("SC update["):-1])] = o.verdict
+        elif o.name == "SC clip_norm" and stmt.target == "clip_norm":
+            out[("clip",)] = o.verdict
+    return out
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_plans_agree_with_the_simulator(seed):
+    from placement_logic.diagnostics import DiagnosticError
+
+    (spec, p), stmt = _random_plan(random.Random(seed))
+    try:
+        report = check_plan(SESSION, spec, p, {})
+    except DiagnosticError:
+        pytest.skip("a statement the step cannot read (a located error, tested above)")
+    keys = _keys(report, stmt)
+    assert keys and Verdict.UNKNOWN not in keys.values(), keys
+    found: set = set()
+    names = p.mesh.names
+    for sizes in product((1, 2, 3), repeat=len(names)):
+        for s in range(3):
+            found |= simulator.violations(p, {**dict(zip(names, sizes)), "microbatches": 1}, random.Random(s),
+                                          dict(spec.bindings), trials=1)
+    wrong = [(k, v.word) for k, v in keys.items() if (v is Verdict.REFUTED) != (k in found)]
+    assert not wrong, (wrong, p.placements, stmt)
