@@ -131,6 +131,13 @@ CODES: dict[str, tuple[str, str]] = {
               "buffer stated beside it, a group named, or microbatches that are not whole rounds of M."),
     "PL180": ("checkpoint-plan-wide", "A plan-wide checkpoint statement (resume, reshard, no_regather_after_load, "
               "rng_shared) given a parameter group: override checkpoint[g]: VERB."),
+    "PL181": ("blocks-unreduced-axis", "A gradient reduction run in blocks (override grads[g]: reduce_blocks over "
+              "(...) by B) over an axis the group's gradient is not reduced over."),
+    "PL182": ("norm-blocks-axis", "A grad-norm reduction run in blocks (override clip_norm: reduce_blocks over (...) "
+              "by B) with a group, or over an axis the norm is not reduced over or no group's gradient is sharded on."),
+    "PL183": ("block-size", "A block size (override ...: reduce_blocks ... by B) that is not a positive integer."),
+    "PL184": ("rank-set-divisors", "Two divisors on sets of an axis's ranks (divide_rank0_only, divide_except_last, "
+              "divide_last_only) stated for one parameter group."),
     "PL186": ("undeclared-loss-term", "An override of a loss term (loss[TERM], tokens[TERM], aux_loss, ...) that the "
               "model's losses section does not declare."),
     "PL187": ("loss-term-reaches-nothing", "A loss term declared in the model whose parameter groups (the router for "
@@ -257,6 +264,10 @@ class Code(StrEnum):
     RANK0_UNREDUCED_AXIS = "PL170"
     NESTED_ACCUMULATION = "PL171"
     CHECKPOINT_PLAN_WIDE = "PL180"
+    BLOCKS_UNREDUCED_AXIS = "PL181"
+    NORM_BLOCKS_AXIS = "PL182"
+    BLOCK_SIZE = "PL183"
+    RANK_SET_DIVISORS = "PL184"
     UNDECLARED_LOSS_TERM = "PL186"
     LOSS_TERM_REACHES_NOTHING = "PL187"
     ACTIVATION_ASSERT_OFF_TENSOR = "PL190"

@@ -551,6 +551,9 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bi
             flags[(g, s)] = rng.random() < 0.3
     expected = sum(q.values(), Fraction(0))
     total = {d: Fraction(0) for d in devices}
+    import simulator_subgroups  # a norm reduction over blocks of an axis's ranks
+
+    blocks = simulator_subgroups.norm_blocks(plan, sizes, bindings or {})
     for g in groups:
         own = _stated_norm(plan, g)
         stated = own or plan_clip
@@ -576,7 +579,12 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bi
         if root:  # each rank's norm, not its square
             part = {d: _exact_root(v) for d, v in part.items()}
         for a in g_axes:
-            if how == "max":
+            if a in blocks:  # a reduction over blocks of the axis's ranks (simulator_subgroups)
+                part = simulator_subgroups.block_reduce(part, pos[a], blocks[a], "max" if how == "max" else "sum")
+                if how == "average":
+                    part = {d: v / simulator_subgroups.block_len(d[pos[a]], blocks[a], sizes[a])
+                            for d, v in part.items()}
+            elif how == "max":
                 part = _allmax(part, pos[a])
             else:
                 part = _allreduce(part, pos[a])
@@ -618,6 +626,7 @@ def violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, binding
                trials: int = 3) -> set:
     import simulator_losses  # the loss terms' section, which reads this module's helpers
     import simulator_perrank  # per-rank operations on the update and the loss scale
+    import simulator_subgroups  # blocks of an axis's ranks, divisors on the last rank or all but it
 
     bindings = bindings or {}
     out = placement_violations(plan, sizes)
@@ -629,4 +638,6 @@ def violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, binding
         out |= simulator_losses.term_violations(plan, sizes, rng, bindings)
         out |= simulator_perrank.update_violations(plan, sizes, rng, bindings)
         out |= simulator_perrank.scale_violations(plan, sizes, rng)
+        out |= simulator_subgroups.update_violations(plan, sizes, rng, bindings)
+        out |= simulator_subgroups.grad_block_violations(plan, sizes, rng, bindings)
     return out

@@ -50,6 +50,8 @@ def checker_keys(report) -> dict[tuple, Verdict]:
             out[("clip",)] = o.verdict
         elif name == "SC overflow":
             out[("overflow",)] = o.verdict
+        elif name.startswith("GI grads[") and name.endswith("] blocks"):
+            out[("blocks", name[len("GI grads["):-len("] blocks")])] = o.verdict
         elif name.startswith("SC update["):
             out[("update", name[len("SC update["):-1])] = o.verdict
         elif name == "SC loss_scale":
@@ -141,6 +143,12 @@ def plans(draw):
 @example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("tensor", "S,S,S,S")},
               overrides=(ov("clip_norm", "average", None, ("a", "b")),
                          ov("clip_norm", "eps_before_reduce", by=ir.Const(Fraction(1, 2))))), 14)
+@example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("data", "R,R,R,R")},
+              overrides=(ov("grads", "reduce_blocks", "norms", ("b",), ir.Sym("a")),)), 15)
+@example(plan("p", {"a": ("data", "R,S,S,R"), "b": ("tensor", "S,S,S,S")},
+              overrides=(ov("clip_norm", "reduce_blocks", None, ("a",), ir.Const(Fraction(2))),)), 16)
+@example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("pipeline", "S,S,S,S")},
+              overrides=(ov("grads", "divide_except_last", None, ("b",), ir.Const(Fraction(2))),)), 17)
 def test_checker_agrees_with_the_simulator(generated, seed):
     spec, p = generated
     try:

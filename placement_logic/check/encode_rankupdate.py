@@ -20,6 +20,7 @@ from . import rankupdate as ru
 from .replay import _frac, coords_text
 from .report import Counterexample
 from .rules import STATE_CONSISTENCY
+from .subgroups import LAST_ONLY, SUBSET_VERBS, where
 from .values import fold, resolver
 
 SCALE = 65536  # the loss scale before the replayed step (PyTorch's and DeepSpeed's default initial scale, 2**16)
@@ -94,8 +95,7 @@ def replay_update(ctx, w, g, stated):
             return None
         coef, what = 1 / x, f"the division by {_frac(x)}"
     names = ctx.step.axes
-    r0 = coords_text(names, [0] * len(names))
-    r1 = coords_text(names, [1 if a == axis else 0 for a in names])
+    r0, r1 = (coords_text(names, c) for c in _two_ranks(o, names, sizes, axis))
     sharded = axis in g.shard_axes
     if o.verb == ru.CLIP:
         eq = (f"the {g.group} update on {r1} is -1 per element, on {r0} -{_frac(coef)}; single-device training clips "
@@ -105,14 +105,25 @@ def replay_update(ctx, w, g, stated):
         eq = (f"the {g.group} update on {r1} is -1 per element, on {r0} -{_frac(coef)}: two ranks of {axis} step "
               f"{g.group} by different coefficients, where single-device training applies one to every element")
         whom = "a division the other ranks skip, or one too many there"
-    diag = (f"{what} is applied to the {g.group} gradient on rank 0 of ({', '.join(o.axes)}) only (override "
+    diag = (f"{what} is applied to the {g.group} gradient on {where(o.verb)} of ({', '.join(o.axes)}) only (override "
             f"{o.verb} at line {o.span.line}), {whom}: "
             + (f"{g.group} is sharded over {axis}, so its shards are scaled unlike one another" if sharded else
                f"{g.group} is replicated over {axis}, so its replicas drift apart from this step on"),)
-    return Counterexample(ctx.sizes_tuple(sizes), (("rank 0", r0), ("rank B", r1)),
+    return Counterexample(ctx.sizes_tuple(sizes), (("rank 0" if o.verb not in SUBSET_VERBS else "rank A", r0),
+                                                    ("rank B", r1)),
                           (("per-element gradient", "1 on every rank (after the reductions)"), ("learning rate", "1"),
                            ("coefficient applied", f"{_frac(coef)} on {r0}, 1 on {r1}")),
                           eq, diag, ctx.command(sizes))
+
+
+def _two_ranks(o, names, sizes, axis) -> tuple[list[int], list[int]]:
+    """A rank the operation is applied on and one it is not (check.subgroups.applies): rank 0 and rank 1
+    of ``axis``; for the last rank, that rank of every named axis and rank 0 of ``axis``."""
+    if o.verb not in SUBSET_VERBS:
+        return [0] * len(names), [1 if a == axis else 0 for a in names]
+    last = [sizes[a] - 1 if a in o.axes else 0 for a in names]
+    first = [0 if a == axis else c for a, c in zip(names, last)]
+    return (last, first) if o.verb == LAST_ONLY else (first, last)
 
 
 # --------------------------------------------------------------------------- the loss scale's own flag

@@ -31,10 +31,13 @@ from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir.overrides import OverrideTarget, OverrideVerb
 from . import clipagg
+from .subgroups import SUBSET_VERBS
 
 CLIP = OverrideVerb.CLIP_RANK0_ONLY
 DIVIDE = OverrideVerb.DIVIDE_RANK0_ONLY
-RANK0_VERBS = (CLIP, DIVIDE)
+# the rank-0 operations, and a divisor on another set of an axis's ranks (check.subgroups)
+RANK0_VERBS = (CLIP, DIVIDE) + SUBSET_VERBS
+DIVIDES = (DIVIDE,) + SUBSET_VERBS
 AGG_OF = clipagg.AGG_OF
 
 
@@ -101,7 +104,7 @@ def check_override(plan: ir.Plan, groups) -> None:
     for o in plan.overrides:
         if o.target == OverrideTarget.GRADS and o.verb in RANK0_VERBS:
             _check_axes(o)
-            if o.verb == DIVIDE and isinstance(o.by, ir.Const) and o.by.value == 1:
+            if o.verb in DIVIDES and isinstance(o.by, ir.Const) and o.by.value == 1:
                 raise _err(f"{head(o)} changes nothing: a division by 1 is the same on every rank", o)
     o = eps_override(plan)
     if o is not None:
@@ -136,5 +139,5 @@ def _check_axes(o: ir.Override) -> None:
         raise _err(f"{head(o)} changes nothing: it names no axis", o)
     twice = next((a for a in o.axes if o.axes.count(a) > 1), None)
     if twice is not None:
-        raise _err(f"{head(o)} changes nothing the second time it names {twice}: rank 0 of an axis is one rank "
-                   "however often it is named", o)
+        raise _err(f"{head(o)} changes nothing the second time it names {twice}: the ranks of an axis it names are "
+                   "the same however often it is named", o)

@@ -38,6 +38,7 @@ from . import partial as _partial
 from . import perrank as _perrank
 from . import rankupdate as _rankupdate
 from . import rng as _rng
+from . import subgroups as _subgroups
 from .dims import (  # noqa: F401  (the dimension vocabulary, used by the modules that read a StepModel)
     COPY_PART,
     DATA_ROLES,
@@ -294,6 +295,7 @@ def _no_effect(r: _Read, groups: list, needed: tuple[str, ...]) -> None:
     check_microsteps(r.plan, groups)
     _partial.check_override(r.plan, r.loss)
     _rankupdate.check_override(r.plan, groups)
+    _subgroups.check_override(r.plan, groups)
     _nested.check_override(r.plan, r.loss)
 
 

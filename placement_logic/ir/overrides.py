@@ -20,6 +20,13 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         # a clip coefficient, or a divisor every rank applies, applied on rank 0 of these axes only (check.rankupdate)
         "clip_rank0_only": (True, False),
         "divide_rank0_only": (True, True),
+        # a divisor applied on every rank of these axes but the last (every pipeline stage but the last scaling
+        # again), or on the last rank only (check.subgroups)
+        "divide_except_last": (True, True),
+        "divide_last_only": (True, True),
+        # the gradient reduction over each of these axes run within blocks of B consecutive ranks (a process group
+        # over part of the axis: per-node groups) instead of over the whole axis (check.subgroups)
+        "reduce_blocks": (True, True),
     },
     "clip_norm": {
         "reduce": (True, False),  # squared norms summed over exactly these axes
@@ -35,6 +42,8 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "rank0_only": (True, False),
         # each rank's squared norm plus EPS before the reduction: Σ (s + ε), not Σ s + ε (check.rankupdate)
         "eps_before_reduce": (False, True),
+        # the norm's reduction over each of these axes run within blocks of B consecutive ranks (check.subgroups)
+        "reduce_blocks": (True, True),
     },
     "loss": {
         "per_device_mean": (False, False),
@@ -148,6 +157,9 @@ class OverrideVerb(StrEnum):
     RANK0_ONLY = "rank0_only"
     CLIP_RANK0_ONLY = "clip_rank0_only"
     DIVIDE_RANK0_ONLY = "divide_rank0_only"
+    DIVIDE_EXCEPT_LAST = "divide_except_last"
+    DIVIDE_LAST_ONLY = "divide_last_only"
+    REDUCE_BLOCKS = "reduce_blocks"
     LOCAL = "local"
     PER_DEVICE_MEAN = "per_device_mean"
     PER_MICROBATCH_MEAN = "per_microbatch_mean"

@@ -31,13 +31,19 @@ Options = dict[ir.State, dict[str, object]]
 
 # targets a user may reach for that the step semantics leaves out: a located PL129, never a no-op
 NOT_MODELLED = {
-    "process_group": "every reduction is over whole mesh axes; a group over part of an axis is out of scope",
-    "rank": "every device of an axis runs the same step; of the operations on one rank only those on rank 0 are "
-            "modelled: a group's part of the grad norm (override clip_norm[g]: rank0_only over (AXES)), its clip "
-            "coefficient or a divisor (override grads[g]: clip_rank0_only / divide_rank0_only over (AXES))",
-    "one_rank": "every device of an axis runs the same step; of the operations on one rank only those on rank 0 are "
-                "modelled: a group's part of the grad norm (override clip_norm[g]: rank0_only over (AXES)), its clip "
-                "coefficient or a divisor (override grads[g]: clip_rank0_only / divide_rank0_only over (AXES))",
+    "process_group": "every reduction is over whole mesh axes or over blocks of B consecutive ranks of an axis "
+                     "(override grads[g]: reduce_blocks / clip_norm: reduce_blocks over (AXES) by B); another group "
+                     "over part of an axis is out of scope",
+    "rank": "every device of an axis runs the same step; of the operations on some of its ranks only these are "
+            "modelled: a group's part of the grad norm on rank 0 (override clip_norm[g]: rank0_only over (AXES)), its "
+            "clip coefficient or a divisor on rank 0 (override grads[g]: clip_rank0_only / divide_rank0_only over "
+            "(AXES)), and a divisor on the last rank or every rank but it (override grads[g]: divide_last_only / "
+            "divide_except_last over (AXES) by X)",
+    "one_rank": "every device of an axis runs the same step; of the operations on some of its ranks only these are "
+                "modelled: a group's part of the grad norm on rank 0 (override clip_norm[g]: rank0_only over (AXES)), "
+                "its clip coefficient or a divisor on rank 0 (override grads[g]: clip_rank0_only / divide_rank0_only "
+                "over (AXES)), and a divisor on the last rank or every rank but it (override grads[g]: "
+                "divide_last_only / divide_except_last over (AXES) by X)",
     "expert_tensor": "an expert tensor size of its own is the expert group's roles, not an override: "
                      "group experts { role = {AXIS: tensor} } (docs/costs.md, 'Parallel folding')",
     "expert_data": "an expert-data group of its own is the expert group's roles, not an override: "

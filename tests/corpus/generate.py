@@ -717,6 +717,24 @@ mutant("update_divide_rank0_pp", "1f1b",
        "the first pipeline stage dividing its gradient by the microbatches again (`grads: divide_rank0_only over "
        "(pp) by 4`): the stages' gradients are scaled unlike one another.",
        ["override grads: divide_rank0_only over (pp) by 4"], [f"SC update[{g}]" for g in ALL4], mirrors=STAGE_SCALED)
+# a reduction over blocks of an axis's ranks; divisors on every rank but the last or the last only (check.subgroups)
+NODE_GROUP = "the data-parallel gradient sync given the in-node group (laekov/fastmoe#105, #106)"
+MP_BLOCKS = "expert norms all-reduced over the model-parallel blocks, not every expert rank (laekov/fastmoe#169)"
+mutant("grads_blocks_ddp", "ddp",
+       "the gradients all-reduced within blocks of 4 consecutive dp ranks (`grads: reduce_blocks over (dp) by 4`, "
+       "one process group per node): each block holds a partial sum of its own.",
+       ["override grads: reduce_blocks over (dp) by 4"], [f"GI grads[{g}] blocks" for g in ALL4], mirrors=NODE_GROUP)
+mutant("clip_blocks_zero2", "zero2",
+       "the squared norms of the dp shards summed within blocks of 2 consecutive dp ranks (`clip_norm: "
+       "reduce_blocks over (dp) by 2`): each block's norm misses the others' shards.",
+       ["override clip_norm: reduce_blocks over (dp) by 2"], ["SC clip_norm"], mirrors=MP_BLOCKS)
+mutant("update_divide_except_last_pp", "1f1b",
+       "every pipeline stage but the last dividing its gradient by the microbatches again (`grads: "
+       "divide_except_last over (pp) by 4`).", ["override grads: divide_except_last over (pp) by 4"],
+       [f"SC update[{g}]" for g in ALL4], mirrors=STAGE_SCALED)
+mutant("update_divide_last_only_pp", "1f1b",
+       "the last pipeline stage alone dividing its gradient by 4 (`grads: divide_last_only over (pp) by 4`).",
+       ["override grads: divide_last_only over (pp) by 4"], [f"SC update[{g}]" for g in ALL4])
 mutant("clip_eps_tp", "tp",
        "each rank's squared norm plus an epsilon before the all-reduce over tp (`clip_norm: eps_before_reduce by "
        "1e-6`): S + tp·ε, not S + ε.", ["override clip_norm: eps_before_reduce by 1e-6"], ["SC clip_norm"])
@@ -1088,6 +1106,12 @@ with_base("clip_rank0_filtered_copies_tp", "tp",
           "(`clip_norm[g]: rank0_only over (tp)`): the duplicate filter, so each is counted once.",
           ["override clip_norm: reduce over (tp)", "override clip_norm[norms]: rank0_only over (tp)",
            "override clip_norm[biases]: rank0_only over (tp)"])
+with_base("grads_blocks_of_the_whole_axis_ddp", "ddp",
+          "the gradient reduction run in blocks of dp ranks (`grads: reduce_blocks over (dp) by dp`): one block "
+          "holds the whole axis.", ["override grads: reduce_blocks over (dp) by dp"])
+with_base("clip_blocks_of_the_whole_axis_zero2", "zero2",
+          "the norm's reduction over dp run in blocks of dp ranks (`clip_norm: reduce_blocks over (dp) by dp`): one "
+          "block holds the whole axis.", ["override clip_norm: reduce_blocks over (dp) by dp"])
 with_base("clip_rank0_copies_ddp", "ddp",
           "DDP's squared norms summed over dp with every group counted on dp rank 0 only: each dp rank holds the "
           "whole reduced gradient, so rank 0's copy is the norm.",

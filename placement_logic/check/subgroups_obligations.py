@@ -1,0 +1,153 @@
+"""The obligations of ``check.subgroups``: ``GI grads[g] blocks`` for a gradient reduction run within
+blocks of an axis's ranks, and the blocks of the grad norm's reduction added to ``SC clip_norm``;
+each with its z3 negation and the concrete replay of a witness. (A divisor on every rank but the
+last, or on the last only, is ``SC update[g]``: ``check.rankupdate_obligations``.)
+
+Input: the obligations so far, the step model, the replay context and the plan. Output: the
+obligations with these added (only where the plan states them) and ``SC clip_norm`` wrapped.
+"""
+
+from __future__ import annotations
+
+import zlib
+from fractions import Fraction
+
+import z3
+
+from .. import ir
+from ..solver.session import value_of
+from . import subgroups as sg
+from .replay import _frac, coords_text
+from .report import Counterexample
+from .rules import GRADIENT_INTEGRITY
+from .values import fold, resolver
+
+
+def extend(obs: list, step, ctx, plan, obligation) -> list:
+    if plan is None:
+        return obs
+    for g in step.groups:
+        o = sg.grad_blocks(plan, g.group)
+        if o is None:
+            continue
+        for ob in obs:  # the whole-plan obligation holds only if the blocks hold the axis too
+            if ob.name == f"GI grads[{g.group}]":
+                ob.encode = _wrap(ob.encode, o, f"grad_blocks_{zlib.crc32(g.group.encode()):08x}", "blocks")
+                ob.replay = _wrap_replay(ob.replay, "blocks", lambda w, g=g, o=o: replay_grad_blocks(ctx, w, g.group, o))
+        obs.append(obligation(
+            f"GI grads[{g.group}] blocks", GRADIENT_INTEGRITY, o.span,
+            f"the {g.group} gradient is reduced over the whole of every axis its reduction runs in blocks over "
+            f"({', '.join(o.axes or ())}): one block of B ranks holds the axis, so every rank holds the sum of "
+            "every rank's contribution",
+            lambda env, o=o: _blocks_negation(env, o, "blocks"),
+            lambda w, g=g, o=o: replay_grad_blocks(ctx, w, g.group, o), aspect_of=g.group))
+    o = sg.norm_blocks(plan)
+    if o is not None:
+        for ob in obs:
+            if ob.name == "SC clip_norm":
+                ob.encode = _wrap(ob.encode, o, "clip_norm_blocks", "norm_blocks")
+                ob.replay = _wrap_replay(ob.replay, "norm_blocks", lambda w, o=o: replay_norm_blocks(ctx, w, o))
+                ob.span = o.span
+    return obs
+
+
+def _cond(env, o):
+    """B a positive whole number below the size of a named axis: two blocks or more there."""
+    b = env.value(o.by)
+    side = [b >= 1] + ([z3.IsInt(b)] if z3.is_real(b) else [])
+    arms = [(a, z3.And(env.real(env.size(a)) > b, _whole_blocks(env, o, a))) for a in o.axes or ()]
+    return side, arms
+
+
+def _whole_blocks(env, o, a):
+    """A free size is taken a multiple of a constant B (whole blocks, as a real mesh cut into nodes has);
+    a pinned size is the size given, the last block shorter where B does not divide it. Either way a size
+    above B has two blocks or more, so the refutation does not depend on it."""
+    if a in env.pinned or not isinstance(o.by, ir.Const) or Fraction(o.by.value).denominator != 1:
+        return z3.BoolVal(True, env.sess.ctx)
+    return env.size(a) % int(o.by.value) == 0
+
+
+def _blocks_negation(env, o, kind):
+    side, arms = _cond(env, o)
+    cons = side + [z3.Or([c for _, c in arms])]
+
+    def extract(model):
+        a = next(a for a, c in arms if value_of(model, c))
+        return {"kind": kind, "sizes": env.size_values(model), "axis": a}
+
+    return cons, extract
+
+
+def _wrap(orig, o, name, kind):
+    """The original negation, or a block smaller than a named axis (a witness of ``kind``)."""
+    def encode(env):
+        cons, extract = orig(env)
+        flag = env.sess.bool(name)
+        side, arms = _cond(env, o)
+        out = [z3.Implies(z3.Not(flag), z3.And(cons)), z3.Implies(flag, z3.And(side + [z3.Or([c for _, c in arms])]))]
+
+        def ex(model):
+            if value_of(model, flag):
+                a = next(a for a, c in arms if value_of(model, c))
+                return {"kind": kind, "sizes": env.size_values(model), "axis": a}
+            return extract(model)
+
+        return out, ex
+    return encode
+
+
+def _block(ctx, o, sizes) -> Fraction:
+    return Fraction(fold(o.by, resolver(ctx.bindings, {k: Fraction(v) for k, v in sizes.items()})))
+
+
+def _ranks(ctx, sizes, axis, b):
+    """Rank 0 and the first rank of the second block of ``axis`` (coordinate B there, 0 elsewhere)."""
+    names = ctx.step.axes
+    return (coords_text(names, [0] * len(names)), coords_text(names, [int(b) if a == axis else 0 for a in names]))
+
+
+def replay_grad_blocks(ctx, w, group, o):
+    """Every rank's contribution 0 but rank 0's, 1: the sum over the axis is 1 on every rank; the sum
+    over the block of the first rank of the second block is 0."""
+    sizes, axis = w["sizes"], w["axis"]
+    b, n = _block(ctx, o, sizes), sizes[axis]
+    if b.denominator != 1 or not 1 <= b < n:
+        return None
+    r0, r1 = _ranks(ctx, sizes, axis, b)
+    hi = min(2 * int(b), n) - 1
+    eq = (f"the reduced {group} gradient on {r1} is 0 (the sum over ranks {int(b)}..{hi} of {axis}, its block), on {r0} "
+          f"1; summed over all {n} ranks of {axis}, as single-device training sums every token's contribution, it "
+          "is 1")
+    diag = (f"the {group} gradient is reduced over {axis} within blocks of {_frac(b)} consecutive ranks (override "
+            f"{o.verb} at line {o.span.line}: a process group over part of the axis, such as one group per node), "
+            f"not over the whole axis of {n} ranks: each block holds a partial sum of its own, so the replicas of "
+            f"{group} in different blocks receive different gradients, none of them the global one",)
+    return Counterexample(ctx.sizes_tuple(sizes), (("rank A", r0), ("rank B", r1)),
+                          (("per-rank contribution", f"1 on {r0}, 0 on every other rank"),
+                           ("block size", _frac(b))), eq, diag, ctx.command(sizes))
+
+
+def _wrap_replay(orig, kind, mine):
+    def replay(w):
+        return mine(w) if w.get("kind") == kind else orig(w)
+    return replay
+
+
+def replay_norm_blocks(ctx, w, o):
+    """Squared norm 1 on rank 0's shard, 0 on every other: the first rank of the second block of the
+    axis holds 0."""
+    sizes, axis = w["sizes"], w["axis"]
+    b, n = _block(ctx, o, sizes), sizes[axis]
+    if b.denominator != 1 or not 1 <= b < n:
+        return None
+    r0, r1 = _ranks(ctx, sizes, axis, b)
+    eq = (f"grad-norm² on {r1} = 0, on {r0} = 1, but the global value is 1: the ranks of the second block of "
+          f"{axis} clip by a norm that misses the first block's shards")
+    diag = (f"the grad norm is reduced over {axis} within blocks of {_frac(b)} consecutive ranks (override "
+            f"{o.verb} at line {o.span.line}: a process group over part of the axis), not over the whole axis of "
+            f"{n} ranks whose shards it sums: each block's norm counts its own shards only, and the blocks clip "
+            "by different coefficients",)
+    return Counterexample(ctx.sizes_tuple(sizes), (("rank A", r0), ("rank B", r1)),
+                          (("squared norms s", f"1 on the shard of {r0}, 0 on every other shard"),
+                           ("block size", _frac(b))), eq, diag, ctx.command(sizes))

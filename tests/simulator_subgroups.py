@@ -1,0 +1,116 @@
+"""The simulator's section for process groups over part of an axis and divisors on a set of an
+axis's ranks other than rank 0 (docs/semantics.md, "Process groups over part of an axis"), written
+from the semantics without the checker's code.
+
+A block of an axis: rank i of the axis is in block i // B, B consecutive ranks (the last block
+shorter where B does not divide the axis). ``block_reduce``: a sum (or a maximum) over each
+block. ``grad_block_violations``: every device's contribution to a group's gradient drawn at
+random, reduced over each named axis within its blocks, against the sum over every device of those
+axes: ``("blocks", group)`` and ``("gi", group)`` where some device holds another value. ``update_violations``: a
+division by X on every rank of the named axes but the last (the coordinate n - 1 on each), or on
+that last rank only: ``("update", group)`` where two devices step the group by different
+coefficients (single-device training applies one coefficient to every element; a divisor no rank
+applies, as on an axis of one rank, is the same on every rank). ``norm_blocks``: the block size of each axis the grad norm's reduction runs
+in blocks over (``simulator.norm_violations`` reduces there with ``block_reduce``).
+"""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+from itertools import product
+
+from simulator import _value, groups_of
+
+from placement_logic import ir
+
+
+def _stated(plan: ir.Plan, target: str, verb: str, group: str | None) -> ir.Override | None:
+    for who in ((group, "all", None) if group is not None else (None,)):
+        found = [o for o in plan.overrides if o.target == target and o.verb == verb and o.group == who]
+        if found:
+            return found[-1]
+    return None
+
+
+def block_reduce(buf: dict, i: int, b: int, how: str = "sum") -> dict:
+    """Each device's value replaced by the sum (or maximum) over its block of the axis at position i."""
+    out: dict = {}
+    for d, v in buf.items():
+        key = d[:i] + (d[i] // b,) + d[i + 1:]
+        if key not in out:
+            out[key] = v
+        else:
+            out[key] = max(out[key], v) if how == "max" else out[key] + v
+    return {d: out[d[:i] + (d[i] // b,) + d[i + 1:]] for d in buf}
+
+
+def block_len(i: int, b: int, n: int) -> int:
+    """How many ranks the block of rank i holds (the last one shorter where b does not divide n)."""
+    return min(b, n - (i // b) * b)
+
+
+def _block(o: ir.Override, sizes: dict[str, int], plan: ir.Plan, bindings: dict) -> int:
+    b = _value(o.by, sizes, plan, bindings)
+    assert b.denominator == 1 and b >= 1, b
+    return int(b)
+
+
+def norm_blocks(plan: ir.Plan, sizes: dict[str, int], bindings: dict) -> dict[str, int]:
+    o = _stated(plan, "clip_norm", "reduce_blocks", None)
+    if o is None:
+        return {}
+    b = _block(o, sizes, plan, bindings)
+    return {a: b for a in o.axes or ()}
+
+
+def grad_block_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bindings: dict) -> set:
+    out = set()
+    axes = list(plan.mesh.names)
+    pos = {a: i for i, a in enumerate(axes)}
+    devices = list(product(*[range(sizes[a]) for a in axes]))
+    for g in groups_of(plan):
+        o = _stated(plan, "grads", "reduce_blocks", g)
+        if o is None:
+            continue
+        b = _block(o, sizes, plan, bindings)
+        buf = {d: Fraction(rng.randint(-3, 3)) for d in devices}
+        whole, blocks = dict(buf), dict(buf)
+        for a in o.axes or ():
+            whole = block_reduce(whole, pos[a], sizes[a])  # one block holding the whole axis
+            blocks = block_reduce(blocks, pos[a], b)
+        if any(whole[d] != blocks[d] for d in devices):
+            # the blocks hold different sums, so some device's gradient is not the global one: the
+            # gradient entering the update is wrong whatever the rest of the plan does
+            out |= {("blocks", g), ("gi", g)}
+    return out
+
+
+def _applied(verb: str, coords: list[int], ns: list[int]) -> bool:
+    at_last = all(c == n - 1 for c, n in zip(coords, ns))
+    return at_last if verb == "divide_last_only" else not at_last
+
+
+def update_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bindings: dict) -> set:
+    out = set()
+    axes = list(plan.mesh.names)
+    pos = {a: i for i, a in enumerate(axes)}
+    devices = list(product(*[range(sizes[a]) for a in axes]))
+    for g in groups_of(plan):
+        ops = [o for o in (_stated(plan, "grads", v, g) for v in ("divide_except_last", "divide_last_only"))
+               if o is not None]
+        if not ops:
+            continue
+        grad = Fraction(rng.choice([-3, -1, 1, 2, 5]))
+        coefs = [(o, 1 / _value(o.by, sizes, plan, bindings)) for o in ops]
+        updates = set()
+        for d in devices:
+            upd = grad
+            for o, c in coefs:
+                named = list(o.axes or ())
+                if _applied(o.verb, [d[pos[a]] for a in named], [sizes[a] for a in named]):
+                    upd *= c
+            updates.add(upd)
+        if len(updates) > 1:  # the replicas (or the shards) of g step by different coefficients
+            out.add(("update", g))
+    return out
