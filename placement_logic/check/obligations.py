@@ -206,9 +206,9 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
     from .encode_rankupdate import extend  # a clip or a divisor on rank 0 only, the loss scale, ε on the norm
 
     obs = extend(obs, step, ctx, plan, Obligation)
-    from . import subgroups_obligations  # a reduction over blocks of an axis's ranks
+    from . import encode_subgroups  # a reduction over blocks of an axis's ranks
 
-    obs = subgroups_obligations.extend(obs, step, ctx, plan, Obligation)
+    obs = encode_subgroups.extend(obs, step, ctx, plan, Obligation)
     return _undecided(obs, step, ctx.pinned)
 
 

@@ -2,7 +2,7 @@
 
 Input: a plan and the step's ``GroupModel`` records. Output: the located errors of a statement the
 step cannot read (``check_override``: PL181, PL182, PL183, PL506), the statements themselves and
-the per-rank predicates the obligations and the replay read (``check.subgroups_obligations``). No
+the per-rank predicates the obligations and the replay read (``check.encode_subgroups``). No
 solver here.
 
 A subgroup of an axis is a block of B consecutive ranks: rank i of an axis of n ranks belongs to

@@ -1,7 +1,7 @@
 """The obligations of ``check.subgroups``: ``GI grads[g] blocks`` for a gradient reduction run within
 blocks of an axis's ranks, and the blocks of the grad norm's reduction added to ``SC clip_norm``;
 each with its z3 negation and the concrete replay of a witness. (A divisor on every rank but the
-last, or on the last only, is ``SC update[g]``: ``check.rankupdate_obligations``.)
+last, or on the last only, is ``SC update[g]``: ``check.encode_rankupdate``.)
 
 Input: the obligations so far, the step model, the replay context and the plan. Output: the
 obligations with these added (only where the plan states them) and ``SC clip_norm`` wrapped.
