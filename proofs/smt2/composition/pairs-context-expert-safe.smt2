@@ -904,7 +904,7 @@
 (let (($x526 (=> $x4 gi_dense_agree_y)))
 (let (($x527 (=> $x28 gi_dense_agree_x)))
 (let (($x528 (and $x527 $x526 $x525 $x524 $x523 $x522 $x520 $x519 $x518 $x516 $x515 $x514 $x512)))
-(let (($x529 (or $x528 $x511 $x494 $x477 $x460 $x443 $x426 $x409 $x392 $x375 $x358 $x341 $x324 $x307 $x290 $x273 $x256 $x239 $x222 $x205 $x188 $x171 $x154 $x137 $x120 $x103 $x86 $x69 $x52 $x35 $x0 $x0 $x0 $x0 $x0 $x0 (and $x16 $x15 $x14 $x13 $x12 $x11 $x10 $x8 $x7 $x6) (and $x5 $x2) $x0 $x0 $x0 $x0 $x0 $x0 $x0 $x0 $x0 $x0 (and (or (and (>= size_x 2) false))) $x0)))
+(let (($x529 (or $x528 $x511 $x494 $x477 $x460 $x443 $x426 $x409 $x392 $x375 $x358 $x341 $x324 $x307 $x290 $x273 $x256 $x239 $x222 $x205 $x188 $x171 $x154 $x137 $x120 $x103 $x86 $x69 $x52 $x35 $x0 $x0 $x0 $x0 $x0 $x0 (and $x16 $x15 $x14 $x13 $x12 $x11 $x10 $x8 $x7 $x6) (and $x5 $x2) $x0 $x0 $x0 $x0 $x0 $x0 $x0 $x0 $x0 $x0 $x0 (and (or (and (>= size_x 2) false))) $x0)))
 (let (($x530 (>= size_microbatches 1)))
 (let (($x531 (>= size_y 1)))
 (let (($x532 (>= size_x 1)))

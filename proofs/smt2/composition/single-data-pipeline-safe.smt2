@@ -1072,7 +1072,7 @@
 (let (($x632 (=> $x101 gi_dense_agree_z)))
 (let (($x633 (=> $x18 gi_dense_agree_y)))
 (let (($x634 (and $x633 $x632 $x631 $x630 $x629 $x628 $x626 $x625 $x624 $x622 $x621 $x620 $x618)))
-(let (($x635 (or $x634 $x617 $x600 $x583 $x566 $x549 $x532 $x515 $x498 $x481 $x464 $x447 $x430 $x413 $x396 $x379 $x362 $x345 $x328 $x311 $x294 $x277 $x260 $x243 $x226 $x209 $x190 $x171 $x152 $x133 $x114 $x0 $x0 $x0 $x0 $x0 $x0 $x92 (and $x40 $x38 $x36 $x34 $x32 $x30 $x28 $x26 $x24 $x21 $x19 $x16) $x0 $x0 $x0 $x0 $x0 $x0 $x3 (and (or (and (>= size_z 2) false))) $x3 $x3 $x0)))
+(let (($x635 (or $x634 $x617 $x600 $x583 $x566 $x549 $x532 $x515 $x498 $x481 $x464 $x447 $x430 $x413 $x396 $x379 $x362 $x345 $x328 $x311 $x294 $x277 $x260 $x243 $x226 $x209 $x190 $x171 $x152 $x133 $x114 $x0 $x0 $x0 $x0 $x0 $x0 $x92 (and $x40 $x38 $x36 $x34 $x32 $x30 $x28 $x26 $x24 $x21 $x19 $x16) $x0 $x0 $x0 $x0 $x0 $x0 $x0 $x3 (and (or (and (>= size_z 2) false))) $x3 $x3 $x0)))
 (let (($x636 (>= size_microbatches 1)))
 (let (($x637 (>= size_z 1)))
 (let (($x638 (>= size_y 1)))

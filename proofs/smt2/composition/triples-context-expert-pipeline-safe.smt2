@@ -1013,7 +1013,7 @@
 (let (($x594 (=> $x13 gi_dense_agree_y)))
 (let (($x595 (=> $x67 gi_dense_agree_x)))
 (let (($x596 (and $x595 $x594 $x593 $x592 $x591 $x590 $x588 $x587 $x586 $x584 $x583 $x582 $x580)))
-(let (($x597 (or $x596 $x579 $x562 $x545 $x528 $x511 $x494 $x477 $x460 $x443 $x426 $x409 $x392 $x375 $x358 $x341 $x324 $x307 $x290 $x273 $x256 $x239 $x222 $x205 $x188 $x171 $x152 $x133 $x114 $x95 $x76 $x0 $x0 $x0 $x0 $x0 $x0 $x54 (and $x22 $x20 $x18 $x16 $x14 $x11 $x8) $x0 $x0 $x0 $x0 $x0 $x0 $x0 $x0 $x0 $x0 (and (or (and (>= size_x 2) false))) $x0)))
+(let (($x597 (or $x596 $x579 $x562 $x545 $x528 $x511 $x494 $x477 $x460 $x443 $x426 $x409 $x392 $x375 $x358 $x341 $x324 $x307 $x290 $x273 $x256 $x239 $x222 $x205 $x188 $x171 $x152 $x133 $x114 $x95 $x76 $x0 $x0 $x0 $x0 $x0 $x0 $x54 (and $x22 $x20 $x18 $x16 $x14 $x11 $x8) $x0 $x0 $x0 $x0 $x0 $x0 $x0 $x0 $x0 $x0 $x0 (and (or (and (>= size_x 2) false))) $x0)))
 (let (($x598 (>= size_microbatches 1)))
 (let (($x599 (>= size_z 1)))
 (let (($x600 (>= size_y 1)))
