@@ -85,3 +85,12 @@ def filters(groups: list, plan_clip: tuple[str, ...], last) -> list:
         filt = tuple(a for a in dict.fromkeys(o.axes or ()) if a in g.clip_axes and a not in g.shard_axes)
         out.append(replace(g, clip_filter=filt, clip_filter_stated=True, clip_filter_span=o.span))
     return out
+
+
+def plan_norm(plan: ir.Plan, groups) -> tuple[tuple[str, ...], str]:
+    """The plan's norm reduction (its axes, an axis twice when stated twice) and how it combines
+    the ranks' values (sum, average or max): where each rank's ε goes."""
+    o = stated(plan.overrides, "all")
+    if o is not None:
+        return tuple(o.axes or ()), AGG_OF[o.verb]
+    return tuple(dict.fromkeys(a for g in groups for a in g.shard_axes)), "sum"

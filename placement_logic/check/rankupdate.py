@@ -31,6 +31,7 @@ from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir.overrides import OverrideTarget, OverrideVerb
 from . import clipagg
+from .clipagg import plan_norm  # noqa: F401 - read by encode_rankupdate as ru.plan_norm
 from .subgroups import SUBSET_VERBS
 
 CLIP = OverrideVerb.CLIP_RANK0_ONLY
@@ -74,15 +75,6 @@ def eps_override(plan: ir.Plan) -> ir.Override | None:
 def scale_override(plan: ir.Plan) -> ir.Override | None:
     return next((o for o in reversed(plan.overrides) if o.target == OverrideTarget.LOSS_SCALE
                  and o.verb == OverrideVerb.LOCAL), None)
-
-
-def plan_norm(plan: ir.Plan, groups) -> tuple[tuple[str, ...], str]:
-    """The plan's norm reduction (its axes, an axis twice when stated twice) and how it combines
-    the ranks' values (sum, average or max): where each rank's ε goes."""
-    o = clipagg.stated(plan.overrides, "all")
-    if o is not None:
-        return tuple(o.axes or ()), AGG_OF[o.verb]
-    return tuple(dict.fromkeys(a for g in groups for a in g.shard_axes)), "sum"
 
 
 def overflow_axes(plan: ir.Plan, groups) -> tuple[str, ...]:
