@@ -51,9 +51,14 @@ def _modes(plan: ir.Plan, group: pg.ParamGroup, state: ir.State) -> dict[str, ir
     return modes
 
 
+# `optimizer[matrices]` names the weight matrices inside the layers (docs/language.md, "Optimizers")
+MATRICES = ("attention", "kv", "mlp", "experts", "shared_experts", "router", "dense")
+
+
 def _stated(plan: ir.Plan, group: str) -> set[str]:
     return {a for o in plan.overrides if o.target == "optimizer" and o.verb in ("gather", "round_robin")
-            and o.group in (None, "all", group) for a in (o.axes or ())}
+            and (o.group in (None, "all", group) or (o.group == "matrices" and group in MATRICES))
+            for a in (o.axes or ())}
 
 
 def _data_mode(plan: ir.Plan) -> ir.Mode:

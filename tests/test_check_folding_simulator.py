@@ -58,3 +58,36 @@ def test_folding_agrees_with_the_simulator(roles, d, e, t, extra):
     assert not disagree, (disagree, found)
     if extra:  # each bug is one: the simulator sees the experts' gradient wrong, and the checker says so
         assert ("gi", "experts") in found and decided[("gi", "experts")] is Verdict.REFUTED
+
+
+ZERO3_EP = """from std.data import zero3
+from std.expert import expert_parallel
+model {{
+  transformer {{ hidden = 64  layers = 2  heads = 4  ffn = 128  vocab = 128  experts = 4  top_k = 2  bias = false }}
+  seq = 16
+}}
+mesh {{ d = 2  e = 2 }}
+plan p {{
+  d: zero3
+  e: expert_parallel
+  {extra}
+}}
+"""
+
+
+@pytest.mark.parametrize("extra, ok", [
+    # the non-expert params are ZeRO-3 shards over d and e alike (a replica on the expert axis is
+    # placed as on the data axis), but the derived gather runs over d only: each e rank's forward
+    # uses its own shard of the dense weights
+    ("", False),
+    ("override params: gather over (d, e)", True),  # gathered over both: the whole weights
+])
+def test_zero3_replicas_on_an_expert_axis_are_gathered_there(extra, ok):
+    spec = load_string(ZERO3_EP.format(extra=extra), "zero3_ep.place")
+    (p,) = spec.plans
+    verdicts = checker_keys(check_plan(SESSION, spec, p, {}))
+    found = simulated(p, dict(spec.bindings), 0)
+    assert (("gathered", "e") in found) is (not ok)
+    assert (verdicts.get(("gathered", "e"), Verdict.PROVED) is Verdict.PROVED) is ok, verdicts
+    disagree = [(k, v.word) for k, v in verdicts.items() if (v is Verdict.REFUTED) != (k in found)]
+    assert not disagree, (disagree, found)

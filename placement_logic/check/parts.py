@@ -32,6 +32,27 @@ def par_needed(plan: ir.Plan) -> tuple[str, ...]:
     return tuple(a for a in plan.mesh.names if par.mode(a) is ir.Mode.R and opt.mode(a).shards)
 
 
+def _replica_star(plan: ir.Plan, part: views.Part, colls) -> dict[str, int]:
+    """The expert axes on which a member of the buffer the axis does not divide is a data-parallel
+    replica with params S* (``ir.views.class_view``: placed as on the plan's data axes), and the
+    forward gathers over each that carry that member's buffer."""
+    out: dict[str, int] = {}
+    par = part.plan.placement(ir.State.PARAMS)
+    members = [g for g in pg.param_groups(plan.model)
+               if (g.name in part.groups if part.groups is not None else g.name not in part.without)]
+    for cls in members:
+        cv = views.class_view(plan, cls, colls)
+        key = views.member_key(plan.model, cls)
+        for a in plan.mesh.names:
+            if cv.params.mode(a) is ir.Mode.S_STAR and par.mode(a) is not ir.Mode.S_STAR:
+                n = sum(c.axes.count(a) for c in colls if c.kind is sc.Kind.ALL_GATHER
+                        and c.state is ir.State.PARAMS and c.phase is sc.Phase.FORWARD
+                        and views.carries(c.payload, key))
+                if out.get(a, 1) == 1:  # a member gathered other than once wins
+                    out[a] = n
+    return out
+
+
 def parts(plan: ir.Plan, colls) -> list[Part]:
     spans = {g.name: g.span for g in pg.param_groups(plan.model)}
     out = []
@@ -40,10 +61,12 @@ def parts(plan: ir.Plan, colls) -> list[Part]:
         gathers = [c for c in colls if c.kind is sc.Kind.ALL_GATHER and c.state is ir.State.PARAMS
                    and c.phase is sc.Phase.FORWARD and c.payload.groups == part.groups]
         gathered = Counter(a for c in gathers for a in c.axes)
+        replica = _replica_star(plan, part, colls)
         out.append(Part(
             tuple((n, spans.get(n, NO_SPAN)) for n in part.groups or ()),
             par_needed(part.plan),
-            tuple((a, gathered[a]) for a in plan.mesh.names if par.mode(a) is ir.Mode.S_STAR),
+            tuple((a, gathered[a]) for a in plan.mesh.names if par.mode(a) is ir.Mode.S_STAR)
+            + tuple((a, replica[a]) for a in plan.mesh.names if a in replica),
             tuple(a for c in gathers for a in c.axes if par.mode(a) not in (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.O))))
     return out
 
