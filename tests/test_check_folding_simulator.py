@@ -77,10 +77,11 @@ plan p {{
 
 @pytest.mark.parametrize("extra, ok", [
     # the non-expert params are ZeRO-3 shards over d and e alike (a replica on the expert axis is
-    # placed as on the data axis), but the derived gather runs over d only: each e rank's forward
-    # uses its own shard of the dense weights
-    ("", False),
-    ("override params: gather over (d, e)", True),  # gathered over both: the whole weights
+    # placed as on the data axis): the derived schedule gathers them over d and then over e
+    ("", True),
+    ("override params: gather over (d, e)", True),  # stated: gathered over both, the whole weights
+    # a system that gathers over d only: each e rank's forward uses its own shard of the dense weights
+    ("override params: gather over (d)", False),
 ])
 def test_zero3_replicas_on_an_expert_axis_are_gathered_there(extra, ok):
     spec = load_string(ZERO3_EP.format(extra=extra), "zero3_ep.place")
