@@ -16,7 +16,14 @@ contribution k_j · dy q per block it holds, and the contributions go through th
 (derived: over the context axes; ``activation_grads[context]: reduce over (AXES)`` one per pass,
 ``no_reduce`` and ``reduce_copy`` none on the value). Collectives run over the real device groups
 (simulator_act.collective: an all-gather stacks the rows, a reduce-scatter sums them and keeps the
-device's block). ``violations(plan, sizes)``: ``("act", "context")`` when some device's output
+device's block). Ulysses (``activations[context]: all_to_all over (AXES)``, and the same for
+``activation_grads``) replaces the exchange of its direction: every position holds ``heads`` heads (the
+number of positions; head h adds 10·h to each of the position's numbers), the device's [1 × heads]
+matrix goes through one all-to-all per pass (each member of the group receives its chunk of the heads
+of every member, stacked along the sequence: [g·seq × heads/g]), the attention runs on each column it
+holds over the rows it holds, and the inverse all-to-alls (the passes in reverse: each member receives
+its chunk of rows of every member, side by side) bring the results back; the backward's gradients of
+the blocks then go through the reduce-scatter only where one is stated. ``violations(plan, sizes)``: ``("act", "context")`` when some device's output
 differs from the single-device one, ``("grad", "context")`` when some device's dv does.
 """
 
@@ -66,21 +73,45 @@ def violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
             vals = collective(mesh, kind, axes, vals)
         return vals
 
-    fwd = _stated(plan, "activations", ("gather",))
+    fwd = _stated(plan, "activations", ("gather", "all_to_all"))
     fwd_ops = _per_pass("gather", fwd.axes or ()) if fwd else [("gather", ctx)]
-    bwd = _stated(plan, "activation_grads", ("gather",))
+    bwd = _stated(plan, "activation_grads", ("gather", "all_to_all"))
     bwd_ops = _per_pass("gather", bwd.axes or ()) if bwd else [("gather", ctx)]
     red = _stated(plan, "activation_grads", ("reduce", "no_reduce", "reduce_copy"))
-    red_ops = ([("sum_scatter", ctx)] if red is None else
+    red_ops = ([] if red is None and bwd is not None and bwd.verb == "all_to_all" else
+               [("sum_scatter", ctx)] if red is None else
                _per_pass("sum_scatter", red.axes or ()) if red.verb == "reduce" else [])
     found = set()
     keys = {mesh.key(d): coords(d) for d in mesh.devices}
-    got = run(fwd_ops, {key: [[k(s, p) * v(s, p)]] for key, (s, p) in keys.items()})
-    for key, (s, p) in keys.items():
-        want = q(s, p) * sum((k(s, j) * v(s, j) for j in range(npos)), Fraction(0))
-        rows = got[key]
-        if rows is None or q(s, p) * sum((r[0] for r in rows), Fraction(0)) != want:
-            found.add(("act", "context"))
+    nh = npos
+    head = lambda f, s, p, h: f(s, p) + 10 * h  # noqa: E731
+    if fwd is not None and fwd.verb == "all_to_all":
+        data = {key: [[(head(q, s, p, h), head(k, s, p, h), head(v, s, p, h)) for h in range(nh)]]
+                for key, (s, p) in keys.items()}
+        got = _ulysses(mesh, [a for _, a in _per_pass("a2a", fwd.axes or ())], data, lambda col: [
+            qi * sum((kj * vj for _, kj, vj in col), Fraction(0)) for qi, _, _ in col])
+        for key, (s, p) in keys.items():
+            want = [[head(q, s, p, h) * sum((head(k, s, j, h) * head(v, s, j, h) for j in range(npos)), Fraction(0))
+                     for h in range(nh)]]
+            if got[key] != want:
+                found.add(("act", "context"))
+    else:
+        got = run(fwd_ops, {key: [[k(s, p) * v(s, p)]] for key, (s, p) in keys.items()})
+        for key, (s, p) in keys.items():
+            want = q(s, p) * sum((k(s, j) * v(s, j) for j in range(npos)), Fraction(0))
+            rows = got[key]
+            if rows is None or q(s, p) * sum((r[0] for r in rows), Fraction(0)) != want:
+                found.add(("act", "context"))
+    if bwd is not None and bwd.verb == "all_to_all":
+        g = lambda s, p, h: head(dy, s, p, h) * head(q, s, p, h)  # noqa: E731
+        data = {key: [[(head(k, s, p, h), g(s, p, h)) for h in range(nh)]] for key, (s, p) in keys.items()}
+        got = run(red_ops, _ulysses(mesh, [a for _, a in _per_pass("a2a", bwd.axes or ())], data, lambda col: [
+            kj * sum((gi for _, gi in col), Fraction(0)) for kj, _ in col]))
+        for key, (s, p) in keys.items():
+            want = [[head(k, s, p, h) * sum((g(s, i, h) for i in range(npos)), Fraction(0)) for h in range(nh)]]
+            if got[key] != want:
+                found.add(("grad", "context"))
+        return found
     held = run(bwd_ops, {key: [[k(s, p)]] for key, (s, p) in keys.items()})
     contrib = {key: None if rows is None else [[r[0] * dy(*keys[key]) * q(*keys[key])] for r in rows]
                for key, rows in held.items()}
@@ -90,3 +121,32 @@ def violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
         if got[key] != want:
             found.add(("grad", "context"))
     return found
+
+
+def _ulysses(mesh: Mesh, passes: list, data: dict, attend) -> dict:
+    """Ulysses' all-to-alls over ``passes`` (each a tuple of axes), ``attend`` on every column of what each
+    device holds, the inverse all-to-alls in reverse order. ``data``: device -> [seq × heads] matrix."""
+    def a2a(vals: dict, axes, inverse: bool) -> dict:
+        out = {}
+        for d in mesh.devices:
+            grp = mesh.group(d, axes)
+            mine = grp.index(mesh.key(d))
+            ms = [vals[key] for key in grp]
+            n = len(grp)
+            if any(m is None for m in ms) or any((len(m) if inverse else len(m[0])) % n for m in ms):
+                out[mesh.key(d)] = None
+            elif inverse:  # my chunk of every member's rows, side by side in member order
+                k = len(ms[0]) // n
+                out[mesh.key(d)] = [[x for m in ms for x in m[mine * k + i]] for i in range(k)]
+            else:  # my chunk of every member's heads, stacked along the sequence in member order
+                k = len(ms[0][0]) // n
+                out[mesh.key(d)] = [row[mine * k:(mine + 1) * k] for m in ms for row in m]
+        return out
+
+    for axes in passes:
+        data = a2a(data, axes, False)
+    data = {key: None if m is None else [list(r) for r in zip(*[attend(list(col)) for col in zip(*m)])]
+            for key, m in data.items()}
+    for axes in reversed(passes):
+        data = a2a(data, axes, True)
+    return data

@@ -66,6 +66,21 @@ HAND = [
     # two passes: every block counted cp times
     ((ov(A, "gather", "context", ("cp", "cp")),), {ACT}),
     ((ov(G, "reduce", "context", ("cp", "cp")),), {GRAD}),
+    # Ulysses: the all-to-all over the context ranks (sequence shards -> head shards) and its inverse
+    ((ov(A, "all_to_all", "context", ("cp",)), ov(G, "all_to_all", "context", ("cp",))), ()),
+    ((ov(A, "all_to_all", "context", ("cp",)),), ()),
+    # over the data ranks too: heads of other samples' positions meet (DeepSpeed-Ulysses over the wrong group)
+    ((ov(A, "all_to_all", "context", ("dp", "cp")), ov(G, "all_to_all", "context", ("dp", "cp"))), {ACT, GRAD}),
+    ((ov(G, "all_to_all", "context", ("dp",)),), {GRAD}),
+    # no all-to-all: every rank attends over its own position only
+    ((ov(A, "all_to_all", "context", ()),), {ACT}),
+    # two passes: the second undoes the first
+    ((ov(A, "all_to_all", "context", ("cp", "cp")),), {ACT}),
+    # the key/value gradients come back with the inverse all-to-all: a reduce-scatter on top sums wrong rows
+    ((ov(G, "all_to_all", "context", ("cp",)), ov(G, "reduce", "context", ("cp",))), {GRAD}),
+    ((ov(G, "all_to_all", "context", ("cp",)), ov(G, "no_reduce", "context")), ()),
+    # the last statement of a slot wins: the ring's gather after the all-to-all
+    ((ov(G, "all_to_all", "context", ("cp",)), ov(G, "gather", "context", ("cp",))), ()),
 ]
 
 
@@ -86,6 +101,7 @@ def context_plans(draw):
     cands = hs.one_of(
         hs.builds(lambda t, a: ov(t, "gather", "context", a), hs.sampled_from((A, G)), lists),
         hs.builds(lambda a: ov(G, "reduce", "context", a), lists),
+        hs.builds(lambda t, a: ov(t, "all_to_all", "context", a), hs.sampled_from((A, G)), lists),
         hs.sampled_from((ov(G, "no_reduce", "context"), ov(G, "reduce_copy", "context"))))
     return _with(axes, draw(hs.lists(cands, max_size=3)))
 
@@ -121,6 +137,29 @@ def test_refutation_replays_the_wrong_ring():
     assert "non-context axis dp" in ob.counterexample.diagnosis[0]
 
 
+def test_refutation_replays_the_ulysses_all_to_all_over_the_data_ranks():
+    spec, p = _with(DP_CP, [ov(A, "all_to_all", "context", ("dp", "cp"))])
+    ob = next(o for o in check_plan(SESSION, spec, p, {"dp": 2, "cp": 1, "microbatches": 1}).obligations
+              if o.name == f"GI {A}[context]")
+    # dp = 2, two heads (head h adds 10h): rank 0's sample has (q, k, v) = (2, 1, 2), (12, 11, 12), rank 1's
+    # (3, 3, 5), (13, 13, 15). The all-to-all gives rank 0 head 0 of both samples: Σ k·v = 2 + 15 = 17, its
+    # output 2 · 17 = 34; rank 1 head 1: Σ = 132 + 195 = 327, 12 · 327 = 3924, sent back to rank 0.
+    # Alone: 2·1·2 = 4 and 12·11·12 = 1584.
+    assert "on rank 0 of dp = [34, 3924], single-device = [4, 1584]" in ob.counterexample.equation
+    assert "Ulysses' all-to-all" in ob.counterexample.diagnosis[0] and "non-context axis dp" in ob.counterexample.diagnosis[0]
+
+
+def test_refutation_replays_the_reduce_scatter_after_ulysses():
+    spec, p = _with(DP_CP, [ov(G, "all_to_all", "context", ("cp",)), ov(G, "reduce", "context", ("cp",))])
+    ob = next(o for o in check_plan(SESSION, spec, p, {"dp": 1, "cp": 2, "microbatches": 1}).obligations
+              if o.name == f"GI {G}[context]")
+    # cp = 2, two heads: the inverse all-to-all leaves rank r with its own position's dv for both heads;
+    # head 0: k = [1, 3], dy·q = [1, 3] (Σ 4), dv = [4, 12]; head 1: k = [11, 13], dy·q = [10.5·12, 11·13]
+    # = [126, 143] (Σ 269), dv = [2959, 3497]. Rank 0 holds [4, 2959], rank 1 [12, 3497]; the reduce-scatter
+    # sums them, [16, 6456], and keeps one element each: rank 0 [16]
+    assert "on rank 0 of cp = [16], single-device = [4, 2959]" in ob.counterexample.equation
+
+
 @pytest.mark.parametrize("o,words", [
     (ov(A, "reduce", "context", ("cp",)), "key/value exchange"),
     (ov(G, "assert_partial", "context", ("cp",)), "key/value exchange"),
@@ -131,6 +170,15 @@ def test_statements_that_change_nothing(o, words):
     with pytest.raises(DiagnosticError) as e:
         check_plan(SESSION, spec, p, {})
     assert e.value.diagnostics[0].code == Code.OVERRIDE_NO_EFFECT and words in e.value.diagnostics[0].message
+
+
+@pytest.mark.parametrize("o", [ov(A, "all_to_all", None, ("tp",)), ov(G, "all_to_all", "attention", ("tp",)),
+                               ov(A, "all_to_all", "experts", ("tp",))])
+def test_ulysses_outside_the_context_region_is_pl506(o):
+    spec, p = _with(DP_TP_CP, [o])
+    with pytest.raises(DiagnosticError) as e:
+        check_plan(SESSION, spec, p, {})
+    assert e.value.diagnostics[0].code == Code.OVERRIDE_NO_EFFECT and "Ulysses" in e.value.diagnostics[0].message
 
 
 def test_no_context_axis_is_pl506():
@@ -186,7 +234,33 @@ def test_costs_follow_the_overrides():
                                  ("backward", ("dp", "cp")): 330}
 
 
+def test_ulysses_costs_hand_derived():
+    # examples/safe/ulysses_group_world.place: L = 32, m = 4, s = 65536, b = 2, h = 4096, heads = kv_heads =
+    # 32, bf16 (2 bytes), cp = 4, no tensor axis. Per layer and microbatch each all-to-all pair moves
+    # (cp - 1)/cp of s/cp·b·h·(2 + 2·32/32)·2 = 16384·2·4096·4·2 = 1073741824 bytes: 3/4 of it = 805306368,
+    # times 32·4 = 128 = 103079215104 bytes in forward and as many in backward; the ring's steps are gone.
+    import json
+    import subprocess
+    import sys
+
+    path = Path(__file__).parent.parent / "examples/safe/ulysses_group_world.place"
+    out = subprocess.run([sys.executable, "-m", "placement_logic", "cost", str(path), "--format", "json"],
+                         capture_output=True, text=True, check=True).stdout
+    rows = [r for r in json.loads(out)["plans"][0]["communication"]["collectives"] if r["axes"] == ["cp"]]
+    a2a = {r["phase"]: r["bytes_per_device"] for r in rows if r["kind"] == "all_to_all"}
+    assert a2a == {"forward": 103079215104, "backward": 103079215104}
+    assert all(r["bytes_per_device"] == 0 for r in rows if r["kind"] == "p2p")
+    # over (dp, cp) (examples/bugs/ulysses_group_world.place): a group of 8, 7/8 of the same payload
+    path = Path(__file__).parent.parent / "examples/bugs/ulysses_group_world.place"
+    out = subprocess.run([sys.executable, "-m", "placement_logic", "cost", str(path), "--format", "json"],
+                         capture_output=True, text=True, check=True).stdout
+    rows = [r for r in json.loads(out)["plans"][0]["communication"]["collectives"] if r["kind"] == "all_to_all"]
+    assert {(r["phase"], tuple(r["axes"])): r["bytes_per_device"] for r in rows} == {
+        ("forward", ("dp", "cp")): 1073741824 * 7 // 8 * 128, ("backward", ("dp", "cp")): 1073741824 * 7 // 8 * 128}
+
+
 @pytest.mark.parametrize("stmt", [
+    "override activations[context]: all_to_all over (cp)", "override activation_grads[context]: all_to_all over (dp, cp)",
     "override activations[context]: gather over (cp)", "override activation_grads[context]: gather over ()",
     "override activation_grads[context]: reduce over (dp, cp)", "override activation_grads[context]: no_reduce",
 ])

@@ -184,7 +184,8 @@ def test_payload_tensors():
     assert set(PayloadTensor) == {*DENSE_BUFFERS, *EXPERT_BUFFERS, PayloadTensor.PARAMS, PayloadTensor.GRADS,
                                   PayloadTensor.PARAMS_SHARD, PayloadTensor.GRADS_SHARD, PayloadTensor.ACTIVATION,
                                   PayloadTensor.BOUNDARY, PayloadTensor.BOUNDARY_CHUNK, PayloadTensor.TOKENS,
-                                  PayloadTensor.EXPERT_TOKENS, PayloadTensor.TOKEN_SCALARS, PayloadTensor.KV}
+                                  PayloadTensor.EXPERT_TOKENS, PayloadTensor.TOKEN_SCALARS, PayloadTensor.KV,
+                                  PayloadTensor.ULYSSES}
     assert group_grads("qk_norms") == "grads:qk_norms" and grads_group("grads:qk_norms") == "qk_norms"
     assert grads_group(PayloadTensor.GRADS) is None
     assert bare_literals(PayloadTensor, r"\btensor\b|\bpayload\b", ("Payload",)) == []

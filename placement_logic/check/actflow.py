@@ -227,24 +227,29 @@ def _experts_misfit(o, flows) -> bool:
 
 
 CONTEXT_VERBS = {("activations", "gather"), ("activation_grads", "gather"), ("activation_grads", "reduce"),
-                 ("activation_grads", "no_reduce"), ("activation_grads", "reduce_copy")}
+                 ("activation_grads", "no_reduce"), ("activation_grads", "reduce_copy"),
+                 ("activations", "all_to_all"), ("activation_grads", "all_to_all")}
 
 
 def _context_misfit(o, flows) -> bool:
     """True for a statement on context parallelism's attention exchange that fits (raises PL506 for
     one that changes nothing); False for every other statement."""
-    if o.group != "context":
+    if o.group != "context" and o.verb != af.ALL_TO_ALL:
         return False
-    if (o.target, o.verb) not in CONTEXT_VERBS:
+    if o.group != "context":
+        why = (f"only context parallelism's attention (activations[context], activation_grads[context]) has "
+               f"Ulysses' all-to-all, not {o.group or 'every region'}")
+    elif (o.target, o.verb) not in CONTEXT_VERBS:
         why = ("context parallelism's collectives are the key/value exchange (activations[context]: gather, "
                "activation_grads[context]: gather) and the key/value gradients' reduce-scatter "
-               "(activation_grads[context]: reduce, no_reduce, reduce_copy)")
+               "(activation_grads[context]: reduce, no_reduce, reduce_copy), or Ulysses' all-to-all pair around the "
+               "attention (all_to_all)")
     elif not any(f.region == "context" for f in flows):
         why = "the plan has no context-parallel axis, so every rank holds the whole sequence and exchanges nothing"
     else:
         return True
     raise DiagnosticError([Diagnostic(
-        Code.OVERRIDE_NO_EFFECT, f"override {o.target}[context]: {o.verb} changes nothing: {why}", o.span)])
+        Code.OVERRIDE_NO_EFFECT, f"override {o.target}{_grp(o)}: {o.verb} changes nothing: {why}", o.span)])
 
 
 def _grp(o) -> str:

@@ -30,36 +30,60 @@ TEXT = {"fwd_entry": "the key/value exchange before the attention (ring or all-g
         "attend": "the local attention", "attend_back": "the local attention backward"}
 
 
+def _ulysses(slot) -> bool:
+    return slot.verb == OverrideVerb.ALL_TO_ALL
+
+
+def _a2a(t, ctx: bool):
+    """An all-to-all over an axis: on a context axis sequence shards (all heads) <-> head shards (the whole
+    sequence); over any other axis it mixes the samples (or heads) of different ranks."""
+    if not ctx or t[0] not in ("S", "H"):
+        return ("W", 0)
+    return ("H" if t[0] == "S" else "S", t[1])
+
+
 def typed(flow: af.Flow, axes: tuple[str, ...], direction: str, coll, Typed):
     """``coll`` and ``Typed``: check.actflow's collective rule and result class (no import cycle)."""
     slots = dict(flow.slots)
     derived = af.derived_slots("context", flow.tensor, flow.sp)
-    plan = ([("fwd_entry", None), ("attend", {"R": "S"})] if direction == "forward" else
-            [("bwd_exit", None), ("attend_back", {"R": "P"}), ("bwd_entry", None)])
+    entry = "fwd_entry" if direction == "forward" else "bwd_exit"
+    ulysses = _ulysses(slots[entry])
+    if ulysses:  # the all-to-all, the attention on whole sequences of the rank's heads, the inverse all-to-all
+        plan = [(entry, None), ("attend" if direction == "forward" else "attend_back", {"H": "H"}), (entry, "inverse")]
+        plan += [("bwd_entry", None)] if direction == "backward" else []
+    else:
+        plan = ([("fwd_entry", None), ("attend", {"R": "S"})] if direction == "forward" else
+                [("bwd_exit", None), ("attend_back", {"R": "P"}), ("bwd_entry", None)])
 
     def run(slots_):
         cur = {a: (("S", 0) if a in flow.tensor else ("V", 0)) for a in axes}
         out = []
         for stage, op in plan:
-            if op is not None:
+            if isinstance(op, dict):
                 cur = {a: ((op.get(t[0], "W"), t[1]) if a in flow.tensor else (t if t[0] == "V" else ("W", 0)))
                        for a, t in cur.items()}
                 cur = {a: (("W", 0) if t[0] == "W" else t) for a, t in cur.items()}
             else:
-                for s in slots_[stage].steps:
+                steps = slots_[stage].steps
+                for s in (reversed(steps) if op == "inverse" else steps):
                     for a in s.axes:
                         if a in cur:
-                            cur[a] = coll(cur[a], s.kind)
+                            cur[a] = _a2a(cur[a], a in flow.tensor) if s.kind == af.ALL_TO_ALL else coll(cur[a], s.kind)
             out.append((stage, dict(cur)))
         return out
 
-    got, ref = run(slots), run(derived)
+    got = run(slots)
     needed = {a: ("S" if a in flow.tensor else "V") for a in axes}
     final = got[-1][1]
     bad = tuple(a for a in axes if final[a] != (needed[a], 0))
     cause = []
     for a in bad:
-        stage = next((s for (s, g), (_, r) in zip(got, ref) if g[a] != r[a]), got[-1][0])
+        if ulysses:  # the first stage that leaves the axis wrong (the attention's: the all-to-all before it)
+            stage = plan[next((i for i, (_, g) in enumerate(got) if g[a][0] == "W"), len(got) - 1)][0]
+            stage = stage if stage in slots else entry
+        else:
+            ref = run(derived)
+            stage = next((s for (s, g), (_, r) in zip(got, ref) if g[a] != r[a]), got[-1][0])
         slot = slots.get(stage)
         cause.append((a, stage, slot.span if slot is not None else af.NO_SPAN))
     return Typed(flow, direction, tuple(final.items()), tuple(needed.items()), bad, tuple(cause))
@@ -78,6 +102,8 @@ def run(flow: af.Flow, direction: str, axis: str, n: int, apply):
     collectives over the axis on the ranks' lists (check.actflow_replay). Along a non-context axis rank
     r holds sample r, a sequence of one position with the same numbers as position r."""
     slots = dict(flow.slots)
+    if _ulysses(slots["fwd_entry" if direction == "forward" else "bwd_exit"]):
+        return _run_ulysses(flow, direction, axis, n, apply)
     q, k, v, dy = _numbers(n)
     ctx_axis = axis in flow.tensor
     if direction == "forward":
@@ -99,6 +125,59 @@ def run(flow: af.Flow, direction: str, axis: str, n: int, apply):
     return got, want, inputs
 
 
+def _all_to_all(slot, axis: str, n: int, ranks: list, inverse: bool = False) -> list:
+    """Every all-to-all of ``slot`` over ``axis`` on the ranks' lists: rank r's list split into n chunks,
+    chunk c sent to rank c, each rank's chunks concatenated in the order of their senders."""
+    steps = [s for s in slot.steps if s.kind == af.ALL_TO_ALL and axis in s.axes]
+    for _ in (reversed(steps) if inverse else steps):
+        if any(r is None or len(r) % n for r in ranks):
+            return [None] * n
+        k = len(ranks[0]) // n
+        ranks = [[x for src in ranks for x in src[c * k:(c + 1) * k]] for c in range(n)]
+    return ranks
+
+
+def _run_ulysses(flow: af.Flow, direction: str, axis: str, n: int, apply):
+    """Ulysses along ``axis``: n heads; on a context axis rank r holds position r of one sample, every head
+    (head h of position i: q = q_i + 10h, ...); along any other axis rank r holds its own one-position
+    sample r. The all-to-all gives each rank what it holds of one head per chunk, the local attention
+    runs over the whole list it holds, the inverse all-to-all sends each result back."""
+    slots = dict(flow.slots)
+    entry = "fwd_entry" if direction == "forward" else "bwd_exit"
+    q, k, v, dy = _numbers(n)
+    heads = lambda xs, i: [xs[i] + 10 * h for h in range(n)]  # noqa: E731
+    ctx_axis = axis in flow.tensor
+
+    def attend(lists, f):
+        return [None if r is None else f(r) for r in lists]
+
+    if direction == "forward":
+        held = _all_to_all(slots[entry], axis, n, [list(zip(heads(q, r), heads(k, r), heads(v, r))) for r in range(n)])
+        held = attend(held, lambda r: [qi * sum((kj * vj for _, kj, vj in r), Fraction(0)) for qi, _, _ in r])
+        got = _all_to_all(slots[entry], axis, n, held, inverse=True)
+        if ctx_axis:
+            want = [[heads(q, r)[h] * sum((heads(k, j)[h] * heads(v, j)[h] for j in range(n)), Fraction(0))
+                     for h in range(n)] for r in range(n)]
+        else:
+            want = [[a * b * c for a, b, c in zip(heads(q, r), heads(k, r), heads(v, r))] for r in range(n)]
+    else:
+        g = lambda i: [a * b for a, b in zip(heads(dy, i), heads(q, i))]  # noqa: E731
+        held = _all_to_all(slots[entry], axis, n, [list(zip(heads(k, r), g(r))) for r in range(n)])
+        held = attend(held, lambda r: [kj * sum((gi for _, gi in r), Fraction(0)) for kj, _ in r])
+        got = apply(slots["bwd_entry"], axis, _all_to_all(slots[entry], axis, n, held, inverse=True))
+        if ctx_axis:
+            want = [[heads(k, r)[h] * sum((g(i)[h] for i in range(n)), Fraction(0)) for h in range(n)]
+                    for r in range(n)]
+        else:
+            want = [[a * b for a, b in zip(heads(k, r), g(r))] for r in range(n)]
+    show = lambda xs: "[" + ", ".join(str(x) for x in xs) + "]"  # noqa: E731
+    where = "position j on rank j" if ctx_axis else "rank r's own one-position sample r"
+    inputs = {f"q ({where}; head h adds 10h)": show(q), "k": show(k), "v": show(v)}
+    if direction == "backward":
+        inputs["dy"] = show(dy)
+    return got, want, inputs
+
+
 def counterexample(ctx, ty, sizes, axis, r, got, want, inputs, stage, span, show, axes_of) -> Counterexample:
     fwd = ty.direction == "forward"
     what = "attention output y = q·Σ k·v" if fwd else "value gradient dv = k·Σ dy·q"
@@ -110,7 +189,9 @@ def counterexample(ctx, ty, sizes, axis, r, got, want, inputs, stage, span, show
         how = f"override {target}[context]: {slot.verb}{over} at line {span.line}"
         if slot.verb == OverrideVerb.REDUCE_COPY:
             how += ": the gradients are summed into a copy and each rank keeps its own queries' contributions"
-        cause = f"{TEXT[stage]} ({how})"
+        text = (f"Ulysses' all-to-all before the attention{' backward' if stage == 'bwd_exit' else ''} (sequence "
+                "shards to head shards) and its inverse after it" if slot.verb == OverrideVerb.ALL_TO_ALL else TEXT[stage])
+        cause = f"{text} ({how})"
     else:
         cause = f"{TEXT.get(stage, stage)}, whose input an earlier stated exchange left wrong"
     kind = "context" if axis in ty.flow.tensor else "non-context"

@@ -28,7 +28,8 @@ def act_obligations(step, ctx, obligation) -> list:
                 "sequence, exchanged over exactly the context axes "
                 f"{', '.join(ty.flow.tensor)}" if ty.flow.region == "context" and ty.direction == "forward" else
                 "every key/value block's gradient equals the single-device one on the rank that owns it: the blocks "
-                "exchanged again in backward and their gradients reduce-scattered over exactly the context axes "
+                "exchanged again in backward (or sent by Ulysses' all-to-all) and their gradients returned to their "
+                "owners over exactly the context axes "
                 f"{', '.join(ty.flow.tensor)}" if ty.flow.region == "context" else
                 "the output on every rank equals the single-device output: every token is dispatched to the rank "
                 "holding its expert and its output combined back to it (the all-to-alls range over exactly the expert "

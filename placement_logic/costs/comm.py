@@ -95,6 +95,8 @@ def buffer_bytes(c: Collective, sh: Shape, lay: Layout) -> sympy.Expr:
         return s * sh.b * 4  # one fp32 value per token (the cross entropy's reductions)
     if tensor == PT.KV:
         return 2 * s * sh.b * sh.h * sh.kv / sh.a * ba
+    if tensor == PT.ULYSSES:  # the rank's heads (h/tp) of q, k, v and the attention output
+        return s * sh.b * sh.h * (2 + 2 * sh.kv / sh.a) * ba / lay.t
     raise ValueError(f"unknown payload tensor {tensor!r}")
 
 

@@ -75,6 +75,9 @@ SLOT_OF.update({("activation_grads", v): "bwd_entry" for v in ASSERTS})
 SLOT_OF.update({("activations", v): slot for v, slot in LOSS_VERBS.items()})
 SLOT_OF.update({("activations", "dispatch"): "fwd_entry", ("activations", "combine"): "fwd_exit",
                 ("activation_grads", "combine"): "bwd_exit", ("activation_grads", "dispatch"): "bwd_entry"})
+# Ulysses context parallelism (ir.actflow_context): the all-to-all pair around the attention, in place of the
+# key/value exchange (its inverse after the attention is part of the same statement)
+SLOT_OF.update({("activations", "all_to_all"): "fwd_entry", ("activation_grads", "all_to_all"): "bwd_exit"})
 SLOTS = ("fwd_entry", "fwd_exit", "bwd_exit", "bwd_entry")
 # the expert tensor group's statements (group experts, not the all-to-alls)
 ETP_VERBS = {("activations", "gather"), ("activations", "reduce"), ("activation_grads", "gather"),
@@ -164,7 +167,7 @@ def stated_slot(o, region: str, t: tuple[str, ...], sp: bool) -> Slot:
     if o.verb == OverrideVerb.REDUCE_COPY:
         derived = derived_slots(region, t, sp)["bwd_entry"].steps
         return Slot(tuple(Step(COPY, s.axes, s.kind) for s in derived), o.span, o.verb)
-    if o.verb in EXPERT_VERBS:
+    if o.verb in EXPERT_VERBS or o.verb == OverrideVerb.ALL_TO_ALL:
         kind = ALL_TO_ALL
     elif o.verb == OverrideVerb.GATHER:
         kind = ALL_GATHER
@@ -194,7 +197,8 @@ def flows(plan) -> tuple[Flow, ...]:
             slots = derived_slots(region, tuple(t), sp)
             for o in overrides(plan):
                 slot = SLOT_OF[(o.target, o.verb)]
-                if o.group in (None, region) and slot in slots and o.verb not in EXPERT_VERBS:
+                if o.group in (None, region) and slot in slots and o.verb not in EXPERT_VERBS \
+                        and o.verb != OverrideVerb.ALL_TO_ALL:
                     slots[slot] = stated_slot(o, region, tuple(t), sp)
             out.append(Flow(region, tuple(t), sp, tuple((s, slots[s]) for s in ALL_SLOTS if s in slots)))
     e = expert_axes(plan)
@@ -218,6 +222,9 @@ def flows(plan) -> tuple[Flow, ...]:
             slot = SLOT_OF[(o.target, o.verb)]
             if o.group == "context" and slot in slots:
                 slots[slot] = stated_slot(o, "context", tuple(c), sp)
+        if slots["bwd_exit"].verb == OverrideVerb.ALL_TO_ALL and not slots["bwd_entry"].verb:
+            # Ulysses: the inverse all-to-all returns the key/value gradients to their owners, no reduce-scatter
+            slots["bwd_entry"] = Slot((), slots["bwd_exit"].span, OverrideVerb.ALL_TO_ALL)
         out.append(Flow("context", tuple(c), sp, tuple((s, slots[s]) for s in SLOTS if s in slots)))
     return tuple(out)
 
@@ -346,6 +353,7 @@ KIND_TEXT = {"R": "replicated", "P": "partial (each rank holds a summand)", "S":
              "Q": "partial and sliced (each rank holds a summand of its own sequence slice)",
              "W": "wrong (elements that do not belong together were combined)",
              "L": "shifted by a different constant on each rank (each subtracted its own local max logit)",
+             "H": "sharded along the heads (the whole sequence of the rank's heads)",
              "X": "routed to the wrong expert or returned to the wrong token"}
 
 

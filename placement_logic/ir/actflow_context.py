@@ -8,7 +8,10 @@ with them and arrive summed at the rank that owns the block (the reduce-scatter 
 stated slot replaces its share: the forward exchange (``fwd_entry``), the backward exchange
 (``bwd_exit``) or the gradients' ring (``bwd_entry``), each one ring of g − 1 steps over the group g
 of every pass it names (no ring over no axis); ``no_reduce`` removes the gradients' ring, and
-``reduce_copy`` moves the same bytes as derived.
+``reduce_copy`` moves the same bytes as derived. Ulysses (``all_to_all``) replaces the exchange by two
+all-to-alls per layer per microbatch and pass (q, k, v before the attention, its output after it: in
+backward their gradients), each moving (g − 1)/g of the rank's heads of them; the key/value gradients
+come back with the inverse all-to-all, so no ring of theirs remains.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from fractions import Fraction
 
 from .buffers import Collective, Kind, Payload, PayloadTensor, Phase, link_of
 from .nodes import Const, Op, State, Sym
+from .overrides import OverrideVerb
 
 RULE = "context parallel"
 PHASE = {"fwd_entry": Phase.FORWARD, "bwd_exit": Phase.BACKWARD, "bwd_entry": Phase.BACKWARD}
@@ -58,6 +62,10 @@ def adjust(plan, out: list, flow, per) -> list:
             if c.kind is Kind.P2P and c.phase is phase and c.axes == flow.tensor and c.rule.startswith(RULE):
                 out[i] = replace(c, count=Op("-", (c.count, share)))
                 break
+        if slot.verb == OverrideVerb.ALL_TO_ALL:  # Ulysses
+            if name != "bwd_entry":
+                out += _ulysses(plan, slot, name, per)
+            continue
         axes = [s.axes for s in slot.steps if s.axes]
         if any(s.kind == "copy" for s in slot.steps):  # ir.actflow.COPY: the derived bytes, moved on a copy
             axes = [s.axes for s in slot.steps]
@@ -67,4 +75,18 @@ def adjust(plan, out: list, flow, per) -> list:
                                   _times(_ring(group), per), pay,
                                   f"override {'activations' if name == 'fwd_entry' else 'activation_grads'}[context] "
                                   f"(line {slot.span.line}): {WHAT[name]} over ({', '.join(group)})"))
+    return out
+
+
+def _ulysses(plan, slot, name: str, per) -> list:
+    ulysses = Payload(PayloadTensor.ULYSSES, (), "q, k, v and the attention output of the rank's heads "
+                      "(s/cp·b·h·(2 + 2·kv_heads/heads)/tp)")
+    target = "activations" if name == "fwd_entry" else "activation_grads"
+    out = []
+    for s in slot.steps:
+        group = tuple(a for a in plan.mesh.names if a in s.axes)
+        if group:
+            out.append(Collective(Kind.ALL_TO_ALL, State.ACTIVATIONS, group, link_of(plan, group), PHASE[name], per,
+                                  ulysses, f"override {target}[context] (line {slot.span.line}): Ulysses all-to-alls "
+                                  f"before and after the attention over ({', '.join(group)})"))
     return out

@@ -51,6 +51,7 @@ class PayloadTensor(StrEnum):
     EXPERT_TOKENS = "expert_tokens"
     TOKEN_SCALARS = "token_scalars"
     KV = "kv"
+    ULYSSES = "ulysses"  # Q, K, V before the attention and its output after it (Ulysses' all-to-alls)
 
 
 # the buffers of the non-expert parameters and of the experts (``ir.sync``), by state

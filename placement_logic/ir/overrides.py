@@ -92,13 +92,16 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
                     "assert_partial": (True, False), "assert_shard": (True, False), "reduce_max": (True, False),
                     "reduce_target": (True, False), "reduce_sumexp": (True, False),
                     # the MoE layer (group experts): the token dispatch and combine all-to-alls
-                    "dispatch": (True, False), "combine": (True, False)},
+                    "dispatch": (True, False), "combine": (True, False),
+                    # Ulysses context parallelism (group context): the all-to-all before the attention (sequence
+                    # shards -> head shards) and its inverse after it
+                    "all_to_all": (True, False)},
     # their gradients in backward: the input gradient's reduction (reduce, no_reduce, reduce_copy: applied to a
     # copy), the gather of the output gradient before the row-parallel linear, or an asserted input-gradient type
     "activation_grads": {"reduce": (True, False), "no_reduce": (False, False), "reduce_copy": (False, False),
                          "gather": (True, False), "assert_replicate": (True, False),
                          "assert_partial": (True, False), "assert_shard": (True, False),
-                         "dispatch": (True, False), "combine": (True, False)},
+                         "dispatch": (True, False), "combine": (True, False), "all_to_all": (True, False)},
     # the step's microbatches as rounds of a pipeline schedule of M inside an outer accumulation (check.nested)
     "accumulation": {
         "outer_undivided": (False, True),  # the outer loop divides by nothing: the rounds summed
@@ -187,6 +190,7 @@ class OverrideVerb(StrEnum):
     ASSERT_SHARD = "assert_shard"
     NO_REDUCE = "no_reduce"
     REDUCE_COPY = "reduce_copy"
+    ALL_TO_ALL = "all_to_all"
     OUTER_UNDIVIDED = "outer_undivided"
     INNER_UNDIVIDED = "inner_undivided"
     RESCALED_EVERY_ROUND = "rescaled_every_round"

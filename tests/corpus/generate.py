@@ -1398,6 +1398,37 @@ with_base("cp_restated_4d", "4d", "context parallelism's exchange stated over cp
           "without a region state the tensor-parallel regions only.",
           ["override activations[context]: gather over (cp)", "override activation_grads[context]: reduce over (cp)",
            "override activation_grads: reduce over (tp)"])
+# -- Ulysses: the all-to-all before the attention and its inverse after it ---------------
+
+ULYSSES_WORLD = "the Ulysses all-to-all over the whole world, not the sequence-parallel group (deepspeedai/DeepSpeed#7672)"
+ULYSSES_BATCH = "the Ulysses all-to-all crossing the samples of a batch (deepspeedai/DeepSpeed#5808)"
+for name, b, lines, expect, what, mirror in [
+    ("ulysses_over_dp_cp", "cp", ["override activations[context]: all_to_all over (dp, cp)",
+                                  "override activation_grads[context]: all_to_all over (dp, cp)"],
+     ["GI activations[context]", "GI activation_grads[context]"], "Ulysses' all-to-alls over dp and cp: each "
+     "attention reads heads of other samples' positions.", ULYSSES_WORLD),
+    ("ulysses_over_tp_cp", "4d", ["override activations[context]: all_to_all over (cp, tp)"],
+     ["GI activations[context]"], "Ulysses' all-to-all over cp and tp: the tensor ranks' heads are other heads.",
+     ULYSSES_WORLD),
+    ("ulysses_none", "cp", ["override activations[context]: all_to_all over ()"], ["GI activations[context]"],
+     "no all-to-all: each rank attends over its own block only.", ULYSSES_BATCH),
+    ("ulysses_twice", "cp", ["override activation_grads[context]: all_to_all over (cp, cp)"],
+     ["GI activation_grads[context]"], "two all-to-all passes over cp in backward: the second undoes the first.",
+     ULYSSES_BATCH),
+    ("ulysses_dkv_reduced_again", "cp", ["override activation_grads[context]: all_to_all over (cp)",
+                                         "override activation_grads[context]: reduce over (cp)"],
+     ["GI activation_grads[context]"], "the ring's reduce-scatter of dK, dV kept after Ulysses' inverse all-to-all "
+     "returned them to their owners.", ULYSSES_BATCH),
+]:
+    mutant(name, b, what, lines, expect, mirrors=mirror)
+with_base("ulysses_cp", "cp", "Ulysses' all-to-all pair over cp in forward and backward in place of the ring.",
+          ["override activations[context]: all_to_all over (cp)",
+           "override activation_grads[context]: all_to_all over (cp)"])
+with_base("ulysses_forward_ring_backward", "cp_zero3", "Ulysses in forward, the derived ring in backward.",
+          ["override activations[context]: all_to_all over (cp)"])
+with_base("ulysses_cp_4d", "4d", "Ulysses' all-to-all pair over cp in a 4D plan; the tensor ranks keep their heads.",
+          ["override activations[context]: all_to_all over (cp)",
+           "override activation_grads[context]: all_to_all over (cp)", "override activation_grads[context]: no_reduce"])
 # -- the expert tensor group's all-gather and reduce-scatter of the routed tokens ---------
 
 ETP_NO_RS = "the gathered tokens' backward without a reduce-scatter (pytorch/torchtitan#1805)"
