@@ -60,6 +60,9 @@ def test_reductions_over_consecutive_blocks_are_reduce_blocks(groups, stated):
     lines = [x for x in lifted.text.splitlines() if "reduce_blocks" in x]
     assert [x.split("  #")[0] for x in lines] == ([stated] if stated else []), lifted.text
     assert not lifted.unliftable, lifted.unliftable
+    # one data axis of four ranks: the world group (which fits any factoring) and blocks of one axis need no
+    # second axis
+    assert "  dp = 4  # data" in lifted.text and "dp2" not in lifted.text, lifted.text
     if stated:
         assert lines[0].endswith("examples/traced/ddp_summed.py:16")  # the comm hook's all_reduce
         # the gradient programs read the blocks as the axis: no `reduce over ()` beside the statement
