@@ -255,3 +255,66 @@ def test_on_three_ranks_only_a_rank_0_departure_is_stated(clipped, stated, named
     assert ("override grads: clip_rank0_only over (dp)" in lifted.text) == stated, lifted.text
     assert bool([u for u in lifted.unliftable if u.what.startswith(("the per-rank scaling of ", "a clip coefficient"))]
                 ) == named, lifted.unliftable
+
+
+@pytest.mark.parametrize("divided,verb", [
+    ((0, 1), "divide_except_last"),  # every rank but the last divides again
+    ((2,), "divide_last_only"),      # the last rank alone
+])
+def test_on_three_ranks_a_division_on_every_rank_but_the_last_or_on_the_last_only_is_stated(divided, verb):
+    base = lift(_three(stored()))
+    trace = _three(stored())
+    for r in divided:
+        _divided(trace, r, "1/2")
+    lifted = lift(trace)
+    added = [x for x in lifted.text.splitlines() if verb in x]
+    assert [x.split("  #")[0] for x in added] == [f"  override grads: {verb} over (dp) by 2"], lifted.text
+    assert added[0].endswith("examples/traced/ddp_summed.py:31")
+    # the gradient programs read with the other side's scales: nothing else of the plan changes, nothing named
+    assert [x for x in _plan_lines(lifted.text) if verb not in x] == _plan_lines(base.text)
+    assert not lifted.unliftable, lifted.unliftable
+
+
+@pytest.mark.parametrize("divided", [(1,), (0, 2)])
+def test_on_three_ranks_a_division_on_another_set_of_ranks_is_named(divided):
+    trace = _three(stored())
+    for r in divided:
+        _divided(trace, r, "1/2")
+    lifted = lift(trace)
+    assert not [v for v in ("rank0_only", "except_last", "last_only") if v in lifted.text], lifted.text
+    assert [u for u in lifted.unliftable if u.what.startswith("the per-rank scaling of ")], lifted.unliftable
+
+
+def test_on_three_ranks_a_clip_on_the_last_rank_only_is_named():
+    trace = _clipped(_three(stored()), 2)
+    lifted = lift(trace)
+    assert "override grads: clip" not in lifted.text and "divide_" not in lifted.text, lifted.text
+    assert lifted.unliftable
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("argv,status,lifted", [
+    ([], 1, "override grads: divide_except_last over (dp) by 2"),
+    (["--last-only"], 1, "override grads: divide_last_only over (dp) by 2"),
+    (["--fixed"], 0, None),
+])
+def test_a_division_on_every_rank_but_the_last_or_on_the_last_only_is_lifted_and_judged(argv, status, lifted,
+                                                                                       tmp_path, monkeypatch):
+    """On three ranks, a division on every rank but the last (or on the last alone) lifted as its statement and
+    refuted at the division (`SC update`); no division proved."""
+    pytest.importorskip("torch")
+    monkeypatch.chdir(ROOT)
+    spec = tmp_path / "lifted.place"
+    got, out, err = run(["trace", "--nproc", "3", "--check", "--spec-file", str(spec), "--",
+                         "python", "examples/traced/ddp_last_rank.py", *argv])
+    assert got == status and "[PL614]" not in err, out + err
+    text = spec.read_text()
+    overrides = " ".join(x.split("  #")[0] for x in text.splitlines() if x.startswith("  override "))
+    assert ("_last" in overrides) == bool(lifted), text
+    if lifted:
+        assert f"  {lifted}" in text
+        where = _line("ddp_last_rank.py", "p.grad.div_(2)")
+        assert f"examples/traced/ddp_last_rank.py:{where}: refuted SC update[dense]: " in out, out
+    else:
+        assert "proved for all mesh sizes" in out

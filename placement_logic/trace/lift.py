@@ -9,7 +9,8 @@ Steps, on the last step of the trace that reached the optimizer:
 
 1. Mesh axes: the DeviceMesh the script built (its dimension names and rank layout);
    without one, the process groups seen, factored into a 1-D or 2-D layout. Every
-   collective's group must be the ranks that differ from the caller along a set of axes.
+   collective's group must be the ranks that differ from the caller along a set of axes, or a block of
+   B consecutive ranks of one axis (``lift_blocks``: ``grads: reduce_blocks over (AXIS) by B``).
 2. Roles: an axis along which ranks send and receive activations and gradients to their
    neighbours is a pipeline axis (``lift_pipeline``: stages, microbatches, schedule); one along
    which ranks that all compute a loss exchange in forward and backward is a context axis (ring
@@ -31,7 +32,8 @@ Steps, on the last step of the trace that reached the optimizer:
    (``per_device_mean`` from a mean cross-entropy, ``sum``), the token count's reduction,
    the clip-norm reduction.
 6. Per-rank departures (``lift_perrank``): a clip coefficient or a divisor on rank 0 of an axis only
-   (``grads: clip_rank0_only`` / ``divide_rank0_only``), a DDP module registered in another parameter order on
+   (``grads: clip_rank0_only`` / ``divide_rank0_only``), or on every rank but the last or the last only
+   (``divide_except_last`` / ``divide_last_only``), a DDP module registered in another parameter order on
    some ranks (``grads: bucket_order``), an epsilon on each rank's norm piece before its all-reduce
    (``clip_norm: eps_before_reduce``); a loss scale updated from each rank's own found-inf flag
    (``loss_scale: local``, ``lift_facts``).
@@ -55,6 +57,7 @@ from __future__ import annotations
 from ..diagnostics import Code
 from .lift_activations import input_grad_reductions, unreduced_input_grads, unreduced_outputs
 from .lift_asserted import asserted, dropout_seeds
+from .lift_blocks import block_lines, find_blocks
 from .lift_data import data_bindings
 from .lift_facts import SEEDING, init_apart, local_overflow, overflow, split_by_values, unmodelled
 from .lift_layout import NOT_LIFTED_KINDS, Lifted, Unliftable, _frames, _ident, _layout, _placement_axes
@@ -99,6 +102,8 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     named = groups_pass(st, grads)
     lines = overrides_pass(st, ax, params, strategies, grads, loss, named)
     lines.extend(rank0_lines(st, departures, named))
+    lines.extend(block_lines(st, params, named, any((e[0].get("grad") or {}).get("dynamic_scales")
+                                                   for e in grads.info)))
     tied = tie_pass(st, grads, named)
     if grads.tie is not None and grads.tie.line is not None:
         lines.append(grads.tie.line)
@@ -121,6 +126,7 @@ def read_step(trace: dict, plan_name: str) -> Step | Lifted:
     """The step analysed and the micro-step of every call; a trace with no optimizer step lifts to no plan."""
     ranks = {r["rank"]: r for r in trace["ranks"]}
     layout, from_mesh = _layout(trace)
+    find_blocks(trace, layout)  # process groups of consecutive ranks of an axis: read as over the axis
     steps = [s for s in ranks[0]["steps"] if s.get("optimizer")]
     if not steps:
         items = [Unliftable((0,), -1, "optimizer step", "no optimizer step was recorded: the script never called "

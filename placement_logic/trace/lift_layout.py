@@ -51,6 +51,8 @@ class _Layout:
 
     def __init__(self, names: list[str], sizes: list[int], grid) -> None:
         self.names, self.sizes = names, sizes
+        # groups cutting an axis into blocks of B consecutive ranks (``lift_blocks``): read as over the axis
+        self.blocks: dict[frozenset, tuple[int, int]] = {}  # group -> (axis index, B)
         self.coords: dict[int, tuple[int, ...]] = {}
         for idx in itertools.product(*(range(s) for s in sizes)):
             cell = grid
@@ -62,6 +64,8 @@ class _Layout:
         want = set(ranks)
         if observer not in want:
             return None
+        if frozenset(want) in self.blocks:
+            return (self.names[self.blocks[frozenset(want)][0]],)
         me = self.coords[observer]
         for k in range(len(self.names) + 1):
             for subset in itertools.combinations(range(len(self.names)), k):
@@ -130,7 +134,9 @@ def _layout(trace: dict) -> tuple[_Layout, bool]:
             lay = _Layout([f"d{i}" for i in range(len(shape))], list(shape), grid)
             along = [lay.along(*p) for p in pairs]
             if all(lay.axes_of(g, g[0]) is not None for g in groups) and (None not in along or not every_pair):
-                used = {a for g in groups for a in lay.axes_of(g, g[0])} | (set(along) - {None})
+                # every axis must be needed by a group short of the whole world (the world group fits every
+                # layout) or a pair: else the groups are one axis's, or blocks of one axis (``lift_blocks``)
+                used = {a for g in groups if len(g) < world for a in lay.axes_of(g, g[0])} | (set(along) - {None})
                 if len(shape) == 1 or used == set(lay.names):
                     return lay, False
     return _Layout(["d0"], [world], flat), False

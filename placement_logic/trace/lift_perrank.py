@@ -6,8 +6,11 @@
   constant scales differs (``p.grad.div_(2)`` under ``if rank == 0``), ``override grads[g]: divide_rank0_only over
   (axis) by X`` with X the neighbour's product over rank 0's. The gradient programs are then read with the
   neighbour's constant scales (what the plan's derivation applies everywhere, rank 0's departure stated by the
-  override). A clip or a scale on another rank only (not rank 0), or other ranks that disagree among themselves,
-  have no statement: named, never proved.
+  override). Over three or more ranks, a constant scale on every rank of the axis but the last (their scales holding
+  a script line the last's lack) is ``override grads[g]: divide_except_last over (axis) by X``, one on the last
+  rank only ``divide_last_only`` (X the other side's product over the departing side's; on two ranks the former
+  is rank 0's). A clip on a set of ranks other than rank 0, a scale on another set of ranks, or ranks that
+  disagree otherwise have no statement: named, never proved.
 - ``rank0_lines``: those departures as plan lines, per group (``grads`` where they cover every parameter).
 - ``bucket_order``: the parameters of a DistributedDataParallel module registered in another order on another
   rank than on rank 0 along a data axis (names and shapes alike, the order not): DDP pairs its buckets'
@@ -24,6 +27,8 @@ from .lift_layout import Unliftable, _frames
 from .lift_programs import _factor
 
 CLIP, DIVIDE = "clip_rank0_only", "divide_rank0_only"
+EXCEPT_LAST, LAST_ONLY = "divide_except_last", "divide_last_only"
+DIVIDES = (DIVIDE, EXCEPT_LAST, LAST_ONLY)
 
 
 @dataclass
@@ -79,6 +84,8 @@ def per_rank_pass(st, ax, params: list[dict]) -> list[Departure]:
                 continue
             other, theirs = held[0]
             alike = {(len(x.get("dynamic_scales") or []), _product(x)) for _, x in held}
+            if len(alike) > 1 and _last_set(st, p, a, held, found, rewrite):
+                continue
             if len(alike) > 1:  # the other ranks disagree among themselves: no rank-0-only statement
                 st.items.append(Unliftable(tuple(r for r, _ in held), -1, f"the per-rank scaling of {own} over {a}",
                                            f"the ranks of {a} other than rank {me} apply different clip coefficients "
@@ -117,6 +124,38 @@ def per_rank_pass(st, ax, params: list[dict]) -> list[Departure]:
     return list(merged.values())
 
 
+def _last_set(st, p: dict, a: str, held: list, found: dict, rewrite: dict) -> bool:
+    """A divisor on every rank of ``a`` but the last, or on the last only: the ranks but the last (rank ``p``'s
+    among them) agree, the last applies another constant scale (no other clip), and the side that departs is the
+    one whose scales hold a script line the other's lack. Recorded in ``found`` (its gradient programs read with
+    the other side's scales in ``rewrite``); False where the ranks fall otherwise."""
+    i = st.layout.names.index(a)
+    n = st.layout.sizes[i]
+    mine = [(p["rank"], p["grad"])] + list(held)
+    last = [(r, x) for r, x in mine if st.layout.coords[r][i] == n - 1]
+    rest = [(r, x) for r, x in mine if st.layout.coords[r][i] != n - 1]
+    if len(last) != 1 or not rest or len({(len(x.get("dynamic_scales") or []), _product(x)) for _, x in rest}) != 1 \
+            or len({len(x.get("dynamic_scales") or []) for _, x in mine}) != 1:
+        return False
+    (_, lx), (_, rx) = last[0], rest[0]
+    c_last, c_rest = _product(lx), _product(rx)
+    lines = {s: {(sc["at"].get("file"), sc["at"].get("line")) for sc in x.get("scales") or []} for s, x in
+             (("last", lx), ("rest", rx))}
+    extra_last, extra_rest = lines["last"] - lines["rest"], lines["rest"] - lines["last"]
+    if c_last == c_rest or 0 in (c_last, c_rest) or bool(extra_last) == bool(extra_rest):
+        return False
+    if extra_rest:  # every rank but the last divides again
+        verb, x, dep, ref = EXCEPT_LAST, c_last / c_rest, rest, lx
+    else:
+        verb, x, dep, ref = LAST_ONLY, c_rest / c_last, last, rx
+    frames = _at([sc["at"] for sc in dep[0][1].get("scales") or []], [sc["at"] for sc in ref.get("scales") or []])
+    d = found.setdefault((verb, x, a), Departure(verb, x, [a], frames=frames))
+    d.names.append(p["name"])
+    for r, _ in dep:
+        rewrite[(r, p["own"])] = ref.get("scales") or []
+    return True
+
+
 def _rewrite(st, params: list[dict], rewrite: dict[tuple, list]) -> None:
     """The departing gradients read with the neighbour's constant scales (a copy: the trace is left as given)."""
     for p in params:
@@ -141,9 +180,10 @@ def rank0_lines(st, departures: list[Departure], named: list) -> list[tuple[str,
     every = {e[0]["name"] for _, _, members in named for e in members}
     for d in departures:
         axes = ", ".join(d.axes)
-        tail = f" by {_by(d.factor)}" if d.verb == DIVIDE else ""
-        what = ("the clip coefficient applied on rank 0 only" if d.verb == CLIP
-                else f"a division by {_by(d.factor)} on rank 0 only")
+        tail = f" by {_by(d.factor)}" if d.verb in DIVIDES else ""
+        what = ("the clip coefficient applied on rank 0 only" if d.verb == CLIP else
+                f"a division by {_by(d.factor)} on " + {DIVIDE: "rank 0 only", EXCEPT_LAST: "every rank but the last",
+                                                        LAST_ONLY: "the last rank only"}[d.verb])
         frames = _frames([[f] for f in d.frames[:1]], st.script)
         names = set(d.names)
         if names >= every:
