@@ -32,6 +32,7 @@ from fractions import Fraction
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir.overrides import OverrideTarget, OverrideVerb
+from . import clipagg
 
 BLOCKS = OverrideVerb.REDUCE_BLOCKS
 EXCEPT_LAST = OverrideVerb.DIVIDE_EXCEPT_LAST
@@ -147,9 +148,9 @@ def check_override(plan: ir.Plan, groups) -> None:
             if o.group is not None:
                 raise _err(Code.NORM_BLOCKS_AXIS, f"{head(o)}: the norm is one all-reduce of every group's squared "
                            "norms; state its blocks without a group", o)
-            from .rankupdate import plan_norm
-
-            axes, _ = plan_norm(plan, groups)
+            stated = clipagg.stated(plan.overrides, "all")  # the norm's reduction (check.rankupdate.plan_norm)
+            axes = tuple(stated.axes or ()) if stated is not None else \
+                tuple(dict.fromkeys(a for g in groups for a in g.shard_axes))
             for a in o.axes:
                 if a not in axes:
                     raise _err(Code.NORM_BLOCKS_AXIS, f"{head(o)}: the grad norm is not reduced over {a} (its "
