@@ -104,6 +104,8 @@ def size(c: Collective, sh: Shape, lay: Layout) -> SizedCollective:
     n = sympy.Mul(*(symbol(a) for a in c.axes)) if c.axes else sympy.Integer(1)
     if c.size is not None:  # a part of the axes (each K/V head's copy group)
         n = to_sympy(c.size)
+    if c.block is not None:  # a reduction run within blocks of the axes' ranks (ir.blocks)
+        n = to_sympy(c.block)
     count = to_sympy(c.count)
     m = buffer_bytes(c, sh, lay)
     ring = _RING[c.kind](n) * m * count

@@ -49,6 +49,7 @@ from .. import hardware as hw
 from .. import ir
 from ..ir import Role, views
 from ..ir import collectives as schedule
+from ..ir.buffers import link_of
 from ..ir.collectives import Kind, Phase
 from ..ir.groups import padded_vocab
 from . import kernels, nccl
@@ -174,14 +175,26 @@ def _product(axes) -> sympy.Expr:
     return sympy.Mul(*(symbol(a) for a in axes)) if axes else ONE
 
 
+def _links(plan: ir.Plan, axes: tuple[str, ...], block: str | None) -> list[str]:
+    """The link classes a group's traffic crosses: its axes' (an axis with none taken as crossing
+    nodes), or ``block``, the link of a block of the axes' ranks (``ir.blocks``)."""
+    return [block] if block is not None else [plan.mesh.axis(a).link or "inter_node" for a in axes]
+
+
+def _block_link(hwr: ir.Hardware, plan: ir.Plan, col) -> str | None:
+    """The link of a reduction run within blocks of its axes' ranks where that differs from the axes'."""
+    if col.block is None or col.link is None or col.link == link_of(plan, col.axes) or hwr.link(col.link) is None:
+        return None
+    return col.link
+
+
 def _slowest(hwr: ir.Hardware, plan: ir.Plan, axes: tuple[str, ...],
-             achieved: bool = False) -> tuple[str, sympy.Expr, sympy.Expr, sympy.Expr]:
+             achieved: bool = False, block: str | None = None) -> tuple[str, sympy.Expr, sympy.Expr, sympy.Expr]:
     """(link name, bandwidth, latency per ring step, latency per call) of a group: its slowest
     axis link (an axis with no link class is taken as crossing nodes); ``achieved`` (the kernel
     model): the bandwidth times the link's bus-bandwidth efficiency, and NCCL's latencies."""
     best = None
-    for a in axes:
-        name = plan.mesh.axis(a).link or "inter_node"
+    for name in _links(plan, axes, block):
         k = hwr.link(name)
         if k is None:
             continue
@@ -208,7 +221,8 @@ def _nccl_group(hwr: ir.Hardware, plan: ir.Plan, c: SizedCollective, bw: sympy.E
     bandwidth and curve); None where a link is not an NCCL link of the catalogue (a latency of
     one's own) or the group is a part of its axes."""
     col = c.collective
-    if col.kind not in (Kind.ALL_REDUCE, Kind.REDUCE_SCATTER, Kind.ALL_GATHER) or col.size is not None:
+    if col.kind not in (Kind.ALL_REDUCE, Kind.REDUCE_SCATTER, Kind.ALL_GATHER) or col.size is not None \
+            or col.block is not None:
         return None
     intra, net, classes = [], [], set()
     for a in col.axes:
@@ -284,7 +298,7 @@ def step_time(pc, hwr: ir.Hardware, causal: bool | None = None) -> StepTime | No
     for c in pc.communication.collectives:
         col = c.collective
         if col.axes:
-            name, bw, lat, call = _slowest(hwr, plan, col.axes, mode == "kernels")
+            name, bw, lat, call = _slowest(hwr, plan, col.axes, mode == "kernels", _block_link(hwr, plan, col))
         else:
             name, bw, lat, call = _host(hwr)
         group = _nccl_group(hwr, plan, c, bw, name) if mode == "kernels" else None

@@ -92,6 +92,8 @@ class Collective:
     payload: Payload
     rule: str = ""
     size: Value | None = None  # devices in the group when it is a part of the axes (a K/V copy group)
+    # devices in the group when a reduction over the whole axes runs within blocks of their ranks (ir.blocks)
+    block: Value | None = None
 
 
 def uniq(xs) -> tuple[str, ...]:

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import ir
-from . import actflow, heads, sync, views
+from . import actflow, blocks, heads, sync, views
 from . import groups as pg
 from .buffers import (
     DENSE_BUFFERS,
@@ -459,7 +459,7 @@ def derive(plan: ir.Plan) -> tuple[Collective, ...]:
     collectives once per buffer of parameter groups placed alike (``ir.views.buffers``).
     Readers take it from ``schedule(plan)``: one derivation per plan."""
     parts = views.buffers(plan)
-    return actflow.adjust(plan, tuple(
+    return blocks.apply(plan, actflow.adjust(plan, tuple(
         _per_buffer(_param_gathers, parts)
         + _tensor_parallel(plan)
         + _vocab_parallel(plan)
@@ -470,4 +470,4 @@ def derive(plan: ir.Plan) -> tuple[Collective, ...]:
         + heads.grad_sums(plan)
         + _per_buffer(_offload, parts)
         + _per_buffer(_param_refresh, parts)
-    ), _mul(stage_layers(plan), plan.model.microbatches), plan.model.microbatches)
+    ), _mul(stage_layers(plan), plan.model.microbatches), plan.model.microbatches))

@@ -1,0 +1,130 @@
+"""Gradient reductions run within blocks of an axis's ranks, as the schedule prices them.
+
+Input: a plan and its derived collectives. Output: the same collectives, each gradient reduction
+(all-reduce or reduce-scatter in the grad-sync phase) that an ``override grads[g]: reduce_blocks
+over (AXES) by B`` cuts into blocks run on a group of its block instead of the whole axes
+(docs/costs.md, "Reductions over blocks of an axis"):
+
+* group size: each blocked axis a of the collective contributes min(B, N_a) devices (B ranks,
+  the whole axis where B holds it), every other axis its size; ``Collective.block`` carries it, so
+  the ring bytes are 2(b−1)/b·m (all-reduce) and (b−1)/b·m (reduce-scatter) and the α–β time
+  counts 2(b−1) or b−1 steps on a group of b devices;
+* link class: a blocked axis on ``inter_node`` whose block of B consecutive ranks, times the
+  sizes of the axes inside it (the last axis innermost), divides the devices per node of the
+  mesh's catalogue device lies inside a node (``intra_node``), as ``interop``'s ``node_links``
+  decides an axis's link; where B, a size inside it or the device is not known as a number the
+  axis keeps its link;
+* a block statement of one group (``grads[g]``) splits a buffer carrying several groups into the
+  part of the groups it names and the rest (each priced on its own group).
+
+The last block of an axis B does not divide is shorter; the figures are those of a full block
+(the largest, which the step waits for). The grad norm's all-reduce (``clip_norm: reduce_blocks``)
+is not a priced collective (one scalar), so that statement changes no cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .. import hardware as hw
+from .. import ir
+from . import groups as pg
+from . import views
+from .buffers import Collective, Kind, Phase, grads_group, link_of
+from .nodes import Const, Op, State, Sym, Value
+from .overrides import OverrideTarget, OverrideVerb
+
+INTRA, INTER = "intra_node", "inter_node"
+
+
+def statements(plan: ir.Plan) -> tuple[ir.Override, ...]:
+    return tuple(o for o in plan.overrides_for(OverrideTarget.GRADS) if o.verb == OverrideVerb.REDUCE_BLOCKS)
+
+
+def statement_for(plan: ir.Plan, group: str | None) -> ir.Override | None:
+    """The block statement of a checker group's gradient: its own, else the plan's (``all``, then none)."""
+    for who in (group, "all", None):
+        found = [o for o in statements(plan) if o.group == who]
+        if found:
+            return found[-1]
+    return None
+
+
+def _member_of(g: pg.ParamGroup) -> str:
+    """The name a ``grads[NAME]`` statement gives the parameter group by: a user group's own, else its class."""
+    return g.name if g.user else str(g.checks_as)
+
+
+def _block_size(b: Value, axis: ir.Axis) -> Value:
+    if isinstance(b, Const) and isinstance(axis.size, Const):
+        return ir.const(min(b.value, axis.size.value))
+    return Op("min", (b, Sym(axis.name)))
+
+
+def block_link(plan: ir.Plan, axis: str, b: Value) -> str | None:
+    """The link class of a block of ``b`` consecutive ranks of ``axis`` (module docstring)."""
+    own = plan.mesh.axis(axis).link
+    if own != INTER:
+        return own
+    h = plan.mesh.hardware
+    dev = hw.device(h.device) if h is not None else None
+    if dev is None or not isinstance(b, Const):
+        return own
+    span = b.value
+    for a in plan.mesh.names[plan.mesh.names.index(axis) + 1:]:
+        size = plan.mesh.axis(a).size
+        if not isinstance(size, Const):
+            return own
+        span *= size.value
+    return INTRA if span.denominator == 1 and dev.per_node % int(span) == 0 else own
+
+
+def _blocked(plan: ir.Plan, c: Collective, o: ir.Override) -> Collective:
+    """``c`` run within blocks of ``o``'s B ranks of the axes ``o`` names."""
+    cut = [a for a in c.axes if a in (o.axes or ())]
+    if not cut:
+        return c
+    factors: list[Value] = [_block_size(o.by, plan.mesh.axis(a)) if a in cut else Sym(a) for a in c.axes]
+    size = factors[0] if len(factors) == 1 else Op("*", tuple(factors))
+    links = [block_link(plan, a, o.by) if a in cut else plan.mesh.axis(a).link for a in c.axes]
+    known = [x for x in links if x]
+    link = None if not known else known[0] if len(set(known)) == 1 else \
+        INTER if INTER in known else "+".join(sorted(set(known)))
+    rule = f"{c.rule}; within blocks of {ir.show(o.by)} ranks of ({', '.join(cut)}) (override grads: reduce_blocks)"
+    return replace(c, block=size, link=link if known else link_of(plan, c.axes), rule=rule)
+
+
+def apply(plan: ir.Plan, colls: tuple[Collective, ...]) -> tuple[Collective, ...]:
+    """The schedule with each gradient reduction a block statement names run within its blocks."""
+    if not statements(plan):
+        return colls
+    members = pg.param_groups(plan.model)
+    out: list[Collective] = []
+    for c in colls:
+        if c.state is not State.GRADS or c.phase is not Phase.GRAD_SYNC or c.size is not None \
+                or c.block is not None or c.kind not in (Kind.ALL_REDUCE, Kind.REDUCE_SCATTER):
+            out.append(c)
+            continue
+        own = grads_group(c.payload.tensor)
+        names = [own] if own is not None else [g.name for g in members if views.carries(c.payload, g.name)]
+        by_name = {g.name: g for g in members}
+        parts: dict[int, tuple[ir.Override | None, list[str]]] = {}
+        for n in names:
+            g = by_name.get(n)
+            o = statement_for(plan, _member_of(g) if g is not None else n)
+            parts.setdefault(id(o), (o, []))[1].append(n)
+        if len(parts) <= 1:
+            o = next(iter(parts.values()))[0] if parts else statement_for(plan, None)
+            out.append(c if o is None else _blocked(plan, c, o))
+            continue
+        plain = statement_for(plan, None)
+        named = [n for o, ns in parts.values() if o is not plain for n in ns]
+        for o, ns in parts.values():
+            if o is plain and c.payload.groups is None:  # the rest of the buffer: every group but the named ones
+                pay = replace(c.payload, without=c.payload.without + tuple(named))
+            else:
+                pay = replace(c.payload, groups=tuple(ns), description=c.payload.description + f" (group {', '.join(ns)})")
+            part = replace(c, payload=pay)
+            out.append(part if o is None else _blocked(plan, part, o))
+    return tuple(out)
+
