@@ -182,29 +182,7 @@ def _param_gathers(plan: ir.Plan) -> list[Collective]:
     if th.reshard_after_forward:
         out.append(Collective(Kind.ALL_GATHER, State.PARAMS, star, link, Phase.BACKWARD, per_unit, pay,
                               "params S* freed after forward: all-gather again before backward"))
-    return out + ([] if given else _replica_gathers(plan, star, per_unit))
-
-
-def _replica_gathers(plan: ir.Plan, star: tuple[str, ...], per_unit: Value) -> list[Collective]:
-    """ZeRO-3 on the data axes beside an expert axis that splits the experts: there the
-    non-expert parameters are data-parallel replicas placed as on the data axes (S*,
-    ``views.class_view``), so they are all-gathered over the expert axis too, after the data
-    axes' gather (and again before backward when freed after forward)."""
-    th = plan.placement(State.PARAMS)
-    if sync.applies(plan) or views.data_mode(plan, State.PARAMS) is not Mode.S_STAR:
-        return []
-    out = []
-    for e in plan.groups_with_role(Role.EXPERT):  # a product binding's axes: one group
-        if any(a in star or th.mode(a) not in (Mode.S, Mode.O) for a in e):
-            continue
-        rest = tuple(a for a in sharded_axes(plan, State.PARAMS) if a not in star and a not in e)
-        pay = Payload(PT.DENSE_PARAMS, rest, f"non-expert parameters, one {th.unit} at a time")
-        phases = (Phase.FORWARD, Phase.BACKWARD) if th.reshard_after_forward else (Phase.FORWARD,)
-        out += [Collective(Kind.ALL_GATHER, State.PARAMS, e, link_of(plan, e), ph, per_unit, pay,
-                           "non-expert params S* on an expert axis (data-parallel replicas there): all-gather "
-                           + ("before forward" if ph is Phase.FORWARD else "again before backward"))
-                for ph in phases]
-    return out
+    return out + ([] if given else sync.replica_gathers(plan, star, per_unit))
 
 
 def _param_refresh(plan: ir.Plan) -> list[Collective]:
@@ -442,8 +420,7 @@ def _per_buffer(rule, parts: tuple[views.Part, ...]) -> list[Collective]:
             if part.groups is not None and c.payload.tensor in DENSE_BUFFERS + EXPERT_BUFFERS \
                     and (c.payload.tensor in EXPERT_BUFFERS) not in kinds:
                 continue  # the non-expert (expert) part of a buffer of expert (non-expert) groups only
-            named = part.groups is not None
-            desc = c.payload.description + (f" (group {', '.join(part.groups)})" if named else "")
+            desc = c.payload.description + (f" (group {', '.join(part.groups)})" if part.groups is not None else "")
             out.append(replace(c, payload=replace(c.payload, groups=part.groups, without=part.without,
                                                   description=desc)))
     return out

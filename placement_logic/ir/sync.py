@@ -72,3 +72,25 @@ def refresh(plan: Plan) -> list[sc.Collective]:
             sc.Payload(params, rest, "updated parameters"),
             "params R with optimizer S: all-gather the updated parameters after the step" + note))
     return out
+
+
+def replica_gathers(plan: Plan, star: tuple[str, ...], per_unit) -> list[sc.Collective]:
+    """ZeRO-3 on the data axes beside an expert axis that splits the experts: there the
+    non-expert parameters are data-parallel replicas placed as on the data axes (S*,
+    ``views.class_view``), so they are all-gathered over the expert axis too, after the data
+    axes' gather (and again before backward when freed after forward)."""
+    th = plan.placement(State.PARAMS)
+    if applies(plan) or views.data_mode(plan, State.PARAMS) is not Mode.S_STAR:
+        return []
+    out = []
+    for e in plan.groups_with_role(Role.EXPERT):  # a product binding's axes: one group
+        if any(a in star or th.mode(a) not in (Mode.S, Mode.O) for a in e):
+            continue
+        rest = tuple(a for a in th.axes_with(Mode.S, Mode.S_STAR, Mode.O) if a not in star and a not in e)
+        pay = sc.Payload(sc.PayloadTensor.DENSE_PARAMS, rest, f"non-expert parameters, one {th.unit} at a time")
+        phases = (sc.Phase.FORWARD, sc.Phase.BACKWARD) if th.reshard_after_forward else (sc.Phase.FORWARD,)
+        out += [sc.Collective(sc.Kind.ALL_GATHER, State.PARAMS, e, sc.link_of(plan, e), ph, per_unit, pay,
+                           "non-expert params S* on an expert axis (data-parallel replicas there): all-gather "
+                           + ("before forward" if ph is sc.Phase.FORWARD else "again before backward"))
+                for ph in phases]
+    return out
