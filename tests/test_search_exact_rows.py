@@ -86,7 +86,10 @@ def _check_rows(model: str, space: search.Space, per_structure: int | None, samp
         forms = tuple(_fraction(f.xreplace(subs)) for f in _structure_forms(result.block, s, space, memo))
         fast_ok = (abs(v[0] - own[0]) < 0.5 and abs(v[1] - float(own[1])) <= 1e-12 * float(own[1])
                    and abs(v[3] - float(own[2])) <= 1e-12 * max(1.0, float(own[2])))
-        if forms != own or not fast_ok:
+        # the search's own exact path (what it prints for a ranked row) gives the same figures
+        c = search.Candidate(s, z, v[0], v[1], v[2], v[3], True)
+        search.exact(c, result.block, space, check=False)
+        if forms != own or not fast_ok or (c.exact_memory, c.exact_step) != own[:2] or not c.agrees:
             wrong.append((s, z, [float(x) for x in own], [float(x) for x in forms], (v[0], v[1], v[3])))
     assert not wrong, f"{len(wrong)} of {len(picked)} rows differ from their own derivation: {wrong[:3]}"
     return [(s, z) for s, z, _ in picked]
