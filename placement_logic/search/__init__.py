@@ -7,7 +7,10 @@ step time, the Pareto frontier of memory against time, and the winners re-derive
 and checked.
 
 How: candidates share a few *structures* (data strategy × recompute × schedule × which axes
-have more than one device). Each structure is written as a spec with its sizes as symbols,
+have more than one device × what a derivation decides from a size's value rather than its
+symbol: one interleaved chunk per stage, which axes' groups cross a node, K/V heads copied over
+the tensor ranks; ``space.Structure.facts``), so a structure's closed forms are those of each of
+its rows written with literal sizes. Each structure is written as a spec with its sizes as symbols,
 derived once (exact closed forms: peak memory per device, step time, MFU), compiled to a
 straight-line program over numpy arrays (``search.program``; cached by the structure's spec
 text, in the process and on disk, so a repeated structure is neither derived nor compiled
@@ -20,6 +23,7 @@ exact arithmetic (bytes to the byte, seconds as rationals) and checked with ``ch
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import math
@@ -164,9 +168,12 @@ def run(model: str, space: Space, top: int = 10, check: bool = True,
                                           notes=did_you_mean(space.device, tuple(hw.DEVICES)))])
     t0 = time.perf_counter()
     block, shape, shown = model_text(model, space.seq)
-    groups = enumerate_space(space, shape)
-    groups = {k: v for k, v in groups.items() if v[1].any()}
-    result = Result(space, shown, sum(len(v[0]) for v in groups.values()), structures=len(groups))
+    every = enumerate_space(space, shape)
+    groups = {k: v for k, v in every.items() if v[1].any()}
+    # the grid points of every structure with a valid row, whatever part of it (its facts) they fall in
+    live = {dataclasses.replace(k, facts=()) for k in groups}
+    candidates = sum(len(v[0]) for k, v in every.items() if dataclasses.replace(k, facts=()) in live)
+    result = Result(space, shown, candidates, structures=len(groups))
     result.block = block
     t1 = time.perf_counter()
     capacity = hw.device(space.device).memory - space.reserve
@@ -303,8 +310,8 @@ def _twins(parts, a: tuple, b: tuple) -> bool:
     vectorised memory and step time are equal (zero3 and fsdp, say): one row naming both,
     once their exact figures agree too."""
     (sa, za, va), (sb, zb, vb) = parts[a[0]], parts[b[0]]
-    same_shape = (sa.recompute, sa.schedule, sa.axes, sa.folded, sa.optimizer) == \
-        (sb.recompute, sb.schedule, sb.axes, sb.folded, sb.optimizer)
+    same_shape = (sa.recompute, sa.schedule, sa.axes, sa.folded, sa.optimizer, sa.facts) == \
+        (sb.recompute, sb.schedule, sb.axes, sb.folded, sb.optimizer, sb.facts)
     return (sa.strategy != sb.strategy and same_shape and bool((za[a[1]] == zb[b[1]]).all())
             and va[a[1], 0] == vb[b[1], 0] and va[a[1], 1] == vb[b[1], 1])
 

@@ -6,7 +6,7 @@ import itertools
 
 from .. import hardware as hw
 from .. import ir
-from .space import COLLAPSED, Space, Structure
+from .space import COLLAPSED, INTER_NODE, KV_COPIES, ONE_CHUNK, Space, Structure, inter_node, kv_copied
 
 # --------------------------------------------------------------------------- enumeration
 
@@ -91,9 +91,15 @@ def enumerate_space(space: Space, t: ir.TransformerShape):
             # and reduces nothing, which ddp's closed forms give at size 1; ZeRO's do not), so
             # it is evaluated once, as ddp
             strategies = space.strategies + (() if "ddp" in space.strategies else ("ddp",))
+            # the rows of each part taken once, shared by every strategy's structure of that part
+            plain = [(f, rows, sizes[rows]) for f, rows in _facts(per_node, t, present, sched, tp, cp, one, nv)]
+            sharded = [(f, rows, hsizes[rows]) for f, rows in _facts(per_node, t, present + ("ds",), sched, tp, cp,
+                                                                       ds, nv)]
+            hvalid = ok & (ds > 1) & (dp // ds > 1)
             for strat, rec, opt in itertools.product(strategies, space.recompute, space.optimizers):
                 if strat == "hsdp":
-                    out[Structure(strat, rec, sched, present, optimizer=opt)] = (hsizes, ok & (ds > 1) & (dp // ds > 1))
+                    for facts, rows, part in sharded:
+                        out[Structure(strat, rec, sched, present, optimizer=opt, facts=facts)] = (part, hvalid[rows])
                     continue
                 for fold in (space.folding if moe and "ep" in present else (False,)):
                     if fold and (strat in ("offload", "hsdp") or opt != "adamw"):  # folded Muon: not searched
@@ -103,5 +109,28 @@ def enumerate_space(space: Space, t: ir.TransformerShape):
                         valid = mask & (dp > 1)
                     else:
                         valid = mask if "ddp" in space.strategies else mask & (dp == 1)
-                    out[Structure(strat, rec, sched, present, fold, opt)] = (sizes, valid)
+                    for facts, rows, part in plain:
+                        out[Structure(strat, rec, sched, present, fold, opt, facts)] = (part, valid[rows])
+    return out
+
+
+def _facts(per_node: int, t: ir.TransformerShape, present: tuple[str, ...], sched: str | None, tp, cp, ds, nv):
+    """The rows split by the facts a derivation decides from their values (``space.inter_node``,
+    ``space.kv_copied``, one chunk per stage): [(facts, row indices)], every row in exactly one part."""
+    import numpy as np
+
+    crossing = inter_node(per_node, tp, cp, ds)
+    one_chunk = (nv == 1) if sched == "interleaved" else np.zeros_like(tp, dtype=bool)
+    flags = [(ONE_CHUNK, one_chunk)] + [(INTER_NODE[a], crossing[a]) for a in ("tp", "cp", "ds") if a in present]
+    copied = kv_copied(_int(t.kv_heads), t.mla, tp) if "tp" in present else np.zeros_like(tp, dtype=bool)
+    # one integer per row: a bit per flag, and above them the tensor size where K/V heads are copied
+    code = np.where(copied, tp, 0) << len(flags)
+    for k, (_, on) in enumerate(flags):
+        code |= on.astype(np.int64) << k
+    out = []
+    for c in np.flatnonzero(np.bincount(code)).tolist():
+        facts = tuple(name for k, (name, _) in enumerate(flags) if c >> k & 1)
+        if c >> len(flags):
+            facts += (f"{KV_COPIES}{c >> len(flags)}",)
+        out.append((facts, np.flatnonzero(code == c)))
     return out

@@ -51,6 +51,33 @@ class Structure:
     # on ep × tp × cp (expert tensor size 1, whatever the dense tensor size)
     folded: bool = False
     optimizer: str = "adamw"  # "muon": Muon on the matrices (ir.optimizers), AdamW on the rest
+    # what a derivation decides from the sizes' values rather than their symbols (``FACTS``): the same
+    # for every row of the structure, so its closed forms are those of each row's own spec
+    facts: tuple[str, ...] = ()
+
+
+# The facts a derivation branches on by value, each written into the structure's spec: the
+# interleaved schedule with one chunk per stage (``interleaved_1f1b(v = 1)``); an axis whose group
+# spans nodes (``@ inter_node``: tp, then cp beside tp, then hsdp's shard group beside both); K/V
+# heads copied over the tensor ranks (more ranks than kv heads: a gradient sum over each copy group),
+# written with the tensor size, which the spec then declares.
+ONE_CHUNK = "v=1"
+INTER_NODE = {"tp": "tp inter_node", "cp": "cp inter_node", "ds": "ds inter_node"}
+KV_COPIES = "kv copied at tp="
+
+
+def inter_node(per_node: int, tp, cp, ds) -> dict:
+    """Which of tp, cp and ds span more than one node (tp innermost, cp beside it, hsdp's shard
+    group beside both); elementwise over numpy arrays as over numbers."""
+    return {"tp": tp > per_node, "cp": tp * cp > per_node, "ds": ds * tp * cp > per_node}
+
+
+def kv_copied(kv: int | None, mla: bool, tp):
+    """Whether the tensor ranks outnumber the model's K >= 2 kv heads, each copied on tp/K of them
+    (``ir.heads.kv_copies``); elementwise over numpy arrays as over numbers."""
+    if kv is None or kv < 2 or mla:
+        return tp < 0  # never
+    return (tp > kv) & (tp % kv == 0)
 
 
 @dataclass

@@ -11,7 +11,7 @@ from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 from ..frontend import surface
 from ..frontend.loader import load_string
 from ..frontend.parser import parse
-from .space import _LIBRARY, _RECOMPUTE_USE, SIZE_SYMBOLS, Structure
+from .space import _LIBRARY, _RECOMPUTE_USE, INTER_NODE, KV_COPIES, ONE_CHUNK, SIZE_SYMBOLS, Structure, inter_node
 
 # --------------------------------------------------------------------------- the model
 
@@ -88,26 +88,27 @@ def spec_text(block: str, structure: Structure, sizes: dict, device: str, mfu: F
     mesh = [f"  device = {device}"]
     if mfu is not None:
         mesh.append(f"  mfu = {mfu.numerator}/{mfu.denominator}" if mfu.denominator != 1 else f"  mfu = {mfu}")
-    inner = sizes.get("tp", 1)
+    if literal:  # the links of these sizes: the facts the structure's rows share (enumeration)
+        crossing = {a: bool(x) for a, x in inter_node(per_node, sizes.get("tp", 1), sizes.get("cp", 1),
+                                                      sizes.get("ds", 1)).items()}
+    else:
+        crossing = {a: INTER_NODE[a] in s.facts for a in INTER_NODE}
+    # a placeholder size where a derivation reads the declared number (K/V heads copied over tp)
+    held = dict(("tp", int(f[len(KV_COPIES):])) for f in s.facts if f.startswith(KV_COPIES))
     for a in ("dp", "tp", "pp", "cp", "ep"):
         if a != "dp" and a not in s.axes:
             continue
-        if a == "tp":
-            link = "intra_node" if sizes.get("tp", 2) <= per_node else "inter_node"
-        elif a == "cp":
-            link = "intra_node" if inner * sizes.get("cp", 2) <= per_node else "inter_node"
-        else:
-            link = "inter_node"
-        mesh.append(f"  {a} = {sizes[a] if literal else 2} @ {link}")
+        link = "inter_node" if crossing.get(a, True) else "intra_node"
+        mesh.append(f"  {a} = {sizes[a] if literal else held.get(a, 2)} @ {link}")
         if a == "dp" and s.strategy == "hsdp":  # the shard group inside a node when it fits there
-            ds = sizes.get("ds", 2)
-            link = "intra_node" if ds * inner * sizes.get("cp", 1) <= per_node else "inter_node"
-            mesh.append(f"  ds = {ds if literal else 2} @ {link}")
+            link = "inter_node" if crossing["ds"] else "intra_node"
+            mesh.append(f"  ds = {sizes['ds'] if literal else 2} @ {link}")
     plan = ["  [dp, ds]: hybrid_shard" if s.strategy == "hsdp" else f"  dp: {_LIBRARY.get(s.strategy, s.strategy)}"]
     if "tp" in s.axes:
         plan.append("  tp: megatron_sp")
     if "pp" in s.axes:
-        plan.append("  pp: " + (f"interleaved_1f1b(v = {sizes['nv'] if literal else 'nv'})"
+        chunks = sizes["nv"] if literal else 1 if ONE_CHUNK in s.facts else "nv"
+        plan.append("  pp: " + (f"interleaved_1f1b(v = {chunks})"
                                  if s.schedule == "interleaved" else "one_f_one_b"))
     if "cp" in s.axes:
         plan.append("  cp: context_parallel")
@@ -119,7 +120,7 @@ def spec_text(block: str, structure: Structure, sizes: dict, device: str, mfu: F
         block = block[:cut] + f"  group experts {{ role = {{{roles}}} }}\n" + block[cut:]
     plan += _optimizer_lines(s)
     lets = f"let mb = {sizes['mb'] if literal else 1}\nlet nmb = {sizes['nmb'] if literal else 1}\n"
-    if not literal and s.schedule == "interleaved":
+    if not literal and s.schedule == "interleaved" and ONE_CHUNK not in s.facts:
         lets += "let nv = 2\n"
     return ("\n".join(imports) + "\n\n" + lets + "\n" + block + "\nmesh {\n" + "\n".join(mesh) + "\n}\n\n"
             + "plan searched {\n" + "\n".join(plan) + "\n" + _RECOMPUTE_USE[s.recompute] + "  flash_attention\n}\n")
