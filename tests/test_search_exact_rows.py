@@ -109,13 +109,17 @@ def _covered(picked, device: str) -> set[str]:
     return seen
 
 
-def test_every_sampled_row_is_its_own_configuration(tmp_path):
+@pytest.mark.parametrize("pp, strategies, per_structure", [
+    ((2,), ("zero1",), 1),  # quick: one row of every structure, each fact still sampled
+    pytest.param((1, 2, 4), ("zero1", "hsdp"), 2, marks=pytest.mark.slow),
+])
+def test_every_sampled_row_is_its_own_configuration(tmp_path, pp, strategies, per_structure):
     model = tmp_path / "model.place"
     model.write_text(MODEL)
-    space = search.Space(devices=64, global_batch=64, seq=4096, device="h100_sxm", tp=(1, 2, 4, 8), pp=(1, 2, 4),
-                         cp=(1, 2, 4), microbatch=(1,), chunks=(1, 2), strategies=("zero1", "hsdp"),
+    space = search.Space(devices=64, global_batch=64, seq=4096, device="h100_sxm", tp=(1, 2, 4, 8), pp=pp,
+                         cp=(1, 2, 4), microbatch=(1,), chunks=(1, 2), strategies=strategies,
                          recompute=("none",))
-    picked = _check_rows(str(model), space, per_structure=2, sample=None, seed=3)
+    picked = _check_rows(str(model), space, per_structure=per_structure, sample=None, seed=3)
     assert _covered(picked, space.device) >= {"v=1", "v>1", "tp*cp across nodes", "tp*cp in a node", "kv copies"}
 
 
