@@ -141,7 +141,7 @@ def test_vectorised_search_agrees_with_the_brute_force(which, model_file, moe_fi
     assert min(c.exact_step for c in result.ranked) == best_step and all(c.agrees for c in result.ranked)
     # the rows within the model's error band of the fastest first, the more robust before (less exposed
     # communication, then less memory), then the others by step time
-    band = Fraction(11, 100)
+    band = Fraction(7, 100)  # docs/validation_time.md: the largest error, 6.9 %, rounded up
     tied = [c for c in result.ranked if c.exact_step <= best_step * (1 + band)]
     assert result.ranked[:len(tied)] == sorted(tied, key=lambda c: (c.exposed, c.exact_memory, c.exact_step))
     rest = result.ranked[len(tied):]
