@@ -108,8 +108,9 @@ _MAMF = ("Bekman, Machine Learning Engineering, 'Maximum Achievable Matmul FLOPS
 _NVMM = ("NVIDIA, Matrix Multiplication Background User's Guide (DU-09799-001, 2023): GEMM throughput grows "
          "with size until the math-limited regime; small GEMMs are memory- or wave-quantisation-limited")
 _FIT = ("fitted on docs/validation_time.md (Korthikanti et al. 2022, A100): transformer-shaped products reach "
-        "14/15 of the best-shape figure (refitted with the communication model of Megatron-LM's sequence-parallel "
-        "re-gather and pipeline scatter/gather: the value that leaves those rows unbiased); the memory-bound "
+        "7/8 of the best-shape figure (refitted with the communication model of Megatron-LM's sequence-parallel "
+        "re-gather, pipeline scatter/gather and asynchronous tensor-parallel backward: the value that leaves those "
+        "rows unbiased); the memory-bound "
         "kernels 7/10 of Calculon's fractions (the traffic the kernel count leaves out: casts, bias gradients, "
         "gradient accumulation)")
 _FA2_A100 = ("Dao, FlashAttention-2 (2023): 50-73 % of the A100's 312 TFLOPS forward, lower backward; "
@@ -120,7 +121,7 @@ _ASSUMED = "no published matmul sweep at hand for this device: the H100's fracti
 
 GIGA = 10**9
 MB = 10**6
-SHAPE_FACTOR = Fraction(14, 15)  # transformer-shaped products against the best shape (fitted, _FIT)
+SHAPE_FACTOR = Fraction(7, 8)  # transformer-shaped products against the best shape (fitted, _FIT)
 MEMORY_FACTOR = Fraction(7, 10)  # the memory-bound kernels against Calculon's fractions (fitted, _FIT)
 
 
@@ -129,7 +130,7 @@ def _table(*pairs) -> tuple[tuple[Fraction, Fraction], ...]:
 
 
 def gemm_table(ceiling: Fraction) -> tuple[tuple[Fraction, Fraction], ...]:
-    """A device's matrix-product fractions: its best-shape fraction (MAMF / peak) × 14/15 from
+    """A device's matrix-product fractions: its best-shape fraction (MAMF / peak) × 7/8 from
     128 GFLOP, × 9/10 of that from 16 GFLOP, × 3/5 of that from 1 GFLOP, 1/10 below (Calculon's
     classes and steps)."""
     top = ceiling * SHAPE_FACTOR

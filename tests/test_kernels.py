@@ -51,8 +51,8 @@ def test_tables_are_exact_monotone_and_sourced():
             assert all(isinstance(f, Fraction) and 0 < f <= 1 for _, f in table)
             assert [f for _, f in table] == sorted((f for _, f in table), reverse=True)
         assert 0 < e.flash <= 1
-    # the A100's largest products: MAMF 271.2 of 312 TFLOPS, times the fitted 14/15
-    assert A100.efficiency.gemm[0] == (128 * 10**9, Fraction(2712, 3120) * Fraction(14, 15))
+    # the A100's largest products: MAMF 271.2 of 312 TFLOPS, times the fitted 7/8
+    assert A100.efficiency.gemm[0] == (128 * 10**9, Fraction(2712, 3120) * Fraction(7, 8))
     # NVLink 3 at the published curve's 235.14 GB/s plateau of 300 (docs/hardware.md), HDR at 9/10
     assert hw.link("nvlink3").efficiency == Fraction(47, 60) and hw.link("ib_hdr").efficiency == Fraction(9, 10)
     assert abs(float(hw.link("nvlink3").efficiency) * 300 - 235.14) < 0.2
@@ -67,7 +67,7 @@ def test_tables_are_exact_monotone_and_sourced():
 def test_a_large_product_is_compute_bound_at_the_top_fraction():
     n = 8192
     t = kernels.gemm(DEV, n, n, n)
-    assert t == Fraction(2 * n**3) / (PEAK * Fraction(113, 130) * Fraction(14, 15))
+    assert t == Fraction(2 * n**3) / (PEAK * Fraction(113, 130) * Fraction(7, 8))
     assert t == _gemm(n, n, n)
 
 
@@ -164,10 +164,10 @@ def test_a_device_of_ones_own_needs_its_hbm_for_the_kernel_model():
 
 def test_a_measured_matmul_fraction_replaces_the_catalogues():
     """``device = a100_80gb(matmul = 0.9)``: the user's best-shape fraction (their mamf-finder
-    run) builds the product table the catalogue's way: × 14/15, × 9/10, × 27/50 by class."""
+    run) builds the product table the catalogue's way: × 7/8, × 9/10, × 27/50 by class."""
     plan = load_string(_spec().replace("device = a100_80gb", "device = a100_80gb(matmul = 0.9)")).plans[0]
     eff = plan.mesh.hardware.efficiency
-    top = Fraction(9, 10) * Fraction(14, 15)
+    top = Fraction(9, 10) * Fraction(7, 8)
     assert [f for _, f in eff.gemm] == [top, top * Fraction(9, 10), top * Fraction(27, 50), Fraction(1, 10)]
     assert eff.memory == A100.efficiency.memory and "matmul = 9/10" in eff.sources[0]
     n = 8192

@@ -141,7 +141,7 @@ def test_vectorised_search_agrees_with_the_brute_force(which, model_file, moe_fi
     assert min(c.exact_step for c in result.ranked) == best_step and all(c.agrees for c in result.ranked)
     # the rows within the model's error band of the fastest first, the more robust before (less exposed
     # communication, then less memory), then the others by step time
-    band = Fraction(11, 100)
+    band = Fraction(7, 100)  # docs/validation_time.md: the largest error, 6.9 %, rounded up
     tied = [c for c in result.ranked if c.exact_step <= best_step * (1 + band)]
     assert result.ranked[:len(tied)] == sorted(tied, key=lambda c: (c.exposed, c.exact_memory, c.exact_step))
     rest = result.ranked[len(tied):]
@@ -184,13 +184,13 @@ def test_cli_table_emit_and_check(model_file, tmp_path):
 
 def test_rows_within_the_models_error_of_the_fastest_are_ties(model_file):
     """A row is a tie when its exact step time is within the model's largest error on the
-    published runs (11.5 %, docs/validation_time.md; 45 % under --mfu) of the fastest row's."""
+    published runs (7 %, docs/validation_time.md; 45 % under --mfu) of the fastest row's."""
     import csv
     import io
 
     args = ["search", str(model_file), "--device", "l40s", "--devices", "16", "--global-batch", "64", "--seq",
             "4096", "--tp", "1,2,4", "--pp", "1..4", "--top", "6", "--no-check"]
-    for extra, band in (((), Fraction(23, 200)), (("--mfu", "1/2"), Fraction(45, 100))):
+    for extra, band in (((), Fraction(7, 100)), (("--mfu", "1/2"), Fraction(45, 100))):
         status, js, err = run_cli(*args, *extra, "--format", "json")
         assert status == 0, err
         doc = json.loads(js)

@@ -41,6 +41,7 @@ class Run:
     micro: int
     mode: str  # full (full recompute, tensor parallel) | seqsel (sequence parallel, selective recompute)
     ddp: str  # - (no data parallelism) | torch (all-reduce overlapped with backward) | local (after it)
+    backward: str  # exposed | overlapped: the tensor-parallel backward's collectives (Megatron-LM's asynchronous one)
     published: str  # as the source prints it: "1.42 s" or "137 TFLOP/s"
     shown_measured: str  # the document's measured column (seconds, 2 decimals)
     shown: Fraction  # the model's figure the document prints
@@ -68,12 +69,12 @@ def runs() -> list[Run]:
     out = []
     for line in body.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) < 18 or not re.fullmatch(r"\d+", cells[0]):
+        if len(cells) < 19 or not re.fullmatch(r"\d+", cells[0]):
             continue
-        (_, source, name, heads, hidden, layers, tp, pp, v, gpus, batch, micro, mode, ddp, published, measured,
-         shown, error) = cells[:18]
+        (_, source, name, heads, hidden, layers, tp, pp, v, gpus, batch, micro, mode, ddp, backward, published,
+         measured, shown, error) = cells[:19]
         num = [int(x.replace(",", "")) for x in (heads, hidden, layers, tp, pp, v, gpus, batch, micro)]
-        out.append(Run(source, name, *num, mode, ddp, published, measured, Fraction(shown), error))
+        out.append(Run(source, name, *num, mode, ddp, backward, published, measured, Fraction(shown), error))
     return out
 
 
@@ -91,7 +92,7 @@ def spec(r: Run, mesh_extra: str = "") -> str:
             f"model {{\n  transformer {{ hidden = {r.hidden} layers = {r.layers} heads = {r.heads} "
             f"ffn = {4 * r.hidden} vocab = {VOCAB} }}\n  seq = {SEQ}\n  microbatch = {r.micro}\n"
             f"  microbatches = {r.batch // r.micro // r.dp}\n"
-            f"  conventions {{ attention_flops = full }}\n}}\n"
+            f"  conventions {{ attention_flops = full tensor_backward = {r.backward} }}\n}}\n"
             f"mesh {{\n  device = a100_80gb\n  precision = fp16\n{mesh_extra}{overlap}"
             + (f"  dp = {r.dp} @ inter_node\n" if data else "")
             + f"  tp = {r.tp} @ intra_node\n" + (f"  pp = {r.pp} @ inter_node\n" if r.pp > 1 else "")

@@ -85,7 +85,7 @@ class LayerTime:
         return self.core + self.rest
 
 
-def _attention_dims(t: ir.TransformerShape, h, a):
+def attention_dims(t: ir.TransformerShape, h, a):
     """(W_in: the weights of the input projections, d_qk, d_v)."""
     if t.mla:
         nope, rope, vd = (to_sympy(x) for x in (t.qk_nope_dim, t.qk_rope_dim, t.v_head_dim))
@@ -107,7 +107,7 @@ def layer_time(dev: Device, t: ir.TransformerShape, sh, lay, causal: bool, moe: 
     h, a = sh.h, sh.a
     tp, c, e = lay.t, lay.c, dev.e
     T = sh.b * sh.s / c
-    w_in, d_qk, d_v = _attention_dims(t, h, a)
+    w_in, d_qk, d_v = attention_dims(t, h, a)
     proj = gemm(dev, T, w_in / (h * tp), h) + gemm(dev, T, h, a * d_v / tp)
     heads = sh.b * a / tp
     if lay.flash:

@@ -94,6 +94,12 @@ class Collective:
     size: Value | None = None  # devices in the group when it is a part of the axes (a K/V copy group)
     # devices in the group when a reduction over the whole axes runs within blocks of their ranks (ir.blocks)
     block: Value | None = None
+    # Megatron-LM's asynchronous backward (``conventions { tensor_backward = overlapped }``): the
+    # product these calls may run during ("layer": one call behind each of a layer's two
+    # column-parallel products, QKV and the MLP's up-projection; "head": behind the output layer),
+    # and how many calls run behind each such product; the other calls stay on the critical path
+    behind: str = ""
+    behind_count: Value | None = None
 
 
 def uniq(xs) -> tuple[str, ...]:

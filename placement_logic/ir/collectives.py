@@ -224,22 +224,26 @@ def _tensor_parallel(plan: ir.Plan) -> list[Collective]:
             for kind in (Kind.ALL_GATHER, Kind.REDUCE_SCATTER):
                 out.append(Collective(kind, State.ACTIVATIONS, t, link, Phase.FORWARD, _mul(ir.const(2), per), pay,
                                       "Megatron SP: 2 all-gather + 2 reduce-scatter per layer in forward"))
+                # the backward reduce-scatters: the column-parallel inputs' gradients (one per product)
+                rs = kind is Kind.REDUCE_SCATTER
                 out.append(Collective(kind, State.ACTIVATIONS, t, link, Phase.BACKWARD,
                                       _mul(ir.const(fwd_n), per), pay,
                                       "Megatron SP: 2 all-gather + 2 reduce-scatter per layer in backward"
-                                      + (" (+2 recomputed forward)" if fwd_n == 4 else "")))
+                                      + (" (+2 recomputed forward)" if fwd_n == 4 else ""),
+                                      behind="layer" if rs else "", behind_count=per if rs else None))
             # Megatron-LM's column-parallel linears (QKV, MLP up) keep only their sequence shard
             # of the input and all-gather it again in backward for the weight gradient
             out.append(Collective(Kind.ALL_GATHER, State.ACTIVATIONS, t, link, Phase.BACKWARD,
                                   _mul(ir.const(2), per), pay, "Megatron SP (weight gradient): the 2 column-parallel "
-                                  "inputs all-gathered again per layer in backward"))
+                                  "inputs all-gathered again per layer in backward", behind="layer", behind_count=per))
         else:
             out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, t, link, Phase.FORWARD, _mul(ir.const(2), per),
                                   pay, "Megatron TP: 2 all-reduces per layer per microbatch in forward"))
             out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, t, link, Phase.BACKWARD,
                                   _mul(ir.const(fwd_n), per), pay,
                                   "Megatron TP: 2 all-reduces per layer per microbatch in backward"
-                                  + (" (+2 recomputed forward)" if fwd_n == 4 else "")))
+                                  + (" (+2 recomputed forward)" if fwd_n == 4 else ""), behind="layer",
+                                  behind_count=per))
     return out
 
 
@@ -282,12 +286,14 @@ def _vocab_parallel(plan: ir.Plan) -> list[Collective]:
                 out.append(Collective(fwd, State.ACTIVATIONS, t, link, Phase.FORWARD, m, pay,
                                       f"Megatron SP: the {what}'s {'output' if what == 'embedding' else 'input'} "
                                       f"{fwd.value.replace('_', '-')} per microbatch in forward"))
+                on_head = what == "head" and head  # behind the vocabulary-parallel output layer
                 out.append(Collective(bwd, State.ACTIVATIONS, t, link, Phase.BACKWARD, m, pay,
                                       f"Megatron SP: the {what}'s gradient {bwd.value.replace('_', '-')} per "
-                                      "microbatch in backward"))
+                                      "microbatch in backward", behind="head" if on_head else "",
+                                      behind_count=m if on_head else None))
             out.append(Collective(Kind.ALL_GATHER, State.ACTIVATIONS, t, link, Phase.BACKWARD, m, pay,
                                   "Megatron SP (weight gradient): the head's input all-gathered again per "
-                                  "microbatch in backward"))
+                                  "microbatch in backward", behind="head", behind_count=m))
         else:
             if emb:
                 out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, t, link, Phase.FORWARD, m, pay,
@@ -296,7 +302,7 @@ def _vocab_parallel(plan: ir.Plan) -> list[Collective]:
             if head:
                 out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, t, link, Phase.BACKWARD, m, pay,
                                       "vocabulary-parallel head: all-reduce of its input's partial gradient per "
-                                      "microbatch in backward"))
+                                      "microbatch in backward", behind="head", behind_count=m))
         if head:
             out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, t, link, Phase.FORWARD,
                                   _mul(ir.const(3), m), Payload(PT.TOKEN_SCALARS, (), "one fp32 value per token (s·b·4)"),

@@ -209,6 +209,9 @@ class Model:
     reserve_fraction: Value = field(default_factory=lambda: const(0))  # allocator allowance, a fraction of the rest
     attention_flops: str = "causal"  # causal (masked blocks skipped) | full: how the time model counts attention
     compute_time: str | None = None  # kernels | mfu: how compute is timed (None: kernels unless the mesh states mfu)
+    # exposed | overlapped: whether the tensor-parallel backward's column-parallel collectives run during
+    # the weight- and input-gradient products (Megatron-LM's asynchronous backward) or after them
+    tensor_backward: str = "exposed"
     # host memory while the model is built, per device (bytes; None: nothing), or the whole model in fp32
     # (4 bytes × Ψ); the host holds the larger of it and the offloaded states, times host_buffer_factor
     host_construction: Value | None = None

@@ -371,7 +371,7 @@ TRANSFORMER_BUILT = frozenset({
 MODEL_HANDLED = frozenset({
     "params", "bytes_params", "bytes_grads", "bytes_optimizer", "bytes_activations", "seq", "microbatch",
     "microbatches", "transformer", "span", "groups", "activation_count", "activation_allowance", "reserve",
-    "reserve_fraction", "attention_flops", "compute_time", "host_construction", "host_construction_model",
+    "reserve_fraction", "attention_flops", "compute_time", "tensor_backward", "host_construction", "host_construction_model",
     "host_buffer_factor", "bytes_stated"})
 
 

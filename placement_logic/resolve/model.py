@@ -190,6 +190,7 @@ def _from_config(vals: Values, block: surface.ModelBlock) -> ir.TransformerShape
 ACTIVATION_COUNTS = ("shape", "korthikanti", "megatron", "llm_analysis", "pytorch_eager")
 ATTENTION_FLOPS = ("causal", "full")
 COMPUTE_TIMES = ("kernels", "mfu")
+TENSOR_BACKWARDS = ("exposed", "overlapped")
 
 
 def _losses(vals: Values, block: surface.SubBlock, fields: dict) -> None:
@@ -232,7 +233,7 @@ def _conventions(vals: Values, block: surface.SubBlock, fields: dict) -> None:
     """``conventions { activations = megatron  activation_allowance = 1.05 }``."""
     for p in props(vals, block.props, ("activations", "activation_allowance", "reserve", "reserve_fraction",
                                         "host_construction", "host_buffer_factor", "attention_flops",
-                                        "compute_time"), "conventions"):
+                                        "compute_time", "tensor_backward"), "conventions"):
         if p.key == "host_construction":
             if isinstance(p.value, surface.Name) and p.value.id == "model":
                 fields["host_construction_model"] = True
@@ -257,6 +258,10 @@ def _conventions(vals: Values, block: surface.SubBlock, fields: dict) -> None:
             w = vals.word(p.value, COMPUTE_TIMES, "'compute_time'")
             if w:
                 fields["compute_time"] = w
+        elif p.key == "tensor_backward":
+            w = vals.word(p.value, TENSOR_BACKWARDS, "'tensor_backward'")
+            if w:
+                fields["tensor_backward"] = w
         elif p.key == "reserve":
             r = None if p.value is None or isinstance(p.value, (surface.ModeMap, surface.Bool)) else \
                 vals.expr(p.value, {})
