@@ -50,9 +50,10 @@ from .buffers import (
 from .buffers import PayloadTensor as PT
 from .buffers import uniq as _uniq
 from .nodes import Const, Mode, Op, Role, ScheduleKind, State, Sym, Value
+from .offload import HOST_LINK, is_offloaded, sharded_axes  # noqa: F401 - read through this module
+from .offload import offload as _offload
 from .overrides import OverrideTarget, OverrideVerb
 
-HOST_LINK = "pcie"
 LAYERS_SYMBOL = "L"
 _ONE = ONE
 
@@ -105,15 +106,6 @@ def gather_unit_value(plan: ir.Plan) -> Value:
     """Microbatches that share one gather of an S* unit: ZeroPP's U, else 1."""
     s = plan.schedule
     return s.unit if s is not None and s.kind is ScheduleKind.ZEROPP else _ONE
-
-
-def sharded_axes(plan: ir.Plan, state: State) -> tuple[str, ...]:
-    return plan.placement(state).axes_with(Mode.S, Mode.S_STAR, Mode.O)
-
-
-def is_offloaded(plan: ir.Plan, state: State) -> bool:
-    p = plan.placement(state)
-    return p.offloaded or bool(p.axes_with(Mode.O))
 
 
 def _overrides(plan: ir.Plan, target: str, verb: str) -> tuple[ir.Override, ...]:
@@ -387,27 +379,6 @@ def _context(plan: ir.Plan) -> list[Collective]:
         out.append(Collective(Kind.P2P, State.ACTIVATIONS, c, link, Phase.BACKWARD,
                               _mul(ir.const(2), ring, per), pay,
                               "context parallel: ring-pass K,V and their gradients per layer in backward"))
-    return out
-
-
-def _offload(plan: ir.Plan) -> list[Collective]:
-    out: list[Collective] = []
-    m = plan.model.microbatches
-    params_off = is_offloaded(plan, State.PARAMS)
-    if params_off and not _overrides(plan, OverrideTarget.PARAMS, OverrideVerb.NO_FETCH):
-        th = plan.placement(State.PARAMS)
-        n = _mul(ir.const(2), m) if th.reshard_after_forward else m
-        out.append(Collective(Kind.HOST_TO_DEVICE, State.PARAMS, (), HOST_LINK, Phase.FORWARD, n,
-                              Payload(PT.PARAMS_SHARD, sharded_axes(plan, State.PARAMS), "parameter shard"),
-                              "params offloaded: fetched to the device for forward and backward"))
-    if is_offloaded(plan, State.GRADS) or is_offloaded(plan, State.OPTIMIZER):
-        out.append(Collective(Kind.DEVICE_TO_HOST, State.GRADS, (), HOST_LINK, Phase.OPTIMIZER, _ONE,
-                              Payload(PT.GRADS_SHARD, sharded_axes(plan, State.GRADS), "reduced gradient shard"),
-                              "optimizer or grads on the host: gradients copied to the host for the step"))
-    if is_offloaded(plan, State.OPTIMIZER) and not params_off:
-        out.append(Collective(Kind.HOST_TO_DEVICE, State.PARAMS, (), HOST_LINK, Phase.OPTIMIZER, _ONE,
-                              Payload(PT.PARAMS_SHARD, sharded_axes(plan, State.OPTIMIZER), "updated parameter shard"),
-                              "optimizer on the host: updated parameters copied back to the device"))
     return out
 
 
