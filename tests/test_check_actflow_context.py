@@ -15,6 +15,7 @@ import simulator_cp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 from irkit import ov, plan
+from tiers import examples
 
 from placement_logic import ir
 from placement_logic.check.run import check_plan
@@ -106,7 +107,7 @@ def context_plans(draw):
     return _with(axes, draw(hs.lists(cands, max_size=3)))
 
 
-@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(context_plans())
 def test_checker_agrees_with_the_ring_simulator(generated):
     spec, p = generated

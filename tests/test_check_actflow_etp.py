@@ -13,6 +13,7 @@ import pytest
 import simulator_etp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
+from tiers import examples
 
 from placement_logic import costs
 from placement_logic.check.run import check_plan
@@ -103,7 +104,7 @@ def etp_plans(draw):
     return _spec(draw(hs.lists(cands, max_size=3)))
 
 
-@settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(20), deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(etp_plans())
 def test_checker_agrees_with_the_expert_tensor_simulator(generated):
     spec, p, _ = generated

@@ -13,6 +13,7 @@ import pytest
 import simulator_moe
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as hs
+from tiers import examples
 
 from placement_logic.check.run import check_plan
 from placement_logic.diagnostics import DiagnosticError
@@ -126,7 +127,7 @@ def role_plans(draw):
     return axes, fold, tuple(stmts)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(role_plans())
 def test_checker_agrees_with_the_oracle_on_every_role(generated):
     axes, fold, stmts = generated

@@ -17,7 +17,7 @@ import sympy
 
 from .. import costs, ir
 from ..costs.budget import OutOfTime, bounded
-from ..costs.extrema import exact_at, extremum, rational_values
+from ..costs.extrema import exact_at, rational_values
 from ..costs.symbolic import (
     LINE_WIDTH,
     PlacementLatexPrinter,
@@ -34,6 +34,7 @@ from ..ir import State, heads
 from ..outcome import QuestionVerdict
 from ..resolve.validate import check_rebinding
 from . import checkpoint, units
+from .factored import factored
 from .model import (
     Binding,
     CollectiveRow,
@@ -56,25 +57,6 @@ _OPS = {
 
 # --------------------------------------------------------------------------- quantities
 
-_FACTORED: dict[sympy.Expr, sympy.Expr] = {}
-
-
-def _factored(expr: sympy.Expr) -> sympy.Expr:
-    """``factor_terms`` of a formula, computed once per formula in a process. A maximum or
-    minimum is factored as ``factor_terms`` does it, argument by argument, and the arguments
-    (a maximum over pipeline stages is one of each stage's totals, which the report shows
-    too) come from the same store."""
-    out = _FACTORED.get(expr)
-    if out is None:
-        if isinstance(expr, (sympy.Max, sympy.Min)):
-            args = tuple(_factored(a) for a in expr.args)
-            out = expr if args == expr.args else extremum(expr.func, *args)
-        else:
-            out = sympy.factor_terms(sympy.Add(expr))
-        _FACTORED[expr] = out
-    return out
-
-
 class _Q:
     """Makes ``Quantity`` records under one substitution and one set of display names."""
 
@@ -94,7 +76,7 @@ class _Q:
         return made
 
     def _make(self, expr: sympy.Expr) -> Quantity:
-        expr = sympy.nsimplify(expr) if isinstance(expr, sympy.Float) else _factored(expr)
+        expr = sympy.nsimplify(expr) if isinstance(expr, sympy.Float) else factored(expr)
         exact = exact_at(expr, self.values)  # sums, products and maxima of bound rationals
         if exact is not None:
             value, free = exact, []  # str(Fraction) is str(sympy.Rational) of the same number

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 
 import sympy
 
@@ -77,8 +78,11 @@ class Group:
     curve: tuple = ()  # that link's bus bandwidth curve by message size (hardware.Link.bus_curve)
 
 
-def tabulated(x: sympy.Expr, table) -> sympy.Expr:
-    """The value of the first (bound, value) row whose bound ``x`` reaches (the last row's bound is 0)."""
+@lru_cache(maxsize=4096)
+def tabulated(x: sympy.Expr, table: tuple) -> sympy.Expr:
+    """The value of the first (bound, value) row whose bound ``x`` reaches (the last row's bound is 0).
+    Kept per (size, table) in the process, as ``kernels._tabulated`` is: each condition's
+    canonical form costs sympy assumption queries, and the same sizes come back."""
     if not table:
         return sympy.Integer(1)
     if x.is_number:
@@ -100,18 +104,20 @@ def tree_correction(protocol: str, m: sympy.Expr) -> sympy.Expr:
         rows[-1] = (Fraction(0), values[0])
     else:
         rows.append((Fraction(0), values[0]))
-    return tabulated(m, rows)
+    return tabulated(m, tuple(rows))
 
 
 def depth(nodes: sympy.Expr) -> sympy.Expr:
     """⌊log₂ nodes⌋ (NCCL's log2i), exact."""
     if nodes.is_number:
         return sympy.Integer(max(int(nodes), 1).bit_length() - 1)
-    return tabulated(nodes, [(Fraction(2**k), Fraction(k)) for k in range(MAX_DEPTH, 0, -1)] + [(Fraction(0), 0)])
+    return tabulated(nodes, (*((Fraction(2**k), Fraction(k)) for k in range(MAX_DEPTH, 0, -1)), (Fraction(0), 0)))
 
 
-def _candidates(kind: Kind, g: Group, m: sympy.Expr) -> list[tuple[str, str, sympy.Expr]]:
-    """(algorithm, protocol, seconds of one call) of every pair NCCL would weigh."""
+@lru_cache(maxsize=4096)
+def _candidates(kind: Kind, g: Group, m: sympy.Expr) -> tuple[tuple[str, str, sympy.Expr], ...]:
+    """(algorithm, protocol, seconds of one call) of every pair NCCL would weigh; kept per
+    (kind, group, size) in the process (every configuration of a structure asks again)."""
     allreduce = kind is Kind.ALL_REDUCE
     n, nodes = g.n, g.nodes
     steps = _steps(kind, n)
@@ -133,7 +139,7 @@ def _candidates(kind: Kind, g: Group, m: sympy.Expr) -> list[tuple[str, str, sym
             bus = g.bus * (Fraction(7, 10) if g.one_per_node else Fraction(92, 100))
         out.append(("ring", p, active * lat + steps / n * m / bus))
     if not allreduce:
-        return out
+        return tuple(out)
     ppn = n / nodes
     for i, p in enumerate(PROTOCOLS):
         if p == "LL128" and g.intra != "nvlink":
@@ -146,7 +152,7 @@ def _candidates(kind: Kind, g: Group, m: sympy.Expr) -> list[tuple[str, str, sym
         elif p == "LL128":
             bus = bus * (Fraction(915, 1000) if g.multi_node else Fraction(7, 9))
         out.append(("tree", p, active * lat + m / (bus / 2 * tree_correction(p, m))))
-    return out
+    return tuple(out)
 
 
 def _steps(kind: Kind, n: sympy.Expr) -> sympy.Expr:

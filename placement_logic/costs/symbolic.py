@@ -130,6 +130,16 @@ class PlacementLatexPrinter(LatexPrinter):
         settings.setdefault("symbol_names", dict(names or {}))
         settings.setdefault("mul_symbol", "dot")
         super().__init__(settings)
+        self._printed: dict[sympy.Basic, str] = {}
+
+    def doprint(self, expr) -> str:
+        # kept per formula: breaking a long formula into lines prints each part again
+        if not isinstance(expr, sympy.Basic):
+            return super().doprint(expr)
+        out = self._printed.get(expr)
+        if out is None:
+            out = self._printed[expr] = super().doprint(expr)
+        return out
 
     def _print_Integer(self, expr):
         return grouped(int(expr))
@@ -267,7 +277,7 @@ def _break(expr: sympy.Expr, p: LatexPrinter, width: float) -> list[str]:
             negative = term.could_extract_minus_sign()
             body = -term if negative else term
             sign = "- " if negative else ("+ " if i else "")
-            text = p._print(body)
+            text = p.doprint(body)  # the same text in plain mode, kept per part
             if isinstance(body, sympy.Add):
                 text = rf"\left({text}\right)"
             if tex_width(sign + text) > width:
