@@ -146,7 +146,7 @@ def layer_terms(sh: Shape, moe: bool | None = None) -> tuple[sympy.Expr, sympy.E
 
 
 def per_layer(sh: Shape, lay: Layout, recompute: ir.Recompute, flash: bool, moe: bool | None = None) -> sympy.Expr:
-    if sh.activation_count == eager.EAGER:
+    if sh.activation_count in eager.EAGER_COUNTS:
         return sympy.expand(sum((x for _, x in eager.layer_terms(sh, lay, recompute, moe)), sympy.Integer(0)))
     s = sh.s / lay.c
     b, h, a, t = sh.b, sh.h, sh.a, lay.t
@@ -172,7 +172,7 @@ def per_layer_terms(sh: Shape, lay: Layout, recompute: ir.Recompute, flash: bool
     keys and values, the output projection's input, the MLP's and the attention core's terms
     (``layer_terms``); under full recomputation the layer input alone. Estimator counts other
     than the default (``conventions { activations = ... }``) are one term, ``layer``."""
-    if sh.activation_count == eager.EAGER:
+    if sh.activation_count in eager.EAGER_COUNTS:
         return eager.layer_terms(sh, lay, recompute, moe)
     total = per_layer(sh, lay, recompute, flash, moe)
     if recompute is ir.Recompute.FULL:
@@ -197,7 +197,7 @@ def outside_terms(sh: Shape, lay: Layout) -> tuple[tuple[str, sympy.Expr], ...]:
     """The embedding mask and the output layer of one microbatch as named terms: ``embedding
     mask``, ``output-layer inputs`` (the final norm's and the output projection's), ``logits``
     (``pytorch_eager``: ``eager.outside_terms``)."""
-    if sh.activation_count == eager.EAGER:
+    if sh.activation_count in eager.EAGER_COUNTS:
         return eager.outside_terms(sh, lay)
     s = sh.s / lay.c
     logits = sh.logits_bytes * s * sh.b * sh.V / lay.t
@@ -275,7 +275,7 @@ def interior_stage(sh: Shape, lay: Layout, s: sympy.Expr) -> StageActivations | 
 def embedding_mask(sh: Shape, lay: Layout) -> sympy.Expr:
     """Embedding dropout mask of one microbatch: 1 byte per element, ÷t with sequence parallelism
     (none in llm-analysis's count, nor in eager PyTorch's with dropout off)."""
-    if sh.activation_count in ("llm_analysis", eager.EAGER):
+    if sh.activation_count in ("llm_analysis",) + eager.EAGER_COUNTS:
         return sympy.Integer(0)
     return (sh.s / lay.c) * sh.b * sh.h / (lay.t if lay.sp else 1)
 
@@ -285,7 +285,7 @@ def output_layer(sh: Shape, lay: Layout) -> sympy.Expr:
     (``bytes.logits``). llm-analysis's count keeps the final norm's fp32 input instead of the two
     inputs (the same 4·s·b·h), and nothing of it under full recomputation; ``pytorch_eager`` its
     own terms (``eager.outside_terms``)."""
-    if sh.activation_count == eager.EAGER:
+    if sh.activation_count in eager.EAGER_COUNTS:
         return sympy.expand(sum((x for _, x in eager.outside_terms(sh, lay)), sympy.Integer(0)))
     s = sh.s / lay.c
     scale = sh.bytes[ir.State.ACTIVATIONS] / 2

@@ -43,6 +43,15 @@ from .. import ir
 from .sizes import Shape
 
 EAGER = "pytorch_eager"
+# the same count for eager PyTorch's CUDA kernels (measured on an H100 with PyTorch 2.11, docs/costs.md,
+# "Conventions"): RMSNorm fused (its input and fp32 statistic), and fp32 grouped-query attention by
+# SDPA's math path (the softmax probabilities, Q and the K and V expanded to every query head)
+EAGER_CUDA = "pytorch_eager_cuda"
+EAGER_COUNTS = (EAGER, EAGER_CUDA)
+
+
+def _cuda(sh: Shape) -> bool:
+    return sh.activation_count == EAGER_CUDA
 
 
 def _common(sh: Shape, lay) -> tuple:
@@ -54,8 +63,12 @@ def _common(sh: Shape, lay) -> tuple:
 def _norm_terms(sh: Shape, Tw, w, n) -> list[tuple[str, sympy.Expr]]:
     """``n`` norms of ``Tw`` tokens: their inputs, statistics and (RMSNorm) normalised inputs."""
     h = sh.h
+    if sh.norm == "rmsnorm" and _cuda(sh):  # the fused kernel keeps its input and the fp32 statistic
+        return [("norm inputs", n * Tw * h * w), ("norm statistics", n * Tw * 4)]
     if sh.norm == "rmsnorm":
         return [("norm inputs", n * Tw * h * 4), ("norm statistics", n * Tw * 4), ("normalised norm inputs", n * Tw * h * 4)]
+    if _cuda(sh):  # CUDA's LayerNorm keeps its mean and reciprocal deviation in fp32
+        return [("norm inputs", n * Tw * h * w), ("norm statistics", 2 * n * Tw * 4)]
     return [("norm inputs", n * Tw * h * w), ("norm statistics", 2 * n * Tw * w)]
 
 
@@ -64,10 +77,16 @@ def layer_terms(sh: Shape, lay, recompute: ir.Recompute, moe: bool | None = None
     h, a, kv, t, f = sh.h, sh.a, sh.kv, lay.t, sh.f
     if recompute is ir.Recompute.FULL:
         return (("layer input", Tw * h * w),)
-    terms = _norm_terms(sh, Tw, w, 2) + [
-        ("norm outputs", 2 * Tw * h * w), ("query", T * h * w / t), ("keys and values", 2 * T * h * kv / a * w / t),
-        ("projection input", T * h * w / t)]
-    if recompute is not ir.Recompute.SELECTIVE and lay.c == 1:
+    terms = _norm_terms(sh, Tw, w, 2) + [("norm outputs", 2 * Tw * h * w)]
+    if _math_attention(sh, lay, recompute):
+        # SDPA's math path: the probabilities (b·(a/t)·s² in fp32), the query and the keys and values
+        # expanded to all a/t query heads of the rank
+        terms += [("attention probabilities", T * sh.s * a / t * w), ("query", T * h * w / t),
+                  ("expanded keys and values", 2 * T * h * w / t), ("projection input", T * h * w / t)]
+    else:
+        terms += [("query", T * h * w / t), ("keys and values", 2 * T * h * kv / a * w / t),
+                  ("projection input", T * h * w / t)]
+    if recompute is not ir.Recompute.SELECTIVE and lay.c == 1 and not _math_attention(sh, lay, recompute):
         terms.append(("attention log-sum-exp", 4 * a / t * T))
     if (sh.experts != 1) if moe is None else moe:
         terms += _moe_terms(sh, T, w)
@@ -76,6 +95,14 @@ def layer_terms(sh: Shape, lay, recompute: ir.Recompute, moe: bool | None = None
     if lay.sp:
         terms.append(("gathered inputs", 2 * T * h * w * (t - 1) / t))
     return tuple((name, sympy.expand(x)) for name, x in terms if x != 0)
+
+
+def _math_attention(sh: Shape, lay, recompute: ir.Recompute) -> bool:
+    """Whether SDPA runs its math path on CUDA: fp32 activations with fewer K/V heads than query
+    heads (no fused kernel takes fp32 grouped-query attention), the core not recomputed, one
+    context rank."""
+    return (_cuda(sh) and recompute is not ir.Recompute.SELECTIVE and lay.c == 1
+            and sympy.simplify(sh.bytes[ir.State.ACTIVATIONS] - 4) == 0 and bool(sympy.simplify(sh.kv - sh.a) != 0))
 
 
 def _moe_terms(sh: Shape, T, w) -> list[tuple[str, sympy.Expr]]:

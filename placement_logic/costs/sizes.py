@@ -116,7 +116,7 @@ class Shape:
     f_shared: sympy.Expr = sympy.Integer(0)  # the shared experts' widths together (count × width)
     gated: bool = False  # gated (SwiGLU-style) MLP
     logits_bytes: sympy.Expr = sympy.Integer(4)  # bytes per element of the logits kept for the loss
-    activation_count: str = "shape"  # the per-layer activation count: shape | korthikanti | megatron | llm_analysis | pytorch_eager
+    activation_count: str = "shape"  # the per-layer activation count: shape | korthikanti | megatron | llm_analysis | pytorch_eager | pytorch_eager_cuda
     norm: str = "layernorm"  # the norms' kind (the pytorch_eager count keeps what each saves)
     shared_gate: bool = False  # a sigmoid gate on the shared experts' output
     allowance: sympy.Expr = sympy.Integer(1)  # activations multiplied by this (an estimator's allowance)

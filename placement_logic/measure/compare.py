@@ -20,7 +20,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .collective_rows import collective_rows, edge_share
-from .eager_rows import EAGER, eager_status, stage_rows
+from .eager_rows import EAGER_COUNTS, eager_status, stage_rows
 from .mechanisms import (
     MECHANISMS,
     SETUP,
@@ -280,7 +280,7 @@ def activation_rows(pred: Prediction, results: list[dict], r: Realisation | None
     oh = harness_outside_bytes(pred, r, shape) if r is not None and shape is not None else None
     blocks = [v for res in results for k, v in res["saved_activations"].items() if k != "outside"]  # every block
     ml, mo = missing_terms(pred, r, shape) if r is not None and shape is not None else ((), ())
-    if pred.activation_count == EAGER and r is not None and shape is not None:
+    if pred.activation_count in EAGER_COUNTS and r is not None and shape is not None:
         (ls, lm, ln), (os_, om, on) = eager_status(pred, r, shape, blocks or [0], outside)
     else:
         ls, lm, ln = _activation_status(blocks or [0], pred.activations_per_layer, lh, "eager-saved-activations", ml)

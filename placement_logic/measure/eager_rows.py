@@ -19,6 +19,7 @@ from .report import Row, RowStatus
 from .shape import TinyShape
 
 EAGER = "pytorch_eager"
+EAGER_COUNTS = (EAGER, "pytorch_eager_cuda")  # costs.eager.EAGER_COUNTS
 
 
 def required_terms(r: Realisation, shape: TinyShape) -> tuple[set[str], set[str]]:
@@ -167,7 +168,7 @@ def stage_rows(pred: Prediction, r: Realisation, shape: TinyShape, results: list
     not the terms times the counts in flight, differs. A stage the
     engine gives no total for (none where its layers are of two kinds) is not compared and the
     note says so."""
-    if not r.pipeline_axis or pred.activation_count != EAGER or not pred.stage_activations \
+    if not r.pipeline_axis or pred.activation_count not in EAGER_COUNTS or not pred.stage_activations \
             or any(res.get("saved_activation_peak") is None for res in results):
         return []
     per_stage = {name: (total, lm, om) for name, total, lm, om in pred.stage_activations}

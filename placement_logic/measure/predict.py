@@ -207,7 +207,7 @@ def predict(spec: ir.Spec, plan: ir.Plan, shape: TinyShape, sizes: Mapping[str, 
         layer_terms = tuple((name, _number(x, subs)) for name, x in named_layer)
         outside_terms = tuple((name, _number(x, subs)) for name, x in named_outside)
     stage_acts: tuple = ()
-    if act.stages and plan.model.activation_count == "pytorch_eager":
+    if act.stages and plan.model.activation_count in ("pytorch_eager", "pytorch_eager_cuda"):
         # a pipeline under the eager convention: each stage's total with its in-flight counts, and
         # the per-microbatch terms they multiply (one microbatch of one layer, of the output layer)
         named_layer, named_outside = named_terms(pc.shape, pc.layout)

@@ -187,7 +187,7 @@ def _from_config(vals: Values, block: surface.ModelBlock) -> ir.TransformerShape
     return ir.TransformerShape(span=block.source_span, **fields)
 
 
-ACTIVATION_COUNTS = ("shape", "korthikanti", "megatron", "llm_analysis", "pytorch_eager")
+ACTIVATION_COUNTS = ("shape", "korthikanti", "megatron", "llm_analysis", "pytorch_eager", "pytorch_eager_cuda")
 ATTENTION_FLOPS = ("causal", "full")
 COMPUTE_TIMES = ("kernels", "mfu")
 TENSOR_BACKWARDS = ("exposed", "overlapped")

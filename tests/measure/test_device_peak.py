@@ -1,0 +1,174 @@
+"""The single-device check at full size (``measure.device_peak``) and the ``pytorch_eager_cuda``
+activation count.
+
+The oracle for the CUDA count is a measurement: the distinct storages autograd kept for one
+block and the output layer on an NVIDIA H100 80GB HBM3 (PyTorch 2.11.0+cu130, CUDA 13.0,
+2026-11-26), read by walking the autograd graph of the measure harness's model (every node's
+saved tensors, distinct storages, parameters excluded), and the per-block figures of the
+full-size runs (docs/validation.md, "One device at full size"). The CPU figures beside them were
+read the same way on the CPU (PyTorch 2.13), where ``pytorch_eager`` is the count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from placement_logic.frontend.loader import load_spec
+from placement_logic.measure.device_peak import Unrealised, full_shape, prepare
+
+ROOT = Path(__file__).resolve().parents[2]
+ONE_DEVICE = ROOT / "examples/measure/one_device.place"
+FSDP_TP = ROOT / "examples/measure/fsdp_tp.place"
+GRAD_SYNC = ROOT / "examples/measure/grad_sync_bugs.place"
+
+# (spec, plan, layers): per block and outside the blocks, bytes saved for one microbatch,
+# measured at the spec's own sizes on the H100 (cuda) and on the CPU
+MEASURED = [
+    # bf16, grouped-query attention (cuDNN attention), fused RMSNorm on CUDA
+    (ONE_DEVICE, "bf16_adam", None, {"cuda": (293_896_192, 557_858_820), "cpu": (394_559_488, 608_190_468)}),
+    # fp32, grouped-query attention: SDPA's math path on CUDA (the s^2 probabilities)
+    (FSDP_TP, "fsdp_tp", 4, {"cuda": (1_275_084_800, 329_261_060)}),
+    # fp32 multi-head attention with LayerNorm: the same on both
+    (GRAD_SYNC, "ddp_ok", None, {"cuda": (268_763_136, 557_875_204), "cpu": (268_763_136, 557_875_204)}),
+    # the same in bf16 with an fp32 master copy: CUDA's LayerNorm keeps fp32 statistics
+    ("bf16", "ddp_ok", None, {"cuda": (134_545_408, 541_097_988)}),
+]
+
+
+def _spec(path):
+    if path != "bf16":
+        return load_spec(path)
+    from placement_logic.frontend.loader import load_string
+
+    text = GRAD_SYNC.read_text().replace("params = 4\n    grads = 4\n    optimizer = 4",
+                                         "params = 2\n    grads = 2\n    optimizer = 12")
+    assert "optimizer = 12" in text
+    return load_string(text, "bf16.place", GRAD_SYNC.parent)
+
+
+@pytest.mark.parametrize("path,plan,layers,figures", MEASURED, ids=[f"{m[1]}-{Path(str(m[0])).stem}" for m in MEASURED])
+def test_eager_counts_match_the_measured_storages(path, plan, layers, figures):
+    spec = _spec(path)
+    for kernels, (per_block, outside) in figures.items():
+        _, _, _, pred = prepare(spec, plan, layers, cuda=kernels == "cuda")
+        assert (pred.activations_per_layer, pred.activations_outside) == (per_block, outside), kernels
+
+
+# one block and the output layer at a sequence of 256 and one sequence per microbatch: the
+# totals of the graph walk on the H100 (cuda) and the CPU
+SMALL = [
+    (ONE_DEVICE, "bf16_adam", {"cuda": 53_234_692, "cpu": 62_671_876}),
+    (FSDP_TP, "fsdp_tp", {"cuda": 141_822_980, "cpu": 139_758_596}),
+    (GRAD_SYNC, "ddp_ok", {"cuda": 51_664_900, "cpu": 51_664_900}),
+    ("bf16", "ddp_ok", {"cuda": 42_227_716, "cpu": 42_224_644}),
+]
+
+
+@pytest.mark.parametrize("path,plan,figures", SMALL, ids=[f"{m[1]}-{Path(str(m[0])).stem}" for m in SMALL])
+def test_eager_counts_at_a_short_sequence(path, plan, figures):
+    from placement_logic.measure.predict import predict
+
+    spec = _spec(path)
+    for kernels, total in figures.items():
+        p, shape, widths, _ = prepare(spec, plan, 1, cuda=kernels == "cuda")
+        shape = dataclasses.replace(shape, seq=256, microbatch=1)
+        pred = predict(spec, p, shape, {a: 1 for a in p.mesh.names}, widths.optimizer, widths.as_dict())
+        assert pred.activations_per_layer + pred.activations_outside == total, kernels
+
+
+def test_the_cuda_count_differs_only_where_the_kernels_do():
+    """The CUDA count's terms: no fp32 copy of an RMSNorm input; the math path only in fp32 with
+    grouped-query attention."""
+    spec = load_spec(ONE_DEVICE)
+    _, _, _, cpu = prepare(spec, "bf16_adam", 1)
+    _, _, _, cuda = prepare(spec, "bf16_adam", 1, cuda=True)
+    assert "normalised norm inputs" in dict(cpu.activation_layer_terms)
+    assert "normalised norm inputs" not in dict(cuda.activation_layer_terms)
+    assert "attention probabilities" not in dict(cuda.activation_layer_terms)  # 16-bit: a fused kernel
+    _, shape, _, fp32 = prepare(load_spec(FSDP_TP), "fsdp_tp", 1, cuda=True)
+    terms = dict(fp32.activation_layer_terms)
+    tokens = shape.seq * shape.microbatch
+    assert terms["attention probabilities"] == tokens * shape.seq * shape.heads * 4
+    assert terms["expanded keys and values"] == 2 * tokens * shape.hidden * 4
+    assert "attention log-sum-exp" not in terms
+
+
+def test_full_shape_is_the_specs_own():
+    spec = load_spec(FSDP_TP)
+    plan = next(p for p in spec.plans if p.name == "fsdp_tp")
+    from placement_logic.measure.verdict import run_bindings
+
+    shape = full_shape(plan, run_bindings(spec, {"dp": 1, "tp": 1}))
+    assert (shape.hidden, shape.layers, shape.heads, shape.kv_heads, shape.ffn, shape.vocab, shape.seq) == \
+        (4096, 32, 32, 8, 14336, 32000, 2048)
+    # Mistral-7B's layout (GQA with 8 K/V heads, SwiGLU of 14,336, untied head): its published 7,241,732,096
+    assert shape.param_count() == 7_241_732_096
+
+
+def test_a_mixture_of_experts_is_unrealised():
+    spec = load_spec(ROOT / "examples/mixtral_4d.place")
+    with pytest.raises(Unrealised, match="mixture of experts"):
+        prepare(spec, spec.plans[0].name, 1)
+
+
+@pytest.mark.torch
+def test_a_cpu_run_matches_the_engine_exactly(tmp_path):
+    pytest.importorskip("torch")
+    from placement_logic.measure.device_peak import run
+
+    src = tmp_path / "s.place"
+    src.write_text(ONE_DEVICE.read_text().replace("hidden = 2048", "hidden = 256").replace("ffn = 5632", "ffn = 704")
+                   .replace("vocab = 32000", "vocab = 512").replace("seq = 2048", "seq = 64"))
+    report = run(str(src), "bf16_adam", layers=2, steps=2)
+    rows = {r.what.split(" (")[0]: r for r in report.rows}
+    assert {k: r.status for k, r in rows.items()} == {
+        "params": "match", "grads": "match", "optimizer": "match", "saved activations, one microbatch": "match"}
+    from placement_logic.measure.ranks import model as tiny
+
+    psi = sum(p.numel() for p in tiny.build(full_shape_of(src), 0).parameters())
+    assert rows["params"].measured == 2 * psi and rows["optimizer"].measured == 12 * psi
+    assert any("not available" in n for n in report.notes)  # no allocator statistics on the CPU
+
+
+def full_shape_of(path):
+    spec = load_spec(path)
+    plan = spec.plans[0]
+    from placement_logic.measure.verdict import run_bindings
+
+    return dataclasses.replace(full_shape(plan, run_bindings(spec, {"dp": 1})), layers=2)
+
+
+def test_the_command_line(tmp_path, capsys):
+    from placement_logic.measure.device_peak import main
+
+    bad = tmp_path / "bad.place"
+    bad.write_text("model {\n  seq = \n}\n")
+    assert main([str(bad), "--plan", "p"]) == 2
+    err = capsys.readouterr().err
+    assert "bad.place:" in err and "Traceback" not in err
+    assert main([str(ONE_DEVICE), "--plan", "nope"]) == 4
+    assert "no plan 'nope'" in capsys.readouterr().err
+    assert main([str(ONE_DEVICE), "--plan", "bf16_adam", "--json", str(ONE_DEVICE)]) == 2
+
+
+@pytest.mark.torch
+def test_the_command_line_runs_and_writes_json(tmp_path, capsys):
+    pytest.importorskip("torch")
+    import json
+
+    from placement_logic.measure.device_peak import main
+
+    src = tmp_path / "s.place"
+    src.write_text(GRAD_SYNC.read_text().replace("hidden = 1024", "hidden = 128").replace("ffn = 4096", "ffn = 512")
+                   .replace("vocab = 32000", "vocab = 256").replace("seq = 1024", "seq = 32"))
+    out = tmp_path / "r.json"
+    assert main([str(src), "--plan", "ddp_ok", "--layers", "1", "--steps", "1", "--time", "1",
+                 "--catalogue-device", "h100_sxm", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "| params (distinct storages) |" in text and "match" in text
+    data = json.loads(out.read_text())
+    assert {r["status"] for r in data["rows"]} == {"match"}
+    assert data["timing"]["engine_s"] is not None and data["timing"]["median_s"] > 0
