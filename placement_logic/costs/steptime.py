@@ -42,6 +42,7 @@ tokens), numbers once the sizes are bound. The model, with its assumptions (docs
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -264,6 +265,7 @@ def step_time(pc, hwr: ir.Hardware, causal: bool | None = None) -> StepTime | No
     t = plan.model.transformer
     if t is None:
         return None
+    hwr = matmul_precision(pc, hwr)
     fl = flops_per_token(t, sh.s, causal if causal is not None else plan.model.attention_flops == "causal")
     data = _product(views.view(plan).axes_with_role(Role.DATA) + views.view(plan).axes_with_role(Role.EXPERT))
     devices = _product(plan.mesh.names)
@@ -320,8 +322,8 @@ def step_time(pc, hwr: ir.Hardware, causal: bool | None = None) -> StepTime | No
     exposed = sympy.Add(*(x.seconds for x in times if not x.overlapped))
     step = (sympy.Max(compute, over, evaluate=False) if hwr.overlap and times else compute + over) + exposed + t_opt
     assumptions = (
-        f"{hwr.title}: {hwr.precision} peak, MFU {sympy.nsimplify(mfu)} of it" if mode == "mfu" else
-        f"{hwr.title}: {hwr.precision} peak; each matrix product timed from its shape (roofline × the "
+        f"{hwr.title}: {_peak_words(hwr)}, MFU {sympy.nsimplify(mfu)} of it" if mode == "mfu" else
+        f"{hwr.title}: {_peak_words(hwr)}; each matrix product timed from its shape (roofline × the "
         "device's efficiency table), the memory-bound kernels and the optimizer step from bytes over HBM",
         "attention FLOPs halved by causal masking" if plan.model.attention_flops == "causal" and causal is not False
         else "attention FLOPs counted in full",
@@ -403,4 +405,25 @@ def catalogue_hardware(plan: ir.Plan, name: str, base: ir.Hardware | None = None
     return ir.Hardware(d.name, d.title, ir.const(d.memory), ir.const(d.flops[precision]), precision,
                        base.mfu if base is not None else ir.Const(Fraction(1, 2)),
                        tuple(links), base.overlap if base is not None else True, hbm=ir.const(d.hbm_bandwidth),
-                       efficiency=d.efficiency, mfu_stated=base.mfu_stated if base is not None else False)
+                       efficiency=d.efficiency, mfu_stated=base.mfu_stated if base is not None else False,
+                       precision_stated=base.precision_stated if base is not None else False)
+
+
+def _peak_words(hwr: ir.Hardware) -> str:
+    if hwr.precision == "fp32" and not hwr.precision_stated:
+        return "fp32 peak (4-byte activations: PyTorch's default fp32 matrix products, TF32 off)"
+    return f"{hwr.precision} peak"
+
+
+def matmul_precision(pc, hwr: ir.Hardware) -> ir.Hardware:
+    """The hardware at the precision the matrix products run in: the stated one, else the 16-bit
+    peak, except for 4-byte activations on a catalogue device, whose products PyTorch runs in fp32
+    by default (TF32 off: ``torch.backends.cuda.matmul.allow_tf32``), at the fp32 peak (measured
+    on an H100: docs/validation.md, "One device at full size")."""
+    if hwr.precision_stated or hwr.precision != "bf16":
+        return hwr
+    d = hw.device(hwr.device)
+    width = pc.shape.bytes[ir.State.ACTIVATIONS]
+    if d is None or "fp32" not in d.flops or not (width.is_number and width == 4):
+        return hwr
+    return dataclasses.replace(hwr, flops=ir.const(d.flops["fp32"]), precision="fp32")

@@ -47,6 +47,7 @@ class Hardware:
     hbm: Value | None = None  # HBM bandwidth, bytes per second (None: unknown, compute timed by the MFU)
     efficiency: object | None = None  # hardware.Efficiency: the kernel efficiency tables (None: unknown)
     mfu_stated: bool = False  # the mesh states its mfu: compute is timed by it unless a convention says kernels
+    precision_stated: bool = False  # the mesh states its precision (else 16-bit, fp32 for 4-byte activations)
 
     def link(self, name: str | None) -> LinkClass | None:
         return next((k for k in self.links if k.name == name), None)

@@ -120,7 +120,7 @@ def build_hardware(lines: list[surface.AxisDecl], axes: list[ir.Axis], vals: Val
         eff = dataclasses.replace(eff, gemm=hw.gemm_table(matmul),
                                   sources=(f"matmul = {matmul}: the best-shape fraction given in the spec",) + eff.sources)
     return ir.Hardware(name, title, memory, flops, precision, mfu, tuple(links), overlap, dev_line.span,
-                       hbm, eff, "mfu" in by_name)
+                       hbm, eff, "mfu" in by_name, "precision" in by_name)
 
 
 def _catalogue_link(name: str, k: hw.Link, span) -> ir.LinkClass:

@@ -172,3 +172,39 @@ def test_the_command_line_runs_and_writes_json(tmp_path, capsys):
     data = json.loads(out.read_text())
     assert {r["status"] for r in data["rows"]} == {"match"}
     assert data["timing"]["engine_s"] is not None and data["timing"]["median_s"] > 0
+
+
+# step times measured on the H100 (median of the timed steps, ms) and the engine's on `h100_sxm`
+# must stay within the band the runs showed: the engine no faster than the run, at most 40 % slower
+TIMED = [(ONE_DEVICE, "bf16_adam", None, 42.88), (GRAD_SYNC, "ddp_ok", None, 84.17), ("bf16", "ddp_ok", None, 19.49),
+         (FSDP_TP, "fsdp_tp", 4, 307.97)]
+
+
+@pytest.mark.parametrize("path,plan,layers,measured", TIMED, ids=[f"{m[1]}-{Path(str(m[0])).stem}" for m in TIMED])
+def test_the_engines_step_time_against_the_h100(path, plan, layers, measured):
+    from placement_logic.measure.device_peak import engine_step_seconds
+
+    spec = _spec(path)
+    p, shape, widths, _ = prepare(spec, plan, layers, cuda=True)
+    engine = float(engine_step_seconds(spec, p, shape, widths, "h100_sxm")) * 1e3
+    assert 0.7 <= measured / engine <= 1.0, (measured, engine)
+
+
+def test_fp32_activations_time_matrix_products_at_the_fp32_peak():
+    import dataclasses as dc
+
+    from placement_logic import costs, hardware
+    from placement_logic.costs import steptime
+    from placement_logic.measure.predict import scaled_plan
+
+    spec = load_spec(FSDP_TP)
+    p, shape, widths, _ = prepare(spec, "fsdp_tp", 1, cuda=True)
+    pc = costs.derive(scaled_plan(p, shape, {"dp": 1, "tp": 1}, widths.optimizer, widths.as_dict()), sized=True)
+    base = steptime.catalogue_hardware(pc.plan, "h100_sxm")
+    chosen = steptime.matmul_precision(pc, base)
+    assert (chosen.precision, chosen.flops.value) == ("fp32", hardware.device("h100_sxm").flops["fp32"])
+    stated = dc.replace(base, precision_stated=True)
+    assert steptime.matmul_precision(pc, stated) is stated  # a stated precision is kept
+    bf16 = costs.derive(scaled_plan(p, shape, {"dp": 1, "tp": 1}, "adam", {**widths.as_dict(), "activations": 2}),
+                        sized=True)
+    assert steptime.matmul_precision(bf16, base).precision == "bf16"
