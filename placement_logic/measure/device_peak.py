@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..diagnostics import render as render_diagnostic
 
     if args.json and Path(args.json).resolve() == Path(args.file).resolve():
-        print(f"error: --json {args.json} would replace the input", file=sys.stderr)
+        sys.stderr.write(f"error: --json {args.json} would replace the input\n")
         return 2
     try:
         report = run(args.file, args.plan, args.layers, args.steps, timed=args.time,
@@ -327,10 +327,10 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             source = None
         for diag in exc.diagnostics:
-            print(render_diagnostic(diag, source), file=sys.stderr)
+            sys.stderr.write(render_diagnostic(diag, source) + "\n")
         return 2
     except Unrealised as exc:
-        print(f"{args.file}: plan '{args.plan}' unrealised: {exc}", file=sys.stderr)
+        sys.stderr.write(f"{args.file}: plan '{args.plan}' unrealised: {exc}\n")
         return 4
     sys.stdout.write(render(report))
     if args.json:
