@@ -12,10 +12,10 @@ from __future__ import annotations
 from .. import ir
 from ..diagnostics import NO_SPAN, Span
 from . import aspects, checkpoint_check, losses, sources, steps
-from . import subgroups as _subgroups
 from . import encode as en
 from . import replay as rp
 from . import replay_state as rs
+from . import subgroups as _subgroups
 from .obligation import Obligation
 from .rules import GRADIENT_INTEGRITY, RULES, STATE_CONSISTENCY
 
