@@ -91,3 +91,14 @@ def test_a_statement_that_changes_nothing_is_refused(body, words):
         check_spec(spec, ["p"], timeout=20)
     d = exc.value.diagnostics[0]
     assert d.code == "PL506" and words in d.message, d.message
+
+
+def test_count_copies_round_trips_through_fmt():
+    from placement_logic.frontend.canonical import format_source
+
+    text = spec_text(2, 4, {"p": "  override   clip_norm[kv] :count_copies over(tp)\n"}, qk_norm=False)
+    out = format_source(text, "kvnorm.place")
+    assert "  override clip_norm[kv]: count_copies over (tp)\n" in out
+    assert format_source(out, "kvnorm.place") == out
+    (o,) = load_string(out, "kvnorm.place").plan("p").overrides
+    assert (o.target, o.group, o.verb, o.axes) == ("clip_norm", "kv", "count_copies", ("tp",))
