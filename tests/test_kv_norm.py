@@ -84,6 +84,7 @@ def test_the_counterexample_names_the_counted_copies(name):
     ("  override clip_norm[kv]: count_copies over (dp)\n", "no group it names has kv heads copied over dp"),
     ("  override clip_norm: reduce over (dp)\n  override clip_norm[kv]: count_copies over (tp)\n", "not summed"),
     ("  override clip_norm[kv]: dedupe over (tp)\n", "counts its copies on tp once already"),
+    (RED + COUNT, "every copy is counted already"),
 ])
 def test_a_statement_that_changes_nothing_is_refused(body, words):
     spec = load_string(spec_text(2, 4, {"p": body}, qk_norm=False), "kvnorm.place")

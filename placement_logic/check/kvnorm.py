@@ -60,12 +60,18 @@ def apply(groups: list, overrides: tuple[ir.Override, ...], plan_clip: tuple[str
         out.append(replace(g, clip_copies=tuple(a for a in summed if a in counted),
                            clip_copies_span=o.span if o is not None else NO_SPAN))
     for o in count:
-        _reaches(o, out, plan_clip)
+        _reaches(o, out, plan_clip, overrides)
     return out
 
 
-def _reaches(o: ir.Override, groups: list, plan_clip: tuple[str, ...]) -> None:
-    """A `count_copies` must name an axis over which a group it names has copies its norm sums."""
+def _plain_sum(overrides: tuple[ir.Override, ...], g, a: str) -> bool:
+    """Whether g's stated norm reduction counts its copies on ``a`` without any `count_copies` (no filter names a)."""
+    dedupe = _own(overrides, OverrideVerb.DEDUPE, g.group)
+    return clipagg.stated(overrides, g.group) is not None and (dedupe is None or a not in (dedupe.axes or ()))
+
+
+def _reaches(o: ir.Override, groups: list, plan_clip: tuple[str, ...], overrides: tuple[ir.Override, ...]) -> None:
+    """A `count_copies` must name an axis over which a group it names has copies its norm sums with a filter."""
     head = f"override clip_norm{f'[{o.group}]' if o.group else ''}: count_copies over ({', '.join(o.axes or ())})"
     targets = [g for g in groups if o.group in (None, "all") or g.group == o.group]
     if not o.axes:
@@ -78,6 +84,10 @@ def _reaches(o: ir.Override, groups: list, plan_clip: tuple[str, ...]) -> None:
         if not any(a in (g.clip_axes if g.clip_axes is not None else plan_clip) for g in copied):
             raise _no_effect(f"{head} changes nothing: the norm of {', '.join(g.group for g in copied)} is not summed "
                              f"over {a}, so its copies there are not added", o)
+        summed = [g for g in copied if a in (g.clip_axes if g.clip_axes is not None else plan_clip)]
+        if all(_plain_sum(overrides, g, a) for g in summed):
+            raise _no_effect(f"{head} changes nothing: the stated norm reduction of {', '.join(g.group for g in summed)} "
+                             f"is a plain sum over {a} with no duplicate filter there, so every copy is counted already", o)
 
 
 def _no_effect(msg: str, o: ir.Override) -> DiagnosticError:
