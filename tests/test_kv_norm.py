@@ -39,6 +39,12 @@ CASES = {
     "max": ("  override clip_norm: max over (tp)\n", False),  # the largest head stands for both
     "rank0_kv": ("  override clip_norm[kv]: rank0_only over (tp)\n", False),  # head 1 never counted
     "twice": ("  override clip_norm: reduce over (tp, tp)\n" + DEDUPE, False),
+    "dp_tp_filtered": ("  override clip_norm: reduce over (dp, tp)\n  override clip_norm: dedupe over (dp, tp)\n", True),
+    "dp_tp_filtered_dp_only": ("  override clip_norm: reduce over (dp, tp)\n  override clip_norm: dedupe over (dp)\n",
+                               False),  # every tp copy counted: norms, biases and each kv head
+    "dp_tp_filtered_kv_counted": ("  override clip_norm: reduce over (dp, tp)\n  override clip_norm: dedupe over (dp, tp)\n"
+                                  + COUNT, False),
+    "dp_only": ("  override clip_norm: reduce over (dp)\n  override clip_norm: dedupe over (dp)\n", False),  # heads missed
 }
 
 
@@ -103,3 +109,52 @@ def test_count_copies_round_trips_through_fmt():
     assert format_source(out, "kvnorm.place") == out
     (o,) = load_string(out, "kvnorm.place").plan("p").overrides
     assert (o.target, o.group, o.verb, o.axes) == ("clip_norm", "kv", "count_copies", ("tp",))
+
+
+DATA = ("ddp", "zero1", "zero2", "zero3", "fsdp_full_shard")
+GROUPS = ("", "[all]", "[kv]", "[norms]", "[dense]")
+AXES = ("(tp)", "(dp)", "(dp, tp)", "(tp, tp)")
+
+
+def _random_plan(rng: random.Random) -> str:
+    """A written reduction (often filtered, group by group or for all), copies counted, and an odd statement."""
+    lines = []  # (group, verb and its axes)
+    if rng.random() < 0.6:
+        lines.append(("", f"reduce over {rng.choice(['(tp)', '(dp, tp)'])}"))
+        if rng.random() < 0.5:
+            lines.append(("", f"dedupe over {rng.choice(['(tp)', '(dp, tp)', '(dp)'])}"))
+        else:
+            axes = rng.choice(["(tp)", "(dp, tp)"])
+            lines += [(f"[{g}]", f"dedupe over {axes}") for g in ("norms", "biases", "kv") if g != "kv" or rng.random() < 0.5]
+    if rng.random() < 0.4:
+        lines.append(("[kv]", "count_copies over (tp)"))
+    if rng.random() < 0.3:
+        verb = rng.choice(["average", "max", "rank0_only", "sqrt_before_reduce", "double_count", "dedupe"])
+        tail = "" if verb in ("sqrt_before_reduce", "double_count") else f" over {rng.choice(AXES)}"
+        lines.append((rng.choice(GROUPS), verb + tail))
+    return "".join(f"  override clip_norm{g}: {rest}\n" for g, rest in lines)
+
+
+@pytest.mark.slow
+def test_random_norm_statements_over_copied_heads_agree_with_the_simulator():
+    """Random clip-norm statements (sums, filters, copies counted, averages, maxima, rank-0 counts, roots)
+    over random data-parallel strategies: the checker refutes SC clip_norm exactly when the simulator
+    finds a mesh (dp 1-2, tp 2, 4, 6) whose norm differs from the single-device one."""
+    rng = random.Random(25)
+    checked = 0
+    for i in range(80):
+        data = rng.choice(DATA)
+        body = _random_plan(rng)
+        text = spec_text(2, 4, {"p": body}, qk_norm=False).replace("from std.data import ddp",
+                                                                    f"from std.data import {data}")
+        text = text.replace("  dp: ddp\n", f"  dp: {data}\n")
+        spec = load_string(text, "kvnorm.place")
+        try:
+            report = check_spec(spec, ["p"], timeout=20).plans[0]
+        except DiagnosticError:
+            continue  # a statement that changes nothing (PL506) or a filter on shards (PL150)
+        clip = next(o for o in report.obligations if o.name == "SC clip_norm")
+        assert clip.verdict is not Verdict.UNKNOWN, (body, clip.unknown)
+        assert (clip.verdict is Verdict.REFUTED) is _simulated(spec, "p"), (i, data, body)
+        checked += 1
+    assert checked >= 30
