@@ -33,6 +33,11 @@ def _filter_notes(step: steps.StepModel) -> tuple[str, ...]:
         how = ("stated" + (f" at line {span.line}" if span != NO_SPAN else "")) if stated else "derived"
         out.append(f"duplicate filter ({how}): the copies of {', '.join(names)} over ({', '.join(axes)}) counted on "
                    "one rank there in the norm")
+    for g in step.groups:  # K kv heads copied over a summed axis, each copy group counted once (check.kvnorm)
+        for d in g.dims:
+            if d.part == steps.COPY_PART and d.axis in (g.clip_axes or ()) and d.axis not in g.clip_copies:
+                out.append(f"duplicate filter: each of the {d.heads} kv heads ({g.group}) copied on {d.axis}/{d.heads} "
+                           f"ranks counted on the first rank of its copy group in the norm")
     return tuple(out)
 
 
