@@ -50,10 +50,7 @@ def apply(groups: list, overrides: tuple[ir.Override, ...], plan_clip: tuple[str
         if not summed:
             out.append(g)
             continue
-        counted: list[str] = []
-        if clipagg.stated(overrides, g.group) is not None:  # a stated reduction: a plain sum unless a dedupe names it
-            dedupe = _own(overrides, OverrideVerb.DEDUPE, g.group)
-            counted = [a for a in summed if dedupe is None or a not in (dedupe.axes or ())]
+        counted = [a for a in summed if _plain_sum(overrides, g, a)]  # a stated reduction, no dedupe naming a
         o = _own(overrides, OverrideVerb.COUNT_COPIES, g.group)
         if o is not None:
             counted += [a for a in summed if a in (o.axes or ()) and a not in counted]
