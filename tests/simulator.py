@@ -534,7 +534,10 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bi
     axes = list(plan.mesh.names)
     pos = {a: i for i, a in enumerate(axes)}
     devices = list(product(*[range(sizes[a]) for a in axes]))
-    groups = groups_of(plan)
+    import simulator_kvnorm as kvn  # K >= 2 kv heads copied over a tensor axis: a group of its own in the norm
+
+    copies = kvn.copy_axes(plan, sizes)
+    groups = groups_of(plan) + (["kv"] if copies and "kv" not in groups_of(plan) else [])
     shard = {g: grad_shard_axes(plan, g) for g in groups}
     sharded_somewhere = {a for g in groups for a in shard[g]}
     plan_clip = _stated_norm(plan, "all") or _stated_norm(plan, None)
@@ -546,7 +549,7 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bi
     for g in groups:
         # with a root taken early, values whose counted multiple is a perfect square keep the roots exact
         f = _twice(plan, g, sizes) if roots else 1
-        for s in product(*[range(sizes[a]) for a in shard[g]]):
+        for s in product(*[range(kvn.extent(g, a, sizes, copies)) for a in shard[g]]):
             q[(g, s)] = Fraction(f * rng.randint(0, 3) ** 2) if roots else Fraction(rng.randint(0, 3))
             flags[(g, s)] = rng.random() < 0.3
     expected = sum(q.values(), Fraction(0))
@@ -572,8 +575,8 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bi
         rank0 = set(r0.axes or ()) if r0 is not None else set()
         part = {}
         for d in devices:
-            s = tuple(d[pos[a]] for a in shard[g])
-            counted = all(d[pos[a]] == 0 for a in set(g_axes) if a not in shard[g] and a in filtered) \
+            s = tuple(kvn.key(g, a, d[pos[a]], copies) for a in shard[g])
+            counted = kvn.counted(plan, g, dict(zip(axes, d)), g_axes, copies) and all(d[pos[a]] == 0 for a in set(g_axes) if a not in shard[g] and a in filtered) \
                 and all(d[pos[a]] == 0 for a in rank0)  # rank0_only: only rank 0 of these axes contributes
             part[d] = q[(g, s)] * _twice(plan, g, sizes) if counted else Fraction(0)
         if root:  # each rank's norm, not its square
@@ -607,7 +610,8 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bi
     # otherwise (a clip-norm override leaves it alone)
     ovf_axes = list(ovf_o[-1].axes or ()) if ovf_o else [a for a in axes if a in sharded_somewhere]
     any_flag = any(flags.values())
-    buf = {d: any(flags[(g, tuple(d[pos[a]] for a in shard[g]))] for g in groups) for d in devices}
+    buf = {d: any(flags[(g, tuple(kvn.key(g, a, d[pos[a]], copies) for a in shard[g]))] for g in groups)
+           for d in devices}
     for a in ovf_axes:
         sums: dict = {}
         for d, v in buf.items():

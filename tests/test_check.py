@@ -254,8 +254,8 @@ def test_sequence_parallel_without_a_tensor_axis(monkeypatch, tmp_path):
 @pytest.mark.parametrize("path", SAFE, ids=[example_id(p) for p in SAFE])
 def test_schedule_reductions_match_the_roles(path):
     """The cost engine's collective schedule reduces each group exactly over the axes
-    where its contributions are partial: data and context axes, and expert axes for
-    non-expert parameters."""
+    where its contributions are partial: data and context axes, expert axes for
+    non-expert parameters, and the copy groups of kv heads copied over a tensor axis."""
     from placement_logic.check import steps
     from placement_logic.ir import groups as pg
     from placement_logic.ir import views
@@ -270,7 +270,8 @@ def test_schedule_reductions_match_the_roles(path):
                 partial = role in ("data", "context") or (role == "expert" and g.group != "experts")
                 sp_split = (step.role(d.axis) in ("tensor", "sequence") and step.sequence_parallel
                             and (g.group in ("norms", "biases", "router") or role == "expert"))
-                assert d.k == (1 if partial or sp_split else 0), (p.name, g.group, d.name)
+                copies = d.part == steps.COPY_PART  # K kv heads copied over the axis: summed over each copy group
+                assert d.k == (1 if partial or sp_split or copies else 0), (p.name, g.group, d.name)
 
 
 @pytest.mark.parametrize("name", ["cp_tokens_dp_only", "expert_grads_wrong_divisor"])

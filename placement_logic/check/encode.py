@@ -310,6 +310,9 @@ def norm_negation(env: Env, prefix: str, boolean: bool) -> tuple[list, Callable[
                 comp = comp * ((u + v) if a in k and a not in g.clip_rank0 else u)  # rank0_only: rank 0's piece
             own[a], others[a] = u, v
         factors[g.group] = (own, others)
+        for d in g.dims:  # K kv heads copied over an axis: the axis a multiple of K (a side constraint)
+            if d.part == steps.COPY_PART:
+                env.size(d)
         if not boolean:
             factor = one
             for a, times in k.items():
@@ -319,6 +322,8 @@ def norm_negation(env: Env, prefix: str, boolean: bool) -> tuple[list, Callable[
                 dedupe = a in shard or a in g.clip_filter or a in g.clip_rank0
                 if g.clip_agg != "max":  # the max of copies is the copy (of shards: ``nonlinear`` below)
                     factor = factor * _pow(env.size(a), times - 1 if dedupe else times, one)
+                    if a in g.clip_copies and a not in g.clip_rank0:  # kv heads' copies each counted (kvnorm)
+                        factor = factor * env.size(next(d for d in g.dims if d.part == steps.COPY_PART and d.axis == a))
             dc = one
             if g.double_count:
                 tie = [d for d in g.dims if d.tie]

@@ -15,6 +15,7 @@ from . import aspects, checkpoint_check, losses, sources, steps
 from . import encode as en
 from . import replay as rp
 from . import replay_state as rs
+from . import subgroups as _subgroups
 from .obligation import Obligation
 from .rules import GRADIENT_INTEGRITY, RULES, STATE_CONSISTENCY
 
@@ -32,6 +33,11 @@ def _filter_notes(step: steps.StepModel) -> tuple[str, ...]:
         how = ("stated" + (f" at line {span.line}" if span != NO_SPAN else "")) if stated else "derived"
         out.append(f"duplicate filter ({how}): the copies of {', '.join(names)} over ({', '.join(axes)}) counted on "
                    "one rank there in the norm")
+    for g in step.groups:  # K kv heads copied over a summed axis, each copy group counted once (check.kvnorm)
+        for d in g.dims:
+            if d.part == steps.COPY_PART and d.axis in (g.clip_axes or ()) and d.axis not in g.clip_copies:
+                out.append(f"duplicate filter: each of the {d.heads} kv heads ({g.group}) copied on {d.axis}/{d.heads} "
+                           f"ranks counted on the first rank of its copy group in the norm")
     return tuple(out)
 
 
@@ -209,16 +215,17 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
     from . import encode_subgroups  # a reduction over blocks of an axis's ranks
 
     obs = encode_subgroups.extend(obs, step, ctx, plan, Obligation)
-    return _undecided(obs, step, ctx.pinned)
+    return _undecided(obs, step, ctx.pinned, plan)
 
 
-def _undecided(obs: list[Obligation], step: steps.StepModel, pinned: dict[str, int]) -> list[Obligation]:
+def _undecided(obs: list[Obligation], step: steps.StepModel, pinned: dict[str, int], plan=None) -> list[Obligation]:
     """A group the step model cannot represent (``GroupModel.undecided``) leaves its gradient
     obligations, the typing rule and the grad norm unknown: never proved, never refuted. Their
     negation is left satisfiable, so no theorem built from them holds. K/V heads copied over one
     tensor axis are dimensions of the model (a head part and a copy part), for axis sizes that are
-    multiples of K (said in the notes); a pinned size that is not one, and the grad norm (each copied
-    head counted once), stay unknown."""
+    multiples of K (said in the notes); a pinned size that is not one stays unknown, and so does the
+    grad norm where its reduction over the copy axis runs in blocks of ranks (check.kvnorm models the
+    norm over whole axes: each copied head counted once, or every copy)."""
     missing = {g.group: g.undecided for g in step.groups if g.undecided}
     clip = ""
     for g in step.groups:
@@ -234,9 +241,11 @@ def _undecided(obs: list[Obligation], step: steps.StepModel, pinned: dict[str, i
                 if ob.whole == g.group or ob.aspect_of == g.group or ob.name == f"SC grads[{g.group}]" \
                         or ob.condition == "CR02":
                     ob.notes = ob.notes + (note,)
-            clip = (f"the {d.heads} kv heads are copied on {d.axis}/{d.heads} ranks each: the grad norm counting "
-                    "each copied head once is not in the step model; the missing fact: how the system "
-                    "counts the copies")
+            blocks = _subgroups.norm_blocks(plan) if plan is not None else None
+            if blocks is not None and d.axis in (blocks.axes or ()):
+                clip = (f"the {d.heads} kv heads are copied on {d.axis}/{d.heads} ranks each and the norm is reduced "
+                        f"over blocks of {d.axis}'s ranks: which copies a block holds is not in the step model; the "
+                        "missing fact: how the blocks meet the copy groups")
     if not missing and not clip:
         return obs
     anyone = next(iter(missing.values()), "")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from fractions import Fraction
 from itertools import product
 
-from . import clipagg, perrank
+from . import clipagg, kvnorm, perrank
 from .replay import Context, _frac, coords_text
 from .report import Counterexample
 
@@ -31,6 +31,11 @@ def _allreduce(buf: dict[Coord, object], i: int, op) -> dict[Coord, object]:
     return {dev: sums[dev[:i] + dev[i + 1:]] for dev in buf}
 
 
+def _coord(g, dev, pos: dict[str, int], sizes: dict[str, int]) -> Coord:
+    """The shard of g that device ``dev`` holds (a copied kv head: rank // (n/K) on its copy axis)."""
+    return tuple(kvnorm.head_of(g, a, dev[pos[a]], sizes[a]) for a in g.shard_axes)
+
+
 def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
     """Grad norm / overflow: each device's local part, the plan's all-reduces, vs the global value."""
     step = ctx.step
@@ -38,6 +43,8 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
     axes = step.axes
     pos = {a: i for i, a in enumerate(axes)}
     reduce_axes = step.overflow_axes if boolean else step.clip_axes
+    if any(sizes[a] % k for g in step.groups for a, k in kvnorm.copy_heads(g).items()):
+        return None  # a size that is no multiple of the kv heads copied over it: no such mesh
     devices = _devices(ctx, sizes)
     placed: dict[tuple[str, Coord], object] = {}
     for (group, block), v in w["blocks"].items():
@@ -51,7 +58,7 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
     if boolean:
         buf: dict[Coord, object] = {}
         for dev in devices:
-            buf[dev] = any(placed.get((g.group, tuple(dev[pos[a]] for a in g.shard_axes))) for g in step.groups)
+            buf[dev] = any(placed.get((g.group, _coord(g, dev, pos, sizes))) for g in step.groups)
         for a in reduce_axes:
             buf = _allreduce(buf, pos[a], lambda x, y: x or y)
     else:
@@ -68,11 +75,13 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
                 continue
             part: dict[Coord, object] = {}
             for dev in devices:
-                v = placed.get((g.group, tuple(dev[pos[a]] for a in g.shard_axes)))
-                # the duplicate filter: a copy is counted on rank 0 of every filtered axis only
+                v = placed.get((g.group, _coord(g, dev, pos, sizes)))
+                # the duplicate filter: a copy is counted on rank 0 of every filtered axis only (a copied kv
+                # head on the first rank of its copy group)
                 counted = bool(v) and all(dev[pos[a]] == 0 for a in set(g_axes)
                                           if a not in g.shard_axes and a in g.clip_filter) \
-                    and all(dev[pos[a]] == 0 for a in g.clip_rank0)  # rank0_only (perrank)
+                    and all(dev[pos[a]] == 0 for a in g.clip_rank0) \
+                    and kvnorm.counted_copy(g, dev, pos, sizes, g_axes)  # rank0_only (perrank)
                 dc = 1
                 if counted and g.double_count:
                     tie = [d for d in g.dims if d.tie]
@@ -116,6 +125,9 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
     eq = (f"grad-norm² on {coords_text(axes, dev)} = {_frac(buf[dev])}, global grad-norm² = {_frac(expected)}; "
           f"clip coefficient² with max_norm² = {_frac(clip2)}: {_frac(coef(buf[dev]))} instead of {_frac(coef(expected))}")
     values = (("squared gradient norms", f"{where} (one value per listed shard, 0 elsewhere)"), ("reduction", reduce_text))
+    values += tuple((f"{g.group} heads over {a}", f"head h held by the {a} ranks h·{sizes[a] // k} .. "
+                     f"h·{sizes[a] // k} + {sizes[a] // k - 1} (its copy group)")
+                    for g in step.groups for a, k in kvnorm.copy_heads(g).items() if sizes[a] // k >= 2)
     derived = ctx.derived.clip_axes
     diag = []
     for who, axes_g in ([(None, reduce_axes)] if len(group_axes) <= 1
@@ -134,6 +146,7 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
         if copies:
             diag.append(f"{g.group} is replicated over ({', '.join(copies)}) and its squared norm is summed there "
                         "with no duplicate filter: every copy is counted")
+        diag += kvnorm.diagnosis(g, sizes)
         if g.double_count:
             diag.append(f"{g.group} is counted twice in the norm (it is held on two devices and not de-duplicated)")
         avg = [a for a in g.clip_rank0 if g.clip_agg == "average" and a not in g.shard_axes and sizes[a] >= 2]
@@ -186,9 +199,9 @@ def _aggregated(g, g_axes, devices, pos, sizes, placed) -> dict | None:
     different radicands cannot be (None: no exact replay)."""
     part: dict[Coord, tuple[Fraction, Fraction]] = {}
     for dev in devices:
-        v = placed.get((g.group, tuple(dev[pos[a]] for a in g.shard_axes)))
+        v = placed.get((g.group, _coord(g, dev, pos, sizes)))
         counted = bool(v) and all(dev[pos[a]] == 0 for a in set(g_axes) if a not in g.shard_axes and a in g.clip_filter) \
-            and all(dev[pos[a]] == 0 for a in g.clip_rank0)
+            and all(dev[pos[a]] == 0 for a in g.clip_rank0) and kvnorm.counted_copy(g, dev, pos, sizes, g_axes)
         dc = 1
         if counted and g.double_count:
             tie = [d for d in g.dims if d.tie]

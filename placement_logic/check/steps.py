@@ -33,6 +33,7 @@ from . import buckets as _buckets
 from . import checkpoint as ckpt
 from . import clipagg
 from . import identity as _identity
+from . import kvnorm as _kvnorm
 from . import nested as _nested
 from . import partial as _partial
 from . import perrank as _perrank
@@ -274,6 +275,7 @@ def _norms(r: _Read, groups: list) -> tuple[list, tuple[str, ...], ir.Override |
     clip_o = clipagg.stated(r.plan.overrides, "all")
     plan_clip = tuple(clip_o.axes or ()) if clip_o else all_shard
     groups = clipagg.apply(clipagg.filters(groups, plan_clip, r.last), r.plan.overrides)
+    groups = _kvnorm.apply(groups, r.plan.overrides, plan_clip)
     groups = _perrank.apply(groups, r.plan.overrides)
     return _nested.apply(r.plan, groups), plan_clip, clip_o
 

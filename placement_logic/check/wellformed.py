@@ -115,7 +115,8 @@ def filter_no_effect(overrides: tuple[ir.Override, ...], groups) -> None:
             if o.axes.count(a) > 1:
                 raise _err(Code.OVERRIDE_NO_EFFECT, f"{head} changes nothing the second time it names {a}: a filter counts each "
                            "copy once however often it is stated", o.span)
-            copies = [g for g in targets if a not in g.shard_axes]
+            # a group sharded over a but whose kv heads are copied there has copies too (check.kvnorm)
+            copies = [g for g in targets if a not in g.shard_axes or any(d.axis == a and d.part == "copies" for d in g.dims)]
             if not copies:
                 raise _err(Code.FILTER_ON_SHARDS, f"{head}: the gradient of {o.group if named else 'every group'} is sharded over "
                            f"{a}, so its pieces there are distinct values, not copies of one; a duplicate filter "
@@ -125,7 +126,7 @@ def filter_no_effect(overrides: tuple[ir.Override, ...], groups) -> None:
             if not summed:
                 raise _err(Code.OVERRIDE_NO_EFFECT, f"{head} changes nothing: the squared norm of {who} is not summed over {a}, so "
                            f"its copies on {a} are counted once already", o.span)
-            if all(not g.clip_filter_stated and a in g.clip_filter for g in summed):
+            if all(not g.clip_filter_stated and (a in g.clip_filter or a in g.shard_axes) for g in summed):
                 raise _err(Code.OVERRIDE_NO_EFFECT, f"{head} changes nothing: no `clip_norm: reduce` override states the norm "
                            f"reduction of {who}, and the derived one counts its copies on {a} once already", o.span)
 

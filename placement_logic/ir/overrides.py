@@ -44,6 +44,9 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "eps_before_reduce": (False, True),
         # the norm's reduction over each of these axes run within blocks of B consecutive ranks (check.subgroups)
         "reduce_blocks": (True, True),
+        # the filter takes a group's copied kv heads over these axes for distinct shards: every copy counted
+        # (check.kvnorm)
+        "count_copies": (True, False),
     },
     "loss": {
         "per_device_mean": (False, False),
@@ -163,6 +166,7 @@ class OverrideVerb(StrEnum):
     DIVIDE_EXCEPT_LAST = "divide_except_last"
     DIVIDE_LAST_ONLY = "divide_last_only"
     REDUCE_BLOCKS = "reduce_blocks"
+    COUNT_COPIES = "count_copies"
     LOCAL = "local"
     PER_DEVICE_MEAN = "per_device_mean"
     PER_MICROBATCH_MEAN = "per_microbatch_mean"

@@ -46,6 +46,13 @@ MODELS = {
         "microbatch = 2",
         "microbatches = 4",
     ),
+    "gqa": (  # two kv heads, each copied on tp/2 tensor ranks when tp > 2
+        "transformer {\n    hidden = 2048\n    layers = 16\n    heads = 16\n    kv_heads = 2\n    ffn = 8192\n"
+        "    vocab = 50304\n  }",
+        "seq = 2048",
+        "microbatch = 2",
+        "microbatches = 4",
+    ),
     "moe": (
         "transformer {\n    hidden = 4096\n    layers = 32\n    heads = 32\n    ffn = 14336\n"
         "    vocab = 32000\n    experts = 8\n    top_k = 2\n  }",
@@ -84,6 +91,7 @@ GROUPS = {
     "moe": ("dense", "norms", "biases", "experts", "embedding"),
     "moe_etp": ("dense", "norms", "biases", "experts", "embedding"),
     "mqa": ("dense", "kv", "norms", "qk_norms", "biases", "embedding"),
+    "gqa": ("dense", "kv", "norms", "biases", "embedding"),
 }
 
 
@@ -124,6 +132,8 @@ BASES = {b.name: b for b in [
          [("dp", 8), ("tp", 8)], ["dp: ddp", "tp: megatron_tp"]),
     base("mqa_tp", "DDP x Megatron TP, one kv head and query/key norms", [D + "ddp", "from std.tensor import megatron_tp"],
          "mqa", [("dp", 8), ("tp", 2)], ["dp: ddp", "tp: megatron_tp"]),
+    base("gqa_tp", "DDP x Megatron TP, two kv heads each copied on two tensor ranks",
+         [D + "ddp", "from std.tensor import megatron_tp"], "gqa", [("dp", 8), ("tp", 4)], ["dp: ddp", "tp: megatron_tp"]),
     base("mqa_sp", "ZeRO-1 x Megatron TP with SP, one kv head and query/key norms",
          [D + "zero1", "from std.tensor import megatron_sp"], "mqa", [("dp", 8), ("tp", 4)],
          ["dp: zero1", "tp: megatron_sp"]),
@@ -668,6 +678,23 @@ mutant("clip_sqrt_before_reduce_experts_ep", "ep",
        "(`clip_norm[experts]: sqrt_before_reduce`).", ["override clip_norm[experts]: sqrt_before_reduce"],
        ["SC clip_norm"], mirrors=CLIP_ROOT)
 
+# K >= 2 kv heads copied over the tensor ranks: the norm counts each head once (check.kvnorm)
+KV_MARKED = ("copied K/V weights marked tensor-parallel, so the duplicate filter counts every copy "
+             "(InternLM/InternEvo#349 copies kv heads; ROCm/TransformerEngine#715)")
+KV_RANK0 = "copied K/V weights left unmarked, counted on tp rank 0 only (ROCm/TransformerEngine#715, NVIDIA/Megatron-LM#7452)"
+KV_SHARD = "copied K/V weights reduced as shards over the tensor mesh (huggingface/transformers#47811, #46113)"
+mutant("kv_copies_counted_gqa_tp", "gqa_tp",
+       "the duplicate filter takes the copied kv heads for tensor-parallel shards (`clip_norm[kv]: count_copies over "
+       "(tp)`): each head counted tp/2 times.", ["override clip_norm[kv]: count_copies over (tp)"], ["SC clip_norm"],
+       mirrors=KV_MARKED)
+mutant("kv_copies_rank0_gqa_tp", "gqa_tp",
+       "the copied kv heads counted on tp rank 0 only (`clip_norm[kv]: rank0_only over (tp)`): the other head is "
+       "dropped from the norm.", ["override clip_norm[kv]: rank0_only over (tp)"], ["SC clip_norm"], mirrors=KV_RANK0)
+mutant("kv_copies_filter_skips_kv_gqa_tp", "gqa_tp",
+       "a written sum over tp filtering the layer norms and biases but not the copied kv heads.",
+       ["override clip_norm: reduce over (tp)", "override clip_norm[norms]: dedupe over (tp)",
+        "override clip_norm[biases]: dedupe over (tp)"], ["SC clip_norm"], mirrors=KV_SHARD)
+
 # per-rank ownership in the norm; the token count clamped before its reduction (a partial value)
 SINKS = "attention sinks not marked tensor-parallel, counted on tp rank 0 (NVIDIA/Megatron-LM#7452, #7530)"
 EXPERT_TP = "expert weights split over tp counted on tp rank 0 only (NVIDIA/Megatron-LM#5916)"
@@ -936,6 +963,14 @@ for name, b, lines, why in [
     ("reduce_heads_mqa_sp", "mqa_sp", ["override grads[kv]: reduce over (dp, tp)",
                                        "override grads[qk_norms]: reduce over (dp, tp)"],
      "with sequence parallelism too, the copied K/V head and the query/key norms are reduced over dp and tp."),
+    ("clip_filter_kv_copies_gqa", "gqa_tp", ["override clip_norm: reduce over (tp)", "override clip_norm: dedupe over (tp)"],
+     "a written sum over tp with the duplicate filter over tp: the layer norms, the biases and each copied kv head "
+     "counted once, as the derived norm does."),
+    ("clip_filter_names_kv_gqa", "gqa_tp", ["override clip_norm: reduce over (tp)",
+                                            "override clip_norm[norms]: dedupe over (tp)",
+                                            "override clip_norm[biases]: dedupe over (tp)",
+                                            "override clip_norm[kv]: dedupe over (tp)"],
+     "the duplicate filter stated group by group, the copied kv heads named: each copy group counted once."),
     ("reduce_experts_ep", "ep", ["override grads[experts]: reduce over (dp)",
                                  "override grads[dense]: reduce over (dp, ep)"],
      "expert grads are reduced over the expert-data axis only, the others over dp and ep."),
