@@ -161,7 +161,9 @@ FILES = ["tests/corpus/mutants/buckets_ddp.place", "tests/corpus/mutants/buckets
          "tests/corpus/mutants/update_divide_last_only_pp.place", "tests/corpus/mutants/update_clip_rank0_ddp.place",
          "tests/corpus/mutants/update_divide_rank0_tp.place", "tests/corpus/mutants/loss_scale_local_zero2.place",
          "tests/corpus/mutants/loss_scale_local_pp.place", "tests/corpus/mutants/clip_eps_tp.place",
-         "tests/corpus/mutants/clip_blocks_zero2.place", "examples/bugs/moe_expert_norm_in_mp_blocks.place"]
+         "tests/corpus/mutants/clip_blocks_zero2.place", "examples/bugs/moe_expert_norm_in_mp_blocks.place",
+         "tests/corpus/mutants/clip_strided_zero2.place", "tests/corpus/mutants/clip_first_zero2.place",
+         "examples/bugs/grad_norm_in_first_shard_group.place"]
 
 
 def _costs(text: str):
