@@ -135,7 +135,8 @@ CODES: dict[str, tuple[str, str]] = {
               "(...) by B) over an axis the group's gradient is not reduced over."),
     "PL182": ("norm-blocks-axis", "A grad-norm reduction run in blocks (override clip_norm: reduce_blocks over (...) "
               "by B) with a group, or over an axis the norm is not reduced over or no group's gradient is sharded on."),
-    "PL183": ("block-size", "A block size (override ...: reduce_blocks ... by B) that is not a positive integer."),
+    "PL183": ("block-size", "A block size, stride or count of ranks (override ...: reduce_blocks / reduce_strided / "
+              "reduce_first ... by E) that is not a positive integer."),
     "PL184": ("rank-set-divisors", "Two divisors on sets of an axis's ranks (divide_rank0_only, divide_except_last, "
               "divide_last_only) stated for one parameter group."),
     "PL186": ("undeclared-loss-term", "An override of a loss term (loss[TERM], tokens[TERM], aux_loss, ...) that the "
@@ -145,6 +146,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PL190": ("activation-assert-off-tensor", "An activation's type asserted (override activations[R] / "
               "activation_grads[R]: assert_replicate | assert_partial | assert_shard) over no axis or over an axis "
               "that is not a tensor axis."),
+    "PL194": ("partition-twice", "One reduction (a group's gradient, or the grad norm) run in groups of two kinds "
+              "(override ...: reduce_blocks / reduce_strided / reduce_first), over one axis or two."),
     # types and units: PL2xx
     "PL201": ("unit-mismatch", "Bytes combined with a plain count by + or - (or compared with one)."),
     "PL202": ("unit-not-allowed", "A byte unit where a plain count is required (axis size, layer count, exponent)."),
@@ -271,6 +274,7 @@ class Code(StrEnum):
     UNDECLARED_LOSS_TERM = "PL186"
     LOSS_TERM_REACHES_NOTHING = "PL187"
     ACTIVATION_ASSERT_OFF_TENSOR = "PL190"
+    PARTITION_TWICE = "PL194"
     UNIT_MISMATCH = "PL201"
     UNIT_NOT_ALLOWED = "PL202"
     BAD_EXPONENT = "PL203"

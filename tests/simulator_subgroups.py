@@ -3,8 +3,10 @@ axis's ranks other than rank 0 (docs/semantics.md, "Process groups over part of 
 from the semantics without the checker's code.
 
 A block of an axis: rank i of the axis is in block i // B, B consecutive ranks (the last block
-shorter where B does not divide the axis). ``block_reduce``: a sum (or a maximum) over each
-block. ``grad_block_violations``: every device's contribution to a group's gradient drawn at
+shorter where B does not divide the axis). A strided group (``reduce_strided by S``): rank i is in
+group i mod S. The first K ranks (``reduce_first by K``): ranks 0..K-1 form one group, every other
+rank is a group of its own (it reduces nothing). A group spec is B (an int: blocks) or a pair (verb,
+E). ``block_reduce``: a sum (or a maximum) over each group. ``grad_block_violations``: every device's contribution to a group's gradient drawn at
 random, reduced over each named axis within its blocks, against the sum over every device of those
 axes: ``("blocks", group)`` and ``("gi", group)`` where some device holds another value. ``update_violations``: a
 division by X on every rank of the named axes but the last (the coordinate n - 1 on each), or on
@@ -33,31 +35,52 @@ def _stated(plan: ir.Plan, target: str, verb: str, group: str | None) -> ir.Over
     return None
 
 
-def block_reduce(buf: dict, i: int, b: int, how: str = "sum") -> dict:
-    """Each device's value replaced by the sum (or maximum) over its block of the axis at position i."""
+PARTITIONS = ("reduce_blocks", "reduce_strided", "reduce_first")
+
+
+def _key(i: int, spec) -> tuple:
+    """The group rank i of an axis is in, under ``spec`` (B, or (verb, E))."""
+    verb, e = ("reduce_blocks", spec) if isinstance(spec, int) else spec
+    if verb == "reduce_strided":
+        return ("residue", i % e)
+    if verb == "reduce_first":
+        return ("first",) if i < e else ("alone", i)
+    return ("block", i // e)
+
+
+def block_reduce(buf: dict, i: int, b, how: str = "sum") -> dict:
+    """Each device's value replaced by the sum (or maximum) over its group of the axis at position i."""
     out: dict = {}
     for d, v in buf.items():
-        key = d[:i] + (d[i] // b,) + d[i + 1:]
+        key = d[:i] + (_key(d[i], b),) + d[i + 1:]
         if key not in out:
             out[key] = v
         else:
             out[key] = max(out[key], v) if how == "max" else out[key] + v
-    return {d: out[d[:i] + (d[i] // b,) + d[i + 1:]] for d in buf}
+    return {d: out[d[:i] + (_key(d[i], b),) + d[i + 1:]] for d in buf}
 
 
-def block_len(i: int, b: int, n: int) -> int:
-    """How many ranks the block of rank i holds (the last one shorter where b does not divide n)."""
-    return min(b, n - (i // b) * b)
+def block_len(i: int, b, n: int) -> int:
+    """How many ranks the group of rank i holds (counted: the last block shorter where b does not divide n)."""
+    return sum(1 for j in range(n) if _key(j, b) == _key(i, b))
 
 
-def _block(o: ir.Override, sizes: dict[str, int], plan: ir.Plan, bindings: dict) -> int:
+def _block(o: ir.Override, sizes: dict[str, int], plan: ir.Plan, bindings: dict):
     b = _value(o.by, sizes, plan, bindings)
     assert b.denominator == 1 and b >= 1, b
-    return int(b)
+    return int(b) if o.verb == "reduce_blocks" else (o.verb, int(b))
 
 
-def norm_blocks(plan: ir.Plan, sizes: dict[str, int], bindings: dict) -> dict[str, int]:
-    o = _stated(plan, "clip_norm", "reduce_blocks", None)
+def _stated_partition(plan: ir.Plan, target: str, group: str | None) -> ir.Override | None:
+    for who in ((group, "all", None) if group is not None else (None,)):
+        found = [o for o in plan.overrides if o.target == target and o.verb in PARTITIONS and o.group == who]
+        if found:
+            return found[-1]
+    return None
+
+
+def norm_blocks(plan: ir.Plan, sizes: dict[str, int], bindings: dict) -> dict:
+    o = _stated_partition(plan, "clip_norm", None)
     if o is None:
         return {}
     b = _block(o, sizes, plan, bindings)
@@ -70,7 +93,7 @@ def grad_block_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Rand
     pos = {a: i for i, a in enumerate(axes)}
     devices = list(product(*[range(sizes[a]) for a in axes]))
     for g in groups_of(plan):
-        o = _stated(plan, "grads", "reduce_blocks", g)
+        o = _stated_partition(plan, "grads", g)
         if o is None:
             continue
         b = _block(o, sizes, plan, bindings)

@@ -149,6 +149,10 @@ def plans(draw):
               overrides=(ov("clip_norm", "reduce_blocks", None, ("a",), ir.Const(Fraction(2))),)), 16)
 @example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("pipeline", "S,S,S,S")},
               overrides=(ov("grads", "divide_except_last", None, ("b",), ir.Const(Fraction(2))),)), 17)
+@example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("tensor", "S,S,S,S")},
+              overrides=(ov("grads", "reduce_strided", None, ("a",), ir.Const(Fraction(2))),)), 18)
+@example(plan("p", {"a": ("data", "R,S,S,R"), "b": ("data", "R,R,R,R")},
+              overrides=(ov("clip_norm", "reduce_first", None, ("a",), ir.Sym("b")),)), 19)
 def test_checker_agrees_with_the_simulator(generated, seed):
     spec, p = generated
     try:

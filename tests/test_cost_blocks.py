@@ -117,16 +117,53 @@ def test_a_statement_of_one_group_splits_the_buffer():
     assert by_size[2].bytes_per_device == by_size[2].buffer  # 2·(2−1)/2
 
 
+def test_strided_groups_of_sixteen_by_four_are_rings_of_four_on_the_network():
+    """dp = 16 on 8-GPU H100 nodes, stride 4: groups {r, r+4, r+8, r+12} of 4 ranks, spanning both
+    nodes: 2·(4−1)/4·2Ψ per device on inter_node (the whole axis: 2·15/16·2Ψ)."""
+    colls, _ = grad_sync(spec("  device = h100_sxm\n  dp = 16 @ inter_node",
+                              "override grads: reduce_strided over (dp) by 4"))
+    assert len(colls) == 1 and colls[0].group == 4 and colls[0].collective.link == "inter_node"
+    assert colls[0].bytes_per_device == Fraction(2 * 3, 4) * 2 * PSI
+    assert "within strided groups of stride 4" in colls[0].collective.rule
+
+
+def test_a_stride_that_does_not_divide_the_axis_prices_the_largest_group():
+    """dp = 10, stride 4: groups {0,4,8}, {1,5,9}, {2,6}, {3,7}: the largest holds ⌈10/4⌉ = 3 ranks."""
+    colls, _ = grad_sync(spec("  dp = 10 @ inter_node", "override grads: reduce_strided over (dp) by 4"))
+    assert colls[0].group == 3 and colls[0].bytes_per_device == Fraction(2 * 2, 3) * 2 * PSI
+
+
+def test_a_symbolic_stride_is_the_ceiling_of_the_axis_over_it():
+    colls, _ = grad_sync(spec("  dp = 16 @ inter_node", "override grads: reduce_strided over (dp) by s", params="psi",
+                              lets="let psi = 7e9\nlet s = 2\n"))
+    m = sympy.ceiling(symbol("dp") / symbol("s"))
+    assert sympy.simplify(colls[0].bytes_per_device - 2 * (m - 1) / m * 2 * symbol("psi")) == 0
+    assert colls[0].bytes_per_device.xreplace({symbol("s"): 2, symbol("dp"): 16, symbol("psi"): PSI}) == \
+        Fraction(2 * 7, 8) * 2 * PSI
+
+
+def test_the_first_k_ranks_are_a_block_of_k_inside_a_node():
+    """dp = 16 on 8-GPU H100 nodes, the first 8 ranks only: a ring of 8 inside the first node
+    (2·7/8·2Ψ on intra_node); the other 8 ranks run no collective."""
+    colls, _ = grad_sync(spec("  device = h100_sxm\n  dp = 16 @ inter_node",
+                              "override grads: reduce_first over (dp) by 8"))
+    assert len(colls) == 1 and colls[0].group == 8 and colls[0].collective.link == "intra_node"
+    assert colls[0].bytes_per_device == Fraction(2 * 7, 8) * 2 * PSI
+    assert "within the first 8 ranks only" in colls[0].collective.rule
+
+
 # the statements that move no bytes: each file's costs equal those of the file without the statement
 NO_BYTES = re.compile(r"^\s*override (grads(\[\w+\])?: (bucket_order|divide_except_last|divide_last_only|"
                       r"divide_rank0_only|clip_rank0_only)|loss_scale: local|clip_norm: (eps_before_reduce|"
-                      r"reduce_blocks))\b.*$", re.M)
+                      r"reduce_blocks|reduce_strided|reduce_first))\b.*$", re.M)
 FILES = ["tests/corpus/mutants/buckets_ddp.place", "tests/corpus/mutants/buckets_hsdp_nodes.place",
          "tests/corpus/mutants/update_divide_except_last_pp.place",
          "tests/corpus/mutants/update_divide_last_only_pp.place", "tests/corpus/mutants/update_clip_rank0_ddp.place",
          "tests/corpus/mutants/update_divide_rank0_tp.place", "tests/corpus/mutants/loss_scale_local_zero2.place",
          "tests/corpus/mutants/loss_scale_local_pp.place", "tests/corpus/mutants/clip_eps_tp.place",
-         "tests/corpus/mutants/clip_blocks_zero2.place", "examples/bugs/moe_expert_norm_in_mp_blocks.place"]
+         "tests/corpus/mutants/clip_blocks_zero2.place", "examples/bugs/moe_expert_norm_in_mp_blocks.place",
+         "tests/corpus/mutants/clip_strided_zero2.place", "tests/corpus/mutants/clip_first_zero2.place",
+         "examples/bugs/grad_norm_in_first_shard_group.place"]
 
 
 def _costs(text: str):

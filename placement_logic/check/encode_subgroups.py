@@ -1,5 +1,6 @@
 """The obligations of ``check.subgroups``: ``GI grads[g] blocks`` for a gradient reduction run within
-blocks of an axis's ranks, and the blocks of the grad norm's reduction added to ``SC clip_norm``;
+groups over part of an axis (blocks, strided groups, the first K ranks), and the groups of the grad
+norm's reduction added to ``SC clip_norm``;
 each with its z3 negation and the concrete replay of a witness. (A divisor on every rank but the
 last, or on the last only, is ``SC update[g]``: ``check.encode_rankupdate``.)
 
@@ -36,9 +37,9 @@ def extend(obs: list, step, ctx, plan, obligation) -> list:
                 ob.replay = _wrap_replay(ob.replay, "blocks", lambda w, g=g, o=o: replay_grad_blocks(ctx, w, g.group, o))
         obs.append(obligation(
             f"GI grads[{g.group}] blocks", GRADIENT_INTEGRITY, o.span,
-            f"the {g.group} gradient is reduced over the whole of every axis its reduction runs in blocks over "
-            f"({', '.join(o.axes or ())}): one block of B ranks holds the axis, so every rank holds the sum of "
-            "every rank's contribution",
+            f"the {g.group} gradient is reduced over the whole of every axis its reduction runs in "
+            f"{sg.groups_text(o)} over ({', '.join(o.axes or ())}): one group holds the axis, so every rank "
+            "holds the sum of every rank's contribution",
             lambda env, o=o: _blocks_negation(env, o, "blocks"),
             lambda w, g=g, o=o: replay_grad_blocks(ctx, w, g.group, o), aspect_of=g.group))
     o = sg.norm_blocks(plan)
@@ -52,18 +53,24 @@ def extend(obs: list, step, ctx, plan, obligation) -> list:
 
 
 def _cond(env, o):
-    """B a positive whole number below the size of a named axis: two blocks or more there."""
+    """E a positive whole number and a named axis cut into two groups or more: n > B (blocks), S >= 2 and
+    n >= 2 (strided groups: ranks 0 and 1 apart), n > K (the first K ranks)."""
     b = env.value(o.by)
     side = [b >= 1] + ([z3.IsInt(b)] if z3.is_real(b) else [])
-    arms = [(a, z3.And(env.real(env.size(a)) > b, _whole_blocks(env, o, a))) for a in o.axes or ()]
+    arms = []
+    for a in o.axes or ():
+        n = env.real(env.size(a))
+        cut = z3.And(b >= 2, n >= 2) if o.verb == sg.STRIDED else n > b
+        arms.append((a, z3.And(cut, _whole_blocks(env, o, a))))
     return side, arms
 
 
 def _whole_blocks(env, o, a):
-    """A free size is taken a multiple of a constant B (whole blocks, as a real mesh cut into nodes has);
-    a pinned size is the size given, the last block shorter where B does not divide it. Either way a size
-    above B has two blocks or more, so the refutation does not depend on it."""
-    if a in env.pinned or not isinstance(o.by, ir.Const) or Fraction(o.by.value).denominator != 1:
+    """A free size is taken a multiple of a constant B or S (whole blocks, equal strided groups, as a real
+    mesh cut into nodes has); a pinned size is the size given, the last block shorter where B does not
+    divide it. Either way the refutation does not depend on it. The first K ranks need no such size."""
+    if a in env.pinned or o.verb == sg.FIRST or not isinstance(o.by, ir.Const) \
+            or Fraction(o.by.value).denominator != 1:
         return z3.BoolVal(True, env.sess.ctx)
     return env.size(a) % int(o.by.value) == 0
 
@@ -101,31 +108,54 @@ def _block(ctx, o, sizes) -> Fraction:
     return Fraction(fold(o.by, resolver(ctx.bindings, {k: Fraction(v) for k, v in sizes.items()})))
 
 
-def _ranks(ctx, sizes, axis, b):
-    """Rank 0 and the first rank of the second block of ``axis`` (coordinate B there, 0 elsewhere)."""
+def _ranks(ctx, sizes, axis, b, verb):
+    """Rank 0 and a rank of ``axis`` outside its group (0 elsewhere): the first rank of the second block,
+    rank 1 (another residue of the stride), or rank K (past the first K)."""
     names = ctx.step.axes
-    return (coords_text(names, [0] * len(names)), coords_text(names, [int(b) if a == axis else 0 for a in names]))
+    other = 1 if verb == sg.STRIDED else int(b)
+    return (coords_text(names, [0] * len(names)), coords_text(names, [other if a == axis else 0 for a in names]))
+
+
+def _cut(verb, b, n) -> bool:
+    """Whether groups of ``verb`` and ``b`` cut an axis of ``n`` ranks (the replay's side of ``_cond``)."""
+    if b.denominator != 1 or b < 1:
+        return False
+    return b >= 2 and n >= 2 if verb == sg.STRIDED else b < n
+
+
+def _group_of(verb, b, n, axis) -> str:
+    """The group of the second replayed rank (``_ranks``), written out."""
+    b = int(b)
+    if verb == sg.STRIDED:
+        ranks = list(range(1, n, b))
+        shown = ", ".join(map(str, ranks[:4])) + (" ..." if len(ranks) > 4 else "")
+        return f"the sum over ranks {shown} of {axis}, its strided group"
+    if verb == sg.FIRST:
+        return f"rank {b} of {axis} alone: outside the first {b} ranks it reduces nothing"
+    return f"the sum over ranks {b}..{min(2 * b, n) - 1} of {axis}, its block"
 
 
 def replay_grad_blocks(ctx, w, group, o):
     """Every rank's contribution 0 but rank 0's, 1: the sum over the axis is 1 on every rank; the sum
-    over the block of the first rank of the second block is 0."""
+    over the group of the replayed rank outside rank 0's group is 0."""
     sizes, axis = w["sizes"], w["axis"]
     b, n = _block(ctx, o, sizes), sizes[axis]
-    if b.denominator != 1 or not 1 <= b < n:
+    if not _cut(o.verb, b, n):
         return None
-    r0, r1 = _ranks(ctx, sizes, axis, b)
-    hi = min(2 * int(b), n) - 1
-    eq = (f"the reduced {group} gradient on {r1} is 0 (the sum over ranks {int(b)}..{hi} of {axis}, its block), on {r0} "
-          f"1; summed over all {n} ranks of {axis}, as single-device training sums every token's contribution, it "
-          "is 1")
-    diag = (f"the {group} gradient is reduced over {axis} within blocks of {_frac(b)} consecutive ranks (override "
-            f"{o.verb} at line {o.span.line}: a process group over part of the axis, such as one group per node), "
-            f"not over the whole axis of {n} ranks: each block holds a partial sum of its own, so the replicas of "
-            f"{group} in different blocks receive different gradients, none of them the global one",)
+    r0, r1 = _ranks(ctx, sizes, axis, b, o.verb)
+    eq = (f"the reduced {group} gradient on {r1} is 0 ({_group_of(o.verb, b, n, axis)}), on "
+          f"{r0} 1; summed over all {n} ranks of {axis}, as single-device training sums every token's contribution, "
+          "it is 1")
+    diag = (f"the {group} gradient is reduced over {axis} within {sg.groups_text(o)} (override {o.verb} at line "
+            f"{o.span.line}: a process group over part of the axis), not over the whole axis of {n} ranks: the "
+            f"groups hold partial sums of their own, so the replicas of {group} in different groups receive "
+            "different gradients, none of them the global one",)
     return Counterexample(ctx.sizes_tuple(sizes), (("rank A", r0), ("rank B", r1)),
                           (("per-rank contribution", f"1 on {r0}, 0 on every other rank"),
-                           ("block size", _frac(b))), eq, diag, ctx.command(sizes))
+                           (_E_NAME.get(o.verb, "block size"), _frac(b))), eq, diag, ctx.command(sizes))
+
+
+_E_NAME = {sg.STRIDED: "stride", sg.FIRST: "ranks in the group"}
 
 
 def _wrap_replay(orig, kind, mine):
@@ -135,19 +165,19 @@ def _wrap_replay(orig, kind, mine):
 
 
 def replay_norm_blocks(ctx, w, o):
-    """Squared norm 1 on rank 0's shard, 0 on every other: the first rank of the second block of the
-    axis holds 0."""
+    """Squared norm 1 on rank 0's shard, 0 on every other: the replayed rank outside rank 0's group
+    holds 0."""
     sizes, axis = w["sizes"], w["axis"]
     b, n = _block(ctx, o, sizes), sizes[axis]
-    if b.denominator != 1 or not 1 <= b < n:
+    if not _cut(o.verb, b, n):
         return None
-    r0, r1 = _ranks(ctx, sizes, axis, b)
-    eq = (f"grad-norm² on {r1} = 0, on {r0} = 1, but the global value is 1: the ranks of the second block of "
-          f"{axis} clip by a norm that misses the first block's shards")
-    diag = (f"the grad norm is reduced over {axis} within blocks of {_frac(b)} consecutive ranks (override "
-            f"{o.verb} at line {o.span.line}: a process group over part of the axis), not over the whole axis of "
-            f"{n} ranks whose shards it sums: each block's norm counts its own shards only, and the blocks clip "
-            "by different coefficients",)
+    r0, r1 = _ranks(ctx, sizes, axis, b, o.verb)
+    eq = (f"grad-norm² on {r1} = 0, on {r0} = 1, but the global value is 1: {r1} ("
+          f"{_group_of(o.verb, b, n, axis)}) clips by a norm that misses the shard of {r0}")
+    diag = (f"the grad norm is reduced over {axis} within {sg.groups_text(o)} (override {o.verb} at line "
+            f"{o.span.line}: a process group over part of the axis), not over the whole axis of {n} ranks whose "
+            "shards it sums: each group's norm counts its own shards only, and the groups clip by different "
+            "coefficients",)
     return Counterexample(ctx.sizes_tuple(sizes), (("rank A", r0), ("rank B", r1)),
                           (("squared norms s", f"1 on the shard of {r0}, 0 on every other shard"),
-                           ("block size", _frac(b))), eq, diag, ctx.command(sizes))
+                           (_E_NAME.get(o.verb, "block size"), _frac(b))), eq, diag, ctx.command(sizes))

@@ -5,17 +5,23 @@ step cannot read (``check_override``: PL181, PL182, PL183, PL506), the statement
 the per-rank predicates the obligations and the replay read (``check.encode_subgroups``). No
 solver here.
 
-A subgroup of an axis is a block of B consecutive ranks: rank i of an axis of n ranks belongs to
-block ⌊i / B⌋ (the last block shorter where B does not divide n), the product form of the mesh
-kept, each axis cut into blocks (docs/semantics.md, "Process groups over part of an axis"):
+A subgroup of an axis is one of the groups a statement cuts the axis's n ranks into (the product
+form of the mesh kept, each named axis cut alike; docs/semantics.md, "Process groups over part of an
+axis"), by its verb (``PARTITION_VERBS``):
 
-* ``override grads[g]: reduce_blocks over (AXES) by B`` -- g's gradient reduction over each axis of
-  AXES runs within blocks of B consecutive ranks (a process group per node, or groups built from
-  ``ranks[k*B:(k+1)*B]``) instead of over the whole axis: each rank holds the sum over its block
-  only, and where B < n the blocks hold different partial sums (``GI grads[g] blocks``).
-* ``override clip_norm: reduce_blocks over (AXES) by B`` -- the grad norm's reduction over each axis
-  of AXES runs within blocks of B ranks: where B < n each block's norm misses the other blocks'
-  shards (``SC clip_norm``).
+* ``reduce_blocks ... by B`` -- blocks of B consecutive ranks: rank i is in block ⌊i / B⌋ (the last
+  block shorter where B does not divide n): a process group per node, ``ranks[k*B:(k+1)*B]``;
+* ``reduce_strided ... by S`` -- strided groups: rank i is in group i mod S, ranks r, r+S, r+2S ...
+  (a data-parallel group built with the stride of another axis, so it crosses the ranks it should
+  not and misses the ones it should hold);
+* ``reduce_first ... by K`` -- the first K ranks only: ranks 0..K-1 reduce together, every other rank
+  reduces nothing (a collective on a group a rank is not a member of is a no-op there) and keeps its
+  own contribution.
+
+Each applies to ``override grads[g]: VERB over (AXES) by E`` (g's gradient reduction over each axis of
+AXES runs within the groups: ``GI grads[g] blocks``, the groups holding different partial sums) and to
+``override clip_norm: VERB over (AXES) by E`` (the grad norm's reduction: ``SC clip_norm``). The group
+covers the axis, as derived, iff B >= n, S = 1, or K >= n. One such statement per reduction (PL194).
 
 A set of ranks other than rank 0: ``override grads[g]: divide_except_last over (AXES) by X`` (every
 rank of AXES but the last divides g's gradient by X: every pipeline stage but the last scaling again,
@@ -35,6 +41,9 @@ from ..ir.overrides import OverrideTarget, OverrideVerb
 from .clipagg import plan_norm
 
 BLOCKS = OverrideVerb.REDUCE_BLOCKS
+STRIDED = OverrideVerb.REDUCE_STRIDED
+FIRST = OverrideVerb.REDUCE_FIRST
+PARTITION_VERBS = (BLOCKS, STRIDED, FIRST)
 EXCEPT_LAST = OverrideVerb.DIVIDE_EXCEPT_LAST
 LAST_ONLY = OverrideVerb.DIVIDE_LAST_ONLY
 SUBSET_VERBS = (EXCEPT_LAST, LAST_ONLY)
@@ -68,15 +77,27 @@ def where(verb: str) -> str:
 def grad_blocks(plan: ir.Plan, group: str) -> ir.Override | None:
     """The block reduction of ``group``'s gradient: its own statement, else the plan's (``all``, then none)."""
     for who in (group, "all", None):
-        found = [o for o in plan.overrides if o.target == OverrideTarget.GRADS and o.verb == BLOCKS and o.group == who]
+        found = [o for o in plan.overrides if o.target == OverrideTarget.GRADS and o.verb in PARTITION_VERBS
+                 and o.group == who]
         if found:
             return found[-1]
     return None
 
 
 def norm_blocks(plan: ir.Plan) -> ir.Override | None:
-    return next((o for o in reversed(plan.overrides) if o.target == OverrideTarget.CLIP_NORM and o.verb == BLOCKS),
-                None)
+    return next((o for o in reversed(plan.overrides) if o.target == OverrideTarget.CLIP_NORM
+                 and o.verb in PARTITION_VERBS), None)
+
+
+def groups_text(o: ir.Override) -> str:
+    """The groups ``o`` cuts an axis into, for messages."""
+    e = ir.show(o.by)
+    if o.verb == STRIDED:
+        two = ir.show(ir.const(2 * o.by.value)) if isinstance(o.by, ir.Const) else f"2·{e}"
+        return f"strided groups of stride {e} (ranks r, r+{e}, r+{two} ...)"
+    if o.verb == FIRST:
+        return f"the first {e} ranks only (every other rank reducing nothing)"
+    return f"blocks of {e} consecutive ranks"
 
 
 def reduced_axes(g) -> tuple[str, ...]:
@@ -90,21 +111,42 @@ def _axes_once(o: ir.Override) -> None:
     twice = next((a for a in o.axes if o.axes.count(a) > 1), None)
     if twice is not None:
         raise _err(Code.OVERRIDE_NO_EFFECT, f"{head(o)} changes nothing the second time it names {twice}: an axis is "
-                   "cut into blocks once", o)
+                   "cut into groups once", o)
 
 
 def _block_size(o: ir.Override, plan: ir.Plan) -> None:
-    """PL183 where B is a number that is not a positive integer; PL506 where it covers every axis it names."""
+    """PL183 where B, S or K is a number that is not a positive integer; PL506 where the group covers every
+    axis it names (a block or the first K ranks holding the axis, a stride of 1)."""
     if not isinstance(o.by, ir.Const):
         return
     b = Fraction(o.by.value)
     if b.denominator != 1 or b < 1:
-        raise _err(Code.BLOCK_SIZE, f"{head(o)}: a block of ranks holds a positive whole number of ranks, not "
-                   f"{ir.show(o.by)}", o)
+        what = {STRIDED: "a stride of ranks is", FIRST: "a count of ranks is"}.get(o.verb, "a block of ranks holds")
+        raise _err(Code.BLOCK_SIZE, f"{head(o)}: {what} a positive whole number of ranks, not {ir.show(o.by)}", o)
+    if o.verb == STRIDED:
+        if b == 1:
+            raise _err(Code.OVERRIDE_NO_EFFECT, f"{head(o)} changes nothing: a stride of 1 puts every rank of the "
+                       "axis in one group, so the reduction is over the whole axis as derived", o)
+        return
     sizes = {a.name: a.size for a in plan.mesh.axes}
     if all(isinstance(sizes.get(a), ir.Const) and sizes[a].value <= b for a in o.axes or ()):
-        raise _err(Code.OVERRIDE_NO_EFFECT, f"{head(o)} changes nothing: a block of {ir.show(o.by)} ranks holds the "
+        held = "the first" if o.verb == FIRST else "a block of"
+        raise _err(Code.OVERRIDE_NO_EFFECT, f"{head(o)} changes nothing: {held} {ir.show(o.by)} ranks holds the "
                    "whole of every axis it names, so the reduction is over the whole axis as derived", o)
+
+
+def _one_partition(plan: ir.Plan) -> None:
+    """PL194 where one reduction (a group's gradient at one level, or the norm) is given groups by two verbs."""
+    seen: dict[tuple, ir.Override] = {}
+    for o in plan.overrides:
+        if o.verb not in PARTITION_VERBS or o.target not in (OverrideTarget.GRADS, OverrideTarget.CLIP_NORM):
+            continue
+        key = (o.target, o.group)
+        first = seen.setdefault(key, o)
+        if first.verb != o.verb:
+            raise _err(Code.PARTITION_TWICE, f"{head(o)}: the same reduction is already run in {groups_text(first)} "
+                       f"(line {first.span.line}); a reduction runs in one kind of group: groups of two kinds over "
+                       "two axes of one reduction are out of scope", o)
 
 
 def _divisors(plan: ir.Plan, groups) -> None:
@@ -130,8 +172,9 @@ def _divisors(plan: ir.Plan, groups) -> None:
 def check_override(plan: ir.Plan, groups) -> None:
     """The located errors of the statements the step cannot read."""
     _divisors(plan, groups)
+    _one_partition(plan)
     for o in plan.overrides:
-        if o.verb != BLOCKS or o.target not in (OverrideTarget.GRADS, OverrideTarget.CLIP_NORM):
+        if o.verb not in PARTITION_VERBS or o.target not in (OverrideTarget.GRADS, OverrideTarget.CLIP_NORM):
             continue
         _axes_once(o)
         if o.target == OverrideTarget.GRADS:
@@ -143,16 +186,16 @@ def check_override(plan: ir.Plan, groups) -> None:
                 if missing is not None:
                     raise _err(Code.BLOCKS_UNREDUCED_AXIS, f"{head(o)}: the {g.group} gradient is not reduced over "
                                f"{missing} (its reductions: ({', '.join(reduced_axes(g))})), so there is no reduction "
-                               "there to run in blocks", o)
+                               "there to run in groups", o)
         else:
             if o.group is not None:
                 raise _err(Code.NORM_BLOCKS_AXIS, f"{head(o)}: the norm is one all-reduce of every group's squared "
-                           "norms; state its blocks without a group", o)
+                           "norms; state its groups without a group", o)
             axes, _ = plan_norm(plan, groups)
             for a in o.axes:
                 if a not in axes:
                     raise _err(Code.NORM_BLOCKS_AXIS, f"{head(o)}: the grad norm is not reduced over {a} (its "
-                               f"reduction: ({', '.join(axes)})), so there is no reduction there to run in blocks", o)
+                               f"reduction: ({', '.join(axes)})), so there is no reduction there to run in groups", o)
                 if not any(a in g.shard_axes for g in groups):
                     raise _err(Code.NORM_BLOCKS_AXIS, f"{head(o)}: no group's gradient is sharded over {a}, so its "
                                "ranks hold the same squared norms and a reduction there is a count, not a sum of "

@@ -18,7 +18,14 @@ over (AXES) by B`` cuts into blocks run on a group of its block instead of the w
   part of the groups it names and the rest (each priced on its own group).
 
 The last block of an axis B does not divide is shorter; the figures are those of a full block
-(the largest, which the step waits for). The grad norm's all-reduce (``clip_norm: reduce_blocks``)
+(the largest, which the step waits for).
+
+The other groups over part of an axis (``check.subgroups``) are priced the same way on their own
+group: ``reduce_strided ... by S`` on ⌈N_a / S⌉ devices (the largest strided group, N_a/S where S
+divides N_a) and the axis's own link (a group of stride S spans the axis's ranks from r to
+r + N_a − S, so it lies inside a node only where the whole axis does, when the axis is declared
+``intra_node``); ``reduce_first ... by K`` on min(K, N_a) devices (the ranks past K run no
+collective; the step waits for the group) and the link of a block of K consecutive ranks. The grad norm's all-reduce (``clip_norm: reduce_blocks``)
 is not a priced collective (one scalar), so that statement changes no cost.
 """
 
@@ -37,8 +44,13 @@ from .overrides import OverrideTarget, OverrideVerb
 INTRA, INTER = "intra_node", "inter_node"
 
 
+PARTITION_VERBS = (OverrideVerb.REDUCE_BLOCKS, OverrideVerb.REDUCE_STRIDED, OverrideVerb.REDUCE_FIRST)
+WHAT = {OverrideVerb.REDUCE_BLOCKS: "within blocks of {} ranks", OverrideVerb.REDUCE_STRIDED: "within strided "
+        "groups of stride {}", OverrideVerb.REDUCE_FIRST: "within the first {} ranks only"}
+
+
 def statements(plan: ir.Plan) -> tuple[ir.Override, ...]:
-    return tuple(o for o in plan.overrides_for(OverrideTarget.GRADS) if o.verb == OverrideVerb.REDUCE_BLOCKS)
+    return tuple(o for o in plan.overrides_for(OverrideTarget.GRADS) if o.verb in PARTITION_VERBS)
 
 
 def statement_for(plan: ir.Plan, group: str | None) -> ir.Override | None:
@@ -55,7 +67,12 @@ def _member_of(g: pg.ParamGroup) -> str:
     return g.name if g.user else str(g.checks_as)
 
 
-def _block_size(b: Value, axis: ir.Axis) -> Value:
+def _block_size(b: Value, axis: ir.Axis, verb: str = OverrideVerb.REDUCE_BLOCKS) -> Value:
+    """Devices in the largest group ``verb`` cuts ``axis`` into: min(B, N) (a block, the first K), ⌈N/S⌉."""
+    if verb == OverrideVerb.REDUCE_STRIDED:
+        if isinstance(b, Const) and isinstance(axis.size, Const):
+            return ir.const(-(-axis.size.value // b.value))
+        return Op("ceil", (Op("/", (Sym(axis.name), b)),))
     if isinstance(b, Const) and isinstance(axis.size, Const):
         return ir.const(min(b.value, axis.size.value))
     return Op("min", (b, Sym(axis.name)))
@@ -84,13 +101,14 @@ def _blocked(plan: ir.Plan, c: Collective, o: ir.Override) -> Collective:
     cut = [a for a in c.axes if a in (o.axes or ())]
     if not cut:
         return c
-    factors: list[Value] = [_block_size(o.by, plan.mesh.axis(a)) if a in cut else Sym(a) for a in c.axes]
+    factors: list[Value] = [_block_size(o.by, plan.mesh.axis(a), o.verb) if a in cut else Sym(a) for a in c.axes]
     size = factors[0] if len(factors) == 1 else Op("*", tuple(factors))
-    links = [block_link(plan, a, o.by) if a in cut else plan.mesh.axis(a).link for a in c.axes]
+    links = [block_link(plan, a, o.by) if a in cut and o.verb != OverrideVerb.REDUCE_STRIDED
+             else plan.mesh.axis(a).link for a in c.axes]
     known = [x for x in links if x]
     link = None if not known else known[0] if len(set(known)) == 1 else \
         INTER if INTER in known else "+".join(sorted(set(known)))
-    rule = f"{c.rule}; within blocks of {ir.show(o.by)} ranks of ({', '.join(cut)}) (override grads: reduce_blocks)"
+    rule = f"{c.rule}; {WHAT[o.verb].format(ir.show(o.by))} of ({', '.join(cut)}) (override grads: {o.verb})"
     return replace(c, block=size, link=link if known else link_of(plan, c.axes), rule=rule)
 
 

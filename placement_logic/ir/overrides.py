@@ -27,6 +27,10 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         # the gradient reduction over each of these axes run within blocks of B consecutive ranks (a process group
         # over part of the axis: per-node groups) instead of over the whole axis (check.subgroups)
         "reduce_blocks": (True, True),
+        # ... within strided groups of ranks r, r+S, r+2S, ... (stride S: groups built with the wrong stride), or
+        # within the first K ranks only, the others reducing nothing (check.subgroups)
+        "reduce_strided": (True, True),
+        "reduce_first": (True, True),
     },
     "clip_norm": {
         "reduce": (True, False),  # squared norms summed over exactly these axes
@@ -47,6 +51,9 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         # the filter takes a group's copied kv heads over these axes for distinct shards: every copy counted
         # (check.kvnorm)
         "count_copies": (True, False),
+        # ... within strided groups of stride S, or within the first K ranks only (check.subgroups)
+        "reduce_strided": (True, True),
+        "reduce_first": (True, True),
     },
     "loss": {
         "per_device_mean": (False, False),
@@ -167,6 +174,8 @@ class OverrideVerb(StrEnum):
     DIVIDE_LAST_ONLY = "divide_last_only"
     REDUCE_BLOCKS = "reduce_blocks"
     COUNT_COPIES = "count_copies"
+    REDUCE_STRIDED = "reduce_strided"
+    REDUCE_FIRST = "reduce_first"
     LOCAL = "local"
     PER_DEVICE_MEAN = "per_device_mean"
     PER_MICROBATCH_MEAN = "per_microbatch_mean"

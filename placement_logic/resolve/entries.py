@@ -31,9 +31,10 @@ Options = dict[ir.State, dict[str, object]]
 
 # targets a user may reach for that the step semantics leaves out: a located PL129, never a no-op
 NOT_MODELLED = {
-    "process_group": "every reduction is over whole mesh axes or over blocks of B consecutive ranks of an axis "
-                     "(override grads[g]: reduce_blocks / clip_norm: reduce_blocks over (AXES) by B); another group "
-                     "over part of an axis is out of scope",
+    "process_group": "every reduction is over whole mesh axes or over groups over part of an axis: blocks of B "
+                     "consecutive ranks, strided groups of stride S, the first K ranks only (override grads[g] / "
+                     "clip_norm: reduce_blocks / reduce_strided / reduce_first over (AXES) by E); groups of unequal "
+                     "sizes and a group across two axes' ranks other than their product are out of scope",
     "rank": "every device of an axis runs the same step; of the operations on some of its ranks only these are "
             "modelled: a group's part of the grad norm on rank 0 (override clip_norm[g]: rank0_only over (AXES)), its "
             "clip coefficient or a divisor on rank 0 (override grads[g]: clip_rank0_only / divide_rank0_only over "

@@ -755,6 +755,31 @@ mutant("clip_blocks_zero2", "zero2",
        "the squared norms of the dp shards summed within blocks of 2 consecutive dp ranks (`clip_norm: "
        "reduce_blocks over (dp) by 2`): each block's norm misses the others' shards.",
        ["override clip_norm: reduce_blocks over (dp) by 2"], ["SC clip_norm"], mirrors=MP_BLOCKS)
+PERPENDICULAR = "the dense gradient sync given the perpendicular (strided) group (laekov/fastmoe#105, #106)"
+EXPERT_DATA = "non-MoE gradients all-reduced over the strided expert-data-parallel group (deepspeedai/DeepSpeed#1838)"
+FIRST_GROUP = "a reduction only the first group performs (pytorch/pytorch#10003, allenai/OLMo#551)"
+mutant("grads_strided_ddp", "ddp",
+       "the gradients all-reduced within strided groups of dp ranks r, r+2, r+4 ... (`grads: reduce_strided over "
+       "(dp) by 2`, groups built with another axis's stride): each group holds a partial sum of its own.",
+       ["override grads: reduce_strided over (dp) by 2"], [f"GI grads[{g}] blocks" for g in ALL4],
+       mirrors=PERPENDICULAR)
+mutant("grads_strided_norms_hsdp", "hsdp",
+       "the norms' gradient all-reduce over the nodes run in strided groups of stride 2 (`grads[norms]: "
+       "reduce_strided over (nodes) by 2`): nodes 0 and 2, 1 and 3 hold different sums; the other groups reduce "
+       "over every node.", ["override grads[norms]: reduce_strided over (nodes) by 2"], ["GI grads[norms] blocks"],
+       mirrors=EXPERT_DATA)
+mutant("grads_first_ddp", "ddp",
+       "the gradients all-reduced over the first 2 dp ranks only (`grads: reduce_first over (dp) by 2`): the "
+       "other ranks reduce nothing and step with their own contribution.",
+       ["override grads: reduce_first over (dp) by 2"], [f"GI grads[{g}] blocks" for g in ALL4], mirrors=FIRST_GROUP)
+mutant("clip_strided_zero2", "zero2",
+       "the squared norms of the dp shards summed within strided groups of stride 2 (`clip_norm: reduce_strided "
+       "over (dp) by 2`): each group's norm misses the other groups' shards.",
+       ["override clip_norm: reduce_strided over (dp) by 2"], ["SC clip_norm"], mirrors=EXPERT_DATA)
+mutant("clip_first_zero2", "zero2",
+       "the squared norms of the dp shards summed over the first 2 dp ranks only (`clip_norm: reduce_first over "
+       "(dp) by 2`): every other rank clips by its own shard's norm.",
+       ["override clip_norm: reduce_first over (dp) by 2"], ["SC clip_norm"], mirrors=FIRST_GROUP)
 mutant("update_divide_except_last_pp", "1f1b",
        "every pipeline stage but the last dividing its gradient by the microbatches again (`grads: "
        "divide_except_last over (pp) by 4`).", ["override grads: divide_except_last over (pp) by 4"],
@@ -1147,6 +1172,15 @@ with_base("grads_blocks_of_the_whole_axis_ddp", "ddp",
 with_base("clip_blocks_of_the_whole_axis_zero2", "zero2",
           "the norm's reduction over dp run in blocks of dp ranks (`clip_norm: reduce_blocks over (dp) by dp`): one "
           "block holds the whole axis.", ["override clip_norm: reduce_blocks over (dp) by dp"])
+with_base("grads_first_of_the_whole_axis_ddp", "ddp",
+          "the gradient reduction run over the first dp ranks (`grads: reduce_first over (dp) by dp`): the group "
+          "holds the whole axis.", ["override grads: reduce_first over (dp) by dp"])
+with_base("clip_first_of_the_whole_axis_zero2", "zero2",
+          "the norm's reduction over dp run over the first dp ranks (`clip_norm: reduce_first over (dp) by dp`): the "
+          "group holds the whole axis.", ["override clip_norm: reduce_first over (dp) by dp"])
+with_base("grads_strided_by_the_whole_axis_ddp", "ddp",
+          "the gradient reduction run in strided groups of stride 1 written as a size (`grads: reduce_strided over "
+          "(dp) by dp / dp`): one group holds every rank.", ["override grads: reduce_strided over (dp) by dp / dp"])
 with_base("clip_rank0_copies_ddp", "ddp",
           "DDP's squared norms summed over dp with every group counted on dp rank 0 only: each dp rank holds the "
           "whole reduced gradient, so rank 0's copy is the norm.",
