@@ -109,6 +109,9 @@ class Activations:
     total: sympy.Expr  # the peak over stages
     transient: sympy.Expr
     stages: tuple[StageActivations, ...] = ()  # first and last stage with a pipeline, else ()
+    # eager PyTorch's loss backward: cross entropy's gradient of the log-probabilities and log-softmax's of the
+    # logits, each as wide as the logits, held together beside every saved activation (eager counts, one stage)
+    loss_backward: sympy.Expr = sympy.Integer(0)
 
 
 def layer_terms(sh: Shape, moe: bool | None = None) -> tuple[sympy.Expr, sympy.Expr]:
@@ -325,8 +328,11 @@ def activations(sh: Shape, lay: Layout) -> Activations:
     lm = first.in_flight.layer_microbatches
     total = peak(*(st.total for st in stages))
     transient = full if lay.recompute is ir.Recompute.FULL else zero
+    loss_backward = zero
+    if sh.activation_count in eager.EAGER_COUNTS and not has_pipeline(lay):
+        loss_backward = 2 * sh.logits_bytes * sh.s / lay.c * sh.b * sh.V / lay.t
     return Activations(per, full, lm, lm / (sh.L / lay.p), first.embedding, last.output, total, transient,
-                       stages if has_pipeline(lay) else ())
+                       stages if has_pipeline(lay) else (), loss_backward)
 
 
 def named_terms(sh: Shape, lay: Layout) -> tuple[tuple[tuple[str, sympy.Expr], ...], tuple[tuple[str, sympy.Expr], ...]]:

@@ -282,6 +282,8 @@ def memory(plan: ir.Plan, sh: Shape, act: Activations, split: Split | None = Non
             transient["gradient bucket (one layer, before reduce-scatter)"] = unit * sh.bytes[State.GRADS]
     if act.transient != 0:
         transient["recomputation working set (one layer)"] = act.transient
+    if act.loss_backward != 0:
+        transient["loss backward (the gradients of the log-probabilities and of the logits)"] = act.loss_backward
     if plan.optimizers:  # a whole-matrix update assembles each gathered matrix (costs.optimizer)
         from .optimizer import transient as optimizer_transient
 
