@@ -609,16 +609,22 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bi
     # the overflow flag has its own reduction: the derived axes unless an overflow override says
     # otherwise (a clip-norm override leaves it alone)
     ovf_axes = list(ovf_o[-1].axes or ()) if ovf_o else [a for a in axes if a in sharded_somewhere]
-    any_flag = any(flags.values())
-    buf = {d: any(flags[(g, tuple(kvn.key(g, a, d[pos[a]], copies) for a in shard[g]))] for g in groups)
-           for d in devices}
-    for a in ovf_axes:
-        sums: dict = {}
-        for d, v in buf.items():
-            key = d[:pos[a]] + d[pos[a] + 1:]
-            sums[key] = sums.get(key, False) or v
-        buf = {d: sums[d[:pos[a]] + d[pos[a] + 1:]] for d in buf}
-    if any(v != any_flag for v in buf.values()):
+
+    def overflow_differs(flags: dict) -> bool:
+        any_flag = any(flags.values())
+        buf = {d: any(flags[(g, tuple(kvn.key(g, a, d[pos[a]], copies) for a in shard[g]))] for g in groups)
+               for d in devices}
+        for a in ovf_axes:
+            sums: dict = {}
+            for d, v in buf.items():
+                key = d[:pos[a]] + d[pos[a] + 1:]
+                sums[key] = sums.get(key, False) or v
+            buf = {d: sums[d[:pos[a]] + d[pos[a] + 1:]] for d in buf}
+        return any(v != any_flag for v in buf.values())
+
+    # the random flags, and every single shard overflowing alone (the witness a random draw can miss:
+    # another group's flag, seen by every device, hides a divergence)
+    if overflow_differs(flags) or any(overflow_differs({k: k == one for k in flags}) for one in flags):
         out.add(("overflow",))
     return out
 
