@@ -176,6 +176,15 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
             status, mechanism, note = explained("clip-norm-scalars", (
                 "the clip over pipeline stages all-reduces one fp32 sum of squares (4 B) over "
                 f"{'×'.join(axes)}; the cost model leaves this scalar traffic out"))
+        if status == RowStatus.DIFFERS and r.clip == "global" and r.tensor_axis and axes == (r.tensor_axis,) \
+                and kind == "all_reduce" and not r.pipeline_axis and len(set(in_clip)) == 1 \
+                and all(0 < c <= 4 * res["param_tensors"] and c % 4 == 0 and g - c == p
+                        for c, g, res in zip(in_clip, got, results)):
+            # the parameters on the data × tensor mesh (beside data-mesh ones): their norms' partials over the tensor axis
+            status, mechanism, note = explained("clip-norm-scalars", (
+                f"the clip's norm of the parameters sharded over '{r.tensor_axis}' all-reduces one fp32 partial norm "
+                f"per such tensor over it ({in_clip[0] // 4} × 4 B) beside the {p} B the cost engine predicts; the cost "
+                "model leaves this scalar traffic out"))
         if status == RowStatus.DIFFERS and r.tensor_axis and axes == (r.tensor_axis,):
             # the clip over pipeline stages' scalar is set apart (its own phase), then the rest compared
             clip_scalar = bool(r.clip) and bool(r.pipeline_axis) and all(c == 4 for c in in_clip)

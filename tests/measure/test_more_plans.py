@@ -39,6 +39,8 @@ PLANS = {
     "tp_seeds_vary": ("examples/bugs/dropout_seed_tp.place", "tp_seeds_vary"),
     "sp_same_seed": ("examples/bugs/sp_dropout_same_seed.place", "sp_same_seed"),
     "mean_of_microbatch_means": ("examples/bugs/grad_accum_mean_of_means.place", "mean_of_microbatch_means"),
+    # FSDP × tensor parallelism with a global clip: parameters on the data mesh beside ones on the 2-D mesh
+    "fsdp_tp_clip": ("examples/safe/kv_copies_dtensor_filtered.place", "dtensor_norm_filtered"),
 }
 
 
@@ -79,7 +81,7 @@ def _shape(rep) -> TinyShape:
 
 
 @pytest.mark.parametrize("plan", ["zeropp_dp", "zeropp_zero1", "context_parallel", "expert_parallel", "qwen_moe",
-                                  "long_context", "zero2_pipeline", "gpt3"])
+                                  "long_context", "zero2_pipeline", "gpt3", "fsdp_tp_clip"])
 def test_safe_plans_match_and_stay_equivalent(reports, plan):
     rep = reports[plan]
     assert rep.outcome == "matched", [(r.quantity, r.status, r.note) for r in rep.rows if r.status == "differs"]

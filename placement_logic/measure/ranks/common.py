@@ -68,7 +68,26 @@ def local(t: torch.Tensor) -> torch.Tensor:
 
 
 def clip_global(params, max_norm: float) -> None:
-    torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], max_norm)
+    """The global norm's clip. Gradients on DTensors of different meshes (FSDP-only parameters on
+    the data mesh beside FSDP + tensor-parallel ones on the 2-D mesh) have no common norm in
+    ``clip_grad_norm_`` (it stacks their norms): each mesh's norm is taken whole (a DTensor's norm
+    counts every element once) and their squares summed, as torchtitan does for its meshes."""
+    grads = [p.grad for p in params if p.grad is not None]
+    by_mesh: dict = {}
+    for g in grads:
+        by_mesh.setdefault(getattr(g, "device_mesh", None), []).append(g)
+    if len(by_mesh) <= 1:
+        torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], max_norm)
+        return
+    total_sq = None
+    for gs in by_mesh.values():
+        n = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in gs]))
+        if hasattr(n, "full_tensor"):
+            n = n.full_tensor()
+        total_sq = n.float() ** 2 if total_sq is None else total_sq + n.float() ** 2
+    coef = torch.clamp(max_norm / (total_sq.sqrt() + 1e-6), max=1.0)
+    for g in grads:
+        local(g).mul_(coef.to(local(g).dtype))
 
 
 def clip_local(params, max_norm: float) -> None:
