@@ -119,6 +119,7 @@ def exact_per_configuration() -> dict:
             def forget_structures() -> None:
                 search._EXACT_FNS.clear()
                 search._EXACT_FORMS.clear()
+                search._DERIVED.clear()
                 search._structure_spec.cache_clear()
 
             def forget_derivations(tables: bool) -> None:

@@ -98,7 +98,7 @@ def _check(model: str, space: search.Space, per_structure: int, seed: int) -> in
 
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch):
-    for table in ("_EXACT", "_EXACT_FORMS", "_EXACT_FNS"):
+    for table in ("_EXACT", "_EXACT_FORMS", "_EXACT_FNS", "_DERIVED"):
         monkeypatch.setattr(search, table, {})
 
 
@@ -198,7 +198,7 @@ def test_a_structures_exact_figures_come_from_the_cache_without_a_derivation(tmp
     assert list((tmp_path / "cache" / "placement-logic" / "exact-structures").glob("*.json"))
     c = result.ranked[0]
     want = _oracle(result.block, c.structure, c.sizes, space)
-    for table in ("_EXACT", "_EXACT_FORMS", "_EXACT_FNS"):  # a later process
+    for table in ("_EXACT", "_EXACT_FORMS", "_EXACT_FNS", "_DERIVED"):  # a later process
         monkeypatch.setattr(search, table, {})
 
     def no_derivation(*_args):

@@ -90,6 +90,7 @@ def _forms(text: str):
 
 _COMPILED: dict = {}  # structure key -> its evaluator, for this process
 _EXACT_FORMS: dict = {}  # structure key -> its exact figures' record (``exactforms``), or None, for this process
+_DERIVED: dict = {}  # structure key -> its derivation and step time, kept for its exact record (the latest 1,024)
 _EXACT_FNS: dict = {}  # structure key -> (its spec, its compiled exact figures), or None, for this process
 
 
@@ -100,7 +101,7 @@ def _key(text: str) -> str:
 
 
 def _keep_exact(k: str, pc, st) -> None:
-    """The exact figures' record of a structure just derived, kept in the process and on disk."""
+    """The exact figures' record of a structure's derivation, kept in the process and on disk."""
     record = exactforms.build(pc, st, SIZE_SYMBOLS)
     _EXACT_FORMS[k] = record
     if record is not None and store.enabled():
@@ -119,7 +120,10 @@ def _evaluator(text: str) -> Callable:
     prog = program.load(store.read("structures", k)) if store.enabled() else None
     if prog is None or tuple(prog["names"]) != SIZE_SYMBOLS or len(prog["outputs"]) != 4:
         _, pc, st = _derived(text)
-        _keep_exact(k, pc, st)
+        # kept for the structure's exact record, built if one of its rows is ranked (most are not)
+        _DERIVED[k] = (pc, st)
+        while len(_DERIVED) > 1024:
+            _DERIVED.pop(next(iter(_DERIVED)))
         forms = (pc.memory.device_total, st.step, st.mfu, pc.communication.total_bytes)
         prog = program.build(forms, SIZE_SYMBOLS)
         if prog is None:
@@ -405,7 +409,8 @@ def _structure_figures(c: Candidate, block: str, space: Space) -> tuple | None:
 
 def _exact_fn(k: str, text: str):
     """A structure's spec and compiled exact figures: its record from this process, else from
-    the structure cache, else derived now (once; as the search derives it); ``None`` where the
+    the structure cache, else built from the derivation this process's search made, else
+    derived now (once; as the search derives it); ``None`` where the
     structure's spec is refused or a figure has a node exact arithmetic does not take."""
     try:
         spec = _structure_spec(text)
@@ -413,14 +418,16 @@ def _exact_fn(k: str, text: str):
         return None
     if k not in _EXACT_FORMS:
         record = exactforms.load(store.read("exact-structures", k)) if store.enabled() else None
-        if record is None:
+        if record is not None:
+            _EXACT_FORMS[k] = record
+        elif k in _DERIVED:  # derived by this process's search
+            _keep_exact(k, *_DERIVED[k])
+        else:
             try:
                 _, pc, st = _derived(text)
             except DiagnosticError:
                 return None
             _keep_exact(k, pc, st)
-        else:
-            _EXACT_FORMS[k] = record
     record = _EXACT_FORMS[k]
     if record is None or spec.model is None or spec.model.transformer is None:
         return None
