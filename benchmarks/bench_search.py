@@ -82,30 +82,66 @@ def child_cpu(cmd: list[str], env: dict) -> tuple[float, str]:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), out
 
 
-def exact_per_configuration() -> tuple[float, float]:
-    """CPU seconds of one configuration derived exactly on its own (median of 5): as the first
-    configuration of its structure in the process (every in-process table of derived pieces
-    emptied first), and as a configuration of a structure met before (those tables kept; what
-    the search's second and later winners of a structure cost)."""
+def exact_per_configuration() -> dict:
+    """CPU seconds of one configuration's exact figures (the search's winners; median of 7), with
+    the structure cache in a fresh folder that the search fills first:
+
+    - from its structure's compiled exact figures, the structure met before in the process (what
+      every winner of a search costs: the search derived or read its structures);
+    - the same, the first of its structure in the process (every in-process table emptied: the
+      structure's spec loaded and its compiled figures read from the structure cache);
+    - the configuration written as a spec with literal sizes and derived on its own
+      (``search.derive_exact``, the path every winner took before, kept for rows outside their
+      structure), as the first of its structure in the process (every in-process table of
+      derived pieces emptied) and with those tables kept."""
     from placement_logic import search
     from placement_logic.costs import _derive, kernels
 
     space = search.Space(**SPACE)
-    res = search.run(str(MODEL), search.Space(**{**SPACE, "microbatch": (1,), "chunks": (2,)}), top=1, check=False)
-    c = res.ranked[0]
-    medians = []
-    for keep in (False, True):
-        times = []
-        for _ in range(5):
-            _derive.cache_clear()
-            search._EXACT.clear()  # derived again, as a configuration met for the first time
-            if not keep:
-                kernels._tabulated.cache_clear()
-            t0 = time.process_time()
-            search.exact(c, res.block, space, check=False)
-            times.append(time.process_time() - t0)
-        medians.append(sorted(times)[2])
-    return medians[0], medians[1]
+    old = {k: os.environ.get(k) for k in ("XDG_CACHE_HOME", "PLACEMENT_NO_CACHE")}
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ.update(XDG_CACHE_HOME=cache, PLACEMENT_NO_CACHE="0")
+        try:
+            res = search.run(str(MODEL), search.Space(**{**SPACE, "microbatch": (1,), "chunks": (2,)}), top=1,
+                             check=False)
+            c = res.ranked[0]
+
+            def timed(prepare, fn) -> float:
+                times = []
+                for _ in range(7):
+                    search._EXACT.clear()  # the figures computed again, as for a configuration met for the first time
+                    prepare()
+                    t0 = time.process_time()
+                    fn()
+                    times.append(time.process_time() - t0)
+                return sorted(times)[3]
+
+            def forget_structures() -> None:
+                search._EXACT_FNS.clear()
+                search._EXACT_FORMS.clear()
+                search._DERIVED.clear()
+                search._structure_spec.cache_clear()
+
+            def forget_derivations(tables: bool) -> None:
+                _derive.cache_clear()
+                if tables:
+                    kernels._tabulated.cache_clear()
+
+            run = lambda: search.exact(c, res.block, space, check=False)  # noqa: E731
+            own = lambda: search.derive_exact(c, res.block, space)  # noqa: E731
+            out = {"compiled, structure met before": timed(lambda: None, run),
+                   "compiled, first of its structure (from the structure cache)": timed(forget_structures, run),
+                   "derived on its own, first of its structure": timed(lambda: forget_derivations(True), own),
+                   "derived on its own, structure met before": timed(lambda: forget_derivations(False), own)}
+            fast = search._structure_figures(c, res.block, space)
+            assert fast is not None and fast == search.derive_exact(c, res.block, space)
+            return out
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=10)
     ap.add_argument("--llm-analysis", metavar="PYTHON", default=None)
     args = ap.parse_args(argv)
+    load_start = os.getloadavg()[0]
     code = _CHILD.format(root=str(ROOT), space=SPACE, model=str(MODEL), top=args.top)
     with tempfile.TemporaryDirectory() as cache:
         env = {k: v for k, v in os.environ.items() if k != "PLACEMENT_NO_CACHE"}
@@ -121,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         first = json.loads(out.strip().splitlines()[-1])
         cached_cpu, out = child_cpu([sys.executable, "-c", code], env)
         cached = json.loads(out.strip().splitlines()[-1])
-    naive, again = exact_per_configuration()
+    per_config = exact_per_configuration()
     other = llm_python(args.llm_analysis)
     llm = None
     if other:
@@ -134,10 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         "search, fresh process, structures cached (CPU s)": cached_cpu,
         "grid rows per CPU second, whole cached search": n / cached_cpu,
         "grid rows per CPU second, evaluation step": n / cached["timings"]["evaluate"],
-        "exact per configuration (CPU s)": naive,
-        "exact per configuration, its structure met before in the process (CPU s)": again,
+        **{f"exact per configuration, {k} (CPU s)": v for k, v in per_config.items()},
     }
-    print(f"machine: {cpu_name()}, {cores()} cores, load average {os.getloadavg()[0]:.1f} at the end, "
+    print(f"machine: {cpu_name()}, {cores()} cores, load average {os.getloadavg()[0]:.1f} at the end "
+          f"({load_start:.1f} at the start), "
           f"Python {sys.version.split()[0]}" + (f", llm-analysis {version(other, 'llm-analysis')}" if other else ""))
     print(f"space: {n:,} candidates, {cached['valid']:,} valid, {cached['fitting']:,} fit, "
           f"{cached['structures']} structures; winners agree to the byte: {first['agree'] and cached['agree']}")
@@ -154,8 +191,8 @@ def main(argv: list[str] | None = None) -> int:
             ratio = f"{v * llm:,.0f}× its configurations per CPU second" if llm else ""
             print(f"| {name} | {v:,.0f} | {ratio} |")
         elif name.startswith("exact"):
-            print(f"| {name} | {v:.3f} | {v / llm:,.1f}× its time per configuration |" if llm else
-                  f"| {name} | {v:.3f} | |")
+            print(f"| {name} | {v * 1e3:.2f} ms | {v / llm:,.1f}× its time per configuration |" if llm else
+                  f"| {name} | {v * 1e3:.2f} ms | |")
         else:
             print(f"| {name} | {v:.2f} | {v / llm:,.0f} configurations of its API |" if llm else
                   f"| {name} | {v:.2f} | |")

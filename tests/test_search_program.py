@@ -102,7 +102,7 @@ def test_a_repeated_structure_is_neither_derived_nor_compiled(tmp_path, monkeypa
     def no_derivation(_text):
         raise AssertionError("derived again")
 
-    monkeypatch.setattr(search, "_forms", no_derivation)
+    monkeypatch.setattr(search, "_derived", no_derivation)
     again = [np.array(v) for v in search._evaluator(text)(*sizes)]  # this process's table
     monkeypatch.setattr(search, "_COMPILED", {})
     later = [np.array(v) for v in search._evaluator(text)(*sizes)]  # a later process: the disk

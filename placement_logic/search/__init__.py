@@ -17,8 +17,12 @@ text, in the process and on disk, so a repeated structure is neither derived nor
 again) and evaluated over every size assignment the divisibility mask keeps. Every size assignment honours divisibility: heads, kv heads and the
 vocabulary over tp, layers over pp × chunks, experts over ep, the sequence over cp, the global
 batch over dp × ep × microbatch; a row is ranked or put on the frontier only after the check
-every re-bound value meets (``resolve.validate``) accepts its sizes. Winners are then written as specs with literal sizes, derived again in
-exact arithmetic (bytes to the byte, seconds as rationals) and checked with ``check``.
+every re-bound value meets (``resolve.validate``) accepts its sizes. Winners then get their
+figures in exact arithmetic (bytes to the byte, seconds as rationals): the structure's exact
+figures, compiled once from the same derivation and cached beside its program
+(``search.exactforms``), evaluated in rationals at the winner's sizes (a winner whose sizes
+the structure's facts do not hold is written as a spec with literal sizes and derived on its
+own), and are checked with ``check``.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import sympy
 
 from .. import cache as store
 from .. import hardware as hw
+from .. import ir
 from ..costs import derive, steptime, with_sizes
 from ..costs.compiled import cost_exprs
 from ..costs.extrema import exact_at, rational_values
@@ -42,7 +47,7 @@ from ..costs.symbolic import symbol
 from ..diagnostics import Code, Diagnostic, DiagnosticError, Span, did_you_mean
 from ..frontend.loader import load_string
 from ..resolve.validate import rebinding_diagnostics
-from . import program
+from . import exactforms, program
 from .enumeration import enumerate_space
 from .space import (
     AXES,
@@ -56,6 +61,7 @@ from .space import (
     Result,
     Space,
     Structure,
+    row_facts,
 )
 from .specs import model_text, spec_text
 
@@ -67,17 +73,39 @@ __all__ = ["AXES", "COLLAPSED", "DEFAULT_STRATEGIES", "RECOMPUTE", "SCHEDULES", 
 # --------------------------------------------------------------------------- evaluation
 
 
-def _forms(text: str):
-    """The structure's spec (sizes as placeholders) and its closed forms: peak memory per
-    device, step time, MFU and bytes sent."""
+def _derived(text: str):
+    """The structure's spec (sizes as placeholders), its derivation and its step time."""
     spec = load_string(text, "<search>", None)
     plan = spec.plans[0]
     pc = derive(plan)
-    st = steptime.step_time(pc, plan.mesh.hardware)
+    return spec, pc, steptime.step_time(pc, plan.mesh.hardware)
+
+
+def _forms(text: str):
+    """The structure's spec (sizes as placeholders) and its closed forms: peak memory per
+    device, step time, MFU and bytes sent."""
+    spec, pc, st = _derived(text)
     return spec, (pc.memory.device_total, st.step, st.mfu, pc.communication.total_bytes)
 
 
 _COMPILED: dict = {}  # structure key -> its evaluator, for this process
+_EXACT_FORMS: dict = {}  # structure key -> its exact figures' record (``exactforms``), or None, for this process
+_DERIVED: dict = {}  # structure key -> its derivation and step time, kept for its exact record (the latest 1,024)
+_EXACT_FNS: dict = {}  # structure key -> (its spec, its compiled exact figures), or None, for this process
+
+
+def _key(text: str) -> str:
+    """A structure's content address: the tool's source, sympy's release, the size columns and its spec text."""
+    return hashlib.sha256("\0".join((store.source_hash(), sympy.__version__, ",".join(SIZE_SYMBOLS), text)).encode()
+                          ).hexdigest()
+
+
+def _keep_exact(k: str, pc, st) -> None:
+    """The exact figures' record of a structure's derivation, kept in the process and on disk."""
+    record = exactforms.build(pc, st, SIZE_SYMBOLS)
+    _EXACT_FORMS[k] = record
+    if record is not None and store.enabled():
+        store.write("exact-structures", k, record)
 
 
 def _evaluator(text: str) -> Callable:
@@ -86,16 +114,20 @@ def _evaluator(text: str) -> Callable:
     tool (its source) with the same sympy before (content-addressed), else derived, built as a
     program (``search.program``) and stored; a form the program does not cover is compiled with
     ``lambdify`` (not stored)."""
-    k = hashlib.sha256("\0".join((store.source_hash(), sympy.__version__, ",".join(SIZE_SYMBOLS), text)).encode()
-                       ).hexdigest()
+    k = _key(text)
     if k in _COMPILED:
         return _COMPILED[k]
     prog = program.load(store.read("structures", k)) if store.enabled() else None
     if prog is None or tuple(prog["names"]) != SIZE_SYMBOLS or len(prog["outputs"]) != 4:
-        _, forms = _forms(text)
+        _, pc, st = _derived(text)
+        # kept for the structure's exact record, built if one of its rows is ranked (most are not)
+        _DERIVED[k] = (pc, st)
+        while len(_DERIVED) > 1024:
+            _DERIVED.pop(next(iter(_DERIVED)))
+        forms = (pc.memory.device_total, st.step, st.mfu, pc.communication.total_bytes)
         prog = program.build(forms, SIZE_SYMBOLS)
         if prog is None:
-            fn = _compile(list(forms))
+            fn = program.lambdified(list(forms), SIZE_SYMBOLS)
             _COMPILED[k] = fn
             return fn
         if store.enabled():
@@ -108,6 +140,12 @@ def _run(prog: dict, *columns):
     return program.run(prog, list(columns))
 
 
+@functools.lru_cache(maxsize=512)
+def _structure_spec(text: str):
+    """A structure's spec, loaded when a row of it is validated (once per process)."""
+    return load_string(text, "<search>", None)
+
+
 def _valid(spec, sizes: dict) -> bool:
     """Whether a size assignment of a structure's spec passes the checks its sizes written in a
     file pass (``resolve.validate``: PL107, PL130, PL131, PL133): the one check every re-bound
@@ -117,31 +155,6 @@ def _valid(spec, sizes: dict) -> bool:
 
 
 EVAL_BLOCK = 8192  # rows evaluated at once
-
-
-def _np_max(*xs):
-    import numpy as np
-
-    out = xs[0]
-    for x in xs[1:]:
-        out = np.maximum(out, x)
-    return out
-
-
-def _np_min(*xs):
-    import numpy as np
-
-    out = xs[0]
-    for x in xs[1:]:
-        out = np.minimum(out, x)
-    return out
-
-
-def _compile(exprs):
-    args = [symbol(n) for n in SIZE_SYMBOLS]
-    # no common-subexpression pass: on the kernel model's piecewise forms it costs more to compile than
-    # it saves evaluating
-    return sympy.lambdify(args, exprs, modules=[{"Max": _np_max, "Min": _np_min}, "numpy"], cse=False)
 
 
 def needs_numpy() -> None:
@@ -182,7 +195,6 @@ def run(model: str, space: Space, top: int = 10, check: bool = True,
     evaluate_s = 0.0
     total = len(groups) + max(top, 0)
     texts: dict = {}  # structure -> its spec text, sizes as placeholders
-    specs: dict = {}  # structure -> its spec, loaded when a row of it is validated
 
     def tick(done: int, label: str) -> None:
         if progress is not None:
@@ -237,9 +249,7 @@ def run(model: str, space: Space, top: int = 10, check: bool = True,
     def valid(i, j) -> bool:  # the numpy mask is the fast filter; no row is ranked that this refuses
         if (i, j) not in judged:
             s, sizes, _ = parts[i]
-            if s not in specs:
-                specs[s] = load_string(texts[s], "<search>", None)
-            judged[i, j] = _valid(specs[s], {n: int(sizes[j, c]) for c, n in enumerate(SIZE_SYMBOLS)})
+            judged[i, j] = _valid(_structure_spec(texts[s]), {n: int(sizes[j, c]) for c, n in enumerate(SIZE_SYMBOLS)})
         return judged[i, j]
 
     best = math.inf
@@ -330,15 +340,18 @@ _EXACT: dict = {}  # (concrete spec text, sizes) -> the exact figures, for this 
 
 
 def exact(c: Candidate, block: str, space: Space, check: bool = True) -> None:
-    """Re-derive a candidate in exact arithmetic (and check it): the figures the report prints.
-    The figures of a concrete spec already derived in this process are read back (a row ranked
+    """A candidate's figures in exact arithmetic (and its check): the figures the report prints.
+    Its structure's exact figures compiled once (``exactforms``: derived with the search's
+    structure, kept in the process and in the structure cache) are evaluated at its sizes when
+    the sizes belong to the structure (the facts it decides by value) and pass the checks a
+    written value passes; otherwise the candidate is written as a spec with literal sizes and
+    derived on its own (``derive_exact``), as every figure was before: the same numbers. The
+    figures of a concrete spec already computed in this process are read back (a row ranked
     again by another search of the same space, or another output format of it)."""
     text = concrete_spec(c, block, space)
-    spec = load_string(text, "<search>", None)
-    plan = spec.plans[0]
     key = (text, tuple(sorted(c.sizes.items())))
     if key not in _EXACT:
-        _EXACT[key] = _exact_figures(plan, c)
+        _EXACT[key] = _structure_figures(c, block, space) or derive_exact(c, block, space)
     c.exact_memory, c.exact_step, stage, link, c.exposed = _EXACT[key]
     c.stage_memory, c.link_bytes = dict(stage), dict(link)
     c.agrees = abs(float(c.exact_memory) - c.memory) < 0.5 and \
@@ -347,12 +360,17 @@ def exact(c: Candidate, block: str, space: Space, check: bool = True) -> None:
         from ..check.run import check_plan
         from ..solver.session import Session
 
+        spec = load_string(text, "<search>", None)
+        plan = spec.plans[0]
         pinned = {a: c.sizes[a] for a in plan.mesh.names}
         report = check_plan(Session(timeout=20), spec, plan, pinned)
         c.verdict = report.verdict.word
 
 
-def _exact_figures(plan, c: Candidate) -> tuple:
+def derive_exact(c: Candidate, block: str, space: Space) -> tuple:
+    """The candidate written as a spec with literal sizes and derived on its own, then each
+    figure's exact value: (memory, step, {stage: bytes}, {link: bytes}, exposed seconds)."""
+    plan = load_string(concrete_spec(c, block, space), "<search>", None).plans[0]
     subs = {symbol(n): sympy.Integer(v) for n, v in c.sizes.items()}
     values = rational_values(subs)
     pc = derive(with_sizes(plan, subs), sized=True)
@@ -367,6 +385,53 @@ def _exact_figures(plan, c: Candidate) -> tuple:
     link = {k[len("comm.link."):]: exact(v) for k, v in exprs.items() if k.startswith("comm.link.")}
     step = exact(st.step)
     return exact(pc.memory.device_total), step, stage, link, step - exact(st.compute + st.optimizer)
+
+
+def _structure_figures(c: Candidate, block: str, space: Space) -> tuple | None:
+    """The candidate's exact figures from its structure's compiled ones, or ``None`` where
+    they do not apply or are not at hand (then ``derive_exact``)."""
+    if set(c.sizes) != set(SIZE_SYMBOLS) or not all(isinstance(v, int) for v in c.sizes.values()):
+        return None
+    text = spec_text(block, c.structure, {}, space.device, space.mfu)
+    k = _key(text)
+    if k not in _EXACT_FNS:
+        _EXACT_FNS[k] = _exact_fn(k, text)
+    if _EXACT_FNS[k] is None:
+        return None
+    spec, fn = _EXACT_FNS[k]
+    t = spec.model.transformer
+    kv = t.kv_heads.value if isinstance(t.kv_heads, ir.Const) and t.kv_heads.value.denominator == 1 else None
+    facts = row_facts(c.structure, c.sizes, hw.device(space.device).per_node, kv and int(kv), t.mla)
+    if facts != set(c.structure.facts) or not _valid(spec, c.sizes):
+        return None  # not a row of this structure, or one a file refuses: derived on its own
+    return fn([c.sizes[n] for n in SIZE_SYMBOLS])
+
+
+def _exact_fn(k: str, text: str):
+    """A structure's spec and compiled exact figures: its record from this process, else from
+    the structure cache, else built from the derivation this process's search made, else
+    derived now (once; as the search derives it); ``None`` where the
+    structure's spec is refused or a figure has a node exact arithmetic does not take."""
+    try:
+        spec = _structure_spec(text)
+    except DiagnosticError:
+        return None
+    if k not in _EXACT_FORMS:
+        record = exactforms.load(store.read("exact-structures", k)) if store.enabled() else None
+        if record is not None:
+            _EXACT_FORMS[k] = record
+        elif k in _DERIVED:  # derived by this process's search
+            _keep_exact(k, *_DERIVED[k])
+        else:
+            try:
+                _, pc, st = _derived(text)
+            except DiagnosticError:
+                return None
+            _keep_exact(k, pc, st)
+    record = _EXACT_FORMS[k]
+    if record is None or spec.model is None or spec.model.transformer is None:
+        return None
+    return spec, exactforms.compile(record)
 
 
 def _fraction(v) -> Fraction:

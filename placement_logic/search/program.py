@@ -80,6 +80,37 @@ def build(forms, names: tuple[str, ...]) -> dict | None:
     return {"names": list(names), "ops": [list(o) for o in ops], "outputs": outputs}
 
 
+def lambdified(forms, names: tuple[str, ...]):
+    """``forms`` compiled with ``sympy.lambdify`` to numpy over the size symbols ``names``: for
+    a structure whose forms ``build`` does not cover (not stored)."""
+    import sympy
+
+    from ..costs.symbolic import symbol
+
+    # no common-subexpression pass: on the kernel model's piecewise forms it costs more to compile than
+    # it saves evaluating
+    return sympy.lambdify([symbol(n) for n in names], forms, modules=[{"Max": _np_max, "Min": _np_min}, "numpy"],
+                          cse=False)
+
+
+def _np_max(*xs):
+    import numpy as np
+
+    out = xs[0]
+    for x in xs[1:]:
+        out = np.maximum(out, x)
+    return out
+
+
+def _np_min(*xs):
+    import numpy as np
+
+    out = xs[0]
+    for x in xs[1:]:
+        out = np.minimum(out, x)
+    return out
+
+
 def _tuple(x):
     return tuple(_tuple(v) for v in x) if isinstance(x, list) else x
 

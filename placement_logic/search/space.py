@@ -80,6 +80,23 @@ def kv_copied(kv: int | None, mla: bool, tp):
     return (tp > kv) & (tp % kv == 0)
 
 
+def row_facts(structure: Structure, sizes: dict, per_node: int, kv: int | None, mla: bool) -> set[str] | None:
+    """The facts one row's sizes decide (those ``enumeration`` splits a structure's rows by), or
+    ``None`` when the sizes do not have the structure's shape (an axis of more than one device
+    that the structure lacks, or a pipeline or context axis of one device that it has)."""
+    s, z = structure, sizes
+    present = s.axes + (("ds",) if s.strategy == "hsdp" else ())
+    for a in ("tp", "pp", "cp", "ep", "ds"):
+        if (a not in present and z[a] != 1) or (a in present and a not in COLLAPSED and z[a] <= 1):
+            return None
+    out = {ONE_CHUNK} if s.schedule == "interleaved" and z["nv"] == 1 else set()
+    crossing = inter_node(per_node, z["tp"], z["cp"], z["ds"])
+    out |= {INTER_NODE[a] for a in ("tp", "cp", "ds") if a in present and crossing[a]}
+    if "tp" in present and kv_copied(kv, mla, z["tp"]):
+        out.add(f"{KV_COPIES}{z['tp']}")
+    return out
+
+
 @dataclass
 class Candidate:
     structure: Structure
