@@ -145,6 +145,9 @@ CODES: dict[str, tuple[str, str]] = {
     "PL190": ("activation-assert-off-tensor", "An activation's type asserted (override activations[R] / "
               "activation_grads[R]: assert_replicate | assert_partial | assert_shard) over no axis or over an axis "
               "that is not a tensor axis."),
+    "PL197": ("ulysses-heads", "Ulysses' all-to-all (override activations[context] / activation_grads[context]: "
+              "all_to_all over (...)) over a group whose size does not divide each tensor rank's attention heads (or "
+              "its kv heads, which may instead be repeated over a group that is a multiple of them)."),
     # types and units: PL2xx
     "PL201": ("unit-mismatch", "Bytes combined with a plain count by + or - (or compared with one)."),
     "PL202": ("unit-not-allowed", "A byte unit where a plain count is required (axis size, layer count, exponent)."),
@@ -271,6 +274,7 @@ class Code(StrEnum):
     UNDECLARED_LOSS_TERM = "PL186"
     LOSS_TERM_REACHES_NOTHING = "PL187"
     ACTIVATION_ASSERT_OFF_TENSOR = "PL190"
+    ULYSSES_HEADS = "PL197"
     UNIT_MISMATCH = "PL201"
     UNIT_NOT_ALLOWED = "PL202"
     BAD_EXPONENT = "PL203"
