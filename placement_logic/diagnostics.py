@@ -148,6 +148,9 @@ CODES: dict[str, tuple[str, str]] = {
               "that is not a tensor axis."),
     "PL194": ("partition-twice", "One reduction (a group's gradient, or the grad norm) run in groups of two kinds "
               "(override ...: reduce_blocks / reduce_strided / reduce_first), over one axis or two."),
+    "PL197": ("ulysses-heads", "Ulysses' all-to-all (override activations[context] / activation_grads[context]: "
+              "all_to_all over (...)) over a group whose size does not divide each tensor rank's attention heads (or "
+              "its kv heads, which may instead be repeated over a group that is a multiple of them)."),
     # types and units: PL2xx
     "PL201": ("unit-mismatch", "Bytes combined with a plain count by + or - (or compared with one)."),
     "PL202": ("unit-not-allowed", "A byte unit where a plain count is required (axis size, layer count, exponent)."),
@@ -275,6 +278,7 @@ class Code(StrEnum):
     LOSS_TERM_REACHES_NOTHING = "PL187"
     ACTIVATION_ASSERT_OFF_TENSOR = "PL190"
     PARTITION_TWICE = "PL194"
+    ULYSSES_HEADS = "PL197"
     UNIT_MISMATCH = "PL201"
     UNIT_NOT_ALLOWED = "PL202"
     BAD_EXPONENT = "PL203"

@@ -130,7 +130,15 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "load_by_rank": (True, False),  # [group] shards read by rank index over these axes, not remapped
         "rng_shared": (False, False),  # one RNG state (rank 0's) saved and restored on every rank
     },
+    # the layout of context parallelism's sequence blocks (check/cplayout.py): [inputs] (or no group) the input
+    # tokens' layout, [labels], [loss_mask], [position_ids], [causal_mask] what a per-token tensor (or the
+    # attention's causal mask) is laid out as, when it does not follow the inputs; zigzag: rank i of the c context
+    # ranks holds chunks i and 2c-1-i of 2c (load-balanced causal attention), contiguous: chunk i of c
+    "layout": {"zigzag": (False, False), "contiguous": (False, False)},
 }
+
+# the groups of `layout[...]` (check/cplayout.py): the input tokens and what must follow their layout
+LAYOUT_ITEMS = ("inputs", "labels", "loss_mask", "position_ids", "causal_mask")
 
 
 class OverrideTarget(StrEnum):
@@ -151,6 +159,7 @@ class OverrideTarget(StrEnum):
     ACCUMULATION = "accumulation"
     EMBEDDING = "embedding"
     CHECKPOINT = "checkpoint"
+    LAYOUT = "layout"
 
 
 class OverrideVerb(StrEnum):
@@ -218,6 +227,8 @@ class OverrideVerb(StrEnum):
     RNG_SHARED = "rng_shared"
     DISPATCH = "dispatch"
     COMBINE = "combine"
+    ZIGZAG = "zigzag"
+    CONTIGUOUS = "contiguous"
 
 
 PARAM_GROUPS: tuple[str, ...] = ("all", "dense", "kv", "norms", "qk_norms", "biases", "experts", "router", "embedding")

@@ -14,7 +14,7 @@ from ..frontend import surface
 from ..ir import actflow
 from ..ir import losses as ir_losses
 from ..ir.groups import BUILTIN as BUILTIN_GROUPS
-from ..ir.overrides import OverrideTarget, OverrideVerb
+from ..ir.overrides import LAYOUT_ITEMS, OverrideTarget, OverrideVerb
 from .shapes import number
 from .values import STATE_NAMES, Values
 
@@ -236,9 +236,12 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
         known = known + tuple(g for g in BUILTIN_GROUPS if g not in known) + ("matrices",)
     elif o.target in actflow.TARGETS:  # a layer region, not a parameter group
         known = actflow.REGIONS
+    elif o.target == OverrideTarget.LAYOUT:  # a per-token tensor of context parallelism (check.cplayout)
+        known = LAYOUT_ITEMS
     if o.group is not None and o.group not in known:
-        error(Code.BAD_OVERRIDE, f"unknown {'layer region' if o.target in actflow.TARGETS else 'parameter group'} "
-              f"'{o.group}'", o.span,
+        kind = ("layer region" if o.target in actflow.TARGETS else
+                "per-token tensor" if o.target == OverrideTarget.LAYOUT else "parameter group")
+        error(Code.BAD_OVERRIDE, f"unknown {kind} '{o.group}'", o.span,
               did_you_mean(o.group, known) or (f"groups an override may name: {', '.join(known)}",))
         return None
     if takes_over and o.axes is None:

@@ -104,6 +104,7 @@ def check_shapes(plan: ir.Plan, vals: Values, error: Callable[..., None]) -> Non
             need(t.vocab, "the vocabulary", tensor, n, "the embedding and the output layer are vocabulary-parallel",
                  hint=f"Megatron-LM pads the vocabulary to a multiple of 128·t; give the padded size "
                       f"({_padded(vocab, n)} for t = {n})" if n else None)
+    _ulysses_heads(plan, vals, tensor, error)
     pipe = plan.axes_with_role(ir.Role.PIPELINE)
     if pipe:
         n = _size(plan, pipe, vals)
@@ -169,3 +170,38 @@ def _folding_needs_sp(plan: ir.Plan, own: dict, vals: Values, group: Span, where
            "bind a strategy with sequence parallelism (e.g. megatron_sp); Megatron-LM refuses MoE with tensor "
            "parallelism > 1 without it (\"When using expert parallelism and tensor parallelism, sequence "
            "parallelism must be used\")"))
+
+
+def _ulysses_heads(plan: ir.Plan, vals: Values, tensor: tuple[str, ...], error: Callable[..., None]) -> None:
+    """PL197: Ulysses' all-to-all gives each rank of its group g whole heads of the tensor rank's h/t over the
+    whole sequence, so g must divide h/t; the kv heads k/t too, or g be a multiple of them (each kv head
+    repeated on g/(k/t) ranks, as verl and Megatron-LM's a2a do). The uneven split (DeepSpeed's uneven
+    all-to-all) is not modelled: refused, never proved."""
+    t = plan.model.transformer
+    stated = [o for o in plan.overrides if o.group == "context" and o.verb == "all_to_all" and o.axes]
+    if t is None or not stated:
+        return
+    tp = _size(plan, tensor, vals) if tensor else 1
+    heads, kv = number(t.heads, vals), number(t.kv_heads, vals)
+    if tp is None or heads is None or heads.denominator != 1 or int(heads) % tp:
+        return  # PL130 judges the heads over the tensor ranks
+    for o in stated:
+        axes = tuple(a for a in plan.mesh.names if a in o.axes)
+        n = _size(plan, axes, vals)
+        if n is None or n <= 1:
+            continue
+        local = int(heads) // tp
+        kv_local = int(kv) // tp if kv is not None and kv.denominator == 1 and int(kv) % tp == 0 else 1
+        bad = ("attention heads", local) if local % n else ("kv heads", kv_local) if kv_local % n and n % kv_local else None
+        if bad is None:
+            continue
+        per = f" of each tensor rank ({bad[1]} = {int(heads) if bad[0] == 'attention heads' else int(kv)} / {tp})" if tp > 1 else ""
+        error(Code.ULYSSES_HEADS, f"override {o.target}[context]: all_to_all over ({', '.join(o.axes)}): the {bad[1]} {bad[0]}"
+              f"{per} cannot be split evenly over the Ulysses group {'×'.join(axes)} ({n}): each rank of it attends "
+              "whole heads over the whole sequence", o.span,
+              ("Megatron-LM and Transformer Engine's a2a context parallelism and verl's Ulysses require the group to "
+               "divide the heads (verl-project/verl#1226; kv heads: divisible, or the group a multiple of them, each "
+               "kv head repeated)",
+               "DeepSpeed's uneven head split (deepspeedai/DeepSpeed#6392) gives ranks different head counts; it is "
+               "not modelled: choose a group size that divides the heads"))
+        return

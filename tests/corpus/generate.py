@@ -1498,6 +1498,34 @@ with_base("ulysses_forward_ring_backward", "cp_zero3", "Ulysses in forward, the 
 with_base("ulysses_cp_4d", "4d", "Ulysses' all-to-all pair over cp in a 4D plan; the tensor ranks keep their heads.",
           ["override activations[context]: all_to_all over (cp)",
            "override activation_grads[context]: all_to_all over (cp)", "override activation_grads[context]: no_reduce"])
+# -- the layout of context parallelism's blocks and the tensors that must follow it ---------
+
+ZZ_LABELS = "labels shifted after the load-balanced split (NVIDIA-BioNeMo/bionemo-recipes#1449)"
+ZZ_POS = "rotary positions not permuted with the zigzag chunks (NVIDIA/Megatron-LM#5243)"
+ZZ_MASK = "the causal mask built from row indices under load balancing (AI-Hypercomputer/maxtext#4364)"
+ZZ_LOSS = "the loss mask cut contiguously under zigzag context parallelism (THUDM/slime#73)"
+for name, b, lines, expect, what, mirror in [
+    ("cp_zigzag_labels_contiguous", "cp", ["override layout[inputs]: zigzag", "override layout[labels]: contiguous"],
+     ["GI layout[labels]"], "zigzag inputs, contiguous labels: a rank's loss reads other tokens' labels.", ZZ_LABELS),
+    ("cp_zigzag_positions_contiguous", "cp_zero3", ["override layout: zigzag",
+                                                     "override layout[position_ids]: contiguous"],
+     ["GI layout[position_ids]"], "zigzag inputs, contiguous position ids: the back chunk rotated at the wrong "
+     "positions.", ZZ_POS),
+    ("cp_zigzag_mask_contiguous", "4d", ["override layout: zigzag", "override layout[causal_mask]: contiguous"],
+     ["GI layout[causal_mask]"], "zigzag inputs, a causal mask for the contiguous layout: queries miss earlier keys "
+     "and see later ones.", ZZ_MASK),
+    ("cp_loss_mask_zigzag_only", "cp", ["override layout[loss_mask]: zigzag"], ["GI layout[loss_mask]"],
+     "contiguous inputs, a loss mask permuted as if they were zigzag.", ZZ_LOSS),
+]:
+    mutant(name, b, what, lines, expect, mirrors=mirror)
+with_base("cp_zigzag", "cp", "the zigzag layout with every per-token tensor and the causal mask permuted alike "
+          "(the order of each rank's tokens changes, not their values).", ["override layout: zigzag"])
+with_base("cp_zigzag_restated", "4d", "the zigzag layout stated for the inputs and restated for every tensor that "
+          "follows them.", ["override layout[inputs]: zigzag", "override layout[labels]: zigzag",
+                            "override layout[loss_mask]: zigzag", "override layout[position_ids]: zigzag",
+                            "override layout[causal_mask]: zigzag"])
+with_base("cp_contiguous_stated", "cp_zero3", "the contiguous layout stated (as derived).",
+          ["override layout: contiguous"])
 # -- the expert tensor group's all-gather and reduce-scatter of the routed tokens ---------
 
 ETP_NO_RS = "the gathered tokens' backward without a reduce-scatter (pytorch/torchtitan#1805)"

@@ -1,0 +1,213 @@
+"""The layout of context parallelism's blocks (``override layout[ITEM]: zigzag | contiguous``, check.cplayout):
+the checker against the independent layout simulator (tests/simulator_cp.py ``layout_violations``, every
+device of the mesh computing its tokens' attention output and loss term) on hand-derived and generated
+plans, the replayed counterexamples with hand-derived numbers, the diagnostics (PL506, an unknown tensor,
+PL197 for Ulysses' heads), the costs (nothing moves) and the format round trip."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from itertools import product
+from pathlib import Path
+
+import pytest
+import simulator_cp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hs
+from irkit import ov, plan
+from tiers import examples
+
+from placement_logic import ir
+from placement_logic.check.run import check_plan
+from placement_logic.diagnostics import Code, DiagnosticError
+from placement_logic.ir import collectives
+from placement_logic.outcome import Verdict
+from placement_logic.solver.session import Session
+
+SESSION = Session(timeout=20)
+ROOT = Path(__file__).parent.parent
+ITEMS = ("labels", "loss_mask", "position_ids", "causal_mask")
+DP_CP = {"dp": ("data", "R,R,R,R"), "cp": ("context", "R,R,R,R")}
+TWO_CP = {"dp": ("data", "R,R,R,R"), "c1": ("context", "R,R,R,R"), "c2": ("context", "R,R,R,R")}
+Z, C = "zigzag", "contiguous"
+
+
+def lay(verb: str, group: str | None = None) -> ir.Override:
+    return ov("layout", verb, group)
+
+
+def _with(axes, overrides=()):
+    spec, p = plan("p", axes, overrides=tuple(overrides))
+    return replace(spec, plans=(p,)), p
+
+
+def refuted(report) -> set[str]:
+    obs = {o.name: o for o in report.obligations if o.name.startswith("GI layout[")}
+    assert set(obs) == {f"GI layout[{i}]" for i in ITEMS}
+    assert all(o.verdict in (Verdict.PROVED, Verdict.REFUTED) for o in obs.values())
+    return {n[len("GI layout["):-1] for n, o in obs.items() if o.verdict is Verdict.REFUTED}
+
+
+def simulated(p: ir.Plan) -> set:
+    found: set = set()
+    for sizes in product((1, 2, 3), repeat=len(p.mesh.names)):
+        found |= simulator_cp.layout_violations(p, dict(zip(p.mesh.names, sizes)))
+    return found
+
+
+def observed(wrong: set[str]) -> set[str]:
+    """What the simulator sees of the items the checker refutes: a wrong position id or causal mask changes
+    the attention output (and so the loss), a wrong label or loss mask the loss term."""
+    return ({"output", "loss"} if wrong & {"position_ids", "causal_mask"} else set()) | ({"loss"} if wrong else set())
+
+
+HAND = [
+    # every tensor follows the inputs (stated or derived)
+    ((lay(Z),), set()),
+    ((lay(Z, "inputs"), lay(Z, "labels"), lay(Z, "position_ids")), set()),
+    ((lay(C, "inputs"),), set()),
+    # the labels left contiguous under zigzag inputs (the shift done after the split)
+    ((lay(Z), lay(C, "labels")), {"labels"}),
+    ((lay(Z), lay(C, "loss_mask")), {"loss_mask"}),
+    ((lay(Z), lay(C, "position_ids")), {"position_ids"}),
+    # the kernel's causal mask computed for the contiguous layout
+    ((lay(Z), lay(C, "causal_mask")), {"causal_mask"}),
+    # contiguous inputs, zigzag positions: as wrong
+    ((lay(Z, "position_ids"),), {"position_ids"}),
+    # the last statement of an item wins
+    ((lay(Z), lay(C, "labels"), lay(Z, "labels")), set()),
+    ((lay(Z), lay(C, "labels"), lay(C, "causal_mask")), {"labels", "causal_mask"}),
+]
+
+
+@pytest.mark.parametrize("stated,wrong", HAND)
+def test_hand_cases_checker_and_simulator(stated, wrong):
+    spec, p = _with(DP_CP, stated)
+    assert refuted(check_plan(SESSION, spec, p, {})) == wrong
+    assert simulated(p) == observed(wrong)
+
+
+@hs.composite
+def layout_plans(draw):
+    axes = TWO_CP if draw(hs.booleans()) else DP_CP
+    stmt = hs.builds(lay, hs.sampled_from((Z, C)), hs.sampled_from((None,) + ("inputs",) + ITEMS))
+    return _with(axes, draw(hs.lists(stmt, min_size=1, max_size=4)))
+
+
+@settings(max_examples=examples(25), deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(layout_plans())
+def test_checker_agrees_with_the_layout_simulator(generated):
+    spec, p = generated
+    assert simulated(p) == observed(refuted(check_plan(SESSION, spec, p, {}))), p.overrides
+
+
+def test_no_statement_no_obligation_and_the_simulator_agrees():
+    spec, p = _with(DP_CP)
+    assert not [o for o in check_plan(SESSION, spec, p, {}).obligations if o.name.startswith("GI layout")]
+    assert simulated(p) == set()
+
+
+def _ob(stated, item, pinned):
+    spec, p = _with(DP_CP, stated)
+    return next(o for o in check_plan(SESSION, spec, p, pinned).obligations if o.name == f"GI layout[{item}]")
+
+
+def test_refutation_replays_the_unpermuted_labels():
+    ob = _ob((lay(Z), lay(C, "labels")), "labels", {"dp": 1, "cp": 2, "microbatches": 1})
+    # cp = 2, 4 positions: zigzag rank 1 holds tokens 1 and 2, the contiguous labels of positions 2 and 3.
+    # y_1 = (1 + 1)·q_1·(kv_0 + kv_1) = 2·3·3 = 18; its label 1 + 1/3, the one rank 1 reads 2 + 1/3:
+    # 18 - 7/3 = 47/3 against 18 - 4/3 = 50/3 (rank 0 slot 0 holds chunk 0 either way; slot 1 token 3's mask is 0)
+    cex = ob.counterexample
+    assert "token 1 (rank 1, slot 0) = 47/3, single-device = 50/3" in cex.equation
+    assert "labels" in cex.diagnosis[0] and "contiguous" in cex.diagnosis[0] and "root cause" in cex.diagnosis[0]
+
+
+def test_refutation_replays_the_contiguous_causal_mask():
+    ob = _ob((lay(Z), lay(C, "causal_mask")), "causal_mask", {"dp": 1, "cp": 2, "microbatches": 1})
+    # zigzag: rank 0 holds tokens 0, 3; rank 1 tokens 1, 2; the mask gives them positions 0, 1, 2, 3. Token 3
+    # (rank 0 slot 1, mask position 1) sees tokens 0 and 3: kv = 1 + 8 = 9, y = 4·5·9 = 180; alone it sees
+    # every token: 1 + 2 + 4 + 8 = 15, y = 4·5·15 = 300
+    assert "y of token 3 (rank 0, slot 1) = 180, single-device = 300" in ob.counterexample.equation
+
+
+def test_the_obligation_points_at_the_statement():
+    from placement_logic.check.run import check_spec
+    from placement_logic.frontend.loader import load_spec
+
+    report = check_spec(load_spec(ROOT / "examples/bugs/cp_zigzag_position_ids.place"), timeout=20)
+    ob = next(o for o in report.obligations if o.name == "GI layout[position_ids]")
+    line = next(i for i, ln in enumerate((ROOT / "examples/bugs/cp_zigzag_position_ids.place").read_text().splitlines(), 1)
+                if ln.strip().startswith("override layout[position_ids]"))
+    assert ob.verdict is Verdict.REFUTED and ob.location.line == line
+
+
+def test_no_context_axis_is_pl506():
+    spec, p = _with({"dp": DP_CP["dp"]}, (lay(Z),))
+    with pytest.raises(DiagnosticError) as e:
+        check_plan(SESSION, spec, p, {})
+    assert e.value.diagnostics[0].code == Code.OVERRIDE_NO_EFFECT and "no context-parallel axis" in e.value.diagnostics[0].message
+
+
+def test_costs_move_nothing():
+    # the permutation is a local index select before the step: the schedule is the derived one
+    _, base = _with(DP_CP)
+    _, zig = _with(DP_CP, (lay(Z), lay(C, "labels"), lay(C, "causal_mask")))
+    assert collectives.derive(zig) == collectives.derive(base)
+
+
+def _src(body: str, model: str = "heads = 32", mesh: str = "dp = 2 @ inter_node\n  cp = 4 @ intra_node") -> str:
+    return (f"from std.context import context_parallel\nfrom std.data import ddp\nfrom std.tensor import megatron_tp\n\n"
+            f"model {{\n  transformer {{\n    hidden = 4096\n    layers = 32\n    {model}\n    ffn = 14336\n"
+            f"    vocab = 128256\n  }}\n  seq = 65536\n  microbatch = 1\n  microbatches = 4\n}}\n\n"
+            f"mesh {{\n  {mesh}\n}}\n\nplan p {{\n  dp: ddp\n  cp: context_parallel\n{body}}}\n")
+
+
+def _errors(src: str):
+    from placement_logic.frontend.loader import load_string
+
+    try:
+        load_string(src, "x.place")
+    except DiagnosticError as e:
+        return e.diagnostics
+    return []
+
+
+def test_unknown_layout_tensor_is_refused():
+    d = _errors(_src("  override layout[tokens]: zigzag\n"))
+    assert d and d[0].code == Code.BAD_OVERRIDE and "per-token tensor 'tokens'" in d[0].message
+
+
+@pytest.mark.parametrize("model,mesh,axes,code", [
+    # 28 heads over a group of 8 (Qwen2.5's 28 heads on one node: DAMO-NLP-SG/LongPO#5)
+    ("heads = 28", "dp = 2 @ inter_node\n  cp = 8 @ intra_node", "cp", Code.ULYSSES_HEADS),
+    ("heads = 28", "dp = 2 @ inter_node\n  cp = 4 @ intra_node", "cp", None),
+    # 8 kv heads over 16 ranks: each repeated on 2 (verl-project/verl#1226); 6 over 4: neither way
+    ("heads = 32\n    kv_heads = 8", "dp = 2 @ inter_node\n  cp = 16 @ intra_node", "cp", None),
+    ("heads = 48\n    kv_heads = 6", "dp = 2 @ inter_node\n  cp = 4 @ intra_node", "cp", Code.ULYSSES_HEADS),
+    # the group over dp × cp: 32 heads over 16 ranks fit, over 64 not
+    ("heads = 32", "dp = 4 @ inter_node\n  cp = 4 @ intra_node", "dp, cp", None),
+    ("heads = 32", "dp = 8 @ inter_node\n  cp = 8 @ intra_node", "dp, cp", Code.ULYSSES_HEADS),
+])
+def test_ulysses_heads_divisible_by_the_group(model, mesh, axes, code):
+    d = _errors(_src(f"  override activations[context]: all_to_all over ({axes})\n", model, mesh))
+    assert [x.code for x in d] == ([code] if code else [])
+    if code:
+        assert d[0].span.line and "Ulysses group" in d[0].message
+
+
+def test_ulysses_heads_per_tensor_rank():
+    # 32 heads over tp = 4: 8 per tensor rank, over a Ulysses group of 16 (cp) they cannot be split
+    body = "  tp: megatron_tp\n  override activations[context]: all_to_all over (cp)\n"
+    d = _errors(_src(body, "heads = 32", "dp = 2 @ inter_node\n  tp = 4 @ intra_node\n  cp = 16 @ intra_node"))
+    assert [x.code for x in d] == [Code.ULYSSES_HEADS] and "(8 = 32 / 4)" in d[0].message
+
+
+@pytest.mark.parametrize("stmt", ["override layout: zigzag", "override layout[labels]: contiguous",
+                                  "override layout[causal_mask]: zigzag"])
+def test_statements_format_round_trip(stmt):
+    from placement_logic.frontend.canonical import format_source
+
+    src = _src(f"  {stmt}\n")
+    assert format_source(src, "x.place") == src
+    messy = src.replace(f"  {stmt}", "  " + stmt.replace(": ", " :   ").replace("[", "[ ").replace("]", " ]"))
+    assert format_source(messy, "x.place") == src
