@@ -106,6 +106,21 @@ def test_other_partitions_are_named_with_their_group(groups, named):
     assert "unobserved " in lifted.text
 
 
+def test_a_rank_outside_the_first_k_with_another_scale_is_named():
+    """Ranks 2 and 3 take no part in the first two ranks' reduction and also halve their gradients: their program is
+    not the observer's less that reduction, so the ranks disagree (named), never lifted as `reduce_first` alone."""
+    trace = _members([[0, 1]])
+    for part in trace["ranks"][2:]:
+        for st in part["steps"]:
+            for p in (st.get("optimizer") or {}).get("params", []):
+                if p.get("grad") is not None:
+                    p["grad"]["scales"].append({"factor": "1/2", "at": dict(AT, code="p.grad.div_(2)"), "micro": 0})
+    lifted = lift(trace)
+    assert any("ranks that disagree are not one plan" in u.reason and u.ranks in ((2,), (3,))
+               for u in lifted.unliftable), lifted.unliftable
+    assert "unobserved " in lifted.text
+
+
 @pytest.mark.parametrize("groups", [[[0, 2], [1, 3]], [[0, 1]]])
 def test_strided_and_first_k_lifts_are_refuted_for_their_groups(groups, tmp_path):
     """Each group sums part of the axis: the replicas step with different gradients (GI blocks)."""

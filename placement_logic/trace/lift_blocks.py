@@ -208,9 +208,13 @@ def outside_first(st, p: dict, r: int, reds: tuple[str, ...]) -> tuple[str, ...]
     """``reds`` (parameter ``p``'s reductions on its rank) less the axes it was reduced over within a group of the
     first K ranks that does not hold ``r``: the program ``r`` runs when it takes no part (``reduce_first``)."""
     out = list(reds)
+    coords = st.layout.coords
     for s in (p.get("grad") or {}).get("collectives") or []:
         c = st.by_seq[p["rank"]].get(s)
         got = st.layout.blocks.get(frozenset(c["ranks"])) if c is not None else None
-        if got is not None and got[2] == "first" and r not in c["ranks"] and st.layout.names[got[0]] in out:
+        if got is None or got[2] != "first" or r in c["ranks"] or st.layout.names[got[0]] not in out:
+            continue
+        # r on the group's line of ranks: it differs from the parameter's rank along the group's axis alone
+        if all(x == y for j, (x, y) in enumerate(zip(coords[r], coords[p["rank"]])) if j != got[0]):
             out.remove(st.layout.names[got[0]])
     return tuple(out)
