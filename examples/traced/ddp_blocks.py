@@ -4,7 +4,7 @@ only, so the nodes drift apart. Lifted as `override grads: reduce_blocks over (d
 refuted (`GI grads blocks`). Run on 4 ranks (`--nproc 4`): two blocks of two.
 
 ``--whole`` (the fix): DDP over every rank (the default group), proved. ``--strided`` (bug): groups of every other rank
-({0, 2} and {1, 3}): no statement of the plan language, named as unknown with the group.
+({0, 2} and {1, 3}): lifted as `override grads: reduce_strided over (dp) by 2` and refuted likewise.
 """
 
 import sys

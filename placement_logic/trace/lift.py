@@ -10,7 +10,8 @@ Steps, on the last step of the trace that reached the optimizer:
 1. Mesh axes: the DeviceMesh the script built (its dimension names and rank layout);
    without one, the process groups seen, factored into a 1-D or 2-D layout. Every
    collective's group must be the ranks that differ from the caller along a set of axes, or a block of
-   B consecutive ranks of one axis (``lift_blocks``: ``grads: reduce_blocks over (AXIS) by B``).
+   B consecutive ranks of one axis, a strided group or the first K ranks of one (``lift_blocks``:
+   ``grads: reduce_blocks`` / ``reduce_strided`` / ``reduce_first over (AXIS) by E``).
 2. Roles: an axis along which ranks send and receive activations and gradients to their
    neighbours is a pipeline axis (``lift_pipeline``: stages, microbatches, schedule); one along
    which ranks that all compute a loss exchange in forward and backward is a context axis (ring

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from .lift_blocks import outside_first
 from .lift_layout import Unliftable, _express, _frames, _group_name, _placement_axes
 from .lift_pipeline import Tie, _tied_across_stages, tied_pairs
 from .lift_programs import Programs
@@ -92,7 +93,8 @@ def gradients_pass(st: Step, ax: Axes, params: list[dict]) -> Grads:
             r_reds, r_const, _ = program(theirs, r)
             if is_tied:
                 r_reds = tuple(a for a in r_reds if a != pp)
-            if (r_reds, r_const) != (reds, const):
+            # a rank outside a group of the first K ranks keeps its own value (``reduce_first``)
+            if (r_reds, r_const) != (reds, const) and (r_reds, r_const) != (outside_first(st, p, r, reds), const):
                 disagree.setdefault((r_reds, r_const, r), []).append(p["name"])
 
     for s, grads in sorted(across.items()):
