@@ -5,8 +5,8 @@ in), so golden files and document examples compare alike everywhere.
 
 Tiers: ``pytest`` alone runs the quick tier (no real PyTorch runs, no solver-heavy sweeps,
 pdflatex on one example only, property tests with a fifth of their examples: tests/tiers.py;
-it passes without the torch extra; about 140 s of CPU, user + sys, on a 2-core machine, run on
-one worker per core when pytest-xdist is installed: ``pytest_cmdline_main`` below);
+it passes without the torch extra; about 140 s of CPU, user + sys, in one process, about 160 s
+on the one worker per core it runs on when pytest-xdist is installed: ``pytest_cmdline_main``);
 ``pytest --tier all`` (the README's command, and CI's) runs everything. A test is in the slow
 tier when it is marked ``slow`` or ``torch``, or named in ``SLOW`` below (tests measured among
 the slowest of the quick tier, kept whole rather than trimmed). ``-m EXPR`` selects by marker
