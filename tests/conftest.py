@@ -5,13 +5,17 @@ in), so golden files and document examples compare alike everywhere.
 
 Tiers: ``pytest`` alone runs the quick tier (no real PyTorch runs, no solver-heavy sweeps,
 pdflatex on one example only, property tests with a fifth of their examples: tests/tiers.py;
-it passes without the torch extra; about 125 s of CPU, user + sys, on a 2-core machine);
+it passes without the torch extra; about 140 s of CPU, user + sys, in one process, about 160 s
+on the one worker per core it runs on when pytest-xdist is installed: ``pytest_cmdline_main``);
 ``pytest --tier all`` (the README's command, and CI's) runs everything. A test is in the slow
 tier when it is marked ``slow`` or ``torch``, or named in ``SLOW`` below (tests measured among
 the slowest of the quick tier, kept whole rather than trimmed). ``-m EXPR`` selects by marker
 as usual and overrides the tier."""
 
 import os
+import re
+
+import pytest
 
 os.environ["PLACEMENT_NO_CACHE"] = "1"
 os.environ.pop("COLUMNS", None)
@@ -76,6 +80,11 @@ SLOW = (
     # the same `cost --format latex` run as tests/test_latex.py::test_step_time_and_mfu_as_named_terms_every_line_short
     # (quick), which asserts all this test does and more
     "tests/test_steptime.py::test_latex_carries_the_time_equations",
+    # every published run of docs/validation_time.md derived twice (kernel model, MFU 1/2): about 10 s;
+    # the quick tier keeps the document's own consistency checks and tests/test_steptime.py
+    "tests/test_validation_time.py::test_each_row_is_what_the_model_predicts",
+    "tests/test_validation_time.py::test_mean_and_max_error",
+    "tests/test_validation_time.py::test_the_single_mfu_convention_is_reproduced",
 )
 
 
@@ -88,14 +97,41 @@ def full_tier(config) -> bool:
     return config.getoption("--tier") == "all" or bool(config.getoption("-m"))
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which turns -n into workers
+def pytest_cmdline_main(config):
+    """``pytest`` alone (the whole quick tier, no paths named) runs on one worker per core when
+    pytest-xdist is installed (the ``test`` extra has it), each test module whole on one worker (its
+    module-level data and caches built once); ``-n N`` (``-n 0``: one process) and ``--dist`` say
+    otherwise. Named paths, ``--tier all`` and ``-m`` run in one process, as without xdist."""
+    if (config.pluginmanager.hasplugin("xdist") and getattr(config.option, "numprocesses", 0) is None
+            and not hasattr(config, "workerinput") and not full_tier(config)
+            and config.args_source is pytest.Config.ArgsSource.TESTPATHS
+            and not config.option.collectonly and not config.option.usepdb):
+        config.option.numprocesses = "auto"
+        if config.option.dist == "no":
+            config.option.dist = "loadfile"
+
+
 def pytest_configure(config):
     # read by tests/tiers.py when the test modules are imported (property tests' example counts)
     os.environ["PLACEMENT_TEST_TIER_RUNNING"] = "all" if full_tier(config) else "quick"
 
 
-def pytest_collection_modifyitems(config, items):
-    import pytest
+_WHOLE_MODULE_MARK = re.compile(r"^pytestmark = .*\bpytest\.mark\.(slow|torch)\b", re.MULTILINE)
 
+
+def pytest_ignore_collect(collection_path, config):
+    """In the quick tier a test module that is wholly slow (marked so, or named whole in ``SLOW``) or
+    wholly torch is not imported at all (several import torch on import: about 2 s of CPU each run)."""
+    if full_tier(config) or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    rel = collection_path.relative_to(config.rootpath).as_posix()
+    if rel + "::" in SLOW or _WHOLE_MODULE_MARK.search(collection_path.read_text()):
+        return True
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid.startswith(SLOW):
             item.add_marker(pytest.mark.slow)

@@ -45,6 +45,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 from itertools import product
+from math import lcm
+from operator import mul
 
 from placement_logic import ir
 
@@ -52,10 +54,19 @@ REGIONS = ("attention", "mlp", "head", "embedding", "loss")
 Mat = list[list[Fraction]] | None
 
 
+def _scaled(m: list) -> tuple[int, list[list[int]]]:
+    """A matrix of fractions as L and the integer matrix L·m (L the least common denominator)."""
+    den = lcm(*(v.denominator for r in m for v in r))
+    return den, [[v.numerator * (den // v.denominator) for v in r] for r in m]
+
+
 def _mm(x: Mat, y: Mat) -> Mat:
+    """The exact product, summed in integers over the two matrices' common denominators (Fraction
+    arithmetic per term is most of the simulator's time)."""
     if x is None or y is None or not x or len(x[0]) != len(y):
         return None
-    return [[sum((r[k] * y[k][j] for k in range(len(y))), Fraction(0)) for j in range(len(y[0]))] for r in x]
+    (dx, xi), (dy, yi) = _scaled(x), _scaled(_t(y))
+    return [[Fraction(sum(map(mul, r, c)), dx * dy) for c in yi] for r in xi]
 
 
 def _t(x: Mat) -> Mat:

@@ -46,27 +46,25 @@ def _strings(node: ast.AST | None):
             yield from _strings(v)
 
 
-def _skipped(tree: ast.AST) -> set[int]:
-    """Nodes inside an enum's own class body (where the words are defined)."""
-    out: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef) and any("Enum" in ast.unparse(b) for b in node.bases):
-            out.update(id(n) for n in ast.walk(node))
-    return out
+def _is_enum(node: ast.ClassDef) -> bool:
+    return any("Enum" in ast.unparse(b) for b in node.bases)
 
 
 def _sites(tree: ast.AST):
     """(line, the source texts that say which field the literal stands for, the literal expression) for each
     place a string literal stands beside a field: a comparison's other sides, an assignment's targets, a
-    keyword's name, a call's callee (a record built, or a list appended to), a dict literal's reader, the
-    function returning it. Only expressions with a string literal are kept (the scan is quick)."""
+    keyword's name, a call's callee (a record built, or a list appended to), a dict literal's reader, each
+    function around it returning it. Only expressions with a string literal are kept (the scan is quick), and
+    none inside an enum's own class body (where the words are defined). One walk of the tree."""
     out = []
 
     def keep(line, texts, expr):
         if any(True for _ in _strings(expr)):
             out.append((line, tuple(ast.unparse(t) if isinstance(t, ast.AST) else t for t in texts), expr))
 
-    for node in ast.walk(tree):
+    def visit(node: ast.AST, functions: tuple[str, ...]):
+        if isinstance(node, ast.ClassDef) and _is_enum(node):
+            return
         if isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
             for i, side in enumerate(sides):
@@ -91,19 +89,20 @@ def _sites(tree: ast.AST):
             for key in node.value.keys:
                 keep(node.lineno, [node.slice], key)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for r in ast.walk(node):
-                if isinstance(r, ast.Return):
-                    keep(r.lineno, ["def " + node.name], r.value)
+            functions += (node.name,)
+        elif isinstance(node, ast.Return) and node.value is not None:
+            for name in functions:  # a nested function's return is also its enclosing functions'
+                keep(node.lineno, ["def " + name], node.value)
+        for child in ast.iter_child_nodes(node):
+            visit(child, functions)
+
+    visit(tree, ())
     return out
 
 
 @lru_cache(maxsize=None)
 def _module_sites() -> tuple[tuple[str, list], ...]:
-    out = []
-    for rel, tree in _modules():
-        skip = _skipped(tree)
-        out.append((rel, [s for s in _sites(tree) if id(s[2]) not in skip]))
-    return tuple(out)
+    return tuple((rel, _sites(tree)) for rel, tree in _modules())
 
 
 _COLLECTING = (".append", ".add", ".startswith", ".endswith")
@@ -132,8 +131,7 @@ def bare_literals(words, names: str, constructors: tuple[str, ...] = (), under: 
     """Where a module writes one of ``words`` as a string literal for the field ``names`` names."""
     words, pattern = {str(w) for w in words}, re.compile(names)
     found = []
-    sites = _module_sites() if modules is None else tuple(
-        (rel, [s for s in _sites(tree) if id(s[2]) not in _skipped(tree)]) for rel, tree in modules)
+    sites = _module_sites() if modules is None else tuple((rel, _sites(tree)) for rel, tree in modules)
     for rel, module_sites in sites:
         if not rel.startswith(under):
             continue

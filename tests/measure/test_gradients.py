@@ -15,6 +15,8 @@ import pytest
 from placement_logic.measure.report import GRAD_TOLERANCES, TOLERANCE, Equivalence
 
 torch = pytest.importorskip("torch")
+# every test here needs torch (the quick tier then leaves the module unimported: tests/conftest.py)
+pytestmark = pytest.mark.torch
 
 from placement_logic.measure.ranks.training import gradient_difference  # noqa: E402
 
