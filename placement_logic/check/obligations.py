@@ -114,8 +114,8 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
     from .actflow_obligations import act_obligations  # activations and activation gradients per layer region
 
     obs += act_obligations(step, ctx, Obligation)
-    if plan is not None:  # the layout of context parallelism's blocks, where the plan states one (check.cplayout)
-        from . import cplayout
+    if plan is not None:  # the layout of context parallelism's blocks, where the plan states one (check.encode_cplayout)
+        from . import encode_cplayout as cplayout
 
         obs += cplayout.obligations(cplayout.model(plan, step.context_axes), ctx, P, Obligation)
     for a in step.data_axes + step.context_axes:

@@ -130,14 +130,14 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "load_by_rank": (True, False),  # [group] shards read by rank index over these axes, not remapped
         "rng_shared": (False, False),  # one RNG state (rank 0's) saved and restored on every rank
     },
-    # the layout of context parallelism's sequence blocks (check/cplayout.py): [inputs] (or no group) the input
+    # the layout of context parallelism's sequence blocks (check/encode_cplayout.py): [inputs] (or no group) the input
     # tokens' layout, [labels], [loss_mask], [position_ids], [causal_mask] what a per-token tensor (or the
     # attention's causal mask) is laid out as, when it does not follow the inputs; zigzag: rank i of the c context
     # ranks holds chunks i and 2c-1-i of 2c (load-balanced causal attention), contiguous: chunk i of c
     "layout": {"zigzag": (False, False), "contiguous": (False, False)},
 }
 
-# the groups of `layout[...]` (check/cplayout.py): the input tokens and what must follow their layout
+# the groups of `layout[...]` (check/encode_cplayout.py): the input tokens and what must follow their layout
 LAYOUT_ITEMS = ("inputs", "labels", "loss_mask", "position_ids", "causal_mask")
 
 

@@ -236,7 +236,7 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
         known = known + tuple(g for g in BUILTIN_GROUPS if g not in known) + ("matrices",)
     elif o.target in actflow.TARGETS:  # a layer region, not a parameter group
         known = actflow.REGIONS
-    elif o.target == OverrideTarget.LAYOUT:  # a per-token tensor of context parallelism (check.cplayout)
+    elif o.target == OverrideTarget.LAYOUT:  # a per-token tensor of context parallelism (check.encode_cplayout)
         known = LAYOUT_ITEMS
     if o.group is not None and o.group not in known:
         kind = ("layer region" if o.target in actflow.TARGETS else
