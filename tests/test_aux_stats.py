@@ -2,7 +2,7 @@
 
 A spec with data (dp), expert (ep), context (cp) and sequence-parallel tensor (tp) axes states the
 objective's grouping (``aux_stats``) and, per plan, what its path gathers. The checker's ``GI
-loss[aux] stats`` (for every mesh size) is compared with the concrete simulator
+aux_stats`` (for every mesh size) is compared with the concrete simulator
 (tests/simulator_auxstats.py: every token listed, random routings, each axis and the microbatches at
 1 and 2, which is enough: a difference needs one dimension of two) and with the verdict derived by
 hand; a refutation's replayed values are recomputed by the simulator on the routing it describes."""
@@ -22,7 +22,7 @@ from placement_logic.diagnostics import DiagnosticError
 from placement_logic.frontend.loader import load_string
 from placement_logic.outcome import Verdict
 
-NAME = "GI loss[aux] stats"
+NAME = "GI aux_stats"
 
 
 def spec_text(scope: str | None, plans: dict[str, str], sequences: int = 2, sp: bool = True, experts: int = 8,

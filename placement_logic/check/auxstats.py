@@ -20,8 +20,8 @@ unmixed group and less for a mixed one (Σ f_i P_i of a mixture is below the mea
 negation asks z3 for sizes where such a dimension has two or more; the replay builds that routing on
 one token per shard and computes both values exactly.
 
-Input: the plan, its model's ``aux_stats`` and overrides. Output: one obligation ``GI loss[aux]
-stats`` where the model states the scope; a stated gather with no such statement is PL214, an axis
+Input: the plan, its model's ``aux_stats`` and overrides. Output: one obligation ``GI aux_stats``
+where the model states the scope; a stated gather with no such statement is PL214, an axis
 that does not split the router's tokens PL215.
 """
 
@@ -203,8 +203,9 @@ def diagnose(v: StatsView) -> list[str]:
     names = _dims(v)
     what = {MICROBATCHES: "the step's microbatches", SEQUENCES: "the sequences of a microbatch"}
     for d in sorted(v.wanted - v.gathered, key=names.index):
+        who = {MICROBATCHES: "microbatch", SEQUENCES: "sequence"}.get(d, f"{d} rank")
         out.append(f"the aux term's routing statistics are not gathered over {what.get(d, d)}: each "
-                   f"{'rank' if d not in what else 'part'} computes E·Σ f_i·P_i from its own tokens, and a mean of "
+                   f"{who} computes E·Σ f_i·P_i from its own tokens, and a mean of "
                    f"those is not the load-balancing loss of the objective's tokens ({v.objective})")
     for d in sorted(v.gathered - v.wanted, key=names.index):
         out.append(f"the aux term's routing statistics are gathered over {what.get(d, d)}, which its objective "
@@ -213,14 +214,14 @@ def diagnose(v: StatsView) -> list[str]:
 
 
 def obligations(plan: ir.Plan, ctx: rp.Context) -> list[Obligation]:
-    """``GI loss[aux] stats`` where the model states the aux term's statistics scope."""
+    """``GI aux_stats`` where the model states the aux term's statistics scope."""
     if plan is None or not any(t in terms.STATS_TERMS for t, _, _ in plan.model.loss_terms):
         return []
     v = view(plan)
     if v is None:
         return []
     return [Obligation(
-        "GI loss[aux] stats", GRADIENT_INTEGRITY, v.span,
+        "GI aux_stats", GRADIENT_INTEGRITY, v.span,
         f"the aux load-balancing loss's routing statistics are taken {SCOPE_TEXT[v.objective]}, as its objective "
         f"(aux_stats = {v.objective}) states: every routing gives the objective's value",
         lambda env: negation(env, plan, v), lambda w: replay(ctx, w, v))]
