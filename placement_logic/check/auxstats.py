@@ -18,7 +18,7 @@ dimension of two or more: where one gathers a dimension d the other does not, a 
 the tokens at d = 0 to experts 0..k-1 and the others to 1..k (probability 1/k on each) gives E/k per
 unmixed group and less for a mixed one (Σ f_i P_i of a mixture is below the mean of its parts'). The
 negation asks z3 for sizes where such a dimension has two or more; the replay builds that routing on
-one token per shard and computes both values exactly.
+one token per shard and computes both values exactly (the z3 encoding: check.encode_auxstats).
 
 Input: the plan, its model's ``aux_stats`` and overrides. Output: one obligation ``GI aux_stats``
 where the model states the scope; a stated gather with no such statement is PL214, an axis
@@ -31,20 +31,14 @@ from dataclasses import dataclass
 from fractions import Fraction
 from itertools import product
 
-import z3
-
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 from ..ir import losses as terms
 from ..ir import views as plan_views
 from ..ir.overrides import OverrideTarget, OverrideVerb
-from ..solver.session import value_of
-from . import encode as en
 from . import replay as rp
 from .dims import MICROBATCHES
-from .obligation import Obligation
 from .report import Counterexample
-from .rules import GRADIENT_INTEGRITY
 
 SEQUENCES = "sequences"  # the sequences of one device's microbatch (the model's `microbatch`)
 SCOPE_TEXT = {
@@ -108,43 +102,6 @@ def view(plan: ir.Plan) -> StatsView | None:
 
 def _dims(v: StatsView) -> tuple[str, ...]:
     return v.token_axes + (MICROBATCHES, SEQUENCES)
-
-
-def _model_numbers(plan: ir.Plan, env: en.Env):
-    """(E, k, sequences per microbatch) as z3 terms, with side conditions for those the model leaves free."""
-    tf, side, free = plan.model.transformer, [], {}
-
-    def term(value, name, low):
-        if value is not None:
-            return env.value(value)
-        t = env.sess.int(f"aux_{name}")
-        side.append(t >= low)
-        free[name] = t
-        return env.real(t)
-
-    e = term(tf.experts if tf is not None else None, "experts", 1)
-    k = term(tf.top_k if tf is not None else None, "top_k", 1)
-    b = term(plan.model.microbatch, SEQUENCES, 1)
-    return e, k, b, side, free
-
-
-def negation(env: en.Env, plan: ir.Plan, v: StatsView):
-    """Some dimension one grouping gathers and the other does not has two or more shards, with E >= 2
-    experts and top-k below E (at k = E every token routes everywhere and the value is constant)."""
-    e, k, b, side, free = _model_numbers(plan, env)
-    differ = sorted(v.wanted ^ v.gathered, key=_dims(v).index)
-    conds = [(d, (b if d == SEQUENCES else env.real(env.size(d))) >= 2) for d in differ]
-    routing = z3.And(e >= 2, k < e, k >= 1)
-    cons = side + [routing, z3.Or([c for _, c in conds]) if conds else z3.BoolVal(False, env.sess.ctx)]
-
-    def extract(model) -> dict:
-        dim = next(d for d, c in conds if value_of(model, c))
-        sizes = env.size_values(model)
-        numbers = {"experts": value_of(model, e), "top_k": value_of(model, k), SEQUENCES: value_of(model, b)}
-        whole = {n: int(x) if Fraction(x).denominator == 1 else 0 for n, x in numbers.items()}
-        return {"kind": "aux_stats", "sizes": sizes, "dim": dim, **whole}
-
-    return cons, extract
 
 
 def aux_value(cells: dict[tuple, tuple[tuple[int, ...], tuple[Fraction, ...]]], names: tuple[str, ...],
@@ -211,17 +168,3 @@ def diagnose(v: StatsView) -> list[str]:
         out.append(f"the aux term's routing statistics are gathered over {what.get(d, d)}, which its objective "
                    f"({v.objective}) keeps apart: the balance of the union is penalised, not that of each group")
     return out
-
-
-def obligations(plan: ir.Plan, ctx: rp.Context) -> list[Obligation]:
-    """``GI aux_stats`` where the model states the aux term's statistics scope."""
-    if plan is None or not any(t in terms.STATS_TERMS for t, _, _ in plan.model.loss_terms):
-        return []
-    v = view(plan)
-    if v is None:
-        return []
-    return [Obligation(
-        "GI aux_stats", GRADIENT_INTEGRITY, v.span,
-        f"the aux load-balancing loss's routing statistics are taken {SCOPE_TEXT[v.objective]}, as its objective "
-        f"(aux_stats = {v.objective}) states: every routing gives the objective's value",
-        lambda env: negation(env, plan, v), lambda w: replay(ctx, w, v))]
