@@ -255,3 +255,39 @@ def test_random_statistics_scopes_agree_with_the_simulator(seed):
     if bad:
         stated, simulated = _replayed(ob, spec.plan("p"), scope, sequences, 8, 2)
         assert stated == simulated and stated[0] != stated[1]
+
+
+def _collectives(text: str, plan: str) -> list[dict]:
+    import io
+    import json
+    from pathlib import Path
+    from tempfile import TemporaryDirectory
+
+    from placement_logic.cli import main
+
+    with TemporaryDirectory() as d:
+        path = Path(d) / "auxstats.place"
+        path.write_text(text)
+        out = io.StringIO()
+        assert main(["cost", str(path), "--plan", plan, "--format", "json"], out=out, err=io.StringIO()) == 0
+    return json.loads(out.getvalue())["plans"][0]["communication"]["collectives"]
+
+
+@pytest.mark.parametrize("scope,body,axes", [
+    ("per_microbatch", "", ["cp", "tp"]),  # derived: over the ranks that split a sequence
+    ("global_batch", "", ["dp", "ep", "cp", "tp"]),
+    ("per_sequence", stats("stats_per_sequence", "tp"), ["tp"]),
+    ("per_sequence", stats("stats_per_microbatch", ""), None),  # each rank's own: nothing moves
+    (None, "", None),  # no scope stated: the statistics are not modelled, nothing priced
+])
+def test_the_statistics_all_reduce_is_priced(scope, body, axes):
+    """E = 8 fp32 values per MoE layer (8 layers) and microbatch (4), all-reduced over the summed axes
+    (each of size 2): the ring moves 2·(n-1)/n of the 32 bytes per reduction."""
+    found = [c for c in _collectives(spec_text(scope, {"p": body}), "p") if "routing statistics" in c["payload"]]
+    if axes is None:
+        assert found == []
+        return
+    (c,) = found
+    n = 2 ** len(axes)
+    assert c["kind"] == "all_reduce" and c["axes"] == axes and c["count"] == 8 * 4
+    assert Fraction(c["bytes_per_device"]) == Fraction(2 * (n - 1), n) * 8 * 4 * 32

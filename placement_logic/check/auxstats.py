@@ -34,7 +34,7 @@ from itertools import product
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 from ..ir import losses as terms
-from ..ir import views as plan_views
+from ..ir import routerstats
 from ..ir.overrides import OverrideTarget, OverrideVerb
 from . import replay as rp
 from .dims import MICROBATCHES
@@ -75,13 +75,7 @@ def view(plan: ir.Plan) -> StatsView | None:
                        "statistics are gathered over, but the model states no objective for them", stated[-1].span,
                        ("state it in the model: losses { aux_stats = global_batch | per_microbatch | per_sequence }",))
         return None
-    v = plan_views.view(plan)
-    split = v.axes_with_role(ir.Role.CONTEXT)
-    sp = plan.sequence_parallel or bool(v.axes_with_role(ir.Role.SEQUENCE))
-    if sp:  # Megatron sequence parallelism: each tensor rank routes its slice of the sequence
-        split += tuple(a for a in v.axes_with_role(ir.Role.TENSOR, ir.Role.SEQUENCE) if a not in split)
-    token = v.axes_with_role(ir.Role.DATA) + tuple(a for a in v.axes_with_role(ir.Role.EXPERT) if a not in split) + split
-    token = tuple(dict.fromkeys(token))
+    token, split = routerstats.token_axes(plan)
     objective, span = scope
     wanted = {"global_batch": set(token) | {SEQUENCES, MICROBATCHES},
               "per_microbatch": set(split) | {SEQUENCES}, "per_sequence": set(split)}[objective]
