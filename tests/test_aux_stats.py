@@ -200,6 +200,7 @@ def test_tensor_ranks_without_sequence_parallelism_hold_the_same_tokens():
 
 @pytest.mark.parametrize("text,code", [
     ("  override loss[z]: stats_per_sequence over (cp)\n", "PL213"),
+    ("  override loss: stats_per_sequence over (cp)\n", "PL213"),  # the main loss
 ])
 def test_a_scope_for_a_per_token_term_is_refused(text, code):
     src = spec_text("per_sequence", {"p": text}).replace("    aux = per_microbatch_mean\n",

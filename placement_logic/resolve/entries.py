@@ -222,6 +222,10 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
         error(Code.BAD_OVERRIDE, "'loss: divide' applies to a loss term (loss[TERM]: divide by ...); the main loss's "
               "divisor is override grads: divide by ...", o.span)
         return None
+    if o.target == OverrideTarget.LOSS and o.verb in ir_losses.STATS_VERBS:
+        error(Code.STATS_SCOPE_TERM, f"'loss: {o.verb}': the main loss is a sum over tokens, with no statistics over a "
+              "group of tokens to scope", o.span, ("statistics scopes apply to: loss[aux]",))
+        return None
     if verbs is None:
         error(Code.BAD_OVERRIDE, f"cannot override '{o.target}'", o.span, did_you_mean(o.target, ir.OVERRIDE_VERBS))
         return None
