@@ -96,6 +96,9 @@ CATALOGUE = [
      spec("plan p { dp: ddp override process_group: reduce over (dp) }\n")),
     ("undeclared-loss-term", "PL186", 9, 18, "names a loss term the model's losses section does not declare",
      spec("plan p { dp: ddp override loss[aux]: per_microbatch_mean }\n")),
+    ("stats-scope-term", "PL213", 4, 29, "states the scope of the routing statistics of a term",
+     "from std.data import ddp\nmodel {\n  params = 1e9\n  losses { z = global_mean  aux_stats = per_sequence }\n}\n"
+     "mesh { dp = 8 }\nplan p { dp: ddp }\n"),
     ("impossible-shape", "PL130", 8, 10, "the attention heads (30) cannot be split evenly over tp (4)",
      "from std.tensor import megatron_tp\n"
      "model { transformer { hidden = 960  layers = 2  heads = 30  vocab = 128 } }\n"

@@ -15,7 +15,8 @@ from placement_logic.diagnostics import CODES
 
 CHECK = ROOT / "placement_logic" / "check"
 SOLVER_MODULES = {"encode.py", "encode_time.py", "encode_partial.py", "encode_buckets.py", "encode_rankupdate.py",
-                  "encode_subgroups.py", "encode_cplayout.py", "session.py", "run.py", "obligations.py"}
+                  "encode_subgroups.py", "encode_cplayout.py", "encode_auxstats.py", "session.py", "run.py",
+                  "obligations.py"}
 
 
 def imported_roots(path: Path) -> set[str]:

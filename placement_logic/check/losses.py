@@ -85,7 +85,8 @@ def views(plan: ir.Plan, derived: steps.StepModel) -> list[TermView]:
                        "declare", o.span)
     for name, objective, span in plan.model.loss_terms:
         mine = [o for o in plan.overrides if o.target in (OverrideTarget.LOSS, OverrideTarget.TOKENS) and o.group == name]
-        path_o = next((o for o in reversed(mine) if o.target == OverrideTarget.LOSS and o.verb != OverrideVerb.DIVIDE), None)
+        path_o = next((o for o in reversed(mine) if o.target == OverrideTarget.LOSS and o.verb != OverrideVerb.DIVIDE
+                       and o.verb not in terms.STATS_VERBS), None)  # a statistics scope: check.auxstats
         div_o = next((o for o in reversed(mine) if o.target == OverrideTarget.LOSS and o.verb == OverrideVerb.DIVIDE), None)
         tok_o = next((o for o in reversed(mine) if o.target == OverrideTarget.TOKENS), None)
         path = path_o.verb if path_o else NATURAL_PATH[objective]

@@ -209,6 +209,9 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
     obs += checkpoint_check.obligations(step, ctx)  # only where the plan states a checkpoint
     if plan is not None and plan.model.loss_terms:  # loss terms besides the main loss (check.losses)
         obs += losses.obligations(plan, derived, ctx)
+        from . import encode_auxstats  # the groups the aux term's routing statistics are taken over
+
+        obs += encode_auxstats.obligations(plan, ctx)
     from . import nested_replay, partial_replay  # rounds of a pipeline schedule; a count clamped before its sum
     from .timing import wrap  # the micro-step the gradient sync is armed on
 

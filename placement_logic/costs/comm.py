@@ -93,6 +93,8 @@ def buffer_bytes(c: Collective, sh: Shape, lay: Layout) -> sympy.Expr:
         return s * sh.b * sh.h * sh.top_k * sh.capacity * ba / tsp * n
     if tensor == PT.TOKEN_SCALARS:
         return s * sh.b * 4  # one fp32 value per token (the cross entropy's reductions)
+    if tensor == PT.ROUTER_STATS:
+        return sh.experts * 4  # E fp32 values: the per-expert counts (or probabilities) summed by the router
     if tensor == PT.KV:
         return 2 * s * sh.b * sh.h * sh.kv / sh.a * ba
     if tensor == PT.ULYSSES:  # the rank's heads (h/tp) of q, k, v and the attention output

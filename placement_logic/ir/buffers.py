@@ -51,6 +51,7 @@ class PayloadTensor(StrEnum):
     EXPERT_TOKENS = "expert_tokens"
     TOKEN_SCALARS = "token_scalars"
     KV = "kv"
+    ROUTER_STATS = "router_stats"  # the MoE aux loss's per-expert routing statistics (``ir.routerstats``)
     ULYSSES = "ulysses"  # Q, K, V before the attention and its output after it (Ulysses' all-to-alls)
 
 

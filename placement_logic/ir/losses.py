@@ -26,3 +26,17 @@ OBJECTIVES: tuple[str, ...] = (
 
 # what a plan's path may do with a term (``override loss[TERM]: VERB``): the main loss's verbs and a divisor
 PATH_VERBS: tuple[str, ...] = ("global_mean", "per_device_mean", "per_microbatch_mean", "sum", "divide")
+
+# the scope of a term's routing statistics (``losses { aux_stats = SCOPE }``, check.auxstats): the MoE
+# load-balancing loss E · Σ_i f_i P_i is a function of the tokens' routing fractions f_i and mean router
+# probabilities P_i over a group of tokens, nonlinear in their partial sums, so the group is part of the
+# objective: the global batch (every token of the step), each microbatch (the tokens of one device's
+# microbatch, gathered over the ranks that split its sequences), or each sequence (DeepSeek's
+# sequence-wise loss); the loss is the mean of the groups' values
+STATS_KEY = "aux_stats"
+STATS_TERMS: tuple[str, ...] = ("aux",)  # the terms whose value depends on statistics over a group of tokens
+STATS_OBJECTIVES: tuple[str, ...] = ("global_batch", "per_microbatch", "per_sequence")
+
+# what a plan's path does (``override loss[aux]: VERB over (AXES)``): the statistics of each sequence,
+# of each local microbatch or of the whole step's microbatches, summed over the ranks of AXES
+STATS_VERBS: tuple[str, ...] = ("stats_per_sequence", "stats_per_microbatch", "stats_per_step")

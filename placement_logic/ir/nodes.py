@@ -223,6 +223,9 @@ class Model:
     # loss terms besides the main loss (``losses { aux = per_microbatch_mean }``, ``ir.losses``):
     # (term, objective normalisation, span of its line)
     loss_terms: tuple[tuple[str, str, Span], ...] = ()
+    # the group of tokens the aux term's routing statistics are taken over (``losses { aux_stats = SCOPE }``,
+    # ir.losses.STATS_OBJECTIVES, check.auxstats): (scope, span of its line); None: not stated
+    aux_stats: tuple[str, Span] | None = None
     # DeepSpeed's runtime buffers (``buckets { reduce_bucket_size = N ... }``, ``costs.buckets``): the
     # stated settings by name (counts; flags as 0/1); None: no block, the engine's own working set
     buckets: tuple[tuple[str, Value], ...] | None = None

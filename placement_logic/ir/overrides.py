@@ -61,6 +61,11 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "global_mean": (False, False),
         "sum": (False, False),  # the objective is the sum over tokens (reduction='sum'): no normaliser
         "divide": (False, True),  # a loss term's contributions divided by this (loss[TERM] only, ir.losses)
+        # the routing statistics of loss[aux] gathered per sequence, per local microbatch or over the step's
+        # microbatches, summed over these axes (check.auxstats)
+        "stats_per_sequence": (True, False),
+        "stats_per_microbatch": (True, False),
+        "stats_per_step": (True, False),
     },
     "tokens": {
         "reduce": (True, False),  # token count summed over exactly these axes
@@ -190,6 +195,9 @@ class OverrideVerb(StrEnum):
     PER_MICROBATCH_MEAN = "per_microbatch_mean"
     GLOBAL_MEAN = "global_mean"
     SUM = "sum"
+    STATS_PER_SEQUENCE = "stats_per_sequence"
+    STATS_PER_MICROBATCH = "stats_per_microbatch"
+    STATS_PER_STEP = "stats_per_step"
     EQUAL = "equal"
     CLAMP_BEFORE_REDUCE = "clamp_before_reduce"
     EPS_BEFORE_REDUCE = "eps_before_reduce"

@@ -173,7 +173,8 @@ def spec_text(spec: ir.Spec, plans: tuple[str, ...] = (), sets: Collection[str] 
             lines.append("  parameter groups: " + ", ".join(f"{k} {v if v is not None else '?'}"
                                                           for k, v in m["groups"].items()))
     if spec.model is not None and spec.model.loss_terms:  # the objective's terms besides the main loss
-        lines.append("  loss terms: " + ", ".join(f"{t} = {o}" for t, o, _ in spec.model.loss_terms))
+        lines.append("  loss terms: " + ", ".join(f"{t} = {o}" for t, o, _ in spec.model.loss_terms)
+                     + (f" (aux statistics: {spec.model.aux_stats[0]})" if spec.model.aux_stats else ""))
     for p in data["plans"]:
         lines.append("")
         lines.append(f"plan {p['plan']}  ({p['location']})")

@@ -223,6 +223,10 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
         error(Code.BAD_OVERRIDE, "'loss: divide' applies to a loss term (loss[TERM]: divide by ...); the main loss's "
               "divisor is override grads: divide by ...", o.span)
         return None
+    if o.target == OverrideTarget.LOSS and o.verb in ir_losses.STATS_VERBS:
+        error(Code.STATS_SCOPE_TERM, f"'loss: {o.verb}': the main loss is a sum over tokens, with no statistics over a "
+              "group of tokens to scope", o.span, ("statistics scopes apply to: loss[aux]",))
+        return None
     if verbs is None:
         error(Code.BAD_OVERRIDE, f"cannot override '{o.target}'", o.span, did_you_mean(o.target, ir.OVERRIDE_VERBS))
         return None
@@ -296,12 +300,18 @@ def _term_override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Valu
               did_you_mean(o.group, tuple(vals.loss_terms)) or
               (f"terms: {', '.join(ir_losses.TERMS)}, declared as model {{ losses {{ TERM = NORMALISATION }} }}",))
         return None
-    verbs = ir_losses.PATH_VERBS if o.target == OverrideTarget.LOSS else ("reduce",)
+    verbs = ir_losses.PATH_VERBS + ir_losses.STATS_VERBS if o.target == OverrideTarget.LOSS else ("reduce",)
     if o.verb not in verbs:
         error(Code.BAD_OVERRIDE, f"'{o.target}[{o.group}]' has no override '{o.verb}'", o.span,
               did_you_mean(o.verb, verbs) or (f"accepted: {', '.join(verbs)}",))
         return None
-    takes_over, takes_by = o.verb == OverrideVerb.REDUCE, o.verb == OverrideVerb.DIVIDE
+    stats = o.verb in ir_losses.STATS_VERBS  # the scope of the term's routing statistics (check.auxstats)
+    if stats and o.group not in ir_losses.STATS_TERMS:
+        error(Code.STATS_SCOPE_TERM, f"'{o.target}[{o.group}]: {o.verb}': the {o.group} term's value is a sum over "
+              "tokens, with no statistics over a group of tokens to scope", o.span,
+              (f"statistics scopes apply to: {', '.join(ir_losses.STATS_TERMS)}",))
+        return None
+    takes_over, takes_by = o.verb == OverrideVerb.REDUCE or stats, o.verb == OverrideVerb.DIVIDE
     if takes_over != (o.axes is not None) or takes_by != (o.by is not None):
         need = "needs 'over (axes...)'" if takes_over else "needs 'by <divisor>'" if takes_by else \
             "takes no 'over' or 'by' clause"

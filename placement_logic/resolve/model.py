@@ -197,12 +197,21 @@ def _losses(vals: Values, block: surface.SubBlock, fields: dict) -> None:
     """``losses { aux = per_microbatch_mean  mtp = global_mean }``: the loss terms besides the
     main loss, each with the normalisation its objective states (``ir.losses``)."""
     terms = []
-    for p in props(vals, block.props, tuple(ir_losses.TERMS), "losses"):
+    for p in props(vals, block.props, tuple(ir_losses.TERMS) + (ir_losses.STATS_KEY,), "losses"):
+        if p.key == ir_losses.STATS_KEY:  # the aux term's statistics scope (check.auxstats)
+            w = vals.word(p.value, ir_losses.STATS_OBJECTIVES, "the scope of the aux term's routing statistics")
+            if w:
+                fields["aux_stats"] = (w, p.span)
+            continue
         w = vals.word(p.value, ir_losses.OBJECTIVES, f"the normalisation of loss term '{p.key}'")
         if w:
             terms.append((p.key, w, p.span))
             vals.loss_terms[p.key] = w
     fields["loss_terms"] = tuple(terms)
+    if "aux_stats" in fields and not any(t in ir_losses.STATS_TERMS for t, _, _ in terms):
+        vals.cx.error(Code.STATS_SCOPE_TERM, f"'{ir_losses.STATS_KEY}' states the scope of the routing statistics of a "
+                      "term the losses section does not declare", fields["aux_stats"][1],
+                      ("declare the load-balancing term with it: losses { aux = global_mean  aux_stats = global_batch }",))
 
 
 def _buckets(vals: Values, block: surface.SubBlock, fields: dict) -> None:

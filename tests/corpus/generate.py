@@ -82,6 +82,15 @@ MODELS.update({
     "dense_mtp": MODELS["dense"] + ("losses {\n    mtp = global_mean\n  }",),
     "plain_mtp": MODELS["plain"] + ("losses {\n    mtp = global_mean\n  }",),
 })
+# the aux term with the groups of its routing statistics (docs/language.md, "Loss terms")
+AUX_STATS = "losses {{\n    aux = {}\n    aux_stats = {}\n  }}"
+MODELS.update({
+    "moe_aux_global": MODELS["moe"] + (AUX_STATS.format("global_mean", "global_batch"),),
+    "moe_aux_micro": MODELS["moe"] + (AUX_STATS.format("per_microbatch_mean", "per_microbatch"),),
+    "moe_aux_seq": MODELS["moe"] + (AUX_STATS.format("per_microbatch_mean", "per_sequence"),),
+    "moe_aux_seq2": tuple("microbatch = 2" if line == "microbatch = 1" else line for line in MODELS["moe"])
+    + (AUX_STATS.format("per_microbatch_mean", "per_sequence"),),
+})
 
 GROUPS = {
     "plain": ("dense", "norms", "biases", "embedding"),
@@ -639,6 +648,23 @@ mutant("aux_no_microbatch_divisor_ep", "ep",
 mutant("aux_token_mean_ep", "ep",
        "the MoE auxiliary loss, a value per device and microbatch, divided by the step's token count as a "
        "per-token loss (`loss[aux]: global_mean`).", ["override loss[aux]: global_mean"], AUX, model="moe_aux")
+mutant("aux_stats_per_microbatch_ep", "ep",
+       "a global-batch load-balancing loss whose routing statistics are gathered over the data and expert ranks "
+       "but taken microbatch by microbatch (`loss[aux]: stats_per_microbatch over (dp, ep)`).",
+       ["override loss[aux]: stats_per_microbatch over (dp, ep)"], ["GI aux_stats"],
+       mirrors="a batch-wise aux loss under gradient accumulation (pytorch/torchtitan#3000)", model="moe_aux_global")
+mutant("aux_stats_local_ep", "ep",
+       "a global-batch load-balancing loss computed from each rank's own microbatch (`loss[aux]: stats_per_microbatch "
+       "over ()`).", ["override loss[aux]: stats_per_microbatch over ()"], ["GI aux_stats"], model="moe_aux_global")
+mutant("aux_stats_over_dp_ep", "ep",
+       "a per-microbatch load-balancing loss whose routing statistics are summed over the data ranks, balancing "
+       "their union (`loss[aux]: stats_per_microbatch over (dp)`).",
+       ["override loss[aux]: stats_per_microbatch over (dp)"], ["GI aux_stats"], model="moe_aux_micro")
+mutant("aux_stats_pack_ep", "ep",
+       "a sequence-wise load-balancing loss computed over the two packed sequences of a microbatch at once "
+       "(`loss[aux]: stats_per_microbatch over ()`).", ["override loss[aux]: stats_per_microbatch over ()"],
+       ["GI aux_stats"], mirrors="seq_aux_loss scoring a pack as one sequence (NVIDIA/Megatron-LM#5996)",
+       model="moe_aux_seq2")
 mutant("aux_expert_ranks_not_averaged_ep", "ep",
        "the MoE auxiliary loss averaged over dp and the microbatches only: the expert ranks' values, each from "
        "its own tokens, are summed (`loss[aux]: divide by dp * 4`).",
@@ -1138,6 +1164,15 @@ for b, axes in [("zero1", "dp"), ("zero3", "dp"), ("3d", "dp, tp, pp"), ("ep", "
               "global offset.", [f"override checkpoint: reshard over ({axes})"])
 # loss terms whose path, stated, is the objective's own
 for name, b, model, line, why in [
+    ("aux_stats_global_stated_ep", "ep", "moe_aux_global", "override loss[aux]: stats_per_step over (ep, dp)",
+     "the aux loss's routing statistics gathered over every data and expert rank and the step's microbatches"),
+    ("aux_stats_micro_local_ep", "ep", "moe_aux_micro", "override loss[aux]: stats_per_microbatch over ()",
+     "the aux loss's routing statistics of each rank's microbatch, no rank splitting a sequence"),
+    ("aux_stats_seq_tp_moe_3d", "moe_3d", "moe_aux_seq", "override loss[aux]: stats_per_sequence over ()",
+     "the aux loss's routing statistics per sequence, the tensor ranks (no sequence parallelism) routing the same "
+     "tokens"),
+    ("aux_stats_one_sequence_ep", "ep", "moe_aux_seq", "override loss[aux]: stats_per_microbatch over ()",
+     "the aux loss's routing statistics of each microbatch, which holds one sequence: its sequence's"),
     ("aux_path_stated_ep", "ep", "moe_aux", "override loss[aux]: per_microbatch_mean",
      "the MoE aux loss's path stated as its objective's own"),
     ("mtp_tokens_stated_cp", "cp", "dense_mtp", "override tokens[mtp]: reduce over (dp, cp)",

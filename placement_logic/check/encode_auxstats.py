@@ -1,0 +1,74 @@
+"""The z3 side of the aux term's statistics scope (check.auxstats): the negation of ``GI aux_stats``
+and the obligation itself.
+
+Input: the plan and its ``auxstats.StatsView``. Output: the obligation, whose negation asks for mesh
+sizes (and E, k, sequences per microbatch where the model leaves them free) at which a dimension one
+grouping gathers and the other keeps apart has two or more shards; ``auxstats.replay`` re-checks the
+witness on a concrete routing.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import z3
+
+from .. import ir
+from ..ir import losses as terms
+from ..solver.session import value_of
+from . import encode as en
+from . import replay as rp
+from .auxstats import SCOPE_TEXT, SEQUENCES, StatsView, _dims, replay, view
+from .obligation import Obligation
+from .rules import GRADIENT_INTEGRITY
+
+
+def _model_numbers(plan: ir.Plan, env: en.Env):
+    """(E, k, sequences per microbatch) as z3 terms, with side conditions for those the model leaves free."""
+    tf, side, free = plan.model.transformer, [], {}
+
+    def term(value, name, low):
+        if value is not None:
+            return env.value(value)
+        t = env.sess.int(f"aux_{name}")
+        side.append(t >= low)
+        free[name] = t
+        return env.real(t)
+
+    e = term(tf.experts if tf is not None else None, "experts", 1)
+    k = term(tf.top_k if tf is not None else None, "top_k", 1)
+    b = term(plan.model.microbatch, SEQUENCES, 1)
+    return e, k, b, side, free
+
+
+def negation(env: en.Env, plan: ir.Plan, v: StatsView):
+    """Some dimension one grouping gathers and the other does not has two or more shards, with E >= 2
+    experts and top-k below E (at k = E every token routes everywhere and the value is constant)."""
+    e, k, b, side, free = _model_numbers(plan, env)
+    differ = sorted(v.wanted ^ v.gathered, key=_dims(v).index)
+    conds = [(d, (b if d == SEQUENCES else env.real(env.size(d))) >= 2) for d in differ]
+    routing = z3.And(e >= 2, k < e, k >= 1)
+    cons = side + [routing, z3.Or([c for _, c in conds]) if conds else z3.BoolVal(False, env.sess.ctx)]
+
+    def extract(model) -> dict:
+        dim = next(d for d, c in conds if value_of(model, c))
+        sizes = env.size_values(model)
+        numbers = {"experts": value_of(model, e), "top_k": value_of(model, k), SEQUENCES: value_of(model, b)}
+        whole = {n: int(x) if Fraction(x).denominator == 1 else 0 for n, x in numbers.items()}
+        return {"kind": "aux_stats", "sizes": sizes, "dim": dim, **whole}
+
+    return cons, extract
+
+
+def obligations(plan: ir.Plan, ctx: rp.Context) -> list[Obligation]:
+    """``GI aux_stats`` where the model states the aux term's statistics scope."""
+    if plan is None or not any(t in terms.STATS_TERMS for t, _, _ in plan.model.loss_terms):
+        return []
+    v = view(plan)
+    if v is None:
+        return []
+    return [Obligation(
+        "GI aux_stats", GRADIENT_INTEGRITY, v.span,
+        f"the aux load-balancing loss's routing statistics are taken {SCOPE_TEXT[v.objective]}, as its objective "
+        f"(aux_stats = {v.objective}) states: every routing gives the objective's value",
+        lambda env: negation(env, plan, v), lambda w: replay(ctx, w, v))]
