@@ -422,7 +422,7 @@ def derive(plan: ir.Plan) -> tuple[Collective, ...]:
         + _pipeline(plan)
         + _per_buffer(_grad_sync, parts)
         + heads.grad_sums(plan)
-        + routerstats.collectives(plan)
+        + routerstats.collectives(plan, _mul(stage_layers(plan), plan.model.microbatches))
         + _per_buffer(_offload, parts)
         + _per_buffer(_param_refresh, parts)
     ), _mul(stage_layers(plan), plan.model.microbatches), plan.model.microbatches))

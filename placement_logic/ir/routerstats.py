@@ -48,16 +48,15 @@ def summed_axes(plan) -> tuple[str, ...]:
     return tuple(o.axes or ()) if o is not None else objective_axes(plan)
 
 
-def collectives(plan) -> list[Collective]:
+def collectives(plan, per) -> list[Collective]:
+    """The statistics' all-reduce, ``per`` times a step (the MoE layers of one stage times the
+    microbatches: ``ir.collectives`` gives it)."""
     if plan.model.aux_stats is None:
         return []
     names = plan.mesh.names
     axes = tuple(a for a in names if a in summed_axes(plan))
     if not axes:
         return []
-    from .collectives import _mul, stage_layers  # the MoE layers of one stage (collectives imports this module)
-
-    per = _mul(stage_layers(plan), plan.model.microbatches)
     pay = Payload(PT.ROUTER_STATS, (), "the per-expert routing statistics (E fp32 values)")
     return [Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, axes, link_of(plan, axes), Phase.FORWARD, per, pay,
                        "MoE aux loss: all-reduce of the routing statistics per MoE layer and microbatch in forward")]
