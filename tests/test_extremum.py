@@ -7,7 +7,7 @@ from fractions import Fraction
 import pytest
 import sympy
 
-from placement_logic.costs.extrema import exact_at, extremum, unordered
+from placement_logic.costs.extrema import _PROBES, _exact_fn, _NotExact, exact_at, extremum, unordered
 from placement_logic.costs.symbolic import symbol
 
 pp, tp, dp, m = (symbol(n) for n in ("pp", "tp", "dp", "m"))
@@ -42,6 +42,32 @@ def test_unordered_needs_both_orders():
     assert not unordered((pp, pp))
     assert not unordered((sympy.Integer(3), sympy.Integer(5)))  # numbers: sympy compares them
     assert not unordered((sympy.Symbol("x"), sympy.Integer(2)))  # not a spec symbol: no claim
+
+
+# the probe's trees: negative coefficients and powers, nested maxima and minima, a sum whose
+# terms have different denominators
+PROBED = [args[0] for _, args in CASES if not isinstance(args[0], (sympy.Max, sympy.Min))] + [
+    a for _, args in CASES for a in args] + [
+    (3 * pp - 7 * tp) / (2 * dp) - sympy.Rational(5, 3) / (pp * tp) ** 2,
+    sympy.Max(pp / 3, tp - dp, evaluate=False) * sympy.Min(-pp, dp / 7, evaluate=False) ** 3,
+    1 / (tp - 2 * pp) - 1 / (sympy.Rational(-1, 3) * dp),
+]
+
+
+@pytest.mark.parametrize("expr", PROBED)
+def test_probe_values_are_sympys(expr):
+    """``unordered``'s integer-pair evaluation gives, at every probe point, the number sympy's
+    substitution gives (and no value where that is zoo)."""
+    symbols = sorted(expr.free_symbols, key=lambda s: s.name)
+    fn = _exact_fn(expr, symbols)
+    for point in itertools.product(_PROBES, repeat=len(symbols)):
+        want = expr.xreplace({s: sympy.Rational(v.numerator, v.denominator) for s, v in zip(symbols, point)})
+        try:
+            n, d = fn(tuple((v.numerator, v.denominator) for v in point))
+        except _NotExact:
+            assert not want.is_Rational  # zoo: 1/0
+            continue
+        assert d > 0 and Fraction(n, d) == Fraction(int(want.p), int(want.q))
 
 
 def test_exact_at_matches_xreplace():

@@ -104,8 +104,8 @@ def test_resolution_does_not_reach_back_into_loading():
 STAGES = (
     ("outcome", "diagnostics", "hardware", "atomic", "cache"),
     ("ir",),
-    ("frontend.surface", "frontend.lower", "frontend.parser", "frontend.canonical", "frontend.files",
-     "frontend.hf", "frontend.configs"),
+    ("frontend.surface", "frontend.lark_import", "frontend.lower", "frontend.parser", "frontend.canonical",
+     "frontend.files", "frontend.hf", "frontend.configs"),
     ("resolve",),
     ("frontend.loader",),
     ("costs", "solver", "interop"),

@@ -21,6 +21,9 @@ from sympy.printing.latex import LatexPrinter
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir.walker import Target, evaluate
+from . import lazytensor
+
+lazytensor.defer()  # sympy's tensor module, not loaded by the first sum (costs.lazytensor)
 
 QueryFn = Callable[[ir.Query], sympy.Expr]
 

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from lark import Token, Transformer, v_args
-from lark.tree import Meta
-
 from ..diagnostics import NO_SPAN, Code, Diagnostic, DiagnosticError, Span
 from . import surface
+from .lark_import import Meta, Token, Transformer, v_args
 
 
 def read_number(text: str) -> Fraction:

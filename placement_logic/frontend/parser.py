@@ -11,11 +11,9 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from lark import Lark
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
-
 from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 from . import surface
+from .lark_import import Lark, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 from .lower import Lower
 
 # Readable names for the grammar's terminals, used in "expected ..." messages.
