@@ -39,6 +39,9 @@ Steps, on the last step of the trace that reached the optimizer:
    (``loss_scale: local``, ``lift_facts``).
 7. Gradient accumulation: k backward passes before one optimizer step are ``microbatches = k``;
    the loss multiplier is taken relative to 1 / k, and a departure is stated over k at the loss line.
+8. Checkpoints (``lift_checkpoint``): who saves which state, whose file each rank loads, whose RNG state it
+   restores, as ``override checkpoint`` statements (``resume``, ``save_rank0``, ``save_from``, ``skip_optimizer``,
+   ``no_regather_after_load``, ``rng_shared``).
 
 The lift is a sequence of named passes over one typed input (``Step``: the trace read once, the
 step analysed, every rank's record of it), each adding what it cannot lift to ``Step.items``:
