@@ -38,11 +38,17 @@ def frame(line: int) -> dict:
     return {"file": "examples/traced/ddp_summed.py", "line": line, "function": "<module>", "code": "x"}
 
 
-def rec(op: str, line: int, states=(), file: str = F, api: str | None = None, rng=(), sharded=()) -> dict:
+def rec(op: str, line: int, states=(), file: str = F, api: str | None = None, rng=(), held: int | None = 10) -> dict:
+    """A record; a save holds 10 elements of each state, beside ``held`` (what the rank holds of each: 10, its
+    own shard or replica; 5, so the save gathered more than it holds; None, not recorded)."""
     api = api or {"save": "torch.save", "load": "torch.load", "set_rng_state": "torch.set_rng_state",
                   "restore": "Module.load_state_dict"}[op]
-    return {"op": op, "api": api, "file": file, "states": list(states), "sharded": list(sharded), "rng": list(rng),
-            "step": 1, "stack": [frame(line)]}
+    out = {"op": op, "api": api, "file": file, "states": list(states), "sharded": [], "rng": list(rng),
+           "step": 1, "stack": [frame(line)]}
+    if op == "save" and held is not None:
+        out["elements"] = {s: 10 for s in states}
+        out["held"] = {"params": held, "optimizer": held}
+    return out
 
 
 def traced(per_rank: dict[int, list[dict]], path: Path = STORED) -> dict:
@@ -107,6 +113,10 @@ def test_optimizer_never_saved_or_never_loaded_is_skip_optimizer():
     ({1: [rec("save", 30, ("params", "optimizer"))], 0: resume_on_every_rank(), }, "torch.save", 30),
     # a file no rank wrote in the run (a checkpoint from an earlier run): whose state it is is not observed
     ({0: resume_on_every_rank("/elsewhere.pt"), 1: resume_on_every_rank("/elsewhere.pt")}, "torch.load", 40),
+    # a distributed checkpoint of an earlier run
+    ({0: [rec("load", 40, ("params", "optimizer"), "/old", api="torch.distributed.checkpoint.load")],
+      1: [rec("load", 40, ("params", "optimizer"), "/old", api="torch.distributed.checkpoint.load")]},
+     "torch.distributed.checkpoint.load", 40),
     # a file object: no path
     ({0: [rec("save", 30, ("params", "optimizer"), file="")] + resume_on_every_rank(""),
       1: resume_on_every_rank("")}, "torch.load", 40),
@@ -183,6 +193,19 @@ def test_rank0_alone_saving_a_sharded_state_is_save_rank0(binding, expect):
     assert st.items == []
 
 
+@pytest.mark.parametrize("held,reported", [(5, False), (None, True)])
+def test_rank0_saving_a_gathered_copy_is_the_derivation(held, reported):
+    """Rank 0 saving more elements than it holds saved a copy gathered from every rank (ZeroRedundancyOptimizer's
+    consolidate_state_dict, a full state dict): every shard is written once. Without the counts: reported."""
+    lines, st = _pass({0: [rec("save", 30, ("params", "optimizer"), held=held), *resume_on_every_rank()],
+                       1: resume_on_every_rank()}, LiftRole.DATA, "zero3")
+    assert lines == ["override checkpoint: resume"]  # no save_rank0: the derivation, or reported
+    # unknown: the save, and rank 1's load of that file, reported at their lines
+    assert [u.where for u in st.items] == (["examples/traced/ddp_summed.py:30", "examples/traced/ddp_summed.py:40"]
+                                           if reported else [])
+    assert reported or any("gathered from every rank" in n for n in st.notes)
+
+
 def test_every_rank_reading_rank0s_file_of_shards_is_save_rank0_at_the_load():
     """Per-rank files (each rank its shards), but every rank reads rank 0's: only rank 0's shards survive."""
     saves = {r: rec("save", 30, ("params", "optimizer"), file=f"/tmp/s{r}.pt") for r in (0, 1)}
@@ -192,6 +215,11 @@ def test_every_rank_reading_rank0s_file_of_shards_is_save_rank0_at_the_load():
     fixed, _ = _pass({0: [saves[0], *resume_on_every_rank("/tmp/s0.pt")],
                       1: [saves[1], *resume_on_every_rank("/tmp/s1.pt")]}, LiftRole.DATA, "zero3")
     assert fixed == ["override checkpoint: resume"]
+    # rank 0's file holds a gathered copy (more than rank 0 holds): every rank reads its part from it
+    full = {r: rec("save", 30, ("params", "optimizer"), file=f"/tmp/s{r}.pt", held=5) for r in (0, 1)}
+    gathered, _ = _pass({0: [full[0], *resume_on_every_rank("/tmp/s0.pt")],
+                         1: [full[1], *resume_on_every_rank("/tmp/s0.pt")]}, LiftRole.DATA, "zero3")
+    assert gathered == ["override checkpoint: resume"]
 
 
 def test_zero1_resume_without_the_params_is_no_regather_after_load():
@@ -249,6 +277,9 @@ SCRIPTS = [
     ("tests/trace/ckpt_sp_rng_rank0.py", "  override checkpoint: rng_shared",
      ("SC checkpoint rng", "torch.set_rng_state(")),
     ("tests/trace/ckpt_sp_rng_rank0.py --fixed", "  override checkpoint: resume", None),
+    ("tests/trace/ckpt_zero1_local.py", "  override checkpoint: save_rank0 over (dp)",
+     ("SC checkpoint save", "torch.save({")),
+    ("tests/trace/ckpt_zero1_local.py --fixed", "  override checkpoint: resume", None),
     ("examples/traced/manual_checkpoint.py", "  override checkpoint: resume", None),
     ("examples/traced/manual_checkpoint.py --model-only", "  override checkpoint: skip_optimizer",
      ("SC checkpoint save", "state = torch.load(")),

@@ -43,6 +43,18 @@ def _stack(e: dict) -> tuple:
     return tuple(e.get("stack") or ())
 
 
+def _shard(e: dict, state: str) -> bool | None:
+    """Whether a save wrote the rank's own shard of ``state`` (DTensor shards, or no more elements than the rank
+    holds), not a copy gathered from every rank (more: ZeroRedundancyOptimizer's consolidated state, a full state
+    dict); None where the record does not say."""
+    if state in (e.get("sharded") or ()):
+        return True
+    saved, held = (e.get("elements") or {}).get(state), (e.get("held") or {}).get(state)
+    if saved is None or held is None:
+        return None
+    return saved <= held
+
+
 class _Reader:
     """The records of every rank, the layout and what the plan shards where."""
 
@@ -50,11 +62,11 @@ class _Reader:
         self.st, self.ax, self.bindings, self.whole_on_tp = st, ax, bindings, whole_on_tp
         self.recs = {r: part.get("checkpoints") or [] for r, part in sorted(st.ranks.items())}
         self.layout = st.layout
-        self.writers: dict[str, dict[int, set]] = {}  # file -> rank -> states it wrote there
+        self.writers: dict[str, dict[int, list]] = {}  # file -> rank -> its save records of the file
         for r, evs in self.recs.items():
             for e in evs:
                 if e["op"] == "save" and e["file"]:
-                    self.writers.setdefault(e["file"], {}).setdefault(r, set()).update(e["states"])
+                    self.writers.setdefault(e["file"], {}).setdefault(r, []).append(e)
 
     def item(self, ranks, what: str, reason: str, stack) -> None:
         self.st.items.append(Unliftable(tuple(sorted(set(ranks))), -1, what, reason, tuple(stack)))
@@ -160,6 +172,17 @@ def _writers(rd: _Reader) -> list[tuple[str, list]]:
                 verb = "save_rank0" if pat == "rank0" else ("save_from" if rd.whole_on_tp else None)
             else:
                 verb = "save_rank0" if pat == "rank0" and sh else ("save_from" if pat == "all" and not sh else None)
+            if verb == "save_rank0":
+                own = {_shard(e, state) for _, e in evs}
+                if None in own:
+                    rd.item(sorted(writers), evs[0][1]["api"], f"rank 0 of {a} alone saves the {state}, which the plan "
+                            f"shards over {a}: whether it wrote its own shard or a copy gathered from every rank is "
+                            "not observed", stacks[0])
+                    return []
+                if own == {False}:  # a gathered copy (consolidated, a full state dict): every shard written once
+                    st.notes.append(f"rank 0 of {a} saves the {state} gathered from every rank (more elements than it "
+                                    "holds), as the plan derives")
+                    verb = None
             if verb:
                 verbs.setdefault(verb, {}).setdefault(a, []).extend(stacks)
     for verb, axes in verbs.items():
@@ -183,7 +206,9 @@ def _loads(rd: _Reader, lost: set[str]) -> list[tuple[str, list]]:
     foreign: dict[str, list] = {}  # axis -> load stacks of ranks reading rank 0's shards
     for r, evs in rd.recs.items():
         for e in evs:
-            if e["op"] != "load" or e["api"].startswith(DCP):
+            if e["op"] != "load":
+                continue
+            if e["file"] in rd.writers and e["api"].startswith(DCP):
                 continue  # torch.distributed.checkpoint remaps every shard by its global offset, as derived
             if not e["file"] or e["file"] not in rd.writers:
                 rd.item([r], e["api"], ("it reads no named file" if not e["file"] else "it reads a file no rank "
@@ -194,19 +219,12 @@ def _loads(rd: _Reader, lost: set[str]) -> list[tuple[str, list]]:
             if r in owners:
                 continue
             w = min(owners)
-            for state in sorted(set().union(*owners.values()) & set(STATES)):
-                for a in rd.layout.names:
-                    if rd.coord(r, a) == rd.coord(w, a):
-                        continue
-                    sh = rd.sharded(state, a)
-                    if sh is False:
-                        continue  # a replica: rank w's copy is rank r's
-                    if rd.coord(w, a) != 0:
-                        rd.item([r], e["api"], f"rank {r} restores the {state} from the file rank {w} wrote (another "
-                                f"rank along {a}, not its rank 0): not lifted", _stack(e))
-                        continue
-                    if a not in lost:
-                        foreign.setdefault(a, []).append(_stack(e))
+            axes, why = _foreign(rd, r, w, owners[w])
+            if why:
+                rd.item([r], e["api"], why, _stack(e))
+            for a in axes:
+                if a not in lost:
+                    foreign.setdefault(a, []).append(_stack(e))
     if foreign:
         out.append((f"  override checkpoint: save_rank0 over ({', '.join(foreign)})  # observed: every rank loads "
                     "the file rank 0 of the axis wrote, its own shards, so only rank 0's shards survive the resume",
@@ -233,6 +251,25 @@ def _loads(rd: _Reader, lost: set[str]) -> list[tuple[str, list]]:
                         "puts the model's parameters back (no load_state_dict, set_state_dict or distributed "
                         "checkpoint load of them): not lifted", _stack(loads[0][1]))
     return out
+
+
+def _foreign(rd: _Reader, r: int, w: int, saves: list[dict]) -> tuple[list[str], str]:
+    """The axes along which rank ``r``, reading the file rank ``w`` saved, restores rank ``w``'s shards (``w``
+    rank 0 of each), or why that is not lifted."""
+    axes = []
+    for state in sorted({s for x in saves for s in x["states"]} & set(STATES)):
+        own = {_shard(x, state) for x in saves if state in x["states"]}
+        for a in rd.layout.names:
+            if rd.coord(r, a) == rd.coord(w, a) or rd.sharded(state, a) is False or own == {False}:
+                continue  # a replica, or a copy gathered from every rank: rank w's file holds rank r's part
+            if None in own:
+                return [], (f"rank {r} restores the {state} from the file rank {w} wrote: whether that file holds "
+                            f"rank {w}'s shard or a copy gathered from every rank is not observed")
+            if rd.coord(w, a) != 0:
+                return [], (f"rank {r} restores the {state} from the file rank {w} wrote (another rank along {a}, not "
+                            "its rank 0): not lifted")
+            axes.append(a)
+    return list(dict.fromkeys(axes)), ""
 
 
 def _rng(rd: _Reader, seed_vary: tuple[str, ...]) -> list[tuple[str, list]]:

@@ -16,6 +16,7 @@ reads them; this module imports torch.
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 
 import torch
@@ -50,14 +51,15 @@ class Checkpoints:
         self.checkpoints: list[dict] = []
         self.optimizers: dict[int, object] = {}  # id -> optimizer stepped
 
-    def _known(self) -> tuple[set, set]:
-        """Storage pointers of the parameters of every module seen and of every optimizer's state tensors."""
-        params, opt = set(), set()
+    def _known(self) -> tuple[dict, dict]:
+        """Storage pointer -> elements, of the parameters of every module seen and of every optimizer's state
+        tensors (this rank's: its shards where the strategy shards them)."""
+        params, opt = {}, {}
         for m in list(self.modules.values()):
             for p in m.parameters():
                 loc, _ = _local(p)
                 if loc.numel():
-                    params.add(loc.data_ptr())
+                    params[loc.data_ptr()] = loc.numel()
         for o in list(self.optimizers.values()):
             for inner in (o, getattr(o, "optim", None)):
                 for st in (getattr(inner, "state", None) or {}).values():
@@ -65,13 +67,15 @@ class Checkpoints:
                         if isinstance(v, torch.Tensor) and k != "step":
                             loc, _ = _local(v)
                             if loc.numel():
-                                opt.add(loc.data_ptr())
+                                opt[loc.data_ptr()] = loc.numel()
         return params, opt
 
-    def _contents(self, obj, known: tuple[set, set] | None) -> dict:
-        """The states an object holds, which of them are sharded DTensors, and its RNG states' checksums."""
-        states, sharded, rng = set(), set(), []
-        params, opt = known or (set(), set())
+    def _contents(self, obj, known: tuple[dict, dict] | None) -> dict:
+        """The states an object holds, which of them are sharded DTensors, their elements (and, beside them, the
+        elements of the states this rank holds: more saved than held is a gathered copy), and the RNG states'
+        checksums."""
+        states, sharded, rng, elements = set(), set(), [], {}
+        params, opt = known or ({}, {})
 
         def walk(x, key: str, under_optimizer: bool, depth: int) -> None:
             if depth > 12:
@@ -90,6 +94,7 @@ class Checkpoints:
                     kind = "params"  # a loaded model state: floating-point tensors outside an optimizer's state
                 if kind:
                     states.add(kind)
+                    elements[kind] = elements.get(kind, 0) + loc.numel()
                     if shard and kind != "rng":
                         sharded.add(kind)
                 return
@@ -106,7 +111,10 @@ class Checkpoints:
                 walk(x.state_dict(), key, under_optimizer, depth + 1)  # a Stateful handed to dcp
 
         walk(obj, "", False, 0)
-        return {"states": sorted(states), "sharded": sorted(sharded), "rng": rng}
+        out = {"states": sorted(states), "sharded": sorted(sharded), "rng": rng, "elements": elements}
+        if known is not None:
+            out["held"] = {"params": sum(params.values()), "optimizer": sum(opt.values())}
+        return out
 
     def note_checkpoint(self, op: str, api: str, path: str, obj, known: bool, states: tuple = ()) -> None:
         if len(self.checkpoints) >= MAX_RECORDS:
@@ -157,7 +165,16 @@ def install(rec, caller_is_user) -> None:
         setattr(owner, name, wrapper)
 
     restores(torch.nn.Module, "load_state_dict", "Module.load_state_dict", ("params",))
-    restores(torch.optim.Optimizer, "load_state_dict", "Optimizer.load_state_dict", ("optimizer",))
+    try:
+        importlib.import_module("torch.distributed.optim")  # ZeroRedundancyOptimizer: its own load_state_dict
+    except ImportError:  # a torch without distributed optimizers
+        pass
+    pending = [torch.optim.Optimizer]
+    while pending:  # the optimizers that define their own load_state_dict, too
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        if cls is torch.optim.Optimizer or "load_state_dict" in vars(cls):
+            restores(cls, "load_state_dict", f"{cls.__name__}.load_state_dict", ("optimizer",))
     try:
         import torch.distributed.checkpoint.state_dict as sd
     except ImportError:  # a torch without distributed state dicts

@@ -67,6 +67,7 @@ _RANK = {"rank": (int, True), "world": (int, True), "meshes": ([_MESH], True), "
                         "module": (str, False), "stack": ([_FRAME], True)}], False),
          "checkpoints": ([{"op": (str, True), "api": (str, True), "file": (str, True), "states": ([str], True),
                            "sharded": ([str], False), "rng": ([(str, type(None))], False), "unread": (bool, False),
+                           "elements": (dict, False), "held": (dict, False),
                            "step": (int, False), "stack": ([_FRAME], True)}], False),
          "registration": ([{"params": ([list], True)}], False)}
 
