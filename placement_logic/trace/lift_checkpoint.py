@@ -104,7 +104,8 @@ def checkpoint_pass(st: Step, ax: Axes, bindings: dict[str, str], whole_on_tp: b
     loaded = [e for evs in rd.recs.values() for e in evs if e["op"] == "load"]
     if saved or loaded:
         first = (saved or loaded)[0]
-        lines.append(("  override checkpoint: resume  # observed: the script saves and loads a checkpoint",
+        what = "saves and loads" if saved and loaded else ("saves" if saved else "loads")
+        lines.append((f"  override checkpoint: resume  # observed: the script {what} a checkpoint",
                       _frames([_stack(first)], st.script)))
     written = _writers(rd)
     lines += written
