@@ -353,7 +353,6 @@ def test_malformed_new_records_are_pl612(tmp_path, key, value):
 
 UNKNOWN = [
     # script, what is named, (text of its script line, the class whose block holds it)
-    ("manual_checkpoint.py", "torch.save", ("torch.save(", None)),
     ("manual_custom_backward.py", "a collective (all_reduce) in the backward of the custom autograd function "
      "SyncGrads", ("dist.all_reduce(grad)", None)),
     ("manual_aux_loss.py", "an auxiliary loss", ("loss = F.cross_entropy(", None)),

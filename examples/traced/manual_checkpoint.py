@@ -1,11 +1,14 @@
 """Data parallelism by hand (manual.py) that saves a checkpoint after every step and loads it back.
 
-Rank 0 writes the model's and the optimizer's state with torch.save; every rank reads it back. No
-lifted plan states what a checkpoint holds or who writes it, so the lift names the calls and the
-verdict is unknown (exit 3), never proved.
+Rank 0 writes the model's and the optimizer's state with torch.save; every rank reads it back and
+puts both back. Both states are replicas over the data-parallel ranks, so rank 0's copy is every
+rank's: lifted as `override checkpoint: resume` and proved. `--model-only` (bug: the optimizer's
+momentum is saved but never loaded back) is lifted as `override checkpoint: skip_optimizer` at the
+load and refuted (SC checkpoint save).
 """
 
 import os
+import sys
 import tempfile
 
 import tiny
@@ -32,6 +35,8 @@ for step in range(2):
     dist.barrier()
     state = torch.load(path)
     model.load_state_dict(state["model"])
+    if "--model-only" not in sys.argv:
+        opt.load_state_dict(state["opt"])
     dist.barrier()
 if rank == 0:
     os.remove(path)

@@ -133,37 +133,14 @@ def _install(rec) -> list:
 
 
 def _install_unmodelled(rec) -> None:
-    """Wrap the calls whose effect no lifted plan states: checkpoint save and load, the RNG seeded or its
-    state set. Each call from the user's code is recorded (``unmodelled``, ``seeds``)."""
+    """Wrap the calls the lift reads beside the step: checkpoint save and load and the RNG state set
+    (``checkpoints``), the RNG seeded (``seeds``), DTensor.from_local, dropout."""
     import torch
 
+    from .recorder_checkpoint import install
     from .recorder_modules import caller_is_user
 
-    def noted(owner, name: str, what: str, detail: str) -> None:
-        fn = getattr(owner, name, None)
-        if fn is None or getattr(fn, "_placement_noted", False):
-            return
-
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            if caller_is_user():
-                rec.note_unmodelled(what, detail)
-            return fn(*args, **kwargs)
-        wrapper._placement_noted = True
-        setattr(owner, name, wrapper)
-
-    for name in ("save", "load"):
-        noted(torch, name, f"torch.{name}", "checkpoint save and load are not lifted")
-    try:
-        import torch.distributed.checkpoint as dcp
-
-        for name in ("save", "load", "async_save", "save_state_dict", "load_state_dict"):
-            noted(dcp, name, f"torch.distributed.checkpoint.{name}",
-                  "distributed checkpoint save and load are not lifted")
-    except ImportError:  # a torch without distributed checkpointing
-        pass
-    for owner, prefix in ((torch, "torch"), (torch.random, "torch.random")):
-        noted(owner, "set_rng_state", f"{prefix}.set_rng_state", "an RNG state set by the script is not lifted")
+    install(rec, caller_is_user)  # checkpoint save and load, the RNG state set: what each holds (lift_checkpoint)
     seed = torch.manual_seed
 
     @functools.wraps(seed)

@@ -40,6 +40,9 @@ Steps, on the last step of the trace that reached the optimizer:
    (``loss_scale: local``, ``lift_facts``).
 7. Gradient accumulation: k backward passes before one optimizer step are ``microbatches = k``;
    the loss multiplier is taken relative to 1 / k, and a departure is stated over k at the loss line.
+8. Checkpoints (``lift_checkpoint``): who saves which state, whose file each rank loads, whose RNG state it
+   restores, as ``override checkpoint`` statements (``resume``, ``save_rank0``, ``save_from``, ``skip_optimizer``,
+   ``no_regather_after_load``, ``rng_shared``).
 
 The lift is a sequence of named passes over one typed input (``Step``: the trace read once, the
 step analysed, every rank's record of it), each adding what it cannot lift to ``Step.items``:
@@ -59,6 +62,7 @@ from ..diagnostics import Code
 from .lift_activations import input_grad_reductions, unreduced_input_grads, unreduced_outputs
 from .lift_asserted import asserted, dropout_seeds
 from .lift_blocks import block_lines, find_blocks
+from .lift_checkpoint import checkpoint_pass
 from .lift_data import data_bindings
 from .lift_facts import SEEDING, init_apart, local_overflow, overflow, split_by_values, unmodelled
 from .lift_layout import NOT_LIFTED_KINDS, Lifted, Unliftable, _frames, _ident, _layout, _placement_axes
@@ -113,6 +117,7 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     eps = norm_epsilon(st.colls, grads.info, st.script)
     lines.extend(x for x in (clip, eps, overflow_line, scale_line, order_line, init_line) if x is not None)
     lines.extend(st.activation_lines)
+    lines.extend(_checkpoint(st, ax, strategies, named))
     # what was not lifted is stated in the plan itself, so `placement check` of the lifted spec proves nothing
     # about the script either (every obligation it would prove is unknown, naming these)
     for what in dict.fromkeys(u.what for u in st.items):
@@ -121,6 +126,16 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
                             st.step[st.observer], st.notes, st.script, loss.accum, ax.pipe is not None, tied)
     return Lifted(text, plan_name, st.items, st.notes, origins,
                   {g: [e[0]["name"] for e in members] for g, _, members in named})
+
+
+def _checkpoint(st: Step, ax: Axes, strategies: Strategies, named) -> list[tuple[str, list]]:
+    """The checkpoint statements (``lift_checkpoint``): the dropout seed varies over the sequence-parallel tensor
+    axis, or where a ``dropout_seed: vary`` was lifted."""
+    vary = [ax.tp] if ax.tp and strategies.sp else []
+    vary += [a.strip() for t, _ in st.activation_lines if "dropout_seed: vary over (" in t
+             for a in t.split("over (")[1].split(")")[0].split(",")]
+    whole = any(k[0] != "split" for _, k, _ in named)
+    return checkpoint_pass(st, ax, strategies.bindings, whole, tuple(dict.fromkeys(vary)))
 
 
 def read_step(trace: dict, plan_name: str) -> Step | Lifted:

@@ -10,8 +10,8 @@ script does that no plan statement reads (no torch).
   reduction is reported, but for one over the tensor axis alone in forward (a vocabulary-parallel softmax).
 - ``local_overflow``: GradScaler's found-inf flag, set from each rank's own gradients and never reduced while they
   differ between ranks, is ``override loss_scale: local over (...)``.
-- ``unmodelled``: the recorder's unmodelled calls (checkpoint save and load, the RNG state set, a collective
-  in a custom autograd function's backward), RNG seeds that differ between ranks, and a loss that is no
+- ``unmodelled``: the recorder's unmodelled calls (a collective in a custom autograd function's backward; in
+  traces of earlier recorders, checkpoint save and load and the RNG state set, which ``lift_checkpoint`` now reads), RNG seeds that differ between ranks, and a loss that is no
   constant multiple of the cross-entropy (an auxiliary term) are reported, each naming what is missing.
 """
 

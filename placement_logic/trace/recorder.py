@@ -33,11 +33,12 @@ from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..measure.ranks.counter import c10d_collective, functional_collective, group_ranks
+from .recorder_checkpoint import Checkpoints
 from .recorder_events import Events, _checksum, _fraction, _key, _reduce_op, _tensors, _user_frames  # noqa: F401
 from .recorder_modules import Modules
 
 
-class Recorder(Events, Modules, TorchDispatchMode):
+class Recorder(Events, Modules, Checkpoints, TorchDispatchMode):
     """One rank's recorder; ``result()`` is the rank's part of the trace (docs/json.md)."""
 
     def __init__(self, rank: int, world: int) -> None:
@@ -59,6 +60,7 @@ class Recorder(Events, Modules, TorchDispatchMode):
         self._inner: list = []  # one-element all-reduces, their result read at the step  # collectives issued between steps, numbered when the next one starts
         self._busy = False
         self._init_modules()
+        self._init_checkpoints()
 
     # ------------------------------------------------------------------ steps and phases
     def step_record(self) -> dict:
@@ -119,6 +121,7 @@ class Recorder(Events, Modules, TorchDispatchMode):
         rec = self.step_record()
         names = self._param_names()
         self._opt_depth += 1
+        self.optimizers.setdefault(id(optimizer), optimizer)
         if self._opt_depth > 1:
             # an optimizer stepped by another (ZeroRedundancyOptimizer's local optimizer): the
             # parameters this rank really updates
@@ -388,5 +391,6 @@ class Recorder(Events, Modules, TorchDispatchMode):
             "seeds": self.seeds,
             "asserted": self.asserted,
             "dropouts": self.dropouts,
+            "checkpoints": self.checkpoints,
             "registration": self.registration(),
         }

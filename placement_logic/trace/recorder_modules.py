@@ -8,9 +8,9 @@ the step), a checksum of its input and of its output and the collectives issued 
 forward. A row-parallel layer's output is a partial sum until it is all-reduced over the tensor
 ranks: the lift compares these checksums between ranks.
 
-``unmodelled`` collects the calls whose effect on the step no plan statement reads (checkpoint
-save and load, the RNG seeded or its state restored, a collective in the backward of a custom
-autograd function): each is named by the lift, so the verdict is unknown rather than silently
+``unmodelled`` collects the calls whose effect on the step no plan statement reads (a collective
+in the backward of a custom autograd function; checkpoints and the RNG state restored are
+``recorder_checkpoint``'s): each is named by the lift, so the verdict is unknown rather than silently
 ignoring them.
 """
 

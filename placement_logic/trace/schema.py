@@ -65,6 +65,10 @@ _RANK = {"rank": (int, True), "world": (int, True), "meshes": ([_MESH], True), "
                         "stack": ([_FRAME], True)}], False),
          "dropouts": ([{"p": (_NUM, False), "input": (str, True), "output": (str, True), "step": (int, False),
                         "module": (str, False), "stack": ([_FRAME], True)}], False),
+         "checkpoints": ([{"op": (str, True), "api": (str, True), "file": (str, True), "states": ([str], True),
+                           "sharded": ([str], False), "rng": ([(str, type(None))], False), "unread": (bool, False),
+                           "elements": (dict, False), "held": (dict, False),
+                           "step": (int, False), "stack": ([_FRAME], True)}], False),
          "registration": ([{"params": ([list], True)}], False)}
 
 
