@@ -8,13 +8,15 @@ table (recompute, flash attention, sequence parallelism, a pipeline schedule).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .. import ir
 from ..diagnostics import Code, Span, did_you_mean
 from ..frontend import surface
 from ..ir import actflow
 from ..ir import losses as ir_losses
 from ..ir.groups import BUILTIN as BUILTIN_GROUPS
-from ..ir.overrides import OverrideTarget, OverrideVerb
+from ..ir.overrides import TAKES_RANKS, OverrideTarget, OverrideVerb
 from .shapes import number
 from .values import STATE_NAMES, Values
 
@@ -253,7 +255,16 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
     if not takes_by and o.by is not None:
         error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' takes no 'by' clause", o.span)
         return None
-    return _axes_and_divisor(vals, o, env, axes_allowed)
+    takes_ranks = (o.target, o.verb) in TAKES_RANKS
+    if takes_ranks != (o.ranks is not None):
+        error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' " + ("needs 'ranks (R1, R2, ...)': the ranks of the axis it is "
+              "applied on" if takes_ranks else "takes no 'ranks' clause"), o.span)
+        return None
+    out = _axes_and_divisor(vals, o, env, axes_allowed)
+    if out is None or o.ranks is None:
+        return out
+    ranks = tuple(vals.count(r, env, "a rank") for r in o.ranks)
+    return None if any(r is None for r in ranks) else replace(out, ranks=ranks)
 
 
 def _axes_and_divisor(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
@@ -312,4 +323,4 @@ def rename_override(o: ir.Override, rename: dict[str, tuple[str, ...]]) -> ir.Ov
     if o.axes is None:
         return o
     return ir.Override(o.target, o.group, o.verb, tuple(x for a in o.axes for x in rename.get(a, (a,))), o.by,
-                       o.span)
+                       o.span, o.ranks)
