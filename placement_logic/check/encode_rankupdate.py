@@ -85,6 +85,10 @@ def replay_update(ctx, w, g, stated):
     rank 1 applies 1, single-device training applies the coefficient to every element."""
     sizes = w["sizes"]
     o = stated[w.get("which", 0)]
+    if o.verb == rankset.CLIP:
+        nowhere = replay_nowhere(ctx, w, g, o)
+        if nowhere is not None:
+            return nowhere
     axis = next((a for a in o.axes if sizes.get(a, 1) >= 2), None)
     if axis is None:
         return None
@@ -141,6 +145,25 @@ def rankset_ranks(ctx, o, names, sizes, axis) -> tuple[list[int], list[int]] | N
     if not on or off is None:
         return None
     return ([on[0] if a == axis else 0 for a in names], [off if a == axis else 0 for a in names])
+
+
+def replay_nowhere(ctx, w, g, o):
+    """A clip named on no rank of the axis at the witness's sizes: every rank steps unclipped."""
+    sizes, axis = w["sizes"], o.axes[0]
+    leaf = resolver(ctx.bindings, {k: Fraction(v) for k, v in sizes.items()})
+    if rankset.applied(o, sizes[axis], leaf):
+        return None
+    names = ctx.step.axes
+    r0 = coords_text(names, [0] * len(names))
+    eq = (f"the {g.group} update on every rank is -1 per element (none of {axis}'s {sizes[axis]} ranks is named); "
+          "single-device training clips every element, by -1/2")
+    diag = (f"the clip coefficient max_norm / ‖grad‖ = 1 / 2 (global norm 2, max_norm 1) is applied to the {g.group} "
+            f"gradient on {rankset.where(o)} only (override {o.verb} at line {o.span.line}), and at {axis} = "
+            f"{sizes[axis]} none of them is a rank of {axis}: no rank clips",)
+    return Counterexample(ctx.sizes_tuple(sizes), ((f"{axis} rank 0 (not named)", r0),),
+                          (("per-element gradient", "1 on every rank (after the reductions)"), ("learning rate", "1"),
+                           ("coefficient applied", "1 on every rank, 1/2 by single-device training")),
+                          eq, diag, ctx.command(sizes))
 
 
 # --------------------------------------------------------------------------- the loss scale's own flag

@@ -107,11 +107,12 @@ def applied(o: ir.Override, n: int, leaf) -> list[int]:
 
 
 def splits(env, o: ir.Override):
-    """z3: at the sizes of ``env``, some rank of the axis is named and some is not. The named ranks
-    r1..rm are values of the sizes; a rank k in [0, n) is named where some ri = k; among 0..m one is
-    not named, so "some rank is not named" is a finite disjunction."""
+    """z3: at the sizes of ``env``, some rank of the axis is not named and (a divisor) some is. The
+    named ranks r1..rm are values of the sizes; a rank k in [0, n) is named where some ri = k; among
+    0..m one is not named, so "some rank is not named" is a finite disjunction. A clip named on no
+    rank at a size is applied nowhere there, where single-device training clips: a violation too."""
     n = z3.ToReal(env.size(o.axes[0]))
     rs = [env.value(r) for r in o.ranks or ()]
     some = z3.Or([z3.And(z3.IsInt(r), r >= 0, r < n) for r in rs])
     missing = z3.Or([z3.And(n > k, *[r != k for r in rs]) for k in range(len(rs) + 1)])
-    return z3.And(some, missing)
+    return missing if o.verb == CLIP else z3.And(some, missing)
