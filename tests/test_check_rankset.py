@@ -153,3 +153,11 @@ def test_fmt_round_trips_the_ranks_clause():
     oa, ob = (s.plans[0].overrides for s in (a, b))
     assert [(o.verb, o.axes, o.ranks, o.by) for o in oa] == [(o.verb, o.axes, o.ranks, o.by) for o in ob]
     assert [ir.show(r) for r in oa[0].ranks] == ["0", "pp - 1"]
+
+
+def test_inspect_shows_the_ranks(tmp_path, capsys):
+    """The resolved plan's overrides, as `placement inspect` lists them, keep the rank set."""
+    from placement_logic.ir.summary import _override_text
+
+    spec = load_string(_place("override grads: divide_on_ranks over (pp) ranks (0, pp - 1) by 2"), "s.place")
+    assert _override_text(spec.plans[0].overrides[0]) == "grads: divide_on_ranks over (pp) ranks (0, pp - 1) by 2"

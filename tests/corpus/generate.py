@@ -749,7 +749,7 @@ mutant("update_divide_on_ranks_last_pp", "1f1b",
        ["override grads: divide_on_ranks over (pp) ranks (pp - 1) by 4"], [f"SC update[{g}]" for g in ALL4])
 mutant("update_divide_on_ranks_ddp", "ddp",
        "dp ranks 4 to 7 unscaling by half the others' loss scale (`grads: divide_on_ranks over (dp) ranks (4, 5, 6, "
-       "7) by 1/2`): their replicas step twice as far.", ["override grads: divide_on_ranks over (dp) ranks (4, 5, 6, 7) by 1/2"],
+       "7) by 1 / 2`): their replicas step twice as far.", ["override grads: divide_on_ranks over (dp) ranks (4, 5, 6, 7) by 1 / 2"],
        [f"SC update[{g}]" for g in ALL4], mirrors=SCALER_RANKS)
 mutant("update_clip_on_ranks_tp", "tp",
        "the clip coefficient applied to the dense gradient on tp ranks 1 and 3 only (`grads[dense]: clip_on_ranks "
