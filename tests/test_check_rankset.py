@@ -161,3 +161,17 @@ def test_inspect_shows_the_ranks(tmp_path, capsys):
 
     spec = load_string(_place("override grads: divide_on_ranks over (pp) ranks (0, pp - 1) by 2"), "s.place")
     assert _override_text(spec.plans[0].overrides[0]) == "grads: divide_on_ranks over (pp) ranks (0, pp - 1) by 2"
+
+
+@pytest.mark.parametrize("k,code", [(9, 2), (3, 1)])
+def test_a_rank_from_a_let_binding(tmp_path, capsys, k, code):
+    """ranks (k) with let k = 9 over dp = 4 is located (PL191, at resolve); k = 3 is read (the last rank), and its
+    witness is a size where some rank is not named."""
+    f = tmp_path / "k.place"
+    f.write_text(_place("override grads: clip_on_ranks over (dp) ranks (k)").replace("model {", f"let k = {k}\n\nmodel {{"))
+    assert main(["check", str(f)]) == code
+    captured = capsys.readouterr()
+    if code == 2:
+        assert "[PL191]" in captured.err and "rank k = 9 is not a rank of dp of 4 ranks" in captured.err, captured.err
+    else:
+        assert "refuted SC update[dense]" in captured.out and "(not named)" in captured.out, captured.out

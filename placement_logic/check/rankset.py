@@ -65,7 +65,8 @@ def _file_sizes(plan: ir.Plan) -> dict[str, Fraction]:
 
 def check_override(plan: ir.Plan) -> None:
     """PL192 where a rank set is not over exactly one axis, PL191 where a rank is not one of the axis's
-    ranks at the file's mesh size, PL506 where a rank is named twice."""
+    ranks at the file's mesh size (resolve checks it first, with the file's lets: this catches a strategy's
+    statement once its axes are bound), PL506 where a rank is named twice."""
     sizes = _file_sizes(plan)
     for o in plan.overrides:
         if o.target != OverrideTarget.GRADS or o.verb not in VERBS:
@@ -113,6 +114,7 @@ def splits(env, o: ir.Override):
     rank at a size is applied nowhere there, where single-device training clips: a violation too."""
     n = z3.ToReal(env.size(o.axes[0]))
     rs = [env.value(r) for r in o.ranks or ()]
+    rs = [r if z3.is_expr(r) else z3.RealVal(str(r), env.sess.ctx) for r in rs]  # a let folds to a number
     some = z3.Or([z3.And(z3.IsInt(r), r >= 0, r < n) for r in rs])
     missing = z3.Or([z3.And(n > k, *[r != k for r in rs]) for k in range(len(rs) + 1)])
     return missing if o.verb == CLIP else z3.And(some, missing)

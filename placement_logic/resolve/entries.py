@@ -266,7 +266,28 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
     if out is None or o.ranks is None:
         return out
     ranks = tuple(vals.count(r, env, "a rank") for r in o.ranks)
-    return None if any(r is None for r in ranks) else replace(out, ranks=ranks)
+    if any(r is None for r in ranks) or not _ranks_in_range(vals, out, ranks):
+        return None
+    return replace(out, ranks=ranks)
+
+
+def _ranks_in_range(vals: Values, o: ir.Override, ranks: tuple[ir.Value, ...]) -> bool:
+    """PL191 where a rank of a one-axis rank set is a number (with the file's sizes and lets) that is not a
+    whole number from 0 to the axis's size minus 1; a set over several axes is PL192 (check.rankset)."""
+    if len(o.axes or ()) != 1:
+        return True
+    axis = o.axes[0]
+    n = number(ir.Sym(axis), vals)
+    for r in ranks:
+        v = number(r, vals)
+        if v is not None and (v.denominator != 1 or v < 0 or (n is not None and v >= n)):
+            shown = f"{ir.show(r)} = {v}" if not isinstance(r, ir.Const) else str(v)
+            size = f" of {n} ranks" if n is not None else ""
+            vals.cx.error(Code.RANK_OUT_OF_RANGE, f"override {o.target}{f'[{o.group}]' if o.group else ''}: "
+                          f"{o.verb} over ({axis}): rank {shown} is not a rank of {axis}{size} (its ranks are 0 .. "
+                          f"{axis} - 1)", o.span)
+            return False
+    return True
 
 
 def _axes_and_divisor(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
