@@ -13,8 +13,9 @@ divide_on_ranks over (AXIS) ranks (R1, ...) by X`` -- g's gradient divided by X 
 only. Each Ri is a count (a number, or an expression of the sizes: ``pp - 1`` is the last
 pipeline stage); a rank that is not a whole number in [0, n) at a size n names no rank there. The
 statement is read at every size the axis can take: at a size where the named ranks are some of the
-axis's ranks but not all, two ranks of the axis step g by different coefficients (``SC update[g]``,
-with ``check.rankupdate``'s rank-0 operations). ``ranks (0)`` is ``clip_rank0_only`` /
+axis's ranks but not all, two ranks of the axis step g by different coefficients; where a clip names
+no rank it is applied nowhere, where single-device training clips (both ``SC update[g]``, with
+``check.rankupdate``'s rank-0 operations); a divisor named on no rank divides nowhere (the derived step). ``ranks (0)`` is ``clip_rank0_only`` /
 ``divide_rank0_only`` over one axis; ``ranks (pp - 1)`` is ``divide_last_only``.
 """
 
