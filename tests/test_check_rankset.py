@@ -7,9 +7,11 @@ over every size, located input errors (PL191, PL192, PL184, PL506, PL122) and fm
 
 from __future__ import annotations
 
+import io
 import random
 from fractions import Fraction
 from itertools import product
+from pathlib import Path
 
 import pytest
 import simulator
@@ -24,6 +26,7 @@ from placement_logic.outcome import Verdict
 from placement_logic.solver.session import Session
 
 SESSION = Session(timeout=20)
+ROOT = Path(__file__).resolve().parent.parent
 DP = {"dp": ("data", "R,R,R,R")}
 DP_PP = {"dp": ("data", "R,R,R,R"), "pp": ("pipeline", "S,S,S,S")}
 LAST = ir.Op("-", (ir.Sym("pp"), ir.Const(Fraction(1))))
@@ -175,3 +178,14 @@ def test_a_rank_from_a_let_binding(tmp_path, capsys, k, code):
         assert "[PL191]" in captured.err and "rank k = 9 is not a rank of dp of 4 ranks" in captured.err, captured.err
     else:
         assert "refuted SC update[dense]" in captured.out and "(not named)" in captured.out, captured.out
+
+
+def test_a_rank_set_moves_no_bytes():
+    """A clip or a divisor on some ranks is local arithmetic: the bug and its fix cost the same, line for line
+    (only the file and plan names differ)."""
+    texts = []
+    for path in ("examples/bugs/pipe_three_stages_rescaled_ranks.place", "examples/safe/pipe_three_stages_scaled_once.place"):
+        out = io.StringIO()
+        assert main(["cost", str(ROOT / path)], out=out, err=io.StringIO()) == 0
+        texts.append([x for x in out.getvalue().splitlines() if ".place" not in x and not x.startswith("plan ")])
+    assert texts[0] == texts[1] and len(texts[0]) > 10
