@@ -138,7 +138,7 @@ CODES: dict[str, tuple[str, str]] = {
     "PL183": ("block-size", "A block size, stride or count of ranks (override ...: reduce_blocks / reduce_strided / "
               "reduce_first ... by E) that is not a positive integer."),
     "PL184": ("rank-set-divisors", "Two divisors on sets of an axis's ranks (divide_rank0_only, divide_except_last, "
-              "divide_last_only) stated for one parameter group."),
+              "divide_last_only, divide_on_ranks) stated for one parameter group."),
     "PL186": ("undeclared-loss-term", "An override of a loss term (loss[TERM], tokens[TERM], aux_loss, ...) that the "
               "model's losses section does not declare."),
     "PL187": ("loss-term-reaches-nothing", "A loss term declared in the model whose parameter groups (the router for "
@@ -146,6 +146,10 @@ CODES: dict[str, tuple[str, str]] = {
     "PL190": ("activation-assert-off-tensor", "An activation's type asserted (override activations[R] / "
               "activation_grads[R]: assert_replicate | assert_partial | assert_shard) over no axis or over an axis "
               "that is not a tensor axis."),
+    "PL191": ("rank-out-of-range", "A rank of a per-rank operation (override grads[g]: clip_on_ranks / divide_on_ranks "
+              "over (AXIS) ranks (...)) that is not a whole number from 0 to the axis's size minus 1."),
+    "PL192": ("rank-set-axes", "A rank set (override grads[g]: clip_on_ranks / divide_on_ranks ... ranks (...)) "
+              "over no axis or over more than one."),
     "PL194": ("partition-twice", "One reduction (a group's gradient, or the grad norm) run in groups of two kinds "
               "(override ...: reduce_blocks / reduce_strided / reduce_first), over one axis or two."),
     "PL197": ("ulysses-heads", "Ulysses' all-to-all (override activations[context] / activation_grads[context]: "
@@ -281,6 +285,8 @@ class Code(StrEnum):
     UNDECLARED_LOSS_TERM = "PL186"
     LOSS_TERM_REACHES_NOTHING = "PL187"
     ACTIVATION_ASSERT_OFF_TENSOR = "PL190"
+    RANK_OUT_OF_RANGE = "PL191"
+    RANK_SET_AXES = "PL192"
     PARTITION_TWICE = "PL194"
     ULYSSES_HEADS = "PL197"
     UNIT_MISMATCH = "PL201"

@@ -9,7 +9,7 @@ from hypothesis import strategies as hs
 from placement_logic.frontend import surface
 
 KEYWORDS = {"import", "from", "as", "let", "model", "mesh", "strategy", "over", "extends", "plan",
-            "use", "override", "by", "assert", "claim", "true", "false"}
+            "use", "override", "by", "ranks", "assert", "claim", "true", "false"}
 UNITS = ("B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB")
 
 names = hs.from_regex(r"[a-z][a-z0-9_]{0,5}", fullmatch=True).filter(lambda s: s not in KEYWORDS)
@@ -59,6 +59,7 @@ entries = hs.builds(
 overrides = hs.builds(
     surface.OverrideStmt, names, hs.one_of(hs.none(), names), names,
     hs.one_of(hs.none(), hs.lists(names, max_size=3).map(tuple)), hs.one_of(hs.none(), exprs),
+    ranks=hs.one_of(hs.none(), hs.lists(exprs, min_size=1, max_size=3).map(tuple)),
 )
 block_items = hs.one_of(props, sub_blocks, entries, hs.builds(surface.Use, strategy_refs), overrides)
 

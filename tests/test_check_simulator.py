@@ -109,6 +109,14 @@ def plans(draw):
                   hs.sampled_from([Fraction(1, 1000), Fraction(1, 2)])),
         hs.builds(lambda a: ov("loss_scale", "local", None, a), axis_lists),
         hs.builds(lambda a: ov("params", "gather", None, a), axis_lists),
+        # a clip or a divisor on a set of one axis's ranks: sets the sizes 1-3 tell apart (a proper part of
+        # the axis at a size up to 3 whenever one exists), and the last rank as an expression of the size
+        hs.builds(lambda g, a, r, v, x: ov("grads", v, g, (a,), by=x if v == "divide_on_ranks" else None,
+                                           ranks=tuple(ir.Const(Fraction(k)) for k in r) if r else
+                                           (ir.Op("-", (ir.Sym(a), ir.Const(Fraction(1)))),)),
+                  group, hs.sampled_from(names), hs.sampled_from([(0,), (1,), (2,), (0, 2), (1, 2), (0, 1), ()]),
+                  hs.sampled_from(["clip_on_ranks", "divide_on_ranks"]),
+                  hs.sampled_from([ir.Const(Fraction(2)), ir.Sym("a")])),
     )
     overrides = tuple(draw(hs.lists(candidates, max_size=2)))
     return plan("p", axes, sp=sp, overrides=overrides)
@@ -153,6 +161,11 @@ def plans(draw):
               overrides=(ov("grads", "reduce_strided", None, ("a",), ir.Const(Fraction(2))),)), 18)
 @example(plan("p", {"a": ("data", "R,S,S,R"), "b": ("data", "R,R,R,R")},
               overrides=(ov("clip_norm", "reduce_first", None, ("a",), ir.Sym("b")),)), 19)
+@example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("pipeline", "S,S,S,S")},
+              overrides=(ov("grads", "divide_on_ranks", None, ("b",), ir.Const(Fraction(2)),
+                            ranks=(ir.Const(Fraction(1)), ir.Const(Fraction(2)))),)), 20)
+@example(plan("p", {"a": ("data", "R,R,R,R")},
+              overrides=(ov("grads", "clip_on_ranks", "norms", ("a",), ranks=(ir.Const(Fraction(0)),)),)), 21)
 def test_checker_agrees_with_the_simulator(generated, seed):
     spec, p = generated
     try:

@@ -16,6 +16,7 @@ from math import prod
 import z3
 
 from ..solver.session import value_of
+from . import rankset
 from . import rankupdate as ru
 from .replay import _frac, coords_text
 from .report import Counterexample
@@ -61,8 +62,8 @@ def _update_negation(env, g, stated):
     key = f"{zlib.crc32(g.group.encode()):08x}"
     cons, arms = [], []
     for i, o in enumerate(stated):
-        two = z3.Or([env.size(a) >= 2 for a in o.axes])
-        if o.verb == ru.CLIP:
+        two = rankset.splits(env, o) if o.verb in rankset.VERBS else z3.Or([env.size(a) >= 2 for a in o.axes])
+        if o.verb in ru.CLIPS:
             norm, cap = env.sess.real(f"ru_norm_{key}"), env.sess.real(f"ru_max_{key}")
             cons += [cap > 0]
             arm = z3.And(two, norm > cap)
@@ -84,10 +85,14 @@ def replay_update(ctx, w, g, stated):
     rank 1 applies 1, single-device training applies the coefficient to every element."""
     sizes = w["sizes"]
     o = stated[w.get("which", 0)]
+    if o.verb == rankset.CLIP:
+        nowhere = replay_nowhere(ctx, w, g, o)
+        if nowhere is not None:
+            return nowhere
     axis = next((a for a in o.axes if sizes.get(a, 1) >= 2), None)
     if axis is None:
         return None
-    if o.verb == ru.CLIP:
+    if o.verb in ru.CLIPS:
         coef, what = Fraction(1, 2), "the clip coefficient max_norm / ‖grad‖ = 1 / 2 (global norm 2, max_norm 1)"
     else:
         x = Fraction(fold(o.by, resolver(ctx.bindings, {k: Fraction(v) for k, v in sizes.items()})))
@@ -95,9 +100,13 @@ def replay_update(ctx, w, g, stated):
             return None
         coef, what = 1 / x, f"the division by {_frac(x)}"
     names = ctx.step.axes
-    r0, r1 = (coords_text(names, c) for c in _two_ranks(o, names, sizes, axis))
+    two = (rankset_ranks(ctx, o, names, sizes, axis) if o.verb in rankset.VERBS else
+           _two_ranks(o, names, sizes, axis))
+    if two is None:
+        return None
+    r0, r1 = (coords_text(names, c) for c in two)
     sharded = axis in g.shard_axes
-    if o.verb == ru.CLIP:
+    if o.verb in ru.CLIPS:
         eq = (f"the {g.group} update on {r1} is -1 per element, on {r0} -{_frac(coef)}; single-device training clips "
               f"every element alike, by -{_frac(coef)}")
         whom = "the other ranks step with the unclipped gradient"
@@ -105,12 +114,14 @@ def replay_update(ctx, w, g, stated):
         eq = (f"the {g.group} update on {r1} is -1 per element, on {r0} -{_frac(coef)}: two ranks of {axis} step "
               f"{g.group} by different coefficients, where single-device training applies one to every element")
         whom = "a division the other ranks skip, or one too many there"
-    diag = (f"{what} is applied to the {g.group} gradient on {where(o.verb)} of ({', '.join(o.axes)}) only (override "
-            f"{o.verb} at line {o.span.line}), {whom}: "
+    on = rankset.where(o) if o.verb in rankset.VERBS else f"{where(o.verb)} of ({', '.join(o.axes)})"
+    diag = (f"{what} is applied to the {g.group} gradient on {on} only (override {o.verb} at line {o.span.line}), "
+            f"{whom}: "
             + (f"{g.group} is sharded over {axis}, so its shards are scaled unlike one another" if sharded else
                f"{g.group} is replicated over {axis}, so its replicas drift apart from this step on"),)
-    return Counterexample(ctx.sizes_tuple(sizes), (("rank 0" if o.verb not in SUBSET_VERBS else "rank A", r0),
-                                                    ("rank B", r1)),
+    labels = (("rank 0" if o.verb not in SUBSET_VERBS else "rank A", "rank B") if o.verb not in rankset.VERBS else
+              (f"{axis} rank {two[0][names.index(axis)]} (named)", f"{axis} rank {two[1][names.index(axis)]} (not named)"))
+    return Counterexample(ctx.sizes_tuple(sizes), ((labels[0], r0), (labels[1], r1)),
                           (("per-element gradient", "1 on every rank (after the reductions)"), ("learning rate", "1"),
                            ("coefficient applied", f"{_frac(coef)} on {r0}, 1 on {r1}")),
                           eq, diag, ctx.command(sizes))
@@ -124,6 +135,35 @@ def _two_ranks(o, names, sizes, axis) -> tuple[list[int], list[int]]:
     last = [sizes[a] - 1 if a in o.axes else 0 for a in names]
     first = [0 if a == axis else c for a, c in zip(names, last)]
     return (last, first) if o.verb == LAST_ONLY else (first, last)
+
+
+def rankset_ranks(ctx, o, names, sizes, axis) -> tuple[list[int], list[int]] | None:
+    """The first rank of ``axis`` the statement names and the first it does not (check.rankset.applied),
+    every other axis at rank 0; None where the named ranks are none or all of the axis at these sizes."""
+    on = rankset.applied(o, sizes[axis], resolver(ctx.bindings, {k: Fraction(v) for k, v in sizes.items()}))
+    off = next((k for k in range(sizes[axis]) if k not in on), None)
+    if not on or off is None:
+        return None
+    return ([on[0] if a == axis else 0 for a in names], [off if a == axis else 0 for a in names])
+
+
+def replay_nowhere(ctx, w, g, o):
+    """A clip named on no rank of the axis at the witness's sizes: every rank steps unclipped."""
+    sizes, axis = w["sizes"], o.axes[0]
+    leaf = resolver(ctx.bindings, {k: Fraction(v) for k, v in sizes.items()})
+    if rankset.applied(o, sizes[axis], leaf):
+        return None
+    names = ctx.step.axes
+    r0 = coords_text(names, [0] * len(names))
+    eq = (f"the {g.group} update on every rank is -1 per element (none of {axis}'s {sizes[axis]} ranks is named); "
+          "single-device training clips every element, by -1/2")
+    diag = (f"the clip coefficient max_norm / ‖grad‖ = 1 / 2 (global norm 2, max_norm 1) is applied to the {g.group} "
+            f"gradient on {rankset.where(o)} only (override {o.verb} at line {o.span.line}), and at {axis} = "
+            f"{sizes[axis]} none of them is a rank of {axis}: no rank clips",)
+    return Counterexample(ctx.sizes_tuple(sizes), ((f"{axis} rank 0 (not named)", r0),),
+                          (("per-element gradient", "1 on every rank (after the reductions)"), ("learning rate", "1"),
+                           ("coefficient applied", "1 on every rank, 1/2 by single-device training")),
+                          eq, diag, ctx.command(sizes))
 
 
 # --------------------------------------------------------------------------- the loss scale's own flag

@@ -30,15 +30,17 @@ from __future__ import annotations
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir.overrides import OverrideTarget, OverrideVerb
-from . import clipagg
+from . import clipagg, rankset
 from .clipagg import plan_norm  # noqa: F401 - read by encode_rankupdate as ru.plan_norm
 from .subgroups import SUBSET_VERBS
 
 CLIP = OverrideVerb.CLIP_RANK0_ONLY
 DIVIDE = OverrideVerb.DIVIDE_RANK0_ONLY
 # the rank-0 operations, and a divisor on another set of an axis's ranks (check.subgroups)
-RANK0_VERBS = (CLIP, DIVIDE) + SUBSET_VERBS
-DIVIDES = (DIVIDE,) + SUBSET_VERBS
+# and a clip or a divisor on any set of one axis's ranks (check.rankset)
+RANK0_VERBS = (CLIP, DIVIDE) + SUBSET_VERBS + rankset.VERBS
+DIVIDES = (DIVIDE,) + SUBSET_VERBS + (rankset.DIVIDE,)
+CLIPS = (CLIP, rankset.CLIP)
 AGG_OF = clipagg.AGG_OF
 
 
@@ -92,7 +94,8 @@ def scale_pending(groups, reduced: tuple[str, ...], local: tuple[str, ...]) -> l
 
 
 def check_override(plan: ir.Plan, groups) -> None:
-    """PL506 where a statement changes nothing."""
+    """PL506 where a statement changes nothing (PL191, PL192: check.rankset)."""
+    rankset.check_override(plan)
     for o in plan.overrides:
         if o.target == OverrideTarget.GRADS and o.verb in RANK0_VERBS:
             _check_axes(o)

@@ -152,7 +152,7 @@ def _one_partition(plan: ir.Plan) -> None:
 def _divisors(plan: ir.Plan, groups) -> None:
     """PL184 where a group has two divisors on sets of ranks: together they may divide every rank once
     (the last rank and every rank but it), which the step does not add up."""
-    verbs = (OverrideVerb.DIVIDE_RANK0_ONLY,) + SUBSET_VERBS
+    verbs = (OverrideVerb.DIVIDE_RANK0_ONLY,) + SUBSET_VERBS + (OverrideVerb.DIVIDE_ON_RANKS,)
     for g in groups:
         stated = []
         for verb in verbs:

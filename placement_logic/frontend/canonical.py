@@ -312,6 +312,8 @@ class Formatter:
             text = f"override {node.target}" + (f"[{node.group}]" if node.group else "") + f": {node.verb}"
             if node.axes is not None:
                 text += f" over ({', '.join(node.axes)})"
+            if node.ranks is not None:
+                text += f" ranks ({', '.join(expr(r) for r in node.ranks)})"
             if node.by is not None:
                 text += f" by {expr(node.by)}"
             self.emit(node, depth, text)

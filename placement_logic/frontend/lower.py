@@ -213,9 +213,9 @@ class Lower(Transformer):
         return surface.StrategyRef(path, options or (), self.span(meta))
 
     def override_stmt(self, meta, ch):
-        target, group, verb, axes, by = ch
+        target, group, verb, axes, ranks, by = ch
         return surface.OverrideStmt(
-            str(target), str(group) if group else None, str(verb), axes, by, self.span(meta))
+            str(target), str(group) if group else None, str(verb), axes, by, self.span(meta), ranks)
 
     def unobserved_stmt(self, meta, ch):
         return surface.Unobserved(str(ch[0])[1:-1], self.span(meta))
@@ -225,6 +225,9 @@ class Lower(Transformer):
 
     def by_clause(self, meta, ch):
         return ch[0]
+
+    def ranks_clause(self, meta, ch):
+        return tuple(ch)
 
     # ------------------------------------------------------------------ questions
 

@@ -175,6 +175,7 @@ class OverrideStmt:
     axes: tuple[str, ...] | None = None  # ``over (a, b)``; () means over no axis
     by: Expr | None = None
     span: Span = _span()
+    ranks: tuple[Expr, ...] | None = None  # ``ranks (r1, r2)``: the ranks of the axis a per-rank operation is on
 
 
 @dataclass(frozen=True)

@@ -326,8 +326,7 @@ class Override:
     axes: tuple[str, ...] | None = None
     by: Value | None = None
     span: Span = _span()
-
-
+    ranks: tuple[Value, ...] | None = None  # ``ranks (...)``: the ranks of the axis a per-rank operation is on
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,10 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         # again), or on the last rank only (check.subgroups)
         "divide_except_last": (True, True),
         "divide_last_only": (True, True),
+        # a clip coefficient, or a divisor, applied on the ranks R1, R2, ... of the named axis only (ranks (R1, ...):
+        # an operation under `if rank == k` / `if rank in (...)`, check.rankset)
+        "clip_on_ranks": (True, False),
+        "divide_on_ranks": (True, True),
         # the gradient reduction over each of these axes run within blocks of B consecutive ranks (a process group
         # over part of the axis: per-node groups) instead of over the whole axis (check.subgroups)
         "reduce_blocks": (True, True),
@@ -146,6 +150,10 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
 LAYOUT_ITEMS = ("inputs", "labels", "loss_mask", "position_ids", "causal_mask")
 
 
+# the (target, verb) pairs that take (and need) a ``ranks (R1, R2, ...)`` clause: the ranks of the axis it is on
+TAKES_RANKS: frozenset[tuple[str, str]] = frozenset({("grads", "clip_on_ranks"), ("grads", "divide_on_ranks")})
+
+
 class OverrideTarget(StrEnum):
     """The targets of ``OVERRIDE_VERBS`` by name; a member is its string (``OverrideTarget.GRADS == "grads"``)."""
 
@@ -186,6 +194,8 @@ class OverrideVerb(StrEnum):
     DIVIDE_RANK0_ONLY = "divide_rank0_only"
     DIVIDE_EXCEPT_LAST = "divide_except_last"
     DIVIDE_LAST_ONLY = "divide_last_only"
+    CLIP_ON_RANKS = "clip_on_ranks"
+    DIVIDE_ON_RANKS = "divide_on_ranks"
     REDUCE_BLOCKS = "reduce_blocks"
     COUNT_COPIES = "count_copies"
     REDUCE_STRIDED = "reduce_strided"

@@ -110,6 +110,8 @@ def _override_text(o: ir.Override) -> str:
     text = o.target + (f"[{o.group}]" if o.group else "") + f": {o.verb}"
     if o.axes is not None:
         text += f" over ({', '.join(o.axes)})"
+    if o.ranks is not None:
+        text += f" ranks ({', '.join(ir.show(r) for r in o.ranks)})"
     if o.by is not None:
         text += f" by {ir.show(o.by)}"
     return text

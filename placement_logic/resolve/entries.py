@@ -8,13 +8,15 @@ table (recompute, flash attention, sequence parallelism, a pipeline schedule).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .. import ir
 from ..diagnostics import Code, Span, did_you_mean
 from ..frontend import surface
 from ..ir import actflow
 from ..ir import losses as ir_losses
 from ..ir.groups import BUILTIN as BUILTIN_GROUPS
-from ..ir.overrides import LAYOUT_ITEMS, OverrideTarget, OverrideVerb
+from ..ir.overrides import LAYOUT_ITEMS, TAKES_RANKS, OverrideTarget, OverrideVerb
 from .shapes import number
 from .values import STATE_NAMES, Values
 
@@ -38,13 +40,15 @@ NOT_MODELLED = {
     "rank": "every device of an axis runs the same step; of the operations on some of its ranks only these are "
             "modelled: a group's part of the grad norm on rank 0 (override clip_norm[g]: rank0_only over (AXES)), its "
             "clip coefficient or a divisor on rank 0 (override grads[g]: clip_rank0_only / divide_rank0_only over "
-            "(AXES)), and a divisor on the last rank or every rank but it (override grads[g]: divide_last_only / "
-            "divide_except_last over (AXES) by X)",
+            "(AXES)), a divisor on the last rank or every rank but it (override grads[g]: divide_last_only / "
+            "divide_except_last over (AXES) by X), and a clip or a divisor on any set of one axis's ranks (override "
+            "grads[g]: clip_on_ranks / divide_on_ranks over (AXIS) ranks (R1, ...))",
     "one_rank": "every device of an axis runs the same step; of the operations on some of its ranks only these are "
                 "modelled: a group's part of the grad norm on rank 0 (override clip_norm[g]: rank0_only over (AXES)), "
                 "its clip coefficient or a divisor on rank 0 (override grads[g]: clip_rank0_only / divide_rank0_only "
-                "over (AXES)), and a divisor on the last rank or every rank but it (override grads[g]: "
-                "divide_last_only / divide_except_last over (AXES) by X)",
+                "over (AXES)), a divisor on the last rank or every rank but it (override grads[g]: "
+                "divide_last_only / divide_except_last over (AXES) by X), and a clip or a divisor on any set of one "
+                "axis's ranks (override grads[g]: clip_on_ranks / divide_on_ranks over (AXIS) ranks (R1, ...))",
     "expert_tensor": "an expert tensor size of its own is the expert group's roles, not an override: "
                      "group experts { role = {AXIS: tensor} } (docs/costs.md, 'Parallel folding')",
     "expert_data": "an expert-data group of its own is the expert group's roles, not an override: "
@@ -261,7 +265,37 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
     if not takes_by and o.by is not None:
         error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' takes no 'by' clause", o.span)
         return None
-    return _axes_and_divisor(vals, o, env, axes_allowed)
+    takes_ranks = (o.target, o.verb) in TAKES_RANKS
+    if takes_ranks != (o.ranks is not None):
+        error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' " + ("needs 'ranks (R1, R2, ...)': the ranks of the axis it is "
+              "applied on" if takes_ranks else "takes no 'ranks' clause"), o.span)
+        return None
+    out = _axes_and_divisor(vals, o, env, axes_allowed)
+    if out is None or o.ranks is None:
+        return out
+    ranks = tuple(vals.count(r, env, "a rank") for r in o.ranks)
+    if any(r is None for r in ranks) or not _ranks_in_range(vals, out, ranks):
+        return None
+    return replace(out, ranks=ranks)
+
+
+def _ranks_in_range(vals: Values, o: ir.Override, ranks: tuple[ir.Value, ...]) -> bool:
+    """PL191 where a rank of a one-axis rank set is a number (with the file's sizes and lets) that is not a
+    whole number from 0 to the axis's size minus 1; a set over several axes is PL192 (check.rankset)."""
+    if len(o.axes or ()) != 1:
+        return True
+    axis = o.axes[0]
+    n = number(ir.Sym(axis), vals)
+    for r in ranks:
+        v = number(r, vals)
+        if v is not None and (v.denominator != 1 or v < 0 or (n is not None and v >= n)):
+            shown = f"{ir.show(r)} = {v}" if not isinstance(r, ir.Const) else str(v)
+            size = f" of {n} ranks" if n is not None else ""
+            vals.cx.error(Code.RANK_OUT_OF_RANGE, f"override {o.target}{f'[{o.group}]' if o.group else ''}: "
+                          f"{o.verb} over ({axis}): rank {shown} is not a rank of {axis}{size} (its ranks are 0 .. "
+                          f"{axis} - 1)", o.span)
+            return False
+    return True
 
 
 def _axes_and_divisor(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
@@ -326,4 +360,4 @@ def rename_override(o: ir.Override, rename: dict[str, tuple[str, ...]]) -> ir.Ov
     if o.axes is None:
         return o
     return ir.Override(o.target, o.group, o.verb, tuple(x for a in o.axes for x in rename.get(a, (a,))), o.by,
-                       o.span)
+                       o.span, o.ranks)

@@ -813,6 +813,26 @@ mutant("update_divide_except_last_pp", "1f1b",
 mutant("update_divide_last_only_pp", "1f1b",
        "the last pipeline stage alone dividing its gradient by 4 (`grads: divide_last_only over (pp) by 4`).",
        ["override grads: divide_last_only over (pp) by 4"], [f"SC update[{g}]" for g in ALL4])
+# a clip or a divisor on any set of one axis's ranks (check.rankset): each a defect at some size of the axis, so
+# none has an equivalent; ranks (0) and ranks (pp - 1) are the rank-0 and last-rank verbs' mutants restated
+SCALER_RANKS = "each process unscaling by its own GradScaler scale after DDP's all-reduce (pytorch/pytorch#136009)"
+mutant("update_divide_on_ranks_pp", "1f1b",
+       "pipeline stages 0 and 1 dividing their gradient by the microbatches again (`grads: divide_on_ranks over "
+       "(pp) ranks (0, 1) by 4`): with 3 or more stages the stages' gradients are scaled unlike one another.",
+       ["override grads: divide_on_ranks over (pp) ranks (0, 1) by 4"], [f"SC update[{g}]" for g in ALL4],
+       mirrors=STAGE_SCALED)
+mutant("update_divide_on_ranks_last_pp", "1f1b",
+       "the last pipeline stage alone dividing its gradient by 4, named by its index (`grads: divide_on_ranks over "
+       "(pp) ranks (pp - 1) by 4`): the mutant of `divide_last_only` restated.",
+       ["override grads: divide_on_ranks over (pp) ranks (pp - 1) by 4"], [f"SC update[{g}]" for g in ALL4])
+mutant("update_divide_on_ranks_ddp", "ddp",
+       "dp ranks 4 to 7 unscaling by half the others' loss scale (`grads: divide_on_ranks over (dp) ranks (4, 5, 6, "
+       "7) by 1 / 2`): their replicas step twice as far.", ["override grads: divide_on_ranks over (dp) ranks (4, 5, 6, 7) by 1 / 2"],
+       [f"SC update[{g}]" for g in ALL4], mirrors=SCALER_RANKS)
+mutant("update_clip_on_ranks_tp", "tp",
+       "the clip coefficient applied to the dense gradient on tp ranks 1 and 3 only (`grads[dense]: clip_on_ranks "
+       "over (tp) ranks (1, 3)`): the other tp shards are stepped unclipped.",
+       ["override grads[dense]: clip_on_ranks over (tp) ranks (1, 3)"], ["SC update[dense]"])
 mutant("clip_eps_tp", "tp",
        "each rank's squared norm plus an epsilon before the all-reduce over tp (`clip_norm: eps_before_reduce by "
        "1e-6`): S + tp·ε, not S + ε.", ["override clip_norm: eps_before_reduce by 1e-6"], ["SC clip_norm"])

@@ -1,0 +1,121 @@
+"""Per-rank operations on any set of an axis's ranks: a clip coefficient or a divisor applied on the
+ranks R1, R2, ... of one axis only.
+
+Input: a plan. Output: the located errors of a statement the step cannot read (``check_override``:
+PL191, PL192, PL506), the ranks a statement applies on at given sizes (``applied``, for the replay),
+and the z3 condition that they are a non-empty proper part of the axis (``splits``, for the
+obligation). No solver call here.
+
+``override grads[g]: clip_on_ranks over (AXIS) ranks (R1, R2, ...)`` -- g's clip coefficient
+max_norm / ‖grad‖ applied on the ranks R1, R2, ... of AXIS only (the clip under ``if rank == k``
+or ``if rank in (...)``: a rank index of the axis's process group); ``override grads[g]:
+divide_on_ranks over (AXIS) ranks (R1, ...) by X`` -- g's gradient divided by X on those ranks
+only. Each Ri is a count (a number, or an expression of the sizes: ``pp - 1`` is the last
+pipeline stage); a rank that is not a whole number in [0, n) at a size n names no rank there. The
+statement is read at every size the axis can take: at a size where the named ranks are some of the
+axis's ranks but not all, two ranks of the axis step g by different coefficients; where a clip names
+no rank it is applied nowhere, where single-device training clips (both ``SC update[g]``, with
+``check.rankupdate``'s rank-0 operations); a divisor named on no rank divides nowhere (the derived step). ``ranks (0)`` is ``clip_rank0_only`` /
+``divide_rank0_only`` over one axis; ``ranks (pp - 1)`` is ``divide_last_only``.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import z3
+
+from .. import ir
+from ..diagnostics import Code, Diagnostic, DiagnosticError
+from ..ir.overrides import OverrideTarget, OverrideVerb
+from .values import fold, resolver
+
+CLIP = OverrideVerb.CLIP_ON_RANKS
+DIVIDE = OverrideVerb.DIVIDE_ON_RANKS
+VERBS = (CLIP, DIVIDE)
+
+
+def _err(code: str, msg: str, o: ir.Override) -> DiagnosticError:
+    return DiagnosticError([Diagnostic(code, msg, o.span)])
+
+
+def ranks_text(o: ir.Override) -> str:
+    return f"ranks ({', '.join(ir.show(r) for r in o.ranks or ())})"
+
+
+def head(o: ir.Override) -> str:
+    text = f"override {o.target}{f'[{o.group}]' if o.group else ''}: {o.verb} over ({', '.join(o.axes or ())}) "
+    return text + ranks_text(o) + (f" by {ir.show(o.by)}" if o.by is not None else "")
+
+
+def where(o: ir.Override) -> str:
+    """The ranks the statement applies on, for messages."""
+    return f"{ranks_text(o)} of {(o.axes or ('?',))[0]}"
+
+
+def _file_sizes(plan: ir.Plan) -> dict[str, Fraction]:
+    """The mesh sizes the file gives (those that are numbers)."""
+    out = {}
+    for a in plan.mesh.axes:
+        try:
+            out[a.name] = Fraction(fold(a.size, resolver({}, {})))
+        except (DiagnosticError, TypeError, ValueError, ZeroDivisionError):
+            continue
+    return out
+
+
+def check_override(plan: ir.Plan) -> None:
+    """PL192 where a rank set is not over exactly one axis, PL191 where a rank is not one of the axis's
+    ranks at the file's mesh size (resolve checks it first, with the file's lets: this catches a strategy's
+    statement once its axes are bound), PL506 where a rank is named twice."""
+    sizes = _file_sizes(plan)
+    for o in plan.overrides:
+        if o.target != OverrideTarget.GRADS or o.verb not in VERBS:
+            continue
+        if len(o.axes or ()) != 1:
+            raise _err(Code.RANK_SET_AXES, f"{head(o)}: a rank set names ranks of one axis (a rank index of that "
+                       f"axis's process group); it names {len(o.axes or ())} axes here", o)
+        axis = o.axes[0]
+        seen: list[Fraction] = []
+        for r in o.ranks or ():
+            try:
+                v = Fraction(fold(r, resolver({}, sizes)))
+            except (DiagnosticError, TypeError, ValueError, ZeroDivisionError):
+                continue  # a rank of sizes the file does not fix: read at every size by the obligation
+            n = sizes.get(axis)
+            if v.denominator != 1 or v < 0 or (n is not None and v >= n):
+                size = f" of {n} ranks" if n is not None else ""
+                shown = _num(v) if isinstance(r, ir.Const) else f"{ir.show(r)} = {_num(v)}"
+                raise _err(Code.RANK_OUT_OF_RANGE, f"{head(o)}: rank {shown} is not a rank of "
+                           f"{axis}{size} (its ranks are 0 .. {axis} - 1)", o)
+            if v in seen:
+                raise _err(Code.OVERRIDE_NO_EFFECT, f"{head(o)} changes nothing the second time it names rank "
+                           f"{_num(v)}: a rank applies the operation once however often it is named", o)
+            seen.append(v)
+
+
+def _num(v: Fraction) -> str:
+    return str(v.numerator) if v.denominator == 1 else f"{v.numerator}/{v.denominator}"
+
+
+def applied(o: ir.Override, n: int, leaf) -> list[int]:
+    """The ranks of the axis (size n) the statement applies on; ``leaf`` resolves the sizes' symbols."""
+    out = set()
+    for r in o.ranks or ():
+        v = Fraction(fold(r, leaf))
+        if v.denominator == 1 and 0 <= v < n:
+            out.add(int(v))
+    return sorted(out)
+
+
+def splits(env, o: ir.Override):
+    """z3: at the sizes of ``env``, some rank of the axis is not named and (a divisor) some is. The
+    named ranks r1..rm are values of the sizes; a rank k in [0, n) is named where some ri = k; among
+    0..m one is not named, so "some rank is not named" is a finite disjunction. A clip named on no
+    rank at a size is applied nowhere there, where single-device training clips: a violation too."""
+    n = z3.ToReal(env.size(o.axes[0]))
+    rs = [env.value(r) for r in o.ranks or ()]
+    rs = [r if z3.is_expr(r) else z3.RealVal(str(r), env.sess.ctx) for r in rs]  # a let folds to a number
+    some = z3.Or([z3.And(z3.IsInt(r), r >= 0, r < n) for r in rs])
+    missing = z3.Or([z3.And(n > k, *[r != k for r in rs]) for k in range(len(rs) + 1)])
+    return missing if o.verb == CLIP else z3.And(some, missing)

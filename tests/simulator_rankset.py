@@ -1,0 +1,73 @@
+"""The simulator's section for a clip coefficient or a divisor on a set of one axis's ranks
+(docs/semantics.md, "Per-rank operations and partial values"), written from the semantics
+without the checker's code.
+
+``update_violations``: every device applies to each group's gradient the coefficient of a
+``clip_on_ranks`` / ``divide_on_ranks`` statement when its coordinate on the named axis is one
+of the named ranks (each rank expression evaluated at the sizes; a value that is not a whole
+number in [0, n) names no rank): ``("update", group)`` where two devices' updates differ, or where a
+clip is skipped on some device (single-device training clips every element). A divisor named on no
+rank at a size divides nowhere there: the derived step.
+"""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+from itertools import product
+
+from simulator import _value, groups_of
+
+from placement_logic import ir
+
+VERBS = ("clip_on_ranks", "divide_on_ranks")
+
+
+def _stated(plan: ir.Plan, verb: str, group: str) -> ir.Override | None:
+    for who in (group, "all", None):
+        found = [o for o in plan.overrides if o.target == "grads" and o.verb == verb and o.group == who]
+        if found:
+            return found[-1]
+    return None
+
+
+def named(o: ir.Override, sizes: dict[str, int], plan: ir.Plan, bindings: dict) -> set[int]:
+    n = sizes[o.axes[0]]
+    out = set()
+    for r in o.ranks or ():
+        v = _value(r, sizes, plan, bindings)
+        if v.denominator == 1 and 0 <= v < n:
+            out.add(int(v))
+    return out
+
+
+def update_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bindings: dict) -> set:
+    out = set()
+    axes = list(plan.mesh.names)
+    pos = {a: i for i, a in enumerate(axes)}
+    devices = list(product(*[range(sizes[a]) for a in axes]))
+    for g in groups_of(plan):
+        ops = [o for o in (_stated(plan, v, g) for v in VERBS) if o is not None]
+        if not ops:
+            continue
+        grad = Fraction(rng.choice([-3, -1, 1, 2, 5]))
+        coefs = []
+        for o in ops:
+            if o.verb == "clip_on_ranks":
+                norm, cap = Fraction(rng.randint(1, 4)), Fraction(rng.randint(1, 4))
+                coefs.append((o, min(Fraction(1), cap / norm), named(o, sizes, plan, bindings)))
+            else:
+                coefs.append((o, 1 / _value(o.by, sizes, plan, bindings), named(o, sizes, plan, bindings)))
+        updates = set()
+        for d in devices:
+            upd = grad
+            for o, c, ranks in coefs:
+                if d[pos[o.axes[0]]] in ranks:
+                    upd *= c
+            updates.add(upd)
+        # the ranks disagree, or a clip (coefficient below 1) is skipped on some rank: single-device training
+        # clips every element
+        unclipped = any(o.verb == "clip_on_ranks" and c != 1 and len(ranks) < sizes[o.axes[0]] for o, c, ranks in coefs)
+        if len(updates) > 1 or unclipped:
+            out.add(("update", g))
+    return out
