@@ -62,7 +62,7 @@ def _update_negation(env, g, stated):
     key = f"{zlib.crc32(g.group.encode()):08x}"
     cons, arms = [], []
     for i, o in enumerate(stated):
-        two = rankset.splits(env, o) if o.verb in rankset.VERBS else z3.Or([env.size(a) >= 2 for a in o.axes])
+        two = rank_set_splits(env, o) if o.verb in rankset.VERBS else z3.Or([env.size(a) >= 2 for a in o.axes])
         if o.verb in ru.CLIPS:
             norm, cap = env.sess.real(f"ru_norm_{key}"), env.sess.real(f"ru_max_{key}")
             cons += [cap > 0]
@@ -262,3 +262,16 @@ def _replay_eps(orig, ctx, axes, o):
                                                    f"({', '.join(axes)})"), ("ε", _frac(eps))),
                               eq, diag, ctx.command(sizes))
     return replay
+
+
+def rank_set_splits(env, o):
+    """z3: at the sizes of ``env``, some rank of the axis is not named and (a divisor) some is. The
+    named ranks r1..rm are values of the sizes; a rank k in [0, n) is named where some ri = k; among
+    0..m one is not named, so "some rank is not named" is a finite disjunction. A clip named on no
+    rank at a size is applied nowhere there, where single-device training clips: a violation too."""
+    n = z3.ToReal(env.size(o.axes[0]))
+    rs = [env.value(r) for r in o.ranks or ()]
+    rs = [r if z3.is_expr(r) else z3.RealVal(str(r), env.sess.ctx) for r in rs]  # a let folds to a number
+    some = z3.Or([z3.And(z3.IsInt(r), r >= 0, r < n) for r in rs])
+    missing = z3.Or([z3.And(n > k, *[r != k for r in rs]) for k in range(len(rs) + 1)])
+    return missing if o.verb == rankset.CLIP else z3.And(some, missing)

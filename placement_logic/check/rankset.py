@@ -3,7 +3,7 @@ ranks R1, R2, ... of one axis only.
 
 Input: a plan. Output: the located errors of a statement the step cannot read (``check_override``:
 PL191, PL192, PL506), the ranks a statement applies on at given sizes (``applied``, for the replay),
-and the z3 condition that they are a non-empty proper part of the axis (``splits``, for the
+and (in check.encode_rankupdate, ``rank_set_splits``) the z3 condition that they are a non-empty proper part of the axis (for the
 obligation). No solver call here.
 
 ``override grads[g]: clip_on_ranks over (AXIS) ranks (R1, R2, ...)`` -- g's clip coefficient
@@ -22,8 +22,6 @@ no rank it is applied nowhere, where single-device training clips (both ``SC upd
 from __future__ import annotations
 
 from fractions import Fraction
-
-import z3
 
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
@@ -106,16 +104,3 @@ def applied(o: ir.Override, n: int, leaf) -> list[int]:
         if v.denominator == 1 and 0 <= v < n:
             out.add(int(v))
     return sorted(out)
-
-
-def splits(env, o: ir.Override):
-    """z3: at the sizes of ``env``, some rank of the axis is not named and (a divisor) some is. The
-    named ranks r1..rm are values of the sizes; a rank k in [0, n) is named where some ri = k; among
-    0..m one is not named, so "some rank is not named" is a finite disjunction. A clip named on no
-    rank at a size is applied nowhere there, where single-device training clips: a violation too."""
-    n = z3.ToReal(env.size(o.axes[0]))
-    rs = [env.value(r) for r in o.ranks or ()]
-    rs = [r if z3.is_expr(r) else z3.RealVal(str(r), env.sess.ctx) for r in rs]  # a let folds to a number
-    some = z3.Or([z3.And(z3.IsInt(r), r >= 0, r < n) for r in rs])
-    missing = z3.Or([z3.And(n > k, *[r != k for r in rs]) for k in range(len(rs) + 1)])
-    return missing if o.verb == CLIP else z3.And(some, missing)
