@@ -212,6 +212,13 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
         from . import encode_auxstats  # the groups the aux term's routing statistics are taken over
 
         obs += encode_auxstats.obligations(plan, ctx)
+    return _undecided(_extended(obs, step, ctx, plan), step, ctx.pinned, plan)
+
+
+def _extended(obs: list[Obligation], step: steps.StepModel, ctx, plan) -> list[Obligation]:
+    """The obligations rewritten and extended by the passes over the whole list: the micro-step a
+    sync is armed on, a pipeline schedule's rounds, a count clamped before its sum, per-rank
+    operations and reductions over part of an axis."""
     from . import nested_replay, partial_replay  # rounds of a pipeline schedule; a count clamped before its sum
     from .timing import wrap  # the micro-step the gradient sync is armed on
 
@@ -221,8 +228,7 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
     obs = extend(obs, step, ctx, plan, Obligation)
     from . import encode_subgroups  # a reduction over blocks of an axis's ranks
 
-    obs = encode_subgroups.extend(obs, step, ctx, plan, Obligation)
-    return _undecided(obs, step, ctx.pinned, plan)
+    return encode_subgroups.extend(obs, step, ctx, plan, Obligation)
 
 
 def _undecided(obs: list[Obligation], step: steps.StepModel, pinned: dict[str, int], plan=None) -> list[Obligation]:

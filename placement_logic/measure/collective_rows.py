@@ -176,15 +176,8 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
             status, mechanism, note = explained("clip-norm-scalars", (
                 "the clip over pipeline stages all-reduces one fp32 sum of squares (4 B) over "
                 f"{'×'.join(axes)}; the cost model leaves this scalar traffic out"))
-        if status == RowStatus.DIFFERS and r.clip == "global" and r.tensor_axis and axes == (r.tensor_axis,) \
-                and kind == "all_reduce" and not r.pipeline_axis and len(set(in_clip)) == 1 \
-                and all(0 < c <= 4 * res["param_tensors"] and c % 4 == 0 and g - c == p
-                        for c, g, res in zip(in_clip, got, results)):
-            # the parameters on the data × tensor mesh (beside data-mesh ones): their norms' partials over the tensor axis
-            status, mechanism, note = explained("clip-norm-scalars", (
-                f"the clip's norm of the parameters sharded over '{r.tensor_axis}' all-reduces one fp32 partial norm "
-                f"per such tensor over it ({in_clip[0] // 4} × 4 B) beside the {p} B the cost engine predicts; the cost "
-                "model leaves this scalar traffic out"))
+        if status == RowStatus.DIFFERS and _tensor_clip_scalars(r, kind, axes, p, got, in_clip, results):
+            status, mechanism, note = _tensor_clip_note(r, p, in_clip)
         if status == RowStatus.DIFFERS and r.tensor_axis and axes == (r.tensor_axis,):
             # the clip over pipeline stages' scalar is set apart (its own phase), then the rest compared
             clip_scalar = bool(r.clip) and bool(r.pipeline_axis) and all(c == 4 for c in in_clip)
@@ -201,6 +194,24 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
                         got if len(set(got)) > 1 else (), mechanism))
         used.add(key)
     return rows
+
+
+def _tensor_clip_scalars(r: Realisation, kind: str, axes: tuple, p, got: tuple, in_clip: tuple,
+                         results: list[dict]) -> bool:
+    """The global clip's partial norms over the tensor axis (parameters on the data × tensor mesh beside
+    data-mesh ones): every rank's tensor-axis all-reduce the predicted bytes plus k ≤ its parameter
+    tensors fp32 scalars, all in the clip's phase."""
+    return (r.clip == "global" and bool(r.tensor_axis) and axes == (r.tensor_axis,) and kind == "all_reduce"
+            and not r.pipeline_axis and len(set(in_clip)) == 1
+            and all(0 < c <= 4 * res["param_tensors"] and c % 4 == 0 and g - c == p
+                    for c, g, res in zip(in_clip, got, results)))
+
+
+def _tensor_clip_note(r: Realisation, p, in_clip: tuple) -> tuple[str, str, str]:
+    return explained("clip-norm-scalars", (
+        f"the clip's norm of the parameters sharded over '{r.tensor_axis}' all-reduces one fp32 partial norm "
+        f"per such tensor over it ({in_clip[0] // 4} × 4 B) beside the {p} B the cost engine predicts; the cost "
+        "model leaves this scalar traffic out"))
 
 
 def _tied_whole_buffer(pred: Prediction, r: Realisation, results: list[dict], shape: TinyShape, key,
