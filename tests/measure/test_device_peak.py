@@ -228,3 +228,60 @@ def test_the_engines_peak_against_the_h100(path, plan, layers, backward, step):
     tokens = shape.seq * shape.microbatch
     assert pred.device_peak - sum(pred.states.values()) - pred.activations_per_layer * shape.layers \
         - pred.activations_outside == 2 * 4 * tokens * shape.vocab
+
+
+# Held-out shapes: four models the CUDA count was not built from, run at full size on the same
+# H100 (2026-11-26, PyTorch 2.11.0+cu130) after the count was written; per block and outside
+# the blocks, bytes autograd saved for one microbatch (distinct storages).
+_HELD_OUT_TEMPLATE = """from std.data import ddp
+model {{
+  transformer {{
+    hidden = {hidden}
+    layers = {layers}
+    heads = {heads}
+    kv_heads = {kv}
+    ffn = {ffn}
+    vocab = {vocab}
+{extra}
+  }}
+{widths}
+  seq = {seq}
+  microbatch = {mb}
+  conventions {{
+    activations = pytorch_eager_cuda
+  }}
+}}
+mesh {{
+  dp = 8
+}}
+plan p {{
+  dp: ddp
+}}
+"""
+_BF16 = "  bytes {\n    params = 2\n    grads = 2\n    optimizer = 12\n  }"
+_GATED_RMS = "    gated_mlp\n    norm = rmsnorm\n    bias = false"
+HELD_OUT = {
+    # GPT-2 medium-like: bf16, multi-head attention, LayerNorm with biases, GELU MLP, tied embeddings
+    "gpt2_bf16": (dict(hidden=1024, layers=8, heads=16, kv=16, ffn=4096, vocab=50304, extra="    tied_embeddings",
+                       widths=_BF16, seq=1024, mb=8), (269_090_816, 1_681_981_444)),
+    # Qwen2-1.5B-like: bf16, 12 query heads on 2 K/V heads, q/k/v biases, a 151,936-word tied vocabulary
+    "qwen_bf16": (dict(hidden=1536, layers=4, heads=12, kv=2, ffn=8960, vocab=151936,
+                       extra=_GATED_RMS + "\n    qkv_bias\n    tied_embeddings", widths=_BF16, seq=2048, mb=1),
+                  (186_761_216, 1_257_250_820)),
+    # fp32 grouped-query attention at another ratio (16 on 8) and a shorter sequence
+    "gqa_fp32": (dict(hidden=1024, layers=4, heads=16, kv=8, ffn=2816, vocab=32000, extra=_GATED_RMS,
+                      widths="", seq=1024, mb=4), (587_235_328, 557_858_820)),
+    # bf16 multi-head attention at a sequence of 4,096
+    "mha_bf16_long": (dict(hidden=2048, layers=4, heads=16, kv=16, ffn=5632, vocab=32000, extra=_GATED_RMS,
+                           widths=_BF16, seq=4096, mb=1), (319_062_016, 557_858_820)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HELD_OUT))
+def test_cuda_count_on_held_out_shapes(name):
+    from placement_logic.frontend.loader import load_string
+
+    fields, (per_block, outside) = HELD_OUT[name]
+    spec = load_string(_HELD_OUT_TEMPLATE.format(**fields), f"{name}.place", ROOT / "examples")
+    _, _, _, pred = prepare(spec, "p", None, cuda=True)
+    assert (pred.activations_per_layer, pred.activations_outside) == (per_block, outside)
