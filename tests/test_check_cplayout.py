@@ -29,7 +29,7 @@ ROOT = Path(__file__).parent.parent
 ITEMS = ("labels", "loss_mask", "position_ids", "causal_mask")
 DP_CP = {"dp": ("data", "R,R,R,R"), "cp": ("context", "R,R,R,R")}
 TWO_CP = {"dp": ("data", "R,R,R,R"), "c1": ("context", "R,R,R,R"), "c2": ("context", "R,R,R,R")}
-Z, C = "zigzag", "contiguous"
+Z, C, P = "zigzag", "contiguous", "zigzag_per_document"
 
 
 def lay(verb: str, group: str | None = None) -> ir.Override:
@@ -77,6 +77,14 @@ HAND = [
     # the last statement of an item wins
     ((lay(Z), lay(C, "labels"), lay(Z, "labels")), set()),
     ((lay(Z), lay(C, "labels"), lay(C, "causal_mask")), {"labels", "causal_mask"}),
+    # packed documents (THD): every tensor cut document by document
+    ((lay(P),), set()),
+    ((lay(P, "inputs"), lay(P, "position_ids"), lay(P, "causal_mask")), set()),
+    # the batch cut as one sequence while the attention kernel cuts each document (NeMo#15339)
+    ((lay(Z), lay(P, "causal_mask")), {"causal_mask"}),
+    # the position ids cut as one sequence under per-document inputs (a pack of two documents tells them apart)
+    ((lay(P), lay(Z, "position_ids")), {"position_ids"}),
+    ((lay(P), lay(C, "labels")), {"labels"}),
 ]
 
 
@@ -90,7 +98,7 @@ def test_hand_cases_checker_and_simulator(stated, wrong):
 @hs.composite
 def layout_plans(draw):
     axes = TWO_CP if draw(hs.booleans()) else DP_CP
-    stmt = hs.builds(lay, hs.sampled_from((Z, C)), hs.sampled_from((None,) + ("inputs",) + ITEMS))
+    stmt = hs.builds(lay, hs.sampled_from((Z, C, P)), hs.sampled_from((None,) + ("inputs",) + ITEMS))
     return _with(axes, draw(hs.lists(stmt, min_size=1, max_size=4)))
 
 
@@ -120,6 +128,18 @@ def test_refutation_replays_the_unpermuted_labels():
     cex = ob.counterexample
     assert "token 1 (rank 1, slot 0) = 47/3, single-device = 50/3" in cex.equation
     assert "labels" in cex.diagnosis[0] and "contiguous" in cex.diagnosis[0] and "root cause" in cex.diagnosis[0]
+
+
+def test_refutation_replays_positions_cut_as_one_sequence_under_packed_documents():
+    ob = _ob((lay(P), lay(Z, "position_ids")), "position_ids", {"dp": 1, "cp": 2, "microbatches": 1})
+    # one document: the two layouts coincide, so the witness packs two documents of 4 positions. Per document,
+    # rank 0 holds positions 0, 3, 4, 7; the position ids cut as one sequence of 8 in chunks of 2 give rank 0
+    # those of 0, 1, 6, 7. Token 3 (slot 1): y_3 = (3 + 1)·q_3·(kv_0 + ... + kv_3) = 4·5·15 = 300, with
+    # position id 1: 2·5·15 = 150 (its keys are right: the causal mask follows the inputs)
+    cex = ob.counterexample
+    assert "attention output y of token 3 (rank 0, slot 1) = 150, single-device = 300" in cex.equation
+    assert "2 packed documents" in dict(cex.values)["sequence"]
+    assert "zigzag" in cex.diagnosis[0] and "root cause" in cex.diagnosis[0]
 
 
 def test_refutation_replays_the_contiguous_causal_mask():
@@ -203,7 +223,8 @@ def test_ulysses_heads_per_tensor_rank():
 
 
 @pytest.mark.parametrize("stmt", ["override layout: zigzag", "override layout[labels]: contiguous",
-                                  "override layout[causal_mask]: zigzag"])
+                                  "override layout[causal_mask]: zigzag",
+                                  "override layout[position_ids]: zigzag_per_document"])
 def test_statements_format_round_trip(stmt):
     from placement_logic.frontend.canonical import format_source
 

@@ -142,8 +142,9 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     # the layout of context parallelism's sequence blocks (check/encode_cplayout.py): [inputs] (or no group) the input
     # tokens' layout, [labels], [loss_mask], [position_ids], [causal_mask] what a per-token tensor (or the
     # attention's causal mask) is laid out as, when it does not follow the inputs; zigzag: rank i of the c context
-    # ranks holds chunks i and 2c-1-i of 2c (load-balanced causal attention), contiguous: chunk i of c
-    "layout": {"zigzag": (False, False), "contiguous": (False, False)},
+    # ranks holds chunks i and 2c-1-i of 2c (load-balanced causal attention), contiguous: chunk i of c,
+    # zigzag_per_document: each document of a packed sequence cut into 2c chunks, zigzag per document (THD)
+    "layout": {"zigzag": (False, False), "contiguous": (False, False), "zigzag_per_document": (False, False)},
 }
 
 # the groups of `layout[...]` (check/encode_cplayout.py): the input tokens and what must follow their layout
@@ -246,6 +247,7 @@ class OverrideVerb(StrEnum):
     DISPATCH = "dispatch"
     COMBINE = "combine"
     ZIGZAG = "zigzag"
+    ZIGZAG_PER_DOCUMENT = "zigzag_per_document"
     CONTIGUOUS = "contiguous"
 
 

@@ -1581,6 +1581,21 @@ with_base("cp_zigzag_restated", "4d", "the zigzag layout stated for the inputs a
                             "override layout[causal_mask]: zigzag"])
 with_base("cp_contiguous_stated", "cp_zero3", "the contiguous layout stated (as derived).",
           ["override layout: contiguous"])
+THD_SPLIT = "a packed batch cut as one sequence under document-wise THD attention (NVIDIA-NeMo/Speech#15339)"
+for name, b, lines, expect, what in [
+    ("cp_thd_batch_cut_whole", "cp", ["override layout: zigzag", "override layout[causal_mask]: zigzag_per_document"],
+     ["GI layout[causal_mask]"], "the batch cut as one zigzag sequence, the attention cutting each packed document: a "
+     "query's keys are another document's."),
+    ("cp_thd_positions_cut_whole", "4d", ["override layout: zigzag_per_document",
+                                          "override layout[position_ids]: zigzag"],
+     ["GI layout[position_ids]"], "packed documents cut one by one, their position ids cut as one sequence."),
+    ("cp_thd_labels_contiguous", "cp_zero3", ["override layout: zigzag_per_document",
+                                              "override layout[labels]: contiguous"],
+     ["GI layout[labels]"], "packed documents cut one by one, the labels cut in contiguous blocks."),
+]:
+    mutant(name, b, what, lines, expect, mirrors=THD_SPLIT)
+with_base("cp_thd_per_document", "cp", "packed documents (THD) with every per-token tensor and the causal mask cut "
+          "document by document.", ["override layout: zigzag_per_document"])
 # -- the expert tensor group's all-gather and reduce-scatter of the routed tokens ---------
 
 ETP_NO_RS = "the gathered tokens' backward without a reduce-scatter (pytorch/torchtitan#1805)"
