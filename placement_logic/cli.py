@@ -16,6 +16,7 @@ import importlib
 import io
 import json
 import sys
+from pathlib import Path
 from typing import Sequence, TextIO
 
 from . import __version__
@@ -157,9 +158,11 @@ def _run_to_file(args, target: str, err: TextIO) -> int:
             if status in (EXIT_INPUT, EXIT_INTERNAL):
                 raise Discard
     except DiagnosticError as exc:
+        sources: dict = dict(getattr(exc, "sources", {}))
         for diag in exc.diagnostics:
-            err.write(render(diag, None) + "\n")
-        err.write("found 1 error\n")
+            err.write(render(diag, _source_of(diag.span.file, sources)) + "\n")
+        n = len(exc.diagnostics)
+        err.write(f"found {n} error{'s' if n != 1 else ''}\n")
         return EXIT_INPUT
     return status
 
@@ -183,6 +186,20 @@ def _run(args, out: TextIO, err: TextIO) -> int:
         return _internal_error(args, exc, err)
 
 
+def _source_of(path: str | None, sources: dict) -> str | None:
+    """The text a diagnostic points into: the loader's copy, else (an error found after loading, by the
+    checker or a command) the spec file itself when it is one. Other files (a framework config that did
+    not parse) are never echoed: they may hold anything."""
+    if not path or path in sources or not path.endswith(".place"):
+        return sources.get(path) if path else None
+    try:
+        p = Path(path)
+        sources[path] = p.read_text(encoding="utf-8", errors="replace") if p.is_file() else None
+    except (OSError, ValueError):
+        sources[path] = None
+    return sources[path]
+
+
 def _diagnostics(exc: DiagnosticError, args, out: TextIO, err: TextIO) -> int:
     """Render an input error (JSON on ``out`` under --format json, the located lines on
     ``err``) and give its exit status."""
@@ -192,9 +209,9 @@ def _diagnostics(exc: DiagnosticError, args, out: TextIO, err: TextIO) -> int:
         json.dump(envelope(args.command, EXIT_INPUT, diagnostics=[d.to_json() for d in exc.diagnostics]),
                   out, indent=2)
         out.write("\n")
-    sources = getattr(exc, "sources", {})
+    sources = dict(getattr(exc, "sources", {}))
     for diag in exc.diagnostics:
-        err.write(render(diag, sources.get(diag.span.file)) + "\n")
+        err.write(render(diag, _source_of(diag.span.file, sources)) + "\n")
     n = len(exc.diagnostics)
     err.write(f"found {n} error{'s' if n != 1 else ''}\n")
     return EXIT_INPUT

@@ -81,3 +81,19 @@ def test_output_file_stdin_and_quiet(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().out == ""
     assert run(["cost", str(example), "-o", str(tmp_path / "no" / "such" / "dir.txt")]) == 2
     assert "[PL700]" in capsys.readouterr().err
+
+
+def test_an_error_found_after_loading_shows_its_source_line_and_caret(tmp_path):
+    # PL506 for a layout statement is found by the checker, after the spec has loaded: the diagnostic still
+    # carries the line it points at and a caret under its column, with exit status 2
+    text = (ROOT / "examples/safe/cp_zigzag_labels.place").read_text()
+    lines = [ln for ln in text.splitlines() if "context_parallel" not in ln and not ln.strip().startswith("cp =")]
+    spec = tmp_path / "no_cp.place"
+    spec.write_text("\n".join(lines) + "\n")
+    status, _, err = run("check", str(spec))
+    assert status == 2 and "[PL506]" in err, err
+    first = err.splitlines()
+    at = next(i for i, ln in enumerate(first) if "[PL506]" in ln)
+    line_no = int(first[at].split(":")[1])
+    assert first[at + 1].strip().startswith(f"{line_no} |") and "override layout" in first[at + 1]
+    assert "^" in first[at + 2]
