@@ -20,6 +20,7 @@ from fractions import Fraction
 from ..diagnostics import NO_SPAN
 from ..ir import optimizers as opt
 from ..ir.nodes import Role
+from ..ir.overrides import OverrideVerb
 from . import encode as en
 from .replay import Context
 from .report import Counterexample
@@ -72,7 +73,7 @@ def obligations(plan, ctx: Context, obligation) -> list:
             notes = (f"vacuous: no axis cuts a {g} matrix (whole on every rank that updates it)",)
         elif given:
             how = []
-            for verb in ("gather", "round_robin"):
+            for verb in (OverrideVerb.GATHER, OverrideVerb.ROUND_ROBIN):
                 axes, where = opt.stated(plan, verb, g)
                 if axes:
                     how.append(f"{verb} over ({', '.join(axes)}) at line {where.line}")

@@ -303,7 +303,8 @@ def _no_effect(r: _Read, groups: list, needed: tuple[str, ...]) -> None:
 
 def _clip_span(r: _Read, clip_o: ir.Override | None) -> Span:
     found = clip_o
-    for verb in ("reduce", "average", "max", "double_count", "dedupe", "sqrt_before_reduce", _perrank.VERB):
+    for verb in (OverrideVerb.REDUCE, OverrideVerb.AVERAGE, OverrideVerb.MAX, OverrideVerb.DOUBLE_COUNT, OverrideVerb.DEDUPE,
+                 OverrideVerb.SQRT_BEFORE_REDUCE, _perrank.VERB):
         found = found or r.last(OverrideTarget.CLIP_NORM, verb)
     return (found or r.plan).span
 

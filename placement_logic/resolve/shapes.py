@@ -15,6 +15,7 @@ from typing import Callable
 
 from .. import ir
 from ..diagnostics import Code, Span
+from ..ir.overrides import OverrideVerb
 from ..ir.walker import fold
 from .values import Values
 
@@ -178,7 +179,7 @@ def _ulysses_heads(plan: ir.Plan, vals: Values, tensor: tuple[str, ...], error: 
     repeated on g/(k/t) ranks, as verl and Megatron-LM's a2a do). The uneven split (DeepSpeed's uneven
     all-to-all) is not modelled: refused, never proved."""
     t = plan.model.transformer
-    stated = [o for o in plan.overrides if o.group == "context" and o.verb == "all_to_all" and o.axes]
+    stated = [o for o in plan.overrides if o.group == "context" and o.verb == OverrideVerb.ALL_TO_ALL and o.axes]
     if t is None or not stated:
         return
     tp = _size(plan, tensor, vals) if tensor else 1

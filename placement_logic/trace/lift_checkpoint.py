@@ -30,6 +30,7 @@ mesh); a resume on another mesh (``reshard``) is never lifted: the traced run ha
 
 from __future__ import annotations
 
+from ..ir.overrides import OverrideVerb
 from .lift_layout import Unliftable, _frames
 from .lift_step import Axes, LiftRole, Step
 
@@ -170,10 +171,10 @@ def _writers(rd: _Reader) -> list[tuple[str, list]]:
                 return []
             sh = rd.sharded(state, a)
             if sh is None:  # a tensor axis: split groups are sharded there, whole ones replicas
-                verb = "save_rank0" if pat == "rank0" else ("save_from" if rd.whole_on_tp else None)
+                verb = OverrideVerb.SAVE_RANK0 if pat == "rank0" else (OverrideVerb.SAVE_FROM if rd.whole_on_tp else None)
             else:
-                verb = "save_rank0" if pat == "rank0" and sh else ("save_from" if pat == "all" and not sh else None)
-            if verb == "save_rank0":
+                verb = OverrideVerb.SAVE_RANK0 if pat == "rank0" and sh else (OverrideVerb.SAVE_FROM if pat == "all" and not sh else None)
+            if verb == OverrideVerb.SAVE_RANK0:
                 own = {_shard(e, state) for _, e in evs}
                 if None in own:
                     rd.item(sorted(writers), evs[0][1]["api"], f"rank 0 of {a} alone saves the {state}, which the plan "
@@ -187,7 +188,7 @@ def _writers(rd: _Reader) -> list[tuple[str, list]]:
             if verb:
                 verbs.setdefault(verb, {}).setdefault(a, []).extend(stacks)
     for verb, axes in verbs.items():
-        clash = [a for a in axes if a in verbs.get("save_from" if verb == "save_rank0" else "save_rank0", {})]
+        clash = [a for a in axes if a in verbs.get(OverrideVerb.SAVE_FROM if verb == OverrideVerb.SAVE_RANK0 else OverrideVerb.SAVE_RANK0, {})]
         if clash:  # one state written by rank 0 alone, another by every rank: no plan-wide statement says both
             rd.item(sorted(rd.recs), "the checkpoint's writers", f"along {clash[0]} one state is written by rank 0 "
                     "alone and another by every rank: the checkpoint statements name the writers of a group's "
@@ -195,7 +196,7 @@ def _writers(rd: _Reader) -> list[tuple[str, list]]:
             return [x for x in out if "skip_optimizer" in x[0]]
     for verb, axes in verbs.items():
         what = ("rank 0 of each alone saves a state sharded there (the other shards are never written)"
-                if verb == "save_rank0" else "every rank saves a state replicated there (each replica written)")
+                if verb == OverrideVerb.SAVE_RANK0 else "every rank saves a state replicated there (each replica written)")
         frames = _frames([s for a in axes for s in axes[a]], st.script)
         out.append((f"  override checkpoint: {verb} over ({', '.join(axes)})  # observed: {what}", frames))
     return out
