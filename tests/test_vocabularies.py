@@ -225,3 +225,13 @@ def test_verdicts():
     assert bare_literals({*ProveStatus, *ClaimHolds}, r"\bstatus\b|\bholds\b", under="prove") == []
     # a measured row's status
     assert bare_literals(RowStatus, r"\bstatus\b", ("Row",), under="measure") == []
+
+
+# --------------------------------------------------------------------------- override targets and verbs
+
+
+def test_override_words_are_members():
+    from placement_logic.ir.overrides import OverrideTarget, OverrideVerb
+
+    assert bare_literals(OverrideVerb, r"\bverbs?\b") == []
+    assert bare_literals(OverrideTarget, r"\btargets?\b") == []

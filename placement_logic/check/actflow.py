@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from .. import ir
 from ..diagnostics import NO_SPAN, Code, Diagnostic, DiagnosticError, Span
 from ..ir import actflow as af
+from ..ir.overrides import OverrideTarget
 
 Type = tuple[str, int]  # (kind, extra sums)
 
@@ -45,7 +46,7 @@ class Typed:
 
     @property
     def name(self) -> str:
-        target = "activations" if self.direction == "forward" else "activation_grads"
+        target = OverrideTarget.ACTIVATIONS if self.direction == "forward" else OverrideTarget.ACTIVATION_GRADS
         return f"{target}[{self.flow.shown}]"
 
 

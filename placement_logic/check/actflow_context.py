@@ -21,7 +21,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from ..ir import actflow as af
-from ..ir.overrides import OverrideVerb
+from ..ir.overrides import OverrideTarget, OverrideVerb
 from .report import Counterexample
 
 TEXT = {"fwd_entry": "the key/value exchange before the attention (ring or all-gather)",
@@ -184,7 +184,7 @@ def counterexample(ctx, ty, sizes, axis, r, got, want, inputs, stage, span, show
     eq = f"{what} on rank {r} of {axis} = {show(got[r])}, single-device = {show(want[r])}"
     slot = dict(ty.flow.slots).get(stage)
     if slot is not None and slot.verb:
-        target = "activations" if stage == "fwd_entry" else "activation_grads"
+        target = OverrideTarget.ACTIVATIONS if stage == "fwd_entry" else OverrideTarget.ACTIVATION_GRADS
         over = "" if not slot.steps and not slot.axes else f" over ({', '.join(axes_of(slot))})"
         how = f"override {target}[context]: {slot.verb}{over} at line {span.line}"
         if slot.verb == OverrideVerb.REDUCE_COPY:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from ..ir import actflow as af
+from ..ir.overrides import OverrideTarget
 from .report import Counterexample
 
 TEXT = {"fwd_entry": "the dispatch all-to-all before the expert MLPs",
@@ -103,7 +104,7 @@ def counterexample(ctx, ty, sizes, axis, r, got, want, inputs, stage, span, show
     eq = f"{what} on rank {r} of {axis} = {show(got[r])}, single-device = {show(want[r])}"
     slot = dict(ty.flow.slots).get(stage)
     if slot is not None and slot.verb:
-        target = "activations" if fwd else "activation_grads"
+        target = OverrideTarget.ACTIVATIONS if fwd else OverrideTarget.ACTIVATION_GRADS
         how = f"override {target}[experts]: {slot.verb} over ({', '.join(axes_of(slot))}) at line {span.line}"
     else:
         how = "derived, while the other all-to-all is stated elsewhere"

@@ -17,7 +17,7 @@ from fractions import Fraction
 
 from ..ir import actflow as af
 from ..ir.actflow import type_text
-from ..ir.overrides import OverrideVerb
+from ..ir.overrides import OverrideTarget, OverrideVerb
 from .replay import Context, _frac
 from .report import Counterexample
 
@@ -212,7 +212,7 @@ def replay(ctx: Context, ty, w: dict) -> Counterexample | None:
     eq = (f"{what} of {region} on rank {r} of {axis} = {_show(got[r])}, single-device = {_show(want[r])}")
     slot = dict(ty.flow.slots).get(stage)
     if slot is not None and slot.verb:
-        target = "activations" if stage.startswith("fwd") else "activation_grads"
+        target = OverrideTarget.ACTIVATIONS if stage.startswith("fwd") else OverrideTarget.ACTIVATION_GRADS
         how = (f"override {target}[{ty.flow.shown}]: {slot.verb}" + (f" over ({', '.join(_axes(slot))})"
                                                                           if slot.verb not in (OverrideVerb.NO_REDUCE,
                                                                                                OverrideVerb.REDUCE_COPY) else "")
@@ -251,7 +251,7 @@ def _embedding_cex(ctx: Context, ty, sizes, axis, r, got, want, inputs, stage, s
     eq = f"{what} of the embedding on rank {r} of {axis} = {_show(got[r])}, single-device = {_show(want[r])}"
     slot = dict(ty.flow.slots).get(stage)
     if slot is not None and slot.verb:
-        target = "activations" if fwd else "activation_grads"
+        target = OverrideTarget.ACTIVATIONS if fwd else OverrideTarget.ACTIVATION_GRADS
         how = f"override {target}[embedding]: {slot.verb} over ({', '.join(_axes(slot))}) at line {span.line}"
         if slot.declared:
             how += f": the output is declared {dict(R='Replicate', P='Partial', S='Shard').get(slot.declared)} " \

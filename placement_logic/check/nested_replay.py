@@ -11,6 +11,7 @@ from dataclasses import replace
 from fractions import Fraction
 
 from .. import ir
+from ..ir.overrides import OverrideVerb
 from .dims import MICROBATCHES, NORMALISATION
 from .encode_partial import nested_rounds
 from .nested import DIVISORS, RESCALED, nested_override
@@ -60,9 +61,9 @@ def _whole_rounds(orig, ctx, o: ir.Override):
 
 
 def _explained(orig, o: ir.Override):
-    what = {"outer_undivided": "the outer accumulation divides by nothing, so its rounds are summed: each "
+    what = {OverrideVerb.OUTER_UNDIVIDED: "the outer accumulation divides by nothing, so its rounds are summed: each "
                                f"microbatch's mean is divided by {ir.show(o.by)} (the schedule's count) only",
-            "inner_undivided": f"the pipeline schedule sums its {ir.show(o.by)} microbatches without dividing by "
+            OverrideVerb.INNER_UNDIVIDED: f"the pipeline schedule sums its {ir.show(o.by)} microbatches without dividing by "
                                "them and the outer accumulation divides by its rounds only: each microbatch's mean "
                                "is divided by the number of rounds, not by the step's microbatches"}[o.verb]
 

@@ -21,7 +21,7 @@ from fractions import Fraction
 
 from .buffers import Collective, Kind, Payload, PayloadTensor, Phase, link_of
 from .nodes import Const, Op, State, Sym
-from .overrides import OverrideVerb
+from .overrides import OverrideTarget, OverrideVerb
 
 RULE = "context parallel"
 PHASE = {"fwd_entry": Phase.FORWARD, "bwd_exit": Phase.BACKWARD, "bwd_entry": Phase.BACKWARD}
@@ -81,7 +81,7 @@ def adjust(plan, out: list, flow, per) -> list:
 def _ulysses(plan, slot, name: str, per) -> list:
     ulysses = Payload(PayloadTensor.ULYSSES, (), "q, k, v and the attention output of the rank's heads "
                       "(s/cp·b·h·(2 + 2·kv_heads/heads)/tp)")
-    target = "activations" if name == "fwd_entry" else "activation_grads"
+    target = OverrideTarget.ACTIVATIONS if name == "fwd_entry" else OverrideTarget.ACTIVATION_GRADS
     out = []
     for s in slot.steps:
         group = tuple(a for a in plan.mesh.names if a in s.axes)

@@ -180,14 +180,14 @@ def scheme(plan: ir.Plan) -> tuple[str, tuple[tuple[str, int], ...]] | list[str]
         gather, owner = opt.stated(plan, OverrideVerb.GATHER, g)[0], opt.stated(plan, OverrideVerb.ROUND_ROBIN, g)[0]
         if (gather and gather != (d,)) or (owner and owner != (d,)) or (gather and owner):
             reasons.append(f"optimizer[{g}]: only one gather or round_robin over ({d}) is realised")
-        verbs.add("gather" if gather else "round_robin" if owner else "")
+        verbs.add(OverrideVerb.GATHER if gather else OverrideVerb.ROUND_ROBIN if owner else "")
     if len(verbs) > 1:
         reasons.append("the Muon groups reach their whole matrices differently: realised only when all alike")
     verb = verbs.pop() if verbs else ""
     if modes == (M.R, M.R, M.R) and not verb:
         name = "replicated"
     elif modes == (M.R, M.S, M.R):
-        name = {"gather": "gather", "round_robin": "round_robin", "": "local"}[verb]
+        name = str(verb) if verb else "local"  # gather, round_robin: the realised layout is named by the verb
     else:
         reasons.append(f"data axis '{d}' (params, optimizer, grads) = ({', '.join(m.value for m in modes)})"
                        + (f" with optimizer: {verb}" if verb else "") + ": Muon is realised on DDP (R, R, R) and "

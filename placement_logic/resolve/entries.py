@@ -259,7 +259,7 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
         error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' takes no 'over' clause", o.span)
         return None
     if takes_by and o.by is None:
-        error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' needs 'by <{'epsilon' if o.verb == 'eps_before_reduce' else 'divisor'}>'",
+        error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' needs 'by <{'epsilon' if o.verb == OverrideVerb.EPS_BEFORE_REDUCE else 'divisor'}>'",
               o.span)
         return None
     if not takes_by and o.by is not None:
@@ -334,7 +334,7 @@ def _term_override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Valu
               did_you_mean(o.group, tuple(vals.loss_terms)) or
               (f"terms: {', '.join(ir_losses.TERMS)}, declared as model {{ losses {{ TERM = NORMALISATION }} }}",))
         return None
-    verbs = ir_losses.PATH_VERBS + ir_losses.STATS_VERBS if o.target == OverrideTarget.LOSS else ("reduce",)
+    verbs = ir_losses.PATH_VERBS + ir_losses.STATS_VERBS if o.target == OverrideTarget.LOSS else (OverrideVerb.REDUCE,)
     if o.verb not in verbs:
         error(Code.BAD_OVERRIDE, f"'{o.target}[{o.group}]' has no override '{o.verb}'", o.span,
               did_you_mean(o.verb, verbs) or (f"accepted: {', '.join(verbs)}",))

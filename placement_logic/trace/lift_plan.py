@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from ..ir.overrides import OverrideTarget
 from .lift_blocks import outside_first
 from .lift_layout import Unliftable, _express, _frames, _group_name, _placement_axes
 from .lift_pipeline import Tie, _tied_across_stages, tied_pairs
@@ -207,7 +208,7 @@ def _group_lines(st: Step, ax: Axes, strategies: Strategies, loss: Loss, named: 
                         "the trace shows of them is made unreliable by a fact not lifted (named as unobserved)")
     for gname, (cls, reds, const), members in named:
         expected = sorted(data_axes + ([tp] if (tp and cls == "partial" and strategies.sp) else []))
-        target = "grads" if len(named) == 1 else f"grads[{gname}]"
+        target = OverrideTarget.GRADS if len(named) == 1 else f"{OverrideTarget.GRADS}[{gname}]"
         frames = _frames((s for e in members for s in e[4]), st.script)
         opt_frames = _frames([st.step[st.observer]["optimizer"].get("stack", [])], st.script)
         if sorted(reds) != expected and "reductions" not in hidden:
