@@ -235,3 +235,22 @@ def test_schedule_arguments_are_positive_integers(tmp_path, args, words):
     f.write_text(text)
     for command in ("cost", "compare", "check"):
         _refused([command, f], "PL114", words)
+
+
+WHOLE = ("from std.data import ddp\nlet n = {n}\nmodel {{\n  transformer {{\n    hidden = 1024\n    layers = n\n"
+         "    heads = 16\n    ffn = 4096\n    vocab = 32000\n    capacity_factor = 1.25\n  }}\n  seq = 1024\n"
+         "  microbatch = {mb}\n}}\nmesh {{\n  dp = 8\n}}\nplan p {{\n  dp: ddp\n}}\n")
+
+
+@pytest.mark.parametrize("command", ["cost", "inspect"])
+def test_a_count_must_be_a_whole_number_written_or_set(tmp_path, command):
+    f = tmp_path / "whole.place"
+    # a capacity factor may be a fraction; a layer count or a microbatch may not
+    f.write_text(WHOLE.format(n=8, mb=2))
+    assert _run([command, f])[0] == 0
+    f.write_text(WHOLE.format(n="7/2", mb=2))
+    _refused([command, f], "PL114", "layers counts whole layers: it must be a whole number, not 3.5", "whole.place:6:14")
+    f.write_text(WHOLE.format(n=8, mb=2))
+    _refused([command, f, "--set", "n=3.5"], "PL114", "it must be a whole number, not 3.5", "whole.place:6:14")
+    f.write_text(WHOLE.format(n=8, mb="n / 3"))
+    _refused([command, f], "PL114", "'microbatch' counts whole sequences: it must be a whole number, not 8/3")

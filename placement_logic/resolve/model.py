@@ -371,6 +371,13 @@ _AT_MOST = (
 _MAY_BE_ZERO = ("dense_layers", "mtp_layers", "shared_experts", "moe_offset")
 
 
+# shape fields that may be fractions (every other one counts whole things)
+_FRACTIONAL = ("capacity_factor",)
+_UNITS = {"layers": "layers", "dense_layers": "layers", "mtp_layers": "layers", "heads": "heads", "kv_heads": "heads",
+          "experts": "experts", "top_k": "experts", "shared_experts": "experts", "params": "parameters",
+          "seq": "tokens", "microbatch": "sequences", "microbatches": "microbatches", "norms_per_layer": "norms"}
+
+
 def _where(value, fallback):
     span = getattr(value, "span", None)
     return span if span is not None and span.line else fallback
@@ -389,6 +396,9 @@ def check_shape_values(shape: ir.TransformerShape, vals, error, fallback) -> Non
         if n < 0 or (n == 0 and name not in _MAY_BE_ZERO):
             least = "at least 0" if name in _MAY_BE_ZERO else "positive"
             error(Code.BAD_PROPERTY_VALUE, f"{name} must be {least}, not {_show(n)}", _where(v, fallback))
+        elif name not in _FRACTIONAL and n != int(n):
+            error(Code.BAD_PROPERTY_VALUE, f"{name} counts whole {_UNITS.get(name, 'units')}: it must be a whole "
+                  f"number, not {_show(n)}", _where(v, fallback))
     for small, large, why in _AT_MOST:
         a, b = (number(getattr(shape, f, None), vals) if getattr(shape, f, None) is not None else None
                 for f in (small, large))
@@ -405,6 +415,9 @@ def check_model_values(model: ir.Model, vals, error) -> None:
         n = number(v, vals) if v is not None else None
         if n is not None and n <= 0:
             error(Code.BAD_PROPERTY_VALUE, f"'{name}' must be positive, not {_show(n)}", _where(v, model.span))
+        elif n is not None and n != int(n):
+            error(Code.BAD_PROPERTY_VALUE, f"'{name}' counts whole {_UNITS[name]}: it must be a whole number, not "
+                  f"{_show(n)}", _where(v, model.span))
     if model.transformer is not None:
         check_shape_values(model.transformer, vals, error, model.span)
 
@@ -436,4 +449,8 @@ def _moe_pattern(vals: Values, found: dict, block: surface.SubBlock) -> bool:
 
 
 def _show(x: Fraction) -> str:
-    return str(x.numerator) if x.denominator == 1 else f"{float(x):g}"
+    """Exact: an integer, a short decimal when it is one (3.5), else the fraction (8/3)."""
+    if x.denominator == 1:
+        return str(x.numerator)
+    short = f"{float(x):g}"
+    return short if Fraction(short) == x else f"{x.numerator}/{x.denominator}"
