@@ -998,3 +998,18 @@ def test_every_realised_library_plan_round_trips_or_is_reported(plan, tmp_path, 
         assert re.search(rf"^  {re.escape(binding)}  #", lifted.text, re.M), lifted.text
     verdicts = _same_costs_and_verdicts(lifted.text, text, plan, tmp_path, wording)
     assert "refuted" not in verdicts.values(), verdicts
+
+
+def test_check_of_a_script_with_no_training_step_stops_at_what_is_missing():
+    import io
+
+    from placement_logic.commands.trace import check_trace
+
+    trace = stored()
+    for part in trace["ranks"]:
+        part["steps"] = []
+    out, err = io.StringIO(), io.StringIO()
+    status = check_trace(trace, out, err, timeout=10)
+    # the PL614 line names what is missing; no cascade about a plan that was never lifted
+    assert status == 2 and "no optimizer step was recorded" in err.getvalue(), err.getvalue()
+    assert "nothing to check" in err.getvalue() and "PL302" not in err.getvalue() and out.getvalue() == ""

@@ -103,6 +103,10 @@ def check_trace(trace: dict, out, err, timeout: float, spec_file: str | None = N
         write_output(spec_file, lifted.text, option="--spec-file")
     report_unliftable(lifted, err)
     spec, _ = load_with_sources(lifted.text, name)
+    if all(p.name != lifted.plan for p in spec.plans):
+        # nothing of a training step was lifted (the PL614 lines above say what is missing): no plan to check
+        err.write(f"placement: nothing to check: no training step was lifted from {trace['script']}\n")
+        return int(Exit.INPUT)
     report = check_spec(spec, [lifted.plan], timeout=timeout)
     spec_lines = lifted.text.splitlines()
     out.write(f"traced {trace['script']} on {trace['world']} processes; lifted plan '{lifted.plan}':\n")
