@@ -105,6 +105,39 @@ def _math_attention(sh: Shape, lay, recompute: ir.Recompute) -> bool:
             and sympy.simplify(sh.bytes[ir.State.ACTIVATIONS] - 4) == 0 and bool(sympy.simplify(sh.kv - sh.a) != 0))
 
 
+def fused_attention(sh: Shape, lay) -> bool:
+    """Whether eager PyTorch on CUDA runs the attention core in one fused kernel (cuDNN, flash or
+    memory-efficient SDPA): every case but SDPA's math path (fp32 grouped-query attention on one
+    context rank), whether or not the plan states ``flash_attention``."""
+    return _cuda(sh) and not (lay.c == 1 and sympy.simplify(sh.bytes[ir.State.ACTIVATIONS] - 4) == 0
+                              and bool(sympy.simplify(sh.kv - sh.a) != 0))
+
+
+# fp32 accesses per updated element of torch.optim's default (foreach, not fused) step: Adam's lerp,
+# mul, addcmul, sqrt, div, add and addcdiv (3 + 2 + 3 + 2 + 2 + 2 + 4), SGD with momentum's mul and two
+# adds (2 + 3 + 3); by the fp32 state per parameter of each (docs/time.md, "Eager PyTorch")
+FOREACH_ACCESSES = {8: 18, 4: 8}
+
+
+def optimizer_bytes(sh: Shape, device: dict) -> sympy.Expr | None:
+    """HBM bytes of eager PyTorch's optimizer step on one device (``device``: its bytes per state): the
+    foreach passes over each updated element, and under an fp32 master copy (16-bit parameters, or 12
+    optimizer bytes) the gradient cast to fp32 and the update copied back. None where the widths name no
+    torch.optim algorithm (the fused model then prices the step)."""
+    wp, wg, k = (sh.bytes[s] for s in (ir.State.PARAMS, ir.State.GRADS, ir.State.OPTIMIZER))
+    if not all(isinstance(x, (sympy.Integer, sympy.Rational)) for x in (wp, wg, k)) or k == 0:
+        return None
+    master = wp == 2 or k == 12
+    state = int(k) - (4 if master else 0)
+    if state not in FOREACH_ACCESSES or (not master and wp != 4):
+        return None
+    n = device.get(ir.State.OPTIMIZER, sympy.Integer(0)) / k  # the elements this device updates
+    total = FOREACH_ACCESSES[state] * 4 * n
+    if master:
+        total += n * (wg + 4) + n * (4 + wp)
+    return total
+
+
 def _moe_terms(sh: Shape, T, w) -> list[tuple[str, sympy.Expr]]:
     """A mixture-of-experts layer (no tensor axis): the router, and per capacity slot the permuted
     input (h), the expert's MLP terms, its output, the gate-weighted product (h each) and the gate

@@ -35,6 +35,7 @@ from functools import lru_cache
 import sympy
 
 from .. import ir
+from . import eager
 from .extrema import extremum
 from .symbolic import to_sympy
 
@@ -110,7 +111,7 @@ def layer_time(dev: Device, t: ir.TransformerShape, sh, lay, causal: bool, moe: 
     w_in, d_qk, d_v = attention_dims(t, h, a)
     proj = gemm(dev, T, w_in / (h * tp), h) + gemm(dev, T, h, a * d_v / tp)
     heads = sh.b * a / tp
-    if lay.flash:
+    if lay.flash or eager.fused_attention(sh, lay):
         core_flops = heads * (sh.s / c) * sh.s * 2 * (d_qk + d_v)
         core = (core_flops / 2 if causal else core_flops) / (dev.peak * dev.eff.flash)
     else:
@@ -143,6 +144,7 @@ def head_time(dev: Device, sh, lay) -> sympy.Expr:
     return gemm(dev, T, sh.V / lay.t, sh.h) + memory_bound(dev, (2 * dev.e + 8) * T * sh.V / lay.t)
 
 
-def optimizer_time(dev: Device, state_bytes) -> sympy.Expr:
-    """The optimizer step: its states, the parameters and the gradients read and written once."""
-    return memory_bound(dev, 2 * state_bytes)
+def optimizer_time(dev: Device, state_bytes, eager_bytes=None) -> sympy.Expr:
+    """The optimizer step: its states, the parameters and the gradients read and written once (a fused
+    step), or under an eager count the bytes eager PyTorch's foreach step moves (``eager.optimizer_bytes``)."""
+    return memory_bound(dev, eager_bytes if eager_bytes is not None else 2 * state_bytes)

@@ -377,7 +377,10 @@ def _kernel_times(pc, hwr: ir.Hardware, causal: bool) -> tuple[sympy.Expr, sympy
         head = head + mtp * (3 * (core + rest) + 3 * kernels.head_time(dev, sh, lay))
     states = sum((pc.memory.device.get(st, ZERO) for st in (ir.State.PARAMS, ir.State.OPTIMIZER, ir.State.GRADS)),
                  ZERO)
-    return layers + head, kernels.optimizer_time(dev, states)
+    from .eager import EAGER_COUNTS, optimizer_bytes
+
+    moved = optimizer_bytes(sh, pc.memory.device) if sh.activation_count in EAGER_COUNTS else None
+    return layers + head, kernels.optimizer_time(dev, states, moved)
 
 
 def catalogue_hardware(plan: ir.Plan, name: str, base: ir.Hardware | None = None) -> ir.Hardware | None:

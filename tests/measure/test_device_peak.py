@@ -174,20 +174,27 @@ def test_the_command_line_runs_and_writes_json(tmp_path, capsys):
     assert data["timing"]["engine_s"] is not None and data["timing"]["median_s"] > 0
 
 
-# step times measured on the H100 (median of the timed steps, ms) and the engine's on `h100_sxm`
-# must stay within the band the runs showed: the engine no faster than the run, at most 40 % slower
+# step times measured on the H100 (median of the timed steps, ms), the four runs the CUDA count was read
+# from and the four held-out shapes; the engine's on `h100_sxm` (eager PyTorch's fused attention kernels
+# and foreach optimizer step, docs/time.md "Eager PyTorch") must stay within 20 % of each: before those two
+# were modelled the ratios measured / engine were 0.69-1.20, after 0.87-1.16
 TIMED = [(ONE_DEVICE, "bf16_adam", None, 42.88), (GRAD_SYNC, "ddp_ok", None, 84.17), ("bf16", "ddp_ok", None, 19.49),
-         (FSDP_TP, "fsdp_tp", 4, 307.97)]
+         (FSDP_TP, "fsdp_tp", 4, 307.97), ("gpt2_bf16", "p", None, 31.55), ("qwen_bf16", "p", None, 30.65),
+         ("gqa_fp32", "p", None, 60.17), ("mha_bf16_long", "p", None, 29.05)]
 
 
 @pytest.mark.parametrize("path,plan,layers,measured", TIMED, ids=[f"{m[1]}-{Path(str(m[0])).stem}" for m in TIMED])
 def test_the_engines_step_time_against_the_h100(path, plan, layers, measured):
+    from placement_logic.frontend.loader import load_string
     from placement_logic.measure.device_peak import engine_step_seconds
 
-    spec = _spec(path)
+    if path in HELD_OUT:
+        spec = load_string(_HELD_OUT_TEMPLATE.format(**HELD_OUT[path][0]), f"{path}.place", ROOT / "examples")
+    else:
+        spec = _spec(path)
     p, shape, widths, _ = prepare(spec, plan, layers, cuda=True)
     engine = float(engine_step_seconds(spec, p, shape, widths, "h100_sxm")) * 1e3
-    assert 0.7 <= measured / engine <= 1.0, (measured, engine)
+    assert 1 / 1.2 <= measured / engine <= 1.2, (measured, engine)
 
 
 def test_fp32_activations_time_matrix_products_at_the_fp32_peak():
@@ -285,3 +292,64 @@ def test_cuda_count_on_held_out_shapes(name):
     spec = load_string(_HELD_OUT_TEMPLATE.format(**fields), f"{name}.place", ROOT / "examples")
     _, _, _, pred = prepare(spec, "p", None, cuda=True)
     assert (pred.activations_per_layer, pred.activations_outside) == (per_block, outside)
+
+
+def _foreach_bytes(kind: str, n: int) -> int:
+    """HBM bytes torch.optim's default (foreach) step touches on one fp32 tensor of n elements, counted by
+    wrapping every torch._foreach_* call (each distinct tensor argument read once, an in-place op's first list
+    and an out-of-place op's result written once); the first step (state creation) is not counted."""
+    import torch
+
+    p = torch.nn.Parameter(torch.ones(n))
+    # the harness's optimizers (measure.ranks.common.make_optimizer), with the foreach implementation that
+    # torch.optim takes by default for CUDA tensors (on the CPU it defaults to a loop over the tensors)
+    opt = (torch.optim.Adam([p], lr=1e-3, foreach=True) if kind == "adam"
+           else torch.optim.SGD([p], lr=1e-2, momentum=0.9, foreach=True))
+    p.grad = torch.full((n,), 0.5)
+    opt.step()
+    total = 0
+    real = {name: getattr(torch, name) for name in dir(torch) if name.startswith("_foreach_")}
+
+    def tensors(x):
+        if isinstance(x, (list, tuple)):
+            return [t for e in x for t in tensors(e)]
+        return [x] if isinstance(x, torch.Tensor) and x.numel() == n else []
+
+    def nbytes(ts):  # one tensor passed twice (addcmul's grad · grad) is read from memory once
+        return sum(t.numel() * t.element_size() for t in {t.data_ptr(): t for t in ts}.values())
+
+    def wrap(name, fn):
+        def counted(*args, **kwargs):
+            nonlocal total
+            out = fn(*args, **kwargs)
+            total += nbytes(tensors(args)) + nbytes(tensors(out if not name.endswith("_") else args[0]))
+            return out
+        return counted
+
+    try:
+        for name, fn in real.items():
+            setattr(torch, name, wrap(name, fn))
+        opt.step()
+    finally:
+        for name, fn in real.items():
+            setattr(torch, name, fn)
+    return total
+
+
+@pytest.mark.parametrize("kind,state", [("adam", 8), ("sgd_momentum", 4)])
+def test_eager_optimizer_bytes_are_torch_optims_foreach_passes(kind, state):
+    pytest.importorskip("torch")
+    import sympy
+
+    from placement_logic import ir
+    from placement_logic.costs import eager
+
+    n = 1000
+    counted = _foreach_bytes(kind, n)
+    sh = type("Sh", (), {"bytes": {ir.State.PARAMS: sympy.Integer(4), ir.State.GRADS: sympy.Integer(4),
+                                   ir.State.OPTIMIZER: sympy.Integer(state)}})()
+    assert eager.optimizer_bytes(sh, {ir.State.OPTIMIZER: sympy.Integer(state * n)}) == counted
+    # with 16-bit parameters and an fp32 master copy: the gradient cast up (2 + 4) and the update cast down (4 + 2)
+    sh.bytes = {ir.State.PARAMS: sympy.Integer(2), ir.State.GRADS: sympy.Integer(2),
+                ir.State.OPTIMIZER: sympy.Integer(state + 4)}
+    assert eager.optimizer_bytes(sh, {ir.State.OPTIMIZER: sympy.Integer((state + 4) * n)}) == counted + 12 * n
