@@ -18,7 +18,7 @@ from ..ir import losses as terms
 from ..solver.session import value_of
 from . import encode as en
 from . import replay as rp
-from .auxstats import SCOPE_TEXT, SEQUENCES, StatsView, _dims, replay, view
+from .auxstats import PADDING, SCOPE_TEXT, SEQUENCES, StatsView, _dims, replay, view
 from .obligation import Obligation
 from .rules import GRADIENT_INTEGRITY
 
@@ -42,11 +42,13 @@ def _model_numbers(plan: ir.Plan, env: en.Env):
 
 
 def negation(env: en.Env, plan: ir.Plan, v: StatsView):
-    """Some dimension one grouping gathers and the other does not has two or more shards, with E >= 2
-    experts and top-k below E (at k = E every token routes everywhere and the value is constant)."""
+    """The path counts padded positions (any batch with padding), or some dimension one grouping (the
+    path's: f's and P's union) gathers and the other does not has two or more shards, with E >= 2 experts
+    and top-k below E (at k = E every token routes everywhere and the value is constant)."""
     e, k, b, side, free = _model_numbers(plan, env)
     differ = sorted(v.wanted ^ v.gathered, key=_dims(v).index)
-    conds = [(d, (b if d == SEQUENCES else env.real(env.size(d))) >= 2) for d in differ]
+    conds = [(PADDING, z3.BoolVal(True, env.sess.ctx))] if v.padding else []  # any batch with padding
+    conds += [(d, (b if d == SEQUENCES else env.real(env.size(d))) >= 2) for d in differ]
     routing = z3.And(e >= 2, k < e, k >= 1)
     cons = side + [routing, z3.Or([c for _, c in conds]) if conds else z3.BoolVal(False, env.sess.ctx)]
 
@@ -69,6 +71,6 @@ def obligations(plan: ir.Plan, ctx: rp.Context) -> list[Obligation]:
         return []
     return [Obligation(
         "GI aux_stats", GRADIENT_INTEGRITY, v.span,
-        f"the aux load-balancing loss's routing statistics are taken {SCOPE_TEXT[v.objective]}, as its objective "
-        f"(aux_stats = {v.objective}) states: every routing gives the objective's value",
+        f"the aux load-balancing loss's routing statistics are taken {SCOPE_TEXT[v.objective]}, over its real "
+        f"tokens, as its objective (aux_stats = {v.objective}) states: every routing gives the objective's value",
         lambda env: negation(env, plan, v), lambda w: replay(ctx, w, v))]
