@@ -3,8 +3,9 @@ and the obligation itself.
 
 Input: the plan and its ``auxstats.StatsView``. Output: the obligation, whose negation asks for mesh
 sizes (and E, k, sequences per microbatch where the model leaves them free) at which a dimension one
-grouping gathers and the other keeps apart has two or more shards; ``auxstats.replay`` re-checks the
-witness on a concrete routing.
+grouping gathers and the other keeps apart has two or more shards (the path's grouping: the union of
+f's and P's, ``auxstats.effective``), or, where the path counts padded positions, any sizes with E >= 2
+and k < E; ``auxstats.replay`` re-checks the witness on a concrete routing.
 """
 
 from __future__ import annotations
