@@ -165,10 +165,12 @@ CODES: dict[str, tuple[str, str]] = {
     "PL207": ("bytes-squared", "A product or power that would give bytes to a power other than 0 or 1."),
     "PL208": ("unknown-unit", "A unit name that is not a byte unit."),
     "PL209": ("number-too-large", "An exact value too large to hold (an exponent tower): over 12,000 bits."),
-    # loss terms' routing statistics: PL213-PL215 (check.auxstats)
+    # loss terms' routing statistics: PL213-PL215 (check.auxstats; PL214, PL215 where the plan is resolved)
     "PL213": ("stats-scope-term", "A statistics scope (aux_stats, loss[T]: stats_*) for a term that has no routing statistics."),
-    "PL214": ("stats-scope-unstated", "loss[aux]: stats_* in a plan whose model states no aux_stats objective."),
-    "PL215": ("stats-axis", "loss[aux]: stats_* over an axis whose ranks hold the same tokens, or an axis named twice."),
+    "PL214": ("stats-scope-unstated", "loss[aux]: stats_*, probs_* or stats_count_padding in a plan whose model "
+              "states no aux_stats objective."),
+    "PL215": ("stats-axis", "loss[aux]: stats_* or probs_* over an axis whose ranks hold the same tokens, or an axis "
+              "named twice."),
     # optimizers: PL240-PL249
     "PL240": ("unknown-optimizer", "An optimizer section entry that names no known algorithm (adamw, sgd, muon, ...)."),
     "PL241": ("optimizer-argument", "An optimizer argument that is unknown, missing, positional or not a positive whole number."),

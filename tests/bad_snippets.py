@@ -99,6 +99,11 @@ CATALOGUE = [
     ("stats-scope-term", "PL213", 4, 29, "states the scope of the routing statistics of a term",
      "from std.data import ddp\nmodel {\n  params = 1e9\n  losses { z = global_mean  aux_stats = per_sequence }\n}\n"
      "mesh { dp = 8 }\nplan p { dp: ddp }\n"),
+    ("stats-axis", "PL215", 8, 36, "the ranks of tp hold the same tokens",
+     "from std.data import ddp\nfrom std.tensor import megatron_tp\nmodel {\n"
+     "  transformer { hidden = 1024  layers = 8  heads = 16  vocab = 32000  experts = 8  top_k = 2 }\n"
+     "  losses { aux = per_microbatch_mean  aux_stats = per_microbatch }\n}\nmesh { dp = 8  tp = 2 }\n"
+     "plan p { dp: ddp  tp: megatron_tp  override loss[aux]: stats_per_microbatch over (tp) }\n"),
     ("impossible-shape", "PL130", 8, 10, "the attention heads (30) cannot be split evenly over tp (4)",
      "from std.tensor import megatron_tp\n"
      "model { transformer { hidden = 960  layers = 2  heads = 30  vocab = 128 } }\n"

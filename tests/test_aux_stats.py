@@ -184,18 +184,38 @@ def test_one_sequence_per_microbatch_makes_sequence_and_microbatch_one_group():
     ("per_sequence", {"p": stats("stats_per_sequence", "pp")}, "PL215", "hold the same tokens"),
 ])
 def test_a_statement_the_statistics_cannot_read_is_refused(scope, plans, code, words):
-    spec = load_string(spec_text(scope, plans, axes=("dp", "ep", "cp", "pp")), "auxstats.place")
+    """Refused where the plan is resolved: every command (check, cost) sees the same diagnostic."""
+    text = spec_text(scope, plans, axes=("dp", "ep", "cp", "pp"))
     with pytest.raises(DiagnosticError) as exc:
-        check_spec(spec, ["p"], timeout=20)
+        load_string(text, "auxstats.place")
     d = exc.value.diagnostics[0]
     assert d.code == code and words in d.message, d.message
+    assert _cost_refused(text) == code
 
 
 def test_tensor_ranks_without_sequence_parallelism_hold_the_same_tokens():
-    spec = load_string(spec_text("per_sequence", {"p": stats("stats_per_sequence", "tp")}, sp=False), "auxstats.place")
+    text = spec_text("per_sequence", {"p": stats("stats_per_sequence", "tp")}, sp=False)
     with pytest.raises(DiagnosticError) as exc:
-        check_spec(spec, ["p"], timeout=20)
+        load_string(text, "auxstats.place")
     assert exc.value.diagnostics[0].code == "PL215"
+    assert _cost_refused(text) == "PL215"  # a refused statement is not priced
+
+
+def _cost_refused(text: str) -> str | None:
+    """The code `cost` exits 2 with on ``text`` (None where it prices the plan)."""
+    import io
+    from pathlib import Path
+    from tempfile import TemporaryDirectory
+
+    from placement_logic.cli import main
+
+    with TemporaryDirectory() as d:
+        path = Path(d) / "auxstats.place"
+        path.write_text(text)
+        err = io.StringIO()
+        rc = main(["cost", str(path), "--plan", "p"], out=io.StringIO(), err=err)
+    found = re.search(r"\[(PL\d+)\]", err.getvalue())
+    return found.group(1) if rc == 2 and found else None
 
 
 @pytest.mark.parametrize("text,code", [

@@ -20,9 +20,27 @@ unmixed group and less for a mixed one (Σ f_i P_i of a mixture is below the mea
 negation asks z3 for sizes where such a dimension has two or more; the replay builds that routing on
 one token per shard and computes both values exactly (the z3 encoding: check.encode_auxstats).
 
+f and P may be gathered over groups of their own (``loss[aux]: probs_per_* over (AXES)`` states P's;
+Megatron-LM all-reduces the token counts and keeps each rank's probabilities): each cell of tokens
+sharing both groups takes E · Σ f_i P_i, and the term is the mean over the cells. Over a dimension only
+one of the two gathers, the other's mean over it is the gathered one's group's (cells of equal size), so
+the path computes the grouping of the union of the two (``effective``), and the check above applies to
+it. The path may count padded positions (``loss[aux]: stats_count_padding``): the objective counts real
+tokens only, and a routing that sends the real tokens to 0..k-1 and the padding to 1..k gives E/k
+without the padding and less with it, whatever the grouping.
+
+Why ``GI aux_stats`` stands beside ``GI loss[aux]`` (check.losses): the term is Σ_g w_g · aux(g), the
+weights w_g of its groups' values times those values. ``GI loss[aux]`` holds the weights (a divisor
+with the microbatches, a per-device or per-token normalisation) to the objective's, an identity of
+scalars over symbolic sizes in which aux(g) is one opaque value per device and microbatch; this
+obligation holds the values (which tokens form g, which of them count, where f and P are taken), a
+question about routings at which the weights play no part. Each departs without the other (wrong
+groups at the right weights: pytorch/torchtitan#3000; right groups at a wrong weight:
+NVIDIA-NeMo/Automodel#3359), so each is a root cause of its own and a finding names it alone.
+
 Input: the plan, its model's ``aux_stats`` and overrides. Output: one obligation ``GI aux_stats``
-where the model states the scope; a stated gather with no such statement is PL214, an axis
-that does not split the router's tokens PL215.
+where the model states the scope (the statements' axes are validated where the plan is resolved:
+ir.routerstats.problems, PL214 and PL215).
 """
 
 from __future__ import annotations
@@ -32,7 +50,7 @@ from fractions import Fraction
 from itertools import product
 
 from .. import ir
-from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
+from ..diagnostics import Span
 from ..ir import losses as terms
 from ..ir import routerstats
 from ..ir.overrides import OverrideTarget, OverrideVerb
@@ -48,6 +66,10 @@ SCOPE_TEXT = {
 }
 VERB_EXTRA = {OverrideVerb.STATS_PER_SEQUENCE: (), OverrideVerb.STATS_PER_MICROBATCH: (SEQUENCES,),
               OverrideVerb.STATS_PER_STEP: (SEQUENCES, MICROBATCHES)}
+GROUP_OF = {**{v: v for v in VERB_EXTRA}, OverrideVerb.PROBS_PER_SEQUENCE: OverrideVerb.STATS_PER_SEQUENCE,
+            OverrideVerb.PROBS_PER_MICROBATCH: OverrideVerb.STATS_PER_MICROBATCH,
+            OverrideVerb.PROBS_PER_STEP: OverrideVerb.STATS_PER_STEP}
+PADDING = "padding"  # the witness's dimension where the path counts padded positions
 
 
 @dataclass(frozen=True)
@@ -56,101 +78,136 @@ class StatsView:
     token_axes: tuple[str, ...]  # the mesh axes that split the router's tokens
     split_axes: tuple[str, ...]  # those that split one sequence (context; tensor under sequence parallelism)
     wanted: frozenset[str]  # the dimensions the objective gathers
-    gathered: frozenset[str]  # those the plan's path gathers
-    stated: str | None  # the plan's verb and axes as written, if stated
+    gathered: frozenset[str]  # those the path's value gathers: f's and P's together (``effective``)
+    stated: str | None  # the plan's statements as written, if any
     span: Span
+    f_gathered: frozenset[str] = frozenset()  # the dimensions the routing fractions f are gathered over
+    p_gathered: frozenset[str] = frozenset()  # those the mean probabilities P are gathered over
+    padding: bool = False  # the statistics count the padded positions (``stats_count_padding``)
 
 
-def _err(code: str, msg: str, span: Span, notes: tuple[str, ...] = ()) -> DiagnosticError:
-    return DiagnosticError([Diagnostic(code, msg, span, notes=notes)])
+def _gathered(o, default: frozenset[str]) -> frozenset[str]:
+    return default if o is None else frozenset(o.axes or ()) | set(VERB_EXTRA[GROUP_OF[o.verb]])
+
+
+def effective(f: frozenset[str], p: frozenset[str]) -> frozenset[str]:
+    """The grouping whose value a path with f over ``f`` and P over ``p`` computes: their union. The path's
+    value is the mean over its cells (the tokens sharing f's and P's group) of E·Σ f_i P_i; over a dimension
+    only f gathers, f is one value and the mean of the cells' P is P over the dimension, and so for P: with
+    cells of equal sizes the mean over the cells of f·P is the union's f times the union's P."""
+    return f | p
 
 
 def view(plan: ir.Plan) -> StatsView | None:
-    """The objective's and the path's groupings, or None where the model states no scope."""
-    stated = [o for o in plan.overrides if o.target == OverrideTarget.LOSS and o.verb in terms.STATS_VERBS]
+    """The objective's and the path's groupings, or None where the model states no scope. The statements'
+    axes were validated where the plan was resolved (ir.routerstats.problems: PL214, PL215)."""
     scope = plan.model.aux_stats
     if scope is None:
-        if stated:
-            raise _err(Code.STATS_SCOPE_UNSTATED, f"'loss[aux]: {stated[-1].verb}' states which tokens the aux term's "
-                       "statistics are gathered over, but the model states no objective for them", stated[-1].span,
-                       ("state it in the model: losses { aux_stats = global_batch | per_microbatch | per_sequence }",))
         return None
     token, split = routerstats.token_axes(plan)
     objective, span = scope
-    wanted = {"global_batch": set(token) | {SEQUENCES, MICROBATCHES},
-              "per_microbatch": set(split) | {SEQUENCES}, "per_sequence": set(split)}[objective]
-    if not stated:
-        return StatsView(objective, token, split, frozenset(wanted), frozenset(wanted), None, span)
-    o = stated[-1]
-    axes = tuple(o.axes or ())
-    for i, a in enumerate(axes):
-        if a in axes[:i]:
-            raise _err(Code.STATS_AXIS, f"'loss[aux]: {o.verb}' names {a} twice", o.span)
-        if a not in token:
-            raise _err(Code.STATS_AXIS, f"'loss[aux]: {o.verb} over ({', '.join(axes)})': the ranks of {a} hold the same "
-                       "tokens, so the router's statistics do not differ over it", o.span,
-                       (f"the axes that split the router's tokens here: {', '.join(token) or 'none'}",))
-    text = f"loss[aux]: {o.verb} over ({', '.join(axes)})"
-    return StatsView(objective, token, split, frozenset(wanted), frozenset(axes) | set(VERB_EXTRA[o.verb]), text, o.span)
+    wanted = frozenset({"global_batch": set(token) | {SEQUENCES, MICROBATCHES},
+                        "per_microbatch": set(split) | {SEQUENCES}, "per_sequence": set(split)}[objective])
+    fo, po = routerstats.stated(plan), routerstats.stated(plan, terms.PROBS_VERBS)
+    pad = [o for o in plan.overrides if o.target == OverrideTarget.LOSS and o.verb == terms.PADDING_VERB]
+    f = _gathered(fo, wanted)
+    p = _gathered(po, f)
+    texts = [f"loss[aux]: {o.verb} over ({', '.join(o.axes or ())})" for o in (fo, po) if o is not None]
+    texts += [f"loss[aux]: {terms.PADDING_VERB}"] if pad else []
+    where = (pad or [o for o in (po, fo) if o is not None] or [None])[-1]
+    return StatsView(objective, token, split, wanted, effective(f, p), "; ".join(texts) or None,
+                     where.span if where is not None else span, f, p, bool(pad))
 
 
 def _dims(v: StatsView) -> tuple[str, ...]:
     return v.token_axes + (MICROBATCHES, SEQUENCES)
 
 
-def aux_value(cells: dict[tuple, tuple[tuple[int, ...], tuple[Fraction, ...]]], names: tuple[str, ...],
-              gathered: frozenset[str], experts: int, top_k: int) -> Fraction:
-    """The term's value: the mean over groups (cells sharing the coordinates outside ``gathered``) of
-    E · Σ_i f_i P_i. ``cells`` maps a token's coordinates to (its chosen experts, its probabilities)."""
-    keep = [i for i, n in enumerate(names) if n not in gathered]
-    groups: dict[tuple, list] = {}
-    for coord, routed in cells.items():
-        groups.setdefault(tuple(coord[i] for i in keep), []).append(routed)
+def aux_value(cells: dict[tuple, list[tuple[tuple[int, ...], tuple[Fraction, ...]]]], names: tuple[str, ...],
+              f_gathered: frozenset[str], p_gathered: frozenset[str], experts: int, top_k: int) -> Fraction:
+    """The term's value computed as a path does: each cell (the tokens sharing the coordinates outside
+    the dimensions both f and P gather) takes E · Σ f_i P_i with f from its f-group (the cells sharing
+    the coordinates outside ``f_gathered``) and P from its P-group, and the term is the mean over the
+    cells. ``cells`` maps a shard's coordinates to its tokens, each (its chosen experts, its probabilities)."""
+    def group(gathered):
+        keep = [i for i, n in enumerate(names) if n not in gathered]
+        return lambda coord: tuple(coord[i] for i in keep)
+    fkey, pkey, ckey = group(f_gathered), group(p_gathered), group(f_gathered & p_gathered)
+    slots: dict = {}
+    probs: dict = {}
+    for coord, toks in cells.items():
+        n = slots.setdefault(fkey(coord), [0, [0] * experts])
+        q = probs.setdefault(pkey(coord), [0, [Fraction(0)] * experts])
+        for chosen, pr in toks:
+            n[0] += 1
+            q[0] += 1
+            for i in chosen:
+                n[1][i] += 1
+            for i in range(experts):
+                q[1][i] += pr[i]
+    units = {ckey(coord): coord for coord in cells}
     total = Fraction(0)
-    for toks in groups.values():
-        n = len(toks)
-        f = [Fraction(sum(c.count(i) for c, _ in toks), top_k * n) for i in range(experts)]
-        p = [sum((pr[i] for _, pr in toks), Fraction(0)) / n for i in range(experts)]
-        total += experts * sum(fi * pi for fi, pi in zip(f, p))
-    return total / len(groups)
+    for coord in units.values():
+        (nf, count), (np_, mass) = slots[fkey(coord)], probs[pkey(coord)]
+        total += experts * sum(Fraction(count[i], top_k * nf) * mass[i] / np_ for i in range(experts))
+    return total / len(units)
+
+
+def _cells(sizes: dict, names: tuple[str, ...], route, with_padding: bool) -> dict:
+    """One real token per shard (and one padded position beside it where ``with_padding``), each routed by
+    ``route(coord, padded)``."""
+    return {coord: [route(coord, False)] + ([route(coord, True)] if with_padding else [])
+            for coord in product(*[range(sizes[n]) for n in names])}
 
 
 def replay(ctx: rp.Context, w: dict, v: StatsView) -> Counterexample | None:
-    """One token per shard; tokens at coordinate 0 of the witness's dimension route to experts 0..k-1,
-    the others to 1..k, each with probability 1/k on its chosen experts."""
+    """One token per shard (and a padded position beside it where the path counts padding). For a
+    grouping dimension, the tokens at coordinate 0 of the witness's dimension route to experts 0..k-1,
+    the others to 1..k, each with probability 1/k on its chosen experts (a padded position as its
+    neighbour); for padding, every real token routes to 0..k-1 and every padded position to 1..k."""
     sizes = dict(w["sizes"])
     sizes[SEQUENCES] = w[SEQUENCES]
     e, k, dim = w["experts"], w["top_k"], w["dim"]
     names = _dims(v)
-    if not (e >= 2 and 1 <= k < e and sizes[dim] >= 2):
+    if not (e >= 2 and 1 <= k < e and (dim == PADDING or sizes[dim] >= 2)):
         return None
     c0, c1 = tuple(range(k)), tuple(range(1, k + 1))
-    cells = {}
-    for coord in product(*[range(sizes[n]) for n in names]):
-        chosen = c0 if coord[names.index(dim)] == 0 else c1
-        cells[coord] = (chosen, tuple(Fraction(1, k) if i in chosen else Fraction(0) for i in range(e)))
-    got = aux_value(cells, names, v.gathered, e, k)
-    want = aux_value(cells, names, v.wanted, e, k)
+
+    def route(coord, padded):
+        chosen = (c1 if padded else c0) if dim == PADDING else c0 if coord[names.index(dim)] == 0 else c1
+        return chosen, tuple(Fraction(1, k) if i in chosen else Fraction(0) for i in range(e))
+
+    got = aux_value(_cells(sizes, names, route, v.padding), names, v.f_gathered, v.p_gathered, e, k)
+    want = aux_value(_cells(sizes, names, route, False), names, v.wanted, v.wanted, e, k)
     if got == want:
         return None
     shown = lambda s: ", ".join(n for n in names if n in s) or "nothing: each rank's own tokens"  # noqa: E731
+    what = (f"every real token chooses experts {', '.join(map(str, c0))}, every padded position "
+            f"{', '.join(map(str, c1))}" if dim == PADDING else
+            f"tokens at {dim}=0 choose experts {', '.join(map(str, c0))}, the others {', '.join(map(str, c1))}")
+    path = (f"f gathered over ({shown(v.f_gathered)}), P over ({shown(v.p_gathered)})"
+            if v.f_gathered != v.p_gathered else f"statistics gathered over ({shown(v.gathered)})")
     values = (
-        ("objective", f"aux_stats = {v.objective}: statistics {SCOPE_TEXT[v.objective]} ({shown(v.wanted)})"),
-        ("path", f"{v.stated or 'derived'}: statistics gathered over ({shown(v.gathered)})"),
-        ("routing", f"E = {e} experts, top-{k}; one token per shard; tokens at {dim}=0 choose experts "
-                    f"{', '.join(map(str, c0))}, the others {', '.join(map(str, c1))}, probability 1/{k} on each "
-                    "chosen expert"),
+        ("objective", f"aux_stats = {v.objective}: statistics {SCOPE_TEXT[v.objective]} ({shown(v.wanted)}), "
+                      "real tokens only"),
+        ("path", f"{v.stated or 'derived'}: {path}" + (", padded positions counted" if v.padding else "")),
+        ("routing", f"E = {e} experts, top-{k}; one token per shard" + (" and one padded position beside it"
+                    if v.padding else "") + f"; {what}, probability 1/{k} on each chosen expert"),
         ("sequences per microbatch", str(sizes[SEQUENCES])),
     )
-    eq = (f"aux on this path = {rp._frac(got)} (mean over its groups of E·Σ f_i·P_i), but the objective's "
+    eq = (f"aux on this path = {rp._frac(got)} (mean over its cells of E·Σ f_i·P_i), but the objective's "
           f"grouping gives {rp._frac(want)}")
     return Counterexample(ctx.sizes_tuple(w["sizes"]), (("observer", "every device"),), values, eq,
                           tuple(diagnose(v)), ctx.command(w["sizes"]))
 
 
 def diagnose(v: StatsView) -> list[str]:
-    """One cause per dimension the two groupings disagree on."""
+    """One cause per departure: the padding counted, each dimension the two groupings disagree on."""
     out = []
+    if v.padding:
+        out.append("the aux term's routing statistics count the padded positions (loss[aux]: stats_count_padding): "
+                   "their routing slots and probabilities enter f and P and their number divides them, so the loss "
+                   "balances the padded batch, not its tokens (the objective counts real tokens only)")
     names = _dims(v)
     what = {MICROBATCHES: "the step's microbatches", SEQUENCES: "the sequences of a microbatch"}
     for d in sorted(v.wanted - v.gathered, key=names.index):
@@ -159,6 +216,10 @@ def diagnose(v: StatsView) -> list[str]:
                    f"{who} computes E·Σ f_i·P_i from its own tokens, and a mean of "
                    f"those is not the load-balancing loss of the objective's tokens ({v.objective})")
     for d in sorted(v.gathered - v.wanted, key=names.index):
+        alone = ("" if d in v.f_gathered and d in v.p_gathered else
+                 f" ({'f' if d in v.f_gathered else 'P'} alone: the mean over the ranks of f·P, one factor common "
+                 "to them, is the product of the two over their union)")
         out.append(f"the aux term's routing statistics are gathered over {what.get(d, d)}, which its objective "
-                   f"({v.objective}) keeps apart: the balance of the union is penalised, not that of each group")
+                   f"({v.objective}) keeps apart{alone}: the balance of the union is penalised, not that of each "
+                   "group")
     return out

@@ -3,8 +3,9 @@ and the obligation itself.
 
 Input: the plan and its ``auxstats.StatsView``. Output: the obligation, whose negation asks for mesh
 sizes (and E, k, sequences per microbatch where the model leaves them free) at which a dimension one
-grouping gathers and the other keeps apart has two or more shards; ``auxstats.replay`` re-checks the
-witness on a concrete routing.
+grouping gathers and the other keeps apart has two or more shards (the path's grouping: the union of
+f's and P's, ``auxstats.effective``), or, where the path counts padded positions, any sizes with E >= 2
+and k < E; ``auxstats.replay`` re-checks the witness on a concrete routing.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ..ir import losses as terms
 from ..solver.session import value_of
 from . import encode as en
 from . import replay as rp
-from .auxstats import SCOPE_TEXT, SEQUENCES, StatsView, _dims, replay, view
+from .auxstats import PADDING, SCOPE_TEXT, SEQUENCES, StatsView, _dims, replay, view
 from .obligation import Obligation
 from .rules import GRADIENT_INTEGRITY
 
@@ -42,11 +43,13 @@ def _model_numbers(plan: ir.Plan, env: en.Env):
 
 
 def negation(env: en.Env, plan: ir.Plan, v: StatsView):
-    """Some dimension one grouping gathers and the other does not has two or more shards, with E >= 2
-    experts and top-k below E (at k = E every token routes everywhere and the value is constant)."""
+    """The path counts padded positions (any batch with padding), or some dimension one grouping (the
+    path's: f's and P's union) gathers and the other does not has two or more shards, with E >= 2 experts
+    and top-k below E (at k = E every token routes everywhere and the value is constant)."""
     e, k, b, side, free = _model_numbers(plan, env)
     differ = sorted(v.wanted ^ v.gathered, key=_dims(v).index)
-    conds = [(d, (b if d == SEQUENCES else env.real(env.size(d))) >= 2) for d in differ]
+    conds = [(PADDING, z3.BoolVal(True, env.sess.ctx))] if v.padding else []  # any batch with padding
+    conds += [(d, (b if d == SEQUENCES else env.real(env.size(d))) >= 2) for d in differ]
     routing = z3.And(e >= 2, k < e, k >= 1)
     cons = side + [routing, z3.Or([c for _, c in conds]) if conds else z3.BoolVal(False, env.sess.ctx)]
 
@@ -69,6 +72,6 @@ def obligations(plan: ir.Plan, ctx: rp.Context) -> list[Obligation]:
         return []
     return [Obligation(
         "GI aux_stats", GRADIENT_INTEGRITY, v.span,
-        f"the aux load-balancing loss's routing statistics are taken {SCOPE_TEXT[v.objective]}, as its objective "
-        f"(aux_stats = {v.objective}) states: every routing gives the objective's value",
+        f"the aux load-balancing loss's routing statistics are taken {SCOPE_TEXT[v.objective]}, over its real "
+        f"tokens, as its objective (aux_stats = {v.objective}) states: every routing gives the objective's value",
         lambda env: negation(env, plan, v), lambda w: replay(ctx, w, v))]

@@ -39,4 +39,11 @@ STATS_OBJECTIVES: tuple[str, ...] = ("global_batch", "per_microbatch", "per_sequ
 
 # what a plan's path does (``override loss[aux]: VERB over (AXES)``): the statistics of each sequence,
 # of each local microbatch or of the whole step's microbatches, summed over the ranks of AXES
-STATS_VERBS: tuple[str, ...] = ("stats_per_sequence", "stats_per_microbatch", "stats_per_step")
+GROUP_VERBS: tuple[str, ...] = ("stats_per_sequence", "stats_per_microbatch", "stats_per_step")
+# the mean router probabilities P alone over a group of their own (the same three groups, summed over the ranks
+# of AXES), the routing fractions f keeping the group above: global counts times local probabilities
+PROBS_VERBS: tuple[str, ...] = ("probs_per_sequence", "probs_per_microbatch", "probs_per_step")
+# the statistics taken over every position of the padded batch, padding included (f's and P's sums and counts)
+PADDING_VERB = "stats_count_padding"
+# every statement about the aux term's statistics (check.auxstats)
+STATS_VERBS: tuple[str, ...] = GROUP_VERBS + PROBS_VERBS + (PADDING_VERB,)

@@ -70,6 +70,12 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "stats_per_sequence": (True, False),
         "stats_per_microbatch": (True, False),
         "stats_per_step": (True, False),
+        # the mean router probabilities P of loss[aux] over a group of their own (f keeps the stats_* group), and
+        # the statistics counted over every padded position (check.auxstats)
+        "probs_per_sequence": (True, False),
+        "probs_per_microbatch": (True, False),
+        "probs_per_step": (True, False),
+        "stats_count_padding": (False, False),
     },
     "tokens": {
         "reduce": (True, False),  # token count summed over exactly these axes
@@ -209,6 +215,10 @@ class OverrideVerb(StrEnum):
     STATS_PER_SEQUENCE = "stats_per_sequence"
     STATS_PER_MICROBATCH = "stats_per_microbatch"
     STATS_PER_STEP = "stats_per_step"
+    PROBS_PER_SEQUENCE = "probs_per_sequence"
+    PROBS_PER_MICROBATCH = "probs_per_microbatch"
+    PROBS_PER_STEP = "probs_per_step"
+    STATS_COUNT_PADDING = "stats_count_padding"
     EQUAL = "equal"
     CLAMP_BEFORE_REDUCE = "clamp_before_reduce"
     EPS_BEFORE_REDUCE = "eps_before_reduce"

@@ -12,6 +12,7 @@ path gathers over no axis). Megatron-LM's router all-reduces its tokens-per-expe
 
 from __future__ import annotations
 
+from ..diagnostics import Code
 from . import losses, views
 from .buffers import Collective, Kind, Payload, Phase, link_of
 from .buffers import PayloadTensor as PT
@@ -30,10 +31,35 @@ def token_axes(plan) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(dict.fromkeys(token)), split
 
 
-def stated(plan):
-    """The plan's last ``loss[aux]: stats_* over (AXES)`` statement, or None."""
-    found = [o for o in plan.overrides if o.target == OverrideTarget.LOSS and o.verb in losses.STATS_VERBS]
+def stated(plan, verbs: tuple[str, ...] = losses.GROUP_VERBS):
+    """The plan's last ``loss[aux]: stats_* over (AXES)`` statement (``probs_*`` with ``losses.PROBS_VERBS``), or None."""
+    found = [o for o in plan.overrides if o.target == OverrideTarget.LOSS and o.verb in verbs]
     return found[-1] if found else None
+
+
+def problems(plan) -> list[tuple[str, str, object, tuple[str, ...]]]:
+    """(code, message, span, notes) for each statement about the statistics that no step can read: one
+    in a plan whose model states no ``aux_stats`` (PL214), an axis named twice or one whose ranks hold the
+    same tokens (PL215). Resolution reports them, so every command (check, cost, ...) refuses the plan."""
+    said = [o for o in plan.overrides if o.target == OverrideTarget.LOSS and o.verb in losses.STATS_VERBS]
+    if not said:
+        return []
+    if plan.model.aux_stats is None:
+        return [(Code.STATS_SCOPE_UNSTATED, f"'loss[aux]: {said[-1].verb}' states which tokens the aux term's statistics "
+                 "are gathered over, but the model states no objective for them", said[-1].span,
+                 ("state it in the model: losses { aux_stats = global_batch | per_microbatch | per_sequence }",))]
+    token, _ = token_axes(plan)
+    out = []
+    for o in said:
+        axes = tuple(o.axes or ())
+        for i, a in enumerate(axes):
+            if a in axes[:i]:
+                out.append((Code.STATS_AXIS, f"'loss[aux]: {o.verb}' names {a} twice", o.span, ()))
+            elif a not in token:
+                out.append((Code.STATS_AXIS, f"'loss[aux]: {o.verb} over ({', '.join(axes)})': the ranks of {a} hold the "
+                            "same tokens, so the router's statistics do not differ over it", o.span,
+                            (f"the axes that split the router's tokens here: {', '.join(token) or 'none'}",)))
+    return out
 
 
 def objective_axes(plan) -> tuple[str, ...]:
@@ -50,13 +76,23 @@ def summed_axes(plan) -> tuple[str, ...]:
 
 def collectives(plan, per) -> list[Collective]:
     """The statistics' all-reduce, ``per`` times a step (the MoE layers of one stage times the
-    microbatches: ``ir.collectives`` gives it)."""
-    if plan.model.aux_stats is None:
+    microbatches: ``ir.collectives`` gives it), and the mean probabilities' where ``probs_*`` sums
+    them over axes of their own (E fp32 values each). A plan ``problems`` refuses is not priced."""
+    if plan.model.aux_stats is None or problems(plan):
         return []
     names = plan.mesh.names
+    out = []
     axes = tuple(a for a in names if a in summed_axes(plan))
-    if not axes:
-        return []
-    pay = Payload(PT.ROUTER_STATS, (), "the per-expert routing statistics (E fp32 values)")
-    return [Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, axes, link_of(plan, axes), Phase.FORWARD, per, pay,
-                       "MoE aux loss: all-reduce of the routing statistics per MoE layer and microbatch in forward")]
+    if axes:
+        pay = Payload(PT.ROUTER_STATS, (), "the per-expert routing statistics (E fp32 values)")
+        out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, axes, link_of(plan, axes), Phase.FORWARD, per, pay,
+                              "MoE aux loss: all-reduce of the routing statistics per MoE layer and microbatch in "
+                              "forward"))
+    probs = stated(plan, losses.PROBS_VERBS)
+    paxes = tuple(a for a in names if probs is not None and a in (probs.axes or ()))
+    if paxes:
+        pay = Payload(PT.ROUTER_STATS, (), "the per-expert mean router probabilities (E fp32 values)")
+        out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, paxes, link_of(plan, paxes), Phase.FORWARD, per, pay,
+                              "MoE aux loss: all-reduce of the mean router probabilities per MoE layer and "
+                              "microbatch in forward"))
+    return out

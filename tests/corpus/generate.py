@@ -665,6 +665,23 @@ mutant("aux_stats_pack_ep", "ep",
        "(`loss[aux]: stats_per_microbatch over ()`).", ["override loss[aux]: stats_per_microbatch over ()"],
        ["GI aux_stats"], mirrors="seq_aux_loss scoring a pack as one sequence (NVIDIA/Megatron-LM#5996)",
        model="moe_aux_seq2")
+mutant("aux_stats_count_padding_ep", "ep",
+       "a per-microbatch load-balancing loss computed from the router outputs of every position of the padded "
+       "microbatch, padding included (`loss[aux]: stats_count_padding`).",
+       ["override loss[aux]: stats_count_padding"], ["GI aux_stats"],
+       mirrors="load_balancing_loss_func without the attention mask (huggingface/transformers#28505)",
+       model="moe_aux_micro")
+mutant("aux_probs_over_dp_ep", "ep",
+       "a per-microbatch load-balancing loss whose mean router probabilities alone are all-reduced over the data "
+       "ranks, the token counts kept per rank: the loss of the data ranks' union "
+       "(`loss[aux]: probs_per_microbatch over (dp)`).",
+       ["override loss[aux]: probs_per_microbatch over (dp)"], ["GI aux_stats"], model="moe_aux_micro")
+mutant("aux_counts_per_microbatch_probs_local_ep", "ep",
+       "a global-batch load-balancing loss whose token counts are all-reduced over the data and expert ranks "
+       "microbatch by microbatch and whose probabilities stay each rank's own: no statistic spans the step's "
+       "microbatches (`loss[aux]: stats_per_microbatch over (dp, ep)`, `probs_per_microbatch over ()`).",
+       ["override loss[aux]: stats_per_microbatch over (dp, ep)", "override loss[aux]: probs_per_microbatch over ()"],
+       ["GI aux_stats"], model="moe_aux_global")
 mutant("aux_expert_ranks_not_averaged_ep", "ep",
        "the MoE auxiliary loss averaged over dp and the microbatches only: the expert ranks' values, each from "
        "its own tokens, are summed (`loss[aux]: divide by dp * 4`).",
@@ -1203,6 +1220,21 @@ for name, b, model, line, why in [
     bb = BASES[b]
     equivalent(name, bb.title, why + "; the term's contributions are weighted as the objective states.",
                list(bb.bind) + [line], b, model=model)
+
+# the aux loss's f and P over groups of their own: the path computes the loss of their union
+for name, lines, why in [
+    ("aux_counts_global_probs_local_ep",
+     ["override loss[aux]: stats_per_step over (dp, ep)", "override loss[aux]: probs_per_sequence over ()"],
+     "a global-batch load-balancing loss from token counts all-reduced over every data and expert rank and "
+     "accumulated over the step, times each rank's own mean probabilities per sequence: the mean over the ranks "
+     "of f·P with f common is f times the mean P, the global batch's (NVIDIA/Megatron-LM#1561)"),
+    ("aux_counts_per_microbatch_probs_per_step_ep",
+     ["override loss[aux]: stats_per_microbatch over (dp, ep)", "override loss[aux]: probs_per_step over ()"],
+     "a global-batch load-balancing loss from token counts all-reduced over the ranks per microbatch and mean "
+     "probabilities accumulated over the step per rank: the two groups' union is the step"),
+]:
+    bb = BASES["ep"]
+    equivalent(name, bb.title, why + ".", list(bb.bind) + lines, "ep", model="moe_aux_global")
 
 # copies combined by an average or a max: the value itself
 with_base("clip_average_copies_ddp", "ddp",
