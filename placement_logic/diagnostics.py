@@ -177,6 +177,10 @@ CODES: dict[str, tuple[str, str]] = {
     "PL244": ("optimizer-twice", "A parameter group given two optimizers in one section."),
     "PL245": ("optimizer-gather-elementwise", "optimizer[G]: gather or round_robin where G's update is element-wise or Dion's."),
     "PL246": ("optimizer-gather-idle", "optimizer[G]: gather over an axis that cuts no matrix of G."),
+    "PL259": ("rank-never-in-range", "A rank of a norm count on a rank set (override clip_norm[g]: count_on_ranks over "
+              "(AXIS) ranks (...)) that is a rank of the axis at no size the axis can take."),
+    "PL260": ("norm-rank-sets-twice", "Two norm counts on rank sets (override clip_norm[g]: rank0_only, "
+              "count_on_ranks) over one axis reaching one parameter group."),
     # usage: PL3xx
     "PL301": ("bad-set", "A --set option that is not NAME=NUMBER or names nothing in the spec."),
     "PL302": ("unknown-plan", "A --plan option that names no plan in the spec."),
@@ -308,6 +312,8 @@ class Code(StrEnum):
     OPTIMIZER_TWICE = "PL244"
     OPTIMIZER_GATHER_ELEMENTWISE = "PL245"
     OPTIMIZER_GATHER_IDLE = "PL246"
+    RANK_NEVER_IN_RANGE = "PL259"
+    NORM_RANK_SETS_TWICE = "PL260"
     BAD_SET = "PL301"
     UNKNOWN_PLAN = "PL302"
     SWEEP_TOO_LARGE = "PL310"

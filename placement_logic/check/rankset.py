@@ -51,7 +51,7 @@ def where(o: ir.Override) -> str:
     return f"{ranks_text(o)} of {(o.axes or ('?',))[0]}"
 
 
-def _file_sizes(plan: ir.Plan) -> dict[str, Fraction]:
+def file_sizes(plan: ir.Plan) -> dict[str, Fraction]:
     """The mesh sizes the file gives (those that are numbers)."""
     out = {}
     for a in plan.mesh.axes:
@@ -66,30 +66,35 @@ def check_override(plan: ir.Plan) -> None:
     """PL192 where a rank set is not over exactly one axis, PL191 where a rank is not one of the axis's
     ranks at the file's mesh size (resolve checks it first, with the file's lets: this catches a strategy's
     statement once its axes are bound), PL506 where a rank is named twice."""
-    sizes = _file_sizes(plan)
+    sizes = file_sizes(plan)
     for o in plan.overrides:
         if o.target != OverrideTarget.GRADS or o.verb not in VERBS:
             continue
         if len(o.axes or ()) != 1:
             raise _err(Code.RANK_SET_AXES, f"{head(o)}: a rank set names ranks of one axis (a rank index of that "
                        f"axis's process group); it names {len(o.axes or ())} axes here", o)
-        axis = o.axes[0]
-        seen: list[Fraction] = []
-        for r in o.ranks or ():
-            try:
-                v = Fraction(fold(r, resolver({}, sizes)))
-            except (DiagnosticError, TypeError, ValueError, ZeroDivisionError):
-                continue  # a rank of sizes the file does not fix: read at every size by the obligation
-            n = sizes.get(axis)
-            if v.denominator != 1 or v < 0 or (n is not None and v >= n):
-                size = f" of {n} ranks" if n is not None else ""
-                shown = _num(v) if isinstance(r, ir.Const) else f"{ir.show(r)} = {_num(v)}"
-                raise _err(Code.RANK_OUT_OF_RANGE, f"{head(o)}: rank {shown} is not a rank of "
-                           f"{axis}{size} (its ranks are 0 .. {axis} - 1)", o)
-            if v in seen:
-                raise _err(Code.OVERRIDE_NO_EFFECT, f"{head(o)} changes nothing the second time it names rank "
-                           f"{_num(v)}: a rank applies the operation once however often it is named", o)
-            seen.append(v)
+        check_one(o, sizes)
+
+
+def check_one(o: ir.Override, sizes: dict[str, Fraction]) -> None:
+    """PL191 and PL506 for the ranks of one statement over one axis (also check.rankcount's)."""
+    axis = o.axes[0]
+    seen: list[Fraction] = []
+    for r in o.ranks or ():
+        try:
+            v = Fraction(fold(r, resolver({}, sizes)))
+        except (DiagnosticError, TypeError, ValueError, ZeroDivisionError):
+            continue  # a rank of sizes the file does not fix: read at every size by the obligation
+        n = sizes.get(axis)
+        if v.denominator != 1 or v < 0 or (n is not None and v >= n):
+            size = f" of {n} ranks" if n is not None else ""
+            shown = _num(v) if isinstance(r, ir.Const) else f"{ir.show(r)} = {_num(v)}"
+            raise _err(Code.RANK_OUT_OF_RANGE, f"{head(o)}: rank {shown} is not a rank of "
+                       f"{axis}{size} (its ranks are 0 .. {axis} - 1)", o)
+        if v in seen:
+            raise _err(Code.OVERRIDE_NO_EFFECT, f"{head(o)} changes nothing the second time it names rank "
+                       f"{_num(v)}: a rank applies the operation once however often it is named", o)
+        seen.append(v)
 
 
 def _num(v: Fraction) -> str:
