@@ -71,3 +71,24 @@ def update_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, 
         if len(updates) > 1 or unclipped:
             out.add(("update", g))
     return out
+
+
+def _count_stated(plan: ir.Plan, group: str) -> ir.Override | None:
+    for who in (group, "all", None):
+        found = [o for o in plan.overrides if o.target == "clip_norm" and o.verb == "count_on_ranks" and o.group == who]
+        if found:
+            return found[-1]
+    return None
+
+
+def norm_counted(plan: ir.Plan, group: str, coords: dict[str, int], sizes: dict[str, int], bindings: dict) -> bool:
+    """``clip_norm[g]: count_on_ranks over (AXIS) ranks (...)``: the device contributes g's squared norm
+    only where its coordinate on AXIS is one of the named ranks (each rank evaluated at the sizes)."""
+    o = _count_stated(plan, group)
+    return o is None or coords[o.axes[0]] in named(o, sizes, plan, bindings)
+
+
+def norm_ranked_axes(plan: ir.Plan, group: str) -> set[str]:
+    """The axis whose ranks the statement names: there it, not the duplicate filter, says who counts g."""
+    o = _count_stated(plan, group)
+    return set(o.axes or ()) if o is not None else set()
