@@ -163,3 +163,7 @@ def diagnosis(g, sizes: dict[str, int], leaf) -> list[str]:
 def filtered(g) -> tuple[str, ...]:
     """The axes of g's duplicate filter the rank set leaves: on its axis the named ranks count, not rank 0."""
     return tuple(a for a in g.clip_filter if all(ar[0] != a for ar in g.clip_ranks))
+
+
+def axes(g) -> tuple[str, ...]:
+    return tuple(ar[0] for ar in g.clip_ranks)

@@ -146,7 +146,7 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
             diag.append(f"squared norms{of} are summed too often over ({', '.join(sorted(extra))})")
     for g in step.groups:
         copies = [a for a in dict.fromkeys(g.clip_axes or ()) if a not in g.shard_axes and a not in g.clip_filter
-                  and a in derived and sizes[a] >= 2]  # (an axis outside the derived sum is reported above)
+                  and a in derived and sizes[a] >= 2 and a not in rankcount.axes(g)]  # (else: above; rank sets: below)
         if copies:
             diag.append(f"{g.group} is replicated over ({', '.join(copies)}) and its squared norm is summed there "
                         "with no duplicate filter: every copy is counted")
