@@ -124,7 +124,8 @@ CODES: dict[str, tuple[str, str]] = {
               "(the Trainer's own mismatch error)."),
     "PL162": ("launch-line-devices", "A launch line whose --nnodes × --nproc_per_node is not the --devices given."),
     "PL163": ("params-below-shape", "params = P beside a transformer shape below the parameters the shape counts."),
-    "PL170": ("rank0-unreduced-axis", "A rank-0-only norm count (override clip_norm[g]: rank0_only over (...)) over an "
+    "PL170": ("rank0-unreduced-axis", "A rank-0-only norm count (override clip_norm[g]: rank0_only over (...), or "
+              "count_on_ranks over (AXIS) ranks (...)) over an "
               "axis the group's squared norm is not summed over: each rank there counts only its own value."),
     "PL171": ("nested-accumulation", "An accumulation override (override accumulation: VERB by M) the step cannot "
               "read: no pipeline schedule, a loss that is not a per-microbatch mean, a divisor or no accumulation "
@@ -146,9 +147,11 @@ CODES: dict[str, tuple[str, str]] = {
     "PL190": ("activation-assert-off-tensor", "An activation's type asserted (override activations[R] / "
               "activation_grads[R]: assert_replicate | assert_partial | assert_shard) over no axis or over an axis "
               "that is not a tensor axis."),
-    "PL191": ("rank-out-of-range", "A rank of a per-rank operation (override grads[g]: clip_on_ranks / divide_on_ranks "
+    "PL191": ("rank-out-of-range", "A rank of a per-rank operation (override grads[g]: clip_on_ranks / divide_on_ranks, "
+              "clip_norm[g]: count_on_ranks "
               "over (AXIS) ranks (...)) that is not a whole number from 0 to the axis's size minus 1."),
-    "PL192": ("rank-set-axes", "A rank set (override grads[g]: clip_on_ranks / divide_on_ranks ... ranks (...)) "
+    "PL192": ("rank-set-axes", "A rank set (override grads[g]: clip_on_ranks / divide_on_ranks, clip_norm[g]: "
+              "count_on_ranks ... ranks (...)) "
               "over no axis or over more than one."),
     "PL194": ("partition-twice", "One reduction (a group's gradient, or the grad norm) run in groups of two kinds "
               "(override ...: reduce_blocks / reduce_strided / reduce_first), over one axis or two."),
