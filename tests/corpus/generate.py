@@ -753,10 +753,10 @@ mutant("count_ranks_experts_rank0_ep", "ep",
        "the experts, split over ep, counted in the norm on ep rank 0 only (`clip_norm[experts]: count_on_ranks over "
        "(ep) ranks (0)`): the other ranks' experts are dropped.",
        ["override clip_norm[experts]: count_on_ranks over (ep) ranks (0)"], ["SC clip_norm"], mirrors=ETP_OWNER)
-mutant("count_ranks_dense_two_ranks_tp", "tp",
-       "the dense weights, sharded over tp, counted on tp ranks 0 and tp - 1 only (`clip_norm[dense]: count_on_ranks "
-       "over (tp) ranks (0, tp - 1)`): the middle ranks' shards are dropped from tp = 3 on.",
-       ["override clip_norm[dense]: count_on_ranks over (tp) ranks (0, tp - 1)"], ["SC clip_norm"])
+mutant("count_ranks_dense_last_ranks_tp", "tp",
+       "the dense weights, sharded over tp, counted on tp ranks 1 and tp - 1 only (`clip_norm[dense]: count_on_ranks "
+       "over (tp) ranks (1, tp - 1)`): rank 0's shard is dropped, and from tp = 4 on the middle ranks' too.",
+       ["override clip_norm[dense]: count_on_ranks over (tp) ranks (1, tp - 1)"], ["SC clip_norm"])
 mutant("tokens_clamped_ddp", "ddp",
        "each microbatch's token count clamped to >= 1 on its rank before the sum over microbatches and the "
        "all-reduce over dp (`tokens: clamp_before_reduce`).", ["override tokens: clamp_before_reduce"],
