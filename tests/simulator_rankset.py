@@ -3,8 +3,8 @@
 without the checker's code.
 
 ``update_violations``: every device applies to each group's gradient the coefficient of a
-``clip_on_ranks`` / ``divide_on_ranks`` statement when its coordinate on the named axis is one
-of the named ranks (each rank expression evaluated at the sizes; a value that is not a whole
+``clip_on_ranks`` / ``divide_on_ranks`` statement when its rank in the process group over the named
+axes (its coordinates there as one number, the first axis most significant) is one of the named ranks (each rank expression evaluated at the sizes; a value that is not a whole
 number in [0, n) names no rank): ``("update", group)`` where two devices' updates differ, or where a
 clip is skipped on some device (single-device training clips every element). A divisor named on no
 rank at a size divides nowhere there: the derived step.
@@ -31,8 +31,27 @@ def _stated(plan: ir.Plan, verb: str, group: str) -> ir.Override | None:
     return None
 
 
+def _group(o: ir.Override, sizes: dict[str, int]) -> int:
+    """The ranks of the process group over the named axes."""
+    n = 1
+    for a in o.axes:
+        n *= sizes[a]
+    return n
+
+
+def group_rank(o: ir.Override, coords: dict[str, int], sizes: dict[str, int]) -> int:
+    """A device's rank in the group over the named axes: its coordinates there as one number, the first
+    named axis the most significant digit (a device mesh flattened over those axes)."""
+    digits = [(coords[a], sizes[a]) for a in o.axes]
+    k, weight = 0, 1
+    for c, n in reversed(digits):
+        k += c * weight
+        weight *= n
+    return k
+
+
 def named(o: ir.Override, sizes: dict[str, int], plan: ir.Plan, bindings: dict) -> set[int]:
-    n = sizes[o.axes[0]]
+    n = _group(o, sizes)
     out = set()
     for r in o.ranks or ():
         v = _value(r, sizes, plan, bindings)
@@ -44,7 +63,6 @@ def named(o: ir.Override, sizes: dict[str, int], plan: ir.Plan, bindings: dict) 
 def update_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bindings: dict) -> set:
     out = set()
     axes = list(plan.mesh.names)
-    pos = {a: i for i, a in enumerate(axes)}
     devices = list(product(*[range(sizes[a]) for a in axes]))
     for g in groups_of(plan):
         ops = [o for o in (_stated(plan, v, g) for v in VERBS) if o is not None]
@@ -62,12 +80,12 @@ def update_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, 
         for d in devices:
             upd = grad
             for o, c, ranks in coefs:
-                if d[pos[o.axes[0]]] in ranks:
+                if group_rank(o, dict(zip(axes, d)), sizes) in ranks:
                     upd *= c
             updates.add(upd)
         # the ranks disagree, or a clip (coefficient below 1) is skipped on some rank: single-device training
         # clips every element
-        unclipped = any(o.verb == "clip_on_ranks" and c != 1 and len(ranks) < sizes[o.axes[0]] for o, c, ranks in coefs)
+        unclipped = any(o.verb == "clip_on_ranks" and c != 1 and len(ranks) < _group(o, sizes) for o, c, ranks in coefs)
         if len(updates) > 1 or unclipped:
             out.add(("update", g))
     return out

@@ -792,6 +792,18 @@ mutant("update_divide_rank0_pp", "1f1b",
        "the first pipeline stage dividing its gradient by the microbatches again (`grads: divide_rank0_only over "
        "(pp) by 4`): the stages' gradients are scaled unlike one another.",
        ["override grads: divide_rank0_only over (pp) by 4"], [f"SC update[{g}]" for g in ALL4], mirrors=STAGE_SCALED)
+# a divisor or a clip on ranks of the process group over two axes (check.rankset: the first axis most significant)
+SCALER = "a GradScaler scale that differs across processes (pytorch/pytorch#136009)"
+mutant("update_divide_global_ranks_pp", "1f1b",
+       "a division again on global ranks 0 and 1 of the (pp, dp) topology (`grads: divide_on_ranks over (pp, dp) "
+       "ranks (0, 1) by 4`: two replicas of stage 0 at dp = 8, stages 0 and 1 at dp = 1).",
+       ["override grads: divide_on_ranks over (pp, dp) ranks (0, 1) by 4"],
+       [f"SC update[{g}]" for g in ALL4], mirrors=STAGE_SCALED)
+mutant("update_divide_last_process_tp", "tp",
+       "the last process of a (dp, tp) mesh unscaling by half the others' loss scale (`grads: divide_on_ranks over "
+       "(dp, tp) ranks (dp * tp - 1) by 1 / 2`).",
+       ["override grads: divide_on_ranks over (dp, tp) ranks (dp * tp - 1) by 1 / 2"],
+       [f"SC update[{g}]" for g in ALL4], mirrors=SCALER)
 # a reduction over blocks of an axis's ranks; divisors on every rank but the last or the last only (check.subgroups)
 NODE_GROUP = "the data-parallel gradient sync given the in-node group (laekov/fastmoe#105, #106)"
 MP_BLOCKS = "expert norms all-reduced over the model-parallel blocks, not every expert rank (laekov/fastmoe#169)"
