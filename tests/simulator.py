@@ -655,5 +655,6 @@ def violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, binding
         out |= simulator_perrank.scale_violations(plan, sizes, rng)
         out |= simulator_subgroups.update_violations(plan, sizes, rng, bindings)
         out |= simulator_rankset.update_violations(plan, sizes, rng, bindings)
+        out |= simulator_rankset.product_violations(plan, sizes, rng, bindings)
         out |= simulator_subgroups.grad_block_violations(plan, sizes, rng, bindings)
     return out

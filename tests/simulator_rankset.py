@@ -65,7 +65,8 @@ def update_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, 
     axes = list(plan.mesh.names)
     devices = list(product(*[range(sizes[a]) for a in axes]))
     for g in groups_of(plan):
-        ops = [o for o in (_stated(plan, v, g) for v in VERBS) if o is not None]
+        ops = [o for o in (_stated(plan, v, g) for v in VERBS) if o is not None
+               and not (o.verb == "divide_on_ranks" and combined(plan, g))]  # a product: product_violations
         if not ops:
             continue
         grad = Fraction(rng.choice([-3, -1, 1, 2, 5]))
@@ -110,3 +111,48 @@ def norm_ranked_axes(plan: ir.Plan, group: str) -> set[str]:
     """The axis whose ranks the statement names: there it, not the duplicate filter, says who counts g."""
     o = _count_stated(plan, group)
     return set(o.axes or ()) if o is not None else set()
+
+
+# two or more divisors on sets of ranks for one group: each device applies the product of those naming it
+DIVISORS = ("divide_rank0_only", "divide_except_last", "divide_last_only", "divide_on_ranks")
+
+
+def divisors(plan: ir.Plan, group: str) -> list[ir.Override]:
+    """The group's divisor statements on sets of ranks, one per verb (its own, else the plan's)."""
+    return [o for o in (_stated(plan, v, group) for v in DIVISORS) if o is not None]
+
+
+def combined(plan: ir.Plan, group: str) -> bool:
+    """Two or more divisors for the group: their product is computed here, not by each verb's own section."""
+    return len(divisors(plan, group)) >= 2
+
+
+def _names(o: ir.Override, coords: dict[str, int], sizes: dict[str, int], plan: ir.Plan, bindings: dict) -> bool:
+    """Whether the statement's rank set holds the device (docs/semantics.md, "Per-rank operations")."""
+    if o.verb == "divide_on_ranks":
+        return group_rank(o, coords, sizes) in named(o, sizes, plan, bindings)
+    if o.verb == "divide_rank0_only":
+        return all(coords[a] == 0 for a in o.axes)
+    last = all(coords[a] == sizes[a] - 1 for a in o.axes)
+    return last if o.verb == "divide_last_only" else not last
+
+
+def product_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bindings: dict) -> set:
+    out = set()
+    axes = list(plan.mesh.names)
+    for g in groups_of(plan):
+        if not combined(plan, g):
+            continue
+        grad = Fraction(rng.choice([-3, -1, 1, 2, 5]))
+        ops = divisors(plan, g)
+        updates = set()
+        for d in product(*[range(sizes[a]) for a in axes]):
+            coords = dict(zip(axes, d))
+            upd = grad
+            for o in ops:
+                if _names(o, coords, sizes, plan, bindings):
+                    upd /= _value(o.by, sizes, plan, bindings)
+            updates.add(upd)
+        if len(updates) > 1:
+            out.add(("update", g))
+    return out

@@ -139,9 +139,9 @@ def test_errors_are_located(tmp_path, capsys, line, code, words):
     assert f"{f}:{n}:3: error:" in err and f"[{code}]" in err and words in err, err
 
 
-def test_two_divisors_on_rank_sets_are_refused(tmp_path, capsys):
+def test_two_divisors_on_rank_sets_of_two_axes_are_refused(tmp_path, capsys):
     f = tmp_path / "bad.place"
-    f.write_text(_place("override grads: divide_last_only over (pp) by 2\n"
+    f.write_text(_place("override grads: divide_last_only over (dp) by 2\n"
                         "  override grads: divide_on_ranks over (pp) ranks (0) by 2"))
     assert main(["check", str(f)]) == 2
     assert "[PL184]" in capsys.readouterr().err

@@ -16,6 +16,7 @@ from math import prod
 import z3
 
 from ..solver.session import value_of
+from . import encode_rankproduct as rp
 from . import rankset
 from . import rankupdate as ru
 from .replay import _frac, coords_text
@@ -61,7 +62,13 @@ def _update_negation(env, g, stated):
     coefficient is below 1 (the norm above max_norm), or a divisor that is not 1."""
     key = f"{zlib.crc32(g.group.encode()):08x}"
     cons, arms = [], []
+    divs = rp.combined(stated)  # two or more divisors: the product on each rank (encode_rankproduct)
+    if divs:
+        arm, ranks = rp.product_arm(env, divs, key)
+        arms.append(("product", arm))
     for i, o in enumerate(stated):
+        if o in divs:
+            continue
         two = rank_set_splits(env, o) if o.verb in rankset.VERBS else z3.Or([env.size(a) >= 2 for a in o.axes])
         if o.verb in ru.CLIPS:
             norm, cap = env.sess.real(f"ru_norm_{key}"), env.sess.real(f"ru_max_{key}")
@@ -74,7 +81,8 @@ def _update_negation(env, g, stated):
 
     def extract(model):
         i = next(i for i, a in arms if value_of(model, a))
-        return {"kind": "rank0_update", "sizes": env.size_values(model), "which": i}
+        out = {"kind": "rank0_update", "sizes": env.size_values(model), "which": i}
+        return {**out, "ranks": ranks(model)} if i == "product" else out
 
     return cons, extract
 
@@ -83,6 +91,8 @@ def replay_update(ctx, w, g, stated):
     """Rank 0 and rank 1 of the first named axis with two or more ranks; per-element gradient 1,
     learning rate 1: rank 0 applies the coefficient (a norm of 2 against max_norm 1: 1/2; or 1/X),
     rank 1 applies 1, single-device training applies the coefficient to every element."""
+    if w.get("which") == "product":
+        return rp.replay_product(ctx, w, g, rp.combined(stated))
     sizes = w["sizes"]
     o = stated[w.get("which", 0)]
     if o.verb == rankset.CLIP:
