@@ -804,6 +804,17 @@ mutant("update_divide_last_process_tp", "tp",
        "(dp, tp) ranks (dp * tp - 1) by 1 / 2`).",
        ["override grads: divide_on_ranks over (dp, tp) ranks (dp * tp - 1) by 1 / 2"],
        [f"SC update[{g}]" for g in ALL4], mirrors=SCALER)
+# two or more divisors on sets of one axis's ranks: each rank applies their product (check.encode_rankproduct)
+mutant("update_divisor_product_pp", "1f1b",
+       "every stage but the last dividing by 4 and stage 0 by 4 again (`grads: divide_except_last over (pp) by 4` "
+       "and `divide_on_ranks over (pp) ranks (0) by 4`): products 16, 4, ..., 1 along the pipeline.",
+       ["override grads: divide_except_last over (pp) by 4", "override grads: divide_on_ranks over (pp) ranks (0) by 4"],
+       [f"SC update[{g}]" for g in ALL4], mirrors=STAGE_SCALED)
+mutant("update_divisor_product_ddp", "ddp",
+       "the last two dp ranks unscaling by half the scale and the last by half again (`grads: divide_on_ranks over "
+       "(dp) ranks (dp - 2, dp - 1) by 1 / 2` and `divide_last_only over (dp) by 1 / 2`).",
+       ["override grads: divide_on_ranks over (dp) ranks (dp - 2, dp - 1) by 1 / 2",
+        "override grads: divide_last_only over (dp) by 1 / 2"], [f"SC update[{g}]" for g in ALL4], mirrors=SCALER)
 # a reduction over blocks of an axis's ranks; divisors on every rank but the last or the last only (check.subgroups)
 NODE_GROUP = "the data-parallel gradient sync given the in-node group (laekov/fastmoe#105, #106)"
 MP_BLOCKS = "expert norms all-reduced over the model-parallel blocks, not every expert rank (laekov/fastmoe#169)"
@@ -1283,6 +1294,10 @@ with_base("count_ranks_norms_rank0_tp", "tp",
           "(`clip_norm[g]: count_on_ranks over (tp) ranks (0)`): rank0_only over (tp), the duplicate filter.",
           ["override clip_norm: reduce over (tp)", "override clip_norm[norms]: count_on_ranks over (tp) ranks (0)",
            "override clip_norm[biases]: count_on_ranks over (tp) ranks (tp - 1)"])
+with_base("divisor_product_cancels_pp", "1f1b",
+          "pipeline rank 0 dividing by 2 and by 1/2 (`grads: divide_on_ranks over (pp) ranks (0) by 2` and "
+          "`divide_rank0_only over (pp) by 1 / 2`): the product on every rank is 1.",
+          ["override grads: divide_on_ranks over (pp) ranks (0) by 2", "override grads: divide_rank0_only over (pp) by 1 / 2"])
 with_base("clip_eps_averaged_ddp", "ddp",
           "each rank's squared norm plus an epsilon before an all-reduce with AVG over dp: the average of "
           "s + ε over copies is s + ε, single-device training's value.",
