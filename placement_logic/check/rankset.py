@@ -1,5 +1,5 @@
-"""Per-rank operations on any set of an axis's ranks: a clip coefficient or a divisor applied on the
-ranks R1, R2, ... of one axis only.
+"""Per-rank operations on any set of ranks of one axis (or of the process group over several): a clip
+coefficient or a divisor applied on the ranks R1, R2, ... only.
 
 Input: a plan. Output: the located errors of a statement the step cannot read (``check_override``:
 PL191, PL192, PL506), the ranks a statement applies on at given sizes (``applied``, for the replay),

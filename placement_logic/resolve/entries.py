@@ -283,7 +283,8 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
 
 def _ranks_in_range(vals: Values, o: ir.Override, ranks: tuple[ir.Value, ...]) -> bool:
     """PL191 where a rank of a one-axis rank set is a number (with the file's sizes and lets) that is not a
-    whole number from 0 to the axis's size minus 1; a set over several axes is PL192 (check.rankset)."""
+    whole number from 0 to the axis's size minus 1; a set over several axes is checked by check.rankset (the
+    group's size the product of theirs)."""
     if len(o.axes or ()) != 1:
         return True
     axis = o.axes[0]
