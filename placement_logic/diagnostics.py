@@ -124,7 +124,8 @@ CODES: dict[str, tuple[str, str]] = {
               "(the Trainer's own mismatch error)."),
     "PL162": ("launch-line-devices", "A launch line whose --nnodes × --nproc_per_node is not the --devices given."),
     "PL163": ("params-below-shape", "params = P beside a transformer shape below the parameters the shape counts."),
-    "PL170": ("rank0-unreduced-axis", "A rank-0-only norm count (override clip_norm[g]: rank0_only over (...)) over an "
+    "PL170": ("rank0-unreduced-axis", "A rank-0-only norm count (override clip_norm[g]: rank0_only over (...), or "
+              "count_on_ranks over (AXIS) ranks (...)) over an "
               "axis the group's squared norm is not summed over: each rank there counts only its own value."),
     "PL171": ("nested-accumulation", "An accumulation override (override accumulation: VERB by M) the step cannot "
               "read: no pipeline schedule, a loss that is not a per-microbatch mean, a divisor or no accumulation "
@@ -137,7 +138,7 @@ CODES: dict[str, tuple[str, str]] = {
               "by B) with a group, or over an axis the norm is not reduced over or no group's gradient is sharded on."),
     "PL183": ("block-size", "A block size, stride or count of ranks (override ...: reduce_blocks / reduce_strided / "
               "reduce_first ... by E) that is not a positive integer."),
-    "PL184": ("rank-set-divisors", "Two divisors on sets of an axis's ranks (divide_rank0_only, divide_except_last, "
+    "PL184": ("rank-set-divisors", "Two divisors on sets of ranks over different axes (divide_rank0_only, divide_except_last, "
               "divide_last_only, divide_on_ranks) stated for one parameter group."),
     "PL186": ("undeclared-loss-term", "An override of a loss term (loss[TERM], tokens[TERM], aux_loss, ...) that the "
               "model's losses section does not declare."),
@@ -146,10 +147,11 @@ CODES: dict[str, tuple[str, str]] = {
     "PL190": ("activation-assert-off-tensor", "An activation's type asserted (override activations[R] / "
               "activation_grads[R]: assert_replicate | assert_partial | assert_shard) over no axis or over an axis "
               "that is not a tensor axis."),
-    "PL191": ("rank-out-of-range", "A rank of a per-rank operation (override grads[g]: clip_on_ranks / divide_on_ranks "
+    "PL191": ("rank-out-of-range", "A rank of a per-rank operation (override grads[g]: clip_on_ranks / divide_on_ranks, "
+              "clip_norm[g]: count_on_ranks "
               "over (AXIS) ranks (...)) that is not a whole number from 0 to the axis's size minus 1."),
-    "PL192": ("rank-set-axes", "A rank set (override grads[g]: clip_on_ranks / divide_on_ranks ... ranks (...)) "
-              "over no axis or over more than one."),
+    "PL192": ("rank-set-axes", "A rank set over no axis (override grads[g]: clip_on_ranks / divide_on_ranks ... "
+              "ranks (...)), or a norm count on one (clip_norm[g]: count_on_ranks) over more than one axis."),
     "PL194": ("partition-twice", "One reduction (a group's gradient, or the grad norm) run in groups of two kinds "
               "(override ...: reduce_blocks / reduce_strided / reduce_first), over one axis or two."),
     "PL197": ("ulysses-heads", "Ulysses' all-to-all (override activations[context] / activation_grads[context]: "
@@ -179,6 +181,10 @@ CODES: dict[str, tuple[str, str]] = {
     "PL244": ("optimizer-twice", "A parameter group given two optimizers in one section."),
     "PL245": ("optimizer-gather-elementwise", "optimizer[G]: gather or round_robin where G's update is element-wise or Dion's."),
     "PL246": ("optimizer-gather-idle", "optimizer[G]: gather over an axis that cuts no matrix of G."),
+    "PL259": ("rank-never-in-range", "A rank of a norm count on a rank set (override clip_norm[g]: count_on_ranks over "
+              "(AXIS) ranks (...)) that is a rank of the axis at no size the axis can take."),
+    "PL260": ("norm-rank-sets-twice", "Two norm counts on rank sets (override clip_norm[g]: rank0_only, "
+              "count_on_ranks) over one axis reaching one parameter group."),
     # usage: PL3xx
     "PL301": ("bad-set", "A --set option that is not NAME=NUMBER or names nothing in the spec."),
     "PL302": ("unknown-plan", "A --plan option that names no plan in the spec."),
@@ -310,6 +316,8 @@ class Code(StrEnum):
     OPTIMIZER_TWICE = "PL244"
     OPTIMIZER_GATHER_ELEMENTWISE = "PL245"
     OPTIMIZER_GATHER_IDLE = "PL246"
+    RANK_NEVER_IN_RANGE = "PL259"
+    NORM_RANK_SETS_TWICE = "PL260"
     BAD_SET = "PL301"
     UNKNOWN_PLAN = "PL302"
     SWEEP_TOO_LARGE = "PL310"

@@ -573,11 +573,15 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bi
             filtered = set(g_axes)
         r0 = _last_for(plan, "clip_norm", "rank0_only", g)
         rank0 = set(r0.axes or ()) if r0 is not None else set()
+        import simulator_rankset  # a count on a set of one axis's ranks: those ranks, not the filter, count g there
+
+        filtered -= simulator_rankset.norm_ranked_axes(plan, g)
         part = {}
         for d in devices:
             s = tuple(kvn.key(g, a, d[pos[a]], copies) for a in shard[g])
             counted = kvn.counted(plan, g, dict(zip(axes, d)), g_axes, copies) and all(d[pos[a]] == 0 for a in set(g_axes) if a not in shard[g] and a in filtered) \
-                and all(d[pos[a]] == 0 for a in rank0)  # rank0_only: only rank 0 of these axes contributes
+                and all(d[pos[a]] == 0 for a in rank0) \
+                and simulator_rankset.norm_counted(plan, g, dict(zip(axes, d)), sizes, bindings or {})  # rank0_only: only rank 0 of these axes contributes
             part[d] = q[(g, s)] * _twice(plan, g, sizes) if counted else Fraction(0)
         if root:  # each rank's norm, not its square
             part = {d: _exact_root(v) for d, v in part.items()}
@@ -651,5 +655,6 @@ def violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, binding
         out |= simulator_perrank.scale_violations(plan, sizes, rng)
         out |= simulator_subgroups.update_violations(plan, sizes, rng, bindings)
         out |= simulator_rankset.update_violations(plan, sizes, rng, bindings)
+        out |= simulator_rankset.product_violations(plan, sizes, rng, bindings)
         out |= simulator_subgroups.grad_block_violations(plan, sizes, rng, bindings)
     return out

@@ -37,7 +37,10 @@ def update_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, 
     pos = {a: i for i, a in enumerate(axes)}
     devices = list(product(*[range(sizes[a]) for a in axes]))
     for g in groups_of(plan):
-        ops = [o for o in (_stated(plan, v, g) for v in ("clip_rank0_only", "divide_rank0_only")) if o is not None]
+        import simulator_rankset  # two or more divisors for g: their product (simulator_rankset)
+
+        ops = [o for o in (_stated(plan, v, g) for v in ("clip_rank0_only", "divide_rank0_only")) if o is not None
+               and not (o.verb == "divide_rank0_only" and simulator_rankset.combined(plan, g))]
         if not ops:
             continue
         grad = Fraction(rng.choice([-3, -1, 1, 2, 5]))

@@ -3,8 +3,8 @@
 without the checker's code.
 
 ``update_violations``: every device applies to each group's gradient the coefficient of a
-``clip_on_ranks`` / ``divide_on_ranks`` statement when its coordinate on the named axis is one
-of the named ranks (each rank expression evaluated at the sizes; a value that is not a whole
+``clip_on_ranks`` / ``divide_on_ranks`` statement when its rank in the process group over the named
+axes (its coordinates there as one number, the first axis most significant) is one of the named ranks (each rank expression evaluated at the sizes; a value that is not a whole
 number in [0, n) names no rank): ``("update", group)`` where two devices' updates differ, or where a
 clip is skipped on some device (single-device training clips every element). A divisor named on no
 rank at a size divides nowhere there: the derived step.
@@ -31,8 +31,27 @@ def _stated(plan: ir.Plan, verb: str, group: str) -> ir.Override | None:
     return None
 
 
+def _group(o: ir.Override, sizes: dict[str, int]) -> int:
+    """The ranks of the process group over the named axes."""
+    n = 1
+    for a in o.axes:
+        n *= sizes[a]
+    return n
+
+
+def group_rank(o: ir.Override, coords: dict[str, int], sizes: dict[str, int]) -> int:
+    """A device's rank in the group over the named axes: its coordinates there as one number, the first
+    named axis the most significant digit (a device mesh flattened over those axes)."""
+    digits = [(coords[a], sizes[a]) for a in o.axes]
+    k, weight = 0, 1
+    for c, n in reversed(digits):
+        k += c * weight
+        weight *= n
+    return k
+
+
 def named(o: ir.Override, sizes: dict[str, int], plan: ir.Plan, bindings: dict) -> set[int]:
-    n = sizes[o.axes[0]]
+    n = _group(o, sizes)
     out = set()
     for r in o.ranks or ():
         v = _value(r, sizes, plan, bindings)
@@ -44,10 +63,10 @@ def named(o: ir.Override, sizes: dict[str, int], plan: ir.Plan, bindings: dict) 
 def update_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bindings: dict) -> set:
     out = set()
     axes = list(plan.mesh.names)
-    pos = {a: i for i, a in enumerate(axes)}
     devices = list(product(*[range(sizes[a]) for a in axes]))
     for g in groups_of(plan):
-        ops = [o for o in (_stated(plan, v, g) for v in VERBS) if o is not None]
+        ops = [o for o in (_stated(plan, v, g) for v in VERBS) if o is not None
+               and not (o.verb == "divide_on_ranks" and combined(plan, g))]  # a product: product_violations
         if not ops:
             continue
         grad = Fraction(rng.choice([-3, -1, 1, 2, 5]))
@@ -62,12 +81,78 @@ def update_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, 
         for d in devices:
             upd = grad
             for o, c, ranks in coefs:
-                if d[pos[o.axes[0]]] in ranks:
+                if group_rank(o, dict(zip(axes, d)), sizes) in ranks:
                     upd *= c
             updates.add(upd)
         # the ranks disagree, or a clip (coefficient below 1) is skipped on some rank: single-device training
         # clips every element
-        unclipped = any(o.verb == "clip_on_ranks" and c != 1 and len(ranks) < sizes[o.axes[0]] for o, c, ranks in coefs)
+        unclipped = any(o.verb == "clip_on_ranks" and c != 1 and len(ranks) < _group(o, sizes) for o, c, ranks in coefs)
         if len(updates) > 1 or unclipped:
+            out.add(("update", g))
+    return out
+
+
+def _count_stated(plan: ir.Plan, group: str) -> ir.Override | None:
+    for who in (group, "all", None):
+        found = [o for o in plan.overrides if o.target == "clip_norm" and o.verb == "count_on_ranks" and o.group == who]
+        if found:
+            return found[-1]
+    return None
+
+
+def norm_counted(plan: ir.Plan, group: str, coords: dict[str, int], sizes: dict[str, int], bindings: dict) -> bool:
+    """``clip_norm[g]: count_on_ranks over (AXIS) ranks (...)``: the device contributes g's squared norm
+    only where its coordinate on AXIS is one of the named ranks (each rank evaluated at the sizes)."""
+    o = _count_stated(plan, group)
+    return o is None or coords[o.axes[0]] in named(o, sizes, plan, bindings)
+
+
+def norm_ranked_axes(plan: ir.Plan, group: str) -> set[str]:
+    """The axis whose ranks the statement names: there it, not the duplicate filter, says who counts g."""
+    o = _count_stated(plan, group)
+    return set(o.axes or ()) if o is not None else set()
+
+
+# two or more divisors on sets of ranks for one group: each device applies the product of those naming it
+DIVISORS = ("divide_rank0_only", "divide_except_last", "divide_last_only", "divide_on_ranks")
+
+
+def divisors(plan: ir.Plan, group: str) -> list[ir.Override]:
+    """The group's divisor statements on sets of ranks, one per verb (its own, else the plan's)."""
+    return [o for o in (_stated(plan, v, group) for v in DIVISORS) if o is not None]
+
+
+def combined(plan: ir.Plan, group: str) -> bool:
+    """Two or more divisors for the group: their product is computed here, not by each verb's own section."""
+    return len(divisors(plan, group)) >= 2
+
+
+def _names(o: ir.Override, coords: dict[str, int], sizes: dict[str, int], plan: ir.Plan, bindings: dict) -> bool:
+    """Whether the statement's rank set holds the device (docs/semantics.md, "Per-rank operations")."""
+    if o.verb == "divide_on_ranks":
+        return group_rank(o, coords, sizes) in named(o, sizes, plan, bindings)
+    if o.verb == "divide_rank0_only":
+        return all(coords[a] == 0 for a in o.axes)
+    last = all(coords[a] == sizes[a] - 1 for a in o.axes)
+    return last if o.verb == "divide_last_only" else not last
+
+
+def product_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bindings: dict) -> set:
+    out = set()
+    axes = list(plan.mesh.names)
+    for g in groups_of(plan):
+        if not combined(plan, g):
+            continue
+        grad = Fraction(rng.choice([-3, -1, 1, 2, 5]))
+        ops = divisors(plan, g)
+        updates = set()
+        for d in product(*[range(sizes[a]) for a in axes]):
+            coords = dict(zip(axes, d))
+            upd = grad
+            for o in ops:
+                if _names(o, coords, sizes, plan, bindings):
+                    upd /= _value(o.by, sizes, plan, bindings)
+            updates.add(upd)
+        if len(updates) > 1:
             out.add(("update", g))
     return out

@@ -120,9 +120,11 @@ def update_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, 
     pos = {a: i for i, a in enumerate(axes)}
     devices = list(product(*[range(sizes[a]) for a in axes]))
     for g in groups_of(plan):
+        import simulator_rankset  # two or more divisors for g: their product (simulator_rankset)
+
         ops = [o for o in (_stated(plan, "grads", v, g) for v in ("divide_except_last", "divide_last_only"))
                if o is not None]
-        if not ops:
+        if not ops or simulator_rankset.combined(plan, g):
             continue
         grad = Fraction(rng.choice([-3, -1, 1, 2, 5]))
         coefs = [(o, 1 / _value(o.by, sizes, plan, bindings)) for o in ops]

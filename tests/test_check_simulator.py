@@ -117,6 +117,16 @@ def plans(draw):
                   group, hs.sampled_from(names), hs.sampled_from([(0,), (1,), (2,), (0, 2), (1, 2), (0, 1), ()]),
                   hs.sampled_from(["clip_on_ranks", "divide_on_ranks"]),
                   hs.sampled_from([ir.Const(Fraction(2)), ir.Sym("a")])),
+        # ... on a set of ranks of the process group over every axis (the first axis the most significant)
+        hs.builds(lambda g, r, v: ov("grads", v, g, tuple(names), by=ir.Const(Fraction(2)) if v == "divide_on_ranks"
+                                     else None, ranks=tuple(ir.Const(Fraction(k)) for k in r)),
+                  group, hs.sampled_from([(1,), (2,), (0, 3), (1, 2, 3)]),
+                  hs.sampled_from(["clip_on_ranks", "divide_on_ranks"])),
+        # a group's squared norm counted on a set of one axis's ranks (check.rankcount)
+        hs.builds(lambda g, a, r: ov("clip_norm", "count_on_ranks", g, (a,),
+                                     ranks=tuple(ir.Const(Fraction(k)) for k in r) if r else
+                                     (ir.Op("-", (ir.Sym(a), ir.Const(Fraction(1)))),)),
+                  group, hs.sampled_from(names), hs.sampled_from([(0,), (1,), (2,), (0, 2), (1, 2), (0, 1), ()])),
     )
     overrides = tuple(draw(hs.lists(candidates, max_size=2)))
     return plan("p", axes, sp=sp, overrides=overrides)
@@ -166,6 +176,15 @@ def plans(draw):
                             ranks=(ir.Const(Fraction(1)), ir.Const(Fraction(2)))),)), 20)
 @example(plan("p", {"a": ("data", "R,R,R,R")},
               overrides=(ov("grads", "clip_on_ranks", "norms", ("a",), ranks=(ir.Const(Fraction(0)),)),)), 21)
+@example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("tensor", "S,S,S,S")},
+              overrides=(ov("clip_norm", "count_on_ranks", "dense", ("b",), ranks=(ir.Const(Fraction(0)),
+                                                                                 ir.Const(Fraction(2)))),)), 22)
+@example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("tensor", "S,S,S,S")},
+              overrides=(ov("clip_norm", "count_on_ranks", "norms", ("b",),
+                            ranks=(ir.Op("-", (ir.Sym("b"), ir.Const(Fraction(1)))),)),)), 23)
+@example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("pipeline", "S,S,S,S")},
+              overrides=(ov("grads", "divide_on_ranks", None, ("b", "a"), ir.Const(Fraction(2)),
+                            ranks=(ir.Const(Fraction(1)), ir.Const(Fraction(2)))),)), 24)
 def test_checker_agrees_with_the_simulator(generated, seed):
     spec, p = generated
     try:

@@ -22,7 +22,7 @@ import z3
 
 from .. import ir
 from ..solver.session import Session, value_of
-from . import clipagg, steps
+from . import clipagg, encode_rankcount, steps
 from .values import fold, resolver
 
 
@@ -307,7 +307,10 @@ def norm_negation(env: Env, prefix: str, boolean: bool) -> tuple[list, Callable[
                 u, v = env.sess.real(f"{prefix}_{g.group}_{a}_own"), env.sess.real(f"{prefix}_{g.group}_{a}_others")
                 cons += [u >= 0, v >= 0, z3.Implies(env.size(a) == 1, v == 0)]
                 exp = exp * (u + v)
-                comp = comp * ((u + v) if a in k and a not in g.clip_rank0 else u)  # rank0_only: rank 0's piece
+                if a in k and any(x[0] == a for x in g.clip_ranks):  # count_on_ranks (encode_rankcount)
+                    comp = comp * encode_rankcount.sharded_factor(env, g, u, v)
+                else:
+                    comp = comp * ((u + v) if a in k and a not in g.clip_rank0 else u)  # rank0_only: rank 0's piece
             own[a], others[a] = u, v
         factors[g.group] = (own, others)
         for d in g.dims:  # K kv heads copied over an axis: the axis a multiple of K (a side constraint)
@@ -319,7 +322,10 @@ def norm_negation(env: Env, prefix: str, boolean: bool) -> tuple[list, Callable[
                 # reduced over an axis the group is sharded over, or one where its copies are counted
                 # once (the duplicate filter), the first reduction sums distinct values; otherwise every
                 # reduction sums copies of the same value and multiplies it
-                dedupe = a in shard or a in g.clip_filter or a in g.clip_rank0
+                ranked = any(x[0] == a for x in g.clip_ranks)  # count_on_ranks: its named copies (encode_rankcount)
+                dedupe = a in shard or a in g.clip_filter or a in g.clip_rank0 or ranked
+                if ranked and a not in shard:
+                    factor = factor * encode_rankcount.copies(env, g)
                 if g.clip_agg != "max":  # the max of copies is the copy (of shards: ``nonlinear`` below)
                     factor = factor * _pow(env.size(a), times - 1 if dedupe else times, one)
                     if a in g.clip_copies and a not in g.clip_rank0:  # kv heads' copies each counted (kvnorm)

@@ -16,6 +16,7 @@ from math import prod
 import z3
 
 from ..solver.session import value_of
+from . import encode_rankproduct as rp
 from . import rankset
 from . import rankupdate as ru
 from .replay import _frac, coords_text
@@ -61,7 +62,13 @@ def _update_negation(env, g, stated):
     coefficient is below 1 (the norm above max_norm), or a divisor that is not 1."""
     key = f"{zlib.crc32(g.group.encode()):08x}"
     cons, arms = [], []
+    divs = rp.combined(stated)  # two or more divisors: the product on each rank (encode_rankproduct)
+    if divs:
+        arm, ranks = rp.product_arm(env, divs, key)
+        arms.append(("product", arm))
     for i, o in enumerate(stated):
+        if o in divs:
+            continue
         two = rank_set_splits(env, o) if o.verb in rankset.VERBS else z3.Or([env.size(a) >= 2 for a in o.axes])
         if o.verb in ru.CLIPS:
             norm, cap = env.sess.real(f"ru_norm_{key}"), env.sess.real(f"ru_max_{key}")
@@ -74,7 +81,8 @@ def _update_negation(env, g, stated):
 
     def extract(model):
         i = next(i for i, a in arms if value_of(model, a))
-        return {"kind": "rank0_update", "sizes": env.size_values(model), "which": i}
+        out = {"kind": "rank0_update", "sizes": env.size_values(model), "which": i}
+        return {**out, "ranks": ranks(model)} if i == "product" else out
 
     return cons, extract
 
@@ -83,6 +91,8 @@ def replay_update(ctx, w, g, stated):
     """Rank 0 and rank 1 of the first named axis with two or more ranks; per-element gradient 1,
     learning rate 1: rank 0 applies the coefficient (a norm of 2 against max_norm 1: 1/2; or 1/X),
     rank 1 applies 1, single-device training applies the coefficient to every element."""
+    if w.get("which") == "product":
+        return rp.replay_product(ctx, w, g, rp.combined(stated))
     sizes = w["sizes"]
     o = stated[w.get("which", 0)]
     if o.verb == rankset.CLIP:
@@ -105,6 +115,9 @@ def replay_update(ctx, w, g, stated):
     if two is None:
         return None
     r0, r1 = (coords_text(names, c) for c in two)
+    if o.verb in rankset.VERBS:  # the axis the two ranks differ on (one sharding g there, if any)
+        apart = [a for a in o.axes if two[0][names.index(a)] != two[1][names.index(a)]]
+        axis = next((a for a in apart if a in g.shard_axes), apart[0])
     sharded = axis in g.shard_axes
     if o.verb in ru.CLIPS:
         eq = (f"the {g.group} update on {r1} is -1 per element, on {r0} -{_frac(coef)}; single-device training clips "
@@ -120,11 +133,21 @@ def replay_update(ctx, w, g, stated):
             + (f"{g.group} is sharded over {axis}, so its shards are scaled unlike one another" if sharded else
                f"{g.group} is replicated over {axis}, so its replicas drift apart from this step on"),)
     labels = (("rank 0" if o.verb not in SUBSET_VERBS else "rank A", "rank B") if o.verb not in rankset.VERBS else
-              (f"{axis} rank {two[0][names.index(axis)]} (named)", f"{axis} rank {two[1][names.index(axis)]} (not named)"))
+              _set_labels(o, names, sizes, two))
     return Counterexample(ctx.sizes_tuple(sizes), ((labels[0], r0), (labels[1], r1)),
                           (("per-element gradient", "1 on every rank (after the reductions)"), ("learning rate", "1"),
                            ("coefficient applied", f"{_frac(coef)} on {r0}, 1 on {r1}")),
                           eq, diag, ctx.command(sizes))
+
+
+def _set_labels(o, names, sizes, two) -> tuple[str, str]:
+    """The named rank and the one not named, by their index in the statement's process group."""
+    if len(o.axes) == 1:
+        i = names.index(o.axes[0])
+        return f"{o.axes[0]} rank {two[0][i]} (named)", f"{o.axes[0]} rank {two[1][i]} (not named)"
+    group = f"({', '.join(o.axes)})"
+    k0, k1 = (rankset.index_of(o, dict(zip(names, c)), sizes) for c in two)
+    return f"rank {k0} of {group} (named)", f"rank {k1} of {group} (not named)"
 
 
 def _two_ranks(o, names, sizes, axis) -> tuple[list[int], list[int]]:
@@ -140,26 +163,29 @@ def _two_ranks(o, names, sizes, axis) -> tuple[list[int], list[int]]:
 def rankset_ranks(ctx, o, names, sizes, axis) -> tuple[list[int], list[int]] | None:
     """The first rank of ``axis`` the statement names and the first it does not (check.rankset.applied),
     every other axis at rank 0; None where the named ranks are none or all of the axis at these sizes."""
-    on = rankset.applied(o, sizes[axis], resolver(ctx.bindings, {k: Fraction(v) for k, v in sizes.items()}))
-    off = next((k for k in range(sizes[axis]) if k not in on), None)
+    n = rankset.group_size(o, sizes)
+    on = rankset.applied(o, n, resolver(ctx.bindings, {k: Fraction(v) for k, v in sizes.items()}))
+    off = next((k for k in range(n) if k not in on), None)
     if not on or off is None:
         return None
-    return ([on[0] if a == axis else 0 for a in names], [off if a == axis else 0 for a in names])
+    c_on, c_off = rankset.coords(o, on[0], sizes), rankset.coords(o, off, sizes)
+    return ([c_on.get(a, 0) for a in names], [c_off.get(a, 0) for a in names])
 
 
 def replay_nowhere(ctx, w, g, o):
     """A clip named on no rank of the axis at the witness's sizes: every rank steps unclipped."""
-    sizes, axis = w["sizes"], o.axes[0]
+    sizes, axis = w["sizes"], o.axes[0] if len(o.axes) == 1 else f"({', '.join(o.axes)})"
     leaf = resolver(ctx.bindings, {k: Fraction(v) for k, v in sizes.items()})
-    if rankset.applied(o, sizes[axis], leaf):
+    n = rankset.group_size(o, sizes)
+    if rankset.applied(o, n, leaf):
         return None
     names = ctx.step.axes
     r0 = coords_text(names, [0] * len(names))
-    eq = (f"the {g.group} update on every rank is -1 per element (none of {axis}'s {sizes[axis]} ranks is named); "
+    eq = (f"the {g.group} update on every rank is -1 per element (none of {axis}'s {n} ranks is named); "
           "single-device training clips every element, by -1/2")
     diag = (f"the clip coefficient max_norm / ‖grad‖ = 1 / 2 (global norm 2, max_norm 1) is applied to the {g.group} "
-            f"gradient on {rankset.where(o)} only (override {o.verb} at line {o.span.line}), and at {axis} = "
-            f"{sizes[axis]} none of them is a rank of {axis}: no rank clips",)
+            f"gradient on {rankset.where(o)} only (override {o.verb} at line {o.span.line}), and at "
+            f"{', '.join(f'{a} = {sizes[a]}' for a in o.axes)} none of them is a rank of {axis}: no rank clips",)
     return Counterexample(ctx.sizes_tuple(sizes), ((f"{axis} rank 0 (not named)", r0),),
                           (("per-element gradient", "1 on every rank (after the reductions)"), ("learning rate", "1"),
                            ("coefficient applied", "1 on every rank, 1/2 by single-device training")),
@@ -269,7 +295,9 @@ def rank_set_splits(env, o):
     named ranks r1..rm are values of the sizes; a rank k in [0, n) is named where some ri = k; among
     0..m one is not named, so "some rank is not named" is a finite disjunction. A clip named on no
     rank at a size is applied nowhere there, where single-device training clips: a violation too."""
-    n = z3.ToReal(env.size(o.axes[0]))
+    n = z3.RealVal(1, env.sess.ctx)
+    for a in o.axes:  # the process group over the named axes: the product of their sizes
+        n = n * z3.ToReal(env.size(a))
     rs = [env.value(r) for r in o.ranks or ()]
     rs = [r if z3.is_expr(r) else z3.RealVal(str(r), env.sess.ctx) for r in rs]  # a let folds to a number
     some = z3.Or([z3.And(z3.IsInt(r), r >= 0, r < n) for r in rs])

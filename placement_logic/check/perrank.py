@@ -27,6 +27,7 @@ from dataclasses import replace
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir.overrides import OverrideTarget
+from . import rankcount
 
 VERB = "rank0_only"
 
@@ -47,6 +48,7 @@ def stated(overrides: tuple[ir.Override, ...], group: str) -> ir.Override | None
 def apply(groups: list, overrides: tuple[ir.Override, ...]) -> list:
     """Each group's rank-0 axes, with PL170 and PL506 where the statement cannot be read."""
     out = [_one(g, stated(overrides, g.group)) for g in groups]
+    out = rankcount.apply(out, overrides)  # a count on any set of one axis's ranks
     for o in overrides:
         if o.target != OverrideTarget.CLIP_NORM or o.verb != VERB:
             continue

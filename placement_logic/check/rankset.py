@@ -1,5 +1,5 @@
-"""Per-rank operations on any set of an axis's ranks: a clip coefficient or a divisor applied on the
-ranks R1, R2, ... of one axis only.
+"""Per-rank operations on any set of ranks of one axis (or of the process group over several): a clip
+coefficient or a divisor applied on the ranks R1, R2, ... only.
 
 Input: a plan. Output: the located errors of a statement the step cannot read (``check_override``:
 PL191, PL192, PL506), the ranks a statement applies on at given sizes (``applied``, for the replay),
@@ -17,6 +17,10 @@ axis's ranks but not all, two ranks of the axis step g by different coefficients
 no rank it is applied nowhere, where single-device training clips (both ``SC update[g]``, with
 ``check.rankupdate``'s rank-0 operations); a divisor named on no rank divides nowhere (the derived step). ``ranks (0)`` is ``clip_rank0_only`` /
 ``divide_rank0_only`` over one axis; ``ranks (pp - 1)`` is ``divide_last_only``.
+
+Over several axes, ``over (A, B) ranks (R1, ...)`` names ranks of the process group over A and B:
+a device's rank in it is its coordinates on A, B, ... read as one number, the first axis the most
+significant (rank a·|B| + b, as a device mesh flattened over ("A", "B") numbers them), n = |A|·|B|.
 """
 
 from __future__ import annotations
@@ -48,10 +52,36 @@ def head(o: ir.Override) -> str:
 
 def where(o: ir.Override) -> str:
     """The ranks the statement applies on, for messages."""
-    return f"{ranks_text(o)} of {(o.axes or ('?',))[0]}"
+    axes = o.axes or ("?",)
+    return f"{ranks_text(o)} of {axes[0] if len(axes) == 1 else '(' + ', '.join(axes) + ')'}"
 
 
-def _file_sizes(plan: ir.Plan) -> dict[str, Fraction]:
+def group_size(o: ir.Override, sizes: dict) -> int:
+    """The ranks of the process group over the statement's axes: the product of their sizes."""
+    n = 1
+    for a in o.axes or ():
+        n *= sizes[a]
+    return n
+
+
+def index_of(o: ir.Override, coord: dict[str, int], sizes: dict) -> int:
+    """A device's rank in the process group over the statement's axes (its coordinates there, first axis most
+    significant)."""
+    k = 0
+    for a in o.axes or ():
+        k = k * sizes[a] + coord[a]
+    return k
+
+
+def coords(o: ir.Override, index: int, sizes: dict) -> dict[str, int]:
+    """The coordinates on the statement's axes of the group's rank ``index`` (first axis most significant)."""
+    out = {}
+    for a in reversed(o.axes or ()):
+        index, out[a] = divmod(index, sizes[a])
+    return out
+
+
+def file_sizes(plan: ir.Plan) -> dict[str, Fraction]:
     """The mesh sizes the file gives (those that are numbers)."""
     out = {}
     for a in plan.mesh.axes:
@@ -66,30 +96,38 @@ def check_override(plan: ir.Plan) -> None:
     """PL192 where a rank set is not over exactly one axis, PL191 where a rank is not one of the axis's
     ranks at the file's mesh size (resolve checks it first, with the file's lets: this catches a strategy's
     statement once its axes are bound), PL506 where a rank is named twice."""
-    sizes = _file_sizes(plan)
+    sizes = file_sizes(plan)
     for o in plan.overrides:
         if o.target != OverrideTarget.GRADS or o.verb not in VERBS:
             continue
-        if len(o.axes or ()) != 1:
-            raise _err(Code.RANK_SET_AXES, f"{head(o)}: a rank set names ranks of one axis (a rank index of that "
-                       f"axis's process group); it names {len(o.axes or ())} axes here", o)
-        axis = o.axes[0]
-        seen: list[Fraction] = []
-        for r in o.ranks or ():
-            try:
-                v = Fraction(fold(r, resolver({}, sizes)))
-            except (DiagnosticError, TypeError, ValueError, ZeroDivisionError):
-                continue  # a rank of sizes the file does not fix: read at every size by the obligation
-            n = sizes.get(axis)
-            if v.denominator != 1 or v < 0 or (n is not None and v >= n):
-                size = f" of {n} ranks" if n is not None else ""
-                shown = _num(v) if isinstance(r, ir.Const) else f"{ir.show(r)} = {_num(v)}"
-                raise _err(Code.RANK_OUT_OF_RANGE, f"{head(o)}: rank {shown} is not a rank of "
-                           f"{axis}{size} (its ranks are 0 .. {axis} - 1)", o)
-            if v in seen:
-                raise _err(Code.OVERRIDE_NO_EFFECT, f"{head(o)} changes nothing the second time it names rank "
-                           f"{_num(v)}: a rank applies the operation once however often it is named", o)
-            seen.append(v)
+        if not o.axes:
+            raise _err(Code.RANK_SET_AXES, f"{head(o)}: a rank set names ranks of a process group over the axes "
+                       "it names; it names none here", o)
+        check_one(o, sizes)
+
+
+def check_one(o: ir.Override, sizes: dict[str, Fraction]) -> None:
+    """PL191 and PL506 for the ranks of one statement (also check.rankcount's): over one axis, or over
+    the process group of several (its size the product of theirs)."""
+    axis = o.axes[0] if len(o.axes) == 1 else f"({', '.join(o.axes)})"
+    known = all(a in sizes for a in o.axes)
+    seen: list[Fraction] = []
+    for r in o.ranks or ():
+        try:
+            v = Fraction(fold(r, resolver({}, sizes)))
+        except (DiagnosticError, TypeError, ValueError, ZeroDivisionError):
+            continue  # a rank of sizes the file does not fix: read at every size by the obligation
+        n = group_size(o, sizes) if known else None
+        if v.denominator != 1 or v < 0 or (n is not None and v >= n):
+            size = f" of {n} ranks" if n is not None else ""
+            shown = _num(v) if isinstance(r, ir.Const) else f"{ir.show(r)} = {_num(v)}"
+            last = " * ".join(o.axes)
+            raise _err(Code.RANK_OUT_OF_RANGE, f"{head(o)}: rank {shown} is not a rank of "
+                       f"{axis}{size} (its ranks are 0 .. {last} - 1)", o)
+        if v in seen:
+            raise _err(Code.OVERRIDE_NO_EFFECT, f"{head(o)} changes nothing the second time it names rank "
+                       f"{_num(v)}: a rank applies the operation once however often it is named", o)
+        seen.append(v)
 
 
 def _num(v: Fraction) -> str:

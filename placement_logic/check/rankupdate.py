@@ -30,7 +30,7 @@ from __future__ import annotations
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir.overrides import OverrideTarget, OverrideVerb
-from . import clipagg, rankset
+from . import clipagg, rankcount, rankset
 from .clipagg import plan_norm  # noqa: F401 - read by encode_rankupdate as ru.plan_norm
 from .subgroups import SUBSET_VERBS
 
@@ -96,6 +96,7 @@ def scale_pending(groups, reduced: tuple[str, ...], local: tuple[str, ...]) -> l
 def check_override(plan: ir.Plan, groups) -> None:
     """PL506 where a statement changes nothing (PL191, PL192: check.rankset)."""
     rankset.check_override(plan)
+    rankcount.check_override(plan)
     for o in plan.overrides:
         if o.target == OverrideTarget.GRADS and o.verb in RANK0_VERBS:
             _check_axes(o)

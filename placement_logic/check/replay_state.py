@@ -12,9 +12,10 @@ from __future__ import annotations
 from fractions import Fraction
 from itertools import product
 
-from . import clipagg, kvnorm, perrank
+from . import clipagg, kvnorm, perrank, rankcount
 from .replay import Context, _frac, coords_text
 from .report import Counterexample
+from .values import resolver
 
 Coord = tuple[int, ...]
 
@@ -47,11 +48,13 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
         return None  # a size that is no multiple of the kv heads copied over it: no such mesh
     devices = _devices(ctx, sizes)
     placed: dict[tuple[str, Coord], object] = {}
+    leaf = resolver(ctx.bindings, {k: Fraction(v) for k, v in sizes.items()})
     for (group, block), v in w["blocks"].items():
         if not v:
             continue
         g = step.group(group)
-        shard = tuple(1 if a in block else 0 for a in g.shard_axes)
+        slot = rankcount.slots(g, sizes, leaf)  # count_on_ranks: the observer's piece on a named rank
+        shard = tuple(slot[a][a in block] if a in slot else 1 if a in block else 0 for a in g.shard_axes)
         if any(c >= sizes[a] for a, c in zip(g.shard_axes, shard)):
             return None
         placed[(group, shard)] = v
@@ -79,9 +82,10 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
                 # the duplicate filter: a copy is counted on rank 0 of every filtered axis only (a copied kv
                 # head on the first rank of its copy group)
                 counted = bool(v) and all(dev[pos[a]] == 0 for a in set(g_axes)
-                                          if a not in g.shard_axes and a in g.clip_filter) \
+                                          if a not in g.shard_axes and a in rankcount.filtered(g)) \
                     and all(dev[pos[a]] == 0 for a in g.clip_rank0) \
-                    and kvnorm.counted_copy(g, dev, pos, sizes, g_axes)  # rank0_only (perrank)
+                    and kvnorm.counted_copy(g, dev, pos, sizes, g_axes) \
+                    and rankcount.counted(g, dev, pos, sizes, leaf)  # rank0_only (perrank), count_on_ranks
                 dc = 1
                 if counted and g.double_count:
                     tie = [d for d in g.dims if d.tie]
@@ -142,7 +146,7 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
             diag.append(f"squared norms{of} are summed too often over ({', '.join(sorted(extra))})")
     for g in step.groups:
         copies = [a for a in dict.fromkeys(g.clip_axes or ()) if a not in g.shard_axes and a not in g.clip_filter
-                  and a in derived and sizes[a] >= 2]  # (an axis outside the derived sum is reported above)
+                  and a in derived and sizes[a] >= 2 and a not in rankcount.axes(g)]  # (else: above; rank sets: below)
         if copies:
             diag.append(f"{g.group} is replicated over ({', '.join(copies)}) and its squared norm is summed there "
                         "with no duplicate filter: every copy is counted")
@@ -153,6 +157,7 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
         if avg:
             diag.append(f"{g.group} is counted in the norm on rank 0 of ({', '.join(avg)}) only and the ranks' "
                         f"values are averaged there: its squared norm divided by {'·'.join(avg)}")
+        diag += rankcount.diagnosis(g, sizes, resolver(ctx.bindings, {k: Fraction(v) for k, v in sizes.items()}))
         lost = perrank.dropped(g, lambda a: sizes[a] >= 2)
         if lost:
             diag.append(f"{g.group} is counted in the norm on rank 0 of ({', '.join(lost)}) only (override at line "

@@ -41,6 +41,9 @@ class GroupModel:
     clip_sqrt: bool = False  # each rank's root taken before the reduction (clip_norm: sqrt_before_reduce)
     clip_rank0: tuple[str, ...] = ()  # axes of clip_axes where the group is counted on rank 0 only (perrank)
     clip_rank0_span: Span = NO_SPAN
+    # (axis, ranks): axes of clip_axes where the group is counted on the named ranks only (rankcount)
+    clip_ranks: tuple = ()
+    clip_ranks_span: Span = NO_SPAN
     # axes of its norm reduction over which the group's copied kv heads are each counted (no filter: check.kvnorm)
     clip_copies: tuple[str, ...] = ()
     clip_copies_span: Span = NO_SPAN

@@ -162,11 +162,14 @@ def _divisors(plan: ir.Plan, groups) -> None:
                 if found:
                     stated.append(found[-1])
                     break
+        if len(stated) > 1 and len({tuple(o.axes or ()) for o in stated}) == 1 and len(stated[0].axes or ()) == 1:
+            continue  # over one common axis: each rank applies the product of those naming it (encode_rankproduct)
         if len(stated) > 1:
             later = max(stated, key=lambda o: (o.span.line, o.span.column))
             raise _err(Code.RANK_SET_DIVISORS, f"{head(later)}: the {g.group} gradient has another divisor on a set of "
-                       f"ranks ({', '.join(o.verb for o in stated if o is not later)}); state one per group (two may "
-                       "add up to a division on every rank: state that as grads: divide by)", later)
+                       f"ranks ({', '.join(o.verb for o in stated if o is not later)}) over other axes; divisors on sets "
+                       "of ranks for one group are read over one common axis (each rank applies the product of those "
+                       "naming it)", later)
 
 
 def check_override(plan: ir.Plan, groups) -> None:

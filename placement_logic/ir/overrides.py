@@ -48,6 +48,9 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "sqrt_before_reduce": (False, False),
         # a group's squared norm counted on rank 0 of these axes only (not marked model-parallel: check.perrank)
         "rank0_only": (True, False),
+        # a group's squared norm counted on the ranks R1, R2, ... of the named axis only (ranks (R1, ...): a norm
+        # filter that keeps the group on some ranks, rank0_only being ranks (0); check.rankcount)
+        "count_on_ranks": (True, False),
         # each rank's squared norm plus EPS before the reduction: Σ (s + ε), not Σ s + ε (check.rankupdate)
         "eps_before_reduce": (False, True),
         # the norm's reduction over each of these axes run within blocks of B consecutive ranks (check.subgroups)
@@ -158,7 +161,8 @@ LAYOUT_ITEMS = ("inputs", "labels", "loss_mask", "position_ids", "causal_mask")
 
 
 # the (target, verb) pairs that take (and need) a ``ranks (R1, R2, ...)`` clause: the ranks of the axis it is on
-TAKES_RANKS: frozenset[tuple[str, str]] = frozenset({("grads", "clip_on_ranks"), ("grads", "divide_on_ranks")})
+TAKES_RANKS: frozenset[tuple[str, str]] = frozenset({("grads", "clip_on_ranks"), ("grads", "divide_on_ranks"),
+                                                     ("clip_norm", "count_on_ranks")})
 
 
 class OverrideTarget(StrEnum):
@@ -203,6 +207,7 @@ class OverrideVerb(StrEnum):
     DIVIDE_LAST_ONLY = "divide_last_only"
     CLIP_ON_RANKS = "clip_on_ranks"
     DIVIDE_ON_RANKS = "divide_on_ranks"
+    COUNT_ON_RANKS = "count_on_ranks"
     REDUCE_BLOCKS = "reduce_blocks"
     COUNT_COPIES = "count_copies"
     REDUCE_STRIDED = "reduce_strided"

@@ -38,13 +38,15 @@ NOT_MODELLED = {
                      "clip_norm: reduce_blocks / reduce_strided / reduce_first over (AXES) by E); groups of unequal "
                      "sizes and a group across two axes' ranks other than their product are out of scope",
     "rank": "every device of an axis runs the same step; of the operations on some of its ranks only these are "
-            "modelled: a group's part of the grad norm on rank 0 (override clip_norm[g]: rank0_only over (AXES)), its "
+            "modelled: a group's part of the grad norm on rank 0 or on any set of one axis's ranks (override "
+            "clip_norm[g]: rank0_only over (AXES), count_on_ranks over (AXIS) ranks (R1, ...)), its "
             "clip coefficient or a divisor on rank 0 (override grads[g]: clip_rank0_only / divide_rank0_only over "
             "(AXES)), a divisor on the last rank or every rank but it (override grads[g]: divide_last_only / "
             "divide_except_last over (AXES) by X), and a clip or a divisor on any set of one axis's ranks (override "
             "grads[g]: clip_on_ranks / divide_on_ranks over (AXIS) ranks (R1, ...))",
     "one_rank": "every device of an axis runs the same step; of the operations on some of its ranks only these are "
-                "modelled: a group's part of the grad norm on rank 0 (override clip_norm[g]: rank0_only over (AXES)), "
+                "modelled: a group's part of the grad norm on rank 0 or on any set of one axis's ranks (override "
+                "clip_norm[g]: rank0_only over (AXES), count_on_ranks over (AXIS) ranks (R1, ...)), "
                 "its clip coefficient or a divisor on rank 0 (override grads[g]: clip_rank0_only / divide_rank0_only "
                 "over (AXES)), a divisor on the last rank or every rank but it (override grads[g]: "
                 "divide_last_only / divide_except_last over (AXES) by X), and a clip or a divisor on any set of one "
@@ -281,7 +283,8 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
 
 def _ranks_in_range(vals: Values, o: ir.Override, ranks: tuple[ir.Value, ...]) -> bool:
     """PL191 where a rank of a one-axis rank set is a number (with the file's sizes and lets) that is not a
-    whole number from 0 to the axis's size minus 1; a set over several axes is PL192 (check.rankset)."""
+    whole number from 0 to the axis's size minus 1; a set over several axes is checked by check.rankset (the
+    group's size the product of theirs)."""
     if len(o.axes or ()) != 1:
         return True
     axis = o.axes[0]

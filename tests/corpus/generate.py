@@ -752,6 +752,28 @@ mutant("clip_rank0_experts_moe_3d", "moe_3d",
 mutant("clip_rank0_zero2_dp", "zero2",
        "every group's dp shard counted in the norm on dp rank 0 only under ZeRO-2 (`clip_norm: rank0_only over "
        "(dp)`).", ["override clip_norm: rank0_only over (dp)"], ["SC clip_norm"])
+# a group's squared norm counted on a set of one axis's ranks (check.rankcount)
+SHARED = "a tied embedding counted on the first and the last stage (NVIDIA/Megatron-LM#7227, #7228)"
+OWN_RANK = "every rank reading rank 0 for itself in the duplicate filter (NVIDIA/Megatron-LM#7359)"
+ETP_OWNER = "expert gradients filtered with the dense tensor group's rank (NVIDIA/Megatron-LM#6470)"
+mutant("count_ranks_tied_first_last_1f1b", "1f1b",
+       "the tied embedding counted in the norm on the first and the last pipeline stage (`clip_norm[embedding]: "
+       "count_on_ranks over (pp) ranks (0, pp - 1)`): two copies from pp = 2 on.",
+       ["override clip_norm[embedding]: count_on_ranks over (pp) ranks (0, pp - 1)"], ["SC clip_norm"], mirrors=SHARED)
+mutant("count_ranks_norms_every_rank_tp", "tp",
+       "the layer norms, whole on every tp rank, counted on tp ranks 0-7 beside a written sum over tp "
+       "(`clip_norm[norms]: count_on_ranks over (tp) ranks (0, 1, 2, 3, 4, 5, 6, 7)`): a copy per named rank.",
+       ["override clip_norm[norms]: reduce over (tp)",
+        "override clip_norm[norms]: count_on_ranks over (tp) ranks (0, 1, 2, 3, 4, 5, 6, 7)"], ["SC clip_norm"],
+       mirrors=OWN_RANK)
+mutant("count_ranks_experts_rank0_ep", "ep",
+       "the experts, split over ep, counted in the norm on ep rank 0 only (`clip_norm[experts]: count_on_ranks over "
+       "(ep) ranks (0)`): the other ranks' experts are dropped.",
+       ["override clip_norm[experts]: count_on_ranks over (ep) ranks (0)"], ["SC clip_norm"], mirrors=ETP_OWNER)
+mutant("count_ranks_dense_last_ranks_tp", "tp",
+       "the dense weights, sharded over tp, counted on tp ranks 1 and tp - 1 only (`clip_norm[dense]: count_on_ranks "
+       "over (tp) ranks (1, tp - 1)`): rank 0's shard is dropped, and from tp = 4 on the middle ranks' too.",
+       ["override clip_norm[dense]: count_on_ranks over (tp) ranks (1, tp - 1)"], ["SC clip_norm"])
 mutant("tokens_clamped_ddp", "ddp",
        "each microbatch's token count clamped to >= 1 on its rank before the sum over microbatches and the "
        "all-reduce over dp (`tokens: clamp_before_reduce`).", ["override tokens: clamp_before_reduce"],
@@ -787,6 +809,29 @@ mutant("update_divide_rank0_pp", "1f1b",
        "the first pipeline stage dividing its gradient by the microbatches again (`grads: divide_rank0_only over "
        "(pp) by 4`): the stages' gradients are scaled unlike one another.",
        ["override grads: divide_rank0_only over (pp) by 4"], [f"SC update[{g}]" for g in ALL4], mirrors=STAGE_SCALED)
+# a divisor or a clip on ranks of the process group over two axes (check.rankset: the first axis most significant)
+SCALER = "a GradScaler scale that differs across processes (pytorch/pytorch#136009)"
+mutant("update_divide_global_ranks_pp", "1f1b",
+       "a division again on global ranks 0 and 1 of the (pp, dp) topology (`grads: divide_on_ranks over (pp, dp) "
+       "ranks (0, 1) by 4`: two replicas of stage 0 at dp = 8, stages 0 and 1 at dp = 1).",
+       ["override grads: divide_on_ranks over (pp, dp) ranks (0, 1) by 4"],
+       [f"SC update[{g}]" for g in ALL4], mirrors=STAGE_SCALED)
+mutant("update_divide_last_process_tp", "tp",
+       "the last process of a (dp, tp) mesh unscaling by half the others' loss scale (`grads: divide_on_ranks over "
+       "(dp, tp) ranks (dp * tp - 1) by 1 / 2`).",
+       ["override grads: divide_on_ranks over (dp, tp) ranks (dp * tp - 1) by 1 / 2"],
+       [f"SC update[{g}]" for g in ALL4], mirrors=SCALER)
+# two or more divisors on sets of one axis's ranks: each rank applies their product (check.encode_rankproduct)
+mutant("update_divisor_product_pp", "1f1b",
+       "every stage but the last dividing by 4 and stage 0 by 4 again (`grads: divide_except_last over (pp) by 4` "
+       "and `divide_on_ranks over (pp) ranks (0) by 4`): products 16, 4, ..., 1 along the pipeline.",
+       ["override grads: divide_except_last over (pp) by 4", "override grads: divide_on_ranks over (pp) ranks (0) by 4"],
+       [f"SC update[{g}]" for g in ALL4], mirrors=STAGE_SCALED)
+mutant("update_divisor_product_ddp", "ddp",
+       "the last two dp ranks unscaling by half the scale and the last by half again (`grads: divide_on_ranks over "
+       "(dp) ranks (dp - 2, dp - 1) by 1 / 2` and `divide_last_only over (dp) by 1 / 2`).",
+       ["override grads: divide_on_ranks over (dp) ranks (dp - 2, dp - 1) by 1 / 2",
+        "override grads: divide_last_only over (dp) by 1 / 2"], [f"SC update[{g}]" for g in ALL4], mirrors=SCALER)
 # a reduction over blocks of an axis's ranks; divisors on every rank but the last or the last only (check.subgroups)
 NODE_GROUP = "the data-parallel gradient sync given the in-node group (laekov/fastmoe#105, #106)"
 MP_BLOCKS = "expert norms all-reduced over the model-parallel blocks, not every expert rank (laekov/fastmoe#169)"
@@ -1272,6 +1317,19 @@ with_base("clip_rank0_copies_ddp", "ddp",
           "DDP's squared norms summed over dp with every group counted on dp rank 0 only: each dp rank holds the "
           "whole reduced gradient, so rank 0's copy is the norm.",
           ["override clip_norm: reduce over (dp)", "override clip_norm: rank0_only over (dp)"])
+with_base("count_ranks_tied_last_stage_1f1b", "1f1b",
+          "the tied embedding counted in the norm on the last pipeline stage only (`clip_norm[embedding]: "
+          "count_on_ranks over (pp) ranks (pp - 1)`): one copy at every pipeline size, as the derived filter's.",
+          ["override clip_norm[embedding]: count_on_ranks over (pp) ranks (pp - 1)"])
+with_base("count_ranks_norms_rank0_tp", "tp",
+          "the layer norms and biases counted on tp rank 0 beside a written sum over tp, as a rank set "
+          "(`clip_norm[g]: count_on_ranks over (tp) ranks (0)`): rank0_only over (tp), the duplicate filter.",
+          ["override clip_norm: reduce over (tp)", "override clip_norm[norms]: count_on_ranks over (tp) ranks (0)",
+           "override clip_norm[biases]: count_on_ranks over (tp) ranks (tp - 1)"])
+with_base("divisor_product_cancels_pp", "1f1b",
+          "pipeline rank 0 dividing by 2 and by 1/2 (`grads: divide_on_ranks over (pp) ranks (0) by 2` and "
+          "`divide_rank0_only over (pp) by 1 / 2`): the product on every rank is 1.",
+          ["override grads: divide_on_ranks over (pp) ranks (0) by 2", "override grads: divide_rank0_only over (pp) by 1 / 2"])
 with_base("clip_eps_averaged_ddp", "ddp",
           "each rank's squared norm plus an epsilon before an all-reduce with AVG over dp: the average of "
           "s + ε over copies is s + ε, single-device training's value.",
