@@ -113,3 +113,62 @@ def replay_product(ctx, w, g, divs):
                           (("per-element gradient", "1 on every rank (after the reductions)"), ("learning rate", "1"),
                            ("divisor product", f"{_frac(prod[k1])} on {dev[k1]}, {_frac(prod[k2])} on {dev[k2]}")),
                           eq, diag, ctx.command(sizes))
+
+
+# --------------------------------------------------------------------------- a divisor every rank applies
+
+
+def divisors(stated: list) -> list:
+    """The divisor statements on sets of ranks of a group (one or more)."""
+    return [o for o in stated if o.verb in DIVIDES]
+
+
+def uniform_arm(env, divs, key: str):
+    """z3: some rank k of the statements' common axis applies a product of the divisors other than 1. The
+    arms above catch two ranks that differ; this one also catches a product every rank applies alike (the
+    named ranks all of the axis at its size, or an axis of one rank): the gradient divided again on every
+    rank, where the derived step's own normalisation already makes single-device training's. None where
+    the statements name several axes or different ones."""
+    axis = divs[0].axes[0] if divs[0].axes else None
+    if axis is None or any(tuple(o.axes or ()) != (axis,) for o in divs):
+        return None
+    n = env.size(axis)
+    k = env.sess.int(f"rp_u_{key}")
+    return z3.And(k >= 0, k < n, _product(env, divs, k, n) != 1), lambda model: value_of(model, k)
+
+
+def replay_uniform(ctx, w, g, divs):
+    """Rank k of the axis (every other axis at 0), per-element gradient 1 and learning rate 1: it applies
+    1 / (the product of the divisors naming it); single-device training applies 1."""
+    sizes, k = w["sizes"], w["rank"]
+    axis = divs[0].axes[0]
+    n = sizes[axis]
+    if not 0 <= k < n:
+        return None
+    leaf = resolver(ctx.bindings, {a: Fraction(v) for a, v in sizes.items()})
+    prods = []
+    for j in range(n):
+        p = Fraction(1)
+        for o in divs:
+            if _applies(o, j, n, leaf):
+                p *= Fraction(fold(o.by, leaf))
+        prods.append(p)
+    if prods[k] == 1:
+        return None
+    names = ctx.step.axes
+    dev = coords_text(names, [k if a == axis else 0 for a in names])
+    every = len(set(prods)) == 1
+    eq = (f"the {g.group} update on {dev} is -{_frac(1 / prods[k])} per element; single-device training's is -1 "
+          f"(gradient 1, learning rate 1)")
+    stated = "; ".join(f"{o.verb} by {_frac(Fraction(fold(o.by, leaf)))} on {_where(o)} at line {o.span.line}"
+                       for o in divs)
+    diag = (f"the divisors on sets of {axis}'s ranks ({stated}) "
+            + (f"divide the {g.group} gradient by {_frac(prods[k])} on every rank of {axis} at {axis} = {n}: a "
+               "division beyond the step's own normalisation, so every rank steps by a fraction of single-device "
+               "training's update (a uniform rescaling is stated as `override grads: divide by X`)" if every else
+               f"divide the {g.group} gradient by {_frac(prods[k])} on {axis} rank {k} at {axis} = {n}, a division "
+               "beyond the step's own normalisation"),)
+    return Counterexample(ctx.sizes_tuple(sizes), ((f"{axis} rank {k}", dev),),
+                          (("per-element gradient", "1 on every rank (after the reductions)"), ("learning rate", "1"),
+                           ("divisor product", ", ".join(f"{_frac(p)} on {axis} rank {j}" for j, p in enumerate(prods)))),
+                          eq, diag, ctx.command(sizes))

@@ -77,11 +77,16 @@ def _update_negation(env, g, stated):
         else:
             arm = z3.And(two, env.value(o.by) != 1)
         arms.append((i, arm))
+    every = rp.uniform_arm(env, rp.divisors(stated), key) if rp.divisors(stated) else None
+    if every is not None:  # last: a product every rank applies alike (encode_rankproduct)
+        arms.append(("uniform", every[0]))
     cons.append(z3.Or([a for _, a in arms]))
 
     def extract(model):
         i = next(i for i, a in arms if value_of(model, a))
         out = {"kind": "rank0_update", "sizes": env.size_values(model), "which": i}
+        if i == "uniform":
+            return {**out, "rank": every[1](model)}
         return {**out, "ranks": ranks(model)} if i == "product" else out
 
     return cons, extract
@@ -93,6 +98,8 @@ def replay_update(ctx, w, g, stated):
     rank 1 applies 1, single-device training applies the coefficient to every element."""
     if w.get("which") == "product":
         return rp.replay_product(ctx, w, g, rp.combined(stated))
+    if w.get("which") == "uniform":
+        return rp.replay_uniform(ctx, w, g, rp.divisors(stated))
     sizes = w["sizes"]
     o = stated[w.get("which", 0)]
     if o.verb == rankset.CLIP:
