@@ -177,6 +177,11 @@ CODES: dict[str, tuple[str, str]] = {
     "PL244": ("optimizer-twice", "A parameter group given two optimizers in one section."),
     "PL245": ("optimizer-gather-elementwise", "optimizer[G]: gather or round_robin where G's update is element-wise or Dion's."),
     "PL246": ("optimizer-gather-idle", "optimizer[G]: gather over an axis that cuts no matrix of G."),
+    # groups of unequal sizes: PL250-PL252
+    "PL250": ("group-sizes", "The sizes of reduce_groups ... by (S1, S2, ...) that cannot partition the axis: a size "
+              "that is not a positive whole number, or a sum other than the axis's size."),
+    "PL251": ("groups-axis", "reduce_groups ... by (S1, S2, ...) over no axis or several, or a list of sizes given to a "
+              "verb that takes none."),
     # usage: PL3xx
     "PL301": ("bad-set", "A --set option that is not NAME=NUMBER or names nothing in the spec."),
     "PL302": ("unknown-plan", "A --plan option that names no plan in the spec."),
@@ -308,6 +313,8 @@ class Code(StrEnum):
     OPTIMIZER_TWICE = "PL244"
     OPTIMIZER_GATHER_ELEMENTWISE = "PL245"
     OPTIMIZER_GATHER_IDLE = "PL246"
+    GROUP_SIZES = "PL250"
+    GROUPS_AXIS = "PL251"
     BAD_SET = "PL301"
     UNKNOWN_PLAN = "PL302"
     SWEEP_TOO_LARGE = "PL310"

@@ -49,12 +49,34 @@ def extend(obs: list, step, ctx, plan, obligation) -> list:
                 ob.encode = _wrap(ob.encode, o, "clip_norm_blocks", "norm_blocks")
                 ob.replay = _wrap_replay(ob.replay, "norm_blocks", lambda w, o=o: replay_norm_blocks(ctx, w, o))
                 ob.span = o.span
+    return _pinned_elsewhere(obs, step, ctx, plan)
+
+
+def _pinned_elsewhere(obs: list, step, ctx, plan) -> list:
+    """Groups of the sizes S1, S2, ... describe their axis at the size S1 + S2 + ...; pinned at another size the
+    statement says nothing of the step, so the obligations that read it are unknown (never proved)."""
+    stated = [(g.group, sg.grad_blocks(plan, g.group)) for g in step.groups] + [(None, sg.norm_blocks(plan))]
+    for group, o in stated:
+        if o is None or o.verb != sg.GROUPS or o.axes[0] not in ctx.pinned:
+            continue
+        total = sum(sg.sizes_of(o))
+        if ctx.pinned[o.axes[0]] == total:
+            continue
+        why = (f"{o.axes[0]} is pinned at {ctx.pinned[o.axes[0]]}, but the groups of {sg.head(o)} (line {o.span.line}) "
+               f"hold {total} ranks: the statement describes {o.axes[0]} = {total} only; pin that size, or none")
+        names = {"SC clip_norm"} if group is None else {f"GI grads[{group}]", f"GI grads[{group}] blocks"}
+        for ob in obs:
+            if ob.name in names and not ob.unknown:
+                ob.unknown = why
     return obs
 
 
 def _cond(env, o):
     """E a positive whole number and a named axis cut into two groups or more: n > B (blocks), S >= 2 and
-    n >= 2 (strided groups: ranks 0 and 1 apart), n > K (the first K ranks)."""
+    n >= 2 (strided groups: ranks 0 and 1 apart), n > K (the first K ranks); the axis of the size S1 + S2 + ...
+    (consecutive groups, two or more: PL506 leaves no list of one)."""
+    if o.verb == sg.GROUPS:
+        return [], [(o.axes[0], env.size(o.axes[0]) == sum(sg.sizes_of(o)))]
     b = env.value(o.by)
     side = [b >= 1] + ([z3.IsInt(b)] if z3.is_real(b) else [])
     arms = []
@@ -105,6 +127,8 @@ def _wrap(orig, o, name, kind):
 
 
 def _block(ctx, o, sizes) -> Fraction:
+    if o.verb == sg.GROUPS:  # the first group's size: its first rank past rank 0's group
+        return Fraction(sg.sizes_of(o)[0])
     return Fraction(fold(o.by, resolver(ctx.bindings, {k: Fraction(v) for k, v in sizes.items()})))
 
 
@@ -116,16 +140,22 @@ def _ranks(ctx, sizes, axis, b, verb):
     return (coords_text(names, [0] * len(names)), coords_text(names, [other if a == axis else 0 for a in names]))
 
 
-def _cut(verb, b, n) -> bool:
-    """Whether groups of ``verb`` and ``b`` cut an axis of ``n`` ranks (the replay's side of ``_cond``)."""
+def _cut(o, b, n) -> bool:
+    """Whether groups of ``o``'s verb and ``b`` cut an axis of ``n`` ranks (the replay's side of ``_cond``)."""
+    verb = o.verb
+    if verb == sg.GROUPS:
+        return n == sum(sg.sizes_of(o)) and len(sg.sizes_of(o)) >= 2
     if b.denominator != 1 or b < 1:
         return False
     return b >= 2 and n >= 2 if verb == sg.STRIDED else b < n
 
 
-def _group_of(verb, b, n, axis) -> str:
+def _group_of(o, b, n, axis) -> str:
     """The group of the second replayed rank (``_ranks``), written out."""
-    b = int(b)
+    verb, b = o.verb, int(b)
+    if verb == sg.GROUPS:
+        s = sg.sizes_of(o)
+        return f"the sum over ranks {s[0]}..{s[0] + s[1] - 1} of {axis}, its group of {s[1]}"
     if verb == sg.STRIDED:
         ranks = list(range(1, n, b))
         shown = ", ".join(map(str, ranks[:4])) + (" ..." if len(ranks) > 4 else "")
@@ -140,10 +170,10 @@ def replay_grad_blocks(ctx, w, group, o):
     over the group of the replayed rank outside rank 0's group is 0."""
     sizes, axis = w["sizes"], w["axis"]
     b, n = _block(ctx, o, sizes), sizes[axis]
-    if not _cut(o.verb, b, n):
+    if not _cut(o, b, n):
         return None
     r0, r1 = _ranks(ctx, sizes, axis, b, o.verb)
-    eq = (f"the reduced {group} gradient on {r1} is 0 ({_group_of(o.verb, b, n, axis)}), on "
+    eq = (f"the reduced {group} gradient on {r1} is 0 ({_group_of(o, b, n, axis)}), on "
           f"{r0} 1; summed over all {n} ranks of {axis}, as single-device training sums every token's contribution, "
           "it is 1")
     diag = (f"the {group} gradient is reduced over {axis} within {sg.groups_text(o)} (override {o.verb} at line "
@@ -152,10 +182,16 @@ def replay_grad_blocks(ctx, w, group, o):
             "different gradients, none of them the global one",)
     return Counterexample(ctx.sizes_tuple(sizes), (("rank A", r0), ("rank B", r1)),
                           (("per-rank contribution", f"1 on {r0}, 0 on every other rank"),
-                           (_E_NAME.get(o.verb, "block size"), _frac(b))), eq, diag, ctx.command(sizes))
+                           _stated_row(o, b)), eq, diag, ctx.command(sizes))
 
 
 _E_NAME = {sg.STRIDED: "stride", sg.FIRST: "ranks in the group"}
+
+
+def _stated_row(o, b) -> tuple[str, str]:
+    if o.verb == sg.GROUPS:
+        return ("group sizes", ", ".join(map(str, sg.sizes_of(o))))
+    return (_E_NAME.get(o.verb, "block size"), _frac(b))
 
 
 def _wrap_replay(orig, kind, mine):
@@ -169,15 +205,15 @@ def replay_norm_blocks(ctx, w, o):
     holds 0."""
     sizes, axis = w["sizes"], w["axis"]
     b, n = _block(ctx, o, sizes), sizes[axis]
-    if not _cut(o.verb, b, n):
+    if not _cut(o, b, n):
         return None
     r0, r1 = _ranks(ctx, sizes, axis, b, o.verb)
     eq = (f"grad-norm² on {r1} = 0, on {r0} = 1, but the global value is 1: {r1} ("
-          f"{_group_of(o.verb, b, n, axis)}) clips by a norm that misses the shard of {r0}")
+          f"{_group_of(o, b, n, axis)}) clips by a norm that misses the shard of {r0}")
     diag = (f"the grad norm is reduced over {axis} within {sg.groups_text(o)} (override {o.verb} at line "
             f"{o.span.line}: a process group over part of the axis), not over the whole axis of {n} ranks whose "
             "shards it sums: each group's norm counts its own shards only, and the groups clip by different "
             "coefficients",)
     return Counterexample(ctx.sizes_tuple(sizes), (("rank A", r0), ("rank B", r1)),
                           (("squared norms s", f"1 on the shard of {r0}, 0 on every other shard"),
-                           (_E_NAME.get(o.verb, "block size"), _frac(b))), eq, diag, ctx.command(sizes))
+                           _stated_row(o, b)), eq, diag, ctx.command(sizes))
