@@ -14,9 +14,8 @@ from .. import ir
 from ..diagnostics import Code, Span, did_you_mean
 from ..frontend import surface
 from ..frontend.canonical import expr as surface_text
-from ..ir import actflow
+from ..ir import actflow, unequal
 from ..ir import losses as ir_losses
-from ..ir import unequal
 from ..ir.groups import BUILTIN as BUILTIN_GROUPS
 from ..ir.overrides import LAYOUT_ITEMS, TAKES_RANKS, TAKES_SIZES, OverrideTarget, OverrideVerb
 from .shapes import number
@@ -37,8 +36,9 @@ Options = dict[ir.State, dict[str, object]]
 NOT_MODELLED = {
     "process_group": "every reduction is over whole mesh axes or over groups over part of an axis: blocks of B "
                      "consecutive ranks, strided groups of stride S, the first K ranks only (override grads[g] / "
-                     "clip_norm: reduce_blocks / reduce_strided / reduce_first over (AXES) by E); groups of unequal "
-                     "sizes and a group across two axes' ranks other than their product are out of scope",
+                     "clip_norm: reduce_blocks / reduce_strided / reduce_first over (AXES) by E), consecutive groups "
+                     "of unequal sizes (reduce_groups over (AXIS) by (S1, S2, ...)); groups that are not runs of "
+                     "consecutive ranks and a group across two axes' ranks other than their product are out of scope",
     "rank": "every device of an axis runs the same step; of the operations on some of its ranks only these are "
             "modelled: a group's part of the grad norm on rank 0 (override clip_norm[g]: rank0_only over (AXES)), its "
             "clip coefficient or a divisor on rank 0 (override grads[g]: clip_rank0_only / divide_rank0_only over "
