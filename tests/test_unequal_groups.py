@@ -220,3 +220,15 @@ def test_random_plans_with_unequal_groups_agree_with_the_simulator(seed):
     assert keys and Verdict.UNKNOWN not in keys.values(), keys
     wrong = [(k, v.word) for k, v in keys.items() if (v is Verdict.REFUTED) != (k in found)]
     assert not wrong, (wrong, axes, parts, target, group)
+
+
+def test_sizes_written_with_lets_and_the_axis_are_folded_to_numbers(tmp_path):
+    """`by (k, dp - k)` with k = 3 and dp = 5: the groups of 3 and 2, priced on the group of 3, 2·2/3·2Ψ per device;
+    `inspect` shows the numbers."""
+    text = spec("  dp = 5", "override grads: reduce_groups over (dp) by (k, dp - k)").replace("model {", "let k = 3\nmodel {")
+    coll = _grad_sync(tmp_path, text)
+    assert abs(Fraction(coll[0]["bytes_per_device"]) - Fraction(2 * 2, 3) * 2 * PSI) < 1  # JSON rounds 8/3·10⁹
+    f = tmp_path / "s.place"
+    f.write_text(text)
+    rc, out, _ = run(["inspect", str(f)])
+    assert rc == 0 and "reduce_groups over (dp) by (3, 2)" in out

@@ -1,8 +1,8 @@
 """Consecutive groups of unequal sizes: ``reduce_groups over (AXIS) by (S1, S2, ...)``.
 
 Input: the sizes S1, S2, ... (numbers where known) and the axis's size. Output: whether they cut
-the axis (``problem``: the message of a PL250, or None), the group of a rank (``group_of``), the
-first rank of each group (``starts``). Rank i of the axis is in group j where S1 + ... + Sj <= i <
+the axis (``problem``: the message of a PL250, or None) and the first rank of each group
+(``starts``). Rank i of the axis is in group j where S1 + ... + Sj <= i <
 S1 + ... + S(j+1): the groups are runs of consecutive ranks, in order, a per-node group on nodes of
 unequal GPU counts or a hand-written ``new_group([0, 1, 2])``, ``new_group([3, 4])``.
 """
@@ -22,23 +22,6 @@ def starts(sizes: tuple[int, ...]) -> tuple[int, ...]:
         out.append(at)
         at += s
     return tuple(out)
-
-
-def group_of(sizes: tuple[int, ...], i: int) -> int:
-    """The index of the group rank i is in (the last group for a rank past the sum)."""
-    at = 0
-    for j, s in enumerate(sizes):
-        at += s
-        if i < at:
-            return j
-    return len(sizes) - 1
-
-
-def whole(values: tuple[Fraction | None, ...]) -> tuple[int, ...] | None:
-    """The sizes as whole numbers, or None where one is not a positive whole number."""
-    if any(v is None or v.denominator != 1 or v < 1 for v in values):
-        return None
-    return tuple(int(v) for v in values)
 
 
 def problem(head: str, exprs: tuple[Value, ...], values: tuple[Fraction | None, ...], axis: str,

@@ -303,12 +303,12 @@ def _group_sizes(vals: Values, o: surface.OverrideStmt, out: ir.Override, env: d
     sizes = tuple(vals.count(s, env, "a group's size") for s in o.sizes)
     if any(s is None for s in sizes):
         return None
-    why = unequal.problem(head, sizes, tuple(number(s, vals) for s in sizes), o.axes[0],
-                          number(ir.Sym(o.axes[0]), vals))
+    values = tuple(number(s, vals) for s in sizes)
+    why = unequal.problem(head, sizes, values, o.axes[0], number(ir.Sym(o.axes[0]), vals))
     if why is not None:
         vals.cx.error(Code.GROUP_SIZES, why, o.span)
         return None
-    return replace(out, sizes=sizes)
+    return replace(out, sizes=tuple(ir.const(v) for v in values))  # each a whole number (``problem``)
 
 
 def _ranks_in_range(vals: Values, o: ir.Override, ranks: tuple[ir.Value, ...]) -> bool:
