@@ -155,8 +155,12 @@ def test_grad_groups_agree_with_the_simulator_and_by_hand(parts):
         assert _ob(report, f"GI grads[{g}]").verdict is Verdict.REFUTED
         assert _sim(p, sizes, ("blocks", g)) and _sim(p, sizes, ("gi", g))
     cex = _ob(report, "GI grads[dense] blocks").counterexample
-    b = int(dict(cex.devices)["rank B"].split("=")[1].rstrip(")"))
-    assert b == parts[0] and group_of(parts, b) == 1 and group_of(parts, 0) == 0
+    a, b = (int(dict(cex.devices)[k].split("=")[1].rstrip(")")) for k in ("rank A", "rank B"))
+    assert group_of(parts, a) != group_of(parts, b)  # the solver's two ranks, in different groups by hand
+    j = group_of(parts, b)
+    first = sum(parts[:j])
+    assert f"the sum over ranks {first}..{first + parts[j] - 1} of dp" in cex.equation, cex.equation
+    assert f"1 on (dp={a})" in dict(cex.values)["per-rank contribution"]
 
 
 def test_grad_groups_of_one_group_leave_the_others_alone():
