@@ -117,6 +117,10 @@ def plans(draw):
                   group, hs.sampled_from(names), hs.sampled_from([(0,), (1,), (2,), (0, 2), (1, 2), (0, 1), ()]),
                   hs.sampled_from(["clip_on_ranks", "divide_on_ranks"]),
                   hs.sampled_from([ir.Const(Fraction(2)), ir.Sym("a")])),
+        # consecutive groups of unequal sizes on one axis, their sum within the sizes 1-3 the simulator runs
+        hs.builds(lambda t, g, a, s: ov(t, "reduce_groups", g if t == "grads" else None, (a,), sizes=s),
+                  hs.sampled_from(["grads", "clip_norm"]), group, hs.sampled_from(names),
+                  hs.sampled_from([(1, 1), (2, 1), (1, 2), (1, 1, 1)])),
     )
     overrides = tuple(draw(hs.lists(candidates, max_size=2)))
     return plan("p", axes, sp=sp, overrides=overrides)
@@ -166,6 +170,10 @@ def plans(draw):
                             ranks=(ir.Const(Fraction(1)), ir.Const(Fraction(2)))),)), 20)
 @example(plan("p", {"a": ("data", "R,R,R,R")},
               overrides=(ov("grads", "clip_on_ranks", "norms", ("a",), ranks=(ir.Const(Fraction(0)),)),)), 21)
+@example(plan("p", {"a": ("data", "R,S,S,R"), "b": ("tensor", "S,S,S,S")},
+              overrides=(ov("clip_norm", "reduce_groups", None, ("a",), sizes=(2, 1)),)), 22)
+@example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("data", "R,R,R,R")},
+              overrides=(ov("grads", "reduce_groups", "norms", ("b",), sizes=(1, 2)),)), 23)
 def test_checker_agrees_with_the_simulator(generated, seed):
     spec, p = generated
     try:
