@@ -85,11 +85,13 @@ def test_a_partition_into_two_groups_or_more_is_refuted_at_its_sum(sizes):
     assert "consecutive groups" in cex.diagnosis[0]
 
 
-def test_pinned_at_another_size_the_statement_leaves_its_obligations_unknown():
-    text = spec("  dp = 5")
-    res = check_spec(load_string(text), pinned={"dp": 4}, timeout=20).plans[0]
-    r = next(o for o in res.obligations if o.name == "GI grads[dense]")
-    assert r.verdict is Verdict.UNKNOWN and "pinned at 4" in r.reason
+def test_pinned_at_another_size_than_the_sum_is_a_located_error(tmp_path):
+    f = tmp_path / "p.place"
+    f.write_text(spec("  dp = 5"))
+    rc, _, err = run(["check", str(f), "--set", "dp=4"])
+    assert rc == 2 and f"{f}:10:3: error:" in err and "[PL250]" in err and "pinned at 4" in err, err
+    rc, out, err = run(["check", str(f), "--set", "dp=5"])
+    assert rc == 1 and "refuted GI grads[dense] blocks" in out, out + err
 
 
 def test_the_norm_reduced_in_unequal_groups_is_refuted():

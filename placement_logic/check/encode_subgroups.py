@@ -1,11 +1,13 @@
 """The obligations of ``check.subgroups``: ``GI grads[g] blocks`` for a gradient reduction run within
-groups over part of an axis (blocks, strided groups, the first K ranks), and the groups of the grad
+groups over part of an axis (blocks, strided groups, the first K ranks, consecutive groups of unequal sizes:
+a group index per rank), and the groups of the grad
 norm's reduction added to ``SC clip_norm``;
 each with its z3 negation and the concrete replay of a witness. (A divisor on every rank but the
 last, or on the last only, is ``SC update[g]``: ``check.encode_rankupdate``.)
 
 Input: the obligations so far, the step model, the replay context and the plan. Output: the
-obligations with these added (only where the plan states them) and ``SC clip_norm`` wrapped.
+obligations with these added (only where the plan states them) and ``SC clip_norm`` wrapped; PL250 where
+consecutive groups of unequal sizes meet an axis pinned at another size than their sum.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from fractions import Fraction
 import z3
 
 from .. import ir
+from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir import unequal
 from ..solver.session import value_of
 from . import subgroups as sg
@@ -54,21 +57,19 @@ def extend(obs: list, step, ctx, plan, obligation) -> list:
 
 
 def _pinned_elsewhere(obs: list, step, ctx, plan) -> list:
-    """Groups of the sizes S1, S2, ... describe their axis at the size S1 + S2 + ...; pinned at another size the
-    statement says nothing of the step, so the obligations that read it are unknown (never proved)."""
-    stated = [(g.group, sg.grad_blocks(plan, g.group)) for g in step.groups] + [(None, sg.norm_blocks(plan))]
-    for group, o in stated:
+    """PL250 where the axis of consecutive groups of the sizes S1, S2, ... is pinned at another size than their
+    sum: the statement describes the axis at S1 + S2 + ... only, so the sizes cannot partition the axis there."""
+    stated = [sg.grad_blocks(plan, g.group) for g in step.groups] + [sg.norm_blocks(plan)]
+    for o in stated:
         if o is None or o.verb != sg.GROUPS or o.axes[0] not in ctx.pinned:
             continue
-        total = sum(sg.sizes_of(o))
-        if ctx.pinned[o.axes[0]] == total:
-            continue
-        why = (f"{o.axes[0]} is pinned at {ctx.pinned[o.axes[0]]}, but the groups of {sg.head(o)} (line {o.span.line}) "
-               f"hold {total} ranks: the statement describes {o.axes[0]} = {total} only; pin that size, or none")
-        names = {"SC clip_norm"} if group is None else {f"GI grads[{group}]", f"GI grads[{group}] blocks"}
-        for ob in obs:
-            if ob.name in names and not ob.unknown:
-                ob.unknown = why
+        total, n = sum(sg.sizes_of(o)), ctx.pinned[o.axes[0]]
+        if n != total:
+            parts = " + ".join(map(str, sg.sizes_of(o)))
+            raise DiagnosticError([Diagnostic(
+                Code.GROUP_SIZES, f"{sg.head(o)}: the groups hold {total} ranks ({parts}), but {o.axes[0]} is pinned "
+                f"at {n}; the sizes of consecutive groups add up to the axis's size (pin {o.axes[0]}={total}, or "
+                "none)", o.span)])
     return obs
 
 

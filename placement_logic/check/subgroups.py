@@ -20,7 +20,8 @@ axis"), by its verb (``PARTITION_VERBS``):
 * ``reduce_groups ... by (S1, S2, ...)`` -- consecutive groups of unequal sizes (``ir.unequal``): ranks
   0..S1-1, then the next S2, ...: a per-node group on nodes of unequal GPU counts, a hand-written
   ``new_group`` list. One axis (PL251), the sizes positive whole numbers adding up to its size (PL250);
-  where the axis's size is free the groups fix it to the sum (``check.encode_subgroups``).
+  where the axis's size is free the groups fix it to the sum, and a size pinned to another number is PL250
+  too (``check.encode_subgroups``).
 
 Each applies to ``override grads[g]: VERB over (AXES) by E`` (g's gradient reduction over each axis of
 AXES runs within the groups: ``GI grads[g] blocks``, the groups holding different partial sums) and to
