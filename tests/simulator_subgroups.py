@@ -5,8 +5,11 @@ from the semantics without the checker's code.
 A block of an axis: rank i of the axis is in block i // B, B consecutive ranks (the last block
 shorter where B does not divide the axis). A strided group (``reduce_strided by S``): rank i is in
 group i mod S. The first K ranks (``reduce_first by K``): ranks 0..K-1 form one group, every other
-rank is a group of its own (it reduces nothing). A group spec is B (an int: blocks) or a pair (verb,
-E). ``block_reduce``: a sum (or a maximum) over each group. ``grad_block_violations``: every device's contribution to a group's gradient drawn at
+rank is a group of its own (it reduces nothing). Consecutive groups of unequal sizes (``reduce_groups
+by (S1, S2, ...)``): rank i is in the group whose run of ranks holds it, counted by the running sums
+S1, S1 + S2, ... that are <= i; the statement describes the axis at the size S1 + S2 + ... only, and at
+another size the simulator reports nothing of it. A group spec is B (an int: blocks) or a pair (verb,
+E), E a tuple of sizes for reduce_groups. ``block_reduce``: a sum (or a maximum) over each group. ``grad_block_violations``: every device's contribution to a group's gradient drawn at
 random, reduced over each named axis within its blocks, against the sum over every device of those
 axes: ``("blocks", group)`` and ``("gi", group)`` where some device holds another value. ``update_violations``: a
 division by X on every rank of the named axes but the last (the coordinate n - 1 on each), or on
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import random
 from fractions import Fraction
-from itertools import product
+from itertools import accumulate, product
 
 from simulator import _value, groups_of
 
@@ -35,7 +38,7 @@ def _stated(plan: ir.Plan, target: str, verb: str, group: str | None) -> ir.Over
     return None
 
 
-PARTITIONS = ("reduce_blocks", "reduce_strided", "reduce_first")
+PARTITIONS = ("reduce_blocks", "reduce_strided", "reduce_first", "reduce_groups")
 
 
 def _key(i: int, spec) -> tuple:
@@ -45,6 +48,8 @@ def _key(i: int, spec) -> tuple:
         return ("residue", i % e)
     if verb == "reduce_first":
         return ("first",) if i < e else ("alone", i)
+    if verb == "reduce_groups":
+        return ("run", sum(1 for end in accumulate(e) if end <= i))
     return ("block", i // e)
 
 
@@ -66,6 +71,8 @@ def block_len(i: int, b, n: int) -> int:
 
 
 def _block(o: ir.Override, sizes: dict[str, int], plan: ir.Plan, bindings: dict):
+    if o.verb == "reduce_groups":
+        return (o.verb, tuple(int(_value(s, sizes, plan, bindings)) for s in o.sizes))
     b = _value(o.by, sizes, plan, bindings)
     assert b.denominator == 1 and b >= 1, b
     return int(b) if o.verb == "reduce_blocks" else (o.verb, int(b))
@@ -84,7 +91,14 @@ def norm_blocks(plan: ir.Plan, sizes: dict[str, int], bindings: dict) -> dict:
     if o is None:
         return {}
     b = _block(o, sizes, plan, bindings)
+    if not _describes(b, o, sizes):
+        return {}
     return {a: b for a in o.axes or ()}
+
+
+def _describes(b, o: ir.Override, sizes: dict[str, int]) -> bool:
+    """Whether the statement describes the axis at these sizes (a list of sizes: at their sum only)."""
+    return not (isinstance(b, tuple) and b[0] == "reduce_groups" and sum(b[1]) != sizes[o.axes[0]])
 
 
 def grad_block_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bindings: dict) -> set:
@@ -97,6 +111,8 @@ def grad_block_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Rand
         if o is None:
             continue
         b = _block(o, sizes, plan, bindings)
+        if not _describes(b, o, sizes):
+            continue
         buf = {d: Fraction(rng.randint(-3, 3)) for d in devices}
         whole, blocks = dict(buf), dict(buf)
         for a in o.axes or ():

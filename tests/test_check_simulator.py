@@ -127,6 +127,10 @@ def plans(draw):
                                      ranks=tuple(ir.Const(Fraction(k)) for k in r) if r else
                                      (ir.Op("-", (ir.Sym(a), ir.Const(Fraction(1)))),)),
                   group, hs.sampled_from(names), hs.sampled_from([(0,), (1,), (2,), (0, 2), (1, 2), (0, 1), ()])),
+        # consecutive groups of unequal sizes on one axis, their sum within the sizes 1-3 the simulator runs
+        hs.builds(lambda t, g, a, s: ov(t, "reduce_groups", g if t == "grads" else None, (a,), sizes=s),
+                  hs.sampled_from(["grads", "clip_norm"]), group, hs.sampled_from(names),
+                  hs.sampled_from([(1, 1), (2, 1), (1, 2), (1, 1, 1)])),
     )
     overrides = tuple(draw(hs.lists(candidates, max_size=2)))
     return plan("p", axes, sp=sp, overrides=overrides)
@@ -185,6 +189,10 @@ def plans(draw):
 @example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("pipeline", "S,S,S,S")},
               overrides=(ov("grads", "divide_on_ranks", None, ("b", "a"), ir.Const(Fraction(2)),
                             ranks=(ir.Const(Fraction(1)), ir.Const(Fraction(2)))),)), 24)
+@example(plan("p", {"a": ("data", "R,S,S,R"), "b": ("tensor", "S,S,S,S")},
+              overrides=(ov("clip_norm", "reduce_groups", None, ("a",), sizes=(2, 1)),)), 25)
+@example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("data", "R,R,R,R")},
+              overrides=(ov("grads", "reduce_groups", "norms", ("b",), sizes=(1, 2)),)), 26)
 def test_checker_agrees_with_the_simulator(generated, seed):
     spec, p = generated
     try:

@@ -1,12 +1,13 @@
 """Gradient and grad-norm reductions over process groups over part of a data axis: blocks of consecutive ranks,
-strided groups, and a group of the first K ranks.
+strided groups, a group of the first K ranks, and consecutive groups of unequal sizes.
 
 The fast tests edit the stored DDP trace (tests/data/traces/ddp_summed.json) into four ranks and rewrite each
 collective's group (the recorder's global ranks of its process group) by hand: blocks of two consecutive ranks
 (one group per node), blocks of three (the last shorter), every other rank (stride 2), stride 3, the first two or
-three ranks (the others recording no call over it), the whole axis, and groups no statement holds (unequal sizes,
-one strided group alone, a group in the middle). The first kinds are `reduce_blocks`, `reduce_strided` and
-`reduce_first`; the others are named with their group, never proved. The slow test runs the scripts of
+three ranks (the others recording no call over it), the whole axis, groups of unequal sizes (1 and 3), and groups
+no statement holds (a run leaving a rank out, one strided group alone, a group in the middle). The first kinds are
+`reduce_blocks`, `reduce_strided`, `reduce_first` and `reduce_groups`; the others are named with their group, never
+proved. The slow test runs the scripts of
 examples/traced on 4 ranks and requires each verdict and the line."""
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ def _members(groups: list[list[int]]) -> dict:
     ([[0, 1]], "  override grads: reduce_first over (dp) by 2"),  # the first two ranks; 2 and 3 take no part
     ([[0, 1, 2]], "  override grads: reduce_first over (dp) by 3"),  # the first three; 3 takes no part
     ([[0, 1, 2, 3]], None),                                              # the whole axis
+    ([[0], [1, 2, 3]], "  override grads: reduce_groups over (dp) by (1, 3)"),  # groups of unequal sizes
+    ([[0, 1], [2], [3]], "  override grads: reduce_groups over (dp) by (2, 1, 1)"),  # two ranks alone
 ])
 def test_reductions_over_part_of_the_axis_are_lifted_by_their_groups(groups, stated):
     lifted = lift(_members(groups))
@@ -94,7 +97,7 @@ def test_reductions_over_part_of_the_axis_are_lifted_by_their_groups(groups, sta
 
 
 @pytest.mark.parametrize("groups,named", [
-    ([[0], [1, 2, 3]], "[1, 2, 3]"),  # groups of unequal sizes
+    ([[1, 2, 3]], "[1, 2, 3]"),       # a run that leaves rank 0 out (rank 0 taking no part)
     ([[0, 2]], "[0, 2]"),             # one strided group, ranks 1 and 3 taking no part
     ([[1, 2]], "[1, 2]"),             # two ranks in the middle of the axis, the others taking no part
     ([[0, 1, 3], [2]], "[0, 1, 3]"),  # neither consecutive nor strided
@@ -121,7 +124,7 @@ def test_a_rank_outside_the_first_k_with_another_scale_is_named():
     assert "unobserved " in lifted.text
 
 
-@pytest.mark.parametrize("groups", [[[0, 2], [1, 3]], [[0, 1]]])
+@pytest.mark.parametrize("groups", [[[0, 2], [1, 3]], [[0, 1]], [[0], [1, 2, 3]], [[0, 1], [2], [3]]])
 def test_strided_and_first_k_lifts_are_refuted_for_their_groups(groups, tmp_path):
     """Each group sums part of the axis: the replicas step with different gradients (GI blocks)."""
     spec = tmp_path / "lifted.place"
@@ -163,6 +166,7 @@ def _norm(trace: dict, members=range(4)) -> dict:
     ([[0, 1], [2, 3]], "within groups of 2 consecutive dp ranks"),
     ([[0, 2], [1, 3]], "within strided groups of dp ranks (r, r+2"),
     ([[0, 1]], "within a group of the first 2 dp ranks only"),
+    ([[0], [1, 2, 3]], "within consecutive groups of 1, 3 dp ranks"),
 ])
 def test_a_grad_norm_over_groups_of_a_replicated_axis_is_its_reduction_over_the_axis(groups, words, tmp_path):
     """Under DDP every rank of dp holds the same squared norm: a group's all-reduce counts it as many times as the
@@ -204,6 +208,9 @@ def _line(script: str, text: str) -> int:
     ("manual_grads_first.py", [], "override grads: reduce_first over (dp) by 2", "dist.all_reduce(p.grad",
      "GI grads[dense] blocks"),
     ("manual_grads_first.py", ["--whole"], None, None, None),
+    ("manual_grads_unequal.py", [], "override grads: reduce_groups over (dp) by (1, 3)", "dist.all_reduce(p.grad",
+     "GI grads[dense] blocks"),
+    ("manual_grads_unequal.py", ["--whole"], None, None, None),
 ])
 def test_reductions_over_part_of_an_axis_are_lifted_and_refuted(script, argv, lifted, where, obligation,
                                                                  tmp_path, monkeypatch):
@@ -217,7 +224,7 @@ def test_reductions_over_part_of_an_axis_are_lifted_and_refuted(script, argv, li
                          "python", f"examples/traced/{script}", *argv])
     assert got == (1 if lifted else 0), out + err
     text = spec.read_text()
-    assert bool(re.search(r"override \S+: reduce_(blocks|strided|first)", text)) == bool(lifted), text
+    assert bool(re.search(r"override \S+: reduce_(blocks|strided|first|groups)", text)) == bool(lifted), text
     assert "unobserved" not in text, text
     if lifted:
         assert f"  {lifted}" in text

@@ -1,11 +1,13 @@
 """The obligations of ``check.subgroups``: ``GI grads[g] blocks`` for a gradient reduction run within
-groups over part of an axis (blocks, strided groups, the first K ranks), and the groups of the grad
+groups over part of an axis (blocks, strided groups, the first K ranks, consecutive groups of unequal sizes:
+a group index per rank), and the groups of the grad
 norm's reduction added to ``SC clip_norm``;
 each with its z3 negation and the concrete replay of a witness. (A divisor on every rank but the
 last, or on the last only, is ``SC update[g]``: ``check.encode_rankupdate``.)
 
 Input: the obligations so far, the step model, the replay context and the plan. Output: the
-obligations with these added (only where the plan states them) and ``SC clip_norm`` wrapped.
+obligations with these added (only where the plan states them) and ``SC clip_norm`` wrapped; PL250 where
+consecutive groups of unequal sizes meet an axis pinned at another size than their sum.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from fractions import Fraction
 import z3
 
 from .. import ir
+from ..diagnostics import Code, Diagnostic, DiagnosticError
+from ..ir import unequal
 from ..solver.session import value_of
 from . import subgroups as sg
 from .replay import _frac, coords_text
@@ -49,12 +53,32 @@ def extend(obs: list, step, ctx, plan, obligation) -> list:
                 ob.encode = _wrap(ob.encode, o, "clip_norm_blocks", "norm_blocks")
                 ob.replay = _wrap_replay(ob.replay, "norm_blocks", lambda w, o=o: replay_norm_blocks(ctx, w, o))
                 ob.span = o.span
+    return _pinned_elsewhere(obs, step, ctx, plan)
+
+
+def _pinned_elsewhere(obs: list, step, ctx, plan) -> list:
+    """PL250 where the axis of consecutive groups of the sizes S1, S2, ... is pinned at another size than their
+    sum: the statement describes the axis at S1 + S2 + ... only, so the sizes cannot partition the axis there."""
+    stated = [sg.grad_blocks(plan, g.group) for g in step.groups] + [sg.norm_blocks(plan)]
+    for o in stated:
+        if o is None or o.verb != sg.GROUPS or o.axes[0] not in ctx.pinned:
+            continue
+        total, n = sum(sg.sizes_of(o)), ctx.pinned[o.axes[0]]
+        if n != total:
+            parts = " + ".join(map(str, sg.sizes_of(o)))
+            raise DiagnosticError([Diagnostic(
+                Code.GROUP_SIZES, f"{sg.head(o)}: the groups hold {total} ranks ({parts}), but {o.axes[0]} is pinned "
+                f"at {n}; the sizes of consecutive groups add up to the axis's size (pin {o.axes[0]}={total}, or "
+                "none)", o.span)])
     return obs
 
 
 def _cond(env, o):
     """E a positive whole number and a named axis cut into two groups or more: n > B (blocks), S >= 2 and
-    n >= 2 (strided groups: ranks 0 and 1 apart), n > K (the first K ranks)."""
+    n >= 2 (strided groups: ranks 0 and 1 apart), n > K (the first K ranks); the axis of the size S1 + S2 + ...
+    (consecutive groups, two or more: PL506 leaves no list of one)."""
+    if o.verb == sg.GROUPS:
+        return [], [(o.axes[0], _two_groups(env, o))]
     b = env.value(o.by)
     side = [b >= 1] + ([z3.IsInt(b)] if z3.is_real(b) else [])
     arms = []
@@ -63,6 +87,37 @@ def _cond(env, o):
         cut = z3.And(b >= 2, n >= 2) if o.verb == sg.STRIDED else n > b
         arms.append((a, z3.And(cut, _whole_blocks(env, o, a))))
     return side, arms
+
+
+def _group_index(sizes: tuple[int, ...], i):
+    """The group of rank ``i`` of consecutive groups of ``sizes``: how many of the ends S1, S1 + S2, ... (the
+    last, the axis's size, left out) are <= i."""
+    ends, at = [], 0
+    for s in sizes[:-1]:
+        at += s
+        ends.append(at)
+    return z3.Sum([z3.If(i >= e, 1, 0) for e in ends])
+
+
+def _ranks_of(env, o):
+    tag = f"groups_{zlib.crc32(sg.head(o).encode()):08x}"
+    return env.sess.int(f"{tag}_a"), env.sess.int(f"{tag}_b")
+
+
+def _two_groups(env, o):
+    """The axis of the size S1 + S2 + ... and two of its ranks whose group indices differ (the groups a proper
+    partition of the axis)."""
+    sizes, n = sg.sizes_of(o), env.size(o.axes[0])
+    ra, rb = _ranks_of(env, o)
+    return z3.And(n == sum(sizes), ra >= 0, ra < n, rb >= 0, rb < n,
+                  _group_index(sizes, ra) != _group_index(sizes, rb))
+
+
+def _witness(env, model, o, kind, a) -> dict:
+    w = {"kind": kind, "sizes": env.size_values(model), "axis": a}
+    if o.verb == sg.GROUPS:  # the two ranks of different groups the solver chose
+        w["ranks"] = tuple(value_of(model, r) for r in _ranks_of(env, o))
+    return w
 
 
 def _whole_blocks(env, o, a):
@@ -80,8 +135,7 @@ def _blocks_negation(env, o, kind):
     cons = side + [z3.Or([c for _, c in arms])]
 
     def extract(model):
-        a = next(a for a, c in arms if value_of(model, c))
-        return {"kind": kind, "sizes": env.size_values(model), "axis": a}
+        return _witness(env, model, o, kind, next(a for a, c in arms if value_of(model, c)))
 
     return cons, extract
 
@@ -96,8 +150,7 @@ def _wrap(orig, o, name, kind):
 
         def ex(model):
             if value_of(model, flag):
-                a = next(a for a, c in arms if value_of(model, c))
-                return {"kind": kind, "sizes": env.size_values(model), "axis": a}
+                return _witness(env, model, o, kind, next(a for a, c in arms if value_of(model, c)))
             return extract(model)
 
         return out, ex
@@ -105,27 +158,53 @@ def _wrap(orig, o, name, kind):
 
 
 def _block(ctx, o, sizes) -> Fraction:
+    if o.verb == sg.GROUPS:  # the first group's size: its first rank past rank 0's group
+        return Fraction(sg.sizes_of(o)[0])
     return Fraction(fold(o.by, resolver(ctx.bindings, {k: Fraction(v) for k, v in sizes.items()})))
 
 
-def _ranks(ctx, sizes, axis, b, verb):
-    """Rank 0 and a rank of ``axis`` outside its group (0 elsewhere): the first rank of the second block,
-    rank 1 (another residue of the stride), or rank K (past the first K)."""
+def _run_of(sizes: tuple[int, ...], i: int) -> int:
+    """The consecutive group rank ``i`` is in, counted by hand: the last group starting at or before it."""
+    return max(j for j, at in enumerate(unequal.starts(sizes)) if at <= i)
+
+
+def _pair(o, b, n, w) -> tuple[int, int] | None:
+    """Two ranks of the axis in different groups: rank 0 and the first rank of the second block, rank 1 (another
+    residue of the stride) or rank K (past the first K); for consecutive groups the two the solver chose (rank 0
+    and rank S1 without them), None where they are not in two groups of an axis of ``n`` ranks."""
+    if o.verb != sg.GROUPS:
+        return 0, 1 if o.verb == sg.STRIDED else int(b)
+    sizes = sg.sizes_of(o)
+    ia, ib = w.get("ranks") or (0, sizes[0])
+    if not (0 <= ia < n and 0 <= ib < n) or _run_of(sizes, ia) == _run_of(sizes, ib):
+        return None
+    return ia, ib
+
+
+def _ranks(ctx, axis, pair):
+    """The two ranks of ``pair`` along ``axis`` (0 elsewhere), written out."""
     names = ctx.step.axes
-    other = 1 if verb == sg.STRIDED else int(b)
-    return (coords_text(names, [0] * len(names)), coords_text(names, [other if a == axis else 0 for a in names]))
+    return tuple(coords_text(names, [i if a == axis else 0 for a in names]) for i in pair)
 
 
-def _cut(verb, b, n) -> bool:
-    """Whether groups of ``verb`` and ``b`` cut an axis of ``n`` ranks (the replay's side of ``_cond``)."""
+def _cut(o, b, n) -> bool:
+    """Whether groups of ``o``'s verb and ``b`` cut an axis of ``n`` ranks (the replay's side of ``_cond``)."""
+    verb = o.verb
+    if verb == sg.GROUPS:
+        return n == sum(sg.sizes_of(o)) and len(sg.sizes_of(o)) >= 2
     if b.denominator != 1 or b < 1:
         return False
     return b >= 2 and n >= 2 if verb == sg.STRIDED else b < n
 
 
-def _group_of(verb, b, n, axis) -> str:
-    """The group of the second replayed rank (``_ranks``), written out."""
-    b = int(b)
+def _group_of(o, b, n, axis, ib: int = 0) -> str:
+    """The group of the second replayed rank ``ib`` (``_pair``), written out."""
+    verb, b = o.verb, int(b)
+    if verb == sg.GROUPS:
+        s = sg.sizes_of(o)
+        j = _run_of(s, ib)
+        at = unequal.starts(s)[j]
+        return f"the sum over ranks {at}..{at + s[j] - 1} of {axis}, its group of {s[j]}"
     if verb == sg.STRIDED:
         ranks = list(range(1, n, b))
         shown = ", ".join(map(str, ranks[:4])) + (" ..." if len(ranks) > 4 else "")
@@ -136,14 +215,15 @@ def _group_of(verb, b, n, axis) -> str:
 
 
 def replay_grad_blocks(ctx, w, group, o):
-    """Every rank's contribution 0 but rank 0's, 1: the sum over the axis is 1 on every rank; the sum
-    over the group of the replayed rank outside rank 0's group is 0."""
+    """Every rank's contribution 0 but rank A's, 1 (rank 0, or the solver's rank of consecutive groups): the sum
+    over the axis is 1 on every rank; the sum over the group of rank B, outside rank A's group, is 0."""
     sizes, axis = w["sizes"], w["axis"]
     b, n = _block(ctx, o, sizes), sizes[axis]
-    if not _cut(o.verb, b, n):
+    pair = _pair(o, b, n, w) if _cut(o, b, n) else None
+    if pair is None:
         return None
-    r0, r1 = _ranks(ctx, sizes, axis, b, o.verb)
-    eq = (f"the reduced {group} gradient on {r1} is 0 ({_group_of(o.verb, b, n, axis)}), on "
+    r0, r1 = _ranks(ctx, axis, pair)
+    eq = (f"the reduced {group} gradient on {r1} is 0 ({_group_of(o, b, n, axis, pair[1])}), on "
           f"{r0} 1; summed over all {n} ranks of {axis}, as single-device training sums every token's contribution, "
           "it is 1")
     diag = (f"the {group} gradient is reduced over {axis} within {sg.groups_text(o)} (override {o.verb} at line "
@@ -152,10 +232,16 @@ def replay_grad_blocks(ctx, w, group, o):
             "different gradients, none of them the global one",)
     return Counterexample(ctx.sizes_tuple(sizes), (("rank A", r0), ("rank B", r1)),
                           (("per-rank contribution", f"1 on {r0}, 0 on every other rank"),
-                           (_E_NAME.get(o.verb, "block size"), _frac(b))), eq, diag, ctx.command(sizes))
+                           _stated_row(o, b)), eq, diag, ctx.command(sizes))
 
 
 _E_NAME = {sg.STRIDED: "stride", sg.FIRST: "ranks in the group"}
+
+
+def _stated_row(o, b) -> tuple[str, str]:
+    if o.verb == sg.GROUPS:
+        return ("group sizes", ", ".join(map(str, sg.sizes_of(o))))
+    return (_E_NAME.get(o.verb, "block size"), _frac(b))
 
 
 def _wrap_replay(orig, kind, mine):
@@ -169,15 +255,16 @@ def replay_norm_blocks(ctx, w, o):
     holds 0."""
     sizes, axis = w["sizes"], w["axis"]
     b, n = _block(ctx, o, sizes), sizes[axis]
-    if not _cut(o.verb, b, n):
+    pair = _pair(o, b, n, w) if _cut(o, b, n) else None
+    if pair is None:
         return None
-    r0, r1 = _ranks(ctx, sizes, axis, b, o.verb)
+    r0, r1 = _ranks(ctx, axis, pair)
     eq = (f"grad-norm² on {r1} = 0, on {r0} = 1, but the global value is 1: {r1} ("
-          f"{_group_of(o.verb, b, n, axis)}) clips by a norm that misses the shard of {r0}")
+          f"{_group_of(o, b, n, axis, pair[1])}) clips by a norm that misses the shard of {r0}")
     diag = (f"the grad norm is reduced over {axis} within {sg.groups_text(o)} (override {o.verb} at line "
             f"{o.span.line}: a process group over part of the axis), not over the whole axis of {n} ranks whose "
             "shards it sums: each group's norm counts its own shards only, and the groups clip by different "
             "coefficients",)
     return Counterexample(ctx.sizes_tuple(sizes), (("rank A", r0), ("rank B", r1)),
                           (("squared norms s", f"1 on the shard of {r0}, 0 on every other shard"),
-                           (_E_NAME.get(o.verb, "block size"), _frac(b))), eq, diag, ctx.command(sizes))
+                           _stated_row(o, b)), eq, diag, ctx.command(sizes))

@@ -16,12 +16,17 @@ axis"), by its verb (``PARTITION_VERBS``):
   not and misses the ones it should hold);
 * ``reduce_first ... by K`` -- the first K ranks only: ranks 0..K-1 reduce together, every other rank
   reduces nothing (a collective on a group a rank is not a member of is a no-op there) and keeps its
-  own contribution.
+  own contribution;
+* ``reduce_groups ... by (S1, S2, ...)`` -- consecutive groups of unequal sizes (``ir.unequal``): ranks
+  0..S1-1, then the next S2, ...: a per-node group on nodes of unequal GPU counts, a hand-written
+  ``new_group`` list. One axis (PL251), the sizes positive whole numbers adding up to its size (PL250);
+  where the axis's size is free the groups fix it to the sum, and a size pinned to another number is PL250
+  too (``check.encode_subgroups``).
 
 Each applies to ``override grads[g]: VERB over (AXES) by E`` (g's gradient reduction over each axis of
 AXES runs within the groups: ``GI grads[g] blocks``, the groups holding different partial sums) and to
 ``override clip_norm: VERB over (AXES) by E`` (the grad norm's reduction: ``SC clip_norm``). The group
-covers the axis, as derived, iff B >= n, S = 1, or K >= n. One such statement per reduction (PL194).
+covers the axis, as derived, iff B >= n, S = 1, K >= n, or a list of one size. One such statement per reduction (PL194).
 
 A set of ranks other than rank 0: ``override grads[g]: divide_except_last over (AXES) by X`` (every
 rank of AXES but the last divides g's gradient by X: every pipeline stage but the last scaling again,
@@ -37,13 +42,15 @@ from fractions import Fraction
 
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
+from ..ir import unequal
 from ..ir.overrides import OverrideTarget, OverrideVerb
 from .clipagg import plan_norm
 
 BLOCKS = OverrideVerb.REDUCE_BLOCKS
 STRIDED = OverrideVerb.REDUCE_STRIDED
 FIRST = OverrideVerb.REDUCE_FIRST
-PARTITION_VERBS = (BLOCKS, STRIDED, FIRST)
+GROUPS = OverrideVerb.REDUCE_GROUPS
+PARTITION_VERBS = (BLOCKS, STRIDED, FIRST, GROUPS)
 EXCEPT_LAST = OverrideVerb.DIVIDE_EXCEPT_LAST
 LAST_ONLY = OverrideVerb.DIVIDE_LAST_ONLY
 SUBSET_VERBS = (EXCEPT_LAST, LAST_ONLY)
@@ -57,6 +64,8 @@ def head(o: ir.Override) -> str:
     text = f"override {o.target}{f'[{o.group}]' if o.group else ''}: {o.verb}"
     if o.axes is not None:
         text += f" over ({', '.join(o.axes)})"
+    if o.sizes is not None:
+        return text + f" by ({', '.join(ir.show(s) for s in o.sizes)})"
     return text + (f" by {ir.show(o.by)}" if o.by is not None else "")
 
 
@@ -91,6 +100,9 @@ def norm_blocks(plan: ir.Plan) -> ir.Override | None:
 
 def groups_text(o: ir.Override) -> str:
     """The groups ``o`` cuts an axis into, for messages."""
+    if o.verb == GROUPS:
+        runs = ", ".join(f"{a}..{a + s - 1}" for a, s in zip(unequal.starts(sizes_of(o)), sizes_of(o)))
+        return f"consecutive groups of {', '.join(map(str, sizes_of(o)))} ranks (ranks {runs})"
     e = ir.show(o.by)
     if o.verb == STRIDED:
         two = ir.show(ir.const(2 * o.by.value)) if isinstance(o.by, ir.Const) else f"2·{e}"
@@ -98,6 +110,28 @@ def groups_text(o: ir.Override) -> str:
     if o.verb == FIRST:
         return f"the first {e} ranks only (every other rank reducing nothing)"
     return f"blocks of {e} consecutive ranks"
+
+
+def sizes_of(o: ir.Override) -> tuple[int, ...]:
+    """The sizes of ``reduce_groups ... by (S1, ...)`` as whole numbers (resolve has checked them)."""
+    return tuple(int(Fraction(s.value)) for s in o.sizes or ())
+
+
+def _group_sizes(o: ir.Override, plan: ir.Plan) -> None:
+    """PL251 where a list of sizes cuts no axis or several, PL250 where the sizes are not positive whole numbers
+    or add up to another number than the axis's size on the mesh, PL506 where one group holds the axis."""
+    if len(o.axes or ()) != 1:
+        raise _err(Code.GROUPS_AXIS, f"{head(o)}: a list of group sizes cuts one axis; name one", o)
+    a = o.axes[0]
+    size = next((x.size for x in plan.mesh.axes if x.name == a), None)
+    values = tuple(Fraction(s.value) if isinstance(s, ir.Const) else None for s in o.sizes or ())
+    why = unequal.problem(head(o), o.sizes or (), values, a,
+                          Fraction(size.value) if isinstance(size, ir.Const) else None)
+    if why is not None:
+        raise _err(Code.GROUP_SIZES, why, o)
+    if len(values) == 1:
+        raise _err(Code.OVERRIDE_NO_EFFECT, f"{head(o)} changes nothing: one group of {values[0]} ranks holds the whole "
+                   "axis, so the reduction is over the whole axis as derived", o)
 
 
 def reduced_axes(g) -> tuple[str, ...]:
@@ -117,6 +151,9 @@ def _axes_once(o: ir.Override) -> None:
 def _block_size(o: ir.Override, plan: ir.Plan) -> None:
     """PL183 where B, S or K is a number that is not a positive integer; PL506 where the group covers every
     axis it names (a block or the first K ranks holding the axis, a stride of 1)."""
+    if o.verb == GROUPS:
+        _group_sizes(o, plan)
+        return
     if not isinstance(o.by, ir.Const):
         return
     b = Fraction(o.by.value)

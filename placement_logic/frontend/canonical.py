@@ -316,6 +316,8 @@ class Formatter:
                 text += f" ranks ({', '.join(expr(r) for r in node.ranks)})"
             if node.by is not None:
                 text += f" by {expr(node.by)}"
+            if node.sizes is not None:
+                text += f" by ({', '.join(expr(s) for s in node.sizes)})"
             self.emit(node, depth, text)
         elif isinstance(node, surface.Unobserved):
             self.emit(node, depth, f'unobserved "{node.text}"')

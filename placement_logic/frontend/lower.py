@@ -28,6 +28,13 @@ def read_number(text: str) -> Fraction:
     return value
 
 
+class _Sizes:
+    """``by (S1, S2, ...)`` as the by-clause hands it to ``override_stmt``."""
+
+    def __init__(self, sizes: tuple) -> None:
+        self.sizes = sizes
+
+
 @v_args(meta=True)
 class Lower(Transformer):
     """Turns lark's tree into syntax nodes. One method per grammar alias."""
@@ -214,8 +221,10 @@ class Lower(Transformer):
 
     def override_stmt(self, meta, ch):
         target, group, verb, axes, ranks, by = ch
+        sizes = by.sizes if isinstance(by, _Sizes) else None
         return surface.OverrideStmt(
-            str(target), str(group) if group else None, str(verb), axes, by, self.span(meta), ranks)
+            str(target), str(group) if group else None, str(verb), axes, None if sizes else by, self.span(meta), ranks,
+            sizes)
 
     def unobserved_stmt(self, meta, ch):
         return surface.Unobserved(str(ch[0])[1:-1], self.span(meta))
@@ -228,6 +237,9 @@ class Lower(Transformer):
 
     def ranks_clause(self, meta, ch):
         return tuple(ch)
+
+    def by_sizes(self, meta, ch):
+        return _Sizes(tuple(ch))
 
     # ------------------------------------------------------------------ questions
 

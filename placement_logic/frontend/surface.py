@@ -176,6 +176,7 @@ class OverrideStmt:
     by: Expr | None = None
     span: Span = _span()
     ranks: tuple[Expr, ...] | None = None  # ``ranks (r1, r2)``: the ranks of the axis a per-rank operation is on
+    sizes: tuple[Expr, ...] | None = None  # ``by (s1, s2)``: the sizes of consecutive groups (reduce_groups)
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,19 @@ r + N_a − S, so it lies inside a node only where the whole axis does, when the
 ``intra_node``); ``reduce_first ... by K`` on min(K, N_a) devices (the ranks past K run no
 collective; the step waits for the group) and the link of a block of K consecutive ranks. The grad norm's all-reduce (``clip_norm: reduce_blocks``)
 is not a priced collective (one scalar), so that statement changes no cost.
+
+Consecutive groups of unequal sizes (``reduce_groups ... by (S1, S2, ...)``) are priced per group:
+each group runs its own ring at the same time, so the per-device figure (bytes and α–β time) is
+that of the largest group, max(S1, S2, ...) devices, which the step waits for; a smaller group
+moves 2(S−1)/S·m per device. The link is ``intra_node`` where the axis is declared so, or where it
+is ``inter_node`` and every group, its consecutive ranks times the sizes of the axes inside it,
+lies inside one node of the catalogue device (a per-node group on nodes of unequal GPU counts).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from fractions import Fraction
 
 from .. import hardware as hw
 from .. import ir
@@ -44,9 +52,11 @@ from .overrides import OverrideTarget, OverrideVerb
 INTRA, INTER = "intra_node", "inter_node"
 
 
-PARTITION_VERBS = (OverrideVerb.REDUCE_BLOCKS, OverrideVerb.REDUCE_STRIDED, OverrideVerb.REDUCE_FIRST)
+GROUPS = OverrideVerb.REDUCE_GROUPS
+PARTITION_VERBS = (OverrideVerb.REDUCE_BLOCKS, OverrideVerb.REDUCE_STRIDED, OverrideVerb.REDUCE_FIRST, GROUPS)
 WHAT = {OverrideVerb.REDUCE_BLOCKS: "within blocks of {} ranks", OverrideVerb.REDUCE_STRIDED: "within strided "
-        "groups of stride {}", OverrideVerb.REDUCE_FIRST: "within the first {} ranks only"}
+        "groups of stride {}", OverrideVerb.REDUCE_FIRST: "within the first {} ranks only",
+        GROUPS: "within consecutive groups of {} ranks (the largest priced)"}
 
 
 def statements(plan: ir.Plan) -> tuple[ir.Override, ...]:
@@ -96,19 +106,53 @@ def block_link(plan: ir.Plan, axis: str, b: Value) -> str | None:
     return INTRA if span.denominator == 1 and dev.per_node % int(span) == 0 else own
 
 
+def _sizes(o: ir.Override) -> tuple[int, ...]:
+    return tuple(int(s.value) for s in o.sizes or ())
+
+
+def groups_link(plan: ir.Plan, axis: str, sizes: tuple[int, ...]) -> str | None:
+    """The link class of consecutive groups of ``sizes`` ranks of ``axis``: intra-node where every group lies
+    inside one node (module docstring), else the axis's own."""
+    own = plan.mesh.axis(axis).link
+    h = plan.mesh.hardware
+    dev = hw.device(h.device) if h is not None else None
+    if own != INTER or dev is None:
+        return own
+    span = Fraction(1)
+    for a in plan.mesh.names[plan.mesh.names.index(axis) + 1:]:
+        size = plan.mesh.axis(a).size
+        if not isinstance(size, Const):
+            return own
+        span *= Fraction(size.value)
+    if span.denominator != 1:
+        return own
+    per, at = dev.per_node, 0
+    for s in sizes:
+        first, last = at * int(span), (at + s) * int(span) - 1
+        if first // per != last // per:
+            return own
+        at += s
+    return INTRA
+
+
 def _blocked(plan: ir.Plan, c: Collective, o: ir.Override) -> Collective:
     """``c`` run within blocks of ``o``'s B ranks of the axes ``o`` names."""
     cut = [a for a in c.axes if a in (o.axes or ())]
     if not cut:
         return c
-    factors: list[Value] = [_block_size(o.by, plan.mesh.axis(a), o.verb) if a in cut else Sym(a) for a in c.axes]
+    if o.verb == GROUPS:  # the largest group, which the step waits for
+        factors: list[Value] = [ir.const(max(_sizes(o))) if a in cut else Sym(a) for a in c.axes]
+        links = [groups_link(plan, a, _sizes(o)) if a in cut else plan.mesh.axis(a).link for a in c.axes]
+    else:
+        factors = [_block_size(o.by, plan.mesh.axis(a), o.verb) if a in cut else Sym(a) for a in c.axes]
+        links = [block_link(plan, a, o.by) if a in cut and o.verb != OverrideVerb.REDUCE_STRIDED
+                 else plan.mesh.axis(a).link for a in c.axes]
     size = factors[0] if len(factors) == 1 else Op("*", tuple(factors))
-    links = [block_link(plan, a, o.by) if a in cut and o.verb != OverrideVerb.REDUCE_STRIDED
-             else plan.mesh.axis(a).link for a in c.axes]
     known = [x for x in links if x]
     link = None if not known else known[0] if len(set(known)) == 1 else \
         INTER if INTER in known else "+".join(sorted(set(known)))
-    rule = f"{c.rule}; {WHAT[o.verb].format(ir.show(o.by))} of ({', '.join(cut)}) (override grads: {o.verb})"
+    e = ", ".join(map(str, _sizes(o))) if o.verb == GROUPS else ir.show(o.by)
+    rule = f"{c.rule}; {WHAT[o.verb].format(e)} of ({', '.join(cut)}) (override grads: {o.verb})"
     return replace(c, block=size, link=link if known else link_of(plan, c.axes), rule=rule)
 
 

@@ -327,6 +327,7 @@ class Override:
     by: Value | None = None
     span: Span = _span()
     ranks: tuple[Value, ...] | None = None  # ``ranks (...)``: the ranks of the axis a per-rank operation is on
+    sizes: tuple[Value, ...] | None = None  # ``by (S1, ...)``: the sizes of consecutive groups (reduce_groups)
 
 
 @dataclass(frozen=True)

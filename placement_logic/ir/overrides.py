@@ -35,6 +35,9 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         # within the first K ranks only, the others reducing nothing (check.subgroups)
         "reduce_strided": (True, True),
         "reduce_first": (True, True),
+        # ... within consecutive groups of the sizes S1, S2, ... (by (S1, S2, ...): groups of unequal sizes, a
+        # per-node group on nodes of unequal GPU counts, a hand-written new_group list; check.subgroups)
+        "reduce_groups": (True, False),
     },
     "clip_norm": {
         "reduce": (True, False),  # squared norms summed over exactly these axes
@@ -61,6 +64,7 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         # ... within strided groups of stride S, or within the first K ranks only (check.subgroups)
         "reduce_strided": (True, True),
         "reduce_first": (True, True),
+        "reduce_groups": (True, False),  # ... within consecutive groups of the sizes S1, S2, ... (check.subgroups)
     },
     "loss": {
         "per_device_mean": (False, False),
@@ -163,6 +167,8 @@ LAYOUT_ITEMS = ("inputs", "labels", "loss_mask", "position_ids", "causal_mask")
 # the (target, verb) pairs that take (and need) a ``ranks (R1, R2, ...)`` clause: the ranks of the axis it is on
 TAKES_RANKS: frozenset[tuple[str, str]] = frozenset({("grads", "clip_on_ranks"), ("grads", "divide_on_ranks"),
                                                      ("clip_norm", "count_on_ranks")})
+# the verbs that take ``by (S1, S2, ...)``: the sizes of the consecutive groups an axis is cut into
+TAKES_SIZES: frozenset[tuple[str, str]] = frozenset({("grads", "reduce_groups"), ("clip_norm", "reduce_groups")})
 
 
 class OverrideTarget(StrEnum):
@@ -212,6 +218,7 @@ class OverrideVerb(StrEnum):
     COUNT_COPIES = "count_copies"
     REDUCE_STRIDED = "reduce_strided"
     REDUCE_FIRST = "reduce_first"
+    REDUCE_GROUPS = "reduce_groups"
     LOCAL = "local"
     PER_DEVICE_MEAN = "per_device_mean"
     PER_MICROBATCH_MEAN = "per_microbatch_mean"

@@ -114,6 +114,8 @@ def _override_text(o: ir.Override) -> str:
         text += f" ranks ({', '.join(ir.show(r) for r in o.ranks)})"
     if o.by is not None:
         text += f" by {ir.show(o.by)}"
+    if o.sizes is not None:
+        text += f" by ({', '.join(ir.show(s) for s in o.sizes)})"
     return text
 
 

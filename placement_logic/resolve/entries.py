@@ -13,10 +13,11 @@ from dataclasses import replace
 from .. import ir
 from ..diagnostics import Code, Span, did_you_mean
 from ..frontend import surface
-from ..ir import actflow
+from ..frontend.canonical import expr as surface_text
+from ..ir import actflow, unequal
 from ..ir import losses as ir_losses
 from ..ir.groups import BUILTIN as BUILTIN_GROUPS
-from ..ir.overrides import LAYOUT_ITEMS, TAKES_RANKS, OverrideTarget, OverrideVerb
+from ..ir.overrides import LAYOUT_ITEMS, TAKES_RANKS, TAKES_SIZES, OverrideTarget, OverrideVerb
 from .shapes import number
 from .values import STATE_NAMES, Values
 
@@ -35,8 +36,9 @@ Options = dict[ir.State, dict[str, object]]
 NOT_MODELLED = {
     "process_group": "every reduction is over whole mesh axes or over groups over part of an axis: blocks of B "
                      "consecutive ranks, strided groups of stride S, the first K ranks only (override grads[g] / "
-                     "clip_norm: reduce_blocks / reduce_strided / reduce_first over (AXES) by E); groups of unequal "
-                     "sizes and a group across two axes' ranks other than their product are out of scope",
+                     "clip_norm: reduce_blocks / reduce_strided / reduce_first over (AXES) by E), consecutive groups "
+                     "of unequal sizes (reduce_groups over (AXIS) by (S1, S2, ...)); groups that are not runs of "
+                     "consecutive ranks and a group across two axes' ranks other than their product are out of scope",
     "rank": "every device of an axis runs the same step; of the operations on some of its ranks only these are "
             "modelled: a group's part of the grad norm on rank 0 or on any set of one axis's ranks (override "
             "clip_norm[g]: rank0_only over (AXES), count_on_ranks over (AXIS) ranks (R1, ...)), its "
@@ -260,6 +262,15 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
     if not takes_over and o.axes is not None:
         error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' takes no 'over' clause", o.span)
         return None
+    takes_sizes = (o.target, o.verb) in TAKES_SIZES
+    if o.sizes is not None and not takes_sizes:
+        error(Code.GROUPS_AXIS, f"'{o.target}: {o.verb}' takes no list of sizes 'by (S1, S2, ...)' (the sizes of "
+              "consecutive groups are reduce_groups's)", o.span)
+        return None
+    if takes_sizes and o.sizes is None:
+        error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' needs 'by (S1, S2, ...)': the sizes of two or more consecutive groups "
+              "of ranks the axis is cut into", o.span)
+        return None
     if takes_by and o.by is None:
         error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' needs 'by <{'epsilon' if o.verb == OverrideVerb.EPS_BEFORE_REDUCE else 'divisor'}>'",
               o.span)
@@ -273,12 +284,33 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
               "applied on" if takes_ranks else "takes no 'ranks' clause"), o.span)
         return None
     out = _axes_and_divisor(vals, o, env, axes_allowed)
+    if out is not None and o.sizes is not None:
+        return _group_sizes(vals, o, out, env)
     if out is None or o.ranks is None:
         return out
     ranks = tuple(vals.count(r, env, "a rank") for r in o.ranks)
     if any(r is None for r in ranks) or not _ranks_in_range(vals, out, ranks):
         return None
     return replace(out, ranks=ranks)
+
+
+def _group_sizes(vals: Values, o: surface.OverrideStmt, out: ir.Override, env: dict) -> ir.Override | None:
+    """``reduce_groups ... by (S1, ...)``: one axis (PL251), each size a positive whole number and their sum the
+    axis's size where the file gives it (PL250)."""
+    head = f"override {o.target}{f'[{o.group}]' if o.group else ''}: {o.verb} over ({', '.join(o.axes or ())}) by (" \
+        + ", ".join(map(surface_text, o.sizes)) + ")"
+    if len(o.axes or ()) != 1:
+        vals.cx.error(Code.GROUPS_AXIS, f"{head}: a list of group sizes cuts one axis; name one", o.span)
+        return None
+    sizes = tuple(vals.count(s, env, "a group's size") for s in o.sizes)
+    if any(s is None for s in sizes):
+        return None
+    values = tuple(number(s, vals) for s in sizes)
+    why = unequal.problem(head, sizes, values, o.axes[0], number(ir.Sym(o.axes[0]), vals))
+    if why is not None:
+        vals.cx.error(Code.GROUP_SIZES, why, o.span)
+        return None
+    return replace(out, sizes=tuple(ir.const(v) for v in values))  # each a whole number (``problem``)
 
 
 def _ranks_in_range(vals: Values, o: ir.Override, ranks: tuple[ir.Value, ...]) -> bool:
@@ -363,5 +395,4 @@ def rename_override(o: ir.Override, rename: dict[str, tuple[str, ...]]) -> ir.Ov
     for a product binding)."""
     if o.axes is None:
         return o
-    return ir.Override(o.target, o.group, o.verb, tuple(x for a in o.axes for x in rename.get(a, (a,))), o.by,
-                       o.span, o.ranks)
+    return replace(o, axes=tuple(x for a in o.axes for x in rename.get(a, (a,))))

@@ -7,12 +7,16 @@
   one rank seen in a group of its own); strided groups, where every group is {r, r+S, r+2S ...} for one S ≥ 2 and
   every r < S is present (a group of one rank where r + S is past the axis); the first K ranks, one group
   {0 ... K-1} (2 ≤ K < n) that no other rank of the line calls (a call over a group a rank is no member of records
-  nothing). ``_Layout.blocks`` maps each group to (axis index, size, kind), and the layout reads a call over one as
-  a call over the axis (the gradient programs see the axis reduced). Groups of unequal sizes, one strided group
-  alone, K ranks not from rank 0, or groups neither consecutive nor strided are left as they are: named, never
+  nothing); consecutive groups of unequal sizes, runs of consecutive ranks that together hold every rank of the
+  line once (a group of one rank seen in a group of its own), two runs or more: ("groups", (S1, S2, ...)), a
+  per-node group on nodes of unequal GPU counts, a hand-written ``new_group`` list. ``_Layout.blocks`` maps each
+  group to (axis index, size, kind) (the size a tuple of sizes for "groups"), and the layout reads a call over one
+  as a call over the axis (the gradient programs see the axis reduced). One strided group alone, K ranks not from
+  rank 0, runs that leave a rank out, or groups neither consecutive nor strided are left as they are: named, never
   lifted.
 - ``block_lines``: the plan lines of the calls over such groups in the step: a gradient reduction is
-  ``override grads[g]: reduce_blocks over (AXIS) by B`` (``reduce_strided ... by S``, ``reduce_first ... by K``;
+  ``override grads[g]: reduce_blocks over (AXIS) by B`` (``reduce_strided ... by S``, ``reduce_first ... by K``,
+  ``reduce_groups ... by (S1, S2, ...)``;
   ``grads`` where every parameter's is), the same call on another rank (its site) part of it; the grad norm's
   all-reduce after backward (a float all-reduce no gradient program holds, the gradients clipped, a gradient
   sharded over the axis) ``override clip_norm: reduce_blocks over (AXIS) by B`` (or the other two; over an axis
@@ -54,6 +58,9 @@ def _kind(groups: list[list[int]], n: int, alone: set[int]) -> tuple[str, int] |
                 return "blocks", b
         if len(groups) == 1 and groups[0][0] == 0 and 2 <= len(groups[0]) < n and not (alone - covered):
             return "first", len(groups[0])  # one group of the first K ranks; the others issued no such call
+        parts = sorted(groups + [[x] for x in alone if x not in covered and 0 <= x < n])
+        if len(parts) >= 2 and [x for g in parts for x in g] == list(range(n)):
+            return "groups", tuple(len(g) for g in parts)  # runs of unequal sizes holding every rank once
         return None
     steps = {g[1] - g[0] for g in groups}
     if len(steps) != 1:
@@ -97,11 +104,18 @@ def find_blocks(trace: dict, layout: _Layout) -> None:
         layout.blocks.update({frozenset([r]): (i, size, what) for r in mine if not any(r in g for g in groups)})
 
 
-VERB = {"blocks": "reduce_blocks", "strided": "reduce_strided", "first": "reduce_first"}
+VERB = {"blocks": "reduce_blocks", "strided": "reduce_strided", "first": "reduce_first", "groups": "reduce_groups"}
 
 
-def _groups(what: str, a: str, b: int) -> str:
+def _by(b) -> str:
+    """The ``by`` of a statement: a number, or the list of sizes of consecutive groups."""
+    return f"({', '.join(map(str, b))})" if isinstance(b, tuple) else str(b)
+
+
+def _groups(what: str, a: str, b) -> str:
     """The groups in words."""
+    if what == "groups":
+        return f"consecutive groups of {', '.join(map(str, b))} {a} ranks"
     if what == "strided":
         return f"strided groups of {a} ranks (r, r+{b}, r+{2 * b} ...)"
     if what == "first":
@@ -157,7 +171,7 @@ def block_lines(st, params: list[dict], named: list, clipped: bool) -> list[tupl
                     if note not in st.notes:
                         st.notes.append(note)
                     continue
-                norm = norm or (f"  override clip_norm: {VERB[what]} over ({a}) by {b}  # observed: the grad norm "
+                norm = norm or (f"  override clip_norm: {VERB[what]} over ({a}) by {_by(b)}  # observed: the grad norm "
                                 f"all-reduced within {groups}", _frames([c["stack"]], st.script))
                 continue
             st.items.append(Unliftable((r,), c["seq"], f"{c['kind']} ({c['api']}) over the group {sorted(c['ranks'])}",
@@ -182,7 +196,7 @@ def _grad_lines(st, held: dict[str, tuple[str, int, str, list]], named: list) ->
     frames = _frames([first[3]], st.script)
 
     def text(target: str, a: str, b: int, what: str) -> str:
-        return (f"  override {target}: {VERB[what]} over ({a}) by {b}  # observed: the gradient all-reduced within "
+        return (f"  override {target}: {VERB[what]} over ({a}) by {_by(b)}  # observed: the gradient all-reduced within "
                 f"{_groups(what, a, b)}")
 
     if len(kinds) == 1 and set(held) >= every:
@@ -198,7 +212,7 @@ def _grad_lines(st, held: dict[str, tuple[str, int, str, list]], named: list) ->
         else:
             st.items.append(Unliftable((st.observer,), -1, f"the reductions over blocks of group {g}",
                                        f"some of its parameters' gradients are reduced over blocks of an axis "
-                                       f"({', '.join(f'{VERB[w]} {a} by {b}' for a, b, w in sorted(got))}), the "
+                                       f"({', '.join(f'{VERB[w]} {a} by {_by(b)}' for a, b, w in sorted(got, key=str))}), the "
                                        "others not: one statement per group, not lifted",
                                        tuple(held[next(n for n in mine if n in held)][3])))
     return lines

@@ -52,7 +52,7 @@ class _Layout:
     def __init__(self, names: list[str], sizes: list[int], grid) -> None:
         self.names, self.sizes = names, sizes
         # groups cutting an axis into blocks of B consecutive ranks (``lift_blocks``): read as over the axis
-        self.blocks: dict[frozenset, tuple[int, int, str]] = {}  # group -> (axis index, size, kind)
+        self.blocks: dict[frozenset, tuple] = {}  # group -> (axis index, size (sizes for "groups"), kind)
         self.coords: dict[int, tuple[int, ...]] = {}
         for idx in itertools.product(*(range(s) for s in sizes)):
             cell = grid

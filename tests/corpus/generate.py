@@ -868,6 +868,23 @@ mutant("clip_first_zero2", "zero2",
        "the squared norms of the dp shards summed over the first 2 dp ranks only (`clip_norm: reduce_first over "
        "(dp) by 2`): every other rank clips by its own shard's norm.",
        ["override clip_norm: reduce_first over (dp) by 2"], ["SC clip_norm"], mirrors=FIRST_GROUP)
+# consecutive groups of unequal sizes (check.subgroups: reduce_groups)
+UNEQUAL_NODES = ("a per-node group on nodes of unequal GPU counts (huggingface/accelerate#2780, "
+                 "Oneflow-Inc/oneflow#5119, deepspeedai/DeepSpeedExamples#575)")
+mutant("grads_groups_ddp", "ddp",
+       "the gradients all-reduced within consecutive groups of 5 and 3 dp ranks (`grads: reduce_groups over (dp) by "
+       "(5, 3)`, a process group per node on nodes of 5 and 3 GPUs): each group holds a partial sum of its own.",
+       ["override grads: reduce_groups over (dp) by (5, 3)"], [f"GI grads[{g}] blocks" for g in ALL4],
+       mirrors=UNEQUAL_NODES)
+mutant("grads_groups_norms_ddp", "ddp",
+       "the norms' gradient all-reduced within consecutive groups of 1, 3 and 4 dp ranks (`grads[norms]: "
+       "reduce_groups over (dp) by (1, 3, 4)`): the other groups reduce over every rank.",
+       ["override grads[norms]: reduce_groups over (dp) by (1, 3, 4)"], ["GI grads[norms] blocks"],
+       mirrors=UNEQUAL_NODES)
+mutant("clip_groups_zero2", "zero2",
+       "the squared norms of the dp shards summed within consecutive groups of 6 and 2 dp ranks (`clip_norm: "
+       "reduce_groups over (dp) by (6, 2)`): each group's norm misses the other group's shards.",
+       ["override clip_norm: reduce_groups over (dp) by (6, 2)"], ["SC clip_norm"], mirrors=UNEQUAL_NODES)
 mutant("update_divide_except_last_pp", "1f1b",
        "every pipeline stage but the last dividing its gradient by the microbatches again (`grads: "
        "divide_except_last over (pp) by 4`).", ["override grads: divide_except_last over (pp) by 4"],
