@@ -40,3 +40,12 @@ STATS_OBJECTIVES: tuple[str, ...] = ("global_batch", "per_microbatch", "per_sequ
 # what a plan's path does (``override loss[aux]: VERB over (AXES)``): the statistics of each sequence,
 # of each local microbatch or of the whole step's microbatches, summed over the ranks of AXES
 STATS_VERBS: tuple[str, ...] = ("stats_per_sequence", "stats_per_microbatch", "stats_per_step")
+
+# the cross entropy's own extra terms (``losses { label_smoothing = true  logit_z_loss = true }``, check.actflow_loss):
+# label smoothing mixes the target's log-probability with the mean log-probability over the whole vocabulary,
+# (1 - α)·(lse - z_t) + α·(lse - Σ_j z_j / V), and the output-logit z-loss (PaLM, ST-MoE) adds lse², where lse is
+# the log-sum-exp of the token's logits over the whole vocabulary. Under a vocabulary-parallel output layer
+# each tensor rank holds a slice of the logits: the sum of the logits (the smoothing term's, slot ``smoothing``)
+# and the z-loss's sum of exponentials (slot ``zloss``) are partial over the tensor axes and need an all-reduce
+# each, as the cross entropy's own sum of exponentials does
+CE_TERMS: dict[str, str] = {"label_smoothing": "smoothing", "logit_z_loss": "zloss"}  # model key -> loss slot

@@ -110,6 +110,9 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     "activations": {"gather": (True, False), "reduce": (True, False), "assert_replicate": (True, False),
                     "assert_partial": (True, False), "assert_shard": (True, False), "reduce_max": (True, False),
                     "reduce_target": (True, False), "reduce_sumexp": (True, False),
+                    # the cross entropy's extra terms (ir.losses.CE_TERMS): the all-reduce of the sum of the logits
+                    # label smoothing's mean log-probability reads, of the sum of exponentials of the z-loss's lse
+                    "reduce_smoothing": (True, False), "reduce_zloss": (True, False),
                     # the MoE layer (group experts): the token dispatch and combine all-to-alls
                     "dispatch": (True, False), "combine": (True, False),
                     # Ulysses context parallelism (group context): the all-to-all before the attention (sequence
@@ -214,6 +217,8 @@ class OverrideVerb(StrEnum):
     REDUCE_MAX = "reduce_max"
     REDUCE_TARGET = "reduce_target"
     REDUCE_SUMEXP = "reduce_sumexp"
+    REDUCE_SMOOTHING = "reduce_smoothing"
+    REDUCE_ZLOSS = "reduce_zloss"
     VARY = "vary"
     SAME = "same"
     NO_REGATHER = "no_regather"
