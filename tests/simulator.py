@@ -277,6 +277,11 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
             count[(tc, mu)] = c0 if equal else rng.randint(0 if clamp else 1, 3)
     if not any(count.values()):  # the step holds a token
         count[next(iter(count))] = 1
+    # ignored tokens (label -100) the plan's count includes (tokens: count_ignored): 0 to 2 per piece, one at least
+    count_ignored = bool(_overrides(plan, "tokens", "count_ignored", None))
+    ignored = {key: rng.randint(0, 2) for key in count} if count_ignored else {}
+    if count_ignored:
+        ignored[next(iter(ignored))] = max(1, ignored[next(iter(ignored))])
 
     def tcoord(dev) -> tuple:
         return tuple(dev[pos[a]] for a in tokens)
@@ -322,10 +327,10 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
     norm_axes = list(tok_o[-1].axes or ()) if tok_o else list(tokens)
 
     # global mean: the device's count accumulated over microbatches, all-reduced over each listed axis in turn
-    def counted(c: int) -> Fraction:
-        return (max(c, 1) if clamp else c) + eps
+    def counted(c: int, key: tuple) -> Fraction:
+        return (max(c, 1) if clamp else c) + eps + (ignored[key] if count_ignored else 0)
 
-    reduced = {d: sum(counted(count[(tcoord(d), u)]) for u in range(m)) for d in devices}
+    reduced = {d: sum(counted(count[(tcoord(d), u)], (tcoord(d), u)) for u in range(m)) for d in devices}
     for a in norm_axes:
         reduced = _allreduce(reduced, pos[a])
 
@@ -333,9 +338,10 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
         if loss == "sum":
             return Fraction(1)
         if loss == "per_microbatch_mean":
-            return Fraction(counted(count[(tcoord(dev), mu)]) if clamp else count[(tcoord(dev), mu)])
+            key = (tcoord(dev), mu)
+            return Fraction(counted(count[key], key) if clamp or count_ignored else count[key])
         if loss == "per_device_mean":
-            return Fraction(sum(counted(count[(tcoord(dev), u)]) for u in range(m)))
+            return Fraction(sum(counted(count[(tcoord(dev), u)], (tcoord(dev), u)) for u in range(m)))
         return Fraction(reduced[tuple(dev)])
 
     # local gradient of each device and microbatch (buffer position: the element it holds)

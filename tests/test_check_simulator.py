@@ -99,6 +99,7 @@ def plans(draw):
         hs.builds(lambda g: ov("clip_norm", "sqrt_before_reduce", g), group),
         hs.builds(lambda g, a: ov("clip_norm", "rank0_only", g, a), group, axis_lists),
         hs.just(ov("tokens", "clamp_before_reduce")),
+        hs.just(ov("tokens", "count_ignored")),
         hs.builds(lambda e: ov("tokens", "eps_before_reduce", by=ir.Const(e)),
                   hs.sampled_from([Fraction(1, 1000), Fraction(1, 2)])),
         hs.builds(lambda a: ov("overflow", "reduce", None, a), axis_lists),
@@ -166,6 +167,8 @@ def plans(draw):
                             ranks=(ir.Const(Fraction(1)), ir.Const(Fraction(2)))),)), 20)
 @example(plan("p", {"a": ("data", "R,R,R,R")},
               overrides=(ov("grads", "clip_on_ranks", "norms", ("a",), ranks=(ir.Const(Fraction(0)),)),)), 21)
+@example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("context", "R,R,R,R")},
+              overrides=(ov("tokens", "count_ignored"), ov("tokens", "reduce", None, ("a", "b")))), 22)
 def test_checker_agrees_with_the_simulator(generated, seed):
     spec, p = generated
     try:

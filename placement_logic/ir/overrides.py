@@ -78,6 +78,8 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "clamp_before_reduce": (False, False),
         # each microbatch's local count plus EPS before it is summed and all-reduced: Σ (n + ε) (check.partial)
         "eps_before_reduce": (False, True),
+        # the count includes the tokens whose label is ignored (-100, padding, the position the shift drops) (check.ignored)
+        "count_ignored": (False, False),
     },
     "dropout_seed": {"vary": (True, False), "same": (False, False)},
     "overflow": {"reduce": (True, False)},  # overflow flag all-reduced over these axes
@@ -219,6 +221,7 @@ class OverrideVerb(StrEnum):
     REDUCE_SUMEXP = "reduce_sumexp"
     REDUCE_SMOOTHING = "reduce_smoothing"
     REDUCE_ZLOSS = "reduce_zloss"
+    COUNT_IGNORED = "count_ignored"
     VARY = "vary"
     SAME = "same"
     NO_REGATHER = "no_regather"
