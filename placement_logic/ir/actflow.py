@@ -26,7 +26,10 @@ gradient its weight gradient reads: nothing, an all-gather under sequence parall
 logits of its vocabulary slice) has three all-reduces over the tensor group, one per slot: ``max``
 (the max logit, an all-reduce MAX: every rank must subtract the same constant), ``target`` (the
 target's logit, on the rank whose slice holds it) and ``sumexp`` (the sum of exponentials); its
-backward (softmax minus the one-hot target, on each rank's slice) needs none. The MoE layer
+backward (softmax minus the one-hot target, on each rank's slice) needs none. Where the model states
+them (``losses { label_smoothing = true  logit_z_loss = true }``, ir.losses.CE_TERMS) it has one more
+all-reduce each: ``smoothing`` (the sum of the logits over the vocabulary, for label smoothing's mean
+log-probability) and ``zloss`` (the sum of exponentials of the z-loss's own log-sum-exp). The MoE layer
 (``experts``: each rank of the expert group holds its own tokens and its own experts) has a dispatch
 all-to-all over the expert axes before the expert MLPs (``fwd_entry``) and a combine all-to-all back
 after them (``fwd_exit``); in backward the output gradient goes to the experts by combine's conjugate
