@@ -177,9 +177,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PL244": ("optimizer-twice", "A parameter group given two optimizers in one section."),
     "PL245": ("optimizer-gather-elementwise", "optimizer[G]: gather or round_robin where G's update is element-wise or Dion's."),
     "PL246": ("optimizer-gather-idle", "optimizer[G]: gather over an axis that cuts no matrix of G."),
-    # the cross entropy's extra terms: PL253 (check.actflow_loss); ignored tokens: PL254 (check.ignored)
+    # the cross entropy's extra terms: PL253 (check.actflow_loss)
     "PL253": ("ce-term-unstated", "activations[loss]: reduce_smoothing or reduce_zloss where the model states no such term."),
-    "PL254": ("ignored-count-term", "tokens[T]: count_ignored on a loss term's count (modelled for the main loss's count)."),
     # usage: PL3xx
     "PL301": ("bad-set", "A --set option that is not NAME=NUMBER or names nothing in the spec."),
     "PL302": ("unknown-plan", "A --plan option that names no plan in the spec."),
@@ -312,7 +311,6 @@ class Code(StrEnum):
     OPTIMIZER_GATHER_ELEMENTWISE = "PL245"
     OPTIMIZER_GATHER_IDLE = "PL246"
     CE_TERM_UNSTATED = "PL253"
-    IGNORED_COUNT_TERM = "PL254"
     BAD_SET = "PL301"
     UNKNOWN_PLAN = "PL302"
     SWEEP_TOO_LARGE = "PL310"

@@ -79,11 +79,19 @@ def test_replay_counts_one_ignored_token():
     assert len(rep.findings) == 1 and "ignored" in rep.findings[0].cause
 
 
-def test_term_count_is_pl254():
+def test_term_count_is_pl122():
     spec, p = plan("p", DP, overrides=(ov("tokens", "count_ignored", "mtp"),))
     with pytest.raises(DiagnosticError) as e:
         check_plan(SESSION, spec, p, {})
-    assert e.value.diagnostics[0].code == "PL254"
+    assert e.value.diagnostics[0].code == "PL122"
+    # the language says the same at resolve
+    from placement_logic.frontend.loader import load_string
+
+    src = ("from std.data import ddp\nmodel {\n  params = 1e9\n  losses {\n    mtp = global_mean\n  }\n}\n"
+           "mesh {\n  dp = 2\n}\nplan p {\n  dp: ddp\n  override tokens[mtp]: count_ignored\n}\n")
+    with pytest.raises(DiagnosticError) as e:
+        load_string(src)
+    assert e.value.diagnostics[0].code == "PL122"
 
 
 def test_sum_loss_is_pl506():

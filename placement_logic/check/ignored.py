@@ -1,7 +1,7 @@
 """Ignored tokens counted in the loss normaliser (``override tokens: count_ignored``).
 
 Input: a plan, its step model and replay context. Output: the located error of a statement the step
-cannot read (``check_override``: PL254), and the obligations that read the main loss's normaliser
+cannot read (``check_override``), and the obligations that read the main loss's normaliser
 wrapped so that the statement refutes them (``wrap``), with a concrete replay.
 
 A token whose label is ignored (``-100``: padding, a prompt token masked out, the first position the
@@ -38,14 +38,14 @@ def ignored_override(plan: ir.Plan | None) -> ir.Override | None:
 
 
 def check_override(plan: ir.Plan) -> None:
-    """PL254 for a loss term's count (``tokens[T]: count_ignored``): the terms' normalisations
-    (check.losses) read their token count's reduction only."""
+    """A loss term's count (``tokens[T]: count_ignored``) is PL122, as resolve says of it: the terms'
+    normalisations (check.losses) read their token count's reduction only (a plan built without resolve)."""
     for o in plan.overrides:
         if o.target == OverrideTarget.TOKENS and o.verb == VERB and o.group is not None:
             raise DiagnosticError([Diagnostic(
-                Code.IGNORED_COUNT_TERM, f"override tokens[{o.group}]: {VERB}: ignored tokens are modelled in the main "
-                "loss's token count; a loss term's count states only the axes it is reduced over (tokens[T]: reduce "
-                "over (AXES))", o.span)])
+                Code.BAD_OVERRIDE, f"'tokens[{o.group}]' has no override '{VERB}': ignored tokens are modelled in the "
+                "main loss's token count; a loss term's count states only the axes it is reduced over (tokens[T]: "
+                "reduce over (AXES))", o.span)])
 
 
 def wrap(obs: list, step, ctx, plan) -> list:
