@@ -186,6 +186,8 @@ CODES: dict[str, tuple[str, str]] = {
               "that is not a positive whole number, or a sum other than the axis's size."),
     "PL251": ("groups-axis", "reduce_groups ... by (S1, S2, ...) over no axis or several, or a list of sizes given to a "
               "verb that takes none."),
+    # the cross entropy's extra terms: PL253 (check.actflow_loss)
+    "PL253": ("ce-term-unstated", "activations[loss]: reduce_smoothing or reduce_zloss where the model states no such term."),
     "PL259": ("rank-never-in-range", "A rank of a norm count on a rank set (override clip_norm[g]: count_on_ranks over "
               "(AXIS) ranks (...)) that is a rank of the axis at no size the axis can take."),
     "PL260": ("norm-rank-sets-twice", "Two norm counts on rank sets (override clip_norm[g]: rank0_only, "
@@ -323,6 +325,7 @@ class Code(StrEnum):
     OPTIMIZER_GATHER_IDLE = "PL246"
     GROUP_SIZES = "PL250"
     GROUPS_AXIS = "PL251"
+    CE_TERM_UNSTATED = "PL253"
     RANK_NEVER_IN_RANGE = "PL259"
     NORM_RANK_SETS_TWICE = "PL260"
     BAD_SET = "PL301"

@@ -251,6 +251,17 @@ def _value(v: ir.Value, sizes: dict[str, int], plan: ir.Plan, bindings: dict) ->
 # --------------------------------------------------------------------------- gradient integrity
 
 
+def _ignored(plan: ir.Plan, count: dict, rng: random.Random) -> dict:
+    """The ignored tokens (label -100) of each piece that the plan's count includes (tokens: count_ignored):
+    0 to 2 per piece, one at least in the first; none where the count is of the labelled tokens only."""
+    if not _overrides(plan, "tokens", "count_ignored", None):
+        return {}
+    ignored = {key: rng.randint(0, 2) for key in count}
+    first = next(iter(ignored))
+    ignored[first] = max(1, ignored[first])
+    return ignored
+
+
 def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, bindings: dict) -> bool:
     axes = list(plan.mesh.names)
     n = {a: sizes[a] for a in axes}
@@ -277,6 +288,7 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
             count[(tc, mu)] = c0 if equal else rng.randint(0 if clamp else 1, 3)
     if not any(count.values()):  # the step holds a token
         count[next(iter(count))] = 1
+    ignored = _ignored(plan, count, rng)
 
     def tcoord(dev) -> tuple:
         return tuple(dev[pos[a]] for a in tokens)
@@ -322,10 +334,10 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
     norm_axes = list(tok_o[-1].axes or ()) if tok_o else list(tokens)
 
     # global mean: the device's count accumulated over microbatches, all-reduced over each listed axis in turn
-    def counted(c: int) -> Fraction:
-        return (max(c, 1) if clamp else c) + eps
+    def counted(c: int, key: tuple) -> Fraction:
+        return (max(c, 1) if clamp else c) + eps + ignored.get(key, 0)
 
-    reduced = {d: sum(counted(count[(tcoord(d), u)]) for u in range(m)) for d in devices}
+    reduced = {d: sum(counted(count[(tcoord(d), u)], (tcoord(d), u)) for u in range(m)) for d in devices}
     for a in norm_axes:
         reduced = _allreduce(reduced, pos[a])
 
@@ -333,9 +345,10 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
         if loss == "sum":
             return Fraction(1)
         if loss == "per_microbatch_mean":
-            return Fraction(counted(count[(tcoord(dev), mu)]) if clamp else count[(tcoord(dev), mu)])
+            key = (tcoord(dev), mu)
+            return Fraction(counted(count[key], key) if clamp or ignored else count[key])
         if loss == "per_device_mean":
-            return Fraction(sum(counted(count[(tcoord(dev), u)]) for u in range(m)))
+            return Fraction(sum(counted(count[(tcoord(dev), u)], (tcoord(dev), u)) for u in range(m)))
         return Fraction(reduced[tuple(dev)])
 
     # local gradient of each device and microbatch (buffer position: the element it holds)

@@ -16,6 +16,13 @@ the sum of exponentials start Partial along the tensor axes (each rank a summand
 own samples elsewhere, and go through their all-reduces as check.actflow types any collective
 (P -> R, R -> R·n, a non-tensor axis: W). The loss (forward) needs all three right; the logits'
 gradient (backward) the max and the sum of exponentials only (the one-hot target is local).
+
+The extra terms the model states (``losses { label_smoothing = true  logit_z_loss = true }``,
+ir.losses.CE_TERMS) add a slot each. Label smoothing's mean log-probability over the vocabulary,
+Σ_j z_j / V - lse, reads the sum of the logits (slot ``smoothing``): partial along the tensor axes like
+the target's logit, needed by the loss only (its gradient α(p_j - 1/V) needs the softmax alone). The
+z-loss lse² reads the log-sum-exp m + log Σ exp(z - m) with its own sum of exponentials (slot
+``zloss``), needed by the loss and by its gradient 2·lse·p_j.
 """
 
 from __future__ import annotations
@@ -26,15 +33,18 @@ from ..ir import actflow as af
 from ..ir.actflow import type_text
 from .report import Counterexample
 
-ORDER = ("max", "sumexp", "target")  # the first wrong one is the root cause
+ORDER = ("max", "sumexp", "target", "smoothing", "zloss")  # the first wrong one is the root cause
 TEXT = {"max": "the all-reduce MAX of the max logit", "target": "the all-reduce of the target's logit",
-        "sumexp": "the all-reduce of the sum of exponentials"}
+        "sumexp": "the all-reduce of the sum of exponentials",
+        "smoothing": "the all-reduce of the sum of the logits that label smoothing's mean log-probability over the "
+                     "vocabulary reads",
+        "zloss": "the all-reduce of the sum of exponentials of the z-loss's log-sum-exp"}
 
 
 def typed(flow: af.Flow, axes: tuple[str, ...], direction: str, coll, Typed):
     """``coll`` is check.actflow's collective typing, ``Typed`` its result class (no import cycle)."""
     slots = dict(flow.slots)
-    used = ORDER if direction == "forward" else ("max", "sumexp")
+    used = tuple(n for n in (ORDER if direction == "forward" else ("max", "sumexp", "zloss")) if n in slots)
     final, needed, bad, cause = {}, {}, [], []
     for a in axes:
         tensor = a in flow.tensor
@@ -95,20 +105,48 @@ def run(flow: af.Flow, direction: str, axis: str, n: int):
     s = _reduce(slots["sumexp"], axis, [sum((two ** int(v - m[r]) for v in local[r]), Fraction(0))
                                         for r in range(n)], sum)
     full = [sum((two ** int(v) for v in every[r]), Fraction(0)) for r in range(n)]
+    extra_got, extra_want = _extras(slots, axis, direction, local, every, m)
     if direction == "forward":
-        got = [[s[r] * two ** -int(t[r])] for r in range(n)]
-        want = [[full[r] * two ** -int(every[r][0])] for r in range(n)]
+        got = [[s[r] * two ** -int(t[r])] + extra_got[r] for r in range(n)]
+        want = [[full[r] * two ** -int(every[r][0])] + extra_want[r] for r in range(n)]
         return got, want, inputs
-    got = [[two ** int(v - m[r]) / s[r] - h for v, h in zip(local[r], hot[r])] for r in range(n)]
-    want = [[two ** int(v) / full[r] - h for v, h in zip(local[r], hot[r])] for r in range(n)]
+    got = [[two ** int(v - m[r]) / s[r] - h for v, h in zip(local[r], hot[r])] + extra_got[r] for r in range(n)]
+    want = [[two ** int(v) / full[r] - h for v, h in zip(local[r], hot[r])] + extra_want[r] for r in range(n)]
     return got, want, inputs
+
+
+def _extras(slots: dict, axis: str, direction: str, local, every, m) -> tuple[list, list]:
+    """Each rank's values of the extra terms the flow has, and the single-device ones: label smoothing's
+    mean logit over the vocabulary Σ_j z_j / V (the loss only) and 2^lse, the z-loss's log-sum-exp in base 2
+    (the loss and its gradient 2·lse·p_j)."""
+    n = len(local)
+    two = Fraction(2)
+    got: list[list] = [[] for _ in range(n)]
+    want: list[list] = [[] for _ in range(n)]
+    if "smoothing" in slots and direction == "forward":
+        sm = _reduce(slots["smoothing"], axis, [sum(local[r], Fraction(0)) for r in range(n)], sum)
+        for r in range(n):
+            got[r].append(sm[r] / len(every[r]))
+            want[r].append(sum(every[r], Fraction(0)) / len(every[r]))
+    if "zloss" in slots:
+        sz = _reduce(slots["zloss"], axis, [sum((two ** int(v - m[r]) for v in local[r]), Fraction(0))
+                                            for r in range(n)], sum)
+        for r in range(n):
+            got[r].append(two ** int(m[r]) * sz[r])
+            want[r].append(sum((two ** int(v) for v in every[r]), Fraction(0)))
+    return got, want
 
 
 def counterexample(ctx, ty, sizes, axis, r, got, want, inputs, stage, span, show, axes_of) -> Counterexample:
     fwd = ty.direction == "forward"
+    slots = dict(ty.flow.slots)
     what = "2^loss (the inverse of the target's probability)" if fwd else "the logits' gradient on its slice"
+    extra = ((["the mean logit over the vocabulary (label smoothing)"] if fwd and "smoothing" in slots else [])
+             + (["2^lse (the z-loss's log-sum-exp, base 2)"] if "zloss" in slots else []))
+    if extra:
+        what = f"[{what}, {', '.join(extra)}]"
     eq = f"{what} on rank {r} of {axis} = {show(got[r])}, single-device = {show(want[r])}"
-    slot = dict(ty.flow.slots).get(stage)
+    slot = slots.get(stage)
     if slot is not None and slot.verb:
         how = f"override activations[loss]: {slot.verb} over ({', '.join(axes_of(slot))}) at line {span.line}"
     else:
@@ -117,7 +155,12 @@ def counterexample(ctx, ty, sizes, axis, r, got, want, inputs, stage, span, show
     head = ("the loss" if fwd else "the gradient of the loss with respect to the logits")
     diag = (f"{head} of the vocabulary-parallel cross entropy is computed from a value that is {type_text(result)} "
             f"over {axis}; the root cause is {TEXT.get(stage, stage)} ({how})",)
-    diag += (("the reported loss is wrong on every rank" + ("" if stage == "target" else " and so is every gradient")
-              if fwd else "every gradient of the step is computed from it"),)
+    if not fwd:
+        diag += ("every gradient of the step is computed from it",)
+    elif stage == "smoothing":
+        diag += ("the reported loss is wrong on every rank (label smoothing's gradient α·(p_j - 1/V) reads the "
+                 "softmax only)",)
+    else:
+        diag += ("the reported loss is wrong on every rank" + ("" if stage == "target" else " and so is every gradient"),)
     devices = ((f"rank {r}", f"{axis}={r}"),)
     return Counterexample(ctx.sizes_tuple(sizes), devices, tuple(inputs.items()), eq, diag, ctx.command(sizes))

@@ -223,6 +223,9 @@ def _extended(obs: list[Obligation], step: steps.StepModel, ctx, plan) -> list[O
     from .timing import wrap  # the micro-step the gradient sync is armed on
 
     obs = nested_replay.wrap(partial_replay.wrap(wrap(obs, step, ctx, plan), step, ctx, plan), step, ctx, plan)
+    from . import ignored  # ignored tokens counted in the normaliser
+
+    obs = ignored.wrap(obs, step, ctx, plan)
     from .encode_rankupdate import extend  # a clip or a divisor on rank 0 only, the loss scale, ε on the norm
 
     obs = extend(obs, step, ctx, plan, Obligation)

@@ -296,6 +296,9 @@ def _no_effect(r: _Read, groups: list, needed: tuple[str, ...]) -> None:
     filter_no_effect(r.plan.overrides, groups)
     check_microsteps(r.plan, groups)
     _partial.check_override(r.plan, r.loss)
+    from .ignored import check_override as check_ignored  # ignored tokens counted in the normaliser
+
+    check_ignored(r.plan)
     _rankupdate.check_override(r.plan, groups)
     _subgroups.check_override(r.plan, groups)
     _nested.check_override(r.plan, r.loss)

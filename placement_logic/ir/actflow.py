@@ -26,7 +26,10 @@ gradient its weight gradient reads: nothing, an all-gather under sequence parall
 logits of its vocabulary slice) has three all-reduces over the tensor group, one per slot: ``max``
 (the max logit, an all-reduce MAX: every rank must subtract the same constant), ``target`` (the
 target's logit, on the rank whose slice holds it) and ``sumexp`` (the sum of exponentials); its
-backward (softmax minus the one-hot target, on each rank's slice) needs none. The MoE layer
+backward (softmax minus the one-hot target, on each rank's slice) needs none. Where the model states
+them (``losses { label_smoothing = true  logit_z_loss = true }``, ir.losses.CE_TERMS) it has one more
+all-reduce each: ``smoothing`` (the sum of the logits over the vocabulary, for label smoothing's mean
+log-probability) and ``zloss`` (the sum of exponentials of the z-loss's own log-sum-exp). The MoE layer
 (``experts``: each rank of the expert group holds its own tokens and its own experts) has a dispatch
 all-to-all over the expert axes before the expert MLPs (``fwd_entry``) and a combine all-to-all back
 after them (``fwd_exit``); in backward the output gradient goes to the experts by combine's conjugate
@@ -59,8 +62,13 @@ TP_REGIONS = REGIONS[:5]  # the regions of a tensor-parallel group
 EXPERT_VERBS = ("dispatch", "combine")
 LOSS_SLOTS = ("max", "target", "sumexp")
 LOSS_VERBS = {"reduce_max": "max", "reduce_target": "target", "reduce_sumexp": "sumexp"}
+# the cross entropy's extra terms' all-reduces (ir.losses.CE_TERMS), present where the model states the term:
+# the sum of the logits label smoothing's mean log-probability reads, the sum of exponentials of the z-loss's lse
+CE_SLOTS = ("smoothing", "zloss")
+CE_VERBS = {"reduce_smoothing": "smoothing", "reduce_zloss": "zloss"}
+LOSS_VERBS.update(CE_VERBS)
 # the slots each region has (the others: the four of a column/row-parallel pair)
-REGION_SLOTS = {"head": ("fwd_entry", "bwd_entry"), "embedding": ("fwd_exit", "bwd_exit"), "loss": LOSS_SLOTS,
+REGION_SLOTS = {"head": ("fwd_entry", "bwd_entry"), "embedding": ("fwd_exit", "bwd_exit"), "loss": LOSS_SLOTS + CE_SLOTS,
                 "context": ("fwd_entry", "bwd_exit", "bwd_entry")}
 TARGETS = ("activations", "activation_grads")
 ASSERTS = {"assert_replicate": "R", "assert_partial": "P", "assert_shard": "S"}
@@ -83,7 +91,7 @@ SLOTS = ("fwd_entry", "fwd_exit", "bwd_exit", "bwd_entry")
 ETP_VERBS = {("activations", "gather"), ("activations", "reduce"), ("activation_grads", "gather"),
              ("activation_grads", "reduce"), ("activation_grads", "no_reduce"), ("activation_grads", "reduce_copy")}
 ETP_VERBS |= {(t, v) for t in ("activations", "activation_grads") for v in ASSERTS}
-ALL_SLOTS = SLOTS + LOSS_SLOTS
+ALL_SLOTS = SLOTS + LOSS_SLOTS + CE_SLOTS
 
 
 @dataclass(frozen=True)
@@ -134,8 +142,8 @@ def redistribute(declared: str, needed: str, axes: tuple[str, ...]) -> tuple[Ste
 
 
 def derived_slots(region: str, t: tuple[str, ...], sp: bool) -> dict[str, Slot]:
-    if region == "loss":
-        return {s: Slot((Step(ALL_REDUCE, t),)) for s in LOSS_SLOTS}
+    if region == "loss":  # the extra terms' slots too: flows keeps those the model states (ce_slots)
+        return {s: Slot((Step(ALL_REDUCE, t),)) for s in LOSS_SLOTS + CE_SLOTS}
     if region == "experts":  # t: the expert axes; every slot one all-to-all over them
         return {s: Slot((Step(ALL_TO_ALL, t),)) for s in SLOTS}
     if region == "context":  # t: the context axes; K/V gathered in forward and backward, dK/dV reduce-scattered
@@ -195,6 +203,8 @@ def flows(plan) -> tuple[Flow, ...]:
             continue  # the layers are whole on every rank of t: no region splits them
         for region in TP_REGIONS:
             slots = derived_slots(region, tuple(t), sp)
+            if region == "loss":
+                slots = {k: v for k, v in slots.items() if k in LOSS_SLOTS or k in ce_slots(plan)}
             for o in overrides(plan):
                 slot = SLOT_OF[(o.target, o.verb)]
                 if o.group in (None, region) and slot in slots and o.verb not in EXPERT_VERBS \
@@ -227,6 +237,13 @@ def flows(plan) -> tuple[Flow, ...]:
             slots["bwd_entry"] = Slot((), slots["bwd_exit"].span, OverrideVerb.ALL_TO_ALL)
         out.append(Flow("context", tuple(c), sp, tuple((s, slots[s]) for s in SLOTS if s in slots)))
     return tuple(out)
+
+
+def ce_slots(plan) -> tuple[str, ...]:
+    """The slots of the cross entropy's extra terms the plan's model states (ir.losses.CE_TERMS)."""
+    from .losses import CE_TERMS
+
+    return tuple(CE_TERMS[k] for k, _ in plan.model.ce_terms)
 
 
 def expert_axes(plan) -> tuple[str, ...]:
@@ -297,7 +314,7 @@ def adjust(plan, colls: tuple[Collective, ...], per_layer, per_microbatch) -> tu
         for name, slot in f.slots:
             if not slot.verb:
                 continue
-            if name.startswith("fwd") or name in LOSS_SLOTS:
+            if name.startswith("fwd") or name in LOSS_SLOTS or name in CE_SLOTS:
                 # the embedding and the loss lie outside the recomputed layers
                 phases = [Phase.FORWARD, Phase.BACKWARD] if again and f.region not in (
                     "embedding", "loss", "experts", "expert_tensor") \

@@ -239,6 +239,10 @@ def _tensor_parallel(plan: ir.Plan) -> list[Collective]:
     return out
 
 
+_CE_TEXT = {"label_smoothing": ", the sum of the logits (label smoothing)",
+            "logit_z_loss": ", the z-loss's sum of exponentials"}
+
+
 def _vocab_parallel(plan: ir.Plan) -> list[Collective]:
     """Megatron-LM's vocabulary-parallel embedding and head over each tensor axis that splits them.
 
@@ -296,10 +300,13 @@ def _vocab_parallel(plan: ir.Plan) -> list[Collective]:
                                       "vocabulary-parallel head: all-reduce of its input's partial gradient per "
                                       "microbatch in backward", behind="head", behind_count=m))
         if head:
+            # the extra terms the model states (ir.losses.CE_TERMS): one more fp32 value per token each
+            extra = "".join(_CE_TEXT[k] for k, _ in plan.model.ce_terms)
             out.append(Collective(Kind.ALL_REDUCE, State.ACTIVATIONS, t, link, Phase.FORWARD,
-                                  _mul(ir.const(3), m), Payload(PT.TOKEN_SCALARS, (), "one fp32 value per token (s·b·4)"),
+                                  _mul(ir.const(3 + len(plan.model.ce_terms)), m),
+                                  Payload(PT.TOKEN_SCALARS, (), "one fp32 value per token (s·b·4)"),
                                   "vocabulary-parallel cross entropy: all-reduce of the max logit, the target's "
-                                  "logit and the sum of exponentials per microbatch"))
+                                  f"logit and the sum of exponentials{extra} per microbatch"))
     return out
 
 

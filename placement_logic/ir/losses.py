@@ -47,3 +47,12 @@ PROBS_VERBS: tuple[str, ...] = ("probs_per_sequence", "probs_per_microbatch", "p
 PADDING_VERB = "stats_count_padding"
 # every statement about the aux term's statistics (check.auxstats)
 STATS_VERBS: tuple[str, ...] = GROUP_VERBS + PROBS_VERBS + (PADDING_VERB,)
+
+# the cross entropy's own extra terms (``losses { label_smoothing = true  logit_z_loss = true }``, check.actflow_loss):
+# label smoothing mixes the target's log-probability with the mean log-probability over the whole vocabulary,
+# (1 - α)·(lse - z_t) + α·(lse - Σ_j z_j / V), and the output-logit z-loss (PaLM, ST-MoE) adds lse², where lse is
+# the log-sum-exp of the token's logits over the whole vocabulary. Under a vocabulary-parallel output layer
+# each tensor rank holds a slice of the logits: the sum of the logits (the smoothing term's, slot ``smoothing``)
+# and the z-loss's sum of exponentials (slot ``zloss``) are partial over the tensor axes and need an all-reduce
+# each, as the cross entropy's own sum of exponentials does
+CE_TERMS: dict[str, str] = {"label_smoothing": "smoothing", "logit_z_loss": "zloss"}  # model key -> loss slot

@@ -226,6 +226,9 @@ class Model:
     # the group of tokens the aux term's routing statistics are taken over (``losses { aux_stats = SCOPE }``,
     # ir.losses.STATS_OBJECTIVES, check.auxstats): (scope, span of its line); None: not stated
     aux_stats: tuple[str, Span] | None = None
+    # the cross entropy's extra terms the objective states (``losses { label_smoothing = true  logit_z_loss = true }``,
+    # ir.losses.CE_TERMS): (key, span of its line) for each stated true
+    ce_terms: tuple[tuple[str, Span], ...] = ()
     # DeepSpeed's runtime buffers (``buckets { reduce_bucket_size = N ... }``, ``costs.buckets``): the
     # stated settings by name (counts; flags as 0/1); None: no block, the engine's own working set
     buckets: tuple[tuple[str, Value], ...] | None = None

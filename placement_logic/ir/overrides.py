@@ -91,6 +91,8 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "clamp_before_reduce": (False, False),
         # each microbatch's local count plus EPS before it is summed and all-reduced: Σ (n + ε) (check.partial)
         "eps_before_reduce": (False, True),
+        # the count includes the tokens whose label is ignored (-100, padding, the position the shift drops) (check.ignored)
+        "count_ignored": (False, False),
     },
     "dropout_seed": {"vary": (True, False), "same": (False, False)},
     "overflow": {"reduce": (True, False)},  # overflow flag all-reduced over these axes
@@ -123,6 +125,9 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     "activations": {"gather": (True, False), "reduce": (True, False), "assert_replicate": (True, False),
                     "assert_partial": (True, False), "assert_shard": (True, False), "reduce_max": (True, False),
                     "reduce_target": (True, False), "reduce_sumexp": (True, False),
+                    # the cross entropy's extra terms (ir.losses.CE_TERMS): the all-reduce of the sum of the logits
+                    # label smoothing's mean log-probability reads, of the sum of exponentials of the z-loss's lse
+                    "reduce_smoothing": (True, False), "reduce_zloss": (True, False),
                     # the MoE layer (group experts): the token dispatch and combine all-to-alls
                     "dispatch": (True, False), "combine": (True, False),
                     # Ulysses context parallelism (group context): the all-to-all before the attention (sequence
@@ -237,6 +242,9 @@ class OverrideVerb(StrEnum):
     REDUCE_MAX = "reduce_max"
     REDUCE_TARGET = "reduce_target"
     REDUCE_SUMEXP = "reduce_sumexp"
+    REDUCE_SMOOTHING = "reduce_smoothing"
+    REDUCE_ZLOSS = "reduce_zloss"
+    COUNT_IGNORED = "count_ignored"
     VARY = "vary"
     SAME = "same"
     NO_REGATHER = "no_regather"

@@ -179,6 +179,8 @@ def spec_text(spec: ir.Spec, plans: tuple[str, ...] = (), sets: Collection[str] 
     if spec.model is not None and spec.model.loss_terms:  # the objective's terms besides the main loss
         lines.append("  loss terms: " + ", ".join(f"{t} = {o}" for t, o, _ in spec.model.loss_terms)
                      + (f" (aux statistics: {spec.model.aux_stats[0]})" if spec.model.aux_stats else ""))
+    if spec.model is not None and spec.model.ce_terms:  # the cross entropy's label smoothing, output z-loss
+        lines.append("  cross entropy: " + ", ".join(k for k, _ in spec.model.ce_terms))
     for p in data["plans"]:
         lines.append("")
         lines.append(f"plan {p['plan']}  ({p['location']})")

@@ -197,7 +197,13 @@ def _losses(vals: Values, block: surface.SubBlock, fields: dict) -> None:
     """``losses { aux = per_microbatch_mean  mtp = global_mean }``: the loss terms besides the
     main loss, each with the normalisation its objective states (``ir.losses``)."""
     terms = []
-    for p in props(vals, block.props, tuple(ir_losses.TERMS) + (ir_losses.STATS_KEY,), "losses"):
+    ce = []
+    for p in props(vals, block.props, tuple(ir_losses.TERMS) + (ir_losses.STATS_KEY,) + tuple(ir_losses.CE_TERMS),
+                   "losses"):
+        if p.key in ir_losses.CE_TERMS:  # the cross entropy's label smoothing or output z-loss (check.actflow_loss)
+            if vals.flag_value(p):
+                ce.append((p.key, p.span))
+            continue
         if p.key == ir_losses.STATS_KEY:  # the aux term's statistics scope (check.auxstats)
             w = vals.word(p.value, ir_losses.STATS_OBJECTIVES, "the scope of the aux term's routing statistics")
             if w:
@@ -208,6 +214,7 @@ def _losses(vals: Values, block: surface.SubBlock, fields: dict) -> None:
             terms.append((p.key, w, p.span))
             vals.loss_terms[p.key] = w
     fields["loss_terms"] = tuple(terms)
+    fields["ce_terms"] = tuple(ce)
     if "aux_stats" in fields and not any(t in ir_losses.STATS_TERMS for t, _, _ in terms):
         vals.cx.error(Code.STATS_SCOPE_TERM, f"'{ir_losses.STATS_KEY}' states the scope of the routing statistics of a "
                       "term the losses section does not declare", fields["aux_stats"][1],

@@ -81,6 +81,8 @@ MODELS.update({
     "moe_etp": MODELS["moe"] + ("group experts {\n    role = {ep: expert, x: tensor}\n  }",),
     "dense_mtp": MODELS["dense"] + ("losses {\n    mtp = global_mean\n  }",),
     "plain_mtp": MODELS["plain"] + ("losses {\n    mtp = global_mean\n  }",),
+    # the cross entropy with label smoothing and an output z-loss (docs/language.md, "Loss terms")
+    "dense_ce": MODELS["dense"] + ("losses {\n    label_smoothing = true\n    logit_z_loss = true\n  }",),
 })
 # the aux term with the groups of its routing statistics (docs/language.md, "Loss terms")
 AUX_STATS = "losses {{\n    aux = {}\n    aux_stats = {}\n  }}"
@@ -1560,6 +1562,38 @@ with_base("loss_max_twice_sp", "sp", "the max logit all-reduced twice over tp (M
           "all-reduces stay all-reduces under sequence parallelism.",
           ["override activations[loss]: reduce_max over (tp, tp)",
            "override activations[loss]: reduce_target over (tp)", "override activations[loss]: reduce_sumexp over (tp)"])
+# -- the cross entropy's label smoothing and output z-loss under a vocabulary-parallel head --------------
+
+SMOOTHING = "label smoothing's mean log-probability over the local vocabulary slice (NVIDIA/Megatron-LM#737, #7464)"
+ZLOSS = "a z-loss's log-sum-exp of the local logits (NVIDIA/TransformerEngine#2707 takes it from the reduced m, d)"
+for name, b, line, expect, what, mirror in [
+    ("loss_smoothing_local_tp", "tp", "override activations[loss]: reduce_smoothing over ()", ["GI activations[loss]"],
+     "label smoothing's sum of the logits never all-reduced: each tensor rank's mean log-probability is over its "
+     "own slice; the gradient (softmax only) is right.", SMOOTHING),
+    ("loss_smoothing_world_tp", "tp", "override activations[loss]: reduce_smoothing over (dp, tp)",
+     ["GI activations[loss]"], "label smoothing's sum of the logits all-reduced over dp and tp: other samples' "
+     "logits added in.", "the loss's all-reduces on a group other than the model's tensor group "
+     "(NVIDIA/Megatron-LM#5128)"),
+    ("loss_zloss_local_sp", "sp", "override activations[loss]: reduce_zloss over ()", LOSS_BOTH,
+     "the z-loss's sum of exponentials never all-reduced: its lse, and so the z-loss and its gradient 2·lse·p, "
+     "are each rank's own.", ZLOSS),
+    ("loss_zloss_twice_tp", "tp", "override activations[loss]: reduce_zloss over (tp, tp)", LOSS_BOTH,
+     "the z-loss's sum of exponentials summed twice over tp: its lse plus log(tp).", ZLOSS),
+]:
+    mutant(name, b, what, [line], expect, mirrors=mirror, model="dense_ce")
+for name, b, lines, why in [
+    ("loss_ce_terms_derived_tp", "tp", [], "label smoothing and an output z-loss, their all-reduces as derived"),
+    ("loss_ce_terms_restated_sp", "sp", ["override activations[loss]: reduce_smoothing over (tp)",
+                                         "override activations[loss]: reduce_zloss over (tp)"],
+     "label smoothing's and the z-loss's all-reduces stated on the tensor group, as derived"),
+]:
+    equivalent(name, BASES[b].title, why + "; the loss equals the single-device one.", list(BASES[b].bind) + lines, b,
+               model="dense_ce")
+IGNORED = "ignored tokens counted in the normaliser (huggingface/transformers#46204, meta-pytorch/torchtune#1875)"
+for name, b in [("tokens_count_ignored_ddp", "ddp"), ("tokens_count_ignored_cp", "cp")]:
+    mutant(name, b, "the token count includes the tokens whose label is ignored (`tokens: count_ignored`): the "
+           "normaliser is T + Q.", ["override tokens: count_ignored"],
+           gi(["dense", "norms", "biases", "embedding"], "normalisation"), mirrors=IGNORED)
 # -- the MoE token dispatch and combine all-to-alls ---------------------------------------
 
 WRONG_EP = "the MoE all-to-all on a wrongly built expert group (deepspeedai/DeepSpeed#1942)"

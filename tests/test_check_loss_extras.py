@@ -1,0 +1,217 @@
+"""The vocabulary-parallel cross entropy's label smoothing and output z-loss (``losses {
+label_smoothing = true  logit_z_loss = true }``, ``activations[loss]: reduce_smoothing | reduce_zloss``):
+the checker against the independent simulator (tests/simulator_ce.py) on hand-derived and generated
+plans, the replayed counterexamples (values derived by hand), the diagnostics, the costs and the
+format round trip."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from itertools import product
+
+import pytest
+import simulator_ce
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hs
+from irkit import ov, plan
+from tiers import examples
+
+from placement_logic import ir
+from placement_logic.check.run import check_plan
+from placement_logic.diagnostics import NO_SPAN, DiagnosticError
+from placement_logic.ir import collectives
+from placement_logic.outcome import Verdict
+from placement_logic.solver.session import Session
+
+SESSION = Session(timeout=20)
+A = "activations"
+KEYS = {"GI activations[loss]": ("act", "loss"), "GI activation_grads[loss]": ("grad", "loss")}
+DP_TP = {"dp": ("data", "R,R,R,R"), "tp": ("tensor", "S,S,S,S")}
+BOTH = ("label_smoothing", "logit_z_loss")
+
+
+def _with(terms=BOTH, overrides=(), sp=False, axes=DP_TP):
+    spec, p = plan("p", axes, sp=sp, overrides=tuple(overrides))
+    model = replace(p.model, ce_terms=tuple((t, NO_SPAN) for t in terms))
+    p = replace(p, model=model)
+    return replace(spec, model=model, plans=(p,)), p
+
+
+def verdicts(spec, p) -> dict:
+    return {KEYS[o.name]: o.verdict for o in check_plan(SESSION, spec, p, {}).obligations if o.name in KEYS}
+
+
+def simulated(p) -> set:
+    found: set = set()
+    for sizes in product((1, 2, 3), repeat=len(p.mesh.names)):
+        found |= simulator_ce.violations(p, dict(zip(p.mesh.names, sizes)))
+    return found
+
+
+ACT, GRAD = ("act", "loss"), ("grad", "loss")
+HAND = [
+    (BOTH, (), False, set()),
+    (BOTH, (), True, set()),
+    (BOTH, [("reduce_smoothing", ("tp",)), ("reduce_zloss", ("tp",))], False, set()),
+    # label smoothing's mean over the local slice (NVIDIA/Megatron-LM#737): the loss only
+    (BOTH, [("reduce_smoothing", ())], False, {ACT}),
+    (("label_smoothing",), [("reduce_smoothing", ())], True, {ACT}),
+    # the sum of the logits counted once per tensor rank (gathered logits summed again), or over the world
+    (BOTH, [("reduce_smoothing", ("tp", "tp"))], False, {ACT}),
+    (BOTH, [("reduce_smoothing", ("dp", "tp"))], False, {ACT}),
+    (BOTH, [("reduce_smoothing", ("dp",))], False, {ACT}),
+    # the z-loss's lse from the local slice: the loss and its gradient 2·β·lse·p
+    (BOTH, [("reduce_zloss", ())], False, {ACT, GRAD}),
+    (("logit_z_loss",), [("reduce_zloss", ())], True, {ACT, GRAD}),
+    (("logit_z_loss",), [("reduce_zloss", ("tp", "tp"))], False, {ACT, GRAD}),
+    (("logit_z_loss",), [("reduce_zloss", ("dp", "tp"))], False, {ACT, GRAD}),
+    # each rank its own max: the cross entropy breaks first, the z-loss's lse with it
+    (("logit_z_loss",), [("reduce_max", ())], False, {ACT, GRAD}),
+    # a larger max group is still one constant per tensor group
+    (BOTH, [("reduce_max", ("dp", "tp"))], False, set()),
+    # the target's logit alone: the loss only
+    (BOTH, [("reduce_target", ())], False, {ACT}),
+]
+
+
+@pytest.mark.parametrize("terms,stated,sp,expected", HAND)
+def test_hand_cases_checker_and_simulator(terms, stated, sp, expected):
+    spec, p = _with(terms, [ov(A, v, "loss", a) for v, a in stated], sp)
+    assert simulated(p) == expected
+    v = verdicts(spec, p)
+    assert set(v) == {ACT, GRAD}
+    assert {k for k, x in v.items() if x is Verdict.REFUTED} == expected
+    assert all(x is Verdict.PROVED for k, x in v.items() if k not in expected)
+
+
+@hs.composite
+def ce_plans(draw):
+    axes = dict(DP_TP) if draw(hs.booleans()) else {"tp": DP_TP["tp"]}
+    names = list(axes)
+    terms = tuple(t for t in BOTH if draw(hs.booleans()))
+    verbs = ("reduce_max", "reduce_target", "reduce_sumexp") + tuple(
+        v for t, v in (("label_smoothing", "reduce_smoothing"), ("logit_z_loss", "reduce_zloss")) if t in terms)
+    cands = hs.builds(lambda v, a: ov(A, v, "loss", a), hs.sampled_from(verbs),
+                      hs.lists(hs.sampled_from(names), max_size=2).map(tuple))
+    return _with(terms, draw(hs.lists(cands, max_size=3)), draw(hs.booleans()), axes)
+
+
+@settings(max_examples=examples(30), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@given(ce_plans())
+def test_checker_agrees_with_the_simulator(generated):
+    spec, p = generated
+    v = verdicts(spec, p)
+    found = simulated(p)
+    bad = [(k, x.word) for k, x in v.items() if (x is Verdict.REFUTED) != (k in found)]
+    assert not bad, (bad, p.overrides, p.model.ce_terms, p.sequence_parallel)
+
+
+def _obs(terms, stated):
+    spec, p = _with(terms, [ov(A, v, "loss", a) for v, a in stated])
+    return {o.name: o for o in check_plan(SESSION, spec, p, {}).obligations}
+
+
+def test_smoothing_replay_local_mean():
+    obs = _obs(("label_smoothing",), [("reduce_smoothing", ())])
+    assert obs["GI activation_grads[loss]"].verdict is Verdict.PROVED
+    cex = obs["GI activations[loss]"].counterexample
+    # by hand: logits [0, 1] (word j on rank j), target 0; rank 0's sum of its slice is 0, over V = 2
+    # words its mean is 0; the whole vocabulary's mean logit is (0 + 1)/2 = 1/2; 2^loss = (1 + 2)/1 = 3
+    assert "on rank 0 of tp = [3, 0], single-device = [3, 1/2]" in cex.equation
+    assert "label smoothing" in cex.diagnosis[0] and "reduce_smoothing over ()" in cex.diagnosis[0]
+    assert "gradient" in cex.diagnosis[1] and "reads the softmax only" in cex.diagnosis[1]
+
+
+def test_zloss_replay_local_lse():
+    obs = _obs(("logit_z_loss",), [("reduce_zloss", ())])
+    cex = obs["GI activations[loss]"].counterexample
+    # by hand: the global max 1; rank 0's own sum 2^(0-1) = 1/2 gives 2^lse = 2^1 · 1/2 = 1, the whole
+    # vocabulary's 2^0 + 2^1 = 3
+    assert "on rank 0 of tp = [3, 1], single-device = [3, 3]" in cex.equation
+    assert "z-loss's log-sum-exp" in cex.diagnosis[0] and "reduce_zloss over ()" in cex.diagnosis[0]
+    grad = obs["GI activation_grads[loss]"].counterexample
+    # the softmax entries of rank 0 are right (1/3 - 1 = -2/3), the lse is not
+    assert "on rank 0 of tp = [-2/3, 1], single-device = [-2/3, 3]" in grad.equation
+
+
+@pytest.mark.parametrize("terms,verb", [((), "reduce_smoothing"), (("label_smoothing",), "reduce_zloss"),
+                                        (("logit_z_loss",), "reduce_smoothing")])
+def test_unstated_term_is_pl253(terms, verb):
+    spec, p = _with(terms, [ov(A, verb, "loss", ("tp",))])
+    with pytest.raises(DiagnosticError) as e:
+        check_plan(SESSION, spec, p, {})
+    d = e.value.diagnostics[0]
+    assert d.code == "PL253" and "states no" in d.message
+
+
+SRC = """from std.data import ddp
+from std.tensor import megatron_tp
+
+model {{
+  transformer {{
+    hidden = 1024
+    layers = 4
+    heads = 8
+    ffn = 4096
+    vocab = 32000
+  }}
+  seq = 2048
+  microbatch = 1
+  losses {{
+{terms}  }}
+}}
+
+mesh {{
+  dp = 2
+  tp = 4
+}}
+
+plan p {{
+  dp: ddp
+  tp: megatron_tp
+{lines}}}
+"""
+
+
+def _scalars(terms: str, lines: str = "") -> dict:
+    from placement_logic.frontend.loader import load_string
+
+    p = load_string(SRC.format(terms=terms, lines=lines)).plan("p")
+    out: dict = {}
+    for c in collectives.derive(p):
+        if c.payload.tensor == "token_scalars":
+            key = (c.kind.value, c.axes)
+            out[key] = out.get(key, 0) + _num(c.count)
+    return out
+
+
+def _num(v):
+    if isinstance(v, ir.Const):
+        return v.value
+    a = [_num(x) for x in v.args]
+    return {"*": lambda: a[0] * a[1], "-": lambda: a[0] - a[1], "+": lambda: sum(a)}[v.op]()
+
+
+def test_costs_one_more_all_reduce_per_term():
+    # three fp32 values per token and microbatch (m = 1) for the cross entropy, one more per stated term
+    assert _scalars("    label_smoothing = false\n") == {("all_reduce", ("tp",)): 3}
+    assert _scalars("    label_smoothing = true\n") == {("all_reduce", ("tp",)): 4}
+    assert _scalars("    label_smoothing = true\n    logit_z_loss = true\n") == {("all_reduce", ("tp",)): 5}
+    # a stated slot moves its collective: the smoothing sum over the world, the z-loss's dropped
+    moved = _scalars("    label_smoothing = true\n    logit_z_loss = true\n",
+                     "  override activations[loss]: reduce_smoothing over (dp, tp)\n"
+                     "  override activations[loss]: reduce_zloss over ()\n")
+    assert moved == {("all_reduce", ("tp",)): 3, ("all_reduce", ("dp", "tp")): 1}
+
+
+@pytest.mark.parametrize("stmt", ["override activations[loss]: reduce_smoothing over (tp)",
+                                  "override activations[loss]: reduce_zloss over ()"])
+def test_format_round_trip(stmt):
+    from placement_logic.frontend.canonical import format_source
+
+    src = SRC.format(terms="    label_smoothing = true\n    logit_z_loss = true\n", lines=f"  {stmt}\n")
+    assert format_source(src, "x.place") == src
+    messy = src.replace(f"  {stmt}", "  " + stmt.replace(": ", " :  ").replace("(tp)", "( tp )")).replace(
+        "label_smoothing = true", "label_smoothing=true")
+    assert format_source(messy, "x.place") == src
