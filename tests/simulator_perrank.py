@@ -51,9 +51,10 @@ def update_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, 
                 coefs.append((o, min(Fraction(1), cap / norm)))
             else:
                 coefs.append((o, 1 / _value(o.by, sizes, plan, bindings)))
-        reference = grad
-        for _, c in coefs:
-            reference *= c
+        reference = grad  # single-device training clips every element and divides by nothing more
+        for o, c in coefs:
+            if o.verb == "clip_rank0_only":
+                reference *= c
         for d in devices:
             upd = grad
             for o, c in coefs:

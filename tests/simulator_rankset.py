@@ -77,6 +77,11 @@ def update_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, 
                 coefs.append((o, min(Fraction(1), cap / norm), named(o, sizes, plan, bindings)))
             else:
                 coefs.append((o, 1 / _value(o.by, sizes, plan, bindings), named(o, sizes, plan, bindings)))
+        # single-device training clips every element and divides by nothing beyond the step's normalisation
+        reference = grad
+        for o, c, _ in coefs:
+            if o.verb == "clip_on_ranks":
+                reference *= c
         updates = set()
         for d in devices:
             upd = grad
@@ -84,10 +89,9 @@ def update_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, 
                 if group_rank(o, dict(zip(axes, d)), sizes) in ranks:
                     upd *= c
             updates.add(upd)
-        # the ranks disagree, or a clip (coefficient below 1) is skipped on some rank: single-device training
-        # clips every element
-        unclipped = any(o.verb == "clip_on_ranks" and c != 1 and len(ranks) < _group(o, sizes) for o, c, ranks in coefs)
-        if len(updates) > 1 or unclipped:
+        # the ranks disagree, a clip (coefficient below 1) is skipped on some rank, or a divisor is applied on
+        # some rank (on every rank alike too: the gradient divided again)
+        if updates != {reference}:
             out.add(("update", g))
     return out
 
@@ -153,6 +157,6 @@ def product_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random,
                 if _names(o, coords, sizes, plan, bindings):
                     upd /= _value(o.by, sizes, plan, bindings)
             updates.add(upd)
-        if len(updates) > 1:
+        if updates != {grad}:  # two ranks' products differ, or every rank divides alike: a division too many
             out.add(("update", g))
     return out

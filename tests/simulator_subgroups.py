@@ -152,6 +152,6 @@ def update_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, 
                 if _applied(o.verb, [d[pos[a]] for a in named], [sizes[a] for a in named]):
                     upd *= c
             updates.add(upd)
-        if len(updates) > 1:  # the replicas (or the shards) of g step by different coefficients
+        if updates != {grad}:  # the replicas (or shards) of g step by different coefficients, or all divide again
             out.add(("update", g))
     return out

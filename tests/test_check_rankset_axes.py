@@ -38,8 +38,10 @@ def _sim(p, sizes) -> bool:
 
 
 def _wrong(verb: str, ranks: tuple[int, ...], n: int) -> bool:
+    """By hand: a clip skipped on some rank; a divisor applied on some rank (beyond the step's normalisation,
+    on every rank of the group alike too)."""
     on = {r for r in ranks if r < n}
-    return len(on) < n and (bool(on) or verb == "clip_on_ranks")
+    return len(on) < n if verb == "clip_on_ranks" else bool(on)
 
 
 def _rank(order: tuple[str, ...], coords: dict[str, int], sizes: dict[str, int]) -> int:

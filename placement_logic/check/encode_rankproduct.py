@@ -5,8 +5,9 @@ Input: the query's ``Env`` (or a replay ``Context`` and a witness) and the group
 ``divide_rank0_only`` (rank 0), ``divide_except_last`` (every rank but the last), ``divide_last_only``
 (the last rank) and ``divide_on_ranks ... ranks (R1, ...)`` (the named ranks), all over the same axis.
 Output: the z3 condition that two ranks of the axis apply different products (``product_arm``) and the
-concrete replay of a witness (``replay_product``). A product that is the same on every rank is read as a
-single statement naming every rank is: the step's own divisor, not a departure between ranks.
+concrete replay of a witness (``replay_product``); and the condition that some rank's product is not 1
+(``uniform_arm``, ``replay_uniform``): a product the same on every rank still divides every rank's gradient
+beyond the step's own normalisation.
 """
 
 from __future__ import annotations

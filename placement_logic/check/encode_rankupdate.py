@@ -61,7 +61,7 @@ def _update_negation(env, g, stated):
     """Two ranks of a named axis (two or more ranks) apply different coefficients: a clip whose
     coefficient is below 1 (the norm above max_norm), or a divisor that is not 1."""
     key = f"{zlib.crc32(g.group.encode()):08x}"
-    cons, arms = [], []
+    cons, arms, alone = [], [], []
     divs = rp.combined(stated)  # two or more divisors: the product on each rank (encode_rankproduct)
     if divs:
         arm, ranks = rp.product_arm(env, divs, key)
@@ -76,8 +76,15 @@ def _update_negation(env, g, stated):
             arm = z3.And(two, norm > cap)
         else:
             arm = z3.And(two, env.value(o.by) != 1)
+            pinned = all(z3.is_int_value(env.size(a)) for a in o.axes)
+            if not pinned or (o.verb != LAST_ONLY and o.verb in SUBSET_VERBS):
+                pass  # free sizes: two ranks apart at some size (the arm above); every rank but the last: none at one
+            else:  # pinned sizes: rank 0, the last rank or a named rank divides beyond the step's normalisation
+                exists = rank_set_some(env, o) if o.verb in rankset.VERBS else z3.BoolVal(True, env.sess.ctx)
+                alone.append((f"alone:{i}", z3.And(exists, env.value(o.by) != 1)))
         arms.append((i, arm))
-    every = rp.uniform_arm(env, rp.divisors(stated), key) if rp.divisors(stated) else None
+    arms += alone  # after the arms where two ranks differ: a divisor some rank applies (alike on all of them too)
+    every = rp.uniform_arm(env, divs, key) if divs else None
     if every is not None:  # last: a product every rank applies alike (encode_rankproduct)
         arms.append(("uniform", every[0]))
     cons.append(z3.Or([a for _, a in arms]))
@@ -99,7 +106,9 @@ def replay_update(ctx, w, g, stated):
     if w.get("which") == "product":
         return rp.replay_product(ctx, w, g, rp.combined(stated))
     if w.get("which") == "uniform":
-        return rp.replay_uniform(ctx, w, g, rp.divisors(stated))
+        return rp.replay_uniform(ctx, w, g, rp.combined(stated))
+    if str(w.get("which", "")).startswith("alone:"):
+        return replay_alone(ctx, w, g, stated[int(w["which"].split(":")[1])])
     sizes = w["sizes"]
     o = stated[w.get("which", 0)]
     if o.verb == rankset.CLIP:
@@ -295,6 +304,46 @@ def _replay_eps(orig, ctx, axes, o):
                                                    f"({', '.join(axes)})"), ("ε", _frac(eps))),
                               eq, diag, ctx.command(sizes))
     return replay
+
+
+def rank_set_some(env, o):
+    """z3: at the sizes of ``env`` some named rank is a rank of the statement's process group."""
+    n = z3.RealVal(1, env.sess.ctx)
+    for a in o.axes:
+        n = n * z3.ToReal(env.size(a))
+    rs = [env.value(r) for r in o.ranks or ()]
+    rs = [r if z3.is_expr(r) else z3.RealVal(str(r), env.sess.ctx) for r in rs]
+    return z3.Or([z3.And(z3.IsInt(r), r >= 0, r < n) for r in rs])
+
+
+def replay_alone(ctx, w, g, o):
+    """A rank the divisor applies on (rank 0, the last rank, or the first named rank), per-element gradient 1 and
+    learning rate 1: it steps by -1/X, single-device training by -1 (the step's own normalisation is the
+    derived one)."""
+    sizes = w["sizes"]
+    names = ctx.step.axes
+    leaf = resolver(ctx.bindings, {k: Fraction(v) for k, v in sizes.items()})
+    x = Fraction(fold(o.by, leaf))
+    if x in (0, 1):
+        return None
+    if o.verb in rankset.VERBS:
+        on = rankset.applied(o, rankset.group_size(o, sizes), leaf)
+        if not on:
+            return None
+        at = rankset.coords(o, on[0], sizes)
+        dev = [at.get(a, 0) for a in names]
+    else:
+        dev = [sizes[a] - 1 if (o.verb == LAST_ONLY and a in o.axes) else 0 for a in names]
+    where_ = rankset.where(o) if o.verb in rankset.VERBS else f"{where(o.verb)} of ({', '.join(o.axes)})"
+    text = coords_text(names, dev)
+    eq = (f"the {g.group} update on {text} is -{_frac(1 / x)} per element; single-device training's is -1 "
+          f"(gradient 1, learning rate 1)")
+    diag = (f"the division by {_frac(x)} is applied to the {g.group} gradient on {where_} (override {o.verb} at line "
+            f"{o.span.line}), which at these sizes is {text}: a division beyond the step's own normalisation "
+            "(every rank of the group that applies it steps by a fraction of single-device training's update)",)
+    return Counterexample(ctx.sizes_tuple(sizes), ((f"{where_}", text),),
+                          (("per-element gradient", "1 on every rank (after the reductions)"), ("learning rate", "1"),
+                           ("coefficient applied", f"{_frac(1 / x)} on {text}")), eq, diag, ctx.command(sizes))
 
 
 def rank_set_splits(env, o):
