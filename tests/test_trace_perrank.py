@@ -71,12 +71,13 @@ def test_a_clip_on_every_rank_is_no_departure():
     assert "rank0_only" not in lifted.text and not lifted.unliftable
 
 
-def test_a_clip_on_another_rank_than_rank_0_is_named_never_proved():
-    lifted = lift(_clipped(stored(), 1))
-    assert "rank0_only" not in lifted.text
-    named = [u for u in lifted.unliftable if u.what.startswith("a clip coefficient on ")]
-    assert named and named[0].where == "examples/traced/ddp_summed.py:31"
-    assert 'unobserved "a clip coefficient on ' in lifted.text
+def test_a_clip_on_another_rank_than_rank_0_is_clip_on_ranks_at_its_line():
+    base, lifted = lift(stored()), lift(_clipped(stored(), 1))
+    assert "rank0_only" not in lifted.text and not lifted.unliftable, lifted.unliftable
+    added = [x for x in lifted.text.splitlines() if "clip_on_ranks" in x]
+    assert [x.split("  #")[0] for x in added] == ["  override grads: clip_on_ranks over (dp) ranks (1)"], lifted.text
+    assert added[0].endswith("examples/traced/ddp_summed.py:31")
+    assert [x for x in _plan_lines(lifted.text) if "clip_on_ranks" not in x] == _plan_lines(base.text)
 
 
 def test_a_clip_on_some_parameters_of_a_group_is_named():
@@ -242,54 +243,97 @@ def _three(trace: dict) -> dict:
     return trace
 
 
-@pytest.mark.parametrize("clipped,stated,named", [
-    ((0,), True, False),     # rank 0 alone: clip_rank0_only
-    ((0, 1), False, True),   # rank 0 and rank 1, not rank 2: no rank-0-only statement, named
-    ((1,), False, True),     # rank 1 alone
+@pytest.mark.parametrize("clipped,stated", [
+    ((0,), "clip_rank0_only over (dp)"),          # rank 0 alone
+    ((0, 1), "clip_on_ranks over (dp) ranks (0, 1)"),  # rank 0 and rank 1, not rank 2
+    ((1,), "clip_on_ranks over (dp) ranks (1)"),  # rank 1 alone
+    ((2,), "clip_on_ranks over (dp) ranks (2)"),  # the last rank alone
 ])
-def test_on_three_ranks_only_a_rank_0_departure_is_stated(clipped, stated, named):
+def test_on_three_ranks_a_clip_on_any_set_of_ranks_is_stated(clipped, stated):
     trace = _three(stored())
     for r in clipped:
         _clipped(trace, r)
     lifted = lift(trace)
-    assert ("override grads: clip_rank0_only over (dp)" in lifted.text) == stated, lifted.text
-    assert bool([u for u in lifted.unliftable if u.what.startswith(("the per-rank scaling of ", "a clip coefficient"))]
-                ) == named, lifted.unliftable
+    assert [x.split("  #")[0] for x in lifted.text.splitlines() if "override grads: clip" in x] == [
+        f"  override grads: {stated}"], lifted.text
+    assert not lifted.unliftable, lifted.unliftable
 
 
 @pytest.mark.parametrize("divided,verb", [
-    ((0, 1), "divide_except_last"),  # every rank but the last divides again
-    ((2,), "divide_last_only"),      # the last rank alone
+    ((0, 1), "divide_except_last over (dp)"),  # every rank but the last divides again
+    ((2,), "divide_last_only over (dp)"),      # the last rank alone
+    ((1,), "divide_on_ranks over (dp) ranks (1)"),
+    ((0, 2), "divide_on_ranks over (dp) ranks (0, 2)"),
 ])
-def test_on_three_ranks_a_division_on_every_rank_but_the_last_or_on_the_last_only_is_stated(divided, verb):
+def test_on_three_ranks_a_division_on_any_set_of_ranks_is_stated(divided, verb):
     base = lift(_three(stored()))
     trace = _three(stored())
     for r in divided:
         _divided(trace, r, "1/2")
     lifted = lift(trace)
-    added = [x for x in lifted.text.splitlines() if verb in x]
-    assert [x.split("  #")[0] for x in added] == [f"  override grads: {verb} over (dp) by 2"], lifted.text
+    added = [x for x in lifted.text.splitlines() if "override grads: divide_" in x]
+    assert [x.split("  #")[0] for x in added] == [f"  override grads: {verb} by 2"], lifted.text
     assert added[0].endswith("examples/traced/ddp_summed.py:31")
     # the gradient programs read with the other side's scales: nothing else of the plan changes, nothing named
-    assert [x for x in _plan_lines(lifted.text) if verb not in x] == _plan_lines(base.text)
+    assert [x for x in _plan_lines(lifted.text) if "override grads: divide_" not in x] == _plan_lines(base.text)
     assert not lifted.unliftable, lifted.unliftable
 
 
-@pytest.mark.parametrize("divided", [(1,), (0, 2)])
-def test_on_three_ranks_a_division_on_another_set_of_ranks_is_named(divided):
-    trace = _three(stored())
-    for r in divided:
-        _divided(trace, r, "1/2")
-    lifted = lift(trace)
-    assert not [v for v in ("rank0_only", "except_last", "last_only") if v in lifted.text], lifted.text
-    assert [u for u in lifted.unliftable if u.what.startswith("the per-rank scaling of ")], lifted.unliftable
+def _four(trace: dict) -> dict:
+    """The stored trace on four data ranks: ranks 2 and 3 copies of rank 1, every collective over the four."""
+    for r in (2, 3):
+        extra = copy.deepcopy(trace["ranks"][1])
+        extra["rank"] = r
+        trace["ranks"].append(extra)
+    trace["world"] = 4
+    for part in trace["ranks"]:
+        for c in part["collectives"]:
+            if sorted(c["ranks"]) == [0, 1]:
+                c["ranks"] = [0, 1, 2, 3]
+    return trace
 
 
-def test_on_three_ranks_a_clip_on_the_last_rank_only_is_named():
-    trace = _clipped(_three(stored()), 2)
+@pytest.mark.parametrize("edit,stated", [
+    (_clipped, "clip_on_ranks over (dp) ranks (1, 3)"),
+    (lambda t, r: _divided(t, r, "1/2"), "divide_on_ranks over (dp) ranks (1, 3) by 2"),
+], ids=["clip", "divide"])
+def test_on_four_ranks_a_departure_on_ranks_1_and_3_is_stated_and_refuted(edit, stated, tmp_path):
+    """A clip on ranks (1, 3), or a division there: one statement, whose check refutes `SC update` at it (two
+    ranks of the axis step by different coefficients)."""
+    trace = _four(stored())
+    for r in (1, 3):
+        edit(trace, r)
     lifted = lift(trace)
-    assert "override grads: clip" not in lifted.text and "divide_" not in lifted.text, lifted.text
-    assert lifted.unliftable
+    lines = lifted.text.splitlines()
+    at = [i for i, x in enumerate(lines, 1) if "_on_ranks" in x]
+    assert [lines[i - 1].split("  #")[0] for i in at] == [f"  override grads: {stated}"], lifted.text
+    assert not lifted.unliftable, lifted.unliftable
+    path = tmp_path / "lifted.place"
+    path.write_text(lifted.text)
+    status, out, _ = run(["check", str(path)])
+    assert status == 1 and f"lifted.place:{at[0]}:3: refuted SC update[dense]" in out, out
+
+
+def test_on_four_ranks_three_sets_of_scales_are_named():
+    trace = _four(stored())
+    _divided(trace, 1, "1/2")
+    _divided(trace, 3, "1/4")
+    lifted = lift(trace)
+    assert "override grads: divide_" not in lifted.text, lifted.text
+    named = [u for u in lifted.unliftable if u.what.startswith("the per-rank scaling of ")]
+    assert named and "fall into 3 sets" in named[0].reason, lifted.unliftable
+    assert 'unobserved "the per-rank scaling of ' in lifted.text
+
+
+def test_two_sets_of_scales_where_neither_side_departs_is_named():
+    """Ranks (1, 3) and ranks (0, 2) scale at the same line by different constants (a divisor read from the rank):
+    neither side holds a line the other lacks, and rank 0 is not alone: which side departs is not read."""
+    trace = _four(stored())
+    for r in range(4):
+        _divided(trace, r, "1/2" if r % 2 else "1/4")
+    lifted = lift(trace)
+    assert "override grads: divide_" not in lifted.text, lifted.text
+    assert [u for u in lifted.unliftable if "which side departs is not read" in u.reason], lifted.unliftable
 
 
 @pytest.mark.slow
