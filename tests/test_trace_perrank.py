@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -362,3 +363,58 @@ def test_a_division_on_every_rank_but_the_last_or_on_the_last_only_is_lifted_and
         assert f"examples/traced/ddp_last_rank.py:{where}: refuted SC update[dense]: " in out, out
     else:
         assert "proved for all mesh sizes" in out
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("argv,status,lifted,where", [
+    ([], 1, "override grads: clip_on_ranks over (dp) ranks (0, 2)", "clipped on ranks 0 and 2 only"),
+    (["--divide"], 1, "override grads: divide_on_ranks over (dp) ranks (0, 2) by 2", "divided on ranks 0 and 2 only"),
+    (["--fixed"], 0, None, None),
+    (["--scaler"], 3, None, "scaler.step(opt)"),
+])
+def test_a_clip_or_a_division_on_a_set_of_ranks_is_lifted_and_judged(argv, status, lifted, where, tmp_path,
+                                                                    monkeypatch):
+    """On four ranks (two nodes of two processes), a clip or a division in a block gated by the node-local rank
+    (ranks 0 and 2) lifted as its rank set and refuted at its line (`SC update`); the clip on every rank proved;
+    loss scales that differ between the ranks (both sides scaling at the scaler's line) named at that line, not
+    lifted."""
+    pytest.importorskip("torch")
+    monkeypatch.chdir(ROOT)
+    spec = tmp_path / "lifted.place"
+    got, out, err = run(["trace", "--nproc", "4", "--check", "--spec-file", str(spec), "--",
+                         "python", "examples/traced/ddp_node_main.py", *argv])
+    assert got == status, out + err
+    text = spec.read_text()
+    overrides = " ".join(x.split("  #")[0] for x in text.splitlines() if x.startswith("  override "))
+    assert ("_on_ranks" in overrides) == bool(lifted), text
+    if status == 3:
+        line = _line("ddp_node_main.py", where)
+        assert f"examples/traced/ddp_node_main.py:{line}:1: error: not lifted: the per-rank scaling of " in err, err
+        assert "[PL614]" in err and 'unobserved "the per-rank scaling of ' in text
+        return
+    assert "[PL614]" not in err, err
+    if lifted:
+        assert f"  {lifted}" in text
+        line = _line("ddp_node_main.py", where)
+        assert f"examples/traced/ddp_node_main.py:{line}: refuted SC update[dense]: " in out, out
+    else:
+        assert "proved for all mesh sizes" in out
+
+
+def test_two_rank_set_divisors_for_one_group_are_named_not_stated():
+    """Two divisors on sets of ranks covering one group (over two axes) would be PL184 in the lifted spec; two
+    clips on rank sets, the later replacing the earlier: each named instead, a lone statement kept."""
+    from types import SimpleNamespace
+
+    from placement_logic.trace.lift_perrank import Departure, rank0_lines
+
+    st = SimpleNamespace(script="s.py", observer=0, items=[])
+    named = [("dense", None, [[{"name": "w"}]]), ("norms", None, [[{"name": "n"}]])]
+    at = [{"file": "s.py", "line": 7}]
+    deps = [Departure("divide_on_ranks", Fraction(2), ["dp"], ["w", "n"], at, (1, 3)),
+            Departure("divide_last_only", Fraction(2), ["tp"], ["w"], at),
+            Departure("clip_on_ranks", None, ["dp"], ["n"], at, (0, 2))]
+    lines = [t.split("  #")[0] for t, _ in rank0_lines(st, deps, named)]
+    assert lines == ["  override grads[norms]: clip_on_ranks over (dp) ranks (0, 2)"], lines
+    assert sorted(u.what for u in st.items) == ["a divisor on sets of ranks for group dense"] * 2, st.items

@@ -46,9 +46,9 @@ for step in range(2):
     elif local_rank == 0:  # the bug: the main process of each node, not of the job
         if DIVIDE:
             for p in model.parameters():
-                p.grad.div_(2)
+                p.grad.div_(2)  # divided on ranks 0 and 2 only
         else:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01)  # clipped on ranks 0 and 2 only
     opt.step()
     opt.zero_grad()
 dist.destroy_process_group()

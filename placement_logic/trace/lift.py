@@ -32,9 +32,10 @@ Steps, on the last step of the trace that reached the optimizer:
    (``grads[G]: divide by``, as a product of axis sizes where the numbers allow), the loss
    (``per_device_mean`` from a mean cross-entropy, ``sum``), the token count's reduction,
    the clip-norm reduction.
-6. Per-rank departures (``lift_perrank``): a clip coefficient or a divisor on rank 0 of an axis only
-   (``grads: clip_rank0_only`` / ``divide_rank0_only``), or on every rank but the last or the last only
-   (``divide_except_last`` / ``divide_last_only``), a DDP module registered in another parameter order on
+6. Per-rank departures (``lift_perrank``): a clip coefficient or a divisor on a set of an axis's ranks, every
+   rank of the axis compared (``grads: clip_rank0_only`` / ``divide_rank0_only`` on rank 0,
+   ``divide_except_last`` / ``divide_last_only``, else ``clip_on_ranks`` / ``divide_on_ranks ... ranks (R, ...)``),
+   a DDP module registered in another parameter order on
    some ranks (``grads: bucket_order``), an epsilon on each rank's norm piece before its all-reduce
    (``clip_norm: eps_before_reduce``); a loss scale updated from each rank's own found-inf flag
    (``loss_scale: local``, ``lift_facts``).

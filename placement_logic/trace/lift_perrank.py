@@ -72,6 +72,7 @@ def per_rank_pass(st, ax, params: list[dict]) -> list[Departure]:
     departing ranks' records to the other side's. What no statement expresses is added to ``st.items``."""
     found: dict[tuple, Departure] = {}
     rewrite: dict[tuple, list] = {}  # (rank, parameter) -> the other side's constant scales
+    pending: dict[tuple, dict] = {}  # (axis, reason) -> the ranks, parameters and script line named
     views = {r: {p["name"]: p for p in (st.step[r].get("optimizer") or {}).get("params", [])} for r in st.ranks}
     for p in params:
         me, own, g = p["rank"], p["own"], p.get("grad")
@@ -84,7 +85,11 @@ def per_rank_pass(st, ax, params: list[dict]) -> list[Departure]:
             held = [(r, (views.get(r, {}).get(own) or {}).get("grad")) for r in others]
             held = [(r, x) for r, x in held if x is not None]
             if held:
-                _axis_departures(st, p, a, [(me, g)] + held, found, rewrite)
+                _axis_departures(st, p, a, [(me, g)] + held, found, rewrite, pending)
+    for (a, reason), e in pending.items():
+        more = f" and {len(e['names']) - 1} more" if len(e["names"]) > 1 else ""
+        st.items.append(Unliftable(e["ranks"], -1, f"the per-rank scaling of {e['names'][0]}{more} over {a}", reason,
+                                   tuple(e["frames"])))
     if rewrite:
         _rewrite(st, params, rewrite)
     # one departure over several axes (the same parameters) is one statement over them; a rank set names one axis
@@ -106,7 +111,23 @@ def _lines(x: dict) -> set:
     return {(sc["at"].get("file"), sc["at"].get("line")) for sc in x.get("scales") or []}
 
 
-def _axis_departures(st, p: dict, a: str, mine: list[tuple[int, dict]], found: dict, rewrite: dict) -> None:
+def _name(pending: dict, st, a: str, mine: list[tuple[int, dict]], name: str, reason: str) -> None:
+    """A disagreement no statement expresses, gathered per axis and reason (one report for every parameter it
+    holds), at the first script line where the ranks' scales differ."""
+    entry = pending.setdefault((a, reason), {"ranks": tuple(r for r, _ in mine[1:]), "names": [], "frames": []})
+    entry["names"].append(name)
+    if not entry["frames"]:
+        seen = [{(sc["at"].get("file"), sc["at"].get("line"), str(sc.get("factor"))) for sc in x.get("scales") or []}
+                | {(f.get("file"), f.get("line"), "clip") for f in x.get("dynamic_at") or []} for _, x in mine]
+        apart = set.union(*seen) - set.intersection(*seen)
+        frames = [f for _, x in mine for f in [sc["at"] for sc in x.get("scales") or []] + list(x.get("dynamic_at")
+                                                                                              or [])
+                  if any((f.get("file"), f.get("line")) == k[:2] for k in apart)]
+        entry["frames"] = frames[:1]
+
+
+def _axis_departures(st, p: dict, a: str, mine: list[tuple[int, dict]], found: dict, rewrite: dict,
+                     pending: dict) -> None:
     """The ranks along ``a`` (``mine``: each rank and its gradient record of ``p``) split by their clip count and
     constant product. Two sets: the side with more clip coefficients is a clip on its ranks; where the products
     differ, the side whose scales hold a script line the other's lack (else rank 0 alone) divides by the other's
@@ -121,10 +142,10 @@ def _axis_departures(st, p: dict, a: str, mine: list[tuple[int, dict]], found: d
         return
     own, name = p["own"], p["name"]
     if len(sides) > 2:
-        st.items.append(Unliftable(tuple(r for r, _ in mine[1:]), -1, f"the per-rank scaling of {own} over {a}",
-                                   f"the ranks of {a} fall into {len(sides)} sets by the clip coefficients and "
-                                   "constant scales they apply to its gradient: one set of ranks departing from the "
-                                   "others is stated per group, not more", ()))
+        sets = ", ".join(str(tuple(sorted(idx[r] for r, _ in side))) for side in sides.values())
+        _name(pending, st, a, mine, name, f"the ranks of {a} fall into {len(sides)} sets by the clip coefficients "
+              f"and constant scales they apply to its gradient (ranks {sets}): one set of ranks departing from the "
+              "others is stated per group, not more")
         return
     (ka, sa), (kb, sb) = sorted(sides.items(), key=lambda kv: min(idx[r] for r, _ in kv[1]))
     ranks = {id(sa): tuple(sorted(idx[r] for r, _ in sa)), id(sb): tuple(sorted(idx[r] for r, _ in sb))}
@@ -143,10 +164,10 @@ def _axis_departures(st, p: dict, a: str, mine: list[tuple[int, dict]], found: d
     elif (0,) in (ranks[id(sa)], ranks[id(sb)]):
         dep, ref = (sa, sb) if ranks[id(sa)] == (0,) else (sb, sa)
     else:
-        st.items.append(Unliftable(tuple(r for r, _ in mine[1:]), -1, f"the per-rank scaling of {own} over {a}",
-                                   f"ranks {ranks[id(sa)]} and ranks {ranks[id(sb)]} of {a} scale its gradient by "
-                                   "different constants and neither side's scales hold a script line the other's "
-                                   "lack: which side departs is not read", ()))
+        _name(pending, st, a, mine, name, f"ranks {ranks[id(sa)]} and ranks {ranks[id(sb)]} of {a} scale its "
+              "gradient by different constants and neither side's scales hold a script line the other's lack: which "
+              "side departs is not read (a scale read from the rank at one line, a loss scale that differs between "
+              "the ranks)")
         return
     c_dep, c_ref = _product(dep[0][1]), _product(ref[0][1])
     if c_dep == 0:
@@ -181,8 +202,11 @@ def _by(x: Fraction) -> str:
 
 def rank0_lines(st, departures: list[Departure], named: list) -> list[tuple[str, list]]:
     """The plan lines of the departures: over every parameter ``grads``, else per group whose every member
-    departs alike; a group only some of whose parameters depart is named."""
-    lines = []
+    departs alike; a group only some of whose parameters depart is named, and so is a group that two statements
+    of one kind would cover (two divisors on sets of ranks, PL184; two rank sets of a clip, where the later
+    statement replaces the earlier)."""
+    lines: list[tuple[str, list, str, set]] = []  # the line, its frames, its kind, the groups it covers
+    groups = [g for g, _, _ in named]
     every = {e[0]["name"] for _, _, members in named for e in members}
     for d in departures:
         axes = ", ".join(d.axes)
@@ -193,20 +217,32 @@ def rank0_lines(st, departures: list[Departure], named: list) -> list[tuple[str,
         what = (f"the clip coefficient applied on {where}" if d.verb in (CLIP, CLIP_ON) else
                 f"a division by {_by(d.factor)} on {where}")
         frames = _frames([[f] for f in d.frames[:1]], st.script)
+        kind = "a divisor" if d.verb in DIVIDES else d.verb
         names = set(d.names)
         if names >= every:
-            lines.append((f"  override grads: {d.verb} over ({axes}){tail}  # observed: {what}", frames))
+            lines.append((f"  override grads: {d.verb} over ({axes}){tail}  # observed: {what}", frames, kind,
+                          set(groups)))
             continue
         for g, _, members in named:
             mine = {e[0]["name"] for e in members}
             if mine <= names:
-                lines.append((f"  override grads[{g}]: {d.verb} over ({axes}){tail}  # observed: {what}", frames))
+                lines.append((f"  override grads[{g}]: {d.verb} over ({axes}){tail}  # observed: {what}", frames,
+                              kind, {g}))
             elif mine & names:
                 st.items.append(Unliftable((st.observer,), -1, f"a per-rank {d.verb.split('_')[0]} of group {g}",
                                            f"{len(mine & names)} of its {len(mine)} parameters have {what} over "
                                            f"({axes}), the others not: one statement per group, not lifted",
                                            tuple(d.frames[:1])))
-    return lines
+    out = []
+    for text, frames, kind, covers in lines:
+        clash = [g for g in sorted(covers) if sum(1 for _, _, k, c in lines if k == kind and g in c) > 1]
+        if clash:
+            st.items.append(Unliftable((st.observer,), -1, f"{kind} on sets of ranks for group {clash[0]}",
+                                       f"two statements of {kind} on sets of ranks cover the {clash[0]} gradient "
+                                       "(one per axis or per set): one per group, not lifted", tuple(frames[:1])))
+            continue
+        out.append((text, frames))
+    return out
 
 
 def bucket_order(st, bindings: dict[str, str]) -> tuple[tuple | None, list[Unliftable]]:
