@@ -64,6 +64,7 @@ from .lift_activations import input_grad_reductions, unreduced_input_grads, unre
 from .lift_asserted import asserted, dropout_seeds
 from .lift_blocks import block_lines, find_blocks
 from .lift_checkpoint import checkpoint_pass
+from .lift_cplayout import layout_lines
 from .lift_data import data_bindings
 from .lift_facts import SEEDING, init_apart, local_overflow, overflow, split_by_values, unmodelled
 from .lift_layout import NOT_LIFTED_KINDS, Lifted, Unliftable, _frames, _ident, _layout, _placement_axes
@@ -108,6 +109,7 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     named = groups_pass(st, grads)
     lines = overrides_pass(st, ax, params, strategies, grads, loss, named)
     lines.extend(rank0_lines(st, departures, named))
+    lines.extend(layout_lines(st, ax))  # the chunks of every sequence each context rank holds
     lines.extend(block_lines(st, params, named, any((e[0].get("grad") or {}).get("dynamic_scales")
                                                    for e in grads.info)))
     tied = tie_pass(st, grads, named)
