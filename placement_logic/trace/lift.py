@@ -35,7 +35,8 @@ Steps, on the last step of the trace that reached the optimizer:
 6. Per-rank departures (``lift_perrank``): a clip coefficient or a divisor on a set of an axis's ranks, every
    rank of the axis compared (``grads: clip_rank0_only`` / ``divide_rank0_only`` on rank 0,
    ``divide_except_last`` / ``divide_last_only``, else ``clip_on_ranks`` / ``divide_on_ranks ... ranks (R, ...)``),
-   a DDP module registered in another parameter order on
+   the chunks of every sequence each context rank holds (``layout[inputs|labels|position_ids]``,
+   ``lift_cplayout``), a DDP module registered in another parameter order on
    some ranks (``grads: bucket_order``), an epsilon on each rank's norm piece before its all-reduce
    (``clip_norm: eps_before_reduce``); a loss scale updated from each rank's own found-inf flag
    (``loss_scale: local``, ``lift_facts``).
