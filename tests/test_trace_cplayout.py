@@ -4,8 +4,9 @@ The fast tests rewrite the stored trace of examples/traced/cp_zigzag.py ``--fixe
 2 context ranks, 2 sequences of 16 tokens) with sequences of their own, each tensor cut into the 4 chunks by the
 layout the test names (contiguous: rank i holds chunks 2i, 2i + 1; zigzag: i, 3 - i; the labels each token's next
 token), and require the lifted statements that layout implies and the verdict `placement check` gives them; what
-no layout statement expresses (labels shifted after the split, another order of the chunks, repeated tokens) is
-named, never proved. The slow test runs the script.
+no layout statement expresses (labels that are no chunk's next tokens, another order of the chunks) is
+named, never proved; values that do not fix the order (ignored labels at the chunks' ends, repeated tokens) are
+noted and the layout left to the derivation. The slow test runs the script.
 """
 
 from __future__ import annotations
@@ -105,16 +106,42 @@ def _shifted_after_split(tokens, rank):
     return out
 
 
+def _unshifted(tokens, rank):
+    """Each rank's labels its own tokens (the shift forgotten): the next tokens of no chunk."""
+    return _cut(tokens, rank, "zigzag")
+
+
+def _padded(tokens, rank):
+    """Rank 0's labels its zigzag chunks' next tokens; rank 1's every label ignored (padding)."""
+    return _cut([s[1:] + [0] for s in tokens], 0, "zigzag") if rank == 0 else [-100] * (ROWS * 2 * H)
+
+
+def _padded_and_wrong(tokens, rank):
+    """Rank 1's labels all padding, rank 0's the next tokens of no chunk (every token plus one)."""
+    return _cut([[t + 1 for t in s] for s in tokens], 0, "zigzag") if rank == 0 else [-100] * (ROWS * 2 * H)
+
+
 @pytest.mark.parametrize("edit,what", [
-    (dict(labels=_shifted_after_split), "the layout of the chunks over cp"),
+    (dict(labels=_unshifted), "the layout of the chunks over cp"),
+    (dict(labels=_padded_and_wrong), "the layout of the chunks over cp"),
     (dict(inputs="strided", labels="strided"), "the layout of the inputs over cp"),
-    (dict(seqs=[[5] * (SEQ + 1)] * ROWS), "the layout of the chunks over cp"),  # the tokens repeat
 ])
 def test_what_no_layout_statement_expresses_is_named(edit, what):
     lifted = lift(_traced(**edit))
     assert "override layout[labels]" not in lifted.text, lifted.text
     assert [u for u in lifted.unliftable if u.what == what], lifted.unliftable
     assert f'unobserved "{what}' in lifted.text
+
+
+@pytest.mark.parametrize("edit", [
+    dict(labels=_shifted_after_split),         # ignored labels at every rank's block end: the chain breaks there
+    dict(seqs=[[5] * (SEQ + 1)] * ROWS),        # the tokens repeat: every label chunk fits every input chunk
+    dict(labels=_padded),                       # rank 1's labels all padding: no evidence of their chunks
+])
+def test_an_order_the_values_do_not_fix_is_noted_and_left_to_the_derivation(edit):
+    lifted = lift(_traced(**edit))
+    assert not _layout_lines(lifted.text) and not lifted.unliftable, lifted.text
+    assert any("the order of every sequence's chunks is not read" in n for n in lifted.notes), lifted.notes
 
 
 def test_unrecorded_values_leave_the_layout_to_the_derivation():

@@ -16,10 +16,11 @@ Each tensor's layout is then contiguous, zigzag, or another (named). Lifted: ``o
 zigzag`` where the tokens are zigzag (contiguous is the derivation), ``override layout[labels]`` /
 ``layout[position_ids]`` where they are laid out otherwise than the tokens (the labels cut in contiguous blocks
 beside zigzag tokens: NVIDIA-BioNeMo/bionemo-recipes#1449; rotary positions of a contiguous block:
-NVIDIA/Megatron-LM#5243). Named (PL614): labels that are not the next tokens of the chunks the inputs hold
-(labels shifted after the split), chunks whose order the values do not fix (repeated tokens), and a layout
-other than contiguous and zigzag. Not observed: the loss mask and the attention's causal mask (left to the
-derivation: they follow the inputs).
+NVIDIA/Megatron-LM#5243). Named (PL614): an input chunk whose next tokens no label chunk holds (the shift
+forgotten), and a layout other than contiguous and zigzag. Noted, the layouts left to the derivation: an order
+the values do not fix (ignored labels, negative, match any token: padding at the chunks' ends, or labels
+shifted after the split and ignored at each rank's block end; repeated tokens). Not observed: the loss mask and
+the attention's causal mask (they follow the inputs, the derivation).
 """
 
 from __future__ import annotations
@@ -43,8 +44,17 @@ def _chunks(flat: list[int], rows: int, h: int) -> list[tuple]:
     return [tuple(tuple(flat[r * width + j * h: r * width + (j + 1) * h]) for r in range(rows)) for j in (0, 1)]
 
 
-def _labels(lab: tuple, inp: tuple) -> bool:
-    return all(lr[:-1] == ir[1:] for lr, ir in zip(lab, inp))
+def _labels(lab: tuple, inp: tuple) -> bool | None:
+    """Whether ``lab`` holds the next tokens of ``inp`` within the chunk, an ignored label (negative: padding)
+    matching any token; None where every label there is ignored (no evidence either way)."""
+    pairs = [(x, y) for lr, ir in zip(lab, inp) for x, y in zip(lr[:-1], ir[1:]) if x >= 0]
+    return all(x == y for x, y in pairs) if pairs else None
+
+
+def _next(lab: tuple, chunk: tuple) -> bool:
+    """``lab``'s last label of every row (those not ignored, one at least) is ``chunk``'s first token."""
+    pairs = [(lr[-1], r[0]) for lr, r in zip(lab, chunk) if lr[-1] >= 0]
+    return bool(pairs) and all(x == y for x, y in pairs)
 
 
 def _layout(slots: list[tuple[int, int]], c: int) -> str | None:
@@ -55,37 +65,43 @@ def _layout(slots: list[tuple[int, int]], c: int) -> str | None:
     return None
 
 
-def _order(inputs: list[list[tuple]], labels: list[list[tuple]]) -> tuple[dict | None, str]:
-    """Each input chunk's (rank, slot) -> its index in the sequence, from the labels; (None, why) where the
-    values do not fix it."""
+def _order(inputs: list[list[tuple]], labels: list[list[tuple]]) -> tuple[dict | None, str, bool]:
+    """Each input chunk's (rank, slot) -> its index in the sequence, and each label chunk's ("label", rank, slot)
+    -> the index of the chunk it labels, from the labels; else (None, why, contradicted): contradicted where an
+    input chunk's next tokens are in no label chunk (labels shifted after the split), not where ignored labels
+    (padding) or repeated tokens leave more than one reading."""
     ins = {(k, j): ch for k, pair in enumerate(inputs) for j, ch in enumerate(pair)}
     labs = {(k, j): ch for k, pair in enumerate(labels) for j, ch in enumerate(pair)}
     of = {}  # input chunk -> the label chunk that labels it
+    for lk, lab in labs.items():
+        if all(_labels(lab, ch) is False for ch in ins.values()):
+            return None, (f"the labels in slot {lk[1]} of context rank {lk[0]} are the next tokens of no input "
+                          "chunk: the labels are not the inputs' chunks shifted by one token"), True
     for a, ch in ins.items():
-        found = [lk for lk, lab in labs.items() if _labels(lab, ch)]
-        if len(found) != 1:
-            return None, (f"{'no' if not found else len(found)} label chunks hold the next tokens of the input chunk "
-                          f"{a[1]} of context rank {a[0]}: the labels are not the inputs' chunks shifted by one "
-                          "token (labels shifted after the split), or the tokens repeat")
+        found = [lk for lk, lab in labs.items() if _labels(lab, ch) is not False]
+        if not found:
+            return None, (f"no label chunk holds the next tokens of the input chunk in slot {a[1]} of context rank "
+                          f"{a[0]}: the labels are not the inputs' chunks shifted by one token (labels shifted "
+                          "after the split)"), True
+        if len(found) > 1 or _labels(labs[found[0]], ch) is None:
+            return None, "ignored labels or repeated tokens match an input chunk to several label chunks", False
         of[a] = found[0]
     after = {}
     for a in ins:
-        lab = labs[of[a]]
-        nxt = [b for b, ch in ins.items() if b != a and all(lr[-1] == r[0] for lr, r in zip(lab, ch))]
+        nxt = [b for b, ch in ins.items() if b != a and _next(labs[of[a]], ch)]
         if len(nxt) > 1:
-            return None, "the tokens repeat at a chunk's boundary: the chunks' order is not read"
+            return None, "the tokens repeat at a chunk's boundary", False
         if nxt:
             after[a] = nxt[0]
     first = [a for a in ins if a not in after.values()]
-    if len(first) != 1:
-        return None, "the labels chain the input chunks into no single sequence: the chunks' order is not read"
-    index, a = {}, first[0]
+    index, a = {}, first[0] if len(first) == 1 else None
     while a is not None and a not in index:
         index[a] = len(index)
         a = after.get(a)
     if len(index) != len(ins):
-        return None, "the labels chain the input chunks into no single sequence: the chunks' order is not read"
-    return {**index, **{("label", *of[a]): i for a, i in index.items()}}, ""
+        return None, ("the labels at the chunks' ends chain the input chunks into no single sequence (ignored labels "
+                      "there, or labels shifted after the split)"), False
+    return {**index, **{("label", *of[a]): i for a, i in index.items()}}, "", False
 
 
 def _positions(flat: list[int], rows: int, h: int) -> list[int] | None:
@@ -132,9 +148,14 @@ def layout_lines(st, ax) -> list[tuple[str, list]]:
                         "chunks is not read (contiguous assumed)")
         return []
     labels = [_chunks(n["target"], rows, h) for n in nll]
-    index, why = _order(inputs, labels)
-    if index is None:
+    index, why, contradicted = _order(inputs, labels)
+    if index is None and contradicted:
         st.items.append(Unliftable(tuple(line), -1, f"the layout of the chunks over {axis}", why, tuple(loss_at[:1])))
+        return []
+    if index is None:
+        st.notes.append(f"context axis {axis}: the order of every sequence's chunks is not read from the labels "
+                        f"({why}): the layouts are left to the derivation (the labels and position ids follow the "
+                        "tokens)")
         return []
     found = {"inputs": _layout([(index[(k, 0)], index[(k, 1)]) for k in range(c)], c),
              "labels": _layout([(index[("label", k, 0)], index[("label", k, 1)]) for k in range(c)], c)}
