@@ -144,6 +144,16 @@ def test_an_order_the_values_do_not_fix_is_noted_and_left_to_the_derivation(edit
     assert any("the order of every sequence's chunks is not read" in n for n in lifted.notes), lifted.notes
 
 
+def test_a_second_argument_that_is_no_positions_is_noted():
+    trace = _traced("zigzag")
+    for part in trace["ranks"]:
+        for st in part["steps"]:
+            st["inputs"][0]["position_ids"] = [1] * len(st["inputs"][0]["values"])  # token types, say
+    lifted = lift(trace)
+    assert _layout_lines(lifted.text) == ["override layout[inputs]: zigzag"] and not lifted.unliftable, lifted.text
+    assert any("not read as position ids" in n for n in lifted.notes), lifted.notes
+
+
 def test_unrecorded_values_leave_the_layout_to_the_derivation():
     trace = _traced("zigzag", "contiguous")
     for part in trace["ranks"]:

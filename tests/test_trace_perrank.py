@@ -1,9 +1,11 @@
-"""Operations a traced step runs on rank 0 of an axis only, and DDP buckets laid out in a rank-dependent order.
+"""Operations a traced step runs on some ranks of an axis only, and DDP buckets laid out in a rank-dependent order.
 
-The fast tests edit the stored DDP trace (tests/data/traces/ddp_summed.json) by hand, each edit an independent
-statement of what one rank did (a clip coefficient or a division on its gradients alone, its parameters registered
-in another order); the slow ones run the scripts of examples/traced/ on 2 ranks and require each verdict and the
-script line it names. A departure the plan cannot state (a clip on a rank other than rank 0) is named, never proved.
+The fast tests edit the stored DDP trace (tests/data/traces/ddp_summed.json, copied to 3 or 4 ranks) by hand, each
+edit an independent statement of what one rank did (a clip coefficient or a division on its gradients alone, its
+parameters registered in another order); the statement expected is the rank set the test edited, and the lifted
+spec's check refutes `SC update` at it. The slow ones run the scripts of examples/traced/ on 2 to 4 ranks and
+require each verdict and the script line it names. A departure no statement expresses (three sets of scales, two
+sets at the same line, two rank-set divisors for one group) is named, never proved.
 """
 
 from __future__ import annotations

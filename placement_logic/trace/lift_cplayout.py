@@ -19,7 +19,8 @@ beside zigzag tokens: NVIDIA-BioNeMo/bionemo-recipes#1449; rotary positions of a
 NVIDIA/Megatron-LM#5243). Named (PL614): an input chunk whose next tokens no label chunk holds (the shift
 forgotten), and a layout other than contiguous and zigzag. Noted, the layouts left to the derivation: an order
 the values do not fix (ignored labels, negative, match any token: padding at the chunks' ends, or labels
-shifted after the split and ignored at each rank's block end; repeated tokens). Not observed: the loss mask and
+shifted after the split and ignored at each rank's block end; repeated tokens), and a second integer argument
+that is no chunks of consecutive positions (token types, a mask). Not observed: the loss mask and
 the attention's causal mask (they follow the inputs, the derivation).
 """
 
@@ -162,7 +163,11 @@ def layout_lines(st, ax) -> list[tuple[str, list]]:
     pos = [x.get("position_ids") for x in recs]
     if all(pos):
         slots = [_positions(p, rows, h) for p in pos]
-        found["position_ids"] = _layout([tuple(s) for s in slots], c) if all(slots) else None
+        if all(slots):
+            found["position_ids"] = _layout([tuple(s) for s in slots], c)
+        else:  # a second integer argument that is no chunks of consecutive positions (token types, a mask)
+            st.notes.append(f"context axis {axis}: the model's second integer argument is not read as position ids "
+                            "(no chunks of consecutive positions): their layout is left to the derivation")
     where = {"inputs": at, "labels": loss_at, "position_ids": at}
     for item, lay in found.items():
         if lay is None:
