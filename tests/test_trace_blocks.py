@@ -109,9 +109,10 @@ def test_other_partitions_are_named_with_their_group(groups, named):
     assert "unobserved " in lifted.text
 
 
-def test_a_rank_outside_the_first_k_with_another_scale_is_named():
-    """Ranks 2 and 3 take no part in the first two ranks' reduction and also halve their gradients: their program is
-    not the observer's less that reduction, so the ranks disagree (named), never lifted as `reduce_first` alone."""
+def test_a_rank_outside_the_first_k_with_another_scale_is_stated_with_both():
+    """Ranks 2 and 3 take no part in the first two ranks' reduction and also halve their gradients (at a line the
+    first two lack): never lifted as `reduce_first` alone, but as the reduction and the division on ranks (2, 3)
+    both; their programs, read with the division stated, are then the observer's less that reduction."""
     trace = _members([[0, 1]])
     for part in trace["ranks"][2:]:
         for st in part["steps"]:
@@ -119,9 +120,10 @@ def test_a_rank_outside_the_first_k_with_another_scale_is_named():
                 if p.get("grad") is not None:
                     p["grad"]["scales"].append({"factor": "1/2", "at": dict(AT, code="p.grad.div_(2)"), "micro": 0})
     lifted = lift(trace)
-    assert any("ranks that disagree are not one plan" in u.reason and u.ranks in ((2,), (3,))
-               for u in lifted.unliftable), lifted.unliftable
-    assert "unobserved " in lifted.text
+    stated = [x.split("  #")[0] for x in lifted.text.splitlines() if x.startswith("  override grads: ")]
+    assert "  override grads: reduce_first over (dp) by 2" in stated, lifted.text
+    assert "  override grads: divide_on_ranks over (dp) ranks (2, 3) by 2" in stated, lifted.text
+    assert not lifted.unliftable, lifted.unliftable
 
 
 @pytest.mark.parametrize("groups", [[[0, 2], [1, 3]], [[0, 1]], [[0], [1, 2, 3]], [[0, 1], [2], [3]]])

@@ -1,9 +1,11 @@
-"""Operations a traced step runs on rank 0 of an axis only, and DDP buckets laid out in a rank-dependent order.
+"""Operations a traced step runs on some ranks of an axis only, and DDP buckets laid out in a rank-dependent order.
 
-The fast tests edit the stored DDP trace (tests/data/traces/ddp_summed.json) by hand, each edit an independent
-statement of what one rank did (a clip coefficient or a division on its gradients alone, its parameters registered
-in another order); the slow ones run the scripts of examples/traced/ on 2 ranks and require each verdict and the
-script line it names. A departure the plan cannot state (a clip on a rank other than rank 0) is named, never proved.
+The fast tests edit the stored DDP trace (tests/data/traces/ddp_summed.json, copied to 3 or 4 ranks) by hand, each
+edit an independent statement of what one rank did (a clip coefficient or a division on its gradients alone, its
+parameters registered in another order); the statement expected is the rank set the test edited, and the lifted
+spec's check refutes `SC update` at it. The slow ones run the scripts of examples/traced/ on 2 to 4 ranks and
+require each verdict and the script line it names. A departure no statement expresses (three sets of scales, two
+sets at the same line, two rank-set divisors for one group) is named, never proved.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -71,12 +74,13 @@ def test_a_clip_on_every_rank_is_no_departure():
     assert "rank0_only" not in lifted.text and not lifted.unliftable
 
 
-def test_a_clip_on_another_rank_than_rank_0_is_named_never_proved():
-    lifted = lift(_clipped(stored(), 1))
-    assert "rank0_only" not in lifted.text
-    named = [u for u in lifted.unliftable if u.what.startswith("a clip coefficient on ")]
-    assert named and named[0].where == "examples/traced/ddp_summed.py:31"
-    assert 'unobserved "a clip coefficient on ' in lifted.text
+def test_a_clip_on_another_rank_than_rank_0_is_clip_on_ranks_at_its_line():
+    base, lifted = lift(stored()), lift(_clipped(stored(), 1))
+    assert "rank0_only" not in lifted.text and not lifted.unliftable, lifted.unliftable
+    added = [x for x in lifted.text.splitlines() if "clip_on_ranks" in x]
+    assert [x.split("  #")[0] for x in added] == ["  override grads: clip_on_ranks over (dp) ranks (1)"], lifted.text
+    assert added[0].endswith("examples/traced/ddp_summed.py:31")
+    assert [x for x in _plan_lines(lifted.text) if "clip_on_ranks" not in x] == _plan_lines(base.text)
 
 
 def test_a_clip_on_some_parameters_of_a_group_is_named():
@@ -242,54 +246,97 @@ def _three(trace: dict) -> dict:
     return trace
 
 
-@pytest.mark.parametrize("clipped,stated,named", [
-    ((0,), True, False),     # rank 0 alone: clip_rank0_only
-    ((0, 1), False, True),   # rank 0 and rank 1, not rank 2: no rank-0-only statement, named
-    ((1,), False, True),     # rank 1 alone
+@pytest.mark.parametrize("clipped,stated", [
+    ((0,), "clip_rank0_only over (dp)"),          # rank 0 alone
+    ((0, 1), "clip_on_ranks over (dp) ranks (0, 1)"),  # rank 0 and rank 1, not rank 2
+    ((1,), "clip_on_ranks over (dp) ranks (1)"),  # rank 1 alone
+    ((2,), "clip_on_ranks over (dp) ranks (2)"),  # the last rank alone
 ])
-def test_on_three_ranks_only_a_rank_0_departure_is_stated(clipped, stated, named):
+def test_on_three_ranks_a_clip_on_any_set_of_ranks_is_stated(clipped, stated):
     trace = _three(stored())
     for r in clipped:
         _clipped(trace, r)
     lifted = lift(trace)
-    assert ("override grads: clip_rank0_only over (dp)" in lifted.text) == stated, lifted.text
-    assert bool([u for u in lifted.unliftable if u.what.startswith(("the per-rank scaling of ", "a clip coefficient"))]
-                ) == named, lifted.unliftable
+    assert [x.split("  #")[0] for x in lifted.text.splitlines() if "override grads: clip" in x] == [
+        f"  override grads: {stated}"], lifted.text
+    assert not lifted.unliftable, lifted.unliftable
 
 
 @pytest.mark.parametrize("divided,verb", [
-    ((0, 1), "divide_except_last"),  # every rank but the last divides again
-    ((2,), "divide_last_only"),      # the last rank alone
+    ((0, 1), "divide_except_last over (dp)"),  # every rank but the last divides again
+    ((2,), "divide_last_only over (dp)"),      # the last rank alone
+    ((1,), "divide_on_ranks over (dp) ranks (1)"),
+    ((0, 2), "divide_on_ranks over (dp) ranks (0, 2)"),
 ])
-def test_on_three_ranks_a_division_on_every_rank_but_the_last_or_on_the_last_only_is_stated(divided, verb):
+def test_on_three_ranks_a_division_on_any_set_of_ranks_is_stated(divided, verb):
     base = lift(_three(stored()))
     trace = _three(stored())
     for r in divided:
         _divided(trace, r, "1/2")
     lifted = lift(trace)
-    added = [x for x in lifted.text.splitlines() if verb in x]
-    assert [x.split("  #")[0] for x in added] == [f"  override grads: {verb} over (dp) by 2"], lifted.text
+    added = [x for x in lifted.text.splitlines() if "override grads: divide_" in x]
+    assert [x.split("  #")[0] for x in added] == [f"  override grads: {verb} by 2"], lifted.text
     assert added[0].endswith("examples/traced/ddp_summed.py:31")
     # the gradient programs read with the other side's scales: nothing else of the plan changes, nothing named
-    assert [x for x in _plan_lines(lifted.text) if verb not in x] == _plan_lines(base.text)
+    assert [x for x in _plan_lines(lifted.text) if "override grads: divide_" not in x] == _plan_lines(base.text)
     assert not lifted.unliftable, lifted.unliftable
 
 
-@pytest.mark.parametrize("divided", [(1,), (0, 2)])
-def test_on_three_ranks_a_division_on_another_set_of_ranks_is_named(divided):
-    trace = _three(stored())
-    for r in divided:
-        _divided(trace, r, "1/2")
-    lifted = lift(trace)
-    assert not [v for v in ("rank0_only", "except_last", "last_only") if v in lifted.text], lifted.text
-    assert [u for u in lifted.unliftable if u.what.startswith("the per-rank scaling of ")], lifted.unliftable
+def _four(trace: dict) -> dict:
+    """The stored trace on four data ranks: ranks 2 and 3 copies of rank 1, every collective over the four."""
+    for r in (2, 3):
+        extra = copy.deepcopy(trace["ranks"][1])
+        extra["rank"] = r
+        trace["ranks"].append(extra)
+    trace["world"] = 4
+    for part in trace["ranks"]:
+        for c in part["collectives"]:
+            if sorted(c["ranks"]) == [0, 1]:
+                c["ranks"] = [0, 1, 2, 3]
+    return trace
 
 
-def test_on_three_ranks_a_clip_on_the_last_rank_only_is_named():
-    trace = _clipped(_three(stored()), 2)
+@pytest.mark.parametrize("edit,stated", [
+    (_clipped, "clip_on_ranks over (dp) ranks (1, 3)"),
+    (lambda t, r: _divided(t, r, "1/2"), "divide_on_ranks over (dp) ranks (1, 3) by 2"),
+], ids=["clip", "divide"])
+def test_on_four_ranks_a_departure_on_ranks_1_and_3_is_stated_and_refuted(edit, stated, tmp_path):
+    """A clip on ranks (1, 3), or a division there: one statement, whose check refutes `SC update` at it (two
+    ranks of the axis step by different coefficients)."""
+    trace = _four(stored())
+    for r in (1, 3):
+        edit(trace, r)
     lifted = lift(trace)
-    assert "override grads: clip" not in lifted.text and "divide_" not in lifted.text, lifted.text
-    assert lifted.unliftable
+    lines = lifted.text.splitlines()
+    at = [i for i, x in enumerate(lines, 1) if "_on_ranks" in x]
+    assert [lines[i - 1].split("  #")[0] for i in at] == [f"  override grads: {stated}"], lifted.text
+    assert not lifted.unliftable, lifted.unliftable
+    path = tmp_path / "lifted.place"
+    path.write_text(lifted.text)
+    status, out, _ = run(["check", str(path)])
+    assert status == 1 and f"lifted.place:{at[0]}:3: refuted SC update[dense]" in out, out
+
+
+def test_on_four_ranks_three_sets_of_scales_are_named():
+    trace = _four(stored())
+    _divided(trace, 1, "1/2")
+    _divided(trace, 3, "1/4")
+    lifted = lift(trace)
+    assert "override grads: divide_" not in lifted.text, lifted.text
+    named = [u for u in lifted.unliftable if u.what.startswith("the per-rank scaling of ")]
+    assert named and "fall into 3 sets" in named[0].reason, lifted.unliftable
+    assert 'unobserved "the per-rank scaling of ' in lifted.text
+
+
+def test_two_sets_of_scales_where_neither_side_departs_is_named():
+    """Ranks (1, 3) and ranks (0, 2) scale at the same line by different constants (a divisor read from the rank):
+    neither side holds a line the other lacks, and rank 0 is not alone: which side departs is not read."""
+    trace = _four(stored())
+    for r in range(4):
+        _divided(trace, r, "1/2" if r % 2 else "1/4")
+    lifted = lift(trace)
+    assert "override grads: divide_" not in lifted.text, lifted.text
+    assert [u for u in lifted.unliftable if "which side departs is not read" in u.reason], lifted.unliftable
 
 
 @pytest.mark.slow
@@ -318,3 +365,58 @@ def test_a_division_on_every_rank_but_the_last_or_on_the_last_only_is_lifted_and
         assert f"examples/traced/ddp_last_rank.py:{where}: refuted SC update[dense]: " in out, out
     else:
         assert "proved for all mesh sizes" in out
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("argv,status,lifted,where", [
+    ([], 1, "override grads: clip_on_ranks over (dp) ranks (0, 2)", "clipped on ranks 0 and 2 only"),
+    (["--divide"], 1, "override grads: divide_on_ranks over (dp) ranks (0, 2) by 2", "divided on ranks 0 and 2 only"),
+    (["--fixed"], 0, None, None),
+    (["--scaler"], 3, None, "scaler.step(opt)"),
+])
+def test_a_clip_or_a_division_on_a_set_of_ranks_is_lifted_and_judged(argv, status, lifted, where, tmp_path,
+                                                                    monkeypatch):
+    """On four ranks (two nodes of two processes), a clip or a division in a block gated by the node-local rank
+    (ranks 0 and 2) lifted as its rank set and refuted at its line (`SC update`); the clip on every rank proved;
+    loss scales that differ between the ranks (both sides scaling at the scaler's line) named at that line, not
+    lifted."""
+    pytest.importorskip("torch")
+    monkeypatch.chdir(ROOT)
+    spec = tmp_path / "lifted.place"
+    got, out, err = run(["trace", "--nproc", "4", "--check", "--spec-file", str(spec), "--",
+                         "python", "examples/traced/ddp_node_main.py", *argv])
+    assert got == status, out + err
+    text = spec.read_text()
+    overrides = " ".join(x.split("  #")[0] for x in text.splitlines() if x.startswith("  override "))
+    assert ("_on_ranks" in overrides) == bool(lifted), text
+    if status == 3:
+        line = _line("ddp_node_main.py", where)
+        assert f"examples/traced/ddp_node_main.py:{line}:1: error: not lifted: the per-rank scaling of " in err, err
+        assert "[PL614]" in err and 'unobserved "the per-rank scaling of ' in text
+        return
+    assert "[PL614]" not in err, err
+    if lifted:
+        assert f"  {lifted}" in text
+        line = _line("ddp_node_main.py", where)
+        assert f"examples/traced/ddp_node_main.py:{line}: refuted SC update[dense]: " in out, out
+    else:
+        assert "proved for all mesh sizes" in out
+
+
+def test_two_rank_set_divisors_for_one_group_are_named_not_stated():
+    """Two divisors on sets of ranks covering one group (over two axes) would be PL184 in the lifted spec; two
+    clips on rank sets, the later replacing the earlier: each named instead, a lone statement kept."""
+    from types import SimpleNamespace
+
+    from placement_logic.trace.lift_perrank import Departure, rank0_lines
+
+    st = SimpleNamespace(script="s.py", observer=0, items=[])
+    named = [("dense", None, [[{"name": "w"}]]), ("norms", None, [[{"name": "n"}]])]
+    at = [{"file": "s.py", "line": 7}]
+    deps = [Departure("divide_on_ranks", Fraction(2), ["dp"], ["w", "n"], at, (1, 3)),
+            Departure("divide_last_only", Fraction(2), ["tp"], ["w"], at),
+            Departure("clip_on_ranks", None, ["dp"], ["n"], at, (0, 2))]
+    lines = [t.split("  #")[0] for t, _ in rank0_lines(st, deps, named)]
+    assert lines == ["  override grads[norms]: clip_on_ranks over (dp) ranks (0, 2)"], lines
+    assert sorted(u.what for u in st.items) == ["a divisor on sets of ranks for group dense"] * 2, st.items

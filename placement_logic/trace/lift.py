@@ -32,9 +32,11 @@ Steps, on the last step of the trace that reached the optimizer:
    (``grads[G]: divide by``, as a product of axis sizes where the numbers allow), the loss
    (``per_device_mean`` from a mean cross-entropy, ``sum``), the token count's reduction,
    the clip-norm reduction.
-6. Per-rank departures (``lift_perrank``): a clip coefficient or a divisor on rank 0 of an axis only
-   (``grads: clip_rank0_only`` / ``divide_rank0_only``), or on every rank but the last or the last only
-   (``divide_except_last`` / ``divide_last_only``), a DDP module registered in another parameter order on
+6. Per-rank departures (``lift_perrank``): a clip coefficient or a divisor on a set of an axis's ranks, every
+   rank of the axis compared (``grads: clip_rank0_only`` / ``divide_rank0_only`` on rank 0,
+   ``divide_except_last`` / ``divide_last_only``, else ``clip_on_ranks`` / ``divide_on_ranks ... ranks (R, ...)``),
+   the chunks of every sequence each context rank holds (``layout[inputs|labels|position_ids]``,
+   ``lift_cplayout``), a DDP module registered in another parameter order on
    some ranks (``grads: bucket_order``), an epsilon on each rank's norm piece before its all-reduce
    (``clip_norm: eps_before_reduce``); a loss scale updated from each rank's own found-inf flag
    (``loss_scale: local``, ``lift_facts``).
@@ -63,6 +65,7 @@ from .lift_activations import input_grad_reductions, unreduced_input_grads, unre
 from .lift_asserted import asserted, dropout_seeds
 from .lift_blocks import block_lines, find_blocks
 from .lift_checkpoint import checkpoint_pass
+from .lift_cplayout import layout_lines
 from .lift_data import data_bindings
 from .lift_facts import SEEDING, init_apart, local_overflow, overflow, split_by_values, unmodelled
 from .lift_layout import NOT_LIFTED_KINDS, Lifted, Unliftable, _frames, _ident, _layout, _placement_axes
@@ -107,6 +110,7 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     named = groups_pass(st, grads)
     lines = overrides_pass(st, ax, params, strategies, grads, loss, named)
     lines.extend(rank0_lines(st, departures, named))
+    lines.extend(layout_lines(st, ax))  # the chunks of every sequence each context rank holds
     lines.extend(block_lines(st, params, named, any((e[0].get("grad") or {}).get("dynamic_scales")
                                                    for e in grads.info)))
     tied = tie_pass(st, grads, named)

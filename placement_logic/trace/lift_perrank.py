@@ -1,16 +1,16 @@
 """Operations a traced step runs on some ranks of an axis only, and buckets laid out in another order (no torch).
 
-- ``per_rank_pass``: rank 0 of an axis and the other ranks along it hold the same parameter; where rank 0's gradient
-  went through a data-dependent scale (a clip coefficient: ``clip_grad_norm_``, ``p.grad.mul_(coef)``) the
-  neighbour's did not, that is ``override grads[g]: clip_rank0_only over (axis)``; where the product of their
-  constant scales differs (``p.grad.div_(2)`` under ``if rank == 0``), ``override grads[g]: divide_rank0_only over
-  (axis) by X`` with X the neighbour's product over rank 0's. The gradient programs are then read with the
-  neighbour's constant scales (what the plan's derivation applies everywhere, rank 0's departure stated by the
-  override). Over three or more ranks, a constant scale on every rank of the axis but the last (their scales holding
-  a script line the last's lack) is ``override grads[g]: divide_except_last over (axis) by X``, one on the last
-  rank only ``divide_last_only`` (X the other side's product over the departing side's; on two ranks the former
-  is rank 0's). A clip on a set of ranks other than rank 0, a scale on another set of ranks, or ranks that
-  disagree otherwise have no statement: named, never proved.
+- ``per_rank_pass``: every rank along a non-pipeline axis holds the same parameter; the ranks are split by the
+  number of data-dependent scales on its gradient (a clip coefficient: ``clip_grad_norm_``, ``p.grad.mul_(coef)``)
+  and the product of its constant scales, every rank compared with every other. Two sets: the side with more clip
+  coefficients is a clip on its ranks (``override grads[g]: clip_rank0_only over (axis)`` for rank 0 alone, else
+  ``clip_on_ranks over (axis) ranks (R, ...)``); where the products differ, the side whose scales hold a script
+  line the other's lack (else rank 0 alone) divides by X, the other side's product over its own:
+  ``divide_rank0_only`` (rank 0), ``divide_except_last`` (every rank but the last), ``divide_last_only`` (the last
+  rank), else ``divide_on_ranks over (axis) ranks (R, ...) by X`` (``if rank in (1, 3): p.grad.div_(2)``). The
+  gradient programs are then read with the other side's constant scales (what the plan's derivation applies
+  everywhere, the departure stated by the override). Ranks that fall into three or more sets, or two sets with
+  different products where neither side is read as the departing one, have no statement: named, never proved.
 - ``rank0_lines``: those departures as plan lines, per group (``grads`` where they cover every parameter).
 - ``bucket_order``: the parameters of a DistributedDataParallel module registered in another order on another
   rank than on rank 0 along a data axis (names and shapes alike, the order not): DDP pairs its buckets'
@@ -28,17 +28,20 @@ from .lift_programs import _factor
 
 CLIP, DIVIDE = "clip_rank0_only", "divide_rank0_only"
 EXCEPT_LAST, LAST_ONLY = "divide_except_last", "divide_last_only"
-DIVIDES = (DIVIDE, EXCEPT_LAST, LAST_ONLY)
+CLIP_ON, DIVIDE_ON = "clip_on_ranks", "divide_on_ranks"
+DIVIDES = (DIVIDE, EXCEPT_LAST, LAST_ONLY, DIVIDE_ON)
 
 
 @dataclass
 class Departure:
-    """One per-rank departure: the verb, its divisor (``divide_rank0_only``), the axes and parameters it holds on."""
+    """One per-rank departure: the verb, its divisor (the ``divide_*`` verbs), the axes and parameters it holds on,
+    and for the ``*_on_ranks`` verbs the rank indices along its one axis."""
     verb: str
     factor: Fraction | None
     axes: list[str] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
     frames: list[dict] = field(default_factory=list)
+    ranks: tuple[int, ...] | None = None
 
 
 def _product(grad: dict) -> Fraction:
@@ -64,11 +67,12 @@ def _along(layout, rank: int, axis: str) -> list[int]:
 
 
 def per_rank_pass(st, ax, params: list[dict]) -> list[Departure]:
-    """The rank-0-only clips and divisors between rank 0 of each non-pipeline axis and its neighbour; rewrites the
-    departing gradients' constant scales in ``params`` and the observer's record to the neighbour's. A departure
-    on the neighbour only is added to ``st.items``."""
+    """The clips and divisors on a set of ranks of each non-pipeline axis: every rank along the axis compared with
+    every other (``_axis_departures``); rewrites the departing gradients' constant scales in ``params`` and in the
+    departing ranks' records to the other side's. What no statement expresses is added to ``st.items``."""
     found: dict[tuple, Departure] = {}
-    rewrite: dict[tuple, list] = {}  # (rank, parameter) -> the neighbour's constant scales
+    rewrite: dict[tuple, list] = {}  # (rank, parameter) -> the other side's constant scales
+    pending: dict[tuple, dict] = {}  # (axis, reason) -> the ranks, parameters and script line named
     views = {r: {p["name"]: p for p in (st.step[r].get("optimizer") or {}).get("params", [])} for r in st.ranks}
     for p in params:
         me, own, g = p["rank"], p["own"], p.get("grad")
@@ -80,43 +84,18 @@ def per_rank_pass(st, ax, params: list[dict]) -> list[Departure]:
                 continue
             held = [(r, (views.get(r, {}).get(own) or {}).get("grad")) for r in others]
             held = [(r, x) for r, x in held if x is not None]
-            if not held:
-                continue
-            other, theirs = held[0]
-            alike = {(len(x.get("dynamic_scales") or []), _product(x)) for _, x in held}
-            if len(alike) > 1 and _last_set(st, p, a, held, found, rewrite):
-                continue
-            if len(alike) > 1:  # the other ranks disagree among themselves: no rank-0-only statement
-                st.items.append(Unliftable(tuple(r for r, _ in held), -1, f"the per-rank scaling of {own} over {a}",
-                                           f"the ranks of {a} other than rank {me} apply different clip coefficients "
-                                           "or constant scales to its gradient: an operation on a rank other than "
-                                           "rank 0 of an axis is not lifted", ()))
-                continue
-            n0, n1 = len(g.get("dynamic_scales") or []), len(theirs.get("dynamic_scales") or [])
-            c0, c1 = _product(g), _product(theirs)
-            if n0 > n1:
-                frames = _at(g.get("dynamic_at") or [], theirs.get("dynamic_at") or [])
-                d = found.setdefault((CLIP, None, a), Departure(CLIP, None, [a], frames=frames))
-                d.names.append(p["name"])
-            elif n1 > n0:
-                st.items.append(Unliftable((other,), -1, f"a clip coefficient on {own} over {a}",
-                                           f"rank {other} scales the gradient by a data-dependent coefficient (a clip) "
-                                           f"rank {me} does not apply: an operation on a rank other than rank 0 of "
-                                           "an axis is not lifted", tuple(_at(theirs.get("dynamic_at") or [],
-                                                                               g.get("dynamic_at") or [])[:1])))
-            if c0 != c1 and c0 != 0:
-                x = c1 / c0
-                ats = [s["at"] for s in g.get("scales") or []]
-                frames = _at(ats, [s["at"] for s in theirs.get("scales") or []])
-                d = found.setdefault((DIVIDE, x, a), Departure(DIVIDE, x, [a], frames=frames))
-                d.names.append(p["name"])
-                rewrite[(me, own)] = theirs.get("scales") or []
+            if held:
+                _axis_departures(st, p, a, [(me, g)] + held, found, rewrite, pending)
+    for (a, reason), e in pending.items():
+        more = f" and {len(e['names']) - 1} more" if len(e["names"]) > 1 else ""
+        st.items.append(Unliftable(e["ranks"], -1, f"the per-rank scaling of {e['names'][0]}{more} over {a}", reason,
+                                   tuple(e["frames"])))
     if rewrite:
         _rewrite(st, params, rewrite)
-    # one departure over several axes (the same parameters) is one statement over them
+    # one departure over several axes (the same parameters) is one statement over them; a rank set names one axis
     merged: dict[tuple, Departure] = {}
-    for (verb, x, a), d in found.items():
-        key = (verb, x, tuple(sorted(set(d.names))))
+    for (verb, x, a, ranks), d in found.items():
+        key = (verb, x, tuple(sorted(set(d.names))), (a, ranks) if ranks is not None else None)
         if key in merged:
             merged[key].axes.append(a)
         else:
@@ -124,36 +103,84 @@ def per_rank_pass(st, ax, params: list[dict]) -> list[Departure]:
     return list(merged.values())
 
 
-def _last_set(st, p: dict, a: str, held: list, found: dict, rewrite: dict) -> bool:
-    """A divisor on every rank of ``a`` but the last, or on the last only: the ranks but the last (rank ``p``'s
-    among them) agree, the last applies another constant scale (no other clip), and the side that departs is the
-    one whose scales hold a script line the other's lack. Recorded in ``found`` (its gradient programs read with
-    the other side's scales in ``rewrite``); False where the ranks fall otherwise."""
+def _key(x: dict) -> tuple[int, Fraction]:
+    return len(x.get("dynamic_scales") or []), _product(x)
+
+
+def _lines(x: dict) -> set:
+    return {(sc["at"].get("file"), sc["at"].get("line")) for sc in x.get("scales") or []}
+
+
+def _name(pending: dict, st, a: str, mine: list[tuple[int, dict]], name: str, reason: str) -> None:
+    """A disagreement no statement expresses, gathered per axis and reason (one report for every parameter it
+    holds), at the first script line where the ranks' scales differ."""
+    entry = pending.setdefault((a, reason), {"ranks": tuple(r for r, _ in mine[1:]), "names": [], "frames": []})
+    entry["names"].append(name)
+    if not entry["frames"]:
+        seen = [{(sc["at"].get("file"), sc["at"].get("line"), str(sc.get("factor"))) for sc in x.get("scales") or []}
+                | {(f.get("file"), f.get("line"), "clip") for f in x.get("dynamic_at") or []} for _, x in mine]
+        apart = set.union(*seen) - set.intersection(*seen)
+        frames = [f for _, x in mine for f in [sc["at"] for sc in x.get("scales") or []] + list(x.get("dynamic_at")
+                                                                                              or [])
+                  if any((f.get("file"), f.get("line")) == k[:2] for k in apart)]
+        entry["frames"] = frames[:1]
+
+
+def _axis_departures(st, p: dict, a: str, mine: list[tuple[int, dict]], found: dict, rewrite: dict,
+                     pending: dict) -> None:
+    """The ranks along ``a`` (``mine``: each rank and its gradient record of ``p``) split by their clip count and
+    constant product. Two sets: the side with more clip coefficients is a clip on its ranks; where the products
+    differ, the side whose scales hold a script line the other's lack (else rank 0 alone) divides by the other's
+    product over its own. Named where the ranks fall into three or more sets, or where no side is the departing one."""
     i = st.layout.names.index(a)
     n = st.layout.sizes[i]
-    mine = [(p["rank"], p["grad"])] + list(held)
-    last = [(r, x) for r, x in mine if st.layout.coords[r][i] == n - 1]
-    rest = [(r, x) for r, x in mine if st.layout.coords[r][i] != n - 1]
-    if len(last) != 1 or not rest or len({(len(x.get("dynamic_scales") or []), _product(x)) for _, x in rest}) != 1 \
-            or len({len(x.get("dynamic_scales") or []) for _, x in mine}) != 1:
-        return False
-    (_, lx), (_, rx) = last[0], rest[0]
-    c_last, c_rest = _product(lx), _product(rx)
-    lines = {s: {(sc["at"].get("file"), sc["at"].get("line")) for sc in x.get("scales") or []} for s, x in
-             (("last", lx), ("rest", rx))}
-    extra_last, extra_rest = lines["last"] - lines["rest"], lines["rest"] - lines["last"]
-    if c_last == c_rest or 0 in (c_last, c_rest) or bool(extra_last) == bool(extra_rest):
-        return False
-    if extra_rest:  # every rank but the last divides again
-        verb, x, dep, ref = EXCEPT_LAST, c_last / c_rest, rest, lx
+    idx = {r: st.layout.coords[r][i] for r, _ in mine}
+    sides: dict[tuple, list] = {}
+    for r, x in mine:
+        sides.setdefault(_key(x), []).append((r, x))
+    if len(sides) == 1:
+        return
+    own, name = p["own"], p["name"]
+    if len(sides) > 2:
+        sets = ", ".join(str(tuple(sorted(idx[r] for r, _ in side))) for side in sides.values())
+        _name(pending, st, a, mine, name, f"the ranks of {a} fall into {len(sides)} sets by the clip coefficients "
+              f"and constant scales they apply to its gradient (ranks {sets}): one set of ranks departing from the "
+              "others is stated per group, not more")
+        return
+    (ka, sa), (kb, sb) = sorted(sides.items(), key=lambda kv: min(idx[r] for r, _ in kv[1]))
+    ranks = {id(sa): tuple(sorted(idx[r] for r, _ in sa)), id(sb): tuple(sorted(idx[r] for r, _ in sb))}
+    if ka[0] != kb[0]:  # a clip coefficient on one side only
+        dep, ref = (sa, sb) if ka[0] > kb[0] else (sb, sa)
+        frames = _at(dep[0][1].get("dynamic_at") or [], ref[0][1].get("dynamic_at") or [])
+        on = ranks[id(dep)]
+        verb, set_ = (CLIP, None) if on == (0,) else (CLIP_ON, on)
+        d = found.setdefault((verb, None, a, set_), Departure(verb, None, [a], frames=frames, ranks=set_))
+        d.names.append(name)
+    if ka[1] == kb[1]:
+        return
+    extra_a, extra_b = _lines(sa[0][1]) - _lines(sb[0][1]), _lines(sb[0][1]) - _lines(sa[0][1])
+    if bool(extra_a) != bool(extra_b):
+        dep, ref = (sa, sb) if extra_a else (sb, sa)
+    elif (0,) in (ranks[id(sa)], ranks[id(sb)]):
+        dep, ref = (sa, sb) if ranks[id(sa)] == (0,) else (sb, sa)
     else:
-        verb, x, dep, ref = LAST_ONLY, c_rest / c_last, last, rx
-    frames = _at([sc["at"] for sc in dep[0][1].get("scales") or []], [sc["at"] for sc in ref.get("scales") or []])
-    d = found.setdefault((verb, x, a), Departure(verb, x, [a], frames=frames))
-    d.names.append(p["name"])
+        _name(pending, st, a, mine, name, f"ranks {ranks[id(sa)]} and ranks {ranks[id(sb)]} of {a} scale its "
+              "gradient by different constants and neither side's scales hold a script line the other's lack: which "
+              "side departs is not read (a scale read from the rank at one line, a loss scale that differs between "
+              "the ranks)")
+        return
+    c_dep, c_ref = _product(dep[0][1]), _product(ref[0][1])
+    if c_dep == 0:
+        return
+    on = ranks[id(dep)]
+    verb, set_ = ((DIVIDE, None) if on == (0,) else (EXCEPT_LAST, None) if on == tuple(range(n - 1)) else
+                  (LAST_ONLY, None) if on == (n - 1,) else (DIVIDE_ON, on))
+    x = c_ref / c_dep
+    frames = _at([sc["at"] for sc in dep[0][1].get("scales") or []], [sc["at"] for sc in ref[0][1].get("scales") or []])
+    d = found.setdefault((verb, x, a, set_), Departure(verb, x, [a], frames=frames, ranks=set_))
+    d.names.append(name)
     for r, _ in dep:
-        rewrite[(r, p["own"])] = ref.get("scales") or []
-    return True
+        rewrite[(r, own)] = ref[0][1].get("scales") or []
 
 
 def _rewrite(st, params: list[dict], rewrite: dict[tuple, list]) -> None:
@@ -175,30 +202,47 @@ def _by(x: Fraction) -> str:
 
 def rank0_lines(st, departures: list[Departure], named: list) -> list[tuple[str, list]]:
     """The plan lines of the departures: over every parameter ``grads``, else per group whose every member
-    departs alike; a group only some of whose parameters depart is named."""
-    lines = []
+    departs alike; a group only some of whose parameters depart is named, and so is a group that two statements
+    of one kind would cover (two divisors on sets of ranks, PL184; two rank sets of a clip, where the later
+    statement replaces the earlier)."""
+    lines: list[tuple[str, list, str, set]] = []  # the line, its frames, its kind, the groups it covers
+    groups = [g for g, _, _ in named]
     every = {e[0]["name"] for _, _, members in named for e in members}
     for d in departures:
         axes = ", ".join(d.axes)
-        tail = f" by {_by(d.factor)}" if d.verb in DIVIDES else ""
-        what = ("the clip coefficient applied on rank 0 only" if d.verb == CLIP else
-                f"a division by {_by(d.factor)} on " + {DIVIDE: "rank 0 only", EXCEPT_LAST: "every rank but the last",
-                                                        LAST_ONLY: "the last rank only"}[d.verb])
+        on = f"ranks ({', '.join(map(str, d.ranks))})" if d.ranks is not None else ""
+        tail = (f" {on}" if on else "") + (f" by {_by(d.factor)}" if d.verb in DIVIDES else "")
+        where = {CLIP: "rank 0 only", DIVIDE: "rank 0 only", EXCEPT_LAST: "every rank but the last",
+                 LAST_ONLY: "the last rank only"}.get(d.verb, f"{on} of {axes} only")
+        what = (f"the clip coefficient applied on {where}" if d.verb in (CLIP, CLIP_ON) else
+                f"a division by {_by(d.factor)} on {where}")
         frames = _frames([[f] for f in d.frames[:1]], st.script)
+        kind = "a divisor" if d.verb in DIVIDES else d.verb
         names = set(d.names)
         if names >= every:
-            lines.append((f"  override grads: {d.verb} over ({axes}){tail}  # observed: {what}", frames))
+            lines.append((f"  override grads: {d.verb} over ({axes}){tail}  # observed: {what}", frames, kind,
+                          set(groups)))
             continue
         for g, _, members in named:
             mine = {e[0]["name"] for e in members}
             if mine <= names:
-                lines.append((f"  override grads[{g}]: {d.verb} over ({axes}){tail}  # observed: {what}", frames))
+                lines.append((f"  override grads[{g}]: {d.verb} over ({axes}){tail}  # observed: {what}", frames,
+                              kind, {g}))
             elif mine & names:
                 st.items.append(Unliftable((st.observer,), -1, f"a per-rank {d.verb.split('_')[0]} of group {g}",
                                            f"{len(mine & names)} of its {len(mine)} parameters have {what} over "
                                            f"({axes}), the others not: one statement per group, not lifted",
                                            tuple(d.frames[:1])))
-    return lines
+    out = []
+    for text, frames, kind, covers in lines:
+        clash = [g for g in sorted(covers) if sum(1 for _, _, k, c in lines if k == kind and g in c) > 1]
+        if clash:
+            st.items.append(Unliftable((st.observer,), -1, f"{kind} on sets of ranks for group {clash[0]}",
+                                       f"two statements of {kind} on sets of ranks cover the {clash[0]} gradient "
+                                       "(one per axis or per set): one per group, not lifted", tuple(frames[:1])))
+            continue
+        out.append((text, frames))
+    return out
 
 
 def bucket_order(st, bindings: dict[str, str]) -> tuple[tuple | None, list[Unliftable]]:

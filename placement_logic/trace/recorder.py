@@ -37,6 +37,13 @@ from .recorder_checkpoint import Checkpoints
 from .recorder_events import Events, _checksum, _fraction, _key, _reduce_op, _tensors, _user_frames  # noqa: F401
 from .recorder_modules import Modules
 
+VALUES_MAX = 4096  # the most elements of a token-id tensor whose values are recorded
+
+
+def _small_ids(t) -> bool:
+    return not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool and t.dim() >= 1 \
+        and 0 < t.numel() <= VALUES_MAX and not isinstance(t, FakeTensor)
+
 
 class Recorder(Events, Modules, Checkpoints, TorchDispatchMode):
     """One rank's recorder; ``result()`` is the rank's part of the trace (docs/json.md)."""
@@ -104,12 +111,19 @@ class Recorder(Events, Modules, Checkpoints, TorchDispatchMode):
         self.modules.setdefault(id(module), module)
         self.push_module(module, args)
         if not rec["inputs"]:
-            for a in args:
-                if isinstance(a, torch.Tensor):
-                    local = a.to_local() if isinstance(a, DTensor) else a
-                    rec["inputs"].append({"module": type(module).__name__, "shape": list(local.shape),
-                                          "checksum": _checksum(local)})
-                    break
+            tensors = [a.to_local() if isinstance(a, DTensor) else a for a in args if isinstance(a, torch.Tensor)]
+            if tensors:
+                local = tensors[0]
+                entry = {"module": type(module).__name__, "shape": list(local.shape), "checksum": _checksum(local)}
+                # token ids, and a second integer argument read as position ids: their values where small (the
+                # chunks of each sequence a context rank holds, lift_cplayout)
+                ids = [t for t in tensors[:2] if _small_ids(t)]
+                if ids and ids[0] is local:
+                    entry["values"] = local.detach().reshape(-1).tolist()
+                    entry["stack"] = _user_frames()
+                    if len(ids) == 2 and ids[1].numel() in (local.numel(), local.shape[-1]):
+                        entry["position_ids"] = ids[1].detach().reshape(-1).tolist()
+                rec["inputs"].append(entry)
 
     def on_backward(self, tensor) -> None:
         rec = self.step_record()

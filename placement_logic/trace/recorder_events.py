@@ -129,9 +129,12 @@ class Events:
         if name in _NLL and self.phase == "forward":
             target, reduction, ignore = args[1], int(args[3]), int(args[4])
             valid = int((target != ignore).sum())
-            self.step_record()["nll"].append({"reduction": {0: "none", 1: "mean", 2: "sum"}.get(reduction, str(reduction)),
-                                              "tokens": valid, "positions": int(target.numel()),
-                                              "value": float(out[0].detach().float().sum()), "stack": _user_frames()})
+            entry = {"reduction": {0: "none", 1: "mean", 2: "sum"}.get(reduction, str(reduction)),
+                     "tokens": valid, "positions": int(target.numel()),
+                     "value": float(out[0].detach().float().sum()), "stack": _user_frames()}
+            if 0 < target.numel() <= 4096 and not target.is_floating_point():
+                entry["target"] = target.detach().reshape(-1).tolist()  # the labels (lift_cplayout)
+            self.step_record()["nll"].append(entry)
             return
         if name == "_amp_foreach_non_finite_check_and_unscale_":
             # GradScaler's unscale: every gradient multiplied by 1 / scale (a power of two, constant within the step)

@@ -44,9 +44,10 @@ _PARAM = {"name": (str, True), "shape": ([int], True), "local_shape": ([int], Fa
 _OPTIMIZER = {"class": (str, False), "stack": ([_FRAME], False), "state_bytes": (int, False),
               "param_elements": (int, False), "inner": (list, False), "params": ([_PARAM], False)}
 _STEP = {"step": (int, True), "seed": (int, False),
-         "inputs": ([{"module": (str, False), "shape": (list, False), "checksum": (str, False)}], False),
+         "inputs": ([{"module": (str, False), "shape": (list, False), "checksum": (str, False),
+                      "values": ([int], False), "position_ids": ([int], False), "stack": ([_FRAME], False)}], False),
          "nll": ([{"reduction": (str, False), "tokens": (int, False), "positions": (int, False),
-                   "value": (_NUM, False), "stack": ([_FRAME], False)}], False),
+                   "value": (_NUM, False), "stack": ([_FRAME], False), "target": ([int], False)}], False),
          "losses": ([{"value": (_NUM, False), "stack": ([_FRAME], False)}], False),
          "recomputed": ([{"module": (str, False), "stack": ([_FRAME], False)}], False),
          "optimizer": ((_OPTIMIZER, type(None)), False),
