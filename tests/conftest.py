@@ -4,13 +4,14 @@ and text output is laid out as it is for a pipe (no $COLUMNS from the terminal t
 in), so golden files and document examples compare alike everywhere.
 
 Tiers: ``pytest`` alone runs the quick tier (no real PyTorch runs, no solver-heavy sweeps,
-pdflatex on one example only, property tests with a fifth of their examples: tests/tiers.py;
-it passes without the torch extra; about 140 s of CPU, user + sys, in one process, about 160 s
-on the one worker per core it runs on when pytest-xdist is installed: ``pytest_cmdline_main``);
+pdflatex on one example only, a deterministic sample of each checker/simulator sweep: ``SAMPLED``,
+property tests with a tenth of their examples: tests/tiers.py; it passes without the torch extra;
+it runs on one worker per core when pytest-xdist is installed: ``pytest_cmdline_main``;
+docs/benchmarks.md, "The quick test tier", has its measured CPU and wall time);
 ``pytest --tier all`` (the README's command, and CI's) runs everything. A test is in the slow
 tier when it is marked ``slow`` or ``torch``, or named in ``SLOW`` below (tests measured among
-the slowest of the quick tier, kept whole rather than trimmed). ``-m EXPR`` selects by marker
-as usual and overrides the tier."""
+the slowest of the quick tier, kept whole rather than trimmed), or is a case of a ``SAMPLED``
+sweep outside its sample. ``-m EXPR`` selects by marker as usual and overrides the tier."""
 
 import os
 import re
