@@ -89,11 +89,12 @@ SLOW = (
 )
 
 
-# parametrised sweeps (one assertion over many plans, sizes or examples, each case a run of the checker or a
-# derivation against its oracle) of which the quick tier runs a deterministic sample and the full tier every case: the first case of
-# each kind (a case's id with the pattern, by default its numbering, removed: `stated3-True-expected3`
-# is of kind `stated-True-expected`) and every `STRIDE`-th case in the order the cases are written
-# (the first, the STRIDE+1-th, ...). The rest are in the slow tier (marked ``slow``).
+# parametrised sweeps (one assertion over many plans, sizes or examples, each case a run of the checker
+# or of a derivation against its oracle) of which the quick tier runs a deterministic sample and the
+# full tier every case: the first case of each kind (a case's id with the pattern, by default its
+# numbering, removed: `stated3-True-expected3` is of kind `stated-True-expected`) and every
+# `STRIDE`-th case in the order the cases are written (the first, the STRIDE+1-th, ...). The rest
+# are in the slow tier (marked ``slow``); `pytest --tier all` and `-m slow` run them.
 STRIDE = 8
 SAMPLED = {
     "tests/test_check_actflow.py::test_hand_cases_checker_and_simulator": r"\d+",
@@ -129,14 +130,6 @@ SAMPLED = {
     "tests/test_check_perrank_partial.py::test_clamp_pinned_sizes_by_hand": r"\d+",
     "tests/test_tpbackward.py::test_the_saving_is_each_calls_overlap_with_its_product": r"\d+",
 }
-
-
-# the quick tier's longest test modules by measured CPU time (docs/benchmarks.md, "The quick test tier"),
-# longest first: the quick tier runs them before the rest, so that the workers of a parallel run, which
-# take whole modules in collection order, end together on short ones
-FIRST = ("tests/test_search_exact_fast.py", "tests/test_steptime.py", "tests/test_latex.py",
-         "tests/test_check_folding_simulator.py", "tests/test_text_tables.py", "tests/test_sweep.py",
-         "tests/test_aux_stats.py", "tests/test_tpbackward.py", "tests/test_search.py", "tests/test_layering.py")
 
 
 def sampled_out(items) -> list:
@@ -212,5 +205,4 @@ def pytest_collection_modifyitems(config, items):
         (drop if item.get_closest_marker("slow") or item.get_closest_marker("torch") else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
-    rank = {path: i for i, path in enumerate(FIRST)}
-    items[:] = sorted(keep, key=lambda item: rank.get(item.nodeid.partition("::")[0], len(FIRST)))  # stable
+        items[:] = keep

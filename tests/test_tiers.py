@@ -46,9 +46,3 @@ def test_every_sampled_sweep_is_a_parametrised_test(sweep):
     assert len(fn) == 1, f"{sweep}: no such test"
     assert any("parametrize" in ast.unparse(d) for d in fn[0].decorator_list), f"{sweep}: not parametrised"
     re.compile(conftest.SAMPLED[sweep])
-
-
-def test_the_modules_run_first_exist():
-    assert len(set(conftest.FIRST)) == len(conftest.FIRST)
-    for path in conftest.FIRST:
-        assert (ROOT / path).is_file(), path
