@@ -4,13 +4,14 @@ and text output is laid out as it is for a pipe (no $COLUMNS from the terminal t
 in), so golden files and document examples compare alike everywhere.
 
 Tiers: ``pytest`` alone runs the quick tier (no real PyTorch runs, no solver-heavy sweeps,
-pdflatex on one example only, property tests with a fifth of their examples: tests/tiers.py;
-it passes without the torch extra; about 140 s of CPU, user + sys, in one process, about 160 s
-on the one worker per core it runs on when pytest-xdist is installed: ``pytest_cmdline_main``);
+pdflatex on one example only, a deterministic sample of each checker/simulator sweep: ``SAMPLED``,
+property tests with a tenth of their examples: tests/tiers.py; it passes without the torch extra;
+it runs on one worker per core when pytest-xdist is installed: ``pytest_cmdline_main``;
+docs/benchmarks.md, "The quick test tier", has its measured CPU and wall time);
 ``pytest --tier all`` (the README's command, and CI's) runs everything. A test is in the slow
 tier when it is marked ``slow`` or ``torch``, or named in ``SLOW`` below (tests measured among
-the slowest of the quick tier, kept whole rather than trimmed). ``-m EXPR`` selects by marker
-as usual and overrides the tier."""
+the slowest of the quick tier, kept whole rather than trimmed), or is a case of a ``SAMPLED``
+sweep outside its sample. ``-m EXPR`` selects by marker as usual and overrides the tier."""
 
 import os
 import re
@@ -88,6 +89,66 @@ SLOW = (
 )
 
 
+# parametrised sweeps (one assertion over many plans, sizes or examples, each case a run of the checker
+# or of a derivation against its oracle) of which the quick tier runs a deterministic sample and the
+# full tier every case: the first case of each kind (a case's id with the pattern, by default its
+# numbering, removed: `stated3-True-expected3` is of kind `stated-True-expected`) and every
+# `STRIDE`-th case in the order the cases are written (the first, the STRIDE+1-th, ...). The rest
+# are in the slow tier (marked ``slow``); `pytest --tier all` and `-m slow` run them.
+STRIDE = 8
+SAMPLED = {
+    "tests/test_check_actflow.py::test_hand_cases_checker_and_simulator": r"\d+",
+    "tests/test_check_actflow_moe_roles.py::test_hand_cases_checker_and_oracle": r"\d+",
+    "tests/test_check_actflow_context.py::test_hand_cases_checker_and_simulator": r"\d+",
+    "tests/test_check_actflow_etp.py::test_hand_cases_checker_and_simulator": r"\d+",
+    "tests/test_check_actflow_experts.py::test_hand_cases_checker_and_simulator": r"\d+",
+    "tests/test_aux_stats.py::test_the_statistics_scope_agrees_with_the_simulator_and_by_hand": r"_.*",  # per scope
+    "tests/test_aux_stats.py::test_the_replayed_values_are_the_simulators": r"_.*",
+    "tests/test_aux_stats.py::test_random_statistics_scopes_agree_with_the_simulator": r"\d+",
+    "tests/test_check_subgroups.py::test_random_plans_agree_with_the_simulator": r"\d+",
+    "tests/test_check_subgroups.py::test_rank_set_divisors_agree_with_the_simulator_and_by_hand": r"\d+",
+    "tests/test_check_subgroups.py::test_norm_blocks_agree_with_the_simulator_and_by_hand": r"\d+",
+    "tests/test_check_subgroups.py::test_grad_blocks_agree_with_the_simulator_and_by_hand": r"\d+",
+    "tests/test_check_vocabulary.py::test_sum_loss_verdicts_agree_with_the_simulator": r"[\s\S]*-",  # per data plan
+    "tests/test_check_rankset.py::test_divisor_on_ranks_agrees_with_the_simulator_and_by_hand": r"\d+",
+    "tests/test_check_losses.py::test_term_verdicts_agree_with_the_simulator_and_by_hand": r"\d+",
+    "tests/test_check_simulator.py::test_clip_filter_pinned_sizes_agree_with_simulator": r"\d+",
+    "tests/test_check_rankupdate.py::test_agrees_with_the_simulator_and_by_hand": r"\d+",
+    "tests/test_kv_norm.py::test_the_norm_over_copied_kv_heads_agrees_with_the_simulator": r"[\s\S]*",  # one kind
+    "tests/test_check_clipagg.py::test_clip_aggregation_agrees_with_the_simulator_and_by_hand": r"\d+",
+    "tests/test_check_state.py::test_hand_cases_checker_and_simulator": r"\d+",
+    "tests/test_check_checkpoint.py::test_hand_cases": r"\d+",
+    "tests/test_check_perrank_partial.py::test_rank0_only_agrees_with_the_simulator_and_by_hand": r"\d+",
+    "tests/test_check_cplayout.py::test_hand_cases_checker_and_simulator": r"\d+",
+    "tests/test_optimizers.py::test_checker_agrees_with_the_simulator": r"\d+",
+    "tests/test_check_subgroups.py::test_strided_and_first_k_agree_with_the_simulator_and_by_hand": r"\d+",
+    "tests/test_check_nested.py::test_pinned_sizes_agree_with_the_simulator_and_by_hand": r"-.*",  # per plan
+    "tests/test_param_groups.py::test_moe_every_kth_layer_falls_on_the_stages_that_hold_it": r"\d+",
+    "tests/test_import_folding.py::test_megatron_folding_forms_megatron_groups_and_its_expert_bytes": r"[\s\S]*",
+    "tests/test_text_tables.py::test_reports_print_as_rich_prints_them": r"^\d+-|\d+$",  # per example
+    "tests/test_check_perrank_partial.py::test_clamp_agrees_with_the_simulator_and_by_hand": r"\d+",
+    "tests/test_check_perrank_partial.py::test_clamp_pinned_sizes_by_hand": r"\d+",
+    "tests/test_tpbackward.py::test_the_saving_is_each_calls_overlap_with_its_product": r"\d+",
+}
+
+
+def sampled_out(items) -> list:
+    """The cases of the ``SAMPLED`` sweeps that the quick tier leaves out (see ``SAMPLED``)."""
+    seen: dict[str, tuple[int, set]] = {}
+    out = []
+    for item in items:
+        sweep, _, case = item.nodeid.partition("[")
+        if sweep not in SAMPLED or not case:
+            continue
+        index, kinds = seen.setdefault(sweep, (0, set()))
+        kind = re.sub(SAMPLED[sweep], "", case[:-1])
+        if index % STRIDE and kind in kinds:
+            out.append(item)
+        kinds.add(kind)
+        seen[sweep] = (index + 1, kinds)
+    return out
+
+
 def pytest_addoption(parser):
     parser.addoption("--tier", choices=("quick", "all"), default=os.environ.get("PLACEMENT_TEST_TIER", "quick"),
                      help="quick (default): leave out the tests marked slow or torch; all: run every test")
@@ -135,6 +196,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid.startswith(SLOW):
             item.add_marker(pytest.mark.slow)
+    for item in sampled_out(items):
+        item.add_marker(pytest.mark.slow)
     if full_tier(config):
         return
     keep, drop = [], []

@@ -226,7 +226,8 @@ def test_command_line_groups_match_the_prover():
 
 
 TORCH_MODULES = ("placement_logic.trace.bootstrap", "placement_logic.trace.recorder",
-                 "placement_logic.trace.recorder_events", "placement_logic.trace.recorder_modules")
+                 "placement_logic.trace.recorder_events", "placement_logic.trace.recorder_modules",
+                 "placement_logic.trace.recorder_checkpoint")
 
 
 def test_no_submodule_shadows_a_name_of_its_package():

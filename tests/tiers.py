@@ -1,7 +1,7 @@
 """The test tiers' sizes (tests/conftest.py sets the tier before any test module is imported).
 
 ``examples(n)``: a property test's ``max_examples`` in the full tier; the quick tier draws a
-fifth of them (at least 10), with the same derandomized seed, so the quick run tries the first
+tenth of them (at least 5), with the same derandomized seed, so the quick run tries the first
 of the examples the full run tries."""
 
 from __future__ import annotations
@@ -14,4 +14,4 @@ def full() -> bool:
 
 
 def examples(n: int) -> int:
-    return n if full() else max(10, n // 5)
+    return n if full() else max(5, n // 10)

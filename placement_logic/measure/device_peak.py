@@ -129,6 +129,13 @@ def render(report: DevicePeakReport) -> str:
     return "\n".join(out) + "\n"
 
 
+def plan_named(spec: ir.Spec, plan_name: str) -> ir.Plan:
+    plan = next((p for p in spec.plans if p.name == plan_name), None)
+    if plan is None:
+        raise Unrealised(f"no plan '{plan_name}' (plans: {', '.join(p.name for p in spec.plans)})")
+    return plan
+
+
 def prepare(spec: ir.Spec, plan_name: str, layers: int | None, cuda: bool = False):
     """(plan, shape, widths, prediction) for ``plan_name`` on one device: every mesh axis at size 1.
     Under an eager count the prediction counts the kernels of the device that runs
@@ -136,9 +143,7 @@ def prepare(spec: ir.Spec, plan_name: str, layers: int | None, cuda: bool = Fals
     from .predict import predict
     from .widths import realised_widths
 
-    plan = next((p for p in spec.plans if p.name == plan_name), None)
-    if plan is None:
-        raise Unrealised(f"no plan '{plan_name}' (plans: {', '.join(p.name for p in spec.plans)})")
+    plan = plan_named(spec, plan_name)
     if plan.model.activation_count in EAGER_COUNTS:
         plan = dataclasses.replace(plan, model=dataclasses.replace(
             plan.model, activation_count=EAGER_COUNTS[1] if cuda else EAGER_COUNTS[0]))
@@ -180,15 +185,19 @@ def engine_step_seconds(spec: ir.Spec, plan: ir.Plan, shape: TinyShape, widths, 
 
 def run(spec_path: str, plan_name: str, layers: int | None = None, steps: int = 3, seed: int = 0,
         timed: int = 0, catalogue: str | None = None) -> DevicePeakReport:
+    from ..frontend.loader import load_spec
+    from .session import require_torch
+
+    spec = load_spec(spec_path)  # the file's diagnostics and an unknown plan come first, with or without torch
+    plan_named(spec, plan_name)
+    require_torch()
     import torch
 
-    from ..frontend.loader import load_spec
     from .ranks import model as tiny
     from .ranks.activations import SavedActivations
     from .ranks.common import make_training_optimizer, param_dtype
     from .ranks.training import _batch, _loss_sum, held_bytes, tokens_of
 
-    spec = load_spec(spec_path)
     cuda = torch.cuda.is_available()
     plan, shape, widths, pred = prepare(spec, plan_name, layers, cuda)
     device = torch.device("cuda", 0) if cuda else torch.device("cpu")
