@@ -27,10 +27,10 @@ import importlib.util
 import marshal
 import os
 import sys
-from pathlib import Path
 
 _HEADER = importlib.util.MAGIC_NUMBER + b"placement-logic records 1\n"
-FILE = Path(__file__).resolve().parent / "__pycache__" / f"records.{sys.implementation.cache_tag}.marshal"
+FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__",
+                    f"records.{sys.implementation.cache_tag}.marshal")
 _KEEP = 4  # a stored file more than this many times the texts a run used is rewritten with those alone
 
 _codes: dict | None = None  # text -> code, read from FILE at the first use
@@ -47,7 +47,8 @@ def _load() -> dict:
     if _codes is None:
         _codes = {}
         try:
-            data = FILE.read_bytes()
+            with open(FILE, "rb") as fh:
+                data = fh.read()
             if data.startswith(_HEADER):
                 codes = marshal.loads(data[len(_HEADER):])
                 if isinstance(codes, dict):
@@ -81,15 +82,16 @@ def save() -> None:
     if not _new[0] or _codes is None or sys.dont_write_bytecode:
         return
     codes = _codes if len(_codes) <= _KEEP * len(_used) else {t: _codes[t] for t in _used}
-    tmp = FILE.with_name(f"{FILE.name}.{os.getpid()}.tmp")
+    tmp = f"{FILE}.{os.getpid()}.tmp"
     try:
-        FILE.parent.mkdir(exist_ok=True)
-        tmp.write_bytes(_HEADER + marshal.dumps(codes))
-        tmp.replace(FILE)
+        os.makedirs(os.path.dirname(FILE), exist_ok=True)
+        with open(tmp, "wb") as fh:
+            fh.write(_HEADER + marshal.dumps(codes))
+        os.replace(tmp, FILE)
         _new[0] = 0
     except (OSError, ValueError):
         try:
-            tmp.unlink()
+            os.unlink(tmp)
         except OSError:
             pass
 

@@ -52,7 +52,7 @@ def make(module: str, builtin: bool) -> dict:
 
 @pytest.fixture
 def store(tmp_path, monkeypatch):
-    monkeypatch.setattr(records, "FILE", tmp_path / "records.marshal")
+    monkeypatch.setattr(records, "FILE", str(tmp_path / "records.marshal"))
     monkeypatch.setattr(records, "_codes", None)
     monkeypatch.setattr(records, "_used", set())
     monkeypatch.setattr(records, "_new", [0])
