@@ -7,8 +7,9 @@ between runs beside the package's own compiled files.
 cost`` creates, 0.05 s CPU of compiling on every start (docs/benchmarks.md, "Start-up"). The
 code compiled from a text is a function of that text and of the interpreter alone, as a
 module's ``.pyc`` is of its source, so the code objects are stored (``marshal``, keyed by the
-whole text, under the interpreter's bytecode magic number) in the package's ``__pycache__``
-folder, where Python keeps the package's compiled modules, and read back instead of compiled.
+whole text, under the interpreter's bytecode magic number; one file per module, read at the
+module's first record) in the package's ``__pycache__`` folder, where Python keeps the
+package's compiled modules, and read back instead of compiled.
 
 ``install`` makes ``exec`` inside ``dataclasses`` (a module global there, which shadows the
 built-in for that module only) this module's ``_exec``: for a text compiled in the namespace
@@ -29,33 +30,37 @@ import os
 import sys
 
 _HEADER = importlib.util.MAGIC_NUMBER + b"placement-logic records 1\n"
-FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__",
-                    f"records.{sys.implementation.cache_tag}.marshal")
+FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__")
 _KEEP = 4  # a stored file more than this many times the texts a run used is rewritten with those alone
 
-_codes: dict | None = None  # text -> code, read from FILE at the first use
-_used: set = set()
-_new = [0]  # texts compiled in this process (not read from FILE)
+_codes: dict = {}  # module -> {text: code}, each module's read from its file at its first record
+_used: dict = {}  # module -> the texts this process used
+_new: set = set()  # the modules with texts compiled in this process (not read from their file)
+
+
+def path(module: str) -> str:
+    """The file of ``module``'s stored codes."""
+    return os.path.join(FOLDER, f"{module}.records.{sys.implementation.cache_tag}.marshal")
 
 
 def _compile(text: str):
     return compile(text, "<string>", "exec", dont_inherit=True)
 
 
-def _load() -> dict:
-    global _codes
-    if _codes is None:
-        _codes = {}
+def _load(module: str) -> dict:
+    codes = _codes.get(module)
+    if codes is None:
+        codes = _codes[module] = {}
         try:
-            with open(FILE, "rb") as fh:
+            with open(path(module), "rb") as fh:
                 data = fh.read()
             if data.startswith(_HEADER):
-                codes = marshal.loads(data[len(_HEADER):])
-                if isinstance(codes, dict):
-                    _codes = codes
+                stored = marshal.loads(data[len(_HEADER):])
+                if isinstance(stored, dict):
+                    codes.update(stored)
         except (OSError, ValueError, EOFError, TypeError):
             pass
-    return _codes
+    return codes
 
 
 def _exec(source, *args, **kwargs):
@@ -63,13 +68,14 @@ def _exec(source, *args, **kwargs):
     methods."""
     scope = args[0] if args else kwargs.get("globals")
     if type(source) is str:
-        if isinstance(scope, dict) and str(scope.get("__name__", "")).startswith("placement_logic"):
-            codes = _load()
+        module = scope.get("__name__") if isinstance(scope, dict) else None
+        if isinstance(module, str) and module.startswith("placement_logic"):
+            codes = _load(module)
             code = codes.get(source)
             if code is None:
                 code = codes[source] = _compile(source)
-                _new[0] += 1
-            _used.add(source)
+                _new.add(module)
+            _used.setdefault(module, set()).add(source)
             source = code
         else:
             source = _compile(source)
@@ -77,23 +83,28 @@ def _exec(source, *args, **kwargs):
 
 
 def save() -> None:
-    """Store the codes compiled in this process beside those read (only the ones this run used
-    when the file has grown past ``_KEEP`` times them); nothing when none was compiled."""
-    if not _new[0] or _codes is None or sys.dont_write_bytecode:
+    """Store, per module, the codes compiled in this process beside those read (only the ones
+    this run used when the file has grown past ``_KEEP`` times them); nothing for a module
+    none of whose texts was compiled here."""
+    if sys.dont_write_bytecode:
         return
-    codes = _codes if len(_codes) <= _KEEP * len(_used) else {t: _codes[t] for t in _used}
-    tmp = f"{FILE}.{os.getpid()}.tmp"
-    try:
-        os.makedirs(os.path.dirname(FILE), exist_ok=True)
-        with open(tmp, "wb") as fh:
-            fh.write(_HEADER + marshal.dumps(codes))
-        os.replace(tmp, FILE)
-        _new[0] = 0
-    except (OSError, ValueError):
+    for module in sorted(_new):
+        codes, used = _codes[module], _used.get(module, set())
+        if len(codes) > _KEEP * len(used):
+            codes = {t: codes[t] for t in used}
+        target = path(module)
+        tmp = f"{target}.{os.getpid()}.tmp"
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+            os.makedirs(FOLDER, exist_ok=True)
+            with open(tmp, "wb") as fh:
+                fh.write(_HEADER + marshal.dumps(codes))
+            os.replace(tmp, target)
+        except (OSError, ValueError):
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    _new.clear()
 
 
 def install() -> None:

@@ -8,6 +8,7 @@ import builtins
 import dataclasses
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -52,13 +53,18 @@ def make(module: str, builtin: bool) -> dict:
 
 @pytest.fixture
 def store(tmp_path, monkeypatch):
-    monkeypatch.setattr(records, "FILE", str(tmp_path / "records.marshal"))
-    monkeypatch.setattr(records, "_codes", None)
-    monkeypatch.setattr(records, "_used", set())
-    monkeypatch.setattr(records, "_new", [0])
+    monkeypatch.setattr(records, "FOLDER", str(tmp_path))
+    monkeypatch.setattr(records, "_codes", {})
+    monkeypatch.setattr(records, "_used", {})
+    monkeypatch.setattr(records, "_new", set())
     monkeypatch.setattr(records.sys, "dont_write_bytecode", False)
     records.install()
-    return tmp_path / "records.marshal"
+    return Path(records.path("placement_logic._fake"))
+
+
+def compiled() -> int:
+    """The texts of the fake module compiled (not read) in this process."""
+    return len(records._codes.get("placement_logic._fake", {})) if "placement_logic._fake" in records._new else 0
 
 
 def methods(cls) -> dict:
@@ -79,12 +85,12 @@ def same_functions(ours, theirs) -> None:
 
 def test_stored_code_is_the_builtins(store):
     first = make("placement_logic._fake", builtin=False)  # compiled here and stored
-    assert records._new[0] >= 8 and store.exists() is False
+    assert compiled() >= 8 and store.exists() is False
     records.save()
-    assert store.exists()
-    records._codes, records._new[0] = None, 0
+    assert store.exists() and not records._new
+    records._codes.clear()
     again = make("placement_logic._fake", builtin=False)  # read back from the file
-    assert records._new[0] == 0 and len(records._codes) >= 8
+    assert compiled() == 0 and len(records._codes["placement_logic._fake"]) >= 8
     oracle = make("placement_logic._fake", builtin=True)
     for name in ("Point", "Box"):
         same_functions(first[name], oracle[name])
@@ -102,14 +108,14 @@ def test_stored_code_is_the_builtins(store):
 
 def test_other_modules_compile_as_before(store):
     ns = make("elsewhere", builtin=False)
-    assert records._new[0] == 0 and not records._used  # nothing stored for another package
+    assert not records._new and not records._used  # nothing stored for another package
     same_functions(ns["Point"], make("elsewhere", builtin=True)["Point"])
 
 
 def test_unreadable_file_is_ignored(store):
     store.write_bytes(b"not a marshal file")
     ns = make("placement_logic._fake", builtin=False)
-    assert records._new[0] >= 8
+    assert compiled() >= 8
     same_functions(ns["Box"], make("placement_logic._fake", builtin=True)["Box"])
     records.save()
     assert store.read_bytes().startswith(records._HEADER)
