@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .. import ir
 from ..diagnostics import Code, DiagnosticError, did_you_mean
-from ..frontend import surface
+from ..frontend import hf, surface
 from ..frontend.files import read_source
 from ..ir import groups as pg
 from ..ir import losses as ir_losses
@@ -167,8 +167,6 @@ def _from_config(vals: Values, block: surface.ModelBlock) -> ir.TransformerShape
     """The transformer shape of ``model from "config.json"`` (a Hugging Face config)."""
     base = Path(vals.cx.base_dir) if vals.cx.base_dir is not None else Path.cwd()
     path = base / block.source
-    from ..frontend import hf  # only a model taken from a config file reads one
-
     try:
         text = read_source(path)
         shape = hf.parse_config(text, str(path))
