@@ -361,6 +361,8 @@ class Code(StrEnum):
 
 @dataclass(frozen=True)
 class Diagnostic:
+    """One located message: its code, text, span, severity and notes."""
+
     code: str
     message: str
     span: Span = NO_SPAN

@@ -31,6 +31,8 @@ def _f(x: str | int) -> Fraction:
 
 @dataclass(frozen=True)
 class Link:
+    """An interconnect: bandwidth and latency per device, NCCL's efficiency and latency model, sources."""
+
     name: str
     title: str
     bandwidth: Fraction  # bytes per second, per direction, per device
@@ -69,6 +71,8 @@ class Efficiency:
 
 @dataclass(frozen=True)
 class Device:
+    """An accelerator: memory, peak FLOP/s per precision, HBM bandwidth, links and kernel efficiencies."""
+
     name: str
     title: str
     memory: int  # bytes

@@ -48,6 +48,7 @@ from .model import (
     StageReport,
     TimeReport,
 )
+from .printed import Printed
 
 _OPS = {
     "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
@@ -66,6 +67,7 @@ class _Q:
         self.axes = axes
         self.latex = latex
         self._made: dict[sympy.Expr, Quantity] = {}
+        self.text = Printed()  # str() of a formula, shared subformulas printed once
 
     def __call__(self, expr: sympy.Expr) -> Quantity:
         # a report asks for the same formula many times (a stage's total is also the peak, the
@@ -92,7 +94,7 @@ class _Q:
             printer = PlacementLatexPrinter(symbol_names([expr], self.axes))
             tex = printer.doprint(expr)
             lines = latex_lines(expr, printer) if tex_width(tex) > LINE_WIDTH else ()
-        return Quantity(formula=str(expr), latex=tex, exact=exact, value=str(value), unbound=tuple(free),
+        return Quantity(formula=self.text(expr), latex=tex, exact=exact, value=self.text(value), unbound=tuple(free),
                         symbols=tuple(sorted(s.name for s in expr.free_symbols)), latex_lines=lines)
 
     def ratio(self, a: sympy.Expr, b: sympy.Expr) -> Quantity | None:

@@ -42,6 +42,8 @@ class Quantity:
 
 @dataclass(frozen=True)
 class CollectiveRow:
+    """One collective of a plan as the report prints it."""
+
     kind: str
     state: str
     axes: tuple[str, ...]
@@ -61,6 +63,8 @@ class CollectiveRow:
 
 @dataclass(frozen=True)
 class GroupTotal:
+    """The bytes per device and volume over one communication group."""
+
     group: str  # an axis name, "a×b" for a multi-axis group, or "host"
     link: str | None
     bytes_per_device: Quantity
@@ -120,6 +124,8 @@ class TimeReport:
 
 @dataclass(frozen=True)
 class PlanReport:
+    """One plan's report: memory per state and stage, communication, fit and step time."""
+
     name: str
     strategies: tuple[str, ...]
     device: dict[str, Quantity]  # DEVICE_ROWS
@@ -151,6 +157,8 @@ class PlanReport:
 
 @dataclass(frozen=True)
 class QuestionResult:
+    """An assert or claim of the spec, its two sides and its verdict."""
+
     kind: str  # assert | claim
     label: str | None
     op: str
@@ -180,6 +188,8 @@ class QuestionResult:
 
 @dataclass(frozen=True)
 class Binding:
+    """A bound symbol of the report: its exact value and formula, and whether --set re-bound it."""
+
     name: str
     exact: Fraction | None
     formula: str
@@ -188,6 +198,8 @@ class Binding:
 
 @dataclass(frozen=True)
 class CostReport:
+    """The report of ``placement cost`` or ``compare``: bindings, axes, plans and questions."""
+
     command: str  # cost | compare
     file: str
     bindings: tuple[Binding, ...]

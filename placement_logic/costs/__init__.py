@@ -35,6 +35,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class PlanCost:
+    """A plan's derived costs: shape, layout, activations, memory and communication."""
+
     plan: ir.Plan
     shape: Shape
     layout: Layout

@@ -58,6 +58,8 @@ from .symbolic import peak
 
 @dataclass(frozen=True)
 class Layout:
+    """The parallel layout the activations depend on: tensor, context and pipeline sizes, schedule, options."""
+
     t: sympy.Expr  # tensor-parallel size (1 without a tensor axis)
     c: sympy.Expr  # context-parallel size
     p: sympy.Expr  # pipeline size
@@ -87,6 +89,8 @@ class InFlight:
 
 @dataclass(frozen=True)
 class StageActivations:
+    """The kept activation bytes of one pipeline stage."""
+
     stage: str  # "first" | "last" (or "single" without a pipeline)
     in_flight: InFlight
     layers: sympy.Expr  # bytes of the layers' kept activations
@@ -100,6 +104,8 @@ class StageActivations:
 
 @dataclass(frozen=True)
 class Activations:
+    """A plan's activation memory: per layer, in flight, embedding and output, and the peak over stages."""
+
     per_layer: sympy.Expr  # kept bytes per layer per microbatch
     per_layer_full: sympy.Expr  # without any recomputation (the recompute working set)
     layer_microbatches: sympy.Expr  # layer-microbatches alive on the first stage

@@ -39,6 +39,8 @@ HOST_GROUP = "host"
 
 @dataclass(frozen=True)
 class SizedCollective:
+    """A collective with its group size, count, buffer, ring bytes per device and volume."""
+
     collective: Collective
     group: sympy.Expr  # devices in the group
     count: sympy.Expr  # per step
@@ -117,6 +119,8 @@ def size(c: Collective, sh: Shape, lay: Layout) -> SizedCollective:
 
 @dataclass(frozen=True)
 class Communication:
+    """A plan's collectives per step, sized."""
+
     collectives: tuple[SizedCollective, ...]
 
     def network(self) -> tuple[SizedCollective, ...]:

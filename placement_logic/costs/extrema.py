@@ -227,3 +227,78 @@ def extremum(kind: type, *args: sympy.Expr) -> sympy.Expr:
     if unordered(args):
         return kind(*args, evaluate=False)
     return kind(*args)
+
+
+# A formula as a Laurent polynomial in positive symbols: {exponents (one per symbol): coefficient}.
+_MAX_TERMS = 4096  # past this many terms the expansion is given up (no claim: sympy decides)
+
+
+def _laurent(expr: sympy.Basic, symbols: list) -> dict[tuple[int, ...], Fraction]:
+    """``expr`` expanded as a Laurent polynomial in ``symbols`` (sums, products, integer powers
+    of symbols, non-negative integer powers of sums), zero coefficients dropped; ``_NotExact``
+    for any other node or an expansion past ``_MAX_TERMS`` terms."""
+    if expr.is_Rational:
+        return {(0,) * len(symbols): Fraction(int(expr.p), int(expr.q))} if expr != 0 else {}
+    if expr.is_Symbol:
+        if expr not in symbols:
+            raise _NotExact()
+        i = symbols.index(expr)
+        return {tuple(1 if j == i else 0 for j in range(len(symbols))): Fraction(1)}
+    if expr.is_Add:
+        out: dict[tuple[int, ...], Fraction] = {}
+        for a in expr.args:
+            for k, c in _laurent(a, symbols).items():
+                out[k] = out.get(k, 0) + c
+        return {k: c for k, c in out.items() if c}
+    if expr.is_Mul:
+        out = {(0,) * len(symbols): Fraction(1)}
+        for a in expr.args:
+            out = _times(out, _laurent(a, symbols))
+        return out
+    if expr.is_Pow and expr.exp.is_Integer:
+        e = int(expr.exp)
+        if expr.base.is_Symbol:
+            (k, c), = _laurent(expr.base, symbols).items()
+            return {tuple(x * e for x in k): c}
+        if 0 <= e <= 8:
+            base, out = _laurent(expr.base, symbols), {(0,) * len(symbols): Fraction(1)}
+            for _ in range(e):
+                out = _times(out, base)
+            return out
+    raise _NotExact()
+
+
+def _times(x: dict, y: dict) -> dict:
+    out: dict[tuple[int, ...], Fraction] = {}
+    for k1, c1 in x.items():
+        for k2, c2 in y.items():
+            k = tuple(a + b for a, b in zip(k1, k2))
+            out[k] = out.get(k, 0) + c1 * c2
+    if len(out) > _MAX_TERMS:
+        raise _NotExact()
+    return {k: c for k, c in out.items() if c}
+
+
+def dominant(args: Iterable[sympy.Expr]) -> int | None:
+    """The index of the one of two arguments that is larger than the other at every positive
+    value of their symbols, shown exactly: their difference, expanded as a Laurent polynomial
+    in the spec's positive symbols (``symbol``), is not zero and has no negative coefficient
+    (a sum of positive terms). ``None`` when that is not shown (more or fewer than two
+    arguments, a number, a maximum or minimum, any other node or symbol)."""
+    args = list(args)
+    if len(args) != 2 or any(a.is_number or isinstance(a, (sympy.Max, sympy.Min)) for a in args):
+        return None
+    symbols = sorted(set().union(*(a.free_symbols for a in args)), key=lambda s: s.name)
+    if any(s != sympy.Symbol(s.name, positive=True) for s in symbols):
+        return None
+    try:
+        x, y = (_laurent(a, symbols) for a in args)
+    except _NotExact:
+        return None
+    diff = {k: y.get(k, 0) - x.get(k, 0) for k in x.keys() | y.keys()}
+    coefficients = [c for c in diff.values() if c]
+    if coefficients and all(c > 0 for c in coefficients):
+        return 1
+    if coefficients and all(c < 0 for c in coefficients):
+        return 0
+    return None

@@ -92,6 +92,8 @@ class Split:
 
 @dataclass(frozen=True)
 class Shape:
+    """The model's sizes as sympy expressions: parameters, bytes per element and the transformer shape."""
+
     psi: sympy.Expr
     layer_params: sympy.Expr | None  # parameters of one transformer layer (None: no shape)
     bytes: dict  # state name -> bytes per element

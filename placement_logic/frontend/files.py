@@ -15,6 +15,19 @@ from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 MAX_SOURCE_BYTES = 8 * 1024 * 1024  # a spec larger than this is not a spec
 
 
+def packaged(*parts: str):
+    """A file or folder shipped inside the package (``packaged("stdlib")``): its path where the
+    package is a folder on disk, as ``importlib.resources.files`` gives it there, without
+    importing ``importlib.resources`` (about 0.02 s CPU of a cold start with its first
+    ``files``); elsewhere (a zip) ``importlib.resources``' view of it."""
+    path = Path(__file__).resolve().parents[1].joinpath(*parts)
+    if path.exists():
+        return path
+    from importlib import resources
+
+    return resources.files("placement_logic").joinpath(*parts)
+
+
 def normalise_text(text: str) -> str:
     """Every line-ending convention (LF, CRLF, a lone CR) read alike, a leading BOM dropped."""
     if text.startswith("\ufeff"):

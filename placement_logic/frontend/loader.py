@@ -9,14 +9,13 @@ the importing file), and resolves. Errors from every stage are raised as one
 from __future__ import annotations
 
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 from ..resolve import ModuleScope, collect_scope, resolve_module
 from . import surface
-from .files import normalise_text, read_regular, read_source  # noqa: F401 - read_source re-exported
+from .files import normalise_text, packaged, read_regular, read_source  # noqa: F401 - read_source re-exported
 from .parser import parse
 
 STD = "std"
@@ -24,7 +23,7 @@ STD = "std"
 
 def library_modules() -> dict[str, str]:
     """Library module name -> source text, for every ``.place`` file in the stdlib."""
-    root = resources.files("placement_logic").joinpath("stdlib")
+    root = packaged("stdlib")
     return {
         entry.name[: -len(".place")]: entry.read_text(encoding="utf-8")
         for entry in root.iterdir()

@@ -8,11 +8,11 @@ parses with lark's LALR parser keeping positions, maps every lark error to a
 from __future__ import annotations
 
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
 from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 from . import surface
+from .files import packaged
 from .lark_import import Lark, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 from .lower import Lower
 
@@ -45,11 +45,11 @@ TERMINAL_NAMES = {
 
 def grammar_text() -> str:
     """The grammar shipped in the installed package, or the source tree's copy."""
-    packaged = resources.files("placement_logic").joinpath("grammar", "placement.lark")
-    if packaged.is_file():
-        return packaged.read_text(encoding="utf-8")
-    source_tree = Path(__file__).resolve().parents[2] / "grammar" / "placement.lark"
-    return source_tree.read_text(encoding="utf-8")
+    here = Path(__file__).resolve()
+    for path in (here.parents[1] / "grammar" / "placement.lark", here.parents[2] / "grammar" / "placement.lark"):
+        if path.is_file():  # the package's folder on disk, or the source tree
+            return path.read_text(encoding="utf-8")
+    return packaged("grammar", "placement.lark").read_text(encoding="utf-8")  # a package not on disk (a zip)
 
 
 def _cache_file(text: str) -> str | bool:

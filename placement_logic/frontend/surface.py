@@ -24,6 +24,8 @@ def _span() -> Span:
 
 @dataclass(frozen=True)
 class Num:
+    """A number literal, exact, with the byte unit and the spelling it was written with."""
+
     value: Fraction
     unit: str | None = None  # byte unit as written (B, KB, ..., TiB) or None
     text: str = field(default="", compare=False)  # spelling in the source
@@ -32,18 +34,24 @@ class Num:
 
 @dataclass(frozen=True)
 class Name:
+    """A name used as a value: a let, an axis size or a model quantity."""
+
     id: str
     span: Span = _span()
 
 
 @dataclass(frozen=True)
 class Bool:
+    """``true`` or ``false``."""
+
     value: bool
     span: Span = _span()
 
 
 @dataclass(frozen=True)
 class BinOp:
+    """``left op right`` for one of ``+ - * / ^``."""
+
     op: str  # one of + - * / ^
     left: "Expr"
     right: "Expr"
@@ -52,12 +60,16 @@ class BinOp:
 
 @dataclass(frozen=True)
 class Neg:
+    """``-operand``."""
+
     operand: "Expr"
     span: Span = _span()
 
 
 @dataclass(frozen=True)
 class Kwarg:
+    """``name = value`` among a call's or a strategy reference's arguments."""
+
     name: str
     value: "Expr"
     span: Span = _span()
@@ -65,6 +77,8 @@ class Kwarg:
 
 @dataclass(frozen=True)
 class Call:
+    """``func(args, kwargs)``: a built-in function or a cost query."""
+
     func: str
     args: tuple["Expr", ...] = ()
     kwargs: tuple[Kwarg, ...] = ()
@@ -76,6 +90,8 @@ Expr = Union[Num, Name, Bool, BinOp, Neg, Call]
 
 @dataclass(frozen=True)
 class Compare:
+    """``left op right`` for one of ``== != < <= > >=`` (an assert's or a claim's test)."""
+
     op: str  # == != < <= > >=
     left: Expr
     right: Expr
@@ -100,6 +116,8 @@ class ModeRef:
 
 @dataclass(frozen=True)
 class MapEntry:
+    """``key: mode`` in a mode map."""
+
     key: str
     value: ModeRef  # a mode, or for role maps a plain word carried in ModeRef.name
     span: Span = _span()
@@ -107,6 +125,8 @@ class MapEntry:
 
 @dataclass(frozen=True)
 class ModeMap:
+    """``{key: mode, ...}``: a mode per state (or a role per name)."""
+
     entries: tuple[MapEntry, ...]
     span: Span = _span()
 
@@ -122,6 +142,8 @@ class Shorthand:
 
 @dataclass(frozen=True)
 class StrategyRef:
+    """A strategy named by its dotted path, with the arguments it is given."""
+
     path: tuple[str, ...]
     args: tuple[Kwarg, ...] = ()
     span: Span = _span()
@@ -145,6 +167,8 @@ class Prop:
 
 @dataclass(frozen=True)
 class SubBlock:
+    """``key { props }`` inside a block (``transformer { ... }``, ``group NAME { ... }``)."""
+
     key: str
     props: tuple[Prop, ...]
     span: Span = _span()
@@ -163,12 +187,16 @@ class Entry:
 
 @dataclass(frozen=True)
 class Use:
+    """``use STRATEGY``: a strategy's items taken into a block."""
+
     ref: StrategyRef
     span: Span = _span()
 
 
 @dataclass(frozen=True)
 class OverrideStmt:
+    """``override TARGET [GROUP] VERB [over (axes)] [by EXPR] [ranks (...)]``."""
+
     target: str
     group: str | None
     verb: str
@@ -195,6 +223,8 @@ BlockItem = Union[Prop, SubBlock, Entry, Use, OverrideStmt, Unobserved]
 
 @dataclass(frozen=True)
 class ImportStmt:
+    """``import std.x [as a]`` or ``from std.x import a [as b], ...``."""
+
     module: tuple[str, ...]  # e.g. ("std", "zero")
     alias: str | None = None
     names: tuple[tuple[str, str | None], ...] | None = None  # from-import: (name, alias)
@@ -203,6 +233,8 @@ class ImportStmt:
 
 @dataclass(frozen=True)
 class LetStmt:
+    """``let NAME = EXPR``."""
+
     name: str
     value: Expr
     span: Span = _span()
@@ -210,6 +242,8 @@ class LetStmt:
 
 @dataclass(frozen=True)
 class ModelBlock:
+    """``model [from "config.json"] { ... }``: the model's properties and sub-blocks."""
+
     items: tuple[Union[Prop, SubBlock], ...]
     span: Span = _span()
     source: str | None = None  # ``model from "config.json" { ... }``: a Hugging Face config
@@ -218,6 +252,8 @@ class ModelBlock:
 
 @dataclass(frozen=True)
 class AxisDecl:
+    """``NAME = SIZE [@ link]`` in the mesh block."""
+
     name: str
     size: Expr
     link: str | None = None
@@ -226,12 +262,16 @@ class AxisDecl:
 
 @dataclass(frozen=True)
 class MeshBlock:
+    """``mesh { axes }``: the device mesh, axis by axis."""
+
     axes: tuple[AxisDecl, ...]
     span: Span = _span()
 
 
 @dataclass(frozen=True)
 class Param:
+    """A strategy's parameter, with its default if it has one."""
+
     name: str
     default: Expr | None
     span: Span = _span()
@@ -239,6 +279,8 @@ class Param:
 
 @dataclass(frozen=True)
 class StrategyDef:
+    """``strategy NAME(params) [over (axes)] [extends REF] { body }``, or its shorthand or alias forms."""
+
     name: str
     params: tuple[Param, ...] = ()
     axes: tuple[str, ...] = ()  # formal axes of a multi-axis strategy: ``over (a, b)``
@@ -250,6 +292,8 @@ class StrategyDef:
 
 @dataclass(frozen=True)
 class PlanDef:
+    """``plan NAME [extends REF] { body }``."""
+
     name: str
     extends: StrategyRef | None = None
     body: tuple[BlockItem, ...] = ()
@@ -258,6 +302,8 @@ class PlanDef:
 
 @dataclass(frozen=True)
 class AssertStmt:
+    """``assert TEST ["label"]``: a comparison that must hold at the spec's values."""
+
     test: Compare
     label: str | None = None
     span: Span = _span()
@@ -274,6 +320,8 @@ class Expect:
 
 @dataclass(frozen=True)
 class ClaimStmt:
+    """``claim TEST ["label"] [expect ...]``: a comparison stated of the formulas."""
+
     test: Compare
     label: str | None = None
     span: Span = _span()
@@ -285,5 +333,7 @@ Item = Union[ImportStmt, LetStmt, ModelBlock, MeshBlock, StrategyDef, PlanDef, A
 
 @dataclass(frozen=True)
 class Module:
+    """A whole ``.place`` file: its top-level items in order."""
+
     items: tuple[Item, ...]
     file: str = field(default="<string>", compare=False)

@@ -105,6 +105,8 @@ class Step:
 
 @dataclass(frozen=True)
 class Slot:
+    """The steps of one activation slot, derived or stated by an override."""
+
     steps: tuple[Step, ...]
     span: Span = NO_SPAN  # the override that states it (NO_SPAN: derived)
     verb: str = ""  # the override's verb ("": derived)
@@ -114,6 +116,8 @@ class Slot:
 
 @dataclass(frozen=True)
 class Flow:
+    """The activation flow of one region over a tensor group: its slots in order."""
+
     region: str
     tensor: tuple[str, ...]  # the tensor group (a product binding's axes)
     sp: bool

@@ -73,6 +73,8 @@ def grads_group(tensor: str) -> str | None:
 
 @dataclass(frozen=True)
 class Payload:
+    """What a collective moves: a tensor, the axes that divide it, and the groups whose buffer it is."""
+
     tensor: PayloadTensor | str  # a PayloadTensor, or group_grads(name)
     divided_over: tuple[str, ...] = ()
     description: str = ""
@@ -84,6 +86,8 @@ class Payload:
 
 @dataclass(frozen=True)
 class Collective:
+    """One collective of a step: its kind, state, axes, link, phase, count per step and payload."""
+
     kind: Kind
     state: State
     axes: tuple[str, ...]

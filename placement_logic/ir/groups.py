@@ -109,6 +109,8 @@ BUILTIN = ("embedding", "attention", "kv", "attention_latent", "mlp", "mlp_biase
 
 @dataclass(frozen=True)
 class ParamGroup:
+    """A parameter group of the model: its size, where it lives and how the axes hold it."""
+
     name: str
     count: Value | None  # parameters of the group in the whole model (None: size unknown)
     where: Stage = LAYERS  # LAYERS (L/p per stage), FIRST or LAST stage

@@ -236,6 +236,8 @@ class Model:
 
 @dataclass(frozen=True)
 class Axis:
+    """A mesh axis: its name (also the symbol of its size), size and link."""
+
     name: str  # the axis name is also the symbol of its size
     size: Value
     link: str | None = None
@@ -244,6 +246,8 @@ class Axis:
 
 @dataclass(frozen=True)
 class Mesh:
+    """The device mesh: its axes in order, and the hardware if the spec names it."""
+
     axes: tuple[Axis, ...]
     span: Span = _span()
     hardware: Hardware | None = None
@@ -305,6 +309,8 @@ class Binding:
 
 @dataclass(frozen=True)
 class Schedule:
+    """A pipeline schedule on an axis, with its model chunks per stage and scheduling unit."""
+
     kind: ScheduleKind
     axis: str  # the pipeline axis
     chunks: Value = field(default_factory=lambda: const(1))  # v: model chunks per stage
@@ -335,6 +341,8 @@ class Override:
 
 @dataclass(frozen=True)
 class Plan:
+    """A resolved plan: mesh, model, axis bindings, a placement per state, and its options."""
+
     name: str
     mesh: Mesh
     model: Model
@@ -403,6 +411,8 @@ class Question:
 
 @dataclass(frozen=True)
 class Spec:
+    """A resolved spec file: bindings and their types, model, mesh, plans and questions."""
+
     file: str
     bindings: tuple[tuple[str, Value], ...]  # let values and axis sizes, in definition order
     dims: tuple[tuple[str, Dim], ...]  # the type of every bound symbol

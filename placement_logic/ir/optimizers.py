@@ -37,6 +37,8 @@ ELEMENT, MATRIX, BLOCK, SHARDED = "element", "matrix", "block", "sharded"
 
 @dataclass(frozen=True)
 class Algorithm:
+    """An optimizer algorithm: its locality, state bytes per parameter and arguments."""
+
     name: str
     locality: str
     state: int | None  # bytes per parameter (None: the model's bytes.optimizer)
@@ -64,6 +66,8 @@ MATRIX_GROUPS = ("attention", "kv", "mlp", "experts", "shared_experts", "router"
 
 @dataclass(frozen=True)
 class Choice:
+    """An optimizer chosen in a spec, with its arguments."""
+
     algorithm: str
     args: tuple[tuple[str, int], ...] = ()
     span: Span = field(default=NO_SPAN, compare=False)

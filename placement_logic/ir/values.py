@@ -20,18 +20,24 @@ def _span() -> Span:
 
 @dataclass(frozen=True)
 class Const:
+    """An exact rational constant."""
+
     value: Fraction
     span: Span = _span()
 
 
 @dataclass(frozen=True)
 class Sym:
+    """A symbol: a let, an axis size or a model quantity, by name."""
+
     name: str
     span: Span = _span()
 
 
 @dataclass(frozen=True)
 class Op:
+    """An arithmetic operation (``+ - * / ^ neg``) over values."""
+
     op: str  # + - * / ^ neg
     args: tuple["Value", ...]
     span: Span = _span()

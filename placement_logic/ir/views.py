@@ -220,6 +220,8 @@ def replaced(plan: Plan, group: pg.ParamGroup) -> Plan:
 
 @dataclass(frozen=True)
 class Part:
+    """The plan as some parameter groups see it (groups with placements of their own)."""
+
     plan: Plan  # the plan re-placed as the part's groups see it
     groups: tuple[str, ...] | None  # the members (None: the rest, every group not in ``without``)
     without: tuple[str, ...] = ()
