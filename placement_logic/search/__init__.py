@@ -132,12 +132,12 @@ def _evaluator(text: str) -> Callable:
             return fn
         if store.enabled():
             store.write("structures", k, prog)
-    _COMPILED[k] = fn = functools.partial(_run, prog)
+    _COMPILED[k] = fn = _columns(program.compile(prog))
     return fn
 
 
-def _run(prog: dict, *columns):
-    return program.run(prog, list(columns))
+def _columns(run: Callable) -> Callable:
+    return lambda *columns: run(list(columns))
 
 
 @functools.lru_cache(maxsize=512)

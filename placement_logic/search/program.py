@@ -18,6 +18,7 @@ operations.
 
 from __future__ import annotations
 
+import operator
 from fractions import Fraction
 
 _REL = {"GreaterThan": "ge", "StrictGreaterThan": "gt", "LessThan": "le", "StrictLessThan": "lt",
@@ -136,12 +137,108 @@ def load(data) -> dict | None:
 
 def run(program: dict, columns: list) -> list:
     """The program's outputs over ``columns`` (numpy float64 arrays, one per name)."""
+    return compile(program)(columns)
+
+
+def compile(program: dict):  # noqa: A001 - the module's verb
+    """``f(columns) -> outputs``: the program turned once into a list of steps, each a closure
+    over its arguments' slots, with every operation whose arguments are all constants computed
+    here (the same operation on the same values as a run would make: the same numbers), so a
+    run evaluates only the operations that read a size column."""
     import numpy as np
 
-    vals: list = []
-    for op in program["ops"]:
-        vals.append(_OPS[op[0]](np, op, vals, columns))
-    return [vals[i] for i in program["outputs"]]
+    ops = program["ops"]
+    template: list = [None] * len(ops)
+    const = [False] * len(ops)
+    columns_at: list = []  # (slot, column)
+    steps: list = []  # (slot, closure over the slots)
+    with np.errstate(all="ignore"):
+        for i, op in enumerate(ops):
+            kind = op[0]
+            if kind == "sym":
+                columns_at.append((i, op[1]))
+                continue
+            if kind in _CONSTANTS:
+                template[i], const[i] = _CONSTANTS[kind](op), True
+                continue
+            step = _step(np, op)
+            if all(const[r] for r in _refs(op)):
+                try:
+                    template[i], const[i] = step(template), True
+                except (ArithmeticError, ValueError):  # left to the run, where it raises as before
+                    steps.append((i, step))
+            else:
+                steps.append((i, step))
+    outputs = list(program["outputs"])
+
+    def evaluate(columns: list) -> list:
+        vals = template.copy()
+        for i, c in columns_at:
+            vals[i] = columns[c]
+        for i, step in steps:
+            vals[i] = step(vals)
+        return [vals[i] for i in outputs]
+
+    return evaluate
+
+
+def _refs(op) -> tuple:
+    """The slots an operation reads."""
+    kind = op[0]
+    if kind in _NARY_KINDS:
+        return op[1]
+    if kind in _BINARY:
+        return op[1:3]
+    if kind == "select":
+        return op[1] + op[2]
+    return op[1:2]  # pow, not
+
+
+def _step(np, op):
+    """One operation as a closure over the slots (the fold of an n-ary one left to right, as
+    ``_OPS`` computes it)."""
+    kind = op[0]
+    if kind in _NARY_KINDS:
+        f, args = _NARY_FNS[kind](np), op[1]
+        if len(args) == 2:
+            a, b = args
+            return lambda v: f(v[a], v[b])
+        first, rest = args[0], args[1:]
+
+        def fold(v):
+            out = v[first]
+            for j in rest:
+                out = f(out, v[j])
+            return out
+        return fold
+    if kind in _BINARY:
+        f, a, b = _BINARY[kind](np), op[1], op[2]
+        return lambda v: f(v[a], v[b])
+    if kind == "not":
+        a = op[1]
+        return lambda v: np.logical_not(v[a])
+    if kind == "select":
+        conds, values = op[1][::-1], op[2][::-1]
+
+        def select(v):  # ``_select``'s value: the last true condition's value put in first, so the first wins
+            n = max((np.size(v[i]) for i in op[1] + op[2]), default=1)
+            out = np.full(n, np.nan)
+            for c, x in zip(conds, values):
+                out = np.where(v[c], v[x], out)
+            return out
+        return select
+    fn = _OPS[kind]
+    return lambda v: fn(np, op, v, None)
+
+
+_NARY_KINDS = ("add", "mul", "max", "min", "and", "or")
+_NARY_FNS = {"add": lambda np: operator.add, "mul": lambda np: operator.mul, "max": lambda np: np.maximum,
+             "min": lambda np: np.minimum, "and": lambda np: np.logical_and, "or": lambda np: np.logical_or}
+_BINARY = {"ge": lambda np: np.greater_equal, "gt": lambda np: np.greater, "le": lambda np: np.less_equal,
+           "lt": lambda np: np.less, "eq": lambda np: np.equal, "ne": lambda np: np.not_equal}
+_CONSTANTS = {"num": lambda op: op[1] / op[2],  # correctly rounded, as float(Fraction(p, q)) is
+              "float": lambda op: float(op[1]),
+              "true": lambda op: True, "false": lambda op: False}
 
 
 def _nary(fn):
