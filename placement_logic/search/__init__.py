@@ -47,7 +47,7 @@ from ..costs.symbolic import symbol
 from ..diagnostics import Code, Diagnostic, DiagnosticError, Span, did_you_mean
 from ..frontend.loader import load_string
 from ..resolve.validate import rebinding_diagnostics
-from . import exactforms, program
+from . import evaluation, exactforms, program
 from .enumeration import enumerate_space
 from .space import (
     AXES,
@@ -75,7 +75,7 @@ __all__ = ["AXES", "COLLAPSED", "DEFAULT_STRATEGIES", "RECOMPUTE", "SCHEDULES", 
 
 def _derived(text: str):
     """The structure's spec (sizes as placeholders), its derivation and its step time."""
-    spec = load_string(text, "<search>", None)
+    spec = _structure_spec(text)  # loaded once: its rows are validated with it too
     plan = spec.plans[0]
     pc = derive(plan)
     return spec, pc, steptime.step_time(pc, plan.mesh.hardware)
@@ -154,9 +154,6 @@ def _valid(spec, sizes: dict) -> bool:
     return not rebinding_diagnostics(spec, {n: Fraction(v) for n, v in sizes.items() if n in bound})
 
 
-EVAL_BLOCK = 8192  # rows evaluated at once
-
-
 def needs_numpy() -> None:
     try:
         import numpy  # noqa: F401
@@ -190,9 +187,6 @@ def run(model: str, space: Space, top: int = 10, check: bool = True,
     result.block = block
     t1 = time.perf_counter()
     capacity = hw.device(space.device).memory - space.reserve
-    parts = []
-    derive_s = 0.0
-    evaluate_s = 0.0
     total = len(groups) + max(top, 0)
     texts: dict = {}  # structure -> its spec text, sizes as placeholders
 
@@ -200,30 +194,9 @@ def run(model: str, space: Space, top: int = 10, check: bool = True,
         if progress is not None:
             progress(done, total, label)
 
-    for n, (s, (sizes, valid)) in enumerate(groups.items()):
-        tick(n, f"deriving {s.strategy}, recompute {s.recompute}" + (f", {s.schedule}" if s.schedule else ""))
-        d0 = time.perf_counter()
-        texts[s] = spec_text(block, s, {}, space.device, space.mfu)
-        try:
-            fn = _evaluator(texts[s])
-        except DiagnosticError:
-            # the structure's spec holds a size its rows share (K/V heads copied at that tensor
-            # size): a file that refuses it refuses every row of the structure
-            continue
-        d1 = time.perf_counter()
-        derive_s += d1 - d0
-        # only the rows the divisibility mask keeps are evaluated (every operation is elementwise:
-        # a row's figures do not depend on the rows beside it)
-        sizes = sizes[valid]
-        cols = [sizes[:, i].astype(np.float64) for i in range(len(SIZE_SYMBOLS))]
-        vals = np.empty((len(sizes), 4))
-        # in blocks that stay in the cache (temporaries above ~128 KiB are fresh pages every time)
-        with np.errstate(all="ignore"):  # a piecewise form evaluates every branch, a refused one too
-            for a in range(0, len(sizes), EVAL_BLOCK):
-                for k, x in enumerate(fn(*(c[a:a + EVAL_BLOCK] for c in cols))):
-                    vals[a:a + EVAL_BLOCK, k] = x
-        evaluate_s += time.perf_counter() - d1
-        parts.append((s, sizes, vals))
+    with evaluation.fewer_collections():
+        parts, derive_s, evaluate_s = evaluation.evaluate(groups, block, space, texts, tick, _evaluator,
+                                                                 time.perf_counter)
     t2 = time.perf_counter()
     result.valid = sum(len(p[1]) for p in parts)
     result.parts = parts

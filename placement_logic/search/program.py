@@ -42,10 +42,16 @@ def build(forms, names: tuple[str, ...]) -> dict | None:
             ops.append(op)
         return index[op]
 
+    seen: dict = {}  # id of a node visited -> its operation (the nodes live as long as ``forms``)
+
     def visit(e) -> int:
-        key = ("expr", e)
+        out = seen.get(id(e))
+        if out is not None:
+            return out
+        key = ("expr", e)  # an equal node met before as another object
         if key in index:
-            return index[key]
+            out = seen[id(e)] = index[key]
+            return out
         kind = type(e).__name__
         if e.is_Symbol:
             if e.name not in column:
@@ -56,7 +62,7 @@ def build(forms, names: tuple[str, ...]) -> dict | None:
         elif e.is_Float:
             out = add(("float", float(e)))
         elif kind in _NARY:
-            out = add((_NARY[kind], tuple(visit(a) for a in e.args)))
+            out = add((_NARY[kind], tuple([visit(a) for a in e.args])))
         elif e.is_Pow and e.exp.is_Rational:
             out = add(("pow", visit(e.base), int(e.exp.p), int(e.exp.q)))
         elif kind in _REL:
@@ -68,10 +74,11 @@ def build(forms, names: tuple[str, ...]) -> dict | None:
         elif kind == "BooleanFalse":
             out = add(("false",))
         elif kind == "Piecewise":
-            out = add(("select", tuple(visit(c) for _, c in e.args), tuple(visit(v) for v, _ in e.args)))
+            pairs = [pair.args for pair in e.args]  # (value, condition) each
+            out = add(("select", tuple([visit(c) for _, c in pairs]), tuple([visit(v) for v, _ in pairs])))
         else:
             raise _Unknown(kind)
-        index[key] = out
+        index[key] = seen[id(e)] = out
         return out
 
     try:
