@@ -89,6 +89,7 @@ def _forms(text: str):
 
 
 _COMPILED: dict = {}  # structure key -> its evaluator, for this process
+_PROGRAMS: dict = {}  # structure key -> its program (or its lambdified forms), for this process
 _EXACT_FORMS: dict = {}  # structure key -> its exact figures' record (``exactforms``), or None, for this process
 _DERIVED: dict = {}  # structure key -> its derivation and step time, kept for its exact record (the latest 1,024)
 _EXACT_FNS: dict = {}  # structure key -> (its spec, its compiled exact figures), or None, for this process
@@ -108,15 +109,15 @@ def _keep_exact(k: str, pc, st) -> None:
         store.write("exact-structures", k, record)
 
 
-def _evaluator(text: str) -> Callable:
-    """The structure's forms compiled, over size columns in ``SIZE_SYMBOLS`` order: read from
-    this process's table or the on-disk cache when the same spec text was compiled by the same
-    tool (its source) with the same sympy before (content-addressed), else derived, built as a
-    program (``search.program``) and stored; a form the program does not cover is compiled with
-    ``lambdify`` (not stored)."""
+def _program(text: str):
+    """The structure's forms as a program over size columns in ``SIZE_SYMBOLS`` order
+    (``search.program``): read from this process's table or the on-disk cache when the same
+    spec text was compiled by the same tool (its source) with the same sympy before
+    (content-addressed), else derived, built and stored; a structure whose forms the program
+    does not cover gives its forms compiled with ``lambdify`` instead (a function; not stored)."""
     k = _key(text)
-    if k in _COMPILED:
-        return _COMPILED[k]
+    if k in _PROGRAMS:
+        return _PROGRAMS[k]
     prog = program.load(store.read("structures", k)) if store.enabled() else None
     if prog is None or tuple(prog["names"]) != SIZE_SYMBOLS or len(prog["outputs"]) != 4:
         _, pc, st = _derived(text)
@@ -127,13 +128,20 @@ def _evaluator(text: str) -> Callable:
         forms = (pc.memory.device_total, st.step, st.mfu, pc.communication.total_bytes)
         prog = program.build(forms, SIZE_SYMBOLS)
         if prog is None:
-            fn = program.lambdified(list(forms), SIZE_SYMBOLS)
-            _COMPILED[k] = fn
-            return fn
-        if store.enabled():
+            prog = program.lambdified(list(forms), SIZE_SYMBOLS)
+        elif store.enabled():
             store.write("structures", k, prog)
-    _COMPILED[k] = fn = _columns(program.compile(prog))
-    return fn
+    _PROGRAMS[k] = prog
+    return prog
+
+
+def _evaluator(text: str) -> Callable:
+    """The structure's forms compiled (``_program``), a function of the size columns."""
+    k = _key(text)
+    if k not in _COMPILED:
+        prog = _program(text)
+        _COMPILED[k] = prog if callable(prog) else _columns(program.compile(prog))
+    return _COMPILED[k]
 
 
 def _columns(run: Callable) -> Callable:
@@ -195,7 +203,7 @@ def run(model: str, space: Space, top: int = 10, check: bool = True,
             progress(done, total, label)
 
     with evaluation.fewer_collections():
-        parts, derive_s, evaluate_s = evaluation.evaluate(groups, block, space, texts, tick, _evaluator,
+        parts, derive_s, evaluate_s = evaluation.evaluate(groups, block, space, texts, tick, _program,
                                                                  time.perf_counter)
     t2 = time.perf_counter()
     result.valid = sum(len(p[1]) for p in parts)

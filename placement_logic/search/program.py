@@ -18,6 +18,7 @@ operations.
 
 from __future__ import annotations
 
+import math
 import operator
 from fractions import Fraction
 
@@ -86,6 +87,39 @@ def build(forms, names: tuple[str, ...]) -> dict | None:
     except _Unknown:
         return None
     return {"names": list(names), "ops": [list(o) for o in ops], "outputs": outputs}
+
+
+def merge(programs: list) -> dict:
+    """One program computing the outputs of every program of ``programs`` (over the same size
+    columns), each operation they share computed once: its outputs are theirs, program after
+    program. Every operation keeps its own arguments (the same
+    values, in the same order), so each output is the number its own program gives."""
+    ops: list = []
+    index: dict = {}
+    outputs: list = []
+    for prog in programs:
+        slot: list = []  # the program's operation -> the merged one
+        for op in prog["ops"]:
+            kind = op[0]
+            if kind in _NARY_KINDS:
+                op = (kind, tuple([slot[a] for a in op[1]]))
+            elif kind in _BINARY:
+                op = (kind, slot[op[1]], slot[op[2]])
+            elif kind == "select":
+                op = (kind, tuple([slot[c] for c in op[1]]), tuple([slot[v] for v in op[2]]))
+            elif kind in ("pow", "not"):
+                op = (kind, slot[op[1]], *op[2:])
+            else:
+                op = tuple(op)
+            # a float keyed with its sign too (0.0 == -0.0 as keys; 1/x tells them apart)
+            key = (op, math.copysign(1.0, op[1])) if kind == "float" else op
+            j = index.get(key)
+            if j is None:
+                j = index[key] = len(ops)
+                ops.append(op)
+            slot.append(j)
+        outputs += [slot[i] for i in prog["outputs"]]
+    return {"names": list(programs[0]["names"]), "ops": ops, "outputs": outputs}
 
 
 def lambdified(forms, names: tuple[str, ...]):
