@@ -11,10 +11,11 @@ have more than one device × what a derivation decides from a size's value rathe
 symbol: one interleaved chunk per stage, which axes' groups cross a node, K/V heads copied over
 the tensor ranks; ``space.Structure.facts``), so a structure's closed forms are those of each of
 its rows written with literal sizes. Each structure is written as a spec with its sizes as symbols,
-derived once (exact closed forms: peak memory per device, step time, MFU), compiled to a
+derived once (exact closed forms: peak memory per device, step time, MFU), written as a
 straight-line program over numpy arrays (``search.program``; cached by the structure's spec
 text, in the process and on disk, so a repeated structure is neither derived nor compiled
-again) and evaluated over every size assignment the divisibility mask keeps. Every size assignment honours divisibility: heads, kv heads and the
+again) and evaluated over every size assignment the divisibility mask keeps, the programs of
+the structures over the same rows merged and evaluated together (``search.evaluation``). Every size assignment honours divisibility: heads, kv heads and the
 vocabulary over tp, layers over pp × chunks, experts over ep, the sequence over cp, the global
 batch over dp × ep × microbatch; a row is ranked or put on the frontier only after the check
 every re-bound value meets (``resolve.validate``) accepts its sizes. Winners then get their
