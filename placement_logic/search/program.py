@@ -1,8 +1,10 @@
 """A structure's closed forms as a straight-line program over numpy arrays: data, not code.
 
 ``build`` walks the sympy forms once and lists each distinct subexpression once (a DAG in
-evaluation order: a shared subterm is computed once per block of rows); ``run`` evaluates the
-list over columns of sizes. The program is plain JSON-able lists, so it is stored in the
+evaluation order: a shared subterm is computed once per block of rows); ``compile`` turns the
+list once into closures (the operations on constants computed then) that evaluate it over
+columns of sizes (``run``: both at once); ``merge`` joins the programs of several structures
+over the same columns, each shared operation once. The program is plain JSON-able lists, so it is stored in the
 result cache as it is (content-addressed by the structure's spec text and the tool's source)
 and read back without evaluating any text; a repeated structure then costs neither the
 derivation nor a compilation. A form with a node this does not know (none of the search's
@@ -92,8 +94,8 @@ def build(forms, names: tuple[str, ...]) -> dict | None:
 def merge(programs: list) -> dict:
     """One program computing the outputs of every program of ``programs`` (over the same size
     columns), each operation they share computed once: its outputs are theirs, program after
-    program. Every operation keeps its own arguments (the same
-    values, in the same order), so each output is the number its own program gives."""
+    program. Every operation keeps its own arguments (the same values, in the same order), so
+    each output is the number its own program gives."""
     ops: list = []
     index: dict = {}
     outputs: list = []
