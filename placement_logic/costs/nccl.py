@@ -159,9 +159,12 @@ def _steps(kind: Kind, n: sympy.Expr) -> sympy.Expr:
     return 2 * (n - 1) if kind is Kind.ALL_REDUCE else n - 1
 
 
+@lru_cache(maxsize=4096)
 def call_seconds(kind: Kind, g: Group, m: sympy.Expr) -> sympy.Expr:
     """Seconds of one call: the fastest of NCCL's candidates, as NCCL picks it, and no less than
-    the link's published curve allows (ring bytes / (bus bandwidth × its fraction at m))."""
+    the link's published curve allows (ring bytes / (bus bandwidth × its fraction at m)). Kept
+    per (kind, group, size) in the process, as ``_candidates`` is: the same collectives come back
+    in every structure a search derives, and building the maximum orders its arguments."""
     times = [t for _, _, t in _candidates(kind, g, m)]
     if all(t.is_number for t in times):
         best = min(times)

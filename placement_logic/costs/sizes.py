@@ -17,6 +17,7 @@ K/V over at most kv_heads ranks; an expert axis divides only the experts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import sympy
 
@@ -135,7 +136,10 @@ def transformer_params(t: ir.TransformerShape) -> tuple[sympy.Expr, sympy.Expr, 
     return psi, layer, experts
 
 
+@lru_cache(maxsize=256)
 def shape_of(model: ir.Model) -> Shape:
+    """The sizes a model's derivation reads (pure; kept per model in the process: a search's
+    structures each load the same model block, equal models)."""
     missing: list[str] = []
 
     def get(v: ir.Value | None, name: str) -> sympy.Expr:

@@ -21,8 +21,10 @@ from .parser import parse
 STD = "std"
 
 
+@lru_cache(maxsize=1)
 def library_modules() -> dict[str, str]:
-    """Library module name -> source text, for every ``.place`` file in the stdlib."""
+    """Library module name -> source text, for every ``.place`` file in the stdlib (read once
+    per process: the package's own files; a spec's every import asked for them again)."""
     root = packaged("stdlib")
     return {
         entry.name[: -len(".place")]: entry.read_text(encoding="utf-8")

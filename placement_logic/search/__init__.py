@@ -11,10 +11,11 @@ have more than one device × what a derivation decides from a size's value rathe
 symbol: one interleaved chunk per stage, which axes' groups cross a node, K/V heads copied over
 the tensor ranks; ``space.Structure.facts``), so a structure's closed forms are those of each of
 its rows written with literal sizes. Each structure is written as a spec with its sizes as symbols,
-derived once (exact closed forms: peak memory per device, step time, MFU), compiled to a
+derived once (exact closed forms: peak memory per device, step time, MFU), written as a
 straight-line program over numpy arrays (``search.program``; cached by the structure's spec
 text, in the process and on disk, so a repeated structure is neither derived nor compiled
-again) and evaluated over every size assignment the divisibility mask keeps. Every size assignment honours divisibility: heads, kv heads and the
+again) and evaluated over every size assignment the divisibility mask keeps, the programs of
+the structures over the same rows merged and evaluated together (``search.evaluation``). Every size assignment honours divisibility: heads, kv heads and the
 vocabulary over tp, layers over pp × chunks, experts over ep, the sequence over cp, the global
 batch over dp × ep × microbatch; a row is ranked or put on the frontier only after the check
 every re-bound value meets (``resolve.validate``) accepts its sizes. Winners then get their
@@ -47,7 +48,7 @@ from ..costs.symbolic import symbol
 from ..diagnostics import Code, Diagnostic, DiagnosticError, Span, did_you_mean
 from ..frontend.loader import load_string
 from ..resolve.validate import rebinding_diagnostics
-from . import exactforms, program
+from . import evaluation, exactforms, program
 from .enumeration import enumerate_space
 from .space import (
     AXES,
@@ -75,7 +76,7 @@ __all__ = ["AXES", "COLLAPSED", "DEFAULT_STRATEGIES", "RECOMPUTE", "SCHEDULES", 
 
 def _derived(text: str):
     """The structure's spec (sizes as placeholders), its derivation and its step time."""
-    spec = load_string(text, "<search>", None)
+    spec = _structure_spec(text)  # loaded once: its rows are validated with it too
     plan = spec.plans[0]
     pc = derive(plan)
     return spec, pc, steptime.step_time(pc, plan.mesh.hardware)
@@ -89,6 +90,7 @@ def _forms(text: str):
 
 
 _COMPILED: dict = {}  # structure key -> its evaluator, for this process
+_PROGRAMS: dict = {}  # structure key -> its program (or its lambdified forms), for this process
 _EXACT_FORMS: dict = {}  # structure key -> its exact figures' record (``exactforms``), or None, for this process
 _DERIVED: dict = {}  # structure key -> its derivation and step time, kept for its exact record (the latest 1,024)
 _EXACT_FNS: dict = {}  # structure key -> (its spec, its compiled exact figures), or None, for this process
@@ -108,15 +110,15 @@ def _keep_exact(k: str, pc, st) -> None:
         store.write("exact-structures", k, record)
 
 
-def _evaluator(text: str) -> Callable:
-    """The structure's forms compiled, over size columns in ``SIZE_SYMBOLS`` order: read from
-    this process's table or the on-disk cache when the same spec text was compiled by the same
-    tool (its source) with the same sympy before (content-addressed), else derived, built as a
-    program (``search.program``) and stored; a form the program does not cover is compiled with
-    ``lambdify`` (not stored)."""
+def _program(text: str):
+    """The structure's forms as a program over size columns in ``SIZE_SYMBOLS`` order
+    (``search.program``): read from this process's table or the on-disk cache when the same
+    spec text was compiled by the same tool (its source) with the same sympy before
+    (content-addressed), else derived, built and stored; a structure whose forms the program
+    does not cover gives its forms compiled with ``lambdify`` instead (a function; not stored)."""
     k = _key(text)
-    if k in _COMPILED:
-        return _COMPILED[k]
+    if k in _PROGRAMS:
+        return _PROGRAMS[k]
     prog = program.load(store.read("structures", k)) if store.enabled() else None
     if prog is None or tuple(prog["names"]) != SIZE_SYMBOLS or len(prog["outputs"]) != 4:
         _, pc, st = _derived(text)
@@ -127,17 +129,24 @@ def _evaluator(text: str) -> Callable:
         forms = (pc.memory.device_total, st.step, st.mfu, pc.communication.total_bytes)
         prog = program.build(forms, SIZE_SYMBOLS)
         if prog is None:
-            fn = program.lambdified(list(forms), SIZE_SYMBOLS)
-            _COMPILED[k] = fn
-            return fn
-        if store.enabled():
+            prog = program.lambdified(list(forms), SIZE_SYMBOLS)
+        elif store.enabled():
             store.write("structures", k, prog)
-    _COMPILED[k] = fn = functools.partial(_run, prog)
-    return fn
+    _PROGRAMS[k] = prog
+    return prog
 
 
-def _run(prog: dict, *columns):
-    return program.run(prog, list(columns))
+def _evaluator(text: str) -> Callable:
+    """The structure's forms compiled (``_program``), a function of the size columns."""
+    k = _key(text)
+    if k not in _COMPILED:
+        prog = _program(text)
+        _COMPILED[k] = prog if callable(prog) else _columns(program.compile(prog))
+    return _COMPILED[k]
+
+
+def _columns(run: Callable) -> Callable:
+    return lambda *columns: run(list(columns))
 
 
 @functools.lru_cache(maxsize=512)
@@ -152,9 +161,6 @@ def _valid(spec, sizes: dict) -> bool:
     value meets, applied to each row before it is ranked or put on the frontier."""
     bound = {n for n, _ in spec.bindings}
     return not rebinding_diagnostics(spec, {n: Fraction(v) for n, v in sizes.items() if n in bound})
-
-
-EVAL_BLOCK = 8192  # rows evaluated at once
 
 
 def needs_numpy() -> None:
@@ -190,9 +196,6 @@ def run(model: str, space: Space, top: int = 10, check: bool = True,
     result.block = block
     t1 = time.perf_counter()
     capacity = hw.device(space.device).memory - space.reserve
-    parts = []
-    derive_s = 0.0
-    evaluate_s = 0.0
     total = len(groups) + max(top, 0)
     texts: dict = {}  # structure -> its spec text, sizes as placeholders
 
@@ -200,30 +203,9 @@ def run(model: str, space: Space, top: int = 10, check: bool = True,
         if progress is not None:
             progress(done, total, label)
 
-    for n, (s, (sizes, valid)) in enumerate(groups.items()):
-        tick(n, f"deriving {s.strategy}, recompute {s.recompute}" + (f", {s.schedule}" if s.schedule else ""))
-        d0 = time.perf_counter()
-        texts[s] = spec_text(block, s, {}, space.device, space.mfu)
-        try:
-            fn = _evaluator(texts[s])
-        except DiagnosticError:
-            # the structure's spec holds a size its rows share (K/V heads copied at that tensor
-            # size): a file that refuses it refuses every row of the structure
-            continue
-        d1 = time.perf_counter()
-        derive_s += d1 - d0
-        # only the rows the divisibility mask keeps are evaluated (every operation is elementwise:
-        # a row's figures do not depend on the rows beside it)
-        sizes = sizes[valid]
-        cols = [sizes[:, i].astype(np.float64) for i in range(len(SIZE_SYMBOLS))]
-        vals = np.empty((len(sizes), 4))
-        # in blocks that stay in the cache (temporaries above ~128 KiB are fresh pages every time)
-        with np.errstate(all="ignore"):  # a piecewise form evaluates every branch, a refused one too
-            for a in range(0, len(sizes), EVAL_BLOCK):
-                for k, x in enumerate(fn(*(c[a:a + EVAL_BLOCK] for c in cols))):
-                    vals[a:a + EVAL_BLOCK, k] = x
-        evaluate_s += time.perf_counter() - d1
-        parts.append((s, sizes, vals))
+    with evaluation.fewer_collections():
+        parts, derive_s, evaluate_s = evaluation.evaluate(groups, block, space, texts, tick, _program,
+                                                                 time.perf_counter)
     t2 = time.perf_counter()
     result.valid = sum(len(p[1]) for p in parts)
     result.parts = parts

@@ -1,8 +1,10 @@
 """A structure's closed forms as a straight-line program over numpy arrays: data, not code.
 
 ``build`` walks the sympy forms once and lists each distinct subexpression once (a DAG in
-evaluation order: a shared subterm is computed once per block of rows); ``run`` evaluates the
-list over columns of sizes. The program is plain JSON-able lists, so it is stored in the
+evaluation order: a shared subterm is computed once per block of rows); ``compile`` turns the
+list once into closures (the operations on constants computed then) that evaluate it over
+columns of sizes (``run``: both at once); ``merge`` joins the programs of several structures
+over the same columns, each shared operation once. The program is plain JSON-able lists, so it is stored in the
 result cache as it is (content-addressed by the structure's spec text and the tool's source)
 and read back without evaluating any text; a repeated structure then costs neither the
 derivation nor a compilation. A form with a node this does not know (none of the search's
@@ -18,6 +20,8 @@ operations.
 
 from __future__ import annotations
 
+import math
+import operator
 from fractions import Fraction
 
 _REL = {"GreaterThan": "ge", "StrictGreaterThan": "gt", "LessThan": "le", "StrictLessThan": "lt",
@@ -41,10 +45,16 @@ def build(forms, names: tuple[str, ...]) -> dict | None:
             ops.append(op)
         return index[op]
 
+    seen: dict = {}  # id of a node visited -> its operation (the nodes live as long as ``forms``)
+
     def visit(e) -> int:
-        key = ("expr", e)
+        out = seen.get(id(e))
+        if out is not None:
+            return out
+        key = ("expr", e)  # an equal node met before as another object
         if key in index:
-            return index[key]
+            out = seen[id(e)] = index[key]
+            return out
         kind = type(e).__name__
         if e.is_Symbol:
             if e.name not in column:
@@ -55,7 +65,7 @@ def build(forms, names: tuple[str, ...]) -> dict | None:
         elif e.is_Float:
             out = add(("float", float(e)))
         elif kind in _NARY:
-            out = add((_NARY[kind], tuple(visit(a) for a in e.args)))
+            out = add((_NARY[kind], tuple([visit(a) for a in e.args])))
         elif e.is_Pow and e.exp.is_Rational:
             out = add(("pow", visit(e.base), int(e.exp.p), int(e.exp.q)))
         elif kind in _REL:
@@ -67,10 +77,11 @@ def build(forms, names: tuple[str, ...]) -> dict | None:
         elif kind == "BooleanFalse":
             out = add(("false",))
         elif kind == "Piecewise":
-            out = add(("select", tuple(visit(c) for _, c in e.args), tuple(visit(v) for v, _ in e.args)))
+            pairs = [pair.args for pair in e.args]  # (value, condition) each
+            out = add(("select", tuple([visit(c) for _, c in pairs]), tuple([visit(v) for v, _ in pairs])))
         else:
             raise _Unknown(kind)
-        index[key] = out
+        index[key] = seen[id(e)] = out
         return out
 
     try:
@@ -78,6 +89,39 @@ def build(forms, names: tuple[str, ...]) -> dict | None:
     except _Unknown:
         return None
     return {"names": list(names), "ops": [list(o) for o in ops], "outputs": outputs}
+
+
+def merge(programs: list) -> dict:
+    """One program computing the outputs of every program of ``programs`` (over the same size
+    columns), each operation they share computed once: its outputs are theirs, program after
+    program. Every operation keeps its own arguments (the same values, in the same order), so
+    each output is the number its own program gives."""
+    ops: list = []
+    index: dict = {}
+    outputs: list = []
+    for prog in programs:
+        slot: list = []  # the program's operation -> the merged one
+        for op in prog["ops"]:
+            kind = op[0]
+            if kind in _NARY_KINDS:
+                op = (kind, tuple([slot[a] for a in op[1]]))
+            elif kind in _BINARY:
+                op = (kind, slot[op[1]], slot[op[2]])
+            elif kind == "select":
+                op = (kind, tuple([slot[c] for c in op[1]]), tuple([slot[v] for v in op[2]]))
+            elif kind in ("pow", "not"):
+                op = (kind, slot[op[1]], *op[2:])
+            else:
+                op = tuple(op)
+            # a float keyed with its sign too (0.0 == -0.0 as keys; 1/x tells them apart)
+            key = (op, math.copysign(1.0, op[1])) if kind == "float" else op
+            j = index.get(key)
+            if j is None:
+                j = index[key] = len(ops)
+                ops.append(op)
+            slot.append(j)
+        outputs += [slot[i] for i in prog["outputs"]]
+    return {"names": list(programs[0]["names"]), "ops": ops, "outputs": outputs}
 
 
 def lambdified(forms, names: tuple[str, ...]):
@@ -136,12 +180,108 @@ def load(data) -> dict | None:
 
 def run(program: dict, columns: list) -> list:
     """The program's outputs over ``columns`` (numpy float64 arrays, one per name)."""
+    return compile(program)(columns)
+
+
+def compile(program: dict):  # noqa: A001 - the module's verb
+    """``f(columns) -> outputs``: the program turned once into a list of steps, each a closure
+    over its arguments' slots, with every operation whose arguments are all constants computed
+    here (the same operation on the same values as a run would make: the same numbers), so a
+    run evaluates only the operations that read a size column."""
     import numpy as np
 
-    vals: list = []
-    for op in program["ops"]:
-        vals.append(_OPS[op[0]](np, op, vals, columns))
-    return [vals[i] for i in program["outputs"]]
+    ops = program["ops"]
+    template: list = [None] * len(ops)
+    const = [False] * len(ops)
+    columns_at: list = []  # (slot, column)
+    steps: list = []  # (slot, closure over the slots)
+    with np.errstate(all="ignore"):
+        for i, op in enumerate(ops):
+            kind = op[0]
+            if kind == "sym":
+                columns_at.append((i, op[1]))
+                continue
+            if kind in _CONSTANTS:
+                template[i], const[i] = _CONSTANTS[kind](op), True
+                continue
+            step = _step(np, op)
+            if all(const[r] for r in _refs(op)):
+                try:
+                    template[i], const[i] = step(template), True
+                except (ArithmeticError, ValueError):  # left to the run, where it raises as before
+                    steps.append((i, step))
+            else:
+                steps.append((i, step))
+    outputs = list(program["outputs"])
+
+    def evaluate(columns: list) -> list:
+        vals = template.copy()
+        for i, c in columns_at:
+            vals[i] = columns[c]
+        for i, step in steps:
+            vals[i] = step(vals)
+        return [vals[i] for i in outputs]
+
+    return evaluate
+
+
+def _refs(op) -> tuple:
+    """The slots an operation reads."""
+    kind = op[0]
+    if kind in _NARY_KINDS:
+        return op[1]
+    if kind in _BINARY:
+        return op[1:3]
+    if kind == "select":
+        return op[1] + op[2]
+    return op[1:2]  # pow, not
+
+
+def _step(np, op):
+    """One operation as a closure over the slots (the fold of an n-ary one left to right, as
+    ``_OPS`` computes it)."""
+    kind = op[0]
+    if kind in _NARY_KINDS:
+        f, args = _NARY_FNS[kind](np), op[1]
+        if len(args) == 2:
+            a, b = args
+            return lambda v: f(v[a], v[b])
+        first, rest = args[0], args[1:]
+
+        def fold(v):
+            out = v[first]
+            for j in rest:
+                out = f(out, v[j])
+            return out
+        return fold
+    if kind in _BINARY:
+        f, a, b = _BINARY[kind](np), op[1], op[2]
+        return lambda v: f(v[a], v[b])
+    if kind == "not":
+        a = op[1]
+        return lambda v: np.logical_not(v[a])
+    if kind == "select":
+        conds, values = op[1][::-1], op[2][::-1]
+
+        def select(v):  # ``_select``'s value: the last true condition's value put in first, so the first wins
+            n = max((np.size(v[i]) for i in op[1] + op[2]), default=1)
+            out = np.full(n, np.nan)
+            for c, x in zip(conds, values):
+                out = np.where(v[c], v[x], out)
+            return out
+        return select
+    fn = _OPS[kind]
+    return lambda v: fn(np, op, v, None)
+
+
+_NARY_KINDS = ("add", "mul", "max", "min", "and", "or")
+_NARY_FNS = {"add": lambda np: operator.add, "mul": lambda np: operator.mul, "max": lambda np: np.maximum,
+             "min": lambda np: np.minimum, "and": lambda np: np.logical_and, "or": lambda np: np.logical_or}
+_BINARY = {"ge": lambda np: np.greater_equal, "gt": lambda np: np.greater, "le": lambda np: np.less_equal,
+           "lt": lambda np: np.less, "eq": lambda np: np.equal, "ne": lambda np: np.not_equal}
+_CONSTANTS = {"num": lambda op: op[1] / op[2],  # correctly rounded, as float(Fraction(p, q)) is
+              "float": lambda op: float(op[1]),
+              "true": lambda op: True, "false": lambda op: False}
 
 
 def _nary(fn):
