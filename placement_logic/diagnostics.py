@@ -181,12 +181,10 @@ CODES: dict[str, tuple[str, str]] = {
     "PL244": ("optimizer-twice", "A parameter group given two optimizers in one section."),
     "PL245": ("optimizer-gather-elementwise", "optimizer[G]: gather or round_robin where G's update is element-wise or Dion's."),
     "PL246": ("optimizer-gather-idle", "optimizer[G]: gather over an axis that cuts no matrix of G."),
-    # groups of unequal sizes: PL250-PL252
     "PL250": ("group-sizes", "The sizes of reduce_groups ... by (S1, S2, ...) that cannot partition the axis: a size "
               "that is not a positive whole number, or a sum other than the axis's size."),
     "PL251": ("groups-axis", "reduce_groups ... by (S1, S2, ...) over no axis or several, or a list of sizes given to a "
               "verb that takes none."),
-    # the cross entropy's extra terms: PL253 (check.actflow_loss)
     "PL253": ("ce-term-unstated", "activations[loss]: reduce_smoothing or reduce_zloss where the model states no such term."),
     "PL259": ("rank-never-in-range", "A rank of a norm count on a rank set (override clip_norm[g]: count_on_ranks over "
               "(AXIS) ranks (...)) that is a rank of the axis at no size the axis can take."),

@@ -376,20 +376,9 @@ def norm_negation(env: Env, prefix: str, boolean: bool) -> tuple[list, Callable[
 
 def seed_negation(env: Env) -> tuple[list, Callable[[Any], dict]]:
     """Two tensor-parallel ranks whose residual-region dropout seeds break the rule."""
-    ctx = env.sess.ctx
     step = env.step
-    bad = []
-    for a in step.tensor_axes:
-        varies = a in step.seed_vary
-        if varies != step.sequence_parallel:
-            bad.append((a, env.size(a) >= 2))
-    cons = [z3.Or([c for _, c in bad])] if bad else [z3.BoolVal(False, ctx)]
-
-    def extract(model: Any) -> dict:
-        axis = next(a for a, c in bad if value_of(model, c))
-        return {"kind": "seed", "sizes": env.size_values(model), "axis": axis}
-
-    return cons, extract
+    return axes_negation(env, "seed", [(a, env.sess.true()) for a in step.tensor_axes
+                                       if (a in step.seed_vary) != step.sequence_parallel])
 
 
 def axes_negation(env: Env, kind: str, bad_axes: list[tuple[str, Any]]) -> tuple[list, Callable[[Any], dict]]:

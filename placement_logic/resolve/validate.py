@@ -23,7 +23,7 @@ from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir.rebinding import rebind
 from .context import Context
-from .model import check_model_values
+from .modelvalues import check_model_values
 from .shapes import check_shapes, check_sizes
 from .values import Values
 
