@@ -73,7 +73,9 @@ def update_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, 
         coefs = []
         for o in ops:
             if o.verb == "clip_on_ranks":
-                norm, cap = Fraction(rng.randint(1, 4)), Fraction(rng.randint(1, 4))
+                # a norm above max_norm (the step a clip changes; below it every rank's coefficient is 1)
+                cap = Fraction(rng.randint(1, 4))
+                norm = cap + rng.randint(1, 4)
                 coefs.append((o, min(Fraction(1), cap / norm), named(o, sizes, plan, bindings)))
             else:
                 coefs.append((o, 1 / _value(o.by, sizes, plan, bindings), named(o, sizes, plan, bindings)))

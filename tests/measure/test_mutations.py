@@ -305,13 +305,17 @@ def test_an_engine_that_splits_the_norms_over_tp_is_a_mismatch(runs, monkeypatch
     tied run too, and no row blames a tied embedding the plan does not have."""
     from placement_logic import costs
 
+    from placement_logic.costs import sizes
+
     _engine_splitting_norms(monkeypatch)
-    costs._derive.cache_clear()  # derivations made before by the unaltered engine
+    costs._derive.cache_clear()  # derivations and model sizes made before by the unaltered engine
+    sizes.shape_of.cache_clear()
     try:
         _splitting_engine_differs(runs)
     finally:
         monkeypatch.undo()
         costs._derive.cache_clear()  # and none of the altered engine's left for later tests
+        sizes.shape_of.cache_clear()
 
 
 def _splitting_engine_differs(runs):
