@@ -304,7 +304,6 @@ def test_an_engine_that_splits_the_norms_over_tp_is_a_mismatch(runs, monkeypatch
     engine's own figure of what is whole: the altered engine's held states are a mismatch, in the
     tied run too, and no row blames a tied embedding the plan does not have."""
     from placement_logic import costs
-
     from placement_logic.costs import sizes
 
     _engine_splitting_norms(monkeypatch)
