@@ -15,10 +15,6 @@ subpackages, ``check`` or ``prove``, which importing them would shadow.)
 
 from __future__ import annotations
 
-from . import records as _records
-
-_records.install()  # the records' generated methods, compiled once (placement_logic.records)
-
 __version__ = "0.1.0"
 
 __all__ = [
