@@ -44,7 +44,8 @@ TEXT = {"max": "the all-reduce MAX of the max logit", "target": "the all-reduce 
         "smoothing": "the all-reduce of the sum of the logits that label smoothing's mean log-probability over the "
                      "vocabulary reads",
         "zloss": "the all-reduce of the sum of exponentials of the z-loss's log-sum-exp",
-        "vocab": "the vocabulary size V label smoothing divides by (α/V), counted over the wrong ranks' slices"}
+        "vocab": "the vocabulary size V label smoothing divides by (α/V), each rank's count of its slice's words summed "
+                 "over the wrong ranks"}
 
 
 def typed(flow: af.Flow, axes: tuple[str, ...], direction: str, coll, Typed):
