@@ -331,11 +331,10 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
 
     def draw(key: tuple, dev) -> Fraction:
         if key not in contrib:
-            holds = all(not (types[a] == TIE and 0 < dev[pos[a]] < n[a] - 1) for a in axes) \
-                and count[(tcoord(dev), key[2])] > 0  # a piece without a token contributes nothing
+            held = all(not (types[a] == TIE and 0 < dev[pos[a]] < n[a] - 1) for a in axes)
+            holds = held and count[(tcoord(dev), key[2])] > 0  # a piece without a token contributes nothing
             contrib[key] = Fraction(rng.randint(-4, 4), rng.randint(1, 3)) if holds else Fraction(0)
-            if all(not (types[a] == TIE and 0 < dev[pos[a]] < n[a] - 1) for a in axes):
-                added[key] = IGNORED_TERM * terms.get((tcoord(dev), key[2]), 0)
+            added[key] = IGNORED_TERM * terms.get((tcoord(dev), key[2]), 0) if held else 0
         return contrib[key]
 
     # every (element, source) pair: a routed expert receives tokens from every rank of its axis
