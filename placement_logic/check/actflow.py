@@ -168,11 +168,11 @@ def model(plan: ir.Plan, axes: tuple[str, ...], tensor: tuple[str, ...]) -> ActM
             from ..ir.losses import CE_TERMS
 
             key = next(k for k, v in CE_TERMS.items() if v == af.CE_TERM_OF_SLOT[slot])
-            what = {"smoothing": "smoothing term", "zloss": "z-loss (its own log-sum-exp)",
+            what = {"smoothing": "smoothing term to reduce", "zloss": "z-loss (its own log-sum-exp) to reduce",
                     af.VOCAB: "smoothing term whose vocabulary size to count"}[slot]
             raise DiagnosticError([Diagnostic(
                 Code.CE_TERM_UNSTATED, f"override {o.target}{_grp(o)}: {o.verb}: the model's losses section states no "
-                f"{key}, so the cross entropy has no {what} to reduce", o.span,
+                f"{key}, so the cross entropy has no {what}", o.span,
                 notes=(f"state it in the model: losses {{ {key} = true }}",))])
         if o.group == "embedding" and slot not in af.REGION_SLOTS["embedding"]:
             raise DiagnosticError([Diagnostic(

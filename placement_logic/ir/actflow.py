@@ -29,7 +29,9 @@ target's logit, on the rank whose slice holds it) and ``sumexp`` (the sum of exp
 backward (softmax minus the one-hot target, on each rank's slice) needs none. Where the model states
 them (``losses { label_smoothing = true  logit_z_loss = true }``, ir.losses.CE_TERMS) it has one more
 all-reduce each: ``smoothing`` (the sum of the logits over the vocabulary, for label smoothing's mean
-log-probability) and ``zloss`` (the sum of exponentials of the z-loss's own log-sum-exp). The MoE layer
+log-probability) and ``zloss`` (the sum of exponentials of the z-loss's own log-sum-exp); with label smoothing
+``vocab`` is its vocabulary size, a count each rank holds V/t of, summed over the tensor group (derived: the
+whole vocabulary, known from the shapes, so it moves no bytes). The MoE layer
 (``experts``: each rank of the expert group holds its own tokens and its own experts) has a dispatch
 all-to-all over the expert axes before the expert MLPs (``fwd_entry``) and a combine all-to-all back
 after them (``fwd_exit``); in backward the output gradient goes to the experts by combine's conjugate
