@@ -162,6 +162,18 @@ def test_vocab_replay_slice_size():
     assert "uniform target" in grad.equation and "smoothing_vocab over ()" in grad.diagnosis[0]
 
 
+def test_simulator_vocab_slice_by_size():
+    # the simulator's blocks hold 2 words per tensor rank: V = 2t, the slice's count 2; they agree at t = 1 only
+    _, p = _with(("label_smoothing",), [ov(A, "smoothing_vocab", "loss", ())])
+    assert simulator_ce.violations(p, {"dp": 2, "tp": 1}) == set()
+    assert simulator_ce.violations(p, {"dp": 1, "tp": 2}) == {ACT, GRAD}
+    assert simulator_ce.violations(p, {"dp": 3, "tp": 3}) == {ACT, GRAD}
+    # counted over dp as well: V·dp, wrong with one tensor rank too
+    _, p = _with(("label_smoothing",), [ov(A, "smoothing_vocab", "loss", ("dp", "tp"))])
+    assert simulator_ce.violations(p, {"dp": 2, "tp": 1}) == {ACT, GRAD}
+    assert simulator_ce.violations(p, {"dp": 1, "tp": 3}) == set()
+
+
 def test_vocab_replay_data_axis():
     obs = _obs(BOTH, [("smoothing_vocab", ("dp", "tp"))])
     cex = obs["GI activations[loss]"].counterexample
