@@ -262,6 +262,22 @@ def _ignored(plan: ir.Plan, count: dict, rng: random.Random) -> dict:
     return ignored
 
 
+def _ignored_terms(plan: ir.Plan, count: dict, rng: random.Random) -> dict:
+    """The ignored tokens of each piece whose loss terms the loss sums (tokens: ignored_in_loss: no ignore_index,
+    no loss mask): 0 to 2 per piece, one at least in the first; none where the cross entropy ignores them."""
+    if not _overrides(plan, "tokens", "ignored_in_loss", None):
+        return {}
+    terms = {key: rng.randint(0, 2) for key in count}
+    first = next(iter(terms))
+    terms[first] = max(1, terms[first])
+    return terms
+
+
+# an ignored token's term's gradient contribution (its softmax, label -100 matching no word): far larger than the
+# drawn contributions (|s| <= 4), so no normaliser (a count with the ignored tokens too) can compensate it
+IGNORED_TERM = Fraction(10 ** 6)
+
+
 def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, bindings: dict) -> bool:
     axes = list(plan.mesh.names)
     n = {a: sizes[a] for a in axes}
@@ -289,6 +305,7 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
     if not any(count.values()):  # the step holds a token
         count[next(iter(count))] = 1
     ignored = _ignored(plan, count, rng)
+    terms = _ignored_terms(plan, count, rng)
 
     def tcoord(dev) -> tuple:
         return tuple(dev[pos[a]] for a in tokens)
@@ -310,11 +327,14 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
     def source(dev, mu) -> tuple:
         return (elem(dev), tuple(dev[pos[a]] for a in src_axes), mu)
 
+    added: dict = {}  # the ignored tokens' terms each (element, source) adds where the loss sums them
+
     def draw(key: tuple, dev) -> Fraction:
         if key not in contrib:
-            holds = all(not (types[a] == TIE and 0 < dev[pos[a]] < n[a] - 1) for a in axes) \
-                and count[(tcoord(dev), key[2])] > 0  # a piece without a token contributes nothing
+            held = all(not (types[a] == TIE and 0 < dev[pos[a]] < n[a] - 1) for a in axes)
+            holds = held and count[(tcoord(dev), key[2])] > 0  # a piece without a token contributes nothing
             contrib[key] = Fraction(rng.randint(-4, 4), rng.randint(1, 3)) if holds else Fraction(0)
+            added[key] = IGNORED_TERM * terms.get((tcoord(dev), key[2]), 0) if held else 0
         return contrib[key]
 
     # every (element, source) pair: a routed expert receives tokens from every rank of its axis
@@ -360,7 +380,8 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
             for a, c in zip(complete, extra):
                 src[pos[a]] = c  # tokens routed from that rank to this rank's expert
             src = tuple(src)
-            out += contrib[(elem(dev), tuple(src[pos[a]] for a in src_axes), mu)] / normaliser(src, mu)
+            key = (elem(dev), tuple(src[pos[a]] for a in src_axes), mu)
+            out += (contrib[key] + added.get(key, 0)) / normaliser(src, mu)
         return out
 
     bufs = [{dev: local(dev, mu) for dev in devices} for mu in range(m)]

@@ -15,14 +15,16 @@ states ``logit_z_loss``. A device computes: its local max logit, all-reduced MAX
 ``activations[loss]: reduce_max`` states (derived: the tensor axes), the target's shifted logit and
 the sum of exponentials 2^(z - m) of its block summed over ``reduce_target`` / ``reduce_sumexp``,
 the sum of its block's logits over ``reduce_smoothing`` (divided by the whole vocabulary V), and the
-z-loss's own sum of exponentials 2^(z - m) over ``reduce_zloss`` (its lse is m + log of it). Every
+z-loss's own sum of exponentials 2^(z - m) over ``reduce_zloss`` (its lse is m + log of it). Label
+smoothing's vocabulary size is each device's count of its block's words (2) summed over ``smoothing_vocab``
+(derived: the tensor axes, 2·t = V); the smoothing term's mean and its gradient's α/V divide by it. Every
 reduction runs over the real device groups (the devices that agree off its axes).
 
 The loss is a function of exact numbers: 2^(lse - z_t) = S·2^(-t), the mean logit Σ z / V and 2^lse;
 it equals the single-device loss for all α, β when they do (and differs for some α, β when one
 differs). Its gradient with respect to the device's logits is (1 - α)(p_w - [w = target]) + α(p_w - 1/V)
 + 2β·lse·p_w: it equals the single-device one for all α, β exactly when the softmax p of the block
-does, and, with the z-loss, 2^lse does.
+does, with label smoothing the counted V does, and, with the z-loss, 2^lse does.
 
 ``violations(plan, sizes)``: ``("act", "loss")`` (some device's loss differs) and ``("grad", "loss")``.
 """
@@ -72,6 +74,7 @@ def violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
                 "reduce_smoothing", sum)
     Sz = reduce({k: [sum((two ** (z[k][i][w] - m[k][i]) for w in block[k]), Fraction(0)) for i in range(seq)]
                  for k in z}, "reduce_zloss", sum)
+    counted = reduce({k: [Fraction(len(block[k]))] * seq for k in z}, "smoothing_vocab", sum)
     found = set()
     for k in z:
         for i in range(seq):
@@ -80,7 +83,7 @@ def violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
             got = [S[k][i] * two ** -t[k][i]]
             want = [whole * two ** -row[target[k][i]]]
             if "label_smoothing" in stated:
-                got.append(sm[k][i] / V)
+                got.append(sm[k][i] / counted[k][i])
                 want.append(Fraction(sum(row), V))
             lse_got, lse_want = two ** m[k][i] * Sz[k][i], whole
             if "logit_z_loss" in stated:
@@ -90,6 +93,7 @@ def violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
                 found.add(("act", "loss"))
             p_got = [two ** (row[w] - m[k][i]) / S[k][i] for w in block[k]]
             p_want = [two ** row[w] / whole for w in block[k]]
-            if p_got != p_want or ("logit_z_loss" in stated and lse_got != lse_want):
+            if p_got != p_want or ("logit_z_loss" in stated and lse_got != lse_want) or (
+                    "label_smoothing" in stated and counted[k][i] != V):
                 found.add(("grad", "loss"))
     return found

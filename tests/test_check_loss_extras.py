@@ -71,6 +71,17 @@ HAND = [
     (BOTH, [("reduce_max", ("dp", "tp"))], False, set()),
     # the target's logit alone: the loss only
     (BOTH, [("reduce_target", ())], False, {ACT}),
+    # label smoothing's vocabulary size counted on the slice (NVIDIA/Megatron-LM#7464): its mean Σ z / V and the
+    # gradient's α/V both read it
+    (("label_smoothing",), [("smoothing_vocab", ())], False, {ACT, GRAD}),
+    (BOTH, [("smoothing_vocab", ())], True, {ACT, GRAD}),
+    (BOTH, [("smoothing_vocab", ("tp", "tp"))], False, {ACT, GRAD}),
+    (BOTH, [("smoothing_vocab", ("dp", "tp"))], False, {ACT, GRAD}),
+    (BOTH, [("smoothing_vocab", ("dp",))], False, {ACT, GRAD}),
+    # Megatron-LM's local mean: the slice's sum over the slice's size (#7464 as reported), and its fix (#7466)
+    (("label_smoothing",), [("reduce_smoothing", ()), ("smoothing_vocab", ())], False, {ACT, GRAD}),
+    (("label_smoothing",), [("reduce_smoothing", ("tp",)), ("smoothing_vocab", ("tp",))], True, set()),
+    (BOTH, [("smoothing_vocab", ("tp",))], False, set()),
 ]
 
 
@@ -90,7 +101,8 @@ def ce_plans(draw):
     names = list(axes)
     terms = tuple(t for t in BOTH if draw(hs.booleans()))
     verbs = ("reduce_max", "reduce_target", "reduce_sumexp") + tuple(
-        v for t, v in (("label_smoothing", "reduce_smoothing"), ("logit_z_loss", "reduce_zloss")) if t in terms)
+        v for t, v in (("label_smoothing", "reduce_smoothing"), ("logit_z_loss", "reduce_zloss"),
+                       ("label_smoothing", "smoothing_vocab")) if t in terms)
     cands = hs.builds(lambda v, a: ov(A, v, "loss", a), hs.sampled_from(verbs),
                       hs.lists(hs.sampled_from(names), max_size=2).map(tuple))
     return _with(terms, draw(hs.lists(cands, max_size=3)), draw(hs.booleans()), axes)
@@ -135,8 +147,45 @@ def test_zloss_replay_local_lse():
     assert "on rank 0 of tp = [-2/3, 1], single-device = [-2/3, 3]" in grad.equation
 
 
+def test_vocab_replay_slice_size():
+    obs = _obs(("label_smoothing",), [("smoothing_vocab", ())])
+    cex = obs["GI activations[loss]"].counterexample
+    assert dict(cex.sizes)["tp"] == 2
+    # by hand: logits [0, 1] (word j on rank j), target 0; the sum of the logits all-reduced is 1, but rank 0
+    # counts the V/t = 1 word of its slice: its mean logit 1/1 = 1 against the whole vocabulary's (0 + 1)/2 = 1/2
+    assert "on rank 0 of tp = [3, 1], single-device = [3, 1/2]" in cex.equation
+    assert "vocabulary size" in cex.diagnosis[0] and "smoothing_vocab over ()" in cex.diagnosis[0]
+    assert "every gradient" in cex.diagnosis[1]
+    grad = obs["GI activation_grads[loss]"].counterexample
+    # the softmax entry of word 0 is right (2^0/(2^0 + 2^1) - 1 = -2/3), the uniform target 1/V is 1 not 1/2
+    assert "on rank 0 of tp = [-2/3, 1], single-device = [-2/3, 1/2]" in grad.equation
+    assert "uniform target" in grad.equation and "smoothing_vocab over ()" in grad.diagnosis[0]
+
+
+def test_simulator_vocab_slice_by_size():
+    # the simulator's blocks hold 2 words per tensor rank: V = 2t, the slice's count 2; they agree at t = 1 only
+    _, p = _with(("label_smoothing",), [ov(A, "smoothing_vocab", "loss", ())])
+    assert simulator_ce.violations(p, {"dp": 2, "tp": 1}) == set()
+    assert simulator_ce.violations(p, {"dp": 1, "tp": 2}) == {ACT, GRAD}
+    assert simulator_ce.violations(p, {"dp": 3, "tp": 3}) == {ACT, GRAD}
+    # counted over dp as well: V·dp, wrong with one tensor rank too
+    _, p = _with(("label_smoothing",), [ov(A, "smoothing_vocab", "loss", ("dp", "tp"))])
+    assert simulator_ce.violations(p, {"dp": 2, "tp": 1}) == {ACT, GRAD}
+    assert simulator_ce.violations(p, {"dp": 1, "tp": 3}) == set()
+
+
+def test_vocab_replay_data_axis():
+    obs = _obs(BOTH, [("smoothing_vocab", ("dp", "tp"))])
+    cex = obs["GI activations[loss]"].counterexample
+    assert dict(cex.sizes)["dp"] == 2
+    # by hand: rank r's own sample has logits [0, r + 1] (both words on its one tensor rank); the count 2 summed
+    # over the 2 data ranks is 4: rank 0's mean logit (0 + 1)/4 = 1/4 against 1/2; 2^lse = 1 + 2 = 3 is right
+    assert "on rank 0 of dp = [3, 1/4, 3], single-device = [3, 1/2, 3]" in cex.equation
+
+
 @pytest.mark.parametrize("terms,verb", [((), "reduce_smoothing"), (("label_smoothing",), "reduce_zloss"),
-                                        (("logit_z_loss",), "reduce_smoothing")])
+                                        (("logit_z_loss",), "reduce_smoothing"), ((), "smoothing_vocab"),
+                                        (("logit_z_loss",), "smoothing_vocab")])
 def test_unstated_term_is_pl253(terms, verb):
     spec, p = _with(terms, [ov(A, verb, "loss", ("tp",))])
     with pytest.raises(DiagnosticError) as e:
@@ -203,10 +252,15 @@ def test_costs_one_more_all_reduce_per_term():
                      "  override activations[loss]: reduce_smoothing over (dp, tp)\n"
                      "  override activations[loss]: reduce_zloss over ()\n")
     assert moved == {("all_reduce", ("tp",)): 3, ("all_reduce", ("dp", "tp")): 1}
+    # the vocabulary size moves no bytes: each rank knows the slice's and the whole vocabulary's size from the shapes
+    for axes in ("()", "(tp)", "(dp, tp)"):
+        assert _scalars("    label_smoothing = true\n", f"  override activations[loss]: smoothing_vocab over {axes}\n"
+                        ) == {("all_reduce", ("tp",)): 4}
 
 
 @pytest.mark.parametrize("stmt", ["override activations[loss]: reduce_smoothing over (tp)",
-                                  "override activations[loss]: reduce_zloss over ()"])
+                                  "override activations[loss]: reduce_zloss over ()",
+                                  "override activations[loss]: smoothing_vocab over ()"])
 def test_format_round_trip(stmt):
     from placement_logic.frontend.canonical import format_source
 

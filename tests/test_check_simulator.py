@@ -100,6 +100,7 @@ def plans(draw):
         hs.builds(lambda g, a: ov("clip_norm", "rank0_only", g, a), group, axis_lists),
         hs.just(ov("tokens", "clamp_before_reduce")),
         hs.just(ov("tokens", "count_ignored")),
+        hs.just(ov("tokens", "ignored_in_loss")),
         hs.builds(lambda e: ov("tokens", "eps_before_reduce", by=ir.Const(e)),
                   hs.sampled_from([Fraction(1, 1000), Fraction(1, 2)])),
         hs.builds(lambda a: ov("overflow", "reduce", None, a), axis_lists),
@@ -196,6 +197,8 @@ def plans(draw):
               overrides=(ov("grads", "reduce_groups", "norms", ("b",), sizes=(1, 2)),)), 26)
 @example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("context", "R,R,R,R")},
               overrides=(ov("tokens", "count_ignored"), ov("tokens", "reduce", None, ("a", "b")))), 27)
+@example(plan("p", {"a": ("data", "S,S,S,S"), "b": ("tensor", "S,S,S,S")},
+              overrides=(ov("tokens", "ignored_in_loss"), ov("loss", "sum"))), 28)
 def test_checker_agrees_with_the_simulator(generated, seed):
     spec, p = generated
     try:

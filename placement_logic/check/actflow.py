@@ -164,14 +164,15 @@ def model(plan: ir.Plan, axes: tuple[str, ...], tensor: tuple[str, ...]) -> ActM
                 Code.OVERRIDE_NO_EFFECT, f"override {o.target}{_grp(o)}: {o.verb} changes nothing: {why}, so no layer region splits "
                 "its activations", o.span)])
         slot = af.SLOT_OF[(o.target, o.verb)]
-        if o.verb in af.CE_VERBS and slot not in af.ce_slots(plan):
+        if o.verb in af.CE_VERBS and af.CE_TERM_OF_SLOT[slot] not in af.ce_slots(plan):
             from ..ir.losses import CE_TERMS
 
-            key = next(k for k, v in CE_TERMS.items() if v == slot)
-            what = "smoothing term" if slot == "smoothing" else "z-loss (its own log-sum-exp)"
+            key = next(k for k, v in CE_TERMS.items() if v == af.CE_TERM_OF_SLOT[slot])
+            what = {"smoothing": "smoothing term to reduce", "zloss": "z-loss (its own log-sum-exp) to reduce",
+                    af.VOCAB: "smoothing term whose vocabulary size to count"}[slot]
             raise DiagnosticError([Diagnostic(
                 Code.CE_TERM_UNSTATED, f"override {o.target}{_grp(o)}: {o.verb}: the model's losses section states no "
-                f"{key}, so the cross entropy has no {what} to reduce", o.span,
+                f"{key}, so the cross entropy has no {what}", o.span,
                 notes=(f"state it in the model: losses {{ {key} = true }}",))])
         if o.group == "embedding" and slot not in af.REGION_SLOTS["embedding"]:
             raise DiagnosticError([Diagnostic(
@@ -179,7 +180,7 @@ def model(plan: ir.Plan, axes: tuple[str, ...], tensor: tuple[str, ...]) -> ActM
                 "embedding has no column-parallel linear and its input (token ids) no gradient, so nothing is "
                 "gathered before it or reduced after its backward (its slots: activations: reduce/assert_*, "
                 "activation_grads: gather)", o.span)])
-        if o.group == "loss" and slot not in af.LOSS_SLOTS + af.CE_SLOTS:
+        if o.group == "loss" and slot not in af.REGION_SLOTS["loss"]:
             raise DiagnosticError([Diagnostic(
                 Code.OVERRIDE_NO_EFFECT, f"override {o.target}[loss]: {o.verb} changes nothing: the vocabulary-parallel cross "
                 "entropy's collectives are its three all-reduces (activations[loss]: reduce_max, reduce_target, "

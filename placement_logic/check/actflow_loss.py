@@ -22,7 +22,11 @@ ir.losses.CE_TERMS) add a slot each. Label smoothing's mean log-probability over
 Σ_j z_j / V - lse, reads the sum of the logits (slot ``smoothing``): partial along the tensor axes like
 the target's logit, needed by the loss only (its gradient α(p_j - 1/V) needs the softmax alone). The
 z-loss lse² reads the log-sum-exp m + log Σ exp(z - m) with its own sum of exponentials (slot
-``zloss``), needed by the loss and by its gradient 2·lse·p_j.
+``zloss``), needed by the loss and by its gradient 2·lse·p_j. Label smoothing's vocabulary size V (slot
+``vocab``, ``activations[loss]: smoothing_vocab over (AXES)``) is a count each tensor rank holds V/t of, typed
+like the sums (partial along the tensor axes; derived: the whole vocabulary, known from the shapes, no bytes
+moved): over () it is the slice's size (NVIDIA/Megatron-LM#7464), and both the loss's mean Σ_j z_j / V and
+the gradient's uniform target α/V read it.
 """
 
 from __future__ import annotations
@@ -33,18 +37,21 @@ from ..ir import actflow as af
 from ..ir.actflow import type_text
 from .report import Counterexample
 
-ORDER = ("max", "sumexp", "target", "smoothing", "zloss")  # the first wrong one is the root cause
+ORDER = ("max", "sumexp", "target", "smoothing", "vocab", "zloss")  # the first wrong one is the root cause
+BACKWARD = ("max", "sumexp", "vocab", "zloss")  # the gradient's: the softmax, label smoothing's α/V, 2·lse·p
 TEXT = {"max": "the all-reduce MAX of the max logit", "target": "the all-reduce of the target's logit",
         "sumexp": "the all-reduce of the sum of exponentials",
         "smoothing": "the all-reduce of the sum of the logits that label smoothing's mean log-probability over the "
                      "vocabulary reads",
-        "zloss": "the all-reduce of the sum of exponentials of the z-loss's log-sum-exp"}
+        "zloss": "the all-reduce of the sum of exponentials of the z-loss's log-sum-exp",
+        "vocab": "the vocabulary size V label smoothing divides by (α/V), each rank's count of its slice's words summed "
+                 "over the wrong ranks"}
 
 
 def typed(flow: af.Flow, axes: tuple[str, ...], direction: str, coll, Typed):
     """``coll`` is check.actflow's collective typing, ``Typed`` its result class (no import cycle)."""
     slots = dict(flow.slots)
-    used = tuple(n for n in (ORDER if direction == "forward" else ("max", "sumexp", "zloss")) if n in slots)
+    used = tuple(n for n in (ORDER if direction == "forward" else BACKWARD) if n in slots)
     final, needed, bad, cause = {}, {}, [], []
     for a in axes:
         tensor = a in flow.tensor
@@ -117,17 +124,25 @@ def run(flow: af.Flow, direction: str, axis: str, n: int):
 
 def _extras(slots: dict, axis: str, direction: str, local, every, m) -> tuple[list, list]:
     """Each rank's values of the extra terms the flow has, and the single-device ones: label smoothing's
-    mean logit over the vocabulary Σ_j z_j / V (the loss only) and 2^lse, the z-loss's log-sum-exp in base 2
-    (the loss and its gradient 2·lse·p_j)."""
+    mean logit over the vocabulary Σ_j z_j / V (the loss), its uniform target 1/V (the gradient α(p_j - 1/V): where
+    the vocabulary size is stated) and 2^lse, the z-loss's log-sum-exp in base 2 (the loss and its gradient
+    2·lse·p_j). V is each rank's count of its slice's words summed as ``smoothing_vocab`` states."""
     n = len(local)
     two = Fraction(2)
     got: list[list] = [[] for _ in range(n)]
     want: list[list] = [[] for _ in range(n)]
+    vocab = [Fraction(len(every[r])) for r in range(n)]
+    if "vocab" in slots:
+        vocab = _reduce(slots["vocab"], axis, [Fraction(len(local[r])) for r in range(n)], sum)
     if "smoothing" in slots and direction == "forward":
         sm = _reduce(slots["smoothing"], axis, [sum(local[r], Fraction(0)) for r in range(n)], sum)
         for r in range(n):
-            got[r].append(sm[r] / len(every[r]))
+            got[r].append(sm[r] / vocab[r])
             want[r].append(sum(every[r], Fraction(0)) / len(every[r]))
+    if "vocab" in slots and slots["vocab"].verb and direction == "backward":
+        for r in range(n):
+            got[r].append(1 / vocab[r])
+            want[r].append(Fraction(1, len(every[r])))
     if "zloss" in slots:
         sz = _reduce(slots["zloss"], axis, [sum((two ** int(v - m[r]) for v in local[r]), Fraction(0))
                                             for r in range(n)], sum)
@@ -141,7 +156,10 @@ def counterexample(ctx, ty, sizes, axis, r, got, want, inputs, stage, span, show
     fwd = ty.direction == "forward"
     slots = dict(ty.flow.slots)
     what = "2^loss (the inverse of the target's probability)" if fwd else "the logits' gradient on its slice"
+    vocab = slots.get("vocab")
     extra = ((["the mean logit over the vocabulary (label smoothing)"] if fwd and "smoothing" in slots else [])
+             + (["1/V (label smoothing's uniform target per word)"] if not fwd and vocab is not None and vocab.verb
+                else [])
              + (["2^lse (the z-loss's log-sum-exp, base 2)"] if "zloss" in slots else []))
     if extra:
         what = f"[{what}, {', '.join(extra)}]"

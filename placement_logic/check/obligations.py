@@ -226,6 +226,9 @@ def _extended(obs: list[Obligation], step: steps.StepModel, ctx, plan) -> list[O
     from . import ignored  # ignored tokens counted in the normaliser
 
     obs = ignored.wrap(obs, step, ctx, plan)
+    from . import ignored_loss  # ignored tokens' terms summed into the loss
+
+    obs = ignored_loss.wrap(obs, step, ctx, plan)
     from .encode_rankupdate import extend  # a clip or a divisor on rank 0 only, the loss scale, ε on the norm
 
     obs = extend(obs, step, ctx, plan, Obligation)

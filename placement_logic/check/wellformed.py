@@ -73,7 +73,7 @@ def no_effect(plan: ir.Plan, groups: tuple[str, ...], needs_regather: bool, offl
             continue  # a loss term's path: check.losses reads it
         if o.target in (OverrideTarget.ACTIVATIONS, OverrideTarget.ACTIVATION_GRADS, OverrideTarget.LAYOUT):
             continue  # a layer region's collectives: check.actflow reads them; a block layout: check.encode_cplayout
-        if o.target == OverrideTarget.TOKENS and summed:
+        if o.target == OverrideTarget.TOKENS and summed and o.verb != OverrideVerb.IGNORED_IN_LOSS:  # a term summed
             why = "the loss is a sum over tokens (loss: sum), so no token count normalises it"
         elif o.group not in (None, "all") and o.group not in groups and not (
                 o.target == OverrideTarget.OPTIMIZER and o.verb in (OverrideVerb.GATHER, OverrideVerb.ROUND_ROBIN)):  # resolve.optimizers checks these

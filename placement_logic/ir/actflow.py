@@ -29,7 +29,9 @@ target's logit, on the rank whose slice holds it) and ``sumexp`` (the sum of exp
 backward (softmax minus the one-hot target, on each rank's slice) needs none. Where the model states
 them (``losses { label_smoothing = true  logit_z_loss = true }``, ir.losses.CE_TERMS) it has one more
 all-reduce each: ``smoothing`` (the sum of the logits over the vocabulary, for label smoothing's mean
-log-probability) and ``zloss`` (the sum of exponentials of the z-loss's own log-sum-exp). The MoE layer
+log-probability) and ``zloss`` (the sum of exponentials of the z-loss's own log-sum-exp); with label smoothing
+``vocab`` is its vocabulary size, a count each rank holds V/t of, summed over the tensor group (derived: the
+whole vocabulary, known from the shapes, so it moves no bytes). The MoE layer
 (``experts``: each rank of the expert group holds its own tokens and its own experts) has a dispatch
 all-to-all over the expert axes before the expert MLPs (``fwd_entry``) and a combine all-to-all back
 after them (``fwd_exit``); in backward the output gradient goes to the experts by combine's conjugate
@@ -66,9 +68,15 @@ LOSS_VERBS = {"reduce_max": "max", "reduce_target": "target", "reduce_sumexp": "
 # the sum of the logits label smoothing's mean log-probability reads, the sum of exponentials of the z-loss's lse
 CE_SLOTS = ("smoothing", "zloss")
 CE_VERBS = {"reduce_smoothing": "smoothing", "reduce_zloss": "zloss"}
+# label smoothing's vocabulary size V (its α/V): a count each tensor rank holds V/t of, summed over the tensor group
+# (derived: the whole vocabulary, known from the shapes; it moves no bytes), present with the smoothing term
+VOCAB = "vocab"
+CE_VERBS["smoothing_vocab"] = VOCAB
+CE_TERM_OF_SLOT = {"smoothing": "smoothing", "zloss": "zloss", VOCAB: "smoothing"}  # the term's slot it needs
 LOSS_VERBS.update(CE_VERBS)
 # the slots each region has (the others: the four of a column/row-parallel pair)
-REGION_SLOTS = {"head": ("fwd_entry", "bwd_entry"), "embedding": ("fwd_exit", "bwd_exit"), "loss": LOSS_SLOTS + CE_SLOTS,
+REGION_SLOTS = {"head": ("fwd_entry", "bwd_entry"), "embedding": ("fwd_exit", "bwd_exit"),
+                "loss": LOSS_SLOTS + CE_SLOTS + (VOCAB,),
                 "context": ("fwd_entry", "bwd_exit", "bwd_entry")}
 TARGETS = ("activations", "activation_grads")
 ASSERTS = {"assert_replicate": "R", "assert_partial": "P", "assert_shard": "S"}
@@ -91,7 +99,7 @@ SLOTS = ("fwd_entry", "fwd_exit", "bwd_exit", "bwd_entry")
 ETP_VERBS = {("activations", "gather"), ("activations", "reduce"), ("activation_grads", "gather"),
              ("activation_grads", "reduce"), ("activation_grads", "no_reduce"), ("activation_grads", "reduce_copy")}
 ETP_VERBS |= {(t, v) for t in ("activations", "activation_grads") for v in ASSERTS}
-ALL_SLOTS = SLOTS + LOSS_SLOTS + CE_SLOTS
+ALL_SLOTS = SLOTS + LOSS_SLOTS + CE_SLOTS + (VOCAB,)
 
 
 @dataclass(frozen=True)
@@ -147,7 +155,7 @@ def redistribute(declared: str, needed: str, axes: tuple[str, ...]) -> tuple[Ste
 
 def derived_slots(region: str, t: tuple[str, ...], sp: bool) -> dict[str, Slot]:
     if region == "loss":  # the extra terms' slots too: flows keeps those the model states (ce_slots)
-        return {s: Slot((Step(ALL_REDUCE, t),)) for s in LOSS_SLOTS + CE_SLOTS}
+        return {s: Slot((Step(ALL_REDUCE, t),)) for s in LOSS_SLOTS + CE_SLOTS + (VOCAB,)}
     if region == "experts":  # t: the expert axes; every slot one all-to-all over them
         return {s: Slot((Step(ALL_TO_ALL, t),)) for s in SLOTS}
     if region == "context":  # t: the context axes; K/V gathered in forward and backward, dK/dV reduce-scattered
@@ -208,7 +216,7 @@ def flows(plan) -> tuple[Flow, ...]:
         for region in TP_REGIONS:
             slots = derived_slots(region, tuple(t), sp)
             if region == "loss":
-                slots = {k: v for k, v in slots.items() if k in LOSS_SLOTS or k in ce_slots(plan)}
+                slots = {k: v for k, v in slots.items() if k in LOSS_SLOTS or CE_TERM_OF_SLOT[k] in ce_slots(plan)}
             for o in overrides(plan):
                 slot = SLOT_OF[(o.target, o.verb)]
                 if o.group in (None, region) and slot in slots and o.verb not in EXPERT_VERBS \
@@ -316,7 +324,7 @@ def adjust(plan, colls: tuple[Collective, ...], per_layer, per_microbatch) -> tu
                        "(s·b·h·top_k·capacity_factor × its size)") if f.region == "expert_tensor" else
                Payload(PayloadTensor.ACTIVATION, (), "layer input/output activations (s·b·h)"))
         for name, slot in f.slots:
-            if not slot.verb:
+            if not slot.verb or name == VOCAB:  # the vocabulary size: each rank knows it from the shapes
                 continue
             if name.startswith("fwd") or name in LOSS_SLOTS or name in CE_SLOTS:
                 # the embedding and the loss lie outside the recomputed layers

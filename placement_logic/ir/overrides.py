@@ -93,6 +93,9 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "eps_before_reduce": (False, True),
         # the count includes the tokens whose label is ignored (-100, padding, the position the shift drops) (check.ignored)
         "count_ignored": (False, False),
+        # the loss terms of the tokens whose label is ignored summed into the loss: a cross entropy without
+        # ignore_index and no loss mask over them (check.ignored_loss)
+        "ignored_in_loss": (False, False),
     },
     "dropout_seed": {"vary": (True, False), "same": (False, False)},
     "overflow": {"reduce": (True, False)},  # overflow flag all-reduced over these axes
@@ -128,6 +131,9 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
                     # the cross entropy's extra terms (ir.losses.CE_TERMS): the all-reduce of the sum of the logits
                     # label smoothing's mean log-probability reads, of the sum of exponentials of the z-loss's lse
                     "reduce_smoothing": (True, False), "reduce_zloss": (True, False),
+                    # label smoothing's vocabulary size V (its α/V) counted over these axes: each tensor rank holds
+                    # V/t words, so over () it is the slice's size (check.actflow_loss)
+                    "smoothing_vocab": (True, False),
                     # the MoE layer (group experts): the token dispatch and combine all-to-alls
                     "dispatch": (True, False), "combine": (True, False),
                     # Ulysses context parallelism (group context): the all-to-all before the attention (sequence
@@ -244,7 +250,9 @@ class OverrideVerb(StrEnum):
     REDUCE_SUMEXP = "reduce_sumexp"
     REDUCE_SMOOTHING = "reduce_smoothing"
     REDUCE_ZLOSS = "reduce_zloss"
+    SMOOTHING_VOCAB = "smoothing_vocab"
     COUNT_IGNORED = "count_ignored"
+    IGNORED_IN_LOSS = "ignored_in_loss"
     VARY = "vary"
     SAME = "same"
     NO_REGATHER = "no_regather"

@@ -1579,6 +1579,13 @@ for name, b, line, expect, what, mirror in [
      "are each rank's own.", ZLOSS),
     ("loss_zloss_twice_tp", "tp", "override activations[loss]: reduce_zloss over (tp, tp)", LOSS_BOTH,
      "the z-loss's sum of exponentials summed twice over tp: its lse plus log(tp).", ZLOSS),
+    ("loss_smoothing_vocab_slice_tp", "tp", "override activations[loss]: smoothing_vocab over ()", LOSS_BOTH,
+     "label smoothing's vocabulary size is the slice's, V/t: the mean Σ z / V and the gradient's α/V both read "
+     "it.", "label smoothing's vocabulary size read from the partition (NVIDIA/Megatron-LM#7464, "
+     "NVIDIA/apex#1457)"),
+    ("loss_smoothing_vocab_world_sp", "sp", "override activations[loss]: smoothing_vocab over (dp, tp)", LOSS_BOTH,
+     "label smoothing's vocabulary size counted over dp and tp: V·dp.", "label smoothing's vocabulary size "
+     "read from the partition (NVIDIA/Megatron-LM#7464)"),
 ]:
     mutant(name, b, what, [line], expect, mirrors=mirror, model="dense_ce")
 for name, b, lines, why in [
@@ -1586,6 +1593,9 @@ for name, b, lines, why in [
     ("loss_ce_terms_restated_sp", "sp", ["override activations[loss]: reduce_smoothing over (tp)",
                                          "override activations[loss]: reduce_zloss over (tp)"],
      "label smoothing's and the z-loss's all-reduces stated on the tensor group, as derived"),
+    ("loss_smoothing_vocab_tensor_tp", "tp", ["override activations[loss]: smoothing_vocab over (tp)"],
+     "label smoothing's vocabulary size counted over the tensor group's slices: the whole vocabulary, as derived "
+     "(NVIDIA/Megatron-LM#7466)"),
 ]:
     equivalent(name, BASES[b].title, why + "; the loss equals the single-device one.", list(BASES[b].bind) + lines, b,
                model="dense_ce")
@@ -1594,6 +1604,12 @@ for name, b in [("tokens_count_ignored_ddp", "ddp"), ("tokens_count_ignored_cp",
     mutant(name, b, "the token count includes the tokens whose label is ignored (`tokens: count_ignored`): the "
            "normaliser is T + Q.", ["override tokens: count_ignored"],
            gi(["dense", "norms", "biases", "embedding"], "normalisation"), mirrors=IGNORED)
+NO_IGNORE = ("a cross entropy without ignore_index (NVIDIA/TransformerEngine#1789, deepspeedai/DeepSpeed#6882, "
+             "EleutherAI/oslo#85)")
+for name, b in [("tokens_ignored_in_loss_ddp", "ddp"), ("tokens_ignored_in_loss_tp", "tp")]:
+    mutant(name, b, "the loss sums the terms of the tokens whose label is ignored (`tokens: ignored_in_loss`): no "
+           "ignore_index and no loss mask.", ["override tokens: ignored_in_loss"],
+           [f"GI grads[{g}]" for g in ("dense", "norms", "biases", "embedding")], mirrors=NO_IGNORE)
 # -- the MoE token dispatch and combine all-to-alls ---------------------------------------
 
 WRONG_EP = "the MoE all-to-all on a wrongly built expert group (deepspeedai/DeepSpeed#1942)"

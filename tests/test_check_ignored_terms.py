@@ -1,0 +1,118 @@
+"""Ignored tokens' loss terms summed into the loss (``override tokens: ignored_in_loss``, check.ignored_loss):
+the checker against the concrete simulator (tests/simulator.py, whose pieces hold ignored tokens whose
+terms the stated loss sums) on hand-built plans, the replayed counterexample (values derived by hand), the
+diagnostics, the costs and the format round trip."""
+
+from __future__ import annotations
+
+import random
+from itertools import product
+
+import pytest
+import simulator
+from irkit import ov, plan
+
+from placement_logic.check.run import check_plan
+from placement_logic.diagnostics import DiagnosticError
+from placement_logic.outcome import Verdict
+from placement_logic.solver.session import Session
+
+SESSION = Session(timeout=20)
+DP = {"dp": ("data", "R,R,R,R")}
+DP_CP = {"dp": ("data", "R,R,R,R"), "cp": ("context", "R,R,R,R")}
+DP_TP = {"dp": ("data", "R,R,R,R"), "tp": ("tensor", "S,S,S,S")}
+TERMS = ov("tokens", "ignored_in_loss")
+
+
+def gi(report) -> dict[str, Verdict]:
+    return {o.name[len("GI grads["):-1]: o.verdict for o in report.obligations
+            if o.name.startswith("GI grads[") and "] " not in o.name}
+
+
+def simulated(p) -> set:
+    rng = random.Random(11)
+    found: set = set()
+    for sizes in product((1, 2), repeat=len(p.mesh.names)):
+        for m in (1, 2):
+            found |= simulator.violations(p, {**dict(zip(p.mesh.names, sizes)), "microbatches": m}, rng, {}, trials=2)
+    return {k[1] for k in found if k[0] == "gi"}
+
+
+CASES = [
+    (DP, (), False),
+    (DP, (TERMS,), True),
+    (DP_CP, (TERMS,), True),
+    (DP_TP, (TERMS,), True),
+    # the numerator is wrong: every objective, a sum included, and every normaliser
+    (DP, (TERMS, ov("loss", "sum")), True),
+    (DP, (TERMS, ov("loss", "per_device_mean")), True),
+    (DP, (TERMS, ov("loss", "per_microbatch_mean"), ov("tokens", "equal")), True),
+    # counting the ignored tokens too does not compensate their terms (ℓ = lse is no labelled term's mean)
+    (DP, (TERMS, ov("tokens", "count_ignored")), True),
+    (DP, (ov("loss", "sum"),), False),
+]
+
+
+@pytest.mark.parametrize("axes,overrides,wrong", CASES)
+def test_checker_and_simulator(axes, overrides, wrong):
+    spec, p = plan("p", axes, overrides=overrides)
+    v = gi(check_plan(SESSION, spec, p, {}))
+    found = simulated(p)
+    assert v and all((x is Verdict.REFUTED) == wrong for x in v.values()), v
+    assert found == (set(v) if wrong else set())
+
+
+def test_replay_adds_one_ignored_term():
+    spec, p = plan("p", DP_TP, overrides=(TERMS,))
+    rep = check_plan(SESSION, spec, p, {})
+    obs = {o.name: o for o in rep.obligations}
+    ob = obs["GI grads[dense]"]
+    assert ob.verdict is Verdict.REFUTED
+    cex = ob.counterexample
+    # by hand: logits [0, 1] in base 2 give the softmax [1/3, 2/3]; the labelled token (target word 0) has the
+    # gradient [1/3 - 1, 2/3] = [-2/3, 2/3], the ignored one (no one-hot) [1/3, 2/3]; their sum [-1/3, 4/3]
+    assert "= [-1/3, 4/3], single-device = [-2/3, 2/3]" in cex.equation
+    assert "ignored_in_loss at line" in cex.diagnosis[0] and "outside every tensor rank's vocabulary slice" in \
+        cex.diagnosis[0]
+    # one finding, naming the statement; no aspect is blamed (the per-axis reductions are right)
+    assert len(rep.findings) == 1 and "no ignore_index" in rep.findings[0].cause
+    assert all(o.verdict is Verdict.PROVED for o in rep.obligations if o.name.startswith("GI grads[") and "] " in o.name)
+
+
+def test_term_statement_is_pl122():
+    spec, p = plan("p", DP, overrides=(ov("tokens", "ignored_in_loss", "mtp"),))
+    with pytest.raises(DiagnosticError) as e:
+        check_plan(SESSION, spec, p, {})
+    assert e.value.diagnostics[0].code == "PL122"
+    from placement_logic.frontend.loader import load_string
+
+    src = ("from std.data import ddp\nmodel {\n  params = 1e9\n  losses {\n    mtp = global_mean\n  }\n}\n"
+           "mesh {\n  dp = 2\n}\nplan p {\n  dp: ddp\n  override tokens[mtp]: ignored_in_loss\n}\n")
+    with pytest.raises(DiagnosticError) as e:
+        load_string(src)
+    assert e.value.diagnostics[0].code == "PL122"
+
+
+SRC = ("from std.data import ddp\n\nmodel {\n  params = 1000000000\n  seq = 4096\n  microbatch = 1\n}\n\n"
+       "mesh {\n  dp = 8\n}\n\nplan p {\n  dp: ddp\n{lines}}\n")
+
+
+def test_format_round_trip():
+    from placement_logic.frontend.canonical import format_source
+
+    src = SRC.replace("{lines}", "  override tokens: ignored_in_loss\n")
+    assert format_source(src, "x.place") == src
+    assert format_source(src.replace("tokens: ignored_in_loss", "tokens :ignored_in_loss"), "x.place") == src
+
+
+def test_moves_no_bytes():
+    from placement_logic.frontend.loader import load_string
+    from placement_logic.ir import collectives
+
+    def schedule(lines: str):
+        p = load_string(SRC.replace("{lines}", lines)).plan("p")
+        return sorted((c.kind.value, c.axes, c.phase.value, str(c.count), c.payload.tensor)
+                      for c in collectives.derive(p))
+
+    # the ignored tokens' terms are computed where the labelled ones are: the same collectives
+    assert schedule("  override tokens: ignored_in_loss\n") == schedule("") != []
