@@ -74,9 +74,12 @@ def test_replay_adds_one_ignored_term():
     assert "= [-1/3, 4/3], single-device = [-2/3, 2/3]" in cex.equation
     assert "ignored_in_loss at line" in cex.diagnosis[0] and "outside every tensor rank's vocabulary slice" in \
         cex.diagnosis[0]
-    # one finding, naming the statement; no aspect is blamed (the per-axis reductions are right)
+    # one finding, naming the statement; no other aspect is blamed (the per-axis reductions are right): the
+    # terms' own aspect is the root
     assert len(rep.findings) == 1 and "no ignore_index" in rep.findings[0].cause
-    assert all(o.verdict is Verdict.PROVED for o in rep.obligations if o.name.startswith("GI grads[") and "] " in o.name)
+    assert rep.findings[0].root == "GI grads[dense] ignored tokens' terms"
+    assert all(o.verdict is Verdict.PROVED for o in rep.obligations if o.name.startswith("GI grads[") and "] " in o.name
+               and not o.name.endswith("ignored tokens' terms"))
 
 
 def test_term_statement_is_pl122():
@@ -116,3 +119,22 @@ def test_moves_no_bytes():
 
     # the ignored tokens' terms are computed where the labelled ones are: the same collectives
     assert schedule("  override tokens: ignored_in_loss\n") == schedule("") != []
+
+
+def test_a_count_and_the_terms_are_two_findings_each_at_its_statement(tmp_path):
+    """Counting the ignored tokens and summing their terms are two defects (either alone is a bug): each
+    statement's line is the location of a finding of its own, the terms' rooted at their own aspect."""
+    text = open("examples/bugs/tp_ce_no_ignore_index.place").read().replace(
+        "  override tokens: ignored_in_loss", "  override tokens: count_ignored\n  override tokens: ignored_in_loss")
+    lines = text.splitlines()
+    count_line = lines.index("  override tokens: count_ignored") + 1
+    from placement_logic.check.run import check_spec
+    from placement_logic.frontend.loader import load_spec
+
+    path = tmp_path / "both.place"
+    path.write_text(text)
+    report = check_spec(load_spec(path), pinned={}).plans[0]
+    assert {f.location.line for f in report.findings} == {count_line, count_line + 1}
+    terms = next(f for f in report.findings if f.location.line == count_line + 1)
+    assert terms.root.endswith("ignored tokens' terms")
+    assert "ignore_index" in next(o for o in report.obligations if o.name == terms.root).counterexample.diagnosis[0]

@@ -31,6 +31,7 @@ from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir.overrides import OverrideTarget, OverrideVerb
 from ..solver.session import value_of
+from .obligation import Obligation
 from .report import Counterexample
 
 VERB = OverrideVerb.IGNORED_IN_LOSS
@@ -61,13 +62,35 @@ def wrap(obs: list, step, ctx, plan) -> list:
     if o is None:
         return obs
     groups = {g.group for g in step.groups}
+    vocab_parallel = any(t.flow.region == "loss" for t in step.actflow.typed)
+    aspects = []
     for ob in obs:
         if ob.whole not in groups:
             continue
         ob.encode = pending(ob.encode, ob.name)
-        ob.replay = _replay(ob.replay, ctx, o.span.line, ob.whole, any(t.flow.region == "loss" for t in step.actflow.typed))
+        ob.replay = _replay(ob.replay, ctx, o.span.line, ob.whole, vocab_parallel)
         ob.span = o.span
-    return obs
+        aspects.append(_aspect(ob, ctx, o.span, vocab_parallel))
+    return obs + aspects
+
+
+def _aspect(whole, ctx, span, vocab_parallel: bool):
+    """The ignored tokens' terms as an aspect of the group's gradient of their own, at the statement: a
+    root cause apart from any other aspect refuted beside it (a count of the ignored tokens, a reduction),
+    so the report gives it a finding of its own. Its negation is the wrapped one's second arm alone."""
+    group = whole.whole
+
+    def encode(env):
+        tag = f"{zlib.crc32(group.encode()):08x}"
+        q = env.sess.int(f"ignored_aspect_{tag}")
+        return [q >= 1], lambda model: {"kind": "ignored_in_loss", "sizes": env.size_values(model)}
+
+    return Obligation(
+        f"GI grads[{group}] ignored tokens' terms", whole.condition, span,
+        f"the {group} gradient sums no term of a token whose label is ignored (the cross entropy's ignore_index "
+        "or a loss mask takes it out)",
+        encode, lambda w: replay_ignored_terms(ctx, w["sizes"], span.line, group, vocab_parallel),
+        aspect_of=group)
 
 
 def pending(orig, name: str):
