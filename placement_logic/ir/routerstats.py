@@ -18,6 +18,7 @@ from .buffers import Collective, Kind, Payload, Phase, link_of
 from .buffers import PayloadTensor as PT
 from .nodes import Role, State
 from .overrides import OverrideTarget
+from .walker import fold
 
 
 def token_axes(plan) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -49,7 +50,7 @@ def problems(plan) -> list[tuple[str, str, object, tuple[str, ...]]]:
                  "are gathered over, but the model states no objective for them", said[-1].span,
                  ("state it in the model: losses { aux_stats = global_batch | per_microbatch | per_sequence }",))]
     token, _ = token_axes(plan)
-    out = []
+    out = _cell_problems(plan, said)
     for o in said:
         axes = tuple(o.axes or ())
         for i, a in enumerate(axes):
@@ -59,6 +60,39 @@ def problems(plan) -> list[tuple[str, str, object, tuple[str, ...]]]:
                 out.append((Code.STATS_AXIS, f"'loss[aux]: {o.verb} over ({', '.join(axes)})': the ranks of {a} hold the "
                             "same tokens, so the router's statistics do not differ over it", o.span,
                             (f"the axes that split the router's tokens here: {', '.join(token) or 'none'}",)))
+    return out
+
+
+def gathered_cells(plan) -> tuple[str, ...]:
+    """The dimensions of router calls (the token axes, and ``microbatches``) over which the path gathers f or P:
+    the calls whose statistics it combines."""
+    fo = stated(plan)
+    f = (tuple(objective_axes(plan)) + (("microbatches",) if plan.model.aux_stats[0] == "global_batch" else ())
+         if fo is None else tuple(fo.axes or ()) + (("microbatches",) if fo.verb.endswith("_per_step") else ()))
+    po = stated(plan, losses.PROBS_VERBS)
+    p = f if po is None else tuple(po.axes or ()) + (("microbatches",) if po.verb.endswith("_per_step") else ())
+    return tuple(dict.fromkeys(f + p))
+
+
+def _cell_problems(plan, said) -> list:
+    """PL264 for equal cell weights where the path combines no two router calls; PL265 for a capacity step
+    that drops nothing: capacity_factor >= experts / top_k, each a constant."""
+    out = []
+    for o in said:
+        if o.verb == losses.EQUAL_WEIGHTS_VERB and not gathered_cells(plan):
+            out.append((Code.STATS_ONE_CELL, f"'loss[aux]: {o.verb}': the path gathers the statistics of no two "
+                        "router calls (each device's microbatch alone), so there are no cells to weight", o.span,
+                        ("equal weights matter where f or P is gathered over the microbatches (stats_per_step) or "
+                         "over axes that split the tokens",)))
+        tf = plan.model.transformer
+        nums = [getattr(tf, n, None) for n in ("capacity_factor", "experts", "top_k")] if tf is not None else []
+        cf, e, k = (fold(x, {}) for x in nums) if nums else (None, None, None)
+        if o.verb == losses.CAPACITY_VERBS[0] and None not in (cf, e, k):
+            if cf * k >= e:
+                out.append((Code.CAPACITY_NEVER_DROPS, f"'loss[aux]: {o.verb}': capacity_factor = {cf} is at least "
+                            f"experts / top_k = {e}/{k}: each expert's capacity holds every token of a router call, so "
+                            "no token is dropped and the statement changes nothing", o.span,
+                            ("a capacity step drops tokens where capacity_factor < experts / top_k",)))
     return out
 
 
