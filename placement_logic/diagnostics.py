@@ -191,8 +191,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PL260": ("norm-rank-sets-twice", "Two norm counts on rank sets (override clip_norm[g]: rank0_only, "
               "count_on_ranks) over one axis reaching one parameter group."),
     # the aux term's statistics over router calls and capacity (check.auxcells, where the plan is resolved)
-    "PL264": ("stats-one-cell", "loss[aux]: stats_equal_cell_weights where the path gathers no two router calls' "
-              "statistics: there is nothing to weight."),
+    "PL264": ("stats-one-cell", "loss[aux]: stats_equal_cell_weights over (AXES) or stats_equal_microbatch_weights "
+              "over a dimension whose router calls the path never combines: there is nothing to weight."),
     "PL265": ("capacity-never-drops", "loss[aux]: stats_after_capacity where the model's capacity_factor is at least "
               "experts / top_k: no expert's capacity is ever exceeded."),
     # usage: PL3xx

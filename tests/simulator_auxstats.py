@@ -108,8 +108,15 @@ def counts_padding(plan: ir.Plan) -> bool:
     return any(o.target == "loss" and o.group == "aux" and o.verb == "stats_count_padding" for o in plan.overrides)
 
 
-def equal_weights(plan: ir.Plan) -> bool:
-    return any(o.target == "loss" and o.group == "aux" and o.verb == "stats_equal_cell_weights" for o in plan.overrides)
+def equal_weights(plan: ir.Plan) -> set[str]:
+    """The axes (and "microbatches") over which the path averages its router calls' own statistics."""
+    out: set[str] = set()
+    for o in plan.overrides:
+        if o.target == "loss" and o.group == "aux" and o.verb == "stats_equal_cell_weights":
+            out |= set(o.axes or ())
+        if o.target == "loss" and o.group == "aux" and o.verb == "stats_equal_microbatch_weights":
+            out.add("microbatches")
+    return out
 
 
 def capacity_step(plan: ir.Plan):
@@ -149,12 +156,14 @@ def capacity_map(routed: list, experts: int, top_k: int, capacity) -> list:
     return out
 
 
-def group_fractions(members: list, experts: int, top_k: int, equal: bool):
-    """(f, P) of a group: ``members`` are (token, routing, marked experts); pooled over the group, or with
-    ``equal`` the mean over the router calls in it of each call's own pooled (f, P)."""
+def group_fractions(members: list, experts: int, top_k: int, equal: set[str]):
+    """(f, P) of a group: ``members`` are (token, routing, marked experts); pooled over the group, or, over the
+    dimensions of ``equal`` (axes, "microbatches"), the mean over the parts of the group that differ there of
+    each part's own pooled (f, P)."""
     parts: dict = {}
     for t, r, marked in members:
-        parts.setdefault(call_of(t) if equal else (), []).append((r, marked))
+        where = tuple(t["rank"].get(a) for a in sorted(equal - {"microbatches"}))
+        parts.setdefault(where + ((t["mb"],) if "microbatches" in equal else ()), []).append((r, marked))
     fs, ps = [], []
     for part in parts.values():
         n = len(part)
@@ -165,11 +174,11 @@ def group_fractions(members: list, experts: int, top_k: int, equal: bool):
 
 
 def cell_loss(routed: list, fverb: str, faxes: tuple, pverb: str, paxes: tuple, experts: int, top_k: int,
-              equal: bool = False, capacity=None) -> Fraction:
+              equal: frozenset[str] = frozenset(), capacity=None) -> Fraction:
     """A path's value when each rank's statistics are its own code's: f summed over f's group, P over P's,
     each cell (the tokens sharing both) taking E · Σ f_i P_i, the mean over the cells. ``routed``: (token,
-    routing) pairs of the tokens the path counts. ``equal``: a group's f and P are the mean of its router
-    calls' own; ``capacity``: f is counted on the map after the capacity step (``capacity_map``)."""
+    routing) pairs of the tokens the path counts. ``equal``: over these dimensions a group's f and P are the
+    mean of its router calls' own; ``capacity``: f is counted on the map after the capacity step (``capacity_map``)."""
     marks = capacity_map(routed, experts, top_k, capacity)
     fgroups: dict = {}
     pgroups: dict = {}

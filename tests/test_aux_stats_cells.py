@@ -26,7 +26,12 @@ from placement_logic.frontend.loader import load_string
 from placement_logic.outcome import Verdict
 
 NAME = "GI aux_stats"
-EQUAL = "  override loss[aux]: stats_equal_cell_weights\n"
+EQUAL_MB = "  override loss[aux]: stats_equal_microbatch_weights\n"
+
+
+def equal(axes: str) -> str:
+    return f"  override loss[aux]: stats_equal_cell_weights over ({axes})\n"
+
 DROP = "  override loss[aux]: stats_after_capacity\n"
 PADDED = "  override loss[aux]: stats_capacity_padded\n"
 ALL = "dp, ep, cp, tp"
@@ -45,16 +50,17 @@ CASES = {
     "global_pooled": ("global_batch", stats("stats_per_step", ALL), None, True),
     "micro_pooled": ("per_microbatch", "", None, True),
     # Megatron-LM#7197: the step's microbatches weighted equally
-    "global_equal": ("global_batch", stats("stats_per_step", ALL) + EQUAL, None, False),
-    "micro_equal_cp": ("per_microbatch", EQUAL, None, False),  # the cp and tp parts of a microbatch
-    "seq_equal": ("per_sequence", EQUAL, None, False),  # the parts of a sequence
-    "micro_equal_dp_only": ("per_microbatch", stats("stats_per_microbatch", "dp") + EQUAL, None, False),
+    "global_equal_mb": ("global_batch", stats("stats_per_step", ALL) + EQUAL_MB, None, False),
+    "global_equal_dp": ("global_batch", stats("stats_per_step", ALL) + equal("dp, ep"), None, False),
+    "micro_equal_cp": ("per_microbatch", equal("cp"), None, False),  # the cp parts of a microbatch
+    "seq_equal": ("per_sequence", equal("cp, tp"), None, False),  # the parts of a sequence
+    "micro_equal_dp_only": ("per_microbatch", stats("stats_per_microbatch", "dp") + equal("dp"), None, False),
     # Megatron-LM#1513, #1617: f from the post-capacity map
     "micro_drop": ("per_microbatch", DROP, None, False),
     "seq_drop": ("per_sequence", DROP, "3/2", False),
     "global_padded": ("global_batch", PADDED, None, False),
     "seq_padded_big_factor": ("per_sequence", PADDED, "4", False),  # no drop, but the columns are filled
-    "micro_drop_and_equal": ("per_microbatch", DROP + EQUAL, None, False),
+    "micro_drop_and_equal": ("per_microbatch", DROP + equal("cp, tp"), None, False),
 }
 
 
@@ -138,7 +144,7 @@ def test_equal_weights_by_hand():
     routed = [(t[0], ((0,), (Fraction(1), Fraction(0))))] + [(x, ((1,), (Fraction(0), Fraction(1)))) for x in t[1:]]
     args = ("stats_per_step", ("dp",), "stats_per_step", ("dp",), 2, 1)
     assert sim.cell_loss(routed, *args) == Fraction(10, 9)
-    assert sim.cell_loss(routed, *args, equal=True) == 1
+    assert sim.cell_loss(routed, *args, equal={"dp"}) == 1
 
 
 def test_capacity_by_hand():
@@ -177,10 +183,14 @@ def test_dropping_at_a_large_symbolic_factor_is_proved():
 
 
 @pytest.mark.parametrize("body,cf,axes,code", [
-    (EQUAL.replace("\n", " over (dp)\n"), None, ("dp", "ep", "cp", "tp"), "PL122"),
+    (EQUAL_MB.replace("\n", " over (dp)\n"), None, ("dp", "ep", "cp", "tp"), "PL122"),
+    ("  override loss[aux]: stats_equal_cell_weights\n", None, ("dp", "ep", "cp", "tp"), "PL122"),
     (DROP.replace("\n", " over (dp)\n"), None, ("dp", "ep", "cp", "tp"), "PL122"),
-    (EQUAL, None, ("dp", "ep"), "PL264"),  # per_microbatch without split axes: one call per group
-    (stats("stats_per_microbatch", "") + EQUAL, None, ("dp", "ep", "cp", "tp"), "PL264"),
+    (equal("pp"), None, ("dp", "ep", "cp", "pp"), "PL215"),  # a pipeline axis splits no tokens
+    (equal("dp"), None, ("dp", "ep"), "PL264"),  # per_microbatch: dp's calls are never combined
+    (EQUAL_MB, None, ("dp", "ep", "cp", "tp"), "PL264"),  # per_microbatch: microbatches never combined
+    (equal(""), None, ("dp", "ep", "cp", "tp"), "PL264"),
+    (stats("stats_per_microbatch", "") + equal("cp"), None, ("dp", "ep", "cp", "tp"), "PL264"),
     (DROP, "4", ("dp", "ep", "cp", "tp"), "PL265"),  # 4 · 2 >= 8
     (DROP, "5", ("dp", "ep", "cp", "tp"), "PL265"),
 ])
@@ -194,12 +204,12 @@ def test_a_statement_that_changes_nothing_is_refused_by_check_and_cost(body, cf,
 
 def test_equal_weights_over_the_microbatches_alone_is_accepted():
     """stats_per_step over (): the step's microbatches on one device are the calls gathered."""
-    text = text_of("global_batch", {"p": stats("stats_per_step", "") + EQUAL}, axes=("dp", "ep"))
+    text = text_of("global_batch", {"p": stats("stats_per_step", "") + EQUAL_MB}, axes=("dp", "ep"))
     assert _ob(load_string(text, "auxcells.place"), "p").verdict is Verdict.REFUTED
 
 
 def test_without_an_objective_they_are_refused():
-    for body in (EQUAL, DROP, PADDED):
+    for body in (equal("cp"), EQUAL_MB, DROP, PADDED):
         text = text_of(None, {"p": body})
         with pytest.raises(DiagnosticError) as exc:
             load_string(text, "auxcells.place")
@@ -209,23 +219,26 @@ def test_without_an_objective_they_are_refused():
 def test_the_new_statements_round_trip_through_fmt():
     from placement_logic.frontend.canonical import format_source
 
-    text = text_of("per_sequence", {"p": "  override loss[aux] :stats_equal_cell_weights\n"
+    text = text_of("global_batch", {"p": "  override loss[aux] :stats_equal_cell_weights over(cp,tp)\n"
+                                          "  override loss[aux]:stats_equal_microbatch_weights\n"
                                           "  override  loss[aux]:stats_after_capacity\n"
                                           "  override loss[aux]:  stats_capacity_padded\n"})
     out = format_source(text, "auxcells.place")
-    assert ("  override loss[aux]: stats_equal_cell_weights\n  override loss[aux]: stats_after_capacity\n"
+    assert ("  override loss[aux]: stats_equal_cell_weights over (cp, tp)\n"
+            "  override loss[aux]: stats_equal_microbatch_weights\n  override loss[aux]: stats_after_capacity\n"
             "  override loss[aux]: stats_capacity_padded\n") in out
     assert format_source(out, "auxcells.place") == out
     got = [(o.target, o.group, o.verb, o.axes) for o in load_string(out, "auxcells.place").plan("p").overrides]
-    assert got == [("loss", "aux", v, None) for v in ("stats_equal_cell_weights", "stats_after_capacity",
-                                                       "stats_capacity_padded")]
+    assert got == [("loss", "aux", "stats_equal_cell_weights", ("cp", "tp"))] + [
+        ("loss", "aux", v, None) for v in ("stats_equal_microbatch_weights", "stats_after_capacity",
+                                           "stats_capacity_padded")]
 
 
 def test_no_bytes_move_for_them():
     """The statistics' all-reduces are those of the plan without the statements: weights and a capacity map
     are computed on values every rank already holds."""
     base = [c for c in _collectives(text_of("per_microbatch", {"p": ""}), "p")]
-    for body in (EQUAL, DROP, PADDED, EQUAL + PADDED):
+    for body in (equal("cp, tp"), DROP, PADDED, equal("cp") + PADDED):
         assert [c for c in _collectives(text_of("per_microbatch", {"p": body}), "p")] == base
 
 
@@ -238,12 +251,14 @@ def test_random_statements_agree_with_the_simulator(seed):
     scope = rng.choice(("global_batch", "per_microbatch", "per_sequence"))
     body = stats("stats_" + rng.choice(("per_sequence", "per_microbatch", "per_step")),
                  ", ".join(a for a in token if rng.random() < 0.6)) if rng.random() < 0.6 else ""
-    body += rng.choice(("", DROP, PADDED)) + (EQUAL if rng.random() < 0.6 else "")
+    body += rng.choice(("", DROP, PADDED))
+    if rng.random() < 0.6:
+        body += rng.choice((EQUAL_MB, equal(", ".join(a for a in token if rng.random() < 0.6))))
     text = text_of(scope, {"p": body}, rng.choice((None, "1", "3/2")), sp=sp, axes=axes)
     try:
         spec = load_string(text, "auxcells.place")
-    except DiagnosticError as e:  # equal weights with no two calls gathered: refused, as by hand
-        assert e.diagnostics[0].code == "PL264" and EQUAL in body
+    except DiagnosticError as e:  # equal weights over calls the path does not combine: refused, as by hand
+        assert e.diagnostics[0].code == "PL264" and "stats_equal_" in body
         return
     ob = _ob(spec, "p")
     bad = _simulated(spec.plan("p"), scope)

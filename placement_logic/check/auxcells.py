@@ -45,18 +45,19 @@ CAPACITY = "capacity"  # the witness's kind for the capacity step
 DROP, PAD = "drop", "pad"
 
 
-def stated(plan) -> tuple[bool, str | None]:
-    """(the calls' statistics combined with equal weights, the capacity step: None, DROP or PAD)."""
-    said = [o.verb for o in plan.overrides if o.target == OverrideTarget.LOSS and o.verb in terms.STATS_VERBS]
-    caps = [v for v in said if v in terms.CAPACITY_VERBS]
+def stated(plan) -> tuple[frozenset[str], str | None]:
+    """(the call dimensions whose calls' statistics are combined with equal weights, the capacity step: None,
+    DROP or PAD)."""
+    said = [o for o in plan.overrides if o.target == OverrideTarget.LOSS and o.verb in terms.STATS_VERBS]
+    caps = [o.verb for o in said if o.verb in terms.CAPACITY_VERBS]
     cap = None if not caps else DROP if caps[-1] == terms.CAPACITY_VERBS[0] else PAD
-    return terms.EQUAL_WEIGHTS_VERB in said, cap
+    return frozenset(d for o in said for d in routerstats.equal_dims(o)), cap
 
 
 def equal_dims(plan, gathered: frozenset[str]) -> frozenset[str]:
-    """The call dimensions (token axes, microbatches) of ``gathered`` that the path weights equally."""
-    token, _ = routerstats.token_axes(plan)
-    return gathered & (set(token) | {MICROBATCHES}) if stated(plan)[0] else frozenset()
+    """The call dimensions of ``gathered`` (token axes, microbatches) that the path weights equally (a stated
+    one the path does not gather is refused where the plan is resolved: PL264)."""
+    return gathered & stated(plan)[0]
 
 
 def negation_conds(env, plan, v, e, k, cf_term):
@@ -140,8 +141,9 @@ def diagnose(v) -> list[str]:
     """The findings of this module's departures."""
     out = []
     if v.equal:
+        order = v.token_axes + (MICROBATCHES,)
         out.append("the aux term's routing statistics combine the router calls' statistics with equal weights over "
-                   f"{', '.join(sorted(v.equal))} (loss[aux]: {terms.EQUAL_WEIGHTS_VERB}): each call's f and P are "
+                   f"{', '.join(sorted(v.equal, key=order.index))}: each call's f and P are "
                    "normalised by its own real-token count and then averaged, so where the calls hold unequal numbers "
                    "of real tokens (uneven padding) a token of a short call weighs more than one of a long call (the "
                    "objective pools the tokens: counts summed, then divided by the total)")

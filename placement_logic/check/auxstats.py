@@ -118,7 +118,7 @@ def view(plan: ir.Plan) -> StatsView | None:
     texts = [f"loss[aux]: {o.verb} over ({', '.join(o.axes or ())})" for o in (fo, po) if o is not None]
     texts += [f"loss[aux]: {terms.PADDING_VERB}"] if pad else []
     extra = [o for o in plan.overrides if o.target == OverrideTarget.LOSS and o.verb in auxcells_verbs()]
-    texts += [f"loss[aux]: {o.verb}" for o in extra]
+    texts += [f"loss[aux]: {o.verb}" + (f" over ({', '.join(o.axes)})" if o.axes is not None else "") for o in extra]
     where = (extra or pad or [o for o in (po, fo) if o is not None] or [None])[-1]
     return StatsView(objective, token, split, wanted, effective(f, p), "; ".join(texts) or None,
                      where.span if where is not None else span, f, p, bool(pad),
@@ -126,7 +126,7 @@ def view(plan: ir.Plan) -> StatsView | None:
 
 
 def auxcells_verbs() -> tuple[str, ...]:
-    return (terms.EQUAL_WEIGHTS_VERB,) + terms.CAPACITY_VERBS
+    return (terms.EQUAL_WEIGHTS_VERB, terms.EQUAL_MICROBATCH_VERB) + terms.CAPACITY_VERBS
 
 
 def _dims(v: StatsView) -> tuple[str, ...]:
@@ -229,7 +229,8 @@ def replay(ctx: rp.Context, w: dict, v: StatsView) -> Counterexample | None:
 
 def _path_text(v: StatsView, path: str) -> str:
     return (f"{v.stated or 'derived'}: {path}" + (", padded positions counted" if v.padding else "")
-            + (f", the router calls weighted equally over {', '.join(sorted(v.equal))}" if v.equal else "")
+            + (f", the router calls weighted equally over {', '.join(d for d in _dims(v) if d in v.equal)}"
+               if v.equal else "")
             + {None: "", auxcells.DROP: ", f after the capacity step (dropped tokens missing)",
                auxcells.PAD: ", f on the map padded to capacity"}[v.capacity])
 

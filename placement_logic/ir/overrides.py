@@ -83,9 +83,10 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "probs_per_microbatch": (True, False),
         "probs_per_step": (True, False),
         "stats_count_padding": (False, False),
-        # the router calls' statistics combined with equal weights, and f from the post-capacity routing map
-        # (check.auxcells)
-        "stats_equal_cell_weights": (False, False),
+        # the router calls' statistics combined with equal weights over these axes or over the microbatches, and f
+        # from the post-capacity routing map (check.auxcells)
+        "stats_equal_cell_weights": (True, False),
+        "stats_equal_microbatch_weights": (False, False),
         "stats_after_capacity": (False, False),
         "stats_capacity_padded": (False, False),
     },
@@ -242,6 +243,7 @@ class OverrideVerb(StrEnum):
     PROBS_PER_STEP = "probs_per_step"
     STATS_COUNT_PADDING = "stats_count_padding"
     STATS_EQUAL_CELL_WEIGHTS = "stats_equal_cell_weights"
+    STATS_EQUAL_MICROBATCH_WEIGHTS = "stats_equal_microbatch_weights"
     STATS_AFTER_CAPACITY = "stats_after_capacity"
     STATS_CAPACITY_PADDED = "stats_capacity_padded"
     EQUAL = "equal"

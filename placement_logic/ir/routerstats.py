@@ -50,7 +50,7 @@ def problems(plan) -> list[tuple[str, str, object, tuple[str, ...]]]:
                  "are gathered over, but the model states no objective for them", said[-1].span,
                  ("state it in the model: losses { aux_stats = global_batch | per_microbatch | per_sequence }",))]
     token, _ = token_axes(plan)
-    out = _cell_problems(plan, said)
+    out = []
     for o in said:
         axes = tuple(o.axes or ())
         for i, a in enumerate(axes):
@@ -60,7 +60,7 @@ def problems(plan) -> list[tuple[str, str, object, tuple[str, ...]]]:
                 out.append((Code.STATS_AXIS, f"'loss[aux]: {o.verb} over ({', '.join(axes)})': the ranks of {a} hold the "
                             "same tokens, so the router's statistics do not differ over it", o.span,
                             (f"the axes that split the router's tokens here: {', '.join(token) or 'none'}",)))
-    return out
+    return out or _cell_problems(plan, said)  # PL264, PL265 once the axes are sound
 
 
 def gathered_cells(plan) -> tuple[str, ...]:
@@ -74,16 +74,25 @@ def gathered_cells(plan) -> tuple[str, ...]:
     return tuple(dict.fromkeys(f + p))
 
 
+def equal_dims(o) -> tuple[str, ...]:
+    """The call dimensions a statement weights equally: its axes, or the microbatches (none for other verbs)."""
+    if o.verb == losses.EQUAL_WEIGHTS_VERB:
+        return tuple(o.axes or ())
+    return ("microbatches",) if o.verb == losses.EQUAL_MICROBATCH_VERB else ()
+
+
 def _cell_problems(plan, said) -> list:
-    """PL264 for equal cell weights where the path combines no two router calls; PL265 for a capacity step
+    """PL264 for equal weights over a dimension whose router calls the path does not combine; PL265 for a capacity step
     that drops nothing: capacity_factor >= experts / top_k, each a constant."""
     out = []
     for o in said:
-        if o.verb == losses.EQUAL_WEIGHTS_VERB and not gathered_cells(plan):
-            out.append((Code.STATS_ONE_CELL, f"'loss[aux]: {o.verb}': the path gathers the statistics of no two "
-                        "router calls (each device's microbatch alone), so there are no cells to weight", o.span,
-                        ("equal weights matter where f or P is gathered over the microbatches (stats_per_step) or "
-                         "over axes that split the tokens",)))
+        dims = equal_dims(o)
+        lone = [d for d in dims if d not in gathered_cells(plan)] or (["no axis"] if o.axes == () else [])
+        if lone and o.verb in (losses.EQUAL_WEIGHTS_VERB, losses.EQUAL_MICROBATCH_VERB):
+            shown = f"{o.verb} over ({', '.join(o.axes or ())})" if o.axes is not None else o.verb
+            out.append((Code.STATS_ONE_CELL, f"'loss[aux]: {shown}': the path does not gather the statistics over "
+                        f"{', '.join(lone)}, so there are no router calls to weight there", o.span,
+                        (f"the path gathers f or P over: {', '.join(gathered_cells(plan)) or 'no router calls'}",)))
         tf = plan.model.transformer
         nums = [getattr(tf, n, None) for n in ("capacity_factor", "experts", "top_k")] if tf is not None else []
         cf, e, k = (fold(x, {}) for x in nums) if nums else (None, None, None)
