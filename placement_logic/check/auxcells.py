@@ -132,8 +132,8 @@ def describe(kind, v, e: int, k: int, cf: Fraction, per: int) -> str:
         return (f"the router calls at {kind[1]}=0 hold one real token choosing experts {', '.join(map(str, range(k)))}"
                 f"{' and one padded position' if v.padding else ''}, the others two real tokens choosing "
                 f"{', '.join(map(str, range(1, k + 1)))}, probability 1/{k} on each chosen expert")
-    return (f"{per} token(s) per shard, each choosing experts {', '.join(map(str, range(k)))} (probability 2/{e + k} on "
-            f"each, 1/{e + k} on the others); capacity_factor = {cf}: each expert keeps ⌈{cf}·{k}·N/{e}⌉ slots of a "
+    return (f"{per} token(s) per shard, each choosing experts {', '.join(map(str, range(k)))} (probability "
+            f"{Fraction(2, e + k)} on each, {Fraction(1, e + k)} on the others); capacity_factor = {cf}: each expert keeps ⌈{cf}·{k}·N/{e}⌉ slots of a "
             "router call of N tokens" + (", every column padded up to it" if kind[1] == PAD else ""))
 
 
