@@ -13,7 +13,11 @@ random routings. A path may take the mean probabilities over a group of their ow
 (AXES)`): each cell of tokens sharing both groups computes E · Σ f_i P_i with its f-group's f and
 its P-group's P, and the path's value is the mean over the cells. Every sequence's shards carry
 padded positions besides their tokens; the objective counts the real tokens only, the path the
-padded ones too where it says so (`stats_count_padding`).
+padded ones too where it says so (`stats_count_padding`). A layout may give the shards unequal
+real-token counts (`uneven_layout`); a path may average its router calls' (a rank's microbatch)
+own f and P with equal weights over some axes or the microbatches (`stats_equal_cell_weights`,
+`stats_equal_microbatch_weights`), and count f on each call's map after the capacity step, built
+token by token (`stats_after_capacity`, `stats_capacity_padded`: `capacity_map`).
 """
 
 from __future__ import annotations
