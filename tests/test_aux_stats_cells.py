@@ -175,11 +175,16 @@ def test_padding_to_capacity_with_every_expert_chosen_changes_nothing():
     assert not _simulated(spec.plan("p"), "per_microbatch", experts=2, top_k=2)
 
 
-def test_dropping_at_a_large_symbolic_factor_is_proved():
-    """capacity_factor = cf with cf >= 4 = E/k stated as a let: no call loses a token."""
-    text = text_of("per_microbatch", {"p": DROP}, "cf").replace("model {", "let cf = 4\n\nmodel {", 1)
-    spec = load_string(text, "auxcells.place")
-    assert _ob(spec, "p").verdict is Verdict.PROVED
+def test_a_capacity_factor_bound_by_a_let_is_read_through_it():
+    """capacity_factor = cf: cf = 4 = E/k drops nothing (PL265); cf = 3 drops (refuted)."""
+    for cf, code in (("4", "PL265"), ("3", None)):
+        text = text_of("per_microbatch", {"p": DROP}, "cf").replace("model {", f"let cf = {cf}\n\nmodel {{", 1)
+        if code:
+            with pytest.raises(DiagnosticError) as exc:
+                load_string(text, "auxcells.place")
+            assert exc.value.diagnostics[0].code == code
+        else:
+            assert _ob(load_string(text, "auxcells.place"), "p").verdict is Verdict.REFUTED
 
 
 @pytest.mark.parametrize("body,cf,axes,code", [

@@ -66,7 +66,8 @@ def negation_conds(env, plan, v, e, k, cf_term):
     the map is padded to capacity."""
     out = [((UNEVEN, d), env.real(env.size(d)) >= 2) for d in sorted(v.equal)]
     if v.capacity == DROP:
-        out.append(((CAPACITY, DROP), cf_term * k < e))
+        drops = cf_term * k < e
+        out.append(((CAPACITY, DROP), z3.BoolVal(drops, env.sess.ctx) if isinstance(drops, bool) else drops))
     elif v.capacity == PAD:
         out.append(((CAPACITY, PAD), z3.BoolVal(True, env.sess.ctx)))
     return out

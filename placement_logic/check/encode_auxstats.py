@@ -62,7 +62,8 @@ def negation(env: en.Env, plan: ir.Plan, v: StatsView):
         sizes = env.size_values(model)
         numbers = {"experts": value_of(model, e), "top_k": value_of(model, k), SEQUENCES: value_of(model, b)}
         whole = {n: int(x) if Fraction(x).denominator == 1 else 0 for n, x in numbers.items()}
-        return {"kind": "aux_stats", "sizes": sizes, "dim": dim, **whole, "capacity_factor": Fraction(value_of(model, cf))}
+        factor = Fraction(cf if isinstance(cf, (int, Fraction)) else value_of(model, cf))  # a let folds to a number
+        return {"kind": "aux_stats", "sizes": sizes, "dim": dim, **whole, "capacity_factor": factor}
 
     return cons, extract
 

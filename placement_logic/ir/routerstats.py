@@ -38,7 +38,7 @@ def stated(plan, verbs: tuple[str, ...] = losses.GROUP_VERBS):
     return found[-1] if found else None
 
 
-def problems(plan) -> list[tuple[str, str, object, tuple[str, ...]]]:
+def problems(plan, bindings=None) -> list[tuple[str, str, object, tuple[str, ...]]]:
     """(code, message, span, notes) for each statement about the statistics that no step can read: one
     in a plan whose model states no ``aux_stats`` (PL214), an axis named twice or one whose ranks hold the
     same tokens (PL215). Resolution reports them, so every command (check, cost, ...) refuses the plan."""
@@ -60,7 +60,7 @@ def problems(plan) -> list[tuple[str, str, object, tuple[str, ...]]]:
                 out.append((Code.STATS_AXIS, f"'loss[aux]: {o.verb} over ({', '.join(axes)})': the ranks of {a} hold the "
                             "same tokens, so the router's statistics do not differ over it", o.span,
                             (f"the axes that split the router's tokens here: {', '.join(token) or 'none'}",)))
-    return out or _cell_problems(plan, said)  # PL264, PL265 once the axes are sound
+    return out or _cell_problems(plan, said, bindings or {})  # PL264, PL265 once the axes are sound
 
 
 def gathered_cells(plan) -> tuple[str, ...]:
@@ -81,9 +81,9 @@ def equal_dims(o) -> tuple[str, ...]:
     return ("microbatches",) if o.verb == losses.EQUAL_MICROBATCH_VERB else ()
 
 
-def _cell_problems(plan, said) -> list:
+def _cell_problems(plan, said, bindings) -> list:
     """PL264 for equal weights over a dimension whose router calls the path does not combine; PL265 for a capacity step
-    that drops nothing: capacity_factor >= experts / top_k, each a constant."""
+    that drops nothing: capacity_factor >= experts / top_k, each a number (through the spec's ``bindings``)."""
     out = []
     for o in said:
         dims = equal_dims(o)
@@ -95,7 +95,7 @@ def _cell_problems(plan, said) -> list:
                         (f"the path gathers f or P over: {', '.join(gathered_cells(plan)) or 'no router calls'}",)))
         tf = plan.model.transformer
         nums = [getattr(tf, n, None) for n in ("capacity_factor", "experts", "top_k")] if tf is not None else []
-        cf, e, k = (fold(x, {}) for x in nums) if nums else (None, None, None)
+        cf, e, k = (fold(x, bindings) for x in nums) if nums else (None, None, None)
         if o.verb == losses.CAPACITY_VERBS[0] and None not in (cf, e, k):
             if cf * k >= e:
                 out.append((Code.CAPACITY_NEVER_DROPS, f"'loss[aux]: {o.verb}': capacity_factor = {cf} is at least "
