@@ -5,8 +5,9 @@ A router call is one device's microbatch (its coordinates on the token axes and 
 objective pools a group's tokens: f_i = (slots on i) / (k · real tokens of the group), P_i likewise, so
 a call holding more real tokens weighs more. Two departures of a path:
 
-* ``override loss[aux]: stats_equal_cell_weights``: the statistics of the calls a group gathers are
-  combined with equal weights: each call's f and P normalised by its own real-token count, then
+* ``override loss[aux]: stats_equal_cell_weights over (AXES)`` (over the ranks of AXES) and
+  ``stats_equal_microbatch_weights`` (over the step's microbatches): the statistics of the calls a group
+  gathers there are combined with equal weights: each call's f and P normalised by its own real-token count, then
   averaged (NVIDIA/Megatron-LM#7197: the running counts of ``global_aux_loss`` divided as though every
   microbatch held the current one's tokens). Equal counts give the pooled value; where the counts differ
   (padding spread unevenly: a short last sequence, packs of unequal fill) the mean of fractions weighs a
