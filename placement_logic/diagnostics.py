@@ -190,6 +190,11 @@ CODES: dict[str, tuple[str, str]] = {
               "(AXIS) ranks (...)) that is a rank of the axis at no size the axis can take."),
     "PL260": ("norm-rank-sets-twice", "Two norm counts on rank sets (override clip_norm[g]: rank0_only, "
               "count_on_ranks) over one axis reaching one parameter group."),
+    # the aux term's statistics over router calls and capacity (check.auxcells, where the plan is resolved)
+    "PL264": ("stats-one-cell", "loss[aux]: stats_equal_cell_weights over (AXES) or stats_equal_microbatch_weights "
+              "over a dimension whose router calls the path never combines: there is nothing to weight."),
+    "PL265": ("capacity-never-drops", "loss[aux]: stats_after_capacity where the model's capacity_factor is at least "
+              "experts / top_k: no expert's capacity is ever exceeded."),
     # usage: PL3xx
     "PL301": ("bad-set", "A --set option that is not NAME=NUMBER or names nothing in the spec."),
     "PL302": ("unknown-plan", "A --plan option that names no plan in the spec."),
@@ -326,6 +331,8 @@ class Code(StrEnum):
     CE_TERM_UNSTATED = "PL253"
     RANK_NEVER_IN_RANGE = "PL259"
     NORM_RANK_SETS_TWICE = "PL260"
+    STATS_ONE_CELL = "PL264"
+    CAPACITY_NEVER_DROPS = "PL265"
     BAD_SET = "PL301"
     UNKNOWN_PLAN = "PL302"
     SWEEP_TOO_LARGE = "PL310"

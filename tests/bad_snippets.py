@@ -104,6 +104,16 @@ CATALOGUE = [
      "  transformer { hidden = 1024  layers = 8  heads = 16  vocab = 32000  experts = 8  top_k = 2 }\n"
      "  losses { aux = per_microbatch_mean  aux_stats = per_microbatch }\n}\nmesh { dp = 8  tp = 2 }\n"
      "plan p { dp: ddp  tp: megatron_tp  override loss[aux]: stats_per_microbatch over (tp) }\n"),
+    ("stats-one-cell", "PL264", 7, 19, "the path does not gather the statistics over microbatches",
+     "from std.data import ddp\nmodel {\n"
+     "  transformer { hidden = 1024  layers = 8  heads = 16  vocab = 32000  experts = 8  top_k = 2 }\n"
+     "  losses { aux = per_microbatch_mean  aux_stats = per_microbatch }\n}\nmesh { dp = 8 }\n"
+     "plan p { dp: ddp  override loss[aux]: stats_equal_microbatch_weights }\n"),
+    ("capacity-never-drops", "PL265", 7, 19, "no token is dropped and the statement changes nothing",
+     "from std.data import ddp\nmodel {\n  transformer { hidden = 1024  layers = 8  heads = 16  vocab = 32000  "
+     "experts = 8  top_k = 2  capacity_factor = 4 }\n"
+     "  losses { aux = per_microbatch_mean  aux_stats = global_batch }\n}\nmesh { dp = 8 }\n"
+     "plan p { dp: ddp  override loss[aux]: stats_after_capacity }\n"),
     ("impossible-shape", "PL130", 8, 10, "the attention heads (30) cannot be split evenly over tp (4)",
      "from std.tensor import megatron_tp\n"
      "model { transformer { hidden = 960  layers = 2  heads = 30  vocab = 128 } }\n"

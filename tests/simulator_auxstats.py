@@ -13,7 +13,11 @@ random routings. A path may take the mean probabilities over a group of their ow
 (AXES)`): each cell of tokens sharing both groups computes E · Σ f_i P_i with its f-group's f and
 its P-group's P, and the path's value is the mean over the cells. Every sequence's shards carry
 padded positions besides their tokens; the objective counts the real tokens only, the path the
-padded ones too where it says so (`stats_count_padding`).
+padded ones too where it says so (`stats_count_padding`). A layout may give the shards unequal
+real-token counts (`uneven_layout`); a path may average its router calls' (a rank's microbatch)
+own f and P with equal weights over some axes or the microbatches (`stats_equal_cell_weights`,
+`stats_equal_microbatch_weights`), and count f on each call's map after the capacity step, built
+token by token (`stats_after_capacity`, `stats_capacity_padded`: `capacity_map`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from fractions import Fraction
 from itertools import product
 
 from placement_logic import ir
+from placement_logic.ir.walker import fold
 
 PER_SHARD = 2  # tokens of a sequence on each rank that holds a part of it
 PAD_PER_SHARD = 1  # padded positions beside them, where a batch is padded
@@ -42,21 +47,30 @@ def token_layout(plan: ir.Plan) -> tuple[list[str], list[str]]:
 
 
 def tokens(plan: ir.Plan, sizes: dict[str, int], sequences: int, padding: bool = False, real: int = PER_SHARD,
-           pads: int = PAD_PER_SHARD) -> list[dict]:
+           pads: int = PAD_PER_SHARD, layout=None) -> list[dict]:
     """Every token: the coordinates of the rank routing it, its microbatch, sequence and position, and
-    whether it is a padded position (``padding``: ``pads`` of them after each shard's ``real`` tokens)."""
+    whether it is a padded position (``padding``: ``pads`` of them after each shard's ``real`` tokens).
+    ``layout(rank, mb, seq)``, where given, says each shard's (real tokens, padded positions) instead."""
     whole, parts = token_layout(plan)
     out = []
     part_ranks = list(product(*[range(sizes[a]) for a in parts]))
-    per = real + (pads if padding else 0)
     for w in product(*[range(sizes[a]) for a in whole]):
         for mb in range(sizes["microbatches"]):
             for s in range(sequences):
                 for block, pr in enumerate(part_ranks):
-                    for i in range(per):
-                        rank = dict(zip(whole, w)) | dict(zip(parts, pr))
-                        out.append({"rank": rank, "mb": mb, "seq": s, "pos": block * per + i, "pad": i >= real})
+                    rank = dict(zip(whole, w)) | dict(zip(parts, pr))
+                    n_real, n_pad = layout(rank, mb, s) if layout else (real, pads if padding else 0)
+                    for i in range(n_real + n_pad):
+                        out.append({"rank": rank, "mb": mb, "seq": s, "pos": (block, i), "pad": i >= n_real})
     return out
+
+
+def uneven_layout(rank: dict, mb: int, seq: int) -> tuple[int, int]:
+    """Padding spread unevenly: a shard holds 2 real tokens, or 1 and a padded position, by the parity of
+    its rank's coordinates and microbatch (a padded batch of width 2 whose real lengths differ from call to
+    call; the sequence ``seq`` of a call plays no part)."""
+    odd = (mb + sum(rank.values())) % 2
+    return (1, 1) if odd else (2, 0)
 
 
 def objective_key(scope: str, t: dict, whole: list[str]):
@@ -98,27 +112,91 @@ def counts_padding(plan: ir.Plan) -> bool:
     return any(o.target == "loss" and o.group == "aux" and o.verb == "stats_count_padding" for o in plan.overrides)
 
 
-def cell_loss(routed: list, fverb: str, faxes: tuple, pverb: str, paxes: tuple, experts: int, top_k: int) -> Fraction:
+def equal_weights(plan: ir.Plan) -> set[str]:
+    """The axes (and "microbatches") over which the path averages its router calls' own statistics."""
+    out: set[str] = set()
+    for o in plan.overrides:
+        if o.target == "loss" and o.group == "aux" and o.verb == "stats_equal_cell_weights":
+            out |= set(o.axes or ())
+        if o.target == "loss" and o.group == "aux" and o.verb == "stats_equal_microbatch_weights":
+            out.add("microbatches")
+    return out
+
+
+def capacity_step(plan: ir.Plan):
+    """("drop" | "pad", the model's capacity factor) where the path counts f after the capacity step, else None."""
+    modes = {"stats_after_capacity": "drop", "stats_capacity_padded": "pad"}
+    found = [modes[o.verb] for o in plan.overrides if o.target == "loss" and o.group == "aux" and o.verb in modes]
+    return (found[-1], fold(plan.model.transformer.capacity_factor, {})) if found else None
+
+
+def call_of(t: dict) -> tuple:
+    """The router call a token is routed in: its rank and microbatch (every sequence of it at once)."""
+    return tuple(sorted(t["rank"].items())), t["mb"]
+
+
+def capacity_map(routed: list, experts: int, top_k: int, capacity) -> list:
+    """Each token's experts in the map the path counts f on: its top-k, or, with ``capacity`` = (mode, factor),
+    per router call of N tokens (taken by sequence, then position) the first C = ceil(factor·k·N/E) tokens that
+    chose each expert; mode "pad" then marks further tokens of the call, first ones first, until the expert's
+    column holds min(C, N)."""
+    if capacity is None:
+        return [set(r[0]) for _, r in routed]
+    mode, factor = capacity
+    calls: dict = {}
+    for n, (t, _) in enumerate(routed):
+        calls.setdefault(call_of(t), []).append(n)
+    out = [set() for _ in routed]
+    for members in calls.values():
+        members = sorted(members, key=lambda n: (routed[n][0]["seq"], routed[n][0]["pos"]))
+        size = len(members)
+        cap = -(-(Fraction(factor) * top_k * size) // experts)  # the ceiling
+        for i in range(experts):
+            kept = [n for n in members if i in routed[n][1][0]][:cap]
+            if mode == "pad":
+                kept += [n for n in members if n not in kept][:max(0, min(cap, size) - len(kept))]
+            for n in kept:
+                out[n].add(i)
+    return out
+
+
+def group_fractions(members: list, experts: int, top_k: int, equal: set[str]):
+    """(f, P) of a group: ``members`` are (token, routing, marked experts); pooled over the group, or, over the
+    dimensions of ``equal`` (axes, "microbatches"), the mean over the parts of the group that differ there of
+    each part's own pooled (f, P)."""
+    parts: dict = {}
+    for t, r, marked in members:
+        where = tuple(t["rank"].get(a) for a in sorted(equal - {"microbatches"}))
+        parts.setdefault(where + ((t["mb"],) if "microbatches" in equal else ()), []).append((r, marked))
+    fs, ps = [], []
+    for part in parts.values():
+        n = len(part)
+        fs.append([Fraction(sum(1 for _, m in part if i in m), n * top_k) for i in range(experts)])
+        ps.append([sum((r[1][i] for r, _ in part), Fraction(0)) / n for i in range(experts)])
+    return ([sum(x[i] for x in fs) / len(fs) for i in range(experts)],
+            [sum(x[i] for x in ps) / len(ps) for i in range(experts)])
+
+
+def cell_loss(routed: list, fverb: str, faxes: tuple, pverb: str, paxes: tuple, experts: int, top_k: int,
+              equal: frozenset[str] = frozenset(), capacity=None) -> Fraction:
     """A path's value when each rank's statistics are its own code's: f summed over f's group, P over P's,
     each cell (the tokens sharing both) taking E · Σ f_i P_i, the mean over the cells. ``routed``: (token,
-    routing) pairs of the tokens the path counts."""
+    routing) pairs of the tokens the path counts. ``equal``: over these dimensions a group's f and P are the
+    mean of its router calls' own; ``capacity``: f is counted on the map after the capacity step (``capacity_map``)."""
+    marks = capacity_map(routed, experts, top_k, capacity)
     fgroups: dict = {}
     pgroups: dict = {}
     cells: set = set()
-    for t, r in routed:
+    for (t, r), m in zip(routed, marks):
         fk, pk = path_key(fverb, faxes, t), path_key(pverb, paxes, t)
-        fgroups.setdefault(fk, []).append(r)
-        pgroups.setdefault(pk, []).append(r)
+        fgroups.setdefault(fk, []).append((t, r, m))
+        pgroups.setdefault(pk, []).append((t, r, m))
         cells.add((fk, pk))
     total = Fraction(0)
     for fk, pk in cells:
-        slots = [0] * experts
-        for chosen, _ in fgroups[fk]:
-            for i in chosen:
-                slots[i] += 1
-        ps = pgroups[pk]
-        mean = [sum((p[i] for _, p in ps), Fraction(0)) / len(ps) for i in range(experts)]
-        total += experts * sum(Fraction(slots[i], len(fgroups[fk]) * top_k) * mean[i] for i in range(experts))
+        f, _ = group_fractions(fgroups[fk], experts, top_k, equal)
+        _, mean = group_fractions(pgroups[pk], experts, top_k, equal)
+        total += experts * sum(f[i] * mean[i] for i in range(experts))
     return total / len(cells)
 
 
@@ -146,9 +224,10 @@ def random_routing(rng: random.Random, experts: int, top_k: int):
 
 
 def values(plan: ir.Plan, scope: str, sizes: dict[str, int], sequences: int, experts: int, top_k: int,
-           rng: random.Random) -> tuple[Fraction, Fraction]:
+           rng: random.Random, layout=None) -> tuple[Fraction, Fraction]:
     """(the path's value, the objective's value) on one random routing."""
-    routed = [(t, random_routing(rng, experts, top_k)) for t in tokens(plan, sizes, sequences, padding=True)]
+    routed = [(t, random_routing(rng, experts, top_k))
+              for t in tokens(plan, sizes, sequences, padding=True, layout=layout)]
     return path_and_objective(plan, scope, routed, experts, top_k)
 
 
@@ -165,10 +244,12 @@ def path_and_objective(plan: ir.Plan, scope: str, routed: list, experts: int, to
         if not t["pad"]:
             want.setdefault(objective_key(scope, t, whole), []).append(r)
     counted = [(t, r) for t, r in routed if pad or not t["pad"]]
-    return cell_loss(counted, verb, axes, pverb, paxes, experts, top_k), loss(want, experts, top_k)
+    got = cell_loss(counted, verb, axes, pverb, paxes, experts, top_k, equal_weights(plan), capacity_step(plan))
+    return got, loss(want, experts, top_k)
 
 
 def differs(plan: ir.Plan, scope: str, sizes: dict[str, int], sequences: int, experts: int, top_k: int,
-            rng: random.Random, tries: int = 6) -> bool:
+            rng: random.Random, tries: int = 6, layout=None) -> bool:
     """Whether some random routing gives the path a value other than the objective's."""
-    return any(a != b for a, b in (values(plan, scope, sizes, sequences, experts, top_k, rng) for _ in range(tries)))
+    return any(a != b for a, b in (values(plan, scope, sizes, sequences, experts, top_k, rng, layout)
+                                   for _ in range(tries)))

@@ -54,6 +54,7 @@ from ..diagnostics import Span
 from ..ir import losses as terms
 from ..ir import routerstats
 from ..ir.overrides import OverrideTarget, OverrideVerb
+from . import auxcells
 from . import replay as rp
 from .dims import MICROBATCHES
 from .report import Counterexample
@@ -84,6 +85,8 @@ class StatsView:
     f_gathered: frozenset[str] = frozenset()  # the dimensions the routing fractions f are gathered over
     p_gathered: frozenset[str] = frozenset()  # those the mean probabilities P are gathered over
     padding: bool = False  # the statistics count the padded positions (``stats_count_padding``)
+    equal: frozenset[str] = frozenset()  # call dimensions weighted equally (``stats_equal_cell_weights``, auxcells)
+    capacity: str | None = None  # f after the capacity step: auxcells.DROP or PAD (``stats_after_capacity``, ...)
 
 
 def _gathered(o, default: frozenset[str]) -> frozenset[str]:
@@ -114,9 +117,16 @@ def view(plan: ir.Plan) -> StatsView | None:
     p = _gathered(po, f)
     texts = [f"loss[aux]: {o.verb} over ({', '.join(o.axes or ())})" for o in (fo, po) if o is not None]
     texts += [f"loss[aux]: {terms.PADDING_VERB}"] if pad else []
-    where = (pad or [o for o in (po, fo) if o is not None] or [None])[-1]
+    extra = [o for o in plan.overrides if o.target == OverrideTarget.LOSS and o.verb in auxcells_verbs()]
+    texts += [f"loss[aux]: {o.verb}" + (f" over ({', '.join(o.axes)})" if o.axes is not None else "") for o in extra]
+    where = (extra or pad or [o for o in (po, fo) if o is not None] or [None])[-1]
     return StatsView(objective, token, split, wanted, effective(f, p), "; ".join(texts) or None,
-                     where.span if where is not None else span, f, p, bool(pad))
+                     where.span if where is not None else span, f, p, bool(pad),
+                     auxcells.equal_dims(plan, effective(f, p)), auxcells.stated(plan)[1])
+
+
+def auxcells_verbs() -> tuple[str, ...]:
+    return (terms.EQUAL_WEIGHTS_VERB, terms.EQUAL_MICROBATCH_VERB) + terms.CAPACITY_VERBS
 
 
 def _dims(v: StatsView) -> tuple[str, ...]:
@@ -124,32 +134,45 @@ def _dims(v: StatsView) -> tuple[str, ...]:
 
 
 def aux_value(cells: dict[tuple, list[tuple[tuple[int, ...], tuple[Fraction, ...]]]], names: tuple[str, ...],
-              f_gathered: frozenset[str], p_gathered: frozenset[str], experts: int, top_k: int) -> Fraction:
+              f_gathered: frozenset[str], p_gathered: frozenset[str], experts: int, top_k: int,
+              equal: frozenset[str] = frozenset(), capacity: tuple[str, Fraction] | None = None) -> Fraction:
     """The term's value computed as a path does: each cell (the tokens sharing the coordinates outside
     the dimensions both f and P gather) takes E · Σ f_i P_i with f from its f-group (the cells sharing
     the coordinates outside ``f_gathered``) and P from its P-group, and the term is the mean over the
-    cells. ``cells`` maps a shard's coordinates to its tokens, each (its chosen experts, its probabilities)."""
-    def group(gathered):
+    cells. ``cells`` maps a shard's coordinates to its tokens, each (its chosen experts, its probabilities).
+    Over the dimensions of ``equal`` a group's f and P are the mean of its parts' (check.auxcells); f counts
+    the routing map after ``capacity`` (mode, capacity factor) where one is given."""
+    seq = names.index(SEQUENCES)
+    calls: dict = {}
+    for coord in sorted(cells):
+        for j, (chosen, _) in enumerate(cells[coord]):
+            calls.setdefault(coord[:seq] + coord[seq + 1:], []).append(((coord, j), chosen))
+    routed = auxcells.marked(calls, experts, top_k, capacity)
+
+    def key(gathered):
         keep = [i for i, n in enumerate(names) if n not in gathered]
         return lambda coord: tuple(coord[i] for i in keep)
-    fkey, pkey, ckey = group(f_gathered), group(p_gathered), group(f_gathered & p_gathered)
-    slots: dict = {}
-    probs: dict = {}
-    for coord, toks in cells.items():
-        n = slots.setdefault(fkey(coord), [0, [0] * experts])
-        q = probs.setdefault(pkey(coord), [0, [Fraction(0)] * experts])
-        for chosen, pr in toks:
-            n[0] += 1
-            q[0] += 1
-            for i in chosen:
-                n[1][i] += 1
-            for i in range(experts):
-                q[1][i] += pr[i]
+
+    def fractions(gathered, pick):
+        """Per group: the mean over its parts (equal weights over ``equal``) of the parts' pooled fractions."""
+        gkey, skey = key(gathered), key(gathered - equal)
+        parts: dict = {}
+        for coord, toks in cells.items():
+            n = parts.setdefault(skey(coord), [gkey(coord), 0, [Fraction(0)] * experts])
+            for j, tok in enumerate(toks):
+                n[1] += 1
+                for i, x in pick(coord, j, tok):
+                    n[2][i] += x
+        out: dict = {}
+        for g, count, mass in parts.values():
+            out.setdefault(g, []).append([m / count for m in mass])
+        return {g: [sum(col) / len(vs) for col in zip(*vs)] for g, vs in out.items()}
+
+    f = fractions(f_gathered, lambda c, j, tok: ((i, Fraction(1, top_k)) for i in routed[(c, j)]))
+    p = fractions(p_gathered, lambda c, j, tok: enumerate(tok[1]))
+    fkey, pkey, ckey = key(f_gathered), key(p_gathered), key(f_gathered & p_gathered)
     units = {ckey(coord): coord for coord in cells}
-    total = Fraction(0)
-    for coord in units.values():
-        (nf, count), (np_, mass) = slots[fkey(coord)], probs[pkey(coord)]
-        total += experts * sum(Fraction(count[i], top_k * nf) * mass[i] / np_ for i in range(experts))
+    total = sum((experts * sum(a * b for a, b in zip(f[fkey(c)], p[pkey(c)])) for c in units.values()), Fraction(0))
     return total / len(units)
 
 
@@ -169,6 +192,8 @@ def replay(ctx: rp.Context, w: dict, v: StatsView) -> Counterexample | None:
     sizes[SEQUENCES] = w[SEQUENCES]
     e, k, dim = w["experts"], w["top_k"], w["dim"]
     names = _dims(v)
+    if isinstance(dim, tuple):  # unequal calls or the capacity step (check.auxcells)
+        return _replay_cells(ctx, w, v, sizes, names)
     if not (e >= 2 and 1 <= k < e and (dim == PADDING or sizes[dim] >= 2)):
         return None
     c0, c1 = tuple(range(k)), tuple(range(1, k + 1))
@@ -177,7 +202,8 @@ def replay(ctx: rp.Context, w: dict, v: StatsView) -> Counterexample | None:
         chosen = (c1 if padded else c0) if dim == PADDING else c0 if coord[names.index(dim)] == 0 else c1
         return chosen, tuple(Fraction(1, k) if i in chosen else Fraction(0) for i in range(e))
 
-    got = aux_value(_cells(sizes, names, route, v.padding), names, v.f_gathered, v.p_gathered, e, k)
+    cap = (v.capacity, w["capacity_factor"]) if v.capacity else None
+    got = aux_value(_cells(sizes, names, route, v.padding), names, v.f_gathered, v.p_gathered, e, k, v.equal, cap)
     want = aux_value(_cells(sizes, names, route, False), names, v.wanted, v.wanted, e, k)
     if got == want:
         return None
@@ -190,9 +216,53 @@ def replay(ctx: rp.Context, w: dict, v: StatsView) -> Counterexample | None:
     values = (
         ("objective", f"aux_stats = {v.objective}: statistics {SCOPE_TEXT[v.objective]} ({shown(v.wanted)}), "
                       "real tokens only"),
-        ("path", f"{v.stated or 'derived'}: {path}" + (", padded positions counted" if v.padding else "")),
+        ("path", _path_text(v, path)),
         ("routing", f"E = {e} experts, top-{k}; one token per shard" + (" and one padded position beside it"
                     if v.padding else "") + f"; {what}, probability 1/{k} on each chosen expert"),
+        ("sequences per microbatch", str(sizes[SEQUENCES])),
+    )
+    eq = (f"aux on this path = {rp._frac(got)} (mean over its cells of E·Σ f_i·P_i), but the objective's "
+          f"grouping gives {rp._frac(want)}")
+    return Counterexample(ctx.sizes_tuple(w["sizes"]), (("observer", "every device"),), values, eq,
+                          tuple(diagnose(v)), ctx.command(w["sizes"]))
+
+
+def _path_text(v: StatsView, path: str) -> str:
+    return (f"{v.stated or 'derived'}: {path}" + (", padded positions counted" if v.padding else "")
+            + (f", the router calls weighted equally over {', '.join(d for d in _dims(v) if d in v.equal)}"
+               if v.equal else "")
+            + {None: "", auxcells.DROP: ", f after the capacity step (dropped tokens missing)",
+               auxcells.PAD: ", f on the map padded to capacity"}[v.capacity])
+
+
+def _replay_cells(ctx: rp.Context, w: dict, v: StatsView, sizes: dict, names: tuple[str, ...]):
+    """The witness of check.auxcells: calls of unequal real-token counts, or every token routed alike with as
+    many tokens per shard as make the capacity step drop or pad."""
+    e, k, kind = w["experts"], w["top_k"], w["dim"]
+    cf = w.get("capacity_factor", Fraction(1))
+    if not (e >= 2 and 1 <= k < e) or (kind[0] == auxcells.UNEVEN and sizes[kind[1]] < 2):
+        return None
+    cap = (v.capacity, cf) if v.capacity else None
+    per = 1
+    if kind[0] == auxcells.UNEVEN:
+        cells = auxcells.uneven_cells(sizes, names, kind[1], e, k, v.padding)
+        real = {c: ts[:1] if len(ts) == 2 and c[names.index(kind[1])] == 0 and v.padding else ts
+                for c, ts in cells.items()}
+    else:
+        if kind[1] == auxcells.DROP and cf * k >= e:
+            return None
+        per = auxcells.capacity_per_shard(cf, e, k, sizes[SEQUENCES])
+        cells = real = auxcells.uniform_cells(sizes, names, per, e, k)
+    got = aux_value(cells, names, v.f_gathered, v.p_gathered, e, k, v.equal, cap)
+    want = aux_value(real, names, v.wanted, v.wanted, e, k)
+    if got == want:
+        return None
+    shown = lambda s: ", ".join(n for n in names if n in s) or "nothing: each rank's own tokens"  # noqa: E731
+    values = (
+        ("objective", f"aux_stats = {v.objective}: statistics {SCOPE_TEXT[v.objective]} ({shown(v.wanted)}), "
+                      "real tokens pooled, f on the router's top-k"),
+        ("path", _path_text(v, f"f gathered over ({shown(v.f_gathered)}), P over ({shown(v.p_gathered)})")),
+        ("routing", f"E = {e} experts, top-{k}; " + auxcells.describe(kind, v, e, k, cf, per)),
         ("sequences per microbatch", str(sizes[SEQUENCES])),
     )
     eq = (f"aux on this path = {rp._frac(got)} (mean over its cells of E·Σ f_i·P_i), but the objective's "
@@ -222,4 +292,4 @@ def diagnose(v: StatsView) -> list[str]:
         out.append(f"the aux term's routing statistics are gathered over {what.get(d, d)}, which its objective "
                    f"({v.objective}) keeps apart{alone}: the balance of the union is penalised, not that of each "
                    "group")
-    return out
+    return out + auxcells.diagnose(v)

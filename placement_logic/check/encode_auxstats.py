@@ -17,6 +17,7 @@ import z3
 from .. import ir
 from ..ir import losses as terms
 from ..solver.session import value_of
+from . import auxcells
 from . import encode as en
 from . import replay as rp
 from .auxstats import PADDING, SCOPE_TEXT, SEQUENCES, StatsView, _dims, replay, view
@@ -50,6 +51,9 @@ def negation(env: en.Env, plan: ir.Plan, v: StatsView):
     differ = sorted(v.wanted ^ v.gathered, key=_dims(v).index)
     conds = [(PADDING, z3.BoolVal(True, env.sess.ctx))] if v.padding else []  # any batch with padding
     conds += [(d, (b if d == SEQUENCES else env.real(env.size(d))) >= 2) for d in differ]
+    tf = plan.model.transformer
+    cf = env.value(tf.capacity_factor) if tf is not None else z3.RealVal(1, env.sess.ctx)
+    conds += auxcells.negation_conds(env, plan, v, e, k, cf)  # unequal calls, the capacity step
     routing = z3.And(e >= 2, k < e, k >= 1)
     cons = side + [routing, z3.Or([c for _, c in conds]) if conds else z3.BoolVal(False, env.sess.ctx)]
 
@@ -58,7 +62,8 @@ def negation(env: en.Env, plan: ir.Plan, v: StatsView):
         sizes = env.size_values(model)
         numbers = {"experts": value_of(model, e), "top_k": value_of(model, k), SEQUENCES: value_of(model, b)}
         whole = {n: int(x) if Fraction(x).denominator == 1 else 0 for n, x in numbers.items()}
-        return {"kind": "aux_stats", "sizes": sizes, "dim": dim, **whole}
+        factor = Fraction(cf if isinstance(cf, (int, Fraction)) else value_of(model, cf))  # a let folds to a number
+        return {"kind": "aux_stats", "sizes": sizes, "dim": dim, **whole, "capacity_factor": factor}
 
     return cons, extract
 

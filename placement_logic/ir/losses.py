@@ -45,8 +45,18 @@ GROUP_VERBS: tuple[str, ...] = ("stats_per_sequence", "stats_per_microbatch", "s
 PROBS_VERBS: tuple[str, ...] = ("probs_per_sequence", "probs_per_microbatch", "probs_per_step")
 # the statistics taken over every position of the padded batch, padding included (f's and P's sums and counts)
 PADDING_VERB = "stats_count_padding"
+# the statistics of the router calls (each device's microbatch) a path gathers over the ranks of AXES (``over
+# (AXES)``), or over the step's microbatches, combined with equal weights: each call's f and P normalised by its
+# own real-token count and then averaged, not summed as counts (check.auxcells)
+EQUAL_WEIGHTS_VERB = "stats_equal_cell_weights"
+EQUAL_MICROBATCH_VERB = "stats_equal_microbatch_weights"
+# f taken from the routing map after the capacity step (each router call's tokens beyond an expert's capacity
+# dropped; or, padded to capacity, every expert's column filled up to it), not from the router's top-k
+CAPACITY_VERBS: tuple[str, ...] = ("stats_after_capacity", "stats_capacity_padded")
+# the statements about the aux term's statistics that take no 'over (AXES)'
+NO_AXES_VERBS: tuple[str, ...] = (PADDING_VERB, EQUAL_MICROBATCH_VERB) + CAPACITY_VERBS
 # every statement about the aux term's statistics (check.auxstats)
-STATS_VERBS: tuple[str, ...] = GROUP_VERBS + PROBS_VERBS + (PADDING_VERB,)
+STATS_VERBS: tuple[str, ...] = GROUP_VERBS + PROBS_VERBS + (EQUAL_WEIGHTS_VERB,) + NO_AXES_VERBS
 
 # the cross entropy's own extra terms (``losses { label_smoothing = true  logit_z_loss = true }``, check.actflow_loss):
 # label smoothing mixes the target's log-probability with the mean log-probability over the whole vocabulary,

@@ -83,6 +83,12 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "probs_per_microbatch": (True, False),
         "probs_per_step": (True, False),
         "stats_count_padding": (False, False),
+        # the router calls' statistics combined with equal weights over these axes or over the microbatches, and f
+        # from the post-capacity routing map (check.auxcells)
+        "stats_equal_cell_weights": (True, False),
+        "stats_equal_microbatch_weights": (False, False),
+        "stats_after_capacity": (False, False),
+        "stats_capacity_padded": (False, False),
     },
     "tokens": {
         "reduce": (True, False),  # token count summed over exactly these axes
@@ -242,6 +248,10 @@ class OverrideVerb(StrEnum):
     PROBS_PER_MICROBATCH = "probs_per_microbatch"
     PROBS_PER_STEP = "probs_per_step"
     STATS_COUNT_PADDING = "stats_count_padding"
+    STATS_EQUAL_CELL_WEIGHTS = "stats_equal_cell_weights"
+    STATS_EQUAL_MICROBATCH_WEIGHTS = "stats_equal_microbatch_weights"
+    STATS_AFTER_CAPACITY = "stats_after_capacity"
+    STATS_CAPACITY_PADDED = "stats_capacity_padded"
     EQUAL = "equal"
     CLAMP_BEFORE_REDUCE = "clamp_before_reduce"
     EPS_BEFORE_REDUCE = "eps_before_reduce"

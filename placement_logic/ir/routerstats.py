@@ -18,6 +18,7 @@ from .buffers import Collective, Kind, Payload, Phase, link_of
 from .buffers import PayloadTensor as PT
 from .nodes import Role, State
 from .overrides import OverrideTarget
+from .walker import fold
 
 
 def token_axes(plan) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -37,7 +38,7 @@ def stated(plan, verbs: tuple[str, ...] = losses.GROUP_VERBS):
     return found[-1] if found else None
 
 
-def problems(plan) -> list[tuple[str, str, object, tuple[str, ...]]]:
+def problems(plan, bindings=None) -> list[tuple[str, str, object, tuple[str, ...]]]:
     """(code, message, span, notes) for each statement about the statistics that no step can read: one
     in a plan whose model states no ``aux_stats`` (PL214), an axis named twice or one whose ranks hold the
     same tokens (PL215). Resolution reports them, so every command (check, cost, ...) refuses the plan."""
@@ -59,6 +60,48 @@ def problems(plan) -> list[tuple[str, str, object, tuple[str, ...]]]:
                 out.append((Code.STATS_AXIS, f"'loss[aux]: {o.verb} over ({', '.join(axes)})': the ranks of {a} hold the "
                             "same tokens, so the router's statistics do not differ over it", o.span,
                             (f"the axes that split the router's tokens here: {', '.join(token) or 'none'}",)))
+    return out or _cell_problems(plan, said, bindings or {})  # PL264, PL265 once the axes are sound
+
+
+def gathered_cells(plan) -> tuple[str, ...]:
+    """The dimensions of router calls (the token axes, and ``microbatches``) over which the path gathers f or P:
+    the calls whose statistics it combines."""
+    fo = stated(plan)
+    f = (tuple(objective_axes(plan)) + (("microbatches",) if plan.model.aux_stats[0] == "global_batch" else ())
+         if fo is None else tuple(fo.axes or ()) + (("microbatches",) if fo.verb.endswith("_per_step") else ()))
+    po = stated(plan, losses.PROBS_VERBS)
+    p = f if po is None else tuple(po.axes or ()) + (("microbatches",) if po.verb.endswith("_per_step") else ())
+    return tuple(dict.fromkeys(f + p))
+
+
+def equal_dims(o) -> tuple[str, ...]:
+    """The call dimensions a statement weights equally: its axes, or the microbatches (none for other verbs)."""
+    if o.verb == losses.EQUAL_WEIGHTS_VERB:
+        return tuple(o.axes or ())
+    return ("microbatches",) if o.verb == losses.EQUAL_MICROBATCH_VERB else ()
+
+
+def _cell_problems(plan, said, bindings) -> list:
+    """PL264 for equal weights over a dimension whose router calls the path does not combine; PL265 for a capacity step
+    that drops nothing: capacity_factor >= experts / top_k, each a number (through the spec's ``bindings``)."""
+    out = []
+    for o in said:
+        dims = equal_dims(o)
+        lone = [d for d in dims if d not in gathered_cells(plan)] or (["no axis"] if o.axes == () else [])
+        if lone and o.verb in (losses.EQUAL_WEIGHTS_VERB, losses.EQUAL_MICROBATCH_VERB):
+            shown = f"{o.verb} over ({', '.join(o.axes or ())})" if o.axes is not None else o.verb
+            out.append((Code.STATS_ONE_CELL, f"'loss[aux]: {shown}': the path does not gather the statistics over "
+                        f"{', '.join(lone)}, so there are no router calls to weight there", o.span,
+                        (f"the path gathers f or P over: {', '.join(gathered_cells(plan)) or 'no router calls'}",)))
+        tf = plan.model.transformer
+        nums = [getattr(tf, n, None) for n in ("capacity_factor", "experts", "top_k")] if tf is not None else []
+        cf, e, k = (fold(x, bindings) for x in nums) if nums else (None, None, None)
+        if o.verb == losses.CAPACITY_VERBS[0] and None not in (cf, e, k):
+            if cf * k >= e:
+                out.append((Code.CAPACITY_NEVER_DROPS, f"'loss[aux]: {o.verb}': capacity_factor = {cf} is at least "
+                            f"experts / top_k = {e}/{k}: each expert's capacity holds every token of a router call, so "
+                            "no token is dropped and the statement changes nothing", o.span,
+                            ("a capacity step drops tokens where capacity_factor < experts / top_k",)))
     return out
 
 

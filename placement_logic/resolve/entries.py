@@ -380,7 +380,7 @@ def _term_override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Valu
               "tokens, with no statistics over a group of tokens to scope", o.span,
               (f"statistics scopes apply to: {', '.join(ir_losses.STATS_TERMS)}",))
         return None
-    takes_over = o.verb == OverrideVerb.REDUCE or (stats and o.verb != ir_losses.PADDING_VERB)
+    takes_over = o.verb == OverrideVerb.REDUCE or (stats and o.verb not in ir_losses.NO_AXES_VERBS)
     takes_by = o.verb == OverrideVerb.DIVIDE
     if takes_over != (o.axes is not None) or takes_by != (o.by is not None):
         need = "needs 'over (axes...)'" if takes_over else "needs 'by <divisor>'" if takes_by else \

@@ -188,7 +188,7 @@ class PlanAssembler:
         mark = self.cx.mark()
         check_optimizer_overrides(self.vals, plan, draft.override_sites)
         check_shapes(plan, self.vals, self.cx.error)
-        for code, message, span, notes in routerstats.problems(plan):  # the aux term's statistics (check.auxstats)
+        for code, message, span, notes in routerstats.problems(plan, self.vals.values):  # the aux term's statistics (check.auxstats)
             self.cx.error(code, message, span, notes)
         if not self.cx.failed_since(mark):
             found = ill_typed(plan, lambda s, a: draft.mode_src.get((s, a), draft.bound.get(a, p.span)))

@@ -93,6 +93,7 @@ MODELS.update({
     "moe_aux_seq2": tuple("microbatch = 2" if line == "microbatch = 1" else line for line in MODELS["moe"])
     + (AUX_STATS.format("per_microbatch_mean", "per_sequence"),),
 })
+MODELS["moe_aux_global_k8"] = tuple(line.replace("top_k = 2", "top_k = 8") for line in MODELS["moe_aux_global"])
 
 GROUPS = {
     "plain": ("dense", "norms", "biases", "embedding"),
@@ -684,6 +685,26 @@ mutant("aux_counts_per_microbatch_probs_local_ep", "ep",
        "microbatches (`loss[aux]: stats_per_microbatch over (dp, ep)`, `probs_per_microbatch over ()`).",
        ["override loss[aux]: stats_per_microbatch over (dp, ep)", "override loss[aux]: probs_per_microbatch over ()"],
        ["GI aux_stats"], model="moe_aux_global")
+mutant("aux_equal_microbatch_weights_ep", "ep",
+       "a global-batch load-balancing loss whose counts are all-reduced over the data and expert ranks and "
+       "accumulated over the step, each microbatch's fractions weighted equally whatever its real tokens "
+       "(`loss[aux]: stats_equal_microbatch_weights`).",
+       ["override loss[aux]: stats_per_step over (dp, ep)", "override loss[aux]: stats_equal_microbatch_weights"],
+       ["GI aux_stats"], mirrors="global_aux_loss's running counts over the current microbatch's tokens "
+       "(NVIDIA/Megatron-LM#7197)", model="moe_aux_global")
+mutant("aux_equal_rank_weights_ep", "ep",
+       "a global-batch load-balancing loss whose data ranks' fractions are averaged with equal weights instead of "
+       "their counts summed (`loss[aux]: stats_equal_cell_weights over (dp)`).",
+       ["override loss[aux]: stats_per_step over (dp, ep)", "override loss[aux]: stats_equal_cell_weights over (dp)"],
+       ["GI aux_stats"], model="moe_aux_global")
+mutant("aux_after_capacity_ep", "ep",
+       "a sequence-wise load-balancing loss whose fractions are counted on the routing map after the capacity step, "
+       "the dropped tokens missing (`loss[aux]: stats_after_capacity`).", ["override loss[aux]: stats_after_capacity"],
+       ["GI aux_stats"], mirrors="seq_aux_loss on the capacity mask (NVIDIA/Megatron-LM#1513)", model="moe_aux_seq")
+mutant("aux_capacity_padded_ep", "ep",
+       "a per-microbatch load-balancing loss whose fractions are counted on the routing map padded to capacity "
+       "(`loss[aux]: stats_capacity_padded`).", ["override loss[aux]: stats_capacity_padded"], ["GI aux_stats"],
+       mirrors="seq_aux_loss with pad_to_capacity (NVIDIA/Megatron-LM#1617)", model="moe_aux_micro")
 mutant("aux_expert_ranks_not_averaged_ep", "ep",
        "the MoE auxiliary loss averaged over dp and the microbatches only: the expert ranks' values, each from "
        "its own tokens, are summed (`loss[aux]: divide by dp * 4`).",
@@ -1299,6 +1320,19 @@ for name, lines, why in [
 ]:
     bb = BASES["ep"]
     equivalent(name, bb.title, why + ".", list(bb.bind) + lines, "ep", model="moe_aux_global")
+
+# the calls weighted equally, the map padded to capacity: nothing changes where every token routes to every expert
+for name, line, why in [
+    ("aux_equal_weights_every_expert_ep", "override loss[aux]: stats_equal_microbatch_weights",
+     "a global-batch load-balancing loss over microbatches weighted equally with top-8 of 8 experts: every call's "
+     "f and P are 1/E per expert whatever its tokens, so any weighting of them gives the value 1"),
+    ("aux_capacity_padded_every_expert_ep", "override loss[aux]: stats_capacity_padded",
+     "a global-batch load-balancing loss counted on the map padded to capacity with top-8 of 8 experts: every "
+     "token already marks every expert, so no column is padded"),
+]:
+    bb = BASES["ep"]
+    equivalent(name, bb.title, why + ".", list(bb.bind) + ["override loss[aux]: stats_per_step over (dp, ep)", line],
+               "ep", model="moe_aux_global_k8")
 
 # copies combined by an average or a max: the value itself
 with_base("clip_average_copies_ddp", "ddp",
