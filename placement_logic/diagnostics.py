@@ -190,6 +190,9 @@ CODES: dict[str, tuple[str, str]] = {
               "(AXIS) ranks (...)) that is a rank of the axis at no size the axis can take."),
     "PL260": ("norm-rank-sets-twice", "Two norm counts on rank sets (override clip_norm[g]: rank0_only, "
               "count_on_ranks) over one axis reaching one parameter group."),
+    "PL267": ("rank-sets-overlap", "reduce_sets ... ranks ([...], ...) naming one rank in two sets (or twice in one)."),
+    "PL268": ("rank-sets-cover", "reduce_sets ... ranks ([...], ...) whose sets miss a rank of the axis or name one past it."),
+    "PL269": ("rank-sets-axis", "reduce_sets over no axis or several, or rank sets given to a verb that takes none."),
     # usage: PL3xx
     "PL301": ("bad-set", "A --set option that is not NAME=NUMBER or names nothing in the spec."),
     "PL302": ("unknown-plan", "A --plan option that names no plan in the spec."),
@@ -326,6 +329,9 @@ class Code(StrEnum):
     CE_TERM_UNSTATED = "PL253"
     RANK_NEVER_IN_RANGE = "PL259"
     NORM_RANK_SETS_TWICE = "PL260"
+    RANK_SETS_OVERLAP = "PL267"
+    RANK_SETS_COVER = "PL268"
+    RANK_SETS_AXIS = "PL269"
     BAD_SET = "PL301"
     UNKNOWN_PLAN = "PL302"
     SWEEP_TOO_LARGE = "PL310"

@@ -21,7 +21,11 @@ axis"), by its verb (``PARTITION_VERBS``):
   0..S1-1, then the next S2, ...: a per-node group on nodes of unequal GPU counts, a hand-written
   ``new_group`` list. One axis (PL251), the sizes positive whole numbers adding up to its size (PL250);
   where the axis's size is free the groups fix it to the sum, and a size pinned to another number is PL250
-  too (``check.encode_subgroups``).
+  too (``check.encode_subgroups``);
+* ``reduce_sets ... ranks ([0, 2, 3], [1, 4])`` -- a list of rank sets (``ir.ranksets``), one per
+  ``new_group``, ranks in any order: rank i is in the group of the set holding it. One axis (PL269), the
+  sets a partition of its ranks (PL267 overlap, PL268 a rank missing or past the axis); where the axis's
+  size is free the sets fix it to the number of ranks they hold.
 
 Each applies to ``override grads[g]: VERB over (AXES) by E`` (g's gradient reduction over each axis of
 AXES runs within the groups: ``GI grads[g] blocks``, the groups holding different partial sums) and to
@@ -42,7 +46,7 @@ from fractions import Fraction
 
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
-from ..ir import unequal
+from ..ir import ranksets, unequal
 from ..ir.overrides import OverrideTarget, OverrideVerb
 from .clipagg import plan_norm
 
@@ -50,7 +54,8 @@ BLOCKS = OverrideVerb.REDUCE_BLOCKS
 STRIDED = OverrideVerb.REDUCE_STRIDED
 FIRST = OverrideVerb.REDUCE_FIRST
 GROUPS = OverrideVerb.REDUCE_GROUPS
-PARTITION_VERBS = (BLOCKS, STRIDED, FIRST, GROUPS)
+SETS = OverrideVerb.REDUCE_SETS
+PARTITION_VERBS = (BLOCKS, STRIDED, FIRST, GROUPS, SETS)
 EXCEPT_LAST = OverrideVerb.DIVIDE_EXCEPT_LAST
 LAST_ONLY = OverrideVerb.DIVIDE_LAST_ONLY
 SUBSET_VERBS = (EXCEPT_LAST, LAST_ONLY)
@@ -66,6 +71,8 @@ def head(o: ir.Override) -> str:
         text += f" over ({', '.join(o.axes)})"
     if o.sizes is not None:
         return text + f" by ({', '.join(ir.show(s) for s in o.sizes)})"
+    if o.sets is not None:
+        return text + " ranks (" + ", ".join("[" + ", ".join(map(ir.show, s)) + "]" for s in o.sets) + ")"
     return text + (f" by {ir.show(o.by)}" if o.by is not None else "")
 
 
@@ -100,6 +107,8 @@ def norm_blocks(plan: ir.Plan) -> ir.Override | None:
 
 def groups_text(o: ir.Override) -> str:
     """The groups ``o`` cuts an axis into, for messages."""
+    if o.verb == SETS:
+        return f"the process groups of the rank sets {ranksets.text(sets_of(o))}"
     if o.verb == GROUPS:
         runs = ", ".join(f"{a}..{a + s - 1}" for a, s in zip(unequal.starts(sizes_of(o)), sizes_of(o)))
         return f"consecutive groups of {', '.join(map(str, sizes_of(o)))} ranks (ranks {runs})"
@@ -115,6 +124,27 @@ def groups_text(o: ir.Override) -> str:
 def sizes_of(o: ir.Override) -> tuple[int, ...]:
     """The sizes of ``reduce_groups ... by (S1, ...)`` as whole numbers (resolve has checked them)."""
     return tuple(int(Fraction(s.value)) for s in o.sizes or ())
+
+
+def sets_of(o: ir.Override) -> tuple[tuple[int, ...], ...]:
+    """The rank sets of ``reduce_sets ... ranks ([...], ...)`` as whole numbers (resolve has checked them)."""
+    return tuple(tuple(int(Fraction(r.value)) for r in s) for s in o.sets or ())
+
+
+def _rank_sets(o: ir.Override, plan: ir.Plan) -> None:
+    """PL269 where rank sets cut no axis or several, PL267/PL268 where they do not partition its ranks (at its
+    size on the mesh, else at as many ranks as they hold), PL506 where one set holds the axis."""
+    if len(o.axes or ()) != 1:
+        raise _err(Code.RANK_SETS_AXIS, f"{head(o)}: a list of rank sets cuts one axis; name one", o)
+    size = next((x.size for x in plan.mesh.axes if x.name == o.axes[0]), None)
+    values = tuple(tuple(Fraction(r.value) if isinstance(r, ir.Const) else None for r in s) for s in o.sets or ())
+    why = ranksets.problem(head(o), o.sets or (), values, o.axes[0],
+                           Fraction(size.value) if isinstance(size, ir.Const) else None)
+    if why is not None:
+        raise _err(why[0], why[1], o)
+    if len(values) == 1:
+        raise _err(Code.OVERRIDE_NO_EFFECT, f"{head(o)} changes nothing: one set holds every rank of the axis, so the "
+                   "reduction is over the whole axis as derived", o)
 
 
 def _group_sizes(o: ir.Override, plan: ir.Plan) -> None:
@@ -153,6 +183,9 @@ def _block_size(o: ir.Override, plan: ir.Plan) -> None:
     axis it names (a block or the first K ranks holding the axis, a stride of 1)."""
     if o.verb == GROUPS:
         _group_sizes(o, plan)
+        return
+    if o.verb == SETS:
+        _rank_sets(o, plan)
         return
     if not isinstance(o.by, ir.Const):
         return
