@@ -887,6 +887,25 @@ mutant("clip_groups_zero2", "zero2",
        "the squared norms of the dp shards summed within consecutive groups of 6 and 2 dp ranks (`clip_norm: "
        "reduce_groups over (dp) by (6, 2)`): each group's norm misses the other group's shards.",
        ["override clip_norm: reduce_groups over (dp) by (6, 2)"], ["SC clip_norm"], mirrors=UNEQUAL_NODES)
+# process groups given by a list of rank sets, one new_group per set (check.subgroups: reduce_sets): two sets or
+# more are a defect at the axis's size, and one set is a no-op (PL506), so none has an equivalent
+RANK_SETS = ("process groups given by a list of rank sets (verl-project/verl#7493, deepspeedai/DeepSpeed#3521, "
+             "ml-explore/mlx#4283)")
+mutant("grads_sets_ddp", "ddp",
+       "the gradients all-reduced within the rank sets [0, 2, 4, 5] and [1, 3, 6, 7] of dp (`grads: reduce_sets "
+       "over (dp) ranks ([0, 2, 4, 5], [1, 3, 6, 7])`, two hand-written new_group lists): each set holds a partial "
+       "sum of its own.", ["override grads: reduce_sets over (dp) ranks ([0, 2, 4, 5], [1, 3, 6, 7])"],
+       [f"GI grads[{g}] blocks" for g in ALL4], mirrors=RANK_SETS)
+mutant("grads_sets_norms_ddp", "ddp",
+       "the norms' gradient all-reduced within the rank sets [7] and [6, 0, 1, 2, 3, 4, 5] (`grads[norms]: "
+       "reduce_sets over (dp) ranks ([7], [6, 0, 1, 2, 3, 4, 5])`): rank 7 keeps its own; the other groups reduce "
+       "over every rank.", ["override grads[norms]: reduce_sets over (dp) ranks ([7], [6, 0, 1, 2, 3, 4, 5])"],
+       ["GI grads[norms] blocks"], mirrors=RANK_SETS)
+mutant("clip_sets_zero2", "zero2",
+       "the squared norms of the dp shards summed within the rank sets [0, 3, 5] and [1, 2, 4, 6, 7] (`clip_norm: "
+       "reduce_sets over (dp) ranks ([0, 3, 5], [1, 2, 4, 6, 7])`): each set's norm misses the other's shards.",
+       ["override clip_norm: reduce_sets over (dp) ranks ([0, 3, 5], [1, 2, 4, 6, 7])"], ["SC clip_norm"],
+       mirrors=RANK_SETS)
 mutant("update_divide_except_last_pp", "1f1b",
        "every pipeline stage but the last dividing its gradient by the microbatches again (`grads: "
        "divide_except_last over (pp) by 4`).", ["override grads: divide_except_last over (pp) by 4"],
