@@ -132,6 +132,10 @@ def plans(draw):
         hs.builds(lambda t, g, a, s: ov(t, "reduce_groups", g if t == "grads" else None, (a,), sizes=s),
                   hs.sampled_from(["grads", "clip_norm"]), group, hs.sampled_from(names),
                   hs.sampled_from([(1, 1), (2, 1), (1, 2), (1, 1, 1)])),
+        # the process groups of a list of rank sets on one axis, holding 2 or 3 ranks in all, in any order
+        hs.builds(lambda t, g, a, s: ov(t, "reduce_sets", g if t == "grads" else None, (a,), sets=s),
+                  hs.sampled_from(["grads", "clip_norm"]), group, hs.sampled_from(names),
+                  hs.sampled_from([((1,), (0,)), ((0, 2), (1,)), ((2,), (1, 0)), ((0,), (2,), (1,))])),
     )
     overrides = tuple(draw(hs.lists(candidates, max_size=2)))
     return plan("p", axes, sp=sp, overrides=overrides)
@@ -196,6 +200,10 @@ def plans(draw):
               overrides=(ov("grads", "reduce_groups", "norms", ("b",), sizes=(1, 2)),)), 26)
 @example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("context", "R,R,R,R")},
               overrides=(ov("tokens", "count_ignored"), ov("tokens", "reduce", None, ("a", "b")))), 27)
+@example(plan("p", {"a": ("data", "R,S,S,R"), "b": ("tensor", "S,S,S,S")},
+              overrides=(ov("clip_norm", "reduce_sets", None, ("a",), sets=((0, 2), (1,))),)), 28)
+@example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("data", "R,R,R,R")},
+              overrides=(ov("grads", "reduce_sets", "norms", ("b",), sets=((2,), (1, 0))),)), 29)
 def test_checker_agrees_with_the_simulator(generated, seed):
     spec, p = generated
     try:
