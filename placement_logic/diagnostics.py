@@ -150,8 +150,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PL191": ("rank-out-of-range", "A rank of a per-rank operation (override grads[g]: clip_on_ranks / divide_on_ranks, "
               "clip_norm[g]: count_on_ranks "
               "over (AXIS) ranks (...)) that is not a whole number from 0 to the axis's size minus 1."),
-    "PL192": ("rank-set-axes", "A rank set over no axis (override grads[g]: clip_on_ranks / divide_on_ranks ... "
-              "ranks (...)), or a norm count on one (clip_norm[g]: count_on_ranks) over more than one axis."),
+    "PL192": ("rank-set-axes", "A rank set over no axis (override grads[g]: clip_on_ranks / divide_on_ranks, "
+              "clip_norm[g]: count_on_ranks ... ranks (...))."),
     "PL194": ("partition-twice", "One reduction (a group's gradient, or the grad norm) run in groups of two kinds "
               "(override ...: reduce_blocks / reduce_strided / reduce_first), over one axis or two."),
     "PL197": ("ulysses-heads", "Ulysses' all-to-all (override activations[context] / activation_grads[context]: "

@@ -133,7 +133,7 @@ def _place(line: str, mesh: str = "dp = 4\n  pp = 4") -> str:
     ("override grads: divide_on_ranks over (pp) ranks (4) by 2", "PL191", "rank 4 is not a rank of pp of 4 ranks"),
     ("override grads: clip_on_ranks over (dp) ranks (1/2)", "PL191", "is not a rank of dp"),
     ("override grads: clip_on_ranks over (dp) ranks (pp - 5)", "PL191", "rank pp - 5 = -1 is not a rank"),
-    ("override clip_norm: count_on_ranks over (dp, pp) ranks (1)", "PL192", "names 2 axes"),
+    ("override clip_norm: count_on_ranks over () ranks (1)", "PL192", "it names none here"),
     ("override grads: divide_on_ranks over (dp, pp) ranks (16) by 2", "PL191",
      "rank 16 is not a rank of (dp, pp) of 16 ranks (its ranks are 0 .. dp * pp - 1)"),
     ("override grads: divide_on_ranks over (pp) ranks (1, 1) by 2", "PL506", "second time it names rank 1"),
