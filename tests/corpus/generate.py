@@ -776,6 +776,25 @@ mutant("count_ranks_dense_last_ranks_tp", "tp",
        "the dense weights, sharded over tp, counted on tp ranks 1 and tp - 1 only (`clip_norm[dense]: count_on_ranks "
        "over (tp) ranks (1, tp - 1)`): rank 0's shard is dropped, and from tp = 4 on the middle ranks' too.",
        ["override clip_norm[dense]: count_on_ranks over (tp) ranks (1, tp - 1)"], ["SC clip_norm"])
+# ... on a rank set of the process group over several axes (check.rankcount_multi): each piece once
+MANY_COUNTS = ("replicated weights counted on every rank of a grid of axes (NVIDIA-NeMo/RL#3788, "
+               "ROCm/TransformerEngine#715, NVIDIA/Megatron-LM#7359)")
+mutant("count_ranks_norms_two_ranks_dp_tp", "tp",
+       "the layer norms, whole on every rank, counted on ranks 0 and 1 of the (dp, tp) group beside a written sum "
+       "over both (`clip_norm[norms]: count_on_ranks over (dp, tp) ranks (0, 1)`): two copies.",
+       ["override clip_norm[norms]: reduce over (dp, tp)",
+        "override clip_norm[norms]: count_on_ranks over (dp, tp) ranks (0, 1)"], ["SC clip_norm"], mirrors=MANY_COUNTS)
+mutant("count_ranks_dense_rank0_dp_tp", "tp",
+       "the dense weights, sharded over tp, counted on rank 0 of the (dp, tp) group only (`clip_norm[dense]: "
+       "count_on_ranks over (dp, tp) ranks (0)`): the other tp ranks' shards are dropped.",
+       ["override clip_norm[dense]: reduce over (dp, tp)",
+        "override clip_norm[dense]: count_on_ranks over (dp, tp) ranks (0)"], ["SC clip_norm"])
+mutant("count_ranks_dense_diagonal_dp_tp", "tp",
+       "the dense weights counted on ranks 0, tp + 1 and 2 * tp + 2 of the (dp, tp) group (`clip_norm[dense]: "
+       "count_on_ranks over (dp, tp) ranks (0, tp + 1, 2 * tp + 2)`): tp shards 0, 1, 2 once each, the others "
+       "dropped.", ["override clip_norm[dense]: reduce over (dp, tp)",
+                    "override clip_norm[dense]: count_on_ranks over (dp, tp) ranks (0, tp + 1, 2 * tp + 2)"],
+       ["SC clip_norm"], mirrors=MANY_COUNTS)
 mutant("tokens_clamped_ddp", "ddp",
        "each microbatch's token count clamped to >= 1 on its rank before the sum over microbatches and the "
        "all-reduce over dp (`tokens: clamp_before_reduce`).", ["override tokens: clamp_before_reduce"],
@@ -1359,6 +1378,13 @@ with_base("count_ranks_tied_last_stage_1f1b", "1f1b",
           "the tied embedding counted in the norm on the last pipeline stage only (`clip_norm[embedding]: "
           "count_on_ranks over (pp) ranks (pp - 1)`): one copy at every pipeline size, as the derived filter's.",
           ["override clip_norm[embedding]: count_on_ranks over (pp) ranks (pp - 1)"])
+with_base("count_ranks_norms_rank0_dp_tp", "tp",
+          "the layer norms and biases summed over (dp, tp) and counted on rank 0 of that group, as a rank set over "
+          "both axes (`clip_norm[g]: count_on_ranks over (dp, tp) ranks (0)`): one copy at every size.",
+          ["override clip_norm[norms]: reduce over (dp, tp)",
+           "override clip_norm[norms]: count_on_ranks over (dp, tp) ranks (0)",
+           "override clip_norm[biases]: reduce over (dp, tp)",
+           "override clip_norm[biases]: count_on_ranks over (dp, tp) ranks (0)"])
 with_base("count_ranks_norms_rank0_tp", "tp",
           "the layer norms and biases counted on tp rank 0 beside a written sum over tp, as a rank set "
           "(`clip_norm[g]: count_on_ranks over (tp) ranks (0)`): rank0_only over (tp), the duplicate filter.",
