@@ -138,8 +138,8 @@ CODES: dict[str, tuple[str, str]] = {
               "by B) with a group, or over an axis the norm is not reduced over or no group's gradient is sharded on."),
     "PL183": ("block-size", "A block size, stride or count of ranks (override ...: reduce_blocks / reduce_strided / "
               "reduce_first ... by E) that is not a positive integer."),
-    "PL184": ("rank-set-divisors", "Two divisors on sets of ranks over different axes (divide_rank0_only, divide_except_last, "
-              "divide_last_only, divide_on_ranks) stated for one parameter group."),
+    "PL184": ("rank-set-divisors", "Retired, no longer raised: divisors on sets of ranks over different axes now combine "
+              "(each device applies their product)."),
     "PL186": ("undeclared-loss-term", "An override of a loss term (loss[TERM], tokens[TERM], aux_loss, ...) that the "
               "model's losses section does not declare."),
     "PL187": ("loss-term-reaches-nothing", "A loss term declared in the model whose parameter groups (the router for "

@@ -150,12 +150,15 @@ def test_errors_are_located(tmp_path, capsys, line, code, words):
     assert f"{f}:{n}:3: error:" in err and f"[{code}]" in err and words in err, err
 
 
-def test_two_divisors_on_rank_sets_of_two_axes_are_refused(tmp_path, capsys):
+def test_two_divisors_on_rank_sets_of_two_axes_are_multiplied(tmp_path, capsys):
+    """The last dp rank and pp rank 0 each halve: (dp last, pp 0) divides by 4, (dp 0, pp 1) by nothing at dp, pp
+    >= 2 (check.encode_rankproduct_axes): two devices step apart."""
     f = tmp_path / "bad.place"
     f.write_text(_place("override grads: divide_last_only over (dp) by 2\n"
                         "  override grads: divide_on_ranks over (pp) ranks (0) by 2"))
-    assert main(["check", str(f)]) == 2
-    assert "[PL184]" in capsys.readouterr().err
+    assert main(["check", str(f)]) == 1
+    out = capsys.readouterr().out
+    assert "refuted SC update[dense]" in out and "divisors on sets of ranks of different axes" in out, out
 
 
 def test_fmt_round_trips_the_ranks_clause():

@@ -219,32 +219,9 @@ def _one_partition(plan: ir.Plan) -> None:
                        "two axes of one reduction are out of scope", o)
 
 
-def _divisors(plan: ir.Plan, groups) -> None:
-    """PL184 where a group has two divisors on sets of ranks: together they may divide every rank once
-    (the last rank and every rank but it), which the step does not add up."""
-    verbs = (OverrideVerb.DIVIDE_RANK0_ONLY,) + SUBSET_VERBS + (OverrideVerb.DIVIDE_ON_RANKS,)
-    for g in groups:
-        stated = []
-        for verb in verbs:
-            for who in (g.group, "all", None):
-                found = [o for o in plan.overrides if o.target == OverrideTarget.GRADS and o.verb == verb
-                         and o.group == who]
-                if found:
-                    stated.append(found[-1])
-                    break
-        if len(stated) > 1 and len({tuple(o.axes or ()) for o in stated}) == 1 and len(stated[0].axes or ()) == 1:
-            continue  # over one common axis: each rank applies the product of those naming it (encode_rankproduct)
-        if len(stated) > 1:
-            later = max(stated, key=lambda o: (o.span.line, o.span.column))
-            raise _err(Code.RANK_SET_DIVISORS, f"{head(later)}: the {g.group} gradient has another divisor on a set of "
-                       f"ranks ({', '.join(o.verb for o in stated if o is not later)}) over other axes; divisors on sets "
-                       "of ranks for one group are read over one common axis (each rank applies the product of those "
-                       "naming it)", later)
-
-
 def check_override(plan: ir.Plan, groups) -> None:
-    """The located errors of the statements the step cannot read."""
-    _divisors(plan, groups)
+    """The located errors of the statements the step cannot read. (Divisors on sets of ranks for one group combine,
+    each device applying the product of those whose rank sets hold it, over any axes: check.encode_rankproduct.)"""
     _one_partition(plan)
     for o in plan.overrides:
         if o.verb not in PARTITION_VERBS or o.target not in (OverrideTarget.GRADS, OverrideTarget.CLIP_NORM):
