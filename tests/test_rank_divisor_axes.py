@@ -86,7 +86,7 @@ def test_products_over_different_axes_agree_with_the_simulator_and_by_hand(i, dp
     if not ok:  # the replayed devices' products, recomputed here
         cex = ob.counterexample
         prods = dict(cex.values)["divisor product"]
-        for label, dev in cex.devices:
+        for _label, dev in cex.devices:
             c = {k: int(v) for k, v in (x.split("=") for x in dev.strip("()").split(", "))}
             q = Fraction(1)
             for o in ops:
