@@ -853,6 +853,18 @@ mutant("update_divisor_product_ddp", "ddp",
        "(dp) ranks (dp - 2, dp - 1) by 1 / 2` and `divide_last_only over (dp) by 1 / 2`).",
        ["override grads: divide_on_ranks over (dp) ranks (dp - 2, dp - 1) by 1 / 2",
         "override grads: divide_last_only over (dp) by 1 / 2"], [f"SC update[{g}]" for g in ALL4], mirrors=SCALER)
+# divisors on sets of ranks of different axes: each device applies their product (check.encode_rankproduct_axes)
+mutant("update_divisors_pp_and_dp", "1f1b",
+       "every stage but the last dividing by 4 and the last dp rank by 2 (`grads: divide_except_last over (pp) by 4` "
+       "and `divide_last_only over (dp) by 2`): products 8, 4, 2 and 1 over the (pp, dp) grid.",
+       ["override grads: divide_except_last over (pp) by 4", "override grads: divide_last_only over (dp) by 2"],
+       [f"SC update[{g}]" for g in ALL4], mirrors=STAGE_SCALED)
+mutant("update_divisors_cancel_off_the_corner_1f1b", "1f1b",
+       "process 0 of the (dp, pp) group dividing by 2 and pipeline rank 0 multiplying by 2 (`grads: divide_on_ranks "
+       "over (dp, pp) ranks (0) by 2` and `divide_rank0_only over (pp) by 1 / 2`): they cancel on device (0, 0) "
+       "only, the other replicas of stage 0 multiplied.",
+       ["override grads: divide_on_ranks over (dp, pp) ranks (0) by 2",
+        "override grads: divide_rank0_only over (pp) by 1 / 2"], [f"SC update[{g}]" for g in ALL4])
 # a reduction over blocks of an axis's ranks; divisors on every rank but the last or the last only (check.subgroups)
 NODE_GROUP = "the data-parallel gradient sync given the in-node group (laekov/fastmoe#105, #106)"
 MP_BLOCKS = "expert norms all-reduced over the model-parallel blocks, not every expert rank (laekov/fastmoe#169)"
@@ -1378,6 +1390,12 @@ with_base("count_ranks_tied_last_stage_1f1b", "1f1b",
           "the tied embedding counted in the norm on the last pipeline stage only (`clip_norm[embedding]: "
           "count_on_ranks over (pp) ranks (pp - 1)`): one copy at every pipeline size, as the derived filter's.",
           ["override clip_norm[embedding]: count_on_ranks over (pp) ranks (pp - 1)"])
+with_base("update_divisors_cancel_on_the_corner_1f1b", "1f1b",
+          "rank 0 of dp and of pp dividing by 2 and process 0 of the (pp, dp) group multiplying by 2 "
+          "(`grads: divide_rank0_only over (dp, pp) by 2`, `divide_on_ranks over (pp, dp) ranks (0) by 1 / 2`): both "
+          "name the one device (0, 0) at every size, so every device's product is 1.",
+          ["override grads: divide_rank0_only over (dp, pp) by 2",
+           "override grads: divide_on_ranks over (pp, dp) ranks (0) by 1 / 2"])
 with_base("count_ranks_norms_rank0_dp_tp", "tp",
           "the layer norms and biases summed over (dp, tp) and counted on rank 0 of that group, as a rank set over "
           "both axes (`clip_norm[g]: count_on_ranks over (dp, tp) ranks (0)`): one copy at every size.",
