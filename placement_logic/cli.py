@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Sequence, TextIO
 
 from . import __version__
-from .diagnostics import DiagnosticError, render
+from .diagnostics import DiagnosticError
 from .outcome import Exit
+from .snippets import render
 
 EXIT_OK = int(Exit.OK)
 EXIT_FAILED = int(Exit.FAILED)

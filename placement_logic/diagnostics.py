@@ -138,8 +138,8 @@ CODES: dict[str, tuple[str, str]] = {
               "by B) with a group, or over an axis the norm is not reduced over or no group's gradient is sharded on."),
     "PL183": ("block-size", "A block size, stride or count of ranks (override ...: reduce_blocks / reduce_strided / "
               "reduce_first ... by E) that is not a positive integer."),
-    "PL184": ("rank-set-divisors", "Two divisors on sets of ranks over different axes (divide_rank0_only, divide_except_last, "
-              "divide_last_only, divide_on_ranks) stated for one parameter group."),
+    "PL184": ("rank-set-divisors", "Retired, no longer raised: divisors on sets of ranks over different axes now combine "
+              "(each device applies their product)."),
     "PL186": ("undeclared-loss-term", "An override of a loss term (loss[TERM], tokens[TERM], aux_loss, ...) that the "
               "model's losses section does not declare."),
     "PL187": ("loss-term-reaches-nothing", "A loss term declared in the model whose parameter groups (the router for "
@@ -150,8 +150,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PL191": ("rank-out-of-range", "A rank of a per-rank operation (override grads[g]: clip_on_ranks / divide_on_ranks, "
               "clip_norm[g]: count_on_ranks "
               "over (AXIS) ranks (...)) that is not a whole number from 0 to the axis's size minus 1."),
-    "PL192": ("rank-set-axes", "A rank set over no axis (override grads[g]: clip_on_ranks / divide_on_ranks ... "
-              "ranks (...)), or a norm count on one (clip_norm[g]: count_on_ranks) over more than one axis."),
+    "PL192": ("rank-set-axes", "A rank set over no axis (override grads[g]: clip_on_ranks / divide_on_ranks, "
+              "clip_norm[g]: count_on_ranks ... ranks (...))."),
     "PL194": ("partition-twice", "One reduction (a group's gradient, or the grad norm) run in groups of two kinds "
               "(override ...: reduce_blocks / reduce_strided / reduce_first), over one axis or two."),
     "PL197": ("ulysses-heads", "Ulysses' all-to-all (override activations[context] / activation_grads[context]: "
@@ -195,6 +195,9 @@ CODES: dict[str, tuple[str, str]] = {
               "over a dimension whose router calls the path never combines: there is nothing to weight."),
     "PL265": ("capacity-never-drops", "loss[aux]: stats_after_capacity where the model's capacity_factor is at least "
               "experts / top_k: no expert's capacity is ever exceeded."),
+    "PL267": ("rank-sets-overlap", "reduce_sets ... ranks ([...], ...) naming one rank in two sets (or twice in one)."),
+    "PL268": ("rank-sets-cover", "reduce_sets ... ranks ([...], ...) whose sets miss a rank of the axis or name one past it."),
+    "PL269": ("rank-sets-axis", "reduce_sets over no axis or several, or rank sets given to a verb that takes none."),
     # usage: PL3xx
     "PL301": ("bad-set", "A --set option that is not NAME=NUMBER or names nothing in the spec."),
     "PL302": ("unknown-plan", "A --plan option that names no plan in the spec."),
@@ -333,6 +336,9 @@ class Code(StrEnum):
     NORM_RANK_SETS_TWICE = "PL260"
     STATS_ONE_CELL = "PL264"
     CAPACITY_NEVER_DROPS = "PL265"
+    RANK_SETS_OVERLAP = "PL267"
+    RANK_SETS_COVER = "PL268"
+    RANK_SETS_AXIS = "PL269"
     BAD_SET = "PL301"
     UNKNOWN_PLAN = "PL302"
     SWEEP_TOO_LARGE = "PL310"
@@ -403,49 +409,6 @@ class DiagnosticError(Exception):
         self.diagnostics = tuple(diagnostics)
         self.sources = dict(sources or {})  # file -> text, for snippets
         super().__init__("\n".join(d.one_line() for d in self.diagnostics))
-
-
-SNIPPET_WIDTH = 120  # characters of a source line shown; a longer line is shown as a window
-SNIPPET_CONTEXT = 40  # characters shown before the span in such a window
-
-
-def snippet(diag: Diagnostic, source: str | None) -> str:
-    """The offending source line with a caret run under the span (empty if unknown)."""
-    s = diag.span
-    if s.file == COMMAND_LINE and s.text:
-        source = s.text
-    if source is None or (not s.located and not s.text):
-        return ""
-    lines = source.splitlines()
-    if not (1 <= s.line <= len(lines)):
-        if s.line == len(lines) + 1:
-            lines.append("")
-        else:
-            return ""
-    text = lines[s.line - 1].expandtabs(1)
-    end = s.end_column if s.end_line == s.line else len(text) + 1
-    width = max(1, end - s.column)
-    column = s.column
-    if len(text) > SNIPPET_WIDTH:
-        # a long line (minified JSON, a generated spec) is shown as a window around the span
-        first = max(0, min(s.column - 1 - SNIPPET_CONTEXT, len(text) - SNIPPET_WIDTH))
-        last = first + SNIPPET_WIDTH
-        lead = "…" if first > 0 else ""
-        text = lead + text[first:last] + ("…" if last < len(text) else "")
-        column = s.column - first + len(lead)
-        width = max(1, min(width, SNIPPET_WIDTH - (s.column - 1 - first)))
-    gutter = f"{s.line:>4} | " if s.located else "     | "
-    caret = " " * (len(gutter) - 2) + "| " + " " * (column - 1) + "^" + "~" * (width - 1)
-    return f"{gutter}{text}\n{caret}"
-
-
-def render(diag: Diagnostic, source: str | None = None) -> str:
-    parts = [diag.one_line()]
-    snip = snippet(diag, source)
-    if snip:
-        parts.append(snip)
-    parts.extend(f"     = note: {n}" for n in diag.notes)
-    return "\n".join(parts)
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> tuple[str, ...]:

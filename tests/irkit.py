@@ -38,7 +38,9 @@ def plan(name: str, axes: dict[str, tuple[str, str]], *, sp: bool = False, tied:
     return spec, p
 
 
-def ov(target: str, verb: str, group: str | None = None, axes=None, by=None, ranks=None, sizes=None) -> ir.Override:
+def ov(target: str, verb: str, group: str | None = None, axes=None, by=None, ranks=None, sizes=None,
+       sets=None) -> ir.Override:
     return ir.Override(target, group, verb, tuple(axes) if axes is not None else None, by,
                        ranks=tuple(ranks) if ranks is not None else None,
-                       sizes=tuple(const(s) for s in sizes) if sizes is not None else None)
+                       sizes=tuple(const(s) for s in sizes) if sizes is not None else None,
+                       sets=tuple(tuple(const(r) for r in s) for s in sets) if sets is not None else None)

@@ -107,10 +107,11 @@ def _count_stated(plan: ir.Plan, group: str) -> ir.Override | None:
 
 
 def norm_counted(plan: ir.Plan, group: str, coords: dict[str, int], sizes: dict[str, int], bindings: dict) -> bool:
-    """``clip_norm[g]: count_on_ranks over (AXIS) ranks (...)``: the device contributes g's squared norm
-    only where its coordinate on AXIS is one of the named ranks (each rank evaluated at the sizes)."""
+    """``clip_norm[g]: count_on_ranks over (AXES) ranks (...)``: the device contributes g's squared norm
+    only where its rank in the process group over AXES (its coordinates there as one number, the first axis most
+    significant) is one of the named ranks (each rank evaluated at the sizes)."""
     o = _count_stated(plan, group)
-    return o is None or coords[o.axes[0]] in named(o, sizes, plan, bindings)
+    return o is None or group_rank(o, coords, sizes) in named(o, sizes, plan, bindings)
 
 
 def norm_ranked_axes(plan: ir.Plan, group: str) -> set[str]:

@@ -9,7 +9,10 @@ rank is a group of its own (it reduces nothing). Consecutive groups of unequal s
 by (S1, S2, ...)``): rank i is in the group whose run of ranks holds it, counted by the running sums
 S1, S1 + S2, ... that are <= i; the statement describes the axis at the size S1 + S2 + ... only, and at
 another size the simulator reports nothing of it. A group spec is B (an int: blocks) or a pair (verb,
-E), E a tuple of sizes for reduce_groups. ``block_reduce``: a sum (or a maximum) over each group. ``grad_block_violations``: every device's contribution to a group's gradient drawn at
+E), E a tuple of sizes for reduce_groups. The process groups of a list of rank sets (``reduce_sets ranks
+([0, 2, 3], [1, 4])``): rank i is in the group of the set that lists it, found by looking it up in each
+list; the statement describes the axis only at the number of ranks the sets hold, and (E) is the tuple of
+sets. ``block_reduce``: a sum (or a maximum) over each group. ``grad_block_violations``: every device's contribution to a group's gradient drawn at
 random, reduced over each named axis within its blocks, against the sum over every device of those
 axes: ``("blocks", group)`` and ``("gi", group)`` where some device holds another value. ``update_violations``: a
 division by X on every rank of the named axes but the last (the coordinate n - 1 on each), or on
@@ -38,7 +41,7 @@ def _stated(plan: ir.Plan, target: str, verb: str, group: str | None) -> ir.Over
     return None
 
 
-PARTITIONS = ("reduce_blocks", "reduce_strided", "reduce_first", "reduce_groups")
+PARTITIONS = ("reduce_blocks", "reduce_strided", "reduce_first", "reduce_groups", "reduce_sets")
 
 
 def _key(i: int, spec) -> tuple:
@@ -50,6 +53,8 @@ def _key(i: int, spec) -> tuple:
         return ("first",) if i < e else ("alone", i)
     if verb == "reduce_groups":
         return ("run", sum(1 for end in accumulate(e) if end <= i))
+    if verb == "reduce_sets":
+        return ("set", [j for j, members in enumerate(e) if i in members][0])
     return ("block", i // e)
 
 
@@ -73,6 +78,8 @@ def block_len(i: int, b, n: int) -> int:
 def _block(o: ir.Override, sizes: dict[str, int], plan: ir.Plan, bindings: dict):
     if o.verb == "reduce_groups":
         return (o.verb, tuple(int(_value(s, sizes, plan, bindings)) for s in o.sizes))
+    if o.verb == "reduce_sets":
+        return (o.verb, tuple(frozenset(int(_value(r, sizes, plan, bindings)) for r in s) for s in o.sets))
     b = _value(o.by, sizes, plan, bindings)
     assert b.denominator == 1 and b >= 1, b
     return int(b) if o.verb == "reduce_blocks" else (o.verb, int(b))
@@ -98,6 +105,8 @@ def norm_blocks(plan: ir.Plan, sizes: dict[str, int], bindings: dict) -> dict:
 
 def _describes(b, o: ir.Override, sizes: dict[str, int]) -> bool:
     """Whether the statement describes the axis at these sizes (a list of sizes: at their sum only)."""
+    if isinstance(b, tuple) and b[0] == "reduce_sets":
+        return set().union(*b[1]) == set(range(sizes[o.axes[0]]))
     return not (isinstance(b, tuple) and b[0] == "reduce_groups" and sum(b[1]) != sizes[o.axes[0]])
 
 

@@ -121,7 +121,7 @@ def test_a_rank_of_some_size_is_read():
 
 
 @pytest.mark.parametrize("overrides,code,words", [
-    ((ov("clip_norm", "count_on_ranks", "norms", ("dp", "tp"), ranks=_c(0)),), "PL192", "names 2 axes"),
+    ((ov("clip_norm", "count_on_ranks", "norms", (), ranks=_c(0)),), "PL192", "it names none here"),
     ((ov("clip_norm", "count_on_ranks", "norms", ("tp",), ranks=_c(-1)),), "PL191", "rank -1 is not a rank of tp"),
     ((ov("clip_norm", "count_on_ranks", "dense", ("tp",), ranks=_c(1)),
       ov("clip_norm", "rank0_only", "dense", ("tp",))), "PL260", "state one rank set per axis"),

@@ -129,10 +129,18 @@ def plans(draw):
                                      ranks=tuple(ir.Const(Fraction(k)) for k in r) if r else
                                      (ir.Op("-", (ir.Sym(a), ir.Const(Fraction(1)))),)),
                   group, hs.sampled_from(names), hs.sampled_from([(0,), (1,), (2,), (0, 2), (1, 2), (0, 1), ()])),
+        # ... on a set of ranks of the process group over every axis (the first axis the most significant)
+        hs.builds(lambda g, r: ov("clip_norm", "count_on_ranks", g, tuple(names),
+                                  ranks=tuple(ir.Const(Fraction(k)) for k in r)),
+                  group, hs.sampled_from([(0,), (1,), (0, 1), (0, 3), (1, 2, 3)])),
         # consecutive groups of unequal sizes on one axis, their sum within the sizes 1-3 the simulator runs
         hs.builds(lambda t, g, a, s: ov(t, "reduce_groups", g if t == "grads" else None, (a,), sizes=s),
                   hs.sampled_from(["grads", "clip_norm"]), group, hs.sampled_from(names),
                   hs.sampled_from([(1, 1), (2, 1), (1, 2), (1, 1, 1)])),
+        # the process groups of a list of rank sets on one axis, holding 2 or 3 ranks in all, in any order
+        hs.builds(lambda t, g, a, s: ov(t, "reduce_sets", g if t == "grads" else None, (a,), sets=s),
+                  hs.sampled_from(["grads", "clip_norm"]), group, hs.sampled_from(names),
+                  hs.sampled_from([((1,), (0,)), ((0, 2), (1,)), ((2,), (1, 0)), ((0,), (2,), (1,))])),
     )
     overrides = tuple(draw(hs.lists(candidates, max_size=2)))
     return plan("p", axes, sp=sp, overrides=overrides)
@@ -199,6 +207,14 @@ def plans(draw):
               overrides=(ov("tokens", "count_ignored"), ov("tokens", "reduce", None, ("a", "b")))), 27)
 @example(plan("p", {"a": ("data", "S,S,S,S"), "b": ("tensor", "S,S,S,S")},
               overrides=(ov("tokens", "ignored_in_loss"), ov("loss", "sum"))), 28)
+@example(plan("p", {"a": ("data", "R,S,S,R"), "b": ("tensor", "S,S,S,S")},
+              overrides=(ov("clip_norm", "reduce_sets", None, ("a",), sets=((0, 2), (1,))),)), 29)
+@example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("data", "R,R,R,R")},
+              overrides=(ov("grads", "reduce_sets", "norms", ("b",), sets=((2,), (1, 0))),)), 30)
+@example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("tensor", "S,S,S,S")},
+              overrides=(ov("clip_norm", "reduce", "dense", ("a", "b")),
+                         ov("clip_norm", "count_on_ranks", "dense", ("a", "b"),
+                            ranks=(ir.Const(Fraction(0)), ir.Const(Fraction(3)))))), 31)
 def test_checker_agrees_with_the_simulator(generated, seed):
     spec, p = generated
     try:

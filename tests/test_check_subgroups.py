@@ -235,8 +235,6 @@ def _place(body: str, mesh: str = "dp = 4\n  tp = 2", extra: str = "") -> str:
     ("override grads: divide_except_last over (tp) by 1", "", "PL506", "division by 1"),
     ("override grads: divide_last_only by 8", "", "PL122", "needs 'over (axes...)'"),
     ("override grads: divide_last_only over () by 8", "", "PL506", "names no axis"),
-    ("override grads[dense]: divide_last_only over (tp) by 2", "  override grads: divide_except_last over (dp) by 2\n",
-     "PL184", "another divisor on a set of ranks (divide_except_last) over other axes"),
 ])
 def test_errors_are_located(tmp_path, capsys, body, extra, code, words):
     f = tmp_path / "bad.place"

@@ -12,8 +12,9 @@ import pytest
 from bad_snippets import CATALOGUE
 
 from placement_logic.cli import main
-from placement_logic.diagnostics import CODES, Code, Diagnostic, DiagnosticError, Span, render
+from placement_logic.diagnostics import CODES, Code, Diagnostic, DiagnosticError, Span
 from placement_logic.frontend.loader import load_string
+from placement_logic.snippets import render
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "diagnostics.md"
 

@@ -5,9 +5,10 @@ The fast tests edit the stored DDP trace (tests/data/traces/ddp_summed.json) int
 collective's group (the recorder's global ranks of its process group) by hand: blocks of two consecutive ranks
 (one group per node), blocks of three (the last shorter), every other rank (stride 2), stride 3, the first two or
 three ranks (the others recording no call over it), the whole axis, groups of unequal sizes (1 and 3), and groups
-no statement holds (a run leaving a rank out, one strided group alone, a group in the middle). The first kinds are
-`reduce_blocks`, `reduce_strided`, `reduce_first` and `reduce_groups`; the others are named with their group, never
-proved. The slow test runs the scripts of
+no statement holds (a run leaving a rank out, one strided group alone, a group in the middle, a set leaving a rank
+out), and rank sets that are neither runs nor strided but hold every rank once. The first kinds are
+`reduce_blocks`, `reduce_strided`, `reduce_first`, `reduce_groups` and `reduce_sets`; the others are named with
+their group, never proved. The slow test runs the scripts of
 examples/traced on 4 ranks and requires each verdict and the line."""
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ def _members(groups: list[list[int]]) -> dict:
     ([[0, 1, 2, 3]], None),                                              # the whole axis
     ([[0], [1, 2, 3]], "  override grads: reduce_groups over (dp) by (1, 3)"),  # groups of unequal sizes
     ([[0, 1], [2], [3]], "  override grads: reduce_groups over (dp) by (2, 1, 1)"),  # two ranks alone
+    ([[0, 1, 3], [2]], "  override grads: reduce_sets over (dp) ranks ([0, 1, 3], [2])"),  # rank sets
+    ([[0, 3], [2, 1]], "  override grads: reduce_sets over (dp) ranks ([0, 3], [1, 2])"),  # neither runs nor strided
 ])
 def test_reductions_over_part_of_the_axis_are_lifted_by_their_groups(groups, stated):
     lifted = lift(_members(groups))
@@ -100,7 +103,7 @@ def test_reductions_over_part_of_the_axis_are_lifted_by_their_groups(groups, sta
     ([[1, 2, 3]], "[1, 2, 3]"),       # a run that leaves rank 0 out (rank 0 taking no part)
     ([[0, 2]], "[0, 2]"),             # one strided group, ranks 1 and 3 taking no part
     ([[1, 2]], "[1, 2]"),             # two ranks in the middle of the axis, the others taking no part
-    ([[0, 1, 3], [2]], "[0, 1, 3]"),  # neither consecutive nor strided
+    ([[0, 1, 3]], "[0, 1, 3]"),       # neither consecutive nor strided, rank 2 taking no part
 ])
 def test_other_partitions_are_named_with_their_group(groups, named):
     lifted = lift(_members(groups))
@@ -126,7 +129,8 @@ def test_a_rank_outside_the_first_k_with_another_scale_is_stated_with_both():
     assert not lifted.unliftable, lifted.unliftable
 
 
-@pytest.mark.parametrize("groups", [[[0, 2], [1, 3]], [[0, 1]], [[0], [1, 2, 3]], [[0, 1], [2], [3]]])
+@pytest.mark.parametrize("groups", [[[0, 2], [1, 3]], [[0, 1]], [[0], [1, 2, 3]], [[0, 1], [2], [3]],
+                                    [[0, 3], [1, 2]]])
 def test_strided_and_first_k_lifts_are_refuted_for_their_groups(groups, tmp_path):
     """Each group sums part of the axis: the replicas step with different gradients (GI blocks)."""
     spec = tmp_path / "lifted.place"

@@ -404,9 +404,9 @@ def test_a_clip_or_a_division_on_a_set_of_ranks_is_lifted_and_judged(argv, statu
         assert "proved for all mesh sizes" in out
 
 
-def test_two_rank_set_divisors_for_one_group_are_named_not_stated():
-    """Two divisors on sets of ranks covering one group (over two axes) would be PL184 in the lifted spec; two
-    clips on rank sets, the later replacing the earlier: each named instead, a lone statement kept."""
+def test_two_rank_set_divisors_for_one_group_are_stated_two_clips_named():
+    """Two divisors of different verbs covering one group (over two axes) are each stated: the checker multiplies
+    them on each device; two clips on rank sets, the later replacing the earlier: each named instead."""
     from types import SimpleNamespace
 
     from placement_logic.trace.lift_perrank import Departure, rank0_lines
@@ -418,5 +418,12 @@ def test_two_rank_set_divisors_for_one_group_are_named_not_stated():
             Departure("divide_last_only", Fraction(2), ["tp"], ["w"], at),
             Departure("clip_on_ranks", None, ["dp"], ["n"], at, (0, 2))]
     lines = [t.split("  #")[0] for t, _ in rank0_lines(st, deps, named)]
-    assert lines == ["  override grads[norms]: clip_on_ranks over (dp) ranks (0, 2)"], lines
-    assert sorted(u.what for u in st.items) == ["a divisor on sets of ranks for group dense"] * 2, st.items
+    assert lines == ["  override grads: divide_on_ranks over (dp) ranks (1, 3) by 2",
+                     "  override grads[dense]: divide_last_only over (tp) by 2",
+                     "  override grads[norms]: clip_on_ranks over (dp) ranks (0, 2)"], lines
+    assert st.items == [], st.items
+    deps.append(Departure("clip_on_ranks", None, ["tp"], ["n"], at, (1,)))  # a second clip rank set for norms
+    st.items = []
+    lines = [t.split("  #")[0] for t, _ in rank0_lines(st, deps, named)]
+    assert not any("clip_on_ranks" in x for x in lines), lines
+    assert sorted(u.what for u in st.items) == ["clip_on_ranks on sets of ranks for group norms"] * 2, st.items

@@ -47,19 +47,23 @@ def copies(env, g) -> Any:
     return named_count(env, a, ranks)
 
 
-def never_in_range(plan: ir.Plan, axis: str, rank: ir.Value) -> bool:
-    """True where no sizes (each mesh axis a whole number >= 1) make ``rank`` a whole number in [0, axis):
-    unsat of its own query. A rank naming a ``let`` the checker cannot fold, or an undecided query: False."""
+def never_in_range(plan: ir.Plan, axes: tuple[str, ...], rank: ir.Value) -> bool:
+    """True where no sizes (each mesh axis a whole number >= 1) make ``rank`` a whole number in [0, n), n the
+    product of the ``axes``' sizes: unsat of its own query. A rank naming a ``let`` the checker cannot fold, or an
+    undecided query: False."""
     ctx = z3.Context()
     sizes = {a: z3.Int(f"size_{a}", ctx) for a in plan.mesh.names}
     try:
         r = fold(rank, resolver({}, {a: z3.ToReal(t) for a, t in sizes.items()}), const=lambda c: z3.RealVal(str(c), ctx))
     except (DiagnosticError, TypeError, ValueError, ZeroDivisionError):
         return False
-    if axis not in sizes:
+    if any(a not in sizes for a in axes):
         return False
     r = r if z3.is_expr(r) else z3.RealVal(str(r), ctx)
+    n = sizes[axes[0]]
+    for a in axes[1:]:
+        n = n * sizes[a]
     s = z3.Solver(ctx=ctx)
     s.set("timeout", 2000)
-    s.add(*[t >= 1 for t in sizes.values()], z3.IsInt(r), r >= 0, r < z3.ToReal(sizes[axis]))
+    s.add(*[t >= 1 for t in sizes.values()], z3.IsInt(r), r >= 0, r < z3.ToReal(n))
     return s.check() == z3.unsat

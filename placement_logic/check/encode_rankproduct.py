@@ -1,5 +1,5 @@
 """Two or more divisors on sets of one axis's ranks for one group: each rank applies the product of the
-divisors whose rank sets hold it (check.subgroups accepts them over one common axis; PL184 otherwise).
+divisors whose rank sets hold it (over different axes, or several: check.encode_rankproduct_axes).
 
 Input: the query's ``Env`` (or a replay ``Context`` and a witness) and the group's divisor statements:
 ``divide_rank0_only`` (rank 0), ``divide_except_last`` (every rank but the last), ``divide_last_only``
@@ -18,6 +18,7 @@ import z3
 
 from ..ir.overrides import OverrideVerb
 from ..solver.session import value_of
+from . import encode_rankproduct_axes as rpx
 from . import rankset
 from .replay import _frac, coords_text
 from .report import Counterexample
@@ -58,7 +59,9 @@ def _product(env, divs, k, n):
 
 def product_arm(env, divs, key: str):
     """z3: two ranks k1, k2 of the common axis apply different products of the divisors. Returns the arm and
-    a function reading (k1, k2) from a model."""
+    a function reading (k1, k2) from a model. Over different axes: check.encode_rankproduct_axes."""
+    if rpx.spread(divs):
+        return rpx.product_arm(env, divs, key)
     n = env.size(divs[0].axes[0])
     k1, k2 = env.sess.int(f"rp_k1_{key}"), env.sess.int(f"rp_k2_{key}")
     arm = z3.And(k1 >= 0, k1 < n, k2 >= 0, k2 < n, _product(env, divs, k1, n) != _product(env, divs, k2, n))
@@ -82,6 +85,8 @@ def _where(o) -> str:
 def replay_product(ctx, w, g, divs):
     """Rank k1 and rank k2 of the axis (every other axis at 0), per-element gradient 1 and learning rate 1:
     each applies 1 / (the product of the divisors naming it); single-device training applies one coefficient."""
+    if rpx.spread(divs):
+        return rpx.replay_product(ctx, w, g, divs)
     sizes, (k1, k2) = w["sizes"], w["ranks"]
     axis, n = divs[0].axes[0], w["sizes"][divs[0].axes[0]]
     if not (0 <= k1 < n and 0 <= k2 < n):
@@ -128,8 +133,10 @@ def uniform_arm(env, divs, key: str):
     """z3: some rank k of the statements' common axis applies a product of the divisors other than 1. The
     arms above catch two ranks that differ; this one also catches a product every rank applies alike (the
     named ranks all of the axis at its size, or an axis of one rank): the gradient divided again on every
-    rank, where the derived step's own normalisation already makes single-device training's. None where
-    the statements name several axes or different ones."""
+    rank, where the derived step's own normalisation already makes single-device training's. Over several
+    axes or different ones: check.encode_rankproduct_axes."""
+    if rpx.spread(divs):
+        return rpx.uniform_arm(env, divs, key)
     axis = divs[0].axes[0] if divs[0].axes else None
     if axis is None or any(tuple(o.axes or ()) != (axis,) for o in divs):
         return None
@@ -141,6 +148,8 @@ def uniform_arm(env, divs, key: str):
 def replay_uniform(ctx, w, g, divs):
     """Rank k of the axis (every other axis at 0), per-element gradient 1 and learning rate 1: it applies
     1 / (the product of the divisors naming it); single-device training applies 1."""
+    if rpx.spread(divs):
+        return rpx.replay_uniform(ctx, w, g, divs)
     sizes, k = w["sizes"], w["rank"]
     axis = divs[0].axes[0]
     n = sizes[axis]

@@ -1,6 +1,6 @@
 """The obligations of ``check.subgroups``: ``GI grads[g] blocks`` for a gradient reduction run within
-groups over part of an axis (blocks, strided groups, the first K ranks, consecutive groups of unequal sizes:
-a group index per rank), and the groups of the grad
+groups over part of an axis (blocks, strided groups, the first K ranks, consecutive groups of unequal sizes,
+the process groups of a list of rank sets: a group index per rank, read from the runs or the sets), and the groups of the grad
 norm's reduction added to ``SC clip_norm``;
 each with its z3 negation and the concrete replay of a witness. (A divisor on every rank but the
 last, or on the last only, is ``SC update[g]``: ``check.encode_rankupdate``.)
@@ -19,7 +19,7 @@ import z3
 
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
-from ..ir import unequal
+from ..ir import ranksets, unequal
 from ..solver.session import value_of
 from . import subgroups as sg
 from .replay import _frac, coords_text
@@ -61,6 +61,8 @@ def _pinned_elsewhere(obs: list, step, ctx, plan) -> list:
     sum: the statement describes the axis at S1 + S2 + ... only, so the sizes cannot partition the axis there."""
     stated = [sg.grad_blocks(plan, g.group) for g in step.groups] + [sg.norm_blocks(plan)]
     for o in stated:
+        if o is not None and o.verb == sg.SETS and o.axes[0] in ctx.pinned:
+            _sets_pinned(o, ctx.pinned[o.axes[0]])
         if o is None or o.verb != sg.GROUPS or o.axes[0] not in ctx.pinned:
             continue
         total, n = sum(sg.sizes_of(o)), ctx.pinned[o.axes[0]]
@@ -73,11 +75,20 @@ def _pinned_elsewhere(obs: list, step, ctx, plan) -> list:
     return obs
 
 
+def _sets_pinned(o, n: int) -> None:
+    """PL268 where the axis of rank sets is pinned at another size than the number of ranks they hold."""
+    held = ranksets.held(sg.sets_of(o))
+    if n != held:
+        raise DiagnosticError([Diagnostic(
+            Code.RANK_SETS_COVER, f"{sg.head(o)}: the sets hold {held} ranks, but {o.axes[0]} is pinned at {n}; the "
+            f"sets of one reduction partition the axis's ranks (pin {o.axes[0]}={held}, or none)", o.span)])
+
+
 def _cond(env, o):
     """E a positive whole number and a named axis cut into two groups or more: n > B (blocks), S >= 2 and
     n >= 2 (strided groups: ranks 0 and 1 apart), n > K (the first K ranks); the axis of the size S1 + S2 + ...
     (consecutive groups, two or more: PL506 leaves no list of one)."""
-    if o.verb == sg.GROUPS:
+    if o.verb in (sg.GROUPS, sg.SETS):
         return [], [(o.axes[0], _two_groups(env, o))]
     b = env.value(o.by)
     side = [b >= 1] + ([z3.IsInt(b)] if z3.is_real(b) else [])
@@ -99,6 +110,12 @@ def _group_index(sizes: tuple[int, ...], i):
     return z3.Sum([z3.If(i >= e, 1, 0) for e in ends])
 
 
+def _set_index(sets: tuple[tuple[int, ...], ...], i):
+    """The group of rank ``i`` of the process groups of ``sets``: the index of the set holding it, read from the
+    sets (0 for a rank no set holds, which the axis's size ``held`` leaves out)."""
+    return z3.Sum([z3.If(z3.Or([i == r for r in s]), j, 0) for j, s in enumerate(sets)])
+
+
 def _ranks_of(env, o):
     tag = f"groups_{zlib.crc32(sg.head(o).encode()):08x}"
     return env.sess.int(f"{tag}_a"), env.sess.int(f"{tag}_b")
@@ -107,15 +124,20 @@ def _ranks_of(env, o):
 def _two_groups(env, o):
     """The axis of the size S1 + S2 + ... and two of its ranks whose group indices differ (the groups a proper
     partition of the axis)."""
-    sizes, n = sg.sizes_of(o), env.size(o.axes[0])
+    n = env.size(o.axes[0])
     ra, rb = _ranks_of(env, o)
+    if o.verb == sg.SETS:
+        sets = sg.sets_of(o)
+        return z3.And(n == ranksets.held(sets), ra >= 0, ra < n, rb >= 0, rb < n,
+                      _set_index(sets, ra) != _set_index(sets, rb))
+    sizes = sg.sizes_of(o)
     return z3.And(n == sum(sizes), ra >= 0, ra < n, rb >= 0, rb < n,
                   _group_index(sizes, ra) != _group_index(sizes, rb))
 
 
 def _witness(env, model, o, kind, a) -> dict:
     w = {"kind": kind, "sizes": env.size_values(model), "axis": a}
-    if o.verb == sg.GROUPS:  # the two ranks of different groups the solver chose
+    if o.verb in (sg.GROUPS, sg.SETS):  # the two ranks of different groups the solver chose
         w["ranks"] = tuple(value_of(model, r) for r in _ranks_of(env, o))
     return w
 
@@ -160,6 +182,8 @@ def _wrap(orig, o, name, kind):
 def _block(ctx, o, sizes) -> Fraction:
     if o.verb == sg.GROUPS:  # the first group's size: its first rank past rank 0's group
         return Fraction(sg.sizes_of(o)[0])
+    if o.verb == sg.SETS:  # unused: the sets name their ranks
+        return Fraction(len(sg.sets_of(o)[0]))
     return Fraction(fold(o.by, resolver(ctx.bindings, {k: Fraction(v) for k, v in sizes.items()})))
 
 
@@ -172,6 +196,12 @@ def _pair(o, b, n, w) -> tuple[int, int] | None:
     """Two ranks of the axis in different groups: rank 0 and the first rank of the second block, rank 1 (another
     residue of the stride) or rank K (past the first K); for consecutive groups the two the solver chose (rank 0
     and rank S1 without them), None where they are not in two groups of an axis of ``n`` ranks."""
+    if o.verb == sg.SETS:
+        sets = sg.sets_of(o)
+        ia, ib = w.get("ranks") or (sets[0][0], sets[1][0])
+        if not (0 <= ia < n and 0 <= ib < n) or ranksets.group_of(sets, ia) == ranksets.group_of(sets, ib):
+            return None
+        return ia, ib
     if o.verb != sg.GROUPS:
         return 0, 1 if o.verb == sg.STRIDED else int(b)
     sizes = sg.sizes_of(o)
@@ -192,6 +222,8 @@ def _cut(o, b, n) -> bool:
     verb = o.verb
     if verb == sg.GROUPS:
         return n == sum(sg.sizes_of(o)) and len(sg.sizes_of(o)) >= 2
+    if verb == sg.SETS:
+        return n == ranksets.held(sg.sets_of(o)) and len(sg.sets_of(o)) >= 2
     if b.denominator != 1 or b < 1:
         return False
     return b >= 2 and n >= 2 if verb == sg.STRIDED else b < n
@@ -200,6 +232,9 @@ def _cut(o, b, n) -> bool:
 def _group_of(o, b, n, axis, ib: int = 0) -> str:
     """The group of the second replayed rank ``ib`` (``_pair``), written out."""
     verb, b = o.verb, int(b)
+    if verb == sg.SETS:
+        s = sg.sets_of(o)[ranksets.group_of(sg.sets_of(o), ib)]
+        return f"the sum over ranks {', '.join(map(str, sorted(s)))} of {axis}, its set [{', '.join(map(str, s))}]"
     if verb == sg.GROUPS:
         s = sg.sizes_of(o)
         j = _run_of(s, ib)
@@ -241,6 +276,8 @@ _E_NAME = {sg.STRIDED: "stride", sg.FIRST: "ranks in the group"}
 def _stated_row(o, b) -> tuple[str, str]:
     if o.verb == sg.GROUPS:
         return ("group sizes", ", ".join(map(str, sg.sizes_of(o))))
+    if o.verb == sg.SETS:
+        return ("rank sets", ranksets.text(sg.sets_of(o)))
     return (_E_NAME.get(o.verb, "block size"), _frac(b))
 
 

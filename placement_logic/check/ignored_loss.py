@@ -24,6 +24,7 @@ token and one ignored one, whose term adds lse = log2 3 to the loss and [1/3, 2/
 from __future__ import annotations
 
 import zlib
+from dataclasses import replace
 
 import z3
 
@@ -31,7 +32,6 @@ from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir.overrides import OverrideTarget, OverrideVerb
 from ..solver.session import value_of
-from .obligation import Obligation
 from .report import Counterexample
 
 VERB = OverrideVerb.IGNORED_IN_LOSS
@@ -85,12 +85,12 @@ def _aspect(whole, ctx, span, vocab_parallel: bool):
         q = env.sess.int(f"ignored_aspect_{tag}")
         return [q >= 1], lambda model: {"kind": "ignored_in_loss", "sizes": env.size_values(model)}
 
-    return Obligation(
-        f"GI grads[{group}] ignored tokens' terms", whole.condition, span,
-        f"the {group} gradient sums no term of a token whose label is ignored (the cross entropy's ignore_index "
-        "or a loss mask takes it out)",
-        encode, lambda w: replay_ignored_terms(ctx, w["sizes"], span.line, group, vocab_parallel),
-        aspect_of=group)
+    return replace(
+        whole, name=f"GI grads[{group}] ignored tokens' terms", span=span,
+        checked=f"the {group} gradient sums no term of a token whose label is ignored (the cross entropy's "
+        "ignore_index or a loss mask takes it out)",
+        encode=encode, replay=lambda w: replay_ignored_terms(ctx, w["sizes"], span.line, group, vocab_parallel),
+        whole=None, aspect_of=group, notes=())
 
 
 def pending(orig, name: str):

@@ -234,7 +234,10 @@ def _extended(obs: list[Obligation], step: steps.StepModel, ctx, plan) -> list[O
     obs = extend(obs, step, ctx, plan, Obligation)
     from . import encode_subgroups  # a reduction over blocks of an axis's ranks
 
-    return encode_subgroups.extend(obs, step, ctx, plan, Obligation)
+    obs = encode_subgroups.extend(obs, step, ctx, plan, Obligation)
+    from . import rankcount_multi  # a norm counted on a rank set over several axes at once
+
+    return rankcount_multi.extend(obs, step, ctx, plan)
 
 
 def _undecided(obs: list[Obligation], step: steps.StepModel, pinned: dict[str, int], plan=None) -> list[Obligation]:

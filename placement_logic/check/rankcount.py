@@ -16,7 +16,10 @@ the axis's n ranks are named: a group replicated over AXIS is counted c times (r
 the duplicate filter on another rank); a group sharded over AXIS has the pieces of the n - c other
 ranks dropped (right where c = n). Refuted as ``SC clip_norm``, with the concrete pieces.
 
-Errors: PL192 (not one axis), PL191 (a rank out of range at the file's size), PL259 (a rank of the
+Over several axes at once, ``count_on_ranks over (A, B, ...) ranks (...)`` names ranks of the process group
+over them (check.rankcount_multi: each piece of g over those axes counted once).
+
+Errors: PL192 (no axis), PL191 (a rank out of range at the file's size), PL259 (a rank of the
 axis at no size), PL506 (a rank named twice, or ``ranks (0)`` where every group it reaches is replicated and
 filtered there already: the derived duplicate filter), PL170 (an axis the group's norm is not summed over), PL260 (rank0_only
 and count_on_ranks over one axis for one group), PL129 (with an average, a max or roots before the
@@ -30,8 +33,10 @@ from fractions import Fraction
 
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
-from ..ir.overrides import OverrideTarget, OverrideVerb
+from ..ir.overrides import OverrideVerb
 from . import rankset
+from .rankset import count_statements as statements
+from .rankset import counts_stated as stated
 from .values import fold
 
 VERB = OverrideVerb.COUNT_ON_RANKS
@@ -41,25 +46,18 @@ def _err(code: str, msg: str, o: ir.Override) -> DiagnosticError:
     return DiagnosticError([Diagnostic(code, msg, o.span)])
 
 
-def statements(overrides) -> list[ir.Override]:
-    return [o for o in overrides if o.target == OverrideTarget.CLIP_NORM and o.verb == VERB]
-
-
-def stated(overrides, group: str) -> ir.Override | None:
-    """The rank-set count of ``group``: its own, else the plan's (``all``, then no group)."""
-    for who in (group, "all", None):
-        found = [o for o in statements(overrides) if o.group == who]
-        if found:
-            return found[-1]
-    return None
-
-
 def apply(groups: list, overrides) -> list:
     """Each group's (axis, ranks), with PL192, PL170, PL260 and PL129 where the statement cannot be read."""
+    from . import rankcount_multi  # a count on a rank set over several axes at once
+
     for o in statements(overrides):
-        if len(o.axes or ()) != 1:
-            raise _err(Code.RANK_SET_AXES, f"{rankset.head(o)}: a rank set names ranks of one axis (a rank index of "
-                       f"that axis's process group); it names {len(o.axes or ())} axes here", o)
+        if not o.axes:
+            raise _err(Code.RANK_SET_AXES, f"{rankset.head(o)}: a rank set names ranks of the process group over the "
+                       "axes it names; it names none here", o)
+        if len(o.axes) >= 2:
+            hit = [g for g in groups if o.group in (None, "all", g.group) and stated(overrides, g.group) is o]
+            rankcount_multi.check_statement(o, hit, _copy_axes)
+            continue
         axis = o.axes[0]
         hit = [g for g in groups if o.group in (None, "all", g.group) and stated(overrides, g.group) is o]
         summed = [g for g in hit if axis in (g.clip_axes or ())]
@@ -94,6 +92,10 @@ def _copy_axes(g) -> set[str]:
 
 
 def _one(g, o: ir.Override | None):
+    if o is not None and len(o.axes or ()) >= 2:
+        from . import rankcount_multi
+
+        return rankcount_multi.apply_one(g, o)
     if o is None or not o.axes or o.axes[0] not in (g.clip_axes or ()):
         return g
     return replace(g, clip_ranks=((o.axes[0], tuple(o.ranks or ())),), clip_ranks_span=o.span)
@@ -105,12 +107,16 @@ def check_override(plan: ir.Plan) -> None:
     from . import encode_rankcount  # z3: the query whether a rank is in range at some size
 
     for o in statements(plan.overrides):
+        if not o.axes:
+            raise _err(Code.RANK_SET_AXES, f"{rankset.head(o)}: a rank set names ranks of the process group over the "
+                       "axes it names; it names none here", o)
         rankset.check_one(o, rankset.file_sizes(plan))
         for r in o.ranks or ():
-            if encode_rankcount.never_in_range(plan, o.axes[0], r):
-                raise _err(Code.RANK_NEVER_IN_RANGE, f"{rankset.head(o)}: rank {ir.show(r)} is a rank of {o.axes[0]} "
-                           f"at no size {o.axes[0]} can take (its ranks are 0 .. {o.axes[0]} - 1, a whole number): "
-                           "it names no rank", o)
+            if encode_rankcount.never_in_range(plan, o.axes, r):
+                who = o.axes[0] if len(o.axes) == 1 else f"the process group over ({', '.join(o.axes)})"
+                size = f"at no size {o.axes[0]} can take" if len(o.axes) == 1 else "at no sizes its axes can take"
+                raise _err(Code.RANK_NEVER_IN_RANGE, f"{rankset.head(o)}: rank {ir.show(r)} is a rank of {who} "
+                           f"{size} (its ranks are 0 .. {' * '.join(o.axes)} - 1, a whole number): it names no rank", o)
 
 
 def named(axis_ranks, n: int, leaf) -> list[int]:

@@ -142,3 +142,16 @@ def applied(o: ir.Override, n: int, leaf) -> list[int]:
         if v.denominator == 1 and 0 <= v < n:
             out.add(int(v))
     return sorted(out)
+
+
+def count_statements(overrides) -> list[ir.Override]:
+    return [o for o in overrides if o.target == OverrideTarget.CLIP_NORM and o.verb == OverrideVerb.COUNT_ON_RANKS]
+
+
+def counts_stated(overrides, group: str) -> ir.Override | None:
+    """The rank-set count of ``group``: its own, else the plan's (``all``, then no group)."""
+    for who in (group, "all", None):
+        found = [o for o in count_statements(overrides) if o.group == who]
+        if found:
+            return found[-1]
+    return None

@@ -17,7 +17,7 @@ from typing import Iterable
 
 from .. import ir
 from . import aspects, steps
-from .report import Counterexample
+from .report import Counterexample, coords_text
 from .values import fold, resolver, show
 
 Coord = tuple[int, ...]
@@ -25,10 +25,6 @@ Coord = tuple[int, ...]
 
 def _frac(x: Fraction) -> str:
     return str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
-
-
-def coords_text(names: Iterable[str], coord: Iterable[int]) -> str:
-    return "(" + ", ".join(f"{n}={c}" for n, c in zip(names, coord)) + ")"
 
 
 @dataclass(frozen=True)

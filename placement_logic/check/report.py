@@ -111,3 +111,8 @@ class CheckReport:
     @property
     def exit_status(self) -> int:
         return int(exit_for(self.verdict))
+
+
+def coords_text(names, coord) -> str:
+    """A device's coordinates as ``(dp=0, tp=1)``."""
+    return "(" + ", ".join(f"{n}={c}" for n, c in zip(names, coord)) + ")"

@@ -21,7 +21,11 @@ axis"), by its verb (``PARTITION_VERBS``):
   0..S1-1, then the next S2, ...: a per-node group on nodes of unequal GPU counts, a hand-written
   ``new_group`` list. One axis (PL251), the sizes positive whole numbers adding up to its size (PL250);
   where the axis's size is free the groups fix it to the sum, and a size pinned to another number is PL250
-  too (``check.encode_subgroups``).
+  too (``check.encode_subgroups``);
+* ``reduce_sets ... ranks ([0, 2, 3], [1, 4])`` -- a list of rank sets (``ir.ranksets``), one per
+  ``new_group``, ranks in any order: rank i is in the group of the set holding it. One axis (PL269), the
+  sets a partition of its ranks (PL267 overlap, PL268 a rank missing or past the axis); where the axis's
+  size is free the sets fix it to the number of ranks they hold.
 
 Each applies to ``override grads[g]: VERB over (AXES) by E`` (g's gradient reduction over each axis of
 AXES runs within the groups: ``GI grads[g] blocks``, the groups holding different partial sums) and to
@@ -42,7 +46,7 @@ from fractions import Fraction
 
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
-from ..ir import unequal
+from ..ir import ranksets, unequal
 from ..ir.overrides import OverrideTarget, OverrideVerb
 from .clipagg import plan_norm
 
@@ -50,7 +54,8 @@ BLOCKS = OverrideVerb.REDUCE_BLOCKS
 STRIDED = OverrideVerb.REDUCE_STRIDED
 FIRST = OverrideVerb.REDUCE_FIRST
 GROUPS = OverrideVerb.REDUCE_GROUPS
-PARTITION_VERBS = (BLOCKS, STRIDED, FIRST, GROUPS)
+SETS = OverrideVerb.REDUCE_SETS
+PARTITION_VERBS = (BLOCKS, STRIDED, FIRST, GROUPS, SETS)
 EXCEPT_LAST = OverrideVerb.DIVIDE_EXCEPT_LAST
 LAST_ONLY = OverrideVerb.DIVIDE_LAST_ONLY
 SUBSET_VERBS = (EXCEPT_LAST, LAST_ONLY)
@@ -66,6 +71,8 @@ def head(o: ir.Override) -> str:
         text += f" over ({', '.join(o.axes)})"
     if o.sizes is not None:
         return text + f" by ({', '.join(ir.show(s) for s in o.sizes)})"
+    if o.sets is not None:
+        return text + " ranks (" + ", ".join("[" + ", ".join(map(ir.show, s)) + "]" for s in o.sets) + ")"
     return text + (f" by {ir.show(o.by)}" if o.by is not None else "")
 
 
@@ -100,6 +107,8 @@ def norm_blocks(plan: ir.Plan) -> ir.Override | None:
 
 def groups_text(o: ir.Override) -> str:
     """The groups ``o`` cuts an axis into, for messages."""
+    if o.verb == SETS:
+        return f"the process groups of the rank sets {ranksets.text(sets_of(o))}"
     if o.verb == GROUPS:
         runs = ", ".join(f"{a}..{a + s - 1}" for a, s in zip(unequal.starts(sizes_of(o)), sizes_of(o)))
         return f"consecutive groups of {', '.join(map(str, sizes_of(o)))} ranks (ranks {runs})"
@@ -115,6 +124,27 @@ def groups_text(o: ir.Override) -> str:
 def sizes_of(o: ir.Override) -> tuple[int, ...]:
     """The sizes of ``reduce_groups ... by (S1, ...)`` as whole numbers (resolve has checked them)."""
     return tuple(int(Fraction(s.value)) for s in o.sizes or ())
+
+
+def sets_of(o: ir.Override) -> tuple[tuple[int, ...], ...]:
+    """The rank sets of ``reduce_sets ... ranks ([...], ...)`` as whole numbers (resolve has checked them)."""
+    return tuple(tuple(int(Fraction(r.value)) for r in s) for s in o.sets or ())
+
+
+def _rank_sets(o: ir.Override, plan: ir.Plan) -> None:
+    """PL269 where rank sets cut no axis or several, PL267/PL268 where they do not partition its ranks (at its
+    size on the mesh, else at as many ranks as they hold), PL506 where one set holds the axis."""
+    if len(o.axes or ()) != 1:
+        raise _err(Code.RANK_SETS_AXIS, f"{head(o)}: a list of rank sets cuts one axis; name one", o)
+    size = next((x.size for x in plan.mesh.axes if x.name == o.axes[0]), None)
+    values = tuple(tuple(Fraction(r.value) if isinstance(r, ir.Const) else None for r in s) for s in o.sets or ())
+    why = ranksets.problem(head(o), o.sets or (), values, o.axes[0],
+                           Fraction(size.value) if isinstance(size, ir.Const) else None)
+    if why is not None:
+        raise _err(why[0], why[1], o)
+    if len(values) == 1:
+        raise _err(Code.OVERRIDE_NO_EFFECT, f"{head(o)} changes nothing: one set holds every rank of the axis, so the "
+                   "reduction is over the whole axis as derived", o)
 
 
 def _group_sizes(o: ir.Override, plan: ir.Plan) -> None:
@@ -154,6 +184,9 @@ def _block_size(o: ir.Override, plan: ir.Plan) -> None:
     if o.verb == GROUPS:
         _group_sizes(o, plan)
         return
+    if o.verb == SETS:
+        _rank_sets(o, plan)
+        return
     if not isinstance(o.by, ir.Const):
         return
     b = Fraction(o.by.value)
@@ -186,32 +219,9 @@ def _one_partition(plan: ir.Plan) -> None:
                        "two axes of one reduction are out of scope", o)
 
 
-def _divisors(plan: ir.Plan, groups) -> None:
-    """PL184 where a group has two divisors on sets of ranks: together they may divide every rank once
-    (the last rank and every rank but it), which the step does not add up."""
-    verbs = (OverrideVerb.DIVIDE_RANK0_ONLY,) + SUBSET_VERBS + (OverrideVerb.DIVIDE_ON_RANKS,)
-    for g in groups:
-        stated = []
-        for verb in verbs:
-            for who in (g.group, "all", None):
-                found = [o for o in plan.overrides if o.target == OverrideTarget.GRADS and o.verb == verb
-                         and o.group == who]
-                if found:
-                    stated.append(found[-1])
-                    break
-        if len(stated) > 1 and len({tuple(o.axes or ()) for o in stated}) == 1 and len(stated[0].axes or ()) == 1:
-            continue  # over one common axis: each rank applies the product of those naming it (encode_rankproduct)
-        if len(stated) > 1:
-            later = max(stated, key=lambda o: (o.span.line, o.span.column))
-            raise _err(Code.RANK_SET_DIVISORS, f"{head(later)}: the {g.group} gradient has another divisor on a set of "
-                       f"ranks ({', '.join(o.verb for o in stated if o is not later)}) over other axes; divisors on sets "
-                       "of ranks for one group are read over one common axis (each rank applies the product of those "
-                       "naming it)", later)
-
-
 def check_override(plan: ir.Plan, groups) -> None:
-    """The located errors of the statements the step cannot read."""
-    _divisors(plan, groups)
+    """The located errors of the statements the step cannot read. (Divisors on sets of ranks for one group combine,
+    each device applying the product of those whose rank sets hold it, over any axes: check.encode_rankproduct.)"""
     _one_partition(plan)
     for o in plan.overrides:
         if o.verb not in PARTITION_VERBS or o.target not in (OverrideTarget.GRADS, OverrideTarget.CLIP_NORM):

@@ -314,6 +314,8 @@ class Formatter:
                 text += f" over ({', '.join(node.axes)})"
             if node.ranks is not None:
                 text += f" ranks ({', '.join(expr(r) for r in node.ranks)})"
+            if node.sets is not None:
+                text += " ranks (" + ", ".join("[" + ", ".join(expr(r) for r in s) + "]" for s in node.sets) + ")"
             if node.by is not None:
                 text += f" by {expr(node.by)}"
             if node.sizes is not None:

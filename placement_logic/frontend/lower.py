@@ -35,6 +35,13 @@ class _Sizes:
         self.sizes = sizes
 
 
+class _Sets:
+    """``ranks ([R, ...], [R, ...])`` as the ranks clause hands it to ``override_stmt``."""
+
+    def __init__(self, sets: tuple) -> None:
+        self.sets = sets
+
+
 @v_args(meta=True)
 class Lower(Transformer):
     """Turns lark's tree into syntax nodes. One method per grammar alias."""
@@ -222,9 +229,10 @@ class Lower(Transformer):
     def override_stmt(self, meta, ch):
         target, group, verb, axes, ranks, by = ch
         sizes = by.sizes if isinstance(by, _Sizes) else None
+        sets = ranks.sets if isinstance(ranks, _Sets) else None
         return surface.OverrideStmt(
-            str(target), str(group) if group else None, str(verb), axes, None if sizes else by, self.span(meta), ranks,
-            sizes)
+            str(target), str(group) if group else None, str(verb), axes, None if sizes else by, self.span(meta),
+            None if sets else ranks, sizes, sets)
 
     def unobserved_stmt(self, meta, ch):
         return surface.Unobserved(str(ch[0])[1:-1], self.span(meta))
@@ -240,6 +248,12 @@ class Lower(Transformer):
 
     def by_sizes(self, meta, ch):
         return _Sizes(tuple(ch))
+
+    def ranks_sets(self, meta, ch):
+        return _Sets(tuple(ch))
+
+    def rank_set(self, meta, ch):
+        return tuple(ch)
 
     # ------------------------------------------------------------------ questions
 

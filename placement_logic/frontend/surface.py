@@ -205,6 +205,7 @@ class OverrideStmt:
     span: Span = _span()
     ranks: tuple[Expr, ...] | None = None  # ``ranks (r1, r2)``: the ranks of the axis a per-rank operation is on
     sizes: tuple[Expr, ...] | None = None  # ``by (s1, s2)``: the sizes of consecutive groups (reduce_groups)
+    sets: tuple[tuple[Expr, ...], ...] | None = None  # ``ranks ([0, 2], [1])``: rank sets (reduce_sets)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,15 @@ that of the largest group, max(S1, S2, ...) devices, which the step waits for; a
 moves 2(S−1)/S·m per device. The link is ``intra_node`` where the axis is declared so, or where it
 is ``inter_node`` and every group, its consecutive ranks times the sizes of the axes inside it,
 lies inside one node of the catalogue device (a per-node group on nodes of unequal GPU counts).
+
+The process groups of a list of rank sets (``reduce_sets ... ranks ([0, 2, 3], [1, 4])``) are priced the
+same way on the largest set: each set runs its own ring at the same time, max |set| devices. A set of
+non-consecutive ranks is priced as a ring over its members in the order NCCL builds it, each hop on the
+link class the set's members share: ``intra_node`` where every set's ranks (times the sizes of the axes
+inside the axis) lie inside one node of the catalogue device, else the axis's own. The price assumes
+every hop of that ring runs at the class's bandwidth and latency, as for consecutive ranks: a ring whose
+members skip GPUs within a node (0, 2, 3) is priced as one on adjacent GPUs (NVLink is all-to-all on the
+catalogue's nodes), and one across nodes as every hop crossing the network.
 """
 
 from __future__ import annotations
@@ -53,10 +62,12 @@ INTRA, INTER = "intra_node", "inter_node"
 
 
 GROUPS = OverrideVerb.REDUCE_GROUPS
-PARTITION_VERBS = (OverrideVerb.REDUCE_BLOCKS, OverrideVerb.REDUCE_STRIDED, OverrideVerb.REDUCE_FIRST, GROUPS)
+SETS = OverrideVerb.REDUCE_SETS
+PARTITION_VERBS = (OverrideVerb.REDUCE_BLOCKS, OverrideVerb.REDUCE_STRIDED, OverrideVerb.REDUCE_FIRST, GROUPS, SETS)
 WHAT = {OverrideVerb.REDUCE_BLOCKS: "within blocks of {} ranks", OverrideVerb.REDUCE_STRIDED: "within strided "
         "groups of stride {}", OverrideVerb.REDUCE_FIRST: "within the first {} ranks only",
-        GROUPS: "within consecutive groups of {} ranks (the largest priced)"}
+        GROUPS: "within consecutive groups of {} ranks (the largest priced)",
+        SETS: "within the process groups of the rank sets {} (the largest priced)"}
 
 
 def statements(plan: ir.Plan) -> tuple[ir.Override, ...]:
@@ -110,9 +121,14 @@ def _sizes(o: ir.Override) -> tuple[int, ...]:
     return tuple(int(s.value) for s in o.sizes or ())
 
 
-def groups_link(plan: ir.Plan, axis: str, sizes: tuple[int, ...]) -> str | None:
-    """The link class of consecutive groups of ``sizes`` ranks of ``axis``: intra-node where every group lies
-    inside one node (module docstring), else the axis's own."""
+def _sets(o: ir.Override) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(int(r.value) for r in s) for s in o.sets or ())
+
+
+def groups_link(plan: ir.Plan, axis: str, sizes: tuple[int, ...],
+                sets: tuple[tuple[int, ...], ...] | None = None) -> str | None:
+    """The link class of consecutive groups of ``sizes`` ranks of ``axis`` (or of the rank ``sets``): intra-node
+    where every group lies inside one node (module docstring), else the axis's own."""
     own = plan.mesh.axis(axis).link
     h = plan.mesh.hardware
     dev = hw.device(h.device) if h is not None else None
@@ -127,6 +143,9 @@ def groups_link(plan: ir.Plan, axis: str, sizes: tuple[int, ...]) -> str | None:
     if span.denominator != 1:
         return own
     per, at = dev.per_node, 0
+    if sets is not None:  # each set's members, spread by the axes inside, on one node
+        inside = all(len({(r * int(span) + k) // per for r in s for k in range(int(span))}) == 1 for s in sets)
+        return INTRA if inside else own
     for s in sizes:
         first, last = at * int(span), (at + s) * int(span) - 1
         if first // per != last // per:
@@ -143,6 +162,9 @@ def _blocked(plan: ir.Plan, c: Collective, o: ir.Override) -> Collective:
     if o.verb == GROUPS:  # the largest group, which the step waits for
         factors: list[Value] = [ir.const(max(_sizes(o))) if a in cut else Sym(a) for a in c.axes]
         links = [groups_link(plan, a, _sizes(o)) if a in cut else plan.mesh.axis(a).link for a in c.axes]
+    elif o.verb == SETS:  # the largest set, likewise
+        factors = [ir.const(max(map(len, _sets(o)))) if a in cut else Sym(a) for a in c.axes]
+        links = [groups_link(plan, a, (), _sets(o)) if a in cut else plan.mesh.axis(a).link for a in c.axes]
     else:
         factors = [_block_size(o.by, plan.mesh.axis(a), o.verb) if a in cut else Sym(a) for a in c.axes]
         links = [block_link(plan, a, o.by) if a in cut and o.verb != OverrideVerb.REDUCE_STRIDED
@@ -151,7 +173,8 @@ def _blocked(plan: ir.Plan, c: Collective, o: ir.Override) -> Collective:
     known = [x for x in links if x]
     link = None if not known else known[0] if len(set(known)) == 1 else \
         INTER if INTER in known else "+".join(sorted(set(known)))
-    e = ", ".join(map(str, _sizes(o))) if o.verb == GROUPS else ir.show(o.by)
+    e = ", ".join(map(str, _sizes(o))) if o.verb == GROUPS else \
+        ", ".join("[" + ", ".join(map(str, s)) + "]" for s in _sets(o)) if o.verb == SETS else ir.show(o.by)
     rule = f"{c.rule}; {WHAT[o.verb].format(e)} of ({', '.join(cut)}) (override grads: {o.verb})"
     return replace(c, block=size, link=link if known else link_of(plan, c.axes), rule=rule)
 

@@ -337,6 +337,7 @@ class Override:
     span: Span = _span()
     ranks: tuple[Value, ...] | None = None  # ``ranks (...)``: the ranks of the axis a per-rank operation is on
     sizes: tuple[Value, ...] | None = None  # ``by (S1, ...)``: the sizes of consecutive groups (reduce_groups)
+    sets: tuple[tuple[Value, ...], ...] | None = None  # ``ranks ([R, ...], ...)``: rank sets (reduce_sets)
 
 
 @dataclass(frozen=True)

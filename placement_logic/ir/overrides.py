@@ -38,6 +38,9 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         # ... within consecutive groups of the sizes S1, S2, ... (by (S1, S2, ...): groups of unequal sizes, a
         # per-node group on nodes of unequal GPU counts, a hand-written new_group list; check.subgroups)
         "reduce_groups": (True, False),
+        # ... within the process groups given by a list of rank sets, ranks ([0, 2, 3], [1, 4]) (one new_group per
+        # set, ranks in any order: a partition of the axis's ranks; check.subgroups)
+        "reduce_sets": (True, False),
     },
     "clip_norm": {
         "reduce": (True, False),  # squared norms summed over exactly these axes
@@ -65,6 +68,7 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "reduce_strided": (True, True),
         "reduce_first": (True, True),
         "reduce_groups": (True, False),  # ... within consecutive groups of the sizes S1, S2, ... (check.subgroups)
+        "reduce_sets": (True, False),  # ... within the process groups of the rank sets given (check.subgroups)
     },
     "loss": {
         "per_device_mean": (False, False),
@@ -186,6 +190,8 @@ TAKES_RANKS: frozenset[tuple[str, str]] = frozenset({("grads", "clip_on_ranks"),
                                                      ("clip_norm", "count_on_ranks")})
 # the verbs that take ``by (S1, S2, ...)``: the sizes of the consecutive groups an axis is cut into
 TAKES_SIZES: frozenset[tuple[str, str]] = frozenset({("grads", "reduce_groups"), ("clip_norm", "reduce_groups")})
+# the verbs that take ``ranks ([R, ...], [R, ...])``: the rank sets of the process groups an axis is cut into
+TAKES_SETS: frozenset[tuple[str, str]] = frozenset({("grads", "reduce_sets"), ("clip_norm", "reduce_sets")})
 
 
 class OverrideTarget(StrEnum):
@@ -236,6 +242,7 @@ class OverrideVerb(StrEnum):
     REDUCE_STRIDED = "reduce_strided"
     REDUCE_FIRST = "reduce_first"
     REDUCE_GROUPS = "reduce_groups"
+    REDUCE_SETS = "reduce_sets"
     LOCAL = "local"
     PER_DEVICE_MEAN = "per_device_mean"
     PER_MICROBATCH_MEAN = "per_microbatch_mean"

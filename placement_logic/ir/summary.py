@@ -116,6 +116,8 @@ def _override_text(o: ir.Override) -> str:
         text += f" by {ir.show(o.by)}"
     if o.sizes is not None:
         text += f" by ({', '.join(ir.show(s) for s in o.sizes)})"
+    if o.sets is not None:
+        text += " ranks (" + ", ".join("[" + ", ".join(ir.show(r) for r in s) + "]" for s in o.sets) + ")"
     return text
 
 

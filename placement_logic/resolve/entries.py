@@ -17,7 +17,8 @@ from ..frontend.canonical import expr as surface_text
 from ..ir import actflow, unequal
 from ..ir import losses as ir_losses
 from ..ir.groups import BUILTIN as BUILTIN_GROUPS
-from ..ir.overrides import LAYOUT_ITEMS, TAKES_RANKS, TAKES_SIZES, OverrideTarget, OverrideVerb
+from ..ir.overrides import LAYOUT_ITEMS, TAKES_RANKS, TAKES_SETS, TAKES_SIZES, OverrideTarget, OverrideVerb
+from . import ranksets as rank_sets
 from .shapes import number
 from .values import STATE_NAMES, Values
 
@@ -37,18 +38,21 @@ NOT_MODELLED = {
     "process_group": "every reduction is over whole mesh axes or over groups over part of an axis: blocks of B "
                      "consecutive ranks, strided groups of stride S, the first K ranks only (override grads[g] / "
                      "clip_norm: reduce_blocks / reduce_strided / reduce_first over (AXES) by E), consecutive groups "
-                     "of unequal sizes (reduce_groups over (AXIS) by (S1, S2, ...)); groups that are not runs of "
-                     "consecutive ranks and a group across two axes' ranks other than their product are out of scope",
+                     "of unequal sizes (reduce_groups over (AXIS) by (S1, S2, ...)), the groups of a list of rank sets "
+                     "(reduce_sets over (AXIS) ranks ([R, ...], ...)); a group across two axes' ranks other than "
+                     "their product is out of scope",
     "rank": "every device of an axis runs the same step; of the operations on some of its ranks only these are "
-            "modelled: a group's part of the grad norm on rank 0 or on any set of one axis's ranks (override "
-            "clip_norm[g]: rank0_only over (AXES), count_on_ranks over (AXIS) ranks (R1, ...)), its "
+            "modelled: a group's part of the grad norm on rank 0 or on any set of ranks of one axis or of the group "
+            "over several (override clip_norm[g]: rank0_only over (AXES), count_on_ranks over (AXES) ranks (R1, ...)), "
+            "its "
             "clip coefficient or a divisor on rank 0 (override grads[g]: clip_rank0_only / divide_rank0_only over "
             "(AXES)), a divisor on the last rank or every rank but it (override grads[g]: divide_last_only / "
             "divide_except_last over (AXES) by X), and a clip or a divisor on any set of one axis's ranks (override "
             "grads[g]: clip_on_ranks / divide_on_ranks over (AXIS) ranks (R1, ...))",
     "one_rank": "every device of an axis runs the same step; of the operations on some of its ranks only these are "
-                "modelled: a group's part of the grad norm on rank 0 or on any set of one axis's ranks (override "
-                "clip_norm[g]: rank0_only over (AXES), count_on_ranks over (AXIS) ranks (R1, ...)), "
+                "modelled: a group's part of the grad norm on rank 0 or on any set of ranks of one axis or of the "
+                "group over several (override clip_norm[g]: rank0_only over (AXES), count_on_ranks over (AXES) ranks "
+                "(R1, ...)), "
                 "its clip coefficient or a divisor on rank 0 (override grads[g]: clip_rank0_only / divide_rank0_only "
                 "over (AXES)), a divisor on the last rank or every rank but it (override grads[g]: "
                 "divide_last_only / divide_except_last over (AXES) by X), and a clip or a divisor on any set of one "
@@ -262,6 +266,8 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
     if not takes_over and o.axes is not None:
         error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' takes no 'over' clause", o.span)
         return None
+    if not rank_sets.check_clause(vals, o, (o.target, o.verb) in TAKES_SETS):
+        return None
     takes_sizes = (o.target, o.verb) in TAKES_SIZES
     if o.sizes is not None and not takes_sizes:
         error(Code.GROUPS_AXIS, f"'{o.target}: {o.verb}' takes no list of sizes 'by (S1, S2, ...)' (the sizes of "
@@ -286,6 +292,8 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
     out = _axes_and_divisor(vals, o, env, axes_allowed)
     if out is not None and o.sizes is not None:
         return _group_sizes(vals, o, out, env)
+    if out is not None and o.sets is not None:
+        return rank_sets.rank_sets(vals, o, out, env)
     if out is None or o.ranks is None:
         return out
     ranks = tuple(vals.count(r, env, "a rank") for r in o.ranks)

@@ -11,12 +11,13 @@
   line once (a group of one rank seen in a group of its own), two runs or more: ("groups", (S1, S2, ...)), a
   per-node group on nodes of unequal GPU counts, a hand-written ``new_group`` list. ``_Layout.blocks`` maps each
   group to (axis index, size, kind) (the size a tuple of sizes for "groups"), and the layout reads a call over one
-  as a call over the axis (the gradient programs see the axis reduced). One strided group alone, K ranks not from
-  rank 0, runs that leave a rank out, or groups neither consecutive nor strided are left as they are: named, never
-  lifted.
+  as a call over the axis (the gradient programs see the axis reduced); groups neither consecutive nor strided
+  that, with the ranks seen alone, hold every rank of the line once in two groups or more: ("sets", ((r, ...),
+  ...)), the process groups of a list of rank sets (``reduce_sets ... ranks ([...], ...)``). One strided group
+  alone, K ranks not from rank 0, runs or sets that leave a rank out are left as they are: named, never lifted.
 - ``block_lines``: the plan lines of the calls over such groups in the step: a gradient reduction is
   ``override grads[g]: reduce_blocks over (AXIS) by B`` (``reduce_strided ... by S``, ``reduce_first ... by K``,
-  ``reduce_groups ... by (S1, S2, ...)``;
+  ``reduce_groups ... by (S1, S2, ...)``, ``reduce_sets ... ranks ([...], ...)``;
   ``grads`` where every parameter's is), the same call on another rank (its site) part of it; the grad norm's
   all-reduce after backward (a float all-reduce no gradient program holds, the gradients clipped, a gradient
   sharded over the axis) ``override clip_norm: reduce_blocks over (AXIS) by B`` (or the other two; over an axis
@@ -63,13 +64,22 @@ def _kind(groups: list[list[int]], n: int, alone: set[int]) -> tuple[str, int] |
             return "groups", tuple(len(g) for g in parts)  # runs of unequal sizes holding every rank once
         return None
     steps = {g[1] - g[0] for g in groups}
-    if len(steps) != 1:
-        return None
-    s = steps.pop()
-    if s < 2 or any(g != list(range(g[0], n, s)) or g[0] >= s for g in groups):
-        return None
-    starts = {g[0] for g in groups} | {x for x in alone if x < s and x + s >= n}
-    return ("strided", s) if starts == set(range(min(s, n))) else None
+    s = steps.pop() if len(steps) == 1 else 0
+    if s >= 2 and not any(g != list(range(g[0], n, s)) or g[0] >= s for g in groups):
+        starts = {g[0] for g in groups} | {x for x in alone if x < s and x + s >= n}
+        if starts == set(range(min(s, n))):
+            return "strided", s
+    return _sets(groups, n, alone)
+
+
+def _sets(groups: list[list[int]], n: int, alone: set[int]):
+    """("sets", ((r, ...), ...)) where the groups, with the ranks seen alone, hold every rank of the line once in
+    two groups or more: the process groups of a list of rank sets (``reduce_sets``); else None."""
+    covered = [x for g in groups for x in g]
+    parts = sorted([sorted(g) for g in groups] + [[x] for x in sorted(alone) if x not in covered and 0 <= x < n])
+    if len(parts) >= 2 and sorted(x for g in parts for x in g) == list(range(n)):
+        return "sets", tuple(tuple(g) for g in parts)
+    return None
 
 
 def find_blocks(trace: dict, layout: _Layout) -> None:
@@ -104,18 +114,23 @@ def find_blocks(trace: dict, layout: _Layout) -> None:
         layout.blocks.update({frozenset([r]): (i, size, what) for r in mine if not any(r in g for g in groups)})
 
 
-VERB = {"blocks": "reduce_blocks", "strided": "reduce_strided", "first": "reduce_first", "groups": "reduce_groups"}
+VERB = {"blocks": "reduce_blocks", "strided": "reduce_strided", "first": "reduce_first", "groups": "reduce_groups",
+        "sets": "reduce_sets"}
 
 
 def _by(b) -> str:
-    """The ``by`` of a statement: a number, or the list of sizes of consecutive groups."""
-    return f"({', '.join(map(str, b))})" if isinstance(b, tuple) else str(b)
+    """The ``by`` clause of a statement: a number, the list of sizes of consecutive groups, or the rank sets."""
+    if isinstance(b, tuple) and b and isinstance(b[0], tuple):
+        return "ranks (" + ", ".join("[" + ", ".join(map(str, s)) + "]" for s in b) + ")"
+    return "by " + (f"({', '.join(map(str, b))})" if isinstance(b, tuple) else str(b))
 
 
 def _groups(what: str, a: str, b) -> str:
     """The groups in words."""
     if what == "groups":
         return f"consecutive groups of {', '.join(map(str, b))} {a} ranks"
+    if what == "sets":
+        return f"the groups of the {a} rank sets " + ", ".join("[" + ", ".join(map(str, s)) + "]" for s in b)
     if what == "strided":
         return f"strided groups of {a} ranks (r, r+{b}, r+{2 * b} ...)"
     if what == "first":
@@ -171,7 +186,7 @@ def block_lines(st, params: list[dict], named: list, clipped: bool) -> list[tupl
                     if note not in st.notes:
                         st.notes.append(note)
                     continue
-                norm = norm or (f"  override clip_norm: {VERB[what]} over ({a}) by {_by(b)}  # observed: the grad norm "
+                norm = norm or (f"  override clip_norm: {VERB[what]} over ({a}) {_by(b)}  # observed: the grad norm "
                                 f"all-reduced within {groups}", _frames([c["stack"]], st.script))
                 continue
             st.items.append(Unliftable((r,), c["seq"], f"{c['kind']} ({c['api']}) over the group {sorted(c['ranks'])}",
@@ -196,7 +211,7 @@ def _grad_lines(st, held: dict[str, tuple[str, int, str, list]], named: list) ->
     frames = _frames([first[3]], st.script)
 
     def text(target: str, a: str, b: int, what: str) -> str:
-        return (f"  override {target}: {VERB[what]} over ({a}) by {_by(b)}  # observed: the gradient all-reduced within "
+        return (f"  override {target}: {VERB[what]} over ({a}) {_by(b)}  # observed: the gradient all-reduced within "
                 f"{_groups(what, a, b)}")
 
     if len(kinds) == 1 and set(held) >= every:
@@ -212,7 +227,7 @@ def _grad_lines(st, held: dict[str, tuple[str, int, str, list]], named: list) ->
         else:
             st.items.append(Unliftable((st.observer,), -1, f"the reductions over blocks of group {g}",
                                        f"some of its parameters' gradients are reduced over blocks of an axis "
-                                       f"({', '.join(f'{VERB[w]} {a} by {_by(b)}' for a, b, w in sorted(got, key=str))}), the "
+                                       f"({', '.join(f'{VERB[w]} {a} {_by(b)}' for a, b, w in sorted(got, key=str))}), the "
                                        "others not: one statement per group, not lifted",
                                        tuple(held[next(n for n in mine if n in held)][3])))
     return lines

@@ -203,8 +203,9 @@ def _by(x: Fraction) -> str:
 def rank0_lines(st, departures: list[Departure], named: list) -> list[tuple[str, list]]:
     """The plan lines of the departures: over every parameter ``grads``, else per group whose every member
     departs alike; a group only some of whose parameters depart is named, and so is a group that two statements
-    of one kind would cover (two divisors on sets of ranks, PL184; two rank sets of a clip, where the later
-    statement replaces the earlier)."""
+    of one verb would cover (two rank sets of one verb, where the later statement replaces the earlier). Divisors
+    of different verbs for one group are each stated: the checker multiplies them on each device, over one axis
+    or different ones (check.encode_rankproduct)."""
     lines: list[tuple[str, list, str, set]] = []  # the line, its frames, its kind, the groups it covers
     groups = [g for g, _, _ in named]
     every = {e[0]["name"] for _, _, members in named for e in members}
@@ -217,7 +218,7 @@ def rank0_lines(st, departures: list[Departure], named: list) -> list[tuple[str,
         what = (f"the clip coefficient applied on {where}" if d.verb in (CLIP, CLIP_ON) else
                 f"a division by {_by(d.factor)} on {where}")
         frames = _frames([[f] for f in d.frames[:1]], st.script)
-        kind = "a divisor" if d.verb in DIVIDES else d.verb
+        kind = d.verb
         names = set(d.names)
         if names >= every:
             lines.append((f"  override grads: {d.verb} over ({axes}){tail}  # observed: {what}", frames, kind,

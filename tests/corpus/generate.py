@@ -797,6 +797,25 @@ mutant("count_ranks_dense_last_ranks_tp", "tp",
        "the dense weights, sharded over tp, counted on tp ranks 1 and tp - 1 only (`clip_norm[dense]: count_on_ranks "
        "over (tp) ranks (1, tp - 1)`): rank 0's shard is dropped, and from tp = 4 on the middle ranks' too.",
        ["override clip_norm[dense]: count_on_ranks over (tp) ranks (1, tp - 1)"], ["SC clip_norm"])
+# ... on a rank set of the process group over several axes (check.rankcount_multi): each piece once
+MANY_COUNTS = ("replicated weights counted on every rank of a grid of axes (NVIDIA-NeMo/RL#3788, "
+               "ROCm/TransformerEngine#715, NVIDIA/Megatron-LM#7359)")
+mutant("count_ranks_norms_two_ranks_dp_tp", "tp",
+       "the layer norms, whole on every rank, counted on ranks 0 and 1 of the (dp, tp) group beside a written sum "
+       "over both (`clip_norm[norms]: count_on_ranks over (dp, tp) ranks (0, 1)`): two copies.",
+       ["override clip_norm[norms]: reduce over (dp, tp)",
+        "override clip_norm[norms]: count_on_ranks over (dp, tp) ranks (0, 1)"], ["SC clip_norm"], mirrors=MANY_COUNTS)
+mutant("count_ranks_dense_rank0_dp_tp", "tp",
+       "the dense weights, sharded over tp, counted on rank 0 of the (dp, tp) group only (`clip_norm[dense]: "
+       "count_on_ranks over (dp, tp) ranks (0)`): the other tp ranks' shards are dropped.",
+       ["override clip_norm[dense]: reduce over (dp, tp)",
+        "override clip_norm[dense]: count_on_ranks over (dp, tp) ranks (0)"], ["SC clip_norm"])
+mutant("count_ranks_dense_diagonal_dp_tp", "tp",
+       "the dense weights counted on ranks 0, tp + 1 and 2 * tp + 2 of the (dp, tp) group (`clip_norm[dense]: "
+       "count_on_ranks over (dp, tp) ranks (0, tp + 1, 2 * tp + 2)`): tp shards 0, 1, 2 once each, the others "
+       "dropped.", ["override clip_norm[dense]: reduce over (dp, tp)",
+                    "override clip_norm[dense]: count_on_ranks over (dp, tp) ranks (0, tp + 1, 2 * tp + 2)"],
+       ["SC clip_norm"], mirrors=MANY_COUNTS)
 mutant("tokens_clamped_ddp", "ddp",
        "each microbatch's token count clamped to >= 1 on its rank before the sum over microbatches and the "
        "all-reduce over dp (`tokens: clamp_before_reduce`).", ["override tokens: clamp_before_reduce"],
@@ -855,6 +874,18 @@ mutant("update_divisor_product_ddp", "ddp",
        "(dp) ranks (dp - 2, dp - 1) by 1 / 2` and `divide_last_only over (dp) by 1 / 2`).",
        ["override grads: divide_on_ranks over (dp) ranks (dp - 2, dp - 1) by 1 / 2",
         "override grads: divide_last_only over (dp) by 1 / 2"], [f"SC update[{g}]" for g in ALL4], mirrors=SCALER)
+# divisors on sets of ranks of different axes: each device applies their product (check.encode_rankproduct_axes)
+mutant("update_divisors_pp_and_dp", "1f1b",
+       "every stage but the last dividing by 4 and the last dp rank by 2 (`grads: divide_except_last over (pp) by 4` "
+       "and `divide_last_only over (dp) by 2`): products 8, 4, 2 and 1 over the (pp, dp) grid.",
+       ["override grads: divide_except_last over (pp) by 4", "override grads: divide_last_only over (dp) by 2"],
+       [f"SC update[{g}]" for g in ALL4], mirrors=STAGE_SCALED)
+mutant("update_divisors_cancel_off_the_corner_1f1b", "1f1b",
+       "process 0 of the (dp, pp) group dividing by 2 and pipeline rank 0 multiplying by 2 (`grads: divide_on_ranks "
+       "over (dp, pp) ranks (0) by 2` and `divide_rank0_only over (pp) by 1 / 2`): they cancel on device (0, 0) "
+       "only, the other replicas of stage 0 multiplied.",
+       ["override grads: divide_on_ranks over (dp, pp) ranks (0) by 2",
+        "override grads: divide_rank0_only over (pp) by 1 / 2"], [f"SC update[{g}]" for g in ALL4])
 # a reduction over blocks of an axis's ranks; divisors on every rank but the last or the last only (check.subgroups)
 NODE_GROUP = "the data-parallel gradient sync given the in-node group (laekov/fastmoe#105, #106)"
 MP_BLOCKS = "expert norms all-reduced over the model-parallel blocks, not every expert rank (laekov/fastmoe#169)"
@@ -908,6 +939,25 @@ mutant("clip_groups_zero2", "zero2",
        "the squared norms of the dp shards summed within consecutive groups of 6 and 2 dp ranks (`clip_norm: "
        "reduce_groups over (dp) by (6, 2)`): each group's norm misses the other group's shards.",
        ["override clip_norm: reduce_groups over (dp) by (6, 2)"], ["SC clip_norm"], mirrors=UNEQUAL_NODES)
+# process groups given by a list of rank sets, one new_group per set (check.subgroups: reduce_sets): two sets or
+# more are a defect at the axis's size, and one set is a no-op (PL506), so none has an equivalent
+RANK_SETS = ("process groups given by a list of rank sets (verl-project/verl#7493, deepspeedai/DeepSpeed#3521, "
+             "ml-explore/mlx#4283)")
+mutant("grads_sets_ddp", "ddp",
+       "the gradients all-reduced within the rank sets [0, 2, 4, 5] and [1, 3, 6, 7] of dp (`grads: reduce_sets "
+       "over (dp) ranks ([0, 2, 4, 5], [1, 3, 6, 7])`, two hand-written new_group lists): each set holds a partial "
+       "sum of its own.", ["override grads: reduce_sets over (dp) ranks ([0, 2, 4, 5], [1, 3, 6, 7])"],
+       [f"GI grads[{g}] blocks" for g in ALL4], mirrors=RANK_SETS)
+mutant("grads_sets_norms_ddp", "ddp",
+       "the norms' gradient all-reduced within the rank sets [7] and [6, 0, 1, 2, 3, 4, 5] (`grads[norms]: "
+       "reduce_sets over (dp) ranks ([7], [6, 0, 1, 2, 3, 4, 5])`): rank 7 keeps its own; the other groups reduce "
+       "over every rank.", ["override grads[norms]: reduce_sets over (dp) ranks ([7], [6, 0, 1, 2, 3, 4, 5])"],
+       ["GI grads[norms] blocks"], mirrors=RANK_SETS)
+mutant("clip_sets_zero2", "zero2",
+       "the squared norms of the dp shards summed within the rank sets [0, 3, 5] and [1, 2, 4, 6, 7] (`clip_norm: "
+       "reduce_sets over (dp) ranks ([0, 3, 5], [1, 2, 4, 6, 7])`): each set's norm misses the other's shards.",
+       ["override clip_norm: reduce_sets over (dp) ranks ([0, 3, 5], [1, 2, 4, 6, 7])"], ["SC clip_norm"],
+       mirrors=RANK_SETS)
 mutant("update_divide_except_last_pp", "1f1b",
        "every pipeline stage but the last dividing its gradient by the microbatches again (`grads: "
        "divide_except_last over (pp) by 4`).", ["override grads: divide_except_last over (pp) by 4"],
@@ -1374,6 +1424,19 @@ with_base("count_ranks_tied_last_stage_1f1b", "1f1b",
           "the tied embedding counted in the norm on the last pipeline stage only (`clip_norm[embedding]: "
           "count_on_ranks over (pp) ranks (pp - 1)`): one copy at every pipeline size, as the derived filter's.",
           ["override clip_norm[embedding]: count_on_ranks over (pp) ranks (pp - 1)"])
+with_base("update_divisors_cancel_on_the_corner_1f1b", "1f1b",
+          "rank 0 of dp and of pp dividing by 2 and process 0 of the (pp, dp) group multiplying by 2 "
+          "(`grads: divide_rank0_only over (dp, pp) by 2`, `divide_on_ranks over (pp, dp) ranks (0) by 1 / 2`): both "
+          "name the one device (0, 0) at every size, so every device's product is 1.",
+          ["override grads: divide_rank0_only over (dp, pp) by 2",
+           "override grads: divide_on_ranks over (pp, dp) ranks (0) by 1 / 2"])
+with_base("count_ranks_norms_rank0_dp_tp", "tp",
+          "the layer norms and biases summed over (dp, tp) and counted on rank 0 of that group, as a rank set over "
+          "both axes (`clip_norm[g]: count_on_ranks over (dp, tp) ranks (0)`): one copy at every size.",
+          ["override clip_norm[norms]: reduce over (dp, tp)",
+           "override clip_norm[norms]: count_on_ranks over (dp, tp) ranks (0)",
+           "override clip_norm[biases]: reduce over (dp, tp)",
+           "override clip_norm[biases]: count_on_ranks over (dp, tp) ranks (0)"])
 with_base("count_ranks_norms_rank0_tp", "tp",
           "the layer norms and biases counted on tp rank 0 beside a written sum over tp, as a rank set "
           "(`clip_norm[g]: count_on_ranks over (tp) ranks (0)`): rank0_only over (tp), the duplicate filter.",
