@@ -190,7 +190,7 @@ CODES: dict[str, tuple[str, str]] = {
               "(AXIS) ranks (...)) that is a rank of the axis at no size the axis can take."),
     "PL260": ("norm-rank-sets-twice", "Two norm counts on rank sets (override clip_norm[g]: rank0_only, "
               "count_on_ranks) over one axis reaching one parameter group."),
-    # the aux term's statistics over router calls and capacity (check.auxcells, where the plan is resolved)
+    # the aux term's statistics over router calls and capacity (check.encode_auxcells, where the plan is resolved)
     "PL264": ("stats-one-cell", "loss[aux]: stats_equal_cell_weights over (AXES) or stats_equal_microbatch_weights "
               "over a dimension whose router calls the path never combines: there is nothing to weight."),
     "PL265": ("capacity-never-drops", "loss[aux]: stats_after_capacity where the model's capacity_factor is at least "

@@ -1,5 +1,5 @@
 """The aux load-balancing loss's statistics over router calls of unequal real-token counts and after a
-capacity step (check.auxcells): ``loss[aux]: stats_equal_cell_weights``, ``stats_after_capacity``,
+capacity step (check.encode_auxcells): ``loss[aux]: stats_equal_cell_weights``, ``stats_after_capacity``,
 ``stats_capacity_padded``.
 
 Each verdict is derived by hand (equal weights over two or more router calls depart from the pooled

@@ -1,4 +1,4 @@
-"""Ignored tokens' loss terms summed into the loss (``override tokens: ignored_in_loss``, check.ignored_loss):
+"""Ignored tokens' loss terms summed into the loss (``override tokens: ignored_in_loss``, check.encode_ignored_loss):
 the checker against the concrete simulator (tests/simulator.py, whose pieces hold ignored tokens whose
 terms the stated loss sums) on hand-built plans, the replayed counterexample (values derived by hand), the
 diagnostics, the costs and the format round trip."""

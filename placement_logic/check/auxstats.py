@@ -54,7 +54,7 @@ from ..diagnostics import Span
 from ..ir import losses as terms
 from ..ir import routerstats
 from ..ir.overrides import OverrideTarget, OverrideVerb
-from . import auxcells
+from . import encode_auxcells as auxcells
 from . import replay as rp
 from .dims import MICROBATCHES
 from .report import Counterexample
@@ -140,7 +140,7 @@ def aux_value(cells: dict[tuple, list[tuple[tuple[int, ...], tuple[Fraction, ...
     the dimensions both f and P gather) takes E · Σ f_i P_i with f from its f-group (the cells sharing
     the coordinates outside ``f_gathered``) and P from its P-group, and the term is the mean over the
     cells. ``cells`` maps a shard's coordinates to its tokens, each (its chosen experts, its probabilities).
-    Over the dimensions of ``equal`` a group's f and P are the mean of its parts' (check.auxcells); f counts
+    Over the dimensions of ``equal`` a group's f and P are the mean of its parts' (check.encode_auxcells); f counts
     the routing map after ``capacity`` (mode, capacity factor) where one is given."""
     seq = names.index(SEQUENCES)
     calls: dict = {}
@@ -192,7 +192,7 @@ def replay(ctx: rp.Context, w: dict, v: StatsView) -> Counterexample | None:
     sizes[SEQUENCES] = w[SEQUENCES]
     e, k, dim = w["experts"], w["top_k"], w["dim"]
     names = _dims(v)
-    if isinstance(dim, tuple):  # unequal calls or the capacity step (check.auxcells)
+    if isinstance(dim, tuple):  # unequal calls or the capacity step (check.encode_auxcells)
         return _replay_cells(ctx, w, v, sizes, names)
     if not (e >= 2 and 1 <= k < e and (dim == PADDING or sizes[dim] >= 2)):
         return None
@@ -236,7 +236,7 @@ def _path_text(v: StatsView, path: str) -> str:
 
 
 def _replay_cells(ctx: rp.Context, w: dict, v: StatsView, sizes: dict, names: tuple[str, ...]):
-    """The witness of check.auxcells: calls of unequal real-token counts, or every token routed alike with as
+    """The witness of check.encode_auxcells: calls of unequal real-token counts, or every token routed alike with as
     many tokens per shard as make the capacity step drop or pad."""
     e, k, kind = w["experts"], w["top_k"], w["dim"]
     cf = w.get("capacity_factor", Fraction(1))

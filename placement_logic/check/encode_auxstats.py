@@ -17,8 +17,8 @@ import z3
 from .. import ir
 from ..ir import losses as terms
 from ..solver.session import value_of
-from . import auxcells
 from . import encode as en
+from . import encode_auxcells as auxcells
 from . import replay as rp
 from .auxstats import PADDING, SCOPE_TEXT, SEQUENCES, StatsView, _dims, replay, view
 from .obligation import Obligation

@@ -226,7 +226,7 @@ def _extended(obs: list[Obligation], step: steps.StepModel, ctx, plan) -> list[O
     from . import ignored  # ignored tokens counted in the normaliser
 
     obs = ignored.wrap(obs, step, ctx, plan)
-    from . import ignored_loss  # ignored tokens' terms summed into the loss
+    from . import encode_ignored_loss as ignored_loss  # ignored tokens' terms summed into the loss
 
     obs = ignored_loss.wrap(obs, step, ctx, plan)
     from .encode_rankupdate import extend  # a clip or a divisor on rank 0 only, the loss scale, ε on the norm
@@ -235,7 +235,7 @@ def _extended(obs: list[Obligation], step: steps.StepModel, ctx, plan) -> list[O
     from . import encode_subgroups  # a reduction over blocks of an axis's ranks
 
     obs = encode_subgroups.extend(obs, step, ctx, plan, Obligation)
-    from . import rankcount_multi  # a norm counted on a rank set over several axes at once
+    from . import encode_rankcount_multi as rankcount_multi  # a norm counted on a rank set over several axes at once
 
     return rankcount_multi.extend(obs, step, ctx, plan)
 

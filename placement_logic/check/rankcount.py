@@ -17,7 +17,7 @@ the duplicate filter on another rank); a group sharded over AXIS has the pieces 
 ranks dropped (right where c = n). Refuted as ``SC clip_norm``, with the concrete pieces.
 
 Over several axes at once, ``count_on_ranks over (A, B, ...) ranks (...)`` names ranks of the process group
-over them (check.rankcount_multi: each piece of g over those axes counted once).
+over them (check.encode_rankcount_multi: each piece of g over those axes counted once).
 
 Errors: PL192 (no axis), PL191 (a rank out of range at the file's size), PL259 (a rank of the
 axis at no size), PL506 (a rank named twice, or ``ranks (0)`` where every group it reaches is replicated and
@@ -48,7 +48,7 @@ def _err(code: str, msg: str, o: ir.Override) -> DiagnosticError:
 
 def apply(groups: list, overrides) -> list:
     """Each group's (axis, ranks), with PL192, PL170, PL260 and PL129 where the statement cannot be read."""
-    from . import rankcount_multi  # a count on a rank set over several axes at once
+    from . import encode_rankcount_multi as rankcount_multi  # a count on a rank set over several axes at once
 
     for o in statements(overrides):
         if not o.axes:
@@ -93,7 +93,7 @@ def _copy_axes(g) -> set[str]:
 
 def _one(g, o: ir.Override | None):
     if o is not None and len(o.axes or ()) >= 2:
-        from . import rankcount_multi
+        from . import encode_rankcount_multi as rankcount_multi
 
         return rankcount_multi.apply_one(g, o)
     if o is None or not o.axes or o.axes[0] not in (g.clip_axes or ()):

@@ -299,7 +299,7 @@ def _no_effect(r: _Read, groups: list, needed: tuple[str, ...]) -> None:
     from .ignored import check_override as check_ignored  # ignored tokens counted in the normaliser
 
     check_ignored(r.plan)
-    from .ignored_loss import check_override as check_ignored_terms  # ignored tokens' terms summed into the loss
+    from .encode_ignored_loss import check_override as check_ignored_terms  # ignored tokens' terms summed into the loss
 
     check_ignored_terms(r.plan)
     _rankupdate.check_override(r.plan, groups)

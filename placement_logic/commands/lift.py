@@ -33,7 +33,8 @@ def add_parser(subparsers) -> None:
 
 
 def report_unliftable(lifted, err) -> None:
-    from ..diagnostics import Diagnostic, Span, render
+    from ..diagnostics import Diagnostic, Span
+    from ..snippets import render
 
     for u in lifted.unliftable:
         frame = u.stack[0] if u.stack else None

@@ -47,7 +47,7 @@ PROBS_VERBS: tuple[str, ...] = ("probs_per_sequence", "probs_per_microbatch", "p
 PADDING_VERB = "stats_count_padding"
 # the statistics of the router calls (each device's microbatch) a path gathers over the ranks of AXES (``over
 # (AXES)``), or over the step's microbatches, combined with equal weights: each call's f and P normalised by its
-# own real-token count and then averaged, not summed as counts (check.auxcells)
+# own real-token count and then averaged, not summed as counts (check.encode_auxcells)
 EQUAL_WEIGHTS_VERB = "stats_equal_cell_weights"
 EQUAL_MICROBATCH_VERB = "stats_equal_microbatch_weights"
 # f taken from the routing map after the capacity step (each router call's tokens beyond an expert's capacity

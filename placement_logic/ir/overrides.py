@@ -88,7 +88,7 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "probs_per_step": (True, False),
         "stats_count_padding": (False, False),
         # the router calls' statistics combined with equal weights over these axes or over the microbatches, and f
-        # from the post-capacity routing map (check.auxcells)
+        # from the post-capacity routing map (check.encode_auxcells)
         "stats_equal_cell_weights": (True, False),
         "stats_equal_microbatch_weights": (False, False),
         "stats_after_capacity": (False, False),
@@ -104,7 +104,7 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         # the count includes the tokens whose label is ignored (-100, padding, the position the shift drops) (check.ignored)
         "count_ignored": (False, False),
         # the loss terms of the tokens whose label is ignored summed into the loss: a cross entropy without
-        # ignore_index and no loss mask over them (check.ignored_loss)
+        # ignore_index and no loss mask over them (check.encode_ignored_loss)
         "ignored_in_loss": (False, False),
     },
     "dropout_seed": {"vary": (True, False), "same": (False, False)},

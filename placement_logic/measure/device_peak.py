@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, metavar="FILE", help="also write the rows as JSON")
     args = ap.parse_args(argv)
     from ..diagnostics import DiagnosticError
-    from ..diagnostics import render as render_diagnostic
+    from ..snippets import render as render_diagnostic
 
     if args.json and Path(args.json).resolve() == Path(args.file).resolve():
         sys.stderr.write(f"error: --json {args.json} would replace the input\n")

@@ -797,7 +797,7 @@ mutant("count_ranks_dense_last_ranks_tp", "tp",
        "the dense weights, sharded over tp, counted on tp ranks 1 and tp - 1 only (`clip_norm[dense]: count_on_ranks "
        "over (tp) ranks (1, tp - 1)`): rank 0's shard is dropped, and from tp = 4 on the middle ranks' too.",
        ["override clip_norm[dense]: count_on_ranks over (tp) ranks (1, tp - 1)"], ["SC clip_norm"])
-# ... on a rank set of the process group over several axes (check.rankcount_multi): each piece once
+# ... on a rank set of the process group over several axes (check.encode_rankcount_multi): each piece once
 MANY_COUNTS = ("replicated weights counted on every rank of a grid of axes (NVIDIA-NeMo/RL#3788, "
                "ROCm/TransformerEngine#715, NVIDIA/Megatron-LM#7359)")
 mutant("count_ranks_norms_two_ranks_dp_tp", "tp",
