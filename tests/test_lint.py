@@ -15,9 +15,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _ruff_available() -> bool:
+    return shutil.which("ruff") is not None or subprocess.run(
+        [sys.executable, "-m", "ruff", "--version"], capture_output=True).returncode == 0
+
+
 def test_ruff_is_clean():
-    if shutil.which("ruff") is None and subprocess.run([sys.executable, "-m", "ruff", "--version"],
-                                                       capture_output=True).returncode != 0:
+    if not _ruff_available():
         pytest.skip("ruff is not installed (it comes with the test extra)")
     out = subprocess.run([sys.executable, "-m", "ruff", "check", "."], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -34,11 +38,6 @@ OVER_COMPLEXITY = {
     ("placement_logic/measure/realise_overrides.py", "read_overrides"),
     ("placement_logic/resolve/entries.py", "override"),
 }
-
-
-def _ruff_available() -> bool:
-    return shutil.which("ruff") is not None or subprocess.run(
-        [sys.executable, "-m", "ruff", "--version"], capture_output=True).returncode == 0
 
 
 def test_package_complexity():
