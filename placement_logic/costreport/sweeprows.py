@@ -44,32 +44,24 @@ def _columns(np, chunk: list[tuple], swept: tuple[str, ...]) -> dict:
             for k, n in enumerate(swept)}
 
 
-def compiled_source(sweep, spec, names, sets, swept, sweeps, keys: dict) -> tuple[Callable[[], Iterator], str, list[str]]:
-    """``sweep``: the module ``costreport.sweep`` itself, passed by it (its row type and helpers; its compile_exprs
-    and numpy_or_none as they are at the call, what a test replaces there)."""
+def _classifier(sweep, spec, fixed: dict, swept: tuple[str, ...], syms: list) -> Callable[[list[tuple]], list]:
+    """The class of each configuration of a chunk: the mesh axes of one device, and the tensor axes wider
+    than the K/V heads with their sizes."""
     from .. import ir
     from ..ir import views
 
-    _NO_SUBS, SweepRow, _class_plan, _display = sweep._NO_SUBS, sweep.SweepRow, sweep._class_plan, sweep._display
-    _fixed_bindings, _kv_heads, _unbound, _verdicts = sweep._fixed_bindings, sweep._kv_heads, sweep._unbound, \
-        sweep._verdicts
-
-    compile_exprs, numpy_or_none = sweep.compile_exprs, sweep.numpy_or_none
-
-    fixed = _fixed_bindings(spec, sets, swept)
-    syms = [symbol(n) for n in swept]
     mesh = spec.mesh.names if spec.mesh else ()
     # each axis size in terms of the swept symbols: which configurations give it one device
     sizes = {a: fixed.get(symbol(a), symbol(a)) for a in mesh}
     free = {s.name for e in sizes.values() for s in e.free_symbols} - set(swept)
     if free:
-        raise _unbound(free)
+        raise sweep._unbound(free)
     varying = [a for a in mesh if sizes[a].free_symbols]
     constant = frozenset(a for a in mesh if not sizes[a].free_symbols and exact_value(sizes[a], {}) == 1)
-    size_fn = compile_exprs({a: sizes[a] for a in varying}, syms) if varying else None
+    size_fn = sweep.compile_exprs({a: sizes[a] for a in varying}, syms) if varying else None
     # a tensor axis wider than the kv heads copies each head: the schedule then sums the copies' gradients,
     # a structure of its own, so such an axis is derived at its number (``ir.heads``)
-    kv = _kv_heads(spec)
+    kv = sweep._kv_heads(spec)
     tensor = [a for a in varying if kv is not None and any(
         views.view(p).role(a) in (ir.Role.TENSOR, ir.Role.SEQUENCE) for p in spec.plans)]
 
@@ -84,47 +76,63 @@ def compiled_source(sweep, spec, names, sets, swept, sweeps, keys: dict) -> tupl
             out.append(ones | wide)
         return out
 
+    return classify
+
+
+def _compile_class(sweep, spec, names, fixed: dict, swept: tuple[str, ...], syms: list, backend: str, np,
+                   key: frozenset, ends: list[tuple], count: int, keys: dict,
+                   notes: list[str]) -> tuple[CompiledCost, bool, list]:
+    """One class's closed forms compiled and checked at its first and last configuration (``ends``):
+    the compiled function, whether it disagreed (its rows then exact), and each plan's quantities."""
+    spec_c = replace(spec, plans=tuple(sweep._class_plan(p, key, fixed) for p in spec.plans))
+    exprs: dict[str, sympy.Expr] = {}
+    for name in names:
+        pc = costs.derive(spec_c.plan(name), sized=True)
+        for k, e in cost_exprs(pc, fixed).items():
+            exprs[f"{name}\0{k}"] = e
+    for j, qn in enumerate(spec.questions):
+        q_subs = fixed or {sweep._NO_SUBS: 0}
+        exprs[f"\0q{j}\0left"] = costs.value_of(spec_c, qn.left, q_subs).xreplace(fixed)
+        exprs[f"\0q{j}\0right"] = costs.value_of(spec_c, qn.right, q_subs).xreplace(fixed)
+    free = {s.name for e in exprs.values() for s in e.free_symbols} - set(swept)
+    if free:
+        raise sweep._unbound(free)
+    fn = sweep.compile_exprs(exprs, syms, backend)
+    out = _evaluate(fn, np, ends, swept)
+    bad = []
+    for pos, values in enumerate(ends):
+        bad += fn.check(pos, out, **dict(zip(swept, values)))
+    if bad:
+        notes.append(f"the compiled evaluation disagreed with the exact one on "
+                     f"{', '.join(sweep._display(k) for k in dict.fromkeys(bad))}; "
+                     f"{count} configuration(s) re-derived exactly")
+    per_plan = []
+    for name in names:
+        prefix = f"{name}\0"
+        shorts = [(k[len(prefix):], k) for k in fn.names if k.startswith(prefix)]
+        keys[name].update(dict.fromkeys(short for short, _ in shorts))
+        per_plan.append((name, shorts))
+    return fn, bool(bad), per_plan
+
+
+def compiled_source(sweep, spec, names, sets, swept, sweeps, keys: dict) -> tuple[Callable[[], Iterator], str, list[str]]:
+    """``sweep``: the module ``costreport.sweep`` itself, passed by it (its row type and helpers; its compile_exprs
+    and numpy_or_none as they are at the call, what a test replaces there)."""
+    fixed = sweep._fixed_bindings(spec, sets, swept)
+    syms = [symbol(n) for n in swept]
+    classify = _classifier(sweep, spec, fixed, swept, syms)
     seen: dict[frozenset, list] = {}  # class -> [first configuration, last configuration, how many]
     for chunk in _chunks(sweeps, swept):
         for values, key in zip(chunk, classify(chunk)):
             entry = seen.setdefault(key, [values, values, 0])
             entry[1] = values
             entry[2] += 1
-    backend = "numpy" if numpy_or_none() is not None else "math"
-    np = numpy_or_none() if backend == "numpy" else None
+    backend = "numpy" if sweep.numpy_or_none() is not None else "math"
+    np = sweep.numpy_or_none() if backend == "numpy" else None
     notes: list[str] = []
-    compiled: dict[frozenset, tuple[CompiledCost, bool, list]] = {}
-    for key, (first, last, count) in seen.items():
-        spec_c = replace(spec, plans=tuple(_class_plan(p, key, fixed) for p in spec.plans))
-        exprs: dict[str, sympy.Expr] = {}
-        for name in names:
-            pc = costs.derive(spec_c.plan(name), sized=True)
-            for k, e in cost_exprs(pc, fixed).items():
-                exprs[f"{name}\0{k}"] = e
-        for j, qn in enumerate(spec.questions):
-            q_subs = fixed or {_NO_SUBS: 0}
-            exprs[f"\0q{j}\0left"] = costs.value_of(spec_c, qn.left, q_subs).xreplace(fixed)
-            exprs[f"\0q{j}\0right"] = costs.value_of(spec_c, qn.right, q_subs).xreplace(fixed)
-        free = {s.name for e in exprs.values() for s in e.free_symbols} - set(swept)
-        if free:
-            raise _unbound(free)
-        fn = compile_exprs(exprs, syms, backend)
-        ends = [first] if count == 1 else [first, last]
-        out = _evaluate(fn, np, ends, swept)
-        bad = []
-        for pos, values in enumerate(ends):
-            bad += fn.check(pos, out, **dict(zip(swept, values)))
-        if bad:
-            notes.append(f"the compiled evaluation disagreed with the exact one on "
-                         f"{', '.join(_display(k) for k in dict.fromkeys(bad))}; "
-                         f"{count} configuration(s) re-derived exactly")
-        per_plan = []
-        for name in names:
-            prefix = f"{name}\0"
-            shorts = [(k[len(prefix):], k) for k in fn.names if k.startswith(prefix)]
-            keys[name].update(dict.fromkeys(short for short, _ in shorts))
-            per_plan.append((name, shorts))
-        compiled[key] = (fn, bool(bad), per_plan)
+    compiled = {key: _compile_class(sweep, spec, names, fixed, swept, syms, backend, np, key,
+                                    [first] if count == 1 else [first, last], count, keys, notes)
+                for key, (first, last, count) in seen.items()}
     questions = [(f"\0q{j}\0left", f"\0q{j}\0right") for j in range(len(spec.questions))]
 
     def rows() -> Iterator:
@@ -134,25 +142,31 @@ def compiled_source(sweep, spec, names, sets, swept, sweeps, keys: dict) -> tupl
                 groups.setdefault(key, []).append(pos)
             made: list = [None] * len(chunk)
             for key, idx in groups.items():
-                fn, exact, per_plan = compiled[key]
-                points = [chunk[i] for i in idx]
-                if exact:
-                    lists = {k: [] for k in fn.names}
-                    for values in points:
-                        for k, v in fn.exact(**dict(zip(swept, values))).items():
-                            lists[k].append(v)
-                else:
-                    lists = _evaluate(fn, np, points, swept)
-                    lists = {k: (v.tolist() if hasattr(v, "tolist") else list(v)) for k, v in lists.items()}
-                for pos, (i, values) in enumerate(zip(idx, points)):
-                    sides = [(lists[left][pos], lists[right][pos]) for left, right in questions]
-                    verdicts = _verdicts(spec, fn, sides, lambda values=values: dict(zip(swept, values)))
-                    made[i] = [SweepRow(values, name, {short: lists[k][pos] for short, k in shorts}, verdicts)
-                               for name, shorts in per_plan]
+                _chunk_rows(sweep, spec, compiled[key], chunk, idx, np, swept, questions, made)
             for group in made:
                 yield from group
 
     return rows, backend, notes
+
+
+def _chunk_rows(sweep, spec, compiled: tuple, chunk: list[tuple], idx: list[int], np, swept: tuple[str, ...],
+                questions: list, made: list) -> None:
+    """The rows of one class's configurations of a chunk (positions ``idx``), into ``made``."""
+    fn, exact, per_plan = compiled
+    points = [chunk[i] for i in idx]
+    if exact:
+        lists = {k: [] for k in fn.names}
+        for values in points:
+            for k, v in fn.exact(**dict(zip(swept, values))).items():
+                lists[k].append(v)
+    else:
+        lists = _evaluate(fn, np, points, swept)
+        lists = {k: (v.tolist() if hasattr(v, "tolist") else list(v)) for k, v in lists.items()}
+    for pos, (i, values) in enumerate(zip(idx, points)):
+        sides = [(lists[left][pos], lists[right][pos]) for left, right in questions]
+        verdicts = sweep._verdicts(spec, fn, sides, lambda values=values: dict(zip(swept, values)))
+        made[i] = [sweep.SweepRow(values, name, {short: lists[k][pos] for short, k in shorts}, verdicts)
+                   for name, shorts in per_plan]
 
 
 def _evaluate(fn: CompiledCost, np, points: list[tuple], swept: tuple[str, ...]) -> dict:

@@ -185,12 +185,11 @@ def _sum(d: dict) -> sympy.Expr:
     return sum(d.values(), ZERO)
 
 
-def memory(plan: ir.Plan, sh: Shape, act: Activations, split: Split | None = None, sized: bool = False) -> Memory:
-    split = split or Split()
+def _persistent_terms(plan: ir.Plan, sh: Shape, act: Activations, split: Split) -> tuple[dict, dict, list, dict]:
+    """The persistent bytes on the device and on the host per state (the larger stage), the stages'
+    own terms, and each group's device bytes per state."""
     device: dict = {}
     host: dict = {}
-    transient: dict = {}
-    notes: list[str] = []
     stage_terms = []
     groups: dict = {}  # group -> state -> device bytes (the larger stage)
     stage_groups = []
@@ -215,6 +214,12 @@ def memory(plan: ir.Plan, sh: Shape, act: Activations, split: Split | None = Non
             device[st], host[st] = _sum(dg), _sum(hg)
             for name in dict.fromkeys([*dg, *hg]):
                 groups.setdefault(name, {})[st] = dg.get(name, ZERO) + hg.get(name, ZERO)
+    return device, host, stage_terms, groups
+
+
+def _notes(plan: ir.Plan, sh: Shape, split: Split) -> list[str]:
+    """The notes on parameter groups of their own modes, on optimizers, and on a model without a shape."""
+    notes: list[str] = []
     own = [g.name for g in sh.groups if g.group.modes]
     if own:
         notes.append(f"parameter group{'s' if len(own) > 1 else ''} {', '.join(own)}: the memory and the "
@@ -224,46 +229,51 @@ def memory(plan: ir.Plan, sh: Shape, act: Activations, split: Split | None = Non
         from .optimizer import notes as optimizer_notes
 
         notes += optimizer_notes(plan, sh, split)
-    device[State.ACTIVATIONS] = act.total
-    host[State.ACTIVATIONS] = ZERO
     if not sh.has_shape:
         notes.append("activations: no transformer shape, so activation memory is not modelled")
         if pipeline_axis(plan) is not None:
             notes.append("pipeline: no transformer shape, so every stage is taken to hold Ψ/p of the parameters "
                          "(no embedding or output layer on the first or last stage)")
+    return notes
 
+
+def _gathered_params(plan: ir.Plan, sh: Shape, split: Split, star: tuple, pipe: tuple, transient: dict,
+                     notes: list[str]) -> None:
+    """The parameters gathered (or fetched) for compute: a unit × prefetch, DeepSpeed's window, or
+    the whole gathered model kept from forward to backward."""
     th = plan.placement(State.PARAMS)
-    star = th.axes_with(Mode.S_STAR)
-    pipe = views.view(plan).axes_with_role(Role.PIPELINE)
-    star = tuple(a for a in star if not (sized and _one(plan, a)))
-    if star or is_offloaded(plan, State.PARAMS):
-        # the gathered (or fetched) unit is full size on the gathered axes only; a layer or
-        # chunk is not divided by the pipeline axis (stages split the model by layers)
-        gathered = star if star else th.axes_with(Mode.O)
-        if star and not th.reshard_after_forward and not is_offloaded(plan, State.PARAMS):
-            rest = tuple(a for a in sharded_axes(plan, State.PARAMS) if a not in gathered)
-            transient["gathered params (kept from forward to backward)"] = (
-                sh.bytes[State.PARAMS] * divided(sh, rest, split)
-            )
-        else:
-            skip = gathered + (pipe if th.unit != "model" else ())
-            rest = tuple(a for a in sharded_axes(plan, State.PARAMS) if a not in skip)
-            unit = _unit_params(plan, sh, th, split, rest, notes)
-            ds = buckets.settings(plan.model, True) if star else None
-            if unit is not None and ds is not None and th.unit in ("layer", "block"):
-                whole = tuple(a for a in sharded_axes(plan, State.PARAMS) if a not in gathered)
-                window = buckets.gathered_window(ds, unit, divided(sh, whole, split))
-                transient["gathered params (DeepSpeed's window: unit, reused and prefetched)"] = (
-                    window * sh.bytes[State.PARAMS])
-                kept, names = buckets.persisted(ds, sh, split, whole, gathered, notes)
-                if names:
-                    transient[f"persisted params ({', '.join(names)}: whole, param_persistence_threshold)"] = (
-                        kept * sh.bytes[State.PARAMS])
-            elif unit is not None:
-                label = "fetched" if is_offloaded(plan, State.PARAMS) and not star else "gathered"
-                transient[f"{label} params ({th.unit} × prefetch {th.prefetch})"] = (
-                    unit * sh.bytes[State.PARAMS] * th.prefetch
-                )
+    # the gathered (or fetched) unit is full size on the gathered axes only; a layer or
+    # chunk is not divided by the pipeline axis (stages split the model by layers)
+    gathered = star if star else th.axes_with(Mode.O)
+    if star and not th.reshard_after_forward and not is_offloaded(plan, State.PARAMS):
+        rest = tuple(a for a in sharded_axes(plan, State.PARAMS) if a not in gathered)
+        transient["gathered params (kept from forward to backward)"] = (
+            sh.bytes[State.PARAMS] * divided(sh, rest, split)
+        )
+        return
+    skip = gathered + (pipe if th.unit != "model" else ())
+    rest = tuple(a for a in sharded_axes(plan, State.PARAMS) if a not in skip)
+    unit = _unit_params(plan, sh, th, split, rest, notes)
+    ds = buckets.settings(plan.model, True) if star else None
+    if unit is not None and ds is not None and th.unit in ("layer", "block"):
+        whole = tuple(a for a in sharded_axes(plan, State.PARAMS) if a not in gathered)
+        window = buckets.gathered_window(ds, unit, divided(sh, whole, split))
+        transient["gathered params (DeepSpeed's window: unit, reused and prefetched)"] = (
+            window * sh.bytes[State.PARAMS])
+        kept, names = buckets.persisted(ds, sh, split, whole, gathered, notes)
+        if names:
+            transient[f"persisted params ({', '.join(names)}: whole, param_persistence_threshold)"] = (
+                kept * sh.bytes[State.PARAMS])
+    elif unit is not None:
+        label = "fetched" if is_offloaded(plan, State.PARAMS) and not star else "gathered"
+        transient[f"{label} params ({th.unit} × prefetch {th.prefetch})"] = (
+            unit * sh.bytes[State.PARAMS] * th.prefetch
+        )
+
+
+def _gradient_bucket(plan: ir.Plan, sh: Shape, split: Split, sized: bool, star: tuple, pipe: tuple,
+                     transient: dict, notes: list[str]) -> None:
+    """The buffer gradients are reduced in: DeepSpeed's ZeRO buckets, or one layer before a reduce-scatter."""
     g = plan.placement(State.GRADS)
     reducing = views.view(plan).axes_with_role(Role.DATA, Role.CONTEXT)
     scattered = tuple(a for a in reducing if g.mode(a) in (Mode.S, Mode.S_STAR, Mode.M, Mode.O)
@@ -280,6 +290,11 @@ def memory(plan: ir.Plan, sh: Shape, act: Activations, split: Split | None = Non
         unit = _unit_params(plan, sh, ir.Placement(State.GRADS, g.modes, unit="layer"), split, rest, notes)
         if unit is not None:
             transient["gradient bucket (one layer, before reduce-scatter)"] = unit * sh.bytes[State.GRADS]
+
+
+def _allowances(plan: ir.Plan, sh: Shape, act: Activations, device: dict, stage_terms: list,
+                transient: dict) -> None:
+    """Recomputation, the loss's backward, optimizer updates, and the conventions' allowances."""
     if act.transient != 0:
         transient["recomputation working set (one layer)"] = act.transient
     if act.loss_backward != 0:
@@ -298,6 +313,22 @@ def memory(plan: ir.Plan, sh: Shape, act: Activations, split: Split | None = Non
     reserve = to_sympy(plan.model.reserve)
     if reserve != 0:
         transient["runtime reserve (CUDA context and the like)"] = reserve
+
+
+def memory(plan: ir.Plan, sh: Shape, act: Activations, split: Split | None = None, sized: bool = False) -> Memory:
+    split = split or Split()
+    device, host, stage_terms, groups = _persistent_terms(plan, sh, act, split)
+    transient: dict = {}
+    notes = _notes(plan, sh, split)
+    device[State.ACTIVATIONS] = act.total
+    host[State.ACTIVATIONS] = ZERO
+    th = plan.placement(State.PARAMS)
+    pipe = views.view(plan).axes_with_role(Role.PIPELINE)
+    star = tuple(a for a in th.axes_with(Mode.S_STAR) if not (sized and _one(plan, a)))
+    if star or is_offloaded(plan, State.PARAMS):
+        _gathered_params(plan, sh, split, star, pipe, transient, notes)
+    _gradient_bucket(plan, sh, split, sized, star, pipe, transient, notes)
+    _allowances(plan, sh, act, device, stage_terms, transient)
     model = plan.model
     construction = 4 * sh.psi if model.host_construction_model else \
         to_sympy(model.host_construction) if model.host_construction is not None else None

@@ -99,98 +99,126 @@ def parse_config(text: str, file: str) -> HFShape:
     r.used.append("model_type")
     f: dict = {}
     if kind == "gpt2":
-        h = f["hidden"] = r.int("n_embd")
-        f["layers"] = r.int("n_layer")
-        f["heads"] = r.int("n_head")
-        f["ffn"] = r.int("n_inner", 4 * h)
-        f["vocab"] = r.int("vocab_size")
-        f["position_embeddings"] = r.int("n_positions")
-        f["tied_embeddings"] = r.flag("tie_word_embeddings", True)
-        f["norm"], f["bias"], f["gated_mlp"] = "layernorm", True, False
+        _gpt2(r, f)
     else:
-        h = f["hidden"] = r.int("hidden_size")
-        f["layers"] = r.int("num_hidden_layers")
-        a = f["heads"] = r.int("num_attention_heads")
-        f["kv_heads"] = r.int("num_key_value_heads", a)
-        f["vocab"] = r.int("vocab_size")
-        if kind == "gpt_neox":
-            f["ffn"] = r.int("intermediate_size", 4 * h)
-            f["tied_embeddings"] = r.flag("tie_word_embeddings", False)
-            f["norm"], f["bias"], f["gated_mlp"] = "layernorm", True, False
-        else:
-            f["ffn"] = r.int("intermediate_size")
-            tied_default = kind in ("gemma", "gemma2")
-            f["tied_embeddings"] = r.flag("tie_word_embeddings", tied_default)
-            f["norm"], f["gated_mlp"] = "rmsnorm", True
-            if r.has("head_dim") and not kind.startswith("deepseek"):
-                dh = r.int("head_dim")
-                if dh * a != h:
-                    f["head_dim"] = dh
-            attention_bias = r.flag("attention_bias", False)
-            mlp_bias = r.flag("mlp_bias", False)
-            f["bias"] = attention_bias and mlp_bias
-            if kind in ("qwen2", "qwen2_moe"):
-                f["qkv_bias"] = True  # Qwen2's q, k and v projections carry biases (its attention_bias is implied)
-            elif attention_bias and not mlp_bias:
-                raise r.error("attention_bias", "attention biases without MLP biases are not modelled",
-                              ("the DSL has biases on every linear layer (bias) or on q, k and v only (qkv_bias)",))
-            if kind in ("qwen3", "qwen3_moe"):
-                f["qk_norm"] = True
-            if kind == "gemma2":
-                f["norms_per_layer"] = 4
-    if kind == "mixtral":
-        f["experts"] = r.int("num_local_experts")
-        f["top_k"] = r.int("num_experts_per_tok")
-    elif kind in ("qwen2_moe", "qwen3_moe"):
-        f["experts"] = r.int("num_experts")
-        f["top_k"] = r.int("num_experts_per_tok")
-        f["expert_ffn"] = r.int("moe_intermediate_size")
-        # Qwen: layer i is MoE unless it is in mlp_only_layers, when (i + 1) mod decoder_sparse_step = 0
-        step = r.int("decoder_sparse_step", 1)
-        only = cfg.get("mlp_only_layers") or []
-        if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
-            raise r.error("mlp_only_layers", f"'mlp_only_layers' must be a list of layer indices, not "
-                          f"{json.dumps(cfg.get('mlp_only_layers'))}")
-        if only:
-            r.used.append("mlp_only_layers")
-            if sorted(only) != list(range(len(only))):
-                raise r.error("mlp_only_layers", f"dense layers {json.dumps(only)} that are not the first ones are not "
-                              "modelled", ("dense_layers = k makes the first k layers dense",))
-            f["dense_layers"] = len(only)
-        if step > 1:
-            f["moe_every"], f["moe_offset"] = step, step - 1
-        if kind == "qwen2_moe" and r.int("shared_expert_intermediate_size", 0, low=0):
-            f["shared_experts"] = 1
-            f["shared_expert_ffn"] = r.int("shared_expert_intermediate_size", low=0)
-            f["shared_expert_gate"] = True
-    elif kind in ("deepseek_v2", "deepseek_v3"):
-        f["experts"] = r.int("n_routed_experts")
-        f["top_k"] = r.int("num_experts_per_tok")
-        f["expert_ffn"] = r.int("moe_intermediate_size")
-        shared = r.int("n_shared_experts", 0, low=0)
-        if shared:
-            f["shared_experts"] = shared
-        dense = r.int("first_k_dense_replace", 0, low=0)
-        if dense:
-            f["dense_layers"] = dense
-        freq = r.int("moe_layer_freq", 1)
-        if freq > 1:  # DeepSeek: layer i is MoE when i >= first_k_dense_replace and i mod moe_layer_freq = 0
-            f["moe_every"] = freq
-        if r.has("q_lora_rank"):
-            f["q_lora_rank"] = r.int("q_lora_rank")
-        f["kv_lora_rank"] = r.int("kv_lora_rank")
-        f["qk_rope_dim"] = r.int("qk_rope_head_dim")
-        f["qk_nope_dim"] = r.int("qk_nope_head_dim")
-        f["v_head_dim"] = r.int("v_head_dim")
-        if kind == "deepseek_v3" or cfg.get("topk_method") == "noaux_tc":
-            f["router_bias"] = True
-            if r.has("topk_method"):
-                r.used.append("topk_method")
-        mtp = r.int("num_nextn_predict_layers", 0, low=0)
-        if mtp:
-            f["mtp_layers"] = mtp
+        _decoder(r, f, kind)
+    experts = _EXPERTS.get(kind)
+    if experts is not None:
+        experts(r, f, kind)
     _relations(r, f)
     return HFShape(f, r.used, sorted(k for k in cfg if k not in r.used))
+
+
+def _gpt2(r: _Reader, f: dict) -> None:
+    h = f["hidden"] = r.int("n_embd")
+    f["layers"] = r.int("n_layer")
+    f["heads"] = r.int("n_head")
+    f["ffn"] = r.int("n_inner", 4 * h)
+    f["vocab"] = r.int("vocab_size")
+    f["position_embeddings"] = r.int("n_positions")
+    f["tied_embeddings"] = r.flag("tie_word_embeddings", True)
+    f["norm"], f["bias"], f["gated_mlp"] = "layernorm", True, False
+
+
+def _decoder(r: _Reader, f: dict, kind: str) -> None:
+    """The families with Hugging Face's common key names (hidden_size, num_hidden_layers ...)."""
+    h = f["hidden"] = r.int("hidden_size")
+    f["layers"] = r.int("num_hidden_layers")
+    a = f["heads"] = r.int("num_attention_heads")
+    f["kv_heads"] = r.int("num_key_value_heads", a)
+    f["vocab"] = r.int("vocab_size")
+    if kind == "gpt_neox":
+        f["ffn"] = r.int("intermediate_size", 4 * h)
+        f["tied_embeddings"] = r.flag("tie_word_embeddings", False)
+        f["norm"], f["bias"], f["gated_mlp"] = "layernorm", True, False
+    else:
+        _gated(r, f, kind, h, a)
+
+
+def _gated(r: _Reader, f: dict, kind: str, h: int, a: int) -> None:
+    """The RMSNorm families with a gated MLP (llama and its descendants): head width, biases, norms."""
+    f["ffn"] = r.int("intermediate_size")
+    tied_default = kind in ("gemma", "gemma2")
+    f["tied_embeddings"] = r.flag("tie_word_embeddings", tied_default)
+    f["norm"], f["gated_mlp"] = "rmsnorm", True
+    if r.has("head_dim") and not kind.startswith("deepseek"):
+        dh = r.int("head_dim")
+        if dh * a != h:
+            f["head_dim"] = dh
+    attention_bias = r.flag("attention_bias", False)
+    mlp_bias = r.flag("mlp_bias", False)
+    f["bias"] = attention_bias and mlp_bias
+    if kind in ("qwen2", "qwen2_moe"):
+        f["qkv_bias"] = True  # Qwen2's q, k and v projections carry biases (its attention_bias is implied)
+    elif attention_bias and not mlp_bias:
+        raise r.error("attention_bias", "attention biases without MLP biases are not modelled",
+                      ("the DSL has biases on every linear layer (bias) or on q, k and v only (qkv_bias)",))
+    if kind in ("qwen3", "qwen3_moe"):
+        f["qk_norm"] = True
+    if kind == "gemma2":
+        f["norms_per_layer"] = 4
+
+
+def _mixtral(r: _Reader, f: dict, kind: str) -> None:
+    f["experts"] = r.int("num_local_experts")
+    f["top_k"] = r.int("num_experts_per_tok")
+
+
+def _qwen_moe(r: _Reader, f: dict, kind: str) -> None:
+    f["experts"] = r.int("num_experts")
+    f["top_k"] = r.int("num_experts_per_tok")
+    f["expert_ffn"] = r.int("moe_intermediate_size")
+    # Qwen: layer i is MoE unless it is in mlp_only_layers, when (i + 1) mod decoder_sparse_step = 0
+    step = r.int("decoder_sparse_step", 1)
+    only = r.cfg.get("mlp_only_layers") or []
+    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+        raise r.error("mlp_only_layers", f"'mlp_only_layers' must be a list of layer indices, not "
+                      f"{json.dumps(r.cfg.get('mlp_only_layers'))}")
+    if only:
+        r.used.append("mlp_only_layers")
+        if sorted(only) != list(range(len(only))):
+            raise r.error("mlp_only_layers", f"dense layers {json.dumps(only)} that are not the first ones are not "
+                          "modelled", ("dense_layers = k makes the first k layers dense",))
+        f["dense_layers"] = len(only)
+    if step > 1:
+        f["moe_every"], f["moe_offset"] = step, step - 1
+    if kind == "qwen2_moe" and r.int("shared_expert_intermediate_size", 0, low=0):
+        f["shared_experts"] = 1
+        f["shared_expert_ffn"] = r.int("shared_expert_intermediate_size", low=0)
+        f["shared_expert_gate"] = True
+
+
+def _deepseek(r: _Reader, f: dict, kind: str) -> None:
+    f["experts"] = r.int("n_routed_experts")
+    f["top_k"] = r.int("num_experts_per_tok")
+    f["expert_ffn"] = r.int("moe_intermediate_size")
+    shared = r.int("n_shared_experts", 0, low=0)
+    if shared:
+        f["shared_experts"] = shared
+    dense = r.int("first_k_dense_replace", 0, low=0)
+    if dense:
+        f["dense_layers"] = dense
+    freq = r.int("moe_layer_freq", 1)
+    if freq > 1:  # DeepSeek: layer i is MoE when i >= first_k_dense_replace and i mod moe_layer_freq = 0
+        f["moe_every"] = freq
+    if r.has("q_lora_rank"):
+        f["q_lora_rank"] = r.int("q_lora_rank")
+    f["kv_lora_rank"] = r.int("kv_lora_rank")
+    f["qk_rope_dim"] = r.int("qk_rope_head_dim")
+    f["qk_nope_dim"] = r.int("qk_nope_head_dim")
+    f["v_head_dim"] = r.int("v_head_dim")
+    if kind == "deepseek_v3" or r.cfg.get("topk_method") == "noaux_tc":
+        f["router_bias"] = True
+        if r.has("topk_method"):
+            r.used.append("topk_method")
+    mtp = r.int("num_nextn_predict_layers", 0, low=0)
+    if mtp:
+        f["mtp_layers"] = mtp
+
+
+# the mixture-of-experts keys of each family that has them
+_EXPERTS = {"mixtral": _mixtral, "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe, "deepseek_v2": _deepseek,
+            "deepseek_v3": _deepseek}
 
 
 # (field, bound field, the config key of the field): counts that cannot exceed another

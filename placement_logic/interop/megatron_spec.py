@@ -232,6 +232,25 @@ def _shape_lines(got: dict, t: int, text: str, file: str) -> list[str]:
         tr.append(f"vocab = {got['V']}")
     else:  # Megatron-LM pads the vocabulary to a multiple of make-vocab-size-divisible-by (128) × tensor size
         tr += [f"vocab = {got['vocab']}", f"vocab_multiple = {got.get('vdiv', 128) * t}"]
+    tr += _layer_lines(got)
+    if got.get("pos", "learned") == "learned":  # Megatron-LM's default position embedding
+        rows = got.get("maxpos", got.get("s"))
+        if rows is None:
+            raise _arg_error(text, file, "--position-embedding-type", "learned absolute position embeddings (the "
+                             "default --position-embedding-type) need --max-position-embeddings")
+        tr.append(f"position_embeddings = {rows}")
+    if got.get("mla"):
+        tr += _mla_lines(got, text, file)
+    if got.get("E", 1) > 1:
+        tr += _expert_lines(got, file)
+    if got.get("mtp"):
+        tr.append(f"mtp_layers = {got['mtp']}")
+    return tr
+
+
+def _layer_lines(got: dict) -> list[str]:
+    """Attention groups and head width, the MLP, norm, biases and embeddings of a layer."""
+    tr = []
     if got.get("gqa") and "kv" in got:
         tr.append(f"kv_heads = {got['kv']}")
     if "f" in got:
@@ -247,34 +266,35 @@ def _shape_lines(got: dict, t: int, text: str, file: str) -> list[str]:
     if got.get("qk_norm"):
         tr.append("qk_norm")
     tr.append("tied_embeddings = false" if got.get("untie") else "tied_embeddings")
-    if got.get("pos", "learned") == "learned":  # Megatron-LM's default position embedding
-        rows = got.get("maxpos", got.get("s"))
-        if rows is None:
-            raise _arg_error(text, file, "--position-embedding-type", "learned absolute position embeddings (the "
-                             "default --position-embedding-type) need --max-position-embeddings")
-        tr.append(f"position_embeddings = {rows}")
-    if got.get("mla"):
-        for key, name in (("qr", "q_lora_rank"), ("kvr", "kv_lora_rank"), ("qkp", "qk_rope_dim"),
-                          ("qkd", "qk_nope_dim"), ("vd", "v_head_dim")):
-            if key in got:
-                tr.append(f"{name} = {got[key]}")
-            elif key != "qr":
-                flag = next(k for k, v in _MEGATRON_INT.items() if v == key)
-                raise _arg_error(text, file, "--multi-latent-attention", f"--multi-latent-attention needs "
-                                 f"{flag}")
-    if got.get("E", 1) > 1:
-        tr += [f"experts = {got['E']}", f"top_k = {got.get('k', 2)}"]
-        if "ef" in got:
-            tr.append(f"expert_ffn = {got['ef']}")
-        if "sf" in got:
-            tr += ["shared_experts = 1", f"shared_expert_ffn = {got['sf']}"]
-        if got.get("router_bias"):
-            tr.append("router_bias")
-        if "moe_freq" in got:
-            tr += [f"{k} = {v}" for k, v in _fit_moe_pattern(_moe_layer_freq(got["moe_freq"], got["L"], file),
-                                                              file).items()]
-    if got.get("mtp"):
-        tr.append(f"mtp_layers = {got['mtp']}")
+    return tr
+
+
+def _mla_lines(got: dict, text: str, file: str) -> list[str]:
+    """--multi-latent-attention's ranks and head widths (every one but the query rank required)."""
+    tr = []
+    for key, name in (("qr", "q_lora_rank"), ("kvr", "kv_lora_rank"), ("qkp", "qk_rope_dim"),
+                      ("qkd", "qk_nope_dim"), ("vd", "v_head_dim")):
+        if key in got:
+            tr.append(f"{name} = {got[key]}")
+        elif key != "qr":
+            flag = next(k for k, v in _MEGATRON_INT.items() if v == key)
+            raise _arg_error(text, file, "--multi-latent-attention", f"--multi-latent-attention needs "
+                             f"{flag}")
+    return tr
+
+
+def _expert_lines(got: dict, file: str) -> list[str]:
+    """The experts, their router, widths and the layers that hold them."""
+    tr = [f"experts = {got['E']}", f"top_k = {got.get('k', 2)}"]
+    if "ef" in got:
+        tr.append(f"expert_ffn = {got['ef']}")
+    if "sf" in got:
+        tr += ["shared_experts = 1", f"shared_expert_ffn = {got['sf']}"]
+    if got.get("router_bias"):
+        tr.append("router_bias")
+    if "moe_freq" in got:
+        tr += [f"{k} = {v}" for k, v in _fit_moe_pattern(_moe_layer_freq(got["moe_freq"], got["L"], file),
+                                                          file).items()]
     return tr
 
 
@@ -321,6 +341,23 @@ def _optimizer_lines(got: dict, t: int, dp: int, folded: bool, problems: list[st
     if got.get("layer_wise") and dp > 1:
         out.append("override optimizer[matrices]: round_robin over (dp)")
     return out
+
+
+def _recompute_lines(got: dict, chunks: int, problems: list[str]) -> list[str]:
+    """--recompute-granularity as the plan's recompute (``chunks``: pipeline × virtual stages)."""
+    if got.get("recompute") == "selective":
+        return ["use selective_recompute"]
+    if got.get("recompute") != "full":
+        return []
+    method, n = got.get("method", "uniform"), got.get("rnl", 1)
+    per_chunk = got["L"] // chunks
+    if not ((method, n) == ("uniform", 1) or (method == "block" and n >= per_chunk)):
+        what = (f"checkpointing groups of {n} layers" if method == "uniform" else
+                f"recomputing only {n} of the {per_chunk} layers of each chunk")
+        problems.append(f"--recompute-method {method} --recompute-num-layers {n}: {what} is not modelled (full "
+                        "recompute keeps each layer's input and recomputes every layer: uniform 1, or block over "
+                        "every layer of a chunk); the plan recomputes every layer")
+    return ["use full_recompute"]
 
 
 def megatron_to_spec(text: str, file: str, devices: int | None, problems: list[str] | None = None, *,
@@ -381,21 +418,7 @@ def megatron_to_spec(text: str, file: str, devices: int | None, problems: list[s
     else:  # the folded axes, outermost first; a dense tensor or context group cut into several is one product
         axes = [(a, s, bind[d]) for a, s, d, _ in reversed(folded[0])] + [("pp", p, pipe)]
         products = tuple(tuple(a for a, _, d, _ in reversed(folded[0]) if d == k) for k in ("tp", "cp"))
-    extra = []
-    if got.get("recompute") == "selective":
-        extra.append("use selective_recompute")
-    elif got.get("recompute") == "full":
-        method, n = got.get("method", "uniform"), got.get("rnl", 1)
-        per_chunk = got["L"] // (p * v)
-        if (method, n) == ("uniform", 1) or (method == "block" and n >= per_chunk):
-            extra.append("use full_recompute")
-        else:
-            what = (f"checkpointing groups of {n} layers" if method == "uniform" else
-                    f"recomputing only {n} of the {per_chunk} layers of each chunk")
-            problems.append(f"--recompute-method {method} --recompute-num-layers {n}: {what} is not modelled (full "
-                            "recompute keeps each layer's input and recomputes every layer: uniform 1, or block over "
-                            "every layer of a chunk); the plan recomputes every layer")
-            extra.append("use full_recompute")
+    extra = _recompute_lines(got, p * v, problems)
     if got.get("flash"):
         extra.append("flash_attention")
     extra += _optimizer_lines(got, t, dp, folded is not None, problems, report)

@@ -63,18 +63,8 @@ _DEFAULT = ("not read: from a torchtitan job the plan takes the parallel degrees
             "the sequence length, the precision and activation checkpointing")
 
 
-def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, params: int | None,
-                       problems: list[str] | None = None, *, report: ImportReport | None = None,
-                       per_node: int | None = None) -> str:
-    """The spec of a torchtitan job config; what the DSL cannot express is appended to ``problems``,
-    what was assumed and the keys read and dropped to ``report``."""
-    problems = [] if problems is None else problems
-    report = ImportReport() if report is None else report
-    doc = load_toml(text, file, Code.BAD_FRAMEWORK_CONFIG)
-    cfg = Table(doc, text, file, Code.BAD_FRAMEWORK_CONFIG)
-    par = cfg.table("parallelism")
-    training = cfg.table("training")
-
+def _degrees(par: Table, devices: int) -> tuple[int, int, int, int, int, int]:
+    """The replicate, shard, tensor, pipeline, context and expert degrees (a shard degree of -1 takes the rest)."""
     def degree(key: str, default: int = 1) -> int:
         return par.integer(key, default, allowed=(-1,) if key.endswith("shard_degree") else ())
 
@@ -88,40 +78,90 @@ def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, pa
         shard = devices // fixed
     if rep * shard * t * p * c != devices:
         raise par.error(None, f"the degrees multiply to {rep * shard * t * p * c}, not {devices} devices")
-    etp = par.integer("expert_tensor_parallel_degree", t if e > 1 else 1)
-    in_ep, roles = 1, {}
-    if e > 1:
-        if (shard * c) % e:
-            raise par.error("expert_parallel_degree", f"expert_parallel_degree {e} does not divide the data-shard × "
-                            "context devices")
-        if etp not in (1, t):
-            raise par.error("expert_tensor_parallel_degree", f"parallelism.expert_tensor_parallel_degree {etp!r} is 1 "
-                            f"or the tensor degree {t}")
-        borrowed = c * (t if etp == 1 else 1)  # the expert degree takes in all of context (and tensor when etp = 1)
-        if e % borrowed or shard % (e // borrowed):
-            raise par.error("expert_parallel_degree", f"expert_parallel_degree {e} is not the context degree {c}"
-                            + (f" × the tensor degree {t}" if etp == 1 else "")
-                            + f" × a divisor of the data-shard degree {shard}")
-        if not _has_experts(model):
-            problems.append(f"expert_parallel_degree {e}: the model has no experts to place (give the model's config "
-                            "with --model)")
-        elif rep > 1 and shard > 1:
-            problems.append(f"expert_parallel_degree {e} with HSDP: the experts folded over the data-shard devices "
-                            "beside a replicate degree are not written; the plan has no expert axis, so every device "
-                            "holds every expert")
-        else:
-            in_ep = e // borrowed
-            roles = {a: "expert" for a, n in (("dp_ep", in_ep), ("cp", c), ("tp", t if etp == 1 else 1)) if n > 1}
+    return rep, shard, t, p, c, e
+
+
+def _expert_fold(par: Table, model: str | None, degrees: tuple, etp: int,
+                 problems: list[str]) -> tuple[int, dict[str, str]]:
+    """The data-shard devices inside the expert degree and the expert group's roles of the axes."""
+    rep, shard, t, _, c, e = degrees
+    if (shard * c) % e:
+        raise par.error("expert_parallel_degree", f"expert_parallel_degree {e} does not divide the data-shard × "
+                        "context devices")
+    if etp not in (1, t):
+        raise par.error("expert_tensor_parallel_degree", f"parallelism.expert_tensor_parallel_degree {etp!r} is 1 "
+                        f"or the tensor degree {t}")
+    borrowed = c * (t if etp == 1 else 1)  # the expert degree takes in all of context (and tensor when etp = 1)
+    if e % borrowed or shard % (e // borrowed):
+        raise par.error("expert_parallel_degree", f"expert_parallel_degree {e} is not the context degree {c}"
+                        + (f" × the tensor degree {t}" if etp == 1 else "")
+                        + f" × a divisor of the data-shard degree {shard}")
+    if not _has_experts(model):
+        problems.append(f"expert_parallel_degree {e}: the model has no experts to place (give the model's config "
+                        "with --model)")
+        return 1, {}
+    if rep > 1 and shard > 1:
+        problems.append(f"expert_parallel_degree {e} with HSDP: the experts folded over the data-shard devices "
+                        "beside a replicate degree are not written; the plan has no expert axis, so every device "
+                        "holds every expert")
+        return 1, {}
+    in_ep = e // borrowed
+    return in_ep, {a: "expert" for a, n in (("dp_ep", in_ep), ("cp", c), ("tp", t if etp == 1 else 1)) if n > 1}
+
+
+def _batch(training: Table, dp: int) -> tuple[int, int | None, int]:
+    """The local batch, the sequence length and the micro-batches per step."""
     mb = training.integer("local_batch_size", None) or training.integer("batch_size", 1)
     seq = training.integer("seq_len", None)
     gbs = training.integer("global_batch_size", -1, allowed=(-1,))
-    dp = rep * shard
-    m = 1
-    if gbs > 0:
-        if gbs % (mb * dp):
-            raise training.error("global_batch_size", f"training.global_batch_size {gbs} is not a multiple of local "
-                                 f"batch {mb} × data {dp}")
-        m = gbs // (mb * dp)
+    if gbs <= 0:
+        return mb, seq, 1
+    if gbs % (mb * dp):
+        raise training.error("global_batch_size", f"training.global_batch_size {gbs} is not a multiple of local "
+                             f"batch {mb} × data {dp}")
+    return mb, seq, gbs // (mb * dp)
+
+
+def _pipeline(par: Table) -> str:
+    """The pipeline schedule's strategy."""
+    sched = (par.string("pipeline_parallel_schedule", "1F1B") or "1F1B").lower()
+    if sched not in _TITAN_SCHEDULES:
+        raise par.error("pipeline_parallel_schedule", f"pipeline_parallel_schedule {par.raw('pipeline_parallel_schedule')!r} "
+                        f"is not modelled (known: {', '.join(sorted(_TITAN_SCHEDULES))})")
+    pipe = _TITAN_SCHEDULES[sched]
+    if pipe == "interleaved_1f1b":
+        v = par.integer("pipeline_parallel_virtual_stages", 2)
+        pipe = f"interleaved_1f1b(v = {v})" if v > 1 else "one_f_one_b"
+    return pipe
+
+
+def _spec_imports(spec: str) -> str:
+    """The imports of the written spec, torchtitan's data strategies and GPipe included."""
+    imports = _imports(spec)
+    extra_imports = [n for n in ("hybrid_shard", "fsdp_full_shard", "fsdp_shard_grad_op") if n in spec]
+    if extra_imports:
+        imports = f"from std.data import {', '.join(extra_imports)}\n" + imports
+    if "gpipe" in spec and "gpipe" not in imports:
+        imports += "from std.pipeline import gpipe\n"
+    return imports
+
+
+def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, params: int | None,
+                       problems: list[str] | None = None, *, report: ImportReport | None = None,
+                       per_node: int | None = None) -> str:
+    """The spec of a torchtitan job config; what the DSL cannot express is appended to ``problems``,
+    what was assumed and the keys read and dropped to ``report``."""
+    problems = [] if problems is None else problems
+    report = ImportReport() if report is None else report
+    doc = load_toml(text, file, Code.BAD_FRAMEWORK_CONFIG)
+    cfg = Table(doc, text, file, Code.BAD_FRAMEWORK_CONFIG)
+    par = cfg.table("parallelism")
+    training = cfg.table("training")
+    degrees = _degrees(par, devices)
+    rep, shard, t, p, c, e = degrees
+    etp = par.integer("expert_tensor_parallel_degree", t if e > 1 else 1)
+    in_ep, roles = _expert_fold(par, model, degrees, etp, problems) if e > 1 else (1, {})
+    mb, seq, m = _batch(training, rep * shard)
     ckpt = cfg.table("activation_checkpoint")
     ac = ckpt.choice("mode", ("none", "selective", "full"), "selective")
     option = str(ckpt.raw("selective_ac_option", "op"))
@@ -136,14 +176,7 @@ def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, pa
     model_text = (head + f"  bytes {{\n    {_widths(mixed in ('bfloat16', 'float16'))}\n  }}\n"
                   + (f"  seq = {seq}\n" if seq else "") + f"  microbatch = {mb}\n  microbatches = {m}\n" + group
                   + "}\n\n")
-    sched = (par.string("pipeline_parallel_schedule", "1F1B") or "1F1B").lower()
-    if sched not in _TITAN_SCHEDULES:
-        raise par.error("pipeline_parallel_schedule", f"pipeline_parallel_schedule {par.raw('pipeline_parallel_schedule')!r} "
-                        f"is not modelled (known: {', '.join(sorted(_TITAN_SCHEDULES))})")
-    pipe = _TITAN_SCHEDULES[sched]
-    if pipe == "interleaved_1f1b":
-        v = par.integer("pipeline_parallel_virtual_stages", 2)
-        pipe = f"interleaved_1f1b(v = {v})" if v > 1 else "one_f_one_b"
+    pipe = _pipeline(par)
     reshard = par.choice("fsdp_reshard_after_forward", ("default", "always", "never"), "default")
     # torchtitan's default keeps the parameters gathered between forward and backward under pipelining
     keep = reshard == "never" or (reshard == "default" and p > 1)
@@ -183,13 +216,7 @@ def torchtitan_to_spec(text: str, file: str, devices: int, model: str | None, pa
             + (f" × tensor {t}" if etp == 1 and t > 1 else "") + f", expert tensor {etp})" if roles else "")
     spec = (f"# from the torchtitan job {file} on {devices} devices{fold}\n" + report.comments()
             + "".join(f"# not expressed: {q}\n" for q in problems) + model_text + local + spec_body)
-    imports = _imports(spec)
-    extra_imports = [n for n in ("hybrid_shard", "fsdp_full_shard", "fsdp_shard_grad_op") if n in spec]
-    if extra_imports:
-        imports = f"from std.data import {', '.join(extra_imports)}\n" + imports
-    if "gpipe" in spec and "gpipe" not in imports:
-        imports += "from std.pipeline import gpipe\n"
-    return imports + "\n" + spec
+    return _spec_imports(spec) + "\n" + spec
 
 
 _R, _S, _SS = ir.Mode.R, ir.Mode.S, ir.Mode.S_STAR
@@ -231,6 +258,23 @@ def _titan_folded(plan: ir.Plan, fold, roles: dict, size: dict, problems: list[s
     return ep, (1 if tensor and role_of(tensor[0]) is ir.Role.EXPERT else t)
 
 
+_SCHEDULE_NAMES = {ir.ScheduleKind.ONE_F_ONE_B: "1F1B", ir.ScheduleKind.GPIPE: "GPipe",
+                   ir.ScheduleKind.INTERLEAVED: "Interleaved1F1B"}
+
+
+def _titan_schedule(spec: ir.Spec, plan: ir.Plan, problems: list[str]) -> dict[str, object]:
+    """torchtitan's pipeline schedule (and virtual stages) of the plan's; a problem where it has none."""
+    kind = plan.schedule.kind if plan.schedule is not None else ir.ScheduleKind.ONE_F_ONE_B
+    name = _SCHEDULE_NAMES.get(kind)
+    if name is None:
+        problems.append(f"schedule {kind.value}: torchtitan has no such schedule")
+        return {}
+    if kind is ir.ScheduleKind.INTERLEAVED:
+        return {"pipeline_parallel_schedule": name,
+                "pipeline_parallel_virtual_stages": int(_number(plan.schedule.chunks, spec) or 1)}
+    return {"pipeline_parallel_schedule": name}
+
+
 def plan_to_torchtitan(spec: ir.Spec, plan: ir.Plan) -> tuple[str, list[str]]:
     problems: list[str] = []
     size = {a.name: int(_number(a.size, spec) or 1) for a in plan.mesh.axes}
@@ -254,15 +298,7 @@ def plan_to_torchtitan(spec: ir.Spec, plan: ir.Plan) -> tuple[str, list[str]]:
         seen[key] = a
         par[key] = int(par.get(key, 1)) * size[a]
         if r is ir.Role.PIPELINE:
-            kind = plan.schedule.kind if plan.schedule is not None else ir.ScheduleKind.ONE_F_ONE_B
-            name = {ir.ScheduleKind.ONE_F_ONE_B: "1F1B", ir.ScheduleKind.GPIPE: "GPipe",
-                    ir.ScheduleKind.INTERLEAVED: "Interleaved1F1B"}.get(kind)
-            if name is None:
-                problems.append(f"schedule {kind.value}: torchtitan has no such schedule")
-            else:
-                par["pipeline_parallel_schedule"] = name
-                if kind is ir.ScheduleKind.INTERLEAVED:
-                    par["pipeline_parallel_virtual_stages"] = int(_number(plan.schedule.chunks, spec) or 1)
+            par.update(_titan_schedule(spec, plan, problems))
     if experts is not None:
         par["expert_parallel_degree"], par["expert_tensor_parallel_degree"] = experts
     if "tensor_parallel_degree" in par and not plan.sequence_parallel and \

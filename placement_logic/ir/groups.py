@@ -200,6 +200,80 @@ def moe_layers_below(n: int, d: int, k: int, r: int) -> int:
     return max(0, -(-(n - first) // k))
 
 
+def _mlp(t: TransformerShape, width: Value) -> Value:
+    out = _mul(_n(3 if t.gated_mlp else 2), t.hidden, width)
+    if t.bias:
+        out = _add(out, _mul(_n(2), width) if t.gated_mlp else width)  # the input (column) biases
+    return out
+
+
+def _attention(t: TransformerShape, dh: Value, one_norm: Value) -> tuple[Value, Value | None, Value | None]:
+    """A layer's attention parameters: the query and output (all of MLA's), K/V, MLA's down-projections."""
+    h, a, kv = t.hidden, t.heads, t.kv_heads
+    if not t.mla:
+        attn, kvp = _mul(_n(2), h, a, dh), _mul(_n(2), h, kv, dh)
+        if t.bias if t.qkv_bias is None else t.qkv_bias:
+            attn, kvp = _add(attn, _mul(a, dh)), _add(kvp, _mul(_n(2), kv, dh))  # q bias; k and v biases
+        return attn, kvp, None
+    latent = None
+    qk = _add(t.qk_nope_dim, t.qk_rope_dim)
+    if t.q_lora_rank is not None:
+        q = _mul(t.q_lora_rank, a, qk)  # the up-projection of the compressed query
+        latent = _add(_mul(h, t.q_lora_rank), _mul(one_norm, t.q_lora_rank))
+    else:
+        q = _mul(h, a, qk)
+    kv_down = _add(_mul(h, _add(t.kv_lora_rank, t.qk_rope_dim)), _mul(one_norm, t.kv_lora_rank))
+    latent = kv_down if latent is None else _add(latent, kv_down)
+    return _add(q, _mul(t.kv_lora_rank, a, _add(t.qk_nope_dim, t.v_head_dim)), _mul(a, t.v_head_dim, h)), None, latent
+
+
+def _moe_ranged(t: TransformerShape, n_moe: Value, n_dense: Value, mixed: bool) -> list:
+    """(group, count, which layers: None for all) of the experts, their router, and a mixed model's dense MLPs."""
+    h, L, E, f = t.hidden, t.layers, t.experts, t.ffn
+    ranged: list[tuple[ParamGroup, Value, LayerKind | None]] = []
+    fe = t.expert_ffn if t.expert_ffn is not None else f
+    where_moe = LayerKind.AFTER if mixed else None
+    ranged.append((ParamGroup("experts", None, expert=True, checks_as=GradClass.EXPERTS), _mul(n_moe, E, _mlp(t, fe)),
+                   where_moe))
+    if t.shared_experts is not None and not (isinstance(t.shared_experts, Const) and t.shared_experts.value == 0):
+        fs = t.shared_expert_ffn if t.shared_expert_ffn is not None else fe
+        ranged.append((ParamGroup("shared_experts", None), _mul(n_moe, t.shared_experts, _mlp(t, fs)), where_moe))
+    if t.bias:
+        ranged.append((ParamGroup("expert_biases", None, tensor=WHOLE, expert=True, checks_as=GradClass.EXPERTS),
+                       _mul(n_moe, E, h), where_moe))
+    router = _mul(h, E)
+    if t.bias or t.router_bias:
+        router = _add(router, E)
+    if t.shared_expert_gate:
+        router = _add(router, h)  # the shared experts' gate: one more output row of the router's kind
+    ranged.append((ParamGroup("router", None, tensor=WHOLE, checks_as=GradClass.ROUTER), _mul(n_moe, router),
+                   where_moe))
+    if mixed:
+        ranged.append((ParamGroup("mlp", None), _mul(n_dense, _mlp(t, f)), LayerKind.FIRST))
+        if t.bias:
+            ranged.append((ParamGroup("biases", None, tensor=WHOLE, checks_as=GradClass.BIASES), _mul(L, h), None))
+            ranged.append((ParamGroup("mlp_biases", None, tensor=WHOLE, checks_as=GradClass.BIASES), _mul(n_dense, h),
+                           LayerKind.FIRST))
+    return ranged
+
+
+def _placed(t: TransformerShape, ranged: list, pattern, n_moe: Value, n_dense: Value) -> list[ParamGroup]:
+    """The ranged groups with their per-layer counts and their layers (all, the dense or the MoE ones)."""
+    L, k = t.layers, t.dense_layers
+    groups = []
+    for g, count, which in ranged:
+        if which is None:
+            groups.append(replace(g, count=count, per_layer=_div(count, L)))
+        elif pattern is not None:  # the dense or the MoE layers of the pattern (dense_layers, every, offset)
+            n = n_dense if which is LayerKind.FIRST else n_moe
+            rng = LayerRange(LayerKind.DENSE_OF if which is LayerKind.FIRST else LayerKind.MOE_OF, pattern=pattern[1:])
+            groups.append(replace(g, count=count, per_layer=_div(count, n), layers=rng))
+        else:
+            n = k if which is LayerKind.FIRST else _sub(L, k)
+            groups.append(replace(g, count=count, per_layer=_div(count, n), layers=LayerRange(which, k)))
+    return groups
+
+
 def transformer_groups(t: TransformerShape) -> tuple[ParamGroup, ...]:
     """The built-in groups of a transformer shape, counted exactly (they add up to Ψ)."""
     h, L, a, kv, f, E = t.hidden, t.layers, t.heads, t.kv_heads, t.ffn, t.experts
@@ -208,34 +282,8 @@ def transformer_groups(t: TransformerShape) -> tuple[ParamGroup, ...]:
     norm = _mul(_n(2), h) if t.norm == "layernorm" else h
     one_norm = _n(2) if t.norm == "layernorm" else _n(1)  # elements of a norm per normalised feature
     moe = not _is_one(E)
-    qkv_bias = t.bias if t.qkv_bias is None else t.qkv_bias
-    mats = _n(3 if t.gated_mlp else 2)
-
-    def mlp_of(width: Value) -> Value:
-        out = _mul(mats, h, width)
-        if t.bias:
-            out = _add(out, _mul(_n(2), width) if t.gated_mlp else width)  # the input (column) biases
-        return out
-
     groups: list[ParamGroup] = []
-    latent = None
-    if t.mla:
-        qk = _add(t.qk_nope_dim, t.qk_rope_dim)
-        if t.q_lora_rank is not None:
-            q = _mul(t.q_lora_rank, a, qk)  # the up-projection of the compressed query
-            latent = _add(_mul(h, t.q_lora_rank), _mul(one_norm, t.q_lora_rank))
-        else:
-            q = _mul(h, a, qk)
-        kv_down = _add(_mul(h, _add(t.kv_lora_rank, t.qk_rope_dim)), _mul(one_norm, t.kv_lora_rank))
-        latent = kv_down if latent is None else _add(latent, kv_down)
-        attn = _add(q, _mul(t.kv_lora_rank, a, _add(t.qk_nope_dim, t.v_head_dim)), _mul(a, t.v_head_dim, h))
-        kvp = None
-    else:
-        attn = _mul(_n(2), h, a, dh)
-        kvp = _mul(_n(2), h, kv, dh)
-        if qkv_bias:
-            attn = _add(attn, _mul(a, dh))  # q bias
-            kvp = _add(kvp, _mul(_n(2), kv, dh))
+    attn, kvp, latent = _attention(t, dh, one_norm)
     per_layer: list[ParamGroup] = [ParamGroup("attention", None, per_layer=attn)]
     if kvp is not None:  # one K/V head is copied on every tensor rank: each copy sees its rank's query heads
         single = isinstance(kv, Const) and kv.value == 1
@@ -244,42 +292,20 @@ def transformer_groups(t: TransformerShape) -> tuple[ParamGroup, ...]:
                                     sees=HEADS if single else WHOLE))
     if latent is not None:  # MLA's down-projections and their norms: whole on every tensor rank
         per_layer.append(ParamGroup("attention_latent", None, tensor=WHOLE, checks_as=GradClass.NORMS, per_layer=latent))
-    ranged: list[tuple[ParamGroup, Value, LayerKind | None]] = []  # (group, count, which layers: None for all)
     pattern = moe_pattern(t) if moe else None
+    n_moe = n_dense = None
     if pattern is not None:  # MoE on every k-th layer: counts of each kind are whole numbers
         n_moe_int = moe_layers_below(*pattern)
         n_moe, n_dense = _n(n_moe_int), _n(pattern[0] - n_moe_int)
     # some layers dense, some MoE
     mixed = moe and (pattern[0] > n_moe_int if pattern is not None else t.dense_layers is not None)
+    ranged = []
     if moe:
-        k = t.dense_layers
-        n_moe = n_moe if pattern is not None else L if k is None else _sub(L, k)
-        fe = t.expert_ffn if t.expert_ffn is not None else f
-        where_moe = LayerKind.AFTER if mixed else None
-        ranged.append((ParamGroup("experts", None, expert=True, checks_as=GradClass.EXPERTS), _mul(n_moe, E, mlp_of(fe)),
-                       where_moe))
-        if t.shared_experts is not None and not (isinstance(t.shared_experts, Const) and t.shared_experts.value == 0):
-            fs = t.shared_expert_ffn if t.shared_expert_ffn is not None else fe
-            ranged.append((ParamGroup("shared_experts", None), _mul(n_moe, t.shared_experts, mlp_of(fs)), where_moe))
-        if t.bias:
-            ranged.append((ParamGroup("expert_biases", None, tensor=WHOLE, expert=True, checks_as=GradClass.EXPERTS),
-                           _mul(n_moe, E, h), where_moe))
-        router = _mul(h, E)
-        if t.bias or t.router_bias:
-            router = _add(router, E)
-        if t.shared_expert_gate:
-            router = _add(router, h)  # the shared experts' gate: one more output row of the router's kind
-        ranged.append((ParamGroup("router", None, tensor=WHOLE, checks_as=GradClass.ROUTER), _mul(n_moe, router),
-                       where_moe))
-        if mixed:
-            n_dense = n_dense if pattern is not None else k
-            ranged.append((ParamGroup("mlp", None), _mul(n_dense, mlp_of(f)), LayerKind.FIRST))
-            if t.bias:
-                ranged.append((ParamGroup("biases", None, tensor=WHOLE, checks_as=GradClass.BIASES), _mul(L, h), None))
-                ranged.append((ParamGroup("mlp_biases", None, tensor=WHOLE, checks_as=GradClass.BIASES), _mul(n_dense, h),
-                               LayerKind.FIRST))
+        if pattern is None:
+            n_moe, n_dense = (L if t.dense_layers is None else _sub(L, t.dense_layers)), t.dense_layers
+        ranged = _moe_ranged(t, n_moe, n_dense, mixed)
     else:
-        per_layer.append(ParamGroup("mlp", None, per_layer=mlp_of(f)))
+        per_layer.append(ParamGroup("mlp", None, per_layer=_mlp(t, f)))
     if t.bias and not mixed:
         per_layer.append(ParamGroup("biases", None, tensor=WHOLE, checks_as=GradClass.BIASES,
                                     per_layer=h if moe else _mul(_n(2), h)))
@@ -295,17 +321,7 @@ def transformer_groups(t: TransformerShape) -> tuple[ParamGroup, ...]:
     groups += [replace(g, count=_mul(L, g.per_layer)) for g in per_layer[:2]]
     rest = per_layer[2:]
     groups += [replace(g, count=_mul(L, g.per_layer)) for g in rest if g.name == "attention_latent"]
-    for g, count, which in ranged:
-        if which is None:
-            groups.append(replace(g, count=count, per_layer=_div(count, L)))
-        elif pattern is not None:  # the dense or the MoE layers of the pattern (dense_layers, every, offset)
-            n = n_dense if which is LayerKind.FIRST else n_moe
-            rng = LayerRange(LayerKind.DENSE_OF if which is LayerKind.FIRST else LayerKind.MOE_OF, pattern=pattern[1:])
-            groups.append(replace(g, count=count, per_layer=_div(count, n), layers=rng))
-        else:
-            k = t.dense_layers
-            n = k if which is LayerKind.FIRST else _sub(L, k)
-            groups.append(replace(g, count=count, per_layer=_div(count, n), layers=LayerRange(which, k)))
+    groups += _placed(t, ranged, pattern, n_moe, n_dense)
     groups += [replace(g, count=_mul(L, g.per_layer)) for g in rest if g.name != "attention_latent"]
     groups.append(ParamGroup("final_norm", norm, where=LAST, tensor=WHOLE, checks_as=GradClass.NORMS))
     tied = bool(t.tied_embeddings)

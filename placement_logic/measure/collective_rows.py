@@ -4,10 +4,10 @@ mechanisms that explain a collective's difference (``mechanisms.MECHANISMS``).""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from fractions import Fraction
 
 from .mechanisms import (
-    axes_of_group,
     calls_fit,
     carried_in_parts,
     equal_calls,
@@ -25,6 +25,7 @@ from .predict import Prediction
 from .realise import Realisation, widths_of
 from .report import Row, RowStatus
 from .shape import TinyShape
+from .tensor_axis import tensor_axis_extras
 
 
 def _predicted_collectives(pred: Prediction) -> dict[tuple[str, tuple[str, ...]], Fraction]:
@@ -44,13 +45,31 @@ _STAGE_KINDS = {"ddp": {"all_reduce": "grads"}, "zero1": {"reduce_scatter": "gra
                 "zeropp": {"all_gather": "params", "reduce_scatter": "grads", "all_reduce": "grads"}}
 
 
+_NOT = (RowStatus.DIFFERS, "", "")  # not explained by a rule
+
+
+@dataclass
+class _Run:
+    """What every row of one run is compared with: the prediction, the run's realisation and results,
+    the predicted and measured collectives, and the sizes the mechanisms are checked against."""
+    pred: Prediction
+    r: Realisation
+    results: list[dict]
+    shape: TinyShape
+    predicted: dict
+    per_rank: list[dict]
+    shares: list
+    psi: Fraction
+    grads_width: Fraction
+    boundary: int
+
+
 def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape: TinyShape) -> list[Row]:
     predicted = _predicted_collectives(pred)
     per_rank = [measured_collectives(res, r.mesh) for res in results]
-    shares = stage_shares(r, results, shape)
-    psi = Fraction(shape.param_count())
-    grads_width = widths_of(r)["grads"]
-    boundary = shape.seq * shape.microbatch * shape.hidden * widths_of(r)["activations"]
+    c = _Run(pred, r, results, shape, predicted, per_rank, stage_shares(r, results, shape),
+             Fraction(shape.param_count()), widths_of(r)["grads"],
+             shape.seq * shape.microbatch * shape.hidden * widths_of(r)["activations"])
     # predicted collectives first, so that a measured stand-in is paired before it is listed alone
     order = lambda k: (k[1], k[0])
     keys = sorted(predicted, key=order) + sorted({k for m in per_rank for k in m} - set(predicted), key=order)
@@ -59,141 +78,218 @@ def collective_rows(pred: Prediction, r: Realisation, results: list[dict], shape
     for key in keys:
         if key in used:
             continue
-        kind, axes = key
-        label = f"{kind} over {'×'.join(axes) or 'one rank'}"
-        got = tuple(m.get(key, 0) for m in per_rank)
-        p = predicted.get(key, Fraction(0))
-        status, mechanism, note = (RowStatus.MATCH if all(g == p for g in got) else RowStatus.DIFFERS), "", ""
-        data_axes = bool(axes) and set(axes) <= set(r.data_axes)
-        # pipeline-stage-share: DDP/replicate all-reduces each stage's own gradients; the engine's
-        # buffer is the uniform Ψ/p of gradient bytes
-        stage_kinds = _STAGE_KINDS.get(r.data, {})
-        if status == RowStatus.DIFFERS and r.pipeline_axis and kind in stage_kinds and data_axes:
-            state = stage_kinds[kind]
-            t = r.sizes[r.tensor_axis] if r.tensor_axis else 1
-            # zeropp: the engine's buffer is the stage's whole chunks on the first data axis (gathered,
-            # reduce-scattered) and their shard of it on the second, once per predicted call
-            excess = [0] * len(got)
-            calls = sum((c.calls for c in pred.collectives if c.kind == kind and tuple(c.axes) == axes), Fraction(0))
-            shard = r.sizes[r.data_axes[0]] if r.data == "zeropp" and axes != (r.data_axes[0],) else 1
-            w = widths_of(r)[state]
-            if t == 1:
-                # the even split Ψ/p, at the state's width; each rank's buffer its stage's exact count
-                documented = p == calls * w * psi / (r.stages * shard)
-                measured_ok = all(g == p * f for g, f in zip(got, shares))
-            else:
-                # under tensor parallelism the even split is of the elements each tensor rank holds,
-                # counted from the shape (with tied embeddings less the last stage's copy, which Ψ
-                # leaves out); each rank's buffer is its own stage's, with the tied embedding and its
-                # copy kept whole on the tensor axis: (t-1)/t of V·h more on the first and last stage
-                per = [stage_tensor_elements(shape, k, r.stages, t, r.chunks) for k in range(r.stages)]
-                copy = Fraction(shape.vocab * shape.hidden, t) if shape.tied_embeddings else 0
-                tied = shape.tied_embeddings and r.chunks == 1
-                documented = None not in per and p == calls * w * (sum(per) - copy) / r.stages
-                excess = [calls * w * shape.vocab * shape.hidden * (t - 1) / t
-                          if tied and res["coords"][r.pipeline_axis] in (0, r.stages - 1) else 0 for res in results]
-                measured_ok = documented and all(g == calls * w * per[res["coords"][r.pipeline_axis]] + e
-                                                 for g, e, res in zip(got, excess, results))
-            one_size = len(predicted_calls(pred, key)) == 1
-            in_calls = all(equal_calls(measured_records(res, r.mesh, key), calls, carried_in_parts(r, key, shape))
-                           for res in results)
-            if documented and measured_ok and one_size and in_calls:
-                what = "gradients" if state == "grads" else "parameters"
-                if calls != 1 or shard != 1:
-                    what = (f"{calls} × the stage's {what}" + (f" (its 1/{shard} shard over '{r.data_axes[0]}')"
-                                                             if shard != 1 else ""))
-                else:
-                    what = f"the stage's {what}"
-                status, mechanism, note = explained("pipeline-stage-share", stage_note(r, shape, f"This buffer, {what},"))
-                if any(excess):
-                    mechanism += " + tensor-replicated-params"
-                    note += (f"; the tied embedding and its copy are kept whole on '{r.tensor_axis}' (the plan shards "
-                             f"them 1/{t}), {max(excess)} B more in the first and last stage's buffer")
-        # pipeline-edge-stages: the engine's interior stage sends and receives m·v boundaries of s·b·h
-        # under sequence parallelism each tensor rank sends its own sequence shard, s·b·h/t
-        # (and without it, Megatron-LM's scatter/gather sends s·b·h/t: pipeline-scatter-gather)
-        sp_div = r.sizes[r.tensor_axis] if r.tensor_axis and (r.sequence_parallel or r.stages > 1) else 1
-        if status == RowStatus.DIFFERS and kind.startswith("p2p ") and r.pipeline_axis and axes == (r.pipeline_axis,) \
-                and p == boundary * shape.microbatches * r.chunks / sp_div:
-            want = [p * edge_share(kind, res["coords"][r.pipeline_axis], r.stages, r.chunks) for res in results]
-            size = boundary / sp_div  # every transfer one boundary, as many as the rank makes
-            if all(g == w for g, w in zip(got, want)) \
-                    and predicted_calls(pred, key) == Counter({size: shape.microbatches * r.chunks}) \
-                    and all(calls_fit(measured_records(res, r.mesh, key), Counter({size: g / size}), 1)
-                            for g, res in zip(got, results)):
-                status, mechanism, note = explained("pipeline-edge-stages", _edge_note(kind, r))
-        status, mechanism, note = _scatter_gather(status, mechanism, note, kind, axes, p, got, r, results, shape,
-                                                  boundary, pred)
-        once = tuple(dict.fromkeys(axes))
-        if status == RowStatus.DIFFERS and r.grad_reduce == "twice" and kind == "all_reduce" and len(once) < len(axes) \
-                and all(g == 0 for g in got) and p == grads_width * psi:
-            alt = tuple(m.get((kind, once), 0) for m in per_rank)
-            twice = Fraction(len(axes), len(once))
-            if all(a == p * twice for a in alt) and predicted_calls(pred, key) == Counter({p: 1}) \
-                    and all(equal_calls(measured_records(res, r.mesh, (kind, once)), twice,
-                                        carried_in_parts(r, (kind, once), shape)) for res in results):
-                got = alt
-                used.add((kind, once))
-                label += f" (measured: {len(axes) // len(once)} all_reduce over {'×'.join(once)})"
-                status, mechanism, note = explained("gradient-reduced-twice", (
-                    f"the plan reduces over ({', '.join(axes)}): DDP's all-reduce and the loop's own, each of the "
-                    f"whole gradient over {'×'.join(once)}; the cost engine sizes one all-reduce of that buffer"))
-        in_clip = tuple(measured_collectives(res, r.mesh, "clip").get(key, 0) for res in results)
-        if status == RowStatus.DIFFERS and shape.tied_embeddings and r.pipeline_axis and r.stages > 1 and kind == "all_reduce" \
-                and p == 0:
-            # under ZeRO-2 the two copies' gradients are summed once reduce-scattered: their 1/dp shards
-            tie = shape.vocab * shape.hidden * widths_of(r)["grads"] / (r.data_size if r.data == "zero2" else 1)
-            # the clip over the stages' scalar, in its own phase, beside the tied copies' sum
-            clip_scalar = bool(r.clip) and all(c == 4 for c in in_clip)
-            got_tie = tuple(g - c for g, c in zip(got, in_clip)) if clip_scalar else got
-
-            def member(res, axes=axes) -> bool:
-                edge = res["coords"][r.pipeline_axis] in (0, r.stages - 1)
-                return edge and (axes == (r.pipeline_axis,) or f"rank{res['rank']}" in axes)
-
-            if all(g == (tie if member(res) else 0) for g, res in zip(got_tie, results)):
-                status, mechanism, note = explained("tied-embedding-sync", (
-                    "Megatron-LM's embedding group: the first stage's word embedding and the last stage's copy of it "
-                    "sum their gradients, one all-reduce of "
-                    + (f"V·h·4 = {tie} B" if r.data != "zero2" else
-                       f"their reduce-scattered shards, V·h·4/{r.data_size} = {tie} B (ZeRO-2 keeps no whole gradient)")
-                    + " between the two; the cost model leaves it out"))
-                if clip_scalar:
-                    mechanism = "tied-embedding-sync + clip-norm-scalars"
-                    note += ("; and the clip over pipeline stages all-reduces one fp32 sum of squares (4 B), scalar "
-                             "traffic the cost model leaves out")
-        t = r.sizes.get(r.tensor_axis, 1) if r.tensor_axis else 1
-        if status == RowStatus.DIFFERS and r.tensor_axis and kind in ("all_reduce", "reduce_scatter", "all_gather") \
-                and data_axes and p:
-            status, mechanism, note = _tied_whole_buffer(pred, r, results, shape, key, got)
-        if status == RowStatus.DIFFERS and r.clip == "global" and kind == "all_reduce" and p == 0 and not r.pipeline_axis \
-                and all(c == g == 4 * res["param_tensors"] for c, g, res in zip(in_clip, got, results)):
-            status, mechanism, note = explained("clip-norm-scalars", (
-                f"clip_grad_norm_ all-reduces one partial fp32 norm per parameter tensor "
-                f"({results[0]['param_tensors']} × 4 B); the cost model leaves this scalar traffic out"))
-        if status == RowStatus.DIFFERS and r.clip in ("global", "stage") and r.pipeline_axis and kind == "all_reduce" \
-                and p == 0 and all(c == g == 4 for c, g in zip(in_clip, got)):
-            status, mechanism, note = explained("clip-norm-scalars", (
-                "the clip over pipeline stages all-reduces one fp32 sum of squares (4 B) over "
-                f"{'×'.join(axes)}; the cost model leaves this scalar traffic out"))
-        if status == RowStatus.DIFFERS and _tensor_clip_scalars(r, kind, axes, p, got, in_clip, results):
-            status, mechanism, note = _tensor_clip_note(r, p, in_clip)
-        if status == RowStatus.DIFFERS and r.tensor_axis and axes == (r.tensor_axis,):
-            # the clip over pipeline stages' scalar is set apart (its own phase), then the rest compared
-            clip_scalar = bool(r.clip) and bool(r.pipeline_axis) and all(c == 4 for c in in_clip)
-            status, mechanism, note = _tensor_axis_extras(kind, p, got, r, results, shape, boundary,
-                                                          predicted_calls(pred, key),
-                                                          "clip" if clip_scalar else None)
-            if status == RowStatus.EXPLAINED and clip_scalar:
-                mechanism += " + clip-norm-scalars"
-                note += (f"; and the clip over each stage's norm all-reduces one fp32 sum of squares (4 B) over "
-                         f"'{r.tensor_axis}', scalar traffic the cost model leaves out")
-        if status == RowStatus.MATCH and p:
-            status, note = _match_calls(pred, r, results, key, shape)
-        rows.append(Row("collectives", label + ", buffer bytes per step", p, Fraction(max(got)), status, note,
-                        got if len(set(got)) > 1 else (), mechanism))
+        rows.append(_row(c, key, used))
         used.add(key)
     return rows
+
+
+def _row(c: _Run, key: tuple[str, tuple[str, ...]], used: set) -> Row:
+    """One collective's row: matched call by call, else explained by a mechanism, else a difference."""
+    kind, axes = key
+    label = f"{kind} over {'×'.join(axes) or 'one rank'}"
+    got = tuple(m.get(key, 0) for m in c.per_rank)
+    p = c.predicted.get(key, Fraction(0))
+    mechanism = ""
+    if all(g == p for g in got):
+        status, note = _match_calls(c.pred, c.r, c.results, key, c.shape) if p else (RowStatus.MATCH, "")
+    else:
+        (status, mechanism, note), got, measured = _explain(c, key, p, got, used)
+        label += measured
+    return Row("collectives", label + ", buffer bytes per step", p, Fraction(max(got)), status, note,
+               got if len(set(got)) > 1 else (), mechanism)
+
+
+def _explain(c: _Run, key: tuple[str, tuple[str, ...]], p: Fraction, got: tuple,
+             used: set) -> tuple[tuple[str, str, str], tuple, str]:
+    """The first mechanism that explains a differing row (each checks the prediction and every rank's
+    records), with the measured bytes it compares and what the label adds; else the difference."""
+    kind, axes = key
+    for rule in (_stage_share, _edge_stages):
+        found = rule(c, key, p, got)
+        if found[0] != RowStatus.DIFFERS:
+            return found, got, ""
+    found = _scatter_gather(RowStatus.DIFFERS, "", "", kind, axes, p, got, c.r, c.results, c.shape, c.boundary,
+                            c.pred)
+    if found[0] != RowStatus.DIFFERS:
+        return found, got, ""
+    twice = _reduced_twice(c, key, p, got)
+    if twice is not None:
+        found, alt, once = twice
+        used.add((kind, once))
+        return found, alt, f" (measured: {len(axes) // len(once)} all_reduce over {'×'.join(once)})"
+    in_clip = tuple(measured_collectives(res, c.r.mesh, "clip").get(key, 0) for res in c.results)
+    for rule in (_tied_sync, _tied_whole, _clip_scalars, _tensor_axis):
+        found = rule(c, key, p, got, in_clip)
+        if found[0] != RowStatus.DIFFERS:
+            return found, got, ""
+    return _NOT, got, ""
+
+
+def _stage_share(c: _Run, key, p: Fraction, got: tuple) -> tuple[str, str, str]:
+    """pipeline-stage-share: DDP/replicate all-reduces each stage's own gradients; the engine's
+    buffer is the uniform Ψ/p of gradient bytes."""
+    r, shape, (kind, axes) = c.r, c.shape, key
+    stage_kinds = _STAGE_KINDS.get(r.data, {})
+    if not (r.pipeline_axis and kind in stage_kinds and bool(axes) and set(axes) <= set(r.data_axes)):
+        return _NOT
+    state = stage_kinds[kind]
+    t = r.sizes[r.tensor_axis] if r.tensor_axis else 1
+    # zeropp: the engine's buffer is the stage's whole chunks on the first data axis (gathered,
+    # reduce-scattered) and their shard of it on the second, once per predicted call
+    calls = sum((x.calls for x in c.pred.collectives if x.kind == kind and tuple(x.axes) == axes), Fraction(0))
+    shard = r.sizes[r.data_axes[0]] if r.data == "zeropp" and axes != (r.data_axes[0],) else 1
+    documented, measured_ok, excess = _stage_buffers(c, p, got, t, calls, widths_of(r)[state], shard)
+    one_size = len(predicted_calls(c.pred, key)) == 1
+    in_calls = all(equal_calls(measured_records(res, r.mesh, key), calls, carried_in_parts(r, key, shape))
+                   for res in c.results)
+    if not (documented and measured_ok and one_size and in_calls):
+        return _NOT
+    what = "gradients" if state == "grads" else "parameters"
+    if calls != 1 or shard != 1:
+        what = (f"{calls} × the stage's {what}" + (f" (its 1/{shard} shard over '{r.data_axes[0]}')"
+                                                 if shard != 1 else ""))
+    else:
+        what = f"the stage's {what}"
+    status, mechanism, note = explained("pipeline-stage-share", stage_note(r, shape, f"This buffer, {what},"))
+    if any(excess):
+        mechanism += " + tensor-replicated-params"
+        note += (f"; the tied embedding and its copy are kept whole on '{r.tensor_axis}' (the plan shards "
+                 f"them 1/{t}), {max(excess)} B more in the first and last stage's buffer")
+    return status, mechanism, note
+
+
+def _stage_buffers(c: _Run, p: Fraction, got: tuple, t: int, calls: Fraction, w, shard: int) -> tuple:
+    """(whether the prediction is the documented even split, whether every rank's buffer is its own
+    stage's, each rank's bytes beyond it: the tied embedding kept whole)."""
+    r, shape = c.r, c.shape
+    if t == 1:
+        # the even split Ψ/p, at the state's width; each rank's buffer its stage's exact count
+        documented = p == calls * w * c.psi / (r.stages * shard)
+        return documented, all(g == p * f for g, f in zip(got, c.shares)), [0] * len(got)
+    # under tensor parallelism the even split is of the elements each tensor rank holds,
+    # counted from the shape (with tied embeddings less the last stage's copy, which Ψ
+    # leaves out); each rank's buffer is its own stage's, with the tied embedding and its
+    # copy kept whole on the tensor axis: (t-1)/t of V·h more on the first and last stage
+    per = [stage_tensor_elements(shape, k, r.stages, t, r.chunks) for k in range(r.stages)]
+    copy = Fraction(shape.vocab * shape.hidden, t) if shape.tied_embeddings else 0
+    tied = shape.tied_embeddings and r.chunks == 1
+    documented = None not in per and p == calls * w * (sum(per) - copy) / r.stages
+    excess = [calls * w * shape.vocab * shape.hidden * (t - 1) / t
+              if tied and res["coords"][r.pipeline_axis] in (0, r.stages - 1) else 0 for res in c.results]
+    measured_ok = documented and all(g == calls * w * per[res["coords"][r.pipeline_axis]] + e
+                                     for g, e, res in zip(got, excess, c.results))
+    return documented, measured_ok, excess
+
+
+def _edge_stages(c: _Run, key, p: Fraction, got: tuple) -> tuple[str, str, str]:
+    """pipeline-edge-stages: the engine's interior stage sends and receives m·v boundaries of s·b·h;
+    under sequence parallelism each tensor rank sends its own sequence shard, s·b·h/t (and without
+    it, Megatron-LM's scatter/gather sends s·b·h/t: pipeline-scatter-gather)."""
+    r, shape, (kind, axes) = c.r, c.shape, key
+    sp_div = r.sizes[r.tensor_axis] if r.tensor_axis and (r.sequence_parallel or r.stages > 1) else 1
+    if not (kind.startswith("p2p ") and r.pipeline_axis and axes == (r.pipeline_axis,)
+            and p == c.boundary * shape.microbatches * r.chunks / sp_div):
+        return _NOT
+    want = [p * edge_share(kind, res["coords"][r.pipeline_axis], r.stages, r.chunks) for res in c.results]
+    size = c.boundary / sp_div  # every transfer one boundary, as many as the rank makes
+    if all(g == w for g, w in zip(got, want)) \
+            and predicted_calls(c.pred, key) == Counter({size: shape.microbatches * r.chunks}) \
+            and all(calls_fit(measured_records(res, r.mesh, key), Counter({size: g / size}), 1)
+                    for g, res in zip(got, c.results)):
+        return explained("pipeline-edge-stages", _edge_note(kind, r))
+    return _NOT
+
+
+def _reduced_twice(c: _Run, key, p: Fraction, got: tuple) -> tuple[tuple[str, str, str], tuple, tuple] | None:
+    """gradient-reduced-twice: a plan reducing over an axis twice, measured as that many all-reduces over
+    it once: (the explanation, the measured bytes over the axis once, the axes once)."""
+    r, (kind, axes) = c.r, key
+    once = tuple(dict.fromkeys(axes))
+    if not (r.grad_reduce == "twice" and kind == "all_reduce" and len(once) < len(axes)
+            and all(g == 0 for g in got) and p == c.grads_width * c.psi):
+        return None
+    alt = tuple(m.get((kind, once), 0) for m in c.per_rank)
+    twice = Fraction(len(axes), len(once))
+    if not (all(a == p * twice for a in alt) and predicted_calls(c.pred, key) == Counter({p: 1})
+            and all(equal_calls(measured_records(res, r.mesh, (kind, once)), twice,
+                                carried_in_parts(r, (kind, once), c.shape)) for res in c.results)):
+        return None
+    return explained("gradient-reduced-twice", (
+        f"the plan reduces over ({', '.join(axes)}): DDP's all-reduce and the loop's own, each of the "
+        f"whole gradient over {'×'.join(once)}; the cost engine sizes one all-reduce of that buffer")), alt, once
+
+
+def _tied_sync(c: _Run, key, p: Fraction, got: tuple, in_clip: tuple) -> tuple[str, str, str]:
+    """tied-embedding-sync: Megatron-LM's embedding group sums the first stage's embedding gradients
+    with the last stage's copy's (and the clip's scalar beside it)."""
+    r, shape, (kind, axes) = c.r, c.shape, key
+    if not (shape.tied_embeddings and r.pipeline_axis and r.stages > 1 and kind == "all_reduce" and p == 0):
+        return _NOT
+    # under ZeRO-2 the two copies' gradients are summed once reduce-scattered: their 1/dp shards
+    tie = shape.vocab * shape.hidden * widths_of(r)["grads"] / (r.data_size if r.data == "zero2" else 1)
+    # the clip over the stages' scalar, in its own phase, beside the tied copies' sum
+    clip_scalar = bool(r.clip) and all(x == 4 for x in in_clip)
+    got_tie = tuple(g - x for g, x in zip(got, in_clip)) if clip_scalar else got
+
+    def member(res) -> bool:
+        edge = res["coords"][r.pipeline_axis] in (0, r.stages - 1)
+        return edge and (axes == (r.pipeline_axis,) or f"rank{res['rank']}" in axes)
+
+    if not all(g == (tie if member(res) else 0) for g, res in zip(got_tie, c.results)):
+        return _NOT
+    status, mechanism, note = explained("tied-embedding-sync", (
+        "Megatron-LM's embedding group: the first stage's word embedding and the last stage's copy of it "
+        "sum their gradients, one all-reduce of "
+        + (f"V·h·4 = {tie} B" if r.data != "zero2" else
+           f"their reduce-scattered shards, V·h·4/{r.data_size} = {tie} B (ZeRO-2 keeps no whole gradient)")
+        + " between the two; the cost model leaves it out"))
+    if clip_scalar:
+        mechanism = "tied-embedding-sync + clip-norm-scalars"
+        note += ("; and the clip over pipeline stages all-reduces one fp32 sum of squares (4 B), scalar "
+                 "traffic the cost model leaves out")
+    return status, mechanism, note
+
+
+def _tied_whole(c: _Run, key, p: Fraction, got: tuple, in_clip: tuple) -> tuple[str, str, str]:
+    r, (kind, axes) = c.r, key
+    if r.tensor_axis and kind in ("all_reduce", "reduce_scatter", "all_gather") and bool(axes) \
+            and set(axes) <= set(r.data_axes) and p:
+        return _tied_whole_buffer(c.pred, r, c.results, c.shape, key, got)
+    return _NOT
+
+
+def _clip_scalars(c: _Run, key, p: Fraction, got: tuple, in_clip: tuple) -> tuple[str, str, str]:
+    """clip-norm-scalars: the clip's fp32 partial norms, per parameter tensor or per stage, or over the tensor axis."""
+    r, (kind, axes) = c.r, key
+    if r.clip == "global" and kind == "all_reduce" and p == 0 and not r.pipeline_axis \
+            and all(x == g == 4 * res["param_tensors"] for x, g, res in zip(in_clip, got, c.results)):
+        return explained("clip-norm-scalars", (
+            f"clip_grad_norm_ all-reduces one partial fp32 norm per parameter tensor "
+            f"({c.results[0]['param_tensors']} × 4 B); the cost model leaves this scalar traffic out"))
+    if r.clip in ("global", "stage") and r.pipeline_axis and kind == "all_reduce" \
+            and p == 0 and all(x == g == 4 for x, g in zip(in_clip, got)):
+        return explained("clip-norm-scalars", (
+            "the clip over pipeline stages all-reduces one fp32 sum of squares (4 B) over "
+            f"{'×'.join(axes)}; the cost model leaves this scalar traffic out"))
+    if _tensor_clip_scalars(r, kind, axes, p, got, in_clip, c.results):
+        return _tensor_clip_note(r, p, in_clip)
+    return _NOT
+
+
+def _tensor_axis(c: _Run, key, p: Fraction, got: tuple, in_clip: tuple) -> tuple[str, str, str]:
+    """The tensor axis's own collectives (``tensor_axis``), the clip's scalar over it set apart."""
+    r, (kind, axes) = c.r, key
+    if not (r.tensor_axis and axes == (r.tensor_axis,)):
+        return _NOT
+    # the clip over pipeline stages' scalar is set apart (its own phase), then the rest compared
+    clip_scalar = bool(r.clip) and bool(r.pipeline_axis) and all(x == 4 for x in in_clip)
+    status, mechanism, note = tensor_axis_extras(kind, p, got, r, c.results, c.shape, c.boundary,
+                                                 predicted_calls(c.pred, key), "clip" if clip_scalar else None)
+    if status == RowStatus.EXPLAINED and clip_scalar:
+        mechanism += " + clip-norm-scalars"
+        note += (f"; and the clip over each stage's norm all-reduces one fp32 sum of squares (4 B) over "
+                 f"'{r.tensor_axis}', scalar traffic the cost model leaves out")
+    return status, mechanism, note
 
 
 def _tensor_clip_scalars(r: Realisation, kind: str, axes: tuple, p, got: tuple, in_clip: tuple,
@@ -279,150 +375,6 @@ def _scatter_gather(status, mechanism, note, kind, axes, p, got, r, results, sha
 def _sizes(recs: list[int]) -> str:
     counts = Counter(recs)
     return ", ".join(f"{n} × {size} B" for size, n in sorted(counts.items())) or "none"
-
-
-def _tensor_axis_extras(kind: str, p: Fraction, got: tuple, r: Realisation, results: list[dict], shape: TinyShape,
-                        boundary: int, predicted: Counter, set_apart: str | None = None) -> tuple[str, str, str]:
-    """Tensor-axis collectives that differ from the engine's figures by a documented mechanism.
-
-    The engine predicts Megatron's per-layer collectives (2 forward + 2 backward per layer and
-    microbatch of s·b·h, 2 more with full recomputation) and the vocabulary-parallel
-    embedding's, head's and cross entropy's per microbatch; with pipeline stages its figures
-    are the last stage's (the head's and the loss's, not the first stage's embedding). Checked
-    record by record on every rank: the prediction must be exactly that, and each rank's records
-    what its own stage holds. The engine's calls are checked as well as its total: every rule below
-    needs the calls Megatron-LM makes, each of its size (``predicted``)."""
-    vocab = not shape.tied_embeddings
-    calls = (6 if r.recompute == "full" else 4) * (shape.layers // r.stages) * shape.microbatches
-    m, per_layer = shape.microbatches, calls * boundary
-    tokens = shape.seq * shape.microbatch * 4  # one fp32 value per token of a microbatch
-    norm_grad = shape.hidden * 4
-    mesh = r.mesh
-    staged = bool(r.pipeline_axis) and r.stages > 1
-    engine_ends = 1 if staged else 2  # the stage ends the engine's per-device figure holds
-    loss = 3 * m * tokens  # the engine's vocabulary-parallel cross entropy
-
-    def records(res, phases=None):
-        return sorted(rec["bytes"] for rec in res["collectives"][-1]
-                      if rec["kind"] == kind and rec.get("phase") not in ("setup", set_apart)
-                      and (phases is None or rec.get("phase") in phases)
-                      and axes_of_group(tuple(rec["ranks"]), res["coords"], mesh) == (r.tensor_axis,))
-
-    def ends(res) -> tuple[int, int]:
-        """(1 if the rank holds the embedding, 1 if it holds the head)."""
-        if not r.pipeline_axis:
-            return 1, 1
-        c = res["coords"][r.pipeline_axis]
-        return int(c == 0), int(c == r.stages - 1)
-
-    regather = 2 * (shape.layers // r.stages) * m + m  # Megatron-LM's backward re-gathers (sp-input-regather)
-    engine = {(False, "all_reduce"): Counter({boundary: calls + engine_ends * m}) + Counter({tokens: 3 * m}),
-              (True, "all_gather"): Counter({boundary: calls + engine_ends * m + regather}),
-              (True, "reduce_scatter"): Counter({boundary: calls + engine_ends * m}),
-              (True, "all_reduce"): Counter({tokens: 3 * m})}.get((r.sequence_parallel, kind))
-    if engine is None or predicted != engine:
-        return RowStatus.DIFFERS, "", ""
-    tied_note = ("with tied embeddings the run keeps the embedding (the head) whole on "
-                 f"'{r.tensor_axis}': no vocabulary-parallel collective, where the engine counts Megatron's")
-    stage_note = ("the engine's figure is the last stage's (the head's and the loss's); the first stage makes "
-                  "the embedding's instead, a stage holding neither only the layers'")
-    if not r.sequence_parallel and kind == "all_reduce" and p == per_layer + engine_ends * m * boundary + loss \
-            and r.tensor_reduced_again and vocab and not staged:
-        again = whole_copies(shape, r.tensor_reduced_again)
-        want = sorted([boundary] * (calls + 2 * m) + [tokens] * (3 * m) + [norm_grad] * again)
-        if all(records(res) == want for res in results):
-            return explained("group-reduced-over-tensor", (
-                f"the plan's override reduces the gradients of {' and '.join(r.tensor_reduced_again)} over "
-                f"'{r.tensor_axis}' as well: {again} all-reduces of h·4 = {norm_grad} B after backward (their whole "
-                f"copies, equal on every tensor rank, summed); the engine's figure is Megatron's per-layer, "
-                "embedding, head and cross-entropy collectives, which every rank makes exactly, and leaves the "
-                "override's reductions out"))
-    if not r.sequence_parallel and kind == "all_reduce" and p == per_layer + engine_ends * m * boundary + loss:
-        if vocab:
-            def want(res):
-                emb, head = ends(res)
-                return sorted([boundary] * (calls + m * emb + m * head) + [tokens] * (3 * m * head))
-
-            if all(records(res) == want(res) for res in results):
-                return explained("vocab-parallel-stage-ends", (
-                    f"the embedding's output all-reduce (s·b·h = {boundary} B per microbatch, forward) on the first "
-                    f"stage, the head's input-gradient all-reduce ({boundary} B, backward) and the cross entropy's "
-                    f"3 × {tokens} B per microbatch on the last; " + stage_note))
-        elif all(records(res) == [boundary] * calls for res in results):
-            return explained("tensor-replicated-params", tied_note)
-    if r.sequence_parallel and not vocab and kind == "reduce_scatter" and p == per_layer + engine_ends * m * boundary \
-            and all(records(res) == [boundary] * calls for res in results):
-        return explained("tensor-replicated-params", tied_note + "; the sequence-parallel embedding output is "
-                         "split locally, with no reduce-scatter")
-    again = regather * boundary if kind == "all_gather" else 0
-    if r.sequence_parallel and kind in ("all_gather", "reduce_scatter") \
-            and p == per_layer + engine_ends * m * boundary + again \
-            and all(records(res) == [boundary] * (calls + m * sum(ends(res))) for res in results):
-        note = (f"one {kind.replace('_', '-')} of s·b·h = {boundary} B per microbatch where the sequence-parallel "
-                "region meets the embedding (first stage) and one where it meets the head (last stage); " + stage_note)
-        if not again:
-            return explained("vocab-parallel-stage-ends", note)
-        note = (f"the plan counts Megatron-LM's {regather} backward re-gathers of the column-parallel inputs "
-                f"({boundary} B each: 2 per layer and microbatch, and the head's), which DTensor does not make "
-                "(it keeps the gathered input)")
-        if staged or not all(records(res) == [boundary] * (calls + 2 * m) for res in results):
-            return RowStatus.EXPLAINED, "sp-input-regather + vocab-parallel-stage-ends", note + "; and " + \
-                f"one all-gather of s·b·h = {boundary} B per microbatch at each end of the sequence-parallel region; " \
-                + stage_note
-        return explained("sp-input-regather", note)
-    if r.sequence_parallel and kind == "all_reduce" and p == loss:
-        def split(res) -> tuple[list[int], list[int]]:
-            """(the cross entropy's records, the norm gradients' records) of one rank: by size when
-            the two sizes differ, else by phase (the loss runs in forward, the reductions after it)."""
-            if tokens != norm_grad:
-                recs = records(res)
-                return [x for x in recs if x == tokens], [x for x in recs if x != tokens]
-            return records(res, ("forward", "schedule")), records(res, ("backward", "optimizer", "clip"))
-
-        ok = all(split(res)[0] == ([tokens] * (3 * m * ends(res)[1]) if vocab else []) for res in results) \
-            and all((rest := split(res)[1]) and set(rest) == {norm_grad} for res in results)
-        if not ok and tokens == norm_grad and r.pipeline_axis:
-            # equal sizes, one schedule phase: count them. Each norm weight and bias of the rank's
-            # blocks (and the final norm on the last stage) once, the cross entropy 3 per microbatch
-            per_norm = 2 if shape.norm == "layernorm" else 1
-
-            def count(res) -> int:
-                head = ends(res)[1]
-                return (2 * per_norm * (shape.layers // r.stages) + per_norm * head
-                        + (3 * m * head if vocab else 0))
-
-            ok = all(set(records(res)) == {norm_grad} and len(records(res)) == count(res) for res in results)
-        if ok:
-            phases = sorted({rec["phase"] for rec in results[0]["collectives"][-1] if rec["kind"] == kind
-                             and rec["bytes"] == norm_grad and rec.get("phase") != "forward"})
-            n = len(split(results[0])[1])
-            note = (f"{n} all-reduces of h·4 = {norm_grad} B in {' and '.join(phases)}: gradients of norm weights and "
-                    f"biases, replicated inside the sequence-parallel region, reduced over '{r.tensor_axis}' (the "
-                    "reduction sequence parallelism requires; the cost model leaves it out"
-                    + ("; DTensor keeps them partial and the optimizer reduces them again in each op that reads them"
-                       if "optimizer" in phases else "") + ")")
-            mechanisms = ["sp-norm-gradients"]
-            if not vocab:
-                mechanisms.append("tensor-replicated-params")
-                note += "; " + tied_note
-            elif staged:
-                mechanisms.append("vocab-parallel-stage-ends")
-                note += f"; the cross entropy's 3 × {tokens} B per microbatch on the last stage only"
-            return RowStatus.EXPLAINED, " + ".join(mechanisms), note
-    return RowStatus.DIFFERS, "", ""
-
-
-def whole_copies(shape: TinyShape, groups) -> int:
-    """Parameter tensors of ``groups`` that tensor parallelism keeps whole, each h elements: norms
-    (every norm's weight, and bias with layernorm; two per block and the final norm), biases (the
-    row-parallel output projections' biases, two per block)."""
-    per_norm = 2 if shape.norm == "layernorm" else 1
-    n = 0
-    if "norms" in groups:
-        n += per_norm * (2 * shape.layers + 1)
-    if "biases" in groups and shape.bias:
-        n += 2 * shape.layers
-    return n
 
 
 def edge_share(kind: str, rank: int, p: int, v: int) -> Fraction:

@@ -62,6 +62,29 @@ def build_hardware(lines: list[surface.AxisDecl], axes: list[ir.Axis], vals: Val
               ("catalogue devices: " + ", ".join(hw.DEVICES),))
         return None
     device = _device(dev_line.size, vals)
+    precision, mfu, overlap = _settings(by_name, vals)
+    if device is None or vals.cx.failed_since(mark):
+        return None
+    name, title, memory, flops_by_precision, hbm, matmul = device
+    flops = flops_by_precision.get(precision)
+    if flops is None:
+        error(Code.FILTER_ON_SHARDS, f"{title} has no {precision} peak in the catalogue", by_name.get("precision", dev_line).span,
+              (f"it has: {', '.join(flops_by_precision) or 'none'}; or give flops = ... with the device",))
+        return None
+    cat = hw.device(name)
+    links = _links(by_name, axes, vals, cat, span)
+    if vals.cx.failed_since(mark):
+        return None
+    eff = cat.efficiency if cat is not None else (hw.GENERIC_EFFICIENCY if hbm is not None else None)
+    if eff is not None and matmul is not None:  # the user's measured best-shape matmul fraction
+        eff = dataclasses.replace(eff, gemm=hw.gemm_table(matmul),
+                                  sources=(f"matmul = {matmul}: the best-shape fraction given in the spec",) + eff.sources)
+    return ir.Hardware(name, title, memory, flops, precision, mfu, tuple(links), overlap, dev_line.span,
+                       hbm, eff, "mfu" in by_name, "precision" in by_name)
+
+
+def _settings(by_name: dict[str, surface.AxisDecl], vals: Values) -> tuple[str, ir.Value, bool]:
+    """The precision (default bf16), the assumed MFU (default 1/2) and whether traffic overlaps (default true)."""
     precision = "bf16"
     if "precision" in by_name:
         w = vals.word(by_name["precision"].size, hw.PRECISIONS, "'precision'")
@@ -71,7 +94,7 @@ def build_hardware(lines: list[surface.AxisDecl], axes: list[ir.Axis], vals: Val
         v = _number(by_name["mfu"].size, vals, "'mfu'", bytes_=False)
         if v is not None:
             if isinstance(v, ir.Const) and not 0 < v.value <= 1:
-                error(Code.BAD_AXIS_SIZE, "'mfu' must lie in (0, 1]", by_name["mfu"].size.span)
+                vals.cx.error(Code.BAD_AXIS_SIZE, "'mfu' must lie in (0, 1]", by_name["mfu"].size.span)
             else:
                 mfu = v
     overlap = True
@@ -80,18 +103,15 @@ def build_hardware(lines: list[surface.AxisDecl], axes: list[ir.Axis], vals: Val
         if isinstance(e, surface.Bool):
             overlap = e.value
         else:
-            error(Code.BAD_PROPERTY_VALUE, "'overlap' is true or false", e.span)
-    if device is None or vals.cx.failed_since(mark):
-        return None
-    name, title, memory, flops_by_precision, hbm, matmul = device
-    flops = flops_by_precision.get(precision)
-    if flops is None:
-        error(Code.FILTER_ON_SHARDS, f"{title} has no {precision} peak in the catalogue", by_name.get("precision", dev_line).span,
-              (f"it has: {', '.join(flops_by_precision) or 'none'}; or give flops = ... with the device",))
-        return None
+            vals.cx.error(Code.BAD_PROPERTY_VALUE, "'overlap' is true or false", e.span)
+    return precision, mfu, overlap
+
+
+def _links(by_name: dict[str, surface.AxisDecl], axes: list[ir.Axis], vals: Values, cat, span) -> list[ir.LinkClass]:
+    """The link classes the axes use (defined in the block, from the catalogue, or the device's own),
+    then the device's own links that no axis names."""
     links = []
     used = {a.link for a in axes if a.link}
-    cat = hw.device(name)
     for ln in sorted(used):
         decl = by_name.get(ln)
         if decl is not None:
@@ -103,9 +123,10 @@ def build_hardware(lines: list[surface.AxisDecl], axes: list[ir.Axis], vals: Val
             k = _catalogue_link(ln, hw.link(own), span)
         else:
             axis = next(a for a in axes if a.link == ln)
-            error(Code.FILTER_ON_SHARDS, f"link class '{ln}' has no bandwidth: define it in the mesh block "
-                  f"(e.g. '{ln} = ib_ndr' or '{ln} = link(bandwidth = 50 GB, latency = 5e-6)')", axis.span,
-                  did_you_mean(ln, tuple(hw.LINKS) + hw.NODE_LINKS) + ("catalogue links: " + ", ".join(hw.LINKS),))
+            vals.cx.error(Code.FILTER_ON_SHARDS, f"link class '{ln}' has no bandwidth: define it in the mesh block "
+                          f"(e.g. '{ln} = ib_ndr' or '{ln} = link(bandwidth = 50 GB, latency = 5e-6)')", axis.span,
+                          did_you_mean(ln, tuple(hw.LINKS) + hw.NODE_LINKS)
+                          + ("catalogue links: " + ", ".join(hw.LINKS),))
             continue
         if k is not None:
             links.append(k)
@@ -113,14 +134,7 @@ def build_hardware(lines: list[surface.AxisDecl], axes: list[ir.Axis], vals: Val
         for ln, own in (("intra_node", cat.intra_link), ("inter_node", cat.inter_link)):
             if ln not in used:
                 links.append(_catalogue_link(ln, hw.link(own), span))
-    if vals.cx.failed_since(mark):
-        return None
-    eff = cat.efficiency if cat is not None else (hw.GENERIC_EFFICIENCY if hbm is not None else None)
-    if eff is not None and matmul is not None:  # the user's measured best-shape matmul fraction
-        eff = dataclasses.replace(eff, gemm=hw.gemm_table(matmul),
-                                  sources=(f"matmul = {matmul}: the best-shape fraction given in the spec",) + eff.sources)
-    return ir.Hardware(name, title, memory, flops, precision, mfu, tuple(links), overlap, dev_line.span,
-                       hbm, eff, "mfu" in by_name, "precision" in by_name)
+    return links
 
 
 def _catalogue_link(name: str, k: hw.Link, span) -> ir.LinkClass:

@@ -94,54 +94,19 @@ def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
             return None
         seen.add("transformer")
     for item in block.items:
-        key = item.key
         if isinstance(item, surface.SubBlock) and item.name is not None:
-            if item.name in {g.name for g in groups}:
-                error(Code.DUPLICATE_PROPERTY, f"group '{item.name}' is declared twice in the model block", item.span)
-                continue
-            g = group_decl(vals, item)
-            if g is not None:
-                groups.append(g)
-                vals.groups.add(g.name)
+            _group(vals, item, groups)
             continue
-        if key in seen:
-            error(Code.DUPLICATE_PROPERTY, f"'{key}' is given twice in the model block", item.span)
+        if item.key in seen:
+            error(Code.DUPLICATE_PROPERTY, f"'{item.key}' is given twice in the model block", item.span)
             continue
-        seen.add(key)
-        if isinstance(item, surface.SubBlock):
-            if key == "bytes":
-                for p in props(vals, item.props, BYTES_PROPS, "bytes"):
-                    v = _width(vals, p)
-                    if v is not None:
-                        fields["bytes_" + p.key] = v
-                        fields["bytes_stated"] = fields.get("bytes_stated", ()) + (p.key,)
-            elif key == "transformer":
-                transformer = _transformer(vals, item)
-            elif key == "conventions":
-                _conventions(vals, item, fields)
-            elif key == "losses":
-                _losses(vals, item, fields)
-            elif key == "buckets":
-                _buckets(vals, item, fields)
-            else:
-                error(Code.UNKNOWN_PROPERTY, f"the model block has no '{key}' section", item.span,
-                      did_you_mean(key, ("bytes", "transformer", "conventions", "losses", "buckets", "group")))
-            continue
-        if key == "tied_embeddings":  # a model without a shape: the embedding class tied across the stages
-            f = vals.flag_value(item)
-            if f is not None:
-                fields["tied_embeddings"] = f
-            continue
-        if key not in MODEL_PROPS:
-            error(Code.UNKNOWN_PROPERTY, f"the model block has no property '{key}'", item.span,
-                  did_you_mean(key, MODEL_PROPS + ("bytes", "transformer", "tied_embeddings")))
-            continue
-        if not isinstance(item.value, (surface.Num, surface.Name, surface.BinOp, surface.Neg, surface.Call, surface.Bool)):
-            error(Code.BAD_PROPERTY_VALUE, f"'{key}' needs a number", item.span)
-            continue
-        v = vals.count(item.value, {}, f"'{key}'")
-        if v is not None:
-            fields[key] = v
+        seen.add(item.key)
+        if isinstance(item, surface.SubBlock) and item.key == "transformer":
+            transformer = _transformer(vals, item)
+        elif isinstance(item, surface.SubBlock):
+            _section(vals, item, fields)
+        else:
+            _property(vals, item, fields)
     if vals.cx.failed_since(mark):
         return None
     if fields["params"] is None and transformer is None:
@@ -157,6 +122,56 @@ def build_model(block: surface.ModelBlock, vals: Values) -> ir.Model | None:
     check_groups(vals, model)
     vals.group_names = tuple(g.name for g in pg.param_groups(model))
     return None if vals.cx.failed_since(mark) else model
+
+
+def _group(vals: Values, item: surface.SubBlock, groups: list[ir.GroupDecl]) -> None:
+    """A ``group NAME { ... }`` of the model block, added to ``groups``."""
+    if item.name in {g.name for g in groups}:
+        vals.cx.error(Code.DUPLICATE_PROPERTY, f"group '{item.name}' is declared twice in the model block", item.span)
+        return
+    g = group_decl(vals, item)
+    if g is not None:
+        groups.append(g)
+        vals.groups.add(g.name)
+
+
+def _bytes(vals: Values, block: surface.SubBlock, fields: dict) -> None:
+    """``bytes { params = 2  grads = 4 ... }``: the byte widths of the states, and which were stated."""
+    for p in props(vals, block.props, BYTES_PROPS, "bytes"):
+        v = _width(vals, p)
+        if v is not None:
+            fields["bytes_" + p.key] = v
+            fields["bytes_stated"] = fields.get("bytes_stated", ()) + (p.key,)
+
+
+def _section(vals: Values, item: surface.SubBlock, fields: dict) -> None:
+    """A section of the model block other than the transformer shape, into ``fields``."""
+    read = _SECTIONS.get(item.key)
+    if read is None:
+        vals.cx.error(Code.UNKNOWN_PROPERTY, f"the model block has no '{item.key}' section", item.span,
+                      did_you_mean(item.key, ("bytes", "transformer", "conventions", "losses", "buckets", "group")))
+        return
+    read(vals, item, fields)
+
+
+def _property(vals: Values, item, fields: dict) -> None:
+    """A ``key = value`` line of the model block, into ``fields``."""
+    key = item.key
+    if key == "tied_embeddings":  # a model without a shape: the embedding class tied across the stages
+        f = vals.flag_value(item)
+        if f is not None:
+            fields["tied_embeddings"] = f
+        return
+    if key not in MODEL_PROPS:
+        vals.cx.error(Code.UNKNOWN_PROPERTY, f"the model block has no property '{key}'", item.span,
+                      did_you_mean(key, MODEL_PROPS + ("bytes", "transformer", "tied_embeddings")))
+        return
+    if not isinstance(item.value, (surface.Num, surface.Name, surface.BinOp, surface.Neg, surface.Call, surface.Bool)):
+        vals.cx.error(Code.BAD_PROPERTY_VALUE, f"'{key}' needs a number", item.span)
+        return
+    v = vals.count(item.value, {}, f"'{key}'")
+    if v is not None:
+        fields[key] = v
 
 
 def _from_config(vals: Values, block: surface.ModelBlock) -> ir.TransformerShape | None:
@@ -241,61 +256,57 @@ def _buckets(vals: Values, block: surface.SubBlock, fields: dict) -> None:
     fields["buckets"] = tuple(stated)
 
 
+# conventions that name one of a few choices: key -> (the choices, the model's field)
+_CONVENTION_WORDS = {"activations": (ACTIVATION_COUNTS, "activation_count"),
+                     "attention_flops": (ATTENTION_FLOPS, "attention_flops"),
+                     "compute_time": (COMPUTE_TIMES, "compute_time"),
+                     "tensor_backward": (TENSOR_BACKWARDS, "tensor_backward")}
+# conventions that are bytes: key -> the message when they are not
+_CONVENTION_BYTES = {"host_construction": "'host_construction' needs bytes (what one process builds at once, e.g. "
+                                          "4 B * 16449536) or 'model' (the whole model in fp32)",
+                     "reserve": "'reserve' needs bytes, e.g. reserve = 1 GiB"}
+
+
 def _conventions(vals: Values, block: surface.SubBlock, fields: dict) -> None:
     """``conventions { activations = megatron  activation_allowance = 1.05 }``."""
     for p in props(vals, block.props, ("activations", "activation_allowance", "reserve", "reserve_fraction",
                                         "host_construction", "host_buffer_factor", "attention_flops",
                                         "compute_time", "tensor_backward"), "conventions"):
-        if p.key == "host_construction":
-            if isinstance(p.value, surface.Name) and p.value.id == "model":
-                fields["host_construction_model"] = True
-                continue
+        if p.key == "host_construction" and isinstance(p.value, surface.Name) and p.value.id == "model":
+            fields["host_construction_model"] = True
+        elif p.key in _CONVENTION_WORDS:
+            choices, name = _CONVENTION_WORDS[p.key]
+            w = vals.word(p.value, choices, f"'{p.key}'")
+            if w:
+                fields[name] = w
+        elif p.key in _CONVENTION_BYTES:
             r = None if p.value is None or isinstance(p.value, (surface.ModeMap, surface.Bool)) else \
                 vals.expr(p.value, {})
             if r is None or r[1] is not ir.Dim.BYTES:
-                vals.cx.error(Code.BAD_PROPERTY_VALUE, "'host_construction' needs bytes (what one process builds at once, e.g. "
-                              "4 B * 16449536) or 'model' (the whole model in fp32)", p.span)
+                vals.cx.error(Code.BAD_PROPERTY_VALUE, _CONVENTION_BYTES[p.key], p.span)
             else:
-                fields["host_construction"] = r[0]
-            continue
-        if p.key == "activations":
-            w = vals.word(p.value, ACTIVATION_COUNTS, "'activations'")
-            if w:
-                fields["activation_count"] = w
-        elif p.key == "attention_flops":
-            w = vals.word(p.value, ATTENTION_FLOPS, "'attention_flops'")
-            if w:
-                fields["attention_flops"] = w
-        elif p.key == "compute_time":
-            w = vals.word(p.value, COMPUTE_TIMES, "'compute_time'")
-            if w:
-                fields["compute_time"] = w
-        elif p.key == "tensor_backward":
-            w = vals.word(p.value, TENSOR_BACKWARDS, "'tensor_backward'")
-            if w:
-                fields["tensor_backward"] = w
-        elif p.key == "reserve":
-            r = None if p.value is None or isinstance(p.value, (surface.ModeMap, surface.Bool)) else \
-                vals.expr(p.value, {})
-            if r is None or r[1] is not ir.Dim.BYTES:
-                vals.cx.error(Code.BAD_PROPERTY_VALUE, "'reserve' needs bytes, e.g. reserve = 1 GiB", p.span)
-            else:
-                fields["reserve"] = r[0]
+                fields[p.key] = r[0]
         elif p.value is None or isinstance(p.value, (surface.ModeMap, surface.Bool)):
             vals.cx.error(Code.BAD_PROPERTY_VALUE, f"'{p.key}' needs a number", p.span)
         else:
-            v = vals.count(p.value, {}, f"'{p.key}'")
-            if v is not None:
-                if p.key == "reserve_fraction":
-                    if isinstance(v, ir.Const) and not 0 <= v.value < 1:
-                        vals.cx.error(Code.BAD_AXIS_SIZE, "'reserve_fraction' must lie in [0, 1)", p.value.span)
-                        continue
-                    fields["reserve_fraction"] = v
-                    continue
-                if isinstance(v, ir.Const) and v.value <= 0:
-                    vals.cx.error(Code.BAD_AXIS_SIZE, f"'{p.key}' must be positive", p.value.span)
-                    continue
-                fields["host_buffer_factor" if p.key == "host_buffer_factor" else "activation_allowance"] = v
+            _convention_number(vals, p, fields)
+
+
+def _convention_number(vals: Values, p: surface.Prop, fields: dict) -> None:
+    """reserve_fraction in [0, 1); host_buffer_factor and activation_allowance positive."""
+    v = vals.count(p.value, {}, f"'{p.key}'")
+    if v is None:
+        return
+    if p.key == "reserve_fraction":
+        if isinstance(v, ir.Const) and not 0 <= v.value < 1:
+            vals.cx.error(Code.BAD_AXIS_SIZE, "'reserve_fraction' must lie in [0, 1)", p.value.span)
+            return
+        fields["reserve_fraction"] = v
+        return
+    if isinstance(v, ir.Const) and v.value <= 0:
+        vals.cx.error(Code.BAD_AXIS_SIZE, f"'{p.key}' must be positive", p.value.span)
+        return
+    fields["host_buffer_factor" if p.key == "host_buffer_factor" else "activation_allowance"] = v
 
 
 def _width(vals: Values, p: surface.Prop) -> ir.Value | None:
@@ -337,19 +348,8 @@ def _transformer(vals: Values, block: surface.SubBlock) -> ir.TransformerShape |
             vals.cx.error(Code.BAD_PROPERTY_VALUE, "vocab_multiple pads a vocabulary given as whole numbers", block.span)
             return None
         found["vocab_multiple"], found["vocab"] = ir.const(mult), ir.const(vocab)
-    given = [k for k in MLA_FIELDS if k in found]
-    if given and "kv_lora_rank" not in found:
-        vals.cx.error(Code.MISSING_SECTION, f"multi-head latent attention needs kv_lora_rank ({', '.join(given)} given)", block.span)
+    if not _mla_complete(vals, found, block):
         return None
-    if "kv_lora_rank" in found:
-        missing = [k for k in ("qk_rope_dim", "qk_nope_dim", "v_head_dim") if k not in found]
-        if missing:
-            vals.cx.error(Code.MISSING_SECTION, f"multi-head latent attention needs {', '.join(missing)}", block.span)
-            return None
-        if "head_dim" in found:
-            vals.cx.error(Code.DUPLICATE_PROPERTY, "with multi-head latent attention the head width is qk_nope_dim + qk_rope_dim "
-                          "(and v_head_dim); head_dim does not apply", block.span)
-            return None
     moe_only = [k for k in ("expert_ffn", "shared_experts", "shared_expert_ffn", "dense_layers", "shared_expert_gate",
                             "router_bias", "moe_every", "moe_offset") if k in found]
     experts = found.get("experts")
@@ -362,6 +362,25 @@ def _transformer(vals: Values, block: surface.SubBlock) -> ir.TransformerShape |
     mark = vals.cx.mark()
     check_shape_values(shape, vals, vals.cx.error, block.span)
     return None if vals.cx.failed_since(mark) else shape
+
+
+def _mla_complete(vals: Values, found: dict, block: surface.SubBlock) -> bool:
+    """Multi-head latent attention's fields: none, or kv_lora_rank with the head widths (and no head_dim)."""
+    given = [k for k in MLA_FIELDS if k in found]
+    if given and "kv_lora_rank" not in found:
+        vals.cx.error(Code.MISSING_SECTION, f"multi-head latent attention needs kv_lora_rank ({', '.join(given)} given)", block.span)
+        return False
+    if "kv_lora_rank" not in found:
+        return True
+    missing = [k for k in ("qk_rope_dim", "qk_nope_dim", "v_head_dim") if k not in found]
+    if missing:
+        vals.cx.error(Code.MISSING_SECTION, f"multi-head latent attention needs {', '.join(missing)}", block.span)
+        return False
+    if "head_dim" in found:
+        vals.cx.error(Code.DUPLICATE_PROPERTY, "with multi-head latent attention the head width is qk_nope_dim + qk_rope_dim "
+                      "(and v_head_dim); head_dim does not apply", block.span)
+        return False
+    return True
 
 
 def _moe_pattern(vals: Values, found: dict, block: surface.SubBlock) -> bool:
@@ -388,3 +407,7 @@ def _moe_pattern(vals: Values, found: dict, block: surface.SubBlock) -> bool:
     for x in keys:
         found[x] = ir.const(got[x])
     return True
+
+
+# the model block's sections other than the transformer shape
+_SECTIONS = {"bytes": _bytes, "conventions": _conventions, "losses": _losses, "buckets": _buckets}

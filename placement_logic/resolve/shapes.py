@@ -11,6 +11,7 @@ sizes known as numbers are judged; a symbolic size stays a formula.
 from __future__ import annotations
 
 from fractions import Fraction
+from functools import partial
 from typing import Callable
 
 from .. import ir
@@ -58,53 +59,43 @@ def check_sizes(mesh: ir.Mesh, vals: Values) -> None:
                           f"(the value of {ir.show(axis.size)})", axis.span)
 
 
+def _where(plan: ir.Plan, axes: tuple[str, ...]) -> Span:
+    """The binding of the first of these axes (else the plan)."""
+    for b in plan.bindings:
+        if set(axes) & set(b.axes):
+            return b.span
+    return plan.span
+
+
+def _need(plan: ir.Plan, vals: Values, error: Callable[..., None], value: ir.Value | None, what: str,
+          axes: tuple[str, ...], n: int | None, why: str, copies_ok: bool = False, over: str | None = None,
+          hint: str | None = None) -> None:
+    """PL130 when the size ``value`` does not split evenly over ``n`` ranks (``copies_ok``: or divides them)."""
+    v = number(value, vals)
+    if v is None or n is None or n <= 1:
+        return
+    if v.denominator == 1 and int(v) % n == 0:
+        return
+    if copies_ok and v.denominator == 1 and v >= 1 and n % int(v) == 0:
+        return  # fewer kv heads than ranks: each head copied on n/kv ranks
+    notes = [f"{what}: given at line {value.span.line}" if value.span.line else
+             f"{what}: derived from the transformer shape"]
+    if hint:
+        notes.append(hint)
+    error(Code.IMPOSSIBLE_SHAPE, f"{what} ({_show(v)}) cannot be split evenly over {over or '×'.join(axes)} ({n}): {why}",
+          _where(plan, axes), tuple(notes))
+
+
 def check_shapes(plan: ir.Plan, vals: Values, error: Callable[..., None]) -> None:
     t = plan.model.transformer
     if t is None:
         return
     par = plan.placement(ir.State.PARAMS)
-
-    def where(axes: tuple[str, ...]) -> Span:
-        for b in plan.bindings:
-            if set(axes) & set(b.axes):
-                return b.span
-        return plan.span
-
-    def need(value: ir.Value | None, what: str, axes: tuple[str, ...], n: int | None, why: str,
-             copies_ok: bool = False, over: str | None = None, hint: str | None = None) -> None:
-        v = number(value, vals)
-        if v is None or n is None or n <= 1:
-            return
-        if v.denominator == 1 and int(v) % n == 0:
-            return
-        if copies_ok and v.denominator == 1 and v >= 1 and n % int(v) == 0:
-            return  # fewer kv heads than ranks: each head copied on n/kv ranks
-        notes = [f"{what}: given at line {value.span.line}" if value.span.line else
-                 f"{what}: derived from the transformer shape"]
-        if hint:
-            notes.append(hint)
-        error(Code.IMPOSSIBLE_SHAPE, f"{what} ({_show(v)}) cannot be split evenly over {over or '×'.join(axes)} ({n}): {why}",
-              where(axes), tuple(notes))
-
+    need = partial(_need, plan, vals, error)
     tensor = tuple(a for a in plan.axes_with_role(ir.Role.TENSOR, ir.Role.SEQUENCE)
                    if par.mode(a) in (ir.Mode.S, ir.Mode.O))
     if tensor:
-        n = _size(plan, tensor, vals)
-        need(t.heads, "the attention heads", tensor, n, "tensor parallelism gives each rank whole heads")
-        if t.kv_heads is not t.heads:  # kv heads default to the heads: judged once
-            need(t.kv_heads, "the kv heads", tensor, n, "each tensor rank needs whole kv heads (or one head copied "
-                 "on a whole number of ranks)", copies_ok=True)
-        need(t.ffn, "the MLP width", tensor, n, "the MLP's columns are split over the tensor ranks")
-        vocab, multiple = number(t.vocab, vals), number(t.vocab_multiple, vals)
-        if multiple is not None and vocab is not None and multiple.denominator == 1 and multiple >= 1 \
-                and vocab.denominator == 1:
-            padded = -(-int(vocab) // int(multiple)) * int(multiple)  # what is split: the padded vocabulary
-            need(ir.Const(Fraction(padded), t.vocab_multiple.span), f"the vocabulary padded to a multiple of {int(multiple)}",
-                 tensor, n, "the embedding and the output layer are vocabulary-parallel")
-        else:
-            need(t.vocab, "the vocabulary", tensor, n, "the embedding and the output layer are vocabulary-parallel",
-                 hint=f"Megatron-LM pads the vocabulary to a multiple of 128·t; give the padded size "
-                      f"({_padded(vocab, n)} for t = {n})" if n else None)
+        _tensor_shapes(plan, vals, t, tensor, need)
     _ulysses_heads(plan, vals, tensor, error)
     pipe = plan.axes_with_role(ir.Role.PIPELINE)
     if pipe:
@@ -122,6 +113,38 @@ def check_shapes(plan: ir.Plan, vals: Values, error: Callable[..., None]) -> Non
                 error(Code.IMPOSSIBLE_FOLD, f"group {d.name} gives the pipeline axis {a} the role {r.value}: every group's "
                       "layers are split over the same pipeline stages", d.span,
                       ("parallel foldeding regroups the data, context, tensor and expert devices of one stage",))
+    _expert_shapes(plan, vals, t, folded, own, need, error)
+    context = plan.axes_with_role(ir.Role.CONTEXT)
+    seq_axes = context + (tensor if plan.sequence_parallel else ())
+    if seq_axes:
+        need(plan.model.seq, "the sequence length", seq_axes, _size(plan, seq_axes, vals),
+             "context parallelism (and sequence parallelism) gives each rank an equal slice of the sequence")
+
+
+def _tensor_shapes(plan: ir.Plan, vals: Values, t: ir.TransformerShape, tensor: tuple[str, ...], need) -> None:
+    """The heads, kv heads, MLP width and (padded) vocabulary over the tensor ranks."""
+    n = _size(plan, tensor, vals)
+    need(t.heads, "the attention heads", tensor, n, "tensor parallelism gives each rank whole heads")
+    if t.kv_heads is not t.heads:  # kv heads default to the heads: judged once
+        need(t.kv_heads, "the kv heads", tensor, n, "each tensor rank needs whole kv heads (or one head copied "
+             "on a whole number of ranks)", copies_ok=True)
+    need(t.ffn, "the MLP width", tensor, n, "the MLP's columns are split over the tensor ranks")
+    vocab, multiple = number(t.vocab, vals), number(t.vocab_multiple, vals)
+    if multiple is not None and vocab is not None and multiple.denominator == 1 and multiple >= 1 \
+            and vocab.denominator == 1:
+        padded = -(-int(vocab) // int(multiple)) * int(multiple)  # what is split: the padded vocabulary
+        need(ir.Const(Fraction(padded), t.vocab_multiple.span), f"the vocabulary padded to a multiple of {int(multiple)}",
+             tensor, n, "the embedding and the output layer are vocabulary-parallel")
+    else:
+        need(t.vocab, "the vocabulary", tensor, n, "the embedding and the output layer are vocabulary-parallel",
+             hint=f"Megatron-LM pads the vocabulary to a multiple of 128·t; give the padded size "
+                  f"({_padded(vocab, n)} for t = {n})" if n else None)
+
+
+def _expert_shapes(plan: ir.Plan, vals: Values, t: ir.TransformerShape, folded, own: dict, need,
+                   error: Callable[..., None]) -> None:
+    """The experts over the expert ranks, and under an expert group (parallel folding) their width over
+    its tensor axes and the sequence parallelism it needs."""
     experts = tuple(a.name for a in plan.mesh.axes if own.get(a.name, plan.role(a.name)) is ir.Role.EXPERT)
     if experts and number(t.experts, vals) not in (None, Fraction(1)):
         n = _size(plan, experts, vals)
@@ -132,22 +155,18 @@ def check_shapes(plan: ir.Plan, vals: Values, error: Callable[..., None]) -> Non
             if v is not None and (v.denominator != 1 or int(v) % n):
                 error(Code.IMPOSSIBLE_FOLD, f"the expert count ({_show(v)}) cannot be split evenly over the expert group's "
                       f"expert axes {'×'.join(experts)} ({n}): every expert rank holds whole experts", folded.span)
-    if folded is not None:  # the expert tensor axes split each expert's width
-        etp = tuple(a.name for a in plan.mesh.axes if own.get(a.name, plan.role(a.name)) in
-                    (ir.Role.TENSOR, ir.Role.SEQUENCE))
-        n = _size(plan, etp, vals) if etp else None
-        width = t.expert_ffn if t.expert_ffn is not None else t.ffn
-        v = number(width, vals)
-        if n not in (None, 1) and v is not None and (v.denominator != 1 or int(v) % n):
-            error(Code.IMPOSSIBLE_FOLD, f"the expert width ({_show(v)}) cannot be split evenly over the expert group's tensor "
-                  f"axes {'×'.join(etp)} ({n}): each expert's columns are split over its tensor ranks", folded.span)
-    if folded is not None:
-        _folding_needs_sp(plan, own, vals, folded.span, where, error)
-    context = plan.axes_with_role(ir.Role.CONTEXT)
-    seq_axes = context + (tensor if plan.sequence_parallel else ())
-    if seq_axes:
-        need(plan.model.seq, "the sequence length", seq_axes, _size(plan, seq_axes, vals),
-             "context parallelism (and sequence parallelism) gives each rank an equal slice of the sequence")
+    if folded is None:
+        return
+    # the expert tensor axes split each expert's width
+    etp = tuple(a.name for a in plan.mesh.axes if own.get(a.name, plan.role(a.name)) in
+                (ir.Role.TENSOR, ir.Role.SEQUENCE))
+    n = _size(plan, etp, vals) if etp else None
+    width = t.expert_ffn if t.expert_ffn is not None else t.ffn
+    v = number(width, vals)
+    if n not in (None, 1) and v is not None and (v.denominator != 1 or int(v) % n):
+        error(Code.IMPOSSIBLE_FOLD, f"the expert width ({_show(v)}) cannot be split evenly over the expert group's tensor "
+              f"axes {'×'.join(etp)} ({n}): each expert's columns are split over its tensor ranks", folded.span)
+    _folding_needs_sp(plan, own, vals, folded.span, partial(_where, plan), error)
 
 
 def _folding_needs_sp(plan: ir.Plan, own: dict, vals: Values, group: Span, where: Callable[..., Span],

@@ -44,6 +44,20 @@ def _local(t):
     return t, False
 
 
+def _kind(loc, key: str, under_optimizer: bool, params: dict, opt: dict, loaded: bool) -> str | None:
+    """The state a saved tensor (its local part) is: rng, optimizer, params (the model's, or with ``loaded`` a
+    loaded floating-point tensor outside an optimizer's state), or None (an optimizer's step count, other)."""
+    if loc.dtype == torch.uint8 and ("rng" in key.lower() or loc.numel() == CPU_RNG_BYTES):
+        return "rng"
+    if under_optimizer or (loc.numel() and loc.data_ptr() in opt):
+        return "optimizer" if not key.endswith(".step") else None
+    if loc.numel() and loc.data_ptr() in params:
+        return "params"
+    if loaded and loc.is_floating_point():
+        return "params"  # a loaded model state: floating-point tensors outside an optimizer's state
+    return None
+
+
 class Checkpoints:
     """The recorder's checkpoint records (mixed into ``Recorder``; ``modules`` and ``optimizers`` are its)."""
 
@@ -82,16 +96,9 @@ class Checkpoints:
                 return
             if isinstance(x, torch.Tensor):
                 loc, shard = _local(x)
-                kind = None
-                if loc.dtype == torch.uint8 and ("rng" in key.lower() or loc.numel() == CPU_RNG_BYTES):
-                    kind = "rng"
+                kind = _kind(loc, key, under_optimizer, params, opt, known is None)
+                if kind == "rng":
                     rng.append(_checksum(loc))
-                elif under_optimizer or (loc.numel() and loc.data_ptr() in opt):
-                    kind = "optimizer" if not key.endswith(".step") else None
-                elif loc.numel() and loc.data_ptr() in params:
-                    kind = "params"
-                elif known is None and loc.is_floating_point():
-                    kind = "params"  # a loaded model state: floating-point tensors outside an optimizer's state
                 if kind:
                     states.add(kind)
                     elements[kind] = elements.get(kind, 0) + loc.numel()
@@ -129,41 +136,56 @@ class Checkpoints:
                                  "stack": _user_frames()})
 
 
-def install(rec, caller_is_user) -> None:
-    """Wrap torch.save/load, torch.distributed.checkpoint's save and load, and set_rng_state."""
+def _wrap(rec, caller_is_user, owner, name: str, api: str, op: str, path_of, obj_of, after: bool) -> None:
+    """Note the user's calls of ``owner.name`` (a save or load), before the call or, with ``after``, after it."""
+    fn = getattr(owner, name, None)
+    if fn is None or getattr(fn, "_placement_noted", False):
+        return
 
-    def wrap(owner, name: str, api: str, op: str, path_of, obj_of, after: bool) -> None:
-        fn = getattr(owner, name, None)
-        if fn is None or getattr(fn, "_placement_noted", False):
-            return
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        user = caller_is_user()
+        if user and not after:
+            rec.note_checkpoint(op, api, path_of(args, kwargs), obj_of(args, kwargs), known=True)
+        out = fn(*args, **kwargs)
+        if user and after:
+            rec.note_checkpoint(op, api, path_of(args, kwargs), out if op == "load" else obj_of(args, kwargs),
+                                known=op != "load")
+        return out
+    wrapper._placement_noted = True
+    setattr(owner, name, wrapper)
 
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            user = caller_is_user()
-            if user and not after:
-                rec.note_checkpoint(op, api, path_of(args, kwargs), obj_of(args, kwargs), known=True)
-            out = fn(*args, **kwargs)
-            if user and after:
-                rec.note_checkpoint(op, api, path_of(args, kwargs), out if op == "load" else obj_of(args, kwargs),
-                                    known=op != "load")
-            return out
-        wrapper._placement_noted = True
-        setattr(owner, name, wrapper)
 
-    def restores(owner, name: str, api: str, states: tuple) -> None:
-        """A state dict put back into the model or the optimizer (``restore``: which states a resume sets)."""
-        fn = getattr(owner, name, None)
-        if fn is None or getattr(fn, "_placement_noted", False):
-            return
+def _restores(rec, caller_is_user, owner, name: str, api: str, states: tuple) -> None:
+    """A state dict put back into the model or the optimizer (``restore``: which states a resume sets)."""
+    fn = getattr(owner, name, None)
+    if fn is None or getattr(fn, "_placement_noted", False):
+        return
 
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            if caller_is_user():
-                rec.note_checkpoint("restore", api, "", None, known=False, states=states)
-            return fn(*args, **kwargs)
-        wrapper._placement_noted = True
-        setattr(owner, name, wrapper)
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if caller_is_user():
+            rec.note_checkpoint("restore", api, "", None, known=False, states=states)
+        return fn(*args, **kwargs)
+    wrapper._placement_noted = True
+    setattr(owner, name, wrapper)
 
+
+def _arg(i, name):
+    return lambda a, k: k[name] if name in k else (a[i] if len(a) > i else None)
+
+
+def _dcp_path(a, k) -> str:
+    p = k.get("checkpoint_id")
+    writer = k.get("storage_writer") or k.get("storage_reader")
+    if p is None and writer is not None:
+        p = getattr(writer, "path", None)
+    return _path(p) if p is not None else ""
+
+
+def _install_restores(rec, caller_is_user) -> None:
+    """Wrap the model's, the optimizers' and the distributed state dicts' loads of a state dict."""
+    restores = functools.partial(_restores, rec, caller_is_user)
     restores(torch.nn.Module, "load_state_dict", "Module.load_state_dict", ("params",))
     try:
         importlib.import_module("torch.distributed.optim")  # ZeroRedundancyOptimizer: its own load_state_dict
@@ -184,27 +206,23 @@ def install(rec, caller_is_user) -> None:
         restores(sd, "set_model_state_dict", "set_model_state_dict", ("params",))
         restores(sd, "set_optimizer_state_dict", "set_optimizer_state_dict", ("optimizer",))
 
-    def arg(i, name):
-        return lambda a, k: k[name] if name in k else (a[i] if len(a) > i else None)
 
-    wrap(torch, "save", "torch.save", "save", lambda a, k: _path(arg(1, "f")(a, k)), arg(0, "obj"), False)
-    wrap(torch, "load", "torch.load", "load", lambda a, k: _path(arg(0, "f")(a, k)), lambda a, k: None, True)
+def install(rec, caller_is_user) -> None:
+    """Wrap torch.save/load, torch.distributed.checkpoint's save and load, and set_rng_state."""
+    wrap = functools.partial(_wrap, rec, caller_is_user)
+    _install_restores(rec, caller_is_user)
+    wrap(torch, "save", "torch.save", "save", lambda a, k: _path(_arg(1, "f")(a, k)), _arg(0, "obj"), False)
+    wrap(torch, "load", "torch.load", "load", lambda a, k: _path(_arg(0, "f")(a, k)), lambda a, k: None, True)
     try:
         import torch.distributed.checkpoint as dcp
     except ImportError:  # a torch without distributed checkpointing
         dcp = None
     if dcp is not None:
-        def dcp_path(a, k):
-            p = k.get("checkpoint_id")
-            writer = k.get("storage_writer") or k.get("storage_reader")
-            if p is None and writer is not None:
-                p = getattr(writer, "path", None)
-            return _path(p) if p is not None else ""
         for name in ("save", "async_save", "save_state_dict"):
-            wrap(dcp, name, f"torch.distributed.checkpoint.{name}", "save", dcp_path, arg(0, "state_dict"), False)
+            wrap(dcp, name, f"torch.distributed.checkpoint.{name}", "save", _dcp_path, _arg(0, "state_dict"), False)
         for name in ("load", "load_state_dict"):
             # dcp loads in place: the states the object held before the load are the ones read
-            wrap(dcp, name, f"torch.distributed.checkpoint.{name}", "load", dcp_path, arg(0, "state_dict"), False)
+            wrap(dcp, name, f"torch.distributed.checkpoint.{name}", "load", _dcp_path, _arg(0, "state_dict"), False)
     for owner, prefix in ((torch, "torch"), (torch.random, "torch.random")):
         wrap(owner, "set_rng_state", f"{prefix}.set_rng_state", "set_rng_state", lambda a, k: "",
-             lambda a, k: {"rng": arg(0, "new_state")(a, k)}, False)
+             lambda a, k: {"rng": _arg(0, "new_state")(a, k)}, False)

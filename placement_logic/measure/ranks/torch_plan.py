@@ -286,78 +286,93 @@ def replicate_shard_mesh(r: Realisation):
     return DeviceMesh("cpu", ranks.contiguous(), mesh_dim_names=(r.context_axis, r.data_axes[0]))
 
 
+def _clip(r: Realisation, params: list):
+    """The plan's clip of the gradients' norm over these parameters (global or per rank), if any."""
+    if r.clip == "global":
+        return lambda: clip_global(params, MAX_NORM)
+    if r.clip == "local":
+        return lambda: clip_local(params, MAX_NORM)
+    return None
+
+
+def _tensor_layouts(r: Realisation, model: nn.Module) -> dict:
+    """The tensor-parallel module on plain local tensors, its parameters' layouts kept (as PyTorch's own
+    DDP + TP path does: ZeRO shards and DDP reduces plain tensors)."""
+    if r.tensor_axis is None:
+        return {}
+    layouts = {n: (p.device_mesh, p.placements) for n, p in model.named_parameters() if hasattr(p, "placements")}
+    _pre_dp_transform(model, r)
+    return layouts
+
+
+def _apply_zero(r: Realisation, model: nn.Module, mesh, expert_layouts: dict) -> Trainer:
+    """ZeRO-1 or ZeRO-2 (the experts' own ZeRO-1 under an expert axis)."""
+    layouts = _tensor_layouts(r, model)
+    layouts.update(expert_layouts)
+    named = list(model.named_parameters())
+    group = mesh[r.data_axes[0]].get_group()
+    if r.expert_axis is not None and r.data == "zero1":
+        total = float(r.grad_divide or r.data_size)
+        zero = ExpertZero([p for n, p in named if not is_expert(n)], [p for n, p in named if is_expert(n)],
+                          group, mesh[r.expert_axis].get_group(), r.optimizer, total,
+                          float(r.expert_divide or total))
+        return Trainer(model, model, zero, lambda: zero.state, None, layouts, named, zero.reduce_gradients,
+                       zero.held_gradients, flat_gradients=zero)
+    dp_divide = float(r.sizes[r.data_axes[0]]) if r.expert_axis else float(r.grad_divide or r.data_size)
+    zero = FlatZero([p for _, p in named], group, 1 if r.data == "zero1" else 2, r.optimizer,
+                    dp_divide, r.regather, r.master_copy)
+    # ZeRO-1 keeps whole gradients and reduce-scatters once per step; ZeRO-2 has no whole
+    # gradient to accumulate in: every microbatch's gradient is reduce-scattered into the shard
+    again = reduce_again_over([p for _, p in named], [n for n, _ in named], r.tensor_reduced_again,
+                              mesh[r.tensor_axis].get_group()) if r.tensor_reduced_again else None
+    if r.expert_axis is not None:
+        # before ZeRO's reduce-scatter, which divides by the data axis's size
+        again = _chain(again, expert_sync(r, named, mesh, float(r.sizes[r.data_axes[0]])))
+    if r.data == "zero1":
+        return Trainer(model, model, zero, lambda: zero.state, None, layouts, named,
+                       _chain(again, zero.reduce_gradients), zero.held_gradients, flat_gradients=zero)
+    return Trainer(model, model, zero, lambda: zero.state, None, layouts, named, None, zero.held_gradients,
+                   after_microbatch=zero.reduce_gradients, flat_gradients=zero)
+
+
+def _apply_ddp(r: Realisation, model: nn.Module, mesh, expert_layouts: dict) -> Trainer:
+    """DDP over the data axis (and the context axis), with the plan's hooks and extra reductions."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    layouts = _tensor_layouts(r, model)
+    params = list(model.parameters())
+    layouts.update(expert_layouts)
+    named = list(model.named_parameters())
+    group = mesh[r.data_axes[0]].get_group()
+    if r.context_axis is not None:
+        # the gradients are averaged over the data and the context axis: one group of both
+        group = mesh[(r.data_axes[0], r.context_axis)]._flatten().get_group()
+    module = DDP(model, process_group=group, gradient_as_bucket_view=True)
+    if r.grad_reduce == "none":
+        module.register_comm_hook(None, _skip_allreduce_hook)
+    elif r.grad_divide and r.grad_divide != r.data_size:
+        module.register_comm_hook(None, _divided_allreduce_hook(group, float(r.grad_divide)))
+    module.reducer = _RebuildLabelled(module.reducer)
+    opt = make_training_optimizer(r.optimizer, params, r.master_copy)
+    state = lambda: opt.state
+    again = allreduce_again(params, group) if r.grad_reduce == "twice" else None
+    if r.expert_axis is not None:
+        again = _chain(again, expert_sync(r, named, mesh, float(r.sizes[r.data_axes[0]])))
+    if r.tensor_reduced_again:
+        again = _chain(again, reduce_again_over(params, [n for n, _ in named], r.tensor_reduced_again,
+                                                mesh[r.tensor_axis].get_group()))
+    return Trainer(module, model, opt, state, _clip(r, params), layouts, named, again, no_sync=module.no_sync)
+
+
 def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
     expert_layouts = split_experts(r, model, mesh) if r.expert_axis is not None else {}
     if r.context_axis is not None:
         ring_context(r, model, mesh)
     params = list(model.parameters())
-    clip = None
     if r.data in ("zero1", "zero2"):
-        layouts = {}
-        if r.tensor_axis is not None:
-            # the tensor-parallel module on plain local tensors, as for DDP below: ZeRO shards them
-            layouts = {n: (p.device_mesh, p.placements) for n, p in model.named_parameters() if hasattr(p, "placements")}
-            _pre_dp_transform(model, r)
-        layouts.update(expert_layouts)
-        named = list(model.named_parameters())
-        group = mesh[r.data_axes[0]].get_group()
-        if r.expert_axis is not None and r.data == "zero1":
-            total = float(r.grad_divide or r.data_size)
-            zero = ExpertZero([p for n, p in named if not is_expert(n)], [p for n, p in named if is_expert(n)],
-                              group, mesh[r.expert_axis].get_group(), r.optimizer, total,
-                              float(r.expert_divide or total))
-            return Trainer(model, model, zero, lambda: zero.state, None, layouts, named, zero.reduce_gradients,
-                           zero.held_gradients, flat_gradients=zero)
-        dp_divide = float(r.sizes[r.data_axes[0]]) if r.expert_axis else float(r.grad_divide or r.data_size)
-        zero = FlatZero([p for _, p in named], group, 1 if r.data == "zero1" else 2, r.optimizer,
-                        dp_divide, r.regather, r.master_copy)
-        # ZeRO-1 keeps whole gradients and reduce-scatters once per step; ZeRO-2 has no whole
-        # gradient to accumulate in: every microbatch's gradient is reduce-scattered into the shard
-        again = reduce_again_over([p for _, p in named], [n for n, _ in named], r.tensor_reduced_again,
-                                  mesh[r.tensor_axis].get_group()) if r.tensor_reduced_again else None
-        if r.expert_axis is not None:
-            # before ZeRO's reduce-scatter, which divides by the data axis's size
-            again = _chain(again, expert_sync(r, named, mesh, float(r.sizes[r.data_axes[0]])))
-        if r.data == "zero1":
-            return Trainer(model, model, zero, lambda: zero.state, None, layouts, named,
-                           _chain(again, zero.reduce_gradients), zero.held_gradients, flat_gradients=zero)
-        return Trainer(model, model, zero, lambda: zero.state, None, layouts, named, None, zero.held_gradients,
-                       after_microbatch=zero.reduce_gradients, flat_gradients=zero)
+        return _apply_zero(r, model, mesh, expert_layouts)
     if r.data == "ddp":
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        layouts = {}
-        if r.tensor_axis is not None:
-            # DDP reduces plain tensors: PyTorch's own DDP + TP path swaps the DTensor
-            # parameters for their local shards and rebuilds DTensors before each forward.
-            layouts = {n: (p.device_mesh, p.placements) for n, p in model.named_parameters() if hasattr(p, "placements")}
-            _pre_dp_transform(model, r)
-            params = list(model.parameters())
-        layouts.update(expert_layouts)
-        named = list(model.named_parameters())
-        group = mesh[r.data_axes[0]].get_group()
-        if r.context_axis is not None:
-            # the gradients are averaged over the data and the context axis: one group of both
-            group = mesh[(r.data_axes[0], r.context_axis)]._flatten().get_group()
-        module = DDP(model, process_group=group, gradient_as_bucket_view=True)
-        if r.grad_reduce == "none":
-            module.register_comm_hook(None, _skip_allreduce_hook)
-        elif r.grad_divide and r.grad_divide != r.data_size:
-            module.register_comm_hook(None, _divided_allreduce_hook(group, float(r.grad_divide)))
-        module.reducer = _RebuildLabelled(module.reducer)
-        opt = make_training_optimizer(r.optimizer, params, r.master_copy)
-        state = lambda: opt.state
-        if r.clip == "global":
-            clip = lambda: clip_global(params, MAX_NORM)
-        elif r.clip == "local":
-            clip = lambda: clip_local(params, MAX_NORM)
-        again = allreduce_again(params, group) if r.grad_reduce == "twice" else None
-        if r.expert_axis is not None:
-            again = _chain(again, expert_sync(r, named, mesh, float(r.sizes[r.data_axes[0]])))
-        if r.tensor_reduced_again:
-            again = _chain(again, reduce_again_over(params, [n for n, _ in named], r.tensor_reduced_again,
-                                                    mesh[r.tensor_axis].get_group()))
-        return Trainer(module, model, opt, state, clip, layouts, named, again, no_sync=module.no_sync)
+        return _apply_ddp(r, model, mesh, expert_layouts)
     if r.data in ("fsdp", "hsdp"):
         from torch.distributed.fsdp import fully_shard
 
@@ -371,12 +386,8 @@ def _apply(r: Realisation, model: nn.Module, mesh) -> Trainer:
             model.set_gradient_divide_factor(float(r.grad_divide))
         params = list(model.parameters())
     opt = make_training_optimizer(r.optimizer, params, r.master_copy)
-    if r.clip == "global":
-        clip = lambda: clip_global(params, MAX_NORM)
-    elif r.clip == "local":
-        clip = lambda: clip_local(params, MAX_NORM)
     no_sync = _hsdp_accumulate(model) if r.data == "hsdp" or (r.data == "fsdp" and r.context_axis) else None
-    return Trainer(model, model, opt, lambda: opt.state, clip, no_sync=no_sync)
+    return Trainer(model, model, opt, lambda: opt.state, _clip(r, params), no_sync=no_sync)
 
 
 def _hsdp_accumulate(model):
