@@ -73,6 +73,7 @@ from .lift_perrank import bucket_order, norm_epsilon, per_rank_pass, rank0_lines
 from .lift_pipeline import P2P_KINDS, find_context_axes, find_pipeline
 from .lift_render import _clip, _empty_spec, _quoted, _render
 from .lift_step import AXIS_NAMES, Axes, LiftRole, Step, Strategies
+from .lift_terms import ignored_count, terms_pass
 
 
 def lift(trace: dict, plan_name: str = "traced", path: str = "<trace>") -> Lifted:
@@ -96,6 +97,7 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     params = params_pass(st, ax)
     axes_pass(st, ax, params)
     calls_pass(st, ax)
+    loss_model, loss_lines = terms_pass(st, ax)  # the loss's terms and mask, before anything reads the loss
     overflow_line, nonlinear = facts_pass(st, ax)
     strategies = strategies_pass(st, ax, params)
     scale_line, st.items[:] = local_overflow(st.items, overflow_line, strategies.bindings, st.script, st.notes)
@@ -109,6 +111,11 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     loss = loss_pass(st, ax, grads)
     named = groups_pass(st, grads)
     lines = overrides_pass(st, ax, params, strategies, grads, loss, named)
+    counted = ignored_count(st, ax.loss_rank)
+    if counted is not None and loss.kind != "sum":
+        lines.append(("  override tokens: count_ignored  # observed: the count all-reduced is the positions, "
+                      "ignored labels included", counted))
+    lines.extend(loss_lines)
     lines.extend(rank0_lines(st, departures, named))
     lines.extend(layout_lines(st, ax))  # the chunks of every sequence each context rank holds
     lines.extend(block_lines(st, params, named, any((e[0].get("grad") or {}).get("dynamic_scales")
@@ -127,7 +134,8 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     for what in dict.fromkeys(u.what for u in st.items):
         lines.append((f'  unobserved "{_quoted(what)} (not lifted: see placement lift)"', []))
     text, origins = _render(trace, plan_name, st.layout, ax.roles, strategies.bindings, named, lines, loss.kind,
-                            st.step[st.observer], st.notes, st.script, loss.accum, ax.pipe is not None, tied)
+                            st.step[st.observer], st.notes, st.script, loss.accum, ax.pipe is not None, tied,
+                            loss_model)
     return Lifted(text, plan_name, st.items, st.notes, origins,
                   {g: [e[0]["name"] for e in members] for g, _, members in named})
 
