@@ -7,8 +7,9 @@
 * a term added to the cross-entropy in forward (``ce + other``, the two operands' values recorded): with r =
   other / ce · CE · N (CE the cross-entropy's value, N its normaliser: the labelled tokens under a mean, 1
   under a sum) the term's value per normalised token, r / Σ lse² over the labelled positions is the z-loss's
-  coefficient β, and r / Σ (lse − mean logit) label smoothing's α / (1 − α) (or α): a coefficient with at
-  most two significant digits (1e-4, 2e-3, 0.1) on every rank and step is read as that term, with lse and the
+  coefficient β, and r / Σ (lse − mean logit) label smoothing's α / (1 − α) (the operand (1 − α)·CE) or
+  c (CE + c·smooth): a coefficient with at most two significant digits (1e-4, 2e-3, 0.1) on every rank
+  and step is read as that term, with lse and the
   mean logit over the whole vocabulary (``true``) or over the rank's vocabulary slice of a vocabulary-parallel
   output (``local``). Lifted as ``logit_z_loss = true`` / ``label_smoothing = true``, and under a tensor axis
   whose ranks hold vocabulary slices ``override activations[loss]: reduce_zloss | reduce_smoothing over (tp)``
@@ -45,20 +46,21 @@ def _snap(v: float) -> float | None:
 
 
 def _match(r: float, stats: dict, sliced: bool) -> list[tuple[str, str, float]]:
-    """The (term, scope, coefficient) readings of a term whose value per normalised token is ``r``: the
-    coefficient as written (label smoothing's c in CE + c·smooth, also read from α = c / (1 + c))."""
+    """The (term, scope, scale) readings of a term whose value per normalised token is ``r``: a coefficient as
+    written, β in CE + β·lse² or c in CE + c·smooth (scale 1), else label smoothing's (1 − α)·CE + α·smooth,
+    α = c / (1 + c) (scale 1 / (1 − α): the cross-entropy operand is 1 − α times the cross-entropy)."""
     out = []
     for term, (key, _, _) in TERMS.items():
         for scope in ("true", "local") if sliced else ("true",):
             s = stats.get(f"{key}_{scope}")
             if not s:
                 continue
-            coef = _snap(r / s)
-            if coef is None and term == "label_smoothing" and r / s > 0:
+            scale = 1.0 if _snap(r / s) is not None else None
+            if scale is None and term == "label_smoothing" and r / s > 0:
                 alpha = _snap(r / s / (1 + r / s))
-                coef = alpha / (1 - alpha) if alpha is not None and alpha < 1 else None
-            if coef is not None:
-                out.append((term, scope, coef))
+                scale = 1 / (1 - alpha) if alpha is not None and alpha < 1 else None
+            if scale is not None:
+                out.append((term, scope, scale))
     return out
 
 
@@ -100,12 +102,9 @@ def _step_terms(mine: dict, found: dict, script: str) -> None:
                 return  # no reading, or more than one: an auxiliary loss (lift_facts)
             readings.append((got[0], t))
         scale = 1.0
-        for (term, scope, coef), t in readings:
+        for (term, scope, factor), t in readings:
             found.setdefault((term, scope), _frames([t.get("stack")], script))
-            if term == "label_smoothing":
-                # CE + c·smooth = (1 + c)·((1 − α)·CE + α·smooth), α = c / (1 + c): label smoothing's loss times
-                # 1 + c, a factor of the objective itself (Megatron's (1 − α)·CE + α·smooth is c = α / (1 − α))
-                scale *= 1 + coef
+            scale *= factor  # the cross-entropy part is the operand over 1 − α where it is (1 − α)·CE
         part = total * base / (base + sum(t["other"] for t in terms)) * scale
         # the cross-entropy part; the operand itself where nothing scaled the sum (no rounding between ranks)
         loss["value"] = base * scale if abs(part - base * scale) <= 1e-6 * abs(base * scale) else part
