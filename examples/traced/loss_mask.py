@@ -3,10 +3,11 @@ multiplied into the per-token cross-entropy (``reduction='none'``), summed, time
 count all-reduced over the ranks. The prompts' lengths differ between sequences and ranks.
 
 Default (bug): the count is every position of the batch (``labels.numel()``), the masked prompt tokens
-included, where single-device training divides by the tokens the mask keeps (the normaliser T + Q; the
-pattern of huggingface/transformers#46204's ``num_items_in_batch`` and meta-pytorch/torchtune#1875): lifted
-as ``override tokens: count_ignored`` at the count's all-reduce and refuted there. ``--fixed``: the count is
-the mask's sum: proved.
+included, where single-device training divides by the tokens the mask keeps (the normaliser T + Q):
+Blaizzy/mlx-vlm#1392 ("the denominator here should be the number of masked elements included in the loss":
+the completion mask weighs the cross-entropy, the sequence-length mask counts it), the pattern of
+huggingface/transformers#46204's ``num_items_in_batch``. Lifted as ``override tokens: count_ignored`` at the
+count's all-reduce and refuted there. ``--fixed``: the count is the mask's sum: proved.
 """
 
 import sys
