@@ -48,6 +48,18 @@ def _stats(input, target, ignore: int) -> dict | None:
             "smooth_true": float((lse - whole.mean(-1)).sum()), "smooth_local": float((lse - local.mean(-1)).sum())}
 
 
+def _real(*ts) -> bool:
+    """Tensors with values (no meta or fake tensor, a DTensor's local one included)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.distributed.tensor import DTensor
+
+    for t in ts:
+        local = t.to_local() if isinstance(t, DTensor) else t
+        if not isinstance(local, torch.Tensor) or local.is_meta or isinstance(local, FakeTensor):
+            return False
+    return True
+
+
 class Terms:
     """Recorder mixin: the cross-entropy's own terms and what is added to it."""
 
@@ -57,8 +69,8 @@ class Terms:
         from torch.distributed.tensor import DTensor
 
         nll = self.step_record()["nll"]
-        if len(nll) <= before:
-            return
+        if len(nll) <= before or not _real(input, target, out):
+            return  # a schedule's shape inference runs the loss on tensors without values
         entry = nll[-1]
         smoothing = float(kwargs.get("label_smoothing", 0.0) or 0.0)
         local = input.to_local() if isinstance(input, DTensor) else input
@@ -83,7 +95,8 @@ class Terms:
     def follow_terms(self, name: str, args, out) -> None:
         """A forward ``add`` of a term to the cross-entropy; a forward ``mul`` of the per-token losses by a mask."""
         if name in ("add", "add_") and len(args) >= 2 and all(isinstance(a, torch.Tensor) and a.numel() == 1
-                                                            and a.is_floating_point() for a in args[:2]):
+                                                            and a.is_floating_point() for a in args[:2]) \
+                and _real(*args[:2]):
             tagged = [CE in self._events_of(a) for a in args[:2]]
             if tagged.count(True) == 1:
                 ce, other = (args[0], args[1]) if tagged[0] else (args[1], args[0])
@@ -99,7 +112,7 @@ class Terms:
             if tagged.count(True) != 1:
                 return
             losses, mask = (a, b) if tagged[0] else (b, a)
-            if mask.numel() != losses.numel() or mask.is_complex():
+            if mask.numel() != losses.numel() or mask.is_complex() or not _real(losses, mask):
                 return
             m = mask.detach().float()
             if not bool(((m == 0) | (m == 1)).all()):
