@@ -39,7 +39,7 @@ def _line(script: str, text: str) -> int:
     return next(i for i, x in enumerate(lines, 1) if text in x)
 
 
-@pytest.mark.parametrize("value,snapped", [(1e-4, 1e-4), (1.00002e-4, 1e-4), (0.1, 0.1), (2e-3, 2e-3), (5.0, 5.0),
+@pytest.mark.parametrize("value,snapped", [(1e-4, 1e-4), (1.000002e-4, 1e-4), (4.3004e-4, None), (0.1, 0.1), (2e-3, 2e-3), (5.0, 5.0),
                                            (0.12345, None), (1.2345e-4, None), (-1e-4, None), (0.0, None)])
 def test_a_coefficient_has_two_significant_digits(value, snapped):
     got = _snap(value)
@@ -90,6 +90,20 @@ def test_a_term_of_another_size_stays_an_auxiliary_loss():
     out = lift(_with_term(stored(), 1.2345e-4))
     assert "losses {" not in out.text
     assert [u for u in out.unliftable if u.what == "an auxiliary loss"]
+
+
+def test_a_coefficient_that_differs_between_ranks_is_no_term():
+    trace = _with_term(stored(), 1e-4)
+    _with_term({"ranks": trace["ranks"][1:]}, 2e-4)  # rank 1: another coefficient
+    out = lift(trace)
+    assert [u for u in out.unliftable if u.what == "an auxiliary loss" and "differs" in u.reason]
+
+
+def test_a_term_read_on_some_ranks_only_is_reported():
+    trace = _with_term(stored(), 1e-4)
+    _with_term({"ranks": trace["ranks"][1:]}, 1.2345e-4)  # rank 1: a term of no two-digit coefficient
+    out = lift(trace)
+    assert [u for u in out.unliftable if u.what == "an auxiliary loss" and "rank 1" in u.reason]
 
 
 def test_a_term_over_the_vocabulary_slice_without_a_tensor_axis_is_reported():

@@ -42,14 +42,18 @@ Steps, on the last step of the trace that reached the optimizer:
    (``loss_scale: local``, ``lift_facts``).
 7. Gradient accumulation: k backward passes before one optimizer step are ``microbatches = k``;
    the loss multiplier is taken relative to 1 / k, and a departure is stated over k at the loss line.
-8. Checkpoints (``lift_checkpoint``): who saves which state, whose file each rank loads, whose RNG state it
+8. The loss's terms (``lift_terms``, before any pass reads the loss): label smoothing and the logit z-loss
+   (``losses { label_smoothing  logit_z_loss }``, ``activations[loss]: reduce_smoothing | reduce_zloss over``
+   under a vocabulary-parallel output), a loss mask on the per-token losses, a token count that includes the
+   ignored labels (``tokens: count_ignored``).
+9. Checkpoints (``lift_checkpoint``): who saves which state, whose file each rank loads, whose RNG state it
    restores, as ``override checkpoint`` statements (``resume``, ``save_rank0``, ``save_from``, ``skip_optimizer``,
    ``no_regather_after_load``, ``rng_shared``).
 
 The lift is a sequence of named passes over one typed input (``Step``: the trace read once, the
 step analysed, every rank's record of it), each adding what it cannot lift to ``Step.items``:
 ``read_step``, ``pipeline_pass`` (stages or a context axis), ``params_pass``, ``axes_pass`` (roles),
-``calls_pass`` (every call on a set of mesh axes), ``facts_pass`` (``lift_activations``: layers left
+``calls_pass`` (every call on a set of mesh axes), ``terms_pass`` (``lift_terms``), ``facts_pass`` (``lift_activations``: layers left
 partial and input gradients never reduced over the tensor axis, as activation overrides; ``lift_facts``: overflow
 flags, what no plan statement reads), ``strategies_pass``; then, in ``lift_plan``,
 ``gradients_pass``, ``loss_pass``, ``groups_pass`` and ``overrides_pass``.

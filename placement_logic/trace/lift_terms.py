@@ -8,8 +8,8 @@
   other / ce · CE · N (CE the cross-entropy's value, N its normaliser: the labelled tokens under a mean, 1
   under a sum) the term's value per normalised token, r / Σ lse² over the labelled positions is the z-loss's
   coefficient β, and r / Σ (lse − mean logit) label smoothing's α / (1 − α) (the operand (1 − α)·CE) or
-  c (CE + c·smooth): a coefficient with at most two significant digits (1e-4, 2e-3, 0.1) on every rank
-  and step is read as that term, with lse and the
+  c (CE + c·smooth): a coefficient with at most two significant digits (1e-4, 2e-3, 0.1; to a relative
+  1e-5), one reading alone and the same on every rank and step, is read as that term, with lse and the
   mean logit over the whole vocabulary (``true``) or over the rank's vocabulary slice of a vocabulary-parallel
   output (``local``). Lifted as ``logit_z_loss = true`` / ``label_smoothing = true``, and under a tensor axis
   whose ranks hold vocabulary slices ``override activations[loss]: reduce_zloss | reduce_smoothing over (tp)``
@@ -40,13 +40,13 @@ def _snap(v: float) -> float | None:
         return None
     for e in range(0, 9):
         x = v * 10.0 ** e
-        if 1 <= round(x) <= 99 and abs(x - round(x)) <= 1e-4 * x:
+        if 1 <= round(x) <= 99 and abs(x - round(x)) <= 1e-5 * x:  # fp32 sums: about 1e-7
             return round(x) / 10.0 ** e
     return None
 
 
-def _match(r: float, stats: dict, sliced: bool) -> list[tuple[str, str, float]]:
-    """The (term, scope, scale) readings of a term whose value per normalised token is ``r``: a coefficient as
+def _match(r: float, stats: dict, sliced: bool) -> list[tuple[str, str, float, float]]:
+    """The (term, scope, scale, coefficient) readings of a term whose value per normalised token is ``r``: a coefficient as
     written, β in CE + β·lse² or c in CE + c·smooth (scale 1), else label smoothing's (1 − α)·CE + α·smooth,
     α = c / (1 + c) (scale 1 / (1 − α): the cross-entropy operand is 1 − α times the cross-entropy)."""
     out = []
@@ -55,12 +55,12 @@ def _match(r: float, stats: dict, sliced: bool) -> list[tuple[str, str, float]]:
             s = stats.get(f"{key}_{scope}")
             if not s:
                 continue
-            scale = 1.0 if _snap(r / s) is not None else None
-            if scale is None and term == "label_smoothing" and r / s > 0:
+            coef, scale = _snap(r / s), 1.0
+            if coef is None and term == "label_smoothing" and r / s > 0:
                 alpha = _snap(r / s / (1 + r / s))
-                scale = 1 / (1 - alpha) if alpha is not None and alpha < 1 else None
-            if scale is not None:
-                out.append((term, scope, scale))
+                coef, scale = (alpha, 1 / (1 - alpha)) if alpha is not None and alpha < 1 else (None, 1.0)
+            if coef is not None:
+                out.append((term, scope, scale, coef))
     return out
 
 
@@ -73,9 +73,10 @@ def _masked(n: dict) -> dict:
                 stack=n.get("stack") or m.get("stack") or [])
 
 
-def _step_terms(mine: dict, found: dict, script: str) -> None:
-    """One rank's step: the readings of its terms into ``found`` ((term, scope) -> frames); its losses read as
-    their cross-entropy part."""
+def _step_terms(mine: dict, found: dict, coefs: dict, script: str) -> list[dict] | None:
+    """One rank's step: the readings of its terms into ``found`` ((term, scope) -> frames) and ``coefs`` (term
+    -> coefficients); its losses read as their cross-entropy part. The stack of a term read as no term, or as
+    two, else None."""
     mine["nll"] = [_masked(n) for n in mine.get("nll") or []]
     nll, losses = mine["nll"], mine.get("losses") or []
     for n in nll:
@@ -99,23 +100,42 @@ def _step_terms(mine: dict, found: dict, script: str) -> None:
         for t in terms:
             got = _match(t["other"] / base * n["value"] * norm, n["stats"], sliced)
             if len(got) != 1:
-                return  # no reading, or more than one: an auxiliary loss (lift_facts)
+                return t.get("stack") or []  # no reading, or more than one: an auxiliary loss
             readings.append((got[0], t))
         scale = 1.0
-        for (term, scope, factor), t in readings:
+        for (term, scope, factor, coef), t in readings:
             found.setdefault((term, scope), _frames([t.get("stack")], script))
+            coefs.setdefault(term, set()).add(round(coef, 12))
             scale *= factor  # the cross-entropy part is the operand over 1 − α where it is (1 − α)·CE
         part = total * base / (base + sum(t["other"] for t in terms)) * scale
         # the cross-entropy part; the operand itself where nothing scaled the sum (no rounding between ranks)
         loss["value"] = base * scale if abs(part - base * scale) <= 1e-6 * abs(base * scale) else part
+    return None
 
 
 def terms_pass(st: Step, ax: Axes) -> tuple[list[str], list[tuple[str, list]]]:
     """(the model block's ``losses`` lines, the plan's ``activations[loss]`` lines)."""
     found: dict[tuple[str, str], list] = {}
-    for _, part in sorted(st.ranks.items()):
+    coefs: dict[str, set[float]] = {}
+    unread: list[tuple[int, int, list]] = []
+    for r, part in sorted(st.ranks.items()):
         for mine in part.get("steps") or []:
-            _step_terms(mine, found, st.script)
+            stack = _step_terms(mine, found, coefs, st.script)
+            if stack is not None:
+                unread.append((r, mine.get("step", -1), stack))
+    if unread and found:  # read on some ranks or steps, not on these (else lift_facts names the loss itself)
+        r, k, stack = unread[0]
+        st.items.append(Unliftable(tuple(sorted({u[0] for u in unread})), -1, "an auxiliary loss",
+                                   f"the term added to the cross-entropy reads as a z-loss or label smoothing on some "
+                                   f"ranks or steps and as none of them (or as both) on rank {r}, step {k}",
+                                   tuple(stack), hides=("divisor",)))
+    for term, values in coefs.items():
+        if len(values) > 1:
+            st.items.append(Unliftable((st.observer,), -1, "an auxiliary loss",
+                                       f"the {term.replace('_', ' ')} term's coefficient differs between ranks or "
+                                       f"steps ({', '.join(f'{v:g}' for v in sorted(values))}): no one term",
+                                       tuple(found.get((term, "true")) or found.get((term, "local")) or ()),
+                                       hides=("divisor",)))
     model, lines = [], []
     for term, (_, verb, what) in TERMS.items():
         scopes = sorted(s for (t, s) in found if t == term)
