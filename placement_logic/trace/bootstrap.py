@@ -63,9 +63,16 @@ def _install(rec) -> list:
 
     cross_entropy = F.cross_entropy
 
+    signature = inspect.signature(cross_entropy)
+
     @functools.wraps(cross_entropy)
     def observed_cross_entropy(input, target, *args, **kwargs):
+        before = len(rec.step_record()["nll"]) if rec.phase == "forward" else None
         out = cross_entropy(input, target, *args, **kwargs)
+        if before is not None:
+            bound = signature.bind(input, target, *args, **kwargs)
+            bound.apply_defaults()
+            kwargs = dict(bound.arguments)
         if isinstance(input, DTensor) and rec.phase == "forward":
             reduction = kwargs.get("reduction", "mean")
             ignore = kwargs.get("ignore_index", -100)
@@ -78,6 +85,8 @@ def _install(rec) -> list:
                                                  "positions": int(local.numel()),
                                                  "value": float(value.detach().float().sum()),
                                                  "stack": _user_frames()})
+        if before is not None:  # the smoothing, the value, the logits' statistics (recorder_terms)
+            rec.note_cross_entropy(input, target, kwargs, out, before)
         return out
 
     F.cross_entropy = observed_cross_entropy

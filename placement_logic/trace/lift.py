@@ -42,14 +42,18 @@ Steps, on the last step of the trace that reached the optimizer:
    (``loss_scale: local``, ``lift_facts``).
 7. Gradient accumulation: k backward passes before one optimizer step are ``microbatches = k``;
    the loss multiplier is taken relative to 1 / k, and a departure is stated over k at the loss line.
-8. Checkpoints (``lift_checkpoint``): who saves which state, whose file each rank loads, whose RNG state it
+8. The loss's terms (``lift_terms``, before any pass reads the loss): label smoothing and the logit z-loss
+   (``losses { label_smoothing  logit_z_loss }``, ``activations[loss]: reduce_smoothing | reduce_zloss over``
+   under a vocabulary-parallel output), a loss mask on the per-token losses, a token count that includes the
+   ignored labels (``tokens: count_ignored``).
+9. Checkpoints (``lift_checkpoint``): who saves which state, whose file each rank loads, whose RNG state it
    restores, as ``override checkpoint`` statements (``resume``, ``save_rank0``, ``save_from``, ``skip_optimizer``,
    ``no_regather_after_load``, ``rng_shared``).
 
 The lift is a sequence of named passes over one typed input (``Step``: the trace read once, the
 step analysed, every rank's record of it), each adding what it cannot lift to ``Step.items``:
 ``read_step``, ``pipeline_pass`` (stages or a context axis), ``params_pass``, ``axes_pass`` (roles),
-``calls_pass`` (every call on a set of mesh axes), ``facts_pass`` (``lift_activations``: layers left
+``calls_pass`` (every call on a set of mesh axes), ``terms_pass`` (``lift_terms``), ``facts_pass`` (``lift_activations``: layers left
 partial and input gradients never reduced over the tensor axis, as activation overrides; ``lift_facts``: overflow
 flags, what no plan statement reads), ``strategies_pass``; then, in ``lift_plan``,
 ``gradients_pass``, ``loss_pass``, ``groups_pass`` and ``overrides_pass``.
@@ -73,6 +77,7 @@ from .lift_perrank import bucket_order, norm_epsilon, per_rank_pass, rank0_lines
 from .lift_pipeline import P2P_KINDS, find_context_axes, find_pipeline
 from .lift_render import _clip, _empty_spec, _quoted, _render
 from .lift_step import AXIS_NAMES, Axes, LiftRole, Step, Strategies
+from .lift_terms import ignored_count, terms_pass
 
 
 def lift(trace: dict, plan_name: str = "traced", path: str = "<trace>") -> Lifted:
@@ -96,6 +101,7 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     params = params_pass(st, ax)
     axes_pass(st, ax, params)
     calls_pass(st, ax)
+    loss_model, loss_lines = terms_pass(st, ax)  # the loss's terms and mask, before anything reads the loss
     overflow_line, nonlinear = facts_pass(st, ax)
     strategies = strategies_pass(st, ax, params)
     scale_line, st.items[:] = local_overflow(st.items, overflow_line, strategies.bindings, st.script, st.notes)
@@ -109,6 +115,11 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     loss = loss_pass(st, ax, grads)
     named = groups_pass(st, grads)
     lines = overrides_pass(st, ax, params, strategies, grads, loss, named)
+    counted = ignored_count(st, ax.loss_rank)
+    if counted is not None and loss.kind != "sum":
+        lines.append(("  override tokens: count_ignored  # observed: the count all-reduced is the positions, "
+                      "ignored labels included", counted))
+    lines.extend(loss_lines)
     lines.extend(rank0_lines(st, departures, named))
     lines.extend(layout_lines(st, ax))  # the chunks of every sequence each context rank holds
     lines.extend(block_lines(st, params, named, any((e[0].get("grad") or {}).get("dynamic_scales")
@@ -127,7 +138,8 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     for what in dict.fromkeys(u.what for u in st.items):
         lines.append((f'  unobserved "{_quoted(what)} (not lifted: see placement lift)"', []))
     text, origins = _render(trace, plan_name, st.layout, ax.roles, strategies.bindings, named, lines, loss.kind,
-                            st.step[st.observer], st.notes, st.script, loss.accum, ax.pipe is not None, tied)
+                            st.step[st.observer], st.notes, st.script, loss.accum, ax.pipe is not None, tied,
+                            loss_model)
     return Lifted(text, plan_name, st.items, st.notes, origins,
                   {g: [e[0]["name"] for e in members] for g, _, members in named})
 

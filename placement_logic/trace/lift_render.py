@@ -39,10 +39,12 @@ def _loss(step, layout: _Layout, data_axes, observer, step_colls, tp, notes, scr
     tokens_axes = None
     per_micro = False  # the reduced token count is one micro-step's, not the step's
     mine_total = sum(n["tokens"] for n in nll)
+    # the count may hold the positions (ignored labels included: ``tokens: count_ignored``, lift_terms)
+    whole = (float(mine_total), float(sum(n["positions"] for n in nll)))
     for c in step_colls:
         if c["phase"] in ("before_forward", "forward") and c["kind"] == "all_reduce" and c["numel"] == 1 and \
-                c.get("value_in") in (float(first["tokens"]), float(mine_total)):
-            per_micro = accum > 1 and c.get("value_in") != float(mine_total)
+                c.get("value_in") in (float(first["tokens"]), float(first["positions"]), *whole):
+            per_micro = accum > 1 and c.get("value_in") not in whole
             tokens_axes = (layout.axes_of(c["ranks"], observer) or (), _frames([c["stack"]], script),
                            c.get("value_out"))
     if nll_value == 0:
@@ -91,7 +93,7 @@ def _clip(step_colls, params, layout, axes, info, tp, data_axes, script="", pp=N
 
 
 def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, step, notes, script="",
-            accum=1, pipelined=False, tied=None):
+            accum=1, pipelined=False, tied=None, losses=()):
     opt = step.get("optimizer", {})
     params = opt.get("params", [])
     total = sum(e[5] for _, _, members in named for e in members)
@@ -131,6 +133,10 @@ def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, 
         out.append(f"  microbatches = {accum}  # activations the first pipeline stage sends forward in each step")
     elif accum > 1:
         out.append(f"  microbatches = {accum}  # backward passes accumulated into each optimizer step")
+    if losses:  # the cross-entropy's own terms (lift_terms)
+        out.append("  losses {")
+        out.extend(f"    {t}" for t in losses)
+        out.append("  }")
     out.append("  bytes {")
     out.append(f"    params = {pbytes}")
     out.append(f"    grads = {pbytes}")

@@ -36,6 +36,7 @@ from ..measure.ranks.counter import c10d_collective, functional_collective, grou
 from .recorder_checkpoint import Checkpoints
 from .recorder_events import Events, _checksum, _fraction, _key, _reduce_op, _tensors, _user_frames  # noqa: F401
 from .recorder_modules import Modules
+from .recorder_terms import Terms
 
 VALUES_MAX = 4096  # the most elements of a token-id tensor whose values are recorded
 
@@ -45,7 +46,7 @@ def _small_ids(t) -> bool:
         and 0 < t.numel() <= VALUES_MAX and not isinstance(t, FakeTensor)
 
 
-class Recorder(Events, Modules, Checkpoints, TorchDispatchMode):
+class Recorder(Events, Modules, Checkpoints, Terms, TorchDispatchMode):
     """One rank's recorder; ``result()`` is the rank's part of the trace (docs/json.md)."""
 
     def __init__(self, rank: int, world: int) -> None:
@@ -289,6 +290,8 @@ class Recorder(Events, Modules, Checkpoints, TorchDispatchMode):
         self._busy = True
         try:
             self._follow(name, args, kwargs, out)
+            if self.phase == "forward":
+                self.follow_terms(name, args, out)  # terms added to the loss, loss masks (recorder_terms)
         finally:
             self._busy = False
         return out

@@ -1,0 +1,130 @@
+"""The loss's extra terms and masks, as one rank records them (torch; read by ``lift_terms``).
+
+* Every cross-entropy (``F.cross_entropy``, wrapped in ``bootstrap``) gets on its ``nll`` record the
+  ``label_smoothing`` it was called with, its whole value (smoothing included), the vocabulary size
+  (``classes``) and the width of the logits' local slice (``width``: the vocabulary slice of a tensor rank
+  under ``loss_parallel``), and ``stats``: over the labelled positions, Σ lse² and Σ (lse − mean logit), lse
+  the log-sum-exp over the whole vocabulary (``true``) and over the local slice (``local``; the smoothing's
+  mean over the local slice). The lift compares an added term's value with them.
+* The cross-entropy's output carries a ``loss_ce`` event (``Events``), which follows it through views and
+  constant scales; a forward ``add`` of a one-element value that carries it and one that does not records
+  the two operands' values (``terms``): the cross-entropy part and the term added to it.
+* A per-token cross-entropy (``reduction='none'``) carries ``loss_tok``; a forward ``mul`` of it by a
+  0/1 tensor of the same size (a loss mask) records on the ``nll`` record (``mask``) the mask's sum, the
+  positions it keeps whose label is not ignored (``labelled``) and the masked losses' sum.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .recorder_events import _user_frames
+
+CE = ("loss_ce",)
+TOKENS = ("loss_tok",)
+
+
+def _value(t) -> float:
+    from torch.distributed.tensor import DTensor
+
+    local = t.to_local() if isinstance(t, DTensor) else t
+    return float(local.detach().float().sum())
+
+
+def _stats(input, target, ignore: int) -> dict | None:
+    """Σ lse² and Σ (lse − mean logit) over the labelled positions, whole vocabulary and local slice."""
+    from torch.distributed.tensor import DTensor
+
+    if input.dim() != 2 or target.dim() != 1 or not input.is_floating_point():
+        return None
+    local = input.to_local() if isinstance(input, DTensor) else input
+    whole = input.full_tensor() if isinstance(input, DTensor) else input
+    labels = target.to_local() if isinstance(target, DTensor) else target
+    keep = labels != ignore
+    whole, local = whole.detach().float()[keep], local.detach().float()[keep]
+    lse = whole.logsumexp(-1)
+    lse_local = local.logsumexp(-1)
+    return {"zsq_true": float((lse * lse).sum()), "zsq_local": float((lse_local * lse_local).sum()),
+            "smooth_true": float((lse - whole.mean(-1)).sum()), "smooth_local": float((lse - local.mean(-1)).sum())}
+
+
+def _real(*ts) -> bool:
+    """Tensors with values (no meta or fake tensor, a DTensor's local one included)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.distributed.tensor import DTensor
+
+    for t in ts:
+        local = t.to_local() if isinstance(t, DTensor) else t
+        if not isinstance(local, torch.Tensor) or local.is_meta or isinstance(local, FakeTensor):
+            return False
+    return True
+
+
+class Terms:
+    """Recorder mixin: the cross-entropy's own terms and what is added to it."""
+
+    def note_cross_entropy(self, input, target, kwargs: dict, out, before: int) -> None:
+        """After ``F.cross_entropy`` (called in forward): complete the record its ``nll_loss`` made (or the one
+        the DTensor path appended), tag its output."""
+        from torch.distributed.tensor import DTensor
+
+        nll = self.step_record()["nll"]
+        if len(nll) <= before or not _real(input, target, out):
+            return  # a schedule's shape inference runs the loss on tensors without values
+        entry = nll[-1]
+        smoothing = float(kwargs.get("label_smoothing", 0.0) or 0.0)
+        local = input.to_local() if isinstance(input, DTensor) else input
+        entry["classes"] = int(input.shape[1] if input.dim() >= 2 else input.shape[0])
+        entry["width"] = int(local.shape[1] if local.dim() >= 2 else local.shape[0])
+        if smoothing:
+            entry["label_smoothing"] = smoothing
+        self._busy = True
+        try:
+            if entry.get("reduction") in ("mean", "sum"):
+                entry["value"] = _value(out)  # the whole cross-entropy, its smoothing included
+                stats = _stats(input, target, int(kwargs.get("ignore_index", -100)))
+                if stats is not None:
+                    entry["stats"] = stats
+            labels = target.to_local() if isinstance(target, DTensor) else target
+            self._ce_labels = (labels.detach(), int(kwargs.get("ignore_index", -100)))  # a loss mask's labelled part
+            tag = out.to_local() if isinstance(out, DTensor) else out
+            self._add(tag, CE if entry.get("reduction") in ("mean", "sum") else TOKENS)
+        finally:
+            self._busy = False
+
+    def follow_terms(self, name: str, args, out) -> None:
+        """A forward ``add`` of a term to the cross-entropy; a forward ``mul`` of the per-token losses by a mask."""
+        if name in ("add", "add_") and len(args) >= 2 and all(isinstance(a, torch.Tensor) and a.numel() == 1
+                                                            and a.is_floating_point() for a in args[:2]) \
+                and _real(*args[:2]):
+            tagged = [CE in self._events_of(a) for a in args[:2]]
+            if tagged.count(True) == 1:
+                ce, other = (args[0], args[1]) if tagged[0] else (args[1], args[0])
+                rec = self.step_record()
+                rec.setdefault("terms", []).append({"ce": float(ce.detach()), "other": float(other.detach()),
+                                                    "micro": self.micro_step(), "stack": _user_frames()})
+            if any(tagged) and isinstance(out, torch.Tensor):
+                self._add(out, CE)
+            return
+        if name in ("mul", "mul_") and len(args) >= 2 and all(isinstance(a, torch.Tensor) for a in args[:2]):
+            a, b = args[0], args[1]
+            tagged = [TOKENS in self._events_of(t) for t in (a, b)]
+            if tagged.count(True) != 1:
+                return
+            losses, mask = (a, b) if tagged[0] else (b, a)
+            if mask.numel() != losses.numel() or mask.is_complex() or not _real(losses, mask):
+                return
+            m = mask.detach().float()
+            if not bool(((m == 0) | (m == 1)).all()):
+                return
+            nll = self.step_record()["nll"]
+            entry = next((n for n in reversed(nll) if n.get("reduction") == "none"), None)
+            if entry is None or "mask" in entry:
+                return
+            m = m.reshape(-1)
+            labelled = int(m.sum())
+            labels, ignore = getattr(self, "_ce_labels", (None, -100))
+            if labels is not None and labels.numel() == m.numel():
+                labelled = int(((labels.reshape(-1) != ignore) & (m == 1)).sum())
+            entry["mask"] = {"sum": int(m.sum()), "labelled": labelled,
+                             "value": float((losses.detach().float().reshape(-1) * m).sum()), "stack": _user_frames()}
