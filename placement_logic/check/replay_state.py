@@ -12,7 +12,7 @@ from __future__ import annotations
 from fractions import Fraction
 from itertools import product
 
-from . import clipagg, kvnorm, perrank, rankcount
+from . import clipagg, kvnorm, kvproduct, perrank, rankcount
 from .replay import Context, _frac, coords_text
 from .report import Counterexample
 from .values import resolver
@@ -44,8 +44,8 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
     axes = step.axes
     pos = {a: i for i, a in enumerate(axes)}
     reduce_axes = step.overflow_axes if boolean else step.clip_axes
-    if any(sizes[a] % k for g in step.groups for a, k in kvnorm.copy_heads(g).items()):
-        return None  # a size that is no multiple of the kv heads copied over it: no such mesh
+    if not kvproduct.layout_ok(step.groups, sizes):
+        return None  # a size that is no multiple of the kv heads copied over it (or off a pinned one): no such mesh
     devices = _devices(ctx, sizes)
     placed: dict[tuple[str, Coord], object] = {}
     leaf = resolver(ctx.bindings, {k: Fraction(v) for k, v in sizes.items()})

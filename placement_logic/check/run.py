@@ -24,6 +24,7 @@ from ..resolve.validate import check_rebinding
 from ..solver.session import Session, SolverStatus
 from . import encode as en
 from . import (
+    kvproduct,
     render,  # noqa: F401 - gives CheckReport its Markdown view in a notebook
     steps,
 )
@@ -91,6 +92,10 @@ def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: di
 
     if ob.unknown:
         return result(Verdict.UNKNOWN, _scope(pinned, step), reason=ob.unknown)
+
+    def ok(sizes: dict[str, int]) -> bool:  # sizes at which the model's layouts hold
+        return kvproduct.layout_ok(step.groups, sizes)
+
     # the for-all query, first with a short limit: a query that z3 does not decide at once is
     # left while the cheap guesses run, and asked again with the full limit only if they fail
     first, extract = query(FORALL, QUICK_SECONDS)
@@ -98,7 +103,7 @@ def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: di
     if first.status == SolverStatus.UNSAT:
         return result(Verdict.PROVED, _scope(pinned, step))
     if first.status == SolverStatus.SAT:  # the witness already found goes first: one replay per candidate, no search
-        cex = _shrunk(ob, first, extract, pinned, "for-all witness", reasons)
+        cex = _shrunk(ob, first, extract, pinned, "for-all witness", reasons, ok)
         if cex is not None:
             return _refuted(ob, result, _scope(pinned, step), cex)
     devices = _pinned_devices(step, pinned)
@@ -112,7 +117,7 @@ def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: di
     for tier in GUESSES:
         out, guess_extract = query(tier)
         if out.status == SolverStatus.SAT:
-            cex = _shrunk(ob, out, guess_extract, pinned, tier.label, reasons)
+            cex = _shrunk(ob, out, guess_extract, pinned, tier.label, reasons, ok)
             if cex is not None:
                 return _refuted(ob, result, _scope(pinned, step), cex)
         elif out.status == SolverStatus.UNKNOWN:
@@ -122,7 +127,7 @@ def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: di
         if first.status == SolverStatus.UNSAT:
             return result(Verdict.PROVED, _scope(pinned, step))
         if first.status == SolverStatus.SAT:
-            cex = _shrunk(ob, first, extract, pinned, "for-all witness", reasons)
+            cex = _shrunk(ob, first, extract, pinned, "for-all witness", reasons, ok)
             if cex is not None:
                 return _refuted(ob, result, _scope(pinned, step), cex)
     if first.status == SolverStatus.UNKNOWN:
@@ -161,10 +166,15 @@ def _pinned_devices(step: steps.StepModel, pinned: dict[str, int]) -> int:
     return n
 
 
-def _shrunk(ob: Obligation, out, extract, pinned: dict[str, int], label: str, reasons: list[str]):
-    """The counterexample of the smallest variant of a sat query's witness that fails on replay."""
+def _shrunk(ob: Obligation, out, extract, pinned: dict[str, int], label: str, reasons: list[str], ok=None):
+    """The counterexample of the smallest variant of a sat query's witness that fails on replay (a
+    variant at sizes ``ok`` refuses, a configuration the model does not take, is none)."""
+
+    def replay(w: dict):
+        return ob.replay(w) if ok is None or ok(w.get("sizes", {})) else None
+
     try:
-        found = wt.shrink(extract(out.model), ob.replay, pinned, MAX_REPLAY_DEVICES)
+        found = wt.shrink(extract(out.model), replay, pinned, MAX_REPLAY_DEVICES)
     except ValueError as exc:  # an irrational model value cannot be replayed
         reasons.append(f"{label}: {exc}")
         return None

@@ -1,0 +1,82 @@
+"""K >= 2 kv heads copied over a product of tensor axes (docs/semantics.md, "Whole weights that
+see head-split activations"). The tensor ranks that split the K/V projections are numbered by
+the axes' joint index j (mixed radix, the first axis most significant); rank j holds kv head
+j // (n/K), so a copy group is a run of n/K consecutive joint indices. Where the run is a product
+of parts of the axes (``ir.heads.copy_layout``: the last axes wholly, one axis cut into blocks,
+the first axes whole heads) each axis is a dimension pair of the step model as over one axis: a
+head part of h blocks (SHARDED: different heads) and a copy part of size/h ranks (SPLIT: each
+copy's gradient from its rank's query heads, summed over the copy group), and an axis of whole
+heads is SHARDED with its size pinned to the declared one (``GradDim.pin``: at another size the
+runs would cross it). A reduction over each copy group (``ir.heads.grad_sums``) is a reduction
+over every axis's copy part; one over a whole axis, over both of its parts.
+
+Input: an axis, the layout and the schedule's reduction counts. Output: the axis's ``GradDim``s,
+and for the encoding and the replay the sizes at which the layout holds (``side``, ``layout_ok``).
+No solver call here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .dims import COPY_PART, HEAD_PART, SHARDED, SPLIT, GradDim
+
+
+def axis_dims(a: str, layout: dict[str, tuple[int, int]], k) -> list[GradDim]:
+    """The dimensions of tensor axis ``a`` of a copy layout over several axes."""
+    h, pin = layout[a]
+    joint = "×".join(layout)
+    if pin:
+        return [GradDim(a, a, SHARDED, k[a], pin=pin,
+                        why=f"each {a} rank holds its own kv heads: numbered by the joint index of {joint}, a copy "
+                            f"group is a run of consecutive ranks on the later axes (the layout at {a} = {pin})")]
+    blocks = f"in {h} blocks of {a}/{h} ranks" if h > 1 else "in one block: every rank a copy"
+    return [GradDim(a, a, SHARDED, k[a], part=HEAD_PART, heads=h,
+                    why=f"the kv heads are split over {a} {blocks} (the joint index of {joint})"),
+            GradDim(f"{a}.copies", a, SPLIT, k[a] + k[(a, COPY_PART)], replica=True, part=COPY_PART, heads=h,
+                    why=f"each kv head is copied on {a}/{h} ranks of {a} (its copy group a run of ranks of {joint}): "
+                        "each copy's gradient comes from its rank's query heads only and is summed over its copy group")]
+
+
+def pins(g) -> dict[str, int]:
+    """axis -> its pinned size, for g's axes of whole heads."""
+    return {d.axis: d.pin for d in g.dims if d.pin}
+
+
+def side(env: Any, dim: GradDim) -> list:
+    """The side constraint of an axis of whole heads: its size is the declared one."""
+    return [env.sizes[dim.axis] == dim.pin] if dim.pin else []
+
+
+def layout_ok(groups, sizes: dict[str, int]) -> bool:
+    """Whether the copy layouts of these groups hold at these sizes: every copy axis a multiple of
+    its head blocks, every axis of whole heads at its declared size."""
+    for g in groups:
+        for d in g.dims:
+            if d.part == COPY_PART and d.axis in sizes and sizes[d.axis] % d.heads:
+                return False
+            if d.pin and d.axis in sizes and sizes[d.axis] != d.pin:
+                return False
+    return True
+
+
+def note(g) -> str | None:
+    """For the obligations' notes: the sizes at which g's copy layout over several axes is read."""
+    fixed = pins(g)
+    parts = {d.axis: d.heads for d in g.dims if d.part == COPY_PART}
+    if len(fixed) + len(parts) < 2:
+        return None
+    said = [f"{a} = {n}" for a, n in fixed.items()]
+    said += [f"{a} a multiple of {h}" if h > 1 else f"{a} any size" for a, h in parts.items()]
+    return (f"the kv heads' copy groups over {'×'.join(list(fixed) + list(parts))} (runs of the joint index) are "
+            f"read at {', '.join(said)}: the sizes at which each copy group is a product of parts of the axes")
+
+
+def several(g) -> bool:
+    """Whether g's kv heads are copied over several axes (a layout of this module)."""
+    return len(pins(g)) + sum(1 for d in g.dims if d.part == COPY_PART) >= 2
+
+
+def share(d: GradDim) -> str:
+    """The ranks of a copy part's axis in one copy group: ``tp/2``, or ``tp`` where every rank is a copy."""
+    return f"{d.axis}/{d.heads}" if d.heads > 1 else d.axis
