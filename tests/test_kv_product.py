@@ -151,3 +151,13 @@ def test_a_counterexample_keeps_the_pinned_axis():
     ob = next(o for o in report.obligations if o.name == "GI grads[kv] over tq copy groups")
     assert ob.verdict is Verdict.REFUTED and dict(ob.counterexample.sizes)["tp"] == 2
     assert any("tp = 2" in n for n in ob.notes)
+
+
+def test_a_pinned_size_off_the_layout_is_unknown_not_proved():
+    """tp holds whole heads at its declared 2; at --set tp=4 the copy groups are laid out otherwise (2 kv
+    heads on 8 ranks: runs of 4, over tq and half of tp), which the declared layout does not say: the kv
+    obligations are unknown there, never proved on a layout the sizes contradict."""
+    spec = load_string(spec_text(2, 2, 2, {"derived": ""}), "kvproduct.place")
+    report = check_spec(spec, ["derived"], pinned={"tp": 4}, timeout=20).plans[0]
+    ob = next(o for o in report.obligations if o.name == "GI grads[kv]")
+    assert ob.verdict is Verdict.UNKNOWN and "tp = 4, where the plan declares 2" in ob.reason

@@ -253,6 +253,10 @@ def _undecided(obs: list[Obligation], step: steps.StepModel, pinned: dict[str, i
     clip = ""
     for g in step.groups:
         for d in g.dims:
+            if d.pin and d.axis in pinned and pinned[d.axis] != d.pin:  # check.kvproduct: another layout there
+                missing[g.group] = (f"{d.axis} = {pinned[d.axis]}, where the plan declares {d.pin}: the kv heads' copy "
+                                    "groups over several tensor axes are read at the declared size of an axis of whole "
+                                    "heads; the missing fact is how the heads are laid out at the pinned sizes")
             if d.part != steps.COPY_PART:
                 continue
             if d.axis in pinned and pinned[d.axis] % d.heads:

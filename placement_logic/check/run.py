@@ -26,6 +26,7 @@ from . import encode as en
 from . import (
     kvproduct,
     render,  # noqa: F401 - gives CheckReport its Markdown view in a notebook
+    shapefacts,
     steps,
 )
 from . import witness as wt
@@ -70,7 +71,10 @@ def _scope(pinned: dict[str, int], step: steps.StepModel) -> str:
 
 
 def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: dict, pinned: dict[str, int],
-              bound: int) -> ObligationResult:
+              bound: int, shape: tuple = ()) -> ObligationResult:
+    """The obligation's verdict: proved, refuted with a replayed counterexample, or unknown. Every
+    query's sizes meet the model's shape facts (``shape``, check.shapefacts), and so does every
+    witness variant the replay is shown."""
     seconds = 0.0
     reasons: list[str] = []
 
@@ -81,7 +85,8 @@ def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: di
                      tier.equal_counts or step.equal_tokens, counts_cap=tier.counts_cap,
                      counts_pattern=None if step.equal_tokens and tier.counts_pattern else tier.counts_pattern)
         cons, extract = ob.encode(env)
-        out = sess.check(f"{step.plan}:{ob.name}:{tier.label}", env.side + cons, timeout)
+        out = sess.check(f"{step.plan}:{ob.name}:{tier.label}", env.side + shapefacts.side(env.sizes, shape) + cons,
+                         timeout)
         seconds += out.seconds
         return out, extract
 
@@ -93,8 +98,8 @@ def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: di
     if ob.unknown:
         return result(Verdict.UNKNOWN, _scope(pinned, step), reason=ob.unknown)
 
-    def ok(sizes: dict[str, int]) -> bool:  # sizes at which the model's layouts hold
-        return kvproduct.layout_ok(step.groups, sizes)
+    def ok(sizes: dict[str, int]) -> bool:  # sizes the model takes, at which its layouts hold
+        return kvproduct.layout_ok(step.groups, sizes) and shapefacts.holds(shape, sizes)
 
     # the for-all query, first with a short limit: a query that z3 does not decide at once is
     # left while the cheap guesses run, and asked again with the full limit only if they fail
@@ -195,11 +200,13 @@ def check_plan(sess: Session, spec: ir.Spec, plan: ir.Plan, pinned: dict[str, in
     checker = PlanChecker(spec, plan, dict(pinned))
     step, bindings = checker.step, checker.bindings
     obs = checker.obligations()
-    results = _explain(obs, [discharge(sess, ob, step, bindings, pinned, bound) for ob in obs])
+    shape = tuple(f for f in shapefacts.facts(plan, bindings) if any(a not in pinned for a in f.axes))
+    results = _explain(obs, [discharge(sess, ob, step, bindings, pinned, bound, shape) for ob in obs])
     free = [n for n in step.axes + (steps.MICROBATCHES,) if n not in pinned]
     assumed = (
         "deterministic, synchronous execution",
-        (f"{', '.join(free)}: any positive integer" if free else "every size pinned"),
+        (f"{', '.join(free)}: any positive integer" if free else "every size pinned")
+        + (f", as the model's shapes take them ({'; '.join(f.text() for f in shape)})" if shape else ""),
         f"loss: {step.loss.replace('_', ' ')}",
         ("a device's microbatch may hold 0 tokens (its count is clamped before the reduction)"
          if any(o.target == OverrideTarget.TOKENS and o.verb == OverrideVerb.CLAMP_BEFORE_REDUCE for o in plan.overrides)
