@@ -161,3 +161,22 @@ def test_a_pinned_size_off_the_layout_is_unknown_not_proved():
     report = check_spec(spec, ["derived"], pinned={"tp": 4}, timeout=20).plans[0]
     ob = next(o for o in report.obligations if o.name == "GI grads[kv]")
     assert ob.verdict is Verdict.UNKNOWN and "tp = 4, where the plan declares 2" in ob.reason
+
+
+def test_the_copy_group_all_reduce_is_priced_over_both_axes():
+    """K = 2 on tp = 4 x tq = 2: one all-reduce of the kv gradient over each copy group of tp·tq/2 = 4
+    ranks (by hand), spanning both axes; a ring over 4 ranks sends 2·(4−1)/4 of the buffer."""
+    import sympy
+
+    from placement_logic import costs
+    from placement_logic.costs.symbolic import symbol
+    from placement_logic.ir import collectives
+
+    p = load_string(spec_text(4, 2, 2, {"derived": ""}), "kvproduct.place").plan("derived")
+    (c,) = [c for c in collectives.derive(p) if c.payload.tensor == "grads:kv"]
+    assert c.axes == ("tp", "tq")
+    cost = costs.derive(p)
+    (s,) = [x for x in cost.communication.collectives if x.collective.payload.tensor == "grads:kv"]
+    tp, tq = symbol("tp"), symbol("tq")
+    assert sympy.simplify(s.group - tp * tq / 2) == 0
+    assert sympy.simplify(s.bytes_per_device.subs({tp: 4, tq: 2}) - s.buffer.subs({tp: 4, tq: 2}) * sympy.Rational(3, 2)) == 0

@@ -11,13 +11,12 @@ runs would cross it). A reduction over each copy group (``ir.heads.grad_sums``) 
 over every axis's copy part; one over a whole axis, over both of its parts.
 
 Input: an axis, the layout and the schedule's reduction counts. Output: the axis's ``GradDim``s,
-and for the encoding and the replay the sizes at which the layout holds (``side``, ``layout_ok``).
+and for the replay the sizes at which the layout holds (``layout_ok``; the encoding pins an axis of whole
+heads in ``encode.Env.size``).
 No solver call here.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from .dims import COPY_PART, HEAD_PART, SHARDED, SPLIT, GradDim
 
@@ -41,11 +40,6 @@ def axis_dims(a: str, layout: dict[str, tuple[int, int]], k) -> list[GradDim]:
 def pins(g) -> dict[str, int]:
     """axis -> its pinned size, for g's axes of whole heads."""
     return {d.axis: d.pin for d in g.dims if d.pin}
-
-
-def side(env: Any, dim: GradDim) -> list:
-    """The side constraint of an axis of whole heads: its size is the declared one."""
-    return [env.sizes[dim.axis] == dim.pin] if dim.pin else []
 
 
 def layout_ok(groups, sizes: dict[str, int]) -> bool:
