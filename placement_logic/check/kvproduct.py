@@ -74,3 +74,13 @@ def several(g) -> bool:
 def share(d: GradDim) -> str:
     """The ranks of a copy part's axis in one copy group: ``tp/2``, or ``tp`` where every rank is a copy."""
     return f"{d.axis}/{d.heads}" if d.heads > 1 else d.axis
+
+
+def joint_text(g, a: str, c: int) -> str:
+    """For a replay where g's copies span several axes: block h of axis ``a`` (c ranks) and the copy group
+    it is part of, a run of the joint index; empty over one axis."""
+    if not several(g):
+        return ""
+    order = "×".join(dict.fromkeys(d.axis for d in g.dims if d.pin or d.part))
+    return (f"block h of {a} (the {a} ranks h·{c} .. h·{c} + {c - 1}) holds copies of one head: its part of the "
+            f"head's copy group, a run of the joint index of {order}")

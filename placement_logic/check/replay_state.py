@@ -129,8 +129,9 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
     eq = (f"grad-norm² on {coords_text(axes, dev)} = {_frac(buf[dev])}, global grad-norm² = {_frac(expected)}; "
           f"clip coefficient² with max_norm² = {_frac(clip2)}: {_frac(coef(buf[dev]))} instead of {_frac(coef(expected))}")
     values = (("squared gradient norms", f"{where} (one value per listed shard, 0 elsewhere)"), ("reduction", reduce_text))
-    values += tuple((f"{g.group} heads over {a}", f"head h held by the {a} ranks h·{sizes[a] // k} .. "
-                     f"h·{sizes[a] // k} + {sizes[a] // k - 1} (its copy group)")
+    values += tuple((f"{g.group} heads over {a}", kvproduct.joint_text(g, a, sizes[a] // k) or (
+                     f"head h held by the {a} ranks h·{sizes[a] // k} .. h·{sizes[a] // k} + {sizes[a] // k - 1} "
+                     "(its copy group)"))
                     for g in step.groups for a, k in kvnorm.copy_heads(g).items() if sizes[a] // k >= 2)
     derived = ctx.derived.clip_axes
     diag = []
