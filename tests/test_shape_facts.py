@@ -99,3 +99,50 @@ def test_the_facts_are_stated_in_the_assumptions():
     assert "tp divides the attention heads (32)" in text and "pp divides the layer count (32)" in text
     assert "tp divides the kv heads (8) (or a multiple of it: copies)" in text
 
+
+
+ULYSSES = """from std.data import ddp
+from std.tensor import megatron_tp
+from std.context import context_parallel
+
+model {{
+  transformer {{
+    hidden = 4096
+    layers = 32
+    heads = 32
+    kv_heads = {kv}
+    ffn = 16384
+    vocab = 50304
+  }}
+  seq = 2048
+  microbatch = 1
+  microbatches = 2
+}}
+
+mesh {{
+  dp = 2
+  tp = 2
+  cp = 2
+}}
+
+plan p {{
+  dp: ddp
+  tp: megatron_tp
+  cp: context_parallel
+  override activations[context]: all_to_all over (cp)
+  override activation_grads[context]: all_to_all over (cp)
+}}
+"""
+
+
+@pytest.mark.parametrize("kv", [8, 2])
+def test_the_ulysses_group_facts_agree_with_resolution(kv):
+    """PL197: Ulysses' group over cp divides each tensor rank's heads (and its kv heads, or is a multiple of
+    them): the facts hold exactly where resolution accepts tp and cp up to 8."""
+    spec = load_string(ULYSSES.format(kv=kv), "ulysses.place")
+    found = shapefacts.facts(spec.plan("p"), dict(spec.bindings))
+    assert any(f.axes == ("tp", "cp") for f in found)
+    for tp, cp in product(range(1, 9), range(1, 9)):
+        sizes = {"dp": 1, "tp": tp, "cp": cp}
+        diags = rebinding_diagnostics(spec, {k: Fraction(v) for k, v in sizes.items()})
+        assert shapefacts.holds(found, sizes) is (not diags), (kv, tp, cp, [d.message for d in diags])

@@ -3,7 +3,8 @@
 Resolution refuses a plan whose sizes split the transformer unevenly (``resolve/shapes.py``,
 PL130: the attention heads, the kv heads, the MLP width and the vocabulary over the tensor
 axes; the layers over the pipeline stages and their chunks; the experts over the expert axes;
-the sequence over the context axes and, under sequence parallelism, the tensor axes). A size
+the sequence over the context axes and, under sequence parallelism, the tensor axes; PL197: the
+heads of each tensor rank over a Ulysses all-to-all group). A size
 the checker quantifies over is held to the same facts, so a solver witness, and every smaller
 variant the replay tries, is a configuration a user could run: never tp = 3 over 32 heads.
 A proof then holds for the sizes the model takes, which is all a plan can be run at.
@@ -24,6 +25,7 @@ import z3
 
 from .. import ir
 from ..diagnostics import DiagnosticError
+from ..ir.overrides import OverrideVerb
 from .values import fold, resolver
 
 _SPLIT = (ir.Mode.S, ir.Mode.O)
@@ -88,7 +90,13 @@ def facts(plan: ir.Plan, bindings: dict) -> tuple[Fact, ...]:
         need("the expert count", t.experts, experts)
     seq_axes = plan.axes_with_role(ir.Role.CONTEXT) + (tensor if plan.sequence_parallel else ())
     need("the sequence length", plan.model.seq, seq_axes)
-    return tuple(out)
+    for o in plan.overrides:  # PL197: Ulysses' group g divides each tensor rank's h/t heads (kv: or a multiple)
+        if o.group == "context" and o.verb == OverrideVerb.ALL_TO_ALL and o.axes and not set(o.axes) & set(tensor):
+            group = tensor + tuple(a for a in plan.mesh.names if a in o.axes)
+            need("the attention heads", t.heads, group)
+            if t.kv_heads is not t.heads:
+                need("the kv heads", t.kv_heads, group, copies_ok=True)
+    return tuple(dict.fromkeys(out))
 
 
 def _divisors(v: int) -> list[int]:
