@@ -284,7 +284,11 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
     m = sizes[MB]
     types = {a: axis_type(plan, group, a) for a in axes}
     copies = {a: c for a in axes if (c := head_copies(plan, group, a, n[a])) is not None}
-    types.update({a: HEADS for a in copies})
+    import simulator_kvproduct as kvp  # kv heads copied over several tensor axes: the joint index
+
+    joint = kvp.layout(plan, group, n)
+    copies = kvp.off_layout(copies, joint)
+    types.update(dict.fromkeys(list(copies) + list(kvp.axes(joint)), HEADS))
     k = reductions(plan, group)
     tokens = token_axes(plan)
     devices = list(product(*[range(n[a]) for a in axes]))
@@ -316,8 +320,11 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
     # element its copy group holds (rank // copies)
     elem_axes = [a for a in axes if types[a] in (SHARDED, COMPLETE, HEADS)]
 
-    def elem(dev) -> tuple:
-        return tuple(dev[pos[a]] // copies[a] if a in copies else dev[pos[a]] for a in elem_axes)
+    own_axes = kvp.off_axes(elem_axes, joint)
+
+    def elem(dev) -> tuple:  # over several copy axes: the head their joint index names
+        return tuple(dev[pos[a]] // copies[a] if a in copies else dev[pos[a]] for a in own_axes) \
+            + kvp.head_key(dev, pos, joint, n)
 
     # true per-source contributions: vary along partial, split, tie and complete axes; not along invariant ones;
     # on a heads axis each rank's own query heads are a source of their own
@@ -388,8 +395,9 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
     for a in axes:
         for _ in range(k[a]):
             bufs = [_allreduce(b, pos[a]) for b in bufs]
-        for _ in range(k[(a, "copies")]):  # over each group of n/K consecutive ranks holding one kv head
-            bufs = [_allreduce_copies(b, pos[a], n[a] // int(plan.model.transformer.kv_heads.value)) for b in bufs]
+        # over each group of n/K consecutive ranks holding one kv head (of the axis, or of the joint index)
+        bufs = kvp.reduce_copies(bufs, a, k, pos, joint, n, lambda b, a=a: _allreduce_copies(
+            b, pos[a], n[a] // int(plan.model.transformer.kv_heads.value)))
     acc_o = _last_for(plan, "grads", "no_accumulation_buffer", group)
     final = ({d: sum((b[d] for b in bufs), Fraction(0)) for d in devices} if acc_o is None else dict(bufs[-1]))
     div_o = _last_for(plan, "grads", "divide", group)
@@ -571,7 +579,23 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bi
     import simulator_kvnorm as kvn  # K >= 2 kv heads copied over a tensor axis: a group of its own in the norm
 
     copies = kvn.copy_axes(plan, sizes)
-    groups = groups_of(plan) + (["kv"] if copies and "kv" not in groups_of(plan) else [])
+    import simulator_kvproduct as kvp  # kv heads copied over several tensor axes: the joint index
+
+    joint = kvp.layout(plan, "kv", sizes)
+    if joint is not None:
+        copies = {a: c for a, c in copies.items() if a not in joint[0]}
+    groups = groups_of(plan) + (["kv"] if (copies or joint) and "kv" not in groups_of(plan) else [])
+
+    def extent(g: str, a: str) -> int:
+        if g == "kv" and joint is not None and a in joint[0]:
+            return plan.model.transformer.kv_heads.value if a == joint[0][0] else 1
+        return kvn.extent(g, a, sizes, copies)
+
+    def shard_key(g: str, d) -> tuple:
+        if g == "kv" and joint is not None:
+            return tuple((kvp.head(d, pos, joint, sizes) if a == joint[0][0] else 0) if a in joint[0]
+                         else kvn.key(g, a, d[pos[a]], copies) for a in shard[g])
+        return tuple(kvn.key(g, a, d[pos[a]], copies) for a in shard[g])
     shard = {g: grad_shard_axes(plan, g) for g in groups}
     sharded_somewhere = {a for g in groups for a in shard[g]}
     plan_clip = _stated_norm(plan, "all") or _stated_norm(plan, None)
@@ -583,7 +607,7 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bi
     for g in groups:
         # with a root taken early, values whose counted multiple is a perfect square keep the roots exact
         f = _twice(plan, g, sizes) if roots else 1
-        for s in product(*[range(kvn.extent(g, a, sizes, copies)) for a in shard[g]]):
+        for s in product(*[range(int(extent(g, a))) for a in shard[g]]):
             q[(g, s)] = Fraction(f * rng.randint(0, 3) ** 2) if roots else Fraction(rng.randint(0, 3))
             flags[(g, s)] = rng.random() < 0.3
     expected = sum(q.values(), Fraction(0))
@@ -612,8 +636,9 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bi
         filtered -= simulator_rankset.norm_ranked_axes(plan, g)
         part = {}
         for d in devices:
-            s = tuple(kvn.key(g, a, d[pos[a]], copies) for a in shard[g])
-            counted = kvn.counted(plan, g, dict(zip(axes, d)), g_axes, copies) and all(d[pos[a]] == 0 for a in set(g_axes) if a not in shard[g] and a in filtered) \
+            s = shard_key(g, d)
+            counted = (kvp.counted(plan, d, pos, g_axes, joint, sizes) if g == "kv" and joint is not None
+                       else kvn.counted(plan, g, dict(zip(axes, d)), g_axes, copies)) and all(d[pos[a]] == 0 for a in set(g_axes) if a not in shard[g] and a in filtered) \
                 and all(d[pos[a]] == 0 for a in rank0) \
                 and simulator_rankset.norm_counted(plan, g, dict(zip(axes, d)), sizes, bindings or {})  # rank0_only: only rank 0 of these axes contributes
             part[d] = q[(g, s)] * _twice(plan, g, sizes) if counted else Fraction(0)
@@ -650,7 +675,7 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bi
 
     def overflow_differs(flags: dict) -> bool:
         any_flag = any(flags.values())
-        buf = {d: any(flags[(g, tuple(kvn.key(g, a, d[pos[a]], copies) for a in shard[g]))] for g in groups)
+        buf = {d: any(flags[(g, shard_key(g, d))] for g in groups)
                for d in devices}
         for a in ovf_axes:
             sums: dict = {}

@@ -134,6 +134,9 @@ def _place(line: str, mesh: str = "dp = 4\n  pp = 4") -> str:
     ("override grads: clip_on_ranks over (dp) ranks (1/2)", "PL191", "is not a rank of dp"),
     ("override grads: clip_on_ranks over (dp) ranks (pp - 5)", "PL191", "rank pp - 5 = -1 is not a rank"),
     ("override clip_norm: count_on_ranks over () ranks (1)", "PL192", "it names none here"),
+    # a negative literal is shown once, not as an expression equal to itself
+    ("override grads: clip_on_ranks over (dp) ranks (-1)", "PL191", "rank -1 is not a rank of dp of 4 ranks"),
+    ("override grads: clip_on_ranks over (dp, pp) ranks (-1)", "PL191", "rank -1 is not a rank of (dp, pp) of 16"),
     ("override grads: divide_on_ranks over (dp, pp) ranks (16) by 2", "PL191",
      "rank 16 is not a rank of (dp, pp) of 16 ranks (its ranks are 0 .. dp * pp - 1)"),
     ("override grads: divide_on_ranks over (pp) ranks (1, 1) by 2", "PL506", "second time it names rank 1"),
@@ -148,6 +151,7 @@ def test_errors_are_located(tmp_path, capsys, line, code, words):
     err = capsys.readouterr().err
     n = f.read_text().splitlines().index("  " + line) + 1
     assert f"{f}:{n}:3: error:" in err and f"[{code}]" in err and words in err, err
+    assert "-1 = -1" not in err, err
 
 
 def test_two_divisors_on_rank_sets_of_two_axes_are_multiplied(tmp_path, capsys):

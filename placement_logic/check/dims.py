@@ -41,7 +41,8 @@ class GradDim:
     # a part of a tensor axis where K kv heads are copied on axis/K ranks each: HEAD_PART (size K, which
     # head a rank holds) or COPY_PART (size axis/K, which copy); a reduction over the axis counts on both
     part: str = ""
-    heads: int = 0  # K, for a part
+    heads: int = 0  # K, for a part (over several axes, the axis's own share of the heads: ``heads.copy_layout``)
+    pin: int = 0  # the axis's size is this (K/V heads copied over several axes: an axis of whole heads)
 
 
 def axis_dims(plan: ir.Plan, axes, cls: pg.ParamGroup, role_of, pls, k, sp: bool, tied: bool) -> list[GradDim]:
@@ -51,8 +52,8 @@ def axis_dims(plan: ir.Plan, axes, cls: pg.ParamGroup, role_of, pls, k, sp: bool
     g, kind = cls.name, cls.checks_as
     dims: list[GradDim] = []
     partial = heads.partial_axes(plan, cls)
-    copied = heads.kv_copies(plan) if kind == "kv" else None
-    copy_axis = copied[2][0] if copied is not None and len(copied[2]) == 1 else None
+    layout = (heads.copy_layout(plan) or {}) if kind == "kv" else {}
+    several = len(layout) > 1
     for a in axes:
         role = role_of(a)
         if role in DATA_ROLES and views.view(plan).role(a) in TENSOR_ROLES:  # folding: expert data over a tensor axis
@@ -86,8 +87,10 @@ def axis_dims(plan: ir.Plan, axes, cls: pg.ParamGroup, role_of, pls, k, sp: bool
             else:
                 dims.append(GradDim(a, a, TOKEN, k[a], replica=True,
                                     why=f"non-expert parameters see different tokens on each {a} rank"))
-        elif role in TENSOR_ROLES and a == copy_axis:  # K kv heads, each copied on a/K ranks
-            n_heads = copied[0]
+        elif role in TENSOR_ROLES and a in layout and several:  # K kv heads copied over several axes (kvproduct)
+            dims += copied_dims(a, layout, k)
+        elif role in TENSOR_ROLES and a in layout:  # K kv heads, each copied on a/K ranks
+            n_heads = layout[a][0]
             dims.append(GradDim(a, a, SHARDED, k[a], part=HEAD_PART, heads=n_heads,
                                 why=f"the {n_heads} kv heads are split over {a} in blocks of {a}/{n_heads} ranks"))
             dims.append(GradDim(f"{a}.copies", a, SPLIT, k[a] + k[(a, COPY_PART)], replica=True, part=COPY_PART,
@@ -120,3 +123,19 @@ def axis_dims(plan: ir.Plan, axes, cls: pg.ParamGroup, role_of, pls, k, sp: bool
             else:
                 dims.append(GradDim(a, a, SHARDED, k[a], why=f"each {a} stage holds its own layers"))
     return dims
+
+
+def copied_dims(a: str, layout: dict[str, tuple[int, int]], k) -> list[GradDim]:
+    """The dimensions of tensor axis ``a`` of a copy layout over several axes (check.kvproduct)."""
+    h, pin = layout[a]
+    joint = "×".join(layout)
+    if pin:
+        return [GradDim(a, a, SHARDED, k[a], pin=pin,
+                        why=f"each {a} rank holds its own kv heads: numbered by the joint index of {joint}, a copy "
+                            f"group is a run of consecutive ranks on the later axes (the layout at {a} = {pin})")]
+    blocks = f"in {h} blocks of {a}/{h} ranks" if h > 1 else "in one block: every rank a copy"
+    return [GradDim(a, a, SHARDED, k[a], part=HEAD_PART, heads=h,
+                    why=f"the kv heads are split over {a} {blocks} (the joint index of {joint})"),
+            GradDim(f"{a}.copies", a, SPLIT, k[a] + k[(a, COPY_PART)], replica=True, part=COPY_PART, heads=h,
+                    why=f"each kv head is copied on {a}/{h} ranks of {a} (its copy group a run of ranks of {joint}): "
+                        "each copy's gradient comes from its rank's query heads only and is summed over its copy group")]

@@ -45,6 +45,7 @@ class Env:
     side: list = field(default_factory=list)
     counts_cap: int | None = None
     counts_pattern: tuple[int, int] | None = None  # (a, b): every shard's count fixed, a on the observer's, b elsewhere
+    pins: set = field(default_factory=set)  # axes whose declared size a K/V copy layout needs (check.kvproduct)
 
     def __post_init__(self) -> None:
         for name in self.step.axes + (steps.MICROBATCHES,):
@@ -60,6 +61,9 @@ class Env:
     def size(self, dim: steps.GradDim | str) -> Any:
         if isinstance(dim, str):
             return self.sizes[dim]
+        if dim.pin and dim.axis not in self.pins:  # an axis of whole kv heads: the layout's size (kvproduct)
+            self.pins.add(dim.axis)
+            self.side.append(self.sizes[dim.axis] == dim.pin)
         if dim.part:
             return self.part_size(dim)
         if dim.tie:
@@ -314,7 +318,7 @@ def norm_negation(env: Env, prefix: str, boolean: bool) -> tuple[list, Callable[
             own[a], others[a] = u, v
         factors[g.group] = (own, others)
         for d in g.dims:  # K kv heads copied over an axis: the axis a multiple of K (a side constraint)
-            if d.part == steps.COPY_PART:
+            if d.part == steps.COPY_PART or d.pin:
                 env.size(d)
         if not boolean:
             factor = one

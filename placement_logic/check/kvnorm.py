@@ -23,7 +23,7 @@ from dataclasses import replace
 from .. import ir
 from ..diagnostics import NO_SPAN, Code, Diagnostic, DiagnosticError
 from ..ir.overrides import OverrideTarget, OverrideVerb
-from . import clipagg
+from . import clipagg, kvproduct
 from .dims import COPY_PART
 
 
@@ -113,6 +113,7 @@ def diagnosis(g, sizes: dict[str, int]) -> list[str]:
         if a in g.clip_copies and sizes[a] // k >= 2:
             how = (f"`count_copies` at line {g.clip_copies_span.line}" if g.clip_copies_span != NO_SPAN
                    else "a stated reduction with no duplicate filter")
-            out.append(f"the {k} kv heads ({g.group}) are copied on {sizes[a] // k} {a} ranks each and the norm sums "
+            heads = "the kv heads" if kvproduct.several(g) else f"the {k} kv heads"  # over several axes: K blocks
+            out.append(f"{heads} ({g.group}) are copied on {sizes[a] // k} {a} ranks each and the norm sums "
                        f"every copy ({how}): each head's squared norm counted {sizes[a] // k} times, not once")
     return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..diagnostics import NO_SPAN, Span
-from . import aspects, checkpoint_check, losses, sources, steps
+from . import aspects, checkpoint_check, kvproduct, losses, sources, steps
 from . import encode as en
 from . import replay as rp
 from . import replay_state as rs
@@ -34,6 +34,13 @@ def _filter_notes(step: steps.StepModel) -> tuple[str, ...]:
         out.append(f"duplicate filter ({how}): the copies of {', '.join(names)} over ({', '.join(axes)}) counted on "
                    "one rank there in the norm")
     for g in step.groups:  # K kv heads copied over a summed axis, each copy group counted once (check.kvnorm)
+        if kvproduct.several(g):
+            axes = [d.axis for d in g.dims if d.part == steps.COPY_PART and d.axis in (g.clip_axes or ())
+                    and d.axis not in g.clip_copies]
+            if axes:
+                out.append(f"duplicate filter: each kv head ({g.group}) counted on the first rank of its copy group "
+                           f"(a run of ranks of {', '.join(axes)}) in the norm")
+            continue
         for d in g.dims:
             if d.part == steps.COPY_PART and d.axis in (g.clip_axes or ()) and d.axis not in g.clip_copies:
                 out.append(f"duplicate filter: each of the {d.heads} kv heads ({g.group}) copied on {d.axis}/{d.heads} "
@@ -252,16 +259,21 @@ def _undecided(obs: list[Obligation], step: steps.StepModel, pinned: dict[str, i
     clip = ""
     for g in step.groups:
         for d in g.dims:
+            if d.pin and d.axis in pinned and pinned[d.axis] != d.pin:  # check.kvproduct: another layout there
+                missing[g.group] = (f"{d.axis} = {pinned[d.axis]}, where the plan declares {d.pin}: the kv heads' copy "
+                                    "groups over several tensor axes are read at the declared size of an axis of whole "
+                                    "heads; the missing fact is how the heads are laid out at the pinned sizes")
             if d.part != steps.COPY_PART:
                 continue
             if d.axis in pinned and pinned[d.axis] % d.heads:
                 missing[g.group] = (f"{d.axis} = {pinned[d.axis]} is not a multiple of the {d.heads} kv heads, which "
                                     f"the plan copies over {d.axis}: the missing fact is how the heads are laid out")
-            note = (f"{d.axis}: multiples of {d.heads} (the kv heads, each copied on {d.axis}/{d.heads} ranks, "
-                    "summed over its copy group)")
+            note = kvproduct.note(g) if kvproduct.several(g) else (
+                f"{d.axis}: multiples of {d.heads} (the kv heads, each copied on {d.axis}/{d.heads} ranks, "
+                "summed over its copy group)")
             for ob in obs:
-                if ob.whole == g.group or ob.aspect_of == g.group or ob.name == f"SC grads[{g.group}]" \
-                        or ob.condition == "CR02":
+                if (ob.whole == g.group or ob.aspect_of == g.group or ob.name == f"SC grads[{g.group}]"
+                        or ob.condition == "CR02") and note not in ob.notes:
                     ob.notes = ob.notes + (note,)
             blocks = _subgroups.norm_blocks(plan) if plan is not None else None
             if blocks is not None and d.axis in (blocks.axes or ()):
@@ -308,7 +320,7 @@ def _gi_text(g: steps.GroupModel, aspect: str) -> tuple[str, str]:
             "(every other reduction and the normalisation as derived)")
     if d.part == steps.COPY_PART:
         return f"over {d.axis} copy groups", (
-            f"the {g.group} gradient is split over each copy group of {d.axis} (the {d.axis}/{d.heads} ranks holding "
+            f"the {g.group} gradient is split over each copy group of {d.axis} (the {kvproduct.share(d)} ranks holding "
             "one kv head), so every partial contribution is all-reduced over its copy group exactly once "
             "(every other reduction and the normalisation as derived)")
     if d.implicit:

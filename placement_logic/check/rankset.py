@@ -120,7 +120,8 @@ def check_one(o: ir.Override, sizes: dict[str, Fraction]) -> None:
         n = group_size(o, sizes) if known else None
         if v.denominator != 1 or v < 0 or (n is not None and v >= n):
             size = f" of {n} ranks" if n is not None else ""
-            shown = _num(v) if isinstance(r, ir.Const) else f"{ir.show(r)} = {_num(v)}"
+            text = ir.show(r)  # a folded expression with its value; a literal (``-1``) once
+            shown = text if text == _num(v) else f"{text} = {_num(v)}"
             last = " * ".join(o.axes)
             raise _err(Code.RANK_OUT_OF_RANGE, f"{head(o)}: rank {shown} is not a rank of "
                        f"{axis}{size} (its ranks are 0 .. {last} - 1)", o)

@@ -16,7 +16,7 @@ from math import lcm
 from typing import Iterable
 
 from .. import ir
-from . import aspects, steps
+from . import aspects, kvproduct, steps
 from .report import Counterexample, coords_text
 from .values import fold, resolver, show
 
@@ -214,7 +214,7 @@ def diagnose_group(ctx: Context, g: steps.GroupModel, equal_counts: bool = False
         if d.k == aspects.correct_k(d):
             continue
         where = f"the tied pair of {d.axis} stages" if d.tie else \
-            f"each copy group of {d.axis} ({d.axis}/{d.heads} ranks)" if d.part == steps.COPY_PART else d.axis
+            f"each copy group of {d.axis} ({kvproduct.share(d)} ranks)" if d.part == steps.COPY_PART else d.axis
         if d.name == steps.MICROBATCHES:
             out.append("only the last microbatch's gradient survives: it is not accumulated "
                        "(no accumulation buffer, no per-microbatch reduce-scatter)")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from fractions import Fraction
 from itertools import product
 
-from . import clipagg, kvnorm, perrank, rankcount
+from . import clipagg, kvnorm, kvproduct, perrank, rankcount
 from .replay import Context, _frac, coords_text
 from .report import Counterexample
 from .values import resolver
@@ -44,8 +44,8 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
     axes = step.axes
     pos = {a: i for i, a in enumerate(axes)}
     reduce_axes = step.overflow_axes if boolean else step.clip_axes
-    if any(sizes[a] % k for g in step.groups for a, k in kvnorm.copy_heads(g).items()):
-        return None  # a size that is no multiple of the kv heads copied over it: no such mesh
+    if not kvproduct.layout_ok(step.groups, sizes):
+        return None  # a size that is no multiple of the kv heads copied over it (or off a pinned one): no such mesh
     devices = _devices(ctx, sizes)
     placed: dict[tuple[str, Coord], object] = {}
     leaf = resolver(ctx.bindings, {k: Fraction(v) for k, v in sizes.items()})
@@ -129,8 +129,9 @@ def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:
     eq = (f"grad-norm² on {coords_text(axes, dev)} = {_frac(buf[dev])}, global grad-norm² = {_frac(expected)}; "
           f"clip coefficient² with max_norm² = {_frac(clip2)}: {_frac(coef(buf[dev]))} instead of {_frac(coef(expected))}")
     values = (("squared gradient norms", f"{where} (one value per listed shard, 0 elsewhere)"), ("reduction", reduce_text))
-    values += tuple((f"{g.group} heads over {a}", f"head h held by the {a} ranks h·{sizes[a] // k} .. "
-                     f"h·{sizes[a] // k} + {sizes[a] // k - 1} (its copy group)")
+    values += tuple((f"{g.group} heads over {a}", kvproduct.joint_text(g, a, sizes[a] // k) or (
+                     f"head h held by the {a} ranks h·{sizes[a] // k} .. h·{sizes[a] // k} + {sizes[a] // k - 1} "
+                     "(its copy group)"))
                     for g in step.groups for a, k in kvnorm.copy_heads(g).items() if sizes[a] // k >= 2)
     derived = ctx.derived.clip_axes
     diag = []

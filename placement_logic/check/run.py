@@ -23,7 +23,9 @@ from ..ir.overrides import OverrideTarget, OverrideVerb
 from ..resolve.validate import check_rebinding
 from ..solver.session import Session, SolverStatus
 from . import encode as en
+from . import encode_shapefacts as shapefacts
 from . import (
+    kvproduct,
     render,  # noqa: F401 - gives CheckReport its Markdown view in a notebook
     steps,
 )
@@ -69,7 +71,10 @@ def _scope(pinned: dict[str, int], step: steps.StepModel) -> str:
 
 
 def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: dict, pinned: dict[str, int],
-              bound: int) -> ObligationResult:
+              bound: int, shape: tuple = ()) -> ObligationResult:
+    """The obligation's verdict: proved, refuted with a replayed counterexample, or unknown. Every
+    query's sizes meet the model's shape facts (``shape``, check.encode_shapefacts), and so does every
+    witness variant the replay is shown."""
     seconds = 0.0
     reasons: list[str] = []
 
@@ -80,7 +85,8 @@ def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: di
                      tier.equal_counts or step.equal_tokens, counts_cap=tier.counts_cap,
                      counts_pattern=None if step.equal_tokens and tier.counts_pattern else tier.counts_pattern)
         cons, extract = ob.encode(env)
-        out = sess.check(f"{step.plan}:{ob.name}:{tier.label}", env.side + cons, timeout)
+        out = sess.check(f"{step.plan}:{ob.name}:{tier.label}", env.side + shapefacts.side(env.sizes, shape) + cons,
+                         timeout)
         seconds += out.seconds
         return out, extract
 
@@ -91,6 +97,10 @@ def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: di
 
     if ob.unknown:
         return result(Verdict.UNKNOWN, _scope(pinned, step), reason=ob.unknown)
+
+    def ok(sizes: dict[str, int]) -> bool:  # sizes the model takes, at which its layouts hold
+        return kvproduct.layout_ok(step.groups, sizes) and shapefacts.holds(shape, sizes)
+
     # the for-all query, first with a short limit: a query that z3 does not decide at once is
     # left while the cheap guesses run, and asked again with the full limit only if they fail
     first, extract = query(FORALL, QUICK_SECONDS)
@@ -98,7 +108,7 @@ def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: di
     if first.status == SolverStatus.UNSAT:
         return result(Verdict.PROVED, _scope(pinned, step))
     if first.status == SolverStatus.SAT:  # the witness already found goes first: one replay per candidate, no search
-        cex = _shrunk(ob, first, extract, pinned, "for-all witness", reasons)
+        cex = _shrunk(ob, first, extract, pinned, "for-all witness", reasons, ok)
         if cex is not None:
             return _refuted(ob, result, _scope(pinned, step), cex)
     devices = _pinned_devices(step, pinned)
@@ -112,7 +122,7 @@ def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: di
     for tier in GUESSES:
         out, guess_extract = query(tier)
         if out.status == SolverStatus.SAT:
-            cex = _shrunk(ob, out, guess_extract, pinned, tier.label, reasons)
+            cex = _shrunk(ob, out, guess_extract, pinned, tier.label, reasons, ok)
             if cex is not None:
                 return _refuted(ob, result, _scope(pinned, step), cex)
         elif out.status == SolverStatus.UNKNOWN:
@@ -122,7 +132,7 @@ def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: di
         if first.status == SolverStatus.UNSAT:
             return result(Verdict.PROVED, _scope(pinned, step))
         if first.status == SolverStatus.SAT:
-            cex = _shrunk(ob, first, extract, pinned, "for-all witness", reasons)
+            cex = _shrunk(ob, first, extract, pinned, "for-all witness", reasons, ok)
             if cex is not None:
                 return _refuted(ob, result, _scope(pinned, step), cex)
     if first.status == SolverStatus.UNKNOWN:
@@ -161,10 +171,15 @@ def _pinned_devices(step: steps.StepModel, pinned: dict[str, int]) -> int:
     return n
 
 
-def _shrunk(ob: Obligation, out, extract, pinned: dict[str, int], label: str, reasons: list[str]):
-    """The counterexample of the smallest variant of a sat query's witness that fails on replay."""
+def _shrunk(ob: Obligation, out, extract, pinned: dict[str, int], label: str, reasons: list[str], ok=None):
+    """The counterexample of the smallest variant of a sat query's witness that fails on replay (a
+    variant at sizes ``ok`` refuses, a configuration the model does not take, is none)."""
+
+    def replay(w: dict):
+        return ob.replay(w) if ok is None or ok(w.get("sizes", {})) else None
+
     try:
-        found = wt.shrink(extract(out.model), ob.replay, pinned, MAX_REPLAY_DEVICES)
+        found = wt.shrink(extract(out.model), replay, pinned, MAX_REPLAY_DEVICES)
     except ValueError as exc:  # an irrational model value cannot be replayed
         reasons.append(f"{label}: {exc}")
         return None
@@ -185,11 +200,13 @@ def check_plan(sess: Session, spec: ir.Spec, plan: ir.Plan, pinned: dict[str, in
     checker = PlanChecker(spec, plan, dict(pinned))
     step, bindings = checker.step, checker.bindings
     obs = checker.obligations()
-    results = _explain(obs, [discharge(sess, ob, step, bindings, pinned, bound) for ob in obs])
+    shape = tuple(f for f in shapefacts.facts(plan, bindings) if any(a not in pinned for a in f.axes))
+    results = _explain(obs, [discharge(sess, ob, step, bindings, pinned, bound, shape) for ob in obs])
     free = [n for n in step.axes + (steps.MICROBATCHES,) if n not in pinned]
     assumed = (
         "deterministic, synchronous execution",
-        (f"{', '.join(free)}: any positive integer" if free else "every size pinned"),
+        (f"{', '.join(free)}: any positive integer" if free else "every size pinned")
+        + (f", as the model's shapes take them ({'; '.join(f.text() for f in shape)})" if shape else ""),
         f"loss: {step.loss.replace('_', ' ')}",
         ("a device's microbatch may hold 0 tokens (its count is clamped before the reduction)"
          if any(o.target == OverrideTarget.TOKENS and o.verb == OverrideVerb.CLAMP_BEFORE_REDUCE for o in plan.overrides)

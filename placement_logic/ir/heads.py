@@ -71,6 +71,34 @@ def kv_copies(plan: Plan) -> tuple[int, int, tuple[str, ...]] | None:
     return (k, n, axes) if n > k and n % k == 0 else None
 
 
+def copy_layout(plan: Plan) -> dict[str, tuple[int, int]] | None:
+    """axis -> (h, pin) for the axes over which ``kv_copies`` copies the K kv heads, or None where
+    there are none or the copy groups are no product of parts of the axes. The tensor ranks are
+    numbered by the axes' joint index (mixed radix, the first axis most significant); rank j holds
+    head j // (n/K), so each copy group is a run of n/K consecutive joint indices: the last axes
+    wholly (h = 1: every rank of the axis a copy), then one axis cut into h blocks of ranks (its
+    head part, h = size/copies; for one axis h = K), and the first axes whole heads (h = the size,
+    pinned: at another size the runs would cross the axes otherwise, so the layout holds at that
+    size only; pin 0: any size that is a multiple of h). A run that crosses an axis's blocks (2 kv
+    heads on 2 x 3 ranks: runs of 3 of 6 joint indices) is no product: None."""
+    got = kv_copies(plan)
+    if got is None:
+        return None
+    k, n, axes = got
+    rem, out = n // k, {}
+    for a in reversed(axes):
+        s = _number(plan.mesh.axis(a).size)
+        if rem == 1:
+            out[a] = (s, s)
+        elif rem % s == 0:
+            out[a], rem = (1, 0), rem // s
+        elif s % rem == 0:
+            out[a], rem = (s // rem, 0), 1
+        else:
+            return None
+    return {a: out[a] for a in axes}
+
+
 def copies_note(plan: Plan) -> str | None:
     """One sentence for reports when the plan copies K/V heads over tensor ranks, else None."""
     t = plan.model.transformer
@@ -136,10 +164,10 @@ def undecided(plan: Plan, group: str) -> str:
     """The fact the checker's step model lacks for ``group`` (empty when it decides it): a sum over
     each K/V copy group, a part of a tensor axis, when the plan copies K >= 2 kv heads."""
     got = kv_copies(plan) if group == "kv" else None
-    if got is None or len(got[2]) == 1:  # one axis: its head and copy parts are dimensions of the step model
+    if got is None or copy_layout(plan) is not None:  # a head part and a copy part per axis: dimensions of the model
         return ""
     k, n, axes = got
-    return (f"the {k} kv heads are copied on {n // k} ranks each of {'×'.join(axes)} = {n}: the kv gradient is "
-            f"partial over each copy group of {n // k} ranks, a part of several axes, which the step model does not "
-            "represent; the missing fact: that the system sums the kv gradient over each copy group and over no "
-            "other part of the axes")
+    return (f"the {k} kv heads are copied on {n // k} ranks each of {'×'.join(axes)} = {n}: numbered by the axes' "
+            f"joint index, each copy group of {n // k} consecutive ranks crosses the blocks of "
+            f"{'×'.join(axes)}, so it is no product of parts of the axes, which the step model does not represent; "
+            "the missing fact: which ranks of each axis a copy group holds")

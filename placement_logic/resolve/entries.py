@@ -332,7 +332,8 @@ def _ranks_in_range(vals: Values, o: ir.Override, ranks: tuple[ir.Value, ...]) -
     for r in ranks:
         v = number(r, vals)
         if v is not None and (v.denominator != 1 or v < 0 or (n is not None and v >= n)):
-            shown = f"{ir.show(r)} = {v}" if not isinstance(r, ir.Const) else str(v)
+            text = ir.show(r)  # a folded expression with its value; a literal (``-1``) once
+            shown = f"{text} = {v}" if text != str(v) else text
             size = f" of {n} ranks" if n is not None else ""
             vals.cx.error(Code.RANK_OUT_OF_RANGE, f"override {o.target}{f'[{o.group}]' if o.group else ''}: "
                           f"{o.verb} over ({axis}): rank {shown} is not a rank of {axis}{size} (its ranks are 0 .. "

@@ -146,6 +146,9 @@ BASES = {b.name: b for b in [
          "mqa", [("dp", 8), ("tp", 2)], ["dp: ddp", "tp: megatron_tp"]),
     base("gqa_tp", "DDP x Megatron TP, two kv heads each copied on two tensor ranks",
          [D + "ddp", "from std.tensor import megatron_tp"], "gqa", [("dp", 8), ("tp", 4)], ["dp: ddp", "tp: megatron_tp"]),
+    base("gqa_tp2", "DDP x Megatron TP over two tensor axes, two kv heads each copied on a run of four of their "
+         "joint ranks", [D + "ddp", "from std.tensor import megatron_tp"], "gqa", [("dp", 8), ("tp", 4), ("tl", 2)],
+         ["dp: ddp", "tp: megatron_tp", "tl: megatron_tp"]),
     base("mqa_sp", "ZeRO-1 x Megatron TP with SP, one kv head and query/key norms",
          [D + "zero1", "from std.tensor import megatron_sp"], "mqa", [("dp", 8), ("tp", 4)],
          ["dp: zero1", "tp: megatron_sp"]),
@@ -761,6 +764,28 @@ mutant("kv_copies_filter_skips_kv_gqa_tp", "gqa_tp",
        ["override clip_norm: reduce over (tp)", "override clip_norm[norms]: dedupe over (tp)",
         "override clip_norm[biases]: dedupe over (tp)"], ["SC clip_norm"], mirrors=KV_SHARD)
 
+# K >= 2 kv heads copied over a product of tensor axes: each copy group a run of the joint index (check.kvproduct)
+KV_UNSUMMED = ("copied K/V weights whose gradients are never summed over the tensor group "
+               "(bigcode-project/Megatron-LM#37, NVIDIA-NeMo/RL#3716)")
+KV_LOCAL = "a K/V replication group built from one mesh dimension, not the flattened tensor mesh (huggingface/transformers#47811)"
+KV_WHOLE = "copied K/V weights all-reduced over the whole tensor group like replicated weights (NVIDIA-NeMo/Automodel#3822)"
+mutant("kv_copies_not_summed_gqa_tp2", "gqa_tp2",
+       "the copied kv heads' gradients reduced over dp only (`grads[kv]: reduce over (dp)`): each copy keeps the part "
+       "from its rank's query heads.", ["override grads[kv]: reduce over (dp)"],
+       gi(["kv"], "over tp copy groups") + ["GI grads[kv] over tl copy groups", "SC grads[kv]", "CR02"],
+       mirrors=KV_UNSUMMED)
+mutant("kv_copies_group_one_axis_gqa_tp2", "gqa_tp2",
+       "the copy groups' sum taken over tl alone (`grads[kv]: reduce over (dp, tl)`): each group also spans 2 tp ranks, "
+       "whose parts never meet.", ["override grads[kv]: reduce over (dp, tl)"],
+       gi(["kv"], "over tp copy groups") + ["SC grads[kv]", "CR02"], mirrors=KV_LOCAL)
+mutant("kv_copies_whole_group_gqa_tp2", "gqa_tp2",
+       "the copied kv heads all-reduced over the whole tensor group (`grads[kv]: reduce over (dp, tp, tl)`): the two "
+       "heads' gradients added.", ["override grads[kv]: reduce over (dp, tp, tl)"],
+       gi(["kv"], "over tp") + ["CR02"], mirrors=KV_WHOLE)
+mutant("kv_copies_counted_gqa_tp2", "gqa_tp2",
+       "every copy of the kv heads counted in the norm (`clip_norm[kv]: count_copies over (tp, tl)`): each head 4 "
+       "times.", ["override clip_norm[kv]: count_copies over (tp, tl)"], ["SC clip_norm"], mirrors=KV_MARKED)
+
 # per-rank ownership in the norm; the token count clamped before its reduction (a partial value)
 SINKS = "attention sinks not marked tensor-parallel, counted on tp rank 0 (NVIDIA/Megatron-LM#7452, #7530)"
 EXPERT_TP = "expert weights split over tp counted on tp rank 0 only (NVIDIA/Megatron-LM#5916)"
@@ -1189,6 +1214,10 @@ for name, b, lines, why in [
     ("clip_filter_kv_copies_gqa", "gqa_tp", ["override clip_norm: reduce over (tp)", "override clip_norm: dedupe over (tp)"],
      "a written sum over tp with the duplicate filter over tp: the layer norms, the biases and each copied kv head "
      "counted once, as the derived norm does."),
+    ("clip_filter_kv_copies_gqa_tp2", "gqa_tp2", ["override clip_norm: reduce over (tp, tl)",
+                                                   "override clip_norm: dedupe over (tp, tl)"],
+     "over two tensor axes, a written sum with the duplicate filter over both: each copy group (a run of the joint "
+     "index) counted once, as the derived norm does."),
     ("clip_filter_names_kv_gqa", "gqa_tp", ["override clip_norm: reduce over (tp)",
                                             "override clip_norm[norms]: dedupe over (tp)",
                                             "override clip_norm[biases]: dedupe over (tp)",
@@ -1217,6 +1246,14 @@ for name, b, lines, why in [
      "after DDP's all-reduce every rank holds the same full gradient, so a local overflow check agrees."),
 ]:
     with_base(f"restated_{name}", b, "explicit override restating the derived behaviour: " + why, lines)
+
+# two kv heads on tp = 2 x tl = 2 tensor ranks: each copy group is the whole tl axis (tp holds whole heads), so a
+# reduction over (dp, tl) is the sum over each copy group (check.kvproduct)
+equivalent("kv_copy_group_whole_tl_gqa", BASES["gqa_tp2"].title,
+           "with tp = 2 and tl = 2 each kv head is copied on both tl ranks of one tp rank: `grads[kv]: reduce over "
+           "(dp, tl)` sums each copy group once, as the derived collective does.",
+           list(BASES["gqa_tp2"].bind) + ["override grads[kv]: reduce over (dp, tl)"], "gqa_tp2",
+           mesh=[("dp", 8), ("tp", 2), ("tl", 2)])
 
 # cancelling errors and exact means
 for name, b, lines, why in [
