@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pkgsource
 import pytest
 from corpus import ROOT, example_files
 
@@ -22,7 +23,7 @@ SOLVER_MODULES = {"encode.py", "encode_time.py", "encode_partial.py", "encode_bu
 
 def imported_roots(path: Path) -> set[str]:
     roots = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(pkgsource.tree(path)):
         if isinstance(node, ast.Import):
             roots |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:

@@ -222,8 +222,10 @@ def test_source_lines_wrapped_without_changing_the_tex():
     assert " ".join(c[2:].strip() for c in comments).split() == comment[2:].split()
 
 
-def test_step_time_and_mfu_as_named_terms_every_line_short():
-    _, tex, _ = run("cost", "examples/llama70b_3d.place", "--device", "h100_sxm", "--format", "latex")
+@pytest.mark.parametrize("plans", [("--plan", "megatron_3d"), pytest.param((), marks=pytest.mark.slow)],
+                         ids=["one plan", "every plan"])
+def test_step_time_and_mfu_as_named_terms_every_line_short(plans):
+    _, tex, _ = run("cost", "examples/llama70b_3d.place", *plans, "--device", "h100_sxm", "--format", "latex")
     assert max(map(len, tex.splitlines())) <= 200
     body = unwrap_source(tex)
     step = next(line for line in body.splitlines() if line.startswith(r"T_{\mathrm{step}} &="))

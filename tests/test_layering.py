@@ -7,6 +7,7 @@ import ast
 from functools import lru_cache
 from pathlib import Path
 
+import pkgsource
 import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "placement_logic"
@@ -31,10 +32,7 @@ PACKAGE_RULES = {
 }
 
 
-@lru_cache(maxsize=None)
-def _tree(path: Path) -> ast.Module:
-    """A source file's syntax tree, parsed once for every test of this file (none changes it)."""
-    return ast.parse(path.read_text())
+_tree = pkgsource.tree  # a source file's syntax tree, parsed once per process (none changes it)
 
 
 def imported_roots(path: Path) -> set[str]:

@@ -102,17 +102,18 @@ def _fresh(monkeypatch):
         monkeypatch.setattr(search, table, {})
 
 
-@pytest.mark.parametrize("pp, strategies, per_structure", [
-    ((2,), ("zero1", "hsdp"), 1),
-    pytest.param((1, 2, 4), ("ddp", "zero3", "hsdp"), 3, marks=pytest.mark.slow),
+@pytest.mark.parametrize("pp, strategies, per_structure, least", [
+    ((2,), ("hsdp",), 1, 18),  # the quick tier's: hsdp's 18 structures
+    pytest.param((2,), ("zero1", "hsdp"), 1, 40, marks=pytest.mark.slow),
+    pytest.param((1, 2, 4), ("ddp", "zero3", "hsdp"), 3, 40, marks=pytest.mark.slow),
 ])
-def test_compiled_figures_equal_each_rows_own_derivation(tmp_path, pp, strategies, per_structure):
+def test_compiled_figures_equal_each_rows_own_derivation(tmp_path, pp, strategies, per_structure, least):
     model = tmp_path / "model.place"
     model.write_text(MODEL)
     space = search.Space(devices=64, global_batch=64, seq=4096, device="h100_sxm", tp=(1, 2, 4, 8), pp=pp,
                          cp=(1, 2, 4), microbatch=(1, 2), chunks=(1, 2), strategies=strategies,
                          recompute=("none", "full"))
-    assert _check(str(model), space, per_structure, seed=11) >= 40
+    assert _check(str(model), space, per_structure, seed=11) >= least
 
 
 @pytest.mark.slow

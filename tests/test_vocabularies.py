@@ -16,6 +16,8 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+import pkgsource
+
 from placement_logic.ir.buffers import DENSE_BUFFERS, EXPERT_BUFFERS, PayloadTensor, grads_group, group_grads
 from placement_logic.ir.groups import CLASSES, LIKE, GradClass, Holding, LayerKind, LayerRange, Stage
 from placement_logic.measure.report import Outcome, RowStatus
@@ -28,7 +30,7 @@ PKG = Path(__file__).resolve().parent.parent / "placement_logic"
 
 @lru_cache(maxsize=None)
 def _modules() -> tuple[tuple[str, ast.Module], ...]:
-    return tuple((str(p.relative_to(PKG)), ast.parse(p.read_text())) for p in sorted(PKG.rglob("*.py")))
+    return tuple((str(p.relative_to(PKG)), pkgsource.tree(p)) for p in sorted(PKG.rglob("*.py")))
 
 
 def _strings(node: ast.AST | None):
