@@ -239,7 +239,9 @@ def test_ulysses_heads_per_tensor_rank():
 
 @pytest.mark.parametrize("stmt", ["override layout: zigzag", "override layout[labels]: contiguous",
                                   "override layout[causal_mask]: zigzag",
-                                  "override layout[position_ids]: zigzag_per_document"])
+                                  "override layout[position_ids]: zigzag_per_document",
+                                  "override layout: zigzag_document_major",
+                                  "override layout[labels]: zigzag_per_document_unpadded"])
 def test_statements_format_round_trip(stmt):
     from placement_logic.frontend.canonical import format_source
 
@@ -300,10 +302,10 @@ def _te_partitioned_indices(cu_seqlens: list[int], total: int, ws: int, rank: in
 
 @pytest.mark.parametrize("c", [2, 3, 4])
 def test_layouts_are_the_systems_index_generators(c):
-    # the checker's positions (check.cplayout_packs) against the systems' own generators on every pack the
+    # the checker's positions (check.encode_cplayout_packs) against the systems' own generators on every pack the
     # obligation quantifies over: unequal lengths, padded documents; torch shards the rearranged sequence in c
     # contiguous chunks
-    from placement_logic.check import cplayout_packs as cp
+    from placement_logic.check import encode_cplayout_packs as cp
 
     for pack in cp.PACKS:
         lengths = [2 * c * u for u, _ in pack]
@@ -325,7 +327,7 @@ def test_the_packs_tell_every_two_layouts_apart(c):
     # the obligation's bounded family of packs (at most two documents of 2c or 4c positions, padded or not)
     # separates every two different layouts at every c it is asked about; the simulator's larger family is the
     # oracle that it misses no difference (test_checker_agrees_with_the_layout_simulator)
-    from placement_logic.check import cplayout_packs as cp
+    from placement_logic.check import encode_cplayout_packs as cp
 
     for a, b in [(x, y) for x in (Z, C, P, DM, UP) for y in (Z, C, P, DM, UP) if x < y]:
         assert any(cp.position(a, p, c, r, j) != cp.position(b, p, c, r, j)

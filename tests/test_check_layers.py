@@ -15,7 +15,7 @@ from placement_logic.diagnostics import CODES
 
 CHECK = ROOT / "placement_logic" / "check"
 SOLVER_MODULES = {"encode.py", "encode_time.py", "encode_partial.py", "encode_buckets.py", "encode_rankupdate.py",
-                  "encode_subgroups.py", "encode_cplayout.py", "encode_auxstats.py", "encode_rankcount.py", "encode_rankproduct.py", "encode_ignored.py", "session.py", "run.py",
+                  "encode_subgroups.py", "encode_cplayout.py", "encode_cplayout_packs.py", "encode_auxstats.py", "encode_rankcount.py", "encode_rankproduct.py", "encode_ignored.py", "session.py", "run.py",
                   "obligations.py"}
 
 

@@ -17,7 +17,7 @@ permutes them alike (the derived step), a statement ``layout[ITEM]: ...`` says w
 Packs of documents of unequal lengths, padded or not, and the layouts of PyTorch's per-document head-tail
 balancer (rank-major since pytorch/pytorch#189902: ``zigzag_per_document``; document-major before it:
 ``zigzag_document_major``) and of a per-document cut at the unpadded boundaries
-(``zigzag_per_document_unpadded``) are defined in check.cplayout_packs.
+(``zigzag_per_document_unpadded``) are defined in check.encode_cplayout_packs.
 
 Input: an ``ir.Plan``. Output: ``model(plan)``, the layout of every item and the statements that give
 them (None where the plan states no layout), and ``obligations``: one per item that follows the inputs,
@@ -25,7 +25,7 @@ them (None where the plan states no layout), and ``obligations``: one per item t
 computes from the token the inputs hold there: the labels and position ids of a token that reads them are
 its own (π_ITEM(r, j) = π_inputs(r, j)), its loss mask value is its own, and the causal mask lets in exactly
 the real keys of its document at or before it. The z3 negation: a group of c ≥ 2 ranks, a pack of
-``cplayout_packs.PACKS`` (at most two documents, each padded to 2c or 4c positions and holding 2c or 4c real
+``encode_cplayout_packs.PACKS`` (at most two documents, each padded to 2c or 4c positions and holding 2c or 4c real
 tokens), a rank r, a slot j (and for the causal mask a key's rank and slot) where the item changes a loss
 term or a real token's attention output. Two items of one layout agree on every pack (proved); every two
 different layouts already differ on one of these packs for every c ≥ 2 (tests/test_check_cplayout.py). The
@@ -44,7 +44,7 @@ import z3
 from ..diagnostics import NO_SPAN, Code, Diagnostic, DiagnosticError, Span
 from ..ir.overrides import LAYOUT_ITEMS, OverrideTarget, OverrideVerb
 from ..solver.session import value_of
-from . import cplayout_packs as packs
+from . import encode_cplayout_packs as packs
 from .report import Counterexample
 
 INPUTS = LAYOUT_ITEMS[0]
@@ -130,7 +130,7 @@ def _and(a, b):
 
 
 def negation(env, lm: LayoutModel, item: str):
-    """Some group of c ≥ 2 context ranks, some pack (``cplayout_packs.PACKS``: up to two documents of unequal
+    """Some group of c ≥ 2 context ranks, some pack (``encode_cplayout_packs.PACKS``: up to two documents of unequal
     lengths, padded or not), a rank r and slot j where the item laid out as stated changes the token's loss
     term or attention output: for the labels a masked-in token reading another position's label, for the loss
     mask another mask value, for the position ids and the causal mask another position of a real token."""
@@ -162,7 +162,7 @@ def negation(env, lm: LayoutModel, item: str):
 
 def single_device(pack, c: int):
     """The pack's values on one device: q_p = p + 2, k_p v_p = 2^p (every set of keys has its own sum), label
-    p + 1/3 (never an output), the loss mask (``cplayout_packs.loss_mask``), position id p, and each position's
+    p + 1/3 (never an output), the loss mask (``encode_cplayout_packs.loss_mask``), position id p, and each position's
     document and whether it is real. A query attends to the real keys at or before it in its document:
     y_p = (p + 1) · q_p · Σ k·v, loss_p = mask_p · (y_p − label_p)."""
     n = 2 * c * packs.units(pack)
