@@ -188,6 +188,8 @@ def test_costs_move_nothing():
     _, base = _with(DP_CP)
     _, zig = _with(DP_CP, (lay(Z), lay(C, "labels"), lay(C, "causal_mask")))
     assert collectives.derive(zig) == collectives.derive(base)
+    _, packed = _with(DP_CP, (lay(DM), lay(UP, "labels"), lay(P, "causal_mask")))
+    assert collectives.derive(packed) == collectives.derive(base)
 
 
 def _src(body: str, model: str = "heads = 32", mesh: str = "dp = 2 @ inter_node\n  cp = 4 @ intra_node") -> str:
