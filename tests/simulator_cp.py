@@ -30,7 +30,6 @@ differs from the single-device one, ``("grad", "context")`` when some device's d
 from __future__ import annotations
 
 from fractions import Fraction
-from itertools import product
 
 from simulator_act import Mesh, _per_pass, collective
 
@@ -154,72 +153,5 @@ def _ulysses(mesh: Mesh, passes: list, data: dict, attend) -> dict:
 
 
 # --------------------------------------------------------------------------- the blocks' layout
-# Written from docs/semantics.md ("The layout of context parallelism's blocks"): every sequence is cut into
-# 2c chunks over the c devices of a context group (the context coordinates in mesh order give the device's
-# rank r); contiguous: rank r holds chunks 2r, 2r + 1; zigzag: chunks r and 2c − 1 − r. The input tokens take
-# the layout `layout[inputs]` (or `layout`) states, contiguous by default; the labels, the loss mask, the
-# position ids and the positions the causal mask compares take their own statement's layout, else the
-# inputs'. A packed sequence of two documents of 2c positions is also run (attention within a document, the
-# loss mask 0 at each document's last position): the whole-sequence layouts cut the pack into 2c chunks of
-# two positions, zigzag_per_document cuts each document into 2c chunks and gives rank r chunks r and
-# 2c − 1 − r of each. One sample of 2c positions (or of the pack) per non-context coordinate s: q = 3 + p + s, k·v = 2^p (every set of keys
-# its own sum), label p + 1/3 + s, loss mask 0 at the last position (1 elsewhere), position id p. Single
-# device: y_p = (p + 1) q_p Σ_{p' ≤ p} k·v_p', loss_p = mask_p (y_p − label_p). On the mesh every device
-# computes its two tokens' y and loss from what it holds; the ring brings it every key with the position the
-# causal mask assigns it. ``layout_violations``: "output" when some token's y differs, "loss" when some
-# token's loss term does.
-
-def _layouts(plan: ir.Plan) -> dict[str, str]:
-    own: dict[str, str] = {}
-    for o in plan.overrides:
-        if o.target == "layout":
-            own[o.group or "inputs"] = o.verb
-    base = own.get("inputs", "contiguous")
-    return {item: own.get(item, base) for item in ("inputs", "labels", "loss_mask", "position_ids", "causal_mask")}
-
-
-def _holds(layout: str, r: int, c: int, docs: int = 1) -> list[int]:
-    """The positions rank r holds, in its order, of ``docs`` packed documents of 2c positions each."""
-    n = 2 * c * docs
-    if layout == "zigzag_per_document":  # every document cut into 2c chunks on its own
-        return [d * 2 * c + x for d in range(docs) for x in (r, 2 * c - 1 - r)]
-    size = n // (2 * c)  # the whole packed sequence cut into 2c chunks of `size` positions
-    chunks = [r, 2 * c - 1 - r] if layout == "zigzag" else [2 * r, 2 * r + 1]
-    return [ch * size + x for ch in chunks for x in range(size)]
-
-
-def layout_violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
-    names = plan.mesh.names
-    ctx = [a for a in names if plan.role(a) is ir.Role.CONTEXT]
-    if not ctx:
-        return set()
-    lay = _layouts(plan)
-    c = 1
-    for a in ctx:
-        c *= sizes[a]
-    found = set()
-    others = [a for a in names if a not in ctx]
-    nsamples = 1
-    for a in others:
-        nsamples *= sizes[a]
-    for docs, s in product((1, 2), range(nsamples)):  # one sequence; a pack of two documents
-        n = 2 * c * docs
-        doc = [p // (2 * c) for p in range(n)]
-        q = [Fraction(3 + p + s) for p in range(n)]
-        kv = [Fraction(2 ** p) for p in range(n)]
-        label = [Fraction(3 * p + 1 + 3 * s, 3) for p in range(n)]
-        mask = [0 if p % (2 * c) == 2 * c - 1 else 1 for p in range(n)]
-        y1 = [(p + 1) * q[p] * sum((kv[k] for k in range(p + 1) if doc[k] == doc[p]), Fraction(0)) for p in range(n)]
-        loss1 = [mask[p] * (y1[p] - label[p]) for p in range(n)]
-        # every device of the group: the keys it receives from the ring, each with its causal-mask position
-        keys = [(kv[tok], cm) for r in range(c)
-                for tok, cm in zip(_holds(lay["inputs"], r, c, docs), _holds(lay["causal_mask"], r, c, docs))]
-        for r in range(c):
-            held = zip(*(_holds(lay[i], r, c, docs) for i in ("inputs", "labels", "loss_mask", "position_ids", "causal_mask")))
-            for tok, lab, msk, pos, cm in held:
-                y = (pos + 1) * q[tok] * sum((x for x, at in keys if at <= cm and doc[at] == doc[cm]), Fraction(0))
-                if y != y1[tok]:
-                    found.add("output")
-                if mask[msk] * (y - label[lab]) != loss1[tok]:
-                    found.add("loss")
-    return found
+# tests/simulator_cplayout.py (packs of documents of unequal lengths, padded or not)
+from simulator_cplayout import layout_violations  # noqa: E402,F401

@@ -30,6 +30,7 @@ ITEMS = ("labels", "loss_mask", "position_ids", "causal_mask")
 DP_CP = {"dp": ("data", "R,R,R,R"), "cp": ("context", "R,R,R,R")}
 TWO_CP = {"dp": ("data", "R,R,R,R"), "c1": ("context", "R,R,R,R"), "c2": ("context", "R,R,R,R")}
 Z, C, P = "zigzag", "contiguous", "zigzag_per_document"
+DM, UP = "zigzag_document_major", "zigzag_per_document_unpadded"
 
 
 def lay(verb: str, group: str | None = None) -> ir.Override:
@@ -85,6 +86,20 @@ HAND = [
     # the position ids cut as one sequence under per-document inputs (a pack of two documents tells them apart)
     ((lay(P), lay(Z, "position_ids")), {"position_ids"}),
     ((lay(P), lay(C, "labels")), {"labels"}),
+    # PyTorch's per-document head-tail balancer laid out document-major (before pytorch#189902) everywhere: every
+    # rank's share is imbalanced but the step is the single-device one
+    ((lay(DM),), set()),
+    # the batch sharded by the rank-major balancer, the block mask rearranged by the document-major one
+    ((lay(P), lay(DM, "causal_mask")), {"causal_mask"}),
+    ((lay(DM), lay(P, "position_ids")), {"position_ids"}),
+    ((lay(DM), lay(Z, "labels")), {"labels"}),
+    # the per-document cut at the unpadded boundaries (cu_seqlens for cu_seqlens_padded): right only where no
+    # document is padded, which the packs the solver picks tell apart
+    ((lay(UP),), set()),
+    ((lay(P), lay(UP, "labels")), {"labels"}),
+    ((lay(P), lay(UP, "causal_mask")), {"causal_mask"}),
+    ((lay(UP), lay(P, "loss_mask")), {"loss_mask"}),
+    ((lay(P), lay(UP, "position_ids")), {"position_ids"}),
 ]
 
 
@@ -98,7 +113,7 @@ def test_hand_cases_checker_and_simulator(stated, wrong):
 @hs.composite
 def layout_plans(draw):
     axes = TWO_CP if draw(hs.booleans()) else DP_CP
-    stmt = hs.builds(lay, hs.sampled_from((Z, C, P)), hs.sampled_from((None,) + ("inputs",) + ITEMS))
+    stmt = hs.builds(lay, hs.sampled_from((Z, C, P, DM, UP)), hs.sampled_from((None,) + ("inputs",) + ITEMS))
     return _with(axes, draw(hs.lists(stmt, min_size=1, max_size=4)))
 
 
@@ -173,6 +188,8 @@ def test_costs_move_nothing():
     _, base = _with(DP_CP)
     _, zig = _with(DP_CP, (lay(Z), lay(C, "labels"), lay(C, "causal_mask")))
     assert collectives.derive(zig) == collectives.derive(base)
+    _, packed = _with(DP_CP, (lay(DM), lay(UP, "labels"), lay(P, "causal_mask")))
+    assert collectives.derive(packed) == collectives.derive(base)
 
 
 def _src(body: str, model: str = "heads = 32", mesh: str = "dp = 2 @ inter_node\n  cp = 4 @ intra_node") -> str:
@@ -224,7 +241,9 @@ def test_ulysses_heads_per_tensor_rank():
 
 @pytest.mark.parametrize("stmt", ["override layout: zigzag", "override layout[labels]: contiguous",
                                   "override layout[causal_mask]: zigzag",
-                                  "override layout[position_ids]: zigzag_per_document"])
+                                  "override layout[position_ids]: zigzag_per_document",
+                                  "override layout: zigzag_document_major",
+                                  "override layout[labels]: zigzag_per_document_unpadded"])
 def test_statements_format_round_trip(stmt):
     from placement_logic.frontend.canonical import format_source
 
@@ -232,3 +251,87 @@ def test_statements_format_round_trip(stmt):
     assert format_source(src, "x.place") == src
     messy = src.replace(f"  {stmt}", "  " + stmt.replace(": ", " :   ").replace("[", "[ ").replace("]", " ]"))
     assert format_source(messy, "x.place") == src
+
+
+def test_refutation_replays_a_document_major_block_mask():
+    ob = _ob((lay(P), lay(DM, "causal_mask")), "causal_mask", {"dp": 1, "cp": 2, "microbatches": 1})
+    # one document: the two orders coincide, so a pack of two documents of 4. Rank-major, rank 0 holds tokens
+    # 0, 3, 4, 7; the document-major list 0 3 1 2 | 4 7 5 6 gives rank 0's mask the positions 0, 3, 1, 2. Token
+    # 3 (slot 1) sees the keys whose mask position is at most 3 in document 0: tokens 0 (0), 4 (1), 7 (2), 3 (3):
+    # k·v = 1 + 16 + 128 + 8 = 153, y = 4·5·153 = 3060; alone it sees tokens 0..3: 15, y = 4·5·15 = 300
+    cex = ob.counterexample
+    assert "attention output y of token 3 (rank 0, slot 1) = 3060, single-device = 300" in cex.equation
+    assert "2 packed documents of 4 and 4 positions" in dict(cex.values)["sequence"]
+    assert "zigzag_document_major" in cex.diagnosis[0] and "root cause" in cex.diagnosis[0]
+
+
+def test_refutation_replays_labels_cut_at_the_unpadded_boundaries():
+    ob = _ob((lay(P), lay(UP, "labels")), "labels", {"dp": 1, "cp": 2, "microbatches": 1})
+    # without padding the two cuts coincide: the witness is one document of 4 real tokens padded to 8. Padded,
+    # rank 0 holds 0, 1, 6, 7 (chunks of 2); cut at 4 real + a dummy 4, rank 0's labels are those of 0, 3, 4, 7.
+    # Token 1 (slot 1, mask 1): y_1 = 2·3·(1 + 2) = 18, its label 1 + 1/3, read 3 + 1/3: 44/3 against 50/3
+    cex = ob.counterexample
+    assert "loss term mask·(y − label) of token 1 (rank 0, slot 1) = 44/3, single-device = 50/3" in cex.equation
+    assert "one document of 4 (+4 padding) positions" in dict(cex.values)["sequence"]
+
+
+def _torch_head_tail_per_document(lengths: list[int], ws: int, rank_major: bool) -> list[int]:
+    """The index order of PyTorch's per-document head-tail load balancer, written here as an oracle: rank-major since
+    pytorch/pytorch#189902 (the per-document rows stacked rank-wise), document-major before it."""
+    rows, start = [], 0
+    for length in lengths:
+        ch = length // (2 * ws)
+        chunks = [list(range(start + i * ch, start + (i + 1) * ch)) for i in range(2 * ws)]
+        rows.append([chunks[r] + chunks[2 * ws - 1 - r] for r in range(ws)])
+        start += length
+    if rank_major:
+        return [p for r in range(ws) for doc in rows for p in doc[r]]
+    return [p for doc in rows for r in range(ws) for p in doc[r]]
+
+
+def _te_partitioned_indices(cu_seqlens: list[int], total: int, ws: int, rank: int) -> list[int]:
+    """The token order of Transformer Engine's THD partitioning, written here as an oracle (every length a multiple
+    of 2·ws)."""
+    cu_s = [x // ws for x in cu_seqlens]
+    out = []
+    for token in range(total // ws):
+        seq = max(i for i in range(len(cu_s) - 1) if cu_s[i] <= token)
+        half = (cu_s[seq + 1] - cu_s[seq]) // 2
+        index = token - cu_s[seq]
+        offset = rank if index < half else 2 * ws - 1 - rank
+        out.append(cu_seqlens[seq] + offset * half + index % half)
+    return out
+
+
+@pytest.mark.parametrize("c", [2, 3, 4])
+def test_layouts_are_the_systems_index_generators(c):
+    # the checker's positions (check.encode_cplayout_packs) against the systems' own generators on every pack the
+    # obligation quantifies over: unequal lengths, padded documents; torch shards the rearranged sequence in c
+    # contiguous chunks
+    from placement_logic.check import encode_cplayout_packs as cp
+
+    for pack in cp.PACKS:
+        lengths = [2 * c * u for u, _ in pack]
+        share = 2 * cp.units(pack)
+        mine = {lay: [[cp.position(lay, pack, c, r, j) for j in range(share)] for r in range(c)] for lay in (P, DM, UP)}
+        for rank_major, lay in ((True, P), (False, DM)):
+            order = _torch_head_tail_per_document(lengths, c, rank_major)
+            assert mine[lay] == [order[r * share:(r + 1) * share] for r in range(c)], (lay, pack)
+        cu_padded = [sum(lengths[:d]) for d in range(len(lengths) + 1)]
+        assert mine[P] == [_te_partitioned_indices(cu_padded, sum(lengths), c, r) for r in range(c)]
+        # the unpadded boundaries: the real lengths back to back, the padding one dummy sequence at the end
+        real = [2 * c * a for _, a in pack]
+        cu = [sum(real[:d]) for d in range(len(real) + 1)] + ([sum(lengths)] if sum(real) < sum(lengths) else [])
+        assert mine[UP] == [_te_partitioned_indices(cu, sum(lengths), c, r) for r in range(c)]
+
+
+@pytest.mark.parametrize("c", [2, 3, 5, 6])
+def test_the_packs_tell_every_two_layouts_apart(c):
+    # the obligation's bounded family of packs (at most two documents of 2c or 4c positions, padded or not)
+    # separates every two different layouts at every c it is asked about; the simulator's larger family is the
+    # oracle that it misses no difference (test_checker_agrees_with_the_layout_simulator)
+    from placement_logic.check import encode_cplayout_packs as cp
+
+    for a, b in [(x, y) for x in (Z, C, P, DM, UP) for y in (Z, C, P, DM, UP) if x < y]:
+        assert any(cp.position(a, p, c, r, j) != cp.position(b, p, c, r, j)
+                   for p in cp.PACKS for r in range(c) for j in range(2 * cp.units(p))), (a, b)

@@ -1,4 +1,4 @@
-"""The layout of context parallelism's sequence blocks (``override layout[ITEM]: zigzag | contiguous``)
+"""The layout of context parallelism's sequence blocks (``override layout[ITEM]: LAYOUT``)
 and what must follow it.
 
 On the context group (the context axes, mesh order, c ranks) a sequence is cut into 2c chunks. In the
@@ -14,17 +14,24 @@ Every per-token tensor the step reads beside them, the labels, the loss mask and
 positions the attention's causal mask compares, must be laid out as the inputs are: a correct system
 permutes them alike (the derived step), a statement ``layout[ITEM]: ...`` says what a real system does.
 
+Packs of documents of unequal lengths, padded or not, and the layouts of PyTorch's per-document head-tail
+balancer (rank-major since pytorch/pytorch#189902: ``zigzag_per_document``; document-major before it:
+``zigzag_document_major``) and of a per-document cut at the unpadded boundaries
+(``zigzag_per_document_unpadded``) are defined in check.encode_cplayout_packs.
+
 Input: an ``ir.Plan``. Output: ``model(plan)``, the layout of every item and the statements that give
 them (None where the plan states no layout), and ``obligations``: one per item that follows the inputs,
-``GI layout[ITEM]``: on every context rank r and slot j the item holds the element of the token the
-inputs hold there, π_ITEM(r, j) = π_inputs(r, j). A sequence of D documents of 2c units each, slot j of
-2D on each rank: π_contiguous(r, j) = 2Dr + j; π_zigzag(r, j) = Dr + j for j < D, D(2c − 1 − r) + j − D
-after; π_zigzag_per_document(r, 2d + e) = 2cd + r for e = 0, 2cd + 2c − 1 − r for e = 1. The z3
-negation: a group of c ≥ 2 ranks, D ∈ {1, 2}, a rank 0 ≤ r < c and a slot 0 ≤ j < 2D where they differ.
-D ≤ 2 decides every D: two items of one layout agree at every D, and two different layouts already
-differ at D = 2 for every c ≥ 2 (zigzag and contiguous at D = 1). The concrete replay runs one sample
-of D documents of 2c positions (chunk size 1) on the c ranks. No collective moves: the permutation is a local index select of each rank's batch before the
-step, so the costs are the derived ones.
+``GI layout[ITEM]``: on every context rank r and slot j of every pack the item changes nothing the step
+computes from the token the inputs hold there: the labels and position ids of a token that reads them are
+its own (π_ITEM(r, j) = π_inputs(r, j)), its loss mask value is its own, and the causal mask lets in exactly
+the real keys of its document at or before it. The z3 negation: a group of c ≥ 2 ranks, a pack of
+``encode_cplayout_packs.PACKS`` (at most two documents, each padded to 2c or 4c positions and holding 2c or 4c real
+tokens), a rank r, a slot j (and for the causal mask a key's rank and slot) where the item changes a loss
+term or a real token's attention output. Two items of one layout agree on every pack (proved); every two
+different layouts already differ on one of these packs for every c ≥ 2 (tests/test_check_cplayout.py). The
+concrete replay runs the simplest pack where the item changes an observed value, chunk sizes u_d.
+No collective moves: the permutation is a local index select of each rank's batch before the step, so the
+costs are the derived ones.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import z3
 from ..diagnostics import NO_SPAN, Code, Diagnostic, DiagnosticError, Span
 from ..ir.overrides import LAYOUT_ITEMS, OverrideTarget, OverrideVerb
 from ..solver.session import value_of
+from . import encode_cplayout_packs as packs
 from .report import Counterexample
 
 INPUTS = LAYOUT_ITEMS[0]
@@ -85,25 +93,6 @@ def model(plan, context: tuple[str, ...]) -> LayoutModel | None:
     return LayoutModel(context, tuple(layout.items()), tuple(spans.items()))
 
 
-def chunk(layout: str, r, j, c, docs=1):
-    """The unit (of 2c per document, ``docs`` documents) rank r of c holds in slot j (of 2·docs); z3 terms or
-    integers alike (a z3 ``docs`` is 1 or 2)."""
-    if isinstance(j, int) and isinstance(docs, int):
-        if layout == OverrideVerb.ZIGZAG_PER_DOCUMENT:
-            d, e = divmod(j, 2)
-            return 2 * c * d + (r if e == 0 else 2 * c - 1 - r)
-        if layout == OverrideVerb.ZIGZAG:
-            return docs * r + j if j < docs else docs * (2 * c - 1 - r) + j - docs
-        return 2 * docs * r + j
-    times = (lambda x: z3.If(docs == 1, x, 2 * x)) if not isinstance(docs, int) else (lambda x: docs * x)
-    if layout == OverrideVerb.ZIGZAG_PER_DOCUMENT:
-        d = z3.If(j >= 2, 1, 0)
-        return z3.If(d == 1, 2 * c, 0) + z3.If(j - 2 * d == 0, r, 2 * c - 1 - r)
-    if layout == OverrideVerb.ZIGZAG:
-        return z3.If(j < docs, times(r) + j, times(2 * c - 1 - r) + j - docs)
-    return times(2 * r) + j
-
-
 def obligations(lm: LayoutModel | None, ctx, plan_span: Span, obligation) -> list:
     if lm is None:
         return []
@@ -120,20 +109,50 @@ def obligations(lm: LayoutModel | None, ctx, plan_span: Span, obligation) -> lis
     return out
 
 
+def _differs(item: str, pack, c, at, to):
+    """Whether the item laid out as it is (``at``: its position in the slot) changes what the step computes
+    for the token the inputs hold there (``to``). Exact for the labels (distinct per position), the loss mask
+    (0/1) and the position ids (a real token sees at least itself); for the causal mask a real query whose mask
+    position is not its own: where none is, every real token's mask position is its own and so every pad's a
+    pad, and every query sees its keys (sound); where one is, the replay shows the query whose keys differ
+    (the mask relabels a whole document as another of its real length only by coincidence, then no replay)."""
+    if item == "labels":
+        return _and(packs.loss_mask(pack, c, to), at != to)
+    if item == "loss_mask":
+        return packs.loss_mask(pack, c, at) != packs.loss_mask(pack, c, to)
+    return _and(packs.is_real(pack, c, to), at != to)
+
+
+def _and(a, b):
+    if isinstance(a, bool) and isinstance(b, bool):
+        return a and b
+    return z3.And(a, b)
+
+
 def negation(env, lm: LayoutModel, item: str):
-    """Some group of c ≥ 2 context ranks, rank r and slot j where the item's chunk is not the inputs'."""
+    """Some group of c ≥ 2 context ranks, some pack (``encode_cplayout_packs.PACKS``: up to two documents of unequal
+    lengths, padded or not), a rank r and slot j where the item laid out as stated changes the token's loss
+    term or attention output: for the labels a masked-in token reading another position's label, for the loss
+    mask another mask value, for the position ids and the causal mask another position of a real token."""
     ctx = env.sess.ctx
-    c = z3.IntVal(1, ctx)
+    group = z3.IntVal(1, ctx)
     for a in lm.context:
-        c = c * env.size(a)
-    r, j = env.sess.int(f"layout_{item}_rank"), env.sess.int(f"layout_{item}_slot")
-    docs = env.sess.int(f"layout_{item}_documents")
-    cons = [c >= 2, r >= 0, r < c, z3.Or(docs == 1, docs == 2), j >= 0, j < 2 * docs,
-            chunk(lm.of(item), r, j, c, docs) != chunk(lm.of(INPUTS), r, j, c, docs)]
+        group = group * env.size(a)
+    c = env.sess.int(f"layout_{item}_group")  # one name for the product: every position below is linear in it
+    r = env.sess.int(f"layout_{item}_rank")
+    sel = env.sess.int(f"layout_{item}_pack")
+    mine, base = lm.of(item), lm.of(INPUTS)
+    cases = []
+    if mine != base:
+        for k, pack in enumerate(packs.PACKS):
+            n = 2 * packs.units(pack)
+            slots = [_differs(item, pack, c, packs.position(mine, pack, c, r, j), packs.position(base, pack, c, r, j))
+                     for j in range(n)]
+            cases.append(z3.And(sel == k, z3.Or(*slots)))
+    cons = [c == group, c >= 2, r >= 0, r < c, z3.Or(*cases) if cases else z3.BoolVal(False, ctx)]
 
     def extract(model) -> dict:
-        return {"kind": "layout", "item": item, "sizes": env.size_values(model),
-                "documents": value_of(model, docs)}
+        return {"kind": "layout", "item": item, "sizes": env.size_values(model), "pack": value_of(model, sel)}
 
     return cons, extract
 
@@ -141,34 +160,50 @@ def negation(env, lm: LayoutModel, item: str):
 # --------------------------------------------------------------------------- concrete replay
 
 
-def single_device(n: int, span: int | None = None):
-    """One sample of n positions in documents of ``span`` positions (one document when None): q_p = p + 2,
-    k_p v_p = 2^p (every set of keys has its own sum), label p + 1/3 (never an output), loss mask 1 but
-    for each document's last position (no next token), position id p. y_p = (p + 1) · q_p · Σ k_p' v_p'
-    over the positions p' ≤ p of p's document, loss_p = mask_p · (y_p − label_p)."""
-    span = span or n
+def single_device(pack, c: int):
+    """The pack's values on one device: q_p = p + 2, k_p v_p = 2^p (every set of keys has its own sum), label
+    p + 1/3 (never an output), the loss mask (``encode_cplayout_packs.loss_mask``), position id p, and each position's
+    document and whether it is real. A query attends to the real keys at or before it in its document:
+    y_p = (p + 1) · q_p · Σ k·v, loss_p = mask_p · (y_p − label_p)."""
+    n = 2 * c * packs.units(pack)
     q = [Fraction(p + 2) for p in range(n)]
     kv = [Fraction(2) ** p for p in range(n)]
     label = [p + Fraction(1, 3) for p in range(n)]
-    mask = [Fraction(0) if p % span == span - 1 else Fraction(1) for p in range(n)]
-    return q, kv, label, mask
+    mask = [Fraction(1) if packs.loss_mask(pack, c, p) else Fraction(0) for p in range(n)]
+    doc = [packs.doc_of(pack, c, p) for p in range(n)]
+    real = [packs.is_real(pack, c, p) for p in range(n)]
+    return q, kv, label, mask, doc, real
 
 
-def run(lays: dict[str, str], c: int, docs: int = 1):
-    """Every (rank, slot) of c context ranks: (token, y, loss) as the ranks compute them under ``lays``, the
-    sequence ``docs`` documents of 2c positions each."""
-    q, kv, label, mask = single_device(2 * c * docs, 2 * c)
-    slots = [(r, j) for r in range(c) for j in range(2 * docs)]
-    at = {item: {s: chunk(lay, s[0], s[1], c, docs) for s in slots} for item, lay in lays.items()}
-    out = {}
-    for s in slots:
-        g = at[INPUTS][s]
-        cm = at["causal_mask"][s]
-        seen = sum((kv[at[INPUTS][t]] for t in slots
-                    if at["causal_mask"][t] <= cm and at["causal_mask"][t] // (2 * c) == cm // (2 * c)), Fraction(0))
-        y = (at["position_ids"][s] + 1) * q[g] * seen
-        out[s] = (g, y, mask[at["loss_mask"][s]] * (y - label[at["labels"][s]]))
-    return out
+def run(lays: dict[str, str], pack, c: int):
+    """Every (rank, slot) of c context ranks in order: (slot, token, y, loss, real) as the ranks compute them
+    under ``lays`` (lazily); the causal mask compares the positions its own layout gives the queries and the
+    keys the ranks hold."""
+    q, kv, label, mask, doc, real = single_device(pack, c)
+    slots = [(r, j) for r in range(c) for j in range(2 * packs.units(pack))]
+    at = {item: [packs.position(lay, pack, c, s[0], s[1]) for s in slots] for item, lay in lays.items()}
+    keys = list(zip(at["causal_mask"], at[INPUTS]))
+    for i, s in enumerate(slots):
+        g, cm = at[INPUTS][i], at["causal_mask"][i]
+        seen = sum((kv[t] for m, t in keys if doc[m] == doc[cm] and m <= cm and real[m]), Fraction(0))
+        y = (at["position_ids"][i] + 1) * q[g] * seen
+        yield s, g, y, mask[at["loss_mask"][i]] * (y - label[at["labels"][i]]), real[g]
+
+
+def _first_difference(lm: LayoutModel, item: str, c: int):
+    """The simplest pack and the first slot where the item's layout changes an observed value (a real token's
+    attention output, or any token's loss term): (pack, slot, token, got, single-device value, which)."""
+    k = 2 if READS[item] == "output" else 3
+    for pack in packs.PACKS:
+        n = 2 * packs.units(pack)
+        if all(packs.position(lm.of(item), pack, c, r, j) == packs.position(lm.of(INPUTS), pack, c, r, j)
+               for r in range(c) for j in range(n)):
+            continue  # the same order on this pack: nothing to run
+        want = run({i: lm.of(INPUTS) for i in LAYOUT_ITEMS}, pack, c)
+        for got, ref in zip(run({i: lm.of(item if i == item else INPUTS) for i in LAYOUT_ITEMS}, pack, c), want):
+            if got[k] != ref[k] and (k == 3 or got[4]):
+                return pack, got[0], got[1], got[k], ref[k], k
+    return None
 
 
 def replay(ctx, lm: LayoutModel, item: str, w: dict) -> Counterexample | None:
@@ -176,20 +211,13 @@ def replay(ctx, lm: LayoutModel, item: str, w: dict) -> Counterexample | None:
     c = 1
     for a in lm.context:
         c *= sizes[a]
-    docs = w.get("documents", 1)
-    lays = {i: lm.of(INPUTS) for i in LAYOUT_ITEMS}
-    lays[item] = lm.of(item)
-    got = run(lays, c, docs)
-    want = run({i: lm.of(INPUTS) for i in LAYOUT_ITEMS}, c, docs)
-    k = 1 if READS[item] == "output" else 2
-    bad = next((s for s in got if got[s][k] != want[s][k]), None)
-    if bad is None or c < 2:
+    found = _first_difference(lm, item, c) if c >= 2 else None
+    if found is None:
         return None
-    r, j = bad
-    g = got[bad][0]
-    name = "attention output y" if k == 1 else "loss term mask·(y − label)"
-    eq = (f"{name} of token {g} (rank {r}, slot {j}) = {got[bad][k]}, single-device = {want[bad][k]}")
-    holds = chunk(lm.of(item), r, j, c)
+    pack, (r, j), g, got, want, k = found
+    name = "attention output y" if k == 2 else "loss term mask·(y − label)"
+    eq = f"{name} of token {g} (rank {r}, slot {j}) = {got}, single-device = {want}"
+    holds = packs.position(lm.of(item), pack, c, r, j)
     line = lm.span(item).line
     stmt = (f"override layout[{item}]: {lm.of(item)} at line {line}" if line else f"{item} not stated")
     inputs_line = lm.span(INPUTS).line
@@ -197,19 +225,21 @@ def replay(ctx, lm: LayoutModel, item: str, w: dict) -> Counterexample | None:
             f"(the inputs {lm.of(INPUTS)}{f', line {inputs_line}' if inputs_line else ', as derived'}) but "
             f"{WHAT[item]} of position {holds}; the root cause is {WHAT[item]} laid out {lm.of(item)} ({stmt}), not "
             f"permuted like the inputs",
-            "the loss, and so every gradient of the step, is computed from it" if k == 2 else
+            "the loss, and so every gradient of the step, is computed from it" if k == 3 else
             "every layer after the attention, the loss and so every gradient of the step are computed from it")
-    values = (("sequence", (f"{2 * c} positions" if docs == 1 else
-                            f"{docs} packed documents of {2 * c} positions (attention within a document)")
-               + ", chunks of 1: the inputs' rank i holds " + HOLDS[str(lm.of(INPUTS))]),
-              ("q", "p + 2"), ("k·v", "2^p"), ("label", "p + 1/3"), ("loss mask", "1, 0 at the last position"),
-              ("y", "(position id + 1) · q · Σ k·v over the keys the causal mask lets in"))
+    values = (("sequence", f"{packs.describe(pack, c)}: the inputs' rank i holds {HOLDS[str(lm.of(INPUTS))]}"),
+              ("q", "p + 2"), ("k·v", "2^p"), ("label", "p + 1/3"),
+              ("loss mask", "1, 0 at each document's last real position and on padding"),
+              ("y", "(position id + 1) · q · Σ k·v over the real keys the causal mask lets in"))
     devices = ((f"rank {r}", ", ".join(f"{a}={x}" for a, x in _coords(lm.context, sizes, r))),)
     return Counterexample(ctx.sizes_tuple(sizes), devices, values, eq, diag, ctx.command(sizes))
 
 
 HOLDS = {OverrideVerb.ZIGZAG: "chunks i and 2c−1−i of the sequence", OverrideVerb.CONTIGUOUS: "chunks 2i and 2i+1",
-         OverrideVerb.ZIGZAG_PER_DOCUMENT: "chunks i and 2c−1−i of every document"}
+         OverrideVerb.ZIGZAG_PER_DOCUMENT: "chunks i and 2c−1−i of every document",
+         OverrideVerb.ZIGZAG_DOCUMENT_MAJOR: "shard i of every document's head and tail chunks listed document-major",
+         OverrideVerb.ZIGZAG_PER_DOCUMENT_UNPADDED: "chunks i and 2c−1−i of every document cut at its real length "
+                                                    "and of the padding after the last"}
 
 
 def _coords(axes: tuple[str, ...], sizes: dict, r: int) -> list[tuple[str, int]]:

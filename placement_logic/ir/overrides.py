@@ -177,8 +177,12 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     # tokens' layout, [labels], [loss_mask], [position_ids], [causal_mask] what a per-token tensor (or the
     # attention's causal mask) is laid out as, when it does not follow the inputs; zigzag: rank i of the c context
     # ranks holds chunks i and 2c-1-i of 2c (load-balanced causal attention), contiguous: chunk i of c,
-    # zigzag_per_document: each document of a packed sequence cut into 2c chunks, zigzag per document (THD)
-    "layout": {"zigzag": (False, False), "contiguous": (False, False), "zigzag_per_document": (False, False)},
+    # zigzag_per_document: each document of a packed sequence cut into 2c chunks, zigzag per document (THD),
+    # rank-major; zigzag_document_major: those chunks listed document-major and cut into c contiguous shards
+    # (PyTorch's per-document head-tail balancer before pytorch#189902); zigzag_per_document_unpadded: the
+    # per-document cut at the real (unpadded) document boundaries, the padding one dummy sequence at the end
+    "layout": {"zigzag": (False, False), "contiguous": (False, False), "zigzag_per_document": (False, False),
+               "zigzag_document_major": (False, False), "zigzag_per_document_unpadded": (False, False)},
 }
 
 # the groups of `layout[...]` (check/encode_cplayout.py): the input tokens and what must follow their layout
@@ -303,6 +307,8 @@ class OverrideVerb(StrEnum):
     COMBINE = "combine"
     ZIGZAG = "zigzag"
     ZIGZAG_PER_DOCUMENT = "zigzag_per_document"
+    ZIGZAG_DOCUMENT_MAJOR = "zigzag_document_major"
+    ZIGZAG_PER_DOCUMENT_UNPADDED = "zigzag_per_document_unpadded"
     CONTIGUOUS = "contiguous"
 
 

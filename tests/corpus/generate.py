@@ -1887,6 +1887,28 @@ for name, b, lines, expect, what in [
     mutant(name, b, what, lines, expect, mirrors=THD_SPLIT)
 with_base("cp_thd_per_document", "cp", "packed documents (THD) with every per-token tensor and the causal mask cut "
           "document by document.", ["override layout: zigzag_per_document"])
+DOC_MAJOR = "PyTorch's per-document head-tail balancer, document-major against rank-major (pytorch/pytorch#189902)"
+UNPADDED = "a per-document cut at the unpadded boundaries under padded documents (NVIDIA/Megatron-LM#4495)"
+for name, b, lines, expect, what, mirror in [
+    ("cp_block_mask_document_major", "cp", ["override layout: zigzag_per_document",
+                                            "override layout[causal_mask]: zigzag_document_major"],
+     ["GI layout[causal_mask]"], "the batch rearranged rank-major, the block mask document-major.", DOC_MAJOR),
+    ("cp_positions_rank_major_under_document_major", "4d", ["override layout: zigzag_document_major",
+                                                            "override layout[position_ids]: zigzag_per_document"],
+     ["GI layout[position_ids]"], "document-major inputs, position ids sharded rank-major.", DOC_MAJOR),
+    ("cp_labels_unpadded", "cp_zero3", ["override layout: zigzag_per_document",
+                                        "override layout[labels]: zigzag_per_document_unpadded"],
+     ["GI layout[labels]"], "padded documents cut at their padded boundaries, the labels at the unpadded ones.", UNPADDED),
+    ("cp_inputs_unpadded_mask_padded", "cp", ["override layout: zigzag_per_document_unpadded",
+                                              "override layout[causal_mask]: zigzag_per_document"],
+     ["GI layout[causal_mask]"], "the batch cut at the unpadded boundaries, the THD attention at the padded ones.",
+     UNPADDED),
+]:
+    mutant(name, b, what, lines, expect, mirrors=mirror)
+with_base("cp_document_major_everywhere", "cp", "PyTorch's document-major per-document balancer for the batch and the "
+          "block mask alike: imbalanced, the single-device step.", ["override layout: zigzag_document_major"])
+with_base("cp_unpadded_everywhere", "4d", "every per-token tensor and the causal mask cut at the unpadded boundaries "
+          "alike.", ["override layout: zigzag_per_document_unpadded"])
 # -- the expert tensor group's all-gather and reduce-scatter of the routed tokens ---------
 
 ETP_NO_RS = "the gathered tokens' backward without a reduce-scatter (pytorch/torchtitan#1805)"
