@@ -104,8 +104,31 @@ def _divisors(v: int) -> list[int]:
     return sorted(set(small + [v // d for d in small]))
 
 
+_BUILT: dict = {}  # (facts, the size terms' ids) -> (the size terms, their constraints): one build per query shape
+
+
 def side(sizes: dict[str, Any], found: tuple[Fact, ...]) -> list:
-    """The facts as constraints on an encoding's size terms (axes it has no term for are skipped)."""
+    """The facts as constraints on an encoding's size terms (axes it has no term for are skipped). The
+    queries of one check share their size terms (z3 gives a name one term per context), so the
+    constraints are built once for them and reused; a hit is confirmed term by term (``eq``)."""
+    if not found:
+        return []
+    names = tuple(sorted({a for f in found for a in f.axes if a in sizes}))
+    terms = tuple(sizes[a] for a in names)
+    if not all(isinstance(t, z3.ExprRef) for t in terms):
+        return _side(sizes, found)
+    key = (found, names, tuple(t.get_id() for t in terms))
+    hit = _BUILT.get(key)
+    if hit is not None and all(a.ctx is b.ctx and a.eq(b) for a, b in zip(hit[0], terms)):
+        return list(hit[1])
+    out = _side(sizes, found)
+    if len(_BUILT) >= 256:
+        _BUILT.clear()
+    _BUILT[key] = (terms, tuple(out))
+    return out
+
+
+def _side(sizes: dict[str, Any], found: tuple[Fact, ...]) -> list:
     out = []
     for f in found:
         if not all(a in sizes for a in f.axes):
