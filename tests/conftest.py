@@ -105,6 +105,12 @@ SLOW = (
 # are in the slow tier (marked ``slow``); `pytest --tier all` and `-m slow` run them.
 STRIDE = 8
 SAMPLED = {
+    "tests/test_aux_stats_cells.py::test_the_verdict_agrees_with_the_simulator_and_by_hand": r"_.*",  # per scope
+    "tests/test_aux_stats_cells.py::test_the_replayed_values_are_the_simulators": r"_.*",
+    "tests/test_aux_stats_cells.py::test_random_statements_agree_with_the_simulator": r"\d+",
+    "tests/test_rank_divisor_axes.py::test_products_over_different_axes_agree_with_the_simulator_and_by_hand": r".*",
+    "tests/test_rank_count_axes.py::test_counts_over_two_axes_agree_with_the_simulator_and_by_hand": r"-ranks\d+.*",
+    "tests/test_rank_sets.py::test_random_plans_with_rank_sets_agree_with_the_simulator": r"\d+",
     "tests/test_check_actflow.py::test_hand_cases_checker_and_simulator": r"\d+",
     "tests/test_check_actflow_moe_roles.py::test_hand_cases_checker_and_oracle": r"\d+",
     "tests/test_check_actflow_context.py::test_hand_cases_checker_and_simulator": r"\d+",
