@@ -13,6 +13,7 @@ built node by node from the IR.
 from __future__ import annotations
 
 from fractions import Fraction
+from functools import lru_cache
 from typing import Callable, Iterable, Mapping
 
 import sympy
@@ -43,6 +44,15 @@ def symbol(name: str) -> sympy.Symbol:
 def rational(x: Fraction | int) -> sympy.Rational:
     x = Fraction(x)
     return sympy.Rational(x.numerator, x.denominator)
+
+
+@lru_cache(maxsize=65536)
+def at_least(x: sympy.Expr, bound: sympy.Rational):
+    """``x >= bound``: sympy's relation, or its truth where sympy decides it (an assumption query
+    on ``x - bound``, most of a tabulated figure's time). Kept per (size, bound) in the process:
+    the tables of one size (NCCL's protocols, a link's curve, a kernel's efficiency) share their
+    bounds, and the same sizes come back in structures alike."""
+    return x >= bound
 
 
 def _no_query(q: ir.Query) -> sympy.Expr:
