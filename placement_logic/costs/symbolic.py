@@ -41,6 +41,9 @@ def symbol(name: str) -> sympy.Symbol:
     return sympy.Symbol(name, positive=True)
 
 
+_SPEC_ASSUMPTIONS = sympy.Symbol("x", positive=True).assumptions0  # what ``symbol`` knows of every spec name
+
+
 def rational(x: Fraction | int) -> sympy.Rational:
     x = Fraction(x)
     return sympy.Rational(x.numerator, x.denominator)
@@ -51,8 +54,28 @@ def at_least(x: sympy.Expr, bound: sympy.Rational):
     """``x >= bound``: sympy's relation, or its truth where sympy decides it (an assumption query
     on ``x - bound``, most of a tabulated figure's time). Kept per (size, bound) in the process:
     the tables of one size (NCCL's protocols, a link's curve, a kernel's efficiency) share their
-    bounds, and the same sizes come back in structures alike."""
+    bounds, and the same sizes come back in structures alike. A size that is a positive
+    constant times powers of spec symbols (known only to be positive) takes every positive
+    value, so sympy cannot decide it against a positive bound: the relation is built as sympy
+    builds an undecided one, without the query."""
+    if bound.is_positive and _fills_the_positives(x):
+        return sympy.GreaterThan(x, bound, evaluate=False)
     return x >= bound
+
+
+def _fills_the_positives(x: sympy.Expr) -> bool:
+    """``x`` is c · s₁^e₁ ⋯ sₖ^eₖ (c a positive rational, k ≥ 1, each s a symbol with exactly
+    the assumptions of a spec symbol, each e a nonzero rational): its values are all of (0, ∞)."""
+    if not isinstance(x, sympy.Expr):
+        return False
+    coeff, rest = x.as_coeff_Mul()
+    if not (coeff.is_Rational and coeff.is_positive) or rest.is_number:
+        return False
+    for f in sympy.Mul.make_args(rest):
+        base, e = f.as_base_exp()
+        if not (base.is_Symbol and e.is_Rational and e != 0 and base.assumptions0 == _SPEC_ASSUMPTIONS):
+            return False
+    return True
 
 
 def _no_query(q: ir.Query) -> sympy.Expr:
