@@ -23,6 +23,10 @@ def _sizes():
         c = sympy.Rational(rng.randint(1, 10 ** 9), rng.randint(1, 50))
         powers = [s ** rng.choice((-2, -1, 1, 2, sympy.Rational(1, 2))) for s in rng.sample((MB, TP, CP, PP), 2)]
         out.append(c * sympy.Mul(*powers))
+    out += [2637824 / PP + 2684354560 / (PP * sympy.Min(8, TP)) + 138420420608 / (PP * TP),
+            MB / TP + 3 * MB / CP + MB * sympy.Max(2, CP) ** 2, 1 / PP + 5 / (PP * TP) ** 2]  # every value > 0
+    out += [PP + 1 / PP, MB / TP + TP, 2 * MB + sympy.Rational(1, 2), MB * sympy.Min(8, MB), sympy.Min(8, TP) / PP + TP,
+            MB + N, MB / TP + R ** 2]  # bounded below, or not only spec symbols
     out += [MB + 1, 2637824 / PP + 2684354560 / (PP * sympy.Min(8, TP)), sympy.Min(8, TP), 3 * N, N / TP, R,
             2 * R * MB, MB - TP, sympy.Integer(5), sympy.Rational(1, 3), sympy.Max(MB, 64), 8192, 0]
     return out
@@ -38,6 +42,8 @@ def test_every_size_against_every_bound_is_sympys_relation():
 
 
 def test_which_sizes_fill_the_positives():
-    assert all(_fills_the_positives(x) for x in (MB, MB / TP, 5 * sympy.sqrt(MB) * CP ** -2))
+    assert all(_fills_the_positives(x) for x in (MB, MB / TP, 5 * sympy.sqrt(MB) * CP ** -2, MB / TP + 3 * MB / CP,
+                                                  2637824 / PP + 2684354560 / (PP * sympy.Min(8, TP))))
     assert not any(_fills_the_positives(x) for x in (MB + 1, 3 * N, R * MB, sympy.Min(8, TP), sympy.Integer(4),
-                                                      -MB, sympy.Max(MB, 64), 8192))
+                                                      -MB, sympy.Max(MB, 64), 8192, PP + 1 / PP,
+                                                      MB * sympy.Min(8, MB), 2 * MB + 1, MB / TP + TP))

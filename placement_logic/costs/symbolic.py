@@ -64,18 +64,39 @@ def at_least(x: sympy.Expr, bound: sympy.Rational):
 
 
 def _fills_the_positives(x: sympy.Expr) -> bool:
-    """``x`` is c · s₁^e₁ ⋯ sₖ^eₖ (c a positive rational, k ≥ 1, each s a symbol with exactly
-    the assumptions of a spec symbol, each e a nonzero rational): its values are all of (0, ∞)."""
-    if not isinstance(x, sympy.Expr):
+    """``x`` is a sum of terms c · f₁ ⋯ fₖ (c a positive rational; each f a spec symbol, or a
+    minimum or maximum of positive rationals and spec symbols, to a nonzero rational power) in
+    which one spec symbol s, outside every minimum and maximum, stands in every term to a power
+    of the same sign: with the other symbols fixed x is Σ Kᵢ·s^eᵢ (each K > 0), continuous,
+    tending to 0 at one end of (0, ∞) and to ∞ at the other, so its values are all of (0, ∞)."""
+    if not isinstance(x, sympy.Expr) or x.is_number:
         return False
-    coeff, rest = x.as_coeff_Mul()
-    if not (coeff.is_Rational and coeff.is_positive) or rest.is_number:
-        return False
-    for f in sympy.Mul.make_args(rest):
-        base, e = f.as_base_exp()
-        if not (base.is_Symbol and e.is_Rational and e != 0 and base.assumptions0 == _SPEC_ASSUMPTIONS):
+    common: dict | None = None  # spec symbol -> whether its power is positive, alike in every term so far
+    inner: set = set()  # the symbols inside a minimum or maximum
+    for term in sympy.Add.make_args(x):
+        coeff, rest = term.as_coeff_Mul()
+        if not (coeff.is_Rational and coeff.is_positive):
             return False
-    return True
+        signs = {}
+        for f in sympy.Mul.make_args(rest):
+            base, e = f.as_base_exp()
+            if not (e.is_Rational and e != 0):
+                return False
+            if _spec_symbol(base):
+                signs[base] = e > 0
+            elif isinstance(base, (sympy.Min, sympy.Max)) and all(
+                    (a.is_Rational and a.is_positive) or _spec_symbol(a) for a in base.args):
+                inner |= base.free_symbols
+            else:
+                return False
+        common = signs if common is None else {a: p for a, p in common.items() if signs.get(a) is p}
+        if not common:
+            return False
+    return any(a not in inner for a in common)
+
+
+def _spec_symbol(e) -> bool:
+    return e.is_Symbol and e.assumptions0 == _SPEC_ASSUMPTIONS
 
 
 def _no_query(q: ir.Query) -> sympy.Expr:
