@@ -95,7 +95,7 @@ def exact_per_configuration() -> dict:
       structure), as the first of its structure in the process (every in-process table of
       derived pieces emptied) and with those tables kept."""
     from placement_logic import search
-    from placement_logic.costs import _derive, kernels
+    from placement_logic.costs import _derive, kernels, symbolic
 
     space = search.Space(**SPACE)
     old = {k: os.environ.get(k) for k in ("XDG_CACHE_HOME", "PLACEMENT_NO_CACHE")}
@@ -125,7 +125,8 @@ def exact_per_configuration() -> dict:
             def forget_derivations(tables: bool) -> None:
                 _derive.cache_clear()
                 if tables:
-                    kernels._tabulated.cache_clear()
+                    for table in (kernels._tabulated, kernels.gemm, kernels.memory_bound, symbolic.at_least):
+                        table.cache_clear()
 
             run = lambda: search.exact(c, res.block, space, check=False)  # noqa: E731
             own = lambda: search.derive_exact(c, res.block, space)  # noqa: E731

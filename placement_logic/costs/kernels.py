@@ -37,7 +37,7 @@ import sympy
 from .. import ir
 from . import eager
 from .extrema import extremum
-from .symbolic import to_sympy
+from .symbolic import at_least, to_sympy
 
 ZERO = sympy.Integer(0)
 
@@ -56,21 +56,24 @@ def _tabulated(x: sympy.Expr, table) -> sympy.Expr:
     (size, table) in the process: sympy's piecewise construction (it puts each condition in
     canonical form) is most of a kernel's time, and the same sizes come back in every
     configuration of a structure and in structures alike."""
-    rows = [(sympy.Rational(f), x >= sympy.Rational(b)) for b, f in table[:-1]]
+    rows = [(sympy.Rational(f), at_least(x, sympy.Rational(b))) for b, f in table[:-1]]
     rows.append((sympy.Rational(table[-1][1]), True))
     return sympy.Piecewise(*rows)
 
 
+@lru_cache(maxsize=8192)
 def gemm(dev: Device, m, n, k, batch=1) -> sympy.Expr:
-    """Seconds of a (batched) matrix product: its roofline time over the tabulated efficiency."""
+    """Seconds of a (batched) matrix product: its roofline time over the tabulated efficiency.
+    Kept per (device, sizes) in the process: the structures of a search share most products."""
     flops = 2 * m * n * k * batch
     moved = dev.e * (m * k + k * n + m * n) * batch
     # sympy's maximum, without its search for an order where the two are ordered both ways
     return extremum(sympy.Max, flops / dev.peak, moved / dev.hbm) / _tabulated(flops, dev.eff.gemm)
 
 
+@lru_cache(maxsize=8192)
 def memory_bound(dev: Device, moved) -> sympy.Expr:
-    """Seconds of a kernel that moves ``moved`` bytes through HBM."""
+    """Seconds of a kernel that moves ``moved`` bytes through HBM (kept per (device, bytes), as ``gemm``)."""
     return moved / (dev.hbm * _tabulated(moved, dev.eff.memory))
 
 

@@ -36,6 +36,7 @@ from functools import lru_cache
 import sympy
 
 from ..ir.collectives import Kind
+from .symbolic import at_least
 
 SOURCE = ("NCCL's tuning model, src/graph/tuning.cc (ncclTopoTuneModel, ncclTopoGetAlgoTime) and src/enqueue.cc "
           "(getAlgoInfo) of github.com/NVIDIA/nccl, v2.9.9-1 (commit 3fec2fa5, 2021)")
@@ -87,7 +88,7 @@ def tabulated(x: sympy.Expr, table: tuple) -> sympy.Expr:
         return sympy.Integer(1)
     if x.is_number:
         return sympy.Rational(next(f for b, f in table if x >= sympy.Rational(b)))
-    rows = [(sympy.Rational(f), x >= sympy.Rational(b)) for b, f in table[:-1]]
+    rows = [(sympy.Rational(f), at_least(x, sympy.Rational(b))) for b, f in table[:-1]]
     return sympy.Piecewise(*rows, (sympy.Rational(table[-1][1]), True))
 
 

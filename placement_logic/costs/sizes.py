@@ -57,6 +57,9 @@ class Split:
 
     def share(self, g: SizedGroup, axes, kv: sympy.Expr) -> sympy.Expr:
         """The fraction of group ``g`` one device holds once divided over ``axes``."""
+        return _share(self, g, tuple(axes), kv)
+
+    def _share(self, g: SizedGroup, axes: tuple[str, ...], kv: sympy.Expr) -> sympy.Expr:
         f = sympy.Integer(1)
         tensor = []
         own = {a: r.value for a, r in g.group.roles}  # parallel folding: the group's own roles
@@ -89,6 +92,13 @@ class Split:
                     t = sympy.Integer(1)
             f = f / t
         return f
+
+
+@lru_cache(maxsize=4096)
+def _share(split: Split, g: SizedGroup, axes: tuple[str, ...], kv: sympy.Expr) -> sympy.Expr:
+    """``Split.share``, kept per (split, group, axes, kv heads) in the process: a search's
+    structures ask for a few dozen distinct shares thousands of times."""
+    return split._share(g, axes, kv)
 
 
 @dataclass(frozen=True)

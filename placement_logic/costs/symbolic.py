@@ -13,6 +13,7 @@ built node by node from the IR.
 from __future__ import annotations
 
 from fractions import Fraction
+from functools import lru_cache
 from typing import Callable, Iterable, Mapping
 
 import sympy
@@ -40,9 +41,62 @@ def symbol(name: str) -> sympy.Symbol:
     return sympy.Symbol(name, positive=True)
 
 
+_SPEC_ASSUMPTIONS = sympy.Symbol("x", positive=True).assumptions0  # what ``symbol`` knows of every spec name
+
+
 def rational(x: Fraction | int) -> sympy.Rational:
     x = Fraction(x)
     return sympy.Rational(x.numerator, x.denominator)
+
+
+@lru_cache(maxsize=65536)
+def at_least(x: sympy.Expr, bound: sympy.Rational):
+    """``x >= bound``: sympy's relation, or its truth where sympy decides it (an assumption query
+    on ``x - bound``, most of a tabulated figure's time). Kept per (size, bound) in the process:
+    the tables of one size (NCCL's protocols, a link's curve, a kernel's efficiency) share their
+    bounds, and the same sizes come back in structures alike. A size that is a positive
+    constant times powers of spec symbols (known only to be positive) takes every positive
+    value, so sympy cannot decide it against a positive bound: the relation is built as sympy
+    builds an undecided one, without the query."""
+    if bound.is_positive and _fills_the_positives(x):
+        return sympy.GreaterThan(x, bound, evaluate=False)
+    return x >= bound
+
+
+def _fills_the_positives(x: sympy.Expr) -> bool:
+    """``x`` is a sum of terms c · f₁ ⋯ fₖ (c a positive rational; each f a spec symbol, or a
+    minimum or maximum of positive rationals and spec symbols, to a nonzero rational power) in
+    which one spec symbol s, outside every minimum and maximum, stands in every term to a power
+    of the same sign: with the other symbols fixed x is Σ Kᵢ·s^eᵢ (each K > 0), continuous,
+    tending to 0 at one end of (0, ∞) and to ∞ at the other, so its values are all of (0, ∞)."""
+    if not isinstance(x, sympy.Expr) or x.is_number:
+        return False
+    common: dict | None = None  # spec symbol -> whether its power is positive, alike in every term so far
+    inner: set = set()  # the symbols inside a minimum or maximum
+    for term in sympy.Add.make_args(x):
+        coeff, rest = term.as_coeff_Mul()
+        if not (coeff.is_Rational and coeff.is_positive):
+            return False
+        signs = {}
+        for f in sympy.Mul.make_args(rest):
+            base, e = f.as_base_exp()
+            if not (e.is_Rational and e != 0):
+                return False
+            if _spec_symbol(base):
+                signs[base] = e > 0
+            elif isinstance(base, (sympy.Min, sympy.Max)) and all(
+                    (a.is_Rational and a.is_positive) or _spec_symbol(a) for a in base.args):
+                inner |= base.free_symbols
+            else:
+                return False
+        common = signs if common is None else {a: p for a, p in common.items() if signs.get(a) is p}
+        if not common:
+            return False
+    return any(a not in inner for a in common)
+
+
+def _spec_symbol(e) -> bool:
+    return e.is_Symbol and e.assumptions0 == _SPEC_ASSUMPTIONS
 
 
 def _no_query(q: ir.Query) -> sympy.Expr:

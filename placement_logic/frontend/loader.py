@@ -16,7 +16,7 @@ from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 from ..resolve import ModuleScope, collect_scope, resolve_module
 from . import surface
 from .files import normalise_text, packaged, read_regular, read_source  # noqa: F401 - read_source re-exported
-from .parser import parse
+from .parser import parse, parse_pieces
 
 STD = "std"
 
@@ -116,12 +116,13 @@ class Loader:
         return text, file
 
 
-def load_string(text: str, file: str = "<string>", base_dir: Path | None = None) -> ir.Spec:
-    """Parse and resolve one spec given as text."""
-    return load_with_sources(text, file, base_dir)[0]
+def load_string(text: str, file: str = "<string>", base_dir: Path | None = None, shared: bool = False) -> ir.Spec:
+    """Parse and resolve one spec given as text; ``shared``: its top-level pieces parsed once
+    per process (``parser.parse_pieces``; for the many specs that share a model block)."""
+    return load_with_sources(text, file, base_dir, shared)[0]
 
 
-def load_with_sources(text: str, file: str = "<string>", base_dir: Path | None = None
+def load_with_sources(text: str, file: str = "<string>", base_dir: Path | None = None, shared: bool = False
                       ) -> tuple[ir.Spec, dict[str, str]]:
     """The spec and the text of every module it was resolved from (its own and its imports'),
     by file name: what a result derived from the spec depends on."""
@@ -129,7 +130,7 @@ def load_with_sources(text: str, file: str = "<string>", base_dir: Path | None =
     loader = Loader(base_dir)
     loader.sources[file] = text
     try:
-        module = parse(text, file)
+        module = (parse_pieces if shared else parse)(text, file)
         spec = resolve_module(module, loader, library_index, base_dir=base_dir)
     except DiagnosticError as exc:
         diags = list(loader.diags) + [d for d in exc.diagnostics if d not in loader.diags]

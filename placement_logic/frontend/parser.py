@@ -201,3 +201,27 @@ def parse(text: str, file: str = "<string>") -> surface.Module:
             raise DiagnosticError([Diagnostic(Code.TOO_DEEP, "nested too deeply to read", Span.point(file, 1, 1))],
                                   {file: text}) from None
         raise
+
+
+def parse_pieces(text: str, file: str = "<string>") -> surface.Module:
+    """``parse(text, file)``, each top-level piece of the text (from a line that starts a
+    top-level item at its first column to the next such line) parsed once per (text, line) in
+    the process: the specs a search writes share their model block, their imports and much of
+    their mesh, each at one of a few lines. The text is first split where a line starts with a
+    top-level keyword; a piece that does not parse alone (a split inside a block) gives the
+    whole text's parse, so the module and any diagnostic are ``parse``'s."""
+    lines = text.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if i == 0 or line.split(" ", 1)[0].split("{", 1)[0] in TOP_LEVEL]
+    items: list = []
+    try:
+        for a, b in zip(starts, starts[1:] + [len(lines)]):
+            items += _piece("".join(lines[a:b]), a, file)
+    except DiagnosticError:
+        return parse(text, file)
+    return surface.Module(tuple(items), file=file)
+
+
+@lru_cache(maxsize=1024)
+def _piece(piece: str, line: int, file: str) -> tuple:
+    """The items of one piece of a file starting at 0-based ``line`` (spans as in the whole file)."""
+    return parse("\n" * line + piece, file).items

@@ -152,7 +152,7 @@ def _columns(run: Callable) -> Callable:
 @functools.lru_cache(maxsize=512)
 def _structure_spec(text: str):
     """A structure's spec, loaded when a row of it is validated (once per process)."""
-    return load_string(text, "<search>", None)
+    return load_string(text, "<search>", None, shared=True)
 
 
 def _valid(spec, sizes: dict) -> bool:
