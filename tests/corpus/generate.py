@@ -1743,7 +1743,7 @@ NO_IGNORE = ("a cross entropy without ignore_index (NVIDIA/TransformerEngine#178
 for name, b in [("tokens_ignored_in_loss_ddp", "ddp"), ("tokens_ignored_in_loss_tp", "tp")]:
     mutant(name, b, "the loss sums the terms of the tokens whose label is ignored (`tokens: ignored_in_loss`): no "
            "ignore_index and no loss mask.", ["override tokens: ignored_in_loss"],
-           [f"GI grads[{g}]" for g in ("dense", "norms", "biases", "embedding")], mirrors=NO_IGNORE)
+           gi(["dense", "norms", "biases", "embedding"], "ignored tokens' terms"), mirrors=NO_IGNORE)
 # -- the MoE token dispatch and combine all-to-alls ---------------------------------------
 
 WRONG_EP = "the MoE all-to-all on a wrongly built expert group (deepspeedai/DeepSpeed#1942)"
