@@ -79,4 +79,14 @@ def obligations(plan: ir.Plan, ctx: rp.Context) -> list[Obligation]:
         "GI aux_stats", GRADIENT_INTEGRITY, v.span,
         f"the aux load-balancing loss's routing statistics are taken {SCOPE_TEXT[v.objective]}, over its real "
         f"tokens, as its objective (aux_stats = {v.objective}) states: every routing gives the objective's value",
-        lambda env: negation(env, plan, v), lambda w: replay(ctx, w, v))]
+        lambda env: negation(env, plan, v), lambda w: replay(ctx, w, v), notes=_assumed_cells(v))]
+
+
+def _assumed_cells(v) -> tuple[str, ...]:
+    """What a verdict over f and P gathered on different groups rests on: the mean over the cells of f·P is the
+    union's f times the union's P only for cells of equal real-token counts, which the path's value is read at."""
+    if v.f_gathered == v.p_gathered:
+        return ()
+    return ("decided for router calls that hold equal numbers of real tokens: f and P are gathered over different "
+            "groups, and the mean of the cells' P is the gathered P only for cells of equal counts; unequal counts "
+            "(uneven padding, packed sequences of unequal lengths) are not modelled here",)
