@@ -34,6 +34,7 @@ def _mask_rows(pack, c: int) -> list[int]:
     return [sum(1 for k in range(n) if doc[k] == doc[q] and k <= q and real[k]) for q in range(n)]
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("c", [2, 3, 4, 5])
 def test_the_order_is_pytorchs_ptrr_scheduling(c):
     # PyTorch's own scheduler (one position per block: the block mask's kv_num_blocks are the rows' key counts)
@@ -100,6 +101,7 @@ def test_hand_cases_checker_and_simulator(stated, wrong):
     assert simulated(p) == observed(wrong)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("base,mine,item", [(b, m, i) for b, m in [(R, x) for x in OTHERS] + [(x, R) for x in OTHERS]
                                             for i in ITEMS])
 def test_every_pair_with_the_balancer_is_refuted_as_the_simulator_sees(base, mine, item):
