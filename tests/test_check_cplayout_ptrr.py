@@ -145,6 +145,9 @@ def test_a_group_beyond_the_concrete_sizes_is_replayed_at_its_size():
     assert ob.verdict is Verdict.REFUTED and dict(ob.counterexample.sizes)["cp"] == 8
     same = _ob((lay(R), lay(R, "loss_mask")), "loss_mask", {"dp": 1, "cp": 8, "microbatches": 1})
     assert same.verdict is Verdict.PROVED
+    # past the largest group replayed (256) the open group is unknown, never proved
+    far = _ob((lay(R), lay(P, "loss_mask")), "loss_mask", {"dp": 1, "cp": 300, "microbatches": 1})
+    assert far.verdict is Verdict.UNKNOWN
 
 
 @pytest.mark.parametrize("sizes", list(product((1, 2), (2, 3))))

@@ -160,8 +160,9 @@ def negation(env, lm: LayoutModel, item: str):
     return cons, extract
 
 
-# the largest context group a witness is replayed at (every pack's positions, each against every key)
-MAX_REPLAY_GROUP = 64
+# the largest context group a witness of the order computed from the mask is replayed at (each pack's positions
+# scheduled, each against every key)
+MAX_REPLAY_GROUP = 256
 # the group sizes at which the order a balancer computes from the mask is decided concretely on every pack
 SMALL = tuple(range(2, 7))
 
@@ -243,7 +244,8 @@ def replay(ctx, lm: LayoutModel, item: str, w: dict) -> Counterexample | None:
     c = 1
     for a in lm.context:
         c *= sizes[a]
-    found = _first_difference(lm, item, c) if 2 <= c <= MAX_REPLAY_GROUP else None
+    computed = OverrideVerb.PTRR in (lm.of(item), lm.of(INPUTS))  # a group the negation left open: replayed if small
+    found = _first_difference(lm, item, c) if c >= 2 and (c <= MAX_REPLAY_GROUP or not computed) else None
     if found is None:
         return None
     pack, (r, j), g, got, want, k = found
