@@ -17,7 +17,10 @@ permutes them alike (the derived step), a statement ``layout[ITEM]: ...`` says w
 Packs of documents of unequal lengths, padded or not, and the layouts of PyTorch's per-document head-tail
 balancer (rank-major since pytorch/pytorch#189902: ``zigzag_per_document``; document-major before it:
 ``zigzag_document_major``) and of a per-document cut at the unpadded boundaries
-(``zigzag_per_document_unpadded``) are defined in check.encode_cplayout_packs.
+(``zigzag_per_document_unpadded``) are defined in check.encode_cplayout_packs; the order PyTorch's
+processing-time round-robin balancer computes from the mask (``ptrr``) in check.cplayout_ptrr: linear in c
+and r only on one unpadded document, so a comparison with it is decided concretely on the other packs at
+each c of ``SMALL`` and left open (for the replay) at a larger group (``_mask_computed_cases``).
 
 Input: an ``ir.Plan``. Output: ``model(plan)``, the layout of every item and the statements that give
 them (None where the plan states no layout), and ``obligations``: one per item that follows the inputs,
