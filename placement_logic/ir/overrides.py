@@ -180,9 +180,11 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     # zigzag_per_document: each document of a packed sequence cut into 2c chunks, zigzag per document (THD),
     # rank-major; zigzag_document_major: those chunks listed document-major and cut into c contiguous shards
     # (PyTorch's per-document head-tail balancer before pytorch#189902); zigzag_per_document_unpadded: the
-    # per-document cut at the real (unpadded) document boundaries, the padding one dummy sequence at the end
+    # per-document cut at the real (unpadded) document boundaries, the padding one dummy sequence at the end;
+    # ptrr: the order PyTorch's processing-time round-robin balancer computes from the mask (check/cplayout_ptrr.py)
     "layout": {"zigzag": (False, False), "contiguous": (False, False), "zigzag_per_document": (False, False),
-               "zigzag_document_major": (False, False), "zigzag_per_document_unpadded": (False, False)},
+               "zigzag_document_major": (False, False), "zigzag_per_document_unpadded": (False, False),
+               "ptrr": (False, False)},
 }
 
 # the groups of `layout[...]` (check/encode_cplayout.py): the input tokens and what must follow their layout
@@ -309,6 +311,7 @@ class OverrideVerb(StrEnum):
     ZIGZAG_PER_DOCUMENT = "zigzag_per_document"
     ZIGZAG_DOCUMENT_MAJOR = "zigzag_document_major"
     ZIGZAG_PER_DOCUMENT_UNPADDED = "zigzag_per_document_unpadded"
+    PTRR = "ptrr"
     CONTIGUOUS = "contiguous"
 
 

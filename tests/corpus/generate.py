@@ -1909,6 +1909,20 @@ with_base("cp_document_major_everywhere", "cp", "PyTorch's document-major per-do
           "block mask alike: imbalanced, the single-device step.", ["override layout: zigzag_document_major"])
 with_base("cp_unpadded_everywhere", "4d", "every per-token tensor and the causal mask cut at the unpadded boundaries "
           "alike.", ["override layout: zigzag_per_document_unpadded"])
+PTRR = "PyTorch's processing-time round-robin balancer computed from the mask, beside a head-tail one (pytorch/pytorch#163617)"
+for name, b, lines, expect, what in [
+    ("cp_ptrr_labels_head_tail", "cp", ["override layout: ptrr", "override layout[labels]: zigzag"],
+     ["GI layout[labels]"], "the batch rearranged by the balancer computed from the mask, the labels by the head-tail one."),
+    ("cp_ptrr_block_mask_per_document", "4d", ["override layout: ptrr",
+                                               "override layout[causal_mask]: zigzag_per_document"],
+     ["GI layout[causal_mask]"], "the batch rearranged by the balancer computed from the mask, the block mask per document."),
+    ("cp_positions_ptrr_under_rank_major", "cp_zero3", ["override layout: zigzag_per_document",
+                                                        "override layout[position_ids]: ptrr"],
+     ["GI layout[position_ids]"], "packed documents cut rank-major, the position ids by the balancer computed from the mask."),
+]:
+    mutant(name, b, what, lines, expect, mirrors=PTRR)
+with_base("cp_ptrr_everywhere", "cp", "every per-token tensor and the block mask rearranged by the one balancer computed "
+          "from the mask.", ["override layout: ptrr", "override layout[labels]: ptrr"])
 # -- the expert tensor group's all-gather and reduce-scatter of the routed tokens ---------
 
 ETP_NO_RS = "the gathered tokens' backward without a reduce-scatter (pytorch/torchtitan#1805)"
