@@ -56,10 +56,11 @@ def differs(experts: int, top_k: int, factor: Fraction, seed: int = 0) -> list |
     for call in calls(experts, top_k, seed):
         if dispatch(call, experts, top_k, factor, True) != dispatch(call, experts, top_k, factor, False):
             return call
-    # the tied case: every position alike (one expert, or equal scores), more padding than random gives
-    for real, pads in product(range(1, 5), range(1, 9)):
-        p = tuple(Fraction(1, experts) for _ in range(experts))
-        call = [(n >= real, p, tuple(range(top_k))) for n in range(real + pads)]
+    # longer calls of two shapes: padding outscoring the real tokens on expert 0, and every position alike
+    flat = tuple(Fraction(1, experts) for _ in range(experts))
+    high = tuple(Fraction(2 if i == 0 else 1, experts + 1) for i in range(experts)) if experts > 1 else flat
+    for real, pads, p_pad in product(range(1, 13), range(1, 17), (high, flat)):
+        call = [(n >= real, p_pad if n >= real else flat, tuple(range(top_k))) for n in range(real + pads)]
         if dispatch(call, experts, top_k, factor, True) != dispatch(call, experts, top_k, factor, False):
             return call
     return None
