@@ -145,8 +145,8 @@ def aux_value(cells: dict[tuple, list[tuple[tuple[int, ...], tuple[Fraction, ...
     seq = names.index(SEQUENCES)
     calls: dict = {}
     for coord in sorted(cells):
-        for j, (chosen, _) in enumerate(cells[coord]):
-            calls.setdefault(coord[:seq] + coord[seq + 1:], []).append(((coord, j), chosen))
+        for j, (chosen, probs) in enumerate(cells[coord]):
+            calls.setdefault(coord[:seq] + coord[seq + 1:], []).append(((coord, j), chosen, probs))
     routed = auxcells.marked(calls, experts, top_k, capacity)
 
     def key(gathered):

@@ -185,6 +185,10 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     "layout": {"zigzag": (False, False), "contiguous": (False, False), "zigzag_per_document": (False, False),
                "zigzag_document_major": (False, False), "zigzag_per_document_unpadded": (False, False),
                "ptrr": (False, False)},
+    # the MoE dispatch's capacity step (check/encode_capacity.py): masks_padding: each router call's real tokens
+    # only, every expert keeping its top C = ⌈capacity_factor·k·N/E⌉ of them by router score (as derived);
+    # counts_padding: the padded positions routed too, taking slots by score, and N counting them
+    "capacity": {"masks_padding": (False, False), "counts_padding": (False, False)},
 }
 
 # the groups of `layout[...]` (check/encode_cplayout.py): the input tokens and what must follow their layout
@@ -219,6 +223,7 @@ class OverrideTarget(StrEnum):
     EMBEDDING = "embedding"
     CHECKPOINT = "checkpoint"
     LAYOUT = "layout"
+    CAPACITY = "capacity"
 
 
 class OverrideVerb(StrEnum):
@@ -313,6 +318,8 @@ class OverrideVerb(StrEnum):
     ZIGZAG_PER_DOCUMENT_UNPADDED = "zigzag_per_document_unpadded"
     PTRR = "ptrr"
     CONTIGUOUS = "contiguous"
+    MASKS_PADDING = "masks_padding"
+    COUNTS_PADDING = "counts_padding"
 
 
 PARAM_GROUPS: tuple[str, ...] = ("all", "dense", "kv", "norms", "qk_norms", "biases", "experts", "router", "embedding")
