@@ -224,9 +224,36 @@ def test_command_line_groups_match_the_prover():
     assert command.GROUPS == GROUPS
 
 
-TORCH_MODULES = ("placement_logic.trace.bootstrap", "placement_logic.trace.recorder",
-                 "placement_logic.trace.recorder_events", "placement_logic.trace.recorder_modules",
-                 "placement_logic.trace.recorder_checkpoint")
+def _imports_torch(path: Path) -> bool:
+    """A module that imports torch when it is imported (a module-level ``import torch`` or ``from torch``),
+    or imports such a module of its own package: without the torch extra it is never imported."""
+    for n in _tree(path).body:
+        if isinstance(n, ast.Import) and any(a.name.split(".")[0] == "torch" for a in n.names):
+            return True
+        if isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "torch" and not n.level:
+            return True
+    return False
+
+
+def _torch_modules() -> set[str]:
+    """Every package module that needs torch to import, directly or through a module-level import of
+    another package module that does."""
+    mods = {".".join(("placement_logic",) + p.relative_to(PKG).with_suffix("").parts): p for p in PKG.rglob("*.py")}
+    needs = {m for m, p in mods.items() if _imports_torch(p)}
+    while True:
+        more = set()
+        for m, p in mods.items():
+            if m in needs:
+                continue
+            pkg = m.rsplit(".", 1)[0] if not p.name == "__init__.py" else m
+            for n in _tree(p).body:
+                if isinstance(n, ast.ImportFrom) and n.level == 1:
+                    names = [f"{pkg}.{n.module}"] if n.module else [f"{pkg}.{a.name}" for a in n.names]
+                    if any(x in needs for x in names):
+                        more.add(m)
+        if not more:
+            return needs
+        needs |= more
 
 
 def test_no_submodule_shadows_a_name_of_its_package():
@@ -239,10 +266,11 @@ def test_no_submodule_shadows_a_name_of_its_package():
     import placement_logic
 
     torch = importlib.util.find_spec("torch") is not None
+    torch_modules = _torch_modules()
     for info in pkgutil.walk_packages(placement_logic.__path__, "placement_logic."):
         if ".ranks" in info.name or info.name.endswith("__main__"):
             continue  # the rank processes' modules import torch; __main__ runs the command line
-        if not torch and info.name in TORCH_MODULES:
+        if not torch and info.name in torch_modules:
             continue  # the traced ranks' recorder imports torch: without the extra it is never imported
         importlib.import_module(info.name)
     from placement_logic import ir

@@ -70,6 +70,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--reserve", default=None, metavar="BYTES|FRACTION",
                    help="memory per device kept free: bytes (4GiB, 2.5GB, 1000000) or a fraction of the device's "
                    "memory (0.05); a configuration fits in what is left (default 0)")
+    p.add_argument("--jobs", default=None, metavar="N",
+                   help="processes deriving the structures not met before (default: one per core; 1: this process "
+                   "alone); the figures are the same whatever N")
     p.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
     add_width(p)
     p.set_defaults(run=run)
@@ -182,6 +185,7 @@ def run(args, out: TextIO, err: TextIO) -> int:
     space = space_of(args)
     top = positive("--top", args.top, 1000)
     emit = positive("--emit", args.emit, 1000) if args.emit is not None else None
+    jobs = positive("--jobs", args.jobs, 1024) if args.jobs is not None else None
     if emit is not None and emit > top:
         top = emit
     search.needs_numpy()
@@ -193,7 +197,8 @@ def run(args, out: TextIO, err: TextIO) -> int:
     from .progress import Progress
 
     with Progress(err, "search", quiet=getattr(args, "quiet", False)) as bar:
-        result = search.run(args.model, space, top=top, check=not args.no_check and emit is None, progress=bar.tick)
+        result = search.run(args.model, space, top=top, check=not args.no_check and emit is None, progress=bar.tick,
+                            jobs=jobs)
     if emit is not None:
         if emit > len(result.ranked):
             raise _bad("--emit", str(emit), f"only {len(result.ranked)} configurations fit")

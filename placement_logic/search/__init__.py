@@ -48,8 +48,9 @@ from ..costs.symbolic import symbol
 from ..diagnostics import Code, Diagnostic, DiagnosticError, Span, did_you_mean
 from ..frontend.loader import load_string
 from ..resolve.validate import rebinding_diagnostics
-from . import evaluation, exactforms, program
+from . import evaluation, exactforms, parallel, program
 from .enumeration import enumerate_space
+from .ranking import by_robustness, error_band, same_row
 from .space import (
     AXES,
     COLLAPSED,
@@ -136,6 +137,28 @@ def _program(text: str):
     return prog
 
 
+def _built(text: str):
+    """A structure's program derived in a worker process (``parallel``): ``None`` where its spec
+    refuses it or its forms are lambdified (the parent derives those itself)."""
+    try:
+        prog = _program(text)
+    except DiagnosticError:
+        return None
+    return None if callable(prog) else prog
+
+
+def _prefetch(jobs: int, tick: Callable[[int, str], None]) -> Callable[[list[str]], None]:
+    """The structures not met before (in this process or the structure cache) derived on ``jobs``
+    processes, their programs kept as ``_program`` keeps its own."""
+    def prefetch(texts: list[str]) -> None:
+        new = [t for t in dict.fromkeys(texts) if _key(t) not in _PROGRAMS
+               and not (store.enabled() and store.read("structures", _key(t)) is not None)]
+        for text, prog in parallel.derive_all(new, _built, jobs, tick).items():
+            if prog is not None:
+                _PROGRAMS[_key(text)] = prog
+    return prefetch
+
+
 def _evaluator(text: str) -> Callable:
     """The structure's forms compiled (``_program``), a function of the size columns."""
     k = _key(text)
@@ -174,10 +197,12 @@ def needs_numpy() -> None:
 
 
 def run(model: str, space: Space, top: int = 10, check: bool = True,
-        progress: Callable[[int, int, str], None] | None = None) -> Result:
+        progress: Callable[[int, int, str], None] | None = None, jobs: int | None = None) -> Result:
     """The search. ``progress(done, total, label)`` is called before each structure is derived
     and compiled and before each ranked row is re-derived exactly (and checked): ``total`` is
-    the structures plus the rows to re-derive (at most ``top`` until the ranking is known)."""
+    the structures plus the rows to re-derive (at most ``top`` until the ranking is known).
+    ``jobs``: the processes that derive the structures not met before (``search.parallel``;
+    default: one per core this process may use; 1: in this process alone)."""
     needs_numpy()
     import numpy as np
 
@@ -204,8 +229,9 @@ def run(model: str, space: Space, top: int = 10, check: bool = True,
             progress(done, total, label)
 
     with evaluation.fewer_collections():
-        parts, derive_s, evaluate_s = evaluation.evaluate(groups, block, space, texts, tick, _program,
-                                                                 time.perf_counter)
+        parts, derive_s, evaluate_s = evaluation.evaluate(
+            groups, block, space, texts, tick, _program, time.perf_counter,
+            _prefetch(parallel.default_jobs() if jobs is None else jobs, tick))
     t2 = time.perf_counter()
     result.valid = sum(len(p[1]) for p in parts)
     result.parts = parts
@@ -249,7 +275,7 @@ def run(model: str, space: Space, top: int = 10, check: bool = True,
         if full and not (kept and (parts[i][2][j, :2] == parts[kept[-1][0]][2][kept[-1][1], :2]).all()):
             break  # past the top rows and past the ties of the last (where its twins are)
         if valid(i, j):
-            twin = next((k for k in kept if _twins(parts, k, (i, j))), None)
+            twin = next((k for k in kept if same_row(parts, k, (i, j))), None)
             if twin is not None:
                 twins.setdefault(twin, []).append((i, j))
             elif not full:
@@ -281,36 +307,6 @@ def run(model: str, space: Space, top: int = 10, check: bool = True,
                       "filter": t2 - t1 - derive_s - evaluate_s,
                       "rank": t3 - t2, "exact_and_check": time.perf_counter() - t3}
     return result
-
-
-def error_band(space: Space) -> Fraction:
-    """The model's largest error on the published measured runs (docs/validation_time.md): under
-    it two predicted step times do not tell which configuration is faster."""
-    return steptime.MODEL_ERROR["mfu" if space.mfu is not None else "kernels"]
-
-
-def by_robustness(rows: list, band: Fraction) -> list:
-    """The re-derived rows, the ties first: every row whose exact step time is within ``band`` of
-    the fastest, ordered by robustness (less communication on the critical path, then less memory,
-    so more headroom, then step time), then the others in their order (by step time)."""
-    if not rows:
-        return rows
-    best = min(c.exact_step for c in rows)
-    tied = [c for c in rows if c.exact_step <= best * (1 + band)]
-    ids = {id(c) for c in tied}
-    tied.sort(key=lambda c: (c.exposed, c.exact_memory, c.exact_step))
-    return tied + [c for c in rows if id(c) not in ids]
-
-
-def _twins(parts, a: tuple, b: tuple) -> bool:
-    """Rows of two strategies with the same sizes, recompute, schedule and layout whose
-    vectorised memory and step time are equal (zero3 and fsdp, say): one row naming both,
-    once their exact figures agree too."""
-    (sa, za, va), (sb, zb, vb) = parts[a[0]], parts[b[0]]
-    same_shape = (sa.recompute, sa.schedule, sa.axes, sa.folded, sa.optimizer, sa.facts) == \
-        (sb.recompute, sb.schedule, sb.axes, sb.folded, sb.optimizer, sb.facts)
-    return (sa.strategy != sb.strategy and same_shape and bool((za[a[1]] == zb[b[1]]).all())
-            and va[a[1], 0] == vb[b[1], 0] and va[a[1], 1] == vb[b[1], 1])
 
 
 def concrete_spec(c: Candidate, block: str, space: Space) -> str:

@@ -33,7 +33,8 @@ def fewer_collections():
 
 
 def evaluate(groups: dict, block: str, space: Space, texts: dict, tick, programs: Callable,
-             clock: Callable[[], float] = time.perf_counter) -> tuple[list, float, float]:
+             clock: Callable[[], float] = time.perf_counter,
+             prefetch: Callable[[list[str]], None] | None = None) -> tuple[list, float, float]:
     """Each structure derived (or read from the structure cache) as a program, then evaluated
     over the rows the divisibility mask keeps: [(structure, sizes, values)] in ``groups``'
     order, and the seconds of the two steps (merging and compiling the programs counted with
@@ -45,16 +46,23 @@ def evaluate(groups: dict, block: str, space: Space, texts: dict, tick, programs
     shape's sizes, the collectives' volumes): their programs are merged into one, each shared
     operation computed once, and evaluated once over the rows any of them keeps; each
     structure then takes its own rows and outputs. Every operation is elementwise, so a row's
-    figures do not depend on the rows beside it: each is the number its own program gives."""
+    figures do not depend on the rows beside it: each is the number its own program gives.
+    ``prefetch(texts)``, given, is called with every structure's spec text first (the search derives
+    the ones it has not met on several processes there, ``search.parallel``)."""
     import numpy as np
 
     derive_s = 0.0
     evaluate_s = 0.0
     found = []  # (structure, the part's sizes, its valid rows, its program)
+    d0 = clock()
+    for s in groups:
+        texts[s] = spec_text(block, s, {}, space.device, space.mfu)
+    if prefetch is not None:
+        prefetch([texts[s] for s in groups])
+    derive_s += clock() - d0
     for n, (s, (sizes, valid)) in enumerate(groups.items()):
         tick(n, f"deriving {s.strategy}, recompute {s.recompute}" + (f", {s.schedule}" if s.schedule else ""))
         d0 = clock()
-        texts[s] = spec_text(block, s, {}, space.device, space.mfu)
         try:
             found.append((s, sizes, valid, programs(texts[s])))
         except DiagnosticError:
