@@ -198,6 +198,10 @@ CODES: dict[str, tuple[str, str]] = {
     "PL267": ("rank-sets-overlap", "reduce_sets ... ranks ([...], ...) naming one rank in two sets (or twice in one)."),
     "PL268": ("rank-sets-cover", "reduce_sets ... ranks ([...], ...) whose sets miss a rank of the axis or name one past it."),
     "PL269": ("rank-sets-axis", "reduce_sets over no axis or several, or rank sets given to a verb that takes none."),
+    # the MoE dispatch's capacity step (check.encode_capacity, where the plan is resolved)
+    "PL273": ("capacity-no-experts", "override capacity: ... in a model without experts: there is no capacity step."),
+    "PL274": ("capacity-padding-never-drops", "override capacity: counts_padding where the model's capacity_factor is "
+              "at least experts / top_k: no capacity step drops a token, padded or not."),
     # usage: PL3xx
     "PL301": ("bad-set", "A --set option that is not NAME=NUMBER or names nothing in the spec."),
     "PL302": ("unknown-plan", "A --plan option that names no plan in the spec."),
@@ -339,6 +343,8 @@ class Code(StrEnum):
     RANK_SETS_OVERLAP = "PL267"
     RANK_SETS_COVER = "PL268"
     RANK_SETS_AXIS = "PL269"
+    CAPACITY_NO_EXPERTS = "PL273"
+    CAPACITY_PADDING_NEVER_DROPS = "PL274"
     BAD_SET = "PL301"
     UNKNOWN_PLAN = "PL302"
     SWEEP_TOO_LARGE = "PL310"

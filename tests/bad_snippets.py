@@ -114,6 +114,15 @@ CATALOGUE = [
      "experts = 8  top_k = 2  capacity_factor = 4 }\n"
      "  losses { aux = per_microbatch_mean  aux_stats = global_batch }\n}\nmesh { dp = 8 }\n"
      "plan p { dp: ddp  override loss[aux]: stats_after_capacity }\n"),
+    ("capacity-no-experts", "PL273", 7, 19, "the model has no experts",
+     "from std.data import ddp\nmodel {\n  transformer { hidden = 1024  layers = 8  heads = 16  vocab = 32000 }\n"
+     "  seq = 2048\n}\nmesh { dp = 8 }\n"
+     "plan p { dp: ddp  override capacity: counts_padding }\n"),
+    ("capacity-padding-never-drops", "PL274", 7, 19, "padded or not, so no token is dropped",
+     "from std.data import ddp\nmodel {\n  transformer { hidden = 1024  layers = 8  heads = 16  vocab = 32000  "
+     "experts = 8  top_k = 2  capacity_factor = 4 }\n"
+     "  seq = 2048\n}\nmesh { dp = 8 }\n"
+     "plan p { dp: ddp  override capacity: counts_padding }\n"),
     ("impossible-shape", "PL130", 8, 10, "the attention heads (30) cannot be split evenly over tp (4)",
      "from std.tensor import megatron_tp\n"
      "model { transformer { hidden = 960  layers = 2  heads = 30  vocab = 128 } }\n"

@@ -10,7 +10,7 @@ it runs on one worker per core when pytest-xdist is installed: ``pytest_cmdline_
 docs/benchmarks.md, "The quick test tier", has its measured CPU and wall time);
 ``pytest --tier all`` (the README's command, and CI's) runs everything. A test is in the slow
 tier when it is marked ``slow`` or ``torch``, or named in ``SLOW`` below (tests measured among
-the slowest of the quick tier, kept whole rather than trimmed), or is a case of a ``SAMPLED``
+the slowest of the quick tier, kept whole rather than trimmed, and those of ``slow_measured.txt``), or is a case of a ``SAMPLED``
 sweep outside its sample. ``-m EXPR`` selects by marker as usual and overrides the tier."""
 
 import os
@@ -95,6 +95,20 @@ SLOW = (
     "tests/test_search_exact_rows.py::test_every_sampled_row_is_its_own_configuration",
     "tests/test_check_witness.py::test_nine_axis_bug_is_refuted_from_the_first_witness",
 )
+
+
+def _measured(path) -> tuple[str, ...]:
+    """The node ids of ``tests/slow_measured.txt``: single tests measured among the slowest of the quick
+    tier (CPU seconds after each), written by ``benchmarks/bench_quick_tier.py --mark-over S``, which
+    leaves every module a quick test of its own."""
+    from pathlib import Path
+
+    lines = Path(path).read_text(encoding="utf-8").splitlines() if Path(path).exists() else []
+    return tuple(line.split("  #")[0].strip() for line in lines if line.strip() and not line.startswith("#"))
+
+
+MEASURED = _measured(__file__.replace("conftest.py", "slow_measured.txt"))
+SLOW = SLOW + MEASURED
 
 
 # parametrised sweeps (one assertion over many plans, sizes or examples, each case a run of the checker

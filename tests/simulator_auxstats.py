@@ -137,8 +137,8 @@ def call_of(t: dict) -> tuple:
 
 def capacity_map(routed: list, experts: int, top_k: int, capacity) -> list:
     """Each token's experts in the map the path counts f on: its top-k, or, with ``capacity`` = (mode, factor),
-    per router call of N tokens (taken by sequence, then position) the first C = ceil(factor·k·N/E) tokens that
-    chose each expert; mode "pad" then marks further tokens of the call, first ones first, until the expert's
+    per router call of N tokens (taken by sequence, then position) the C = ceil(factor·k·N/E) tokens of highest
+    probability among those that chose each expert (a stable sort: ties to the earlier token); mode "pad" then marks further tokens of the call, first ones first, until the expert's
     column holds min(C, N)."""
     if capacity is None:
         return [set(r[0]) for _, r in routed]
@@ -152,7 +152,8 @@ def capacity_map(routed: list, experts: int, top_k: int, capacity) -> list:
         size = len(members)
         cap = -(-(Fraction(factor) * top_k * size) // experts)  # the ceiling
         for i in range(experts):
-            kept = [n for n in members if i in routed[n][1][0]][:cap]
+            # the tokens that chose i, highest probability of i first, ties to the earlier (sequence, position)
+            kept = sorted((n for n in members if i in routed[n][1][0]), key=lambda n: -routed[n][1][1][i])[:cap]
             if mode == "pad":
                 kept += [n for n in members if n not in kept][:max(0, min(cap, size) - len(kept))]
             for n in kept:

@@ -11,7 +11,8 @@ sequence): contiguous (the identity), zigzag (the pack cut into 2c chunks, rank 
 2c − 1 − r of each document in turn: rank-major), zigzag_document_major (the same pairs listed document by
 document, every rank's pair of document 0 first), zigzag_per_document_unpadded (the rank-major cut of the
 segments ``cu_seqlens`` gives, the real lengths back to back, then the padding as one dummy sequence, the
-indices read as positions of the padded pack). The input tokens take the layout ``layout[inputs]`` (or
+indices read as positions of the padded pack), ptrr (PyTorch's processing-time round robin read off the pack's
+mask written out: ``_ptrr``). The input tokens take the layout ``layout[inputs]`` (or
 ``layout``) states, contiguous by default; the labels, the loss mask, the position ids and the positions the
 causal mask compares take their own statement's layout, else the inputs'.
 
@@ -60,6 +61,8 @@ def _order(layout: str, docs: list[tuple[int, int]], c: int) -> list[int]:
         return [p for r in range(c) for p in _head_tail(0, n, c, r)]
     if layout == "zigzag_document_major":
         return [p for d, (length, _) in enumerate(docs) for r in range(c) for p in _head_tail(starts[d], length, c, r)]
+    if layout == "ptrr":
+        return _ptrr(docs, c)
     if layout == "zigzag_per_document":
         segments = list(zip(starts, [length for length, _ in docs]))
     elif layout == "zigzag_per_document_unpadded":
@@ -70,6 +73,28 @@ def _order(layout: str, docs: list[tuple[int, int]], c: int) -> list[int]:
     else:
         raise ValueError(layout)
     return [p for r in range(c) for s, length in segments for p in _head_tail(s, length, c, r)]
+
+
+def _mask(docs: list[tuple[int, int]]) -> list[list[int]]:
+    """The pack's attention mask written out: row q, column k is 1 where a query at q attends to the key at k
+    (the same document, k not after q, k a real token)."""
+    doc, real = [], []
+    for d, (length, a) in enumerate(docs):
+        doc += [d] * length
+        real += [k < a for k in range(length)]
+    n = len(doc)
+    return [[1 if doc[k] == doc[q] and k <= q and real[k] else 0 for k in range(n)] for q in range(n)]
+
+
+def _ptrr(docs: list[tuple[int, int]], c: int) -> list[int]:
+    """PyTorch's ``_PTRRLoadBalancer`` with one position per block, as its ``ptrr_scheduling`` does it: the rows'
+    key counts sorted descending (stable), cut into rows of c, every odd row reversed, the columns read as the
+    groups, each group in sequence order, group r rank r's share."""
+    work = [sum(row) for row in _mask(docs)]
+    desc = sorted(range(len(work)), key=lambda p: work[p], reverse=True)  # reverse=True keeps ties in order
+    rows = [desc[i:i + c] for i in range(0, len(desc), c)]
+    rows = [row if i % 2 == 0 else row[::-1] for i, row in enumerate(rows)]
+    return [p for g in range(c) for p in sorted(row[g] for row in rows)]
 
 
 def _holds(layout: str, docs, c: int, r: int) -> list[int]:

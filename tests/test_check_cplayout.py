@@ -113,7 +113,7 @@ def test_hand_cases_checker_and_simulator(stated, wrong):
 @hs.composite
 def layout_plans(draw):
     axes = TWO_CP if draw(hs.booleans()) else DP_CP
-    stmt = hs.builds(lay, hs.sampled_from((Z, C, P, DM, UP)), hs.sampled_from((None,) + ("inputs",) + ITEMS))
+    stmt = hs.builds(lay, hs.sampled_from((Z, C, P, DM, UP, "ptrr")), hs.sampled_from((None,) + ("inputs",) + ITEMS))
     return _with(axes, draw(hs.lists(stmt, min_size=1, max_size=4)))
 
 

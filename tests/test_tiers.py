@@ -46,3 +46,22 @@ def test_every_sampled_sweep_is_a_parametrised_test(sweep):
     assert len(fn) == 1, f"{sweep}: no such test"
     assert any("parametrize" in ast.unparse(d) for d in fn[0].decorator_list), f"{sweep}: not parametrised"
     re.compile(conftest.SAMPLED[sweep])
+
+
+def test_every_measured_slow_test_exists_and_leaves_its_module_a_quick_test():
+    """Each entry of tests/slow_measured.txt names a test function of its module (a parametrised case by
+    its id), and no module is left with every test of it in the slow tier by that file."""
+    by_module: dict[str, set[str]] = {}
+    for nodeid in conftest.MEASURED:
+        path, _, rest = nodeid.partition("::")
+        name = rest.split("[")[0]
+        tree = ast.parse((ROOT / path).read_text())
+        names = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        assert name in names, f"{nodeid}: no such test"
+        by_module.setdefault(path, set()).add(name)
+    for path in by_module:
+        tree = ast.parse((ROOT / path).read_text())
+        tests = {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")}
+        whole = {nodeid.split("::")[1] for nodeid in conftest.SLOW if nodeid.startswith(path + "::")
+                 and "[" not in nodeid}
+        assert tests - whole, f"{path}: every test is in the slow tier"

@@ -27,9 +27,10 @@ one of the two gathers, the other's mean over it is the gathered one's group's w
 numbers of real tokens, so the path computes the grouping of the union of the two (``effective``), and the
 check above applies to it; where the counts are free (the plan does not state ``tokens: equal``) such a
 dimension of the objective's groups departs on its own (check.encode_auxcells.split_dims: the replay gives
-the cells unequal real-token counts). The path may count padded positions (``loss[aux]: stats_count_padding``): the objective counts real
-tokens only, and a routing that sends the real tokens to 0..k-1 and the padding to 1..k gives E/k
-without the padding and less with it, whatever the grouping.
+the cells unequal real-token counts). The path may count padded positions (``loss[aux]:
+stats_count_padding``): the objective counts real tokens only, and a routing that sends the real tokens
+to 0..k-1 and the padding to 1..k gives E/k without the padding and less with it, whatever the grouping
+(unless the plan states ``tokens: equal``: nothing is padded).
 
 Why ``GI aux_stats`` stands beside ``GI loss[aux]`` (check.losses): the term is Σ_g w_g · aux(g), the
 weights w_g of its groups' values times those values. ``GI loss[aux]`` holds the weights (a divisor
@@ -149,8 +150,8 @@ def aux_value(cells: dict[tuple, list[tuple[tuple[int, ...], tuple[Fraction, ...
     seq = names.index(SEQUENCES)
     calls: dict = {}
     for coord in sorted(cells):
-        for j, (chosen, _) in enumerate(cells[coord]):
-            calls.setdefault(coord[:seq] + coord[seq + 1:], []).append(((coord, j), chosen))
+        for j, (chosen, probs) in enumerate(cells[coord]):
+            calls.setdefault(coord[:seq] + coord[seq + 1:], []).append(((coord, j), chosen, probs))
     routed = auxcells.marked(calls, experts, top_k, capacity)
 
     def key(gathered):

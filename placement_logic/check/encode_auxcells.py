@@ -17,7 +17,8 @@ a call holding more real tokens weighs more. Two departures of a path:
   the two is a parabola symmetric about 1/2.
 * ``override loss[aux]: stats_after_capacity`` / ``stats_capacity_padded``: f is counted on the routing
   map after the capacity step (NVIDIA/Megatron-LM#1617, #1513), not on the router's top-k: in each call of
-  N tokens an expert keeps at most C = ⌈capacity_factor · k · N / E⌉ slots (the later tokens dropped), and
+  N tokens an expert keeps at most C = ⌈capacity_factor · k · N / E⌉ slots (its top C tokens by router score,
+  ties to the earlier token: Megatron-LM's ``moe_token_drop_policy = probs``), and
   padded to capacity every expert's column is filled up to min(C, N) marked tokens. Dropping departs
   exactly where C < N for some N, that is capacity_factor · k < E; padding departs always (k < E): a
   column filled for a token that did not choose the expert adds f where P is positive. The replay routes
@@ -91,31 +92,31 @@ def negation_conds(env, plan, v, e, k, cf_term):
 
 def marked(calls: dict, experts: int, top_k: int, capacity: tuple[str, Fraction] | None) -> dict:
     """Each token's marked experts in its router call's map: its top-k, or after the capacity step (per call of
-    N tokens, in order, an expert keeps C = ⌈cf·k·N/E⌉ slots; padded, each column filled to min(C, N))."""
+    N tokens an expert keeps C = ⌈cf·k·N/E⌉ of the tokens that chose it, the highest router scores first, ties
+    to the earlier token; padded, each column then filled to min(C, N) with the call's further tokens in order).
+    A token is (id, chosen) or (id, chosen, its probabilities), the call's tokens in order."""
     out = {}
-    for toks in calls.values():  # toks: [(token id, chosen)] in order
+    for toks in calls.values():
         if capacity is None:
-            out.update({t: set(ch) for t, ch in toks})
+            out.update({tok[0]: set(tok[1]) for tok in toks})
             continue
         mode, cf = capacity
         n = len(toks)
         cap = ceil(Fraction(cf) * top_k * n / experts)
-        load = [0] * experts
-        for t, ch in toks:
-            out[t] = set()
-            for i in ch:
-                if load[i] < cap:
-                    out[t].add(i)
-                    load[i] += 1
-        if mode == PAD:
-            for i in range(experts):
-                for t, _ in toks:
-                    if load[i] >= min(cap, n):
-                        break
-                    if i not in out[t]:
-                        out[t].add(i)
-                        load[i] += 1
+        out.update({tok[0]: set() for tok in toks})
+        for i in range(experts):
+            chose = [j for j, tok in enumerate(toks) if i in tok[1]]
+            kept = sorted(chose, key=lambda j: (-score(toks[j], i), j))[:cap]
+            if mode == PAD:
+                kept += [j for j in range(n) if j not in kept][:max(0, min(cap, n) - len(kept))]
+            for j in kept:
+                out[toks[j][0]].add(i)
     return out
+
+
+def score(tok: tuple, expert: int) -> Fraction:
+    """A token's router score for ``expert`` (0 where the token carries no probabilities: order by position)."""
+    return tok[2][expert] if len(tok) > 2 else Fraction(0)
 
 
 def uniform_cells(sizes: dict, names: tuple[str, ...], per: int, experts: int, top_k: int) -> dict:

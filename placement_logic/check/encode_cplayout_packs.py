@@ -17,7 +17,9 @@ position rank r of c holds in slot j:
 * ``zigzag_per_document_unpadded``: the per-document cut at the real boundaries (``cu_seqlens``), the
   padding taken as one dummy sequence after the last document: segments of 2c·a_d and 2c·Σ(u_d − a_d),
   each cut into 2c chunks, rank-major, the indices read as positions of the padded pack (equal to
-  ``zigzag_per_document`` exactly when no document is padded).
+  ``zigzag_per_document`` exactly when no document is padded);
+* ``ptrr``: the order PyTorch's processing-time round-robin balancer computes from the pack's mask
+  (check.cplayout_ptrr): for z3 terms only on a pack of one unpadded document.
 
 Every function takes ints or z3 terms for r and c and an int slot j, so the concrete replay and the z3
 negation read the same definition (the independent oracle is tests/simulator_cp.py). ``PACKS``: the packs the
@@ -31,6 +33,7 @@ from itertools import product
 import z3
 
 from ..ir.overrides import OverrideVerb
+from . import cplayout_ptrr
 
 Pack = tuple[tuple[int, int], ...]  # per document: (padded units u, real units a)
 
@@ -103,6 +106,8 @@ def position(layout: str, pack: Pack, c, r, j: int):
         return _rank_major([a for _, a in pack] + ([pad] if pad else []), c, r, j)
     if layout == OverrideVerb.ZIGZAG_DOCUMENT_MAJOR:
         return _document_major(pack, c, r, j)
+    if layout == OverrideVerb.PTRR:
+        return cplayout_ptrr.position(pack, c, r, j)
     raise ValueError(f"unknown layout {layout!r}")
 
 

@@ -219,6 +219,9 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
         from . import encode_auxstats  # the groups the aux term's routing statistics are taken over
 
         obs += encode_auxstats.obligations(plan, ctx)
+    from . import encode_capacity  # the MoE dispatch's capacity step, where the plan states it
+
+    obs += encode_capacity.obligations(plan, ctx)
     return _undecided(_extended(obs, step, ctx, plan), step, ctx.pinned, plan)
 
 

@@ -180,9 +180,15 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     # zigzag_per_document: each document of a packed sequence cut into 2c chunks, zigzag per document (THD),
     # rank-major; zigzag_document_major: those chunks listed document-major and cut into c contiguous shards
     # (PyTorch's per-document head-tail balancer before pytorch#189902); zigzag_per_document_unpadded: the
-    # per-document cut at the real (unpadded) document boundaries, the padding one dummy sequence at the end
+    # per-document cut at the real (unpadded) document boundaries, the padding one dummy sequence at the end;
+    # ptrr: the order PyTorch's processing-time round-robin balancer computes from the mask (check/cplayout_ptrr.py)
     "layout": {"zigzag": (False, False), "contiguous": (False, False), "zigzag_per_document": (False, False),
-               "zigzag_document_major": (False, False), "zigzag_per_document_unpadded": (False, False)},
+               "zigzag_document_major": (False, False), "zigzag_per_document_unpadded": (False, False),
+               "ptrr": (False, False)},
+    # the MoE dispatch's capacity step (check/encode_capacity.py): masks_padding: each router call's real tokens
+    # only, every expert keeping its top C = ⌈capacity_factor·k·N/E⌉ of them by router score (as derived);
+    # counts_padding: the padded positions routed too, taking slots by score, and N counting them
+    "capacity": {"masks_padding": (False, False), "counts_padding": (False, False)},
 }
 
 # the groups of `layout[...]` (check/encode_cplayout.py): the input tokens and what must follow their layout
@@ -217,6 +223,7 @@ class OverrideTarget(StrEnum):
     EMBEDDING = "embedding"
     CHECKPOINT = "checkpoint"
     LAYOUT = "layout"
+    CAPACITY = "capacity"
 
 
 class OverrideVerb(StrEnum):
@@ -309,7 +316,10 @@ class OverrideVerb(StrEnum):
     ZIGZAG_PER_DOCUMENT = "zigzag_per_document"
     ZIGZAG_DOCUMENT_MAJOR = "zigzag_document_major"
     ZIGZAG_PER_DOCUMENT_UNPADDED = "zigzag_per_document_unpadded"
+    PTRR = "ptrr"
     CONTIGUOUS = "contiguous"
+    MASKS_PADDING = "masks_padding"
+    COUNTS_PADDING = "counts_padding"
 
 
 PARAM_GROUPS: tuple[str, ...] = ("all", "dense", "kv", "norms", "qk_norms", "biases", "experts", "router", "embedding")

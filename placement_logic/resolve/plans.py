@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from .. import ir
 from ..diagnostics import Code, Span, did_you_mean
 from ..frontend import surface
-from ..ir import routerstats
+from ..ir import capacity, routerstats
 from ..ir.welltyped import ill_typed
 from .entries import override, placement_entry, rename_override, setting
 from .optimizers import check_overrides as check_optimizer_overrides
@@ -189,6 +189,8 @@ class PlanAssembler:
         check_optimizer_overrides(self.vals, plan, draft.override_sites)
         check_shapes(plan, self.vals, self.cx.error)
         for code, message, span, notes in routerstats.problems(plan, self.vals.values):  # the aux term's statistics (check.auxstats)
+            self.cx.error(code, message, span, notes)
+        for code, message, span, notes in capacity.problems(plan, self.vals.values):  # check.encode_capacity
             self.cx.error(code, message, span, notes)
         if not self.cx.failed_since(mark):
             found = ill_typed(plan, lambda s, a: draft.mode_src.get((s, a), draft.bound.get(a, p.span)))

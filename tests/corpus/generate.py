@@ -722,6 +722,16 @@ mutant("aux_capacity_padded_ep", "ep",
        "a per-microbatch load-balancing loss whose fractions are counted on the routing map padded to capacity "
        "(`loss[aux]: stats_capacity_padded`).", ["override loss[aux]: stats_capacity_padded"], ["GI aux_stats"],
        mirrors="seq_aux_loss with pad_to_capacity (NVIDIA/Megatron-LM#1617)", model="moe_aux_micro")
+mutant("capacity_counts_padding_ep", "ep",
+       "a dropping MoE layer (capacity factor 1, top-2 of 8) whose router runs without the padding mask before "
+       "dispatch: the padded positions take expert slots by their scores and count in the capacity "
+       "(`capacity: counts_padding`).", ["override capacity: counts_padding"], ["GI capacity"],
+       mirrors="padding consuming expert capacity (NVIDIA/Megatron-LM#5542, marin-community/marin#8953)", model="moe")
+mutant("capacity_counts_padding_aux_masked_ep", "ep",
+       "padding masked in the load-balancing loss's statistics but not before the capacity step "
+       "(`capacity: counts_padding` beside a per-microbatch aux_stats objective).", ["override capacity: counts_padding"],
+       ["GI capacity"], mirrors="the aux-loss padding mask alone (NVIDIA/Megatron-LM#2121, then #5542)",
+       model="moe_aux_micro")
 mutant("aux_expert_ranks_not_averaged_ep", "ep",
        "the MoE auxiliary loss averaged over dp and the microbatches only: the expert ranks' values, each from "
        "its own tokens, are summed (`loss[aux]: divide by dp * 4`).",
@@ -1427,6 +1437,16 @@ for name, lines, why in AUX_SPLIT:
                "groups' union, the step (NVIDIA/Megatron-LM#1561).",
                list(bb.bind) + lines + ["override tokens: equal"], "ep", model="moe_aux_global")
 
+# the capacity step on each router call's real tokens, the padding masked before it
+for name, model, why in [
+    ("capacity_masks_padding_ep", "moe", "a dropping MoE layer whose router clears the padded positions before the "
+     "capacity step (`capacity: masks_padding`, NVIDIA/Megatron-LM#5542's fix): the objective's step"),
+    ("capacity_masks_padding_aux_micro_ep", "moe_aux_micro", "padding masked both in the load-balancing loss's "
+     "statistics and before the capacity step (`capacity: masks_padding`)"),
+]:
+    bb = BASES["ep"]
+    equivalent(name, bb.title, why + ".", list(bb.bind) + ["override capacity: masks_padding"], "ep", model=model)
+
 # the calls weighted equally, the map padded to capacity: nothing changes where every token routes to every expert
 for name, line, why in [
     ("aux_equal_weights_every_expert_ep", "override loss[aux]: stats_equal_microbatch_weights",
@@ -1928,6 +1948,20 @@ with_base("cp_document_major_everywhere", "cp", "PyTorch's document-major per-do
           "block mask alike: imbalanced, the single-device step.", ["override layout: zigzag_document_major"])
 with_base("cp_unpadded_everywhere", "4d", "every per-token tensor and the causal mask cut at the unpadded boundaries "
           "alike.", ["override layout: zigzag_per_document_unpadded"])
+PTRR = "PyTorch's processing-time round-robin balancer computed from the mask, beside a head-tail one (pytorch/pytorch#163617)"
+for name, b, lines, expect, what in [
+    ("cp_ptrr_labels_head_tail", "cp", ["override layout: ptrr", "override layout[labels]: zigzag"],
+     ["GI layout[labels]"], "the batch rearranged by the balancer computed from the mask, the labels by the head-tail one."),
+    ("cp_ptrr_block_mask_per_document", "4d", ["override layout: ptrr",
+                                               "override layout[causal_mask]: zigzag_per_document"],
+     ["GI layout[causal_mask]"], "the batch rearranged by the balancer computed from the mask, the block mask per document."),
+    ("cp_positions_ptrr_under_rank_major", "cp_zero3", ["override layout: zigzag_per_document",
+                                                        "override layout[position_ids]: ptrr"],
+     ["GI layout[position_ids]"], "packed documents cut rank-major, the position ids by the balancer computed from the mask."),
+]:
+    mutant(name, b, what, lines, expect, mirrors=PTRR)
+with_base("cp_ptrr_everywhere", "cp", "every per-token tensor and the block mask rearranged by the one balancer computed "
+          "from the mask.", ["override layout: ptrr", "override layout[labels]: ptrr"])
 # -- the expert tensor group's all-gather and reduce-scatter of the routed tokens ---------
 
 ETP_NO_RS = "the gathered tokens' backward without a reduce-scatter (pytorch/torchtitan#1805)"
