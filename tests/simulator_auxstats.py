@@ -254,3 +254,52 @@ def differs(plan: ir.Plan, scope: str, sizes: dict[str, int], sequences: int, ex
     """Whether some random routing gives the path a value other than the objective's."""
     return any(a != b for a, b in (values(plan, scope, sizes, sequences, experts, top_k, rng, layout)
                                    for _ in range(tries)))
+
+
+# Unequal real-token counts per shard, by brute force: the layouts a plan admits. A path that takes f and P
+# over groups of their own (``probs_* over (AXES)``) averages its cells' E · Σ f_i P_i with equal weights; the
+# tokens are laid out here shard by shard and the two values computed from them, with no use of the union.
+
+
+def equal_counts(plan: ir.Plan) -> bool:
+    """Whether the plan states that every device and microbatch holds as many tokens, none padded
+    (``override tokens: equal``)."""
+    return any(o.target == "tokens" and o.verb == "equal" and o.group is None for o in plan.overrides)
+
+
+def full_layout(rank: dict, mb: int, seq: int) -> tuple[int, int]:
+    """Every shard full: PER_SHARD real tokens, no padding (what ``tokens: equal`` admits)."""
+    return PER_SHARD, 0
+
+
+def uneven_along(dim: str):
+    """The shards at coordinate 0 of ``dim`` (a mesh axis, "microbatches" or "sequences") hold one real token
+    and a padded position, the others two real tokens."""
+    def layout(rank: dict, mb: int, seq: int) -> tuple[int, int]:
+        at = {"microbatches": mb, "sequences": seq}.get(dim, rank.get(dim))
+        return (1, 1) if at == 0 else (2, 0)
+    return layout
+
+
+def random_layout(rng: random.Random, width: int = 3):
+    """Each shard a random number of real tokens (1..width), padded to ``width``."""
+    drawn: dict = {}
+
+    def layout(rank: dict, mb: int, seq: int) -> tuple[int, int]:
+        key = (tuple(sorted(rank.items())), mb, seq)
+        if key not in drawn:
+            real = rng.randint(1, width)
+            drawn[key] = (real, width - real)
+        return drawn[key]
+    return layout
+
+
+def admissible_layouts(plan: ir.Plan, rng: random.Random, randoms: int = 2) -> list:
+    """The per-shard (real, padded) layouts a plan admits: under ``tokens: equal`` every shard full; else the
+    even layout (``None``: PER_SHARD real tokens and PAD_PER_SHARD padded positions everywhere), the parity
+    layout, one uneven along each dimension and ``randoms`` random ones."""
+    if equal_counts(plan):
+        return [full_layout]
+    whole, parts = token_layout(plan)
+    dims = whole + parts + ["microbatches", "sequences"]
+    return [None, uneven_layout] + [uneven_along(d) for d in dims] + [random_layout(rng) for _ in range(randoms)]

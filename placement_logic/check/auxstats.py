@@ -23,11 +23,14 @@ one token per shard and computes both values exactly (the z3 encoding: check.enc
 f and P may be gathered over groups of their own (``loss[aux]: probs_per_* over (AXES)`` states P's;
 Megatron-LM all-reduces the token counts and keeps each rank's probabilities): each cell of tokens
 sharing both groups takes E · Σ f_i P_i, and the term is the mean over the cells. Over a dimension only
-one of the two gathers, the other's mean over it is the gathered one's group's (cells of equal size), so
-the path computes the grouping of the union of the two (``effective``), and the check above applies to
-it. The path may count padded positions (``loss[aux]: stats_count_padding``): the objective counts real
-tokens only, and a routing that sends the real tokens to 0..k-1 and the padding to 1..k gives E/k
-without the padding and less with it, whatever the grouping.
+one of the two gathers, the other's mean over it is the gathered one's group's where the cells hold equal
+numbers of real tokens, so the path computes the grouping of the union of the two (``effective``), and the
+check above applies to it; where the counts are free (the plan does not state ``tokens: equal``) such a
+dimension of the objective's groups departs on its own (check.encode_auxcells.split_dims: the replay gives
+the cells unequal real-token counts). The path may count padded positions (``loss[aux]:
+stats_count_padding``): the objective counts real tokens only, and a routing that sends the real tokens
+to 0..k-1 and the padding to 1..k gives E/k without the padding and less with it, whatever the grouping
+(unless the plan states ``tokens: equal``: nothing is padded).
 
 Why ``GI aux_stats`` stands beside ``GI loss[aux]`` (check.losses): the term is Σ_g w_g · aux(g), the
 weights w_g of its groups' values times those values. ``GI loss[aux]`` holds the weights (a divisor
@@ -87,6 +90,7 @@ class StatsView:
     padding: bool = False  # the statistics count the padded positions (``stats_count_padding``)
     equal: frozenset[str] = frozenset()  # call dimensions weighted equally (``stats_equal_cell_weights``, auxcells)
     capacity: str | None = None  # f after the capacity step: auxcells.DROP or PAD (``stats_after_capacity``, ...)
+    counts_equal: bool = False  # ``override tokens: equal``: every shard holds as many real tokens (auxcells.split_dims)
 
 
 def _gathered(o, default: frozenset[str]) -> frozenset[str]:
@@ -97,7 +101,8 @@ def effective(f: frozenset[str], p: frozenset[str]) -> frozenset[str]:
     """The grouping whose value a path with f over ``f`` and P over ``p`` computes: their union. The path's
     value is the mean over its cells (the tokens sharing f's and P's group) of E·Σ f_i P_i; over a dimension
     only f gathers, f is one value and the mean of the cells' P is P over the dimension, and so for P: with
-    cells of equal sizes the mean over the cells of f·P is the union's f times the union's P."""
+    cells of equal real-token counts the mean over the cells of f·P is the union's f times the union's P
+    (unequal counts: check.encode_auxcells.split_dims)."""
     return f | p
 
 
@@ -122,7 +127,7 @@ def view(plan: ir.Plan) -> StatsView | None:
     where = (extra or pad or [o for o in (po, fo) if o is not None] or [None])[-1]
     return StatsView(objective, token, split, wanted, effective(f, p), "; ".join(texts) or None,
                      where.span if where is not None else span, f, p, bool(pad),
-                     auxcells.equal_dims(plan, effective(f, p)), auxcells.stated(plan)[1])
+                     auxcells.equal_dims(plan, effective(f, p)), auxcells.stated(plan)[1], auxcells.counts_equal(plan))
 
 
 def auxcells_verbs() -> tuple[str, ...]:
@@ -274,7 +279,7 @@ def _replay_cells(ctx: rp.Context, w: dict, v: StatsView, sizes: dict, names: tu
 def diagnose(v: StatsView) -> list[str]:
     """One cause per departure: the padding counted, each dimension the two groupings disagree on."""
     out = []
-    if v.padding:
+    if v.padding and not v.counts_equal:  # `tokens: equal`: no position is padded
         out.append("the aux term's routing statistics count the padded positions (loss[aux]: stats_count_padding): "
                    "their routing slots and probabilities enter f and P and their number divides them, so the loss "
                    "balances the padded batch, not its tokens (the objective counts real tokens only)")

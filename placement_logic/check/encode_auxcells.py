@@ -39,7 +39,7 @@ import z3
 
 from ..ir import losses as terms
 from ..ir import routerstats
-from ..ir.overrides import OverrideTarget
+from ..ir.overrides import OverrideTarget, OverrideVerb
 from .dims import MICROBATCHES
 
 UNEVEN = "uneven"  # the witness's kind where the calls' real-token counts differ
@@ -62,11 +62,26 @@ def equal_dims(plan, gathered: frozenset[str]) -> frozenset[str]:
     return gathered & stated(plan)[0]
 
 
+def counts_equal(plan) -> bool:
+    """Whether the plan states that every device and microbatch holds as many tokens, none padded (``override
+    tokens: equal``): then every shard of every sequence holds as many real tokens, and the counts are not free."""
+    return any(o.target == OverrideTarget.TOKENS and o.verb == OverrideVerb.EQUAL and o.group is None
+               for o in plan.overrides)
+
+
+def split_dims(v) -> frozenset[str]:
+    """The dimensions of the objective's groups over which one of f and P is gathered and the other is not
+    (``loss[aux]: probs_* over (AXES)``), where the shards' real-token counts are free: there the path averages its
+    cells' E·Σ f_i·P_i with equal weights, and the mean of the cells' local factor is the gathered one only for
+    cells of equal counts. Those outside the objective's groups are the grouping's departures (check.auxstats)."""
+    return frozenset() if v.counts_equal else (v.f_gathered ^ v.p_gathered) & v.wanted
+
+
 def negation_conds(env, plan, v, e, k, cf_term):
     """(witness kind, z3 condition) for each departure of this module: a gathered call dimension of two or
-    more where the calls are weighted equally; capacity_factor · k < E where tokens are dropped; always where
-    the map is padded to capacity."""
-    out = [((UNEVEN, d), env.real(env.size(d)) >= 2) for d in sorted(v.equal)]
+    more where the calls are weighted equally (their counts free: not ``tokens: equal``); capacity_factor · k < E
+    where tokens are dropped; always where the map is padded to capacity."""
+    out = [((UNEVEN, d), env.real(env.size(d)) >= 2) for d in sorted(v.equal) if not v.counts_equal]
     if v.capacity == DROP:
         drops = cf_term * k < e
         out.append(((CAPACITY, DROP), z3.BoolVal(drops, env.sess.ctx) if isinstance(drops, bool) else drops))
@@ -132,7 +147,8 @@ def capacity_per_shard(cf: Fraction, experts: int, top_k: int, per_call: int) ->
 
 def describe(kind, v, e: int, k: int, cf: Fraction, per: int) -> str:
     if kind[0] == UNEVEN:
-        return (f"the router calls at {kind[1]}=0 hold one real token choosing experts {', '.join(map(str, range(k)))}"
+        calls = "the shards of the sequences" if kind[1] == "sequences" else "the router calls"
+        return (f"{calls} at {kind[1]}=0 hold one real token choosing experts {', '.join(map(str, range(k)))}"
                 f"{' and one padded position' if v.padding else ''}, the others two real tokens choosing "
                 f"{', '.join(map(str, range(1, k + 1)))}, probability 1/{k} on each chosen expert")
     return (f"{per} token(s) per shard, each choosing experts {', '.join(map(str, range(k)))} (probability "
@@ -143,13 +159,14 @@ def describe(kind, v, e: int, k: int, cf: Fraction, per: int) -> str:
 def diagnose(v) -> list[str]:
     """The findings of this module's departures."""
     out = []
-    if v.equal:
+    if v.equal and not v.counts_equal:
         order = v.token_axes + (MICROBATCHES,)
         out.append("the aux term's routing statistics combine the router calls' statistics with equal weights over "
                    f"{', '.join(sorted(v.equal, key=order.index))}: each call's f and P are "
                    "normalised by its own real-token count and then averaged, so where the calls hold unequal numbers "
                    "of real tokens (uneven padding) a token of a short call weighs more than one of a long call (the "
                    "objective pools the tokens: counts summed, then divided by the total)")
+    out += _split_findings(v)
     if v.capacity == DROP:
         out.append("the aux term's routing fractions f are counted on the routing map after the capacity step "
                    f"(loss[aux]: {terms.CAPACITY_VERBS[0]}): the tokens an expert's capacity drops are missing from f, "
@@ -158,4 +175,21 @@ def diagnose(v) -> list[str]:
         out.append("the aux term's routing fractions f are counted on the routing map padded to capacity "
                    f"(loss[aux]: {terms.CAPACITY_VERBS[1]}): every expert's column is filled up to its capacity, so "
                    "the padding slots count as routed tokens and f no longer reflects the router's top-k choices")
+    return out
+
+
+def _split_findings(v) -> list[str]:
+    """One finding per factor taken locally over dimensions of ``split_dims``."""
+    out = []
+    order = v.token_axes + (MICROBATCHES, "sequences")
+    for local, gathered, dims in (("P", "f", v.f_gathered - v.p_gathered), ("f", "P", v.p_gathered - v.f_gathered)):
+        over = sorted(dims & split_dims(v), key=order.index)
+        if over:
+            out.append(f"the aux term's {gathered} is gathered over {', '.join(over)} and its {local} is not: each cell "
+                       f"takes E·Σ f_i·P_i with its own {local} and the cells are averaged with equal weights, so the "
+                       f"mean of the cells' {local} is the gathered {local} only where every cell holds as many real "
+                       "tokens; where the counts differ (padding spread unevenly, sequences of unequal lengths) a token "
+                       f"of a short cell weighs more in {local} than one of a long cell (the objective pools the tokens; "
+                       "`override tokens: equal` states equal counts where every device and microbatch holds as many "
+                       "tokens and none is padded)")
     return out

@@ -5,7 +5,10 @@ Input: the plan and its ``auxstats.StatsView``. Output: the obligation, whose ne
 sizes (and E, k, sequences per microbatch where the model leaves them free) at which a dimension one
 grouping gathers and the other keeps apart has two or more shards (the path's grouping: the union of
 f's and P's, ``auxstats.effective``), or, where the path counts padded positions, any sizes with E >= 2
-and k < E; ``auxstats.replay`` re-checks the witness on a concrete routing.
+and k < E, or, where f and P are gathered over groups of their own, a dimension of the objective's groups
+that one of them gathers and the other does not with two or more shards, their real-token counts free
+unless the plan states ``tokens: equal`` (check.encode_auxcells.split_dims); ``auxstats.replay``
+re-checks the witness on a concrete routing (and concrete unequal counts).
 """
 
 from __future__ import annotations
@@ -49,11 +52,14 @@ def negation(env: en.Env, plan: ir.Plan, v: StatsView):
     and top-k below E (at k = E every token routes everywhere and the value is constant)."""
     e, k, b, side, free = _model_numbers(plan, env)
     differ = sorted(v.wanted ^ v.gathered, key=_dims(v).index)
-    conds = [(PADDING, z3.BoolVal(True, env.sess.ctx))] if v.padding else []  # any batch with padding
+    conds = [(PADDING, z3.BoolVal(True, env.sess.ctx))] if v.padding and not v.counts_equal else []  # any padding
     conds += [(d, (b if d == SEQUENCES else env.real(env.size(d))) >= 2) for d in differ]
     tf = plan.model.transformer
     cf = env.value(tf.capacity_factor) if tf is not None else z3.RealVal(1, env.sess.ctx)
     conds += auxcells.negation_conds(env, plan, v, e, k, cf)  # unequal calls, the capacity step
+    # f and P over groups of their own: cells of free real-token counts along a dimension only one of them gathers
+    conds += [((auxcells.UNEVEN, d), (b if d == SEQUENCES else env.real(env.size(d))) >= 2)
+              for d in sorted(auxcells.split_dims(v), key=_dims(v).index)]
     routing = z3.And(e >= 2, k < e, k >= 1)
     cons = side + [routing, z3.Or([c for _, c in conds]) if conds else z3.BoolVal(False, env.sess.ctx)]
 
@@ -79,14 +85,5 @@ def obligations(plan: ir.Plan, ctx: rp.Context) -> list[Obligation]:
         "GI aux_stats", GRADIENT_INTEGRITY, v.span,
         f"the aux load-balancing loss's routing statistics are taken {SCOPE_TEXT[v.objective]}, over its real "
         f"tokens, as its objective (aux_stats = {v.objective}) states: every routing gives the objective's value",
-        lambda env: negation(env, plan, v), lambda w: replay(ctx, w, v), notes=_assumed_cells(v))]
+        lambda env: negation(env, plan, v), lambda w: replay(ctx, w, v))]
 
-
-def _assumed_cells(v) -> tuple[str, ...]:
-    """What a verdict over f and P gathered on different groups rests on: the mean over the cells of f·P is the
-    union's f times the union's P only for cells of equal real-token counts, which the path's value is read at."""
-    if v.f_gathered == v.p_gathered:
-        return ()
-    return ("decided for router calls that hold equal numbers of real tokens: f and P are gathered over different "
-            "groups, and the mean of the cells' P is the gathered P only for cells of equal counts; unequal counts "
-            "(uneven padding, packed sequences of unequal lengths) are not modelled here",)

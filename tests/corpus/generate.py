@@ -688,6 +688,20 @@ mutant("aux_counts_per_microbatch_probs_local_ep", "ep",
        "microbatches (`loss[aux]: stats_per_microbatch over (dp, ep)`, `probs_per_microbatch over ()`).",
        ["override loss[aux]: stats_per_microbatch over (dp, ep)", "override loss[aux]: probs_per_microbatch over ()"],
        ["GI aux_stats"], model="moe_aux_global")
+for name, lines, why in [
+    ("aux_counts_global_probs_local_padded_ep",
+     ["override loss[aux]: stats_per_step over (dp, ep)", "override loss[aux]: probs_per_sequence over ()"],
+     "a global-batch load-balancing loss from global token counts times each rank's own mean probabilities per "
+     "sequence, the cells' values averaged with equal weights"),
+    ("aux_counts_per_microbatch_probs_per_step_padded_ep",
+     ["override loss[aux]: stats_per_microbatch over (dp, ep)", "override loss[aux]: probs_per_step over ()"],
+     "a global-batch load-balancing loss from token counts all-reduced per microbatch times each rank's mean "
+     "probabilities over the step, the cells' values averaged with equal weights"),
+]:
+    mutant(name, "ep", why + ", on batches whose shards may hold unequal real-token counts (no `tokens: equal`): "
+           "the mean of the cells' local factor is not the pooled one.", lines, ["GI aux_stats"],
+           mirrors="global_aux_loss's local probabilities under the router's padding mask (NVIDIA/Megatron-LM#1561, "
+           "#2121)", model="moe_aux_global")
 mutant("aux_equal_microbatch_weights_ep", "ep",
        "a global-batch load-balancing loss whose counts are all-reduced over the data and expert ranks and "
        "accumulated over the step, each microbatch's fractions weighted equally whatever its real tokens "
@@ -1403,20 +1417,25 @@ for name, b, model, line, why in [
     equivalent(name, bb.title, why + "; the term's contributions are weighted as the objective states.",
                list(bb.bind) + [line], b, model=model)
 
-# the aux loss's f and P over groups of their own: the path computes the loss of their union
-for name, lines, why in [
+# the aux loss's f and P over groups of their own: the path computes the loss of their union where every shard
+# holds as many real tokens (`tokens: equal`), and not where the counts may differ
+AUX_SPLIT = [
     ("aux_counts_global_probs_local_ep",
      ["override loss[aux]: stats_per_step over (dp, ep)", "override loss[aux]: probs_per_sequence over ()"],
      "a global-batch load-balancing loss from token counts all-reduced over every data and expert rank and "
-     "accumulated over the step, times each rank's own mean probabilities per sequence: the mean over the ranks "
-     "of f·P with f common is f times the mean P, the global batch's (NVIDIA/Megatron-LM#1561)"),
+     "accumulated over the step, times each rank's own mean probabilities per sequence"),
     ("aux_counts_per_microbatch_probs_per_step_ep",
      ["override loss[aux]: stats_per_microbatch over (dp, ep)", "override loss[aux]: probs_per_step over ()"],
      "a global-batch load-balancing loss from token counts all-reduced over the ranks per microbatch and mean "
-     "probabilities accumulated over the step per rank: the two groups' union is the step"),
-]:
+     "probabilities accumulated over the step per rank"),
+]
+for name, lines, why in AUX_SPLIT:
     bb = BASES["ep"]
-    equivalent(name, bb.title, why + ".", list(bb.bind) + lines, "ep", model="moe_aux_global")
+    equivalent(name, bb.title, why + ", every rank and microbatch holding as many tokens, none padded (`tokens: "
+               "equal`): the mean over the cells of f·P, one factor common to them, is that factor times the "
+               "cells' mean of the other, the pooled one at equal counts, so the path computes the loss of the two "
+               "groups' union, the step (NVIDIA/Megatron-LM#1561).",
+               list(bb.bind) + lines + ["override tokens: equal"], "ep", model="moe_aux_global")
 
 # the capacity step on each router call's real tokens, the padding masked before it
 for name, model, why in [
