@@ -156,7 +156,8 @@ CODES: dict[str, tuple[str, str]] = {
               "(override ...: reduce_blocks / reduce_strided / reduce_first), over one axis or two."),
     "PL197": ("ulysses-heads", "Ulysses' all-to-all (override activations[context] / activation_grads[context]: "
               "all_to_all over (...)) over a group whose size does not divide each tensor rank's attention heads (or "
-              "its kv heads, which may instead be repeated over a group that is a multiple of them)."),
+              "its kv heads, which may instead be repeated over a group that is a multiple of them), where the plan states no "
+              "uneven head split (override heads: ...)."),
     # types and units: PL2xx
     "PL201": ("unit-mismatch", "Bytes combined with a plain count by + or - (or compared with one)."),
     "PL202": ("unit-not-allowed", "A byte unit where a plain count is required (axis size, layer count, exponent)."),
@@ -198,6 +199,10 @@ CODES: dict[str, tuple[str, str]] = {
     "PL267": ("rank-sets-overlap", "reduce_sets ... ranks ([...], ...) naming one rank in two sets (or twice in one)."),
     "PL268": ("rank-sets-cover", "reduce_sets ... ranks ([...], ...) whose sets miss a rank of the axis or name one past it."),
     "PL269": ("rank-sets-axis", "reduce_sets over no axis or several, or rank sets given to a verb that takes none."),
+    "PL276": ("heads-rule-group", "A head split stated for the wrong group (override heads[kv]: uneven / chunk / floor, "
+              "or heads[forward] / heads[backward] / heads: repeat / split)."),
+    "PL277": ("heads-no-ulysses", "A head split (override heads[...]) in a plan whose context region states no Ulysses "
+              "all-to-all (override activations[context]: all_to_all over (...)), or whose head counts are not numbers."),
     # usage: PL3xx
     "PL301": ("bad-set", "A --set option that is not NAME=NUMBER or names nothing in the spec."),
     "PL302": ("unknown-plan", "A --plan option that names no plan in the spec."),
@@ -339,6 +344,8 @@ class Code(StrEnum):
     RANK_SETS_OVERLAP = "PL267"
     RANK_SETS_COVER = "PL268"
     RANK_SETS_AXIS = "PL269"
+    HEADS_RULE_GROUP = "PL276"
+    HEADS_NO_ULYSSES = "PL277"
     BAD_SET = "PL301"
     UNKNOWN_PLAN = "PL302"
     SWEEP_TOO_LARGE = "PL310"

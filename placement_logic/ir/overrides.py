@@ -183,10 +183,20 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     # per-document cut at the real (unpadded) document boundaries, the padding one dummy sequence at the end
     "layout": {"zigzag": (False, False), "contiguous": (False, False), "zigzag_per_document": (False, False),
                "zigzag_document_major": (False, False), "zigzag_per_document_unpadded": (False, False)},
+    # the head split of Ulysses' all-to-alls (check/encode_ulysses_heads.py): [forward] / [backward] (no group: both)
+    # the rule that gives rank r of the g ranks its contiguous heads of h: uneven (DeepSpeed's uneven all-to-all:
+    # floor(h/g) each, one more on the first h mod g ranks), chunk (torch.chunk: ceil(h/g) each until the heads run
+    # out), floor (floor(h/g) each, the remainder dropped); [kv] how the kv heads follow: repeat (each rank receives
+    # the kv head of each of its query heads, repeated where shared) or split (the kv heads cut by the same rule
+    # over their own count)
+    "heads": {"uneven": (False, False), "chunk": (False, False), "floor": (False, False),
+              "repeat": (False, False), "split": (False, False)},
 }
 
 # the groups of `layout[...]` (check/encode_cplayout.py): the input tokens and what must follow their layout
 LAYOUT_ITEMS = ("inputs", "labels", "loss_mask", "position_ids", "causal_mask")
+# the groups of `heads[...]` (check/encode_ulysses_heads.py): the forward pair of all-to-alls, the backward pair, the kv heads
+HEAD_GROUPS = ("forward", "backward", "kv")
 
 
 # the (target, verb) pairs that take (and need) a ``ranks (R1, R2, ...)`` clause: the ranks of the axis it is on
@@ -217,6 +227,7 @@ class OverrideTarget(StrEnum):
     EMBEDDING = "embedding"
     CHECKPOINT = "checkpoint"
     LAYOUT = "layout"
+    HEADS = "heads"
 
 
 class OverrideVerb(StrEnum):
@@ -310,6 +321,11 @@ class OverrideVerb(StrEnum):
     ZIGZAG_DOCUMENT_MAJOR = "zigzag_document_major"
     ZIGZAG_PER_DOCUMENT_UNPADDED = "zigzag_per_document_unpadded"
     CONTIGUOUS = "contiguous"
+    UNEVEN = "uneven"
+    CHUNK = "chunk"
+    FLOOR = "floor"
+    REPEAT = "repeat"
+    SPLIT = "split"
 
 
 PARAM_GROUPS: tuple[str, ...] = ("all", "dense", "kv", "norms", "qk_norms", "biases", "experts", "router", "embedding")
