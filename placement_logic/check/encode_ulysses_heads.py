@@ -41,6 +41,7 @@ import z3
 
 from ..diagnostics import NO_SPAN, Code, Diagnostic, DiagnosticError, Span
 from ..ir.overrides import OverrideTarget, OverrideVerb
+from . import encode_shapefacts as shapefacts
 from .encode_shapefacts import _int
 from .report import Counterexample
 
@@ -73,6 +74,7 @@ class HeadsModel:
     rules: tuple[tuple[str, str], ...]  # pair -> rule
     spans: tuple[tuple[str, Span], ...]  # pair -> the statement that gives it (NO_SPAN: derived)
     first: Span  # the first head statement
+    facts: tuple = ()  # the sizes the model's shapes take (check.encode_shapefacts), for the replay's search
 
     def where(self, pair: str) -> Span:
         return self.span(pair) if self.span(pair) != NO_SPAN else self.first
@@ -122,7 +124,7 @@ def model(plan, bindings: dict, tensor: tuple[str, ...]) -> HeadsModel | None:
     rules["backward"] = own.get("backward", rules["forward"] if "forward" in own else (OverrideVerb.UNEVEN.value, NO_SPAN))
     rules["kv"] = own.get("kv", (OverrideVerb.REPEAT.value, NO_SPAN))
     return HeadsModel(ulysses, tensor, heads, kv, tuple((p, r[0]) for p, r in rules.items()),
-                      tuple((p, r[1]) for p, r in rules.items()), stated[0].span)
+                      tuple((p, r[1]) for p, r in rules.items()), stated[0].span, shapefacts.facts(plan, bindings))
 
 
 def failure(hm: HeadsModel, pair: str, t: int, g: int) -> tuple | None:
@@ -236,15 +238,39 @@ def _runs(runs: list[tuple[int, int]]) -> str:
     return "[" + ", ".join(f"{s}..{s + n - 1}" if n > 1 else (f"{s}" if n else "none") for s, n in runs) + "]"
 
 
-def replay(ctx, hm: HeadsModel, pair: str, w: dict) -> Counterexample | None:
-    sizes = w["sizes"]
+def _tg(hm: HeadsModel, sizes: dict) -> tuple[int, int]:
     t, g = 1, 1
     for a in hm.tensor:
         t *= sizes[a]
     for a in hm.ulysses:
         g *= sizes[a]
-    if g < 2 or hm.heads % t:
+    return t, g
+
+
+def _fails(hm: HeadsModel, pair: str, sizes: dict) -> bool:
+    t, g = _tg(hm, sizes)
+    return g >= 2 and hm.heads % t == 0 and failure(hm, pair, t, g) is not None
+
+
+def _sizes(ctx, hm: HeadsModel, pair: str, sizes: dict) -> dict | None:
+    """The witness's sizes if the pair fails there; else (a witness cut small, or one past the replay's device
+    bound) the same sizes with one free Ulysses axis set to the smallest size where it fails that the model's
+    shapes take (every failure has one of at most 4(h + 1), g = h + 1 standing for every larger g)."""
+    if _fails(hm, pair, sizes):
+        return sizes
+    for a in (a for a in hm.ulysses if a not in ctx.pinned):
+        for n in range(2, 4 * (hm.heads + 1) + 1):
+            other = {**sizes, a: n}
+            if _fails(hm, pair, other) and shapefacts.holds(hm.facts, other):
+                return other
+    return None
+
+
+def replay(ctx, hm: HeadsModel, pair: str, w: dict) -> Counterexample | None:
+    sizes = _sizes(ctx, hm, pair, w["sizes"])
+    if sizes is None:
         return None
+    t, g = _tg(hm, sizes)
     found = failure(hm, pair, t, g)
     if found is None:
         return None
