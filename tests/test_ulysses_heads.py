@@ -168,3 +168,15 @@ def test_costs_price_the_largest_rank(h, cp, rule):
         assert sympy.nsimplify(per) == want, (x.collective.phase, per, want)
         if h % cp == 0 and rule != "floor":
             assert want == Fraction(cp - 1, cp) * (65536 // cp) * hidden * 4 * 2
+
+
+@pytest.mark.parametrize("stmt", ["override heads: uneven", "override heads[forward]: chunk",
+                                  "override heads[backward]: floor", "override heads[kv]: split"])
+def test_statements_format_round_trip(stmt):
+    from placement_logic.frontend.canonical import format_source
+
+    text = _src(28, 4, f"  {stmt}\n")
+    load_string(text, "x.place")  # the canonical text loads
+    assert format_source(text, "x.place") == text
+    messy = text.replace(f"  {stmt}", "  " + stmt.replace(": ", " :   ").replace("[", "[ ").replace("]", " ]"))
+    assert format_source(messy, "x.place") == text
