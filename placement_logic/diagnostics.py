@@ -156,7 +156,8 @@ CODES: dict[str, tuple[str, str]] = {
               "(override ...: reduce_blocks / reduce_strided / reduce_first), over one axis or two."),
     "PL197": ("ulysses-heads", "Ulysses' all-to-all (override activations[context] / activation_grads[context]: "
               "all_to_all over (...)) over a group whose size does not divide each tensor rank's attention heads (or "
-              "its kv heads, which may instead be repeated over a group that is a multiple of them)."),
+              "its kv heads, which may instead be repeated over a group that is a multiple of them), where the plan states no "
+              "uneven head split (override heads: ...)."),
     # types and units: PL2xx
     "PL201": ("unit-mismatch", "Bytes combined with a plain count by + or - (or compared with one)."),
     "PL202": ("unit-not-allowed", "A byte unit where a plain count is required (axis size, layer count, exponent)."),
@@ -202,6 +203,10 @@ CODES: dict[str, tuple[str, str]] = {
     "PL273": ("capacity-no-experts", "override capacity: ... in a model without experts: there is no capacity step."),
     "PL274": ("capacity-padding-never-drops", "override capacity: counts_padding where the model's capacity_factor is "
               "at least experts / top_k: no capacity step drops a token, padded or not."),
+    "PL276": ("heads-rule-group", "A head split stated for the wrong group (override heads[kv]: uneven / chunk / floor, "
+              "or heads[forward] / heads[backward] / heads: repeat / split)."),
+    "PL277": ("heads-no-ulysses", "A head split (override heads[...]) in a plan whose context region states no Ulysses "
+              "all-to-all (override activations[context]: all_to_all over (...)), or whose head counts are not numbers."),
     # usage: PL3xx
     "PL301": ("bad-set", "A --set option that is not NAME=NUMBER or names nothing in the spec."),
     "PL302": ("unknown-plan", "A --plan option that names no plan in the spec."),
@@ -345,6 +350,8 @@ class Code(StrEnum):
     RANK_SETS_AXIS = "PL269"
     CAPACITY_NO_EXPERTS = "PL273"
     CAPACITY_PADDING_NEVER_DROPS = "PL274"
+    HEADS_RULE_GROUP = "PL276"
+    HEADS_NO_ULYSSES = "PL277"
     BAD_SET = "PL301"
     UNKNOWN_PLAN = "PL302"
     SWEEP_TOO_LARGE = "PL310"

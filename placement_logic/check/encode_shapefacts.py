@@ -25,7 +25,7 @@ import z3
 
 from .. import ir
 from ..diagnostics import DiagnosticError
-from ..ir.overrides import OverrideVerb
+from ..ir.overrides import OverrideTarget, OverrideVerb
 from .values import fold, resolver
 
 _SPLIT = (ir.Mode.S, ir.Mode.O)
@@ -90,8 +90,9 @@ def facts(plan: ir.Plan, bindings: dict) -> tuple[Fact, ...]:
         need("the expert count", t.experts, experts)
     seq_axes = plan.axes_with_role(ir.Role.CONTEXT) + (tensor if plan.sequence_parallel else ())
     need("the sequence length", plan.model.seq, seq_axes)
+    uneven = any(o.target == OverrideTarget.HEADS for o in plan.overrides)  # a stated split: no PL197 fact
     for o in plan.overrides:  # PL197: Ulysses' group g divides each tensor rank's h/t heads (kv: or a multiple)
-        if o.group == "context" and o.verb == OverrideVerb.ALL_TO_ALL and o.axes and not set(o.axes) & set(tensor):
+        if not uneven and o.group == "context" and o.verb == OverrideVerb.ALL_TO_ALL and o.axes and not set(o.axes) & set(tensor):
             group = tensor + tuple(a for a in plan.mesh.names if a in o.axes)
             need("the attention heads", t.heads, group)
             if t.kv_heads is not t.heads:

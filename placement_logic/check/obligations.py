@@ -125,6 +125,9 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
         from . import encode_cplayout as cplayout
 
         obs += cplayout.obligations(cplayout.model(plan, step.context_axes), ctx, P, Obligation)
+        from . import encode_ulysses_heads as heads  # Ulysses' uneven head split, where the plan states one
+
+        obs += heads.obligations(heads.model(plan, ctx.bindings, step.tensor_axes), ctx, P, Obligation)
     for a in step.data_axes + step.context_axes:
         where, groups = placed(step.params_span, (ir.State.PARAMS,), a,
                                lambda m: m[ir.State.PARAMS] in (ir.Mode.S, ir.Mode.O), a in step.unusable_axes)

@@ -71,8 +71,10 @@ def no_effect(plan: ir.Plan, groups: tuple[str, ...], needs_regather: bool, offl
         why = None
         if o.target in (OverrideTarget.LOSS, OverrideTarget.TOKENS) and o.group is not None:
             continue  # a loss term's path: check.losses reads it
-        if o.target in (OverrideTarget.ACTIVATIONS, OverrideTarget.ACTIVATION_GRADS, OverrideTarget.LAYOUT):
-            continue  # a layer region's collectives: check.actflow reads them; a block layout: check.encode_cplayout
+        if o.target in (OverrideTarget.ACTIVATIONS, OverrideTarget.ACTIVATION_GRADS, OverrideTarget.LAYOUT,
+                        OverrideTarget.HEADS):
+            continue  # a layer region's collectives: check.actflow; a block layout: check.encode_cplayout; a head
+            # split: check.encode_ulysses_heads
         if o.target == OverrideTarget.TOKENS and summed and o.verb != OverrideVerb.IGNORED_IN_LOSS:  # a term summed
             why = "the loss is a sum over tokens (loss: sum), so no token count normalises it"
         elif o.group not in (None, "all") and o.group not in groups and not (

@@ -101,6 +101,13 @@ def buffer_bytes(c: Collective, sh: Shape, lay: Layout) -> sympy.Expr:
         return 2 * s * sh.b * sh.h * sh.kv / sh.a * ba
     if tensor == PT.ULYSSES:  # the rank's heads (h/tp) of q, k, v and the attention output
         return s * sh.b * sh.h * (2 + 2 * sh.kv / sh.a) * ba / lay.t
+    if tensor in (PT.ULYSSES_CEIL, PT.ULYSSES_FLOOR):  # an uneven head split: the largest rank's share,
+        # ceil(h_t/g) (floor) heads from each of the g − 1 others, h_t = heads/tp: the ring factor (g − 1)/g of
+        # the even payload becomes (g − 1)·ceil(h_t/g)/h_t
+        g = sympy.Mul(*(symbol(a) for a in c.axes)) if c.axes else sympy.Integer(1)
+        heads = sh.a / lay.t
+        most = sympy.ceiling(heads / g) if tensor == PT.ULYSSES_CEIL else sympy.floor(heads / g)
+        return s * sh.b * sh.h * (2 + 2 * sh.kv / sh.a) * ba / lay.t * g * most / heads
     raise ValueError(f"unknown payload tensor {tensor!r}")
 
 

@@ -78,9 +78,28 @@ def adjust(plan, out: list, flow, per) -> list:
     return out
 
 
+def _head_rule(plan, name: str) -> str | None:
+    """The head split a stated ``heads[...]`` gives the direction's all-to-alls (None: none stated, even)."""
+    pair = "forward" if name == "fwd_entry" else "backward"
+    stated = [o for o in plan.overrides if o.target == OverrideTarget.HEADS and o.group != "kv"]
+    if not stated:
+        return None
+    own = [o for o in stated if o.group in (None, pair)]
+    fwd = [o for o in stated if o.group in (None, "forward")]
+    got = own or (fwd if pair == "backward" else [])
+    return str(got[-1].verb) if got else OverrideVerb.UNEVEN.value
+
+
 def _ulysses(plan, slot, name: str, per) -> list:
-    ulysses = Payload(PayloadTensor.ULYSSES, (), "q, k, v and the attention output of the rank's heads "
-                      "(s/cp·b·h·(2 + 2·kv_heads/heads)/tp)")
+    rule = _head_rule(plan, name)
+    if rule is None:
+        ulysses = Payload(PayloadTensor.ULYSSES, (), "q, k, v and the attention output of the rank's heads "
+                          "(s/cp·b·h·(2 + 2·kv_heads/heads)/tp)")
+    else:
+        floor = rule == OverrideVerb.FLOOR
+        ulysses = Payload(PayloadTensor.ULYSSES_FLOOR if floor else PayloadTensor.ULYSSES_CEIL, (),
+                          f"q, k, v and the attention output of the largest rank's share of the heads split {rule} "
+                          f"({'floor' if floor else 'ceil'}(heads/tp/g) heads from each of the g − 1 others)")
     target = OverrideTarget.ACTIVATIONS if name == "fwd_entry" else OverrideTarget.ACTIVATION_GRADS
     out = []
     for s in slot.steps:

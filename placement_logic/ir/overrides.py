@@ -189,10 +189,20 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     # only, every expert keeping its top C = ⌈capacity_factor·k·N/E⌉ of them by router score (as derived);
     # counts_padding: the padded positions routed too, taking slots by score, and N counting them
     "capacity": {"masks_padding": (False, False), "counts_padding": (False, False)},
+    # the head split of Ulysses' all-to-alls (check/encode_ulysses_heads.py): [forward] / [backward] (no group: both)
+    # the rule that gives rank r of the g ranks its contiguous heads of h: uneven (DeepSpeed's uneven all-to-all:
+    # floor(h/g) each, one more on the first h mod g ranks), chunk (torch.chunk: ceil(h/g) each until the heads run
+    # out), floor (floor(h/g) each, the remainder dropped); [kv] how the kv heads follow: repeat (each rank receives
+    # the kv head of each of its query heads, repeated where shared) or split (the kv heads cut by the same rule
+    # over their own count)
+    "heads": {"uneven": (False, False), "chunk": (False, False), "floor": (False, False),
+              "repeat": (False, False), "split": (False, False)},
 }
 
 # the groups of `layout[...]` (check/encode_cplayout.py): the input tokens and what must follow their layout
 LAYOUT_ITEMS = ("inputs", "labels", "loss_mask", "position_ids", "causal_mask")
+# the groups of `heads[...]` (check/encode_ulysses_heads.py): the forward pair of all-to-alls, the backward pair, the kv heads
+HEAD_GROUPS = ("forward", "backward", "kv")
 
 
 # the (target, verb) pairs that take (and need) a ``ranks (R1, R2, ...)`` clause: the ranks of the axis it is on
@@ -224,6 +234,7 @@ class OverrideTarget(StrEnum):
     CHECKPOINT = "checkpoint"
     LAYOUT = "layout"
     CAPACITY = "capacity"
+    HEADS = "heads"
 
 
 class OverrideVerb(StrEnum):
@@ -320,6 +331,11 @@ class OverrideVerb(StrEnum):
     CONTIGUOUS = "contiguous"
     MASKS_PADDING = "masks_padding"
     COUNTS_PADDING = "counts_padding"
+    UNEVEN = "uneven"
+    CHUNK = "chunk"
+    FLOOR = "floor"
+    REPEAT = "repeat"
+    SPLIT = "split"
 
 
 PARAM_GROUPS: tuple[str, ...] = ("all", "dense", "kv", "norms", "qk_norms", "biases", "experts", "router", "embedding")

@@ -17,7 +17,7 @@ from ..frontend.canonical import expr as surface_text
 from ..ir import actflow, unequal
 from ..ir import losses as ir_losses
 from ..ir.groups import BUILTIN as BUILTIN_GROUPS
-from ..ir.overrides import LAYOUT_ITEMS, TAKES_RANKS, TAKES_SETS, TAKES_SIZES, OverrideTarget, OverrideVerb
+from ..ir.overrides import HEAD_GROUPS, LAYOUT_ITEMS, TAKES_RANKS, TAKES_SETS, TAKES_SIZES, OverrideTarget, OverrideVerb
 from . import ranksets as rank_sets
 from .shapes import number
 from .values import STATE_NAMES, Values
@@ -254,9 +254,12 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
         known = actflow.REGIONS
     elif o.target == OverrideTarget.LAYOUT:  # a per-token tensor of context parallelism (check.encode_cplayout)
         known = LAYOUT_ITEMS
+    elif o.target == OverrideTarget.HEADS:  # a pair of Ulysses' all-to-alls, or the kv heads (check.encode_ulysses_heads)
+        known = HEAD_GROUPS
     if o.group is not None and o.group not in known:
         kind = ("layer region" if o.target in actflow.TARGETS else
-                "per-token tensor" if o.target == OverrideTarget.LAYOUT else "parameter group")
+                "per-token tensor" if o.target == OverrideTarget.LAYOUT else
+                "all-to-all pair" if o.target == OverrideTarget.HEADS else "parameter group")
         error(Code.BAD_OVERRIDE, f"unknown {kind} '{o.group}'", o.span,
               did_you_mean(o.group, known) or (f"groups an override may name: {', '.join(known)}",))
         return None

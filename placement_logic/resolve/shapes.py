@@ -16,7 +16,7 @@ from typing import Callable
 
 from .. import ir
 from ..diagnostics import Code, Span
-from ..ir.overrides import OverrideVerb
+from ..ir.overrides import OverrideTarget, OverrideVerb
 from ..ir.walker import fold
 from .values import Values
 
@@ -195,12 +195,12 @@ def _folding_needs_sp(plan: ir.Plan, own: dict, vals: Values, group: Span, where
 def _ulysses_heads(plan: ir.Plan, vals: Values, tensor: tuple[str, ...], error: Callable[..., None]) -> None:
     """PL197: Ulysses' all-to-all gives each rank of its group g whole heads of the tensor rank's h/t over the
     whole sequence, so g must divide h/t; the kv heads k/t too, or g be a multiple of them (each kv head
-    repeated on g/(k/t) ranks, as verl and Megatron-LM's a2a do). The uneven split (DeepSpeed's uneven
-    all-to-all) is not modelled: refused, never proved."""
+    repeated on g/(k/t) ranks, as verl and Megatron-LM's a2a do), unless the plan states the uneven split
+    (override heads[...], DeepSpeed's uneven all-to-all), which the checker judges."""
     t = plan.model.transformer
     stated = [o for o in plan.overrides if o.group == "context" and o.verb == OverrideVerb.ALL_TO_ALL and o.axes]
-    if t is None or not stated:
-        return
+    if t is None or not stated or any(o.target == OverrideTarget.HEADS for o in plan.overrides):
+        return  # a stated head split (override heads[...]) splits unevenly: check.encode_ulysses_heads judges it
     tp = _size(plan, tensor, vals) if tensor else 1
     heads, kv = number(t.heads, vals), number(t.kv_heads, vals)
     if tp is None or heads is None or heads.denominator != 1 or int(heads) % tp:
@@ -224,6 +224,6 @@ def _ulysses_heads(plan: ir.Plan, vals: Values, tensor: tuple[str, ...], error: 
               ("Megatron-LM and Transformer Engine's a2a context parallelism and verl's Ulysses require the group to "
                "divide the heads (verl-project/verl#1226; kv heads: divisible, or the group a multiple of them, each "
                "kv head repeated)",
-               "DeepSpeed's uneven head split (deepspeedai/DeepSpeed#6392) gives ranks different head counts; it is "
-               "not modelled: choose a group size that divides the heads"))
+               "DeepSpeed's uneven head split (deepspeedai/DeepSpeed#6392) gives ranks different head counts: state it "
+               "with override heads: uneven, or choose a group size that divides the heads"))
         return

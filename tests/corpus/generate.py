@@ -1880,6 +1880,19 @@ with_base("ulysses_cp", "cp", "Ulysses' all-to-all pair over cp in forward and b
            "override activation_grads[context]: all_to_all over (cp)"])
 with_base("ulysses_forward_ring_backward", "cp_zero3", "Ulysses in forward, the derived ring in backward.",
           ["override activations[context]: all_to_all over (cp)"])
+ULYSSES_PAIR = ["override activations[context]: all_to_all over (cp)",
+                "override activation_grads[context]: all_to_all over (cp)"]
+mutant("ulysses_heads_floor", "cp", "the heads split by floor division over the Ulysses group: for a group of 64 "
+       "the 32 heads give every rank none.", ULYSSES_PAIR + ["override heads: floor"],
+       ["GI heads[forward]", "GI heads[backward]"],
+       mirrors="a floor head split beside DeepSpeed's uneven all-to-all (deepspeedai/DeepSpeed#6392)")
+with_base("ulysses_heads_uneven", "cp", "DeepSpeed's uneven head split stated where the group divides the heads.",
+          ULYSSES_PAIR + ["override heads: uneven"])
+with_base("ulysses_heads_chunk_backward", "cp", "chunks of ceil(32/g) in backward, the uneven split in forward: for "
+          "every g the model's shapes take (a power of two) the two give every rank the same heads.",
+          ULYSSES_PAIR + ["override heads[forward]: uneven", "override heads[backward]: chunk"])
+with_base("ulysses_kv_split_mha", "cp", "the kv heads split like the query heads, which they equal in number.",
+          ULYSSES_PAIR + ["override heads: chunk", "override heads[kv]: split"])
 with_base("ulysses_cp_4d", "4d", "Ulysses' all-to-all pair over cp in a 4D plan; the tensor ranks keep their heads.",
           ["override activations[context]: all_to_all over (cp)",
            "override activation_grads[context]: all_to_all over (cp)", "override activation_grads[context]: no_reduce"])

@@ -1,0 +1,182 @@
+"""Ulysses' uneven head split (``override heads[PAIR]: uneven | chunk | floor``, ``heads[kv]: repeat |
+split``; check.encode_ulysses_heads): the checker's verdicts against the independent simulator
+(tests/simulator_heads.py: the all-to-alls run as all_to_all_single with the rule's split sizes, a linear
+attention per head, every output and value gradient compared with the single device), the replayed
+counterexamples with hand-derived numbers, the costs against a brute-force count of the heads each rank
+receives, the diagnostics (PL276, PL277, PL197 lifted) and the format round trip."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+import simulator_heads
+import sympy
+
+from placement_logic.check.run import check_plan
+from placement_logic.diagnostics import Code, DiagnosticError
+from placement_logic.frontend.loader import load_string
+from placement_logic.outcome import Verdict
+from placement_logic.solver.session import Session
+
+SESSION = Session(timeout=20)
+RULES = ("uneven", "chunk", "floor")
+
+
+def _src(heads: int, kv: int, stmts: str, cp: int = 8, a2a: bool = True) -> str:
+    body = ("  override activations[context]: all_to_all over (cp)\n"
+            "  override activation_grads[context]: all_to_all over (cp)\n" if a2a else "") + stmts
+    return (f"from std.context import context_parallel\nfrom std.data import ddp\n\n"
+            f"model {{\n  transformer {{\n    hidden = {128 * heads}\n    layers = 4\n    heads = {heads}\n"
+            f"    kv_heads = {kv}\n    ffn = 1024\n    vocab = 1024\n  }}\n  seq = 65536\n  microbatch = 1\n"
+            f"  microbatches = 2\n}}\n\nmesh {{\n  dp = 2 @ inter_node\n  cp = {cp} @ intra_node\n}}\n\n"
+            f"plan p {{\n  dp: ddp\n  cp: context_parallel\n{body}}}\n")
+
+
+def _stmts(fwd: str | None, bwd: str | None, kv: str | None) -> str:
+    out = ""
+    for group, verb in (("forward", fwd), ("backward", bwd), ("kv", kv)):
+        if verb:
+            out += f"  override heads[{group}]: {verb}\n"
+    return out
+
+
+def _check(src: str, pinned: dict | None = None):
+    spec = load_string(src, "x.place")
+    report = check_plan(SESSION, spec, spec.plans[0], pinned or {})
+    return {o.name: o for o in report.obligations if o.name.startswith("GI heads[")}
+
+
+def _simulated_fails(h: int, kv: int, fwd: str, bwd: str, kv_rule: str, groups) -> bool:
+    return any(not simulator_heads.run(h, kv, g, fwd, bwd, kv_rule) for g in groups)
+
+
+# (heads, kv heads, forward, backward, kv): hand-picked, and the rules crossed on small head counts
+CASES = [(28, 4, "uneven", "uneven", "repeat"), (28, 4, "floor", "floor", "repeat"), (20, 20, "uneven", "chunk", "repeat"),
+         (12, 12, "uneven", "chunk", "repeat"), (32, 8, "uneven", "uneven", "split"), (32, 32, "chunk", "chunk", "split"),
+         (7, 7, "uneven", "uneven", "repeat"), (7, 7, "chunk", "uneven", "repeat"), (6, 2, "chunk", "chunk", "split")]
+CASES += [(h, h, f, b, "repeat") for h in (5, 6) for f in RULES for b in RULES if (f, b) != ("uneven", "uneven")]
+
+
+@pytest.mark.parametrize("h,kv,fwd,bwd,kvr", CASES)
+def test_checker_agrees_with_the_simulator_over_every_group(h, kv, fwd, bwd, kvr):
+    """The checker quantifies over the Ulysses group's size (cp divides 65536: 2, 4, 8, ...); the simulator
+    runs every such size up to past h (beyond h every rule gives rank r < h head r, so nothing new)."""
+    obs = _check(_src(h, kv, _stmts(fwd, bwd, kvr)))
+    assert set(obs) == {"GI heads[forward]", "GI heads[backward]", "GI heads[kv]"}
+    assert all(o.verdict in (Verdict.PROVED, Verdict.REFUTED) for o in obs.values()), [(o.name, o.verdict, o.reason) for o in obs.values()]
+    refuted = any(o.verdict is Verdict.REFUTED for o in obs.values())
+    groups = [2 ** i for i in range(1, 8)]
+    assert refuted == _simulated_fails(h, kv, fwd, bwd, kvr, groups)
+    for o in obs.values():
+        if o.verdict is Verdict.REFUTED and o.counterexample is not None:
+            assert "root cause" in " ".join(o.counterexample.diagnosis)
+
+
+@pytest.mark.parametrize("h,g", [(h, g) for h in range(1, 14) for g in range(2, 17)])
+def test_the_rules_against_brute_force(h, g):
+    """The checker's runs per rank (first head, count) against the simulator's all_to_all_single sizes."""
+    from placement_logic.check.encode_ulysses_heads import split
+
+    for rule in RULES:
+        runs = split(rule, h, g)
+        assert [n for _, n in runs] == simulator_heads.sizes(rule, h, g)
+        assert all(runs[r + 1][0] == runs[r][0] + runs[r][1] for r in range(g - 1)) and runs[0][0] == 0
+
+
+def test_floor_split_replays_the_dropped_heads():
+    # 28 heads over cp = 8: floor gives 3 each, heads 24..27 on no rank; head 24 of position 0 alone:
+    # y = q·Σ_p k·v over 8 positions with kv head 24 // 7 = 3: q = 0 + 2 + 240 = 242, k_p v_p = (2p + 31)(3p + 32)
+    obs = _check(_src(28, 4, "  override heads: floor\n"), {"dp": 1, "cp": 8, "microbatches": 1})
+    cex = obs["GI heads[forward]"].counterexample
+    want = 242 * sum((2 * p + 31) * (3 * p + 32) for p in range(8))
+    assert "head 24 = 0 (no rank attends head 24" in cex.equation and f"single-device = {want}" in cex.equation
+    assert "[0..2, 3..5, 6..8, 9..11, 12..14, 15..17, 18..20, 21..23]" in cex.diagnosis[0] and "heads 24..27 are attended by no rank" in cex.diagnosis[0]
+
+
+def test_backward_chunks_replay_the_moved_head():
+    # 20 heads over 8: forward 3,3,3,3,2,2,2,2 (rank 4: heads 12, 13), backward chunks of 3 (rank 4: 12, 13, 14);
+    # rank 4's third gradient head, 14, has no saved head; the first that differs is head 14 on rank 4
+    obs = _check(_src(20, 20, _stmts("uneven", "chunk", None)), {"dp": 1, "cp": 8, "microbatches": 1})
+    cex = obs["GI heads[backward]"].counterexample
+    assert "head 14 on rank 4 = 0" in cex.equation
+    want = (1 + 140) * sum((Fraction(s + 1, 2) + 140) * (s + 2 + 140) for s in range(8))
+    assert f"single-device = {want}" in cex.equation
+    assert obs["GI heads[forward]"].verdict is Verdict.PROVED
+
+
+def test_split_kv_heads_replay_another_kv_head():
+    # 32 heads, 8 kv over 16: rank 1 holds query heads 2, 3 and kv head 1 (not 0); head 2 read with kv head 1
+    obs = _check(_src(32, 8, _stmts(None, None, "split"), cp=16), {"dp": 1, "cp": 16, "microbatches": 1})
+    cex = obs["GI heads[kv]"].counterexample
+    got = 22 * sum((2 * p + 11) * (3 * p + 12) for p in range(16))
+    want = 22 * sum((2 * p + 1) * (3 * p + 2) for p in range(16))
+    assert f"head 2 on rank 1 = {got} (read with kv head 1), single-device = {want} (kv head 0)" in cex.equation
+
+
+@pytest.mark.parametrize("stmt,code", [("  override heads[kv]: uneven\n", Code.HEADS_RULE_GROUP),
+                                       ("  override heads: repeat\n", Code.HEADS_RULE_GROUP),
+                                       ("  override heads[forward]: split\n", Code.HEADS_RULE_GROUP)])
+def test_rule_for_the_wrong_group(stmt, code):
+    with pytest.raises(DiagnosticError) as e:
+        _check(_src(28, 4, stmt))
+    assert [d.code for d in e.value.diagnostics] == [code] and e.value.diagnostics[0].span.line == 28
+
+
+def test_split_without_ulysses():
+    with pytest.raises(DiagnosticError) as e:
+        _check(_src(28, 4, "  override heads: uneven\n", a2a=False))
+    assert [d.code for d in e.value.diagnostics] == [Code.HEADS_NO_ULYSSES]
+
+
+def test_a_stated_split_lifts_pl197():
+    with pytest.raises(DiagnosticError) as e:
+        load_string(_src(28, 4, ""), "x.place")
+    assert [d.code for d in e.value.diagnostics] == [Code.ULYSSES_HEADS]
+    load_string(_src(28, 4, "  override heads: uneven\n"), "x.place")
+
+
+def test_unknown_group():
+    with pytest.raises(DiagnosticError) as e:
+        load_string(_src(28, 4, "  override heads[q]: uneven\n"), "x.place")
+    assert e.value.diagnostics[0].code == Code.BAD_OVERRIDE and "all-to-all pair 'q'" in e.value.diagnostics[0].message
+
+
+def _largest_share(h: int, g: int, rule: str) -> int:
+    """Brute force: the head-positions each rank receives from the others (one position each), the largest."""
+    got = simulator_heads._a2a([[(p, j) for j in range(h)] for p in range(g)], simulator_heads.sizes(rule, h, g))
+    return max(sum(1 for p, _ in got[r] if p != r) for r in range(g))
+
+
+@pytest.mark.parametrize("h,cp,rule", [(28, 8, "uneven"), (20, 8, "chunk"), (20, 8, "uneven"), (7, 4, "uneven"),
+                                       (28, 8, "floor"), (32, 8, "uneven"), (12, 8, "chunk")])
+def test_costs_price_the_largest_rank(h, cp, rule):
+    """Each Ulysses all-to-all sends the largest rank's share: the head-positions it receives from the other
+    ranks (brute-forced by running the all-to-all), of q, k, v and the output, 2 bytes each, over the rank's
+    65536/cp positions; the even price (g − 1)/g of the whole payload where cp divides the heads."""
+    from placement_logic.costs import derive
+
+    spec = load_string(_src(h, h, f"  override heads: {rule}\n", cp=cp), "x.place")
+    a2a = [x for x in derive(spec.plans[0]).communication.collectives if x.collective.kind == "all_to_all"]
+    assert len(a2a) == 2
+    hidden = 128 * h  # 128 per head
+    for x in a2a:
+        per = x.bytes_per_device / x.count
+        per = per.xreplace({s: cp for s in per.free_symbols if s.name == "cp"})
+        # one position's share of the heads, times the positions of a rank, times the head width, 4 tensors, 2 bytes
+        want = _largest_share(h, cp, rule) * (65536 // cp) * (hidden // h) * 4 * 2
+        assert sympy.nsimplify(per) == want, (x.collective.phase, per, want)
+        if h % cp == 0 and rule != "floor":
+            assert want == Fraction(cp - 1, cp) * (65536 // cp) * hidden * 4 * 2
+
+
+@pytest.mark.parametrize("stmt", ["override heads: uneven", "override heads[forward]: chunk",
+                                  "override heads[backward]: floor", "override heads[kv]: split"])
+def test_statements_format_round_trip(stmt):
+    from placement_logic.frontend.canonical import format_source
+
+    text = _src(28, 4, f"  {stmt}\n")
+    load_string(text, "x.place")  # the canonical text loads
+    assert format_source(text, "x.place") == text
+    messy = text.replace(f"  {stmt}", "  " + stmt.replace(": ", " :   ").replace("[", "[ ").replace("]", " ]"))
+    assert format_source(messy, "x.place") == text
