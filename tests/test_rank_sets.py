@@ -6,35 +6,23 @@ prices are ring formulas written out here."""
 
 from __future__ import annotations
 
-import io
-import json
 import random
 from fractions import Fraction
 
 import pytest
-import simulator
+import subgroupkit as kit
 from irkit import ov, plan
+from subgroupkit import DDP_TP, DP, PSI, SESSION, ZERO2, obligation, rank_of, run, sim, spec_text
 
 from placement_logic.check.run import check_plan, check_spec
-from placement_logic.cli import main
 from placement_logic.diagnostics import DiagnosticError
 from placement_logic.frontend.loader import load_string
 from placement_logic.outcome import Verdict
-from placement_logic.solver.session import Session
-
-PSI = 10**9
 
 
 def spec(mesh: str = "  dp = 5", override: str = "override grads: reduce_sets over (dp) ranks ([0, 2, 3], [1, 4])",
          plan: str = "dp: ddp") -> str:
-    return (f"from std.data import ddp, zero3\nmodel {{\n  params = {PSI}\n}}\nmesh {{\n{mesh}\n}}\n"
-            f"plan p {{\n  {plan}\n  {override}\n}}\n")
-
-
-def run(args: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    rc = main(args, out, err)
-    return rc, out.getvalue(), err.getvalue()
+    return spec_text(mesh, override, plan)
 
 
 def set_of(sets, i):
@@ -45,17 +33,9 @@ def set_of(sets, i):
     raise AssertionError(f"rank {i} in no set")
 
 
-def _rank(cex, key) -> int:
-    return int(dict(cex.devices)[key].split("=")[1].rstrip(")"))
-
-
 def test_fmt_round_trips_the_rank_sets(tmp_path):
-    f = tmp_path / "g.place"
-    f.write_text(spec(override="override grads:  reduce_sets over (dp)  ranks ( [0,2, 3],[1 ,4] )"))
-    rc, out, _ = run(["fmt", str(f)])
-    assert rc == 0 and "override grads: reduce_sets over (dp) ranks ([0, 2, 3], [1, 4])\n" in out
-    f.write_text(out)
-    assert run(["fmt", str(f)])[1] == out
+    kit.check_fmt_round_trip(tmp_path, "override grads:  reduce_sets over (dp)  ranks ( [0,2, 3],[1 ,4] )",
+                             "override grads: reduce_sets over (dp) ranks ([0, 2, 3], [1, 4])")
 
 
 @pytest.mark.parametrize("mesh,override,code,phrase", [
@@ -72,11 +52,7 @@ def test_fmt_round_trips_the_rank_sets(tmp_path):
     ("  dp = 5", "override grads: reduce_sets over (dp) ranks ([4, 0, 2, 3, 1])", "PL506", "one set holds every rank"),
 ])
 def test_sets_that_do_not_partition_the_axis_are_located_errors(tmp_path, mesh, override, code, phrase):
-    f = tmp_path / "bad.place"
-    f.write_text(spec(mesh, override))
-    rc, _, err = run(["check", str(f)])
-    line = 9 + mesh.count("\n") + 1
-    assert rc == 2 and f"{f}:{line}:3: error:" in err and f"[{code}]" in err and phrase in err, err
+    kit.check_located_error(tmp_path, mesh, override, code, phrase)
 
 
 @pytest.mark.parametrize("sets", [((0, 2, 3), (1, 4)), ((1,), (0, 2)), ((3, 0), (2, 1)), ((0,), (1,), (2,))])
@@ -89,46 +65,29 @@ def test_a_partition_into_two_sets_or_more_is_refuted_at_its_size(sets):
     assert r.verdict is Verdict.REFUTED, r
     cex = r.counterexample
     assert dict(cex.sizes)["dp"] == n
-    a, b = _rank(cex, "rank A"), _rank(cex, "rank B")
+    a, b = rank_of(cex, "rank A"), rank_of(cex, "rank B")
     assert set_of(sets, a) != set_of(sets, b)  # the two replayed ranks are in different sets
     members = ", ".join(map(str, sorted(sets[set_of(sets, b)])))
     assert f"the sum over ranks {members} of dp" in cex.equation and "rank sets" in cex.diagnosis[0]
 
 
 def test_pinned_at_another_size_than_the_sets_hold_is_a_located_error(tmp_path):
-    f = tmp_path / "p.place"
-    f.write_text(spec("  dp = 5"))
-    rc, _, err = run(["check", str(f), "--set", "dp=4"])
-    assert rc == 2 and f"{f}:10:3: error:" in err and "[PL268]" in err and "pinned at 4" in err, err
-    rc, out, err = run(["check", str(f), "--set", "dp=5"])
-    assert rc == 1 and "refuted GI grads[dense] blocks" in out, out + err
+    kit.check_pinned_elsewhere(tmp_path, spec("  dp = 5"), "PL268")
 
 
 def test_the_norm_reduced_in_rank_sets_is_refuted():
     text = spec("  dp = 5", "override clip_norm: reduce_sets over (dp) ranks ([0, 2, 3], [1, 4])", "dp: zero3")
     r = next(o for o in check_spec(load_string(text), timeout=20).plans[0].obligations if o.name == "SC clip_norm")
     assert r.verdict is Verdict.REFUTED and "rank sets [0, 2, 3], [1, 4]" in r.counterexample.diagnosis[0]
-    a, b = _rank(r.counterexample, "rank A"), _rank(r.counterexample, "rank B")
+    a, b = rank_of(r.counterexample, "rank A"), rank_of(r.counterexample, "rank B")
     assert set_of(((0, 2, 3), (1, 4)), a) != set_of(((0, 2, 3), (1, 4)), b)
 
 
 # ---------------------------------------------------------------------------------------------------
 # the checker at pinned sizes against the independent simulator (tests/simulator_subgroups.py)
 
-SESSION = Session(timeout=20)
-DP = {"dp": ("data", "R,R,R,R")}
-ZERO2 = {"dp": ("data", "R,S,S,R")}
-DDP_TP = {"dp": ("data", "R,R,R,R"), "tp": ("tensor", "S,S,S,S")}
 SETS = [((0,), (1,)), ((1,), (0,)), ((0, 2), (1,)), ((2,), (0, 1)), ((0, 3), (1, 2)), ((1, 3), (0,), (2,)),
         ((3, 1, 0), (2,))]
-
-
-def _ob(report, name):
-    return next(o for o in report.obligations if o.name == name)
-
-
-def _sim(p, sizes, key, seeds=4) -> bool:
-    return any(key in simulator.violations(p, sizes, random.Random(s), trials=2) for s in range(seeds))
 
 
 @pytest.mark.parametrize("sets", SETS)
@@ -137,23 +96,18 @@ def test_grad_sets_agree_with_the_simulator_and_by_hand(sets):
     sizes = {"dp": sum(map(len, sets)), "microbatches": 1}
     report = check_plan(SESSION, spec_, p, sizes)
     for g in ("dense", "norms"):
-        assert _ob(report, f"GI grads[{g}] blocks").verdict is Verdict.REFUTED
-        assert _ob(report, f"GI grads[{g}]").verdict is Verdict.REFUTED
-        assert _sim(p, sizes, ("blocks", g)) and _sim(p, sizes, ("gi", g))
-    cex = _ob(report, "GI grads[dense] blocks").counterexample
-    a, b = _rank(cex, "rank A"), _rank(cex, "rank B")
+        assert obligation(report, f"GI grads[{g}] blocks").verdict is Verdict.REFUTED
+        assert obligation(report, f"GI grads[{g}]").verdict is Verdict.REFUTED
+        assert sim(p, sizes, ("blocks", g)) and sim(p, sizes, ("gi", g))
+    cex = obligation(report, "GI grads[dense] blocks").counterexample
+    a, b = rank_of(cex, "rank A"), rank_of(cex, "rank B")
     assert set_of(sets, a) != set_of(sets, b)
     assert f"1 on (dp={a})" in dict(cex.values)["per-rank contribution"]
 
 
 def test_grad_sets_of_one_group_leave_the_others_alone():
-    spec_, p = plan("p", DDP_TP, overrides=(ov("grads", "reduce_sets", "norms", ("dp",), sets=((0, 2), (1,))),))
-    sizes = {"dp": 3, "tp": 2, "microbatches": 1}
-    report = check_plan(SESSION, spec_, p, sizes)
-    assert _ob(report, "GI grads[norms] blocks").verdict is Verdict.REFUTED
-    assert _ob(report, "GI grads[dense]").verdict is Verdict.PROVED
-    assert not any(o.name == "GI grads[dense] blocks" for o in report.obligations)
-    assert _sim(p, sizes, ("blocks", "norms")) and not _sim(p, sizes, ("gi", "dense"))
+    kit.check_one_group_leaves_the_others_alone(*plan("p", DDP_TP, overrides=(
+        ov("grads", "reduce_sets", "norms", ("dp",), sets=((0, 2), (1,))),)))
 
 
 @pytest.mark.parametrize("sets,code", [(((2, 0, 1),), "PL506"), (((0, 1), (1, 2)), "PL267"), (((0,), (2,)), "PL268")])
@@ -167,18 +121,14 @@ def test_ir_sets_that_do_not_partition_are_refused_at_check(sets, code):
 @pytest.mark.parametrize("sets", [((0,), (1,)), ((0, 2), (1,)), ((1, 2), (0,))])
 def test_norm_sets_agree_with_the_simulator(sets):
     spec_, p = plan("p", ZERO2, overrides=(ov("clip_norm", "reduce_sets", None, ("dp",), sets=sets),))
-    sizes = {"dp": sum(map(len, sets)), "microbatches": 1}
-    clip = _ob(check_plan(SESSION, spec_, p, sizes), "SC clip_norm")
-    assert clip.verdict is Verdict.REFUTED
-    assert any(("clip",) in simulator.norm_violations(p, sizes, random.Random(s)) for s in range(6))
-    assert "grad-norm² on" in clip.counterexample.equation and "= 0" in clip.counterexample.equation
+    kit.check_norm_against_the_simulator(spec_, p, {"dp": sum(map(len, sets)), "microbatches": 1})
 
 
 def test_unpinned_the_witness_is_the_number_of_ranks_held_and_replays_in_the_simulator():
     spec_, p = plan("p", DP, overrides=(ov("grads", "reduce_sets", None, ("dp",), sets=((4, 1), (0, 2, 3))),))
-    ob = _ob(check_plan(SESSION, spec_, p, {}), "GI grads[dense] blocks")
+    ob = obligation(check_plan(SESSION, spec_, p, {}), "GI grads[dense] blocks")
     assert ob.verdict is Verdict.REFUTED and dict(ob.counterexample.sizes)["dp"] == 5
-    assert _sim(p, {"dp": 5, "microbatches": 1}, ("blocks", "dense"))
+    assert sim(p, {"dp": 5, "microbatches": 1}, ("blocks", "dense"))
 
 
 def _random_sets(rng, n):
@@ -191,48 +141,21 @@ def _random_sets(rng, n):
 @pytest.mark.parametrize("seed", range(10))
 def test_random_plans_with_rank_sets_agree_with_the_simulator(seed):
     rng = random.Random(seed)
-    axes = {"a": rng.choice([("data", "R,R,R,R"), ("data", "R,S,S,R"), ("tensor", "S,S,S,S")])}
-    if rng.random() < 0.5:
-        axes["b"] = rng.choice([("data", "R,R,R,R"), ("tensor", "S,S,S,S")])
+    axes = kit.random_axes(rng)
     sets = _random_sets(rng, rng.randint(2, 4))
-    target = rng.choice(["grads", "clip_norm"])
-    group = rng.choice([None, "dense", "norms"]) if target == "grads" else None
+    target, group = kit.random_target(rng)
     spec_, p = plan("p", axes, overrides=(ov(target, "reduce_sets", group, ("a",), sets=sets),))
     sizes = {"a": sum(map(len, sets)), "microbatches": 1} | ({"b": rng.randint(1, 2)} if "b" in axes else {})
-    try:
-        report = check_plan(SESSION, spec_, p, sizes)
-    except DiagnosticError:
-        pytest.skip("a statement the step cannot read (a located error, tested above)")
-    found: set = set()
-    for s in range(4):
-        found |= simulator.violations(p, sizes, random.Random(s), trials=2)
-    keys = {}
-    for o in report.obligations:
-        if o.name.startswith("GI grads[") and o.name.endswith("] blocks"):
-            keys[("blocks", o.name[len("GI grads["):-len("] blocks")])] = o.verdict
-        elif o.name == "SC clip_norm" and target == "clip_norm":
-            keys[("clip",)] = o.verdict
-    assert keys and Verdict.UNKNOWN not in keys.values(), keys
-    wrong = [(k, v.word) for k, v in keys.items() if (v is Verdict.REFUTED) != (k in found)]
-    assert not wrong, (wrong, axes, sets, target, group)
+    kit.check_against_the_simulator(spec_, p, sizes, target, (axes, sets, target, group))
 
 
 # ---------------------------------------------------------------------------------------------------
 # prices: each set runs its own ring, the step waits for the largest
 
-def _grad_sync(tmp_path, text):
-    f = tmp_path / "c.place"
-    f.write_text(text)
-    rc, out, err = run(["cost", str(f), "--format", "json"])
-    assert rc == 0, err
-    comm = json.loads(out)["plans"][0]["communication"]
-    return [c for c in comm["collectives"] if c["phase"] == "grad_sync"]
-
-
 def test_priced_on_the_largest_set_inside_a_node(tmp_path):
     """dp = 12 on 8-GPU H100 nodes: [0, 2, 4, 6] and [1, 3, 5, 7] inside node 0, [8, 9, 10, 11] inside node 1;
     the largest set holds 4, bf16 gradients (2Ψ bytes) all-reduced 2·3/4·2Ψ per device on NVLink."""
-    coll = _grad_sync(tmp_path, spec("  device = h100_sxm\n  dp = 12 @ inter_node",
+    coll = kit.grad_sync(tmp_path, spec("  device = h100_sxm\n  dp = 12 @ inter_node",
                                      "override grads: reduce_sets over (dp) ranks ([0, 2, 4, 6], [1, 3, 5, 7], "
                                      "[8, 9, 10, 11])"))
     assert len(coll) == 1 and coll[0]["link"] == "intra_node"
@@ -242,7 +165,7 @@ def test_priced_on_the_largest_set_inside_a_node(tmp_path):
 def test_a_set_across_a_node_boundary_stays_on_the_network(tmp_path):
     """[0, 8] spans nodes 0 and 1 (8-GPU nodes); the largest set, [1, 2, 3, 4, 5, 6], holds 6: 2·5/6·2Ψ per
     device, on the network."""
-    coll = _grad_sync(tmp_path, spec("  device = h100_sxm\n  dp = 12 @ inter_node",
+    coll = kit.grad_sync(tmp_path, spec("  device = h100_sxm\n  dp = 12 @ inter_node",
                                      "override grads: reduce_sets over (dp) ranks ([0, 8], [1, 2, 3, 4, 5, 6], "
                                      "[7, 9, 10, 11])"))
     assert coll[0]["link"] == "inter_node"

@@ -20,6 +20,7 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from tensor_ranks import ReduceFromTensorRanks
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard
@@ -31,25 +32,11 @@ VOCAB, HIDDEN, TOKENS = 32, 16, 8
 ALPHA, BETA = 0.1, 1e-2
 
 
-class SumOverTensorRanks(torch.autograd.Function):
-    """Sum the tensor ranks' partial values in forward; the gradient passes through unchanged."""
-
-    @staticmethod
-    def forward(ctx, x):
-        x = x.clone()
-        dist.all_reduce(x)
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad
-
-
 def whole_lse(local):
     """The log-sum-exp over the whole vocabulary from each rank's slice of the logits."""
     m = local.detach().max(-1).values
     dist.all_reduce(m, op=dist.ReduceOp.MAX)
-    return m + SumOverTensorRanks.apply((local - m[:, None]).exp().sum(-1)).log()
+    return m + ReduceFromTensorRanks.apply((local - m[:, None]).exp().sum(-1)).log()
 
 
 class Model(nn.Module):
@@ -75,7 +62,7 @@ for step in range(2):
     with loss_parallel():
         ce = F.cross_entropy(logits, y).to_local()
         if SMOOTHING:
-            mean_logit = SumOverTensorRanks.apply(local.sum(-1)) / VOCAB if FIXED else local.mean(-1)
+            mean_logit = ReduceFromTensorRanks.apply(local.sum(-1)) / VOCAB if FIXED else local.mean(-1)
             loss = (1 - ALPHA) * ce + ALPHA * (whole_lse(local) - mean_logit).mean()
         else:
             lse = whole_lse(local) if FIXED else local.logsumexp(-1)

@@ -9,24 +9,11 @@ input features (sliced from one model built from one seed), and the biases whole
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from tensor_ranks import ReduceFromTensorRanks
 from torch import nn
 
 HIDDEN, FFN, OUT, BATCH = 16, 32, 8, 4
 REDUCE_ROW_OUTPUT = True  # the row-parallel linear's partial sums all-reduced over the tensor ranks
-
-
-class ReduceFromTensorRanks(torch.autograd.Function):
-    """Sum the tensor ranks' partial outputs in forward; the gradient passes through unchanged."""
-
-    @staticmethod
-    def forward(ctx, x):
-        x = x.clone()
-        dist.all_reduce(x)
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad
 
 
 class ColumnLinear(nn.Module):

@@ -8,24 +8,11 @@ Every rank sees the same batch; each holds its slice of fc1 and fc2 (sliced from
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from tensor_ranks import ReduceFromTensorRanks
 from torch import nn
 
 HIDDEN, FFN, OUT, BATCH = 16, 32, 8, 4
 REDUCE_ROW_OUTPUT = False  # the bug: the row-parallel partial sums are never all-reduced
-
-
-class ReduceFromTensorRanks(torch.autograd.Function):
-    """Sum the tensor ranks' partial outputs in forward; the gradient passes through unchanged."""
-
-    @staticmethod
-    def forward(ctx, x):
-        x = x.clone()
-        dist.all_reduce(x)
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad
 
 
 class ColumnLinear(nn.Module):

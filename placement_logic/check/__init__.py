@@ -2,7 +2,7 @@
 
 Stages, each a module: ``steps`` (plan -> step model, from the collective schedule and
 the overrides), ``encode`` (step model -> z3 negations of the obligations, in a
-``session.Session``), ``replay`` and ``replay_state`` (solver witness -> concrete run in
+``session.Session``), ``replay``, ``replay_state`` and ``replay_norm`` (solver witness -> concrete run in
 Fractions -> counterexample), ``run`` (the driver), ``report`` (plain report data),
 ``render`` (text, Markdown, JSON) and ``rules`` (the rule catalogue).
 

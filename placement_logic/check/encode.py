@@ -22,7 +22,7 @@ import z3
 
 from .. import ir
 from ..solver.session import Session, value_of
-from . import clipagg, encode_rankcount, steps
+from . import steps
 from .values import fold, resolver
 
 
@@ -269,113 +269,8 @@ def gi_replica_negation(env: Env, g: steps.GroupModel, prefix: str) -> tuple[lis
     return cons, extract
 
 
-# --------------------------------------------------------------------------- global reductions
-
-
-def norm_negation(env: Env, prefix: str, boolean: bool) -> tuple[list, Callable[[Any], dict]]:
-    """The observer's grad norm (or overflow decision) differs from the global one.
-
-    Per group, the squared-norm partial sum (or the found-inf flag) of the shards is in
-    product form, like the token counts: along every axis the group is sharded over, the
-    observer's own factor and the sum of the other shards' factors (for the flag: whether
-    the own shard, and whether some other shard, overflows). What the plan reduces over a
-    set of axes is then a product of one term per axis, and so is the global value: two
-    variables per group and axis. Unit vectors of every block are product-form, so a
-    difference on any assignment shows on one of them."""
-    ctx = env.sess.ctx
-    step = env.step
-    axes = step.overflow_axes if boolean else step.clip_axes
-    one = z3.IntVal(1, ctx)
-    cons: list = []
-    factors: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
-    computed_terms, expected_terms = [], []
-    for g in step.groups:
-        shard = g.shard_axes
-        g_axes = axes if boolean or g.clip_axes is None else g.clip_axes
-        k = {a: g_axes.count(a) for a in sorted(set(g_axes))}
-        own: dict[str, Any] = {}
-        others: dict[str, Any] = {}
-        # the axis-free part of the group's value (a group sharded over no axis still has one)
-        base = env.sess.bool(f"{prefix}_{g.group}_any") if boolean else env.sess.real(f"{prefix}_{g.group}_base")
-        if not boolean:
-            cons.append(base >= 0)
-        comp = base
-        exp = base
-        for a in shard:
-            if boolean:
-                u, v = env.sess.bool(f"{prefix}_{g.group}_{a}_own"), env.sess.bool(f"{prefix}_{g.group}_{a}_others")
-                cons.append(z3.Implies(env.size(a) == 1, z3.Not(v)))
-                exp = z3.And(exp, z3.Or(u, v))
-                comp = z3.And(comp, z3.Or(u, v) if a in k else u)
-            else:
-                u, v = env.sess.real(f"{prefix}_{g.group}_{a}_own"), env.sess.real(f"{prefix}_{g.group}_{a}_others")
-                cons += [u >= 0, v >= 0, z3.Implies(env.size(a) == 1, v == 0)]
-                exp = exp * (u + v)
-                if a in k and any(x[0] == a for x in g.clip_ranks):  # count_on_ranks (encode_rankcount)
-                    comp = comp * encode_rankcount.sharded_factor(env, g, u, v)
-                else:
-                    comp = comp * ((u + v) if a in k and a not in g.clip_rank0 else u)  # rank0_only: rank 0's piece
-            own[a], others[a] = u, v
-        factors[g.group] = (own, others)
-        for d in g.dims:  # K kv heads copied over an axis: the axis a multiple of K (a side constraint)
-            if d.part == steps.COPY_PART or d.pin:
-                env.size(d)
-        if not boolean:
-            factor = one
-            for a, times in k.items():
-                # reduced over an axis the group is sharded over, or one where its copies are counted
-                # once (the duplicate filter), the first reduction sums distinct values; otherwise every
-                # reduction sums copies of the same value and multiplies it
-                ranked = any(x[0] == a for x in g.clip_ranks)  # count_on_ranks: its named copies (encode_rankcount)
-                dedupe = a in shard or a in g.clip_filter or a in g.clip_rank0 or ranked
-                if ranked and a not in shard:
-                    factor = factor * encode_rankcount.copies(env, g)
-                if g.clip_agg != "max":  # the max of copies is the copy (of shards: ``nonlinear`` below)
-                    factor = factor * _pow(env.size(a), times - 1 if dedupe else times, one)
-                    if a in g.clip_copies and a not in g.clip_rank0:  # kv heads' copies each counted (kvnorm)
-                        factor = factor * env.size(next(d for d in g.dims if d.part == steps.COPY_PART and d.axis == a))
-            dc = one
-            if g.double_count:
-                tie = [d for d in g.dims if d.tie]
-                dc = env.size(tie[0]) if tie else z3.IntVal(2, ctx)
-            comp = comp * env.real(factor * dc)
-            if g.clip_agg == "average":  # every reduction divides by the axis size (clipagg)
-                comp = comp / env.real(_prod([_pow(env.size(a), t, one) for a, t in k.items()], one))
-        computed_terms.append(comp)
-        expected_terms.append(exp)
-    # a nonlinear aggregation of a value still partial over an axis (clipagg.pending): wrong there
-    nonlinear = [] if boolean else [(g.group, a, env.size(a) >= 2) for g in step.groups
-                                    for a in clipagg.pending(g, lambda a: True)]
-    if boolean:
-        cons.append(z3.Or(computed_terms) != z3.Or(expected_terms))
-    else:
-        wrong = sum(computed_terms, z3.RealVal(0, ctx)) != sum(expected_terms, z3.RealVal(0, ctx))
-        cons.append(z3.Or(wrong, *[c for _, _, c in nonlinear]) if nonlinear else wrong)
-
-    def extract(model: Any) -> dict:
-        hit = next(((gr, a) for gr, a, c in nonlinear if value_of(model, c)), None)
-        if hit is not None:  # two ranks along the axis holding 1 each (perfect squares: exact roots)
-            gr, a = hit
-            g = step.group(gr)
-            blocks = {(x.group, b): 0 for x in step.groups for b in subsets(x.shard_axes)}
-            blocks[(gr, frozenset())] = 1
-            if a in g.shard_axes:
-                blocks[(gr, frozenset({a}))] = 1
-            return {"kind": "clip", "sizes": env.size_values(model), "blocks": blocks, "pending": a}
-        blocks = {}
-        for g in step.groups:
-            own, others = factors[g.group]
-            base = value_of(model, env.sess.bool(f"{prefix}_{g.group}_any") if boolean
-                            else env.sess.real(f"{prefix}_{g.group}_base"))
-            for b in subsets(g.shard_axes):
-                v = base
-                for a in g.shard_axes:
-                    x = value_of(model, others[a] if a in b else own[a])
-                    v = (v and x) if boolean else v * x
-                blocks[(g.group, b)] = v
-        return {"kind": "overflow" if boolean else "clip", "sizes": env.size_values(model), "blocks": blocks}
-
-    return cons, extract
+# --------------------------------------------------------------------------- global reductions (the grad norm and
+# the overflow decision: check.encode_norm)
 
 
 def seed_negation(env: Env) -> tuple[list, Callable[[Any], dict]]:

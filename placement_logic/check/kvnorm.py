@@ -13,7 +13,7 @@ copies for distinct shards (a copied weight marked tensor-parallel, as Megatron-
 Input: the step's ``GroupModel`` records and the plan's overrides. Output: the records with
 ``clip_copies`` (the axes over which the group's copies are counted) set; a `count_copies` that
 reaches no copy is PL506. No solver here; the encoding multiplies a counted copy part's term by
-its size (encode.norm_negation) and the replay (replay_state) places head r // (n/K) on rank r.
+its size (encode_norm.norm_negation) and the replay (replay_norm) places head r // (n/K) on rank r.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..diagnostics import NO_SPAN, Span
-from . import aspects, checkpoint_check, kvproduct, losses, sources, steps
+from . import aspects, checkpoint_check, encode_norm, kvproduct, losses, replay_norm, sources, steps
 from . import encode as en
 from . import replay as rp
 from . import replay_state as rs
@@ -97,12 +97,12 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
         "SC clip_norm", STATE_CONSISTENCY, _span(step.clip_span, P),
         "every device's grad norm (and so its clip coefficient) equals the global norm over all shards and "
         "stages, each parameter counted once",
-        lambda env: en.norm_negation(env, "clip", False), lambda w: rs.replay_norm(ctx, w, False),
+        lambda env: encode_norm.norm_negation(env, "clip", False), lambda w: replay_norm.replay_norm(ctx, w, False),
         _filter_notes(step)))
     obs.append(Obligation(
         "SC overflow", STATE_CONSISTENCY, _span(step.overflow_span, P),
         "every device takes the same loss-scale overflow decision (skip or step), the global one",
-        lambda env: en.norm_negation(env, "ovf", True), lambda w: rs.replay_norm(ctx, w, True)))
+        lambda env: encode_norm.norm_negation(env, "ovf", True), lambda w: replay_norm.replay_norm(ctx, w, True)))
     obs.append(Obligation(
         "SC dropout_seed", STATE_CONSISTENCY, _span(step.seed_span, P),
         "dropout seeds are identical over axes where the region is replicated and distinct where it is split",

@@ -13,7 +13,7 @@ with that bound stated (a bounded search is not a proof); else it is unknown.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Callable
 
@@ -70,97 +70,133 @@ def _scope(pinned: dict[str, int], step: steps.StepModel) -> str:
     return "all mesh sizes"
 
 
+@dataclass
+class _Discharge:
+    """One obligation's queries in the order ``discharge`` asks them: the time they took and why
+    those that decided nothing did not."""
+
+    sess: Session
+    ob: Obligation
+    step: steps.StepModel
+    bindings: dict
+    pinned: dict[str, int]
+    shape: tuple
+    seconds: float = 0.0
+    reasons: list[str] = field(default_factory=list)
+
+    def query(self, tier: Tier, timeout: float | None = None):
+        step, pinned = self.step, self.pinned
+        fixed = {n: tier.fixed_size for n in step.axes + (steps.MICROBATCHES,)} if tier.fixed_size else {}
+        env = en.Env(self.sess, step, self.bindings, {**fixed, **pinned}, tier.bound, tier.int_counts,
+                     tier.equal_counts or step.equal_tokens, counts_cap=tier.counts_cap,
+                     counts_pattern=None if step.equal_tokens and tier.counts_pattern else tier.counts_pattern)
+        cons, extract = self.ob.encode(env)
+        out = self.sess.check(f"{step.plan}:{self.ob.name}:{tier.label}",
+                              env.side + shapefacts.side(env.sizes, self.shape) + cons, timeout)
+        self.seconds += out.seconds
+        return out, extract
+
+    def result(self, verdict: Verdict, scope: str, **kw) -> ObligationResult:
+        ob = self.ob
+        notes = kw.pop("notes", ()) + ob.notes
+        return ObligationResult(ob.name, ob.condition, verdict, scope, ob.span, ob.checked,
+                                notes=notes, seconds=self.seconds, groups=ob.groups, **kw)
+
+    @property
+    def scope(self) -> str:
+        return _scope(self.pinned, self.step)
+
+    def ok(self, sizes: dict[str, int]) -> bool:  # sizes the model takes, at which its layouts hold
+        return kvproduct.layout_ok(self.step.groups, sizes) and shapefacts.holds(self.shape, sizes)
+
+    def refuted(self, out, extract, label: str) -> ObligationResult | None:
+        """Refuted by the smallest variant of a sat query's witness that fails on replay, if one does."""
+        cex = _shrunk(self.ob, out, extract, self.pinned, label, self.reasons, self.ok)
+        return None if cex is None else _refuted(self.ob, self.result, self.scope, cex)
+
+    def forall(self, timeout: float | None = None):
+        """The for-all query: proved when unsat, refuted by its witness when one fails on replay."""
+        first, extract = self.query(FORALL, timeout)
+        if first.status == SolverStatus.UNSAT:
+            return first, self.result(Verdict.PROVED, self.scope)
+        if first.status == SolverStatus.SAT:  # the witness already found goes first: one replay per candidate
+            return first, self.refuted(first, extract, "for-all witness")
+        return first, None
+
+    def too_large(self, first, devices: int) -> ObligationResult:
+        # every witness keeps the pinned sizes, so none can be replayed: no search can end otherwise
+        found = "found a counterexample" if first.status == SolverStatus.SAT else f"gave no answer ({first.reason})"
+        return self.result(Verdict.UNKNOWN, self.scope,
+                           reason=f"at the pinned sizes the solver {found}, but a mesh of {devices:,} devices is too "
+                                  f"large to replay concretely (at most {MAX_REPLAY_DEVICES:,}), and a counterexample "
+                                  "is shown only once replayed: pin smaller sizes, or none, to see it")
+
+    def guesses(self) -> ObligationResult | None:
+        """Every size 2 and every token count fixed: refuted where a guess's witness fails on replay."""
+        for tier in GUESSES:
+            out, extract = self.query(tier)
+            if out.status == SolverStatus.SAT:
+                found = self.refuted(out, extract, tier.label)
+                if found is not None:
+                    return found
+            elif out.status == SolverStatus.UNKNOWN:
+                self.reasons.append(f"{tier.label}: {out.reason}")
+        return None
+
+    def search(self, bound: int, first) -> ObligationResult:
+        """Counterexamples in small integer tiers, then up to ``bound``; unknown where none survives replay."""
+        reasons = self.reasons
+        bounded_unsat = False
+        for tier in SEARCH + (Tier(f"sizes <= {bound}", bound, True, False),):
+            out, extract = self.query(tier)
+            if out.status == SolverStatus.UNKNOWN:
+                reasons.append(f"{tier.label}: {out.reason}")
+                continue
+            if out.status == SolverStatus.UNSAT:
+                bounded_unsat = tier.bound == bound
+                continue
+            try:
+                witness = extract(out.model)
+            except ValueError as exc:
+                reasons.append(f"{tier.label}: {exc}")
+                continue
+            witness["sizes"] = {**witness.get("sizes", {}), **self.pinned}
+            cex = self.ob.replay(witness)
+            if cex is not None:
+                return _refuted(self.ob, self.result, self.scope, cex)
+            reasons.append(f"{tier.label}: the solver's witness did not survive concrete replay")
+        if bounded_unsat:  # a bounded search is not a proof: unknown, saying how far it looked
+            reasons.append(f"no counterexample with mesh sizes and microbatches <= {bound}, but the for-all query "
+                           + ("timed out" if first.status == SolverStatus.UNKNOWN else "found only witnesses that need "
+                              "real-valued token counts or larger meshes") + ": a bounded search, not a proof")
+        return self.result(Verdict.UNKNOWN, self.scope, reason="; ".join(reasons) or "no verdict")
+
+
 def discharge(sess: Session, ob: Obligation, step: steps.StepModel, bindings: dict, pinned: dict[str, int],
               bound: int, shape: tuple = ()) -> ObligationResult:
     """The obligation's verdict: proved, refuted with a replayed counterexample, or unknown. Every
     query's sizes meet the model's shape facts (``shape``, check.encode_shapefacts), and so does every
     witness variant the replay is shown."""
-    seconds = 0.0
-    reasons: list[str] = []
-
-    def query(tier: Tier, timeout: float | None = None):
-        nonlocal seconds
-        fixed = {n: tier.fixed_size for n in step.axes + (steps.MICROBATCHES,)} if tier.fixed_size else {}
-        env = en.Env(sess, step, bindings, {**fixed, **pinned}, tier.bound, tier.int_counts,
-                     tier.equal_counts or step.equal_tokens, counts_cap=tier.counts_cap,
-                     counts_pattern=None if step.equal_tokens and tier.counts_pattern else tier.counts_pattern)
-        cons, extract = ob.encode(env)
-        out = sess.check(f"{step.plan}:{ob.name}:{tier.label}", env.side + shapefacts.side(env.sizes, shape) + cons,
-                         timeout)
-        seconds += out.seconds
-        return out, extract
-
-    def result(verdict: Verdict, scope: str, **kw) -> ObligationResult:
-        notes = kw.pop("notes", ()) + ob.notes
-        return ObligationResult(ob.name, ob.condition, verdict, scope, ob.span, ob.checked,
-                                notes=notes, seconds=seconds, groups=ob.groups, **kw)
-
+    d = _Discharge(sess, ob, step, bindings, pinned, shape)
     if ob.unknown:
-        return result(Verdict.UNKNOWN, _scope(pinned, step), reason=ob.unknown)
-
-    def ok(sizes: dict[str, int]) -> bool:  # sizes the model takes, at which its layouts hold
-        return kvproduct.layout_ok(step.groups, sizes) and shapefacts.holds(shape, sizes)
-
+        return d.result(Verdict.UNKNOWN, d.scope, reason=ob.unknown)
     # the for-all query, first with a short limit: a query that z3 does not decide at once is
     # left while the cheap guesses run, and asked again with the full limit only if they fail
-    first, extract = query(FORALL, QUICK_SECONDS)
+    first, found = d.forall(QUICK_SECONDS)
     quick = first.status == SolverStatus.UNKNOWN and sess.timeout > QUICK_SECONDS
-    if first.status == SolverStatus.UNSAT:
-        return result(Verdict.PROVED, _scope(pinned, step))
-    if first.status == SolverStatus.SAT:  # the witness already found goes first: one replay per candidate, no search
-        cex = _shrunk(ob, first, extract, pinned, "for-all witness", reasons, ok)
-        if cex is not None:
-            return _refuted(ob, result, _scope(pinned, step), cex)
+    if found is not None:
+        return found
     devices = _pinned_devices(step, pinned)
     if devices > MAX_REPLAY_DEVICES:
-        # every witness keeps the pinned sizes, so none can be replayed: no search can end otherwise
-        found = "found a counterexample" if first.status == SolverStatus.SAT else f"gave no answer ({first.reason})"
-        return result(Verdict.UNKNOWN, _scope(pinned, step),
-                      reason=f"at the pinned sizes the solver {found}, but a mesh of {devices:,} devices is too large "
-                             f"to replay concretely (at most {MAX_REPLAY_DEVICES:,}), and a counterexample is shown "
-                             "only once replayed: pin smaller sizes, or none, to see it")
-    for tier in GUESSES:
-        out, guess_extract = query(tier)
-        if out.status == SolverStatus.SAT:
-            cex = _shrunk(ob, out, guess_extract, pinned, tier.label, reasons, ok)
-            if cex is not None:
-                return _refuted(ob, result, _scope(pinned, step), cex)
-        elif out.status == SolverStatus.UNKNOWN:
-            reasons.append(f"{tier.label}: {out.reason}")
-    if quick:
-        first, extract = query(FORALL)
-        if first.status == SolverStatus.UNSAT:
-            return result(Verdict.PROVED, _scope(pinned, step))
-        if first.status == SolverStatus.SAT:
-            cex = _shrunk(ob, first, extract, pinned, "for-all witness", reasons, ok)
-            if cex is not None:
-                return _refuted(ob, result, _scope(pinned, step), cex)
+        return d.too_large(first, devices)
+    found = d.guesses()
+    if found is None and quick:
+        first, found = d.forall()
+    if found is not None:
+        return found
     if first.status == SolverStatus.UNKNOWN:
-        reasons.insert(0, f"for-all query: {first.reason}")
-    bounded_unsat = False
-    for tier in SEARCH + (Tier(f"sizes <= {bound}", bound, True, False),):
-        out, extract = query(tier)
-        if out.status == SolverStatus.UNKNOWN:
-            reasons.append(f"{tier.label}: {out.reason}")
-            continue
-        if out.status == SolverStatus.UNSAT:
-            bounded_unsat = tier.bound == bound
-            continue
-        try:
-            witness = extract(out.model)
-        except ValueError as exc:
-            reasons.append(f"{tier.label}: {exc}")
-            continue
-        witness["sizes"] = {**witness.get("sizes", {}), **pinned}
-        cex = ob.replay(witness)
-        if cex is not None:
-            return _refuted(ob, result, _scope(pinned, step), cex)
-        reasons.append(f"{tier.label}: the solver's witness did not survive concrete replay")
-    if bounded_unsat:  # a bounded search is not a proof: unknown, saying how far it looked
-        reasons.append(f"no counterexample with mesh sizes and microbatches <= {bound}, but the for-all query "
-                       + ("timed out" if first.status == SolverStatus.UNKNOWN else "found only witnesses that need real-valued "
-                          "token counts or larger meshes") + ": a bounded search, not a proof")
-    return result(Verdict.UNKNOWN, _scope(pinned, step), reason="; ".join(reasons) or "no verdict")
+        d.reasons.insert(0, f"for-all query: {first.reason}")
+    return d.search(bound, first)
 
 
 def _pinned_devices(step: steps.StepModel, pinned: dict[str, int]) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Mapping, NamedTuple
+from typing import Callable, Mapping, NamedTuple
 
 from .. import ir
 from ..ir import groups as pg
@@ -47,104 +47,197 @@ class HarnessOverrides:
     dropout: str = ""  # "" | vary | same
 
 
+@dataclass
+class _Reading:
+    """What one override is read against: the plan, its run's axes, the bindings, the overrides read
+    so far and the reasons the plan cannot be realised."""
+
+    plan: ir.Plan
+    axes: RunAxes
+    bindings: Mapping
+    reasons: list[str]
+    ov: HarnessOverrides
+
+
+def _whole(o: ir.Override) -> bool:
+    return o.group in (None, "all")
+
+
+def _grads_reduce(r: _Reading, o: ir.Override) -> bool:
+    data_axes, tensor_axis = r.axes.data, r.axes.tensor
+    if _whole(o):
+        if not o.axes:
+            r.ov.grad_reduce = "none"
+        elif len(data_axes) == 1 and list(o.axes) == [data_axes[0]] * 2:
+            r.ov.grad_reduce = "twice"
+        elif set(o.axes) != set(data_axes) or len(o.axes) != len(set(o.axes)):
+            r.reasons.append(f"override grads: reduce over ({', '.join(o.axes)}) is realised only as (), the data "
+                             "axes, or one data axis twice")
+        return True
+    if not (o.group in TENSOR_WHOLE_GROUPS and tensor_axis and len(data_axes) == 1
+            and set(o.axes) in ({data_axes[0]}, {data_axes[0], tensor_axis}) and len(o.axes) == len(set(o.axes))):
+        return False
+    # the group's whole copies on the tensor axis: under sequence parallelism each holds a partial
+    # sum (its sequence shard's), reduced over the tensor axis; without it they are equal
+    over_tensor = tensor_axis in o.axes
+    if r.plan.sequence_parallel and not over_tensor:
+        r.ov.unreduced.append(o.group)
+    elif not r.plan.sequence_parallel and over_tensor:
+        r.ov.reduced_again.append(o.group)
+    return True
+
+
+def _grads_divide(r: _Reading, o: ir.Override) -> bool:
+    if _whole(o):
+        try:
+            r.ov.divide_by = value_of(o.by, r.bindings) if o.by is not None else None
+        except ShapeError as exc:
+            r.reasons.append(f"override grads: divide has no value: {exc}")
+        return True
+    if o.group != "experts" or r.axes.expert is None:
+        return False
+    try:
+        r.ov.expert_divide_by = value_of(o.by, r.bindings)
+    except ShapeError as exc:
+        r.reasons.append(f"override grads[experts]: divide has no value: {exc}")
+    return True
+
+
+def _loss(r: _Reading, o: ir.Override) -> bool:
+    if o.group is not None:
+        return False
+    r.ov.loss = o.verb
+    return True
+
+
+def _seed_vary(r: _Reading, o: ir.Override) -> bool:
+    tensor_axis = r.axes.tensor
+    if not (tensor_axis and list(o.axes or ()) == [tensor_axis] and not r.plan.sequence_parallel):
+        return False
+    r.ov.dropout = "vary"
+    return True
+
+
+def _seed_same(r: _Reading, o: ir.Override) -> bool:
+    if not (r.axes.tensor and r.plan.sequence_parallel):
+        return False
+    r.ov.dropout = "same"
+    return True
+
+
+def _tokens_reduce(r: _Reading, o: ir.Override) -> bool:
+    context_axis = r.axes.context
+    if not (o.group is None and context_axis is not None and o.axes and set(o.axes) <= set(r.axes.data) | {context_axis}):
+        return False
+    r.ov.tokens_over = tuple(o.axes)
+    return True
+
+
+def _tie_reduce(r: _Reading, o: ir.Override) -> bool:
+    if o.group is not None:
+        return False
+    if not o.axes:
+        r.ov.tie_reduce = False
+    elif list(o.axes) != [r.axes.pipeline]:
+        r.reasons.append(f"override embedding: tie_reduce over ({', '.join(o.axes)}) is realised only as () or "
+                         "the pipeline axis")
+    return True
+
+
+def _no_regather(r: _Reading, o: ir.Override) -> bool:
+    if not _whole(o):
+        return False
+    r.ov.regather = False
+    return True
+
+
+def _double_count(r: _Reading, o: ir.Override) -> bool:
+    tf = r.plan.model.transformer
+    if not (o.group == "embedding" and r.axes.pipeline is not None and tf is not None and tf.tied_embeddings):
+        return False
+    r.ov.clip, r.ov.double_count = r.ov.clip or "global", True
+    return True
+
+
+def _clip_reduce(r: _Reading, o: ir.Override) -> bool:
+    if not _whole(o):
+        return False
+    data_axes, tensor_axis, pipeline_axis = r.axes.data, r.axes.tensor, r.axes.pipeline
+    if pipeline_axis:
+        # under a pipeline: the norm over every stage (the pipeline axis and a tensor axis), or
+        # each stage's own (the tensor axis alone)
+        model_axes = {pipeline_axis} | ({tensor_axis} if tensor_axis else set())
+        if len(set(o.axes)) != len(o.axes):
+            r.reasons.append(f"override clip_norm: reduce over ({', '.join(o.axes)}) sums twice over an axis, "
+                             "which the harness does not realise")
+        elif model_axes <= set(o.axes) <= model_axes | set(data_axes):
+            r.ov.clip = "global"
+        elif tensor_axis and set(o.axes) == {tensor_axis}:
+            r.ov.clip = "stage"
+        else:
+            r.reasons.append(f"override clip_norm: reduce over ({', '.join(o.axes)}) is not realised")
+        return True
+    # the global norm: summed at least over the axes the gradients are sharded on (the tensor
+    # axis, data axes with sharded gradients), each axis once; copies summed over a replicated
+    # axis ask for a stated filter (_filters_realised)
+    grads = r.plan.placement(ir.State.GRADS)
+    sharded = {a for a in data_axes if grads.mode(a) is not ir.Mode.R} | ({tensor_axis} if tensor_axis else set())
+    if not o.axes:
+        r.ov.clip = "local"
+    elif sharded <= set(o.axes) <= set(data_axes) | sharded and len(set(o.axes)) == len(o.axes):
+        r.ov.clip = "global"
+    else:
+        r.reasons.append(f"override clip_norm: reduce over ({', '.join(o.axes)}) is not realised")
+    return True
+
+
+def _every_microbatch(r: _Reading, o: ir.Override) -> bool:
+    if not _whole(o):
+        return False
+    r.ov.every = True
+    return True
+
+
+# what the harness runs for each override it can reproduce, by (target, verb): each reads the override
+# into the harness's settings (or adds the reason it cannot) and answers False where the override's group
+# or the run's axes are not ones it realises
+_READERS: dict[tuple[str, str], Callable[[_Reading, ir.Override], bool]] = {
+    (OverrideTarget.GRADS, OverrideVerb.REDUCE): _grads_reduce,
+    (OverrideTarget.GRADS, OverrideVerb.DIVIDE): _grads_divide,
+    (OverrideTarget.GRADS, OverrideVerb.REDUCE_EVERY_MICROBATCH): _every_microbatch,
+    **{(OverrideTarget.LOSS, v): _loss
+       for v in (OverrideVerb.GLOBAL_MEAN, OverrideVerb.PER_DEVICE_MEAN, OverrideVerb.PER_MICROBATCH_MEAN)},
+    (OverrideTarget.DROPOUT_SEED, OverrideVerb.VARY): _seed_vary,
+    (OverrideTarget.DROPOUT_SEED, OverrideVerb.SAME): _seed_same,
+    (OverrideTarget.TOKENS, OverrideVerb.REDUCE): _tokens_reduce,
+    (OverrideTarget.EMBEDDING, OverrideVerb.TIE_REDUCE): _tie_reduce,
+    (OverrideTarget.PARAMS, OverrideVerb.NO_REGATHER): _no_regather,
+    (OverrideTarget.CLIP_NORM, OverrideVerb.DOUBLE_COUNT): _double_count,
+    (OverrideTarget.CLIP_NORM, OverrideVerb.REDUCE): _clip_reduce,
+}
+
+
 def read_overrides(plan: ir.Plan, axes: RunAxes, bindings: Mapping, reasons: list[str]) -> HarnessOverrides:
     """What the harness runs for each of ``plan``'s overrides; ``reasons`` gains each one it cannot run."""
-    ov = HarnessOverrides()
-    data_axes, tensor_axis, context_axis, expert_axis, pipeline_axis = axes
-    tf = plan.model.transformer
+    r = _Reading(plan, axes, bindings, reasons, HarnessOverrides())
     clip_sum: tuple[str, ...] | None = None  # the axes of a plan-wide `clip_norm: reduce`
     filters: list[ir.Override] = []  # `clip_norm: dedupe` overrides
     for o in plan.overrides:
-        if o.target == OverrideTarget.CLIP_NORM and o.verb == OverrideVerb.REDUCE and o.group in (None, "all"):
+        if o.target == OverrideTarget.CLIP_NORM and o.verb == OverrideVerb.REDUCE and _whole(o):
             clip_sum = tuple(o.axes or ())
         if o.target == OverrideTarget.CLIP_NORM and o.verb == OverrideVerb.DEDUPE:
             filters.append(o)
             continue
-        if o.target == OverrideTarget.GRADS and o.verb == OverrideVerb.REDUCE and o.group in (None, "all"):
-            if not o.axes:
-                ov.grad_reduce = "none"
-            elif len(data_axes) == 1 and list(o.axes) == [data_axes[0]] * 2:
-                ov.grad_reduce = "twice"
-            elif set(o.axes) != set(data_axes) or len(o.axes) != len(set(o.axes)):
-                reasons.append(f"override grads: reduce over ({', '.join(o.axes)}) is realised only as (), the data "
-                               "axes, or one data axis twice")
-        elif o.target == OverrideTarget.GRADS and o.verb == OverrideVerb.REDUCE and o.group in TENSOR_WHOLE_GROUPS and tensor_axis \
-                and len(data_axes) == 1 and set(o.axes) in ({data_axes[0]}, {data_axes[0], tensor_axis}) \
-                and len(o.axes) == len(set(o.axes)):
-            # the group's whole copies on the tensor axis: under sequence parallelism each holds a partial
-            # sum (its sequence shard's), reduced over the tensor axis; without it they are equal
-            over_tensor = tensor_axis in o.axes
-            if plan.sequence_parallel and not over_tensor:
-                ov.unreduced.append(o.group)
-            elif not plan.sequence_parallel and over_tensor:
-                ov.reduced_again.append(o.group)
-        elif o.target == OverrideTarget.GRADS and o.verb == OverrideVerb.DIVIDE and o.group in (None, "all"):
-            try:
-                ov.divide_by = value_of(o.by, bindings) if o.by is not None else None
-            except ShapeError as exc:
-                reasons.append(f"override grads: divide has no value: {exc}")
-        elif o.target == OverrideTarget.LOSS and o.group is None and o.verb in (OverrideVerb.GLOBAL_MEAN, OverrideVerb.PER_DEVICE_MEAN, OverrideVerb.PER_MICROBATCH_MEAN):
-            ov.loss = o.verb
-        elif o.target == OverrideTarget.GRADS and o.verb == OverrideVerb.DIVIDE and o.group == "experts" and expert_axis is not None:
-            try:
-                ov.expert_divide_by = value_of(o.by, bindings)
-            except ShapeError as exc:
-                reasons.append(f"override grads[experts]: divide has no value: {exc}")
-        elif o.target == OverrideTarget.DROPOUT_SEED and o.verb == OverrideVerb.VARY and tensor_axis and list(o.axes or ()) == [tensor_axis] \
-                and not plan.sequence_parallel:
-            ov.dropout = "vary"
-        elif o.target == OverrideTarget.DROPOUT_SEED and o.verb == OverrideVerb.SAME and tensor_axis and plan.sequence_parallel:
-            ov.dropout = "same"
-        elif o.target == OverrideTarget.TOKENS and o.verb == OverrideVerb.REDUCE and o.group is None and context_axis is not None \
-                and o.axes and set(o.axes) <= set(data_axes) | {context_axis}:
-            ov.tokens_over = tuple(o.axes)
-        elif o.target == OverrideTarget.EMBEDDING and o.verb == OverrideVerb.TIE_REDUCE and o.group is None:
-            if not o.axes:
-                ov.tie_reduce = False
-            elif list(o.axes) != [pipeline_axis]:
-                reasons.append(f"override embedding: tie_reduce over ({', '.join(o.axes)}) is realised only as () or "
-                               "the pipeline axis")
-        elif o.target == OverrideTarget.PARAMS and o.verb == OverrideVerb.NO_REGATHER and o.group in (None, "all"):
-            ov.regather = False
-        elif o.target == OverrideTarget.CLIP_NORM and o.verb == OverrideVerb.DOUBLE_COUNT and o.group == "embedding" \
-                and pipeline_axis is not None and tf is not None and tf.tied_embeddings:
-            ov.clip, ov.double_count = ov.clip or "global", True
-        elif o.target == OverrideTarget.CLIP_NORM and o.verb == OverrideVerb.REDUCE and o.group in (None, "all") and pipeline_axis:
-            # under a pipeline: the norm over every stage (the pipeline axis and a tensor axis), or
-            # each stage's own (the tensor axis alone)
-            model_axes = {pipeline_axis} | ({tensor_axis} if tensor_axis else set())
-            if len(set(o.axes)) != len(o.axes):
-                reasons.append(f"override clip_norm: reduce over ({', '.join(o.axes)}) sums twice over an axis, "
-                               "which the harness does not realise")
-            elif model_axes <= set(o.axes) <= model_axes | set(data_axes):
-                ov.clip = "global"
-            elif tensor_axis and set(o.axes) == {tensor_axis}:
-                ov.clip = "stage"
-            else:
-                reasons.append(f"override clip_norm: reduce over ({', '.join(o.axes)}) is not realised")
-        elif o.target == OverrideTarget.GRADS and o.verb == OverrideVerb.REDUCE_EVERY_MICROBATCH and o.group in (None, "all"):
-            ov.every = True
-        elif o.target == OverrideTarget.CLIP_NORM and o.verb == OverrideVerb.REDUCE and o.group in (None, "all"):
-            # the global norm: summed at least over the axes the gradients are sharded on (the tensor
-            # axis, data axes with sharded gradients), each axis once; copies summed over a replicated
-            # axis ask for a stated filter (_filters_realised)
-            grads = plan.placement(ir.State.GRADS)
-            sharded = {a for a in data_axes if grads.mode(a) is not ir.Mode.R} | ({tensor_axis} if tensor_axis else set())
-            if not o.axes:
-                ov.clip = "local"
-            elif sharded <= set(o.axes) <= set(data_axes) | sharded and len(set(o.axes)) == len(o.axes):
-                ov.clip = "global"
-            else:
-                reasons.append(f"override clip_norm: reduce over ({', '.join(o.axes)}) is not realised")
-        else:
+        reader = _READERS.get((o.target, o.verb))
+        if reader is None or not reader(r, o):
             group = f"[{o.group}]" if o.group else ""
             reasons.append(f"override {o.target}{group}: {o.verb} is not realised by the harness")
-    if ov.clip in ("global", "stage") and clip_sum is not None:
+    if r.ov.clip in ("global", "stage") and clip_sum is not None:
         _filters_realised(plan, axes, clip_sum, filters, reasons)
     elif filters:
         reasons.append("override clip_norm: dedupe is realised only beside a norm reduction the harness runs over "
                        "the stages, the tensor axis or the data axes")
-    return ov
+    return r.ov
 
 
 def _filters_realised(plan: ir.Plan, axes: RunAxes, clip_sum: tuple[str, ...], filters: list[ir.Override],

@@ -218,79 +218,12 @@ def _schedule(vals: Values, value, env, span: Span) -> tuple | None:
 
 def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
              axes_allowed: set[str]) -> ir.Override | None:
-    error = vals.cx.error
-    verbs = ir.OVERRIDE_VERBS.get(o.target)
-    if o.target in NOT_MODELLED:
-        error(Code.NOT_MODELLED, f"'{o.target}' is not modelled by the checker: {NOT_MODELLED[o.target]}", o.span,
-              ("docs/checker.md, 'Out of scope', lists what the step semantics leaves out",))
-        return None
-    if o.target in TERM_ALIASES:
-        error(Code.UNDECLARED_LOSS_TERM, f"a loss term is not a target of its own: write override loss[{TERM_ALIASES[o.target]}]: ... "
-              f"with '{TERM_ALIASES[o.target]}' in the model's losses section", o.span,
-              (f"e.g. model {{ losses {{ {TERM_ALIASES[o.target]} = per_microbatch_mean }} }}",))
+    if _bad_target(vals, o):
         return None
     if o.target in (OverrideTarget.LOSS, OverrideTarget.TOKENS) and o.group is not None:
         return _term_override(vals, o, env, axes_allowed)
-    if o.target == OverrideTarget.LOSS and o.verb == OverrideVerb.DIVIDE:
-        error(Code.BAD_OVERRIDE, "'loss: divide' applies to a loss term (loss[TERM]: divide by ...); the main loss's "
-              "divisor is override grads: divide by ...", o.span)
-        return None
-    if o.target == OverrideTarget.LOSS and o.verb in ir_losses.STATS_VERBS:
-        error(Code.STATS_SCOPE_TERM, f"'loss: {o.verb}': the main loss is a sum over tokens, with no statistics over a "
-              "group of tokens to scope", o.span, ("statistics scopes apply to: loss[aux]",))
-        return None
-    if verbs is None:
-        error(Code.BAD_OVERRIDE, f"cannot override '{o.target}'", o.span, did_you_mean(o.target, ir.OVERRIDE_VERBS))
-        return None
-    if o.verb not in verbs:
-        error(Code.BAD_OVERRIDE, f"'{o.target}' has no override '{o.verb}'", o.span,
-              did_you_mean(o.verb, verbs) or (f"accepted: {', '.join(verbs)}",))
-        return None
-    takes_over, takes_by = verbs[o.verb]
-    known = ir.PARAM_GROUPS + tuple(sorted(vals.groups))
-    if o.target == OverrideTarget.OPTIMIZER:  # an optimizer section names the model's parameter groups (ir.groups)
-        known = known + tuple(g for g in BUILTIN_GROUPS if g not in known) + ("matrices",)
-    elif o.target in actflow.TARGETS:  # a layer region, not a parameter group
-        known = actflow.REGIONS
-    elif o.target == OverrideTarget.LAYOUT:  # a per-token tensor of context parallelism (check.encode_cplayout)
-        known = LAYOUT_ITEMS
-    elif o.target == OverrideTarget.HEADS:  # a pair of Ulysses' all-to-alls, or the kv heads (check.encode_ulysses_heads)
-        known = HEAD_GROUPS
-    if o.group is not None and o.group not in known:
-        kind = ("layer region" if o.target in actflow.TARGETS else
-                "per-token tensor" if o.target == OverrideTarget.LAYOUT else
-                "all-to-all pair" if o.target == OverrideTarget.HEADS else "parameter group")
-        error(Code.BAD_OVERRIDE, f"unknown {kind} '{o.group}'", o.span,
-              did_you_mean(o.group, known) or (f"groups an override may name: {', '.join(known)}",))
-        return None
-    if takes_over and o.axes is None:
-        error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' needs 'over (axes...)'", o.span)
-        return None
-    if not takes_over and o.axes is not None:
-        error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' takes no 'over' clause", o.span)
-        return None
-    if not rank_sets.check_clause(vals, o, (o.target, o.verb) in TAKES_SETS):
-        return None
-    takes_sizes = (o.target, o.verb) in TAKES_SIZES
-    if o.sizes is not None and not takes_sizes:
-        error(Code.GROUPS_AXIS, f"'{o.target}: {o.verb}' takes no list of sizes 'by (S1, S2, ...)' (the sizes of "
-              "consecutive groups are reduce_groups's)", o.span)
-        return None
-    if takes_sizes and o.sizes is None:
-        error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' needs 'by (S1, S2, ...)': the sizes of two or more consecutive groups "
-              "of ranks the axis is cut into", o.span)
-        return None
-    if takes_by and o.by is None:
-        error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' needs 'by <{'epsilon' if o.verb == OverrideVerb.EPS_BEFORE_REDUCE else 'divisor'}>'",
-              o.span)
-        return None
-    if not takes_by and o.by is not None:
-        error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' takes no 'by' clause", o.span)
-        return None
-    takes_ranks = (o.target, o.verb) in TAKES_RANKS
-    if takes_ranks != (o.ranks is not None):
-        error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' " + ("needs 'ranks (R1, R2, ...)': the ranks of the axis it is "
-              "applied on" if takes_ranks else "takes no 'ranks' clause"), o.span)
+    verbs = ir.OVERRIDE_VERBS.get(o.target)
+    if _bad_verb(vals, o, verbs) or _bad_group(vals, o) or _bad_clauses(vals, o, verbs[o.verb]):
         return None
     out = _axes_and_divisor(vals, o, env, axes_allowed)
     if out is not None and o.sizes is not None:
@@ -303,6 +236,95 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
     if any(r is None for r in ranks) or not _ranks_in_range(vals, out, ranks):
         return None
     return replace(out, ranks=ranks)
+
+
+def _bad_target(vals: Values, o: surface.OverrideStmt) -> bool:
+    """An error where the target is one the step semantics leaves out, or a loss term written as a target of its own."""
+    error = vals.cx.error
+    if o.target in NOT_MODELLED:
+        error(Code.NOT_MODELLED, f"'{o.target}' is not modelled by the checker: {NOT_MODELLED[o.target]}", o.span,
+              ("docs/checker.md, 'Out of scope', lists what the step semantics leaves out",))
+        return True
+    if o.target in TERM_ALIASES:
+        error(Code.UNDECLARED_LOSS_TERM, f"a loss term is not a target of its own: write override loss[{TERM_ALIASES[o.target]}]: ... "
+              f"with '{TERM_ALIASES[o.target]}' in the model's losses section", o.span,
+              (f"e.g. model {{ losses {{ {TERM_ALIASES[o.target]} = per_microbatch_mean }} }}",))
+        return True
+    return False
+
+
+def _bad_verb(vals: Values, o: surface.OverrideStmt, verbs: dict | None) -> bool:
+    """An error where the main loss is given a term's verb, or the target or its verb is unknown."""
+    error = vals.cx.error
+    if o.target == OverrideTarget.LOSS and o.verb == OverrideVerb.DIVIDE:
+        error(Code.BAD_OVERRIDE, "'loss: divide' applies to a loss term (loss[TERM]: divide by ...); the main loss's "
+              "divisor is override grads: divide by ...", o.span)
+        return True
+    if o.target == OverrideTarget.LOSS and o.verb in ir_losses.STATS_VERBS:
+        error(Code.STATS_SCOPE_TERM, f"'loss: {o.verb}': the main loss is a sum over tokens, with no statistics over a "
+              "group of tokens to scope", o.span, ("statistics scopes apply to: loss[aux]",))
+        return True
+    if verbs is None:
+        error(Code.BAD_OVERRIDE, f"cannot override '{o.target}'", o.span, did_you_mean(o.target, ir.OVERRIDE_VERBS))
+        return True
+    if o.verb not in verbs:
+        error(Code.BAD_OVERRIDE, f"'{o.target}' has no override '{o.verb}'", o.span,
+              did_you_mean(o.verb, verbs) or (f"accepted: {', '.join(verbs)}",))
+        return True
+    return False
+
+
+def _bad_group(vals: Values, o: surface.OverrideStmt) -> bool:
+    """An error where the override names a group its target does not have: a parameter group, a layer region, a
+    per-token tensor or a pair of Ulysses' all-to-alls."""
+    known = ir.PARAM_GROUPS + tuple(sorted(vals.groups))
+    if o.target == OverrideTarget.OPTIMIZER:  # an optimizer section names the model's parameter groups (ir.groups)
+        known = known + tuple(g for g in BUILTIN_GROUPS if g not in known) + ("matrices",)
+    elif o.target in actflow.TARGETS:  # a layer region, not a parameter group
+        known = actflow.REGIONS
+    elif o.target == OverrideTarget.LAYOUT:  # a per-token tensor of context parallelism (check.encode_cplayout)
+        known = LAYOUT_ITEMS
+    elif o.target == OverrideTarget.HEADS:  # a pair of Ulysses' all-to-alls, or the kv heads (check.encode_ulysses_heads)
+        known = HEAD_GROUPS
+    if o.group is None or o.group in known:
+        return False
+    kind = ("layer region" if o.target in actflow.TARGETS else
+            "per-token tensor" if o.target == OverrideTarget.LAYOUT else
+            "all-to-all pair" if o.target == OverrideTarget.HEADS else "parameter group")
+    vals.cx.error(Code.BAD_OVERRIDE, f"unknown {kind} '{o.group}'", o.span,
+                  did_you_mean(o.group, known) or (f"groups an override may name: {', '.join(known)}",))
+    return True
+
+
+def _bad_clauses(vals: Values, o: surface.OverrideStmt, takes: tuple[bool, bool]) -> bool:
+    """An error where the verb's clauses are missing or not its own: over, rank sets, sizes, by, ranks."""
+    error = vals.cx.error
+    takes_over, takes_by = takes
+    if takes_over != (o.axes is not None):
+        error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' " + ("needs 'over (axes...)'" if takes_over
+                                                              else "takes no 'over' clause"), o.span)
+        return True
+    if not rank_sets.check_clause(vals, o, (o.target, o.verb) in TAKES_SETS):
+        return True
+    takes_sizes = (o.target, o.verb) in TAKES_SIZES
+    if o.sizes is not None and not takes_sizes:
+        error(Code.GROUPS_AXIS, f"'{o.target}: {o.verb}' takes no list of sizes 'by (S1, S2, ...)' (the sizes of "
+              "consecutive groups are reduce_groups's)", o.span)
+        return True
+    if takes_sizes and o.sizes is None:
+        error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' needs 'by (S1, S2, ...)': the sizes of two or more consecutive groups "
+              "of ranks the axis is cut into", o.span)
+        return True
+    if takes_by != (o.by is not None):
+        need = f"needs 'by <{'epsilon' if o.verb == OverrideVerb.EPS_BEFORE_REDUCE else 'divisor'}>'"
+        error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' " + (need if takes_by else "takes no 'by' clause"), o.span)
+        return True
+    takes_ranks = (o.target, o.verb) in TAKES_RANKS
+    if takes_ranks != (o.ranks is not None):
+        error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' " + ("needs 'ranks (R1, R2, ...)': the ranks of the axis it is "
+              "applied on" if takes_ranks else "takes no 'ranks' clause"), o.span)
+        return True
+    return False
 
 
 def _group_sizes(vals: Values, o: surface.OverrideStmt, out: ir.Override, env: dict) -> ir.Override | None:
