@@ -65,8 +65,11 @@ def update_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, 
     axes = list(plan.mesh.names)
     devices = list(product(*[range(sizes[a]) for a in axes]))
     for g in groups_of(plan):
+        import simulator_rankclips  # two or more clips: counted per device there
+
         ops = [o for o in (_stated(plan, v, g) for v in VERBS) if o is not None
-               and not (o.verb == "divide_on_ranks" and combined(plan, g))]  # a product: product_violations
+               and not (o.verb == "divide_on_ranks" and combined(plan, g))  # a product: product_violations
+               and not (o.verb == "clip_on_ranks" and simulator_rankclips.combined(plan, g))]
         if not ops:
             continue
         grad = Fraction(rng.choice([-3, -1, 1, 2, 5]))

@@ -57,14 +57,15 @@ def head(o: ir.Override) -> str:
 
 
 def rank0_stated(plan: ir.Plan, group: str) -> list[ir.Override]:
-    """The rank-0-only operations on ``group``'s update, one per verb: its own, else the plan's
-    (``all``, then no group)."""
+    """The per-rank operations on ``group``'s update, per verb its own statements, else the plan's (``all``,
+    then no group): of a divisor's verb the last, of a clip's every one (several clips combine: a device applies
+    the coefficient once per statement naming it, check.encode_rankclips)."""
     out = []
     for verb in RANK0_VERBS:
         for who in (group, "all", None):
             found = [o for o in plan.overrides if o.target == OverrideTarget.GRADS and o.verb == verb and o.group == who]
             if found:
-                out.append(found[-1])
+                out.extend(found if verb in CLIPS else found[-1:])
                 break
     return out
 
