@@ -128,8 +128,16 @@ DIVISORS = ("divide_rank0_only", "divide_except_last", "divide_last_only", "divi
 
 
 def divisors(plan: ir.Plan, group: str) -> list[ir.Override]:
-    """The group's divisor statements on sets of ranks, one per verb (its own, else the plan's)."""
-    return [o for o in (_stated(plan, v, group) for v in DIVISORS) if o is not None]
+    """The group's divisor statements on sets of ranks: per verb every one of its own, else of the plan's
+    (``all``, then no group); two of one verb both divide."""
+    out = []
+    for verb in DIVISORS:
+        for who in (group, "all", None):
+            found = [o for o in plan.overrides if o.target == "grads" and o.verb == verb and o.group == who]
+            if found:
+                out += found
+                break
+    return out
 
 
 def combined(plan: ir.Plan, group: str) -> bool:

@@ -137,3 +137,20 @@ def test_two_clips_round_trip_through_fmt():
     assert format_source(out, "x.place") == out
     a, b = (load_string(t, "x.place").plans[0].overrides for t in (src, out))
     assert [(o.verb, o.axes, o.ranks) for o in a] == [(o.verb, o.axes, o.ranks) for o in b] and len(a) == 2
+
+
+@pytest.mark.parametrize("second,n,bad", [(Fraction(1, 2), 2, False), (Fraction(1, 2), 3, False),
+                                          (Fraction(2), 2, True), (Fraction(1, 3), 1, True)])
+def test_two_divisors_of_one_verb_both_divide(second, n, bad):
+    """`divide_on_ranks over (pp) ranks (0) by 2` and a second statement of the same verb on rank 0 by X: rank 0
+    divides by 2·X (by hand), every other rank by 1; right iff 2·X = 1 (the second undoes the first)."""
+    spec, p = plan("p", DP_PP, overrides=(
+        ov("grads", "divide_on_ranks", None, ("pp",), ir.Const(Fraction(2)), ranks=_c(0)),
+        ov("grads", "divide_on_ranks", None, ("pp",), ir.Const(second), ranks=_c(0))))
+    assert (2 * second != 1) is bad
+    sizes = {"dp": 1, "pp": n, "microbatches": 1}
+    ob = _ob(check_plan(SESSION, spec, p, sizes), "SC update[dense]")
+    assert ob.verdict is (Verdict.REFUTED if bad else Verdict.PROVED), ob.verdict
+    assert _sim(p, sizes, ("update", "dense")) is bad
+    if bad:
+        assert f"{2 * second} on" in dict(ob.counterexample.values)["divisor product"], ob.counterexample.values

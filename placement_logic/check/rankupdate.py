@@ -57,15 +57,16 @@ def head(o: ir.Override) -> str:
 
 
 def rank0_stated(plan: ir.Plan, group: str) -> list[ir.Override]:
-    """The per-rank operations on ``group``'s update, per verb its own statements, else the plan's (``all``,
-    then no group): of a divisor's verb the last, of a clip's every one (several clips combine: a device applies
-    the coefficient once per statement naming it, check.encode_rankclips)."""
+    """The per-rank operations on ``group``'s update: per verb every statement of the group's own, else of the
+    plan's (``all``, then no group). Several statements combine, none replaces another: a device applies a clip's
+    coefficient once per clip statement naming it (check.encode_rankclips) and the product of the divisors
+    naming it (check.encode_rankproduct)."""
     out = []
     for verb in RANK0_VERBS:
         for who in (group, "all", None):
             found = [o for o in plan.overrides if o.target == OverrideTarget.GRADS and o.verb == verb and o.group == who]
             if found:
-                out.extend(found if verb in CLIPS else found[-1:])
+                out.extend(found)
                 break
     return out
 
