@@ -136,3 +136,15 @@ def test_costs_price_each_axis_by_its_own_groups():
         [(x.collective.axes, x.bytes_per_device) for x in colls]
     rule = colls[0].collective.rule
     assert "within blocks of 2 ranks of (nodes)" in rule and "within the first 4 ranks only of (gpus)" in rule, rule
+
+
+def test_a_witness_of_another_statement_keeps_the_size_the_sets_hold():
+    """Free sizes: rank sets over b hold 2 ranks, so every witness has b = 2, also one whose cut is the first
+    rank of a (the shrinking of the witness keeps b at 2); the simulator agrees at the witness's sizes."""
+    spec, p = plan("p", TWO_DP, overrides=(ov("grads", "reduce_first", None, ("a",), const(1)),
+                                          ov("grads", "reduce_sets", None, ("b",), sets=((0,), (1,)))))
+    ob = _ob(check_plan(SESSION, spec, p, {}), "GI grads[dense] blocks")
+    assert ob.verdict is Verdict.REFUTED
+    sizes = dict(ob.counterexample.sizes)
+    assert sizes["b"] == 2, sizes
+    assert _sim(p, {"a": sizes["a"], "b": 2, "microbatches": 1}, ("blocks", "dense"))

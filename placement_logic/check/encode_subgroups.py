@@ -41,21 +41,22 @@ def extend(obs: list, step, ctx, plan, obligation) -> list:
             for ob in obs:  # the whole-plan obligation holds only if the blocks hold the axis too
                 if ob.name == f"GI grads[{g.group}]":
                     ob.encode = _wrap(ob.encode, o, f"grad_blocks_{key}" + (f"_{i}" if i else ""), kind)
-                    ob.replay = _wrap_replay(ob.replay, kind,
-                                             lambda w, g=g, o=o: replay_grad_blocks(ctx, w, g.group, o))
+                    ob.replay = _described(_wrap_replay(ob.replay, kind, lambda w, g=g, o=o: replay_grad_blocks(
+                        ctx, w, g.group, o)), o)
         texts = "; ".join(f"{sg.groups_text(o)} over ({', '.join(o.axes or ())})" for o in stated)
         obs.append(obligation(
             f"GI grads[{g.group}] blocks", GRADIENT_INTEGRITY, stated[0].span,
             f"the {g.group} gradient is reduced over the whole of every axis its reduction runs in {texts}: one "
             "group holds the axis, so every rank holds the sum of every rank's contribution",
             lambda env, st=stated: _all_negation(env, st, "blocks"),
-            lambda w, g=g, st=stated: replay_grad_blocks(ctx, w, g.group, st[w.get("stmt", 0)]), aspect_of=g.group))
+            _described(lambda w, g=g, st=stated: replay_grad_blocks(ctx, w, g.group, st[w.get("stmt", 0)]), *stated),
+            aspect_of=g.group))
     for i, o in enumerate(sg.norm_partitions(plan)):
         kind = "norm_blocks" if i == 0 else f"norm_blocks:{i}"
         for ob in obs:
             if ob.name == "SC clip_norm":
                 ob.encode = _wrap(ob.encode, o, "clip_norm_blocks" + (f"_{i}" if i else ""), kind)
-                ob.replay = _wrap_replay(ob.replay, kind, lambda w, o=o: replay_norm_blocks(ctx, w, o))
+                ob.replay = _described(_wrap_replay(ob.replay, kind, lambda w, o=o: replay_norm_blocks(ctx, w, o)), o)
                 ob.span = o.span
     return _pinned_elsewhere(obs, step, ctx, plan)
 
@@ -65,7 +66,7 @@ def _all_negation(env, stated, kind):
     cons, arms = [], []
     for i, o in enumerate(stated):
         side, mine = _cond(env, o)
-        cons += side
+        cons += side + fixed_size(env, o)
         arms += [(i, o, a, c) for a, c in mine]
     cons.append(z3.Or([c for *_, c in arms]))
 
@@ -118,6 +119,30 @@ def _cond(env, o):
         cut = z3.And(b >= 2, n >= 2) if o.verb == sg.STRIDED else n > b
         arms.append((a, z3.And(cut, _whole_blocks(env, o, a))))
     return side, arms
+
+
+def _described(replay, *stated):
+    """``replay``, refusing a witness at sizes a list of sizes or of rank sets does not describe (the shrinking of
+    a witness axis by axis keeps only the sizes the statements hold: PL250, PL268 elsewhere)."""
+    def out(w):
+        sizes = w.get("sizes", {})
+        for o in stated:
+            want = sum(sg.sizes_of(o)) if o.verb == sg.GROUPS else ranksets.held(sg.sets_of(o)) \
+                if o.verb == sg.SETS else None
+            if want is not None and sizes.get(o.axes[0], want) != want:
+                return None
+        return replay(w)
+    return out
+
+
+def fixed_size(env, o) -> list:
+    """A list of sizes or of rank sets describes its axis at the number of ranks it holds only: the axis's size
+    there, in every witness (another statement's arm, or the obligation it wraps, included)."""
+    if o.verb == sg.GROUPS:
+        return [env.size(o.axes[0]) == sum(sg.sizes_of(o))]
+    if o.verb == sg.SETS:
+        return [env.size(o.axes[0]) == ranksets.held(sg.sets_of(o))]
+    return []
 
 
 def _group_index(sizes: tuple[int, ...], i):
@@ -179,6 +204,7 @@ def _wrap(orig, o, name, kind):
         flag = env.sess.bool(name)
         side, arms = _cond(env, o)
         out = [z3.Implies(z3.Not(flag), z3.And(cons)), z3.Implies(flag, z3.And(side + [z3.Or([c for _, c in arms])]))]
+        out += fixed_size(env, o)  # every witness at the size the statement describes (PL250, PL268 elsewhere)
 
         def ex(model):
             if value_of(model, flag):
