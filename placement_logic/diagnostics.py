@@ -152,8 +152,9 @@ CODES: dict[str, tuple[str, str]] = {
               "over (AXIS) ranks (...)) that is not a whole number from 0 to the axis's size minus 1."),
     "PL192": ("rank-set-axes", "A rank set over no axis (override grads[g]: clip_on_ranks / divide_on_ranks, "
               "clip_norm[g]: count_on_ranks ... ranks (...))."),
-    "PL194": ("partition-twice", "One reduction (a group's gradient, or the grad norm) run in groups of two kinds "
-              "(override ...: reduce_blocks / reduce_strided / reduce_first), over one axis or two."),
+    "PL194": ("partition-twice", "One axis of one reduction (a group's gradient, or the grad norm) cut into groups "
+              "by two statements (override ...: reduce_blocks / reduce_strided / reduce_first / reduce_groups / "
+              "reduce_sets); statements over different axes combine."),
     "PL197": ("ulysses-heads", "Ulysses' all-to-all (override activations[context] / activation_grads[context]: "
               "all_to_all over (...)) over a group whose size does not divide each tensor rank's attention heads (or "
               "its kv heads, which may instead be repeated over a group that is a multiple of them), where the plan states no "

@@ -699,6 +699,7 @@ def violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, binding
                trials: int = 3) -> set:
     import simulator_losses  # the loss terms' section, which reads this module's helpers
     import simulator_perrank  # per-rank operations on the update and the loss scale
+    import simulator_rankclips  # two or more clips on sets of ranks for one group
     import simulator_rankset  # a clip or a divisor on a set of one axis's ranks
     import simulator_subgroups  # blocks of an axis's ranks, divisors on the last rank or all but it
 
@@ -715,5 +716,6 @@ def violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, binding
         out |= simulator_subgroups.update_violations(plan, sizes, rng, bindings)
         out |= simulator_rankset.update_violations(plan, sizes, rng, bindings)
         out |= simulator_rankset.product_violations(plan, sizes, rng, bindings)
+        out |= simulator_rankclips.clip_violations(plan, sizes, rng, bindings)
         out |= simulator_subgroups.grad_block_violations(plan, sizes, rng, bindings)
     return out

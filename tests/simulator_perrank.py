@@ -37,10 +37,12 @@ def update_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, 
     pos = {a: i for i, a in enumerate(axes)}
     devices = list(product(*[range(sizes[a]) for a in axes]))
     for g in groups_of(plan):
+        import simulator_rankclips  # two or more clips for g: counted per device (simulator_rankclips)
         import simulator_rankset  # two or more divisors for g: their product (simulator_rankset)
 
         ops = [o for o in (_stated(plan, v, g) for v in ("clip_rank0_only", "divide_rank0_only")) if o is not None
-               and not (o.verb == "divide_rank0_only" and simulator_rankset.combined(plan, g))]
+               and not (o.verb == "divide_rank0_only" and simulator_rankset.combined(plan, g))
+               and not (o.verb == "clip_rank0_only" and simulator_rankclips.combined(plan, g))]
         if not ops:
             continue
         grad = Fraction(rng.choice([-3, -1, 1, 2, 5]))

@@ -65,8 +65,11 @@ def update_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, 
     axes = list(plan.mesh.names)
     devices = list(product(*[range(sizes[a]) for a in axes]))
     for g in groups_of(plan):
+        import simulator_rankclips  # two or more clips: counted per device there
+
         ops = [o for o in (_stated(plan, v, g) for v in VERBS) if o is not None
-               and not (o.verb == "divide_on_ranks" and combined(plan, g))]  # a product: product_violations
+               and not (o.verb == "divide_on_ranks" and combined(plan, g))  # a product: product_violations
+               and not (o.verb == "clip_on_ranks" and simulator_rankclips.combined(plan, g))]
         if not ops:
             continue
         grad = Fraction(rng.choice([-3, -1, 1, 2, 5]))
@@ -125,8 +128,16 @@ DIVISORS = ("divide_rank0_only", "divide_except_last", "divide_last_only", "divi
 
 
 def divisors(plan: ir.Plan, group: str) -> list[ir.Override]:
-    """The group's divisor statements on sets of ranks, one per verb (its own, else the plan's)."""
-    return [o for o in (_stated(plan, v, group) for v in DIVISORS) if o is not None]
+    """The group's divisor statements on sets of ranks: per verb every one of its own, else of the plan's
+    (``all``, then no group); two of one verb both divide."""
+    out = []
+    for verb in DIVISORS:
+        for who in (group, "all", None):
+            found = [o for o in plan.overrides if o.target == "grads" and o.verb == verb and o.group == who]
+            if found:
+                out += found
+                break
+    return out
 
 
 def combined(plan: ir.Plan, group: str) -> bool:

@@ -85,22 +85,25 @@ def _block(o: ir.Override, sizes: dict[str, int], plan: ir.Plan, bindings: dict)
     return int(b) if o.verb == "reduce_blocks" else (o.verb, int(b))
 
 
-def _stated_partition(plan: ir.Plan, target: str, group: str | None) -> ir.Override | None:
+def _cuts(plan: ir.Plan, target: str, group: str | None, sizes: dict[str, int], bindings: dict) -> dict:
+    """Each axis of one reduction with the groups it is cut into: the statements of the first of the group's own,
+    ``all`` and none that states any, each axis cut by the last statement naming it (statements over different
+    axes combine: blocks over one axis, strided groups over another); a statement that does not describe its axis
+    at these sizes (a list of sizes or sets holding another number of ranks) cuts nothing."""
     for who in ((group, "all", None) if group is not None else (None,)):
         found = [o for o in plan.overrides if o.target == target and o.verb in PARTITIONS and o.group == who]
         if found:
-            return found[-1]
-    return None
+            out = {}
+            for o in found:
+                b = _block(o, sizes, plan, bindings)
+                for a in o.axes or ():
+                    out[a] = b if _describes(b, o, sizes) else None
+            return {a: b for a, b in out.items() if b is not None}
+    return {}
 
 
 def norm_blocks(plan: ir.Plan, sizes: dict[str, int], bindings: dict) -> dict:
-    o = _stated_partition(plan, "clip_norm", None)
-    if o is None:
-        return {}
-    b = _block(o, sizes, plan, bindings)
-    if not _describes(b, o, sizes):
-        return {}
-    return {a: b for a in o.axes or ()}
+    return _cuts(plan, "clip_norm", None, sizes, bindings)
 
 
 def _describes(b, o: ir.Override, sizes: dict[str, int]) -> bool:
@@ -116,15 +119,12 @@ def grad_block_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Rand
     pos = {a: i for i, a in enumerate(axes)}
     devices = list(product(*[range(sizes[a]) for a in axes]))
     for g in groups_of(plan):
-        o = _stated_partition(plan, "grads", g)
-        if o is None:
-            continue
-        b = _block(o, sizes, plan, bindings)
-        if not _describes(b, o, sizes):
+        cuts = _cuts(plan, "grads", g, sizes, bindings)
+        if not cuts:
             continue
         buf = {d: Fraction(rng.randint(-3, 3)) for d in devices}
         whole, blocks = dict(buf), dict(buf)
-        for a in o.axes or ():
+        for a, b in cuts.items():
             whole = block_reduce(whole, pos[a], sizes[a])  # one block holding the whole axis
             blocks = block_reduce(blocks, pos[a], b)
         if any(whole[d] != blocks[d] for d in devices):

@@ -16,6 +16,7 @@ from math import prod
 import z3
 
 from ..solver.session import value_of
+from . import encode_rankclips as rc
 from . import encode_rankproduct as rp
 from . import rankset
 from . import rankupdate as ru
@@ -66,8 +67,13 @@ def _update_negation(env, g, stated):
     if divs:
         arm, ranks = rp.product_arm(env, divs, key)
         arms.append(("product", arm))
+    clips = rc.combined(stated)  # two or more clips: a device clips once per statement naming it
+    if clips:
+        arm, side, device = rc.count_arm(env, clips, key)
+        cons += side
+        arms.append(("clips", arm))
     for i, o in enumerate(stated):
-        if o in divs:
+        if o in divs or o in clips:
             continue
         two = rank_set_splits(env, o) if o.verb in rankset.VERBS else z3.Or([env.size(a) >= 2 for a in o.axes])
         if o.verb in ru.CLIPS:
@@ -94,6 +100,8 @@ def _update_negation(env, g, stated):
         out = {"kind": "rank0_update", "sizes": env.size_values(model), "which": i}
         if i == "uniform":
             return {**out, "rank": every[1](model)}
+        if i == "clips":
+            return {**out, "rank": device(model)}
         return {**out, "ranks": ranks(model)} if i == "product" else out
 
     return cons, extract
@@ -107,6 +115,8 @@ def replay_update(ctx, w, g, stated):
         return rp.replay_product(ctx, w, g, rp.combined(stated))
     if w.get("which") == "uniform":
         return rp.replay_uniform(ctx, w, g, rp.combined(stated))
+    if w.get("which") == "clips":
+        return rc.replay_clips(ctx, w, g, rc.combined(stated))
     if str(w.get("which", "")).startswith("alone:"):
         return replay_alone(ctx, w, g, stated[int(w["which"].split(":")[1])])
     sizes = w["sizes"]

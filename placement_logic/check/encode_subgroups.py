@@ -32,34 +32,55 @@ def extend(obs: list, step, ctx, plan, obligation) -> list:
     if plan is None:
         return obs
     for g in step.groups:
-        o = sg.grad_blocks(plan, g.group)
-        if o is None:
+        stated = sg.grad_partitions(plan, g.group)  # over different axes: each axis cut by its own statement
+        if not stated:
             continue
-        for ob in obs:  # the whole-plan obligation holds only if the blocks hold the axis too
-            if ob.name == f"GI grads[{g.group}]":
-                ob.encode = _wrap(ob.encode, o, f"grad_blocks_{zlib.crc32(g.group.encode()):08x}", "blocks")
-                ob.replay = _wrap_replay(ob.replay, "blocks", lambda w, g=g, o=o: replay_grad_blocks(ctx, w, g.group, o))
+        key = f"{zlib.crc32(g.group.encode()):08x}"
+        for i, o in enumerate(stated):
+            kind = "blocks" if i == 0 else f"blocks:{i}"
+            for ob in obs:  # the whole-plan obligation holds only if the blocks hold the axis too
+                if ob.name == f"GI grads[{g.group}]":
+                    ob.encode = _wrap(ob.encode, o, f"grad_blocks_{key}" + (f"_{i}" if i else ""), kind)
+                    ob.replay = _described(_wrap_replay(ob.replay, kind, lambda w, g=g, o=o: replay_grad_blocks(
+                        ctx, w, g.group, o)), o)
+        texts = "; ".join(f"{sg.groups_text(o)} over ({', '.join(o.axes or ())})" for o in stated)
         obs.append(obligation(
-            f"GI grads[{g.group}] blocks", GRADIENT_INTEGRITY, o.span,
-            f"the {g.group} gradient is reduced over the whole of every axis its reduction runs in "
-            f"{sg.groups_text(o)} over ({', '.join(o.axes or ())}): one group holds the axis, so every rank "
-            "holds the sum of every rank's contribution",
-            lambda env, o=o: _blocks_negation(env, o, "blocks"),
-            lambda w, g=g, o=o: replay_grad_blocks(ctx, w, g.group, o), aspect_of=g.group))
-    o = sg.norm_blocks(plan)
-    if o is not None:
+            f"GI grads[{g.group}] blocks", GRADIENT_INTEGRITY, stated[0].span,
+            f"the {g.group} gradient is reduced over the whole of every axis its reduction runs in {texts}: one "
+            "group holds the axis, so every rank holds the sum of every rank's contribution",
+            lambda env, st=stated: _all_negation(env, st, "blocks"),
+            _described(lambda w, g=g, st=stated: replay_grad_blocks(ctx, w, g.group, st[w.get("stmt", 0)]), *stated),
+            aspect_of=g.group))
+    for i, o in enumerate(sg.norm_partitions(plan)):
+        kind = "norm_blocks" if i == 0 else f"norm_blocks:{i}"
         for ob in obs:
             if ob.name == "SC clip_norm":
-                ob.encode = _wrap(ob.encode, o, "clip_norm_blocks", "norm_blocks")
-                ob.replay = _wrap_replay(ob.replay, "norm_blocks", lambda w, o=o: replay_norm_blocks(ctx, w, o))
+                ob.encode = _wrap(ob.encode, o, "clip_norm_blocks" + (f"_{i}" if i else ""), kind)
+                ob.replay = _described(_wrap_replay(ob.replay, kind, lambda w, o=o: replay_norm_blocks(ctx, w, o)), o)
                 ob.span = o.span
     return _pinned_elsewhere(obs, step, ctx, plan)
+
+
+def _all_negation(env, stated, kind):
+    """Some statement cuts one of its axes into two groups or more (the arms of every statement)."""
+    cons, arms = [], []
+    for i, o in enumerate(stated):
+        side, mine = _cond(env, o)
+        cons += side + fixed_size(env, o)
+        arms += [(i, o, a, c) for a, c in mine]
+    cons.append(z3.Or([c for *_, c in arms]))
+
+    def extract(model):
+        i, o, a, _ = next(x for x in arms if value_of(model, x[3]))
+        return {**_witness(env, model, o, kind, a), "stmt": i}
+
+    return cons, extract
 
 
 def _pinned_elsewhere(obs: list, step, ctx, plan) -> list:
     """PL250 where the axis of consecutive groups of the sizes S1, S2, ... is pinned at another size than their
     sum: the statement describes the axis at S1 + S2 + ... only, so the sizes cannot partition the axis there."""
-    stated = [sg.grad_blocks(plan, g.group) for g in step.groups] + [sg.norm_blocks(plan)]
+    stated = [o for g in step.groups for o in sg.grad_partitions(plan, g.group)] + sg.norm_partitions(plan)
     for o in stated:
         if o is not None and o.verb == sg.SETS and o.axes[0] in ctx.pinned:
             _sets_pinned(o, ctx.pinned[o.axes[0]])
@@ -98,6 +119,30 @@ def _cond(env, o):
         cut = z3.And(b >= 2, n >= 2) if o.verb == sg.STRIDED else n > b
         arms.append((a, z3.And(cut, _whole_blocks(env, o, a))))
     return side, arms
+
+
+def _described(replay, *stated):
+    """``replay``, refusing a witness at sizes a list of sizes or of rank sets does not describe (the shrinking of
+    a witness axis by axis keeps only the sizes the statements hold: PL250, PL268 elsewhere)."""
+    def out(w):
+        sizes = w.get("sizes", {})
+        for o in stated:
+            want = sum(sg.sizes_of(o)) if o.verb == sg.GROUPS else ranksets.held(sg.sets_of(o)) \
+                if o.verb == sg.SETS else None
+            if want is not None and sizes.get(o.axes[0], want) != want:
+                return None
+        return replay(w)
+    return out
+
+
+def fixed_size(env, o) -> list:
+    """A list of sizes or of rank sets describes its axis at the number of ranks it holds only: the axis's size
+    there, in every witness (another statement's arm, or the obligation it wraps, included)."""
+    if o.verb == sg.GROUPS:
+        return [env.size(o.axes[0]) == sum(sg.sizes_of(o))]
+    if o.verb == sg.SETS:
+        return [env.size(o.axes[0]) == ranksets.held(sg.sets_of(o))]
+    return []
 
 
 def _group_index(sizes: tuple[int, ...], i):
@@ -152,16 +197,6 @@ def _whole_blocks(env, o, a):
     return env.size(a) % int(o.by.value) == 0
 
 
-def _blocks_negation(env, o, kind):
-    side, arms = _cond(env, o)
-    cons = side + [z3.Or([c for _, c in arms])]
-
-    def extract(model):
-        return _witness(env, model, o, kind, next(a for a, c in arms if value_of(model, c)))
-
-    return cons, extract
-
-
 def _wrap(orig, o, name, kind):
     """The original negation, or a block smaller than a named axis (a witness of ``kind``)."""
     def encode(env):
@@ -169,6 +204,7 @@ def _wrap(orig, o, name, kind):
         flag = env.sess.bool(name)
         side, arms = _cond(env, o)
         out = [z3.Implies(z3.Not(flag), z3.And(cons)), z3.Implies(flag, z3.And(side + [z3.Or([c for _, c in arms])]))]
+        out += fixed_size(env, o)  # every witness at the size the statement describes (PL250, PL268 elsewhere)
 
         def ex(model):
             if value_of(model, flag):

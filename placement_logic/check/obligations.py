@@ -281,8 +281,8 @@ def _undecided(obs: list[Obligation], step: steps.StepModel, pinned: dict[str, i
                 if (ob.whole == g.group or ob.aspect_of == g.group or ob.name == f"SC grads[{g.group}]"
                         or ob.condition == "CR02") and note not in ob.notes:
                     ob.notes = ob.notes + (note,)
-            blocks = _subgroups.norm_blocks(plan) if plan is not None else None
-            if blocks is not None and d.axis in (blocks.axes or ()):
+            blocks = _subgroups.norm_partitions(plan) if plan is not None else []
+            if any(d.axis in (b.axes or ()) for b in blocks):
                 clip = (f"the {d.heads} kv heads are copied on {d.axis}/{d.heads} ranks each and the norm is reduced "
                         f"over blocks of {d.axis}'s ranks: which copies a block holds is not in the step model; the "
                         "missing fact: how the blocks meet the copy groups")

@@ -57,14 +57,16 @@ def head(o: ir.Override) -> str:
 
 
 def rank0_stated(plan: ir.Plan, group: str) -> list[ir.Override]:
-    """The rank-0-only operations on ``group``'s update, one per verb: its own, else the plan's
-    (``all``, then no group)."""
+    """The per-rank operations on ``group``'s update: per verb every statement of the group's own, else of the
+    plan's (``all``, then no group). Several statements combine, none replaces another: a device applies a clip's
+    coefficient once per clip statement naming it (check.encode_rankclips) and the product of the divisors
+    naming it (check.encode_rankproduct)."""
     out = []
     for verb in RANK0_VERBS:
         for who in (group, "all", None):
             found = [o for o in plan.overrides if o.target == OverrideTarget.GRADS and o.verb == verb and o.group == who]
             if found:
-                out.append(found[-1])
+                out.extend(found)
                 break
     return out
 

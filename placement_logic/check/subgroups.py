@@ -30,7 +30,9 @@ axis"), by its verb (``PARTITION_VERBS``):
 Each applies to ``override grads[g]: VERB over (AXES) by E`` (g's gradient reduction over each axis of
 AXES runs within the groups: ``GI grads[g] blocks``, the groups holding different partial sums) and to
 ``override clip_norm: VERB over (AXES) by E`` (the grad norm's reduction: ``SC clip_norm``). The group
-covers the axis, as derived, iff B >= n, S = 1, K >= n, or a list of one size. One such statement per reduction (PL194).
+covers the axis, as derived, iff B >= n, S = 1, K >= n, or a list of one size. Statements of one reduction over
+different axes combine, each axis cut by its own kind of group (blocks over dp and strided groups over tp: the
+product of the two); one axis cut twice is PL194.
 
 A set of ranks other than rank 0: ``override grads[g]: divide_except_last over (AXES) by X`` (every
 rank of AXES but the last divides g's gradient by X: every pipeline stage but the last scaling again,
@@ -90,19 +92,38 @@ def where(verb: str) -> str:
     return {EXCEPT_LAST: "every rank but the last", LAST_ONLY: "the last rank"}.get(verb, "rank 0")
 
 
-def grad_blocks(plan: ir.Plan, group: str) -> ir.Override | None:
-    """The block reduction of ``group``'s gradient: its own statement, else the plan's (``all``, then none)."""
+def _effective(found: list[ir.Override]) -> list[ir.Override]:
+    """The statements of one reduction that cut its axes: each axis by the statements naming it, a statement
+    restated over the same axes by the same verb replaced by the later one (PL194 refuses any other overlap)."""
+    return [o for i, o in enumerate(found) if not any(set(x.axes or ()) & set(o.axes or ()) for x in found[i + 1:])]
+
+
+def grad_partitions(plan: ir.Plan, group: str) -> list[ir.Override]:
+    """The groups of ``group``'s gradient reduction: its own statements, else the plan's (``all``, then none);
+    statements over different axes combine, each axis cut by its own kind of group."""
     for who in (group, "all", None):
         found = [o for o in plan.overrides if o.target == OverrideTarget.GRADS and o.verb in PARTITION_VERBS
                  and o.group == who]
         if found:
-            return found[-1]
-    return None
+            return _effective(found)
+    return []
+
+
+def grad_blocks(plan: ir.Plan, group: str) -> ir.Override | None:
+    """The last statement of ``group``'s gradient reduction's groups (``grad_partitions`` has them all)."""
+    found = grad_partitions(plan, group)
+    return found[-1] if found else None
+
+
+def norm_partitions(plan: ir.Plan) -> list[ir.Override]:
+    """The groups of the grad norm's reduction, each axis cut by the statement naming it."""
+    return _effective([o for o in plan.overrides if o.target == OverrideTarget.CLIP_NORM
+                       and o.verb in PARTITION_VERBS])
 
 
 def norm_blocks(plan: ir.Plan) -> ir.Override | None:
-    return next((o for o in reversed(plan.overrides) if o.target == OverrideTarget.CLIP_NORM
-                 and o.verb in PARTITION_VERBS), None)
+    found = norm_partitions(plan)
+    return found[-1] if found else None
 
 
 def groups_text(o: ir.Override) -> str:
@@ -206,17 +227,20 @@ def _block_size(o: ir.Override, plan: ir.Plan) -> None:
 
 
 def _one_partition(plan: ir.Plan) -> None:
-    """PL194 where one reduction (a group's gradient at one level, or the norm) is given groups by two verbs."""
-    seen: dict[tuple, ir.Override] = {}
+    """PL194 where one axis of one reduction (a group's gradient at one level, or the norm) is given groups by two
+    statements, other than the same verb restated over the same axes (the later replaces the earlier). Statements
+    over different axes combine: each axis is cut by its own kind of group."""
+    seen: dict[tuple, list[ir.Override]] = {}
     for o in plan.overrides:
         if o.verb not in PARTITION_VERBS or o.target not in (OverrideTarget.GRADS, OverrideTarget.CLIP_NORM):
             continue
-        key = (o.target, o.group)
-        first = seen.setdefault(key, o)
-        if first.verb != o.verb:
-            raise _err(Code.PARTITION_TWICE, f"{head(o)}: the same reduction is already run in {groups_text(first)} "
-                       f"(line {first.span.line}); a reduction runs in one kind of group: groups of two kinds over "
-                       "two axes of one reduction are out of scope", o)
+        for first in seen.setdefault((o.target, o.group), []):
+            common = [a for a in o.axes or () if a in (first.axes or ())]
+            if common and (first.verb != o.verb or set(first.axes) != set(o.axes)):
+                raise _err(Code.PARTITION_TWICE, f"{head(o)}: {common[0]} of the same reduction is already run in "
+                           f"{groups_text(first)} (line {first.span.line}); an axis of a reduction is cut into groups "
+                           "once (groups of two kinds over different axes combine, one kind per axis)", o)
+        seen[(o.target, o.group)].append(o)
 
 
 def check_override(plan: ir.Plan, groups) -> None:
@@ -230,7 +254,7 @@ def check_override(plan: ir.Plan, groups) -> None:
         if o.target == OverrideTarget.GRADS:
             named = [g for g in groups if o.group in (None, "all", g.group)]
             for g in named:
-                if grad_blocks(plan, g.group) is not o:
+                if o not in grad_partitions(plan, g.group):
                     continue
                 missing = next((a for a in o.axes if a not in reduced_axes(g)), None)
                 if missing is not None:

@@ -74,12 +74,14 @@ def statements(plan: ir.Plan) -> tuple[ir.Override, ...]:
     return tuple(o for o in plan.overrides_for(OverrideTarget.GRADS) if o.verb in PARTITION_VERBS)
 
 
-def statement_for(plan: ir.Plan, group: str | None) -> ir.Override | None:
-    """The block statement of a checker group's gradient: its own, else the plan's (``all``, then none)."""
+def statement_for(plan: ir.Plan, group: str | None) -> tuple[ir.Override, ...] | None:
+    """The block statements of a checker group's gradient: its own, else the plan's (``all``, then none);
+    statements over different axes combine (each axis cut by the last statement naming it)."""
     for who in (group, "all", None):
         found = [o for o in statements(plan) if o.group == who]
         if found:
-            return found[-1]
+            return tuple(o for i, o in enumerate(found)
+                         if not any(set(x.axes or ()) & set(o.axes or ()) for x in found[i + 1:]))
     return None
 
 
@@ -154,28 +156,39 @@ def groups_link(plan: ir.Plan, axis: str, sizes: tuple[int, ...],
     return INTRA
 
 
-def _blocked(plan: ir.Plan, c: Collective, o: ir.Override) -> Collective:
-    """``c`` run within blocks of ``o``'s B ranks of the axes ``o`` names."""
-    cut = [a for a in c.axes if a in (o.axes or ())]
-    if not cut:
+def _cut_axis(plan: ir.Plan, a: str, o: ir.Override | None) -> tuple[Value, str | None]:
+    """The ranks of axis ``a`` in its group under ``o`` (the largest group, which the step waits for), and the
+    link it crosses; the whole axis where no statement cuts it."""
+    if o is None:
+        return Sym(a), plan.mesh.axis(a).link
+    if o.verb == GROUPS:
+        return ir.const(max(_sizes(o))), groups_link(plan, a, _sizes(o))
+    if o.verb == SETS:
+        return ir.const(max(map(len, _sets(o)))), groups_link(plan, a, (), _sets(o))
+    link = block_link(plan, a, o.by) if o.verb != OverrideVerb.REDUCE_STRIDED else plan.mesh.axis(a).link
+    return _block_size(o.by, plan.mesh.axis(a), o.verb), link
+
+
+def _blocked(plan: ir.Plan, c: Collective, stated: tuple[ir.Override, ...]) -> Collective:
+    """``c`` run within the groups the statements cut the axes they name into (each axis by its own)."""
+    by_axis = {a: o for o in stated for a in o.axes or () if a in c.axes}
+    if not by_axis:
         return c
-    if o.verb == GROUPS:  # the largest group, which the step waits for
-        factors: list[Value] = [ir.const(max(_sizes(o))) if a in cut else Sym(a) for a in c.axes]
-        links = [groups_link(plan, a, _sizes(o)) if a in cut else plan.mesh.axis(a).link for a in c.axes]
-    elif o.verb == SETS:  # the largest set, likewise
-        factors = [ir.const(max(map(len, _sets(o)))) if a in cut else Sym(a) for a in c.axes]
-        links = [groups_link(plan, a, (), _sets(o)) if a in cut else plan.mesh.axis(a).link for a in c.axes]
-    else:
-        factors = [_block_size(o.by, plan.mesh.axis(a), o.verb) if a in cut else Sym(a) for a in c.axes]
-        links = [block_link(plan, a, o.by) if a in cut and o.verb != OverrideVerb.REDUCE_STRIDED
-                 else plan.mesh.axis(a).link for a in c.axes]
+    cuts = [_cut_axis(plan, a, by_axis.get(a)) for a in c.axes]
+    factors: list[Value] = [f for f, _ in cuts]
+    links = [x for _, x in cuts]
     size = factors[0] if len(factors) == 1 else Op("*", tuple(factors))
     known = [x for x in links if x]
     link = None if not known else known[0] if len(set(known)) == 1 else \
         INTER if INTER in known else "+".join(sorted(set(known)))
-    e = ", ".join(map(str, _sizes(o))) if o.verb == GROUPS else \
-        ", ".join("[" + ", ".join(map(str, s)) + "]" for s in _sets(o)) if o.verb == SETS else ir.show(o.by)
-    rule = f"{c.rule}; {WHAT[o.verb].format(e)} of ({', '.join(cut)}) (override grads: {o.verb})"
+    rule = c.rule
+    for o in stated:
+        cut = [a for a in c.axes if by_axis.get(a) is o]
+        if not cut:
+            continue
+        e = ", ".join(map(str, _sizes(o))) if o.verb == GROUPS else \
+            ", ".join("[" + ", ".join(map(str, s)) + "]" for s in _sets(o)) if o.verb == SETS else ir.show(o.by)
+        rule += f"; {WHAT[o.verb].format(e)} of ({', '.join(cut)}) (override grads: {o.verb})"
     return replace(c, block=size, link=link if known else link_of(plan, c.axes), rule=rule)
 
 
@@ -193,19 +206,19 @@ def apply(plan: ir.Plan, colls: tuple[Collective, ...]) -> tuple[Collective, ...
         own = grads_group(c.payload.tensor)
         names = [own] if own is not None else [g.name for g in members if views.carries(c.payload, g.name)]
         by_name = {g.name: g for g in members}
-        parts: dict[int, tuple[ir.Override | None, list[str]]] = {}
+        parts: dict[tuple, tuple[tuple[ir.Override, ...] | None, list[str]]] = {}
         for n in names:
             g = by_name.get(n)
             o = statement_for(plan, _member_of(g) if g is not None else n)
-            parts.setdefault(id(o), (o, []))[1].append(n)
+            parts.setdefault(tuple(map(id, o or ())), (o, []))[1].append(n)
         if len(parts) <= 1:
             o = next(iter(parts.values()))[0] if parts else statement_for(plan, None)
             out.append(c if o is None else _blocked(plan, c, o))
             continue
         plain = statement_for(plan, None)
-        named = [n for o, ns in parts.values() if o is not plain for n in ns]
+        named = [n for o, ns in parts.values() if o != plain for n in ns]
         for o, ns in parts.values():
-            if o is plain and c.payload.groups is None:  # the rest of the buffer: every group but the named ones
+            if o == plain and c.payload.groups is None:  # the rest of the buffer: every group but the named ones
                 pay = replace(c.payload, without=c.payload.without + tuple(named))
             else:
                 pay = replace(c.payload, groups=tuple(ns), description=c.payload.description + f" (group {', '.join(ns)})")

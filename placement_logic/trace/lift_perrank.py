@@ -203,9 +203,9 @@ def _by(x: Fraction) -> str:
 def rank0_lines(st, departures: list[Departure], named: list) -> list[tuple[str, list]]:
     """The plan lines of the departures: over every parameter ``grads``, else per group whose every member
     departs alike; a group only some of whose parameters depart is named, and so is a group that two statements
-    of one verb would cover (two rank sets of one verb, where the later statement replaces the earlier). Divisors
-    of different verbs for one group are each stated: the checker multiplies them on each device, over one axis
-    or different ones (check.encode_rankproduct)."""
+    of one verb would cover (the checker applies both statements, where one operation seen along two axes
+    is one operation). Divisors of different verbs for one group are each stated: the checker multiplies them on
+    each device, over one axis or different ones (check.encode_rankproduct)."""
     lines: list[tuple[str, list, str, set]] = []  # the line, its frames, its kind, the groups it covers
     groups = [g for g, _, _ in named]
     every = {e[0]["name"] for _, _, members in named for e in members}

@@ -1034,6 +1034,34 @@ mutant("update_clip_on_ranks_tp", "tp",
        "the clip coefficient applied to the dense gradient on tp ranks 1 and 3 only (`grads[dense]: clip_on_ranks "
        "over (tp) ranks (1, 3)`): the other tp shards are stepped unclipped.",
        ["override grads[dense]: clip_on_ranks over (tp) ranks (1, 3)"], ["SC update[dense]"])
+mutant("grads_two_kinds_hsdp", "hsdp",
+       "the gradient reduced within blocks of 4 GPUs and within strided groups of nodes (`grads: reduce_blocks over "
+       "(gpus) by 4`, `grads: reduce_strided over (nodes) by 2`): one reduction in two kinds of group, neither "
+       "holding the mesh.", ["override grads: reduce_blocks over (gpus) by 4",
+                              "override grads: reduce_strided over (nodes) by 2"],
+       [f"GI grads[{g}] blocks" for g in ALL4] + [f"GI grads[{g}]" for g in ALL4])
+mutant("grads_first_nodes_and_gpu_sets_hsdp", "hsdp",
+       "the gradient's all-reduce across nodes on the first 2 nodes only and within a node on the rank sets [0, 2, 4, "
+       "6] and [1, 3, 5, 7] (`grads: reduce_first over (nodes) by 2`, `grads: reduce_sets over (gpus) ranks (...)`).",
+       ["override grads: reduce_first over (nodes) by 2",
+        "override grads: reduce_sets over (gpus) ranks ([0, 2, 4, 6], [1, 3, 5, 7])"],
+       [f"GI grads[{g}] blocks" for g in ALL4] + [f"GI grads[{g}]" for g in ALL4])
+mutant("update_clip_twice_pp", "1f1b",
+       "the clip applied in two code paths, the first stage's (`grads: clip_rank0_only over (pp)`) and the last "
+       "stage's (`grads: clip_on_ranks over (pp) ranks (pp - 1)`): one stage clips twice at pp = 1, a middle stage "
+       "never at pp >= 3 (each device clips once per statement naming it).",
+       ["override grads: clip_rank0_only over (pp)", "override grads: clip_on_ranks over (pp) ranks (pp - 1)"],
+       [f"SC update[{g}]" for g in ALL4])
+mutant("update_clip_rank0_tp_and_dp", "tp",
+       "the clip put back by hand on tensor rank 0 and again on data rank 0 (`grads: clip_rank0_only over (tp)`, "
+       "`grads: clip_rank0_only over (dp)`): device (dp 0, tp 0) clips twice, (dp 1, tp 1) never.",
+       ["override grads: clip_rank0_only over (tp)", "override grads: clip_rank0_only over (dp)"],
+       [f"SC update[{g}]" for g in ALL4])
+mutant("update_clip_same_ranks_twice_ddp", "ddp",
+       "the same clip stated twice for the dense gradient on dp ranks 0 to 7 (`grads[dense]: clip_on_ranks over (dp) "
+       "ranks (0, 1, 2, 3, 4, 5, 6, 7)`, twice): every named rank applies the coefficient twice.",
+       ["override grads[dense]: clip_on_ranks over (dp) ranks (0, 1, 2, 3, 4, 5, 6, 7)",
+        "override grads[dense]: clip_on_ranks over (dp) ranks (0, 1, 2, 3, 4, 5, 6, 7)"], ["SC update[dense]"])
 mutant("clip_eps_tp", "tp",
        "each rank's squared norm plus an epsilon before the all-reduce over tp (`clip_norm: eps_before_reduce by "
        "1e-6`): S + tp·ε, not S + ε.", ["override clip_norm: eps_before_reduce by 1e-6"], ["SC clip_norm"])
