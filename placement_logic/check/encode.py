@@ -22,7 +22,7 @@ import z3
 
 from .. import ir
 from ..solver.session import Session, value_of
-from . import clipagg, encode_rankcount, steps
+from . import clipagg, encode_rankcount, kvjoint, steps
 from .values import fold, resolver
 
 
@@ -64,6 +64,10 @@ class Env:
         if dim.pin and dim.axis not in self.pins:  # an axis of whole kv heads: the layout's size (kvproduct)
             self.pins.add(dim.axis)
             self.side.append(self.sizes[dim.axis] == dim.pin)
+        self.side += [self.sizes[a] == s for a, s in dim.joint if a not in self.pins]  # kvjoint: declared sizes
+        self.pins |= {a for a, _ in dim.joint}
+        if dim.joint and not dim.part:  # an axis folded into the first joint axis's parts (kvjoint)
+            return z3.IntVal(1, self.sess.ctx)
         if dim.part:
             return self.part_size(dim)
         if dim.tie:
@@ -76,6 +80,8 @@ class Env:
         multiple of K: a side constraint, stated in the obligations' notes)."""
         if dim.part == steps.HEAD_PART:
             return z3.IntVal(dim.heads, self.sess.ctx)
+        if dim.joint:  # n/K ranks of the joint index (kvjoint)
+            return z3.IntVal(kvjoint.copies(dim), self.sess.ctx)
         key = f"{dim.axis}.copies"
         if key not in self.sizes:
             c = self.sess.int(f"size_{key}")
@@ -310,6 +316,7 @@ def norm_negation(env: Env, prefix: str, boolean: bool) -> tuple[list, Callable[
             else:
                 u, v = env.sess.real(f"{prefix}_{g.group}_{a}_own"), env.sess.real(f"{prefix}_{g.group}_{a}_others")
                 cons += [u >= 0, v >= 0, z3.Implies(env.size(a) == 1, v == 0)]
+                cons += [v == 0] if a in kvjoint.folded(g) else []  # its heads are the first joint axis's
                 exp = exp * (u + v)
                 if a in k and any(x[0] == a for x in g.clip_ranks):  # count_on_ranks (encode_rankcount)
                     comp = comp * encode_rankcount.sharded_factor(env, g, u, v)
@@ -318,7 +325,7 @@ def norm_negation(env: Env, prefix: str, boolean: bool) -> tuple[list, Callable[
             own[a], others[a] = u, v
         factors[g.group] = (own, others)
         for d in g.dims:  # K kv heads copied over an axis: the axis a multiple of K (a side constraint)
-            if d.part == steps.COPY_PART or d.pin:
+            if d.part == steps.COPY_PART or d.pin or d.joint:
                 env.size(d)
         if not boolean:
             factor = one

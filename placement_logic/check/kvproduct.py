@@ -30,6 +30,10 @@ def layout_ok(groups, sizes: dict[str, int]) -> bool:
     its head blocks, every axis of whole heads at its declared size."""
     for g in groups:
         for d in g.dims:
+            if d.joint:  # copy groups crossing the axes: the declared sizes only (check.kvjoint)
+                if any(sizes.get(a, s) != s for a, s in d.joint):
+                    return False
+                continue
             if d.part == COPY_PART and d.axis in sizes and sizes[d.axis] % d.heads:
                 return False
             if d.pin and d.axis in sizes and sizes[d.axis] != d.pin:
@@ -56,6 +60,8 @@ def several(g) -> bool:
 
 def share(d: GradDim) -> str:
     """The ranks of a copy part's axis in one copy group: ``tp/2``, or ``tp`` where every rank is a copy."""
+    if d.joint:
+        return f"{'·'.join(a for a, _ in d.joint)}/{d.heads}"
     return f"{d.axis}/{d.heads}" if d.heads > 1 else d.axis
 
 

@@ -16,7 +16,7 @@ from math import lcm
 from typing import Iterable
 
 from .. import ir
-from . import aspects, kvproduct, steps
+from . import aspects, kvjoint, kvproduct, steps
 from .report import Counterexample, coords_text
 from .values import fold, resolver, show
 
@@ -47,6 +47,8 @@ class Context:
 
 
 def dim_size(d: steps.GradDim, sizes: dict[str, int]) -> int:
+    if d.joint:  # copy groups crossing the axes (kvjoint): K heads, n/K copies, a folded axis
+        return d.heads if d.part == steps.HEAD_PART else kvjoint.copies(d) if d.part else 1
     if d.part:  # K kv heads, or the axis/K copies of each
         return d.heads if d.part == steps.HEAD_PART else sizes[d.axis] // d.heads
     if d.tie:
@@ -213,7 +215,7 @@ def diagnose_group(ctx: Context, g: steps.GroupModel, equal_counts: bool = False
             continue
         if d.k == aspects.correct_k(d):
             continue
-        where = f"the tied pair of {d.axis} stages" if d.tie else \
+        where = f"the tied pair of {d.axis} stages" if d.tie else kvjoint.where(d) if d.joint else \
             f"each copy group of {d.axis} ({kvproduct.share(d)} ranks)" if d.part == steps.COPY_PART else d.axis
         if d.name == steps.MICROBATCHES:
             out.append("only the last microbatch's gradient survives: it is not accumulated "
