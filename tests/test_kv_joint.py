@@ -166,6 +166,9 @@ def test_the_diagnosis_names_the_copy_groups():
     gi = next(o for o in _report(text, "dp_only").obligations if o.name == "GI grads[kv]")
     assert any("missing all-reduce over each copy group of tp×tq (2 consecutive ranks" in d
                for d in gi.counterexample.diagnosis)
+    by_hand = "; ".join(f"head {h}: " + " ".join(f"(tp={r}, tq={q})" for r, q in sorted(grp))
+                        for h, grp in enumerate(GROUPS["2x3_k3"]))
+    assert dict(gi.counterexample.values)["kv copy groups"] == by_hand
     clip = next(o for o in _report(text, "count_copies").obligations if o.name == "SC clip_norm")
     assert any("copied on 2 tp×tq ranks each" in d and "counted 2 times" in d for d in clip.counterexample.diagnosis)
 
@@ -244,3 +247,13 @@ def test_generated_norms_agree_with_the_simulator(seed):
         assert clip.verdict is (Verdict.REFUTED if broken else Verdict.PROVED), (shape, plans[name], clip.reason)
         decided += 1
     assert decided >= 1
+
+
+def test_a_checkpoint_over_a_folded_axis_stays_unknown():
+    """A checkpoint writer statement over tq, an axis the crossing copy groups span (folded into tp's parts in
+    the step model): which rank writes which copy is not modelled, so the checkpoint obligations are unknown,
+    never proved on the folded axis's size 1."""
+    tensor, k, n_heads = SHAPES["2x3_k3"]
+    text = spec_text(tensor, k, {"p": "  override checkpoint: save_rank0 over (tq)\n"}, n_heads)
+    save = next(o for o in _report(text, "p").obligations if o.name == "SC checkpoint save")
+    assert save.verdict is Verdict.UNKNOWN and "runs of the joint index of tp×tq" in save.reason

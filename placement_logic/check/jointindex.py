@@ -14,7 +14,7 @@ def joint_index(joint, coord: dict[str, int]) -> int:
     return j
 
 
-def _devices(joint):
+def devices(joint):
     names = [a for a, _ in joint]
     for c in product(*(range(s) for _, s in joint)):
         yield dict(zip(names, c))
@@ -24,7 +24,7 @@ def mixes(joint, k: int, axis: str) -> bool:
     """Whether some fibre of ``axis`` (ranks differing on it only) holds two kv heads."""
     c = (joint_index(joint, {a: s - 1 for a, s in joint}) + 1) // k
     size = dict(joint)[axis]
-    for dev in _devices(joint):
+    for dev in devices(joint):
         if dev[axis]:
             continue
         heads = {joint_index(joint, {**dev, axis: r}) // c for r in range(size)}

@@ -29,7 +29,7 @@ from collections import Counter
 from dataclasses import replace
 
 from .dims import COPY_PART, HEAD_PART, GradDim
-from .jointindex import counts, joint_index
+from .jointindex import counts, devices, joint_index
 
 
 def axes_of(d: GradDim) -> tuple[str, ...]:
@@ -132,3 +132,21 @@ def where(d: GradDim) -> str:
 
 def share(d: GradDim) -> str:
     return f"{'·'.join(axes_of(d))}/{d.heads} = {copies(d)}"
+
+
+def groups_text(d: GradDim) -> str:
+    """The copy groups as sets of ranks, for a replay: head h and the ranks of its run of the joint index."""
+    names = axes_of(d)
+    ranks: dict[int, list[str]] = {}
+    for x in devices(d.joint):
+        h = joint_index(d.joint, x) // copies(d)
+        ranks.setdefault(h, []).append("(" + ", ".join(f"{a}={x[a]}" for a in names) + ")")
+    shown = [f"head {h}: {' '.join(r)}" for h, r in sorted(ranks.items())[:4]]
+    return "; ".join(shown) + (f"; ... ({len(ranks)} heads)" if len(ranks) > 4 else "")
+
+
+def shown_name(d: GradDim) -> str | None:
+    """A joint dimension's name in a replayed device (None: a folded axis, not shown)."""
+    if not d.part:
+        return None
+    return f"{text(d)} head" if d.part == HEAD_PART else d.name

@@ -273,8 +273,9 @@ def _gi_counterexample(ctx: Context, g: steps.GroupModel, sizes: dict[str, int],
     if not bad:
         return None
     dev = bad[0]
-    names = [d.axis if d.tie else d.name for d in run.grid]
+    names = [d.axis if d.tie else kvjoint.shown_name(d) if d.joint else d.name for d in run.grid]
     dev_shown = tuple((sizes[d.axis] - 1 if (d.tie and c == 1) else c) for d, c in zip(run.grid, dev))
+    names, dev_shown = [n for n in names if n], tuple(c for n, c in zip(names, dev_shown) if n)  # kvjoint: folded
     tdims = [d.name for d in g.dims if d.kind == steps.TOKEN]
     shown = sorted(counts.items())[:12]
     count_text = "; ".join(f"{coords_text(tdims, t)}: {n}" for t, n in shown)
@@ -285,7 +286,7 @@ def _gi_counterexample(ctx: Context, g: steps.GroupModel, sizes: dict[str, int],
         ("token counts", count_text),
         ("gradient contributions", contrib_text),
         ("total tokens", str(run.total_tokens)),
-    )
+    ) + tuple((f"{g.group} copy groups", kvjoint.groups_text(d)) for d in g.dims if d.joint and d.part == steps.HEAD_PART)
     eq = (f"grad[{g.group}] on device {coords_text(names, dev_shown)} = {_frac(run.values[dev])}, "
           f"but the global-batch gradient is {_frac(run.expected[dev])}")
     notes: list[str] = []
@@ -304,7 +305,9 @@ def typing_text(g: steps.GroupModel) -> str:
 
     parts = []
     for d in g.dims:
-        name = f"{d.axis} (tied pair)" if d.tie else d.name
+        name = f"{d.axis} (tied pair)" if d.tie else (kvjoint.shown_name(d) if d.joint else d.name)
+        if not name:  # an axis folded into a joint layout's parts (kvjoint)
+            continue
         kind = _TYPE[d.kind]
         if d.name == steps.MICROBATCHES:
             parts.append(f"{name}: {'accumulated' if d.k else 'only the last kept'}")
