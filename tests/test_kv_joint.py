@@ -257,3 +257,23 @@ def test_a_checkpoint_over_a_folded_axis_stays_unknown():
     text = spec_text(tensor, k, {"p": "  override checkpoint: save_rank0 over (tq)\n"}, n_heads)
     save = next(o for o in _report(text, "p").obligations if o.name == "SC checkpoint save")
     assert save.verdict is Verdict.UNKNOWN and "runs of the joint index of tp×tq" in save.reason
+
+
+def test_the_crossing_copy_group_all_reduce_is_priced_over_its_six_ranks():
+    """K = 2 on tp = 3 x tl = 4: one all-reduce of the kv gradient over each copy group of 12/2 = 6 ranks (by
+    hand), spanning both axes; a ring over 6 ranks sends 2·(6−1)/6 of the buffer."""
+    import sympy
+
+    from placement_logic import costs
+    from placement_logic.costs.symbolic import symbol
+    from placement_logic.ir import collectives
+
+    tensor = {"tp": 3, "tl": 4}
+    p = load_string(spec_text(tensor, 2, {"derived": ""}, 12), "kvjoint.place").plan("derived")
+    (c,) = [c for c in collectives.derive(p) if c.payload.tensor == "grads:kv"]
+    assert c.axes == ("tp", "tl")
+    (s,) = [x for x in costs.derive(p).communication.collectives if x.collective.payload.tensor == "grads:kv"]
+    tp, tl = symbol("tp"), symbol("tl")
+    assert sympy.simplify(s.group - tp * tl / 2) == 0
+    at = {tp: 3, tl: 4}
+    assert sympy.simplify(s.bytes_per_device.subs(at) - s.buffer.subs(at) * sympy.Rational(5, 3)) == 0

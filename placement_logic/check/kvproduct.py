@@ -8,7 +8,8 @@ head part of h blocks (SHARDED: different heads) and a copy part of size/h ranks
 copy's gradient from its rank's query heads, summed over the copy group), and an axis of whole
 heads is SHARDED with its size pinned to the declared one (``GradDim.pin``: at another size the
 runs would cross it). A reduction over each copy group (``ir.heads.grad_sums``) is a reduction
-over every axis's copy part; one over a whole axis, over both of its parts.
+over every axis's copy part; one over a whole axis, over both of its parts. Runs that cross the
+axes' blocks (no product of parts) are read on the joint index itself: ``check.kvjoint``.
 
 Input: the step model's groups and sizes. Output (the axis's ``GradDim``s are ``dims.copied_dims``): for the replay the sizes at which the layout holds (``layout_ok``; the encoding pins an axis of whole
 heads in ``encode.Env.size``).

@@ -12,7 +12,9 @@ gradients of ``q_layernorm`` / ``k_layernorm`` over the tensor group). Such grou
   heads only, so it is summed over the copy group. With one kv head the copy group is the whole
   tensor axis (``kv`` is then a checker class of its own, typed split over the axis for every
   size); with K >= 2 heads copied at the plan's sizes the copy group is a part of the axis
-  (``kv_copies``): the checker splits the axis into a head part and a copy part (``check.dims``).
+  (``kv_copies``): the checker splits the axis into a head part and a copy part (``check.dims``);
+  over several axes it reads the copy groups as runs of their joint index (``copy_layout``,
+  ``joint_layout``).
 
 ``grad_sums`` is the reduction a correct system makes for them: an all-reduce of the group's
 gradient over its tensor axes (or over each copy group), once per step, priced by the cost
