@@ -115,10 +115,42 @@ def counted(plan: ir.Plan, dev, pos, g_axes, lay, sizes) -> bool:
     stated = bool(_stated_norm(plan, "kv") or _stated_norm(plan, "all") or _stated_norm(plan, None))
     dedupe = _last_for(plan, "clip_norm", "dedupe", "kv")
     every = _last_for(plan, "clip_norm", "count_copies", "kv")
-    all_counted = {a: (every is not None and a in (every.axes or ())) or (
-        stated and (dedupe is None or a not in (dedupe.axes or ()))) for a in summed}
-    if all(all_counted.values()):
+    if len(summed) != sum(1 for a in axes if carries(a)):
+        raise NotImplementedError("a norm over some of the kv copy axes only")
+    if not crossing(lay, sizes):
+        all_counted = {a: (every is not None and a in (every.axes or ())) or (
+            stated and (dedupe is None or a not in (dedupe.axes or ()))) for a in summed}
+        if all(all_counted.values()):
+            return True
+        if any(all_counted.values()):
+            raise NotImplementedError("a duplicate filter over some of the kv copy axes only")
+        return first_copy(dev, pos, lay, sizes)
+    # copy groups crossing the axes' blocks: no axis holds a copy group's ranks alone, so a filter or a count
+    # naming any axis the groups span reads the groups themselves (docs/semantics.md)
+    names = lambda o: o is not None and any(a in (o.axes or ()) for a in axes)  # noqa: E731
+    if names(every) or (stated and not names(dedupe)):
         return True
-    if any(all_counted.values()) or len(summed) != sum(1 for a in axes if carries(a)):
-        raise NotImplementedError("a duplicate filter over some of the kv copy axes only")
     return first_copy(dev, pos, lay, sizes)
+
+
+def crossing(lay, sizes) -> bool:
+    """Whether some copy group is no product of sets of ranks of the axes (a run crossing their blocks),
+    found by comparing each group with the product of its ranks' coordinates."""
+    axes, c = lay
+    groups: dict[int, set] = {}
+    coords = [()]
+    for a in axes:
+        coords = [x + (r,) for x in coords for r in range(sizes[a])]
+    for x in coords:
+        j = 0
+        for a, r in zip(axes, x):
+            j = j * sizes[a] + r
+        groups.setdefault(j // c, set()).add(x)
+    for g in groups.values():
+        box = [{x[i] for x in g} for i in range(len(axes))]
+        size = 1
+        for b in box:
+            size *= len(b)
+        if size != len(g):
+            return True
+    return False

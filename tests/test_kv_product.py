@@ -6,7 +6,8 @@ group as a product of parts of the axes (a head part and a copy part per axis, a
 heads pinned at its declared size); its verdicts on the kv gradient and the grad norm are compared
 with the concrete simulator (tests/simulator_kvproduct.py: the joint index and the copy groups as
 sets of devices, no per-axis parts), at the declared sizes and at every refutation's counterexample
-sizes, and with the answers derived by hand for each layout."""
+sizes, and with the answers derived by hand for each layout. Copy groups that cross the axes' blocks:
+tests/test_kv_joint.py."""
 
 from __future__ import annotations
 
@@ -132,15 +133,15 @@ def test_the_grad_norm_agrees_with_the_simulator(shape):
         assert broken is not ok, (shape, name)
 
 
-def test_copy_groups_that_cross_the_axes_stay_unknown():
+def test_copy_groups_that_cross_the_axes_are_decided():
     """2 x 3 tensor ranks over 3 kv heads (6 query heads): copy groups of 2 consecutive joint indices,
-    {(0,0),(0,1)}, {(0,2),(1,0)}, {(1,1),(1,2)}: no product of parts of tp and tq. The kv obligations
-    stay unknown, naming the missing fact; the simulator still reads the groups as sets of devices."""
+    {(0,0),(0,1)}, {(0,2),(1,0)}, {(1,1),(1,2)}: no product of parts of tp and tq, read on the joint index
+    (check.kvjoint; tests/test_kv_joint.py compares it with the simulator): the derived plan is proved."""
     text = spec_text(2, 3, 3, {"derived": ""}, n_heads=6)
     spec = load_string(text, "kvproduct.place")
     assert heads.copy_layout(spec.plan("derived")) is None
     ob = next(o for o in _report(text, "derived").obligations if o.name == "GI grads[kv]")
-    assert ob.verdict is Verdict.UNKNOWN and "crosses the blocks" in ob.reason
+    assert ob.verdict is Verdict.PROVED, ob.reason
     assert not _gi_broken(spec.plan("derived"), dict(spec.bindings), {"dp": 2, "tp": 2, "tq": 3, "microbatches": 2})
 
 

@@ -145,7 +145,13 @@ def _copied_heads(groups, ovs: list[ir.Override]) -> str:
         if o.verb not in SAVE_VERBS + ("load_by_rank",):
             continue
         for g in groups:
-            d = next((d for d in g.dims if d.part and d.axis in (o.axes or ()) and _applies(o, g.group)), None)
+            d = next((d for d in g.dims if d.part and _applies(o, g.group)
+                      and any(a in (o.axes or ()) for a in (d.axis, *dict(d.joint)))), None)
+            if d is not None and d.joint:  # copy groups crossing the tensor axes (check.kvjoint)
+                names = "×".join(a for a, _ in d.joint)
+                return (f"the {d.heads} kv heads of {g.group} are copied on runs of the joint index of {names}; who "
+                        f"writes which copy under `checkpoint: {o.verb} over ({', '.join(o.axes or ())})` is not in the "
+                        "checkpoint model; the missing fact: the copy groups' writers")
             if d is not None:
                 return (f"the {d.heads} kv heads of {g.group} are copied on {d.axis}/{d.heads} ranks each; who writes "
                         f"which copy under `checkpoint: {o.verb} over ({d.axis})` is not in the checkpoint model; the "

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from .. import ir
 from ..ir import groups as pg
 from ..ir import heads, views
+from . import jointindex
 from .wellformed import SPLIT_MODES
 
 MICROBATCHES = "microbatches"  # the size name of the gradient-accumulation (time) dimension
@@ -43,6 +44,16 @@ class GradDim:
     part: str = ""
     heads: int = 0  # K, for a part (over several axes, the axis's own share of the heads: ``heads.copy_layout``)
     pin: int = 0  # the axis's size is this (K/V heads copied over several axes: an axis of whole heads)
+    joint: tuple[tuple[str, int], ...] = ()  # (axis, declared size): copy groups crossing these axes (check.kvjoint)
+
+
+def _kv_layout(plan: ir.Plan, kind: str) -> tuple[dict, tuple | None]:
+    """(axis -> (h, pin) of ``heads.copy_layout``, ``heads.joint_layout``) for the kv group: where the copy
+    groups cross the axes (check.kvjoint) every joint axis is in the layout, its parts from the joint index."""
+    joint = heads.joint_layout(plan) if kind == "kv" else None
+    if joint:
+        return {a: (0, 0) for a, _ in joint[2]}, joint
+    return (heads.copy_layout(plan) or {}) if kind == "kv" else {}, None
 
 
 def axis_dims(plan: ir.Plan, axes, cls: pg.ParamGroup, role_of, pls, k, sp: bool, tied: bool) -> list[GradDim]:
@@ -52,7 +63,7 @@ def axis_dims(plan: ir.Plan, axes, cls: pg.ParamGroup, role_of, pls, k, sp: bool
     g, kind = cls.name, cls.checks_as
     dims: list[GradDim] = []
     partial = heads.partial_axes(plan, cls)
-    layout = (heads.copy_layout(plan) or {}) if kind == "kv" else {}
+    layout, joint = _kv_layout(plan, kind)
     several = len(layout) > 1
     for a in axes:
         role = role_of(a)
@@ -88,7 +99,7 @@ def axis_dims(plan: ir.Plan, axes, cls: pg.ParamGroup, role_of, pls, k, sp: bool
                 dims.append(GradDim(a, a, TOKEN, k[a], replica=True,
                                     why=f"non-expert parameters see different tokens on each {a} rank"))
         elif role in TENSOR_ROLES and a in layout and several:  # K kv heads copied over several axes (kvproduct)
-            dims += copied_dims(a, layout, k)
+            dims += joint_dims(a, joint, k) if joint else copied_dims(a, layout, k)
         elif role in TENSOR_ROLES and a in layout:  # K kv heads, each copied on a/K ranks
             n_heads = layout[a][0]
             dims.append(GradDim(a, a, SHARDED, k[a], part=HEAD_PART, heads=n_heads,
@@ -139,3 +150,20 @@ def copied_dims(a: str, layout: dict[str, tuple[int, int]], k) -> list[GradDim]:
             GradDim(f"{a}.copies", a, SPLIT, k[a] + k[(a, COPY_PART)], replica=True, part=COPY_PART, heads=h,
                     why=f"each kv head is copied on {a}/{h} ranks of {a} (its copy group a run of ranks of {joint}): "
                         "each copy's gradient comes from its rank's query heads only and is summed over its copy group")]
+
+
+def joint_dims(a: str, lay, k) -> list[GradDim]:
+    """The dimensions of joint axis ``a`` (``lay``: ``ir.heads.joint_layout``; ``k``: the schedule's
+    reductions per axis, a copy-group reduction as (axis, "copies"))."""
+    heads, c, joint = lay
+    kh, kc, inside = jointindex.counts(lay, k)
+    names = "×".join(x for x, _ in joint)
+    if a != joint[0][0]:
+        return [GradDim(a, a, SHARDED, inside.get(a, 0), joint=joint,
+                        why=f"{a} is read with {names}: the kv heads' copy groups are runs of their joint index")]
+    return [GradDim(a, a, SHARDED, kh, part=HEAD_PART, heads=heads, joint=joint,
+                    why=f"the {heads} kv heads are split over {names} (rank j of the joint index holds head j // {c})"),
+            GradDim(f"{names}.copies", a, SPLIT, kc, replica=True, part=COPY_PART, heads=heads, joint=joint,
+                    why=f"each kv head is copied on {c} consecutive ranks of the joint index of {names} (its copy "
+                        "group, crossing the axes' blocks): each copy's gradient comes from its rank's query heads "
+                        "only and is summed over its copy group")]

@@ -22,7 +22,7 @@ import z3
 
 from .. import ir
 from ..solver.session import Session, value_of
-from . import steps
+from . import kvjoint, steps
 from .values import fold, resolver
 
 
@@ -64,6 +64,10 @@ class Env:
         if dim.pin and dim.axis not in self.pins:  # an axis of whole kv heads: the layout's size (kvproduct)
             self.pins.add(dim.axis)
             self.side.append(self.sizes[dim.axis] == dim.pin)
+        self.side += [self.sizes[a] == s for a, s in dim.joint if a not in self.pins]  # kvjoint: declared sizes
+        self.pins |= {a for a, _ in dim.joint}
+        if dim.joint and not dim.part:  # an axis folded into the first joint axis's parts (kvjoint)
+            return z3.IntVal(1, self.sess.ctx)
         if dim.part:
             return self.part_size(dim)
         if dim.tie:
@@ -76,6 +80,8 @@ class Env:
         multiple of K: a side constraint, stated in the obligations' notes)."""
         if dim.part == steps.HEAD_PART:
             return z3.IntVal(dim.heads, self.sess.ctx)
+        if dim.joint:  # n/K ranks of the joint index (kvjoint)
+            return z3.IntVal(kvjoint.copies(dim), self.sess.ctx)
         key = f"{dim.axis}.copies"
         if key not in self.sizes:
             c = self.sess.int(f"size_{key}")

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import z3
 
 from ..solver.session import value_of
-from . import clipagg, encode_rankcount, steps
+from . import clipagg, encode_rankcount, kvjoint, steps
 from .encode import Env, _pow, _prod, subsets
 
 Factors = tuple[dict[str, Any], dict[str, Any]]  # per shard axis: the observer's own term, the other shards'
@@ -78,7 +78,7 @@ def _group_terms(env: Env, g: steps.GroupModel, prefix: str, boolean: bool, axes
         term = _flag_term if boolean else _norm_term
         own[a], others[a], comp, exp = term(env, g, prefix, a, a in k, comp, exp, cons)
     for d in g.dims:  # K kv heads copied over an axis: the axis a multiple of K (a side constraint)
-        if d.part == steps.COPY_PART or d.pin:
+        if d.part == steps.COPY_PART or d.pin or d.joint:
             env.size(d)
     if not boolean:
         comp = _counted(env, g, k, comp)
@@ -100,6 +100,7 @@ def _norm_term(env: Env, g: steps.GroupModel, prefix: str, a: str, reduced: bool
     """Along shard axis ``a``: the own shard's squared norm and the other shards' sum."""
     u, v = env.sess.real(f"{prefix}_{g.group}_{a}_own"), env.sess.real(f"{prefix}_{g.group}_{a}_others")
     cons += [u >= 0, v >= 0, z3.Implies(env.size(a) == 1, v == 0)]
+    cons += [v == 0] if a in kvjoint.folded(g) else []  # its heads are the first joint axis's
     exp = exp * (u + v)
     if reduced and any(x[0] == a for x in g.clip_ranks):  # count_on_ranks (encode_rankcount)
         comp = comp * encode_rankcount.sharded_factor(env, g, u, v)

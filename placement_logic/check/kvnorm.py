@@ -23,13 +23,28 @@ from dataclasses import replace
 from .. import ir
 from ..diagnostics import NO_SPAN, Code, Diagnostic, DiagnosticError
 from ..ir.overrides import OverrideTarget, OverrideVerb
-from . import clipagg, kvproduct
+from . import clipagg, kvjoint, kvproduct
 from .dims import COPY_PART
 
 
 def copy_heads(g) -> dict[str, int]:
     """axis -> K, for each tensor axis over which g's K kv heads are copied (its copy part)."""
     return {d.axis: d.heads for d in g.dims if d.part == COPY_PART}
+
+
+def copy_axis(g) -> dict[str, str]:
+    """mesh axis -> the copy axis it names: a copy axis itself, and every axis of a joint layout its first
+    (copy groups crossing the axes, check.kvjoint: a filter or a count over any of them reads the joint copies)."""
+    out = {a: a for a in copy_heads(g)}
+    for d in g.dims:
+        if d.part == COPY_PART and d.joint:
+            out.update({a: d.axis for a, _ in d.joint})
+    return out
+
+
+def _names(g, axes, a: str) -> bool:
+    """Whether ``axes`` (an override's) name copy axis ``a`` of g."""
+    return any(copy_axis(g).get(x) == a for x in axes or ())
 
 
 def _own(overrides: tuple[ir.Override, ...], verb: str, group: str) -> ir.Override | None:
@@ -53,7 +68,7 @@ def apply(groups: list, overrides: tuple[ir.Override, ...], plan_clip: tuple[str
         counted = [a for a in summed if _plain_sum(overrides, g, a)]  # a stated reduction, no dedupe naming a
         o = _own(overrides, OverrideVerb.COUNT_COPIES, g.group)
         if o is not None:
-            counted += [a for a in summed if a in (o.axes or ()) and a not in counted]
+            counted += [a for a in summed if _names(g, o.axes, a) and a not in counted]
         out.append(replace(g, clip_copies=tuple(a for a in summed if a in counted),
                            clip_copies_span=o.span if o is not None else NO_SPAN))
     for o in count:
@@ -64,7 +79,8 @@ def apply(groups: list, overrides: tuple[ir.Override, ...], plan_clip: tuple[str
 def _plain_sum(overrides: tuple[ir.Override, ...], g, a: str) -> bool:
     """Whether g's stated norm reduction counts its copies on ``a`` without any `count_copies` (no filter names a)."""
     dedupe = _own(overrides, OverrideVerb.DEDUPE, g.group)
-    return clipagg.stated(overrides, g.group) is not None and (dedupe is None or a not in (dedupe.axes or ()))
+    a = copy_axis(g).get(a, a)
+    return clipagg.stated(overrides, g.group) is not None and (dedupe is None or not _names(g, dedupe.axes, a))
 
 
 def _reaches(o: ir.Override, groups: list, plan_clip: tuple[str, ...], overrides: tuple[ir.Override, ...]) -> None:
@@ -74,7 +90,7 @@ def _reaches(o: ir.Override, groups: list, plan_clip: tuple[str, ...], overrides
     if not o.axes:
         raise _no_effect(f"{head} changes nothing: it names no axis", o)
     for a in o.axes:
-        copied = [g for g in targets if a in copy_heads(g)]
+        copied = [g for g in targets if a in copy_axis(g)]
         if not copied:
             raise _no_effect(f"{head} changes nothing: no group it names has kv heads copied over {a} (copies exist "
                              "where a tensor axis has more ranks than the model's K >= 2 kv heads)", o)
@@ -100,8 +116,10 @@ def head_of(g, axis: str, rank: int, size: int) -> int:
 def counted_copy(g, dev, pos: dict[str, int], sizes: dict[str, int], g_axes) -> bool:
     """Whether rank ``dev`` counts its copy of g's kv head: on every summed copy axis where the copies are
     filtered, only the first rank of the copy group does."""
-    for a, k in copy_heads(g).items():
-        if a in g_axes and a not in g.clip_copies and dev[pos[a]] % (sizes[a] // k):
+    for d in g.dims:
+        if d.part != COPY_PART or d.axis not in g_axes or d.axis in g.clip_copies:
+            continue
+        if not (kvjoint.first_copy(d, dev, pos) if d.joint else dev[pos[d.axis]] % (sizes[d.axis] // d.heads) == 0):
             return False
     return True
 
@@ -109,11 +127,16 @@ def counted_copy(g, dev, pos: dict[str, int], sizes: dict[str, int], g_axes) -> 
 def diagnosis(g, sizes: dict[str, int]) -> list[str]:
     """The cause, where g's copies are counted at these sizes."""
     out = []
-    for a, k in copy_heads(g).items():
-        if a in g.clip_copies and sizes[a] // k >= 2:
+    for d in g.dims:
+        if d.part != COPY_PART:
+            continue
+        a, k = d.axis, d.heads
+        c = kvjoint.copies(d) if d.joint else sizes[a] // k
+        if a in g.clip_copies and c >= 2:
             how = (f"`count_copies` at line {g.clip_copies_span.line}" if g.clip_copies_span != NO_SPAN
                    else "a stated reduction with no duplicate filter")
-            heads = "the kv heads" if kvproduct.several(g) else f"the {k} kv heads"  # over several axes: K blocks
-            out.append(f"{heads} ({g.group}) are copied on {sizes[a] // k} {a} ranks each and the norm sums "
-                       f"every copy ({how}): each head's squared norm counted {sizes[a] // k} times, not once")
+            heads = "the kv heads" if kvproduct.several(g) else f"the {k} kv heads"
+            where = kvjoint.text(d) if d.joint else a  # over several axes: K blocks
+            out.append(f"{heads} ({g.group}) are copied on {c} {where} ranks each and the norm sums "
+                       f"every copy ({how}): each head's squared norm counted {c} times, not once")
     return out

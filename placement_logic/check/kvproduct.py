@@ -8,7 +8,8 @@ head part of h blocks (SHARDED: different heads) and a copy part of size/h ranks
 copy's gradient from its rank's query heads, summed over the copy group), and an axis of whole
 heads is SHARDED with its size pinned to the declared one (``GradDim.pin``: at another size the
 runs would cross it). A reduction over each copy group (``ir.heads.grad_sums``) is a reduction
-over every axis's copy part; one over a whole axis, over both of its parts.
+over every axis's copy part; one over a whole axis, over both of its parts. Runs that cross the
+axes' blocks (no product of parts) are read on the joint index itself: ``check.kvjoint``.
 
 Input: the step model's groups and sizes. Output (the axis's ``GradDim``s are ``dims.copied_dims``): for the replay the sizes at which the layout holds (``layout_ok``; the encoding pins an axis of whole
 heads in ``encode.Env.size``).
@@ -30,6 +31,10 @@ def layout_ok(groups, sizes: dict[str, int]) -> bool:
     its head blocks, every axis of whole heads at its declared size."""
     for g in groups:
         for d in g.dims:
+            if d.joint:  # copy groups crossing the axes: the declared sizes only (check.kvjoint)
+                if any(sizes.get(a, s) != s for a, s in d.joint):
+                    return False
+                continue
             if d.part == COPY_PART and d.axis in sizes and sizes[d.axis] % d.heads:
                 return False
             if d.pin and d.axis in sizes and sizes[d.axis] != d.pin:
@@ -56,6 +61,8 @@ def several(g) -> bool:
 
 def share(d: GradDim) -> str:
     """The ranks of a copy part's axis in one copy group: ``tp/2``, or ``tp`` where every rank is a copy."""
+    if d.joint:
+        return f"{'·'.join(a for a, _ in d.joint)}/{d.heads}"
     return f"{d.axis}/{d.heads}" if d.heads > 1 else d.axis
 
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from .. import ir
 from ..diagnostics import NO_SPAN, Span
-from . import aspects, checkpoint_check, encode_norm, kvproduct, losses, replay_norm, sources, steps
+from . import aspects, checkpoint_check, encode_norm, kvjoint, kvproduct, losses, replay_norm, sources, steps
 from . import encode as en
 from . import replay as rp
 from . import replay_state as rs
-from . import subgroups as _subgroups
 from .obligation import Obligation
 from .rules import GRADIENT_INTEGRITY, RULES, STATE_CONSISTENCY
 
@@ -42,7 +41,11 @@ def _filter_notes(step: steps.StepModel) -> tuple[str, ...]:
                            f"(a run of ranks of {', '.join(axes)}) in the norm")
             continue
         for d in g.dims:
-            if d.part == steps.COPY_PART and d.axis in (g.clip_axes or ()) and d.axis not in g.clip_copies:
+            if d.joint and d.part == steps.COPY_PART and d.axis in (g.clip_axes or ()) and d.axis not in g.clip_copies:
+                out.append(f"duplicate filter: each of the {d.heads} kv heads ({g.group}) counted on the first rank of "
+                           f"its copy group (a run of {kvjoint.copies(d)} ranks of the joint index of {kvjoint.text(d)}) "
+                           "in the norm")
+            elif d.part == steps.COPY_PART and d.axis in (g.clip_axes or ()) and d.axis not in g.clip_copies:
                 out.append(f"duplicate filter: each of the {d.heads} kv heads ({g.group}) copied on {d.axis}/{d.heads} "
                            f"ranks counted on the first rank of its copy group in the norm")
     return tuple(out)
@@ -258,13 +261,24 @@ def _undecided(obs: list[Obligation], step: steps.StepModel, pinned: dict[str, i
     obligations, the typing rule and the grad norm unknown: never proved, never refuted. Their
     negation is left satisfiable, so no theorem built from them holds. K/V heads copied over one
     tensor axis are dimensions of the model (a head part and a copy part), for axis sizes that are
-    multiples of K (said in the notes); a pinned size that is not one stays unknown, and so does the
-    grad norm where its reduction over the copy axis runs in blocks of ranks (check.kvnorm models the
-    norm over whole axes: each copied head counted once, or every copy)."""
+    multiples of K (said in the notes); a pinned size that is not one stays unknown, and so does a grad
+    norm reduced over some of the axes of copy groups that cross them (check.kvjoint). A norm reduced in
+    blocks of a copy axis's ranks is decided by ``encode_subgroups``: blocks smaller than the axis refuted,
+    blocks that hold it the whole-axis norm (check.kvnorm: each copied head counted once, or every copy)."""
     missing = {g.group: g.undecided for g in step.groups if g.undecided}
     clip = ""
     for g in step.groups:
+        clip = clip or kvjoint.norm_undecided(g)
         for d in g.dims:
+            off = [(a, s) for a, s in d.joint if a in pinned and pinned[a] != s] if d.part == steps.HEAD_PART else []
+            if off:  # check.kvjoint: the runs of the joint index are other sets at other sizes
+                missing[g.group] = (f"{off[0][0]} = {pinned[off[0][0]]}, where the plan declares {off[0][1]}: the kv "
+                                    f"heads' copy groups over {kvjoint.text(d)} are read at the declared sizes; the "
+                                    "missing fact is how the heads are laid out at the pinned sizes")
+            if d.joint:
+                if d.part == steps.HEAD_PART:
+                    _note(obs, g, kvjoint.note(d))
+                continue
             if d.pin and d.axis in pinned and pinned[d.axis] != d.pin:  # check.kvproduct: another layout there
                 missing[g.group] = (f"{d.axis} = {pinned[d.axis]}, where the plan declares {d.pin}: the kv heads' copy "
                                     "groups over several tensor axes are read at the declared size of an axis of whole "
@@ -277,15 +291,7 @@ def _undecided(obs: list[Obligation], step: steps.StepModel, pinned: dict[str, i
             note = kvproduct.note(g) if kvproduct.several(g) else (
                 f"{d.axis}: multiples of {d.heads} (the kv heads, each copied on {d.axis}/{d.heads} ranks, "
                 "summed over its copy group)")
-            for ob in obs:
-                if (ob.whole == g.group or ob.aspect_of == g.group or ob.name == f"SC grads[{g.group}]"
-                        or ob.condition == "CR02") and note not in ob.notes:
-                    ob.notes = ob.notes + (note,)
-            blocks = _subgroups.norm_partitions(plan) if plan is not None else []
-            if any(d.axis in (b.axes or ()) for b in blocks):
-                clip = (f"the {d.heads} kv heads are copied on {d.axis}/{d.heads} ranks each and the norm is reduced "
-                        f"over blocks of {d.axis}'s ranks: which copies a block holds is not in the step model; the "
-                        "missing fact: how the blocks meet the copy groups")
+            _note(obs, g, note)
     if not missing and not clip:
         return obs
     anyone = next(iter(missing.values()), "")
@@ -297,6 +303,14 @@ def _undecided(obs: list[Obligation], step: steps.StepModel, pinned: dict[str, i
             ob.unknown = reason
             ob.encode = lambda env: ([env.sess.true()], lambda model: {})
     return obs
+
+
+def _note(obs: list[Obligation], g: steps.GroupModel, note: str) -> None:
+    """Add the group's layout note to its gradient obligations and the typing rule."""
+    for ob in obs:
+        if (ob.whole == g.group or ob.aspect_of == g.group or ob.name == f"SC grads[{g.group}]"
+                or ob.condition == "CR02") and note not in ob.notes:
+            ob.notes = ob.notes + (note,)
 
 
 def _slug(aspect: str) -> str:
@@ -325,8 +339,9 @@ def _gi_text(g: steps.GroupModel, aspect: str) -> tuple[str, str]:
             f"the tied {g.group} gradient halves on the first and last {d.axis} stage are summed exactly once "
             "(every other reduction and the normalisation as derived)")
     if d.part == steps.COPY_PART:
-        return f"over {d.axis} copy groups", (
-            f"the {g.group} gradient is split over each copy group of {d.axis} (the {kvproduct.share(d)} ranks holding "
+        over = kvjoint.text(d) if d.joint else d.axis
+        return f"over {over} copy groups", (
+            f"the {g.group} gradient is split over each copy group of {over} (the {kvproduct.share(d)} ranks holding "
             "one kv head), so every partial contribution is all-reduced over its copy group exactly once "
             "(every other reduction and the normalisation as derived)")
     if d.implicit:
@@ -335,6 +350,11 @@ def _gi_text(g: steps.GroupModel, aspect: str) -> tuple[str, str]:
         what = f"split over {d.axis}, so every partial contribution is all-reduced over {d.axis} exactly once"
     elif d.kind == steps.INVARIANT:
         what = f"identical on every {d.axis} rank, so it is not reduced over {d.axis}"
+    elif d.joint:  # the kv heads over the joint index of several axes (kvjoint)
+        over = kvjoint.text(d)
+        return f"over {over}", (f"the {g.group} gradient is sharded over {over} (each copy group holds its own kv "
+                                f"head), so different heads are never added over {over} (every other reduction and "
+                                "the normalisation as derived)")
     else:
         what = f"sharded over {d.axis}, so different elements are never added over {d.axis}"
     return f"over {d.axis}", (f"the {g.group} gradient is {what} "

@@ -16,7 +16,7 @@ from math import lcm
 from typing import Iterable
 
 from .. import ir
-from . import aspects, kvproduct, steps
+from . import aspects, kvjoint, kvproduct, steps
 from .report import Counterexample, coords_text
 from .values import fold, resolver, show
 
@@ -47,6 +47,8 @@ class Context:
 
 
 def dim_size(d: steps.GradDim, sizes: dict[str, int]) -> int:
+    if d.joint:  # copy groups crossing the axes (kvjoint): K heads, n/K copies, a folded axis
+        return d.heads if d.part == steps.HEAD_PART else kvjoint.copies(d) if d.part else 1
     if d.part:  # K kv heads, or the axis/K copies of each
         return d.heads if d.part == steps.HEAD_PART else sizes[d.axis] // d.heads
     if d.tie:
@@ -213,7 +215,7 @@ def diagnose_group(ctx: Context, g: steps.GroupModel, equal_counts: bool = False
             continue
         if d.k == aspects.correct_k(d):
             continue
-        where = f"the tied pair of {d.axis} stages" if d.tie else \
+        where = f"the tied pair of {d.axis} stages" if d.tie else kvjoint.where(d) if d.joint else \
             f"each copy group of {d.axis} ({kvproduct.share(d)} ranks)" if d.part == steps.COPY_PART else d.axis
         if d.name == steps.MICROBATCHES:
             out.append("only the last microbatch's gradient survives: it is not accumulated "
@@ -271,8 +273,9 @@ def _gi_counterexample(ctx: Context, g: steps.GroupModel, sizes: dict[str, int],
     if not bad:
         return None
     dev = bad[0]
-    names = [d.axis if d.tie else d.name for d in run.grid]
+    names = [d.axis if d.tie else kvjoint.shown_name(d) if d.joint else d.name for d in run.grid]
     dev_shown = tuple((sizes[d.axis] - 1 if (d.tie and c == 1) else c) for d, c in zip(run.grid, dev))
+    names, dev_shown = [n for n in names if n], tuple(c for n, c in zip(names, dev_shown) if n)  # kvjoint: folded
     tdims = [d.name for d in g.dims if d.kind == steps.TOKEN]
     shown = sorted(counts.items())[:12]
     count_text = "; ".join(f"{coords_text(tdims, t)}: {n}" for t, n in shown)
@@ -283,7 +286,7 @@ def _gi_counterexample(ctx: Context, g: steps.GroupModel, sizes: dict[str, int],
         ("token counts", count_text),
         ("gradient contributions", contrib_text),
         ("total tokens", str(run.total_tokens)),
-    )
+    ) + tuple((f"{g.group} copy groups", kvjoint.groups_text(d)) for d in g.dims if d.joint and d.part == steps.HEAD_PART)
     eq = (f"grad[{g.group}] on device {coords_text(names, dev_shown)} = {_frac(run.values[dev])}, "
           f"but the global-batch gradient is {_frac(run.expected[dev])}")
     notes: list[str] = []
@@ -302,7 +305,9 @@ def typing_text(g: steps.GroupModel) -> str:
 
     parts = []
     for d in g.dims:
-        name = f"{d.axis} (tied pair)" if d.tie else d.name
+        name = f"{d.axis} (tied pair)" if d.tie else (kvjoint.shown_name(d) if d.joint else d.name)
+        if not name:  # an axis folded into a joint layout's parts (kvjoint)
+            continue
         kind = _TYPE[d.kind]
         if d.name == steps.MICROBATCHES:
             parts.append(f"{name}: {'accumulated' if d.k else 'only the last kept'}")

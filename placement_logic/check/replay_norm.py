@@ -12,7 +12,7 @@ from __future__ import annotations
 from fractions import Fraction
 from itertools import product
 
-from . import clipagg, kvnorm, kvproduct, perrank, rankcount
+from . import clipagg, kvjoint, kvnorm, kvproduct, perrank, rankcount
 from .replay import Context, _frac, coords_text
 from .report import Counterexample
 from .values import resolver
@@ -34,7 +34,8 @@ def _allreduce(buf: dict[Coord, object], i: int, op) -> dict[Coord, object]:
 
 def _coord(g, dev, pos: dict[str, int], sizes: dict[str, int]) -> Coord:
     """The shard of g that device ``dev`` holds (a copied kv head: rank // (n/K) on its copy axis)."""
-    return tuple(kvnorm.head_of(g, a, dev[pos[a]], sizes[a]) for a in g.shard_axes)
+    joint = kvjoint.coord(g, dev, pos)  # copy groups crossing the axes: the joint index's head
+    return joint if joint is not None else tuple(kvnorm.head_of(g, a, dev[pos[a]], sizes[a]) for a in g.shard_axes)
 
 
 def replay_norm(ctx: Context, w: dict, boolean: bool) -> Counterexample | None:

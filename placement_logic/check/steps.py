@@ -33,6 +33,7 @@ from . import buckets as _buckets
 from . import checkpoint as ckpt
 from . import clipagg
 from . import identity as _identity
+from . import kvjoint as _kvjoint
 from . import kvnorm as _kvnorm
 from . import nested as _nested
 from . import partial as _partial
@@ -198,6 +199,7 @@ def _dims(r: _Read, g: str, cls: pg.ParamGroup, role_of, pls) -> tuple[list[Grad
         spans.update({d.name: red.span for d in dims if d.name != MICROBATCHES})
         # a tie or a part of an axis (K/V copies) is reduced by a reduction over its axis
         dims = [d if d.name == MICROBATCHES else replace(d, k=counts.get(d.axis, 0)) for d in dims]
+        dims = _kvjoint.recount(dims, counts)  # copy groups crossing the tensor axes
     tie_o = r.last(OverrideTarget.EMBEDDING, OverrideVerb.TIE_REDUCE)
     if cls.checks_as == pg.GradClass.EMBEDDING and tie_o is not None:
         for a in tie_o.axes or ():
@@ -264,7 +266,7 @@ def _group(r: _Read, g: str, facts: _Facts) -> GroupModel:
                       spans=tuple(spans.items()),
                       clip_axes=tuple(clip_g.axes or ()) if clip_g is not None else None,
                       clip_span=clip_g.span if clip_g is not None else NO_SPAN,
-                      objective="sum" if r.loss == "sum" else "mean", undecided=heads.undecided(plan, g),
+                      objective="sum" if r.loss == "sum" else "mean", undecided=heads.undecided(plan, g) or _kvjoint.undecided(dims),
                       replicated_params=_identity.replicated(axes, dims, par_pl, role_of))
 
 

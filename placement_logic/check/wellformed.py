@@ -118,7 +118,7 @@ def filter_no_effect(overrides: tuple[ir.Override, ...], groups) -> None:
                 raise _err(Code.OVERRIDE_NO_EFFECT, f"{head} changes nothing the second time it names {a}: a filter counts each "
                            "copy once however often it is stated", o.span)
             # a group sharded over a but whose kv heads are copied there has copies too (check.kvnorm)
-            copies = [g for g in targets if a not in g.shard_axes or any(d.axis == a and d.part == "copies" for d in g.dims)]
+            copies = [g for g in targets if a not in g.shard_axes or any(d.part == "copies" and a in (d.axis, *dict(d.joint)) for d in g.dims)]
             if not copies:
                 raise _err(Code.FILTER_ON_SHARDS, f"{head}: the gradient of {o.group if named else 'every group'} is sharded over "
                            f"{a}, so its pieces there are distinct values, not copies of one; a duplicate filter "

@@ -12,7 +12,9 @@ gradients of ``q_layernorm`` / ``k_layernorm`` over the tensor group). Such grou
   heads only, so it is summed over the copy group. With one kv head the copy group is the whole
   tensor axis (``kv`` is then a checker class of its own, typed split over the axis for every
   size); with K >= 2 heads copied at the plan's sizes the copy group is a part of the axis
-  (``kv_copies``): the checker splits the axis into a head part and a copy part (``check.dims``).
+  (``kv_copies``): the checker splits the axis into a head part and a copy part (``check.dims``);
+  over several axes it reads the copy groups as runs of their joint index (``copy_layout``,
+  ``joint_layout``).
 
 ``grad_sums`` is the reduction a correct system makes for them: an all-reduce of the group's
 gradient over its tensor axes (or over each copy group), once per step, priced by the cost
@@ -99,6 +101,18 @@ def copy_layout(plan: Plan) -> dict[str, tuple[int, int]] | None:
     return {a: out[a] for a in axes}
 
 
+def joint_layout(plan: Plan) -> tuple[int, int, tuple[tuple[str, int], ...]] | None:
+    """(K, c, ((axis, size), ...)) where ``kv_copies`` copies the K kv heads over several axes in
+    copy groups that cross the axes' blocks (``copy_layout`` None): each copy group is the run of
+    c = n/K consecutive joint indices, a set of devices that is no product of parts of the axes
+    (3 kv heads on 2 x 3 ranks: {(0,0),(0,1)}, {(0,2),(1,0)}, {(1,1),(1,2)}). None otherwise."""
+    got = kv_copies(plan)
+    if got is None or copy_layout(plan) is not None:
+        return None
+    k, n, axes = got
+    return k, n // k, tuple((a, _number(plan.mesh.axis(a).size)) for a in axes)
+
+
 def copies_note(plan: Plan) -> str | None:
     """One sentence for reports when the plan copies K/V heads over tensor ranks, else None."""
     t = plan.model.transformer
@@ -161,13 +175,8 @@ def checker_groups(plan: Plan, present: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def undecided(plan: Plan, group: str) -> str:
-    """The fact the checker's step model lacks for ``group`` (empty when it decides it): a sum over
-    each K/V copy group, a part of a tensor axis, when the plan copies K >= 2 kv heads."""
-    got = kv_copies(plan) if group == "kv" else None
-    if got is None or copy_layout(plan) is not None:  # a head part and a copy part per axis: dimensions of the model
-        return ""
-    k, n, axes = got
-    return (f"the {k} kv heads are copied on {n // k} ranks each of {'×'.join(axes)} = {n}: numbered by the axes' "
-            f"joint index, each copy group of {n // k} consecutive ranks crosses the blocks of "
-            f"{'×'.join(axes)}, so it is no product of parts of the axes, which the step model does not represent; "
-            "the missing fact: which ranks of each axis a copy group holds")
+    """The fact the checker's step model lacks for ``group`` (empty when it decides it). K >= 2 kv
+    heads copied over tensor axes are decided: a head part and a copy part per axis where the copy
+    groups are products of parts of the axes (``copy_layout``), the joint index read at the declared
+    sizes where they cross the axes' blocks (``joint_layout``, check.kvjoint)."""
+    return ""

@@ -93,6 +93,9 @@ MODELS.update({
     "moe_aux_seq2": tuple("microbatch = 2" if line == "microbatch = 1" else line for line in MODELS["moe"])
     + (AUX_STATS.format("per_microbatch_mean", "per_sequence"),),
 })
+MODELS["gqa12"] = (  # two kv heads, 12 query heads: tensor sizes 3 x 4 give copy groups crossing the axes
+    "transformer {\n    hidden = 1536\n    layers = 16\n    heads = 12\n    kv_heads = 2\n    ffn = 6144\n"
+    "    vocab = 50304\n  }", "seq = 2048", "microbatch = 2", "microbatches = 4")
 MODELS["moe_aux_global_k8"] = tuple(line.replace("top_k = 2", "top_k = 8") for line in MODELS["moe_aux_global"])
 
 GROUPS = {
@@ -104,6 +107,7 @@ GROUPS = {
     "moe_etp": ("dense", "norms", "biases", "experts", "embedding"),
     "mqa": ("dense", "kv", "norms", "qk_norms", "biases", "embedding"),
     "gqa": ("dense", "kv", "norms", "biases", "embedding"),
+    "gqa12": ("dense", "kv", "norms", "biases", "embedding"),
 }
 
 
@@ -149,6 +153,9 @@ BASES = {b.name: b for b in [
     base("gqa_tp2", "DDP x Megatron TP over two tensor axes, two kv heads each copied on a run of four of their "
          "joint ranks", [D + "ddp", "from std.tensor import megatron_tp"], "gqa", [("dp", 8), ("tp", 4), ("tl", 2)],
          ["dp: ddp", "tp: megatron_tp", "tl: megatron_tp"]),
+    base("gqa_tp3x4", "DDP x Megatron TP over tp = 3 x tl = 4, two kv heads each copied on a run of six joint ranks "
+         "(crossing the axes' blocks)", [D + "ddp", "from std.tensor import megatron_tp"], "gqa12",
+         [("dp", 8), ("tp", 3), ("tl", 4)], ["dp: ddp", "tp: megatron_tp", "tl: megatron_tp"]),
     base("mqa_sp", "ZeRO-1 x Megatron TP with SP, one kv head and query/key norms",
          [D + "zero1", "from std.tensor import megatron_sp"], "mqa", [("dp", 8), ("tp", 4)],
          ["dp: zero1", "tp: megatron_sp"]),
@@ -810,6 +817,19 @@ mutant("kv_copies_counted_gqa_tp2", "gqa_tp2",
        "every copy of the kv heads counted in the norm (`clip_norm[kv]: count_copies over (tp, tl)`): each head 4 "
        "times.", ["override clip_norm[kv]: count_copies over (tp, tl)"], ["SC clip_norm"], mirrors=KV_MARKED)
 
+# copy groups crossing the tensor axes' blocks: runs of 6 of the 12 joint ranks of tp = 3 x tl = 4 (check.kvjoint)
+mutant("kv_joint_not_summed_gqa_tp3x4", "gqa_tp3x4",
+       "the copied kv heads' gradients reduced over dp only (`grads[kv]: reduce over (dp)`): each copy keeps the part "
+       "from its rank's query heads.", ["override grads[kv]: reduce over (dp)"],
+       gi(["kv"], "over tp×tl copy groups") + ["SC grads[kv]", "CR02"], mirrors=KV_UNSUMMED)
+mutant("kv_joint_group_one_axis_gqa_tp3x4", "gqa_tp3x4",
+       "the copy groups' sum taken over tl alone (`grads[kv]: reduce over (dp, tl)`): tl rank 1's host holds copies of "
+       "both heads, whose gradients are added.", ["override grads[kv]: reduce over (dp, tl)"],
+       gi(["kv"], "over tp×tl") + ["CR02"], mirrors=KV_LOCAL)
+mutant("kv_joint_counted_gqa_tp3x4", "gqa_tp3x4",
+       "every copy of the kv heads counted in the norm (`clip_norm[kv]: count_copies over (tp, tl)`): each head 6 "
+       "times.", ["override clip_norm[kv]: count_copies over (tp, tl)"], ["SC clip_norm"], mirrors=KV_MARKED)
+
 # per-rank ownership in the norm; the token count clamped before its reduction (a partial value)
 SINKS = "attention sinks not marked tensor-parallel, counted on tp rank 0 (NVIDIA/Megatron-LM#7452, #7530)"
 EXPERT_TP = "expert weights split over tp counted on tp rank 0 only (NVIDIA/Megatron-LM#5916)"
@@ -1270,6 +1290,10 @@ for name, b, lines, why in [
                                                    "override clip_norm: dedupe over (tp, tl)"],
      "over two tensor axes, a written sum with the duplicate filter over both: each copy group (a run of the joint "
      "index) counted once, as the derived norm does."),
+    ("clip_filter_kv_joint_gqa_tp3x4", "gqa_tp3x4", ["override clip_norm: reduce over (tp, tl)",
+                                                     "override clip_norm: dedupe over (tp, tl)"],
+     "copy groups crossing tp and tl, a written sum with the duplicate filter over both: each copy group (a run of "
+     "6 joint ranks) counted once, as the derived norm does."),
     ("clip_filter_names_kv_gqa", "gqa_tp", ["override clip_norm: reduce over (tp)",
                                             "override clip_norm[norms]: dedupe over (tp)",
                                             "override clip_norm[biases]: dedupe over (tp)",
