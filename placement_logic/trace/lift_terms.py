@@ -27,6 +27,7 @@
 
 from __future__ import annotations
 
+from .lift_auxloss import read_aux, snap
 from .lift_layout import Unliftable, _frames
 from .lift_step import Axes, Step
 
@@ -34,15 +35,7 @@ TERMS = {"label_smoothing": ("smooth", "reduce_smoothing", "label smoothing's me
          "logit_z_loss": ("zsq", "reduce_zloss", "the z-loss's log-sum-exp")}
 
 
-def _snap(v: float) -> float | None:
-    """``v`` > 0 as the coefficient with at most two significant digits it is (1e-4, 2e-3, 0.1, 5), else None."""
-    if not v > 0:
-        return None
-    for e in range(0, 9):
-        x = v * 10.0 ** e
-        if 1 <= round(x) <= 99 and abs(x - round(x)) <= 1e-5 * x:  # fp32 sums: about 1e-7
-            return round(x) / 10.0 ** e
-    return None
+_snap = snap  # a coefficient of two significant digits
 
 
 def _match(r: float, stats: dict, sliced: bool, weight: float = 1.0) -> list[tuple[str, str, float, float]]:
@@ -85,10 +78,11 @@ def _reading(x: tuple[str, str, float, float]) -> str:
     return f"CE + {coef:g}·smooth" if scale == 1.0 else f"(1 − {coef:g})·CE + {coef:g}·smooth"
 
 
-def _step_terms(mine: dict, found: dict, coefs: dict, script: str) -> tuple[list[dict], str] | None:
+def _step_terms(mine: dict, found: dict, coefs: dict, script: str, aux=None) -> tuple[list[dict], str] | None:
     """One rank's step: the readings of its terms into ``found`` ((term, scope) -> frames) and ``coefs`` (term
     -> coefficients); its losses read as their cross-entropy part. (the stack of a term read as no term, or as
-    two; what the two readings are, or ""), else None."""
+    two; what the two readings are, or ""), else None. ``aux(micro, term, cross-entropy, operand)``: whether a term
+    of no reading is the balancing loss (``lift_auxloss``)."""
     mine["nll"] = [_masked(n) for n in mine.get("nll") or []]
     nll, losses = mine["nll"], mine.get("losses") or []
     for n in nll:
@@ -111,6 +105,8 @@ def _step_terms(mine: dict, found: dict, coefs: dict, script: str) -> tuple[list
         readings = []
         for t in terms:
             got = _match(t["other"] / base * n["value"] * norm, n["stats"], sliced, base / n["value"])
+            if not got and aux is not None and aux(i, t, n, base):
+                continue  # the balancing loss: read with its groups, the cross-entropy part as the operand
             if len(got) != 1:  # no reading, or more than one: an auxiliary loss
                 both = " and as ".join(_reading(x) for x in got)
                 return t.get("stack") or [], (f"the term added to the cross-entropy reads as {both}, and the "
@@ -136,7 +132,12 @@ def terms_pass(st: Step, ax: Axes) -> tuple[list[str], list[tuple[str, list]]]:
     both: list[tuple[int, int, list, str]] = []  # a term read two ways: named whatever the other steps read
     for r, part in sorted(st.ranks.items()):
         for mine in part.get("steps") or []:
-            got = _step_terms(mine, found, coefs, st.script)
+            def aux(i, t, n, base, r=r, mine=mine):
+                reading = read_aux(st, r, mine, i, t, n, base)
+                st.aux_readings.extend([reading] if reading is not None else [])
+                return reading is not None
+
+            got = _step_terms(mine, found, coefs, st.script, aux)
             if got is not None:
                 unread.append((r, mine.get("step", -1), got[0]))
                 both.extend([(r, mine.get("step", -1), *got)] if got[1] else [])
