@@ -217,12 +217,17 @@ def _line(script: str, text: str) -> int:
     ("manual_grads_unequal.py", [], "override grads: reduce_groups over (dp) by (1, 3)", "dist.all_reduce(p.grad",
      "GI grads[dense] blocks"),
     ("manual_grads_unequal.py", ["--whole"], None, None, None),
+    # node a holds ranks 0 and 3, node b ranks 1 and 2: the sets read off the script's placement by hand
+    ("manual_grads_sets.py", [], "override grads: reduce_sets over (dp) ranks ([0, 3], [1, 2])",
+     "dist.all_reduce(p.grad", "GI grads[dense] blocks"),
+    ("manual_grads_sets.py", ["--whole"], None, None, None),
 ])
 def test_reductions_over_part_of_an_axis_are_lifted_and_refuted(script, argv, lifted, where, obligation,
                                                                  tmp_path, monkeypatch):
     """DDP handed a process group per node of two ranks or a strided group (one rank per node), an FSDP grad norm
     all-reduced over a group per node or over the first two ranks only, gradients all-reduced by hand over the
-    first two ranks only: each statement at its line, refuted there; over every rank proved."""
+    first two ranks only, over per-node groups of unequal sizes or of ranks out of order (rank sets): each statement
+    at its line, refuted there; over every rank proved."""
     pytest.importorskip("torch")
     monkeypatch.chdir(ROOT)
     spec = tmp_path / "lifted.place"
@@ -230,7 +235,7 @@ def test_reductions_over_part_of_an_axis_are_lifted_and_refuted(script, argv, li
                          "python", f"examples/traced/{script}", *argv])
     assert got == (1 if lifted else 0), out + err
     text = spec.read_text()
-    assert bool(re.search(r"override \S+: reduce_(blocks|strided|first|groups)", text)) == bool(lifted), text
+    assert bool(re.search(r"override \S+: reduce_(blocks|strided|first|groups|sets)", text)) == bool(lifted), text
     assert "unobserved" not in text, text
     if lifted:
         assert f"  {lifted}" in text

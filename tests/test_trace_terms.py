@@ -75,15 +75,29 @@ def test_a_z_loss_term_is_lifted_in_the_model_block():
     assert "activations[loss]" not in out.text  # whole logits on every rank: nothing to all-reduce
 
 
-@pytest.mark.parametrize("ce_weight,coefficient", [(0.9, 0.1), (1.0, 0.1)], ids=["(1-a)CE+a.smooth", "CE+c.smooth"])
+@pytest.mark.parametrize("ce_weight,coefficient", [(0.9, 0.1), (1.0, 0.1), (0.5, 0.5), (1.0, 1.0), (0.8, 0.2),
+                                                   (1.0, 0.25)],
+                         ids=["(1-a)CE+a.smooth", "CE+c.smooth", "a=0.5", "CE+1.smooth", "a=0.2", "CE+0.25.smooth"])
 def test_a_smoothing_term_is_lifted_with_the_cross_entropy_read_whole(ce_weight, coefficient):
     """Megatron's (1 − α)·CE + α·smooth (α = 0.1) and CE + 0.1·smooth: the loss's normalisation is the plain
-    cross-entropy's (the stored trace's own divisor, read without a term), the weight 1 − α no divisor."""
+    cross-entropy's (the stored trace's own divisor, read without a term), the weight 1 − α no divisor. α = 0.5
+    and α = 0.2 are also CE + c·smooth by value (c = α / (1 − α) = 1, 0.25, two digits each): the operand's own
+    multiplier 1 − α tells the reading, and CE + 1·smooth, CE + 0.25·smooth (multiplier 1) are read as written."""
     plain = _divisor(lift(stored()).text)
     out = lift(_with_term(stored(), coefficient, "smooth_true", ce_weight=ce_weight))
     assert "    label_smoothing = true" in out.text
     assert not out.unliftable
     assert _divisor(out.text) == plain
+
+
+@pytest.mark.parametrize("ce_weight,coefficient", [(0.25, 0.25), (0.4, 0.1)])
+def test_a_smoothing_term_whose_multiplier_tells_neither_reading_is_reported(ce_weight, coefficient):
+    """0.25·CE + 0.25·smooth is CE + 1·smooth scaled by 1/4 or (1 − 0.5)·CE + 0.5·smooth scaled by 1/2 (and
+    0.4·CE + 0.1·smooth: c = 0.25 or α = 0.2): the operand's multiplier is neither 1 nor 1 − α, so the term is
+    no one term (PL614), never lifted as smoothing."""
+    out = lift(_with_term(stored(), coefficient, "smooth_true", ce_weight=ce_weight))
+    assert "label_smoothing" not in out.text
+    assert [u for u in out.unliftable if u.what == "an auxiliary loss" and "tells neither" in u.reason], out.unliftable
 
 
 def test_a_term_of_another_size_stays_an_auxiliary_loss():
@@ -225,3 +239,30 @@ def test_a_z_loss_averaged_over_every_position_is_an_auxiliary_loss(tmp_path, mo
                          "python", "examples/traced/loss_terms.py", "--padded"])
     assert got == 3 and "not lifted: an auxiliary loss" in err, out + err
     assert "logit_z_loss" not in spec.read_text() and "proved for all mesh sizes" not in out
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("alpha", ["0.5", "0.1"])
+def test_label_smoothing_by_hand_is_lifted_as_the_model_states(alpha, tmp_path, monkeypatch):
+    """(1 − α)·CE + α·(lse − mean logit) written by hand: at α = 0.5 the term's value is also CE + 1·smooth's, and
+    the cross-entropy operand (0.5·CE) must not be read as a halved loss. The expectation, independent of the lift:
+    the script's loss is torch's own label-smoothed cross-entropy (checked here on random logits), and DDP averages
+    it over the ranks, so single-device training's step: ``label_smoothing = true``, no override of the gradients'
+    divisor, proved."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    a = float(alpha)
+    logits, labels = torch.randn(24, 17, generator=torch.Generator().manual_seed(3)), torch.arange(24) % 17
+    by_hand = (1 - a) * F.cross_entropy(logits, labels) + a * (logits.logsumexp(-1) - logits.mean(-1)).mean()
+    assert torch.allclose(by_hand, F.cross_entropy(logits, labels, label_smoothing=a), rtol=1e-6)
+    monkeypatch.chdir(ROOT)
+    spec = tmp_path / "lifted.place"
+    got, out, err = run(["trace", "--nproc", "2", "--check", "--spec-file", str(spec), "--",
+                         "python", "examples/traced/smoothing_by_hand.py", "--alpha", alpha])
+    assert got == 0 and "[PL614]" not in err, out + err
+    text = spec.read_text()
+    line = _line("smoothing_by_hand.py", "loss = (1 - ALPHA)")
+    assert f"    label_smoothing = true  # examples/traced/smoothing_by_hand.py:{line}" in text, text
+    assert "override grads" not in text and "divide by" not in text and "activations[loss]" not in text, text
+    assert "proved for all mesh sizes" in out

@@ -28,6 +28,7 @@ from fractions import Fraction
 
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
+from ..ir import groups as param_groups
 from ..ir import losses as terms
 from ..ir import views as plan_views
 from ..ir.overrides import OverrideTarget, OverrideVerb
@@ -90,7 +91,9 @@ def views(plan: ir.Plan, derived: steps.StepModel) -> list[TermView]:
         div_o = next((o for o in reversed(mine) if o.target == OverrideTarget.LOSS and o.verb == OverrideVerb.DIVIDE), None)
         tok_o = next((o for o in reversed(mine) if o.target == OverrideTarget.TOKENS), None)
         path = path_o.verb if path_o else NATURAL_PATH[objective]
-        reach = [g for g in terms.TERMS[name] if g in present]
+        reach = [g for g in terms.TERMS[name] if g in present] + [  # and a group of one's own like the router
+            g.name for g in param_groups.param_groups(plan.model) if g.user and g.name in present
+            and g.checks_as == param_groups.GradClass.ROUTER and "router" in terms.TERMS[name]]
         if not reach:
             raise _err(Code.LOSS_TERM_REACHES_NOTHING, f"loss term '{name}' reaches {', '.join(terms.TERMS[name])}, which this plan's model "
                        f"does not have (its groups: {', '.join(present)}): there is no gradient to check", span)

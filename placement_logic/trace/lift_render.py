@@ -93,7 +93,7 @@ def _clip(step_colls, params, layout, axes, info, tp, data_axes, script="", pp=N
 
 
 def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, step, notes, script="",
-            accum=1, pipelined=False, tied=None, losses=()):
+            accum=1, pipelined=False, tied=None, losses=(), groups=()):
     opt = step.get("optimizer", {})
     params = opt.get("params", [])
     total = sum(e[5] for _, _, members in named for e in members)
@@ -150,6 +150,7 @@ def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, 
         tensor_word = Holding.WHOLE if cls in ("partial", "whole") else Holding.SPLIT
         names = ", ".join(e[0]["name"] for e in members[:4]) + (", ..." if len(members) > 4 else "")
         out.append(f"  group {gname} {{ count = {count}  like = {like}  tensor = {tensor_word} }}  # {names}")
+    out.extend(f"  {g}" for g in groups)  # groups of other classes read from the step (the router: lift_auxloss)
     out.append("}")
     out.append("")
     out.append("mesh {")

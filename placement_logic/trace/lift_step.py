@@ -31,6 +31,7 @@ class Step:
     # the activation overrides lifted (``lift_activations``): the gradients that differ between the tensor ranks
     # because of them are read as whole on the axis, not partial
     activation_lines: list[tuple[str, list]] = field(default_factory=list)
+    aux_readings: list = field(default_factory=list)  # the balancing loss's readings (``lift_auxloss``)
 
     def axes(self, c: dict, r: int | None = None) -> tuple[str, ...]:
         return self.layout.axes_of(c["ranks"], self.observer if r is None else r) or ()

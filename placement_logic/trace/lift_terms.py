@@ -27,6 +27,7 @@
 
 from __future__ import annotations
 
+from .lift_auxloss import read_aux, snap
 from .lift_layout import Unliftable, _frames
 from .lift_step import Axes, Step
 
@@ -34,33 +35,30 @@ TERMS = {"label_smoothing": ("smooth", "reduce_smoothing", "label smoothing's me
          "logit_z_loss": ("zsq", "reduce_zloss", "the z-loss's log-sum-exp")}
 
 
-def _snap(v: float) -> float | None:
-    """``v`` > 0 as the coefficient with at most two significant digits it is (1e-4, 2e-3, 0.1, 5), else None."""
-    if not v > 0:
-        return None
-    for e in range(0, 9):
-        x = v * 10.0 ** e
-        if 1 <= round(x) <= 99 and abs(x - round(x)) <= 1e-5 * x:  # fp32 sums: about 1e-7
-            return round(x) / 10.0 ** e
-    return None
+_snap = snap  # a coefficient of two significant digits
 
 
-def _match(r: float, stats: dict, sliced: bool) -> list[tuple[str, str, float, float]]:
+def _match(r: float, stats: dict, sliced: bool, weight: float = 1.0) -> list[tuple[str, str, float, float]]:
     """The (term, scope, scale, coefficient) readings of a term whose value per normalised token is ``r``: a coefficient as
     written, β in CE + β·lse² or c in CE + c·smooth (scale 1), else label smoothing's (1 − α)·CE + α·smooth,
-    α = c / (1 + c) (scale 1 / (1 − α): the cross-entropy operand is 1 − α times the cross-entropy)."""
+    α = c / (1 + c) (scale 1 / (1 − α): the cross-entropy operand is 1 − α times the cross-entropy). Where both
+    smoothing readings have a coefficient of two digits (c = 1 is α = 0.5, c = 0.25 is α = 0.2) the cross-entropy
+    operand's own multiplier ``weight`` (the operand over the cross-entropy's recorded value) tells them apart: 1 is
+    CE + c·smooth, 1 − α the other; a weight that is neither leaves both readings (no one term)."""
     out = []
     for term, (key, _, _) in TERMS.items():
         for scope in ("true", "local") if sliced else ("true",):
             s = stats.get(f"{key}_{scope}")
-            if not s:
+            if not s or not r / s > 0:
                 continue
-            coef, scale = _snap(r / s), 1.0
-            if coef is None and term == "label_smoothing" and r / s > 0:
-                alpha = _snap(r / s / (1 + r / s))
-                coef, scale = (alpha, 1 / (1 - alpha)) if alpha is not None and alpha < 1 else (None, 1.0)
-            if coef is not None:
-                out.append((term, scope, scale, coef))
+            readings = [(term, scope, 1.0, c) for c in [_snap(r / s)] if c is not None]
+            alpha = _snap(r / s / (1 + r / s)) if term == "label_smoothing" else None
+            if alpha is not None and alpha < 1:
+                readings.append((term, scope, 1 / (1 - alpha), alpha))
+            if len(readings) > 1:
+                fits = [x for x in readings if abs(weight * x[2] - 1) <= 1e-5]
+                readings = fits if len(fits) == 1 else readings
+            out.extend(readings)
     return out
 
 
@@ -73,10 +71,18 @@ def _masked(n: dict) -> dict:
                 stack=n.get("stack") or m.get("stack") or [])
 
 
-def _step_terms(mine: dict, found: dict, coefs: dict, script: str) -> list[dict] | None:
+def _reading(x: tuple[str, str, float, float]) -> str:
+    term, _, scale, coef = x
+    if term == "logit_z_loss":
+        return f"CE + {coef:g}·lse²"
+    return f"CE + {coef:g}·smooth" if scale == 1.0 else f"(1 − {coef:g})·CE + {coef:g}·smooth"
+
+
+def _step_terms(mine: dict, found: dict, coefs: dict, script: str, aux=None) -> tuple[list[dict], str] | None:
     """One rank's step: the readings of its terms into ``found`` ((term, scope) -> frames) and ``coefs`` (term
-    -> coefficients); its losses read as their cross-entropy part. The stack of a term read as no term, or as
-    two, else None."""
+    -> coefficients); its losses read as their cross-entropy part. (the stack of a term read as no term, or as
+    two; what the two readings are, or ""), else None. ``aux(micro, term, cross-entropy, operand)``: whether a term
+    of no reading is the balancing loss (``lift_auxloss``)."""
     mine["nll"] = [_masked(n) for n in mine.get("nll") or []]
     nll, losses = mine["nll"], mine.get("losses") or []
     for n in nll:
@@ -98,9 +104,14 @@ def _step_terms(mine: dict, found: dict, coefs: dict, script: str) -> list[dict]
         sliced = n.get("width", 0) < n.get("classes", 0)
         readings = []
         for t in terms:
-            got = _match(t["other"] / base * n["value"] * norm, n["stats"], sliced)
-            if len(got) != 1:
-                return t.get("stack") or []  # no reading, or more than one: an auxiliary loss
+            got = _match(t["other"] / base * n["value"] * norm, n["stats"], sliced, base / n["value"])
+            if not got and aux is not None and aux(i, t, n, base):
+                continue  # the balancing loss: read with its groups, the cross-entropy part as the operand
+            if len(got) != 1:  # no reading, or more than one: an auxiliary loss
+                both = " and as ".join(_reading(x) for x in got)
+                return t.get("stack") or [], (f"the term added to the cross-entropy reads as {both}, and the "
+                                              f"cross-entropy operand's multiplier ({base / n['value']:.6g}) "
+                                              "tells neither" if len(got) > 1 else "")
             readings.append((got[0], t))
         scale = 1.0
         for (term, scope, factor, coef), t in readings:
@@ -118,11 +129,22 @@ def terms_pass(st: Step, ax: Axes) -> tuple[list[str], list[tuple[str, list]]]:
     found: dict[tuple[str, str], list] = {}
     coefs: dict[str, set[float]] = {}
     unread: list[tuple[int, int, list]] = []
+    both: list[tuple[int, int, list, str]] = []  # a term read two ways: named whatever the other steps read
     for r, part in sorted(st.ranks.items()):
         for mine in part.get("steps") or []:
-            stack = _step_terms(mine, found, coefs, st.script)
-            if stack is not None:
-                unread.append((r, mine.get("step", -1), stack))
+            def aux(i, t, n, base, r=r, mine=mine):
+                reading = read_aux(st, r, mine, i, t, n, base)
+                st.aux_readings.extend([reading] if reading is not None else [])
+                return reading is not None
+
+            got = _step_terms(mine, found, coefs, st.script, aux)
+            if got is not None:
+                unread.append((r, mine.get("step", -1), got[0]))
+                both.extend([(r, mine.get("step", -1), *got)] if got[1] else [])
+    if both:
+        r, k, stack, reason = both[0]
+        st.items.append(Unliftable(tuple(sorted({b[0] for b in both})), -1, "an auxiliary loss",
+                                   f"{reason} (rank {r}, step {k}): no one term", tuple(stack), hides=("divisor",)))
     if unread and found:  # read on some ranks or steps, not on these (else lift_facts names the loss itself)
         r, k, stack = unread[0]
         st.items.append(Unliftable(tuple(sorted({u[0] for u in unread})), -1, "an auxiliary loss",

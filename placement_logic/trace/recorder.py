@@ -353,6 +353,7 @@ class Recorder(Events, Modules, Checkpoints, Terms, TorchDispatchMode):
                     rec["offset"] = {"value": sum(ev[1] for ev in offsets),
                                      "at": {"file": offsets[0][2][0], "line": offsets[0][2][1],
                                             "code": offsets[0][2][2]}}
+            self.note_vector(rec, inputs)  # a vector of statistics (a balancing loss's counts: recorder_terms)
         finally:
             self._busy = False
         out = func(*args, **kwargs)

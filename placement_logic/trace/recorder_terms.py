@@ -9,6 +9,10 @@
 * The cross-entropy's output carries a ``loss_ce`` event (``Events``), which follows it through views and
   constant scales; a forward ``add`` of a one-element value that carries it and one that does not records
   the two operands' values (``terms``): the cross-entropy part and the term added to it.
+* A forward all-reduce of one vector of 2 to 256 values records its input (``vector_in``).
+* A softmax in forward over the last dimension of a 2-D float tensor of at most 256 columns (a router's
+  probabilities, E experts) records ``router`` on the step (its width, rows and column sums) and carries
+  ``router``; a ``topk`` of it adds k and each column's count of the chosen indices (``lift_auxloss``).
 * A per-token cross-entropy (``reduction='none'``) carries ``loss_tok``; a forward ``mul`` of it by a
   0/1 tensor of the same size (a loss mask) records on the ``nll`` record (``mask``) the mask's sum, the
   positions it keeps whose label is not ignored (``labelled``) and the masked losses' sum.
@@ -22,6 +26,7 @@ from .recorder_events import _user_frames
 
 CE = ("loss_ce",)
 TOKENS = ("loss_tok",)
+ROUTER = ("router",)
 
 
 def _value(t) -> float:
@@ -92,8 +97,35 @@ class Terms:
         finally:
             self._busy = False
 
+    def note_vector(self, rec: dict, inputs) -> None:
+        """A forward all-reduce of one vector of 2 to 256 values: its input (``vector_in``, lift_auxloss)."""
+        if self.phase == "forward" and rec["kind"] == "all_reduce" and 1 < rec["numel"] <= 256 and len(inputs) == 1 \
+                and _real(inputs[0]):
+            rec["vector_in"] = inputs[0].detach().float().reshape(-1).tolist()
+
+    def follow_router(self, name: str, args, out) -> None:
+        """A router's probabilities (a 2-D softmax of at most 256 columns) and the top-k chosen from them."""
+        if name == "_softmax" and isinstance(args[0], torch.Tensor) and args[0].dim() == 2 \
+                and 2 <= args[0].shape[1] <= 256 and int(args[1]) in (-1, 1) and args[0].is_floating_point() \
+                and isinstance(out, torch.Tensor) and _real(args[0]):
+            probs = out.detach().float()
+            self.step_record().setdefault("router", []).append({
+                "width": int(probs.shape[1]), "rows": int(probs.shape[0]), "colsum": probs.sum(0).tolist(),
+                "micro": self.micro_step(), "stack": _user_frames()})
+            self._add(out, ROUTER)
+        elif name == "topk" and len(args) >= 2 and isinstance(args[0], torch.Tensor) \
+                and ROUTER in self._events_of(args[0]) and isinstance(out, (tuple, list)) and len(out) == 2:
+            entry = next((e for e in reversed(self.step_record().get("router") or [])
+                          if e["rows"] == args[0].shape[0] and e["width"] == args[0].shape[-1]), None)
+            if entry is not None and "counts" not in entry:
+                entry["top_k"] = int(args[1])
+                entry["counts"] = torch.bincount(out[1].reshape(-1), minlength=entry["width"]).tolist()
+
     def follow_terms(self, name: str, args, out) -> None:
         """A forward ``add`` of a term to the cross-entropy; a forward ``mul`` of the per-token losses by a mask."""
+        if name in ("_softmax", "topk"):
+            self.follow_router(name, args, out)
+            return
         if name in ("add", "add_") and len(args) >= 2 and all(isinstance(a, torch.Tensor) and a.numel() == 1
                                                             and a.is_floating_point() for a in args[:2]) \
                 and _real(*args[:2]):

@@ -32,7 +32,7 @@ _COLLECTIVE = {"seq": (int, True), "step": (int, True), "phase": (str, True), "k
                "ranks": ([int], True), "stack": ([_FRAME], True), "dtype": (str, False), "bytes": (int, False),
                "numel": (int, False), "op": (str, False), "api": (str, False), "carried": ([str], False),
                "inputs_reduced": ([int], False), "value_in": (_NUM + (type(None),), False),
-               "value_out": (_NUM + (type(None),), False), "micro": (int, False),
+               "value_out": (_NUM + (type(None),), False), "micro": (int, False), "vector_in": ([_NUM], False),
                "module": (str, False), "custom_backward": (str, False),
                "offset": ({"value": (_NUM, True), "at": (_FRAME, True)}, False)}
 _UNRECOGNISED = {"seq": (int, True), "op": (str, True), "phase": (str, False), "stack": ([_FRAME], True)}
@@ -56,6 +56,8 @@ _STEP = {"step": (int, True), "seed": (int, False),
          "terms": ([{"ce": (_NUM, True), "other": (_NUM, True), "micro": (int, False), "stack": ([_FRAME], False)}],
                    False),
          "losses": ([{"value": (_NUM, False), "stack": ([_FRAME], False)}], False),
+         "router": ([{"width": (int, True), "rows": (int, True), "colsum": ([_NUM], True), "counts": ([int], False),
+                      "top_k": (int, False), "micro": (int, False), "stack": ([_FRAME], False)}], False),
          "recomputed": ([{"module": (str, False), "stack": ([_FRAME], False)}], False),
          "optimizer": ((_OPTIMIZER, type(None)), False),
          "modules": ([{"name": (str, False), "class": (str, False), "input": ((str, type(None)), False),
