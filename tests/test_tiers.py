@@ -52,15 +52,19 @@ def test_every_measured_slow_test_exists_and_leaves_its_module_a_quick_test():
     """Each entry of tests/slow_measured.txt names a test function of its module (a parametrised case by
     its id), and no module is left with every test of it in the slow tier by that file."""
     by_module: dict[str, set[str]] = {}
+    trees: dict[str, ast.Module] = {}
+    defined: dict[str, set[str]] = {}
     for nodeid in conftest.MEASURED:
         path, _, rest = nodeid.partition("::")
         name = rest.split("[")[0]
-        tree = ast.parse((ROOT / path).read_text())
-        names = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        if path not in trees:
+            trees[path] = ast.parse((ROOT / path).read_text())
+            defined[path] = {n.name for n in ast.walk(trees[path]) if isinstance(n, ast.FunctionDef)}
+        names = defined[path]
         assert name in names, f"{nodeid}: no such test"
         by_module.setdefault(path, set()).add(name)
     for path in by_module:
-        tree = ast.parse((ROOT / path).read_text())
+        tree = trees[path]
         tests = {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")}
         whole = {nodeid.split("::")[1] for nodeid in conftest.SLOW if nodeid.startswith(path + "::")
                  and "[" not in nodeid}
