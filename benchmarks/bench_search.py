@@ -9,7 +9,9 @@ one), which a shared machine disturbs less than wall time:
 - the whole search in a fresh process (imports, enumeration, derivation and compilation of
   every structure, evaluation, exact re-derivation of the top rows), first with an empty
   structure cache (a first run) and then with the structures cached by that run (every later
-  run of the same structures, by the same tool);
+  run of the same structures, by the same tool), both on one process (``jobs=1``); then a first
+  run again with the structures derived on one process per core (the default), its CPU time
+  that of every process and its wall time beside it;
 - grid rows per CPU second: the candidates over the whole search's CPU time, and over the
   evaluation step alone;
 - the exact per-configuration path: one configuration written as a spec with literal sizes
@@ -51,7 +53,7 @@ sys.path.insert(0, {root!r})
 from placement_logic import search
 search.time = types.SimpleNamespace(perf_counter=time.process_time)  # its step timings in CPU seconds
 space = search.Space(**{space!r})
-r = search.run({model!r}, space, top={top}, check=False)
+r = search.run({model!r}, space, top={top}, check=False, jobs={jobs})
 wall = time.perf_counter() - t0
 print(json.dumps({{"wall": wall, "candidates": r.candidates, "valid": r.valid, "fitting": r.fitting,
                   "structures": r.structures, "timings": r.timings,
@@ -151,14 +153,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--llm-analysis", metavar="PYTHON", default=None)
     args = ap.parse_args(argv)
     load_start = os.getloadavg()[0]
-    code = _CHILD.format(root=str(ROOT), space=SPACE, model=str(MODEL), top=args.top)
+    code = _CHILD.format(root=str(ROOT), space=SPACE, model=str(MODEL), top=args.top, jobs=1)
+    env = {k: v for k, v in os.environ.items() if k != "PLACEMENT_NO_CACHE"}
     with tempfile.TemporaryDirectory() as cache:
-        env = {k: v for k, v in os.environ.items() if k != "PLACEMENT_NO_CACHE"}
         env["XDG_CACHE_HOME"] = cache  # an empty cache, then the one the first run filled
         first_cpu, out = child_cpu([sys.executable, "-c", code], env)
         first = json.loads(out.strip().splitlines()[-1])
         cached_cpu, out = child_cpu([sys.executable, "-c", code], env)
         cached = json.loads(out.strip().splitlines()[-1])
+    with tempfile.TemporaryDirectory() as cache:  # a first run again, its structures derived on every core
+        env["XDG_CACHE_HOME"] = cache
+        many = _CHILD.format(root=str(ROOT), space=SPACE, model=str(MODEL), top=args.top, jobs=None)
+        par_cpu, out = child_cpu([sys.executable, "-c", many], env)
+        par = json.loads(out.strip().splitlines()[-1])
     per_config = exact_per_configuration()
     other = llm_python(args.llm_analysis)
     llm = None
@@ -169,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     n = cached["candidates"]
     rows = {
         "search, fresh process, empty structure cache (CPU s)": first_cpu,
+        f"the same, structures derived on {cores()} processes (`--jobs` default) (CPU s)": par_cpu,
         "search, fresh process, structures cached (CPU s)": cached_cpu,
         "grid rows per CPU second, whole cached search": n / cached_cpu,
         "grid rows per CPU second, evaluation step": n / cached["timings"]["evaluate"],
@@ -179,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
           f"Python {sys.version.split()[0]}" + (f", llm-analysis {version(other, 'llm-analysis')}" if other else ""))
     print(f"space: {n:,} candidates, {cached['valid']:,} valid, {cached['fitting']:,} fit, "
           f"{cached['structures']} structures; winners agree to the byte: {first['agree'] and cached['agree']}")
-    print(f"wall (in the child, imports included): first run {first['wall']:.2f} s, cached run {cached['wall']:.2f} s")
+    print(f"wall (in the child, imports included): first run {first['wall']:.2f} s, cached run {cached['wall']:.2f} s, "
+          f"first run on {cores()} processes {par['wall']:.2f} s; its figures the one-process run's: "
+          f"{(par['valid'], par['fitting']) == (first['valid'], first['fitting'])}")
     print("steps of the cached run (CPU s): " + ", ".join(f"{k} {v:.2f}" for k, v in cached["timings"].items()))
     print("steps of the first run (CPU s): " + ", ".join(f"{k} {v:.2f}" for k, v in first["timings"].items()))
     if llm:
