@@ -88,14 +88,18 @@ def replay(ctx, w, group: str, o, sets, sizes: tuple[int, ...], reduced: tuple[b
           f"({', '.join(o.axes)}) flattened); the derived step sums it over ({over}), group ranks "
           f"{', '.join(map(str, group_of_b))}, where it is {want}")
     bad = ranksets.wrong_set(sets, sizes, reduced)
-    named = f"[{', '.join(map(str, sets[bad]))}]" if bad is not None else "?"
+    wrong = sets[bad] if bad is not None else mine
+    named = f"[{', '.join(map(str, wrong))}]"
+    mixes = len({key(r) for r in wrong}) > 1
+    misses = any(key(r) == key(wrong[0]) and r not in wrong for r in range(n))
+    why = " and ".join(x for x, on in (("adds gradients of ranks that hold different pieces", mixes),
+                                       ("misses ranks whose contribution the element sums", misses)) if on)
     diag = (f"the {group} gradient is reduced within {groups_text(o)} over ({', '.join(o.axes)}) flattened "
             f"row-major (override {o.verb} at line {o.span.line}), but its reduction runs over ({over}) only: the "
             f"set {named} is not one of its reduction groups ("
             + "; ".join("[" + ", ".join(map(str, sorted(s))) + "]"
                         for s in ranksets.derived_groups(sizes, reduced)) + "), so "
-            + ("it adds gradients of ranks that hold different pieces" if key(ia) != key(ib) else
-               "it misses ranks whose contribution the element sums"),)
+            + f"it {why}",)
     return Counterexample(ctx.sizes_tuple(w["sizes"]), (("rank A", ra), ("rank B", rb)),
                           (("per-rank contribution", f"1 on {ra}, 0 on every other rank"),
                            ("rank sets", ranksets.text(sets))), eq, diag, ctx.command(w["sizes"]))

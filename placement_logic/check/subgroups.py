@@ -23,9 +23,12 @@ axis"), by its verb (``PARTITION_VERBS``):
   where the axis's size is free the groups fix it to the sum, and a size pinned to another number is PL250
   too (``check.encode_subgroups``);
 * ``reduce_sets ... ranks ([0, 2, 3], [1, 4])`` -- a list of rank sets (``ir.ranksets``), one per
-  ``new_group``, ranks in any order: rank i is in the group of the set holding it. One axis (PL269), the
-  sets a partition of its ranks (PL267 overlap, PL268 a rank missing or past the axis); where the axis's
-  size is free the sets fix it to the number of ranks they hold.
+  ``new_group``, ranks in any order: rank i is in the group of the set holding it. The sets a partition of
+  the axis's ranks (PL267 overlap, PL268 a rank missing or past the axis); where the axis's size is free the
+  sets fix it to the number of ranks they hold. Over several axes (``over (A, B)``, gradients only) the sets
+  list the flattened ranks of the product, row-major, each axis's size a number on the mesh (PL269), and an
+  axis the gradient is not reduced over may be named: every set must be a derived reduction group
+  (``check.encode_ranksets``).
 
 Each applies to ``override grads[g]: VERB over (AXES) by E`` (g's gradient reduction over each axis of
 AXES runs within the groups: ``GI grads[g] blocks``, the groups holding different partial sums) and to

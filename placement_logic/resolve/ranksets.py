@@ -1,6 +1,8 @@
 """``reduce_sets over (AXIS) ranks ([R, ...], [R, ...])`` resolved: each rank a count folded to a number, the
-sets one axis's (PL269) and a partition of its ranks where the file gives its size, else of as many ranks as
-they hold (PL267 overlap, PL268 a rank missing or past the axis: ``ir.ranksets.problem``)."""
+sets a partition of the axis's ranks where the file gives its size, else of as many ranks as they hold (PL267
+overlap, PL268 a rank missing or past the axis: ``ir.ranksets.problem``). Over several axes (``over (A, B)``)
+the sets partition the flattened ranks of their product, row-major, each size a number (PL269 otherwise, and
+for an axis named twice)."""
 
 from __future__ import annotations
 
