@@ -291,6 +291,8 @@ def check_override(plan: ir.Plan, groups) -> None:
         if o.verb not in PARTITION_VERBS or o.target not in (OverrideTarget.GRADS, OverrideTarget.CLIP_NORM):
             continue
         _axes_once(o)
+        if multi_sets(o) and o.target == OverrideTarget.CLIP_NORM:
+            _sets_axes(o, plan)  # PL269: the grad norm's groups are rank sets over one axis
         if o.target == OverrideTarget.GRADS:
             named = [g for g in groups if o.group in (None, "all", g.group)]
             for g in named:
