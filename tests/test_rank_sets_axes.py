@@ -14,6 +14,7 @@ from fractions import Fraction
 from itertools import product
 
 import pytest
+import simulator
 import subgroupkit as kit
 from irkit import const, ov, plan
 from subgroupkit import PSI, SESSION, obligation, sim, spec_text
@@ -151,3 +152,22 @@ def test_priced_on_the_largest_set_and_the_link_it_spans(tmp_path):
                                              "nodes: ddp\n  gpus: ddp"))
     assert coll[0]["link"] == "intra_node", coll
     assert Fraction(coll[0]["bytes_per_device"]) == Fraction(2 * 7, 8) * 2 * PSI
+
+
+def test_one_statement_for_every_group_is_checked_against_each_groups_reduction():
+    """Sequence parallelism: the norms' gradient is reduced over a and t, the dense one over a only; the dp groups
+    [0, 2], [1, 3] are the dense gradient's reduction groups but cut the norms' (one group of all four ranks)."""
+    spec, p = plan("p", DP_TP, sp=True,
+                   overrides=(ov("grads", "reduce_sets", None, ("a", "t"), sets=((0, 2), (1, 3))),))
+    mesh = ir.Mesh(tuple(ir.Axis(x.name, const(2)) for x in p.mesh.axes))
+    p = replace(p, mesh=mesh)
+    spec = replace(spec, mesh=mesh, plans=(p,))
+    sizes = {"a": 2, "t": 2, "microbatches": 1}
+    report = check_plan(SESSION, spec, p, sizes)
+    reduced = {g: {a for a, k in simulator.reductions(p, g).items() if k >= 1} for g in ("dense", "norms")}
+    assert reduced == {"dense": {"a"}, "norms": {"a", "t"}}, reduced
+    for g in ("dense", "norms"):
+        good = _by_hand(((0, 2), (1, 3)), (2, 2), (True, "t" in reduced[g]))
+        assert obligation(report, f"GI grads[{g}] blocks").verdict is (Verdict.PROVED if good else Verdict.REFUTED)
+        assert sim(p, sizes, ("blocks", g)) is not good
+        assert good is (g == "dense")
