@@ -28,7 +28,7 @@ import random
 from fractions import Fraction
 from itertools import accumulate, product
 
-from simulator import _value, groups_of
+from simulator import _value, groups_of, reductions
 
 from placement_logic import ir
 
@@ -95,11 +95,46 @@ def _cuts(plan: ir.Plan, target: str, group: str | None, sizes: dict[str, int], 
         if found:
             out = {}
             for o in found:
+                if o.verb == "reduce_sets" and len(o.axes or ()) > 1:
+                    continue  # rank sets over several axes: sets_over_axes
                 b = _block(o, sizes, plan, bindings)
                 for a in o.axes or ():
                     out[a] = b if _describes(b, o, sizes) else None
             return {a: b for a, b in out.items() if b is not None}
     return {}
+
+
+def _over_axes(plan: ir.Plan, group: str) -> list[ir.Override]:
+    """The statements of group's gradient reduction that list rank sets over several axes (the same choice of
+    statements as ``_cuts``: the group's own, else ``all``, else none)."""
+    for who in (group, "all", None):
+        found = [o for o in plan.overrides if o.target == "grads" and o.verb in PARTITIONS and o.group == who]
+        if found:
+            return [o for o in found if o.verb == "reduce_sets" and len(o.axes or ()) > 1]
+    return []
+
+
+def sets_over_axes(buf: dict, pos: dict, o: ir.Override, sizes: dict[str, int], reduced: set,
+                   plan: ir.Plan, bindings: dict) -> tuple[dict, dict] | None:
+    """Rank sets over several axes applied by enumerating the devices: the group ranks of the named axes numbered
+    in the order ``itertools.product`` walks their coordinates (the last axis fastest), each device summing the
+    devices of its set (its other coordinates kept); against the derived sum over the named axes the gradient is
+    reduced over. None where the sets do not hold every rank of the product at these sizes."""
+    names = list(o.axes)
+    walk = list(product(*[range(sizes[a]) for a in names]))
+    sets = [{int(_value(r, sizes, plan, bindings)) for r in s} for s in o.sets]
+    if set().union(*sets) != set(range(len(walk))):
+        return None
+    set_of = {walk[r]: j for j, s in enumerate(sets) for r in s}
+    mine = lambda d: tuple(d[pos[a]] for a in names)  # noqa: E731
+    rest = lambda d: tuple(x for i, x in enumerate(d) if i not in {pos[a] for a in names})  # noqa: E731
+    piece = lambda d: tuple(d[pos[a]] for a in names if a not in reduced)  # noqa: E731
+    by_set: dict = {}
+    by_piece: dict = {}
+    for d, v in buf.items():
+        by_set[(rest(d), set_of[mine(d)])] = by_set.get((rest(d), set_of[mine(d)]), 0) + v
+        by_piece[(rest(d), piece(d))] = by_piece.get((rest(d), piece(d)), 0) + v
+    return ({d: by_set[(rest(d), set_of[mine(d)])] for d in buf}, {d: by_piece[(rest(d), piece(d))] for d in buf})
 
 
 def norm_blocks(plan: ir.Plan, sizes: dict[str, int], bindings: dict) -> dict:
@@ -120,13 +155,21 @@ def grad_block_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Rand
     devices = list(product(*[range(sizes[a]) for a in axes]))
     for g in groups_of(plan):
         cuts = _cuts(plan, "grads", g, sizes, bindings)
-        if not cuts:
+        multi = _over_axes(plan, g)
+        if not cuts and not multi:
             continue
         buf = {d: Fraction(rng.randint(-3, 3)) for d in devices}
         whole, blocks = dict(buf), dict(buf)
         for a, b in cuts.items():
             whole = block_reduce(whole, pos[a], sizes[a])  # one block holding the whole axis
             blocks = block_reduce(blocks, pos[a], b)
+        reduced = {a for a, k in reductions(plan, g).items() if k >= 1}
+        for o in multi:
+            both = sets_over_axes(dict(zip(devices, (blocks[d] for d in devices))), pos, o, sizes, reduced, plan,
+                                  bindings)
+            if both is not None:
+                blocks = both[0]
+                whole = sets_over_axes(whole, pos, o, sizes, reduced, plan, bindings)[1]
         if any(whole[d] != blocks[d] for d in devices):
             # the blocks hold different sums, so some device's gradient is not the global one: the
             # gradient entering the update is wrong whatever the rest of the plan does

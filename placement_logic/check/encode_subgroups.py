@@ -21,6 +21,7 @@ from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir import ranksets, unequal
 from ..solver.session import value_of
+from . import encode_ranksets
 from . import subgroups as sg
 from .replay import _frac, coords_text
 from .report import Counterexample
@@ -36,20 +37,22 @@ def extend(obs: list, step, ctx, plan, obligation) -> list:
         if not stated:
             continue
         key = f"{zlib.crc32(g.group.encode()):08x}"
+        infos = [_info(plan, g, o) for o in stated]
         for i, o in enumerate(stated):
             kind = "blocks" if i == 0 else f"blocks:{i}"
             for ob in obs:  # the whole-plan obligation holds only if the blocks hold the axis too
                 if ob.name == f"GI grads[{g.group}]":
-                    ob.encode = _wrap(ob.encode, o, f"grad_blocks_{key}" + (f"_{i}" if i else ""), kind)
-                    ob.replay = _described(_wrap_replay(ob.replay, kind, lambda w, g=g, o=o: replay_grad_blocks(
-                        ctx, w, g.group, o)), o)
+                    ob.encode = _wrap(ob.encode, o, f"grad_blocks_{key}" + (f"_{i}" if i else ""), kind, infos[i])
+                    ob.replay = _described(_wrap_replay(ob.replay, kind, lambda w, g=g, o=o, f=infos[i]: _replay(
+                        ctx, w, g.group, o, f)), o)
         texts = "; ".join(f"{sg.groups_text(o)} over ({', '.join(o.axes or ())})" for o in stated)
         obs.append(obligation(
             f"GI grads[{g.group}] blocks", GRADIENT_INTEGRITY, stated[0].span,
             f"the {g.group} gradient is reduced over the whole of every axis its reduction runs in {texts}: one "
             "group holds the axis, so every rank holds the sum of every rank's contribution",
-            lambda env, st=stated: _all_negation(env, st, "blocks"),
-            _described(lambda w, g=g, st=stated: replay_grad_blocks(ctx, w, g.group, st[w.get("stmt", 0)]), *stated),
+            lambda env, st=stated, f=infos: _all_negation(env, st, "blocks", f),
+            _described(lambda w, g=g, st=stated, f=infos: _replay(ctx, w, g.group, st[w.get("stmt", 0)],
+                                                                  f[w.get("stmt", 0)]), *stated),
             aspect_of=g.group))
     for i, o in enumerate(sg.norm_partitions(plan)):
         kind = "norm_blocks" if i == 0 else f"norm_blocks:{i}"
@@ -61,18 +64,33 @@ def extend(obs: list, step, ctx, plan, obligation) -> list:
     return _pinned_elsewhere(obs, step, ctx, plan)
 
 
-def _all_negation(env, stated, kind):
+def _info(plan, g, o):
+    """Rank sets over several axes: (the sets, the axes' sizes on the mesh, which of them g's gradient is reduced
+    over); None for any other statement."""
+    if not sg.multi_sets(o):
+        return None
+    return sg.sets_of(o), sg.set_sizes(o, plan), tuple(a in sg.reduced_axes(g) for a in o.axes)
+
+
+def _replay(ctx, w, group, o, info):
+    if info is not None:
+        return encode_ranksets.replay(ctx, w, group, o, *info)
+    return replay_grad_blocks(ctx, w, group, o)
+
+
+def _all_negation(env, stated, kind, infos=None):
     """Some statement cuts one of its axes into two groups or more (the arms of every statement)."""
     cons, arms = [], []
     for i, o in enumerate(stated):
-        side, mine = _cond(env, o)
-        cons += side + fixed_size(env, o)
+        info = infos[i] if infos else None
+        side, mine = _cond(env, o, info)
+        cons += side + fixed_size(env, o, info)
         arms += [(i, o, a, c) for a, c in mine]
     cons.append(z3.Or([c for *_, c in arms]))
 
     def extract(model):
         i, o, a, _ = next(x for x in arms if value_of(model, x[3]))
-        return {**_witness(env, model, o, kind, a), "stmt": i}
+        return {**_witness(env, model, o, kind, a, infos[i] if infos else None), "stmt": i}
 
     return cons, extract
 
@@ -82,7 +100,9 @@ def _pinned_elsewhere(obs: list, step, ctx, plan) -> list:
     sum: the statement describes the axis at S1 + S2 + ... only, so the sizes cannot partition the axis there."""
     stated = [o for g in step.groups for o in sg.grad_partitions(plan, g.group)] + sg.norm_partitions(plan)
     for o in stated:
-        if o is not None and o.verb == sg.SETS and o.axes[0] in ctx.pinned:
+        if o is not None and sg.multi_sets(o):
+            _sets_pinned_axes(o, ctx.pinned, plan)
+        elif o is not None and o.verb == sg.SETS and o.axes[0] in ctx.pinned:
             _sets_pinned(o, ctx.pinned[o.axes[0]])
         if o is None or o.verb != sg.GROUPS or o.axes[0] not in ctx.pinned:
             continue
@@ -105,10 +125,23 @@ def _sets_pinned(o, n: int) -> None:
             f"sets of one reduction partition the axis's ranks (pin {o.axes[0]}={held}, or none)", o.span)])
 
 
-def _cond(env, o):
+def _sets_pinned_axes(o, pinned: dict, plan) -> None:
+    """PL268 where an axis of rank sets over several axes is pinned at another size than the mesh's: the sets
+    number the ranks of the product at the mesh's sizes."""
+    for a, n in zip(o.axes, sg.set_sizes(o, plan)):
+        if a in pinned and pinned[a] != n:
+            raise DiagnosticError([Diagnostic(
+                Code.RANK_SETS_COVER, f"{sg.head(o)}: the sets number the ranks of ({', '.join(o.axes)}) with {a} = "
+                f"{n}, but {a} is pinned at {pinned[a]}; the flattened ranks mean other devices there (pin {a}={n}, "
+                "or none)", o.span)])
+
+
+def _cond(env, o, info=None):
     """E a positive whole number and a named axis cut into two groups or more: n > B (blocks), S >= 2 and
     n >= 2 (strided groups: ranks 0 and 1 apart), n > K (the first K ranks); the axis of the size S1 + S2 + ...
     (consecutive groups, two or more: PL506 leaves no list of one)."""
+    if info is not None:
+        return [], [(o.axes[0], encode_ranksets.arm(env, o, *info))]
     if o.verb in (sg.GROUPS, sg.SETS):
         return [], [(o.axes[0], _two_groups(env, o))]
     b = env.value(o.by)
@@ -127,6 +160,8 @@ def _described(replay, *stated):
     def out(w):
         sizes = w.get("sizes", {})
         for o in stated:
+            if sg.multi_sets(o):  # the axes' sizes on the mesh: encode_ranksets.replay refuses others
+                continue
             want = sum(sg.sizes_of(o)) if o.verb == sg.GROUPS else ranksets.held(sg.sets_of(o)) \
                 if o.verb == sg.SETS else None
             if want is not None and sizes.get(o.axes[0], want) != want:
@@ -135,9 +170,11 @@ def _described(replay, *stated):
     return out
 
 
-def fixed_size(env, o) -> list:
+def fixed_size(env, o, info=None) -> list:
     """A list of sizes or of rank sets describes its axis at the number of ranks it holds only: the axis's size
     there, in every witness (another statement's arm, or the obligation it wraps, included)."""
+    if info is not None:
+        return encode_ranksets.fixed(env, o, info[1])
     if o.verb == sg.GROUPS:
         return [env.size(o.axes[0]) == sum(sg.sizes_of(o))]
     if o.verb == sg.SETS:
@@ -180,9 +217,11 @@ def _two_groups(env, o):
                   _group_index(sizes, ra) != _group_index(sizes, rb))
 
 
-def _witness(env, model, o, kind, a) -> dict:
+def _witness(env, model, o, kind, a, info=None) -> dict:
     w = {"kind": kind, "sizes": env.size_values(model), "axis": a}
-    if o.verb in (sg.GROUPS, sg.SETS):  # the two ranks of different groups the solver chose
+    if info is not None:
+        w["ranks"] = tuple(value_of(model, r) for r in encode_ranksets.ranks_of(env, o))
+    elif o.verb in (sg.GROUPS, sg.SETS):  # the two ranks of different groups the solver chose
         w["ranks"] = tuple(value_of(model, r) for r in _ranks_of(env, o))
     return w
 
@@ -197,18 +236,18 @@ def _whole_blocks(env, o, a):
     return env.size(a) % int(o.by.value) == 0
 
 
-def _wrap(orig, o, name, kind):
+def _wrap(orig, o, name, kind, info=None):
     """The original negation, or a block smaller than a named axis (a witness of ``kind``)."""
     def encode(env):
         cons, extract = orig(env)
         flag = env.sess.bool(name)
-        side, arms = _cond(env, o)
+        side, arms = _cond(env, o, info)
         out = [z3.Implies(z3.Not(flag), z3.And(cons)), z3.Implies(flag, z3.And(side + [z3.Or([c for _, c in arms])]))]
-        out += fixed_size(env, o)  # every witness at the size the statement describes (PL250, PL268 elsewhere)
+        out += fixed_size(env, o, info)  # every witness at the size the statement describes (PL250, PL268 elsewhere)
 
         def ex(model):
             if value_of(model, flag):
-                return _witness(env, model, o, kind, next(a for a, c in arms if value_of(model, c)))
+                return _witness(env, model, o, kind, next(a for a, c in arms if value_of(model, c)), info)
             return extract(model)
 
         return out, ex

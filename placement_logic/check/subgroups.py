@@ -23,9 +23,12 @@ axis"), by its verb (``PARTITION_VERBS``):
   where the axis's size is free the groups fix it to the sum, and a size pinned to another number is PL250
   too (``check.encode_subgroups``);
 * ``reduce_sets ... ranks ([0, 2, 3], [1, 4])`` -- a list of rank sets (``ir.ranksets``), one per
-  ``new_group``, ranks in any order: rank i is in the group of the set holding it. One axis (PL269), the
-  sets a partition of its ranks (PL267 overlap, PL268 a rank missing or past the axis); where the axis's
-  size is free the sets fix it to the number of ranks they hold.
+  ``new_group``, ranks in any order: rank i is in the group of the set holding it. The sets a partition of
+  the axis's ranks (PL267 overlap, PL268 a rank missing or past the axis); where the axis's size is free the
+  sets fix it to the number of ranks they hold. Over several axes (``over (A, B)``, gradients only) the sets
+  list the flattened ranks of the product, row-major, each axis's size a number on the mesh (PL269), and an
+  axis the gradient is not reduced over may be named: every set must be a derived reduction group
+  (``check.encode_ranksets``).
 
 Each applies to ``override grads[g]: VERB over (AXES) by E`` (g's gradient reduction over each axis of
 AXES runs within the groups: ``GI grads[g] blocks``, the groups holding different partial sums) and to
@@ -155,8 +158,12 @@ def sets_of(o: ir.Override) -> tuple[tuple[int, ...], ...]:
 def _rank_sets(o: ir.Override, plan: ir.Plan) -> None:
     """PL269 where rank sets cut no axis or several, PL267/PL268 where they do not partition its ranks (at its
     size on the mesh, else at as many ranks as they hold), PL506 where one set holds the axis."""
-    if len(o.axes or ()) != 1:
-        raise _err(Code.RANK_SETS_AXIS, f"{head(o)}: a list of rank sets cuts one axis; name one", o)
+    if not o.axes or len(set(o.axes)) != len(o.axes):
+        raise _err(Code.RANK_SETS_AXIS, f"{head(o)}: a list of rank sets cuts the ranks of the axes it names, each "
+                   "named once", o)
+    if len(o.axes) > 1:
+        _sets_axes(o, plan)
+        return
     size = next((x.size for x in plan.mesh.axes if x.name == o.axes[0]), None)
     values = tuple(tuple(Fraction(r.value) if isinstance(r, ir.Const) else None for r in s) for s in o.sets or ())
     why = ranksets.problem(head(o), o.sets or (), values, o.axes[0],
@@ -166,6 +173,39 @@ def _rank_sets(o: ir.Override, plan: ir.Plan) -> None:
     if len(values) == 1:
         raise _err(Code.OVERRIDE_NO_EFFECT, f"{head(o)} changes nothing: one set holds every rank of the axis, so the "
                    "reduction is over the whole axis as derived", o)
+
+
+def set_sizes(o: ir.Override, plan: ir.Plan) -> tuple[int, ...] | None:
+    """The sizes of the axes rank sets over several axes name, in the statement's order (None where one is not a
+    whole number on the mesh: PL269)."""
+    sizes = {x.name: x.size for x in plan.mesh.axes}
+    out = tuple(sizes.get(a) for a in o.axes or ())
+    if any(not isinstance(n, ir.Const) or Fraction(n.value).denominator != 1 for n in out):
+        return None
+    return tuple(int(n.value) for n in out)
+
+
+def _sets_axes(o: ir.Override, plan: ir.Plan) -> None:
+    """Rank sets over several axes: each axis's size a number on the mesh (PL269; the flattened rank depends on
+    them), the sets a partition of the product's ranks (PL267, PL268); a statement of the grad norm's reduction
+    names one axis (PL269)."""
+    if o.target == OverrideTarget.CLIP_NORM:
+        raise _err(Code.RANK_SETS_AXIS, f"{head(o)}: the grad norm's groups are rank sets over one axis; rank sets "
+                   "over several axes state a gradient reduction's process groups", o)
+    sizes = set_sizes(o, plan)
+    if sizes is None:
+        raise _err(Code.RANK_SETS_AXIS, f"{head(o)}: rank sets over several axes number the ranks of their product "
+                   "row-major, so each axis's size is a number on the mesh", o)
+    values = tuple(tuple(Fraction(r.value) if isinstance(r, ir.Const) else None for r in s) for s in o.sets or ())
+    why = ranksets.problem(head(o), o.sets or (), values, f"({', '.join(o.axes)}) flattened",
+                           Fraction(ranksets.prod(sizes)))
+    if why is not None:
+        raise _err(why[0], why[1], o)
+
+
+def multi_sets(o: ir.Override) -> bool:
+    """Whether ``o`` is a list of rank sets over several axes (the flattened ranks of their product)."""
+    return o.verb == SETS and len(o.axes or ()) > 1
 
 
 def _group_sizes(o: ir.Override, plan: ir.Plan) -> None:
@@ -251,12 +291,19 @@ def check_override(plan: ir.Plan, groups) -> None:
         if o.verb not in PARTITION_VERBS or o.target not in (OverrideTarget.GRADS, OverrideTarget.CLIP_NORM):
             continue
         _axes_once(o)
+        if multi_sets(o) and o.target == OverrideTarget.CLIP_NORM:
+            _sets_axes(o, plan)  # PL269: the grad norm's groups are rank sets over one axis
         if o.target == OverrideTarget.GRADS:
             named = [g for g in groups if o.group in (None, "all", g.group)]
             for g in named:
                 if o not in grad_partitions(plan, g.group):
                     continue
                 missing = next((a for a in o.axes if a not in reduced_axes(g)), None)
+                if multi_sets(o) and missing is not None and any(a in reduced_axes(g) for a in o.axes):
+                    continue  # the sets name the groups of the axes reduced over, each within its unreduced coordinates
+                if multi_sets(o) and len(o.sets or ()) == 1:
+                    raise _err(Code.OVERRIDE_NO_EFFECT, f"{head(o)} changes nothing: one set holds every rank of the "
+                               "axes, so the reduction is over the whole of them as derived", o)
                 if missing is not None:
                     raise _err(Code.BLOCKS_UNREDUCED_AXIS, f"{head(o)}: the {g.group} gradient is not reduced over "
                                f"{missing} (its reductions: ({', '.join(reduced_axes(g))})), so there is no reduction "

@@ -49,11 +49,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from fractions import Fraction
+from itertools import product
 
 from .. import hardware as hw
 from .. import ir
 from . import groups as pg
-from . import views
+from . import ranksets, views
 from .buffers import Collective, Kind, Phase, grads_group, link_of
 from .nodes import Const, Op, State, Sym, Value
 from .overrides import OverrideTarget, OverrideVerb
@@ -156,11 +157,16 @@ def groups_link(plan: ir.Plan, axis: str, sizes: tuple[int, ...],
     return INTRA
 
 
-def _cut_axis(plan: ir.Plan, a: str, o: ir.Override | None) -> tuple[Value, str | None]:
+def _cut_axis(plan: ir.Plan, a: str, o: ir.Override | None,
+              along: tuple[str, ...] = ()) -> tuple[Value, str | None]:
     """The ranks of axis ``a`` in its group under ``o`` (the largest group, which the step waits for), and the
-    link it crosses; the whole axis where no statement cuts it."""
+    link it crosses; the whole axis where no statement cuts it. Rank sets over several axes: the largest set on
+    the first of their axes in ``along`` (the collective's), 1 on the others."""
     if o is None:
         return Sym(a), plan.mesh.axis(a).link
+    if o.verb == SETS and len(o.axes or ()) > 1:
+        first = next(x for x in along if x in o.axes)
+        return ir.const(max(map(len, _sets(o))) if a == first else 1), sets_link(plan, o)
     if o.verb == GROUPS:
         return ir.const(max(_sizes(o))), groups_link(plan, a, _sizes(o))
     if o.verb == SETS:
@@ -169,12 +175,49 @@ def _cut_axis(plan: ir.Plan, a: str, o: ir.Override | None) -> tuple[Value, str 
     return _block_size(o.by, plan.mesh.axis(a), o.verb), link
 
 
+def sets_link(plan: ir.Plan, o: ir.Override) -> str | None:
+    """The link class of rank sets over several axes (flattened row-major): ``intra_node`` where, for every
+    coordinate of the other axes, each set's devices lie inside one node of the catalogue device; else the most
+    remote link of the axes some set spans (its members differ there)."""
+    axes, sets = tuple(o.axes or ()), _sets(o)
+    sizes = {a: plan.mesh.axis(a).size for a in plan.mesh.names}
+    if not all(isinstance(sizes[a], Const) for a in axes):  # refused by check.subgroups (PL269)
+        links = {plan.mesh.axis(a).link for a in axes} - {None}
+        return INTER if INTER in links else next(iter(sorted(links)), None)
+    own = tuple(int(sizes[a].value) for a in axes)
+    spans = [a for k, a in enumerate(axes) if any(len({ranksets.coords(r, own)[k] for r in s}) > 1 for s in sets)]
+    links = {plan.mesh.axis(a).link for a in spans} - {None}
+    far = INTER if INTER in links else next(iter(sorted(links)), None)
+    h = plan.mesh.hardware
+    dev = hw.device(h.device) if h is not None else None
+    if far != INTER or dev is None or not all(isinstance(n, Const) for n in sizes.values()):
+        return far
+    shape = [int(n.value) for n in sizes.values()]
+    others = [a for a in plan.mesh.names if a not in axes]
+    if ranksets.prod(sizes[a].value for a in others) > 4096:
+        return far
+    for rest in product(*[range(int(sizes[a].value)) for a in others]):
+        at = dict(zip(others, rest))
+        for s in sets:
+            nodes = set()
+            for r in s:
+                at.update(zip(axes, ranksets.coords(r, own)))
+                flat = 0
+                for a, n in zip(plan.mesh.names, shape):
+                    flat = flat * n + at[a]
+                nodes.add(flat // dev.per_node)
+            if len(nodes) > 1:
+                return far
+    return INTRA
+
+
 def _blocked(plan: ir.Plan, c: Collective, stated: tuple[ir.Override, ...]) -> Collective:
-    """``c`` run within the groups the statements cut the axes they name into (each axis by its own)."""
+    """``c`` run within the groups the statements cut the axes they name into (each axis by its own); rank sets
+    over several axes priced once, on the first of their axes the collective runs over, by the largest set."""
     by_axis = {a: o for o in stated for a in o.axes or () if a in c.axes}
     if not by_axis:
         return c
-    cuts = [_cut_axis(plan, a, by_axis.get(a)) for a in c.axes]
+    cuts = [_cut_axis(plan, a, by_axis.get(a), c.axes) for a in c.axes]
     factors: list[Value] = [f for f, _ in cuts]
     links = [x for _, x in cuts]
     size = factors[0] if len(factors) == 1 else Op("*", tuple(factors))

@@ -60,3 +60,37 @@ def problem(head: str, exprs: tuple[tuple[Value, ...], ...], values: tuple[tuple
                                       f"one reduction partition the axis (a rank that reduces alone is a set of its "
                                       f"own, [{missing[0]}])")
     return None
+
+
+def coords(flat: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """The coordinates of group rank ``flat`` over axes of ``sizes``, row-major (the first axis most significant,
+    as torch's DeviceMesh flattens: ``mesh.flatten()`` of a (dp, tp) mesh numbers (d, t) as d * n_tp + t)."""
+    out = []
+    for n in reversed(sizes):
+        out.append(flat % n)
+        flat //= n
+    return tuple(reversed(out))
+
+
+def derived_groups(sizes: tuple[int, ...], reduced: tuple[bool, ...]) -> tuple[frozenset[int], ...]:
+    """The reduction groups of the derived step over axes of ``sizes`` flattened row-major: the group ranks sharing
+    their coordinates on every axis the reduction does not run over (one group where it runs over every axis)."""
+    out: dict[tuple[int, ...], set[int]] = {}
+    for r in range(prod(sizes)):
+        c = coords(r, sizes)
+        out.setdefault(tuple(x for x, red in zip(c, reduced) if not red), set()).add(r)
+    return tuple(frozenset(s) for s in out.values())
+
+
+def wrong_set(sets: tuple[tuple[int, ...], ...], sizes: tuple[int, ...],
+              reduced: tuple[bool, ...]) -> int | None:
+    """The index of the first set that is not exactly a reduction group of the derived step, None where each is."""
+    groups = set(derived_groups(sizes, reduced))
+    return next((j for j, s in enumerate(sets) if frozenset(s) not in groups), None)
+
+
+def prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= int(x)
+    return out

@@ -39,8 +39,9 @@ NOT_MODELLED = {
                      "consecutive ranks, strided groups of stride S, the first K ranks only (override grads[g] / "
                      "clip_norm: reduce_blocks / reduce_strided / reduce_first over (AXES) by E), consecutive groups "
                      "of unequal sizes (reduce_groups over (AXIS) by (S1, S2, ...)), the groups of a list of rank sets "
-                     "(reduce_sets over (AXIS) ranks ([R, ...], ...)); a group across two axes' ranks other than "
-                     "their product is out of scope",
+                     "(reduce_sets over (AXIS) ranks ([R, ...], ...)), or of the flattened ranks of several axes "
+                     "(reduce_sets over (A, B) ranks ([R, ...], ...)); any other group across two axes' ranks is out "
+                     "of scope",
     "rank": "every device of an axis runs the same step; of the operations on some of its ranks only these are "
             "modelled: a group's part of the grad norm on rank 0 or on any set of ranks of one axis or of the group "
             "over several (override clip_norm[g]: rank0_only over (AXES), count_on_ranks over (AXES) ranks (R1, ...)), "

@@ -1027,6 +1027,18 @@ mutant("clip_sets_zero2", "zero2",
        "reduce_sets over (dp) ranks ([0, 3, 5], [1, 2, 4, 6, 7])`): each set's norm misses the other's shards.",
        ["override clip_norm: reduce_sets over (dp) ranks ([0, 3, 5], [1, 2, 4, 6, 7])"], ["SC clip_norm"],
        mirrors=RANK_SETS)
+# rank sets over several axes (check.encode_ranksets): the flattened ranks of (dp, tp), row-major; every set must
+# be a derived reduction group (the dense gradient's: one tensor shard on every dp rank)
+TP_GROUPS = ", ".join("[" + ", ".join(str(8 * d + t) for t in range(8)) + "]" for d in range(8))
+DP_GROUPS = ", ".join("[" + ", ".join(str(8 * d + t) for d in range(8)) + "]" for t in range(8))
+SETS_AXES = ("data parallel groups listed by hand over a data x model parallel grid (facebookresearch/fairscale#1189, "
+             "laekov/fastmoe#106)")
+mutant("grads_sets_axes_tp", "tp",
+       "the dense gradient all-reduced within the tensor parallel groups listed as the data parallel ones (`grads"
+       "[dense]: reduce_sets over (dp, tp) ranks ([0 .. 7], [8 .. 15], ...)`): each set sums the eight shards of "
+       "one replica and never meets another replica.", [f"override grads[dense]: reduce_sets over (dp, tp) ranks "
+                                                        f"({TP_GROUPS})"], ["GI grads[dense] blocks"],
+       mirrors=SETS_AXES)
 mutant("update_divide_except_last_pp", "1f1b",
        "every pipeline stage but the last dividing its gradient by the microbatches again (`grads: "
        "divide_except_last over (pp) by 4`).", ["override grads: divide_except_last over (pp) by 4"],
@@ -2131,6 +2143,12 @@ def write(outdir: Path) -> None:
             old.unlink()
     for rel, text in files().items():
         (outdir / rel).write_text(text)
+
+
+with_base("sets_axes_dp_groups_tp", "tp", "the dense gradient's data parallel groups listed by hand over the "
+          "flattened (dp, tp) ranks, one tensor shard on every dp rank ([0, 8, ..., 56], [1, 9, ..., 57], ...): "
+          "exactly the derived reduction groups.",
+          [f"override grads[dense]: reduce_sets over (dp, tp) ranks ({DP_GROUPS})"])
 
 
 if __name__ == "__main__":
