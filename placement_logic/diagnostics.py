@@ -209,6 +209,9 @@ CODES: dict[str, tuple[str, str]] = {
               "or heads[forward] / heads[backward] / heads: repeat / split)."),
     "PL277": ("heads-no-ulysses", "A head split (override heads[...]) in a plan whose context region states no Ulysses "
               "all-to-all (override activations[context]: all_to_all over (...)), or whose head counts are not numbers."),
+    # documents whose real length is not a multiple of 2c (check.encode_cpshort)
+    "PL286": ("layout-short-mixed", "A layout of documents not padded to 2c (pad_to_chunks, truncate_to_chunks, "
+              "cut_unequal) beside another layout than zigzag_per_document."),
     # usage: PL3xx
     "PL301": ("bad-set", "A --set option that is not NAME=NUMBER or names nothing in the spec."),
     "PL302": ("unknown-plan", "A --plan option that names no plan in the spec."),
@@ -354,6 +357,7 @@ class Code(StrEnum):
     CAPACITY_PADDING_NEVER_DROPS = "PL274"
     HEADS_RULE_GROUP = "PL276"
     HEADS_NO_ULYSSES = "PL277"
+    LAYOUT_SHORT_MIXED = "PL286"
     BAD_SET = "PL301"
     UNKNOWN_PLAN = "PL302"
     SWEEP_TOO_LARGE = "PL310"

@@ -31,6 +31,8 @@ from __future__ import annotations
 from fractions import Fraction
 from itertools import product
 
+import simulator_cpshort
+
 from placement_logic import ir
 
 ITEMS = ("inputs", "labels", "loss_mask", "position_ids", "causal_mask")
@@ -114,6 +116,8 @@ def layout_violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
     ctx = [a for a in names if plan.role(a) is ir.Role.CONTEXT]
     if not ctx:
         return set()
+    if simulator_cpshort.uses(plan):  # documents whose real length is not a multiple of 2c
+        return simulator_cpshort.violations(plan, sizes)
     lay = _layouts(plan)
     c = 1
     for a in ctx:

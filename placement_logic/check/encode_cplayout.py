@@ -49,6 +49,7 @@ from ..ir.overrides import LAYOUT_ITEMS, OverrideTarget, OverrideVerb
 from ..solver.session import value_of
 from . import cplayout_ptrr as ptrr
 from . import encode_cplayout_packs as packs
+from . import encode_cpshort as cpshort
 from .report import Counterexample
 
 INPUTS = LAYOUT_ITEMS[0]
@@ -100,6 +101,8 @@ def model(plan, context: tuple[str, ...]) -> LayoutModel | None:
 def obligations(lm: LayoutModel | None, ctx, plan_span: Span, obligation) -> list:
     if lm is None:
         return []
+    if cpshort.applies(lm):  # documents whose real length is not a multiple of 2c
+        return cpshort.obligations(lm, ctx, plan_span, obligation)
     from .rules import GRADIENT_INTEGRITY
 
     out = []

@@ -181,10 +181,14 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     # rank-major; zigzag_document_major: those chunks listed document-major and cut into c contiguous shards
     # (PyTorch's per-document head-tail balancer before pytorch#189902); zigzag_per_document_unpadded: the
     # per-document cut at the real (unpadded) document boundaries, the padding one dummy sequence at the end;
-    # ptrr: the order PyTorch's processing-time round-robin balancer computes from the mask (check/cplayout_ptrr.py)
+    # ptrr: the order PyTorch's processing-time round-robin balancer computes from the mask (check/cplayout_ptrr.py);
+    # documents whose real length is not a multiple of 2c (check/encode_cpshort.py): pad_to_chunks: each padded to a
+    # multiple of 2c and cut per document (derived); truncate_to_chunks: that cut, each rank taking its first
+    # floor(L/c) slots as real; cut_unequal: the unpadded document cut into 2c chunks of ceil(L/2c), the last short
     "layout": {"zigzag": (False, False), "contiguous": (False, False), "zigzag_per_document": (False, False),
                "zigzag_document_major": (False, False), "zigzag_per_document_unpadded": (False, False),
-               "ptrr": (False, False)},
+               "ptrr": (False, False), "pad_to_chunks": (False, False), "truncate_to_chunks": (False, False),
+               "cut_unequal": (False, False)},
     # the MoE dispatch's capacity step (check/encode_capacity.py): masks_padding: each router call's real tokens
     # only, every expert keeping its top C = ⌈capacity_factor·k·N/E⌉ of them by router score (as derived);
     # counts_padding: the padded positions routed too, taking slots by score, and N counting them
@@ -328,6 +332,9 @@ class OverrideVerb(StrEnum):
     ZIGZAG_DOCUMENT_MAJOR = "zigzag_document_major"
     ZIGZAG_PER_DOCUMENT_UNPADDED = "zigzag_per_document_unpadded"
     PTRR = "ptrr"
+    PAD_TO_CHUNKS = "pad_to_chunks"
+    TRUNCATE_TO_CHUNKS = "truncate_to_chunks"
+    CUT_UNEQUAL = "cut_unequal"
     CONTIGUOUS = "contiguous"
     MASKS_PADDING = "masks_padding"
     COUNTS_PADDING = "counts_padding"

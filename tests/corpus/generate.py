@@ -2025,6 +2025,21 @@ with_base("cp_document_major_everywhere", "cp", "PyTorch's document-major per-do
           "block mask alike: imbalanced, the single-device step.", ["override layout: zigzag_document_major"])
 with_base("cp_unpadded_everywhere", "4d", "every per-token tensor and the causal mask cut at the unpadded boundaries "
           "alike.", ["override layout: zigzag_per_document_unpadded"])
+SHORT = "documents whose real length is not a multiple of 2c (NVIDIA/TransformerEngine#1929, #3331; ISEEKYAN/mbridge#158)"
+for name, b, lines, expect, what in [
+    ("cp_short_mask_truncated", "cp", ["override layout: pad_to_chunks", "override layout[causal_mask]: truncate_to_chunks"],
+     ["GI layout[causal_mask]"], "documents padded to a multiple of 2c, the attention given each valid length divided by c."),
+    ("cp_short_truncated_everywhere", "4d", ["override layout: truncate_to_chunks"],
+     ["GI layout[loss_mask]", "GI layout[causal_mask]"], "every valid length divided by c: real tokens dropped."),
+    ("cp_short_unequal_positions_padded", "cp", ["override layout: cut_unequal",
+                                                 "override layout[position_ids]: pad_to_chunks"],
+     ["GI layout[position_ids]"], "the unpadded tokens cut into unequal chunks, the position ids on the padded cut."),
+]:
+    mutant(name, b, what, lines, expect, mirrors=SHORT)
+with_base("cp_short_padded_everywhere", "cp", "every document padded to a multiple of 2c and cut per document, every "
+          "per-token tensor alike.", ["override layout: pad_to_chunks"])
+with_base("cp_short_unequal_everywhere", "4d", "the unpadded tokens cut into unequal chunks, every per-token tensor "
+          "and the causal mask alike (imbalanced, the single-device step).", ["override layout: cut_unequal"])
 PTRR = "PyTorch's processing-time round-robin balancer computed from the mask, beside a head-tail one (pytorch/pytorch#163617)"
 for name, b, lines, expect, what in [
     ("cp_ptrr_labels_head_tail", "cp", ["override layout: ptrr", "override layout[labels]: zigzag"],
