@@ -278,6 +278,96 @@ def _ignored_terms(plan: ir.Plan, count: dict, rng: random.Random) -> dict:
 IGNORED_TERM = Fraction(10 ** 6)
 
 
+def _clamped(plan: ir.Plan) -> bool:
+    """Whether each microbatch's local count is clamped to >= 1 before it is summed and reduced: a piece may
+    then hold no token."""
+    return bool(_overrides(plan, "tokens", "clamp_before_reduce", None))
+
+
+def _draw_counts(plan: ir.Plan, tokens: list[str], sizes: dict[str, int], rng: random.Random) -> dict:
+    """The token count of each piece ((token coordinates, microbatch)): varying only along the token axes and
+    microbatches, all one drawn value where the plan states equal counts; the step holds a token."""
+    equal = bool(_overrides(plan, "tokens", "equal", None))
+    clamp = _clamped(plan)
+    count: dict = {}
+    c0 = rng.randint(1, 3)
+    for tc in product(*[range(sizes[a]) for a in tokens]):
+        for mu in range(sizes[MB]):
+            count[(tc, mu)] = c0 if equal else rng.randint(0 if clamp else 1, 3)
+    if not any(count.values()):  # the step holds a token
+        count[next(iter(count))] = 1
+    return count
+
+
+def _divisor(plan: ir.Plan, group: str, sizes: dict[str, int], bindings: dict, loss: str, tokens: list[str]):
+    """What the accumulated gradient is divided by: the group's ``grads: divide``, else the loss's (the token
+    ranks for a per-device mean, and the microbatches too for a per-microbatch one), else 1."""
+    div_o = _last_for(plan, "grads", "divide", group)
+    if div_o is not None:
+        return _value(div_o.by, sizes, plan, bindings)
+    if loss == "per_device_mean":
+        return _prod(sizes[a] for a in tokens)
+    if loss == "per_microbatch_mean":
+        return _prod(sizes[a] for a in tokens) * sizes[MB]
+    return Fraction(1)
+
+
+def _accumulated(plan: ir.Plan, group: str, bufs: list[dict], devices: list, sizes: dict[str, int], bindings: dict,
+                 loss: str, tokens: list[str]) -> tuple[dict, Fraction] | None:
+    """(each device's gradient accumulated over the microbatches' reduced buffers, its divisor); None where the
+    step's microbatches are not whole rounds of the nested schedule the plan states."""
+    m = sizes[MB]
+    acc_o = _last_for(plan, "grads", "no_accumulation_buffer", group)
+    final = ({d: sum((b[d] for b in bufs), Fraction(0)) for d in devices} if acc_o is None else dict(bufs[-1]))
+    # nested accumulation: the step's m microbatches as m / M rounds of a pipeline schedule of M
+    nest = _overrides(plan, "accumulation", None, None)
+    if not nest:
+        return final, _divisor(plan, group, sizes, bindings, loss, tokens)
+    per_round = _value(nest[-1].by, sizes, plan, bindings)
+    if per_round.denominator != 1 or m % int(per_round):
+        return None
+    ranks = _prod(sizes[a] for a in tokens)
+    if nest[-1].verb == "rescaled_every_round":
+        M = int(per_round)
+        rounds = m // M
+        final = {d: Fraction(0) for d in devices}
+        for r in range(rounds):  # add this round's microbatches (each loss / rounds), then scale the buffer
+            final = {d: final[d] + sum((bufs[r * M + j][d] for j in range(M)), Fraction(0)) / rounds for d in devices}
+            final = {d: v / M for d, v in final.items()}
+        return final, ranks
+    if nest[-1].verb == "outer_undivided":
+        return final, ranks * per_round  # the schedule divides by M; the rounds are summed
+    if nest[-1].verb == "inner_undivided":
+        return final, ranks * Fraction(m) / per_round  # the microbatches summed; / the rounds
+    return final, _divisor(plan, group, sizes, bindings, loss, tokens)
+
+
+def _routed(dev: tuple, complete: list[str], pos: dict[str, int], n: dict[str, int]) -> list[tuple]:
+    """The devices whose tokens reach ``dev``'s element: ``dev`` with its coordinate on each complete axis
+    replaced by every rank of that axis (a routed expert receives tokens from every rank of its axis)."""
+    out = []
+    for extra in product(*[range(n[a]) for a in complete]):
+        src = list(dev)
+        for a, c in zip(complete, extra):
+            src[pos[a]] = c
+        out.append(tuple(src))
+    return out
+
+
+def _reduced(plan: ir.Plan, bufs: list[dict], k: Counter, pos: dict[str, int], joint, n: dict[str, int]) -> list[dict]:
+    """Each microbatch's buffers after the plan's all-reduces of the group's gradient, axis by axis: k[a] over the
+    axis, then one over each group of n/K consecutive ranks holding one kv head (of the axis, or of the joint
+    index) where the schedule reduces over the copies."""
+    import simulator_kvproduct as kvp
+
+    for a in pos:
+        for _ in range(k[a]):
+            bufs = [_allreduce(b, pos[a]) for b in bufs]
+        bufs = kvp.reduce_copies(bufs, a, k, pos, joint, n, lambda b, a=a: _allreduce_copies(
+            b, pos[a], n[a] // int(plan.model.transformer.kv_heads.value)))
+    return bufs
+
+
 def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, bindings: dict) -> bool:
     axes = list(plan.mesh.names)
     n = {a: sizes[a] for a in axes}
@@ -293,21 +383,12 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
     tokens = token_axes(plan)
     devices = list(product(*[range(n[a]) for a in axes]))
     pos = {a: i for i, a in enumerate(axes)}
-    equal = bool(_overrides(plan, "tokens", "equal", None))
-    # each microbatch's local count clamped to >= 1 before it is summed and reduced: a piece may then hold no token
-    clamp = bool(_overrides(plan, "tokens", "clamp_before_reduce", None))
+    clamp = _clamped(plan)
     # ε added to each microbatch's local count before it is summed and reduced; single-device training adds it once
     eps_o = _overrides(plan, "tokens", "eps_before_reduce", None)
     eps = _value(eps_o[-1].by, sizes, plan, bindings) if eps_o else Fraction(0)
 
-    # token counts: vary only along token axes and microbatches
-    count: dict = {}
-    c0 = rng.randint(1, 3)
-    for tc in product(*[range(n[a]) for a in tokens]):
-        for mu in range(m):
-            count[(tc, mu)] = c0 if equal else rng.randint(0 if clamp else 1, 3)
-    if not any(count.values()):  # the step holds a token
-        count[next(iter(count))] = 1
+    count = _draw_counts(plan, tokens, sizes, rng)
     ignored = _ignored(plan, count, rng)
     terms = _ignored_terms(plan, count, rng)
 
@@ -348,11 +429,8 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
     complete_axes = [a for a in axes if types[a] == COMPLETE]
     for dev in devices:
         for mu in range(m):
-            for extra in product(*[range(n[a]) for a in complete_axes]):
-                src = list(dev)
-                for a, c in zip(complete_axes, extra):
-                    src[pos[a]] = c
-                draw((elem(dev), tuple(src[pos[a]] for a in src_axes), mu), tuple(src))
+            for src in _routed(dev, complete_axes, pos, n):
+                draw((elem(dev), tuple(src[pos[a]] for a in src_axes), mu), src)
 
     # loss weights
     loss_o = _overrides(plan, "loss", None, None)  # loss[TERM]: a loss term's path (term_ok)
@@ -381,51 +459,16 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
     # local gradient of each device and microbatch (buffer position: the element it holds)
     def local(dev, mu) -> Fraction:
         out = Fraction(0)
-        complete = [a for a in axes if types[a] == COMPLETE]
-        for extra in product(*[range(n[a]) for a in complete]):
-            src = list(dev)
-            for a, c in zip(complete, extra):
-                src[pos[a]] = c  # tokens routed from that rank to this rank's expert
-            src = tuple(src)
+        for src in _routed(dev, complete_axes, pos, n):  # tokens routed from that rank to this rank's expert
             key = (elem(dev), tuple(src[pos[a]] for a in src_axes), mu)
             out += (contrib[key] + added.get(key, 0)) / normaliser(src, mu)
         return out
 
-    bufs = [{dev: local(dev, mu) for dev in devices} for mu in range(m)]
-    for a in axes:
-        for _ in range(k[a]):
-            bufs = [_allreduce(b, pos[a]) for b in bufs]
-        # over each group of n/K consecutive ranks holding one kv head (of the axis, or of the joint index)
-        bufs = kvp.reduce_copies(bufs, a, k, pos, joint, n, lambda b, a=a: _allreduce_copies(
-            b, pos[a], n[a] // int(plan.model.transformer.kv_heads.value)))
-    acc_o = _last_for(plan, "grads", "no_accumulation_buffer", group)
-    final = ({d: sum((b[d] for b in bufs), Fraction(0)) for d in devices} if acc_o is None else dict(bufs[-1]))
-    div_o = _last_for(plan, "grads", "divide", group)
-    # nested accumulation: the step's m microbatches as m / M rounds of a pipeline schedule of M
-    nest = _overrides(plan, "accumulation", None, None)
-    per_round = _value(nest[-1].by, sizes, plan, bindings) if nest else None
-    if nest and (per_round.denominator != 1 or m % int(per_round)):
+    bufs = _reduced(plan, [{dev: local(dev, mu) for dev in devices} for mu in range(m)], k, pos, joint, n)
+    accumulated = _accumulated(plan, group, bufs, devices, sizes, bindings, loss, tokens)
+    if accumulated is None:
         return True  # no such configuration: the microbatches are not whole rounds
-    if nest and nest[-1].verb == "rescaled_every_round":
-        M = int(per_round)
-        rounds = m // M
-        final = {d: Fraction(0) for d in devices}
-        for r in range(rounds):  # add this round's microbatches (each loss / rounds), then scale the buffer
-            final = {d: final[d] + sum((bufs[r * M + j][d] for j in range(M)), Fraction(0)) / rounds for d in devices}
-            final = {d: v / M for d, v in final.items()}
-        div = _prod(n[a] for a in tokens)
-    elif nest and nest[-1].verb == "outer_undivided":
-        div = _prod(n[a] for a in tokens) * per_round  # the schedule divides by M; the rounds are summed
-    elif nest and nest[-1].verb == "inner_undivided":
-        div = _prod(n[a] for a in tokens) * Fraction(m) / per_round  # the microbatches summed; / the rounds
-    elif div_o is not None:
-        div = _value(div_o.by, sizes, plan, bindings)
-    elif loss == "per_device_mean":
-        div = _prod(n[a] for a in tokens)
-    elif loss == "per_microbatch_mean":
-        div = _prod(n[a] for a in tokens) * m
-    else:
-        div = Fraction(1)
+    final, div = accumulated
     if div == 0:
         return False
     # reference: Σ s / T per element, each true contribution once
@@ -571,6 +614,37 @@ def _exact_root(v: Fraction) -> Fraction:
     return Fraction(n, m)
 
 
+def _dedupe_axes(plan: ir.Plan, g: str, written: bool, g_axes: list[str]) -> set[str]:
+    """The axes of the duplicate filter (semantics.md, "Global reductions"): the derived reduction counts a
+    replicated group's copies on one rank of each axis it sums over; a written reduction is a plain sum,
+    filtered only over the axes a dedupe override states."""
+    if not written:
+        return set(g_axes)
+    stated = _last_for(plan, "clip_norm", "dedupe", g)
+    return set(stated.axes or ()) if stated is not None else set()
+
+
+def _norm_reduced(part: dict, g_axes: list[str], how: str, blocks: dict, pos: dict[str, int],
+                  sizes: dict[str, int]) -> dict:
+    """A group's per-device norm values after its reduction over each of ``g_axes`` in turn: a sum, an average
+    or a max, over the whole axis or over blocks of its ranks (simulator_subgroups)."""
+    import simulator_subgroups
+
+    for a in g_axes:
+        if a in blocks:  # a reduction over blocks of the axis's ranks (simulator_subgroups)
+            part = simulator_subgroups.block_reduce(part, pos[a], blocks[a], "max" if how == "max" else "sum")
+            if how == "average":
+                part = {d: v / simulator_subgroups.block_len(d[pos[a]], blocks[a], sizes[a])
+                        for d, v in part.items()}
+        elif how == "max":
+            part = _allmax(part, pos[a])
+        else:
+            part = _allreduce(part, pos[a])
+            if how == "average":
+                part = {d: v / sizes[a] for d, v in part.items()}
+    return part
+
+
 def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bindings: dict | None = None) -> set:
     out = set()
     axes = list(plan.mesh.names)
@@ -621,14 +695,7 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bi
         how = stated[-1].verb if stated else "reduce"  # reduce (a sum), average or max, over each axis
         root = any(o.group in (None, "all", g) for o in roots)
         g_axes = list(own[-1].axes or ()) if own else default_axes
-        # the duplicate filter (semantics.md, "Global reductions"): the derived reduction counts a
-        # replicated group's copies on one rank of each axis it sums over; a written reduction is a
-        # plain sum, filtered only over the axes a dedupe override states
-        if own or plan_clip:
-            stated = _last_for(plan, "clip_norm", "dedupe", g)
-            filtered = set(stated.axes or ()) if stated is not None else set()
-        else:
-            filtered = set(g_axes)
+        filtered = _dedupe_axes(plan, g, bool(own or plan_clip), g_axes)
         r0 = _last_for(plan, "clip_norm", "rank0_only", g)
         rank0 = set(r0.axes or ()) if r0 is not None else set()
         import simulator_rankset  # a count on a set of one axis's ranks: those ranks, not the filter, count g there
@@ -644,18 +711,7 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bi
             part[d] = q[(g, s)] * _twice(plan, g, sizes) if counted else Fraction(0)
         if root:  # each rank's norm, not its square
             part = {d: _exact_root(v) for d, v in part.items()}
-        for a in g_axes:
-            if a in blocks:  # a reduction over blocks of the axis's ranks (simulator_subgroups)
-                part = simulator_subgroups.block_reduce(part, pos[a], blocks[a], "max" if how == "max" else "sum")
-                if how == "average":
-                    part = {d: v / simulator_subgroups.block_len(d[pos[a]], blocks[a], sizes[a])
-                            for d, v in part.items()}
-            elif how == "max":
-                part = _allmax(part, pos[a])
-            else:
-                part = _allreduce(part, pos[a])
-                if how == "average":
-                    part = {d: v / sizes[a] for d, v in part.items()}
+        part = _norm_reduced(part, g_axes, how, blocks, pos, sizes)
         for d in devices:
             total[d] += part[d] ** 2 if root else part[d]
     eps_o = _overrides(plan, "clip_norm", "eps_before_reduce")
