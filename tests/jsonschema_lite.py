@@ -60,24 +60,38 @@ def errors(instance, schema: dict, root: dict | None = None, path: str = "$") ->
         if all(results):
             out.append(f"{path}: matches none of anyOf: " + "; ".join(r[0] for r in results))
     if isinstance(instance, dict):
-        props = schema.get("properties", {})
-        for key in schema.get("required", ()):
-            if key not in instance:
-                out.append(f"{path}: missing required key {key!r}")
-        extra = schema.get("additionalProperties", True)
-        for key, value in instance.items():
-            if key in props:
-                out += errors(value, props[key], root, f"{path}.{key}")
-            elif extra is False:
-                out.append(f"{path}: unexpected key {key!r}")
-            elif isinstance(extra, dict):
-                out += errors(value, extra, root, f"{path}.{key}")
+        out += _object_errors(instance, schema, root, path)
     if isinstance(instance, list):
-        if "minItems" in schema and len(instance) < schema["minItems"]:
-            out.append(f"{path}: fewer than {schema['minItems']} items")
-        if "items" in schema:
-            for i, value in enumerate(instance):
-                out += errors(value, schema["items"], root, f"{path}[{i}]")
+        out += _array_errors(instance, schema, root, path)
+    return out
+
+
+def _object_errors(instance: dict, schema: dict, root: dict, path: str) -> list[str]:
+    """The violations of an object's keywords: its required keys, then each key's value in order."""
+    out: list[str] = []
+    props = schema.get("properties", {})
+    for key in schema.get("required", ()):
+        if key not in instance:
+            out.append(f"{path}: missing required key {key!r}")
+    extra = schema.get("additionalProperties", True)
+    for key, value in instance.items():
+        if key in props:
+            out += errors(value, props[key], root, f"{path}.{key}")
+        elif extra is False:
+            out.append(f"{path}: unexpected key {key!r}")
+        elif isinstance(extra, dict):
+            out += errors(value, extra, root, f"{path}.{key}")
+    return out
+
+
+def _array_errors(instance: list, schema: dict, root: dict, path: str) -> list[str]:
+    """The violations of an array's keywords: its length, then each item in order."""
+    out: list[str] = []
+    if "minItems" in schema and len(instance) < schema["minItems"]:
+        out.append(f"{path}: fewer than {schema['minItems']} items")
+    if "items" in schema:
+        for i, value in enumerate(instance):
+            out += errors(value, schema["items"], root, f"{path}[{i}]")
     return out
 
 

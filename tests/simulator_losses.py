@@ -30,6 +30,19 @@ from placement_logic import ir
 TERM_GROUPS = {"aux": ("router",), "z": ("router",), "mtp": ("embedding", "dense")}  # docs/semantics.md
 
 
+def _divisor(plan: ir.Plan, mine: list, path: str, sizes: dict[str, int], tokens: list[str], bindings: dict):
+    """What the term's summed gradient is divided by: its own ``loss[term]: divide``, else the path's
+    (the token ranks for a per-device mean, and the microbatches too for a per-microbatch one), else 1."""
+    div_o = [o for o in mine if o.target == "loss" and o.verb == "divide"]
+    if div_o:
+        return _value(div_o[-1].by, sizes, plan, bindings)
+    if path == "per_device_mean":
+        return _prod(sizes[a] for a in tokens)
+    if path == "per_microbatch_mean":
+        return _prod(sizes[a] for a in tokens) * sizes[MB]
+    return Fraction(1)
+
+
 def term_ok(plan: ir.Plan, term: str, group: str, sizes: dict[str, int], rng: random.Random, bindings: dict) -> bool:
     """One step of a loss term's contributions to ``group`` (docs/semantics.md, "Loss terms"): the
     group's reductions as the placements give them (no override), the term's path from its own
@@ -106,15 +119,7 @@ def term_ok(plan: ir.Plan, term: str, group: str, sizes: dict[str, int], rng: ra
         for _ in range(k[a]):
             bufs = [_allreduce(b, pos[a]) for b in bufs]
     final = {d: sum((b[d] for b in bufs), Fraction(0)) for d in devices}
-    div_o = [o for o in mine if o.target == "loss" and o.verb == "divide"]
-    if div_o:
-        div = _value(div_o[-1].by, sizes, plan, bindings)
-    elif path == "per_device_mean":
-        div = _prod(n[a] for a in tokens)
-    elif path == "per_microbatch_mean":
-        div = _prod(n[a] for a in tokens) * m
-    else:
-        div = Fraction(1)
+    div = _divisor(plan, mine, path, sizes, tokens, bindings)
     ref: dict = {}
     for (e, _, _), s in contrib.items():
         ref[e] = ref.get(e, Fraction(0)) + s

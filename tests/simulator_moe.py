@@ -84,6 +84,19 @@ def _passes(axes: tuple[str, ...]) -> list[tuple[str, ...]]:
     return [tuple(p) for p in out]
 
 
+def _a2a(idx: dict[str, int], axes, bufs: dict) -> dict:
+    """One all-to-all pass over ``axes``: each rank's block c goes to the rank whose coordinates on the axes
+    are c's, into the slot of the sender's coordinates there."""
+    out: dict = {d: {} for d in bufs}
+    for d, buf in bufs.items():
+        for c, v in buf.items():
+            dest, slot = list(d), list(c)
+            for a in axes:
+                dest[idx[a]], slot[idx[a]] = c[idx[a]], d[idx[a]]
+            out[tuple(dest)][tuple(slot)] = v
+    return out
+
+
 def violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
     names = plan.mesh.names
     held, tok = layout(plan)
@@ -116,16 +129,6 @@ def violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
     def peers(d: tuple, axes) -> list[tuple]:
         return [d2 for d2 in devices if all(d2[i] == d[i] for i, a in enumerate(names) if a not in axes)]
 
-    def a2a(axes, bufs):
-        out: dict = {d: {} for d in bufs}
-        for d, buf in bufs.items():
-            for c, v in buf.items():
-                dest, slot = list(d), list(c)
-                for a in axes:
-                    dest[idx[a]], slot[idx[a]] = c[idx[a]], d[idx[a]]
-                out[tuple(dest)][tuple(slot)] = v
-        return out
-
     def expert(bufs):
         # all-gather over the shard axes with own tokens: keyed by (origin, block)
         def origin(p: tuple) -> tuple:
@@ -156,11 +159,11 @@ def violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
         bufs = x
         stated = _stated_axes(plan, target, order[0])
         for axes in _passes(derived if stated is None else stated):
-            bufs = a2a(axes, bufs)
+            bufs = _a2a(idx, axes, bufs)
         bufs = expert(bufs)
         stated = _stated_axes(plan, target, order[1])
         for axes in _passes(derived if stated is None else stated):
-            bufs = a2a(axes, bufs)
+            bufs = _a2a(idx, axes, bufs)
         if any(bufs[d][c] != x[d][c] * full(number(c, ex), number(d, layer)) for d in devices for c in devices):
             found.add((tag, "experts"))
     return found

@@ -52,6 +52,22 @@ def _is_enum(node: ast.ClassDef) -> bool:
     return any("Enum" in ast.unparse(b) for b in node.bases)
 
 
+def _call_sites(node: ast.Call, keep) -> None:
+    """A call's sites, each handed to ``keep``: each literal argument beside its callee (a record built, or a
+    list appended to), each keyword's value beside its name, each key of a dict literal read by ``.get``."""
+    literal = [a for a in node.args if any(True for _ in _strings(a))]
+    callee = ast.unparse(node.func) if literal else ""
+    for a in literal:
+        keep(node.lineno, ["new " + callee.split(".")[-1], "call " + callee], a)
+    for k in node.keywords:
+        if k.arg is not None:
+            keep(node.lineno, [k.arg], k.value)
+    if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Dict) \
+            and node.func.attr == "get" and node.args:
+        for key in node.func.value.keys:
+            keep(node.lineno, [node.args[0]], key)
+
+
 def _sites(tree: ast.AST):
     """(line, the source texts that say which field the literal stands for, the literal expression) for each
     place a string literal stands beside a field: a comparison's other sides, an assignment's targets, a
@@ -76,17 +92,7 @@ def _sites(tree: ast.AST):
             if node.value is not None:
                 keep(node.lineno, node.targets if isinstance(node, ast.Assign) else [node.target], node.value)
         elif isinstance(node, ast.Call):
-            literal = [a for a in node.args if any(True for _ in _strings(a))]
-            callee = ast.unparse(node.func) if literal else ""
-            for a in literal:
-                keep(node.lineno, ["new " + callee.split(".")[-1], "call " + callee], a)
-            for k in node.keywords:
-                if k.arg is not None:
-                    keep(node.lineno, [k.arg], k.value)
-            if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Dict) \
-                    and node.func.attr == "get" and node.args:
-                for key in node.func.value.keys:
-                    keep(node.lineno, [node.args[0]], key)
+            _call_sites(node, keep)
         elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Dict):
             for key in node.value.keys:
                 keep(node.lineno, [node.slice], key)
