@@ -81,6 +81,12 @@ def scale_override(plan: ir.Plan) -> ir.Override | None:
                  and o.verb == OverrideVerb.LOCAL), None)
 
 
+def growth_override(plan: ir.Plan) -> ir.Override | None:
+    """``loss_scale: growth_local over (AXES)``: the scaler's counters read the rank's own flag (check.scalerstate)."""
+    return next((o for o in reversed(plan.overrides) if o.target == OverrideTarget.LOSS_SCALE
+                 and o.verb == OverrideVerb.GROWTH_LOCAL), None)
+
+
 def overflow_axes(plan: ir.Plan, groups) -> tuple[str, ...]:
     o = next((x for x in reversed(plan.overrides) if x.target == OverrideTarget.OVERFLOW
               and x.verb == OverrideVerb.REDUCE), None)
@@ -115,8 +121,9 @@ def check_override(plan: ir.Plan, groups) -> None:
         if not axes:
             raise _err(f"{head(o)} changes nothing: the norm is reduced over no axis, so each rank's norm holds its "
                        "epsilon once, as single-device training's does", o)
-    o = scale_override(plan)
-    if o is not None:
+    for o in (scale_override(plan), growth_override(plan)):
+        if o is None:
+            continue
         if o.group is not None:
             raise _err(f"{head(o)} changes nothing for the group alone: the loss scale is one value per rank; state it "
                        "without a group", o)

@@ -109,8 +109,9 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     },
     "dropout_seed": {"vary": (True, False), "same": (False, False)},
     "overflow": {"reduce": (True, False)},  # overflow flag all-reduced over these axes
-    # the dynamic loss scale updated from each rank's own found-inf flag over these axes (check.rankupdate)
-    "loss_scale": {"local": (True, False)},
+    # the dynamic loss scale updated from each rank's own found-inf flag over these axes (check.rankupdate); the
+    # scaler's counters (growth tracker, hysteresis) updated from it, the scales parting steps later (check.scalerstate)
+    "loss_scale": {"local": (True, False), "growth_local": (True, False)},
     "params": {
         "no_regather": (False, False),  # sharded optimizer step, no re-gather of params
         "gather": (True, False),  # S* state gathered over these axes
@@ -266,6 +267,7 @@ class OverrideVerb(StrEnum):
     REDUCE_GROUPS = "reduce_groups"
     REDUCE_SETS = "reduce_sets"
     LOCAL = "local"
+    GROWTH_LOCAL = "growth_local"
     PER_DEVICE_MEAN = "per_device_mean"
     PER_MICROBATCH_MEAN = "per_microbatch_mean"
     GLOBAL_MEAN = "global_mean"
