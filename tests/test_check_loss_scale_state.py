@@ -110,3 +110,39 @@ def test_the_refutation_names_the_root_cause(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "refuted SC loss_scale_state" in out and "root cause: SC loss_scale_state" in out, out
     assert "from its own found-inf flag over (dp)" in out
+
+
+MODES = ("R,R,R,R", "R,S,S,R", "S*,S,S,R")
+
+
+def _random_plans(n: int):
+    """Plans of two axes (data or tensor roles, ZeRO modes on data axes) with ``growth_local`` over a
+    random non-empty subset and, at random, the overflow flag reduced over a random subset."""
+    rng = random.Random(2024)
+    out = []
+    while len(out) < n:
+        roles = [rng.choice(["data", "tensor"]) for _ in range(2)]
+        axes = {f"a{i}": (r, rng.choice(MODES) if r == "data" else "S,S,S,S") for i, r in enumerate(roles)}
+        names = list(axes)
+        named = tuple(x for x in names if rng.random() < 0.6) or (names[0],)
+        ovs = [ov("loss_scale", GROW, None, named)]
+        if rng.random() < 0.4:
+            ovs.append(ov("overflow", "reduce", None, tuple(x for x in names if rng.random() < 0.7)))
+        out.append((axes, tuple(ovs)))
+    return out
+
+
+@pytest.mark.parametrize("axes,overrides", _random_plans(16), ids=[str(i) for i in range(16)])
+def test_random_plans_agree_with_the_simulator(axes, overrides):
+    from placement_logic.diagnostics import Code, DiagnosticError
+
+    spec, p = plan("p", axes, overrides=overrides)
+    try:
+        report = check_plan(SESSION, spec, p, {})
+    except DiagnosticError as e:  # a named axis no group is sharded on, or one the flag is not reduced over
+        assert all(d.code == Code.OVERRIDE_NO_EFFECT for d in e.diagnostics)
+        pytest.skip("PL506: the statement changes nothing")
+    ob = next(o for o in report.obligations if o.name == NAME)
+    found = any(simulator_scaler.violations(p, dict(zip(p.mesh.names, sizes)), random.Random(seed))
+                for sizes in product((1, 2, 3), repeat=2) for seed in range(8))
+    assert (ob.verdict is Verdict.REFUTED) is found, (axes, overrides, ob.verdict)

@@ -1092,6 +1092,17 @@ mutant("loss_scale_local_zero2", "zero2",
 mutant("loss_scale_local_pp", "zero2_pp",
        "the loss scale updated from each pipeline stage's own found-inf flag (`loss_scale: local over (pp)`).",
        ["override loss_scale: local over (pp)"], ["SC loss_scale"], mirrors=SCALERS)
+mutant("loss_scale_growth_local_zero2", "zero2",
+       "the loss scaler's growth tracker and hysteresis counter updated from each dp rank's own found-inf flag under "
+       "ZeRO-2, the step skipped on the reduced flag (`loss_scale: growth_local over (dp)`): the scales part on a later "
+       "step.", ["override loss_scale: growth_local over (dp)"], ["SC loss_scale_state"])
+mutant("loss_scale_growth_local_pp", "zero2_pp",
+       "each pipeline stage's scaler counters updated from its own found-inf flag (`loss_scale: growth_local over "
+       "(pp)`).", ["override loss_scale: growth_local over (pp)"], ["SC loss_scale_state"], mirrors=SCALERS)
+mutant("loss_scale_growth_local_tp", "tp",
+       "each tensor rank's scaler counters updated from the found-inf flag of its own weight slices (`loss_scale: "
+       "growth_local over (tp)`, facebookresearch/fairseq2#1374).", ["override loss_scale: growth_local over (tp)"],
+       ["SC loss_scale_state"])
 
 # nested accumulation: rounds of a pipeline schedule inside an outer gradient accumulation
 RESCALED = "a pipeline schedule rescaling the accumulated buffer every run (pytorch/torchtitan#1733)"
@@ -1367,6 +1378,9 @@ for name, b, lines, why in [
      "the overflow flag is or-reduced, and an or is idempotent: a second reduction changes nothing."),
     ("overflow_replicated_hsdp", "hsdp", ["override overflow: reduce over (nodes, gpus)"],
      "or-reducing the overflow flag over the replicated axis too changes nothing."),
+    ("overflow_world_zero2_pp", "zero2_pp", ["override overflow: reduce over (dp, pp)"],
+     "the found-inf flag the loss scaler reads reduced over every axis a gradient is sharded on, as derived: every "
+     "rank's scale, growth tracker and hysteresis counter follow single-device training's."),
     ("divide_by_one_ddp", "ddp", ["override grads: divide by 1"], "dividing the global token mean by 1."),
     ("dropout_vary_data_tp", "tp", ["override dropout_seed: vary over (dp)"],
      "dropout seeds are constrained only along the tensor axis; data replicas see different samples anyway."),
