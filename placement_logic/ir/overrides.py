@@ -112,6 +112,10 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     # the dynamic loss scale updated from each rank's own found-inf flag over these axes (check.rankupdate); the
     # scaler's counters (growth tracker, hysteresis) updated from it, the scales parting steps later (check.scalerstate)
     "loss_scale": {"local": (True, False), "growth_local": (True, False)},
+    # the fp8 amax (delayed scaling's amax history) of a group's layers not all-reduced over these axes: each rank
+    # scales its fp8 casts from its own maximum (local); or all-reduced over exactly these axes (reduce: the
+    # fp8_group) (check.amax)
+    "amax": {"local": (True, False), "reduce": (True, False)},
     "params": {
         "no_regather": (False, False),  # sharded optimizer step, no re-gather of params
         "gather": (True, False),  # S* state gathered over these axes
@@ -225,6 +229,7 @@ class OverrideTarget(StrEnum):
     DROPOUT_SEED = "dropout_seed"
     OVERFLOW = "overflow"
     LOSS_SCALE = "loss_scale"
+    AMAX = "amax"
     PARAMS = "params"
     OPTIMIZER = "optimizer"
     RNG = "rng"
