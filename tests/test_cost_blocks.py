@@ -154,13 +154,15 @@ def test_the_first_k_ranks_are_a_block_of_k_inside_a_node():
 
 # the statements that move no bytes: each file's costs equal those of the file without the statement
 NO_BYTES = re.compile(r"^\s*override (grads(\[\w+\])?: (bucket_order|divide_except_last|divide_last_only|"
-                      r"divide_rank0_only|clip_rank0_only)|loss_scale: local|clip_norm: (eps_before_reduce|"
+                      r"divide_rank0_only|clip_rank0_only)|loss_scale: (local|growth_local)|amax(\[\w+\])?: (local|reduce)|clip_norm: (eps_before_reduce|"
                       r"reduce_blocks|reduce_strided|reduce_first)|clip_norm(\[\w+\])?: count_on_ranks)\b.*$", re.M)
 FILES = ["tests/corpus/mutants/buckets_ddp.place", "tests/corpus/mutants/buckets_hsdp_nodes.place",
          "tests/corpus/mutants/update_divide_except_last_pp.place",
          "tests/corpus/mutants/update_divide_last_only_pp.place", "tests/corpus/mutants/update_clip_rank0_ddp.place",
          "tests/corpus/mutants/update_divide_rank0_tp.place", "tests/corpus/mutants/loss_scale_local_zero2.place",
-         "tests/corpus/mutants/loss_scale_local_pp.place", "tests/corpus/mutants/clip_eps_tp.place",
+         "tests/corpus/mutants/loss_scale_local_pp.place", "examples/bugs/mimo_scaler_counters_distributed_optimizer.place",
+         "examples/bugs/te_sp_amax_not_reduced_over_tp.place", "examples/safe/te_fp8_group_world.place",
+         "tests/corpus/mutants/clip_eps_tp.place",
          "tests/corpus/mutants/clip_blocks_zero2.place", "examples/bugs/moe_expert_norm_in_mp_blocks.place",
          "tests/corpus/mutants/clip_strided_zero2.place", "tests/corpus/mutants/clip_first_zero2.place",
          "examples/bugs/grad_norm_in_first_shard_group.place", "examples/bugs/tied_embedding_counted_first_and_last.place",

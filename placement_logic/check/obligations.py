@@ -248,6 +248,12 @@ def _extended(obs: list[Obligation], step: steps.StepModel, ctx, plan) -> list[O
     from .encode_rankupdate import extend  # a clip or a divisor on rank 0 only, the loss scale, ε on the norm
 
     obs = extend(obs, step, ctx, plan, Obligation)
+    from . import encode_scalerstate  # the loss scaler's counters read from each rank's own flag
+
+    obs = encode_scalerstate.extend(obs, step, ctx, plan, Obligation)
+    from . import encode_amax  # the fp8 amax read from each rank's own maximum
+
+    obs = encode_amax.extend(obs, step, ctx, plan, Obligation)
     from . import encode_subgroups  # a reduction over blocks of an axis's ranks
 
     obs = encode_subgroups.extend(obs, step, ctx, plan, Obligation)

@@ -30,7 +30,7 @@ from __future__ import annotations
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir.overrides import OverrideTarget, OverrideVerb
-from . import clipagg, rankcount, rankset
+from . import amax, clipagg, rankcount, rankset
 from .clipagg import plan_norm  # noqa: F401 - read by encode_rankupdate as ru.plan_norm
 from .subgroups import SUBSET_VERBS
 
@@ -81,6 +81,12 @@ def scale_override(plan: ir.Plan) -> ir.Override | None:
                  and o.verb == OverrideVerb.LOCAL), None)
 
 
+def growth_override(plan: ir.Plan) -> ir.Override | None:
+    """``loss_scale: growth_local over (AXES)``: the scaler's counters read the rank's own flag (check.scalerstate)."""
+    return next((o for o in reversed(plan.overrides) if o.target == OverrideTarget.LOSS_SCALE
+                 and o.verb == OverrideVerb.GROWTH_LOCAL), None)
+
+
 def overflow_axes(plan: ir.Plan, groups) -> tuple[str, ...]:
     o = next((x for x in reversed(plan.overrides) if x.target == OverrideTarget.OVERFLOW
               and x.verb == OverrideVerb.REDUCE), None)
@@ -99,6 +105,7 @@ def check_override(plan: ir.Plan, groups) -> None:
     """PL506 where a statement changes nothing (PL191, PL192: check.rankset)."""
     rankset.check_override(plan)
     rankcount.check_override(plan)
+    amax.check_override(plan, groups, plan.sequence_parallel or bool(plan.axes_with_role(ir.Role.SEQUENCE)))
     for o in plan.overrides:
         if o.target == OverrideTarget.GRADS and o.verb in RANK0_VERBS:
             _check_axes(o)
@@ -115,8 +122,9 @@ def check_override(plan: ir.Plan, groups) -> None:
         if not axes:
             raise _err(f"{head(o)} changes nothing: the norm is reduced over no axis, so each rank's norm holds its "
                        "epsilon once, as single-device training's does", o)
-    o = scale_override(plan)
-    if o is not None:
+    for o in (scale_override(plan), growth_override(plan)):
+        if o is None:
+            continue
         if o.group is not None:
             raise _err(f"{head(o)} changes nothing for the group alone: the loss scale is one value per rank; state it "
                        "without a group", o)

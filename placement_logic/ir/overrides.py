@@ -109,8 +109,13 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     },
     "dropout_seed": {"vary": (True, False), "same": (False, False)},
     "overflow": {"reduce": (True, False)},  # overflow flag all-reduced over these axes
-    # the dynamic loss scale updated from each rank's own found-inf flag over these axes (check.rankupdate)
-    "loss_scale": {"local": (True, False)},
+    # the dynamic loss scale updated from each rank's own found-inf flag over these axes (check.rankupdate); the
+    # scaler's counters (growth tracker, hysteresis) updated from it, the scales parting steps later (check.scalerstate)
+    "loss_scale": {"local": (True, False), "growth_local": (True, False)},
+    # the fp8 amax (delayed scaling's amax history) of a group's layers not all-reduced over these axes: each rank
+    # scales its fp8 casts from its own maximum (local); or all-reduced over exactly these axes (reduce: the
+    # fp8_group) (check.amax)
+    "amax": {"local": (True, False), "reduce": (True, False)},
     "params": {
         "no_regather": (False, False),  # sharded optimizer step, no re-gather of params
         "gather": (True, False),  # S* state gathered over these axes
@@ -228,6 +233,7 @@ class OverrideTarget(StrEnum):
     DROPOUT_SEED = "dropout_seed"
     OVERFLOW = "overflow"
     LOSS_SCALE = "loss_scale"
+    AMAX = "amax"
     PARAMS = "params"
     OPTIMIZER = "optimizer"
     RNG = "rng"
@@ -270,6 +276,7 @@ class OverrideVerb(StrEnum):
     REDUCE_GROUPS = "reduce_groups"
     REDUCE_SETS = "reduce_sets"
     LOCAL = "local"
+    GROWTH_LOCAL = "growth_local"
     PER_DEVICE_MEAN = "per_device_mean"
     PER_MICROBATCH_MEAN = "per_microbatch_mean"
     GLOBAL_MEAN = "global_mean"

@@ -1104,6 +1104,29 @@ mutant("loss_scale_local_zero2", "zero2",
 mutant("loss_scale_local_pp", "zero2_pp",
        "the loss scale updated from each pipeline stage's own found-inf flag (`loss_scale: local over (pp)`).",
        ["override loss_scale: local over (pp)"], ["SC loss_scale"], mirrors=SCALERS)
+mutant("loss_scale_growth_local_zero2", "zero2",
+       "the loss scaler's growth tracker and hysteresis counter updated from each dp rank's own found-inf flag under "
+       "ZeRO-2, the step skipped on the reduced flag (`loss_scale: growth_local over (dp)`): the scales part on a later "
+       "step.", ["override loss_scale: growth_local over (dp)"], ["SC loss_scale_state"])
+mutant("loss_scale_growth_local_pp", "zero2_pp",
+       "each pipeline stage's scaler counters updated from its own found-inf flag (`loss_scale: growth_local over "
+       "(pp)`).", ["override loss_scale: growth_local over (pp)"], ["SC loss_scale_state"], mirrors=SCALERS)
+AMAX_SP = "the fp8 amax reduction skipped under sequence parallelism (NVIDIA/TransformerEngine#74)"
+mutant("amax_local_sp", "sp",
+       "the fp8 amax not all-reduced over the tensor group under sequence parallelism (`amax: local over (tp)`): "
+       "each rank casts its sequence slice with its own scale before the fp8 all-gather.",
+       ["override amax: local over (tp)"], ["SC amax"], mirrors=AMAX_SP)
+mutant("amax_reduced_over_dp_only_tp", "tp",
+       "the fp8 amax all-reduced over the data group only (`amax: reduce over (dp)`, fp8_group the data-parallel "
+       "group, NVIDIA/TransformerEngine#656): the tensor ranks' weight slices cast with different scales.",
+       ["override amax: reduce over (dp)"], ["SC amax"])
+mutant("amax_local_dp", "ddp",
+       "the fp8 amax of the dense layers kept per data rank (`amax[dense]: local over (dp)`): each replica casts its "
+       "own tokens with its own scale.", ["override amax[dense]: local over (dp)"], ["SC amax[dense]"])
+mutant("loss_scale_growth_local_tp", "tp",
+       "each tensor rank's scaler counters updated from the found-inf flag of its own weight slices (`loss_scale: "
+       "growth_local over (tp)`, facebookresearch/fairseq2#1374).", ["override loss_scale: growth_local over (tp)"],
+       ["SC loss_scale_state"])
 
 # nested accumulation: rounds of a pipeline schedule inside an outer gradient accumulation
 RESCALED = "a pipeline schedule rescaling the accumulated buffer every run (pytorch/torchtitan#1733)"
@@ -1379,6 +1402,12 @@ for name, b, lines, why in [
      "the overflow flag is or-reduced, and an or is idempotent: a second reduction changes nothing."),
     ("overflow_replicated_hsdp", "hsdp", ["override overflow: reduce over (nodes, gpus)"],
      "or-reducing the overflow flag over the replicated axis too changes nothing."),
+    ("amax_world_tp", "tp", ["override amax: reduce over (dp, tp)"],
+     "the fp8 amax all-reduced over the data and tensor groups, every axis whose ranks hold different pieces: the "
+     "derived reduction restated."),
+    ("overflow_world_zero2_pp", "zero2_pp", ["override overflow: reduce over (dp, pp)"],
+     "the found-inf flag the loss scaler reads reduced over every axis a gradient is sharded on, as derived: every "
+     "rank's scale, growth tracker and hysteresis counter follow single-device training's."),
     ("divide_by_one_ddp", "ddp", ["override grads: divide by 1"], "dividing the global token mean by 1."),
     ("dropout_vary_data_tp", "tp", ["override dropout_seed: vary over (dp)"],
      "dropout seeds are constrained only along the tensor axis; data replicas see different samples anyway."),

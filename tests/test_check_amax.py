@@ -1,0 +1,126 @@
+"""The fp8 amax read from each rank's own maximum (check.amax: ``amax[g]: local over (AXES)``): the
+checker's verdicts on ``SC amax`` against the independent simulator (tests/simulator_amax.py) and
+hand-derived answers, the replayed scales recomputed by hand, located input errors and fmt."""
+
+from __future__ import annotations
+
+import random
+from itertools import product
+
+import pytest
+import simulator_amax
+from irkit import ov, plan
+
+from placement_logic.check.run import check_plan
+from placement_logic.cli import main
+from placement_logic.diagnostics import Code, DiagnosticError
+from placement_logic.frontend.canonical import format_source
+from placement_logic.outcome import Verdict
+from placement_logic.solver.session import Session
+
+SESSION = Session(timeout=20)
+DDP_TP = {"dp": ("data", "R,R,R,R"), "tp": ("tensor", "S,S,S,S")}
+DDP_PP = {"dp": ("data", "R,R,R,R"), "pp": ("pipeline", "S,S,S,S")}
+DDP_TPR = {"dp": ("data", "R,R,R,R"), "tp": ("tensor", "R,R,R,R")}
+
+# (axes, sp, overrides, pinned, the obligation, hand-derived: does it hold). By hand: over a data axis the
+# ranks hold different tokens, over a tensor axis different weight slices (or, sequence-parallel, different
+# token slices); two such ranks see different maxima, so their scales 448 / amax differ unless the axis has
+# one rank.
+CASES = [
+    (DDP_TP, False, (ov("amax", "local", None, ("tp",)),), {}, "SC amax", False),
+    (DDP_TP, False, (ov("amax", "local", None, ("tp",)),), {"tp": 1}, "SC amax", True),
+    (DDP_TP, False, (ov("amax", "local", None, ("dp",)),), {}, "SC amax", False),
+    (DDP_TP, True, (ov("amax", "local", "dense", ("dp", "tp")),), {"dp": 1}, "SC amax[dense]", False),
+    (DDP_TP, False, (ov("amax", "local", None, ("dp",)),), {"dp": 1}, "SC amax", True),
+    (DDP_PP, False, (ov("amax", "local", None, ("dp",)),), {}, "SC amax", False),
+    (DDP_TPR, True, (ov("amax", "local", None, ("tp",)),), {}, "SC amax", False),  # replicated weights, SP slices
+    # the reduction's own axes (the fp8_group): the data axis alone leaves the tensor slices apart
+    (DDP_TP, False, (ov("amax", "reduce", None, ("dp",)),), {}, "SC amax", False),
+    (DDP_TP, False, (ov("amax", "reduce", None, ("dp", "tp")),), {}, "SC amax", True),
+    (DDP_TPR, False, (ov("amax", "reduce", None, ("dp",)),), {}, "SC amax", True),  # whole weights, no SP
+    (DDP_PP, False, (ov("amax", "reduce", None, ()),), {"dp": 1}, "SC amax", True),
+]
+
+
+def _key(name: str, p) -> set:
+    return {("amax", g) for g in ([name[len("SC amax["):-1]] if "[" in name else ["dense"])}
+
+
+@pytest.mark.parametrize("axes,sp,overrides,pinned,name,ok", CASES, ids=[str(i) for i in range(len(CASES))])
+def test_agrees_with_the_simulator_and_by_hand(axes, sp, overrides, pinned, name, ok):
+    spec, p = plan("p", axes, sp=sp, overrides=overrides)
+    ob = next(o for o in check_plan(SESSION, spec, p, pinned).obligations if o.name == name)
+    assert ob.verdict is (Verdict.PROVED if ok else Verdict.REFUTED), (ob.verdict, ob.reason)
+    names = p.mesh.names
+    found = False
+    for sizes in product((1, 2, 3), repeat=len(names)):
+        at = dict(zip(names, sizes))
+        if any(at[k] != v for k, v in pinned.items()):
+            continue
+        for seed in range(6):
+            found |= bool(simulator_amax.violations(p, at, random.Random(seed)) & _key(name, p))
+    assert found is (not ok)
+
+
+def test_the_replayed_scales():
+    """amax 2 on rank A, 1 on rank B: 448 / 2 = 224 and 448 / 1 = 448; the global amax 2 gives 224, and B's
+    element 1 cast with 448 and read back with 1/224 is 2."""
+    spec, p = plan("p", DDP_TP, sp=True, overrides=(ov("amax", "local", None, ("tp",)),))
+    cex = next(o for o in check_plan(SESSION, spec, p, {}).obligations if o.name == "SC amax").counterexample
+    assert "224 on (dp=0, tp=0) and 448 on (dp=0, tp=1)" in cex.equation, cex.equation
+    assert "uses 224 on every piece" in cex.equation
+    assert "becomes 2;" in cex.notes[0], cex.notes
+
+
+def _random_plans(n: int):
+    rng = random.Random(7)
+    out = []
+    while len(out) < n:
+        roles = [rng.choice(["data", "tensor", "pipeline", "context"]) for _ in range(2)]
+        axes = {f"a{i}": (r, rng.choice(["S,S,S,S", "R,R,R,R"]) if r == "tensor" else
+                          "S,S,S,S" if r == "pipeline" else "R,R,R,R") for i, r in enumerate(roles)}
+        named = tuple(a for a in axes if rng.random() < 0.6) or (next(iter(axes)),)
+        verb = rng.choice(["local", "reduce"])
+        out.append((axes, rng.random() < 0.3, (ov("amax", verb, None, named),)))
+    return out
+
+
+@pytest.mark.parametrize("axes,sp,overrides", _random_plans(20), ids=[str(i) for i in range(20)])
+def test_random_plans_agree_with_the_simulator(axes, sp, overrides):
+    spec, p = plan("p", axes, sp=sp, overrides=overrides)
+    try:
+        report = check_plan(SESSION, spec, p, {})
+    except DiagnosticError as e:
+        assert all(d.code == Code.OVERRIDE_NO_EFFECT for d in e.diagnostics)
+        pytest.skip("PL506: the statement changes nothing")
+    ob = next(o for o in report.obligations if o.name == "SC amax")
+    found = any(simulator_amax.violations(p, dict(zip(p.mesh.names, s)), random.Random(seed))
+                for s in product((1, 2, 3), repeat=2) for seed in range(6))
+    assert (ob.verdict is Verdict.REFUTED) is found, (axes, sp, overrides, ob.verdict)
+
+
+def _place(body: str) -> str:
+    return ("from std.data import ddp\nfrom std.tensor import megatron_tp\nfrom std.pipeline import one_f_one_b\n"
+            "model { params = 1e9 }\nmesh {\n  dp = 2\n  tp = 2\n  pp = 2\n}\n"
+            f"plan p {{\n  dp: ddp\n  tp: megatron_tp\n  pp: one_f_one_b\n  {body}\n}}\n")
+
+
+@pytest.mark.parametrize("body,words", [
+    ("override amax: local over (pp)", "each pipeline stage holds its own layers"),
+    ("override amax: local over (tp, tp)", "the second time it names tp"),
+    ("override amax[nope]: local over (tp)", "unknown parameter group"),
+])
+def test_statements_that_change_nothing_are_located(tmp_path, capsys, body, words):
+    f = tmp_path / "a.place"
+    f.write_text(_place(body))
+    assert main(["check", str(f)]) == 2
+    err = capsys.readouterr().err
+    line = f.read_text().splitlines().index("  " + body) + 1
+    assert f"{f}:{line}:3: error:" in err and words in err, err
+
+
+def test_fmt_round_trips_the_statement():
+    out = format_source(_place("override  amax[dense] :local over(dp,tp)"))
+    assert "  override amax[dense]: local over (dp, tp)\n" in out, out
+    assert format_source(out) == out
