@@ -141,6 +141,16 @@ def plans(draw):
         hs.builds(lambda t, g, a, s: ov(t, "reduce_sets", g if t == "grads" else None, (a,), sets=s),
                   hs.sampled_from(["grads", "clip_norm"]), group, hs.sampled_from(names),
                   hs.sampled_from([((1,), (0,)), ((0, 2), (1,)), ((2,), (1, 0)), ((0,), (2,), (1,))])),
+        # a reduction run in blocks, strided or on the first ranks, and a divisor on all but the last rank (or
+        # on it alone): so that two of them, or one beside another statement, meet in one plan
+        hs.builds(lambda t, g, v, a, x: ov(t, v, g if t == "grads" else None, a, x),
+                  hs.sampled_from(["grads", "clip_norm"]), group,
+                  hs.sampled_from(["reduce_blocks", "reduce_strided", "reduce_first"]),
+                  hs.lists(hs.sampled_from(names), min_size=1, max_size=2, unique=True).map(tuple),
+                  hs.sampled_from([ir.Const(Fraction(1)), ir.Const(Fraction(2)), ir.Sym("a")])),
+        hs.builds(lambda g, v, a, x: ov("grads", v, g, (a,), x), group,
+                  hs.sampled_from(["divide_except_last", "divide_last_only"]), hs.sampled_from(names),
+                  hs.sampled_from([ir.Const(Fraction(2)), ir.Sym("a")])),
     )
     overrides = tuple(draw(hs.lists(candidates, max_size=2)))
     return plan("p", axes, sp=sp, overrides=overrides)
