@@ -4,9 +4,10 @@ terms) without the checker's code (it imports nothing from ``placement_logic.che
 ``placement_logic.ir.actflow``; the mesh and the stated overrides are read with the activation
 simulator's helpers).
 
-Every device holds, per token of its samples (two tokens, its samples named by its coordinates on
+Every device holds, per token of its samples (four tokens, its samples named by its coordinates on
 the non-tensor axes), the integer logits of its vocabulary block (two words per tensor rank) and the
-token's target. The loss per token is
+token's target. The tokens' logits differ enough that the blocks' maxima differ already on a mesh of
+one sample (with two tokens every block of sample 0 had the same max, so a per-rank max passed there). The loss per token is
 
     (1 - α)·(lse - z_target) + α·(lse - Σ_w z_w / V) + β·lse²,  lse = log Σ_w 2^(z_w) (base 2),
 
@@ -47,7 +48,7 @@ def violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
         return set()  # the output layer is whole on every rank: no vocabulary-parallel cross entropy
     stated = {k for k, _ in plan.model.ce_terms}
     n = mesh.tp(mesh.devices[0])[1]
-    seq, per = 2, 2
+    seq, per = 4, 2
     V = per * n
     tensor = tuple(mesh.tensor)
 

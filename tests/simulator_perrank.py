@@ -7,8 +7,8 @@ says it applies on that device (a clip coefficient min(1, max_norm / norm) or a 
 on rank 0 of the named axes only), against single-device training, which applies them to every
 element: ``("update", group)`` where some device's update differs. ``scale_violations``: each
 device's found-inf flag (its shards' flags, all-reduced over the overflow axes but the ones the
-loss scale reads locally), the scale halved where it is set, against the scale single-device
-training reaches: ``("loss_scale",)``. ``eps_part``: ε on every device, through the plan's norm
+loss scale reads locally; random flags and each shard's overflow alone), the scale halved where
+it is set, against the scale single-device training reaches: ``("loss_scale",)``. ``eps_part``: ε on every device, through the plan's norm
 reduction (a sum, an average or a max over its axes, an axis twice when stated twice).
 """
 
@@ -82,17 +82,23 @@ def scale_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random) -
     ovf = _overrides(plan, "overflow", "reduce")
     reduced = list(ovf[-1].axes or ()) if ovf else [a for a in axes if any(a in shard[g] for g in groups)]
     read = [a for a in reduced if a not in (local[-1].axes or ())]
-    flags = {(g, s): rng.random() < 0.3 for g in groups for s in product(*[range(sizes[a]) for a in shard[g]])}
-    buf = {d: any(flags[(g, tuple(d[pos[a]] for a in shard[g]))] for g in groups) for d in devices}
-    for a in read:
-        seen: dict = {}
-        for d, v in buf.items():
-            key = d[:pos[a]] + d[pos[a] + 1:]
-            seen[key] = seen.get(key, False) or v
-        buf = {d: seen[d[:pos[a]] + d[pos[a] + 1:]] for d in buf}
+    shards = [(g, s) for g in groups for s in product(*[range(sizes[a]) for a in shard[g]])]
+    # random flags, and every single shard's overflow alone (a random draw often sets a replicated group's
+    # flag, which every device sees, and then misses a shard seen by one rank only)
+    tries = [{k: rng.random() < 0.3 for k in shards}] + [{k: k == one for k in shards} for one in shards]
     start = 2 ** 16
-    single = start // 2 if any(flags.values()) else start
-    return {("loss_scale",)} if any((start // 2 if v else start) != single for v in buf.values()) else set()
+    for flags in tries:
+        buf = {d: any(flags[(g, tuple(d[pos[a]] for a in shard[g]))] for g in groups) for d in devices}
+        for a in read:
+            seen: dict = {}
+            for d, v in buf.items():
+                key = d[:pos[a]] + d[pos[a] + 1:]
+                seen[key] = seen.get(key, False) or v
+            buf = {d: seen[d[:pos[a]] + d[pos[a] + 1:]] for d in buf}
+        single = start // 2 if any(flags.values()) else start
+        if any((start // 2 if v else start) != single for v in buf.values()):
+            return {("loss_scale",)}
+    return set()
 
 
 def eps_part(plan: ir.Plan, sizes: dict[str, int], o: ir.Override, plan_axes: list[str], how: str,

@@ -17,7 +17,8 @@ from fractions import Fraction
 
 import pytest
 import simulator_auxstats as sim
-from test_aux_stats import _collectives, _cost_refused, _simulated, spec_text, stats
+from test_aux_stats import _collectives, _cost_refused, spec_text, stats
+from test_aux_stats_split import simulated as _simulated
 
 from placement_logic.check.run import check_spec
 from placement_logic.diagnostics import DiagnosticError
@@ -55,6 +56,10 @@ CASES = {
     "pad_micro": ("per_microbatch", PAD, False),
     "pad_global": ("global_batch", stats("stats_per_step", ALL) + PAD, False),
     "pad_and_tp_only": ("per_microbatch", stats("stats_per_microbatch", "tp") + PAD, False),
+    # P over (ep, tp) per microbatch and f over the whole step, counts free: a short cell's tokens weigh more in
+    # the cells' mean of P than in the pooled P (the simulator: one cell of one real token, the others of two)
+    "split_free_counts": ("global_batch", probs("probs_per_microbatch", "ep, tp"), False),
+    "split_free_counts_seq": ("per_sequence", probs("probs_per_sequence", ""), False),
 }
 
 

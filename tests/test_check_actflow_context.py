@@ -75,8 +75,12 @@ HAND = [
     ((ov(G, "all_to_all", "context", ("dp",)),), {GRAD}),
     # no all-to-all: every rank attends over its own position only
     ((ov(A, "all_to_all", "context", ()),), {ACT}),
-    # two passes: the second undoes the first
+    # two passes: the second splits the heads each rank holds again, stacking them along the sequence; a
+    # third does not put them back (a real all-to-all the same way is no involution)
     ((ov(A, "all_to_all", "context", ("cp", "cp")),), {ACT}),
+    ((ov(A, "all_to_all", "context", ("cp", "cp", "cp")),), {ACT}),
+    ((ov(G, "all_to_all", "context", ("cp", "cp", "cp")),), {GRAD}),
+    ((ov(A, "all_to_all", "context", ("cp", "dp", "cp")),), {ACT}),
     # the key/value gradients come back with the inverse all-to-all: a reduce-scatter on top sums wrong rows
     ((ov(G, "all_to_all", "context", ("cp",)), ov(G, "reduce", "context", ("cp",))), {GRAD}),
     ((ov(G, "all_to_all", "context", ("cp",)), ov(G, "no_reduce", "context")), ()),

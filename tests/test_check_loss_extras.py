@@ -85,6 +85,20 @@ HAND = [
 ]
 
 
+@pytest.mark.parametrize("terms", [(), ("label_smoothing",), BOTH])
+def test_each_ranks_own_max_breaks_the_loss_on_tp_alone(terms):
+    """A max kept per rank (no MAX all-reduce over tp) shifts each block's exponentials by its own max: with
+    tp alone (every device one sample) the sum over the blocks mixes the shifts. By hand, tp = 2, logits
+    [1, 3 | 0, 1] (base 2; the blocks' maxima 3 and 1): the blocks' shifted sums 2^(-2) + 1 = 5/4 and
+    2^(-1) + 1 = 3/2 add to 11/4, the whole vocabulary's shifted by 3 is 13/8; word 1's probability is read
+    as 1/(11/4) = 4/11 on rank 0, single-device 8/13: both the loss and its gradient break. (The simulator's
+    logits, before it held four tokens per sample, gave every block of sample 0 the same max, so a mesh of tp
+    alone passed this plan.)"""
+    spec, p = _with(terms, [ov(A, "reduce_max", "loss", ())], False, {"tp": DP_TP["tp"]})
+    assert simulated(p) == {ACT, GRAD}
+    assert {k for k, x in verdicts(spec, p).items() if x is Verdict.REFUTED} == {ACT, GRAD}
+
+
 @pytest.mark.parametrize("terms,stated,sp,expected", HAND)
 def test_hand_cases_checker_and_simulator(terms, stated, sp, expected):
     spec, p = _with(terms, [ov(A, v, "loss", a) for v, a in stated], sp)

@@ -30,6 +30,7 @@ SESSION = Session(timeout=20)
 ROLES = ("data", "tensor", "context", "pipeline", "expert")
 PARAM_MODES = ("R", "S", "S*", "O")  # M is a diagnostic (PL505) for params and optimizer state
 GRAD_MODES = ("R", "S", "S*", "M", "O")
+MAX_OVERRIDES = 2  # statements per generated plan
 
 
 def checker_keys(report) -> dict[tuple, Verdict]:
@@ -141,8 +142,18 @@ def plans(draw):
         hs.builds(lambda t, g, a, s: ov(t, "reduce_sets", g if t == "grads" else None, (a,), sets=s),
                   hs.sampled_from(["grads", "clip_norm"]), group, hs.sampled_from(names),
                   hs.sampled_from([((1,), (0,)), ((0, 2), (1,)), ((2,), (1, 0)), ((0,), (2,), (1,))])),
+        # a reduction run in blocks, strided or on the first ranks, and a divisor on all but the last rank (or
+        # on it alone): so that two of them, or one beside another statement, meet in one plan
+        hs.builds(lambda t, g, v, a, x: ov(t, v, g if t == "grads" else None, a, x),
+                  hs.sampled_from(["grads", "clip_norm"]), group,
+                  hs.sampled_from(["reduce_blocks", "reduce_strided", "reduce_first"]),
+                  hs.lists(hs.sampled_from(names), min_size=1, max_size=2, unique=True).map(tuple),
+                  hs.sampled_from([ir.Const(Fraction(1)), ir.Const(Fraction(2)), ir.Sym("a")])),
+        hs.builds(lambda g, v, a, x: ov("grads", v, g, (a,), x), group,
+                  hs.sampled_from(["divide_except_last", "divide_last_only"]), hs.sampled_from(names),
+                  hs.sampled_from([ir.Const(Fraction(2)), ir.Sym("a")])),
     )
-    overrides = tuple(draw(hs.lists(candidates, max_size=2)))
+    overrides = tuple(draw(hs.lists(candidates, max_size=MAX_OVERRIDES)))
     return plan("p", axes, sp=sp, overrides=overrides)
 
 
@@ -288,3 +299,18 @@ def test_simulator_hand_cases():
     _, mismatch = plan("p", {"dp": ("data", "R,R,S,R")})
     assert ("optimizer", "dp") in simulator.violations(mismatch, sizes, rng)
     assert Fraction(1, 2) + Fraction(1, 2) == 1
+
+
+@pytest.mark.parametrize("overrides", [(ov("loss_scale", "local", None, ("a",)),),
+                                       (ov("grads", "reduce", None, ()), ov("loss_scale", "local", None, ("a",)))])
+def test_a_loss_scale_read_locally_over_expert_shards(overrides):
+    """By hand: the experts' gradient is sharded over the expert axis a, so with the scale updated from each
+    rank's own found-inf flag over a, an overflow in rank 0's experts alone halves rank 0's scale only, while
+    single-device training halves it everywhere: SC loss_scale refuted, and the simulator finds it at a = 2
+    and 3 for every seed (its random flags alone missed it on most seeds: a replicated group's flag, seen by
+    every device, was set in most draws)."""
+    spec, p = plan("p", {"a": ("expert", "R,R,R,R")}, overrides=overrides)
+    assert checker_keys(check_plan(SESSION, spec, p, {}))[("loss_scale",)] is Verdict.REFUTED
+    for a, seed in product((2, 3), range(6)):
+        assert ("loss_scale",) in simulator.violations(p, {"a": a, "microbatches": 1}, random.Random(seed),
+                                                        dict(spec.bindings), trials=1)

@@ -34,12 +34,14 @@ def _ulysses(slot) -> bool:
     return slot.verb == OverrideVerb.ALL_TO_ALL
 
 
-def _a2a(t, ctx: bool):
-    """An all-to-all over an axis: on a context axis sequence shards (all heads) <-> head shards (the whole
-    sequence); over any other axis it mixes the samples (or heads) of different ranks."""
-    if not ctx or t[0] not in ("S", "H"):
+def _a2a(t, ctx: bool, inverse: bool):
+    """An all-to-all over an axis: on a context axis sequence shards (all heads) -> head shards (the whole
+    sequence), and its inverse back; over any other axis it mixes the samples (or heads) of different ranks.
+    A second pass the same way does not undo the first: it splits the heads each rank now holds again and
+    stacks their positions along the sequence (W)."""
+    if not ctx or t[0] != ("H" if inverse else "S"):
         return ("W", 0)
-    return ("H" if t[0] == "S" else "S", t[1])
+    return ("S" if inverse else "H", t[1])
 
 
 def typed(flow: af.Flow, axes: tuple[str, ...], direction: str, coll, Typed):
@@ -68,7 +70,7 @@ def typed(flow: af.Flow, axes: tuple[str, ...], direction: str, coll, Typed):
                 for s in (reversed(steps) if op == "inverse" else steps):
                     for a in s.axes:
                         if a in cur:
-                            cur[a] = _a2a(cur[a], a in flow.tensor) if s.kind == af.ALL_TO_ALL else coll(cur[a], s.kind)
+                            cur[a] = _a2a(cur[a], a in flow.tensor, op == "inverse") if s.kind == af.ALL_TO_ALL else coll(cur[a], s.kind)
             out.append((stage, dict(cur)))
         return out
 
@@ -129,6 +131,8 @@ def _all_to_all(slot, axis: str, n: int, ranks: list, inverse: bool = False) -> 
     """Every all-to-all of ``slot`` over ``axis`` on the ranks' lists: rank r's list split into n chunks,
     chunk c sent to rank c, each rank's chunks concatenated in the order of their senders."""
     steps = [s for s in slot.steps if s.kind == af.ALL_TO_ALL and axis in s.axes]
+    if len(steps) > 1:  # a second pass splits the one head each rank then holds n ways: no layout (W)
+        return [None] * n
     for _ in (reversed(steps) if inverse else steps):
         if any(r is None or len(r) % n for r in ranks):
             return [None] * n

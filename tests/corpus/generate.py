@@ -1960,7 +1960,7 @@ for name, b, lines, expect, what, mirror in [
     ("ulysses_none", "cp", ["override activations[context]: all_to_all over ()"], ["GI activations[context]"],
      "no all-to-all: each rank attends over its own block only.", ULYSSES_BATCH),
     ("ulysses_twice", "cp", ["override activation_grads[context]: all_to_all over (cp, cp)"],
-     ["GI activation_grads[context]"], "two all-to-all passes over cp in backward: the second undoes the first.",
+     ["GI activation_grads[context]"], "two all-to-all passes over cp in backward: the second splits the heads again, no inverse of the first.",
      ULYSSES_BATCH),
     ("ulysses_dkv_reduced_again", "cp", ["override activation_grads[context]: all_to_all over (cp)",
                                          "override activation_grads[context]: reduce over (cp)"],
