@@ -75,6 +75,10 @@ def _draw_counts(plan: ir.Plan, tokens: list[str], sizes: dict[str, int], rng: r
     for tc in product(*[range(sizes[a]) for a in tokens]):
         for mu in range(sizes[MB]):
             count[(tc, mu)] = c0 if equal else rng.randint(0 if clamp else 1, 3)
+    if clamp and not equal and len(count) >= 2 and rng.random() < 0.5:
+        # an empty piece beside a full one, the case a clamp changes (drawn at random it is rare on small meshes)
+        first, second = list(count)[:2]
+        count[first], count[second] = 0, max(count[second], 1)
     if not any(count.values()):  # the step holds a token
         count[next(iter(count))] = 1
     return count

@@ -314,3 +314,16 @@ def test_a_loss_scale_read_locally_over_expert_shards(overrides):
     for a, seed in product((2, 3), range(6)):
         assert ("loss_scale",) in simulator.violations(p, {"a": a, "microbatches": 1}, random.Random(seed),
                                                         dict(spec.bindings), trials=1)
+
+
+def test_a_clamped_token_count_on_a_pipeline_axis_halves_the_embedding_gradient():
+    """By hand: on a pipeline of a = 1 stage with two microbatches holding 1 and 0 tokens, a count clamped
+    to at least 1 per microbatch before it is summed gives a normaliser of 2 where the step holds 1 token, so
+    every gradient (the embedding's too) is halved: GI refuted for the embedding, and the simulator finds it
+    for every seed (its random counts alone held no empty microbatch for the embedding on most seeds)."""
+    spec, p = plan("p", {"a": ("pipeline", "S,R,R,R")}, overrides=(ov("tokens", "clamp_before_reduce"),))
+    keys = checker_keys(check_plan(SESSION, spec, p, {}))
+    assert keys[("gi", "embedding")] is Verdict.REFUTED
+    found = [("gi", "embedding") in simulator.violations(p, {"a": 1, "microbatches": 2}, random.Random(seed),
+                                                          dict(spec.bindings), trials=4) for seed in range(8)]
+    assert all(found)

@@ -30,7 +30,7 @@ from __future__ import annotations
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir.overrides import OverrideTarget, OverrideVerb
-from . import amax, clipagg, rankcount, rankset
+from . import amax, clipagg, dims, rankcount, rankset
 from .clipagg import plan_norm  # noqa: F401 - read by encode_rankupdate as ru.plan_norm
 from .subgroups import SUBSET_VERBS
 
@@ -131,13 +131,19 @@ def check_override(plan: ir.Plan, groups) -> None:
         _check_axes(o)
         reduced = overflow_axes(plan, groups)
         for a in o.axes or ():
-            if not any(a in g.shard_axes for g in groups):
+            if not any(_apart(g, a) for g in groups):
                 raise _err(f"{head(o)} changes nothing over {a}: every rank of {a} holds the same reduced gradients, "
                            "so its own found-inf flag is the reduced one", o)
             if a not in reduced:
                 raise _err(f"{head(o)} changes nothing over {a}: the found-inf flag is not all-reduced over {a} (its "
                            f"reduction: ({', '.join(reduced)})), so the loss scale reads the rank's own flag there "
                            "already", o)
+
+
+def _apart(g, a: str) -> bool:
+    """Whether the ranks of axis ``a`` can hold different gradients of group ``g`` at the step: sharded over
+    ``a``, or summed over tokens or partial contributions along ``a`` that the plan does not reduce there."""
+    return a in g.shard_axes or any(d.axis == a and d.kind in (dims.TOKEN, dims.SPLIT) and d.k == 0 for d in g.dims)
 
 
 def _check_axes(o: ir.Override) -> None:
