@@ -168,6 +168,32 @@ def test_no_padded_position_states_nothing():
     assert any("no padded position" in n for n in out.notes) and not _unliftable(out)
 
 
+def test_a_padding_mask_on_the_routing_map_marks_the_padded_positions():
+    """Labels not ignored at the padding, the routing map multiplied by the padding mask (``masked``): those rows
+    are the padding, masked before the step (C = ⌈2·12/4⌉ = 6 of the 12 real tokens)."""
+    rng = random.Random(8)
+    calls = {r: _step(_probs(rng, 4), 4, 2, Fraction(1), False) for r in (0, 1)}
+    for call in calls.values():
+        call["masked"] = list(range(12, ROWS))
+    out = lift(_traced(calls, {0: 0, 1: 0}))
+    assert "  override capacity: masks_padding" in out.text, out.text
+    assert "C = 6 of N = 12 real tokens" in out.text
+
+
+def test_a_loss_mask_without_padded_labels_cannot_tell_the_padding():
+    """No label ignored and no mask on the routing, but a loss mask leaving out 4 positions: they may be padding
+    routed into the step (PL614)."""
+    rng = random.Random(9)
+    calls = {r: _step(_probs(rng, 4), 0, 2, Fraction(1), True) for r in (0, 1)}
+    trace = _traced(calls, {0: 0, 1: 0})
+    for part in trace["ranks"]:
+        for st in part["steps"]:
+            st["nll"][0]["mask"] = {"sum": ROWS - 4, "labelled": ROWS - 4, "value": 1.0}
+    out = lift(trace)
+    assert "override capacity" not in out.text
+    assert [u for u in _unliftable(out) if "loss mask" in u.reason]
+
+
 def test_a_call_without_labels_of_its_positions_is_not_lifted():
     rng = random.Random(7)
     calls = {r: _step(_probs(rng, 4), 3, 2, Fraction(1), True) for r in (0, 1)}

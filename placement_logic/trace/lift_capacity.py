@@ -3,8 +3,9 @@
 ``recorder_capacity`` records, on a router call (``router``: its R rows, E experts, k and counts), the capacity
 step's C, each expert's kept count and the rows routed into it (``entered``: a positive score in some column).
 The padded positions of a call are the rows whose cross-entropy label is negative (the ignore index, -100 by
-default): the step's router calls with a capacity step and its cross-entropies with labels are paired in order,
-each call's rows the labels' positions (equal counts). Over the analysed step of every rank:
+default) and the rows a 0/1 mask multiplied into the call's routing zeroes (``masked``): the step's router calls
+with a capacity step and its cross-entropies with labels are paired in order, each call's rows the labels'
+positions (equal counts). Over the analysed step of every rank:
 
 * a padded row entered in every call that has padding: ``override capacity: counts_padding`` (the padding
   routed, taking slots by its scores), N of each call its R positions;
@@ -19,7 +20,8 @@ each call's rows the labels' positions (equal counts). Over the analysed step of
 It cannot tell (PL614, ``a capacity step``): padded rows routed in some calls and masked in others, calls not
 paired with labels of their positions, E or k differing between calls, a C that no one capacity factor gives
 for the N the padding reading implies (the capacity computed from another count than the one routed). No
-padded position in any call: nothing to tell, a note and no statement. ``counts_padding`` at a factor that drops
+padded position in any call: nothing to tell, a note and no statement, unless a loss mask leaves out positions
+(they may be padding: PL614). ``counts_padding`` at a factor that drops
 nothing (capacity_factor · k ≥ E: the checker's PL274) is a note and no statement too.
 """
 
@@ -38,7 +40,8 @@ def _calls(st: Step, rank: int) -> list[tuple[dict, list[int]]] | None:
     labels = [n["target"] for n in mine.get("nll") or [] if n.get("target")]
     if len(calls) != len(labels) or any(len(t) != e["rows"] for e, t in zip(calls, labels)):
         return None
-    return [(e, [i for i, y in enumerate(t) if y < 0]) for e, t in zip(calls, labels)]
+    return [(e, sorted({i for i, y in enumerate(t) if y < 0} | set(e.get("masked") or [])))
+            for e, t in zip(calls, labels)]
 
 
 def shortest(lo: Fraction, hi: Fraction) -> Fraction | None:
@@ -87,6 +90,10 @@ def capacity_lines(st: Step, hidden: int | None) -> tuple[list[str], list[tuple[
         why = "the router calls with a capacity step are not paired with cross-entropies over their positions"
     elif len(shapes) > 1 or None in {k for _, k in shapes}:
         why = "the experts or the top-k differ between router calls"
+    elif not padded and any(n["mask"]["sum"] < n.get("positions", 0) for r, _, _ in found
+                            for n in (st.step.get(r) or {}).get("nll") or [] if n.get("mask")):
+        why = ("a loss mask leaves out positions whose labels are not ignored and no padding mask reaches the router: "
+               "whether they are padding, routed into the capacity step, is not observed")
     elif not padded:
         st.notes.append("the capacity step saw no padded position (no label at the ignore index): whether padding "
                         "takes expert slots is not observed, no capacity statement")

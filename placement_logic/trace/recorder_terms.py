@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from .recorder_capacity import note_capacity
+from .recorder_capacity import note_capacity, note_router_mask
 from .recorder_events import _user_frames
 
 CE = ("loss_ce",)
@@ -146,6 +146,8 @@ class Terms:
             return
         if name in ("mul", "mul_") and len(args) >= 2 and all(isinstance(a, torch.Tensor) for a in args[:2]):
             a, b = args[0], args[1]
+            if self.step_record().get("router") and _real(a, b):  # a padding mask on a routing map
+                note_router_mask(self.step_record()["router"], self.micro_step(), a, b)
             tagged = [TOKENS in self._events_of(t) for t in (a, b)]
             if tagged.count(True) != 1:
                 return
