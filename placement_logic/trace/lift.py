@@ -57,7 +57,8 @@ step analysed, every rank's record of it), each adding what it cannot lift to ``
 partial and input gradients never reduced over the tensor axis, as activation overrides; ``lift_facts``: overflow
 flags, what no plan statement reads), ``strategies_pass``; then, in ``lift_plan``,
 ``gradients_pass``, ``loss_pass``, ``groups_pass`` and ``overrides_pass``; ``aux_lines`` (``lift_auxloss``: the
-balancing loss ``terms_pass`` read, its statistics' groups and the router's group).
+balancing loss ``terms_pass`` read, its statistics' groups and the router's group); ``capacity_lines``
+(``lift_capacity``: the MoE dispatch's capacity step, padding routed or masked).
 
 The layout and records live in ``lift_layout``, the gradient programs in ``lift_programs``, the
 pipeline in ``lift_pipeline``, the loss, clipping and rendering in ``lift_render``.
@@ -70,6 +71,7 @@ from .lift_activations import input_grad_reductions, unreduced_input_grads, unre
 from .lift_asserted import asserted, dropout_seeds
 from .lift_auxloss import aux_lines
 from .lift_blocks import block_lines, find_blocks
+from .lift_capacity import capacity_lines, router_width
 from .lift_checkpoint import checkpoint_pass
 from .lift_cplayout import layout_lines
 from .lift_data import data_bindings
@@ -124,6 +126,8 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     lines.extend(loss_lines)
     aux_model, aux_groups, aux_plan = aux_lines(st, st.aux_readings, named, loss.kind, loss.accum)
     lines.extend(aux_plan)  # the balancing loss's statistics (lift_auxloss)
+    cap_model, cap_plan = capacity_lines(st, router_width(named))
+    lines.extend(cap_plan)  # the MoE dispatch's capacity step (lift_capacity)
     lines.extend(rank0_lines(st, departures, named))
     lines.extend(layout_lines(st, ax))  # the chunks of every sequence each context rank holds
     lines.extend(block_lines(st, params, named, any((e[0].get("grad") or {}).get("dynamic_scales")
@@ -143,7 +147,7 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
         lines.append((f'  unobserved "{_quoted(what)} (not lifted: see placement lift)"', []))
     text, origins = _render(trace, plan_name, st.layout, ax.roles, strategies.bindings, named, lines, loss.kind,
                             st.step[st.observer], st.notes, st.script, loss.accum, ax.pipe is not None, tied,
-                            loss_model + aux_model, aux_groups)
+                            loss_model + aux_model, aux_groups + cap_model)
     return Lifted(text, plan_name, st.items, st.notes, origins,
                   {g: [e[0]["name"] for e in members] for g, _, members in named})
 

@@ -12,7 +12,8 @@
 * A forward all-reduce of one vector of 2 to 256 values records its input (``vector_in``).
 * A softmax in forward over the last dimension of a 2-D float tensor of at most 256 columns (a router's
   probabilities, E experts) records ``router`` on the step (its width, rows and column sums) and carries
-  ``router``; a ``topk`` of it adds k and each column's count of the chosen indices (``lift_auxloss``).
+  ``router``; a ``topk`` of it adds k and each column's count of the chosen indices (``lift_auxloss``), a later
+  ``topk`` over the token dimension of the call's shape its capacity step (``recorder_capacity``).
 * A per-token cross-entropy (``reduction='none'``) carries ``loss_tok``; a forward ``mul`` of it by a
   0/1 tensor of the same size (a loss mask) records on the ``nll`` record (``mask``) the mask's sum, the
   positions it keeps whose label is not ignored (``labelled``) and the masked losses' sum.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from .recorder_capacity import note_capacity, note_router_mask
 from .recorder_events import _user_frames
 
 CE = ("loss_ce",)
@@ -113,6 +115,10 @@ class Terms:
                 "width": int(probs.shape[1]), "rows": int(probs.shape[0]), "colsum": probs.sum(0).tolist(),
                 "micro": self.micro_step(), "stack": _user_frames()})
             self._add(out, ROUTER)
+        elif name == "topk" and len(args) >= 3 and int(args[2]) == 0 and isinstance(args[0], torch.Tensor) \
+                and args[0].dim() == 2 and args[0].is_floating_point() and isinstance(out, (tuple, list)) \
+                and _real(args[0]):
+            note_capacity(self.step_record().get("router") or [], self.micro_step(), args[0], int(args[1]), out[0])
         elif name == "topk" and len(args) >= 2 and isinstance(args[0], torch.Tensor) \
                 and ROUTER in self._events_of(args[0]) and isinstance(out, (tuple, list)) and len(out) == 2:
             entry = next((e for e in reversed(self.step_record().get("router") or [])
@@ -140,6 +146,8 @@ class Terms:
             return
         if name in ("mul", "mul_") and len(args) >= 2 and all(isinstance(a, torch.Tensor) for a in args[:2]):
             a, b = args[0], args[1]
+            if self.step_record().get("router") and _real(a, b):  # a padding mask on a routing map
+                note_router_mask(self.step_record()["router"], self.micro_step(), a, b)
             tagged = [TOKENS in self._events_of(t) for t in (a, b)]
             if tagged.count(True) != 1:
                 return
