@@ -223,3 +223,33 @@ def test_gqa_costs_against_the_simulated_all_to_alls(h, kv, tp, rule, kv_rule):
         want = max(simulator_heads.traffic(ht, kt, g, rule, kv_rule)) * Fraction(65536, g) * 128 * 2
         for form in forms:
             assert form({"cp": g, "tp": tp, "dp": 2}) == want, (g, want)
+
+
+def _generated(seed: int) -> tuple[str, tuple]:
+    """A random plan: heads and kv heads, the three rules (each stated or left derived), a data strategy and a
+    layout of the context blocks stated beside them."""
+    import random
+
+    rng = random.Random(seed)
+    h = rng.choice((5, 6, 7, 8, 12, 20, 28))
+    kv = rng.choice([d for d in range(1, h + 1) if h % d == 0])
+    fwd, bwd = rng.choice((None, *RULES)), rng.choice((None, *RULES))
+    kvr = rng.choice((None, "repeat", "split"))
+    data = rng.choice(("ddp", "zero1", "zero2", "zero3", "fsdp_full_shard"))
+    layout = rng.choice(("", "  override layout[inputs]: zigzag\n  override layout[labels]: zigzag\n"))
+    stmts = _stmts(fwd, bwd, kvr) or "  override heads: uneven\n"
+    text = _src(h, kv, stmts + layout).replace("import ddp\n", f"import {data}\n").replace("dp: ddp\n", f"dp: {data}\n")
+    f = fwd or "uneven"
+    return text, (h, kv, f, bwd or (fwd or "uneven"), kvr or "repeat")
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_generated_plans_agree_with_the_simulator(seed):
+    """Generated plans mixing the head rules with data strategies and layouts: the GI heads verdicts (each over every
+    Ulysses size) against the simulator run at every power-of-two group."""
+    text, (h, kv, f, b, kvr) = _generated(seed)
+    obs = _check(text)
+    assert set(obs) == {"GI heads[forward]", "GI heads[backward]", "GI heads[kv]"}, text
+    assert all(o.verdict in (Verdict.PROVED, Verdict.REFUTED) for o in obs.values())
+    refuted = any(o.verdict is Verdict.REFUTED for o in obs.values())
+    assert refuted == _simulated_fails(h, kv, f, b, kvr, [2 ** i for i in range(1, 8)]), text
