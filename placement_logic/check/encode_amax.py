@@ -12,6 +12,7 @@ from fractions import Fraction
 
 import z3
 
+from ..ir.overrides import OverrideVerb
 from ..solver.session import value_of
 from . import amax
 from .replay import _frac, coords_text
@@ -63,7 +64,7 @@ def replay(ctx, w, o):
     why = ("its ranks hold different tokens" if dict(ctx.step.roles).get(a) != "tensor" else
            "its weights are split there" if group is not None and a in group.shard_axes else
            "its activations are sequence-parallel there")
-    stmt = (f"override amax: local at line {o.span.line}" if o.verb == "local" else
+    stmt = (f"override amax: local at line {o.span.line}" if o.verb == OverrideVerb.LOCAL else
             f"its reduction, override amax: reduce over ({', '.join(o.axes or ())}) at line {o.span.line}, leaves {a} out")
     diag = (f"the fp8 amax of the {g} layers is not all-reduced over {a} ({stmt}): {why}, so each rank scales its "
             "casts from its own maximum",)

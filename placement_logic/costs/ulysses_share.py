@@ -37,10 +37,13 @@ def _value(rule: str, kv_rule: str, h: int, k: int, g: int) -> int:
 @functools.lru_cache(maxsize=256)
 def heads_share(rule: str, kv_rule: str, heads: sympy.Expr, kv: sympy.Expr, t: sympy.Expr, g: sympy.Expr) -> sympy.Expr:
     """The share at tensor size t (a product of axis sizes, or 1) and Ulysses size g; heads and kv as the model's."""
-    T, G = sympy.Symbol("T", positive=True, integer=True), sympy.Symbol("G", positive=True, integer=True)
-    h_t = heads / T
-    kv_t = h_t if kv == heads else sympy.Max(1, sympy.floor(kv / T))
-    base = _form(rule, kv_rule, h_t, kv_t, G)
+    if heads.is_Integer and kv.is_Integer and t.is_Integer and g.is_Integer and int(heads) % int(t) == 0:
+        h, k = local(int(heads), int(kv), int(t))
+        if h % k == 0 and int(g) >= 2:  # every size a number: the count itself
+            return sympy.Integer(share(rule, kv_rule, h, k, int(g)))
+    h_t = heads / t
+    kv_t = h_t if kv == heads else sympy.Max(1, sympy.floor(kv / t))
+    base = _form(rule, kv_rule, h_t, kv_t, g)
     cases = []
     if heads.is_Integer and kv.is_Integer:
         a = int(heads)
@@ -51,7 +54,8 @@ def heads_share(rule: str, kv_rule: str, heads: sympy.Expr, kv: sympy.Expr, t: s
             for gv in range(2, h + 2):
                 exact = share(rule, kv_rule, h, k, gv)
                 if _value(rule, kv_rule, a // tv, h if int(kv) == a else max(1, int(kv) // tv), gv) != exact:
-                    cond = sympy.Eq(G, gv) if t.is_number else sympy.And(sympy.Eq(T, tv), sympy.Eq(G, gv))
+                    cond = sympy.Eq(g, gv) if t.is_number else sympy.And(sympy.Eq(t, tv), sympy.Eq(g, gv))
                     cases.append((sympy.Integer(exact), cond))
-    out = sympy.Piecewise(*cases, (base, True)) if cases else base
-    return out.xreplace({T: t, G: g})
+    # each case a distinct pair of sizes, the form after them: no case shadows another, so the pieces are kept as
+    # written (sympy's own collapsing of the arguments compares every pair of conditions: minutes for 60 cases)
+    return sympy.Piecewise(*cases, (base, True), evaluate=False) if cases else base
