@@ -67,7 +67,8 @@ def simulated(p: ir.Plan, bindings: dict, seed: int) -> set:
     rng = random.Random(seed)
     found: set = set()
     names = p.mesh.names
-    for sizes in product((1, 2, 3), repeat=len(names)):
+    # on one axis up to 4 ranks: a statement naming rank 3 (count_on_ranks ranks (0, 3)) acts from a = 4 on
+    for sizes in product((1, 2, 3, 4) if len(names) == 1 else (1, 2, 3), repeat=len(names)):
         for m in (1, 2):
             found |= simulator.violations(p, {**dict(zip(names, sizes)), "microbatches": m}, rng, bindings, trials=2)
     return found
