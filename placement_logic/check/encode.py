@@ -46,6 +46,7 @@ class Env:
     counts_cap: int | None = None
     counts_pattern: tuple[int, int] | None = None  # (a, b): every shard's count fixed, a on the observer's, b elsewhere
     pins: set = field(default_factory=set)  # axes whose declared size a K/V copy layout needs (check.kvproduct)
+    fixed: dict = field(default_factory=dict)  # axis -> the size the encoding itself holds it at (``fix``)
 
     def __post_init__(self) -> None:
         for name in self.step.axes + (steps.MICROBATCHES,):
@@ -58,13 +59,19 @@ class Env:
             if self.bound is not None:
                 self.side.append(v <= self.bound)
 
+    def fix(self, axis: str, n: int) -> Any:
+        """``axis == n``: a size the encoding holds the axis at in every witness, recorded as part of the
+        verdict's scope (check.run: the sizes a proof covers)."""
+        self.fixed.setdefault(axis, n)
+        return self.sizes[axis] == n
+
     def size(self, dim: steps.GradDim | str) -> Any:
         if isinstance(dim, str):
             return self.sizes[dim]
         if dim.pin and dim.axis not in self.pins:  # an axis of whole kv heads: the layout's size (kvproduct)
             self.pins.add(dim.axis)
-            self.side.append(self.sizes[dim.axis] == dim.pin)
-        self.side += [self.sizes[a] == s for a, s in dim.joint if a not in self.pins]  # kvjoint: declared sizes
+            self.side.append(self.fix(dim.axis, dim.pin))
+        self.side += [self.fix(a, s) for a, s in dim.joint if a not in self.pins]  # kvjoint: declared sizes
         self.pins |= {a for a, _ in dim.joint}
         if dim.joint and not dim.part:  # an axis folded into the first joint axis's parts (kvjoint)
             return z3.IntVal(1, self.sess.ctx)

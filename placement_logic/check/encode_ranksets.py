@@ -42,7 +42,7 @@ def ranks_of(env, o):
 
 def fixed(env, o, sizes: tuple[int, ...]) -> list:
     """Every witness at the axes' sizes on the mesh (the flattened ranks mean nothing at others)."""
-    return [env.size(a) == n for a, n in zip(o.axes, sizes)]
+    return [env.fix(a, n) for a, n in zip(o.axes, sizes)]
 
 
 def arm(env, o, sets, sizes: tuple[int, ...], reduced: tuple[bool, ...]):

@@ -176,9 +176,9 @@ def fixed_size(env, o, info=None) -> list:
     if info is not None:
         return encode_ranksets.fixed(env, o, info[1])
     if o.verb == sg.GROUPS:
-        return [env.size(o.axes[0]) == sum(sg.sizes_of(o))]
+        return [env.fix(o.axes[0], sum(sg.sizes_of(o)))]
     if o.verb == sg.SETS:
-        return [env.size(o.axes[0]) == ranksets.held(sg.sets_of(o))]
+        return [env.fix(o.axes[0], ranksets.held(sg.sets_of(o)))]
     return []
 
 

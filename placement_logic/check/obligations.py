@@ -348,7 +348,7 @@ def _expert_negation(env: en.Env, step: steps.StepModel):
     if "experts" not in [g.group for g in step.groups]:
         return [z3.BoolVal(False, env.sess.ctx)], lambda m: {}
     eq = en.Env(env.sess, env.step, env.bindings, env.pinned, env.bound, True, True)
-    eq.sizes, eq.side = env.sizes, env.side
+    eq.sizes, eq.side, eq.pins, eq.fixed = env.sizes, env.side, env.pins, env.fixed
     # the experts with their own divisor, and every other group over the expert axes
     # (reduced there once, as over the rest of the data group), each judged in isolation
     parts = [en.gi_negation(eq, step.group("experts"), "cr07")]

@@ -54,6 +54,8 @@ class ObligationResult:
     notes: tuple[str, ...] = ()
     seconds: float = 0.0  # solver time
     groups: tuple[str, ...] = ()  # the parameter groups a placement-caused obligation concerns ((): all)
+    # (axis, size): the sizes the obligation's own encoding holds axes at, besides the pins (part of ``scope``)
+    fixed_sizes: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,16 @@ class PlanReport:
     @property
     def verdict(self) -> Verdict:
         return min((o.verdict for o in self.obligations), default=Verdict.PROVED)
+
+    @property
+    def fixed_sizes(self) -> dict[str, int]:
+        """The sizes some obligation's encoding holds axes at (``ObligationResult.fixed_sizes``): a plan whose
+        obligations are all proved is proved at the sizes every one of them covers, these held (and any pins)."""
+        out: dict[str, int] = {}
+        for o in self.obligations:
+            for a, n in o.fixed_sizes:
+                out.setdefault(a, n)
+        return out
 
 
 @dataclass(frozen=True)

@@ -61,12 +61,16 @@ SEARCH = (Tier("sizes <= 2, equal counts", 2, True, True, 4), Tier("sizes <= 2",
           Tier("sizes <= 3", 3, True, False, 6))
 
 
-def _scope(pinned: dict[str, int], step: steps.StepModel) -> str:
+def _scope(pinned: dict[str, int], step: steps.StepModel, fixed: dict[str, int] | None = None) -> str:
+    """The sizes a verdict covers: the ``--set`` pins and the sizes the obligation's encoding holds
+    axes at itself (``fixed``, ``encode.Env.fix``: a K/V copy layout's declared sizes, the ranks a
+    list of groups or rank sets holds), in one wording."""
     names = step.axes + (steps.MICROBATCHES,)
-    if all(n in pinned for n in names):
-        return "at " + ", ".join(f"{n}={pinned[n]}" for n in names)
-    if pinned:
-        return "all sizes with " + ", ".join(f"{n}={v}" for n, v in pinned.items() if n in names)
+    held = {**pinned, **{n: v for n, v in (fixed or {}).items() if n not in pinned}}
+    if all(n in held for n in names):
+        return "at " + ", ".join(f"{n}={held[n]}" for n in names)
+    if held:
+        return "all sizes with " + ", ".join(f"{n}={v}" for n, v in held.items() if n in names)
     return "all mesh sizes"
 
 
@@ -83,6 +87,7 @@ class _Discharge:
     shape: tuple
     seconds: float = 0.0
     reasons: list[str] = field(default_factory=list)
+    fixed: dict[str, int] = field(default_factory=dict)  # sizes the encoding holds axes at (encode.Env.fix)
 
     def query(self, tier: Tier, timeout: float | None = None):
         step, pinned = self.step, self.pinned
@@ -91,6 +96,7 @@ class _Discharge:
                      tier.equal_counts or step.equal_tokens, counts_cap=tier.counts_cap,
                      counts_pattern=None if step.equal_tokens and tier.counts_pattern else tier.counts_pattern)
         cons, extract = self.ob.encode(env)
+        self.fixed.update({a: n for a, n in env.fixed.items() if a not in self.fixed})
         out = self.sess.check(f"{step.plan}:{self.ob.name}:{tier.label}",
                               env.side + shapefacts.side(env.sizes, self.shape) + cons, timeout)
         self.seconds += out.seconds
@@ -99,12 +105,13 @@ class _Discharge:
     def result(self, verdict: Verdict, scope: str, **kw) -> ObligationResult:
         ob = self.ob
         notes = kw.pop("notes", ()) + ob.notes
+        fixed = tuple((a, n) for a, n in self.fixed.items() if a not in self.pinned)
         return ObligationResult(ob.name, ob.condition, verdict, scope, ob.span, ob.checked,
-                                notes=notes, seconds=self.seconds, groups=ob.groups, **kw)
+                                notes=notes, seconds=self.seconds, groups=ob.groups, fixed_sizes=fixed, **kw)
 
     @property
     def scope(self) -> str:
-        return _scope(self.pinned, self.step)
+        return _scope(self.pinned, self.step, self.fixed)
 
     def ok(self, sizes: dict[str, int]) -> bool:  # sizes the model takes, at which its layouts hold
         return kvproduct.layout_ok(self.step.groups, sizes) and shapefacts.holds(self.shape, sizes)
@@ -249,6 +256,10 @@ def check_plan(sess: Session, spec: ir.Spec, plan: ir.Plan, pinned: dict[str, in
          else "every device and microbatch has >= 1 token") + "; token counts otherwise arbitrary",
         "gradient contributions and squared norms arbitrary",
     )
+    held = PlanReport(plan.name, results).fixed_sizes
+    if held:  # the free sizes above, but for the obligations whose encodings hold some axes at fixed sizes
+        assumed += (f"some obligations decided only at {', '.join(f'{a}={n}' for a, n in held.items())} (each "
+                    "obligation's scope names the sizes it covers)",)
     if plan.unobserved:
         results = _unobserved(results, plan.unobserved)
         assumed += ("not stated by the plan: " + "; ".join(t for t, _ in plan.unobserved),)

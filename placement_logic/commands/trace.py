@@ -4,7 +4,7 @@ Input: ``--nproc N`` and the command after ``--`` (``python SCRIPT.py ARGS...``)
 the merged trace (JSON, docs/json.md "Trace files") on ``out``; with ``--check``, the
 checker's report on the lifted plan instead, each finding mapped back to the script
 lines it was lifted from (``--trace-file`` keeps the trace then). Exit status: 0 traced
-(with --check: proved for all mesh sizes), 1 refuted, 2 input error (torch missing, the
+(with --check: proved, for the sizes the report states), 1 refuted, 2 input error (torch missing, the
 script failed on a rank), 3 with --check: unknown or not everything lifted, nothing refuted.
 """
 
@@ -141,7 +141,9 @@ def check_trace(trace: dict, out, err, timeout: float, spec_file: str | None = N
             out.write(f"    breaks: {', '.join(f.breaks)}\n")
         out.write("\n")
     elif verdict == Verdict.PROVED.word and not lifted.unliftable:
-        out.write(f"proved for all mesh sizes: the traced step of {trace['script']} computes single-device "
+        held = plan.fixed_sizes  # sizes some obligation is decided at (a list of rank sets, a K/V copy layout)
+        scope = "all mesh sizes" + (" with " + ", ".join(f"{a}={n}" for a, n in held.items()) if held else "")
+        out.write(f"proved for {scope}: the traced step of {trace['script']} computes single-device "
                   "training's step\n\n")
     out.write(render(report, "text", None))
     if lifted.unliftable:
