@@ -43,7 +43,7 @@ def refuted(spec, p) -> set:
     out = set()
     for o in report.obligations:
         for r in ("attention", "mlp"):
-            if o.name.startswith(f"GI activations[{r}] ") and o.name.endswith("before reduce"):
+            if o.name.startswith(f"GI activations[{r}]: ") and o.name.endswith("_before_reduce"):
                 if o.verdict is Verdict.REFUTED:
                     assert o.counterexample is not None  # replayed
                     out.add(("act", r))
@@ -120,7 +120,7 @@ def test_checker_agrees_with_the_simulator(generated):
 def test_replay_by_hand(verb, got, want, words):
     spec, p = _with(DP_TP, [ov(A, verb, "mlp", ("tp",))])
     ob = next(o for o in check_plan(SESSION, spec, p, {}).obligations
-              if o.name == f"GI activations[mlp] {verb.replace('_', ' ')}")
+              if o.name == f"GI activations[mlp]: {verb}")
     cex = ob.counterexample
     assert dict(cex.sizes)["tp"] == 2 and dict(cex.sizes)["dp"] == 1
     assert cex.equation.endswith(f"= {got}, single-device = {want}")

@@ -14,7 +14,7 @@ An operation applied to each summand before that sum is exact only where it comm
 
 Each is wrong on every named tensor axis of two or more ranks (the bias and residual nonzero, f any
 non-additive function: the checker models it as an unknown function and never assumes it additive).
-One obligation per region and verb, ``GI activations[R] bias before reduce`` (and so on): its z3
+One obligation per region and verb, ``GI activations[R]: bias_before_reduce`` (and so on): its z3
 negation is that some named axis has two ranks or more, its replay runs the region on the n ranks of
 that axis with exact numbers (f(v) = v², a witness of a non-additive function). None of these moves
 a byte: the region's collectives are as derived (or as its other statements say, judged by ``GI
@@ -89,7 +89,9 @@ def model(plan) -> tuple[PartialOp, ...]:
 
 
 def name(op: PartialOp) -> str:
-    return f"GI {OverrideTarget.ACTIVATIONS}[{op.region}] {op.verb.replace('_', ' ')}"
+    """``GI activations[R]: VERB``, as the statement reads (a whole-value obligation of its own, beside the
+    region's collectives' ``GI activations[R]``)."""
+    return f"GI {OverrideTarget.ACTIVATIONS}[{op.region}]: {op.verb}"
 
 
 def obligations(plan, ctx, obligation) -> list:
