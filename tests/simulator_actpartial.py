@@ -11,7 +11,7 @@ over the named axes. The operations: ``bias_before_reduce`` adds a bias row (eve
 row, ``residual_before_reduce`` adds X, ``nonlinear_before_reduce`` squares every entry (a
 non-additive f). The single device applies the same operation once to X·A·B. A region's statements
 of one verb act together over the union of their axes; a statement without a region acts in
-attention and mlp.
+attention and mlp; each verb is run on its own (the region is wrong where any of them is).
 
 ``violations(plan, sizes)`` returns ``("act", region)`` for each region whose output differs on
 some device.
