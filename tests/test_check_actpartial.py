@@ -25,7 +25,7 @@ from placement_logic.outcome import Verdict
 from placement_logic.solver.session import Session
 
 SESSION = Session(timeout=20)
-A = "activations"
+A, G = "activations", "activation_grads"
 VERBS = ("bias_before_reduce", "residual_before_reduce", "nonlinear_before_reduce")
 DP_TP = {"dp": ("data", "R,R,R,R"), "tp": ("tensor", "S,S,S,S")}
 TWO_TP = {"dp": ("data", "R,R,R,R"), "tp": ("tensor", "S,S,S,S"), "tq": ("tensor", "S,S,S,S")}
@@ -43,10 +43,11 @@ def refuted(spec, p) -> set:
     out = set()
     for o in report.obligations:
         for r in ("attention", "mlp"):
-            if o.name.startswith(f"GI activations[{r}]: ") and o.name.endswith("_before_reduce"):
+            tag = next((t for t, k in (("act", A), ("grad", G)) if o.name.startswith(f"GI {k}[{r}]: ")), None)
+            if tag and o.name.endswith("_before_reduce"):
                 if o.verdict is Verdict.REFUTED:
                     assert o.counterexample is not None  # replayed
-                    out.add(("act", r))
+                    out.add((tag, r))
                 else:
                     assert o.verdict is Verdict.PROVED, (o.name, o.verdict)
             elif o.name in (f"GI activations[{r}]", f"GI activation_grads[{r}]"):
@@ -69,6 +70,9 @@ HAND = [
     ([ov(A, "nonlinear_before_reduce", None, ("tp",))], False, {("act", "attention"), ("act", "mlp")}),
     ([ov(A, "nonlinear_before_reduce", "mlp", ("tp",)), ov(A, "bias_before_reduce", "attention", ("tp",))], True,
      {("act", "attention"), ("act", "mlp")}),
+    # in backward: the residual's gradient added to the column-parallel linear's partial input gradient
+    ([ov(G, "residual_before_reduce", "mlp", ("tp",))], False, {("grad", "mlp")}),
+    ([ov(G, "residual_before_reduce", None, ("tp",))], True, {("grad", "attention"), ("grad", "mlp")}),
 ]
 
 
@@ -98,8 +102,9 @@ def partial_plans(draw):
     axes = dict(TWO_TP) if draw(hs.booleans()) else dict(DP_TP)
     tensor = [a for a, (r, _) in axes.items() if r == "tensor"]
     named = hs.lists(hs.sampled_from(tensor), min_size=1, max_size=2, unique=True).map(tuple)
-    cands = hs.builds(lambda v, g, a: ov(A, v, g, a), hs.sampled_from(VERBS),
-                      hs.sampled_from([None, "attention", "mlp"]), named)
+    region = hs.sampled_from([None, "attention", "mlp"])
+    cands = hs.one_of(hs.builds(lambda v, g, a: ov(A, v, g, a), hs.sampled_from(VERBS), region, named),
+                      hs.builds(lambda g, a: ov(G, "residual_before_reduce", g, a), region, named))
     return _with(axes, draw(hs.lists(cands, max_size=3)), draw(hs.booleans()))
 
 
@@ -118,6 +123,7 @@ def test_checker_agrees_with_the_simulator(generated):
     ("nonlinear_before_reduce", 333, 441, "f(p_1) + ... + f(p_t)"),  # 3² + 18² against 21²
 ])
 def test_replay_by_hand(verb, got, want, words):
+    """Forward; and the residual's gradient in backward: dy = 3 in place of x, the same numbers."""
     spec, p = _with(DP_TP, [ov(A, verb, "mlp", ("tp",))])
     ob = next(o for o in check_plan(SESSION, spec, p, {}).obligations
               if o.name == f"GI activations[mlp]: {verb}")
@@ -135,6 +141,7 @@ def test_replay_by_hand(verb, got, want, words):
     (ov(A, "nonlinear_before_reduce", "head", ("tp",)), DP_TP, "PL278", "no row-parallel linear"),
     (ov(A, "bias_before_reduce", "embedding", ("tp",)), DP_TP, "PL278", "no row-parallel linear"),
     (ov(A, "bias_before_reduce", "loss", ("tp",)), DP_TP, "PL278", "no row-parallel linear"),
+    (ov(G, "residual_before_reduce", "mlp", ("dp",)), DP_TP, "PL506", "dp is not a tensor axis"),
 ])
 def test_diagnostics(o, axes, code, words):
     spec, p = _with(axes, [o])
@@ -198,3 +205,23 @@ def test_costs_unchanged(sp):
     _, base = _with(DP_TP, sp=sp)
     _, stated = _with(DP_TP, [ov(A, v, None, ("tp",)) for v in VERBS], sp)
     assert _acts(stated) == _acts(base)
+
+
+def test_backward_replay_by_hand():
+    # dy = 3: the summands 3·(1/2)·2 = 3 and 3·2·3 = 18, the residual's gradient 3 added on both ranks
+    spec, p = _with(DP_TP, [ov(G, "residual_before_reduce", "attention", ("tp",))])
+    ob = next(o for o in check_plan(SESSION, spec, p, {}).obligations
+              if o.name == "GI activation_grads[attention]: residual_before_reduce")
+    cex = ob.counterexample
+    assert dict(cex.sizes)["tp"] == 2
+    assert cex.equation.startswith("input gradient") and cex.equation.endswith("= 27, single-device = 24")
+    assert "2·dy instead of dy" in cex.diagnosis[0]
+
+
+def test_backward_operations_other_than_the_residual_are_not_in_the_vocabulary(tmp_path, capsys):
+    f = tmp_path / "s.place"
+    f.write_text(SRC.replace("    bias = false\n", "").replace(
+        "activations[mlp]:bias_before_reduce", "activation_grads[mlp]: nonlinear_before_reduce"))
+    assert main(["check", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert f"{f}:18:3: error:" in err and "'activation_grads' has no override" in err

@@ -164,7 +164,10 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     "activation_grads": {"reduce": (True, False), "no_reduce": (False, False), "reduce_copy": (False, False),
                          "gather": (True, False), "assert_replicate": (True, False),
                          "assert_partial": (True, False), "assert_shard": (True, False),
-                         "dispatch": (True, False), "combine": (True, False), "all_to_all": (True, False)},
+                         "dispatch": (True, False), "combine": (True, False), "all_to_all": (True, False),
+                         # the residual's gradient added to the partial input gradient on every rank before its
+                         # reduction (check/actpartial.py)
+                         "residual_before_reduce": (True, False)},
     # the step's microbatches as rounds of a pipeline schedule of M inside an outer accumulation (check.nested)
     "accumulation": {
         "outer_undivided": (False, True),  # the outer loop divides by nothing: the rounds summed

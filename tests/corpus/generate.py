@@ -2187,6 +2187,10 @@ for name, b, lines, regions, verb, what, mirror in [
      "reduce-scatter: Σ f(p_i), not f(Σ p_i).", PARTIAL_NORM),
 ]:
     mutant(name, b, what, lines, [f"GI activations[{r}]: {verb}" for r in regions], mirrors=mirror)
+mutant("residual_grad_before_reduce_tp", "tp",
+       "the residual's gradient added to the column-parallel linear's partial input gradient on each tensor rank "
+       "before the all-reduce: tp·dy.", ["override activation_grads[mlp]: residual_before_reduce over (tp)"],
+       ["GI activation_grads[mlp]: residual_before_reduce"], mirrors=PARTIAL_RESIDUAL)
 
 # ---------------------------------------------------------------------------------------
 
