@@ -209,6 +209,9 @@ CODES: dict[str, tuple[str, str]] = {
               "or heads[forward] / heads[backward] / heads: repeat / split)."),
     "PL277": ("heads-no-ulysses", "A head split (override heads[...]) in a plan whose context region states no Ulysses "
               "all-to-all (override activations[context]: all_to_all over (...)), or whose head counts are not numbers."),
+    # an operation on the row-parallel output before its reduction (check.actpartial)
+    "PL278": ("partial-op-region", "activations[R]: bias_before_reduce, residual_before_reduce or "
+              "nonlinear_before_reduce for a region other than attention or mlp (no row-parallel output)."),
     # documents whose real length is not a multiple of 2c (check.encode_cpshort)
     "PL286": ("layout-short-mixed", "A layout of documents not padded to 2c (pad_to_chunks, truncate_to_chunks, "
               "cut_unequal) beside another layout than zigzag_per_document."),
@@ -357,6 +360,7 @@ class Code(StrEnum):
     CAPACITY_PADDING_NEVER_DROPS = "PL274"
     HEADS_RULE_GROUP = "PL276"
     HEADS_NO_ULYSSES = "PL277"
+    PARTIAL_OP_REGION = "PL278"
     LAYOUT_SHORT_MIXED = "PL286"
     BAD_SET = "PL301"
     UNKNOWN_PLAN = "PL302"

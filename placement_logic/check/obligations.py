@@ -124,6 +124,10 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
     from .actflow_obligations import act_obligations  # activations and activation gradients per layer region
 
     obs += act_obligations(step, ctx, Obligation)
+    if plan is not None:  # operations on a region's row-parallel output before its reduction (check.actpartial)
+        from .actpartial import obligations as partial_ops
+
+        obs += partial_ops(plan, ctx, Obligation)
     if plan is not None:  # the layout of context parallelism's blocks, where the plan states one (check.encode_cplayout)
         from . import encode_cplayout as cplayout
 

@@ -200,8 +200,12 @@ def stated_slot(o, region: str, t: tuple[str, ...], sp: bool) -> Slot:
     return Slot(tuple(Step(kind, p) for p in _passes(axes)), o.span, o.verb)
 
 
+# operations on the row-parallel output before its reduction (check.actpartial): no collective of a slot
+PARTIAL_OPS = ("bias_before_reduce", "residual_before_reduce", "nonlinear_before_reduce")
+
+
 def overrides(plan) -> list:
-    return [o for o in plan.overrides if o.target in TARGETS]
+    return [o for o in plan.overrides if o.target in TARGETS and o.verb not in PARTIAL_OPS]
 
 
 def flows(plan) -> tuple[Flow, ...]:

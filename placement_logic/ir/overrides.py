@@ -153,13 +153,21 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
                     "dispatch": (True, False), "combine": (True, False),
                     # Ulysses context parallelism (group context): the all-to-all before the attention (sequence
                     # shards -> head shards) and its inverse after it
-                    "all_to_all": (True, False)},
+                    "all_to_all": (True, False),
+                    # an operation on the row-parallel output while it is still partial over these tensor axes, before
+                    # its reduction (check/actpartial.py): the bias or the residual added on every rank (summed t
+                    # times), a nonlinearity (activation, norm, dropout) applied to each rank's summand
+                    "bias_before_reduce": (True, False), "residual_before_reduce": (True, False),
+                    "nonlinear_before_reduce": (True, False)},
     # their gradients in backward: the input gradient's reduction (reduce, no_reduce, reduce_copy: applied to a
     # copy), the gather of the output gradient before the row-parallel linear, or an asserted input-gradient type
     "activation_grads": {"reduce": (True, False), "no_reduce": (False, False), "reduce_copy": (False, False),
                          "gather": (True, False), "assert_replicate": (True, False),
                          "assert_partial": (True, False), "assert_shard": (True, False),
-                         "dispatch": (True, False), "combine": (True, False), "all_to_all": (True, False)},
+                         "dispatch": (True, False), "combine": (True, False), "all_to_all": (True, False),
+                         # the residual's gradient added to the partial input gradient on every rank before its
+                         # reduction (check/actpartial.py)
+                         "residual_before_reduce": (True, False)},
     # the step's microbatches as rounds of a pipeline schedule of M inside an outer accumulation (check.nested)
     "accumulation": {
         "outer_undivided": (False, True),  # the outer loop divides by nothing: the rounds summed
@@ -320,6 +328,9 @@ class OverrideVerb(StrEnum):
     NO_REDUCE = "no_reduce"
     REDUCE_COPY = "reduce_copy"
     ALL_TO_ALL = "all_to_all"
+    BIAS_BEFORE_REDUCE = "bias_before_reduce"
+    RESIDUAL_BEFORE_REDUCE = "residual_before_reduce"
+    NONLINEAR_BEFORE_REDUCE = "nonlinear_before_reduce"
     OUTER_UNDIVIDED = "outer_undivided"
     INNER_UNDIVIDED = "inner_undivided"
     RESCALED_EVERY_ROUND = "rescaled_every_round"

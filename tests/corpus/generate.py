@@ -2167,6 +2167,31 @@ equivalent("muon_experts_ep", "DDP x expert parallelism with Muon on the experts
            "expert parallelism hands each ep rank whole experts: their matrices are not cut.",
            list(BASES["ep"].bind) + ["optimizer {", "  experts = muon(ns_steps = 5)", "}"], "ep")
 
+# -- operations on the row-parallel output before its reduction (check.actpartial) ----------
+
+PARTIAL_BIAS = "the bias fused into the row-parallel GEMM before the all-reduce (NVIDIA/TransformerEngine#2230)"
+PARTIAL_RESIDUAL = "the residual added on every rank before the all-reduce (mirage-project/mirage#722)"
+PARTIAL_NORM = "an RMSNorm applied to each rank's partial sum (vllm-project/vllm-ascend#14345)"
+for name, b, lines, regions, verb, what, mirror in [
+    ("bias_before_reduce_tp", "tp", ["override activations: bias_before_reduce over (tp)"], ("attention", "mlp"),
+     "bias_before_reduce", "every row-parallel linear's bias added on each tensor rank before the all-reduce: the "
+     "output holds tp·b.", PARTIAL_BIAS),
+    ("bias_before_reduce_second_tensor_axis", "gqa_tp2", ["override activations[mlp]: bias_before_reduce over (tl)"],
+     ("mlp",), "bias_before_reduce", "fc2's bias added after the sum over tp but before the one over tl: tl·b.",
+     PARTIAL_BIAS),
+    ("residual_before_reduce_sp", "sp", ["override activations[attention]: residual_before_reduce over (tp)"],
+     ("attention",), "residual_before_reduce", "the residual added to the output projection's partial sum on "
+     "each tensor rank before the reduce-scatter: tp·residual.", PARTIAL_RESIDUAL),
+    ("nonlinear_before_reduce_3d", "3d", ["override activations[mlp]: nonlinear_before_reduce over (tp)"],
+     ("mlp",), "nonlinear_before_reduce", "a norm applied to each tensor rank's partial fc2 output before the "
+     "reduce-scatter: Σ f(p_i), not f(Σ p_i).", PARTIAL_NORM),
+]:
+    mutant(name, b, what, lines, [f"GI activations[{r}]: {verb}" for r in regions], mirrors=mirror)
+mutant("residual_grad_before_reduce_tp", "tp",
+       "the residual's gradient added to the column-parallel linear's partial input gradient on each tensor rank "
+       "before the all-reduce: tp·dy.", ["override activation_grads[mlp]: residual_before_reduce over (tp)"],
+       ["GI activation_grads[mlp]: residual_before_reduce"], mirrors=PARTIAL_RESIDUAL)
+
 # ---------------------------------------------------------------------------------------
 
 
