@@ -165,3 +165,17 @@ def test_statements_format_round_trip(stmt):
     assert format_source(src, "x.place") == src
     messy = src.replace(f"router: {stmt}", "router :  " + stmt.replace("(", "( ").replace(")", " )"))
     assert format_source(messy, "x.place") == src
+
+
+def test_pl506_is_a_located_error_with_exit_2(tmp_path):
+    import io
+
+    from placement_logic.cli import main
+
+    path = tmp_path / "r.place"
+    path.write_text(text(TP, "vary over (dp)"))
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["check", str(path)], out=out, err=err) == 2
+    line = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if "override router" in ln)
+    assert f"r.place:{line}:3: error: override router: vary over (dp) changes nothing" in err.getvalue() + out.getvalue()
+    assert "[PL506]" in err.getvalue() + out.getvalue()

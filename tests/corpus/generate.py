@@ -740,25 +740,21 @@ mutant("capacity_counts_padding_aux_masked_ep", "ep",
        ["GI capacity"], mirrors="the aux-loss padding mask alone (NVIDIA/Megatron-LM#2121, then #5542)",
        model="moe_aux_micro")
 # the MoE router's top-k choice on the tensor ranks that hold the same tokens (check.router)
-ROUTER_NOISE = "router jitter drawn per tensor rank (databricks/megablocks#118, pytorch/pytorch#103235)"
-mutant("router_jitter_per_tp_rank_moe_3d", "moe_3d",
-       "a tensor-parallel MoE layer without sequence parallelism whose router jitter is drawn with a per-rank seed "
-       "over tp (`router: vary over (tp)`): the tensor ranks route one token to different experts.",
-       ["override router: vary over (tp)"], ["GI router"], mirrors=ROUTER_NOISE)
-mutant("router_sampling_per_rank_moe_3d", "moe_3d",
-       "the second expert sampled with noise seeded per data and tensor rank (`router: vary over (dp, tp)`): the "
-       "data ranks hold different tokens, the tensor ranks the same ones.",
-       ["override router: vary over (dp, tp)"], ["GI router"],
-       mirrors="DeepSpeed's sampled second expert (deepspeedai/Megatron-DeepSpeed#362)")
-mutant("router_input_partial_moe_3d", "moe_3d",
-       "a router reading the row-parallel linear's partial sums over tp, before their all-reduce "
-       "(`router: input_partial over (tp)`).", ["override router: input_partial over (tp)"], ["GI router"],
-       mirrors="a nonlinear operation on per-rank partials (vllm-project/vllm-ascend#14345)")
-mutant("router_input_partial_sp_moe_etp", "moe_etp",
-       "under sequence parallelism, a router reading the partial sums before their reduce-scatter "
-       "(`router: input_partial over (tp)`): each rank scores its summand of its own tokens.",
-       ["override router: input_partial over (tp)"], ["GI router"],
-       mirrors="a nonlinear operation on per-rank partials (vllm-project/vllm-ascend#14345)")
+PARTIALS = "a nonlinear operation on per-rank partials (vllm-project/vllm-ascend#14345)"
+for name, base_name, stmt, what, mirrors in [
+    ("router_jitter_per_tp_rank_moe_3d", "moe_3d", "vary over (tp)", "a tensor-parallel MoE layer without sequence "
+     "parallelism whose router jitter is drawn with a per-rank seed over tp: the tensor ranks route one token to "
+     "different experts", "router jitter drawn per tensor rank (databricks/megablocks#118, pytorch/pytorch#103235)"),
+    ("router_sampling_per_rank_moe_3d", "moe_3d", "vary over (dp, tp)", "the second expert sampled with noise seeded "
+     "per data and tensor rank: the data ranks hold different tokens, the tensor ranks the same ones",
+     "DeepSpeed's sampled second expert (deepspeedai/Megatron-DeepSpeed#362)"),
+    ("router_input_partial_moe_3d", "moe_3d", "input_partial over (tp)", "a router reading the row-parallel "
+     "linear's partial sums over tp, before their all-reduce", PARTIALS),
+    ("router_input_partial_sp_moe_etp", "moe_etp", "input_partial over (tp)", "under sequence parallelism, a router "
+     "reading the partial sums before their reduce-scatter: each rank scores its summand of its own tokens", PARTIALS),
+]:
+    mutant(name, base_name, f"{what} (`router: {stmt}`).", [f"override router: {stmt}"], ["GI router"],
+           mirrors=mirrors)
 mutant("aux_expert_ranks_not_averaged_ep", "ep",
        "the MoE auxiliary loss averaged over dp and the microbatches only: the expert ranks' values, each from "
        "its own tokens, are summed (`loss[aux]: divide by dp * 4`).",
