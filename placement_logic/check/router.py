@@ -18,8 +18,8 @@ weights. A plan states what its code does:
 free: a tensor axis of one rank holds one replica). The replay routes one token of hidden (1, 1) on rank 0
 and rank 1 of the axis, top-k of E experts by score ℓ_e + 1 (ties to the lower expert), the gate weights
 the chosen scores normalised, expert e multiplying by e + 2: for ``vary`` the logits are tied at 0 and the
-noise drawn with rank r's seed adds 3 to the experts r·k, ..., r·k + k - 1 mod E (for k = E: to expert r mod E; rank 0's draw is the single device's, which every
-rank draws from a shared generator); for ``input_partial`` the router's weights are g_0 = (2, 0), g_1 = (0, 1),
+noise drawn with rank r's seed adds 3 to the experts r·k, ..., r·k + k - 1 mod E (for k = E: to expert
+r mod E; rank 0's draw is the single device's, which every rank draws from a shared generator); for ``input_partial`` the router's weights are g_0 = (2, 0), g_1 = (0, 1),
 the others 0, and rank r holds the r-th summand of (1, 1) = (1, 0) + (0, 1) + (0, 0) + ...
 
 Input: the plan. Output: the obligation where the plan states the router (none otherwise).
@@ -76,13 +76,14 @@ def replay(ctx: rp.Context, plan: ir.Plan, o, w: dict) -> Counterexample | None:
     axis, sizes = w["axis"], w["sizes"]
     if sizes.get(axis, 1) < 2:
         return None
-    e, k = _numbers(plan, {n: v for n, v in ctx.bindings.items()})
+    e, k = _numbers(plan, ctx.bindings)
     single = route(scores_on(o.verb, -1 if o.verb == OverrideVerb.INPUT_PARTIAL else 0, e, k), k)
     ranks = [route(scores_on(o.verb, r, e, k), k) for r in (0, 1)]
     if all(r == single for r in ranks):
         return None
     show = lambda c: f"experts ({', '.join(map(str, c[0]))}) with weights ({', '.join(rp._frac(x) for x in c[1])})"  # noqa: E731
-    how = ("its jitter drawn with rank r's seed adds 3 to experts r·k, ..., r·k + k - 1 mod E (k < E; to expert r mod E where k = E; logits tied at 0)" if o.verb == OverrideVerb.VARY
+    how = ("its jitter drawn with rank r's seed adds 3 to experts r·k, ..., r·k + k - 1 mod E (k < E; to expert "
+           "r mod E where k = E; logits tied at 0)" if o.verb == OverrideVerb.VARY
            else "router weights g_0 = (2, 0), g_1 = (0, 1), the others 0; rank r scores the r-th summand of the "
                 "row-parallel output (1, 1) = (1, 0) + (0, 1) + ...")
     values = (("token", f"one token of hidden (1, 1), held by every rank of {axis}"),
