@@ -232,6 +232,9 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
     from . import encode_capacity  # the MoE dispatch's capacity step, where the plan states it
 
     obs += encode_capacity.obligations(plan, ctx)
+    from . import router  # the MoE router's top-k choice, where the plan states it
+
+    obs += router.obligations(plan, ctx)
     return undecided.apply(_extended(obs, step, ctx, plan), step, ctx.pinned)
 
 

@@ -206,6 +206,11 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     # only, every expert keeping its top C = ⌈capacity_factor·k·N/E⌉ of them by router score (as derived);
     # counts_padding: the padded positions routed too, taking slots by score, and N counting them
     "capacity": {"masks_padding": (False, False), "counts_padding": (False, False)},
+    # the MoE router's top-k choice (check/router.py): same: every rank that holds the same tokens routes them as the
+    # single device does (its jitter / gate noise drawn from a generator shared over them, its input the reduced
+    # activation; as derived); vary: its scores' noise drawn with a per-rank seed over these axes; input_partial: it
+    # routes the un-reduced partial sums of the row-parallel linear over these axes (before their all-reduce)
+    "router": {"same": (False, False), "vary": (True, False), "input_partial": (True, False)},
     # the head split of Ulysses' all-to-alls (check/encode_ulysses_heads.py): [forward] / [backward] (no group: both)
     # the rule that gives rank r of the g ranks its contiguous heads of h: uneven (DeepSpeed's uneven all-to-all:
     # floor(h/g) each, one more on the first h mod g ranks), chunk (torch.chunk: ceil(h/g) each until the heads run
@@ -252,6 +257,7 @@ class OverrideTarget(StrEnum):
     CHECKPOINT = "checkpoint"
     LAYOUT = "layout"
     CAPACITY = "capacity"
+    ROUTER = "router"
     HEADS = "heads"
 
 
@@ -356,6 +362,7 @@ class OverrideVerb(StrEnum):
     CONTIGUOUS = "contiguous"
     MASKS_PADDING = "masks_padding"
     COUNTS_PADDING = "counts_padding"
+    INPUT_PARTIAL = "input_partial"
     UNEVEN = "uneven"
     CHUNK = "chunk"
     FLOOR = "floor"

@@ -14,6 +14,7 @@ from .. import ir
 from ..diagnostics import Code, Span, did_you_mean
 from ..frontend import surface
 from ..ir import capacity, routerstats
+from ..ir import router as router_stmt
 from ..ir.welltyped import ill_typed
 from .entries import override, placement_entry, rename_override, setting
 from .optimizers import check_overrides as check_optimizer_overrides
@@ -191,6 +192,8 @@ class PlanAssembler:
         for code, message, span, notes in routerstats.problems(plan, self.vals.values):  # the aux term's statistics (check.auxstats)
             self.cx.error(code, message, span, notes)
         for code, message, span, notes in capacity.problems(plan, self.vals.values):  # check.encode_capacity
+            self.cx.error(code, message, span, notes)
+        for code, message, span, notes in router_stmt.problems(plan, self.vals.values):  # check.router
             self.cx.error(code, message, span, notes)
         if not self.cx.failed_since(mark):
             found = ill_typed(plan, lambda s, a: draft.mode_src.get((s, a), draft.bound.get(a, p.span)))

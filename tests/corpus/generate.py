@@ -739,6 +739,22 @@ mutant("capacity_counts_padding_aux_masked_ep", "ep",
        "(`capacity: counts_padding` beside a per-microbatch aux_stats objective).", ["override capacity: counts_padding"],
        ["GI capacity"], mirrors="the aux-loss padding mask alone (NVIDIA/Megatron-LM#2121, then #5542)",
        model="moe_aux_micro")
+# the MoE router's top-k choice on the tensor ranks that hold the same tokens (check.router)
+PARTIALS = "a nonlinear operation on per-rank partials (vllm-project/vllm-ascend#14345)"
+for name, base_name, stmt, what, mirrors in [
+    ("router_jitter_per_tp_rank_moe_3d", "moe_3d", "vary over (tp)", "a tensor-parallel MoE layer without sequence "
+     "parallelism whose router jitter is drawn with a per-rank seed over tp: the tensor ranks route one token to "
+     "different experts", "router jitter drawn per tensor rank (databricks/megablocks#118, pytorch/pytorch#103235)"),
+    ("router_sampling_per_rank_moe_3d", "moe_3d", "vary over (dp, tp)", "the second expert sampled with noise seeded "
+     "per data and tensor rank: the data ranks hold different tokens, the tensor ranks the same ones",
+     "DeepSpeed's sampled second expert (deepspeedai/Megatron-DeepSpeed#362)"),
+    ("router_input_partial_moe_3d", "moe_3d", "input_partial over (tp)", "a router reading the row-parallel "
+     "linear's partial sums over tp, before their all-reduce", PARTIALS),
+    ("router_input_partial_sp_moe_etp", "moe_etp", "input_partial over (tp)", "under sequence parallelism, a router "
+     "reading the partial sums before their reduce-scatter: each rank scores its summand of its own tokens", PARTIALS),
+]:
+    mutant(name, base_name, f"{what} (`router: {stmt}`).", [f"override router: {stmt}"], ["GI router"],
+           mirrors=mirrors)
 mutant("aux_expert_ranks_not_averaged_ep", "ep",
        "the MoE auxiliary loss averaged over dp and the microbatches only: the expert ranks' values, each from "
        "its own tokens, are summed (`loss[aux]: divide by dp * 4`).",
@@ -1539,6 +1555,15 @@ for name, model, why in [
 ]:
     bb = BASES["ep"]
     equivalent(name, bb.title, why + ".", list(bb.bind) + ["override capacity: masks_padding"], "ep", model=model)
+
+# the router's choice: one shared noise draw on the reduced activation; per-rank noise on sequence shards
+with_base("router_same_moe_3d", "moe_3d",
+          "a tensor-parallel MoE layer whose router reads the reduced activation and draws its jitter from a "
+          "generator shared over tp (`router: same`): the derived routing.", ["override router: same"])
+with_base("router_jitter_sp_shards_moe_etp", "moe_etp",
+          "router jitter drawn with a per-rank seed over a sequence-parallel tensor axis (`router: vary over "
+          "(tp)`): each tensor rank routes its own sequence shard, so no token is routed by two ranks "
+          "(NVIDIA/Megatron-LM#1039).", ["override router: vary over (tp)"])
 
 # the calls weighted equally, the map padded to capacity: nothing changes where every token routes to every expert
 for name, line, why in [
