@@ -209,6 +209,11 @@ CODES: dict[str, tuple[str, str]] = {
               "or heads[forward] / heads[backward] / heads: repeat / split)."),
     "PL277": ("heads-no-ulysses", "A head split (override heads[...]) in a plan whose context region states no Ulysses "
               "all-to-all (override activations[context]: all_to_all over (...)), or whose head counts are not numbers."),
+    # the sliding window under context parallelism (check.cpwindow)
+    "PL282": ("window-group", "A sliding-window behaviour (override layout[...]: window_dropped / window_local / "
+              "window_on_diagonal) stated for a tensor other than the causal mask."),
+    "PL283": ("window-size", "The model's sliding window (attention { window = W }) is not a whole number of tokens "
+              "of at least 1."),
     # documents whose real length is not a multiple of 2c (check.encode_cpshort)
     "PL286": ("layout-short-mixed", "A layout of documents not padded to 2c (pad_to_chunks, truncate_to_chunks, "
               "cut_unequal) beside another layout than zigzag_per_document."),
@@ -357,6 +362,8 @@ class Code(StrEnum):
     CAPACITY_PADDING_NEVER_DROPS = "PL274"
     HEADS_RULE_GROUP = "PL276"
     HEADS_NO_ULYSSES = "PL277"
+    WINDOW_GROUP = "PL282"
+    WINDOW_SIZE = "PL283"
     LAYOUT_SHORT_MIXED = "PL286"
     BAD_SET = "PL301"
     UNKNOWN_PLAN = "PL302"
