@@ -183,6 +183,8 @@ def spec_text(spec: ir.Spec, plans: tuple[str, ...] = (), sets: Collection[str] 
                      + (f" (aux statistics: {spec.model.aux_stats[0]})" if spec.model.aux_stats else ""))
     if spec.model is not None and spec.model.ce_terms:  # the cross entropy's label smoothing, output z-loss
         lines.append("  cross entropy: " + ", ".join(k for k, _ in spec.model.ce_terms))
+    if spec.model is not None and spec.model.attention_window:  # sliding-window attention (check.cpwindow)
+        lines.append(f"  attention: sliding window of {ir.show(spec.model.attention_window[0])} tokens")
     for p in data["plans"]:
         lines.append("")
         lines.append(f"plan {p['plan']}  ({p['location']})")
