@@ -146,3 +146,18 @@ def test_statements_format_round_trip(stmt):
     messy = src.replace(f"  {stmt}", "  " + stmt.replace(": ", " :   ").replace("[", "[ ").replace("]", " ]"))
     messy = messy.replace("window = 4096", "window   =4096")
     assert format_source(messy, "x.place") == src
+
+
+def test_no_context_axis_is_no_effect():
+    src = _src("  override layout[causal_mask]: window_dropped\n").replace(
+        "  cp = 8 @ intra_node\n", "").replace("  cp: context_parallel\n", "").replace(
+        "from std.context import context_parallel\n", "")
+    assert _code(src) == Code.OVERRIDE_NO_EFFECT
+
+
+def test_the_layout_simulators_leave_the_window_verbs_to_the_window_simulator():
+    import simulator_cp
+
+    spec = load_string(_src("  override layout: zigzag\n  override layout[causal_mask]: window_local\n"), "x.place")
+    # the block layout of every tensor is the inputs' zigzag: no layout violation; the window's is GI layout[window]
+    assert simulator_cp.layout_violations(spec.plans[0], {"dp": 1, "cp": 2}) == set()
