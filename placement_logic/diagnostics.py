@@ -212,6 +212,11 @@ CODES: dict[str, tuple[str, str]] = {
     # an operation on the row-parallel output before its reduction (check.actpartial)
     "PL278": ("partial-op-region", "activations[R]: bias_before_reduce, residual_before_reduce or "
               "nonlinear_before_reduce for a region other than attention or mlp (no row-parallel output)."),
+    # the sliding window under context parallelism (check.cpwindow)
+    "PL282": ("window-group", "A sliding-window behaviour (override layout[...]: window_dropped / window_local / "
+              "window_on_diagonal) stated for a tensor other than the causal mask."),
+    "PL283": ("window-size", "The model's sliding window (attention { window = W }) is not a whole number of tokens "
+              "of at least 1."),
     # documents whose real length is not a multiple of 2c (check.encode_cpshort)
     "PL286": ("layout-short-mixed", "A layout of documents not padded to 2c (pad_to_chunks, truncate_to_chunks, "
               "cut_unequal) beside another layout than zigzag_per_document."),
@@ -361,6 +366,8 @@ class Code(StrEnum):
     HEADS_RULE_GROUP = "PL276"
     HEADS_NO_ULYSSES = "PL277"
     PARTIAL_OP_REGION = "PL278"
+    WINDOW_GROUP = "PL282"
+    WINDOW_SIZE = "PL283"
     LAYOUT_SHORT_MIXED = "PL286"
     BAD_SET = "PL301"
     UNKNOWN_PLAN = "PL302"

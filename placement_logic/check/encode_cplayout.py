@@ -48,6 +48,7 @@ from ..diagnostics import NO_SPAN, Code, Diagnostic, DiagnosticError, Span
 from ..ir.overrides import LAYOUT_ITEMS, OverrideTarget, OverrideVerb
 from ..solver.session import value_of
 from . import cplayout_ptrr as ptrr
+from . import cpwindow
 from . import encode_cplayout_packs as packs
 from . import encode_cpshort as cpshort
 from .report import Counterexample
@@ -78,7 +79,7 @@ class LayoutModel:
 def model(plan, context: tuple[str, ...]) -> LayoutModel | None:
     """The layouts the plan states (the last statement of an item wins); None when it states none. A
     statement without a context axis changes nothing (PL506)."""
-    stated = [o for o in plan.overrides if o.target == OverrideTarget.LAYOUT]
+    stated = [o for o in plan.overrides if o.target == OverrideTarget.LAYOUT and o.verb not in cpwindow.VERBS]
     if not stated:
         return None
     if not context:

@@ -38,6 +38,7 @@ from .. import ir
 from . import eager
 from .extrema import extremum
 from .symbolic import at_least, to_sympy
+from .window import causal_share
 
 ZERO = sympy.Integer(0)
 
@@ -106,8 +107,9 @@ def attention_dims(t: ir.TransformerShape, h, a):
     return h * a * dh + 2 * h * kv * dh, dh, dh
 
 
-def layer_time(dev: Device, t: ir.TransformerShape, sh, lay, causal: bool, moe: bool, ep) -> LayerTime:
-    """One layer (a MoE layer when ``moe``), one microbatch, forward, on one device."""
+def layer_time(dev: Device, t: ir.TransformerShape, sh, lay, causal: bool, moe: bool, ep, window=None) -> LayerTime:
+    """One layer (a MoE layer when ``moe``), one microbatch, forward, on one device; a fused kernel's causal share
+    of the scores under the model's sliding window ``window`` (costs.window)."""
     h, a = sh.h, sh.a
     tp, c, e = lay.t, lay.c, dev.e
     T = sh.b * sh.s / c
@@ -116,7 +118,7 @@ def layer_time(dev: Device, t: ir.TransformerShape, sh, lay, causal: bool, moe: 
     heads = sh.b * a / tp
     if lay.flash or eager.fused_attention(sh, lay):
         core_flops = heads * (sh.s / c) * sh.s * 2 * (d_qk + d_v)
-        core = (core_flops / 2 if causal else core_flops) / (dev.peak * dev.eff.flash)
+        core = (core_flops * causal_share(sh.s, window) if causal else core_flops) / (dev.peak * dev.eff.flash)
     else:
         scores = heads * (sh.s / c) * sh.s
         core = gemm(dev, sh.s / c, sh.s, d_qk, heads) + gemm(dev, sh.s / c, d_v, sh.s, heads) \

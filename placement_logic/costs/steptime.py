@@ -56,6 +56,7 @@ from ..ir.buffers import link_of
 from ..ir.collectives import Kind, Phase
 from ..ir.groups import padded_vocab
 from . import kernels, nccl, tpbackward
+from . import window as attention_window
 from .comm import SizedCollective
 from .extrema import extremum
 from .symbolic import symbol, to_sympy
@@ -86,8 +87,9 @@ def _v(x: ir.Value | None, default: sympy.Expr | None = None) -> sympy.Expr:
     return default if x is None else to_sympy(x)
 
 
-def flops_per_token(t: ir.TransformerShape, s: sympy.Expr, causal: bool = True) -> Flops:
-    """Forward FLOPs per token of a transformer shape (an independent count from its fields)."""
+def flops_per_token(t: ir.TransformerShape, s: sympy.Expr, causal: bool = True, window=None) -> Flops:
+    """Forward FLOPs per token of a transformer shape (an independent count from its fields); with causal masking
+    the attention core's share of the scores is costs.window.causal_share (the model's sliding window, if any)."""
     h, L, a, kv, f, E, k = (to_sympy(x) for x in (t.hidden, t.layers, t.heads, t.kv_heads, t.ffn, t.experts, t.top_k))
     V = to_sympy(padded_vocab(t))
     mats = 3 if t.gated_mlp else 2
@@ -108,7 +110,7 @@ def flops_per_token(t: ir.TransformerShape, s: sympy.Expr, causal: bool = True) 
         d_qk = d_v = dh
     core = 2 * s * a * d_qk + 2 * s * a * d_v
     if causal:
-        core = core / 2
+        core = core * attention_window.causal_share(s, window)
     moe = E != 1
     if moe:
         fe = _v(t.expert_ffn, f)
@@ -266,7 +268,8 @@ def step_time(pc, hwr: ir.Hardware, causal: bool | None = None) -> StepTime | No
     if t is None:
         return None
     hwr = matmul_precision(pc, hwr)
-    fl = flops_per_token(t, sh.s, causal if causal is not None else plan.model.attention_flops == "causal")
+    fl = flops_per_token(t, sh.s, causal if causal is not None else plan.model.attention_flops == "causal",
+                         attention_window.of(plan))
     data = _product(views.view(plan).axes_with_role(Role.DATA) + views.view(plan).axes_with_role(Role.EXPERT))
     devices = _product(plan.mesh.names)
     mb_tokens = sh.b * sh.s
@@ -325,7 +328,9 @@ def step_time(pc, hwr: ir.Hardware, causal: bool | None = None) -> StepTime | No
         f"{hwr.title}: {_peak_words(hwr)}, MFU {sympy.nsimplify(mfu)} of it" if mode == "mfu" else
         f"{hwr.title}: {_peak_words(hwr)}; each matrix product timed from its shape (roofline × the "
         "device's efficiency table), the memory-bound kernels and the optimizer step from bytes over HBM",
-        "attention FLOPs halved by causal masking" if plan.model.attention_flops == "causal" and causal is not False
+        ("attention FLOPs of the sliding window's keys, Σ min(p + 1, W) per sequence" if attention_window.of(plan)
+         is not None else "attention FLOPs halved by causal masking")
+        if plan.model.attention_flops == "causal" and causal is not False
         else "attention FLOPs counted in full",
         "data-parallel parameter and gradient traffic overlaps with compute" if hwr.overlap
         else "no communication overlaps with compute",
@@ -358,12 +363,12 @@ def _kernel_times(pc, hwr: ir.Hardware, causal: bool) -> tuple[sympy.Expr, sympy
     ep = _product(lay.expert_axes)
     if moe:
         dense = _v(t.dense_layers, ZERO)
-        one = kernels.layer_time(dev, t, sh, lay, causal, True, ep)
-        plain = kernels.layer_time(dev, t, sh, lay, causal, False, ep) if dense != 0 else one
+        one = kernels.layer_time(dev, t, sh, lay, causal, True, ep, attention_window.of(plan))
+        plain = kernels.layer_time(dev, t, sh, lay, causal, False, ep, attention_window.of(plan)) if dense != 0 else one
         core = (dense * plain.core + (L - dense) * one.core) / L
         rest = (dense * plain.rest + (L - dense) * one.rest) / L
     else:
-        one = kernels.layer_time(dev, t, sh, lay, causal, False, ep)
+        one = kernels.layer_time(dev, t, sh, lay, causal, False, ep, attention_window.of(plan))
         core, rest = one.core, one.rest
     extra = ZERO
     if lay.recompute is ir.Recompute.FULL:

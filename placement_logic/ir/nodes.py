@@ -232,6 +232,8 @@ class Model:
     # DeepSpeed's runtime buffers (``buckets { reduce_bucket_size = N ... }``, ``costs.buckets``): the
     # stated settings by name (counts; flags as 0/1); None: no block, the engine's own working set
     buckets: tuple[tuple[str, Value], ...] | None = None
+    # sliding-window attention (``attention { window = W }``, check.cpwindow): (W, span of its line); None: causal
+    attention_window: tuple[Value, Span] | None = None
 
 
 @dataclass(frozen=True)

@@ -197,11 +197,15 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     # ptrr: the order PyTorch's processing-time round-robin balancer computes from the mask (check/cplayout_ptrr.py);
     # documents whose real length is not a multiple of 2c (check/encode_cpshort.py): pad_to_chunks: each padded to a
     # multiple of 2c and cut per document (derived); truncate_to_chunks: that cut, each rank taking its first
-    # floor(L/c) slots as real; cut_unequal: the unpadded document cut into 2c chunks of ceil(L/2c), the last short
+    # floor(L/c) slots as real; cut_unequal: the unpadded document cut into 2c chunks of ceil(L/2c), the last short;
+    # [causal_mask] under the model's sliding window (``attention { window = W }``, check/cpwindow.py): window_dropped:
+    # causal attention without the window; window_local: the window measured between the positions of each rank's
+    # local buffer; window_on_diagonal: the window applied on the rank's own block only, the others causal
     "layout": {"zigzag": (False, False), "contiguous": (False, False), "zigzag_per_document": (False, False),
                "zigzag_document_major": (False, False), "zigzag_per_document_unpadded": (False, False),
                "ptrr": (False, False), "pad_to_chunks": (False, False), "truncate_to_chunks": (False, False),
-               "cut_unequal": (False, False)},
+               "cut_unequal": (False, False), "window_dropped": (False, False), "window_local": (False, False),
+               "window_on_diagonal": (False, False)},
     # the MoE dispatch's capacity step (check/encode_capacity.py): masks_padding: each router call's real tokens
     # only, every expert keeping its top C = ⌈capacity_factor·k·N/E⌉ of them by router score (as derived);
     # counts_padding: the padded positions routed too, taking slots by score, and N counting them
@@ -359,6 +363,9 @@ class OverrideVerb(StrEnum):
     PAD_TO_CHUNKS = "pad_to_chunks"
     TRUNCATE_TO_CHUNKS = "truncate_to_chunks"
     CUT_UNEQUAL = "cut_unequal"
+    WINDOW_DROPPED = "window_dropped"
+    WINDOW_LOCAL = "window_local"
+    WINDOW_ON_DIAGONAL = "window_on_diagonal"
     CONTIGUOUS = "contiguous"
     MASKS_PADDING = "masks_padding"
     COUNTS_PADDING = "counts_padding"

@@ -155,6 +155,12 @@ def _set_mark(binding: dict) -> str:
     return " (--set)" if binding["set"] else ""
 
 
+def _window_lines(model) -> list[str]:
+    """The model's sliding-window attention (check.cpwindow), if it states one."""
+    w = model.attention_window if model is not None else None
+    return [] if w is None else [f"  attention: sliding window of {ir.show(w[0])} tokens"]
+
+
 def spec_text(spec: ir.Spec, plans: tuple[str, ...] = (), sets: Collection[str] = ()) -> str:
     data = spec_data(spec, plans, sets)
     lines = [f"spec {data['file']}"]
@@ -183,6 +189,7 @@ def spec_text(spec: ir.Spec, plans: tuple[str, ...] = (), sets: Collection[str] 
                      + (f" (aux statistics: {spec.model.aux_stats[0]})" if spec.model.aux_stats else ""))
     if spec.model is not None and spec.model.ce_terms:  # the cross entropy's label smoothing, output z-loss
         lines.append("  cross entropy: " + ", ".join(k for k, _ in spec.model.ce_terms))
+    lines += _window_lines(spec.model)
     for p in data["plans"]:
         lines.append("")
         lines.append(f"plan {p['plan']}  ({p['location']})")

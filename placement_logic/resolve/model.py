@@ -149,7 +149,8 @@ def _section(vals: Values, item: surface.SubBlock, fields: dict) -> None:
     read = _SECTIONS.get(item.key)
     if read is None:
         vals.cx.error(Code.UNKNOWN_PROPERTY, f"the model block has no '{item.key}' section", item.span,
-                      did_you_mean(item.key, ("bytes", "transformer", "conventions", "losses", "buckets", "group")))
+                      did_you_mean(item.key, ("bytes", "transformer", "conventions", "losses", "buckets", "group",
+                                               "attention")))
         return
     read(vals, item, fields)
 
@@ -410,4 +411,19 @@ def _moe_pattern(vals: Values, found: dict, block: surface.SubBlock) -> bool:
 
 
 # the model block's sections other than the transformer shape
-_SECTIONS = {"bytes": _bytes, "conventions": _conventions, "losses": _losses, "buckets": _buckets}
+def _attention(vals: Values, block: surface.SubBlock, fields: dict) -> None:
+    """``attention { window = W }``: each query attends the keys of the last W positions, itself included
+    (sliding-window attention; check.cpwindow); W a whole number of tokens, at least 1 (PL283)."""
+    for p in props(vals, block.props, ("window",), "attention"):
+        v = None if p.value is None or isinstance(p.value, (surface.ModeMap, surface.Bool)) else \
+            vals.count(p.value, {}, "'window'")
+        known = None if v is None else fold(v, {})
+        if v is None or (known is not None and (known < 1 or known.denominator != 1)):
+            vals.cx.error(Code.WINDOW_SIZE, "the sliding window needs a whole number of tokens, at least 1 "
+                          "(attention { window = 4096 })", p.span)
+            continue
+        fields["attention_window"] = (v, p.span)
+
+
+_SECTIONS = {"bytes": _bytes, "conventions": _conventions, "losses": _losses, "buckets": _buckets,
+             "attention": _attention}

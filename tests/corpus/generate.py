@@ -97,6 +97,10 @@ MODELS["gqa12"] = (  # two kv heads, 12 query heads: tensor sizes 3 x 4 give cop
     "transformer {\n    hidden = 1536\n    layers = 16\n    heads = 12\n    kv_heads = 2\n    ffn = 6144\n"
     "    vocab = 50304\n  }", "seq = 2048", "microbatch = 2", "microbatches = 4")
 MODELS["moe_aux_global_k8"] = tuple(line.replace("top_k = 2", "top_k = 8") for line in MODELS["moe_aux_global"])
+# sliding-window attention (docs/language.md, "The model"; check.cpwindow): a window of 512 of 2048 positions, and one
+# as long as the sequence (it never binds)
+MODELS["dense_window"] = MODELS["dense"] + ("attention {\n    window = 512\n  }",)
+MODELS["dense_window_whole"] = MODELS["dense"] + ("attention {\n    window = 2048\n  }",)
 
 GROUPS = {
     "plain": ("dense", "norms", "biases", "embedding"),
@@ -2108,6 +2112,22 @@ for name, b, lines, expect, what in [
     mutant(name, b, what, lines, expect, mirrors=PTRR)
 with_base("cp_ptrr_everywhere", "cp", "every per-token tensor and the block mask rearranged by the one balancer computed "
           "from the mask.", ["override layout: ptrr", "override layout[labels]: ptrr"])
+WINDOW = ("the sliding window under context parallelism dropped (huggingface/accelerate#4177), compared on local slots "
+          "(open-lm-engine/lm-engine#447) or applied on the diagonal block only (NVIDIA/Megatron-LM#1160)")
+for name, b, lines, what in [
+    ("cp_window_dropped", "cp", ["override layout: zigzag", "override layout[causal_mask]: window_dropped"],
+     "a window of 512 under zigzag CP, the ranks' masks causal without it."),
+    ("cp_window_local_slots", "cp_zero3", ["override layout[causal_mask]: window_local"],
+     "a window of 512 under contiguous CP, compared between the ranks' local slots."),
+    ("cp_window_on_diagonal", "cp", ["override layout: zigzag", "override layout[causal_mask]: window_on_diagonal"],
+     "a window of 512 under zigzag CP, applied on each rank's own block only."),
+]:
+    mutant(name, b, what, lines, ["GI layout[window]"], mirrors=WINDOW, model="dense_window")
+equivalent("cp_window_zigzag", BASES["cp"].title, "a window of 512 under zigzag CP, every rank's mask on the global "
+           "positions.", list(BASES["cp"].bind) + ["override layout: zigzag"], "cp", model="dense_window")
+equivalent("cp_window_whole_sequence_dropped", BASES["cp"].title, "a window as long as the sequence dropped by the ranks: "
+           "it never binds, causal attention is the window's.", list(BASES["cp"].bind)
+           + ["override layout[causal_mask]: window_dropped"], "cp", model="dense_window_whole")
 # -- the expert tensor group's all-gather and reduce-scatter of the routed tokens ---------
 
 ETP_NO_RS = "the gathered tokens' backward without a reduce-scatter (pytorch/torchtitan#1805)"

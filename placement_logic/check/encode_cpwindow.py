@@ -1,0 +1,79 @@
+"""The obligation of sliding-window attention under context parallelism (check.cpwindow): ``GI layout[window]``.
+
+Where the model states a window (``attention { window = W }``) and the plan has a context axis: on every rank
+of the context group and every query it holds, the keys the ranks let in are exactly the single-device window's,
+0 ≤ p − k < W on global positions. Decided exactly at the declared sizes (c, W, N = seq; a pinned size first) by
+check.cpwindow.difference; the z3 negation pins the context axes at those sizes and is sat exactly where a pair
+differs. The replay names the query and the key, their ranks and slots, and what each side computes.
+Nothing moves otherwise than derived: the costs are the derived ones.
+"""
+
+from __future__ import annotations
+
+import z3
+
+from ..diagnostics import NO_SPAN, Span
+from . import cpwindow
+from .report import Counterexample
+
+
+def obligations(plan, context: tuple[str, ...], ctx, plan_span: Span, obligation) -> list:
+    wm = cpwindow.model(plan, context)
+    if wm is None:
+        return []
+    from .rules import GRADIENT_INTEGRITY
+
+    at = cpwindow.declared(plan, wm, ctx.bindings, ctx.pinned)
+    span = wm.span if wm.span != NO_SPAN else wm.window_span
+    what = (f"each query of the context group ({', '.join(wm.context)}) attends exactly the keys of its sliding window "
+            f"on the global positions, 0 ≤ p − k < W (the ranks: {cpwindow.DOES[wm.verb]}; the inputs {wm.layout})")
+    if isinstance(at, str) or wm.layout not in cpwindow.LAYOUTS:
+        why = at if isinstance(at, str) else (f"the window is decided on the contiguous and zigzag layouts, not on "
+                                              f"{wm.layout}")
+        return [obligation("GI layout[window]", GRADIENT_INTEGRITY, span, what, lambda env: ([], lambda m: {}),
+                           lambda w: None, unknown=f"not decided: {why}")]
+    sizes, w, n = at
+    c = 1
+    for v in sizes.values():
+        c *= v
+    note = (f"decided at the declared sizes: {', '.join(f'{a} = {v}' for a, v in sizes.items())}, window W = {w}, "
+            f"sequence N = {n} (every query and key)",)
+    found = cpwindow.difference(wm.verb, wm.layout, c, n, w)
+
+    def negation(env):
+        cons = [env.size(a) == v for a, v in sizes.items()] + [z3.BoolVal(found is not None, env.sess.ctx)]
+        return cons, lambda model: {"sizes": env.size_values(model)}
+
+    return [obligation("GI layout[window]", GRADIENT_INTEGRITY, span, what, negation,
+                       lambda wit: replay(ctx, wm, wit, sizes, w, n), notes=note)]
+
+
+def replay(ctx, wm, wit: dict, at: dict, w: int, n: int) -> Counterexample | None:
+    """The first pair the ranks let in otherwise than one device, recomputed at the witness's sizes (the declared
+    context sizes ``at`` only: the window, the sequence and the decision are theirs)."""
+    sizes = wit["sizes"]
+    if any(sizes.get(a) != v for a, v in at.items()):
+        return None
+    c = 1
+    for a in wm.context:
+        c *= sizes[a]
+    if c < 2 or n % (2 * c):
+        return None
+    d = cpwindow.difference(wm.verb, wm.layout, c, n, w)
+    if d is None:
+        return None
+    p, k = d["query"], d["key"]
+    yes = "lets it in" if d["computed"] else "leaves it out"
+    want = "in" if 0 <= p - k < w else "out"
+    eq = (f"query {p} (rank {d['q_rank']}, slot {d['q_slot']}) and key {k} (rank {d['k_rank']}, slot {d['k_slot']}): "
+          f"the ranks' mask {yes}, single-device key {k} is {want} of the window (p − k = {p - k}, "
+          f"slot(p) − slot(k) = {d['q_slot'] - d['k_slot']}, W = {w})")
+    stmt = f"override layout[causal_mask]: {wm.verb} at line {wm.span.line}" if wm.verb else "derived"
+    diag = (f"the attention output of position {p} sums another set of values than one device's: the root cause is "
+            f"the sliding window under context parallelism, {cpwindow.DOES[wm.verb]} ({stmt}), not the window on the "
+            "global positions",
+            "every layer after the attention, the loss and so every gradient of the step are computed from it")
+    values = (("sequence", f"N = {n} positions in 2c = {2 * c} chunks of {n // (2 * c)}, the inputs {wm.layout}"),
+              ("window", f"W = {w}: a query p attends the keys k with 0 ≤ p − k < W"))
+    devices = ((f"rank {d['q_rank']}", "the query's"), (f"rank {d['k_rank']}", "the key's"))
+    return Counterexample(ctx.sizes_tuple(sizes), devices, values, eq, diag, ctx.command(sizes))

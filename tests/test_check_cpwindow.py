@@ -1,0 +1,163 @@
+"""Sliding-window attention under context parallelism (``attention { window = W }``,
+``override layout[causal_mask]: window_dropped | window_local | window_on_diagonal``, check.cpwindow): the exact
+decision against the ring simulator (tests/simulator_cpwindow.py, every query's output summed key by key), the
+obligation's verdicts and replays on whole plans, the diagnostics (PL282, PL283, PL506), an undecided layout, the
+costs (nothing moves) and the format round trip."""
+
+from __future__ import annotations
+
+from itertools import product
+
+import pytest
+import simulator_cpwindow as sim
+
+from placement_logic.check import cpwindow
+from placement_logic.check.run import check_plan
+from placement_logic.diagnostics import Code, DiagnosticError
+from placement_logic.frontend.loader import load_string
+from placement_logic.outcome import Verdict
+from placement_logic.solver.session import Session
+
+SESSION = Session(timeout=20)
+BEHAVIOURS = (None,) + cpwindow.VERBS
+
+
+@pytest.mark.parametrize("layout", cpwindow.LAYOUTS)
+@pytest.mark.parametrize("c", (2, 3, 4))
+def test_decision_agrees_with_the_ring_simulator(layout, c):
+    """At every chunk size h ≤ 3 and window 1 ≤ W ≤ n + 1: a pair found exactly where some query's output
+    differs, and the pair found is one the ring lets in otherwise than one device."""
+    for h, verb in product((1, 2, 3), BEHAVIOURS):
+        n = 2 * c * h
+        for w in range(1, n + 2):
+            found = cpwindow.difference(verb, layout, c, n, w)
+            wrong = sim.differing(verb, layout, c, n, w)
+            assert (found is None) == (not wrong), (verb, layout, c, h, w)
+            if found is not None:
+                assert sim.pair_differs(verb, layout, c, n, w, found["query"], found["key"])
+                assert found["query"] in wrong
+
+
+def test_decision_at_large_sizes_matches_the_hand_derived_pairs():
+    # zigzag, c = 8, N = 32768 (h = 2048), W = 4096: rank 2 holds chunk 2 (positions 4096...) in slots 0...,
+    # rank 0 chunk 0 in slots 0...: query 4096 and key 0 are 4096 apart but in the same slot.
+    d = cpwindow.difference("window_local", "zigzag", 8, 32768, 4096)
+    assert (d["query"], d["key"], d["q_rank"], d["q_slot"], d["k_rank"], d["k_slot"]) == (4096, 0, 2, 0, 0, 0)
+    # dropped: the first query W positions past a key, key 0
+    d = cpwindow.difference("window_dropped", "contiguous", 8, 32768, 4096)
+    assert (d["query"], d["key"], d["computed"]) == (4096, 0, True)
+    # a window as long as the sequence never binds: every behaviour is the single-device one
+    assert all(cpwindow.difference(v, lay, 4, 64, 64) is None for v, lay in product(BEHAVIOURS, cpwindow.LAYOUTS))
+
+
+def _src(stmts: str, window: str = "4096", seq: int = 32768, cp: int = 8, extra: str = "") -> str:
+    return (f"from std.context import context_parallel\nfrom std.data import ddp\n\nmodel {{\n  transformer {{\n"
+            f"    hidden = 4096\n    layers = 32\n    heads = 32\n    ffn = 14336\n    vocab = 128256\n  }}\n"
+            f"  seq = {seq}\n  microbatch = 1\n  attention {{\n    window = {window}\n  }}\n}}\n\n"
+            f"mesh {{\n  dp = 2 @ inter_node\n  cp = {cp} @ intra_node\n{extra}}}\n\n"
+            f"plan p {{\n  dp: ddp\n  cp: context_parallel\n{stmts}}}\n")
+
+
+def _window(src: str, pinned=None):
+    spec = load_string(src, "x.place")
+    report = check_plan(SESSION, spec, spec.plans[0], pinned or {})
+    return next(o for o in report.obligations if o.name == "GI layout[window]")
+
+
+@pytest.mark.parametrize("layout", cpwindow.LAYOUTS)
+@pytest.mark.parametrize("verb", BEHAVIOURS)
+def test_plan_verdicts_agree_with_the_simulator(layout, verb):
+    stmts = f"  override layout: {layout}\n" + (f"  override layout[causal_mask]: {verb}\n" if verb else "")
+    ob = _window(_src(stmts, window="6", seq=24, cp=3))
+    wrong = sim.differing(verb, layout, 3, 24, 6)
+    assert ob.verdict is (Verdict.REFUTED if wrong else Verdict.PROVED)
+    if wrong:
+        assert "root cause" in ob.counterexample.diagnosis[0] and verb in ob.counterexample.diagnosis[0]
+        assert dict(ob.counterexample.sizes)["cp"] == 3
+
+
+def test_refutation_names_the_query_and_the_key():
+    ob = _window(_src("  override layout: zigzag\n  override layout[causal_mask]: window_on_diagonal\n",
+                      window="4", seq=16, cp=2))
+    # zigzag, c = 2, h = 4: rank 0 holds 0-3 and 12-15, rank 1 holds 4-11. Query 4 (rank 1, slot 0) and key 0
+    # (rank 0, slot 0) are 4 = W apart: out of the window, but another rank's block, let in whole. No query
+    # before 4 has a key W apart.
+    assert ob.verdict is Verdict.REFUTED
+    eq = ob.counterexample.equation
+    assert eq.startswith("query 4 (rank 1, slot 0) and key 0 (rank 0, slot 0): the ranks' mask lets it in")
+    assert "p − k = 4" in eq and "W = 4" in eq
+
+
+def test_window_longer_than_the_sequence_proves_every_behaviour():
+    for verb in cpwindow.VERBS:
+        ob = _window(_src(f"  override layout[causal_mask]: {verb}\n", window="32768"))
+        assert ob.verdict is Verdict.PROVED
+        assert any("decided at the declared sizes" in n for n in ob.notes)
+
+
+def test_no_window_no_obligation():
+    src = _src("  override layout: zigzag\n").replace("  attention {\n    window = 4096\n  }\n", "")
+    spec = load_string(src, "x.place")
+    assert not [o for o in check_plan(SESSION, spec, spec.plans[0], {}).obligations if o.name == "GI layout[window]"]
+
+
+def test_another_layout_is_left_undecided():
+    ob = _window(_src("  override layout: ptrr\n  override layout[causal_mask]: window_local\n"))
+    assert ob.verdict is Verdict.UNKNOWN and "ptrr" in ob.reason
+
+
+def test_sequence_not_cut_into_chunks_is_left_undecided():
+    ob = _window(_src("", seq=32768 + 8))
+    assert ob.verdict is Verdict.UNKNOWN and "not cut into 2c = 16 chunks" in ob.reason
+
+
+def _code(src: str) -> str:
+    with pytest.raises(DiagnosticError) as err:
+        spec = load_string(src, "x.place")
+        check_plan(SESSION, spec, spec.plans[0], {})
+    return err.value.diagnostics[0].code
+
+
+def test_diagnostics():
+    assert _code(_src("  override layout[labels]: window_local\n")) == Code.WINDOW_GROUP
+    assert _code(_src("  override layout: window_dropped\n")) == Code.WINDOW_GROUP
+    assert _code(_src("", window="0")) == Code.WINDOW_SIZE
+    assert _code(_src("", window="2.5")) == Code.WINDOW_SIZE
+    no_window = _src("  override layout[causal_mask]: window_local\n").replace("  attention {\n    window = 4096\n  }\n",
+                                                                               "")
+    assert _code(no_window) == Code.OVERRIDE_NO_EFFECT
+
+
+def test_costs_move_nothing():
+    # the mask is the kernel's: no collective moves otherwise than derived
+    from placement_logic.ir import collectives
+
+    base = load_string(_src(""), "x.place")
+    bug = load_string(_src("  override layout[causal_mask]: window_dropped\n"), "x.place")
+    assert collectives.derive(bug.plans[0]) == collectives.derive(base.plans[0])
+
+
+@pytest.mark.parametrize("stmt", [f"override layout[causal_mask]: {v}" for v in cpwindow.VERBS])
+def test_statements_format_round_trip(stmt):
+    from placement_logic.frontend.canonical import format_source
+
+    src = _src(f"  {stmt}\n")
+    assert format_source(src, "x.place") == src
+    messy = src.replace(f"  {stmt}", "  " + stmt.replace(": ", " :   ").replace("[", "[ ").replace("]", " ]"))
+    messy = messy.replace("window = 4096", "window   =4096")
+    assert format_source(messy, "x.place") == src
+
+
+def test_no_context_axis_is_no_effect():
+    src = _src("  override layout[causal_mask]: window_dropped\n").replace(
+        "  cp = 8 @ intra_node\n", "").replace("  cp: context_parallel\n", "").replace(
+        "from std.context import context_parallel\n", "")
+    assert _code(src) == Code.OVERRIDE_NO_EFFECT
+
+
+def test_the_layout_simulators_leave_the_window_verbs_to_the_window_simulator():
+    import simulator_cp
+
+    spec = load_string(_src("  override layout: zigzag\n  override layout[causal_mask]: window_local\n"), "x.place")
+    # the block layout of every tensor is the inputs' zigzag: no layout violation; the window's is GI layout[window]
+    assert simulator_cp.layout_violations(spec.plans[0], {"dp": 1, "cp": 2}) == set()
