@@ -41,7 +41,7 @@ def obligations(plan, context: tuple[str, ...], ctx, plan_span: Span, obligation
     found = cpwindow.difference(wm.verb, wm.layout, c, n, w)
 
     def negation(env):
-        cons = [env.size(a) == v for a, v in sizes.items()] + [z3.BoolVal(found is not None, env.sess.ctx)]
+        cons = [env.fix(a, v) for a, v in sizes.items()] + [z3.BoolVal(found is not None, env.sess.ctx)]
         return cons, lambda model: {"sizes": env.size_values(model)}
 
     return [obligation("GI layout[window]", GRADIENT_INTEGRITY, span, what, negation,
