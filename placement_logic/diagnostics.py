@@ -210,6 +210,10 @@ CODES: dict[str, tuple[str, str]] = {
     "PL277": ("heads-no-ulysses", "A head split (override heads[...]) in a plan whose context region states no Ulysses "
               "all-to-all (override activations[context]: all_to_all over (...)), or whose head counts are not numbers."),
     # documents whose real length is not a multiple of 2c (check.encode_cpshort)
+    "PL284": ("amax-blocks-no-shapes", "override amax: blockwise / rowwise in a model whose widths the split cuts are not "
+              "numbers (no transformer block, or a free symbol): where the blocks fall is judged on concrete widths."),
+    "PL285": ("amax-block-size", "override amax: blockwise by B where B is not a positive integer: a block holds a whole "
+              "number of elements."),
     "PL286": ("layout-short-mixed", "A layout of documents not padded to 2c (pad_to_chunks, truncate_to_chunks, "
               "cut_unequal) beside another layout than zigzag_per_document."),
     # usage: PL3xx
@@ -357,6 +361,8 @@ class Code(StrEnum):
     CAPACITY_PADDING_NEVER_DROPS = "PL274"
     HEADS_RULE_GROUP = "PL276"
     HEADS_NO_ULYSSES = "PL277"
+    AMAX_BLOCKS_NO_SHAPES = "PL284"
+    AMAX_BLOCK_SIZE = "PL285"
     LAYOUT_SHORT_MIXED = "PL286"
     BAD_SET = "PL301"
     UNKNOWN_PLAN = "PL302"
