@@ -72,9 +72,11 @@ def stated(plan: ir.Plan) -> list[ir.Override]:
 
 
 def _int(v, bindings: dict) -> int | None:
+    if v is None:
+        return None
     try:
         x = Fraction(fold(v, resolver(bindings, {})))
-    except Exception:  # a free symbol, or no value at all
+    except (DiagnosticError, TypeError, ValueError, ZeroDivisionError, AttributeError):  # a free symbol, or none
         return None
     return int(x) if x.denominator == 1 and x >= 1 else None
 

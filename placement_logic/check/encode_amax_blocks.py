@@ -45,8 +45,7 @@ def _prefix(d: amax_blocks.Dim, a: str) -> tuple[str, ...]:
 
 
 def _divisors(v: int) -> list[int]:
-    return [x for x in range(1, v + 1) if v % x == 0] if v <= 4096 else \
-        sorted({y for x in range(1, int(v ** 0.5) + 1) if v % x == 0 for y in (x, v // x)})
+    return sorted({y for x in range(1, int(v ** 0.5) + 1) if v % x == 0 for y in (x, v // x)})
 
 
 def _negation(env, found, b):
