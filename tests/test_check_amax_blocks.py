@@ -130,3 +130,28 @@ def test_fmt_round_trips_the_statement():
 def test_errors_are_diagnostics_not_tracebacks():
     with pytest.raises(DiagnosticError):
         _check(_src("override amax: blockwise over (dp) by 64"))
+
+
+def _random_cases(n: int):
+    rng = random.Random(25)
+    out = []
+    for _ in range(n):
+        verb = rng.choice(["blockwise", "blockwise", "rowwise"])
+        by = f" by {rng.choice([8, 16, 32, 64, 128, 256])}" if verb == "blockwise" else ""
+        group = rng.choice(["dense", "embedding"]) if verb == "blockwise" else "dense"
+        opts = {"sp": rng.random() < 0.4, "kv": rng.choice([1, 2, 4]), "ffn": rng.choice([192, 384, 640, 768, 1024]),
+                "seq": rng.choice([32, 64, 96, 128])}
+        out.append((f"override amax[{group}]: {verb} over (tp){by}", opts))
+    return out
+
+
+@pytest.mark.parametrize("body,opts", _random_cases(12), ids=[str(i) for i in range(12)])
+def test_random_statements_agree_with_the_simulator(body, opts):
+    """The sizes the model's shapes take: tp divides the 4 heads, the MLP width and, sequence-parallel, the
+    sequence."""
+    p, ob = _check(_src(body, **opts))
+    sweep = [t for t in (1, 2, 4) if opts["ffn"] % t == 0 and (not opts["sp"] or opts["seq"] % t == 0)]
+    found = any(simulator_amax_blocks.violations(p, {"dp": 2, "tp": t}, random.Random(seed))
+                for t in sweep for seed in range(2))
+    assert (ob.verdict is Verdict.REFUTED) is found, (body, opts, ob.verdict)
+    assert ob.verdict in (Verdict.PROVED, Verdict.REFUTED)
