@@ -218,6 +218,10 @@ CODES: dict[str, tuple[str, str]] = {
     "PL283": ("window-size", "The model's sliding window (attention { window = W }) is not a whole number of tokens "
               "of at least 1."),
     # documents whose real length is not a multiple of 2c (check.encode_cpshort)
+    "PL284": ("amax-blocks-no-shapes", "override amax: blockwise / rowwise in a model whose widths the split cuts are not "
+              "numbers (no transformer block, or a free symbol): where the blocks fall is judged on concrete widths."),
+    "PL285": ("amax-block-size", "override amax: blockwise by B where B is not a positive integer: a block holds a whole "
+              "number of elements."),
     "PL286": ("layout-short-mixed", "A layout of documents not padded to 2c (pad_to_chunks, truncate_to_chunks, "
               "cut_unequal) beside another layout than zigzag_per_document."),
     # usage: PL3xx
@@ -368,6 +372,8 @@ class Code(StrEnum):
     PARTIAL_OP_REGION = "PL278"
     WINDOW_GROUP = "PL282"
     WINDOW_SIZE = "PL283"
+    AMAX_BLOCKS_NO_SHAPES = "PL284"
+    AMAX_BLOCK_SIZE = "PL285"
     LAYOUT_SHORT_MIXED = "PL286"
     BAD_SET = "PL301"
     UNKNOWN_PLAN = "PL302"

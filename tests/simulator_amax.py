@@ -28,7 +28,8 @@ def violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random) -> set:
     devices = list(product(*[range(sizes[a]) for a in axes]))
     sp = plan.sequence_parallel or any(plan.role(a) is ir.Role.SEQUENCE for a in axes)
     for g in groups_of(plan):
-        local = [o for o in plan.overrides if o.target == "amax" and o.group in (None, "all", g)]
+        local = [o for o in plan.overrides if o.target == "amax" and o.verb in ("local", "reduce")
+                 and o.group in (None, "all", g)]
         if not local:
             continue
         o = local[-1]

@@ -264,6 +264,9 @@ def _extended(obs: list[Obligation], step: steps.StepModel, ctx, plan) -> list[O
     from . import encode_amax  # the fp8 amax read from each rank's own maximum
 
     obs = encode_amax.extend(obs, step, ctx, plan, Obligation)
+    from . import encode_amax_blocks  # per-block / per-row fp8 scales taken from each rank's own shard
+
+    obs = encode_amax_blocks.extend(obs, step, ctx, plan, Obligation)
     from . import encode_subgroups  # a reduction over blocks of an axis's ranks
 
     obs = encode_subgroups.extend(obs, step, ctx, plan, Obligation)

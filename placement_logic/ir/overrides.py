@@ -115,7 +115,9 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     # the fp8 amax (delayed scaling's amax history) of a group's layers not all-reduced over these axes: each rank
     # scales its fp8 casts from its own maximum (local); or all-reduced over exactly these axes (reduce: the
     # fp8_group) (check.amax)
-    "amax": {"local": (True, False), "reduce": (True, False)},
+    # its granularity (check.amax_blocks): one scale per block of B elements (blockwise by B: DeepSeek-V3's 128, MX's
+    # 32) or per row (rowwise) along the dimensions these axes split, each rank's taken from its own shard
+    "amax": {"local": (True, False), "reduce": (True, False), "blockwise": (True, True), "rowwise": (True, False)},
     "params": {
         "no_regather": (False, False),  # sharded optimizer step, no re-gather of params
         "gather": (True, False),  # S* state gathered over these axes
@@ -294,6 +296,8 @@ class OverrideVerb(StrEnum):
     REDUCE_GROUPS = "reduce_groups"
     REDUCE_SETS = "reduce_sets"
     LOCAL = "local"
+    BLOCKWISE = "blockwise"
+    ROWWISE = "rowwise"
     GROWTH_LOCAL = "growth_local"
     PER_DEVICE_MEAN = "per_device_mean"
     PER_MICROBATCH_MEAN = "per_microbatch_mean"

@@ -1143,6 +1143,15 @@ mutant("amax_reduced_over_dp_only_tp", "tp",
 mutant("amax_local_dp", "ddp",
        "the fp8 amax of the dense layers kept per data rank (`amax[dense]: local over (dp)`): each replica casts its "
        "own tokens with its own scale.", ["override amax[dense]: local over (dp)"], ["SC amax[dense]"])
+mutant("amax_blockwise_sp_sequence", "sp",
+       "fp8 scales per block of 128 taken from each tensor rank's shard (`amax[dense]: blockwise over (tp) by 128`): "
+       "at tp = 32 a sequence-parallel slice holds 64 tokens, half a block.",
+       ["override amax[dense]: blockwise over (tp) by 128"], ["SC amax[dense]"],
+       mirrors="MXFP8 with sequence parallelism on slices of partial blocks (modelscope/ms-swift#9723)")
+mutant("amax_rowwise_tp", "tp",
+       "fp8 rowwise scales taken from each tensor rank's shard (`amax[dense]: rowwise over (tp)`): a row-parallel "
+       "linear's rows are cut between the tensor ranks.", ["override amax[dense]: rowwise over (tp)"],
+       ["SC amax[dense]"], mirrors="float8 rowwise scaling under tensor parallelism (pytorch/ao#1718)")
 mutant("loss_scale_growth_local_tp", "tp",
        "each tensor rank's scaler counters updated from the found-inf flag of its own weight slices (`loss_scale: "
        "growth_local over (tp)`, facebookresearch/fairseq2#1374).", ["override loss_scale: growth_local over (tp)"],
@@ -1425,6 +1434,9 @@ for name, b, lines, why in [
     ("amax_world_tp", "tp", ["override amax: reduce over (dp, tp)"],
      "the fp8 amax all-reduced over the data and tensor groups, every axis whose ranks hold different pieces: the "
      "derived reduction restated."),
+    ("amax_mx_blocks_sp", "sp", ["override amax[dense]: blockwise over (tp) by 32"],
+     "MX fp8 scales per block of 32 from each tensor rank's shard: the MLP width, the query width and the "
+     "sequence-parallel slices are whole blocks at every tensor size the model takes."),
     ("overflow_world_zero2_pp", "zero2_pp", ["override overflow: reduce over (dp, pp)"],
      "the found-inf flag the loss scaler reads reduced over every axis a gradient is sharded on, as derived: every "
      "rank's scale, growth tracker and hysteresis counter follow single-device training's."),
