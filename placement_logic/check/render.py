@@ -1,4 +1,4 @@
-"""Renderers of a check report: ``CheckReport`` in, text / Markdown / JSON out.
+"""Renderers of a check report: ``CheckReport`` in, text / Markdown / JSON out (LaTeX: ``check.render_latex``).
 
 Input: the plain report data of ``check.report``. Output: strings (the CLI prints them).
 Text follows Ivy/TLC: one verdict line per obligation with its location, the trace of a

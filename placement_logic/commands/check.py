@@ -1,6 +1,6 @@
 """``placement check``: a spec file in, machine-checked safety verdicts out.
 
-Input: argv (FILE, --plan, --format, --timeout, --set). Output: the report printed in
+Input: argv (FILE, --plan, --format (text, markdown, json, latex, latex-fragment), --timeout, --set). Output: the report printed in
 the chosen format; exit status 0 when every obligation is proved, 1 when one is refuted,
 3 when one is unknown and none refuted; input errors raise ``DiagnosticError`` (exit 2).
 """
@@ -22,7 +22,7 @@ from .options import (
     wrap_width,
 )
 
-FORMATS = ("text", "markdown", "json")
+FORMATS = ("text", "markdown", "json", "latex", "latex-fragment")
 
 
 def add_parser(subparsers) -> None:
@@ -34,6 +34,9 @@ def add_parser(subparsers) -> None:
     add_file(p)
     add_plan(p, "check only this plan (repeatable)")
     add_format(p, FORMATS)
+    p.add_argument("--latex-fragment", dest="format", action="store_const", const="latex-fragment",
+                   help="only the plans' verdicts, findings and counterexamples, to \\input into a paper "
+                   "(the same as --format latex-fragment)")
     add_width(p)
     add_timeout(p)
     add_set(p, "pin a mesh axis size, microbatches, or re-bind a let symbol (repeatable)")
@@ -57,5 +60,10 @@ def run(args, out: TextIO, err: TextIO) -> int:
 
     with Progress(err, "check", quiet=getattr(args, "quiet", False)) as bar:
         report = check_spec(spec, plans=args.plans or None, pinned=sets, timeout=timeout, progress=bar.tick)
-    out.write(render(report, args.format, wrap_width(args, out)))
+    if args.format in ("latex", "latex-fragment"):
+        from ..check.render_latex import render as latex
+
+        out.write(latex(report, fragment=args.format == "latex-fragment"))
+    else:
+        out.write(render(report, args.format, wrap_width(args, out)))
     return report.exit_status
