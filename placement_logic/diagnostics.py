@@ -209,6 +209,10 @@ CODES: dict[str, tuple[str, str]] = {
               "or heads[forward] / heads[backward] / heads: repeat / split)."),
     "PL277": ("heads-no-ulysses", "A head split (override heads[...]) in a plan whose context region states no Ulysses "
               "all-to-all (override activations[context]: all_to_all over (...)), or whose head counts are not numbers."),
+    "PL280": ("term-divisor-every-rank", "override loss[TERM]: divide_on_ranks naming every rank of its axes at the "
+              "file's sizes: a divisor every rank applies, written loss[TERM]: divide by X."),
+    "PL281": ("term-rank-sets-twice", "Two override loss[TERM]: on_ranks (or divide_on_ranks) statements for one term: "
+              "state one rank set per verb."),
     # documents whose real length is not a multiple of 2c (check.encode_cpshort)
     "PL286": ("layout-short-mixed", "A layout of documents not padded to 2c (pad_to_chunks, truncate_to_chunks, "
               "cut_unequal) beside another layout than zigzag_per_document."),
@@ -357,6 +361,8 @@ class Code(StrEnum):
     CAPACITY_PADDING_NEVER_DROPS = "PL274"
     HEADS_RULE_GROUP = "PL276"
     HEADS_NO_ULYSSES = "PL277"
+    TERM_DIVISOR_EVERY_RANK = "PL280"
+    TERM_RANK_SETS_TWICE = "PL281"
     LAYOUT_SHORT_MIXED = "PL286"
     BAD_SET = "PL301"
     UNKNOWN_PLAN = "PL302"

@@ -261,6 +261,10 @@ def _bad_verb(vals: Values, o: surface.OverrideStmt, verbs: dict | None) -> bool
         error(Code.BAD_OVERRIDE, "'loss: divide' applies to a loss term (loss[TERM]: divide by ...); the main loss's "
               "divisor is override grads: divide by ...", o.span)
         return True
+    if o.target == OverrideTarget.LOSS and o.verb in ir_losses.RANK_VERBS:
+        error(Code.BAD_OVERRIDE, f"'loss: {o.verb}' applies to a loss term (loss[TERM]: {o.verb} over (AXES) ranks "
+              "(R1, ...)); the main loss's per-rank divisor is override grads: divide_on_ranks", o.span)
+        return True
     if o.target == OverrideTarget.LOSS and o.verb in ir_losses.STATS_VERBS:
         error(Code.STATS_SCOPE_TERM, f"'loss: {o.verb}': the main loss is a sum over tokens, with no statistics over a "
               "group of tokens to scope", o.span, ("statistics scopes apply to: loss[aux]",))
@@ -404,7 +408,8 @@ def _term_override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Valu
               did_you_mean(o.group, tuple(vals.loss_terms)) or
               (f"terms: {', '.join(ir_losses.TERMS)}, declared as model {{ losses {{ TERM = NORMALISATION }} }}",))
         return None
-    verbs = ir_losses.PATH_VERBS + ir_losses.STATS_VERBS if o.target == OverrideTarget.LOSS else (OverrideVerb.REDUCE,)
+    verbs = ir_losses.PATH_VERBS + ir_losses.STATS_VERBS + ir_losses.RANK_VERBS if o.target == OverrideTarget.LOSS \
+        else (OverrideVerb.REDUCE,)
     if o.verb not in verbs:
         error(Code.BAD_OVERRIDE, f"'{o.target}[{o.group}]' has no override '{o.verb}'", o.span,
               did_you_mean(o.verb, verbs) or (f"accepted: {', '.join(verbs)}",))
@@ -415,14 +420,21 @@ def _term_override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Valu
               "tokens, with no statistics over a group of tokens to scope", o.span,
               (f"statistics scopes apply to: {', '.join(ir_losses.STATS_TERMS)}",))
         return None
-    takes_over = o.verb == OverrideVerb.REDUCE or (stats and o.verb not in ir_losses.NO_AXES_VERBS)
-    takes_by = o.verb == OverrideVerb.DIVIDE
-    if takes_over != (o.axes is not None) or takes_by != (o.by is not None):
-        need = "needs 'over (axes...)'" if takes_over else "needs 'by <divisor>'" if takes_by else \
-            "takes no 'over' or 'by' clause"
+    on_ranks = o.verb in ir_losses.RANK_VERBS  # the term's operation on some ranks (check.termranks)
+    takes_over = o.verb == OverrideVerb.REDUCE or on_ranks or (stats and o.verb not in ir_losses.NO_AXES_VERBS)
+    takes_by = o.verb in (OverrideVerb.DIVIDE, OverrideVerb.DIVIDE_ON_RANKS)
+    if takes_over != (o.axes is not None) or takes_by != (o.by is not None) or on_ranks != (o.ranks is not None):
+        need = "needs 'over (axes...)'" if takes_over and o.axes is None else "needs 'by <divisor>'" if takes_by \
+            and o.by is None else "needs 'ranks (R1, R2, ...)'" if on_ranks else "takes no 'over', 'by' or 'ranks' clause"
         error(Code.BAD_OVERRIDE, f"'{o.target}[{o.group}]: {o.verb}' {need}", o.span)
         return None
-    return _axes_and_divisor(vals, o, env, axes_allowed)
+    out = _axes_and_divisor(vals, o, env, axes_allowed)
+    if out is None or not on_ranks:
+        return out
+    ranks = tuple(vals.count(r, env, "a rank") for r in o.ranks)
+    if any(r is None for r in ranks) or not _ranks_in_range(vals, out, ranks):
+        return None
+    return replace(out, ranks=ranks)
 
 
 def rename_override(o: ir.Override, rename: dict[str, tuple[str, ...]]) -> ir.Override:
