@@ -661,6 +661,21 @@ mutant("aux_no_microbatch_divisor_ep", "ep",
 mutant("aux_token_mean_ep", "ep",
        "the MoE auxiliary loss, a value per device and microbatch, divided by the step's token count as a "
        "per-token loss (`loss[aux]: global_mean`).", ["override loss[aux]: global_mean"], AUX, model="moe_aux")
+# a loss term on some ranks only (check.termranks)
+TERM_RANKS = ("the MoE auxiliary loss added, or scaled, only where the main loss is formed (pytorch/torchtitan#3000, "
+              "NVIDIA-NeMo/Automodel#1408)")
+mutant("aux_on_dp_rank0_ep", "ep",
+       "the MoE auxiliary loss added to the objective on the first data rank only (`if rank == 0: loss = loss + aux`, "
+       "`loss[aux]: on_ranks over (dp) ranks (0)`): the other data ranks' contributions are dropped.",
+       ["override loss[aux]: on_ranks over (dp) ranks (0)"], AUX, mirrors=TERM_RANKS, model="moe_aux")
+mutant("aux_on_last_ep_rank_ep", "ep",
+       "the MoE auxiliary loss added on the last expert rank only (`loss[aux]: on_ranks over (ep) ranks (ep - 1)`).",
+       ["override loss[aux]: on_ranks over (ep) ranks (ep - 1)"], AUX, model="moe_aux")
+mutant("aux_microbatch_divisor_on_rank0_ep", "ep",
+       "the MoE auxiliary loss divided by the data and expert sizes on every rank and by the microbatches on "
+       "rank 0 of (dp, ep) only (`loss[aux]: divide_on_ranks over (dp, ep) ranks (0) by 4`, the model's 4 microbatches).",
+       ["override loss[aux]: divide by dp * ep", "override loss[aux]: divide_on_ranks over (dp, ep) ranks (0) by 4"],
+       AUX, mirrors=TERM_RANKS, model="moe_aux")
 mutant("aux_stats_per_microbatch_ep", "ep",
        "a global-batch load-balancing loss whose routing statistics are gathered over the data and expert ranks "
        "but taken microbatch by microbatch (`loss[aux]: stats_per_microbatch over (dp, ep)`).",
