@@ -321,7 +321,7 @@ def _bad_clauses(vals: Values, o: surface.OverrideStmt, takes: tuple[bool, bool]
               "of ranks the axis is cut into", o.span)
         return True
     if takes_by != (o.by is not None):
-        need = f"needs 'by <{'epsilon' if o.verb == OverrideVerb.EPS_BEFORE_REDUCE else 'divisor'}>'"
+        need = f"needs 'by <{'epsilon' if o.verb in EPSILONS else 'divisor'}>'"
         error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' " + (need if takes_by else "takes no 'by' clause"), o.span)
         return True
     takes_ranks = (o.target, o.verb) in TAKES_RANKS
@@ -383,7 +383,7 @@ def _axes_and_divisor(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.V
             return None
     by = None
     if o.by is not None:
-        eps = o.verb == OverrideVerb.EPS_BEFORE_REDUCE  # an epsilon, not a divisor: 0 changes nothing (check.partial, PL506)
+        eps = o.verb in EPSILONS  # an epsilon, not a divisor: 0 changes nothing (check.partial, check.normeps, PL506)
         by = vals.count(o.by, env, "the epsilon" if eps else "the divisor")
         if by is None:
             return None
@@ -394,6 +394,7 @@ def _axes_and_divisor(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.V
 
 
 TERM_ALIASES = {"aux_loss": "aux", "mtp_loss": "mtp", "z_loss": "z"}
+EPSILONS = (OverrideVerb.EPS_BEFORE_REDUCE, OverrideVerb.EPS_ON_RANKS)  # the verbs whose 'by' is an epsilon
 
 
 def _term_override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],

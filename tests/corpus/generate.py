@@ -1112,6 +1112,14 @@ mutant("update_clip_same_ranks_twice_ddp", "ddp",
 mutant("clip_eps_tp", "tp",
        "each rank's squared norm plus an epsilon before the all-reduce over tp (`clip_norm: eps_before_reduce by "
        "1e-6`): S + tp·ε, not S + ε.", ["override clip_norm: eps_before_reduce by 1e-6"], ["SC clip_norm"])
+mutant("clip_eps_on_two_ranks_tp", "tp",
+       "an epsilon added to the squared norm on tensor ranks 0 and 1 before the all-reduce over tp (`clip_norm: "
+       "eps_on_ranks over (tp) ranks (0, 1) by 1e-6`): S + 2·ε, not S + ε.",
+       ["override clip_norm: eps_on_ranks over (tp) ranks (0, 1) by 1e-6"], ["SC clip_norm"])
+mutant("clip_eps_on_tp_rank0_3d", "3d",
+       "an epsilon added to the squared norm on tensor rank 0 of every pipeline stage before the norm's all-reduce "
+       "over tp and pp (`clip_norm: eps_on_ranks over (tp) ranks (0) by 1e-6`): S + pp·ε, not S + ε.",
+       ["override clip_norm: eps_on_ranks over (tp) ranks (0) by 1e-6"], ["SC clip_norm"])
 mutant("loss_scale_local_zero2", "zero2",
        "the loss scale updated from each dp rank's own found-inf flag under ZeRO-2 (`loss_scale: local over (dp)`): "
        "the rank whose shard overflows halves its scale alone.", ["override loss_scale: local over (dp)"],
@@ -1634,6 +1642,10 @@ with_base("clip_eps_averaged_ddp", "ddp",
           "each rank's squared norm plus an epsilon before an all-reduce with AVG over dp: the average of "
           "s + ε over copies is s + ε, single-device training's value.",
           ["override clip_norm: average over (dp)", "override clip_norm: eps_before_reduce by 1e-6"])
+with_base("clip_eps_on_rank0_3d", "3d",
+          "an epsilon added to the squared norm on rank 0 of the group over tp and pp only, before the norm's "
+          "all-reduce over them (`clip_norm: eps_on_ranks over (tp, pp) ranks (0) by 1e-6`): S + ε, single-device "
+          "training's value.", ["override clip_norm: eps_on_ranks over (tp, pp) ranks (0) by 1e-6"])
 with_base("clip_eps_max_ddp", "ddp",
           "each rank's squared norm plus an epsilon before a MAX all-reduce over dp: max(s + ε) = max(s) + ε.",
           ["override clip_norm: max over (dp)", "override clip_norm: eps_before_reduce by 1e-6"])
