@@ -14,7 +14,7 @@ from fractions import Fraction
 
 import z3
 
-from ..solver.session import value_of
+from . import encode as en
 from . import normeps, rankset
 from .replay import _frac, coords_text
 from .report import Counterexample
@@ -54,18 +54,11 @@ def count_term(env, o, axes):
 
 
 def _widened(orig, o, axes):
+    """The original negation, or a device's norm holding ε other than once (a choice between the two)."""
     def encode(env):
-        cons, extract = orig(env)
-        flag = env.sess.bool("clip_eps_on_ranks")
-        cond = z3.And(count_term(env, o, axes) != 1, _const(env, env.value(o.by)) != 0)
-        out = [z3.Implies(z3.Not(flag), z3.And(cons)), z3.Implies(flag, cond)]
-
-        def ex(model):
-            if value_of(model, flag):
-                return {"kind": "clip_eps_on_ranks", "sizes": env.size_values(model)}
-            return extract(model)
-
-        return out, ex
+        arm = [count_term(env, o, axes) != 1, _const(env, env.value(o.by)) != 0]
+        return en.any_negation(env, [orig(env), (arm, lambda m: {"kind": "clip_eps_on_ranks",
+                                                                 "sizes": env.size_values(m)})], "clip_eps_on_ranks")
     return encode
 
 

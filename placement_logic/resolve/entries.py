@@ -45,19 +45,20 @@ NOT_MODELLED = {
     "rank": "every device of an axis runs the same step; of the operations on some of its ranks only these are "
             "modelled: a group's part of the grad norm on rank 0 or on any set of ranks of one axis or of the group "
             "over several (override clip_norm[g]: rank0_only over (AXES), count_on_ranks over (AXES) ranks (R1, ...)), "
-            "its "
-            "clip coefficient or a divisor on rank 0 (override grads[g]: clip_rank0_only / divide_rank0_only over "
+            "its clip coefficient or a divisor on rank 0 (override grads[g]: clip_rank0_only / divide_rank0_only over "
             "(AXES)), a divisor on the last rank or every rank but it (override grads[g]: divide_last_only / "
             "divide_except_last over (AXES) by X), and a clip or a divisor on any set of one axis's ranks (override "
-            "grads[g]: clip_on_ranks / divide_on_ranks over (AXIS) ranks (R1, ...))",
+            "grads[g]: clip_on_ranks / divide_on_ranks over (AXIS) ranks (R1, ...)); a loss term or the norm's epsilon "
+            "on a set of ranks (override loss[T]: on_ranks / divide_on_ranks, clip_norm: eps_on_ranks ... ranks (...))",
     "one_rank": "every device of an axis runs the same step; of the operations on some of its ranks only these are "
                 "modelled: a group's part of the grad norm on rank 0 or on any set of ranks of one axis or of the "
                 "group over several (override clip_norm[g]: rank0_only over (AXES), count_on_ranks over (AXES) ranks "
-                "(R1, ...)), "
-                "its clip coefficient or a divisor on rank 0 (override grads[g]: clip_rank0_only / divide_rank0_only "
+                "(R1, ...)), its clip coefficient or a divisor on rank 0 (override grads[g]: clip_rank0_only / divide_rank0_only "
                 "over (AXES)), a divisor on the last rank or every rank but it (override grads[g]: "
                 "divide_last_only / divide_except_last over (AXES) by X), and a clip or a divisor on any set of one "
-                "axis's ranks (override grads[g]: clip_on_ranks / divide_on_ranks over (AXIS) ranks (R1, ...))",
+                "axis's ranks (override grads[g]: clip_on_ranks / divide_on_ranks over (AXIS) ranks (R1, ...)); a "
+                "loss term or the norm's epsilon on a set of ranks (loss[T]: on_ranks / divide_on_ranks, clip_norm: "
+                "eps_on_ranks)",
     "expert_tensor": "an expert tensor size of its own is the expert group's roles, not an override: "
                      "group experts { role = {AXIS: tensor} } (docs/costs.md, 'Parallel folding')",
     "expert_data": "an expert-data group of its own is the expert group's roles, not an override: "
