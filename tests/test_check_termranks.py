@@ -247,3 +247,23 @@ def test_term_on_ranks_round_trips_through_fmt():
     assert [(o.verb, o.axes, tuple(map(ir.show, o.ranks)), o.by and ir.show(o.by)) for o in a] == \
         [(o.verb, o.axes, tuple(map(ir.show, o.ranks)), o.by and ir.show(o.by)) for o in b]
     assert len(a) == 2
+
+
+def test_random_rank_sets_agree_with_the_simulator_and_by_hand():
+    """Random `on_ranks` / `divide_on_ranks` statements over pp, dp or both (ranks as numbers or `pp - 1`), at pinned
+    sizes: the checker's verdict, the simulator's and the hand-derived one agree."""
+    rng = random.Random(25)
+    for _ in range(6):
+        verb = rng.choice(["on_ranks", "divide_on_ranks"])
+        axes = rng.choice([("pp",), ("dp",), ("dp", "pp")])
+        nums = sorted(rng.sample(range(4), rng.randint(1, 2)))
+        ranks = _c(*nums) + ((LAST,) if axes == ("pp",) and rng.random() < 0.5 else ())
+        hand = tuple((lambda s, k=k: k) for k in nums) + ((LASTF,) if len(ranks) > len(nums) else ())
+        by = ir.Const(Fraction(2)) if verb == "divide_on_ranks" else None
+        stmts = [(verb, axes, hand, (lambda s: 2) if by is not None else None)]
+        spec, p = _plan(DP_PP, "aux", (ov("loss", verb, "aux", axes, by, ranks=ranks),))
+        sizes = {"dp": rng.randint(1, 2), "pp": rng.randint(1, 3), "microbatches": 1}
+        ok = _ok(stmts, False, sizes)
+        assert _sim(p, "aux", sizes) is (not ok), (verb, axes, nums, sizes)
+        r = _verdict(spec, p, "aux", sizes)
+        assert r.verdict is (Verdict.PROVED if ok else Verdict.REFUTED), (verb, axes, nums, sizes, r.verdict)
