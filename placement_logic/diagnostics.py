@@ -212,16 +212,20 @@ CODES: dict[str, tuple[str, str]] = {
     # an operation on the row-parallel output before its reduction (check.actpartial)
     "PL278": ("partial-op-region", "activations[R]: bias_before_reduce, residual_before_reduce or "
               "nonlinear_before_reduce for a region other than attention or mlp (no row-parallel output)."),
+    "PL280": ("term-divisor-every-rank", "override loss[TERM]: divide_on_ranks naming every rank of its axes at the "
+              "file's sizes: a divisor every rank applies, written loss[TERM]: divide by X."),
+    "PL281": ("term-rank-sets-twice", "Two override loss[TERM]: on_ranks (or divide_on_ranks) statements for one term: "
+              "state one rank set per verb."),
     # the sliding window under context parallelism (check.cpwindow)
     "PL282": ("window-group", "A sliding-window behaviour (override layout[...]: window_dropped / window_local / "
               "window_on_diagonal) stated for a tensor other than the causal mask."),
     "PL283": ("window-size", "The model's sliding window (attention { window = W }) is not a whole number of tokens "
               "of at least 1."),
-    # documents whose real length is not a multiple of 2c (check.encode_cpshort)
     "PL284": ("amax-blocks-no-shapes", "override amax: blockwise / rowwise in a model whose widths the split cuts are not "
               "numbers (no transformer block, or a free symbol): where the blocks fall is judged on concrete widths."),
     "PL285": ("amax-block-size", "override amax: blockwise by B where B is not a positive integer: a block holds a whole "
               "number of elements."),
+    # documents whose real length is not a multiple of 2c (check.encode_cpshort)
     "PL286": ("layout-short-mixed", "A layout of documents not padded to 2c (pad_to_chunks, truncate_to_chunks, "
               "cut_unequal) beside another layout than zigzag_per_document."),
     # usage: PL3xx
@@ -370,6 +374,8 @@ class Code(StrEnum):
     HEADS_RULE_GROUP = "PL276"
     HEADS_NO_ULYSSES = "PL277"
     PARTIAL_OP_REGION = "PL278"
+    TERM_DIVISOR_EVERY_RANK = "PL280"
+    TERM_RANK_SETS_TWICE = "PL281"
     WINDOW_GROUP = "PL282"
     WINDOW_SIZE = "PL283"
     AMAX_BLOCKS_NO_SHAPES = "PL284"

@@ -9,6 +9,7 @@ import random
 from fractions import Fraction
 from itertools import product
 
+import simulator_termranks  # a term added or divided on some ranks only
 from simulator import (
     COMPLETE,
     MB,
@@ -88,7 +89,7 @@ def term_ok(plan: ir.Plan, term: str, group: str, sizes: dict[str, int], rng: ra
                     holds = all(not (types[a] == TIE and 0 < src[pos[a]] < n[a] - 1) for a in axes)
                     contrib[key] = Fraction(rng.randint(-4, 4), rng.randint(1, 3)) if holds else Fraction(0)
     natural = {"per_microbatch_mean": "per_microbatch_mean", "global_mean": "global_mean", "sum": "sum"}[objective]
-    path_o = [o for o in mine if o.target == "loss" and o.verb != "divide"]
+    path_o = [o for o in mine if o.target == "loss" and o.verb != "divide" and o.verb not in simulator_termranks.VERBS]
     path = path_o[-1].verb if path_o else natural
     tok_o = [o for o in mine if o.target == "tokens"]
     reduced = {d: sum(count[(tcoord(d), u)] for u in range(m)) for d in devices}
@@ -114,7 +115,8 @@ def term_ok(plan: ir.Plan, term: str, group: str, sizes: dict[str, int], rng: ra
             out += contrib[(elem(dev), tuple(src[pos[a]] for a in src_axes), mu)] / normaliser(src, mu)
         return out
 
-    bufs = [{dev: local(dev, mu) for dev in devices} for mu in range(m)]
+    weight = {dev: simulator_termranks.weight(plan, term, dict(zip(axes, dev)), sizes, bindings) for dev in devices}
+    bufs = [{dev: local(dev, mu) * weight[dev] for dev in devices} for mu in range(m)]  # a term on some ranks
     for a in axes:
         for _ in range(k[a]):
             bufs = [_allreduce(b, pos[a]) for b in bufs]

@@ -166,6 +166,13 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bi
         eps, part = simulator_perrank.eps_part(plan, sizes, eps_o[-1], default_axes, how, bindings or {})
         total = {d: v + part[d] for d, v in total.items()}
         expected += eps
+    import simulator_normeps  # ε on some ranks' squared norms before the plan's (summed) reduction
+
+    on_ranks = simulator_normeps.stated(plan)
+    if on_ranks is not None:
+        eps, part = simulator_normeps.eps_part(plan, on_ranks, sizes, default_axes, bindings or {})
+        total = {d: v + part[d] for d, v in total.items()}
+        expected += eps
     if any(v != expected for v in total.values()):
         out.add(("clip",))
     ovf_o = _overrides(plan, "overflow", "reduce")

@@ -33,6 +33,9 @@ def extend(obs: list, step, ctx, plan, obligation) -> list:
     if plan is None:
         return obs
     obs = _wrap_eps(obs, step, ctx, plan)
+    from . import encode_normeps  # the norm's epsilon on some ranks
+
+    obs = encode_normeps.wrap(obs, step, ctx, plan)
     for g in step.groups:
         stated = ru.rank0_stated(plan, g.group)
         if stated:

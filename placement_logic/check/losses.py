@@ -34,7 +34,7 @@ from ..ir import views as plan_views
 from ..ir.overrides import OverrideTarget, OverrideVerb
 from . import encode as en
 from . import replay as rp
-from . import steps
+from . import steps, termranks
 from .obligation import Obligation
 from .report import Counterexample
 from .rules import GRADIENT_INTEGRITY
@@ -87,7 +87,7 @@ def views(plan: ir.Plan, derived: steps.StepModel) -> list[TermView]:
     for name, objective, span in plan.model.loss_terms:
         mine = [o for o in plan.overrides if o.target in (OverrideTarget.LOSS, OverrideTarget.TOKENS) and o.group == name]
         path_o = next((o for o in reversed(mine) if o.target == OverrideTarget.LOSS and o.verb != OverrideVerb.DIVIDE
-                       and o.verb not in terms.STATS_VERBS), None)  # a statistics scope: check.auxstats
+                       and o.verb not in terms.STATS_VERBS + terms.RANK_VERBS), None)  # check.auxstats, check.termranks
         div_o = next((o for o in reversed(mine) if o.target == OverrideTarget.LOSS and o.verb == OverrideVerb.DIVIDE), None)
         tok_o = next((o for o in reversed(mine) if o.target == OverrideTarget.TOKENS), None)
         path = path_o.verb if path_o else NATURAL_PATH[objective]
@@ -126,7 +126,9 @@ def obligations(plan: ir.Plan, derived: steps.StepModel, ctx: rp.Context):
 
     out = []
     by_term: dict[str, list[TermView]] = {}
-    for v in views(plan, derived):
+    termranks.check(plan)  # the term's operations on sets of ranks (check.termranks)
+    all_views = views(plan, derived)
+    for v in all_views:
         by_term.setdefault(v.term, []).append(v)
     for term, vs in by_term.items():
         out.append(Obligation(
@@ -143,7 +145,9 @@ def obligations(plan: ir.Plan, derived: steps.StepModel, ctx: rp.Context):
                 f"weighted {OBJECTIVE_TEXT[v.objective]}",
                 lambda env, v=v: en.gi_negation(env, v.group, f"term_{v.term}_{v.group.group}"),
                 lambda w, v=v: replay_term(ctx, w, v), aspect_of=f"loss[{term}]"))
-    return out
+    from . import encode_termranks  # the rank arm where the term is computed or divided on some ranks only
+
+    return encode_termranks.extend(out, plan, all_views, ctx, replay_term)
 
 
 def _any(env: en.Env, vs: list[TermView], term: str):

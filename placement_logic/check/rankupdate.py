@@ -30,7 +30,7 @@ from __future__ import annotations
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir.overrides import OverrideTarget, OverrideVerb
-from . import amax, clipagg, dims, rankcount, rankset
+from . import amax, clipagg, dims, normeps, rankcount, rankset
 from .clipagg import plan_norm  # noqa: F401 - read by encode_rankupdate as ru.plan_norm
 from .subgroups import SUBSET_VERBS
 
@@ -105,6 +105,7 @@ def check_override(plan: ir.Plan, groups) -> None:
     """PL506 where a statement changes nothing (PL191, PL192: check.rankset)."""
     rankset.check_override(plan)
     rankcount.check_override(plan)
+    normeps.check_override(plan, groups)  # the norm's epsilon on some ranks
     amax.check_override(plan, groups, plan.sequence_parallel or bool(plan.axes_with_role(ir.Role.SEQUENCE)))
     for o in plan.overrides:
         if o.target == OverrideTarget.GRADS and o.verb in RANK0_VERBS:

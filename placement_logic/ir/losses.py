@@ -27,6 +27,10 @@ OBJECTIVES: tuple[str, ...] = (
 # what a plan's path may do with a term (``override loss[TERM]: VERB``): the main loss's verbs and a divisor
 PATH_VERBS: tuple[str, ...] = ("global_mean", "per_device_mean", "per_microbatch_mean", "sum", "divide")
 
+# the term's own operations on some ranks (``override loss[TERM]: VERB over (AXES) ranks (R1, ...)``,
+# check.termranks): the term added to the objective on the named ranks only, or divided by X there only
+RANK_VERBS: tuple[str, ...] = ("on_ranks", "divide_on_ranks")
+
 # the scope of a term's routing statistics (``losses { aux_stats = SCOPE }``, check.auxstats): the MoE
 # load-balancing loss E · Σ_i f_i P_i is a function of the tokens' routing fractions f_i and mean router
 # probabilities P_i over a group of tokens, nonlinear in their partial sums, so the group is part of the

@@ -59,6 +59,9 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "count_on_ranks": (True, False),
         # each rank's squared norm plus EPS before the reduction: Σ (s + ε), not Σ s + ε (check.rankupdate)
         "eps_before_reduce": (False, True),
+        # EPS added to the squared norm on the ranks R1, R2, ... of the process group over these axes only, before the
+        # reduction (``if rank == 0: total_norm_sq += eps``; check.normeps)
+        "eps_on_ranks": (True, True),
         # the norm's reduction over each of these axes run within blocks of B consecutive ranks (check.subgroups)
         "reduce_blocks": (True, True),
         # the filter takes a group's copied kv heads over these axes for distinct shards: every copy counted
@@ -93,6 +96,11 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "stats_equal_microbatch_weights": (False, False),
         "stats_after_capacity": (False, False),
         "stats_capacity_padded": (False, False),
+        # the term added to the objective on the ranks R1, R2, ... of the process group over these axes only
+        # (``ranks (R1, ...)``: ``if rank == 0: loss = loss + aux``), or its contributions divided by X there only
+        # (a coefficient or 1/microbatches applied on some ranks; check.termranks)
+        "on_ranks": (True, False),
+        "divide_on_ranks": (True, True),
     },
     "tokens": {
         "reduce": (True, False),  # token count summed over exactly these axes
@@ -235,7 +243,8 @@ HEAD_GROUPS = ("forward", "backward", "kv")
 
 # the (target, verb) pairs that take (and need) a ``ranks (R1, R2, ...)`` clause: the ranks of the axis it is on
 TAKES_RANKS: frozenset[tuple[str, str]] = frozenset({("grads", "clip_on_ranks"), ("grads", "divide_on_ranks"),
-                                                     ("clip_norm", "count_on_ranks")})
+                                                     ("clip_norm", "count_on_ranks"), ("loss", "on_ranks"),
+                                                     ("loss", "divide_on_ranks"), ("clip_norm", "eps_on_ranks")})
 # the verbs that take ``by (S1, S2, ...)``: the sizes of the consecutive groups an axis is cut into
 TAKES_SIZES: frozenset[tuple[str, str]] = frozenset({("grads", "reduce_groups"), ("clip_norm", "reduce_groups")})
 # the verbs that take ``ranks ([R, ...], [R, ...])``: the rank sets of the process groups an axis is cut into
@@ -289,6 +298,7 @@ class OverrideVerb(StrEnum):
     CLIP_ON_RANKS = "clip_on_ranks"
     DIVIDE_ON_RANKS = "divide_on_ranks"
     COUNT_ON_RANKS = "count_on_ranks"
+    ON_RANKS = "on_ranks"
     REDUCE_BLOCKS = "reduce_blocks"
     COUNT_COPIES = "count_copies"
     REDUCE_STRIDED = "reduce_strided"
@@ -317,6 +327,7 @@ class OverrideVerb(StrEnum):
     EQUAL = "equal"
     CLAMP_BEFORE_REDUCE = "clamp_before_reduce"
     EPS_BEFORE_REDUCE = "eps_before_reduce"
+    EPS_ON_RANKS = "eps_on_ranks"
     REDUCE_MAX = "reduce_max"
     REDUCE_TARGET = "reduce_target"
     REDUCE_SUMEXP = "reduce_sumexp"

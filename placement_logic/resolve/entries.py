@@ -45,19 +45,20 @@ NOT_MODELLED = {
     "rank": "every device of an axis runs the same step; of the operations on some of its ranks only these are "
             "modelled: a group's part of the grad norm on rank 0 or on any set of ranks of one axis or of the group "
             "over several (override clip_norm[g]: rank0_only over (AXES), count_on_ranks over (AXES) ranks (R1, ...)), "
-            "its "
-            "clip coefficient or a divisor on rank 0 (override grads[g]: clip_rank0_only / divide_rank0_only over "
+            "its clip coefficient or a divisor on rank 0 (override grads[g]: clip_rank0_only / divide_rank0_only over "
             "(AXES)), a divisor on the last rank or every rank but it (override grads[g]: divide_last_only / "
             "divide_except_last over (AXES) by X), and a clip or a divisor on any set of one axis's ranks (override "
-            "grads[g]: clip_on_ranks / divide_on_ranks over (AXIS) ranks (R1, ...))",
+            "grads[g]: clip_on_ranks / divide_on_ranks over (AXIS) ranks (R1, ...)); a loss term or the norm's epsilon "
+            "on a set of ranks (override loss[T]: on_ranks / divide_on_ranks, clip_norm: eps_on_ranks ... ranks (...))",
     "one_rank": "every device of an axis runs the same step; of the operations on some of its ranks only these are "
                 "modelled: a group's part of the grad norm on rank 0 or on any set of ranks of one axis or of the "
                 "group over several (override clip_norm[g]: rank0_only over (AXES), count_on_ranks over (AXES) ranks "
-                "(R1, ...)), "
-                "its clip coefficient or a divisor on rank 0 (override grads[g]: clip_rank0_only / divide_rank0_only "
+                "(R1, ...)), its clip coefficient or a divisor on rank 0 (override grads[g]: clip_rank0_only / divide_rank0_only "
                 "over (AXES)), a divisor on the last rank or every rank but it (override grads[g]: "
                 "divide_last_only / divide_except_last over (AXES) by X), and a clip or a divisor on any set of one "
-                "axis's ranks (override grads[g]: clip_on_ranks / divide_on_ranks over (AXIS) ranks (R1, ...))",
+                "axis's ranks (override grads[g]: clip_on_ranks / divide_on_ranks over (AXIS) ranks (R1, ...)); a "
+                "loss term or the norm's epsilon on a set of ranks (loss[T]: on_ranks / divide_on_ranks, clip_norm: "
+                "eps_on_ranks)",
     "expert_tensor": "an expert tensor size of its own is the expert group's roles, not an override: "
                      "group experts { role = {AXIS: tensor} } (docs/costs.md, 'Parallel folding')",
     "expert_data": "an expert-data group of its own is the expert group's roles, not an override: "
@@ -261,6 +262,10 @@ def _bad_verb(vals: Values, o: surface.OverrideStmt, verbs: dict | None) -> bool
         error(Code.BAD_OVERRIDE, "'loss: divide' applies to a loss term (loss[TERM]: divide by ...); the main loss's "
               "divisor is override grads: divide by ...", o.span)
         return True
+    if o.target == OverrideTarget.LOSS and o.verb in ir_losses.RANK_VERBS:
+        error(Code.BAD_OVERRIDE, f"'loss: {o.verb}' applies to a loss term (loss[TERM]: {o.verb} over (AXES) ranks "
+              "(R1, ...)); the main loss's per-rank divisor is override grads: divide_on_ranks", o.span)
+        return True
     if o.target == OverrideTarget.LOSS and o.verb in ir_losses.STATS_VERBS:
         error(Code.STATS_SCOPE_TERM, f"'loss: {o.verb}': the main loss is a sum over tokens, with no statistics over a "
               "group of tokens to scope", o.span, ("statistics scopes apply to: loss[aux]",))
@@ -317,7 +322,7 @@ def _bad_clauses(vals: Values, o: surface.OverrideStmt, takes: tuple[bool, bool]
               "of ranks the axis is cut into", o.span)
         return True
     if takes_by != (o.by is not None):
-        need = f"needs 'by <{'epsilon' if o.verb == OverrideVerb.EPS_BEFORE_REDUCE else 'divisor'}>'"
+        need = f"needs 'by <{'epsilon' if o.verb in EPSILONS else 'divisor'}>'"
         error(Code.BAD_OVERRIDE, f"'{o.target}: {o.verb}' " + (need if takes_by else "takes no 'by' clause"), o.span)
         return True
     takes_ranks = (o.target, o.verb) in TAKES_RANKS
@@ -379,7 +384,7 @@ def _axes_and_divisor(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.V
             return None
     by = None
     if o.by is not None:
-        eps = o.verb == OverrideVerb.EPS_BEFORE_REDUCE  # an epsilon, not a divisor: 0 changes nothing (check.partial, PL506)
+        eps = o.verb in EPSILONS  # an epsilon, not a divisor: 0 changes nothing (check.partial, check.normeps, PL506)
         by = vals.count(o.by, env, "the epsilon" if eps else "the divisor")
         if by is None:
             return None
@@ -390,6 +395,7 @@ def _axes_and_divisor(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.V
 
 
 TERM_ALIASES = {"aux_loss": "aux", "mtp_loss": "mtp", "z_loss": "z"}
+EPSILONS = (OverrideVerb.EPS_BEFORE_REDUCE, OverrideVerb.EPS_ON_RANKS)  # the verbs whose 'by' is an epsilon
 
 
 def _term_override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
@@ -404,7 +410,8 @@ def _term_override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Valu
               did_you_mean(o.group, tuple(vals.loss_terms)) or
               (f"terms: {', '.join(ir_losses.TERMS)}, declared as model {{ losses {{ TERM = NORMALISATION }} }}",))
         return None
-    verbs = ir_losses.PATH_VERBS + ir_losses.STATS_VERBS if o.target == OverrideTarget.LOSS else (OverrideVerb.REDUCE,)
+    verbs = ir_losses.PATH_VERBS + ir_losses.STATS_VERBS + ir_losses.RANK_VERBS if o.target == OverrideTarget.LOSS \
+        else (OverrideVerb.REDUCE,)
     if o.verb not in verbs:
         error(Code.BAD_OVERRIDE, f"'{o.target}[{o.group}]' has no override '{o.verb}'", o.span,
               did_you_mean(o.verb, verbs) or (f"accepted: {', '.join(verbs)}",))
@@ -415,14 +422,21 @@ def _term_override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Valu
               "tokens, with no statistics over a group of tokens to scope", o.span,
               (f"statistics scopes apply to: {', '.join(ir_losses.STATS_TERMS)}",))
         return None
-    takes_over = o.verb == OverrideVerb.REDUCE or (stats and o.verb not in ir_losses.NO_AXES_VERBS)
-    takes_by = o.verb == OverrideVerb.DIVIDE
-    if takes_over != (o.axes is not None) or takes_by != (o.by is not None):
-        need = "needs 'over (axes...)'" if takes_over else "needs 'by <divisor>'" if takes_by else \
-            "takes no 'over' or 'by' clause"
+    on_ranks = o.verb in ir_losses.RANK_VERBS  # the term's operation on some ranks (check.termranks)
+    takes_over = o.verb == OverrideVerb.REDUCE or on_ranks or (stats and o.verb not in ir_losses.NO_AXES_VERBS)
+    takes_by = o.verb in (OverrideVerb.DIVIDE, OverrideVerb.DIVIDE_ON_RANKS)
+    if takes_over != (o.axes is not None) or takes_by != (o.by is not None) or on_ranks != (o.ranks is not None):
+        need = "needs 'over (axes...)'" if takes_over and o.axes is None else "needs 'by <divisor>'" if takes_by \
+            and o.by is None else "needs 'ranks (R1, R2, ...)'" if on_ranks else "takes no 'over', 'by' or 'ranks' clause"
         error(Code.BAD_OVERRIDE, f"'{o.target}[{o.group}]: {o.verb}' {need}", o.span)
         return None
-    return _axes_and_divisor(vals, o, env, axes_allowed)
+    out = _axes_and_divisor(vals, o, env, axes_allowed)
+    if out is None or not on_ranks:
+        return out
+    ranks = tuple(vals.count(r, env, "a rank") for r in o.ranks)
+    if any(r is None for r in ranks) or not _ranks_in_range(vals, out, ranks):
+        return None
+    return replace(out, ranks=ranks)
 
 
 def rename_override(o: ir.Override, rename: dict[str, tuple[str, ...]]) -> ir.Override:

@@ -665,6 +665,21 @@ mutant("aux_no_microbatch_divisor_ep", "ep",
 mutant("aux_token_mean_ep", "ep",
        "the MoE auxiliary loss, a value per device and microbatch, divided by the step's token count as a "
        "per-token loss (`loss[aux]: global_mean`).", ["override loss[aux]: global_mean"], AUX, model="moe_aux")
+# a loss term on some ranks only (check.termranks)
+TERM_RANKS = ("the MoE auxiliary loss added, or scaled, only where the main loss is formed (pytorch/torchtitan#3000, "
+              "NVIDIA-NeMo/Automodel#1408)")
+mutant("aux_on_dp_rank0_ep", "ep",
+       "the MoE auxiliary loss added to the objective on the first data rank only (`if rank == 0: loss = loss + aux`, "
+       "`loss[aux]: on_ranks over (dp) ranks (0)`): the other data ranks' contributions are dropped.",
+       ["override loss[aux]: on_ranks over (dp) ranks (0)"], AUX, mirrors=TERM_RANKS, model="moe_aux")
+mutant("aux_on_last_ep_rank_ep", "ep",
+       "the MoE auxiliary loss added on the last expert rank only (`loss[aux]: on_ranks over (ep) ranks (ep - 1)`).",
+       ["override loss[aux]: on_ranks over (ep) ranks (ep - 1)"], AUX, model="moe_aux")
+mutant("aux_microbatch_divisor_on_rank0_ep", "ep",
+       "the MoE auxiliary loss divided by the data and expert sizes on every rank and by the microbatches on "
+       "rank 0 of (dp, ep) only (`loss[aux]: divide_on_ranks over (dp, ep) ranks (0) by 4`, the model's 4 microbatches).",
+       ["override loss[aux]: divide by dp * ep", "override loss[aux]: divide_on_ranks over (dp, ep) ranks (0) by 4"],
+       AUX, mirrors=TERM_RANKS, model="moe_aux")
 mutant("aux_stats_per_microbatch_ep", "ep",
        "a global-batch load-balancing loss whose routing statistics are gathered over the data and expert ranks "
        "but taken microbatch by microbatch (`loss[aux]: stats_per_microbatch over (dp, ep)`).",
@@ -1117,6 +1132,14 @@ mutant("update_clip_same_ranks_twice_ddp", "ddp",
 mutant("clip_eps_tp", "tp",
        "each rank's squared norm plus an epsilon before the all-reduce over tp (`clip_norm: eps_before_reduce by "
        "1e-6`): S + tp·ε, not S + ε.", ["override clip_norm: eps_before_reduce by 1e-6"], ["SC clip_norm"])
+mutant("clip_eps_on_two_ranks_tp", "tp",
+       "an epsilon added to the squared norm on tensor ranks 0 and 1 before the all-reduce over tp (`clip_norm: "
+       "eps_on_ranks over (tp) ranks (0, 1) by 1e-6`): S + 2·ε, not S + ε.",
+       ["override clip_norm: eps_on_ranks over (tp) ranks (0, 1) by 1e-6"], ["SC clip_norm"])
+mutant("clip_eps_on_tp_rank0_3d", "3d",
+       "an epsilon added to the squared norm on tensor rank 0 of every pipeline stage before the norm's all-reduce "
+       "over tp and pp (`clip_norm: eps_on_ranks over (tp) ranks (0) by 1e-6`): S + pp·ε, not S + ε.",
+       ["override clip_norm: eps_on_ranks over (tp) ranks (0) by 1e-6"], ["SC clip_norm"])
 mutant("loss_scale_local_zero2", "zero2",
        "the loss scale updated from each dp rank's own found-inf flag under ZeRO-2 (`loss_scale: local over (dp)`): "
        "the rank whose shard overflows halves its scale alone.", ["override loss_scale: local over (dp)"],
@@ -1660,6 +1683,10 @@ with_base("clip_eps_averaged_ddp", "ddp",
           "each rank's squared norm plus an epsilon before an all-reduce with AVG over dp: the average of "
           "s + ε over copies is s + ε, single-device training's value.",
           ["override clip_norm: average over (dp)", "override clip_norm: eps_before_reduce by 1e-6"])
+with_base("clip_eps_on_rank0_3d", "3d",
+          "an epsilon added to the squared norm on rank 0 of the group over tp and pp only, before the norm's "
+          "all-reduce over them (`clip_norm: eps_on_ranks over (tp, pp) ranks (0) by 1e-6`): S + ε, single-device "
+          "training's value.", ["override clip_norm: eps_on_ranks over (tp, pp) ranks (0) by 1e-6"])
 with_base("clip_eps_max_ddp", "ddp",
           "each rank's squared norm plus an epsilon before a MAX all-reduce over dp: max(s + ε) = max(s) + ε.",
           ["override clip_norm: max over (dp)", "override clip_norm: eps_before_reduce by 1e-6"])
