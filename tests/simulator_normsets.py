@@ -18,8 +18,10 @@ def _value(e, sizes: dict[str, int]) -> int:
 
 
 def statements(plan: ir.Plan) -> list[ir.Override]:
-    return [o for o in plan.overrides if o.target == "clip_norm" and o.verb == "reduce_sets"
-            and len(o.axes or ()) > 1]
+    """The statements in force: one restated over the same axes is replaced by the later one."""
+    found = [o for o in plan.overrides if o.target == "clip_norm" and o.verb == "reduce_sets"
+             and len(o.axes or ()) > 1]
+    return [o for i, o in enumerate(found) if not any(set(x.axes) & set(o.axes) for x in found[i + 1:])]
 
 
 def reduce(plan: ir.Plan, part: dict, g_axes: list[str], pos: dict[str, int], sizes: dict[str, int]) -> tuple:

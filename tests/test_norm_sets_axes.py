@@ -148,3 +148,14 @@ def test_fmt_round_trips(tmp_path):
     assert rc == 0 and "override clip_norm: reduce_sets over (dp, tp) ranks ([0, 1], [2, 3])\n" in out, out
     f.write_text(out)
     assert kit.run(["fmt", str(f)])[1] == out
+
+
+def test_restated_over_the_same_axes_the_later_statement_holds():
+    """Two statements over (a, t): the later replaces the earlier in the checker and in the simulator alike."""
+    spec, p = _plan(HSDP, (2, 2), ((0, 2), (1, 3)))
+    later = ov("clip_norm", "reduce_sets", None, ("a", "t"), sets=((0, 1), (2, 3)))
+    p = replace(p, overrides=p.overrides + (later,))
+    spec = replace(spec, plans=(p,))
+    sizes = {"a": 2, "t": 2, "microbatches": 1}
+    assert obligation(check_plan(SESSION, spec, p, sizes), "SC clip_norm").verdict is Verdict.PROVED
+    assert not _sim(p, sizes)
