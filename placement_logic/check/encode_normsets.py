@@ -61,7 +61,7 @@ def refuse(step, o) -> None:
         why = ("its squared norms are averaged or maxed" if g.clip_agg != "sum" else
                "each rank's root is taken before the reduction" if g.clip_sqrt else
                "its copies are counted on named ranks (count_on_ranks)" if any(x[0] in named for x in g.clip_ranks)
-               else "its copied kv heads are each counted" if named & set(g.clip_copies) or kvjoint.folded(g)
+               else "its copied kv heads are each counted" if named & (set(g.clip_copies) | kvjoint.folded(g))
                else None)
         if why is not None and named:
             raise DiagnosticError([Diagnostic(
