@@ -200,7 +200,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PL267": ("rank-sets-overlap", "reduce_sets ... ranks ([...], ...) naming one rank in two sets (or twice in one)."),
     "PL268": ("rank-sets-cover", "reduce_sets ... ranks ([...], ...) whose sets miss a rank of the axis or name one past it."),
     "PL269": ("rank-sets-axis", "reduce_sets over no axis, an axis twice, several axes of a size not a number "
-              "or for the grad norm, or rank sets given to a verb that takes none."),
+              "(for the grad norm also over a reduction that is no plain sum), or rank sets given to a verb that "
+              "takes none."),
     # the MoE dispatch's capacity step (check.encode_capacity, where the plan is resolved)
     "PL273": ("capacity-no-experts", "override capacity: ... in a model without experts: there is no capacity step."),
     "PL274": ("capacity-padding-never-drops", "override capacity: counts_padding where the model's capacity_factor is "

@@ -155,6 +155,9 @@ def norm_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, bi
             part[d] = q[(g, s)] * _twice(plan, g, sizes) if counted else Fraction(0)
         if root:  # each rank's norm, not its square
             part = {d: _exact_root(v) for d, v in part.items()}
+        import simulator_normsets  # rank sets over several axes: each device's set summed, those axes taken out
+
+        part, g_axes = simulator_normsets.reduce(plan, part, g_axes, pos, sizes)
         part = _norm_reduced(part, g_axes, how, blocks, pos, sizes)
         for d in devices:
             total[d] += part[d] ** 2 if root else part[d]

@@ -98,8 +98,8 @@ def test_checked_from_the_file_at_free_sizes_holds_the_mesh_sizes(tmp_path):
 @pytest.mark.parametrize("mesh,override,code,phrase", [
     ("  dp = 2\n  tp = 2", "override grads: reduce_sets over (dp, tp) ranks ([0, 1, 2, 3])", "PL506",
      "one set holds every rank"),
-    ("  dp = 2\n  tp = 2", "override clip_norm: reduce_sets over (dp, tp) ranks ([0, 2], [1, 3])", "PL269",
-     "the grad norm's groups are rank sets over one axis"),
+    ("  dp = 2\n  tp = 2", "override clip_norm: reduce_sets over (dp, tp) ranks ([0, 2], [1, 3])", "PL182",
+     "the grad norm is not reduced over any of (dp, tp)"),
     ("  dp = 2\n  tp = 2", "override grads: reduce_sets over (dp, tp) ranks ([0, 2], [1, 3, 1])", "PL267",
      "rank 1 of (dp, tp) flattened is twice in set 2"),
 ])

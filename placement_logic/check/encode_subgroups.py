@@ -21,7 +21,7 @@ from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir import ranksets, unequal
 from ..solver.session import value_of
-from . import encode_ranksets
+from . import encode_normsets, encode_ranksets
 from . import subgroups as sg
 from .replay import _frac, coords_text
 from .report import Counterexample
@@ -56,12 +56,26 @@ def extend(obs: list, step, ctx, plan, obligation) -> list:
             aspect_of=g.group))
     for i, o in enumerate(sg.norm_partitions(plan)):
         kind = "norm_blocks" if i == 0 else f"norm_blocks:{i}"
+        if sg.multi_sets(o):  # rank sets over several axes (check.encode_normsets)
+            _norm_sets(obs, step, ctx, plan, o, i, kind)
+            continue
         for ob in obs:
             if ob.name == "SC clip_norm":
                 ob.encode = _wrap(ob.encode, o, "clip_norm_blocks" + (f"_{i}" if i else ""), kind)
                 ob.replay = _described(_wrap_replay(ob.replay, kind, lambda w, o=o: replay_norm_blocks(ctx, w, o)), o)
                 ob.span = o.span
     return _pinned_elsewhere(obs, step, ctx, plan)
+
+
+def _norm_sets(obs, step, ctx, plan, o, i, kind) -> None:
+    encode_normsets.refuse(step, o)
+    sizes = sg.set_sizes(o, plan)
+    for ob in obs:
+        if ob.name == "SC clip_norm":
+            ob.encode = encode_normsets.wrap(ob.encode, o, step, sizes, "clip_norm_sets" + (f"_{i}" if i else ""),
+                                             kind)
+            ob.replay = _wrap_replay(ob.replay, kind, lambda w: encode_normsets.replay(ctx, w, o, step, sizes))
+            ob.span = o.span
 
 
 def _info(plan, g, o):

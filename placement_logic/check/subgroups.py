@@ -25,10 +25,11 @@ axis"), by its verb (``PARTITION_VERBS``):
 * ``reduce_sets ... ranks ([0, 2, 3], [1, 4])`` -- a list of rank sets (``ir.ranksets``), one per
   ``new_group``, ranks in any order: rank i is in the group of the set holding it. The sets a partition of
   the axis's ranks (PL267 overlap, PL268 a rank missing or past the axis); where the axis's size is free the
-  sets fix it to the number of ranks they hold. Over several axes (``over (A, B)``, gradients only) the sets
+  sets fix it to the number of ranks they hold. Over several axes (``over (A, B)``) the sets
   list the flattened ranks of the product, row-major, each axis's size a number on the mesh (PL269), and an
   axis the gradient is not reduced over may be named: every set must be a derived reduction group
-  (``check.encode_ranksets``).
+  (``check.encode_ranksets``); for the grad norm's reduction every set must count each piece of every group as
+  often as its derived group does (``check.encode_normsets``).
 
 Each applies to ``override grads[g]: VERB over (AXES) by E`` (g's gradient reduction over each axis of
 AXES runs within the groups: ``GI grads[g] blocks``, the groups holding different partial sums) and to
@@ -187,11 +188,7 @@ def set_sizes(o: ir.Override, plan: ir.Plan) -> tuple[int, ...] | None:
 
 def _sets_axes(o: ir.Override, plan: ir.Plan) -> None:
     """Rank sets over several axes: each axis's size a number on the mesh (PL269; the flattened rank depends on
-    them), the sets a partition of the product's ranks (PL267, PL268); a statement of the grad norm's reduction
-    names one axis (PL269)."""
-    if o.target == OverrideTarget.CLIP_NORM:
-        raise _err(Code.RANK_SETS_AXIS, f"{head(o)}: the grad norm's groups are rank sets over one axis; rank sets "
-                   "over several axes state a gradient reduction's process groups", o)
+    them), the sets a partition of the product's ranks (PL267, PL268)."""
     sizes = set_sizes(o, plan)
     if sizes is None:
         raise _err(Code.RANK_SETS_AXIS, f"{head(o)}: rank sets over several axes number the ranks of their product "
@@ -283,6 +280,21 @@ def _one_partition(plan: ir.Plan) -> None:
         seen[(o.target, o.group)].append(o)
 
 
+def _norm_sets(o: ir.Override, plan: ir.Plan, groups, axes) -> bool:
+    """Rank sets over several axes for the grad norm (check.encode_normsets): an axis the norm is not reduced over
+    may be named (the sets then cut its reduction groups), one it is reduced over must be; PL506 where one set
+    holds every rank of axes it is reduced over."""
+    _sets_axes(o, plan)
+    named = [a for a in o.axes if a in axes]
+    if not named:
+        raise _err(Code.NORM_BLOCKS_AXIS, f"{head(o)}: the grad norm is not reduced over any of ({', '.join(o.axes)}) "
+                   f"(its reduction: ({', '.join(axes)})), so there is no reduction there to run in groups", o)
+    if len(o.sets or ()) == 1 and len(named) == len(o.axes):
+        raise _err(Code.OVERRIDE_NO_EFFECT, f"{head(o)} changes nothing: one set holds every rank of the axes, so "
+                   "the reduction is over the whole of them as derived", o)
+    return True
+
+
 def check_override(plan: ir.Plan, groups) -> None:
     """The located errors of the statements the step cannot read. (Divisors on sets of ranks for one group combine,
     each device applying the product of those whose rank sets hold it, over any axes: check.encode_rankproduct.)"""
@@ -291,8 +303,6 @@ def check_override(plan: ir.Plan, groups) -> None:
         if o.verb not in PARTITION_VERBS or o.target not in (OverrideTarget.GRADS, OverrideTarget.CLIP_NORM):
             continue
         _axes_once(o)
-        if multi_sets(o) and o.target == OverrideTarget.CLIP_NORM:
-            _sets_axes(o, plan)  # PL269: the grad norm's groups are rank sets over one axis
         if o.target == OverrideTarget.GRADS:
             named = [g for g in groups if o.group in (None, "all", g.group)]
             for g in named:
@@ -313,6 +323,8 @@ def check_override(plan: ir.Plan, groups) -> None:
                 raise _err(Code.NORM_BLOCKS_AXIS, f"{head(o)}: the norm is one all-reduce of every group's squared "
                            "norms; state its groups without a group", o)
             axes, _ = plan_norm(plan, groups)
+            if multi_sets(o) and _norm_sets(o, plan, groups, axes):
+                continue
             for a in o.axes:
                 if a not in axes:
                     raise _err(Code.NORM_BLOCKS_AXIS, f"{head(o)}: the grad norm is not reduced over {a} (its "

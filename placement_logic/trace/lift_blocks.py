@@ -29,6 +29,7 @@
 
 from __future__ import annotations
 
+from . import lift_sets_axes
 from .lift_layout import Unliftable, _frames, _Layout, _placement_axes
 
 P2P = ("send", "recv", "recv_any_source")
@@ -112,6 +113,13 @@ def find_blocks(trace: dict, layout: _Layout) -> None:
         layout.blocks.update({g: (i, size, what) for g in groups})
         # a group of one rank (the last block, a strided group of one): its group holds that rank alone
         layout.blocks.update({frozenset([r]): (i, size, what) for r in mine if not any(r in g for g in groups)})
+    # rank sets over the flattened ranks of several axes (lift_sets_axes)
+    lift_sets_axes.find(trace, layout, alone, lambda ranks, r: _along(layout, ranks, r) is not None)
+
+
+def axis_name(layout: _Layout, i) -> str:
+    """The axis a group cuts, or the axes (``A, B``) whose flattened ranks rank sets over several axes list."""
+    return ", ".join(layout.names[k] for k in i) if isinstance(i, tuple) else layout.names[i]
 
 
 VERB = {"blocks": "reduce_blocks", "strided": "reduce_strided", "first": "reduce_first", "groups": "reduce_groups",
@@ -130,6 +138,7 @@ def _groups(what: str, a: str, b) -> str:
     if what == "groups":
         return f"consecutive groups of {', '.join(map(str, b))} {a} ranks"
     if what == "sets":
+        a = f"({a}) flattened" if ", " in a else a
         return f"the groups of the {a} rank sets " + ", ".join("[" + ", ".join(map(str, s)) + "]" for s in b)
     if what == "strided":
         return f"strided groups of {a} ranks (r, r+{b}, r+{2 * b} ...)"
@@ -153,7 +162,7 @@ def block_lines(st, params: list[dict], named: list, clipped: bool) -> list[tupl
             c = st.by_seq[p["rank"]].get(s)
             if c is not None and frozenset(c["ranks"]) in blocks:
                 i, b, what = blocks[frozenset(c["ranks"])]
-                held.setdefault(p["name"], (st.layout.names[i], b, what, c["stack"]))
+                held.setdefault(p["name"], (axis_name(st.layout, i), b, what, c["stack"]))
     if held:
         lines.extend(_grad_lines(st, held, named))
     # the call sites of the gradient reductions the programs hold: the same call on another rank is its own
@@ -165,7 +174,8 @@ def block_lines(st, params: list[dict], named: list, clipped: bool) -> list[tupl
             if c["step"] != st.step_no or frozenset(c["ranks"]) not in blocks:
                 continue
             i, b, what = blocks[frozenset(c["ranks"])]
-            a, groups = st.layout.names[i], _groups(what, st.layout.names[i], b)
+            a = axis_name(st.layout, i)
+            groups = _groups(what, a, b)
             if (r, c["seq"]) in in_programs or (held and _site(c) in sites):
                 continue
             if c["phase"] == "forward" and c["kind"] == "broadcast" and held:
@@ -178,7 +188,7 @@ def block_lines(st, params: list[dict], named: list, clipped: bool) -> list[tupl
                 continue  # a gradient bucket read on another rank: its parameters' programs hold it on the observer
             if c["phase"] == "after_backward" and c["kind"] == "all_reduce" and clipped \
                     and str(c.get("dtype", "")).startswith(("float", "bfloat")):
-                if not any(a in _placement_axes(q, st.layout) for q in params):
+                if not any(x in _placement_axes(q, st.layout) for q in params for x in a.split(", ")):
                     # the ranks of a replicated axis hold the same squared norms: the sum over a block counts
                     # them B times, stated as the norm's reduction over the axis (``clip_norm: reduce over``)
                     note = (f"{a}: the grad norm all-reduced within {groups}, an axis no gradient is sharded on: "

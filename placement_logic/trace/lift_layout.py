@@ -64,8 +64,9 @@ class _Layout:
         want = set(ranks)
         if observer not in want:
             return None
-        if frozenset(want) in self.blocks:
-            return (self.names[self.blocks[frozenset(want)][0]],)
+        if frozenset(want) in self.blocks:  # one axis, or several (rank sets over their flattened ranks)
+            at = self.blocks[frozenset(want)][0]
+            return tuple(self.names[i] for i in at) if isinstance(at, tuple) else (self.names[at],)
         me = self.coords[observer]
         for k in range(len(self.names) + 1):
             for subset in itertools.combinations(range(len(self.names)), k):

@@ -79,12 +79,16 @@ def _clip(step_colls, params, layout, axes, info, tp, data_axes, script="", pp=N
     in_programs = {s for e in info for s in ((e[0].get("grad") or {}).get("collectives") or [])}
     norm_colls = [c for c in step_colls if c["phase"] == "after_backward" and c["kind"] == "all_reduce"
                   and c["seq"] not in in_programs and c["dtype"].startswith(("float", "bfloat"))]
-    observed = sorted({a for c in norm_colls for a in axes(c)})
     sharded = set()
     for p, *_ in info:
         sharded |= _placement_axes(p, layout)
     # a pipeline's stages hold different parameters: the norm is summed over them too
     expected = sorted(sharded | ({pp} if pp else set()))
+
+    def seen(c) -> tuple:  # rank sets over several axes: their statement (lift_blocks) names the other axes
+        at = layout.blocks.get(frozenset(c["ranks"]), (None,))[0]
+        return tuple(a for a in axes(c) if a in expected) if isinstance(at, tuple) else axes(c)
+    observed = sorted({a for c in norm_colls for a in seen(c)})
     at = [sc for e in dynamic for sc in (e[0]["grad"].get("dynamic_at") or [])]
     frames = _frames([c["stack"] for c in norm_colls], script) or _frames([[a] for a in at], script)
     if observed == expected:

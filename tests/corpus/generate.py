@@ -1074,6 +1074,21 @@ mutant("grads_sets_axes_tp", "tp",
        "one replica and never meets another replica.", [f"override grads[dense]: reduce_sets over (dp, tp) ranks "
                                                         f"({TP_GROUPS})"], ["GI grads[dense] blocks"],
        mirrors=SETS_AXES)
+# the grad norm's all-reduce within rank sets over several axes (check.encode_normsets): the flattened ranks of
+# (nodes, gpus) of the HSDP base, node-major; every set must count each gpu shard's squared norm once
+HSDP_WORLD = ", ".join(str(r) for r in range(32))
+HSDP_REPLICAS = ", ".join("[" + ", ".join(str(8 * n + g) for n in range(4)) + "]" for g in range(8))
+HSDP_NORM = "an HSDP grad norm all-reduced over the wrong group of the (replicate, shard) mesh (ByteDance-Seed/VeOmni#184)"
+mutant("clip_sets_axes_world_hsdp", "hsdp",
+       "the squared norms all-reduced over the whole (nodes, gpus) group (`clip_norm: reduce_sets over (nodes, gpus) "
+       "ranks ([0 .. 31])`): every gpu shard's squared norm is counted once per node, four times.",
+       [f"override clip_norm: reduce_sets over (nodes, gpus) ranks ([{HSDP_WORLD}])"], ["SC clip_norm"],
+       mirrors=HSDP_NORM)
+mutant("clip_sets_axes_replicas_hsdp", "hsdp",
+       "the squared norms all-reduced within the replicate groups listed by hand (`clip_norm: reduce_sets over "
+       "(nodes, gpus) ranks ([0, 8, 16, 24], ...)`): each set sums the four copies of one shard and misses the "
+       "others.", [f"override clip_norm: reduce_sets over (nodes, gpus) ranks ({HSDP_REPLICAS})"], ["SC clip_norm"],
+       mirrors=HSDP_NORM)
 mutant("update_divide_except_last_pp", "1f1b",
        "every pipeline stage but the last dividing its gradient by the microbatches again (`grads: "
        "divide_except_last over (pp) by 4`).", ["override grads: divide_except_last over (pp) by 4"],
@@ -2302,6 +2317,16 @@ with_base("sets_axes_dp_groups_tp", "tp", "the dense gradient's data parallel gr
           "flattened (dp, tp) ranks, one tensor shard on every dp rank ([0, 8, ..., 56], [1, 9, ..., 57], ...): "
           "exactly the derived reduction groups.",
           [f"override grads[dense]: reduce_sets over (dp, tp) ranks ({DP_GROUPS})"])
+
+HSDP_NODES = ", ".join("[" + ", ".join(str(8 * n + g) for g in range(8)) + "]" for n in range(4))
+HSDP_DIAGONAL = ", ".join("[" + ", ".join(str(8 * ((n + g) % 4) + g) for g in range(8)) + "]" for n in range(4))
+with_base("clip_sets_axes_shard_groups_hsdp", "hsdp", "the grad norm's squared norms all-reduced within the shard "
+          "group of each node listed by hand over the flattened (nodes, gpus) ranks ([0 .. 7], [8 .. 15], ...): each "
+          "set sums every gpu shard once.", [f"override clip_norm: reduce_sets over (nodes, gpus) ranks ({HSDP_NODES})"])
+with_base("clip_sets_axes_diagonal_hsdp", "hsdp", "the grad norm's squared norms all-reduced within sets that take "
+          "gpu g from node (n + g) mod 4 ([0, 9, 18, 27, 4, 13, 22, 31], ...): each set holds one device of every "
+          "gpu shard, and the nodes hold equal copies of it, so every rank sums each shard once.",
+          [f"override clip_norm: reduce_sets over (nodes, gpus) ranks ({HSDP_DIAGONAL})"])
 
 
 if __name__ == "__main__":
