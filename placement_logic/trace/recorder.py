@@ -112,7 +112,11 @@ class Recorder(Events, Modules, Checkpoints, Terms, TorchDispatchMode):
         rec = self.step_record()
         self.modules.setdefault(id(module), module)
         if not self.module_stack and self.phase == "forward":  # the model the script calls: its attention mask
-            note_attention_mask(rec, self.micro_step(), args, call_kwargs(module))
+            self._busy = True  # the mask's values read without recording the ops that read them
+            try:
+                note_attention_mask(rec, self.micro_step(), args, call_kwargs(module))
+            finally:
+                self._busy = False
         self.push_module(module, args)
         if not rec["inputs"]:
             tensors = [a.to_local() if isinstance(a, DTensor) else a for a in args if isinstance(a, torch.Tensor)]

@@ -4,7 +4,7 @@ The outermost module call of a forward (a model called by the script, not by ano
 (the first integer tensor of its positional arguments, else its keyword ``input_ids``) and, beside them, an attention mask: the keyword argument
 ``attention_mask`` (a Hugging Face-style model call), else a later positional argument that is a bool tensor or
 a 0/1 tensor, either of the token ids' shape (a tensor whose every row is 0, 1, 2, ... is position ids, not a
-mask). It records on the step (``attention_masks``) the micro-step, the mask's shape and its values (0 a padded
+mask); plain tensors only (a DTensor's values are not read: reading them could communicate). It records on the step (``attention_masks``) the micro-step, the mask's shape and its values (0 a padded
 position), so the lifts that read padding (the capacity step, the token count, the balancing loss's statistics)
 see padding that neither the labels (-100) nor a loss mask mark. A global forward pre-hook receives the
 positional arguments only: the keyword ones are read from the module call's frame (``Module._call_impl``).
@@ -36,7 +36,7 @@ def call_kwargs(module) -> dict:
 def _ids(args):
     import torch
 
-    return next((a for a in args if isinstance(a, torch.Tensor) and not a.is_floating_point()
+    return next((a for a in args if type(a) is torch.Tensor and not a.is_floating_point()
                  and a.dtype != torch.bool and a.dim() >= 1), None)
 
 
@@ -44,7 +44,7 @@ def _mask_like(t, ids) -> bool:
     """A bool or 0/1 tensor of the token ids' shape that is not position ids."""
     import torch
 
-    if not isinstance(t, torch.Tensor) or t is ids or tuple(t.shape) != tuple(ids.shape) or t.is_complex() \
+    if type(t) is not torch.Tensor or t is ids or tuple(t.shape) != tuple(ids.shape) or t.is_complex() \
             or t.is_meta or not 0 < t.numel() <= VALUES_MAX:
         return False
     if t.dtype == torch.bool:
@@ -58,14 +58,12 @@ def _mask_like(t, ids) -> bool:
 
 def note_attention_mask(step: dict, micro: int, args, kwargs: dict) -> None:
     """The attention mask passed beside the token ids of the outermost module call, if any."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
     ids = _ids(args) if args else _ids([kwargs.get("input_ids")])  # model(input_ids=..., attention_mask=...)
-    if ids is None or isinstance(ids, FakeTensor):
+    if ids is None or ids.is_meta:
         return
     named = kwargs.get("attention_mask")
     found = named if _mask_like(named, ids) else next((a for a in args[1:] if _mask_like(a, ids)), None)
-    if found is None or isinstance(found, FakeTensor):
+    if found is None:
         return
     seen = step.setdefault("attention_masks", [])
     if len(seen) < MASKS_MAX:
