@@ -45,7 +45,8 @@ Steps, on the last step of the trace that reached the optimizer:
 8. The loss's terms (``lift_terms``, before any pass reads the loss): label smoothing and the logit z-loss
    (``losses { label_smoothing  logit_z_loss }``, ``activations[loss]: reduce_smoothing | reduce_zloss over``
    under a vocabulary-parallel output), a loss mask on the per-token losses, a token count that includes the
-   ignored labels (``tokens: count_ignored``).
+   ignored labels (``tokens: count_ignored``); padding an attention mask alone marks, counted as tokens, is
+   named (``lift_padding``: PL614), and read as padding by the capacity step and the balancing loss.
 9. Checkpoints (``lift_checkpoint``): who saves which state, whose file each rank loads, whose RNG state it
    restores, as ``override checkpoint`` statements (``resume``, ``save_rank0``, ``save_from``, ``skip_optimizer``,
    ``no_regather_after_load``, ``rng_shared``).
