@@ -260,7 +260,8 @@ CODES: dict[str, tuple[str, str]] = {
                               "MASTER_ADDR or MASTER_PORT missing or inconsistent)."),
     "PL621": ("torchrun-devices", "placement measure --torchrun with a --devices count other than torchrun's "
                                   "WORLD_SIZE."),
-    "PL611": ("bad-trace-command", "placement trace: a --nproc outside 2-8, or no script after --."),
+    "PL611": ("bad-trace-command", "placement trace: a --nproc outside 2-8, or no script after --; trace or lift: a bad "
+              "--objective."),
     "PL612": ("bad-trace", "A file that is not a trace placement lift reads (schema, version, ranks)."),
     "PL613": ("trace-failed", "The traced script failed or did not finish on a rank."),
     "PL614": ("not-liftable", "A recorded call placement lift cannot express in a plan (reported, never dropped)."),

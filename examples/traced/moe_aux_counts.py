@@ -9,7 +9,10 @@ gathered over ``shard``, its P kept per rank: lifted as ``override loss[aux]: st
 ``probs_per_step over ()``, refuted (``GI aux_stats``) at the counts' all-reduce. ``--fixed``: the counts
 all-reduced over every rank, ``stats_per_step over (replicate, shard)``, proved (f and P over groups of their own:
 decided for router calls of equal token counts, noted). ``--probs``: P all-reduced over the same group as the
-counts (no probs statement); ``--fixed --probs`` proved. Run on 4 ranks (``--nproc 4``).
+counts (no probs statement); ``--fixed --probs`` proved. ``--local``: the counts never all-reduced, each rank's
+statistics its own microbatch's (Megatron-LM's per-microbatch aux loss without tensor or context ranks): lifted
+as ``stats_per_step over ()``, refuted against the default objective, proved with ``--objective
+aux_stats=per_microbatch`` (the objective the script means, stated). Run on 4 ranks (``--nproc 4``).
 """
 
 import sys
@@ -21,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 
-FIXED, PROBS = "--fixed" in sys.argv, "--probs" in sys.argv
+FIXED, PROBS, LOCAL = "--fixed" in sys.argv, "--probs" in sys.argv, "--local" in sys.argv
 EXPERTS, TOP_K, AUX_COEFF = 4, 2, 1e-2
 
 
@@ -46,7 +49,8 @@ class Routed(nn.Module):
 def balancing_loss(probs, chosen, group):
     """E · Σ_i f_i · P_i, f from the counts all-reduced over ``group``, P over the rank's tokens (or ``group``)."""
     counts = torch.zeros(EXPERTS).index_add_(0, chosen.flatten(), torch.ones(chosen.numel()))
-    dist.all_reduce(counts, group=group)
+    if not LOCAL:
+        dist.all_reduce(counts, group=group)
     f = counts / counts.sum()
     p_sum = probs.sum(0)
     if PROBS:

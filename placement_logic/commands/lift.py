@@ -14,6 +14,7 @@ import re
 
 from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..outcome import Exit
+from .objective import add_objective, parse_objective
 from .options import command_line_span
 
 
@@ -29,6 +30,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("file", metavar="TRACE", help="a trace file (placement trace -o TRACE.json)")
     p.add_argument("--plan-name", default="traced", metavar="NAME", help="name of the lifted plan (default traced)")
     p.add_argument("--format", choices=("place", "json"), default="place", help="output format (default: place)")
+    add_objective(p)
     p.set_defaults(run=run)
 
 
@@ -82,8 +84,9 @@ def run(args, out, err) -> int:
         raise DiagnosticError([Diagnostic(Code.BAD_SET, f"--plan-name {args.plan_name!r}: a plan name is a letter or "
                                           "underscore followed by letters, digits or underscores",
                                           command_line_span(f"--plan-name {args.plan_name}"))])
+    objective = parse_objective(getattr(args, "objective", None))
     trace = load_trace(args.file)
-    lifted = lift(trace, args.plan_name, args.file)
+    lifted = lift(trace, args.plan_name, args.file, objective)
     if args.format == "json":
         json.dump(to_json(lifted), out, indent=2)
         out.write("\n")

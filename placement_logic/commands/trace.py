@@ -15,6 +15,7 @@ import json
 
 from ..diagnostics import Code
 from ..outcome import Exit, Verdict
+from .objective import add_objective, parse_objective
 from .output import check_writable, write_output
 
 
@@ -34,6 +35,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--check", action="store_true", help="lift the trace and check the plan (exit 0 proved, 1 refuted)")
     p.add_argument("--trace-file", metavar="FILE", default=None, help="with --check: also write the trace to FILE")
     p.add_argument("--spec-file", metavar="FILE", default=None, help="with --check: also write the lifted spec to FILE")
+    add_objective(p)
     p.add_argument("--timeout", default="10", metavar="SECONDS", help="with --check: solver time limit per query")
     p.add_argument("--rank-timeout", default="600", metavar="SECONDS",
                    help="stop the run (every rank and what it started) when it has not ended within SECONDS "
@@ -70,6 +72,7 @@ def run(args, out, err) -> int:
     if command and command[0] == "--":
         command = command[1:]
     _nproc(args.nproc)
+    objective = parse_objective(getattr(args, "objective", None))
     script_of(command)
     for option, target in (("--trace-file", args.trace_file), ("--spec-file", getattr(args, "spec_file", None))):
         if target:
@@ -86,10 +89,11 @@ def run(args, out, err) -> int:
         return int(Exit.OK)
     if args.trace_file:
         write_output(args.trace_file, json.dumps(trace, indent=1), option="--trace-file")
-    return check_trace(trace, out, err, timeout, args.spec_file)
+    return check_trace(trace, out, err, timeout, args.spec_file, objective)
 
 
-def check_trace(trace: dict, out, err, timeout: float, spec_file: str | None = None) -> int:
+def check_trace(trace: dict, out, err, timeout: float, spec_file: str | None = None,
+                objective: dict[str, str] | None = None) -> int:
     """Lift, check, and report the findings at the script's lines."""
     from ..check.render import render
     from ..check.run import check_spec
@@ -97,7 +101,7 @@ def check_trace(trace: dict, out, err, timeout: float, spec_file: str | None = N
     from ..trace.lift import lift
     from .lift import report_unliftable
 
-    lifted = lift(trace)
+    lifted = lift(trace, objective=objective)
     name = spec_file or f"{trace['script']}.lifted.place"
     if spec_file:
         write_output(spec_file, lifted.text, option="--spec-file")
@@ -143,8 +147,9 @@ def check_trace(trace: dict, out, err, timeout: float, spec_file: str | None = N
     elif verdict == Verdict.PROVED.word and not lifted.unliftable:
         held = plan.fixed_sizes  # sizes some obligation is decided at (a list of rank sets, a K/V copy layout)
         scope = "all mesh sizes" + (" with " + ", ".join(f"{a}={n}" for a, n in held.items()) if held else "")
+        stated = ", ".join(f"{k}={v}" for k, v in sorted((objective or {}).items()))
         out.write(f"proved for {scope}: the traced step of {trace['script']} computes single-device "
-                  "training's step\n\n")
+                  "training's step" + (f" (the objective stated: {stated})" if stated else "") + "\n\n")
     out.write(render(report, "text", None))
     if lifted.unliftable:
         # a plan that is not the whole step proves and refutes nothing about the script: its last word says so

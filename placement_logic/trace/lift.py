@@ -45,7 +45,8 @@ Steps, on the last step of the trace that reached the optimizer:
 8. The loss's terms (``lift_terms``, before any pass reads the loss): label smoothing and the logit z-loss
    (``losses { label_smoothing  logit_z_loss }``, ``activations[loss]: reduce_smoothing | reduce_zloss over``
    under a vocabulary-parallel output), a loss mask on the per-token losses, a token count that includes the
-   ignored labels (``tokens: count_ignored``).
+   ignored labels (``tokens: count_ignored``); padding an attention mask alone marks, counted as tokens, is
+   named (``lift_padding``: PL614), and read as padding by the capacity step and the balancing loss.
 9. Checkpoints (``lift_checkpoint``): who saves which state, whose file each rank loads, whose RNG state it
    restores, as ``override checkpoint`` statements (``resume``, ``save_rank0``, ``save_from``, ``skip_optimizer``,
    ``no_regather_after_load``, ``rng_shared``).
@@ -77,6 +78,7 @@ from .lift_cplayout import layout_lines
 from .lift_data import data_bindings
 from .lift_facts import SEEDING, init_apart, local_overflow, overflow, split_by_values, unmodelled
 from .lift_layout import NOT_LIFTED_KINDS, Lifted, Unliftable, _frames, _ident, _layout, _placement_axes
+from .lift_padding import padded_tokens
 from .lift_perrank import bucket_order, norm_epsilon, per_rank_pass, rank0_lines
 from .lift_pipeline import P2P_KINDS, find_context_axes, find_pipeline
 from .lift_render import _clip, _empty_spec, _quoted, _render
@@ -84,10 +86,12 @@ from .lift_step import AXIS_NAMES, Axes, LiftRole, Step, Strategies
 from .lift_terms import ignored_count, terms_pass
 
 
-def lift(trace: dict, plan_name: str = "traced", path: str = "<trace>") -> Lifted:
-    """The spec of what the traced script ran; a trace whose records do not fit the schema is PL612."""
+def lift(trace: dict, plan_name: str = "traced", path: str = "<trace>",
+         objective: dict[str, str] | None = None) -> Lifted:
+    """The spec of what the traced script ran; a trace whose records do not fit the schema is PL612. ``objective``:
+    the intended objective of a lifted term (``aux_stats``: the balancing loss's; default single-device training's)."""
     try:
-        return _lift(trace, plan_name)
+        return _lift(trace, plan_name, objective or {})
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError) as exc:
         from ..diagnostics import Diagnostic, DiagnosticError, Span
 
@@ -95,7 +99,7 @@ def lift(trace: dict, plan_name: str = "traced", path: str = "<trace>") -> Lifte
                                           f"({type(exc).__name__}: {exc})", Span.point(path, 1, 1))]) from None
 
 
-def _lift(trace: dict, plan_name: str) -> Lifted:
+def _lift(trace: dict, plan_name: str, objective: dict[str, str]) -> Lifted:
     from .lift_plan import gradients_pass, groups_pass, loss_pass, overrides_pass, tie_pass
 
     st = read_step(trace, plan_name)
@@ -120,11 +124,13 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
     named = groups_pass(st, grads)
     lines = overrides_pass(st, ax, params, strategies, grads, loss, named)
     counted = ignored_count(st, ax.loss_rank)
+    st.items.extend(padded_tokens(st))  # padding an attention mask marks, counted as tokens (lift_padding)
     if counted is not None and loss.kind != "sum":
         lines.append(("  override tokens: count_ignored  # observed: the count all-reduced is the positions, "
                       "ignored labels included", counted))
     lines.extend(loss_lines)
-    aux_model, aux_groups, aux_plan = aux_lines(st, st.aux_readings, named, loss.kind, loss.accum)
+    aux_model, aux_groups, aux_plan = aux_lines(st, st.aux_readings, named, loss.kind, loss.accum,
+                                                objective.get("aux_stats"))
     lines.extend(aux_plan)  # the balancing loss's statistics (lift_auxloss)
     cap_model, cap_plan = capacity_lines(st, router_width(named))
     lines.extend(cap_plan)  # the MoE dispatch's capacity step (lift_capacity)

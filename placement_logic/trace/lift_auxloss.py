@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .lift_layout import Unliftable, _frames
+from .lift_padding import aux_padding
 from .lift_step import Step
 
 
@@ -96,10 +97,13 @@ def read_aux(st: Step, rank: int, mine: dict, micro: int, term: dict, ce: dict, 
     return AuxReading(rank, step_no, coef, axes[0], axes[1], stack)
 
 
-def aux_lines(st: Step, readings: list[AuxReading], named, loss_kind: str, accum: int
+def aux_lines(st: Step, readings: list[AuxReading], named, loss_kind: str, accum: int, stated: str | None = None
               ) -> tuple[list[str], list[str], list[tuple[str, list]]]:
-    """(the model block's ``losses`` lines, its group lines, the plan's ``loss[aux]`` lines) of the readings."""
+    """(the model block's ``losses`` lines, its group lines, the plan's ``loss[aux]`` lines) of the readings;
+    ``stated``: the objective the user states (``--objective aux_stats=...``), else single-device training's."""
     if not readings:
+        if stated:
+            st.notes.append(f"--objective aux_stats={stated}: no balancing loss was lifted, no objective written")
         return [], [], []
     kinds = {(r.f_axes, r.p_axes) for r in readings}
     frames = _frames([readings[0].stack], st.script)
@@ -115,6 +119,8 @@ def aux_lines(st: Step, readings: list[AuxReading], named, loss_kind: str, accum
         why = "no parameter of the plain (dense) group has a 'router' or 'gate' part in its name: the router is not read"
     elif loss_kind != "per_device_mean":
         why = f"the cross-entropy is read as {loss_kind.replace('_', ' ')}: the balancing loss's weight is not read"
+    padded, unknown = aux_padding(st, readings)  # padded rows among the statistics' (lift_padding)
+    why = why or unknown
     if why is not None:
         st.items.append(Unliftable(tuple(sorted({r.rank for r in readings})), -1, "an auxiliary loss", why,
                                    tuple(frames), hides=("divisor",)))
@@ -122,14 +128,19 @@ def aux_lines(st: Step, readings: list[AuxReading], named, loss_kind: str, accum
     (f_axes, p_axes), = kinds
     at = f"{frames[0]['file']}:{frames[0]['line']}: " if frames else ""
     model = [f"aux = per_microbatch_mean  # {at}the balancing loss, {readings[0].coef:g} · E · Σ f·P",
+             f"aux_stats = {stated}  # stated (--objective): the objective the script means" if stated else
              "aux_stats = global_batch  # single-device training: the statistics of every token of the step"]
     names = ", ".join(e[0]["name"] for e in router[:4]) + (", ..." if len(router) > 4 else "")
     groups = [f"group moe_router {{ count = {sum(e[5] for e in router)}  like = router  tensor = whole }}  # {names}"]
-    scope = "per_step" if accum == 1 else "per_microbatch"
+    # one micro-step: the statistics of the step are its microbatch's, read as the objective stated means them
+    scope = "per_step" if accum == 1 and stated != "per_microbatch" else "per_microbatch"
     lines = [(f"  override loss[aux]: stats_{scope} over ({', '.join(f_axes)})  # observed: the expert counts "
               + (f"all-reduced over ({', '.join(f_axes)})" if f_axes else "never all-reduced"), frames)]
     if p_axes != f_axes:
         lines.append((f"  override loss[aux]: probs_{scope} over ({', '.join(p_axes)})  # observed: the mean router "
                       + (f"probabilities all-reduced over ({', '.join(p_axes)})" if p_axes else
                          "probabilities of each rank's own tokens"), frames))
+    if padded:
+        lines.append(("  override loss[aux]: stats_count_padding  # observed: the router's statistics over every "
+                      "row, padded positions included", frames))
     return model, groups, lines

@@ -3,7 +3,8 @@
 ``recorder_capacity`` records, on a router call (``router``: its R rows, E experts, k and counts), the capacity
 step's C, each expert's kept count and the rows routed into it (``entered``: a positive score in some column).
 The padded positions of a call are the rows whose cross-entropy label is negative (the ignore index, -100 by
-default) and the rows a 0/1 mask multiplied into the call's routing zeroes (``masked``): the step's router calls
+default), the rows a 0/1 mask multiplied into the call's routing zeroes (``masked``) and the positions the model
+call's attention mask zeroes (``lift_padding.row_pads``: padding marked by it alone): the step's router calls
 with a capacity step and its cross-entropies with labels are paired in order, each call's rows the labels'
 positions (equal counts). Over the analysed step of every rank:
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .lift_layout import Unliftable, _frames
+from .lift_padding import row_pads
 from .lift_step import Step
 
 
@@ -38,10 +40,13 @@ def _calls(st: Step, rank: int) -> list[tuple[dict, list[int]]] | None:
     mine = st.step.get(rank) or {}
     calls = [e for e in mine.get("router") or [] if "capacity" in e]
     labels = [n["target"] for n in mine.get("nll") or [] if n.get("target")]
-    if len(calls) != len(labels) or any(len(t) != e["rows"] for e, t in zip(calls, labels)):
+    if len(calls) != len(labels):
         return None
-    return [(e, sorted({i for i, y in enumerate(t) if y < 0} | set(e.get("masked") or [])))
-            for e, t in zip(calls, labels)]
+    # the rows labelled -100 and those an attention mask zeroes (lift_padding)
+    pads = [row_pads(mine, e.get("micro", 0), t, e["rows"]) for e, t in zip(calls, labels)]
+    if any(p is None for p in pads):
+        return None
+    return [(e, sorted(p | set(e.get("masked") or []))) for e, p in zip(calls, pads)]
 
 
 def shortest(lo: Fraction, hi: Fraction) -> Fraction | None:
@@ -87,7 +92,8 @@ def capacity_lines(st: Step, hidden: int | None) -> tuple[list[str], list[tuple[
     shapes = {(e["width"], e.get("top_k")) for _, e, _ in found}
     why = None
     if stepped:
-        why = "the router calls with a capacity step are not paired with cross-entropies over their positions"
+        why = ("the router calls with a capacity step are not paired with cross-entropies over their positions "
+               "(or an attention mask's padded positions are not their rows)")
     elif len(shapes) > 1 or None in {k for _, k in shapes}:
         why = "the experts or the top-k differ between router calls"
     elif not padded and any(n["mask"]["sum"] < n.get("positions", 0) for r, _, _ in found

@@ -36,6 +36,7 @@ from ..measure.ranks.counter import c10d_collective, functional_collective, grou
 from .recorder_checkpoint import Checkpoints
 from .recorder_events import Events, _checksum, _fraction, _key, _reduce_op, _tensors, _user_frames  # noqa: F401
 from .recorder_modules import Modules
+from .recorder_padding import call_kwargs, note_attention_mask
 from .recorder_terms import Terms
 
 VALUES_MAX = 4096  # the most elements of a token-id tensor whose values are recorded
@@ -110,6 +111,12 @@ class Recorder(Events, Modules, Checkpoints, Terms, TorchDispatchMode):
                 seen.append({"module": type(module).__name__, "stack": _user_frames()})
         rec = self.step_record()
         self.modules.setdefault(id(module), module)
+        if not self.module_stack and self.phase == "forward":  # the model the script calls: its attention mask
+            self._busy = True  # the mask's values read without recording the ops that read them
+            try:
+                note_attention_mask(rec, self.micro_step(), args, call_kwargs(module))
+            finally:
+                self._busy = False
         self.push_module(module, args)
         if not rec["inputs"]:
             tensors = [a.to_local() if isinstance(a, DTensor) else a for a in args if isinstance(a, torch.Tensor)]
