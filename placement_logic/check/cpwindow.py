@@ -38,10 +38,17 @@ from .values import fold, resolver
 
 VERBS = (OverrideVerb.WINDOW_DROPPED.value, OverrideVerb.WINDOW_LOCAL.value, OverrideVerb.WINDOW_ON_DIAGONAL.value)
 LAYOUTS = (OverrideVerb.CONTIGUOUS.value, OverrideVerb.ZIGZAG.value)
+# the window's behaviours, over packed documents too (check.cpwindow_packs: the document mask dropped)
+WINDOW_VERBS = VERBS + (OverrideVerb.WINDOW_ACROSS_DOCUMENTS.value,)
+# every behaviour of the attention's mask (the window's and check.cpchunk's): not a layout of the blocks
+MASK_VERBS = WINDOW_VERBS + (OverrideVerb.CHUNK_DROPPED.value, OverrideVerb.CHUNK_LOCAL.value,
+                      OverrideVerb.CHUNK_ON_DIAGONAL.value)
 DOES = {None: "the window compared on the global positions (as derived)",
         "window_dropped": "causal attention without the window",
         "window_local": "the window compared between the positions of the ranks' local buffers",
-        "window_on_diagonal": "the window applied on the rank's own block only, the other ranks' keys let in whole"}
+        "window_on_diagonal": "the window applied on the rank's own block only, the other ranks' keys let in whole",
+        "window_across_documents": "the window applied on the packed positions without the document mask, across "
+                                   "the documents' boundaries"}
 
 
 @dataclass(frozen=True)
@@ -58,7 +65,7 @@ def model(plan, context: tuple[str, ...]) -> WindowModel | None:
     """The window the model states and what the plan says the ranks do with it; None when the model states no
     window or the plan has no context axis (a statement then changes nothing: PL506). PL282: a window behaviour
     for another tensor than the causal mask."""
-    stated = [o for o in plan.overrides if o.target == OverrideTarget.LAYOUT and o.verb in VERBS]
+    stated = [o for o in plan.overrides if o.target == OverrideTarget.LAYOUT and o.verb in WINDOW_VERBS]
     for o in stated:
         if o.group != "causal_mask":
             raise DiagnosticError([Diagnostic(
@@ -74,15 +81,16 @@ def model(plan, context: tuple[str, ...]) -> WindowModel | None:
                                           f"nothing: {why}", o.span)])
     if win is None or not context:
         return None
-    lays = [o for o in plan.overrides if o.target == OverrideTarget.LAYOUT and o.verb not in VERBS
+    lays = [o for o in plan.overrides if o.target == OverrideTarget.LAYOUT and o.verb not in MASK_VERBS
             and (o.group or "inputs") == "inputs"]
     layout = str(lays[-1].verb) if lays else OverrideVerb.CONTIGUOUS.value
     verb, span = (str(stated[-1].verb), stated[-1].span) if stated else (None, NO_SPAN)
     return WindowModel(context, win[0], win[1], verb, span, layout)
 
 
-def declared(plan, wm: WindowModel, bindings: dict, pinned: dict) -> tuple[dict, int, int] | str:
-    """(the context axes' sizes, W, N) at the declared sizes (a pinned size first), or why they are not numbers."""
+def declared(plan, wm, bindings: dict, pinned: dict, length=None, what: str = "the window") -> tuple[dict, int, int] | str:
+    """(the context axes' sizes, W, N) at the declared sizes (a pinned size first), or why they are not numbers;
+    ``length`` another length than the window (check.cpchunk's C, named ``what``)."""
     sizes: dict = {}
     for a in plan.mesh.names:
         v = pinned.get(a)
@@ -90,10 +98,10 @@ def declared(plan, wm: WindowModel, bindings: dict, pinned: dict) -> tuple[dict,
     if any(sizes[a] is None for a in wm.context):
         return "the context axes' sizes are not numbers"
     known = {a: Fraction(v) for a, v in sizes.items() if v is not None}
-    w = _int(wm.window, bindings, known)
+    w = _int(wm.window if length is None else length, bindings, known)
     n = _int(plan.model.seq, bindings, known) if plan.model.seq is not None else None
     if w is None or n is None:
-        return "the window or the sequence length (the model's seq) is not a number"
+        return f"{what} or the sequence length (the model's seq) is not a number"
     c = 1
     for a in wm.context:
         c *= sizes[a]
