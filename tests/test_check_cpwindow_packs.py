@@ -103,3 +103,12 @@ def test_ptrr_reads_the_windowed_mask():
     # the window's ring bug found on that order at the declared sizes
     ob = _window(_src("  override layout: ptrr\n  override layout[causal_mask]: window_local\n"))
     assert ob.verdict is Verdict.REFUTED and "one document of 32768 positions" in dict(ob.counterexample.values)["pack"]
+
+
+def test_statement_format_round_trip():
+    from placement_logic.frontend.canonical import format_source
+
+    src = _src("  override layout: zigzag_per_document\n  override layout[causal_mask]: window_across_documents\n")
+    assert format_source(src, "x.place") == src
+    messy = src.replace("layout[causal_mask]: window_across_documents", "layout[ causal_mask ] :   window_across_documents")
+    assert format_source(messy, "x.place") == src

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..diagnostics import NO_SPAN, Code, Diagnostic, DiagnosticError, Span
-from ..ir.overrides import OverrideTarget, OverrideVerb
+from ..diagnostics import Code, Span
+from ..ir.overrides import OverrideVerb
 from . import cpwindow
 
 VERBS = (OverrideVerb.CHUNK_DROPPED.value, OverrideVerb.CHUNK_LOCAL.value, OverrideVerb.CHUNK_ON_DIAGONAL.value)
@@ -56,27 +56,11 @@ def model(plan, context: tuple[str, ...]) -> ChunkModel | None:
     """The chunk the model states and what the plan says the ranks do with it; None when the model states no
     chunk or the plan has no context axis (a statement then changes nothing: PL506). PL295: a chunk behaviour for
     another tensor than the causal mask."""
-    stated = [o for o in plan.overrides if o.target == OverrideTarget.LAYOUT and o.verb in VERBS]
-    for o in stated:
-        if o.group != "causal_mask":
-            raise DiagnosticError([Diagnostic(
-                Code.CHUNK_GROUP, f"override layout{f'[{o.group}]' if o.group else ''}: {o.verb}: a chunked-attention "
-                "behaviour is the attention's: state it for the causal mask, override layout[causal_mask]: "
-                f"{o.verb}", o.span)])
-    chunk = plan.model.attention_chunk
-    if stated and (chunk is None or not context):
-        o = stated[0]
-        why = ("the model states no attention chunk (attention { chunk = C })" if chunk is None else
-               "the plan has no context-parallel axis, so every rank holds the whole sequence")
-        raise DiagnosticError([Diagnostic(Code.OVERRIDE_NO_EFFECT, f"override layout[causal_mask]: {o.verb} changes "
-                                          f"nothing: {why}", o.span)])
-    if chunk is None or not context:
+    got = cpwindow.statements(plan, context, VERBS, plan.model.attention_chunk, Code.CHUNK_GROUP,
+                              "a chunked-attention", "the model states no attention chunk (attention { chunk = C })")
+    if got is None:
         return None
-    lays = [o for o in plan.overrides if o.target == OverrideTarget.LAYOUT and o.verb not in cpwindow.MASK_VERBS
-            and (o.group or "inputs") == "inputs"]
-    layout = str(lays[-1].verb) if lays else OverrideVerb.CONTIGUOUS.value
-    verb, span = (str(stated[-1].verb), stated[-1].span) if stated else (None, NO_SPAN)
-    return ChunkModel(context, chunk[0], chunk[1], verb, span, layout, plan.model.attention_window is not None)
+    return ChunkModel(context, *plan.model.attention_chunk, *got, plan.model.attention_window is not None)
 
 
 def _keys(verb: str | None, p: int, sp: int, lo: int, hi: int, ob: int, same: bool, size: int) -> tuple[int, int]:

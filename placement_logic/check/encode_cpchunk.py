@@ -60,10 +60,8 @@ def replay(ctx, cm, wit: dict, at: dict, size: int, n: int) -> Counterexample | 
     sizes = wit["sizes"]
     if any(sizes.get(a) != v for a, v in at.items()):
         return None
-    c = 1
-    for a in cm.context:
-        c *= sizes[a]
-    d = cpchunk.difference(cm.verb, cm.layout, c, n, size) if c >= 2 and n % (2 * c) == 0 else None
+    c = cpwindow.group(sizes, cm.context, n)
+    d = cpchunk.difference(cm.verb, cm.layout, c, n, size) if c is not None else None
     if d is None:
         return None
     p, k = d["query"], d["key"]

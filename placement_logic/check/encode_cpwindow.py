@@ -72,10 +72,8 @@ def replay(ctx, wm, wit: dict, at: dict, w: int, n: int) -> Counterexample | Non
     sizes = wit["sizes"]
     if any(sizes.get(a) != v for a, v in at.items()):
         return None
-    c = 1
-    for a in wm.context:
-        c *= sizes[a]
-    if c < 2 or n % (2 * c):
+    c = cpwindow.group(sizes, wm.context, n)
+    if c is None:
         return None
     d, _ = decide(wm, c, n, w)
     if d is None:
