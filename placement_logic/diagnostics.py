@@ -229,6 +229,11 @@ CODES: dict[str, tuple[str, str]] = {
     # documents whose real length is not a multiple of 2c (check.encode_cpshort)
     "PL286": ("layout-short-mixed", "A layout of documents not padded to 2c (pad_to_chunks, truncate_to_chunks, "
               "cut_unequal) beside another layout than zigzag_per_document."),
+    # chunked (local) attention under context parallelism (check.cpchunk)
+    "PL294": ("chunk-size", "The model's attention chunk (attention { chunk = C }) is not a whole number of tokens "
+              "of at least 1."),
+    "PL295": ("chunk-group", "A chunked-attention behaviour (override layout[...]: chunk_dropped / chunk_local / "
+              "chunk_on_diagonal) stated for a tensor other than the causal mask."),
     # usage: PL3xx
     "PL301": ("bad-set", "A --set option that is not NAME=NUMBER or names nothing in the spec."),
     "PL302": ("unknown-plan", "A --plan option that names no plan in the spec."),
@@ -383,6 +388,8 @@ class Code(StrEnum):
     AMAX_BLOCKS_NO_SHAPES = "PL284"
     AMAX_BLOCK_SIZE = "PL285"
     LAYOUT_SHORT_MIXED = "PL286"
+    CHUNK_SIZE = "PL294"
+    CHUNK_GROUP = "PL295"
     BAD_SET = "PL301"
     UNKNOWN_PLAN = "PL302"
     SWEEP_TOO_LARGE = "PL310"

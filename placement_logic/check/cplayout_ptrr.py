@@ -40,7 +40,11 @@ def times(pack: Pack, c: int) -> list[int]:
 def schedule(pack: Pack, c: int) -> tuple[tuple[int, ...], ...]:
     """Rank r's positions in order, for every r < c: the snake round robin of the positions sorted by time,
     longest first, ties in sequence order."""
-    t = times(pack, c)
+    return deal(tuple(times(pack, c)), c)
+
+
+def deal(t: tuple[int, ...], c: int) -> tuple[tuple[int, ...], ...]:
+    """The snake round robin of positions with processing times ``t`` (any mask's row counts) over c ranks."""
     order = sorted(range(len(t)), key=lambda p: -t[p])  # sorted() is stable: ties keep sequence order
     groups: list[list[int]] = [[] for _ in range(c)]
     for i, p in enumerate(order):

@@ -38,10 +38,17 @@ from .values import fold, resolver
 
 VERBS = (OverrideVerb.WINDOW_DROPPED.value, OverrideVerb.WINDOW_LOCAL.value, OverrideVerb.WINDOW_ON_DIAGONAL.value)
 LAYOUTS = (OverrideVerb.CONTIGUOUS.value, OverrideVerb.ZIGZAG.value)
+# the window's behaviours, over packed documents too (check.cpwindow_packs: the document mask dropped)
+WINDOW_VERBS = VERBS + (OverrideVerb.WINDOW_ACROSS_DOCUMENTS.value,)
+# every behaviour of the attention's mask (the window's and check.cpchunk's): not a layout of the blocks
+MASK_VERBS = WINDOW_VERBS + (OverrideVerb.CHUNK_DROPPED.value, OverrideVerb.CHUNK_LOCAL.value,
+                      OverrideVerb.CHUNK_ON_DIAGONAL.value)
 DOES = {None: "the window compared on the global positions (as derived)",
         "window_dropped": "causal attention without the window",
         "window_local": "the window compared between the positions of the ranks' local buffers",
-        "window_on_diagonal": "the window applied on the rank's own block only, the other ranks' keys let in whole"}
+        "window_on_diagonal": "the window applied on the rank's own block only, the other ranks' keys let in whole",
+        "window_across_documents": "the window applied on the packed positions without the document mask, across "
+                                   "the documents' boundaries"}
 
 
 @dataclass(frozen=True)
@@ -58,31 +65,49 @@ def model(plan, context: tuple[str, ...]) -> WindowModel | None:
     """The window the model states and what the plan says the ranks do with it; None when the model states no
     window or the plan has no context axis (a statement then changes nothing: PL506). PL282: a window behaviour
     for another tensor than the causal mask."""
-    stated = [o for o in plan.overrides if o.target == OverrideTarget.LAYOUT and o.verb in VERBS]
+    got = statements(plan, context, WINDOW_VERBS, plan.model.attention_window, Code.WINDOW_GROUP, "a sliding-window",
+                     "the model states no sliding window (attention { window = W })")
+    return None if got is None else WindowModel(context, *plan.model.attention_window, *got)
+
+
+def statements(plan, context: tuple[str, ...], verbs: tuple[str, ...], stated_value, code: Code, kind: str,
+               missing: str) -> tuple[str | None, Span, str] | None:
+    """(the statement's verb, its span, the inputs' layout) of a mask behaviour among ``verbs`` (None, NO_SPAN:
+    derived); None where the model states no ``stated_value`` or the plan has no context axis. ``code``: a
+    behaviour for another tensor than the causal mask; PL506: a statement without the model's value
+    (``missing``) or a context axis."""
+    stated = [o for o in plan.overrides if o.target == OverrideTarget.LAYOUT and o.verb in verbs]
     for o in stated:
         if o.group != "causal_mask":
             raise DiagnosticError([Diagnostic(
-                Code.WINDOW_GROUP, f"override layout{f'[{o.group}]' if o.group else ''}: {o.verb}: a sliding-window "
-                "behaviour is the attention's: state it for the causal mask, override layout[causal_mask]: "
-                f"{o.verb}", o.span)])
-    win = plan.model.attention_window
-    if stated and (win is None or not context):
+                code, f"override layout{f'[{o.group}]' if o.group else ''}: {o.verb}: {kind} behaviour is the "
+                f"attention's: state it for the causal mask, override layout[causal_mask]: {o.verb}", o.span)])
+    if stated and (stated_value is None or not context):
         o = stated[0]
-        why = ("the model states no sliding window (attention { window = W })" if win is None else
-               "the plan has no context-parallel axis, so every rank holds the whole sequence")
+        why = missing if stated_value is None else "the plan has no context-parallel axis, so every rank holds the " \
+                                                   "whole sequence"
         raise DiagnosticError([Diagnostic(Code.OVERRIDE_NO_EFFECT, f"override layout[causal_mask]: {o.verb} changes "
                                           f"nothing: {why}", o.span)])
-    if win is None or not context:
+    if stated_value is None or not context:
         return None
-    lays = [o for o in plan.overrides if o.target == OverrideTarget.LAYOUT and o.verb not in VERBS
+    lays = [o for o in plan.overrides if o.target == OverrideTarget.LAYOUT and o.verb not in MASK_VERBS
             and (o.group or "inputs") == "inputs"]
     layout = str(lays[-1].verb) if lays else OverrideVerb.CONTIGUOUS.value
     verb, span = (str(stated[-1].verb), stated[-1].span) if stated else (None, NO_SPAN)
-    return WindowModel(context, win[0], win[1], verb, span, layout)
+    return verb, span, layout
 
 
-def declared(plan, wm: WindowModel, bindings: dict, pinned: dict) -> tuple[dict, int, int] | str:
-    """(the context axes' sizes, W, N) at the declared sizes (a pinned size first), or why they are not numbers."""
+def group(sizes: dict, axes: tuple[str, ...], n: int) -> int | None:
+    """The context group's size c at ``sizes``, or None where c < 2 or N is not cut into 2c chunks."""
+    c = 1
+    for a in axes:
+        c *= sizes[a]
+    return None if c < 2 or n % (2 * c) else c
+
+
+def declared(plan, wm, bindings: dict, pinned: dict, length=None, what: str = "the window") -> tuple[dict, int, int] | str:
+    """(the context axes' sizes, W, N) at the declared sizes (a pinned size first), or why they are not numbers;
+    ``length`` another length than the window (check.cpchunk's C, named ``what``)."""
     sizes: dict = {}
     for a in plan.mesh.names:
         v = pinned.get(a)
@@ -90,10 +115,10 @@ def declared(plan, wm: WindowModel, bindings: dict, pinned: dict) -> tuple[dict,
     if any(sizes[a] is None for a in wm.context):
         return "the context axes' sizes are not numbers"
     known = {a: Fraction(v) for a, v in sizes.items() if v is not None}
-    w = _int(wm.window, bindings, known)
+    w = _int(wm.window if length is None else length, bindings, known)
     n = _int(plan.model.seq, bindings, known) if plan.model.seq is not None else None
     if w is None or n is None:
-        return "the window or the sequence length (the model's seq) is not a number"
+        return f"{what} or the sequence length (the model's seq) is not a number"
     c = 1
     for a in wm.context:
         c *= sizes[a]

@@ -79,7 +79,7 @@ class LayoutModel:
 def model(plan, context: tuple[str, ...]) -> LayoutModel | None:
     """The layouts the plan states (the last statement of an item wins); None when it states none. A
     statement without a context axis changes nothing (PL506)."""
-    stated = [o for o in plan.overrides if o.target == OverrideTarget.LAYOUT and o.verb not in cpwindow.VERBS]
+    stated = [o for o in plan.overrides if o.target == OverrideTarget.LAYOUT and o.verb not in cpwindow.MASK_VERBS]
     if not stated:
         return None
     if not context:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import z3
 
 from ..diagnostics import NO_SPAN, Span
-from . import cpwindow
+from . import cpwindow, cpwindow_packs
+from . import encode_cplayout_packs as packs
 from .report import Counterexample
 
 
@@ -26,19 +27,24 @@ def obligations(plan, context: tuple[str, ...], ctx, plan_span: Span, obligation
     at = cpwindow.declared(plan, wm, ctx.bindings, ctx.pinned)
     span = wm.span if wm.span != NO_SPAN else wm.window_span
     what = (f"each query of the context group ({', '.join(wm.context)}) attends exactly the keys of its sliding window "
-            f"on the global positions, 0 ≤ p − k < W (the ranks: {cpwindow.DOES[wm.verb]}; the inputs {wm.layout})")
-    if isinstance(at, str) or wm.layout not in cpwindow.LAYOUTS:
-        why = at if isinstance(at, str) else (f"the window is decided on the contiguous and zigzag layouts, not on "
-                                              f"{wm.layout}")
+            f"on the global positions, 0 ≤ p − k < W, in its own document (the ranks: {cpwindow.DOES[wm.verb]}; the "
+            f"inputs {wm.layout})")
+    known = wm.layout in cpwindow.LAYOUTS + cpwindow_packs.PACKED
+    why = (at if isinstance(at, str) else f"the window is not decided on the inputs' layout {wm.layout}" if not known
+           else "chunks beside the window (attention { chunk = C }) are not decided"
+           if plan.model.attention_chunk is not None else None)
+    found = None
+    if why is None:
+        sizes, w, n = at
+        c = 1
+        for v in sizes.values():
+            c *= v
+        found, why = decide(wm, c, n, w)
+    if why is not None:
         return [obligation("GI layout[window]", GRADIENT_INTEGRITY, span, what, lambda env: ([], lambda m: {}),
                            lambda w: None, unknown=f"not decided: {why}")]
-    sizes, w, n = at
-    c = 1
-    for v in sizes.values():
-        c *= v
     note = (f"decided at the declared sizes: {', '.join(f'{a} = {v}' for a, v in sizes.items())}, window W = {w}, "
-            f"sequence N = {n} (every query and key)",)
-    found = cpwindow.difference(wm.verb, wm.layout, c, n, w)
+            f"sequence N = {n} (every query and key" + (", every pack of documents)" if packed(wm) else ")"),)
 
     def negation(env):
         cons = [env.fix(a, v) for a, v in sizes.items()] + [z3.BoolVal(found is not None, env.sess.ctx)]
@@ -48,23 +54,34 @@ def obligations(plan, context: tuple[str, ...], ctx, plan_span: Span, obligation
                        lambda wit: replay(ctx, wm, wit, sizes, w, n), notes=note)]
 
 
+def packed(wm) -> bool:
+    """Whether the decision ranges over packs of documents (check.cpwindow_packs)."""
+    return wm.layout in cpwindow_packs.PACKED or wm.verb == cpwindow_packs.ACROSS
+
+
+def decide(wm, c: int, n: int, w: int) -> tuple[dict | None, str | None]:
+    """(the first pair that differs, why undecided): check.cpwindow on one sequence, check.cpwindow_packs on packs."""
+    if packed(wm):
+        return cpwindow_packs.decide(wm.verb, wm.layout, c, n, w)
+    return cpwindow.difference(wm.verb, wm.layout, c, n, w), None
+
+
 def replay(ctx, wm, wit: dict, at: dict, w: int, n: int) -> Counterexample | None:
     """The first pair the ranks let in otherwise than one device, recomputed at the witness's sizes (the declared
     context sizes ``at`` only: the window, the sequence and the decision are theirs)."""
     sizes = wit["sizes"]
     if any(sizes.get(a) != v for a, v in at.items()):
         return None
-    c = 1
-    for a in wm.context:
-        c *= sizes[a]
-    if c < 2 or n % (2 * c):
+    c = cpwindow.group(sizes, wm.context, n)
+    if c is None:
         return None
-    d = cpwindow.difference(wm.verb, wm.layout, c, n, w)
+    d, _ = decide(wm, c, n, w)
     if d is None:
         return None
     p, k = d["query"], d["key"]
     yes = "lets it in" if d["computed"] else "leaves it out"
-    want = "in" if 0 <= p - k < w else "out"
+    other = "pack" in d and packs.doc_of(d["pack"], c, p) != packs.doc_of(d["pack"], c, k)
+    want = "in another document, out" if other else "in" if 0 <= p - k < w else "out"
     eq = (f"query {p} (rank {d['q_rank']}, slot {d['q_slot']}) and key {k} (rank {d['k_rank']}, slot {d['k_slot']}): "
           f"the ranks' mask {yes}, single-device key {k} is {want} of the window (p − k = {p - k}, "
           f"slot(p) − slot(k) = {d['q_slot'] - d['k_slot']}, W = {w})")
@@ -75,5 +92,8 @@ def replay(ctx, wm, wit: dict, at: dict, w: int, n: int) -> Counterexample | Non
             "every layer after the attention, the loss and so every gradient of the step are computed from it")
     values = (("sequence", f"N = {n} positions in 2c = {2 * c} chunks of {n // (2 * c)}, the inputs {wm.layout}"),
               ("window", f"W = {w}: a query p attends the keys k with 0 ≤ p − k < W"))
+    if "pack" in d:
+        values += (("pack", f"{packs.describe(d['pack'], c)}; query {p} in document {packs.doc_of(d['pack'], c, p)}, "
+                            f"key {k} in document {packs.doc_of(d['pack'], c, k)}"),)
     devices = ((f"rank {d['q_rank']}", "the query's"), (f"rank {d['k_rank']}", "the key's"))
     return Counterexample(ctx.sizes_tuple(sizes), devices, values, eq, diag, ctx.command(sizes))

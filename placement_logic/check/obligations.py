@@ -135,6 +135,9 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
         from . import encode_cpwindow as cpwindow  # the sliding window under context parallelism
 
         obs += cpwindow.obligations(plan, step.context_axes, ctx, P, Obligation)
+        from . import encode_cpchunk as cpchunk  # chunked (local) attention under context parallelism
+
+        obs += cpchunk.obligations(plan, step.context_axes, ctx, P, Obligation)
         from . import encode_ulysses_heads as heads  # Ulysses' uneven head split, where the plan states one
 
         obs += heads.obligations(heads.model(plan, ctx.bindings, step.tensor_axes), ctx, P, Obligation)

@@ -328,8 +328,7 @@ def step_time(pc, hwr: ir.Hardware, causal: bool | None = None) -> StepTime | No
         f"{hwr.title}: {_peak_words(hwr)}, MFU {sympy.nsimplify(mfu)} of it" if mode == "mfu" else
         f"{hwr.title}: {_peak_words(hwr)}; each matrix product timed from its shape (roofline × the "
         "device's efficiency table), the memory-bound kernels and the optimizer step from bytes over HBM",
-        ("attention FLOPs of the sliding window's keys, Σ min(p + 1, W) per sequence" if attention_window.of(plan)
-         is not None else "attention FLOPs halved by causal masking")
+        attention_window.words(plan)
         if plan.model.attention_flops == "causal" and causal is not False
         else "attention FLOPs counted in full",
         "data-parallel parameter and gradient traffic overlaps with compute" if hwr.overlap

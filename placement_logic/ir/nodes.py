@@ -234,6 +234,8 @@ class Model:
     buckets: tuple[tuple[str, Value], ...] | None = None
     # sliding-window attention (``attention { window = W }``, check.cpwindow): (W, span of its line); None: causal
     attention_window: tuple[Value, Span] | None = None
+    # chunked (local) attention (``attention { chunk = C }``, check.cpchunk): (C, span of its line); None: causal
+    attention_chunk: tuple[Value, Span] | None = None
 
 
 @dataclass(frozen=True)

@@ -210,12 +210,17 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     # floor(L/c) slots as real; cut_unequal: the unpadded document cut into 2c chunks of ceil(L/2c), the last short;
     # [causal_mask] under the model's sliding window (``attention { window = W }``, check/cpwindow.py): window_dropped:
     # causal attention without the window; window_local: the window measured between the positions of each rank's
-    # local buffer; window_on_diagonal: the window applied on the rank's own block only, the others causal
+    # local buffer; window_on_diagonal: the window applied on the rank's own block only, the others causal;
+    # window_across_documents: the window on the packed positions, the document mask dropped (check/cpwindow_packs.py);
+    # [causal_mask] under the model's chunked attention (``attention { chunk = C }``, check/cpchunk.py): chunk_dropped:
+    # causal attention without the chunks; chunk_local: the chunks cut on each rank's local slots; chunk_on_diagonal:
+    # the chunk boundary applied on the rank's own block only, the others causal
     "layout": {"zigzag": (False, False), "contiguous": (False, False), "zigzag_per_document": (False, False),
                "zigzag_document_major": (False, False), "zigzag_per_document_unpadded": (False, False),
                "ptrr": (False, False), "pad_to_chunks": (False, False), "truncate_to_chunks": (False, False),
                "cut_unequal": (False, False), "window_dropped": (False, False), "window_local": (False, False),
-               "window_on_diagonal": (False, False)},
+               "window_on_diagonal": (False, False), "window_across_documents": (False, False), "chunk_dropped": (False, False), "chunk_local": (False, False),
+               "chunk_on_diagonal": (False, False)},
     # the MoE dispatch's capacity step (check/encode_capacity.py): masks_padding: each router call's real tokens
     # only, every expert keeping its top C = ⌈capacity_factor·k·N/E⌉ of them by router score (as derived);
     # counts_padding: the padded positions routed too, taking slots by score, and N counting them
@@ -381,6 +386,10 @@ class OverrideVerb(StrEnum):
     WINDOW_DROPPED = "window_dropped"
     WINDOW_LOCAL = "window_local"
     WINDOW_ON_DIAGONAL = "window_on_diagonal"
+    WINDOW_ACROSS_DOCUMENTS = "window_across_documents"
+    CHUNK_DROPPED = "chunk_dropped"
+    CHUNK_LOCAL = "chunk_local"
+    CHUNK_ON_DIAGONAL = "chunk_on_diagonal"
     CONTIGUOUS = "contiguous"
     MASKS_PADDING = "masks_padding"
     COUNTS_PADDING = "counts_padding"

@@ -158,7 +158,9 @@ def _set_mark(binding: dict) -> str:
 def _window_lines(model) -> list[str]:
     """The model's sliding-window attention (check.cpwindow), if it states one."""
     w = model.attention_window if model is not None else None
-    return [] if w is None else [f"  attention: sliding window of {ir.show(w[0])} tokens"]
+    c = model.attention_chunk if model is not None else None  # chunked attention (check.cpchunk)
+    return ([] if w is None else [f"  attention: sliding window of {ir.show(w[0])} tokens"]) + (
+        [] if c is None else [f"  attention: chunks of {ir.show(c[0])} tokens"])
 
 
 def spec_text(spec: ir.Spec, plans: tuple[str, ...] = (), sets: Collection[str] = ()) -> str:

@@ -414,15 +414,19 @@ def _moe_pattern(vals: Values, found: dict, block: surface.SubBlock) -> bool:
 def _attention(vals: Values, block: surface.SubBlock, fields: dict) -> None:
     """``attention { window = W }``: each query attends the keys of the last W positions, itself included
     (sliding-window attention; check.cpwindow); W a whole number of tokens, at least 1 (PL283)."""
-    for p in props(vals, block.props, ("window",), "attention"):
+    for p in props(vals, block.props, ("window", "chunk"), "attention"):
         v = None if p.value is None or isinstance(p.value, (surface.ModeMap, surface.Bool)) else \
-            vals.count(p.value, {}, "'window'")
+            vals.count(p.value, {}, f"'{p.key}'")
         known = None if v is None else fold(v, {})
         if v is None or (known is not None and (known < 1 or known.denominator != 1)):
+            if p.key == "chunk":  # chunked (local) attention, Llama 4's attention_chunk_size (check.cpchunk)
+                vals.cx.error(Code.CHUNK_SIZE, "the attention chunk needs a whole number of tokens, at least 1 "
+                              "(attention { chunk = 8192 })", p.span)
+                continue
             vals.cx.error(Code.WINDOW_SIZE, "the sliding window needs a whole number of tokens, at least 1 "
                           "(attention { window = 4096 })", p.span)
             continue
-        fields["attention_window"] = (v, p.span)
+        fields["attention_chunk" if p.key == "chunk" else "attention_window"] = (v, p.span)
 
 
 _SECTIONS = {"bytes": _bytes, "conventions": _conventions, "losses": _losses, "buckets": _buckets,

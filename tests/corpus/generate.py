@@ -101,6 +101,9 @@ MODELS["moe_aux_global_k8"] = tuple(line.replace("top_k = 2", "top_k = 8") for l
 # as long as the sequence (it never binds)
 MODELS["dense_window"] = MODELS["dense"] + ("attention {\n    window = 512\n  }",)
 MODELS["dense_window_whole"] = MODELS["dense"] + ("attention {\n    window = 2048\n  }",)
+# chunked (local) attention (check.cpchunk): chunks of 512 of 2048 positions, and one chunk as long as the sequence
+MODELS["dense_chunk"] = MODELS["dense"] + ("attention {\n    chunk = 512\n  }",)
+MODELS["dense_chunk_whole"] = MODELS["dense"] + ("attention {\n    chunk = 2048\n  }",)
 
 GROUPS = {
     "plain": ("dense", "norms", "biases", "embedding"),
@@ -2182,6 +2185,32 @@ equivalent("cp_window_zigzag", BASES["cp"].title, "a window of 512 under zigzag 
 equivalent("cp_window_whole_sequence_dropped", BASES["cp"].title, "a window as long as the sequence dropped by the ranks: "
            "it never binds, causal attention is the window's.", list(BASES["cp"].bind)
            + ["override layout[causal_mask]: window_dropped"], "cp", model="dense_window_whole")
+mutant("cp_window_across_documents", "cp", "a window of 512 over packed documents cut per document, the ranks' masks "
+       "without the document mask.", ["override layout: zigzag_per_document",
+                                      "override layout[causal_mask]: window_across_documents"], ["GI layout[window]"],
+       mirrors="the sliding window applied without the packed documents' mask (AI-Hypercomputer/maxtext#5001)",
+       model="dense_window")
+equivalent("cp_window_per_document", BASES["cp"].title, "a window of 512 over packed documents cut per document, every "
+           "rank's mask on the global positions within each document.", list(BASES["cp"].bind)
+           + ["override layout: zigzag_per_document"], "cp", model="dense_window")
+equivalent("cp_window_ptrr", BASES["cp"].title, "a window of 512 over packed documents, the balancer reading the "
+           "windowed mask.", list(BASES["cp"].bind) + ["override layout: ptrr"], "cp", model="dense_window")
+CHUNK = ("chunked attention under context parallelism dropped (huggingface/accelerate#4177), cut on local slots "
+         "(nod-ai/amd-shark-ai#1452) or applied on the diagonal block only (NVIDIA/TransformerEngine#1887)")
+for name, b, lines, what in [
+    ("cp_chunk_dropped", "cp", ["override layout: zigzag", "override layout[causal_mask]: chunk_dropped"],
+     "chunks of 512 under zigzag CP, the ranks' masks causal without them."),
+    ("cp_chunk_local_slots", "cp_zero3", ["override layout[causal_mask]: chunk_local"],
+     "chunks of 512 under contiguous CP, cut on the ranks' local slots."),
+    ("cp_chunk_on_diagonal", "cp", ["override layout: zigzag", "override layout[causal_mask]: chunk_on_diagonal"],
+     "chunks of 512 under zigzag CP, the boundary applied on each rank's own block only."),
+]:
+    mutant(name, b, what, lines, ["GI layout[chunk]"], mirrors=CHUNK, model="dense_chunk")
+equivalent("cp_chunk_zigzag", BASES["cp"].title, "chunks of 512 under zigzag CP, every rank's mask on the global "
+           "positions.", list(BASES["cp"].bind) + ["override layout: zigzag"], "cp", model="dense_chunk")
+equivalent("cp_chunk_whole_sequence_dropped", BASES["cp"].title, "one chunk as long as the sequence dropped by the "
+           "ranks: it never binds, causal attention is the chunk's.", list(BASES["cp"].bind)
+           + ["override layout[causal_mask]: chunk_dropped"], "cp", model="dense_chunk_whole")
 # -- the expert tensor group's all-gather and reduce-scatter of the routed tokens ---------
 
 ETP_NO_RS = "the gathered tokens' backward without a reduce-scatter (pytorch/torchtitan#1805)"
