@@ -14,6 +14,7 @@ import simulator_actpartial_regions as sim
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 from irkit import ov, plan
+from test_check_actflow_etp import SPEC as ETP_SPEC
 from tiers import examples
 
 from placement_logic.check.run import check_plan
@@ -105,21 +106,10 @@ def test_checker_agrees_with_the_simulator(generated):
     assert verdicts(check_plan(SESSION, spec, p, {})) == simulated(p), p.overrides
 
 
-# dense: data d × e, tensor t (sequence parallel); experts: expert e, expert tensor d, expert data t
-FOLD = """from std.data import zero1
-from std.tensor import megatron_sp
-model {{
-  transformer {{ hidden = 64  layers = 2  heads = 4  ffn = 128  vocab = 128  experts = 8  top_k = 2 }}
-  seq = 16
-  group experts {{ role = {{e: expert, d: tensor, t: data}} }}
-}}
-mesh {{ d = 2  e = 2  t = 2 }}
-plan p {{
-  d: zero1
-  e: zero1
-  t: megatron_sp
-{overrides}}}
-"""
+# test_check_actflow_etp's spec with biases: dense: data d × e, tensor t (sequence parallel); experts: expert e,
+# expert tensor d, expert data t
+FOLD = ETP_SPEC.replace("\n                 bias = false", "")
+assert FOLD != ETP_SPEC
 
 
 def _fold(stmts):

@@ -85,7 +85,7 @@ def model(plan) -> tuple[PartialOp, ...]:
         for region in regions:
             if o.verb not in ar.VERBS[region] or (o.target == OverrideTarget.ACTIVATION_GRADS
                                                   and region not in ("attention", "mlp")):
-                raise _err(o, f"{o.verb} is not an operation on the {region} region's partial "
+                raise _err(o, f"not an operation on the {region} region's partial "
                               f"{'input gradient' if o.target == OverrideTarget.ACTIVATION_GRADS else 'output'} "
                               f"(its operations: {', '.join(ar.VERBS[region])})", Code.PARTIAL_OP_VERB)
         _no_effect(plan, o, ar, regions)
