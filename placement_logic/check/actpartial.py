@@ -1,5 +1,7 @@
 """Operations on a partial activation: the row-parallel output of a layer region (``attention``,
-``mlp``) operated on while its sum over the tensor axes is still pending.
+``mlp``) operated on while its sum over the tensor axes is still pending; the embedding's masked lookup,
+the experts' partial output and the linear scale that commutes with every such sum are
+check.actpartial_regions'.
 
 A row-parallel linear leaves each of the t ranks of its tensor group a summand p_1, ..., p_t of the
 output y = Σ p_i; the all-reduce (a reduce-scatter under sequence parallelism) after it sums them.
