@@ -211,8 +211,11 @@ CODES: dict[str, tuple[str, str]] = {
     "PL277": ("heads-no-ulysses", "A head split (override heads[...]) in a plan whose context region states no Ulysses "
               "all-to-all (override activations[context]: all_to_all over (...)), or whose head counts are not numbers."),
     # an operation on the row-parallel output before its reduction (check.actpartial)
-    "PL278": ("partial-op-region", "activations[R]: bias_before_reduce, residual_before_reduce or "
-              "nonlinear_before_reduce for a region other than attention or mlp (no row-parallel output)."),
+    "PL278": ("partial-op-region", "activations[R]: an operation before the reduction (bias_before_reduce, ...) for a "
+              "region other than attention, mlp, embedding or experts (no partial output)."),
+    "PL279": ("partial-op-verb", "An operation on a partial activation the region's partial value does not have "
+              "(a bias or a residual on the embedding's masked lookup, positional embeddings outside the embedding, "
+              "the shared expert outside the experts, an operation on the embedding's or experts' input gradient)."),
     "PL280": ("term-divisor-every-rank", "override loss[TERM]: divide_on_ranks naming every rank of its axes at the "
               "file's sizes: a divisor every rank applies, written loss[TERM]: divide by X."),
     "PL281": ("term-rank-sets-twice", "Two override loss[TERM]: on_ranks (or divide_on_ranks) statements for one term: "
@@ -381,6 +384,7 @@ class Code(StrEnum):
     HEADS_RULE_GROUP = "PL276"
     HEADS_NO_ULYSSES = "PL277"
     PARTIAL_OP_REGION = "PL278"
+    PARTIAL_OP_VERB = "PL279"
     TERM_DIVISOR_EVERY_RANK = "PL280"
     TERM_RANK_SETS_TWICE = "PL281"
     WINDOW_GROUP = "PL282"

@@ -139,7 +139,7 @@ def test_replay_by_hand(verb, got, want, words):
     (ov(A, "nonlinear_before_reduce", None, ("tp", "dp")), DP_TP, "PL506", "dp is not a tensor axis"),
     (ov(A, "residual_before_reduce", "mlp", ("dp",)), {"dp": DP_TP["dp"]}, "PL506", "no tensor-parallel axis"),
     (ov(A, "nonlinear_before_reduce", "head", ("tp",)), DP_TP, "PL278", "no row-parallel linear"),
-    (ov(A, "bias_before_reduce", "embedding", ("tp",)), DP_TP, "PL278", "no row-parallel linear"),
+    (ov(A, "bias_before_reduce", "embedding", ("tp",)), DP_TP, "PL279", "not an operation on the embedding"),
     (ov(A, "bias_before_reduce", "loss", ("tp",)), DP_TP, "PL278", "no row-parallel linear"),
     (ov(G, "residual_before_reduce", "mlp", ("dp",)), DP_TP, "PL506", "dp is not a tensor axis"),
 ])

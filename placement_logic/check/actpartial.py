@@ -1,5 +1,7 @@
 """Operations on a partial activation: the row-parallel output of a layer region (``attention``,
-``mlp``) operated on while its sum over the tensor axes is still pending.
+``mlp``) operated on while its sum over the tensor axes is still pending; the embedding's masked lookup,
+the experts' partial output and the linear scale that commutes with every such sum are
+check.actpartial_regions'.
 
 A row-parallel linear leaves each of the t ranks of its tensor group a summand p_1, ..., p_t of the
 output y = Σ p_i; the all-reduce (a reduce-scatter under sequence parallelism) after it sums them.
@@ -37,7 +39,7 @@ from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 from ..ir import actflow as af
 from ..ir.overrides import OverrideTarget, OverrideVerb
 
-REGIONS = ("attention", "mlp")  # the regions with a row-parallel output
+REGIONS = ("attention", "mlp", "embedding", "experts")  # the regions with a partial output (check.actpartial_regions)
 WHAT = {OverrideVerb.BIAS_BEFORE_REDUCE: "the row-parallel linear's bias added on each of the {t} tensor ranks before "
                                          "the reduction: the sum holds {t}·b instead of b",
         OverrideVerb.RESIDUAL_BEFORE_REDUCE: "the residual added on each of the {t} tensor ranks before the "
@@ -68,27 +70,30 @@ def _err(o, why: str, code: Code = Code.OVERRIDE_NO_EFFECT) -> DiagnosticError:
 
 def model(plan) -> tuple[PartialOp, ...]:
     """The stated operations per region (one per region and verb, its axes the union of its statements'),
-    or a located error for one that changes nothing (PL506) or names a region without a row-parallel
-    output (PL278)."""
+    or a located error for one that changes nothing (PL506), names a region without a partial output
+    (PL278) or an operation its partial value does not have (PL279)."""
+    from . import actpartial_regions as ar
+
     stated = [o for o in plan.overrides if o.target in af.TARGETS and o.verb in af.PARTIAL_OPS]
     if not stated:
         return ()
-    flows = [f for f in af.flows(plan) if f.region in REGIONS]
     out: dict[tuple[str, str, str], PartialOp] = {}
     for o in stated:
         if o.group not in (None,) + REGIONS:
             raise _err(o, f"the {o.group} region has no row-parallel linear whose output is summed over the tensor "
-                          "group (only attention and mlp: their output projection and fc2)", Code.PARTIAL_OP_REGION)
-        if not flows:
-            raise _err(o, "no tensor-parallel axis splits the layers, so no region's output is partial")
-        t = plan.model.transformer
-        if o.verb == OverrideVerb.BIAS_BEFORE_REDUCE and t is not None and not t.bias:
-            raise _err(o, "the model's linear layers have no bias (bias = false)")
+                          "group (only attention and mlp: their output projection and fc2, the embedding's masked "
+                          "lookup and the experts' fc2)", Code.PARTIAL_OP_REGION)
+        regions = (o.group,) if o.group else ar.DEFAULT.get(o.verb, ("attention", "mlp"))
+        for region in regions:
+            if o.verb not in ar.VERBS[region] or (o.target == OverrideTarget.ACTIVATION_GRADS
+                                                  and region not in ("attention", "mlp")):
+                raise _err(o, f"not an operation on the {region} region's partial "
+                              f"{'input gradient' if o.target == OverrideTarget.ACTIVATION_GRADS else 'output'} "
+                              f"(its operations: {', '.join(ar.VERBS[region])})", Code.PARTIAL_OP_VERB)
+        _no_effect(plan, o, ar, regions)
         axes = tuple(o.axes or ())
-        if not axes:
-            raise _err(o, "it names no axis, so no rank adds to a partial value")
-        for region in ((o.group,) if o.group else REGIONS):
-            tensor = {a for f in flows if f.region == region for a in f.tensor}
+        for region in regions:
+            tensor = ar.partial_axes(plan, region)
             off = [a for a in axes if a not in tensor]
             if off:
                 raise _err(o, f"{', '.join(off)} is not a tensor axis of the {region} region (its output is whole "
@@ -99,6 +104,20 @@ def model(plan) -> tuple[PartialOp, ...]:
     return tuple(out.values())
 
 
+def _no_effect(plan, o, ar, regions) -> None:
+    """PL506: no partial value to operate on, no bias, or no axis named."""
+    t = plan.model.transformer
+    if "experts" in regions and not ar.has_experts(plan):
+        raise _err(o, "the model has no experts (experts = 1)")
+    if not any(ar.partial_axes(plan, r) for r in regions):
+        raise _err(o, "no tensor-parallel axis splits the experts, so their output is whole" if regions == ("experts",)
+                   else "no tensor-parallel axis splits the layers, so no region's output is partial")
+    if o.verb == OverrideVerb.BIAS_BEFORE_REDUCE and t is not None and not t.bias:
+        raise _err(o, "the model's linear layers have no bias (bias = false)")
+    if not o.axes:
+        raise _err(o, "it names no axis, so no rank adds to a partial value")
+
+
 def name(op: PartialOp) -> str:
     """``GI activations[R]: VERB``, as the statement reads (a whole-value obligation of its own, beside the
     region's collectives' ``GI activations[R]``)."""
@@ -106,19 +125,26 @@ def name(op: PartialOp) -> str:
 
 
 def _what(op: PartialOp, t) -> str:
-    return (BACK if op.target == OverrideTarget.ACTIVATION_GRADS else WHAT[op.verb]).format(t=t)
+    from .actpartial_regions import what
+
+    if op.target == OverrideTarget.ACTIVATION_GRADS:
+        return BACK.format(t=t)
+    return what(op.region, op.verb, t) or WHAT[op.verb].format(t=t)
 
 
 def obligations(plan, ctx, obligation) -> list:
     from . import encode as en
+    from .actpartial_regions import VALUE
     from .rules import GRADIENT_INTEGRITY
 
     out = []
     for op in model(plan):
         value = ("column-parallel linear's input gradient" if op.target == OverrideTarget.ACTIVATION_GRADS
-                 else "row-parallel output")
-        what = (f"the {op.region} region's {value} is operated on only after its sum over {', '.join(op.axes)}; "
-                f"stated: {_what(op, 't')}, wrong wherever t ≥ 2")
+                 else VALUE[op.region])
+        verdict = ("linear: it commutes with the sum on every axis" if op.verb == OverrideVerb.SCALE_BEFORE_REDUCE
+                   else "wrong wherever t ≥ 2")
+        what = (f"the {op.region} region's {value} is operated on only after its sum over {', '.join(op.axes)}, "
+                f"or by an operation that commutes with it; stated: {_what(op, 't')}, {verdict}")
         out.append(obligation(
             name(op), GRADIENT_INTEGRITY, op.span, what,
             lambda env, op=op: _negation(en, env, op),
@@ -129,7 +155,11 @@ def obligations(plan, ctx, obligation) -> list:
 def _negation(en, env, op: PartialOp):
     """Some named axis has two ranks or more; the witness names it ``partial_axis`` (not ``axis``, which
     the shrinking keeps at its size: any two ranks show the defect)."""
-    cons, extract = en.axes_negation(env, "actpartial", [(a, env.sess.true()) for a in op.axes])
+    extra = env.sess.true()
+    if op.verb == OverrideVerb.SCALE_BEFORE_REDUCE:  # a linear scale: c·(u + v) ≠ c·u + c·v has no solution
+        c, u, v = (env.sess.real(f"actpartial_{k}") for k in ("c", "u", "v"))
+        extra = c * (u + v) != c * u + c * v
+    cons, extract = en.axes_negation(env, "actpartial", [(a, extra) for a in op.axes])
 
     def named(model) -> dict:
         w = extract(model)
@@ -167,12 +197,14 @@ def replay(ctx, op: PartialOp, w: dict):
     axis = w["partial_axis"]
     sizes = {k: (v if k == axis or k in ctx.pinned else 1) for k, v in w["sizes"].items()}
     n = sizes[axis]
-    if n < 2 or axis not in op.axes:
+    if n < 2 or axis not in op.axes or op.verb == OverrideVerb.SCALE_BEFORE_REDUCE:
         return None
     if any(sizes.get(a, 1) > 1 for a in op.axes if a != axis):
         return None
     back = op.target == OverrideTarget.ACTIVATION_GRADS
-    got, want, inputs = run(op.verb, n, back)
+    from .actpartial_regions import run as run_region
+
+    got, want, inputs = run_region(op.region, op.verb, n) or run(op.verb, n, back)
     if got == want:
         return None
     eq = (f"{'input gradient' if back else 'output'} of the {op.region} region at position 0 after the reduction "

@@ -201,7 +201,8 @@ def stated_slot(o, region: str, t: tuple[str, ...], sp: bool) -> Slot:
 
 
 # operations on the row-parallel output before its reduction (check.actpartial): no collective of a slot
-PARTIAL_OPS = ("bias_before_reduce", "residual_before_reduce", "nonlinear_before_reduce")
+PARTIAL_OPS = ("bias_before_reduce", "residual_before_reduce", "nonlinear_before_reduce", "scale_before_reduce",
+               "positional_before_reduce", "shared_before_reduce")
 
 
 def overrides(plan) -> list:

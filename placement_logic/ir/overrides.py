@@ -168,7 +168,13 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
                     # its reduction (check/actpartial.py): the bias or the residual added on every rank (summed t
                     # times), a nonlinearity (activation, norm, dropout) applied to each rank's summand
                     "bias_before_reduce": (True, False), "residual_before_reduce": (True, False),
-                    "nonlinear_before_reduce": (True, False)},
+                    "nonlinear_before_reduce": (True, False),
+                    # check/actpartial_regions.py: a linear scale (a constant, the embedding's sqrt(hidden), the
+                    # router's gate weights) applied to each summand: commutes with the sum (proved); positional
+                    # embeddings added to the embedding's masked lookup, the shared expert's whole output added to
+                    # the experts' partial output, on every rank (summed t times)
+                    "scale_before_reduce": (True, False), "positional_before_reduce": (True, False),
+                    "shared_before_reduce": (True, False)},
     # their gradients in backward: the input gradient's reduction (reduce, no_reduce, reduce_copy: applied to a
     # copy), the gather of the output gradient before the row-parallel linear, or an asserted input-gradient type
     "activation_grads": {"reduce": (True, False), "no_reduce": (False, False), "reduce_copy": (False, False),
@@ -361,6 +367,9 @@ class OverrideVerb(StrEnum):
     BIAS_BEFORE_REDUCE = "bias_before_reduce"
     RESIDUAL_BEFORE_REDUCE = "residual_before_reduce"
     NONLINEAR_BEFORE_REDUCE = "nonlinear_before_reduce"
+    SCALE_BEFORE_REDUCE = "scale_before_reduce"
+    POSITIONAL_BEFORE_REDUCE = "positional_before_reduce"
+    SHARED_BEFORE_REDUCE = "shared_before_reduce"
     OUTER_UNDIVIDED = "outer_undivided"
     INNER_UNDIVIDED = "inner_undivided"
     RESCALED_EVERY_ROUND = "rescaled_every_round"

@@ -2319,6 +2319,29 @@ mutant("residual_grad_before_reduce_tp", "tp",
        "the residual's gradient added to the column-parallel linear's partial input gradient on each tensor rank "
        "before the all-reduce: tp·dy.", ["override activation_grads[mlp]: residual_before_reduce over (tp)"],
        ["GI activation_grads[mlp]: residual_before_reduce"], mirrors=PARTIAL_RESIDUAL)
+# the embedding's masked lookup and the experts' partial output (check.actpartial_regions)
+for name, b, line, region, verb, what in [
+    ("embedding_positional_before_reduce_tp", "tp", "activations[embedding]: positional_before_reduce over (tp)",
+     "embedding", "positional_before_reduce", "positional embeddings added to each tensor rank's masked lookup "
+     "before the embedding's all-reduce: tp·pos."),
+    ("embedding_layernorm_before_reduce_sp", "sp", "activations[embedding]: nonlinear_before_reduce over (tp)",
+     "embedding", "nonlinear_before_reduce", "an embedding LayerNorm applied to each tensor rank's masked lookup "
+     "before the reduce-scatter: the ranks without the token add the shift β (bigscience-workshop/"
+     "Megatron-DeepSpeed#191)."),
+    ("experts_shared_before_reduce_3d", "moe_3d", "activations: shared_before_reduce over (tp)", "experts",
+     "shared_before_reduce", "the shared expert's reduced output added to each tensor rank's partial routed output "
+     "before the all-reduce: tp·shared (vllm-project/vllm#49122)."),
+    ("experts_bias_before_reduce_etp", "moe_etp", "activations[experts]: bias_before_reduce over (x)", "experts",
+     "bias_before_reduce", "the experts' output bias added on each expert tensor rank before the reduce-scatter "
+     "over x: x·b (pytorch/torchtitan#4245)."),
+]:
+    mutant(name, b, what, [f"override {line}"], [f"GI activations[{region}]: {verb}"])
+with_base("embedding_scale_before_reduce_tp", "tp", "the embedding scale sqrt(hidden) applied to each tensor rank's "
+          "masked lookup before the all-reduce is linear: c·Σ p_i = Σ c·p_i.",
+          ["override activations[embedding]: scale_before_reduce over (tp)"])
+with_base("experts_gate_scale_before_reduce_etp", "moe_etp", "the combine's gate weights applied to each expert tensor "
+          "rank's partial output before the reduce-scatter are a linear scale.",
+          ["override activations[experts]: scale_before_reduce over (x)"])
 
 # ---------------------------------------------------------------------------------------
 
