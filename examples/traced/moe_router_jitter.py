@@ -1,13 +1,14 @@
 """Bug: a MoE layer under tensor parallelism by hand (2 tensor ranks, no sequence parallelism: both hold the same
 tokens), each rank holding a column/row shard of every expert, the experts' partial outputs all-reduced before the
 gate weights combine them; the router (replicated) adds gate noise to its logits (noisy top-k gating, the router
-jitter of Switch/Megablocks) drawn from a generator seeded with the rank: the two tensor ranks route one token to
-different experts (databricks/megablocks#118; Megatron-LM draws it from the tensor-parallel RNG tracker, whose
-state is the same on the tensor ranks of the router's region). Lifted as ``override router: vary over (tp)`` at
-the noise draw and refuted (``GI router``). ``--shared-seed``: the noise drawn from one seed on every tensor rank
-(the fix), equal choices, proved. ``--partial``: the noise shared, but the router reads the row-parallel linear's
-partial sums before their all-reduce (deepspeedai/Megatron-DeepSpeed#362): lifted as ``override router:
-input_partial over (tp)`` and refuted. Run on 2 ranks.
+jitter of MegaBlocks and Megatron-LM: databricks/megablocks#118) drawn from a generator seeded with the rank, as a
+draw inside Megatron's model-parallel RNG tracker is, whose state is "different within a tensor parallel group"
+(pytorch/pytorch#103235): the two tensor ranks route one token to different experts. Lifted as ``override router:
+vary over (tp)`` at the noise draw and refuted (``GI router``). ``--shared-seed``: the noise drawn from one seed on
+every tensor rank (the fix), equal choices, proved. ``--partial``: the noise shared, but the router reads the
+row-parallel linear's partial sums before their all-reduce (a nonlinear choice on per-rank partials,
+vllm-project/vllm-ascend#14345): lifted as ``override router: input_partial over (tp)`` at the router's line and
+refuted. Run on 2 ranks.
 """
 
 import sys
