@@ -116,6 +116,20 @@ def test_inputs_that_differ_otherwise_are_a_router_call_named(sums, ranks, numel
     assert [u for u in st.items if u.what == "a router call" and "its input differs" in u.reason]
 
 
+@pytest.mark.parametrize("chosen,named", [("c", False), ("d", True)], ids=["same choice", "other choice"])
+def test_a_call_whose_input_is_not_observed_is_read_by_its_choices(chosen, named):
+    """No ``mm`` of the call's shape before its softmax (an ``input`` missing): equal choices are the derivation,
+    different ones cannot be told apart (noise or input) and are named."""
+    calls = {0: [_call("x", (1.0, 2.0), "c", "g")], 1: [_call("x", (1.0, 2.0), chosen, "g")]}
+    for c in calls.values():
+        del c[0]["input"]
+    st, ax = _step(calls)
+    _, plan, _ = _lines(st, ax)
+    assert plan == []
+    assert bool([u for u in st.items if "not observed" in u.reason]) is named
+    assert any("router: same" in n for n in st.notes) is not named
+
+
 def test_calls_not_paired_are_named():
     st, ax = _step({0: [_call("x", (1.0, 2.0), "c", "g")] * 2, 1: [_call("x", (1.0, 2.0), "c", "g")]})
     _, plan, _ = _lines(st, ax)
@@ -152,6 +166,34 @@ def test_a_capacity_block_is_not_written_twice():
     st, ax = _step({0: [_call("x", (1.0, 2.0), "c", "g")], 1: [_call("x", (1.0, 2.0), "d", "g")]})
     model, plan = router_lines(st, ax, False, True)
     assert model == [] and plan
+
+
+def _verdict(model: list[str], plan: list[str]):
+    """The GI router verdict of the stored tensor-parallel spec (tests/golden/traced/tp_rowwise.place) with the
+    lifted transformer block and router line."""
+    from placement_logic.check.run import check_spec
+    from placement_logic.frontend.loader import load_string
+
+    text = (ROOT / "tests" / "golden" / "traced" / "tp_rowwise.place").read_text()
+    text = text.replace("  group bias {", "\n".join(f"  {m}" for m in model) + "\n  group bias {")
+    head, _, _ = text.rstrip().rpartition("\n}")  # the plan's closing brace
+    text = head + "\n" + "\n".join(plan) + "\n}\n"
+    report = check_spec(load_string(text, "lifted.place"), ["traced"], timeout=20).plans[0]
+    return next((o.verdict for o in report.obligations if o.name == "GI router"), None)
+
+
+@pytest.mark.parametrize("partial", [False, True], ids=["vary", "input_partial"])
+def test_the_lifted_statement_is_refuted_and_the_block_accepted(partial):
+    """The lifted ``transformer`` block (heads = the tensor ranks, hidden 16, E = 4, k = 2) is a model the checker
+    takes under megatron_tp; vary or input_partial over (tp) is refuted (two tensor ranks route apart)."""
+    from placement_logic.outcome import Verdict
+
+    colls = {0: [_reduce(5, [0, 1], (0.5, 4.0))], 1: [_reduce(5, [0, 1], (3.5, -3.0))]}
+    calls = ({0: [_call("x0", (1.0, 2.0), "c", "g")], 1: [_call("x1", (3.0, -1.0), "c", "g")]} if partial else
+             {0: [_call("x", (1.0, 2.0), "c", "g")], 1: [_call("x", (1.0, 2.0), "d", "g")]})
+    st, ax = _step(calls, colls)
+    model, plan, _ = _lines(st, ax)
+    assert _verdict(model, plan) is Verdict.REFUTED
 
 
 # --------------------------------------------------------------------------- slow: the example

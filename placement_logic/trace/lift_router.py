@@ -15,7 +15,7 @@ order between the ranks of each tensor group and compared:
   all-reduced activation the rest of the layer reads (the row-parallel output before its all-reduce):
   ``override router: input_partial over (tp)`` at the router's linear.
 
-Anything else (inputs that differ otherwise, calls not paired, E or k differing, calls of one step read both ways)
+Anything else (inputs that differ otherwise, choices that differ where the input was not observed, calls not paired, E or k differing, calls of one step read both ways)
 is a router call, named (PL614), never proved. A statement lifted also explains the losses and outputs that
 differ between the tensor ranks after it (``lift_activations``' ``the output of ... over tp``, ``the loss over
 tp``): those items are dropped. With the statement the model gets a ``transformer`` block of E and k (where the
@@ -41,12 +41,12 @@ def _groups(layout: _Layout, tp: str) -> list[list[int]]:
 
 def _calls(part: dict, step_no: int) -> list[dict]:
     mine = next((s for s in part.get("steps") or [] if s.get("step") == step_no), {})
-    return [e for e in mine.get("router") or [] if "input" in e and "chosen" in e]
+    return [e for e in mine.get("router") or [] if "chosen" in e]
 
 
 def _first_step(st: Step) -> int | None:
     steps = [s["step"] for part in st.ranks.values() for s in part.get("steps") or []
-             if any("input" in e and "chosen" in e for e in s.get("router") or [])]
+             if any("chosen" in e for e in s.get("router") or [])]
     return min(steps) if steps else None
 
 
@@ -63,12 +63,14 @@ def _summed(st: Step, group: list[int], step_no: int, micro: int, numel: int) ->
 def _read(st: Step, group: list[int], step_no: int, calls: dict[int, dict]) -> tuple[str | None, str]:
     """(the reading of one call on ``group``: SAME, VARY, PARTIAL, or None with why)."""
     first = calls[group[0]]
+    same_choice = len({(e["chosen"], e["gates"]) for e in calls.values()}) == 1
+    if any("input" not in e for e in calls.values()):
+        return (SAME, "") if same_choice else (None, "its choices differ between the tensor ranks and its input is not "
+                                               "observed (no mm of its shape before the softmax): noise or input not read")
     if len({(e["width"], e["rows"], e.get("top_k"), e["input"]["numel"]) for e in calls.values()}) > 1:
         return None, "its experts, top-k, rows or input differ between the ranks"
     if len({e["input"]["sha"] for e in calls.values()}) == 1:
-        if len({(e["chosen"], e["gates"]) for e in calls.values()}) == 1:
-            return SAME, ""
-        return VARY, ""
+        return (SAME if same_choice else VARY), ""
     lin = [sum(e["input"]["lin"][j] for e in calls.values()) for j in range(2)]
     tol = 1e-5 * sum(e["input"]["abs"] for e in calls.values()) + 1e-9
     for sums in _summed(st, group, step_no, first.get("micro", 0), first["input"]["numel"]):
