@@ -168,6 +168,31 @@ def test_a_capacity_block_is_not_written_twice():
     assert model == [] and plan
 
 
+@pytest.mark.torch
+def test_the_recorder_reads_the_router_linears_input_and_the_noise():
+    """The last mm of R × E output before the softmax gives the input (its linear checksums linear: those of a sum
+    are the sum of theirs); a draw of R · E elements is the noise; a draw of another size is not."""
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from placement_logic.trace.recorder_router import linear_sums, note_router_input, note_router_op
+
+    g = torch.Generator().manual_seed(0)
+    a, b, w = torch.randn(8, 16, generator=g), torch.randn(8, 16, generator=g), torch.randn(16, 4, generator=g)
+    scale = linear_sums(a)[2] + linear_sums(b)[2]  # a + b rounded to float32: within 1e-6 of Σ |x|
+    assert all(abs(x + y - z) <= 1e-6 * scale for x, y, z in zip(linear_sums(a)[:2], linear_sums(b)[:2],
+                                                                  linear_sums(a + b)[:2]))
+    for draw, seen in ((torch.randn(8, 4, generator=g), True), (torch.randn(3, generator=g), False)):
+        rec = SimpleNamespace()
+        note_router_op(rec, "mm", (a, w), a @ w)
+        note_router_op(rec, "mm", (a, torch.randn(16, 300, generator=g)), torch.zeros(8, 300))  # over 256 columns
+        note_router_op(rec, "randn", (), draw)
+        entry = {"rows": 8, "width": 4}
+        note_router_input(rec, entry)
+        assert entry["input"]["numel"] == 128 and entry["input"]["lin"] == linear_sums(a)[:2]
+        assert ("noise_stack" in entry) is seen
+
+
 def _verdict(model: list[str], plan: list[str]):
     """The GI router verdict of the stored tensor-parallel spec (tests/golden/traced/tp_rowwise.place) with the
     lifted transformer block and router line."""

@@ -14,7 +14,8 @@ its ``router`` record:
   line (``choice_stack``).
 
 A forward all-reduce of one float tensor records the linear checksums of its input (``sums``): the all-reduced
-activation's are their sum over the group, so the lift can tell a router reading one rank's summand of it.
+activation's are their sum over the group, so the lift can tell a router reading one rank's summand of it. Tensors
+of at most ``LIMIT`` elements are read.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 
 from .recorder_events import _checksum, _user_frames
 
+LIMIT = 1 << 22  # the most elements of a tensor whose linear checksums are computed (float64 weights: 32 MiB)
 RANDOM = ("randn", "rand", "normal", "normal_", "uniform_", "rand_like", "randn_like", "exponential_",
           "log_normal_", "cauchy_", "geometric_")
 
@@ -49,7 +51,7 @@ def note_router_op(rec, name: str, args, out) -> None:
 def note_router_input(rec, entry: dict) -> None:
     """On a router call's record (the softmax): its input (the router linear's) and the noise drawn for it."""
     mm = getattr(rec, "_router_mm", None)
-    if mm is not None and mm[0] == entry["rows"] and mm[1] == entry["width"]:
+    if mm is not None and mm[0] == entry["rows"] and mm[1] == entry["width"] and mm[2].numel() <= LIMIT:
         x, sums = mm[2], linear_sums(mm[2])
         entry["input"] = {"sha": _checksum(x), "lin": sums[:2], "abs": sums[2],
                           "numel": int(x.numel()), "stack": mm[3]}
@@ -69,5 +71,5 @@ def note_router_choice(entry: dict, out) -> None:
 def note_sums(rec, record: dict, inputs) -> None:
     """A forward all-reduce of one float tensor: its input's linear checksums (``sums``)."""
     if rec.phase == "forward" and record["kind"] == "all_reduce" and len(inputs) == 1 \
-            and isinstance(inputs[0], torch.Tensor) and inputs[0].is_floating_point() and inputs[0].numel() > 1:
+            and isinstance(inputs[0], torch.Tensor) and inputs[0].is_floating_point() and 1 < inputs[0].numel() <= LIMIT:
         record["sums"] = linear_sums(inputs[0])
