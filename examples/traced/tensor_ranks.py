@@ -19,3 +19,18 @@ class ReduceFromTensorRanks(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         return grad
+
+
+class CopyToTensorRanks(torch.autograd.Function):
+    """The identity in forward; the input gradient all-reduced over the tensor ranks in backward (Megatron's
+    copy-to-tensor-model-parallel region, before a column-parallel linear)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        dist.all_reduce(grad)
+        return grad

@@ -16,25 +16,11 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from tensor_ranks import ReduceFromTensorRanks
+from tensor_ranks import CopyToTensorRanks, ReduceFromTensorRanks
 from torch import nn
 
 IN, HIDDEN, FFN, OUT, BATCH = 8, 16, 32, 8, 4
 REDUCE_INPUT_GRAD = "--unreduced" not in sys.argv  # the bug: the input gradient never all-reduced
-
-
-class CopyToTensorRanks(torch.autograd.Function):
-    """The identity in forward; the input gradient all-reduced over the tensor ranks in backward."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad = grad.clone()
-        dist.all_reduce(grad)
-        return grad
 
 
 class ColumnLinear(nn.Module):

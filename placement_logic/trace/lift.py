@@ -59,7 +59,8 @@ partial and input gradients never reduced over the tensor axis, as activation ov
 flags, what no plan statement reads), ``strategies_pass``; then, in ``lift_plan``,
 ``gradients_pass``, ``loss_pass``, ``groups_pass`` and ``overrides_pass``; ``aux_lines`` (``lift_auxloss``: the
 balancing loss ``terms_pass`` read, its statistics' groups and the router's group); ``capacity_lines``
-(``lift_capacity``: the MoE dispatch's capacity step, padding routed or masked).
+(``lift_capacity``: the MoE dispatch's capacity step, padding routed or masked); ``router_lines`` (``lift_router``:
+the router's choice on the tensor ranks, its noise drawn per rank or its input partial).
 
 The layout and records live in ``lift_layout``, the gradient programs in ``lift_programs``, the
 pipeline in ``lift_pipeline``, the loss, clipping and rendering in ``lift_render``.
@@ -82,6 +83,7 @@ from .lift_padding import padded_tokens
 from .lift_perrank import bucket_order, norm_epsilon, per_rank_pass, rank0_lines
 from .lift_pipeline import P2P_KINDS, find_context_axes, find_pipeline
 from .lift_render import _clip, _empty_spec, _quoted, _render
+from .lift_router import router_lines
 from .lift_step import AXIS_NAMES, Axes, LiftRole, Step, Strategies
 from .lift_terms import ignored_count, terms_pass
 
@@ -134,6 +136,8 @@ def _lift(trace: dict, plan_name: str, objective: dict[str, str]) -> Lifted:
     lines.extend(aux_plan)  # the balancing loss's statistics (lift_auxloss)
     cap_model, cap_plan = capacity_lines(st, router_width(named))
     lines.extend(cap_plan)  # the MoE dispatch's capacity step (lift_capacity)
+    router_model, router_plan = router_lines(st, ax, strategies.sp, bool(cap_model))
+    lines.extend(router_plan)  # the router's choice on the tensor ranks (lift_router)
     lines.extend(rank0_lines(st, departures, named))
     lines.extend(layout_lines(st, ax))  # the chunks of every sequence each context rank holds
     lines.extend(block_lines(st, params, named, any((e[0].get("grad") or {}).get("dynamic_scales")
@@ -153,7 +157,7 @@ def _lift(trace: dict, plan_name: str, objective: dict[str, str]) -> Lifted:
         lines.append((f'  unobserved "{_quoted(what)} (not lifted: see placement lift)"', []))
     text, origins = _render(trace, plan_name, st.layout, ax.roles, strategies.bindings, named, lines, loss.kind,
                             st.step[st.observer], st.notes, st.script, loss.accum, ax.pipe is not None, tied,
-                            loss_model + aux_model, aux_groups + cap_model)
+                            loss_model + aux_model, aux_groups + cap_model + router_model)
     return Lifted(text, plan_name, st.items, st.notes, origins,
                   {g: [e[0]["name"] for e in members] for g, _, members in named})
 

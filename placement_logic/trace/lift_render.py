@@ -117,7 +117,7 @@ def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, 
     out.append("# strategy it resembles, and the script line it was lifted from.")
     out.append("# The model block gives the parameter count only (no transformer shape is lifted), so"
                if not any(g.startswith("transformer {") for g in groups) else
-               "# The model block gives the parameter count and the MoE router's experts, top-k and capacity factor, so")
+               "# The model block gives the parameter count and the MoE router's experts and top-k (and capacity factor), so")
     out.append("# `placement cost` reports parameter, gradient, optimizer and gradient-communication")
     out.append("# bytes; activations and step time need a shape.")
     if imports:

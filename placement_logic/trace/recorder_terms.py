@@ -25,6 +25,7 @@ import torch
 
 from .recorder_capacity import note_capacity, note_router_mask
 from .recorder_events import _user_frames
+from .recorder_router import note_router_choice, note_router_input, note_router_op, note_sums
 
 CE = ("loss_ce",)
 TOKENS = ("loss_tok",)
@@ -104,6 +105,8 @@ class Terms:
         if self.phase == "forward" and rec["kind"] == "all_reduce" and 1 < rec["numel"] <= 256 and len(inputs) == 1 \
                 and _real(inputs[0]):
             rec["vector_in"] = inputs[0].detach().float().reshape(-1).tolist()
+        if _real(*[t for t in inputs if isinstance(t, torch.Tensor)]):
+            note_sums(self, rec, inputs)  # an all-reduced activation's summands (recorder_router)
 
     def follow_router(self, name: str, args, out) -> None:
         """A router's probabilities (a 2-D softmax of at most 256 columns) and the top-k chosen from them."""
@@ -114,6 +117,7 @@ class Terms:
             self.step_record().setdefault("router", []).append({
                 "width": int(probs.shape[1]), "rows": int(probs.shape[0]), "colsum": probs.sum(0).tolist(),
                 "micro": self.micro_step(), "stack": _user_frames()})
+            note_router_input(self, self.step_record()["router"][-1])  # its input and noise (recorder_router)
             self._add(out, ROUTER)
         elif name == "topk" and len(args) >= 3 and int(args[2]) == 0 and isinstance(args[0], torch.Tensor) \
                 and args[0].dim() == 2 and args[0].is_floating_point() and isinstance(out, (tuple, list)) \
@@ -126,12 +130,14 @@ class Terms:
             if entry is not None and "counts" not in entry:
                 entry["top_k"] = int(args[1])
                 entry["counts"] = torch.bincount(out[1].reshape(-1), minlength=entry["width"]).tolist()
+                note_router_choice(entry, out)
 
     def follow_terms(self, name: str, args, out) -> None:
         """A forward ``add`` of a term to the cross-entropy; a forward ``mul`` of the per-token losses by a mask."""
         if name in ("_softmax", "topk"):
             self.follow_router(name, args, out)
             return
+        note_router_op(self, name, args, out)  # the router linear's input, the noise drawn (recorder_router)
         if name in ("add", "add_") and len(args) >= 2 and all(isinstance(a, torch.Tensor) and a.numel() == 1
                                                             and a.is_floating_point() for a in args[:2]) \
                 and _real(*args[:2]):

@@ -1,0 +1,149 @@
+"""The MoE router's choice on the ranks of the tensor axis, as ``override router: ...`` (no torch; check.router).
+
+``recorder_router`` records, on each router call (``router``: a forward softmax over E columns and its ``topk``),
+the router linear's input (an exact checksum, two linear checksums Σ x and Σ x·w, and Σ |x|), where the noise was
+drawn, and exact checksums of the top-k's indices and values; on every forward all-reduce of a float tensor its
+input's linear checksums. Under a tensor axis without sequence parallelism (its ranks hold the same tokens), the
+calls of the first step that routed (later steps start from the weights earlier routings left) are paired in
+order between the ranks of each tensor group and compared:
+
+* equal inputs, equal indices and values: the derivation (``router: same``), a note, no statement;
+* equal inputs, different indices or values: the ranks drew different noise (a per-rank seed, a sampled expert):
+  ``override router: vary over (tp)`` at the noise draw (else the ``topk``);
+* different inputs whose linear checksums summed over the group are those of a forward all-reduce over exactly the
+  tensor group of the same micro-step and size (to 1e-5 of Σ |x|): the router read each rank's summand of the
+  all-reduced activation the rest of the layer reads (the row-parallel output before its all-reduce):
+  ``override router: input_partial over (tp)`` at the router's linear.
+
+Anything else (inputs that differ otherwise, choices that differ where the input was not observed, calls not paired, E or k differing, calls of one step read both ways)
+is a router call, named (PL614), never proved. A statement lifted also explains the losses and outputs that
+differ between the tensor ranks after it (``lift_activations``' ``the output of ... over tp``, ``the loss over
+tp``): those items are dropped. With the statement the model gets a ``transformer`` block of E and k (where the
+capacity step wrote none): the router's input width as ``hidden``, the cross-entropy's classes as ``vocab``.
+"""
+
+from __future__ import annotations
+
+from .lift_layout import Unliftable, _frames, _Layout
+from .lift_step import Axes, Step
+
+SAME, VARY, PARTIAL = "same", "vary", "input_partial"
+
+
+def _groups(layout: _Layout, tp: str) -> list[list[int]]:
+    """The rank sets that differ along ``tp`` only."""
+    i = layout.names.index(tp)
+    out: dict[tuple, list[int]] = {}
+    for r, c in sorted(layout.coords.items()):
+        out.setdefault(c[:i] + c[i + 1:], []).append(r)
+    return list(out.values())
+
+
+def _calls(part: dict, step_no: int) -> list[dict]:
+    mine = next((s for s in part.get("steps") or [] if s.get("step") == step_no), {})
+    return [e for e in mine.get("router") or [] if "chosen" in e]
+
+
+def _first_step(st: Step) -> int | None:
+    steps = [s["step"] for part in st.ranks.values() for s in part.get("steps") or []
+             if any("chosen" in e for e in s.get("router") or [])]
+    return min(steps) if steps else None
+
+
+def _summed(st: Step, group: list[int], step_no: int, micro: int, numel: int) -> list[list[float]]:
+    """The linear checksums of every all-reduced activation of ``numel`` elements over exactly ``group`` in the
+    micro-step's forward: the sum over the group of its ranks' inputs (paired in order)."""
+    per = [[c["sums"] for c in st.ranks[r]["collectives"] if c["step"] == step_no and c["phase"] == "forward"
+            and c["kind"] == "all_reduce" and c.get("op", "sum") == "sum" and c.get("micro", 0) == micro
+            and c.get("numel") == numel and sorted(c["ranks"]) == group and c.get("sums")] for r in group]
+    n = min(len(x) for x in per)
+    return [[sum(x[k][j] for x in per) for j in range(2)] for k in range(n)]
+
+
+def _read(st: Step, group: list[int], step_no: int, calls: dict[int, dict]) -> tuple[str | None, str]:
+    """(the reading of one call on ``group``: SAME, VARY, PARTIAL, or None with why)."""
+    first = calls[group[0]]
+    same_choice = len({(e["chosen"], e["gates"]) for e in calls.values()}) == 1
+    if any("input" not in e for e in calls.values()):
+        return (SAME, "") if same_choice else (None, "its choices differ between the tensor ranks and its input is not "
+                                               "observed (no mm of its shape before the softmax): noise or input not read")
+    if len({(e["width"], e["rows"], e.get("top_k"), e["input"]["numel"]) for e in calls.values()}) > 1:
+        return None, "its experts, top-k, rows or input differ between the ranks"
+    if len({e["input"]["sha"] for e in calls.values()}) == 1:
+        return (SAME if same_choice else VARY), ""
+    lin = [sum(e["input"]["lin"][j] for e in calls.values()) for j in range(2)]
+    tol = 1e-5 * sum(e["input"]["abs"] for e in calls.values()) + 1e-9
+    for sums in _summed(st, group, step_no, first.get("micro", 0), first["input"]["numel"]):
+        if all(abs(a - b) <= tol for a, b in zip(lin, sums)):
+            return PARTIAL, ""
+    return None, ("its input differs between the tensor ranks, and its sum over them is no activation all-reduced "
+                  "over the axis in that forward: what the router reads is not lifted")
+
+
+def router_lines(st: Step, ax: Axes, sp: bool, hidden_lines: bool) -> tuple[list[str], list[tuple[str, list]]]:
+    """(the model's ``transformer`` block lines, where ``hidden_lines`` is false and a statement is lifted; the plan's
+    ``router`` line)."""
+    step_no = _first_step(st)
+    if ax.tp is None or step_no is None:
+        return [], []
+    if sp:
+        st.notes.append(f"the router's choice is not compared over {ax.tp}: under sequence parallelism its ranks hold "
+                        "different tokens")
+        return [], []
+    found: dict[str, list[dict]] = {}
+    for group in _groups(st.layout, ax.tp):
+        per = {r: _calls(st.ranks[r], step_no) for r in group if r in st.ranks}
+        if len(per) != len(group) or len({len(c) for c in per.values()}) != 1:
+            _name(st, group, next(iter(per.values()), []), "the router calls are not paired between the tensor ranks "
+                  "(another number of calls on some rank)")
+            return [], []
+        for i in range(len(per[group[0]])):
+            calls = {r: per[r][i] for r in group}
+            kind, why = _read(st, group, step_no, calls)
+            if kind is None:
+                _name(st, group, [calls[group[0]]], why)
+                return [], []
+            found.setdefault(kind, []).append(calls[group[0]])
+    wrong = [k for k in (VARY, PARTIAL) if k in found]
+    if len(wrong) > 1:
+        _name(st, sorted(st.ranks), found[VARY][:1], "some router calls draw different noise on the tensor ranks and "
+              "others read each rank's partial sums: one router statement cannot state both")
+        return [], []
+    if not wrong:
+        st.notes.append(f"the router chose the same experts with the same gate weights on the ranks of {ax.tp} from "
+                        "the same input (router: same): as derived, no override needed")
+        return [], []
+    kind = wrong[0]
+    e = found[kind][0]
+    if kind == VARY:
+        frames = _frames([e.get("noise_stack") or e.get("choice_stack") or e.get("stack") or []], st.script)
+        line = (f"  override router: vary over ({ax.tp})  # observed: the router's input equal on the ranks of {ax.tp}, "
+                "its top-k experts or gate weights different (noise drawn per rank)")
+    else:
+        frames = _frames([e["input"].get("stack") or e.get("stack") or []], st.script)
+        line = (f"  override router: input_partial over ({ax.tp})  # observed: the router's input differs between the "
+                f"ranks of {ax.tp} and sums over them to an activation all-reduced over {ax.tp}")
+    # what differs between the tensor ranks after the routing: the routing's consequences
+    st.items[:] = [u for u in st.items if not (u.what == f"the loss over {ax.tp}" or (
+        u.what.startswith("the output of ") and u.what.endswith(f" over {ax.tp}")))]
+    return ([] if hidden_lines else _model(st, e, ax.tp)), [(line, frames)]
+
+
+def _name(st: Step, ranks, calls: list[dict], why: str) -> None:
+    frames = _frames([c.get("choice_stack") or c.get("stack") or [] for c in calls], st.script)
+    st.items.append(Unliftable(tuple(sorted(ranks)), -1, "a router call", why, tuple(frames)))
+
+
+def _model(st: Step, e: dict, tp: str) -> list[str]:
+    """The model's ``transformer`` block: E and k observed, the router's input width, the classes."""
+    vocab = next((n.get("classes") for part in st.step.values() for n in part.get("nll") or [] if n.get("classes")),
+                 None)
+    hidden = e["input"]["numel"] // e["rows"] if e["rows"] else None
+    return ["transformer {  # the MoE router observed (lift_router)",
+            f"  hidden = {hidden or 1}  # the router's input width",
+            "  layers = 1  # not observed: no obligation of the router reads it (the parameters are params)",
+            f"  heads = {st.layout.size([tp])}  # not observed: whole heads on each of the {tp} ranks",
+            f"  vocab = {vocab or 1}  # " + ("the cross-entropy's classes" if vocab else "not observed"),
+            f"  experts = {e['width']}  # the router's columns",
+            f"  top_k = {e.get('top_k') or 1}",
+            "}"]
