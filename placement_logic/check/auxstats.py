@@ -57,6 +57,7 @@ from ..diagnostics import Span
 from ..ir import losses as terms
 from ..ir import routerstats
 from ..ir.overrides import OverrideTarget, OverrideVerb
+from . import auxpacked
 from . import encode_auxcells as auxcells
 from . import replay as rp
 from .dims import MICROBATCHES
@@ -69,7 +70,8 @@ SCOPE_TEXT = {
     "per_sequence": "over each sequence, gathered over the ranks that split it",
 }
 VERB_EXTRA = {OverrideVerb.STATS_PER_SEQUENCE: (), OverrideVerb.STATS_PER_MICROBATCH: (SEQUENCES,),
-              OverrideVerb.STATS_PER_STEP: (SEQUENCES, MICROBATCHES)}
+              OverrideVerb.STATS_PER_STEP: (SEQUENCES, MICROBATCHES),
+              OverrideVerb.STATS_PER_ROW: (auxpacked.DOCUMENTS,)}  # each packed row's documents (check.auxpacked)
 GROUP_OF = {**{v: v for v in VERB_EXTRA}, OverrideVerb.PROBS_PER_SEQUENCE: OverrideVerb.STATS_PER_SEQUENCE,
             OverrideVerb.PROBS_PER_MICROBATCH: OverrideVerb.STATS_PER_MICROBATCH,
             OverrideVerb.PROBS_PER_STEP: OverrideVerb.STATS_PER_STEP}
@@ -91,10 +93,13 @@ class StatsView:
     equal: frozenset[str] = frozenset()  # call dimensions weighted equally (``stats_equal_cell_weights``, auxcells)
     capacity: str | None = None  # f after the capacity step: auxcells.DROP or PAD (``stats_after_capacity``, ...)
     counts_equal: bool = False  # ``override tokens: equal``: every shard holds as many real tokens (auxcells.split_dims)
+    packed: bool = False  # the rows pack documents of free lengths (``aux_packed``): the dimension auxpacked.DOCUMENTS
 
 
-def _gathered(o, default: frozenset[str]) -> frozenset[str]:
-    return default if o is None else frozenset(o.axes or ()) | set(VERB_EXTRA[GROUP_OF[o.verb]])
+def _gathered(o, default: frozenset[str], packed: bool = False) -> frozenset[str]:
+    if o is None:
+        return default
+    return auxpacked.rows(frozenset(o.axes or ()) | set(VERB_EXTRA[GROUP_OF[o.verb]]), packed)
 
 
 def effective(f: frozenset[str], p: frozenset[str]) -> frozenset[str]:
@@ -116,10 +121,12 @@ def view(plan: ir.Plan) -> StatsView | None:
     objective, span = scope
     wanted = frozenset({"global_batch": set(token) | {SEQUENCES, MICROBATCHES},
                         "per_microbatch": set(split) | {SEQUENCES}, "per_sequence": set(split)}[objective])
+    packed = auxpacked.packed(plan)
+    wanted = auxpacked.rows(wanted, packed)
     fo, po = routerstats.stated(plan), routerstats.stated(plan, terms.PROBS_VERBS)
     pad = [o for o in plan.overrides if o.target == OverrideTarget.LOSS and o.verb == terms.PADDING_VERB]
-    f = _gathered(fo, wanted)
-    p = _gathered(po, f)
+    f = _gathered(fo, wanted, packed)
+    p = _gathered(po, f, packed)
     texts = [f"loss[aux]: {o.verb} over ({', '.join(o.axes or ())})" for o in (fo, po) if o is not None]
     texts += [f"loss[aux]: {terms.PADDING_VERB}"] if pad else []
     extra = [o for o in plan.overrides if o.target == OverrideTarget.LOSS and o.verb in auxcells_verbs()]
@@ -127,7 +134,8 @@ def view(plan: ir.Plan) -> StatsView | None:
     where = (extra or pad or [o for o in (po, fo) if o is not None] or [None])[-1]
     return StatsView(objective, token, split, wanted, effective(f, p), "; ".join(texts) or None,
                      where.span if where is not None else span, f, p, bool(pad),
-                     auxcells.equal_dims(plan, effective(f, p)), auxcells.stated(plan)[1], auxcells.counts_equal(plan))
+                     auxcells.equal_dims(plan, effective(f, p)), auxcells.stated(plan)[1], auxcells.counts_equal(plan),
+                     packed)
 
 
 def auxcells_verbs() -> tuple[str, ...]:
@@ -135,7 +143,7 @@ def auxcells_verbs() -> tuple[str, ...]:
 
 
 def _dims(v: StatsView) -> tuple[str, ...]:
-    return v.token_axes + (MICROBATCHES, SEQUENCES)
+    return v.token_axes + (MICROBATCHES, SEQUENCES) + ((auxpacked.DOCUMENTS,) if v.packed else ())
 
 
 def aux_value(cells: dict[tuple, list[tuple[tuple[int, ...], tuple[Fraction, ...]]]], names: tuple[str, ...],
@@ -147,11 +155,11 @@ def aux_value(cells: dict[tuple, list[tuple[tuple[int, ...], tuple[Fraction, ...
     cells. ``cells`` maps a shard's coordinates to its tokens, each (its chosen experts, its probabilities).
     Over the dimensions of ``equal`` a group's f and P are the mean of its parts' (check.encode_auxcells); f counts
     the routing map after ``capacity`` (mode, capacity factor) where one is given."""
-    seq = names.index(SEQUENCES)
+    rows = [i for i, n in enumerate(names) if n not in (SEQUENCES, auxpacked.DOCUMENTS)]  # a call: every row at once
     calls: dict = {}
     for coord in sorted(cells):
         for j, (chosen, probs) in enumerate(cells[coord]):
-            calls.setdefault(coord[:seq] + coord[seq + 1:], []).append(((coord, j), chosen, probs))
+            calls.setdefault(tuple(coord[i] for i in rows), []).append(((coord, j), chosen, probs))
     routed = auxcells.marked(calls, experts, top_k, capacity)
 
     def key(gathered):
@@ -195,6 +203,7 @@ def replay(ctx: rp.Context, w: dict, v: StatsView) -> Counterexample | None:
     neighbour); for padding, every real token routes to 0..k-1 and every padded position to 1..k."""
     sizes = dict(w["sizes"])
     sizes[SEQUENCES] = w[SEQUENCES]
+    sizes[auxpacked.DOCUMENTS] = w.get(auxpacked.DOCUMENTS, 1)
     e, k, dim = w["experts"], w["top_k"], w["dim"]
     names = _dims(v)
     if isinstance(dim, tuple):  # unequal calls or the capacity step (check.encode_auxcells)
@@ -225,11 +234,25 @@ def replay(ctx: rp.Context, w: dict, v: StatsView) -> Counterexample | None:
         ("routing", f"E = {e} experts, top-{k}; one token per shard" + (" and one padded position beside it"
                     if v.padding else "") + f"; {what}, probability 1/{k} on each chosen expert"),
         ("sequences per microbatch", str(sizes[SEQUENCES])),
-    )
+    ) + _rows_text(v, sizes, names, 1)
     eq = (f"aux on this path = {rp._frac(got)} (mean over its cells of E·Σ f_i·P_i), but the objective's "
           f"grouping gives {rp._frac(want)}")
     return Counterexample(ctx.sizes_tuple(w["sizes"]), (("observer", "every device"),), values, eq,
                           tuple(diagnose(v)), ctx.command(w["sizes"]))
+
+
+def _rows_text(v: StatsView, sizes: dict, names: tuple[str, ...], per: int, short: str | None = None) -> tuple:
+    """The packed rows of a witness: its documents per row and their real lengths (tokens per rank of the row)."""
+    if not v.packed:
+        return ()
+    shards = [n for n in v.split_axes if n in names]
+    ranks = 1
+    for n in shards:
+        ranks *= sizes[n]
+    docs = sizes[auxpacked.DOCUMENTS]
+    lengths = [per * ranks * (2 if short == auxpacked.DOCUMENTS and d > 0 else 1) for d in range(docs)]
+    return (("packed rows", f"{docs} document(s) per row, real lengths {', '.join(map(str, lengths))} tokens"
+             + (f" (cut over {', '.join(shards)}: each rank holds a piece of every document)" if ranks > 1 else "")),)
 
 
 def _path_text(v: StatsView, path: str) -> str:
@@ -269,7 +292,7 @@ def _replay_cells(ctx: rp.Context, w: dict, v: StatsView, sizes: dict, names: tu
         ("path", _path_text(v, f"f gathered over ({shown(v.f_gathered)}), P over ({shown(v.p_gathered)})")),
         ("routing", f"E = {e} experts, top-{k}; " + auxcells.describe(kind, v, e, k, cf, per)),
         ("sequences per microbatch", str(sizes[SEQUENCES])),
-    )
+    ) + _rows_text(v, sizes, names, per, kind[1] if kind[0] == auxcells.UNEVEN else None)
     eq = (f"aux on this path = {rp._frac(got)} (mean over its cells of E·Σ f_i·P_i), but the objective's "
           f"grouping gives {rp._frac(want)}")
     return Counterexample(ctx.sizes_tuple(w["sizes"]), (("observer", "every device"),), values, eq,
@@ -284,9 +307,10 @@ def diagnose(v: StatsView) -> list[str]:
                    "their routing slots and probabilities enter f and P and their number divides them, so the loss "
                    "balances the padded batch, not its tokens (the objective counts real tokens only)")
     names = _dims(v)
-    what = {MICROBATCHES: "the step's microbatches", SEQUENCES: "the sequences of a microbatch"}
+    what = {MICROBATCHES: "the step's microbatches", SEQUENCES: "the sequences of a microbatch",
+            auxpacked.DOCUMENTS: "the documents packed in a row"}
     for d in sorted(v.wanted - v.gathered, key=names.index):
-        who = {MICROBATCHES: "microbatch", SEQUENCES: "sequence"}.get(d, f"{d} rank")
+        who = {MICROBATCHES: "microbatch", SEQUENCES: "sequence", auxpacked.DOCUMENTS: "document"}.get(d, f"{d} rank")
         out.append(f"the aux term's routing statistics are not gathered over {what.get(d, d)}: each "
                    f"{who} computes E·Σ f_i·P_i from its own tokens, and a mean of "
                    f"those is not the load-balancing loss of the objective's tokens ({v.objective})")
@@ -297,4 +321,4 @@ def diagnose(v: StatsView) -> list[str]:
         out.append(f"the aux term's routing statistics are gathered over {what.get(d, d)}, which its objective "
                    f"({v.objective}) keeps apart{alone}: the balance of the union is penalised, not that of each "
                    "group")
-    return out + auxcells.diagnose(v)
+    return auxpacked.diagnose(v) + out + auxcells.diagnose(v)

@@ -43,7 +43,11 @@ STATS_OBJECTIVES: tuple[str, ...] = ("global_batch", "per_microbatch", "per_sequ
 
 # what a plan's path does (``override loss[aux]: VERB over (AXES)``): the statistics of each sequence,
 # of each local microbatch or of the whole step's microbatches, summed over the ranks of AXES
-GROUP_VERBS: tuple[str, ...] = ("stats_per_sequence", "stats_per_microbatch", "stats_per_step")
+GROUP_VERBS: tuple[str, ...] = ("stats_per_sequence", "stats_per_microbatch", "stats_per_step", "stats_per_row")
+# the rows pack several documents of free lengths (``losses { aux_packed = true }``, check.auxpacked): a sequence of
+# ``aux_stats`` is one document, and ``stats_per_row`` takes a packed row's statistics (every document of the row)
+PACKED_KEY = "aux_packed"
+ROW_VERB = "stats_per_row"
 # the mean router probabilities P alone over a group of their own (the same three groups, summed over the ranks
 # of AXES), the routing fractions f keeping the group above: global counts times local probabilities
 PROBS_VERBS: tuple[str, ...] = ("probs_per_sequence", "probs_per_microbatch", "probs_per_step")
