@@ -11,7 +11,8 @@ document (all its tokens, wherever they lie), ``per_microbatch`` one per device'
 one; the loss of a group is E · Σ f_i P_i over its tokens and the term the mean over the groups. The path's
 groups are taken from the plan's statement: ``stats_per_row over (AXES)`` one group per row and rank outside
 AXES, ``stats_per_sequence`` one per document and rank outside AXES, ``stats_per_microbatch`` one per
-microbatch and rank outside AXES.
+microbatch and rank outside AXES. With ``stats_length_weighted`` the path's value is the mean over the tokens of each token's
+group's value (the groups weighted by their token counts).
 """
 
 from __future__ import annotations
@@ -76,7 +77,14 @@ def values(plan: ir.Plan, scope: str, sizes: dict[str, int], packs: list[list[in
         r = routing(t) if routing else base.random_routing(rng, experts, top_k)
         got.setdefault(path_key(verb, axes, t), []).append(r)
         want.setdefault(objective_key(scope, t, whole), []).append(r)
-    return base.loss(got, experts, top_k), base.loss(want, experts, top_k)
+    weighted = any(o.target == "loss" and o.group == "aux" and o.verb == "stats_length_weighted" for o in plan.overrides)
+    return (per_token(got, experts, top_k) if weighted else base.loss(got, experts, top_k)), base.loss(want, experts, top_k)
+
+
+def per_token(groups: dict, experts: int, top_k: int) -> Fraction:
+    """The mean over every token of its group's value."""
+    each = [base.loss({key: members}, experts, top_k) for key, members in groups.items() for _ in members]
+    return sum(each, Fraction(0)) / len(each)
 
 
 def differs(plan: ir.Plan, scope: str, sizes: dict[str, int], packs: list[list[int]], experts: int, top_k: int,

@@ -42,6 +42,10 @@ CASES = {
     "micro_doc": ("per_microbatch", stats("stats_per_sequence", SPLIT), False),
     "global_derived": ("global_batch", "", True),
     "global_row": ("global_batch", stats("stats_per_row", "dp, ep, cp, tp"), False),
+    # a row's documents weighted by their lengths (a per-token mean of each token's document's value)
+    "doc_length_weighted": ("per_sequence", "  override loss[aux]: stats_length_weighted\n", False),
+    "doc_length_weighted_probs": ("per_sequence", stats("stats_per_row", SPLIT) + stats("probs_per_sequence", SPLIT)
+                                  + "  override loss[aux]: stats_length_weighted\n", False),
 }
 PACKS = ([[1, 3], [2, 2]], [[4], [4]], [[1, 1, 2], [3, 1]])  # the rows of a microbatch: documents' real lengths
 
@@ -95,28 +99,32 @@ def test_rows_of_one_document_leave_nothing_to_mix():
 
 @pytest.mark.parametrize("name", [n for n, (_, _, ok) in CASES.items() if not ok])
 def test_the_replayed_values_are_the_simulators(name):
-    """The counterexample's two values recomputed by the simulator on its sizes, documents and routing (one token of
-    every document on each rank that splits its row; a document routed by the witness's dimension)."""
+    """The counterexample's two values recomputed by the simulator on its sizes, documents (their real lengths, dealt
+    to the ranks that split the row in turn) and routing."""
     scope, spec = _spec(name)
     plan = spec.plan(name)
     cx = _ob(spec, name).counterexample
     got, want = (Fraction(x) for x in re.match(r"aux on this path = ([0-9/]+) .* gives ([0-9/]+)$", cx.equation).groups())
     assert got != want
-    dim, = re.search(r"tokens at (\w+)=0", dict(cx.values)["routing"]).groups()
-    docs = int(re.match(r"(\d+) document", dict(cx.values)["packed rows"]).group(1))
-    rows = int(dict(cx.values)["sequences per microbatch"])
+    values = dict(cx.values)
+    lengths = [int(x) for x in re.search(r"real lengths ([0-9, ]+) tokens", values["packed rows"]).group(1).split(", ")]
+    packs = [lengths for _ in range(int(values["sequences per microbatch"]))]  # dealt to the split ranks in turn
+    starts = [sum(lengths[:d]) for d in range(len(lengths))]
     sizes = dict(cx.sizes)
     _, parts = sim.base.token_layout(plan)
     ranks = 1
     for a in parts:
         ranks *= sizes[a]
-    # each rank holds one token of every document: the row's positions dealt to the split ranks in turn
-    packs = [[ranks] * docs for _ in range(rows)]
     c0, c1 = (0, 1), (1, 2)
+    found = re.search(r"tokens at (\w+)=0", values["routing"])
 
     def routing(t):
-        at = {"microbatches": t["mb"], "sequences": t["row"], "documents": t["doc"]}.get(dim, t["rank"].get(dim))
-        chosen = c0 if at == 0 else c1
+        if found:  # a grouping's witness: the tokens at 0 of its dimension one way, the others the other
+            dim = found.group(1)
+            at = {"microbatches": t["mb"], "sequences": t["row"], "documents": t["doc"]}.get(dim, t["rank"].get(dim))
+            chosen = c0 if at == 0 else c1
+        else:  # lengths: document 0 unmixed, the others' first token per shard one way, the second the other
+            chosen = c0 if t["doc"] == 0 or t["pos"] - starts[t["doc"]] < ranks else c1
         return chosen, tuple(Fraction(1, 2) if i in chosen else Fraction(0) for i in range(8))
 
     assert sim.values(plan, scope, sizes, packs, 8, 2, random.Random(0), routing, cyclic=True) == (got, want)
@@ -165,3 +173,41 @@ def test_documents_of_unequal_lengths_weigh_one_each():
         return (e,), tuple(Fraction(1) if i == e else Fraction(0) for i in range(4))
 
     assert sim.values(plan, scope, sizes, [[1, 3]], 4, 1, random.Random(0), routing) == (Fraction(5, 2), Fraction(4))
+
+
+def test_documents_of_equal_lengths_weigh_alike_either_way():
+    """By the simulator: the documents weighted by length give the objective where every document has one length;
+    unequal lengths depart."""
+    scope, spec = _spec("doc_length_weighted")
+    plan = spec.plan("doc_length_weighted")
+    assert not _simulated(plan, scope, packs_list=([[2, 2], [2, 2]], [[1, 1, 1, 1], [1, 1, 1, 1]]))
+    assert _simulated(plan, scope, packs_list=([[1, 3], [4]],))
+
+
+def test_the_length_weighted_value_by_hand():
+    """Documents of lengths 1 and 3 (E = 4, k = 1): document 0 routed to expert 0 (value 4·1·1 = 4), document 1 one
+    token to expert 0 and two to expert 1 (f = P = (1/3, 2/3, 0, 0): 4·5/9 = 20/9); equal weights 1/2·(4 + 20/9) = 28/9,
+    by length (1·4 + 3·20/9)/4 = 8/3."""
+    scope, spec = _spec("doc_length_weighted")
+    plan = spec.plan("doc_length_weighted")
+    sizes = {a: 1 for a in plan.mesh.names} | {"microbatches": 1}
+
+    def routing(t):
+        e = 0 if t["doc"] == 0 or t["pos"] == 1 else 1
+        return (e,), tuple(Fraction(1) if i == e else Fraction(0) for i in range(4))
+
+    assert sim.values(plan, scope, sizes, [[1, 3]], 4, 1, random.Random(0), routing) == (Fraction(8, 3), Fraction(28, 9))
+
+
+@pytest.mark.parametrize("model_line,body,words", [
+    ("", "  override loss[aux]: stats_length_weighted\n", "no packed rows"),
+    ("    aux_packed = true\n", stats("stats_per_row", SPLIT) + "  override loss[aux]: stats_length_weighted\n",
+     "no documents to weight"),
+])
+def test_length_weighting_with_no_documents_apart_changes_nothing(model_line, body, words):
+    text = spec_text("per_sequence", {"p": body}).replace("    aux_stats = per_sequence\n",
+                                                          "    aux_stats = per_sequence\n" + model_line)
+    with pytest.raises(DiagnosticError) as exc:
+        load_string(text, "auxpacked.place")
+    d = exc.value.diagnostics[0]
+    assert d.code == "PL506" and words in d.message, d.message

@@ -94,6 +94,7 @@ class StatsView:
     capacity: str | None = None  # f after the capacity step: auxcells.DROP or PAD (``stats_after_capacity``, ...)
     counts_equal: bool = False  # ``override tokens: equal``: every shard holds as many real tokens (auxcells.split_dims)
     packed: bool = False  # the rows pack documents of free lengths (``aux_packed``): the dimension auxpacked.DOCUMENTS
+    length_weighted: bool = False  # a row's documents weighted by their lengths (``stats_length_weighted``, auxpacked)
 
 
 def _gathered(o, default: frozenset[str], packed: bool = False) -> frozenset[str]:
@@ -135,11 +136,11 @@ def view(plan: ir.Plan) -> StatsView | None:
     return StatsView(objective, token, split, wanted, effective(f, p), "; ".join(texts) or None,
                      where.span if where is not None else span, f, p, bool(pad),
                      auxcells.equal_dims(plan, effective(f, p)), auxcells.stated(plan)[1], auxcells.counts_equal(plan),
-                     packed)
+                     packed, auxpacked.length_weighted(plan))
 
 
 def auxcells_verbs() -> tuple[str, ...]:
-    return (terms.EQUAL_WEIGHTS_VERB, terms.EQUAL_MICROBATCH_VERB) + terms.CAPACITY_VERBS
+    return (terms.EQUAL_WEIGHTS_VERB, terms.EQUAL_MICROBATCH_VERB) + terms.CAPACITY_VERBS + (terms.LENGTH_VERB,)
 
 
 def _dims(v: StatsView) -> tuple[str, ...]:
@@ -148,13 +149,15 @@ def _dims(v: StatsView) -> tuple[str, ...]:
 
 def aux_value(cells: dict[tuple, list[tuple[tuple[int, ...], tuple[Fraction, ...]]]], names: tuple[str, ...],
               f_gathered: frozenset[str], p_gathered: frozenset[str], experts: int, top_k: int,
-              equal: frozenset[str] = frozenset(), capacity: tuple[str, Fraction] | None = None) -> Fraction:
+              equal: frozenset[str] = frozenset(), capacity: tuple[str, Fraction] | None = None,
+              by_length: bool = False) -> Fraction:
     """The term's value computed as a path does: each cell (the tokens sharing the coordinates outside
     the dimensions both f and P gather) takes E · Σ f_i P_i with f from its f-group (the cells sharing
     the coordinates outside ``f_gathered``) and P from its P-group, and the term is the mean over the
     cells. ``cells`` maps a shard's coordinates to its tokens, each (its chosen experts, its probabilities).
     Over the dimensions of ``equal`` a group's f and P are the mean of its parts' (check.encode_auxcells); f counts
-    the routing map after ``capacity`` (mode, capacity factor) where one is given."""
+    the routing map after ``capacity`` (mode, capacity factor) where one is given; ``by_length``: the cells
+    weighted by their token counts (check.auxpacked)."""
     rows = [i for i, n in enumerate(names) if n not in (SEQUENCES, auxpacked.DOCUMENTS)]  # a call: every row at once
     calls: dict = {}
     for coord in sorted(cells):
@@ -185,8 +188,11 @@ def aux_value(cells: dict[tuple, list[tuple[tuple[int, ...], tuple[Fraction, ...
     p = fractions(p_gathered, lambda c, j, tok: enumerate(tok[1]))
     fkey, pkey, ckey = key(f_gathered), key(p_gathered), key(f_gathered & p_gathered)
     units = {ckey(coord): coord for coord in cells}
-    total = sum((experts * sum(a * b for a, b in zip(f[fkey(c)], p[pkey(c)])) for c in units.values()), Fraction(0))
-    return total / len(units)
+    counts: dict = {}
+    for coord, toks in cells.items():
+        counts[ckey(coord)] = counts.get(ckey(coord), 0) + len(toks)
+    vals = {u: experts * sum(a * b for a, b in zip(f[fkey(c)], p[pkey(c)])) for u, c in units.items()}
+    return auxpacked.mean(vals, counts, by_length)
 
 
 def _cells(sizes: dict, names: tuple[str, ...], route, with_padding: bool) -> dict:
@@ -217,7 +223,8 @@ def replay(ctx: rp.Context, w: dict, v: StatsView) -> Counterexample | None:
         return chosen, tuple(Fraction(1, k) if i in chosen else Fraction(0) for i in range(e))
 
     cap = (v.capacity, w["capacity_factor"]) if v.capacity else None
-    got = aux_value(_cells(sizes, names, route, v.padding), names, v.f_gathered, v.p_gathered, e, k, v.equal, cap)
+    got = aux_value(_cells(sizes, names, route, v.padding), names, v.f_gathered, v.p_gathered, e, k, v.equal, cap,
+                    v.length_weighted)
     want = aux_value(_cells(sizes, names, route, False), names, v.wanted, v.wanted, e, k)
     if got == want:
         return None
@@ -235,7 +242,7 @@ def replay(ctx: rp.Context, w: dict, v: StatsView) -> Counterexample | None:
                     if v.padding else "") + f"; {what}, probability 1/{k} on each chosen expert"),
         ("sequences per microbatch", str(sizes[SEQUENCES])),
     ) + _rows_text(v, sizes, names, 1)
-    eq = (f"aux on this path = {rp._frac(got)} (mean over its cells of E·Σ f_i·P_i), but the objective's "
+    eq = (f"aux on this path = {rp._frac(got)} ({'the length-weighted ' if v.length_weighted else ''}mean over its cells of E·Σ f_i·P_i), but the objective's "
           f"grouping gives {rp._frac(want)}")
     return Counterexample(ctx.sizes_tuple(w["sizes"]), (("observer", "every device"),), values, eq,
                           tuple(diagnose(v)), ctx.command(w["sizes"]))
@@ -259,6 +266,7 @@ def _path_text(v: StatsView, path: str) -> str:
     return (f"{v.stated or 'derived'}: {path}" + (", padded positions counted" if v.padding else "")
             + (f", the router calls weighted equally over {', '.join(d for d in _dims(v) if d in v.equal)}"
                if v.equal else "")
+            + (", a row's documents weighted by their lengths" if v.length_weighted else "")
             + {None: "", auxcells.DROP: ", f after the capacity step (dropped tokens missing)",
                auxcells.PAD: ", f on the map padded to capacity"}[v.capacity])
 
@@ -268,11 +276,13 @@ def _replay_cells(ctx: rp.Context, w: dict, v: StatsView, sizes: dict, names: tu
     many tokens per shard as make the capacity step drop or pad."""
     e, k, kind = w["experts"], w["top_k"], w["dim"]
     cf = w.get("capacity_factor", Fraction(1))
-    if not (e >= 2 and 1 <= k < e) or (kind[0] == auxcells.UNEVEN and sizes[kind[1]] < 2):
+    if not (e >= 2 and 1 <= k < e) or (kind[0] in (auxcells.UNEVEN, auxpacked.LENGTH) and sizes[kind[1]] < 2):
         return None
     cap = (v.capacity, cf) if v.capacity else None
     per = 1
-    if kind[0] == auxcells.UNEVEN:
+    if kind[0] == auxpacked.LENGTH:
+        cells = real = auxpacked.length_cells(sizes, names, e, k)
+    elif kind[0] == auxcells.UNEVEN:
         cells = auxcells.uneven_cells(sizes, names, kind[1], e, k, v.padding)
         real = {c: ts[:1] if len(ts) == 2 and c[names.index(kind[1])] == 0 and v.padding else ts
                 for c, ts in cells.items()}
@@ -281,7 +291,7 @@ def _replay_cells(ctx: rp.Context, w: dict, v: StatsView, sizes: dict, names: tu
             return None
         per = auxcells.capacity_per_shard(cf, e, k, sizes[SEQUENCES])
         cells = real = auxcells.uniform_cells(sizes, names, per, e, k)
-    got = aux_value(cells, names, v.f_gathered, v.p_gathered, e, k, v.equal, cap)
+    got = aux_value(cells, names, v.f_gathered, v.p_gathered, e, k, v.equal, cap, v.length_weighted)
     want = aux_value(real, names, v.wanted, v.wanted, e, k)
     if got == want:
         return None
@@ -290,10 +300,11 @@ def _replay_cells(ctx: rp.Context, w: dict, v: StatsView, sizes: dict, names: tu
         ("objective", f"aux_stats = {v.objective}: statistics {SCOPE_TEXT[v.objective]} ({shown(v.wanted)}), "
                       "real tokens pooled, f on the router's top-k"),
         ("path", _path_text(v, f"f gathered over ({shown(v.f_gathered)}), P over ({shown(v.p_gathered)})")),
-        ("routing", f"E = {e} experts, top-{k}; " + auxcells.describe(kind, v, e, k, cf, per)),
+        ("routing", f"E = {e} experts, top-{k}; " + (auxpacked.describe(k) if kind[0] == auxpacked.LENGTH
+                                                     else auxcells.describe(kind, v, e, k, cf, per))),
         ("sequences per microbatch", str(sizes[SEQUENCES])),
-    ) + _rows_text(v, sizes, names, per, kind[1] if kind[0] == auxcells.UNEVEN else None)
-    eq = (f"aux on this path = {rp._frac(got)} (mean over its cells of E·Σ f_i·P_i), but the objective's "
+    ) + _rows_text(v, sizes, names, per, kind[1] if kind[0] in (auxcells.UNEVEN, auxpacked.LENGTH) else None)
+    eq = (f"aux on this path = {rp._frac(got)} ({'the length-weighted ' if v.length_weighted else ''}mean over its cells of E·Σ f_i·P_i), but the objective's "
           f"grouping gives {rp._frac(want)}")
     return Counterexample(ctx.sizes_tuple(w["sizes"]), (("observer", "every device"),), values, eq,
                           tuple(diagnose(v)), ctx.command(w["sizes"]))

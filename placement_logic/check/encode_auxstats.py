@@ -65,6 +65,8 @@ def negation(env: en.Env, plan: ir.Plan, v: StatsView):
     # f and P over groups of their own: cells of free real-token counts along a dimension only one of them gathers
     conds += [((auxcells.UNEVEN, d), dim_size(d) >= 2)
               for d in sorted(auxcells.split_dims(v), key=_dims(v).index)]
+    if auxpacked.departs_by_length(v):  # a row's documents weighted by their free lengths
+        conds.append(((auxpacked.LENGTH, auxpacked.DOCUMENTS), dim_size(auxpacked.DOCUMENTS) >= 2))
     routing = z3.And(e >= 2, k < e, k >= 1)
     cons = side + [routing, z3.Or([c for _, c in conds]) if conds else z3.BoolVal(False, env.sess.ctx)]
 

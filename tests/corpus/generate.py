@@ -1579,6 +1579,10 @@ mutant("aux_stats_packed_doc_for_micro_ep", "ep",
        "a per-microbatch load-balancing loss over packed rows computed per document instead "
        "(`loss[aux]: stats_per_sequence over ()`).", ["override loss[aux]: stats_per_sequence over ()"],
        ["GI aux_stats"], model="moe_aux_micro_packed")
+mutant("aux_stats_packed_length_weighted_ep", "ep",
+       "a sequence-wise load-balancing loss over packed rows whose per-document values are averaged over the tokens, "
+       "each document weighted by its length (`loss[aux]: stats_length_weighted`).",
+       ["override loss[aux]: stats_length_weighted"], ["GI aux_stats"], model="moe_aux_seq_packed")
 for name, model, line, why in [
     ("aux_stats_packed_doc_stated_ep", "moe_aux_seq_packed", "override loss[aux]: stats_per_sequence over ()",
      "the sequence-wise aux loss's statistics per document of the packed rows, no rank splitting a row"),
