@@ -237,6 +237,9 @@ CODES: dict[str, tuple[str, str]] = {
               "of at least 1."),
     "PL295": ("chunk-group", "A chunked-attention behaviour (override layout[...]: chunk_dropped / chunk_local / "
               "chunk_on_diagonal) stated for a tensor other than the causal mask."),
+    # the rows pack documents for the aux term's statistics (check.auxpacked)
+    "PL297": ("packed-without-stats", "losses { aux_packed = true } where the losses section states no aux_stats: "
+              "packing matters only to the statistics' groups."),
     # usage: PL3xx
     "PL301": ("bad-set", "A --set option that is not NAME=NUMBER or names nothing in the spec."),
     "PL302": ("unknown-plan", "A --plan option that names no plan in the spec."),
@@ -394,6 +397,7 @@ class Code(StrEnum):
     LAYOUT_SHORT_MIXED = "PL286"
     CHUNK_SIZE = "PL294"
     CHUNK_GROUP = "PL295"
+    PACKED_WITHOUT_STATS = "PL297"
     BAD_SET = "PL301"
     UNKNOWN_PLAN = "PL302"
     SWEEP_TOO_LARGE = "PL310"

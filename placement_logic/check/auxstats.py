@@ -57,6 +57,7 @@ from ..diagnostics import Span
 from ..ir import losses as terms
 from ..ir import routerstats
 from ..ir.overrides import OverrideTarget, OverrideVerb
+from . import auxpacked
 from . import encode_auxcells as auxcells
 from . import replay as rp
 from .dims import MICROBATCHES
@@ -69,7 +70,8 @@ SCOPE_TEXT = {
     "per_sequence": "over each sequence, gathered over the ranks that split it",
 }
 VERB_EXTRA = {OverrideVerb.STATS_PER_SEQUENCE: (), OverrideVerb.STATS_PER_MICROBATCH: (SEQUENCES,),
-              OverrideVerb.STATS_PER_STEP: (SEQUENCES, MICROBATCHES)}
+              OverrideVerb.STATS_PER_STEP: (SEQUENCES, MICROBATCHES),
+              OverrideVerb.STATS_PER_ROW: (auxpacked.DOCUMENTS,)}  # each packed row's documents (check.auxpacked)
 GROUP_OF = {**{v: v for v in VERB_EXTRA}, OverrideVerb.PROBS_PER_SEQUENCE: OverrideVerb.STATS_PER_SEQUENCE,
             OverrideVerb.PROBS_PER_MICROBATCH: OverrideVerb.STATS_PER_MICROBATCH,
             OverrideVerb.PROBS_PER_STEP: OverrideVerb.STATS_PER_STEP}
@@ -91,10 +93,14 @@ class StatsView:
     equal: frozenset[str] = frozenset()  # call dimensions weighted equally (``stats_equal_cell_weights``, auxcells)
     capacity: str | None = None  # f after the capacity step: auxcells.DROP or PAD (``stats_after_capacity``, ...)
     counts_equal: bool = False  # ``override tokens: equal``: every shard holds as many real tokens (auxcells.split_dims)
+    packed: bool = False  # the rows pack documents of free lengths (``aux_packed``): the dimension auxpacked.DOCUMENTS
+    length_weighted: bool = False  # a row's documents weighted by their lengths (``stats_length_weighted``, auxpacked)
 
 
-def _gathered(o, default: frozenset[str]) -> frozenset[str]:
-    return default if o is None else frozenset(o.axes or ()) | set(VERB_EXTRA[GROUP_OF[o.verb]])
+def _gathered(o, default: frozenset[str], packed: bool = False) -> frozenset[str]:
+    if o is None:
+        return default
+    return auxpacked.rows(frozenset(o.axes or ()) | set(VERB_EXTRA[GROUP_OF[o.verb]]), packed)
 
 
 def effective(f: frozenset[str], p: frozenset[str]) -> frozenset[str]:
@@ -116,10 +122,12 @@ def view(plan: ir.Plan) -> StatsView | None:
     objective, span = scope
     wanted = frozenset({"global_batch": set(token) | {SEQUENCES, MICROBATCHES},
                         "per_microbatch": set(split) | {SEQUENCES}, "per_sequence": set(split)}[objective])
+    packed = auxpacked.packed(plan)
+    wanted = auxpacked.rows(wanted, packed)
     fo, po = routerstats.stated(plan), routerstats.stated(plan, terms.PROBS_VERBS)
     pad = [o for o in plan.overrides if o.target == OverrideTarget.LOSS and o.verb == terms.PADDING_VERB]
-    f = _gathered(fo, wanted)
-    p = _gathered(po, f)
+    f = _gathered(fo, wanted, packed)
+    p = _gathered(po, f, packed)
     texts = [f"loss[aux]: {o.verb} over ({', '.join(o.axes or ())})" for o in (fo, po) if o is not None]
     texts += [f"loss[aux]: {terms.PADDING_VERB}"] if pad else []
     extra = [o for o in plan.overrides if o.target == OverrideTarget.LOSS and o.verb in auxcells_verbs()]
@@ -127,31 +135,34 @@ def view(plan: ir.Plan) -> StatsView | None:
     where = (extra or pad or [o for o in (po, fo) if o is not None] or [None])[-1]
     return StatsView(objective, token, split, wanted, effective(f, p), "; ".join(texts) or None,
                      where.span if where is not None else span, f, p, bool(pad),
-                     auxcells.equal_dims(plan, effective(f, p)), auxcells.stated(plan)[1], auxcells.counts_equal(plan))
+                     auxcells.equal_dims(plan, effective(f, p)), auxcells.stated(plan)[1], auxcells.counts_equal(plan),
+                     packed, auxpacked.length_weighted(plan))
 
 
 def auxcells_verbs() -> tuple[str, ...]:
-    return (terms.EQUAL_WEIGHTS_VERB, terms.EQUAL_MICROBATCH_VERB) + terms.CAPACITY_VERBS
+    return (terms.EQUAL_WEIGHTS_VERB, terms.EQUAL_MICROBATCH_VERB) + terms.CAPACITY_VERBS + (terms.LENGTH_VERB,)
 
 
 def _dims(v: StatsView) -> tuple[str, ...]:
-    return v.token_axes + (MICROBATCHES, SEQUENCES)
+    return v.token_axes + (MICROBATCHES, SEQUENCES) + ((auxpacked.DOCUMENTS,) if v.packed else ())
 
 
 def aux_value(cells: dict[tuple, list[tuple[tuple[int, ...], tuple[Fraction, ...]]]], names: tuple[str, ...],
               f_gathered: frozenset[str], p_gathered: frozenset[str], experts: int, top_k: int,
-              equal: frozenset[str] = frozenset(), capacity: tuple[str, Fraction] | None = None) -> Fraction:
+              equal: frozenset[str] = frozenset(), capacity: tuple[str, Fraction] | None = None,
+              by_length: bool = False) -> Fraction:
     """The term's value computed as a path does: each cell (the tokens sharing the coordinates outside
     the dimensions both f and P gather) takes E · Σ f_i P_i with f from its f-group (the cells sharing
     the coordinates outside ``f_gathered``) and P from its P-group, and the term is the mean over the
     cells. ``cells`` maps a shard's coordinates to its tokens, each (its chosen experts, its probabilities).
     Over the dimensions of ``equal`` a group's f and P are the mean of its parts' (check.encode_auxcells); f counts
-    the routing map after ``capacity`` (mode, capacity factor) where one is given."""
-    seq = names.index(SEQUENCES)
+    the routing map after ``capacity`` (mode, capacity factor) where one is given; ``by_length``: the cells
+    weighted by their token counts (check.auxpacked)."""
+    rows = [i for i, n in enumerate(names) if n not in (SEQUENCES, auxpacked.DOCUMENTS)]  # a call: every row at once
     calls: dict = {}
     for coord in sorted(cells):
         for j, (chosen, probs) in enumerate(cells[coord]):
-            calls.setdefault(coord[:seq] + coord[seq + 1:], []).append(((coord, j), chosen, probs))
+            calls.setdefault(tuple(coord[i] for i in rows), []).append(((coord, j), chosen, probs))
     routed = auxcells.marked(calls, experts, top_k, capacity)
 
     def key(gathered):
@@ -177,8 +188,11 @@ def aux_value(cells: dict[tuple, list[tuple[tuple[int, ...], tuple[Fraction, ...
     p = fractions(p_gathered, lambda c, j, tok: enumerate(tok[1]))
     fkey, pkey, ckey = key(f_gathered), key(p_gathered), key(f_gathered & p_gathered)
     units = {ckey(coord): coord for coord in cells}
-    total = sum((experts * sum(a * b for a, b in zip(f[fkey(c)], p[pkey(c)])) for c in units.values()), Fraction(0))
-    return total / len(units)
+    counts: dict = {}
+    for coord, toks in cells.items():
+        counts[ckey(coord)] = counts.get(ckey(coord), 0) + len(toks)
+    vals = {u: experts * sum(a * b for a, b in zip(f[fkey(c)], p[pkey(c)])) for u, c in units.items()}
+    return auxpacked.mean(vals, counts, by_length)
 
 
 def _cells(sizes: dict, names: tuple[str, ...], route, with_padding: bool) -> dict:
@@ -195,6 +209,7 @@ def replay(ctx: rp.Context, w: dict, v: StatsView) -> Counterexample | None:
     neighbour); for padding, every real token routes to 0..k-1 and every padded position to 1..k."""
     sizes = dict(w["sizes"])
     sizes[SEQUENCES] = w[SEQUENCES]
+    sizes[auxpacked.DOCUMENTS] = w.get(auxpacked.DOCUMENTS, 1)
     e, k, dim = w["experts"], w["top_k"], w["dim"]
     names = _dims(v)
     if isinstance(dim, tuple):  # unequal calls or the capacity step (check.encode_auxcells)
@@ -208,7 +223,8 @@ def replay(ctx: rp.Context, w: dict, v: StatsView) -> Counterexample | None:
         return chosen, tuple(Fraction(1, k) if i in chosen else Fraction(0) for i in range(e))
 
     cap = (v.capacity, w["capacity_factor"]) if v.capacity else None
-    got = aux_value(_cells(sizes, names, route, v.padding), names, v.f_gathered, v.p_gathered, e, k, v.equal, cap)
+    got = aux_value(_cells(sizes, names, route, v.padding), names, v.f_gathered, v.p_gathered, e, k, v.equal, cap,
+                    v.length_weighted)
     want = aux_value(_cells(sizes, names, route, False), names, v.wanted, v.wanted, e, k)
     if got == want:
         return None
@@ -225,17 +241,32 @@ def replay(ctx: rp.Context, w: dict, v: StatsView) -> Counterexample | None:
         ("routing", f"E = {e} experts, top-{k}; one token per shard" + (" and one padded position beside it"
                     if v.padding else "") + f"; {what}, probability 1/{k} on each chosen expert"),
         ("sequences per microbatch", str(sizes[SEQUENCES])),
-    )
-    eq = (f"aux on this path = {rp._frac(got)} (mean over its cells of E·Σ f_i·P_i), but the objective's "
+    ) + _rows_text(v, sizes, names, 1)
+    eq = (f"aux on this path = {rp._frac(got)} ({'the length-weighted ' if v.length_weighted else ''}mean over its cells of E·Σ f_i·P_i), but the objective's "
           f"grouping gives {rp._frac(want)}")
     return Counterexample(ctx.sizes_tuple(w["sizes"]), (("observer", "every device"),), values, eq,
                           tuple(diagnose(v)), ctx.command(w["sizes"]))
+
+
+def _rows_text(v: StatsView, sizes: dict, names: tuple[str, ...], per: int, short: str | None = None) -> tuple:
+    """The packed rows of a witness: its documents per row and their real lengths (tokens per rank of the row)."""
+    if not v.packed:
+        return ()
+    shards = [n for n in v.split_axes if n in names]
+    ranks = 1
+    for n in shards:
+        ranks *= sizes[n]
+    docs = sizes[auxpacked.DOCUMENTS]
+    lengths = [per * ranks * (2 if short == auxpacked.DOCUMENTS and d > 0 else 1) for d in range(docs)]
+    return (("packed rows", f"{docs} document(s) per row, real lengths {', '.join(map(str, lengths))} tokens"
+             + (f" (cut over {', '.join(shards)}: each rank holds a piece of every document)" if ranks > 1 else "")),)
 
 
 def _path_text(v: StatsView, path: str) -> str:
     return (f"{v.stated or 'derived'}: {path}" + (", padded positions counted" if v.padding else "")
             + (f", the router calls weighted equally over {', '.join(d for d in _dims(v) if d in v.equal)}"
                if v.equal else "")
+            + (", a row's documents weighted by their lengths" if v.length_weighted else "")
             + {None: "", auxcells.DROP: ", f after the capacity step (dropped tokens missing)",
                auxcells.PAD: ", f on the map padded to capacity"}[v.capacity])
 
@@ -245,11 +276,13 @@ def _replay_cells(ctx: rp.Context, w: dict, v: StatsView, sizes: dict, names: tu
     many tokens per shard as make the capacity step drop or pad."""
     e, k, kind = w["experts"], w["top_k"], w["dim"]
     cf = w.get("capacity_factor", Fraction(1))
-    if not (e >= 2 and 1 <= k < e) or (kind[0] == auxcells.UNEVEN and sizes[kind[1]] < 2):
+    if not (e >= 2 and 1 <= k < e) or (kind[0] in (auxcells.UNEVEN, auxpacked.LENGTH) and sizes[kind[1]] < 2):
         return None
     cap = (v.capacity, cf) if v.capacity else None
     per = 1
-    if kind[0] == auxcells.UNEVEN:
+    if kind[0] == auxpacked.LENGTH:
+        cells = real = auxpacked.length_cells(sizes, names, e, k)
+    elif kind[0] == auxcells.UNEVEN:
         cells = auxcells.uneven_cells(sizes, names, kind[1], e, k, v.padding)
         real = {c: ts[:1] if len(ts) == 2 and c[names.index(kind[1])] == 0 and v.padding else ts
                 for c, ts in cells.items()}
@@ -258,7 +291,7 @@ def _replay_cells(ctx: rp.Context, w: dict, v: StatsView, sizes: dict, names: tu
             return None
         per = auxcells.capacity_per_shard(cf, e, k, sizes[SEQUENCES])
         cells = real = auxcells.uniform_cells(sizes, names, per, e, k)
-    got = aux_value(cells, names, v.f_gathered, v.p_gathered, e, k, v.equal, cap)
+    got = aux_value(cells, names, v.f_gathered, v.p_gathered, e, k, v.equal, cap, v.length_weighted)
     want = aux_value(real, names, v.wanted, v.wanted, e, k)
     if got == want:
         return None
@@ -267,10 +300,11 @@ def _replay_cells(ctx: rp.Context, w: dict, v: StatsView, sizes: dict, names: tu
         ("objective", f"aux_stats = {v.objective}: statistics {SCOPE_TEXT[v.objective]} ({shown(v.wanted)}), "
                       "real tokens pooled, f on the router's top-k"),
         ("path", _path_text(v, f"f gathered over ({shown(v.f_gathered)}), P over ({shown(v.p_gathered)})")),
-        ("routing", f"E = {e} experts, top-{k}; " + auxcells.describe(kind, v, e, k, cf, per)),
+        ("routing", f"E = {e} experts, top-{k}; " + (auxpacked.describe(k) if kind[0] == auxpacked.LENGTH
+                                                     else auxcells.describe(kind, v, e, k, cf, per))),
         ("sequences per microbatch", str(sizes[SEQUENCES])),
-    )
-    eq = (f"aux on this path = {rp._frac(got)} (mean over its cells of E·Σ f_i·P_i), but the objective's "
+    ) + _rows_text(v, sizes, names, per, kind[1] if kind[0] in (auxcells.UNEVEN, auxpacked.LENGTH) else None)
+    eq = (f"aux on this path = {rp._frac(got)} ({'the length-weighted ' if v.length_weighted else ''}mean over its cells of E·Σ f_i·P_i), but the objective's "
           f"grouping gives {rp._frac(want)}")
     return Counterexample(ctx.sizes_tuple(w["sizes"]), (("observer", "every device"),), values, eq,
                           tuple(diagnose(v)), ctx.command(w["sizes"]))
@@ -284,9 +318,10 @@ def diagnose(v: StatsView) -> list[str]:
                    "their routing slots and probabilities enter f and P and their number divides them, so the loss "
                    "balances the padded batch, not its tokens (the objective counts real tokens only)")
     names = _dims(v)
-    what = {MICROBATCHES: "the step's microbatches", SEQUENCES: "the sequences of a microbatch"}
+    what = {MICROBATCHES: "the step's microbatches", SEQUENCES: "the sequences of a microbatch",
+            auxpacked.DOCUMENTS: "the documents packed in a row"}
     for d in sorted(v.wanted - v.gathered, key=names.index):
-        who = {MICROBATCHES: "microbatch", SEQUENCES: "sequence"}.get(d, f"{d} rank")
+        who = {MICROBATCHES: "microbatch", SEQUENCES: "sequence", auxpacked.DOCUMENTS: "document"}.get(d, f"{d} rank")
         out.append(f"the aux term's routing statistics are not gathered over {what.get(d, d)}: each "
                    f"{who} computes E·Σ f_i·P_i from its own tokens, and a mean of "
                    f"those is not the load-balancing loss of the objective's tokens ({v.objective})")
@@ -297,4 +332,4 @@ def diagnose(v: StatsView) -> list[str]:
         out.append(f"the aux term's routing statistics are gathered over {what.get(d, d)}, which its objective "
                    f"({v.objective}) keeps apart{alone}: the balance of the union is penalised, not that of each "
                    "group")
-    return out + auxcells.diagnose(v)
+    return auxpacked.diagnose(v) + out + auxcells.diagnose(v)

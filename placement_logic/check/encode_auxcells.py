@@ -73,8 +73,10 @@ def split_dims(v) -> frozenset[str]:
     """The dimensions of the objective's groups over which one of f and P is gathered and the other is not
     (``loss[aux]: probs_* over (AXES)``), where the shards' real-token counts are free: there the path averages its
     cells' E·Σ f_i·P_i with equal weights, and the mean of the cells' local factor is the gathered one only for
-    cells of equal counts. Those outside the objective's groups are the grouping's departures (check.auxstats)."""
-    return frozenset() if v.counts_equal else (v.f_gathered ^ v.p_gathered) & v.wanted
+    cells of equal counts. Those outside the objective's groups are the grouping's departures (check.auxstats). The
+    documents packed in a row have free lengths even under ``tokens: equal`` (check.auxpacked)."""
+    split = (v.f_gathered ^ v.p_gathered) & v.wanted
+    return split & {"documents"} if v.counts_equal else split  # a row's documents differ in length (check.auxpacked)
 
 
 def negation_conds(env, plan, v, e, k, cf_term):

@@ -20,6 +20,7 @@ import z3
 from .. import ir
 from ..ir import losses as terms
 from ..solver.session import value_of
+from . import auxpacked
 from . import encode as en
 from . import encode_auxcells as auxcells
 from . import replay as rp
@@ -43,6 +44,8 @@ def _model_numbers(plan: ir.Plan, env: en.Env):
     e = term(tf.experts if tf is not None else None, "experts", 1)
     k = term(tf.top_k if tf is not None else None, "top_k", 1)
     b = term(plan.model.microbatch, SEQUENCES, 1)
+    free[auxpacked.DOCUMENTS] = env.sess.int("aux_documents")  # documents per packed row: free (check.auxpacked)
+    side.append(free[auxpacked.DOCUMENTS] >= 1)
     return e, k, b, side, free
 
 
@@ -51,22 +54,27 @@ def negation(env: en.Env, plan: ir.Plan, v: StatsView):
     path's: f's and P's union) gathers and the other does not has two or more shards, with E >= 2 experts
     and top-k below E (at k = E every token routes everywhere and the value is constant)."""
     e, k, b, side, free = _model_numbers(plan, env)
+    size = {SEQUENCES: b, auxpacked.DOCUMENTS: env.real(free[auxpacked.DOCUMENTS])}
     differ = sorted(v.wanted ^ v.gathered, key=_dims(v).index)
     conds = [(PADDING, z3.BoolVal(True, env.sess.ctx))] if v.padding and not v.counts_equal else []  # any padding
-    conds += [(d, (b if d == SEQUENCES else env.real(env.size(d))) >= 2) for d in differ]
+    dim_size = lambda d: size[d] if d in size else env.real(env.size(d))  # noqa: E731
+    conds += [(d, dim_size(d) >= 2) for d in differ]
     tf = plan.model.transformer
     cf = env.value(tf.capacity_factor) if tf is not None else z3.RealVal(1, env.sess.ctx)
     conds += auxcells.negation_conds(env, plan, v, e, k, cf)  # unequal calls, the capacity step
     # f and P over groups of their own: cells of free real-token counts along a dimension only one of them gathers
-    conds += [((auxcells.UNEVEN, d), (b if d == SEQUENCES else env.real(env.size(d))) >= 2)
+    conds += [((auxcells.UNEVEN, d), dim_size(d) >= 2)
               for d in sorted(auxcells.split_dims(v), key=_dims(v).index)]
+    if auxpacked.departs_by_length(v):  # a row's documents weighted by their free lengths
+        conds.append(((auxpacked.LENGTH, auxpacked.DOCUMENTS), dim_size(auxpacked.DOCUMENTS) >= 2))
     routing = z3.And(e >= 2, k < e, k >= 1)
     cons = side + [routing, z3.Or([c for _, c in conds]) if conds else z3.BoolVal(False, env.sess.ctx)]
 
     def extract(model) -> dict:
         dim = next(d for d, c in conds if value_of(model, c))
         sizes = env.size_values(model)
-        numbers = {"experts": value_of(model, e), "top_k": value_of(model, k), SEQUENCES: value_of(model, b)}
+        numbers = {"experts": value_of(model, e), "top_k": value_of(model, k), SEQUENCES: value_of(model, b),
+                   auxpacked.DOCUMENTS: value_of(model, free[auxpacked.DOCUMENTS])}
         whole = {n: int(x) if Fraction(x).denominator == 1 else 0 for n, x in numbers.items()}
         factor = Fraction(cf if isinstance(cf, (int, Fraction)) else value_of(model, cf))  # a let folds to a number
         return {"kind": "aux_stats", "sizes": sizes, "dim": dim, **whole, "capacity_factor": factor}

@@ -43,7 +43,14 @@ STATS_OBJECTIVES: tuple[str, ...] = ("global_batch", "per_microbatch", "per_sequ
 
 # what a plan's path does (``override loss[aux]: VERB over (AXES)``): the statistics of each sequence,
 # of each local microbatch or of the whole step's microbatches, summed over the ranks of AXES
-GROUP_VERBS: tuple[str, ...] = ("stats_per_sequence", "stats_per_microbatch", "stats_per_step")
+GROUP_VERBS: tuple[str, ...] = ("stats_per_sequence", "stats_per_microbatch", "stats_per_step", "stats_per_row")
+# the rows pack several documents of free lengths (``losses { aux_packed = true }``, check.auxpacked): a sequence of
+# ``aux_stats`` is one document, and ``stats_per_row`` takes a packed row's statistics (every document of the row)
+PACKED_KEY = "aux_packed"
+ROW_VERB = "stats_per_row"
+# the per-document values of a packed row averaged weighted by the documents' real lengths (a per-token mean of each
+# token's document's value), where the objective weighs every document one
+LENGTH_VERB = "stats_length_weighted"
 # the mean router probabilities P alone over a group of their own (the same three groups, summed over the ranks
 # of AXES), the routing fractions f keeping the group above: global counts times local probabilities
 PROBS_VERBS: tuple[str, ...] = ("probs_per_sequence", "probs_per_microbatch", "probs_per_step")
@@ -58,7 +65,7 @@ EQUAL_MICROBATCH_VERB = "stats_equal_microbatch_weights"
 # dropped; or, padded to capacity, every expert's column filled up to it), not from the router's top-k
 CAPACITY_VERBS: tuple[str, ...] = ("stats_after_capacity", "stats_capacity_padded")
 # the statements about the aux term's statistics that take no 'over (AXES)'
-NO_AXES_VERBS: tuple[str, ...] = (PADDING_VERB, EQUAL_MICROBATCH_VERB) + CAPACITY_VERBS
+NO_AXES_VERBS: tuple[str, ...] = (PADDING_VERB, EQUAL_MICROBATCH_VERB) + CAPACITY_VERBS + (LENGTH_VERB,)
 # every statement about the aux term's statistics (check.auxstats)
 STATS_VERBS: tuple[str, ...] = GROUP_VERBS + PROBS_VERBS + (EQUAL_WEIGHTS_VERB,) + NO_AXES_VERBS
 

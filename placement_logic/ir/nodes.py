@@ -226,6 +226,9 @@ class Model:
     # the group of tokens the aux term's routing statistics are taken over (``losses { aux_stats = SCOPE }``,
     # ir.losses.STATS_OBJECTIVES, check.auxstats): (scope, span of its line); None: not stated
     aux_stats: tuple[str, Span] | None = None
+    # the rows pack several documents of free lengths (``losses { aux_packed = true }``, check.auxpacked): the span of
+    # its line; None: each row is one sequence
+    aux_packed: Span | None = None
     # the cross entropy's extra terms the objective states (``losses { label_smoothing = true  logit_z_loss = true }``,
     # ir.losses.CE_TERMS): (key, span of its line) for each stated true
     ce_terms: tuple[tuple[str, Span], ...] = ()

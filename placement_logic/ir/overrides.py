@@ -84,6 +84,10 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "stats_per_sequence": (True, False),
         "stats_per_microbatch": (True, False),
         "stats_per_step": (True, False),
+        # each packed row's statistics (every document of the row at once), summed over these axes (check.auxpacked)
+        "stats_per_row": (True, False),
+        # the documents of a packed row averaged weighted by their real lengths, not equally (check.auxpacked)
+        "stats_length_weighted": (False, False),
         # the mean router probabilities P of loss[aux] over a group of their own (f keeps the stats_* group), and
         # the statistics counted over every padded position (check.auxstats)
         "probs_per_sequence": (True, False),
@@ -327,6 +331,8 @@ class OverrideVerb(StrEnum):
     STATS_PER_SEQUENCE = "stats_per_sequence"
     STATS_PER_MICROBATCH = "stats_per_microbatch"
     STATS_PER_STEP = "stats_per_step"
+    STATS_PER_ROW = "stats_per_row"
+    STATS_LENGTH_WEIGHTED = "stats_length_weighted"
     PROBS_PER_SEQUENCE = "probs_per_sequence"
     PROBS_PER_MICROBATCH = "probs_per_microbatch"
     PROBS_PER_STEP = "probs_per_step"

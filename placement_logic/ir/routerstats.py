@@ -50,7 +50,7 @@ def problems(plan, bindings=None) -> list[tuple[str, str, object, tuple[str, ...
                  "are gathered over, but the model states no objective for them", said[-1].span,
                  ("state it in the model: losses { aux_stats = global_batch | per_microbatch | per_sequence }",))]
     token, _ = token_axes(plan)
-    out = []
+    out = _row_problems(plan, said)
     for o in said:
         axes = tuple(o.axes or ())
         for i, a in enumerate(axes):
@@ -61,6 +61,25 @@ def problems(plan, bindings=None) -> list[tuple[str, str, object, tuple[str, ...
                             "same tokens, so the router's statistics do not differ over it", o.span,
                             (f"the axes that split the router's tokens here: {', '.join(token) or 'none'}",)))
     return out or _cell_problems(plan, said, bindings or {})  # PL264, PL265 once the axes are sound
+
+
+def _row_problems(plan, said) -> list:
+    """PL506 for ``stats_per_row`` where the model states no packed rows: a row is then one sequence, and the
+    statement is ``stats_per_sequence`` (check.auxpacked)."""
+    if plan.model.aux_packed is None:
+        return [(Code.OVERRIDE_NO_EFFECT, f"override loss[aux]: {o.verb} changes nothing: the model states no packed "
+                 f"rows (losses {{ {losses.PACKED_KEY} = true }}), so each row is one sequence and its statistics are "
+                 "the sequence's", o.span, ("state 'stats_per_sequence over (AXES)', or the packing in the model",))
+                for o in said if o.verb in (losses.ROW_VERB, losses.LENGTH_VERB)]
+    fo, po = stated(plan), stated(plan, losses.PROBS_VERBS)
+    fv = fo.verb if fo is not None else {"per_sequence": "stats_per_sequence"}.get(plan.model.aux_stats[0], "")
+    pv = po.verb if po is not None else fv
+    if fv.endswith("_per_sequence") or pv.endswith("_per_sequence"):  # some factor per document: cells per document
+        return []
+    return [(Code.OVERRIDE_NO_EFFECT, f"override loss[aux]: {o.verb} changes nothing: the path takes f and P over "
+             "whole rows or more, so a row holds one group and there are no documents to weight", o.span,
+             ("length weighting applies to per-document statistics (stats_per_sequence or probs_per_sequence)",))
+            for o in said if o.verb == losses.LENGTH_VERB]
 
 
 def gathered_cells(plan) -> tuple[str, ...]:

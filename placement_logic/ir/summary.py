@@ -188,7 +188,8 @@ def spec_text(spec: ir.Spec, plans: tuple[str, ...] = (), sets: Collection[str] 
                                                           for k, v in m["groups"].items()))
     if spec.model is not None and spec.model.loss_terms:  # the objective's terms besides the main loss
         lines.append("  loss terms: " + ", ".join(f"{t} = {o}" for t, o, _ in spec.model.loss_terms)
-                     + (f" (aux statistics: {spec.model.aux_stats[0]})" if spec.model.aux_stats else ""))
+                     + (f" (aux statistics: {spec.model.aux_stats[0]}"
+                        + (", packed rows" if spec.model.aux_packed else "") + ")" if spec.model.aux_stats else ""))
     if spec.model is not None and spec.model.ce_terms:  # the cross entropy's label smoothing, output z-loss
         lines.append("  cross entropy: " + ", ".join(k for k, _ in spec.model.ce_terms))
     lines += _window_lines(spec.model)

@@ -210,8 +210,12 @@ def _losses(vals: Values, block: surface.SubBlock, fields: dict) -> None:
     main loss, each with the normalisation its objective states (``ir.losses``)."""
     terms = []
     ce = []
-    for p in props(vals, block.props, tuple(ir_losses.TERMS) + (ir_losses.STATS_KEY,) + tuple(ir_losses.CE_TERMS),
-                   "losses"):
+    for p in props(vals, block.props, tuple(ir_losses.TERMS) + (ir_losses.STATS_KEY, ir_losses.PACKED_KEY)
+                   + tuple(ir_losses.CE_TERMS), "losses"):
+        if p.key == ir_losses.PACKED_KEY:  # the rows pack documents of free lengths (check.auxpacked)
+            if vals.flag_value(p):
+                fields["aux_packed"] = p.span
+            continue
         if p.key in ir_losses.CE_TERMS:  # the cross entropy's label smoothing or output z-loss (check.actflow_loss)
             if vals.flag_value(p):
                 ce.append((p.key, p.span))
@@ -231,6 +235,13 @@ def _losses(vals: Values, block: surface.SubBlock, fields: dict) -> None:
         vals.cx.error(Code.STATS_SCOPE_TERM, f"'{ir_losses.STATS_KEY}' states the scope of the routing statistics of a "
                       "term the losses section does not declare", fields["aux_stats"][1],
                       ("declare the load-balancing term with it: losses { aux = global_mean  aux_stats = global_batch }",))
+
+
+    if "aux_packed" in fields and "aux_stats" not in fields:
+        vals.cx.error(Code.PACKED_WITHOUT_STATS, f"'{ir_losses.PACKED_KEY}' states that the rows pack documents for the aux "
+                      "term's per-sequence statistics, but the losses section states no aux_stats", fields["aux_packed"],
+                      ("state the statistics' scope: losses { aux = per_microbatch_mean  aux_stats = per_sequence  "
+                       "aux_packed = true }",))
 
 
 def _buckets(vals: Values, block: surface.SubBlock, fields: dict) -> None:

@@ -96,6 +96,10 @@ MODELS.update({
 MODELS["gqa12"] = (  # two kv heads, 12 query heads: tensor sizes 3 x 4 give copy groups crossing the axes
     "transformer {\n    hidden = 1536\n    layers = 16\n    heads = 12\n    kv_heads = 2\n    ffn = 6144\n"
     "    vocab = 50304\n  }", "seq = 2048", "microbatch = 2", "microbatches = 4")
+# packed rows: several documents of free lengths per row, a sequence of the objective one document (check.auxpacked)
+AUX_PACKED = "losses {{\n    aux = per_microbatch_mean\n    aux_stats = {}\n    aux_packed = true\n  }}"
+MODELS["moe_aux_seq_packed"] = MODELS["moe"] + (AUX_PACKED.format("per_sequence"),)
+MODELS["moe_aux_micro_packed"] = MODELS["moe"] + (AUX_PACKED.format("per_microbatch"),)
 MODELS["moe_aux_global_k8"] = tuple(line.replace("top_k = 2", "top_k = 8") for line in MODELS["moe_aux_global"])
 # sliding-window attention (docs/language.md, "The model"; check.cpwindow): a window of 512 of 2048 positions, and one
 # as long as the sequence (it never binds)
@@ -1582,6 +1586,29 @@ for name, b, model, line, why in [
     bb = BASES[b]
     equivalent(name, bb.title, why + "; the term's contributions are weighted as the objective states.",
                list(bb.bind) + [line], b, model=model)
+
+# the aux loss's statistics over packed rows (check.auxpacked): per row pools a row's documents
+mutant("aux_stats_packed_row_ep", "ep",
+       "a sequence-wise load-balancing loss over packed rows whose router sees each flattened pack as one sequence: "
+       "one f and one P per row, its documents pooled (`loss[aux]: stats_per_row over ()`).",
+       ["override loss[aux]: stats_per_row over ()"], ["GI aux_stats"],
+       mirrors="seq_aux_loss on a variable-length THD pack (NVIDIA/Megatron-LM#6108)", model="moe_aux_seq_packed")
+mutant("aux_stats_packed_doc_for_micro_ep", "ep",
+       "a per-microbatch load-balancing loss over packed rows computed per document instead "
+       "(`loss[aux]: stats_per_sequence over ()`).", ["override loss[aux]: stats_per_sequence over ()"],
+       ["GI aux_stats"], model="moe_aux_micro_packed")
+mutant("aux_stats_packed_length_weighted_ep", "ep",
+       "a sequence-wise load-balancing loss over packed rows whose per-document values are averaged over the tokens, "
+       "each document weighted by its length (`loss[aux]: stats_length_weighted`).",
+       ["override loss[aux]: stats_length_weighted"], ["GI aux_stats"], model="moe_aux_seq_packed")
+for name, model, line, why in [
+    ("aux_stats_packed_doc_stated_ep", "moe_aux_seq_packed", "override loss[aux]: stats_per_sequence over ()",
+     "the sequence-wise aux loss's statistics per document of the packed rows, no rank splitting a row"),
+    ("aux_stats_packed_one_row_ep", "moe_aux_micro_packed", "override loss[aux]: stats_per_row over ()",
+     "the per-microbatch aux loss's statistics per packed row, each microbatch one row: its microbatch's"),
+]:
+    equivalent(name, BASES["ep"].title, why + "; the term's contributions are weighted as the objective states.",
+               list(BASES["ep"].bind) + [line], "ep", model=model)
 
 # the aux loss's f and P over groups of their own: the path computes the loss of their union where every shard
 # holds as many real tokens (`tokens: equal`), and not where the counts may differ
