@@ -77,10 +77,11 @@ from .lift_cplayout import layout_lines
 from .lift_data import data_bindings
 from .lift_facts import SEEDING, init_apart, local_overflow, overflow, split_by_values, unmodelled
 from .lift_layout import NOT_LIFTED_KINDS, Lifted, Unliftable, _frames, _ident, _layout, _placement_axes
-from .lift_perrank import bucket_order, norm_epsilon, per_rank_pass, rank0_lines
+from .lift_perrank import bucket_order, per_rank_pass, rank0_lines
 from .lift_pipeline import P2P_KINDS, find_context_axes, find_pipeline
 from .lift_render import _clip, _empty_spec, _quoted, _render
 from .lift_step import AXIS_NAMES, Axes, LiftRole, Step, Strategies
+from .lift_termranks import norm_eps, term_ranks
 from .lift_terms import ignored_count, terms_pass
 
 
@@ -124,8 +125,9 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
         lines.append(("  override tokens: count_ignored  # observed: the count all-reduced is the positions, "
                       "ignored labels included", counted))
     lines.extend(loss_lines)
-    aux_model, aux_groups, aux_plan = aux_lines(st, st.aux_readings, named, loss.kind, loss.accum)
-    lines.extend(aux_plan)  # the balancing loss's statistics (lift_auxloss)
+    aux_readings, term_plan = term_ranks(st, st.aux_readings)  # the term on some ranks only (lift_termranks)
+    aux_model, aux_groups, aux_plan = aux_lines(st, aux_readings, named, loss.kind, loss.accum)
+    lines.extend(aux_plan + (term_plan if aux_plan else []))  # the balancing loss's statistics (lift_auxloss)
     cap_model, cap_plan = capacity_lines(st, router_width(named))
     lines.extend(cap_plan)  # the MoE dispatch's capacity step (lift_capacity)
     lines.extend(rank0_lines(st, departures, named))
@@ -137,7 +139,7 @@ def _lift(trace: dict, plan_name: str) -> Lifted:
         lines.append(grads.tie.line)
     clip = _clip([c for c in st.colls if c["seq"] not in nonlinear], params, st.layout, st.axes, grads.info, ax.tp,
                  ax.data_axes, st.script, ax.pp)
-    eps = norm_epsilon(st.colls, grads.info, st.script)
+    eps = norm_eps(st, grads.info)
     lines.extend(x for x in (clip, eps, overflow_line, scale_line, order_line, init_line) if x is not None)
     lines.extend(st.activation_lines)
     lines.extend(_checkpoint(st, ax, strategies, named))
