@@ -11,15 +11,13 @@ examples/traced/moe_aux_rank0.py and fsdp_clip_eps.py and require each verdict a
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import pytest
 from test_trace_auxloss import GATHERED, _routed
-from test_trace_perrank import _norm_reduced, stored
-from test_trace_terms import _with_term
+from test_trace_perrank import _norm_reduced, run, stored
+from test_trace_terms import _line, _with_term
 
-from placement_logic.cli import main
 from placement_logic.trace.lift import lift
 from placement_logic.trace.lift_layout import _Layout
 from placement_logic.trace.lift_termranks import rank_set
@@ -151,17 +149,6 @@ def test_an_epsilon_on_some_ranks_norm_pieces_is_eps_on_ranks(values, stated):
 
 
 # --------------------------------------------------------------------------- slow: the examples
-
-def run(argv):
-    out, err = io.StringIO(), io.StringIO()
-    status = main(argv, out=out, err=err)
-    return status, out.getvalue(), err.getvalue()
-
-
-def _line(script: str, text: str) -> int:
-    lines = (ROOT / "examples" / "traced" / script).read_text().splitlines()
-    return next(i for i, x in enumerate(lines, 1) if text in x)
-
 
 SCRIPTS = [
     # script, ranks, arguments, exit, the lifted line, the refuted obligation, the text of the script line it names
