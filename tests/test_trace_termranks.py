@@ -18,6 +18,9 @@ from test_trace_auxloss import GATHERED, _routed
 from test_trace_perrank import _norm_reduced, run, stored
 from test_trace_terms import _line, _with_term
 
+from placement_logic.check.run import check_spec
+from placement_logic.frontend.loader import load_string
+from placement_logic.outcome import Verdict
 from placement_logic.trace.lift import lift
 from placement_logic.trace.lift_layout import _Layout
 from placement_logic.trace.lift_termranks import rank_set
@@ -80,6 +83,11 @@ def test_the_balancing_loss_on_some_ranks_is_a_rank_set(edit, stated):
     assert lines == ([f"  {stated}"] if stated else []), out.text
     assert "the balancing loss, 0.01 · E · Σ f·P" in out.text  # the larger coefficient: the term as written
     assert "  override loss[aux]: stats_per_step over (dp)" in _plan(out.text)
+    # the lifted spec: a term weighted 0 or 1/X on some devices and 1 on the others is not single-device training's
+    spec = load_string(out.text, "lifted.place")
+    report = check_spec(spec, ["traced"], timeout=20).plans[0]
+    ob = next(o for o in report.obligations if o.name == "GI loss[aux] grads[moe_router]")
+    assert ob.verdict is (Verdict.REFUTED if stated else Verdict.PROVED), ob.unknown
 
 
 @pytest.mark.parametrize("edit,why", [

@@ -38,7 +38,8 @@ Steps, on the last step of the trace that reached the optimizer:
    the chunks of every sequence each context rank holds (``layout[inputs|labels|position_ids]``,
    ``lift_cplayout``), a DDP module registered in another parameter order on
    some ranks (``grads: bucket_order``), an epsilon on each rank's norm piece before its all-reduce
-   (``clip_norm: eps_before_reduce``); a loss scale updated from each rank's own found-inf flag
+   (``clip_norm: eps_before_reduce``) or on some ranks' (``eps_on_ranks``), the balancing loss added or scaled on
+   some ranks (``loss[aux]: on_ranks`` / ``divide_on_ranks``, ``lift_termranks``); a loss scale updated from each rank's own found-inf flag
    (``loss_scale: local``, ``lift_facts``).
 7. Gradient accumulation: k backward passes before one optimizer step are ``microbatches = k``;
    the loss multiplier is taken relative to 1 / k, and a departure is stated over k at the loss line.
