@@ -38,7 +38,8 @@ Steps, on the last step of the trace that reached the optimizer:
    the chunks of every sequence each context rank holds (``layout[inputs|labels|position_ids]``,
    ``lift_cplayout``), a DDP module registered in another parameter order on
    some ranks (``grads: bucket_order``), an epsilon on each rank's norm piece before its all-reduce
-   (``clip_norm: eps_before_reduce``); a loss scale updated from each rank's own found-inf flag
+   (``clip_norm: eps_before_reduce``) or on some ranks' (``eps_on_ranks``), the balancing loss added or scaled on
+   some ranks (``loss[aux]: on_ranks`` / ``divide_on_ranks``, ``lift_termranks``); a loss scale updated from each rank's own found-inf flag
    (``loss_scale: local``, ``lift_facts``).
 7. Gradient accumulation: k backward passes before one optimizer step are ``microbatches = k``;
    the loss multiplier is taken relative to 1 / k, and a departure is stated over k at the loss line.
@@ -80,11 +81,12 @@ from .lift_data import data_bindings
 from .lift_facts import SEEDING, init_apart, local_overflow, overflow, split_by_values, unmodelled
 from .lift_layout import NOT_LIFTED_KINDS, Lifted, Unliftable, _frames, _ident, _layout, _placement_axes
 from .lift_padding import padded_tokens
-from .lift_perrank import bucket_order, norm_epsilon, per_rank_pass, rank0_lines
+from .lift_perrank import bucket_order, per_rank_pass, rank0_lines
 from .lift_pipeline import P2P_KINDS, find_context_axes, find_pipeline
 from .lift_render import _clip, _empty_spec, _quoted, _render
 from .lift_router import router_lines
 from .lift_step import AXIS_NAMES, Axes, LiftRole, Step, Strategies
+from .lift_termranks import norm_eps, term_ranks
 from .lift_terms import ignored_count, terms_pass
 
 
@@ -131,9 +133,10 @@ def _lift(trace: dict, plan_name: str, objective: dict[str, str]) -> Lifted:
         lines.append(("  override tokens: count_ignored  # observed: the count all-reduced is the positions, "
                       "ignored labels included", counted))
     lines.extend(loss_lines)
-    aux_model, aux_groups, aux_plan = aux_lines(st, st.aux_readings, named, loss.kind, loss.accum,
+    aux_readings, term_plan = term_ranks(st, st.aux_readings)  # the term on some ranks only (lift_termranks)
+    aux_model, aux_groups, aux_plan = aux_lines(st, aux_readings, named, loss.kind, loss.accum,
                                                 objective.get("aux_stats"))
-    lines.extend(aux_plan)  # the balancing loss's statistics (lift_auxloss)
+    lines.extend(aux_plan + (term_plan if aux_plan else []))  # the balancing loss's statistics (lift_auxloss)
     cap_model, cap_plan = capacity_lines(st, router_width(named))
     lines.extend(cap_plan)  # the MoE dispatch's capacity step (lift_capacity)
     router_model, router_plan = router_lines(st, ax, strategies.sp, bool(cap_model))
@@ -147,7 +150,7 @@ def _lift(trace: dict, plan_name: str, objective: dict[str, str]) -> Lifted:
         lines.append(grads.tie.line)
     clip = _clip([c for c in st.colls if c["seq"] not in nonlinear], params, st.layout, st.axes, grads.info, ax.tp,
                  ax.data_axes, st.script, ax.pp)
-    eps = norm_epsilon(st.colls, grads.info, st.script)
+    eps = norm_eps(st, grads.info)
     lines.extend(x for x in (clip, eps, overflow_line, scale_line, order_line, init_line) if x is not None)
     lines.extend(st.activation_lines)
     lines.extend(_checkpoint(st, ax, strategies, named))
