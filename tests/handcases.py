@@ -1,6 +1,7 @@
 """The scaffold shared by the hand-case tests of one override obligation: the checker's verdict on the
 named obligation, and whether an independent simulator finds a violation at any mesh size of 1 to 3
-per axis (sizes pinned where the case pins them) and any of the given seeds."""
+per axis (sizes pinned where the case pins them) and any of the given seeds; and the union of a
+simulator's violations over every mesh size (the activation-flow tests)."""
 
 from __future__ import annotations
 
@@ -40,3 +41,11 @@ def simulator_finds(p, pinned: dict, seeds: int, hit: Callable[[object, dict, ra
         if any(hit(p, at, random.Random(seed)) for seed in range(seeds)):
             return True
     return False
+
+
+def violations_at_every_size(violations: Callable[[object, dict], set], p, values=(1, 2, 3)) -> set:
+    """The union of ``violations(p, sizes)`` over every mesh size in ``values`` per axis."""
+    found: set = set()
+    for sizes in product(values, repeat=len(p.mesh.names)):
+        found |= violations(p, dict(zip(p.mesh.names, sizes)))
+    return found
