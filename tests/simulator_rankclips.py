@@ -17,7 +17,7 @@ from fractions import Fraction
 from itertools import product
 
 from simulator import groups_of
-from simulator_rankset import group_rank, named
+from simulator_rankset import group_rank, named, stated
 
 from placement_logic import ir
 
@@ -27,14 +27,7 @@ CLIP_VERBS = ("clip_rank0_only", "clip_on_ranks")
 def clips(plan: ir.Plan, group: str) -> list[ir.Override]:
     """Every clip statement on sets of ranks that applies to the group: per verb, the group's own, else
     the plan's (``all``, then no group)."""
-    out = []
-    for verb in CLIP_VERBS:
-        for who in (group, "all", None):
-            found = [o for o in plan.overrides if o.target == "grads" and o.verb == verb and o.group == who]
-            if found:
-                out += found
-                break
-    return out
+    return stated(plan, group, CLIP_VERBS)
 
 
 def combined(plan: ir.Plan, group: str) -> bool:

@@ -130,8 +130,14 @@ DIVISORS = ("divide_rank0_only", "divide_except_last", "divide_last_only", "divi
 def divisors(plan: ir.Plan, group: str) -> list[ir.Override]:
     """The group's divisor statements on sets of ranks: per verb every one of its own, else of the plan's
     (``all``, then no group); two of one verb both divide."""
+    return stated(plan, group, DIVISORS)
+
+
+def stated(plan: ir.Plan, group: str, verbs: tuple[str, ...]) -> list[ir.Override]:
+    """The ``grads`` statements of the verbs that apply to the group: per verb every one of the group's
+    own, else of the plan's (``all``, then no group)."""
     out = []
-    for verb in DIVISORS:
+    for verb in verbs:
         for who in (group, "all", None):
             found = [o for o in plan.overrides if o.target == "grads" and o.verb == verb and o.group == who]
             if found:

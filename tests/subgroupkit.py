@@ -146,3 +146,26 @@ def check_norm_against_the_simulator(spec_, p, sizes: dict) -> None:
     assert clip.verdict is Verdict.REFUTED
     assert any(("clip",) in simulator.norm_violations(p, sizes, random.Random(s)) for s in range(6))
     assert "grad-norm² on" in clip.counterexample.equation and "= 0" in clip.counterexample.equation
+
+
+def check_grads_refuted_at(spec_, p, sizes: dict) -> tuple:
+    """At pinned ``sizes``: ``GI grads[g]`` and its blocks refuted for ``dense`` and ``norms``, as the simulator
+    finds, and the dense blocks' replay gives rank A the contribution 1. Returns that counterexample and its
+    ranks A and B."""
+    report = check_plan(SESSION, spec_, p, sizes)
+    for g in ("dense", "norms"):
+        assert obligation(report, f"GI grads[{g}] blocks").verdict is Verdict.REFUTED
+        assert obligation(report, f"GI grads[{g}]").verdict is Verdict.REFUTED
+        assert sim(p, sizes, ("blocks", g)) and sim(p, sizes, ("gi", g))
+    cex = obligation(report, "GI grads[dense] blocks").counterexample
+    a, b = rank_of(cex, "rank A"), rank_of(cex, "rank B")
+    assert f"1 on (dp={a})" in dict(cex.values)["per-rank contribution"]
+    return cex, a, b
+
+
+def check_unpinned_witness(spec_, p, n: int) -> None:
+    """Unpinned, the dense blocks are refuted at dp = ``n`` (the ranks the statement holds), and the simulator
+    finds them wrong there."""
+    ob = obligation(check_plan(SESSION, spec_, p, {}), "GI grads[dense] blocks")
+    assert ob.verdict is Verdict.REFUTED and dict(ob.counterexample.sizes)["dp"] == n
+    assert sim(p, {"dp": n, "microbatches": 1}, ("blocks", "dense"))

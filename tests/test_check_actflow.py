@@ -6,10 +6,10 @@ move in the cost schedule."""
 from __future__ import annotations
 
 from dataclasses import replace
-from itertools import product
 
 import pytest
 import simulator_act
+from handcases import violations_at_every_size
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as hs
 from irkit import ov, plan
@@ -35,10 +35,7 @@ def verdicts(report) -> dict[tuple, Verdict]:
 
 
 def simulated(p: ir.Plan) -> set:
-    found: set = set()
-    for sizes in product((1, 2, 3), repeat=len(p.mesh.names)):
-        found |= simulator_act.violations(p, dict(zip(p.mesh.names, sizes)))
-    return found
+    return violations_at_every_size(simulator_act.violations, p)
 
 
 def _with(axes, overrides=(), sp=False, recompute=ir.Recompute.NONE):

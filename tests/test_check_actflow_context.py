@@ -7,11 +7,11 @@ and the format round trip."""
 from __future__ import annotations
 
 from dataclasses import replace
-from itertools import product
 from pathlib import Path
 
 import pytest
 import simulator_cp
+from handcases import violations_at_every_size
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 from irkit import ov, plan
@@ -42,10 +42,7 @@ def verdicts(report) -> dict[tuple, Verdict]:
 
 
 def simulated(p: ir.Plan) -> set:
-    found: set = set()
-    for sizes in product((1, 2, 3), repeat=len(p.mesh.names)):
-        found |= simulator_cp.violations(p, dict(zip(p.mesh.names, sizes)))
-    return found
+    return violations_at_every_size(simulator_cp.violations, p)
 
 
 HAND = [

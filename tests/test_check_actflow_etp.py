@@ -7,10 +7,9 @@ round trip."""
 
 from __future__ import annotations
 
-from itertools import product
-
 import pytest
 import simulator_etp
+from handcases import violations_at_every_size
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 from tiers import examples
@@ -56,10 +55,7 @@ def verdicts(report) -> dict[tuple, Verdict]:
 
 
 def simulated(p) -> set:
-    found: set = set()
-    for sizes in product((1, 2, 3), repeat=len(p.mesh.names)):
-        found |= simulator_etp.violations(p, dict(zip(p.mesh.names, sizes)))
-    return found
+    return violations_at_every_size(simulator_etp.violations, p)
 
 
 HAND = [

@@ -6,11 +6,11 @@ the all-to-alls the overrides move in the cost schedule."""
 from __future__ import annotations
 
 from dataclasses import replace
-from itertools import product
 from pathlib import Path
 
 import pytest
 import simulator_act
+from handcases import violations_at_every_size
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 from irkit import ov, plan
@@ -41,10 +41,7 @@ def verdicts(report) -> dict[tuple, Verdict]:
 
 
 def simulated(p: ir.Plan) -> set:
-    found: set = set()
-    for sizes in product((1, 2, 3), repeat=len(p.mesh.names)):
-        found |= simulator_act.experts_violations(p, dict(zip(p.mesh.names, sizes)))
-    return found
+    return violations_at_every_size(simulator_act.experts_violations, p)
 
 
 ACT, GRAD = ("act", "experts"), ("grad", "experts")

@@ -7,10 +7,9 @@ whose ranks hold the same tokens."""
 
 from __future__ import annotations
 
-from itertools import product
-
 import pytest
 import simulator_moe
+from handcases import violations_at_every_size
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as hs
 from tiers import examples
@@ -57,10 +56,7 @@ def verdicts(spec, p) -> dict[tuple, Verdict]:
 
 
 def simulated(p, values=(1, 2, 3)) -> set:
-    found: set = set()
-    for sizes in product(values, repeat=len(p.mesh.names)):
-        found |= simulator_moe.violations(p, dict(zip(p.mesh.names, sizes)))
-    return found
+    return violations_at_every_size(simulator_moe.violations, p, values)
 
 
 def both(*axes):

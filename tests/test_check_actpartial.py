@@ -6,10 +6,10 @@ against numbers derived by hand, the diagnostics, the unchanged cost schedule an
 from __future__ import annotations
 
 from dataclasses import replace
-from itertools import product
 
 import pytest
 import simulator_actpartial
+from handcases import violations_at_every_size
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 from irkit import ov, plan
@@ -56,10 +56,7 @@ def refuted(spec, p) -> set:
 
 
 def simulated(p) -> set:
-    found: set = set()
-    for sizes in product((1, 2, 3), repeat=len(p.mesh.names)):
-        found |= simulator_actpartial.violations(p, dict(zip(p.mesh.names, sizes)))
-    return found
+    return violations_at_every_size(simulator_actpartial.violations, p)
 
 
 HAND = [

@@ -5,15 +5,14 @@ hand-derived answers, the replayed scales recomputed by hand, located input erro
 from __future__ import annotations
 
 import random
-from itertools import product
 
 import pytest
 import simulator_amax
+from handcases import obligation, obligation_or_skip, simulator_finds
 from irkit import ov, plan
 
 from placement_logic.check.run import check_plan
 from placement_logic.cli import main
-from placement_logic.diagnostics import Code, DiagnosticError
 from placement_logic.frontend.canonical import format_source
 from placement_logic.outcome import Verdict
 from placement_logic.solver.session import Session
@@ -50,16 +49,9 @@ def _key(name: str, p) -> set:
 @pytest.mark.parametrize("axes,sp,overrides,pinned,name,ok", CASES, ids=[str(i) for i in range(len(CASES))])
 def test_agrees_with_the_simulator_and_by_hand(axes, sp, overrides, pinned, name, ok):
     spec, p = plan("p", axes, sp=sp, overrides=overrides)
-    ob = next(o for o in check_plan(SESSION, spec, p, pinned).obligations if o.name == name)
+    ob = obligation(SESSION, spec, p, pinned, name)
     assert ob.verdict is (Verdict.PROVED if ok else Verdict.REFUTED), (ob.verdict, ob.reason)
-    names = p.mesh.names
-    found = False
-    for sizes in product((1, 2, 3), repeat=len(names)):
-        at = dict(zip(names, sizes))
-        if any(at[k] != v for k, v in pinned.items()):
-            continue
-        for seed in range(6):
-            found |= bool(simulator_amax.violations(p, at, random.Random(seed)) & _key(name, p))
+    found = simulator_finds(p, pinned, 6, lambda p, at, rng: simulator_amax.violations(p, at, rng) & _key(name, p))
     assert found is (not ok)
 
 
@@ -89,14 +81,8 @@ def _random_plans(n: int):
 @pytest.mark.parametrize("axes,sp,overrides", _random_plans(20), ids=[str(i) for i in range(20)])
 def test_random_plans_agree_with_the_simulator(axes, sp, overrides):
     spec, p = plan("p", axes, sp=sp, overrides=overrides)
-    try:
-        report = check_plan(SESSION, spec, p, {})
-    except DiagnosticError as e:
-        assert all(d.code == Code.OVERRIDE_NO_EFFECT for d in e.diagnostics)
-        pytest.skip("PL506: the statement changes nothing")
-    ob = next(o for o in report.obligations if o.name == "SC amax")
-    found = any(simulator_amax.violations(p, dict(zip(p.mesh.names, s)), random.Random(seed))
-                for s in product((1, 2, 3), repeat=2) for seed in range(6))
+    ob = obligation_or_skip(SESSION, spec, p, "SC amax")
+    found = simulator_finds(p, {}, 6, simulator_amax.violations)
     assert (ob.verdict is Verdict.REFUTED) is found, (axes, sp, overrides, ob.verdict)
 
 

@@ -6,10 +6,10 @@ the simulator's own scaler, located input errors and fmt."""
 from __future__ import annotations
 
 import random
-from itertools import product
 
 import pytest
 import simulator_scaler
+from handcases import obligation, obligation_or_skip, simulator_finds
 from irkit import ov, plan
 
 from placement_logic.check.run import check_plan
@@ -45,17 +45,9 @@ CASES = [
 @pytest.mark.parametrize("axes,overrides,pinned,ok", CASES, ids=[str(i) for i in range(len(CASES))])
 def test_agrees_with_the_simulator_and_by_hand(axes, overrides, pinned, ok):
     spec, p = plan("p", axes, overrides=overrides)
-    ob = next(o for o in check_plan(SESSION, spec, p, pinned).obligations if o.name == NAME)
+    ob = obligation(SESSION, spec, p, pinned, NAME)
     assert ob.verdict is (Verdict.PROVED if ok else Verdict.REFUTED), (ob.verdict, ob.reason)
-    names = p.mesh.names
-    found = False
-    for sizes in product((1, 2, 3), repeat=len(names)):
-        at = dict(zip(names, sizes))
-        if any(at[k] != v for k, v in pinned.items()):
-            continue
-        for seed in range(8):
-            found |= bool(simulator_scaler.violations(p, at, random.Random(seed)))
-    assert found is (not ok)
+    assert simulator_finds(p, pinned, 8, simulator_scaler.violations) is (not ok)
 
 
 def test_the_replayed_flags_part_the_simulators_scalers():
@@ -134,15 +126,8 @@ def _random_plans(n: int):
 
 @pytest.mark.parametrize("axes,overrides", _random_plans(16), ids=[str(i) for i in range(16)])
 def test_random_plans_agree_with_the_simulator(axes, overrides):
-    from placement_logic.diagnostics import Code, DiagnosticError
-
     spec, p = plan("p", axes, overrides=overrides)
-    try:
-        report = check_plan(SESSION, spec, p, {})
-    except DiagnosticError as e:  # a named axis no group is sharded on, or one the flag is not reduced over
-        assert all(d.code == Code.OVERRIDE_NO_EFFECT for d in e.diagnostics)
-        pytest.skip("PL506: the statement changes nothing")
-    ob = next(o for o in report.obligations if o.name == NAME)
-    found = any(simulator_scaler.violations(p, dict(zip(p.mesh.names, sizes)), random.Random(seed))
-                for sizes in product((1, 2, 3), repeat=2) for seed in range(8))
+    # PL506 (skipped): a named axis no group is sharded on, or one the flag is not reduced over
+    ob = obligation_or_skip(SESSION, spec, p, NAME)
+    found = simulator_finds(p, {}, 8, simulator_scaler.violations)
     assert (ob.verdict is Verdict.REFUTED) is found, (axes, overrides, ob.verdict)

@@ -14,43 +14,16 @@ from __future__ import annotations
 import random
 from itertools import product
 
+import kvkit
 import pytest
 import simulator
 import simulator_kvproduct as kvp
 
-from placement_logic.check.run import check_spec
 from placement_logic.frontend.loader import load_string
 from placement_logic.ir import heads
 from placement_logic.outcome import Verdict
 
-
-def spec_text(tensor: dict[str, int], kv: int, plans: dict[str, str], n_heads: int) -> str:
-    axes = "".join(f"  {a}: megatron_tp\n" for a in tensor)
-    body = "\n".join(f"plan {name} {{\n  dp: ddp\n{axes}{extra}}}\n" for name, extra in plans.items())
-    mesh = "".join(f"  {a} = {s}\n" for a, s in tensor.items())
-    return f"""from std.data import ddp
-from std.tensor import megatron_tp
-
-model {{
-  transformer {{
-    hidden = {32 * n_heads}
-    layers = 2
-    heads = {n_heads}
-    kv_heads = {kv}
-    ffn = {96 * n_heads}
-    vocab = {64 * n_heads}
-  }}
-  seq = 64
-  microbatch = 1
-  microbatches = 2
-}}
-
-mesh {{
-  dp = 2
-{mesh}}}
-
-{body}"""
-
+spec_text = kvkit.spec_text
 
 # (tensor axes and sizes, K, query heads): copy groups crossing the axes' blocks
 SHAPES = {
@@ -79,12 +52,11 @@ NORMS = {  # name -> (statement, right by hand: each head's squared norm counted
 
 
 def _report(text: str, plan: str, **kw):
-    return check_spec(load_string(text, "kvjoint.place"), [plan], timeout=20, **kw).plans[0]
+    return kvkit.report(text, plan, "kvjoint.place", **kw)
 
 
 def _gi_broken(p, bindings: dict, sizes: dict[str, int]) -> bool:
-    rng = random.Random(7)
-    return any(not simulator.gi_ok(p, "kv", sizes, rng, bindings) for _ in range(3))
+    return kvkit.gi_broken(p, bindings, sizes, 7)
 
 
 def _gi_agrees(text: str, names, tensor: dict[str, int], expected: dict[str, bool] | None = None) -> None:

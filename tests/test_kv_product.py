@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 from itertools import product
 
+import kvkit
 import pytest
 import simulator
 
@@ -24,32 +25,7 @@ from placement_logic.outcome import Verdict
 
 
 def spec_text(tp: int, tq: int, kv: int, plans: dict[str, str], n_heads: int = 8) -> str:
-    body = "\n".join(f"plan {name} {{\n  dp: ddp\n  tp: megatron_tp\n  tq: megatron_tp\n{extra}}}\n"
-                     for name, extra in plans.items())
-    return f"""from std.data import ddp
-from std.tensor import megatron_tp
-
-model {{
-  transformer {{
-    hidden = {32 * n_heads}
-    layers = 2
-    heads = {n_heads}
-    kv_heads = {kv}
-    ffn = {96 * n_heads}
-    vocab = {64 * n_heads}
-  }}
-  seq = 64
-  microbatch = 1
-  microbatches = 2
-}}
-
-mesh {{
-  dp = 2
-  tp = {tp}
-  tq = {tq}
-}}
-
-{body}"""
+    return kvkit.spec_text({"tp": tp, "tq": tq}, kv, plans, n_heads)
 
 
 GRADS = {
@@ -78,12 +54,11 @@ GRADS_OK = {shape: {"derived", "dp_tq"} if lay["tp"][1] and lay["tq"] == (1, 0) 
 
 
 def _report(text: str, plan: str):
-    return check_spec(load_string(text, "kvproduct.place"), [plan], timeout=20).plans[0]
+    return kvkit.report(text, plan, "kvproduct.place")
 
 
 def _gi_broken(p, bindings: dict, sizes: dict[str, int]) -> bool:
-    rng = random.Random(5)
-    return any(not simulator.gi_ok(p, "kv", sizes, rng, bindings) for _ in range(3))
+    return kvkit.gi_broken(p, bindings, sizes, 5)
 
 
 @pytest.mark.parametrize("shape", list(LAYOUTS))

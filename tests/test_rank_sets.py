@@ -12,7 +12,7 @@ from fractions import Fraction
 import pytest
 import subgroupkit as kit
 from irkit import ov, plan
-from subgroupkit import DDP_TP, DP, PSI, SESSION, ZERO2, obligation, rank_of, run, sim, spec_text
+from subgroupkit import DDP_TP, DP, PSI, SESSION, ZERO2, rank_of, run, spec_text
 
 from placement_logic.check.run import check_plan, check_spec
 from placement_logic.diagnostics import DiagnosticError
@@ -100,16 +100,8 @@ SETS = [((0,), (1,)), ((1,), (0,)), ((0, 2), (1,)), ((2,), (0, 1)), ((0, 3), (1,
 @pytest.mark.parametrize("sets", SETS)
 def test_grad_sets_agree_with_the_simulator_and_by_hand(sets):
     spec_, p = plan("p", DP, overrides=(ov("grads", "reduce_sets", None, ("dp",), sets=sets),))
-    sizes = {"dp": sum(map(len, sets)), "microbatches": 1}
-    report = check_plan(SESSION, spec_, p, sizes)
-    for g in ("dense", "norms"):
-        assert obligation(report, f"GI grads[{g}] blocks").verdict is Verdict.REFUTED
-        assert obligation(report, f"GI grads[{g}]").verdict is Verdict.REFUTED
-        assert sim(p, sizes, ("blocks", g)) and sim(p, sizes, ("gi", g))
-    cex = obligation(report, "GI grads[dense] blocks").counterexample
-    a, b = rank_of(cex, "rank A"), rank_of(cex, "rank B")
+    _, a, b = kit.check_grads_refuted_at(spec_, p, {"dp": sum(map(len, sets)), "microbatches": 1})
     assert set_of(sets, a) != set_of(sets, b)
-    assert f"1 on (dp={a})" in dict(cex.values)["per-rank contribution"]
 
 
 def test_grad_sets_of_one_group_leave_the_others_alone():
@@ -133,9 +125,7 @@ def test_norm_sets_agree_with_the_simulator(sets):
 
 def test_unpinned_the_witness_is_the_number_of_ranks_held_and_replays_in_the_simulator():
     spec_, p = plan("p", DP, overrides=(ov("grads", "reduce_sets", None, ("dp",), sets=((4, 1), (0, 2, 3))),))
-    ob = obligation(check_plan(SESSION, spec_, p, {}), "GI grads[dense] blocks")
-    assert ob.verdict is Verdict.REFUTED and dict(ob.counterexample.sizes)["dp"] == 5
-    assert sim(p, {"dp": 5, "microbatches": 1}, ("blocks", "dense"))
+    kit.check_unpinned_witness(spec_, p, 5)
 
 
 def _random_sets(rng, n):

@@ -11,7 +11,7 @@ from fractions import Fraction
 import pytest
 import subgroupkit as kit
 from irkit import ov, plan
-from subgroupkit import DDP_TP, DP, PSI, SESSION, ZERO2, obligation, rank_of, run, sim, spec_text
+from subgroupkit import DDP_TP, DP, PSI, SESSION, ZERO2, rank_of, run, spec_text
 
 from placement_logic.check.run import check_plan, check_spec
 from placement_logic.diagnostics import DiagnosticError
@@ -103,19 +103,11 @@ PARTITIONS = [(1, 1), (2, 1), (1, 2), (3, 1), (1, 3), (2, 2), (2, 1, 1), (1, 2, 
 @pytest.mark.parametrize("parts", PARTITIONS)
 def test_grad_groups_agree_with_the_simulator_and_by_hand(parts):
     spec_, p = plan("p", DP, overrides=(ov("grads", "reduce_groups", None, ("dp",), sizes=parts),))
-    sizes = {"dp": sum(parts), "microbatches": 1}
-    report = check_plan(SESSION, spec_, p, sizes)
-    for g in ("dense", "norms"):
-        assert obligation(report, f"GI grads[{g}] blocks").verdict is Verdict.REFUTED
-        assert obligation(report, f"GI grads[{g}]").verdict is Verdict.REFUTED
-        assert sim(p, sizes, ("blocks", g)) and sim(p, sizes, ("gi", g))
-    cex = obligation(report, "GI grads[dense] blocks").counterexample
-    a, b = rank_of(cex, "rank A"), rank_of(cex, "rank B")
+    cex, a, b = kit.check_grads_refuted_at(spec_, p, {"dp": sum(parts), "microbatches": 1})
     assert group_of(parts, a) != group_of(parts, b)  # the solver's two ranks, in different groups by hand
     j = group_of(parts, b)
     first = sum(parts[:j])
     assert f"the sum over ranks {first}..{first + parts[j] - 1} of dp" in cex.equation, cex.equation
-    assert f"1 on (dp={a})" in dict(cex.values)["per-rank contribution"]
 
 
 def test_grad_groups_of_one_group_leave_the_others_alone():
@@ -138,9 +130,7 @@ def test_norm_groups_agree_with_the_simulator(parts):
 
 def test_unpinned_the_witness_is_the_sum_and_replays_in_the_simulator():
     spec_, p = plan("p", DP, overrides=(ov("grads", "reduce_groups", None, ("dp",), sizes=(2, 3)),))
-    ob = obligation(check_plan(SESSION, spec_, p, {}), "GI grads[dense] blocks")
-    assert ob.verdict is Verdict.REFUTED and dict(ob.counterexample.sizes)["dp"] == 5
-    assert sim(p, {"dp": 5, "microbatches": 1}, ("blocks", "dense"))
+    kit.check_unpinned_witness(spec_, p, 5)
 
 
 @pytest.mark.parametrize("seed", range(12))
