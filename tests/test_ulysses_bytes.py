@@ -147,3 +147,20 @@ def test_named_case_analysis_valued_as_the_json_formula(path, tmp_path):
                 assert any(n in v for v in items.values()), (n, cond)
     md = _run("cost", path, "--format", "markdown")
     assert "Piecewise" not in md.split("P1:")[0] and re.search(r"P1: \d+ cases", md)
+
+
+def test_cases_kept_as_written_in_the_report():
+    """With the tensor size a symbol the share has a case per exceptional (t, g); the report keeps each as written
+    (a pair of sizes) rather than sympy's merged conditions (a conjunction of disjunctions thousands of
+    characters long, seconds to build): every listed case names one tensor and one Ulysses size."""
+    from placement_logic.costreport import latex
+    from placement_logic.costreport.build import build
+    from placement_logic.costreport.pieces import of_plan
+
+    r = build(load_string(_src(28, 4, _stmts("uneven", "uneven", "repeat"), tp=2), "x.place"))
+    pieces = of_plan(r.plans[0])
+    assert pieces and all(len(p.cases) >= 2 for p in pieces)
+    for p in pieces:
+        for _, cond in p.text_cases:
+            assert re.fullmatch(r"Eq\(cp, \d+\) & Eq\(tp, \d+\)", cond), cond
+    assert len(latex.render(r)) < 20000
