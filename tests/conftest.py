@@ -181,6 +181,8 @@ SAMPLED = {
     "tests/test_kv_joint.py::test_generated_plans_agree_with_the_simulator": r"\d+",
     "tests/test_check_rankclips.py::test_combined_clips_agree_with_the_simulator_and_by_hand": r"[\s\S]*",
     "tests/test_check_subgroups_axes.py::test_two_kinds_over_two_axes_agree_with_the_simulator_and_by_hand": r"[\s\S]*",
+    "tests/test_ulysses_heads.py::test_generated_plans_agree_with_the_simulator": r"\d+",
+    "tests/test_ulysses_heads.py::test_gqa_costs_against_the_simulated_all_to_alls": r"[\s\S]*",
     "tests/test_check_cpshort.py::test_agrees_with_simulator": r"[\s\S]*",
     "tests/test_aux_stats_mixed.py::test_mixed_statements_agree_with_the_simulator": r"\d+",
     "tests/test_rank_sets_axes.py::test_verdict_agrees_with_the_simulator_and_by_hand": r"\d+",

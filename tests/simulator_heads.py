@@ -116,3 +116,20 @@ def run(h: int, kv: int, g: int, fwd: str, bwd: str, kv_rule: str) -> bool:
             return False  # a head attended in forward whose gradient never arrives
     seen = sorted(j for r in range(g) for j in {j for _, j in grads[r]})
     return seen == list(range(h))
+
+
+def traffic(h: int, kv: int, g: int, rule: str, kv_rule: str) -> list[int]:
+    """Head-slots through each rank in one pair of all-to-alls, one position per rank: the q, k, v heads it
+    receives from the other ranks before the attention and the output heads it sends them after it. The kv
+    heads: ``repeat``, each sender sends a rank the kv heads its received query heads read, each once;
+    ``split``, an all_to_all_single of the kv heads by the rule's sizes."""
+    ratio = h // kv
+    qs = _a2a([[(p, j) for j in range(h)] for p in range(g)], sizes(rule, h, g))
+    if kv_rule == "repeat":
+        kvs = [[(p, m) for p in range(g) for m in sorted({j // ratio for _, j in qs[r]})] for r in range(g)]
+    else:
+        kvs = _a2a([[(p, m) for m in range(kv)] for p in range(g)], sizes(rule, kv, g))
+    outs = [[(r, p, j) for p, j in qs[r]] for r in range(g)]  # rank r's output of head j at position p
+    back = _inverse(outs, sizes(rule, h, g), g)
+    sent = [sum(1 for p in range(g) for r_, _, _ in back[p] if r_ == r and p != r) for r in range(g)]
+    return [sum(1 for p, _ in qs[r] if p != r) + 2 * sum(1 for p, _ in kvs[r] if p != r) + sent[r] for r in range(g)]

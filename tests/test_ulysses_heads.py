@@ -23,7 +23,11 @@ SESSION = Session(timeout=20)
 RULES = ("uneven", "chunk", "floor")
 
 
-def _src(heads: int, kv: int, stmts: str, cp: int = 8, a2a: bool = True) -> str:
+def _src(heads: int, kv: int, stmts: str, cp: int = 8, a2a: bool = True, tp: int = 0) -> str:
+    if tp:
+        return (_src(heads, kv, stmts, cp, a2a).replace("from std.data import ddp\n", "from std.data import ddp\n"
+                "from std.tensor import megatron_tp\n").replace("  cp = ", f"  tp = {tp} @ intra_node\n  cp = ")
+                .replace("  cp: context_parallel\n", "  tp: megatron_tp\n  cp: context_parallel\n"))
     body = ("  override activations[context]: all_to_all over (cp)\n"
             "  override activation_grads[context]: all_to_all over (cp)\n" if a2a else "") + stmts
     return (f"from std.context import context_parallel\nfrom std.data import ddp\n\n"
@@ -129,6 +133,15 @@ def test_split_without_ulysses():
     assert [d.code for d in e.value.diagnostics] == [Code.HEADS_NO_ULYSSES]
 
 
+def test_split_with_a_backward_all_to_all_only():
+    """A head split with Ulysses in backward alone stays PL277, and the message says why."""
+    text = _src(28, 4, "  override activation_grads[context]: all_to_all over (cp)\n  override heads: uneven\n", a2a=False)
+    with pytest.raises(DiagnosticError) as e:
+        _check(text)
+    d = e.value.diagnostics[0]
+    assert d.code == Code.HEADS_NO_ULYSSES and "only Ulysses all-to-all is in backward" in d.message and d.span.line == 27
+
+
 def test_a_stated_split_lifts_pl197():
     with pytest.raises(DiagnosticError) as e:
         load_string(_src(28, 4, ""), "x.place")
@@ -180,3 +193,63 @@ def test_statements_format_round_trip(stmt):
     assert format_source(text, "x.place") == text
     messy = text.replace(f"  {stmt}", "  " + stmt.replace(": ", " :   ").replace("[", "[ ").replace("]", " ]"))
     assert format_source(messy, "x.place") == text
+
+
+def _a2a_forms(text: str) -> list:
+    """Each Ulysses all-to-all's bytes per device per occurrence, as a function of the mesh sizes."""
+    from placement_logic.costs import derive
+
+    a2a = [x for x in derive(load_string(text, "x.place").plans[0]).communication.collectives
+           if x.collective.kind == "all_to_all"]
+    assert len(a2a) == 2
+    forms = [x.bytes_per_device / x.count for x in a2a]
+    return [lambda subs, f=f: f.xreplace({s: subs[s.name] for s in f.free_symbols}) for f in forms]
+
+
+GQA = [(8, 2, 1), (12, 4, 1), (28, 4, 1), (32, 8, 2), (6, 3, 1), (16, 2, 4)]
+
+
+@pytest.mark.parametrize("h,kv,tp", GQA)
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("kv_rule", ("repeat", "split"))
+def test_gqa_costs_against_the_simulated_all_to_alls(h, kv, tp, rule, kv_rule):
+    """Under GQA the k, v bytes are those of the kv heads each rank receives: the simulator runs both all-to-alls of
+    a pair on tagged heads (one position per rank) and counts the head-slots through every rank; the cost is the
+    largest rank's count times its 65536/cp positions, 128 per head, 2 bytes, at every cp from 2 past the heads."""
+    text = _src(h, kv, _stmts(rule, rule, kv_rule), tp=tp)
+    ht, kt = h // tp, (kv // tp if kv % tp == 0 else 1)
+    forms = _a2a_forms(text)
+    for g in range(2, ht + 3):
+        want = max(simulator_heads.traffic(ht, kt, g, rule, kv_rule)) * Fraction(65536, g) * 128 * 2
+        for form in forms:
+            assert form({"cp": g, "tp": tp, "dp": 2}) == want, (g, want)
+
+
+def _generated(seed: int) -> tuple[str, tuple]:
+    """A random plan: heads and kv heads, the three rules (each stated or left derived), a data strategy and a
+    layout of the context blocks stated beside them."""
+    import random
+
+    rng = random.Random(seed)
+    h = rng.choice((5, 6, 7, 8, 12, 20, 28))
+    kv = rng.choice([d for d in range(1, h + 1) if h % d == 0])
+    fwd, bwd = rng.choice((None, *RULES)), rng.choice((None, *RULES))
+    kvr = rng.choice((None, "repeat", "split"))
+    data = rng.choice(("ddp", "zero1", "zero2", "zero3", "fsdp_full_shard"))
+    layout = rng.choice(("", "  override layout[inputs]: zigzag\n  override layout[labels]: zigzag\n"))
+    stmts = _stmts(fwd, bwd, kvr) or "  override heads: uneven\n"
+    text = _src(h, kv, stmts + layout).replace("import ddp\n", f"import {data}\n").replace("dp: ddp\n", f"dp: {data}\n")
+    f = fwd or "uneven"
+    return text, (h, kv, f, bwd or (fwd or "uneven"), kvr or "repeat")
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_generated_plans_agree_with_the_simulator(seed):
+    """Generated plans mixing the head rules with data strategies and layouts: the GI heads verdicts (each over every
+    Ulysses size) against the simulator run at every power-of-two group."""
+    text, (h, kv, f, b, kvr) = _generated(seed)
+    obs = _check(text)
+    assert set(obs) == {"GI heads[forward]", "GI heads[backward]", "GI heads[kv]"}, text
+    assert all(o.verdict in (Verdict.PROVED, Verdict.REFUTED) for o in obs.values())
+    refuted = any(o.verdict is Verdict.REFUTED for o in obs.values())
+    assert refuted == _simulated_fails(h, kv, f, b, kvr, [2 ** i for i in range(1, 8)]), text

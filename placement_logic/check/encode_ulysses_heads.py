@@ -41,6 +41,7 @@ import z3
 
 from ..diagnostics import NO_SPAN, Code, Diagnostic, DiagnosticError, Span
 from ..ir.overrides import OverrideTarget, OverrideVerb
+from ..ir.ulysses_split import local, split
 from . import encode_shapefacts as shapefacts
 from .encode_shapefacts import _int
 from .report import Counterexample
@@ -48,21 +49,6 @@ from .report import Counterexample
 RULES = (OverrideVerb.UNEVEN, OverrideVerb.CHUNK, OverrideVerb.FLOOR)
 KV_RULES = (OverrideVerb.REPEAT, OverrideVerb.SPLIT)
 PAIRS = ("forward", "backward", "kv")
-
-
-def split(rule: str, h: int, g: int) -> list[tuple[int, int]]:
-    """(first head, head count) of each of the g ranks under ``rule``."""
-    out, start = [], 0
-    for r in range(g):
-        if rule == OverrideVerb.UNEVEN:
-            n = h // g + (1 if r < h % g else 0)
-        elif rule == OverrideVerb.CHUNK:
-            n = max(0, min(-(-h // g), h - start))
-        else:
-            n = h // g
-        out.append((start, n))
-        start += n
-    return out
 
 
 @dataclass(frozen=True)
@@ -87,7 +73,7 @@ class HeadsModel:
 
     def local(self, t: int) -> tuple[int, int]:
         """The heads and kv heads of one tensor rank of t."""
-        return self.heads // t, (self.kv // t if self.kv % t == 0 else 1)
+        return local(self.heads, self.kv, t)
 
 
 def model(plan, bindings: dict, tensor: tuple[str, ...]) -> HeadsModel | None:
@@ -113,6 +99,13 @@ def model(plan, bindings: dict, tensor: tuple[str, ...]) -> HeadsModel | None:
         o = stated[0]
         why = ("the plan states no Ulysses all-to-all (override activations[context]: all_to_all over (...)) whose "
                "heads it would split" if not a2a else "the model's head counts are not numbers")
+        if not a2a and any(x.target == OverrideTarget.ACTIVATION_GRADS and x.group == "context"
+                           and x.verb == OverrideVerb.ALL_TO_ALL and x.axes for x in plan.overrides):
+            why = ("its only Ulysses all-to-all is in backward (activation_grads[context]), and a head split is typed for "
+                   "a forward pair only: a system's backward all-to-alls are the autograd of its forward ones "
+                   "(DeepSpeed's _SeqAllToAll), they split the heads the forward pair gave each rank, and a forward "
+                   "exchange over the sequence (ring or all-gather) gives none; state the forward all-to-all "
+                   "(override activations[context]: all_to_all over (...))")
         raise DiagnosticError([Diagnostic(Code.HEADS_NO_ULYSSES, f"override heads{f'[{o.group}]' if o.group else ''}: "
                                           f"{o.verb}: {why}", o.span)])
     ulysses = tuple(a for a in plan.mesh.names if a in a2a[-1].axes and a not in tensor)

@@ -48,6 +48,7 @@ from .model import (
     StageReport,
     TimeReport,
 )
+from .pieces import Pieces
 from .printed import Printed
 
 _OPS = {
@@ -68,6 +69,7 @@ class _Q:
         self.latex = latex
         self._made: dict[sympy.Expr, Quantity] = {}
         self.text = Printed()  # str() of a formula, shared subformulas printed once
+        self.pieces = Pieces(self.text, {s.name for s in self.subs} | set(axes))  # long case analyses named
 
     def __call__(self, expr: sympy.Expr) -> Quantity:
         # a report asks for the same formula many times (a stage's total is also the peak, the
@@ -90,12 +92,20 @@ class _Q:
                 if value.is_Rational:
                     exact = Fraction(int(value.p), int(value.q))
         tex, lines = "", ()
-        if self.latex:
-            printer = PlacementLatexPrinter(symbol_names([expr], self.axes))
+        named, repl = self.pieces.name(expr)
+        printer = PlacementLatexPrinter(symbol_names([expr], self.axes)) if self.latex else None
+        if printer is not None:
             tex = printer.doprint(expr)
-            lines = latex_lines(expr, printer) if tex_width(tex) > LINE_WIDTH else ()
+            if repl:  # the long case analyses named: the display equation prints the named form
+                shown = PlacementLatexPrinter({**symbol_names([expr], self.axes), **{
+                    s: rf"\mathcal{{P}}_{{{s.name[1:]}}}" for s in repl.values()}})
+                lines = latex_lines(named, shown, LINE_WIDTH)
+            else:
+                lines = latex_lines(expr, printer) if tex_width(tex) > LINE_WIDTH else ()
+        pieces = tuple(self.pieces.piece(pw, printer, exact_at(pw, self.values)) for pw in repl)
         return Quantity(formula=self.text(expr), latex=tex, exact=exact, value=self.text(value), unbound=tuple(free),
-                        symbols=tuple(sorted(s.name for s in expr.free_symbols)), latex_lines=lines)
+                        symbols=tuple(sorted(s.name for s in expr.free_symbols)), latex_lines=lines,
+                        shown=self.text(named) if repl else "", pieces=pieces)
 
     def ratio(self, a: sympy.Expr, b: sympy.Expr) -> Quantity | None:
         if b == 0:

@@ -49,6 +49,8 @@ def _factor(expr):
             return expr
         if isinstance(expr, (sympy.Max, sympy.Min)):
             return _extremum(expr.func, newargs)
+        if isinstance(expr, sympy.Piecewise):  # its cases as written: sympy's collapsing compares every pair of
+            return sympy.Piecewise(*newargs, evaluate=False)  # conditions (minutes for the Ulysses share's 60)
         return expr.func(*newargs)
     if isinstance(expr, (sympy.Sum, sympy.Integral)):
         return _factor_sum_int(expr, radical=False, clear=False, fraction=False, sign=True)
@@ -71,8 +73,8 @@ def _factor(expr):
         p = gcd_terms(p, isprimitive=True, clear=False, fraction=False).xreplace(special)
     elif isinstance(p, (sympy.Max, sympy.Min)):
         p = _extremum(p.func, [_do(a) for a in p.args])
-    elif p.args:
-        p = p.func(*[_do(a) for a in p.args])
+    elif p.args:  # a case analysis kept as written (above)
+        p = p.func(*[_do(a) for a in p.args], **({"evaluate": False} if isinstance(p, sympy.Piecewise) else {}))
     return _keep_coeff(cont, p, clear=False, sign=True)
 
 

@@ -21,6 +21,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from . import units
+from .pieces import latex_items, of_report
 from .rows import DEVICE_ROWS, tex_text
 
 if TYPE_CHECKING:  # the report model imports this renderer for _repr_latex_
@@ -136,7 +137,7 @@ def _step_lines(p: PlanReport) -> list[str]:
              _named(r"\mathrm{MFU}", rf"\frac{{{F_MODEL}}}{{N \cdot P_{{\mathrm{{peak}}}} \cdot {T_STEP}}}", t.mfu,
                     units.percent)]
     for lhs, q, show in _time_rows(p):
-        if all(tex_width(x) <= 1.5 * LINE_POINTS for x in (q.latex_lines or (q.latex,))):
+        if not q.pieces and all(tex_width(x) <= 1.5 * LINE_POINTS for x in (q.latex_lines or (q.latex,))):
             lines.append(_equation(lhs, q, show))
         else:
             lines.append(_named(lhs, r"\text{the kernel model (docs/time.md)}", q, show))
@@ -208,7 +209,8 @@ def _where(r: CostReport) -> list[str]:
     from ..costs.symbolic import display_name
 
     names = _symbols(r)
-    if not names:
+    named = of_report(q for p in r.plans for _, q in _rows(p))  # a time row with a case analysis is not printed
+    if not names and not named:
         return []
     axes = dict(r.axes)
     values = {b.name: b for b in r.bindings}
@@ -230,6 +232,7 @@ def _where(r: CostReport) -> list[str]:
         else:
             text += ", unbound (give it in the spec or with \\texttt{-{}-set})"
         out.append(rf"  \item[${display_name(n, axes)}$] {text}")
+    out += latex_items(named, _thin)
     if any(p.time is not None for p in r.plans):
         out += [r"  \item[$N$] the devices, $P_{\mathrm{peak}}$ the device's peak FLOP/s, $F_{\mathrm{model}}$ the "
                 r"model FLOPs of a step (three times the forward, without recompute); the $T$ terms are defined "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from . import units
 from .model import DEVICE_ROWS, CostReport, PlanReport, Quantity, compare_rows, stage_title
+from .pieces import of_plan, text_lines
 
 
 def _esc(text: str) -> str:
@@ -19,7 +20,7 @@ def _cell(q: Quantity) -> str:
     head = units.labelled(q.exact, "<br>")
     if q.exact is not None and q.formula == q.value:
         return head
-    return f"{head}<br>`{_esc(q.formula)}`"
+    return f"{head}<br>`{_esc(q.shown or q.formula)}`"
 
 
 def _count(q: Quantity) -> str:
@@ -63,6 +64,7 @@ def _plan(p: PlanReport, show_groups: bool = False) -> list[str]:
     out.append(f"| **total (network)** | | | | | {_cell(p.comm_total)} | {_cell(p.volume_total)} |")
     out.append("")
     out += _time(p)
+    out += [f"> where `{_esc(line)}`" for line in text_lines(of_plan(p))]
     out += [f"> note: {_esc(n)}" for n in p.notes]
     return out + [""] if p.notes else out
 

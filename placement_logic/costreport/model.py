@@ -31,6 +31,10 @@ class Quantity:
     unbound: tuple[str, ...] = ()
     symbols: tuple[str, ...] = ()  # every symbol of the formula (before binding), sorted
     latex_lines: tuple[str, ...] = ()  # ``latex`` broken for a display equation; () when it fits one line
+    # a long case analysis is named (costreport.pieces): the formula as the reports show it, its pieces defined
+    # apart (``latex`` and ``formula`` stay whole; ``latex_lines`` then hold the named form)
+    shown: str = ""
+    pieces: tuple = ()
 
     @property
     def bound(self) -> bool:

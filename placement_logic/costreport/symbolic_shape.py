@@ -7,7 +7,8 @@ the symbol Ψ (``psi``); each symbol is bound to the number it replaces (so ever
 what it was) and the formulas are derived in the symbols. The kv heads, the experts and the
 other fields stay numbers (they decide how heads and experts split, which a symbol would leave
 as a case analysis). A name the spec already binds (an axis or a ``let`` called ``h``, ...)
-keeps its number.
+keeps its number. The heads stay a number too where a plan states Ulysses' head split
+(``override heads``): the largest rank's share of the heads is exact at numbers (costs.ulysses_share).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import ir
+from ..ir.overrides import OverrideTarget
 
 SHAPE = (("hidden", "h"), ("layers", "L"), ("heads", "a"), ("ffn", "f"), ("vocab", "V"))
 MODEL = (("seq", "s"), ("microbatch", "b"), ("params", "psi"))
@@ -36,6 +38,8 @@ def symbolic_spec(spec: ir.Spec) -> ir.Spec:
     taken = {n for n, _ in spec.bindings} | set(spec.mesh.names if spec.mesh else ())
     bound: dict[str, ir.Value] = {}
     cache: dict[int, ir.Model] = {}
+    split = any(o.target == OverrideTarget.HEADS for p in spec.plans for o in p.overrides)
+    fields = tuple(f for f in SHAPE if not (split and f[0] == "heads"))
 
     def model(m: ir.Model | None) -> ir.Model | None:
         if m is None:
@@ -43,7 +47,7 @@ def symbolic_spec(spec: ir.Spec) -> ir.Spec:
         if id(m) not in cache:
             changes = _swap(m, MODEL, taken, bound)
             if m.transformer is not None:
-                shape = _swap(m.transformer, SHAPE, taken, bound)
+                shape = _swap(m.transformer, fields, taken, bound)
                 if shape:
                     changes["transformer"] = replace(m.transformer, **shape)
             cache[id(m)] = replace(m, **changes) if changes else m

@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..outcome import QuestionVerdict
 from . import units
 from .model import DEVICE_ROWS, CostReport, PlanReport, Quantity, compare_rows, stage_title
+from .pieces import of_plan, text_lines
 from .tables import Table
 from .tables import render as render_items
 
@@ -20,7 +21,7 @@ def _cell(q: Quantity, bytes_: bool = True) -> str:
     head = units.labelled(q.exact) if bytes_ else units.number(q.exact)
     if q.exact is not None and q.formula == q.value:
         return head
-    return f"{head}\n[dim]= {q.formula}[/dim]"
+    return f"{head}\n[dim]= {q.shown or q.formula}[/dim]"
 
 
 def _memory_table(p: PlanReport) -> Table:
@@ -165,6 +166,7 @@ def render(r: CostReport, width: int = 120, color: bool = False) -> str:
                            f"[{'green' if p.fit.fits else 'bold red'}]{line}[/]" if p.fit.fits is not None else line)
             for n in p.notes:
                 out.append(f"note: {n}")
+            out += [f"where {line}" for line in text_lines(of_plan(p))]
     _questions(out, r, color)
     return render_items(out, width, color)
 

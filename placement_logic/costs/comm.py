@@ -20,9 +20,11 @@ from ..ir import views
 from ..ir.buffers import DENSE_BUFFERS, EXPERT_BUFFERS, grads_group
 from ..ir.buffers import PayloadTensor as PT
 from ..ir.collectives import Collective, Kind
+from ..ir.ulysses_split import rules_of as ulysses_rules
 from .activations import Layout
 from .sizes import Shape, per_group
 from .symbolic import symbol, to_sympy
+from .ulysses_share import heads_share
 
 _RING = {
     Kind.ALL_REDUCE: lambda n: 2 * (n - 1) / n,
@@ -101,13 +103,11 @@ def buffer_bytes(c: Collective, sh: Shape, lay: Layout) -> sympy.Expr:
         return 2 * s * sh.b * sh.h * sh.kv / sh.a * ba
     if tensor == PT.ULYSSES:  # the rank's heads (h/tp) of q, k, v and the attention output
         return s * sh.b * sh.h * (2 + 2 * sh.kv / sh.a) * ba / lay.t
-    if tensor in (PT.ULYSSES_CEIL, PT.ULYSSES_FLOOR):  # an uneven head split: the largest rank's share,
-        # ceil(h_t/g) (floor) heads from each of the g − 1 others, h_t = heads/tp: the ring factor (g − 1)/g of
-        # the even payload becomes (g − 1)·ceil(h_t/g)/h_t
+    rules = ulysses_rules(tensor)
+    if rules is not None:  # a stated head split: the largest rank's query and kv heads from each of the g − 1 others,
+        # each twice (q and the output; k and v), of a head's width h/a: the ring factor (g − 1)/g takes g·share
         g = sympy.Mul(*(symbol(a) for a in c.axes)) if c.axes else sympy.Integer(1)
-        heads = sh.a / lay.t
-        most = sympy.ceiling(heads / g) if tensor == PT.ULYSSES_CEIL else sympy.floor(heads / g)
-        return s * sh.b * sh.h * (2 + 2 * sh.kv / sh.a) * ba / lay.t * g * most / heads
+        return s * sh.b * (sh.h / sh.a) * 2 * ba * g * heads_share(*rules, sh.a, sh.kv, lay.t, g)
     raise ValueError(f"unknown payload tensor {tensor!r}")
 
 

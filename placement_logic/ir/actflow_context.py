@@ -22,6 +22,7 @@ from fractions import Fraction
 from .buffers import Collective, Kind, Payload, PayloadTensor, Phase, link_of
 from .nodes import Const, Op, State, Sym
 from .overrides import OverrideTarget, OverrideVerb
+from .ulysses_split import payload
 
 RULE = "context parallel"
 PHASE = {"fwd_entry": Phase.FORWARD, "bwd_exit": Phase.BACKWARD, "bwd_entry": Phase.BACKWARD}
@@ -96,10 +97,11 @@ def _ulysses(plan, slot, name: str, per) -> list:
         ulysses = Payload(PayloadTensor.ULYSSES, (), "q, k, v and the attention output of the rank's heads "
                           "(s/cp·b·h·(2 + 2·kv_heads/heads)/tp)")
     else:
-        floor = rule == OverrideVerb.FLOOR
-        ulysses = Payload(PayloadTensor.ULYSSES_FLOOR if floor else PayloadTensor.ULYSSES_CEIL, (),
-                          f"q, k, v and the attention output of the largest rank's share of the heads split {rule} "
-                          f"({'floor' if floor else 'ceil'}(heads/tp/g) heads from each of the g − 1 others)")
+        kv = [o for o in plan.overrides if o.target == OverrideTarget.HEADS and o.group == "kv"]
+        kv_rule = str(kv[-1].verb) if kv else OverrideVerb.REPEAT.value
+        ulysses = Payload(payload(rule, kv_rule), (), f"q, k, v and the attention output of the largest rank's share "
+                          f"of the heads split {rule} (kv heads: {kv_rule}): its query and kv heads from each of the g − 1 "
+                          f"others (ir.ulysses_split)")
     target = OverrideTarget.ACTIVATIONS if name == "fwd_entry" else OverrideTarget.ACTIVATION_GRADS
     out = []
     for s in slot.steps:

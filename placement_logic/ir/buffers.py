@@ -53,10 +53,7 @@ class PayloadTensor(StrEnum):
     KV = "kv"
     ROUTER_STATS = "router_stats"  # the MoE aux loss's per-expert routing statistics (``ir.routerstats``)
     ULYSSES = "ulysses"  # Q, K, V before the attention and its output after it (Ulysses' all-to-alls)
-    # the same under a stated uneven head split (override heads: uneven / chunk): priced at the largest rank's
-    # share, ceil(h/g) heads from each of the g - 1 others; under floor, floor(h/g)
-    ULYSSES_CEIL = "ulysses_ceil"
-    ULYSSES_FLOOR = "ulysses_floor"
+    # under a stated head split (override heads: uneven / chunk / floor) the payload is ir.ulysses_split.payload(...)
 
 
 # the buffers of the non-expert parameters and of the experts (``ir.sync``), by state

@@ -82,7 +82,7 @@ def _step_terms(mine: dict, found: dict, coefs: dict, script: str, aux=None) -> 
     """One rank's step: the readings of its terms into ``found`` ((term, scope) -> frames) and ``coefs`` (term
     -> coefficients); its losses read as their cross-entropy part. (the stack of a term read as no term, or as
     two; what the two readings are, or ""), else None. ``aux(micro, term, cross-entropy, operand)``: whether a term
-    of no reading is the balancing loss (``lift_auxloss``)."""
+    is the balancing loss (``lift_auxloss``), asked before the one-number readings of the other terms."""
     mine["nll"] = [_masked(n) for n in mine.get("nll") or []]
     nll, losses = mine["nll"], mine.get("losses") or []
     for n in nll:
@@ -104,9 +104,11 @@ def _step_terms(mine: dict, found: dict, coefs: dict, script: str, aux=None) -> 
         sliced = n.get("width", 0) < n.get("classes", 0)
         readings = []
         for t in terms:
-            got = _match(t["other"] / base * n["value"] * norm, n["stats"], sliced, base / n["value"])
-            if not got and aux is not None and aux(i, t, n, base):
+            # the balancing loss first: its reading is checked against the router's own records, where a z-loss's
+            # or smoothing's reading is a match of one number (a balancing loss can match one by chance)
+            if aux is not None and aux(i, t, n, base):
                 continue  # the balancing loss: read with its groups, the cross-entropy part as the operand
+            got = _match(t["other"] / base * n["value"] * norm, n["stats"], sliced, base / n["value"])
             if len(got) != 1:  # no reading, or more than one: an auxiliary loss
                 both = " and as ".join(_reading(x) for x in got)
                 return t.get("stack") or [], (f"the term added to the cross-entropy reads as {both}, and the "
