@@ -40,7 +40,8 @@ Steps, on the last step of the trace that reached the optimizer:
    some ranks (``grads: bucket_order``), an epsilon on each rank's norm piece before its all-reduce
    (``clip_norm: eps_before_reduce``) or on some ranks' (``eps_on_ranks``), the balancing loss added or scaled on
    some ranks (``loss[aux]: on_ranks`` / ``divide_on_ranks``, ``lift_termranks``); a loss scale updated from each rank's own found-inf flag
-   (``loss_scale: local``, ``lift_facts``).
+   (``loss_scale: local``, ``lift_facts``). Clip coefficients of different values on ranks that hold the gradient
+   all-reduced over an axis (``lift_clipvalues``): named, no statement holds them.
 7. Gradient accumulation: k backward passes before one optimizer step are ``microbatches = k``;
    the loss multiplier is taken relative to 1 / k, and a departure is stated over k at the loss line.
 8. The loss's terms (``lift_terms``, before any pass reads the loss): label smoothing and the logit z-loss
@@ -76,6 +77,7 @@ from .lift_auxloss import aux_lines
 from .lift_blocks import block_lines, find_blocks
 from .lift_capacity import capacity_lines, router_width
 from .lift_checkpoint import checkpoint_pass
+from .lift_clipvalues import clip_values
 from .lift_cplayout import layout_lines
 from .lift_data import data_bindings
 from .lift_facts import SEEDING, init_apart, local_overflow, overflow, split_by_values, unmodelled
@@ -118,6 +120,7 @@ def _lift(trace: dict, plan_name: str, objective: dict[str, str]) -> Lifted:
     strategies = strategies_pass(st, ax, params)
     scale_line, st.items[:] = local_overflow(st.items, overflow_line, strategies.bindings, st.script, st.notes)
     departures = per_rank_pass(st, ax, params)  # clips and divisors on rank 0 of an axis only
+    clip_values(st, ax.pp)  # clip coefficients of different values on replicas (lift_clipvalues): named
     order_line, order_items = bucket_order(st, strategies.bindings)
     st.items.extend(order_items)
     first = next((s for s in st.ranks[st.observer]["steps"] if s.get("optimizer")), {})

@@ -260,7 +260,8 @@ class Recorder(Events, Modules, Checkpoints, Terms, TorchDispatchMode):
             view["grad"] = None
             return view
         glocal = g.to_local() if isinstance(g, DTensor) else g
-        grad = {"checksum": _checksum(glocal), "collectives": [], "scales": [], "dynamic_scales": [], "dynamic_at": []}
+        grad = {"checksum": _checksum(glocal), "collectives": [], "scales": [], "dynamic_scales": [], "dynamic_at": [],
+                "dynamic_values": []}
         if isinstance(g, DTensor):
             grad["placements"] = [str(pl) for pl in g.placements]
         for ev in self._events_of(glocal):
@@ -273,6 +274,7 @@ class Recorder(Events, Modules, Checkpoints, Terms, TorchDispatchMode):
             elif ev[0] == "dynamic":
                 grad["dynamic_scales"].append(ev[1])
                 grad["dynamic_at"].append({"file": ev[2][0], "line": ev[2][1], "code": ev[2][2]})
+                grad["dynamic_values"].append(ev[3])
         view["grad"] = grad
         return view
 

@@ -200,7 +200,8 @@ class Events:
                 # a scalar the framework wrapped (DDP's 1/world) or an integer count: a constant
                 f = _fraction(o.item() if not o.is_floating_point() else float(o))
             if f is None and isinstance(o, torch.Tensor) and o.numel() == 1:
-                ev = ("dynamic", self.phase, self._at())
+                # its value too: ranks holding replicas must apply the same coefficient (``lift_clipvalues``)
+                ev = ("dynamic", self.phase, self._at(), float(o.detach().reshape(())))
             elif f is not None and f != 0:
                 # the backward pass it belongs to (0-based within the step): equal scales on two
                 # accumulated micro-steps are two events, not one

@@ -37,7 +37,8 @@ _COLLECTIVE = {"seq": (int, True), "step": (int, True), "phase": (str, True), "k
                "offset": ({"value": (_NUM, True), "at": (_FRAME, True)}, False)}
 _UNRECOGNISED = {"seq": (int, True), "op": (str, True), "phase": (str, False), "stack": ([_FRAME], True)}
 _GRAD = {"checksum": ((str, type(None)), False), "placements": ([str], False), "collectives": ([int], False),
-         "scales": (list, False), "dynamic_scales": ([str], False), "dynamic_at": (list, False)}
+         "scales": (list, False), "dynamic_scales": ([str], False), "dynamic_at": (list, False),
+         "dynamic_values": ([float], False)}
 _PARAM = {"name": (str, True), "shape": ([int], True), "local_shape": ([int], False), "dtype": (str, False),
           "checksum": (str, False), "mesh_dims": ([str], False), "placements": ([str], False),
           "grad": ((_GRAD, type(None)), False)}
