@@ -206,6 +206,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PL273": ("capacity-no-experts", "override capacity: ... in a model without experts: there is no capacity step."),
     "PL274": ("capacity-padding-never-drops", "override capacity: counts_padding where the model's capacity_factor is "
               "at least experts / top_k: no capacity step drops a token, padded or not."),
+    "PL275": ("capacity-renormalise-top1", "override capacity: renormalise_kept | renormalise_dropped in a model of "
+              "top_k = 1: a token keeps its one expert or none, so no renormalisation changes its weight."),
     "PL276": ("heads-rule-group", "A head split stated for the wrong group (override heads[kv]: uneven / chunk / floor, "
               "or heads[forward] / heads[backward] / heads: repeat / split)."),
     "PL277": ("heads-no-ulysses", "A head split (override heads[...]) in a plan whose context region states no Ulysses "
@@ -373,6 +375,7 @@ class Code(StrEnum):
     RANK_SETS_AXIS = "PL269"
     CAPACITY_NO_EXPERTS = "PL273"
     CAPACITY_PADDING_NEVER_DROPS = "PL274"
+    CAPACITY_RENORMALISE_TOP1 = "PL275"
     HEADS_RULE_GROUP = "PL276"
     HEADS_NO_ULYSSES = "PL277"
     PARTIAL_OP_REGION = "PL278"
