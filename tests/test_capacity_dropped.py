@@ -8,6 +8,7 @@ call."""
 from __future__ import annotations
 
 import io
+import random
 import re
 from fractions import Fraction
 
@@ -82,6 +83,43 @@ def test_checker_and_simulator_agree(e, k, cf, verbs, renorm):
     slot, weights = _path(verbs, renorm)
     found = sim.differs(e, k, Fraction(cf), slot, weights, renorm, seed=e + k)
     ob = _ob(text(e, k, cf, verbs, renorm))
+    assert (ob.verdict is Verdict.REFUTED) == (found is not None)
+    if found is not None:
+        _replayed_by_the_simulator(ob.counterexample, e, k, Fraction(cf), slot, weights, renorm)
+
+
+def _random_cases(n):
+    """Random (E, k, cf, statements, drop_renormalise): E even (ep = 2 divides it), 1 <= k <= min(E, 4)."""
+    rng = random.Random(2510)
+    out = []
+    for _ in range(n):
+        e = rng.choice((2, 4, 6, 8))
+        k = rng.randint(1, min(e, 4))
+        verbs = tuple(v for v in (rng.choice(("drops_zeroed", "dropped_uninitialised", "dropped_weighted", None)),
+                                  rng.choice(("renormalise_kept", "renormalise_dropped", None))) if v)
+        out.append((e, k, str(Fraction(rng.randint(1, 8), rng.randint(1, 4))), verbs or ("dropped_weighted",),
+                    rng.random() < 0.5))
+    return out
+
+
+@pytest.mark.parametrize("e,k,cf,verbs,renorm", _random_cases(10))
+def test_random_models_agree_with_the_simulator(e, k, cf, verbs, renorm):
+    """The checker's verdict (refuted, proved, or PL506 / PL275 where the statement changes nothing) against
+    the simulator's search of random router calls; a refutation's outputs recomputed by the simulator."""
+    slot, weights = _path(verbs, renorm)
+    found = sim.differs(e, k, Fraction(cf), slot, weights, renorm, seed=7 * e + k)
+    try:
+        ob = _ob(text(e, k, cf, verbs, renorm))
+    except DiagnosticError as exc:
+        code = exc.diagnostics[0].code
+        if code == "PL506":  # nothing dropped: no statement changes anything
+            assert found is None
+        else:  # PL275: the renormalisation changes nothing (the other statement may still depart)
+            assert code == "PL275" and k == 1
+            plain = "kept" if renorm else "none"
+            for call in sim.calls(e, k, seed=e):
+                assert sim.layer(call, e, k, Fraction(cf), slot, weights) == sim.layer(call, e, k, Fraction(cf), slot, plain)
+        return
     assert (ob.verdict is Verdict.REFUTED) == (found is not None)
     if found is not None:
         _replayed_by_the_simulator(ob.counterexample, e, k, Fraction(cf), slot, weights, renorm)
