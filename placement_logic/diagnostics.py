@@ -231,6 +231,9 @@ CODES: dict[str, tuple[str, str]] = {
     # documents whose real length is not a multiple of 2c (check.encode_cpshort)
     "PL286": ("layout-short-mixed", "A layout of documents not padded to 2c (pad_to_chunks, truncate_to_chunks, "
               "cut_unequal) beside another layout than zigzag_per_document."),
+    # the capacity step's dropped pairs (check.encode_capdrop)
+    "PL290": ("capacity-renormalise-unchanged", "override capacity: renormalise_dropped in a model without "
+              "drop_renormalise: the gate weights already sum to 1 over the k chosen experts."),
     # usage: PL3xx
     "PL301": ("bad-set", "A --set option that is not NAME=NUMBER or names nothing in the spec."),
     "PL302": ("unknown-plan", "A --plan option that names no plan in the spec."),
@@ -386,6 +389,7 @@ class Code(StrEnum):
     AMAX_BLOCKS_NO_SHAPES = "PL284"
     AMAX_BLOCK_SIZE = "PL285"
     LAYOUT_SHORT_MIXED = "PL286"
+    CAPACITY_RENORMALISE_UNCHANGED = "PL290"
     BAD_SET = "PL301"
     UNKNOWN_PLAN = "PL302"
     SWEEP_TOO_LARGE = "PL310"

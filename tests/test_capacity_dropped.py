@@ -11,6 +11,7 @@ import io
 import random
 import re
 from fractions import Fraction
+from itertools import islice
 
 import pytest
 import simulator_capdrop as sim
@@ -51,20 +52,25 @@ def _path(verbs, renormalise):
 
 def test_a_dropped_token_by_hand():
     """E = 8, k = 2, capacity factor 1, two tokens choosing experts 0 and 1: C = ⌈2·2/8⌉ = 1. Token 0 scores
-    (2/3, 1/3), token 1 (1/2, 1/2): expert 0 keeps token 0, expert 1 token 1 (ties to the earlier: token 0's
-    1/3 < 1/2). Token 0 (x = 1) keeps expert 0, whose output is 2·1: objective renormalised y = 1 + 1·2 = 3;
-    the weight kept as it is, 1 + (2/3)·2 = 7/3. Dropped pair (0, 1) through a buffer cloned from the hidden
-    state adds (1/3)·1, its gate gradient 1; a stale value s adds s/3, gradient s."""
+    (2/3, 1/3), token 1 (1/2, 1/2): expert 0 keeps token 0 (2/3 > 1/2), expert 1 token 1 (1/2 > 1/3). Token 0
+    (x = 1) keeps expert 0, whose output is 2·1: renormalised y = 1 + 1·2 = 3; the weight kept as it is,
+    1 + (2/3)·2 = 7/3. Dropped pair (0, 1) through a buffer cloned from the hidden state adds (1/3)·1, its gate
+    gradient 1; a stale value s adds s/3, gradient s. The logits' gradient, g = softmax(l):
+    ∂L/∂l_j = g_j (∂L/∂g_j − Σ_i g_i ∂L/∂g_i); kept as is, ∂L/∂g = (2, 0): (2/3)(2 − 4/3) = 4/9 and
+    (1/3)(0 − 4/3) = −4/9; renormalised, y does not depend on the logits at all (one kept expert): 0."""
     call = [(False, (Fraction(2, 3), Fraction(1, 3)) + (Fraction(0),) * 6, (0, 1)),
             (False, (Fraction(1, 2), Fraction(1, 2)) + (Fraction(0),) * 6, (0, 1))]
-    assert sim.objective(call, 8, 2, Fraction(1), True)[0] == (Fraction(3), {1: Fraction(0)})
-    assert sim.objective(call, 8, 2, Fraction(1), False)[0] == (Fraction(7, 3), {1: Fraction(0)})
-    assert sim.layer(call, 8, 2, Fraction(1), "hidden", "none")[0] == (Fraction(7, 3) + Fraction(1, 3), {1: Fraction(1)})
-    assert sim.layer(call, 8, 2, Fraction(1), "stale", "none")[0] == (
-        Fraction(7, 3) + Fraction(sim.STALE, 3), {1: Fraction(sim.STALE)})
-    # over every chosen expert: the same value where the weights already sum to 1, but the dropped weight
-    # is in the denominator: d/dg1 of g0/(g0+g1)·2 at (2/3, 1/3) is -2·(2/3) = -4/3
-    assert sim.layer(call, 8, 2, Fraction(1), "zero", "chosen")[0] == (Fraction(7, 3), {1: Fraction(-4, 3)})
+    f = Fraction
+    assert sim.objective(call, 8, 2, f(1), True)[0] == (f(3), {1: f(0)}, {0: f(0), 1: f(0)})
+    assert sim.objective(call, 8, 2, f(1), False)[0] == (f(7, 3), {1: f(0)}, {0: f(4, 9), 1: f(-4, 9)})
+    # hidden: ∂L/∂g = (2, 1): Σ g ∂ = 4/3 + 1/3 = 5/3; (2/3)(2 − 5/3) = 2/9, (1/3)(1 − 5/3) = −2/9
+    assert sim.layer(call, 8, 2, f(1), "hidden", "none")[0] == (f(8, 3), {1: f(1)}, {0: f(2, 9), 1: f(-2, 9)})
+    assert sim.layer(call, 8, 2, f(1), "stale", "none")[0][:2] == (f(7, 3) + f(sim.STALE, 3), {1: f(sim.STALE)})
+    # over every chosen expert: g0/(g0+g1)·2 is the same function of the logits as g0·2 (the weights sum to 1),
+    # though the dropped gate weight itself gets −2·(2/3) = −4/3 through the denominator
+    chosen = sim.layer(call, 8, 2, f(1), "zero", "chosen")[0]
+    assert chosen == (f(7, 3), {1: f(-4, 3)}, {0: f(4, 9), 1: f(-4, 9)})
+    assert chosen[0] != sim.objective(call, 8, 2, f(1), True)[0][0]
 
 
 # (E, k, cf, statements, drop_renormalise)
@@ -73,7 +79,7 @@ GRID = [
     (8, 2, "1", ("dropped_uninitialised",), True), (4, 4, "1/2", ("dropped_uninitialised",), False),
     (8, 2, "1", ("drops_zeroed",), True), (8, 2, "1", ("drops_zeroed",), False),
     (8, 2, "1", ("renormalise_kept",), True), (8, 2, "1", ("renormalise_kept",), False),
-    (8, 2, "3/2", ("renormalise_dropped",), True), (4, 2, "1", ("renormalise_dropped",), False),
+    (8, 2, "3/2", ("renormalise_dropped",), True), (4, 2, "1", ("renormalise_dropped",), True),
     (8, 2, "1", ("drops_zeroed", "renormalise_dropped"), True), (16, 4, "2", ("dropped_weighted", "renormalise_kept"), True),
 ]
 
@@ -114,11 +120,13 @@ def test_random_models_agree_with_the_simulator(e, k, cf, verbs, renorm):
         code = exc.diagnostics[0].code
         if code == "PL506":  # nothing dropped: no statement changes anything
             assert found is None
-        else:  # PL275: the renormalisation changes nothing (the other statement may still depart)
-            assert code == "PL275" and k == 1
+        else:  # PL275 / PL290: the renormalisation changes nothing (the other statement may still depart)
+            assert (code == "PL275" and k == 1) or (code == "PL290" and weights == "chosen" and not renorm)
             plain = "kept" if renorm else "none"
-            for call in sim.calls(e, k, seed=e):
-                assert sim.layer(call, e, k, Fraction(cf), slot, weights) == sim.layer(call, e, k, Fraction(cf), slot, plain)
+            for call in islice(sim.calls(e, k, seed=e), 12):
+                for a, b in zip(sim.layer(call, e, k, Fraction(cf), slot, weights),
+                                sim.layer(call, e, k, Fraction(cf), slot, plain)):
+                    assert (a[0], a[2]) == (b[0], b[2])
         return
     assert (ob.verdict is Verdict.REFUTED) == (found is not None)
     if found is not None:
@@ -144,6 +152,9 @@ def _replayed_by_the_simulator(cex, e, k, cf, slot, weights, renorm):
     assert values[f"path's token {j}"].startswith(f"y = {_f(got[0])};")
     for i, g in got[1].items():
         assert f"∂L/∂g[{j},{i}] = {_f(g)}" in values[f"path's token {j}"]
+    for side, grads in (("path", got[2]), ("objective", want[2])):
+        for i, g in grads.items():
+            assert f"∂L/∂l[{j},{i}] = {_f(g)}" in values[f"{side}'s token {j}"]
     assert any(w in " ".join(cex.diagnosis) for w in ("uninitialised", "hidden states", "renormalised"))
 
 
@@ -161,8 +172,9 @@ def test_no_statement_adds_no_obligation_and_the_padding_statement_stays_apart()
 
 @pytest.mark.parametrize("src,code", [
     (text(cf="4"), "PL506"),  # 4 · 2 >= 8: nothing dropped
-    (text(cf="4", verbs=("renormalise_dropped",)), "PL506"),
+    (text(cf="4", verbs=("renormalise_kept",)), "PL506"),
     (text(top_k=1, verbs=("renormalise_kept",)), "PL275"),
+    (text(verbs=("renormalise_dropped",)), "PL290"),
     (text().replace("    experts = 8\n    top_k = 2\n", "").replace("  ep: expert_parallel\n", "")
      .replace("dp = 2\n  ep = 2", "dp = 2"), "PL273"),
     (text(verbs=("dropped_weighted over (dp)",)), "PL122"),
@@ -173,11 +185,11 @@ def test_refused_statements(src, code):
     assert exc.value.diagnostics[0].code == code
     if code in ("PL506", "PL275"):  # the simulator agrees that nothing changes there
         e, k, cf = (8, 1, "1") if code == "PL275" else (8, 2, "4")
-        for slot, weights in (("stale", "none"), ("zero", "chosen"), ("zero", "kept")):
-            if code == "PL275" and slot != "zero":
-                continue
-            for renorm in (False, True):
+        for slot, weights, renorm in (("stale", "none", False), ("zero", "chosen", True), ("zero", "kept", False)):
+            if code == "PL506" or slot == "zero":
                 assert sim.differs(e, k, Fraction(cf), slot, weights, renorm) is None
+    if code == "PL290":
+        assert sim.differs(8, 2, Fraction(1), "zero", "chosen", False) is None
 
 
 def test_drops_zeroed_at_a_factor_that_drops_nothing_is_accepted():

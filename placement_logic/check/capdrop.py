@@ -18,7 +18,10 @@ x_t), ``drops_zeroed`` (as derived); ``renormalise_kept`` (w over the kept exper
 The replay's call: the fewest tokens N whose capacity C = ⌈cf·k·N/E⌉ < N, each choosing experts 0..k-1 with
 gate weights ((2N−j), (N+j), N, …, N) / ((k+1)N) for token j (1 for k = 1): expert 0 keeps the earliest C
 tokens and drops the last one, which expert 1 keeps (its highest score). Hidden state x_j = j + 1, expert i
-a scaling E_i(x) = (i + 2)·x, the stale value 100; the loss L = Σ_t y_t, so ∂L/∂g is read off exactly.
+a scaling E_i(x) = (i + 2)·x, the stale value 100; the loss L = Σ_t y_t, so ∂L/∂g is read off exactly, and
+the gradient of the router's logits through g = softmax over the chosen experts. The departure is judged on
+y and on the logits' gradient (what reaches the router's parameters): ``renormalise_dropped`` divides by
+Σ_{S_t} g = 1, the same function of the logits, and is refused where the objective keeps the weights (PL290).
 """
 
 from __future__ import annotations
@@ -51,28 +54,32 @@ def expert_out(i: int, x: Fraction) -> Fraction:
     return (i + 2) * x
 
 
-def combine(call: list, kept: frozenset, dropped_value: str, renormalise: str) -> list[tuple[Fraction, dict]]:
-    """Per token: (y_t, {dropped expert: ∂L/∂g_{t,i}}). ``dropped_value``: zero | stale | hidden;
-    ``renormalise``: none | kept | chosen (over all k chosen, the dropped too)."""
+def combine(call: list, kept: frozenset, dropped_value: str, renormalise: str) -> list[tuple]:
+    """Per token: (y_t, {dropped expert: ∂L/∂g_{t,i}}, {chosen expert: ∂L/∂l_{t,i}}), the last through the
+    router's normalisation g = softmax of the chosen experts' logits l (∂g_i/∂l_j = g_i(δ_ij − g_j)), which is
+    what reaches the router's parameters. ``dropped_value``: zero | stale | hidden; ``renormalise``: none |
+    kept | chosen (over all k chosen, the dropped too)."""
     out = []
     for j, (chosen, probs, _) in enumerate(call):
         x = Fraction(j + 1)
         keep = [i for i in chosen if (j, i) in kept]
-        drop = [i for i in chosen if (j, i) not in kept]
         den = {"none": Fraction(1), "kept": sum((probs[i] for i in keep), Fraction(0)),
-               "chosen": sum((probs[i] for i in chosen), Fraction(0))}[renormalise]
-        slot = {"zero": lambda _x: Fraction(0), "stale": lambda _x: STALE, "hidden": lambda _x: _x}[dropped_value]
-        y = x + sum((probs[i] / den * expert_out(i, x) for i in keep), Fraction(0)) + sum(
-            (probs[i] * slot(x) for i in drop), Fraction(0))
-        # ∂L/∂g_d: the dropped slot's value, and where the denominator sums the dropped weights too, its share
-        grads = {}
-        for d in drop:
-            g = slot(x)
-            if renormalise == "chosen":
-                g -= sum((probs[i] / den ** 2 * expert_out(i, x) for i in keep), Fraction(0))
-            grads[d] = g
-        out.append((y, grads))
+               "chosen": sum((probs[i] for i in chosen), Fraction(0))}[renormalise] or Fraction(1)  # none kept: 1
+        fill = {"zero": Fraction(0), "stale": STALE, "hidden": x}[dropped_value]
+        mixed = sum((probs[i] * expert_out(i, x) for i in keep), Fraction(0))
+        y = x + mixed / den + sum((probs[i] * fill for i in chosen if i not in keep), Fraction(0))
+        dg = {}
+        for m in chosen:
+            in_den = renormalise == "chosen" or (renormalise == "kept" and m in keep)
+            dg[m] = ((expert_out(m, x) / den) if m in keep else fill) - (mixed / den ** 2 if in_den else 0)
+        spread = sum((probs[i] * dg[i] for i in chosen), Fraction(0))
+        out.append((y, {m: dg[m] for m in chosen if m not in keep}, {m: probs[m] * (dg[m] - spread) for m in chosen}))
     return out
+
+
+def differs(a: tuple, b: tuple) -> bool:
+    """Two tokens' layers differ where their outputs or their router-logit gradients do."""
+    return a[0] != b[0] or a[2] != b[2]
 
 
 def path_modes(output_verb: str | None, weights_verb: str | None, objective_renormalises: bool) -> tuple[str, str]:

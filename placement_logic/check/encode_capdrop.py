@@ -8,9 +8,10 @@ router gave them). A path departs:
 * ``dropped_uninitialised`` / ``dropped_weighted``: wherever a capacity step drops a pair, capacity_factor · k
   < E (1 ≤ k ≤ E): the pair adds its gate weight times a stale value or the token's hidden state, and its
   gate weight gets that value as gradient;
-* ``renormalise_dropped``: wherever a token keeps some of its experts and loses others, which needs k ≥ 2 as
-  well: the denominator sums the dropped gate weights, so they get a gradient (and, where the objective
-  renormalises over the kept experts, the kept weights are too small);
+* ``renormalise_dropped`` where the objective renormalises over the kept experts: wherever a token keeps some
+  of its experts and loses others, which needs k ≥ 2 as well: the denominator sums the dropped gate weights
+  too, so the kept weights are too small (where the objective keeps the weights, dividing by Σ g = 1 changes
+  nothing: PL290, ir.capdrop);
 * ``renormalise_kept`` where the objective keeps the weights: likewise (the kept weights too large).
 
 The negation asks z3 for those conditions over the model's numbers (check.encode_capacity's); the replay
@@ -56,7 +57,7 @@ def departs(plan: ir.Plan) -> tuple[bool, bool]:
     """(departs wherever a pair is dropped, departs wherever a token keeps some experts and loses others)."""
     out, weights = statements(plan)
     any_drop = out is not None and out.verb in (OverrideVerb.DROPPED_UNINITIALISED, OverrideVerb.DROPPED_WEIGHTED)
-    partial = weights is not None and (weights.verb == OverrideVerb.RENORMALISE_DROPPED or not _renormalises(plan))
+    partial = weights is not None and (weights.verb == OverrideVerb.RENORMALISE_DROPPED) == _renormalises(plan)
     return any_drop, partial
 
 
@@ -92,13 +93,16 @@ def replay(ctx: rp.Context, plan: ir.Plan, w: dict) -> Counterexample | None:
     want = capdrop.combine(call, kept, "zero", "kept" if renorm else "none")
     value, weights = _modes(plan)
     got = capdrop.combine(call, kept, value, weights)
-    bad = [j for j in range(len(call)) if want[j] != got[j]]
+    bad = [j for j in range(len(call)) if capdrop.differs(want[j], got[j])]
     if not bad:
         return None
     j = bad[0]
     f = rp._frac
     dropped = sorted((t, i) for t, (chosen, _, _) in enumerate(call) for i in chosen if (t, i) not in kept)
-    grads = lambda g: ", ".join(f"∂L/∂g[{j},{i}] = {f(v)}" for i, v in sorted(g.items())) or "none"  # noqa: E731
+    def grads(t):
+        gates = ", ".join(f"∂L/∂g[{j},{i}] = {f(v)}" for i, v in sorted(t[1].items())) or "no dropped pair"
+        return gates + "; router logits " + ", ".join(f"∂L/∂l[{j},{i}] = {f(v)}" for i, v in sorted(t[2].items()))
+
     n = len(call)
     values = (
         ("objective", f"the capacity step's dropped pairs add nothing to the combine and get no gate gradient; kept "
@@ -109,11 +113,11 @@ def replay(ctx: rp.Context, plan: ir.Plan, w: dict) -> Counterexample | None:
                     f"token {j}'s gate weights ({', '.join(f(call[j][1][i]) for i in range(k))}); hidden state x_t = t+1, "
                     "expert i's output (i+2)·x, L = Σ_t y_t"),
         ("dropped pairs", ", ".join(f"token {t} on expert {i}" for t, i in dropped)),
-        (f"objective's token {j}", f"y = {f(want[j][0])}; {grads(want[j][1])}"),
-        (f"path's token {j}", f"y = {f(got[j][0])}; {grads(got[j][1])}"),
+        (f"objective's token {j}", f"y = {f(want[j][0])}; {grads(want[j])}"),
+        (f"path's token {j}", f"y = {f(got[j][0])}; {grads(got[j])}"),
     )
     eq = f"token {j}: y = {f(got[j][0])} ≠ {f(want[j][0])}" if want[j][0] != got[j][0] else (
-        f"token {j}: the dropped pairs' gate gradients {grads(got[j][1])} ≠ {grads(want[j][1])}")
+        f"token {j}: the router's gradient {grads(got[j])} ≠ {grads(want[j])}")
     return Counterexample(ctx.sizes_tuple(w["sizes"]), (("observer", "one device's router call"),), values, eq,
                           tuple(diagnose(value, weights, renorm)), ctx.command(w["sizes"]))
 
@@ -129,10 +133,10 @@ def diagnose(value: str, weights: str, renorm: bool) -> list[str]:
         out.append("the capacity step's dropped tokens are combined with their nonzero gate weight (capacity: "
                    "dropped_weighted): the combine buffer starts from the hidden states, so a dropped pair adds "
                    "its gate weight times the token itself, and the router gets that as gradient")
-    if weights == "chosen":
+    if weights == "chosen" and renorm:
         out.append("the kept experts' gate weights are renormalised over all k chosen experts, the dropped ones too "
-                   "(capacity: renormalise_dropped): the dropped pairs' gate weights enter the denominator and get a "
-                   "gradient" + (", and the kept weights no longer sum to 1" if renorm else ""))
+                   "(capacity: renormalise_dropped): the dropped pairs' gate weights stay in the denominator, so the "
+                   "kept weights no longer sum to 1 and the token's expert output is scaled down")
     if weights == "kept" and not renorm:
         out.append("the kept experts' gate weights are renormalised after the capacity step (capacity: "
                    "renormalise_kept) where the objective keeps them as the router gave them (no drop_renormalise)")
