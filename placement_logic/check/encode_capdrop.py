@@ -150,6 +150,7 @@ def obligations(plan: ir.Plan | None, ctx: rp.Context) -> list[Obligation]:
     span = next(o for o in statements(plan)[::-1] if o is not None).span
     return [Obligation(
         NAME, GRADIENT_INTEGRITY, span,
-        "every pair the capacity step drops adds nothing to the combine and gives its gate weight no gradient; the "
+        "every pair the capacity step drops adds nothing to the combine, so its gate weight gets no gradient, and the "
         "kept experts' gate weights are renormalised over the kept experts exactly where the model states "
-        "drop_renormalise", lambda env: negation(env, plan), lambda w: replay(ctx, plan, w))]
+        "drop_renormalise (judged on each token's output and its router logits' gradient)",
+        lambda env: negation(env, plan), lambda w: replay(ctx, plan, w))]
