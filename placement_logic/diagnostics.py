@@ -206,6 +206,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PL273": ("capacity-no-experts", "override capacity: ... in a model without experts: there is no capacity step."),
     "PL274": ("capacity-padding-never-drops", "override capacity: counts_padding where the model's capacity_factor is "
               "at least experts / top_k: no capacity step drops a token, padded or not."),
+    "PL275": ("capacity-renormalise-top1", "override capacity: renormalise_kept | renormalise_dropped in a model of "
+              "top_k = 1: a token keeps its one expert or none, so no renormalisation changes its weight."),
     "PL276": ("heads-rule-group", "A head split stated for the wrong group (override heads[kv]: uneven / chunk / floor, "
               "or heads[forward] / heads[backward] / heads: repeat / split)."),
     "PL277": ("heads-no-ulysses", "A head split (override heads[...]) in a plan whose context region states no Ulysses "
@@ -232,6 +234,9 @@ CODES: dict[str, tuple[str, str]] = {
     # documents whose real length is not a multiple of 2c (check.encode_cpshort)
     "PL286": ("layout-short-mixed", "A layout of documents not padded to 2c (pad_to_chunks, truncate_to_chunks, "
               "cut_unequal) beside another layout than zigzag_per_document."),
+    # the capacity step's dropped pairs (check.encode_capdrop)
+    "PL290": ("capacity-renormalise-unchanged", "override capacity: renormalise_dropped in a model without "
+              "drop_renormalise: the gate weights already sum to 1 over the k chosen experts."),
     # chunked (local) attention under context parallelism (check.cpchunk)
     "PL294": ("chunk-size", "The model's attention chunk (attention { chunk = C }) is not a whole number of tokens "
               "of at least 1."),
@@ -384,6 +389,7 @@ class Code(StrEnum):
     RANK_SETS_AXIS = "PL269"
     CAPACITY_NO_EXPERTS = "PL273"
     CAPACITY_PADDING_NEVER_DROPS = "PL274"
+    CAPACITY_RENORMALISE_TOP1 = "PL275"
     HEADS_RULE_GROUP = "PL276"
     HEADS_NO_ULYSSES = "PL277"
     PARTIAL_OP_REGION = "PL278"
@@ -395,6 +401,7 @@ class Code(StrEnum):
     AMAX_BLOCKS_NO_SHAPES = "PL284"
     AMAX_BLOCK_SIZE = "PL285"
     LAYOUT_SHORT_MIXED = "PL286"
+    CAPACITY_RENORMALISE_UNCHANGED = "PL290"
     CHUNK_SIZE = "PL294"
     CHUNK_GROUP = "PL295"
     PACKED_WITHOUT_STATS = "PL297"

@@ -123,6 +123,16 @@ CATALOGUE = [
      "experts = 8  top_k = 2  capacity_factor = 4 }\n"
      "  seq = 2048\n}\nmesh { dp = 8 }\n"
      "plan p { dp: ddp  override capacity: counts_padding }\n"),
+    ("capacity-renormalise-top1", "PL275", 7, 19, "a token keeps its one expert or none",
+     "from std.data import ddp\nmodel {\n  transformer { hidden = 1024  layers = 8  heads = 16  vocab = 32000  "
+     "experts = 8  top_k = 1  capacity_factor = 1 }\n"
+     "  seq = 2048\n}\nmesh { dp = 8 }\n"
+     "plan p { dp: ddp  override capacity: renormalise_kept }\n"),
+    ("capacity-renormalise-unchanged", "PL290", 7, 19, "which is 1, changes neither",
+     "from std.data import ddp\nmodel {\n  transformer { hidden = 1024  layers = 8  heads = 16  vocab = 32000  "
+     "experts = 8  top_k = 2  capacity_factor = 1 }\n"
+     "  seq = 2048\n}\nmesh { dp = 8 }\n"
+     "plan p { dp: ddp  override capacity: renormalise_dropped }\n"),
     ("impossible-shape", "PL130", 8, 10, "the attention heads (30) cannot be split evenly over tp (4)",
      "from std.tensor import megatron_tp\n"
      "model { transformer { hidden = 960  layers = 2  heads = 30  vocab = 128 } }\n"

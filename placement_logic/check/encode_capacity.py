@@ -45,8 +45,10 @@ from .rules import GRADIENT_INTEGRITY
 
 
 def stated(plan: ir.Plan):
-    """The plan's last ``capacity`` statement, or None."""
-    said = [o for o in plan.overrides if o.target == OverrideTarget.CAPACITY]
+    """The plan's last ``capacity`` statement about the padding, or None (the dropped pairs' statements:
+    check.encode_capdrop)."""
+    said = [o for o in plan.overrides if o.target == OverrideTarget.CAPACITY
+            and o.verb in (OverrideVerb.MASKS_PADDING, OverrideVerb.COUNTS_PADDING)]
     return said[-1] if said else None
 
 

@@ -238,6 +238,9 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
     from . import encode_capacity  # the MoE dispatch's capacity step, where the plan states it
 
     obs += encode_capacity.obligations(plan, ctx)
+    from . import encode_capdrop  # what the capacity step's dropped pairs add to the combine
+
+    obs += encode_capdrop.obligations(plan, ctx)
     from . import router  # the MoE router's top-k choice, where the plan states it
 
     obs += router.obligations(plan, ctx)

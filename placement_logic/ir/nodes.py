@@ -153,6 +153,7 @@ class TransformerShape:
     mtp_layers: Value | None = None  # multi-token-prediction modules (each one layer + 2 norms + 2h·h)
     shared_expert_gate: bool = False  # a sigmoid gate h -> 1 on the shared experts' output (Qwen-MoE)
     router_bias: bool = False  # a bias per expert in the router (DeepSeek-V3's load-balancing correction)
+    drop_renormalise: bool = False  # a token's kept experts' gate weights renormalised after the capacity step drops some
     qk_norm: bool = False  # a norm of head_dim on each query and key head (Qwen3)
     norms_per_layer: Value | None = None  # norms per layer (default 2; Gemma-2 has 4)
     vocab_multiple: Value | None = None  # the vocabulary padded up to a multiple of this (Megatron-LM: 128·t)

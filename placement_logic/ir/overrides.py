@@ -234,7 +234,14 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     # the MoE dispatch's capacity step (check/encode_capacity.py): masks_padding: each router call's real tokens
     # only, every expert keeping its top C = ⌈capacity_factor·k·N/E⌉ of them by router score (as derived);
     # counts_padding: the padded positions routed too, taking slots by score, and N counting them
-    "capacity": {"masks_padding": (False, False), "counts_padding": (False, False)},
+    "capacity": {"masks_padding": (False, False), "counts_padding": (False, False),
+                 # what a dropped (token, expert) pair adds to the combine (check/encode_capdrop.py): drops_zeroed:
+                 # nothing (as derived); dropped_uninitialised: its gate weight times a stale buffer's value;
+                 # dropped_weighted: its gate weight times the token's own hidden state; and the kept experts' weights:
+                 # renormalise_kept over the kept experts, renormalise_dropped over all k chosen, the dropped too
+                 "drops_zeroed": (False, False), "dropped_uninitialised": (False, False),
+                 "dropped_weighted": (False, False), "renormalise_kept": (False, False),
+                 "renormalise_dropped": (False, False)},
     # the MoE router's top-k choice (check/router.py): same: every rank that holds the same tokens routes them as the
     # single device does (its jitter / gate noise drawn from a generator shared over them, its input the reduced
     # activation; as derived); vary: its scores' noise drawn with a per-rank seed over these axes; input_partial: it
@@ -408,6 +415,11 @@ class OverrideVerb(StrEnum):
     CONTIGUOUS = "contiguous"
     MASKS_PADDING = "masks_padding"
     COUNTS_PADDING = "counts_padding"
+    DROPS_ZEROED = "drops_zeroed"
+    DROPPED_UNINITIALISED = "dropped_uninitialised"
+    DROPPED_WEIGHTED = "dropped_weighted"
+    RENORMALISE_KEPT = "renormalise_kept"
+    RENORMALISE_DROPPED = "renormalise_dropped"
     INPUT_PARTIAL = "input_partial"
     UNEVEN = "uneven"
     CHUNK = "chunk"

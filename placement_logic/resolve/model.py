@@ -28,7 +28,7 @@ BUCKET_COUNTS = ("reduce_bucket_size", "prefetch_bucket_size", "max_live_paramet
 BUCKET_FLAGS = ("overlap_comm", "contiguous_gradients")
 BYTES_PROPS = ("params", "grads", "optimizer", "activations", "logits")
 TRANSFORMER_FLAGS = ("tied_embeddings", "gated_mlp", "bias", "qkv_bias", "shared_expert_gate", "router_bias",
-                     "qk_norm")
+                     "qk_norm", "drop_renormalise")
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_dim", "qk_nope_dim", "v_head_dim")
 
 
@@ -363,7 +363,7 @@ def _transformer(vals: Values, block: surface.SubBlock) -> ir.TransformerShape |
     if not _mla_complete(vals, found, block):
         return None
     moe_only = [k for k in ("expert_ffn", "shared_experts", "shared_expert_ffn", "dense_layers", "shared_expert_gate",
-                            "router_bias", "moe_every", "moe_offset") if k in found]
+                            "router_bias", "moe_every", "moe_offset", "drop_renormalise") if k in found]
     experts = found.get("experts")
     if moe_only and (experts is None or (isinstance(experts, ir.Const) and experts.value == 1)):
         vals.cx.error(Code.MISSING_SECTION, f"{', '.join(moe_only)} describe a mixture of experts; give 'experts' too", block.span)

@@ -103,6 +103,7 @@ MODELS["moe_aux_micro_packed"] = MODELS["moe"] + (AUX_PACKED.format("per_microba
 MODELS["moe_aux_global_k8"] = tuple(line.replace("top_k = 2", "top_k = 8") for line in MODELS["moe_aux_global"])
 # sliding-window attention (docs/language.md, "The model"; check.cpwindow): a window of 512 of 2048 positions, and one
 # as long as the sequence (it never binds)
+MODELS["moe_drop_renorm"] = tuple(line.replace("top_k = 2\n", "top_k = 2\n    drop_renormalise\n") for line in MODELS["moe"])
 MODELS["dense_window"] = MODELS["dense"] + ("attention {\n    window = 512\n  }",)
 MODELS["dense_window_whole"] = MODELS["dense"] + ("attention {\n    window = 2048\n  }",)
 # chunked (local) attention (check.cpchunk): chunks of 512 of 2048 positions, and one chunk as long as the sequence
@@ -765,6 +766,21 @@ mutant("capacity_counts_padding_aux_masked_ep", "ep",
        "(`capacity: counts_padding` beside a per-microbatch aux_stats objective).", ["override capacity: counts_padding"],
        ["GI capacity"], mirrors="the aux-loss padding mask alone (NVIDIA/Megatron-LM#2121, then #5542)",
        model="moe_aux_micro")
+# what the capacity step's dropped pairs add to the combine (check.encode_capdrop)
+for name, model, line, what, mirrors in [
+    ("capacity_dropped_weighted_ep", "moe", "dropped_weighted", "a dropping MoE layer whose combine buffer starts "
+     "from the hidden states: a dropped pair adds its gate weight times the token", "huggingface/transformers#37017"),
+    ("capacity_dropped_uninitialised_ep", "moe_drop_renorm", "dropped_uninitialised", "a dropping MoE layer whose "
+     "unpermute buffer is allocated empty: a dropped pair's row keeps a stale value, weighted into the combine",
+     "PrimeIntellect-ai/prime-rl#2035, AMD-AGI/Primus-Turbo#345"),
+    ("capacity_renormalise_dropped_ep", "moe_drop_renorm", "renormalise_dropped", "the kept experts' gate weights "
+     "divided by the sum over all k chosen, the dropped ones too, where the model renormalises over the kept",
+     "no public report: the dropped weights in the denominator"),
+    ("capacity_renormalise_kept_ep", "moe", "renormalise_kept", "the kept experts' gate weights renormalised after "
+     "the capacity step where the model keeps them as the router gave them", "no public report"),
+]:
+    mutant(name, "ep", what + f" (`capacity: {line}`).", [f"override capacity: {line}"], ["GI capacity dropped"],
+           mirrors=mirrors, model=model)
 # the MoE router's top-k choice on the tensor ranks that hold the same tokens (check.router)
 PARTIALS = "a nonlinear operation on per-rank partials (vllm-project/vllm-ascend#14345)"
 for name, base_name, stmt, what, mirrors in [
@@ -1639,6 +1655,17 @@ for name, model, why in [
 ]:
     bb = BASES["ep"]
     equivalent(name, bb.title, why + ".", list(bb.bind) + ["override capacity: masks_padding"], "ep", model=model)
+
+# the dropped pairs zeroed, and the kept weights renormalised as the model states
+for name, model, lines, why in [
+    ("capacity_drops_zeroed_ep", "moe", ["override capacity: drops_zeroed"], "a dropping MoE layer whose dropped "
+     "pairs add nothing to the combine (`capacity: drops_zeroed`, huggingface/transformers#37123's fix)"),
+    ("capacity_renormalise_kept_as_model_ep", "moe_drop_renorm", ["override capacity: drops_zeroed",
+     "override capacity: renormalise_kept"], "dropped pairs zeroed and the kept weights renormalised over the kept "
+     "experts where the model states drop_renormalise: the objective's combine"),
+]:
+    bb = BASES["ep"]
+    equivalent(name, bb.title, why + ".", list(bb.bind) + lines, "ep", model=model)
 
 # the router's choice: one shared noise draw on the reduced activation; per-rank noise on sequence shards
 with_base("router_same_moe_3d", "moe_3d",
