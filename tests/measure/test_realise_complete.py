@@ -63,7 +63,7 @@ TRANSFORMER_VALUES = {
     "qk_nope_dim": _c(8), "v_head_dim": _c(8), "expert_ffn": _c(64), "shared_experts": _c(1),
     "shared_expert_ffn": _c(64), "dense_layers": _c(1), "moe_every": _c(2), "moe_offset": _c(1), "mtp_layers": _c(1),
     "shared_expert_gate": True, "router_bias": True, "qk_norm": True, "norms_per_layer": _c(4),
-    "vocab_multiple": _c(128),
+    "vocab_multiple": _c(128), "drop_renormalise": True,
 }
 # sizes the scale-down replaces by its own (docs/validation.md, "How the model is scaled down")
 SCALED_AWAY = {"layers", "vocab"}
