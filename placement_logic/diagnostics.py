@@ -224,6 +224,8 @@ CODES: dict[str, tuple[str, str]] = {
               "number of elements."),
     "PL286": ("layout-short-mixed", "A layout of documents not padded to 2c (pad_to_chunks, truncate_to_chunks, "
               "cut_unequal) beside another layout than zigzag_per_document."),
+    "PL291": ("override-restated", "A second statement of an override the plan states once (router, capacity, a "
+              "tensor's layout, the causal mask's window behaviour, a group's amax granularity, a heads split)."),
     # usage: PL3xx
     "PL301": ("bad-set", "A --set option that is not NAME=NUMBER or names nothing in the spec."),
     "PL302": ("unknown-plan", "A --plan option that names no plan in the spec."),
@@ -375,6 +377,7 @@ class Code(StrEnum):
     AMAX_BLOCKS_NO_SHAPES = "PL284"
     AMAX_BLOCK_SIZE = "PL285"
     LAYOUT_SHORT_MIXED = "PL286"
+    OVERRIDE_RESTATED = "PL291"
     BAD_SET = "PL301"
     UNKNOWN_PLAN = "PL302"
     SWEEP_TOO_LARGE = "PL310"
