@@ -397,7 +397,7 @@ ROUTER = "safe/moe_top2_sampling_tp_ranks.place"
 
 @pytest.mark.parametrize("second,words", [
     ("override router: vary over (tp)", "contradicts override router: same (line 33)"),
-    ("override router: same", "stated again"),
+    ("override router: same", "repeats override router: same (line 33)"),
 ])
 def test_a_second_router_statement_is_an_error(tmp_path, capsys, second, words):
     # the checker read the last statement only: `same` then `vary` was checked as `vary` alone
@@ -435,3 +435,20 @@ def test_statements_that_combine_are_still_accepted(tmp_path, capsys):
 def test_an_axis_named_twice_where_it_says_what_each_rank_does(tmp_path, capsys):
     err = _diagnosed(tmp_path, capsys, _mutant(ROUTER, "override router: same", "override router: vary over (tp, tp)"))
     assert "[PL106]" in err and "axis 'tp' is named twice" in err, err
+
+
+CKPT = "bugs/ckpt_zero1_new_dp_by_rank.place"
+
+
+def test_a_second_reshard_is_an_error(tmp_path, capsys):
+    # check.checkpoint read the last reshard only: a second one replaced the first unseen
+    text = _mutant(CKPT, "override checkpoint: reshard over (dp)",
+                   "override checkpoint: reshard over (dp)\n  override checkpoint: reshard over (dp)")
+    err = _diagnosed(tmp_path, capsys, text)
+    assert "[PL291]" in err and "repeats override checkpoint: reshard over (dp) (line 21)" in err, err
+
+
+def test_a_checkpoint_axis_named_twice(tmp_path, capsys):
+    text = _mutant(CKPT, "load_by_rank over (dp)", "load_by_rank over (dp, dp)")
+    err = _diagnosed(tmp_path, capsys, text, "cost")
+    assert "[PL106]" in err and "s.place:22:3" in err, err
