@@ -452,3 +452,29 @@ def test_a_checkpoint_axis_named_twice(tmp_path, capsys):
     text = _mutant(CKPT, "load_by_rank over (dp)", "load_by_rank over (dp, dp)")
     err = _diagnosed(tmp_path, capsys, text, "cost")
     assert "[PL106]" in err and "s.place:22:3" in err, err
+
+
+@pytest.mark.parametrize("path,old,new,status,words", [
+    # the window's exact decision walked 4c² chunk pairs: a context group of 4096 ranks did not end
+    ("safe/cp_sliding_window.place", "cp = 8 @ intra_node", "cp = 4096 @ intra_node", 3, "4096 ranks is more than"),
+    # the shape facts' divisors by trial division up to √seq: seq = 10**30 did not end
+    ("safe/cp_sliding_window.place", "seq = 32768", "seq = " + "1" + "0" * 30, 0, "proved"),
+    # the heads split walked every group size up to the heads, O(heads²): 10**9 heads did not end
+    ("bugs/ulysses_heads_floor.place", "heads = 28", "heads = 1000000000", 3, "1000000000 heads are more than"),
+])
+def test_huge_sizes_end_with_a_verdict(tmp_path, path, old, new, status, words):
+    f = tmp_path / "s.place"
+    f.write_text(_mutant(path, old, new))
+    rc, out, err = run_cli(["check", str(f)])
+    assert rc == status and words in out, (rc, out[-2000:], err[-2000:])
+
+
+def test_divisors_of_large_numbers_agree_with_trial_division():
+    from placement_logic.check.divisors import divisors
+
+    for v in list(range(1, 2000)) + [2 ** 40, 3 ** 25 * 7, 999_983 * 1_000_003, 10 ** 13 + 1]:
+        small = [d for d in range(1, int(v ** 0.5) + 1) if v % d == 0]
+        assert divisors(v) == sorted(set(small + [v // d for d in small])), v
+    big = divisors(10 ** 30)
+    assert len(big) == 31 * 31 and all(10 ** 30 % d == 0 for d in big)
+    assert divisors((2 ** 61 - 1) * (2 ** 31 - 1)) == [1, 2 ** 31 - 1, 2 ** 61 - 1, (2 ** 61 - 1) * (2 ** 31 - 1)]

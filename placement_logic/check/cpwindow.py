@@ -38,6 +38,7 @@ from .values import fold, resolver
 
 VERBS = (OverrideVerb.WINDOW_DROPPED.value, OverrideVerb.WINDOW_LOCAL.value, OverrideVerb.WINDOW_ON_DIAGONAL.value)
 LAYOUTS = (OverrideVerb.CONTIGUOUS.value, OverrideVerb.ZIGZAG.value)
+MAX_CONTEXT = 256  # the largest context group decided (a larger one: not decided, never a hang)
 DOES = {None: "the window compared on the global positions (as derived)",
         "window_dropped": "causal attention without the window",
         "window_local": "the window compared between the positions of the ranks' local buffers",
@@ -97,6 +98,8 @@ def declared(plan, wm: WindowModel, bindings: dict, pinned: dict) -> tuple[dict,
     c = 1
     for a in wm.context:
         c *= sizes[a]
+    if c > MAX_CONTEXT:  # ``difference`` visits 4c² chunk pairs
+        return f"the context group of {c} ranks is more than the {MAX_CONTEXT} the window is decided on (4c² chunk pairs)"
     if n % (2 * c):
         return f"the sequence of {n} positions is not cut into 2c = {2 * c} chunks"
     return {a: sizes[a] for a in wm.context}, w, n
