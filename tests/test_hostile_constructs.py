@@ -478,3 +478,14 @@ def test_divisors_of_large_numbers_agree_with_trial_division():
     big = divisors(10 ** 30)
     assert len(big) == 31 * 31 and all(10 ** 30 % d == 0 for d in big)
     assert divisors((2 ** 61 - 1) * (2 ** 31 - 1)) == [1, 2 ** 31 - 1, 2 ** 61 - 1, (2 ** 61 - 1) * (2 ** 31 - 1)]
+
+
+@pytest.mark.parametrize("path", ["bugs/moe_router_on_partial_sums.place", "bugs/moe_router_jitter_tp_seed.place"])
+@pytest.mark.parametrize("experts", ["1000000000", "1" + "0" * 30])
+def test_a_router_of_very_many_experts_is_still_refuted(tmp_path, path, experts):
+    # the replay listed every expert's score: 10**9 experts did not end, 10**30 was an internal error
+    text = (EX / path).read_text()
+    f = tmp_path / "s.place"
+    f.write_text(re.sub(r"experts = \d+", f"experts = {experts}", text, count=1))
+    rc, out, err = run_cli(["check", str(f)])
+    assert rc == 1 and "the root cause is the MoE router's choice" in out, (rc, out[-2000:], err[-2000:])
