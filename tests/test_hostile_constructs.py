@@ -459,6 +459,8 @@ def test_a_checkpoint_axis_named_twice(tmp_path, capsys):
     ("safe/cp_sliding_window.place", "cp = 8 @ intra_node", "cp = 4096 @ intra_node", 3, "4096 ranks is more than"),
     # the shape facts' divisors by trial division up to √seq: seq = 10**30 did not end
     ("safe/cp_sliding_window.place", "seq = 32768", "seq = " + "1" + "0" * 30, 0, "proved"),
+    # the fp8 blocks' divisors of the sequence by trial division up to √seq: seq = 10**30 did not end
+    ("bugs/mxfp8_sp_sequence_shard_not_whole_blocks.place", "seq = 31936", "seq = " + "1" + "0" * 30, 0, "proved"),
     # the heads split walked every group size up to the heads, O(heads²): 10**9 heads did not end
     ("bugs/ulysses_heads_floor.place", "heads = 28", "heads = 1000000000", 3, "1000000000 heads are more than"),
 ])
