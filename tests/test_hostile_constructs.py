@@ -491,3 +491,13 @@ def test_a_router_of_very_many_experts_is_still_refuted(tmp_path, path, experts)
     f.write_text(re.sub(r"experts = \d+", f"experts = {experts}", text, count=1))
     rc, out, err = run_cli(["check", str(f)])
     assert rc == 1 and "the root cause is the MoE router's choice" in out, (rc, out[-2000:], err[-2000:])
+
+
+@pytest.mark.parametrize("experts", ["1000000000", "1" + "0" * 30])
+def test_a_capacity_step_of_very_many_experts_ends_unknown(tmp_path, experts):
+    # the replay's router call listed every expert's probability and about E/(cf·k) padded positions: did not end
+    text = (EX / "bugs/moe_capacity_counts_padding.place").read_text()
+    f = tmp_path / "s.place"
+    f.write_text(re.sub(r"experts = \d+", f"experts = {experts}", text, count=1))
+    rc, out, err = run_cli(["check", str(f)])
+    assert rc == 3 and "GI capacity" in out, (rc, out[-2000:], err[-2000:])
