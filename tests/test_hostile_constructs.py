@@ -325,6 +325,23 @@ def problems(path: Path, seen: dict | None = None) -> list[str]:
 GRID = [(b.construct, name, text) for b in BASES for name, text in mutants(b)]
 
 
+def size_mutants(base: Base) -> list[tuple[str, str]]:
+    """The example with one mesh axis of 4096 ranks, or one model size of 10**9 or 10**30."""
+    text = (EX / base.path).read_text()
+    out = []
+    mesh = re.search(r"mesh \{(.*?)\}", text, re.S)
+    for m in re.finditer(r"\n\s*(\w+) = (\d+)", mesh.group(1) if mesh else ""):
+        out.append((f"{m.group(1)}=4096", text.replace(m.group(0), m.group(0).replace(m.group(2), "4096", 1), 1)))
+    for key in ("seq", "heads", "hidden", "experts", "vocab", "ffn", "microbatches", "top_k", "kv_heads", "layers"):
+        m = re.search(rf"\n\s*{key} = (\d+)", text)
+        for v in ("1" + "0" * 30, "1000000000") if m else ():
+            out.append((f"{key}={v[:6]}", text.replace(m.group(0), m.group(0).replace(m.group(1), v, 1), 1)))
+    return out
+
+
+SIZES = [(b.construct, name, text) for b in BASES for name, text in size_mutants(b)]
+
+
 def _sample(grid, every: int = 47):
     return [g for k, g in enumerate(grid) if k % every == 0]
 
@@ -344,6 +361,12 @@ def test_hostile_values_sampled(tmp_path, construct, name, text):
 @pytest.mark.slow
 @pytest.mark.parametrize("construct,name,text", GRID, ids=lambda v: v if len(v) < 40 else "spec")
 def test_hostile_values_whole_grid(tmp_path, construct, name, text):
+    _check(tmp_path, construct, name, text)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("construct,name,text", SIZES, ids=lambda v: v if len(v) < 40 else "spec")
+def test_huge_sizes_whole_grid(tmp_path, construct, name, text):
     _check(tmp_path, construct, name, text)
 
 
