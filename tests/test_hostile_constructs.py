@@ -342,7 +342,7 @@ def size_mutants(base: Base) -> list[tuple[str, str]]:
 SIZES = [(b.construct, name, text) for b in BASES for name, text in size_mutants(b)]
 
 
-def _sample(grid, every: int = 47):
+def _sample(grid, every: int = 97):
     return [g for k, g in enumerate(grid) if k % every == 0]
 
 
