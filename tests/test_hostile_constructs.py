@@ -524,3 +524,12 @@ def test_a_capacity_step_of_very_many_experts_ends_unknown(tmp_path, experts):
     f.write_text(re.sub(r"experts = \d+", f"experts = {experts}", text, count=1))
     rc, out, err = run_cli(["check", str(f)])
     assert rc == 3 and "GI capacity" in out, (rc, out[-2000:], err[-2000:])
+
+
+def test_aux_statistics_of_very_many_experts_end_unknown(tmp_path):
+    # the aux term's replay listed every expert's probability per token: 10**9 experts did not end
+    text = (EX / "bugs/moe_aux_loss_dynamic_cp_uneven.place").read_text()
+    f = tmp_path / "s.place"
+    f.write_text(re.sub(r"experts = \d+", "experts = 1000000000", text, count=1))
+    rc, out, err = run_cli(["check", str(f)])
+    assert rc == 3 and "GI aux_stats" in out, (rc, out[-2000:], err[-2000:])
