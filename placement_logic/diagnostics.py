@@ -237,6 +237,8 @@ CODES: dict[str, tuple[str, str]] = {
     # the capacity step's dropped pairs (check.encode_capdrop)
     "PL290": ("capacity-renormalise-unchanged", "override capacity: renormalise_dropped in a model without "
               "drop_renormalise: the gate weights already sum to 1 over the k chosen experts."),
+    "PL291": ("override-restated", "A second statement of an override the plan states once (router, capacity, a "
+              "tensor's layout, the causal mask's window behaviour, a group's amax granularity, a heads split)."),
     # chunked (local) attention under context parallelism (check.cpchunk)
     "PL294": ("chunk-size", "The model's attention chunk (attention { chunk = C }) is not a whole number of tokens "
               "of at least 1."),
@@ -402,6 +404,7 @@ class Code(StrEnum):
     AMAX_BLOCK_SIZE = "PL285"
     LAYOUT_SHORT_MIXED = "PL286"
     CAPACITY_RENORMALISE_UNCHANGED = "PL290"
+    OVERRIDE_RESTATED = "PL291"
     CHUNK_SIZE = "PL294"
     CHUNK_GROUP = "PL295"
     PACKED_WITHOUT_STATS = "PL297"

@@ -43,6 +43,7 @@ WINDOW_VERBS = VERBS + (OverrideVerb.WINDOW_ACROSS_DOCUMENTS.value,)
 # every behaviour of the attention's mask (the window's and check.cpchunk's): not a layout of the blocks
 MASK_VERBS = WINDOW_VERBS + (OverrideVerb.CHUNK_DROPPED.value, OverrideVerb.CHUNK_LOCAL.value,
                       OverrideVerb.CHUNK_ON_DIAGONAL.value)
+MAX_CONTEXT = 256  # the largest context group decided (a larger one: not decided, never a hang)
 DOES = {None: "the window compared on the global positions (as derived)",
         "window_dropped": "causal attention without the window",
         "window_local": "the window compared between the positions of the ranks' local buffers",
@@ -122,6 +123,8 @@ def declared(plan, wm, bindings: dict, pinned: dict, length=None, what: str = "t
     c = 1
     for a in wm.context:
         c *= sizes[a]
+    if c > MAX_CONTEXT:  # ``difference`` visits 4c² chunk pairs
+        return f"the context group of {c} ranks is more than the {MAX_CONTEXT} the window is decided on (4c² chunk pairs)"
     if n % (2 * c):
         return f"the sequence of {n} positions is not cut into 2c = {2 * c} chunks"
     return {a: sizes[a] for a in wm.context}, w, n

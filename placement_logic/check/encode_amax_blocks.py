@@ -17,6 +17,7 @@ import z3
 
 from ..solver.session import value_of
 from . import amax, amax_blocks
+from .divisors import divisors
 from .replay import _frac
 from .report import Counterexample, coords_text
 from .rules import STATE_CONSISTENCY
@@ -45,7 +46,7 @@ def _prefix(d: amax_blocks.Dim, a: str) -> tuple[str, ...]:
 
 
 def _divisors(v: int) -> list[int]:
-    return sorted({y for x in range(1, int(v ** 0.5) + 1) if v % x == 0 for y in (x, v // x)})
+    return divisors(v)  # by factoring: a trial division up to √v would not end for seq = 10**30
 
 
 def _negation(env, found, b):

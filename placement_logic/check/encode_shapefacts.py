@@ -101,6 +101,10 @@ def facts(plan: ir.Plan, bindings: dict) -> tuple[Fact, ...]:
 
 
 def _divisors(v: int) -> list[int]:
+    if v > 10**12:  # a trial division up to √v would not end (seq = 10**30): factor it
+        from .divisors import divisors
+
+        return divisors(v)
     small = [d for d in range(1, int(v ** 0.5) + 1) if v % d == 0]
     return sorted(set(small + [v // d for d in small]))
 

@@ -49,6 +49,7 @@ from .report import Counterexample
 RULES = (OverrideVerb.UNEVEN, OverrideVerb.CHUNK, OverrideVerb.FLOOR)
 KV_RULES = (OverrideVerb.REPEAT, OverrideVerb.SPLIT)
 PAIRS = ("forward", "backward", "kv")
+MAX_HEADS = 1024  # the most heads decided (more: not decided, never a hang)
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,12 @@ def obligations(hm: HeadsModel | None, ctx, plan_span: Span, obligation) -> list
     for pair in PAIRS:
         span = hm.where(pair)
         text = WHAT[pair].format(rule=hm.of(pair), axes=", ".join(hm.ulysses))
+        if hm.heads > MAX_HEADS:  # ``_cases`` walks every tensor and Ulysses size up to the heads: O(heads²)
+            out.append(obligation(f"GI heads[{pair}]", GRADIENT_INTEGRITY, span if span != NO_SPAN else plan_span, text,
+                                  lambda env: ([], lambda m: {}), lambda w: None,
+                                  unknown=f"not decided: the model's {hm.heads} heads are more than the {MAX_HEADS} "
+                                  "the split is decided on (every group size up to the heads)"))
+            continue
         out.append(obligation(f"GI heads[{pair}]", GRADIENT_INTEGRITY, span if span != NO_SPAN else plan_span, text,
                               lambda env, pair=pair: negation(env, hm, pair),
                               lambda w, pair=pair: replay(ctx, hm, pair, w)))

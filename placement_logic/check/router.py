@@ -40,11 +40,14 @@ from .report import Counterexample
 from .rules import GRADIENT_INTEGRITY
 
 
-def route(scores: list[Fraction], k: int) -> tuple[tuple[int, ...], tuple[Fraction, ...]]:
-    """(the top-k experts by score, ties to the lower index; their weights: the chosen scores normalised)."""
-    chosen = tuple(sorted(sorted(range(len(scores)), key=lambda e: (-scores[e], e))[:k]))
-    total = sum(scores[e] for e in chosen)
-    return chosen, tuple(scores[e] / total for e in chosen)
+def route(scores: dict[int, Fraction], experts: int, k: int) -> tuple[tuple[int, ...], tuple[Fraction, ...]]:
+    """(the top-k experts by score, ties to the lower index; their weights: the chosen scores normalised).
+    ``scores``: the experts whose score is not 1 (every other expert scores 1), so E may be any size: of the
+    experts scoring 1 only the lowest k can be chosen, all among the first k + len(scores) indices."""
+    pool = set(scores) | set(range(min(experts, k + len(scores))))
+    chosen = tuple(sorted(sorted(pool, key=lambda e: (-scores.get(e, Fraction(1)), e))[:k]))
+    total = sum(scores.get(e, Fraction(1)) for e in chosen)
+    return chosen, tuple(scores.get(e, Fraction(1)) / total for e in chosen)
 
 
 def output(chosen: tuple[int, ...], weights: tuple[Fraction, ...], x: Fraction = Fraction(1)) -> Fraction:
@@ -52,14 +55,14 @@ def output(chosen: tuple[int, ...], weights: tuple[Fraction, ...], x: Fraction =
     return sum((w * (e + 2) * x for e, w in zip(chosen, weights)), Fraction(0))
 
 
-def scores_on(verb: str, rank: int, experts: int, k: int) -> list[Fraction]:
-    """Rank ``rank``'s router scores ℓ_e + 1 for the replay's token (module docstring)."""
+def scores_on(verb: str, rank: int, experts: int, k: int) -> dict[int, Fraction]:
+    """Rank ``rank``'s router scores ℓ_e + 1 for the replay's token (module docstring), those other than 1."""
     if verb == OverrideVerb.VARY:
         noised = {(rank * k + j) % experts for j in range(k)} if k < experts else {rank % experts}
-        return [Fraction(1 + (3 if e in noised else 0)) for e in range(experts)]
+        return {e: Fraction(4) for e in noised}
     h = [Fraction(int(rank == 0)), Fraction(int(rank == 1))] if rank >= 0 else [Fraction(1), Fraction(1)]
-    g = [(Fraction(2), Fraction(0)), (Fraction(0), Fraction(1))] + [(Fraction(0), Fraction(0))] * (experts - 2)
-    return [g[e][0] * h[0] + g[e][1] * h[1] + 1 for e in range(experts)]
+    g = [(Fraction(2), Fraction(0)), (Fraction(0), Fraction(1))]  # the others' weights 0: score 1
+    return {e: g[e][0] * h[0] + g[e][1] * h[1] + 1 for e in range(min(experts, 2))}
 
 
 def _numbers(plan: ir.Plan, bindings) -> tuple[int, int]:
@@ -77,8 +80,8 @@ def replay(ctx: rp.Context, plan: ir.Plan, o, w: dict) -> Counterexample | None:
     if sizes.get(axis, 1) < 2:
         return None
     e, k = _numbers(plan, ctx.bindings)
-    single = route(scores_on(o.verb, -1 if o.verb == OverrideVerb.INPUT_PARTIAL else 0, e, k), k)
-    ranks = [route(scores_on(o.verb, r, e, k), k) for r in (0, 1)]
+    single = route(scores_on(o.verb, -1 if o.verb == OverrideVerb.INPUT_PARTIAL else 0, e, k), e, k)
+    ranks = [route(scores_on(o.verb, r, e, k), e, k) for r in (0, 1)]
     if all(r == single for r in ranks):
         return None
     show = lambda c: f"experts ({', '.join(map(str, c[0]))}) with weights ({', '.join(rp._frac(x) for x in c[1])})"  # noqa: E731

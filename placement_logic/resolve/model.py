@@ -428,13 +428,14 @@ def _attention(vals: Values, block: surface.SubBlock, fields: dict) -> None:
     for p in props(vals, block.props, ("window", "chunk"), "attention"):
         v = None if p.value is None or isinstance(p.value, (surface.ModeMap, surface.Bool)) else \
             vals.count(p.value, {}, f"'{p.key}'")
-        known = None if v is None else fold(v, {})
+        known = None if v is None else number(v, vals)  # a let folded too (window = w, let w = 3/2)
         if v is None or (known is not None and (known < 1 or known.denominator != 1)):
+            got = "" if known is None else f" (not {known})"
             if p.key == "chunk":  # chunked (local) attention, Llama 4's attention_chunk_size (check.cpchunk)
-                vals.cx.error(Code.CHUNK_SIZE, "the attention chunk needs a whole number of tokens, at least 1 "
+                vals.cx.error(Code.CHUNK_SIZE, f"the attention chunk needs a whole number of tokens, at least 1{got} "
                               "(attention { chunk = 8192 })", p.span)
                 continue
-            vals.cx.error(Code.WINDOW_SIZE, "the sliding window needs a whole number of tokens, at least 1 "
+            vals.cx.error(Code.WINDOW_SIZE, f"the sliding window needs a whole number of tokens, at least 1{got} "
                           "(attention { window = 4096 })", p.span)
             continue
         fields["attention_chunk" if p.key == "chunk" else "attention_window"] = (v, p.span)

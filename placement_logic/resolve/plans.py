@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from .. import ir
 from ..diagnostics import Code, Span, did_you_mean
 from ..frontend import surface
-from ..ir import capacity, capdrop, routerstats
+from ..ir import capacity, capdrop, restated, routerstats
 from ..ir import router as router_stmt
 from ..ir.welltyped import ill_typed
 from .entries import override, placement_entry, rename_override, setting
@@ -196,6 +196,8 @@ class PlanAssembler:
         for code, message, span, notes in capdrop.problems(plan, self.vals.values):  # check.encode_capdrop
             self.cx.error(code, message, span, notes)
         for code, message, span, notes in router_stmt.problems(plan, self.vals.values):  # check.router
+            self.cx.error(code, message, span, notes)
+        for code, message, span, notes in restated.problems(plan):  # statements made once (PL291)
             self.cx.error(code, message, span, notes)
         if not self.cx.failed_since(mark):
             found = ill_typed(plan, lambda s, a: draft.mode_src.get((s, a), draft.bound.get(a, p.span)))

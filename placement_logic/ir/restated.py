@@ -1,0 +1,70 @@
+"""Statements a plan makes once: the router's top-k choice (``override router: ...``), the MoE capacity
+step (``capacity: ...``), the sliding-window behaviour of the causal mask (``layout[causal_mask]: window_*``),
+a per-token tensor's layout (``layout[T]: zigzag | ptrr | pad_to_chunks | ...``), the fp8 scaling granularity
+of a group (``amax[g]: blockwise | rowwise``), the head split of one pair of Ulysses' all-to-alls
+(``heads[P]: ...``) and the checkpoint's resharding, re-gather, RNG and skipped optimizer (``checkpoint:
+reshard over (AXES) | no_regather_after_load | rng_shared | skip_optimizer``). The checker reads one statement
+of each (check.router, check.encode_capacity, check.cpwindow, check.encode_cplayout, check.amax_blocks,
+ir.actflow_context, check.checkpoint), so a second one (the same again, or a contradicting one) would silently
+replace the first: PL291, located at the second, the first's line in the message. The axes of a router or
+checkpoint statement are the axes it applies on, not a reduction's (where an axis named twice is a reduction
+made twice, ``grads: reduce over (dp, dp)``): an axis named twice there is PL106 (an amax granularity's is
+check.amax_blocks's PL506).
+
+Input: an ``ir.Plan``. Output: (code, message, span, notes) per problem, reported where the plan is resolved.
+"""
+
+from __future__ import annotations
+
+from ..diagnostics import Code
+from .overrides import OverrideTarget, OverrideVerb
+from .walker import show
+
+WINDOW = (OverrideVerb.WINDOW_DROPPED, OverrideVerb.WINDOW_LOCAL, OverrideVerb.WINDOW_ON_DIAGONAL)
+GRANULARITY = (OverrideVerb.BLOCKWISE, OverrideVerb.ROWWISE)
+# the checkpoint behaviours check.checkpoint reads from the last statement (the writers' and readers' combine)
+CHECKPOINT_ONCE = (OverrideVerb.RESHARD, OverrideVerb.NO_REGATHER_AFTER_LOAD, OverrideVerb.RNG_SHARED,
+                   OverrideVerb.SKIP_OPTIMIZER)
+
+
+def family(o) -> str | None:
+    """The name of the statement's once-only family (its group included), or None where statements of its
+    target combine (reductions, several loss or checkpoint behaviours, ...)."""
+    group = f"[{o.group}]" if o.group else ""
+    if o.target in (OverrideTarget.ROUTER, OverrideTarget.CAPACITY, OverrideTarget.HEADS):
+        return f"{o.target}{group}"
+    if o.target == OverrideTarget.LAYOUT:
+        return f"layout{group}: window_*" if o.verb in WINDOW else f"layout{group}"
+    if o.target == OverrideTarget.AMAX and o.verb in GRANULARITY:
+        return f"amax{group}: blockwise | rowwise"
+    if o.target == OverrideTarget.CHECKPOINT and o.verb in CHECKPOINT_ONCE:
+        return f"checkpoint{group}: {o.verb}"
+    return None
+
+
+def _head(o) -> str:
+    text = f"override {o.target}{f'[{o.group}]' if o.group else ''}: {o.verb}"
+    text += f" over ({', '.join(o.axes)})" if o.axes is not None else ""
+    return text + (f" by {show(o.by)}" if o.by is not None else "")
+
+
+def problems(plan) -> list[tuple[str, str, object, tuple[str, ...]]]:
+    out = []
+    first: dict[str, object] = {}
+    for o in plan.overrides:
+        kind = family(o)
+        twice = [a for i, a in enumerate(o.axes or ()) if a in (o.axes or ())[:i]]
+        if twice and o.target in (OverrideTarget.ROUTER, OverrideTarget.CHECKPOINT):  # amax's: check.amax_blocks
+            out.append((Code.DUPLICATE_AXIS, f"{_head(o)}: axis '{twice[0]}' is named twice (the statement says "
+                        "what the ranks of each axis do, once)", o.span, ()))
+        if kind is None:
+            continue
+        if kind in first:
+            was = first[kind]
+            same = was.verb == o.verb and was.axes == o.axes and was.by == o.by
+            out.append((Code.OVERRIDE_RESTATED, f"{_head(o)}: {'repeats' if same else 'contradicts'} "
+                        f"{_head(was)} (line {was.span.line}); the plan states {kind} once", o.span,
+                        ("keep the one statement that describes the system",)))
+        else:
+            first[kind] = o
+    return out
