@@ -437,6 +437,10 @@ def test_a_second_router_statement_is_an_error(tmp_path, capsys, second, words):
      "override amax[dense]: rowwise over (tp)"),
     ("bugs/ulysses_heads_floor.place", "override heads: floor", "override heads: uneven"),
     ("bugs/moe_capacity_counts_padding.place", "override capacity: counts_padding", "override capacity: masks_padding"),
+    ("bugs/moe_ep_unpermute_empty_buffer.place", "override capacity: dropped_uninitialised",
+     "override capacity: drops_zeroed"),
+    ("bugs/ring_chunked_attention_off_diagonal.place", "override layout[causal_mask]: chunk_on_diagonal",
+     "override layout[causal_mask]: chunk_local"),
 ])
 def test_contradicting_once_only_statements_are_errors(tmp_path, capsys, path, old, second):
     err = _diagnosed(tmp_path, capsys, _mutant(path, old, f"{old}\n  {second}"))
@@ -452,6 +456,10 @@ def test_statements_that_combine_are_still_accepted(tmp_path, capsys):
                          "override heads[forward]: floor\n  override heads[backward]: uneven"))
     assert main(["cost", str(f)]) == 0
     assert main(["check", str(EX / "bugs/tp_loss_global_group.place")]) == 1
+    # the capacity step's three questions each once: padding, what a dropped pair adds, the renormalisation
+    f.write_text(_mutant("bugs/moe_deepep_unpermute_empty_rows.place", "override capacity: dropped_uninitialised",
+                         "override capacity: masks_padding\n  override capacity: dropped_uninitialised"))
+    assert main(["check", str(f)]) == 1
     capsys.readouterr()
 
 

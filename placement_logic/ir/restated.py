@@ -1,5 +1,6 @@
 """Statements a plan makes once: the router's top-k choice (``override router: ...``), the MoE capacity
-step (``capacity: ...``), the sliding-window behaviour of the causal mask (``layout[causal_mask]: window_*``),
+step (``capacity: ...``: whether padding takes slots, what a dropped pair adds, the renormalisation, each once), the
+sliding-window and the chunked-attention behaviour of the causal mask (``layout[causal_mask]: window_* | chunk_*``),
 a per-token tensor's layout (``layout[T]: zigzag | ptrr | pad_to_chunks | ...``), the fp8 scaling granularity
 of a group (``amax[g]: blockwise | rowwise``), the head split of one pair of Ulysses' all-to-alls
 (``heads[P]: ...``) and the checkpoint's resharding, re-gather, RNG and skipped optimizer (``checkpoint:
@@ -20,7 +21,16 @@ from ..diagnostics import Code
 from .overrides import OverrideTarget, OverrideVerb
 from .walker import show
 
-WINDOW = (OverrideVerb.WINDOW_DROPPED, OverrideVerb.WINDOW_LOCAL, OverrideVerb.WINDOW_ON_DIAGONAL)
+WINDOW = (OverrideVerb.WINDOW_DROPPED, OverrideVerb.WINDOW_LOCAL, OverrideVerb.WINDOW_ON_DIAGONAL,
+          OverrideVerb.WINDOW_ACROSS_DOCUMENTS)
+CHUNK = (OverrideVerb.CHUNK_DROPPED, OverrideVerb.CHUNK_LOCAL, OverrideVerb.CHUNK_ON_DIAGONAL)
+# the capacity step's three separate questions (check.encode_capacity, check.encode_capdrop): whether padding
+# takes slots, what a dropped pair adds, and over which experts the kept gate weights are renormalised
+CAPACITY_FAMILIES = {**{v: "padding" for v in (OverrideVerb.MASKS_PADDING, OverrideVerb.COUNTS_PADDING)},
+                     **{v: "dropped pairs" for v in (OverrideVerb.DROPS_ZEROED, OverrideVerb.DROPPED_UNINITIALISED,
+                                                     OverrideVerb.DROPPED_WEIGHTED)},
+                     **{v: "renormalisation" for v in (OverrideVerb.RENORMALISE_KEPT,
+                                                       OverrideVerb.RENORMALISE_DROPPED)}}
 GRANULARITY = (OverrideVerb.BLOCKWISE, OverrideVerb.ROWWISE)
 # the checkpoint behaviours check.checkpoint reads from the last statement (the writers' and readers' combine)
 CHECKPOINT_ONCE = (OverrideVerb.RESHARD, OverrideVerb.NO_REGATHER_AFTER_LOAD, OverrideVerb.RNG_SHARED,
@@ -31,10 +41,14 @@ def family(o) -> str | None:
     """The name of the statement's once-only family (its group included), or None where statements of its
     target combine (reductions, several loss or checkpoint behaviours, ...)."""
     group = f"[{o.group}]" if o.group else ""
-    if o.target in (OverrideTarget.ROUTER, OverrideTarget.CAPACITY, OverrideTarget.HEADS):
+    if o.target in (OverrideTarget.ROUTER, OverrideTarget.HEADS):
         return f"{o.target}{group}"
+    if o.target == OverrideTarget.CAPACITY:
+        return f"capacity{group} ({CAPACITY_FAMILIES.get(o.verb, o.verb)})"
     if o.target == OverrideTarget.LAYOUT:
-        return f"layout{group}: window_*" if o.verb in WINDOW else f"layout{group}"
+        if o.verb in WINDOW:
+            return f"layout{group}: window_*"
+        return f"layout{group}: chunk_*" if o.verb in CHUNK else f"layout{group}"
     if o.target == OverrideTarget.AMAX and o.verb in GRANULARITY:
         return f"amax{group}: blockwise | rowwise"
     if o.target == OverrideTarget.CHECKPOINT and o.verb in CHECKPOINT_ONCE:
