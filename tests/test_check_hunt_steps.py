@@ -246,3 +246,25 @@ def test_a_partition_at_a_size_the_model_never_takes_is_refused(name):
     # without the model's shapes every size is taken: the checker refutes the same plan
     spec1, p1 = plan("p", axes, overrides=overrides)
     assert Verdict.REFUTED in checker_keys(check_plan(SESSION, spec1, p1, {})).values()
+
+
+def test_a_norm_reduction_the_rank_sets_replace_is_refused():
+    """Seed 793: HSDP (a replicates, b shards) on a 2 × 2 mesh, the grad norm summed within the sets [0, 3], [1, 2]
+    of (b, a), one device of each shard in each: every rank's norm is the global one, and the simulator finds none
+    wrong. A ``clip_norm[norms]: reduce over (a)`` beside it was replaced by the sets in the step, but the checker
+    judged the sets against the group it states (the norms' copies summed over a) and refuted a right plan. It
+    changes nothing the step computes: PL506. Without it the checker proves the sets, as the simulator finds."""
+    sets = ov("clip_norm", "reduce_sets", None, ("b", "a"), sets=((0, 3), (1, 2)))
+    pinned = ir.Mesh((ir.Axis("a", ir.Const(Fraction(2))), ir.Axis("b", ir.Const(Fraction(2)))))
+    sizes = {"a": 2, "b": 2, "microbatches": 1}
+    for overrides, ok in (((ov("clip_norm", "reduce", "norms", ("a",)), sets), False), ((sets,), True)):
+        spec, p = plan("p", {"a": STRATEGIES["ddp"], "b": STRATEGIES["hsdp_shard"]}, overrides=overrides, experts=4)
+        p = replace(p, mesh=pinned)
+        spec = replace(spec, mesh=pinned, plans=(p,))
+        assert not any(("clip",) in _found(p, dict(spec.bindings), sizes, s) for s in range(4))
+        if ok:
+            assert checker_keys(check_plan(SESSION, spec, p, {}))[("clip",)] is Verdict.PROVED
+            continue
+        with pytest.raises(DiagnosticError) as err:
+            check_plan(SESSION, spec, p, {})
+        assert "[PL506]" in str(err.value) and "changes nothing" in str(err.value), str(err.value)
