@@ -296,3 +296,17 @@ def test_a_norm_reduction_the_rank_sets_replace_is_refused():
         with pytest.raises(DiagnosticError) as err:
             check_plan(SESSION, spec, p, {})
         assert "[PL506]" in str(err.value) and "changes nothing" in str(err.value), str(err.value)
+
+
+def test_a_norm_counted_on_rank_0_of_an_axis_it_is_not_summed_over_is_unknown():
+    """Seed 2261: HSDP (a replicates, b shards), the norms' squared norm summed over (a, b) and every group's counted
+    on rank 0 of a only. The other groups' norms are summed over b alone, so every rank a > 0 counts nothing of them
+    and clips with a norm that misses them: the simulator finds it at every a >= 2. The step model read the rank-0
+    statement only where a group's norm is summed over the axis and proved SC clip_norm; it is unknown now, naming
+    the groups and the axis."""
+    spec, p = plan("p", {"a": STRATEGIES["ddp"], "b": STRATEGIES["hsdp_shard"]}, experts=4, overrides=(
+        ov("clip_norm", "reduce", "norms", ("a", "b")), ov("clip_norm", "rank0_only", "all", ("a",))))
+    assert all(("clip",) in _found(p, dict(spec.bindings), {"a": a, "b": b, "microbatches": 1}, 0)
+               for a, b in ((2, 1), (2, 2), (3, 2)))
+    ob = next(o for o in check_plan(SESSION, spec, p, {}).obligations if o.name == "SC clip_norm")
+    assert ob.verdict is Verdict.UNKNOWN and "dense over a" in ob.reason, (ob.verdict, ob.reason)
