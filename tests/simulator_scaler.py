@@ -31,7 +31,7 @@ def step_scaler(scale: int, tracker: int, hyst: int, overflow: bool, hysteresis:
 
 
 def violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, steps: int = 4,
-               hysteresis: int = 2, interval: int = 2) -> set:
+               hysteresis: int = 2, interval: int = 2, rate: float = 0.35) -> set:
     named = [a for o in _overrides(plan, "loss_scale", "growth_local") + _overrides(plan, "loss_scale", "local")
              for a in (o.axes or ())]
     if not _overrides(plan, "loss_scale", "growth_local"):
@@ -46,7 +46,7 @@ def violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, steps: 
     state = {d: (2 ** 16, 0, hysteresis) for d in devices}
     single = (2 ** 16, 0, hysteresis)
     for _ in range(steps):
-        flags = {(g, s): rng.random() < 0.35 for g in groups for s in product(*[range(sizes[a]) for a in shard[g]])}
+        flags = {(g, s): rng.random() < rate for g in groups for s in product(*[range(sizes[a]) for a in shard[g]])}
         own = {d: any(flags[(g, tuple(d[axes.index(a)] for a in shard[g]))] for g in groups) for d in devices}
         # the flag a device reads: OR over the devices that agree with it on every axis not in ``read``
         seen = {d: any(own[e] for e in devices if all(e[i] == d[i] for i, a in enumerate(axes) if a not in read))

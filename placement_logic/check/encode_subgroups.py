@@ -21,7 +21,7 @@ from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir import ranksets, unequal
 from ..solver.session import value_of
-from . import encode_normsets, encode_ranksets
+from . import encode_normsets, encode_ranksets, fixedsizes, normsets_replaced
 from . import subgroups as sg
 from .replay import _frac, coords_text
 from .report import Counterexample
@@ -69,6 +69,7 @@ def extend(obs: list, step, ctx, plan, obligation) -> list:
 
 def _norm_sets(obs, step, ctx, plan, o, i, kind) -> None:
     encode_normsets.refuse(step, o)
+    normsets_replaced.check(plan, o)  # a norm reduction over the sets' axes they replace: PL506
     sizes = sg.set_sizes(o, plan)
     for ob in obs:
         if ob.name == "SC clip_norm":
@@ -127,6 +128,7 @@ def _pinned_elsewhere(obs: list, step, ctx, plan) -> list:
                 Code.GROUP_SIZES, f"{sg.head(o)}: the groups hold {total} ranks ({parts}), but {o.axes[0]} is pinned "
                 f"at {n}; the sizes of consecutive groups add up to the axis's size (pin {o.axes[0]}={total}, or "
                 "none)", o.span)])
+    fixedsizes.check(plan, [o for o in stated if o is not None], ctx.pinned, ctx.bindings)  # sizes the model takes
     return obs
 
 

@@ -278,7 +278,10 @@ def _extended(obs: list[Obligation], step: steps.StepModel, ctx, plan) -> list[O
     obs = encode_subgroups.extend(obs, step, ctx, plan, Obligation)
     from . import encode_rankcount_multi as rankcount_multi  # a norm counted on a rank set over several axes at once
 
-    return rankcount_multi.extend(obs, step, ctx, plan)
+    obs = rankcount_multi.extend(obs, step, ctx, plan)
+    from . import rank0_unsummed  # a norm counted on rank 0 of an axis it is not summed over: unknown
+
+    return rank0_unsummed.extend(obs, step, plan)
 
 
 def _slug(aspect: str) -> str:
