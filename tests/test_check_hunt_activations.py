@@ -275,3 +275,22 @@ def test_a_collective_stated_over_two_separately_bound_tensor_axes_is_never_prov
     assert all(o.verdict is Verdict.PROVED for o in check_plan(SESSION, spec, p, {}).obligations
                if key_of(o.name) is not None)
     assert not simulated(p)
+
+
+def test_a_tensor_axis_with_whole_params_does_not_split_the_layers_in_the_simulator():
+    """Found by the hunt (a false proof on the face of it): a tensor axis a splitting the layers, a second tensor
+    axis b with params R, and the mlp's reduction stated over a alone (the derived one). The layers are whole
+    on every rank of b (docs/semantics.md, "Activations and their gradients"), so the output is right and the
+    checker proves GI activations[mlp]; the simulator (simulator_act.Mesh) took every tensor axis for one that
+    splits the layers, found the output still partial over b at b >= 2 and called it wrong. A simulator bug,
+    fixed there: only a tensor axis over which params are split is in its tensor group."""
+    spec, p = plan("p", {"a": ("tensor", "S,S,S,S"), "b": ("tensor", "R,R,R,R")},
+                   overrides=(ov(A, "reduce", "mlp", ("a",)),))
+    ob = next(o for o in check_plan(SESSION, spec, p, {}).obligations if o.name == "GI activations[mlp]")
+    assert ob.verdict is Verdict.PROVED
+    assert not simulated(p)
+    # the reduction over b as well sums b's copies of the whole value: wrong in both
+    spec, p = plan("p", {"a": ("tensor", "S,S,S,S"), "b": ("tensor", "R,R,R,R")},
+                   overrides=(ov(A, "reduce", "mlp", ("a", "b")),))
+    ob = next(o for o in check_plan(SESSION, spec, p, {}).obligations if o.name == "GI activations[mlp]")
+    assert ob.verdict is Verdict.REFUTED and ("act", "mlp") in simulated(p)
