@@ -100,6 +100,10 @@ def _draw(rng: random.Random):
     experts = rng.choice((1, 4)) if "expert" not in roles else 4
     sp = rng.random() < 0.4
     stated = tuple(_statement(rng, names, tensor, experts) for _ in range(rng.randint(2, 4)))
+    # one amax local/reduce statement: of two for one group (a group's own and one for every group), the checker
+    # holds each in force and the simulator the last (test_two_amax_statements_for_one_group_are_never_proved)
+    scope = [i for i, o in enumerate(stated) if o.target == "amax" and o.verb in ("local", "reduce")]
+    stated = tuple(o for i, o in enumerate(stated) if i not in scope[1:])
     spec, p = plan("p", axes, sp=sp, overrides=stated, experts=experts)
     # every width divisible by each product of at most two tensor sizes 1..3, the sequence by each product
     # of three (twice: the load-balanced context layout's 2c chunks)
@@ -294,3 +298,22 @@ def test_a_tensor_axis_with_whole_params_does_not_split_the_layers_in_the_simula
                    overrides=(ov(A, "reduce", "mlp", ("a", "b")),))
     ob = next(o for o in check_plan(SESSION, spec, p, {}).obligations if o.name == "GI activations[mlp]")
     assert ob.verdict is Verdict.REFUTED and ("act", "mlp") in simulated(p)
+
+
+def test_two_amax_statements_for_one_group_are_never_proved():
+    """Found by the hunt: ``amax[dense]: local over (a)`` then ``amax: reduce over (a)`` under sequence
+    parallelism. The simulator takes the last statement that names the group (the reduction over a: right);
+    the checker (check.amax.stated: the last statement per group key) holds both in force and refutes the
+    dense layers' per-rank amax. The two readings differ on the safe side only: the checker never proves what
+    either reading calls wrong; the divergence is left as it is and reported (the language states no order
+    between a group's statement and one for every group)."""
+    spec, p = plan("p", {"a": ("tensor", "S,S,S,S")}, sp=True, overrides=(
+        ov("amax", "local", "dense", ("a",)), ov("amax", "reduce", None, ("a",))))
+    obs = {o.name: o for o in check_plan(SESSION, spec, p, {}).obligations if o.name.startswith("SC amax")}
+    assert obs["SC amax[dense]"].verdict is Verdict.REFUTED
+    assert not any(("amax", "dense") in simulator_amax.violations(p, {"a": n}, random.Random(s))
+                   for n in (1, 2, 3) for s in range(4))
+    spec, p = plan("p", {"a": ("tensor", "S,S,S,S")}, sp=True, overrides=(ov("amax", "local", "dense", ("a",)),))
+    assert next(o for o in check_plan(SESSION, spec, p, {}).obligations if o.name == "SC amax[dense]").verdict \
+        is Verdict.REFUTED
+    assert any(("amax", "dense") in simulator_amax.violations(p, {"a": 2}, random.Random(s)) for s in range(4))
