@@ -81,7 +81,11 @@ class Mesh:
     def __init__(self, plan: ir.Plan, sizes: dict[str, int]):
         self.names = plan.mesh.names
         self.sizes = sizes
-        self.tensor = [a for a in self.names if plan.role(a) in (ir.Role.TENSOR, ir.Role.SEQUENCE)]
+        # the tensor axes that split the layers: on one whose params are whole (R) every rank runs the whole layer
+        # (docs/semantics.md, "Activations and their gradients"), so it is an axis like any other there
+        split = (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.O)
+        self.tensor = [a for a in self.names if plan.role(a) in (ir.Role.TENSOR, ir.Role.SEQUENCE)
+                       and plan.placement(ir.State.PARAMS).mode(a) in split]
         self.devices = [dict(zip(self.names, c)) for c in product(*(range(sizes[a]) for a in self.names))]
 
     def key(self, d: dict) -> tuple:
@@ -403,7 +407,6 @@ def experts_violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
 
 def violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
     found = experts_violations(plan, sizes)
-    tensor = [a for a in plan.mesh.names if plan.role(a) in (ir.Role.TENSOR, ir.Role.SEQUENCE)]
-    if not tensor or plan.placement(ir.State.PARAMS).mode(tensor[0]) not in (ir.Mode.S, ir.Mode.S_STAR, ir.Mode.O):
+    if not Mesh(plan, {a: 1 for a in plan.mesh.names}).tensor:
         return found  # no tensor axis splits the layers: every rank runs them whole
     return found.union(*(region_violations(plan, sizes, r) for r in REGIONS))
