@@ -66,9 +66,9 @@ def model(plan, context: tuple[str, ...]) -> ChunkModel | None:
 def _keys(verb: str | None, p: int, sp: int, lo: int, hi: int, ob: int, same: bool, size: int) -> tuple[int, int]:
     """The interval [a, b] of keys of the block [lo, hi] (its first slot ob) query p (slot sp) lets in."""
     hi = min(hi, p)
-    if verb == "chunk_dropped" or (verb == "chunk_on_diagonal" and not same):
+    if verb == OverrideVerb.CHUNK_DROPPED or (verb == OverrideVerb.CHUNK_ON_DIAGONAL and not same):
         return lo, hi
-    if verb == "chunk_local":
+    if verb == OverrideVerb.CHUNK_LOCAL:
         first = (sp // size) * size  # the first slot of p's local chunk
         return max(lo, lo + first - ob), min(hi, lo + first + size - 1 - ob)
     return max(lo, (p // size) * size), hi

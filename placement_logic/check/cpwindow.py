@@ -150,11 +150,11 @@ def allowed(verb: str | None, d: int, e: int, same: bool, w: int) -> bool:
     ranks' buffers, on its own rank (``same``) or another, under the verb (None: the single-device window)."""
     if d < 0:
         return False
-    if verb == "window_dropped":
+    if verb == OverrideVerb.WINDOW_DROPPED:
         return True
-    if verb == "window_local":
+    if verb == OverrideVerb.WINDOW_LOCAL:
         return e < w
-    if verb == "window_on_diagonal":
+    if verb == OverrideVerb.WINDOW_ON_DIAGONAL:
         return not same or d < w
     return d < w
 

@@ -74,8 +74,8 @@ def _sorted_lists(verb: str, ranks, w: int) -> tuple[int, int, bool] | None:
         for r2, ks in enumerate(ranks):
             hi = bisect_right(ks, p)
             want = (bisect_left(ks, p - w + 1), hi)
-            got = ((max(0, sp - w + 1), hi) if verb == "window_local" else
-                   want if verb == "window_on_diagonal" and r2 == r else (0, hi))
+            got = ((max(0, sp - w + 1), hi) if verb == OverrideVerb.WINDOW_LOCAL else
+                   want if verb == OverrideVerb.WINDOW_ON_DIAGONAL and r2 == r else (0, hi))
             for i in sorted({want[0], got[0], want[1], got[1]}):
                 if i < len(ks) and (want[0] <= i < want[1]) != (got[0] <= i < got[1]):
                     found.append((ks[i], got[0] <= i < got[1]))
@@ -96,7 +96,7 @@ def decide(verb: str | None, layout: str, c: int, n: int, w: int) -> tuple[dict 
         if h < 2 or w < 2:
             return None, None
         return _pair(layout, ((1, 1), (h - 1, h - 1)), c, w, 2 * c, 2 * c - 1, True), None
-    if verb == "window_dropped":
+    if verb == OverrideVerb.WINDOW_DROPPED:
         return (_pair(layout, ((h, h),), c, w, w, 0, True), None) if n > w else (None, None)
     if layout == OverrideVerb.PTRR:
         got = _sorted_lists(verb, ptrr_ranks(((h, h),), c, w), w)

@@ -51,7 +51,7 @@ def heads_share(rule: str, kv_rule: str, heads: sympy.Expr, kv: sympy.Expr, t: s
             h, k = local(a, int(kv), tv)
             if a % tv or h % k:
                 continue
-            for gv in range(2, h + 2):
+            for gv in ([int(g)] if g.is_number else range(2, h + 2)):  # at a numeric size: its case alone
                 exact = share(rule, kv_rule, h, k, gv)
                 if _value(rule, kv_rule, a // tv, h if int(kv) == a else max(1, int(kv) // tv), gv) != exact:
                     cond = sympy.Eq(g, gv) if t.is_number else sympy.And(sympy.Eq(t, tv), sympy.Eq(g, gv))
