@@ -6,7 +6,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent  # tests/corpus: where the generated files go
 
 # ---------------------------------------------------------------------------------------
 # Models and base plans
