@@ -10,48 +10,10 @@ description and named in ``Code`` (``Code.BAD_PROPERTY_VALUE`` is ``"PL114"``);
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum, StrEnum
+from enum import StrEnum
 from typing import Iterable
 
-
-class Severity(str, Enum):
-    ERROR = "error"
-    WARNING = "warning"
-    NOTE = "note"
-
-
-@dataclass(frozen=True, order=True)
-class Span:
-    """A region of one source file; lines and columns are 1-based, ends exclusive."""
-
-    file: str
-    line: int
-    column: int
-    end_line: int
-    end_column: int
-    # A command-line error's option text (``--set dp=0``); its columns count within it.
-    text: str = field(default="", compare=False)
-
-    @property
-    def located(self) -> bool:
-        """Whether the span is a place in a file (not the command line, not built in)."""
-        return self.file not in UNLOCATED
-
-    @staticmethod
-    def point(file: str, line: int, column: int, width: int = 1) -> "Span":
-        return Span(file, line, column, line, column + max(width, 1))
-
-    def cover(self, other: "Span") -> "Span":
-        start = min((self.line, self.column), (other.line, other.column))
-        end = max((self.end_line, self.end_column), (other.end_line, other.end_column))
-        return Span(self.file, start[0], start[1], end[0], end[1])
-
-
-COMMAND_LINE = "<command line>"
-BUILTIN = "<builtin>"
-UNLOCATED = (COMMAND_LINE, BUILTIN)
-NO_SPAN = Span(BUILTIN, 1, 1, 1, 2)
-
+from .spans import BUILTIN, COMMAND_LINE, NO_SPAN, UNLOCATED, Severity, Span  # noqa: F401 (re-exported)
 
 # code -> (short name, one-line description)
 CODES: dict[str, tuple[str, str]] = {

@@ -101,7 +101,7 @@ def test_resolution_does_not_reach_back_into_loading():
 # lower one, never a higher one, at module level or inside a function; and the import graph
 # has no cycle between modules (one package's modules may import each other, acyclically).
 STAGES = (
-    ("outcome", "diagnostics", "snippets", "hardware", "atomic", "cache"),
+    ("outcome", "spans", "diagnostics", "snippets", "hardware", "atomic", "cache"),
     ("ir",),
     ("frontend.surface", "frontend.lark_import", "frontend.lower", "frontend.parser", "frontend.canonical",
      "frontend.files", "frontend.hf", "frontend.configs"),

@@ -114,33 +114,7 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
     from .stepstate import state_obligations  # initial state, optimizer identity, RNG state
 
     obs += state_obligations(step, ctx, Obligation)
-    if plan is not None and plan.optimizers:  # updates that need whole matrices (check.matrixwise)
-        from .matrixwise import obligations as matrixwise
-
-        obs += matrixwise(plan, ctx, Obligation)
-    from .encode_buckets import obligation as bucket_layout  # the flat gradient buffers' layout per rank
-
-    obs.append(bucket_layout(step, ctx, Obligation))
-    from .actflow_obligations import act_obligations  # activations and activation gradients per layer region
-
-    obs += act_obligations(step, ctx, Obligation)
-    if plan is not None:  # operations on a region's row-parallel output before its reduction (check.actpartial)
-        from .actpartial import obligations as partial_ops
-
-        obs += partial_ops(plan, ctx, Obligation)
-    if plan is not None:  # the layout of context parallelism's blocks, where the plan states one (check.encode_cplayout)
-        from . import encode_cplayout as cplayout
-
-        obs += cplayout.obligations(cplayout.model(plan, step.context_axes), ctx, P, Obligation)
-        from . import encode_cpwindow as cpwindow  # the sliding window under context parallelism
-
-        obs += cpwindow.obligations(plan, step.context_axes, ctx, P, Obligation)
-        from . import encode_cpchunk as cpchunk  # chunked (local) attention under context parallelism
-
-        obs += cpchunk.obligations(plan, step.context_axes, ctx, P, Obligation)
-        from . import encode_ulysses_heads as heads  # Ulysses' uneven head split, where the plan states one
-
-        obs += heads.obligations(heads.model(plan, ctx.bindings, step.tensor_axes), ctx, P, Obligation)
+    obs += _stated_parts(step, ctx, plan, P)
     for a in step.data_axes + step.context_axes:
         where, groups = placed(step.params_span, (ir.State.PARAMS,), a,
                                lambda m: m[ir.State.PARAMS] in (ir.Mode.S, ir.Mode.O), a in step.unusable_axes)
@@ -246,6 +220,41 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
     obs += router.obligations(plan, ctx)
     return undecided.apply(_extended(obs, step, ctx, plan), step, ctx.pinned)
 
+
+
+def _stated_parts(step: steps.StepModel, ctx, plan: ir.Plan | None, P) -> list[Obligation]:
+    """The obligations of the step's parts beside its gradients: whole-matrix updates, the buckets' layout, the
+    activations per layer region, and where the plan states them, operations on partial activations, context
+    parallelism's layouts, its sliding window and chunks, and Ulysses' head split."""
+    obs: list[Obligation] = []
+    if plan is not None and plan.optimizers:  # updates that need whole matrices (check.matrixwise)
+        from .matrixwise import obligations as matrixwise
+
+        obs += matrixwise(plan, ctx, Obligation)
+    from .encode_buckets import obligation as bucket_layout  # the flat gradient buffers' layout per rank
+
+    obs.append(bucket_layout(step, ctx, Obligation))
+    from .actflow_obligations import act_obligations  # activations and activation gradients per layer region
+
+    obs += act_obligations(step, ctx, Obligation)
+    if plan is not None:  # operations on a region's row-parallel output before its reduction (check.actpartial)
+        from .actpartial import obligations as partial_ops
+
+        obs += partial_ops(plan, ctx, Obligation)
+    if plan is not None:  # the layout of context parallelism's blocks, where the plan states one (check.encode_cplayout)
+        from . import encode_cplayout as cplayout
+
+        obs += cplayout.obligations(cplayout.model(plan, step.context_axes), ctx, P, Obligation)
+        from . import encode_cpwindow as cpwindow  # the sliding window under context parallelism
+
+        obs += cpwindow.obligations(plan, step.context_axes, ctx, P, Obligation)
+        from . import encode_cpchunk as cpchunk  # chunked (local) attention under context parallelism
+
+        obs += cpchunk.obligations(plan, step.context_axes, ctx, P, Obligation)
+        from . import encode_ulysses_heads as heads  # Ulysses' uneven head split, where the plan states one
+
+        obs += heads.obligations(heads.model(plan, ctx.bindings, step.tensor_axes), ctx, P, Obligation)
+    return obs
 
 def _extended(obs: list[Obligation], step: steps.StepModel, ctx, plan) -> list[Obligation]:
     """The obligations rewritten and extended by the passes over the whole list: the micro-step a
