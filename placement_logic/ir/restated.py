@@ -62,27 +62,10 @@ def _head(o) -> str:
     return text + (f" by {show(o.by)}" if o.by is not None else "")
 
 
-MAX_SPLIT_HEADS = 1024  # the most heads a stated head split is judged and priced for (check.encode_ulysses_heads)
-
-
-def _too_many_heads(plan, o) -> list:
-    """A head split of a model of more than MAX_SPLIT_HEADS heads: its exact price is a case per Ulysses size up to
-    the heads (costs.ulysses_share: O(heads²)), refused rather than left to run."""
-    tf = plan.model.transformer
-    heads = getattr(tf, "heads", None) if tf is not None else None
-    value = getattr(heads, "value", None)
-    if o.target != OverrideTarget.HEADS or value is None or value <= MAX_SPLIT_HEADS:
-        return []
-    return [(Code.BAD_PROPERTY_VALUE, f"{_head(o)}: a head split is judged and priced for at most {MAX_SPLIT_HEADS} "
-             f"heads, and the model states {value} (its exact price has a case per Ulysses size up to the heads)",
-             o.span, ())]
-
-
 def problems(plan) -> list[tuple[str, str, object, tuple[str, ...]]]:
     out = []
     first: dict[str, object] = {}
     for o in plan.overrides:
-        out.extend(_too_many_heads(plan, o))
         kind = family(o)
         twice = [a for i, a in enumerate(o.axes or ()) if a in (o.axes or ())[:i]]
         if twice and o.target in (OverrideTarget.ROUTER, OverrideTarget.CHECKPOINT):  # amax's: check.amax_blocks

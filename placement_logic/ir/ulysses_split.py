@@ -63,3 +63,22 @@ def rules_of(tensor: str) -> tuple[str, str] | None:
         return None
     rule, kv_rule = str(tensor)[len(PAYLOAD):].split(":")
     return rule, kv_rule
+
+
+MAX_SPLIT_HEADS = 1024  # the most heads a stated head split is judged and priced for (check.encode_ulysses_heads)
+
+
+def too_many_heads(plan) -> list:
+    """A head split of a model of more than MAX_SPLIT_HEADS heads: its exact price is a case per Ulysses size up to
+    the heads (costs.ulysses_share: O(heads²)), refused rather than left to run."""
+    from ..diagnostics import Code
+    from .overrides import OverrideTarget
+
+    tf = plan.model.transformer
+    value = getattr(getattr(tf, "heads", None), "value", None) if tf is not None else None
+    if value is None or value <= MAX_SPLIT_HEADS:
+        return []
+    return [(Code.BAD_PROPERTY_VALUE, f"override heads{f'[{o.group}]' if o.group else ''}: {o.verb}: a head split "
+             f"is judged and priced for at most {MAX_SPLIT_HEADS} heads, and the model states {value} (its exact "
+             "price has a case per Ulysses size up to the heads)", o.span, ())
+            for o in plan.overrides if o.target == OverrideTarget.HEADS]
