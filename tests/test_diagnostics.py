@@ -78,12 +78,12 @@ def test_a_code_member_reads_as_its_string():
 
 
 def test_the_package_names_its_codes():
-    # a code is written Code.NAME, never as a "PLnnn" literal (CODES itself aside)
+    # a code is written Code.NAME, never as a "PLnnn" literal (CODES itself, in codes.py, and Code aside)
     package = DOCS.parent.parent / "placement_logic"
     literal = re.compile(r"""^(['"])PL\d{3}\1$""")
     found = []
     for path in sorted(package.rglob("*.py")):
-        if path == package / "diagnostics.py":
+        if path in (package / "diagnostics.py", package / "codes.py"):
             continue
         with tokenize.open(path) as f:
             for tok in tokenize.generate_tokens(f.readline):

@@ -15,6 +15,7 @@ PKG = Path(__file__).resolve().parent.parent / "placement_logic"
 RULES = {
     "frontend/surface.py": {"lark", "sympy", "z3", "torch"},
     "diagnostics.py": {"lark", "sympy", "z3", "torch"},
+    "codes.py": {"lark", "sympy", "z3", "torch"},
     "snippets.py": {"lark", "sympy", "z3", "torch"},
     "frontend/canonical.py": {"lark", "sympy", "z3", "torch"},
     **{f"costreport/{m}.py": {"lark", "sympy", "z3", "torch"} for m in ("model", "units", "text", "markdown", "jsonout", "latex")},
@@ -101,7 +102,7 @@ def test_resolution_does_not_reach_back_into_loading():
 # lower one, never a higher one, at module level or inside a function; and the import graph
 # has no cycle between modules (one package's modules may import each other, acyclically).
 STAGES = (
-    ("outcome", "spans", "diagnostics", "snippets", "hardware", "atomic", "cache"),
+    ("outcome", "codes", "spans", "diagnostics", "snippets", "hardware", "atomic", "cache"),
     ("ir",),
     ("frontend.surface", "frontend.lark_import", "frontend.lower", "frontend.parser", "frontend.canonical",
      "frontend.files", "frontend.hf", "frontend.configs"),
