@@ -153,10 +153,28 @@ def test_each_tensor_group_of_a_data_axis_is_compared():
     assert plan and plan[0].startswith("  override router: vary over (tp)")
 
 
-def test_sequence_parallelism_and_no_tensor_axis_state_nothing():
-    calls = {0: [_call("x", (1.0, 2.0), "c", "g")], 1: [_call("x", (1.0, 2.0), "d", "g")]}
+@pytest.mark.parametrize("inputs,choices,named", [
+    (("x", "x"), ("c", "d"), "equal on the ranks"),    # the same tokens (a gathered input), routed differently
+    ((None, None), ("c", "d"), "not observed"),        # no input seen: same tokens or not, unknown
+    (("x", "y"), ("c", "d"), None),                    # each rank's own tokens: different choices expected
+    (("x", "x"), ("c", "c"), None),                    # the same tokens routed alike
+], ids=["same-tokens-differ", "unobserved-differ", "own-tokens", "same-tokens-alike"])
+def test_under_sequence_parallelism_the_same_tokens_must_route_alike(inputs, choices, named):
+    calls = {r: [_call(inputs[r] or "x", (1.0, 2.0), choices[r], "g")] for r in (0, 1)}
+    for r in (0, 1):
+        if inputs[r] is None:
+            del calls[r][0]["input"]
     st, ax = _step(calls)
-    assert _lines(st, ax, sp=True)[1] == [] and any("sequence parallelism" in n for n in st.notes)
+    assert _lines(st, ax, sp=True)[1] == []
+    if named is None:
+        assert not st.items and any("sequence parallelism" in n for n in st.notes), st.items
+    else:
+        (item,) = st.items
+        assert item.what == "a router call" and named in item.reason and "sequence parallelism" in item.reason
+
+
+def test_no_tensor_axis_states_nothing():
+    calls = {0: [_call("x", (1.0, 2.0), "c", "g")], 1: [_call("x", (1.0, 2.0), "d", "g")]}
     st, ax = _step(calls)
     ax.tp = None
     assert _lines(st, ax)[1] == [] and not st.notes and not st.items

@@ -4,13 +4,19 @@
 ``dynamic_values``: a clip coefficient, ``p.grad.mul_(coef)``, ``clip_grad_norm_``) that the ranks along a
 non-pipeline axis apply to its gradient after backward, where every one of them holds the gradient all-reduced over
 that axis (a replica: DDP's reduction, a hand-written all-reduce), applies as many data-dependent scales and the
-same constant ones (a clip or a divisor on some ranks only is ``lift_perrank``'s), and no norm all-reduce of the
-step sums over the axis (the norm's statements hold those: ``clip_norm: reduce over``, ``eps_on_ranks``). Equal values: nothing. Different
-values: the ranks scale equal gradients by different coefficients and the replicas drift apart (an epsilon added to
-rank 0's own squared norm where no norm all-reduce follows, the gradients being replicated already: ``if rank == 0:
-sq += eps``). No plan statement holds a coefficient that differs between replicas in its value alone
-(``clip_norm: eps_on_ranks`` states an epsilon on some ranks' pieces of a norm summed over their axes; these norms
-are summed over no axis): named (PL614) at the line that scales the gradient, never proved.
+same constant ones (a clip or a divisor on some ranks only is ``lift_perrank``'s). Compared along every such axis,
+whatever the step's norm all-reduces sum over. Equal values: nothing. Different values where the replicas' norm
+all-reduces give different sums (each sum recomputed from the inputs every rank of its group recorded: groups that
+miss a shard or count one twice, ``clip_norm: reduce_sets`` / ``reduce_blocks``): the norm's statements hold
+those (an epsilon on some ranks' pieces before the sum, ``eps_on_ranks``, is inside the sum and changes no
+coefficient between the ranks of one group). Different values from equal sums (or where no norm all-reduce runs):
+the coefficient departs after the sum (``dist.all_reduce(sq); if rank == 0: sq += eps``, or an epsilon added to
+rank 0's own squared norm where the gradients are replicated already and no norm all-reduce follows), the ranks
+scale equal gradients by different coefficients and the replicas drift apart. No plan statement holds a
+coefficient that differs between replicas in its value alone (``clip_norm: eps_on_ranks`` states an epsilon on
+some ranks' pieces before the sum, ``grads: clip_on_ranks`` a clip some ranks skip): named (PL614) at the line
+that scales the gradient, never proved. A sum that cannot be recomputed (a rank's record missing, a vector or a
+reduction other than a sum or a maximum) is named too.
 """
 
 from __future__ import annotations
@@ -49,35 +55,61 @@ def _grads(st, r: int) -> dict[int, dict[str, dict]]:
             for s in st.ranks[r].get("steps") or [] if s.get("optimizer")}
 
 
-def _norm_axes(st, grads: dict) -> set[str]:
-    """The axes the step's norm all-reduces sum over (after backward, a float carrying no gradient): a coefficient
-    whose norm is summed over an axis is read by the norm's statements (``clip_norm: reduce over``, ``reduce_sets``)."""
-    carried = {s for per in grads[st.observer].values() for g in per.values() for s in g.get("collectives") or []}
-    return {a for c in st.colls if c["phase"] == "after_backward" and c["kind"] == "all_reduce"
-            and c["seq"] not in carried and str(c.get("dtype", "float")).startswith(("float", "bfloat"))
-            for a in st.axes(c)}
+def _norm_calls(st, grads: dict) -> set[int]:
+    """The call numbers of the norm all-reduces (after backward, a float carrying no gradient) on any rank."""
+    carried = {s for per in grads.values() for step in per.values() for g in step.values()
+               for s in g.get("collectives") or []}
+    return {c["seq"] for r in st.ranks for c in st.ranks[r]["collectives"]
+            if c["phase"] == "after_backward" and c["kind"] == "all_reduce" and c["seq"] not in carried
+            and str(c.get("dtype", "float")).startswith(("float", "bfloat"))}
+
+
+def _sums(st, r: int, k: int, calls: set[int]) -> tuple | None:
+    """The results of rank ``r``'s norm all-reduces on step ``k``, each recomputed from the inputs every rank of
+    its group recorded (a sum or a maximum of one value each); None where one cannot be recomputed."""
+    out = []
+    for c in st.ranks[r]["collectives"]:
+        if c["seq"] not in calls or c["step"] != k:
+            continue
+        ins = [((st.by_seq.get(q) or {}).get(c["seq"]) or {}).get("value_in") for q in c["ranks"]]
+        if c.get("op", "sum") not in ("sum", "max") or c.get("numel", 1) != 1 or None in ins:
+            return None
+        out.append(sum(ins) if c.get("op", "sum") == "sum" else max(ins))
+    return tuple(out)
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(abs(x - y) <= 1e-6 * max(abs(x), abs(y)) for x, y in zip(a, b))
 
 
 def clip_values(st, pp: str | None) -> None:
-    """The replicas whose clip coefficients differ in value, named in ``st.items`` (one item per axis)."""
+    """The replicas whose clip coefficients differ in value after equal norm sums, named in ``st.items`` (one item
+    per axis)."""
     grads = {r: _grads(st, r) for r in st.ranks}
-    named: set[str] = _norm_axes(st, grads)
+    calls = _norm_calls(st, grads)
+    named: set[str] = set()
     for a, row in _lines(st, pp):
         if a in named:
             continue
         for k in sorted(grads[row[0]]):
             found = _departure(st, a, row, k, grads)
-            if found is not None:
-                name, ranks, frame = found
-                values = ", ".join(f"rank {r}: {v:.9g}" for r, v in ranks)
-                st.items.append(Unliftable(
-                    tuple(r for r, _ in ranks), -1, WHAT,
-                    f"the ranks of {a} hold {name}'s gradient all-reduced over {a} (replicas) and scale it by "
-                    f"different clip coefficients on step {k} ({values}): the replicas drift apart, and no statement "
-                    "holds a coefficient that differs between replicas in its value alone (an epsilon on some ranks' "
-                    "own norm, where no norm all-reduce follows)", tuple(_frames([[frame]], st.script))))
-                named.add(a)
-                break
+            if found is None:
+                continue
+            name, ranks, frame = found
+            sums = [_sums(st, r, k, calls) for r, _ in ranks]
+            if None not in sums and not all(_same(sums[0], x) for x in sums[1:]):
+                continue  # the norm all-reduces give the replicas different sums: the norm's statements
+            values = ", ".join(f"rank {r}: {v:.9g}" for r, v in ranks)
+            after = "from norm sums it cannot recompute" if None in sums else \
+                "from equal norm sums (the difference arises after the norm's all-reduce, or no norm all-reduce runs)"
+            st.items.append(Unliftable(
+                tuple(r for r, _ in ranks), -1, WHAT,
+                f"the ranks of {a} hold {name}'s gradient all-reduced over {a} (replicas) and scale it by "
+                f"different clip coefficients on step {k} ({values}) {after}: the replicas drift apart, and no "
+                "statement holds a coefficient that differs between replicas in its value alone",
+                tuple(_frames([[frame]], st.script))))
+            named.add(a)
+            break
 
 
 def _departure(st, a: str, row: list[int], k: int, grads: dict) -> tuple | None:

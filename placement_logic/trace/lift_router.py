@@ -15,6 +15,11 @@ order between the ranks of each tensor group and compared:
   all-reduced activation the rest of the layer reads (the row-parallel output before its all-reduce):
   ``override router: input_partial over (tp)`` at the router's linear.
 
+Under sequence parallelism (its ranks hold different tokens unless the router reads an input gathered over them)
+the calls are paired the same way: choices that differ on equal inputs (the same tokens), or where the input is not
+observed, are named (PL614; ``router: vary`` states ranks that hold the same tokens without it); inputs that differ
+are different tokens, a note.
+
 Anything else (inputs that differ otherwise, choices that differ where the input was not observed, calls not paired, E or k differing, calls of one step read both ways)
 is a router call, named (PL614), never proved. A statement lifted also explains the losses and outputs that
 differ between the tensor ranks after it (``lift_activations``' ``the output of ... over tp``, ``the loss over
@@ -87,8 +92,7 @@ def router_lines(st: Step, ax: Axes, sp: bool, hidden_lines: bool) -> tuple[list
     if ax.tp is None or step_no is None:
         return [], []
     if sp:
-        st.notes.append(f"the router's choice is not compared over {ax.tp}: under sequence parallelism its ranks hold "
-                        "different tokens")
+        _sequence_parallel(st, ax.tp, step_no)
         return [], []
     found: dict[str, list[dict]] = {}
     for group in _groups(st.layout, ax.tp):
@@ -127,6 +131,35 @@ def router_lines(st: Step, ax: Axes, sp: bool, hidden_lines: bool) -> tuple[list
     st.items[:] = [u for u in st.items if not (u.what == f"the loss over {ax.tp}" or (
         u.what.startswith("the output of ") and u.what.endswith(f" over {ax.tp}")))]
     return ([] if hidden_lines else _model(st, e, ax.tp)), [(line, frames)]
+
+
+def _sequence_parallel(st: Step, tp: str, step_no: int) -> None:
+    """Under sequence parallelism the ranks of ``tp`` hold different tokens, except where a router reads an input
+    gathered over them: calls with equal inputs (the same tokens) must choose alike; no statement holds a choice
+    that differs on them (``router: vary`` names ranks that hold the same tokens without sequence parallelism), and
+    choices that differ where the input is not observed cannot be told apart from different tokens: both named."""
+    for group in _groups(st.layout, tp):
+        per = {r: _calls(st.ranks[r], step_no) for r in group if r in st.ranks}
+        if len(per) != len(group) or len({len(c) for c in per.values()}) != 1:
+            _name(st, group, next(iter(per.values()), []), "the router calls are not paired between the tensor ranks "
+                  "(another number of calls on some rank)")
+            return
+        for i in range(len(per[group[0]])):
+            calls = {r: per[r][i] for r in group}
+            if len({(e["chosen"], e["gates"]) for e in calls.values()}) == 1:
+                continue
+            if any("input" not in e for e in calls.values()):
+                why = "its input is not observed, so whether the ranks hold the same tokens is not known"
+            elif len({e["input"]["sha"] for e in calls.values()}) == 1:
+                why = "its input (the same tokens) is equal on the ranks"
+            else:
+                continue  # different tokens under sequence parallelism: different choices
+            _name(st, group, [calls[group[0]]], f"under sequence parallelism over {tp} its choices differ between "
+                  f"the tensor ranks and {why}: no statement holds a router that routes the same tokens differently "
+                  "under sequence parallelism")
+            return
+    st.notes.append(f"the router's choice under sequence parallelism over {tp}: its ranks' calls read different "
+                    "tokens or chose alike")
 
 
 def _name(st: Step, ranks, calls: list[dict], why: str) -> None:
