@@ -1,9 +1,10 @@
 """Time across steps: the gradient buffer an optimizer step reads, when it is not cleared between steps.
 
-Input: the obligations of a plan, its step model and replay context. Output: every group's whole-plan
-gradient integrity (``GI grads[g]``) wrapped so that a buffer carried over from the previous step
-refutes it, with a concrete replay of two steps, and PL506 where the statement changes nothing
-(``check_override``).
+Input: the obligations of a plan, its step model and replay context. Output: every named group's
+whole-plan gradient integrity (``GI grads[g]``) wrapped so that a buffer carried over from the previous
+step refutes it, the aspect that names the defect (``GI grads[g] across steps``, stated only where the
+plan says ``no_zero_grad``), each with a concrete replay of two steps, and PL506 where the statement
+changes nothing (``check_override``).
 
 The derived step clears each gradient buffer after the optimizer step (``zero_grad``), so the next
 step's update reads that step's accumulated gradient only. ``override grads[g]: no_zero_grad`` states
@@ -26,8 +27,10 @@ from ..diagnostics import Code, Diagnostic, DiagnosticError
 from ..ir.overrides import OverrideTarget, OverrideVerb
 from . import steps
 from .encode_time import stale_buffer
+from .obligation import Obligation
 from .replay import Context, _frac
 from .report import Counterexample, coords_text
+from .rules import GRADIENT_INTEGRITY
 
 VERB = OverrideVerb.NO_ZERO_GRAD
 
@@ -71,7 +74,19 @@ def wrap(obs: list, step: steps.StepModel, ctx: Context, plan: ir.Plan | None) -
             ob.encode = stale_buffer(ob.encode, ob.name)
             ob.replay = _replay(ob.replay, ctx, o.span.line, ob.whole)
             ob.span = o.span
-    return obs
+    return obs + [_aspect(g, o, ctx) for g, o in stale.items()]
+
+
+def _aspect(group: str, o: ir.Override, ctx: Context) -> Obligation:
+    """``GI grads[g] across steps``: the buffer an update reads holds that step's gradient only. Stated
+    only for a group the plan leaves uncleared, so its negation (the carried buffer) always holds."""
+    name = f"GI grads[{group}] across steps"
+    return Obligation(
+        name, GRADIENT_INTEGRITY, o.span,
+        f"the {group} gradient buffer an update reads holds that step's gradient only (cleared after every "
+        "optimizer step)",
+        stale_buffer(lambda env: ([env.sess.false()], lambda model: None), name),
+        _replay(lambda w: None, ctx, o.span.line, group), aspect_of=group)
 
 
 def _replay(orig, ctx: Context, line: int, group: str):
