@@ -187,3 +187,34 @@ def state_violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
     if _stale(plan):
         out.add(("stale",))
     return out | _rng_violations(plan, sizes)
+
+
+def stale_buffer_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, steps: int = 3) -> set:
+    """Optimizer steps 1..T, each group's gradient buffer cleared after every update unless an
+    ``override grads[g]: no_zero_grad`` names the group (or every group): backward then adds into
+    what the buffer holds. Every device of the mesh keeps its own buffer; a step's reduced gradient
+    is the same on every device (the global-batch mean of per-token contributions), so a buffer
+    carried over is carried alike everywhere. Keys: ("gi", group) where an update reads anything
+    but its own step's global-batch gradient, ("replica", group) where two devices read different
+    values."""
+    from fractions import Fraction
+
+    names = plan.mesh.names
+    devices = [tuple(c) for c in product(*[range(sizes[a]) for a in names])]
+    m = sizes.get("microbatches", 1)
+    out: set = set()
+    for g in sim.groups_of(plan):
+        kept = any(o.target == "grads" and o.verb == "no_zero_grad" and o.group in (None, "all", g)
+                   for o in plan.overrides)
+        buffers = {d: Fraction(0) for d in devices}
+        for _ in range(steps):
+            s = {(d, mu): Fraction(rng.randint(-9, 9)) for d in devices for mu in range(m)}
+            tokens = {(d, mu): rng.randint(1, 5) for d in devices for mu in range(m)}
+            mean = sum(s.values()) / sum(tokens.values())
+            for d in devices:
+                buffers[d] = (buffers[d] if kept else Fraction(0)) + mean
+            if any(b != mean for b in buffers.values()):
+                out.add(("gi", g))
+            if len(set(buffers.values())) > 1:
+                out.add(("replica", g))
+    return out

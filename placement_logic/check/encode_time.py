@@ -1,6 +1,7 @@
-"""The z3 encoding of time within a step: an obligation's negation when the gradient sync may
-be armed before the last accumulated micro-step (``grads: sync_before_last``, ``check.timing``).
-One of the two modules (with ``encode``) that build z3 terms."""
+"""The z3 encoding of time within and across steps: an obligation's negation when the gradient sync
+may be armed before the last accumulated micro-step (``grads: sync_before_last``, ``check.timing``)
+or when the gradient buffer is not cleared between optimizer steps (``grads: no_zero_grad``,
+``check.carryover``). One of the two modules (with ``encode``) that build z3 terms."""
 
 from __future__ import annotations
 
@@ -25,6 +26,25 @@ def early_sync(orig, axes, name: str):
         def ex(model):
             if value_of(model, early):
                 return {"kind": "early_sync", "sizes": env.size_values(model)}
+            return extract(model)
+
+        return out, ex
+    return encode
+
+
+def stale_buffer(orig, name: str):
+    """An obligation's negation when the gradient buffer is not cleared between optimizer steps
+    (``grads: no_zero_grad``): either the original negation, or the previous step's gradient still
+    in the buffer, which loses at every size (the earlier step's gradient is arbitrary, so nonzero
+    for some data)."""
+    def encode(env):
+        cons, extract = orig(env)
+        stale = env.sess.bool(f"stale_buffer_{zlib.crc32(name.encode()):08x}")
+        out = [z3.Implies(z3.Not(stale), z3.And(cons))]
+
+        def ex(model):
+            if value_of(model, stale):
+                return {"kind": "stale_buffer", "sizes": env.size_values(model)}
             return extract(model)
 
         return out, ex

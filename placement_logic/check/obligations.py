@@ -264,6 +264,9 @@ def _extended(obs: list[Obligation], step: steps.StepModel, ctx, plan) -> list[O
     from .timing import wrap  # the micro-step the gradient sync is armed on
 
     obs = nested_replay.wrap(partial_replay.wrap(wrap(obs, step, ctx, plan), step, ctx, plan), step, ctx, plan)
+    from . import carryover  # the gradient buffer carried over from the previous optimizer step
+
+    obs = carryover.wrap(obs, step, ctx, plan)
     from . import ignored  # ignored tokens counted in the normaliser
 
     obs = ignored.wrap(obs, step, ctx, plan)

@@ -15,6 +15,9 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "reduce_every_microbatch": (False, False),
         # the once-per-step reduction armed on a micro-step before the last (no_sync around the later ones)
         "sync_before_last": (False, False),
+        # the gradient buffer never cleared between optimizer steps (zero_grad skipped): each update reads the sum
+        # of this step's gradient and every earlier step's (check.carryover)
+        "no_zero_grad": (False, False),
         # the flat gradient buffer laid out in a different parameter order on some ranks of these axes (check.buckets)
         "bucket_order": (True, False),
         # a clip coefficient, or a divisor every rank applies, applied on rank 0 of these axes only (check.rankupdate)
@@ -306,6 +309,7 @@ class OverrideVerb(StrEnum):
     NO_ACCUMULATION_BUFFER = "no_accumulation_buffer"
     REDUCE_EVERY_MICROBATCH = "reduce_every_microbatch"
     SYNC_BEFORE_LAST = "sync_before_last"
+    NO_ZERO_GRAD = "no_zero_grad"
     BUCKET_ORDER = "bucket_order"
     DOUBLE_COUNT = "double_count"
     DEDUPE = "dedupe"

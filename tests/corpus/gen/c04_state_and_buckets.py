@@ -173,6 +173,16 @@ for b, groups in [("ddp", ["dense", "norms", "biases", "embedding"]), ("zero1", 
            ["override grads: sync_before_last"],
            gi(groups, "over microbatches") + [f"SC grads[{g}]" for g in groups] + ["SC clip_norm", "SC overflow"],
            root=gi_root(groups, "over microbatches"), mirrors=SYNC)
+ZERO_GRAD = "the gradients never cleared between optimizer steps (deepspeedai/DeepSpeed#7837, meta-pytorch/torchforge#71)"
+for b in ["ddp", "zero1", "tp", "gpipe"]:
+    groups = BASES[b].all_groups()
+    mutant(f"state_no_zero_grad_{b}", b, "the gradient buffers never cleared between optimizer steps (`grads: "
+           "no_zero_grad`): every update from the second step on reads the sum of all earlier steps' gradients.",
+           ["override grads: no_zero_grad"], gi(groups, "across steps"), root=gi_root(groups, "across steps"),
+           mirrors=ZERO_GRAD)
+mutant("state_no_zero_grad_norms_tp", "tp", "the norms' gradient buffer left out of zero_grad (`grads[norms]: "
+       "no_zero_grad`): the norms' updates read every earlier step's gradient, the other groups' their own.",
+       ["override grads[norms]: no_zero_grad"], gi(["norms"], "across steps"), mirrors=ZERO_GRAD)
 equivalent("restated_recompute_preserved", BASES["tp"].title,
            "full recomputation replaying the forward's RNG state (preserve_rng_state, the tracker's states) is "
            "the derived step.", list(BASES["tp"].bind) + ["use full_recompute"], "tp", imports=REC)
