@@ -74,6 +74,7 @@ class CheckpointModel:
     # piece of every block): a fused tensor's components, an interleaved pipeline's virtual stages
     blocks: tuple[tuple[str, str, int, Span], ...] = ()
     flat: tuple[tuple[str, str, Span], ...] = ()  # (group, axis, span): keyed by the rank's flat offset
+    virtual_axis: str = ""  # the pipeline axis whose blocks are an interleaved schedule's virtual stages
 
     def block_count(self, group: str, axis: str) -> int:
         return next((c for g, a, c, _ in reversed(self.blocks) if g == group and a == axis), 1)
@@ -155,7 +156,8 @@ def derive(plan: ir.Plan, groups, colls, regather_needed: tuple[str, ...],
         rng_span=last["rng_shared"].span if "rng_shared" in last else NO_SPAN, undecided=undecided)
     blocks, flat, why = _blocks(plan, groups, ovs, layouts)
     if blocks or flat:
-        model = replace(model, blocks=blocks, flat=flat, undecided=model.undecided or why)
+        model = replace(model, blocks=blocks, flat=flat, undecided=model.undecided or why,
+                        virtual_axis=plan.schedule.axis if plan.schedule is not None else "")
     _no_effect(model, ovs)  # (a group the plan does not have: PL506, wellformed.no_effect)
     return model
 

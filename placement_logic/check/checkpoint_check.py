@@ -56,7 +56,7 @@ def obligations(step, ctx: Context) -> list:
                    "where a state is laid out in blocks: fused components, virtual stages), so every rank reads "
                    "back exactly its elements of every state, none lost and none read twice",
                    lambda env: _reshard_negation(env, ck), lambda w: replay_reshard(ctx, w),
-                   () if ck.reshard_axes else ("vacuous: resumed on the same mesh",)),
+                   _block_notes(ck) if ck.reshard_axes else ("vacuous: resumed on the same mesh",)),
         Obligation(RNG, STATE_CONSISTENCY, _first(ck.rng_span, ck.span),
                    "every rank restores its own RNG state: ranks whose dropout seeds differ keep differing after a "
                    "load", lambda env: _axes(env, "ckpt_rng", ck.rng_vary if ck.rng_shared else ()),
@@ -83,6 +83,19 @@ def _bytes_notes(ck: CheckpointModel) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _block_notes(ck: CheckpointModel) -> tuple[str, ...]:
+    """The states laid out in blocks over a resharded axis, and how they are keyed."""
+    keyed = {(g, a) for g, a, _ in ck.flat}
+    out = {}
+    for lay in ck.layouts:
+        c = ck.block_count(lay.group, lay.axis)
+        if lay.sharded and lay.axis in ck.reshard_axes and c >= 2:
+            how = "by the rank's flat offset" if (lay.group, lay.axis) in keyed else "block by block (global ids)"
+            kind = "virtual stages" if lay.axis == ck.virtual_axis else "fused components"
+            out[(lay.group, lay.axis)] = f"{lay.group}: {c} {kind} over {lay.axis}, keyed {how}"
+    return tuple(out.values())
+
+
 def _axes(env: en.Env, kind: str, axes: tuple[str, ...]):
     return en.axes_negation(env, kind, [(a, env.sess.true()) for a in axes])
 
@@ -106,7 +119,7 @@ def _reshard_negation(env: en.Env, ck: CheckpointModel):
         w = extract(model)
         lay, blocks = faults[0]
         return {**w, "group": lay.group, "state": lay.state, "axis": lay.axis, "new": w["sizes"][lay.axis] + 1,
-                "blocks": blocks}
+                "blocks": blocks, "virtual": lay.axis == ck.virtual_axis}
 
     return cons, witness
 
@@ -240,7 +253,7 @@ def _pieces(c: int, big: int, n: int, r: int) -> list[int]:
 
 
 def replay_flat(ctx: Context, w: dict) -> Counterexample | None:
-    """C blocks of L = lcm(n, n') elements each; rank r of n holds its piece of every block. A flat
+    """C blocks of L = lcm(n, n') pieces each; rank r of n holds its run of every block. A flat
     offset keys local element p of rank r as r·(C·L/n) + p, on save at n and on load at n'."""
     sizes, axis, n, m, c = w["sizes"], w["axis"], w["sizes"][w["axis"]], w["new"], w["blocks"]
     big = lcm(n, m)
@@ -250,15 +263,19 @@ def replay_flat(ctx: Context, w: dict) -> Counterexample | None:
         got = [saved[r2 * (c * big // m) + p] for p in range(len(want))]
         if got != want:
             p = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
-            def show(e: int) -> str:
-                return f"block {e // big} element {e % big}"
+            def show(e: int) -> str:  # a piece: L/(C·lcm) elements (layers, columns) of its block
+                return f"piece {e % big} of {'layer block' if w.get('virtual') else 'component'} {e // big}"
 
-            eq = (f"{w['group']} {w['state']} on the new ({axis}={r2}) of {m}: local element {p} should be "
+            eq = (f"{w['group']} {w['state']} on the new ({axis}={r2}) of {m}: its local piece {p} should be "
                   f"{show(want[p])}; the flat offset reads {show(got[p])}")
-            diag = (f"the {w['group']} {w['state']} is {c} blocks each split over {axis} (each rank's shard is its "
-                    f"piece of every block); its shards are keyed by the rank's flat offset, not block by block: "
-                    f"consistent on {n} {axis} ranks, on {m} the blocks' elements are mixed",)
+            what = (f"{c} virtual stages per {axis} rank (each stage holds a run of every one of {c} layer blocks)"
+                    if w.get("virtual") else f"{c} fused components each split over {axis} (each rank's shard is its "
+                    "slice of every component)")
+            diag = (f"the {w['group']} {w['state']} is {what}; its shards are keyed by the rank's flat offset, not "
+                    f"block by block: consistent on {n} {axis} ranks, on {m} the blocks' elements are mixed",)
             return Counterexample(ctx.sizes_tuple(sizes), (("reading rank", f"({axis}={r2}) of the new mesh"),),
-                                  ((f"{axis} on load", str(m)), ("blocks", f"{c} of {big} elements")), eq, diag,
+                                  ((f"{axis} on load", str(m)),
+                                   ("blocks", f"{c} {'layer blocks' if w.get('virtual') else 'components'} of {big} "
+                                    "equal pieces each")), eq, diag,
                                   ctx.command(sizes))
     return None
