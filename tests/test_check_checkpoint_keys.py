@@ -215,6 +215,20 @@ def test_symbolic_virtual_stages_under_a_flat_offset_are_unknown():
     report = check_plan(SESSION, spec, p, {})
     ob = next(o for o in report.obligations if o.name == RESHARD)
     assert ob.verdict is Verdict.UNKNOWN and "missing fact: v" in ob.reason
+    save = next(o for o in report.obligations if o.name == "SC checkpoint save")
+    assert save.verdict is Verdict.PROVED  # who writes is decided whatever v is
+
+
+@pytest.mark.parametrize("verb", ["fused over (tp) by 2", "flat_offset over (tp)"])
+def test_copied_kv_heads_keys_are_unknown_never_proved(verb):
+    """2 kv heads on tp = 4: each head copied on 2 ranks, neither sharded nor replicated over tp; how a
+    copy is keyed under a block layout is outside the model: the reshard is unknown, never proved."""
+    src = (ROOT / "examples" / "safe" / "ckpt_fused_qkv_reshard.place").read_text()
+    src = src.replace("    heads = 32\n", "    heads = 32\n    kv_heads = 2\n").replace(
+        "  override checkpoint[dense]: fused over (tp) by 3\n", f"  override checkpoint[kv]: {verb}\n")
+    report = check_spec(load_string(src, "kv.place"), timeout=20)
+    ob = next(o for o in report.obligations if o.name == RESHARD)
+    assert ob.verdict is Verdict.UNKNOWN and "kv heads" in ob.reason and "keyed" in ob.reason
 
 
 # ----------------------------------------------------------------- format round trip and costs

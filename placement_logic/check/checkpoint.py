@@ -75,6 +75,7 @@ class CheckpointModel:
     blocks: tuple[tuple[str, str, int, Span], ...] = ()
     flat: tuple[tuple[str, str, Span], ...] = ()  # (group, axis, span): keyed by the rank's flat offset
     virtual_axis: str = ""  # the pipeline axis whose blocks are an interleaved schedule's virtual stages
+    keys_undecided: str = ""  # a fact the keys of a block layout lack (its reshard obligation: unknown)
 
     def block_count(self, group: str, axis: str) -> int:
         return next((c for g, a, c, _ in reversed(self.blocks) if g == group and a == axis), 1)
@@ -156,8 +157,8 @@ def derive(plan: ir.Plan, groups, colls, regather_needed: tuple[str, ...],
         rng_span=last["rng_shared"].span if "rng_shared" in last else NO_SPAN, undecided=undecided)
     blocks, flat, why = _blocks(plan, groups, ovs, layouts)
     if blocks or flat:
-        model = replace(model, blocks=blocks, flat=flat, undecided=model.undecided or why,
-                        virtual_axis=plan.schedule.axis if plan.schedule is not None else "")
+        model = replace(model, blocks=blocks, flat=flat, virtual_axis=plan.schedule.axis if plan.schedule else "",
+                        keys_undecided=why or _copied_heads(groups, ovs, (OverrideVerb.FUSED, OverrideVerb.FLAT_OFFSET)))
     _no_effect(model, ovs)  # (a group the plan does not have: PL506, wellformed.no_effect)
     return model
 
@@ -202,25 +203,27 @@ def _blocks(plan: ir.Plan, groups, ovs: list[ir.Override], layouts: list[Layout]
     return tuple(blocks), flat, why if sched is not None and sched.axis in flat_axes else ""
 
 
-def _copied_heads(groups, ovs: list[ir.Override]) -> str:
+def _copied_heads(groups, ovs: list[ir.Override], verbs: tuple[str, ...] = SAVE_VERBS + ("load_by_rank",)) -> str:
     """A statement about the writers or readers of a group whose kv heads are copied on several
     ranks of a named tensor axis: each head is one element per copy group, neither sharded nor
     replicated over the axis, which the transition does not model."""
     for o in ovs:
-        if o.verb not in SAVE_VERBS + ("load_by_rank",):
+        if o.verb not in verbs:
             continue
+        what = "how each copy is keyed" if o.verb in (OverrideVerb.FUSED, OverrideVerb.FLAT_OFFSET) else "who writes which copy"
+        fact = "the copy groups' keys" if what.startswith("how") else "the copy groups' writers"
         for g in groups:
             d = next((d for d in g.dims if d.part and _applies(o, g.group)
                       and any(a in (o.axes or ()) for a in (d.axis, *dict(d.joint)))), None)
             if d is not None and d.joint:  # copy groups crossing the tensor axes (check.kvjoint)
                 names = "×".join(a for a, _ in d.joint)
-                return (f"the {d.heads} kv heads of {g.group} are copied on runs of the joint index of {names}; who "
-                        f"writes which copy under `checkpoint: {o.verb} over ({', '.join(o.axes or ())})` is not in the "
-                        "checkpoint model; the missing fact: the copy groups' writers")
+                return (f"the {d.heads} kv heads of {g.group} are copied on runs of the joint index of {names}; "
+                        f"{what} under `checkpoint: {o.verb} over ({', '.join(o.axes or ())})` is not in the "
+                        f"checkpoint model; the missing fact: {fact}")
             if d is not None:
-                return (f"the {d.heads} kv heads of {g.group} are copied on {d.axis}/{d.heads} ranks each; who writes "
-                        f"which copy under `checkpoint: {o.verb} over ({d.axis})` is not in the checkpoint model; the "
-                        "missing fact: the copy groups' writers")
+                return (f"the {d.heads} kv heads of {g.group} are copied on {d.axis}/{d.heads} ranks each; {what} "
+                        f"under `checkpoint: {o.verb} over ({d.axis})` is not in the checkpoint model; the "
+                        f"missing fact: {fact}")
     return ""
 
 
@@ -244,7 +247,7 @@ def _no_effect(model: CheckpointModel, ovs: list[ir.Override]) -> None:
             elif whole and not model.undecided:
                 why = (f"no state it names is sharded over {whole[0]}: every rank reads a replicated state whole, "
                        "by rank index or not")
-        elif o.verb in (OverrideVerb.FUSED, OverrideVerb.FLAT_OFFSET):
+        elif o.verb in (OverrideVerb.FUSED, OverrideVerb.FLAT_OFFSET) and not model.keys_undecided:
             why = _no_block_effect(model, o)
         elif o.verb in SAVE_VERBS and not model.undecided:
             mine = [lay for lay in model.layouts if lay.span == o.span]
@@ -266,7 +269,7 @@ def _no_block_effect(model: CheckpointModel, o: ir.Override) -> str:
                                               for lay in model.layouts)]
     if cut:
         return f"no state it names is sharded over {cut[0]}: every rank reads it whole"
-    if o.verb == OverrideVerb.FLAT_OFFSET and not model.undecided:
+    if o.verb == OverrideVerb.FLAT_OFFSET:
         one = [a for a in o.axes or () if not any(_applies(o, lay.group) and model.block_count(lay.group, a) >= 2
                                                  for lay in model.layouts if lay.sharded and lay.axis == a)]
         if one:

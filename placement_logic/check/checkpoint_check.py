@@ -67,6 +67,9 @@ def obligations(step, ctx: Context) -> list:
         for ob in obs[0], obs[2]:
             ob.unknown = ck.undecided
             ob.encode = lambda env: ([env.sess.true()], lambda model: {})
+    elif ck.keys_undecided:
+        obs[2].unknown = ck.keys_undecided
+        obs[2].encode = lambda env: ([env.sess.true()], lambda model: {})
     return obs
 
 
