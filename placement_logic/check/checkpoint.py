@@ -11,7 +11,8 @@ over a tensor axis, an interleaved pipeline's virtual stages over the pipeline a
 keyed by a flat offset; whether the per-rank RNG state is saved per rank. The *derived*
 model writes a sharded state from every rank (each its shard) and a replicated one from
 rank 0 of the axis (its replica id 0), re-gathers after a load, remaps every shard by its
-global offset on a new mesh (block by block where a state is laid out in blocks), and saves the RNG state of every rank whose seed differs.
+global offset on a new mesh (block by block where a state is laid out in blocks), and saves
+the RNG state of every rank whose seed differs.
 ``override checkpoint[GROUP]: VERB`` statements replace parts of it (docs/semantics.md,
 'Checkpoints').
 """
@@ -177,12 +178,11 @@ def _blocks(plan: ir.Plan, groups, ovs: list[ir.Override], layouts: list[Layout]
     sched = plan.schedule
     if sched is not None and any(lay.sharded and lay.axis == sched.axis for lay in layouts):
         v = _count(sched.chunks)
-        for g in groups:
-            if v is not None:
-                blocks.append((g.group, sched.axis, v, sched.span))
-            elif not (isinstance(sched.chunks, Const) and sched.chunks.value == 1):
-                why = (f"the virtual stages per rank of {sched.axis} are a symbol; whether the layers a flat offset "
-                       "keys are interleaved is not in the checkpoint model; the missing fact: v")
+        if v is not None:
+            blocks += [(g.group, sched.axis, v, sched.span) for g in groups]
+        elif not (isinstance(sched.chunks, Const) and sched.chunks.value == 1):
+            why = (f"the virtual stages per rank of {sched.axis} are a symbol; whether the layers a flat offset "
+                   "keys are interleaved is not in the checkpoint model; the missing fact: v")
     for o in ovs:
         if o.verb != OverrideVerb.FUSED:
             continue
@@ -262,9 +262,10 @@ def _no_block_effect(model: CheckpointModel, o: ir.Override) -> str:
     """Why a fused or flat-offset statement changes nothing, or ''."""
     off = [a for a in o.axes or () if a not in model.reshard_axes]
     if off:
-        return (f"the checkpoint is resumed on a new size of ({', '.join(model.reshard_axes)}) only, not of {off[0]}: "
-                "on the same size every rank reads back its own shard, whatever its layout inside "
-                "(state `override checkpoint: reshard over (...)`)")
+        where = (f"on a new size of ({', '.join(model.reshard_axes)}) only, not of {off[0]}" if model.reshard_axes
+                 else "on the same mesh")
+        return (f"the checkpoint is resumed {where}: on the same size every rank reads back its own shard, whatever "
+                "its layout inside (state `override checkpoint: reshard over (...)`)")
     cut = [a for a in o.axes or () if not any(lay.sharded and lay.axis == a and _applies(o, lay.group)
                                               for lay in model.layouts)]
     if cut:
