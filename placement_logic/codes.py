@@ -186,6 +186,11 @@ CODES: dict[str, tuple[str, str]] = {
     # documents whose real length is not a multiple of 2c (check.encode_cpshort)
     "PL286": ("layout-short-mixed", "A layout of documents not padded to 2c (pad_to_chunks, truncate_to_chunks, "
               "cut_unequal) beside another layout than zigzag_per_document."),
+    # a checkpoint's fused tensors (check.checkpoint)
+    "PL287": ("checkpoint-fused-count", "override checkpoint[GROUP]: fused by C where C is not an integer of at least 2: "
+              "the number of components (Q, K, V: 3; gate, up: 2) concatenated in the fused tensor."),
+    "PL288": ("checkpoint-fused-axis", "override checkpoint[GROUP]: fused over an axis that is not a tensor axis: fused "
+              "components are columns a tensor axis splits (a pipeline's virtual stages come from its schedule)."),
     # the capacity step's dropped pairs (check.encode_capdrop)
     "PL290": ("capacity-renormalise-unchanged", "override capacity: renormalise_dropped in a model without "
               "drop_renormalise: the gate weights already sum to 1 over the k chosen experts."),

@@ -6,23 +6,27 @@ axes where params are replicated over a sharded optimizer. Output: a ``Checkpoin
 state is sharded there and which ranks of the axis write it; the groups whose optimizer
 state is not written; whether the params are re-gathered from the loaded master shards;
 the axes the checkpoint is resumed over with a new size and the groups whose shards are
-then read by rank index; whether the per-rank RNG state is saved per rank. The *derived*
+then read by rank index; the states laid out in blocks along an axis (a fused tensor's components
+over a tensor axis, an interleaved pipeline's virtual stages over the pipeline axis) and those
+keyed by a flat offset; whether the per-rank RNG state is saved per rank. The *derived*
 model writes a sharded state from every rank (each its shard) and a replicated one from
 rank 0 of the axis (its replica id 0), re-gathers after a load, remaps every shard by its
-global offset on a new mesh, and saves the RNG state of every rank whose seed differs.
+global offset on a new mesh (block by block where a state is laid out in blocks), and saves
+the RNG state of every rank whose seed differs.
 ``override checkpoint[GROUP]: VERB`` statements replace parts of it (docs/semantics.md,
 'Checkpoints').
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import ir
 from ..diagnostics import NO_SPAN, Code, Diagnostic, DiagnosticError, Span
 from ..ir import groups as pg
 from ..ir import views
 from ..ir.overrides import OverrideVerb
+from ..ir.values import Const
 from .dims import SHARDED, TENSOR_ROLES
 
 TARGET = "checkpoint"
@@ -67,6 +71,25 @@ class CheckpointModel:
     rng_span: Span = NO_SPAN
     # a fact the transition lacks to decide who writes (its save and reshard obligations: unknown)
     undecided: str = ""
+    # (group, axis, C, span): the state along the axis is C blocks, each split over the axis (rank r holds its
+    # piece of every block): a fused tensor's components, an interleaved pipeline's virtual stages
+    blocks: tuple[tuple[str, str, int, Span], ...] = ()
+    flat: tuple[tuple[str, str, Span], ...] = ()  # (group, axis, span): keyed by the rank's flat offset
+    virtual_axis: str = ""  # the pipeline axis whose blocks are an interleaved schedule's virtual stages
+    keys_undecided: str = ""  # a fact the keys of a block layout lack (its reshard obligation: unknown)
+
+    def block_count(self, group: str, axis: str) -> int:
+        return next((c for g, a, c, _ in reversed(self.blocks) if g == group and a == axis), 1)
+
+    def flat_faults(self) -> tuple[tuple[Layout, int], ...]:
+        """Sharded states over a resharded axis, in C >= 2 blocks there, keyed by a flat offset."""
+        keyed = {(g, a) for g, a, _ in self.flat}
+        return tuple((lay, self.block_count(lay.group, lay.axis)) for lay in self.layouts
+                     if lay.sharded and lay.axis in self.reshard_axes and (lay.group, lay.axis) in keyed
+                     and self.block_count(lay.group, lay.axis) >= 2)
+
+    def flat_span(self, group: str, axis: str) -> Span:
+        return next((sp for g, a, sp in self.flat if g == group and a == axis), NO_SPAN)
 
     def save_faults(self) -> tuple[Layout, ...]:
         return tuple(lay for lay in self.layouts if lay.fault)
@@ -133,29 +156,74 @@ def derive(plan: ir.Plan, groups, colls, regather_needed: tuple[str, ...],
         reshard_span=reshard.span if reshard else NO_SPAN,
         by_rank=by_rank, rng_vary=seed_vary, rng_shared="rng_shared" in last,
         rng_span=last["rng_shared"].span if "rng_shared" in last else NO_SPAN, undecided=undecided)
+    blocks, flat, why = _blocks(plan, groups, ovs, layouts)
+    if blocks or flat:
+        model = replace(model, blocks=blocks, flat=flat, virtual_axis=plan.schedule.axis if plan.schedule else "",
+                        keys_undecided=why or _copied_heads(groups, ovs, (OverrideVerb.FUSED, OverrideVerb.FLAT_OFFSET)))
     _no_effect(model, ovs)  # (a group the plan does not have: PL506, wellformed.no_effect)
     return model
 
 
-def _copied_heads(groups, ovs: list[ir.Override]) -> str:
+def _count(v) -> int | None:
+    """A whole number of blocks (at least 2) written as a constant, else None."""
+    if isinstance(v, Const) and v.value.denominator == 1 and v.value >= 2:
+        return int(v.value)
+    return None
+
+
+def _blocks(plan: ir.Plan, groups, ovs: list[ir.Override], layouts: list[Layout]):
+    """The block layouts (fused statements; an interleaved schedule's v chunks on the pipeline axis),
+    the flat-offset keys, and a fact the transition lacks (a symbolic v under a flat offset)."""
+    blocks, why = [], ""
+    sched = plan.schedule
+    if sched is not None and any(lay.sharded and lay.axis == sched.axis for lay in layouts):
+        v = _count(sched.chunks)
+        if v is not None:
+            blocks += [(g.group, sched.axis, v, sched.span) for g in groups]
+        elif not (isinstance(sched.chunks, Const) and sched.chunks.value == 1):
+            why = (f"the virtual stages per rank of {sched.axis} are a symbol; whether the layers a flat offset "
+                   "keys are interleaved is not in the checkpoint model; the missing fact: v")
+    for o in ovs:
+        if o.verb != OverrideVerb.FUSED:
+            continue
+        head = f"override checkpoint{f'[{o.group}]' if o.group else ''}: fused"
+        c = _count(o.by)
+        if c is None:
+            raise _err(Code.CHECKPOINT_FUSED_COUNT, f"{head} needs `by C`, C a whole number of components of at "
+                       "least 2 (Q, K, V: 3; gate, up: 2)", o.span)
+        off = next((a for a in o.axes or () if views.view(plan).role(a) not in TENSOR_ROLES), None)
+        if off is not None or not o.axes:
+            raise _err(Code.CHECKPOINT_FUSED_AXIS, f"{head} over ({off or ''}): fused components are columns a "
+                       "tensor axis splits; name the tensor axes (a pipeline's virtual stages come from its schedule)",
+                       o.span)
+        blocks += [(g.group, a, c, o.span) for g in groups if _applies(o, g.group) for a in o.axes]
+    flat = tuple((g.group, a, o.span) for o in ovs if o.verb == OverrideVerb.FLAT_OFFSET for g in groups
+                 if _applies(o, g.group) for a in o.axes or ())
+    flat_axes = {a for _, a, _ in flat}
+    return tuple(blocks), flat, why if sched is not None and sched.axis in flat_axes else ""
+
+
+def _copied_heads(groups, ovs: list[ir.Override], verbs: tuple[str, ...] = SAVE_VERBS + ("load_by_rank",)) -> str:
     """A statement about the writers or readers of a group whose kv heads are copied on several
     ranks of a named tensor axis: each head is one element per copy group, neither sharded nor
     replicated over the axis, which the transition does not model."""
     for o in ovs:
-        if o.verb not in SAVE_VERBS + ("load_by_rank",):
+        if o.verb not in verbs:
             continue
+        what = "how each copy is keyed" if o.verb in (OverrideVerb.FUSED, OverrideVerb.FLAT_OFFSET) else "who writes which copy"
+        fact = "the copy groups' keys" if what.startswith("how") else "the copy groups' writers"
         for g in groups:
             d = next((d for d in g.dims if d.part and _applies(o, g.group)
                       and any(a in (o.axes or ()) for a in (d.axis, *dict(d.joint)))), None)
             if d is not None and d.joint:  # copy groups crossing the tensor axes (check.kvjoint)
                 names = "×".join(a for a, _ in d.joint)
-                return (f"the {d.heads} kv heads of {g.group} are copied on runs of the joint index of {names}; who "
-                        f"writes which copy under `checkpoint: {o.verb} over ({', '.join(o.axes or ())})` is not in the "
-                        "checkpoint model; the missing fact: the copy groups' writers")
+                return (f"the {d.heads} kv heads of {g.group} are copied on runs of the joint index of {names}; "
+                        f"{what} under `checkpoint: {o.verb} over ({', '.join(o.axes or ())})` is not in the "
+                        f"checkpoint model; the missing fact: {fact}")
             if d is not None:
-                return (f"the {d.heads} kv heads of {g.group} are copied on {d.axis}/{d.heads} ranks each; who writes "
-                        f"which copy under `checkpoint: {o.verb} over ({d.axis})` is not in the checkpoint model; the "
-                        "missing fact: the copy groups' writers")
+                return (f"the {d.heads} kv heads of {g.group} are copied on {d.axis}/{d.heads} ranks each; {what} "
+                        f"under `checkpoint: {o.verb} over ({d.axis})` is not in the checkpoint model; the "
+                        f"missing fact: {fact}")
     return ""
 
 
@@ -179,6 +247,8 @@ def _no_effect(model: CheckpointModel, ovs: list[ir.Override]) -> None:
             elif whole and not model.undecided:
                 why = (f"no state it names is sharded over {whole[0]}: every rank reads a replicated state whole, "
                        "by rank index or not")
+        elif o.verb in (OverrideVerb.FUSED, OverrideVerb.FLAT_OFFSET) and not model.keys_undecided:
+            why = _no_block_effect(model, o)
         elif o.verb in SAVE_VERBS and not model.undecided:
             mine = [lay for lay in model.layouts if lay.span == o.span]
             if mine and not any(lay.fault for lay in mine):
@@ -186,3 +256,24 @@ def _no_effect(model: CheckpointModel, ovs: list[ir.Override]) -> None:
                        f"({', '.join(o.axes or ())}) (sharded states by every rank, replicated ones by rank 0)")
         if why:
             raise _err(Code.OVERRIDE_NO_EFFECT, f"{head} changes nothing: {why}", o.span)
+
+
+def _no_block_effect(model: CheckpointModel, o: ir.Override) -> str:
+    """Why a fused or flat-offset statement changes nothing, or ''."""
+    off = [a for a in o.axes or () if a not in model.reshard_axes]
+    if off:
+        where = (f"on a new size of ({', '.join(model.reshard_axes)}) only, not of {off[0]}" if model.reshard_axes
+                 else "on the same mesh")
+        return (f"the checkpoint is resumed {where}: on the same size every rank reads back its own shard, whatever "
+                "its layout inside (state `override checkpoint: reshard over (...)`)")
+    cut = [a for a in o.axes or () if not any(lay.sharded and lay.axis == a and _applies(o, lay.group)
+                                              for lay in model.layouts)]
+    if cut:
+        return f"no state it names is sharded over {cut[0]}: every rank reads it whole"
+    if o.verb == OverrideVerb.FLAT_OFFSET:
+        one = [a for a in o.axes or () if not any(_applies(o, lay.group) and model.block_count(lay.group, a) >= 2
+                                                 for lay in model.layouts if lay.sharded and lay.axis == a)]
+        if one:
+            return (f"no state it names is laid out in blocks over {one[0]} (no `fused`, no interleaved schedule's "
+                    "virtual stages): a contiguous shard's flat offset is its global offset")
+    return ""

@@ -38,6 +38,7 @@ def obligations(step, ctx: Context) -> list:
     faults = ck.save_faults()
     save_span = _first(*(lay.span for lay in faults), *(sp for _, sp in ck.skipped), ck.span)
     re_faults = ck.reshard_faults()
+    flat_spans = tuple(ck.flat_span(lay.group, lay.axis) for lay, _ in ck.flat_faults())
     obs = [
         Obligation(SAVE, STATE_CONSISTENCY, save_span,
                    "checkpoint completeness: every element of every group's params and optimizer state is written by "
@@ -50,11 +51,12 @@ def obligations(step, ctx: Context) -> list:
                    lambda w: replay_regather(ctx, w),
                    () if ck.regather_needed else ("vacuous: no axis with replicated params and a sharded optimizer",)),
         Obligation(RESHARD, STATE_CONSISTENCY, _first(*(ck.by_rank_span(lay.group, lay.axis) for lay in re_faults),
-                                                      ck.reshard_span, ck.span),
-                   "load completeness on a new mesh: every shard is remapped by its global offset, so every rank "
-                   "reads back exactly its elements of every state, none lost and none read twice",
+                                                      *flat_spans, ck.reshard_span, ck.span),
+                   "load completeness on a new mesh: every shard is remapped by its global offset (block by block "
+                   "where a state is laid out in blocks: fused components, virtual stages), so every rank reads "
+                   "back exactly its elements of every state, none lost and none read twice",
                    lambda env: _reshard_negation(env, ck), lambda w: replay_reshard(ctx, w),
-                   () if ck.reshard_axes else ("vacuous: resumed on the same mesh",)),
+                   _block_notes(ck) if ck.reshard_axes else ("vacuous: resumed on the same mesh",)),
         Obligation(RNG, STATE_CONSISTENCY, _first(ck.rng_span, ck.span),
                    "every rank restores its own RNG state: ranks whose dropout seeds differ keep differing after a "
                    "load", lambda env: _axes(env, "ckpt_rng", ck.rng_vary if ck.rng_shared else ()),
@@ -65,6 +67,9 @@ def obligations(step, ctx: Context) -> list:
         for ob in obs[0], obs[2]:
             ob.unknown = ck.undecided
             ob.encode = lambda env: ([env.sess.true()], lambda model: {})
+    elif ck.keys_undecided:
+        obs[2].unknown = ck.keys_undecided
+        obs[2].encode = lambda env: ([env.sess.true()], lambda model: {})
     return obs
 
 
@@ -79,6 +84,19 @@ def _bytes_notes(ck: CheckpointModel) -> tuple[str, ...]:
         else:
             out.append(f"{state} written by rank 0 of every axis (one whole copy)")
     return tuple(out)
+
+
+def _block_notes(ck: CheckpointModel) -> tuple[str, ...]:
+    """The states laid out in blocks over a resharded axis, and how they are keyed."""
+    keyed = {(g, a) for g, a, _ in ck.flat}
+    out = {}
+    for lay in ck.layouts:
+        c = ck.block_count(lay.group, lay.axis)
+        if lay.sharded and lay.axis in ck.reshard_axes and c >= 2:
+            how = "by the rank's flat offset" if (lay.group, lay.axis) in keyed else "block by block (global ids)"
+            kind = "virtual stages" if lay.axis == ck.virtual_axis else "fused components"
+            out[(lay.group, lay.axis)] = f"{lay.group}: {c} {kind} over {lay.axis}, keyed {how}"
+    return tuple(out.values())
 
 
 def _axes(env: en.Env, kind: str, axes: tuple[str, ...]):
@@ -97,13 +115,14 @@ def _save_negation(env: en.Env, ck: CheckpointModel):
 def _reshard_negation(env: en.Env, ck: CheckpointModel):
     """A shard read by rank index is misplaced for every size n of its axis: the load on n + 1
     ranks (any size other than n) is the witness."""
-    faults = ck.reshard_faults()
+    faults = [(lay, 1) for lay in ck.reshard_faults()] + list(ck.flat_faults())
     cons, extract = en.flag_negation(env, "ckpt_reshard", bool(faults))
 
     def witness(model) -> dict:
         w = extract(model)
-        lay = faults[0]
-        return {**w, "group": lay.group, "state": lay.state, "axis": lay.axis, "new": w["sizes"][lay.axis] + 1}
+        lay, blocks = faults[0]
+        return {**w, "group": lay.group, "state": lay.state, "axis": lay.axis, "new": w["sizes"][lay.axis] + 1,
+                "blocks": blocks, "virtual": lay.axis == ck.virtual_axis}
 
     return cons, witness
 
@@ -192,6 +211,8 @@ def replay_reshard(ctx: Context, w: dict) -> Counterexample | None:
     sizes, axis, n, m = w["sizes"], w["axis"], w["sizes"][w["axis"]], w["new"]
     if n == m:
         return None
+    if w.get("blocks", 1) > 1:
+        return replay_flat(ctx, w)
     big = lcm(n, m)
     values = [Fraction(e + 1) for e in range(big)]
     files = {r: values[r * big // n:(r + 1) * big // n] for r in range(n)}
@@ -227,3 +248,37 @@ def replay_rng(ctx: Context, w: dict) -> Counterexample | None:
                           (("RNG state before save", ", ".join(f"{axis}={r}: {s}" for r, s in enumerate(before))),),
                           eq, (f"the dropout seed differs over {axis} but one RNG state (rank 0's) is saved and "
                                "restored on every rank",), ctx.command(sizes))
+
+
+def _pieces(c: int, big: int, n: int, r: int) -> list[int]:
+    """The global ids rank r of n holds of c blocks of ``big`` elements, in its local order (block by block)."""
+    return [b * big + e for b in range(c) for e in range(r * big // n, (r + 1) * big // n)]
+
+
+def replay_flat(ctx: Context, w: dict) -> Counterexample | None:
+    """C blocks of L = lcm(n, n') pieces each; rank r of n holds its run of every block. A flat
+    offset keys local element p of rank r as r·(C·L/n) + p, on save at n and on load at n'."""
+    sizes, axis, n, m, c = w["sizes"], w["axis"], w["sizes"][w["axis"]], w["new"], w["blocks"]
+    big = lcm(n, m)
+    saved = {r * (c * big // n) + p: g for r in range(n) for p, g in enumerate(_pieces(c, big, n, r))}
+    for r2 in range(m):
+        want = _pieces(c, big, m, r2)
+        got = [saved[r2 * (c * big // m) + p] for p in range(len(want))]
+        if got != want:
+            p = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
+            def show(e: int) -> str:  # a piece: L/(C·lcm) elements (layers, columns) of its block
+                return f"piece {e % big} of {'layer block' if w.get('virtual') else 'component'} {e // big}"
+
+            eq = (f"{w['group']} {w['state']} on the new ({axis}={r2}) of {m}: its local piece {p} should be "
+                  f"{show(want[p])}; the flat offset reads {show(got[p])}")
+            what = (f"{c} virtual stages per {axis} rank (each stage holds a run of every one of {c} layer blocks)"
+                    if w.get("virtual") else f"{c} fused components each split over {axis} (each rank's shard is its "
+                    "slice of every component)")
+            diag = (f"the {w['group']} {w['state']} is {what}; its shards are keyed by the rank's flat offset, not "
+                    f"block by block: consistent on {n} {axis} ranks, on {m} the blocks' elements are mixed",)
+            return Counterexample(ctx.sizes_tuple(sizes), (("reading rank", f"({axis}={r2}) of the new mesh"),),
+                                  ((f"{axis} on load", str(m)),
+                                   ("blocks", f"{c} {'layer blocks' if w.get('virtual') else 'components'} of {big} "
+                                    "equal pieces each")), eq, diag,
+                                  ctx.command(sizes))
+    return None

@@ -7,7 +7,9 @@ optimizer state it holds (its shard where a state is sharded; rank 0 of an axis 
 replicated writes the whole copy), one file per writing rank, so the bytes rank 0 writes are
 its persistent params and optimizer bytes, less any optimizer state the plan leaves out. A
 load on new sizes reads, on every rank, the same formula at the new sizes, remapped from the
-files by offset: storage reads, no collective.
+files by offset: storage reads, no collective. A state laid out in C blocks over a resharded axis
+(``checkpoint[g]: fused over (AXES) by C``; the layers under an interleaved schedule of v chunks)
+is remapped block by block: the same bytes, read in C runs per rank instead of one.
 """
 
 from __future__ import annotations
@@ -46,4 +48,16 @@ def notes(pc: costs.PlanCost, q) -> list[str]:
     if reshard:
         out.append(f"checkpoint: loaded on new sizes of ({', '.join(dict.fromkeys(reshard))}), every rank reads "
                    f"{w.formula} at the new sizes from the files, remapped by offset (storage reads, no collective)")
+        out += _blocks(pc.plan, ovs, reshard)
     return out
+
+
+def _blocks(plan: ir.Plan, ovs, reshard: list[str]) -> list[str]:
+    """The states laid out in blocks over a resharded axis: remapped block by block, the same bytes."""
+    found = [(o.group or "all", a, o.by) for o in ovs if o.verb == OverrideVerb.FUSED for a in o.axes or ()
+             if a in reshard]
+    sched = plan.schedule
+    if sched is not None and sched.axis in reshard and not (isinstance(sched.chunks, ir.Const) and sched.chunks.value == 1):
+        found.append(("the layers", sched.axis, sched.chunks))
+    return [f"checkpoint: {g} in {ir.show(c)} blocks over {a}, remapped block by block: the same bytes per rank, "
+            f"read in {ir.show(c)} runs instead of one" for g, a, c in found]

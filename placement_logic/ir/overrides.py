@@ -208,6 +208,10 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "no_regather_after_load": (False, False),  # params not re-gathered from the loaded master shards
         "load_by_rank": (True, False),  # [group] shards read by rank index over these axes, not remapped
         "rng_shared": (False, False),  # one RNG state (rank 0's) saved and restored on every rank
+        # [group] its tensor is C components (QKV: 3, gate/up: 2) concatenated, each split over these tensor axes
+        "fused": (True, True),
+        # [group] its shards keyed by the rank's offset in a contiguous split, not block by block (fused, virtual stages)
+        "flat_offset": (True, False),
     },
     # the layout of context parallelism's sequence blocks (check/encode_cplayout.py): [inputs] (or no group) the input
     # tokens' layout, [labels], [loss_mask], [position_ids], [causal_mask] what a per-token tensor (or the
@@ -399,6 +403,8 @@ class OverrideVerb(StrEnum):
     NO_REGATHER_AFTER_LOAD = "no_regather_after_load"
     LOAD_BY_RANK = "load_by_rank"
     RNG_SHARED = "rng_shared"
+    FUSED = "fused"
+    FLAT_OFFSET = "flat_offset"
     DISPATCH = "dispatch"
     COMBINE = "combine"
     ZIGZAG = "zigzag"

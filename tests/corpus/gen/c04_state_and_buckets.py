@@ -218,3 +218,29 @@ with_base("harmless_buckets_restated_reduce_zero2", "zero2",
           "the reduce-scatter over dp restated, every rank's flat buffer in registration order "
           "(deepspeedai/DeepSpeed#2343's fix).", ["override grads: reduce over (dp)"])
 
+
+# -- checkpoint keys of states laid out in blocks (check.checkpoint: fused components, virtual stages) ----------
+
+FUSED = "a fused QKV / gate-up resharded by plain offset (NVIDIA/Megatron-LM#7161, #520; ndif-team/nnsight#719)"
+VPP = "virtual stages' layers numbered as if consecutive (NVIDIA/Megatron-LM#1584, the closest report)"
+for name, b, axes, lines, what, mirrors in [
+    ("fused_qkv_tp", "tp", "tp", ["override checkpoint[dense]: fused over (tp) by 3",
+                                  "override checkpoint[dense]: flat_offset over (tp)"],
+     "a fused QKV resharded to a new tp size by its flat offset: Q, K and V columns mixed", FUSED),
+    ("fused_gate_up_sp", "sp", "tp", ["override checkpoint: fused over (tp) by 2",
+                                      "override checkpoint: flat_offset over (tp)"],
+     "a SwiGLU gate/up projection resharded to a new tp size by its flat offset: gate and up mixed", FUSED),
+    ("vpp_interleaved", "interleaved", "pp", ["override checkpoint: flat_offset over (pp)"],
+     "an interleaved pipeline's layers keyed by the stage's flat offset, resumed on a new pp size", VPP),
+    ("vpp_3d", "3d", "pp", ["override checkpoint[dense]: flat_offset over (pp)"],
+     "the dense layers of a 3D plan's virtual stages keyed by the stage's flat offset on a new pp size", VPP),
+]:
+    mutant(f"ckpt_flat_offset_{name}", b, what + ".", [f"override checkpoint: reshard over ({axes})"] + lines,
+           ["SC checkpoint reshard"], mirrors=mirrors)
+for name, b, lines, why in [
+    ("fused_qkv_tp", "tp", ["override checkpoint: reshard over (tp)", "override checkpoint[dense]: fused over (tp) by 3"],
+     "a fused QKV resharded component by component on a new tp size: every rank reads its Q, K and V slices."),
+    ("vpp_interleaved", "interleaved", ["override checkpoint: reshard over (pp)"],
+     "an interleaved pipeline's layers saved under their global numbers and remapped virtual stage by virtual stage."),
+]:
+    with_base(f"ckpt_reshard_blocks_{name}", b, why, lines)
