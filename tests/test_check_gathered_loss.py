@@ -5,6 +5,8 @@ the diagnostics (PL292, PL293, PL506) and the format round trip."""
 
 from __future__ import annotations
 
+import io
+import json
 import random
 import re
 from fractions import Fraction
@@ -15,6 +17,7 @@ import simulator
 from irkit import ov, plan
 
 from placement_logic.check.run import check_plan
+from placement_logic.cli import main
 from placement_logic.diagnostics import DiagnosticError
 from placement_logic.frontend.canonical import format_source
 from placement_logic.frontend.loader import load_string
@@ -131,17 +134,46 @@ SRC = ("from std.data import ddp\nfrom std.context import context_parallel\n\nmo
 
 def test_a_located_diagnostic_in_the_language():
     src = SRC.replace("{lines}", "  override loss: on_gathered_sequence over (dp)\n")
-    spec = load_string(src, "bad.place")
     with pytest.raises(DiagnosticError) as e:
-        check_plan(SESSION, spec, spec.plans[0], {})
+        load_string(src, "bad.place")
     d = e.value.diagnostics[0]
     assert (d.code, d.span.line, d.span.column) == ("PL292", 18, 3)
+    # a loss term's path does not take it (the statement is the main loss's)
+    term = SRC.replace("{lines}", "  override loss[mtp]: on_gathered_sequence over (sp)\n").replace(
+        "params = 1000000000", "params = 1000000000\n  losses {\n    mtp = global_mean\n  }")
     with pytest.raises(DiagnosticError) as e:
-        load_string(SRC.replace("{lines}", "  override loss[mtp]: on_gathered_sequence over (sp)\n"))
-    assert e.value.diagnostics[0].code.startswith("PL")
+        load_string(term)
+    assert e.value.diagnostics[0].code == "PL122"
 
 
 def test_format_round_trip():
     src = SRC.replace("{lines}", "  override loss: on_gathered_sequence over (sp)\n  override tokens: reduce over (dp)\n")
     assert format_source(src, "x.place") == src
     assert format_source(src.replace("over (sp)", "over(sp )"), "x.place") == src
+
+
+COST_SRC = ("from std.data import ddp\nfrom std.context import context_parallel\n\nmodel {\n  params = 1000000000\n"
+            "  seq = 32768\n  microbatch = 2\n  microbatches = 4\n}\n\nmesh {\n  dp = 4\n  cp = 2\n  sp = 2\n}\n\n"
+            "plan p {\n  dp: ddp\n  cp: context_parallel\n  sp: context_parallel\n{lines}}\n")
+
+
+def _gathers(tmp_path, lines: str) -> list[dict]:
+    path = tmp_path / "g.place"
+    path.write_text(COST_SRC.replace("{lines}", lines))
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["cost", str(path), "--format", "json"], out=out, err=err) == 0, err.getvalue()
+    colls = json.loads(out.getvalue())["plans"][0]["communication"]["collectives"]
+    return [c for c in colls if c["kind"] == "all_gather" and c["state"] == "activations"]
+
+
+def test_the_gather_is_priced_exactly(tmp_path):
+    """seq 32768 over cp·sp = 4 context ranks: 8192 positions per rank, b = 2, one fp32 value per token: a
+    shard of 8192·2·4 = 65536 B, 131072 B gathered over sp = 2; a ring all-gather sends (2 − 1)/2 of it, once
+    per microbatch (4): 65536·4 = 262144 B per device, volume 131072·4 = 524288 B. Its backward moves nothing."""
+    colls = _gathers(tmp_path, "  override loss: on_gathered_sequence over (sp)\n  override tokens: reduce over (dp, cp)\n")
+    assert len(colls) == 1 and colls[0]["axes"] == ["sp"] and colls[0]["phase"] == "forward", colls
+    assert (colls[0]["count"], colls[0]["bytes_per_device"], colls[0]["volume"]) == (4, 262144, 524288)
+    # over both context axes: 8192·2·4·4 = 262144 B gathered, (4 − 1)/4 of it sent: 196608 B per microbatch
+    colls = _gathers(tmp_path, "  override loss: on_gathered_sequence over (cp, sp)\n  override tokens: reduce over (dp)\n")
+    assert len(colls) == 1 and colls[0]["bytes_per_device"] == 196608 * 4, colls
+    assert _gathers(tmp_path, "") == []

@@ -3,8 +3,8 @@ over (AXES)``.
 
 Input: a plan (its context axes, its loss normalisation, its token-count statement). Output: the axes
 the loss is gathered over, the token dimensions the loss normaliser sums and the divisor's axes
-(``normalisation``, read by ``steps``), and the statement's diagnostics (``check_override``: PL292,
-PL293, PL506).
+(``normalisation``, read by ``steps``), and the statement's diagnostics (``check_override``, from
+``ir.lossgather``: PL292, PL293, PL506).
 
 Under Ulysses (or ring) context parallelism a system may gather the model's per-token outputs over
 the context group before the loss (verl's ``gather_outputs_and_unpad``, Megatron-DeepSpeed's
@@ -22,32 +22,15 @@ a per-device or per-microbatch mean divides by the other token axes' sizes only.
 from __future__ import annotations
 
 from .. import ir
-from ..diagnostics import Code, Diagnostic, DiagnosticError
-from ..ir.overrides import OverrideTarget, OverrideVerb
+from ..diagnostics import Diagnostic, DiagnosticError
+from ..ir import lossgather
+from ..ir.lossgather import axes, stated  # noqa: F401  (read by steps through this module)
 from .dims import MICROBATCHES
-
-VERB = OverrideVerb.ON_GATHERED_SEQUENCE
-# the per-rank variants of a count that the gather makes whole: each would act on the gathered count,
-# which the step semantics does not model (PL293)
-UNMODELLED = (OverrideVerb.CLAMP_BEFORE_REDUCE, OverrideVerb.EPS_BEFORE_REDUCE, OverrideVerb.COUNT_IGNORED,
-              OverrideVerb.IGNORED_IN_LOSS)
-
-
-def stated(plan: ir.Plan) -> ir.Override | None:
-    """The plan's last ``loss: on_gathered_sequence`` statement (the main loss's)."""
-    return next((o for o in reversed(plan.overrides) if o.target == OverrideTarget.LOSS and o.verb == VERB
-                 and o.group is None), None)
-
-
-def axes(plan: ir.Plan) -> tuple[str, ...]:
-    """The axes the loss is computed on the gathered sequence over; () without the statement."""
-    o = stated(plan)
-    return tuple(dict.fromkeys(o.axes or ())) if o is not None else ()
 
 
 def is_path(o: ir.Override) -> bool:
     """Whether a main-loss override states the loss's normalisation (not where it is computed)."""
-    return o.verb != VERB
+    return o.verb != lossgather.VERB
 
 
 def normalisation(loss: str, token_axes: tuple[str, ...], tok_o: ir.Override | None,
@@ -64,32 +47,10 @@ def normalisation(loss: str, token_axes: tuple[str, ...], tok_o: ir.Override | N
     return gathered, own + (MICROBATCHES,)
 
 
-def check_override(plan: ir.Plan, context_axes: tuple[str, ...], loss: str) -> None:
-    """PL292 where the statement names an axis that is not a context axis (or one twice), PL293
-    beside a per-rank variant of the count it makes whole, PL506 beside a sum loss (no count)."""
-    o = stated(plan)
-    if o is None:
-        return
-    for i, a in enumerate(o.axes or ()):
-        if a not in context_axes:
-            raise DiagnosticError([Diagnostic(
-                Code.GATHERED_LOSS_AXIS, f"loss: on_gathered_sequence over '{a}', which is not a context axis: only "
-                f"a context axis (Ulysses or ring context parallelism) splits one sequence to gather "
-                f"(context axes: {', '.join(context_axes) or 'none'})", o.span)])
-        if a in (o.axes or ())[:i]:
-            raise DiagnosticError([Diagnostic(
-                Code.GATHERED_LOSS_AXIS, f"loss: on_gathered_sequence names '{a}' twice: a sequence is gathered over "
-                "an axis once", o.span)])
-    if not o.axes:
-        raise DiagnosticError([Diagnostic(Code.OVERRIDE_NO_EFFECT, "loss: on_gathered_sequence over (): no axis is gathered, "
-                                          "so each rank computes the loss of its own tokens, as derived", o.span)])
-    if loss == "sum":
-        raise DiagnosticError([Diagnostic(Code.OVERRIDE_NO_EFFECT, "loss: on_gathered_sequence beside loss: sum: a sum over "
-                                          "tokens has no token count for the gather to make whole, and the gather's "
-                                          "backward keeps each rank's own shard, as derived", o.span)])
-    for x in plan.overrides:
-        if x.target == OverrideTarget.TOKENS and x.group is None and x.verb in UNMODELLED:
-            raise DiagnosticError([Diagnostic(
-                Code.GATHERED_LOSS_COUNT, f"tokens: {x.verb} beside loss: on_gathered_sequence (line {o.span.line}): "
-                "a per-rank variant of a count the gather makes whole is not modelled by the checker", x.span,
-                notes=("state one of them, or check the two apart",))])
+def check_override(plan: ir.Plan) -> None:
+    """The statement's diagnostics (``ir.lossgather.problems``: PL292, PL293, PL506) on a plan that did not
+    come through resolve."""
+    found = lossgather.problems(plan)
+    if found:
+        code, message, span, notes = found[0]
+        raise DiagnosticError([Diagnostic(code, message, span, notes=notes)])

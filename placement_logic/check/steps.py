@@ -292,7 +292,7 @@ def _no_effect(r: _Read, groups: list, needed: tuple[str, ...]) -> None:
     filter_no_effect(r.plan.overrides, groups)
     check_microsteps(r.plan, groups)
     _partial.check_override(r.plan, r.loss)
-    _gathered.check_override(r.plan, r.context, r.loss)
+    _gathered.check_override(r.plan)
     from .ignored import check_override as check_ignored  # ignored tokens counted in the normaliser
 
     check_ignored(r.plan)
