@@ -16,6 +16,7 @@ import pytest
 import simulator
 from irkit import ov, plan
 
+from placement_logic import ir
 from placement_logic.check.run import check_plan
 from placement_logic.cli import main
 from placement_logic.diagnostics import DiagnosticError
@@ -44,6 +45,10 @@ CASES = [
     (DP_SP, (tokens("dp"),), True),  # without the gather the count misses sp (cp_tokens_dp_only)
     (DP_SP, (ON_SP, tokens("dp", "sp"), ov("tokens", "equal")), True),  # equal counts do not help
     (DP_SP, (ON_SP, tokens("sp")), True),  # sp counted twice, dp not at all
+    # the count summed over sp too, and the loss multiplied by sp to make up for it: exact
+    (DP_SP, (ON_SP, tokens("dp", "sp"), ov("grads", "divide", None, by=ir.Op("/", (ir.Const(Fraction(1)), ir.Sym("sp"))))),
+     False),
+    (DP_SP, (ON_SP, tokens("dp", "sp"), ov("grads", "divide", None, by=ir.Sym("sp"))), True),  # divided, not multiplied
     # a mean of per-device means over the whole sequence: exact for equal counts, divided by dp only
     (DP_SP, (ON_SP, ov("loss", "per_device_mean"), ov("tokens", "equal")), False),
     (DP_SP, (ON_SP, ov("loss", "per_microbatch_mean"), ov("tokens", "equal")), False),
@@ -173,6 +178,10 @@ def test_the_gather_is_priced_exactly(tmp_path):
     colls = _gathers(tmp_path, "  override loss: on_gathered_sequence over (sp)\n  override tokens: reduce over (dp, cp)\n")
     assert len(colls) == 1 and colls[0]["axes"] == ["sp"] and colls[0]["phase"] == "forward", colls
     assert (colls[0]["count"], colls[0]["bytes_per_device"], colls[0]["volume"]) == (4, 262144, 524288)
+
+
+@pytest.mark.slow
+def test_the_gather_over_both_context_axes_and_none(tmp_path):
     # over both context axes: 8192·2·4·4 = 262144 B gathered, (4 − 1)/4 of it sent: 196608 B per microbatch
     colls = _gathers(tmp_path, "  override loss: on_gathered_sequence over (cp, sp)\n  override tokens: reduce over (dp)\n")
     assert len(colls) == 1 and colls[0]["bytes_per_device"] == 196608 * 4, colls
