@@ -24,7 +24,7 @@ from __future__ import annotations
 from .. import ir
 from ..diagnostics import Diagnostic, DiagnosticError
 from ..ir import lossgather
-from ..ir.lossgather import axes, stated  # noqa: F401  (read by steps through this module)
+from ..ir.lossgather import axes  # noqa: F401  (read by steps through this module)
 from .dims import MICROBATCHES
 
 
