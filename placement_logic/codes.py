@@ -196,6 +196,11 @@ CODES: dict[str, tuple[str, str]] = {
               "drop_renormalise: the gate weights already sum to 1 over the k chosen experts."),
     "PL291": ("override-restated", "A second statement of an override the plan states once (router, capacity, a "
               "tensor's layout, the causal mask's window behaviour, a group's amax granularity, a heads split)."),
+    # the loss computed on the sequence gathered over context axes (check.gathered)
+    "PL292": ("gathered-loss-axis", "override loss: on_gathered_sequence over an axis that is not a context axis (Ulysses "
+              "or ring context parallelism): only a context axis splits one sequence to gather."),
+    "PL293": ("gathered-loss-count", "A per-rank variant of the token count (tokens: clamp_before_reduce, "
+              "eps_before_reduce, count_ignored, ignored_in_loss) beside loss: on_gathered_sequence: not modelled."),
     # chunked (local) attention under context parallelism (check.cpchunk)
     "PL294": ("chunk-size", "The model's attention chunk (attention { chunk = C }) is not a whole number of tokens "
               "of at least 1."),

@@ -218,4 +218,13 @@ CATALOGUE = [
      spec("plan p {\n  dp: zero1\n  optimizer {\n    dense = muonn\n  }\n}\n")),
     ("optimizer-gather-elementwise", "PL245", 11, 3, "reaches nothing",
      spec("plan p {\n  dp: zero1\n  override optimizer: gather over (dp)\n}\n")),
+    ("gathered-loss-axis", "PL292", 6, 66, "which is not a context axis",
+     "from std.data import ddp\nfrom std.context import context_parallel\n"
+     "model {\n  params = 1e9\n}\nmesh { dp = 8  sp = 2 }  plan p { dp: ddp  sp: context_parallel  "
+     "override loss: on_gathered_sequence over (dp) }\n"),
+    ("gathered-loss-count", "PL293", 8, 3, "not modelled by the checker",
+     "from std.data import ddp\nfrom std.context import context_parallel\n"
+     "model {\n  params = 1e9\n}\nmesh { dp = 8  sp = 2 }\n"
+     "plan p { dp: ddp  sp: context_parallel  override loss: on_gathered_sequence over (sp)\n"
+     "  override tokens: clamp_before_reduce }\n"),
 ]

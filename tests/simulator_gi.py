@@ -127,6 +127,33 @@ def _accumulated(plan: ir.Plan, group: str, bufs: list[dict], devices: list, siz
     return final, _divisor(plan, group, sizes, bindings, loss, tokens)
 
 
+def _gathered(plan: ir.Plan, tokens: list[str]) -> tuple[list[str], list[str]]:
+    """(the axes a loss computed on the gathered sequence is gathered over (loss: on_gathered_sequence), the
+    other token axes)."""
+    said = _overrides(plan, "loss", "on_gathered_sequence", None)
+    gathered = list(dict.fromkeys(said[-1].axes or ())) if said else []
+    return gathered, [a for a in tokens if a not in gathered]
+
+
+def _loss_path(plan: ir.Plan) -> str:
+    """The main loss's normalisation (loss[TERM] is a loss term's path: term_ok; on_gathered_sequence says where
+    the loss is computed, not how it is normalised)."""
+    said = [o for o in _overrides(plan, "loss", None, None) if o.verb != "on_gathered_sequence"]
+    return said[-1].verb if said else "global_mean"
+
+
+def _whole_count(count: dict, dev: tuple, pos: dict[str, int], tokens: list[str], gathered: list[str],
+                 n: dict[str, int], u: int) -> Fraction:
+    """Under a loss gathered over ``gathered``: device ``dev``'s count of microbatch u is the sum of the counts of
+    every rank that shares its coordinates on the other token axes (the whole sequence)."""
+    coords = {a: dev[pos[a]] for a in tokens}
+    whole = Fraction(0)
+    for other in product(*[range(n[a]) for a in gathered]):
+        moved = {**coords, **dict(zip(gathered, other))}
+        whole += count[(tuple(moved[a] for a in coords), u)]
+    return whole
+
+
 def _routed(dev: tuple, complete: list[str], pos: dict[str, int], n: dict[str, int]) -> list[tuple]:
     """The devices whose tokens reach ``dev``'s element: ``dev`` with its coordinate on each complete axis
     replaced by every rank of that axis (a routed expert receives tokens from every rank of its axis)."""
@@ -174,6 +201,8 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
     eps = _value(eps_o[-1].by, sizes, plan, bindings) if eps_o else Fraction(0)
 
     count = _draw_counts(plan, tokens, sizes, rng)
+    # a loss computed on the sequence gathered over these axes: each of their ranks counts every rank's tokens there
+    gathered, own_tokens = _gathered(plan, tokens)
     ignored = _ignored(plan, count, rng)
     terms = _ignored_terms(plan, count, rng)
 
@@ -218,16 +247,20 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
                 draw((elem(dev), tuple(src[pos[a]] for a in src_axes), mu), src)
 
     # loss weights
-    loss_o = _overrides(plan, "loss", None, None)  # loss[TERM]: a loss term's path (term_ok)
-    loss = loss_o[-1].verb if loss_o else "global_mean"
+    loss = _loss_path(plan)
     tok_o = _overrides(plan, "tokens", "reduce", None)
-    norm_axes = list(tok_o[-1].axes or ()) if tok_o else list(tokens)
+    norm_axes = list(tok_o[-1].axes or ()) if tok_o else own_tokens
 
     # global mean: the device's count accumulated over microbatches, all-reduced over each listed axis in turn
     def counted(c: int, key: tuple) -> Fraction:
         return (max(c, 1) if clamp else c) + eps + ignored.get(key, 0)
 
-    reduced = {d: sum(counted(count[(tcoord(d), u)], (tcoord(d), u)) for u in range(m)) for d in devices}
+    def local_count(dev, u) -> Fraction:
+        """The count of the tokens the device's loss covers in microbatch u (the whole sequence's when gathered)."""
+        return (_whole_count(count, dev, pos, tokens, gathered, n, u) if gathered
+                else counted(count[(tcoord(dev), u)], (tcoord(dev), u)))
+
+    reduced = {d: sum(local_count(d, u) for u in range(m)) for d in devices}
     for a in norm_axes:
         reduced = _allreduce(reduced, pos[a])
 
@@ -236,9 +269,9 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
             return Fraction(1)
         if loss == "per_microbatch_mean":
             key = (tcoord(dev), mu)
-            return Fraction(counted(count[key], key) if clamp or ignored else count[key])
+            return Fraction(local_count(dev, mu) if clamp or ignored or gathered else count[key])
         if loss == "per_device_mean":
-            return Fraction(sum(counted(count[(tcoord(dev), u)], (tcoord(dev), u)) for u in range(m)))
+            return Fraction(sum(local_count(dev, u) for u in range(m)))
         return Fraction(reduced[tuple(dev)])
 
     # local gradient of each device and microbatch (buffer position: the element it holds)
@@ -250,15 +283,18 @@ def gi_ok(plan: ir.Plan, group: str, sizes: dict[str, int], rng: random.Random, 
         return out
 
     bufs = _reduced(plan, [{dev: local(dev, mu) for dev in devices} for mu in range(m)], k, pos, joint, n)
-    accumulated = _accumulated(plan, group, bufs, devices, sizes, bindings, loss, tokens)
+    accumulated = _accumulated(plan, group, bufs, devices, sizes, bindings, loss, own_tokens)
     if accumulated is None:
         return True  # no such configuration: the microbatches are not whole rounds
     final, div = accumulated
     if div == 0:
         return False
-    # reference: Σ s / T per element, each true contribution once
+    return _matches_reference(final, div, contrib, elem, devices, 1 if loss == "sum" else total_tokens + eps)
+
+
+def _matches_reference(final: dict, div: Fraction, contrib: dict, elem, devices: list, target: Fraction) -> bool:
+    """Whether every device's gradient is the reference Σ s / T of its element (each true contribution once)."""
     ref: dict = {}
     for (e, _, _), s in contrib.items():
         ref[e] = ref.get(e, Fraction(0)) + s
-    target = 1 if loss == "sum" else total_tokens + eps
     return all(final[d] / div == ref[elem(d)] / target for d in devices)

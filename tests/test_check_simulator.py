@@ -94,6 +94,7 @@ def plans(draw):
         hs.builds(lambda a: ov("tokens", "reduce", None, a), axis_lists),
         hs.just(ov("tokens", "equal")),
         hs.sampled_from([ov("loss", "per_device_mean"), ov("loss", "per_microbatch_mean"), ov("loss", "sum")]),
+        hs.builds(lambda a: ov("loss", "on_gathered_sequence", None, a), axis_lists),  # context axes only, else PL292
         hs.builds(lambda g, a: ov("clip_norm", "reduce", g, a), group, axis_lists),
         hs.builds(lambda g: ov("clip_norm", "double_count", g), group),
         hs.builds(lambda g, a: ov("clip_norm", "dedupe", g, a), group, axis_lists),
@@ -227,6 +228,8 @@ def plans(draw):
               overrides=(ov("clip_norm", "reduce", "dense", ("a", "b")),
                          ov("clip_norm", "count_on_ranks", "dense", ("a", "b"),
                             ranks=(ir.Const(Fraction(0)), ir.Const(Fraction(3)))))), 31)
+@example(plan("p", {"a": ("data", "R,R,R,R"), "b": ("context", "R,R,R,R")},
+              overrides=(ov("loss", "on_gathered_sequence", None, ("b",)), ov("tokens", "reduce", None, ("a", "b")))), 32)
 def test_checker_agrees_with_the_simulator(generated, seed):
     spec, p = generated
     try:

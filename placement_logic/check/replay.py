@@ -236,8 +236,15 @@ def diagnose_group(ctx: Context, g: steps.GroupModel, equal_counts: bool = False
         pass  # a sum loss has no token count: only the divisor can be wrong
     elif set(g.norm_dims) == set(ref.norm_dims) and sorted(g.norm_dims) != sorted(ref.norm_dims):
         twice = sorted({n for n in g.norm_dims if g.norm_dims.count(n) > ref.norm_dims.count(n)})
-        out.append(f"token count reduced more than once over ({', '.join(twice)}): a count already summed there "
-                   "is summed again, multiplying it by the axis size")
+        gathered = [a for a in twice if a in ctx.step.gathered_axes]
+        if gathered:
+            out.append(f"the loss is computed on the sequence gathered over ({', '.join(gathered)}): each rank's "
+                       "token count is already the whole sequence's, the same on every rank there; reducing it over "
+                       f"({', '.join(gathered)}) again counts every token {' x '.join(gathered)} times, the loss and "
+                       "the gradient that many times too small")
+        else:
+            out.append(f"token count reduced more than once over ({', '.join(twice)}): a count already summed there "
+                       "is summed again, multiplying it by the axis size")
     elif set(g.norm_dims) != set(ref.norm_dims):
         if ctx.step.loss != "global_mean" and equal_counts:
             if notes is not None:

@@ -110,6 +110,8 @@ class StepModel:
     optimizer_span: Span = NO_SPAN
     params_span: Span = NO_SPAN
     equal_tokens: bool = False  # `override tokens: equal`: every device and microbatch has the same count
+    # `override loss: on_gathered_sequence over (AXES)`: the axes whose ranks count the whole sequence (check.gathered)
+    gathered_axes: tuple[str, ...] = ()
     # (aspect, axis, group, span): an obligation a group's own modes cause ("optimizer", "regather",
     # "gather", "usable"), reported at the group's line
     group_sources: tuple[tuple[str, str, str, Span], ...] = ()

@@ -32,6 +32,7 @@ from . import actflow as _actflow
 from . import buckets as _buckets
 from . import checkpoint as ckpt
 from . import clipagg
+from . import gathered as _gathered
 from . import identity as _identity
 from . import kvjoint as _kvjoint
 from . import kvnorm as _kvnorm
@@ -153,7 +154,7 @@ def _read(plan: ir.Plan) -> _Read:
                 raise _err(Code.OVERRIDE_AXIS, f"override names axis '{a}', which is not on the mesh", o.span)
     loss_o = None
     for o in plan.overrides:  # loss[TERM] overrides are loss terms' paths (check.losses)
-        if o.target == OverrideTarget.LOSS and o.group is None:
+        if o.target == OverrideTarget.LOSS and o.group is None and _gathered.is_path(o):
             loss_o = o
     tok_o = None
     for o in plan.overrides:
@@ -218,16 +219,9 @@ def _dims(r: _Read, g: str, cls: pg.ParamGroup, role_of, pls) -> tuple[list[Grad
 
 
 def _normalisation(r: _Read, g: str) -> tuple[tuple[str, ...], tuple[str, ...], ir.Override | None]:
-    """(the token dims the normaliser is summed over, the divisor's axes, the divisor override)."""
-    if r.loss == "global_mean":
-        norm = (tuple(r.tok_o.axes) if r.tok_o is not None else r.token_axes) + (MICROBATCHES,)
-        div_axes: tuple[str, ...] = ()
-    elif r.loss == "per_device_mean":
-        norm, div_axes = (MICROBATCHES,), r.token_axes
-    elif r.loss == "sum":
-        norm, div_axes = (), ()
-    else:
-        norm, div_axes = (), r.token_axes + (MICROBATCHES,)
+    """(the token dims the normaliser is summed over, the divisor's axes, the divisor override); the
+    axes a loss computed on the gathered sequence counts whole (check.gathered)."""
+    norm, div_axes = _gathered.normalisation(r.loss, r.token_axes, r.tok_o, _gathered.axes(r.plan))
     return norm, div_axes, r.group_last(OverrideTarget.GRADS, OverrideVerb.DIVIDE, g)
 
 
@@ -298,6 +292,7 @@ def _no_effect(r: _Read, groups: list, needed: tuple[str, ...]) -> None:
     filter_no_effect(r.plan.overrides, groups)
     check_microsteps(r.plan, groups)
     _partial.check_override(r.plan, r.loss)
+    _gathered.check_override(r.plan)
     from .ignored import check_override as check_ignored  # ignored tokens counted in the normaliser
 
     check_ignored(r.plan)
@@ -435,6 +430,7 @@ def _model(r: _Read, groups: list, facts: _Facts, parts, needed, plan_clip, clip
         optimizer_span=opt_pl.span,
         params_span=(gather_o.span if gather_o else par_pl.span),
         equal_tokens=last(OverrideTarget.TOKENS, OverrideVerb.EQUAL, group=None) is not None,
+        gathered_axes=_gathered.axes(plan),
         group_sources=tuple(dict.fromkeys(facts.sources)),
         gather_unsharded=tuple(dict.fromkeys(a for p in parts for a in p.unsharded_gathers)),
         checkpoint=ckpt.derive(plan, groups, list(r.colls), needed, seed_vary),

@@ -65,7 +65,8 @@ def tied(plan: ir.Plan) -> bool:
 
 def no_effect(plan: ir.Plan, groups: tuple[str, ...], needs_regather: bool, offloaded: bool) -> None:
     """Overrides the step cannot read are errors, not silent no-ops (PL506)."""
-    losses = [o for o in plan.overrides if o.target == OverrideTarget.LOSS and o.group is None]
+    losses = [o for o in plan.overrides if o.target == OverrideTarget.LOSS and o.group is None
+              and o.verb != OverrideVerb.ON_GATHERED_SEQUENCE]
     summed = bool(losses) and losses[-1].verb == OverrideVerb.SUM
     for o in plan.overrides:
         why = None

@@ -97,6 +97,8 @@ def buffer_bytes(c: Collective, sh: Shape, lay: Layout) -> sympy.Expr:
         return s * sh.b * sh.h * sh.top_k * sh.capacity * ba / tsp * n
     if tensor == PT.TOKEN_SCALARS:
         return s * sh.b * 4  # one fp32 value per token (the cross entropy's reductions)
+    if tensor == PT.GATHERED_TOKEN_SCALARS:  # the per-token loss values of the sequence gathered over these axes
+        return s * sh.b * 4 * sympy.Mul(*(symbol(a) for a in c.payload.divided_over))
     if tensor == PT.ROUTER_STATS:
         return sh.experts * 4  # E fp32 values: the per-expert counts (or probabilities) summed by the router
     if tensor == PT.KV:

@@ -50,6 +50,7 @@ class PayloadTensor(StrEnum):
     TOKENS = "tokens"
     EXPERT_TOKENS = "expert_tokens"
     TOKEN_SCALARS = "token_scalars"
+    GATHERED_TOKEN_SCALARS = "gathered_token_scalars"  # the whole sequence's per-token loss values (ir.lossgather)
     KV = "kv"
     ROUTER_STATS = "router_stats"  # the MoE aux loss's per-expert routing statistics (``ir.routerstats``)
     ULYSSES = "ulysses"  # Q, K, V before the attention and its output after it (Ulysses' all-to-alls)

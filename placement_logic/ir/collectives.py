@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import ir
-from . import actflow, blocks, heads, routerstats, sync, views
+from . import actflow, blocks, heads, lossgather, routerstats, sync, views
 from . import groups as pg
 from .buffers import (
     DENSE_BUFFERS,
@@ -430,6 +430,7 @@ def derive(plan: ir.Plan) -> tuple[Collective, ...]:
         + _per_buffer(_grad_sync, parts)
         + heads.grad_sums(plan)
         + routerstats.collectives(plan, _mul(stage_layers(plan), plan.model.microbatches))
+        + lossgather.collectives(plan, plan.model.microbatches)
         + _per_buffer(_offload, parts)
         + _per_buffer(_param_refresh, parts)
     ), _mul(stage_layers(plan), plan.model.microbatches), plan.model.microbatches))

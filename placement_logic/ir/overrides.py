@@ -108,6 +108,9 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         # (a coefficient or 1/microbatches applied on some ranks; check.termranks)
         "on_ranks": (True, False),
         "divide_on_ranks": (True, True),
+        # each rank of these context axes computes the loss on the sequence gathered over them (its count the whole
+        # sequence's); the gather's backward keeps each rank's own shard (check.gathered)
+        "on_gathered_sequence": (True, False),
     },
     "tokens": {
         "reduce": (True, False),  # token count summed over exactly these axes
@@ -329,6 +332,7 @@ class OverrideVerb(StrEnum):
     DIVIDE_ON_RANKS = "divide_on_ranks"
     COUNT_ON_RANKS = "count_on_ranks"
     ON_RANKS = "on_ranks"
+    ON_GATHERED_SEQUENCE = "on_gathered_sequence"
     REDUCE_BLOCKS = "reduce_blocks"
     COUNT_COPIES = "count_copies"
     REDUCE_STRIDED = "reduce_strided"

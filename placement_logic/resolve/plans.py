@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from .. import ir
 from ..diagnostics import Code, Span, did_you_mean
 from ..frontend import surface
-from ..ir import capacity, capdrop, restated, routerstats, ulysses_split
+from ..ir import capacity, capdrop, lossgather, restated, routerstats, ulysses_split
 from ..ir import router as router_stmt
 from ..ir.welltyped import ill_typed
 from .entries import override, placement_entry, rename_override, setting
@@ -197,7 +197,8 @@ class PlanAssembler:
             self.cx.error(code, message, span, notes)
         for code, message, span, notes in router_stmt.problems(plan, self.vals.values):  # check.router
             self.cx.error(code, message, span, notes)
-        for code, message, span, notes in restated.problems(plan) + ulysses_split.too_many_heads(plan):  # PL291, heads
+        for code, message, span, notes in (restated.problems(plan) + ulysses_split.too_many_heads(plan)  # PL291, heads
+                                           + lossgather.problems(plan)):  # the loss on the gathered sequence
             self.cx.error(code, message, span, notes)
         if not self.cx.failed_since(mark):
             found = ill_typed(plan, lambda s, a: draft.mode_src.get((s, a), draft.bound.get(a, p.span)))
