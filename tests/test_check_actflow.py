@@ -415,7 +415,7 @@ def _two_obs(p, spec):
     return {o.name: o for o in check_plan(SESSION, spec, p, {}).obligations if o.name.split(" over ")[0] in KEYS}
 
 
-@pytest.mark.parametrize("stmt,sp,wrong", TWO_HAND)
+@pytest.mark.parametrize("stmt,sp,wrong", TWO_HAND, ids=[str(i) for i in range(len(TWO_HAND))])
 def test_a_statement_over_two_separately_bound_tensor_groups_is_unknown(stmt, sp, wrong):
     t, v, g, a = stmt
     spec, p = _with(TWO_TP, [ov(t, v, g, a)], sp)
