@@ -154,6 +154,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PL269": ("rank-sets-axis", "reduce_sets over no axis, an axis twice, several axes of a size not a number "
               "(for the grad norm also over a reduction that is no plain sum), or rank sets given to a verb that "
               "takes none."),
+    "PL271": ("amax-local-and-reduced", "override amax[g]: local over (A) and amax[g]: reduce over (B) (or the "
+              "statements for every group) naming one axis: its amax both left out of the reduction and reduced."),
     # the MoE dispatch's capacity step (check.encode_capacity, where the plan is resolved)
     "PL273": ("capacity-no-experts", "override capacity: ... in a model without experts: there is no capacity step."),
     "PL274": ("capacity-padding-never-drops", "override capacity: counts_padding where the model's capacity_factor is "

@@ -12,7 +12,9 @@ embedding's masked lookup (the token's row where the word is in its slice, zeros
 expert's X·A_r·B_r. The sum runs as real collectives: first over the group's axes the statement does
 not name, then the operation on every device, then the sum over the named axes. The operations:
 ``positional_before_reduce`` adds the positions' embedding rows, ``nonlinear_before_reduce`` maps
-every entry v to v² + 1 (the embedding: f(0) ≠ 0, as a LayerNorm's shift) or v² (the experts),
+every entry v to v² + 1 (the embedding of a model whose ``norm`` is layernorm: f(0) ≠ 0, as a
+LayerNorm's shift) or v² (the experts); the embedding of a model with ``norm = rmsnorm`` divides each
+row x by Σ x_j² + 1 (an RMSNorm with ε = 1 and no square root, kept exact: nonlinear, zero at zero),
 ``scale_before_reduce`` multiplies by 3, ``bias_before_reduce`` adds 1, ``residual_before_reduce``
 adds X, ``shared_before_reduce`` adds the shared expert's output (a whole matrix). The single device
 applies the operation once to the whole value. A statement without a region acts in the embedding
@@ -22,6 +24,8 @@ for positional embeddings, in the experts for the shared expert, in neither othe
 """
 
 from __future__ import annotations
+
+from fractions import Fraction
 
 from simulator_act import Mesh, _cols, _matrix, _mm, collective
 
@@ -34,9 +38,11 @@ ONLY = {"positional_before_reduce": "embedding", "shared_before_reduce": "expert
 HID = 2
 
 
-def _op(region: str, verb: str, m: list, x: list, pos: list, shared: list) -> list:
+def _op(region: str, verb: str, m: list, x: list, pos: list, shared: list, norm: str = "layernorm") -> list:
     if verb == "scale_before_reduce":
         return [[3 * v for v in row] for row in m]
+    if verb == "nonlinear_before_reduce" and region == "embedding" and norm == "rmsnorm":
+        return [[Fraction(v) / (sum(w * w for w in row) + 1) for v in row] for row in m]
     if verb == "nonlinear_before_reduce":
         return [[v * v + (1 if region == "embedding" else 0) for v in row] for row in m]
     add = {"positional_before_reduce": pos, "residual_before_reduce": x, "shared_before_reduce": shared}.get(verb)
@@ -69,6 +75,7 @@ def _stated(plan: ir.Plan, region: str) -> dict[str, tuple[str, ...]]:
 
 def _one(plan: ir.Plan, mesh: Mesh, region: str, verb: str, named: tuple[str, ...]) -> bool:
     grp = group_axes(plan, region, mesh)
+    norm = plan.model.transformer.norm if plan.model.transformer is not None else "layernorm"
     n = 1
     for a in grp:
         n *= mesh.sizes[a]
@@ -90,10 +97,10 @@ def _one(plan: ir.Plan, mesh: Mesh, region: str, verb: str, named: tuple[str, ..
             mine = _mm(_mm(X, _cols(A, 2 * r, 2 * r + 2)), B[2 * r:2 * r + 2])
         k = mesh.key(d)
         xs[k], vals[k] = X, mine
-        want[k] = _op(region, verb, whole, X, pos, shared)
+        want[k] = _op(region, verb, whole, X, pos, shared, norm)
     rest = tuple(a for a in grp if a not in named)
     vals = collective(mesh, "sum", rest, vals) if rest else vals
-    vals = {k: _op(region, verb, v, xs[k], pos, shared) for k, v in vals.items()}
+    vals = {k: _op(region, verb, v, xs[k], pos, shared, norm) for k, v in vals.items()}
     here = tuple(a for a in grp if a in named)
     vals = collective(mesh, "sum", here, vals) if here else vals
     return any(vals[k] != want[k] for k in vals)

@@ -6,7 +6,9 @@ sequence or expert axis (different tokens) and of a tensor axis where the group'
 is split or the plan is sequence-parallel; the pieces' largest magnitudes are drawn at random. A device's
 amax is the maximum over the devices it all-reduces with (every axis over which the pieces differ, but
 the ones ``amax[g]: local`` names, or those ``amax[g]: reduce`` leaves out); its scale is 448 / amax. Single-device training's is 448 / the maximum
-over every piece. ``violations``: ``("amax", g)`` where some device's scale differs.
+over every piece. The statements hold together in any order: every ``local`` naming g or every group leaves its
+axes out; the ``reduce`` axes are those of g's own ``reduce`` statements, or where g has none of the ones for every
+group. ``violations``: ``("amax", g)`` where some device's scale differs.
 """
 
 from __future__ import annotations
@@ -28,12 +30,14 @@ def violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random) -> set:
     devices = list(product(*[range(sizes[a]) for a in axes]))
     sp = plan.sequence_parallel or any(plan.role(a) is ir.Role.SEQUENCE for a in axes)
     for g in groups_of(plan):
-        local = [o for o in plan.overrides if o.target == "amax" and o.verb in ("local", "reduce")
+        stmts = [o for o in plan.overrides if o.target == "amax" and o.verb in ("local", "reduce")
                  and o.group in (None, "all", g)]
-        if not local:
+        if not stmts:
             continue
-        o = local[-1]
-        named = set(o.axes or ()) if o.verb == "local" else {a for a in axes if a not in (o.axes or ())}
+        named = {a for o in stmts if o.verb == "local" for a in (o.axes or ())}
+        red = [o for o in stmts if o.verb == "reduce" and o.group == g] or [o for o in stmts if o.verb == "reduce"]
+        if red:
+            named |= {a for a in axes if not any(a in (o.axes or ()) for o in red)}
         split = grad_shard_axes(plan, g)
         differ = [a for a in axes if plan.role(a) in TOKENS or (plan.role(a) is ir.Role.TENSOR and (a in split or sp))]
         piece = {}

@@ -387,3 +387,60 @@ def test_loss_costs_follow_the_overrides():
     assert scalars("  override activations[loss]: reduce_max over ()\n") == {("all_reduce", ("tp",)): 2}
     assert scalars("  override activations[loss]: reduce_target over (dp, tp)\n") == {
         ("all_reduce", ("tp",)): 2, ("all_reduce", ("dp", "tp")): 1}
+
+
+# Two tensor axes bound apart (ta, tb: each splits the layers, a two-dimensional layout): the checker types each
+# region on one tensor group at a time, the simulator on the combined group of both. A statement over axes of both
+# groups is one collective over the combined group, which the typing does not model: unknown, the missing fact
+# named (never the refutation of the correct all-reduce over (ta, tb)); a statement over one group's axes keeps
+# its verdict, which the simulator confirms.
+TWO_TP = {"dp": ("data", "R,R,R,R"), "ta": ("tensor", "S,S,S,S"), "tb": ("tensor", "S,S,S,S")}
+TWO_HAND = [  # (statement, sp, the simulator's verdict by the semantics: wrong?)
+    ((A, "reduce", "mlp", ("ta", "tb")), False, False),  # Σ over ta then tb = Σ over the product
+    ((A, "reduce", "mlp", ("tb", "ta")), True, False),
+    ((G, "reduce", "attention", ("ta", "tb")), False, False),
+    ((A, "reduce", "embedding", ("ta", "tb")), False, False),
+    ((A, "reduce_target", "loss", ("ta", "tb")), False, False),
+    ((A, "reduce_sumexp", "loss", ("ta", "tb")), True, False),
+    ((A, "gather", "mlp", ("ta", "tb")), False, True),  # nothing is sharded before fc1 without SP
+]
+
+
+def _two_simulated(p) -> set:
+    """The simulator at sizes 1 and 2 per axis (ta = tb = 2 holds a rank of each kind)."""
+    return violations_at_every_size(simulator_act.violations, p, (1, 2))
+
+
+def _two_obs(p, spec):
+    return {o.name: o for o in check_plan(SESSION, spec, p, {}).obligations if o.name.split(" over ")[0] in KEYS}
+
+
+@pytest.mark.parametrize("stmt,sp,wrong", TWO_HAND, ids=[str(i) for i in range(len(TWO_HAND))])
+def test_a_statement_over_two_separately_bound_tensor_groups_is_unknown(stmt, sp, wrong):
+    t, v, g, a = stmt
+    spec, p = _with(TWO_TP, [ov(t, v, g, a)], sp)
+    key = ("act" if t == A else "grad", g)
+    assert (key in _two_simulated(p)) is wrong
+    obs = _two_obs(p, spec)
+    mine = [o for n, o in obs.items() if KEYS[n.split(" over ")[0]] == key]
+    assert len(mine) == 2  # one per tensor group
+    for o in mine:
+        assert o.verdict is Verdict.UNKNOWN and "separately bound tensor groups (ta; tb)" in o.reason, o.reason
+    # the other obligations keep their verdicts (the cross entropy's backward reads its forward's sums: both loss
+    # obligations are unknown)
+    rest = [o for n, o in obs.items() if KEYS[n.split(" over ")[0]] != key and not (g == "loss" == KEYS[
+        n.split(" over ")[0]][1])]
+    assert rest and all(o.verdict is Verdict.PROVED for o in rest)
+
+
+@pytest.mark.parametrize("stmt", [(A, "reduce", "mlp", ("ta",)), (G, "reduce", "mlp", ("tb",)),
+                                  (A, "reduce", "mlp", ("ta", "dp"))])
+def test_a_statement_over_one_tensor_group_keeps_its_verdict(stmt):
+    """reduce over ta alone leaves the output partial over tb (the simulator's combined group agrees); over
+    (ta, dp) it also sums dp's samples: refuted, not unknown (dp is no tensor group's axis)."""
+    t, v, g, a = stmt
+    spec, p = _with(TWO_TP, [ov(t, v, g, a)])
+    key = ("act" if t == A else "grad", g)
+    assert key in _two_simulated(p)
+    got = {o.verdict for n, o in _two_obs(p, spec).items() if KEYS[n.split(" over ")[0]] == key}
+    assert Verdict.REFUTED in got and Verdict.UNKNOWN not in got

@@ -200,3 +200,33 @@ def test_costs_unchanged():
     _, base = _with(DP_TP)
     _, stated = _with(DP_TP, [ov(A, v, r, ("tp",)) for r in OF for v in OF[r]])
     assert _acts(stated) == _acts(base)
+
+
+def _norm(spec, p, norm: str):
+    """The plan with the model's norm kind set (irkit's models are LayerNorm ones)."""
+    model = replace(p.model, transformer=replace(p.model.transformer, norm=norm))
+    p = replace(p, model=model)
+    return replace(spec, model=model, plans=(p,)), p
+
+
+# The model's RMSNorm (f(0) = 0) on the embedding's masked lookup: every rank but the token's owner holds a zero
+# row and normalises it to zero, so the sum is the owner's f(e): exact (the simulator divides each row by its
+# Σ x² + 1 and finds every device's output equal to the single device's). LayerNorm's shift, and any norm on a
+# dense partial (the experts, mlp: every summand nonzero), stays wrong.
+@pytest.mark.parametrize("axes,stated,norm,expected", [
+    (DP_TP, [ov(A, "nonlinear_before_reduce", "embedding", ("tp",))], "rmsnorm", set()),
+    (DP_TP, [ov(A, "nonlinear_before_reduce", "embedding", ("tp",))], "layernorm", {("act", "embedding")}),
+    (TWO_TP, [ov(A, "nonlinear_before_reduce", "embedding", ("tp",))], "rmsnorm", set()),
+    (TWO_TP, [ov(A, "nonlinear_before_reduce", "embedding", ("tp", "tq"))], "rmsnorm", set()),
+    (DP_TP, [ov(A, "nonlinear_before_reduce", "experts", ("tp",))], "rmsnorm", {("act", "experts")}),
+    (DP_TP, [ov(A, "nonlinear_before_reduce", "mlp", ("tp",))], "rmsnorm", {("act", "mlp")}),
+    (DP_TP, [ov(A, "nonlinear_before_reduce", "embedding", ("tp",)),
+             ov(A, "positional_before_reduce", "embedding", ("tp",))], "rmsnorm", {("act", "embedding")}),
+])
+def test_rmsnorm_on_the_masked_lookup_is_exact(axes, stated, norm, expected):
+    spec, p = _norm(*_with(axes, stated), norm)
+    assert simulated(p) == expected
+    report = check_plan(SESSION, spec, p, {})
+    assert verdicts(report) == expected  # every operation not refuted is proved
+    ob = next(o for o in report.obligations if o.name == f"GI activations[{stated[0].group}]: nonlinear_before_reduce")
+    assert (ob.verdict is Verdict.PROVED) == (norm == "rmsnorm" and stated[0].group == "embedding")

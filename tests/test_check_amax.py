@@ -13,6 +13,7 @@ from irkit import ov, plan
 
 from placement_logic.check.run import check_plan
 from placement_logic.cli import main
+from placement_logic.diagnostics import Code, DiagnosticError
 from placement_logic.frontend.canonical import format_source
 from placement_logic.outcome import Verdict
 from placement_logic.solver.session import Session
@@ -84,6 +85,77 @@ def test_random_plans_agree_with_the_simulator(axes, sp, overrides):
     ob = obligation_or_skip(SESSION, spec, p, "SC amax")
     found = simulator_finds(p, {}, 6, simulator_amax.violations)
     assert (ob.verdict is Verdict.REFUTED) is found, (axes, sp, overrides, ob.verdict)
+
+
+# Two statements for one group hold together in any order (the checker and the simulator read them so): the
+# reduction over the reduce statement's axes (the group's own, else those for every group), less the local ones.
+# By hand, DDP_TP without sequence parallelism: dense's pieces differ over dp (tokens) and tp (weight slices).
+TWO = [
+    # reduced over dp, local on tp: tp's slices are cast apart, in either order
+    ((ov("amax", "reduce", "dense", ("dp",)), ov("amax", "local", "dense", ("tp",))), "SC amax[dense]", False),
+    ((ov("amax", "local", "dense", ("tp",)), ov("amax", "reduce", "dense", ("dp",))), "SC amax[dense]", False),
+    # the group's own reduction over both axes beside one over dp for every group: dense is reduced over both
+    ((ov("amax", "reduce", None, ("dp",)), ov("amax", "reduce", "dense", ("dp", "tp"))), "SC amax[dense]", True),
+    ((ov("amax", "reduce", "dense", ("dp", "tp")), ov("amax", "reduce", None, ("dp",))), "SC amax[dense]", True),
+    # the group's own reduction over dp alone beside one over both for every group: tp left out
+    ((ov("amax", "reduce", None, ("dp", "tp")), ov("amax", "reduce", "dense", ("dp",))), "SC amax[dense]", False),
+    # local on dp for every group, the group's reduction over tp: dp left out
+    ((ov("amax", "local", None, ("dp",)), ov("amax", "reduce", "dense", ("tp",))), "SC amax[dense]", False),
+]
+
+
+@pytest.mark.parametrize("overrides,name,ok", TWO, ids=[str(i) for i in range(len(TWO))])
+def test_two_statements_for_one_group_in_either_order(overrides, name, ok):
+    spec, p = plan("p", DDP_TP, overrides=overrides)
+    assert obligation(SESSION, spec, p, {}, name).verdict is (Verdict.PROVED if ok else Verdict.REFUTED)
+    found = simulator_finds(p, {}, 6, lambda p, at, rng: simulator_amax.violations(p, at, rng) & _key(name, p))
+    assert found is (not ok)
+
+
+@pytest.mark.parametrize("first,second", [
+    ("override amax: local over (tp)", "override amax: reduce over (dp, tp)"),
+    ("override amax: reduce over (dp, tp)", "override amax: local over (tp)"),
+    ("override amax[dense]: local over (tp)", "override amax: reduce over (tp)"),
+    ("override amax: local over (dp)", "override amax[dense]: reduce over (dp)"),
+])
+def test_an_axis_both_local_and_reduced_is_pl271_at_the_later_statement(tmp_path, capsys, first, second):
+    f = tmp_path / "a.place"
+    f.write_text(_place(f"{first}\n  {second}"))
+    assert main(["check", str(f)]) == 2
+    err = capsys.readouterr().err
+    line = f.read_text().splitlines().index("  " + second) + 1
+    assert f"{f}:{line}:3: error:" in err and "[PL271]" in err and "both left out" in err, err
+    assert "Traceback" not in err
+
+
+def _two_statement_plans(n: int):
+    rng = random.Random(11)
+    out = []
+    while len(out) < n:
+        roles = [rng.choice(["data", "tensor", "context"]) for _ in range(2)]
+        axes = {f"a{i}": (r, rng.choice(["S,S,S,S", "R,R,R,R"]) if r == "tensor" else "R,R,R,R")
+                for i, r in enumerate(roles)}
+        stmts = tuple(ov("amax", rng.choice(["local", "reduce"]), rng.choice([None, "dense"]),
+                         tuple(a for a in axes if rng.random() < 0.5) or (rng.choice(list(axes)),)) for _ in range(2))
+        out.append((axes, rng.random() < 0.3, stmts))
+    return out
+
+
+@pytest.mark.parametrize("axes,sp,overrides", _two_statement_plans(16), ids=[str(i) for i in range(16)])
+def test_random_two_statement_plans_agree_with_the_simulator(axes, sp, overrides):
+    spec, p = plan("p", axes, sp=sp, overrides=overrides)
+    try:
+        report = check_plan(SESSION, spec, p, {})
+    except DiagnosticError as e:
+        code = e.diagnostics[0].code
+        assert code in (Code.OVERRIDE_NO_EFFECT, Code.AMAX_LOCAL_AND_REDUCED)
+        if code == Code.AMAX_LOCAL_AND_REDUCED:  # by hand: some local and reduce applying to dense share an axis
+            own = any(o.verb == "reduce" and o.group == "dense" for o in overrides)
+            red = {a for o in overrides if o.verb == "reduce" and (o.group == "dense" or not own) for a in o.axes}
+            assert red & {a for o in overrides if o.verb == "local" for a in o.axes}
+        pytest.skip(code)
+    refuted = any(o.verdict is Verdict.REFUTED for o in report.obligations if o.name.startswith("SC amax"))
+    assert refuted is simulator_finds(p, {}, 6, simulator_amax.violations), (axes, sp, overrides)
 
 
 def _place(body: str) -> str:

@@ -31,7 +31,7 @@ from irkit import const, ov, plan
 
 from placement_logic import ir
 from placement_logic.check.run import check_plan
-from placement_logic.diagnostics import NO_SPAN, DiagnosticError
+from placement_logic.diagnostics import NO_SPAN, Code, DiagnosticError
 from placement_logic.outcome import Verdict
 from placement_logic.solver.session import Session
 
@@ -302,17 +302,15 @@ def test_a_tensor_axis_with_whole_params_does_not_split_the_layers_in_the_simula
 
 def test_two_amax_statements_for_one_group_are_never_proved():
     """Found by the hunt: ``amax[dense]: local over (a)`` then ``amax: reduce over (a)`` under sequence
-    parallelism. The simulator takes the last statement that names the group (the reduction over a: right);
-    the checker (check.amax.stated: the last statement per group key) holds both in force and refutes the
-    dense layers' per-rank amax. The two readings differ on the safe side only: the checker never proves what
-    either reading calls wrong; the divergence is left as it is and reported (the language states no order
-    between a group's statement and one for every group)."""
+    parallelism. The simulator took the last statement that names the group (the reduction over a: right), the
+    checker held both in force and refuted the dense layers' per-rank amax. The statements that apply to a group
+    now hold together in any order (check.amax.reduced, the simulator alike), so these two say opposite things
+    of dense over a: a located PL271, neither a proof nor a refutation."""
     spec, p = plan("p", {"a": ("tensor", "S,S,S,S")}, sp=True, overrides=(
         ov("amax", "local", "dense", ("a",)), ov("amax", "reduce", None, ("a",))))
-    obs = {o.name: o for o in check_plan(SESSION, spec, p, {}).obligations if o.name.startswith("SC amax")}
-    assert obs["SC amax[dense]"].verdict is Verdict.REFUTED
-    assert not any(("amax", "dense") in simulator_amax.violations(p, {"a": n}, random.Random(s))
-                   for n in (1, 2, 3) for s in range(4))
+    with pytest.raises(DiagnosticError) as e:
+        check_plan(SESSION, spec, p, {})
+    assert e.value.diagnostics[0].code == Code.AMAX_LOCAL_AND_REDUCED
     spec, p = plan("p", {"a": ("tensor", "S,S,S,S")}, sp=True, overrides=(ov("amax", "local", "dense", ("a",)),))
     assert next(o for o in check_plan(SESSION, spec, p, {}).obligations if o.name == "SC amax[dense]").verdict \
         is Verdict.REFUTED

@@ -4,7 +4,7 @@ types them; check.actflow_replay replays a witness)."""
 from __future__ import annotations
 
 from ..diagnostics import NO_SPAN
-from ..ir.actflow import KIND_TEXT
+from ..ir.actflow import KIND_TEXT, TP_REGIONS
 
 
 def act_obligations(step, ctx, obligation) -> list:
@@ -60,8 +60,36 @@ def act_obligations(step, ctx, obligation) -> list:
         bad = tuple(dict.fromkeys(ty.bad + (etp.bad if etp is not None else ())))
         if etp is not None and etp.bad and not ty.bad:
             span = next((s for _, _, s in etp.cause if s != NO_SPAN), span)
-        out.append(obligation(
+        ob = obligation(
             f"GI {ty.name}{suffix}", GRADIENT_INTEGRITY, span if span != NO_SPAN else step.plan_span, what,
             lambda env, bad=bad: en.axes_negation(env, "actflow", [(a, env.sess.true()) for a in bad]),
-            lambda w, ty=ty, etp=etp: replay(ctx, ty, w) or (replay(ctx, etp, w) if etp is not None else None)))
+            lambda w, ty=ty, etp=etp: replay(ctx, ty, w) or (replay(ctx, etp, w) if etp is not None else None))
+        ob.unknown = across_groups(ty.flow, ty.direction, groups) if ty.flow.region in TP_REGIONS else ""
+        if ob.unknown:  # never proved, never refuted: the negation left satisfiable
+            ob.encode = lambda env: ([env.sess.true()], lambda model: {})
+        out.append(ob)
     return out
+
+
+def across_groups(flow, direction: str, groups: set) -> str:
+    """Why the region's obligation on one of several separately bound tensor groups is unknown: a statement of
+    one of its slots names tensor axes of two or more of those groups (``activations[mlp]: reduce over (tp_a,
+    tp_b)`` with ``tp_a`` and ``tp_b`` bound apart). The typing reads one tensor group per region and flow, the
+    other groups' axes as axes the value is not split over, so it would refute the collective over the combined
+    group that the layers' two-dimensional split needs; "" where no statement does. The slots read: those of
+    the direction (the cross entropy's backward reads its forward's sums: all of them)."""
+    for name, slot in flow.slots:
+        if not slot.verb:  # derived: over the flow's own group
+            continue
+        if flow.region != "loss" and not name.startswith("fwd" if direction == "forward" else "bwd"):
+            continue
+        axes = tuple(dict.fromkeys(a for st in slot.steps for a in st.axes) if slot.steps else slot.axes)
+        spanned = [g for g in sorted(groups) if set(g) & set(axes)]
+        if len(spanned) >= 2:
+            at = f" at line {slot.span.line}" if slot.span != NO_SPAN else ""
+            return (f"the statement {slot.verb} over ({', '.join(axes)}){at} names tensor axes of "
+                    f"{len(spanned)} separately bound tensor groups ({'; '.join(', '.join(g) for g in spanned)}): "
+                    f"the {flow.region} region's value is typed on one tensor group at a time, and one collective "
+                    "over their combined group is not modelled; the missing fact is the layout of the value over "
+                    "the product of the groups (bind them as one tensor group, [A, B]: STRATEGY, to check it)")
+    return ""

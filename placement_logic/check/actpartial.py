@@ -35,6 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+import z3
+
 from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 from ..ir import actflow as af
 from ..ir.overrides import OverrideTarget, OverrideVerb
@@ -124,42 +126,49 @@ def name(op: PartialOp) -> str:
     return f"GI {op.target}[{op.region}]: {op.verb}"
 
 
-def _what(op: PartialOp, t) -> str:
-    from .actpartial_regions import what
+def _what(op: PartialOp, t, zero: bool = False) -> str:
+    from .actpartial_regions import RMSNORM, what
 
     if op.target == OverrideTarget.ACTIVATION_GRADS:
         return BACK.format(t=t)
+    if zero:
+        return RMSNORM.format(t=t)
     return what(op.region, op.verb, t) or WHAT[op.verb].format(t=t)
 
 
 def obligations(plan, ctx, obligation) -> list:
     from . import encode as en
-    from .actpartial_regions import VALUE
+    from .actpartial_regions import VALUE, zero_preserving
     from .rules import GRADIENT_INTEGRITY
 
     out = []
     for op in model(plan):
         value = ("column-parallel linear's input gradient" if op.target == OverrideTarget.ACTIVATION_GRADS
                  else VALUE[op.region])
+        zero = op.target == OverrideTarget.ACTIVATIONS and zero_preserving(plan, op.region, op.verb)
         verdict = ("linear: it commutes with the sum on every axis" if op.verb == OverrideVerb.SCALE_BEFORE_REDUCE
-                   else "wrong wherever t ≥ 2")
+                   else "exact: one summand nonzero and f(0) = 0" if zero else "wrong wherever t ≥ 2")
         what = (f"the {op.region} region's {value} is operated on only after its sum over {', '.join(op.axes)}, "
-                f"or by an operation that commutes with it; stated: {_what(op, 't')}, {verdict}")
+                f"or by an operation that commutes with it; stated: {_what(op, 't', zero)}, {verdict}")
         out.append(obligation(
             name(op), GRADIENT_INTEGRITY, op.span, what,
-            lambda env, op=op: _negation(en, env, op),
-            lambda w, op=op: replay(ctx, op, w)))
+            lambda env, op=op, zero=zero: _negation(en, env, op, zero),
+            lambda w, op=op, zero=zero: replay(ctx, op, w, zero)))
     return out
 
 
-def _negation(en, env, op: PartialOp):
+def _negation(en, env, op: PartialOp, zero: bool = False):
     """Some named axis has two ranks or more; the witness names it ``partial_axis`` (not ``axis``, which
-    the shrinking keeps at its size: any two ranks show the defect)."""
-    extra = env.sess.true()
+    the shrinking keeps at its size: any two ranks show the defect). ``zero``: RMSNorm on the masked lookup,
+    the owner's f(e) = u plus t - 1 rows normalised from zero, f(0) = z = 0: u + (t - 1)·z ≠ u has no solution."""
+    extra = {a: env.sess.true() for a in op.axes}
     if op.verb == OverrideVerb.SCALE_BEFORE_REDUCE:  # a linear scale: c·(u + v) ≠ c·u + c·v has no solution
         c, u, v = (env.sess.real(f"actpartial_{k}") for k in ("c", "u", "v"))
-        extra = c * (u + v) != c * u + c * v
-    cons, extract = en.axes_negation(env, "actpartial", [(a, extra) for a in op.axes])
+        extra = {a: c * (u + v) != c * u + c * v for a in op.axes}
+    elif zero:
+        u, z = (env.sess.real(f"actpartial_{k}") for k in ("fe", "f0"))
+        extra = {a: z3.And(z == 0, u + (env.size(a) - 1) * z != u) for a in op.axes}
+    cons, extract = en.axes_negation(env, "actpartial", list(extra.items()))
 
     def named(model) -> dict:
         w = extract(model)
@@ -191,13 +200,15 @@ def run(verb: str, n: int, back: bool = False) -> tuple[Fraction, Fraction, dict
     return sum((v * v for v in p), Fraction(0)), y * y, inputs
 
 
-def replay(ctx, op: PartialOp, w: dict):
+def replay(ctx, op: PartialOp, w: dict, zero: bool = False):
     from .report import Counterexample
 
     axis = w["partial_axis"]
     sizes = {k: (v if k == axis or k in ctx.pinned else 1) for k, v in w["sizes"].items()}
     n = sizes[axis]
     if n < 2 or axis not in op.axes or op.verb == OverrideVerb.SCALE_BEFORE_REDUCE:
+        return None
+    if zero:  # exact (the negation has no solution): nothing to replay
         return None
     if any(sizes.get(a, 1) > 1 for a in op.axes if a != axis):
         return None

@@ -7,8 +7,10 @@ tensor group, and the linear operations that commute with any partial value's su
   exactly one rank holds the token's row e and the others hold 0. Operations on it before the sum:
   ``positional_before_reduce``, the positional embedding q added on every rank: e + t·q;
   ``nonlinear_before_reduce``, a function f applied to each rank's row (an embedding LayerNorm,
-  BLOOM's ``word_embeddings_layernorm``): f(e) + (t-1)·f(0), wrong wherever f(0) ≠ 0 (LayerNorm's
-  shift β; the checker treats f as unknown, so also a norm with f(0) = 0 is not assumed);
+  BLOOM's ``word_embeddings_layernorm``, of the model's ``norm`` kind): f(e) + (t-1)·f(0), wrong
+  wherever f(0) ≠ 0 (LayerNorm's shift β, ``norm = layernorm``); exact for RMSNorm (``norm =
+  rmsnorm``: a weight and no bias, so f(0) = 0·g/sqrt(0 + ε) = 0), the one function the checker
+  assumes zero at zero (``zero_preserving``);
   ``scale_before_reduce``, a linear scale (Gemma's and T5's ``embed_scale`` = sqrt(hidden), dropout
   whose mask is the same on every tensor rank: a diagonal scale by mask/keep): c·Σ p_i = Σ c·p_i.
 * ``experts``: each expert's fc2 is row-parallel over the expert tensor axes (the expert group's
@@ -84,6 +86,19 @@ def partial_axes(plan, region: str) -> tuple[str, ...]:
     if region == "experts":
         return expert_axes(plan, flows) if has_experts(plan) else ()
     return tuple(dict.fromkeys(a for f in flows if f.region == region for a in f.tensor))
+
+
+def zero_preserving(plan, region: str, verb: str) -> bool:
+    """Whether the operation is the model's RMSNorm (f(0) = 0) on the embedding's masked lookup, where every
+    rank but the token's owner holds a zero row: Σ f(p_i) = f(e) + (t-1)·f(0) = f(e), exact. Only there: on a
+    dense partial (attention, mlp, experts) no summand is zero and RMSNorm is as wrong as any nonlinearity."""
+    t = plan.model.transformer
+    return (region == "embedding" and verb == V.NONLINEAR_BEFORE_REDUCE and t is not None
+            and t.norm == "rmsnorm")
+
+
+RMSNORM = "the model's RMSNorm applied to each of the {t} tensor ranks' masked lookups before the reduction: " \
+          "f(e) + ({t}-1)·f(0) = f(e), every rank without the token normalising a zero row to zero (no shift)"
 
 
 def what(region: str, verb: str, t) -> str | None:

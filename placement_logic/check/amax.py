@@ -30,7 +30,8 @@ TOKEN_ROLES = (ir.Role.DATA, ir.Role.CONTEXT, ir.Role.SEQUENCE, ir.Role.EXPERT)
 
 
 def stated(plan: ir.Plan) -> list[ir.Override]:
-    """Per group (or None: every group) the last statement, ``local`` or ``reduce``."""
+    """Per group key (None: every group) the last statement, ``local`` or ``reduce``: the key of an obligation
+    ``SC amax[g]`` (its span that statement's); what the group's amax is reduced over is ``reduced``."""
     last: dict = {}
     for o in plan.overrides:
         if o.target == OverrideTarget.AMAX and o.verb in (OverrideVerb.LOCAL, OverrideVerb.REDUCE):
@@ -38,8 +39,51 @@ def stated(plan: ir.Plan) -> list[ir.Override]:
     return list(last.values())
 
 
+def _applies(o: ir.Override, group: str) -> bool:
+    return o.group in (None, "all", group)
+
+
+def statements(plan: ir.Plan, group: str) -> list[ir.Override]:
+    """The ``local`` and ``reduce`` statements in force for ``group``, in the file's order: every ``local`` that
+    applies to it (its own and those for every group) and its own ``reduce`` statements, or where it has none
+    those for every group (the group's own reduction is the more specific)."""
+    every = [o for o in plan.overrides if o.target == OverrideTarget.AMAX
+             and o.verb in (OverrideVerb.LOCAL, OverrideVerb.REDUCE) and _applies(o, group)]
+    own = any(o.verb == OverrideVerb.REDUCE and o.group == group for o in every)
+    return [o for o in every if o.verb == OverrideVerb.LOCAL or not own or o.group == group]
+
+
+def reduced(plan: ir.Plan, group: str) -> tuple[str, ...]:
+    """The axes g's amax is all-reduced over, whatever the order of its statements: those its ``reduce``
+    statements in force name (the fp8_group; every axis where none is stated), less those its ``local``
+    statements name. A ``local`` and a ``reduce`` naming one axis contradict each other (PL271,
+    ``check_override``)."""
+    stmts = statements(plan, group)
+    red = [o for o in stmts if o.verb == OverrideVerb.REDUCE]
+    local = {a for o in stmts if o.verb == OverrideVerb.LOCAL for a in (o.axes or ())}
+    over = ([a for o in red for a in (o.axes or ())] if red else list(plan.mesh.names))
+    return tuple(a for a in dict.fromkeys(over) if a not in local)
+
+
+def cause(plan: ir.Plan, group: str, axis: str) -> ir.Override | None:
+    """The statement that leaves ``axis`` out of g's reduction: the ``local`` naming it, else the last ``reduce``."""
+    stmts = statements(plan, group)
+    return (next((o for o in stmts if o.verb == OverrideVerb.LOCAL and axis in (o.axes or ())), None)
+            or next((o for o in reversed(stmts) if o.verb == OverrideVerb.REDUCE), None))
+
+
 def _groups(o: ir.Override, groups) -> list:
     return [g for g in groups if o.group in (None, "all", g.group)]
+
+
+def _keyed(plan: ir.Plan, o: ir.Override, groups) -> list:
+    """The groups the obligation of o's key judges: g for ``amax[g]``; for the statements of every group, the
+    groups no statement of their own names."""
+    if o.group not in (None, "all"):
+        return [g for g in groups if g.group == o.group]
+    own = {x.group for x in plan.overrides if x.target == OverrideTarget.AMAX
+           and x.verb in (OverrideVerb.LOCAL, OverrideVerb.REDUCE)}
+    return [g for g in groups if g.group not in own]
 
 
 def differs(plan: ir.Plan, g, axis: str, sequence_parallel: bool) -> bool:
@@ -53,18 +97,19 @@ def differs(plan: ir.Plan, g, axis: str, sequence_parallel: bool) -> bool:
 
 
 def differ_axes(plan: ir.Plan, o: ir.Override, groups, sequence_parallel: bool) -> list[tuple[str, str]]:
-    """(group, axis): the axes the amax is not reduced over (those ``local`` names, those ``reduce`` leaves out)
-    over which the group's fp8 tensors differ."""
-    left = (tuple(o.axes or ()) if o.verb == OverrideVerb.LOCAL else
-            tuple(a for a in plan.mesh.names if a not in (o.axes or ())))
-    return [(g.group, a) for g in _groups(o, groups) for a in dict.fromkeys(left)
-            if differs(plan, g, a, sequence_parallel)]
+    """(group, axis): for each group o's key judges, the axes its amax is not reduced over (``reduced``: those
+    ``local`` names, those ``reduce`` leaves out) over which the group's fp8 tensors differ."""
+    return [(g.group, a) for g in _keyed(plan, o, groups) for a in plan.mesh.names
+            if a not in reduced(plan, g.group) and differs(plan, g, a, sequence_parallel)]
 
 
 def check_override(plan: ir.Plan, groups, sequence_parallel: bool) -> None:
-    """PL506 where a statement changes nothing."""
-    for o in stated(plan):
-        head = f"override amax{f'[{o.group}]' if o.group else ''}: {o.verb} over ({', '.join(o.axes or ())})"
+    """PL506 where a statement changes nothing; PL271 where a ``local`` and a ``reduce`` that apply to one group
+    name one axis."""
+    every = [o for o in plan.overrides if o.target == OverrideTarget.AMAX
+             and o.verb in (OverrideVerb.LOCAL, OverrideVerb.REDUCE)]
+    for o in every:
+        head = _head(o)
         if not o.axes and o.verb == OverrideVerb.LOCAL:
             raise _err(f"{head} changes nothing: it names no axis", o)
         twice = next((a for a in o.axes if o.axes.count(a) > 1), None)
@@ -77,6 +122,34 @@ def check_override(plan: ir.Plan, groups, sequence_parallel: bool) -> None:
             if o.verb == OverrideVerb.LOCAL and not any(differs(plan, g, a, sequence_parallel) for g in _groups(o, groups)):
                 raise _err(f"{head} changes nothing over {a}: the group's weights are whole and its activations "
                            f"replicated on every rank of {a}, so each rank's own amax is the reduced one", o)
+
+
+    _contradictions(plan, groups)
+
+
+def _contradictions(plan: ir.Plan, groups) -> None:
+    """PL271: an axis that one statement for g leaves out of the amax reduction (``local``) and another reduces it
+    over (``reduce``): the statements hold together, in any order, so the two say opposite things. Located at the
+    later of the two."""
+    for g in groups:
+        stmts = statements(plan, g.group)
+        for i, o in enumerate(stmts):
+            for p in stmts[:i]:
+                if {o.verb, p.verb} != {OverrideVerb.LOCAL, OverrideVerb.REDUCE}:
+                    continue
+                both = [a for a in (o.axes or ()) if a in (p.axes or ())]
+                if both:
+                    local, red = (o, p) if o.verb == OverrideVerb.LOCAL else (p, o)
+                    raise DiagnosticError([Diagnostic(
+                        Code.AMAX_LOCAL_AND_REDUCED,
+                        f"{_head(o)}: the {g.group} amax over {both[0]} is both left out of the reduction "
+                        f"({_head(local)}, line {local.span.line}) and reduced over it ({_head(red)}, line "
+                        f"{red.span.line}); the statements for a group hold together in any order: name each axis "
+                        "in one of them", o.span)])
+
+
+def _head(o: ir.Override) -> str:
+    return f"override amax{f'[{o.group}]' if o.group else ''}: {o.verb} over ({', '.join(o.axes or ())})"
 
 
 def _err(msg: str, o: ir.Override) -> DiagnosticError:

@@ -31,7 +31,7 @@ def extend(obs: list, step, ctx, plan, obligation) -> list:
             "every rank casts the group's fp8 tensors with the scale single-device training uses: fp8_max over the "
             "amax all-reduced (a max) over every rank holding a different piece of the tensor",
             lambda env, pend=pend: _negation(env, pend),
-            lambda w, o=o: replay(ctx, w, o)))
+            lambda w, o=o: replay(ctx, w, o, plan)))
     return obs
 
 
@@ -46,9 +46,10 @@ def _negation(env, pend):
     return cons, extract
 
 
-def replay(ctx, w, o):
+def replay(ctx, w, o, plan=None):
     """Rank A (coordinate 0 of the axis) holds the piece whose largest magnitude is 2, rank B (coordinate 1) a
-    piece whose largest is 1; the global amax is 2. E4M3's fp8_max is 448."""
+    piece whose largest is 1; the global amax is 2. E4M3's fp8_max is 448. The diagnosis names the statement
+    that leaves the axis out (``amax.cause``: the ``local`` naming it, else the ``reduce``)."""
     sizes, g, a = w["sizes"], w["group"], w["axis"]
     if sizes.get(a, 1) < 2:
         return None
@@ -64,6 +65,7 @@ def replay(ctx, w, o):
     why = ("its ranks hold different tokens" if dict(ctx.step.roles).get(a) != "tensor" else
            "its weights are split there" if group is not None and a in group.shard_axes else
            "its activations are sequence-parallel there")
+    o = (amax.cause(plan, g, a) if plan is not None else None) or o
     stmt = (f"override amax: local at line {o.span.line}" if o.verb == OverrideVerb.LOCAL else
             f"its reduction, override amax: reduce over ({', '.join(o.axes or ())}) at line {o.span.line}, leaves {a} out")
     diag = (f"the fp8 amax of the {g} layers is not all-reduced over {a} ({stmt}): {why}, so each rank scales its "
