@@ -2,17 +2,22 @@
 groups of unequal sizes, ``reduce_groups ... by (S1, ...)``; tests/test_rank_sets.py: a list of rank sets,
 ``reduce_sets ... ranks ([R, ...], ...)``): the spec text and the command line, the located error of a
 statement whose groups cannot cut the axis, the gradient sync's price, and the checker at pinned sizes
-against the independent simulator (tests/simulator_subgroups.py)."""
+against the independent simulator (tests/simulator_subgroups.py); and what the tests of rank sets over several axes
+share (tests/test_rank_sets_axes.py: the gradients, tests/test_norm_sets_axes.py: the grad norm): the plan built
+at pinned sizes, random partitions of the flattened ranks."""
 
 from __future__ import annotations
 
 import io
 import json
 import random
+from dataclasses import replace
 
 import pytest
 import simulator
+from irkit import const, ov, plan
 
+from placement_logic import ir
 from placement_logic.check.run import check_plan
 from placement_logic.cli import main
 from placement_logic.diagnostics import DiagnosticError
@@ -39,12 +44,13 @@ def run(args: list[str]) -> tuple[int, str, str]:
     return rc, out.getvalue(), err.getvalue()
 
 
-def check_fmt_round_trip(tmp_path, written: str, canonical: str) -> None:
-    """`placement fmt` prints the override ``written`` as ``canonical``, and its output is a fixed point."""
+def check_fmt_round_trip(tmp_path, written: str, canonical: str, mesh: str = "  dp = 5") -> None:
+    """`placement fmt` prints the override ``written`` (over the mesh lines ``mesh``) as ``canonical``, and its
+    output is a fixed point."""
     f = tmp_path / "g.place"
-    f.write_text(spec_text("  dp = 5", written))
+    f.write_text(spec_text(mesh, written))
     rc, out, _ = run(["fmt", str(f)])
-    assert rc == 0 and f"{canonical}\n" in out
+    assert rc == 0 and f"{canonical}\n" in out, out
     f.write_text(out)
     assert run(["fmt", str(f)])[1] == out
 
@@ -56,6 +62,33 @@ def check_located_error(tmp_path, mesh: str, override: str, code: str, phrase: s
     rc, _, err = run(["check", str(f)])
     line = 9 + mesh.count("\n") + 1
     assert rc == 2 and f"{f}:{line}:3: error:" in err and f"[{code}]" in err and phrase in err, err
+
+
+def check_located_error_in(tmp_path, text: str, override: str, code: str, phrase: str) -> None:
+    """`placement check` refuses the spec ``text`` with ``code`` at the line of ``override`` (indented by two) and
+    column 3, saying ``phrase``."""
+    f = tmp_path / "e.place"
+    f.write_text(text)
+    rc, _, err = run(["check", str(f)])
+    line = text.splitlines().index(f"  {override}") + 1
+    assert rc == 2 and f"{f}:{line}:3: error:" in err and f"[{code}]" in err and phrase in err, err
+
+
+def sets_plan(axes: dict, sizes: dict, target: str, sets, names=("a", "t")):
+    """(spec, plan) built in memory over ``axes`` (tests/irkit.py) with ``override TARGET: reduce_sets over (names)
+    ranks (sets)``, each axis's size the number ``sizes`` gives."""
+    spec, p = plan("p", axes, overrides=(ov(target, "reduce_sets", None, names, sets=sets),))
+    mesh = ir.Mesh(tuple(ir.Axis(x.name, const(sizes[x.name])) for x in p.mesh.axes))
+    p = replace(p, mesh=mesh)
+    return replace(spec, mesh=mesh, plans=(p,)), p
+
+
+def partitions(n: int, rng: random.Random):
+    """A random partition of the ranks 0..n-1 into two sets or more."""
+    ranks = list(range(n))
+    rng.shuffle(ranks)
+    cuts = sorted(rng.sample(range(1, n), rng.randint(1, n - 1)))
+    return tuple(tuple(ranks[i:j]) for i, j in zip([0] + cuts, cuts + [n]))
 
 
 def check_pinned_elsewhere(tmp_path, text: str, code: str) -> None:

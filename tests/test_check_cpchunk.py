@@ -8,19 +8,17 @@ from __future__ import annotations
 
 from itertools import product
 
+import cpmask_kit as kit
 import pytest
 import simulator_cpwindow as sim
 import sympy
 
 from placement_logic.check import cpchunk, cpwindow
-from placement_logic.check.run import check_plan
 from placement_logic.costs.window import Chunked, causal_share
-from placement_logic.diagnostics import Code, DiagnosticError
+from placement_logic.diagnostics import Code
 from placement_logic.frontend.loader import load_string
 from placement_logic.outcome import Verdict
-from placement_logic.solver.session import Session
 
-SESSION = Session(timeout=20)
 BEHAVIOURS = (None,) + cpchunk.VERBS
 
 
@@ -29,15 +27,8 @@ BEHAVIOURS = (None,) + cpchunk.VERBS
 def test_decision_agrees_with_the_ring_simulator(layout, c):
     """At every block size h ≤ 3 and chunk 1 ≤ C ≤ n + 1: a pair found exactly where some query's output differs,
     the pair one the ring lets in otherwise than one device, its query the first that differs."""
-    for h, verb in product((1, 2, 3), BEHAVIOURS):
-        n = 2 * c * h
-        for size in range(1, n + 2):
-            found = cpchunk.difference(verb, layout, c, n, size)
-            wrong = sim.chunk_differing(verb, layout, c, n, size)
-            assert (found is None) == (not wrong), (verb, layout, c, h, size)
-            if found is not None:
-                assert sim.chunk_pair_differs(verb, layout, c, n, size, found["query"], found["key"])
-                assert found["query"] == min(wrong)
+    kit.sweep(cpchunk.difference, sim.chunk_differing, sim.chunk_pair_differs, lambda q, wrong: q == min(wrong),
+              BEHAVIOURS, layout, c)
 
 
 def test_decision_at_large_sizes_matches_the_hand_derived_pairs():
@@ -58,20 +49,14 @@ def test_decision_at_large_sizes_matches_the_hand_derived_pairs():
 
 
 def _src(stmts: str, chunk: str = "8192", seq: int = 65536, cp: int = 8, attention: str = "") -> str:
-    return (f"from std.context import context_parallel\nfrom std.data import ddp\n\nmodel {{\n  transformer {{\n"
-            f"    hidden = 4096\n    layers = 32\n    heads = 32\n    ffn = 14336\n    vocab = 128256\n  }}\n"
-            f"  seq = {seq}\n  microbatch = 1\n  attention {{\n    chunk = {chunk}\n{attention}  }}\n}}\n\n"
-            f"mesh {{\n  dp = 2 @ inter_node\n  cp = {cp} @ intra_node\n}}\n\n"
-            f"plan p {{\n  dp: ddp\n  cp: context_parallel\n{stmts}}}\n")
+    return kit.source(stmts, f"    chunk = {chunk}\n{attention}", seq, cp)
 
 
-def _report(src: str, pinned=None):
-    spec = load_string(src, "x.place")
-    return check_plan(SESSION, spec, spec.plans[0], pinned or {})
+_report = kit.report
 
 
 def _chunk(src: str, pinned=None):
-    return next(o for o in _report(src, pinned).obligations if o.name == "GI layout[chunk]")
+    return kit.obligation(src, "GI layout[chunk]", pinned)
 
 
 @pytest.mark.parametrize("layout", cpwindow.LAYOUTS)
@@ -80,11 +65,9 @@ def test_plan_verdicts_agree_with_the_simulator(layout, verb):
     stmts = f"  override layout: {layout}\n" + (f"  override layout[causal_mask]: {verb}\n" if verb else "")
     ob = _chunk(_src(stmts, chunk="5", seq=24, cp=3))
     wrong = sim.chunk_differing(verb, layout, 3, 24, 5)
-    assert ob.verdict is (Verdict.REFUTED if wrong else Verdict.PROVED)
+    kit.agrees(ob, wrong, verb)
     assert "cp=3" in ob.scope  # the declared size the decision fixes
     if wrong:
-        assert "root cause" in ob.counterexample.diagnosis[0] and verb in ob.counterexample.diagnosis[0]
-        assert dict(ob.counterexample.sizes)["cp"] == 3
         assert ob.counterexample.equation.startswith(f"query {min(wrong)} ")
 
 
@@ -124,10 +107,7 @@ def test_no_chunk_no_obligation():
     assert not [o for o in _report(src).obligations if o.name == "GI layout[chunk]"]
 
 
-def _code(src: str) -> str:
-    with pytest.raises(DiagnosticError) as err:
-        _report(src)
-    return err.value.diagnostics[0].code
+_code = kit.code
 
 
 def test_diagnostics():
@@ -137,9 +117,7 @@ def test_diagnostics():
     assert _code(_src("", chunk="2.5")) == Code.CHUNK_SIZE
     no_chunk = _src("  override layout[causal_mask]: chunk_local\n").replace("    chunk = 8192\n", "    window = 64\n")
     assert _code(no_chunk) == Code.OVERRIDE_NO_EFFECT
-    no_cp = _src("  override layout[causal_mask]: chunk_dropped\n").replace("  cp = 8 @ intra_node\n", "").replace(
-        "  cp: context_parallel\n", "").replace("from std.context import context_parallel\n", "")
-    assert _code(no_cp) == Code.OVERRIDE_NO_EFFECT
+    assert _code(kit.without_context(_src("  override layout[causal_mask]: chunk_dropped\n"))) == Code.OVERRIDE_NO_EFFECT
 
 
 def _pairs(s: int, size: int, w: int | None) -> int:
@@ -179,10 +157,4 @@ def test_costs_move_nothing_and_count_the_chunks():
 
 @pytest.mark.parametrize("stmt", [f"override layout[causal_mask]: {v}" for v in cpchunk.VERBS])
 def test_statements_format_round_trip(stmt):
-    from placement_logic.frontend.canonical import format_source
-
-    src = _src(f"  {stmt}\n")
-    assert format_source(src, "x.place") == src
-    messy = src.replace(f"  {stmt}", "  " + stmt.replace(": ", " :   ").replace("[", "[ ").replace("]", " ]"))
-    messy = messy.replace("chunk = 8192", "chunk   =8192")
-    assert format_source(messy, "x.place") == src
+    kit.round_trip(_src(f"  {stmt}\n"), stmt, "chunk = 8192", "chunk   =8192")

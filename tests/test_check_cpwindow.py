@@ -8,17 +8,15 @@ from __future__ import annotations
 
 from itertools import product
 
+import cpmask_kit as kit
 import pytest
 import simulator_cpwindow as sim
 
 from placement_logic.check import cpwindow
-from placement_logic.check.run import check_plan
-from placement_logic.diagnostics import Code, DiagnosticError
+from placement_logic.diagnostics import Code
 from placement_logic.frontend.loader import load_string
 from placement_logic.outcome import Verdict
-from placement_logic.solver.session import Session
 
-SESSION = Session(timeout=20)
 BEHAVIOURS = (None,) + cpwindow.VERBS
 
 
@@ -27,15 +25,7 @@ BEHAVIOURS = (None,) + cpwindow.VERBS
 def test_decision_agrees_with_the_ring_simulator(layout, c):
     """At every chunk size h ≤ 3 and window 1 ≤ W ≤ n + 1: a pair found exactly where some query's output
     differs, and the pair found is one the ring lets in otherwise than one device."""
-    for h, verb in product((1, 2, 3), BEHAVIOURS):
-        n = 2 * c * h
-        for w in range(1, n + 2):
-            found = cpwindow.difference(verb, layout, c, n, w)
-            wrong = sim.differing(verb, layout, c, n, w)
-            assert (found is None) == (not wrong), (verb, layout, c, h, w)
-            if found is not None:
-                assert sim.pair_differs(verb, layout, c, n, w, found["query"], found["key"])
-                assert found["query"] in wrong
+    kit.sweep(cpwindow.difference, sim.differing, sim.pair_differs, lambda q, wrong: q in wrong, BEHAVIOURS, layout, c)
 
 
 def test_decision_at_large_sizes_matches_the_hand_derived_pairs():
@@ -51,29 +41,18 @@ def test_decision_at_large_sizes_matches_the_hand_derived_pairs():
 
 
 def _src(stmts: str, window: str = "4096", seq: int = 32768, cp: int = 8, extra: str = "") -> str:
-    return (f"from std.context import context_parallel\nfrom std.data import ddp\n\nmodel {{\n  transformer {{\n"
-            f"    hidden = 4096\n    layers = 32\n    heads = 32\n    ffn = 14336\n    vocab = 128256\n  }}\n"
-            f"  seq = {seq}\n  microbatch = 1\n  attention {{\n    window = {window}\n  }}\n}}\n\n"
-            f"mesh {{\n  dp = 2 @ inter_node\n  cp = {cp} @ intra_node\n{extra}}}\n\n"
-            f"plan p {{\n  dp: ddp\n  cp: context_parallel\n{stmts}}}\n")
+    return kit.source(stmts, f"    window = {window}\n", seq, cp, extra)
 
 
 def _window(src: str, pinned=None):
-    spec = load_string(src, "x.place")
-    report = check_plan(SESSION, spec, spec.plans[0], pinned or {})
-    return next(o for o in report.obligations if o.name == "GI layout[window]")
+    return kit.obligation(src, "GI layout[window]", pinned)
 
 
 @pytest.mark.parametrize("layout", cpwindow.LAYOUTS)
 @pytest.mark.parametrize("verb", BEHAVIOURS)
 def test_plan_verdicts_agree_with_the_simulator(layout, verb):
     stmts = f"  override layout: {layout}\n" + (f"  override layout[causal_mask]: {verb}\n" if verb else "")
-    ob = _window(_src(stmts, window="6", seq=24, cp=3))
-    wrong = sim.differing(verb, layout, 3, 24, 6)
-    assert ob.verdict is (Verdict.REFUTED if wrong else Verdict.PROVED)
-    if wrong:
-        assert "root cause" in ob.counterexample.diagnosis[0] and verb in ob.counterexample.diagnosis[0]
-        assert dict(ob.counterexample.sizes)["cp"] == 3
+    kit.agrees(_window(_src(stmts, window="6", seq=24, cp=3)), sim.differing(verb, layout, 3, 24, 6), verb)
 
 
 def test_refutation_names_the_query_and_the_key():
@@ -97,8 +76,7 @@ def test_window_longer_than_the_sequence_proves_every_behaviour():
 
 def test_no_window_no_obligation():
     src = _src("  override layout: zigzag\n").replace("  attention {\n    window = 4096\n  }\n", "")
-    spec = load_string(src, "x.place")
-    assert not [o for o in check_plan(SESSION, spec, spec.plans[0], {}).obligations if o.name == "GI layout[window]"]
+    assert not [o for o in kit.report(src).obligations if o.name == "GI layout[window]"]
 
 
 def test_another_layout_is_left_undecided():
@@ -113,11 +91,7 @@ def test_sequence_not_cut_into_chunks_is_left_undecided():
     assert ob.verdict is Verdict.UNKNOWN and "not cut into 2c = 16 chunks" in ob.reason
 
 
-def _code(src: str) -> str:
-    with pytest.raises(DiagnosticError) as err:
-        spec = load_string(src, "x.place")
-        check_plan(SESSION, spec, spec.plans[0], {})
-    return err.value.diagnostics[0].code
+_code = kit.code
 
 
 def test_diagnostics():
@@ -141,20 +115,11 @@ def test_costs_move_nothing():
 
 @pytest.mark.parametrize("stmt", [f"override layout[causal_mask]: {v}" for v in cpwindow.VERBS])
 def test_statements_format_round_trip(stmt):
-    from placement_logic.frontend.canonical import format_source
-
-    src = _src(f"  {stmt}\n")
-    assert format_source(src, "x.place") == src
-    messy = src.replace(f"  {stmt}", "  " + stmt.replace(": ", " :   ").replace("[", "[ ").replace("]", " ]"))
-    messy = messy.replace("window = 4096", "window   =4096")
-    assert format_source(messy, "x.place") == src
+    kit.round_trip(_src(f"  {stmt}\n"), stmt, "window = 4096", "window   =4096")
 
 
 def test_no_context_axis_is_no_effect():
-    src = _src("  override layout[causal_mask]: window_dropped\n").replace(
-        "  cp = 8 @ intra_node\n", "").replace("  cp: context_parallel\n", "").replace(
-        "from std.context import context_parallel\n", "")
-    assert _code(src) == Code.OVERRIDE_NO_EFFECT
+    assert _code(kit.without_context(_src("  override layout[causal_mask]: window_dropped\n"))) == Code.OVERRIDE_NO_EFFECT
 
 
 def test_the_layout_simulators_leave_the_window_verbs_to_the_window_simulator():

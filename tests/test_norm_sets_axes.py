@@ -15,10 +15,9 @@ from itertools import product
 import pytest
 import simulator
 import subgroupkit as kit
-from irkit import const, ov, plan
+from irkit import ov
 from subgroupkit import SESSION, obligation, spec_text
 
-from placement_logic import ir
 from placement_logic.check.run import check_plan
 from placement_logic.outcome import Verdict
 
@@ -28,10 +27,7 @@ DP_TP = {"a": ("data", "R,R,R,R"), "t": ("tensor", "S,S,S,R")}  # megatron-like:
 
 
 def _plan(axes: dict, ns: tuple[int, int], sets):
-    spec, p = plan("p", axes, overrides=(ov("clip_norm", "reduce_sets", None, ("a", "t"), sets=sets),))
-    mesh = ir.Mesh(tuple(ir.Axis(x.name, const(n)) for x, n in zip(p.mesh.axes, ns)))
-    p = replace(p, mesh=mesh)
-    return replace(spec, mesh=mesh, plans=(p,)), p
+    return kit.sets_plan(axes, {"a": ns[0], "t": ns[1]}, "clip_norm", sets)
 
 
 def _hsdp_by_hand(sets, ns: tuple[int, int]) -> bool:
@@ -41,11 +37,7 @@ def _hsdp_by_hand(sets, ns: tuple[int, int]) -> bool:
     return all(sorted(walk[r][1] for r in s) == list(range(ns[1])) for s in sets)
 
 
-def _partitions(n: int, rng: random.Random):
-    ranks = list(range(n))
-    rng.shuffle(ranks)
-    cuts = sorted(rng.sample(range(1, n), rng.randint(1, n - 1)))
-    return tuple(tuple(ranks[i:j]) for i, j in zip([0] + cuts, cuts + [n]))
+_partitions = kit.partitions
 
 
 def _sim(p, sizes) -> bool:
@@ -124,12 +116,7 @@ def test_checked_from_the_file(tmp_path):
      "state its groups without a group"),
 ])
 def test_located_errors(tmp_path, mesh, override, code, phrase):
-    text = spec_text(mesh, override, "dp: zero3\n  tp: zero3")
-    f = tmp_path / "e.place"
-    f.write_text(text)
-    rc, _, err = kit.run(["check", str(f)])
-    line = text.splitlines().index(f"  {override}") + 1
-    assert rc == 2 and f"{f}:{line}:3: error:" in err and f"[{code}]" in err and phrase in err, err
+    kit.check_located_error_in(tmp_path, spec_text(mesh, override, "dp: zero3\n  tp: zero3"), override, code, phrase)
 
 
 def test_an_average_is_pl269(tmp_path):
@@ -142,12 +129,8 @@ def test_an_average_is_pl269(tmp_path):
 
 
 def test_fmt_round_trips(tmp_path):
-    f = tmp_path / "g.place"
-    f.write_text(spec_text("  dp = 2\n  tp = 2", "override clip_norm:  reduce_sets over (dp,tp) ranks ([0,1],[2 ,3])"))
-    rc, out, _ = kit.run(["fmt", str(f)])
-    assert rc == 0 and "override clip_norm: reduce_sets over (dp, tp) ranks ([0, 1], [2, 3])\n" in out, out
-    f.write_text(out)
-    assert kit.run(["fmt", str(f)])[1] == out
+    kit.check_fmt_round_trip(tmp_path, "override clip_norm:  reduce_sets over (dp,tp) ranks ([0,1],[2 ,3])",
+                             "override clip_norm: reduce_sets over (dp, tp) ranks ([0, 1], [2, 3])", "  dp = 2\n  tp = 2")
 
 
 def test_restated_over_the_same_axes_the_later_statement_holds():

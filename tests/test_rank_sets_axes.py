@@ -30,10 +30,7 @@ DP_DP = {"a": ("data", "R,R,R,R"), "t": ("data", "R,R,R,R")}  # dense reduced ov
 
 
 def _plan(axes: dict, sizes: dict, sets, names=("a", "t")):
-    spec, p = plan("p", axes, overrides=(ov("grads", "reduce_sets", None, names, sets=sets),))
-    mesh = ir.Mesh(tuple(ir.Axis(x.name, const(sizes[x.name])) for x in p.mesh.axes))
-    p = replace(p, mesh=mesh)
-    return replace(spec, mesh=mesh, plans=(p,)), p
+    return kit.sets_plan(axes, sizes, "grads", sets, names)
 
 
 def _by_hand(sets, ns: tuple[int, int], reduced: tuple[bool, bool]) -> bool:
@@ -45,11 +42,7 @@ def _by_hand(sets, ns: tuple[int, int], reduced: tuple[bool, bool]) -> bool:
     return all(set(s) in list(want.values()) for s in sets)
 
 
-def _partitions(n: int, rng: random.Random):
-    ranks = list(range(n))
-    rng.shuffle(ranks)
-    cuts = sorted(rng.sample(range(1, n), rng.randint(1, n - 1)))
-    return tuple(tuple(ranks[i:j]) for i, j in zip([0] + cuts, cuts + [n]))
+_partitions = kit.partitions
 
 
 def test_coords_are_row_major_as_itertools_walks_them():
@@ -104,12 +97,7 @@ def test_checked_from_the_file_at_free_sizes_holds_the_mesh_sizes(tmp_path):
      "rank 1 of (dp, tp) flattened is twice in set 2"),
 ])
 def test_located_errors(tmp_path, mesh, override, code, phrase):
-    text = spec_text(mesh, override, "dp: ddp\n  tp: ddp")
-    f = tmp_path / "e.place"
-    f.write_text(text)
-    rc, _, err = kit.run(["check", str(f)])
-    line = text.splitlines().index(f"  {override}") + 1
-    assert rc == 2 and f"{f}:{line}:3: error:" in err and f"[{code}]" in err and phrase in err, err
+    kit.check_located_error_in(tmp_path, spec_text(mesh, override, "dp: ddp\n  tp: ddp"), override, code, phrase)
 
 
 def test_sizes_left_free_are_pl269():
@@ -129,12 +117,8 @@ def test_pinned_at_another_size_is_pl268(tmp_path):
 
 
 def test_fmt_round_trips_sets_over_two_axes(tmp_path):
-    f = tmp_path / "g.place"
-    f.write_text(spec_text("  dp = 2\n  tp = 2", "override grads:  reduce_sets over (dp,tp) ranks ([0,2],[1 ,3])"))
-    rc, out, _ = kit.run(["fmt", str(f)])
-    assert rc == 0 and "override grads: reduce_sets over (dp, tp) ranks ([0, 2], [1, 3])\n" in out, out
-    f.write_text(out)
-    assert kit.run(["fmt", str(f)])[1] == out
+    kit.check_fmt_round_trip(tmp_path, "override grads:  reduce_sets over (dp,tp) ranks ([0,2],[1 ,3])",
+                             "override grads: reduce_sets over (dp, tp) ranks ([0, 2], [1, 3])", "  dp = 2\n  tp = 2")
 
 
 def test_priced_on_the_largest_set_and_the_link_it_spans(tmp_path):

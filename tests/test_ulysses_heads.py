@@ -118,6 +118,22 @@ def test_split_kv_heads_replay_another_kv_head():
     assert f"head 2 on rank 1 = {got} (read with kv head 1), single-device = {want} (kv head 0)" in cex.equation
 
 
+def test_more_heads_than_the_split_is_decided_on_through_a_let():
+    """A literal head count over 1024 is refused in resolution (PL114, tests/test_hostile_constructs.py); one a
+    ``let`` gives reaches the checker, which leaves the three pairs unknown instead of walking every group size up
+    to the heads (1025 > 1024), naming the count and the limit."""
+    text = _src(28, 4, "  override heads: floor\n").replace("    heads = 28\n", "    heads = H\n")
+    obs = _check(text.replace("model {", "let H = 1025\n\nmodel {"))
+    assert set(obs) == {"GI heads[forward]", "GI heads[backward]", "GI heads[kv]"}
+    for o in obs.values():
+        assert o.verdict is Verdict.UNKNOWN and o.counterexample is None
+        assert "the model's 1025 heads are more than the 1024" in o.reason
+    with pytest.raises(DiagnosticError) as e:
+        _check(text.replace("heads = H", "heads = 1025"))
+    assert [d.code for d in e.value.diagnostics] == [Code.BAD_PROPERTY_VALUE]
+    assert "at most 1024 heads" in e.value.diagnostics[0].message
+
+
 @pytest.mark.parametrize("stmt,code", [("  override heads[kv]: uneven\n", Code.HEADS_RULE_GROUP),
                                        ("  override heads: repeat\n", Code.HEADS_RULE_GROUP),
                                        ("  override heads[forward]: split\n", Code.HEADS_RULE_GROUP)])

@@ -105,6 +105,5 @@ def difference(verb: str | None, layout: str, c: int, n: int, size: int) -> dict
                     found.append((k, rb, ob + k - lo, got[0] <= k <= got[1]))
             if found:
                 k, rk, sk, yes = min(found)
-                return {"query": p, "key": k, "q_rank": ra, "q_slot": sp, "k_rank": rk, "k_slot": sk,
-                        "computed": yes}
+                return cpwindow.pair(p, k, (ra, sp), (rk, sk), yes)
     return None

@@ -181,5 +181,11 @@ def difference(verb: str | None, layout: str, c: int, n: int, w: int) -> dict | 
     p, k, got = min(found)
     rp, op = place(layout, c, h, p // h)
     rk, ok = place(layout, c, h, k // h)
-    return {"query": p, "key": k, "q_rank": rp, "q_slot": op + p % h, "k_rank": rk, "k_slot": ok + k % h,
-            "computed": got}
+    return pair(p, k, (rp, op + p % h), (rk, ok + k % h), got)
+
+
+def pair(p: int, k: int, q_at: tuple[int, int], k_at: tuple[int, int], computed: bool, **more) -> dict:
+    """The record of a pair the ranks let in otherwise than one device (check.cpwindow, check.cpchunk,
+    check.cpwindow_packs): query p and key k, each one's (rank, slot), whether the ranks let the key in."""
+    return {"query": p, "key": k, "q_rank": q_at[0], "q_slot": q_at[1], "k_rank": k_at[0], "k_slot": k_at[1],
+            "computed": computed, **more}

@@ -61,8 +61,7 @@ def where(layout: str, pack: packs.Pack, c: int, w: int) -> dict[int, tuple[int,
 
 def _pair(layout: str, pack: packs.Pack, c: int, w: int, p: int, k: int, computed: bool) -> dict:
     at = where(layout, pack, c, w)
-    return {"query": p, "key": k, "q_rank": at[p][0], "q_slot": at[p][1], "k_rank": at[k][0], "k_slot": at[k][1],
-            "computed": computed, "pack": pack}
+    return cpwindow.pair(p, k, at[p], at[k], computed, pack=pack)
 
 
 def _sorted_lists(verb: str, ranks, w: int) -> tuple[int, int, bool] | None:

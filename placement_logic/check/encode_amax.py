@@ -36,26 +36,41 @@ def extend(obs: list, step, ctx, plan, obligation) -> list:
 
 
 def _negation(env, pend):
+    return axis_negation(env, pend, "amax")
+
+
+def axis_negation(env, pend, kind: str):
+    """Some pending (group, axis) whose axis has two ranks or more (check.encode_scalerstate too); the witness
+    (``kind``) names the sizes, the group and the axis."""
     arms = [((g, a), env.size(a) >= 2) for g, a in pend]
     cons = [z3.Or([c for _, c in arms])] if arms else [z3.BoolVal(False, env.sess.ctx)]
 
     def extract(model):
         g, a = next(k for k, c in arms if value_of(model, c))
-        return {"kind": "amax", "sizes": env.size_values(model), "group": g, "axis": a}
+        return {"kind": kind, "sizes": env.size_values(model), "group": g, "axis": a}
 
     return cons, extract
+
+
+def axis_ranks(ctx, w) -> tuple | None:
+    """(sizes, group, axis, rank A, rank B) of a witness of ``axis_negation``: ranks A and B at coordinates 0 and 1 of
+    the axis (0 elsewhere), written out; None where the axis has fewer than two ranks."""
+    sizes, g, a = w["sizes"], w["group"], w["axis"]
+    if sizes.get(a, 1) < 2:
+        return None
+    names = ctx.step.axes
+    return (sizes, g, a, coords_text(names, [0] * len(names)),
+            coords_text(names, [1 if x == a else 0 for x in names]))
 
 
 def replay(ctx, w, o, plan=None):
     """Rank A (coordinate 0 of the axis) holds the piece whose largest magnitude is 2, rank B (coordinate 1) a
     piece whose largest is 1; the global amax is 2. E4M3's fp8_max is 448. The diagnosis names the statement
     that leaves the axis out (``amax.cause``: the ``local`` naming it, else the ``reduce``)."""
-    sizes, g, a = w["sizes"], w["group"], w["axis"]
-    if sizes.get(a, 1) < 2:
+    got = axis_ranks(ctx, w)
+    if got is None:
         return None
-    names = ctx.step.axes
-    r0 = coords_text(names, [0] * len(names))
-    r1 = coords_text(names, [1 if x == a else 0 for x in names])
+    sizes, g, a, r0, r1 = got
     amax_a, amax_b = Fraction(2), Fraction(1)
     s_a, s_b, s_one = amax.FP8_MAX / amax_a, amax.FP8_MAX / amax_b, amax.FP8_MAX / max(amax_a, amax_b)
     read = Fraction(1) * s_b / s_a  # B's element 1 cast with B's scale, read back with A's inverse scale

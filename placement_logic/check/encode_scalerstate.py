@@ -9,12 +9,9 @@ obligations with this one added (only where the plan states it).
 
 from __future__ import annotations
 
-import z3
-
-from ..solver.session import value_of
 from . import rankupdate as ru
 from . import scalerstate as ss
-from .replay import coords_text
+from .encode_amax import axis_negation, axis_ranks
 from .report import Counterexample
 from .rules import STATE_CONSISTENCY
 
@@ -39,14 +36,7 @@ def extend(obs: list, step, ctx, plan, obligation) -> list:
 def _negation(env, pend):
     """Two ranks of an axis (two or more ranks) that a group's gradient is sharded on and the flag the
     scaler reads is not reduced over: the shard of one overflows and the other's does not."""
-    arms = [((g, a), env.size(a) >= 2) for g, a in pend]
-    cons = [z3.Or([c for _, c in arms])] if arms else [z3.BoolVal(False, env.sess.ctx)]
-
-    def extract(model):
-        g, a = next(k for k, c in arms if value_of(model, c))
-        return {"kind": "loss_scale_state", "sizes": env.size_values(model), "group": g, "axis": a}
-
-    return cons, extract
+    return axis_negation(env, pend, "loss_scale_state")
 
 
 def _show(s: ss.Scaler) -> str:
@@ -56,12 +46,10 @@ def _show(s: ss.Scaler) -> str:
 def replay(ctx, w, o, reduced):
     """Two steps in which the group's shard at coordinate 0 of the axis overflows and every other shard is
     finite; the scaler of Megatron-LM's and DeepSpeed's defaults (hysteresis 2, growth interval 1000)."""
-    sizes, g, a = w["sizes"], w["group"], w["axis"]
-    if sizes.get(a, 1) < 2:
+    got = axis_ranks(ctx, w)
+    if got is None:
         return None
-    names = ctx.step.axes
-    r0 = coords_text(names, [0] * len(names))
-    r1 = coords_text(names, [1 if x == a else 0 for x in names])
+    sizes, g, a, r0, r1 = got
     a_runs, b_runs, single = ss.run([True, True]), ss.run([False, False]), ss.run([True, True])
     if a_runs[-1].scale == b_runs[-1].scale or a_runs[-1] != single[-1]:
         return None  # not reached: the scaler halves on the second overflow of a hysteresis of 2

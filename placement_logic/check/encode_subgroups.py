@@ -308,6 +308,15 @@ def _ranks(ctx, axis, pair):
     return tuple(coords_text(names, [i if a == axis else 0 for a in names]) for i in pair)
 
 
+def _replayed(ctx, w, o) -> tuple | None:
+    """(sizes, axis, block, n, the two ranks' indices, the two ranks written out) of a witness whose two ranks lie in
+    different groups of ``o``; None where the groups do not cut the axis at its sizes."""
+    sizes, axis = w["sizes"], w["axis"]
+    b, n = _block(ctx, o, sizes), sizes[axis]
+    pair = _pair(o, b, n, w) if _cut(o, b, n) else None
+    return None if pair is None else (sizes, axis, b, n, pair, *_ranks(ctx, axis, pair))
+
+
 def _cut(o, b, n) -> bool:
     """Whether groups of ``o``'s verb and ``b`` cut an axis of ``n`` ranks (the replay's side of ``_cond``)."""
     verb = o.verb
@@ -343,12 +352,10 @@ def _group_of(o, b, n, axis, ib: int = 0) -> str:
 def replay_grad_blocks(ctx, w, group, o):
     """Every rank's contribution 0 but rank A's, 1 (rank 0, or the solver's rank of consecutive groups): the sum
     over the axis is 1 on every rank; the sum over the group of rank B, outside rank A's group, is 0."""
-    sizes, axis = w["sizes"], w["axis"]
-    b, n = _block(ctx, o, sizes), sizes[axis]
-    pair = _pair(o, b, n, w) if _cut(o, b, n) else None
-    if pair is None:
+    got = _replayed(ctx, w, o)
+    if got is None:
         return None
-    r0, r1 = _ranks(ctx, axis, pair)
+    sizes, axis, b, n, pair, r0, r1 = got
     eq = (f"the reduced {group} gradient on {r1} is 0 ({_group_of(o, b, n, axis, pair[1])}), on "
           f"{r0} 1; summed over all {n} ranks of {axis}, as single-device training sums every token's contribution, "
           "it is 1")
@@ -381,12 +388,10 @@ def _wrap_replay(orig, kind, mine):
 def replay_norm_blocks(ctx, w, o):
     """Squared norm 1 on rank 0's shard, 0 on every other: the replayed rank outside rank 0's group
     holds 0."""
-    sizes, axis = w["sizes"], w["axis"]
-    b, n = _block(ctx, o, sizes), sizes[axis]
-    pair = _pair(o, b, n, w) if _cut(o, b, n) else None
-    if pair is None:
+    got = _replayed(ctx, w, o)
+    if got is None:
         return None
-    r0, r1 = _ranks(ctx, axis, pair)
+    sizes, axis, b, n, pair, r0, r1 = got
     eq = (f"grad-norm² on {r1} = 0, on {r0} = 1, but the global value is 1: {r1} ("
           f"{_group_of(o, b, n, axis, pair[1])}) clips by a norm that misses the shard of {r0}")
     diag = (f"the grad norm is reduced over {axis} within {sg.groups_text(o)} (override {o.verb} at line "

@@ -22,6 +22,16 @@ def pieces(g, axes: tuple[str, ...]) -> tuple[tuple[str, ...], bool]:
     return tuple(a for a in g.norm_dims if a in axes), MICROBATCHES in g.norm_dims
 
 
+def _reading_the_normaliser(obs: list, step):
+    """(obligation, group, axes, sums microbatches) of each obligation that reads the main loss's normaliser: a
+    group's whole-plan gradient integrity and its normalisation aspect, for a group whose objective is a mean."""
+    affected = {g.group: pieces(g, step.axes) for g in step.groups if g.objective == "mean" and g.norm_dims}
+    for ob in obs:
+        g = ob.whole or (ob.aspect_of if ob.name.endswith(NORMALISATION) else None)
+        if g in affected:
+            yield (ob, g, *affected[g])
+
+
 def wrap(obs: list, step, ctx, plan) -> list:
     """Add the clamp's violation to every obligation that reads the main loss's normaliser: a
     group's whole-plan gradient integrity and its normalisation aspect."""
@@ -29,12 +39,7 @@ def wrap(obs: list, step, ctx, plan) -> list:
     o = clamp_override(plan) if plan is not None else None
     if o is None:
         return obs
-    affected = {g.group: pieces(g, step.axes) for g in step.groups if g.objective == "mean" and g.norm_dims}
-    for ob in obs:
-        g = ob.whole or (ob.aspect_of if ob.name.endswith(NORMALISATION) else None)
-        if g not in affected:
-            continue
-        axes, mb = affected[g]
+    for ob, g, axes, mb in _reading_the_normaliser(obs, step):
         ob.encode = pending_clamp(ob.encode, axes, mb, ob.name)
         ob.replay = _replay(ob.replay, ctx, axes, mb, o.span.line, g)
         ob.span = o.span
@@ -88,12 +93,7 @@ def _wrap_eps(obs: list, step, ctx, plan) -> list:
     o = eps_override(plan) if plan is not None else None
     if o is None:
         return obs
-    affected = {g.group: pieces(g, step.axes) for g in step.groups if g.objective == "mean" and g.norm_dims}
-    for ob in obs:
-        g = ob.whole or (ob.aspect_of if ob.name.endswith(NORMALISATION) else None)
-        if g not in affected:
-            continue
-        axes, mb = affected[g]
+    for ob, g, axes, mb in _reading_the_normaliser(obs, step):
         ob.encode = pending_eps(ob.encode, axes, mb, o.by, ob.name)
         ob.replay = _replay_eps(ob.replay, ctx, axes, mb, o, g)
         ob.span = o.span

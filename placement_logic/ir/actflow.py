@@ -55,6 +55,7 @@ from fractions import Fraction
 
 from ..diagnostics import NO_SPAN, Span
 from . import views
+from .actflow_context import passes
 from .buffers import Collective, Kind, Payload, PayloadTensor, Phase, link_of
 from .nodes import Const, Mode, Op, Recompute, Role, State
 from .overrides import OverrideVerb
@@ -168,16 +169,6 @@ def derived_slots(region: str, t: tuple[str, ...], sp: bool) -> dict[str, Slot]:
     return {k: v for k, v in out.items() if k in REGION_SLOTS.get(region, SLOTS)}
 
 
-def _passes(axes: tuple[str, ...]) -> list[tuple[str, ...]]:
-    """A written axis list as collectives: a repeated axis starts another one."""
-    out: list[list[str]] = []
-    for a in axes:
-        if not out or a in out[-1]:
-            out.append([])
-        out[-1].append(a)
-    return [tuple(p) for p in out]
-
-
 def stated_slot(o, region: str, t: tuple[str, ...], sp: bool) -> Slot:
     axes = tuple(o.axes or ())
     if o.verb in ASSERTS:
@@ -197,7 +188,7 @@ def stated_slot(o, region: str, t: tuple[str, ...], sp: bool) -> Slot:
         kind = REDUCE_SCATTER
     else:
         kind = REDUCE_SCATTER if sp else ALL_REDUCE
-    return Slot(tuple(Step(kind, p) for p in _passes(axes)), o.span, o.verb)
+    return Slot(tuple(Step(kind, p) for p in passes(axes)), o.span, o.verb)
 
 
 # operations on the row-parallel output before its reduction (check.actpartial): no collective of a slot

@@ -39,8 +39,8 @@ def _times(x, per):
     return x if isinstance(per, Const) and per.value == 1 else Op("*", (x, per))
 
 
-def _passes(axes: tuple[str, ...]) -> list[tuple[str, ...]]:
-    """A written axis list as rings: a repeated axis starts another one (as ``ir.actflow``)."""
+def passes(axes: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """A written axis list as collectives (rings here, ir.actflow's steps too): a repeated axis starts another one."""
     out: list[list[str]] = []
     for a in axes:
         if not out or a in out[-1]:
@@ -70,7 +70,7 @@ def adjust(plan, out: list, flow, per) -> list:
         axes = [s.axes for s in slot.steps if s.axes]
         if any(s.kind == "copy" for s in slot.steps):  # ir.actflow.COPY: the derived bytes, moved on a copy
             axes = [s.axes for s in slot.steps]
-        for p in (q for a in axes for q in _passes(a)):
+        for p in (q for a in axes for q in passes(a)):
             group = tuple(a for a in mesh if a in p)
             out.append(Collective(Kind.P2P, State.ACTIVATIONS, group, link_of(plan, group), phase,
                                   _times(_ring(group), per), pay,

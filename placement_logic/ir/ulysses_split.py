@@ -70,7 +70,8 @@ MAX_SPLIT_HEADS = 1024  # the most heads a stated head split is judged and price
 
 def too_many_heads(plan) -> list:
     """A head split of a model of more than MAX_SPLIT_HEADS heads: its exact price is a case per Ulysses size up to
-    the heads (costs.ulysses_share: O(heads²)), refused rather than left to run."""
+    the heads (costs.ulysses_share: O(heads²)), refused rather than left to run. Only a literal head count is
+    refused here; one a ``let`` or an expression gives is left unknown by the checker (check.encode_ulysses_heads)."""
     from ..diagnostics import Code
     from .overrides import OverrideTarget
 

@@ -66,6 +66,23 @@ def _text(x: Fraction | str | sympy.Expr) -> str:
     return str(x)
 
 
+def _variables(names: list[str], domain: dict[str, Domain], ctx: z3.Context) -> tuple[dict, list]:
+    """Each symbol a z3 integer or real of ``ctx`` and the bounds its domain holds it to."""
+    env = {n: (z3.Int(n, ctx) if domain[n].integer else z3.Real(n, ctx)) for n in names}
+    cons = []
+    for n in names:
+        d = domain[n]
+        low = z3.RealVal(f"{d.low.numerator}/{d.low.denominator}", ctx)
+        cons.append(env[n] >= low if d.integer else env[n] > low)
+    return env, cons
+
+
+def _witness(model: Any, env: dict, names: list[str]) -> tuple[list[tuple[str, str]], dict | None]:
+    """The model's value of each symbol, as text rows, and as a substitution (None: an irrational value)."""
+    vals = {n: model_value(model, env[n]) for n in names}
+    return [(n, _text(v)) for n, v in vals.items()], _subs(vals)
+
+
 def relation(key: str, theorem: str, name: str, statement: str, lhs: sympy.Expr, rhs: sympy.Expr,
              op: str, domain: dict[str, Domain], source: str,
              detail: tuple[tuple[str, str], ...] = (), expect: Verdict = Verdict.PROVED,
@@ -78,12 +95,7 @@ def relation(key: str, theorem: str, name: str, statement: str, lhs: sympy.Expr,
         raise ValueError(f"symbols without a domain: {sorted(missing)}")
 
     def build(ctx: z3.Context) -> Query:
-        env = {n: (z3.Int(n, ctx) if domain[n].integer else z3.Real(n, ctx)) for n in names}
-        cons = []
-        for n in names:
-            d = domain[n]
-            low = z3.RealVal(f"{d.low.numerator}/{d.low.denominator}", ctx)
-            cons.append(env[n] >= low if d.integer else env[n] > low)
+        env, cons = _variables(names, domain, ctx)
         for den in denominators(lhs) + denominators(rhs):
             cons.append(to_z3(den, env, ctx) != 0)
         if premise is not None:
@@ -91,16 +103,14 @@ def relation(key: str, theorem: str, name: str, statement: str, lhs: sympy.Expr,
         cons.append(z3.Not(OPS[op](to_z3(lhs, env, ctx), to_z3(rhs, env, ctx))))
 
         def explain(model: Any) -> tuple[tuple[str, str], ...]:
-            vals = {n: model_value(model, env[n]) for n in names}
-            rows = [(n, _text(v)) for n, v in vals.items()]
-            sub = _subs(vals)
+            rows, sub = _witness(model, env, names)
             if sub is not None:
                 rows.append(("left side", _text(lhs.xreplace(sub))))
                 rows.append(("right side", _text(rhs.xreplace(sub))))
             return tuple(rows)
 
         def replay(model: Any) -> str | None:
-            sub = _subs({n: model_value(model, env[n]) for n in names})
+            sub = _witness(model, env, names)[1]
             if sub is None:
                 return None  # irrational witness: shown as the solver gave it
             a, b = lhs.xreplace(sub), rhs.xreplace(sub)
@@ -119,28 +129,21 @@ def equivalence(key: str, theorem: str, name: str, statement: str, claim: sympy.
     names = sorted(set(domain))
 
     def build(ctx: z3.Context) -> Query:
-        env = {n: (z3.Int(n, ctx) if domain[n].integer else z3.Real(n, ctx)) for n in names}
-        cons = []
-        for n in names:
-            d = domain[n]
-            low = z3.RealVal(f"{d.low.numerator}/{d.low.denominator}", ctx)
-            cons.append(env[n] >= low if d.integer else env[n] > low)
+        env, cons = _variables(names, domain, ctx)
         for side in (claim.args if isinstance(claim, sympy.Rel) else ()):
             for den in denominators(side):
                 cons.append(to_z3(den, env, ctx) != 0)
         cons.append(_rel(claim, env, ctx) != _rel(condition, env, ctx))
 
         def explain(model: Any) -> tuple[tuple[str, str], ...]:
-            vals = {n: model_value(model, env[n]) for n in names}
-            rows = [(n, _text(v)) for n, v in vals.items()]
-            sub = _subs(vals)
+            rows, sub = _witness(model, env, names)
             if sub is not None:
                 rows.append(("claim", str(claim.xreplace(sub))))
                 rows.append(("condition", str(condition.xreplace(sub))))
             return tuple(rows)
 
         def replay(model: Any) -> str | None:
-            sub = _subs({n: model_value(model, env[n]) for n in names})
+            sub = _witness(model, env, names)[1]
             if sub is None:
                 return None
             if bool(claim.xreplace(sub)) == bool(condition.xreplace(sub)):

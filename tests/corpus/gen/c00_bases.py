@@ -280,6 +280,13 @@ def mutant(name, base_name, what, lines, expect, root=None, **kw):
                           known_gap=KNOWN_GAPS.get(name, ""), **kw))
 
 
+def mutants(*rows):
+    """A table of mutants, one ``mutant`` per row: (name, base, what, lines, expect) and, where it mirrors a real bug,
+    the bug."""
+    for name, base_name, what, lines, expect, *mirrors in rows:
+        mutant(name, base_name, what, lines, expect, mirrors=mirrors[0] if mirrors else "")
+
+
 def gi(groups, aspect):
     """The GI obligations of a departure on one aspect: the aspect's and the whole plan's."""
     return [f"GI grads[{g}] {aspect}" for g in groups] + [f"GI grads[{g}]" for g in groups]

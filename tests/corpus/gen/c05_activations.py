@@ -369,22 +369,30 @@ for name, b, lines, expect, what in [
     mutant(name, b, what, lines, expect, mirrors=PTRR)
 with_base("cp_ptrr_everywhere", "cp", "every per-token tensor and the block mask rearranged by the one balancer computed "
           "from the mask.", ["override layout: ptrr", "override layout[labels]: ptrr"])
-WINDOW = ("the sliding window under context parallelism dropped (huggingface/accelerate#4177), compared on local slots "
-          "(open-lm-engine/lm-engine#447) or applied on the diagonal block only (NVIDIA/Megatron-LM#1160)")
-for name, b, lines, what in [
-    ("cp_window_dropped", "cp", ["override layout: zigzag", "override layout[causal_mask]: window_dropped"],
-     "a window of 512 under zigzag CP, the ranks' masks causal without it."),
-    ("cp_window_local_slots", "cp_zero3", ["override layout[causal_mask]: window_local"],
-     "a window of 512 under contiguous CP, compared between the ranks' local slots."),
-    ("cp_window_on_diagonal", "cp", ["override layout: zigzag", "override layout[causal_mask]: window_on_diagonal"],
-     "a window of 512 under zigzag CP, applied on each rank's own block only."),
-]:
-    mutant(name, b, what, lines, ["GI layout[window]"], mirrors=WINDOW, model="dense_window")
-equivalent("cp_window_zigzag", BASES["cp"].title, "a window of 512 under zigzag CP, every rank's mask on the global "
-           "positions.", list(BASES["cp"].bind) + ["override layout: zigzag"], "cp", model="dense_window")
-equivalent("cp_window_whole_sequence_dropped", BASES["cp"].title, "a window as long as the sequence dropped by the ranks: "
-           "it never binds, causal attention is the window's.", list(BASES["cp"].bind)
-           + ["override layout[causal_mask]: window_dropped"], "cp", model="dense_window_whole")
+
+
+def _mask(kind: str, mirrors: str, rows, zigzag: str, whole: str) -> None:
+    """A mask of the attention under context parallelism (``kind``: window, chunk; the model dense_KIND, 512
+    positions): its behaviours' mutants, one per row (name, base, lines, what the ranks do), and two equivalents,
+    the mask under zigzag CP and one as long as the sequence dropped by the ranks (the model dense_KIND_whole)."""
+    for name, b, lines, what in rows:
+        mutant(name, b, what, lines, [f"GI layout[{kind}]"], mirrors=mirrors, model=f"dense_{kind}")
+    equivalent(f"cp_{kind}_zigzag", BASES["cp"].title, zigzag, list(BASES["cp"].bind) + ["override layout: zigzag"],
+               "cp", model=f"dense_{kind}")
+    equivalent(f"cp_{kind}_whole_sequence_dropped", BASES["cp"].title, whole, list(BASES["cp"].bind)
+               + [f"override layout[causal_mask]: {kind}_dropped"], "cp", model=f"dense_{kind}_whole")
+
+
+_mask("window", "the sliding window under context parallelism dropped (huggingface/accelerate#4177), compared on local "
+      "slots (open-lm-engine/lm-engine#447) or applied on the diagonal block only (NVIDIA/Megatron-LM#1160)",
+      [("cp_window_dropped", "cp", ["override layout: zigzag", "override layout[causal_mask]: window_dropped"],
+        "a window of 512 under zigzag CP, the ranks' masks causal without it."),
+       ("cp_window_local_slots", "cp_zero3", ["override layout[causal_mask]: window_local"],
+        "a window of 512 under contiguous CP, compared between the ranks' local slots."),
+       ("cp_window_on_diagonal", "cp", ["override layout: zigzag", "override layout[causal_mask]: window_on_diagonal"],
+        "a window of 512 under zigzag CP, applied on each rank's own block only.")],
+      "a window of 512 under zigzag CP, every rank's mask on the global positions.",
+      "a window as long as the sequence dropped by the ranks: it never binds, causal attention is the window's.")
 mutant("cp_window_across_documents", "cp", "a window of 512 over packed documents cut per document, the ranks' masks "
        "without the document mask.", ["override layout: zigzag_per_document",
                                       "override layout[causal_mask]: window_across_documents"], ["GI layout[window]"],
@@ -395,22 +403,16 @@ equivalent("cp_window_per_document", BASES["cp"].title, "a window of 512 over pa
            + ["override layout: zigzag_per_document"], "cp", model="dense_window")
 equivalent("cp_window_ptrr", BASES["cp"].title, "a window of 512 over packed documents, the balancer reading the "
            "windowed mask.", list(BASES["cp"].bind) + ["override layout: ptrr"], "cp", model="dense_window")
-CHUNK = ("chunked attention under context parallelism dropped (huggingface/accelerate#4177), cut on local slots "
-         "(nod-ai/amd-shark-ai#1452) or applied on the diagonal block only (NVIDIA/TransformerEngine#1887)")
-for name, b, lines, what in [
-    ("cp_chunk_dropped", "cp", ["override layout: zigzag", "override layout[causal_mask]: chunk_dropped"],
-     "chunks of 512 under zigzag CP, the ranks' masks causal without them."),
-    ("cp_chunk_local_slots", "cp_zero3", ["override layout[causal_mask]: chunk_local"],
-     "chunks of 512 under contiguous CP, cut on the ranks' local slots."),
-    ("cp_chunk_on_diagonal", "cp", ["override layout: zigzag", "override layout[causal_mask]: chunk_on_diagonal"],
-     "chunks of 512 under zigzag CP, the boundary applied on each rank's own block only."),
-]:
-    mutant(name, b, what, lines, ["GI layout[chunk]"], mirrors=CHUNK, model="dense_chunk")
-equivalent("cp_chunk_zigzag", BASES["cp"].title, "chunks of 512 under zigzag CP, every rank's mask on the global "
-           "positions.", list(BASES["cp"].bind) + ["override layout: zigzag"], "cp", model="dense_chunk")
-equivalent("cp_chunk_whole_sequence_dropped", BASES["cp"].title, "one chunk as long as the sequence dropped by the "
-           "ranks: it never binds, causal attention is the chunk's.", list(BASES["cp"].bind)
-           + ["override layout[causal_mask]: chunk_dropped"], "cp", model="dense_chunk_whole")
+_mask("chunk", "chunked attention under context parallelism dropped (huggingface/accelerate#4177), cut on local slots "
+      "(nod-ai/amd-shark-ai#1452) or applied on the diagonal block only (NVIDIA/TransformerEngine#1887)",
+      [("cp_chunk_dropped", "cp", ["override layout: zigzag", "override layout[causal_mask]: chunk_dropped"],
+        "chunks of 512 under zigzag CP, the ranks' masks causal without them."),
+       ("cp_chunk_local_slots", "cp_zero3", ["override layout[causal_mask]: chunk_local"],
+        "chunks of 512 under contiguous CP, cut on the ranks' local slots."),
+       ("cp_chunk_on_diagonal", "cp", ["override layout: zigzag", "override layout[causal_mask]: chunk_on_diagonal"],
+        "chunks of 512 under zigzag CP, the boundary applied on each rank's own block only.")],
+      "chunks of 512 under zigzag CP, every rank's mask on the global positions.",
+      "one chunk as long as the sequence dropped by the ranks: it never binds, causal attention is the chunk's.")
 # -- the expert tensor group's all-gather and reduce-scatter of the routed tokens ---------
 
 ETP_NO_RS = "the gathered tokens' backward without a reduce-scatter (pytorch/torchtitan#1805)"
