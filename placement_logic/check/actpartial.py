@@ -35,8 +35,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-import z3
-
 from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
 from ..ir import actflow as af
 from ..ir.overrides import OverrideTarget, OverrideVerb
@@ -166,8 +164,8 @@ def _negation(en, env, op: PartialOp, zero: bool = False):
         c, u, v = (env.sess.real(f"actpartial_{k}") for k in ("c", "u", "v"))
         extra = {a: c * (u + v) != c * u + c * v for a in op.axes}
     elif zero:
-        u, z = (env.sess.real(f"actpartial_{k}") for k in ("fe", "f0"))
-        extra = {a: z3.And(z == 0, u + (env.size(a) - 1) * z != u) for a in op.axes}
+        u, z = env.sess.real("actpartial_fe"), env.sess.num(0)  # z = f(0) = 0
+        extra = {a: u + (env.size(a) - 1) * z != u for a in op.axes}
     cons, extract = en.axes_negation(env, "actpartial", list(extra.items()))
 
     def named(model) -> dict:
