@@ -78,7 +78,8 @@ def no_effect(plan: ir.Plan, groups: tuple[str, ...], needs_regather: bool, offl
         if o.target == OverrideTarget.TOKENS and summed and o.verb != OverrideVerb.IGNORED_IN_LOSS:  # a term summed
             why = "the loss is a sum over tokens (loss: sum), so no token count normalises it"
         elif o.group not in (None, "all") and o.group not in groups and not (
-                o.target == OverrideTarget.OPTIMIZER and o.verb in (OverrideVerb.GATHER, OverrideVerb.ROUND_ROBIN)):  # resolve.optimizers checks these
+                o.target == OverrideTarget.OPTIMIZER and o.verb in (
+                    OverrideVerb.GATHER, OverrideVerb.ROUND_ROBIN, OverrideVerb.STEP_EVERY_MICROBATCH)):  # resolve.optimizers checks these
             why = (f"the plan has no '{o.group}' parameter group (its groups: {', '.join(groups)})")
         elif o.target == OverrideTarget.PARAMS and o.verb == OverrideVerb.NO_FETCH and not offloaded:
             why = "params stay on the device, so there is nothing to fetch"

@@ -143,7 +143,10 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     # the optimizer holds copies of the params made before the model was re-wrapped (FSDP, .to(device))
     # a matrix-wise update (ir.optimizers): each whole gradient matrix gathered over these axes on every rank
     # (gather), or each matrix updated whole by one owner rank of the axes and its shards sent back (round_robin)
-    "optimizer": {"stale_params": (False, False), "gather": (True, False), "round_robin": (True, False)},
+    # one update after every micro-step's backward, each from that micro-step's gradient, instead of one per step from
+    # the accumulated one (step_every_microbatch: check.microupdate)
+    "optimizer": {"stale_params": (False, False), "gather": (True, False), "round_robin": (True, False),
+                  "step_every_microbatch": (False, False)},
     # the RNG state (generator seed and offset) per rank: the model-parallel tracker not forked per rank
     # (same), offsets advanced differently (advance), one rank's state restored on every rank of the axes
     # (restored_from_one), recomputation without the forward's RNG state (not_preserved)
@@ -371,6 +374,7 @@ class OverrideVerb(StrEnum):
     NO_FETCH = "no_fetch"
     NO_INIT_BROADCAST = "no_init_broadcast"
     STALE_PARAMS = "stale_params"
+    STEP_EVERY_MICROBATCH = "step_every_microbatch"
     ROUND_ROBIN = "round_robin"
     ADVANCE = "advance"
     RESTORED_FROM_ONE = "restored_from_one"
