@@ -122,3 +122,20 @@ def test_one_microbatch_by_binding_is_proved():
     spec, p = _with({"dp": ("data", "R,R,R,R")}, (ov("optimizer", "step_every_microbatch"),))
     v = verdicts(check_plan(SESSION, spec, p, {"dp": 2, "microbatches": 1}))
     assert v and all(x is Verdict.PROVED for x in v.values())
+
+
+def test_a_group_the_model_lacks_is_located(tmp_path, capsys):
+    """``optimizer[attention]`` in a model given by ``params`` alone (its one group is ``dense``): PL242 at
+    the statement, exit 2, and the canonical form of a good statement round-trips through ``fmt``."""
+    from placement_logic.cli import main
+
+    good = ("from std.data import ddp\n\nmodel {\n  params = 1e9\n  microbatches = 4\n}\n\nmesh {\n  dp = 8\n}\n\n"
+            "plan p {\n  dp: ddp\n  override optimizer[dense]: step_every_microbatch\n}\n")
+    f = tmp_path / "s.place"
+    f.write_text(good.replace("optimizer[dense]", "optimizer[attention]"))
+    assert main(["check", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert f"{f}:14:3: error: the model has no parameter group 'attention'" in err and "[PL242]" in err
+    f.write_text(good)
+    assert main(["fmt", "--check", str(f)]) == 0
+    assert main(["check", str(f)]) == 1  # refuted: four micro-steps, four updates
