@@ -139,3 +139,44 @@ def test_a_group_the_model_lacks_is_located(tmp_path, capsys):
     f.write_text(good)
     assert main(["fmt", "--check", str(f)]) == 0
     assert main(["check", str(f)]) == 1  # refuted: four micro-steps, four updates
+
+
+def test_the_whole_matrix_gather_runs_after_every_micro_step(monkeypatch):
+    """ZeRO-3 with Muon gathered over dp = 8 (examples/*/zero3_muon_every_microbatch.place): the MLP's gated
+    matrices are 3·h·ffn·layers = 3·2048·8192·16 = 805,306,368 elements of 2-byte gradients, 1,610,612,736 B;
+    an all-gather over 8 ranks moves 7/8 of it to each, 1,409,286,144 B, once per step where Muon runs once,
+    four times (5,637,144,576 B) where it runs after each of the 4 micro-steps."""
+    import io
+    import json
+
+    from corpus import ROOT
+
+    from placement_logic.cli import main
+
+    monkeypatch.chdir(ROOT)
+    for kind, count in (("safe", 1), ("bugs", 4)):
+        out = io.StringIO()
+        assert main(["cost", "--format", "json", f"examples/{kind}/zero3_muon_every_microbatch.place"], out=out) == 0
+        plan_ = json.loads(out.getvalue())["plans"][0]
+        mlp = [c for c in plan_["communication"]["collectives"] if c["payload"] == "mlp gradient matrices"]
+        assert [(c["count"], c["bytes_per_device"]) for c in mlp] == [(count, count * 1_409_286_144)]
+
+
+@pytest.mark.parametrize("line,count", [("", 1), ("  override optimizer: step_every_microbatch\n", 4)])
+def test_zero1_writes_back_after_every_update(tmp_path, line, count):
+    """ZeRO-1 over dp = 8, 1e9 parameters of 2 bytes: the updated shards are all-gathered after each update,
+    7/8 · 2e9 B = 1,750,000,000 B per device, once per step or after each of the 4 micro-steps when every group
+    steps then."""
+    import io
+    import json
+
+    from placement_logic.cli import main
+
+    f = tmp_path / "z.place"
+    f.write_text("from std.data import zero1\n\nmodel {\n  params = 1e9\n  microbatches = 4\n}\n\nmesh {\n  dp = 8\n}\n\n"
+                 f"plan p {{\n  dp: zero1\n{line}}}\n")
+    out = io.StringIO()
+    assert main(["cost", "--format", "json", str(f)], out=out) == 0
+    refresh = [c for c in json.loads(out.getvalue())["plans"][0]["communication"]["collectives"]
+               if c["phase"] == "refresh"]
+    assert [(c["count"], c["bytes_per_device"]) for c in refresh] == [(count, count * 1_750_000_000)]
