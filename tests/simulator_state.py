@@ -273,3 +273,30 @@ def microstep_update_violations(plan: ir.Plan, sizes: dict[str, int], rng: rando
         if abs(theta - ref) > 1e-9:
             out.add(("update", g))
     return out
+
+
+def mtp_copy_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random) -> set:
+    """The copies of the embedding over a pipeline axis where ``override embedding: mtp_stage over (PP)`` puts the
+    multi-token-prediction block on a middle stage (a random one of 1 … PP − 2; with fewer than 3 stages it stays on
+    the last): the first stage, the MTP stage and, with tied embeddings, the last stage each hold a copy whose own
+    gradient is a random nonzero integer. The embedding group sums the copies of its stages: every copy's stage
+    (Megatron Core's group), or the first and last stage only under ``embedding: group_first_last``. Keys:
+    ("gi",) where a copy holds other than the sum of every copy's gradient, ("replica",) where two copies differ."""
+    stage = next((o for o in plan.overrides if o.target == "embedding" and o.verb == "mtp_stage"), None)
+    if stage is None:
+        return set()
+    pp = sizes[stage.axes[0]]
+    t = plan.model.transformer
+    mtp = rng.randint(1, pp - 2) if pp >= 3 else pp - 1
+    holders = {0, mtp} | ({pp - 1} if t is not None and t.tied_embeddings else set())
+    own = {s: rng.choice([-3, -2, -1, 1, 2, 3]) for s in holders}
+    first_last = any(o.target == "embedding" and o.verb == "group_first_last" for o in plan.overrides)
+    group = holders & {0, pp - 1} if first_last else holders
+    held = {s: (sum(own[x] for x in group) if s in group else own[s]) for s in holders}
+    total = sum(own.values())
+    out: set = set()
+    if any(v != total for v in held.values()):
+        out.add(("gi",))
+    if len(set(held.values())) > 1:
+        out.add(("replica",))
+    return out

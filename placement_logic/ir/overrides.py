@@ -200,7 +200,10 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "inner_undivided": (False, True),  # the schedule sums its M microbatches, the outer loop divides by rounds
         "rescaled_every_round": (False, True),  # the accumulated buffer scaled by 1/M after every round
     },
-    "embedding": {"tie_reduce": (True, False)},  # tied embedding grads summed over these axes
+    # tied embedding grads summed over these axes; the multi-token-prediction block on a middle stage of this pipeline
+    # axis, holding a copy of the embedding (mtp_stage), and an embedding group of the first and last stage only, which
+    # leaves that copy out (group_first_last: check.mtpstage)
+    "embedding": {"tie_reduce": (True, False), "mtp_stage": (True, False), "group_first_last": (True, False)},
     # checkpoint save, load and reshard (check/checkpoint.py): any statement adds the transition to the step
     "checkpoint": {
         "resume": (False, False),  # saved and loaded on the same mesh, as derived
@@ -395,6 +398,8 @@ class OverrideVerb(StrEnum):
     INNER_UNDIVIDED = "inner_undivided"
     RESCALED_EVERY_ROUND = "rescaled_every_round"
     TIE_REDUCE = "tie_reduce"
+    MTP_STAGE = "mtp_stage"
+    GROUP_FIRST_LAST = "group_first_last"
     RESUME = "resume"
     RESHARD = "reshard"
     SAVE_FROM = "save_from"
