@@ -208,6 +208,9 @@ CODES: dict[str, tuple[str, str]] = {
               "of at least 1."),
     "PL295": ("chunk-group", "A chunked-attention behaviour (override layout[...]: chunk_dropped / chunk_local / "
               "chunk_on_diagonal) stated for a tensor other than the causal mask."),
+    # the multi-token-prediction block's stage and the embedding group (check.mtpstage)
+    "PL296": ("mtp-stage-axis", "override embedding: mtp_stage / group_first_last over other than one pipeline axis, "
+              "or mtp_stage in a model with no multi-token-prediction block."),
     # the rows pack documents for the aux term's statistics (check.auxpacked)
     "PL297": ("packed-without-stats", "losses { aux_packed = true } where the losses section states no aux_stats: "
               "packing matters only to the statistics' groups."),

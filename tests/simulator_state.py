@@ -22,7 +22,7 @@ from itertools import product
 import simulator as sim
 
 from placement_logic import ir
-from placement_logic.ir import collectives
+from placement_logic.ir import collectives, optimizers
 
 SEED = 42
 MASK_BITS = 64
@@ -217,4 +217,86 @@ def stale_buffer_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Ra
                 out.add(("gi", g))
             if len(set(buffers.values())) > 1:
                 out.add(("replica", g))
+    return out
+
+
+def _update(algorithm: str, state: dict, theta: float, g: float, lr: float) -> float:
+    """One optimizer update of one scalar parameter, in floating point, from the algorithms' published
+    rules: SGD with momentum 0.9, Adam/AdamW (β 0.9, 0.999, ε 1e-8, bias-corrected), Lion (β 0.9, 0.99),
+    Muon (Nesterov-free momentum 0.95, a 1×1 matrix orthogonalised to its sign)."""
+    state["t"] = state.get("t", 0) + 1
+    if algorithm == "sgd":
+        state["v"] = 0.9 * state.get("v", 0.0) + g
+        return theta - lr * state["v"]
+    if algorithm == "lion":
+        d = 0.9 * state.get("m", 0.0) + 0.1 * g
+        state["m"] = 0.99 * state.get("m", 0.0) + 0.01 * g
+        return theta - lr * ((d > 0) - (d < 0))
+    if algorithm == "muon":
+        state["m"] = 0.95 * state.get("m", 0.0) + g
+        return theta - lr * ((state["m"] > 0) - (state["m"] < 0))
+    state["m"] = 0.9 * state.get("m", 0.0) + 0.1 * g
+    state["v"] = 0.999 * state.get("v", 0.0) + 0.001 * g * g
+    t = state["t"]
+    return theta - lr * (state["m"] / (1 - 0.9 ** t)) / ((state["v"] / (1 - 0.999 ** t)) ** 0.5 + 1e-8)
+
+
+def microstep_update_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random) -> set:
+    """One optimizer step of m micro-steps on every device of the mesh, each token of device d and
+    micro-step k with the loss (θ - x)² / 2 for a random x, the step's mean loss over all its tokens.
+    Single-device training takes one update from the mean gradient at θ₀; a group an ``override
+    optimizer[g]: step_every_microbatch`` names (no group, ``all``: every one) takes one update after each
+    micro-step from that micro-step's part of the mean (its tokens over every device, divided by the
+    step's token count), at the parameters the earlier updates left. The algorithm is the plan's
+    optimizer choice for the group (AdamW where none is given). Keys: ("update", group) where the final
+    parameter differs from single-device training's."""
+    names = plan.mesh.names
+    devices = list(product(*[range(sizes[a]) for a in names]))
+    m = sizes.get("microbatches", 1)
+    xs = {(d, k): [rng.uniform(-2, 2) for _ in range(rng.randint(1, 3))] for d in devices for k in range(m)}
+    total = sum(len(v) for v in xs.values())
+    out: set = set()
+    for g in sim.groups_of(plan):
+        each = any(o.target == "optimizer" and o.verb == "step_every_microbatch" and o.group in (None, "all", g)
+                   for o in plan.overrides)
+        chosen = dict(plan.optimizers)
+        algorithm = (chosen.get(g) or chosen.get("all") or optimizers.DEFAULT).algorithm
+        theta0, lr = 0.5, 0.1
+        ref = _update(algorithm, {}, theta0, sum(theta0 - x for v in xs.values() for x in v) / total, lr)
+        theta, state = theta0, {}
+        if each:
+            for k in range(m):
+                part = sum(theta - x for d in devices for x in xs[(d, k)]) / total
+                theta = _update(algorithm, state, theta, part, lr)
+        else:
+            theta = ref
+        if abs(theta - ref) > 1e-9:
+            out.add(("update", g))
+    return out
+
+
+def mtp_copy_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random) -> set:
+    """The copies of the embedding over a pipeline axis where ``override embedding: mtp_stage over (PP)`` puts the
+    multi-token-prediction block on a middle stage (a random one of 1 … PP − 2; with fewer than 3 stages it stays on
+    the last): the first stage, the MTP stage and, with tied embeddings, the last stage each hold a copy whose own
+    gradient is a random nonzero integer. The embedding group sums the copies of its stages: every copy's stage
+    (Megatron Core's group), or the first and last stage only under ``embedding: group_first_last``. Keys:
+    ("gi",) where a copy holds other than the sum of every copy's gradient, ("replica",) where two copies differ."""
+    stage = next((o for o in plan.overrides if o.target == "embedding" and o.verb == "mtp_stage"), None)
+    if stage is None:
+        return set()
+    pp = sizes[stage.axes[0]]
+    t = plan.model.transformer
+    mtp = rng.randint(1, pp - 2) if pp >= 3 else pp - 1
+    holders = {0, mtp} | ({pp - 1} if t is not None and t.tied_embeddings else set())
+    own = {s: rng.choice([-3, -2, -1, 1, 2, 3]) for s in holders}
+    first_last = any(o.target == "embedding" and o.verb == "group_first_last" for o in plan.overrides)
+    group = holders & {0, pp - 1} if first_last else holders
+    held = {s: (sum(own[x] for x in group) if s in group else own[s]) for s in holders}
+    total = sum(own.values())
+    out: set = set()
+    if any(v != total for v in held.values()):
+        out.add(("gi",))
+    if len(set(held.values())) > 1:
+        out.add(("replica",))
     return out

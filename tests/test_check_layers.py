@@ -16,7 +16,7 @@ from placement_logic.diagnostics import CODES
 
 CHECK = ROOT / "placement_logic" / "check"
 SOLVER_MODULES = {"encode.py", "encode_time.py", "encode_partial.py", "encode_buckets.py", "encode_rankupdate.py",
-                  "encode_subgroups.py", "encode_ranksets.py", "encode_cplayout.py", "encode_cpwindow.py", "encode_amax.py", "encode_scalerstate.py", "encode_cpshort.py", "encode_rankclips.py", "encode_ulysses_heads.py", "encode_capacity.py", "encode_cplayout_packs.py", "encode_auxstats.py", "encode_rankcount.py", "encode_rankproduct.py", "encode_ignored.py", "encode_ignored_loss.py", "encode_auxcells.py", "encode_rankcount_multi.py", "encode_amax_blocks.py", "encode_termranks.py", "encode_normeps.py", "encode_normsets.py", "encode_cpchunk.py", "encode_capdrop.py",
+                  "encode_subgroups.py", "encode_ranksets.py", "encode_cplayout.py", "encode_cpwindow.py", "encode_amax.py", "encode_scalerstate.py", "encode_cpshort.py", "encode_rankclips.py", "encode_ulysses_heads.py", "encode_capacity.py", "encode_cplayout_packs.py", "encode_auxstats.py", "encode_rankcount.py", "encode_rankproduct.py", "encode_ignored.py", "encode_ignored_loss.py", "encode_auxcells.py", "encode_rankcount_multi.py", "encode_amax_blocks.py", "encode_termranks.py", "encode_normeps.py", "encode_normsets.py", "encode_cpchunk.py", "encode_capdrop.py", "encode_mtpstage.py",
                   "encode_rankproduct_axes.py", "encode_shapefacts.py", "encode_norm.py", "session.py", "run.py",
                   "obligations.py"}
 

@@ -1,7 +1,8 @@
 """The z3 encoding of time within and across steps: an obligation's negation when the gradient sync
-may be armed before the last accumulated micro-step (``grads: sync_before_last``, ``check.timing``)
-or when the gradient buffer is not cleared between optimizer steps (``grads: no_zero_grad``,
-``check.carryover``). One of the two modules (with ``encode``) that build z3 terms."""
+may be armed before the last accumulated micro-step (``grads: sync_before_last``, ``check.timing``),
+when the gradient buffer is not cleared between optimizer steps (``grads: no_zero_grad``,
+``check.carryover``), or when the optimizer update runs after every micro-step (``optimizer[g]:
+step_every_microbatch``, ``check.microupdate``). One of the two modules (with ``encode``) that build z3 terms."""
 
 from __future__ import annotations
 
@@ -45,6 +46,24 @@ def stale_buffer(orig, name: str):
         def ex(model):
             if value_of(model, stale):
                 return {"kind": "stale_buffer", "sizes": env.size_values(model)}
+            return extract(model)
+
+        return out, ex
+    return encode
+
+
+def update_per_microstep(orig, name: str):
+    """An obligation's negation when the optimizer update runs after every micro-step (``optimizer[g]:
+    step_every_microbatch``): either the original negation, or the m updates of the micro-steps'
+    gradients, which lose wherever there are two or more micro-steps (``check.microupdate``)."""
+    def encode(env):
+        cons, extract = orig(env)
+        each = env.sess.bool(f"update_per_microstep_{zlib.crc32(name.encode()):08x}")
+        out = [z3.Implies(z3.Not(each), z3.And(cons)), z3.Implies(each, env.size(steps.MICROBATCHES) >= 2)]
+
+        def ex(model):
+            if value_of(model, each):
+                return {"kind": "update_per_microstep", "sizes": env.size_values(model)}
             return extract(model)
 
         return out, ex

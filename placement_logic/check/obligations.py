@@ -267,6 +267,12 @@ def _extended(obs: list[Obligation], step: steps.StepModel, ctx, plan) -> list[O
     from . import carryover  # the gradient buffer carried over from the previous optimizer step
 
     obs = carryover.wrap(obs, step, ctx, plan)
+    from . import microupdate  # an optimizer update after every micro-step
+
+    obs = microupdate.wrap(obs, step, ctx, plan)
+    from . import mtpstage  # the embedding copy of an MTP block on a middle pipeline stage
+
+    obs = mtpstage.wrap(obs, step, ctx, plan)
     from . import ignored  # ignored tokens counted in the normaliser
 
     obs = ignored.wrap(obs, step, ctx, plan)

@@ -79,13 +79,15 @@ def no_effect(plan: ir.Plan, groups: tuple[str, ...], needs_regather: bool, offl
         if o.target == OverrideTarget.TOKENS and summed and o.verb != OverrideVerb.IGNORED_IN_LOSS:  # a term summed
             why = "the loss is a sum over tokens (loss: sum), so no token count normalises it"
         elif o.group not in (None, "all") and o.group not in groups and not (
-                o.target == OverrideTarget.OPTIMIZER and o.verb in (OverrideVerb.GATHER, OverrideVerb.ROUND_ROBIN)):  # resolve.optimizers checks these
+                o.target == OverrideTarget.OPTIMIZER and o.verb in (
+                    OverrideVerb.GATHER, OverrideVerb.ROUND_ROBIN, OverrideVerb.STEP_EVERY_MICROBATCH)):  # resolve.optimizers checks these
             why = (f"the plan has no '{o.group}' parameter group (its groups: {', '.join(groups)})")
         elif o.target == OverrideTarget.PARAMS and o.verb == OverrideVerb.NO_FETCH and not offloaded:
             why = "params stay on the device, so there is nothing to fetch"
         elif o.target == OverrideTarget.PARAMS and o.verb == OverrideVerb.NO_REGATHER and not needs_regather:
             why = "no axis has replicated params with a sharded optimizer, so nothing is re-gathered"
-        elif o.target == OverrideTarget.EMBEDDING and not (tied(plan) and views.view(plan).axes_with_role(ir.Role.PIPELINE)):
+        elif o.target == OverrideTarget.EMBEDDING and o.verb == OverrideVerb.TIE_REDUCE and not (
+                tied(plan) and views.view(plan).axes_with_role(ir.Role.PIPELINE)):  # mtp_stage: check.mtpstage
             why = "the embedding is not tied across pipeline stages (no tied embeddings or no pipeline axis)"
         elif o.target == OverrideTarget.GRADS and o.verb == OverrideVerb.REDUCE_EVERY_MICROBATCH:
             why = _every_microbatch_no_effect(plan, o)

@@ -30,6 +30,8 @@ sympy closed forms (docs/costs.md, "Optimizers"):
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import sympy
 
 from .. import ir
@@ -117,13 +119,17 @@ def collectives(plan: ir.Plan, notes: list | None = None) -> list[Collective]:
         cut = opt.cuts(plan, group)
         gather, _ = opt.stated(plan, OverrideVerb.GATHER, group)
         owner = opt.owners(plan, group)
+        n = opt.updates_per_step(plan, group)
+        each = " (after every micro-step: optimizer step_every_microbatch)" if opt.stepped_every_microbatch(plan, group) else ""
         if gather:
             out.append(Collective(
                 Kind.ALL_GATHER, ir.State.GRADS, _in_mesh(plan, gather), link_of(plan, gather), Phase.OPTIMIZER,
-                ir.const(1), Payload(group_grads(group), _divided_over(plan, group, gather), f"{group} gradient matrices"),
-                f"{c.text()} on {group}: every rank gathers each whole gradient matrix over ({', '.join(gather)})"))
+                n, Payload(group_grads(group), _divided_over(plan, group, gather), f"{group} gradient matrices"),
+                f"{c.text()} on {group}: every rank gathers each whole gradient matrix over ({', '.join(gather)})" + each))
         if owner:
+            start = len(out)
             _owners(plan, group, c, _in_mesh(plan, tuple(a for a in owner if a not in gather)), cut, gather, out)
+            out[start:] = [replace(x, count=n, rule=x.rule + each) for x in out[start:]]
     return out
 
 
@@ -190,9 +196,10 @@ def update_flops(plan: ir.Plan, sh: Shape, split, notes: list | None = None) -> 
         left = [a for a in opt.cuts(plan, name) if a not in whole]
         flat = sympy.Mul(*(symbol(a) for a in left if views.view(plan).role(a) not in _TENSOR))
         tp = sympy.Mul(*(symbol(a) for a in left if views.view(plan).role(a) in _TENSOR))
+        times = to_sympy(opt.updates_per_step(plan, name))  # Newton–Schulz once per update
         for n, r, k in mats:
             r, k = (r / tp, k) if r != sh.h else (r, k / tp)
-            total += n * frac * _ns(c.arg("ns_steps"), r / flat, k)
+            total += times * n * frac * _ns(c.arg("ns_steps"), r / flat, k)
     return total
 
 

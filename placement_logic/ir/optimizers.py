@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from ..diagnostics import NO_SPAN, Span
 from . import views
+from .nodes import Const
 from .overrides import OverrideTarget, OverrideVerb
 
 ELEMENT, MATRIX, BLOCK, SHARDED = "element", "matrix", "block", "sharded"
@@ -254,3 +255,23 @@ def owners(plan, name: str) -> tuple[str, ...]:
             continue
         out.append(a)
     return tuple(out)
+
+
+def stepped_every_microbatch(plan, group: str) -> bool:
+    """Whether ``override optimizer[G]: step_every_microbatch`` reaches the parameter group ``group`` (G that
+    group, ``all``, none, or ``matrices`` for a weight matrix group): its update runs after every micro-step."""
+    return any(o.target == OverrideTarget.OPTIMIZER and o.verb == OverrideVerb.STEP_EVERY_MICROBATCH and (
+        o.group in (None, "all", group) or (o.group == "matrices" and group in MATRIX_GROUPS)) for o in plan.overrides)
+
+
+def updates_per_step(plan, group: str):
+    """How many updates ``group`` takes per step: one, or the model's microbatches where it is stepped after
+    every micro-step (``stepped_every_microbatch``)."""
+    return plan.model.microbatches if stepped_every_microbatch(plan, group) else Const(1)
+
+
+def every_group_stepped_every_microbatch(plan) -> bool:
+    """``override optimizer: step_every_microbatch`` (or ``optimizer[all]``): every group's update, so the whole
+    write-back after it, runs after every micro-step."""
+    return any(o.target == OverrideTarget.OPTIMIZER and o.verb == OverrideVerb.STEP_EVERY_MICROBATCH
+               and o.group in (None, "all") for o in plan.overrides)

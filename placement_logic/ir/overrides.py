@@ -146,7 +146,10 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     # the optimizer holds copies of the params made before the model was re-wrapped (FSDP, .to(device))
     # a matrix-wise update (ir.optimizers): each whole gradient matrix gathered over these axes on every rank
     # (gather), or each matrix updated whole by one owner rank of the axes and its shards sent back (round_robin)
-    "optimizer": {"stale_params": (False, False), "gather": (True, False), "round_robin": (True, False)},
+    # one update after every micro-step's backward, each from that micro-step's gradient, instead of one per step from
+    # the accumulated one (step_every_microbatch: check.microupdate)
+    "optimizer": {"stale_params": (False, False), "gather": (True, False), "round_robin": (True, False),
+                  "step_every_microbatch": (False, False)},
     # the RNG state (generator seed and offset) per rank: the model-parallel tracker not forked per rank
     # (same), offsets advanced differently (advance), one rank's state restored on every rank of the axes
     # (restored_from_one), recomputation without the forward's RNG state (not_preserved)
@@ -200,7 +203,10 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "inner_undivided": (False, True),  # the schedule sums its M microbatches, the outer loop divides by rounds
         "rescaled_every_round": (False, True),  # the accumulated buffer scaled by 1/M after every round
     },
-    "embedding": {"tie_reduce": (True, False)},  # tied embedding grads summed over these axes
+    # tied embedding grads summed over these axes; the multi-token-prediction block on a middle stage of this pipeline
+    # axis, holding a copy of the embedding (mtp_stage), and an embedding group of the first and last stage only, which
+    # leaves that copy out (group_first_last: check.mtpstage)
+    "embedding": {"tie_reduce": (True, False), "mtp_stage": (True, False), "group_first_last": (True, False)},
     # checkpoint save, load and reshard (check/checkpoint.py): any statement adds the transition to the step
     "checkpoint": {
         "resume": (False, False),  # saved and loaded on the same mesh, as derived
@@ -379,6 +385,7 @@ class OverrideVerb(StrEnum):
     NO_FETCH = "no_fetch"
     NO_INIT_BROADCAST = "no_init_broadcast"
     STALE_PARAMS = "stale_params"
+    STEP_EVERY_MICROBATCH = "step_every_microbatch"
     ROUND_ROBIN = "round_robin"
     ADVANCE = "advance"
     RESTORED_FROM_ONE = "restored_from_one"
@@ -399,6 +406,8 @@ class OverrideVerb(StrEnum):
     INNER_UNDIVIDED = "inner_undivided"
     RESCALED_EVERY_ROUND = "rescaled_every_round"
     TIE_REDUCE = "tie_reduce"
+    MTP_STAGE = "mtp_stage"
+    GROUP_FIRST_LAST = "group_first_last"
     RESUME = "resume"
     RESHARD = "reshard"
     SAVE_FROM = "save_from"

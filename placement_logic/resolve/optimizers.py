@@ -128,6 +128,7 @@ def check_overrides(vals: Values, plan: ir.Plan, sites: dict | None = None) -> N
     (PL245), and a gather must undo a cut there (PL246). ``sites``: id of an override a strategy
     brings -> (where the plan binds or uses it, the strategy's name)."""
     need = dict(opt.whole_needed(plan))
+    _check_stepped(vals, plan)
     for o in plan.overrides:
         if o.target != OverrideTarget.OPTIMIZER or o.verb not in (OverrideVerb.GATHER, OverrideVerb.ROUND_ROBIN):
             continue
@@ -155,3 +156,18 @@ def check_overrides(vals: Values, plan: ir.Plan, sites: dict | None = None) -> N
                 vals.cx.error(Code.OPTIMIZER_GATHER_IDLE, f"'optimizer: gather over ({', '.join(idle)})': no matrix of "
                               f"{', '.join(groups)} is cut over {', '.join(idle)}, so there is nothing to gather",
                               span, where + ("a rank holds the whole matrix there already",))
+
+
+def _check_stepped(vals: Values, plan: ir.Plan) -> None:
+    """``optimizer[G]: step_every_microbatch``: G a parameter group of the model, ``matrices`` (one of its
+    weight matrices present) or ``all`` (PL242)."""
+    names = _groups(plan.model)
+    for o in plan.overrides:
+        if o.target != OverrideTarget.OPTIMIZER or o.verb != OverrideVerb.STEP_EVERY_MICROBATCH:
+            continue
+        if o.group == "matrices" and not any(g in opt.MATRIX_GROUPS for g in names):
+            vals.cx.error(Code.OPTIMIZER_GROUP, "the model has no weight matrix group ('matrices': "
+                          f"{', '.join(opt.MATRIX_GROUPS)})", o.span)
+        elif o.group not in (None, "all", "matrices") and o.group not in names:
+            vals.cx.error(Code.OPTIMIZER_GROUP, f"the model has no parameter group '{o.group}'", o.span,
+                          did_you_mean(o.group, names))

@@ -70,6 +70,11 @@ MODELS.update({
     "moe_etp": MODELS["moe"] + ("group experts {\n    role = {ep: expert, x: tensor}\n  }",),
     "dense_mtp": MODELS["dense"] + ("losses {\n    mtp = global_mean\n  }",),
     "plain_mtp": MODELS["plain"] + ("losses {\n    mtp = global_mean\n  }",),
+    # a multi-token-prediction block (its stage placed by the plan: embedding: mtp_stage), tied or not
+    "tied_mtp_block": (MODELS["tied"][0].replace("    tied_embeddings", "    mtp_layers = 1\n    tied_embeddings"),)
+    + MODELS["tied"][1:],
+    "dense_mtp_block": (MODELS["dense"][0].replace("    vocab = 50304\n", "    vocab = 50304\n    mtp_layers = 1\n"),)
+    + MODELS["dense"][1:],
     # the cross entropy with label smoothing and an output z-loss (docs/language.md, "Loss terms")
     "dense_ce": MODELS["dense"] + ("losses {\n    label_smoothing = true\n    logit_z_loss = true\n  }",),
 })

@@ -183,6 +183,26 @@ for b in ["ddp", "zero1", "tp", "gpipe"]:
 mutant("state_no_zero_grad_norms_tp", "tp", "the norms' gradient buffer left out of zero_grad (`grads[norms]: "
        "no_zero_grad`): the norms' updates read every earlier step's gradient, the other groups' their own.",
        ["override grads[norms]: no_zero_grad"], gi(["norms"], "across steps"), mirrors=ZERO_GRAD)
+PER_MICRO = ("an optimizer update after every micro-batch (deepspeedai/DeepSpeed#8443, thunlp/OpenPrompt#106, "
+             "paiml/entrenar#131)")
+for b in ["ddp", "zero1", "tp", "gpipe"]:
+    groups = BASES[b].all_groups()
+    mutant(f"state_step_every_microbatch_{b}", b, "optimizer.step() after every backward, outside the accumulation "
+           "condition (`optimizer: step_every_microbatch`): m updates from the micro-steps' gradients where one from "
+           "the accumulated gradient is due.", ["override optimizer: step_every_microbatch"],
+           gi(groups, "update over microbatches"), root=gi_root(groups, "update over microbatches"), mirrors=PER_MICRO)
+mutant("state_step_every_microbatch_matrices_tp", "tp", "the weight matrices' update run in every micro-step's "
+       "backward (`optimizer[matrices]: step_every_microbatch`): the dense group takes m updates, the embedding, "
+       "norms and biases one.", ["override optimizer[matrices]: step_every_microbatch"],
+       gi(["dense"], "update over microbatches"), mirrors=PER_MICRO)
+MTP_GROUP = "the embedding group of the first and last stage beside a standalone MTP stage (NVIDIA-NeMo/Megatron-Bridge#5380)"
+for b, model in [("gpipe", "tied_mtp_block"), ("zero3_pp", "dense_mtp_block")]:
+    mutant(f"state_mtp_stage_first_last_group_{b}", b, "the multi-token-prediction block on a middle stage with its copy "
+           "of the embedding, the embedding group the first and last stage only (`embedding: mtp_stage` and "
+           "`group_first_last over (pp)`): the MTP copy's gradient is never summed with the others.",
+           ["override embedding: mtp_stage over (pp)", "override embedding: group_first_last over (pp)"],
+           ["GI grads[embedding] mtp stage", "GI grads[embedding]", "SC grads[embedding]"], mirrors=MTP_GROUP,
+           model=model)
 equivalent("restated_recompute_preserved", BASES["tp"].title,
            "full recomputation replaying the forward's RNG state (preserve_rng_state, the tracker's states) is "
            "the derived step.", list(BASES["tp"].bind) + ["use full_recompute"], "tp", imports=REC)
