@@ -6,15 +6,21 @@ declared Partial adds to the schedule."""
 
 from __future__ import annotations
 
+import random
+from pathlib import Path
+
 import pytest
 from irkit import ov
 from test_check_actflow import DP_TP, KEYS, SESSION, _acts, _with, simulated, verdicts
 
 from placement_logic.check.run import check_plan
 from placement_logic.diagnostics import DiagnosticError
+from placement_logic.frontend.canonical import format_source
+from placement_logic.frontend.loader import load_string
 from placement_logic.outcome import Verdict
 
-G = "activation_grads"
+A, G = "activations", "activation_grads"
+ROOT = Path(__file__).resolve().parent.parent
 ROWS = ("attention", "mlp", "embedding")  # the regions whose output gradient is read whole (bwd_exit)
 
 # (verb, region, sequence parallel, the regions whose input gradient (the embedding: weight gradient) is wrong)
@@ -83,3 +89,70 @@ def test_diagnostics(o, code, words):
         check_plan(SESSION, spec, p, {})
     d = e.value.diagnostics[0]
     assert d.code == code and words in d.message
+
+
+# --------------------------------------------------------------------------- a sweep over generated plans
+
+TENSOR_MODES = ("S,S,S,S",)
+OTHER = {"data": ("R,R,R,R", "R,S,S,R", "S*,S,S,R"), "pipeline": ("S,S,S,S",)}
+DECLARED = ("assert_output_replicate", "assert_output_partial", "assert_output_shard")
+
+
+def _draw(seed: int):
+    """tp (tensor) and up to one data or pipeline axis; one to three statements of the typed slots, at least one
+    declaring an output gradient, on a random region (none: every region with the slot)."""
+    rng = random.Random(seed)
+    axes = {"tp": ("tensor", TENSOR_MODES[0])}
+    if rng.random() < 0.6:
+        role = rng.choice(tuple(OTHER))
+        axes["b"] = (role, rng.choice(OTHER[role]))
+    region = lambda: rng.choice((None, "attention", "mlp", "embedding"))  # noqa: E731
+    stated = [ov(G, rng.choice(DECLARED), region(), ("tp",))]
+    for _ in range(rng.randint(0, 2)):
+        kind = rng.choice(("declared", "gather", "assert", "reduce"))
+        if kind == "declared":
+            stated.append(ov(G, rng.choice(DECLARED), region(), ("tp",)))
+        elif kind == "gather":
+            stated.append(ov(G, "gather", rng.choice((None, "attention", "mlp")), rng.choice(((), ("tp",)))))
+        elif kind == "assert":
+            stated.append(ov(rng.choice((A, G)), rng.choice(("assert_replicate", "assert_partial", "assert_shard")),
+                             rng.choice(("attention", "mlp")), ("tp",)))
+        else:
+            stated.append(ov(A, "reduce", rng.choice(("attention", "mlp")), rng.choice(((), ("tp",), ("tp", "tp")))))
+    rng.shuffle(stated)
+    return _with(axes, stated, rng.random() < 0.5)
+
+
+def _disagreement(seed: int):
+    spec, p = _draw(seed)
+    try:
+        v = verdicts(check_plan(SESSION, spec, p, {}))
+    except DiagnosticError:  # a slot the region does not have (PL506): an answer, not a proof
+        return None
+    found = simulated(p)
+    bad = [(k, x.word) for k, x in v.items() if (x is Verdict.REFUTED) != (k in found)]
+    unknown = [k for k, x in v.items() if x is Verdict.UNKNOWN]
+    return (bad, unknown, p.overrides, p.sequence_parallel) if bad or unknown else None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sweep_sample(seed):
+    assert _disagreement(seed) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(6, 60))
+def test_sweep(seed):
+    assert _disagreement(seed) is None
+
+
+
+def test_format_round_trip():
+    src = (ROOT / "examples" / "bugs" / "tp_to_local_partial_output_grad.place").read_text()
+    messy = src.replace("override activation_grads[attention]: assert_output_partial over (tp)",
+                        "override   activation_grads[ attention ] :assert_output_partial   over(tp)")
+    assert messy != src
+    assert format_source(messy, "<messy>") == src
+    p = load_string(src).plan("to_local_partial_grad")
+    assert [(o.target, o.group, o.verb, o.axes) for o in p.overrides] == [
+        ("activation_grads", "attention", "assert_output_partial", ("tp",))]
