@@ -91,6 +91,18 @@ def test_diagnostics(o, code, words):
     assert d.code == code and words in d.message
 
 
+@pytest.mark.parametrize("axes,o,words", [
+    ({"cp": ("context", "R,R,R,R"), **DP_TP}, ov(G, "assert_output_partial", "context", ("cp",)), "key/value"),
+    (DP_TP, ov(G, "assert_output_shard", "experts", ("tp",)), "expert tensor group of its own"),
+])
+def test_regions_without_the_slot_are_pl506(axes, o, words):
+    spec, p = _with(axes, [o])
+    with pytest.raises(DiagnosticError) as e:
+        check_plan(SESSION, spec, p, {})
+    d = e.value.diagnostics[0]
+    assert d.code == "PL506" and words in d.message
+
+
 # --------------------------------------------------------------------------- a sweep over generated plans
 
 TENSOR_MODES = ("S,S,S,S",)
