@@ -39,7 +39,11 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("verb,region,sp,wrong", CASES)
+QUICK = {0, 1, 5, 6}  # the derived declarations and the two reports' mechanisms; the others in the slow tier
+
+
+@pytest.mark.parametrize("verb,region,sp,wrong", [
+    c if i in QUICK else pytest.param(*c, marks=pytest.mark.slow) for i, c in enumerate(CASES)])
 def test_checker_and_simulator_agree(verb, region, sp, wrong):
     spec, p = _with(DP_TP, [ov(G, verb, region, ("tp",))], sp)
     expected = {("grad", r) for r in wrong}
@@ -147,13 +151,13 @@ def _disagreement(seed: int):
     return (bad, unknown, p.overrides, p.sequence_parallel) if bad or unknown else None
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(2))
 def test_sweep_sample(seed):
     assert _disagreement(seed) is None
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", range(6, 60))
+@pytest.mark.parametrize("seed", range(2, 60))
 def test_sweep(seed):
     assert _disagreement(seed) is None
 
