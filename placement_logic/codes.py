@@ -97,8 +97,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PL187": ("loss-term-reaches-nothing", "A loss term declared in the model whose parameter groups (the router for "
               "aux and z, the embedding and dense layers for mtp) the plan's model does not have."),
     "PL190": ("activation-assert-off-tensor", "An activation's type asserted (override activations[R] / "
-              "activation_grads[R]: assert_replicate | assert_partial | assert_shard) over no axis or over an axis "
-              "that is not a tensor axis."),
+              "activation_grads[R]: assert_replicate | assert_partial | assert_shard, activation_grads[R]: "
+              "assert_output_*) over no axis or over an axis that is not a tensor axis."),
     "PL191": ("rank-out-of-range", "A rank of a per-rank operation (override grads[g]: clip_on_ranks / divide_on_ranks, "
               "clip_norm[g]: count_on_ranks "
               "over (AXIS) ranks (...)) that is not a whole number from 0 to the axis's size minus 1."),

@@ -11,6 +11,11 @@ a reduce-scatter sums and keeps the device's block of rows. A device whose matri
 collective or a product holds nothing (None). Each device's forward output and input gradient is
 compared with the single-device region's.
 
+A declared type (``assert_*``; ``activation_grads[r]: assert_output_*`` for the output gradient, read
+whole by the row-parallel linear's backward and the embedding's weight gradient) is redistributed to
+the type needed there as DTensor does: Partial by a sum, Shard by a gather, Replicate to Shard by a
+chunk, an equal type by nothing; what the device really holds is what gets summed or gathered.
+
 The vocabulary-parallel embedding: a table E of per·n words (rows), rows [r·per, (r+1)·per) on
 tensor rank r; each sample is a sequence of token ids, whole on every tensor rank. Forward: each
 rank looks up the tokens of its rows (a zero row for the others), then the collectives after it.
@@ -168,7 +173,9 @@ def _ops(plan: ir.Plan, mesh: Mesh, region: str, where: str) -> list[tuple[str, 
             return _per_pass(reduce_kind, o.axes)
         return _redistribute(o.verb, need, o.axes)
     if where == "grad_exit":
-        o = _stated(plan, "activation_grads", region, ("gather",))
+        o = _stated(plan, "activation_grads", region, ("gather",) + tuple(OUTPUT_DECLARED))
+        if o is not None and o.verb in OUTPUT_DECLARED:  # declared, redistributed to the whole gradient
+            return _redistribute(o.verb, "R", o.axes)
         return _per_pass("gather", o.axes) if o else ([("gather", t)] if sp else [])
     o = _stated(plan, "activation_grads", region,
                 ("reduce", "no_reduce", "reduce_copy", "assert_replicate", "assert_partial", "assert_shard"))
@@ -193,8 +200,12 @@ def _per_pass(kind: str, axes) -> list:
     return out + ([(kind, tuple(cur))] if cur else [])
 
 
+# the output gradient's declared type (to_local's grad_placements), before the row-parallel linear's backward
+OUTPUT_DECLARED = {"assert_output_replicate": "R", "assert_output_partial": "P", "assert_output_shard": "S"}
+
+
 def _redistribute(verb: str, need: str, axes) -> list:
-    declared = {"assert_replicate": "R", "assert_partial": "P", "assert_shard": "S"}[verb]
+    declared = {"assert_replicate": "R", "assert_partial": "P", "assert_shard": "S", **OUTPUT_DECLARED}[verb]
     kind = {("P", "R"): "sum", ("S", "R"): "gather", ("P", "S"): "sum_scatter", ("R", "S"): "chunk"}.get(
         (declared, need))
     return [(kind, tuple(a for a in axes))] if kind else []

@@ -15,7 +15,9 @@ over the expert tensor axes; ``activations[experts]: reduce over (AXES)`` one pe
 the same with the output gradient, ``activation_grads[experts]: gather`` before the weights and
 ``reduce`` (``no_reduce``, ``reduce_copy``: nothing on the value) after them; an ``assert_*`` verb
 after them redistributes from the asserted type to the rank's own tokens (DTensor: Partial ->
-reduce-scatter, Replicate -> the rank's slice, Shard -> nothing). Collectives run over
+reduce-scatter, Replicate -> the rank's slice, Shard -> nothing); an ``assert_output_*`` verb in
+place of the backward's gather declares the output gradient (the rank's own tokens) and
+redistributes it to the whole (Shard -> gather, Partial -> sum, Replicate -> nothing). Collectives run over
 the real device groups (simulator_act.collective). ``violations(plan, sizes)`` returns
 ``("act", "expert_tensor")`` and ``("grad", "expert_tensor")`` for a device whose result differs.
 """
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from simulator_act import Mesh, _per_pass, _redistribute, collective
+from simulator_act import OUTPUT_DECLARED, Mesh, _per_pass, _redistribute, collective
 
 from placement_logic import ir
 
@@ -63,8 +65,9 @@ def violations(plan: ir.Plan, sizes: dict[str, int]) -> set:
     w = sum((x * y for x, y in zip(a, b)), Fraction(0))
 
     def ops(target, verb_gather, verbs_reduce, default_first, default_last):
-        g = _stated(plan, target, (verb_gather,))
-        first = _per_pass("gather", g.axes or ()) if g else default_first
+        g = _stated(plan, target, (verb_gather,) + (tuple(OUTPUT_DECLARED) if target == "activation_grads" else ()))
+        first = (default_first if g is None else _redistribute(g.verb, "R", g.axes) if g.verb in OUTPUT_DECLARED
+                 else _per_pass("gather", g.axes or ()))
         r = _stated(plan, target, verbs_reduce)
         last = (default_last if r is None else _per_pass("sum_scatter", r.axes or ()) if r.verb == "reduce" else
                 _redistribute(r.verb, "S", r.axes) if r.verb.startswith("assert_") else [])

@@ -129,6 +129,8 @@ def act_plans(draw):
                   lists),
         hs.builds(lambda v, g, a: ov(G, v, g, a), hs.sampled_from(("assert_replicate", "assert_partial",
                                                                    "assert_shard")), region, asserted),
+        hs.builds(lambda v, g, a: ov(G, v, g, a), hs.sampled_from(("assert_output_replicate", "assert_output_partial",
+                                                                   "assert_output_shard")), region, asserted),
     )
     return _with(axes, draw(hs.lists(cands, max_size=3)), sp)
 

@@ -76,6 +76,10 @@ HAND = [
     ((f"{G}[experts]: assert_replicate over (d)",), {GRAD}),
     ((f"{G}[experts]: assert_partial over (d)",), ()),
     ((f"{A}[experts]: assert_shard over (d)",), {ACT}),
+    # the output gradient declared: Shard is its gather; Replicate skips it, Partial sums different tokens
+    ((f"{G}[experts]: assert_output_shard over (d)",), ()),
+    ((f"{G}[experts]: assert_output_replicate over (d)",), {GRAD}),
+    ((f"{G}[experts]: assert_output_partial over (d)",), {GRAD}),
 ]
 
 
@@ -96,7 +100,9 @@ def etp_plans(draw):
                   hs.sampled_from(("gather", "reduce")), lists),
         hs.sampled_from((f"{G}[experts]: no_reduce", f"{G}[experts]: reduce_copy")),
         hs.builds(lambda t, v: f"{t}[experts]: {v} over (d)", hs.sampled_from((A, G)),
-                  hs.sampled_from(("assert_replicate", "assert_partial", "assert_shard"))))
+                  hs.sampled_from(("assert_replicate", "assert_partial", "assert_shard"))),
+        hs.builds(lambda v: f"{G}[experts]: {v} over (d)",
+                  hs.sampled_from(("assert_output_replicate", "assert_output_partial", "assert_output_shard"))))
     return _spec(draw(hs.lists(cands, max_size=3)))
 
 

@@ -195,7 +195,7 @@ def model(plan: ir.Plan, axes: tuple[str, ...], tensor: tuple[str, ...]) -> ActM
                 Code.OVERRIDE_NO_EFFECT, f"override {o.target}[head]: {o.verb} changes nothing: the output layer has no "
                 "row-parallel linear, so its logits are neither reduced nor gathered after it (its slots: "
                 "activations: gather, activation_grads: reduce/no_reduce/reduce_copy/assert_*)", o.span)])
-        if o.verb in af.ASSERTS:
+        if o.verb in af.DECLARES:
             off = [a for a in o.axes or () if a not in tensor]
             if off or not o.axes:
                 raise DiagnosticError([Diagnostic(
@@ -214,7 +214,7 @@ def _experts_misfit(o, flows) -> bool:
     etp = next((f.tensor for f in flows if f.region == "expert_tensor"), ())
     if o.verb not in af.EXPERT_VERBS and (o.target, o.verb) in af.ETP_VERBS and etp:
         off = [a for a in o.axes or () if a not in etp]
-        if o.verb in af.ASSERTS and (off or not o.axes):
+        if o.verb in af.DECLARES and (off or not o.axes):
             raise DiagnosticError([Diagnostic(
                 Code.ACTIVATION_ASSERT_OFF_TENSOR, f"override {o.target}[experts]: {o.verb} over ({', '.join(o.axes or ())}): "
                 f"the routed tokens' type is asserted over the expert tensor axes only ({', '.join(etp)}); over "

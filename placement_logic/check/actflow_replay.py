@@ -219,8 +219,11 @@ def replay(ctx: Context, ty, w: dict) -> Counterexample | None:
                + f" at line {span.line}")
         if slot.verb == OverrideVerb.REDUCE_COPY:
             how += ": the reduction sums a copy and the gradient that flows on is the rank's own summand"
+        elif slot.declared and stage == "bwd_exit":
+            how += f": the output gradient is declared {_PLACEMENT[slot.declared]} (to_local's grad_placements) and " \
+                   f"redistributed from that, while it arrives {'sharded' if ty.flow.sp else 'replicated'}"
         elif slot.declared:
-            how += f": the value is declared {dict(R='Replicate', P='Partial', S='Shard').get(slot.declared)} " \
+            how += f": the value is declared {_PLACEMENT[slot.declared]} " \
                    "and redistributed from that, not from what it is"
         cause = f"{SLOT_TEXT[stage]} ({how})"
     else:
@@ -234,6 +237,9 @@ def replay(ctx: Context, ty, w: dict) -> Counterexample | None:
         diag += ("every value after it, the loss and so every gradient of the step, are computed from it",)
     devices = ((f"rank {r}", f"{axis}={r}"),)
     return Counterexample(ctx.sizes_tuple(sizes), devices, tuple(inputs.items()), eq, diag, ctx.command(sizes))
+
+
+_PLACEMENT = {"R": "Replicate", "P": "Partial", "S": "Shard"}
 
 
 def _axes(slot: af.Slot) -> tuple[str, ...]:
@@ -253,8 +259,11 @@ def _embedding_cex(ctx: Context, ty, sizes, axis, r, got, want, inputs, stage, s
     if slot is not None and slot.verb:
         target = OverrideTarget.ACTIVATIONS if fwd else OverrideTarget.ACTIVATION_GRADS
         how = f"override {target}[embedding]: {slot.verb} over ({', '.join(_axes(slot))}) at line {span.line}"
-        if slot.declared:
-            how += f": the output is declared {dict(R='Replicate', P='Partial', S='Shard').get(slot.declared)} " \
+        if slot.declared and not fwd:
+            how += f": the output gradient is declared {_PLACEMENT[slot.declared]} (to_local's grad_placements) " \
+                   f"and redistributed from that, while it arrives {'sharded' if ty.flow.sp else 'replicated'}"
+        elif slot.declared:
+            how += f": the output is declared {_PLACEMENT[slot.declared]} " \
                    "and redistributed from that, while the masked lookup makes it Partial"
         cause = f"{EMBEDDING_SLOT.get(stage, stage)} ({how})"
     else:

@@ -46,6 +46,12 @@ reduce-scattered after them (``fwd_exit``), and in backward the output gradient 
 (``bwd_exit``) and the input gradient reduce-scattered (``bwd_entry``): a column/row-parallel pair
 under sequence parallelism, stated as ``activations[experts]: gather | reduce`` and
 ``activation_grads[experts]: gather | reduce | no_reduce | reduce_copy``.
+
+A declared type replaces a slot's derived collectives by DTensor's redistribution from the declared
+type to the one the next operation needs: ``assert_*`` at ``fwd_exit`` (``from_local``'s placements)
+and ``bwd_entry`` (the input gradient's ``grad_placements``), ``assert_output_*`` at ``bwd_exit`` (the
+output gradient's: ``to_local(grad_placements=...)`` on the row-parallel output), redistributed to
+the whole gradient the row-parallel linear's backward reads.
 """
 
 from __future__ import annotations
@@ -81,6 +87,11 @@ REGION_SLOTS = {"head": ("fwd_entry", "bwd_entry"), "embedding": ("fwd_exit", "b
                 "context": ("fwd_entry", "bwd_exit", "bwd_entry")}
 TARGETS = ("activations", "activation_grads")
 ASSERTS = {"assert_replicate": "R", "assert_partial": "P", "assert_shard": "S"}
+# the output gradient's declared type (to_local's grad_placements), redistributed to the whole gradient the
+# row-parallel linear's backward (the embedding's weight gradient) reads
+OUTPUT_ASSERTS = {OverrideVerb.ASSERT_OUTPUT_REPLICATE: "R", OverrideVerb.ASSERT_OUTPUT_PARTIAL: "P",
+                  OverrideVerb.ASSERT_OUTPUT_SHARD: "S"}
+DECLARES = {**ASSERTS, **OUTPUT_ASSERTS}
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, SLICE, COPY = "all_reduce", "all_gather", "reduce_scatter", "slice", "copy"
 ALL_TO_ALL = "all_to_all"
 # the verb of each target -> the slot it states
@@ -89,6 +100,7 @@ SLOT_OF = {("activations", "gather"): "fwd_entry", ("activations", "reduce"): "f
            ("activation_grads", "no_reduce"): "bwd_entry", ("activation_grads", "reduce_copy"): "bwd_entry"}
 SLOT_OF.update({("activations", v): "fwd_exit" for v in ASSERTS})
 SLOT_OF.update({("activation_grads", v): "bwd_entry" for v in ASSERTS})
+SLOT_OF.update({("activation_grads", v): "bwd_exit" for v in OUTPUT_ASSERTS})
 SLOT_OF.update({("activations", v): slot for v, slot in LOSS_VERBS.items()})
 SLOT_OF.update({("activations", "dispatch"): "fwd_entry", ("activations", "combine"): "fwd_exit",
                 ("activation_grads", "combine"): "bwd_exit", ("activation_grads", "dispatch"): "bwd_entry"})
@@ -100,6 +112,7 @@ SLOTS = ("fwd_entry", "fwd_exit", "bwd_exit", "bwd_entry")
 ETP_VERBS = {("activations", "gather"), ("activations", "reduce"), ("activation_grads", "gather"),
              ("activation_grads", "reduce"), ("activation_grads", "no_reduce"), ("activation_grads", "reduce_copy")}
 ETP_VERBS |= {(t, v) for t in ("activations", "activation_grads") for v in ASSERTS}
+ETP_VERBS |= {("activation_grads", v) for v in OUTPUT_ASSERTS}
 ALL_SLOTS = SLOTS + LOSS_SLOTS + CE_SLOTS + (VOCAB,)
 
 
@@ -173,6 +186,8 @@ def stated_slot(o, region: str, t: tuple[str, ...], sp: bool) -> Slot:
     axes = tuple(o.axes or ())
     if o.verb in ASSERTS:
         return Slot(redistribute(ASSERTS[o.verb], "S" if sp else "R", axes), o.span, o.verb, ASSERTS[o.verb], axes)
+    if o.verb in OUTPUT_ASSERTS:  # read whole by the row-parallel backward, sequence parallelism or not
+        return Slot(redistribute(OUTPUT_ASSERTS[o.verb], "R", axes), o.span, o.verb, OUTPUT_ASSERTS[o.verb], axes)
     if o.verb == OverrideVerb.NO_REDUCE:
         return Slot((), o.span, o.verb)
     if o.verb == OverrideVerb.REDUCE_COPY:

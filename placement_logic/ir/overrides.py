@@ -188,11 +188,13 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
                     # the experts' partial output, on every rank (summed t times)
                     "scale_before_reduce": (True, False), "positional_before_reduce": (True, False),
                     "shared_before_reduce": (True, False)},
-    # their gradients in backward: the input gradient's reduction (reduce, no_reduce, reduce_copy: applied to a
-    # copy), the gather of the output gradient before the row-parallel linear, or an asserted input-gradient type
+    # their gradients in backward: the input gradient's reduction (reduce, no_reduce, reduce_copy: on a copy),
+    # the output gradient's gather, a declared input (assert_*) or output (assert_output_*: to_local) gradient type
     "activation_grads": {"reduce": (True, False), "no_reduce": (False, False), "reduce_copy": (False, False),
                          "gather": (True, False), "assert_replicate": (True, False),
                          "assert_partial": (True, False), "assert_shard": (True, False),
+                         "assert_output_replicate": (True, False), "assert_output_partial": (True, False),
+                         "assert_output_shard": (True, False),
                          "dispatch": (True, False), "combine": (True, False), "all_to_all": (True, False),
                          # the residual's gradient added to the partial input gradient on every rank before its
                          # reduction (check/actpartial.py)
@@ -393,6 +395,9 @@ class OverrideVerb(StrEnum):
     ASSERT_REPLICATE = "assert_replicate"
     ASSERT_PARTIAL = "assert_partial"
     ASSERT_SHARD = "assert_shard"
+    ASSERT_OUTPUT_REPLICATE = "assert_output_replicate"
+    ASSERT_OUTPUT_PARTIAL = "assert_output_partial"
+    ASSERT_OUTPUT_SHARD = "assert_output_shard"
     NO_REDUCE = "no_reduce"
     REDUCE_COPY = "reduce_copy"
     ALL_TO_ALL = "all_to_all"

@@ -9,4 +9,5 @@ from . import (  # noqa: F401
     c05_activations,
     c06_partial_activations,
     c07_gathered_loss,
+    c08_output_grads,
 )
