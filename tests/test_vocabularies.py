@@ -191,7 +191,8 @@ def test_payload_tensors():
                                   PayloadTensor.PARAMS_SHARD, PayloadTensor.GRADS_SHARD, PayloadTensor.ACTIVATION,
                                   PayloadTensor.BOUNDARY, PayloadTensor.BOUNDARY_CHUNK, PayloadTensor.TOKENS,
                                   PayloadTensor.EXPERT_TOKENS, PayloadTensor.TOKEN_SCALARS, PayloadTensor.KV,
-                                  PayloadTensor.ULYSSES, PayloadTensor.ROUTER_STATS}
+                                  PayloadTensor.ULYSSES, PayloadTensor.ROUTER_STATS,
+                                  PayloadTensor.GATHERED_TOKEN_SCALARS}
     assert group_grads("qk_norms") == "grads:qk_norms" and grads_group("grads:qk_norms") == "qk_norms"
     assert grads_group(PayloadTensor.GRADS) is None
     from placement_logic.ir.ulysses_split import payload, rules_of
