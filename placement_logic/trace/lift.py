@@ -72,6 +72,7 @@ from __future__ import annotations
 
 from ..diagnostics import Code
 from .lift_activations import input_grad_reductions, unreduced_input_grads, unreduced_outputs
+from .lift_partialops import partial_ops
 from .lift_asserted import asserted, dropout_seeds
 from .lift_auxloss import aux_lines
 from .lift_blocks import block_lines, find_blocks
@@ -358,6 +359,9 @@ def facts_pass(st: Step, ax: Axes) -> tuple[tuple | None, set[int]]:
                      for r, part in st.ranks.items()}
             items, lines = unreduced_input_grads(st.ranks, first, st.step, st.layout, ax.tp, st.observer,
                                                     st.script)
+        st.items.extend(items)
+        st.activation_lines.extend(lines)
+        items, lines = partial_ops(st.step, st.ranks, st.layout, ax.tp, st.script)  # the bias before the reduce
         st.items.extend(items)
         st.activation_lines.extend(lines)
         rowwise = sorted({c["module"] for c in colls if c.get("module") and c["phase"] == "forward"

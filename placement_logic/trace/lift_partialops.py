@@ -1,0 +1,115 @@
+"""Where a row-parallel layer adds its bias (or a residual) relative to its all-reduce over the tensor axis, as the
+plan's ``activations[R]: bias_before_reduce | residual_before_reduce`` overrides (no torch).
+
+For a layer whose own forward all-reduced a sum over exactly the tensor axis, the recorder keeps linear
+fingerprints (``recorder_partial``): ``f(P_r)`` of its bias-free local product ``x_r W_r^T`` on every rank,
+``f(out)`` of its output, ``f(b)`` of its bias and ``f(h)`` of each tensor argument shaped like its output (a
+residual passed in). With ``t`` ranks in the reduction, the output is ``sum_r P_r`` plus the bias once when it is
+added after the reduction and ``t`` times before it (each rank's summand carrying it), and the same for a
+residual (or not at all: an argument that is no residual). The lift solves
+``f(out) - sum_r f(P_r) = a * rows * f(b) + sum_i c_i f(h_i)`` over ``a`` in {after, before} and ``c_i`` in
+{none, after, before}, within the fingerprints' rounding:
+
+- one order matches (every matching choice agrees on what is added before): the bias (a residual) before the
+  reduction is ``override activations[R]: bias_before_reduce (residual_before_reduce) over (TP)`` at the layer's
+  ``def forward`` (R its region, ``lift_activations.region_of``); the order Megatron-LM uses lifts to nothing;
+- no choice matches (something else added or applied, a norm or an activation on each summand, a residual not
+  passed in), the choices disagree (a zero bias in the step read), the layer cannot be recomputed (no 2-D
+  ``weight`` fitting its input and output) or a rank of the reduction has no fingerprint: reported (PL614) naming
+  the layer, so its region's activation obligations are unknown, never proved.
+
+A layer whose weight is a DTensor (torch's parallel styles) is DTensor's to order: not read here.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+
+from ..ir.overrides import OverrideVerb
+from .lift_activations import _where, region_of
+from .lift_layout import Unliftable, _Layout
+
+RTOL = 1e-4  # the fingerprints' rounding, relative to their magnitudes (float32 layers summed in float64)
+
+
+def _reduction(m: dict, by_seq: dict, layout: _Layout, tp: str, r: int) -> dict | None:
+    """The all-reduce (sum) over exactly ``tp`` that the layer's own forward issued, if any."""
+    for s in m.get("collectives", []):
+        c = by_seq.get(s)
+        if (c is not None and c.get("module") == m.get("name") and c["kind"] == "all_reduce"
+                and c.get("op", "sum") == "sum" and layout.axes_of(c["ranks"], r) == (tp,)):
+            return c
+    return None
+
+
+def _orders(mine: dict, group: list[dict]) -> tuple[set[tuple[str, ...]], float]:
+    """The sets of terms added before the reduction that fit the fingerprints, and the residual's gap."""
+    gap = mine["output"] - sum(p["product"] for p in group)
+    tol = RTOL * (sum(p["product_abs"] for p in group) + mine["output_abs"]) + 1e-9
+    terms = []  # (name, value added after, value added before)
+    if "bias" in mine:
+        terms.append(("bias", [mine["rows"] * mine["bias"], sum(p["rows"] * p.get("bias", 0.0) for p in group)]))
+    for i, h in enumerate(mine.get("residuals", [])):
+        theirs = [p.get("residuals", []) for p in group]
+        if all(len(x) > i for x in theirs):
+            terms.append(("residual", [0.0, h, sum(x[i] for x in theirs)]))
+    fits: set[tuple[str, ...]] = set()
+    for pick in product(*(range(len(v)) for _, v in terms)):
+        total = sum(v[k] for (_, v), k in zip(terms, pick))
+        if abs(gap - total) <= tol:
+            fits.add(tuple(sorted({name for (name, v), k in zip(terms, pick) if k == len(v) - 1 and k > 0})))
+    return fits, gap
+
+
+def partial_ops(step: dict, ranks: dict, layout: _Layout, tp: str,
+                script: str) -> tuple[list[Unliftable], list[tuple[str, list]]]:
+    """(what is reported, the override lines) for the bias or a residual added before a row-parallel all-reduce."""
+    by_seq = {r: {c["seq"]: c for c in ranks[r]["collectives"]} for r in ranks}
+    mods = {r: {m.get("name"): m for m in step.get(r, {}).get("modules", [])} for r in step}
+    items: list[Unliftable] = []
+    lines: list[tuple[str, list]] = []
+    done: set[str] = set()
+    for r in sorted(mods):
+        for name, m in mods[r].items():
+            c = _reduction(m, by_seq.get(r, {}), layout, tp, r)
+            mine = m.get("partial")
+            if c is None or name in done or mine is None or mine.get("dtensor"):
+                continue
+            done.add(name)
+            where = _where(m, script)
+            label = f"{name} ({m.get('class')})"
+            group = [mods.get(g, {}).get(name, {}).get("partial") or {} for g in c["ranks"]]
+            if not all(p.get("recomputed") for p in group):
+                items.append(Unliftable(
+                    (r,), c["seq"], f"the operations on the partial output of {label} over {tp}",
+                    f"its forward all-reduces a sum over {tp}, but its bias-free product cannot be recomputed from "
+                    "its input and a 2-D weight on every rank of the reduction: whether a bias, a residual or a norm "
+                    "is applied to each rank's summand before the all-reduce is not observed", tuple(where)))
+                continue
+            fits, gap = _orders(mine, group)
+            if len(fits) != 1:
+                why = ("the output is not the all-reduced product of its weight slices plus its bias or a residual "
+                       f"argument (a difference of {gap:.6g} in its fingerprint): something else (a norm, an "
+                       "activation, a residual not passed in) is applied to the partial sums or the result"
+                       if not fits else "its bias and residual arguments are too small in the step read to tell "
+                       "whether they are added before or after the reduction")
+                items.append(Unliftable((r,), c["seq"], f"the operations on the partial output of {label} over {tp}",
+                                        f"its forward all-reduces a sum over {tp}; {why}", tuple(where)))
+                continue
+            before = next(iter(fits))
+            if not before:
+                continue
+            region = region_of(name or "", m.get("class", ""))
+            if region not in ("attention", "mlp"):
+                items.append(Unliftable(
+                    (r,), c["seq"], f"the operations on the partial output of {label} over {tp}",
+                    f"its {' and '.join(before)} added to each rank's partial sum before the all-reduce over {tp} "
+                    f"(counted {len(group)} times); its name places it in no layer region (attention, mlp) whose "
+                    "activation override would state it", tuple(where)))
+                continue
+            for term in before:
+                verb = OverrideVerb.BIAS_BEFORE_REDUCE if term == "bias" else OverrideVerb.RESIDUAL_BEFORE_REDUCE
+                lines.append((f"  override activations[{region}]: {verb} over ({tp})  # observed: the {term} of "
+                              f"{label} added to each rank's partial sum before its all-reduce over {tp} "
+                              f"(counted {len(group)} times)", where))
+    return items, lines

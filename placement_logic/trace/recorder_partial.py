@@ -1,0 +1,67 @@
+"""What a row-parallel layer adds to its partial sums before or after its all-reduce (torch).
+
+A layer whose own forward issues an all-reduce (a sum) over plain tensors is a row-parallel linear: each rank
+holds a slice ``W_r`` of the weight's input features and its input ``x_r`` is the matching slice, so the
+reduced output is ``sum_r x_r W_r^T`` plus what the forward adds. Where the bias ``b`` (or a residual passed in
+as an argument) is added decides the output: once after the reduction, ``t`` times before it. The recorder
+recomputes the layer's bias-free local product ``P_r = x_r W_r^T`` (no gradient, no RNG) and keeps linear
+fingerprints of it, of the output, of the bias and of every other tensor argument shaped like the output:
+``f(T) = sum_i sum_j w_j T_ij`` with fixed weights ``w_j`` in [0.5, 1.5). The lift sums the product's over the
+reduction's ranks and solves ``f(out) - sum_r f(P_r)`` for the coefficients of the bias and of the residuals
+(``lift_partialops``). A layer it cannot recompute (no 2-D ``weight`` fitting its input and output) is recorded
+as such, and the lift reports it rather than prove its region.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.distributed.tensor import DTensor
+
+MAX_RESIDUALS = 2  # tensor arguments shaped like the output, fingerprinted as candidate residuals
+
+
+def _weights(n: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1234)
+    return torch.rand(n, generator=g, dtype=torch.float64) + 0.5
+
+
+def _tensors(x) -> list:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for y in x for t in _tensors(y)]
+    if isinstance(x, dict):
+        return _tensors(list(x.values()))
+    return []
+
+
+def _f(t: torch.Tensor, w: torch.Tensor) -> tuple[float, float]:
+    """(the fingerprint, its magnitude: the same sum of absolute values) of ``t`` over its last dimension."""
+    v = t.detach().to(torch.float64).reshape(-1, w.numel())
+    return float((v @ w).sum()), float((v.abs() @ w).sum())
+
+
+def partial_ops(module, args, output) -> dict:
+    """The fingerprints of a layer whose forward all-reduced a value: ``{"recomputed": False}`` where its
+    bias-free product cannot be recomputed from its first input and its ``weight``."""
+    weight = getattr(module, "weight", None)
+    if isinstance(weight, DTensor):  # torch's parallel styles: DTensor orders the bias and the reduction itself
+        return {"recomputed": False, "dtensor": True}
+    ins, outs = _tensors(args), _tensors(output)
+    if (not isinstance(weight, torch.Tensor) or isinstance(weight, DTensor) or weight.dim() != 2 or not ins
+            or not outs or any(isinstance(t, DTensor) for t in ins[:1] + outs[:1])
+            or ins[0].shape[-1:] != weight.shape[1:] or outs[0].shape[-1:] != weight.shape[:1]
+            or outs[0].shape[:-1] != ins[0].shape[:-1]):
+        return {"recomputed": False}
+    w = _weights(weight.shape[0])
+    with torch.no_grad():
+        product = torch.nn.functional.linear(ins[0].detach().to(torch.float64), weight.detach().to(torch.float64))
+    rec = {"recomputed": True, "rows": int(outs[0].numel() // weight.shape[0])}
+    rec["product"], rec["product_abs"] = _f(product, w)
+    rec["output"], rec["output_abs"] = _f(outs[0], w)
+    bias = getattr(module, "bias", None)
+    if isinstance(bias, torch.Tensor) and not isinstance(bias, DTensor) and tuple(bias.shape) == weight.shape[:1]:
+        rec["bias"], _ = _f(bias, w)
+    residuals = [t for t in ins[1:] if not isinstance(t, DTensor) and t.shape == outs[0].shape][:MAX_RESIDUALS]
+    rec["residuals"] = [_f(t, w)[0] for t in residuals]
+    return rec
