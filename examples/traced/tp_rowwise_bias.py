@@ -1,10 +1,19 @@
-"""Tensor parallelism written by hand: a column-parallel linear, then a row-parallel one whose
-partial outputs are all-reduced over the tensor axis in its forward (Megatron's
-reduce-from-model-parallel region: an all-reduce in forward, the identity in backward).
+"""Bug: tensor parallelism written by hand whose row-parallel linear adds its bias to every rank's
+partial sum before the all-reduce over the tensor axis (tp_rowwise.py with the bias moved into
+F.linear): the reduced output is x W^T + tp*b, not x W^T + b. Modelled on slapo's row-parallel
+linear (awslabs/slapo#10) and TransformerEngine's JAX GEMM with a fused bias before the all-reduce
+(NVIDIA/TransformerEngine#2230); examples/bugs/slapo_row_linear_bias_reduced.place states it.
 
-Every rank sees the same batch; each holds its slice of fc1's output features and of fc2's
-input features (sliced from one model built from one seed), and the biases whole.
+Options: --residual (the bias added after the all-reduce, but the residual, passed to fc2, added to
+every rank's partial sum before it), --fixed (the bias and the residual added after the all-reduce,
+as Megatron-LM does), --tanh (tanh applied to every rank's partial sum before the all-reduce: an
+operation the recorder does not recompute).
+
+Every rank sees the same batch; each holds its slice of fc1's output features and of fc2's input
+features (sliced from one model built from one seed), and the biases whole.
 """
+
+import sys
 
 import torch
 import torch.distributed as dist
@@ -13,7 +22,7 @@ from tensor_ranks import ReduceFromTensorRanks
 from torch import nn
 
 HIDDEN, FFN, OUT, BATCH = 16, 32, 8, 4
-REDUCE_ROW_OUTPUT = True  # the row-parallel linear's partial sums all-reduced over the tensor ranks
+MODE = next((a[2:] for a in sys.argv[1:] if a in ("--residual", "--fixed", "--tanh")), "bias")
 
 
 class ColumnLinear(nn.Module):
@@ -34,9 +43,14 @@ class RowLinear(nn.Module):
         self.weight = nn.Parameter(full.weight.detach()[:, rank * cols:(rank + 1) * cols].clone())
         self.bias = nn.Parameter(full.bias.detach().clone())
 
-    def forward(self, x):
-        out = F.linear(x, self.weight, self.bias)  # the bug: the bias added to every rank's partial sum
-        return ReduceFromTensorRanks.apply(out)
+    def forward(self, x, residual):
+        if MODE == "bias":  # the bug: the bias added to every rank's partial sum
+            return ReduceFromTensorRanks.apply(F.linear(x, self.weight, self.bias)) + residual
+        if MODE == "residual":  # the bug: the residual added to every rank's partial sum
+            return ReduceFromTensorRanks.apply(F.linear(x, self.weight) + residual) + self.bias
+        if MODE == "tanh":  # the bug: a nonlinearity on every rank's partial sum
+            return ReduceFromTensorRanks.apply(torch.tanh(F.linear(x, self.weight))) + self.bias + residual
+        return ReduceFromTensorRanks.apply(F.linear(x, self.weight)) + self.bias + residual
 
 
 class MLP(nn.Module):
@@ -47,7 +61,7 @@ class MLP(nn.Module):
         self.fc2 = RowLinear(nn.Linear(FFN, OUT), rank, world)
 
     def forward(self, x):
-        return self.fc2(F.gelu(self.fc1(x)))
+        return self.fc2(F.gelu(self.fc1(x)), x[:, :OUT])
 
 
 dist.init_process_group("gloo")

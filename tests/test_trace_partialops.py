@@ -1,0 +1,160 @@
+"""Where a traced row-parallel layer adds its bias (or a residual) relative to its all-reduce over the tensor axis
+(placement_logic/trace/recorder_partial.py, lift_partialops.py).
+
+The fast tests give the lift fingerprints computed by hand (the arithmetic in the comments); the torch ones
+compute a row-parallel linear over two simulated ranks concretely (the full layer, its slices, both orders) and
+run examples/traced/tp_rowwise_bias.py: refuted for the bias or the residual added before the all-reduce, proved
+in the order Megatron-LM uses, unknown (PL614) where the output is not the product plus those terms. Never proved
+where the order is not observed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_trace_facts import _layers, _line, run, stored
+
+from placement_logic.trace.lift import lift
+from placement_logic.trace.lift_partialops import _orders
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = "tp_rowwise_bias.py"
+WHAT = "the operations on the partial output of fc2 (RowLinear) over tp"
+
+
+def _fingerprinted(output: float, bias: float | None = 0.5, residuals: tuple = (), recomputed: bool = True) -> dict:
+    """fc2 all-reduced over tp in its forward on both ranks, its bias-free products' fingerprints 3 (rank 0) and 5
+    (rank 1), 4 rows, the bias's fingerprint ``bias`` on both ranks, its output's ``output``."""
+    trace = _layers(stored(), fc2_output_equal=True, fc2_reduced=True, losses_equal=True)
+    for part in trace["ranks"]:
+        fc2 = part["steps"][-1]["modules"][1]
+        fc2["partial"] = {"recomputed": recomputed}
+        if recomputed:
+            fc2["partial"].update(rows=4, product=3.0 + 2 * part["rank"], product_abs=10.0, output=output,
+                                  output_abs=20.0, residuals=list(residuals))
+            if bias is not None:
+                fc2["partial"]["bias"] = bias
+    return trace
+
+
+def _lifted(trace: dict):
+    lifted = lift(trace)
+    return lifted, [u for u in lifted.unliftable if u.what.startswith("the operations on the partial output")]
+
+
+def test_the_bias_added_once_after_the_reduce_lifts_to_nothing():
+    # sum of products 3 + 5 = 8; the bias once: 4 rows * 0.5 = 2; output 10
+    lifted, named = _lifted(_fingerprinted(10.0))
+    assert not named and "_before_reduce" not in lifted.text, lifted.unliftable
+
+
+@pytest.mark.slow
+def test_the_bias_added_on_every_rank_is_lifted_and_refuted(tmp_path):
+    # the bias on both ranks' summands: 8 + 2 * (4 * 0.5) = 12
+    lifted, named = _lifted(_fingerprinted(12.0))
+    line = "  override activations[mlp]: bias_before_reduce over (tp)"
+    assert not named and line in lifted.text, lifted.unliftable
+    spec = tmp_path / "lifted.place"
+    spec.write_text(lifted.text)
+    status, out, _ = run(["check", str(spec)])
+    assert status == 1 and "refuted GI activations[mlp]: bias_before_reduce" in out, out
+
+
+@pytest.mark.parametrize("output,verb", [
+    (13.0, "residual_before_reduce"),  # 8 + bias once 2 + the residual 1.5 on both ranks 3 = 13
+    (11.5, None),                      # 8 + 2 + 1.5 once = 11.5
+    (15.0, "bias_before_reduce, residual_before_reduce"),  # 8 + 4 + 3 = 15
+])
+def test_a_residual_argument_is_placed_by_its_coefficient(output, verb):
+    lifted, named = _lifted(_fingerprinted(output, residuals=(1.5,)))
+    assert not named, lifted.unliftable
+    found = sorted(v for v in ("bias_before_reduce", "residual_before_reduce")
+                   if f"override activations[mlp]: {v} over (tp)" in lifted.text)
+    assert found == (verb.split(", ") if verb else []), lifted.text
+
+
+@pytest.mark.parametrize("partial,why", [
+    ({"output": 11.0}, "is not the all-reduced product"),       # 11 - 8 = 3: neither 2 (once) nor 4 (twice)
+    ({"output": 8.0, "bias": 0.0}, "too small"),                 # a zero bias: 8 + 0 either way
+    ({"output": 10.0, "recomputed": False}, "cannot be recomputed"),
+])
+def test_an_order_not_observed_is_unknown_never_proved(partial, why):
+    """Named at the layer's forward and stated `unobserved` in the plan (whose check is then unknown: the real
+    script's run below)."""
+    lifted, named = _lifted(_fingerprinted(**partial))
+    assert len(named) == 1 and why in named[0].reason, lifted.unliftable
+    assert named[0].what == WHAT and named[0].where == "examples/traced/tp_rowwise_unreduced.py:49"
+    assert f'unobserved "{WHAT}' in lifted.text and "_before_reduce" not in lifted.text
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("order", ["after", "bias", "residual"])
+def test_fingerprints_of_a_concrete_row_parallel_linear(order):
+    """Two ranks simulated in one process: each holds half of the input features of one 6 -> 3 linear; the
+    output is computed concretely in each order and the fingerprints tell them apart."""
+    torch = pytest.importorskip("torch")
+    from placement_logic.trace.recorder_partial import partial_ops
+
+    g = torch.Generator().manual_seed(7)
+    full_w, b = torch.randn(3, 6, generator=g), torch.randn(3, generator=g)
+    x, h = torch.randn(4, 6, generator=g), torch.randn(4, 3, generator=g)
+    shards = [(x[:, 3 * r:3 * r + 3], full_w[:, 3 * r:3 * r + 3]) for r in range(2)]
+    summed = sum(xs @ ws.T for xs, ws in shards)  # x W^T of the whole layer, from its slices
+    assert torch.allclose(summed, x @ full_w.T, atol=1e-5)
+    out = summed + {"after": b + h, "bias": 2 * b + h, "residual": b + 2 * h}[order]
+    recs = []
+    for xs, ws in shards:
+        layer = torch.nn.Linear(3, 3)
+        with torch.no_grad():
+            layer.weight.copy_(ws)
+            layer.bias.copy_(b)
+        recs.append(partial_ops(layer, (xs, h), out))
+    fits, _ = _orders(recs[0], recs)
+    assert fits == {{"after": (), "bias": ("bias",), "residual": ("residual",)}[order]}
+
+
+def _trace(argv: list[str], tmp_path):
+    spec = tmp_path / "lifted.place"
+    status, out, err = run(["trace", "--nproc", "2", "--check", "--spec-file", str(spec), "--",
+                            "python", f"examples/traced/{SCRIPT}", *argv])
+    return status, out, err, spec.read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("argv,verb", [([], "bias_before_reduce"), (["--residual"], "residual_before_reduce")])
+def test_an_addition_before_the_all_reduce_is_refuted_at_the_layer(argv, verb, tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.chdir(ROOT)
+    status, out, err, spec = _trace(argv, tmp_path)
+    assert status == 1 and "[PL614]" not in err, out + err
+    line = _line(SCRIPT, "def forward(self, x, residual):")
+    assert f"1 finding in examples/traced/{SCRIPT}:" in out, out
+    assert f"examples/traced/{SCRIPT}:{line}: refuted GI activations[mlp]: {verb}: " in out, out
+    assert f"  override activations[mlp]: {verb} over (tp)" in spec
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_the_bias_and_residual_after_the_all_reduce_are_proved(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.chdir(ROOT)
+    status, out, err, spec = _trace(["--fixed"], tmp_path)
+    assert status == 0 and "[PL614]" not in err and "proved for all mesh sizes" in out, out + err
+    assert "_before_reduce" not in spec and "  tp: megatron_tp" in spec
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_a_nonlinearity_on_the_partial_sums_is_unknown(tmp_path, monkeypatch):
+    """tanh on each rank's summand: the output is not the product plus the bias or the residual; named, never
+    proved."""
+    pytest.importorskip("torch")
+    monkeypatch.chdir(ROOT)
+    status, out, err, spec = _trace(["--tanh"], tmp_path)
+    line = _line(SCRIPT, "def forward(self, x, residual):")
+    assert status == 3 and f"examples/traced/{SCRIPT}:{line}:1: error: not lifted: {WHAT} " in err, out + err
+    assert "proved for all mesh sizes" not in out and f'unobserved "{WHAT}' in spec
+    status, out, _ = run(["check", str(tmp_path / "lifted.place")])
+    assert status == 3 and out.rstrip().endswith("UNKNOWN"), out
