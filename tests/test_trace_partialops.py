@@ -88,6 +88,42 @@ def test_an_order_not_observed_is_unknown_never_proved(partial, why):
     assert f'unobserved "{WHAT}' in lifted.text and "_before_reduce" not in lifted.text
 
 
+def _caller_reduced(summands: tuple[float, float], bias: float = 0.5, sums: bool = True) -> dict:
+    """fc2 (a bias, no collective of its own) whose output the caller all-reduces over tp: on rank r its bias-free
+    product's fingerprint 3 + 2r, its output's ``summands[r]``, 4 rows, the bias's fingerprint ``bias``; the
+    all-reduce's input checksums those of fc2's output (``sums``: else another tensor's)."""
+    trace = _layers(stored(), fc2_output_equal=False, fc2_reduced=True, losses_equal=True)
+    for part in trace["ranks"]:
+        r, st = part["rank"], part["steps"][-1]
+        fc2 = st["modules"][1]
+        seq = fc2.pop("collectives")[0]
+        fc2["partial"] = {"recomputed": True, "rows": 4, "product": 3.0 + 2 * r, "product_abs": 10.0,
+                          "output": summands[r], "output_abs": 20.0, "bias": bias, "residuals": [],
+                          "sums": [summands[r], 1.0, 2.0]}
+        c = next(c for c in part["collectives"] if c["seq"] == seq)
+        c["sums"] = [summands[r], 1.0, 2.0] if sums else [99.0, 1.0, 2.0]
+        c.pop("module", None)
+    return trace
+
+
+@pytest.mark.parametrize("summands,bias,sums,want", [
+    ((5.0, 7.0), 0.5, True, "bias_before_reduce"),  # each summand its product plus 4 * 0.5: 3 + 2, 5 + 2
+    ((5.0, 5.0), 0.5, True, None),                  # the bias on rank 0 alone: 3 + 2, 5 + 0 (Megatron's one rank)
+    ((3.0, 5.0), 0.5, True, None),                  # no bias in the summands (added after the reduction)
+    ((5.0, 7.0), 0.5, False, None),                 # the all-reduce's input is not fc2's output: not read
+    ((3.0, 6.0), 0.5, True, "unknown"),             # 1 over the products: neither 0, 2 nor 4
+    ((3.0, 5.0), 0.0, True, "too small"),           # a zero bias: 0 however many summands carry it
+])
+def test_the_bias_in_every_summand_the_caller_reduces(summands, bias, sums, want):
+    lifted, named = _lifted(_caller_reduced(summands, bias, sums))
+    line = "  override activations[mlp]: bias_before_reduce over (tp)"
+    assert (line in lifted.text) == (want == "bias_before_reduce"), lifted.text
+    unknown = {"unknown": "not its bias-free product plus its bias", "too small": "too small"}.get(want)
+    assert bool(named) == bool(unknown), lifted.unliftable
+    if named:
+        assert unknown in named[0].reason and f'unobserved "{WHAT}' in lifted.text
+
+
 @pytest.mark.torch
 @pytest.mark.parametrize("order", ["after", "bias", "residual"])
 def test_fingerprints_of_a_concrete_row_parallel_linear(order):
@@ -114,6 +150,25 @@ def test_fingerprints_of_a_concrete_row_parallel_linear(order):
     assert fits == {{"after": (), "bias": ("bias",), "residual": ("residual",)}[order]}
 
 
+@pytest.mark.torch
+def test_a_layer_reduced_by_its_caller_is_fingerprinted_with_its_output_checksums():
+    """A linear with a bias and no all-reduce of its own: its output's linear checksums are those the recorder
+    keeps for an all-reduce of that output (recorder_router.linear_sums), and its output minus its bias-free
+    product is its bias; a linear without a bias is not recorded."""
+    torch = pytest.importorskip("torch")
+    from placement_logic.trace.recorder_partial import partial_ops
+    from placement_logic.trace.recorder_router import linear_sums
+
+    layer = torch.nn.Linear(3, 2)
+    x = torch.randn(5, 3, generator=torch.Generator().manual_seed(3))
+    out = layer(x)
+    rec = partial_ops(layer, (x,), out, reduced=False)
+    assert rec["sums"] == linear_sums(out.clone())
+    assert abs(rec["output"] - rec["product"] - rec["rows"] * rec["bias"]) < 1e-5 * rec["output_abs"]
+    assert rec["rows"] == 5
+    assert partial_ops(torch.nn.Linear(3, 2, bias=False), (x,), out, reduced=False) is None
+
+
 def _trace(argv: list[str], tmp_path):
     spec = tmp_path / "lifted.place"
     status, out, err = run(["trace", "--nproc", "2", "--check", "--spec-file", str(spec), "--",
@@ -123,8 +178,10 @@ def _trace(argv: list[str], tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.torch
-@pytest.mark.parametrize("argv,verb", [([], "bias_before_reduce"), (["--residual"], "residual_before_reduce")])
+@pytest.mark.parametrize("argv,verb", [([], "bias_before_reduce"), (["--residual"], "residual_before_reduce"),
+                                       (["--caller"], "bias_before_reduce")])
 def test_an_addition_before_the_all_reduce_is_refuted_at_the_layer(argv, verb, tmp_path, monkeypatch):
+    """In fc2's own forward (the bias, the residual passed in) or in every summand its caller all-reduces."""
     pytest.importorskip("torch")
     monkeypatch.chdir(ROOT)
     status, out, err, spec = _trace(argv, tmp_path)
@@ -137,10 +194,11 @@ def test_an_addition_before_the_all_reduce_is_refuted_at_the_layer(argv, verb, t
 
 @pytest.mark.slow
 @pytest.mark.torch
-def test_the_bias_and_residual_after_the_all_reduce_are_proved(tmp_path, monkeypatch):
+@pytest.mark.parametrize("argv", [["--fixed"], ["--caller-fixed"]])
+def test_the_bias_and_residual_after_the_all_reduce_are_proved(argv, tmp_path, monkeypatch):
     pytest.importorskip("torch")
     monkeypatch.chdir(ROOT)
-    status, out, err, spec = _trace(["--fixed"], tmp_path)
+    status, out, err, spec = _trace(argv, tmp_path)
     assert status == 0 and "[PL614]" not in err and "proved for all mesh sizes" in out, out + err
     assert "_before_reduce" not in spec and "  tp: megatron_tp" in spec
 

@@ -7,7 +7,9 @@ linear (awslabs/slapo#10) and TransformerEngine's JAX GEMM with a fused bias bef
 Options: --residual (the bias added after the all-reduce, but the residual, passed to fc2, added to
 every rank's partial sum before it), --fixed (the bias and the residual added after the all-reduce,
 as Megatron-LM does), --tanh (tanh applied to every rank's partial sum before the all-reduce: an
-operation the recorder does not recompute).
+operation the recorder does not recompute), --caller (fc2 returns its partial sum with the bias and
+the MLP all-reduces it), --caller-fixed (fc2 returns its bias-free partial sum, the MLP adds the bias
+after the all-reduce).
 
 Every rank sees the same batch; each holds its slice of fc1's output features and of fc2's input
 features (sliced from one model built from one seed), and the biases whole.
@@ -22,7 +24,8 @@ from tensor_ranks import ReduceFromTensorRanks
 from torch import nn
 
 HIDDEN, FFN, OUT, BATCH = 16, 32, 8, 4
-MODE = next((a[2:] for a in sys.argv[1:] if a in ("--residual", "--fixed", "--tanh")), "bias")
+MODES = ("--residual", "--fixed", "--tanh", "--caller", "--caller-fixed")
+MODE = next((a[2:] for a in sys.argv[1:] if a in MODES), "bias")
 
 
 class ColumnLinear(nn.Module):
@@ -44,6 +47,10 @@ class RowLinear(nn.Module):
         self.bias = nn.Parameter(full.bias.detach().clone())
 
     def forward(self, x, residual):
+        if MODE == "caller":  # the bug: the partial sum with the bias, all-reduced by the caller
+            return F.linear(x, self.weight, self.bias)
+        if MODE == "caller-fixed":
+            return F.linear(x, self.weight)
         if MODE == "bias":  # the bug: the bias added to every rank's partial sum
             return ReduceFromTensorRanks.apply(F.linear(x, self.weight, self.bias)) + residual
         if MODE == "residual":  # the bug: the residual added to every rank's partial sum
@@ -61,6 +68,10 @@ class MLP(nn.Module):
         self.fc2 = RowLinear(nn.Linear(FFN, OUT), rank, world)
 
     def forward(self, x):
+        if MODE == "caller":
+            return ReduceFromTensorRanks.apply(self.fc2(F.gelu(self.fc1(x)), None)) + x[:, :OUT]
+        if MODE == "caller-fixed":
+            return ReduceFromTensorRanks.apply(self.fc2(F.gelu(self.fc1(x)), None)) + self.fc2.bias + x[:, :OUT]
         return self.fc2(F.gelu(self.fc1(x)), x[:, :OUT])
 
 

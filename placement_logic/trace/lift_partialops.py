@@ -61,14 +61,74 @@ def _orders(mine: dict, group: list[dict]) -> tuple[set[tuple[str, ...]], float]
     return fits, gap
 
 
+def _summands(step: dict, ranks: dict, layout: _Layout, tp: str, mods: dict) -> list[tuple[int, dict, dict]]:
+    """(rank, layer, all-reduce) for each forward sum all-reduce over exactly ``tp`` whose input is the output of a
+    layer with a bias (the same linear checksums) that did not issue it, the layer's input differing between the
+    tensor ranks (row-parallel): the caller reduces the layer's output."""
+    found = []
+    for r in sorted(mods):
+        no = step.get(r, {}).get("step")
+        outs = {tuple(m["partial"]["sums"]): m for m in mods[r].values() if (m.get("partial") or {}).get("sums")}
+        other = layout.neighbour(r, tp)
+        for c in ranks[r]["collectives"]:
+            m = outs.get(tuple(c.get("sums") or ()))
+            if (m is None or c["step"] != no or c["phase"] != "forward" or c["kind"] != "all_reduce"
+                    or c.get("op", "sum") != "sum" or layout.axes_of(c["ranks"], r) != (tp,)
+                    or c["seq"] in m.get("collectives", [])):
+                continue
+            theirs = mods.get(other, {}).get(m.get("name")) or {}
+            if m.get("input") is not None and theirs.get("input") not in (None, m["input"]):
+                found.append((r, m, c))
+    return found
+
+
+def _caller_reduced(found, mods: dict, tp: str, script: str, done: set[str]):
+    """The bias of a layer whose output its caller all-reduces: in every summand (each rank's output carries it),
+    in one, or in none."""
+    items: list[Unliftable] = []
+    lines: list[tuple[str, list]] = []
+    for r, m, c in found:
+        name = m.get("name")
+        if name in done:
+            continue
+        done.add(name)
+        group = [(mods.get(g, {}).get(name) or {}).get("partial") or {} for g in c["ranks"]]
+        label, where = f"{name} ({m.get('class')})", _where(m, script)
+        what = f"the operations on the partial output of {label} over {tp}"
+        if not all(p.get("recomputed") and "bias" in p for p in group):
+            items.append(Unliftable((r,), c["seq"], what, f"its output is all-reduced over {tp} by its caller, but "
+                                    "its bias and bias-free product were not recorded on every rank of the reduction: "
+                                    "whether each rank's summand carries the bias is not observed", tuple(where)))
+            continue
+        mine = m["partial"]
+        gap = sum(p["output"] - p["product"] for p in group)
+        tol = RTOL * sum(p["product_abs"] + p["output_abs"] for p in group) + 1e-9
+        once, every = mine["rows"] * mine["bias"], sum(p["rows"] * p["bias"] for p in group)
+        fits = {k for k, v in (("none", 0.0), ("once", once), ("every", every)) if abs(gap - v) <= tol}
+        if fits == {"every"}:
+            region = region_of(name or "", m.get("class", ""))
+            if region in ("attention", "mlp"):
+                lines.append((f"  override activations[{region}]: {OverrideVerb.BIAS_BEFORE_REDUCE} over ({tp})  # "
+                              f"observed: the bias of {label} in each rank's partial sum, all-reduced over {tp} by "
+                              f"its caller (counted {len(group)} times)", where))
+                continue
+        elif fits and "every" not in fits:
+            continue
+        why = ("its name places it in no layer region (attention, mlp) whose activation override would state it"
+               if fits == {"every"} else "the bias is too small in the step read to tell how many summands carry it"
+               if fits else "the summands are not its bias-free product plus its bias: something else is applied")
+        items.append(Unliftable((r,), c["seq"], what, f"its output, on each rank a partial sum, is all-reduced over "
+                                f"{tp} by its caller; {why}", tuple(where)))
+    return items, lines
+
+
 def partial_ops(step: dict, ranks: dict, layout: _Layout, tp: str,
                 script: str) -> tuple[list[Unliftable], list[tuple[str, list]]]:
     """(what is reported, the override lines) for the bias or a residual added before a row-parallel all-reduce."""
     by_seq = {r: {c["seq"]: c for c in ranks[r]["collectives"]} for r in ranks}
     mods = {r: {m.get("name"): m for m in step.get(r, {}).get("modules", [])} for r in step}
-    items: list[Unliftable] = []
-    lines: list[tuple[str, list]] = []
     done: set[str] = set()
+    items, lines = _caller_reduced(_summands(step, ranks, layout, tp, mods), mods, tp, script, done)
     for r in sorted(mods):
         for name, m in mods[r].items():
             c = _reduction(m, by_seq.get(r, {}), layout, tp, r)

@@ -105,18 +105,21 @@ class Modules:
                     rec["output"] = _sum_of(_first_tensor(output))
                     rec["collectives"] = [c["seq"] for c in self.collectives if c["seq"] >= first]
                     args = rec.pop("_args", ())
-                    if any(c["seq"] >= first and c.get("_module") == id(module) and c["kind"] == "all_reduce"
-                           and c.get("op", "sum") == "sum" for c in self.collectives):
-                        rec["partial"] = self._partial_ops(module, args, output)
+                    reduced = any(c["seq"] >= first and c.get("_module") == id(module) and c["kind"] == "all_reduce"
+                                  and c.get("op", "sum") == "sum" for c in self.collectives)
+                    partial = self._partial_ops(module, args, output, reduced)
+                    if partial is not None:
+                        rec["partial"] = partial
                 return
 
-    def _partial_ops(self, module, args, output) -> dict:
-        """The fingerprints of a layer that all-reduced a sum in its own forward (``recorder_partial``)."""
+    def _partial_ops(self, module, args, output, reduced: bool) -> dict | None:
+        """The fingerprints of a layer that all-reduced a sum in its own forward, or of one with a bias
+        (``recorder_partial``)."""
         self._busy = True  # the recomputed product is none of the script's ops
         try:
-            return partial_ops(module, args, output)
+            return partial_ops(module, args, output, reduced)
         except (RuntimeError, TypeError, ValueError):  # a tensor without values (meta, fake)
-            return {"recomputed": False}
+            return {"recomputed": False} if reduced else None
         finally:
             self._busy = False
 

@@ -10,12 +10,19 @@ fingerprints of it, of the output, of the bias and of every other tensor argumen
 reduction's ranks and solves ``f(out) - sum_r f(P_r)`` for the coefficients of the bias and of the residuals
 (``lift_partialops``). A layer it cannot recompute (no 2-D ``weight`` fitting its input and output) is recorded
 as such, and the lift reports it rather than prove its region.
+
+A layer with a 2-D ``weight`` and a bias whose forward issues no all-reduce gets the same fingerprints and the
+linear checksums of its output (``sums``, ``recorder_router.linear_sums``): where a later forward all-reduce's
+input has the same checksums (``note_sums``), the layer's output is that all-reduce's summand, reduced by the
+caller (the bias then in every summand when each rank's output carries it).
 """
 
 from __future__ import annotations
 
 import torch
 from torch.distributed.tensor import DTensor
+
+from .recorder_router import LIMIT, linear_sums
 
 MAX_RESIDUALS = 2  # tensor arguments shaped like the output, fingerprinted as candidate residuals
 
@@ -41,27 +48,34 @@ def _f(t: torch.Tensor, w: torch.Tensor) -> tuple[float, float]:
     return float((v @ w).sum()), float((v.abs() @ w).sum())
 
 
-def partial_ops(module, args, output) -> dict:
-    """The fingerprints of a layer whose forward all-reduced a value: ``{"recomputed": False}`` where its
-    bias-free product cannot be recomputed from its first input and its ``weight``."""
+def partial_ops(module, args, output, reduced: bool = True) -> dict | None:
+    """The fingerprints of a layer whose forward all-reduced a value (``reduced``): ``{"recomputed": False}`` where
+    its bias-free product cannot be recomputed from its first input and its ``weight``; of another layer with a
+    bias (None where it has none or cannot be recomputed), with its output's linear checksums."""
     weight = getattr(module, "weight", None)
     if isinstance(weight, DTensor):  # torch's parallel styles: DTensor orders the bias and the reduction itself
-        return {"recomputed": False, "dtensor": True}
+        return {"recomputed": False, "dtensor": True} if reduced else None
     ins, outs = _tensors(args), _tensors(output)
-    if (not isinstance(weight, torch.Tensor) or isinstance(weight, DTensor) or weight.dim() != 2 or not ins
+    if (not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not ins
             or not outs or any(isinstance(t, DTensor) for t in ins[:1] + outs[:1])
+            or not ins[0].is_floating_point() or not outs[0].is_floating_point()
             or ins[0].shape[-1:] != weight.shape[1:] or outs[0].shape[-1:] != weight.shape[:1]
             or outs[0].shape[:-1] != ins[0].shape[:-1]):
-        return {"recomputed": False}
+        return {"recomputed": False} if reduced else None
+    bias = getattr(module, "bias", None)
+    has_bias = isinstance(bias, torch.Tensor) and not isinstance(bias, DTensor) and tuple(bias.shape) == weight.shape[:1]
+    if not reduced and (not has_bias or not 1 < outs[0].numel() <= LIMIT):
+        return None
     w = _weights(weight.shape[0])
     with torch.no_grad():
         product = torch.nn.functional.linear(ins[0].detach().to(torch.float64), weight.detach().to(torch.float64))
     rec = {"recomputed": True, "rows": int(outs[0].numel() // weight.shape[0])}
     rec["product"], rec["product_abs"] = _f(product, w)
     rec["output"], rec["output_abs"] = _f(outs[0], w)
-    bias = getattr(module, "bias", None)
-    if isinstance(bias, torch.Tensor) and not isinstance(bias, DTensor) and tuple(bias.shape) == weight.shape[:1]:
+    if has_bias:
         rec["bias"], _ = _f(bias, w)
+    if not reduced:
+        rec["sums"] = linear_sums(outs[0])
     residuals = [t for t in ins[1:] if not isinstance(t, DTensor) and t.shape == outs[0].shape][:MAX_RESIDUALS]
     rec["residuals"] = [_f(t, w)[0] for t in residuals]
     return rec

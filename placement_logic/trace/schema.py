@@ -75,7 +75,8 @@ _STEP = {"step": (int, True), "seed": (int, False),
                        "stack": ([_FRAME], False), "at": (_FRAME, False),
                        "partial": ({"recomputed": (bool, True), "dtensor": (bool, False), "rows": (int, False),
                                     "product": (_NUM, False), "product_abs": (_NUM, False), "output": (_NUM, False),
-                                    "output_abs": (_NUM, False), "bias": (_NUM, False), "residuals": ([_NUM], False)},
+                                    "output_abs": (_NUM, False), "bias": (_NUM, False), "residuals": ([_NUM], False),
+                                    "sums": ([_NUM], False)},
                                    False)}], False)}
 _MESH = {"shape": ([int], True), "dim_names": ([str], False), "ranks": (list, True)}
 _RANK = {"rank": (int, True), "world": (int, True), "meshes": ([_MESH], True), "collectives": ([_COLLECTIVE], True),
