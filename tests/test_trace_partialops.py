@@ -88,6 +88,52 @@ def test_an_order_not_observed_is_unknown_never_proved(partial, why):
     assert f'unobserved "{WHAT}' in lifted.text and "_before_reduce" not in lifted.text
 
 
+@pytest.mark.parametrize("origins,reported", [
+    (("mm", "mm"), False),   # both ranks summed a product alone (through copies): nothing added before
+    (("mm", "add"), True),   # rank 1's summand an addition's result
+    (("", ""), True),        # no op seen
+])
+def test_a_layer_not_recomputed_is_read_from_the_op_that_wrote_its_summand(origins, reported):
+    trace = _fingerprinted(10.0, recomputed=False)
+    for part in trace["ranks"]:
+        seq = part["steps"][-1]["modules"][1]["collectives"][0]
+        next(c for c in part["collectives"] if c["seq"] == seq)["origin"] = origins[part["rank"]]
+    lifted, named = _lifted(trace)
+    assert bool(named) == reported and "_before_reduce" not in lifted.text, lifted.unliftable
+    if named:
+        assert "cannot be recomputed" in named[0].reason
+
+
+@pytest.mark.torch
+def test_the_op_that_wrote_a_value_is_followed_through_copies():
+    """Under a dispatch mode noting every op: a product cloned (ReduceFromTensorRanks' clone), a product viewed,
+    a product plus a bias (F.linear with a bias: addmm), a product with a bias added in place."""
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from placement_logic.trace.recorder_partial import note_origin, origin_of
+
+    origins: dict = {}
+
+    class Noting(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            note_origin(origins, func.overloadpacket.__name__, args, out)
+            return out
+
+    x, w, b = torch.randn(4, 3), torch.randn(2, 3), torch.randn(2)
+    with Noting():
+        cloned = torch.nn.functional.linear(x, w).clone()
+        viewed = torch.nn.functional.linear(x.view(2, 2, 3), w).reshape(-1)
+        fused = torch.nn.functional.linear(x, w, b).clone()
+        in_place = torch.nn.functional.linear(x, w)
+        in_place += b
+    assert origin_of(origins, cloned) in ("mm", "matmul")
+    assert origin_of(origins, viewed) in ("mm", "bmm", "matmul")
+    assert origin_of(origins, fused) == "addmm"
+    assert origin_of(origins, in_place) == "add_"
+
+
 def _caller_reduced(summands: tuple[float, float], bias: float = 0.5, sums: bool = True) -> dict:
     """fc2 (a bias, no collective of its own) whose output the caller all-reduces over tp: on rank r its bias-free
     product's fingerprint 3 + 2r, its output's ``summands[r]``, 4 rows, the bias's fingerprint ``bias``; the

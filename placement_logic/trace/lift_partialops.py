@@ -13,10 +13,14 @@ residual (or not at all: an argument that is no residual). The lift solves
 - one order matches (every matching choice agrees on what is added before): the bias (a residual) before the
   reduction is ``override activations[R]: bias_before_reduce (residual_before_reduce) over (TP)`` at the layer's
   ``def forward`` (R its region, ``lift_activations.region_of``); the order Megatron-LM uses lifts to nothing;
+- a layer it cannot recompute (no 2-D ``weight`` fitting its input and output: experts' einsums, a module holding
+  several weights) whose all-reduce summed, on every rank of the reduction, a value a product wrote (``mm``,
+  ``bmm``, ``matmul``; through copies, the collective's ``origin``): nothing was added before the reduction, as
+  Megatron-LM's order;
 - no choice matches (something else added or applied, a norm or an activation on each summand, a residual not
-  passed in), the choices disagree (a zero bias in the step read), the layer cannot be recomputed (no 2-D
-  ``weight`` fitting its input and output) or a rank of the reduction has no fingerprint: reported (PL614) naming
-  the layer, so its region's activation obligations are unknown, never proved.
+  passed in), the choices disagree (a zero bias in the step read), a layer it cannot recompute whose summand an op
+  other than a product wrote, or a rank of the reduction has no fingerprint: reported (PL614) naming the layer, so
+  its region's activation obligations are unknown, never proved.
 
 A layer whose weight is a DTensor (torch's parallel styles) is DTensor's to order: not read here.
 """
@@ -30,6 +34,7 @@ from .lift_activations import _where, region_of
 from .lift_layout import Unliftable, _Layout
 
 RTOL = 1e-4  # the fingerprints' rounding, relative to their magnitudes (float32 layers summed in float64)
+PRODUCTS = ("mm", "bmm", "matmul", "mv", "dot")  # a summand written by a product alone: nothing added to it
 
 
 def _reduction(m: dict, by_seq: dict, layout: _Layout, tp: str, r: int) -> dict | None:
@@ -40,6 +45,17 @@ def _reduction(m: dict, by_seq: dict, layout: _Layout, tp: str, r: int) -> dict 
                 and c.get("op", "sum") == "sum" and layout.axes_of(c["ranks"], r) == (tp,)):
             return c
     return None
+
+
+def _products_alone(name: str, c: dict, mods: dict, by_seq: dict, layout: _Layout, tp: str) -> bool:
+    """Whether on every rank of the reduction the layer's all-reduce summed a value a product wrote (through
+    copies): nothing was added to or applied on the partial sums before it."""
+    for g in c["ranks"]:
+        m = mods.get(g, {}).get(name)
+        mine = _reduction(m, by_seq.get(g, {}), layout, tp, g) if m is not None else None
+        if mine is None or mine.get("origin") not in PRODUCTS:
+            return False
+    return True
 
 
 def _orders(mine: dict, group: list[dict]) -> tuple[set[tuple[str, ...]], float]:
@@ -139,6 +155,8 @@ def partial_ops(step: dict, ranks: dict, layout: _Layout, tp: str,
             where = _where(m, script)
             label = f"{name} ({m.get('class')})"
             group = [mods.get(g, {}).get(name, {}).get("partial") or {} for g in c["ranks"]]
+            if not all(p.get("recomputed") for p in group) and _products_alone(name, c, mods, by_seq, layout, tp):
+                continue
             if not all(p.get("recomputed") for p in group):
                 items.append(Unliftable(
                     (r,), c["seq"], f"the operations on the partial output of {label} over {tp}",

@@ -24,7 +24,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from .recorder_events import TORCH_DIR, _checksum, _user_frames
-from .recorder_partial import partial_ops
+from .recorder_partial import origin_of, partial_ops
 
 MAX_MODULES = 256  # layer records per step
 
@@ -75,6 +75,7 @@ class Modules:
         self.asserted: list[dict] = []  # DTensor.from_local calls: the placements asserted, the local values
         self.dropouts: list[dict] = []  # dropouts in forward: their input and output checksums
         self._class_of: dict[int, str] = {}
+        self.origins: dict[int, tuple] = {}  # storage ptr -> (the forward op that wrote it, its copy's source)
 
     @staticmethod
     def _has_weights(module) -> bool:
@@ -122,6 +123,11 @@ class Modules:
             return {"recomputed": False} if reduced else None
         finally:
             self._busy = False
+
+    def summand_origin(self, rec: dict, first) -> None:
+        """A forward all-reduce: the op that wrote its input (``origin``, through copies)."""
+        if self.phase == "forward" and rec["kind"] == "all_reduce":
+            rec["origin"] = origin_of(self.origins, first)
 
     def running_module(self) -> int | None:
         return self.module_stack[-1][0] if self.module_stack else None

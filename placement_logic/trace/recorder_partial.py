@@ -79,3 +79,43 @@ def partial_ops(module, args, output, reduced: bool = True) -> dict | None:
     residuals = [t for t in ins[1:] if not isinstance(t, DTensor) and t.shape == outs[0].shape][:MAX_RESIDUALS]
     rec["residuals"] = [_f(t, w)[0] for t in residuals]
     return rec
+
+
+# The op that made an all-reduce's summand, for a layer whose product the recorder cannot recompute: followed back
+# through copies (a new storage holding the same values) to the op that wrote it; a view writes nothing.
+COPIES = {"clone", "_to_copy", "contiguous", "copy_", "copy", "detach", "alias", "lift_fresh"}
+MAX_ORIGINS = 1 << 16
+
+
+def _ptr(t: torch.Tensor) -> int | None:
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):  # a tensor without real storage
+        return None
+
+
+def note_origin(origins: dict, name: str, args, out) -> None:
+    """In forward: the op that wrote each output's storage (an in-place op its target's; a view nothing)."""
+    if len(origins) > MAX_ORIGINS:
+        origins.clear()
+    ins = [t for t in _tensors(list(args)) if not isinstance(t, DTensor)]
+    shared = {_ptr(t) for t in ins}
+    src = _ptr(args[1] if name in ("copy_", "copy") and len(ins) > 1 else ins[0]) if ins else None
+    for t in _tensors(out):
+        k = None if isinstance(t, DTensor) else _ptr(t)
+        if k is None or (k in shared and not name.endswith("_")):
+            continue  # a view: its values are its input's
+        origins[k] = (name, src if name in COPIES and src != k else None)
+
+
+def origin_of(origins: dict, t) -> str:
+    """The op that made ``t``'s values, through copies; "" where none was seen."""
+    k = _ptr(t) if isinstance(t, torch.Tensor) and not isinstance(t, DTensor) else None
+    name = ""
+    for _ in range(8):
+        if k is None or k not in origins:
+            return name
+        name, k = origins[k]
+        if name not in COPIES:
+            return name
+    return name
