@@ -104,6 +104,29 @@ def test_a_layer_not_recomputed_is_read_from_the_op_that_wrote_its_summand(origi
         assert "cannot be recomputed" in named[0].reason
 
 
+@pytest.mark.parametrize("origin,api,reported", [
+    ("add", "c10d.allreduce_", True),       # a sum all-reduced: the summand an addition's result
+    ("addmm", "c10d.allreduce_", True),     # a linear with its bias fused, reduced by the caller
+    ("mm", "c10d.allreduce_", False),       # a product alone
+    ("sum", "c10d.allreduce_", False),      # a reduction (a softmax's denominator): not a term added
+    ("add", "_c10d_functional.all_reduce", False),  # DTensor's own redistribution
+])
+def test_an_addition_reduced_outside_any_layer_is_unknown(origin, api, reported):
+    """The script's own all-reduce over tp, in no layer's forward, matched to no layer's output."""
+    trace = _layers(stored(), fc2_output_equal=True, fc2_reduced=True, losses_equal=True)
+    for part in trace["ranks"]:
+        fc2 = part["steps"][-1]["modules"][1]
+        seq = fc2.pop("collectives")[0]
+        c = next(c for c in part["collectives"] if c["seq"] == seq)
+        c.pop("module", None)
+        c.update(origin=origin, api=api)
+    lifted = lift(trace)
+    named = [u for u in lifted.unliftable if u.what.startswith("the summand of the all-reduce over tp")]
+    assert bool(named) == reported, lifted.unliftable
+    if named:
+        assert f"an addition ({origin})" in named[0].reason and 'unobserved "the summand of the all-reduce' in lifted.text
+
+
 @pytest.mark.torch
 def test_the_op_that_wrote_a_value_is_followed_through_copies():
     """Under a dispatch mode noting every op: a product cloned (ReduceFromTensorRanks' clone), a product viewed,
@@ -251,14 +274,21 @@ def test_the_bias_and_residual_after_the_all_reduce_are_proved(argv, tmp_path, m
 
 @pytest.mark.slow
 @pytest.mark.torch
-def test_a_nonlinearity_on_the_partial_sums_is_unknown(tmp_path, monkeypatch):
-    """tanh on each rank's summand: the output is not the product plus the bias or the residual; named, never
-    proved."""
+@pytest.mark.parametrize("argv,what,where", [
+    (["--tanh"], WHAT, "def forward(self, x, residual):"),
+    (["--caller-residual"], "the summand of the all-reduce over tp at examples/traced/tp_rowwise_bias.py:{line}",
+     "ReduceFromTensorRanks.apply(self.fc2(F.gelu(self.fc1(x)), None) + x"),
+])
+def test_an_operation_not_decided_is_unknown(argv, what, where, tmp_path, monkeypatch):
+    """tanh on each rank's summand (the output is not the product plus the bias or the residual); the residual
+    added by the caller to fc2's partial sum before its all-reduce (the summand an addition no layer's output
+    accounts for): named at the line, never proved."""
     pytest.importorskip("torch")
     monkeypatch.chdir(ROOT)
-    status, out, err, spec = _trace(["--tanh"], tmp_path)
-    line = _line(SCRIPT, "def forward(self, x, residual):")
-    assert status == 3 and f"examples/traced/{SCRIPT}:{line}:1: error: not lifted: {WHAT} " in err, out + err
-    assert "proved for all mesh sizes" not in out and f'unobserved "{WHAT}' in spec
+    status, out, err, spec = _trace(argv, tmp_path)
+    line = _line(SCRIPT, where)
+    what = what.format(line=line)
+    assert status == 3 and f"examples/traced/{SCRIPT}:{line}:1: error: not lifted: {what} " in err, out + err
+    assert "proved for all mesh sizes" not in out and f'unobserved "{what}' in spec
     status, out, _ = run(["check", str(tmp_path / "lifted.place")])
     assert status == 3 and out.rstrip().endswith("UNKNOWN"), out

@@ -9,7 +9,8 @@ every rank's partial sum before it), --fixed (the bias and the residual added af
 as Megatron-LM does), --tanh (tanh applied to every rank's partial sum before the all-reduce: an
 operation the recorder does not recompute), --caller (fc2 returns its partial sum with the bias and
 the MLP all-reduces it), --caller-fixed (fc2 returns its bias-free partial sum, the MLP adds the bias
-after the all-reduce).
+after the all-reduce), --caller-residual (the MLP adds the residual to fc2's bias-free partial sum,
+then all-reduces it: which the recorder does not decide).
 
 Every rank sees the same batch; each holds its slice of fc1's output features and of fc2's input
 features (sliced from one model built from one seed), and the biases whole.
@@ -24,7 +25,7 @@ from tensor_ranks import ReduceFromTensorRanks
 from torch import nn
 
 HIDDEN, FFN, OUT, BATCH = 16, 32, 8, 4
-MODES = ("--residual", "--fixed", "--tanh", "--caller", "--caller-fixed")
+MODES = ("--residual", "--fixed", "--tanh", "--caller", "--caller-fixed", "--caller-residual")
 MODE = next((a[2:] for a in sys.argv[1:] if a in MODES), "bias")
 
 
@@ -49,7 +50,7 @@ class RowLinear(nn.Module):
     def forward(self, x, residual):
         if MODE == "caller":  # the bug: the partial sum with the bias, all-reduced by the caller
             return F.linear(x, self.weight, self.bias)
-        if MODE == "caller-fixed":
+        if MODE in ("caller-fixed", "caller-residual"):
             return F.linear(x, self.weight)
         if MODE == "bias":  # the bug: the bias added to every rank's partial sum
             return ReduceFromTensorRanks.apply(F.linear(x, self.weight, self.bias)) + residual
@@ -72,6 +73,8 @@ class MLP(nn.Module):
             return ReduceFromTensorRanks.apply(self.fc2(F.gelu(self.fc1(x)), None)) + x[:, :OUT]
         if MODE == "caller-fixed":
             return ReduceFromTensorRanks.apply(self.fc2(F.gelu(self.fc1(x)), None)) + self.fc2.bias + x[:, :OUT]
+        if MODE == "caller-residual":  # the bug: the residual added to every rank's partial sum
+            return ReduceFromTensorRanks.apply(self.fc2(F.gelu(self.fc1(x)), None) + x[:, :OUT]) + self.fc2.bias
         return self.fc2(F.gelu(self.fc1(x)), x[:, :OUT])
 
 

@@ -22,6 +22,13 @@ residual (or not at all: an argument that is no residual). The lift solves
   other than a product wrote, or a rank of the reduction has no fingerprint: reported (PL614) naming the layer, so
   its region's activation obligations are unknown, never proved.
 
+A layer with a bias and no all-reduce of its own whose output a forward all-reduce over the tensor axis sums (the
+same linear checksums, ``sums``), its input differing between the tensor ranks, is reduced by its caller:
+``sum_r (f(out_r) - f(P_r))`` is its bias counted 0, 1 or ``t`` times; ``t`` times is ``bias_before_reduce`` as
+above, 0 or 1 nothing, neither or more than one reported (PL614). The script's own all-reduce over the tensor axis
+in forward, in no layer's forward and matched to no layer's output, whose input an addition wrote, is reported
+(PL614): a term added to each rank's partial sum is not told from one added to a value already whole.
+
 A layer whose weight is a DTensor (torch's parallel styles) is DTensor's to order: not read here.
 """
 
@@ -31,7 +38,7 @@ from itertools import product
 
 from ..ir.overrides import OverrideVerb
 from .lift_activations import _where, region_of
-from .lift_layout import Unliftable, _Layout
+from .lift_layout import Unliftable, _frames, _Layout
 
 RTOL = 1e-4  # the fingerprints' rounding, relative to their magnitudes (float32 layers summed in float64)
 PRODUCTS = ("mm", "bmm", "matmul", "mv", "dot")  # a summand written by a product alone: nothing added to it
@@ -98,6 +105,38 @@ def _summands(step: dict, ranks: dict, layout: _Layout, tp: str, mods: dict) -> 
     return found
 
 
+ADDITIONS = ("add", "add_", "addmm", "addmm_", "baddbmm", "addcmul", "sub", "sub_")
+
+
+def _added_summands(step: dict, ranks: dict, layout: _Layout, tp: str, mods: dict, matched: set,
+                    script: str) -> list[Unliftable]:
+    """A forward sum all-reduce over exactly ``tp`` (``dist.all_reduce`` from the script) outside any layer's own
+    forward and matched to no layer's output, whose input an addition wrote: a term (a bias, a residual) added to
+    the partial sums before the reduction, or after it to a value already whole; which is not observed."""
+    items: list[Unliftable] = []
+    seen: set[tuple] = set()
+    for r in sorted(mods):
+        no = step.get(r, {}).get("step")
+        for c in ranks[r]["collectives"]:
+            own = (mods[r].get(c.get("module")) or {}).get("partial")
+            if (c["step"] != no or c["phase"] != "forward" or c["kind"] != "all_reduce" or own is not None
+                    or c.get("op", "sum") != "sum" or c.get("origin") not in ADDITIONS or (r, c["seq"]) in matched
+                    or not str(c.get("api", "")).startswith("c10d.") or layout.axes_of(c["ranks"], r) != (tp,)):
+                continue
+            where = tuple(_frames([c.get("stack")], script))
+            key = tuple((f.get("file"), f.get("line")) for f in where[:1])
+            if key in seen:
+                continue
+            seen.add(key)
+            at = f" at {where[0]['file']}:{where[0]['line']}" if where else ""
+            items.append(Unliftable((r,), c["seq"], f"the summand of the all-reduce over {tp}{at}",
+                                    f"its input, on each rank, is the result of an addition ({c['origin']}) that no "
+                                    "layer's output accounts for: whether a bias or a residual is added to each rank's "
+                                    f"partial sum before the all-reduce over {tp} (counted on every rank) or to a "
+                                    "value already whole is not observed", where))
+    return items
+
+
 def _caller_reduced(found, mods: dict, tp: str, script: str, done: set[str]):
     """The bias of a layer whose output its caller all-reduces: in every summand (each rank's output carries it),
     in one, or in none."""
@@ -144,7 +183,9 @@ def partial_ops(step: dict, ranks: dict, layout: _Layout, tp: str,
     by_seq = {r: {c["seq"]: c for c in ranks[r]["collectives"]} for r in ranks}
     mods = {r: {m.get("name"): m for m in step.get(r, {}).get("modules", [])} for r in step}
     done: set[str] = set()
-    items, lines = _caller_reduced(_summands(step, ranks, layout, tp, mods), mods, tp, script, done)
+    found = _summands(step, ranks, layout, tp, mods)
+    items, lines = _caller_reduced(found, mods, tp, script, done)
+    items += _added_summands(step, ranks, layout, tp, mods, {(r, c["seq"]) for r, _, c in found}, script)
     for r in sorted(mods):
         for name, m in mods[r].items():
             c = _reduction(m, by_seq.get(r, {}), layout, tp, r)
