@@ -57,7 +57,8 @@ The lift is a sequence of named passes over one typed input (``Step``: the trace
 step analysed, every rank's record of it), each adding what it cannot lift to ``Step.items``:
 ``read_step``, ``pipeline_pass`` (stages or a context axis), ``params_pass``, ``axes_pass`` (roles),
 ``calls_pass`` (every call on a set of mesh axes), ``terms_pass`` (``lift_terms``), ``facts_pass`` (``lift_activations``: layers left
-partial and input gradients never reduced over the tensor axis, as activation overrides; ``lift_facts``: overflow
+partial and input gradients never reduced over the tensor axis, as activation overrides; ``lift_partialops``: the
+bias or a residual added before a row-parallel all-reduce; ``lift_facts``: overflow
 flags, what no plan statement reads), ``strategies_pass``; then, in ``lift_plan``,
 ``gradients_pass``, ``loss_pass``, ``groups_pass`` and ``overrides_pass``; ``aux_lines`` (``lift_auxloss``: the
 balancing loss ``terms_pass`` read, its statistics' groups and the router's group); ``capacity_lines``
@@ -83,6 +84,7 @@ from .lift_data import data_bindings
 from .lift_facts import SEEDING, init_apart, local_overflow, overflow, split_by_values, unmodelled
 from .lift_layout import NOT_LIFTED_KINDS, Lifted, Unliftable, _frames, _ident, _layout, _placement_axes
 from .lift_padding import padded_tokens
+from .lift_partialops import partial_ops
 from .lift_perrank import bucket_order, per_rank_pass, rank0_lines
 from .lift_pipeline import P2P_KINDS, find_context_axes, find_pipeline
 from .lift_render import _clip, _empty_spec, _quoted, _render
@@ -358,6 +360,9 @@ def facts_pass(st: Step, ax: Axes) -> tuple[tuple | None, set[int]]:
                      for r, part in st.ranks.items()}
             items, lines = unreduced_input_grads(st.ranks, first, st.step, st.layout, ax.tp, st.observer,
                                                     st.script)
+        st.items.extend(items)
+        st.activation_lines.extend(lines)
+        items, lines = partial_ops(st.step, st.ranks, st.layout, ax.tp, st.script)  # the bias before the reduce
         st.items.extend(items)
         st.activation_lines.extend(lines)
         rowwise = sorted({c["module"] for c in colls if c.get("module") and c["phase"] == "forward"

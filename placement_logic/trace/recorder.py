@@ -37,6 +37,7 @@ from .recorder_checkpoint import Checkpoints
 from .recorder_events import Events, _checksum, _fraction, _key, _reduce_op, _tensors, _user_frames  # noqa: F401
 from .recorder_modules import Modules
 from .recorder_padding import call_kwargs, note_attention_mask
+from .recorder_partial import note_origin
 from .recorder_terms import Terms
 
 VALUES_MAX = 4096  # the most elements of a token-id tensor whose values are recorded
@@ -301,6 +302,7 @@ class Recorder(Events, Modules, Checkpoints, Terms, TorchDispatchMode):
             self._follow(name, args, kwargs, out)
             if self.phase == "forward":
                 self.follow_terms(name, args, out)  # terms added to the loss, loss masks (recorder_terms)
+                note_origin(self.origins, name, args, out)  # the op that wrote each value (recorder_partial)
         finally:
             self._busy = False
         return out
@@ -339,6 +341,7 @@ class Recorder(Events, Modules, Checkpoints, Terms, TorchDispatchMode):
             rec["micro"] = self.micro_step()
         if self.running_module() is not None:
             rec["_module"] = self.running_module()
+        self.summand_origin(rec, first)
         if self.phase == "backward" and kind not in ("send", "recv"):  # a ring's or a pipeline's exchange is lifted
             fn = self.custom_backward()
             if fn is not None:

@@ -24,6 +24,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from .recorder_events import TORCH_DIR, _checksum, _user_frames
+from .recorder_partial import origin_of, partial_ops
 
 MAX_MODULES = 256  # layer records per step
 
@@ -74,6 +75,7 @@ class Modules:
         self.asserted: list[dict] = []  # DTensor.from_local calls: the placements asserted, the local values
         self.dropouts: list[dict] = []  # dropouts in forward: their input and output checksums
         self._class_of: dict[int, str] = {}
+        self.origins: dict[int, tuple] = {}  # storage ptr -> (the forward op that wrote it, its copy's source)
 
     @staticmethod
     def _has_weights(module) -> bool:
@@ -88,7 +90,7 @@ class Modules:
             seen = step.setdefault("modules", [])
             if len(seen) < MAX_MODULES and all(m["_id"] != id(module) for m in seen):
                 rec = {"_id": id(module), "class": type(module).__name__, "input": _sum_of(_first_tensor(args)),
-                       "output": None, "collectives": [], "stack": _user_frames()}
+                       "output": None, "collectives": [], "stack": _user_frames(), "_args": args}
                 at = _defined_at(module)
                 if at:
                     rec["at"] = at
@@ -103,7 +105,29 @@ class Modules:
                 if rec is not None:
                     rec["output"] = _sum_of(_first_tensor(output))
                     rec["collectives"] = [c["seq"] for c in self.collectives if c["seq"] >= first]
+                    args = rec.pop("_args", ())
+                    reduced = any(c["seq"] >= first and c.get("_module") == id(module) and c["kind"] == "all_reduce"
+                                  and c.get("op", "sum") == "sum" for c in self.collectives)
+                    partial = self._partial_ops(module, args, output, reduced)
+                    if partial is not None:
+                        rec["partial"] = partial
                 return
+
+    def _partial_ops(self, module, args, output, reduced: bool) -> dict | None:
+        """The fingerprints of a layer that all-reduced a sum in its own forward, or of one with a bias
+        (``recorder_partial``)."""
+        self._busy = True  # the recomputed product is none of the script's ops
+        try:
+            return partial_ops(module, args, output, reduced)
+        except (RuntimeError, TypeError, ValueError):  # a tensor without values (meta, fake)
+            return {"recomputed": False} if reduced else None
+        finally:
+            self._busy = False
+
+    def summand_origin(self, rec: dict, first) -> None:
+        """A forward all-reduce: the op that wrote its input (``origin``, through copies)."""
+        if self.phase == "forward" and rec["kind"] == "all_reduce":
+            rec["origin"] = origin_of(self.origins, first)
 
     def running_module(self) -> int | None:
         return self.module_stack[-1][0] if self.module_stack else None
@@ -195,6 +219,7 @@ class Modules:
         for st in self.steps:
             for m in st.get("modules", []):
                 mid = m.pop("_id", None)
+                m.pop("_args", None)
                 m["name"] = names.get(mid, m["class"])
 
 

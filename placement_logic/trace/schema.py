@@ -34,6 +34,7 @@ _COLLECTIVE = {"seq": (int, True), "step": (int, True), "phase": (str, True), "k
                "inputs_reduced": ([int], False), "value_in": (_NUM + (type(None),), False),
                "value_out": (_NUM + (type(None),), False), "micro": (int, False), "vector_in": ([_NUM], False),
                "module": (str, False), "custom_backward": (str, False), "sums": ([_NUM], False),
+               "origin": (str, False),
                "offset": ({"value": (_NUM, True), "at": (_FRAME, True)}, False)}
 _UNRECOGNISED = {"seq": (int, True), "op": (str, True), "phase": (str, False), "stack": ([_FRAME], True)}
 _GRAD = {"checksum": ((str, type(None)), False), "placements": ([str], False), "collectives": ([int], False),
@@ -72,7 +73,12 @@ _STEP = {"step": (int, True), "seed": (int, False),
          "optimizer": ((_OPTIMIZER, type(None)), False),
          "modules": ([{"name": (str, False), "class": (str, False), "input": ((str, type(None)), False),
                        "output": ((str, type(None)), False), "collectives": ([int], False),
-                       "stack": ([_FRAME], False), "at": (_FRAME, False)}], False)}
+                       "stack": ([_FRAME], False), "at": (_FRAME, False),
+                       "partial": ({"recomputed": (bool, True), "dtensor": (bool, False), "rows": (int, False),
+                                    "product": (_NUM, False), "product_abs": (_NUM, False), "output": (_NUM, False),
+                                    "output_abs": (_NUM, False), "bias": (_NUM, False), "residuals": ([_NUM], False),
+                                    "sums": ([_NUM], False)},
+                                   False)}], False)}
 _MESH = {"shape": ([int], True), "dim_names": ([str], False), "ranks": (list, True)}
 _RANK = {"rank": (int, True), "world": (int, True), "meshes": ([_MESH], True), "collectives": ([_COLLECTIVE], True),
          "unrecognised": ([_UNRECOGNISED], True), "steps": ([_STEP], True), "exit_status": (int, False),
