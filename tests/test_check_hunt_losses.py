@@ -209,7 +209,8 @@ def _dropped(p: ir.Plan, info: dict) -> bool:
 
 
 def _rule(p: ir.Plan, group: str, default: str) -> str:
-    stated = [o.verb for o in p.overrides if o.target == "heads" and o.group in (group, None)]
+    # a statement for every group is the forward's and the backward's rule (the kv heads take repeat / split)
+    stated = [o.verb for o in p.overrides if o.target == "heads" and o.group in (group, None if group != "kv" else group)]
     return stated[-1] if stated else default
 
 
@@ -247,6 +248,23 @@ def _term(p: ir.Plan, sizes: list[dict]) -> bool:
                for at in sizes for m in (1, 2) for _ in range(2))
 
 
+def _layout_disagreement(p: ir.Plan, mine: list, small: list[dict]) -> str | None:
+    """Item by item: a wrong position id or causal mask changes the attention output, every wrong item the loss
+    term (tests/test_check_cplayout.py ``observed``); an output the simulator finds wrong is never behind proofs
+    of both the position ids and the causal mask, and their refutation is seen in the output."""
+    found = _layouts(p, small)
+    attention = [o for o in mine if o.name in ("GI layout[position_ids]", "GI layout[causal_mask]")]
+    if "output" in found and all(o.verdict is Verdict.PROVED for o in attention):
+        return "false proof: the simulator finds the attention output wrong, the position ids and mask proved"
+    for o in attention:
+        if o.verdict is Verdict.REFUTED and "output" not in found:
+            cex = dict(o.counterexample.sizes) if o.counterexample else {}
+            at = {a: n for a, n in cex.items() if a in p.mesh.names}
+            if at.keys() != set(p.mesh.names) or "output" not in _layouts(p, [at]):
+                return f"{o.name} refuted, the simulator finds every output right (counterexample at {at})"
+    return None
+
+
 def disagreement(p: ir.Plan, report, info: dict) -> str | None:
     """The first disagreement between the checker's verdicts and the simulators', or None."""
     obs = {o.name: o for o in report.obligations}
@@ -268,6 +286,10 @@ def disagreement(p: ir.Plan, report, info: dict) -> str | None:
         checks.append((items, lambda at=None: bool(_layouts(p, [at] if at else small))))
     if "GI loss[aux] grads[router]" in obs:
         checks.append((["GI loss[aux] grads[router]"], lambda at=None: _term(p, [at] if at else small)))
+    if items:
+        wrong = _layout_disagreement(p, [obs[n] for n in items], small)
+        if wrong:
+            return wrong
     for names, simulated in checks:
         mine = [obs[n] for n in names]
         wrong = simulated()
@@ -297,3 +319,36 @@ def test_hunt_sample(seed):
 def test_hunt(seed):
     p, report, info = generated(seed)
     assert disagreement(p, report, info) is None, info["stmts"]
+
+
+def _ulysses_local_chunks_right(layout: str, c: int, n: int, size: int) -> bool:
+    """The chunks cut on the local slots after Ulysses' all-to-all: every rank holds the whole sequence (its heads),
+    the ranks' blocks concatenated in rank order; each query's keys k ≤ p of its slot chunk against its global chunk."""
+    buffer = [pos for block in simulator_cpwindow.holds(layout, c, n) for pos in block]
+    slot = {pos: i for i, pos in enumerate(buffer)}
+    return all((slot[k] // size == slot[p] // size) == (k // size == p // size)
+               for p in range(n) for k in range(p + 1))
+
+
+@pytest.mark.parametrize("verb", ["chunk_local", "chunk_on_diagonal"])
+def test_a_chunk_mask_under_ulysses_is_not_refuted_on_the_ring(verb):
+    """Found by the hunt (seeds 11, 13: a head split beside chunked attention): under Ulysses' all-to-all over cp the
+    ranks attend the whole sequence of their heads, so the ring's blocks and slots the chunk decision replays do not
+    exist; with contiguous inputs the local buffer is the sequence itself and a mask cut on its slots (or on the
+    rank's one block) is the single device's, which the checker refuted. A stated behaviour is unknown there now,
+    naming the all-to-all; the derived mask stays proved, and without the all-to-all the ring's refutation stands."""
+    assert _ulysses_local_chunks_right("contiguous", 3, 24, 5)
+    assert not _ulysses_local_chunks_right("zigzag", 3, 24, 5)  # slots out of the global order: not decided either
+    a2a = ["activations[context]: all_to_all over (cp)", "activation_grads[context]: all_to_all over (cp)"]
+    for stmts, want in (([f"layout[causal_mask]: {verb}"] + a2a, Verdict.UNKNOWN), (a2a, Verdict.PROVED),
+                        ([f"layout[causal_mask]: {verb}"], Verdict.REFUTED)):
+        text = _text(["dp", "cp"], {"dp": "ddp", "cp": "context_parallel"}, ["layout: contiguous"] + stmts, heads=12,
+                     kv=12, experts=8, top_k=2, cf=None, renorm=False, seq=24, sequences=1, chunk=5, scope=None,
+                     packed=False)
+        spec = load_string(text, "ulysses_chunk.place")
+        ob = next(o for o in check_plan(SESSION, spec, spec.plans[0], {}).obligations if o.name == "GI layout[chunk]")
+        assert ob.verdict is want, (stmts, ob.verdict)
+        if want is Verdict.UNKNOWN:
+            assert "Ulysses all-to-all" in ob.reason and verb in ob.reason
+        if want is Verdict.REFUTED:  # the ring simulator sees it at the declared cp = 3
+            assert simulator_cpwindow.chunk_differing(verb, "contiguous", 3, 24, 5)
