@@ -115,6 +115,8 @@ def draw(seed: int) -> tuple[str, dict]:
     packed = scope is not None and rng.random() < 0.25
     token = [a for a in names if a in ("dp", "ep", "cp") or (a == "tp" and sp)]
     stmts = [f"loss[aux]: {s}" for s in (_aux_statements(rng, token, packed) if "aux" in families else [])]
+    if stmts and not packed and rng.random() < 0.25:  # every shard as many real tokens (simulator_auxstats)
+        stmts.append("tokens: equal")
     if "capacity" in families:
         stmts.append(f"capacity: {rng.choice(('counts_padding', 'masks_padding'))}")
     if "dropped" in families:
@@ -182,7 +184,8 @@ def _every(p: ir.Plan, most: int) -> list[dict]:
 def _aux(p: ir.Plan, info: dict) -> bool:
     scope, e, k, rng = info["scope"], info["experts"], info["top_k"], random.Random(0)
     if info["packed"]:
-        packs = ([[1, 3], [2, 2]], [[4], [4]], [[1, 1, 2], [3, 1]])
+        # the rows of a microbatch (documents' real lengths): as many as the model's microbatch holds sequences
+        packs = [rows[:info["sequences"]] for rows in ([[1, 3], [2, 2]], [[4], [4]], [[1, 1, 2], [3, 1]])]
         return any(simulator_auxpacked.differs(p, scope, {**at, "microbatches": m}, pk, e, k, rng, tries=2)
                    for pk in packs for at in _every(p, 2) for m in (1, 2))
     layouts = simulator_auxstats.admissible_layouts(p, rng)
