@@ -307,8 +307,8 @@ def disagreement(p: ir.Plan, report, info: dict) -> str | None:
     return None
 
 
-SAMPLE = tuple(range(6))
-SWEEP = range(6, 400)
+SAMPLE = (4, 16, 23, 29)  # fast draws: the statistics, capacity, the head split, layouts, chunks under Ulysses
+SWEEP = [s for s in range(400) if s not in SAMPLE]
 
 
 @pytest.mark.parametrize("seed", SAMPLE)
