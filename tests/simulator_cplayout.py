@@ -41,7 +41,8 @@ ITEMS = ("inputs", "labels", "loss_mask", "position_ids", "causal_mask")
 def _layouts(plan: ir.Plan) -> dict[str, str]:
     own: dict[str, str] = {}
     for o in plan.overrides:
-        if o.target == "layout" and not o.verb.startswith("window_"):  # the window's: tests/simulator_cpwindow.py
+        if o.target == "layout" and not o.verb.startswith(("window_", "chunk_")):  # the window's and the
+            # chunk's masks: tests/simulator_cpwindow.py
             own[o.group or "inputs"] = o.verb
     base = own.get("inputs", "contiguous")
     return {item: own.get(item, base) for item in ITEMS}

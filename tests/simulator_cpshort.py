@@ -28,7 +28,8 @@ SHORT = ("pad_to_chunks", "truncate_to_chunks", "cut_unequal")
 def layouts(plan) -> dict[str, str]:
     own: dict[str, str] = {}
     for o in plan.overrides:
-        if o.target == "layout" and not o.verb.startswith("window_"):  # the window's: tests/simulator_cpwindow.py
+        if o.target == "layout" and not o.verb.startswith(("window_", "chunk_")):  # the window's and the
+            # chunk's masks: tests/simulator_cpwindow.py
             own[o.group or "inputs"] = o.verb
     base = own.get("inputs", "contiguous")
     return {item: own.get(item, base) for item in ITEMS}

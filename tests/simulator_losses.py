@@ -28,6 +28,9 @@ from simulator import (
 
 from placement_logic import ir
 
+# a term's own path (its normaliser); its other statements (a divisor, ranks, the aux term's routing statistics,
+# checked by GI aux_stats) are no path
+PATHS = ("per_microbatch_mean", "per_device_mean", "global_mean", "sum")
 TERM_GROUPS = {"aux": ("router",), "z": ("router",), "mtp": ("embedding", "dense")}  # docs/semantics.md
 
 
@@ -89,7 +92,7 @@ def term_ok(plan: ir.Plan, term: str, group: str, sizes: dict[str, int], rng: ra
                     holds = all(not (types[a] == TIE and 0 < src[pos[a]] < n[a] - 1) for a in axes)
                     contrib[key] = Fraction(rng.randint(-4, 4), rng.randint(1, 3)) if holds else Fraction(0)
     natural = {"per_microbatch_mean": "per_microbatch_mean", "global_mean": "global_mean", "sum": "sum"}[objective]
-    path_o = [o for o in mine if o.target == "loss" and o.verb != "divide" and o.verb not in simulator_termranks.VERBS]
+    path_o = [o for o in mine if o.target == "loss" and o.verb in PATHS]
     path = path_o[-1].verb if path_o else natural
     tok_o = [o for o in mine if o.target == "tokens"]
     reduced = {d: sum(count[(tcoord(d), u)] for u in range(m)) for d in devices}

@@ -98,6 +98,21 @@ def statements(plan, context: tuple[str, ...], verbs: tuple[str, ...], stated_va
     return verb, span, layout
 
 
+def ulysses(plan, context: tuple[str, ...], verb: str | None) -> str | None:
+    """Why a stated mask behaviour is not decided under Ulysses (``activations[context]: all_to_all`` over a
+    context axis): the behaviours are those of the ring's blocks (each rank's slots, its own block and the others'),
+    while the all-to-all gives every rank the whole sequence of its heads, in the layout's order. None where the
+    plan states no such all-to-all or no behaviour (the derived mask, the global positions', is right either way)."""
+    if verb is None:
+        return None
+    for o in plan.overrides:
+        if (o.target == OverrideTarget.ACTIVATIONS and o.group == "context" and o.verb == OverrideVerb.ALL_TO_ALL
+                and set(o.axes or ()) & set(context)):
+            return (f"{verb} is decided on the ring's blocks, and the Ulysses all-to-all (line {o.span.line}) gives every "
+                    "rank the whole sequence of its heads instead")
+    return None
+
+
 def group(sizes: dict, axes: tuple[str, ...], n: int) -> int | None:
     """The context group's size c at ``sizes``, or None where c < 2 or N is not cut into 2c chunks."""
     c = 1

@@ -33,7 +33,8 @@ def obligations(plan, context: tuple[str, ...], ctx, plan_span, obligation) -> l
     why = (at if isinstance(at, str) else
            f"the chunks are decided on the contiguous and zigzag layouts, not on {cm.layout}"
            if cm.layout not in cpwindow.LAYOUTS else
-           "a sliding window beside the chunks is not decided" if cm.windowed else None)
+           "a sliding window beside the chunks is not decided" if cm.windowed else
+           cpwindow.ulysses(plan, context, cm.verb))
     if why is not None:
         return undecided(NAME, span, what, why, obligation)
     sizes, size, n = at

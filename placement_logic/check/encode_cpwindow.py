@@ -34,7 +34,7 @@ def obligations(plan, context: tuple[str, ...], ctx, plan_span: Span, obligation
     known = wm.layout in cpwindow.LAYOUTS + cpwindow_packs.PACKED
     why = (at if isinstance(at, str) else f"the window is not decided on the inputs' layout {wm.layout}" if not known
            else "chunks beside the window (attention { chunk = C }) are not decided"
-           if plan.model.attention_chunk is not None else None)
+           if plan.model.attention_chunk is not None else cpwindow.ulysses(plan, wm.context, wm.verb))
     if why is not None:
         return undecided(NAME, span, what, why, obligation)
     sizes, w, n = at
