@@ -2,14 +2,18 @@
 
 ``recorder_router`` records, on each router call (``router``: a forward softmax over E columns and its ``topk``),
 the router linear's input (an exact checksum, two linear checksums Σ x and Σ x·w, and Σ |x|), where the noise was
-drawn, and exact checksums of the top-k's indices and values; on every forward all-reduce of a float tensor its
-input's linear checksums. Under a tensor axis without sequence parallelism (its ranks hold the same tokens), the
+drawn, exact checksums of the top-k's indices and values and of each sampled decision of its forward (a
+``multinomial``, a ``bernoulli``, a draw of R or R·E elements: ``sampled``); on every forward all-reduce of a float
+tensor its input's linear checksums. A call's choice is its top-k's indices and values and its sampled decisions'
+results; a call with sampled decisions and no ``topk`` is a router call too. Under a tensor axis without sequence parallelism (its ranks hold the same tokens), the
 calls of the first step that routed (later steps start from the weights earlier routings left) are paired in
 order between the ranks of each tensor group and compared:
 
 * equal inputs, equal indices and values: the derivation (``router: same``), a note, no statement;
-* equal inputs, different indices or values: the ranks drew different noise (a per-rank seed, a sampled expert):
-  ``override router: vary over (tp)`` at the noise draw (else the ``topk``);
+* equal inputs, different indices or values: the ranks drew different noise (a per-rank seed):
+  ``override router: vary over (tp)`` at the noise draw (else the ``topk``); equal indices and values but different
+  samples (a second expert sampled from a per-rank seed): the same statement at the first sampled decision that
+  differs;
 * different inputs whose linear checksums summed over the group are those of a forward all-reduce over exactly the
   tensor group of the same micro-step and size (to 1e-5 of Σ |x|): the router read each rank's summand of the
   all-reduced activation the rest of the layer reads (the row-parallel output before its all-reduce):
@@ -20,11 +24,15 @@ the calls are paired the same way: choices that differ on equal inputs (the same
 observed, are named (PL614; ``router: vary`` states ranks that hold the same tokens without it); inputs that differ
 are different tokens, a note.
 
-Anything else (inputs that differ otherwise, choices that differ where the input was not observed, calls not paired, E or k differing, calls of one step read both ways)
-is a router call, named (PL614), never proved. A statement lifted also explains the losses and outputs that
+Anything else (inputs that differ otherwise, choices that differ where the input was not observed, calls not
+paired, E or k differing, sampled decisions that differ in number or op, calls of one step read both ways) is a
+router call, named (PL614), never proved. Without sequence parallelism, a ``multinomial`` or ``bernoulli`` in
+forward that no router call's forward holds (``draws``) whose results differ between the ranks of a tensor group is
+a sampled choice, named (PL614). A statement lifted also explains the losses and outputs that
 differ between the tensor ranks after it (``lift_activations``' ``the output of ... over tp``, ``the loss over
 tp``): those items are dropped. With the statement the model gets a ``transformer`` block of E and k (where the
-capacity step wrote none): the router's input width as ``hidden``, the cross-entropy's classes as ``vocab``.
+capacity step wrote none): the router's input width as ``hidden``, the cross-entropy's classes as ``vocab``, k the
+top-k's plus the experts its ``multinomial`` draws sample.
 """
 
 from __future__ import annotations
