@@ -26,7 +26,7 @@ are different tokens, a note.
 
 Anything else (inputs that differ otherwise, choices that differ where the input was not observed, calls not
 paired, E or k differing, sampled decisions that differ in number or op, calls of one step read both ways) is a
-router call, named (PL614), never proved. Without sequence parallelism, a ``multinomial`` or ``bernoulli`` in
+router call, named (PL614), never proved. Without sequence parallelism, a ``multinomial`` in
 forward that no router call's forward holds (``draws``) whose results differ between the ranks of a tensor group is
 a sampled choice, named (PL614). A statement lifted also explains the losses and outputs that
 differ between the tensor ranks after it (``lift_activations``' ``the output of ... over tp``, ``the loss over
@@ -200,7 +200,7 @@ def _sequence_parallel(st: Step, tp: str, step_no: int) -> None:
 
 
 def _draws(st: Step, tp: str) -> None:
-    """A ``multinomial`` or ``bernoulli`` in forward outside every router call's forward (``draws``), paired in
+    """A ``multinomial`` in forward outside every router call's forward (``draws``), paired in
     order per step between the ranks of each tensor group (which hold the same tokens): results that differ are a
     sampled choice the lift ties to no router call, named."""
     for group in _groups(st.layout, tp):

@@ -19,8 +19,9 @@ its ``router`` record:
   exact checksum of its result (the sampled indices, the coins, the draws), the multinomial's sample count
   and its line.
 
-A ``multinomial`` or ``bernoulli`` in forward that no router call's forward holds is recorded on the step
-(``draws``: op, checksum, micro-step, line): a sampled choice the lift cannot tie to a router call.
+A ``multinomial`` in forward that no router call's forward holds is recorded on the step (``draws``: op, checksum,
+micro-step, line): a sampled choice the lift cannot tie to a router call (a ``bernoulli`` there is not: dropout on
+CPU draws its mask with one).
 
 A forward all-reduce of one float tensor records the linear checksums of its input (``sums``): the all-reduced
 activation's are their sum over the group, so the lift can tell a router reading one rank's summand of it. Tensors
@@ -66,7 +67,7 @@ def _stack_ids(rec) -> tuple:
 
 def note_sample(rec, name: str, args, out) -> None:
     """A sampling op or random draw in forward: a routing decision of the router call whose forward holds it
-    (``sampled`` on its record), else, for a ``multinomial`` or ``bernoulli``, a draw of the step (``draws``)."""
+    (``sampled`` on its record), else, for a ``multinomial``, a draw of the step (``draws``)."""
     if out.is_meta:
         return
     opened = getattr(rec, "_router_open", None)
@@ -76,8 +77,8 @@ def note_sample(rec, name: str, args, out) -> None:
         e, fit = opened[0], (opened[0]["rows"], opened[0]["rows"] * opened[0]["width"])
         if name == "multinomial" or (here == opened[1] and int(out.numel()) in fit):
             entry = e
-    if entry is None and name not in SAMPLERS:
-        return
+    if entry is None and name != "multinomial":
+        return  # a bernoulli elsewhere is dropout's mask (CPU dropout draws one), read by the RNG checks
     draw = {"op": name, "sha": _checksum(out.detach().contiguous()), "stack": _user_frames()}
     if name == "multinomial" and len(args) >= 2 and isinstance(args[1], int):
         draw["samples"] = int(args[1])
