@@ -262,6 +262,20 @@ def test_a_draw_outside_every_router_call_is_compared_between_the_tensor_ranks(s
         assert "multinomial" in found[0].reason and found[0].stack
 
 
+@pytest.mark.parametrize("key,value", [
+    ("router", [{"width": 4, "rows": 8, "colsum": [2.0] * 4, "sampled": [{"op": "multinomial", "stack": []}]}]),
+    ("draws", [{"op": "multinomial", "sha": 3, "stack": []}])], ids=["sampled without sha", "draw sha not a string"])
+def test_malformed_sampled_records_are_pl612(tmp_path, key, value):
+    import json
+
+    trace = json.loads((ROOT / "tests" / "data" / "traces" / "ddp_summed.json").read_text())
+    trace["ranks"][0]["steps"][0][key] = value
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace))
+    status, _, err = run(["lift", str(path)])
+    assert status == 2 and "[PL612]" in err and key in err and "Traceback" not in err, err
+
+
 @pytest.mark.torch
 def test_the_recorder_reads_the_router_linears_input_and_the_noise():
     """The last mm of R × E output before the softmax gives the input (its linear checksums linear: those of a sum
