@@ -416,8 +416,8 @@ def test_the_router_of_the_example_is_lifted(argv, status, verb, at, tmp_path, m
 @pytest.mark.parametrize("argv,status", [([], 1), (["--shared-seed"], 0)], ids=["per-rank seed", "shared seed"])
 def test_the_sampled_second_expert_of_the_example_is_lifted(argv, status, tmp_path, monkeypatch):
     """examples/traced/moe_router_sampled.py: the top-1 alike on both tensor ranks, the second expert sampled with
-    torch.multinomial from a per-rank seed: vary over (tp) at the multinomial, refuted GI router (before the
-    samples were recorded this was lifted as router: same); from one seed: no statement, proved."""
+    torch.multinomial from a per-rank seed: vary over (tp) at the multinomial, refuted GI router (the top-1 alone
+    agrees: read without the samples, router: same); from one seed: no statement, proved."""
     pytest.importorskip("torch")
     monkeypatch.chdir(ROOT)
     spec = tmp_path / "lifted.place"
