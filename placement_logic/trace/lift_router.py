@@ -5,9 +5,9 @@ the router linear's input (an exact checksum, two linear checksums Σ x and Σ x
 drawn, exact checksums of the top-k's indices and values and of each sampled decision of its forward (a
 ``multinomial``, a ``bernoulli``, a draw of R or R·E elements: ``sampled``); on every forward all-reduce of a float
 tensor its input's linear checksums. A call's choice is its top-k's indices and values and its sampled decisions'
-results; a call with sampled decisions and no ``topk`` is a router call too. Under a tensor axis without sequence parallelism (its ranks hold the same tokens), the
-calls of the first step that routed (later steps start from the weights earlier routings left) are paired in
-order between the ranks of each tensor group and compared:
+results; a call with sampled decisions and no ``topk`` is a router call too. Under a tensor axis without sequence
+parallelism (its ranks hold the same tokens), the calls of the first step that routed (later steps start from the
+weights earlier routings left) are paired in order between the ranks of each tensor group and compared:
 
 * equal inputs, equal indices and values: the derivation (``router: same``), a note, no statement;
 * equal inputs, different indices or values: the ranks drew different noise (a per-rank seed):
@@ -26,9 +26,9 @@ are different tokens, a note.
 
 Anything else (inputs that differ otherwise, choices that differ where the input was not observed, calls not
 paired, E or k differing, sampled decisions that differ in number or op, calls of one step read both ways) is a
-router call, named (PL614), never proved. Without sequence parallelism, a ``multinomial`` in
-forward that no router call's forward holds (``draws``) whose results differ between the ranks of a tensor group is
-a sampled choice, named (PL614). A statement lifted also explains the losses and outputs that
+router call, named (PL614), never proved. Without sequence parallelism, a ``multinomial`` in forward that no router
+call's forward holds (``draws``) whose results differ between the ranks of a tensor group is a sampled choice, named
+(PL614). A statement lifted also explains the losses and outputs that
 differ between the tensor ranks after it (``lift_activations``' ``the output of ... over tp``, ``the loss over
 tp``): those items are dropped. With the statement the model gets a ``transformer`` block of E and k (where the
 capacity step wrote none): the router's input width as ``hidden``, the cross-entropy's classes as ``vocab``, k the
@@ -200,9 +200,9 @@ def _sequence_parallel(st: Step, tp: str, step_no: int) -> None:
 
 
 def _draws(st: Step, tp: str) -> None:
-    """A ``multinomial`` in forward outside every router call's forward (``draws``), paired in
-    order per step between the ranks of each tensor group (which hold the same tokens): results that differ are a
-    sampled choice the lift ties to no router call, named."""
+    """A ``multinomial`` in forward outside every router call's forward (``draws``), paired in order per step
+    between the ranks of each tensor group (which hold the same tokens): results that differ are a sampled choice
+    the lift ties to no router call, named."""
     for group in _groups(st.layout, tp):
         per = [{s["step"]: s.get("draws") or [] for s in st.ranks[r].get("steps") or []} for r in group
                if r in st.ranks]
