@@ -4,11 +4,13 @@ derived (a note).
 
 The fast tests call ``router_lines`` on a hand-made step of 2 tensor ranks (or 2 data × 2 tensor ranks): each
 rank's router call with the checksums the recorder writes (the input's exact checksum, its linear checksums Σ x
-and Σ x·w and Σ |x|, the top-k's indices and values) chosen by hand, and the forward all-reduces' input checksums;
-the reading each must give follows from the definition (equal inputs and choices: same; equal inputs, other
-choices: vary; inputs whose linear checksums sum over the ranks to an all-reduce's: partial). The slow ones run
-examples/traced/moe_router_jitter.py on 2 ranks: the gate noise from a per-rank seed refuted ``GI router`` at the
-noise draw, from one seed proved, the router on the partial sums refuted at the router's line.
+and Σ x·w and Σ |x|, the top-k's indices and values, the sampled decisions' results) chosen by hand, and the forward all-reduces' input
+checksums; the reading each must give follows from the definition (equal inputs and choices: same; equal inputs,
+other choices or other samples: vary; inputs whose linear checksums sum over the ranks to an all-reduce's:
+partial). The slow ones run examples/traced/moe_router_jitter.py on 2 ranks: the gate noise from a per-rank seed
+refuted ``GI router`` at the noise draw, from one seed proved, the router on the partial sums refuted at the
+router's line; and examples/traced/moe_router_sampled.py: a second expert sampled from a per-rank seed refuted at
+the multinomial, from one seed proved.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOISE = {"file": "examples/traced/moe_router_jitter.py", "line": 63, "function": "forward", "code": "noise"}
 LINEAR = {"file": "examples/traced/moe_router_jitter.py", "line": 62, "function": "forward", "code": "router"}
 TOPK = {"file": "examples/traced/moe_router_jitter.py", "line": 65, "function": "forward", "code": "topk"}
+SAMPLE = {"file": "examples/traced/moe_router_sampled.py", "line": 63, "function": "forward", "code": "multinomial"}
 
 
 def _call(sha: str, lin: tuple[float, float], chosen: str, gates: str, noise: bool = True) -> dict:
@@ -186,6 +189,93 @@ def test_a_capacity_block_is_not_written_twice():
     assert model == [] and plan
 
 
+def _sampled(call: dict, *shas: str, op: str = "multinomial") -> dict:
+    """``call`` with sampled decisions of these results (a multinomial draws one expert per row)."""
+    call["sampled"] = [{"op": op, "sha": sha, "stack": [SAMPLE], **({"samples": 1} if op == "multinomial" else {})}
+                       for sha in shas]
+    return call
+
+
+@pytest.mark.parametrize("samples,reading", [(("s", "s"), "same"), (("s", "t"), "vary")], ids=["alike", "apart"])
+def test_a_sampled_second_expert_is_compared_between_the_tensor_ranks(samples, reading):
+    """Equal inputs and equal top-1 choices on both ranks: the multinomial's samples decide. Equal: the derivation;
+    different: vary over (tp) at the multinomial's line, the block's k the top-1 plus the one sample (1 + 1 = 2)."""
+    calls = {r: [_sampled({**_call("x", (1.0, 2.0), "c", "g"), "top_k": 1}, samples[r])] for r in (0, 1)}
+    st, ax = _step(calls)
+    model, plan, frames = _lines(st, ax)
+    if reading == "same":
+        assert plan == [] and not st.items and any("router: same" in n for n in st.notes)
+        return
+    assert plan[0].startswith("  override router: vary over (tp)  # observed"), plan
+    assert frames[0][0]["line"] == SAMPLE["line"] and "  top_k = 2" in model
+
+
+def test_a_call_that_only_samples_is_a_router_call():
+    """No ``topk`` (an argmax and a multinomial): the call is read by its samples all the same."""
+    calls = {r: [_sampled(_call("x", (1.0, 2.0), "c", "g"), sha)] for r, sha in ((0, "s"), (1, "t"))}
+    for c in calls.values():
+        for key in ("chosen", "gates", "top_k"):
+            del c[0][key]
+    st, ax = _step(calls)
+    model, plan, _ = _lines(st, ax)
+    assert plan and plan[0].startswith("  override router: vary over (tp)") and "  top_k = 1" in model
+
+
+@pytest.mark.parametrize("ops", [(("multinomial",), ()), (("multinomial",), ("bernoulli",))],
+                         ids=["missing", "another op"])
+def test_sampled_decisions_that_differ_in_kind_are_named(ops):
+    calls = {r: [_sampled(_call("x", (1.0, 2.0), "c", "g"), *["s"] * len(ops[r]))] for r in (0, 1)}
+    for r in (0, 1):
+        for d, op in zip(calls[r][0]["sampled"], ops[r]):
+            d["op"] = op
+    st, ax = _step(calls)
+    assert _lines(st, ax)[1] == []
+    assert [u for u in st.items if u.what == "a router call" and "sampled routing decisions" in u.reason]
+
+
+@pytest.mark.parametrize("sp", [False, True], ids=["tp", "sp"])
+def test_samples_that_differ_where_the_input_is_not_observed_or_the_tokens_are_the_same_are_named(sp):
+    """Without sequence parallelism and no input observed: noise, samples or input cannot be told apart; under
+    sequence parallelism with equal inputs (the same tokens): no statement holds it. Both named, no statement."""
+    calls = {r: [_sampled(_call("x", (1.0, 2.0), "c", "g"), sha)] for r, sha in ((0, "s"), (1, "t"))}
+    if not sp:
+        for c in calls.values():
+            del c[0]["input"]
+    st, ax = _step(calls)
+    assert _lines(st, ax, sp=sp)[1] == []
+    (item,) = st.items
+    assert item.what == "a router call" and ("sequence parallelism" in item.reason) is sp
+
+
+@pytest.mark.parametrize("shas,sp,named", [(("s", "s"), False, False), (("s", "t"), False, True),
+                                           (("s", "t"), True, False)], ids=["alike", "apart", "apart-sp"])
+def test_a_draw_outside_every_router_call_is_compared_between_the_tensor_ranks(shas, sp, named):
+    """A multinomial no router call's forward holds (``draws``): different on ranks holding the same tokens is
+    named (PL614, a sampled choice); alike, nothing; under sequence parallelism the ranks hold other tokens."""
+    st, ax = _step({r: [_call("x", (1.0, 2.0), "c", "g")] for r in (0, 1)})
+    for r in (0, 1):
+        st.ranks[r]["steps"][0]["draws"] = [{"op": "multinomial", "sha": shas[r], "micro": 0, "stack": [SAMPLE]}]
+    _lines(st, ax, sp=sp)
+    found = [u for u in st.items if u.what == "a sampled choice"]
+    assert bool(found) is named
+    if named:
+        assert "multinomial" in found[0].reason and found[0].stack
+
+
+@pytest.mark.parametrize("key,value", [
+    ("router", [{"width": 4, "rows": 8, "colsum": [2.0] * 4, "sampled": [{"op": "multinomial", "stack": []}]}]),
+    ("draws", [{"op": "multinomial", "sha": 3, "stack": []}])], ids=["sampled without sha", "draw sha not a string"])
+def test_malformed_sampled_records_are_pl612(tmp_path, key, value):
+    import json
+
+    trace = json.loads((ROOT / "tests" / "data" / "traces" / "ddp_summed.json").read_text())
+    trace["ranks"][0]["steps"][0][key] = value
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace))
+    status, _, err = run(["lift", str(path)])
+    assert status == 2 and "[PL612]" in err and key in err and "Traceback" not in err, err
+
+
 @pytest.mark.torch
 def test_the_recorder_reads_the_router_linears_input_and_the_noise():
     """The last mm of R × E output before the softmax gives the input (its linear checksums linear: those of a sum
@@ -201,7 +291,7 @@ def test_the_recorder_reads_the_router_linears_input_and_the_noise():
     assert all(abs(x + y - z) <= 1e-6 * scale for x, y, z in zip(linear_sums(a)[:2], linear_sums(b)[:2],
                                                                   linear_sums(a + b)[:2]))
     for draw, seen in ((torch.randn(8, 4, generator=g), True), (torch.randn(3, generator=g), False)):
-        rec = SimpleNamespace()
+        rec = SimpleNamespace(module_stack=[], micro_step=lambda: 0, step_record=lambda: {"step": 0})
         note_router_op(rec, "mm", (a, w), a @ w)
         note_router_op(rec, "mm", (a, torch.randn(16, 300, generator=g)), torch.zeros(8, 300))  # over 256 columns
         note_router_op(rec, "randn", (), draw)
@@ -209,6 +299,46 @@ def test_the_recorder_reads_the_router_linears_input_and_the_noise():
         note_router_input(rec, entry)
         assert entry["input"]["numel"] == 128 and entry["input"]["lin"] == linear_sums(a)[:2]
         assert ("noise_stack" in entry) is seen
+
+
+@pytest.mark.torch
+def test_the_recorder_reads_the_sampled_decisions_of_a_router_calls_forward():
+    """After a router call's softmax (R = 8 rows, E = 4), in the forward of the module that ran it: a multinomial
+    (also from a module it calls) and a coin of R draws are the call's sampled decisions, a draw of another size
+    or a coin in a called module is not; once the module's forward ends, a multinomial is a draw of the step. Two
+    generators of different seeds sample different experts (checked on the tensors themselves), so their records
+    differ; one seed, equal."""
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from placement_logic.trace.recorder_modules import Modules
+    from placement_logic.trace.recorder_router import note_router_input, note_router_op
+
+    probs = torch.softmax(torch.randn(8, 4, generator=torch.Generator().manual_seed(0)), -1)
+    router, called = object(), object()
+
+    def record(seed: int):
+        step = {"step": 0}
+        rec = SimpleNamespace(module_stack=[(id(router), None, 0)], micro_step=lambda: 0, step_record=lambda: step)
+        entry = {"rows": 8, "width": 4}
+        note_router_input(rec, entry)  # the softmax
+        g = torch.Generator().manual_seed(seed)
+        rec.module_stack.append((id(called), None, 0))
+        sample = torch.multinomial(probs, 1, generator=g)
+        note_router_op(rec, "multinomial", (probs, 1), sample)
+        note_router_op(rec, "rand", (), torch.rand(8, generator=g))  # a coin per row, but in the called module
+        Modules.pop_module(rec, called, None)
+        note_router_op(rec, "rand", (), torch.rand(8, generator=g))  # a coin per row in the router's own forward
+        note_router_op(rec, "rand", (), torch.rand(5, generator=g))  # another size: not the call's
+        Modules.pop_module(rec, router, None)  # the router's forward returns
+        note_router_op(rec, "multinomial", (probs, 1), torch.multinomial(probs, 1, generator=g))
+        return entry, step, sample
+
+    (e0, s0, x0), (e1, _, x1), (e2, _, x2) = record(1), record(1), record(2)
+    assert [d["op"] for d in e0["sampled"]] == ["multinomial", "rand"] and e0["sampled"][0]["samples"] == 1
+    assert [d["op"] for d in s0["draws"]] == ["multinomial"] and s0["draws"][0]["micro"] == 0
+    assert torch.equal(x0, x1) and e0["sampled"] == e1["sampled"]
+    assert not torch.equal(x0, x2) and e0["sampled"][0]["sha"] != e2["sampled"][0]["sha"]
 
 
 def _verdict(model: list[str], plan: list[str]):
@@ -279,3 +409,28 @@ def test_the_router_of_the_example_is_lifted(argv, status, verb, at, tmp_path, m
     assert "    experts = 4  # the router's columns" in text and "    top_k = 2" in text, text
     assert f"examples/traced/moe_router_jitter.py:{where}: refuted GI router: " in out, out
     assert "the root cause is the MoE router's choice" in out, out
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("argv,status", [([], 1), (["--shared-seed"], 0)], ids=["per-rank seed", "shared seed"])
+def test_the_sampled_second_expert_of_the_example_is_lifted(argv, status, tmp_path, monkeypatch):
+    """examples/traced/moe_router_sampled.py: the top-1 alike on both tensor ranks, the second expert sampled with
+    torch.multinomial from a per-rank seed: vary over (tp) at the multinomial, refuted GI router (the top-1 alone
+    agrees: read without the samples, router: same); from one seed: no statement, proved."""
+    pytest.importorskip("torch")
+    monkeypatch.chdir(ROOT)
+    spec = tmp_path / "lifted.place"
+    got, out, err = run(["trace", "--nproc", "2", "--check", "--spec-file", str(spec), "--",
+                         "python", "examples/traced/moe_router_sampled.py", *argv])
+    assert got == status and "[PL614]" not in err, out + err
+    text = spec.read_text()
+    if status == 0:
+        assert "override router" not in text and "router: same" in text, text
+        assert "proved for all mesh sizes" in out and " refuted GI" not in out, out
+        return
+    lines = (ROOT / "examples" / "traced" / "moe_router_sampled.py").read_text().splitlines()
+    where = next(i for i, x in enumerate(lines, 1) if "torch.multinomial(" in x)
+    assert re.search(rf"override router: vary over \(tp\)  # observed.*moe_router_sampled\.py:{where}$", text, re.M)
+    assert "    experts = 4  # the router's columns" in text and "    top_k = 2" in text, text
+    assert f"examples/traced/moe_router_sampled.py:{where}: refuted GI router: " in out, out

@@ -102,6 +102,9 @@ class Modules:
             if self.module_stack[i][0] == id(module):
                 _, rec, first = self.module_stack[i]
                 del self.module_stack[i:]
+                opened = getattr(self, "_router_open", None)  # a router call's forward ended (recorder_router)
+                if opened is not None and i < len(opened[1]):
+                    self._router_open = None
                 if rec is not None:
                     rec["output"] = _sum_of(_first_tensor(output))
                     rec["collectives"] = [c["seq"] for c in self.collectives if c["seq"] >= first]

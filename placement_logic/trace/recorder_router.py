@@ -11,7 +11,17 @@ its ``router`` record:
 * ``noise_stack``: where the last forward random draw (``randn``, ``rand``, ``normal``, ``uniform``, ...) before
   the softmax of as many elements as the logits or the input ran (the router's jitter or gate noise);
 * after the call's ``topk``: ``chosen`` and ``gates``, exact checksums of its indices and of its values, and its
-  line (``choice_stack``).
+  line (``choice_stack``);
+* ``sampled``: each sampled routing decision of the call's forward after its softmax (while the module that ran
+  the softmax is still in its forward): a ``multinomial`` (within it or a module it calls: a sampled expert,
+  GShard's random routing), a ``bernoulli`` or a random draw (``RANDOM``) of the call's R or R·E elements in
+  the module's own code (a coin that keeps or drops an expert, Gumbel noise on the probabilities): the op, an
+  exact checksum of its result (the sampled indices, the coins, the draws), the multinomial's sample count
+  and its line.
+
+A ``multinomial`` in forward that no router call's forward holds is recorded on the step (``draws``: op, checksum,
+micro-step, line): a sampled choice the lift cannot tie to a router call (a ``bernoulli`` there is not: dropout on
+CPU draws its mask with one).
 
 A forward all-reduce of one float tensor records the linear checksums of its input (``sums``): the all-reduced
 activation's are their sum over the group, so the lift can tell a router reading one rank's summand of it. Tensors
@@ -25,6 +35,7 @@ import torch
 from .recorder_events import _checksum, _user_frames
 
 LIMIT = 1 << 22  # the most elements of a tensor whose linear checksums are computed (float64 weights: 32 MiB)
+SAMPLERS = ("multinomial", "bernoulli", "bernoulli_")
 RANDOM = ("randn", "rand", "normal", "normal_", "uniform_", "rand_like", "randn_like", "exponential_",
           "log_normal_", "cauchy_", "geometric_")
 
@@ -46,6 +57,35 @@ def note_router_op(rec, name: str, args, out) -> None:
             rec._router_mm = (int(out.shape[0]), int(out.shape[1]), x, _user_frames())
     elif name in RANDOM and isinstance(out, torch.Tensor):
         rec._router_noise = (int(out.numel()), _user_frames())
+    if (name in RANDOM or name in SAMPLERS) and isinstance(out, torch.Tensor):
+        note_sample(rec, name, args, out)
+
+
+def _stack_ids(rec) -> tuple:
+    return tuple(m[0] for m in getattr(rec, "module_stack", []))
+
+
+def note_sample(rec, name: str, args, out) -> None:
+    """A sampling op or random draw in forward: a routing decision of the router call whose forward holds it
+    (``sampled`` on its record), else, for a ``multinomial``, a draw of the step (``draws``)."""
+    if out.is_meta:
+        return
+    opened = getattr(rec, "_router_open", None)
+    here, micro, step = _stack_ids(rec), rec.micro_step(), rec.step_record()
+    entry = None
+    if opened is not None and opened[2] == (step["step"], micro) and here[:len(opened[1])] == opened[1]:
+        e, fit = opened[0], (opened[0]["rows"], opened[0]["rows"] * opened[0]["width"])
+        if name == "multinomial" or (here == opened[1] and int(out.numel()) in fit):
+            entry = e
+    if entry is None and name != "multinomial":
+        return  # a bernoulli elsewhere is dropout's mask (CPU dropout draws one), read by the RNG checks
+    draw = {"op": name, "sha": _checksum(out.detach().contiguous()), "stack": _user_frames()}
+    if name == "multinomial" and len(args) >= 2 and isinstance(args[1], int):
+        draw["samples"] = int(args[1])
+    if entry is not None:
+        entry.setdefault("sampled", []).append(draw)
+    else:
+        step.setdefault("draws", []).append({**draw, "micro": micro})
 
 
 def note_router_input(rec, entry: dict) -> None:
@@ -59,6 +99,7 @@ def note_router_input(rec, entry: dict) -> None:
         if noise is not None and noise[0] in (entry["rows"] * entry["width"], int(x.numel())):
             entry["noise_stack"] = noise[1]
     rec._router_mm = rec._router_noise = None
+    rec._router_open = (entry, _stack_ids(rec), (rec.step_record()["step"], rec.micro_step()))  # its forward's sampled decisions (note_sample)
 
 
 def note_router_choice(entry: dict, out) -> None:

@@ -45,6 +45,7 @@ _PARAM = {"name": (str, True), "shape": ([int], True), "local_shape": ([int], Fa
           "grad": ((_GRAD, type(None)), False)}
 _OPTIMIZER = {"class": (str, False), "stack": ([_FRAME], False), "state_bytes": (int, False),
               "param_elements": (int, False), "inner": (list, False), "params": ([_PARAM], False)}
+_DRAW = {"op": (str, True), "sha": (str, True), "samples": (int, False), "stack": ([_FRAME], True)}
 _STEP = {"step": (int, True), "seed": (int, False),
          "inputs": ([{"module": (str, False), "shape": (list, False), "checksum": (str, False),
                       "values": ([int], False), "position_ids": ([int], False), "stack": ([_FRAME], False)}], False),
@@ -66,7 +67,8 @@ _STEP = {"step": (int, True), "seed": (int, False),
                                  "stack": ([_FRAME], False)},
                                 False),
                       "noise_stack": ([_FRAME], False), "chosen": (str, False), "gates": (str, False),
-                      "choice_stack": ([_FRAME], False)}], False),
+                      "choice_stack": ([_FRAME], False), "sampled": ([_DRAW], False)}], False),
+         "draws": ([{**_DRAW, "micro": (int, False)}], False),
          "recomputed": ([{"module": (str, False), "stack": ([_FRAME], False)}], False),
          "attention_masks": ([{"micro": (int, False), "shape": ([int], True), "values": ([int], True),
                                "keyword": (bool, False), "stack": ([_FRAME], False)}], False),
