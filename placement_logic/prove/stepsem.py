@@ -62,7 +62,7 @@ def device_gradient(g: steps.GroupModel, sizes: dict[str, int], counts: dict[Cel
         for c2 in cells:
             if same_except(c2, c, norm):
                 n = n + counts[c2]
-        total = total + contrib[c] / (n * times)
+        total = total + contrib[c] / (n * times if times != 1 else n)
     mult = 1
     for i, d in enumerate(dims):
         if i in reduced:
