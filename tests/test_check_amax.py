@@ -15,6 +15,7 @@ from placement_logic.check.run import check_plan
 from placement_logic.cli import main
 from placement_logic.diagnostics import Code, DiagnosticError
 from placement_logic.frontend.canonical import format_source
+from placement_logic.frontend.loader import load_string
 from placement_logic.outcome import Verdict
 from placement_logic.solver.session import Session
 
@@ -182,3 +183,30 @@ def test_fmt_round_trips_the_statement():
     out = format_source(_place("override  amax[dense] :local over(dp,tp)"))
     assert "  override amax[dense]: local over (dp, tp)\n" in out, out
     assert format_source(out) == out
+
+
+@pytest.mark.parametrize("plain,every,ok", [
+    # by hand: tp left out by one statement, dp by the other: every pair of dp or tp ranks casts differently
+    pytest.param("override amax: local over (tp)", "override amax[all]: local over (dp)", False, marks=pytest.mark.slow),
+    # reduced over tp (the [all] statement), dp left out (the plain one): two dp ranks' tokens differ
+    ("override amax: local over (dp)", "override amax[all]: reduce over (tp)", False),
+    # the reductions for every group hold together whatever their spelling: over dp and tp, the pipeline stages
+    # holding their own layers, so every scale is the global one
+    pytest.param("override amax: reduce over (dp)", "override amax[all]: reduce over (tp)", True, marks=pytest.mark.slow),
+    pytest.param("override amax: reduce over (dp, tp)", "override amax[all]: reduce over (dp)", True, marks=pytest.mark.slow),
+])
+def test_amax_and_amax_all_are_one_obligation_naming_both(tmp_path, plain, every, ok):
+    """``amax`` and ``amax[all]`` both state every group's reduction: one ``SC amax``, its note naming both."""
+    f = tmp_path / "a.place"
+    f.write_text(_place(f"{plain}\n  {every}"))
+    spec = load_string(f.read_text(), str(f))
+    p = spec.plan("p")
+    report = check_plan(SESSION, spec, p, {})
+    amax = [o for o in report.obligations if o.name.startswith("SC amax")]
+    assert [o.name for o in amax] == ["SC amax"]
+    assert amax[0].verdict is (Verdict.PROVED if ok else Verdict.REFUTED)
+    lines = f.read_text().splitlines()
+    note = next(n for n in amax[0].notes if n.startswith("one obligation"))
+    for stmt in (plain, every):
+        assert f"{stmt.removeprefix('override ')} (line {lines.index('  ' + stmt) + 1})" in note, note
+    assert simulator_finds(p, {}, 6, simulator_amax.violations) is (not ok)

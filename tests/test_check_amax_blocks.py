@@ -155,3 +155,23 @@ def test_random_statements_agree_with_the_simulator(body, opts):
                 for t in sweep for seed in range(2))
     assert (ob.verdict is Verdict.REFUTED) is found, (body, opts, ob.verdict)
     assert ob.verdict in (Verdict.PROVED, Verdict.REFUTED)
+
+
+@pytest.mark.parametrize("first,last,ok", [
+    # by hand: blocks of 64 divide every shard (MLP 768/4 = 192, query 256/4 = 64, vocabulary 1024/4 = 256) ...
+    ("override amax: blockwise over (tp) by 128", "override amax[all]: blockwise over (tp) by 64", True),
+    # ... blocks of 128 do not (192 at tp = 4)
+    ("override amax[all]: blockwise over (tp) by 64", "override amax: blockwise over (tp) by 128", False),
+])
+def test_amax_and_amax_all_are_one_key(first, last, ok):
+    """``amax`` and ``amax[all]`` both state every group's granularity: the last is in force, one ``SC amax``
+    judging it, its note naming the statement it replaces."""
+    spec = load_string(format_source(_src(f"{first}\n  {last}"), "t.place"), "t.place")
+    p = spec.plans[0]
+    obs = [o for o in check_plan(SESSION, spec, p, {}).obligations if o.name.startswith("SC amax")]
+    assert [o.name for o in obs] == ["SC amax"]
+    assert obs[0].verdict is (Verdict.PROVED if ok else Verdict.REFUTED)
+    assert any(n.startswith(f"replaces {first}") for n in obs[0].notes), obs[0].notes
+    found = any(simulator_amax_blocks.violations(p, {"dp": 2, "tp": t}, random.Random(s)) for t in (1, 2, 4)
+                for s in range(2))
+    assert found is (not ok)

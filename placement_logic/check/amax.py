@@ -30,13 +30,23 @@ TOKEN_ROLES = (ir.Role.DATA, ir.Role.CONTEXT, ir.Role.SEQUENCE, ir.Role.EXPERT)
 
 
 def stated(plan: ir.Plan) -> list[ir.Override]:
-    """Per group key (None: every group) the last statement, ``local`` or ``reduce``: the key of an obligation
-    ``SC amax[g]`` (its span that statement's); what the group's amax is reduced over is ``reduced``."""
+    """Per group key (None: every group, spelt ``amax`` or ``amax[all]``: one key, one obligation) the last
+    statement, ``local`` or ``reduce``: the key of an obligation ``SC amax[g]`` (its span that statement's);
+    what the group's amax is reduced over is ``reduced``."""
     last: dict = {}
     for o in plan.overrides:
         if o.target == OverrideTarget.AMAX and o.verb in (OverrideVerb.LOCAL, OverrideVerb.REDUCE):
-            last[o.group] = o
+            last[None if o.group in (None, "all") else o.group] = o
     return list(last.values())
+
+
+def same_key(plan: ir.Plan, o: ir.Override) -> list[ir.Override]:
+    """Every ``local`` or ``reduce`` statement of o's key (for every group: those spelt ``amax`` and
+    ``amax[all]`` alike), in the file's order: the statements its one obligation judges together."""
+    key = None if o.group in (None, "all") else o.group
+    return [x for x in plan.overrides if x.target == OverrideTarget.AMAX
+            and x.verb in (OverrideVerb.LOCAL, OverrideVerb.REDUCE)
+            and (None if x.group in (None, "all") else x.group) == key]
 
 
 def _applies(o: ir.Override, group: str) -> bool:
@@ -109,18 +119,18 @@ def check_override(plan: ir.Plan, groups, sequence_parallel: bool) -> None:
     every = [o for o in plan.overrides if o.target == OverrideTarget.AMAX
              and o.verb in (OverrideVerb.LOCAL, OverrideVerb.REDUCE)]
     for o in every:
-        head = _head(o)
+        said = head(o)
         if not o.axes and o.verb == OverrideVerb.LOCAL:
-            raise _err(f"{head} changes nothing: it names no axis", o)
+            raise _err(f"{said} changes nothing: it names no axis", o)
         twice = next((a for a in o.axes if o.axes.count(a) > 1), None)
         if twice is not None:
-            raise _err(f"{head} changes nothing the second time it names {twice}", o)
+            raise _err(f"{said} changes nothing the second time it names {twice}", o)
         for a in o.axes:
             if plan.role(a) is ir.Role.PIPELINE:
-                raise _err(f"{head} changes nothing over {a}: each pipeline stage holds its own layers and their "
+                raise _err(f"{said} changes nothing over {a}: each pipeline stage holds its own layers and their "
                            "amax, so there is nothing to reduce over it", o)
             if o.verb == OverrideVerb.LOCAL and not any(differs(plan, g, a, sequence_parallel) for g in _groups(o, groups)):
-                raise _err(f"{head} changes nothing over {a}: the group's weights are whole and its activations "
+                raise _err(f"{said} changes nothing over {a}: the group's weights are whole and its activations "
                            f"replicated on every rank of {a}, so each rank's own amax is the reduced one", o)
 
 
@@ -142,13 +152,13 @@ def _contradictions(plan: ir.Plan, groups) -> None:
                     local, red = (o, p) if o.verb == OverrideVerb.LOCAL else (p, o)
                     raise DiagnosticError([Diagnostic(
                         Code.AMAX_LOCAL_AND_REDUCED,
-                        f"{_head(o)}: the {g.group} amax over {both[0]} is both left out of the reduction "
-                        f"({_head(local)}, line {local.span.line}) and reduced over it ({_head(red)}, line "
+                        f"{head(o)}: the {g.group} amax over {both[0]} is both left out of the reduction "
+                        f"({head(local)}, line {local.span.line}) and reduced over it ({head(red)}, line "
                         f"{red.span.line}); the statements for a group hold together in any order: name each axis "
                         "in one of them", o.span)])
 
 
-def _head(o: ir.Override) -> str:
+def head(o: ir.Override) -> str:
     return f"override amax{f'[{o.group}]' if o.group else ''}: {o.verb} over ({', '.join(o.axes or ())})"
 
 

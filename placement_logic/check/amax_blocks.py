@@ -63,12 +63,20 @@ class Dim:
 
 
 def stated(plan: ir.Plan) -> list[ir.Override]:
-    """Per group (or None: every group) the last granularity statement."""
+    """Per group (or None: every group, spelt ``amax`` or ``amax[all]``: one key, one obligation) the last
+    granularity statement."""
     last: dict = {}
     for o in plan.overrides:
         if o.target == OverrideTarget.AMAX and o.verb in VERBS:
-            last[o.group] = o
+            last[None if o.group in (None, "all") else o.group] = o
     return list(last.values())
+
+
+def replaced(plan: ir.Plan, o: ir.Override) -> list[ir.Override]:
+    """The earlier granularity statements of o's key (``amax`` and ``amax[all]`` alike) that o replaces."""
+    key = None if o.group in (None, "all") else o.group
+    return [x for x in plan.overrides[:next(i for i, x in enumerate(plan.overrides) if x is o)] if x.target == OverrideTarget.AMAX
+            and x.verb in VERBS and (None if x.group in (None, "all") else x.group) == key]
 
 
 def _int(v, bindings: dict) -> int | None:

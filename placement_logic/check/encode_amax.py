@@ -31,8 +31,18 @@ def extend(obs: list, step, ctx, plan, obligation) -> list:
             "every rank casts the group's fp8 tensors with the scale single-device training uses: fp8_max over the "
             "amax all-reduced (a max) over every rank holding a different piece of the tensor",
             lambda env, pend=pend: _negation(env, pend),
-            lambda w, o=o: replay(ctx, w, o, plan)))
+            lambda w, o=o: replay(ctx, w, o, plan), _together(plan, o)))
     return obs
+
+
+def _together(plan, o) -> tuple[str, ...]:
+    """A note naming every statement of o's key where there are several (``amax`` and ``amax[all]`` both
+    state every group's reduction): the one obligation judges them together."""
+    same = amax.same_key(plan, o)
+    if len(same) < 2:
+        return ()
+    return ("one obligation for the statements of this key, judged together: "
+            + "; ".join(f"{amax.head(x)} (line {x.span.line})" for x in same),)
 
 
 def _negation(env, pend):

@@ -37,7 +37,9 @@ def extend(obs: list, step, ctx, plan, obligation) -> list:
             "every fp8 scaling block (row) of the group lies inside one rank's shard along each dimension the "
             "named axes split, so each rank's block amax is single-device training's",
             lambda env, found=found, b=b: _negation(env, found, b),
-            lambda w, o=o, found=found, b=b: replay(ctx, w, o, found, b)))
+            lambda w, o=o, found=found, b=b: replay(ctx, w, o, found, b),
+            tuple(f"replaces {amax_blocks.head(x)} (line {x.span.line}): the last granularity statement of a "
+                  "key is the one in force" for x in amax_blocks.replaced(plan, o))))
     return obs
 
 

@@ -132,9 +132,11 @@ def necessity(sess: Session) -> list[Obligation]:
     return obs
 
 
-def _witness_query(spec, step: steps.StepModel, fixed: int | None):
+def _witness_query(spec, step: steps.StepModel, fixed: int | None, at: dict[str, int] | None = None):
+    """The query of a witness: data on which one SGD step of ``step``'s dense group differs from
+    single-device training, at the sizes ``at`` (``SIZES`` unless given)."""
     g = step.group("dense")
-    sizes = dict(SIZES)
+    sizes = dict(SIZES if at is None else at)
 
     def run(counts, contrib, theta, zero, value):
         dims, cells = stepsem.grid(g, sizes)
