@@ -399,5 +399,7 @@ KIND_TEXT = {"R": "replicated", "P": "partial (each rank holds a summand)", "S":
 
 def type_text(t: tuple) -> str:
     if t[1] and t[0] in ("R", "S"):
-        return f"{KIND_TEXT[t[0]]} but summed {t[1] + 1} times (multiplied by the axis size{'s' if t[1] > 1 else ''})"
+        extra = "once too often" if t[1] == 1 else f"{t[1]} times too often"
+        return (f"{KIND_TEXT[t[0]]} but summed over its axes {t[1] + 1} times, {extra} (each extra sum multiplies it by "
+                "the axis size)")
     return KIND_TEXT[t[0]]
