@@ -82,6 +82,10 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "global_mean": (False, False),
         "sum": (False, False),  # the objective is the sum over tokens (reduction='sum'): no normaliser
         "divide": (False, True),  # a loss term's contributions divided by this (loss[TERM] only, ir.losses)
+        # a term's per-sequence values (each sequence's token mean, or token sum) averaged over the global batch's
+        # sequences, the count summed over the token axes and microbatches (loss[TERM] only, check.seqterms)
+        "per_sequence_mean": (False, False),
+        "per_sequence_sum": (False, False),
         # the routing statistics of loss[aux] gathered per sequence, per local microbatch or over the step's
         # microbatches, summed over these axes (check.auxstats)
         "stats_per_sequence": (True, False),
@@ -343,6 +347,8 @@ class OverrideVerb(StrEnum):
     PER_MICROBATCH_MEAN = "per_microbatch_mean"
     GLOBAL_MEAN = "global_mean"
     SUM = "sum"
+    PER_SEQUENCE_MEAN = "per_sequence_mean"
+    PER_SEQUENCE_SUM = "per_sequence_sum"
     STATS_PER_SEQUENCE = "stats_per_sequence"
     STATS_PER_MICROBATCH = "stats_per_microbatch"
     STATS_PER_STEP = "stats_per_step"
