@@ -8,4 +8,5 @@ from . import (  # noqa: F401
     c04_state_and_buckets,
     c05_activations,
     c06_partial_activations,
+    c07_loss_terms,
 )
