@@ -176,6 +176,7 @@ def test_context_parallelism_leaves_a_per_sequence_term_unknown(tmp_path):
 @pytest.mark.parametrize("losses,line,code,words", [
     ("router = global_mean", "", "PL289", "clashes"),
     ("main = sum", "", "PL289", "clashes"),
+    ("aux_loss = global_mean", "", "PL289", "clashes"),
     ("aux = per_sequence_mean", "", "PL289", "cannot take per_sequence_mean"),
     ("kl = global_mean", "override tokens[kl]: equal", "PL299", "normalised global_mean, per token"),
     ("kl = per_microbatch_mean", "override loss[kl]: per_sequence_mean", "PL299", "no sequences to count"),

@@ -36,7 +36,8 @@ NAMED_REACH: tuple[str, ...] = ("dense",)
 # the terms computed from routing statistics, not from tokens or sequences: no per-sequence normalisation
 ROUTER_TERMS: tuple[str, ...] = ("aux", "z")
 # words a term of the user's own may not take: the built-in terms, the section's other keys, the main loss
-RESERVED_WORDS: tuple[str, ...] = ("main", "loss", "tokens", "all")
+# (and the built-in terms' override spellings, which name the built-in terms)
+RESERVED_WORDS: tuple[str, ...] = ("main", "loss", "tokens", "all", "aux_loss", "z_loss", "mtp_loss")
 
 # what a plan's path may do with a term (``override loss[TERM]: VERB``): the main loss's verbs and a divisor
 # (on a per-sequence term the means are over its sequences: global_mean is then a per-token mean of another family)
