@@ -49,7 +49,7 @@ def _spec(objective: str, lines: list[str], tp: bool = False, name: str = "kl"):
 # (objective, path verb or None, tokens[kl] reduce axes or None, divisor text or None, tokens[kl]: equal, with tp)
 GENERATED = [
     (obj, path, axes, div, equal, tp)
-    for obj in ("per_sequence_mean", "per_sequence_sum", "global_mean")
+    for obj in ("per_sequence_mean", "per_sequence_sum", "global_mean", "sum")
     for path in (None, "global_mean", "per_microbatch_mean", "per_device_mean", "sum", "per_sequence_mean",
                  "per_sequence_sum")
     for axes, div, equal, tp in ((None, None, False, False), (("dp",), None, False, True),
@@ -132,6 +132,23 @@ def test_per_sequence_verdicts_by_hand(obj, lines, want):
     got = {o.name: o.verdict for o in report.obligations if o.name.startswith("GI loss[kl]")}
     assert got == {"GI loss[kl]": want, "GI loss[kl] grads[dense]": want}
     assert all(o.verdict is Verdict.PROVED for o in report.obligations if o.name.startswith("GI grads["))
+
+
+@pytest.mark.parametrize("obj,path,pins", [
+    # a per-token mean where the objective is a sum: Σ g / N ≠ Σ g once N ≥ 2 (proved before the path's count was read)
+    ("sum", "global_mean", {}),
+    # a sum where the objective is a mean, one device and one microbatch: Σ g ≠ Σ g / N for N ≥ 2 tokens
+    ("global_mean", "sum", {"dp": 1, "microbatches": 1}),
+    # the sequences' values summed where their mean is meant: Σ v ≠ Σ v / S for S ≥ 2 sequences
+    ("per_sequence_mean", "sum", {"dp": 1, "microbatches": 1}),
+])
+def test_a_sum_path_takes_no_count_and_a_mean_path_takes_its_count(obj, path, pins):
+    spec = _spec(obj, [f"override loss[kl]: {path}"])
+    report = check_plan(SESSION, spec, spec.plans[0], pins)
+    o = {r.name: r for r in report.obligations}["GI loss[kl] grads[dense]"]
+    assert o.verdict is Verdict.REFUTED
+    sizes = {**dict(o.counterexample.sizes), "tp": 1}
+    assert sim.violation(obj, path, sizes, None, None, False, random.Random(5))
 
 
 def test_family_weights_by_hand():

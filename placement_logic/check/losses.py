@@ -79,6 +79,14 @@ def _normalisation(path: str, token_axes: tuple[str, ...], tok_axes: tuple[str, 
     return (), token_axes + (steps.MICROBATCHES,)
 
 
+def _path_count(path: str, objective: str) -> str:
+    """Whether the path divides by a count (``stepmodel.GroupModel.path_count``): a sum takes none; a mean takes
+    its count even where the objective is a sum; a per-microbatch value is taken as it is."""
+    if path == "sum":
+        return "none"
+    return "" if objective == "per_microbatch_mean" else "count"
+
+
 def views(plan: ir.Plan, derived: steps.StepModel) -> list[TermView]:
     """One view per (term the model declares, group it reaches that the plan has)."""
     context = plan_views.view(plan).axes_with_role(ir.Role.CONTEXT)
@@ -126,9 +134,10 @@ def views(plan: ir.Plan, derived: steps.StepModel) -> list[TermView]:
                          for d in dg.dims)
             base = replace(dg, dims=dims, objective=ENCODED[objective], double_count=False, span=where_span,
                            spans=((steps.NORMALISATION, where_span),))
-            view = replace(base, norm_dims=norm, divisor_axes=div_axes,
+            view = replace(base, norm_dims=norm, divisor_axes=div_axes, path_count=_path_count(path, objective),
                            divisor_value=div_o.by if div_o is not None else None)
-            natural = replace(base, norm_dims=nat_norm, divisor_axes=nat_div, divisor_value=None)
+            natural = replace(base, norm_dims=nat_norm, divisor_axes=nat_div, divisor_value=None,
+                              path_count=_path_count(NATURAL_PATH[objective], objective))
             out.append(TermView(name, objective, path, view, natural, where_span, equal))
     return out
 
