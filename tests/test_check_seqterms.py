@@ -250,3 +250,16 @@ def test_bug_specs_are_refuted_and_their_fixes_proved(name):
     assert refuted and all(o.counterexample is not None for o in refuted)
     safe = check_spec(load_spec(ROOT / "examples" / "safe" / f"{name}.place"), timeout=20)
     assert all(o.verdict is Verdict.PROVED for o in safe.obligations if o.name.startswith("GI loss["))
+
+
+def test_a_named_term_reaches_the_dense_like_groups_of_the_users_own():
+    """A term of the user's own reaches the dense layers as the main loss does, a group declared like dense
+    too; the per-microbatch path is refuted for each (a mean of local sequence means)."""
+    src = SPEC.format(losses="kl = per_sequence_mean", mesh="dp = 2", tp="",
+                      lines="override loss[kl]: per_microbatch_mean")
+    src = src.replace("  microbatches = m\n", "  microbatches = m\n  group sinks {\n    count = 384\n    like = dense\n  }\n")
+    spec = load_string(src, "s.place")
+    report = check_plan(SESSION, spec, spec.plans[0], {})
+    got = {o.name: o.verdict for o in report.obligations if o.name.startswith("GI loss[kl]")}
+    assert got == {"GI loss[kl]": Verdict.REFUTED, "GI loss[kl] grads[dense]": Verdict.REFUTED,
+                   "GI loss[kl] grads[sinks]": Verdict.REFUTED}

@@ -109,7 +109,8 @@ def views(plan: ir.Plan, derived: steps.StepModel) -> list[TermView]:
         reaches = terms.TERMS.get(name, terms.NAMED_REACH)  # a term of the user's own: the dense layers
         reach = [g for g in reaches if g in present] + [  # and a group of one's own like the router
             g.name for g in param_groups.param_groups(plan.model) if g.user and g.name in present
-            and g.checks_as == param_groups.GradClass.ROUTER and "router" in reaches]
+            and (g.checks_as == param_groups.GradClass.ROUTER and "router" in reaches
+                 or g.checks_as == param_groups.GradClass.DENSE and name not in terms.TERMS)]  # a named term: dense-like
         if not reach:
             raise _err(Code.LOSS_TERM_REACHES_NOTHING, f"loss term '{name}' reaches {', '.join(reaches)}, which this plan's model "
                        f"does not have (its groups: {', '.join(present)}): there is no gradient to check", span)
