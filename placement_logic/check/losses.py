@@ -1,5 +1,5 @@
 """Loss terms besides the main loss (``ir.losses``): an MoE auxiliary load-balancing loss, a
-router z-loss, multi-token-prediction heads, each with its own normalisation.
+router z-loss, multi-token-prediction heads, terms of the user's own, each with its own normalisation.
 
 Input: a plan whose model declares ``losses { TERM = OBJECTIVE }`` and its step models. Output:
 per term, one gradient-integrity obligation per parameter group the term reaches (``GI loss[T]
@@ -18,7 +18,11 @@ The normalisations, as weights on one contribution:
 - ``per_microbatch_mean``: the term is one value per device (of the data and expert axes) and
   microbatch, and the objective is their mean: 1 / (devices · microbatches); the context ranks of a
   sequence each compute a part of its value (a split dimension, summed once). The encoding and the
-  replay call this objective ``unit_mean``.
+  replay call this objective ``unit_mean``;
+- ``per_sequence_mean`` / ``per_sequence_sum``: a value per sequence, the objective their mean over
+  the step's sequences: a global mean over sequence counts (``check.seqterms``).
+
+A term of the user's own (any name the section does not reserve) reaches the dense layers.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Each term is a loss of its own added to the main loss with its own normalisation (the
 objective, stated once in the model) and reaching only some parameter groups: an MoE
 auxiliary load-balancing loss and a router z-loss reach the router; multi-token-prediction
-heads reach the shared embedding/output head and their own (dense) layers. A plan states
+heads reach the shared embedding/output head and their own (dense) layers; a term of the user's own
+(an RL trainer's policy loss, KL penalty, entropy bonus) reaches the dense layers. A plan states
 what its code path does with ``override loss[TERM]: VERB`` and ``override tokens[TERM]:
 reduce over (...)``; the checker holds every plan of a spec to the one objective.
 """
