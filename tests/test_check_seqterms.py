@@ -194,7 +194,9 @@ def test_context_parallelism_leaves_a_per_sequence_term_unknown(tmp_path):
     ("router = global_mean", "", "PL289", "clashes"),
     ("main = sum", "", "PL289", "clashes"),
     ("aux_loss = global_mean", "", "PL289", "clashes"),
+    ("lable_smoothing = true", "", "PL113", "did you mean 'label_smoothing'"),  # a flag: a misspelt key, not a term
     ("aux = per_sequence_mean", "", "PL289", "cannot take per_sequence_mean"),
+    ("aux = per_microbatch_mean", "override loss[aux]: per_sequence_sum", "PL289", "computed from the router's statistics"),
     ("kl = global_mean", "override tokens[kl]: equal", "PL299", "normalised global_mean, per token"),
     ("kl = per_microbatch_mean", "override loss[kl]: per_sequence_mean", "PL299", "no sequences to count"),
     ("kl = global_mean", "override loss: per_sequence_mean", "PL299", "applies to a loss term"),

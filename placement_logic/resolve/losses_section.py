@@ -17,8 +17,11 @@ def losses_section(vals: Values, block: surface.SubBlock, fields: dict) -> None:
     terms = []
     ce = []
     keys = tuple(ir_losses.TERMS) + (ir_losses.STATS_KEY, ir_losses.PACKED_KEY) + tuple(ir_losses.CE_TERMS)
-    named = tuple(dict.fromkeys(p.key for p in block.props if p.key not in keys))  # terms of the user's own
-    for p in props(vals, block.props, keys + named, "losses"):
+    named = []  # terms of the user's own; a flag (true/false) under another name is a misspelt key
+    for p in block.props:
+        if p.key not in keys and not isinstance(p.value, surface.Bool) and p.key not in named:
+            named.append(p.key)
+    for p in props(vals, block.props, keys + tuple(named), "losses"):
         if p.key == ir_losses.PACKED_KEY:  # the rows pack documents of free lengths (check.auxpacked)
             if vals.flag_value(p):
                 fields["aux_packed"] = p.span
