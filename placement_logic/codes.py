@@ -194,6 +194,9 @@ CODES: dict[str, tuple[str, str]] = {
     "PL288": ("checkpoint-fused-axis", "override checkpoint[GROUP]: fused over an axis that is not a tensor axis: fused "
               "components are columns a tensor axis splits (a pipeline's virtual stages come from its schedule)."),
     # the capacity step's dropped pairs (check.encode_capdrop)
+    # loss terms of the user's own and per-sequence normalisations (check.seqterms)
+    "PL289": ("loss-term-name", "A loss term whose name clashes (a reserved word or a parameter group's name) or whose "
+              "normalisation it cannot take (a per-sequence one for the router's aux or z)."),
     "PL290": ("capacity-renormalise-unchanged", "override capacity: renormalise_dropped in a model without "
               "drop_renormalise: the gate weights already sum to 1 over the k chosen experts."),
     "PL291": ("override-restated", "A second statement of an override the plan states once (router, capacity, a "
@@ -214,6 +217,8 @@ CODES: dict[str, tuple[str, str]] = {
     # the rows pack documents for the aux term's statistics (check.auxpacked)
     "PL297": ("packed-without-stats", "losses { aux_packed = true } where the losses section states no aux_stats: "
               "packing matters only to the statistics' groups."),
+    "PL299": ("sequence-count-statement", "A statement about sequence counts where there are none to count: a "
+              "per-sequence normalisation of the main loss, or tokens[TERM]: equal on a term normalised per token."),
     # usage: PL3xx
     "PL301": ("bad-set", "A --set option that is not NAME=NUMBER or names nothing in the spec."),
     "PL302": ("unknown-plan", "A --plan option that names no plan in the spec."),

@@ -96,6 +96,12 @@ CATALOGUE = [
      spec("plan p { dp: ddp override process_group: reduce over (dp) }\n")),
     ("undeclared-loss-term", "PL186", 9, 18, "names a loss term the model's losses section does not declare",
      spec("plan p { dp: ddp override loss[aux]: per_microbatch_mean }\n")),
+    ("loss-term-name", "PL289", 4, 12, "clashes with a reserved word or a parameter group's name",
+     "from std.data import ddp\nmodel {\n  params = 1e9\n  losses { router = per_sequence_mean }\n}\n"
+     "mesh { dp = 8 }\nplan p { dp: ddp }\n"),
+    ("sequence-count-statement", "PL299", 7, 19, "states equal sequence counts, but the kl term is normalised",
+     "from std.data import ddp\nmodel {\n  params = 1e9\n  losses { kl = global_mean }\n}\nmesh { dp = 8 }\n"
+     "plan p { dp: ddp  override tokens[kl]: equal }\n"),
     ("stats-scope-term", "PL213", 4, 29, "states the scope of the routing statistics of a term",
      "from std.data import ddp\nmodel {\n  params = 1e9\n  losses { z = global_mean  aux_stats = per_sequence }\n}\n"
      "mesh { dp = 8 }\nplan p { dp: ddp }\n"),

@@ -162,7 +162,7 @@ plan p {{
     ("losses { aux = per_microbatch_mean }", "override loss[aux]: divide", "PL122", "needs 'by"),
     ("losses { aux = per_microbatch_mean }", "override loss[aux]: equal", "PL122", "has no override 'equal'"),
     ("losses { aux = per_token }", "", "PL114", "normalisation of loss term 'aux'"),
-    ("losses { balance = sum }", "", "PL113", "no property 'balance'"),
+    ("losses { router = sum }", "", "PL289", "clashes with a reserved word"),
     ("losses { aux = per_microbatch_mean }", "override tokens[aux]: reduce over (dp)", "PL506", "changes nothing"),
 ])
 def test_term_input_errors_are_located_diagnostics(tmp_path, capsys, losses, line, code, words):

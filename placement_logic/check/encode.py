@@ -219,12 +219,17 @@ def gi_negation(env: Env, g: steps.GroupModel, prefix: str) -> tuple[list, Calla
     norm_set = frozenset(g.norm_dims)
     slab = counts.sum_over(norm_set, env.real)
     if g.objective == "sum":  # no token count anywhere: the reference and every device sum over tokens
-        total = slab = rone
-        norm_set = frozenset()
+        total = rone
+        if g.path_count != "count":  # (a loss term's path may still divide by a count: check.losses)
+            slab = rone
+            norm_set = frozenset()
     elif g.objective == "unit_mean":  # a loss term's value per device and microbatch, averaged over all of them
         total = env.real(_prod([env.size(d) for d in tdims], one))  # (check.losses): the number of such values
         if not norm_set:
             slab = rone  # the path takes each value as it is, no token count
+    if g.path_count == "none":  # a loss term's path that takes no count (loss[T]: sum, check.losses)
+        slab = rone
+        norm_set = frozenset()
     token_names = {d.name for d in tdims}
     for name in sorted(norm_set):
         # a reduction of the count over an axis it is already replicated on multiplies it by the

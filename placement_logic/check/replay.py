@@ -117,7 +117,8 @@ def simulate_gi(ctx: Context, g: steps.GroupModel, sizes: dict[str, int], counts
         slabs[key] = slabs.get(key, 0) + n
 
     def slab(tau: Coord) -> int:
-        if g.objective == "sum" or (g.objective == "unit_mean" and not norm):  # no token count (check.losses)
+        if g.path_count == "none" or (g.path_count != "count" and (
+                g.objective == "sum" or (g.objective == "unit_mean" and not norm))):  # no token count (check.losses)
             return 1
         return repeat * slabs.get(tuple(tau[i] for i in fixed), 0)
 

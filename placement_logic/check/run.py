@@ -19,6 +19,7 @@ from typing import Callable
 
 from .. import ir
 from ..diagnostics import Code, Diagnostic, DiagnosticError, Span
+from ..ir.losses import SEQUENCE_OBJECTIVES
 from ..ir.overrides import OverrideTarget, OverrideVerb
 from ..resolve.validate import check_rebinding
 from ..solver.session import Session, SolverStatus
@@ -255,7 +256,10 @@ def check_plan(sess: Session, spec: ir.Spec, plan: ir.Plan, pinned: dict[str, in
          if any(o.target == OverrideTarget.TOKENS and o.verb == OverrideVerb.CLAMP_BEFORE_REDUCE for o in plan.overrides)
          else "every device and microbatch has >= 1 token") + "; token counts otherwise arbitrary",
         "gradient contributions and squared norms arbitrary",
-    )
+    ) + tuple(f"loss term {t}: >= 1 sequence per device and microbatch, sequence counts otherwise arbitrary"
+              + (" (equal, tokens[" + t + "]: equal)" if any(o.target == OverrideTarget.TOKENS and o.group == t and
+                                                          o.verb == OverrideVerb.EQUAL for o in plan.overrides) else "")
+              for t, o, _ in plan.model.loss_terms if o in SEQUENCE_OBJECTIVES)  # check.seqterms
     held = PlanReport(plan.name, results).fixed_sizes
     if held:  # the free sizes above, but for the obligations whose encodings hold some axes at fixed sizes
         assumed += (f"some obligations decided only at {', '.join(f'{a}={n}' for a, n in held.items())} (each "

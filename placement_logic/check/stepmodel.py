@@ -37,6 +37,9 @@ class GroupModel:
     clip_filter_stated: bool = False  # the filter is stated by an override (else derived)
     clip_filter_span: Span = NO_SPAN  # the stated filter's override
     objective: str = "mean"  # "mean": the global token mean; "sum": the sum over tokens (loss: sum)
+    # a loss term's path (check.losses): "count" divides by its count (over norm_dims, else the local cell's) whatever
+    # the objective, "none" takes no count (loss[T]: sum); "": as the objective implies (the main loss)
+    path_count: str = ""
     clip_agg: str = "sum"  # how the ranks' squared norms are combined over clip_axes: sum | average | max (clipagg)
     clip_sqrt: bool = False  # each rank's root taken before the reduction (clip_norm: sqrt_before_reduce)
     clip_rank0: tuple[str, ...] = ()  # axes of clip_axes where the group is counted on rank 0 only (perrank)

@@ -3,7 +3,8 @@
 Each term is a loss of its own added to the main loss with its own normalisation (the
 objective, stated once in the model) and reaching only some parameter groups: an MoE
 auxiliary load-balancing loss and a router z-loss reach the router; multi-token-prediction
-heads reach the shared embedding/output head and their own (dense) layers. A plan states
+heads reach the shared embedding/output head and their own (dense) layers; a term of the user's own
+(an RL trainer's policy loss, KL penalty, entropy bonus) reaches the dense layers. A plan states
 what its code path does with ``override loss[TERM]: VERB`` and ``override tokens[TERM]:
 reduce over (...)``; the checker holds every plan of a spec to the one objective.
 """
@@ -22,10 +23,26 @@ OBJECTIVES: tuple[str, ...] = (
     "global_mean",  # per token over the global batch: divided by the step's whole token count
     "per_microbatch_mean",  # a value per device and microbatch, averaged over every device and microbatch
     "sum",  # per token, summed (no normaliser)
+    "per_sequence_mean",  # each sequence's token mean, averaged over the global batch's sequences (seq-mean-token-mean)
+    "per_sequence_sum",  # each sequence's token sum, averaged over the global batch's sequences (seq-mean-token-sum)
 )
 
+# the per-sequence normalisations: a value per sequence (its tokens' mean or sum), the objective their mean over
+# the step's sequences; the sequence counts play the part the token counts play for a per-token mean (check.seqterms)
+SEQUENCE_OBJECTIVES: tuple[str, ...] = ("per_sequence_mean", "per_sequence_sum")
+
+# a term of the user's own (``losses { kl = global_mean  entropy = per_sequence_mean }``): any identifier that is not a
+# reserved word declares one, reaching the dense layers as the main loss does
+NAMED_REACH: tuple[str, ...] = ("dense",)
+# the terms computed from routing statistics, not from tokens or sequences: no per-sequence normalisation
+ROUTER_TERMS: tuple[str, ...] = ("aux", "z")
+# words a term of the user's own may not take: the built-in terms, the section's other keys, the main loss
+# (and the built-in terms' override spellings, which name the built-in terms)
+RESERVED_WORDS: tuple[str, ...] = ("main", "loss", "tokens", "all", "aux_loss", "z_loss", "mtp_loss")
+
 # what a plan's path may do with a term (``override loss[TERM]: VERB``): the main loss's verbs and a divisor
-PATH_VERBS: tuple[str, ...] = ("global_mean", "per_device_mean", "per_microbatch_mean", "sum", "divide")
+# (on a per-sequence term the means are over its sequences: global_mean is then a per-token mean of another family)
+PATH_VERBS: tuple[str, ...] = ("global_mean", "per_device_mean", "per_microbatch_mean", "sum", "divide") + SEQUENCE_OBJECTIVES
 
 # the term's own operations on some ranks (``override loss[TERM]: VERB over (AXES) ranks (R1, ...)``,
 # check.termranks): the term added to the objective on the named ranks only, or divided by X there only

@@ -169,3 +169,5 @@ class OverrideVerb(StrEnum):
     FLOOR = "floor"
     REPEAT = "repeat"
     SPLIT = "split"
+    PER_SEQUENCE_MEAN = "per_sequence_mean"
+    PER_SEQUENCE_SUM = "per_sequence_sum"

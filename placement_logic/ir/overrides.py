@@ -82,6 +82,10 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "global_mean": (False, False),
         "sum": (False, False),  # the objective is the sum over tokens (reduction='sum'): no normaliser
         "divide": (False, True),  # a loss term's contributions divided by this (loss[TERM] only, ir.losses)
+        # a term's per-sequence values (each sequence's token mean, or token sum) averaged over the global batch's
+        # sequences, the count summed over the token axes and microbatches (loss[TERM] only, check.seqterms)
+        "per_sequence_mean": (False, False),
+        "per_sequence_sum": (False, False),
         # the routing statistics of loss[aux] gathered per sequence, per local microbatch or over the step's
         # microbatches, summed over these axes (check.auxstats)
         "stats_per_sequence": (True, False),

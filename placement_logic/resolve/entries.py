@@ -19,6 +19,7 @@ from ..ir import losses as ir_losses
 from ..ir.groups import BUILTIN as BUILTIN_GROUPS
 from ..ir.overrides import HEAD_GROUPS, LAYOUT_ITEMS, TAKES_RANKS, TAKES_SETS, TAKES_SIZES, OverrideTarget, OverrideVerb
 from . import ranksets as rank_sets
+from .override_verbs import bad_verb
 from .shapes import number
 from .values import STATE_NAMES, Values
 
@@ -225,7 +226,7 @@ def override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Value],
     if o.target in (OverrideTarget.LOSS, OverrideTarget.TOKENS) and o.group is not None:
         return _term_override(vals, o, env, axes_allowed)
     verbs = ir.OVERRIDE_VERBS.get(o.target)
-    if _bad_verb(vals, o, verbs) or _bad_group(vals, o) or _bad_clauses(vals, o, verbs[o.verb]):
+    if bad_verb(vals, o, verbs) or _bad_group(vals, o) or _bad_clauses(vals, o, verbs[o.verb]):
         return None
     out = _axes_and_divisor(vals, o, env, axes_allowed)
     if out is not None and o.sizes is not None:
@@ -251,31 +252,6 @@ def _bad_target(vals: Values, o: surface.OverrideStmt) -> bool:
         error(Code.UNDECLARED_LOSS_TERM, f"a loss term is not a target of its own: write override loss[{TERM_ALIASES[o.target]}]: ... "
               f"with '{TERM_ALIASES[o.target]}' in the model's losses section", o.span,
               (f"e.g. model {{ losses {{ {TERM_ALIASES[o.target]} = per_microbatch_mean }} }}",))
-        return True
-    return False
-
-
-def _bad_verb(vals: Values, o: surface.OverrideStmt, verbs: dict | None) -> bool:
-    """An error where the main loss is given a term's verb, or the target or its verb is unknown."""
-    error = vals.cx.error
-    if o.target == OverrideTarget.LOSS and o.verb == OverrideVerb.DIVIDE:
-        error(Code.BAD_OVERRIDE, "'loss: divide' applies to a loss term (loss[TERM]: divide by ...); the main loss's "
-              "divisor is override grads: divide by ...", o.span)
-        return True
-    if o.target == OverrideTarget.LOSS and o.verb in ir_losses.RANK_VERBS:
-        error(Code.BAD_OVERRIDE, f"'loss: {o.verb}' applies to a loss term (loss[TERM]: {o.verb} over (AXES) ranks "
-              "(R1, ...)); the main loss's per-rank divisor is override grads: divide_on_ranks", o.span)
-        return True
-    if o.target == OverrideTarget.LOSS and o.verb in ir_losses.STATS_VERBS:
-        error(Code.STATS_SCOPE_TERM, f"'loss: {o.verb}': the main loss is a sum over tokens, with no statistics over a "
-              "group of tokens to scope", o.span, ("statistics scopes apply to: loss[aux]",))
-        return True
-    if verbs is None:
-        error(Code.BAD_OVERRIDE, f"cannot override '{o.target}'", o.span, did_you_mean(o.target, ir.OVERRIDE_VERBS))
-        return True
-    if o.verb not in verbs:
-        error(Code.BAD_OVERRIDE, f"'{o.target}' has no override '{o.verb}'", o.span,
-              did_you_mean(o.verb, verbs) or (f"accepted: {', '.join(verbs)}",))
         return True
     return False
 
@@ -408,10 +384,19 @@ def _term_override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Valu
         error(Code.UNDECLARED_LOSS_TERM, f"'{o.target}[{o.group}]' names a loss term the model's losses section does not declare "
               f"(declared: {declared})", o.span,
               did_you_mean(o.group, tuple(vals.loss_terms)) or
-              (f"terms: {', '.join(ir_losses.TERMS)}, declared as model {{ losses {{ TERM = NORMALISATION }} }}",))
+              (f"terms: {', '.join(ir_losses.TERMS)} or a name of your own, declared as model {{ losses {{ TERM = "
+               "NORMALISATION }} }}",))
         return None
+    per_sequence = vals.loss_terms[o.group] in ir_losses.SEQUENCE_OBJECTIVES  # sequence counts (check.seqterms)
     verbs = ir_losses.PATH_VERBS + ir_losses.STATS_VERBS + ir_losses.RANK_VERBS if o.target == OverrideTarget.LOSS \
-        else (OverrideVerb.REDUCE,)
+        else (OverrideVerb.REDUCE, OverrideVerb.EQUAL)
+    if o.verb in ir_losses.SEQUENCE_OBJECTIVES and not _sequences_countable(vals, o):
+        return None
+    if o.target == OverrideTarget.TOKENS and o.verb == OverrideVerb.EQUAL and not per_sequence:
+        error(Code.SEQUENCE_COUNT_STATEMENT, f"'tokens[{o.group}]: equal' states equal sequence counts, but the {o.group} "
+              f"term is normalised {vals.loss_terms[o.group]}, per token", o.span,
+              ("equal token counts are override tokens: equal",))
+        return None
     if o.verb not in verbs:
         error(Code.BAD_OVERRIDE, f"'{o.target}[{o.group}]' has no override '{o.verb}'", o.span,
               did_you_mean(o.verb, verbs) or (f"accepted: {', '.join(verbs)}",))
@@ -437,6 +422,20 @@ def _term_override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Valu
     if any(r is None for r in ranks) or not _ranks_in_range(vals, out, ranks):
         return None
     return replace(out, ranks=ranks)
+
+
+def _sequences_countable(vals: Values, o: surface.OverrideStmt) -> bool:
+    """A per-sequence path needs sequences to count: not the router's terms (PL289), not a term whose objective is one
+    value per device and microbatch (PL299)."""
+    if o.group in ir_losses.ROUTER_TERMS:
+        vals.cx.error(Code.LOSS_TERM_NAME, f"'loss[{o.group}]: {o.verb}': the {o.group} term is computed from the router's "
+                      "statistics, not as a value per sequence", o.span)
+        return False
+    if vals.loss_terms[o.group] == "per_microbatch_mean":
+        vals.cx.error(Code.SEQUENCE_COUNT_STATEMENT, f"'loss[{o.group}]: {o.verb}': the {o.group} term's objective is one "
+                      "value per device and microbatch, with no sequences to count", o.span)
+        return False
+    return True
 
 
 def rename_override(o: ir.Override, rename: dict[str, tuple[str, ...]]) -> ir.Override:

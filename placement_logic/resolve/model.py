@@ -14,10 +14,10 @@ from ..diagnostics import Code, DiagnosticError, did_you_mean
 from ..frontend import hf, surface
 from ..frontend.files import read_source
 from ..ir import groups as pg
-from ..ir import losses as ir_losses
 from ..ir.walker import fold
 from .groups import check_groups, group_decl, props
 from .hardware import build_hardware, is_hardware_line
+from .losses_section import losses_section as _losses
 from .modelvalues import MODEL_PROPS, TRANSFORMER_NUMERIC, _show, check_model_values, check_shape_values
 from .shapes import number
 from .values import Values
@@ -203,45 +203,6 @@ ACTIVATION_COUNTS = ("shape", "korthikanti", "megatron", "llm_analysis", "pytorc
 ATTENTION_FLOPS = ("causal", "full")
 COMPUTE_TIMES = ("kernels", "mfu")
 TENSOR_BACKWARDS = ("exposed", "overlapped")
-
-
-def _losses(vals: Values, block: surface.SubBlock, fields: dict) -> None:
-    """``losses { aux = per_microbatch_mean  mtp = global_mean }``: the loss terms besides the
-    main loss, each with the normalisation its objective states (``ir.losses``)."""
-    terms = []
-    ce = []
-    for p in props(vals, block.props, tuple(ir_losses.TERMS) + (ir_losses.STATS_KEY, ir_losses.PACKED_KEY)
-                   + tuple(ir_losses.CE_TERMS), "losses"):
-        if p.key == ir_losses.PACKED_KEY:  # the rows pack documents of free lengths (check.auxpacked)
-            if vals.flag_value(p):
-                fields["aux_packed"] = p.span
-            continue
-        if p.key in ir_losses.CE_TERMS:  # the cross entropy's label smoothing or output z-loss (check.actflow_loss)
-            if vals.flag_value(p):
-                ce.append((p.key, p.span))
-            continue
-        if p.key == ir_losses.STATS_KEY:  # the aux term's statistics scope (check.auxstats)
-            w = vals.word(p.value, ir_losses.STATS_OBJECTIVES, "the scope of the aux term's routing statistics")
-            if w:
-                fields["aux_stats"] = (w, p.span)
-            continue
-        w = vals.word(p.value, ir_losses.OBJECTIVES, f"the normalisation of loss term '{p.key}'")
-        if w:
-            terms.append((p.key, w, p.span))
-            vals.loss_terms[p.key] = w
-    fields["loss_terms"] = tuple(terms)
-    fields["ce_terms"] = tuple(ce)
-    if "aux_stats" in fields and not any(t in ir_losses.STATS_TERMS for t, _, _ in terms):
-        vals.cx.error(Code.STATS_SCOPE_TERM, f"'{ir_losses.STATS_KEY}' states the scope of the routing statistics of a "
-                      "term the losses section does not declare", fields["aux_stats"][1],
-                      ("declare the load-balancing term with it: losses { aux = global_mean  aux_stats = global_batch }",))
-
-
-    if "aux_packed" in fields and "aux_stats" not in fields:
-        vals.cx.error(Code.PACKED_WITHOUT_STATS, f"'{ir_losses.PACKED_KEY}' states that the rows pack documents for the aux "
-                      "term's per-sequence statistics, but the losses section states no aux_stats", fields["aux_packed"],
-                      ("state the statistics' scope: losses { aux = per_microbatch_mean  aux_stats = per_sequence  "
-                       "aux_packed = true }",))
 
 
 def _buckets(vals: Values, block: surface.SubBlock, fields: dict) -> None:
