@@ -214,6 +214,9 @@ CODES: dict[str, tuple[str, str]] = {
     # the rows pack documents for the aux term's statistics (check.auxpacked)
     "PL297": ("packed-without-stats", "losses { aux_packed = true } where the losses section states no aux_stats: "
               "packing matters only to the statistics' groups."),
+    # the accumulated buffer's reduction after every micro-step written back and into an accumulator (check.rereduce)
+    "PL298": ("microstep-reduce-conflict", "override grads: reduce_accumulated_every_microbatch beside grads: "
+              "reduce_every_microbatch: the reduction is written into the buffer or into a separate accumulator."),
     # usage: PL3xx
     "PL301": ("bad-set", "A --set option that is not NAME=NUMBER or names nothing in the spec."),
     "PL302": ("unknown-plan", "A --plan option that names no plan in the spec."),
