@@ -10,4 +10,5 @@ from . import (  # noqa: F401
     c06_partial_activations,
     c07_gathered_loss,
     c08_output_grads,
+    c09_rereduce,
 )
