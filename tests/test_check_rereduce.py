@@ -136,3 +136,28 @@ def test_a_named_group_or_one_microbatch_changes_nothing():
     p = replace(p, model=replace(p.model, microbatches=const(1)))
     d = _error(p, replace(spec, plans=(p,)))
     assert d.code == "PL506" and "one microbatch per step" in d.message
+
+
+def test_fmt_round_trip_and_check_through_the_cli(tmp_path):
+    """`placement fmt` keeps the statement (a spacing variant comes back canonical) and `placement check` refutes
+    the plan with exit status 1; with one microbatch it is the located PL506, exit 2."""
+    import io
+
+    from placement_logic.cli import main
+    from placement_logic.frontend.canonical import format_source
+
+    text = ("from std.data import ddp\n\nmodel {\n  params = 1.3e9\n  microbatches = 3\n}\n\nmesh {\n  dp = 2\n}\n\n"
+            "plan p {\n  dp: ddp\n  override grads: reduce_accumulated_every_microbatch\n}\n")
+    assert format_source(text, "a.place") == text
+    messy = text.replace("override grads: reduce", "override   grads :  reduce")
+    assert format_source(messy, "a.place") == text
+    path = tmp_path / "a.place"
+    path.write_text(text)
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["check", str(path)], out=out, err=err) == 1
+    assert "refuted GI grads[dense] over microbatches" in out.getvalue()
+    path.write_text(text.replace("microbatches = 3", "microbatches = 1"))
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["check", str(path)], out=out, err=err) == 2
+    assert f"{path}:14:3: error:" in err.getvalue() and "[PL506]" in err.getvalue()
+    assert "Traceback" not in err.getvalue()
