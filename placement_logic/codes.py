@@ -217,6 +217,9 @@ CODES: dict[str, tuple[str, str]] = {
     # the rows pack documents for the aux term's statistics (check.auxpacked)
     "PL297": ("packed-without-stats", "losses { aux_packed = true } where the losses section states no aux_stats: "
               "packing matters only to the statistics' groups."),
+    # the accumulated buffer's reduction after every micro-step written back and into an accumulator (check.rereduce)
+    "PL298": ("microstep-reduce-conflict", "override grads: reduce_accumulated_every_microbatch beside grads: "
+              "reduce_every_microbatch: the reduction is written into the buffer or into a separate accumulator."),
     "PL299": ("sequence-count-statement", "A statement about sequence counts where there are none to count: a "
               "per-sequence normalisation of the main loss, or tokens[TERM]: equal on a term normalised per token."),
     # usage: PL3xx

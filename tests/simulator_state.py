@@ -300,3 +300,48 @@ def mtp_copy_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random
     if len(set(held.values())) > 1:
         out.add(("replica",))
     return out
+
+
+def rereduce_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random, reduction: str = "sum") -> set:
+    """One optimizer step of m micro-steps on every device of the mesh, each device and micro-step with random
+    per-token contributions and token counts; the reference is the global-batch mean. Each device's local
+    buffer adds its micro-step's part (backward accumulates). Derived step: the buffer reduced once, after the
+    last micro-step. ``override grads: reduce_accumulated_every_microbatch``: after every micro-step the whole
+    local buffer (not cleared) is reduced over the devices and the result added into a separate accumulator,
+    which the update reads. ``grads: no_accumulation_buffer``: the buffer reduced into the accumulator after every
+    micro-step and freed (the next backward writes a fresh part).
+    ``reduction``: "sum" (parts divided by the step's token count, summed) or "mean" (parts scaled by the
+    device count, averaged). Keys: ("gi", group) where the update reads anything but the reference,
+    ("replica", group) where two devices read different values."""
+    from fractions import Fraction
+
+    devices = [tuple(c) for c in product(*[range(sizes[a]) for a in plan.mesh.names])]
+    n, m = len(devices), sizes.get("microbatches", 1)
+    grads = [o.verb for o in plan.overrides if o.target == "grads" and o.group in (None, "all")]
+    again, freed = "reduce_accumulated_every_microbatch" in grads, "no_accumulation_buffer" in grads
+    out: set = set()
+    for g in sim.groups_of(plan):
+        s = {(d, k): Fraction(rng.randint(1, 99)) for d in devices for k in range(m)}
+        tokens = sum(rng.randint(1, 5) for _ in range(n * m))
+        ref = sum(s.values()) / tokens
+        scale = Fraction(n) if reduction == "mean" else Fraction(1)
+
+        def reduce(buf):  # every device receives the same reduced value
+            total = sum(buf.values())
+            return total / n if reduction == "mean" else total
+
+        local = {d: Fraction(0) for d in devices}
+        acc = Fraction(0)
+        for k in range(m):
+            for d in devices:
+                local[d] += s[(d, k)] * scale / tokens
+            if again or freed:
+                acc += reduce(local)
+            if freed:
+                local = {d: Fraction(0) for d in devices}
+        held = {d: (acc if again or freed else reduce(local)) for d in devices}
+        if any(h != ref for h in held.values()):
+            out.add(("gi", g))
+        if len(set(held.values())) > 1:
+            out.add(("replica", g))
+    return out

@@ -184,3 +184,23 @@ def test_reduce_every_microbatch(strategy, m):
     if strategy != "ddp":
         led.collective("all_gather", ["dp"], full, 2)  # the updated parameters, once per step
     assert build(spec).plans[0].comm_total.exact == led.one()
+
+
+@pytest.mark.parametrize("m", [2, 3])
+@pytest.mark.parametrize("strategy", ["ddp", "zero1", "zero2"])
+def test_reduce_accumulated_every_microbatch(strategy, m):
+    """`override grads: reduce_accumulated_every_microbatch` (ZeRO before hpcaitech/ColossalAI#247's fix): the
+    accumulated buffer reduced after each of the m backward passes, so m reductions of the whole buffer per
+    step, whatever the strategy (a sharded gradient is reduce-scattered every microbatch anyway)."""
+    mesh = {"dp": 4}
+    body = f"  dp: {strategy}\n  override grads: reduce_accumulated_every_microbatch"
+    text = spec_text(mesh, body, f"from std.data import {strategy}").replace(
+        f"params = {PSI}", f"params = {PSI}\n  microbatches = {m}")
+    spec = load_string(text, "<bfa>")
+    led = Ledger(mesh)
+    full = lambda d: range(PSI)
+    for _ in range(m):
+        led.collective("all_reduce" if strategy == "ddp" else "reduce_scatter", ["dp"], full, 2)
+    if strategy != "ddp":
+        led.collective("all_gather", ["dp"], full, 2)  # the updated parameters, once per step
+    assert build(spec).plans[0].comm_total.exact == led.one()

@@ -2,7 +2,8 @@
 may be armed before the last accumulated micro-step (``grads: sync_before_last``, ``check.timing``),
 when the gradient buffer is not cleared between optimizer steps (``grads: no_zero_grad``,
 ``check.carryover``), or when the optimizer update runs after every micro-step (``optimizer[g]:
-step_every_microbatch``, ``check.microupdate``). One of the two modules (with ``encode``) that build z3 terms."""
+step_every_microbatch``, ``check.microupdate``), or when the accumulated buffer is reduced again after every
+micro-step (``grads: reduce_accumulated_every_microbatch``, ``check.rereduce``). One of the two modules (with ``encode``) that build z3 terms."""
 
 from __future__ import annotations
 
@@ -64,6 +65,25 @@ def update_per_microstep(orig, name: str):
         def ex(model):
             if value_of(model, each):
                 return {"kind": "update_per_microstep", "sizes": env.size_values(model)}
+            return extract(model)
+
+        return out, ex
+    return encode
+
+
+def rereduced(orig, name: str):
+    """An obligation's negation when the accumulated gradient buffer is reduced again after every micro-step
+    into a separate accumulator (``grads: reduce_accumulated_every_microbatch``): either the original negation,
+    or the earlier micro-steps' gradients counted again, which loses wherever there are two or more micro-steps
+    (``check.rereduce``)."""
+    def encode(env):
+        cons, extract = orig(env)
+        again = env.sess.bool(f"rereduced_{zlib.crc32(name.encode()):08x}")
+        out = [z3.Implies(z3.Not(again), z3.And(cons)), z3.Implies(again, env.size(steps.MICROBATCHES) >= 2)]
+
+        def ex(model):
+            if value_of(model, again):
+                return {"kind": "rereduced", "sizes": env.size_values(model)}
             return extract(model)
 
         return out, ex

@@ -270,6 +270,9 @@ def _extended(obs: list[Obligation], step: steps.StepModel, ctx, plan) -> list[O
     from . import microupdate  # an optimizer update after every micro-step
 
     obs = microupdate.wrap(obs, step, ctx, plan)
+    from . import rereduce  # the accumulated buffer reduced again after every micro-step
+
+    obs = rereduce.wrap(obs, step, ctx, plan)
     from . import mtpstage  # the embedding copy of an MTP block on a middle pipeline stage
 
     obs = mtpstage.wrap(obs, step, ctx, plan)

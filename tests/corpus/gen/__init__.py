@@ -11,4 +11,5 @@ from . import (  # noqa: F401
     c07_gathered_loss,
     c08_output_grads,
     c09_loss_terms,
+    c10_rereduce,
 )

@@ -1,0 +1,18 @@
+"""The corpus generator's accumulated gradient buffer reduced again after every micro-step (``grads:
+reduce_accumulated_every_microbatch``, check.rereduce): micro-step k's gradient counted m - k + 1 times, on
+replicated, ZeRO-sharded, tensor-parallel and pipelined bases (tests/corpus/generate.py imports the sections in
+order)."""
+
+from __future__ import annotations
+
+from .c00_bases import BASES, gi, gi_root, mutant
+
+REREDUCED = ("the accumulated gradient reduced again on every micro-step (hpcaitech/ColossalAI#247, "
+             "deepspeedai/DeepSpeed#684)")
+for b in ["ddp", "zero1", "zero2", "tp", "gpipe"]:
+    groups = BASES[b].all_groups()
+    mutant(f"state_reduce_accumulated_every_microbatch_{b}", b, "the gradient buffer not cleared after its "
+           "reduction, reduced again after every micro-step into a separate accumulator (`grads: "
+           "reduce_accumulated_every_microbatch`): micro-step k's gradient counted m - k + 1 times.",
+           ["override grads: reduce_accumulated_every_microbatch"], gi(groups, "over microbatches"),
+           root=gi_root(groups, "over microbatches"), mirrors=REREDUCED)
