@@ -12,7 +12,7 @@ keyed by a flat offset; whether the per-rank RNG state is saved per rank. The *d
 model writes a sharded state from every rank (each its shard) and a replicated one from
 rank 0 of the axis (its replica id 0), re-gathers after a load, remaps every shard by its
 global offset on a new mesh (block by block where a state is laid out in blocks), and saves
-the RNG state of every rank whose seed differs.
+the RNG state of every rank whose seed differs (``rng_not_restored``: none put back after the load).
 ``override checkpoint[GROUP]: VERB`` statements replace parts of it (docs/semantics.md,
 'Checkpoints').
 """
@@ -32,7 +32,7 @@ from .dims import SHARDED, TENSOR_ROLES
 TARGET = "checkpoint"
 STATES = ("params", "optimizer")
 SAVE_VERBS = ("save_from", "save_rank0")  # every rank of the axes writes; rank 0 of the axes only writes
-PLAN_WIDE = ("resume", "reshard", "no_regather_after_load", "rng_shared")  # verbs that take no [group]
+PLAN_WIDE = ("resume", "reshard", "no_regather_after_load", "rng_shared", "rng_not_restored")  # verbs that take no [group]
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,7 @@ class CheckpointModel:
     by_rank: tuple[tuple[str, str, Span], ...] = ()  # (group, axis, span): shards read by rank index, not remapped
     rng_vary: tuple[str, ...] = ()  # axes the per-rank RNG state (dropout seed) differs over
     rng_shared: bool = False  # one RNG state saved (rank 0's) and restored on every rank
+    rng_not_restored: bool = False  # no generator restored: every rank's stream restarts at its seed, offset 0
     rng_span: Span = NO_SPAN
     # a fact the transition lacks to decide who writes (its save and reshard obligations: unknown)
     undecided: str = ""
@@ -155,13 +156,19 @@ def derive(plan: ir.Plan, groups, colls, regather_needed: tuple[str, ...],
         reshard_axes=tuple(dict.fromkeys(reshard.axes or ())) if reshard else (),
         reshard_span=reshard.span if reshard else NO_SPAN,
         by_rank=by_rank, rng_vary=seed_vary, rng_shared="rng_shared" in last,
-        rng_span=last["rng_shared"].span if "rng_shared" in last else NO_SPAN, undecided=undecided)
+        rng_not_restored="rng_not_restored" in last, rng_span=_rng_span(last), undecided=undecided)
     blocks, flat, why = _blocks(plan, groups, ovs, layouts)
     if blocks or flat:
         model = replace(model, blocks=blocks, flat=flat, virtual_axis=plan.schedule.axis if plan.schedule else "",
                         keys_undecided=why or _copied_heads(groups, ovs, (OverrideVerb.FUSED, OverrideVerb.FLAT_OFFSET)))
     _no_effect(model, ovs)  # (a group the plan does not have: PL506, wellformed.no_effect)
     return model
+
+
+def _rng_span(last: dict) -> Span:
+    """The statement of how the RNG states are put back (a generator not restored first: it decides)."""
+    o = last.get("rng_not_restored") or last.get("rng_shared")
+    return o.span if o else NO_SPAN
 
 
 def _count(v) -> int | None:

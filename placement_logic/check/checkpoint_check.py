@@ -59,9 +59,9 @@ def obligations(step, ctx: Context) -> list:
                    _block_notes(ck) if ck.reshard_axes else ("vacuous: resumed on the same mesh",)),
         Obligation(RNG, STATE_CONSISTENCY, _first(ck.rng_span, ck.span),
                    "every rank restores its own RNG state: ranks whose dropout seeds differ keep differing after a "
-                   "load", lambda env: _axes(env, "ckpt_rng", ck.rng_vary if ck.rng_shared else ()),
+                   "load, and every stream resumes at its saved offset", lambda env: _rng_negation(env, ck),
                    lambda w: replay_rng(ctx, w),
-                   () if ck.rng_vary else ("vacuous: the dropout seed varies over no axis",)),
+                   () if ck.rng_vary or ck.rng_not_restored else ("vacuous: the dropout seed varies over no axis",)),
     ]
     if ck.undecided:  # never proved, never refuted: the negation is left satisfiable
         for ob in obs[0], obs[2]:
@@ -101,6 +101,15 @@ def _block_notes(ck: CheckpointModel) -> tuple[str, ...]:
 
 def _axes(env: en.Env, kind: str, axes: tuple[str, ...]):
     return en.axes_negation(env, kind, [(a, env.sess.true()) for a in axes])
+
+
+def _rng_negation(env: en.Env, ck: CheckpointModel):
+    """No generator restored: every stream restarts at offset 0 at every size (one rank suffices);
+    one rank's state on every rank: wrong once an axis the seed varies over has 2 ranks."""
+    if ck.rng_not_restored:
+        cons, extract = en.flag_negation(env, "ckpt_rng", True)
+        return cons, lambda model: {**extract(model), "fault": "not_restored"}
+    return _axes(env, "ckpt_rng", ck.rng_vary if ck.rng_shared else ())
 
 
 def _save_negation(env: en.Env, ck: CheckpointModel):
@@ -235,7 +244,34 @@ def replay_reshard(ctx: Context, w: dict) -> Counterexample | None:
     return None
 
 
+DRAWS = 3  # the random draws (dropout masks) of each step: a stream's offset advances by 3 per step
+SAVED_AT = 2  # the checkpoint is saved after step 2
+
+
+def replay_not_restored(ctx: Context, w: dict) -> Counterexample | None:
+    """Each rank's stream is (seed, offset); the uninterrupted run draws step 3's masks at offset
+    2·3 = 6; the resumed process never restores the saved state, so its stream is (seed, 0)."""
+    sizes = w["sizes"]
+    rank = ", ".join(f"{a}=0" for a in ctx.step.axes)
+    seed = 1000  # rank 0's seed (seed + rank where the seed varies: rank 0 adds 0)
+    before = (seed, SAVED_AT * DRAWS)  # the saved state: offset after the saved steps' draws
+    after = (seed, 0)  # a fresh process's generator, never set from the file
+    if after == before:
+        return None
+    eq = (f"RNG state on ({rank}) after the load = (seed {after[0]}, offset {after[1]}), before the save = "
+          f"(seed {before[0]}, offset {before[1]}); step {SAVED_AT + 1} of the resumed run draws the masks of step 1, "
+          f"the uninterrupted run those at offset {before[1]}")
+    return Counterexample(ctx.sizes_tuple(sizes), (("rank", f"({rank})"),),
+                          (("RNG state saved after step", f"{SAVED_AT}: offset {SAVED_AT} x {DRAWS} draws = "
+                            f"{before[1]}"), ("RNG state of the fresh process", f"offset {after[1]}")),
+                          eq, ("no generator is restored after the load: every rank's stream restarts at its seed, so "
+                               "the resumed run's dropout masks repeat the first steps' and differ from the "
+                               "uninterrupted run's",), ctx.command(sizes))
+
+
 def replay_rng(ctx: Context, w: dict) -> Counterexample | None:
+    if w.get("fault") == "not_restored":
+        return replay_not_restored(ctx, w)
     sizes, axis = w["sizes"], w["axis"]
     n = sizes[axis]
     before = [1000 + r for r in range(n)]

@@ -136,6 +136,7 @@ class OverrideVerb(StrEnum):
     NO_REGATHER_AFTER_LOAD = "no_regather_after_load"
     LOAD_BY_RANK = "load_by_rank"
     RNG_SHARED = "rng_shared"
+    RNG_NOT_RESTORED = "rng_not_restored"
     FUSED = "fused"
     FLAT_OFFSET = "flat_offset"
     DISPATCH = "dispatch"
