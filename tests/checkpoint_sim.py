@@ -157,6 +157,8 @@ def rng_violated(plan: ir.Plan, sizes: dict[str, int]) -> bool:
     saved = {d: (seed[d], STEPS_BEFORE_SAVE * MASKS_PER_STEP) for d in devices}
     if _ck(plan, "rng_not_restored"):
         loaded = {d: (seed[d], 0) for d in devices}
+    elif _ck(plan, "rng_by_coordinates"):
+        return by_coordinates_violated(plan, sizes, vary)
     elif _ck(plan, "rng_shared"):
         loaded = {d: saved[devices[0]] for d in devices}
     else:
@@ -164,6 +166,25 @@ def rng_violated(plan: ir.Plan, sizes: dict[str, int]) -> bool:
     next_masks = {d: [_draw(s, o + k) for k in range(MASKS_PER_STEP)] for d, (s, o) in saved.items()}
     resumed = {d: [_draw(s, o + k) for k in range(MASKS_PER_STEP)] for d, (s, o) in loaded.items()}
     return resumed != next_masks
+
+
+def by_coordinates_violated(plan: ir.Plan, sizes: dict[str, int], vary: list[str]) -> bool:
+    """Every device saves its stream under its coordinates on the seed's axes; on each new size
+    (1 .. n + 2) of each resharded axis, every new device reads the stream saved under its own
+    coordinates. Violated when one finds none, or two devices whose seeds differ read one stream."""
+    names = plan.mesh.names
+    key = lambda dev: tuple(c for a, c in zip(names, dev) if a in vary)  # noqa: E731
+    saved = {key(d): (key(d), STEPS_BEFORE_SAVE * MASKS_PER_STEP) for d in product(*[range(sizes[a]) for a in names])}
+    for a in [a for o in _ck(plan, "reshard") for a in o.axes or ()]:
+        for new in range(1, sizes[a] + 3):
+            shape = {**sizes, a: new}
+            devices = list(product(*[range(shape[b]) for b in names]))
+            got = {d: saved.get(key(d)) for d in devices}
+            if any(s is None for s in got.values()):
+                return True
+            if any(key(d) != key(e) and got[d] == got[e] for d in devices for e in devices):
+                return True
+    return False
 
 
 def violations(plan: ir.Plan, sizes: dict[str, int]) -> set:

@@ -82,6 +82,18 @@ HAND = [
     (TP, (ov("checkpoint", "resume"), ov("dropout_seed", "vary", None, ("tp",)), ov("checkpoint", "rng_not_restored")),
      {"ckpt_rng"}),
     (ZERO1, (ov("checkpoint", "reshard", None, ("dp",)), ov("checkpoint", "rng_not_restored")), {"ckpt_rng"}),
+    # streams read by the saved ranks' coordinates on a new size of an axis the seed varies over: the new
+    # size n + 1 has a rank n no saved rank had; elsewhere (no reshard, seeds equal over it) each rank's own
+    (TP, (ov("checkpoint", "reshard", None, ("tp",)), ov("dropout_seed", "vary", None, ("tp",)),
+          ov("checkpoint", "rng_by_coordinates")), {"ckpt_rng"}),
+    (DDP, (ov("checkpoint", "reshard", None, ("dp",)), ov("dropout_seed", "vary", None, ("dp",)),
+           ov("checkpoint", "rng_by_coordinates")), {"ckpt_rng"}),
+    (TP, (ov("checkpoint", "reshard", None, ("dp",)), ov("dropout_seed", "vary", None, ("tp",)),
+          ov("checkpoint", "rng_by_coordinates")), "PL506"),  # tp keeps its size: every rank its own stream
+    (TP, (ov("checkpoint", "reshard", None, ("tp",)), ov("checkpoint", "rng_by_coordinates")), "PL506"),  # one seed
+    (TP, (ov("checkpoint", "resume"), ov("dropout_seed", "vary", None, ("tp",)), ov("checkpoint", "rng_by_coordinates")),
+     "PL506"),  # the same mesh
+    (TP, (ov("checkpoint", "reshard", None, ("tp",)), ov("checkpoint", "rng_by_coordinates", "dense")), "PL180"),
     (EP, (ov("checkpoint", "resume"), ov("checkpoint", "save_rank0", "experts", ("ep",))), {"ckpt_save"}),
     (EP, (ov("checkpoint", "resume"), ov("checkpoint", "save_rank0", "dense", ("ep",))), "PL506"),  # dense: replicas
     (EP, (ov("checkpoint", "reshard", None, ("ep",)), ov("checkpoint", "load_by_rank", "experts", ("ep",))),
@@ -119,7 +131,17 @@ def test_rng_not_restored_on_one_rank_by_hand():
     assert checkpoint_sim.violations(p, {"dp": 1, "microbatches": 1}) == set()
 
 
-@pytest.mark.parametrize("second", ["rng_shared", "rng_not_restored"])
+def test_rng_by_coordinates_tp1_to_tp2_by_hand():
+    # Megatron-Bridge#5100's resume: saved on tp = 1 (one stream, under tp=0), loaded on tp = 2:
+    # the new tp rank 1 finds no stream saved under tp=1
+    spec, p = plan("p", TP, overrides=(ov("checkpoint", "reshard", None, ("tp",)),
+                                       ov("dropout_seed", "vary", None, ("tp",)), ov("checkpoint", "rng_by_coordinates")))
+    assert checkpoint_sim.violations(p, {"dp": 1, "tp": 1, "microbatches": 1}) == {("ckpt_rng",)}
+    ob = next(o for o in check_plan(SESSION, spec, p, {}).obligations if o.name == "SC checkpoint rng")
+    assert ob.verdict is Verdict.REFUTED and "no such stream" in ob.counterexample.equation
+
+
+@pytest.mark.parametrize("second", ["rng_shared", "rng_not_restored", "rng_by_coordinates"])
 def test_rng_restore_stated_twice_is_restated(second):
     from placement_logic.frontend.loader import load_string
 
@@ -170,6 +192,7 @@ def plans(draw):
         hs.builds(lambda g, a: ov("checkpoint", "load_by_rank", g, a), group, axis_lists),
         hs.just(ov("checkpoint", "rng_shared")),
         hs.just(ov("checkpoint", "rng_not_restored")),
+        hs.just(ov("checkpoint", "rng_by_coordinates")),
         hs.builds(lambda a: ov("dropout_seed", "vary", None, a), axis_lists),
     )
     overrides = (base,) + tuple(draw(hs.lists(extra, max_size=2)))
@@ -198,9 +221,10 @@ BUGS = {
     "ckpt_zero1_new_dp_by_rank": "SC checkpoint reshard",
     "ckpt_rng_from_tp0": "SC checkpoint rng",
     "ckpt_rng_not_restored": "SC checkpoint rng",
+    "ckpt_rng_by_coordinates_new_tp": "SC checkpoint rng",
 }
 SAFE = ["ckpt_expert_shards", "ckpt_tp_replica_ids", "ckpt_dp_resume", "ckpt_zero1_new_dp", "ckpt_rng_per_rank",
-        "ckpt_rng_restored"]
+        "ckpt_rng_restored", "ckpt_rng_fresh_on_new_tp"]
 
 
 @pytest.mark.parametrize("name,want", sorted(BUGS.items()))
@@ -236,7 +260,7 @@ def test_no_checkpoint_statement_no_checkpoint_obligation():
     "override checkpoint[dense]: save_from over (dp)", "override checkpoint[experts]: save_rank0 over (dp)",
     "override checkpoint[all]: skip_optimizer", "override checkpoint: no_regather_after_load",
     "override checkpoint[dense]: load_by_rank over (dp)", "override checkpoint: rng_shared",
-    "override checkpoint: rng_not_restored",
+    "override checkpoint: rng_not_restored", "override checkpoint: rng_by_coordinates",
 ])
 def test_checkpoint_statements_format_round_trip(stmt):
     src = f"from std.data import ddp\n\nmodel {{\n  params = 1e9\n}}\n\nmesh {{\n  dp = 8\n}}\n\nplan p {{\n  dp: ddp\n  {stmt}\n}}\n"

@@ -59,7 +59,7 @@ def obligations(step, ctx: Context) -> list:
                    _block_notes(ck) if ck.reshard_axes else ("vacuous: resumed on the same mesh",)),
         Obligation(RNG, STATE_CONSISTENCY, _first(ck.rng_span, ck.span),
                    "every rank restores its own RNG state: ranks whose dropout seeds differ keep differing after a "
-                   "load, and every stream resumes at its saved offset", lambda env: _rng_negation(env, ck),
+                   "load, every stream resumes at its saved offset on the same mesh, and on a new size every rank has a stream", lambda env: _rng_negation(env, ck),
                    lambda w: replay_rng(ctx, w),
                    () if ck.rng_vary or ck.rng_not_restored else ("vacuous: the dropout seed varies over no axis",)),
     ]
@@ -109,6 +109,11 @@ def _rng_negation(env: en.Env, ck: CheckpointModel):
     if ck.rng_not_restored:
         cons, extract = en.flag_negation(env, "ckpt_rng", True)
         return cons, lambda model: {**extract(model), "fault": "not_restored"}
+    if ck.rng_by_coordinates:  # the new size n + 1 of a resharded axis the seed varies over: rank n reads nothing
+        axes = ck.rng_resharded()
+        cons, extract = en.flag_negation(env, "ckpt_rng", bool(axes))
+        return cons, lambda model: {**extract(model), "fault": "by_coordinates", "axis": axes[0],
+                                    "new": extract(model)["sizes"][axes[0]] + 1}
     return _axes(env, "ckpt_rng", ck.rng_vary if ck.rng_shared else ())
 
 
@@ -269,9 +274,30 @@ def replay_not_restored(ctx: Context, w: dict) -> Counterexample | None:
                                "uninterrupted run's",), ctx.command(sizes))
 
 
+def replay_by_coordinates(ctx: Context, w: dict) -> Counterexample | None:
+    """n ranks of the axis save streams keyed by their coordinate (seed 1000 + r, offset 6); on n'
+    ranks new rank r' reads the stream saved under coordinate r', if one was."""
+    sizes, axis, n, m = w["sizes"], w["axis"], w["sizes"][w["axis"]], w["new"]
+    saved = {r: (1000 + r, SAVED_AT * DRAWS) for r in range(n)}
+    missing = next((r2 for r2 in range(m) if r2 not in saved), None)
+    if missing is None:
+        return None
+    eq = (f"the new ({axis}={missing}) of {m} reads the RNG stream saved under {axis}={missing}; the {n} saved "
+          f"rank(s) wrote streams under {axis}=0..{n - 1}: no such stream")
+    diag = (f"the dropout seed varies over {axis}; on a new size of {axis} the RNG states are read by the saved ranks' "
+            "coordinates, so a rank the old mesh did not have finds no saved stream (a partial or invalid RNG "
+            "payload, or a fresh stream mixed with resumed ones)",)
+    return Counterexample(ctx.sizes_tuple(sizes), (("reading rank", f"({axis}={missing}) of the new mesh"),),
+                          ((f"{axis} on load", str(m)), ("saved streams", ", ".join(
+                              f"{axis}={r}: (seed {s}, offset {o})" for r, (s, o) in saved.items()))),
+                          eq, diag, ctx.command(sizes))
+
+
 def replay_rng(ctx: Context, w: dict) -> Counterexample | None:
     if w.get("fault") == "not_restored":
         return replay_not_restored(ctx, w)
+    if w.get("fault") == "by_coordinates":
+        return replay_by_coordinates(ctx, w)
     sizes, axis = w["sizes"], w["axis"]
     n = sizes[axis]
     before = [1000 + r for r in range(n)]

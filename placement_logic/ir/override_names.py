@@ -137,6 +137,7 @@ class OverrideVerb(StrEnum):
     LOAD_BY_RANK = "load_by_rank"
     RNG_SHARED = "rng_shared"
     RNG_NOT_RESTORED = "rng_not_restored"
+    RNG_BY_COORDINATES = "rng_by_coordinates"
     FUSED = "fused"
     FLAT_OFFSET = "flat_offset"
     DISPATCH = "dispatch"
