@@ -83,7 +83,7 @@ CODES: dict[str, tuple[str, str]] = {
               "read: no pipeline schedule, a loss that is not a per-microbatch mean, a divisor or no accumulation "
               "buffer stated beside it, a group named, or microbatches that are not whole rounds of M."),
     "PL180": ("checkpoint-plan-wide", "A plan-wide checkpoint statement (resume, reshard, no_regather_after_load, "
-              "rng_shared) given a parameter group: override checkpoint[g]: VERB."),
+              "rng_shared, rng_not_restored, rng_by_coordinates) given a parameter group: override checkpoint[g]: VERB."),
     "PL181": ("blocks-unreduced-axis", "A gradient reduction run in blocks (override grads[g]: reduce_blocks over "
               "(...) by B) over an axis the group's gradient is not reduced over."),
     "PL182": ("norm-blocks-axis", "A grad-norm reduction run in blocks (override clip_norm: reduce_blocks over (...) "

@@ -138,16 +138,53 @@ def seed_axes(plan: ir.Plan) -> list[str]:
     return [a for a in plan.mesh.names if plan.role(a) in TENSOR] if sequence_parallel(plan) else []
 
 
+STEPS_BEFORE_SAVE, MASKS_PER_STEP = 4, 2
+
+
+def _draw(stream: tuple, offset: int) -> tuple:
+    """The dropout mask a generator (seed, offset) draws: a function of both (a counter-based RNG)."""
+    return (*stream, offset)
+
+
 def rng_violated(plan: ir.Plan, sizes: dict[str, int]) -> bool:
+    """Each device's generator is (its seed, an offset); the run draws MASKS_PER_STEP masks a step.
+    The uninterrupted run's next step draws at offset STEPS_BEFORE_SAVE·MASKS_PER_STEP from its own
+    seed; the resumed run from the state it loaded (a fresh process: its seed at offset 0)."""
     names = plan.mesh.names
     vary = seed_axes(plan)
     devices = list(product(*[range(sizes[a]) for a in names]))
-    state = {d: tuple(c for a, c in zip(names, d) if a in vary) for d in devices}  # RNG state before save
-    if _ck(plan, "rng_shared"):
-        loaded = {d: state[devices[0]] for d in devices}
+    seed = {d: tuple(c for a, c in zip(names, d) if a in vary) for d in devices}
+    saved = {d: (seed[d], STEPS_BEFORE_SAVE * MASKS_PER_STEP) for d in devices}
+    if _ck(plan, "rng_not_restored"):
+        loaded = {d: (seed[d], 0) for d in devices}
+    elif _ck(plan, "rng_by_coordinates"):
+        return by_coordinates_violated(plan, sizes, vary)
+    elif _ck(plan, "rng_shared"):
+        loaded = {d: saved[devices[0]] for d in devices}
     else:
-        loaded = dict(state)
-    return loaded != state
+        loaded = dict(saved)
+    next_masks = {d: [_draw(s, o + k) for k in range(MASKS_PER_STEP)] for d, (s, o) in saved.items()}
+    resumed = {d: [_draw(s, o + k) for k in range(MASKS_PER_STEP)] for d, (s, o) in loaded.items()}
+    return resumed != next_masks
+
+
+def by_coordinates_violated(plan: ir.Plan, sizes: dict[str, int], vary: list[str]) -> bool:
+    """Every device saves its stream under its coordinates on the seed's axes; on each new size
+    (1 .. n + 2) of each resharded axis, every new device reads the stream saved under its own
+    coordinates. Violated when one finds none, or two devices whose seeds differ read one stream."""
+    names = plan.mesh.names
+    key = lambda dev: tuple(c for a, c in zip(names, dev) if a in vary)  # noqa: E731
+    saved = {key(d): (key(d), STEPS_BEFORE_SAVE * MASKS_PER_STEP) for d in product(*[range(sizes[a]) for a in names])}
+    for a in [a for o in _ck(plan, "reshard") for a in o.axes or ()]:
+        for new in range(1, sizes[a] + 3):
+            shape = {**sizes, a: new}
+            devices = list(product(*[range(shape[b]) for b in names]))
+            got = {d: saved.get(key(d)) for d in devices}
+            if any(s is None for s in got.values()):
+                return True
+            if any(key(d) != key(e) and got[d] == got[e] for d in devices for e in devices):
+                return True
+    return False
 
 
 def violations(plan: ir.Plan, sizes: dict[str, int]) -> set:

@@ -18,7 +18,7 @@ from tiers import examples
 
 from placement_logic.check.run import check_plan, check_spec
 from placement_logic.cli import main
-from placement_logic.diagnostics import DiagnosticError
+from placement_logic.diagnostics import Code, DiagnosticError
 from placement_logic.frontend.canonical import format_source
 from placement_logic.frontend.loader import load_spec
 from placement_logic.outcome import Verdict
@@ -77,6 +77,23 @@ HAND = [
     (TP, (ov("checkpoint", "resume"), ov("checkpoint", "rng_shared")), "PL506"),  # seeds equal: nothing to restore
     (TP, (ov("checkpoint", "resume"), ov("dropout_seed", "vary", None, ("tp",)), ov("checkpoint", "rng_shared")),
      {"ckpt_rng"}),
+    # no generator restored: every stream back at offset 0, wrong at every size (one rank too), seeds equal or not
+    (DDP, (ov("checkpoint", "resume"), ov("checkpoint", "rng_not_restored")), {"ckpt_rng"}),
+    (TP, (ov("checkpoint", "resume"), ov("dropout_seed", "vary", None, ("tp",)), ov("checkpoint", "rng_not_restored")),
+     {"ckpt_rng"}),
+    (ZERO1, (ov("checkpoint", "reshard", None, ("dp",)), ov("checkpoint", "rng_not_restored")), {"ckpt_rng"}),
+    # streams read by the saved ranks' coordinates on a new size of an axis the seed varies over: the new
+    # size n + 1 has a rank n no saved rank had; elsewhere (no reshard, seeds equal over it) each rank's own
+    (TP, (ov("checkpoint", "reshard", None, ("tp",)), ov("dropout_seed", "vary", None, ("tp",)),
+          ov("checkpoint", "rng_by_coordinates")), {"ckpt_rng"}),
+    (DDP, (ov("checkpoint", "reshard", None, ("dp",)), ov("dropout_seed", "vary", None, ("dp",)),
+           ov("checkpoint", "rng_by_coordinates")), {"ckpt_rng"}),
+    (TP, (ov("checkpoint", "reshard", None, ("dp",)), ov("dropout_seed", "vary", None, ("tp",)),
+          ov("checkpoint", "rng_by_coordinates")), "PL506"),  # tp keeps its size: every rank its own stream
+    (TP, (ov("checkpoint", "reshard", None, ("tp",)), ov("checkpoint", "rng_by_coordinates")), "PL506"),  # one seed
+    (TP, (ov("checkpoint", "resume"), ov("dropout_seed", "vary", None, ("tp",)), ov("checkpoint", "rng_by_coordinates")),
+     "PL506"),  # the same mesh
+    (TP, (ov("checkpoint", "reshard", None, ("tp",)), ov("checkpoint", "rng_by_coordinates", "dense")), "PL180"),
     (EP, (ov("checkpoint", "resume"), ov("checkpoint", "save_rank0", "experts", ("ep",))), {"ckpt_save"}),
     (EP, (ov("checkpoint", "resume"), ov("checkpoint", "save_rank0", "dense", ("ep",))), "PL506"),  # dense: replicas
     (EP, (ov("checkpoint", "reshard", None, ("ep",)), ov("checkpoint", "load_by_rank", "experts", ("ep",))),
@@ -100,6 +117,41 @@ def test_hand_cases(axes, overrides, want):
     found = {k[0] for k in simulated(p)}
     assert found == want  # the simulator against the hand-derived answer
     agree(spec, p)  # the checker against the simulator
+
+
+def test_rng_not_restored_on_one_rank_by_hand():
+    # one rank, 4 steps of 2 masks before the save: the uninterrupted run draws at offsets 8, 9;
+    # a fresh process at its seed draws at 0, 1: different masks on a mesh of one device
+    spec, p = plan("p", DDP, overrides=(ov("checkpoint", "resume"), ov("checkpoint", "rng_not_restored")))
+    assert checkpoint_sim.violations(p, {"dp": 1, "microbatches": 1}) == {("ckpt_rng",)}
+    report = check_plan(SESSION, spec, p, {})
+    ob = next(o for o in report.obligations if o.name == "SC checkpoint rng")
+    assert ob.verdict is Verdict.REFUTED and "offset 0" in ob.counterexample.equation
+    _, p = plan("p", DDP, overrides=(ov("checkpoint", "resume"),))
+    assert checkpoint_sim.violations(p, {"dp": 1, "microbatches": 1}) == set()
+
+
+def test_rng_by_coordinates_tp1_to_tp2_by_hand():
+    # Megatron-Bridge#5100's resume: saved on tp = 1 (one stream, under tp=0), loaded on tp = 2:
+    # the new tp rank 1 finds no stream saved under tp=1
+    spec, p = plan("p", TP, overrides=(ov("checkpoint", "reshard", None, ("tp",)),
+                                       ov("dropout_seed", "vary", None, ("tp",)), ov("checkpoint", "rng_by_coordinates")))
+    assert checkpoint_sim.violations(p, {"dp": 1, "tp": 1, "microbatches": 1}) == {("ckpt_rng",)}
+    ob = next(o for o in check_plan(SESSION, spec, p, {}).obligations if o.name == "SC checkpoint rng")
+    assert ob.verdict is Verdict.REFUTED and "no such stream" in ob.counterexample.equation
+
+
+@pytest.mark.parametrize("second", ["rng_shared", "rng_not_restored", "rng_by_coordinates"])
+def test_rng_restore_stated_twice_is_restated(second):
+    from placement_logic.frontend.loader import load_string
+
+    src = ("from std.data import ddp\nfrom std.tensor import megatron_sp\n\nmodel {\n  params = 1e9\n}\n\n"
+           "mesh {\n  dp = 2\n  tp = 2\n}\n\nplan p {\n  dp: ddp\n  tp: megatron_sp\n"
+           f"  override checkpoint: rng_not_restored\n  override checkpoint: {second}\n}}\n")
+    with pytest.raises(DiagnosticError) as info:
+        load_string(src, "x.place")
+    d = info.value.diagnostics[0]
+    assert d.code == Code.OVERRIDE_RESTATED and d.span.line == 17 and "line 16" in d.message
 
 
 def test_simulator_reload_by_hand():
@@ -139,6 +191,8 @@ def plans(draw):
         hs.just(ov("checkpoint", "no_regather_after_load")),
         hs.builds(lambda g, a: ov("checkpoint", "load_by_rank", g, a), group, axis_lists),
         hs.just(ov("checkpoint", "rng_shared")),
+        hs.just(ov("checkpoint", "rng_not_restored")),
+        hs.just(ov("checkpoint", "rng_by_coordinates")),
         hs.builds(lambda a: ov("dropout_seed", "vary", None, a), axis_lists),
     )
     overrides = (base,) + tuple(draw(hs.lists(extra, max_size=2)))
@@ -166,8 +220,11 @@ BUGS = {
     "ckpt_zero1_no_regather_after_load": "SC checkpoint load re-gather",
     "ckpt_zero1_new_dp_by_rank": "SC checkpoint reshard",
     "ckpt_rng_from_tp0": "SC checkpoint rng",
+    "ckpt_rng_not_restored": "SC checkpoint rng",
+    "ckpt_rng_by_coordinates_new_tp": "SC checkpoint rng",
 }
-SAFE = ["ckpt_expert_shards", "ckpt_tp_replica_ids", "ckpt_dp_resume", "ckpt_zero1_new_dp", "ckpt_rng_per_rank"]
+SAFE = ["ckpt_expert_shards", "ckpt_tp_replica_ids", "ckpt_dp_resume", "ckpt_zero1_new_dp", "ckpt_rng_per_rank",
+        "ckpt_rng_restored", "ckpt_rng_fresh_on_new_tp"]
 
 
 @pytest.mark.parametrize("name,want", sorted(BUGS.items()))
@@ -203,6 +260,7 @@ def test_no_checkpoint_statement_no_checkpoint_obligation():
     "override checkpoint[dense]: save_from over (dp)", "override checkpoint[experts]: save_rank0 over (dp)",
     "override checkpoint[all]: skip_optimizer", "override checkpoint: no_regather_after_load",
     "override checkpoint[dense]: load_by_rank over (dp)", "override checkpoint: rng_shared",
+    "override checkpoint: rng_not_restored", "override checkpoint: rng_by_coordinates",
 ])
 def test_checkpoint_statements_format_round_trip(stmt):
     src = f"from std.data import ddp\n\nmodel {{\n  params = 1e9\n}}\n\nmesh {{\n  dp = 8\n}}\n\nplan p {{\n  dp: ddp\n  {stmt}\n}}\n"

@@ -12,7 +12,7 @@ keyed by a flat offset; whether the per-rank RNG state is saved per rank. The *d
 model writes a sharded state from every rank (each its shard) and a replicated one from
 rank 0 of the axis (its replica id 0), re-gathers after a load, remaps every shard by its
 global offset on a new mesh (block by block where a state is laid out in blocks), and saves
-the RNG state of every rank whose seed differs.
+the RNG state of every rank whose seed differs (``rng_not_restored``: none put back after the load).
 ``override checkpoint[GROUP]: VERB`` statements replace parts of it (docs/semantics.md,
 'Checkpoints').
 """
@@ -32,7 +32,8 @@ from .dims import SHARDED, TENSOR_ROLES
 TARGET = "checkpoint"
 STATES = ("params", "optimizer")
 SAVE_VERBS = ("save_from", "save_rank0")  # every rank of the axes writes; rank 0 of the axes only writes
-PLAN_WIDE = ("resume", "reshard", "no_regather_after_load", "rng_shared")  # verbs that take no [group]
+PLAN_WIDE = ("resume", "reshard", "no_regather_after_load", "rng_shared", "rng_not_restored",
+             "rng_by_coordinates")  # verbs that take no [group]
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ class CheckpointModel:
     by_rank: tuple[tuple[str, str, Span], ...] = ()  # (group, axis, span): shards read by rank index, not remapped
     rng_vary: tuple[str, ...] = ()  # axes the per-rank RNG state (dropout seed) differs over
     rng_shared: bool = False  # one RNG state saved (rank 0's) and restored on every rank
+    rng_not_restored: bool = False  # no generator restored: every rank's stream restarts at its seed, offset 0
+    rng_by_coordinates: bool = False  # on a new size, new rank r' reads the stream of the old rank of its coordinates
     rng_span: Span = NO_SPAN
     # a fact the transition lacks to decide who writes (its save and reshard obligations: unknown)
     undecided: str = ""
@@ -87,6 +90,10 @@ class CheckpointModel:
         return tuple((lay, self.block_count(lay.group, lay.axis)) for lay in self.layouts
                      if lay.sharded and lay.axis in self.reshard_axes and (lay.group, lay.axis) in keyed
                      and self.block_count(lay.group, lay.axis) >= 2)
+
+    def rng_resharded(self) -> tuple[str, ...]:
+        """The resharded axes the dropout seed varies over (where reading streams by coordinates matters)."""
+        return tuple(a for a in self.reshard_axes if a in self.rng_vary)
 
     def flat_span(self, group: str, axis: str) -> Span:
         return next((sp for g, a, sp in self.flat if g == group and a == axis), NO_SPAN)
@@ -155,13 +162,20 @@ def derive(plan: ir.Plan, groups, colls, regather_needed: tuple[str, ...],
         reshard_axes=tuple(dict.fromkeys(reshard.axes or ())) if reshard else (),
         reshard_span=reshard.span if reshard else NO_SPAN,
         by_rank=by_rank, rng_vary=seed_vary, rng_shared="rng_shared" in last,
-        rng_span=last["rng_shared"].span if "rng_shared" in last else NO_SPAN, undecided=undecided)
+        rng_not_restored="rng_not_restored" in last, rng_by_coordinates="rng_by_coordinates" in last,
+        rng_span=_rng_span(last), undecided=undecided)
     blocks, flat, why = _blocks(plan, groups, ovs, layouts)
     if blocks or flat:
         model = replace(model, blocks=blocks, flat=flat, virtual_axis=plan.schedule.axis if plan.schedule else "",
                         keys_undecided=why or _copied_heads(groups, ovs, (OverrideVerb.FUSED, OverrideVerb.FLAT_OFFSET)))
     _no_effect(model, ovs)  # (a group the plan does not have: PL506, wellformed.no_effect)
     return model
+
+
+def _rng_span(last: dict) -> Span:
+    """The statement of how the RNG states are put back (a generator not restored first: it decides)."""
+    o = last.get("rng_not_restored") or last.get("rng_by_coordinates") or last.get("rng_shared")
+    return o.span if o else NO_SPAN
 
 
 def _count(v) -> int | None:
@@ -236,6 +250,8 @@ def _no_effect(model: CheckpointModel, ovs: list[ir.Override]) -> None:
             why = "no axis holds replicated params over a sharded optimizer, so a load has nothing to re-gather"
         elif o.verb == OverrideVerb.RNG_SHARED and not model.rng_vary:
             why = "the dropout seed varies over no axis, so every rank's RNG state is the same"
+        elif o.verb == OverrideVerb.RNG_BY_COORDINATES and not model.rng_resharded():
+            why = _coordinates_no_effect(model)
         elif o.verb == OverrideVerb.LOAD_BY_RANK:
             off = [a for a in o.axes or () if a not in model.reshard_axes]
             whole = [a for a in o.axes or () if not any(lay.sharded and lay.axis == a and (lay.group, a, o.span)
@@ -277,3 +293,11 @@ def _no_block_effect(model: CheckpointModel, o: ir.Override) -> str:
             return (f"no state it names is laid out in blocks over {one[0]} (no `fused`, no interleaved schedule's "
                     "virtual stages): a contiguous shard's flat offset is its global offset")
     return ""
+
+
+def _coordinates_no_effect(model: CheckpointModel) -> str:
+    if not model.reshard_axes:
+        return ("the checkpoint is loaded on the same mesh, where the saved rank of a rank's coordinates is the rank "
+                "itself (state `override checkpoint: reshard over (...)`)")
+    return (f"the dropout seed varies over none of the resharded axes ({', '.join(model.reshard_axes)}): every rank "
+            "reads the stream of coordinates the new mesh keeps, its own")

@@ -59,9 +59,9 @@ def obligations(step, ctx: Context) -> list:
                    _block_notes(ck) if ck.reshard_axes else ("vacuous: resumed on the same mesh",)),
         Obligation(RNG, STATE_CONSISTENCY, _first(ck.rng_span, ck.span),
                    "every rank restores its own RNG state: ranks whose dropout seeds differ keep differing after a "
-                   "load", lambda env: _axes(env, "ckpt_rng", ck.rng_vary if ck.rng_shared else ()),
+                   "load, every stream resumes at its saved offset on the same mesh, and on a new size every rank has a stream", lambda env: _rng_negation(env, ck),
                    lambda w: replay_rng(ctx, w),
-                   () if ck.rng_vary else ("vacuous: the dropout seed varies over no axis",)),
+                   () if ck.rng_vary or ck.rng_not_restored else ("vacuous: the dropout seed varies over no axis",)),
     ]
     if ck.undecided:  # never proved, never refuted: the negation is left satisfiable
         for ob in obs[0], obs[2]:
@@ -101,6 +101,20 @@ def _block_notes(ck: CheckpointModel) -> tuple[str, ...]:
 
 def _axes(env: en.Env, kind: str, axes: tuple[str, ...]):
     return en.axes_negation(env, kind, [(a, env.sess.true()) for a in axes])
+
+
+def _rng_negation(env: en.Env, ck: CheckpointModel):
+    """No generator restored: every stream restarts at offset 0 at every size (one rank suffices);
+    one rank's state on every rank: wrong once an axis the seed varies over has 2 ranks."""
+    if ck.rng_not_restored:
+        cons, extract = en.flag_negation(env, "ckpt_rng", True)
+        return cons, lambda model: {**extract(model), "fault": "not_restored"}
+    if ck.rng_by_coordinates:  # the new size n + 1 of a resharded axis the seed varies over: rank n reads nothing
+        axes = ck.rng_resharded()
+        cons, extract = en.flag_negation(env, "ckpt_rng", bool(axes))
+        return cons, lambda model: {**extract(model), "fault": "by_coordinates", "axis": axes[0],
+                                    "new": extract(model)["sizes"][axes[0]] + 1}
+    return _axes(env, "ckpt_rng", ck.rng_vary if ck.rng_shared else ())
 
 
 def _save_negation(env: en.Env, ck: CheckpointModel):
@@ -235,7 +249,55 @@ def replay_reshard(ctx: Context, w: dict) -> Counterexample | None:
     return None
 
 
+DRAWS = 3  # the random draws (dropout masks) of each step: a stream's offset advances by 3 per step
+SAVED_AT = 2  # the checkpoint is saved after step 2
+
+
+def replay_not_restored(ctx: Context, w: dict) -> Counterexample | None:
+    """Each rank's stream is (seed, offset); the uninterrupted run draws step 3's masks at offset
+    2·3 = 6; the resumed process never restores the saved state, so its stream is (seed, 0)."""
+    sizes = w["sizes"]
+    rank = ", ".join(f"{a}=0" for a in ctx.step.axes)
+    seed = 1000  # rank 0's seed (seed + rank where the seed varies: rank 0 adds 0)
+    before = (seed, SAVED_AT * DRAWS)  # the saved state: offset after the saved steps' draws
+    after = (seed, 0)  # a fresh process's generator, never set from the file
+    if after == before:
+        return None
+    eq = (f"RNG state on ({rank}) after the load = (seed {after[0]}, offset {after[1]}), before the save = "
+          f"(seed {before[0]}, offset {before[1]}); step {SAVED_AT + 1} of the resumed run draws the masks of step 1, "
+          f"the uninterrupted run those at offset {before[1]}")
+    return Counterexample(ctx.sizes_tuple(sizes), (("rank", f"({rank})"),),
+                          (("RNG state saved after step", f"{SAVED_AT}: offset {SAVED_AT} x {DRAWS} draws = "
+                            f"{before[1]}"), ("RNG state of the fresh process", f"offset {after[1]}")),
+                          eq, ("no generator is restored after the load: every rank's stream restarts at its seed, so "
+                               "the resumed run's dropout masks repeat the first steps' and differ from the "
+                               "uninterrupted run's",), ctx.command(sizes))
+
+
+def replay_by_coordinates(ctx: Context, w: dict) -> Counterexample | None:
+    """n ranks of the axis save streams keyed by their coordinate (seed 1000 + r, offset 6); on n'
+    ranks new rank r' reads the stream saved under coordinate r', if one was."""
+    sizes, axis, n, m = w["sizes"], w["axis"], w["sizes"][w["axis"]], w["new"]
+    saved = {r: (1000 + r, SAVED_AT * DRAWS) for r in range(n)}
+    missing = next((r2 for r2 in range(m) if r2 not in saved), None)
+    if missing is None:
+        return None
+    eq = (f"the new ({axis}={missing}) of {m} reads the RNG stream saved under {axis}={missing}; the {n} saved "
+          f"rank(s) wrote streams under {axis}=0..{n - 1}: no such stream")
+    diag = (f"the dropout seed varies over {axis}; on a new size of {axis} the RNG states are read by the saved ranks' "
+            "coordinates, so a rank the old mesh did not have finds no saved stream (a partial or invalid RNG "
+            "payload, or a fresh stream mixed with resumed ones)",)
+    return Counterexample(ctx.sizes_tuple(sizes), (("reading rank", f"({axis}={missing}) of the new mesh"),),
+                          ((f"{axis} on load", str(m)), ("saved streams", ", ".join(
+                              f"{axis}={r}: (seed {s}, offset {o})" for r, (s, o) in saved.items()))),
+                          eq, diag, ctx.command(sizes))
+
+
 def replay_rng(ctx: Context, w: dict) -> Counterexample | None:
+    if w.get("fault") == "not_restored":
+        return replay_not_restored(ctx, w)
+    if w.get("fault") == "by_coordinates":
+        return replay_by_coordinates(ctx, w)
     sizes, axis = w["sizes"], w["axis"]
     n = sizes[axis]
     before = [1000 + r for r in range(n)]

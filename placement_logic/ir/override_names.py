@@ -137,6 +137,8 @@ class OverrideVerb(StrEnum):
     NO_REGATHER_AFTER_LOAD = "no_regather_after_load"
     LOAD_BY_RANK = "load_by_rank"
     RNG_SHARED = "rng_shared"
+    RNG_NOT_RESTORED = "rng_not_restored"
+    RNG_BY_COORDINATES = "rng_by_coordinates"
     FUSED = "fused"
     FLAT_OFFSET = "flat_offset"
     DISPATCH = "dispatch"

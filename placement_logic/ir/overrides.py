@@ -226,6 +226,9 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         "no_regather_after_load": (False, False),  # params not re-gathered from the loaded master shards
         "load_by_rank": (True, False),  # [group] shards read by rank index over these axes, not remapped
         "rng_shared": (False, False),  # one RNG state (rank 0's) saved and restored on every rank
+        "rng_not_restored": (False, False),  # no generator restored: every stream at the fresh process's seed
+        # on a new size of a resharded axis, new rank r' reads the stream saved by the old rank of its coordinates
+        "rng_by_coordinates": (False, False),
         # [group] its tensor is C components (QKV: 3, gate/up: 2) concatenated, each split over these tensor axes
         "fused": (True, True),
         # [group] its shards keyed by the rank's offset in a contiguous split, not block by block (fused, virtual stages)

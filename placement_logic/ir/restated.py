@@ -4,7 +4,8 @@ sliding-window and the chunked-attention behaviour of the causal mask (``layout[
 a per-token tensor's layout (``layout[T]: zigzag | ptrr | pad_to_chunks | ...``), the fp8 scaling granularity
 of a group (``amax[g]: blockwise | rowwise``), the head split of one pair of Ulysses' all-to-alls
 (``heads[P]: ...``) and the checkpoint's resharding, re-gather, RNG and skipped optimizer (``checkpoint:
-reshard over (AXES) | no_regather_after_load | rng_shared | skip_optimizer``). The checker reads one statement
+reshard over (AXES) | no_regather_after_load | rng_shared, rng_not_restored or
+rng_by_coordinates | skip_optimizer``). The checker reads one statement
 of each (check.router, check.encode_capacity, check.cpwindow, check.encode_cplayout, check.amax_blocks,
 ir.actflow_context, check.checkpoint), so a second one (the same again, or a contradicting one) would silently
 replace the first: PL291, located at the second, the first's line in the message. The axes of a router or
@@ -35,6 +36,8 @@ GRANULARITY = (OverrideVerb.BLOCKWISE, OverrideVerb.ROWWISE)
 # the checkpoint behaviours check.checkpoint reads from the last statement (the writers' and readers' combine)
 CHECKPOINT_ONCE = (OverrideVerb.RESHARD, OverrideVerb.NO_REGATHER_AFTER_LOAD, OverrideVerb.RNG_SHARED,
                    OverrideVerb.SKIP_OPTIMIZER)
+# how the saved RNG states are put back: one statement of the two (they contradict each other)
+RNG_RESTORE = (OverrideVerb.RNG_SHARED, OverrideVerb.RNG_NOT_RESTORED, OverrideVerb.RNG_BY_COORDINATES)
 
 
 def family(o) -> str | None:
@@ -51,6 +54,8 @@ def family(o) -> str | None:
         return f"layout{group}: chunk_*" if o.verb in CHUNK else f"layout{group}"
     if o.target == OverrideTarget.AMAX and o.verb in GRANULARITY:
         return f"amax{group}: blockwise | rowwise"
+    if o.target == OverrideTarget.CHECKPOINT and o.verb in RNG_RESTORE:
+        return f"checkpoint{group}: rng_shared | rng_not_restored | rng_by_coordinates"
     if o.target == OverrideTarget.CHECKPOINT and o.verb in CHECKPOINT_ONCE:
         return f"checkpoint{group}: {o.verb}"
     return None

@@ -346,6 +346,14 @@ for b, axes in [("zero1", "dp"), ("fsdp", "dp"), ("tp", "tp"), ("3d", "pp"), ("e
 for b in ["sp", "3d"]:
     mutant(f"ckpt_rng_shared_{b}", b, "one RNG state, tp rank 0's, restored on every sequence-parallel tp rank.",
            [RESUME, "override checkpoint: rng_shared"], ["SC checkpoint rng"], mirrors=CKPT_RNG)
+for b in ["ddp", "zero1", "sp"]:
+    mutant(f"ckpt_rng_not_restored_{b}", b, "no generator restored after the load: every rank's stream back at its "
+           "seed, offset 0.", [RESUME, "override checkpoint: rng_not_restored"], ["SC checkpoint rng"],
+           mirrors="the RNG load failed and skipped after a resume (huggingface/accelerate#4283, #3960)")
+for b in ["sp", "3d"]:
+    mutant(f"ckpt_rng_by_coordinates_{b}", b, "resumed on a new tp size with the RNG streams read by the saved ranks' "
+           "coordinates.", ["override checkpoint: reshard over (tp)", "override checkpoint: rng_by_coordinates"],
+           ["SC checkpoint rng"], mirrors="RNG keyed by the saved tp/pp coordinates (NVIDIA-NeMo/Megatron-Bridge#5100)")
 for b in ["ddp", "zero1", "zero3", "hsdp", "tp", "sp", "ep", "3d", "moe_3d"]:
     with_base(f"ckpt_resume_{b}", b, "a checkpoint saved and loaded on the same mesh as derived: sharded states "
               "written by every rank, replicated ones by rank 0, params re-gathered from a sharded optimizer.", [RESUME])
