@@ -331,9 +331,10 @@ def _trace(argv: list[str], tmp_path):
 @pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.parametrize("argv,verb", [([], "bias_before_reduce"), (["--residual"], "residual_before_reduce"),
-                                       (["--caller"], "bias_before_reduce")])
+                                       (["--caller"], "bias_before_reduce"), (["--sp"], "bias_before_reduce")])
 def test_an_addition_before_the_all_reduce_is_refuted_at_the_layer(argv, verb, tmp_path, monkeypatch):
-    """In fc2's own forward (the bias, the residual passed in) or in every summand its caller all-reduces."""
+    """In fc2's own forward (the bias, the residual passed in; the bias before its reduce-scatter under sequence
+    parallelism by hand) or in every summand its caller all-reduces."""
     pytest.importorskip("torch")
     monkeypatch.chdir(ROOT)
     status, out, err, spec = _trace(argv, tmp_path)
@@ -346,13 +347,14 @@ def test_an_addition_before_the_all_reduce_is_refuted_at_the_layer(argv, verb, t
 
 @pytest.mark.slow
 @pytest.mark.torch
-@pytest.mark.parametrize("argv", [["--fixed"], ["--caller-fixed"]])
-def test_the_bias_and_residual_after_the_all_reduce_are_proved(argv, tmp_path, monkeypatch):
+@pytest.mark.parametrize("argv,tp", [(["--fixed"], "megatron_tp"), (["--caller-fixed"], "megatron_tp"),
+                                     (["--scaled-fixed"], "megatron_tp"), (["--sp-fixed"], "megatron_sp")])
+def test_the_bias_and_residual_after_the_all_reduce_are_proved(argv, tp, tmp_path, monkeypatch):
     pytest.importorskip("torch")
     monkeypatch.chdir(ROOT)
     status, out, err, spec = _trace(argv, tmp_path)
     assert status == 0 and "[PL614]" not in err and "proved for all mesh sizes" in out, out + err
-    assert "_before_reduce" not in spec and "  tp: megatron_tp" in spec
+    assert "_before_reduce" not in spec and f"  tp: {tp}" in spec
 
 
 @pytest.mark.slow
@@ -361,11 +363,14 @@ def test_the_bias_and_residual_after_the_all_reduce_are_proved(argv, tmp_path, m
     (["--tanh"], WHAT, "def forward(self, x, residual):"),
     (["--caller-residual"], "the summand of the all-reduce over tp at examples/traced/tp_rowwise_bias.py:{line}",
      "ReduceFromTensorRanks.apply(self.fc2(F.gelu(self.fc1(x)), None) + x"),
+    (["--scaled"], "the summand of the all-reduce over tp at examples/traced/tp_rowwise_bias.py:{line}",
+     "ReduceFromTensorRanks.apply(SCALE * (self.fc2("),
 ])
 def test_an_operation_not_decided_is_unknown(argv, what, where, tmp_path, monkeypatch):
     """tanh on each rank's summand (the output is not the product plus the bias or the residual); the residual
     added by the caller to fc2's partial sum before its all-reduce (the summand an addition no layer's output
-    accounts for): named at the line, never proved."""
+    accounts for); the bias added and the sum scaled before it (the summand a product's, ``mul``): named at the
+    line, never proved."""
     pytest.importorskip("torch")
     monkeypatch.chdir(ROOT)
     status, out, err, spec = _trace(argv, tmp_path)

@@ -26,8 +26,16 @@ A layer with a bias and no all-reduce of its own whose output a forward all-redu
 same linear checksums, ``sums``), its input differing between the tensor ranks, is reduced by its caller:
 ``sum_r (f(out_r) - f(P_r))`` is its bias counted 0, 1 or ``t`` times; ``t`` times is ``bias_before_reduce`` as
 above, 0 or 1 nothing, neither or more than one reported (PL614). The script's own all-reduce over the tensor axis
-in forward, in no layer's forward and matched to no layer's output, whose input an addition wrote, is reported
-(PL614): a term added to each rank's partial sum is not told from one added to a value already whole.
+in forward, in no layer's forward and matched to no layer's output, whose input an addition (or any op other than
+a product or a reduction to a statistic) wrote, is reported (PL614): a term added to each rank's partial sum is not
+told from one added to a value already whole.
+
+A layer whose own forward reduce-scatters the sum over exactly the tensor axis instead (sequence parallelism by
+hand, each rank keeping a slice of the rows) is read the same way: each rank's summand is its whole input, the
+slices' fingerprints add up to the sum's, the bias after is counted on each slice's rows and before on each
+summand's; a residual argument shaped like the product can only be in the summands, one shaped like the slice only
+after. The script's own sum all-reduce or reduce-scatter over the tensor axis whose input neither a product alone
+nor a reduction to a statistic wrote (an addition, a scale, any other op or none seen) is reported the same way.
 
 A layer whose weight is a DTensor (torch's parallel styles) is DTensor's to order: not read here.
 """

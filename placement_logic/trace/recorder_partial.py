@@ -11,6 +11,9 @@ reduction's ranks and solves ``f(out) - sum_r f(P_r)`` for the coefficients of t
 (``lift_partialops``). A layer it cannot recompute (no 2-D ``weight`` fitting its input and output) is recorded
 as such, and the lift reports it rather than prove its region.
 
+A layer whose forward reduce-scatters the sum instead (its output a slice of the product's rows) gets the same
+fingerprints, its output's row count and the slice-shaped arguments as candidates for a residual added after.
+
 A layer with a 2-D ``weight`` and a bias whose forward issues no all-reduce gets the same fingerprints and the
 linear checksums of its output (``sums``, ``recorder_router.linear_sums``): where a later forward all-reduce's
 input has the same checksums (``note_sums``), the layer's output is that all-reduce's summand, reduced by the
