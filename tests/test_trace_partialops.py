@@ -2,10 +2,11 @@
 (placement_logic/trace/recorder_partial.py, lift_partialops.py).
 
 The fast tests give the lift fingerprints computed by hand (the arithmetic in the comments); the torch ones
-compute a row-parallel linear over two simulated ranks concretely (the full layer, its slices, both orders) and
-run examples/traced/tp_rowwise_bias.py: refuted for the bias or the residual added before the all-reduce, proved
-in the order Megatron-LM uses, unknown (PL614) where the output is not the product plus those terms. Never proved
-where the order is not observed.
+compute a row-parallel linear over two simulated ranks concretely (the full layer, its slices, both orders; the sum
+all-reduced or reduce-scattered) and run examples/traced/tp_rowwise_bias.py: refuted for the bias or the residual
+added before the all-reduce or the reduce-scatter (`--sp`), proved in the order Megatron-LM uses, unknown (PL614)
+where the output is not the product plus those terms or where the script reduces a summand no product alone wrote
+(`--caller-residual`, `--scaled`). Never proved where the order is not observed.
 """
 
 from __future__ import annotations
