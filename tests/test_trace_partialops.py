@@ -2,10 +2,11 @@
 (placement_logic/trace/recorder_partial.py, lift_partialops.py).
 
 The fast tests give the lift fingerprints computed by hand (the arithmetic in the comments); the torch ones
-compute a row-parallel linear over two simulated ranks concretely (the full layer, its slices, both orders) and
-run examples/traced/tp_rowwise_bias.py: refuted for the bias or the residual added before the all-reduce, proved
-in the order Megatron-LM uses, unknown (PL614) where the output is not the product plus those terms. Never proved
-where the order is not observed.
+compute a row-parallel linear over two simulated ranks concretely (the full layer, its slices, both orders; the sum
+all-reduced or reduce-scattered) and run examples/traced/tp_rowwise_bias.py: refuted for the bias or the residual
+added before the all-reduce or the reduce-scatter (`--sp`), proved in the order Megatron-LM uses, unknown (PL614)
+where the output is not the product plus those terms or where the script reduces a summand no product alone wrote
+(`--caller-residual`, `--scaled`). Never proved where the order is not observed.
 """
 
 from __future__ import annotations
@@ -88,6 +89,41 @@ def test_an_order_not_observed_is_unknown_never_proved(partial, why):
     assert f'unobserved "{WHAT}' in lifted.text and "_before_reduce" not in lifted.text
 
 
+def _scattered(outputs: tuple[float, float], residuals: tuple = (), slices: tuple = ()) -> dict:
+    """fc2 reduce-scattered over tp in its forward on both ranks (its output a slice of 2 of the 4 rows of its
+    product), its bias-free products' fingerprints 3 (rank 0) and 5 (rank 1), the bias's fingerprint 0.5, rank r's
+    output slice's ``outputs[r]``, a residual argument shaped like the product (``residuals``: the same on both
+    ranks) or like the slice (``slices[r]``)."""
+    trace = _fingerprinted(0.0, residuals=residuals)
+    for part in trace["ranks"]:
+        r, fc2 = part["rank"], part["steps"][-1]["modules"][1]
+        next(c for c in part["collectives"] if c["seq"] == fc2["collectives"][0])["kind"] = "reduce_scatter"
+        fc2["partial"].update(scattered=True, out_rows=2, output=outputs[r], slice_residuals=[slices[r]] if slices
+                              else [])
+    return trace
+
+
+@pytest.mark.parametrize("outputs,residuals,slices,want", [
+    # the products sum to 3 + 5 = 8; the bias after: on each slice's 2 rows, 2 * 0.5 = 1 per rank, 2 in all;
+    # before: in each rank's 4-row summand, 4 * 0.5 = 2 per rank, 4 in all
+    ((4.5, 5.5), (), (), ""),                        # 8 + 2 = 10: after
+    ((5.0, 7.0), (), (), "bias_before_reduce"),      # 8 + 4 = 12: before
+    ((5.0, 6.0), (), (), "unknown"),                 # 11: neither 10 nor 12
+    ((6.0, 7.0), (1.5,), (), "residual_before_reduce"),  # 8 + 2 + the residual on both summands 2 * 1.5 = 13
+    ((4.5, 5.5), (1.5,), (), ""),                    # 10: the residual argument not added
+    ((5.0, 6.5), (1.5,), (), "unknown"),             # 11.5: the residual once is no choice in a summand
+    ((5.3, 6.3), (), (0.7, 0.9), ""),                # 8 + 2 + the slices' residuals 0.7 + 0.9 = 11.6: after
+])
+def test_a_reduce_scatter_in_the_layer_is_read_as_its_all_reduce(outputs, residuals, slices, want):
+    lifted, named = _lifted(_scattered(outputs, residuals, slices))
+    assert bool(named) == (want == "unknown"), lifted.unliftable
+    found = [v for v in ("bias_before_reduce", "residual_before_reduce")
+             if f"override activations[mlp]: {v} over (tp)" in lifted.text]
+    assert found == ([want] if want not in ("", "unknown") else []), lifted.text
+    if named:
+        assert "is not the all-reduced product" in named[0].reason and f'unobserved "{WHAT}' in lifted.text
+
+
 @pytest.mark.parametrize("origins,reported", [
     (("mm", "mm"), False),   # both ranks summed a product alone (through copies): nothing added before
     (("mm", "add"), True),   # rank 1's summand an addition's result
@@ -104,27 +140,37 @@ def test_a_layer_not_recomputed_is_read_from_the_op_that_wrote_its_summand(origi
         assert "cannot be recomputed" in named[0].reason
 
 
-@pytest.mark.parametrize("origin,api,reported", [
-    ("add", "c10d.allreduce_", True),       # a sum all-reduced: the summand an addition's result
-    ("addmm", "c10d.allreduce_", True),     # a linear with its bias fused, reduced by the caller
-    ("mm", "c10d.allreduce_", False),       # a product alone
-    ("sum", "c10d.allreduce_", False),      # a reduction (a softmax's denominator): not a term added
-    ("add", "_c10d_functional.all_reduce", False),  # DTensor's own redistribution
+@pytest.mark.parametrize("origin,api,kind,reported", [
+    ("add", "c10d.allreduce_", "all_reduce", True),       # a sum all-reduced: the summand an addition's result
+    ("addmm", "c10d.allreduce_", "all_reduce", True),     # a linear with its bias fused, reduced by the caller
+    ("mul", "c10d.allreduce_", "all_reduce", True),       # reduce(s * (fc2(h) + b)): the last op a scale
+    ("", "c10d.allreduce_", "all_reduce", True),          # no op seen writing it
+    ("mm", "c10d.allreduce_", "all_reduce", False),       # a product alone
+    ("sum", "c10d.allreduce_", "all_reduce", False),      # a reduction (a softmax's denominator): not a term added
+    ("add", "_c10d_functional.all_reduce", "all_reduce", False),  # DTensor's own redistribution
+    ("addmm", "c10d._reduce_scatter_base_", "reduce_scatter", True),  # reduce_scatter_tensor(out, F.linear(x, W, b))
+    ("gelu", "c10d._reduce_scatter_base_", "reduce_scatter", True),
+    ("mm", "c10d._reduce_scatter_base_", "reduce_scatter", False),
+    ("add", "c10d.allreduce_", "all_gather", False),      # no sum
 ])
-def test_an_addition_reduced_outside_any_layer_is_unknown(origin, api, reported):
-    """The script's own all-reduce over tp, in no layer's forward, matched to no layer's output."""
+def test_a_summand_not_a_product_reduced_outside_any_layer_is_unknown(origin, api, kind, reported):
+    """The script's own all-reduce or reduce-scatter over tp, in no layer's forward, matched to no layer's
+    output: unknown unless a product alone (or a reduction to a statistic) wrote its input."""
     trace = _layers(stored(), fc2_output_equal=True, fc2_reduced=True, losses_equal=True)
     for part in trace["ranks"]:
         fc2 = part["steps"][-1]["modules"][1]
         seq = fc2.pop("collectives")[0]
         c = next(c for c in part["collectives"] if c["seq"] == seq)
         c.pop("module", None)
-        c.update(origin=origin, api=api)
+        c.update(origin=origin, api=api, kind=kind)
     lifted = lift(trace)
-    named = [u for u in lifted.unliftable if u.what.startswith("the summand of the all-reduce over tp")]
+    what = "the summand of the " + ("reduce-scatter" if kind == "reduce_scatter" else "all-reduce") + " over tp"
+    named = [u for u in lifted.unliftable if u.what.startswith(what)]
     assert bool(named) == reported, lifted.unliftable
     if named:
-        assert f"an addition ({origin})" in named[0].reason and 'unobserved "the summand of the all-reduce' in lifted.text
+        wrote = (f"an addition ({origin})" if origin in ("add", "addmm") else f"the result of {origin}" if origin
+                 else "written by no operation observed")
+        assert wrote in named[0].reason and f'unobserved "{what}' in lifted.text, named[0].reason
 
 
 @pytest.mark.torch
@@ -220,6 +266,44 @@ def test_fingerprints_of_a_concrete_row_parallel_linear(order):
 
 
 @pytest.mark.torch
+@pytest.mark.parametrize("order", ["after", "bias", "residual", "slice_residual", "tanh"])
+def test_fingerprints_of_a_concrete_reduce_scattered_linear(order):
+    """Two ranks simulated in one process, each holding half of the input features of one 6 -> 3 linear on 4
+    rows: the partial sums reduce-scattered (rank r keeps rows 2r, 2r + 1) with the bias in each summand, or the bias
+    added to the slice after and besides a residual h of the product's shape added to each summand, one of the
+    slice's shape added after, or tanh on each summand."""
+    torch = pytest.importorskip("torch")
+    from placement_logic.trace.recorder_partial import partial_ops
+
+    g = torch.Generator().manual_seed(11)
+    full_w, b = torch.randn(3, 6, generator=g), torch.randn(3, generator=g)
+    x, h = torch.randn(4, 6, generator=g), torch.randn(4, 3, generator=g)
+    shards = [(x[:, 3 * r:3 * r + 3], full_w[:, 3 * r:3 * r + 3]) for r in range(2)]
+    summands = [xs @ ws.T for xs, ws in shards]
+    if order == "bias":
+        summands = [p + b for p in summands]
+    elif order == "residual":
+        summands = [p + h for p in summands]
+    elif order == "tanh":
+        summands = [torch.tanh(p) for p in summands]
+    whole = summands[0] + summands[1]  # the reduce-scatter's sum, sliced below
+    recs = []
+    for r, (xs, ws) in enumerate(shards):
+        out = whole[2 * r:2 * r + 2] + (0 if order == "bias" else b)  # the bias after, on the slice
+        out = out + (h[2 * r:2 * r + 2] if order == "slice_residual" else 0)
+        layer = torch.nn.Linear(3, 3)
+        with torch.no_grad():
+            layer.weight.copy_(ws)
+            layer.bias.copy_(b)
+        args = (xs, h if order == "residual" else None, h[2 * r:2 * r + 2] if order == "slice_residual" else None)
+        recs.append(partial_ops(layer, args, out, reduced="scatter"))
+    assert all(p["scattered"] and p["rows"] == 4 and p["out_rows"] == 2 for p in recs)
+    fits, _ = _orders(recs[0], recs)
+    assert fits == {"after": {()}, "bias": {("bias",)}, "residual": {("residual",)}, "slice_residual": {()},
+                    "tanh": set()}[order]
+
+
+@pytest.mark.torch
 def test_a_layer_reduced_by_its_caller_is_fingerprinted_with_its_output_checksums():
     """A linear with a bias and no all-reduce of its own: its output's linear checksums are those the recorder
     keeps for an all-reduce of that output (recorder_router.linear_sums), and its output minus its bias-free
@@ -248,9 +332,10 @@ def _trace(argv: list[str], tmp_path):
 @pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.parametrize("argv,verb", [([], "bias_before_reduce"), (["--residual"], "residual_before_reduce"),
-                                       (["--caller"], "bias_before_reduce")])
+                                       (["--caller"], "bias_before_reduce"), (["--sp"], "bias_before_reduce")])
 def test_an_addition_before_the_all_reduce_is_refuted_at_the_layer(argv, verb, tmp_path, monkeypatch):
-    """In fc2's own forward (the bias, the residual passed in) or in every summand its caller all-reduces."""
+    """In fc2's own forward (the bias, the residual passed in; the bias before its reduce-scatter under sequence
+    parallelism by hand) or in every summand its caller all-reduces."""
     pytest.importorskip("torch")
     monkeypatch.chdir(ROOT)
     status, out, err, spec = _trace(argv, tmp_path)
@@ -263,13 +348,14 @@ def test_an_addition_before_the_all_reduce_is_refuted_at_the_layer(argv, verb, t
 
 @pytest.mark.slow
 @pytest.mark.torch
-@pytest.mark.parametrize("argv", [["--fixed"], ["--caller-fixed"]])
-def test_the_bias_and_residual_after_the_all_reduce_are_proved(argv, tmp_path, monkeypatch):
+@pytest.mark.parametrize("argv,tp", [(["--fixed"], "megatron_tp"), (["--caller-fixed"], "megatron_tp"),
+                                     (["--scaled-fixed"], "megatron_tp"), (["--sp-fixed"], "megatron_sp")])
+def test_the_bias_and_residual_after_the_all_reduce_are_proved(argv, tp, tmp_path, monkeypatch):
     pytest.importorskip("torch")
     monkeypatch.chdir(ROOT)
     status, out, err, spec = _trace(argv, tmp_path)
     assert status == 0 and "[PL614]" not in err and "proved for all mesh sizes" in out, out + err
-    assert "_before_reduce" not in spec and "  tp: megatron_tp" in spec
+    assert "_before_reduce" not in spec and f"  tp: {tp}" in spec
 
 
 @pytest.mark.slow
@@ -278,11 +364,14 @@ def test_the_bias_and_residual_after_the_all_reduce_are_proved(argv, tmp_path, m
     (["--tanh"], WHAT, "def forward(self, x, residual):"),
     (["--caller-residual"], "the summand of the all-reduce over tp at examples/traced/tp_rowwise_bias.py:{line}",
      "ReduceFromTensorRanks.apply(self.fc2(F.gelu(self.fc1(x)), None) + x"),
+    (["--scaled"], "the summand of the all-reduce over tp at examples/traced/tp_rowwise_bias.py:{line}",
+     "ReduceFromTensorRanks.apply(SCALE * (self.fc2("),
 ])
 def test_an_operation_not_decided_is_unknown(argv, what, where, tmp_path, monkeypatch):
     """tanh on each rank's summand (the output is not the product plus the bias or the residual); the residual
     added by the caller to fc2's partial sum before its all-reduce (the summand an addition no layer's output
-    accounts for): named at the line, never proved."""
+    accounts for); the bias added and the sum scaled before it (the summand a product's, ``mul``): named at the
+    line, never proved."""
     pytest.importorskip("torch")
     monkeypatch.chdir(ROOT)
     status, out, err, spec = _trace(argv, tmp_path)

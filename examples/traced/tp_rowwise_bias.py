@@ -10,7 +10,14 @@ as Megatron-LM does), --tanh (tanh applied to every rank's partial sum before th
 operation the recorder does not recompute), --caller (fc2 returns its partial sum with the bias and
 the MLP all-reduces it), --caller-fixed (fc2 returns its bias-free partial sum, the MLP adds the bias
 after the all-reduce), --caller-residual (the MLP adds the residual to fc2's bias-free partial sum,
-then all-reduces it: which the recorder does not decide).
+then all-reduces it: which the recorder does not decide), --scaled (the MLP adds the bias to fc2's
+bias-free partial sum and scales it before the all-reduce: reduce(s * (fc2(h) + b)), not decided),
+--scaled-fixed (s * reduce(fc2(h)) + b), --sp (sequence parallelism by hand: fc2 reduce-scatters its
+partial sum with the bias, F.linear(x, W, b), over the batch rows, and the MLP all-gathers the rows:
+the bias counted on every rank), --sp-fixed (fc2
+reduce-scatters its bias-free partial sum and adds the bias to its slice of rows; the bias's
+gradient, each rank's rows only, all-reduced over the tensor ranks after backward as Megatron-LM
+does for sequence-parallel parameters).
 
 Every rank sees the same batch; each holds its slice of fc1's output features and of fc2's input
 features (sliced from one model built from one seed), and the biases whole.
@@ -20,13 +27,38 @@ import sys
 
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F
 from tensor_ranks import ReduceFromTensorRanks
 from torch import nn
 
 HIDDEN, FFN, OUT, BATCH = 16, 32, 8, 4
-MODES = ("--residual", "--fixed", "--tanh", "--caller", "--caller-fixed", "--caller-residual")
+MODES = ("--residual", "--fixed", "--tanh", "--caller", "--caller-fixed", "--caller-residual", "--scaled",
+         "--scaled-fixed", "--sp", "--sp-fixed")
 MODE = next((a[2:] for a in sys.argv[1:] if a in MODES), "bias")
+SCALE = 0.5
+
+
+def scatter_rows(x):
+    """Sum the tensor ranks' partial values and keep this rank's slice of the rows (a reduce-scatter, sequence
+    parallelism's reduction); its gradient all-gathered in backward (torch's autograd collectives)."""
+    return funcol.reduce_scatter_tensor_autograd(x.contiguous(), "sum", 0, dist.group.WORLD)
+
+
+class GatherRows(torch.autograd.Function):
+    """All-gather every rank's slice of the rows; in backward each rank keeps its slice of the gradient (the
+    same on every rank: every rank computes the same loss)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        whole = x.new_empty(x.shape[0] * dist.get_world_size(), *x.shape[1:])
+        dist.all_gather_into_tensor(whole, x.contiguous())
+        return whole
+
+    @staticmethod
+    def backward(ctx, grad):
+        rows = grad.shape[0] // dist.get_world_size()
+        return grad[dist.get_rank() * rows:(dist.get_rank() + 1) * rows]
 
 
 class ColumnLinear(nn.Module):
@@ -50,8 +82,12 @@ class RowLinear(nn.Module):
     def forward(self, x, residual):
         if MODE == "caller":  # the bug: the partial sum with the bias, all-reduced by the caller
             return F.linear(x, self.weight, self.bias)
-        if MODE in ("caller-fixed", "caller-residual"):
+        if MODE in ("caller-fixed", "caller-residual", "scaled", "scaled-fixed"):
             return F.linear(x, self.weight)
+        if MODE == "sp":  # the bug: the bias added to every rank's partial sum before the reduce-scatter
+            return scatter_rows(F.linear(x, self.weight, self.bias))
+        if MODE == "sp-fixed":
+            return scatter_rows(F.linear(x, self.weight)) + self.bias
         if MODE == "bias":  # the bug: the bias added to every rank's partial sum
             return ReduceFromTensorRanks.apply(F.linear(x, self.weight, self.bias)) + residual
         if MODE == "residual":  # the bug: the residual added to every rank's partial sum
@@ -75,6 +111,12 @@ class MLP(nn.Module):
             return ReduceFromTensorRanks.apply(self.fc2(F.gelu(self.fc1(x)), None)) + self.fc2.bias + x[:, :OUT]
         if MODE == "caller-residual":  # the bug: the residual added to every rank's partial sum
             return ReduceFromTensorRanks.apply(self.fc2(F.gelu(self.fc1(x)), None) + x[:, :OUT]) + self.fc2.bias
+        if MODE == "scaled":  # the bug: the bias added to (and scaled on) every rank's partial sum
+            return ReduceFromTensorRanks.apply(SCALE * (self.fc2(F.gelu(self.fc1(x)), None) + self.fc2.bias)) + x[:, :OUT]
+        if MODE == "scaled-fixed":
+            return SCALE * ReduceFromTensorRanks.apply(self.fc2(F.gelu(self.fc1(x)), None)) + self.fc2.bias + x[:, :OUT]
+        if MODE in ("sp", "sp-fixed"):
+            return GatherRows.apply(self.fc2(F.gelu(self.fc1(x)), None)) + x[:, :OUT]
         return self.fc2(F.gelu(self.fc1(x)), x[:, :OUT])
 
 
@@ -87,6 +129,8 @@ for step in range(2):
     x, y = torch.randn(BATCH, HIDDEN, generator=g), torch.randint(0, OUT, (BATCH,), generator=g)
     loss = F.cross_entropy(model(x), y)
     loss.backward()
+    if MODE == "sp-fixed":  # the bias's gradient from each rank's rows, summed over the tensor ranks
+        dist.all_reduce(model.fc2.bias.grad)
     opt.step()
     opt.zero_grad()
 dist.destroy_process_group()

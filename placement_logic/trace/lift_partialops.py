@@ -26,8 +26,16 @@ A layer with a bias and no all-reduce of its own whose output a forward all-redu
 same linear checksums, ``sums``), its input differing between the tensor ranks, is reduced by its caller:
 ``sum_r (f(out_r) - f(P_r))`` is its bias counted 0, 1 or ``t`` times; ``t`` times is ``bias_before_reduce`` as
 above, 0 or 1 nothing, neither or more than one reported (PL614). The script's own all-reduce over the tensor axis
-in forward, in no layer's forward and matched to no layer's output, whose input an addition wrote, is reported
-(PL614): a term added to each rank's partial sum is not told from one added to a value already whole.
+in forward, in no layer's forward and matched to no layer's output, whose input an addition (or any op other than
+a product or a reduction to a statistic) wrote, is reported (PL614): a term added to each rank's partial sum is not
+told from one added to a value already whole.
+
+A layer whose own forward reduce-scatters the sum over exactly the tensor axis instead (sequence parallelism by
+hand, each rank keeping a slice of the rows) is read the same way: each rank's summand is its whole input, the
+slices' fingerprints add up to the sum's, the bias after is counted on each slice's rows and before on each
+summand's; a residual argument shaped like the product can only be in the summands, one shaped like the slice only
+after. The script's own sum all-reduce or reduce-scatter over the tensor axis whose input neither a product alone
+nor a reduction to a statistic wrote (an addition, a scale, any other op or none seen) is reported the same way.
 
 A layer whose weight is a DTensor (torch's parallel styles) is DTensor's to order: not read here.
 """
@@ -42,13 +50,14 @@ from .lift_layout import Unliftable, _frames, _Layout
 
 RTOL = 1e-4  # the fingerprints' rounding, relative to their magnitudes (float32 layers summed in float64)
 PRODUCTS = ("mm", "bmm", "matmul", "mv", "dot")  # a summand written by a product alone: nothing added to it
+SUMS = ("all_reduce", "reduce_scatter")  # the collectives that sum the partial outputs (the output a slice)
 
 
 def _reduction(m: dict, by_seq: dict, layout: _Layout, tp: str, r: int) -> dict | None:
-    """The all-reduce (sum) over exactly ``tp`` that the layer's own forward issued, if any."""
+    """The all-reduce or reduce-scatter (a sum) over exactly ``tp`` that the layer's own forward issued, if any."""
     for s in m.get("collectives", []):
         c = by_seq.get(s)
-        if (c is not None and c.get("module") == m.get("name") and c["kind"] == "all_reduce"
+        if (c is not None and c.get("module") == m.get("name") and c["kind"] in SUMS
                 and c.get("op", "sum") == "sum" and layout.axes_of(c["ranks"], r) == (tp,)):
             return c
     return None
@@ -66,21 +75,35 @@ def _products_alone(name: str, c: dict, mods: dict, by_seq: dict, layout: _Layou
 
 
 def _orders(mine: dict, group: list[dict]) -> tuple[set[tuple[str, ...]], float]:
-    """The sets of terms added before the reduction that fit the fingerprints, and the residual's gap."""
-    gap = mine["output"] - sum(p["product"] for p in group)
-    tol = RTOL * (sum(p["product_abs"] for p in group) + mine["output_abs"]) + 1e-9
-    terms = []  # (name, value added after, value added before)
+    """The sets of terms added before the reduction that fit the fingerprints, and the residual's gap. Under a
+    reduce-scatter (``scattered``) each rank's output is its slice of the sum: the slices' fingerprints add up to
+    the whole output's, the bias added after is counted on each slice's rows, a residual shaped like the product
+    can only be in each rank's summand (before) and one shaped like the slice only after."""
+    scattered = mine.get("scattered", False)
+    outs = group if scattered else [mine]
+    if scattered and not all(p.get("scattered") for p in group):
+        return set(), 0.0
+    gap = sum(p["output"] for p in outs) - sum(p["product"] for p in group)
+    tol = RTOL * (sum(p["product_abs"] for p in group) + sum(p["output_abs"] for p in outs)) + 1e-9
+    terms = []  # (name, the values it may add, the index of the value added before the reduction: -1 none)
     if "bias" in mine:
-        terms.append(("bias", [mine["rows"] * mine["bias"], sum(p["rows"] * p.get("bias", 0.0) for p in group)]))
-    for i, h in enumerate(mine.get("residuals", [])):
-        theirs = [p.get("residuals", []) for p in group]
-        if all(len(x) > i for x in theirs):
-            terms.append(("residual", [0.0, h, sum(x[i] for x in theirs)]))
+        after = sum(p.get("out_rows", p["rows"]) * p.get("bias", 0.0) for p in outs)
+        terms.append(("bias", [after, sum(p["rows"] * p.get("bias", 0.0) for p in group)], 1))
+    for key, before in (("residuals", True), ("slice_residuals", False)):
+        for i, h in enumerate(mine.get(key, [])):
+            theirs = [p.get(key, []) for p in group]
+            if not all(len(x) > i for x in theirs):
+                continue
+            total = sum(x[i] for x in theirs)
+            if scattered:
+                terms.append(("residual", [0.0, total], 1 if before else -1))
+            else:
+                terms.append(("residual", [0.0, h, total], 2))
     fits: set[tuple[str, ...]] = set()
-    for pick in product(*(range(len(v)) for _, v in terms)):
-        total = sum(v[k] for (_, v), k in zip(terms, pick))
+    for pick in product(*(range(len(v)) for _, v, _ in terms)):
+        total = sum(v[k] for (_, v, _), k in zip(terms, pick))
         if abs(gap - total) <= tol:
-            fits.add(tuple(sorted({name for (name, v), k in zip(terms, pick) if k == len(v) - 1 and k > 0})))
+            fits.add(tuple(sorted({name for (name, _, b), k in zip(terms, pick) if k == b})))
     return fits, gap
 
 
@@ -106,22 +129,39 @@ def _summands(step: dict, ranks: dict, layout: _Layout, tp: str, mods: dict) -> 
 
 
 ADDITIONS = ("add", "add_", "addmm", "addmm_", "baddbmm", "addcmul", "sub", "sub_")
+# a statistic reduced from each rank's slice (a softmax's normaliser, a mean's numerator): the loss lifts read it
+REDUCTIONS = ("sum", "mean", "amax", "amin", "max", "min", "logsumexp", "norm", "linalg_vector_norm")
+
+
+def _why(c: dict, tp: str) -> str:
+    origin, kind = c.get("origin") or "", c["kind"].replace("_", "-")
+    if origin in ADDITIONS:
+        return (f"its input, on each rank, is the result of an addition ({origin}) that no layer's output accounts "
+                f"for: whether a bias or a residual is added to each rank's partial sum before the {kind} over {tp} "
+                "(counted on every rank) or to a value already whole is not observed")
+    wrote = f"the result of {origin}" if origin else "written by no operation observed in forward"
+    return (f"its input, on each rank, is {wrote}, neither a product alone nor a layer's output whose bias was "
+            f"read: whether what was added to or applied on each rank's partial sum before the {kind} over {tp} "
+            "commutes with the sum is not observed")
 
 
 def _added_summands(step: dict, ranks: dict, layout: _Layout, tp: str, mods: dict, matched: set,
                     script: str) -> list[Unliftable]:
-    """A forward sum all-reduce over exactly ``tp`` (``dist.all_reduce`` from the script) outside any layer's own
-    forward and matched to no layer's output, whose input an addition wrote: a term (a bias, a residual) added to
-    the partial sums before the reduction, or after it to a value already whole; which is not observed."""
+    """A forward sum all-reduce or reduce-scatter over exactly ``tp`` from the script (``dist.all_reduce``,
+    ``dist.reduce_scatter_tensor``) outside any layer's own forward and matched to no layer's output, whose input
+    neither a product alone nor a reduction to a statistic wrote (an addition, a scale, any other op, or none
+    seen): a term added to the partial sums before the reduction, or after it to a value already whole; which is
+    not observed."""
     items: list[Unliftable] = []
     seen: set[tuple] = set()
     for r in sorted(mods):
         no = step.get(r, {}).get("step")
         for c in ranks[r]["collectives"]:
             own = (mods[r].get(c.get("module")) or {}).get("partial")
-            if (c["step"] != no or c["phase"] != "forward" or c["kind"] != "all_reduce" or own is not None
-                    or c.get("op", "sum") != "sum" or c.get("origin") not in ADDITIONS or (r, c["seq"]) in matched
-                    or not str(c.get("api", "")).startswith("c10d.") or layout.axes_of(c["ranks"], r) != (tp,)):
+            if (c["step"] != no or c["phase"] != "forward" or c["kind"] not in SUMS or own is not None
+                    or c.get("op", "sum") != "sum" or c.get("origin") in PRODUCTS + REDUCTIONS
+                    or (r, c["seq"]) in matched or not str(c.get("api", "")).startswith("c10d.")
+                    or layout.axes_of(c["ranks"], r) != (tp,)):
                 continue
             where = tuple(_frames([c.get("stack")], script))
             key = tuple((f.get("file"), f.get("line")) for f in where[:1])
@@ -129,11 +169,8 @@ def _added_summands(step: dict, ranks: dict, layout: _Layout, tp: str, mods: dic
                 continue
             seen.add(key)
             at = f" at {where[0]['file']}:{where[0]['line']}" if where else ""
-            items.append(Unliftable((r,), c["seq"], f"the summand of the all-reduce over {tp}{at}",
-                                    f"its input, on each rank, is the result of an addition ({c['origin']}) that no "
-                                    "layer's output accounts for: whether a bias or a residual is added to each rank's "
-                                    f"partial sum before the all-reduce over {tp} (counted on every rank) or to a "
-                                    "value already whole is not observed", where))
+            what = "all-reduce" if c["kind"] == "all_reduce" else "reduce-scatter"
+            items.append(Unliftable((r,), c["seq"], f"the summand of the {what} over {tp}{at}", _why(c, tp), where))
     return items
 
 

@@ -111,12 +111,16 @@ class Modules:
                     args = rec.pop("_args", ())
                     reduced = any(c["seq"] >= first and c.get("_module") == id(module) and c["kind"] == "all_reduce"
                                   and c.get("op", "sum") == "sum" for c in self.collectives)
+                    scattered = any(c["seq"] >= first and c.get("_module") == id(module)
+                                    and c["kind"] == "reduce_scatter" and c.get("op", "sum") == "sum"
+                                    for c in self.collectives)
+                    reduced = "scatter" if scattered and not reduced else reduced
                     partial = self._partial_ops(module, args, output, reduced)
                     if partial is not None:
                         rec["partial"] = partial
                 return
 
-    def _partial_ops(self, module, args, output, reduced: bool) -> dict | None:
+    def _partial_ops(self, module, args, output, reduced: bool | str) -> dict | None:
         """The fingerprints of a layer that all-reduced a sum in its own forward, or of one with a bias
         (``recorder_partial``)."""
         self._busy = True  # the recomputed product is none of the script's ops
@@ -128,8 +132,8 @@ class Modules:
             self._busy = False
 
     def summand_origin(self, rec: dict, first) -> None:
-        """A forward all-reduce: the op that wrote its input (``origin``, through copies)."""
-        if self.phase == "forward" and rec["kind"] == "all_reduce":
+        """A forward all-reduce or reduce-scatter: the op that wrote its input (``origin``, through copies)."""
+        if self.phase == "forward" and rec["kind"] in ("all_reduce", "reduce_scatter"):
             rec["origin"] = origin_of(self.origins, first)
 
     def running_module(self) -> int | None:

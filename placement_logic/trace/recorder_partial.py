@@ -11,6 +11,9 @@ reduction's ranks and solves ``f(out) - sum_r f(P_r)`` for the coefficients of t
 (``lift_partialops``). A layer it cannot recompute (no 2-D ``weight`` fitting its input and output) is recorded
 as such, and the lift reports it rather than prove its region.
 
+A layer whose forward reduce-scatters the sum instead (its output a slice of the product's rows) gets the same
+fingerprints, its output's row count and the slice-shaped arguments as candidates for a residual added after.
+
 A layer with a 2-D ``weight`` and a bias whose forward issues no all-reduce gets the same fingerprints and the
 linear checksums of its output (``sums``, ``recorder_router.linear_sums``): where a later forward all-reduce's
 input has the same checksums (``note_sums``), the layer's output is that all-reduce's summand, reduced by the
@@ -48,19 +51,32 @@ def _f(t: torch.Tensor, w: torch.Tensor) -> tuple[float, float]:
     return float((v @ w).sum()), float((v.abs() @ w).sum())
 
 
-def partial_ops(module, args, output, reduced: bool = True) -> dict | None:
-    """The fingerprints of a layer whose forward all-reduced a value (``reduced``): ``{"recomputed": False}`` where
-    its bias-free product cannot be recomputed from its first input and its ``weight``; of another layer with a
-    bias (None where it has none or cannot be recomputed), with its output's linear checksums."""
+def _fits(ins: list, outs: list, weight, scattered: bool) -> bool:
+    """Whether the first input and output fit ``weight``: the output the product's shape, or under a reduce-scatter
+    a slice of it (the same width, a whole fraction of its rows)."""
+    if (not ins or not outs or any(isinstance(t, DTensor) for t in ins[:1] + outs[:1])
+            or not ins[0].is_floating_point() or not outs[0].is_floating_point()
+            or ins[0].shape[-1:] != weight.shape[1:] or outs[0].shape[-1:] != weight.shape[:1]):
+        return False
+    if not scattered:
+        return outs[0].shape[:-1] == ins[0].shape[:-1]
+    whole = ins[0].numel() // weight.shape[1] * weight.shape[0]
+    return 0 < outs[0].numel() <= whole and whole % outs[0].numel() == 0
+
+
+def partial_ops(module, args, output, reduced: bool | str = True) -> dict | None:
+    """The fingerprints of a layer whose forward all-reduced a value (``reduced``; ``"scatter"``: reduce-scattered
+    it, the output a slice of the reduced sum, ``scattered`` with its own row count ``out_rows``):
+    ``{"recomputed": False}`` where its bias-free product cannot be recomputed from its first input and its
+    ``weight``; of another layer with a bias (None where it has none or cannot be recomputed), with its output's
+    linear checksums. Under a reduce-scatter the residual candidates are the arguments shaped like the product
+    (``residuals``, each rank's whole summand) and those shaped like the output slice (``slice_residuals``)."""
     weight = getattr(module, "weight", None)
     if isinstance(weight, DTensor):  # torch's parallel styles: DTensor orders the bias and the reduction itself
         return {"recomputed": False, "dtensor": True} if reduced else None
     ins, outs = _tensors(args), _tensors(output)
-    if (not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not ins
-            or not outs or any(isinstance(t, DTensor) for t in ins[:1] + outs[:1])
-            or not ins[0].is_floating_point() or not outs[0].is_floating_point()
-            or ins[0].shape[-1:] != weight.shape[1:] or outs[0].shape[-1:] != weight.shape[:1]
-            or outs[0].shape[:-1] != ins[0].shape[:-1]):
+    scattered = reduced == "scatter"
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not _fits(ins, outs, weight, scattered):
         return {"recomputed": False} if reduced else None
     bias = getattr(module, "bias", None)
     has_bias = isinstance(bias, torch.Tensor) and not isinstance(bias, DTensor) and tuple(bias.shape) == weight.shape[:1]
@@ -69,15 +85,20 @@ def partial_ops(module, args, output, reduced: bool = True) -> dict | None:
     w = _weights(weight.shape[0])
     with torch.no_grad():
         product = torch.nn.functional.linear(ins[0].detach().to(torch.float64), weight.detach().to(torch.float64))
-    rec = {"recomputed": True, "rows": int(outs[0].numel() // weight.shape[0])}
+    rec = {"recomputed": True, "rows": int(product.numel() // weight.shape[0])}
+    if scattered:
+        rec.update(scattered=True, out_rows=int(outs[0].numel() // weight.shape[0]))
     rec["product"], rec["product_abs"] = _f(product, w)
     rec["output"], rec["output_abs"] = _f(outs[0], w)
     if has_bias:
         rec["bias"], _ = _f(bias, w)
     if not reduced:
         rec["sums"] = linear_sums(outs[0])
-    residuals = [t for t in ins[1:] if not isinstance(t, DTensor) and t.shape == outs[0].shape][:MAX_RESIDUALS]
-    rec["residuals"] = [_f(t, w)[0] for t in residuals]
+    plain = [t for t in ins[1:] if not isinstance(t, DTensor)]
+    rec["residuals"] = [_f(t, w)[0] for t in plain if t.shape == product.shape][:MAX_RESIDUALS]
+    if scattered:
+        rec["slice_residuals"] = [_f(t, w)[0] for t in plain if t.shape == outs[0].shape
+                                  and t.shape != product.shape][:MAX_RESIDUALS]
     return rec
 
 
