@@ -92,6 +92,7 @@ from .lift_router import router_lines
 from .lift_step import AXIS_NAMES, Axes, LiftRole, Step, Strategies
 from .lift_termranks import norm_eps, term_ranks
 from .lift_terms import ignored_count, terms_pass
+from .lift_timing import read_timing, timing_lines
 
 
 def lift(trace: dict, plan_name: str = "traced", path: str = "<trace>",
@@ -128,6 +129,8 @@ def _lift(trace: dict, plan_name: str, objective: dict[str, str]) -> Lifted:
     first = next((s for s in st.ranks[st.observer]["steps"] if s.get("optimizer")), {})
     init_line, st.items[:] = init_apart(st.items, st.initial, st.layout, st.observer, strategies.bindings,
                                         first.get("optimizer", {}).get("stack", []), st.script)
+    timing = read_timing(st, ax.pipe is not None)  # an accumulation window stepped every micro-step (lift_timing)
+    st.window = timing.window
     grads = gradients_pass(st, ax, params)
     loss = loss_pass(st, ax, grads)
     named = groups_pass(st, grads)
@@ -138,6 +141,7 @@ def _lift(trace: dict, plan_name: str, objective: dict[str, str]) -> Lifted:
         lines.append(("  override tokens: count_ignored  # observed: the count all-reduced is the positions, "
                       "ignored labels included", counted))
     lines.extend(loss_lines)
+    lines.extend(timing_lines(st, timing, {g: [e[0]["name"] for e in members] for g, _, members in named}))
     aux_readings, term_plan = term_ranks(st, st.aux_readings)  # the term on some ranks only (lift_termranks)
     aux_model, aux_groups, aux_plan = aux_lines(st, aux_readings, named, loss.kind, loss.accum,
                                                 objective.get("aux_stats"))
