@@ -34,6 +34,7 @@ class Timing:
     lines: list[tuple[str, list]] = field(default_factory=list)
     carried: set[str] = field(default_factory=set)  # the parameters a never-cleared buffer was read for
     frames: list[dict] = field(default_factory=list)
+    first: int = 0  # the first optimizer step (from 1) whose backward found the buffers uncleared
 
 
 def _pattern(steps: list[dict]) -> tuple[list, int]:
@@ -89,8 +90,7 @@ def read_timing(st: Step, pipelined: bool) -> Timing:
         if pipelined:
             return _unknown(st, out, "gradient buffers never cleared between the optimizer steps of a pipeline "
                             "stage: not lifted per stage", s)
-        st.notes.append(f"the gradient buffers still hold the previous steps' gradients from optimizer step {first + 1} "
-                        f"of {len(mine)} on (never cleared): lifted as grads: no_zero_grad")
+        out.first = first + 1
         return out
     runs = _runs(flags)
     k = runs[0] if runs else 0
@@ -133,11 +133,14 @@ def timing_lines(st: Step, timing: Timing, named: dict[str, list[str]]) -> list[
         return timing.lines
     held = {n for members in named.values() for n in members}
     why = "# observed: the gradient buffers never cleared between optimizer steps (no zero_grad)"
+    whole = [g for g, members in named.items() if members and set(members) <= timing.carried]
+    if not held <= timing.carried and timing.carried & held != {n for g in whole for n in named[g]}:
+        st.items.append(Unliftable((st.observer,), -1, WHAT, f"{len(timing.carried & held)} of {len(held)} parameters "
+                                   "never cleared, not whole groups of the lifted plan: not lifted",
+                                   tuple(timing.frames)))
+        return timing.lines
+    st.notes.append(f"the gradient buffers still hold the earlier steps' gradients from optimizer step {timing.first} "
+                    "on (never cleared): lifted as grads: no_zero_grad")
     if held <= timing.carried:
         return timing.lines + [(f"  override grads: no_zero_grad  {why}", timing.frames)]
-    whole = [g for g, members in named.items() if members and set(members) <= timing.carried]
-    if timing.carried & held != {n for g in whole for n in named[g]}:
-        st.items.append(Unliftable((st.observer,), -1, WHAT, f"{len(timing.carried & held)} of {len(held)} parameters "
-                                   "never cleared, not whole groups of the lifted plan: not lifted", ()))
-        return timing.lines
     return timing.lines + [(f"  override grads[{g}]: no_zero_grad  {why}", timing.frames) for g in whole]
