@@ -44,6 +44,9 @@ Steps, on the last step of the trace that reached the optimizer:
    all-reduced over an axis (``lift_clipvalues``): named, no statement holds them.
 7. Gradient accumulation: k backward passes before one optimizer step are ``microbatches = k``;
    the loss multiplier is taken relative to 1 / k, and a departure is stated over k at the loss line.
+   Gradient buffers found uncleared at a step's first backward (``lift_timing``): never cleared again,
+   ``grads: no_zero_grad``; cleared every K optimizer steps of one backward each, ``microbatches = K`` and
+   ``optimizer: step_every_microbatch``.
 8. The loss's terms (``lift_terms``, before any pass reads the loss): label smoothing and the logit z-loss
    (``losses { label_smoothing  logit_z_loss }``, ``activations[loss]: reduce_smoothing | reduce_zloss over``
    under a vocabulary-parallel output), a loss mask on the per-token losses, a token count that includes the
@@ -92,6 +95,7 @@ from .lift_router import router_lines
 from .lift_step import AXIS_NAMES, Axes, LiftRole, Step, Strategies
 from .lift_termranks import norm_eps, term_ranks
 from .lift_terms import ignored_count, terms_pass
+from .lift_timing import read_timing, timing_lines
 
 
 def lift(trace: dict, plan_name: str = "traced", path: str = "<trace>",
@@ -128,6 +132,8 @@ def _lift(trace: dict, plan_name: str, objective: dict[str, str]) -> Lifted:
     first = next((s for s in st.ranks[st.observer]["steps"] if s.get("optimizer")), {})
     init_line, st.items[:] = init_apart(st.items, st.initial, st.layout, st.observer, strategies.bindings,
                                         first.get("optimizer", {}).get("stack", []), st.script)
+    timing = read_timing(st, ax.pipe is not None)  # an accumulation window stepped every micro-step (lift_timing)
+    st.window = timing.window
     grads = gradients_pass(st, ax, params)
     loss = loss_pass(st, ax, grads)
     named = groups_pass(st, grads)
@@ -138,6 +144,7 @@ def _lift(trace: dict, plan_name: str, objective: dict[str, str]) -> Lifted:
         lines.append(("  override tokens: count_ignored  # observed: the count all-reduced is the positions, "
                       "ignored labels included", counted))
     lines.extend(loss_lines)
+    lines.extend(timing_lines(st, timing, {g: [e[0]["name"] for e in members] for g, _, members in named}))
     aux_readings, term_plan = term_ranks(st, st.aux_readings)  # the term on some ranks only (lift_termranks)
     aux_model, aux_groups, aux_plan = aux_lines(st, aux_readings, named, loss.kind, loss.accum,
                                                 objective.get("aux_stats"))

@@ -126,14 +126,14 @@ def loss_pass(st: Step, ax: Axes, grads: Grads) -> Loss:
     multiplier is taken relative to the whole step (every micro-batch's tokens). With a pipeline: on the last
     stage, which computes the loss; its backward passes are the microbatches."""
     loss_rank = ax.loss_rank
-    accum = max(1, len(st.step[loss_rank].get("losses", [])))
+    accum = st.window or max(1, len(st.step[loss_rank].get("losses", [])))
     loss_colls = [c for c in st.ranks[loss_rank]["collectives"] if c["step"] == st.step_no]
     kind, w, frames, tokens_axes, tokens_equal = _loss(st.step, st.layout, ax.data_axes, loss_rank, loss_colls,
                                                        ax.tp, st.notes, st.script, accum)
     st.items.extend(_unobserved_loss(st.step[loss_rank], loss_rank))
     if ax.pipe:
         accum = ax.pipe.microbatches
-    elif accum > 1:
+    elif accum > 1 and not st.window:
         st.notes.append(f"{accum} backward passes accumulate into each optimizer step: lifted as microbatches = "
                         f"{accum}")
     if accum > 1:

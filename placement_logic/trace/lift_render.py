@@ -137,6 +137,9 @@ def _render(trace, plan_name, layout, roles, bindings, named, lines, loss_kind, 
         out.append(f"  tied_embeddings = true  # {tied}")
     if pipelined:
         out.append(f"  microbatches = {accum}  # activations the first pipeline stage sends forward in each step")
+    elif accum > 1 and any(t.startswith("  override optimizer: step_every_microbatch") for t, _ in lines):
+        out.append(f"  microbatches = {accum}  # optimizer steps of one backward pass each between two clears of the "
+                   "gradients (lift_timing)")
     elif accum > 1:
         out.append(f"  microbatches = {accum}  # backward passes accumulated into each optimizer step")
     if losses:  # the cross-entropy's own terms (lift_terms)

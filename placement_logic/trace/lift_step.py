@@ -32,6 +32,7 @@ class Step:
     # because of them are read as whole on the axis, not partial
     activation_lines: list[tuple[str, list]] = field(default_factory=list)
     aux_readings: list = field(default_factory=list)  # the balancing loss's readings (``lift_auxloss``)
+    window: int = 0  # optimizer steps that are one accumulation stepped every micro-step (``lift_timing``)
 
     def axes(self, c: dict, r: int | None = None) -> tuple[str, ...]:
         return self.layout.axes_of(c["ranks"], self.observer if r is None else r) or ()

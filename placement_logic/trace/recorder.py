@@ -35,6 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..measure.ranks.counter import c10d_collective, functional_collective, group_ranks
 from .recorder_checkpoint import Checkpoints
 from .recorder_events import Events, _checksum, _fraction, _key, _reduce_op, _tensors, _user_frames  # noqa: F401
+from .recorder_grads import grads_before
 from .recorder_modules import Modules
 from .recorder_padding import call_kwargs, note_attention_mask
 from .recorder_partial import note_origin
@@ -136,6 +137,12 @@ class Recorder(Events, Modules, Checkpoints, Terms, TorchDispatchMode):
 
     def on_backward(self, tensor) -> None:
         rec = self.step_record()
+        if "grads_before" not in rec:  # the step's first backward: were the buffers cleared since the last step?
+            self._busy = True
+            try:
+                rec["grads_before"] = grads_before(list(self.modules.values()), self._param_names())
+            finally:
+                self._busy = False
         if isinstance(tensor, torch.Tensor) and tensor.numel() == 1:
             local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
             rec["losses"].append({"value": float(local.detach().float().sum()), "stack": _user_frames()})

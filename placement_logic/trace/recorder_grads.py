@@ -1,0 +1,36 @@
+"""What each step's first backward pass finds in the gradient buffers (torch).
+
+Before the first ``backward()`` of a step (the first after an optimizer step) the recorder reads the
+gradient of every parameter held by a module seen in forward: a buffer that is ``None`` or all zeros
+was cleared since the previous optimizer step (``zero_grad``, ``p.grad = None``); a nonzero one was
+not, and this step's backward adds into it. The step's record gets ``grads_before``: ``carried``
+(whether any buffer still held a gradient; ``None`` where no parameter was read) and ``names`` (the
+parameters whose buffers did, at most ``NAMES_MAX``), which ``lift_timing`` reads.
+"""
+
+from __future__ import annotations
+
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.distributed.tensor import DTensor
+
+NAMES_MAX = 256
+
+
+def grads_before(modules, names: dict[int, str]) -> dict:
+    """``{"carried": bool | None, "names": [...]}`` for the parameters of ``modules`` (each read once)."""
+    seen: set[int] = set()
+    carried: list[str] = []
+    for m in modules:
+        for p in m.parameters(recurse=False):
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            g = p.grad
+            if g is None:
+                continue
+            local = g.to_local() if isinstance(g, DTensor) else g
+            if isinstance(local, FakeTensor) or not local.numel():
+                continue
+            if bool(local.count_nonzero()):
+                carried.append(names.get(id(p), "<unnamed>"))
+    return {"carried": bool(carried) if seen else None, "names": sorted(carried)[:NAMES_MAX]}
