@@ -44,8 +44,9 @@ CODES: dict[str, tuple[str, str]] = {
     "PL126": ("definition-cycle", "Let bindings that refer to each other in a cycle."),
     "PL127": ("axis-less-strategy", "A strategy bound to an axis that places no state, or used with 'use' while placing states."),
     "PL128": ("conflicting-setting", "Two strategies of one plan that set the same plan-wide setting differently."),
-    "PL129": ("not-modelled", "An override naming something the step semantics does not model (RNG state, a "
-              "process group over part of an axis, an operation on one rank); docs/checker.md, 'Out of scope'."),
+    "PL129": ("not-modelled", "An override naming something the step semantics does not model (a process group "
+              "over part of an axis, an operation on some ranks, an expert tensor or data size); docs/checker.md, "
+              "'Out of scope'."),
     "PL130": ("impossible-shape", "A size a plan's strategies would split into fractions: heads, kv heads, the MLP "
               "width or the vocabulary over the tensor ranks, layers over pipeline stages × chunks, experts over "
               "the expert ranks, the sequence over the context ranks."),
