@@ -148,12 +148,13 @@ def replay_summed(ctx: Context, sizes: dict[str, int], line: int, group: str, ax
     dev = coords_text(ctx.step.axes, [0] * len(ctx.step.axes))
     later = "micro-step 2" if m == 2 else f"micro-steps 2 … {m}"
     over = " × ".join(axes)
+    later_r = "the later reduction" if m == 2 else f"each of the {m - 1} later reductions"
     return Counterexample(
         ctx.sizes_tuple(sizes), (("rank", dev),),
         (("per-token gradient", f"{group}[0] = 1 in micro-step 1, 0 in {later}, one token per rank and micro-step "
                                 f"on each of the n = {n} ranks over {over} (token count {n * m})"),),
         f"the {group} gradient the update reads on {dev} = {n}^{m - 1} × {_frac(want)} = {_frac(held)} (micro-step 1 "
-        f"summed over the ranks, then multiplied by {n} at each of the {m - 1} later reductions), but the "
+        f"summed over the ranks, then multiplied by {n} at {later_r}), but the "
         f"global-batch gradient is {n} × {_frac(share)} = {_frac(want)}",
         (f"the accumulating {group} gradient buffer is all-reduced with a sum in place after every micro-step "
          f"(override at line {line}: {VERB}): every rank holds the sum, and the next reduction sums n copies of it, "
