@@ -219,8 +219,9 @@ CODES: dict[str, tuple[str, str]] = {
     "PL297": ("packed-without-stats", "losses { aux_packed = true } where the losses section states no aux_stats: "
               "packing matters only to the statistics' groups."),
     # the accumulated buffer's reduction after every micro-step written back and into an accumulator (check.rereduce)
-    "PL298": ("microstep-reduce-conflict", "override grads: reduce_accumulated_every_microbatch beside grads: "
-              "reduce_every_microbatch: the reduction is written into the buffer or into a separate accumulator."),
+    "PL298": ("microstep-reduce-conflict", "Two statements of the buffer's reduction after every micro-step: "
+              "reduce_accumulated_every_microbatch, reduce_every_microbatch or reduce_summed_every_microbatch "
+              "(written into a separate accumulator, averaged in place, summed in place) beside another."),
     "PL299": ("sequence-count-statement", "A statement about sequence counts where there are none to count: a "
               "per-sequence normalisation of the main loss, or tokens[TERM]: equal on a term normalised per token."),
     # usage: PL3xx

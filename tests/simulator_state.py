@@ -310,6 +310,10 @@ def rereduce_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random
     local buffer (not cleared) is reduced over the devices and the result added into a separate accumulator,
     which the update reads. ``grads: no_accumulation_buffer``: the buffer reduced into the accumulator after every
     micro-step and freed (the next backward writes a fresh part).
+    ``grads: reduce_summed_every_microbatch``: after every micro-step the whole local buffer is replaced, on
+    every device, by the sum of the buffers of the devices that share its coordinates on every axis but the
+    data and context axes where the gradient is replicated (the all-reduce's group; no division), and the
+    update reads the buffer (``reduction`` is then the sum).
     ``reduction``: "sum" (parts divided by the step's token count, summed) or "mean" (parts scaled by the
     device count, averaged). Keys: ("gi", group) where the update reads anything but the reference,
     ("replica", group) where two devices read different values."""
@@ -319,6 +323,8 @@ def rereduce_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random
     n, m = len(devices), sizes.get("microbatches", 1)
     grads = [o.verb for o in plan.overrides if o.target == "grads" and o.group in (None, "all")]
     again, freed = "reduce_accumulated_every_microbatch" in grads, "no_accumulation_buffer" in grads
+    if "reduce_summed_every_microbatch" in grads:
+        return _summed_in_place(plan, sizes, devices, m, rng)
     out: set = set()
     for g in sim.groups_of(plan):
         s = {(d, k): Fraction(rng.randint(1, 99)) for d in devices for k in range(m)}
@@ -343,5 +349,38 @@ def rereduce_violations(plan: ir.Plan, sizes: dict[str, int], rng: random.Random
         if any(h != ref for h in held.values()):
             out.add(("gi", g))
         if len(set(held.values())) > 1:
+            out.add(("replica", g))
+    return out
+
+
+def _summed_in_place(plan: ir.Plan, sizes: dict[str, int], devices: list, m: int, rng: random.Random) -> set:
+    """``grads: reduce_summed_every_microbatch`` on every device: the buffer adds the device's micro-step part
+    (per-token contributions over the step's token count) and is then overwritten by the sum over its group."""
+    from fractions import Fraction
+
+    roles = {a: r for b in plan.bindings for a, r in b.roles}
+    modes = next(dict(p.modes) for p in plan.placements if p.state is ir.State.GRADS)
+    summed = [i for i, a in enumerate(plan.mesh.names)
+              if roles.get(a) in (ir.Role.DATA, ir.Role.CONTEXT) and modes.get(a) is ir.Mode.R]
+
+    def key(d):  # the devices of one all-reduce group share every coordinate outside the summed axes
+        return tuple(c for i, c in enumerate(d) if i not in summed)
+
+    out: set = set()
+    for g in sim.groups_of(plan):
+        s = {(d, k): Fraction(rng.randint(1, 99)) for d in devices for k in range(m)}
+        tokens = sum(rng.randint(1, 5) for _ in range(len(devices) * m))
+        ref = {key(d): sum(v for (e, _), v in s.items() if key(e) == key(d)) / tokens for d in devices}
+        buf = {d: Fraction(0) for d in devices}
+        for k in range(m):
+            for d in devices:
+                buf[d] += s[(d, k)] / tokens
+            total: dict = {}
+            for d in devices:
+                total[key(d)] = total.get(key(d), Fraction(0)) + buf[d]
+            buf = {d: total[key(d)] for d in devices}
+        if any(buf[d] != ref[key(d)] for d in devices):
+            out.add(("gi", g))
+        if len({buf[d] for d in devices if key(d) == key(devices[0])}) > 1:
             out.add(("replica", g))
     return out

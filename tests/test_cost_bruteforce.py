@@ -204,3 +204,23 @@ def test_reduce_accumulated_every_microbatch(strategy, m):
     if strategy != "ddp":
         led.collective("all_gather", ["dp"], full, 2)  # the updated parameters, once per step
     assert build(spec).plans[0].comm_total.exact == led.one()
+
+
+@pytest.mark.parametrize("m", [2, 3])
+@pytest.mark.parametrize("strategy", ["ddp", "zero1"])
+def test_reduce_summed_every_microbatch(strategy, m):
+    """`override grads: reduce_summed_every_microbatch` (a manual dist.all_reduce(p.grad) inside the accumulation
+    loop): the accumulating buffer reduced after each of the m backward passes, m reductions of the whole buffer
+    per step, the ledger's brute-force count of the same collectives as the once-per-step schedule times m."""
+    mesh = {"dp": 4}
+    body = f"  dp: {strategy}\n  override grads: reduce_summed_every_microbatch"
+    text = spec_text(mesh, body, f"from std.data import {strategy}").replace(
+        f"params = {PSI}", f"params = {PSI}\n  microbatches = {m}")
+    spec = load_string(text, "<bfs>")
+    led = Ledger(mesh)
+    full = lambda d: range(PSI)
+    for _ in range(m):
+        led.collective("all_reduce" if strategy == "ddp" else "reduce_scatter", ["dp"], full, 2)
+    if strategy != "ddp":
+        led.collective("all_gather", ["dp"], full, 2)  # the updated parameters, once per step
+    assert build(spec).plans[0].comm_total.exact == led.one()

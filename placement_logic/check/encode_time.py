@@ -3,7 +3,8 @@ may be armed before the last accumulated micro-step (``grads: sync_before_last``
 when the gradient buffer is not cleared between optimizer steps (``grads: no_zero_grad``,
 ``check.carryover``), or when the optimizer update runs after every micro-step (``optimizer[g]:
 step_every_microbatch``, ``check.microupdate``), or when the accumulated buffer is reduced again after every
-micro-step (``grads: reduce_accumulated_every_microbatch``, ``check.rereduce``). One of the two modules (with ``encode``) that build z3 terms."""
+micro-step (``grads: reduce_accumulated_every_microbatch``, ``check.rereduce``), or summed in place after every
+micro-step (``grads: reduce_summed_every_microbatch``, ``check.resummed``). One of the two modules (with ``encode``) that build z3 terms."""
 
 from __future__ import annotations
 
@@ -84,6 +85,26 @@ def rereduced(orig, name: str):
         def ex(model):
             if value_of(model, again):
                 return {"kind": "rereduced", "sizes": env.size_values(model)}
+            return extract(model)
+
+        return out, ex
+    return encode
+
+
+def summed_in_place(orig, axes, name: str):
+    """An obligation's negation when the accumulating buffer is all-reduced with a sum in place after every
+    micro-step (``grads: reduce_summed_every_microbatch``): either the original negation, or micro-step k's
+    gradient multiplied by n^(m - k), which loses wherever m >= 2 and one of the reduced axes has 2 or more
+    devices (``check.resummed``)."""
+    def encode(env):
+        cons, extract = orig(env)
+        summed = env.sess.bool(f"summed_in_place_{zlib.crc32(name.encode()):08x}")
+        cond = z3.And(env.size(steps.MICROBATCHES) >= 2, z3.Or([env.size(a) >= 2 for a in axes]))
+        out = [z3.Implies(z3.Not(summed), z3.And(cons)), z3.Implies(summed, cond)]
+
+        def ex(model):
+            if value_of(model, summed):
+                return {"kind": "summed_in_place", "sizes": env.size_values(model)}
             return extract(model)
 
         return out, ex

@@ -273,6 +273,9 @@ def _extended(obs: list[Obligation], step: steps.StepModel, ctx, plan) -> list[O
     from . import rereduce  # the accumulated buffer reduced again after every micro-step
 
     obs = rereduce.wrap(obs, step, ctx, plan)
+    from . import resummed  # the accumulating buffer summed in place after every micro-step
+
+    obs = resummed.wrap(obs, step, ctx, plan)
     from . import mtpstage  # the embedding copy of an MTP block on a middle pipeline stage
 
     obs = mtpstage.wrap(obs, step, ctx, plan)

@@ -71,11 +71,12 @@ def check_override(plan: ir.Plan) -> None:
         raise _no_effect(o, f"with no accumulation buffer (override grads: no_accumulation_buffer, line "
                             f"{none.span.line}) the buffer is freed after every reduction, so each reduction "
                             "reads the fresh micro-step's gradient")
-    every = next((x for x in grads if x.verb == OverrideVerb.REDUCE_EVERY_MICROBATCH), None)
+    every = next((x for x in grads if x.verb in (OverrideVerb.REDUCE_EVERY_MICROBATCH,
+                                                  OverrideVerb.REDUCE_SUMMED_EVERY_MICROBATCH)), None)
     if every is not None:
         raise DiagnosticError([Diagnostic(
             Code.MICROSTEP_REDUCE_CONFLICT,
-            f"override grads: {VERB} contradicts override grads: reduce_every_microbatch (line {every.span.line}): "
+            f"override grads: {VERB} contradicts override grads: {every.verb} (line {every.span.line}): "
             "the buffer's reduction after every micro-step is written either back into the buffer or into a "
             "separate accumulator, not both", o.span)])
 

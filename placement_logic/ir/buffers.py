@@ -164,9 +164,9 @@ def step_reduction(plan: ir.Plan, per_mb: Value) -> tuple[Value, str]:
     or after every microbatch under ``override grads: reduce_every_microbatch``."""
     if reduces_every_microbatch(plan):
         return per_mb, "once per microbatch (override grads: reduce_every_microbatch)"
-    if any(o.verb == OverrideVerb.REDUCE_ACCUMULATED_EVERY_MICROBATCH and o.group in (None, "all")
-           for o in plan.overrides_for(OverrideTarget.GRADS)):
-        return per_mb, "once per microbatch (override grads: reduce_accumulated_every_microbatch)"
+    for verb in (OverrideVerb.REDUCE_ACCUMULATED_EVERY_MICROBATCH, OverrideVerb.REDUCE_SUMMED_EVERY_MICROBATCH):
+        if any(o.verb == verb and o.group in (None, "all") for o in plan.overrides_for(OverrideTarget.GRADS)):
+            return per_mb, f"once per microbatch (override grads: {verb})"
     return ONE, "once per step"
 
 

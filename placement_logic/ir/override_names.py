@@ -39,6 +39,7 @@ class OverrideVerb(StrEnum):
     NO_ACCUMULATION_BUFFER = "no_accumulation_buffer"
     REDUCE_EVERY_MICROBATCH = "reduce_every_microbatch"
     REDUCE_ACCUMULATED_EVERY_MICROBATCH = "reduce_accumulated_every_microbatch"
+    REDUCE_SUMMED_EVERY_MICROBATCH = "reduce_summed_every_microbatch"
     SYNC_BEFORE_LAST = "sync_before_last"
     NO_ZERO_GRAD = "no_zero_grad"
     BUCKET_ORDER = "bucket_order"

@@ -16,6 +16,9 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
         # the accumulated (never cleared) buffer reduced after every microbatch's backward and the result added into a
         # separate accumulator (ZeRO's reduced gradient): micro-step k counted m - k + 1 times (check.rereduce)
         "reduce_accumulated_every_microbatch": (False, False),
+        # the accumulating buffer all-reduced with a sum (no division) in place after every microbatch's backward:
+        # micro-step k multiplied by n^(m - k) over the n ranks of its reduction (check.resummed)
+        "reduce_summed_every_microbatch": (False, False),
         # the once-per-step reduction armed on a micro-step before the last (no_sync around the later ones)
         "sync_before_last": (False, False),
         # the gradient buffer never cleared between optimizer steps (zero_grad skipped): each update reads the sum
