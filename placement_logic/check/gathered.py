@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from .. import ir
 from ..diagnostics import Diagnostic, DiagnosticError
-from ..ir import lossgather
 from ..ir import losses as terms
+from ..ir import lossgather
 from ..ir.lossgather import axes
 from .dims import MICROBATCHES
 

@@ -37,8 +37,8 @@ from ..ir import losses as terms
 from ..ir import views as plan_views
 from ..ir.overrides import OverrideTarget, OverrideVerb
 from . import encode as en
-from . import replay as rp
 from . import gathered, seqterms, steps, termranks
+from . import replay as rp
 from .obligation import Obligation
 from .report import Counterexample
 from .rules import GRADIENT_INTEGRITY
