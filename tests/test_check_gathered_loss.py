@@ -219,3 +219,19 @@ def test_a_term_beside_a_gathered_loss_is_unknown(term):
         plain = load_string(src.replace("{lines}", "  override tokens[kl]: reduce over (dp, sp)\n"), "t.place")
         got = [o for o in check_plan(SESSION, plain, plain.plans[0], {}).obligations if o.name.startswith("GI loss[kl]")]
         assert got and all(o.verdict is Verdict.PROVED for o in got)
+
+
+def test_a_router_term_beside_a_gathered_loss_keeps_its_verdict():
+    """The aux term is computed from the router's statistics on each rank's own tokens, whatever the loss's outputs
+    are gathered over: its natural path (one value per device of the data and expert axes and microbatch, the sp
+    ranks' parts of it summed once) is proved with the gather as without it, and names no gathered fact."""
+    from dataclasses import replace
+
+    axes = {"dp": ("data", "R,R,R,R"), "sp": ("context", "R,R,R,R"), "ep": ("expert", "S,S,S,R")}
+    for extra in ((), (ON_SP,)):
+        spec, p = plan("p", axes, overrides=extra, experts=4)
+        model = replace(p.model, loss_terms=(("aux", "per_microbatch_mean", p.span),))
+        p = replace(p, model=model)
+        got = [o for o in check_plan(SESSION, replace(spec, model=model, plans=(p,)), p, {}).obligations
+               if o.name.startswith("GI loss[aux]")]
+        assert got and all(o.verdict is Verdict.PROVED for o in got), [(o.name, o.verdict) for o in got]
