@@ -186,3 +186,52 @@ def test_the_gather_over_both_context_axes_and_none(tmp_path):
     colls = _gathers(tmp_path, "  override loss: on_gathered_sequence over (cp, sp)\n  override tokens: reduce over (dp)\n")
     assert len(colls) == 1 and colls[0]["bytes_per_device"] == 196608 * 4, colls
     assert _gathers(tmp_path, "") == []
+
+
+TERM_SRC = SRC.replace("params = 1000000000", "params = 1000000000\n  losses {\n    {term} = global_mean\n  }")
+
+
+def _term_counts(gathered: bool, dp: int, sp: int, parts: list[list[int]]) -> tuple[int, int]:
+    """(the count a rank divides the term by under ``tokens[kl]: reduce over (dp, sp)``, the global count T) where
+    ``parts[d][s]`` is the number of kl tokens of data rank d's sequence on sp rank s: the term computed on the
+    gathered sequence counts the whole sequence on every sp rank, else each rank its own part."""
+    local = [[sum(parts[d]) if gathered else parts[d][s] for s in range(sp)] for d in range(dp)]
+    return sum(sum(row) for row in local), sum(sum(row) for row in parts)
+
+
+@pytest.mark.parametrize("term", ["kl", "mtp"])
+def test_a_term_beside_a_gathered_loss_is_unknown(term):
+    """A term beside the gathered main loss: by hand (dp = 2, sp = 2, parts (1, 3) and (2, 2): T = 8),
+    ``tokens[kl]: reduce over (dp, sp)`` divides by 1 + 3 + 2 + 2 = 8 = T where each rank counts its own part,
+    and by 4·2 + 4·2 = 16 = 2T where the term is computed on the gathered sequence (the loss sp = 2 times too
+    small, verl-project/verl#1963's count on the kl term). No statement says which: unknown, the fact named."""
+    assert _term_counts(False, 2, 2, [[1, 3], [2, 2]]) == (8, 8)
+    assert _term_counts(True, 2, 2, [[1, 3], [2, 2]]) == (16, 8)
+    lines = f"  override loss: on_gathered_sequence over (sp)\n  override tokens[{term}]: reduce over (dp, sp)\n"
+    src = TERM_SRC.replace("{term}", term)
+    spec = load_string(src.replace("{lines}", lines), "t.place")
+    report = check_plan(SESSION, spec, spec.plans[0], {})
+    got = [o for o in report.obligations if o.name.startswith(f"GI loss[{term}]")]
+    assert got and all(o.verdict is Verdict.UNKNOWN for o in got)
+    assert all(f"whether the {term} term is computed on the sequence gathered over (sp)" in o.reason for o in got)
+    # without the gather the kl term's own count over (dp, sp) is T: proved
+    if term == "kl":
+        plain = load_string(src.replace("{lines}", "  override tokens[kl]: reduce over (dp, sp)\n"), "t.place")
+        got = [o for o in check_plan(SESSION, plain, plain.plans[0], {}).obligations if o.name.startswith("GI loss[kl]")]
+        assert got and all(o.verdict is Verdict.PROVED for o in got)
+
+
+def test_a_router_term_beside_a_gathered_loss_keeps_its_verdict():
+    """The aux term is computed from the router's statistics on each rank's own tokens, whatever the loss's outputs
+    are gathered over: its natural path (one value per device of the data and expert axes and microbatch, the sp
+    ranks' parts of it summed once) is proved with the gather as without it, and names no gathered fact."""
+    from dataclasses import replace
+
+    axes = {"dp": ("data", "R,R,R,R"), "sp": ("context", "R,R,R,R"), "ep": ("expert", "S,S,S,R")}
+    for extra in ((), (ON_SP,)):
+        spec, p = plan("p", axes, overrides=extra, experts=4)
+        model = replace(p.model, loss_terms=(("aux", "per_microbatch_mean", p.span),))
+        p = replace(p, model=model)
+        got = [o for o in check_plan(SESSION, replace(spec, model=model, plans=(p,)), p, {}).obligations
+               if o.name.startswith("GI loss[aux]")]
+        assert got and all(o.verdict is Verdict.PROVED for o in got), [(o.name, o.verdict) for o in got]

@@ -180,3 +180,17 @@ def test_zero1_writes_back_after_every_update(tmp_path, line, count):
     refresh = [c for c in json.loads(out.getvalue())["plans"][0]["communication"]["collectives"]
                if c["phase"] == "refresh"]
     assert [(c["count"], c["bytes_per_device"]) for c in refresh] == [(count, count * 1_750_000_000)]
+
+
+def test_a_group_the_model_lacks_is_refused_on_a_plan_that_skips_resolve():
+    """A plan built in IR (not through resolve) naming a gradient group that is no parameter group of the model
+    (``optimizer[norms]`` where the model's only parameter group is dense): the statement reached no group and
+    every GI obligation was proved, while the state simulator, reading it as the norms' update, finds the norms
+    parameters elsewhere than one update from the accumulated gradient (dp = 2, m = 2). Now PL242, as resolve."""
+    spec, p = _with({"dp": ("data", "R,R,R,R")}, (ov("optimizer", "step_every_microbatch", "norms"),))
+    sizes = {"dp": 2, "microbatches": 2}
+    assert any(("update", "norms") in simulator_state.microstep_update_violations(p, sizes, random.Random(s))
+               for s in range(4))
+    with pytest.raises(DiagnosticError) as err:
+        check_plan(SESSION, spec, p, {})
+    assert err.value.diagnostics[0].code == "PL242" and "no parameter group 'norms'" in str(err.value)

@@ -17,14 +17,23 @@ statement ``tokens: reduce over (...)`` naming an axis of AXES sums it a second 
 multiplies it by the axis's size (every token counted that many times, the loss and the gradient
 that many times too small). The derived count is then reduced over the other token axes only, and
 a per-device or per-microbatch mean divides by the other token axes' sizes only.
+
+The statement is the main loss's. A loss term of the user's own (or mtp) beside it may be computed from
+the same gathered outputs (verl computes its kl and entropy terms from the gathered log-probs: the
+term's count is then the whole sequence's on every rank of AXES) or from each rank's own part (its
+count its own): no statement says which, and ``tokens[T]: reduce over (dp, sp)`` is exact in one case
+and sp times too small in the other, so the term's per-token obligations are unknown with that fact
+named (``term_fact``). A term from the router's statistics (aux, z) is computed on each rank's own
+tokens whatever the loss's outputs are gathered over.
 """
 
 from __future__ import annotations
 
 from .. import ir
 from ..diagnostics import Diagnostic, DiagnosticError
+from ..ir import losses as terms
 from ..ir import lossgather
-from ..ir.lossgather import axes  # noqa: F401  (read by steps through this module)
+from ..ir.lossgather import axes
 from .dims import MICROBATCHES
 
 
@@ -45,6 +54,17 @@ def normalisation(loss: str, token_axes: tuple[str, ...], tok_o: ir.Override | N
     if loss == "sum":
         return (), ()
     return gathered, own + (MICROBATCHES,)
+
+
+def term_fact(plan: ir.Plan, term: str) -> str:
+    """The fact a per-token loss term's verdict lacks beside a main loss gathered over context axes, or ""."""
+    over = axes(plan)
+    if not over or term in terms.ROUTER_TERMS:
+        return ""
+    shown = ", ".join(over)
+    return (f"whether the {term} term is computed on the sequence gathered over ({shown}) as the main loss is (its "
+            f"token count then the whole sequence's on every rank of {shown}) or on each rank's own part of it "
+            "(its count its own) is not stated")
 
 
 def check_override(plan: ir.Plan) -> None:

@@ -37,8 +37,8 @@ from ..ir import losses as terms
 from ..ir import views as plan_views
 from ..ir.overrides import OverrideTarget, OverrideVerb
 from . import encode as en
+from . import gathered, seqterms, steps, termranks
 from . import replay as rp
-from . import seqterms, steps, termranks
 from .obligation import Obligation
 from .report import Counterexample
 from .rules import GRADIENT_INTEGRITY
@@ -167,14 +167,14 @@ def obligations(plan: ir.Plan, derived: steps.StepModel, ctx: rp.Context):
             f"its objective states: {OBJECTIVE_TEXT[vs[0].objective]}",
             lambda env, vs=vs, term=term: _any(env, vs, term),
             lambda w, vs=vs: replay_term(ctx, w, next(v for v in vs if v.group.group == w["group"])),
-            whole=f"loss[{term}]"))
+            whole=f"loss[{term}]", unknown=gathered.term_fact(plan, term)))
         for v in vs:
             out.append(Obligation(
                 f"GI loss[{term}] grads[{v.group.group}]", GRADIENT_INTEGRITY, v.span,
                 f"with the {v.group.group} gradient's reductions as derived, the {term} term's contributions to it are "
                 f"weighted {OBJECTIVE_TEXT[v.objective]}",
                 lambda env, v=v: en.gi_negation(env, v.group, f"term_{v.term}_{v.group.group}"),
-                lambda w, v=v: replay_term(ctx, w, v), aspect_of=f"loss[{term}]"))
+                lambda w, v=v: replay_term(ctx, w, v), aspect_of=f"loss[{term}]", unknown=gathered.term_fact(plan, term)))
     from . import encode_termranks  # the rank arm where the term is computed or divided on some ranks only
 
     return encode_termranks.extend(out, plan, all_views, ctx, replay_term)

@@ -70,7 +70,17 @@ def stepped(plan: ir.Plan | None, classes) -> dict[str, tuple[ir.Override, opt.C
 
 
 def check_override(plan: ir.Plan) -> None:
-    """PL506 where ``step_every_microbatch`` changes nothing: one micro-step per step."""
+    """PL242 where the statement names a parameter group the model lacks (as resolve does, for a plan that did not
+    come through it: it would reach no gradient group and change nothing silently); PL506 where
+    ``step_every_microbatch`` changes nothing: one micro-step per step."""
+    names = [p.name for p in pg.param_groups(plan.model)]
+    for o in statements(plan):
+        if o.group == "matrices" and not any(g in opt.MATRIX_GROUPS for g in names):
+            raise DiagnosticError([Diagnostic(Code.OPTIMIZER_GROUP, "the model has no weight matrix group ('matrices': "
+                                              f"{', '.join(opt.MATRIX_GROUPS)})", o.span)])
+        if o.group not in (None, "all", "matrices") and o.group not in names:
+            raise DiagnosticError([Diagnostic(Code.OPTIMIZER_GROUP, f"the model has no parameter group '{o.group}' "
+                                              f"(its groups: {', '.join(names)})", o.span)])
     o = next(iter(statements(plan)), None)
     m = plan.model.microbatches
     if o is not None and isinstance(m, ir.Const) and m.value == 1:
