@@ -241,7 +241,8 @@ def test_named_terms_move_no_bytes(tmp_path, capsys):
 
 
 SEQ_SPECS = ["verl_seq_mean_token_mean_microbatch_count", "nemo_rl_vapo_nll_local_token_count",
-             "verl_distill_token_mean_as_sequence_mean"]
+             "verl_distill_token_mean_as_sequence_mean", "ulysses_seq_mean_over_slice_length",
+             "cp_sample_mean_over_local_tokens"]
 
 
 @pytest.mark.slow

@@ -132,7 +132,9 @@ def views(plan: ir.Plan, derived: steps.StepModel) -> list[TermView]:
         axes = tuple(a for a in token_axes if not (unit and a in context))
         norm, div_axes = _normalisation(path, axes, tuple(tok_o.axes or ()) if tok_o else None)
         nat_norm, nat_div = _normalisation(NATURAL_PATH[objective], axes, None)
-        where = (div_o or tok_o or path_o)
+        local_o = next((o for o in reversed(mine) if o.target == OverrideTarget.TOKENS
+                        and o.verb == OverrideVerb.PER_SEQUENCE_LOCAL), None)  # the slice-mean path (seqterms)
+        where = (local_o or div_o or tok_o or path_o)
         where_span = where.span if where is not None else span
         for gname in reach:
             dg = derived.group(gname)
