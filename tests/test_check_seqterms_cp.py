@@ -180,3 +180,13 @@ def test_fmt_round_trips_the_length_statements():
     strip = [(o.target, o.group, o.verb, o.axes) for o in a.plans[0].overrides]
     assert strip == [(o.target, o.group, o.verb, o.axes) for o in b.plans[0].overrides] == [
         ("tokens", "kl", "per_sequence_local", ("cp",)), ("tokens", "kl", "per_sequence_gathered", ("cp",))]
+
+
+def test_which_paths_divide_a_sequence_by_its_length():
+    # a token mean per sequence: the per-sequence mean, and a per_sequence_mean term's values on a local or summed path
+    assert seqterms.inner_mean("per_sequence_mean", "per_sequence_mean")
+    assert all(seqterms.inner_mean("per_sequence_mean", p) for p in ("per_microbatch_mean", "per_device_mean", "sum"))
+    # a token sum per sequence, or a per-token mean (another family): no length
+    assert not seqterms.inner_mean("per_sequence_sum", "per_microbatch_mean")
+    assert not seqterms.inner_mean("per_sequence_mean", "global_mean")
+    assert not seqterms.inner_mean("global_mean", "per_sequence_sum")

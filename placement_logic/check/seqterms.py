@@ -133,7 +133,8 @@ def inner_mean(objective: str, path: str) -> bool:
     rank's slice length can enter."""
     if path in SEQUENCE:
         return path == "per_sequence_mean"
-    return objective == "per_sequence_mean" and path in ("per_device_mean", "per_microbatch_mean")
+    # a per-sequence term's own unit on a local or summed path: each sequence's value, a token mean here
+    return objective == "per_sequence_mean" and path != "global_mean"
 
 
 def slices(length: int, ranks: int) -> tuple[int, ...]:
