@@ -99,3 +99,59 @@ def violation(objective: str, path: str, sizes: dict, count_axes: tuple | None, 
         if want != got:
             return cells, want, got
     return None
+
+
+# context parallelism: every sequence cut into slices over the ``cp`` ranks, each rank running its slices
+
+def cut(n: int, cp: int, rng: random.Random) -> list[list[int]]:
+    """The token positions of a sequence of ``n`` real tokens on each of ``cp`` ranks: contiguous slices at random cut
+    points (padding to a multiple of cp, or a zigzag layout's chunks, leave slices of unequal real length; a rank may
+    hold none), or, one time in three, the zigzag layout: 2·cp chunks of the padded sequence, rank r holding chunks r
+    and 2·cp - 1 - r, the padding positions (>= n) dropped."""
+    if rng.random() < 1 / 3:
+        chunk = -(-n // (2 * cp))
+        return [[t for c in (r, 2 * cp - 1 - r) for t in range(c * chunk, (c + 1) * chunk) if t < n] for r in range(cp)]
+    points = sorted(rng.randint(0, n) for _ in range(cp - 1))
+    bounds = [0] + points + [n]
+    return [list(range(bounds[r], bounds[r + 1])) for r in range(cp)]
+
+
+def path_value_cp(objective: str, path: str, sizes: dict, cells: dict, grads: dict, cuts: dict, length: str,
+                  count_axes: tuple | None) -> Fraction:
+    """The gradient one device ends with under context parallelism: on data rank r, context rank c, microbatch u,
+    each sequence's slice ``cuts[cell][i][c]`` is reduced by the path, its token sum divided by the whole sequence's
+    length (``length == "gathered"``) or by the slice's own (``"local"``; an empty slice adds nothing) where the path
+    takes a token mean, over the step's sequence count (summed over dp and the microbatches, and times cp where
+    ``count_axes`` names cp: each slice counted as a sequence); the ranks' gradients are summed over dp and cp (a
+    sequence's slices are parts of one value) and the microbatches. Paths: the sequence count over the step
+    (per_sequence_*), or each microbatch's own (per_microbatch_mean, averaged over dp and the microbatches)."""
+    dp, cp, m = sizes["dp"], sizes["cp"], sizes["microbatches"]
+    mean = path == "per_sequence_mean" or (path == "per_microbatch_mean" and objective == "per_sequence_mean")
+    axes = ("dp",) if count_axes is None else count_axes
+    total = Fraction(0)
+    for r, u, c in product(range(dp), range(m), range(cp)):
+        if path == "per_microbatch_mean":
+            norm = Fraction(len(cells[(r, u)]) * dp * m)
+        else:
+            ranks = range(dp) if "dp" in axes else (r,)
+            norm = Fraction(sum(len(cells[(q, v)]) for q in ranks for v in range(m)) * (cp if "cp" in axes else 1))
+        for i, n in enumerate(cells[(r, u)]):
+            part = cuts[(r, u)][i][c]
+            if not part:
+                continue
+            den = (n if length == "gathered" else len(part)) if mean else 1
+            total += sum(grads[((r, u), i, t)] for t in part) / den / norm
+    return total
+
+
+def violation_cp(objective: str, path: str, sizes: dict, length: str, count_axes: tuple | None, equal: bool,
+                 rng: random.Random, tries: int = 30) -> tuple | None:
+    """A step (cells, cuts, the two values) where the context-parallel path's gradient is not the objective's."""
+    for _ in range(tries):
+        cells, grads = random_step(sizes, rng, equal)
+        cuts = {k: [cut(n, sizes["cp"], rng) for n in lens] for k, lens in cells.items()}
+        want = objective_value(objective, cells, grads)
+        got = path_value_cp(objective, path, sizes, cells, grads, cuts, length, count_axes)
+        if want != got:
+            return cells, cuts, want, got
+    return None

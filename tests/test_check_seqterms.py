@@ -187,7 +187,7 @@ def test_context_parallelism_leaves_a_per_sequence_term_unknown(tmp_path):
     report = check_plan(SESSION, spec, spec.plans[0], {})
     got = [o for o in report.obligations if o.name.startswith("GI loss[kl]")]
     assert got and all(o.verdict is Verdict.UNKNOWN for o in got)
-    assert "sequence length a context rank divides" in got[0].reason
+    assert "sequence length a rank of (cp) divides" in got[0].reason and "per_sequence_gathered over (cp)" in got[0].reason
 
 
 @pytest.mark.parametrize("losses,line,code,words", [
@@ -241,7 +241,8 @@ def test_named_terms_move_no_bytes(tmp_path, capsys):
 
 
 SEQ_SPECS = ["verl_seq_mean_token_mean_microbatch_count", "nemo_rl_vapo_nll_local_token_count",
-             "verl_distill_token_mean_as_sequence_mean"]
+             "verl_distill_token_mean_as_sequence_mean", "ulysses_seq_mean_over_slice_length",
+             "cp_sample_mean_over_local_tokens"]
 
 
 @pytest.mark.slow

@@ -66,6 +66,7 @@ class TermView:
     natural: steps.GroupModel  # the same with the objective's own path: what a correct system does
     span: Span
     equal_sequences: bool = False  # tokens[T]: equal: every device and microbatch holds as many sequences (seqterms)
+    lengths: tuple[tuple[str, str], ...] = ()  # (context axis, tokens[T] length verb): what a rank divides its part by
 
 
 def _err(code: str, msg: str, span: Span) -> DiagnosticError:
@@ -125,12 +126,15 @@ def views(plan: ir.Plan, derived: steps.StepModel) -> list[TermView]:
             raise _err(Code.OVERRIDE_NO_EFFECT, f"override tokens[{name}]: equal changes nothing: the {name} term's path "
                        f"is {path}, which divides by no local sequence count", next(
                            o for o in mine if o.target == OverrideTarget.TOKENS and o.verb == OverrideVerb.EQUAL).span)
+        lengths = _lengths(name, objective, path, mine, context)
         # a value per microbatch or per sequence: the context ranks' slices of a sequence are parts of one value
         unit = objective == "per_microbatch_mean" or objective in terms.SEQUENCE_OBJECTIVES
         axes = tuple(a for a in token_axes if not (unit and a in context))
         norm, div_axes = _normalisation(path, axes, tuple(tok_o.axes or ()) if tok_o else None)
         nat_norm, nat_div = _normalisation(NATURAL_PATH[objective], axes, None)
-        where = (div_o or tok_o or path_o)
+        local_o = next((o for o in reversed(mine) if o.target == OverrideTarget.TOKENS
+                        and o.verb == OverrideVerb.PER_SEQUENCE_LOCAL), None)  # the slice-mean path (seqterms)
+        where = (local_o or div_o or tok_o or path_o)
         where_span = where.span if where is not None else span
         for gname in reach:
             dg = derived.group(gname)
@@ -143,8 +147,28 @@ def views(plan: ir.Plan, derived: steps.StepModel) -> list[TermView]:
                            divisor_value=div_o.by if div_o is not None else None)
             natural = replace(base, norm_dims=nat_norm, divisor_axes=nat_div, divisor_value=None,
                               path_count=_path_count(NATURAL_PATH[objective], objective))
-            out.append(TermView(name, objective, path, view, natural, where_span, equal))
+            out.append(TermView(name, objective, path, view, natural, where_span, equal, lengths))
     return out
+
+
+def _lengths(name: str, objective: str, path: str, mine: list, context: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``tokens[T]: per_sequence_local | per_sequence_gathered over (AXES)``: per context axis, the last statement
+    naming it (check.seqterms); an axis that is not a context axis, or a path that divides no sequence by its
+    length, is an error."""
+    out: dict[str, str] = {}
+    for o in mine:
+        if o.target != OverrideTarget.TOKENS or o.verb not in terms.LENGTH_VERBS:
+            continue
+        bad = [a for a in o.axes if a not in context]
+        if bad:
+            raise _err(Code.BAD_OVERRIDE, f"'tokens[{name}]: {o.verb} over ({', '.join(o.axes)})': {', '.join(bad)} "
+                       f"is not a context axis of this plan (its context axes: {', '.join(context) or 'none'}): no rank "
+                       "holds a part of a sequence there", o.span)
+        if not seqterms.inner_mean(objective, path):
+            raise _err(Code.OVERRIDE_NO_EFFECT, f"override tokens[{name}]: {o.verb} changes nothing: the {name} term's "
+                       f"path is {path}, which divides no sequence by its length", o.span)
+        out.update({a: o.verb for a in o.axes})
+    return tuple(sorted(out.items()))
 
 
 def obligations(plan: ir.Plan, derived: steps.StepModel, ctx: rp.Context):
@@ -185,7 +209,10 @@ def _sequence_obligations(ctx: rp.Context, vs: list[TermView], term: str, contex
     parallelism, else the objective held as a mean over sequence counts (``check.seqterms``)."""
     v0 = vs[0]
     family = seqterms.mismatch(v0.objective, v0.path)
-    unknown = seqterms.CONTEXT_FACT if context else ""
+    stated = dict(v0.lengths)  # a token mean per sequence: the length each context rank divides its part by
+    unstated = [a for a in context if a not in stated] if seqterms.inner_mean(v0.objective, v0.path) else []
+    local = [a for a in context if stated.get(a) == OverrideVerb.PER_SEQUENCE_LOCAL]
+    unknown = seqterms.CONTEXT_FACT.format(axes=", ".join(unstated), term=term) if unstated else ""
     what = f"the {term} loss term's gradient contributions are weighted as its objective states: {OBJECTIVE_TEXT[v0.objective]}"
     if family:
         def encode(env, v=v0):
@@ -199,6 +226,8 @@ def _sequence_obligations(ctx: rp.Context, vs: list[TermView], term: str, contex
 
         def replay(w, vs=vs):
             return replay_term(ctx, w, next(v for v in vs if v.group.group == w["group"]))
+    if local and not family:
+        encode, replay = _sliced(ctx, vs, term, local[0], lambda env: _any(env, vs, term))
     out = [Obligation(f"GI loss[{term}]", GRADIENT_INTEGRITY, v0.span, what, encode, replay, whole=f"loss[{term}]",
                       unknown=unknown)]
     for v in vs:
@@ -208,11 +237,28 @@ def _sequence_obligations(ctx: rp.Context, vs: list[TermView], term: str, contex
 
             def replay(w, v=v):
                 return replay_term(ctx, w, v)
+            if local:
+                encode, replay = _sliced(ctx, [v], term, local[0],
+                                         lambda env, v=v: en.gi_negation(env, v.group, f"term_{v.term}_{v.group.group}"))
         out.append(Obligation(f"GI loss[{term}] grads[{v.group.group}]", GRADIENT_INTEGRITY, v.span,
                               f"with the {v.group.group} gradient's reductions as derived, the {term} term's contributions "
                               f"to it are weighted {OBJECTIVE_TEXT[v.objective]}", encode, replay,
                               aspect_of=f"loss[{term}]", unknown=unknown))
     return out
+
+
+def _sliced(ctx: rp.Context, vs: list[TermView], term: str, axis: str, build):
+    """``tokens[T]: per_sequence_local over (AXIS)``: the slice-mean path departs wherever the axis has two ranks or
+    more (``seqterms.replay_local``), else where the path's counts do."""
+    def encode(env):
+        local = ([env.size(axis) >= 2], lambda m: {"sizes": env.size_values(m), "group": vs[0].group.group, "local": axis})
+        return en.any_negation(env, [local, _with_sequence_counts(env, vs[0], lambda: build(env))], f"term_{term}_local")
+
+    def replay(w):
+        if "local" in w:
+            return seqterms.replay_local(ctx, w, term, vs[0].path, w["local"])
+        return replay_term(ctx, w, next(v for v in vs if v.group.group == w["group"]))
+    return encode, replay
 
 
 def _with_sequence_counts(env: en.Env, v: TermView, build):

@@ -30,6 +30,9 @@ OBJECTIVES: tuple[str, ...] = (
 # the per-sequence normalisations: a value per sequence (its tokens' mean or sum), the objective their mean over
 # the step's sequences; the sequence counts play the part the token counts play for a per-token mean (check.seqterms)
 SEQUENCE_OBJECTIVES: tuple[str, ...] = ("per_sequence_mean", "per_sequence_sum")
+# the length a context rank divides its part of a sequence by under a per-sequence token mean (``tokens[T]: VERB over
+# (AXES)``, check.seqterms): its own slice's, or the whole sequence's gathered over the context axes
+LENGTH_VERBS: tuple[str, ...] = ("per_sequence_local", "per_sequence_gathered")
 
 # a term of the user's own (``losses { kl = global_mean  entropy = per_sequence_mean }``): any identifier that is not a
 # reserved word declares one, reaching the dense layers as the main loss does

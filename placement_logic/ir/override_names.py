@@ -175,3 +175,5 @@ class OverrideVerb(StrEnum):
     SPLIT = "split"
     PER_SEQUENCE_MEAN = "per_sequence_mean"
     PER_SEQUENCE_SUM = "per_sequence_sum"
+    PER_SEQUENCE_LOCAL = "per_sequence_local"
+    PER_SEQUENCE_GATHERED = "per_sequence_gathered"

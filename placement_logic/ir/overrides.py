@@ -125,6 +125,11 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     "tokens": {
         "reduce": (True, False),  # token count summed over exactly these axes
         "equal": (False, False),  # every device and microbatch holds the same number of tokens
+        # the length a rank of these context axes divides its part of each sequence by, under a per-sequence token
+        # mean: its own slice's (local: the cp ranks' slice means then averaged as if they were sequences) or the
+        # whole sequence's, its count all-reduced over the axes (gathered) (check.seqterms)
+        "per_sequence_local": (True, False),
+        "per_sequence_gathered": (True, False),
         # each microbatch's local count clamped to >= 1 before it is summed and all-reduced (check.partial)
         "clamp_before_reduce": (False, False),
         # each microbatch's local count plus EPS before it is summed and all-reduced: Σ (n + ε) (check.partial)

@@ -389,7 +389,7 @@ def _term_override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Valu
         return None
     per_sequence = vals.loss_terms[o.group] in ir_losses.SEQUENCE_OBJECTIVES  # sequence counts (check.seqterms)
     verbs = ir_losses.PATH_VERBS + ir_losses.STATS_VERBS + ir_losses.RANK_VERBS if o.target == OverrideTarget.LOSS \
-        else (OverrideVerb.REDUCE, OverrideVerb.EQUAL)
+        else (OverrideVerb.REDUCE, OverrideVerb.EQUAL) + ir_losses.LENGTH_VERBS
     if o.verb in ir_losses.SEQUENCE_OBJECTIVES and not _sequences_countable(vals, o):
         return None
     if o.target == OverrideTarget.TOKENS and o.verb == OverrideVerb.EQUAL and not per_sequence:
@@ -408,7 +408,8 @@ def _term_override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Valu
               (f"statistics scopes apply to: {', '.join(ir_losses.STATS_TERMS)}",))
         return None
     on_ranks = o.verb in ir_losses.RANK_VERBS  # the term's operation on some ranks (check.termranks)
-    takes_over = o.verb == OverrideVerb.REDUCE or on_ranks or (stats and o.verb not in ir_losses.NO_AXES_VERBS)
+    takes_over = o.verb in (OverrideVerb.REDUCE,) + ir_losses.LENGTH_VERBS or on_ranks or (
+        stats and o.verb not in ir_losses.NO_AXES_VERBS)
     takes_by = o.verb in (OverrideVerb.DIVIDE, OverrideVerb.DIVIDE_ON_RANKS)
     if takes_over != (o.axes is not None) or takes_by != (o.by is not None) or on_ranks != (o.ranks is not None):
         need = "needs 'over (axes...)'" if takes_over and o.axes is None else "needs 'by <divisor>'" if takes_by \

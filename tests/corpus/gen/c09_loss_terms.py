@@ -39,3 +39,22 @@ mutant("seq_sum_divided_by_dp_only", "ddp",
        "count (`loss[policy]: sum`, `loss[policy]: divide by dp`).",
        ["override loss[policy]: sum", "override loss[policy]: divide by dp"], ["GI loss[policy] grads[dense]",
                                                                               "GI loss[policy]"], model="plain_seq_sum")
+SLICE_MEAN = ("seq-mean-token-mean under Ulysses sequence parallelism as each sp rank's slice mean, averaged over the sp "
+              "ranks (huggingface/transformers#41832, closest report; examples/bugs/ulysses_seq_mean_over_slice_length.place)")
+CHUNK_COUNT = ("a per-sample loss under context parallelism divided by each cp rank's own real-token count of the sample "
+               "(PrimeIntellect-ai/prime-rl#2032, closest report)")
+mutant("policy_seq_mean_slice_means_over_cp", "cp",
+       "a seq-mean-token-mean policy loss under context parallelism as each cp rank's slice mean, the slices counted as "
+       "sequences (`tokens[policy]: per_sequence_local over (cp)`, `tokens[policy]: reduce over (dp, cp)`): unequal "
+       "slices weigh their tokens unequally.",
+       ["override tokens[policy]: per_sequence_local over (cp)", "override tokens[policy]: reduce over (dp, cp)"], POLICY,
+       mirrors=SLICE_MEAN, model="plain_rl")
+mutant("policy_seq_mean_slice_length_summed_over_cp", "cp",
+       "each cp rank divides its slice of a response by the slice's own length and the ranks' parts are summed "
+       "(`tokens[policy]: per_sequence_local over (cp)`).",
+       ["override tokens[policy]: per_sequence_local over (cp)"], POLICY, mirrors=CHUNK_COUNT, model="plain_rl")
+mutant("seq_sum_count_over_cp", "cp",
+       "a seq-mean-token-sum loss whose response count is all-reduced over the context axis too, every response "
+       "counted once per cp rank (`tokens[policy]: reduce over (dp, cp)`).",
+       ["override tokens[policy]: reduce over (dp, cp)"], ["GI loss[policy] grads[dense]", "GI loss[policy]"],
+       model="plain_seq_sum")
