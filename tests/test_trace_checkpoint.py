@@ -365,6 +365,9 @@ SCRIPTS = [
     ("examples/traced/manual_checkpoint.py", "  override checkpoint: resume", None),
     ("examples/traced/manual_checkpoint.py --model-only", "  override checkpoint: skip_optimizer",
      ("SC checkpoint save", "state = torch.load(")),
+    ("examples/traced/manual_checkpoint.py --rng-restored", "  override checkpoint: resume", None),
+    ("examples/traced/manual_checkpoint.py --rng-not-restored", "  override checkpoint: rng_not_restored",
+     ("SC checkpoint rng", "state = torch.load(")),
 ]
 
 
