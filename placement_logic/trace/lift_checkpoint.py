@@ -22,7 +22,7 @@ it was read from), what cannot be stated added to ``Step.items`` (PL614), notes.
 - **RNG state**: ``torch.set_rng_state`` of a state loaded from a file another rank wrote, the two ranks differing
   along an axis the dropout seed varies over (sequence parallelism's tensor axis, a lifted
   ``dropout_seed: vary``), is ``checkpoint: rng_shared`` at the call; along other axes it is what the plan
-  derives (a note). A state of no observed origin is reported. Each load is compared with the CPU generator's
+  derives (a note). A state of no observed origin is reported. Each load is compared with the generators'
   state the rank held before the save (``rng_before``) and the one it resumes from after the load
   (``rng_after``): where the step draws dropout masks and a rank resumes from another state with no
   ``set_rng_state`` after the load (the RNG state never saved or loaded, its load skipped: the generator left at
@@ -325,7 +325,7 @@ def _fresh(rd: _Reader, shared: bool) -> list[tuple[str, list]]:
             before, after = e.get("rng_before"), e.get("rng_after")
             if before is None or after is None:
                 missing = "before the save" if before is None else "after the load"
-                rd.item([r], e["api"], f"the CPU generator's state {missing} is not observed (torch.get_rng_state(): "
+                rd.item([r], e["api"], f"the generators' state {missing} is not observed (torch.get_rng_state(): "
                         "no optimizer step or save before the load, or a trace without it): whether the load "
                         "restores the RNG state is not lifted", _stack(e))
                 continue

@@ -8,11 +8,12 @@ with ``"state"`` and ``"param_groups"``, or an optimizer's own state tensors), `
 uint8 tensor named ``rng`` or of the CPU generator's 5056 bytes). A state saved as DTensors with a ``Shard``
 placement is ``sharded`` (FSDP2's state dicts hold each rank's shard). ``torch.set_rng_state`` records the
 checksum of the state set; the RNG states saved and loaded carry theirs, so the lift tells whose state a rank
-restored. Each save and load also carries the checksum of the CPU generator's state (``torch.get_rng_state()``)
-the rank held before the save (``rng_before``: at the save, or for a rank that saves nothing at its last optimizer
-step's end or save before the load) and, on a load, the state the rank resumes from (``rng_after``: read at the
-next step's first forward, the next save or the end of the run, so a ``set_rng_state`` or a generator's
-``set_state`` after the load counts, and a skipped RNG load does not). ``Module.load_state_dict``, ``Optimizer.load_state_dict`` and torch.distributed.checkpoint's
+restored. Each save and load also carries the checksum of the generators' states (``torch.get_rng_state()``,
+and every CUDA device's where CUDA is initialised) the rank held before the save (``rng_before``: at the save,
+or for a rank that saves nothing at its last optimizer step's end or save before the load) and, on a load, the
+state the rank resumes from (``rng_after``: read at the next step's first forward, the next save or the end of
+the run, so a ``set_rng_state`` or a generator's ``set_state`` after the load counts, and a skipped RNG load
+does not). ``Module.load_state_dict``, ``Optimizer.load_state_dict`` and torch.distributed.checkpoint's
 ``set_state_dict`` family record the states a resume puts back (``restore``). The lift (``lift_checkpoint``)
 reads them; this module imports torch.
 """
@@ -29,6 +30,15 @@ from .recorder_events import _checksum, _user_frames
 
 CPU_RNG_BYTES = 5056  # torch.get_rng_state() of the CPU generator (mt19937)
 MAX_RECORDS = 64
+
+
+def _generators() -> str:
+    """The checksum of the CPU generator's state and, where CUDA is initialised, every CUDA device's (dropout on a
+    GPU draws from its device's generator: one left at its seed changes the checksum too)."""
+    states = [torch.get_rng_state()]
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states += list(torch.cuda.get_rng_state_all())
+    return _checksum(torch.cat(states)) if len(states) > 1 else _checksum(states[0])
 
 
 def _path(f) -> str:
@@ -73,12 +83,12 @@ class Checkpoints:
 
     def mark_rng(self) -> None:
         """The CPU generator's state at an optimizer step's end: the state a save right after it holds."""
-        self._rng_mark = _checksum(torch.get_rng_state())
+        self._rng_mark = _generators()
 
     def settle_rng(self) -> None:
         """The state the loads since the last save resume from: read before the next step draws anything."""
         if self._rng_waiting:
-            now = _checksum(torch.get_rng_state())
+            now = _generators()
             for e in self._rng_waiting:
                 e["rng_after"] = now
             self._rng_waiting.clear()
@@ -153,7 +163,7 @@ class Checkpoints:
              "step": self.current["step"] if self.current is not None else -1, "stack": _user_frames()}
         if op == "save":
             self.settle_rng()
-            self._rng_mark = _checksum(torch.get_rng_state())
+            self._rng_mark = _generators()
         if op in ("save", "load") and self._rng_mark is not None:
             e["rng_before"] = self._rng_mark
         if op == "load":
