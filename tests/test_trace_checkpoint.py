@@ -264,6 +264,88 @@ def test_another_ranks_rng_state_where_the_seed_varies_is_rng_shared(source, exp
     assert st.items == []
 
 
+def _drawing(trace: dict) -> dict:
+    """Every rank draws a dropout mask in the step's forward (the recorder's ``dropouts``)."""
+    for part in trace["ranks"]:
+        part["dropouts"] = [{"p": 0.1, "input": "in", "output": f"out{part['rank']}", "step": 1,
+                             "stack": [frame(20)]}]
+    return trace
+
+
+def _resume(before: str | None, after: str | None, rng_file: str | None = None, rng=()) -> list[dict]:
+    """Load the checkpoint, generator states before the save and after the load; with ``rng_file``, then load an RNG
+    state from it and set it."""
+    out = resume_on_every_rank()
+    for k, v in (("rng_before", before), ("rng_after", after)):
+        if v is not None:
+            out[0][k] = v
+    if rng_file:
+        out += [rec("load", 43, ("rng",), file=rng_file, rng=rng), rec("set_rng_state", 44, rng=rng)]
+    return out
+
+
+@pytest.mark.parametrize("after1,drops,expect", [
+    # rank 1 resumes from "fresh" (its generator at the seed), not "g1" it held at the save: nothing restored
+    ("fresh", True, ["override checkpoint: resume", "override checkpoint: rng_not_restored"]),
+    # the same state after the load as before the save: restored (or nothing drew in between)
+    ("g1", True, ["override checkpoint: resume"]),
+    # no dropout in the step: the generator's state draws no mask the plan models
+    ("fresh", False, ["override checkpoint: resume"]),
+])
+def test_a_resume_from_another_rng_state_is_rng_not_restored(after1, drops, expect, tmp_path):
+    """huggingface/accelerate#4283: the RNG load skipped, the generator left at the fresh process's seed."""
+    trace = traced({0: [rec("save", 30, ("params", "optimizer"), rng=()), *_resume("g0", "g0")],
+                    1: _resume("g1", after1)})
+    lifted = lift(_drawing(trace) if drops else trace)
+    assert checkpoint_lines(lifted.text) == expect
+    assert lifted.unliftable == []
+    if "rng_not_restored" in expect[-1]:
+        line = next(x for x in lifted.text.splitlines() if "rng_not_restored" in x)
+        assert "ranks [1]" in line and line.endswith("examples/traced/ddp_summed.py:40")
+        spec = tmp_path / "lifted.place"
+        spec.write_text(lifted.text)
+        status, out, _ = run(["check", str(spec)])
+        assert status == 1 and "refuted SC checkpoint rng" in out, out
+
+
+@pytest.mark.parametrize("r1,reason", [
+    # no generator state before the save (a trace of an earlier recorder): not observed
+    (_resume(None, "fresh"), "before the save is not observed"),
+    (_resume("g1", None), "after the load is not observed"),
+    # rank 1 sets, after the load, a state from its own earlier file that is not the one it held at the save
+    ([rec("save", 29, ("rng",), file="/tmp/old1.pt", rng=("old",)),
+      *_resume("g1", "old", "/tmp/old1.pt", ("old",))], "sets an RNG state other than"),
+])
+def test_an_rng_state_not_observed_or_of_no_known_origin_is_reported(r1, reason, tmp_path):
+    trace = traced({0: [rec("save", 30, ("params", "optimizer")), *_resume("g0", "g0")], 1: r1})
+    lifted = lift(_drawing(trace))
+    assert [(u.what, u.where) for u in lifted.unliftable if reason in u.reason] == [
+        ("torch.load", "examples/traced/ddp_summed.py:40")], lifted.unliftable
+    assert "rng_not_restored" not in lifted.text
+    spec = tmp_path / "lifted.place"
+    spec.write_text(lifted.text)
+    _, out, _ = run(["check", str(spec)])
+    assert "PROVED" not in out
+
+
+def test_another_ranks_rng_state_with_dropout_stays_rng_shared():
+    """Rank 1 sets rank 0's saved state ("s0", not its own "g1"): rng_shared alone, not rng_not_restored."""
+    per = {}
+    for r in (0, 1):
+        per[r] = [rec("save", 30, ("params", "optimizer"), file=f"/tmp/t{r}.pt"),
+                  rec("save", 31, ("rng",), file=f"/tmp/rng{r}.pt", rng=(f"s{r}",)),
+                  *resume_on_every_rank(f"/tmp/t{r}.pt"),
+                  rec("load", 43, ("rng",), file="/tmp/rng0.pt", rng=("s0",)), rec("set_rng_state", 44, rng=("s0",))]
+        per[r][2].update(rng_before=f"s{r}", rng_after="s0")
+    st = read_step(_drawing(traced(per)), "traced")
+    st.layout.names = ["tp"]
+    lines = checkpoint_pass(st, Axes(None, None, [], [0], roles={"tp": LiftRole.TENSOR}), {"tp": "megatron_sp"},
+                            False, ("tp",))
+    assert [t.split("  #")[0].strip() for t, _ in lines] == ["override checkpoint: resume",
+                                                             "override checkpoint: rng_shared"]
+    assert st.items == []
+
+
 # --------------------------------------------------------------------------- slow: real scripts
 
 SCRIPTS = [
@@ -283,6 +365,9 @@ SCRIPTS = [
     ("examples/traced/manual_checkpoint.py", "  override checkpoint: resume", None),
     ("examples/traced/manual_checkpoint.py --model-only", "  override checkpoint: skip_optimizer",
      ("SC checkpoint save", "state = torch.load(")),
+    ("examples/traced/manual_checkpoint.py --rng-restored", "  override checkpoint: resume", None),
+    ("examples/traced/manual_checkpoint.py --rng-not-restored", "  override checkpoint: rng_not_restored",
+     ("SC checkpoint rng", "state = torch.load(")),
 ]
 
 

@@ -22,7 +22,12 @@ it was read from), what cannot be stated added to ``Step.items`` (PL614), notes.
 - **RNG state**: ``torch.set_rng_state`` of a state loaded from a file another rank wrote, the two ranks differing
   along an axis the dropout seed varies over (sequence parallelism's tensor axis, a lifted
   ``dropout_seed: vary``), is ``checkpoint: rng_shared`` at the call; along other axes it is what the plan
-  derives (a note). A state of no observed origin is reported.
+  derives (a note). A state of no observed origin is reported. Each load is compared with the generators'
+  state the rank held before the save (``rng_before``) and the one it resumes from after the load
+  (``rng_after``): where the step draws dropout masks and a rank resumes from another state with no
+  ``set_rng_state`` after the load (the RNG state never saved or loaded, its load skipped: the generator left at
+  the fresh process's seed), ``checkpoint: rng_not_restored`` at the load; equal, nothing; a load without both
+  states observed is reported.
 
 With anything saved or loaded the plan states ``checkpoint: resume`` (the transition ``save; load`` on the same
 mesh); a resume on another mesh (``reshard``) is never lifted: the traced run has one mesh.
@@ -113,8 +118,8 @@ def checkpoint_pass(st: Step, ax: Axes, bindings: dict[str, str], whole_on_tp: b
     # every rank reading rank 0's file when rank 0 alone wrote the state: the save is the cause, stated once
     lost = {a.strip() for t, _ in written if "save_rank0 over (" in t for a in t.split("(")[1].split(")")[0].split(",")}
     lines += _loads(rd, lost)
-    lines += _rng(rd, seed_vary)
-    return lines
+    shared = _rng(rd, seed_vary)
+    return lines + shared + _fresh(rd, bool(shared))
 
 
 def _pattern(rd: _Reader, writers: set[int], axis: str) -> str | None:
@@ -303,3 +308,51 @@ def _rng(rd: _Reader, seed_vary: tuple[str, ...]) -> list[tuple[str, list]]:
         out.append(("  override checkpoint: rng_shared  # observed: ranks restore the RNG state another rank saved, "
                     f"apart along {', '.join(seed_vary)} where the dropout seed varies", _frames(shared, st.script)))
     return out
+
+
+def _fresh(rd: _Reader, shared: bool) -> list[tuple[str, list]]:
+    """Ranks resuming from another RNG state than they held before the save, with no RNG state set after the load:
+    ``rng_not_restored`` at the load, where the step draws dropout masks."""
+    st = rd.st
+    if not any(d.get("p") for part in st.ranks.values() for d in part.get("dropouts") or ()):
+        return []  # no mask drawn: the generator's state changes nothing the plan models
+    fresh: list[tuple] = []
+    for r, evs in rd.recs.items():
+        for i, e in enumerate(evs):
+            last_save = max((j for j in range(i) if evs[j]["op"] == "save"), default=-1)
+            if e["op"] != "load" or any(x["op"] == "load" for x in evs[last_save + 1:i]):
+                continue  # the first load of a resume: the rest share its states
+            before, after = e.get("rng_before"), e.get("rng_after")
+            if before is None or after is None:
+                missing = "before the save" if before is None else "after the load"
+                rd.item([r], e["api"], f"the generators' state {missing} is not observed (torch.get_rng_state(): "
+                        "no optimizer step or save before the load, or a trace without it): whether the load "
+                        "restores the RNG state is not lifted", _stack(e))
+                continue
+            if before == after:
+                continue
+            nxt = next((j for j in range(i + 1, len(evs)) if evs[j]["op"] == "save"), len(evs))
+            sets = [x.get("rng") or [None] for x in evs[i + 1:nxt] if x["op"] == "set_rng_state"]
+            if sets:
+                if not any(_theirs(rd, r, evs[:nxt], w) for ws in sets for w in ws):  # another rank's: read by _rng
+                    rd.item([r], e["api"], "after the load the rank sets an RNG state other than the one it held "
+                            "before the save, not another rank's saved state: whose it is is not observed", _stack(e))
+                continue
+            fresh.append((r, _stack(e)))
+    if not fresh:
+        return []
+    if shared:
+        rd.item(sorted(r for r, _ in fresh), "torch.set_rng_state", "some ranks restore another rank's RNG state "
+                "and others none: one checkpoint RNG statement states one of the two", fresh[0][1])
+        return []
+    ranks = sorted({r for r, _ in fresh})
+    return [("  override checkpoint: rng_not_restored  # observed: ranks "
+             f"{ranks} resume from another RNG state than they held before the save and set none after the load "
+             "(their generator left at the fresh process's seed), while the step draws dropout masks",
+             _frames([s for _, s in fresh], st.script))]
+
+
+def _theirs(rd: _Reader, r: int, evs: list[dict], state: str) -> bool:
+    """Whether rank ``r`` loaded RNG state ``state`` from a file only other ranks wrote."""
+    return any(x["op"] == "load" and state in (x.get("rng") or ()) and x["file"] in rd.writers
+               and r not in rd.writers[x["file"]] for x in evs)

@@ -92,6 +92,7 @@ class Recorder(Events, Modules, Checkpoints, Terms, TorchDispatchMode):
         if self.phase in ("idle", "optimizer_done"):
             self.phase = "forward"
             self.current = None
+            self.settle_rng()  # a resume's RNG state, read before the step draws
             self._tag_params(module)
             rec = self.step_record()
             for c in self.pending:
@@ -192,6 +193,7 @@ class Recorder(Events, Modules, Checkpoints, Terms, TorchDispatchMode):
             opt["state_bytes"] = state_bytes
             opt["param_elements"] = elements
         self._inner = []
+        self.mark_rng()
         self.phase = "optimizer_done"
         self.events.clear()
         self.alive.clear()
@@ -417,6 +419,7 @@ class Recorder(Events, Modules, Checkpoints, Terms, TorchDispatchMode):
     # ------------------------------------------------------------------ result
     def result(self) -> dict:
         self.resolve_modules()
+        self.settle_rng()
         return {
             "rank": self.rank,
             "world": self.world,

@@ -8,7 +8,12 @@ with ``"state"`` and ``"param_groups"``, or an optimizer's own state tensors), `
 uint8 tensor named ``rng`` or of the CPU generator's 5056 bytes). A state saved as DTensors with a ``Shard``
 placement is ``sharded`` (FSDP2's state dicts hold each rank's shard). ``torch.set_rng_state`` records the
 checksum of the state set; the RNG states saved and loaded carry theirs, so the lift tells whose state a rank
-restored. ``Module.load_state_dict``, ``Optimizer.load_state_dict`` and torch.distributed.checkpoint's
+restored. Each save and load also carries the checksum of the generators' states (``torch.get_rng_state()``,
+and every CUDA device's where CUDA is initialised) the rank held before the save (``rng_before``: at the save,
+or for a rank that saves nothing at its last optimizer step's end or save before the load) and, on a load, the
+state the rank resumes from (``rng_after``: read at the next step's first forward, the next save or the end of
+the run, so a ``set_rng_state`` or a generator's ``set_state`` after the load counts, and a skipped RNG load
+does not). ``Module.load_state_dict``, ``Optimizer.load_state_dict`` and torch.distributed.checkpoint's
 ``set_state_dict`` family record the states a resume puts back (``restore``). The lift (``lift_checkpoint``)
 reads them; this module imports torch.
 """
@@ -25,6 +30,15 @@ from .recorder_events import _checksum, _user_frames
 
 CPU_RNG_BYTES = 5056  # torch.get_rng_state() of the CPU generator (mt19937)
 MAX_RECORDS = 64
+
+
+def _generators() -> str:
+    """The checksum of the CPU generator's state and, where CUDA is initialised, every CUDA device's (dropout on a
+    GPU draws from its device's generator: one left at its seed changes the checksum too)."""
+    states = [torch.get_rng_state()]
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states += list(torch.cuda.get_rng_state_all())
+    return _checksum(torch.cat(states)) if len(states) > 1 else _checksum(states[0])
 
 
 def _path(f) -> str:
@@ -64,6 +78,20 @@ class Checkpoints:
     def _init_checkpoints(self) -> None:
         self.checkpoints: list[dict] = []
         self.optimizers: dict[int, object] = {}  # id -> optimizer stepped
+        self._rng_mark: str | None = None  # the CPU generator's state at the last step's end or save
+        self._rng_waiting: list[dict] = []  # loads whose resumed RNG state is not read yet
+
+    def mark_rng(self) -> None:
+        """The CPU generator's state at an optimizer step's end: the state a save right after it holds."""
+        self._rng_mark = _generators()
+
+    def settle_rng(self) -> None:
+        """The state the loads since the last save resume from: read before the next step draws anything."""
+        if self._rng_waiting:
+            now = _generators()
+            for e in self._rng_waiting:
+                e["rng_after"] = now
+            self._rng_waiting.clear()
 
     def _known(self) -> tuple[dict, dict]:
         """Storage pointer -> elements, of the parameters of every module seen and of every optimizer's state
@@ -131,9 +159,16 @@ class Checkpoints:
                         else self._contents(obj, self._known() if known else None))
         except Exception:  # an object the walk cannot read: its states stay unknown (the lift reports it)
             contents = {"states": [], "sharded": [], "rng": [], "unread": True}
-        self.checkpoints.append({"op": op, "api": api, "file": path, **contents,
-                                 "step": self.current["step"] if self.current is not None else -1,
-                                 "stack": _user_frames()})
+        e = {"op": op, "api": api, "file": path, **contents,
+             "step": self.current["step"] if self.current is not None else -1, "stack": _user_frames()}
+        if op == "save":
+            self.settle_rng()
+            self._rng_mark = _generators()
+        if op in ("save", "load") and self._rng_mark is not None:
+            e["rng_before"] = self._rng_mark
+        if op == "load":
+            self._rng_waiting.append(e)
+        self.checkpoints.append(e)
 
 
 def _wrap(rec, caller_is_user, owner, name: str, api: str, op: str, path_of, obj_of, after: bool) -> None:

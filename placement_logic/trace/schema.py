@@ -97,6 +97,7 @@ _RANK = {"rank": (int, True), "world": (int, True), "meshes": ([_MESH], True), "
          "checkpoints": ([{"op": (str, True), "api": (str, True), "file": (str, True), "states": ([str], True),
                            "sharded": ([str], False), "rng": ([(str, type(None))], False), "unread": (bool, False),
                            "elements": (dict, False), "held": (dict, False),
+                           "rng_before": (str, False), "rng_after": (str, False),
                            "step": (int, False), "stack": ([_FRAME], True)}], False),
          "registration": ([{"params": ([list], True)}], False)}
 
