@@ -320,7 +320,7 @@ def _apply_zero(r: Realisation, model: nn.Module, mesh, expert_layouts: dict) ->
                        zero.held_gradients, flat_gradients=zero)
     dp_divide = float(r.sizes[r.data_axes[0]]) if r.expert_axis else float(r.grad_divide or r.data_size)
     zero = FlatZero([p for _, p in named], group, 1 if r.data == "zero1" else 2, r.optimizer,
-                    dp_divide, r.regather, r.master_copy)
+                    dp_divide, r.regather, r.master_copy, keep_whole=r.reduce_accumulated)
     # ZeRO-1 keeps whole gradients and reduce-scatters once per step; ZeRO-2 has no whole
     # gradient to accumulate in: every microbatch's gradient is reduce-scattered into the shard
     again = reduce_again_over([p for _, p in named], [n for n, _ in named], r.tensor_reduced_again,
@@ -328,11 +328,13 @@ def _apply_zero(r: Realisation, model: nn.Module, mesh, expert_layouts: dict) ->
     if r.expert_axis is not None:
         # before ZeRO's reduce-scatter, which divides by the data axis's size
         again = _chain(again, expert_sync(r, named, mesh, float(r.sizes[r.data_axes[0]])))
-    if r.data == "zero1":
+    if r.data == "zero1" and not r.reduce_accumulated:
         return Trainer(model, model, zero, lambda: zero.state, None, layouts, named,
                        _chain(again, zero.reduce_gradients), zero.held_gradients, flat_gradients=zero)
+    # ZeRO-2, and ZeRO-1 under override grads: reduce_accumulated_every_microbatch (its whole buffer
+    # reduce-scattered after every microbatch, and not cleared)
     return Trainer(model, model, zero, lambda: zero.state, None, layouts, named, None, zero.held_gradients,
-                   after_microbatch=zero.reduce_gradients, flat_gradients=zero)
+                   after_microbatch=_chain(again, zero.reduce_gradients), flat_gradients=zero)
 
 
 def _apply_ddp(r: Realisation, model: nn.Module, mesh, expert_layouts: dict) -> Trainer:
