@@ -30,6 +30,8 @@ from .training import (  # noqa: F401,E501
     _loss_sum,
     _reference,
     _storage_bytes,
+    after_microstep,
+    clear_after_step,
     gradient_difference,
     held_bytes,
     loss_normaliser,
@@ -146,10 +148,9 @@ def run_job(job: Job, rank: int, device) -> dict:
                     loss.backward()
                 if trainer.after_microbatch is not None:
                     trainer.after_microbatch()
-                if r.step_every_microbatch and k < m - 1:  # the last microbatch's update is the step's own, below
+                if r.step_every_microbatch:
                     counter.phase = "optimizer"
-                    trainer.optimizer.step()
-                    trainer.optimizer.zero_grad()
+                    after_microstep(r, trainer.optimizer, k, m)
                 total = total + local(loss.detach())
             if trainer.after_backward is not None:
                 trainer.after_backward()
@@ -175,8 +176,7 @@ def run_job(job: Job, rank: int, device) -> dict:
             held = held_bytes(params, state, trainer.held_gradients() if trainer.held_gradients else None)
             replicated = _unsharded_on(trainer, r.tensor_axis)
             activations = saved.bytes()
-        if not r.carry_gradients:  # override grads: no_zero_grad keeps the buffers for the next step
-            trainer.optimizer.zero_grad()
+        clear_after_step(r, trainer.optimizer)
     # equivalence: full parameters against the single-process run
     ref, ref_losses, ref_grads = _reference(job, global_batch)
     grad_diff = gradient_difference(grads0, ref_grads, "no step ran")
