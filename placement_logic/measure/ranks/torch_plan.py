@@ -13,8 +13,9 @@ when the plan asks for sequence parallelism. Realised bug overrides: a DDP
 communication hook that skips the all-reduce or sums without averaging, a second
 all-reduce of DDP's already averaged gradients by the training loop, FSDP's gradient
 divide factor 1, a clip coefficient computed from each rank's local shard (FSDP shards or
-tensor-parallel shards), and ZeRO stepping without all-gathering the updated
-parameters.
+tensor-parallel shards), ZeRO stepping without all-gathering the updated
+parameters, and ZeRO reduce-scattering its never-cleared whole gradients after every
+microbatch (``FlatZero(keep_whole=True)``).
 """
 
 from __future__ import annotations
