@@ -29,7 +29,7 @@ clip_norm reduce over (the axes the gradients are sharded on, and replicated dat
 the duplicate filter stated: clip_norm dedupe over them) (correct global clipping) and params
 no_regather (ZeRO's step without its parameter all-gather), grads no_zero_grad (DDP's
 buffers not cleared after the step), optimizer step_every_microbatch (DDP synchronising and
-stepping after every microbatch) and grads reduce_accumulated_every_microbatch (ZeRO's whole
+stepping after every microbatch, every group or the named groups' own optimizer) and grads reduce_accumulated_every_microbatch (ZeRO's whole
 buffer kept and reduce-scattered into the shard's gradient after every microbatch).
 The decisions are made by the named passes of ``realise_passes`` (offload, schedule,
 axes, data strategy, tensor, pipeline, context, experts, overrides and their constraints,
@@ -65,6 +65,7 @@ class Realisation:
     sync_every_microbatch: bool = False  # DDP without no_sync: the buckets all-reduced after every backward
     carry_gradients: bool = False  # grads: no_zero_grad, the buffers not cleared after the step (DDP)
     step_every_microbatch: bool = False  # optimizer.step() and zero_grad() after every microbatch's backward (DDP)
+    stepped_groups: tuple[str, ...] = ()  # the groups stepped after every microbatch (none named: every one)
     # ZeRO: the whole buffer reduce-scattered after every microbatch into the shard's gradient, and not cleared
     reduce_accumulated: bool = False
     clip: str | None = None  # global | local | stage (under a pipeline: the norm of each stage's own gradients)
@@ -162,6 +163,7 @@ def _record(d: Draft) -> Realisation:
         sync_every_microbatch=ov.every,
         carry_gradients=ov.carry,
         step_every_microbatch=ov.step_each,
+        stepped_groups=tuple(ov.stepped_groups),
         reduce_accumulated=ov.reaccumulate,
         clip=ov.clip,
         clip_double_count=ov.double_count,

@@ -295,7 +295,7 @@ def override_constraints(d: Draft) -> None:
 def time_constraints(d: Draft) -> None:
     """The statements about time within a step, against the strategies that carry them."""
     plain = d.pipeline_axis is None and d.expert_axis is None and d.context_axis is None
-    d.impl += time_realised(d.ov, d.data, plain, d.reasons)
+    d.impl += time_realised(d.ov, d.data, plain, d.tensor_axis is not None, d.reasons)
 
 
 def pipeline_constraints(d: Draft) -> None:

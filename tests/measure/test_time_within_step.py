@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # (bug spec, its plan, the safe twin's plan)
 PAIRS = [("bf16_zero0_zero_grad_skipped", "bf16_stage0_no_zero_grad", "bf16_stage0_zero_grad"),
          ("openprompt_step_outside_accumulation", "tutorial_step_every_backward", "tutorial_step_at_the_boundary"),
+         ("per_block_adamw_every_microbatch", "per_block_adamw_per_microbatch", "per_block_adamw_per_window"),
          ("colossalai_zero_accumulation_rereduced", "zero_accumulation_rereduced", "zero_accumulation_reduced_once"),
          ("zero2_reduced_grads_not_cleared", "zero2_tp_grads_not_cleared", "zero2_tp_grads_cleared")]
 
@@ -59,13 +60,54 @@ def test_each_statement_is_realised_on_its_strategy(data, override, field):
     ("zero2", ("grads: no_zero_grad",), "no_zero_grad is realised only with DistributedDataParallel"),
     ("zero3", ("optimizer: step_every_microbatch",), "step_every_microbatch is realised only with Distributed"),
     ("ddp", ("grads: reduce_accumulated_every_microbatch",), "realised only with ZeRO-1 or ZeRO-2"),
-    ("ddp", ("optimizer[matrices]: step_every_microbatch",), "realised only for every group"),
+    # a model of Ψ alone: its one group, dense, has no layout in the harness's transformer
+    ("ddp", ("optimizer[dense]: step_every_microbatch",), "realised for every group, or for the groups"),
     ("ddp", ("grads[dense]: no_zero_grad",), "grads[dense]: no_zero_grad is not realised by the harness"),
     ("ddp", ("grads: no_zero_grad", "optimizer: step_every_microbatch"), "together are not realised")])
 def test_what_the_harness_cannot_run_keeps_its_reason(data, overrides, words):
     r = _realise(_plan(data, *overrides), {"dp": 2})
     assert isinstance(r, Unrealised)
     assert any(words in x for x in r.reasons), r.reasons
+
+
+TRANSFORMER = """from std.data import ddp
+model {
+  transformer {
+    hidden = 64
+    layers = 2
+    heads = 4
+    ffn = 256
+    vocab = 128
+    norm = rmsnorm
+    gated_mlp
+    bias = false
+  }
+  seq = 16
+  microbatch = 2
+  microbatches = 4
+}
+mesh {
+  dp = 2
+}
+plan p {
+  dp: ddp
+"""
+
+
+def test_named_groups_are_stepped_on_their_own():
+    r = _realise(TRANSFORMER + "  override optimizer[matrices]: step_every_microbatch\n"
+                 "  override optimizer[norms]: step_every_microbatch\n}\n", {"dp": 2})
+    assert isinstance(r, Realisation) and r.step_every_microbatch and r.stepped_groups == ("matrices", "norms")
+    assert "the matrices, norms groups' own optimizer" in r.implementation
+    every = _realise(TRANSFORMER + "  override optimizer[norms]: step_every_microbatch\n"
+                     "  override optimizer: step_every_microbatch\n}\n", {"dp": 2})
+    assert every.step_every_microbatch and every.stepped_groups == ()  # every group: one optimizer
+    tied = _realise(TRANSFORMER.replace("bias = false", "bias = false\n    tied_embeddings")
+                    + "  override optimizer[embedding]: step_every_microbatch\n}\n", {"dp": 2})
+    assert isinstance(tied, Unrealised) and "untied for embedding and head" in tied.reasons[0]
+    # the fused q/k/v projection holds the attention and kv rows together: one of them is not stepped alone
+    attention = _realise(TRANSFORMER + "  override optimizer[attention]: step_every_microbatch\n}\n", {"dp": 2})
+    assert isinstance(attention, Unrealised) and "optimizer[attention]" in attention.reasons[0]
 
 
 def test_muon_every_microbatch_stays_unrealised():
@@ -104,6 +146,43 @@ def test_step_every_microbatch_updates_after_each_micro_step(every):
     # an update per micro-step: 1 - 0.05·1 = 0.95, then 0.95 - 0.05·(3·0.95) = 0.95 - 0.1425 = 0.8075
     assert p.item() == pytest.approx(0.8075 if every else 0.8, abs=1e-12)
     assert p.grad is None
+
+
+@pytest.mark.torch
+def test_the_stepped_groups_of_the_tiny_model():
+    pytest.importorskip("torch")
+    from placement_logic.measure.ranks import model as tiny
+    from placement_logic.measure.ranks.stepped import stepped
+    from placement_logic.measure.shape import TinyShape
+
+    m = tiny.build(TinyShape(hidden=16, layers=2, heads=2, kv_heads=2, ffn=64, vocab=64, seq=8, microbatch=2,
+                             gated_mlp=True, norm="rmsnorm", bias=False), 0)
+    named = list(m.named_parameters())
+    each, rest = stepped(named, ("matrices", "norms"))
+    # per block: qkv, proj, fc1, fc2 (matrices) and norm1, norm2: 2 × 6 = 12; the rest: embedding, final norm, head
+    assert len(each) == 12 and len(rest) == 3
+    names = {id(p): n for n, p in named}
+    assert sorted(names[id(p)] for p in rest) == ["embed.weight", "head.weight", "norm.weight"]
+
+
+@pytest.mark.torch
+def test_split_optimizer_steps_the_named_group_after_each_micro_step():
+    torch = pytest.importorskip("torch")
+    from placement_logic.measure.ranks.common import make_optimizer
+    from placement_logic.measure.ranks.stepped import SplitOptimizer
+    from placement_logic.measure.ranks.training import after_microstep, clear_after_step
+
+    a = torch.nn.Parameter(torch.tensor([1.0], dtype=torch.float64))  # a stepped group
+    b = torch.nn.Parameter(torch.tensor([1.0], dtype=torch.float64))  # stepped once per step
+    opt = SplitOptimizer(make_optimizer("sgd", [a]), make_optimizer("sgd", [b]))
+    r = Realisation("p", (("dp", 1),), "x", step_every_microbatch=True, stepped_groups=("norms",))
+    for k, c in enumerate((1.0, 3.0)):  # micro-step losses c·(a² + b²)/2: gradients c·a, c·b
+        (c * (a * a + b * b) / 2).sum().backward()
+        after_microstep(r, opt, k, 2)
+    opt.step()
+    clear_after_step(r, opt)
+    # a: 1 - 0.05·1 = 0.95, then 0.95 - 0.05·(3·0.95) = 0.8075; b: one update, 1 - 0.05·(1 + 3) = 0.8
+    assert a.item() == pytest.approx(0.8075, abs=1e-12) and b.item() == pytest.approx(0.8, abs=1e-12)
 
 
 @pytest.mark.torch
@@ -183,7 +262,8 @@ def test_the_first_step_shows_which_statement_ran(reports):
     # steps read the sum. step_every_microbatch: the step's last update reads the last micro-step's
     # gradient alone; reduce_accumulated: the first micro-step's gradient twice (m = 2). Both far off.
     assert reports["bf16_stage0_no_zero_grad"].equivalence.grad_rel <= reports["bf16_stage0_no_zero_grad"].equivalence.grad_tolerance
-    for plan in ("tutorial_step_every_backward", "zero_accumulation_rereduced", "zero2_tp_grads_not_cleared"):
+    for plan in ("tutorial_step_every_backward", "per_block_adamw_per_microbatch", "zero_accumulation_rereduced",
+                 "zero2_tp_grads_not_cleared"):
         assert reports[plan].equivalence.grad_rel > 0.1, plan
     assert "after every microbatch" in reports["tutorial_step_every_backward"].implementation
     assert "buffer not cleared" in reports["zero_accumulation_rereduced"].implementation

@@ -356,7 +356,14 @@ def _apply_ddp(r: Realisation, model: nn.Module, mesh, expert_layouts: dict) -> 
     elif r.grad_divide and r.grad_divide != r.data_size:
         module.register_comm_hook(None, _divided_allreduce_hook(group, float(r.grad_divide)))
     module.reducer = _RebuildLabelled(module.reducer)
-    opt = make_training_optimizer(r.optimizer, params, r.master_copy)
+    if r.stepped_groups:  # override optimizer[G]: step_every_microbatch, G some of the groups
+        from .stepped import SplitOptimizer, stepped
+
+        each, rest = stepped(named, r.stepped_groups)
+        opt = SplitOptimizer(make_training_optimizer(r.optimizer, each, r.master_copy),
+                             make_training_optimizer(r.optimizer, rest, r.master_copy) if rest else None)
+    else:
+        opt = make_training_optimizer(r.optimizer, params, r.master_copy)
     state = lambda: opt.state
     again = allreduce_again(params, group) if r.grad_reduce == "twice" else None
     if r.expert_axis is not None:

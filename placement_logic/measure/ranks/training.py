@@ -63,10 +63,12 @@ def after_microstep(r: Realisation, optimizer, k: int, m: int) -> None:
     """What follows micro-step ``k`` of ``m``'s backward (and its reduction): under override optimizer:
     step_every_microbatch an update from that micro-step's gradient, then the buffers cleared, after
     every micro-step but the last, whose update is the step's own (taken after the loop); nothing
-    otherwise, the gradients accumulating for the one update."""
+    otherwise, the gradients accumulating for the one update. With ``stepped_groups`` only those
+    groups' optimizer (``SplitOptimizer.each``) steps here."""
     if r.step_every_microbatch and k < m - 1:
-        optimizer.step()
-        optimizer.zero_grad()
+        stepped = getattr(optimizer, "each", optimizer)  # a SplitOptimizer: the stepped groups' own
+        stepped.step()
+        stepped.zero_grad()
 
 
 def clear_after_step(r: Realisation, optimizer) -> None:
