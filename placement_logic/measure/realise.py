@@ -27,7 +27,10 @@ or per_device_mean (the reduced sum divided by the matching factor), clip_norm r
 over () (clip coefficient from the local shard's norm, FSDP or tensor parallel),
 clip_norm reduce over (the axes the gradients are sharded on, and replicated data axes with
 the duplicate filter stated: clip_norm dedupe over them) (correct global clipping) and params
-no_regather (ZeRO's step without its parameter all-gather).
+no_regather (ZeRO's step without its parameter all-gather), grads no_zero_grad (DDP's
+buffers not cleared after the step), optimizer step_every_microbatch (DDP synchronising and
+stepping after every microbatch, every group or the named groups' own optimizer) and grads reduce_accumulated_every_microbatch (ZeRO's whole
+buffer kept and reduce-scattered into the shard's gradient after every microbatch).
 The decisions are made by the named passes of ``realise_passes`` (offload, schedule,
 axes, data strategy, tensor, pipeline, context, experts, overrides and their constraints,
 groups, model, widths), each over one ``Draft``; ``realise`` runs them in order.
@@ -60,6 +63,11 @@ class Realisation:
     grad_reduce: str = "mean"  # mean | none (no reduction at all) | twice (reduced again by hand)
     grad_divide: Fraction = Fraction(0)  # the reduced gradient sum is divided by this (0: the data-parallel size)
     sync_every_microbatch: bool = False  # DDP without no_sync: the buckets all-reduced after every backward
+    carry_gradients: bool = False  # grads: no_zero_grad, the buffers not cleared after the step (DDP)
+    step_every_microbatch: bool = False  # optimizer.step() and zero_grad() after every microbatch's backward (DDP)
+    stepped_groups: tuple[str, ...] = ()  # the groups stepped after every microbatch (none named: every one)
+    # ZeRO: the whole buffer reduce-scattered after every microbatch into the shard's gradient, and not cleared
+    reduce_accumulated: bool = False
     clip: str | None = None  # global | local | stage (under a pipeline: the norm of each stage's own gradients)
     clip_double_count: bool = False  # the tied embedding's two copies (first and last stage) both in the norm
     optimizer: str = "adam"  # adam | sgd_momentum | sgd
@@ -153,6 +161,10 @@ def _record(d: Draft) -> Realisation:
         grad_reduce=ov.grad_reduce,
         grad_divide=d.divisor,
         sync_every_microbatch=ov.every,
+        carry_gradients=ov.carry,
+        step_every_microbatch=ov.step_each,
+        stepped_groups=tuple(ov.stepped_groups),
+        reduce_accumulated=ov.reaccumulate,
         clip=ov.clip,
         clip_double_count=ov.double_count,
         optimizer=d.widths.optimizer,

@@ -4,7 +4,9 @@ Input: a plan, the axes its run gives each role, the spec's bindings and the lis
 the plan cannot be realised. Output: ``HarnessOverrides``, what the ranks do differently from
 the library strategies (a gradient reduction skipped or repeated, a divisor, a loss
 normalisation, a clip norm over other axes and its duplicate filter, dropout seeds, the tied embedding's reduction,
-no re-gather, a reduction after every microbatch); an override the harness cannot reproduce
+no re-gather, a reduction after every microbatch, the gradients carried into the next step, an
+update after every microbatch, the accumulated buffer reduced again after every microbatch); an
+override the harness cannot reproduce
 adds its reason, so the plan is reported unrealised rather than run as something else.
 """
 
@@ -45,6 +47,13 @@ class HarnessOverrides:
     tokens_over: tuple[str, ...] | None = None
     expert_divide_by: Fraction | None = None
     dropout: str = ""  # "" | vary | same
+    carry: bool = False  # grads: no_zero_grad, the buffers never cleared after the step
+    step_each: bool = False  # optimizer: step_every_microbatch, an update after every microbatch's backward
+    stepped_groups: list[str] = field(default_factory=list)  # optimizer[G]: ..., the groups G (empty: every one)
+    whole_stepped: bool = False  # a statement without a group (or all) among them
+    # grads: reduce_accumulated_every_microbatch, the uncleared buffer reduced and added into the shard's
+    # gradient after every microbatch
+    reaccumulate: bool = False
 
 
 @dataclass
@@ -198,6 +207,43 @@ def _every_microbatch(r: _Reading, o: ir.Override) -> bool:
     return True
 
 
+def _no_zero_grad(r: _Reading, o: ir.Override) -> bool:
+    if not _whole(o):
+        return False
+    r.ov.carry = True
+    return True
+
+
+STEPPED_GROUPS = ("matrices", "mlp", "norms", "final_norm", "biases", "embedding", "head")  # ranks/stepped.py
+
+
+def _step_every_microbatch(r: _Reading, o: ir.Override) -> bool:
+    r.ov.step_each = True
+    if _whole(o):
+        r.ov.stepped_groups.clear()
+        r.ov.whole_stepped = True
+        return True
+    tf = r.plan.model.transformer
+    try:
+        dense = tf is not None and value_of(tf.experts, r.bindings) <= 1 and not tf.qk_norm
+    except ShapeError:
+        dense = False
+    if not dense or o.group not in STEPPED_GROUPS or (tf.tied_embeddings and o.group in ("embedding", "head")):
+        r.reasons.append(f"override optimizer[{o.group}]: step_every_microbatch is realised for every group, or for "
+                         f"the groups {', '.join(STEPPED_GROUPS)} of a dense transformer (untied for embedding and "
+                         "head): the groups the harness tells apart in its model")
+    elif not r.ov.whole_stepped:
+        r.ov.stepped_groups.append(o.group)
+    return True
+
+
+def _reduce_accumulated(r: _Reading, o: ir.Override) -> bool:
+    if not _whole(o):
+        return False
+    r.ov.reaccumulate = True
+    return True
+
+
 # what the harness runs for each override it can reproduce, by (target, verb): each reads the override
 # into the harness's settings (or adds the reason it cannot) and answers False where the override's group
 # or the run's axes are not ones it realises
@@ -205,6 +251,9 @@ _READERS: dict[tuple[str, str], Callable[[_Reading, ir.Override], bool]] = {
     (OverrideTarget.GRADS, OverrideVerb.REDUCE): _grads_reduce,
     (OverrideTarget.GRADS, OverrideVerb.DIVIDE): _grads_divide,
     (OverrideTarget.GRADS, OverrideVerb.REDUCE_EVERY_MICROBATCH): _every_microbatch,
+    (OverrideTarget.GRADS, OverrideVerb.NO_ZERO_GRAD): _no_zero_grad,
+    (OverrideTarget.GRADS, OverrideVerb.REDUCE_ACCUMULATED_EVERY_MICROBATCH): _reduce_accumulated,
+    (OverrideTarget.OPTIMIZER, OverrideVerb.STEP_EVERY_MICROBATCH): _step_every_microbatch,
     **{(OverrideTarget.LOSS, v): _loss
        for v in (OverrideVerb.GLOBAL_MEAN, OverrideVerb.PER_DEVICE_MEAN, OverrideVerb.PER_MICROBATCH_MEAN)},
     (OverrideTarget.DROPOUT_SEED, OverrideVerb.VARY): _seed_vary,
@@ -238,6 +287,38 @@ def read_overrides(plan: ir.Plan, axes: RunAxes, bindings: Mapping, reasons: lis
         reasons.append("override clip_norm: dedupe is realised only beside a norm reduction the harness runs over "
                        "the stages, the tensor axis or the data axes")
     return r.ov
+
+
+def time_realised(ov: HarnessOverrides, data: str | None, plain: bool, tensor: bool, r: list[str]) -> list[str]:
+    """The statements about time within a step (docs/semantics.md: gradient buffers across steps,
+    optimizer updates within a step, an accumulated buffer reduced again), against the strategies
+    that carry them: DDP's buckets for the first two (without a tensor axis), ZeRO's flat shard for the
+    third (``plain``: no pipeline, context or expert axis). ``r`` gains a reason for each one not carried; the answer is
+    what the harness runs for the others, in words."""
+    impl: list[str] = []
+    stated = [w for w, on in (("grads: no_zero_grad", ov.carry), ("optimizer: step_every_microbatch", ov.step_each),
+                              ("grads: reduce_accumulated_every_microbatch", ov.reaccumulate)) if on]
+    if len(stated) > 1:
+        r.append(f"overrides {' and '.join(stated)} together are not realised by the harness")
+    if ov.carry and not (data == "ddp" and plain and not tensor):
+        r.append("override grads: no_zero_grad is realised only with DistributedDataParallel on one data axis "
+                 "(no pipeline, tensor, context or expert axis)")
+    elif ov.carry:
+        impl.append("no zero_grad after the step: each backward adds into the earlier steps' reduced gradients")
+    if ov.step_each and not (data == "ddp" and plain and not tensor and ov.clip is None):
+        r.append("override optimizer: step_every_microbatch is realised only with DistributedDataParallel on one "
+                 "data axis (no pipeline, tensor, context or expert axis, no gradient clipping)")
+    elif ov.step_each:
+        which = f"the {', '.join(ov.stepped_groups)} groups' own optimizer: " if ov.stepped_groups else ""
+        impl.append(f"{which}optimizer.step() and zero_grad() after every microbatch (no no_sync: each microbatch's "
+                    "gradient all-reduced before its update)")
+    if ov.reaccumulate and not (data in ("zero1", "zero2") and plain and not ov.unreduced and not ov.reduced_again):
+        r.append("override grads: reduce_accumulated_every_microbatch is realised only with ZeRO-1 or ZeRO-2 on one "
+                 "data axis (no pipeline, context or expert axis, no group's own reduction over the tensor axis)")
+    elif ov.reaccumulate:
+        impl.append("the whole gradient buffer reduce-scattered after every microbatch and added into the shard's "
+                    "gradient, the buffer not cleared")
+    return impl
 
 
 def _filters_realised(plan: ir.Plan, axes: RunAxes, clip_sum: tuple[str, ...], filters: list[ir.Override],

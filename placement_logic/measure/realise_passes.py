@@ -17,7 +17,7 @@ from typing import Mapping
 from .. import ir
 from ..ir import views
 from ..ir.overrides import OverrideTarget, OverrideVerb
-from .realise_overrides import HarnessOverrides, RunAxes, read_overrides
+from .realise_overrides import HarnessOverrides, RunAxes, read_overrides, time_realised
 from .shape import ShapeError, value_of
 from .widths import Widths, realised_widths
 
@@ -292,6 +292,12 @@ def override_constraints(d: Draft) -> None:
                  "pipeline stages")
 
 
+def time_constraints(d: Draft) -> None:
+    """The statements about time within a step, against the strategies that carry them."""
+    plain = d.pipeline_axis is None and d.expert_axis is None and d.context_axis is None
+    d.impl += time_realised(d.ov, d.data, plain, d.tensor_axis is not None, d.reasons)
+
+
 def pipeline_constraints(d: Draft) -> None:
     if d.pipeline_axis is None:
         return
@@ -422,4 +428,4 @@ def _head_dim_plain(tf: ir.TransformerShape, bindings) -> bool:
 
 
 PASSES = (offload, schedule, experts, axes, data_strategy, tensor, pipeline, context, mixture_of_experts,
-          overrides, override_constraints, pipeline_constraints, something_to_run, groups, widths, model)
+          overrides, override_constraints, time_constraints, pipeline_constraints, something_to_run, groups, widths, model)

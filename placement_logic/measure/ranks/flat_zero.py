@@ -34,7 +34,9 @@ class FlatZero:
     frees them once reduced and holds only the shard's gradient (grads S). The step
     updates the shard, then all-gathers the shards into the whole parameters
     (``regather=False``: the bug that skips it, each rank copying back only its own
-    shard).
+    shard). ``keep_whole`` (the bug of override grads: reduce_accumulated_every_microbatch): the
+    whole gradients are never cleared within the step, so each microbatch's backward adds into
+    the earlier ones and every reduce-scatter reduces them again into the shard's gradient.
 
     The shard is fp32 whatever the parameters' dtype; gradients are reduce-scattered and the
     updated shard all-gathered in the parameters' dtype (bf16 parameters: bf16 collectives,
@@ -43,8 +45,9 @@ class FlatZero:
     """
 
     def __init__(self, params, group, stage: int, kind: str, divide: float, regather: bool,
-                 master_copy: bool = False) -> None:
+                 master_copy: bool = False, keep_whole: bool = False) -> None:
         self.params, self.group, self.stage, self.divide, self.regather = list(params), group, stage, divide, regather
+        self.keep_whole = keep_whole
         self.n, self.rank = dist.get_world_size(group), dist.get_rank(group)
         total = sum(local(p).numel() for p in self.params)
         self.pad = (-total) % self.n
@@ -79,11 +82,13 @@ class FlatZero:
         dist.reduce_scatter_tensor(shard, self._flat(grads), group=self.group)
         shard.div_(self.divide)
         self.shard_grad = shard if self.shard_grad is None else self.shard_grad.add_(shard)
-        if self.stage == 2:
+        if self.stage == 2 and not self.keep_whole:
             for p in self.params:
                 p.grad = None
 
     def held_gradients(self) -> list:
+        if self.stage == 2 and self.keep_whole:  # the whole buffer kept beside the shard's gradient
+            return [self.shard_grad] + [p.grad for p in self.params]
         return [self.shard_grad] if self.stage == 2 else [p.grad for p in self.params]
 
     @property

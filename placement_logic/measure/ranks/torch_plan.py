@@ -13,8 +13,9 @@ when the plan asks for sequence parallelism. Realised bug overrides: a DDP
 communication hook that skips the all-reduce or sums without averaging, a second
 all-reduce of DDP's already averaged gradients by the training loop, FSDP's gradient
 divide factor 1, a clip coefficient computed from each rank's local shard (FSDP shards or
-tensor-parallel shards), and ZeRO stepping without all-gathering the updated
-parameters.
+tensor-parallel shards), ZeRO stepping without all-gathering the updated
+parameters, and ZeRO reduce-scattering its never-cleared whole gradients after every
+microbatch (``FlatZero(keep_whole=True)``).
 """
 
 from __future__ import annotations
@@ -320,7 +321,7 @@ def _apply_zero(r: Realisation, model: nn.Module, mesh, expert_layouts: dict) ->
                        zero.held_gradients, flat_gradients=zero)
     dp_divide = float(r.sizes[r.data_axes[0]]) if r.expert_axis else float(r.grad_divide or r.data_size)
     zero = FlatZero([p for _, p in named], group, 1 if r.data == "zero1" else 2, r.optimizer,
-                    dp_divide, r.regather, r.master_copy)
+                    dp_divide, r.regather, r.master_copy, keep_whole=r.reduce_accumulated)
     # ZeRO-1 keeps whole gradients and reduce-scatters once per step; ZeRO-2 has no whole
     # gradient to accumulate in: every microbatch's gradient is reduce-scattered into the shard
     again = reduce_again_over([p for _, p in named], [n for n, _ in named], r.tensor_reduced_again,
@@ -328,11 +329,13 @@ def _apply_zero(r: Realisation, model: nn.Module, mesh, expert_layouts: dict) ->
     if r.expert_axis is not None:
         # before ZeRO's reduce-scatter, which divides by the data axis's size
         again = _chain(again, expert_sync(r, named, mesh, float(r.sizes[r.data_axes[0]])))
-    if r.data == "zero1":
+    if r.data == "zero1" and not r.reduce_accumulated:
         return Trainer(model, model, zero, lambda: zero.state, None, layouts, named,
                        _chain(again, zero.reduce_gradients), zero.held_gradients, flat_gradients=zero)
+    # ZeRO-2, and ZeRO-1 under override grads: reduce_accumulated_every_microbatch (its whole buffer
+    # reduce-scattered after every microbatch, and not cleared)
     return Trainer(model, model, zero, lambda: zero.state, None, layouts, named, None, zero.held_gradients,
-                   after_microbatch=zero.reduce_gradients, flat_gradients=zero)
+                   after_microbatch=_chain(again, zero.reduce_gradients), flat_gradients=zero)
 
 
 def _apply_ddp(r: Realisation, model: nn.Module, mesh, expert_layouts: dict) -> Trainer:
@@ -353,7 +356,14 @@ def _apply_ddp(r: Realisation, model: nn.Module, mesh, expert_layouts: dict) -> 
     elif r.grad_divide and r.grad_divide != r.data_size:
         module.register_comm_hook(None, _divided_allreduce_hook(group, float(r.grad_divide)))
     module.reducer = _RebuildLabelled(module.reducer)
-    opt = make_training_optimizer(r.optimizer, params, r.master_copy)
+    if r.stepped_groups:  # override optimizer[G]: step_every_microbatch, G some of the groups
+        from .stepped import SplitOptimizer, stepped
+
+        each, rest = stepped(named, r.stepped_groups)
+        opt = SplitOptimizer(make_training_optimizer(r.optimizer, each, r.master_copy),
+                             make_training_optimizer(r.optimizer, rest, r.master_copy) if rest else None)
+    else:
+        opt = make_training_optimizer(r.optimizer, params, r.master_copy)
     state = lambda: opt.state
     again = allreduce_again(params, group) if r.grad_reduce == "twice" else None
     if r.expert_axis is not None:

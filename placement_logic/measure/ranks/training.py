@@ -59,6 +59,25 @@ def loss_normaliser(r: Realisation, global_tokens: int, local_tokens: int) -> fl
     return global_tokens / r.data_size
 
 
+def after_microstep(r: Realisation, optimizer, k: int, m: int) -> None:
+    """What follows micro-step ``k`` of ``m``'s backward (and its reduction): under override optimizer:
+    step_every_microbatch an update from that micro-step's gradient, then the buffers cleared, after
+    every micro-step but the last, whose update is the step's own (taken after the loop); nothing
+    otherwise, the gradients accumulating for the one update. With ``stepped_groups`` only those
+    groups' optimizer (``SplitOptimizer.each``) steps here."""
+    if r.step_every_microbatch and k < m - 1:
+        stepped = getattr(optimizer, "each", optimizer)  # a SplitOptimizer: the stepped groups' own
+        stepped.step()
+        stepped.zero_grad()
+
+
+def clear_after_step(r: Realisation, optimizer) -> None:
+    """The buffers cleared after the step's update (``zero_grad``), except under override grads:
+    no_zero_grad, where the next step's backward adds into them."""
+    if not r.carry_gradients:
+        optimizer.zero_grad()
+
+
 def held_bytes(params, optimizer_state, gradients=None) -> dict:
     """Bytes held per state: parameters, their gradients (``gradients`` when the rank holds
     other tensors than the parameters' ``.grad``), optimizer moments and step counters."""

@@ -30,6 +30,8 @@ from .training import (  # noqa: F401,E501
     _loss_sum,
     _reference,
     _storage_bytes,
+    after_microstep,
+    clear_after_step,
     gradient_difference,
     held_bytes,
     loss_normaliser,
@@ -132,9 +134,10 @@ def run_job(job: Job, rank: int, device) -> dict:
                 if dropout is not None:
                     dropout.step, dropout.row0 = step, a
                 # gradient accumulation: DDP synchronises on the last microbatch only (on every one
-                # under override grads: reduce_every_microbatch)
+                # under override grads: reduce_every_microbatch, and before every update under
+                # override optimizer: step_every_microbatch)
                 sync = nullcontext() if k == m - 1 or trainer.no_sync is None or r.sync_every_microbatch \
-                    else trainer.no_sync()
+                    or r.step_every_microbatch else trainer.no_sync()
                 with sync:
                     counter.phase = "forward"
                     with saved.recording(trainer.inner) if k == 0 else nullcontext():
@@ -145,6 +148,9 @@ def run_job(job: Job, rank: int, device) -> dict:
                     loss.backward()
                 if trainer.after_microbatch is not None:
                     trainer.after_microbatch()
+                if r.step_every_microbatch:
+                    counter.phase = "optimizer"
+                    after_microstep(r, trainer.optimizer, k, m)
                 total = total + local(loss.detach())
             if trainer.after_backward is not None:
                 trainer.after_backward()
@@ -170,7 +176,7 @@ def run_job(job: Job, rank: int, device) -> dict:
             held = held_bytes(params, state, trainer.held_gradients() if trainer.held_gradients else None)
             replicated = _unsharded_on(trainer, r.tensor_axis)
             activations = saved.bytes()
-        trainer.optimizer.zero_grad()
+        clear_after_step(r, trainer.optimizer)
     # equivalence: full parameters against the single-process run
     ref, ref_losses, ref_grads = _reference(job, global_batch)
     grad_diff = gradient_difference(grads0, ref_grads, "no step ran")
