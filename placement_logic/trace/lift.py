@@ -15,7 +15,9 @@ Steps, on the last step of the trace that reached the optimizer:
 2. Roles: an axis along which ranks send and receive activations and gradients to their
    neighbours is a pipeline axis (``lift_pipeline``: stages, microbatches, schedule); one along
    which ranks that all compute a loss exchange in forward and backward is a context axis (ring
-   attention: ``context_parallel``, its reductions and token counts read as a data axis's); of the
+   attention: ``context_parallel``, its reductions and token counts read as a data axis's), as is one over which
+   a forward all-gather's output is the logits of every cross-entropy (``lift_gathered``: ``override loss:
+   on_gathered_sequence``, the token count's axes then always stated); of the
    others, an axis along which the ranks' model inputs differ splits the batch (data); one
    along which the inputs agree and parameters are sharded splits the weights (tensor).
    With a pipeline, the parameters are every stage's (read on that stage's rank) and the loss
