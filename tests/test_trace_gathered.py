@@ -108,6 +108,40 @@ def test_a_loss_not_shown_to_read_the_gather_is_named(ranks):
     assert f'unobserved "{WHAT}' in lifted.text
 
 
+def _no_padding(trace: dict) -> dict:
+    """Every position labelled: 16 tokens on every rank (2 sequences of 8), the count all-reduced over dp 32, the
+    script's loss loss_sum · 4 / 32."""
+    for part in trace["ranks"]:
+        for st in part["steps"]:
+            n = st["nll"][0]
+            n["tokens"] = n["positions"] = 16
+            st["losses"][0]["value"] = n["value"] * 4 / 32
+        for c in part["collectives"]:
+            if c["kind"] == "all_reduce" and c["phase"] == "forward" and c["numel"] == 1:
+                c["value_in"], c["value_out"] = 16.0, 32.0
+    return trace
+
+
+def test_equal_counts_under_the_gather_still_state_the_count():
+    """Every rank holding the same count is no `tokens: equal` here: the count's axes are stated, as the derived
+    count under the gather is reduced over dp alone."""
+    lifted = lift(_no_padding(_traced()))
+    assert _plan(lifted.text) == ["dp: ddp", "sp: context_parallel", "override tokens: reduce over (dp)",
+                                  GATHERED], lifted.text
+
+
+def test_a_count_never_all_reduced_is_named():
+    """A divided loss whose count is not observed all-reduced: which ranks' counts it holds is named."""
+    trace = _traced()
+    for part in trace["ranks"]:
+        part["collectives"] = [c for c in part["collectives"] if not (c["kind"] == "all_reduce"
+                                                                      and c["phase"] == "forward")]
+    lifted = lift(trace)
+    named = [u for u in lifted.unliftable if u.what == WHAT]
+    assert len(named) == 1 and "not observed all-reduced" in named[0].reason, lifted.unliftable
+    assert f'unobserved "{WHAT}' in lifted.text
+
+
 def test_a_gather_over_two_axes_is_named():
     trace = _traced()
     for part in trace["ranks"]:
@@ -135,6 +169,7 @@ def test_a_parameter_gather_is_no_sequence_gather():
     (lambda t: t, 0, "PROVED"),
     (_count_over_world, 1, "REFUTED"),
     (lambda t: _drop_link(_count_over_world(t), {3}), 3, "UNKNOWN"),
+    (_no_padding, 0, "PROVED"),
 ])
 def test_the_lifted_plans_verdicts(edit, status, verdict, tmp_path):
     """The count over dp proved; over dp and sp refuted for its root cause (every token counted sp times); a loss
