@@ -15,7 +15,9 @@ Steps, on the last step of the trace that reached the optimizer:
 2. Roles: an axis along which ranks send and receive activations and gradients to their
    neighbours is a pipeline axis (``lift_pipeline``: stages, microbatches, schedule); one along
    which ranks that all compute a loss exchange in forward and backward is a context axis (ring
-   attention: ``context_parallel``, its reductions and token counts read as a data axis's); of the
+   attention: ``context_parallel``, its reductions and token counts read as a data axis's), as is one over which
+   a forward all-gather's output is the logits of every cross-entropy (``lift_gathered``: ``override loss:
+   on_gathered_sequence``, the token count's axes then always stated); of the
    others, an axis along which the ranks' model inputs differ splits the batch (data); one
    along which the inputs agree and parameters are sharded splits the weights (tensor).
    With a pipeline, the parameters are every stage's (read on that stage's rank) and the loss
@@ -85,6 +87,7 @@ from .lift_clipvalues import clip_values
 from .lift_cplayout import layout_lines
 from .lift_data import data_bindings
 from .lift_facts import SEEDING, init_apart, local_overflow, overflow, split_by_values, unmodelled
+from .lift_gathered import gathered_axes, gathered_lines
 from .lift_layout import NOT_LIFTED_KINDS, Lifted, Unliftable, _frames, _ident, _layout, _placement_axes
 from .lift_padding import padded_tokens
 from .lift_partialops import partial_ops
@@ -144,6 +147,7 @@ def _lift(trace: dict, plan_name: str, objective: dict[str, str]) -> Lifted:
         lines.append(("  override tokens: count_ignored  # observed: the count all-reduced is the positions, "
                       "ignored labels included", counted))
     lines.extend(loss_lines)
+    lines.extend(gathered_lines(st, ax, loss.tokens_axes is not None, loss.kind))  # lift_gathered
     lines.extend(timing_lines(st, timing, {g: [e[0]["name"] for e in members] for g, _, members in named}))
     aux_readings, term_plan = term_ranks(st, st.aux_readings)  # the term on some ranks only (lift_termranks)
     aux_model, aux_groups, aux_plan = aux_lines(st, aux_readings, named, loss.kind, loss.accum,
@@ -154,7 +158,8 @@ def _lift(trace: dict, plan_name: str, objective: dict[str, str]) -> Lifted:
     router_model, router_plan = router_lines(st, ax, strategies.sp, bool(cap_model))
     lines.extend(router_plan)  # the router's choice on the tensor ranks (lift_router)
     lines.extend(rank0_lines(st, departures, named))
-    lines.extend(layout_lines(st, ax))  # the chunks of every sequence each context rank holds
+    if ax.cp not in ax.gathered:  # a gathered sequence: every context rank holds every label
+        lines.extend(layout_lines(st, ax))  # the chunks of every sequence each context rank holds
     lines.extend(block_lines(st, params, named, any((e[0].get("grad") or {}).get("dynamic_scales")
                                                    for e in grads.info)))
     tied = tie_pass(st, grads, named)
@@ -277,6 +282,7 @@ def axes_pass(st: Step, ax: Axes, params: list[dict]) -> None:
             roles[a] = LiftRole.DATA
             st.notes.append(f"axis {a}: the ranks along it saw the same inputs and hold whole parameters; lifted as "
                             "a data axis")
+    ax.gathered, ax.gathered_frames = gathered_axes(st, ax, params)  # a loss on a gathered sequence: context
     # a context axis divides each sequence: its ranks' gradients and token counts are reduced as a data axis's
     ax.data_axes = [a for a in layout.names if roles[a] in (LiftRole.DATA, LiftRole.CONTEXT)]
     ax.cp = next((a for a in layout.names if roles[a] is LiftRole.CONTEXT), None)
@@ -293,6 +299,7 @@ def axes_pass(st: Step, ax: Axes, params: list[dict]) -> None:
         ax.roles = {rename[a]: v for a, v in roles.items()}
         ax.data_axes = [rename[a] for a in ax.data_axes]
         ax.tp, ax.pp, ax.cp = (rename[a] if a else None for a in (ax.tp, ax.pp, ax.cp))
+        ax.gathered = tuple(rename[a] for a in ax.gathered)
         if ax.pipe:
             ax.pipe.axis = ax.pp
     if ax.pipe:

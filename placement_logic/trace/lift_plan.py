@@ -190,10 +190,14 @@ def _loss_lines(ax: Axes, loss: Loss) -> list[tuple[str, list[dict]]]:
     lines = []
     if loss.kind in ("per_device_mean", "sum"):
         lines.append((f"  override loss: {loss.kind}", loss.frames))
-    if loss.tokens_equal and loss.kind != "sum":
+    # under a loss on a gathered sequence the count's axes are always stated: the derived count is not reduced
+    # over the gathered axes (lift_gathered)
+    stated = loss.tokens_axes is not None and loss.kind != "sum" and (
+        sorted(loss.tokens_axes[0]) != sorted(ax.data_axes) or bool(ax.gathered))
+    if loss.tokens_equal and loss.kind != "sum" and not (stated and ax.gathered):
         lines.append(("  override tokens: equal  # observed: every rank held the same number of tokens, no padding",
                       loss.frames))
-    elif loss.tokens_axes is not None and loss.kind != "sum" and sorted(loss.tokens_axes[0]) != sorted(ax.data_axes):
+    elif stated:
         lines.append((f"  override tokens: reduce over ({', '.join(loss.tokens_axes[0])})", loss.tokens_axes[1]))
     return lines
 

@@ -78,6 +78,8 @@ class Axes:
     tp: str | None = None
     pp: str | None = None
     cp: str | None = None
+    gathered: tuple[str, ...] = ()  # the context axes the loss is computed on the gathered sequence over
+    gathered_frames: list[dict] = field(default_factory=list)
 
     @property
     def loss_rank(self) -> int:

@@ -5,7 +5,9 @@
   (``classes``) and the width of the logits' local slice (``width``: the vocabulary slice of a tensor rank
   under ``loss_parallel``), and ``stats``: over the labelled positions, Σ lse² and Σ (lse − mean logit), lse
   the log-sum-exp over the whole vocabulary (``true``) and over the local slice (``local``; the smoothing's
-  mean over the local slice). The lift compares an added term's value with them.
+  mean over the local slice). The lift compares an added term's value with them. The collectives whose
+  output the logits hold (followed through views, copies and constant scales) are listed
+  (``input_collectives``): a sequence all-gathered before the loss (``lift_gathered``).
 * The cross-entropy's output carries a ``loss_ce`` event (``Events``), which follows it through views and
   constant scales; a forward ``add`` of a one-element value that carries it and one that does not records
   the two operands' values (``terms``): the cross-entropy part and the term added to it.
@@ -88,6 +90,7 @@ class Terms:
             entry["label_smoothing"] = smoothing
         self._busy = True
         try:
+            entry["input_collectives"] = sorted({ev[1] for ev in self._events_of(local) if ev[0] == "collective"})
             if entry.get("reduction") in ("mean", "sum"):
                 entry["value"] = _value(out)  # the whole cross-entropy, its smoothing included
                 stats = _stats(input, target, int(kwargs.get("ignore_index", -100)))
