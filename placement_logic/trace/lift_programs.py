@@ -13,7 +13,9 @@ gradient only (its input carried no earlier reduction of the same group: DTensor
 of a partial gradient), or an all-reduce of the accumulated buffer that averages over its group
 (DDP without ``no_sync``: the earlier micro-steps' part is already equal on every rank, so an
 average leaves it as it is). A sum of the accumulated buffer multiplies the earlier part by the
-group's size: it stays two reductions, which ``lift`` reports.
+group's size, and a copy of the accumulating buffer reduced again counts it again: ``lift_rereduce``
+states them where the recorder read the buffers, else they stay repeated reductions, which ``lift``
+reports.
 """
 
 from __future__ import annotations

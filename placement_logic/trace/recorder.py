@@ -35,7 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..measure.ranks.counter import c10d_collective, functional_collective, group_ranks
 from .recorder_checkpoint import Checkpoints
 from .recorder_events import Events, _checksum, _fraction, _key, _reduce_op, _tensors, _user_frames  # noqa: F401
-from .recorder_grads import GRADS_EVENT, grads_before, tag_grads
+from .recorder_grads import grads_before, inputs_read, tag_grads
 from .recorder_modules import Modules
 from .recorder_padding import call_kwargs, note_attention_mask
 from .recorder_partial import note_origin
@@ -376,11 +376,7 @@ class Recorder(Events, Modules, Checkpoints, Terms, TorchDispatchMode):
                     if ev not in in_events:
                         in_events.append(ev)
             rec["carried"] = sorted({ev[1] for ev in in_events if ev[0] == "param"})
-            # the reductions its input went through already (an accumulated gradient reduced again)
-            rec["inputs_reduced"] = sorted({ev[1] for ev in in_events if ev[0] == "collective"})
-            if self.phase == "after_backward":
-                # the backward passes whose gradient buffers its input was read from (``tag_grads``)
-                rec["grads_read"] = sorted({ev[1] for ev in in_events if ev[0] == GRADS_EVENT})
+            inputs_read(rec, in_events, self.phase)
             if rec["numel"] == 1 and first is not None:
                 rec["value_in"] = float(first.detach().float().sum())
                 offsets = [ev for ev in in_events if ev[0] == "offset"]

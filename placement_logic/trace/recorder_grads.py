@@ -41,6 +41,15 @@ def grads_before(modules, names: dict[int, str]) -> dict:
 GRADS_EVENT = "grads"
 
 
+def inputs_read(rec: dict, in_events: list[tuple], phase: str) -> None:
+    """A collective's record: the reductions its input went through already (``inputs_reduced``: an accumulated
+    gradient reduced again) and, issued after backward, the backward passes whose gradient buffers its input was
+    read from (``grads_read``, ``tag_grads``)."""
+    rec["inputs_reduced"] = sorted({ev[1] for ev in in_events if ev[0] == "collective"})
+    if phase == "after_backward":
+        rec["grads_read"] = sorted({ev[1] for ev in in_events if ev[0] == GRADS_EVENT})
+
+
 def tag_grads(events, modules, micro: int) -> None:
     """After a backward pass: every gradient buffer of ``modules`` carries ``(GRADS_EVENT, micro)``, through copies
     and arithmetic, so a collective issued after backward names the backward passes whose buffers it reads
