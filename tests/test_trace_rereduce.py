@@ -170,6 +170,37 @@ def test_three_micro_steps_cleared_before_one_only_are_named():
     assert found and "cleared before some micro-steps' backward and not others" in found[0]
 
 
+def test_in_place_on_one_call_and_a_copy_on_the_next_is_named():
+    """Three micro-steps: call 7 reduces the buffer call 6 wrote back, call 8 a copy (no earlier call in its input)."""
+    trace = _two_micro_steps(in_place=True)
+    for part in trace["ranks"]:
+        step = part["steps"][-1]
+        step["losses"] = step["losses"][:1] * 3
+        step["nll"] = step["nll"][:1] * 3
+        step["grads_between"] = [True, True]
+        third = dict(next(c for c in part["collectives"] if c["seq"] == 7), seq=8, micro=2, inputs_reduced=[],
+                     grads_read=[0, 1, 2])
+        part["collectives"].append(third)
+        for p in step["optimizer"]["params"]:
+            p["grad"]["collectives"] = [6, 7, 8]
+    found = _named(lift(trace))
+    assert found and "in place on some micro-steps and through a copy on others" in found[0]
+
+
+def test_some_gradients_summed_in_place_and_the_others_once_are_named():
+    """18 of the 36 gradients go through both calls; the others through call 6 only (one reduction, micro-step 1):
+    one plan reduces its buffer one way."""
+    trace = _two_micro_steps(in_place=True)
+    for part in trace["ranks"]:
+        for i, p in enumerate(part["steps"][-1]["optimizer"]["params"]):
+            if i % 2:
+                p["grad"]["collectives"] = [6]
+    lifted = lift(trace)
+    assert SUMMED not in lifted.text
+    assert any("18 of 36 reduced gradients" in u.reason for u in lifted.unliftable if u.what == WHAT), \
+        [u.reason for u in lifted.unliftable]
+
+
 def test_a_trace_of_an_earlier_recorder_keeps_the_earlier_reading():
     """No grads_read: the calls are read as before (a sum of the accumulated buffer in place: two reductions,
     named by the accumulation's own check)."""
