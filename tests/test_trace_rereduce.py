@@ -218,6 +218,32 @@ def test_bad_grads_between_is_pl612(tmp_path):
     assert status == 2 and "[PL612]" in err and "grads_between" in err
 
 
+@pytest.mark.torch
+def test_recorder_tags_the_buffers_each_backward_wrote():
+    """Two backward passes into one linear layer's buffers: each tag names its backward; a collective's record
+    issued after backward lists them (grads_read), one issued in backward does not get the field."""
+    torch = pytest.importorskip("torch")
+    from placement_logic.trace.recorder_events import Events
+    from placement_logic.trace.recorder_grads import GRADS_EVENT, inputs_read, tag_grads
+
+    class Tags(Events):
+        def __init__(self):
+            self.events, self.alive = {}, {}
+
+    tags, layer = Tags(), torch.nn.Linear(2, 1)
+    for micro in range(2):
+        layer(torch.ones(1, 2)).sum().backward()
+        tag_grads(tags, [layer], micro)
+    held = tags._events_of(layer.weight.grad)
+    assert (GRADS_EVENT, 0) in held and (GRADS_EVENT, 1) in held
+    rec: dict = {}
+    inputs_read(rec, held + [("collective", 5)], "after_backward")
+    assert rec == {"inputs_reduced": [5], "grads_read": [0, 1]}
+    rec = {}
+    inputs_read(rec, held, "backward")
+    assert rec == {"inputs_reduced": []}
+
+
 # --------------------------------------------------------------------------- slow: the examples
 
 
