@@ -50,6 +50,7 @@ def _install(rec) -> list:
                 return fn(*args, **kwargs)
             finally:
                 rec.phase = "after_backward"
+                rec.on_backward_done()
         return wrapper
 
     torch.Tensor.backward = phased(torch.Tensor.backward)

@@ -48,7 +48,9 @@ Steps, on the last step of the trace that reached the optimizer:
    the loss multiplier is taken relative to 1 / k, and a departure is stated over k at the loss line.
    Gradient buffers found uncleared at a step's first backward (``lift_timing``): never cleared again,
    ``grads: no_zero_grad``; cleared every K optimizer steps of one backward each, ``microbatches = K`` and
-   ``optimizer: step_every_microbatch``.
+   ``optimizer: step_every_microbatch``. An accumulating buffer all-reduced again after every micro-step
+   (``lift_rereduce``): summed in place, ``grads: reduce_summed_every_microbatch``; a copy added into a
+   separate accumulator, ``grads: reduce_accumulated_every_microbatch``.
 8. The loss's terms (``lift_terms``, before any pass reads the loss): label smoothing and the logit z-loss
    (``losses { label_smoothing  logit_z_loss }``, ``activations[loss]: reduce_smoothing | reduce_zloss over``
    under a vocabulary-parallel output), a loss mask on the per-token losses, a token count that includes the

@@ -19,6 +19,7 @@ from .lift_layout import Unliftable, _express, _frames, _group_name, _placement_
 from .lift_pipeline import Tie, _tied_across_stages, tied_pairs
 from .lift_programs import Programs
 from .lift_render import _loss, _unobserved_loss
+from .lift_rereduce import rereduce_lines
 from .lift_step import Axes, Step, Strategies
 
 
@@ -29,6 +30,7 @@ class Grads:
     info: list[tuple]
     every_of: dict[str, list]
     tie: Tie | None = None  # a weight tied across the first and last stage, lifted
+    again_of: dict | None = None  # an accumulating buffer reduced again (lift_rereduce): kind -> parameter -> call
 
 
 @dataclass
@@ -118,7 +120,7 @@ def gradients_pass(st: Step, ax: Axes, params: list[dict]) -> Grads:
             f"rank {r} reduces it over ({', '.join(r_reds)}) and scales it by {r_const}, rank {mine[0]['rank']} over "
             f"({', '.join(mine[2])}) by {mine[3]}: ranks that disagree are not one plan",
             tuple(st.step[r]["optimizer"].get("stack", []))))
-    return Grads(info, programs.every_of, tie)
+    return Grads(info, programs.every_of, tie, programs.again_of)
 
 
 def loss_pass(st: Step, ax: Axes, grads: Grads) -> Loss:
@@ -255,6 +257,8 @@ def overrides_pass(st: Step, ax: Axes, params: list[dict], strategies: Strategie
                                        f"{len(stacks)} of {len(reduced)} reduced gradients are all-reduced after "
                                        "every accumulated backward pass, the others once per step: one plan reduces "
                                        "its gradient buffer one way", tuple(stacks[0])))
+    if grads.again_of:
+        lines.extend(rereduce_lines(st, grads.info, grads.again_of, loss.accum))
     recomputed = st.step[st.observer].get("recomputed") or []
     if recomputed:
         kinds = sorted({x["module"] for x in recomputed})

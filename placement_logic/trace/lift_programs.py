@@ -13,7 +13,9 @@ gradient only (its input carried no earlier reduction of the same group: DTensor
 of a partial gradient), or an all-reduce of the accumulated buffer that averages over its group
 (DDP without ``no_sync``: the earlier micro-steps' part is already equal on every rank, so an
 average leaves it as it is). A sum of the accumulated buffer multiplies the earlier part by the
-group's size: it stays two reductions, which ``lift`` reports.
+group's size, and a copy of the accumulating buffer reduced again counts it again: ``lift_rereduce``
+states them where the recorder read the buffers, else they stay repeated reductions, which ``lift``
+reports.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from .lift_layout import REDUCE_OPS, REDUCTIONS, _Layout
+from .lift_rereduce import COPIED, SUMMED, UNKNOWN, rereduced
 
 
 @dataclass
@@ -34,6 +37,8 @@ class Programs:
     data_axes: tuple[str, ...]
     observer: int
     every_of: dict[str, list] = field(default_factory=dict)  # parameter -> the stack of its every-micro-step all-reduce
+    # lift_rereduce's kind -> parameter -> (why, the stack of its call): an accumulating buffer reduced again
+    again_of: dict[str, dict[str, tuple]] = field(default_factory=dict)
 
     def _axes(self, c: dict, r: int) -> tuple[str, ...]:
         return self.layout.axes_of(c["ranks"], r) or ()
@@ -45,7 +50,9 @@ class Programs:
         calls = [self.by_seq[r][s] for s in g.get("collectives", [])]
         n_micro = max(1, len(self.step[r].get("losses", [])))
         scales = list(g.get("scales", []))
-        once = _once_per_micro_step(calls, lambda c: self._axes(c, r), self.micro[r], n_micro, scales, self.layout)
+        why: dict[tuple, str] = {}
+        once = _once_per_micro_step(calls, lambda c: self._axes(c, r), self.micro[r], n_micro, scales, self.layout,
+                                    (self.step[r].get("grads_between"), why))
         reds: list[str] = []
         frames: list = []
         const = Fraction(1)
@@ -55,11 +62,16 @@ class Programs:
                 continue
             ax = self._axes(c, r)
             key = (c["kind"], ax, c["op"])
-            if key in once:
+            kind = once.get(key)
+            if kind in (SUMMED, COPIED, UNKNOWN):
+                # one reduction of the summed gradient stated by lift_rereduce, or named there (UNKNOWN: kept
+                # as the repeated reductions they are)
+                self.again_of.setdefault(kind, {}).setdefault(p["name"], (why.get(key, ""), c["stack"]))
+            if kind not in (None, UNKNOWN):
                 if key in seen:
                     continue
                 seen.add(key)
-                if once[key] == "accumulated" or (once[key] == "fresh" and set(ax) & set(self.data_axes)):
+                if kind == "accumulated" or (kind == "fresh" and set(ax) & set(self.data_axes)):
                     self.every_of[p["name"]] = c["stack"]
             reds.extend(ax)
             frames.append(c["stack"])
@@ -74,7 +86,7 @@ class Programs:
                 if axis is not None:
                     reds.append(axis)
                     frames.append(self.step[r]["optimizer"].get("stack", []))
-        if once and scales and len(scales) % n_micro == 0:
+        if once and set(once.values()) - {UNKNOWN} and scales and len(scales) % n_micro == 0:
             # the scaling that goes with each micro-step's reduction: applied to each summand once
             per = len(scales) // n_micro
             chunks = [scales[i * per:(i + 1) * per] for i in range(n_micro)]
@@ -89,12 +101,14 @@ class Programs:
 
 
 def _once_per_micro_step(calls: list[dict], axes, micro: dict, n_micro: int, scales: list,
-                         layout: _Layout) -> dict[tuple, str]:
+                         layout: _Layout, between: tuple = (None, {})) -> dict[tuple, str]:
     """The reductions (kind, axes, op) made on every one of the ``n_micro`` micro-steps that are one
     reduction of the summed gradient (the module docstring): ``linear`` (reduce-scatters on every
     micro-step), ``fresh`` (one all-reduce a micro-step, each of the new gradient only) or
     ``accumulated`` (one all-reduce a micro-step of the accumulated buffer, each an average: the
-    scales with the same micro-step times the reduce op give 1 / the group's size)."""
+    scales with the same micro-step times the reduce op give 1 / the group's size); ``lift_rereduce``'s kinds
+    where the calls read the accumulating buffer after backward (``between``: the step's ``grads_between`` and
+    the dict that receives an unknown one's reason)."""
     if n_micro < 2:
         return {}
     at: dict[tuple, list[dict]] = {}
@@ -118,19 +132,27 @@ def _once_per_micro_step(calls: list[dict], axes, micro: dict, n_micro: int, sca
             continue
         if sorted(steps) != list(range(n_micro)):
             continue
+        averages = _averages(per, op, layout.size(ax))
+        again = rereduced(cs, micro, between[0], {k for k, x in enumerate(per or []) if x}, averages)
+        if again is not None:
+            out[key], between[1][key] = again
+            continue
         seqs = {c["seq"] for c in cs}
         if all("inputs_reduced" in c and not seqs & set(c["inputs_reduced"]) for c in cs):
             out[key] = "fresh"
-            continue
-        if per is None or any(sorted(x) != sorted(per[0]) for x in per):
-            continue
-        scale = Fraction(1)
-        for f in per[0]:
-            scale *= f
-        size = layout.size(ax)
-        if scale * (Fraction(1, size) if op == "avg" else 1) * size == 1:
+        elif averages:
             out[key] = "accumulated"
     return out
+
+
+def _averages(per: list[list[Fraction]] | None, op: str, size: int) -> bool:
+    """The scales of every micro-step are the same and, times the reduce op, give 1 / the group's size."""
+    if per is None or any(sorted(x) != sorted(per[0]) for x in per):
+        return False
+    scale = Fraction(1)
+    for f in per[0]:
+        scale *= f
+    return scale * (Fraction(1, size) if op == "avg" else 1) * size == 1
 
 
 def _factor(sc) -> Fraction:

@@ -35,7 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..measure.ranks.counter import c10d_collective, functional_collective, group_ranks
 from .recorder_checkpoint import Checkpoints
 from .recorder_events import Events, _checksum, _fraction, _key, _reduce_op, _tensors, _user_frames  # noqa: F401
-from .recorder_grads import grads_before
+from .recorder_grads import grads_before, inputs_read, tag_grads
 from .recorder_modules import Modules
 from .recorder_padding import call_kwargs, note_attention_mask
 from .recorder_partial import note_origin
@@ -138,15 +138,28 @@ class Recorder(Events, Modules, Checkpoints, Terms, TorchDispatchMode):
 
     def on_backward(self, tensor) -> None:
         rec = self.step_record()
-        if "grads_before" not in rec:  # the step's first backward: were the buffers cleared since the last step?
-            self._busy = True
-            try:
-                rec["grads_before"] = grads_before(list(self.modules.values()), self._param_names())
-            finally:
-                self._busy = False
+        # the step's first backward: were the buffers cleared since the last step? a later one (the next
+        # accumulated micro-step): since the previous backward?
+        self._busy = True
+        try:
+            seen = grads_before(list(self.modules.values()), self._param_names())
+            if "grads_before" not in rec:
+                rec["grads_before"] = seen
+            else:
+                rec.setdefault("grads_between", []).append(seen["carried"])
+        finally:
+            self._busy = False
         if isinstance(tensor, torch.Tensor) and tensor.numel() == 1:
             local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
             rec["losses"].append({"value": float(local.detach().float().sum()), "stack": _user_frames()})
+
+    def on_backward_done(self) -> None:
+        """A backward pass returned: its gradient buffers tagged with the micro-step (``recorder_grads``)."""
+        self._busy = True
+        try:
+            tag_grads(self, list(self.modules.values()), self.micro_step())
+        finally:
+            self._busy = False
 
     def on_step_pre(self, optimizer) -> None:
         rec = self.step_record()
@@ -365,8 +378,7 @@ class Recorder(Events, Modules, Checkpoints, Terms, TorchDispatchMode):
                     if ev not in in_events:
                         in_events.append(ev)
             rec["carried"] = sorted({ev[1] for ev in in_events if ev[0] == "param"})
-            # the reductions its input went through already (an accumulated gradient reduced again)
-            rec["inputs_reduced"] = sorted({ev[1] for ev in in_events if ev[0] == "collective"})
+            inputs_read(rec, in_events, self.phase)
             if rec["numel"] == 1 and first is not None:
                 rec["value_in"] = float(first.detach().float().sum())
                 offsets = [ev for ev in in_events if ev[0] == "offset"]

@@ -34,7 +34,7 @@ _COLLECTIVE = {"seq": (int, True), "step": (int, True), "phase": (str, True), "k
                "inputs_reduced": ([int], False), "value_in": (_NUM + (type(None),), False),
                "value_out": (_NUM + (type(None),), False), "micro": (int, False), "vector_in": ([_NUM], False),
                "module": (str, False), "custom_backward": (str, False), "sums": ([_NUM], False),
-               "origin": (str, False),
+               "origin": (str, False), "grads_read": ([int], False),
                "offset": ({"value": (_NUM, True), "at": (_FRAME, True)}, False)}
 _UNRECOGNISED = {"seq": (int, True), "op": (str, True), "phase": (str, False), "stack": ([_FRAME], True)}
 _GRAD = {"checksum": ((str, type(None)), False), "placements": ([str], False), "collectives": ([int], False),
@@ -61,6 +61,7 @@ _STEP = {"step": (int, True), "seed": (int, False),
                    False),
          "losses": ([{"value": (_NUM, False), "stack": ([_FRAME], False)}], False),
          "grads_before": ({"carried": ((bool, type(None)), True), "names": ([str], False)}, False),
+         "grads_between": ([(bool, type(None))], False),
          "router": ([{"width": (int, True), "rows": (int, True), "colsum": ([_NUM], True), "counts": ([int], False),
                       "top_k": (int, False), "micro": (int, False), "stack": ([_FRAME], False),
                       "capacity": (int, False), "kept": ([int], False), "entered": ([int], False), "masked": ([int], False),
