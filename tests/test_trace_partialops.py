@@ -4,9 +4,10 @@
 The fast tests give the lift fingerprints computed by hand (the arithmetic in the comments); the torch ones
 compute a row-parallel linear over two simulated ranks concretely (the full layer, its slices, both orders; the sum
 all-reduced or reduce-scattered) and run examples/traced/tp_rowwise_bias.py: refuted for the bias or the residual
-added before the all-reduce or the reduce-scatter (`--sp`), proved in the order Megatron-LM uses, unknown (PL614)
-where the output is not the product plus those terms or where the script reduces a summand no product alone wrote
-(`--caller-residual`, `--scaled`). Never proved where the order is not observed.
+added before the all-reduce or the reduce-scatter (`--sp`, `--sp-caller`), proved in the order Megatron-LM uses,
+unknown (PL614) where the output is not the product plus those terms, where the layer sums a buffer twice
+(`--twice`) or where the script reduces a summand no product alone wrote or a statistic of an addition
+(`--caller-residual`, `--scaled`, `--statistic`). Never proved where the order is not observed.
 """
 
 from __future__ import annotations
@@ -203,10 +204,104 @@ def test_the_op_that_wrote_a_value_is_followed_through_copies():
     assert origin_of(origins, in_place) == "add_"
 
 
-def _caller_reduced(summands: tuple[float, float], bias: float = 0.5, sums: bool = True) -> dict:
-    """fc2 (a bias, no collective of its own) whose output the caller all-reduces over tp: on rank r its bias-free
-    product's fingerprint 3 + 2r, its output's ``summands[r]``, 4 rows, the bias's fingerprint ``bias``; the
-    all-reduce's input checksums those of fc2's output (``sums``: else another tensor's)."""
+def _reduced_twice(origins: tuple[tuple[str, str], tuple[str, str]], recomputed: bool = True,
+                   statistic_of: str = "") -> dict:
+    """fc2 as in ``_fingerprinted(10.0)`` (the bias once after: 8 + 4 * 0.5 = 10) whose forward issues a second sum
+    all-reduce over tp: on rank r the first reduction's summand written by ``origins[r][0]``, the second's by
+    ``origins[r][1]`` (a statistic's input written by ``statistic_of``)."""
+    trace = _fingerprinted(10.0, recomputed=recomputed)
+    for part in trace["ranks"]:
+        fc2 = part["steps"][-1]["modules"][1]
+        first = next(c for c in part["collectives"] if c["seq"] == fc2["collectives"][0])
+        seq = max(c["seq"] for c in part["collectives"]) + 1
+        part["collectives"].append(dict(first, seq=seq, origin=origins[part["rank"]][1], statistic_of=statistic_of))
+        first["origin"] = origins[part["rank"]][0]
+        fc2["collectives"].append(seq)
+    return trace
+
+
+@pytest.mark.parametrize("origins,recomputed,statistic_of,why", [
+    ((("mm", "mm"), ("mm", "mm")), True, "", None),          # two products summed: the fingerprints decide (10)
+    ((("add", "mm"), ("add", "mm")), True, "", None),        # one summand not a product: the output's, decided
+    ((("add", "sum"), ("add", "sum")), True, "exp", None),   # a statistic of a value no addition wrote
+    ((("add", "sum"), ("add", "sum")), True, "add", "more than one of them"),  # a statistic of an addition
+    ((("add", "add"), ("add", "add")), True, "", "more than one of them"),
+    ((("mm", "all_reduce"), ("mm", "all_reduce")), True, "", "a buffer it already summed"),
+    ((("mm", "mm"), ("mm", "mm")), False, "", None),         # not recomputed: every summand a product alone
+    ((("mm", "mm"), ("mm", "add")), False, "", "cannot be recomputed"),  # rank 1's second summand an addition's
+    ((("mm", "all_reduce"), ("mm", "all_reduce")), False, "", "cannot be recomputed"),
+])
+def test_every_reduction_in_the_layer_is_read(origins, recomputed, statistic_of, why):
+    lifted, named = _lifted(_reduced_twice(origins, recomputed, statistic_of))
+    assert bool(named) == bool(why) and "_before_reduce" not in lifted.text, lifted.unliftable
+    if named:
+        assert why in named[0].reason and named[0].what == WHAT and f'unobserved "{WHAT}' in lifted.text
+
+
+@pytest.mark.parametrize("origin,statistic_of,reported", [
+    ("sum", "add", True),     # reduce((fc2(h) + b).sum(-1)): the bias in every rank's statistic
+    ("mean", "addmm", True),  # reduce(F.linear(h, W, b).mean(-1))
+    ("sum", "exp", False),    # the vocabulary-parallel cross entropy's sum of exponentials
+    ("sum", "mm", False),     # a statistic of a product alone
+    ("amax", "", False),      # a statistic whose input no op seen wrote: not an addition's
+])
+def test_a_statistic_of_an_addition_is_unknown(origin, statistic_of, reported):
+    """The script's own sum all-reduce over tp, outside any layer: its input a statistic whose own input the op
+    ``statistic_of`` wrote."""
+    trace = _layers(stored(), fc2_output_equal=True, fc2_reduced=True, losses_equal=True)
+    for part in trace["ranks"]:
+        seq = part["steps"][-1]["modules"][1].pop("collectives")[0]
+        c = next(c for c in part["collectives"] if c["seq"] == seq)
+        c.pop("module", None)
+        c.update(origin=origin, statistic_of=statistic_of, api="c10d.allreduce_")
+    lifted = lift(trace)
+    what = "the summand of the all-reduce over tp"
+    named = [u for u in lifted.unliftable if u.what.startswith(what)]
+    assert bool(named) == reported, lifted.unliftable
+    if named:
+        assert f"a statistic ({origin}) of the result of an addition ({statistic_of})" in named[0].reason
+
+
+@pytest.mark.torch
+def test_a_statistic_keeps_the_op_that_wrote_its_input():
+    """Under a dispatch mode noting every op: the row sum of a product plus a bias, of a product alone, of a fused
+    linear with a bias (cloned after the sum); a linear with a bias on a non-contiguous input; and a buffer
+    all-reduced in place (``note_reduced``), then cloned."""
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from placement_logic.trace.recorder_partial import note_origin, note_reduced, origin_of, statistic_of
+
+    origins: dict = {}
+
+    class Noting(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            note_origin(origins, func.overloadpacket.__name__, args, out)
+            return out
+
+    x, w, b = torch.randn(4, 3), torch.randn(2, 3), torch.randn(2)
+    with Noting():
+        added = (torch.nn.functional.linear(x, w) + b).sum(-1)
+        alone = torch.nn.functional.linear(x, w).sum(-1)
+        fused = torch.nn.functional.linear(x, w, b).mean(-1).clone()
+        strided = torch.nn.functional.linear(x.view(2, 2, 3).transpose(0, 1), w, b)  # the bias added apart
+        reduced = torch.nn.functional.linear(x, w).clone()
+        note_reduced(origins, reduced)
+        again = reduced.clone()
+    assert (origin_of(origins, added), statistic_of(origins, added)) == ("sum", "add")
+    assert origin_of(origins, alone) == "sum" and statistic_of(origins, alone) in ("mm", "matmul")
+    assert (origin_of(origins, fused), statistic_of(origins, fused)) == ("mean", "addmm")
+    assert origin_of(origins, again) == "all_reduce" and statistic_of(origins, again) == ""
+    assert origin_of(origins, strided) in ("add", "add_", "addmm")  # a linear with a bias never reads as a product
+
+
+def _caller_reduced(summands: tuple[float, float], bias: float = 0.5, sums: bool = True,
+                    kind: str = "all_reduce") -> dict:
+    """fc2 (a bias, no collective of its own) whose output the caller all-reduces (``kind``: or reduce-scatters)
+    over tp: on rank r its bias-free product's fingerprint 3 + 2r, its output's ``summands[r]``, 4 rows, the bias's
+    fingerprint ``bias``; the collective's input checksums those of fc2's output (``sums``: else another
+    tensor's); the op that wrote its input a product (``mm``)."""
     trace = _layers(stored(), fc2_output_equal=False, fc2_reduced=True, losses_equal=True)
     for part in trace["ranks"]:
         r, st = part["rank"], part["steps"][-1]
@@ -217,6 +312,8 @@ def _caller_reduced(summands: tuple[float, float], bias: float = 0.5, sums: bool
                           "sums": [summands[r], 1.0, 2.0]}
         c = next(c for c in part["collectives"] if c["seq"] == seq)
         c["sums"] = [summands[r], 1.0, 2.0] if sums else [99.0, 1.0, 2.0]
+        api = "c10d._reduce_scatter_base_" if kind == "reduce_scatter" else "c10d.allreduce_"
+        c.update(kind=kind, api=api, origin="mm")  # as F.linear(h, W) writes it: a product alone
         c.pop("module", None)
     return trace
 
@@ -229,14 +326,17 @@ def _caller_reduced(summands: tuple[float, float], bias: float = 0.5, sums: bool
     ((3.0, 6.0), 0.5, True, "unknown"),             # 1 over the products: neither 0, 2 nor 4
     ((3.0, 5.0), 0.0, True, "too small"),           # a zero bias: 0 however many summands carry it
 ])
-def test_the_bias_in_every_summand_the_caller_reduces(summands, bias, sums, want):
-    lifted, named = _lifted(_caller_reduced(summands, bias, sums))
+@pytest.mark.parametrize("kind", ["all_reduce", "reduce_scatter"])
+def test_the_bias_in_every_summand_the_caller_reduces(summands, bias, sums, want, kind):
+    lifted, named = _lifted(_caller_reduced(summands, bias, sums, kind))
     line = "  override activations[mlp]: bias_before_reduce over (tp)"
     assert (line in lifted.text) == (want == "bias_before_reduce"), lifted.text
     unknown = {"unknown": "not its bias-free product plus its bias", "too small": "too small"}.get(want)
     assert bool(named) == bool(unknown), lifted.unliftable
     if named:
         assert unknown in named[0].reason and f'unobserved "{WHAT}' in lifted.text
+    if not sums:  # not matched: its summand a product alone (origin "mm"), trusted
+        assert not [u for u in lifted.unliftable if u.what.startswith("the summand of")], lifted.unliftable
 
 
 @pytest.mark.torch
@@ -332,10 +432,11 @@ def _trace(argv: list[str], tmp_path):
 @pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.parametrize("argv,verb", [([], "bias_before_reduce"), (["--residual"], "residual_before_reduce"),
-                                       (["--caller"], "bias_before_reduce"), (["--sp"], "bias_before_reduce")])
+                                       (["--caller"], "bias_before_reduce"), (["--sp"], "bias_before_reduce"),
+                                       (["--sp-caller"], "bias_before_reduce")])
 def test_an_addition_before_the_all_reduce_is_refuted_at_the_layer(argv, verb, tmp_path, monkeypatch):
     """In fc2's own forward (the bias, the residual passed in; the bias before its reduce-scatter under sequence
-    parallelism by hand) or in every summand its caller all-reduces."""
+    parallelism by hand) or in every summand its caller all-reduces (or reduce-scatters)."""
     pytest.importorskip("torch")
     monkeypatch.chdir(ROOT)
     status, out, err, spec = _trace(argv, tmp_path)
@@ -349,7 +450,9 @@ def test_an_addition_before_the_all_reduce_is_refuted_at_the_layer(argv, verb, t
 @pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.parametrize("argv,tp", [(["--fixed"], "megatron_tp"), (["--caller-fixed"], "megatron_tp"),
-                                     (["--scaled-fixed"], "megatron_tp"), (["--sp-fixed"], "megatron_sp")])
+                                     (["--scaled-fixed"], "megatron_tp"), (["--sp-fixed"], "megatron_sp"),
+                                     (["--two-products"], "megatron_tp"), (["--statistic-fixed"], "megatron_tp"),
+                                     (["--sp-caller-fixed"], "megatron_sp")])
 def test_the_bias_and_residual_after_the_all_reduce_are_proved(argv, tp, tmp_path, monkeypatch):
     pytest.importorskip("torch")
     monkeypatch.chdir(ROOT)
@@ -366,12 +469,16 @@ def test_the_bias_and_residual_after_the_all_reduce_are_proved(argv, tp, tmp_pat
      "ReduceFromTensorRanks.apply(self.fc2(F.gelu(self.fc1(x)), None) + x"),
     (["--scaled"], "the summand of the all-reduce over tp at examples/traced/tp_rowwise_bias.py:{line}",
      "ReduceFromTensorRanks.apply(SCALE * (self.fc2("),
+    (["--twice"], WHAT, "def forward(self, x, residual):"),
+    (["--statistic"], "the summand of the all-reduce over tp at examples/traced/tp_rowwise_bias.py:{line}",
+     "centre = ReduceFromTensorRanks.apply((part + self.fc2.bias)"),
 ])
 def test_an_operation_not_decided_is_unknown(argv, what, where, tmp_path, monkeypatch):
     """tanh on each rank's summand (the output is not the product plus the bias or the residual); the residual
     added by the caller to fc2's partial sum before its all-reduce (the summand an addition no layer's output
-    accounts for); the bias added and the sum scaled before it (the summand a product's, ``mul``): named at the
-    line, never proved."""
+    accounts for); the bias added and the sum scaled before it (the summand a product's, ``mul``); fc2's partial sum
+    all-reduced twice in its forward; a row statistic of fc2's partial sum with the bias added on every rank: named
+    at the line, never proved."""
     pytest.importorskip("torch")
     monkeypatch.chdir(ROOT)
     status, out, err, spec = _trace(argv, tmp_path)

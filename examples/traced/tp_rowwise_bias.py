@@ -17,7 +17,14 @@ partial sum with the bias, F.linear(x, W, b), over the batch rows, and the MLP a
 the bias counted on every rank), --sp-fixed (fc2
 reduce-scatters its bias-free partial sum and adds the bias to its slice of rows; the bias's
 gradient, each rank's rows only, all-reduced over the tensor ranks after backward as Megatron-LM
-does for sequence-parallel parameters).
+does for sequence-parallel parameters), --twice (fc2 all-reduces its bias-free partial sum, then all-reduces the
+result again: every summand counted twice over), --two-products (fc2 all-reduces the products of the two halves of
+its input features separately, then adds the bias and the residual: fixed), --statistic (the MLP all-reduces a
+row statistic, (fc2(h) + b).sum(-1), of fc2's partial sum with the bias added on every rank, and centres the
+output by it), --statistic-fixed (the statistic of fc2's bias-free partial sum, all-reduced, the bias's sum
+added after), --sp-caller (fc2 returns its partial sum with the bias, the MLP reduce-scatters it: the bias
+counted on every rank), --sp-caller-fixed (fc2 returns its bias-free partial sum, the MLP reduce-scatters it
+and adds the bias to its slice of rows).
 
 Every rank sees the same batch; each holds its slice of fc1's output features and of fc2's input
 features (sliced from one model built from one seed), and the biases whole.
@@ -34,7 +41,8 @@ from torch import nn
 
 HIDDEN, FFN, OUT, BATCH = 16, 32, 8, 4
 MODES = ("--residual", "--fixed", "--tanh", "--caller", "--caller-fixed", "--caller-residual", "--scaled",
-         "--scaled-fixed", "--sp", "--sp-fixed")
+         "--scaled-fixed", "--sp", "--sp-fixed", "--twice", "--two-products", "--statistic", "--statistic-fixed",
+         "--sp-caller", "--sp-caller-fixed")
 MODE = next((a[2:] for a in sys.argv[1:] if a in MODES), "bias")
 SCALE = 0.5
 
@@ -80,9 +88,16 @@ class RowLinear(nn.Module):
         self.bias = nn.Parameter(full.bias.detach().clone())
 
     def forward(self, x, residual):
-        if MODE == "caller":  # the bug: the partial sum with the bias, all-reduced by the caller
+        if MODE == "twice":  # the bug: the partial sum all-reduced, then its result all-reduced again
+            return ReduceFromTensorRanks.apply(ReduceFromTensorRanks.apply(F.linear(x, self.weight))) + self.bias + residual
+        if MODE == "two-products":  # each half of this rank's input features reduced on its own
+            half = x.shape[-1] // 2
+            first = ReduceFromTensorRanks.apply(F.linear(x[:, :half], self.weight[:, :half]))
+            return first + ReduceFromTensorRanks.apply(F.linear(x[:, half:], self.weight[:, half:])) + self.bias + residual
+        if MODE in ("caller", "sp-caller"):  # the bug: the partial sum with the bias, all-reduced by the caller
             return F.linear(x, self.weight, self.bias)
-        if MODE in ("caller-fixed", "caller-residual", "scaled", "scaled-fixed"):
+        if MODE in ("caller-fixed", "caller-residual", "scaled", "scaled-fixed", "statistic", "statistic-fixed",
+                    "sp-caller-fixed"):
             return F.linear(x, self.weight)
         if MODE == "sp":  # the bug: the bias added to every rank's partial sum before the reduce-scatter
             return scatter_rows(F.linear(x, self.weight, self.bias))
@@ -115,6 +130,17 @@ class MLP(nn.Module):
             return ReduceFromTensorRanks.apply(SCALE * (self.fc2(F.gelu(self.fc1(x)), None) + self.fc2.bias)) + x[:, :OUT]
         if MODE == "scaled-fixed":
             return SCALE * ReduceFromTensorRanks.apply(self.fc2(F.gelu(self.fc1(x)), None)) + self.fc2.bias + x[:, :OUT]
+        if MODE in ("statistic", "statistic-fixed"):
+            part = self.fc2(F.gelu(self.fc1(x)), None)
+            if MODE == "statistic":  # the bug: the bias in every rank's summand of the statistic
+                centre = ReduceFromTensorRanks.apply((part + self.fc2.bias).sum(-1, keepdim=True))
+            else:
+                centre = ReduceFromTensorRanks.apply(part.sum(-1, keepdim=True)) + self.fc2.bias.sum()
+            return ReduceFromTensorRanks.apply(part) + self.fc2.bias - centre / OUT + x[:, :OUT]
+        if MODE == "sp-caller":  # the bug: the bias in every rank's summand of the reduce-scatter
+            return GatherRows.apply(scatter_rows(self.fc2(F.gelu(self.fc1(x)), None))) + x[:, :OUT]
+        if MODE == "sp-caller-fixed":
+            return GatherRows.apply(scatter_rows(self.fc2(F.gelu(self.fc1(x)), None)) + self.fc2.bias) + x[:, :OUT]
         if MODE in ("sp", "sp-fixed"):
             return GatherRows.apply(self.fc2(F.gelu(self.fc1(x)), None)) + x[:, :OUT]
         return self.fc2(F.gelu(self.fc1(x)), x[:, :OUT])
@@ -129,7 +155,7 @@ for step in range(2):
     x, y = torch.randn(BATCH, HIDDEN, generator=g), torch.randint(0, OUT, (BATCH,), generator=g)
     loss = F.cross_entropy(model(x), y)
     loss.backward()
-    if MODE == "sp-fixed":  # the bias's gradient from each rank's rows, summed over the tensor ranks
+    if MODE in ("sp-fixed", "sp-caller-fixed"):  # the bias's gradient from each rank's rows, summed over the tensor ranks
         dist.all_reduce(model.fc2.bias.grad)
     opt.step()
     opt.zero_grad()

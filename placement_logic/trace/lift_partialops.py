@@ -35,7 +35,14 @@ hand, each rank keeping a slice of the rows) is read the same way: each rank's s
 slices' fingerprints add up to the sum's, the bias after is counted on each slice's rows and before on each
 summand's; a residual argument shaped like the product can only be in the summands, one shaped like the slice only
 after. The script's own sum all-reduce or reduce-scatter over the tensor axis whose input neither a product alone
-nor a reduction to a statistic wrote (an addition, a scale, any other op or none seen) is reported the same way.
+nor a reduction to a statistic wrote (an addition, a scale, any other op or none seen), or a statistic of an
+addition's result (``reduce((fc2(h) + b).sum(-1))``: the statistic's input, ``statistic_of``), is reported the same
+way; a caller's reduce-scatter of a layer's output is matched by the same checksums as its all-reduce.
+
+Every sum collective over the tensor axis in a layer's forward is read: the fingerprints decide the output where at
+most one of them sums a value other than a product alone or a statistic of one; more, or a buffer summed again
+after its in-place all-reduce (its ``origin`` the all-reduce), is reported; a layer not recomputed is trusted only
+where every one of its reductions summed a product alone.
 
 A layer whose weight is a DTensor (torch's parallel styles) is DTensor's to order: not read here.
 """
@@ -51,27 +58,61 @@ from .lift_layout import Unliftable, _frames, _Layout
 RTOL = 1e-4  # the fingerprints' rounding, relative to their magnitudes (float32 layers summed in float64)
 PRODUCTS = ("mm", "bmm", "matmul", "mv", "dot")  # a summand written by a product alone: nothing added to it
 SUMS = ("all_reduce", "reduce_scatter")  # the collectives that sum the partial outputs (the output a slice)
+ADDITIONS = ("add", "add_", "addmm", "addmm_", "baddbmm", "addcmul", "sub", "sub_")
+# a statistic reduced from each rank's slice (a softmax's normaliser, a mean's numerator): the loss lifts read it
+REDUCTIONS = ("sum", "mean", "amax", "amin", "max", "min", "logsumexp", "norm", "linalg_vector_norm")
 
 
-def _reduction(m: dict, by_seq: dict, layout: _Layout, tp: str, r: int) -> dict | None:
-    """The all-reduce or reduce-scatter (a sum) over exactly ``tp`` that the layer's own forward issued, if any."""
+def _reductions(m: dict, by_seq: dict, layout: _Layout, tp: str, r: int) -> list[dict]:
+    """Every all-reduce or reduce-scatter (a sum) over exactly ``tp`` that the layer's own forward issued."""
+    found = []
     for s in m.get("collectives", []):
         c = by_seq.get(s)
         if (c is not None and c.get("module") == m.get("name") and c["kind"] in SUMS
                 and c.get("op", "sum") == "sum" and layout.axes_of(c["ranks"], r) == (tp,)):
-            return c
-    return None
+            found.append(c)
+    return found
+
+
+def _reduction(m: dict, by_seq: dict, layout: _Layout, tp: str, r: int) -> dict | None:
+    """The first of them, if any."""
+    found = _reductions(m, by_seq, layout, tp, r)
+    return found[0] if found else None
+
+
+def _trusted(c: dict) -> bool:
+    """A summand a product alone wrote, or a statistic of a value no addition wrote: nothing added to it."""
+    return c.get("origin") in PRODUCTS or (c.get("origin") in REDUCTIONS and c.get("statistic_of") not in ADDITIONS)
 
 
 def _products_alone(name: str, c: dict, mods: dict, by_seq: dict, layout: _Layout, tp: str) -> bool:
-    """Whether on every rank of the reduction the layer's all-reduce summed a value a product wrote (through
-    copies): nothing was added to or applied on the partial sums before it."""
+    """Whether on every rank of the reduction every sum the layer's forward reduced over ``tp`` is a value a product
+    wrote (through copies; a second reduction of the same buffer is the first's): nothing was added to or applied
+    on the partial sums before them."""
+    counts = set()
     for g in c["ranks"]:
         m = mods.get(g, {}).get(name)
-        mine = _reduction(m, by_seq.get(g, {}), layout, tp, g) if m is not None else None
-        if mine is None or mine.get("origin") not in PRODUCTS:
+        mine = _reductions(m, by_seq.get(g, {}), layout, tp, g) if m is not None else []
+        if not mine or any(x.get("origin") not in PRODUCTS for x in mine):
             return False
-    return True
+        counts.add(len(mine))
+    return len(counts) == 1
+
+
+def _unexplained(name: str, c: dict, mods: dict, by_seq: dict, layout: _Layout, tp: str) -> str:
+    """Why the fingerprints of a layer that reduces over ``tp`` more than once do not decide it ("" where they do):
+    they read its output as the sum of its products plus the terms added, so at most one of its reductions may sum
+    a value other than a product alone or a statistic of one (that one is the output's); a buffer reduced twice is
+    not that."""
+    for g in c["ranks"]:
+        m = mods.get(g, {}).get(name)
+        mine = _reductions(m, by_seq.get(g, {}), layout, tp, g) if m is not None else []
+        if any(x.get("origin") == "all_reduce" for x in mine):
+            return f"its forward sums over {tp} a buffer it already summed (each summand counted again on every rank)"
+        if sum(not _trusted(x) for x in mine) > 1:
+            return (f"its forward sums over {tp} {len(mine)} values, more than one of them neither a product alone "
+                    "nor a statistic of one: what each rank added to those summands is not observed")
+    return ""
 
 
 def _orders(mine: dict, group: list[dict]) -> tuple[set[tuple[str, ...]], float]:
@@ -118,7 +159,7 @@ def _summands(step: dict, ranks: dict, layout: _Layout, tp: str, mods: dict) -> 
         other = layout.neighbour(r, tp)
         for c in ranks[r]["collectives"]:
             m = outs.get(tuple(c.get("sums") or ()))
-            if (m is None or c["step"] != no or c["phase"] != "forward" or c["kind"] != "all_reduce"
+            if (m is None or c["step"] != no or c["phase"] != "forward" or c["kind"] not in SUMS
                     or c.get("op", "sum") != "sum" or layout.axes_of(c["ranks"], r) != (tp,)
                     or c["seq"] in m.get("collectives", [])):
                 continue
@@ -128,13 +169,12 @@ def _summands(step: dict, ranks: dict, layout: _Layout, tp: str, mods: dict) -> 
     return found
 
 
-ADDITIONS = ("add", "add_", "addmm", "addmm_", "baddbmm", "addcmul", "sub", "sub_")
-# a statistic reduced from each rank's slice (a softmax's normaliser, a mean's numerator): the loss lifts read it
-REDUCTIONS = ("sum", "mean", "amax", "amin", "max", "min", "logsumexp", "norm", "linalg_vector_norm")
-
-
 def _why(c: dict, tp: str) -> str:
     origin, kind = c.get("origin") or "", c["kind"].replace("_", "-")
+    if origin in REDUCTIONS:
+        return (f"its input, on each rank, is a statistic ({origin}) of the result of an addition "
+                f"({c.get('statistic_of')}): whether a bias or a residual is added to each rank's partial sum before "
+                f"the statistic and the {kind} over {tp} (counted on every rank) is not observed")
     if origin in ADDITIONS:
         return (f"its input, on each rank, is the result of an addition ({origin}) that no layer's output accounts "
                 f"for: whether a bias or a residual is added to each rank's partial sum before the {kind} over {tp} "
@@ -159,7 +199,7 @@ def _added_summands(step: dict, ranks: dict, layout: _Layout, tp: str, mods: dic
         for c in ranks[r]["collectives"]:
             own = (mods[r].get(c.get("module")) or {}).get("partial")
             if (c["step"] != no or c["phase"] != "forward" or c["kind"] not in SUMS or own is not None
-                    or c.get("op", "sum") != "sum" or c.get("origin") in PRODUCTS + REDUCTIONS
+                    or c.get("op", "sum") != "sum" or _trusted(c)
                     or (r, c["seq"]) in matched or not str(c.get("api", "")).startswith("c10d.")
                     or layout.axes_of(c["ranks"], r) != (tp,)):
                 continue
@@ -234,6 +274,11 @@ def partial_ops(step: dict, ranks: dict, layout: _Layout, tp: str,
             label = f"{name} ({m.get('class')})"
             group = [mods.get(g, {}).get(name, {}).get("partial") or {} for g in c["ranks"]]
             if not all(p.get("recomputed") for p in group) and _products_alone(name, c, mods, by_seq, layout, tp):
+                continue
+            twice = _unexplained(name, c, mods, by_seq, layout, tp) if all(p.get("recomputed") for p in group) else ""
+            if twice:
+                items.append(Unliftable((r,), c["seq"], f"the operations on the partial output of {label} over {tp}",
+                                        f"{twice}; its activation obligations are not decided", tuple(where)))
                 continue
             if not all(p.get("recomputed") for p in group):
                 items.append(Unliftable(

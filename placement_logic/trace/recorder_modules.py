@@ -24,7 +24,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from .recorder_events import TORCH_DIR, _checksum, _user_frames
-from .recorder_partial import origin_of, partial_ops
+from .recorder_partial import note_reduced, origin_of, partial_ops, statistic_of
 
 MAX_MODULES = 256  # layer records per step
 
@@ -135,6 +135,11 @@ class Modules:
         """A forward all-reduce or reduce-scatter: the op that wrote its input (``origin``, through copies)."""
         if self.phase == "forward" and rec["kind"] in ("all_reduce", "reduce_scatter"):
             rec["origin"] = origin_of(self.origins, first)
+            of = statistic_of(self.origins, first)
+            if of:
+                rec["statistic_of"] = of  # the statistic's own input: an addition's result or not
+            if rec["kind"] == "all_reduce" and rec.get("op", "sum") == "sum" and rec["api"].startswith("c10d."):
+                note_reduced(self.origins, first)
 
     def running_module(self) -> int | None:
         return self.module_stack[-1][0] if self.module_stack else None

@@ -115,28 +115,51 @@ def _ptr(t: torch.Tensor) -> int | None:
         return None
 
 
+# A reduction to a statistic: the op that wrote its own input is kept too (``statistic_of``), so that the statistic of
+# an addition (``(fc2(h) + b).sum(-1)``) is told from that of a product alone.
+STATISTICS = {"sum", "mean", "amax", "amin", "max", "min", "logsumexp", "norm", "linalg_vector_norm"}
+
+
 def note_origin(origins: dict, name: str, args, out) -> None:
-    """In forward: the op that wrote each output's storage (an in-place op its target's; a view nothing)."""
+    """In forward: the op that wrote each output's storage (an in-place op its target's; a view nothing), and for a
+    statistic the op that wrote its input."""
     if len(origins) > MAX_ORIGINS:
         origins.clear()
     ins = [t for t in _tensors(list(args)) if not isinstance(t, DTensor)]
     shared = {_ptr(t) for t in ins}
     src = _ptr(args[1] if name in ("copy_", "copy") and len(ins) > 1 else ins[0]) if ins else None
+    of = origin_of(origins, ins[0]) if ins and name in STATISTICS else ""
     for t in _tensors(out):
         k = None if isinstance(t, DTensor) else _ptr(t)
         if k is None or (k in shared and not name.endswith("_")):
             continue  # a view: its values are its input's
-        origins[k] = (name, src if name in COPIES and src != k else None)
+        origins[k] = (name, src if name in COPIES and src != k else None, of)
+
+
+def note_reduced(origins: dict, t) -> None:
+    """A forward sum all-reduce in place: its buffer is now the reduction's (a second one sums it again)."""
+    k = _ptr(t) if isinstance(t, torch.Tensor) and not isinstance(t, DTensor) else None
+    if k is not None:
+        origins[k] = ("all_reduce", None, "")
+
+
+def _origin(origins: dict, t) -> tuple[str, str]:
+    k = _ptr(t) if isinstance(t, torch.Tensor) and not isinstance(t, DTensor) else None
+    name, of = "", ""
+    for _ in range(8):
+        if k is None or k not in origins:
+            return name, of
+        name, k, of = origins[k]
+        if name not in COPIES:
+            return name, of
+    return name, of
 
 
 def origin_of(origins: dict, t) -> str:
     """The op that made ``t``'s values, through copies; "" where none was seen."""
-    k = _ptr(t) if isinstance(t, torch.Tensor) and not isinstance(t, DTensor) else None
-    name = ""
-    for _ in range(8):
-        if k is None or k not in origins:
-            return name
-        name, k = origins[k]
-        if name not in COPIES:
-            return name
-    return name
+    return _origin(origins, t)[0]
+
+
+def statistic_of(origins: dict, t) -> str:
+    """Where a statistic (``STATISTICS``) made ``t``'s values: the op that wrote the statistic's input; else ""."""
+    return _origin(origins, t)[1]

@@ -110,7 +110,7 @@ def note_router_choice(entry: dict, out) -> None:
 
 
 def note_sums(rec, record: dict, inputs) -> None:
-    """A forward all-reduce of one float tensor: its input's linear checksums (``sums``)."""
-    if rec.phase == "forward" and record["kind"] == "all_reduce" and len(inputs) == 1 \
+    """A forward all-reduce or reduce-scatter of one float tensor: its input's linear checksums (``sums``)."""
+    if rec.phase == "forward" and record["kind"] in ("all_reduce", "reduce_scatter") and len(inputs) == 1 \
             and isinstance(inputs[0], torch.Tensor) and inputs[0].is_floating_point() and 1 < inputs[0].numel() <= LIMIT:
         record["sums"] = linear_sums(inputs[0])

@@ -108,7 +108,7 @@ class Terms:
         if self.phase == "forward" and rec["kind"] == "all_reduce" and 1 < rec["numel"] <= 256 and len(inputs) == 1 \
                 and _real(inputs[0]):
             rec["vector_in"] = inputs[0].detach().float().reshape(-1).tolist()
-        if _real(*[t for t in inputs if isinstance(t, torch.Tensor)]):
+        if rec["kind"] in ("all_reduce", "reduce_scatter") and _real(*[t for t in inputs if isinstance(t, torch.Tensor)]):
             note_sums(self, rec, inputs)  # an all-reduced activation's summands (recorder_router)
 
     def follow_router(self, name: str, args, out) -> None:

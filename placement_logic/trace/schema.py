@@ -34,7 +34,7 @@ _COLLECTIVE = {"seq": (int, True), "step": (int, True), "phase": (str, True), "k
                "inputs_reduced": ([int], False), "value_in": (_NUM + (type(None),), False),
                "value_out": (_NUM + (type(None),), False), "micro": (int, False), "vector_in": ([_NUM], False),
                "module": (str, False), "custom_backward": (str, False), "sums": ([_NUM], False),
-               "origin": (str, False), "grads_read": ([int], False),
+               "origin": (str, False), "grads_read": ([int], False), "statistic_of": (str, False),
                "offset": ({"value": (_NUM, True), "at": (_FRAME, True)}, False)}
 _UNRECOGNISED = {"seq": (int, True), "op": (str, True), "phase": (str, False), "stack": ([_FRAME], True)}
 _GRAD = {"checksum": ((str, type(None)), False), "placements": ([str], False), "collectives": ([int], False),
