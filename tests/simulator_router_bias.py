@@ -34,19 +34,16 @@ def agrees(sizes: dict[str, int], roles: dict[str, str], axes: tuple[str, ...], 
     for t in range(trials):
         rnd = random.Random(hash((seed, t)))
         blocks: dict[tuple, list[int]] = {}
-
-        def block(d):
+        for d in devices:
             key = tuple(d[a] for a in split)
             if key not in blocks:
                 counts = [0] * experts
                 for _ in range(tokens):
                     counts[rnd.randrange(experts)] += 1
                 blocks[key] = counts
-            return blocks[key]
-
-        local = [block(d) for d in devices]
+        local = [blocks[tuple(d[a] for a in split)] for d in devices]
         single = _step([sum(b[e] for b in blocks.values()) for e in range(experts)])
-        for i, d in enumerate(devices):
+        for d in devices:
             peers = [j for j, p in enumerate(devices) if all(p[a] == d[a] for a in names if a not in axes)]
             reduced = [sum(local[j][e] for j in peers) for e in range(experts)]
             if _step(reduced) != single:

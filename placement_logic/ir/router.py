@@ -25,7 +25,6 @@ from .overrides import OverrideTarget, OverrideVerb
 from .views import view
 from .walker import fold
 
-
 # the routing bias's statements (check.router_bias), apart from the top-k choice's
 BIAS_VERBS = (OverrideVerb.COUNTS_REDUCE, OverrideVerb.COUNTS_RECOMPUTED)
 
