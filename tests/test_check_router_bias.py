@@ -73,6 +73,18 @@ def test_checker_agrees_with_the_simulator_at_sizes_1_to_3():
             assert (ob.verdict == Verdict.PROVED) == sim.agrees(sizes, roles, axes, 4, trials=24), (sizes, axes)
 
 
+@pytest.mark.slow
+def test_checker_agrees_with_the_simulator_with_expert_and_replicating_tensor_axes():
+    """dp = 2, tp (no sequence parallelism: its ranks hold the same tokens) and ep in 1..3, every sum naming dp."""
+    roles = {"dp": "data", "tp": "tensor", "ep": "expert"}
+    for tp, ep in product((1, 2, 3), repeat=2):
+        sizes = {"dp": 2, "tp": tp, "ep": ep}
+        mesh = {a: (roles[a], n) for a, n in sizes.items()}
+        for axes in (("dp",), ("dp", "tp"), ("dp", "ep"), ("dp", "tp", "ep")):
+            ob = verdict(text(mesh, [f"counts_reduce over ({', '.join(axes)})"], experts=6), sizes)
+            assert (ob.verdict == Verdict.PROVED) == sim.agrees(sizes, roles, axes, 6, trials=24), (sizes, axes)
+
+
 def test_the_replay_by_hand():
     """tp = 3, E = 4: rank 0 counts (2, 0, 0, 0), rank 1 (0, 2, 0, 0), rank 2 (1, 1, 0, 0); summed (3, 3, 0, 0),
     mean 6/4 = 3/2: the single device steps (-1, -1, +1, +1); rank 0's mean 1/2: (-1, +1, +1, +1)."""
