@@ -12,6 +12,11 @@ data, context, expert and pipeline axes the ranks hold different tokens (or, on 
 * ``input_partial`` (the router reading the row-parallel linear's partial sums) differs along a named tensor axis,
   with or without sequence parallelism (a reduce-scatter's input is partial too).
 
+The routing bias's statements (``counts_reduce over (AXES) | counts_recomputed``; check.router_bias) say how
+its per-expert token counts are taken: ``token_axes`` are the axes whose ranks hold different tokens, which the
+sum must cover. A statement without the model's bias, ``counts_recomputed`` (a factor the update's sign cannot
+see) and one on a group change nothing (PL506); a pipeline axis summed over is PL270.
+
 Input: an ``ir.Plan``. Output: (code, message, span, notes) for a statement that changes nothing (PL506): in a
 model without experts, on a group, or naming no tensor axis (the only axes whose ranks can hold the same tokens or
 a row-parallel linear's partial sums; a tensor axis under sequence parallelism is read, and proved, for ``vary``).
