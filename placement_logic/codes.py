@@ -155,6 +155,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PL269": ("rank-sets-axis", "reduce_sets over no axis, an axis twice, several axes of a size not a number "
               "(for the grad norm also over a reduction that is no plain sum), or rank sets given to a verb that "
               "takes none."),
+    "PL270": ("router-counts-pipeline", "override router: counts_reduce over (AXES) naming a pipeline axis: the "
+              "routing bias's counts of layers on other stages, each with a bias of its own (not modelled)."),
     "PL271": ("amax-local-and-reduced", "override amax[g]: local over (A) and amax[g]: reduce over (B) (or the "
               "statements for every group) naming one axis: its amax both left out of the reduction and reduced."),
     # the MoE dispatch's capacity step (check.encode_capacity, where the plan is resolved)

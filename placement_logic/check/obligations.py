@@ -218,6 +218,9 @@ def obligations(step: steps.StepModel, derived: steps.StepModel, ctx: rp.Context
     from . import router  # the MoE router's top-k choice, where the plan states it
 
     obs += router.obligations(plan, ctx)
+    from . import router_bias  # the routing bias's token counts, where the plan states them
+
+    obs += router_bias.obligations(plan, ctx)
     return undecided.apply(_extended(obs, step, ctx, plan), step, ctx.pinned)
 
 

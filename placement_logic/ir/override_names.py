@@ -162,6 +162,8 @@ class OverrideVerb(StrEnum):
     CONTIGUOUS = "contiguous"
     MASKS_PADDING = "masks_padding"
     COUNTS_PADDING = "counts_padding"
+    COUNTS_REDUCE = "counts_reduce"
+    COUNTS_RECOMPUTED = "counts_recomputed"
     DROPS_ZEROED = "drops_zeroed"
     DROPPED_UNINITIALISED = "dropped_uninitialised"
     DROPPED_WEIGHTED = "dropped_weighted"

@@ -282,7 +282,12 @@ OVERRIDE_VERBS: dict[str, dict[str, tuple[bool, bool]]] = {
     # single device does (its jitter / gate noise drawn from a generator shared over them, its input the reduced
     # activation; as derived); vary: its scores' noise drawn with a per-rank seed over these axes; input_partial: it
     # routes the un-reduced partial sums of the row-parallel linear over these axes (before their all-reduce)
-    "router": {"same": (False, False), "vary": (True, False), "input_partial": (True, False)},
+    # and the aux-loss-free routing bias (check/router_bias.py; model flag router_bias): counts_reduce: the per-expert
+    # token counts summed over exactly these axes before the step's update bias_e += u * sign(mean - count_e)
+    # (derived: every axis whose ranks hold different tokens); counts_recomputed: counted in the forward and again in
+    # the recomputed forward (every count doubled, which the sign of the update cannot see: PL506)
+    "router": {"same": (False, False), "vary": (True, False), "input_partial": (True, False),
+               "counts_reduce": (True, False), "counts_recomputed": (False, False)},
     # the head split of Ulysses' all-to-alls (check/encode_ulysses_heads.py): [forward] / [backward] (no group: both)
     # the rule that gives rank r of the g ranks its contiguous heads of h: uneven (DeepSpeed's uneven all-to-all:
     # floor(h/g) each, one more on the first h mod g ranks), chunk (torch.chunk: ceil(h/g) each until the heads run

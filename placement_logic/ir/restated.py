@@ -44,6 +44,8 @@ def family(o) -> str | None:
     """The name of the statement's once-only family (its group included), or None where statements of its
     target combine (reductions, several loss or checkpoint behaviours, ...)."""
     group = f"[{o.group}]" if o.group else ""
+    if o.target == OverrideTarget.ROUTER and o.verb in (OverrideVerb.COUNTS_REDUCE, OverrideVerb.COUNTS_RECOMPUTED):
+        return f"router{group}: {o.verb}"
     if o.target in (OverrideTarget.ROUTER, OverrideTarget.HEADS):
         return f"{o.target}{group}"
     if o.target == OverrideTarget.CAPACITY:

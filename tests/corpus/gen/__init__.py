@@ -12,4 +12,5 @@ from . import (  # noqa: F401
     c08_output_grads,
     c09_loss_terms,
     c10_rereduce,
+    c11_router_bias,
 )
