@@ -224,3 +224,74 @@ def test_reduce_summed_every_microbatch(strategy, m):
     if strategy != "ddp":
         led.collective("all_gather", ["dp"], full, 2)  # the updated parameters, once per step
     assert build(spec).plans[0].comm_total.exact == led.one()
+
+
+def _with_microbatches(text: str, m: int, group: str = "") -> str:
+    return text.replace(f"params = {PSI}", f"params = {PSI}\n  microbatches = {m}" + group)
+
+
+@pytest.mark.parametrize("m", [2, 3])
+@pytest.mark.parametrize("strategy", ["ddp", "zero1"])
+def test_step_every_microbatch_reduces_before_every_update(strategy, m):
+    """`override optimizer: step_every_microbatch` (optimizer.step() after every backward, DDP without no_sync):
+    every replica takes m updates per step, each from that micro-step's averaged gradient, so the gradient is
+    reduced m times and (ZeRO-1) the updated parameters written back m times."""
+    mesh = {"dp": 4}
+    body = f"  dp: {strategy}\n  override optimizer: step_every_microbatch"
+    spec = load_string(_with_microbatches(spec_text(mesh, body, f"from std.data import {strategy}"), m), "<bfu>")
+    led = Ledger(mesh)
+    full = lambda d: range(PSI)
+    for _ in range(m):  # one reduction and (sharded optimizer) one write-back per update
+        led.collective("all_reduce" if strategy == "ddp" else "reduce_scatter", ["dp"], full, 2)
+        if strategy != "ddp":
+            led.collective("all_gather", ["dp"], full, 2)
+    assert build(spec).plans[0].comm_total.exact == led.one()
+
+
+@pytest.mark.parametrize("m", [2, 3])
+@pytest.mark.parametrize("n", [2, 3, 4])
+@pytest.mark.parametrize("own", [False, True])
+def test_step_every_microbatch_of_one_group_reduces_its_buffer_m_times(n, m, own):
+    """`override optimizer[vision]: step_every_microbatch`: the buffer that holds the group's 24 elements is
+    reduced before each of its m updates. Placed like the rest (DDP) the group shares the one buffer, all-reduced
+    whole m times; with its own placement beside ZeRO-1 ({dp: R}: its optimizer replicated, nothing to write
+    back) its buffer is its own, all-reduced m times, the other 72 (dense) reduce-scattered and gathered once."""
+    mesh = {"dp": n}
+    strategy = "zero1" if own else "ddp"
+    body = f"  dp: {strategy}\n  override optimizer[vision]: step_every_microbatch"
+    group = "\n  group vision { count = 24" + ("  placement = {dp: R}" if own else "") + " }"
+    spec = load_string(_with_microbatches(spec_text(mesh, body, f"from std.data import {strategy}"), m, group), "<bfg>")
+    led = Ledger(mesh)
+    vision, dense = (lambda d: range(24)), (lambda d: range(24, PSI))
+    for _ in range(m):
+        led.collective("all_reduce", ["dp"], vision if own else (lambda d: range(PSI)), 2)
+    if own:
+        led.collective("reduce_scatter", ["dp"], dense, 2)
+        led.collective("all_gather", ["dp"], dense, 2)
+    assert build(spec).plans[0].comm_total.exact == led.one()
+
+
+@pytest.mark.parametrize("mesh, body, imports", [
+    ({"dp": 2}, "  dp: zero2", "from std.data import zero2"),
+    ({"dp": 3}, "  dp: zero2", "from std.data import zero2"),
+    ({"dp": 4}, "  dp: zero2", "from std.data import zero2"),
+    ({"dp": 4, "tp": 2}, "  dp: zero2\n  tp: megatron_tp", "from std.data import zero2\nfrom std.tensor import megatron_tp"),
+    ({"dp": 4}, "  dp: zero1", "from std.data import zero1"),
+    ({"dp": 4}, "  dp: ddp", "from std.data import ddp")])
+def test_reduce_accumulated_keeps_the_whole_buffer(mesh, body, imports):
+    """`override grads: reduce_accumulated_every_microbatch`: the local buffer is never cleared within the step, so
+    ZeRO-2 holds the whole local gradient (every element its non-data axes give it) beside the shard its
+    reductions are added into; where the gradient is not sharded over the data axis (ZeRO-1, DDP) the buffer is the
+    one the plan already holds."""
+    text = _with_microbatches(spec_text(mesh, body + "\n  override grads: reduce_accumulated_every_microbatch",
+                                        imports), 2)
+    spec = load_string(text, "<bfk>")
+    modes = placement_modes(spec.plans[0], ir.State.GRADS)
+    whole_modes = {a: (ir.Mode.R if a == "dp" else md) for a, md in modes.items()}
+    held = set()
+    for d in devices(mesh):
+        shard = pieces(range(PSI), d, modes, mesh)
+        whole = pieces(range(PSI), d, whole_modes, mesh)
+        held.add(2 * (len(whole) + (len(shard) if len(shard) != len(whole) else 0)))
+    assert len(held) == 1
+    assert build(spec).plans[0].device["grads"].exact == held.pop()

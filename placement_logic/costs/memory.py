@@ -28,6 +28,7 @@ from .. import ir
 from ..ir import Mode, Role, State, views
 from ..ir import groups as pg
 from ..ir.collectives import is_offloaded, pipeline_axis, sharded_axes
+from ..ir.overrides import OverrideTarget, OverrideVerb
 from . import buckets
 from .activations import Activations
 from .sizes import Shape, SizedGroup, Split, divided, layer_divided, per_group
@@ -165,6 +166,14 @@ def _persistent(plan: ir.Plan, sh: Shape, st: State, stage: str | None, split: S
         by_group = per_group(sh, (), split, stage=stage, p=p, axes_of=group_axes(plan, st, skip=(pipe,)))
     else:
         by_group = per_group(sh, (), split, axes_of=group_axes(plan, st))
+    if st is State.GRADS and _keeps_whole(plan):  # the whole buffer beside its reduced shard
+        skip = views.view(plan).axes_with_role(Role.DATA, Role.CONTEXT)
+        if stage is not None and pipe is not None:
+            whole = per_group(sh, (), split, stage=stage, p=sympy.Integer(1) if _one(plan, pipe) else symbol(pipe),
+                              axes_of=group_axes(plan, st, skip=skip + (pipe,)))
+        else:
+            whole = per_group(sh, (), split, axes_of=group_axes(plan, st, skip=skip))
+        by_group = {k: v + whole[k] if whole[k] != v else v for k, v in by_group.items()}
     if st is State.OPTIMIZER and plan.optimizers:  # each group's own algorithm (costs.optimizer)
         from .optimizer import state_bytes
 
@@ -173,6 +182,14 @@ def _persistent(plan: ir.Plan, sh: Shape, st: State, stage: str | None, split: S
         by_group = {k: ZERO if k in transient else sh.bytes[st] * v for k, v in by_group.items()}
     zero = {k: ZERO for k in by_group}
     return (zero, by_group) if is_offloaded(plan, st) else (by_group, zero)
+
+
+def _keeps_whole(plan: ir.Plan) -> bool:
+    """``override grads: reduce_accumulated_every_microbatch``: the local buffer is never cleared within
+    the step, so a rank whose gradient is sharded over a data axis holds the whole buffer beside the
+    shard its reductions are added into."""
+    return any(o.verb == OverrideVerb.REDUCE_ACCUMULATED_EVERY_MICROBATCH and o.group in (None, "all")
+               for o in plan.overrides_for(OverrideTarget.GRADS))
 
 
 def _one(plan: ir.Plan, axis: str) -> bool:

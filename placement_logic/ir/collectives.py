@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import ir
-from . import actflow, blocks, heads, lossgather, routerstats, sync, views
+from . import actflow, blocks, heads, lossgather, routerstats, stepsync, sync, views
 from . import groups as pg
 from .buffers import (
     DENSE_BUFFERS,
@@ -424,7 +424,7 @@ def derive(plan: ir.Plan) -> tuple[Collective, ...]:
     collectives once per buffer of parameter groups placed alike (``ir.views.buffers``).
     Readers take it from ``schedule(plan)``: one derivation per plan."""
     parts = views.buffers(plan)
-    return blocks.apply(plan, actflow.adjust(plan, tuple(
+    return stepsync.per_update(plan, blocks.apply(plan, actflow.adjust(plan, tuple(
         _per_buffer(_param_gathers, parts)
         + _tensor_parallel(plan)
         + _vocab_parallel(plan)
@@ -437,4 +437,4 @@ def derive(plan: ir.Plan) -> tuple[Collective, ...]:
         + lossgather.collectives(plan, plan.model.microbatches)
         + _per_buffer(_offload, parts)
         + _per_buffer(_param_refresh, parts)
-    ), _mul(stage_layers(plan), plan.model.microbatches), plan.model.microbatches))
+    ), _mul(stage_layers(plan), plan.model.microbatches), plan.model.microbatches)))
