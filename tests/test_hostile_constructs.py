@@ -638,6 +638,11 @@ LENGTH = "override tokens[policy]: per_sequence_gathered over (sp)"
      "  override loss[policy]: per_sequence_sum", "PL291", "contradicts override loss[policy]: per_sequence_mean"),
     (SEQ_MEAN, "override tokens[policy]: reduce over (dp, sp)", "override tokens[policy]: reduce over (dp, sp)\n"
      "  override tokens[policy]: reduce over (dp)", "PL291", "contradicts override tokens[policy]: reduce over (dp, sp)"),
+    # ir.actflow took the last statement of a region's slot: partial then replicate was proved as replicate alone
+    ("bugs/tp_to_local_partial_output_grad.place", "override activation_grads[attention]: assert_output_partial over (tp)",
+     "override activation_grads[attention]: assert_output_partial over (tp)\n"
+     "  override activation_grads[attention]: assert_output_replicate over (tp)", "PL291",
+     "contradicts override activation_grads[attention]: assert_output_partial over (tp) (line 37)"),
 ])
 def test_loss_term_statements_made_twice_or_over_nothing(tmp_path, capsys, path, old, new, code, words):
     text = _mutant(path, old, new)
@@ -683,3 +688,11 @@ def test_a_flat_offset_over_very_many_fused_components_ends_refuted(tmp_path, by
     f.write_text(_mutant("bugs/ckpt_fused_qkv_flat_reshard.place", "fused over (tp) by 3", f"fused over (tp) by {by}"))
     rc, out, err = run_cli(["check", str(f)])
     assert rc == 1 and "the flat offset reads" in out, (rc, out[-2000:], err[-2000:])
+
+
+@pytest.mark.parametrize("path,old", [("bugs/ckpt_vpp_layer_offset_flat.place", "flat_offset over (pp)"),
+                                      ("bugs/ckpt_fused_qkv_flat_reshard.place", "flat_offset over (tp)")])
+def test_a_flat_offset_over_no_axis_changes_nothing(tmp_path, capsys, path, old):
+    # over () keyed no shard by a flat offset: the bug spec was proved
+    err = _diagnosed(tmp_path, capsys, _mutant(path, old, "flat_offset over ()"))
+    assert "[PL506]" in err and "flat_offset changes nothing: it names no axis" in err, err

@@ -8,7 +8,9 @@ reshard over (AXES) | no_regather_after_load | rng_shared, rng_not_restored or
 rng_by_coordinates | skip_optimizer``), a loss term's path, divisor and token count reduction (``loss[T]: VERB``,
 ``loss[T]: divide by X``, ``tokens[T]: reduce over (AXES)``), the loss computed on the gathered sequence (``loss: on_gathered_sequence
 over (AXES)``, ir.lossgather) and, per context axis, the length a per-sequence token mean divides a rank's part
-of a sequence by (``tokens[T]: per_sequence_local | per_sequence_gathered over (AXES)``, check.losses). The checker
+of a sequence by (``tokens[T]: per_sequence_local | per_sequence_gathered over (AXES)``, check.losses) and what a
+named region's activations or their gradients do at one point of its flow (``activation_grads[R]: assert_output_*
+over (AXES)``, ``activations[R]: reduce over (AXES)``, ..., ir.actflow). The checker
 reads one statement
 of each (check.router, check.encode_capacity, check.cpwindow, check.encode_cplayout, check.amax_blocks,
 ir.actflow_context, check.checkpoint, check.losses), so a second one (the same again, or a contradicting one) would silently
@@ -23,6 +25,7 @@ Input: an ``ir.Plan``. Output: (code, message, span, notes) per problem, reporte
 from __future__ import annotations
 
 from ..diagnostics import Code
+from .actflow import EXPERT_VERBS, PARTIAL_OPS, SLOT_OF
 from .losses import LENGTH_VERBS, PATH_VERBS
 from .overrides import OverrideTarget, OverrideVerb
 from .walker import show
@@ -75,10 +78,14 @@ def family(o) -> str | None:
 
 
 def _families(o) -> list[str]:
-    """The once-only families of the statement: a sequence length statement's one per axis it names."""
+    """The once-only families of the statement: a sequence length statement's one per axis it names; a region's
+    activation statement's its slot in the region's flow over the same axes (ir.actflow: the last one wins)."""
     if o.target == OverrideTarget.TOKENS and o.verb in LENGTH_VERBS:
         return [f"tokens[{o.group}]: per_sequence_local | per_sequence_gathered over ({a})"
                 for a in dict.fromkeys(o.axes or ())]
+    slot = SLOT_OF.get((o.target, o.verb))
+    if slot and o.group is not None and o.verb not in PARTIAL_OPS + EXPERT_VERBS + (OverrideVerb.ALL_TO_ALL,):
+        return [f"{o.target}[{o.group}] at the {slot.replace('_', ' ')} of its flow over ({', '.join(o.axes or ())})"]
     kind = family(o)
     return [kind] if kind is not None else []
 
