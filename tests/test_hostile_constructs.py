@@ -696,3 +696,12 @@ def test_a_flat_offset_over_no_axis_changes_nothing(tmp_path, capsys, path, old)
     # over () keyed no shard by a flat offset: the bug spec was proved
     err = _diagnosed(tmp_path, capsys, _mutant(path, old, "flat_offset over ()"))
     assert "[PL506]" in err and "flat_offset changes nothing: it names no axis" in err, err
+
+
+@pytest.mark.parametrize("old,new", [("dp = 8", "dp = 4096"), ("heads = 32", "heads = 1000000000")])
+def test_a_flat_offset_witness_shrunk_on_a_large_mesh_is_refuted(tmp_path, old, new):
+    # the shrink read a flat-offset witness's block count (an int) as a map of blocks: an internal error
+    f = tmp_path / "s.place"
+    f.write_text(_mutant("bugs/ckpt_fused_qkv_flat_reshard.place", old, new))
+    rc, out, err = run_cli(["check", str(f)])
+    assert rc == 1 and "the flat offset reads" in out, (rc, out[-2000:], err[-2000:])
