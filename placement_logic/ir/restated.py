@@ -5,19 +5,18 @@ a per-token tensor's layout (``layout[T]: zigzag | ptrr | pad_to_chunks | ...``)
 of a group (``amax[g]: blockwise | rowwise``), the head split of one pair of Ulysses' all-to-alls
 (``heads[P]: ...``) and the checkpoint's resharding, re-gather, RNG and skipped optimizer (``checkpoint:
 reshard over (AXES) | no_regather_after_load | rng_shared, rng_not_restored or
-rng_by_coordinates | skip_optimizer``), a loss term's path, divisor and token count reduction (``loss[T]: VERB``,
-``loss[T]: divide by X``, ``tokens[T]: reduce over (AXES)``), the loss computed on the gathered sequence (``loss: on_gathered_sequence
-over (AXES)``, ir.lossgather) and, per context axis, the length a per-sequence token mean divides a rank's part
-of a sequence by (``tokens[T]: per_sequence_local | per_sequence_gathered over (AXES)``, check.losses) and what a
-named region's activations or their gradients do at one point of its flow (``activation_grads[R]: assert_output_*
-over (AXES)``, ``activations[R]: reduce over (AXES)``, ..., ir.actflow). The checker
-reads one statement
-of each (check.router, check.encode_capacity, check.cpwindow, check.encode_cplayout, check.amax_blocks,
-ir.actflow_context, check.checkpoint, check.losses), so a second one (the same again, or a contradicting one) would silently
-replace the first: PL291, located at the second, the first's line in the message. The axes of a router or
-checkpoint statement are the axes it applies on, not a reduction's (where an axis named twice is a reduction
-made twice, ``grads: reduce over (dp, dp)``): an axis named twice there, or in a sequence length statement, is
-PL106 (an amax granularity's is check.amax_blocks's PL506; a gathered loss's is ir.lossgather's PL292).
+rng_by_coordinates | skip_optimizer``), a loss term's path, divisor and token count reduction (``loss[T]:
+VERB``, ``loss[T]: divide by X``, ``tokens[T]: reduce over (AXES)``), the loss computed on the gathered sequence
+(``loss: on_gathered_sequence over (AXES)``, ir.lossgather), per context axis the length a per-sequence token mean
+divides a rank's part of a sequence by (``tokens[T]: per_sequence_local | per_sequence_gathered over (AXES)``),
+and what a named region's activations or their gradients do at one point of its flow over the same axes
+(``activation_grads[R]: assert_output_* over (AXES)``, ``activations[R]: reduce over (AXES)``, ...). The checker
+reads one statement of each (check.router, check.encode_capacity, check.cpwindow, check.encode_cplayout,
+check.amax_blocks, ir.actflow_context, check.checkpoint, check.losses, ir.actflow), so a second one (the same
+again, or a contradicting one) would silently replace the first: PL291, located at the second, the first's
+line in the message. The axes of a router, checkpoint or sequence length statement are the axes it applies on, not
+a reduction's (where an axis named twice is a reduction made twice, ``grads: reduce over (dp, dp)``): an axis
+named twice there is PL106 (an amax granularity's is check.amax_blocks's PL506; a gathered loss's is ir.lossgather's PL292).
 
 Input: an ``ir.Plan``. Output: (code, message, span, notes) per problem, reported where the plan is resolved.
 """
