@@ -203,7 +203,8 @@ CODES: dict[str, tuple[str, str]] = {
     "PL290": ("capacity-renormalise-unchanged", "override capacity: renormalise_dropped in a model without "
               "drop_renormalise: the gate weights already sum to 1 over the k chosen experts."),
     "PL291": ("override-restated", "A second statement of an override the plan states once (router, capacity, a "
-              "tensor's layout, the causal mask's window behaviour, a group's amax granularity, a heads split)."),
+              "tensor's layout, the causal mask's window behaviour, a group's amax granularity, a heads split, a "
+              "gathered loss, a loss term's path, divisor or token reduction, a sequence length per context axis, a named region's activation slot)."),
     # the loss computed on the sequence gathered over context axes (check.gathered)
     "PL292": ("gathered-loss-axis", "override loss: on_gathered_sequence over an axis that is not a context axis (Ulysses "
               "or ring context parallelism): only a context axis splits one sequence to gather."),

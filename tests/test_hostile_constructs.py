@@ -12,6 +12,7 @@ a fixed sample of the grid; the whole grid is slow."""
 from __future__ import annotations
 
 import io
+import math
 import multiprocessing
 import os
 import re
@@ -34,8 +35,10 @@ class Base:
     construct: str
     path: str
     key: str  # a substring of the statement's line (or of the block entry)
+    edit: tuple[str, str] = ("", "")  # (old, new): the example's text with every OLD replaced by NEW first
 
 
+SEQ_MEAN = "bugs/ulysses_seq_mean_over_slice_length.place"
 BASES = (
     Base("router", "safe/moe_top2_sampling_tp_ranks.place", "override router: same"),
     Base("router_vary", "bugs/moe_router_jitter_tp_seed.place", "override router:"),
@@ -65,6 +68,33 @@ BASES = (
     Base("losses", "bugs/tp_label_smoothing_local_mean.place", "label_smoothing"),
     Base("losses_aux", "bugs/moe_aux_loss_dynamic_cp_uneven.place", "aux ="),
     Base("checkpoint", "bugs/ckpt_zero1_new_dp_by_rank.place", "override checkpoint"),
+    Base("gathered_loss", "bugs/verl_ulysses_gathered_tokens_over_world.place", "loss: on_gathered_sequence"),
+    Base("term_seq_mean", SEQ_MEAN, "override loss[policy]"),
+    Base("term_seq_sum", SEQ_MEAN, "override loss[policy]", ("per_sequence_mean", "per_sequence_sum")),
+    Base("tokens_seq_local", SEQ_MEAN, "per_sequence_local"),
+    Base("tokens_seq_gathered", "safe/ulysses_seq_mean_over_slice_length.place", "per_sequence_gathered"),
+    Base("tokens_term_equal", "safe/ulysses_seq_mean_over_slice_length.place", "tokens[policy]: equal",
+         ("tokens[policy]: reduce over (dp)", "tokens[policy]: equal")),
+    Base("losses_section", SEQ_MEAN, "policy = per_sequence_mean"),
+    Base("step_every_microbatch", "bugs/zero3_muon_every_microbatch.place", "]: step_every_microbatch"),
+    Base("no_zero_grad", "bugs/bf16_zero0_zero_grad_skipped.place", "grads: no_zero_grad"),
+    Base("no_zero_grad_group", "bugs/zero3_muon_every_microbatch.place", "no_zero_grad",
+         ("override optimizer[matrices]: step_every_microbatch", "override grads[matrices]: no_zero_grad")),
+    Base("reduce_accumulated", "bugs/colossalai_zero_accumulation_rereduced.place", "grads: reduce_accumulated"),
+    Base("reduce_summed", "bugs/megatron_grads_doubled_every_microbatch.place", "grads: reduce_summed"),
+    Base("mtp_stage", "bugs/mtp_standalone_stage_outside_embedding_group.place", "embedding: mtp_stage"),
+    Base("group_first_last", "bugs/mtp_standalone_stage_tied_embedding_group.place", "embedding: group_first_last"),
+    Base("assert_output", "bugs/tp_to_local_partial_output_grad.place", "assert_output"),
+    Base("assert_output_experts", "bugs/gpt_oss_expert_output_grad_partial.place", "assert_output"),
+    Base("ckpt_fused", "bugs/ckpt_fused_qkv_flat_reshard.place", "fused over"),
+    Base("ckpt_flat_offset", "bugs/ckpt_vpp_layer_offset_flat.place", "flat_offset"),
+    Base("rng_not_restored", "bugs/ckpt_rng_not_restored.place", "checkpoint: rng_not_restored"),
+    Base("rng_by_coordinates", "bugs/ckpt_rng_by_coordinates_new_tp.place", "checkpoint: rng_by_coordinates"),
+    Base("amax_group_local_reduce", "bugs/te_sp_amax_not_reduced_over_tp.place", "amax[dense]: local",
+         ("override amax: local over (dp, tp)", "override amax[dense]: local over (dp, tp)\n"
+          "  override amax[dense]: reduce over (tp)")),
+    Base("nonlinear_embedding", "safe/rmsnorm_on_vocab_parallel_lookup.place", "nonlinear_before_reduce"),
+    Base("rmsnorm", "safe/rmsnorm_on_vocab_parallel_lookup.place", "norm = rmsnorm"),
 )
 
 NUMBERS = ("0", "-1", "-3", "1" + "0" * 30, "1e300", "1/2", "unbound_w", "w_frac", "w_zero")
@@ -202,9 +232,41 @@ def _block_entry(line: str) -> list[str]:
             f"{ind}{key} = 1e300", f"{ind}no_such_entry = 1", f"{line}\n{line}"]
 
 
+def _base_text(base: Base) -> str:
+    text = (EX / base.path).read_text()
+    old, new = base.edit
+    if old:
+        assert old in text, (base.construct, old)
+        text = text.replace(old, new)
+    return text
+
+
+TERM_NAMES = ("main", "loss", "tokens", "all", "aux_loss", "mtp_loss", "dense", "router", "embedding", "matrices",
+              "aux", "z", "mtp", "aux_stats", "aux_packed", "label_smoothing", "policy_2", "_", "Policy")
+
+
+def _term_names(text: str, i: int, line: str) -> list[tuple[str, str]]:
+    """An entry of the model's ``losses { ... }`` section renamed (a reserved word, a parameter group's or a
+    built-in term's name, another section key, an empty name), repeated under 10,000 names, or the section
+    emptied."""
+    lines = text.split("\n")
+    m = re.match(r"^(\s*)(\w+) = (.*)$", line)
+    if not m or not any(ln.strip() == "losses {" for ln in lines[:i]):
+        return []
+    ind, key, value = m.groups()
+    out = [(f"term={name}", _with_line(text, i, f"{ind}{name} = {value}")) for name in TERM_NAMES]
+    out.append(("term=empty", _with_line(text, i, f"{ind} = {value}")))
+    out.append(("term=renamed_everywhere", re.sub(rf"\b{key}\b", "term_of_mine", text)))
+    out.append(("term=flag", _with_line(text, i, f"{ind}{key} = true")))
+    many = "\n".join(f"{ind}t{k} = {value}" for k in range(10_000))
+    out.append(("terms=10000", _with_line(text, i, f"{line}\n{many}")))
+    out.append(("terms=none", _with_line(text, i, "")))
+    return out
+
+
 def mutants(base: Base) -> list[tuple[str, str]]:
     """(name, text) for each mutant of ``base``."""
-    text = (EX / base.path).read_text()
+    text = _base_text(base)
     i, line = _line(text, base.key)
     out: list[tuple[str, str]] = []
     for value in NUMBERS:
@@ -212,7 +274,7 @@ def mutants(base: Base) -> list[tuple[str, str]]:
             out.append((f"num{k}={value}", let + _with_line(text, i, new)))
     for k, new in enumerate(_axes(line) + _ranks(line) + _group(line) + _block_entry(line)):
         out.append((f"edit{k}", _with_line(text, i, new)))
-    out += _sections(text)
+    out += _sections(text) + _term_names(text, i, line)
     if line.lstrip().startswith("override"):
         out.append(("twice", _with_line(text, i, f"{line}\n{line}")))
         verb = line.split(":", 1)[1].split()[0]
@@ -230,7 +292,15 @@ CONTRA = {"same": "vary over (tp)", "vary": "same", "input_partial": "same", "wi
           "counts_padding": "masks_padding", "masks_padding": "counts_padding", "ptrr": "pad_to_chunks",
           "pad_to_chunks": "truncate_to_chunks", "truncate_to_chunks": "pad_to_chunks",
           "cut_unequal": "pad_to_chunks", "reduce_sets": "reduce over (dp)", "reduce_groups": "reduce over (dp)",
-          "growth_local": "local over (tp)", "equal": "count_ignored"}
+          "growth_local": "local over (tp)", "equal": "count_ignored",
+          "on_gathered_sequence": "global_mean", "per_sequence_mean": "per_sequence_sum",
+          "per_sequence_sum": "per_sequence_mean", "per_sequence_local": "per_sequence_gathered over (sp)",
+          "per_sequence_gathered": "per_sequence_local over (sp)", "step_every_microbatch": "gather over (dp)",
+          "no_zero_grad": "reduce_every_microbatch", "reduce_accumulated_every_microbatch": "reduce_summed_every_microbatch",
+          "reduce_summed_every_microbatch": "reduce_accumulated_every_microbatch", "mtp_stage": "group_first_last over (pp)",
+          "group_first_last": "mtp_stage over (pp)", "assert_output_partial": "assert_output_replicate over (tp)",
+          "fused": "flat_offset over (tp)", "flat_offset": "fused over (pp) by 2", "rng_not_restored": "rng_by_coordinates",
+          "rng_by_coordinates": "rng_not_restored", "nonlinear_before_reduce": "reduce over (tp)"}
 
 
 def _contradiction(line: str) -> str:
@@ -327,7 +397,7 @@ GRID = [(b.construct, name, text) for b in BASES for name, text in mutants(b)]
 
 def size_mutants(base: Base) -> list[tuple[str, str]]:
     """The example with one mesh axis of 4096 ranks, or one model size of 10**9 or 10**30."""
-    text = (EX / base.path).read_text()
+    text = _base_text(base)
     out = []
     mesh = re.search(r"mesh \{(.*?)\}", text, re.S)
     for m in re.finditer(r"\n\s*(\w+) = (\d+)", mesh.group(1) if mesh else ""):
@@ -544,3 +614,94 @@ def test_aux_statistics_of_very_many_experts_end_unknown(tmp_path):
     f.write_text(re.sub(r"experts = \d+", "experts = 1000000000", text, count=1))
     rc, out, err = run_cli(["check", str(f)])
     assert rc == 3 and "GI aux_stats" in out, (rc, out[-2000:], err[-2000:])
+
+
+SEQ_SAFE = "safe/ulysses_seq_mean_over_slice_length.place"
+GATHERED = "bugs/verl_ulysses_gathered_tokens_over_world.place"
+LENGTH = "override tokens[policy]: per_sequence_gathered over (sp)"
+
+
+@pytest.mark.parametrize("path,old,new,code,words", [
+    # an axis named twice in a length statement was read once: the spec was proved
+    (SEQ_SAFE, LENGTH, "override tokens[policy]: per_sequence_gathered over (sp, sp)", "PL106", "named twice"),
+    # over () named no context axis and changed nothing: check was unknown, cost silent
+    (SEQ_SAFE, LENGTH, "override tokens[policy]: per_sequence_gathered over ()", "PL506", "over () changes nothing"),
+    # check.losses read the last length statement per axis: a second one silently replaced the first
+    (SEQ_SAFE, LENGTH, f"{LENGTH}\n  {LENGTH}", "PL291", "repeats override tokens[policy]: per_sequence_gathered"),
+    (SEQ_SAFE, LENGTH, f"{LENGTH}\n  override tokens[policy]: per_sequence_local over (sp)", "PL291",
+     "contradicts override tokens[policy]: per_sequence_gathered over (sp) (line 37)"),
+    # ir.lossgather read the last on_gathered_sequence statement only
+    (GATHERED, "override loss: on_gathered_sequence over (sp)", "override loss: on_gathered_sequence over (sp)\n"
+     "  override loss: on_gathered_sequence over (sp)", "PL291", "repeats override loss: on_gathered_sequence"),
+    # check.losses read a term's last path and its last token count reduction only
+    (SEQ_MEAN, "override loss[policy]: per_sequence_mean", "override loss[policy]: per_sequence_mean\n"
+     "  override loss[policy]: per_sequence_sum", "PL291", "contradicts override loss[policy]: per_sequence_mean"),
+    (SEQ_MEAN, "override tokens[policy]: reduce over (dp, sp)", "override tokens[policy]: reduce over (dp, sp)\n"
+     "  override tokens[policy]: reduce over (dp)", "PL291", "contradicts override tokens[policy]: reduce over (dp, sp)"),
+    # ir.actflow took the last statement of a region's slot: partial then replicate was proved as replicate alone
+    ("bugs/tp_to_local_partial_output_grad.place", "override activation_grads[attention]: assert_output_partial over (tp)",
+     "override activation_grads[attention]: assert_output_partial over (tp)\n"
+     "  override activation_grads[attention]: assert_output_replicate over (tp)", "PL291",
+     "contradicts override activation_grads[attention]: assert_output_partial over (tp) (line 37)"),
+])
+def test_loss_term_statements_made_twice_or_over_nothing(tmp_path, capsys, path, old, new, code, words):
+    text = _mutant(path, old, new)
+    for command in ("check", "cost"):
+        err = _diagnosed(tmp_path, capsys, text, command)
+        assert f"[{code}]" in err and words in err and re.search(r"s\.place:\d+:3: error", err), err
+
+
+def _flat_mismatch_by_listing(c: int, n: int, m: int):
+    """The first (rank, local piece, wanted, read) found by listing every piece: rank r of k holds the
+    pieces [b·L + r·L/k, b·L + (r+1)·L/k) of every block b, keyed r·(C·L/k) + its local index."""
+    big = n * m // math.gcd(n, m)
+    saved = {}
+    for r in range(n):
+        local = [b * big + e for b in range(c) for e in range(r * big // n, (r + 1) * big // n)]
+        saved.update({r * (c * big // n) + p: g for p, g in enumerate(local)})
+    for r2 in range(m):
+        want = [b * big + e for b in range(c) for e in range(r2 * big // m, (r2 + 1) * big // m)]
+        for p, g in enumerate(want):
+            if saved[r2 * (c * big // m) + p] != g:
+                return r2, p, g, saved[r2 * (c * big // m) + p]
+    return None
+
+
+def test_the_flat_offset_mismatch_in_closed_form_agrees_with_listing_every_piece():
+    from placement_logic.check.checkpoint_check import _flat_first_mismatch
+
+    for c in range(1, 5):
+        for n in range(1, 7):
+            for m in range(1, 7):
+                big = n * m // math.gcd(n, m)
+                assert _flat_first_mismatch(c, big, n, m) == _flat_mismatch_by_listing(c, n, m), (c, n, m)
+    # 3 components on 4 -> 2 ranks: L = lcm(4, 2) = 4; rank 0 of 4 saved one piece per component, globals 0, 4, 8
+    # at keys 0, 1, 2; rank 0 of 2 wants two per component, globals 0, 1 | 4, 5 | ...: its local piece 1 (global
+    # 1) is read at key 1, which holds global 4 (piece 0 of component 1)
+    assert _flat_first_mismatch(3, 4, 4, 2) == (0, 1, 1, 4)
+
+
+@pytest.mark.parametrize("by", ["1" + "0" * 30, "1e300"])
+def test_a_flat_offset_over_very_many_fused_components_ends_refuted(tmp_path, by):
+    # the replay listed the C·L pieces of every rank: C = 10**30 components did not end
+    f = tmp_path / "s.place"
+    f.write_text(_mutant("bugs/ckpt_fused_qkv_flat_reshard.place", "fused over (tp) by 3", f"fused over (tp) by {by}"))
+    rc, out, err = run_cli(["check", str(f)])
+    assert rc == 1 and "the flat offset reads" in out, (rc, out[-2000:], err[-2000:])
+
+
+@pytest.mark.parametrize("path,old", [("bugs/ckpt_vpp_layer_offset_flat.place", "flat_offset over (pp)"),
+                                      ("bugs/ckpt_fused_qkv_flat_reshard.place", "flat_offset over (tp)")])
+def test_a_flat_offset_over_no_axis_changes_nothing(tmp_path, capsys, path, old):
+    # over () keyed no shard by a flat offset: the bug spec was proved
+    err = _diagnosed(tmp_path, capsys, _mutant(path, old, "flat_offset over ()"))
+    assert "[PL506]" in err and "flat_offset changes nothing: it names no axis" in err, err
+
+
+@pytest.mark.parametrize("old,new", [("dp = 8", "dp = 4096"), ("heads = 32", "heads = 1000000000")])
+def test_a_flat_offset_witness_shrunk_on_a_large_mesh_is_refuted(tmp_path, old, new):
+    # the shrink read a flat-offset witness's block count (an int) as a map of blocks: an internal error
+    f = tmp_path / "s.place"
+    f.write_text(_mutant("bugs/ckpt_fused_qkv_flat_reshard.place", old, new))
+    rc, out, err = run_cli(["check", str(f)])
+    assert rc == 1 and "the flat offset reads" in out, (rc, out[-2000:], err[-2000:])

@@ -276,6 +276,8 @@ def _no_effect(model: CheckpointModel, ovs: list[ir.Override]) -> None:
 
 def _no_block_effect(model: CheckpointModel, o: ir.Override) -> str:
     """Why a fused or flat-offset statement changes nothing, or ''."""
+    if not o.axes:
+        return "it names no axis whose shards are keyed"
     off = [a for a in o.axes or () if a not in model.reshard_axes]
     if off:
         where = (f"on a new size of ({', '.join(model.reshard_axes)}) only, not of {off[0]}" if model.reshard_axes

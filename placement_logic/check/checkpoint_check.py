@@ -312,9 +312,30 @@ def replay_rng(ctx: Context, w: dict) -> Counterexample | None:
                                "restored on every rank",), ctx.command(sizes))
 
 
-def _pieces(c: int, big: int, n: int, r: int) -> list[int]:
-    """The global ids rank r of n holds of c blocks of ``big`` elements, in its local order (block by block)."""
-    return [b * big + e for b in range(c) for e in range(r * big // n, (r + 1) * big // n)]
+def _piece(big: int, n: int, r: int, p: int) -> int:
+    """The global id of local piece p of rank r of n, which holds its run of every block of ``big`` pieces
+    in its local order (block by block)."""
+    run = big // n
+    return (p // run) * big + r * run + p % run
+
+
+def _flat_first_mismatch(c: int, big: int, n: int, m: int) -> tuple[int, int, int, int] | None:
+    """(rank, local piece, wanted id, id read) of the first piece a rank of m reads under another block
+    than its own when the shards of n ranks are keyed by flat offset (rank r's local piece p at key
+    r·(C·L/n) + p), or None. Each piece is computed in closed form, never the C·L pieces listed: with
+    n = m the keys are the saved ones, and with C = 1 every rank's run is its flat range; otherwise rank 0
+    reads a wrong piece at p = L/max(n, m) (one key range crosses a block end the other does not), so the
+    scan stops within L + 1 pieces of each rank."""
+    if n == m or c < 2:
+        return None
+    saved_len, load_len = c * big // n, c * big // m
+    for r2 in range(m):
+        for p in range(min(load_len, big + 1)):
+            key = r2 * load_len + p
+            want, got = _piece(big, m, r2, p), _piece(big, n, key // saved_len, key % saved_len)
+            if got != want:
+                return r2, p, want, got
+    return None
 
 
 def replay_flat(ctx: Context, w: dict) -> Counterexample | None:
@@ -322,25 +343,23 @@ def replay_flat(ctx: Context, w: dict) -> Counterexample | None:
     offset keys local element p of rank r as r·(C·L/n) + p, on save at n and on load at n'."""
     sizes, axis, n, m, c = w["sizes"], w["axis"], w["sizes"][w["axis"]], w["new"], w["blocks"]
     big = lcm(n, m)
-    saved = {r * (c * big // n) + p: g for r in range(n) for p, g in enumerate(_pieces(c, big, n, r))}
-    for r2 in range(m):
-        want = _pieces(c, big, m, r2)
-        got = [saved[r2 * (c * big // m) + p] for p in range(len(want))]
-        if got != want:
-            p = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
-            def show(e: int) -> str:  # a piece: L/(C·lcm) elements (layers, columns) of its block
-                return f"piece {e % big} of {'layer block' if w.get('virtual') else 'component'} {e // big}"
+    found = _flat_first_mismatch(c, big, n, m)
+    if found is None:
+        return None
+    r2, p, wanted, read = found
 
-            eq = (f"{w['group']} {w['state']} on the new ({axis}={r2}) of {m}: its local piece {p} should be "
-                  f"{show(want[p])}; the flat offset reads {show(got[p])}")
-            what = (f"{c} virtual stages per {axis} rank (each stage holds a run of every one of {c} layer blocks)"
-                    if w.get("virtual") else f"{c} fused components each split over {axis} (each rank's shard is its "
-                    "slice of every component)")
-            diag = (f"the {w['group']} {w['state']} is {what}; its shards are keyed by the rank's flat offset, not "
-                    f"block by block: consistent on {n} {axis} ranks, on {m} the blocks' elements are mixed",)
-            return Counterexample(ctx.sizes_tuple(sizes), (("reading rank", f"({axis}={r2}) of the new mesh"),),
-                                  ((f"{axis} on load", str(m)),
-                                   ("blocks", f"{c} {'layer blocks' if w.get('virtual') else 'components'} of {big} "
-                                    "equal pieces each")), eq, diag,
-                                  ctx.command(sizes))
-    return None
+    def show(e: int) -> str:  # a piece: L/(C·lcm) elements (layers, columns) of its block
+        return f"piece {e % big} of {'layer block' if w.get('virtual') else 'component'} {e // big}"
+
+    eq = (f"{w['group']} {w['state']} on the new ({axis}={r2}) of {m}: its local piece {p} should be "
+          f"{show(wanted)}; the flat offset reads {show(read)}")
+    what = (f"{c} virtual stages per {axis} rank (each stage holds a run of every one of {c} layer blocks)"
+            if w.get("virtual") else f"{c} fused components each split over {axis} (each rank's shard is its "
+            "slice of every component)")
+    diag = (f"the {w['group']} {w['state']} is {what}; its shards are keyed by the rank's flat offset, not "
+            f"block by block: consistent on {n} {axis} ranks, on {m} the blocks' elements are mixed",)
+    return Counterexample(ctx.sizes_tuple(sizes), (("reading rank", f"({axis}={r2}) of the new mesh"),),
+                          ((f"{axis} on load", str(m)),
+                           ("blocks", f"{c} {'layer blocks' if w.get('virtual') else 'components'} of {big} "
+                            "equal pieces each")), eq, diag,
+                          ctx.command(sizes))

@@ -61,7 +61,7 @@ def _resize(w: dict, name: str, size: int) -> dict:
         out["counts"] = {b: v for b, v in w["counts"].items() if not (b & gone)}
     if "agree" in w:
         out["agree"] = {d: (True if d in gone else v) for d, v in w["agree"].items()}
-    if "blocks" in w:
+    if isinstance(w.get("blocks"), dict):  # a checkpoint's flat-offset witness counts its blocks (an int)
         out["blocks"] = {(g, b): v for (g, b), v in w["blocks"].items() if name not in b}
     return out
 

@@ -5,13 +5,18 @@ a per-token tensor's layout (``layout[T]: zigzag | ptrr | pad_to_chunks | ...``)
 of a group (``amax[g]: blockwise | rowwise``), the head split of one pair of Ulysses' all-to-alls
 (``heads[P]: ...``) and the checkpoint's resharding, re-gather, RNG and skipped optimizer (``checkpoint:
 reshard over (AXES) | no_regather_after_load | rng_shared, rng_not_restored or
-rng_by_coordinates | skip_optimizer``). The checker reads one statement
-of each (check.router, check.encode_capacity, check.cpwindow, check.encode_cplayout, check.amax_blocks,
-ir.actflow_context, check.checkpoint), so a second one (the same again, or a contradicting one) would silently
-replace the first: PL291, located at the second, the first's line in the message. The axes of a router or
-checkpoint statement are the axes it applies on, not a reduction's (where an axis named twice is a reduction
-made twice, ``grads: reduce over (dp, dp)``): an axis named twice there is PL106 (an amax granularity's is
-check.amax_blocks's PL506).
+rng_by_coordinates | skip_optimizer``), a loss term's path, divisor and token count reduction (``loss[T]:
+VERB``, ``loss[T]: divide by X``, ``tokens[T]: reduce over (AXES)``), the loss computed on the gathered sequence
+(``loss: on_gathered_sequence over (AXES)``, ir.lossgather), per context axis the length a per-sequence token mean
+divides a rank's part of a sequence by (``tokens[T]: per_sequence_local | per_sequence_gathered over (AXES)``),
+and what a named region's activations or their gradients do at one point of its flow over the same axes
+(``activation_grads[R]: assert_output_* over (AXES)``, ``activations[R]: reduce over (AXES)``, ...). The checker
+reads one statement of each (check.router, check.encode_capacity, check.cpwindow, check.encode_cplayout,
+check.amax_blocks, ir.actflow_context, check.checkpoint, check.losses, ir.actflow), so a second one (the same
+again, or a contradicting one) would silently replace the first: PL291, located at the second, the first's
+line in the message. The axes of a router, checkpoint or sequence length statement are the axes it applies on, not
+a reduction's (where an axis named twice is a reduction made twice, ``grads: reduce over (dp, dp)``): an axis
+named twice there is PL106 (an amax granularity's is check.amax_blocks's PL506; a gathered loss's is ir.lossgather's PL292).
 
 Input: an ``ir.Plan``. Output: (code, message, span, notes) per problem, reported where the plan is resolved.
 """
@@ -19,6 +24,8 @@ Input: an ``ir.Plan``. Output: (code, message, span, notes) per problem, reporte
 from __future__ import annotations
 
 from ..diagnostics import Code
+from .actflow import EXPERT_VERBS, PARTIAL_OPS, SLOT_OF
+from .losses import LENGTH_VERBS, PATH_VERBS
 from .overrides import OverrideTarget, OverrideVerb
 from .walker import show
 
@@ -37,6 +44,8 @@ GRANULARITY = (OverrideVerb.BLOCKWISE, OverrideVerb.ROWWISE)
 CHECKPOINT_ONCE = (OverrideVerb.RESHARD, OverrideVerb.NO_REGATHER_AFTER_LOAD, OverrideVerb.RNG_SHARED,
                    OverrideVerb.SKIP_OPTIMIZER)
 # how the saved RNG states are put back: one statement of the two (they contradict each other)
+# a loss term's path, divisor and token count reduction (check.losses reads the last of each)
+TERM_PATH = tuple(v for v in PATH_VERBS if v != OverrideVerb.DIVIDE)
 RNG_RESTORE = (OverrideVerb.RNG_SHARED, OverrideVerb.RNG_NOT_RESTORED, OverrideVerb.RNG_BY_COORDINATES)
 
 
@@ -60,7 +69,26 @@ def family(o) -> str | None:
         return f"checkpoint{group}: rng_shared | rng_not_restored | rng_by_coordinates"
     if o.target == OverrideTarget.CHECKPOINT and o.verb in CHECKPOINT_ONCE:
         return f"checkpoint{group}: {o.verb}"
+    if o.target == OverrideTarget.LOSS and o.verb == OverrideVerb.ON_GATHERED_SEQUENCE:
+        return f"loss{group}: on_gathered_sequence"
+    if o.group is not None and o.target == OverrideTarget.LOSS and o.verb in PATH_VERBS:  # a loss term's (check.losses)
+        return f"loss{group}: divide" if o.verb == OverrideVerb.DIVIDE else f"loss{group}: {' | '.join(TERM_PATH)}"
+    if o.group is not None and o.target == OverrideTarget.TOKENS and o.verb == OverrideVerb.REDUCE:
+        return f"tokens{group}: reduce"
     return None
+
+
+def _families(o) -> list[str]:
+    """The once-only families of the statement: a sequence length statement's one per axis it names; a region's
+    activation statement's its slot in the region's flow over the same axes (ir.actflow: the last one wins)."""
+    if o.target == OverrideTarget.TOKENS and o.verb in LENGTH_VERBS:
+        return [f"tokens[{o.group}]: per_sequence_local | per_sequence_gathered over ({a})"
+                for a in dict.fromkeys(o.axes or ())]
+    slot = SLOT_OF.get((o.target, o.verb))
+    if slot and o.group is not None and o.verb not in PARTIAL_OPS + EXPERT_VERBS + (OverrideVerb.ALL_TO_ALL,):
+        return [f"{o.target}[{o.group}] at the {slot.replace('_', ' ')} of its flow over ({', '.join(o.axes or ())})"]
+    kind = family(o)
+    return [kind] if kind is not None else []
 
 
 def _head(o) -> str:
@@ -73,19 +101,18 @@ def problems(plan) -> list[tuple[str, str, object, tuple[str, ...]]]:
     out = []
     first: dict[str, object] = {}
     for o in plan.overrides:
-        kind = family(o)
         twice = [a for i, a in enumerate(o.axes or ()) if a in (o.axes or ())[:i]]
-        if twice and o.target in (OverrideTarget.ROUTER, OverrideTarget.CHECKPOINT):  # amax's: check.amax_blocks
+        if twice and (o.target in (OverrideTarget.ROUTER, OverrideTarget.CHECKPOINT) or (  # amax's: check.amax_blocks
+                o.target == OverrideTarget.TOKENS and o.verb in LENGTH_VERBS)):
             out.append((Code.DUPLICATE_AXIS, f"{_head(o)}: axis '{twice[0]}' is named twice (the statement says "
                         "what the ranks of each axis do, once)", o.span, ()))
-        if kind is None:
-            continue
-        if kind in first:
-            was = first[kind]
-            same = was.verb == o.verb and was.axes == o.axes and was.by == o.by
-            out.append((Code.OVERRIDE_RESTATED, f"{_head(o)}: {'repeats' if same else 'contradicts'} "
-                        f"{_head(was)} (line {was.span.line}); the plan states {kind} once", o.span,
-                        ("keep the one statement that describes the system",)))
-        else:
+        for kind in _families(o):
+            if kind in first:
+                was = first[kind]
+                same = was.verb == o.verb and (was.axes == o.axes or o.verb in LENGTH_VERBS) and was.by == o.by
+                out.append((Code.OVERRIDE_RESTATED, f"{_head(o)}: {'repeats' if same else 'contradicts'} "
+                            f"{_head(was)} (line {was.span.line}); the plan states {kind} once", o.span,
+                            ("keep the one statement that describes the system",)))
+                break
             first[kind] = o
     return out

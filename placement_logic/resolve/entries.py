@@ -416,6 +416,8 @@ def _term_override(vals: Values, o: surface.OverrideStmt, env: dict[str, ir.Valu
             and o.by is None else "needs 'ranks (R1, R2, ...)'" if on_ranks else "takes no 'over', 'by' or 'ranks' clause"
         error(Code.BAD_OVERRIDE, f"'{o.target}[{o.group}]: {o.verb}' {need}", o.span)
         return None
+    if o.verb in ir_losses.LENGTH_VERBS and not o.axes:  # no context axis whose ranks divide by a length
+        return error(Code.OVERRIDE_NO_EFFECT, f"override tokens[{o.group}]: {o.verb} over () changes nothing", o.span)
     out = _axes_and_divisor(vals, o, env, axes_allowed)
     if out is None or not on_ranks:
         return out
