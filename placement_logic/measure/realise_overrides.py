@@ -75,13 +75,16 @@ def _whole(o: ir.Override) -> bool:
 def _grads_reduce(r: _Reading, o: ir.Override) -> bool:
     data_axes, tensor_axis = r.axes.data, r.axes.tensor
     if _whole(o):
+        # the harness's DDP reduces over the data axes and the context axis (each context rank holds the gradient
+        # of its own sequence block): a reduction leaving the context axis out is not what it runs
+        derived = set(data_axes) | ({r.axes.context} if r.axes.context else set())
         if not o.axes:
             r.ov.grad_reduce = "none"
-        elif len(data_axes) == 1 and list(o.axes) == [data_axes[0]] * 2:
+        elif len(data_axes) == 1 and r.axes.context is None and list(o.axes) == [data_axes[0]] * 2:
             r.ov.grad_reduce = "twice"
-        elif set(o.axes) != set(data_axes) or len(o.axes) != len(set(o.axes)):
+        elif set(o.axes) != derived or len(o.axes) != len(set(o.axes)):
             r.reasons.append(f"override grads: reduce over ({', '.join(o.axes)}) is realised only as (), the data "
-                             "axes, or one data axis twice")
+                             "and context axes, or one data axis twice (no context axis)")
         return True
     if not (o.group in TENSOR_WHOLE_GROUPS and tensor_axis and len(data_axes) == 1
             and set(o.axes) in ({data_axes[0]}, {data_axes[0], tensor_axis}) and len(o.axes) == len(set(o.axes))):

@@ -205,3 +205,31 @@ def test_every_override_is_realised_or_the_plan_is_unrealised(target, verb, grou
         return
     assert after != before or (group, target, verb) in RESTATEMENTS, \
         f"override {target}[{group}]: {verb} is neither run nor refused"
+
+
+@pytest.mark.parametrize("axes,realised", [("(dp)", False), ("(dp, cp)", True), ("(cp, dp)", True), ("(dp, dp)", False)])
+def test_a_gradient_reduction_leaving_out_the_context_axis_is_not_run_as_ddp_over_both(axes, realised):
+    # the harness's DDP reduces over the data and the context axis (each context rank holds its own sequence
+    # block's gradient): `reduce over (dp)` beside a context axis was run as DDP over (dp, cp), i.e. as the fix
+    spec = load_string(f"""
+from std.data import ddp
+from std.context import context_parallel
+model {{
+  transformer {{ hidden = 64  layers = 2  heads = 4  ffn = 256  vocab = 128 }}
+  seq = 64
+  microbatch = 1
+}}
+mesh {{ dp = 2  cp = 2 }}
+plan p {{
+  dp: ddp
+  cp: context_parallel
+  override grads: reduce over {axes}
+}}
+""", "ctx.place")
+    plan = spec.plans[0]
+    sizes = mesh_sizes(plan, None)
+    r = realise(plan, sizes, run_bindings(spec, sizes))
+    if realised:
+        assert isinstance(r, Realisation), getattr(r, "reasons", r)
+    else:
+        assert isinstance(r, Unrealised) and any("data and context axes" in x for x in r.reasons), r
