@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import simulator_etp
 from handcases import violations_at_every_size
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as hs
 from tiers import examples
 
@@ -103,7 +103,11 @@ def etp_plans(draw):
                   hs.sampled_from(("assert_replicate", "assert_partial", "assert_shard"))),
         hs.builds(lambda v: f"{G}[experts]: {v} over (d)",
                   hs.sampled_from(("assert_output_replicate", "assert_output_partial", "assert_output_shard"))))
-    return _spec(draw(hs.lists(cands, max_size=3)))
+    try:
+        return _spec(draw(hs.lists(cands, max_size=3)))
+    except DiagnosticError as e:  # a slot stated twice (PL291): a located input error, not a plan to compare
+        assume(e.diagnostics[0].code != Code.OVERRIDE_RESTATED)
+        raise
 
 
 @settings(max_examples=examples(20), deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

@@ -10,6 +10,8 @@ from ..ir.groups import BUILTIN as BUILTIN_GROUPS
 from .groups import props
 from .values import Values
 
+MAX_NAMED_TERMS = 64
+
 
 def losses_section(vals: Values, block: surface.SubBlock, fields: dict) -> None:
     """``losses { aux = per_microbatch_mean  mtp = global_mean }``: the loss terms besides the
@@ -17,10 +19,15 @@ def losses_section(vals: Values, block: surface.SubBlock, fields: dict) -> None:
     terms = []
     ce = []
     keys = tuple(ir_losses.TERMS) + (ir_losses.STATS_KEY, ir_losses.PACKED_KEY) + tuple(ir_losses.CE_TERMS)
-    named = []  # terms of the user's own; a flag (true/false) under another name is a misspelt key
+    named: dict[str, None] = {}  # terms of the user's own; a flag (true/false) under another name is a misspelt key
     for p in block.props:
         if p.key not in keys and not isinstance(p.value, surface.Bool) and p.key not in named:
-            named.append(p.key)
+            if len(named) == MAX_NAMED_TERMS:  # each term is an objective of its own, checked per parameter group
+                vals.cx.error(Code.BAD_PROPERTY_VALUE, f"loss term '{p.key}' is one more than the {MAX_NAMED_TERMS} "
+                              "terms of the user's own a losses section may declare", p.span)
+                fields["loss_terms"], fields["ce_terms"] = (), ()
+                return
+            named[p.key] = None
     for p in props(vals, block.props, keys + tuple(named), "losses"):
         if p.key == ir_losses.PACKED_KEY:  # the rows pack documents of free lengths (check.auxpacked)
             if vals.flag_value(p):
