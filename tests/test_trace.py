@@ -904,14 +904,20 @@ LIBRARY_REPORTED = {
     "zeropp_zero1": ([("send", "interleaved, virtual-stage schedules are not lifted"),
                       ("recv", "interleaved, virtual-stage schedules are not lifted"),
                       ("the loss normalisation", "no cross-entropy"),
-                      ("1 of 1 optimizer parameters", "not held by any module")],
+                      ("1 of 1 optimizer parameters", "not held by any module"),
+                      ("the loss over a gathered sequence", "is not observed")],
                      "as zeropp_dp, and the ZeRO-1 flat buffer over the second data axis that no module holds; the "
-                     "loss, on the last stage, is not seen on rank 0 when the pipeline is not lifted"),
+                     "loss, on the last stage, is not seen on rank 0 when the pipeline is not lifted (so neither is "
+                     "whether it reads the second data axis's all-gather)"),
     "expert_parallel": ([("all_to_all", "all_to_all is not lifted")],
                         "tokens dispatched to the experts by all_to_all: no expert axis is lifted"),
+    **{plan: ([("the gradient buffers between optimizer steps", "no gradient buffer was read")],
+              "the recomputed or sequence-parallel blocks run outside the module hooks the recorder reads the "
+              "gradient buffers through: whether they were cleared between optimizer steps is not observed")
+       for plan in ("megatron_sp", "full_recompute", "selective_recompute")},
 }
 LIBRARY_ROUND_TRIP = {"ddp", "zero3", "fsdp_full_shard", "fsdp_shard_grad_op", "hybrid_shard", "gpipe", "one_f_one_b",
-                      "context_parallel", "megatron_tp", "megatron_sp", "full_recompute", "selective_recompute"}
+                      "context_parallel", "megatron_tp"}
 # plans whose realisation is another library strategy's: the lift names that one, whose costs differ from the
 # plan's only in the wording of what is gathered: plan -> (the lifted binding, (the plan's words, the lift's), why)
 LIBRARY_LIFTED_AS = {
