@@ -180,22 +180,7 @@ def run_job(job: Job, rank: int, device) -> dict:
     # equivalence: full parameters against the single-process run
     ref, ref_losses, ref_grads = _reference(job, global_batch)
     grad_diff = gradient_difference(grads0, ref_grads, "no step ran")
-    # largest elementwise difference, relative to the largest parameter magnitude of the model
-    worst_abs, worst_name, scale = 0.0, "", 0.0
-    for name, p in trainer.named:
-        full = trainer.full(name, p).detach().cpu().float()
-        want = ref[name].float()
-        scale = max(scale, want.abs().max().item())
-        diff = (full - want).abs().max().item()
-        if diff > worst_abs or not worst_name:
-            worst_abs, worst_name = diff, name
-    worst_rel = worst_abs / max(scale, 1e-30)
-    fingerprint = 0.0
-    count = 0
-    for name, p in trainer.named:
-        full = trainer.full(name, p)
-        fingerprint += full.detach().double().pow(2).sum().item()
-        count += full.numel()
+    worst_abs, worst_rel, worst_name, fingerprint, count = _against_reference(trainer, ref)
     loss_abs = max(abs(a - b) for a, b in zip(losses, ref_losses))
     loss_rel = max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(losses, ref_losses))
     return {
@@ -220,6 +205,23 @@ def run_job(job: Job, rank: int, device) -> dict:
         "loss_rel_diff": loss_rel,
         **grad_diff,
     }
+
+
+def _against_reference(trainer, ref: dict) -> tuple[float, float, str, float, int]:
+    """The full parameters against the single-process run's: the largest elementwise difference (absolute,
+    relative to the model's largest parameter magnitude) and where, the sum of squares and the element count."""
+    worst_abs, worst_name, scale = 0.0, "", 0.0
+    fingerprint, count = 0.0, 0
+    for name, p in trainer.named:
+        full = trainer.full(name, p)
+        got, want = full.detach().cpu().float(), ref[name].float()
+        scale = max(scale, want.abs().max().item())
+        diff = (got - want).abs().max().item()
+        if diff > worst_abs or not worst_name:
+            worst_abs, worst_name = diff, name
+        fingerprint += full.detach().double().pow(2).sum().item()
+        count += full.numel()
+    return worst_abs, worst_abs / max(scale, 1e-30), worst_name, fingerprint, count
 
 
 def run_jobs(jobs: list[Job], rank: int, device, write: Callable[[Job, dict], None]) -> None:
