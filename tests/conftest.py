@@ -6,7 +6,7 @@ in), so golden files and document examples compare alike everywhere.
 Tiers: ``pytest`` alone runs the quick tier (no real PyTorch runs, no solver-heavy sweeps,
 pdflatex on one example only, a deterministic sample of each checker/simulator sweep: ``SAMPLED``,
 property tests with a tenth of their examples: tests/tiers.py; it passes without the torch extra;
-it runs on one worker per core when pytest-xdist is installed: ``pytest_cmdline_main``;
+it runs on one worker per core when pytest-xdist is installed, as ``--tier all`` does: ``pytest_cmdline_main``;
 docs/benchmarks.md, "The quick test tier", has its measured CPU and wall time);
 ``pytest --tier all`` (the README's command, and CI's) runs everything. A test is in the slow
 tier when it is marked ``slow`` or ``torch``, or named in ``SLOW`` below (tests measured among
@@ -229,12 +229,12 @@ def full_tier(config) -> bool:
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which turns -n into workers
 def pytest_cmdline_main(config):
-    """``pytest`` alone (the whole quick tier, no paths named) runs on one worker per core when
-    pytest-xdist is installed (the ``test`` extra has it), each test module whole on one worker (its
+    """``pytest`` and ``pytest --tier all`` (the whole suite, no paths named) run on one worker per core
+    when pytest-xdist is installed (the ``test`` extra has it), each test module whole on one worker (its
     module-level data and caches built once); ``-n N`` (``-n 0``: one process) and ``--dist`` say
-    otherwise. Named paths, ``--tier all`` and ``-m`` run in one process, as without xdist."""
+    otherwise. Named paths run in one process, as without xdist."""
     if (config.pluginmanager.hasplugin("xdist") and getattr(config.option, "numprocesses", 0) is None
-            and not hasattr(config, "workerinput") and not full_tier(config)
+            and not hasattr(config, "workerinput")
             and config.args_source is pytest.Config.ArgsSource.TESTPATHS
             and not config.option.collectonly and not config.option.usepdb):
         config.option.numprocesses = "auto"

@@ -251,11 +251,11 @@ def _term(p: ir.Plan, sizes: list[dict]) -> bool:
                for at in sizes for m in (1, 2) for _ in range(2))
 
 
-def _layout_disagreement(p: ir.Plan, mine: list, small: list[dict]) -> str | None:
+def _layout_disagreement(p: ir.Plan, mine: list, found: set) -> str | None:
     """Item by item: a wrong position id or causal mask changes the attention output, every wrong item the loss
-    term (tests/test_check_cplayout.py ``observed``); an output the simulator finds wrong is never behind proofs
-    of both the position ids and the causal mask, and their refutation is seen in the output."""
-    found = _layouts(p, small)
+    term (tests/test_check_cplayout.py ``observed``); an output the simulator finds wrong (``found``: at every
+    small size) is never behind proofs of both the position ids and the causal mask, and their refutation is
+    seen in the output."""
     attention = [o for o in mine if o.name in ("GI layout[position_ids]", "GI layout[causal_mask]")]
     if "output" in found and all(o.verdict is Verdict.PROVED for o in attention):
         return "false proof: the simulator finds the attention output wrong, the position ids and mask proved"
@@ -285,12 +285,13 @@ def disagreement(p: ir.Plan, report, info: dict) -> str | None:
     if "GI layout[chunk]" in obs:
         checks.append((["GI layout[chunk]"], lambda at=None: _chunk(p, info)))
     items = [f"GI layout[{i}]" for i in ITEMS if f"GI layout[{i}]" in obs]
+    found = _layouts(p, small) if items else set()  # at every small size, once (the slowest simulator here)
     if items:
-        checks.append((items, lambda at=None: bool(_layouts(p, [at] if at else small))))
+        checks.append((items, lambda at=None: bool(_layouts(p, [at]) if at else found)))
     if "GI loss[aux] grads[router]" in obs:
         checks.append((["GI loss[aux] grads[router]"], lambda at=None: _term(p, [at] if at else small)))
     if items:
-        wrong = _layout_disagreement(p, [obs[n] for n in items], small)
+        wrong = _layout_disagreement(p, [obs[n] for n in items], found)
         if wrong:
             return wrong
     for names, simulated in checks:

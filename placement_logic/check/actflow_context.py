@@ -152,28 +152,30 @@ def _run_ulysses(flow: af.Flow, direction: str, axis: str, n: int, apply):
     heads = lambda xs, i: [xs[i] + 10 * h for h in range(n)]  # noqa: E731
     ctx_axis = axis in flow.tensor
 
-    def attend(lists, f):
-        return [None if r is None else f(r) for r in lists]
+    def attend(lists, f, total):  # every position of a rank's list against the sum over its whole list
+        return [None if r is None else f(r, total(r)) for r in lists]
 
+    hq, hk, hv = ([heads(xs, r) for r in range(n)] for xs in (q, k, v))  # each built once: O(n²) numbers
     if direction == "forward":
-        held = _all_to_all(slots[entry], axis, n, [list(zip(heads(q, r), heads(k, r), heads(v, r))) for r in range(n)])
-        held = attend(held, lambda r: [qi * sum((kj * vj for _, kj, vj in r), Fraction(0)) for qi, _, _ in r])
+        held = _all_to_all(slots[entry], axis, n, [list(zip(hq[r], hk[r], hv[r])) for r in range(n)])
+        held = attend(held, lambda r, kv: [qi * kv for qi, _, _ in r],
+                      lambda r: sum((kj * vj for _, kj, vj in r), Fraction(0)))
         got = _all_to_all(slots[entry], axis, n, held, inverse=True)
         if ctx_axis:
-            want = [[heads(q, r)[h] * sum((heads(k, j)[h] * heads(v, j)[h] for j in range(n)), Fraction(0))
-                     for h in range(n)] for r in range(n)]
+            kv = [sum((hk[j][h] * hv[j][h] for j in range(n)), Fraction(0)) for h in range(n)]
+            want = [[hq[r][h] * kv[h] for h in range(n)] for r in range(n)]
         else:
-            want = [[a * b * c for a, b, c in zip(heads(q, r), heads(k, r), heads(v, r))] for r in range(n)]
+            want = [[a * b * c for a, b, c in zip(hq[r], hk[r], hv[r])] for r in range(n)]
     else:
-        g = lambda i: [a * b for a, b in zip(heads(dy, i), heads(q, i))]  # noqa: E731
-        held = _all_to_all(slots[entry], axis, n, [list(zip(heads(k, r), g(r))) for r in range(n)])
-        held = attend(held, lambda r: [kj * sum((gi for _, gi in r), Fraction(0)) for kj, _ in r])
+        hg = [[a * b for a, b in zip(heads(dy, i), hq[i])] for i in range(n)]
+        held = _all_to_all(slots[entry], axis, n, [list(zip(hk[r], hg[r])) for r in range(n)])
+        held = attend(held, lambda r, gs: [kj * gs for kj, _ in r], lambda r: sum((gi for _, gi in r), Fraction(0)))
         got = apply(slots["bwd_entry"], axis, _all_to_all(slots[entry], axis, n, held, inverse=True))
         if ctx_axis:
-            want = [[heads(k, r)[h] * sum((g(i)[h] for i in range(n)), Fraction(0)) for h in range(n)]
-                    for r in range(n)]
+            gs = [sum((hg[i][h] for i in range(n)), Fraction(0)) for h in range(n)]
+            want = [[hk[r][h] * gs[h] for h in range(n)] for r in range(n)]
         else:
-            want = [[a * b for a, b in zip(heads(k, r), g(r))] for r in range(n)]
+            want = [[a * b for a, b in zip(hk[r], hg[r])] for r in range(n)]
     show = lambda xs: "[" + ", ".join(str(x) for x in xs) + "]"  # noqa: E731
     where = "position j on rank j" if ctx_axis else "rank r's own one-position sample r"
     inputs = {f"q ({where}; head h adds 10h)": show(q), "k": show(k), "v": show(v)}
