@@ -271,6 +271,25 @@ def test_step_every_microbatch_of_one_group_reduces_its_buffer_m_times(n, m, own
     assert build(spec).plans[0].comm_total.exact == led.one()
 
 
+@pytest.mark.parametrize("m", [2, 3])
+@pytest.mark.parametrize("n", [2, 4])
+def test_step_every_microbatch_of_one_group_writes_its_shared_buffer_back_m_times(n, m):
+    """`override optimizer[vision]: step_every_microbatch` beside ZeRO-1, the group placed like the rest: the one
+    buffer that holds its 24 elements is reduce-scattered before, and its updated parameters all-gathered after,
+    each of the group's m updates (a buffer moves whole, as the gradient reduction of
+    test_step_every_microbatch_of_one_group_reduces_its_buffer_m_times)."""
+    mesh = {"dp": n}
+    body = "  dp: zero1\n  override optimizer[vision]: step_every_microbatch"
+    group = "\n  group vision { count = 24 }"
+    spec = load_string(_with_microbatches(spec_text(mesh, body, "from std.data import zero1"), m, group), "<bfw>")
+    led = Ledger(mesh)
+    full = lambda d: range(PSI)
+    for _ in range(m):
+        led.collective("reduce_scatter", ["dp"], full, 2)
+        led.collective("all_gather", ["dp"], full, 2)
+    assert build(spec).plans[0].comm_total.exact == led.one()
+
+
 @pytest.mark.parametrize("mesh, body, imports", [
     ({"dp": 2}, "  dp: zero2", "from std.data import zero2"),
     ({"dp": 3}, "  dp: zero2", "from std.data import zero2"),

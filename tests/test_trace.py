@@ -911,13 +911,9 @@ LIBRARY_REPORTED = {
                      "whether it reads the second data axis's all-gather)"),
     "expert_parallel": ([("all_to_all", "all_to_all is not lifted")],
                         "tokens dispatched to the experts by all_to_all: no expert axis is lifted"),
-    **{plan: ([("the gradient buffers between optimizer steps", "no gradient buffer was read")],
-              "the recomputed or sequence-parallel blocks run outside the module hooks the recorder reads the "
-              "gradient buffers through: whether they were cleared between optimizer steps is not observed")
-       for plan in ("megatron_sp", "full_recompute", "selective_recompute")},
 }
 LIBRARY_ROUND_TRIP = {"ddp", "zero3", "fsdp_full_shard", "fsdp_shard_grad_op", "hybrid_shard", "gpipe", "one_f_one_b",
-                      "context_parallel", "megatron_tp"}
+                      "context_parallel", "megatron_tp", "megatron_sp", "full_recompute", "selective_recompute"}
 # plans whose realisation is another library strategy's: the lift names that one, whose costs differ from the
 # plan's only in the wording of what is gathered: plan -> (the lifted binding, (the plan's words, the lift's), why)
 LIBRARY_LIFTED_AS = {

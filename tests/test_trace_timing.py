@@ -198,6 +198,30 @@ def test_recorder_reads_cleared_and_carried_buffers():
     assert grads_before([torch.nn.ReLU()], names)["carried"] is None  # no parameter read
 
 
+
+
+@pytest.mark.torch
+def test_recorder_reads_the_buffers_of_weights_held_as_attributes():
+    """PyTorch's DDP over tensor-parallel modules takes the weights out of ``parameters()`` and sets, before each
+    forward, a tensor computed from each local parameter on the module in its place: the buffer read is that
+    parameter's (found through the autograd graph), named by its storage; a frozen attribute is not a weight."""
+    torch = pytest.importorskip("torch")
+    from placement_logic.trace.recorder_grads import grads_before, weights
+
+    layer = torch.nn.Linear(2, 1)
+    local_w, local_b = layer.weight, layer.bias
+    del layer.weight, layer.bias
+    layer.weight, layer.bias = local_w.view(1, 2), local_b.view(1)  # non-leaf attributes over the parameters
+    layer.frozen = torch.ones(3)  # no gradient: never read
+    assert list(layer.parameters(recurse=False)) == []
+    assert {id(p) for p in weights([layer])} == {id(local_w), id(local_b)}
+    storage = {(local_w.data_ptr(), (1, 2), (2, 1)): "fc.weight"}
+    assert grads_before([layer], {}, storage) == {"carried": False, "names": []}
+    torch.nn.functional.linear(torch.ones(1, 2), layer.weight, layer.bias).sum().backward()
+    assert grads_before([layer], {}, storage) == {"carried": True, "names": ["<unnamed>", "fc.weight"]}
+    local_w.grad = None
+    local_b.grad.zero_()
+    assert grads_before([layer], {}, storage) == {"carried": False, "names": []}
 # --------------------------------------------------------------------------- slow: the examples
 
 

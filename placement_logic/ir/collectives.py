@@ -52,7 +52,6 @@ from .buffers import uniq as _uniq
 from .nodes import Const, Mode, Op, Role, ScheduleKind, State, Sym, Value
 from .offload import HOST_LINK, is_offloaded, sharded_axes  # noqa: F401 - read through this module
 from .offload import offload as _offload
-from .optimizers import every_group_stepped_every_microbatch
 from .overrides import OverrideTarget, OverrideVerb
 
 LAYERS_SYMBOL = "L"
@@ -200,12 +199,10 @@ def _param_refresh(plan: ir.Plan) -> list[Collective]:
                                           "updated non-expert parameters"),
                                   "distributed optimizer over an expert axis: all-gather the updated non-expert "
                                   "parameters after the step"))
-    # `override optimizer: step_every_microbatch`: every group updated, so written back, after every micro-step
-    each = every_group_stepped_every_microbatch(plan)
-    return [Collective(Kind.ALL_GATHER, State.PARAMS, axes, link_of(plan, axes), Phase.REFRESH,
-                       plan.model.microbatches if each else _ONE, Payload(PT.PARAMS, rest, "updated parameters"),
-                       "params R with optimizer S: all-gather the updated parameters after the step" + (
-                           " (after every micro-step: optimizer step_every_microbatch)" if each else ""))] + out
+    # (a buffer holding a group updated after every micro-step is written back after each update: ir.stepsync)
+    return [Collective(Kind.ALL_GATHER, State.PARAMS, axes, link_of(plan, axes), Phase.REFRESH, _ONE,
+                       Payload(PT.PARAMS, rest, "updated parameters"),
+                       "params R with optimizer S: all-gather the updated parameters after the step")] + out
 
 
 def _tensor_parallel(plan: ir.Plan) -> list[Collective]:

@@ -268,10 +268,3 @@ def updates_per_step(plan, group: str):
     """How many updates ``group`` takes per step: one, or the model's microbatches where it is stepped after
     every micro-step (``stepped_every_microbatch``)."""
     return plan.model.microbatches if stepped_every_microbatch(plan, group) else Const(1)
-
-
-def every_group_stepped_every_microbatch(plan) -> bool:
-    """``override optimizer: step_every_microbatch`` (or ``optimizer[all]``): every group's update, so the whole
-    write-back after it, runs after every micro-step."""
-    return any(o.target == OverrideTarget.OPTIMIZER and o.verb == OverrideVerb.STEP_EVERY_MICROBATCH
-               and o.group in (None, "all") for o in plan.overrides)

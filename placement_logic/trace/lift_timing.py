@@ -74,7 +74,7 @@ def read_timing(st: Step, pipelined: bool) -> Timing:
     if missing >= 0 or None in flags:
         k = missing if missing >= 0 else flags.index(None)
         return _unknown(st, out, f"no gradient buffer was read before step {mine[k]['step']}'s first backward (no "
-                        "parameter of a module seen in forward): whether they were cleared since the previous "
+                        "weight of a module seen in forward): whether they were cleared since the previous "
                         "optimizer step is not observed", mine[k])
     for r, theirs in sorted(steps.items()):
         if _pattern(theirs)[0] != flags:

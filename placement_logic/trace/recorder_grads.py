@@ -7,35 +7,70 @@ not, and this step's backward adds into it. The step's record gets ``grads_befor
 (whether any buffer still held a gradient; ``None`` where no parameter was read) and ``names`` (the
 parameters whose buffers did, at most ``NAMES_MAX``), which ``lift_timing`` reads. Each later backward of
 the step (the next accumulated micro-step) appends its ``carried`` to ``grads_between``: whether the
-buffers were cleared since the previous backward, which ``lift_rereduce`` reads.
+buffers were cleared since the previous backward, which ``lift_rereduce`` reads. A module's weights are its
+own parameters and the trainable leaf tensors it holds as attributes (DDP over tensor-parallel modules holds
+them as DTensors outside ``parameters()``).
 """
 
 from __future__ import annotations
 
+import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.distributed.tensor import DTensor
 
 NAMES_MAX = 256
 
 
-def grads_before(modules, names: dict[int, str]) -> dict:
-    """``{"carried": bool | None, "names": [...]}`` for the parameters of ``modules`` (each read once)."""
+def _leaves(t) -> list:
+    """The trainable leaves ``t`` is computed from through at most a few autograd nodes (a DTensor made from a
+    local parameter: ``from_local`` over a view)."""
+    out, stack, visited = [], [t.grad_fn], 0
+    while stack and visited < 16:
+        fn = stack.pop()
+        visited += 1
+        if fn is None:
+            continue
+        leaf = getattr(fn, "variable", None)  # AccumulateGrad: the leaf whose .grad it fills
+        if leaf is not None:
+            out.append(leaf)
+        else:
+            stack.extend(n for n, _ in fn.next_functions)
+    return out
+
+
+def weights(modules):
+    """Every weight of ``modules`` once: each module's own parameters, then the trainable tensors it holds as
+    attributes, or the leaves they are computed from (PyTorch's DDP over tensor-parallel modules,
+    ``_pre_dp_module_transform``, sets a DTensor over each local parameter on the module before forward)."""
     seen: set[int] = set()
-    carried: list[str] = []
     for m in modules:
-        for p in m.parameters(recurse=False):
-            if id(p) in seen:
-                continue
-            seen.add(id(p))
-            g = p.grad
-            if g is None:
-                continue
-            local = g.to_local() if isinstance(g, DTensor) else g
-            if isinstance(local, FakeTensor) or not local.numel():
-                continue
-            if bool(local.count_nonzero()):
-                carried.append(names.get(id(p), "<unnamed>"))
-    return {"carried": bool(carried) if seen else None, "names": sorted(carried)[:NAMES_MAX]}
+        held = []
+        for v in vars(m).values():
+            if isinstance(v, torch.Tensor) and v.requires_grad:
+                held += [v] if v.is_leaf else _leaves(v)
+        for p in [*m.parameters(recurse=False), *held]:
+            if id(p) not in seen:
+                seen.add(id(p))
+                yield p
+
+
+def grads_before(modules, names: dict[int, str], storage: dict[tuple, str] | None = None) -> dict:
+    """``{"carried": bool | None, "names": [...]}`` for the weights of ``modules`` (each read once), named by
+    ``names`` (parameter id) or else ``storage`` ((data pointer, shape, stride) of a local parameter)."""
+    read = False
+    carried: list[str] = []
+    for p in weights(modules):
+        read = True
+        g = p.grad
+        if g is None:
+            continue
+        local = g.to_local() if isinstance(g, DTensor) else g
+        if isinstance(local, FakeTensor) or not local.numel():
+            continue
+        if bool(local.count_nonzero()):
+            key = (p.data_ptr(), tuple(p.shape), tuple(p.stride())) if storage and p.numel() else None
+            carried.append(names.get(id(p)) or (storage or {}).get(key, "<unnamed>"))
+    return {"carried": bool(carried) if read else None, "names": sorted(carried)[:NAMES_MAX]}
 
 
 GRADS_EVENT = "grads"
@@ -54,12 +89,8 @@ def tag_grads(events, modules, micro: int) -> None:
     """After a backward pass: every gradient buffer of ``modules`` carries ``(GRADS_EVENT, micro)``, through copies
     and arithmetic, so a collective issued after backward names the backward passes whose buffers it reads
     (``grads_read``: a copy of the accumulating buffer all-reduced again, ``lift_rereduce``)."""
-    seen: set[int] = set()
-    for m in modules:
-        for p in m.parameters(recurse=False):
-            if id(p) in seen or p.grad is None:
-                continue
-            seen.add(id(p))
+    for p in weights(modules):
+        if p.grad is not None:
             local = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
             if not isinstance(local, FakeTensor) and local.numel():
                 events._add(local, (GRADS_EVENT, micro))
