@@ -227,19 +227,23 @@ def full_tier(config) -> bool:
     return config.getoption("--tier") == "all" or bool(config.getoption("-m"))
 
 
+def _cores() -> int:
+    """The cores this process may run on (pytest-xdist's ``auto`` counts them alike)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which turns -n into workers
 def pytest_cmdline_main(config):
     """``pytest`` and ``pytest --tier all`` (the whole suite, no paths named) run on one worker per core
     (at most 4 for the whole suite) when pytest-xdist is installed (the ``test`` extra has it), each test
-    module whole on one worker (its module-level data and caches built once); ``-n N`` (``-n 0``: one process) and ``--dist`` say
-    otherwise. Named paths run in one process, as without xdist."""
+    module whole on one worker (its module-level data and caches built once); ``-n N`` (``-n 0``: one
+    process) and ``--dist`` say otherwise. Named paths run in one process, as without xdist."""
     if (config.pluginmanager.hasplugin("xdist") and getattr(config.option, "numprocesses", 0) is None
             and not hasattr(config, "workerinput")
             and config.args_source is pytest.Config.ArgsSource.TESTPATHS
             and not config.option.collectonly and not config.option.usepdb):
         # the whole suite's workers hold about 1.4 GB each and start PyTorch ranks of their own: at most 4
-        config.option.numprocesses = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                                         else os.cpu_count() or 1) if full_tier(config) else "auto"
+        config.option.numprocesses = min(4, _cores()) if full_tier(config) else "auto"
         if config.option.dist == "no":
             config.option.dist = "loadfile"
 

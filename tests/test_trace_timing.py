@@ -215,7 +215,7 @@ def test_recorder_reads_the_buffers_of_weights_held_as_attributes():
     layer.frozen = torch.ones(3)  # no gradient: never read
     assert list(layer.parameters(recurse=False)) == []
     assert {id(p) for p in weights([layer])} == {id(local_w), id(local_b)}
-    storage = {(local_w.data_ptr(), (1, 2), (2, 1)): "fc.weight"}
+    storage = lambda: {(local_w.data_ptr(), (1, 2), (2, 1)): "fc.weight"}  # noqa: E731
     assert grads_before([layer], {}, storage) == {"carried": False, "names": []}
     torch.nn.functional.linear(torch.ones(1, 2), layer.weight, layer.bias).sum().backward()
     assert grads_before([layer], {}, storage) == {"carried": True, "names": ["<unnamed>", "fc.weight"]}

@@ -142,7 +142,7 @@ class Recorder(Events, Modules, Checkpoints, Terms, TorchDispatchMode):
         # accumulated micro-step): since the previous backward?
         self._busy = True
         try:
-            seen = grads_before(list(self.modules.values()), self._param_names(), self._storage_names())
+            seen = grads_before(list(self.modules.values()), self._param_names(), self._storage_names)
             if "grads_before" not in rec:
                 rec["grads_before"] = seen
             else:

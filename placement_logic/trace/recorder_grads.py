@@ -8,8 +8,8 @@ not, and this step's backward adds into it. The step's record gets ``grads_befor
 parameters whose buffers did, at most ``NAMES_MAX``), which ``lift_timing`` reads. Each later backward of
 the step (the next accumulated micro-step) appends its ``carried`` to ``grads_between``: whether the
 buffers were cleared since the previous backward, which ``lift_rereduce`` reads. A module's weights are its
-own parameters and the trainable leaf tensors it holds as attributes (DDP over tensor-parallel modules holds
-them as DTensors outside ``parameters()``).
+own parameters and the trainable tensors it holds as attributes, or the leaves these are made from (DDP over
+tensor-parallel modules holds DTensors over local parameters there, outside ``parameters()``).
 """
 
 from __future__ import annotations
@@ -54,11 +54,13 @@ def weights(modules):
                 yield p
 
 
-def grads_before(modules, names: dict[int, str], storage: dict[tuple, str] | None = None) -> dict:
+def grads_before(modules, names: dict[int, str], storage=None) -> dict:
     """``{"carried": bool | None, "names": [...]}`` for the weights of ``modules`` (each read once), named by
-    ``names`` (parameter id) or else ``storage`` ((data pointer, shape, stride) of a local parameter)."""
+    ``names`` (parameter id) or else by ``storage()`` ((data pointer, shape, stride) of a local parameter -> name;
+    built only when a weight with a gradient has no name)."""
     read = False
     carried: list[str] = []
+    by_storage: dict[tuple, str] | None = None
     for p in weights(modules):
         read = True
         g = p.grad
@@ -68,8 +70,11 @@ def grads_before(modules, names: dict[int, str], storage: dict[tuple, str] | Non
         if isinstance(local, FakeTensor) or not local.numel():
             continue
         if bool(local.count_nonzero()):
-            key = (p.data_ptr(), tuple(p.shape), tuple(p.stride())) if storage and p.numel() else None
-            carried.append(names.get(id(p)) or (storage or {}).get(key, "<unnamed>"))
+            name = names.get(id(p))
+            if name is None and storage is not None:
+                by_storage = storage() if by_storage is None else by_storage
+                name = by_storage.get((p.data_ptr(), tuple(p.shape), tuple(p.stride())))
+            carried.append(name or "<unnamed>")
     return {"carried": bool(carried) if read else None, "names": sorted(carried)[:NAMES_MAX]}
 
 
